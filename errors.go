@@ -1,0 +1,84 @@
+package ctoken
+
+import "errors"
+
+// Sentinel errors. Every error returned by this package matches exactly one of
+// these with errors.Is (or is a configuration error from a constructor). The
+// text of an error never contains key material or the token being checked.
+var (
+	// ErrKeyTooShort reports a key shorter than MinKeyBytes.
+	ErrKeyTooShort = errors.New("ctoken: key shorter than 32 bytes")
+	// ErrKeyInvalid reports a key that is not valid base64 or a malformed keyring.
+	ErrKeyInvalid = errors.New("ctoken: malformed key")
+	// ErrNoKey reports a missing or empty key variable, or a nil Keyring.
+	ErrNoKey = errors.New("ctoken: no key configured")
+
+	// ErrCursorInvalid reports a forged, tampered, malformed, truncated,
+	// oversize or wrongly scoped cursor. Clients should not retry with it.
+	ErrCursorInvalid = errors.New("ctoken: invalid cursor")
+	// ErrCursorExpired reports an authentic cursor that is too old or that was
+	// issued by another server session. Clients should start over.
+	ErrCursorExpired = errors.New("ctoken: expired cursor")
+	// ErrOpaqueStateTooLarge reports opaque state over MaxOpaqueStateBytes at issue.
+	ErrOpaqueStateTooLarge = errors.New("ctoken: cursor state too large")
+	// ErrCursorTooLarge reports a cursor whose encoding would exceed MaxCursorBytes.
+	ErrCursorTooLarge = errors.New("ctoken: cursor too large")
+
+	// ErrStateInvalid reports a request state that fails authentication,
+	// binding, parsing or the size cap. No part of it is returned.
+	ErrStateInvalid = errors.New("ctoken: invalid request state")
+	// ErrStateExpired reports an authentic request state past its expiry.
+	ErrStateExpired = errors.New("ctoken: expired request state")
+	// ErrStateTooLarge reports a request state whose encoding would exceed the
+	// codec's MaxBytes at encode time.
+	ErrStateTooLarge = errors.New("ctoken: request state too large")
+)
+
+// Wire codes of the reference protocol, returned by ErrorCode.
+const (
+	// CodeCursorExpired tells a client to start over without the cursor.
+	CodeCursorExpired = 1020
+	// CodeCursorInvalid tells a client its cursor was refused as invalid.
+	CodeCursorInvalid = 1021
+)
+
+// ErrorCode maps err to the reference protocol's wire code: CodeCursorExpired
+// for ErrCursorExpired, CodeCursorInvalid for ErrCursorInvalid, and 0 for any
+// other error (including nil).
+func ErrorCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrCursorExpired):
+		return CodeCursorExpired
+	case errors.Is(err, ErrCursorInvalid):
+		return CodeCursorInvalid
+	}
+	return 0
+}
+
+// reasonError is a rejection: a sentinel for errors.Is plus a fixed reason
+// naming the check that failed, for server logs. Reasons are constant strings
+// chosen by this package; they never contain input, token text or keys.
+// Values are allocated once, so a rejection costs no allocation.
+type reasonError struct {
+	sentinel error
+	reason   string
+}
+
+func (e *reasonError) Error() string { return e.sentinel.Error() + ": " + e.reason }
+func (e *reasonError) Unwrap() error { return e.sentinel }
+
+// Reason returns the fixed, log-safe description of which check rejected a
+// token ("mac mismatch", "wrong tool", ...), or "" if err carries none.
+func Reason(err error) string {
+	var re *reasonError
+	if errors.As(err, &re) {
+		return re.reason
+	}
+	return ""
+}
+
+func reject(sentinel error, reason string) error {
+	return &reasonError{sentinel: sentinel, reason: reason}
+}

@@ -1,0 +1,3 @@
+module github.com/ctoken/ctoken
+
+go 1.24
