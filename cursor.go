@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -85,9 +86,21 @@ type CursorIssuer struct {
 	ttl     time.Duration
 	session []byte
 	now     func() time.Time
+	scratch sync.Pool // of *cursorScratch
 }
 
-// cursorWire is the CBOR payload: a map with small integer keys.
+// cursorScratch is the working memory of one Issue or Verify. It is pooled
+// because the body is handed to a hash.Hash, which makes a stack buffer
+// escape to the heap on every call.
+type cursorScratch struct {
+	raw  [maxCursorRaw]byte   // body || MAC
+	text [MaxCursorBytes]byte // base64url text
+}
+
+// cursorWire is the CBOR payload: a map with small integer keys. Issue and
+// Verify use the equivalent hand-written codec of cursor_cbor.go; this
+// struct and the fxamacker modes below define what that codec must match
+// (see cbor_fuzz_test.go).
 type cursorWire struct {
 	Version  uint   `cbor:"1,keyasint"`
 	Tool     string `cbor:"2,keyasint"`
@@ -150,6 +163,7 @@ func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 	if i.now == nil {
 		i.now = time.Now
 	}
+	i.scratch.New = func() any { return new(cursorScratch) }
 	if len(cfg.Session) > 0 {
 		i.session = append([]byte(nil), cfg.Session...)
 	} else {
@@ -174,27 +188,32 @@ func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	if !utf8.ValidString(p.ToolID) || !utf8.ValidString(p.CallerID) {
 		return "", errIDNotUTF8
 	}
-	w := cursorWire{
-		Version:  cursorVersion,
-		Tool:     p.ToolID,
-		Caller:   p.CallerID,
-		Page:     p.Page,
-		IssuedAt: i.now().Unix(),
-		Session:  i.session,
-		State:    p.State,
+	b := cursorBody{
+		version: cursorVersion,
+		tool:    p.ToolID,
+		caller:  p.CallerID,
+		page:    p.Page,
+		issued:  i.now().Unix(),
+		session: i.session,
+		state:   p.State,
 	}
 	if !p.Args.IsZero() {
-		w.Args = p.Args[:]
+		b.args = p.Args[:]
 	}
-	body, err := cursorEncMode.Marshal(&w)
-	if err != nil {
-		return "", fmt.Errorf("ctoken: encoding cursor: %w", err)
-	}
-	if b64.EncodedLen(len(body)+macSize) > MaxCursorBytes {
+	// The size is known before anything is encoded, so an oversize tool or
+	// caller ID never reaches the fixed-size scratch buffer.
+	n := cursorBodyLen(&b) + macSize
+	if b64.EncodedLen(n) > MaxCursorBytes {
 		return "", ErrCursorTooLarge
 	}
-	raw := i.macs[0].sum(body, body)
-	return b64.EncodeToString(raw), nil
+	s := i.scratch.Get().(*cursorScratch)
+	raw := appendCursorBody(s.raw[:0], &b)
+	raw = i.macs[0].sum(raw, raw)
+	text := s.text[:b64.EncodedLen(n)]
+	b64.Encode(text, raw)
+	cursor := string(text)
+	i.scratch.Put(s)
+	return cursor, nil
 }
 
 // Rejections, allocated once.
@@ -230,34 +249,38 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	if len(cursor) > MaxCursorBytes {
 		return CursorPayload{}, errCursorOversize
 	}
-	var buf [maxCursorRaw]byte
-	n, err := b64.Decode(buf[:], []byte(cursor))
+	s := i.scratch.Get().(*cursorScratch)
+	defer i.scratch.Put(s)
+	// Copying the text into scratch memory spares the allocation of
+	// []byte(cursor).
+	text := s.text[:copy(s.text[:], cursor)]
+	n, err := b64.Decode(s.raw[:], text)
 	if err != nil {
 		return CursorPayload{}, errCursorBase64
 	}
 	if n <= macSize {
 		return CursorPayload{}, errCursorTruncated
 	}
-	body, tag := buf[:n-macSize], buf[n-macSize:n]
-	var w cursorWire
+	body, tag := s.raw[:n-macSize], s.raw[n-macSize:n]
 	if i.macs.verify(body, tag) < 0 {
 		// A classification hint only: nothing of an unauthenticated body
 		// is ever returned.
-		if cursorDecMode.Unmarshal(body, &w) == nil && !bytes.Equal(w.Session, i.session) {
+		if f, ok := decodeCursorBody(body); ok && !bytes.Equal(f.session, i.session) {
 			return CursorPayload{}, errCursorForeign
 		}
 		return CursorPayload{}, errCursorMAC
 	}
-	if cursorDecMode.Unmarshal(body, &w) != nil {
+	f, ok := decodeCursorBody(body)
+	if !ok {
 		return CursorPayload{}, errCursorMalformed
 	}
-	if w.Version != cursorVersion || (len(w.Args) != 0 && len(w.Args) != len(Fingerprint{})) {
+	if f.version != cursorVersion || (len(f.args) != 0 && len(f.args) != len(Fingerprint{})) {
 		return CursorPayload{}, errCursorVersion
 	}
-	if subtle.ConstantTimeCompare(w.Session, i.session) != 1 {
+	if subtle.ConstantTimeCompare(f.session, i.session) != 1 {
 		return CursorPayload{}, errCursorSession
 	}
-	issued := time.Unix(w.IssuedAt, 0)
+	issued := time.Unix(f.issued, 0)
 	now := i.now()
 	if issued.Sub(now) > maxFutureSkew {
 		return CursorPayload{}, errCursorFuture
@@ -266,19 +289,26 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 		return CursorPayload{}, errCursorAge
 	}
 	var args Fingerprint
-	copy(args[:], w.Args)
+	copy(args[:], f.args)
 	switch {
-	case w.Tool != want.ToolID:
+	case string(f.tool) != want.ToolID:
 		return CursorPayload{}, errCursorTool
-	case w.Caller != want.CallerID:
+	case string(f.caller) != want.CallerID:
 		return CursorPayload{}, errCursorCaller
 	case !want.Args.IsZero() && subtle.ConstantTimeCompare(args[:], want.Args[:]) != 1:
 		return CursorPayload{}, errCursorArgs
 	}
+	// Tool and caller equal want's, so want's strings are returned rather
+	// than copies. State aliases the pooled scratch and is copied: the one
+	// allocation of a successful Verify, and none when there is no state.
+	var state []byte
+	if len(f.state) > 0 {
+		state = append(make([]byte, 0, len(f.state)), f.state...)
+	}
 	return CursorPayload{
-		CursorScope: CursorScope{ToolID: w.Tool, CallerID: w.Caller, Args: args},
-		Page:        w.Page,
-		State:       w.State,
+		CursorScope: CursorScope{ToolID: want.ToolID, CallerID: want.CallerID, Args: args},
+		Page:        f.page,
+		State:       state,
 		IssuedAt:    issued,
 	}, nil
 }

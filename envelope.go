@@ -18,26 +18,53 @@ const macSize = sha256.Size
 
 // macKey is one HMAC-SHA256 subkey. Keyed hash states are pooled, so the
 // key schedule is paid once per state rather than once per token, with no
-// lock shared between goroutines beyond sync.Pool's per-P caches.
+// lock shared between goroutines beyond sync.Pool's per-P caches. A state is
+// owned by one goroutine between Get and Put, so sharing is race-free.
 type macKey struct {
-	pool sync.Pool
+	pool sync.Pool // of *macState
+}
+
+// macState is a keyed HMAC state and the buffer its sums are written to.
+// The buffer lives with the state (on the heap) because a slice handed to
+// a hash.Hash method escapes: a caller's stack buffer would be moved to the
+// heap on every call.
+type macState struct {
+	h   hash.Hash
+	out [macSize]byte
 }
 
 func newMACKey(key []byte) *macKey {
 	k := append([]byte(nil), key...)
 	m := &macKey{}
-	m.pool.New = func() any { return hmac.New(sha256.New, k) }
+	m.pool.New = func() any { return &macState{h: hmac.New(sha256.New, k)} }
 	return m
 }
 
-// sum appends HMAC-SHA256(key, msg) to dst.
+// compute returns a state holding HMAC-SHA256(key, msg) in its out buffer.
+// The caller must hand it back with m.pool.Put. msg escapes (it is passed
+// to a hash.Hash), so hot paths pass pooled rather than stack memory.
+func (m *macKey) compute(msg []byte) *macState {
+	st := m.pool.Get().(*macState)
+	st.h.Reset()
+	st.h.Write(msg)
+	st.h.Sum(st.out[:0])
+	return st
+}
+
+// sum appends HMAC-SHA256(key, msg) to dst. dst does not escape.
 func (m *macKey) sum(dst, msg []byte) []byte {
-	h := m.pool.Get().(hash.Hash)
-	h.Reset()
-	h.Write(msg)
-	dst = h.Sum(dst)
-	m.pool.Put(h)
+	st := m.compute(msg)
+	dst = append(dst, st.out[:]...)
+	m.pool.Put(st)
 	return dst
+}
+
+// equal reports, in constant time, whether HMAC-SHA256(key, msg) is tag.
+func (m *macKey) equal(msg, tag []byte) bool {
+	st := m.compute(msg)
+	ok := hmac.Equal(st.out[:], tag)
+	m.pool.Put(st)
+	return ok
 }
 
 // macRing is the MAC subkey of every key of a Keyring, primary first.
@@ -55,9 +82,8 @@ func newMACRing(kr *Keyring, label string) macRing {
 // verify reports the index of the key whose MAC of msg equals tag, comparing
 // in constant time, or -1.
 func (r macRing) verify(msg, tag []byte) int {
-	var buf [macSize]byte
 	for i, k := range r {
-		if hmac.Equal(k.sum(buf[:0], msg), tag) {
+		if k.equal(msg, tag) {
 			return i
 		}
 	}

@@ -1,0 +1,325 @@
+package ctoken
+
+// Benchmarks of the hot paths, and in the same file the floors they are
+// measured against: what the bare primitives cost on the same bytes.
+//
+//   - HMAC floor: HMAC-SHA256 with a keyed state reused across iterations
+//     (Reset, Write, Sum) plus base64url, over exactly the CBOR body a
+//     cursor carries (or the JSON payload a signed request state carries).
+//   - GCM floor: AES-256-GCM Seal/Open with a fresh crypto/rand nonce plus
+//     base64url, over exactly the JSON payload an encrypted request state
+//     carries (no additional data).
+//
+// Compare, for instance, BenchmarkCursorVerify with
+// BenchmarkFloorHMAC/cursor/verify. None of these asserts anything about
+// time; they are measurements only.
+
+import (
+	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// benchKey is a fixed key so runs are comparable.
+var benchKey = bytes.Repeat([]byte{0x5a}, 32)
+
+// benchScope is the logical cursor of the peer comparison in bench/: tool
+// search_issues, a 41-character caller ID and a bound args fingerprint.
+var benchScope = CursorScope{
+	ToolID:   "search_issues",
+	CallerID: "user:7f3c9a12-4b8e-4d2a-9c1f-5e6b7a8c9d0e", // 41 characters
+	Args:     Fingerprint(sha256.Sum256([]byte(`{"query":"is:open label:bug","per_page":50}`))),
+}
+
+// benchState is 64 bytes of opaque cursor state.
+var benchState = bytes.Repeat([]byte{0xa5}, 64)
+
+// benchRequestState is a typical MCP request state: a small JSON document.
+const benchRequestState = `{"step":2,"pending":["confirm_delete"],"draft":"id-4b8e4d2a9c1f5e6b"}`
+
+func benchIssuer(b *testing.B) *CursorIssuer {
+	b.Helper()
+	kr, err := NewKeyring(benchKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	iss, err := NewCursorIssuer(CursorConfig{Keys: kr, Session: []byte("bench-01")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return iss
+}
+
+func benchPayload() CursorPayload {
+	return CursorPayload{CursorScope: benchScope, Page: 3, State: benchState}
+}
+
+func BenchmarkCursorIssue(b *testing.B) {
+	iss := benchIssuer(b)
+	p := benchPayload()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := iss.Issue(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCursorVerify(b *testing.B) {
+	iss := benchIssuer(b)
+	c, err := iss.Issue(benchPayload())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(len(c)), "token-bytes")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := iss.Verify(c, benchScope); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCursorVerifyParallel runs Verify on every P; with no shared lock
+// on the hot path its ns/op falls as GOMAXPROCS grows (-cpu 1,2,4).
+func BenchmarkCursorVerifyParallel(b *testing.B) {
+	iss := benchIssuer(b)
+	c, err := iss.Issue(benchPayload())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := iss.Verify(c, benchScope); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkCursorVerifyRejectForged measures the cost of refusing a cursor
+// whose MAC does not match (the common attack path).
+func BenchmarkCursorVerifyRejectForged(b *testing.B) {
+	iss := benchIssuer(b)
+	c, err := iss.Issue(benchPayload())
+	if err != nil {
+		b.Fatal(err)
+	}
+	forged := []byte(c)
+	forged[len(forged)-3] ^= 'A' ^ 'B'
+	fc := string(forged)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := iss.Verify(fc, benchScope); err == nil {
+			b.Fatal("forged cursor verified")
+		}
+	}
+}
+
+var benchModes = []struct {
+	name string
+	mode RequestStateMode
+}{{"signed", Signed}, {"encrypted", Encrypted}}
+
+func benchCodec(b *testing.B, mode RequestStateMode) *RequestStateCodec {
+	b.Helper()
+	kr, err := NewKeyring(benchKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Mode: mode})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+func BenchmarkStateEncode(b *testing.B) {
+	for _, m := range benchModes {
+		b.Run(m.name, func(b *testing.B) {
+			c := benchCodec(b, m.mode)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Encode(benchRequestState, benchScope.CallerID, "tools/call"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkStateDecode(b *testing.B) {
+	for _, m := range benchModes {
+		b.Run(m.name, func(b *testing.B) {
+			c := benchCodec(b, m.mode)
+			w, err := c.Encode(benchRequestState, benchScope.CallerID, "tools/call")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(len(w)), "token-bytes")
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Decode(w, benchScope.CallerID, "tools/call"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// benchArgs returns a JSON object of about 1 KiB with nested structure,
+// escapes and numbers, written with its keys out of order.
+func benchArgs() []byte {
+	var sb strings.Builder
+	sb.WriteString(`{"zeta":{"b":[1,2.5,-3e2,true,false,null],"a":"caf\u00e9 \"quoted\""},"query":"is:open label:bug sort:updated-desc",`)
+	for i := 0; sb.Len() < 1000; i++ {
+		sb.WriteString(`"field_`)
+		sb.WriteByte(byte('z' - i%26))
+		sb.WriteString(`_`)
+		sb.WriteByte(byte('0' + i%10))
+		sb.WriteString(`":{"value":12345.678,"tags":["alpha","beta","gamma"],"on":true},`)
+	}
+	sb.WriteString(`"per_page":50}`)
+	return []byte(sb.String())
+}
+
+func BenchmarkArgsFingerprint(b *testing.B) {
+	args := benchArgs()
+	if !json.Valid(args) {
+		b.Fatal("benchArgs is not JSON")
+	}
+	b.SetBytes(int64(len(args)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ArgsFingerprint(args); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchCursorBody returns the CBOR body of the benchmark cursor: the bytes
+// the HMAC floor signs.
+func benchCursorBody(b *testing.B) []byte {
+	c, err := benchIssuer(b).Issue(benchPayload())
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := b64.DecodeString(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return raw[:len(raw)-macSize]
+}
+
+// benchStatePayload returns the JSON payload a request state carries: the
+// bytes the HMAC and GCM floors of request state protect.
+func benchStatePayload(b *testing.B) []byte {
+	w, err := benchCodec(b, Signed).Encode(benchRequestState, benchScope.CallerID, "tools/call")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, _, _ := strings.Cut(strings.TrimPrefix(w, signedPrefix), ".")
+	payload, err := b64.DecodeString(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return payload
+}
+
+// BenchmarkFloorHMAC is the floor of an HMAC token: one keyed HMAC-SHA256
+// state, reused (Reset, Write, Sum) plus base64url, with buffers allocated
+// once outside the loop. sign returns the token as a string (1 alloc);
+// verify decodes, recomputes and compares in constant time.
+func BenchmarkFloorHMAC(b *testing.B) {
+	inputs := []struct {
+		name string
+		body []byte
+	}{{"cursor", benchCursorBody(b)}, {"state", benchStatePayload(b)}}
+	for _, in := range inputs {
+		key := DeriveKey(benchKey, "bench floor")
+		h := hmac.New(sha256.New, key)
+		raw := append(append([]byte(nil), in.body...), make([]byte, macSize)...)
+		buf := make([]byte, 0, b64.EncodedLen(len(raw)))
+		b.Run(in.name+"/sign", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				h.Reset()
+				h.Write(in.body)
+				raw = h.Sum(raw[:len(in.body)])
+				_ = string(b64.AppendEncode(buf[:0], raw))
+			}
+		})
+		h.Reset()
+		h.Write(in.body)
+		token := b64.EncodeToString(h.Sum(append([]byte(nil), in.body...)))
+		dec := make([]byte, len(raw))
+		var sum [macSize]byte
+		b.Run(in.name+"/verify", func(b *testing.B) {
+			b.ReportMetric(float64(len(token)), "token-bytes")
+			b.ReportAllocs()
+			for b.Loop() {
+				n, err := b64.Decode(dec, []byte(token))
+				if err != nil || n <= macSize {
+					b.Fatal("floor token does not decode")
+				}
+				h.Reset()
+				h.Write(dec[:n-macSize])
+				if !hmac.Equal(h.Sum(sum[:0]), dec[n-macSize:n]) {
+					b.Fatal("floor MAC mismatch")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFloorGCM is the floor of a sealed token: AES-256-GCM with a
+// fresh 12-byte crypto/rand nonce, plus base64url, with buffers allocated
+// once outside the loop. seal returns the token as a string (1 alloc).
+func BenchmarkFloorGCM(b *testing.B) {
+	payload := benchStatePayload(b)
+	block, err := aes.NewCipher(DeriveKey(benchKey, "bench floor"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sealed := make([]byte, 0, gcmNonceSize+len(payload)+gcmTagSize)
+	buf := make([]byte, 0, b64.EncodedLen(cap(sealed)))
+	b.Run("seal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			s := sealed[:gcmNonceSize]
+			rand.Read(s)
+			s = aead.Seal(s, s, payload, nil)
+			_ = string(b64.AppendEncode(buf[:0], s))
+		}
+	})
+	s := make([]byte, gcmNonceSize, cap(sealed))
+	rand.Read(s)
+	token := b64.EncodeToString(aead.Seal(s, s, payload, nil))
+	dec := make([]byte, cap(sealed))
+	pt := make([]byte, 0, len(payload))
+	b.Run("open", func(b *testing.B) {
+		b.ReportMetric(float64(len(token)), "token-bytes")
+		b.ReportAllocs()
+		for b.Loop() {
+			n, err := b64.Decode(dec, []byte(token))
+			if err != nil || n < gcmNonceSize+gcmTagSize {
+				b.Fatal("floor token does not decode")
+			}
+			if _, err := aead.Open(pt[:0], dec[:gcmNonceSize], dec[gcmNonceSize:n], nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
