@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -91,8 +92,9 @@ type RequestStateCodec struct {
 	ephemeral bool
 
 	bind    macRing
-	payload macRing  // Signed
-	aead    aeadRing // Encrypted
+	payload macRing   // Signed
+	aead    aeadRing  // Encrypted
+	scratch sync.Pool // of *stateScratch
 }
 
 // NewRequestStateCodec returns a codec for sec.
@@ -150,22 +152,92 @@ func (c *RequestStateCodec) Ephemeral() bool { return c.ephemeral }
 // dispatch path binds request state to.
 func MCPTarget(method, name string) string { return method + "\x00" + name }
 
+// bindTagLen is the length of a bind tag: hex of an HMAC-SHA256.
+const bindTagLen = 2 * macSize
+
 // bindTag appends hex(HMAC-SHA256(bindKey, material)) to dst. An empty
 // subject binds to nothing, whatever the binding: its material is empty,
 // as for BindNone.
-func (c *RequestStateCodec) bindTag(dst []byte, key int, subject, tool string) []byte {
-	var material []byte
+//
+// Tags are cached in the pooled scratch sc, a handful per scratch: the tag
+// is a pure function of (key, subject, tool) for a codec, and it costs as
+// much as the whole AES-GCM open it guards. A scratch belongs to one
+// goroutine between Get and Put, so the cache needs no lock; sync.Pool
+// drops it at garbage collection, so it stays small. A hit or miss reveals
+// only whether the same subject and tool were served recently on the same
+// P, never any secret. sc.buf is used for the material on a miss (a slice
+// handed to the HMAC escapes, so a stack buffer would cost an allocation);
+// dst does not escape.
+func (c *RequestStateCodec) bindTag(dst []byte, sc *stateScratch, material []byte, key int, subject, tool string) []byte {
+	for i := range sc.tags[:sc.used] {
+		if e := &sc.tags[i]; e.key == key && e.subject == subject && e.tool == tool {
+			return append(dst, e.tag[:]...)
+		}
+	}
+	material = material[:0]
 	if subject != "" {
 		switch c.binding {
 		case BindSubject:
-			material = []byte(subject)
+			material = append(material, subject...)
 		case BindSubjectAndTool:
-			material = []byte(subject + "\x00" + tool)
+			material = append(append(append(material, subject...), 0), tool...)
 		}
 	}
-	var mac [macSize]byte
-	return hex.AppendEncode(dst, c.bind[key].sum(mac[:0], material))
+	e := &sc.tags[sc.next]
+	sc.next = (sc.next + 1) % uint8(len(sc.tags))
+	sc.used = max(sc.used, sc.next)
+	if sc.next == 0 {
+		sc.used = uint8(len(sc.tags))
+	}
+	k := c.bind[key]
+	st := k.compute(material)
+	*e = tagEntry{key: key, subject: subject, tool: tool}
+	hex.Encode(e.tag[:], st.out[:])
+	k.pool.Put(st)
+	return append(dst, e.tag[:]...)
 }
+
+// tagEntry is a cached bind tag.
+type tagEntry struct {
+	key           int
+	subject, tool string
+	tag           [bindTagLen]byte
+}
+
+// stateScratch is pooled working memory of Encode and Decode; see
+// getScratch.
+type stateScratch struct {
+	buf  []byte
+	tags [4]tagEntry
+	next uint8 // the entry a miss replaces
+	used uint8 // entries in use
+}
+
+// maxPooledScratch is the largest scratch buffer kept for reuse, so a
+// codec configured with a huge MaxBytes does not pin huge buffers.
+const maxPooledScratch = 256 << 10
+
+// getScratch returns pooled working memory with capacity of at least n.
+func (c *RequestStateCodec) getScratch(n int) *stateScratch {
+	sc, _ := c.scratch.Get().(*stateScratch)
+	if sc == nil {
+		sc = new(stateScratch)
+	}
+	if cap(sc.buf) < n {
+		sc.buf = make([]byte, 0, max(n, 512))
+	}
+	return sc
+}
+
+func (c *RequestStateCodec) putScratch(sc *stateScratch) {
+	if cap(sc.buf) <= maxPooledScratch {
+		c.scratch.Put(sc)
+	}
+}
+
+// region returns buf[off:off] with capacity n, so appends to it never run
+// into the next region (at worst they reallocate).
+func region(buf []byte, off, n int) []byte { return buf[off:off:min(off+n, cap(buf))] }
 
 var errStateNotUTF8 = errors.New("ctoken: request state is not valid UTF-8")
 
@@ -176,35 +248,61 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 	if !utf8.ValidString(state) {
 		return "", errStateNotUTF8
 	}
-	tag := c.bindTag(make([]byte, 0, 2*macSize), 0, subject, tool)
-	payload := make([]byte, 0, len(state)+len(tag)+48)
+	// The wire holds at least the base64 of the state: refuse a state that
+	// cannot fit before allocating anything in proportion to it.
+	if b64.EncodedLen(len(state)) > c.maxBytes {
+		return "", ErrStateTooLarge
+	}
+	matLen := len(subject) + 1 + len(tool)
+	payloadCap := len(state) + len(state)/8 + 64 + bindTagLen
+	sc := c.getScratch(max(matLen, payloadCap) + 2*payloadCap + gcmNonceSize + gcmTagSize)
+	defer c.putScratch(sc)
+
+	var tag [bindTagLen]byte
+	c.bindTag(tag[:0], sc, sc.buf, 0, subject, tool)
+	payload := sc.buf[:0]
 	payload = append(payload, `{"s":`...)
 	payload = appendJCSString(payload, state)
 	payload = append(payload, `,"exp":`...)
 	payload = strconv.AppendInt(payload, c.now().Add(c.ttl).Unix(), 10)
 	payload = append(payload, `,"b":"`...)
-	payload = append(payload, tag...)
+	payload = append(payload, tag[:]...)
 	payload = append(payload, `"}`...)
 
-	var wire []byte
+	var wireLen int
 	if c.mode == Encrypted {
-		sealed := make([]byte, gcmNonceSize, gcmNonceSize+len(payload)+gcmTagSize)
-		rand.Read(sealed)
-		sealed = c.aead[0].Seal(sealed, sealed, payload, tag)
-		wire = make([]byte, 0, len(encryptedPrefix)+b64.EncodedLen(len(sealed)))
-		wire = append(wire, encryptedPrefix...)
-		wire = b64.AppendEncode(wire, sealed)
+		wireLen = len(encryptedPrefix) + b64.EncodedLen(gcmNonceSize+len(payload)+gcmTagSize)
 	} else {
-		var mac [macSize]byte
-		wire = make([]byte, 0, len(signedPrefix)+b64.EncodedLen(len(payload))+1+b64.EncodedLen(macSize))
-		wire = append(wire, signedPrefix...)
-		wire = b64.AppendEncode(wire, payload)
-		wire = append(wire, '.')
-		wire = b64.AppendEncode(wire, c.payload[0].sum(mac[:0], payload))
+		wireLen = len(signedPrefix) + b64.EncodedLen(len(payload)) + 1 + b64.EncodedLen(macSize)
 	}
-	if len(wire) > c.maxBytes {
+	if wireLen > c.maxBytes {
 		return "", ErrStateTooLarge
 	}
+	if need := len(payload) + gcmNonceSize + len(payload) + gcmTagSize + wireLen; cap(payload) < need {
+		// A state of many escapes outgrew the estimate: move to a buffer
+		// with room for every region (kept for the next call).
+		payload = append(make([]byte, 0, need), payload...)
+	}
+	sc.buf = payload[:0]
+	off := len(payload)
+	if c.mode == Encrypted {
+		sealed := region(payload, off, gcmNonceSize+len(payload)+gcmTagSize)[:gcmNonceSize]
+		rand.Read(sealed)
+		// The bind tag is the additional data; the copy inside the payload
+		// is heap memory, so passing it to the AEAD costs nothing.
+		aad := payload[len(payload)-2-bindTagLen : len(payload)-2]
+		sealed = c.aead[0].Seal(sealed, sealed, payload, aad)
+		wire := region(payload, off+len(sealed), wireLen)
+		wire = append(wire, encryptedPrefix...)
+		wire = b64.AppendEncode(wire, sealed)
+		return string(wire), nil
+	}
+	var mac [macSize]byte
+	wire := region(payload, off, wireLen)
+	wire = append(wire, signedPrefix...)
+	wire = b64.AppendEncode(wire, payload)
+	wire = append(wire, '.')
+	wire = b64.AppendEncode(wire, c.payload[0].sum(mac[:0], payload))
 	return string(wire), nil
 }
 
@@ -234,7 +332,19 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 	if len(wire) > c.maxBytes {
 		return "", errStateOversize
 	}
-	var payload []byte
+	// Scratch regions: decoded bytes, then the material of a bind tag,
+	// then the bind tag itself, then a plaintext, then the unescaped state.
+	// Each is at most the wire's length (or the material's).
+	matLen := len(subject) + 1 + len(tool)
+	sc := c.getScratch(3*len(wire) + matLen + bindTagLen)
+	defer c.putScratch(sc)
+	buf := sc.buf
+	rawRegion := region(buf, 0, len(wire))
+	matRegion := region(buf, len(wire), matLen)
+	tagRegion := region(buf, len(wire)+matLen, bindTagLen)
+	rest := len(wire) + matLen + bindTagLen
+
+	var payload, bound []byte
 	key := -1
 	switch {
 	case c.mode == Signed && strings.HasPrefix(wire, signedPrefix):
@@ -242,33 +352,37 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 		if !ok || len(macText) != b64.EncodedLen(macSize) {
 			return "", errStateFraming
 		}
-		raw := make([]byte, b64.DecodedLen(len(body))+macSize)
-		n, err := b64.Decode(raw, []byte(body))
+		// []byte(body) neither escapes nor is written to: no copy.
+		n, err := b64.Decode(rawRegion[:cap(rawRegion)], []byte(body))
 		if err != nil {
 			return "", errStateBase64
 		}
-		mac := raw[n : n+macSize]
-		if m, err := b64.Decode(mac, []byte(macText)); err != nil || m != macSize {
+		var mac [macSize]byte
+		if m, err := b64.Decode(mac[:], []byte(macText)); err != nil || m != macSize {
 			return "", errStateBase64
 		}
-		payload = raw[:n]
-		if key = c.payload.verify(payload, mac); key < 0 {
+		payload = rawRegion[:n]
+		if key = c.payload.verify(payload, mac[:]); key < 0 {
 			return "", errStateMAC
 		}
+		bound = c.bindTag(tagRegion, sc, matRegion, key, subject, tool)
 	case c.mode == Encrypted && strings.HasPrefix(wire, encryptedPrefix):
-		raw, err := b64.DecodeString(wire[len(encryptedPrefix):])
+		n, err := b64.Decode(rawRegion[:cap(rawRegion)], []byte(wire[len(encryptedPrefix):]))
 		if err != nil {
 			return "", errStateBase64
 		}
-		if len(raw) < gcmNonceSize+gcmTagSize {
+		if n < gcmNonceSize+gcmTagSize {
 			return "", errStateFraming
 		}
-		nonce, sealed := raw[:gcmNonceSize], raw[gcmNonceSize:]
-		var tag [2 * macSize]byte
+		nonce, sealed := rawRegion[:gcmNonceSize], rawRegion[gcmNonceSize:n]
+		plain := region(buf, rest, len(sealed))
+		rest += len(sealed)
 		for i, aead := range c.aead {
-			pt, err := aead.Open(sealed[:0:0], nonce, sealed, c.bindTag(tag[:0], i, subject, tool))
-			if err == nil {
-				payload, key = pt, i
+			// The bind tag is the additional data: a state opens only for
+			// the subject (and tool) it was sealed for.
+			tag := c.bindTag(tagRegion, sc, matRegion, i, subject, tool)
+			if pt, err := aead.Open(plain, nonce, sealed, tag); err == nil {
+				payload, key, bound = pt, i, tag
 				break
 			}
 		}
@@ -278,105 +392,203 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 	default:
 		return "", errStateMode
 	}
-	s, exp, b, ok := parseStatePayload(payload)
+	s, exp, b, ok := parseStatePayload(payload, region(buf, rest, len(payload)))
 	if !ok {
 		return "", errStateMalformed
 	}
-	var want [2 * macSize]byte
-	if subtle.ConstantTimeCompare(c.bindTag(want[:0], key, subject, tool), b) != 1 {
+	if subtle.ConstantTimeCompare(bound, b) != 1 {
 		return "", errStateBinding
 	}
 	if exp < c.now().Unix() {
 		return "", errStateExpired
 	}
-	return s, nil
+	return string(s), nil
 }
 
 // parseStatePayload strictly parses {"s":string,"exp":integer,"b":string}:
-// members in any order, each exactly once, no others.
-func parseStatePayload(in []byte) (s string, exp int64, b []byte, ok bool) {
+// members in any order, each exactly once, no others; white space allowed
+// where JSON allows it. exp is an integer without fraction, exponent or
+// leading zeros ("-0" included) that fits an int64. The value of s is
+// unescaped into sbuf (heap memory of capacity len(in) or more, so it does
+// not reallocate); b aliases in, or a small buffer when it has escapes.
+func parseStatePayload(in, sbuf []byte) (s []byte, exp int64, b []byte, ok bool) {
 	p := jcsParser{in: in}
 	var seen [3]bool
+	var nameBuf [8]byte
 	p.skipSpace()
 	if p.pos >= len(in) || in[p.pos] != '{' {
-		return "", 0, nil, false
+		return nil, 0, nil, false
 	}
 	p.pos++
 	for {
 		p.skipSpace()
 		if p.pos >= len(in) || in[p.pos] != '"' {
-			return "", 0, nil, false
+			return nil, 0, nil, false
 		}
-		name, err := p.string()
-		if err != nil {
-			return "", 0, nil, false
+		name, ok := p.stringInto(nameBuf[:0])
+		if !ok {
+			return nil, 0, nil, false
 		}
 		p.skipSpace()
 		if p.pos >= len(in) || in[p.pos] != ':' {
-			return "", 0, nil, false
+			return nil, 0, nil, false
 		}
 		p.pos++
 		p.skipSpace()
 		if p.pos >= len(in) {
-			return "", 0, nil, false
+			return nil, 0, nil, false
 		}
 		var field int
-		switch name {
+		switch string(name) {
 		case "s", "b":
 			if in[p.pos] != '"' {
-				return "", 0, nil, false
+				return nil, 0, nil, false
 			}
-			v, err := p.string()
-			if err != nil {
-				return "", 0, nil, false
-			}
-			if name == "s" {
-				s, field = v, 0
+			if string(name) == "s" {
+				if s, ok = p.stringInto(sbuf[:0]); !ok {
+					return nil, 0, nil, false
+				}
+				field = 0
 			} else {
-				b, field = []byte(v), 2
+				if b, ok = p.stringOrAlias(); !ok {
+					return nil, 0, nil, false
+				}
+				field = 2
 			}
 		case "exp":
-			start := p.pos
-			if in[p.pos] == '-' {
-				p.pos++
-			}
-			for p.pos < len(in) && '0' <= in[p.pos] && in[p.pos] <= '9' {
-				p.pos++
-			}
-			text := string(in[start:p.pos])
-			if len(text) > 1 && (text[0] == '0' || strings.HasPrefix(text, "-0")) {
-				return "", 0, nil, false // leading zeros are not JSON
-			}
-			if exp, err = strconv.ParseInt(text, 10, 64); err != nil {
-				return "", 0, nil, false
+			if exp, ok = p.jsonInt64(); !ok {
+				return nil, 0, nil, false
 			}
 			field = 1
 		default:
-			return "", 0, nil, false
+			return nil, 0, nil, false
 		}
 		if seen[field] {
-			return "", 0, nil, false
+			return nil, 0, nil, false
 		}
 		seen[field] = true
 		p.skipSpace()
 		if p.pos >= len(in) {
-			return "", 0, nil, false
+			return nil, 0, nil, false
 		}
 		if in[p.pos] == ',' {
 			p.pos++
 			continue
 		}
 		if in[p.pos] != '}' {
-			return "", 0, nil, false
+			return nil, 0, nil, false
 		}
 		p.pos++
 		break
 	}
 	p.skipSpace()
 	if p.pos != len(in) || !seen[0] || !seen[1] || !seen[2] {
-		return "", 0, nil, false
+		return nil, 0, nil, false
 	}
 	return s, exp, b, true
+}
+
+// stringInto parses the JSON string at p.pos (its opening quote) and
+// appends its value to dst, with the validation of jcsParser.string: no
+// raw control characters, valid UTF-8, valid escapes, no lone surrogates.
+func (p *jcsParser) stringInto(dst []byte) ([]byte, bool) {
+	p.pos++ // opening quote
+	for {
+		// Copy the run of characters that need no attention at once.
+		start := p.pos
+		for p.pos < len(p.in) && jsonPlain[p.in[p.pos]] {
+			p.pos++
+		}
+		dst = append(dst, p.in[start:p.pos]...)
+		if p.pos >= len(p.in) {
+			return nil, false
+		}
+		c := p.in[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			return dst, true
+		case c == '\\':
+			r, err := p.escape()
+			if err != nil {
+				return nil, false
+			}
+			dst = utf8.AppendRune(dst, r)
+		case c < 0x20:
+			return nil, false
+		default:
+			r, size := utf8.DecodeRune(p.in[p.pos:])
+			if r == utf8.RuneError && size == 1 {
+				return nil, false
+			}
+			dst = append(dst, p.in[p.pos:p.pos+size]...)
+			p.pos += size
+		}
+	}
+}
+
+// jsonPlain reports the bytes a JSON string carries verbatim without
+// further checks: printable ASCII other than '"' and '\\'. Read-only.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// stringOrAlias parses the JSON string at p.pos and returns its value,
+// aliasing the input when the string has no escapes.
+func (p *jcsParser) stringOrAlias() ([]byte, bool) {
+	start := p.pos + 1
+	for i := start; i < len(p.in); i++ {
+		c := p.in[i]
+		if c == '"' {
+			v := p.in[start:i]
+			if !utf8.Valid(v) {
+				return nil, false
+			}
+			p.pos = i + 1
+			return v, true
+		}
+		if c < 0x20 || c == '\\' {
+			break
+		}
+	}
+	var small [bindTagLen]byte
+	return p.stringInto(small[:0])
+}
+
+// jsonInt64 parses a JSON integer at p.pos: an optional minus sign and
+// digits without leading zeros ("-0" is refused too), within int64.
+func (p *jcsParser) jsonInt64() (int64, bool) {
+	neg := false
+	if p.pos < len(p.in) && p.in[p.pos] == '-' {
+		neg = true
+		p.pos++
+	}
+	start := p.pos
+	var n uint64
+	for p.pos < len(p.in) && '0' <= p.in[p.pos] && p.in[p.pos] <= '9' {
+		if n > 1<<63/10 {
+			return 0, false // the next digit takes n past 2^63: out of range
+		}
+		n = n*10 + uint64(p.in[p.pos]-'0') // at most 2^63 + 9: no overflow
+		p.pos++
+	}
+	digits := p.in[start:p.pos]
+	switch {
+	case len(digits) == 0:
+		return 0, false
+	case digits[0] == '0' && (len(digits) > 1 || neg):
+		return 0, false // leading zeros are not JSON; -0 is not an int
+	case neg && n > 1<<63:
+		return 0, false
+	case !neg && n > 1<<63-1:
+		return 0, false
+	case neg:
+		return -int64(n-1) - 1, true
+	}
+	return int64(n), true
 }
 
 // EncodeJSON encodes v with encoding/json and seals it with c.Encode.

@@ -1,0 +1,156 @@
+package ctoken
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// parseStatePayloadRef is the first, allocating parser of the request-state
+// payload, kept as the reference the allocation-free parseStatePayload is
+// fuzzed against.
+// parseStatePayloadRef strictly parses {"s":string,"exp":integer,"b":string}:
+// members in any order, each exactly once, no others.
+func parseStatePayloadRef(in []byte) (s string, exp int64, b []byte, ok bool) {
+	p := jcsParser{in: in}
+	var seen [3]bool
+	p.skipSpace()
+	if p.pos >= len(in) || in[p.pos] != '{' {
+		return "", 0, nil, false
+	}
+	p.pos++
+	for {
+		p.skipSpace()
+		if p.pos >= len(in) || in[p.pos] != '"' {
+			return "", 0, nil, false
+		}
+		name, err := p.string()
+		if err != nil {
+			return "", 0, nil, false
+		}
+		p.skipSpace()
+		if p.pos >= len(in) || in[p.pos] != ':' {
+			return "", 0, nil, false
+		}
+		p.pos++
+		p.skipSpace()
+		if p.pos >= len(in) {
+			return "", 0, nil, false
+		}
+		var field int
+		switch name {
+		case "s", "b":
+			if in[p.pos] != '"' {
+				return "", 0, nil, false
+			}
+			v, err := p.string()
+			if err != nil {
+				return "", 0, nil, false
+			}
+			if name == "s" {
+				s, field = v, 0
+			} else {
+				b, field = []byte(v), 2
+			}
+		case "exp":
+			start := p.pos
+			if in[p.pos] == '-' {
+				p.pos++
+			}
+			for p.pos < len(in) && '0' <= in[p.pos] && in[p.pos] <= '9' {
+				p.pos++
+			}
+			text := string(in[start:p.pos])
+			if len(text) > 1 && (text[0] == '0' || strings.HasPrefix(text, "-0")) {
+				return "", 0, nil, false // leading zeros are not JSON
+			}
+			if exp, err = strconv.ParseInt(text, 10, 64); err != nil {
+				return "", 0, nil, false
+			}
+			field = 1
+		default:
+			return "", 0, nil, false
+		}
+		if seen[field] {
+			return "", 0, nil, false
+		}
+		seen[field] = true
+		p.skipSpace()
+		if p.pos >= len(in) {
+			return "", 0, nil, false
+		}
+		if in[p.pos] == ',' {
+			p.pos++
+			continue
+		}
+		if in[p.pos] != '}' {
+			return "", 0, nil, false
+		}
+		p.pos++
+		break
+	}
+	p.skipSpace()
+	if p.pos != len(in) || !seen[0] || !seen[1] || !seen[2] {
+		return "", 0, nil, false
+	}
+	return s, exp, b, true
+}
+
+// checkStateParse is the differential property: both parsers accept the
+// same inputs and agree on the values.
+func checkStateParse(t *testing.T, in []byte) {
+	t.Helper()
+	sbuf := make([]byte, 0, len(in))
+	s, exp, b, ok := parseStatePayload(in, sbuf)
+	rs, rexp, rb, rok := parseStatePayloadRef(in)
+	if ok != rok {
+		t.Fatalf("input %q: parser ok=%v, reference ok=%v", in, ok, rok)
+	}
+	if ok && (string(s) != rs || exp != rexp || !bytes.Equal(b, rb)) {
+		t.Fatalf("input %q: parser (%q, %d, %q), reference (%q, %d, %q)", in, s, exp, b, rs, rexp, rb)
+	}
+}
+
+var statePayloadSeeds = []string{
+	`{"s":"hello","exp":1700000000,"b":"00ff"}`,
+	`{"b":"","exp":-5,"s":""}`,
+	` { "s" : "a\"b\\c\u00e9\ud83d\ude00\n" , "exp" : 0 , "b" : "\u0061" } `,
+	`{"s":"x","exp":9223372036854775807,"b":"y"}`,
+	`{"s":"x","exp":9223372036854775808,"b":"y"}`,
+	`{"s":"x","exp":-9223372036854775808,"b":"y"}`,
+	`{"s":"x","exp":-9223372036854775809,"b":"y"}`,
+	`{"s":"x","exp":99999999999999999999,"b":"y"}`,
+	`{"s":"x","exp":-0,"b":"y"}`,
+	`{"s":"x","exp":01,"b":"y"}`,
+	`{"s":"x","exp":1.5,"b":"y"}`,
+	`{"s":"x","exp":1e3,"b":"y"}`,
+	`{"s":"x","exp":-,"b":"y"}`,
+	`{"s":"x","exp":1,"b":"y","s":"z"}`,
+	`{"s":"x","exp":1,"b":"y","c":1}`,
+	`{"s":"x","exp":1}`,
+	`{"s":"\ud800","exp":1,"b":"y"}`,
+	"{\"s\":\"\xff\",\"exp\":1,\"b\":\"y\"}",
+	"{\"s\":\"a\x01\",\"exp\":1,\"b\":\"y\"}",
+	"{\"s\":\"x\",\"exp\":1,\"b\":\"\xc3\xa9\"}",
+	`{"s":"x","exp":1,"b":"y"}x`,
+	`{"\u0073":"x","exp":1,"b":"y"}`,
+	`{"s":"x","exp":1,"b":"y\`,
+	`{"s":"x","exp":1,"b":"y`,
+	``, `{`, `{}`, `[]`, `"s"`,
+}
+
+func FuzzStatePayloadParse(f *testing.F) {
+	for _, s := range statePayloadSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkStateParse)
+}
+
+// TestStatePayloadParseMatchesReference runs the differential property over
+// the seeds in plain `go test`.
+func TestStatePayloadParseMatchesReference(t *testing.T) {
+	for _, s := range statePayloadSeeds {
+		checkStateParse(t, []byte(s))
+	}
+}
