@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Checks that the peer-comparison module builds and that every benchmark in
+# it, and in the root package, runs once. Measures nothing and asserts no
+# timing: a smoke test that the benchmarks have not rotted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "--- root benchmarks, one iteration each"
+go test -run '^$' -bench . -benchtime 1x .
+
+echo "--- bench/: build, vet, tests, benchmarks one iteration each"
+cd bench
+go vet ./...
+go test -count=1 ./...
+go test -run xxx -bench . -benchtime 1x ./...

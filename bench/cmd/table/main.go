@@ -1,0 +1,132 @@
+// Command table reads `go test -bench` output of BenchmarkCursor on stdin
+// and prints a markdown table: per implementation, the median ns/op and
+// allocs/op of issue and verify over all runs (-count), the token length,
+// and each median as a multiple of the matching floor's median.
+//
+// Usage: go test -run '^$' -bench . -count 5 | go run ./cmd/table
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+const (
+	hmacFloor = "floor-hmac-sha256"
+	gcmFloor  = "floor-aes-256-gcm"
+)
+
+func main() {
+	aeadList := flag.String("aead", "securecookie-hash+block,paseto-v4-local,fernet,tink-aes-256-gcm,"+gcmFloor,
+		"comma-separated implementations that encrypt; they are compared with the AES-GCM floor, the rest with the HMAC floor")
+	flag.Parse()
+	aead := map[string]bool{}
+	for _, n := range strings.Split(*aeadList, ",") {
+		aead[strings.TrimSpace(n)] = true
+	}
+	runs, order, err := parse(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "table:", err)
+		os.Exit(1)
+	}
+	if len(order) == 0 {
+		fmt.Fprintln(os.Stderr, "table: no BenchmarkCursor results on stdin")
+		os.Exit(1)
+	}
+	med := func(impl, op, unit string) (float64, bool) {
+		v := runs[impl+"/"+op][unit]
+		if len(v) == 0 {
+			return 0, false
+		}
+		return median(v), true
+	}
+	ratio := func(impl, op string) string {
+		floor := hmacFloor
+		if aead[impl] {
+			floor = gcmFloor
+		}
+		v, ok1 := med(impl, op, "ns/op")
+		f, ok2 := med(floor, op, "ns/op")
+		if !ok1 || !ok2 || f == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f×", v/f)
+	}
+	num := func(impl, op, unit, format string) string {
+		v, ok := med(impl, op, unit)
+		if !ok {
+			return "–"
+		}
+		return fmt.Sprintf(format, v)
+	}
+	fmt.Println("| implementation | issue ns/op | issue allocs | verify ns/op | verify allocs | token bytes | floor | issue × floor | verify × floor |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---|---:|---:|")
+	for _, impl := range order {
+		floor := "HMAC"
+		if aead[impl] {
+			floor = "AES-GCM"
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", impl,
+			num(impl, "issue", "ns/op", "%.0f"), num(impl, "issue", "allocs/op", "%.0f"),
+			num(impl, "verify", "ns/op", "%.0f"), num(impl, "verify", "allocs/op", "%.0f"),
+			num(impl, "verify", "token-B", "%.0f"), floor,
+			ratio(impl, "issue"), ratio(impl, "verify"))
+	}
+}
+
+// parse collects, per "impl/op" sub-benchmark, every value of every unit.
+// order lists implementations in order of first appearance.
+func parse(r io.Reader) (map[string]map[string][]float64, []string, error) {
+	runs := map[string]map[string][]float64{}
+	var order []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[0], "BenchmarkCursor/") {
+			continue
+		}
+		name := strings.TrimPrefix(f[0], "BenchmarkCursor/")
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			if _, err := strconv.Atoi(name[i+1:]); err == nil {
+				name = name[:i] // the -GOMAXPROCS suffix
+			}
+		}
+		slash := strings.LastIndexByte(name, '/')
+		if slash < 0 {
+			continue
+		}
+		if impl := name[:slash]; !slices.Contains(order, impl) {
+			order = append(order, impl)
+		}
+		m := runs[name]
+		if m == nil {
+			m = map[string][]float64{}
+			runs[name] = m
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%q: %v", sc.Text(), err)
+			}
+			m[f[i+1]] = append(m[f[i+1]], v)
+		}
+	}
+	return runs, order, sc.Err()
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
