@@ -1,6 +1,7 @@
 package ctoken
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -412,6 +413,9 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 // unescaped into sbuf (heap memory of capacity len(in) or more, so it does
 // not reallocate); b aliases in, or a small buffer when it has escapes.
 func parseStatePayload(in, sbuf []byte) (s []byte, exp int64, b []byte, ok bool) {
+	if s, exp, b, ok = parseStatePayloadFast(in, sbuf); ok {
+		return s, exp, b, true
+	}
 	p := jcsParser{in: in}
 	var seen [3]bool
 	var nameBuf [8]byte
@@ -488,6 +492,37 @@ func parseStatePayload(in, sbuf []byte) (s []byte, exp int64, b []byte, ok bool)
 	return s, exp, b, true
 }
 
+// parseStatePayloadFast parses the one layout every encoder writes,
+// {"s":"…","exp":N,"b":"<64 plain characters>"} with no white space, and
+// reports false for anything else, which parseStatePayload then parses in
+// full. Where it succeeds it returns what the full parser returns (the
+// differential fuzz test FuzzStatePayloadParse checks the pair).
+func parseStatePayloadFast(in, sbuf []byte) (s []byte, exp int64, b []byte, ok bool) {
+	const head, mid, tail = `{"s":"`, `,"exp":`, `,"b":"`
+	if !bytes.HasPrefix(in, []byte(head)) {
+		return nil, 0, nil, false
+	}
+	p := jcsParser{in: in, pos: len(head) - 1}
+	if s, ok = p.stringInto(sbuf[:0]); !ok || !bytes.HasPrefix(in[p.pos:], []byte(mid)) {
+		return nil, 0, nil, false
+	}
+	p.pos += len(mid)
+	if exp, ok = p.jsonInt64(); !ok || !bytes.HasPrefix(in[p.pos:], []byte(tail)) {
+		return nil, 0, nil, false
+	}
+	p.pos += len(tail)
+	if len(in)-p.pos != bindTagLen+2 || in[len(in)-2] != '"' || in[len(in)-1] != '}' {
+		return nil, 0, nil, false
+	}
+	b = in[p.pos : p.pos+bindTagLen]
+	for _, c := range b {
+		if !jsonPlain[c] {
+			return nil, 0, nil, false
+		}
+	}
+	return s, exp, b, true
+}
+
 // stringInto parses the JSON string at p.pos (its opening quote) and
 // appends its value to dst, with the validation of jcsParser.string: no
 // raw control characters, valid UTF-8, valid escapes, no lone surrogates.
@@ -509,6 +544,11 @@ func (p *jcsParser) stringInto(dst []byte) ([]byte, bool) {
 			p.pos++
 			return dst, true
 		case c == '\\':
+			if p.pos+1 < len(p.in) && (p.in[p.pos+1] == '"' || p.in[p.pos+1] == '\\') {
+				dst = append(dst, p.in[p.pos+1]) // the common escapes, inline
+				p.pos += 2
+				continue
+			}
 			r, err := p.escape()
 			if err != nil {
 				return nil, false

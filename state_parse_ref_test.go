@@ -137,6 +137,14 @@ var statePayloadSeeds = []string{
 	`{"\u0073":"x","exp":1,"b":"y"}`,
 	`{"s":"x","exp":1,"b":"y\`,
 	`{"s":"x","exp":1,"b":"y`,
+	// The layout of the fast path, and near misses that fall back.
+	`{"s":"{\"a\":1}","exp":1700000300,"b":"` + strings.Repeat("0f", 32) + `"}`,
+	`{"s":"","exp":-1,"b":"` + strings.Repeat("a", 64) + `"} `,
+	`{"s":"x","exp":1,"b":"` + strings.Repeat("a", 63) + `\u0061"}`,
+	`{"s":"x","exp":1,"b":"` + strings.Repeat("a", 63) + `"}`,
+	`{"s":"x","exp":1,"b":"` + strings.Repeat("a", 64) + `"}}`,
+	`{"s":"x","exp":1,"b":"` + strings.Repeat("a", 62) + "\x01a" + `"}`,
+	`{"s":"x","exp":01,"b":"` + strings.Repeat("a", 64) + `"}`,
 	``, `{`, `{}`, `[]`, `"s"`,
 }
 
