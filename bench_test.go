@@ -22,9 +22,28 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 )
+
+// cpuMeter measures the CPU time of a benchmark's loop on its own OS
+// thread: start it before b.Loop, call done after.
+type cpuMeter struct{ start int64 }
+
+func startCPU() cpuMeter {
+	runtime.LockOSThread()
+	return cpuMeter{start: threadCPU()}
+}
+
+// done reports cpu-ns/op and unlocks the thread.
+func (m cpuMeter) done(b *testing.B) {
+	end := threadCPU()
+	runtime.UnlockOSThread()
+	if m.start >= 0 && end >= 0 && b.N > 0 {
+		b.ReportMetric(float64(end-m.start)/float64(b.N), "cpu-ns/op")
+	}
+}
 
 // benchKey is a fixed key so runs are comparable.
 var benchKey = bytes.Repeat([]byte{0x5a}, 32)
@@ -64,11 +83,13 @@ func BenchmarkCursorIssue(b *testing.B) {
 	iss := benchIssuer(b)
 	p := benchPayload()
 	b.ReportAllocs()
+	cpu := startCPU()
 	for b.Loop() {
 		if _, err := iss.Issue(p); err != nil {
 			b.Fatal(err)
 		}
 	}
+	cpu.done(b)
 }
 
 func BenchmarkCursorVerify(b *testing.B) {
@@ -79,11 +100,13 @@ func BenchmarkCursorVerify(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(c)), "token-bytes")
 	b.ReportAllocs()
+	cpu := startCPU()
 	for b.Loop() {
 		if _, err := iss.Verify(c, benchScope); err != nil {
 			b.Fatal(err)
 		}
 	}
+	cpu.done(b)
 }
 
 // BenchmarkCursorVerifyParallel runs Verify on every P; with no shared lock
@@ -117,11 +140,13 @@ func BenchmarkCursorVerifyRejectForged(b *testing.B) {
 	forged[len(forged)-3] ^= 'A' ^ 'B'
 	fc := string(forged)
 	b.ReportAllocs()
+	cpu := startCPU()
 	for b.Loop() {
 		if _, err := iss.Verify(fc, benchScope); err == nil {
 			b.Fatal("forged cursor verified")
 		}
 	}
+	cpu.done(b)
 }
 
 var benchModes = []struct {
@@ -147,11 +172,13 @@ func BenchmarkStateEncode(b *testing.B) {
 		b.Run(m.name, func(b *testing.B) {
 			c := benchCodec(b, m.mode)
 			b.ReportAllocs()
+			cpu := startCPU()
 			for b.Loop() {
 				if _, err := c.Encode(benchRequestState, benchScope.CallerID, "tools/call"); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cpu.done(b)
 		})
 	}
 }
@@ -166,11 +193,13 @@ func BenchmarkStateDecode(b *testing.B) {
 			}
 			b.ReportMetric(float64(len(w)), "token-bytes")
 			b.ReportAllocs()
+			cpu := startCPU()
 			for b.Loop() {
 				if _, err := c.Decode(w, benchScope.CallerID, "tools/call"); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cpu.done(b)
 		})
 	}
 }
@@ -198,11 +227,13 @@ func BenchmarkArgsFingerprint(b *testing.B) {
 	}
 	b.SetBytes(int64(len(args)))
 	b.ReportAllocs()
+	cpu := startCPU()
 	for b.Loop() {
 		if _, err := ArgsFingerprint(args); err != nil {
 			b.Fatal(err)
 		}
 	}
+	cpu.done(b)
 }
 
 // benchCursorBody returns the CBOR body of the benchmark cursor: the bytes
@@ -250,12 +281,14 @@ func BenchmarkFloorHMAC(b *testing.B) {
 		buf := make([]byte, 0, b64.EncodedLen(len(raw)))
 		b.Run(in.name+"/sign", func(b *testing.B) {
 			b.ReportAllocs()
+			cpu := startCPU()
 			for b.Loop() {
 				h.Reset()
 				h.Write(in.body)
 				raw = h.Sum(raw[:len(in.body)])
 				_ = string(b64.AppendEncode(buf[:0], raw))
 			}
+			cpu.done(b)
 		})
 		h.Reset()
 		h.Write(in.body)
@@ -265,6 +298,7 @@ func BenchmarkFloorHMAC(b *testing.B) {
 		b.Run(in.name+"/verify", func(b *testing.B) {
 			b.ReportMetric(float64(len(token)), "token-bytes")
 			b.ReportAllocs()
+			cpu := startCPU()
 			for b.Loop() {
 				n, err := b64.Decode(dec, []byte(token))
 				if err != nil || n <= macSize {
@@ -276,6 +310,7 @@ func BenchmarkFloorHMAC(b *testing.B) {
 					b.Fatal("floor MAC mismatch")
 				}
 			}
+			cpu.done(b)
 		})
 	}
 }
@@ -297,12 +332,14 @@ func BenchmarkFloorGCM(b *testing.B) {
 	buf := make([]byte, 0, b64.EncodedLen(cap(sealed)))
 	b.Run("seal", func(b *testing.B) {
 		b.ReportAllocs()
+		cpu := startCPU()
 		for b.Loop() {
 			s := sealed[:gcmNonceSize]
 			rand.Read(s)
 			s = aead.Seal(s, s, payload, nil)
 			_ = string(b64.AppendEncode(buf[:0], s))
 		}
+		cpu.done(b)
 	})
 	s := make([]byte, gcmNonceSize, cap(sealed))
 	rand.Read(s)
@@ -312,6 +349,7 @@ func BenchmarkFloorGCM(b *testing.B) {
 	b.Run("open", func(b *testing.B) {
 		b.ReportMetric(float64(len(token)), "token-bytes")
 		b.ReportAllocs()
+		cpu := startCPU()
 		for b.Loop() {
 			n, err := b64.Decode(dec, []byte(token))
 			if err != nil || n < gcmNonceSize+gcmTagSize {
@@ -321,5 +359,6 @@ func BenchmarkFloorGCM(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		cpu.done(b)
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/subtle"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -515,8 +516,8 @@ func parseStatePayloadFast(in, sbuf []byte) (s []byte, exp int64, b []byte, ok b
 		return nil, 0, nil, false
 	}
 	b = in[p.pos : p.pos+bindTagLen]
-	for _, c := range b {
-		if !jsonPlain[c] {
+	for i := 0; i < len(b); i += 8 {
+		if jsonSpecial8(binary.LittleEndian.Uint64(b[i:])) {
 			return nil, 0, nil, false
 		}
 	}
@@ -531,6 +532,9 @@ func (p *jcsParser) stringInto(dst []byte) ([]byte, bool) {
 	for {
 		// Copy the run of characters that need no attention at once.
 		start := p.pos
+		for p.pos+8 <= len(p.in) && !jsonSpecial8(binary.LittleEndian.Uint64(p.in[p.pos:])) {
+			p.pos += 8
+		}
 		for p.pos < len(p.in) && jsonPlain[p.in[p.pos]] {
 			p.pos++
 		}
@@ -575,6 +579,21 @@ var jsonPlain = func() (t [256]bool) {
 	}
 	return t
 }()
+
+// jsonSpecial8 reports whether any of the 8 bytes packed in x is not
+// jsonPlain: a control character, '"', '\\' or a byte of a multi-byte UTF-8
+// sequence. It tests all eight at once (SWAR): for a byte b, b-k borrows
+// into bit 7 exactly when b < k, given bit 7 of b is clear.
+func jsonSpecial8(x uint64) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	low := x - 0x20*ones                   // bit 7 set where b < 0x20 (or b >= 0xa0)
+	quote := (x ^ '"'*ones) - ones         // bit 7 set where b == '"' (or b^'"' >= 0x81)
+	bslash := (x ^ '\\'*ones) - ones       // likewise for '\\'
+	return (x|low|quote|bslash)&highs != 0 // x's own bit 7: non-ASCII
+}
 
 // stringOrAlias parses the JSON string at p.pos and returns its value,
 // aliasing the input when the string has no escapes.
