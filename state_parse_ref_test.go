@@ -2,6 +2,7 @@ package ctoken
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"testing"
@@ -160,5 +161,47 @@ func FuzzStatePayloadParse(f *testing.F) {
 func TestStatePayloadParseMatchesReference(t *testing.T) {
 	for _, s := range statePayloadSeeds {
 		checkStateParse(t, []byte(s))
+	}
+}
+
+// TestJSONSpecial8MatchesTable checks the SWAR test against the byte table:
+// every byte value in every position among plain and special neighbours,
+// and a stream of pseudo-random words.
+func TestJSONSpecial8MatchesTable(t *testing.T) {
+	want := func(w [8]byte) bool {
+		for _, c := range w {
+			if !jsonPlain[c] {
+				return true
+			}
+		}
+		return false
+	}
+	check := func(w [8]byte) {
+		if got := jsonSpecial8(binary.LittleEndian.Uint64(w[:])); got != want(w) {
+			t.Fatalf("jsonSpecial8(%q) = %v, want %v", w[:], got, want(w))
+		}
+	}
+	for _, fill := range []byte{'a', ' ', '~', 0x7f, '"', '\\', 0, 0x1f, 0x80, 0xff} {
+		for pos := range 8 {
+			for c := range 256 {
+				var w [8]byte
+				for i := range w {
+					w[i] = fill
+				}
+				w[pos] = byte(c)
+				check(w)
+			}
+		}
+	}
+	x := uint64(0x9e3779b97f4a7c15)
+	for range 200000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], x&0x7f7f7f7f7f7f7f7f) // mostly ASCII
+		check(w)
+		binary.LittleEndian.PutUint64(w[:], x)
+		check(w)
 	}
 }

@@ -1,7 +1,9 @@
 // Command table reads `go test -bench` output of BenchmarkCursor on stdin
 // and prints a markdown table: per implementation, the median ns/op and
 // allocs/op of issue and verify over all runs (-count), the token length,
-// and each median as a multiple of the matching floor's median.
+// and each median as a multiple of the matching floor's median. cpu-ns/op
+// (thread CPU time, reported by the benchmarks on Linux) is shown beside
+// ns/op because it is robust to other load on the machine.
 //
 // Usage: go test -run '^$' -bench . -count 5 | go run ./cmd/table
 package main
@@ -47,13 +49,13 @@ func main() {
 		}
 		return median(v), true
 	}
-	ratio := func(impl, op string) string {
+	ratio := func(impl, op, unit string) string {
 		floor := hmacFloor
 		if aead[impl] {
 			floor = gcmFloor
 		}
-		v, ok1 := med(impl, op, "ns/op")
-		f, ok2 := med(floor, op, "ns/op")
+		v, ok1 := med(impl, op, unit)
+		f, ok2 := med(floor, op, unit)
 		if !ok1 || !ok2 || f == 0 {
 			return "–"
 		}
@@ -66,18 +68,19 @@ func main() {
 		}
 		return fmt.Sprintf(format, v)
 	}
-	fmt.Println("| implementation | issue ns/op | issue allocs | verify ns/op | verify allocs | token bytes | floor | issue × floor | verify × floor |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---|---:|---:|")
+	fmt.Println("| implementation | issue ns/op | issue cpu-ns/op | issue allocs | verify ns/op | verify cpu-ns/op | verify allocs | token bytes | floor | issue × floor (ns / cpu) | verify × floor (ns / cpu) |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
 	for _, impl := range order {
 		floor := "HMAC"
 		if aead[impl] {
 			floor = "AES-GCM"
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", impl,
-			num(impl, "issue", "ns/op", "%.0f"), num(impl, "issue", "allocs/op", "%.0f"),
-			num(impl, "verify", "ns/op", "%.0f"), num(impl, "verify", "allocs/op", "%.0f"),
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s |\n", impl,
+			num(impl, "issue", "ns/op", "%.0f"), num(impl, "issue", "cpu-ns/op", "%.0f"), num(impl, "issue", "allocs/op", "%.0f"),
+			num(impl, "verify", "ns/op", "%.0f"), num(impl, "verify", "cpu-ns/op", "%.0f"), num(impl, "verify", "allocs/op", "%.0f"),
 			num(impl, "verify", "token-B", "%.0f"), floor,
-			ratio(impl, "issue"), ratio(impl, "verify"))
+			ratio(impl, "issue", "ns/op"), ratio(impl, "issue", "cpu-ns/op"),
+			ratio(impl, "verify", "ns/op"), ratio(impl, "verify", "cpu-ns/op"))
 	}
 }
 

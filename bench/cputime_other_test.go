@@ -1,0 +1,6 @@
+//go:build !linux
+
+package bench
+
+// threadCPU is unavailable here; cpu-ns/op is not reported.
+func threadCPU() int64 { return -1 }
