@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"unsafe"
 )
 
 // Tests of the pooled working memory and the bind-tag cache behind the
@@ -220,5 +221,56 @@ func TestEncodeRefusesHugeStateBeforeEncoding(t *testing.T) {
 	}
 	if got, err := c.Decode(w, "s", ""); err != nil || got != quoted {
 		t.Fatalf("Decode = %q, %v", got, err)
+	}
+}
+
+// TestStateBindTagCacheSurvivesReusedSubjectMemory checks that the bind
+// tag cache keys on a copy of the material: a subject string whose bytes
+// are later reused for another subject (as zero-copy HTTP frameworks do)
+// must not make the first subject's state open for the second.
+func TestStateBindTagCacheSurvivesReusedSubjectMemory(t *testing.T) {
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			c, err := NewRequestStateCodec(RequestStateSecurity{Mode: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := []byte("alice")
+			subject := unsafe.String(&buf[0], len(buf))
+			w, err := c.Encode("for alice", subject, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := c.Decode(w, subject, ""); err != nil || got != "for alice" {
+				t.Fatalf("alice: %q, %v", got, err)
+			}
+			copy(buf, "mallo") // the same memory now reads "mallo"
+			if _, err := c.Decode(w, subject, ""); !errors.Is(err, ErrStateInvalid) {
+				t.Fatalf("alice's state opened for %q: %v", subject, err)
+			}
+		})
+	}
+}
+
+// TestStateBindingSubjectWithNULIsNotAnotherSubject checks that, under
+// BindSubject, a subject is never confused with a prefix of itself cut at
+// a NUL byte, whichever is cached first.
+func TestStateBindingSubjectWithNULIsNotAnotherSubject(t *testing.T) {
+	c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, short := "a\x00b", "a"
+	for _, order := range [][2]string{{long, short}, {short, long}} {
+		w, err := c.Encode("x", order[0], "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Decode(w, order[0], "b"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Decode(w, order[1], "b"); !errors.Is(err, ErrStateInvalid) {
+			t.Fatalf("state for %q opened for %q: %v", order[0], order[1], err)
+		}
 	}
 }

@@ -161,21 +161,17 @@ const bindTagLen = 2 * macSize
 // subject binds to nothing, whatever the binding: its material is empty,
 // as for BindNone.
 //
-// Tags are cached in the pooled scratch sc, a handful per scratch: the tag
-// is a pure function of (key, subject, tool) for a codec, and it costs as
-// much as the whole AES-GCM open it guards. A scratch belongs to one
-// goroutine between Get and Put, so the cache needs no lock; sync.Pool
-// drops it at garbage collection, so it stays small. A hit or miss reveals
-// only whether the same subject and tool were served recently on the same
-// P, never any secret. sc.buf is used for the material on a miss (a slice
-// handed to the HMAC escapes, so a stack buffer would cost an allocation);
-// dst does not escape.
+// Tags are cached in the pooled scratch sc, a handful per scratch, keyed by
+// the key index and a copy of the material (so a caller's string that is
+// later reused for other bytes cannot produce a stale hit): the tag is a
+// pure function of the two, and it costs as much as the whole AES-GCM open
+// it guards. A scratch belongs to one goroutine between Get and Put, so the
+// cache needs no lock; sync.Pool drops it at garbage collection, so it
+// stays small. A hit or a miss reveals only whether the same material was
+// served recently on the same P, never a secret. material is heap memory
+// with capacity for the material (a slice handed to the HMAC escapes, so a
+// stack buffer would cost an allocation); dst does not escape.
 func (c *RequestStateCodec) bindTag(dst []byte, sc *stateScratch, material []byte, key int, subject, tool string) []byte {
-	for i := range sc.tags[:sc.used] {
-		if e := &sc.tags[i]; e.key == key && e.subject == subject && e.tool == tool {
-			return append(dst, e.tag[:]...)
-		}
-	}
 	material = material[:0]
 	if subject != "" {
 		switch c.binding {
@@ -185,25 +181,40 @@ func (c *RequestStateCodec) bindTag(dst []byte, sc *stateScratch, material []byt
 			material = append(append(append(material, subject...), 0), tool...)
 		}
 	}
-	e := &sc.tags[sc.next]
-	sc.next = (sc.next + 1) % uint8(len(sc.tags))
-	sc.used = max(sc.used, sc.next)
-	if sc.next == 0 {
-		sc.used = uint8(len(sc.tags))
+	cacheable := len(material) <= maxCachedMaterial
+	if cacheable {
+		for i := range sc.tags[:sc.used] {
+			if e := &sc.tags[i]; e.key == key && bytes.Equal(e.material[:e.n], material) {
+				return append(dst, e.tag[:]...)
+			}
+		}
 	}
 	k := c.bind[key]
 	st := k.compute(material)
-	*e = tagEntry{key: key, subject: subject, tool: tool}
-	hex.Encode(e.tag[:], st.out[:])
+	var tag [bindTagLen]byte
+	hex.Encode(tag[:], st.out[:])
 	k.pool.Put(st)
-	return append(dst, e.tag[:]...)
+	if cacheable {
+		e := &sc.tags[sc.next]
+		e.key, e.n, e.tag = key, len(material), tag
+		copy(e.material[:], material)
+		sc.next = (sc.next + 1) % uint8(len(sc.tags))
+		if int(sc.used) < len(sc.tags) {
+			sc.used++
+		}
+	}
+	return append(dst, tag[:]...)
 }
 
-// tagEntry is a cached bind tag.
+// maxCachedMaterial is the longest bind material whose tag is cached.
+const maxCachedMaterial = 128
+
+// tagEntry is a cached bind tag: the tag of material[:n] under key.
 type tagEntry struct {
-	key           int
-	subject, tool string
-	tag           [bindTagLen]byte
+	key      int
+	n        int
+	material [maxCachedMaterial]byte
+	tag      [bindTagLen]byte
 }
 
 // stateScratch is pooled working memory of Encode and Decode; see
@@ -255,9 +266,15 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 	if b64.EncodedLen(len(state)) > c.maxBytes {
 		return "", ErrStateTooLarge
 	}
+	// Scratch: the bind material first, then, once the tag is computed,
+	// the payload, the sealed payload and the wire text in turn. The
+	// payload estimate allows for some escapes; more only cost a larger
+	// buffer, kept for the next call.
 	matLen := len(subject) + 1 + len(tool)
 	payloadCap := len(state) + len(state)/8 + 64 + bindTagLen
-	sc := c.getScratch(max(matLen, payloadCap) + 2*payloadCap + gcmNonceSize + gcmTagSize)
+	sealedCap := gcmNonceSize + payloadCap + gcmTagSize
+	wireCap := len(encryptedPrefix) + b64.EncodedLen(max(sealedCap, payloadCap+macSize)) + 1
+	sc := c.getScratch(max(matLen, payloadCap+sealedCap+wireCap))
 	defer c.putScratch(sc)
 
 	var tag [bindTagLen]byte
