@@ -113,8 +113,12 @@ type cursorWire struct {
 }
 
 var (
+	// cursorEncMode is the Core Deterministic Encoding appendCursorBody
+	// reproduces byte for byte (it also encodes IssueState's state).
 	cursorEncMode = mustEncMode(cbor.CoreDetEncOptions())
-	// cursorDecMode refuses anything the encoder never writes.
+	// cursorDecMode is the strict decoding decodeCursorBody is tested
+	// against: it accepts exactly what this mode accepts that is also the
+	// canonical encoding of its value.
 	cursorDecMode = mustDecMode(cbor.DecOptions{
 		DupMapKey:         cbor.DupMapKeyEnforcedAPF,
 		IndefLength:       cbor.IndefLengthForbidden,

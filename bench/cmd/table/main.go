@@ -28,7 +28,15 @@ const (
 func main() {
 	aeadList := flag.String("aead", "securecookie-hash+block,paseto-v4-local,fernet,tink-aes-256-gcm,"+gcmFloor,
 		"comma-separated implementations that encrypt; they are compared with the AES-GCM floor, the rest with the HMAC floor")
+	all := flag.Bool("all", false, "print the median of every benchmark on stdin, one row each, instead of the cursor comparison")
 	flag.Parse()
+	if *all {
+		if err := printAll(os.Stdin); err != nil {
+			fmt.Fprintln(os.Stderr, "table:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	aead := map[string]bool{}
 	for _, n := range strings.Split(*aeadList, ",") {
 		aead[strings.TrimSpace(n)] = true
@@ -82,6 +90,76 @@ func main() {
 			ratio(impl, "issue", "ns/op"), ratio(impl, "issue", "cpu-ns/op"),
 			ratio(impl, "verify", "ns/op"), ratio(impl, "verify", "cpu-ns/op"))
 	}
+	speedups(order, med)
+}
+
+// speedups prints how many times slower each other implementation is than
+// ctoken, per operation, by wall and by CPU time.
+func speedups(order []string, med func(impl, op, unit string) (float64, bool)) {
+	times := func(impl, op, unit string) string {
+		v, ok1 := med(impl, op, unit)
+		c, ok2 := med("ctoken", op, unit)
+		if !ok1 || !ok2 || c == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f×", v/c)
+	}
+	fmt.Println()
+	fmt.Println("| time relative to ctoken | issue (ns / cpu) | verify (ns / cpu) |")
+	fmt.Println("|---|---:|---:|")
+	for _, impl := range order {
+		if impl == "ctoken" {
+			continue
+		}
+		fmt.Printf("| %s | %s / %s | %s / %s |\n", impl,
+			times(impl, "issue", "ns/op"), times(impl, "issue", "cpu-ns/op"),
+			times(impl, "verify", "ns/op"), times(impl, "verify", "cpu-ns/op"))
+	}
+}
+
+// printAll prints one row per benchmark: the medians of ns/op, cpu-ns/op,
+// B/op and allocs/op.
+func printAll(r io.Reader) error {
+	runs := map[string]map[string][]float64{}
+	var order []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		name := f[0]
+		m := runs[name]
+		if m == nil {
+			m = map[string][]float64{}
+			runs[name] = m
+			order = append(order, name)
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				return fmt.Errorf("%q: %v", sc.Text(), err)
+			}
+			m[f[i+1]] = append(m[f[i+1]], v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	col := func(name, unit, format string) string {
+		if v := runs[name][unit]; len(v) > 0 {
+			return fmt.Sprintf(format, median(v))
+		}
+		return "–"
+	}
+	fmt.Println("| benchmark | ns/op | cpu-ns/op | B/op | allocs/op |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, name := range order {
+		fmt.Printf("| %s | %s | %s | %s | %s |\n", strings.TrimPrefix(name, "Benchmark"),
+			col(name, "ns/op", "%.0f"), col(name, "cpu-ns/op", "%.0f"),
+			col(name, "B/op", "%.0f"), col(name, "allocs/op", "%.0f"))
+	}
+	return nil
 }
 
 // parse collects, per "impl/op" sub-benchmark, every value of every unit.
