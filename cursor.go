@@ -215,6 +215,8 @@ var (
 	errCursorAge       = reject(ErrCursorExpired, "older than TTL")
 )
 
+var errCursorNonCanonical = reject(ErrCursorInvalid, "non-canonical payload encoding")
+
 // Verify checks cursor and returns its payload. Checks run in this order:
 // length cap, base64, MAC against each key of the ring (constant time),
 // strict CBOR decode, session, age, scope. Tool and caller must equal want's;
@@ -250,6 +252,12 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	}
 	if cursorDecMode.Unmarshal(body, &w) != nil {
 		return CursorPayload{}, errCursorMalformed
+	}
+	// Exactly one encoding is accepted, the one Issue writes: the decoder
+	// alone would also take non-minimal integers and lengths, unsorted keys,
+	// missing fields and empty optional fields.
+	if re, err := cursorEncMode.Marshal(&w); err != nil || !bytes.Equal(re, body) {
+		return CursorPayload{}, errCursorNonCanonical
 	}
 	if w.Version != cursorVersion || (len(w.Args) != 0 && len(w.Args) != len(Fingerprint{})) {
 		return CursorPayload{}, errCursorVersion

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -89,6 +90,9 @@ type RequestStateCodec struct {
 	maxBytes  int
 	now       func() time.Time
 	ephemeral bool
+	// rand is the source of AES-GCM nonces; nil means crypto/rand. It is
+	// set only by this package's tests, for known-answer vectors.
+	rand io.Reader
 
 	bind    macRing
 	payload macRing  // Signed
@@ -189,7 +193,11 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 	var wire []byte
 	if c.mode == Encrypted {
 		sealed := make([]byte, gcmNonceSize, gcmNonceSize+len(payload)+gcmTagSize)
-		rand.Read(sealed)
+		if c.rand == nil {
+			rand.Read(sealed) // never fails (crypto/rand panics internally if it cannot)
+		} else if _, err := io.ReadFull(c.rand, sealed); err != nil {
+			return "", fmt.Errorf("ctoken: reading nonce: %w", err)
+		}
 		sealed = c.aead[0].Seal(sealed, sealed, payload, tag)
 		wire = make([]byte, 0, len(encryptedPrefix)+b64.EncodedLen(len(sealed)))
 		wire = append(wire, encryptedPrefix...)
