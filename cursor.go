@@ -234,7 +234,9 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	}
 	var buf [maxCursorRaw]byte
 	n, err := b64.Decode(buf[:], []byte(cursor))
-	if err != nil {
+	// The length check refuses the CR and LF that encoding/base64 skips
+	// even in Strict mode: no second spelling of a cursor is accepted.
+	if err != nil || b64.EncodedLen(n) != len(cursor) {
 		return CursorPayload{}, errCursorBase64
 	}
 	if n <= macSize {
@@ -245,7 +247,7 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	if i.macs.verify(body, tag) < 0 {
 		// A classification hint only: nothing of an unauthenticated body
 		// is ever returned.
-		if cursorDecMode.Unmarshal(body, &w) == nil && !bytes.Equal(w.Session, i.session) {
+		if cursorDecMode.Unmarshal(body, &w) == nil && len(w.Session) != 0 && !bytes.Equal(w.Session, i.session) {
 			return CursorPayload{}, errCursorForeign
 		}
 		return CursorPayload{}, errCursorMAC

@@ -548,8 +548,12 @@ func writeFuzzSeedCorpora(t *testing.T) {
 
 	for target, files := range seeds {
 		dir := filepath.Join("testdata", "fuzz", target)
-		if err := os.RemoveAll(dir); err != nil {
-			t.Fatal(err)
+		// Replace the generated seeds; keep crashers the fuzzer found.
+		old, _ := filepath.Glob(filepath.Join(dir, "seed-*"))
+		for _, f := range old {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)

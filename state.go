@@ -252,7 +252,9 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 		}
 		raw := make([]byte, b64.DecodedLen(len(body))+macSize)
 		n, err := b64.Decode(raw, []byte(body))
-		if err != nil {
+		// The length checks refuse the CR and LF that encoding/base64
+		// skips even in Strict mode: no second spelling is accepted.
+		if err != nil || b64.EncodedLen(n) != len(body) {
 			return "", errStateBase64
 		}
 		mac := raw[n : n+macSize]
@@ -265,7 +267,7 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 		}
 	case c.mode == Encrypted && strings.HasPrefix(wire, encryptedPrefix):
 		raw, err := b64.DecodeString(wire[len(encryptedPrefix):])
-		if err != nil {
+		if err != nil || b64.EncodedLen(len(raw)) != len(wire)-len(encryptedPrefix) {
 			return "", errStateBase64
 		}
 		if len(raw) < gcmNonceSize+gcmTagSize {

@@ -667,6 +667,8 @@ func genCursorVectors(t *testing.T) cursorFile {
 		{Name: "padded base64url", Token: padded, Now: now, Result: "invalid"},
 		{Name: "unused trailing bits set", Token: trailing, Now: now, Result: "invalid"},
 		{Name: "standard alphabet", Token: stdAlphabet, Now: now, Result: "invalid"},
+		{Name: "line feed inside (encoding/base64 would skip it)", Token: bound[:5] + "\n" + bound[5:], Now: now, WantTool: "search", WantCaller: "user:42", Result: "invalid"},
+		{Name: "carriage return at the end", Token: bound + "\r", Now: now, WantTool: "search", WantCaller: "user:42", Result: "invalid"},
 		hostile("mac-valid: unknown field 9", append(append(cborHead(nil, 5, 7), goodBody[1:]...), 0x09, 0x00)),
 		hostile("mac-valid: version 2", refCursorBodyVersion(2, now)),
 		hostile("mac-valid: args of 31 bytes", refCursorBody("t", "c", seqBytes(1, 31), 1, now, vecSession, nil)),
@@ -942,6 +944,9 @@ func genStateVectors(t *testing.T) stateFile {
 		{Name: "encrypted: tampered", Keys: ring, Mode: "encrypted", Binding: "subject", Wire: tamper(sE), Subject: "alice", Now: now, Result: "invalid"},
 		{Name: "encrypted: wire given to a signed codec", Keys: ring, Mode: "signed", Binding: "subject", Wire: sE, Subject: "alice", Now: now, Result: "invalid"},
 		{Name: "encrypted: truncated below nonce and tag", Keys: ring, Mode: "encrypted", Binding: "subject", Wire: sE[:len(encryptedPrefix)+30], Subject: "alice", Now: now, Result: "invalid"},
+		{Name: "signed: line feed in payload (encoding/base64 would skip it)", Keys: ring, Mode: "signed", Binding: "subject", Wire: sS[:10] + "\n" + sS[10:], Subject: "alice", Now: now, Result: "invalid"},
+		{Name: "signed: CR LF in mac", Keys: ring, Mode: "signed", Binding: "subject", Wire: sS[:len(sS)-10] + "\r\n" + sS[len(sS)-10:], Subject: "alice", Now: now, Result: "invalid"},
+		{Name: "encrypted: line feed inside", Keys: ring, Mode: "encrypted", Binding: "subject", Wire: sE[:10] + "\n" + sE[10:], Subject: "alice", Now: now, Result: "invalid"},
 		{Name: "empty", Keys: ring, Mode: "signed", Binding: "subject", Wire: "", Subject: "alice", Now: now, Result: "invalid"},
 		{Name: "unknown prefix", Keys: ring, Mode: "signed", Binding: "subject", Wire: "v2." + sS[len(signedPrefix):], Subject: "alice", Now: now, Result: "invalid"},
 	}
