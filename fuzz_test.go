@@ -29,9 +29,9 @@ import (
 	"unicode/utf8"
 )
 
-// checkReasonError fails unless err matches exactly one of sentinels and its
+// checkFuzzReasonError fails unless err matches exactly one of sentinels and its
 // text is that sentinel's text plus a fixed, non-empty reason.
-func checkReasonError(t *testing.T, err error, sentinels ...error) {
+func checkFuzzReasonError(t *testing.T, err error, sentinels ...error) {
 	t.Helper()
 	var match error
 	for _, s := range sentinels {
@@ -65,7 +65,7 @@ func fuzzCursorIssuer(t testing.TB) *CursorIssuer {
 func checkFuzzCursor(t *testing.T, iss *CursorIssuer, cursor, tool, caller string) {
 	p, err := iss.Verify(cursor, CursorScope{ToolID: tool, CallerID: caller})
 	if err != nil {
-		checkReasonError(t, err, ErrCursorInvalid, ErrCursorExpired)
+		checkFuzzReasonError(t, err, ErrCursorInvalid, ErrCursorExpired)
 		if !reflect.DeepEqual(p, CursorPayload{}) {
 			t.Fatalf("rejected cursor returned a payload: %+v", p)
 		}
@@ -114,8 +114,8 @@ func FuzzCursorVerify(f *testing.F) {
 func FuzzCursorVerifySigned(f *testing.F) {
 	iss := fuzzCursorIssuer(f)
 	now := vecNow.Unix()
-	f.Add(refCursorBody("t", "c", nil, 1, now, vecSession, nil), "t", "c")
-	f.Add(refCursorBody("search", "user:42", seqBytes(1, 32), 2, now-10, vecSession, []byte("state")), "search", "user:42")
+	f.Add(vecCursorBody("t", "c", nil, 1, now, vecSession, nil), "t", "c")
+	f.Add(vecCursorBody("search", "user:42", seqBytes(1, 32), 2, now-10, vecSession, []byte("state")), "search", "user:42")
 	f.Add([]byte{0xa0}, "", "")
 	f.Add([]byte{0xbf, 0xff}, "", "")
 	f.Fuzz(func(t *testing.T, body []byte, tool, caller string) {
@@ -144,7 +144,7 @@ func fuzzCodecs(t testing.TB) map[[2]uint8]*RequestStateCodec {
 func checkFuzzState(t *testing.T, c *RequestStateCodec, mode RequestStateMode, binding RequestStateBinding, wire, subject, tool string) {
 	s, err := c.Decode(wire, subject, tool)
 	if err != nil {
-		checkReasonError(t, err, ErrStateInvalid, ErrStateExpired)
+		checkFuzzReasonError(t, err, ErrStateInvalid, ErrStateExpired)
 		if s != "" {
 			t.Fatalf("rejected state returned %q", s)
 		}
@@ -203,7 +203,7 @@ func FuzzStateDecode(f *testing.F) {
 // objects that encoding/json reads to the same state.
 func FuzzStatePayload(f *testing.F) {
 	codecs := fuzzCodecs(f)
-	tag := refBindTag(vecKey, BindSubject, "alice", "")
+	tag := vecBindTag(vecKey, BindSubject, "alice", "")
 	exp := strconv.FormatInt(vecNow.Unix()+300, 10)
 	f.Add(false, []byte(`{"s":"{\"page\":2}","exp":`+exp+`,"b":"`+tag+`"}`), "alice")
 	f.Add(true, []byte(`{"s":"","exp":`+exp+`,"b":"`+tag+`"}`), "alice")
@@ -220,14 +220,14 @@ func FuzzStatePayload(f *testing.F) {
 		if encrypted {
 			mode = Encrypted
 			nonce := seqBytes(7, gcmNonceSize)
-			wire = refEncryptedWire(t, vecKey, nonce, payload, refBindTag(vecKey, BindSubject, subject, ""))
+			wire = vecEncryptedWire(t, vecKey, nonce, payload, vecBindTag(vecKey, BindSubject, subject, ""))
 		} else {
-			wire = refSignedWire(vecKey, payload)
+			wire = vecSignedWire(vecKey, payload)
 		}
 		c := codecs[[2]uint8{uint8(mode), uint8(BindSubject)}]
 		s, err := c.Decode(wire, subject, "")
 		if err != nil {
-			checkReasonError(t, err, ErrStateInvalid, ErrStateExpired)
+			checkFuzzReasonError(t, err, ErrStateInvalid, ErrStateExpired)
 			if s != "" {
 				t.Fatalf("rejected state returned %q", s)
 			}
@@ -246,7 +246,7 @@ func FuzzStatePayload(f *testing.F) {
 		if js != s {
 			t.Fatalf("state %q, encoding/json reads %q", s, js)
 		}
-		if jb != refBindTag(vecKey, BindSubject, subject, "") {
+		if jb != vecBindTag(vecKey, BindSubject, subject, "") {
 			t.Fatalf("accepted bind tag %q for subject %q", jb, subject)
 		}
 		if jexp < vecNow.Unix() {
@@ -497,7 +497,7 @@ func writeFuzzSeedCorpora(t *testing.T) {
 			continue
 		}
 		add("FuzzCursorVerify", v.Token, v.Tool, v.Caller)
-		add("FuzzCursorVerifySigned", mustHex(t, v.CBOR), v.Tool, v.Caller)
+		add("FuzzCursorVerifySigned", vecHex(t, v.CBOR), v.Tool, v.Caller)
 	}
 	for _, v := range cf.Verify {
 		add("FuzzCursorVerify", v.Token, v.WantTool, v.WantCaller)

@@ -55,7 +55,7 @@ func seqBytes(start byte, n int) []byte {
 
 func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
 
-func mustHex(t testing.TB, s string) []byte {
+func vecHex(t testing.TB, s string) []byte {
 	t.Helper()
 	b, err := hex.DecodeString(s)
 	if err != nil {
@@ -64,7 +64,7 @@ func mustHex(t testing.TB, s string) []byte {
 	return b
 }
 
-func mustKeyring(t testing.TB, keys ...[]byte) *Keyring {
+func vecKeyring(t testing.TB, keys ...[]byte) *Keyring {
 	t.Helper()
 	kr, err := NewKeyring(keys[0], keys[1:]...)
 	if err != nil {
@@ -77,9 +77,9 @@ func mustKeyring(t testing.TB, keys ...[]byte) *Keyring {
 // Independent constructions (standard library only), used to cross-check the
 // library when generating vectors and when checking them.
 
-// refHKDF is HKDF-SHA256 (RFC 5869) with a 32-byte zero salt and 32 bytes of
+// vecHKDF is HKDF-SHA256 (RFC 5869) with a 32-byte zero salt and 32 bytes of
 // output, written out with crypto/hmac.
-func refHKDF(ikm []byte, label string) []byte {
+func vecHKDF(ikm []byte, label string) []byte {
 	ext := hmac.New(sha256.New, make([]byte, 32))
 	ext.Write(ikm)
 	prk := ext.Sum(nil)
@@ -89,7 +89,7 @@ func refHKDF(ikm []byte, label string) []byte {
 	return exp.Sum(nil)
 }
 
-func refHMAC(key, msg []byte) []byte {
+func vecHMAC(key, msg []byte) []byte {
 	m := hmac.New(sha256.New, key)
 	m.Write(msg)
 	return m.Sum(nil)
@@ -119,10 +119,10 @@ func cborInt(dst []byte, v int64) []byte {
 	return cborHead(dst, 0, uint64(v))
 }
 
-// refCursorBody is the cursor payload encoding of SPEC §2, built by hand:
+// vecCursorBody is the cursor payload encoding of SPEC §2, built by hand:
 // a map with integer keys 1..8 in ascending order, shortest heads, keys 4
 // (args) and 8 (state) omitted when empty.
-func refCursorBody(tool, caller string, args []byte, page uint32, issuedAt int64, session, state []byte) []byte {
+func vecCursorBody(tool, caller string, args []byte, page uint32, issuedAt int64, session, state []byte) []byte {
 	n := uint64(6)
 	if len(args) > 0 {
 		n++
@@ -157,12 +157,12 @@ func refCursorBody(tool, caller string, args []byte, page uint32, issuedAt int64
 // signCursorBody returns the cursor token for an arbitrary body, signed with
 // key's cursor subkey: how the tests put hostile CBOR behind a valid MAC.
 func signCursorBody(key, body []byte) string {
-	raw := append(append([]byte(nil), body...), refHMAC(refHKDF(key, cursorKeyLabel), body)...)
+	raw := append(append([]byte(nil), body...), vecHMAC(vecHKDF(key, cursorKeyLabel), body)...)
 	return base64.RawURLEncoding.EncodeToString(raw)
 }
 
-// refBindTag is SPEC §4's bind tag.
-func refBindTag(key []byte, binding RequestStateBinding, subject, tool string) string {
+// vecBindTag is SPEC §4's bind tag.
+func vecBindTag(key []byte, binding RequestStateBinding, subject, tool string) string {
 	var material string
 	if subject != "" {
 		switch binding {
@@ -172,13 +172,13 @@ func refBindTag(key []byte, binding RequestStateBinding, subject, tool string) s
 			material = subject + "\x00" + tool
 		}
 	}
-	return hex.EncodeToString(refHMAC(refHKDF(key, stateBindLabel), []byte(material)))
+	return hex.EncodeToString(vecHMAC(vecHKDF(key, stateBindLabel), []byte(material)))
 }
 
-// refJCSString is a JSON string with only RFC 8785's escapes: \" and \\,
+// vecJCSString is a JSON string with only RFC 8785's escapes: \" and \\,
 // the short forms \b \t \n \f \r, \u00xx (lowercase hex) for the other
 // control characters, everything else verbatim.
-func refJCSString(s string) string {
+func vecJCSString(s string) string {
 	var b strings.Builder
 	b.WriteByte('"')
 	for _, r := range s {
@@ -207,20 +207,20 @@ func refJCSString(s string) string {
 	return b.String()
 }
 
-// refStatePayload is SPEC §4's payload: the state as a JCS string, exp in
+// vecStatePayload is SPEC §4's payload: the state as a JCS string, exp in
 // decimal, the bind tag, in that member order, no white space.
-func refStatePayload(state string, exp int64, tag string) []byte {
-	return []byte(`{"s":` + refJCSString(state) + `,"exp":` + strconv.FormatInt(exp, 10) + `,"b":"` + tag + `"}`)
+func vecStatePayload(state string, exp int64, tag string) []byte {
+	return []byte(`{"s":` + vecJCSString(state) + `,"exp":` + strconv.FormatInt(exp, 10) + `,"b":"` + tag + `"}`)
 }
 
-func refSignedWire(key, payload []byte) string {
+func vecSignedWire(key, payload []byte) string {
 	return "v1." + base64.RawURLEncoding.EncodeToString(payload) + "." +
-		base64.RawURLEncoding.EncodeToString(refHMAC(refHKDF(key, statePayloadLabel), payload))
+		base64.RawURLEncoding.EncodeToString(vecHMAC(vecHKDF(key, statePayloadLabel), payload))
 }
 
-func refEncryptedWire(t testing.TB, key, nonce, payload []byte, tag string) string {
+func vecEncryptedWire(t testing.TB, key, nonce, payload []byte, tag string) string {
 	t.Helper()
-	block, err := aes.NewCipher(refHKDF(key, stateAESLabel))
+	block, err := aes.NewCipher(vecHKDF(key, stateAESLabel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ type jcsBadVector struct {
 
 func (v jcsBadVector) bytes(t testing.TB) []byte {
 	if v.InputHex != "" {
-		return mustHex(t, v.InputHex)
+		return vecHex(t, v.InputHex)
 	}
 	return []byte(v.Input)
 }
@@ -462,7 +462,7 @@ func genHKDFVectors(t *testing.T) hkdfFile {
 	for _, key := range [][]byte{vecKey, vecKey2, long} {
 		for _, label := range vectorLabels {
 			sub := DeriveKey(key, label)
-			if ref := refHKDF(key, label); !bytes.Equal(sub, ref) {
+			if ref := vecHKDF(key, label); !bytes.Equal(sub, ref) {
 				t.Fatalf("DeriveKey(%x, %q) = %x, RFC 5869 construction gives %x", key, label, sub, ref)
 			}
 			f.Vectors = append(f.Vectors, hkdfVector{hex.EncodeToString(key), label, hex.EncodeToString(sub)})
@@ -478,11 +478,11 @@ func checkHKDFVectors(t *testing.T) {
 		t.Fatal("no vectors")
 	}
 	for _, v := range f.Vectors {
-		key := mustHex(t, v.Key)
+		key := vecHex(t, v.Key)
 		if got := hex.EncodeToString(DeriveKey(key, v.Label)); got != v.Subkey {
 			t.Errorf("DeriveKey(%s, %q) = %s, want %s", v.Key, v.Label, got, v.Subkey)
 		}
-		if got := hex.EncodeToString(refHKDF(key, v.Label)); got != v.Subkey {
+		if got := hex.EncodeToString(vecHKDF(key, v.Label)); got != v.Subkey {
 			t.Errorf("reference HKDF(%s, %q) = %s, want %s", v.Key, v.Label, got, v.Subkey)
 		}
 	}
@@ -496,7 +496,7 @@ func vecIssuer(t testing.TB, now time.Time, session []byte, keys ...[]byte) *Cur
 	if len(keys) == 0 {
 		keys = [][]byte{vecKey}
 	}
-	i, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, keys...), Session: session, Now: fixedClock(now)})
+	i, err := NewCursorIssuer(CursorConfig{Keys: vecKeyring(t, keys...), Session: session, Now: fixedClock(now)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,10 +507,10 @@ func (p cursorPayloadJSON) payload(t testing.TB) CursorPayload {
 	var cp CursorPayload
 	cp.ToolID, cp.CallerID, cp.Page = p.Tool, p.Caller, p.Page
 	if p.Args != "" {
-		copy(cp.Args[:], mustHex(t, p.Args))
+		copy(cp.Args[:], vecHex(t, p.Args))
 	}
 	if p.State != "" {
-		cp.State = mustHex(t, p.State)
+		cp.State = vecHex(t, p.State)
 	}
 	return cp
 }
@@ -570,12 +570,12 @@ func genCursorVectors(t *testing.T) cursorFile {
 		if !p.Args.IsZero() {
 			args = p.Args[:]
 		}
-		body := refCursorBody(p.ToolID, p.CallerID, args, p.Page, now, vecSession, p.State)
+		body := vecCursorBody(p.ToolID, p.CallerID, args, p.Page, now, vecSession, p.State)
 		if ref := signCursorBody(vecKey, body); tok != ref {
 			t.Fatalf("%s: Issue = %s, hand-built CBOR and HMAC give %s", v.Name, tok, ref)
 		}
 		v.CBOR = hex.EncodeToString(body)
-		v.MAC = hex.EncodeToString(refHMAC(DeriveKey(vecKey, cursorKeyLabel), body))
+		v.MAC = hex.EncodeToString(vecHMAC(DeriveKey(vecKey, cursorKeyLabel), body))
 		v.Token = tok
 		tokens[v.Name] = tok
 		tokenList = append(tokenList, tok)
@@ -644,7 +644,7 @@ func genCursorVectors(t *testing.T) cursorFile {
 	hostile := func(name string, body []byte) cursorVerifyVector {
 		return cursorVerifyVector{Name: name, Token: signCursorBody(vecKey, body), Now: now, Result: "invalid"}
 	}
-	goodBody := refCursorBody("t", "c", nil, 1, now, vecSession, nil)
+	goodBody := vecCursorBody("t", "c", nil, 1, now, vecSession, nil)
 	f.Verify = []cursorVerifyVector{
 		{Name: "authentic, at issue time", Token: bound, Now: now, WantTool: "search", WantCaller: "user:42", WantArgs: boundP.Args, Result: "ok", Payload: &boundP},
 		{Name: "authentic, want args zero (not compared)", Token: bound, Now: now, WantTool: "search", WantCaller: "user:42", Result: "ok", Payload: &boundP},
@@ -670,16 +670,16 @@ func genCursorVectors(t *testing.T) cursorFile {
 		{Name: "line feed inside (encoding/base64 would skip it)", Token: bound[:5] + "\n" + bound[5:], Now: now, WantTool: "search", WantCaller: "user:42", Result: "invalid"},
 		{Name: "carriage return at the end", Token: bound + "\r", Now: now, WantTool: "search", WantCaller: "user:42", Result: "invalid"},
 		hostile("mac-valid: unknown field 9", append(append(cborHead(nil, 5, 7), goodBody[1:]...), 0x09, 0x00)),
-		hostile("mac-valid: version 2", refCursorBodyVersion(2, now)),
-		hostile("mac-valid: args of 31 bytes", refCursorBody("t", "c", seqBytes(1, 31), 1, now, vecSession, nil)),
-		hostile("mac-valid: empty args present", refCursorBodyWithEmpty(4, now)),
-		hostile("mac-valid: empty state present", refCursorBodyWithEmpty(8, now)),
+		hostile("mac-valid: version 2", vecCursorBodyVersion(2, now)),
+		hostile("mac-valid: args of 31 bytes", vecCursorBody("t", "c", seqBytes(1, 31), 1, now, vecSession, nil)),
+		hostile("mac-valid: empty args present", vecCursorBodyWithEmpty(4, now)),
+		hostile("mac-valid: empty state present", vecCursorBodyWithEmpty(8, now)),
 		hostile("mac-valid: duplicate key", append(append(cborHead(nil, 5, 7), goodBody[1:]...), 0x05, 0x01)),
 		hostile("mac-valid: non-minimal integer", bytes.Replace(goodBody, []byte{0x05, 0x01}, []byte{0x05, 0x18, 0x01}, 1)),
 		hostile("mac-valid: keys out of order", swapFirstTwoPairs(goodBody)),
 		hostile("mac-valid: indefinite-length map", append(append([]byte{0xbf}, goodBody[1:]...), 0xff)),
 		hostile("mac-valid: tagged issued-at", bytes.Replace(goodBody, []byte{0x06, 0x1a}, []byte{0x06, 0xc1, 0x1a}, 1)),
-		hostile("mac-valid: missing session", refCursorBodyNoSession(now)),
+		hostile("mac-valid: missing session", vecCursorBodyNoSession(now)),
 		hostile("mac-valid: trailing byte", append(append([]byte(nil), goodBody...), 0x00)),
 		hostile("mac-valid: text string where bytes expected", bytes.Replace(goodBody, []byte{0x07, 0x48}, []byte{0x07, 0x68}, 1)),
 	}
@@ -691,14 +691,14 @@ func genCursorVectors(t *testing.T) cursorFile {
 	return f
 }
 
-func refCursorBodyVersion(version uint64, now int64) []byte {
-	b := refCursorBody("t", "c", nil, 1, now, vecSession, nil)
+func vecCursorBodyVersion(version uint64, now int64) []byte {
+	b := vecCursorBody("t", "c", nil, 1, now, vecSession, nil)
 	return bytes.Replace(b, []byte{0x01, 0x01}, []byte{0x01, byte(version)}, 1)
 }
 
-// refCursorBodyWithEmpty is a body with field key (4 or 8) present but empty.
-func refCursorBodyWithEmpty(key byte, now int64) []byte {
-	b := refCursorBody("t", "c", nil, 1, now, vecSession, nil)
+// vecCursorBodyWithEmpty is a body with field key (4 or 8) present but empty.
+func vecCursorBodyWithEmpty(key byte, now int64) []byte {
+	b := vecCursorBody("t", "c", nil, 1, now, vecSession, nil)
 	out := cborHead(nil, 5, 7)
 	rest := b[1:]
 	if key == 4 {
@@ -711,14 +711,14 @@ func refCursorBodyWithEmpty(key byte, now int64) []byte {
 	return append(out, 0x08, 0x40)
 }
 
-func refCursorBodyNoSession(now int64) []byte {
-	b := refCursorBody("t", "c", nil, 1, now, vecSession, nil)
+func vecCursorBodyNoSession(now int64) []byte {
+	b := vecCursorBody("t", "c", nil, 1, now, vecSession, nil)
 	i := bytes.Index(b, []byte{0x07, 0x48})
 	out := cborHead(nil, 5, 5)
 	return append(out, b[1:i]...)
 }
 
-// swapFirstTwoPairs swaps {1: 1} and {2: "t"} of a body from refCursorBody("t", ...).
+// swapFirstTwoPairs swaps {1: 1} and {2: "t"} of a body from vecCursorBody("t", ...).
 func swapFirstTwoPairs(b []byte) []byte {
 	out := []byte{b[0]}
 	out = append(out, b[3:6]...) // 02 61 74
@@ -732,9 +732,9 @@ func checkCursorVerify(t *testing.T, f cursorFile) {
 		var want CursorScope
 		want.ToolID, want.CallerID = v.WantTool, v.WantCaller
 		if v.WantArgs != "" {
-			copy(want.Args[:], mustHex(t, v.WantArgs))
+			copy(want.Args[:], vecHex(t, v.WantArgs))
 		}
-		got, err := vecIssuer(t, time.Unix(v.Now, 0), mustHex(t, f.Session), mustHex(t, f.Key)).Verify(v.Token, want)
+		got, err := vecIssuer(t, time.Unix(v.Now, 0), vecHex(t, f.Session), vecHex(t, f.Key)).Verify(v.Token, want)
 		if r := resultOf(err); r != v.Result {
 			t.Errorf("verify %q: result %s (%v), want %s", v.Name, r, err, v.Result)
 			continue
@@ -757,7 +757,7 @@ func checkCursorVerify(t *testing.T, f cursorFile) {
 func checkCursorVectors(t *testing.T) {
 	var f cursorFile
 	readVectors(t, "cursor.json", &f)
-	key := mustHex(t, f.Key)
+	key := vecHex(t, f.Key)
 	if got := hex.EncodeToString(DeriveKey(key, cursorKeyLabel)); got != f.MACKey {
 		t.Errorf("cursor MAC key %s, want %s", got, f.MACKey)
 	}
@@ -766,7 +766,7 @@ func checkCursorVectors(t *testing.T) {
 	}
 	for _, v := range f.Issue {
 		p := v.payload(t)
-		tok, err := vecIssuer(t, time.Unix(v.IssuedAt, 0), mustHex(t, f.Session), key).Issue(p)
+		tok, err := vecIssuer(t, time.Unix(v.IssuedAt, 0), vecHex(t, f.Session), key).Issue(p)
 		if v.Error != "" {
 			want := map[string]error{"ErrOpaqueStateTooLarge": ErrOpaqueStateTooLarge, "ErrCursorTooLarge": ErrCursorTooLarge}[v.Error]
 			if want == nil || !errors.Is(err, want) {
@@ -790,14 +790,14 @@ func checkCursorVectors(t *testing.T) {
 		if hex.EncodeToString(body) != v.CBOR || hex.EncodeToString(mac) != v.MAC {
 			t.Errorf("issue %q: token carries cbor %x mac %x, vector says %s %s", v.Name, body, mac, v.CBOR, v.MAC)
 		}
-		if got := hex.EncodeToString(refHMAC(mustHex(t, f.MACKey), body)); got != v.MAC {
+		if got := hex.EncodeToString(vecHMAC(vecHex(t, f.MACKey), body)); got != v.MAC {
 			t.Errorf("issue %q: HMAC of cbor = %s, want %s", v.Name, got, v.MAC)
 		}
 		var args []byte
 		if !p.Args.IsZero() {
 			args = p.Args[:]
 		}
-		if got := hex.EncodeToString(refCursorBody(p.ToolID, p.CallerID, args, p.Page, v.IssuedAt, mustHex(t, f.Session), p.State)); got != v.CBOR {
+		if got := hex.EncodeToString(vecCursorBody(p.ToolID, p.CallerID, args, p.Page, v.IssuedAt, vecHex(t, f.Session), p.State)); got != v.CBOR {
 			t.Errorf("issue %q: hand-built CBOR %s, want %s", v.Name, got, v.CBOR)
 		}
 	}
@@ -810,7 +810,7 @@ func checkCursorVectors(t *testing.T) {
 func vecCodec(t testing.TB, mode RequestStateMode, binding RequestStateBinding, now time.Time, nonce []byte, keys ...[]byte) *RequestStateCodec {
 	t.Helper()
 	c, err := NewRequestStateCodec(RequestStateSecurity{
-		Keys: mustKeyring(t, keys...), Mode: mode, Binding: binding, Now: fixedClock(now),
+		Keys: vecKeyring(t, keys...), Mode: mode, Binding: binding, Now: fixedClock(now),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -845,12 +845,12 @@ func genStateVectors(t *testing.T) stateFile {
 		{BindSubjectAndTool, "Zoë 😀", "tools/call\x00résumé", "Zoë 😀\x00tools/call\x00résumé"},
 		{BindNone, "alice", target, ""},
 	} {
-		tag := refBindTag(vecKey, b.binding, b.subject, b.tool)
+		tag := vecBindTag(vecKey, b.binding, b.subject, b.tool)
 		c := vecCodec(t, Signed, b.binding, vecNow, nil, vecKey)
 		if got := string(c.bindTag(nil, 0, b.subject, b.tool)); got != tag {
 			t.Fatalf("bind tag %v %q %q = %s, reference %s", b.binding, b.subject, b.tool, got, tag)
 		}
-		if want := hex.EncodeToString(refHMAC(DeriveKey(vecKey, stateBindLabel), []byte(b.material))); want != tag {
+		if want := hex.EncodeToString(vecHMAC(DeriveKey(vecKey, stateBindLabel), []byte(b.material))); want != tag {
 			t.Fatalf("bind material of %v %q %q is not %q", b.binding, b.subject, b.tool, b.material)
 		}
 		f.BindTags = append(f.BindTags, bindTagVector{bindingNames[b.binding], b.subject, b.tool, hex.EncodeToString([]byte(b.material)), tag})
@@ -875,23 +875,23 @@ func genStateVectors(t *testing.T) stateFile {
 		if v.Key == "" {
 			v.Key = hex.EncodeToString(vecKey)
 		}
-		key := mustHex(t, v.Key)
+		key := vecHex(t, v.Key)
 		v.Now, v.Exp = now, exp
 		mode, binding := parseMode(t, v.Mode), parseBinding(t, v.Binding)
 		var nonce []byte
 		if v.Nonce != "" {
-			nonce = mustHex(t, v.Nonce)
+			nonce = vecHex(t, v.Nonce)
 		}
 		wire, err := vecCodec(t, mode, binding, vecNow, nonce, key).Encode(v.State, v.Subject, v.Tool)
 		if err != nil {
 			t.Fatalf("%s: %v", v.Name, err)
 		}
-		v.BindTag = refBindTag(key, binding, v.Subject, v.Tool)
-		payload := refStatePayload(v.State, exp, v.BindTag)
+		v.BindTag = vecBindTag(key, binding, v.Subject, v.Tool)
+		payload := vecStatePayload(v.State, exp, v.BindTag)
 		v.Payload = string(payload)
-		ref := refSignedWire(key, payload)
+		ref := vecSignedWire(key, payload)
 		if mode == Encrypted {
-			ref = refEncryptedWire(t, key, nonce, payload, v.BindTag)
+			ref = vecEncryptedWire(t, key, nonce, payload, v.BindTag)
 		}
 		if wire != ref {
 			t.Fatalf("%s: Encode = %s, reference construction gives %s", v.Name, wire, ref)
@@ -959,7 +959,7 @@ func checkStateDecode(t *testing.T, f stateFile) {
 	for _, v := range f.Decode {
 		keys := make([][]byte, len(v.Keys))
 		for i, k := range v.Keys {
-			keys[i] = mustHex(t, k)
+			keys[i] = vecHex(t, k)
 		}
 		c := vecCodec(t, parseMode(t, v.Mode), parseBinding(t, v.Binding), time.Unix(v.Now, 0), nil, keys...)
 		got, err := c.Decode(v.Wire, v.Subject, v.Tool)
@@ -979,7 +979,7 @@ func checkStateDecode(t *testing.T, f stateFile) {
 func checkStateVectors(t *testing.T) {
 	var f stateFile
 	readVectors(t, "request_state.json", &f)
-	key := mustHex(t, f.Key)
+	key := vecHex(t, f.Key)
 	for label, want := range map[string]string{stateAESLabel: f.AESKey, stateBindLabel: f.BindKey, statePayloadLabel: f.PayloadKey} {
 		if got := hex.EncodeToString(DeriveKey(key, label)); got != want {
 			t.Errorf("subkey %q = %s, want %s", label, got, want)
@@ -993,16 +993,16 @@ func checkStateVectors(t *testing.T) {
 		if got := string(c.bindTag(nil, 0, v.Subject, v.Tool)); got != v.Tag {
 			t.Errorf("bind tag %s %q %q = %s, want %s", v.Binding, v.Subject, v.Tool, got, v.Tag)
 		}
-		if got := hex.EncodeToString(refHMAC(mustHex(t, f.BindKey), mustHex(t, v.Material))); got != v.Tag {
+		if got := hex.EncodeToString(vecHMAC(vecHex(t, f.BindKey), vecHex(t, v.Material))); got != v.Tag {
 			t.Errorf("HMAC(bind key, material %s) = %s, want %s", v.Material, got, v.Tag)
 		}
 	}
 	for _, v := range f.Encode {
-		k := mustHex(t, v.Key)
+		k := vecHex(t, v.Key)
 		mode, binding := parseMode(t, v.Mode), parseBinding(t, v.Binding)
 		var nonce []byte
 		if v.Nonce != "" {
-			nonce = mustHex(t, v.Nonce)
+			nonce = vecHex(t, v.Nonce)
 		}
 		wire, err := vecCodec(t, mode, binding, time.Unix(v.Now, 0), nonce, k).Encode(v.State, v.Subject, v.Tool)
 		if err != nil {
@@ -1012,15 +1012,15 @@ func checkStateVectors(t *testing.T) {
 		if wire != v.Wire {
 			t.Errorf("encode %q: wire\n %s\nwant\n %s", v.Name, wire, v.Wire)
 		}
-		if tag := refBindTag(k, binding, v.Subject, v.Tool); tag != v.BindTag {
+		if tag := vecBindTag(k, binding, v.Subject, v.Tool); tag != v.BindTag {
 			t.Errorf("encode %q: bind tag %s, want %s", v.Name, tag, v.BindTag)
 		}
-		if p := refStatePayload(v.State, v.Exp, v.BindTag); string(p) != v.Payload {
+		if p := vecStatePayload(v.State, v.Exp, v.BindTag); string(p) != v.Payload {
 			t.Errorf("encode %q: payload %s, want %s", v.Name, p, v.Payload)
 		}
-		ref := refSignedWire(k, []byte(v.Payload))
+		ref := vecSignedWire(k, []byte(v.Payload))
 		if mode == Encrypted {
-			ref = refEncryptedWire(t, k, nonce, []byte(v.Payload), v.BindTag)
+			ref = vecEncryptedWire(t, k, nonce, []byte(v.Payload), v.BindTag)
 		}
 		if ref != v.Wire {
 			t.Errorf("encode %q: reference construction gives %s, vector says %s", v.Name, ref, v.Wire)
