@@ -915,6 +915,16 @@ func genStateVectors(t *testing.T) stateFile {
 		}
 		return string(b)
 	}
+	// setUnusedBits sets the unused low bits of the last base64 character
+	// of w (which must have some): the same bytes to a lenient decoder.
+	setUnusedBits := func(w string) string {
+		const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+		i := strings.IndexByte(alphabet, w[len(w)-1])
+		return w[:len(w)-1] + string(alphabet[i|1])
+	}
+	if len(sS)%4 == 0 || len(sE)%4 == 0 {
+		t.Fatal("no unused bits to set")
+	}
 	ring := []string{k1}
 	rotated := []string{k1, k2}
 	f.Decode = []stateDecodeVector{
@@ -931,6 +941,8 @@ func genStateVectors(t *testing.T) stateFile {
 		{Name: "signed: previous key not in ring", Keys: ring, Mode: "signed", Binding: "subject", Wire: wires["signed, previous key"], Subject: "alice", Now: now, Result: "invalid"},
 		{Name: "signed: tampered", Keys: ring, Mode: "signed", Binding: "subject", Wire: tamper(sS), Subject: "alice", Now: now, Result: "invalid"},
 		{Name: "signed: wire given to an encrypted codec", Keys: ring, Mode: "encrypted", Binding: "subject", Wire: sS, Subject: "alice", Now: now, Result: "invalid"},
+		{Name: "signed: unused trailing bits set in mac", Keys: ring, Mode: "signed", Binding: "subject", Wire: setUnusedBits(sS), Subject: "alice", Now: now, Result: "invalid"},
+		{Name: "encrypted: unused trailing bits set", Keys: ring, Mode: "encrypted", Binding: "subject", Wire: setUnusedBits(sE), Subject: "alice", Now: now, Result: "invalid"},
 		{Name: "signed: padding in mac", Keys: ring, Mode: "signed", Binding: "subject", Wire: sS + "=", Subject: "alice", Now: now, Result: "invalid"},
 		{Name: "encrypted: ok", Keys: ring, Mode: "encrypted", Binding: "subject", Wire: sE, Subject: "alice", Tool: target, Now: now, Result: "ok", State: str(`{"step":2}`)},
 		{Name: "encrypted: at exp", Keys: ring, Mode: "encrypted", Binding: "subject", Wire: sE, Subject: "alice", Now: exp, Result: "ok", State: str(`{"step":2}`)},

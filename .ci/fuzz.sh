@@ -29,4 +29,8 @@ GOBIN="$(go env GOPATH)/bin"
 if ! "$GOBIN/staticcheck" -version 2>/dev/null | grep -q "(${STATICCHECK_VERSION#v})"; then
 	go install "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
 fi
-"$GOBIN/staticcheck" ./...
+# Every module in the repository: the root and any nested go.mod.
+find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort | while read -r m; do
+	echo "-- staticcheck ($m)"
+	(cd "$m" && "$GOBIN/staticcheck" ./...)
+done
