@@ -127,6 +127,83 @@ func FuzzCursorVerifySigned(f *testing.F) {
 	})
 }
 
+// fuzzState is an application's typed cursor state.
+type fuzzState struct {
+	Offset uint64   `cbor:"1,keyasint"`
+	After  string   `cbor:"2,keyasint,omitempty"`
+	Seen   []int32  `cbor:"3,keyasint,omitempty"`
+	Extra  []byte   `cbor:"4,keyasint,omitempty"`
+	Ratio  *float32 `cbor:"5,keyasint,omitempty"`
+}
+
+// fuzzStateSeeds are typed states as IssueState encodes them.
+func fuzzStateSeeds(t testing.TB) [][]byte {
+	half := float32(0.5)
+	var out [][]byte
+	for _, v := range []any{
+		fuzzState{Offset: 42},
+		fuzzState{Offset: 1 << 40, After: "file-0042", Seen: []int32{-1, 0, 7}, Extra: []byte{0, 1}, Ratio: &half},
+		map[string]any{"k": []any{uint64(1), "two", []byte{3}}},
+		[]any{nil, true, -1.5},
+	} {
+		b, err := stateEncMode.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// FuzzVerifyState puts the fuzzed bytes in the opaque state of an authentic
+// cursor, so VerifyState's typed decoder sees hostile CBOR. Accepted typed
+// states must survive IssueState and VerifyState unchanged.
+func FuzzVerifyState(f *testing.F) {
+	iss := fuzzCursorIssuer(f)
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	for _, b := range fuzzStateSeeds(f) {
+		f.Add(b)
+	}
+	f.Add([]byte{0x9f, 0x9f, 0xff, 0xff})
+	f.Add([]byte{0xc1, 0x1a, 0x69, 0x57, 0x35, 0xa5})
+	f.Fuzz(func(t *testing.T, state []byte) {
+		cursor, err := iss.Issue(CursorPayload{CursorScope: scope, State: state})
+		if err != nil {
+			if len(state) > MaxOpaqueStateBytes && errors.Is(err, ErrOpaqueStateTooLarge) {
+				return
+			}
+			t.Fatalf("Issue: %v", err)
+		}
+		if v, p, err := VerifyState[any](iss, cursor, scope); err != nil {
+			checkFuzzReasonError(t, err, ErrCursorInvalid)
+			if v != nil || p.State != nil {
+				t.Fatalf("rejected state returned %v, %+v", v, p)
+			}
+		} else if !bytes.Equal(p.State, state) && len(state) > 0 {
+			t.Fatalf("state %x came back as %x", state, p.State)
+		}
+		v, _, err := VerifyState[fuzzState](iss, cursor, scope)
+		if err != nil {
+			checkFuzzReasonError(t, err, ErrCursorInvalid)
+			if !reflect.DeepEqual(v, fuzzState{}) {
+				t.Fatalf("rejected state returned %+v", v)
+			}
+			return
+		}
+		again, err := IssueState(iss, scope, 0, v)
+		if err != nil {
+			t.Fatalf("IssueState of an accepted state: %v", err)
+		}
+		w, _, err := VerifyState[fuzzState](iss, again, scope)
+		// Compared by encoding: nil and empty slices are the same state.
+		vb, _ := stateEncMode.Marshal(v)
+		wb, _ := stateEncMode.Marshal(w)
+		if err != nil || !bytes.Equal(vb, wb) {
+			t.Fatalf("typed state %+v came back as %+v, %v", v, w, err)
+		}
+	})
+}
+
 // ---------------------------------------------------------------------------
 // Request state
 
@@ -506,6 +583,10 @@ func writeFuzzSeedCorpora(t *testing.T) {
 		}
 	}
 
+	for _, b := range fuzzStateSeeds(t) {
+		add("FuzzVerifyState", b)
+	}
+
 	var sf stateFile
 	readVectors(t, "request_state.json", &sf)
 	for _, v := range sf.Encode {
@@ -568,7 +649,7 @@ func writeFuzzSeedCorpora(t *testing.T) {
 
 // TestFuzzSeedCorporaPresent guards against losing the committed seeds.
 func TestFuzzSeedCorporaPresent(t *testing.T) {
-	for _, target := range []string{"FuzzCursorVerify", "FuzzCursorVerifySigned", "FuzzStateDecode", "FuzzStatePayload", "FuzzArgsFingerprint", "FuzzParseKeyring"} {
+	for _, target := range []string{"FuzzCursorVerify", "FuzzCursorVerifySigned", "FuzzStateDecode", "FuzzStatePayload", "FuzzVerifyState", "FuzzArgsFingerprint", "FuzzParseKeyring"} {
 		entries, err := os.ReadDir(filepath.Join("testdata", "fuzz", target))
 		if err != nil || len(entries) == 0 {
 			t.Errorf("%s: no seed corpus (%v); regenerate with go test -run TestVectors -update-vectors", target, err)
