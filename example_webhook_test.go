@@ -145,3 +145,26 @@ func ExampleMemoryReplayStore() {
 	// b true <nil>
 	// c false ctoken: replay store full
 }
+
+// Single-use request state: with a replay store configured, a state is
+// accepted once; a replayed copy is refused.
+func ExampleRequestStateCodec_DecodeContext() {
+	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
+		Mode:   ctoken.Encrypted,
+		Replay: ctoken.NewMemoryReplayStore(0),
+	})
+	if err != nil {
+		panic(err)
+	}
+	wire, err := codec.Encode(`{"step":2}`, "alice", "")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	fmt.Println(codec.DecodeContext(ctx, wire, "alice", ""))
+	_, err = codec.DecodeContext(ctx, wire, "alice", "")
+	fmt.Println(errors.Is(err, ctoken.ErrStateReplayed))
+	// Output:
+	// {"step":2} <nil>
+	// true
+}
