@@ -43,8 +43,8 @@ const (
 	// DefaultWebhookTolerance is the Standard Webhooks timestamp tolerance,
 	// both into the past and into the future.
 	DefaultWebhookTolerance = 5 * time.Minute
-	// DefaultWebhookDedupWindow is how long a WebhookHMACSHA256 delivery is
-	// remembered as seen.
+	// DefaultWebhookDedupWindow is how long a delivery is remembered as seen
+	// (at least; see WebhookConfig.DedupWindow).
 	DefaultWebhookDedupWindow = 24 * time.Hour
 
 	// maxWebhookIDBytes caps a delivery ID (it becomes a replay store key).
@@ -102,12 +102,18 @@ type WebhookConfig struct {
 	MaxBody int64
 	// Replay de-duplicates deliveries. Nil means a private
 	// MemoryReplayStore with DefaultReplayStoreMax entries, which protects a
-	// single process only; a fleet shares one store.
+	// single process only; a fleet shares one store. Size a bounded store
+	// for the deliveries of one DedupWindow (a WebhookHMACSHA256 delivery
+	// takes two entries, a Standard Webhooks one takes one): when it is
+	// full, deliveries are refused with 503 until entries expire.
 	Replay ReplayStore
-	// DedupWindow is how long a WebhookHMACSHA256 delivery is remembered;
-	// zero or negative means DefaultWebhookDedupWindow. Standard Webhooks
-	// deliveries are remembered until their timestamp leaves the tolerance
-	// window, after which the timestamp check refuses them anyway.
+	// DedupWindow is how long a delivery is remembered as seen, so that a
+	// sender's retry of a delivery already processed is acknowledged rather
+	// than processed again; zero or negative means
+	// DefaultWebhookDedupWindow. For WebhookHMACSHA256, which signs no time,
+	// it is also the whole replay protection. A Standard Webhooks delivery
+	// is in any case remembered until its timestamp has left the tolerance
+	// window, after which the timestamp check refuses a replay by itself.
 	DedupWindow time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -476,16 +482,20 @@ func checkWebhookID(scheme WebhookScheme, id string) error {
 // replayKeys returns the replay store keys of an authentic delivery and how
 // long to keep them.
 func (v *WebhookVerifier) replayKeys(d WebhookDelivery) ([]string, time.Time) {
+	until := v.p.now().Add(v.p.dedupWindow)
 	if v.p.scheme == WebhookStandard {
-		// The ID is signed. Keep it one second past the last instant the
-		// timestamp check still accepts the delivery.
-		return []string{"webhook:std:" + d.ID}, d.Timestamp.Add(v.p.tolerance + time.Second)
+		// The ID is signed. Keep it at least one second past the last
+		// instant the timestamp check still accepts the delivery, so a
+		// replay is refused by one check or the other.
+		if edge := d.Timestamp.Add(v.p.tolerance + time.Second); edge.After(until) {
+			until = edge
+		}
+		return []string{"webhook:std:" + d.ID}, until
 	}
 	// The ID header is not signed: deduplicating by it alone would let anyone
 	// holding a captured delivery replay it under fresh IDs (and fill the
 	// store). So the verified signature — fixed by the body — is claimed
 	// first, then the ID.
-	until := v.p.now().Add(v.p.dedupWindow)
 	return []string{"webhook:mac:" + hex.EncodeToString(d.mac), "webhook:id:" + d.ID}, until
 }
 
@@ -493,7 +503,9 @@ func (v *WebhookVerifier) replayKeys(d WebhookDelivery) ([]string, time.Time) {
 // and reports whether it is the first time d was seen. For
 // WebhookHMACSHA256 a delivery counts as seen when either its signature
 // (that is, the same body) or its ID was seen within DedupWindow; for
-// WebhookStandard when its signed ID was seen. An error from the store
+// WebhookStandard when its signed ID was seen within DedupWindow (or,
+// if later, before its timestamp left the tolerance window), so a retry
+// with a fresh timestamp is also a duplicate. An error from the store
 // (for example ErrReplayStoreFull, or ctx's error) is returned wrapped, with
 // first false: the caller must refuse the delivery and let the sender retry.
 func (v *WebhookVerifier) Claim(ctx context.Context, d WebhookDelivery) (first bool, err error) {
@@ -557,7 +569,15 @@ func (v *WebhookVerifier) Middleware(next http.Handler) http.Handler {
 			}
 			http.Error(w, http.StatusText(code), code)
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, v.p.maxBody))
+		if r.ContentLength > v.p.maxBody {
+			refuse(http.StatusRequestEntityTooLarge, reject(ErrWebhookTooLarge, "body over cap"))
+			return
+		}
+		rb := r.Body
+		if rb == nil {
+			rb = http.NoBody
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, rb, v.p.maxBody))
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {

@@ -475,6 +475,31 @@ type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("connection reset") }
 
+func TestWebhookMiddlewareRefusesDeclaredOversizeBodyUnread(t *testing.T) {
+	next := &recordingHandler{}
+	mw := newVerifier(t, WebhookConfig{Secrets: []string{"s"}}).Middleware(next)
+	req := httptest.NewRequest(http.MethodPost, "/hook", errReader{})
+	req.ContentLength = DefaultWebhookMaxBody + 1
+	rec := httptest.NewRecorder()
+	mw.ServeHTTP(rec, req)
+	if rec.Code != http.StatusRequestEntityTooLarge || next.calls.Load() != 0 {
+		t.Fatalf("status %d, handler calls %d", rec.Code, next.calls.Load())
+	}
+}
+
+func TestWebhookMiddlewareToleratesNilBody(t *testing.T) {
+	next := &recordingHandler{}
+	mw := newVerifier(t, WebhookConfig{Secrets: []string{"s"}}).Middleware(next)
+	req := httptest.NewRequest(http.MethodPost, "/hook", nil)
+	req.Body = nil
+	req.Header.Set("X-Webhook-ID", "d1")
+	rec := httptest.NewRecorder()
+	mw.ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized || next.calls.Load() != 0 {
+		t.Fatalf("status %d, handler calls %d", rec.Code, next.calls.Load())
+	}
+}
+
 func TestWebhookMiddlewareRefusesUnreadableBody(t *testing.T) {
 	next := &recordingHandler{}
 	mw := newVerifier(t, WebhookConfig{Secrets: []string{"s"}}).Middleware(next)
@@ -572,9 +597,34 @@ func TestWebhookMiddlewareKeepsClaimWhenHandlerRefuses4xx(t *testing.T) {
 	}
 }
 
-func TestStandardWebhookDuplicateRefusedUntilTimestampLeavesWindow(t *testing.T) {
+func TestStandardWebhookRetryWithFreshTimestampIsDuplicate(t *testing.T) {
 	clk := newStepClock()
 	cfg := WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}, Now: clk.Now}
+	next := &recordingHandler{}
+	mw := newVerifier(t, cfg).Middleware(next)
+	signer := newSigner(t, cfg)
+	deliver(mw, signed(t, signer, "evt-1", "payload"), "payload")
+	// The sender retries two hours later: same ID, fresh timestamp and signature.
+	clk.Advance(2 * time.Hour)
+	if rec := deliver(mw, signed(t, signer, "evt-1", "payload"), "payload"); rec.Code != http.StatusOK {
+		t.Fatalf("retry: status %d", rec.Code)
+	}
+	if n := next.calls.Load(); n != 1 {
+		t.Fatalf("handler called %d times, want 1", n)
+	}
+	// Once the dedup window has passed, the ID is forgotten.
+	clk.Advance(DefaultWebhookDedupWindow)
+	deliver(mw, signed(t, signer, "evt-1", "payload"), "payload")
+	if n := next.calls.Load(); n != 2 {
+		t.Fatalf("handler called %d times after the dedup window, want 2", n)
+	}
+}
+
+func TestStandardWebhookDuplicateRefusedUntilTimestampLeavesWindow(t *testing.T) {
+	clk := newStepClock()
+	// A dedup window shorter than the tolerance: the claim must still
+	// outlive the timestamp check.
+	cfg := WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}, Now: clk.Now, DedupWindow: time.Second}
 	next := &recordingHandler{}
 	mw := newVerifier(t, cfg).Middleware(next)
 	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
