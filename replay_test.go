@@ -167,6 +167,7 @@ func TestMemoryReplayStoreReleaseChurnKeepsMemoryBounded(t *testing.T) {
 	clk := newStepClock()
 	s := &MemoryReplayStore{Max: 4, Now: clk.Now}
 	until := clk.Now().Add(time.Hour)
+	mustClaim(t, s, "live", until)
 	for i := range 10_000 {
 		id := fmt.Sprint(i % 3)
 		mustClaim(t, s, id, until)
@@ -179,6 +180,14 @@ func TestMemoryReplayStoreReleaseChurnKeepsMemoryBounded(t *testing.T) {
 	s.mu.Unlock()
 	if n > 2*4+64 {
 		t.Fatalf("expiry heap holds %d entries after release churn", n)
+	}
+	// The rebuild kept the live entry and its expiry.
+	if mustClaim(t, s, "live", until) {
+		t.Fatal("live entry lost in a heap rebuild")
+	}
+	clk.Advance(time.Hour)
+	if s.Len() != 0 {
+		t.Fatalf("Len = %d after every expiry", s.Len())
 	}
 }
 

@@ -756,3 +756,66 @@ func FuzzSHA256WebhookVerify(f *testing.F) {
 		}
 	})
 }
+
+// claimOnlyStore is a working ReplayStore without Release.
+type claimOnlyStore struct{ s *MemoryReplayStore }
+
+func (c claimOnlyStore) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	return c.s.Claim(ctx, id, until)
+}
+
+func TestWebhookMiddlewareKeepsClaimWhenStoreCannotRelease(t *testing.T) {
+	cfg := WebhookConfig{Secrets: []string{"s"}, Replay: claimOnlyStore{NewMemoryReplayStore(0)}}
+	next := &recordingHandler{status: http.StatusInternalServerError}
+	mw := newVerifier(t, cfg).Middleware(next)
+	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+	deliver(mw, h, "payload")
+	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK {
+		t.Fatalf("retry: status %d", rec.Code)
+	}
+	if n := next.calls.Load(); n != 1 {
+		t.Fatalf("handler called %d times, want 1 (no ReplayReleaser: the claim stays)", n)
+	}
+}
+
+func TestWebhookMiddlewareLetsHandlerFlush(t *testing.T) {
+	cfg := WebhookConfig{Secrets: []string{"s"}}
+	var flushed, controlled bool
+	mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+			flushed = true
+		}
+		controlled = http.NewResponseController(w).Flush() == nil
+	}))
+	rec := deliver(mw, signed(t, newSigner(t, cfg), "evt-1", "x"), "x")
+	if !flushed || !controlled || !rec.Flushed {
+		t.Fatalf("flushed=%v controlled=%v recorder flushed=%v", flushed, controlled, rec.Flushed)
+	}
+}
+
+func TestWebhookMiddlewareExposesUnderlyingWriterToResponseController(t *testing.T) {
+	cfg := WebhookConfig{Secrets: []string{"s"}}
+	deadlineErr := make(chan error, 1)
+	mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		deadlineErr <- http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Minute))
+	}))
+	srv := httptest.NewServer(mw)
+	defer srv.Close()
+	body := "x"
+	req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newSigner(t, cfg).Sign(req.Header, "evt-1", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := <-deadlineErr; err != nil {
+		t.Fatalf("SetWriteDeadline through the middleware: %v", err)
+	}
+}
