@@ -159,11 +159,11 @@ func rejected(e *env, err error) int {
 
 // cursorCheck is what a cursor is verified against.
 type cursorCheck struct {
-	ttl               time.Duration
+	ttl                time.Duration
 	toolSet, callerSet bool
-	tool, caller      string
-	args              ctoken.Fingerprint
-	session           []byte // nil: the token's own
+	tool, caller       string
+	args               ctoken.Fingerprint
+	session            []byte // nil: the token's own
 }
 
 // cursorResult is what verify prints for an authentic cursor.
