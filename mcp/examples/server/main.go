@@ -133,7 +133,7 @@ func describe(res *mcp.CallToolResult, err error) string {
 	b, _ := json.Marshal(res.StructuredContent)
 	json.Unmarshal(b, &out)
 	if c, ok := out["nextCursor"].(string); ok {
-		out["nextCursor"] = fmt.Sprintf("<ctoken cursor, %d bytes>", len(c))
+		out["nextCursor"] = fmt.Sprintf("(ctoken cursor, %d bytes)", len(c))
 	}
 	b, _ = json.Marshal(out)
 	return string(b)
