@@ -658,3 +658,84 @@ func FuzzTokenErrorCode(f *testing.F) {
 		}
 	})
 }
+
+func TestStatesWorkForClientsOnOlderProtocol(t *testing.T) {
+	// Before 2026-07-28 the SDK fulfils input requests itself with a
+	// server-to-client call and re-invokes the handler with the state in
+	// process: the state still goes through Seal and Open.
+	f := newFleet(t, 1, "s1")
+	s := f.server(t, FixedCaller("alice"), nil)
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := s.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	asked := 0
+	c := mcp.NewClient(&mcp.Implementation{Name: "old", Version: "v0"}, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked++
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+		},
+	})
+	cs, err := c.Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := callAsk(cs, "ask", askIn{Target: "prod"}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := askResult(t, res); out.Done != "prod" || out.Plan != 42 || asked != 1 {
+		t.Errorf("result %+v after %d question(s)", out, asked)
+	}
+}
+
+func BenchmarkCursorsResumeAndNext(b *testing.B) {
+	f := newFleet(b, 1, "s1")
+	cursors, err := NewCursors(f.issuer, &CursorOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "list"}}
+	in := listIn{Prefix: "a"}
+	cursor, err := cursors.Next(ctx, req, in, 1, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := cursors.Resume(ctx, req, in, cursor)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := cursors.Next(ctx, req, in, p.Page+1, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkStatesSealAndOpen(b *testing.B) {
+	f := newFleet(b, 1, "s1")
+	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask", Arguments: json.RawMessage(`{"target":"prod"}`)}}
+	b.ReportAllocs()
+	for b.Loop() {
+		st, err := SealJSON(ctx, states, req, askState{Target: "prod", Plan: 42})
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Params.RequestState = st
+		if _, _, err := OpenJSON[askState](ctx, states, req); err != nil {
+			b.Fatal(err)
+		}
+		req.Params.RequestState = ""
+	}
+}
