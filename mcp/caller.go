@@ -48,14 +48,17 @@ func FixedCaller(id string) CallerFunc {
 	}
 }
 
-// caller runs f and maps every failure to a JSON-RPC internal error: a
-// missing caller is a server configuration problem, not bad input.
-func caller(ctx context.Context, f CallerFunc, req mcp.Request) (string, error) {
+// caller runs f and maps every failure to a JSON-RPC internal error
+// (-32603): a request without a caller reaching a tool is a server
+// configuration problem, not bad input. The CallerFunc's own error goes to
+// the log, not to the client.
+func caller(ctx context.Context, f CallerFunc, req mcp.Request, log *slog.Logger) (string, error) {
 	id, err := f(ctx, req)
 	if err == nil && id == "" {
 		err = ErrNoCaller
 	}
 	if err != nil {
+		log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcp: no authenticated caller", slog.String("error", err.Error()))
 		return "", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "no authenticated caller"}
 	}
 	return id, nil

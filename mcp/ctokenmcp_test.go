@@ -353,6 +353,14 @@ func TestRequestWithoutCallerIsRefused(t *testing.T) {
 	cs = connect(t, f.server(t, FixedCaller(""), nil), manual)
 	_, err = callList(t, cs, "list", listIn{})
 	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+	// A CallerFunc's own failure is logged for the operator, not sent.
+	failing := func(context.Context, mcp.Request) (string, error) { return "", errors.New("directory unreachable") }
+	cs = connect(t, f.server(t, failing, nil), manual)
+	_, err = callList(t, cs, "list", listIn{})
+	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+	if strings.Contains(err.Error(), "directory unreachable") || !strings.Contains(f.log.String(), "directory unreachable") {
+		t.Errorf("caller error: client sees %q; log %q", err, f.log.String())
+	}
 }
 
 func TestTokenUserIDReadsBearerTokenUser(t *testing.T) {

@@ -50,13 +50,14 @@ func NewCursors(issuer *ctoken.CursorIssuer, opts *CursorOptions) (*Cursors, err
 // args must be the call's arguments without the cursor itself, so that
 // every page of one listing has the same fingerprint: typically the typed
 // input of the tool with its cursor field cleared (and tagged omitempty).
-// A failure is returned as a *jsonrpc.Error, which an mcp.ToolHandlerFor
-// must return unwrapped so the SDK sends it as a protocol error.
+// A request without an authenticated caller is a *jsonrpc.Error with code
+// -32603 (internal error), which an mcp.ToolHandlerFor must return
+// unwrapped so that the SDK sends it as a protocol error.
 func (c *Cursors) Scope(ctx context.Context, req *mcp.CallToolRequest, args any) (ctoken.CursorScope, error) {
 	if req == nil || req.Params == nil {
 		return ctoken.CursorScope{}, errors.New("ctokenmcp: nil request")
 	}
-	id, err := caller(ctx, c.caller, req)
+	id, err := caller(ctx, c.caller, req, c.log)
 	if err != nil {
 		return ctoken.CursorScope{}, err
 	}
@@ -68,7 +69,9 @@ func (c *Cursors) Scope(ctx context.Context, req *mcp.CallToolRequest, args any)
 }
 
 // Resume checks the cursor a client sent with req and returns its payload.
-// An empty cursor is the first page: the zero payload and no error.
+// An empty cursor is the first page: the zero payload and no error. A
+// request without an authenticated caller is refused as in Scope, even for
+// the first page.
 //
 // A cursor that does not verify, including one issued to another caller,
 // for another tool, for other arguments, by another server session or too

@@ -78,12 +78,13 @@ func argsOf(req *mcp.CallToolRequest) (ctoken.Fingerprint, error) {
 // Seal returns the requestState to send with an input-required result of
 // req: state sealed by the codec for the authenticated caller and
 // ctoken.MCPTarget("tools/call", name), and bound to req's arguments unless
-// UnboundArgs is set. Failures to find the caller are *jsonrpc.Error.
+// UnboundArgs is set. A request without an authenticated caller is a
+// *jsonrpc.Error with code -32603 (internal error); return it unwrapped.
 func (s *States) Seal(ctx context.Context, req *mcp.CallToolRequest, state string) (string, error) {
 	if req == nil || req.Params == nil {
 		return "", errors.New("ctokenmcp: nil request")
 	}
-	subject, err := caller(ctx, s.caller, req)
+	subject, err := caller(ctx, s.caller, req, s.log)
 	if err != nil {
 		return "", err
 	}
@@ -113,7 +114,8 @@ var errStateArgs = errors.New("arguments differ from the sealed call")
 // is a *jsonrpc.Error with code -32602 (invalid params) whose data member is
 // {"ctokenCode":1022} for an expired state (call again without it) or
 // {"ctokenCode":1023} for an invalid one. No part of a rejected state is
-// returned. Return the error from the tool handler unwrapped.
+// returned. A request without an authenticated caller is -32603 (internal
+// error). Return the error from the tool handler unwrapped.
 func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state string, ok bool, err error) {
 	if req == nil || req.Params == nil {
 		return "", false, errors.New("ctokenmcp: nil request")
@@ -122,7 +124,7 @@ func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state stri
 	if wire == "" {
 		return "", false, nil
 	}
-	subject, err := caller(ctx, s.caller, req)
+	subject, err := caller(ctx, s.caller, req, s.log)
 	if err != nil {
 		return "", false, err
 	}
