@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,18 +37,37 @@ func keyring(t testing.TB, b byte) *ctoken.Keyring {
 	return kr
 }
 
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of several
+// servers' loggers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // fleet is what every server instance of one deployment shares: keys,
 // cursor session, clock, and so one issuer and one codec.
 type fleet struct {
 	clock  *clock
 	issuer *ctoken.CursorIssuer
 	codec  *ctoken.RequestStateCodec
-	log    *bytes.Buffer
+	log    *syncBuffer
 }
 
 func newFleet(t testing.TB, key byte, session string) *fleet {
 	t.Helper()
-	f := &fleet{clock: newClock(), log: &bytes.Buffer{}}
+	f := &fleet{clock: newClock(), log: &syncBuffer{}}
 	var err error
 	f.issuer, err = ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: keyring(t, key), Session: []byte(session), Now: f.clock.now})
 	if err != nil {
