@@ -40,5 +40,12 @@
 // state, nor hand it to another user or tool, nor keep the state and change
 // the arguments. A state that does not open is JSON-RPC error -32602.
 //
+// With the argument binding (the default), the text States hands the codec
+// is the JSON object {"a":<hex SHA-256 ArgsFingerprint of the call's
+// arguments, absent arguments taken as {}>,"s":<the application's state as
+// a JSON string>}; with StateOptions.UnboundArgs it is the application's
+// state itself. Either way the codec's wire format (v1. or v1e.) is
+// unchanged, so the CLI's "ctoken verify" opens these states.
+//
 // All types are safe for concurrent use.
 package ctokenmcp

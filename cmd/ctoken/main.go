@@ -113,11 +113,9 @@ func parseFlags(fs *flag.FlagSet, args []string, e *env) (done bool, status int)
 	}
 }
 
-// usageError prints msg and the command's usage on stderr and returns the
-// usage exit status.
+// usageError prints msg and a pointer to the command's help on stderr and
+// returns the usage exit status.
 func usageError(fs *flag.FlagSet, e *env, format string, a ...any) int {
-	fmt.Fprintf(e.stderr, "ctoken %s: %s\n\n", fs.Name(), fmt.Sprintf(format, a...))
-	fs.SetOutput(e.stderr)
-	fs.Usage()
+	fmt.Fprintf(e.stderr, "ctoken %s: %s\nRun \"ctoken %s -h\" for usage.\n", fs.Name(), fmt.Sprintf(format, a...), fs.Name())
 	return exitUsage
 }

@@ -394,6 +394,9 @@ func TestVerifyCursorListsScopeTakenFromToken(t *testing.T) {
 	if string(got) != `["tool","caller","session","args"]` {
 		t.Errorf("unchecked = %s", got)
 	}
+	if !strings.Contains(r.stderr, "not checked against an expected tool, caller, session, args") {
+		t.Errorf("stderr does not say what went unchecked: %q", r.stderr)
+	}
 }
 
 func TestVerifyCursorAcceptsPreviousKey(t *testing.T) {

@@ -250,6 +250,9 @@ func verifyCursor(tok string, kr *ctoken.Keyring, c cursorCheck, e *env) int {
 		fmt.Fprintf(e.stderr, "ctoken verify: %v\n", err)
 		return exitUsage
 	}
+	if len(unchecked) > 0 {
+		fmt.Fprintf(e.stderr, "note: authentic, but not checked against an expected %s (no flag given)\n", strings.Join(unchecked, ", "))
+	}
 	return exitOK
 }
 
