@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -57,8 +58,7 @@ type DeployOut struct {
 // shown and when. The client can read none of it (encrypted) and change
 // none of it (authenticated).
 type deployState struct {
-	Plan    string `json:"plan"`
-	AskedAt int64  `json:"askedAt"`
+	Plan string `json:"plan"`
 }
 
 // app holds the ctoken helpers the tools use.
@@ -69,8 +69,9 @@ type app struct {
 
 // newApp builds the helpers from one keyring: cursors signed for session,
 // request states encrypted and bound to caller and tool. A fleet gives every
-// instance the same keys and session.
-func newApp(keys *ctoken.Keyring, session []byte, who ctokenmcp.CallerFunc) (*app, error) {
+// instance the same keys and session. Rejections are logged to log (nil:
+// discarded) with their reason, never the token.
+func newApp(keys *ctoken.Keyring, session []byte, who ctokenmcp.CallerFunc, log *slog.Logger) (*app, error) {
 	issuer, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: keys, Session: session})
 	if err != nil {
 		return nil, err
@@ -84,11 +85,11 @@ func newApp(keys *ctoken.Keyring, session []byte, who ctokenmcp.CallerFunc) (*ap
 	if err != nil {
 		return nil, err
 	}
-	cursors, err := ctokenmcp.NewCursors(issuer, &ctokenmcp.CursorOptions{Caller: who})
+	cursors, err := ctokenmcp.NewCursors(issuer, &ctokenmcp.CursorOptions{Caller: who, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	states, err := ctokenmcp.NewStates(codec, &ctokenmcp.StateOptions{Caller: who})
+	states, err := ctokenmcp.NewStates(codec, &ctokenmcp.StateOptions{Caller: who, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +142,7 @@ func (a *app) deploy(ctx context.Context, req *mcp.CallToolRequest, in DeployIn)
 		}
 		// Round one: work out the plan, seal it, and ask the user.
 		plan := fmt.Sprintf("roll %s to %s on 3 instances", in.Service, in.Version)
-		state, err := ctokenmcp.SealJSON(ctx, a.states, req, deployState{Plan: plan, AskedAt: time.Now().Unix()})
+		state, err := ctokenmcp.SealJSON(ctx, a.states, req, deployState{Plan: plan})
 		if err != nil {
 			return nil, DeployOut{}, err
 		}

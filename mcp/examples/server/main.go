@@ -27,10 +27,12 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"time"
 
 	"github.com/ctoken/ctoken"
@@ -76,11 +78,12 @@ func main() {
 	}
 	// A fixed session lets every instance of a fleet accept each other's
 	// cursors; rotate it to revoke all outstanding cursors at once.
-	a, err := newApp(keys, []byte("example-fleet-1"), ctokenmcp.TokenUserID)
-	if err != nil {
-		log.Fatal(err)
-	}
+	session := []byte("example-fleet-1")
 	if *listen != "" {
+		a, err := newApp(keys, session, ctokenmcp.TokenUserID, slog.Default())
+		if err != nil {
+			log.Fatal(err)
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
 		srv := &http.Server{Addr: *listen, Handler: handler(a), ReadHeaderTimeout: 10 * time.Second}
@@ -91,9 +94,47 @@ func main() {
 		}
 		return
 	}
-	if err := demo(context.Background(), a, os.Stdout); err != nil {
+	out := &syncWriter{w: os.Stdout}
+	a, err := newApp(keys, session, ctokenmcp.TokenUserID, demoLogger(out))
+	if err != nil {
 		log.Fatal(err)
 	}
+	if err := demo(context.Background(), a, out); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// syncWriter serialises the writes of the demo's client and of the server's
+// logger, which run on different goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// demoLogger prints the server's rejection records in the demo's output:
+// "  [server log] message key=value ...", without time or level.
+func demoLogger(w io.Writer) *slog.Logger { return slog.New(&lineHandler{w: w}) }
+
+type lineHandler struct{ w io.Writer }
+
+func (h *lineHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *lineHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *lineHandler) WithGroup(string) slog.Handler            { return h }
+
+func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
+	line := "  [server log] " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += fmt.Sprintf(" %s=%q", a.Key, a.Value.String())
+		return true
+	})
+	_, err := fmt.Fprintln(h.w, line)
+	return err
 }
 
 // bearer adds an Authorization header to every request.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,13 +13,13 @@ import (
 	ctokenmcp "github.com/ctoken/ctoken/mcp"
 )
 
-func testApp(t *testing.T) *app {
+func testApp(t *testing.T, w io.Writer) *app {
 	t.Helper()
 	kr, err := ctoken.NewKeyring(ctoken.RandomKey())
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := newApp(kr, []byte("test-fleet"), ctokenmcp.TokenUserID)
+	a, err := newApp(kr, []byte("test-fleet"), ctokenmcp.TokenUserID, demoLogger(w))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,11 +29,12 @@ func testApp(t *testing.T) *app {
 // TestDemo runs the whole example against a loopback server with bearer
 // authentication and checks every step's outcome.
 func TestDemo(t *testing.T) {
-	var out bytes.Buffer
-	if err := demo(context.Background(), testApp(t), &out); err != nil {
-		t.Fatalf("demo: %v\n%s", err, out.String())
+	var buf bytes.Buffer
+	out := &syncWriter{w: &buf}
+	if err := demo(context.Background(), testApp(t, out), out); err != nil {
+		t.Fatalf("demo: %v\n%s", err, buf.String())
 	}
-	lines := strings.Split(out.String(), "\n")
+	lines := strings.Split(buf.String(), "\n")
 	outcome := map[string]string{} // step -> result line
 	for i, l := range lines {
 		if strings.HasPrefix(l, "      -> ") && i > 0 {
@@ -56,17 +58,35 @@ func TestDemo(t *testing.T) {
 	} {
 		got, ok := outcome[step]
 		if !ok {
-			t.Errorf("step %q missing from output:\n%s", step, out.String())
+			t.Errorf("step %q missing from output:\n%s", step, buf.String())
 			continue
 		}
 		if !strings.HasPrefix(got, want) {
 			t.Errorf("step %q: got %q, want prefix %q", step, got, want)
 		}
 	}
+	// The server logs why it refused each token, and the client never sees
+	// it; no token reaches the log.
+	for _, reason := range []string{
+		`cursor rejected tool="search" reason="wrong caller"`,
+		`cursor rejected tool="search" reason="wrong arguments"`,
+		`cursor rejected tool="search" reason="mac mismatch"`,
+		`request state rejected tool="deploy" reason="arguments differ from the sealed call"`,
+		`request state rejected tool="deploy" reason="decryption failed`,
+	} {
+		if !strings.Contains(buf.String(), "  [server log] ctokenmcp: "+reason) {
+			t.Errorf("log lacks %q", reason)
+		}
+	}
+	for _, l := range lines {
+		if strings.Contains(l, "[server log]") && (strings.Contains(l, "v1e.") || strings.Contains(l, "pwE")) {
+			t.Errorf("a token reached the log: %q", l)
+		}
+	}
 }
 
 func TestEndpointRequiresBearerToken(t *testing.T) {
-	srv := httptest.NewServer(handler(testApp(t)))
+	srv := httptest.NewServer(handler(testApp(t, io.Discard)))
 	defer srv.Close()
 	for _, token := range []string{"", "mallory-token"} {
 		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
