@@ -656,3 +656,84 @@ func TestFuzzSeedCorporaPresent(t *testing.T) {
 		}
 	}
 }
+
+// respellings returns other spellings of the base64url text at tok[start:]
+// that a lenient decoder maps to the same bytes: CR and LF inserted (which
+// encoding/base64 skips even in Strict mode), padding, and set unused
+// trailing bits.
+func respellings(tok string, start int) map[string]string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	mid := start + (len(tok)-start)/2
+	out := map[string]string{
+		"line feed inside":       tok[:mid] + "\n" + tok[mid:],
+		"CR LF at the end":       tok + "\r\n",
+		"line feed at the start": tok[:start] + "\n" + tok[start:],
+	}
+	if r := (len(tok) - start) % 4; r != 0 {
+		out["padding"] = tok + strings.Repeat("=", 4-r)
+		i := strings.IndexByte(alphabet, tok[len(tok)-1])
+		out["unused trailing bits set"] = tok[:len(tok)-1] + string(alphabet[i|1])
+	}
+	return out
+}
+
+// TestTokensHaveOneSpelling checks that no token type accepts a second
+// spelling of an authentic token.
+func TestTokensHaveOneSpelling(t *testing.T) {
+	iss := fuzzCursorIssuer(t)
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	codecs := fuzzCodecs(t)
+	ot, err := NewOneTimeIssuer(OneTimeConfig{Keys: vecKeyring(t, vecKey), Now: fixedClock(vecNow)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type kind struct {
+		name   string
+		token  func(n int) string // an authentic token; n varies its length
+		start  int                // where the base64url text starts
+		verify func(string) error
+	}
+	kinds := []kind{
+		{"cursor", func(n int) string {
+			tok, err := iss.Issue(CursorPayload{CursorScope: scope, State: seqBytes(0, n)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}, 0, func(s string) error { _, err := iss.Verify(s, scope); return err }},
+		{"one-time token", func(n int) string {
+			tok, err := ot.Mint(map[string]string{"k": strings.Repeat("v", n)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}, len(oneTimePrefix), func(s string) error { _, err := ot.verify(s); return err }}, // verify: Redeem would consume it
+	}
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		c := codecs[[2]uint8{uint8(mode), uint8(BindSubject)}]
+		start := len(signedPrefix)
+		if mode == Encrypted {
+			start = len(encryptedPrefix)
+		}
+		kinds = append(kinds, kind{modeNames[mode] + " request state", func(n int) string {
+			w, err := c.Encode(strings.Repeat("x", n), "alice", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}, start, func(s string) error { _, err := c.Decode(s, "alice", ""); return err }})
+	}
+	for _, k := range kinds {
+		for n := range 3 { // three lengths: every base64 remainder
+			tok := k.token(n)
+			if err := k.verify(tok); err != nil {
+				t.Fatalf("%s: authentic token refused: %v", k.name, err)
+			}
+			for what, alt := range respellings(tok, k.start) {
+				if err := k.verify(alt); err == nil {
+					t.Errorf("%s (%d bytes): accepted with %s", k.name, n, what)
+				}
+			}
+		}
+	}
+}

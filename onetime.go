@@ -198,8 +198,11 @@ func (o *OneTimeIssuer) verify(token string) (oneTimeToken, error) {
 	if len(token) < len(oneTimePrefix) || token[:len(oneTimePrefix)] != oneTimePrefix {
 		return t, reject(ErrOneTimeInvalid, "unknown format")
 	}
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(token[len(oneTimePrefix):])
-	if err != nil {
+	body := token[len(oneTimePrefix):]
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(body)
+	// The length check refuses the CR and LF that encoding/base64 skips
+	// even in Strict mode, so every token has one spelling.
+	if err != nil || base64.RawURLEncoding.EncodedLen(len(raw)) != len(body) {
 		return t, reject(ErrOneTimeInvalid, "bad base64")
 	}
 	if len(raw) < oneTimeFixedLen+sha256.Size {
