@@ -1,0 +1,415 @@
+package ctoken
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// ErrArgsInvalid reports arguments that are not valid I-JSON (RFC 7493):
+// malformed JSON, duplicate object keys, invalid UTF-8 or lone surrogates,
+// numbers outside IEEE 754 double range, or nesting deeper than
+// MaxJSONDepth.
+var ErrArgsInvalid = errors.New("ctoken: arguments are not valid JSON")
+
+// MaxJSONDepth caps the nesting of arrays and objects CanonicalJSON accepts.
+const MaxJSONDepth = 256
+
+// ArgsFingerprint returns the SHA-256 of the RFC 8785 (JCS) canonical JSON of
+// args. A []byte or json.RawMessage is taken as JSON text; anything else is
+// marshalled with encoding/json first. Key order, white space, string
+// escapes and number spelling never change the result; invalid JSON is
+// ErrArgsInvalid.
+func ArgsFingerprint(args any) (Fingerprint, error) {
+	var text []byte
+	switch v := args.(type) {
+	case []byte:
+		text = v
+	case json.RawMessage:
+		text = v
+	default:
+		var err error
+		if text, err = json.Marshal(args); err != nil {
+			return Fingerprint{}, errors.Join(ErrArgsInvalid, err)
+		}
+	}
+	canon, err := CanonicalJSON(text)
+	if err != nil {
+		return Fingerprint{}, err
+	}
+	return sha256.Sum256(canon), nil
+}
+
+// CanonicalJSON returns the RFC 8785 (JCS) canonical form of the JSON text:
+// no insignificant white space, object members sorted by the UTF-16 code
+// units of their names, strings with only the mandatory escapes, and numbers
+// in ECMAScript's shortest round-trip form (1.0e2 is 100, -0.0 is 0). Input
+// that is not I-JSON is ErrArgsInvalid. Like every JCS implementation it
+// reads numbers as IEEE 754 doubles, so integers beyond 2^53 lose precision:
+// send such values as strings.
+func CanonicalJSON(text []byte) ([]byte, error) {
+	p := jcsParser{in: text}
+	p.skipSpace()
+	out, err := p.value(make([]byte, 0, len(text)), 0)
+	if err != nil {
+		return nil, err
+	}
+	p.skipSpace()
+	if p.pos != len(p.in) {
+		return nil, ErrArgsInvalid
+	}
+	return out, nil
+}
+
+type jcsParser struct {
+	in  []byte
+	pos int
+}
+
+func (p *jcsParser) skipSpace() {
+	for p.pos < len(p.in) {
+		switch p.in[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jcsParser) literal(out []byte, lit string) ([]byte, error) {
+	if len(p.in)-p.pos < len(lit) || string(p.in[p.pos:p.pos+len(lit)]) != lit {
+		return nil, ErrArgsInvalid
+	}
+	p.pos += len(lit)
+	return append(out, lit...), nil
+}
+
+// value appends the canonical form of the value at p.pos to out.
+func (p *jcsParser) value(out []byte, depth int) ([]byte, error) {
+	if p.pos >= len(p.in) {
+		return nil, ErrArgsInvalid
+	}
+	switch c := p.in[p.pos]; {
+	case c == '{':
+		return p.object(out, depth+1)
+	case c == '[':
+		return p.array(out, depth+1)
+	case c == '"':
+		s, err := p.string()
+		if err != nil {
+			return nil, err
+		}
+		return appendJCSString(out, s), nil
+	case c == 't':
+		return p.literal(out, "true")
+	case c == 'f':
+		return p.literal(out, "false")
+	case c == 'n':
+		return p.literal(out, "null")
+	case c == '-' || ('0' <= c && c <= '9'):
+		return p.number(out)
+	}
+	return nil, ErrArgsInvalid
+}
+
+func (p *jcsParser) array(out []byte, depth int) ([]byte, error) {
+	if depth > MaxJSONDepth {
+		return nil, ErrArgsInvalid
+	}
+	p.pos++ // '['
+	out = append(out, '[')
+	p.skipSpace()
+	if p.pos < len(p.in) && p.in[p.pos] == ']' {
+		p.pos++
+		return append(out, ']'), nil
+	}
+	for {
+		var err error
+		if out, err = p.value(out, depth); err != nil {
+			return nil, err
+		}
+		p.skipSpace()
+		if p.pos >= len(p.in) {
+			return nil, ErrArgsInvalid
+		}
+		switch p.in[p.pos] {
+		case ',':
+			p.pos++
+			p.skipSpace()
+			out = append(out, ',')
+		case ']':
+			p.pos++
+			return append(out, ']'), nil
+		default:
+			return nil, ErrArgsInvalid
+		}
+	}
+}
+
+type jcsMember struct {
+	name  string
+	key   []uint16
+	value []byte
+}
+
+func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
+	if depth > MaxJSONDepth {
+		return nil, ErrArgsInvalid
+	}
+	p.pos++ // '{'
+	p.skipSpace()
+	var members []jcsMember
+	if p.pos < len(p.in) && p.in[p.pos] == '}' {
+		p.pos++
+		return append(out, '{', '}'), nil
+	}
+	for {
+		if p.pos >= len(p.in) || p.in[p.pos] != '"' {
+			return nil, ErrArgsInvalid
+		}
+		name, err := p.string()
+		if err != nil {
+			return nil, err
+		}
+		p.skipSpace()
+		if p.pos >= len(p.in) || p.in[p.pos] != ':' {
+			return nil, ErrArgsInvalid
+		}
+		p.pos++
+		p.skipSpace()
+		v, err := p.value(nil, depth)
+		if err != nil {
+			return nil, err
+		}
+		members = append(members, jcsMember{name: name, key: utf16.Encode([]rune(name)), value: v})
+		p.skipSpace()
+		if p.pos >= len(p.in) {
+			return nil, ErrArgsInvalid
+		}
+		if p.in[p.pos] == ',' {
+			p.pos++
+			p.skipSpace()
+			continue
+		}
+		if p.in[p.pos] != '}' {
+			return nil, ErrArgsInvalid
+		}
+		p.pos++
+		break
+	}
+	slices.SortFunc(members, func(a, b jcsMember) int { return slices.Compare(a.key, b.key) })
+	out = append(out, '{')
+	for i, m := range members {
+		if i > 0 {
+			if m.name == members[i-1].name {
+				return nil, ErrArgsInvalid // duplicate key
+			}
+			out = append(out, ',')
+		}
+		out = appendJCSString(out, m.name)
+		out = append(out, ':')
+		out = append(out, m.value...)
+	}
+	return append(out, '}'), nil
+}
+
+// string parses the JSON string at p.pos and returns its value.
+func (p *jcsParser) string() (string, error) {
+	p.pos++ // opening quote
+	var s []byte
+	for {
+		if p.pos >= len(p.in) {
+			return "", ErrArgsInvalid
+		}
+		c := p.in[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			return string(s), nil
+		case c == '\\':
+			r, err := p.escape()
+			if err != nil {
+				return "", err
+			}
+			s = utf8.AppendRune(s, r)
+		case c < 0x20:
+			return "", ErrArgsInvalid
+		case c < utf8.RuneSelf:
+			s = append(s, c)
+			p.pos++
+		default:
+			r, size := utf8.DecodeRune(p.in[p.pos:])
+			if r == utf8.RuneError && size == 1 {
+				return "", ErrArgsInvalid
+			}
+			s = append(s, p.in[p.pos:p.pos+size]...)
+			p.pos += size
+		}
+	}
+}
+
+// escape parses the escape sequence at p.pos, joining surrogate pairs.
+func (p *jcsParser) escape() (rune, error) {
+	if p.pos+1 >= len(p.in) {
+		return 0, ErrArgsInvalid
+	}
+	c := p.in[p.pos+1]
+	p.pos += 2
+	switch c {
+	case '"', '\\', '/':
+		return rune(c), nil
+	case 'b':
+		return '\b', nil
+	case 'f':
+		return '\f', nil
+	case 'n':
+		return '\n', nil
+	case 'r':
+		return '\r', nil
+	case 't':
+		return '\t', nil
+	case 'u':
+		r, ok := p.hex4()
+		if !ok {
+			return 0, ErrArgsInvalid
+		}
+		if !utf16.IsSurrogate(r) {
+			return r, nil
+		}
+		if r >= 0xDC00 || p.pos+1 >= len(p.in) || p.in[p.pos] != '\\' || p.in[p.pos+1] != 'u' {
+			return 0, ErrArgsInvalid // lone surrogate
+		}
+		p.pos += 2
+		lo, ok := p.hex4()
+		if !ok {
+			return 0, ErrArgsInvalid
+		}
+		if r = utf16.DecodeRune(r, lo); r == utf8.RuneError {
+			return 0, ErrArgsInvalid
+		}
+		return r, nil
+	}
+	return 0, ErrArgsInvalid
+}
+
+func (p *jcsParser) hex4() (rune, bool) {
+	if len(p.in)-p.pos < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range p.in[p.pos : p.pos+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	p.pos += 4
+	return r, true
+}
+
+// number parses a JSON number and appends its ECMAScript form.
+func (p *jcsParser) number(out []byte) ([]byte, error) {
+	start := p.pos
+	in := p.in
+	digits := func() int {
+		n := 0
+		for p.pos < len(in) && '0' <= in[p.pos] && in[p.pos] <= '9' {
+			p.pos++
+			n++
+		}
+		return n
+	}
+	if in[p.pos] == '-' {
+		p.pos++
+	}
+	if p.pos < len(in) && in[p.pos] == '0' {
+		p.pos++
+	} else if digits() == 0 {
+		return nil, ErrArgsInvalid
+	}
+	if p.pos < len(in) && in[p.pos] == '.' {
+		p.pos++
+		if digits() == 0 {
+			return nil, ErrArgsInvalid
+		}
+	}
+	if p.pos < len(in) && (in[p.pos] == 'e' || in[p.pos] == 'E') {
+		p.pos++
+		if p.pos < len(in) && (in[p.pos] == '+' || in[p.pos] == '-') {
+			p.pos++
+		}
+		if digits() == 0 {
+			return nil, ErrArgsInvalid
+		}
+	}
+	f, err := strconv.ParseFloat(string(in[start:p.pos]), 64)
+	if err != nil || math.IsInf(f, 0) {
+		return nil, ErrArgsInvalid
+	}
+	return appendES6Number(out, f), nil
+}
+
+// appendES6Number appends f as ECMAScript's Number.prototype.toString does,
+// which is what RFC 8785 requires.
+func appendES6Number(out []byte, f float64) []byte {
+	if f == 0 {
+		return append(out, '0') // also -0
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs < 1e-6 || abs >= 1e21 {
+		format = 'e'
+	}
+	out = strconv.AppendFloat(out, f, format, -1, 64)
+	if format == 'e' {
+		// Go writes e-07 and e+07 where ECMAScript writes e-7 and e+7.
+		n := len(out)
+		if n >= 4 && out[n-4] == 'e' && out[n-2] == '0' {
+			out[n-2] = out[n-1]
+			out = out[:n-1]
+		}
+	}
+	return out
+}
+
+// appendJCSString appends s as a JSON string with only the escapes RFC 8785
+// mandates.
+func appendJCSString(out []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	out = append(out, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch c {
+		case '"', '\\':
+			out = append(out, '\\', c)
+		case '\b':
+			out = append(out, '\\', 'b')
+		case '\f':
+			out = append(out, '\\', 'f')
+		case '\n':
+			out = append(out, '\\', 'n')
+		case '\r':
+			out = append(out, '\\', 'r')
+		case '\t':
+			out = append(out, '\\', 't')
+		default:
+			if c < 0x20 {
+				out = append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			} else {
+				out = append(out, c)
+			}
+		}
+	}
+	return append(out, '"')
+}
