@@ -79,8 +79,9 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Store is a ctoken.ReplayStore backed by Redis. It is safe for concurrent
-// use; its fields are fixed at construction.
+// Store is a ctoken.ReplayStore backed by Redis. It also has a Release
+// method (the optional ctoken.ReplayReleaser of the webhook middleware). It
+// is safe for concurrent use; its settings are fixed at construction.
 type Store struct {
 	client  Client
 	prefix  string
@@ -136,8 +137,7 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	case len(id) > MaxIDBytes:
 		return false, fmt.Errorf("%w: id longer than %d bytes", ErrInvalidClaim, MaxIDBytes)
 	}
-	// Round up to a whole millisecond so the key never outlives until by
-	// less, nor expires before it.
+	// Round up to a whole millisecond so the key never expires before until.
 	ms := until.UnixMilli()
 	if until.After(time.UnixMilli(ms)) {
 		ms++
@@ -145,6 +145,46 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if until.IsZero() || ms <= s.now().UnixMilli() {
 		return false, fmt.Errorf("%w: until is not in the future", ErrInvalidClaim)
 	}
+	v, err := s.do(ctx, "SET", s.prefix+id, "1", "NX", "PXAT", strconv.FormatInt(ms, 10))
+	switch {
+	case errors.Is(err, redis.Nil): // NX refused: the key is live, the ID was claimed
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	if v, ok := v.(string); ok && v == "OK" {
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: unexpected reply to SET NX", ErrUnavailable)
+}
+
+// Release forgets the claim of id, so the next Claim of id is first again.
+// It is for a caller that claimed id and then failed to act on it (a webhook
+// handler that errored, so the sender's retry must be processed); one-time
+// tokens must never be released. Releasing an ID that is not claimed is not
+// an error. Release deletes the key whoever claimed it, so release only IDs
+// you claimed, before their until. Errors match ErrUnavailable or, for an
+// empty or oversize id, ErrInvalidClaim; the claim then stays in force.
+func (s *Store) Release(ctx context.Context, id string) error {
+	if id == "" || len(id) > MaxIDBytes {
+		return fmt.Errorf("%w: empty or oversize id", ErrInvalidClaim)
+	}
+	v, err := s.do(ctx, "DEL", s.prefix+id)
+	if err != nil {
+		return err
+	}
+	if _, ok := v.(int64); !ok {
+		return fmt.Errorf("%w: unexpected reply to DEL", ErrUnavailable)
+	}
+	return nil
+}
+
+// do runs one command within the store's deadline. It returns when the
+// deadline passes even if the client is still waiting, so a hung Redis
+// cannot hold the caller past it. Errors other than redis.Nil are wrapped in
+// ErrUnavailable, together with the context error when the deadline or a
+// cancellation ended the call.
+func (s *Store) do(ctx context.Context, args ...any) (any, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -154,37 +194,31 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 		defer cancel()
 	}
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-
 	type result struct {
 		val any
 		err error
 	}
 	done := make(chan result, 1) // buffered: the sender never blocks
-	key := s.prefix + id
 	go func() {
-		v, err := s.client.Do(ctx, "SET", key, "1", "NX", "PXAT", strconv.FormatInt(ms, 10)).Result()
+		v, err := s.client.Do(ctx, args...).Result()
 		done <- result{v, err}
 	}()
 	var r result
 	select {
 	case r = <-done:
 	case <-ctx.Done():
-		return false, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
-
 	switch {
-	case errors.Is(r.err, redis.Nil): // NX refused: the key is live, the ID was claimed
-		return false, nil
-	case r.err != nil:
-		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(r.err, ctxErr) {
-			return false, fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, r.err)
-		}
-		return false, fmt.Errorf("%w: %w", ErrUnavailable, r.err)
+	case r.err == nil:
+		return r.val, nil
+	case errors.Is(r.err, redis.Nil):
+		return nil, r.err
 	}
-	if v, ok := r.val.(string); ok && v == "OK" {
-		return true, nil
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(r.err, ctxErr) {
+		return nil, fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, r.err)
 	}
-	return false, fmt.Errorf("%w: unexpected reply to SET NX", ErrUnavailable)
+	return nil, fmt.Errorf("%w: %w", ErrUnavailable, r.err)
 }
