@@ -1,0 +1,525 @@
+package ctoken
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var testScope = CursorScope{
+	ToolID:   "search_issues",
+	CallerID: "user:42",
+	Args:     Fingerprint{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32},
+}
+
+func newTestIssuer(t testing.TB, cfg CursorConfig) *CursorIssuer {
+	t.Helper()
+	if cfg.Keys == nil {
+		cfg.Keys = mustKeyring(t, fixedKey(1))
+	}
+	i, err := NewCursorIssuer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+func mustIssue(t testing.TB, i *CursorIssuer, p CursorPayload) string {
+	t.Helper()
+	c, err := i.Issue(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestCursorRoundTrip(t *testing.T) {
+	clock := newTestClock()
+	i := newTestIssuer(t, CursorConfig{Now: clock.Now})
+	in := CursorPayload{CursorScope: testScope, Page: 7, State: []byte("offset=140"), IssuedAt: time.Unix(1, 0)}
+	c := mustIssue(t, i, in)
+	if len(c) > MaxCursorBytes {
+		t.Fatalf("cursor is %d bytes", len(c))
+	}
+	got, err := i.Verify(c, testScope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CursorScope != testScope || got.Page != 7 || string(got.State) != "offset=140" {
+		t.Fatalf("payload = %+v", got)
+	}
+	if !got.IssuedAt.Equal(clock.Now()) {
+		t.Fatalf("IssuedAt = %v, want the issuer's clock %v", got.IssuedAt, clock.Now())
+	}
+}
+
+func TestCursorVerifyWithoutArgsBinding(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	unbound := CursorScope{ToolID: "list", CallerID: "u"}
+	c := mustIssue(t, i, CursorPayload{CursorScope: unbound})
+	if _, err := i.Verify(c, unbound); err != nil {
+		t.Fatalf("unbound cursor, unbound want: %v", err)
+	}
+	// A zero want.Args skips the comparison, even for a bound cursor.
+	bound := mustIssue(t, i, CursorPayload{CursorScope: CursorScope{ToolID: "list", CallerID: "u", Args: testScope.Args}})
+	if p, err := i.Verify(bound, unbound); err != nil || p.Args != testScope.Args {
+		t.Fatalf("bound cursor, unbound want: %v %v", p.Args, err)
+	}
+	// An unbound cursor never satisfies a non-zero want.Args.
+	_, err := i.Verify(c, CursorScope{ToolID: "list", CallerID: "u", Args: testScope.Args})
+	wantErr(t, err, ErrCursorInvalid)
+}
+
+func TestCursorVerifyRejectsWrongScope(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	c := mustIssue(t, i, CursorPayload{CursorScope: testScope})
+	otherArgs := testScope.Args
+	otherArgs[31] ^= 1
+	cases := map[string]CursorScope{
+		"tool":        {ToolID: "search_prs", CallerID: testScope.CallerID, Args: testScope.Args},
+		"caller":      {ToolID: testScope.ToolID, CallerID: "user:43", Args: testScope.Args},
+		"args":        {ToolID: testScope.ToolID, CallerID: testScope.CallerID, Args: otherArgs},
+		"empty tool":  {CallerID: testScope.CallerID},
+		"caller case": {ToolID: testScope.ToolID, CallerID: "USER:42"},
+	}
+	for name, want := range cases {
+		t.Run(name, func(t *testing.T) {
+			p, err := i.Verify(c, want)
+			wantErr(t, err, ErrCursorInvalid)
+			if !isZeroPayload(p) {
+				t.Fatalf("rejected verify returned data: %+v", p)
+			}
+			if Reason(err) == "" {
+				t.Fatal("no reason for the log")
+			}
+		})
+	}
+}
+
+func isZeroPayload(p CursorPayload) bool {
+	return p.CursorScope == (CursorScope{}) && p.Page == 0 && p.State == nil && p.IssuedAt.IsZero()
+}
+
+func TestCursorVerifyRejectsEveryBitFlip(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	c := mustIssue(t, i, CursorPayload{CursorScope: testScope, Page: 3, State: []byte{0xAA, 0xBB}})
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for bit := 0; bit < len(raw)*8; bit++ {
+		mut := bytes.Clone(raw)
+		mut[bit/8] ^= 1 << (bit % 8)
+		p, err := i.Verify(base64.RawURLEncoding.EncodeToString(mut), testScope)
+		if err == nil {
+			t.Fatalf("bit %d flipped: accepted", bit)
+		}
+		// A flip inside the session bytes parses as another session: it is
+		// classified as expired, which is still a refusal.
+		if !errors.Is(err, ErrCursorInvalid) && !errors.Is(err, ErrCursorExpired) {
+			t.Fatalf("bit %d: unexpected error %v", bit, err)
+		}
+		if !isZeroPayload(p) {
+			t.Fatalf("bit %d: rejected verify returned data", bit)
+		}
+	}
+}
+
+func TestCursorVerifyRejectsEveryTruncation(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	c := mustIssue(t, i, CursorPayload{CursorScope: testScope, State: []byte("s")})
+	for n := 0; n < len(c); n++ {
+		_, err := i.Verify(c[:n], testScope)
+		wantErr(t, err, ErrCursorInvalid)
+	}
+	// Extensions are refused too.
+	for _, suffix := range []string{"A", "AA", "AAAA", "=", "."} {
+		_, err := i.Verify(c+suffix, testScope)
+		wantErr(t, err, ErrCursorInvalid)
+	}
+}
+
+func TestCursorVerifyRejectsMalformedText(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	c := mustIssue(t, i, CursorPayload{CursorScope: testScope})
+	raw, _ := base64.RawURLEncoding.DecodeString(c)
+	cases := map[string]string{
+		"empty":            "",
+		"padded":           base64.URLEncoding.EncodeToString(raw),
+		"std alphabet":     base64.RawStdEncoding.EncodeToString(append(raw, 0xfb, 0xff)),
+		"white space":      c[:10] + " " + c[10:],
+		"not base64":       "!!!!",
+		"only mac":         base64.RawURLEncoding.EncodeToString(raw[len(raw)-32:]),
+		"oversize garbage": strings.Repeat("A", MaxCursorBytes+1),
+	}
+	for name, in := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := i.Verify(in, testScope)
+			wantErr(t, err, ErrCursorInvalid)
+		})
+	}
+}
+
+func TestCursorVerifyRejectsNonCanonicalBase64(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	var c string
+	// Find a cursor whose last character carries unused bits.
+	for page := uint32(0); ; page++ {
+		c = mustIssue(t, i, CursorPayload{CursorScope: testScope, Page: page})
+		if len(c)%4 != 0 {
+			break
+		}
+	}
+	last := strings.IndexByte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", c[len(c)-1])
+	alt := c[:len(c)-1] + string("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[last|1])
+	if alt == c {
+		alt = c[:len(c)-1] + string("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[last|2])
+	}
+	a, _ := base64.RawURLEncoding.DecodeString(alt)
+	b, _ := base64.RawURLEncoding.DecodeString(c)
+	if !bytes.Equal(a, b) {
+		t.Fatal("test setup: alternate spelling decodes differently under lax base64")
+	}
+	_, err := i.Verify(alt, testScope)
+	wantErr(t, err, ErrCursorInvalid)
+}
+
+func TestCursorVerifyRefusesHugeInputWithoutAllocating(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	huge := strings.Repeat("A", 64<<20)
+	var err error
+	allocs := testing.AllocsPerRun(10, func() { _, err = i.Verify(huge, testScope) })
+	wantErr(t, err, ErrCursorInvalid)
+	if allocs != 0 {
+		t.Fatalf("refusing a 64 MiB cursor allocated %v times", allocs)
+	}
+}
+
+func TestCursorVerifyRejectsRestartedServer(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(1))
+	before := newTestIssuer(t, CursorConfig{Keys: kr})
+	c := mustIssue(t, before, CursorPayload{CursorScope: testScope})
+	after := newTestIssuer(t, CursorConfig{Keys: kr}) // new random session
+	if bytes.Equal(before.Session(), after.Session()) {
+		t.Fatal("two issuers minted the same random session")
+	}
+	_, err := after.Verify(c, testScope)
+	wantErr(t, err, ErrCursorExpired)
+	if ErrorCode(err) != CodeCursorExpired {
+		t.Fatalf("code = %d", ErrorCode(err))
+	}
+}
+
+func TestCursorVerifyClassifiesEphemeralRestartAsExpired(t *testing.T) {
+	// A restart with a fresh random key and session: the MAC cannot match,
+	// but the cursor names another session, so the client is told to start
+	// over rather than that it forged something.
+	before := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, RandomKey())})
+	c := mustIssue(t, before, CursorPayload{CursorScope: testScope})
+	after := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, RandomKey())})
+	p, err := after.Verify(c, testScope)
+	wantErr(t, err, ErrCursorExpired)
+	if !isZeroPayload(p) {
+		t.Fatal("unauthenticated cursor returned data")
+	}
+	// The same forged body naming our own session stays invalid.
+	same := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, RandomKey()), Session: before.Session()})
+	_, err = same.Verify(c, testScope)
+	wantErr(t, err, ErrCursorInvalid)
+}
+
+func TestCursorVerifyRejectsForeignSession(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(1))
+	a := newTestIssuer(t, CursorConfig{Keys: kr, Session: []byte("fleet-2026-11")})
+	b := newTestIssuer(t, CursorConfig{Keys: kr, Session: []byte("fleet-2026-12")})
+	_, err := b.Verify(mustIssue(t, a, CursorPayload{CursorScope: testScope}), testScope)
+	wantErr(t, err, ErrCursorExpired)
+}
+
+func TestCursorFleetSharesKeysAndSession(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(1))
+	session := []byte("fleet-session")
+	fleet := []*CursorIssuer{
+		newTestIssuer(t, CursorConfig{Keys: kr, Session: session}),
+		newTestIssuer(t, CursorConfig{Keys: kr, Session: session}),
+		newTestIssuer(t, CursorConfig{Keys: kr, Session: session}),
+	}
+	for a := range fleet {
+		c := mustIssue(t, fleet[a], CursorPayload{CursorScope: testScope, Page: uint32(a)})
+		for b := range fleet {
+			p, err := fleet[b].Verify(c, testScope)
+			if err != nil || p.Page != uint32(a) {
+				t.Fatalf("instance %d refused instance %d's cursor: %v", b, a, err)
+			}
+		}
+	}
+}
+
+func TestCursorTTL(t *testing.T) {
+	clock := newTestClock()
+	i := newTestIssuer(t, CursorConfig{Now: clock.Now, TTL: time.Minute})
+	c := mustIssue(t, i, CursorPayload{CursorScope: testScope})
+	clock.Advance(time.Minute)
+	if _, err := i.Verify(c, testScope); err != nil {
+		t.Fatalf("at exactly TTL: %v", err)
+	}
+	clock.Advance(time.Second)
+	_, err := i.Verify(c, testScope)
+	wantErr(t, err, ErrCursorExpired)
+}
+
+func TestCursorDefaultTTL(t *testing.T) {
+	clock := newTestClock()
+	i := newTestIssuer(t, CursorConfig{Now: clock.Now})
+	c := mustIssue(t, i, CursorPayload{CursorScope: testScope})
+	clock.Advance(DefaultCursorTTL)
+	if _, err := i.Verify(c, testScope); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	_, err := i.Verify(c, testScope)
+	wantErr(t, err, ErrCursorExpired)
+}
+
+func TestCursorNegativeTTLMeansNoAgeLimit(t *testing.T) {
+	clock := newTestClock()
+	i := newTestIssuer(t, CursorConfig{Now: clock.Now, TTL: -1})
+	c := mustIssue(t, i, CursorPayload{CursorScope: testScope})
+	clock.Advance(10 * 365 * 24 * time.Hour)
+	if _, err := i.Verify(c, testScope); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCursorVerifyRejectsIssuedInTheFuture(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(1))
+	session := []byte("s")
+	verifierClock := newTestClock()
+	verifier := newTestIssuer(t, CursorConfig{Keys: kr, Session: session, Now: verifierClock.Now})
+	for _, c := range []struct {
+		ahead time.Duration
+		ok    bool
+	}{{0, true}, {60 * time.Second, true}, {61 * time.Second, false}, {time.Hour, false}} {
+		issuerClock := newTestClock()
+		issuerClock.Advance(c.ahead)
+		issuer := newTestIssuer(t, CursorConfig{Keys: kr, Session: session, Now: issuerClock.Now})
+		_, err := verifier.Verify(mustIssue(t, issuer, CursorPayload{CursorScope: testScope}), testScope)
+		if c.ok && err != nil {
+			t.Fatalf("%v ahead: %v", c.ahead, err)
+		}
+		if !c.ok {
+			wantErr(t, err, ErrCursorInvalid)
+		}
+	}
+}
+
+func TestCursorKeyRotation(t *testing.T) {
+	oldKey, newKey := fixedKey(1), fixedKey(2)
+	session := []byte("s")
+	before := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, oldKey), Session: session})
+	after := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, newKey, oldKey), Session: session})
+	retired := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, newKey), Session: session})
+
+	old := mustIssue(t, before, CursorPayload{CursorScope: testScope, Page: 1})
+	if p, err := after.Verify(old, testScope); err != nil || p.Page != 1 {
+		t.Fatalf("previous key no longer verifies: %v", err)
+	}
+	fresh := mustIssue(t, after, CursorPayload{CursorScope: testScope, Page: 2})
+	if _, err := retired.Verify(fresh, testScope); err != nil {
+		t.Fatalf("primary did not sign: %v", err)
+	}
+	_, err := before.Verify(fresh, testScope)
+	wantErr(t, err, ErrCursorInvalid) // signed with the new key only
+	_, err = retired.Verify(old, testScope)
+	wantErr(t, err, ErrCursorInvalid) // old key dropped from the ring
+}
+
+func TestCursorIssueEnforcesCaps(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	max := CursorPayload{CursorScope: CursorScope{ToolID: "t", CallerID: "c"}, State: make([]byte, MaxOpaqueStateBytes)}
+	c, err := i.Issue(max)
+	if err != nil || len(c) > MaxCursorBytes {
+		t.Fatalf("state at the cap: len=%d err=%v", len(c), err)
+	}
+	max.State = make([]byte, MaxOpaqueStateBytes+1)
+	_, err = i.Issue(max)
+	wantErr(t, err, ErrOpaqueStateTooLarge)
+
+	long := CursorPayload{CursorScope: CursorScope{ToolID: strings.Repeat("t", 200), CallerID: "c"}, State: make([]byte, MaxOpaqueStateBytes)}
+	_, err = i.Issue(long)
+	wantErr(t, err, ErrCursorTooLarge)
+}
+
+func TestCursorIssueRejectsInvalidUTF8IDs(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	if _, err := i.Issue(CursorPayload{CursorScope: CursorScope{ToolID: "\xff"}}); err == nil {
+		t.Fatal("invalid UTF-8 tool ID issued")
+	}
+	if _, err := i.Issue(CursorPayload{CursorScope: CursorScope{CallerID: "a\xc0"}}); err == nil {
+		t.Fatal("invalid UTF-8 caller ID issued")
+	}
+}
+
+func TestCursorFixedFieldsAreCompact(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	c := mustIssue(t, i, CursorPayload{CursorScope: CursorScope{Args: testScope.Args}, Page: 1 << 20})
+	raw, _ := base64.RawURLEncoding.DecodeString(c)
+	// Map header, version, empty tool and caller, args, a large page,
+	// issued-at and session: the payload around the variable fields.
+	if body := len(raw) - 32; body > 80 {
+		t.Fatalf("fixed fields cost %d bytes, want at most 80", body)
+	}
+}
+
+func TestCursorWireFormat(t *testing.T) {
+	// The token is base64url(CBOR || HMAC-SHA256(HKDF(key, label), CBOR)),
+	// recomputed here with the standard library alone.
+	key := fixedKey(1)
+	clock := newTestClock()
+	i := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, key), Session: []byte{0xAB}, Now: clock.Now})
+	c := mustIssue(t, i, CursorPayload{CursorScope: CursorScope{ToolID: "t", CallerID: "u"}, Page: 2, State: []byte{9}})
+	raw, _ := base64.RawURLEncoding.DecodeString(c)
+	body := raw[:len(raw)-32]
+	want := []byte{
+		0xA7,       // map(7): no args
+		0x01, 0x01, // 1: version 1
+		0x02, 0x61, 't', // 2: tool
+		0x03, 0x61, 'u', // 3: caller
+		0x05, 0x02, // 5: page
+		0x06, 0x1A, 0x65, 0x53, 0xF1, 0x00, // 6: issued-at 1700000000
+		0x07, 0x41, 0xAB, // 7: session
+		0x08, 0x41, 0x09, // 8: state
+	}
+	if !bytes.Equal(body, want) {
+		t.Fatalf("CBOR body\n got %x\nwant %x", body, want)
+	}
+	mac := hmac.New(sha256.New, DeriveKey(key, "ctoken.cursor hmac-sha256 key"))
+	mac.Write(body)
+	if !hmac.Equal(mac.Sum(nil), raw[len(raw)-32:]) {
+		t.Fatal("MAC is not HMAC-SHA256 under the derived cursor key")
+	}
+}
+
+func TestCursorErrorsNeverContainTheToken(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	other := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, fixedKey(2))})
+	c := mustIssue(t, other, CursorPayload{CursorScope: testScope})
+	for _, in := range []string{c, c[:20], c + "x", "secret-looking-token"} {
+		_, err := i.Verify(in, testScope)
+		if err == nil || strings.Contains(err.Error(), in) || strings.Contains(err.Error(), testScope.CallerID) {
+			t.Fatalf("error %q echoes its input", err)
+		}
+	}
+}
+
+func TestNewCursorIssuerValidatesConfig(t *testing.T) {
+	_, err := NewCursorIssuer(CursorConfig{})
+	wantErr(t, err, ErrNoKey)
+	if _, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, fixedKey(1)), Session: make([]byte, MaxSessionBytes+1)}); err == nil {
+		t.Fatal("oversize session accepted")
+	}
+}
+
+func TestCursorSessionIsACopy(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{Session: []byte("abc")})
+	i.Session()[0] = 'x'
+	if string(i.Session()) != "abc" {
+		t.Fatal("Session exposes internal state")
+	}
+	if len(newTestIssuer(t, CursorConfig{}).Session()) != 8 {
+		t.Fatal("random session is not 8 bytes")
+	}
+}
+
+func TestErrorCode(t *testing.T) {
+	cases := []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{ErrCursorExpired, CodeCursorExpired},
+		{ErrCursorInvalid, CodeCursorInvalid},
+		{errCursorMAC, CodeCursorInvalid},
+		{errCursorAge, CodeCursorExpired},
+		{ErrStateInvalid, 0},
+		{errors.New("other"), 0},
+	}
+	for _, c := range cases {
+		if got := ErrorCode(c.err); got != c.want {
+			t.Errorf("ErrorCode(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+type pageState struct {
+	Offset int    `cbor:"1,keyasint"`
+	Filter string `cbor:"2,keyasint"`
+}
+
+func TestCursorTypedState(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	c, err := IssueState(i, testScope, 4, pageState{Offset: 120, Filter: "open"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, p, err := VerifyState[pageState](i, c, testScope)
+	if err != nil || st != (pageState{Offset: 120, Filter: "open"}) || p.Page != 4 {
+		t.Fatalf("state=%+v page=%d err=%v", st, p.Page, err)
+	}
+	// A different type does not silently decode.
+	type other struct {
+		Name []int `cbor:"9,keyasint"`
+	}
+	o, p, err := VerifyState[other](i, c, testScope)
+	wantErr(t, err, ErrCursorInvalid)
+	if o.Name != nil || !isZeroPayload(p) {
+		t.Fatal("failed typed verify returned data")
+	}
+	// Scope is still enforced.
+	_, _, err = VerifyState[pageState](i, c, CursorScope{ToolID: "x"})
+	wantErr(t, err, ErrCursorInvalid)
+	// Oversize typed state is refused at issue.
+	_, err = IssueState(i, testScope, 0, make([]byte, MaxOpaqueStateBytes))
+	wantErr(t, err, ErrOpaqueStateTooLarge)
+}
+
+func TestCursorConcurrentIssueAndVerify(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, fixedKey(1), fixedKey(2))})
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			scope := testScope
+			scope.CallerID = strings.Repeat("x", g)
+			for n := 0; n < 300; n++ {
+				c, err := i.Issue(CursorPayload{CursorScope: scope, Page: uint32(n)})
+				if err != nil {
+					errs <- err
+					return
+				}
+				p, err := i.Verify(c, scope)
+				if err != nil || p.Page != uint32(n) {
+					errs <- errors.Join(errors.New("round trip failed"), err)
+					return
+				}
+				if _, err := i.Verify(c, testScope); g != 0 && err == nil {
+					errs <- errors.New("foreign caller accepted")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}

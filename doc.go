@@ -1,0 +1,69 @@
+// Package ctoken issues and verifies signed continuation tokens: the opaque
+// strings a server hands a client ("here is page 2", "here is where we
+// were") and must be able to trust when the untrusted client echoes them
+// back.
+//
+// It has two token types:
+//
+//   - [CursorIssuer]: stateless HMAC-SHA256 pagination cursors over compact
+//     CBOR, at most [MaxCursorBytes], bound to a tool, a caller, an
+//     arguments fingerprint ([ArgsFingerprint]) and a server session, with a
+//     TTL and key rotation.
+//   - [RequestStateCodec]: signed ("v1.") or AES-256-GCM encrypted ("v1e.")
+//     MCP multi-round-trip requestState envelopes bound to the authenticated
+//     subject (and tool), with expiry, wire-compatible with the reference D
+//     implementation.
+//
+// Keys come from a [Keyring]: a primary key that seals new tokens and
+// previous keys that still open old ones. Every use derives its own subkey
+// with HKDF-SHA256 (salt: 32 zero bytes, 32-byte output, info: a label), so
+// one operator secret serves all of them.
+//
+// Every type is safe for concurrent use. Verification compares MACs and
+// bind tags in constant time, checks length caps before decoding, decodes
+// strictly, never panics, and never returns partial data. Errors match the
+// package's sentinels with [errors.Is]; [Reason] gives a log-safe word on
+// which check failed. No error text contains a key or the token.
+//
+// A token proves that this server issued it and that it was not changed. It
+// does not authorize anything: re-check the caller's access on every
+// request.
+//
+// # Cursor wire format
+//
+//	cursor = base64url_nopad( body || HMAC-SHA256(K, body) )
+//	K      = HKDF-SHA256(key, salt = 32 zero bytes, info = "ctoken.cursor hmac-sha256 key", 32)
+//	body   = CBOR map, Core Deterministic Encoding (RFC 8949 §4.2.1):
+//	  1: version        unsigned, 1
+//	  2: tool ID        text string
+//	  3: caller ID      text string
+//	  4: args           byte string, 32 bytes (omitted when not bound)
+//	  5: page           unsigned
+//	  6: issued at      integer, Unix seconds
+//	  7: server session byte string
+//	  8: opaque state   byte string (omitted when empty)
+//
+// Base64 is strict: padding, white space and non-zero unused trailing bits
+// are refused, so each token has exactly one spelling. Verification runs:
+// length cap, base64, MAC against each key of the ring, strict CBOR decode
+// (no duplicate or unknown keys, no indefinite lengths, no tags, valid
+// UTF-8, no trailing bytes), session, age, scope.
+//
+// # Request state wire format
+//
+//	aesKey, bindKey, payloadKey = HKDF-SHA256(key, salt = 32 zero bytes, 32, info =
+//	    "mcp.requestState aes-256-gcm key" | "mcp.requestState bind-hmac key" |
+//	    "mcp.requestState payload-hmac key")
+//	bind      = hex(HMAC-SHA256(bindKey, material)), lowercase
+//	material  = subject                  (BindSubject)
+//	          | subject + "\x00" + tool  (BindSubjectAndTool)
+//	          | ""                       (BindNone, or an empty subject)
+//	payload   = {"s":<state as a JSON string>,"exp":<Unix seconds>,"b":<bind>}
+//	signed    = "v1."  + base64url_nopad(payload) + "." + base64url_nopad(HMAC-SHA256(payloadKey, payload))
+//	encrypted = "v1e." + base64url_nopad(nonce12 || AES-256-GCM(aesKey, nonce12, payload, aad = bind))
+//
+// The encoder writes the payload's members in that order with no white
+// space and escapes only what JSON requires; the decoder accepts any member
+// order and white space but requires exactly these three members. A state
+// is expired when exp < now.
+package ctoken

@@ -1,0 +1,515 @@
+package ctoken
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// refSubkey derives a subkey exactly as SPEC §4 states, independently of
+// the package's own helpers.
+func refSubkey(t testing.TB, key []byte, label string) []byte {
+	t.Helper()
+	k, err := hkdf.Key(sha256.New, key, make([]byte, 32), label, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func refHMAC(key []byte, msg string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(msg))
+	return m.Sum(nil)
+}
+
+func refBindTag(t testing.TB, key []byte, material string) string {
+	return hex.EncodeToString(refHMAC(refSubkey(t, key, "mcp.requestState bind-hmac key"), material))
+}
+
+func refSigned(t testing.TB, key []byte, payload string) string {
+	mac := refHMAC(refSubkey(t, key, "mcp.requestState payload-hmac key"), payload)
+	return "v1." + base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(mac)
+}
+
+func refGCM(t testing.TB, key []byte) cipher.AEAD {
+	block, err := aes.NewCipher(refSubkey(t, key, "mcp.requestState aes-256-gcm key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func refEncrypted(t testing.TB, key []byte, nonce []byte, payload, bindTag string) string {
+	sealed := refGCM(t, key).Seal(append([]byte(nil), nonce...), nonce, []byte(payload), []byte(bindTag))
+	return "v1e." + base64.RawURLEncoding.EncodeToString(sealed)
+}
+
+func newTestCodec(t testing.TB, sec RequestStateSecurity) *RequestStateCodec {
+	t.Helper()
+	c, err := NewRequestStateCodec(sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+const testState = `{"step":2,"note":"a\"b\\c\n\u0001 é 😀 </script> & /"}`
+
+func TestStateSignedMatchesReferenceEncoding(t *testing.T) {
+	key := fixedKey(3)
+	clock := newTestClock()
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Now: clock.Now})
+	got, err := c.Encode(testState, "alice", "ignored-for-BindSubject")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := json.Marshal(testState) // the state as a JSON string
+	js = []byte(strings.NewReplacer(`\u003c`, "<", `\u003e`, ">", `\u0026`, "&").Replace(string(js)))
+	exp := clock.Now().Add(5 * time.Minute).Unix()
+	payload := fmt.Sprintf(`{"s":%s,"exp":%d,"b":"%s"}`, js, exp, refBindTag(t, key, "alice"))
+	if want := refSigned(t, key, payload); got != want {
+		t.Fatalf("signed state differs from the reference encoding\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestStateDecodesReferenceEncodings(t *testing.T) {
+	key := fixedKey(3)
+	clock := newTestClock()
+	exp := clock.Now().Unix() + 60
+	cases := []struct {
+		name    string
+		binding RequestStateBinding
+		subject string
+		tool    string
+		// material the reference binds to
+		material string
+	}{
+		{"subject", BindSubject, "alice", "tools/call\x00search", "alice"},
+		{"subject and tool", BindSubjectAndTool, "alice", "tools/call\x00search", "alice\x00tools/call\x00search"},
+		{"none", BindNone, "alice", "tools/call\x00search", ""},
+		{"empty subject", BindSubjectAndTool, "", "tools/call\x00search", ""},
+	}
+	for _, tc := range cases {
+		tag := refBindTag(t, key, tc.material)
+		// Member order and white space of other encoders are accepted.
+		payload := fmt.Sprintf(`{ "b": "%s", "exp": %d, "s": "x\u00e9\ud83d\ude00\/" }`, tag, exp)
+		t.Run(tc.name+"/signed", func(t *testing.T) {
+			c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Binding: tc.binding, Now: clock.Now})
+			s, err := c.Decode(refSigned(t, key, payload), tc.subject, tc.tool)
+			if err != nil || s != "xé😀/" {
+				t.Fatalf("s=%q err=%v", s, err)
+			}
+		})
+		t.Run(tc.name+"/encrypted", func(t *testing.T) {
+			c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Mode: Encrypted, Binding: tc.binding, Now: clock.Now})
+			nonce := []byte("twelve bytes")
+			s, err := c.Decode(refEncrypted(t, key, nonce, payload, tag), tc.subject, tc.tool)
+			if err != nil || s != "xé😀/" {
+				t.Fatalf("s=%q err=%v", s, err)
+			}
+		})
+	}
+}
+
+func TestStateEncryptedOpensWithReferenceGCM(t *testing.T) {
+	key := fixedKey(4)
+	clock := newTestClock()
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Mode: Encrypted, Binding: BindSubjectAndTool, Now: clock.Now})
+	tool := MCPTarget("tools/call", "deploy")
+	wire, err := c.Encode("secret plan", "bob", tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(wire, "v1e.") {
+		t.Fatalf("prefix: %q", wire[:4])
+	}
+	if strings.Contains(wire, "secret") {
+		t.Fatal("plaintext visible")
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(wire[4:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := refBindTag(t, key, "bob\x00tools/call\x00deploy")
+	pt, err := refGCM(t, key).Open(nil, raw[:12], raw[12:], []byte(tag))
+	if err != nil {
+		t.Fatalf("reference GCM cannot open the state: %v", err)
+	}
+	want := fmt.Sprintf(`{"s":"secret plan","exp":%d,"b":"%s"}`, clock.Now().Add(5*time.Minute).Unix(), tag)
+	if string(pt) != want {
+		t.Fatalf("payload\n got %s\nwant %s", pt, want)
+	}
+	// Fresh nonce every time.
+	again, _ := c.Encode("secret plan", "bob", tool)
+	if again == wire {
+		t.Fatal("two encryptions are identical: nonce reuse")
+	}
+}
+
+func TestStateRoundTripBothModes(t *testing.T) {
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		for _, binding := range []RequestStateBinding{BindSubject, BindSubjectAndTool, BindNone} {
+			t.Run(fmt.Sprint(mode, binding), func(t *testing.T) {
+				c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(5)), Mode: mode, Binding: binding})
+				for _, s := range []string{"", testState, strings.Repeat("z", 4000), "\x00\x7f\u2028"} {
+					wire, err := c.Encode(s, "alice", "t1")
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := c.Decode(wire, "alice", "t1")
+					if err != nil || got != s {
+						t.Fatalf("round trip of %q: got %q, %v", s, got, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestStateBinding(t *testing.T) {
+	cases := []struct {
+		binding       RequestStateBinding
+		subject, tool string
+		ok            bool
+	}{
+		{BindSubject, "alice", "t1", true},
+		{BindSubject, "alice", "t2", true}, // tool not bound
+		{BindSubject, "mallory", "t1", false},
+		{BindSubject, "", "t1", false},
+		{BindSubjectAndTool, "alice", "t1", true},
+		{BindSubjectAndTool, "alice", "t2", false},
+		{BindSubjectAndTool, "mallory", "t1", false},
+		{BindSubjectAndTool, "alice\x00t", "1", false}, // no ambiguity across the separator in practice: different material
+		{BindNone, "mallory", "t2", true},
+		{BindNone, "", "", true},
+	}
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%d/%d/%q/%q", mode, tc.binding, tc.subject, tc.tool), func(t *testing.T) {
+				c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(6)), Mode: mode, Binding: tc.binding})
+				wire, err := c.Encode("state", "alice", "t1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := c.Decode(wire, tc.subject, tc.tool)
+				if tc.ok && (err != nil || s != "state") {
+					t.Fatalf("refused: %v", err)
+				}
+				if !tc.ok {
+					wantErr(t, err, ErrStateInvalid)
+					if s != "" {
+						t.Fatal("refused decode returned state")
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestStateEmptySubjectBindsToNothing(t *testing.T) {
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(6)), Binding: BindSubjectAndTool})
+	wire, err := c.Encode("anon", "", "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := c.Decode(wire, "", "another tool"); err != nil || s != "anon" {
+		t.Fatalf("empty subject: %q %v", s, err)
+	}
+	_, err = c.Decode(wire, "alice", "t1")
+	wantErr(t, err, ErrStateInvalid)
+}
+
+func TestStateExpiry(t *testing.T) {
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		clock := newTestClock()
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(7)), Mode: mode, TTL: time.Minute, Now: clock.Now})
+		wire, _ := c.Encode("s", "alice", "")
+		clock.Advance(time.Minute)
+		if _, err := c.Decode(wire, "alice", ""); err != nil {
+			t.Fatalf("at exp: %v", err)
+		}
+		clock.Advance(time.Second)
+		s, err := c.Decode(wire, "alice", "")
+		wantErr(t, err, ErrStateExpired)
+		if s != "" {
+			t.Fatal("expired decode returned state")
+		}
+		// Binding is checked before expiry: a foreign expired state is invalid.
+		_, err = c.Decode(wire, "mallory", "")
+		wantErr(t, err, ErrStateInvalid)
+	}
+}
+
+func TestStateRejectsTamperAtEveryPosition(t *testing.T) {
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(8)), Mode: mode})
+		wire, _ := c.Encode(`{"a":1}`, "alice", "")
+		for i := 0; i < len(wire); i++ {
+			for _, r := range []byte{'A', 'e', '_', '.', '0'} {
+				if wire[i] == r {
+					continue
+				}
+				mut := wire[:i] + string(r) + wire[i+1:]
+				s, err := c.Decode(mut, "alice", "")
+				if err == nil || s != "" {
+					t.Fatalf("mode %d: tamper at %d with %q accepted (%q)", mode, i, r, s)
+				}
+				wantErr(t, err, ErrStateInvalid)
+			}
+		}
+		for n := 0; n < len(wire); n++ {
+			_, err := c.Decode(wire[:n], "alice", "")
+			wantErr(t, err, ErrStateInvalid)
+		}
+	}
+}
+
+func TestStateRejectsGarbage(t *testing.T) {
+	key := fixedKey(9)
+	clock := newTestClock()
+	signed := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Now: clock.Now})
+	encrypted := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Mode: Encrypted, Now: clock.Now})
+	exp := clock.Now().Unix() + 60
+	tag := refBindTag(t, key, "alice")
+	// Payloads with a valid MAC that the strict parser must still refuse.
+	badPayloads := []string{
+		``,
+		`[]`,
+		`{"s":"x","exp":1}`,
+		fmt.Sprintf(`{"s":"x","exp":%d,"b":"%s","extra":1}`, exp, tag),
+		fmt.Sprintf(`{"s":"x","s":"y","exp":%d,"b":"%s"}`, exp, tag),
+		fmt.Sprintf(`{"s":1,"exp":%d,"b":"%s"}`, exp, tag),
+		fmt.Sprintf(`{"s":"x","exp":%d.5,"b":"%s"}`, exp, tag),
+		fmt.Sprintf(`{"s":"x","exp":"%d","b":"%s"}`, exp, tag),
+		fmt.Sprintf(`{"s":"x","exp":0%d,"b":"%s"}`, exp, tag),
+		fmt.Sprintf(`{"s":"x","exp":%d,"b":"%s"} x`, exp, tag),
+		fmt.Sprintf(`{"s":"\ud800","exp":%d,"b":"%s"}`, exp, tag),
+		fmt.Sprintf("{\"s\":\"\xff\",\"exp\":%d,\"b\":\"%s\"}", exp, tag),
+		fmt.Sprintf(`{"s":"x","exp":%d,"b":"%s",}`, exp, tag),
+		fmt.Sprintf(`{"s":"x","exp":99999999999999999999,"b":"%s"}`, tag),
+		fmt.Sprintf(`{"s":"x","exp":%d,"b":"%s"`, exp, tag),
+	}
+	for i, p := range badPayloads {
+		_, err := signed.Decode(refSigned(t, key, p), "alice", "")
+		wantErr(t, err, ErrStateInvalid)
+		_, err = encrypted.Decode(refEncrypted(t, key, []byte("nonce-nonce!"), p, tag), "alice", "")
+		if err == nil {
+			t.Fatalf("payload %d accepted", i)
+		}
+		wantErr(t, err, ErrStateInvalid)
+	}
+	wire, _ := signed.Encode("x", "alice", "")
+	garbage := []string{
+		"", "v1", "v1.", "v1..", "v1.e30", "v1.e30.", "v2." + wire[3:], "V1." + wire[3:],
+		"v1e.", "v1e.AAAA", "v1." + wire[3:] + ".x", strings.Replace(wire, ".", "..", 1),
+		"v1." + base64.StdEncoding.EncodeToString([]byte(`{"s":"x"}`)) + "." + strings.Repeat("A", 43),
+		"\x00\xff", strings.Repeat("v1.", 100),
+	}
+	for _, g := range garbage {
+		for _, c := range []*RequestStateCodec{signed, encrypted} {
+			s, err := c.Decode(g, "alice", "")
+			wantErr(t, err, ErrStateInvalid)
+			if s != "" {
+				t.Fatal("garbage returned state")
+			}
+		}
+	}
+}
+
+func TestStateModesDoNotCross(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(10))
+	signed := newTestCodec(t, RequestStateSecurity{Keys: kr})
+	encrypted := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: Encrypted})
+	s, _ := signed.Encode("x", "a", "")
+	e, _ := encrypted.Encode("x", "a", "")
+	_, err := encrypted.Decode(s, "a", "")
+	wantErr(t, err, ErrStateInvalid)
+	_, err = signed.Decode(e, "a", "")
+	wantErr(t, err, ErrStateInvalid)
+}
+
+func TestStateSizeCap(t *testing.T) {
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(11)), MaxBytes: 300})
+	_, err := c.Encode(strings.Repeat("a", 300), "alice", "")
+	wantErr(t, err, ErrStateTooLarge)
+	wire, err := c.Encode("small", "alice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(11))})
+	over, _ := big.Encode(strings.Repeat("a", 300), "alice", "")
+	_, err = c.Decode(over, "alice", "")
+	wantErr(t, err, ErrStateInvalid)
+	if Reason(err) != "over MaxBytes" {
+		t.Fatalf("reason = %q", Reason(err))
+	}
+	if _, err := c.Decode(wire, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	huge := "v1." + strings.Repeat("A", 64<<20)
+	allocs := testing.AllocsPerRun(5, func() { _, err = big.Decode(huge, "alice", "") })
+	wantErr(t, err, ErrStateInvalid)
+	if allocs != 0 {
+		t.Fatalf("refusing a 64 MiB state allocated %v times", allocs)
+	}
+}
+
+func TestStateKeyRotation(t *testing.T) {
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		oldKey, newKey := fixedKey(12), fixedKey(13)
+		before := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, oldKey), Mode: mode, Binding: BindSubjectAndTool})
+		after := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, newKey, oldKey), Mode: mode, Binding: BindSubjectAndTool})
+		retired := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, newKey), Mode: mode, Binding: BindSubjectAndTool})
+		old, _ := before.Encode("old", "alice", "t")
+		if s, err := after.Decode(old, "alice", "t"); err != nil || s != "old" {
+			t.Fatalf("mode %d: previous key: %q %v", mode, s, err)
+		}
+		// Binding is checked under the key that verified, so a rotated ring
+		// still refuses a foreign subject.
+		_, err := after.Decode(old, "mallory", "t")
+		wantErr(t, err, ErrStateInvalid)
+		fresh, _ := after.Encode("new", "alice", "t")
+		if s, err := retired.Decode(fresh, "alice", "t"); err != nil || s != "new" {
+			t.Fatalf("mode %d: primary did not seal: %v", mode, err)
+		}
+		_, err = retired.Decode(old, "alice", "t")
+		wantErr(t, err, ErrStateInvalid)
+	}
+}
+
+func TestStateEphemeralKeys(t *testing.T) {
+	a := newTestCodec(t, RequestStateSecurity{})
+	b := newTestCodec(t, RequestStateSecurity{})
+	if !a.Ephemeral() || !b.Ephemeral() {
+		t.Fatal("nil Keys must give an ephemeral codec")
+	}
+	if newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1))}).Ephemeral() {
+		t.Fatal("configured keys reported as ephemeral")
+	}
+	wire, _ := a.Encode("x", "alice", "")
+	if s, err := a.Decode(wire, "alice", ""); err != nil || s != "x" {
+		t.Fatal(err)
+	}
+	_, err := b.Decode(wire, "alice", "")
+	wantErr(t, err, ErrStateInvalid)
+}
+
+func TestStateEncodeRejectsInvalidUTF8(t *testing.T) {
+	c := newTestCodec(t, RequestStateSecurity{})
+	if _, err := c.Encode("\xff", "a", ""); err == nil {
+		t.Fatal("invalid UTF-8 state encoded")
+	}
+}
+
+func TestNewRequestStateCodecValidatesConfig(t *testing.T) {
+	for _, sec := range []RequestStateSecurity{
+		{Mode: 2}, {Binding: 3}, {TTL: -1}, {MaxBytes: -1},
+	} {
+		if _, err := NewRequestStateCodec(sec); err == nil {
+			t.Fatalf("%+v accepted", sec)
+		}
+	}
+}
+
+func TestStateErrorsNeverContainTheToken(t *testing.T) {
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(14))})
+	other := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(15))})
+	wire, _ := other.Encode("private", "alice", "")
+	_, err := c.Decode(wire, "alice", "")
+	if err == nil || strings.Contains(err.Error(), wire[4:20]) || strings.Contains(err.Error(), "alice") {
+		t.Fatalf("error %q echoes its input", err)
+	}
+}
+
+func TestStateTypedJSON(t *testing.T) {
+	type step struct {
+		Question string   `json:"q"`
+		Answers  []string `json:"a"`
+	}
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(16)), Mode: mode})
+		in := step{Question: "which repo?", Answers: []string{"ctoken"}}
+		wire, err := EncodeJSON(c, in, "alice", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := DecodeJSON[step](c, wire, "alice", "")
+		if err != nil || out.Question != in.Question || len(out.Answers) != 1 {
+			t.Fatalf("got %+v, %v", out, err)
+		}
+		out, err = DecodeJSON[step](c, wire, "mallory", "")
+		wantErr(t, err, ErrStateInvalid)
+		if out.Question != "" {
+			t.Fatal("failed decode returned data")
+		}
+		n, err := DecodeJSON[int](c, wire, "alice", "")
+		wantErr(t, err, ErrStateInvalid)
+		if n != 0 {
+			t.Fatal("mistyped decode returned data")
+		}
+	}
+	c := newTestCodec(t, RequestStateSecurity{})
+	if _, err := EncodeJSON(c, func() {}, "a", ""); err == nil {
+		t.Fatal("unencodable value accepted")
+	}
+}
+
+func TestMCPTarget(t *testing.T) {
+	if got := MCPTarget("tools/call", "search"); got != "tools/call\x00search" {
+		t.Fatalf("MCPTarget = %q", got)
+	}
+}
+
+func TestStateConcurrentEncodeDecode(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(17), fixedKey(18))
+	codecs := []*RequestStateCodec{
+		newTestCodec(t, RequestStateSecurity{Keys: kr}),
+		newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: Encrypted, Binding: BindSubjectAndTool}),
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := codecs[g%2]
+			subject := fmt.Sprint("user", g)
+			for n := 0; n < 200; n++ {
+				want := fmt.Sprint(g, ":", n)
+				wire, err := c.Encode(want, subject, "t")
+				if err != nil {
+					errs <- err
+					return
+				}
+				if got, err := c.Decode(wire, subject, "t"); err != nil || got != want {
+					errs <- fmt.Errorf("round trip: %q %v", got, err)
+					return
+				}
+				if _, err := c.Decode(wire, "other", "t"); err == nil {
+					errs <- fmt.Errorf("foreign subject accepted")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
