@@ -585,8 +585,9 @@ func TestFleetOneTimeTokenIsSingleUseAcrossInstances(t *testing.T) {
 // startRedis starts a redis-server of the test's own on a free loopback
 // port and returns its address and a function that kills it. It needs the
 // binary (CTOKEN_REDIS_SERVER, else redis-server on PATH): without it the
-// test is skipped, except under CI=true, where it fails.
-func startRedis(t *testing.T) (addr string, kill func()) {
+// test is skipped, except under CI=true, where it fails. extraArgs are
+// added to the server's command line.
+func startRedis(t *testing.T, extraArgs ...string) (addr string, kill func()) {
 	t.Helper()
 	bin := os.Getenv("CTOKEN_REDIS_SERVER")
 	if bin == "" {
@@ -602,8 +603,9 @@ func startRedis(t *testing.T) (addr string, kill func()) {
 		addr := closedAddr(t)
 		_, port, _ := net.SplitHostPort(addr)
 		var out bytes.Buffer
-		cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", port, "--save", "",
-			"--appendonly", "no", "--dir", t.TempDir(), "--protected-mode", "yes")
+		args := append([]string{"--bind", "127.0.0.1", "--port", port, "--save", "",
+			"--appendonly", "no", "--dir", t.TempDir(), "--protected-mode", "yes"}, extraArgs...)
+		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("starting %s: %v", bin, err)

@@ -517,3 +517,34 @@ func TestReleaseFailsWhenRedisDownOrOdd(t *testing.T) {
 		t.Fatalf("Release with a non-integer reply = %v, want ErrUnavailable", err)
 	}
 }
+
+// With maxmemory-policy noeviction (the setting docs/fleet.md asks for), a
+// full Redis refuses writes rather than evicting live claims, and the store
+// turns the refusal into ErrUnavailable.
+func TestClaimFailsClosedWhenRedisIsFull(t *testing.T) {
+	addr, _ := startRedis(t, "--maxmemory-policy", "noeviction")
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx := context.Background()
+	s, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); err != nil || !first {
+		t.Fatalf("claim with room: first = %v, err = %v", first, err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
+	if first || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("claim on a full Redis: first = %v, err = %v; want false, ErrUnavailable", first, err)
+	}
+	if !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("claim on a full Redis failed for another reason: %v", err)
+	}
+	// The live claim was not evicted to make room.
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); first {
+		t.Fatalf("replay of a live claim on a full Redis: first = true (err = %v)", err)
+	}
+}
