@@ -548,3 +548,11 @@ func TestClaimFailsClosedWhenRedisIsFull(t *testing.T) {
 		t.Fatalf("replay of a live claim on a full Redis: first = true (err = %v)", err)
 	}
 }
+
+// The client types the Client documentation names satisfy it.
+var (
+	_ Client = (*redis.Client)(nil)
+	_ Client = (*redis.ClusterClient)(nil)
+	_ Client = (*redis.Ring)(nil)
+	_ Client = redis.UniversalClient(nil)
+)
