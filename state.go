@@ -1,6 +1,7 @@
 package ctoken
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -76,6 +77,18 @@ type RequestStateSecurity struct {
 	MaxBytes int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Replay, if set, makes every state single-use: Decode accepts a given
+	// state at most once, recording it in Replay until it expires, and
+	// refuses it afterwards with ErrStateReplayed. Nil (the default) keeps
+	// states reusable until they expire. See DecodeContext.
+	//
+	// A state is identified by its authenticator: the MAC of a Signed state,
+	// the GCM nonce and tag of an Encrypted one. Signed encoding is
+	// deterministic, so two Encode calls with the same state, binding and
+	// expiry second yield the same wire string and count as one state; put a
+	// unique value (a step counter, a random ID) in the state, or use
+	// Encrypted, whose random nonce makes every encoding distinct.
+	Replay ReplayStore
 }
 
 // RequestStateCodec seals and opens MCP multi-round-trip requestState
@@ -89,6 +102,7 @@ type RequestStateCodec struct {
 	maxBytes  int
 	now       func() time.Time
 	ephemeral bool
+	replay    ReplayStore // nil: states are reusable
 
 	bind    macRing
 	payload macRing  // Signed
@@ -112,6 +126,7 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 		ttl:      sec.TTL,
 		maxBytes: sec.MaxBytes,
 		now:      sec.Now,
+		replay:   sec.Replay,
 	}
 	if c.ttl == 0 {
 		c.ttl = DefaultStateTTL
@@ -226,15 +241,27 @@ var (
 // expired, and returns the state. It tries every key of the ring. It is
 // fail-closed: on any error the state is "". Errors match ErrStateExpired
 // for an authentic state past its expiry and ErrStateInvalid for anything
-// else.
+// else (and, in single-use mode, ErrStateReplayed; see DecodeContext).
+// It is DecodeContext with context.Background().
 func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
+	return c.DecodeContext(context.Background(), wire, subject, tool)
+}
+
+// DecodeContext is Decode with a context for the replay store. In
+// single-use mode (RequestStateSecurity.Replay set), after every other check
+// has passed, the state is claimed in the store until its expiry: the first
+// decode of a state succeeds and every later or concurrent one fails with
+// ErrStateReplayed. A state refused for its binding or expiry is not
+// consumed. A store failure (for example ErrReplayStoreFull, or ctx's error)
+// is returned wrapped and the state is refused. Without Replay, ctx is unused.
+func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, tool string) (string, error) {
 	if len(wire) == 0 {
 		return "", errStateEmpty
 	}
 	if len(wire) > c.maxBytes {
 		return "", errStateOversize
 	}
-	var payload []byte
+	var payload, id []byte // id: the state's authenticator, its replay-store key
 	key := -1
 	switch {
 	case c.mode == Signed && strings.HasPrefix(wire, signedPrefix):
@@ -251,7 +278,7 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 		if m, err := b64.Decode(mac, []byte(macText)); err != nil || m != macSize {
 			return "", errStateBase64
 		}
-		payload = raw[:n]
+		payload, id = raw[:n], mac
 		if key = c.payload.verify(payload, mac); key < 0 {
 			return "", errStateMAC
 		}
@@ -269,6 +296,7 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 			pt, err := aead.Open(sealed[:0:0], nonce, sealed, c.bindTag(tag[:0], i, subject, tool))
 			if err == nil {
 				payload, key = pt, i
+				id = append(nonce[:gcmNonceSize:gcmNonceSize], sealed[len(sealed)-gcmTagSize:]...)
 				break
 			}
 		}
@@ -288,6 +316,11 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 	}
 	if exp < c.now().Unix() {
 		return "", errStateExpired
+	}
+	if c.replay != nil {
+		if err := c.claimOnce(ctx, id, exp); err != nil {
+			return "", err
+		}
 	}
 	return s, nil
 }

@@ -4,8 +4,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"log"
+	"os"
 	"strconv"
 
 	"github.com/ctoken/ctoken"
@@ -53,38 +56,45 @@ func refusal(err error) string {
 
 func main() {
 	log.SetFlags(0)
-	keys, ephemeral, err := ctoken.KeyringFromEnvOrRandom("CTOKEN_KEYS")
-	if err != nil {
+	if err := run(os.Stdout); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// run is the walk-through; it fails if any step behaves unexpectedly.
+func run(w io.Writer) error {
+	keys, ephemeral, err := ctoken.KeyringFromEnvOrRandom("CTOKEN_KEYS")
+	if err != nil {
+		return err
+	}
 	if ephemeral {
-		fmt.Println("CTOKEN_KEYS is unset: using a random key (tokens die with this process)")
+		fmt.Fprintln(w, "CTOKEN_KEYS is unset: using a random key (tokens die with this process)")
 	}
 	issuer, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: keys})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	caller, args := "user:42", []byte(`{"query":"is:open","sort":"created"}`)
 
-	fmt.Println("== 1. Paging through search_issues with signed cursors")
+	fmt.Fprintln(w, "== 1. Paging through search_issues with signed cursors")
 	var cursor, second string
 	for n := 1; ; n++ {
 		items, next, err := searchIssues(issuer, caller, args, cursor)
 		if err != nil {
-			log.Fatalf("page %d: %v", n, err)
+			return fmt.Errorf("page %d: %v", n, err)
 		}
-		fmt.Printf("page %d: %v\n", n, items)
+		fmt.Fprintf(w, "page %d: %v\n", n, items)
 		if n == 2 {
 			second = cursor
 		}
 		if next == "" {
 			break
 		}
-		fmt.Printf("  next cursor (%d bytes): %s\n", len(next), next)
+		fmt.Fprintf(w, "  next cursor (%d bytes): %s\n", len(next), next)
 		cursor = next
 	}
 
-	fmt.Println("\n== 2. A tampered cursor")
+	fmt.Fprintln(w, "\n== 2. A tampered cursor")
 	b := []byte(second)
 	mid := len(b) / 2 // change one character: the page number, say
 	if b[mid] == 'A' {
@@ -93,63 +103,64 @@ func main() {
 		b[mid] = 'A'
 	}
 	if _, _, err := searchIssues(issuer, caller, args, string(b)); err != nil {
-		fmt.Println(refusal(err))
+		fmt.Fprintln(w, refusal(err))
 	} else {
-		log.Fatal("tampered cursor accepted")
+		return errors.New("tampered cursor accepted")
 	}
 
-	fmt.Println("\n== 3. The same cursor from another caller")
+	fmt.Fprintln(w, "\n== 3. The same cursor from another caller")
 	if _, _, err := searchIssues(issuer, "user:666", args, second); err != nil {
-		fmt.Println(refusal(err))
+		fmt.Fprintln(w, refusal(err))
 	} else {
-		log.Fatal("foreign caller accepted")
+		return errors.New("foreign caller accepted")
 	}
 
-	fmt.Println("\n== 4. The same cursor with other arguments")
+	fmt.Fprintln(w, "\n== 4. The same cursor with other arguments")
 	if _, _, err := searchIssues(issuer, caller, []byte(`{"query":"is:closed"}`), second); err != nil {
-		fmt.Println(refusal(err))
+		fmt.Fprintln(w, refusal(err))
 	} else {
-		log.Fatal("other arguments accepted")
+		return errors.New("other arguments accepted")
 	}
 
-	fmt.Println("\n== 5. The same cursor after a server restart (new session)")
+	fmt.Fprintln(w, "\n== 5. The same cursor after a server restart (new session)")
 	restarted, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: keys})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	if _, _, err := searchIssues(restarted, caller, args, second); err != nil {
-		fmt.Println(refusal(err), "-> the client starts over")
+		fmt.Fprintln(w, refusal(err), "-> the client starts over")
 	} else {
-		log.Fatal("cursor from before the restart accepted")
+		return errors.New("cursor from before the restart accepted")
 	}
 
-	fmt.Println("\n== 6. MCP request state (multi round-trip)")
+	fmt.Fprintln(w, "\n== 6. MCP request state (multi round-trip)")
 	tool := ctoken.MCPTarget("tools/call", "deploy")
 	for _, mode := range []ctoken.RequestStateMode{ctoken.Signed, ctoken.Encrypted} {
 		codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
 			Keys: keys, Mode: mode, Binding: ctoken.BindSubjectAndTool,
 		})
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		name := map[ctoken.RequestStateMode]string{ctoken.Signed: "signed", ctoken.Encrypted: "encrypted"}[mode]
 		wire, err := codec.Encode(`{"step":2,"env":"staging"}`, "alice", tool)
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
-		fmt.Printf("%s state (%d bytes): %s\n", name, len(wire), shorten(wire))
+		fmt.Fprintf(w, "%s state (%d bytes): %s\n", name, len(wire), shorten(wire))
 		state, err := codec.Decode(wire, "alice", tool)
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
-		fmt.Printf("  decoded for alice: %s\n", state)
+		fmt.Fprintf(w, "  decoded for alice: %s\n", state)
 		if _, err := codec.Decode(wire, "mallory", tool); err != nil {
-			fmt.Printf("  mallory presenting it: refused (%s)\n", ctoken.Reason(err))
+			fmt.Fprintf(w, "  mallory presenting it: refused (%s)\n", ctoken.Reason(err))
 		} else {
-			log.Fatal("foreign subject accepted")
+			return errors.New("foreign subject accepted")
 		}
 	}
-	fmt.Println("\ndone")
+	fmt.Fprintln(w, "\ndone")
+	return nil
 }
 
 func shorten(s string) string {
