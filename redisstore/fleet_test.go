@@ -4,10 +4,9 @@ package redisstore
 // load balancer would see them: every instance builds its own CursorIssuer
 // and RequestStateCodec from the same keys and session read from the
 // environment, and a round-robin client sends each request to the next
-// instance. One-time tokens are single-use request states whose ID is
-// claimed in a shared Redis ReplayStore (ctoken's own one-time token API was
-// not on main when this test was written; the check is the same: a token
-// redeemed on one instance is refused on every other).
+// instance. Single-use things — ctoken.OneTimeIssuer tokens and single-use
+// request states — are redeemed through a Redis ReplayStore shared by the
+// fleet.
 
 import (
 	"bytes"
@@ -42,7 +41,7 @@ const (
 	fleetPageSize = 100
 	fleetPages    = fleetItems / fleetPageSize
 	oneTimeTTL    = time.Minute
-	oneTimeTool   = "onetime.redeem"
+	stateTool     = "state.redeem"
 	listTool      = "items.list"
 )
 
@@ -55,13 +54,14 @@ type listState struct {
 // at a reload after a key rotation).
 type fleetConfig struct {
 	cursors *ctoken.CursorIssuer
-	states  *ctoken.RequestStateCodec
+	onetime *ctoken.OneTimeIssuer
+	states  *ctoken.RequestStateCodec // single-use
 }
 
 // configFromEnv reads the keys and the session as a fleet instance does. A
 // missing session is an error: a per-instance random session would make
 // every instance refuse the others' cursors.
-func configFromEnv() (*fleetConfig, error) {
+func configFromEnv(replay ctoken.ReplayStore) (*fleetConfig, error) {
 	keys, err := ctoken.KeyringFromEnv(envFleetKeys)
 	if err != nil {
 		return nil, err
@@ -74,20 +74,24 @@ func configFromEnv() (*fleetConfig, error) {
 	if err != nil {
 		return nil, err
 	}
+	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, TTL: oneTimeTTL, Replay: replay})
+	if err != nil {
+		return nil, err
+	}
 	states, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
-		Keys: keys, Binding: ctoken.BindSubjectAndTool, TTL: oneTimeTTL,
+		Keys: keys, Binding: ctoken.BindSubjectAndTool, TTL: oneTimeTTL, Replay: replay,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &fleetConfig{cursors: cursors, states: states}, nil
+	return &fleetConfig{cursors: cursors, onetime: onetime, states: states}, nil
 }
 
 // instance is one server of the fleet.
 type instance struct {
 	name   string
 	cfg    atomic.Pointer[fleetConfig]
-	replay ctoken.ReplayStore // shared by the fleet; nil when the test needs none
+	replay ctoken.ReplayStore // shared by the fleet; nil (a private store) when the test needs none
 	srv    *httptest.Server
 	pages  atomic.Int64 // pages served since start
 }
@@ -155,9 +159,7 @@ func (in *instance) handler() http.Handler {
 		in.reply(w, http.StatusOK, resp)
 	})
 	mux.HandleFunc("POST /onetime/issue", func(w http.ResponseWriter, r *http.Request) {
-		id := make([]byte, 16)
-		rand.Read(id)
-		tok, err := in.cfg.Load().states.Encode(hex.EncodeToString(id), callerOf(r), oneTimeTool)
+		tok, err := in.cfg.Load().onetime.Mint(map[string]string{"caller": callerOf(r)})
 		if err != nil {
 			in.reply(w, http.StatusInternalServerError, fleetResp{Error: "issue failed"})
 			return
@@ -165,25 +167,53 @@ func (in *instance) handler() http.Handler {
 		in.reply(w, http.StatusOK, fleetResp{Token: tok})
 	})
 	mux.HandleFunc("POST /onetime/redeem", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, ctoken.MaxOneTimeTokenBytes+1))
+		if err != nil {
+			in.reply(w, http.StatusBadRequest, fleetResp{Error: "unreadable body"})
+			return
+		}
+		err = in.cfg.Load().onetime.Redeem(r.Context(), string(body), map[string]string{"caller": callerOf(r)})
+		switch {
+		case err == nil:
+			in.reply(w, http.StatusOK, fleetResp{})
+		case errors.Is(err, ctoken.ErrOneTimeRedeemed):
+			in.reply(w, http.StatusConflict, fleetResp{Error: "already redeemed"})
+		case errors.Is(err, ctoken.ErrOneTimeInvalid), errors.Is(err, ctoken.ErrOneTimeExpired),
+			errors.Is(err, ctoken.ErrOneTimeClaims):
+			in.reply(w, http.StatusBadRequest, fleetResp{Error: ctoken.Reason(err)})
+		default: // the replay store could not decide: fail closed
+			in.reply(w, http.StatusServiceUnavailable, fleetResp{Error: "replay store unavailable"})
+		}
+	})
+	mux.HandleFunc("POST /state/issue", func(w http.ResponseWriter, r *http.Request) {
+		// A signed state is deterministic: the same state for the same
+		// caller in the same second is the same token, and single-use mode
+		// would accept only one of them. A random flow ID keeps each distinct.
+		flow := make([]byte, 16)
+		rand.Read(flow)
+		tok, err := in.cfg.Load().states.Encode("flow "+hex.EncodeToString(flow)+": step 2 of 3", callerOf(r), stateTool)
+		if err != nil {
+			in.reply(w, http.StatusInternalServerError, fleetResp{Error: "issue failed"})
+			return
+		}
+		in.reply(w, http.StatusOK, fleetResp{Token: tok})
+	})
+	mux.HandleFunc("POST /state/redeem", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, ctoken.DefaultStateMaxBytes+1))
 		if err != nil {
 			in.reply(w, http.StatusBadRequest, fleetResp{Error: "unreadable body"})
 			return
 		}
-		id, err := in.cfg.Load().states.Decode(string(body), callerOf(r), oneTimeTool)
-		if err != nil {
-			in.reply(w, http.StatusBadRequest, fleetResp{Error: ctoken.Reason(err)})
-			return
-		}
-		// The state cannot outlive now + its TTL, so neither need the claim.
-		first, err := in.replay.Claim(r.Context(), "onetime:"+id, time.Now().Add(oneTimeTTL))
+		_, err = in.cfg.Load().states.DecodeContext(r.Context(), string(body), callerOf(r), stateTool)
 		switch {
-		case err != nil: // fail closed: never redeem what cannot be recorded
-			in.reply(w, http.StatusServiceUnavailable, fleetResp{Error: "replay store unavailable"})
-		case !first:
-			in.reply(w, http.StatusConflict, fleetResp{Error: "already redeemed"})
-		default:
+		case err == nil:
 			in.reply(w, http.StatusOK, fleetResp{})
+		case errors.Is(err, ctoken.ErrStateReplayed):
+			in.reply(w, http.StatusConflict, fleetResp{Error: "already used"})
+		case errors.Is(err, ctoken.ErrStateInvalid), errors.Is(err, ctoken.ErrStateExpired):
+			in.reply(w, http.StatusBadRequest, fleetResp{Error: ctoken.Reason(err)})
+		default: // the replay store could not decide: fail closed
+			in.reply(w, http.StatusServiceUnavailable, fleetResp{Error: "replay store unavailable"})
 		}
 	})
 	return mux
@@ -202,7 +232,7 @@ func newFleet(t *testing.T, n int, replay ctoken.ReplayStore) *fleet {
 	f := &fleet{t: t, client: &http.Client{Timeout: 10 * time.Second}}
 	for i := range n {
 		in := &instance{name: "i" + strconv.Itoa(i), replay: replay}
-		cfg, err := configFromEnv()
+		cfg, err := configFromEnv(replay)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +253,7 @@ func newFleet(t *testing.T, n int, replay ctoken.ReplayStore) *fleet {
 // rolling config reload does.
 func (f *fleet) reload(i int) {
 	f.t.Helper()
-	cfg, err := configFromEnv()
+	cfg, err := configFromEnv(f.instances[i].replay)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -241,7 +271,7 @@ func (f *fleet) restart(i int) {
 	if err != nil {
 		f.t.Fatalf("restart %s: %v", in.name, err)
 	}
-	cfg, err := configFromEnv()
+	cfg, err := configFromEnv(f.instances[i].replay)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -509,7 +539,7 @@ func TestFleetRestartWithNewSessionStartsOverCleanly(t *testing.T) {
 // newFleetStore is a Redis replay store with a prefix of its own.
 func newFleetStore(t *testing.T, addr string) *Store {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })
 	b := make([]byte, 8)
 	rand.Read(b)
@@ -520,65 +550,79 @@ func newFleetStore(t *testing.T, addr string) *Store {
 	return s
 }
 
-func (f *fleet) issueOneTime(i int, caller string) string {
+// singleUseKinds are the fleet's single-use endpoints: one-time tokens and
+// single-use request state.
+var singleUseKinds = []string{"onetime", "state"}
+
+// issueSingleUse mints a single-use token of kind on instance i.
+func (f *fleet) issueSingleUse(i int, kind, caller string) string {
 	f.t.Helper()
-	r := f.do(i, http.MethodPost, "/onetime/issue", caller, nil)
+	r := f.do(i, http.MethodPost, "/"+kind+"/issue", caller, nil)
 	if r.Status != http.StatusOK || r.Token == "" {
 		f.t.Fatalf("issue on %s: status %d", r.Instance, r.Status)
 	}
 	return r.Token
 }
 
-func TestFleetOneTimeTokenIsSingleUseAcrossInstances(t *testing.T) {
+func TestFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
 	f := newFleet(t, 3, newFleetStore(t, redisAddr(t)))
 
-	tok := f.issueOneTime(0, "alice")
-	// Bound to its subject: another caller cannot redeem (or burn) it.
-	if r := f.do(2, http.MethodPost, "/onetime/redeem", "mallory", []byte(tok)); r.Status != http.StatusBadRequest {
-		t.Fatalf("redeem by another caller: status %d, want 400", r.Status)
-	}
-	if r := f.do(1, http.MethodPost, "/onetime/redeem", "alice", []byte(tok)); r.Status != http.StatusOK {
-		t.Fatalf("first redeem on i1: status %d, want 200", r.Status)
-	}
-	for _, i := range []int{2, 0, 1} {
-		if r := f.do(i, http.MethodPost, "/onetime/redeem", "alice", []byte(tok)); r.Status != http.StatusConflict {
-			t.Fatalf("second redeem on %s: status %d, want 409", r.Instance, r.Status)
-		}
-	}
-
-	// Concurrent redeems of one token on every instance: exactly one wins.
-	for range 10 {
-		tok := f.issueOneTime(-1, "alice")
-		var wg sync.WaitGroup
-		statuses := make(chan int, 3*len(f.instances))
-		for range 3 {
-			for i := range f.instances {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					req, _ := http.NewRequest(http.MethodPost, f.instances[i].srv.URL+"/onetime/redeem", bytes.NewReader([]byte(tok)))
-					req.Header.Set("X-Caller", "alice")
-					res, err := f.client.Do(req)
-					if err != nil {
-						statuses <- -1
-						return
-					}
-					res.Body.Close()
-					statuses <- res.StatusCode
-				}()
+	for _, kind := range singleUseKinds {
+		t.Run(kind, func(t *testing.T) {
+			redeem := "/" + kind + "/redeem"
+			tok := f.issueSingleUse(0, kind, "alice")
+			// Bound to its caller: another caller can neither use nor burn it.
+			if r := f.do(2, http.MethodPost, redeem, "mallory", []byte(tok)); r.Status != http.StatusBadRequest {
+				t.Fatalf("redeem by another caller: status %d, want 400", r.Status)
 			}
-		}
-		wg.Wait()
-		close(statuses)
-		counts := map[int]int{}
-		for s := range statuses {
-			counts[s]++
-		}
-		if counts[http.StatusOK] != 1 || counts[http.StatusConflict] != 3*len(f.instances)-1 {
-			t.Fatalf("concurrent redeems: statuses %v, want one 200 and the rest 409", counts)
-		}
+			if r := f.do(1, http.MethodPost, redeem, "alice", []byte(tok)); r.Status != http.StatusOK {
+				t.Fatalf("first redeem on i1: status %d, want 200", r.Status)
+			}
+			for _, i := range []int{2, 0, 1} {
+				if r := f.do(i, http.MethodPost, redeem, "alice", []byte(tok)); r.Status != http.StatusConflict {
+					t.Fatalf("second redeem on %s: status %d, want 409", r.Instance, r.Status)
+				}
+			}
+
+			// Concurrent redeems of one token on every instance: exactly one wins.
+			for range 10 {
+				tok := f.issueSingleUse(-1, kind, "alice")
+				var wg sync.WaitGroup
+				statuses := make(chan int, 3*len(f.instances))
+				for range 3 {
+					for i := range f.instances {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							req, err := http.NewRequest(http.MethodPost, f.instances[i].srv.URL+redeem, bytes.NewReader([]byte(tok)))
+							if err != nil {
+								statuses <- -1
+								return
+							}
+							req.Header.Set("X-Caller", "alice")
+							res, err := f.client.Do(req)
+							if err != nil {
+								statuses <- -1
+								return
+							}
+							res.Body.Close()
+							statuses <- res.StatusCode
+						}()
+					}
+				}
+				wg.Wait()
+				close(statuses)
+				counts := map[int]int{}
+				for s := range statuses {
+					counts[s]++
+				}
+				if counts[http.StatusOK] != 1 || counts[http.StatusConflict] != 3*len(f.instances)-1 {
+					t.Fatalf("concurrent redeems: statuses %v, want one 200 and the rest 409", counts)
+				}
+			}
+		})
 	}
 }
 
@@ -653,19 +697,24 @@ func TestFleetRedeemsFailClosedWhenRedisDies(t *testing.T) {
 	t.Setenv(envFleetSession, "fleet-session-1")
 	f := newFleet(t, 3, newFleetStore(t, addr))
 
-	redeemed := f.issueOneTime(0, "alice")
-	fresh := f.issueOneTime(1, "alice")
-	if r := f.do(2, http.MethodPost, "/onetime/redeem", "alice", []byte(redeemed)); r.Status != http.StatusOK {
-		t.Fatalf("redeem with Redis up: status %d, want 200", r.Status)
+	redeemed, fresh := map[string]string{}, map[string]string{}
+	for _, kind := range singleUseKinds {
+		redeemed[kind] = f.issueSingleUse(0, kind, "alice")
+		fresh[kind] = f.issueSingleUse(1, kind, "alice")
+		if r := f.do(2, http.MethodPost, "/"+kind+"/redeem", "alice", []byte(redeemed[kind])); r.Status != http.StatusOK {
+			t.Fatalf("%s redeem with Redis up: status %d, want 200", kind, r.Status)
+		}
 	}
 
 	kill()
-	// No instance can decide, so none redeems: not the fresh token, and
-	// not the redeemed one (which it could no longer tell apart).
-	for i := range f.instances {
-		for name, tok := range map[string]string{"fresh": fresh, "redeemed": redeemed} {
-			if r := f.do(i, http.MethodPost, "/onetime/redeem", "alice", []byte(tok)); r.Status != http.StatusServiceUnavailable {
-				t.Fatalf("%s token on %s with Redis down: status %d, want 503", name, r.Instance, r.Status)
+	// No instance can decide, so none redeems: not a fresh token, and not a
+	// redeemed one (which it could no longer tell apart).
+	for _, kind := range singleUseKinds {
+		for i := range f.instances {
+			for name, tok := range map[string]string{"fresh": fresh[kind], "redeemed": redeemed[kind]} {
+				if r := f.do(i, http.MethodPost, "/"+kind+"/redeem", "alice", []byte(tok)); r.Status != http.StatusServiceUnavailable {
+					t.Fatalf("%s %s token on %s with Redis down: status %d, want 503", name, kind, r.Instance, r.Status)
+				}
 			}
 		}
 	}

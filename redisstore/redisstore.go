@@ -79,9 +79,10 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Store is a ctoken.ReplayStore backed by Redis. It also has a Release
-// method (the optional ctoken.ReplayReleaser of the webhook middleware). It
-// is safe for concurrent use; its settings are fixed at construction.
+// Store is a ctoken.ReplayStore backed by Redis. It also implements the
+// optional ctoken.ReplayReleaser (Release), which the webhook middleware uses
+// to let a sender's retry through after a failed delivery. It is safe for
+// concurrent use; its settings are fixed at construction.
 type Store struct {
 	client  Client
 	prefix  string
@@ -89,7 +90,10 @@ type Store struct {
 	now     func() time.Time
 }
 
-var _ ctoken.ReplayStore = (*Store)(nil)
+var (
+	_ ctoken.ReplayStore    = (*Store)(nil)
+	_ ctoken.ReplayReleaser = (*Store)(nil)
+)
 
 // New returns a Store that records claims through client. The client keeps
 // its own connection settings; the Store adds the per-claim deadline of

@@ -329,7 +329,7 @@ func silentServer(t *testing.T) string {
 }
 
 func TestClaimFailsClosedWhenRedisDown(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
 	defer c.Close()
 	s, err := New(c, Options{})
 	if err != nil {
@@ -496,7 +496,7 @@ func TestReleaseRejectsInvalidIDs(t *testing.T) {
 }
 
 func TestReleaseFailsWhenRedisDownOrOdd(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
 	defer c.Close()
 	s, err := New(c, Options{})
 	if err != nil {
