@@ -224,12 +224,17 @@ type fleet struct {
 	t         *testing.T
 	instances []*instance
 	client    *http.Client
-	next      atomic.Uint64
+	next      *atomic.Uint64 // round-robin position
+}
+
+// withT returns a view of f that reports failures to t (a subtest).
+func (f *fleet) withT(t *testing.T) *fleet {
+	return &fleet{t: t, instances: f.instances, client: f.client, next: f.next}
 }
 
 func newFleet(t *testing.T, n int, replay ctoken.ReplayStore) *fleet {
 	t.Helper()
-	f := &fleet{t: t, client: &http.Client{Timeout: 10 * time.Second}}
+	f := &fleet{t: t, client: &http.Client{Timeout: 10 * time.Second}, next: new(atomic.Uint64)}
 	for i := range n {
 		in := &instance{name: "i" + strconv.Itoa(i), replay: replay}
 		cfg, err := configFromEnv(replay)
@@ -571,6 +576,7 @@ func TestFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
 
 	for _, kind := range singleUseKinds {
 		t.Run(kind, func(t *testing.T) {
+			f := f.withT(t)
 			redeem := "/" + kind + "/redeem"
 			tok := f.issueSingleUse(0, kind, "alice")
 			// Bound to its caller: another caller can neither use nor burn it.
