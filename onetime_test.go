@@ -5,10 +5,10 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -300,31 +300,9 @@ func TestOneTimeConcurrentRedeemsExactlyOneSucceeds(t *testing.T) {
 	const workers = 64
 	for round := range 10 {
 		tok := mint(t, o, runClaims)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		errs := make([]error, workers)
-		for i := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				errs[i] = o.Redeem(context.Background(), tok, runClaims)
-			}()
-		}
-		close(start)
-		wg.Wait()
-		ok := 0
-		for _, err := range errs {
-			switch {
-			case err == nil:
-				ok++
-			case !errors.Is(err, ErrOneTimeRedeemed):
-				t.Fatalf("round %d: unexpected error %v", round, err)
-			}
-		}
-		if ok != 1 {
-			t.Fatalf("round %d: %d redeems succeeded, want exactly 1", round, ok)
-		}
+		t.Run(fmt.Sprint("round", round), func(t *testing.T) {
+			exactlyOnce(t, workers, func() error { return o.Redeem(context.Background(), tok, runClaims) }, ErrOneTimeRedeemed)
+		})
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 )
@@ -221,31 +220,10 @@ func TestStateSingleUseConcurrentDecodeExactlyOneSucceeds(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				errs := make([]error, workers)
-				var wg sync.WaitGroup
-				start := make(chan struct{})
-				for i := range workers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						_, errs[i] = c.DecodeContext(context.Background(), wire, "alice", "")
-					}()
-				}
-				close(start)
-				wg.Wait()
-				ok := 0
-				for _, err := range errs {
-					switch {
-					case err == nil:
-						ok++
-					case !errors.Is(err, ErrStateReplayed):
-						t.Fatalf("round %d: unexpected error %v", round, err)
-					}
-				}
-				if ok != 1 {
-					t.Fatalf("round %d: %d decodes succeeded, want exactly 1", round, ok)
-				}
+				exactlyOnce(t, workers, func() error {
+					_, err := c.DecodeContext(context.Background(), wire, "alice", "")
+					return err
+				}, ErrStateReplayed)
 			}
 		})
 	}
