@@ -238,6 +238,8 @@ var (
 	errCursorAge       = reject(ErrCursorExpired, "older than TTL")
 )
 
+var errCursorNonCanonical = reject(ErrCursorInvalid, "non-canonical payload encoding")
+
 // Verify checks cursor and returns its payload. Checks run in this order:
 // length cap, base64, MAC against each key of the ring (constant time),
 // strict CBOR decode, session, age, scope. Tool and caller must equal want's;
@@ -258,7 +260,9 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	// []byte(cursor) neither escapes nor is written to, so the compiler
 	// converts it without copying or allocating.
 	n, err := b64.Decode(s.raw[:], []byte(cursor))
-	if err != nil {
+	// The length check refuses the CR and LF that encoding/base64 skips
+	// even in Strict mode: no second spelling of a cursor is accepted.
+	if err != nil || b64.EncodedLen(n) != len(cursor) {
 		return CursorPayload{}, errCursorBase64
 	}
 	if n <= macSize {
@@ -268,13 +272,19 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	if i.macs.verify(body, tag) < 0 {
 		// A classification hint only: nothing of an unauthenticated body
 		// is ever returned.
-		if f, ok := decodeCursorBody(body); ok && !bytes.Equal(f.session, i.session) {
+		if f, ok := decodeCursorBody(body); ok && len(f.session) != 0 && !bytes.Equal(f.session, i.session) {
 			return CursorPayload{}, errCursorForeign
 		}
 		return CursorPayload{}, errCursorMAC
 	}
+	// Exactly one encoding is accepted, the one Issue writes (see
+	// cursor_cbor.go). The slow path below only names the reason.
 	f, ok := decodeCursorBody(body)
 	if !ok {
+		var w cursorWire
+		if cursorDecMode.Unmarshal(body, &w) == nil {
+			return CursorPayload{}, errCursorNonCanonical
+		}
 		return CursorPayload{}, errCursorMalformed
 	}
 	if f.version != cursorVersion || (len(f.args) != 0 && len(f.args) != len(Fingerprint{})) {

@@ -90,8 +90,8 @@ func appendCBORHead(dst []byte, major byte, n uint64) []byte {
 		byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 }
 
-// cborInt returns the major type and argument encoding v.
-func cborInt(v int64) (byte, uint64) {
+// cborIntHead returns the major type and argument encoding v.
+func cborIntHead(v int64) (byte, uint64) {
 	if v < 0 {
 		return cborNeg, uint64(-(v + 1))
 	}
@@ -106,7 +106,7 @@ func cursorBodyLen(f *cursorBody) int {
 		1 + cborHeadLen(uint64(len(f.caller))) + len(f.caller) +
 		1 + cborHeadLen(uint64(f.page)) +
 		1 + cborHeadLen(uint64(len(f.session))) + len(f.session)
-	_, iv := cborInt(f.issued)
+	_, iv := cborIntHead(f.issued)
 	n += 1 + cborHeadLen(iv)
 	if len(f.args) > 0 {
 		n += 1 + cborHeadLen(uint64(len(f.args))) + len(f.args)
@@ -144,7 +144,7 @@ func appendCursorBody(dst []byte, f *cursorBody) []byte {
 	dst = append(dst, 5)
 	dst = appendCBORHead(dst, cborUint, uint64(f.page))
 	dst = append(dst, 6)
-	major, n := cborInt(f.issued)
+	major, n := cborIntHead(f.issued)
 	dst = appendCBORHead(dst, major, n)
 	dst = append(dst, 7)
 	dst = appendCBORHead(dst, cborBytes, uint64(len(f.session)))

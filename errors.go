@@ -2,9 +2,11 @@ package ctoken
 
 import "errors"
 
-// Sentinel errors. Every error returned by this package matches exactly one of
-// these with errors.Is (or is a configuration error from a constructor). The
-// text of an error never contains key material or the token being checked.
+// Sentinel errors of keys, cursors and request state; webhooks, one-time
+// tokens and replay stores declare theirs beside them. Every rejection of a
+// token matches exactly one sentinel with errors.Is (constructors may also
+// return configuration errors). The text of an error never contains key
+// material or the token being checked.
 var (
 	// ErrKeyTooShort reports a key shorter than MinKeyBytes.
 	ErrKeyTooShort = errors.New("ctoken: key shorter than 32 bytes")

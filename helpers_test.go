@@ -52,3 +52,34 @@ func wantErr(t testing.TB, err, want error) {
 		t.Fatalf("error = %v, want %v", err, want)
 	}
 }
+
+// exactlyOnce runs attempt from workers goroutines released together and
+// fails unless exactly one returns nil and every other returns refused.
+func exactlyOnce(t testing.TB, workers int, attempt func() error, refused error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make([]error, workers)
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = attempt()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, refused):
+			t.Fatalf("unexpected error %v", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d of %d attempts succeeded, want exactly 1", ok, workers)
+	}
+}

@@ -2,6 +2,7 @@ package ctoken
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/binary"
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,6 +81,18 @@ type RequestStateSecurity struct {
 	MaxBytes int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Replay, if set, makes every state single-use: Decode accepts a given
+	// state at most once, recording it in Replay until it expires, and
+	// refuses it afterwards with ErrStateReplayed. Nil (the default) keeps
+	// states reusable until they expire. See DecodeContext.
+	//
+	// A state is identified by its authenticator: the MAC of a Signed state,
+	// the GCM nonce and tag of an Encrypted one. Signed encoding is
+	// deterministic, so two Encode calls with the same state, binding and
+	// expiry second yield the same wire string and count as one state; put a
+	// unique value (a step counter, a random ID) in the state, or use
+	// Encrypted, whose random nonce makes every encoding distinct.
+	Replay ReplayStore
 }
 
 // RequestStateCodec seals and opens MCP multi-round-trip requestState
@@ -92,6 +106,10 @@ type RequestStateCodec struct {
 	maxBytes  int
 	now       func() time.Time
 	ephemeral bool
+	replay    ReplayStore // nil: states are reusable
+	// rand is the source of AES-GCM nonces; nil means crypto/rand. It is
+	// set only by this package's tests, for known-answer vectors.
+	rand io.Reader
 
 	bind    macRing
 	payload macRing   // Signed
@@ -116,6 +134,7 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 		ttl:      sec.TTL,
 		maxBytes: sec.MaxBytes,
 		now:      sec.Now,
+		replay:   sec.Replay,
 	}
 	if c.ttl == 0 {
 		c.ttl = DefaultStateTTL
@@ -157,9 +176,17 @@ func MCPTarget(method, name string) string { return method + "\x00" + name }
 // bindTagLen is the length of a bind tag: hex of an HMAC-SHA256.
 const bindTagLen = 2 * macSize
 
-// bindTag appends hex(HMAC-SHA256(bindKey, material)) to dst. An empty
-// subject binds to nothing, whatever the binding: its material is empty,
-// as for BindNone.
+// bindTag appends hex(HMAC-SHA256(bindKey, material)) to dst, without the
+// cache of cachedBindTag (tests compare the two). An empty subject binds to
+// nothing, whatever the binding: its material is empty, as for BindNone.
+func (c *RequestStateCodec) bindTag(dst []byte, key int, subject, tool string) []byte {
+	var sc stateScratch
+	return c.cachedBindTag(dst, &sc, make([]byte, 0, len(subject)+1+len(tool)), key, subject, tool)
+}
+
+// cachedBindTag appends hex(HMAC-SHA256(bindKey, material)) to dst. An
+// empty subject binds to nothing, whatever the binding: its material is
+// empty, as for BindNone.
 //
 // Tags are cached in the pooled scratch sc, a handful per scratch, keyed by
 // the key index and a copy of the material (so a caller's string that is
@@ -171,7 +198,7 @@ const bindTagLen = 2 * macSize
 // served recently on the same P, never a secret. material is heap memory
 // with capacity for the material (a slice handed to the HMAC escapes, so a
 // stack buffer would cost an allocation); dst does not escape.
-func (c *RequestStateCodec) bindTag(dst []byte, sc *stateScratch, material []byte, key int, subject, tool string) []byte {
+func (c *RequestStateCodec) cachedBindTag(dst []byte, sc *stateScratch, material []byte, key int, subject, tool string) []byte {
 	material = material[:0]
 	if subject != "" {
 		switch c.binding {
@@ -278,7 +305,7 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 	defer c.putScratch(sc)
 
 	var tag [bindTagLen]byte
-	c.bindTag(tag[:0], sc, sc.buf, 0, subject, tool)
+	c.cachedBindTag(tag[:0], sc, sc.buf, 0, subject, tool)
 	payload := sc.buf[:0]
 	payload = append(payload, `{"s":`...)
 	payload = appendJCSString(payload, state)
@@ -306,7 +333,11 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 	off := len(payload)
 	if c.mode == Encrypted {
 		sealed := region(payload, off, gcmNonceSize+len(payload)+gcmTagSize)[:gcmNonceSize]
-		rand.Read(sealed)
+		if c.rand == nil {
+			rand.Read(sealed) // never fails (crypto/rand panics internally if it cannot)
+		} else if _, err := io.ReadFull(c.rand, sealed); err != nil {
+			return "", fmt.Errorf("ctoken: reading nonce: %w", err)
+		}
 		// The bind tag is the additional data; the copy inside the payload
 		// is heap memory, so passing it to the AEAD costs nothing.
 		aad := payload[len(payload)-2-bindTagLen : len(payload)-2]
@@ -343,8 +374,20 @@ var (
 // expired, and returns the state. It tries every key of the ring. It is
 // fail-closed: on any error the state is "". Errors match ErrStateExpired
 // for an authentic state past its expiry and ErrStateInvalid for anything
-// else.
+// else (and, in single-use mode, ErrStateReplayed; see DecodeContext).
+// It is DecodeContext with context.Background().
 func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
+	return c.DecodeContext(context.Background(), wire, subject, tool)
+}
+
+// DecodeContext is Decode with a context for the replay store. In
+// single-use mode (RequestStateSecurity.Replay set), after every other check
+// has passed, the state is claimed in the store until its expiry: the first
+// decode of a state succeeds and every later or concurrent one fails with
+// ErrStateReplayed. A state refused for its binding or expiry is not
+// consumed. A store failure (for example ErrReplayStoreFull, or ctx's error)
+// is returned wrapped and the state is refused. Without Replay, ctx is unused.
+func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, tool string) (string, error) {
 	if len(wire) == 0 {
 		return "", errStateEmpty
 	}
@@ -364,6 +407,10 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 	rest := len(wire) + matLen + bindTagLen
 
 	var payload, bound []byte
+	// id is the state's authenticator, its replay-store key: the MAC of a
+	// signed state, the nonce and tag of an encrypted one.
+	var idBuf [gcmNonceSize + gcmTagSize]byte
+	var id []byte
 	key := -1
 	switch {
 	case c.mode == Signed && strings.HasPrefix(wire, signedPrefix):
@@ -373,7 +420,9 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 		}
 		// []byte(body) neither escapes nor is written to: no copy.
 		n, err := b64.Decode(rawRegion[:cap(rawRegion)], []byte(body))
-		if err != nil {
+		// The length checks refuse the CR and LF that encoding/base64
+		// skips even in Strict mode: no second spelling is accepted.
+		if err != nil || b64.EncodedLen(n) != len(body) {
 			return "", errStateBase64
 		}
 		var mac [macSize]byte
@@ -381,13 +430,15 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 			return "", errStateBase64
 		}
 		payload = rawRegion[:n]
+		id = append(idBuf[:0], mac[:]...)
 		if key = c.payload.verify(payload, mac[:]); key < 0 {
 			return "", errStateMAC
 		}
-		bound = c.bindTag(tagRegion, sc, matRegion, key, subject, tool)
+		bound = c.cachedBindTag(tagRegion, sc, matRegion, key, subject, tool)
 	case c.mode == Encrypted && strings.HasPrefix(wire, encryptedPrefix):
-		n, err := b64.Decode(rawRegion[:cap(rawRegion)], []byte(wire[len(encryptedPrefix):]))
-		if err != nil {
+		text := wire[len(encryptedPrefix):]
+		n, err := b64.Decode(rawRegion[:cap(rawRegion)], []byte(text))
+		if err != nil || b64.EncodedLen(n) != len(text) {
 			return "", errStateBase64
 		}
 		if n < gcmNonceSize+gcmTagSize {
@@ -399,9 +450,10 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 		for i, aead := range c.aead {
 			// The bind tag is the additional data: a state opens only for
 			// the subject (and tool) it was sealed for.
-			tag := c.bindTag(tagRegion, sc, matRegion, i, subject, tool)
+			tag := c.cachedBindTag(tagRegion, sc, matRegion, i, subject, tool)
 			if pt, err := aead.Open(plain, nonce, sealed, tag); err == nil {
 				payload, key, bound = pt, i, tag
+				id = append(append(idBuf[:0], nonce...), sealed[len(sealed)-gcmTagSize:]...)
 				break
 			}
 		}
@@ -420,6 +472,11 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 	}
 	if exp < c.now().Unix() {
 		return "", errStateExpired
+	}
+	if c.replay != nil {
+		if err := c.claimOnce(ctx, id, exp); err != nil {
+			return "", err
+		}
 	}
 	return string(s), nil
 }

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/fxamacker/cbor/v2"
+)
+
+const inspectUsage = `Usage: ctoken inspect TOKEN|-
+
+Decodes a ctoken token WITHOUT verifying it and prints its fields as JSON.
+It recognises a pagination cursor (bare base64url), a signed request state
+("v1.") and an encrypted request state ("v1e."; only its framing can be read
+without the key).
+
+UNVERIFIED: inspect checks no signature. Anyone can forge every field it
+prints. Use "ctoken verify" to decide whether a token is authentic.
+
+A TOKEN of "-" is read from standard input.
+`
+
+const unverifiedWarning = "UNVERIFIED: decoded without a key; the signature was not checked, so every field here may be forged"
+
+var (
+	errNotCursor    = errors.New("not a ctoken cursor or request state")
+	errStateFraming = errors.New("not a well-formed v1. request state")
+	errSealedShort  = errors.New("not a well-formed v1e. request state: shorter than a nonce and a GCM tag")
+	errSealedBase64 = errors.New("not a well-formed v1e. request state: not base64url")
+)
+
+const (
+	gcmNonceBytes = 12
+	gcmTagBytes   = 16
+	macBytes      = sha256.Size
+)
+
+func cmdInspect(args []string, e *env) int {
+	fs := newFlagSet("inspect", inspectUsage, e)
+	if done, status := parseFlags(fs, args, e); done {
+		return status
+	}
+	tok, err := tokenArg(fs.Args(), e)
+	if err != nil {
+		return usageError(fs, e, "%v", err)
+	}
+	var out any
+	switch classify(tok) {
+	case kindEncryptedState:
+		out, err = inspectEncrypted(tok)
+	case kindSignedState:
+		out, err = inspectSigned(tok, time.Now())
+	default:
+		out, err = inspectCursor(tok, time.Now())
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "ctoken inspect: %v\n", err)
+		return exitUsage
+	}
+	fmt.Fprintln(e.stderr, unverifiedWarning)
+	if err := writeJSON(e.stdout, out); err != nil {
+		fmt.Fprintf(e.stderr, "ctoken inspect: %v\n", err)
+		return exitUsage
+	}
+	return exitOK
+}
+
+// cursorWire mirrors the library's cursor payload: a CBOR map with small
+// integer keys (see the package documentation of ctoken).
+type cursorWire struct {
+	Version  uint64 `cbor:"1,keyasint"`
+	Tool     string `cbor:"2,keyasint"`
+	Caller   string `cbor:"3,keyasint"`
+	Args     []byte `cbor:"4,keyasint"`
+	Page     uint64 `cbor:"5,keyasint"`
+	IssuedAt int64  `cbor:"6,keyasint"`
+	Session  []byte `cbor:"7,keyasint"`
+	State    []byte `cbor:"8,keyasint"`
+}
+
+// inspectDecMode decodes what a cursor body may hold, and nothing deeper:
+// the input is untrusted.
+var inspectDecMode = func() cbor.DecMode {
+	m, err := cbor.DecOptions{
+		DupMapKey:        cbor.DupMapKeyEnforcedAPF,
+		IndefLength:      cbor.IndefLengthForbidden,
+		TagsMd:           cbor.TagsForbidden,
+		MaxNestedLevels:  4,
+		MaxArrayElements: 16,
+		MaxMapPairs:      16,
+		UTF8:             cbor.UTF8RejectInvalid,
+	}.DecMode()
+	if err != nil {
+		panic(err)
+	}
+	return m
+}()
+
+// cursorReport is what inspect prints for a cursor.
+type cursorReport struct {
+	Kind     string `json:"kind"`
+	Verified bool   `json:"verified"`
+	Warning  string `json:"warning"`
+	// Bytes is the encoded length; OverCap flags one Verify refuses unread.
+	Bytes   int  `json:"bytes"`
+	OverCap bool `json:"overCap,omitempty"`
+
+	Version uint64 `json:"version"`
+	Tool    string `json:"tool"`
+	// ToolMethod and ToolName split a tool ID made by ctoken.MCPTarget.
+	ToolMethod      string   `json:"toolMethod,omitempty"`
+	ToolName        string   `json:"toolName,omitempty"`
+	Caller          string   `json:"caller"`
+	ArgsFingerprint string   `json:"argsFingerprint"`
+	Page            uint64   `json:"page"`
+	IssuedAt        string   `json:"issuedAt"`
+	IssuedAtUnix    int64    `json:"issuedAtUnix"`
+	Age             string   `json:"age"`
+	Session         string   `json:"session"`
+	State           string   `json:"state,omitempty"`
+	StateBytes      int      `json:"stateBytes"`
+	MAC             string   `json:"mac"`
+	UnknownKeys     []uint64 `json:"unknownKeys,omitempty"`
+}
+
+// decodeCursorBody splits a cursor into its CBOR body and MAC and decodes
+// the body, without checking the MAC.
+func decodeCursorBody(tok string) (w cursorWire, body, mac []byte, unknown []uint64, err error) {
+	raw, err := b64.DecodeString(tok)
+	if err != nil {
+		return w, nil, nil, nil, fmt.Errorf("%w: not base64url", errNotCursor)
+	}
+	if len(raw) <= macBytes {
+		return w, nil, nil, nil, fmt.Errorf("%w: shorter than its %d-byte MAC", errNotCursor, macBytes)
+	}
+	body, mac = raw[:len(raw)-macBytes], raw[len(raw)-macBytes:]
+	if err := inspectDecMode.Unmarshal(body, &w); err != nil {
+		return w, nil, nil, nil, fmt.Errorf("%w: payload is not a cursor CBOR map", errNotCursor)
+	}
+	var keys map[uint64]cbor.RawMessage
+	if err := inspectDecMode.Unmarshal(body, &keys); err != nil {
+		return w, nil, nil, nil, fmt.Errorf("%w: payload is not a cursor CBOR map", errNotCursor)
+	}
+	for k := range keys {
+		if k < 1 || k > 8 {
+			unknown = append(unknown, k)
+		}
+	}
+	slices.Sort(unknown)
+	return w, body, mac, unknown, nil
+}
+
+func inspectCursor(tok string, now time.Time) (*cursorReport, error) {
+	w, _, mac, unknown, err := decodeCursorBody(tok)
+	if err != nil {
+		return nil, err
+	}
+	issued := time.Unix(w.IssuedAt, 0).UTC()
+	r := &cursorReport{
+		Kind:         "cursor",
+		Warning:      unverifiedWarning,
+		Bytes:        len(tok),
+		OverCap:      len(tok) > ctoken.MaxCursorBytes,
+		Version:      w.Version,
+		Tool:         w.Tool,
+		Caller:       w.Caller,
+		Page:         w.Page,
+		IssuedAt:     issued.Format(time.RFC3339),
+		IssuedAtUnix: w.IssuedAt,
+		Age:          now.Sub(issued).Truncate(time.Second).String(),
+		Session:      base64.RawURLEncoding.EncodeToString(w.Session),
+		State:        base64.RawURLEncoding.EncodeToString(w.State),
+		StateBytes:   len(w.State),
+		MAC:          hex.EncodeToString(mac),
+		UnknownKeys:  unknown,
+	}
+	if method, name, ok := strings.Cut(w.Tool, "\x00"); ok {
+		r.ToolMethod, r.ToolName = method, name
+	}
+	if len(w.Args) == 0 {
+		r.ArgsFingerprint = "unbound"
+	} else {
+		r.ArgsFingerprint = hex.EncodeToString(w.Args)
+	}
+	return r, nil
+}
+
+// statePayload is the JSON payload of a request state.
+type statePayload struct {
+	S   *string `json:"s"`
+	Exp *int64  `json:"exp"`
+	B   *string `json:"b"`
+}
+
+// parseSigned splits a v1. state into its payload and MAC and parses the
+// payload, without checking the MAC.
+func parseSigned(tok string) (p statePayload, payload, mac []byte, err error) {
+	parts := strings.Split(strings.TrimPrefix(tok, signedPrefix), ".")
+	if len(parts) != 2 {
+		return p, nil, nil, fmt.Errorf("%w: want v1.PAYLOAD.MAC", errStateFraming)
+	}
+	if payload, err = b64.DecodeString(parts[0]); err != nil {
+		return p, nil, nil, fmt.Errorf("%w: payload is not base64url", errStateFraming)
+	}
+	if mac, err = b64.DecodeString(parts[1]); err != nil {
+		return p, nil, nil, fmt.Errorf("%w: MAC is not base64url", errStateFraming)
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return p, nil, nil, fmt.Errorf("%w: payload is not a JSON object", errStateFraming)
+	}
+	if p.S == nil || p.Exp == nil || p.B == nil {
+		return p, nil, nil, fmt.Errorf(`%w: payload lacks "s", "exp" or "b"`, errStateFraming)
+	}
+	return p, payload, mac, nil
+}
+
+// signedReport is what inspect prints for a v1. request state.
+type signedReport struct {
+	Kind      string `json:"kind"`
+	Mode      string `json:"mode"`
+	Verified  bool   `json:"verified"`
+	Warning   string `json:"warning"`
+	Bytes     int    `json:"bytes"`
+	State     string `json:"state"`
+	ExpiresAt string `json:"expiresAt"`
+	Exp       int64  `json:"exp"`
+	Expired   bool   `json:"expired"`
+	BindTag   string `json:"bindTag"`
+	MAC       string `json:"mac"`
+}
+
+func inspectSigned(tok string, now time.Time) (*signedReport, error) {
+	p, _, mac, err := parseSigned(tok)
+	if err != nil {
+		return nil, err
+	}
+	return &signedReport{
+		Kind:      "request-state",
+		Mode:      "signed",
+		Warning:   unverifiedWarning,
+		Bytes:     len(tok),
+		State:     *p.S,
+		ExpiresAt: time.Unix(*p.Exp, 0).UTC().Format(time.RFC3339),
+		Exp:       *p.Exp,
+		Expired:   *p.Exp < now.Unix(),
+		BindTag:   *p.B,
+		MAC:       hex.EncodeToString(mac),
+	}, nil
+}
+
+// sealedReport is what inspect prints for a v1e. request state: only what
+// its framing shows without the key.
+type sealedReport struct {
+	Kind         string `json:"kind"`
+	Mode         string `json:"mode"`
+	Verified     bool   `json:"verified"`
+	Warning      string `json:"warning"`
+	Bytes        int    `json:"bytes"`
+	Nonce        string `json:"nonce"`
+	SealedBytes  int    `json:"sealedBytes"`
+	PayloadBytes int    `json:"payloadBytes"`
+	Note         string `json:"note"`
+}
+
+func inspectEncrypted(tok string) (*sealedReport, error) {
+	raw, err := b64.DecodeString(strings.TrimPrefix(tok, encryptedPrefix))
+	if err != nil {
+		return nil, errSealedBase64
+	}
+	if len(raw) < gcmNonceBytes+gcmTagBytes {
+		return nil, errSealedShort
+	}
+	return &sealedReport{
+		Kind:         "request-state",
+		Mode:         "encrypted",
+		Warning:      unverifiedWarning,
+		Bytes:        len(tok),
+		Nonce:        hex.EncodeToString(raw[:gcmNonceBytes]),
+		SealedBytes:  len(raw) - gcmNonceBytes,
+		PayloadBytes: len(raw) - gcmNonceBytes - gcmTagBytes,
+		Note:         "state, expiry and binding are encrypted (AES-256-GCM); only ctoken verify with the key can read them",
+	}, nil
+}

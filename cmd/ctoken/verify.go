@@ -1,0 +1,301 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ctoken/ctoken"
+)
+
+const verifyUsage = `Usage: ctoken verify [flags] TOKEN|-
+
+Verifies a ctoken token with the keys in an environment variable (a
+comma-separated CTOKEN_KEYS list, primary first; every key is tried). On
+success it prints the verified payload as JSON and exits 0; on rejection it
+prints the reason on standard error and exits 1.
+
+Cursors (bare base64url) are checked for MAC, age (-ttl), server session
+(-session) and scope (-tool, -caller, -args). A scope flag that is not given
+is taken from the token itself and listed under "unchecked": the MAC still
+proves the token authentic, but not that it belongs to that tool, caller or
+session.
+
+Request states ("v1." signed, "v1e." encrypted) are checked for MAC or GCM
+tag, expiry and binding; -subject and -tool must be what the server bound
+the state to (with -binding as configured on the server).
+
+-method M turns -tool NAME into ctoken.MCPTarget(M, NAME), the tool ID the
+MCP integration binds to (for example -method tools/call -tool search).
+
+A TOKEN of "-" is read from standard input.
+`
+
+func cmdVerify(args []string, e *env) int {
+	fs := newFlagSet("verify", verifyUsage, e)
+	keysEnv := fs.String("keys-env", "CTOKEN_KEYS", "environment variable holding the keys")
+	tool := fs.String("tool", "", "tool ID the token must be bound to")
+	method := fs.String("method", "", "MCP method; with it the tool ID is ctoken.MCPTarget(method, tool)")
+	caller := fs.String("caller", "", "cursor: caller ID the cursor must be bound to")
+	argsJSON := fs.String("args", "", "cursor: the call's arguments as JSON; compared by ctoken.ArgsFingerprint")
+	session := fs.String("session", "", "cursor: server session, base64url (default: taken from the token, unchecked)")
+	ttl := fs.Duration("ttl", ctoken.DefaultCursorTTL, "cursor: maximum age; negative means no limit")
+	subject := fs.String("subject", "", "request state: subject the state is bound to")
+	mode := fs.String("mode", "auto", "request state: auto (from the prefix), signed or encrypted")
+	binding := fs.String("binding", "subject", "request state: subject, subject-and-tool or none")
+	maxBytes := fs.Int("max-bytes", 0, "request state: size cap in bytes (0 means the library default)")
+	if done, status := parseFlags(fs, args, e); done {
+		return status
+	}
+	tok, err := tokenArg(fs.Args(), e)
+	if err != nil {
+		return usageError(fs, e, "%v", err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["method"] && !set["tool"] {
+		return usageError(fs, e, "-method needs -tool")
+	}
+	toolID := *tool
+	if *method != "" {
+		toolID = ctoken.MCPTarget(*method, *tool)
+	}
+
+	keys := strings.TrimSpace(e.getenv(*keysEnv))
+	if keys == "" {
+		return usageError(fs, e, "%s is not set: export the server's keys (see ctoken keygen)", *keysEnv)
+	}
+	kr, err := ctoken.ParseKeyring(keys)
+	if err != nil {
+		return usageError(fs, e, "%s: %v", *keysEnv, err)
+	}
+
+	if kind := classify(tok); kind != kindCursor {
+		for _, f := range []string{"caller", "args", "session", "ttl"} {
+			if set[f] {
+				return usageError(fs, e, "-%s applies to cursors, and this token is a request state", f)
+			}
+		}
+		sec := ctoken.RequestStateSecurity{Keys: kr, MaxBytes: *maxBytes}
+		if sec.Mode, err = parseMode(*mode, kind); err != nil {
+			return usageError(fs, e, "%v", err)
+		}
+		if sec.Binding, err = parseBinding(*binding); err != nil {
+			return usageError(fs, e, "%v", err)
+		}
+		return verifyState(tok, sec, *subject, toolID, *binding, e)
+	}
+
+	for _, f := range []string{"subject", "mode", "binding", "max-bytes"} {
+		if set[f] {
+			return usageError(fs, e, "-%s applies to request states, and this token is a cursor", f)
+		}
+	}
+	c := cursorCheck{ttl: *ttl, toolSet: set["tool"], tool: toolID, callerSet: set["caller"], caller: *caller}
+	if set["args"] {
+		fp, err := ctoken.ArgsFingerprint(json.RawMessage(*argsJSON))
+		if err != nil {
+			return usageError(fs, e, "-args is not valid JSON")
+		}
+		c.args = fp
+	}
+	if set["session"] {
+		if c.session, err = decodeSession(*session); err != nil {
+			return usageError(fs, e, "%v", err)
+		}
+	}
+	return verifyCursor(tok, kr, c, e)
+}
+
+func parseMode(s string, kind tokenKind) (ctoken.RequestStateMode, error) {
+	switch s {
+	case "auto":
+		if kind == kindEncryptedState {
+			return ctoken.Encrypted, nil
+		}
+		return ctoken.Signed, nil
+	case "signed":
+		return ctoken.Signed, nil
+	case "encrypted":
+		return ctoken.Encrypted, nil
+	}
+	return 0, fmt.Errorf("-mode must be auto, signed or encrypted")
+}
+
+func parseBinding(s string) (ctoken.RequestStateBinding, error) {
+	switch s {
+	case "subject":
+		return ctoken.BindSubject, nil
+	case "subject-and-tool":
+		return ctoken.BindSubjectAndTool, nil
+	case "none":
+		return ctoken.BindNone, nil
+	}
+	return 0, fmt.Errorf("-binding must be subject, subject-and-tool or none")
+}
+
+func decodeSession(s string) ([]byte, error) {
+	for _, enc := range []*base64.Encoding{base64.RawURLEncoding, base64.URLEncoding, base64.StdEncoding, base64.RawStdEncoding} {
+		if b, err := enc.Strict().DecodeString(s); err == nil && len(b) > 0 {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("-session is not base64url")
+}
+
+// rejected reports a verification failure: the error's class and the
+// library's log-safe reason. Neither contains the token or a key.
+func rejected(e *env, err error) int {
+	fmt.Fprintf(e.stderr, "ctoken verify: REJECTED: %v\n", err)
+	if r := ctoken.Reason(err); r != "" {
+		fmt.Fprintf(e.stderr, "reason: %s\n", r)
+	}
+	return exitRejected
+}
+
+// cursorCheck is what a cursor is verified against.
+type cursorCheck struct {
+	ttl                time.Duration
+	toolSet, callerSet bool
+	tool, caller       string
+	args               ctoken.Fingerprint
+	session            []byte // nil: the token's own
+}
+
+// cursorResult is what verify prints for an authentic cursor.
+type cursorResult struct {
+	Kind            string   `json:"kind"`
+	Verified        bool     `json:"verified"`
+	Tool            string   `json:"tool"`
+	ToolMethod      string   `json:"toolMethod,omitempty"`
+	ToolName        string   `json:"toolName,omitempty"`
+	Caller          string   `json:"caller"`
+	ArgsFingerprint string   `json:"argsFingerprint"`
+	Page            uint32   `json:"page"`
+	IssuedAt        string   `json:"issuedAt"`
+	Session         string   `json:"session"`
+	State           string   `json:"state,omitempty"`
+	StateBytes      int      `json:"stateBytes"`
+	Unchecked       []string `json:"unchecked,omitempty"`
+}
+
+func verifyCursor(tok string, kr *ctoken.Keyring, c cursorCheck, e *env) int {
+	want := ctoken.CursorScope{ToolID: c.tool, CallerID: c.caller, Args: c.args}
+	var unchecked []string
+	session := c.session
+	if !c.toolSet || !c.callerSet || session == nil {
+		// Fill what was not asked for from the token. Nothing read here is
+		// trusted: Verify below checks the MAC over all of it.
+		w, _, _, _, err := decodeCursorBody(tok)
+		if err != nil {
+			// Not even a well-formed body: let Verify name the failure.
+			w = cursorWire{}
+		}
+		if !c.toolSet {
+			want.ToolID = w.Tool
+			unchecked = append(unchecked, "tool")
+		}
+		if !c.callerSet {
+			want.CallerID = w.Caller
+			unchecked = append(unchecked, "caller")
+		}
+		if session == nil {
+			session = w.Session
+			unchecked = append(unchecked, "session")
+		}
+	}
+	if c.args.IsZero() {
+		unchecked = append(unchecked, "args")
+	}
+	if len(session) == 0 {
+		// A token with no session cannot verify; an explicit empty one is
+		// refused by decodeSession. Use a fixed placeholder so the issuer
+		// does not mint a random one and Verify reports the real failure.
+		session = []byte{0}
+	}
+	iss, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: kr, TTL: c.ttl, Session: session})
+	if err != nil {
+		// Only a session over the library's cap gets here.
+		return rejected(e, fmt.Errorf("%w: %v", ctoken.ErrCursorInvalid, err))
+	}
+	p, err := iss.Verify(tok, want)
+	if err != nil {
+		return rejected(e, err)
+	}
+	res := cursorResult{
+		Kind:       "cursor",
+		Verified:   true,
+		Tool:       p.ToolID,
+		Caller:     p.CallerID,
+		Page:       p.Page,
+		IssuedAt:   p.IssuedAt.UTC().Format(time.RFC3339),
+		Session:    base64.RawURLEncoding.EncodeToString(session),
+		State:      base64.RawURLEncoding.EncodeToString(p.State),
+		StateBytes: len(p.State),
+		Unchecked:  unchecked,
+	}
+	if method, name, ok := strings.Cut(p.ToolID, "\x00"); ok {
+		res.ToolMethod, res.ToolName = method, name
+	}
+	if p.Args.IsZero() {
+		res.ArgsFingerprint = "unbound"
+	} else {
+		res.ArgsFingerprint = hex.EncodeToString(p.Args[:])
+	}
+	if err := writeJSON(e.stdout, res); err != nil {
+		fmt.Fprintf(e.stderr, "ctoken verify: %v\n", err)
+		return exitUsage
+	}
+	if len(unchecked) > 0 {
+		fmt.Fprintf(e.stderr, "note: authentic, but not checked against an expected %s (no flag given)\n", strings.Join(unchecked, ", "))
+	}
+	return exitOK
+}
+
+// stateResult is what verify prints for an authentic request state.
+type stateResult struct {
+	Kind      string `json:"kind"`
+	Mode      string `json:"mode"`
+	Verified  bool   `json:"verified"`
+	Subject   string `json:"subject"`
+	Tool      string `json:"tool"`
+	Binding   string `json:"binding"`
+	State     string `json:"state"`
+	ExpiresAt string `json:"expiresAt,omitempty"`
+}
+
+func verifyState(tok string, sec ctoken.RequestStateSecurity, subject, tool, binding string, e *env) int {
+	codec, err := ctoken.NewRequestStateCodec(sec)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "ctoken verify: %v\n", err)
+		return exitUsage
+	}
+	state, err := codec.Decode(tok, subject, tool)
+	if err != nil {
+		return rejected(e, err)
+	}
+	res := stateResult{
+		Kind:     "request-state",
+		Mode:     "signed",
+		Verified: true,
+		Subject:  subject,
+		Tool:     tool,
+		Binding:  binding,
+		State:    state,
+	}
+	if sec.Mode == ctoken.Encrypted {
+		res.Mode = "encrypted"
+	} else if p, _, _, err := parseSigned(tok); err == nil {
+		// Decode has authenticated this payload, so its expiry is real.
+		res.ExpiresAt = time.Unix(*p.Exp, 0).UTC().Format(time.RFC3339)
+	}
+	if err := writeJSON(e.stdout, res); err != nil {
+		fmt.Fprintf(e.stderr, "ctoken verify: %v\n", err)
+		return exitUsage
+	}
+	return exitOK
+}

@@ -1,0 +1,739 @@
+package ctoken
+
+// Fuzz targets for every decoder. Seeds: the f.Add calls below plus the
+// corpora in testdata/fuzz/<FuzzName>/, written from the known-answer vectors
+// by `go test -run TestVectors -update-vectors` (see writeFuzzSeedCorpora).
+// Without -fuzz, `go test` runs every seed as a regression test.
+//
+// Common properties: no panic; every error matches exactly one documented
+// sentinel and its text is fixed (never derived from the input); anything
+// accepted decodes to exactly what was issued, and re-issuing it reproduces
+// the identical token, so no second encoding of a token is accepted.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// checkFuzzReasonError fails unless err matches exactly one of sentinels and its
+// text is that sentinel's text plus a fixed, non-empty reason.
+func checkFuzzReasonError(t *testing.T, err error, sentinels ...error) {
+	t.Helper()
+	var match error
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			if match != nil {
+				t.Fatalf("error %q matches both %v and %v", err, match, s)
+			}
+			match = s
+		}
+	}
+	if match == nil {
+		t.Fatalf("error %q matches none of the documented sentinels %v", err, sentinels)
+	}
+	r := Reason(err)
+	if r == "" || err.Error() != match.Error()+": "+r {
+		t.Fatalf("error text %q is not the sentinel plus a fixed reason (%q)", err, r)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Cursors
+
+var fuzzScopeSeeds = [][2]string{{"search", "user:42"}, {"list_files", "alice@example.com"}, {"", ""}, {"t", "c"}}
+
+func fuzzCursorIssuer(t testing.TB) *CursorIssuer {
+	return vecIssuer(t, vecNow, vecSession, vecKey)
+}
+
+// checkCursorVerify verifies cursor at vecNow against (tool, caller) and
+// checks the common properties.
+func checkFuzzCursor(t *testing.T, iss *CursorIssuer, cursor, tool, caller string) {
+	p, err := iss.Verify(cursor, CursorScope{ToolID: tool, CallerID: caller})
+	if err != nil {
+		checkFuzzReasonError(t, err, ErrCursorInvalid, ErrCursorExpired)
+		if !reflect.DeepEqual(p, CursorPayload{}) {
+			t.Fatalf("rejected cursor returned a payload: %+v", p)
+		}
+		return
+	}
+	if p.ToolID != tool || p.CallerID != caller {
+		t.Fatalf("accepted cursor for %q/%q as %q/%q", tool, caller, p.ToolID, p.CallerID)
+	}
+	if len(p.State) > MaxOpaqueStateBytes {
+		t.Fatalf("accepted %d bytes of state", len(p.State))
+	}
+	age := vecNow.Sub(p.IssuedAt)
+	if age > DefaultCursorTTL || age < -maxFutureSkew {
+		t.Fatalf("accepted a cursor issued at %v, now %v", p.IssuedAt, vecNow)
+	}
+	again, err := vecIssuer(t, p.IssuedAt, vecSession, vecKey).Issue(p)
+	if err != nil {
+		t.Fatalf("re-issuing an accepted payload: %v", err)
+	}
+	if again != cursor {
+		t.Fatalf("accepted a second encoding:\n got  %q\n issue %q", cursor, again)
+	}
+}
+
+func FuzzCursorVerify(f *testing.F) {
+	iss := fuzzCursorIssuer(f)
+	for _, s := range fuzzScopeSeeds {
+		tok, err := iss.Issue(CursorPayload{CursorScope: CursorScope{ToolID: s[0], CallerID: s[1]}, Page: 3, State: []byte("x")})
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(tok, s[0], s[1])
+		f.Add(tok[:len(tok)-1], s[0], s[1])
+		f.Add(tok+"A", s[0], s[1])
+	}
+	f.Add("", "", "")
+	f.Add(strings.Repeat("A", MaxCursorBytes), "", "")
+	f.Add("!!!!", "", "")
+	f.Fuzz(func(t *testing.T, cursor, tool, caller string) {
+		checkFuzzCursor(t, iss, cursor, tool, caller)
+	})
+}
+
+// FuzzCursorVerifySigned signs the fuzzed body with the cursor subkey, so the
+// strict CBOR decoder and every check after the MAC see hostile input.
+func FuzzCursorVerifySigned(f *testing.F) {
+	iss := fuzzCursorIssuer(f)
+	now := vecNow.Unix()
+	f.Add(vecCursorBody("t", "c", nil, 1, now, vecSession, nil), "t", "c")
+	f.Add(vecCursorBody("search", "user:42", seqBytes(1, 32), 2, now-10, vecSession, []byte("state")), "search", "user:42")
+	f.Add([]byte{0xa0}, "", "")
+	f.Add([]byte{0xbf, 0xff}, "", "")
+	f.Fuzz(func(t *testing.T, body []byte, tool, caller string) {
+		cursor := signCursorBody(vecKey, body)
+		if len(cursor) > MaxCursorBytes {
+			return
+		}
+		checkFuzzCursor(t, iss, cursor, tool, caller)
+	})
+}
+
+// fuzzState is an application's typed cursor state.
+type fuzzState struct {
+	Offset uint64   `cbor:"1,keyasint"`
+	After  string   `cbor:"2,keyasint,omitempty"`
+	Seen   []int32  `cbor:"3,keyasint,omitempty"`
+	Extra  []byte   `cbor:"4,keyasint,omitempty"`
+	Ratio  *float32 `cbor:"5,keyasint,omitempty"`
+}
+
+// fuzzStateSeeds are typed states as IssueState encodes them.
+func fuzzStateSeeds(t testing.TB) [][]byte {
+	half := float32(0.5)
+	var out [][]byte
+	for _, v := range []any{
+		fuzzState{Offset: 42},
+		fuzzState{Offset: 1 << 40, After: "file-0042", Seen: []int32{-1, 0, 7}, Extra: []byte{0, 1}, Ratio: &half},
+		map[string]any{"k": []any{uint64(1), "two", []byte{3}}},
+		[]any{nil, true, -1.5},
+	} {
+		b, err := stateEncMode.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// FuzzVerifyState puts the fuzzed bytes in the opaque state of an authentic
+// cursor, so VerifyState's typed decoder sees hostile CBOR. Accepted typed
+// states must survive IssueState and VerifyState unchanged.
+func FuzzVerifyState(f *testing.F) {
+	iss := fuzzCursorIssuer(f)
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	for _, b := range fuzzStateSeeds(f) {
+		f.Add(b)
+	}
+	f.Add([]byte{0x9f, 0x9f, 0xff, 0xff})
+	f.Add([]byte{0xc1, 0x1a, 0x69, 0x57, 0x35, 0xa5})
+	f.Fuzz(func(t *testing.T, state []byte) {
+		cursor, err := iss.Issue(CursorPayload{CursorScope: scope, State: state})
+		if err != nil {
+			if len(state) > MaxOpaqueStateBytes && errors.Is(err, ErrOpaqueStateTooLarge) {
+				return
+			}
+			t.Fatalf("Issue: %v", err)
+		}
+		if v, p, err := VerifyState[any](iss, cursor, scope); err != nil {
+			checkFuzzReasonError(t, err, ErrCursorInvalid)
+			if v != nil || p.State != nil {
+				t.Fatalf("rejected state returned %v, %+v", v, p)
+			}
+		} else if !bytes.Equal(p.State, state) && len(state) > 0 {
+			t.Fatalf("state %x came back as %x", state, p.State)
+		}
+		v, _, err := VerifyState[fuzzState](iss, cursor, scope)
+		if err != nil {
+			checkFuzzReasonError(t, err, ErrCursorInvalid)
+			if !reflect.DeepEqual(v, fuzzState{}) {
+				t.Fatalf("rejected state returned %+v", v)
+			}
+			return
+		}
+		again, err := IssueState(iss, scope, 0, v)
+		if err != nil {
+			t.Fatalf("IssueState of an accepted state: %v", err)
+		}
+		w, _, err := VerifyState[fuzzState](iss, again, scope)
+		// Compared by encoding: nil and empty slices are the same state.
+		vb, _ := stateEncMode.Marshal(v)
+		wb, _ := stateEncMode.Marshal(w)
+		if err != nil || !bytes.Equal(vb, wb) {
+			t.Fatalf("typed state %+v came back as %+v, %v", v, w, err)
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Request state
+
+func fuzzCodecs(t testing.TB) map[[2]uint8]*RequestStateCodec {
+	m := map[[2]uint8]*RequestStateCodec{}
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		for _, b := range []RequestStateBinding{BindSubject, BindSubjectAndTool, BindNone} {
+			m[[2]uint8{uint8(mode), uint8(b)}] = vecCodec(t, mode, b, vecNow, nil, vecKey)
+		}
+	}
+	return m
+}
+
+// checkFuzzState decodes wire and checks the common properties.
+func checkFuzzState(t *testing.T, c *RequestStateCodec, mode RequestStateMode, binding RequestStateBinding, wire, subject, tool string) {
+	s, err := c.Decode(wire, subject, tool)
+	if err != nil {
+		checkFuzzReasonError(t, err, ErrStateInvalid, ErrStateExpired)
+		if s != "" {
+			t.Fatalf("rejected state returned %q", s)
+		}
+		return
+	}
+	if !utf8.ValidString(s) {
+		t.Fatalf("accepted state is not UTF-8: %q", s)
+	}
+	// Re-encode at the same clock with the same nonce: every seed was
+	// issued at vecNow, and only the key holder can make another token.
+	var nonce []byte
+	if mode == Encrypted {
+		raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(wire, encryptedPrefix))
+		if err != nil || len(raw) < gcmNonceSize {
+			t.Fatalf("accepted an undecodable encrypted state")
+		}
+		nonce = raw[:gcmNonceSize]
+	}
+	again, err := vecCodec(t, mode, binding, vecNow, nonce, vecKey).Encode(s, subject, tool)
+	if err != nil {
+		t.Fatalf("re-encoding an accepted state: %v", err)
+	}
+	if again != wire {
+		t.Fatalf("accepted a second encoding:\n got    %q\n encode %q", wire, again)
+	}
+}
+
+func FuzzStateDecode(f *testing.F) {
+	codecs := fuzzCodecs(f)
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		for _, b := range []RequestStateBinding{BindSubject, BindSubjectAndTool, BindNone} {
+			w, err := vecCodec(f, mode, b, vecNow, nil, vecKey).Encode(`{"page":2}`, "alice", "tools/call\x00search")
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(mode == Encrypted, uint8(b), w, "alice", "tools/call\x00search")
+			f.Add(mode == Encrypted, uint8(b), w[:len(w)-2], "alice", "tools/call\x00search")
+		}
+	}
+	f.Add(false, uint8(0), "", "", "")
+	f.Add(true, uint8(0), "v1e.", "", "")
+	f.Add(false, uint8(0), "v1..", "", "")
+	f.Fuzz(func(t *testing.T, encrypted bool, binding uint8, wire, subject, tool string) {
+		mode := Signed
+		if encrypted {
+			mode = Encrypted
+		}
+		b := RequestStateBinding(binding % 3)
+		checkFuzzState(t, codecs[[2]uint8{uint8(mode), uint8(b)}], mode, b, wire, subject, tool)
+	})
+}
+
+// FuzzStatePayload seals the fuzzed payload with the codec's own keys (HMAC
+// for signed, AES-GCM with the bind tag as AAD for encrypted), so the payload
+// parser sees hostile JSON behind a valid MAC. Accepted payloads must be JSON
+// objects that encoding/json reads to the same state.
+func FuzzStatePayload(f *testing.F) {
+	codecs := fuzzCodecs(f)
+	tag := vecBindTag(vecKey, BindSubject, "alice", "")
+	exp := strconv.FormatInt(vecNow.Unix()+300, 10)
+	f.Add(false, []byte(`{"s":"{\"page\":2}","exp":`+exp+`,"b":"`+tag+`"}`), "alice")
+	f.Add(true, []byte(`{"s":"","exp":`+exp+`,"b":"`+tag+`"}`), "alice")
+	f.Add(false, []byte(` { "b" : "`+tag+`" , "s" : "\u00e9\ud83d\ude00" , "exp" : `+exp+` } `), "alice")
+	f.Add(false, []byte(`{"s":"x","exp":`+exp+`,"b":"`+tag+`","s":"y"}`), "alice")
+	f.Add(true, []byte(`{"s":"x","exp":1e3,"b":"`+tag+`"}`), "alice")
+	f.Add(false, []byte(`{"s":"x","exp":-0,"b":"`+tag+`"}`), "alice")
+	f.Fuzz(func(t *testing.T, encrypted bool, payload []byte, subject string) {
+		if len(payload) > 4096 {
+			return
+		}
+		var wire string
+		mode := Signed
+		if encrypted {
+			mode = Encrypted
+			nonce := seqBytes(7, gcmNonceSize)
+			wire = vecEncryptedWire(t, vecKey, nonce, payload, vecBindTag(vecKey, BindSubject, subject, ""))
+		} else {
+			wire = vecSignedWire(vecKey, payload)
+		}
+		c := codecs[[2]uint8{uint8(mode), uint8(BindSubject)}]
+		s, err := c.Decode(wire, subject, "")
+		if err != nil {
+			checkFuzzReasonError(t, err, ErrStateInvalid, ErrStateExpired)
+			if s != "" {
+				t.Fatalf("rejected state returned %q", s)
+			}
+			return
+		}
+		var obj map[string]json.RawMessage
+		if !json.Valid(payload) || json.Unmarshal(payload, &obj) != nil || len(obj) != 3 {
+			t.Fatalf("accepted payload %q is not a JSON object of three members", payload)
+		}
+		var js string
+		var jexp int64
+		var jb string
+		if json.Unmarshal(obj["s"], &js) != nil || json.Unmarshal(obj["exp"], &jexp) != nil || json.Unmarshal(obj["b"], &jb) != nil {
+			t.Fatalf("accepted payload %q has members of the wrong types", payload)
+		}
+		if js != s {
+			t.Fatalf("state %q, encoding/json reads %q", s, js)
+		}
+		if jb != vecBindTag(vecKey, BindSubject, subject, "") {
+			t.Fatalf("accepted bind tag %q for subject %q", jb, subject)
+		}
+		if jexp < vecNow.Unix() {
+			t.Fatalf("accepted exp %d < now", jexp)
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Args fingerprint
+
+// documentedRejection reports whether CanonicalJSON may refuse text that
+// encoding/json accepts: invalid UTF-8, a lone surrogate escape, a duplicate
+// object key, a number beyond double range, or nesting over MaxJSONDepth.
+// text must be json.Valid.
+func documentedRejection(text []byte) bool {
+	if !utf8.Valid(text) || hasLoneSurrogate(text) {
+		return true
+	}
+	dec := json.NewDecoder(bytes.NewReader(text))
+	dec.UseNumber()
+	type frame struct {
+		object  bool
+		keys    map[string]bool
+		wantKey bool // in an object, the next token is a member name
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false // io.EOF; nothing else happens for json.Valid text
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		if n := len(stack); n > 0 && stack[n-1].object {
+			top := stack[n-1]
+			if top.wantKey {
+				name := tok.(string)
+				if top.keys[name] {
+					return true
+				}
+				top.keys[name] = true
+				top.wantKey = false
+				continue
+			}
+			top.wantKey = true
+		}
+		switch v := tok.(type) {
+		case json.Delim: // '{' or '['
+			stack = append(stack, &frame{object: v == '{', keys: map[string]bool{}, wantKey: true})
+			if len(stack) > MaxJSONDepth {
+				return true
+			}
+		case json.Number:
+			if _, err := strconv.ParseFloat(string(v), 64); err != nil {
+				return true
+			}
+		}
+	}
+}
+
+// hasLoneSurrogate reports whether JSON text has a \uD800-\uDFFF escape that
+// is not the high half of a high+low pair or the low half following one.
+func hasLoneSurrogate(text []byte) bool {
+	inString := false
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		if !inString {
+			inString = c == '"'
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			if i+1 < len(text) && text[i+1] == 'u' && i+6 <= len(text) {
+				r, err := strconv.ParseUint(string(text[i+2:i+6]), 16, 16)
+				if err == nil && utf16.IsSurrogate(rune(r)) {
+					if r >= 0xDC00 {
+						return true // low half first
+					}
+					if i+12 > len(text) || text[i+6] != '\\' || text[i+7] != 'u' {
+						return true
+					}
+					lo, err := strconv.ParseUint(string(text[i+8:i+12]), 16, 16)
+					if err != nil || lo < 0xDC00 || lo > 0xDFFF {
+						return true
+					}
+					i += 11
+					continue
+				}
+				i += 5
+				continue
+			}
+			i++ // skip the escaped character
+		}
+	}
+	return false
+}
+
+func FuzzArgsFingerprint(f *testing.F) {
+	for _, e := range jcsExpectations {
+		f.Add([]byte(e.input))
+	}
+	for _, v := range jcsInvalid {
+		f.Add(v.bytes(f))
+	}
+	f.Add([]byte(`{"a":[1,2,{"b":null}],"c":"\ud83d\ude00"}`))
+	f.Fuzz(func(t *testing.T, text []byte) {
+		canon, err := CanonicalJSON(text)
+		valid := json.Valid(text)
+		if err != nil {
+			if !errors.Is(err, ErrArgsInvalid) || err.Error() != ErrArgsInvalid.Error() {
+				t.Fatalf("CanonicalJSON error %q, want ErrArgsInvalid", err)
+			}
+			if canon != nil {
+				t.Fatalf("rejected input produced %q", canon)
+			}
+			if valid && !documentedRejection(text) {
+				t.Fatalf("encoding/json accepts %q, CanonicalJSON refuses it for no documented reason", text)
+			}
+			if _, err := ArgsFingerprint(text); !errors.Is(err, ErrArgsInvalid) {
+				t.Fatalf("ArgsFingerprint error %v, want ErrArgsInvalid", err)
+			}
+			return
+		}
+		if !valid {
+			t.Fatalf("CanonicalJSON accepts %q, which encoding/json refuses", text)
+		}
+		if documentedRejection(text) {
+			t.Fatalf("CanonicalJSON accepts %q despite a documented reason to refuse it", text)
+		}
+		again, err := CanonicalJSON(canon)
+		if err != nil || !bytes.Equal(again, canon) {
+			t.Fatalf("not idempotent: %q -> %q -> %q, %v", text, canon, again, err)
+		}
+		want := sha256.Sum256(canon)
+		for _, args := range []any{text, json.RawMessage(text), canon} {
+			fp, err := ArgsFingerprint(args)
+			if err != nil || fp != Fingerprint(want) {
+				t.Fatalf("ArgsFingerprint(%T) = %x, %v; want SHA-256 of the canonical form %x", args, fp, err, want)
+			}
+		}
+		// Meaning is preserved: encoding/json reads the same value from the
+		// input and from its canonical form, and fingerprints that value the same.
+		var v1, v2 any
+		if err := json.Unmarshal(text, &v1); err != nil {
+			t.Fatalf("encoding/json: %v", err)
+		}
+		if err := json.Unmarshal(canon, &v2); err != nil {
+			t.Fatalf("canonical form %q is not JSON: %v", canon, err)
+		}
+		if !reflect.DeepEqual(v1, v2) {
+			t.Fatalf("canonical form %q means %#v, input %q means %#v", canon, v2, text, v1)
+		}
+		if fp, err := ArgsFingerprint(v1); err != nil || fp != Fingerprint(want) {
+			t.Fatalf("ArgsFingerprint of the decoded value = %x, %v; want %x", fp, err, want)
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Keyring
+
+var keyringErrText = regexp.MustCompile(`^ctoken: (key shorter than 32 bytes|malformed key) \(key [0-9]+ of [0-9]+\)$`)
+
+func FuzzParseKeyring(f *testing.F) {
+	f.Add(EncodeKey(vecKey))
+	f.Add(EncodeKey(vecKey) + ", " + base64.StdEncoding.EncodeToString(vecKey2))
+	f.Add(" " + base64.RawStdEncoding.EncodeToString(seqBytes(0xf0, 48)) + "\n")
+	f.Add(EncodeKey(vecKey[:31]))
+	f.Add(EncodeKey(vecKey) + ",")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		kr, err := ParseKeyring(s)
+		if err != nil {
+			if kr != nil {
+				t.Fatal("error with a keyring")
+			}
+			n := 0
+			for _, e := range []error{ErrKeyTooShort, ErrKeyInvalid} {
+				if errors.Is(err, e) {
+					n++
+				}
+			}
+			if n != 1 || !keyringErrText.MatchString(err.Error()) {
+				t.Fatalf("error %q is not exactly one sentinel with a position", err)
+			}
+			return
+		}
+		parts := strings.Split(s, ",")
+		if kr.Len() != len(parts) {
+			t.Fatalf("%d keys from %d entries", kr.Len(), len(parts))
+		}
+		enc := make([]string, kr.Len())
+		for i, k := range kr.keys {
+			if len(k) < MinKeyBytes {
+				t.Fatalf("accepted a %d-byte key", len(k))
+			}
+			enc[i] = EncodeKey(k)
+		}
+		again, err := ParseKeyring(strings.Join(enc, ","))
+		if err != nil || !reflect.DeepEqual(again.keys, kr.keys) {
+			t.Fatalf("keys do not survive EncodeKey and ParseKeyring: %v", err)
+		}
+		if str := fmt.Sprintf("%v %#v %s", kr, kr, kr); strings.Contains(str, strings.TrimSpace(parts[0])) {
+			t.Fatalf("keyring formatting %q shows a key", str)
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Seed corpora
+
+// corpusFile renders values in the go test fuzz v1 corpus format.
+func corpusFile(vals ...any) []byte {
+	var b bytes.Buffer
+	b.WriteString("go test fuzz v1\n")
+	for _, v := range vals {
+		switch v := v.(type) {
+		case string:
+			fmt.Fprintf(&b, "string(%q)\n", v)
+		case []byte:
+			fmt.Fprintf(&b, "[]byte(%q)\n", v)
+		case bool:
+			fmt.Fprintf(&b, "bool(%v)\n", v)
+		case uint8:
+			fmt.Fprintf(&b, "byte(%q)\n", v)
+		default:
+			panic(fmt.Sprintf("corpusFile: %T", v))
+		}
+	}
+	return b.Bytes()
+}
+
+// writeFuzzSeedCorpora writes testdata/fuzz/<FuzzName>/ from the vector
+// files, one corpus entry per real token, body, payload or document.
+func writeFuzzSeedCorpora(t *testing.T) {
+	seeds := map[string][][]byte{}
+	add := func(target string, vals ...any) { seeds[target] = append(seeds[target], corpusFile(vals...)) }
+
+	var cf cursorFile
+	readVectors(t, "cursor.json", &cf)
+	for _, v := range cf.Issue {
+		if v.Token == "" {
+			continue
+		}
+		add("FuzzCursorVerify", v.Token, v.Tool, v.Caller)
+		add("FuzzCursorVerifySigned", vecHex(t, v.CBOR), v.Tool, v.Caller)
+	}
+	for _, v := range cf.Verify {
+		add("FuzzCursorVerify", v.Token, v.WantTool, v.WantCaller)
+		if raw, err := base64.RawURLEncoding.DecodeString(v.Token); err == nil && len(raw) > macSize && strings.HasPrefix(v.Name, "mac-valid") {
+			add("FuzzCursorVerifySigned", raw[:len(raw)-macSize], v.WantTool, v.WantCaller)
+		}
+	}
+
+	for _, b := range fuzzStateSeeds(t) {
+		add("FuzzVerifyState", b)
+	}
+
+	var sf stateFile
+	readVectors(t, "request_state.json", &sf)
+	for _, v := range sf.Encode {
+		if v.Key != sf.Key {
+			continue // FuzzStateDecode's codecs hold vecKey only
+		}
+		enc := v.Mode == "encrypted"
+		add("FuzzStateDecode", enc, uint8(parseBinding(t, v.Binding)), v.Wire, v.Subject, v.Tool)
+		if v.Binding == "subject" {
+			add("FuzzStatePayload", enc, []byte(v.Payload), v.Subject)
+		}
+	}
+	for _, v := range sf.Decode {
+		add("FuzzStateDecode", v.Mode == "encrypted", uint8(parseBinding(t, v.Binding)), v.Wire, v.Subject, v.Tool)
+	}
+
+	var jf jcsFile
+	readVectors(t, "jcs.json", &jf)
+	for _, v := range jf.Valid {
+		add("FuzzArgsFingerprint", []byte(v.Input))
+	}
+	for _, v := range jf.Invalid {
+		add("FuzzArgsFingerprint", v.bytes(t))
+	}
+
+	k1, k2 := EncodeKey(vecKey), EncodeKey(vecKey2)
+	for _, s := range []string{
+		k1,
+		k1 + "," + k2,
+		" " + k1 + " ,\t" + base64.StdEncoding.EncodeToString(vecKey2) + "\n",
+		base64.RawStdEncoding.EncodeToString(seqBytes(0xfb, 40)),
+		base64.StdEncoding.EncodeToString(seqBytes(0xfb, 40)),
+		EncodeKey(vecKey[:31]),
+		k1 + ",," + k2,
+		k1 + "=",
+		hex.EncodeToString(vecKey),
+	} {
+		add("FuzzParseKeyring", s)
+	}
+
+	for target, files := range seeds {
+		dir := filepath.Join("testdata", "fuzz", target)
+		// Replace the generated seeds; keep crashers the fuzzer found.
+		old, _ := filepath.Glob(filepath.Join(dir, "seed-*"))
+		for _, f := range old {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range files {
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%03d", i)), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestFuzzSeedCorporaPresent guards against losing the committed seeds.
+func TestFuzzSeedCorporaPresent(t *testing.T) {
+	for _, target := range []string{"FuzzCursorVerify", "FuzzCursorVerifySigned", "FuzzStateDecode", "FuzzStatePayload", "FuzzVerifyState", "FuzzArgsFingerprint", "FuzzParseKeyring"} {
+		entries, err := os.ReadDir(filepath.Join("testdata", "fuzz", target))
+		if err != nil || len(entries) == 0 {
+			t.Errorf("%s: no seed corpus (%v); regenerate with go test -run TestVectors -update-vectors", target, err)
+		}
+	}
+}
+
+// respellings returns other spellings of the base64url text at tok[start:]
+// that a lenient decoder maps to the same bytes: CR and LF inserted (which
+// encoding/base64 skips even in Strict mode), padding, and set unused
+// trailing bits.
+func respellings(tok string, start int) map[string]string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	mid := start + (len(tok)-start)/2
+	out := map[string]string{
+		"line feed inside":       tok[:mid] + "\n" + tok[mid:],
+		"CR LF at the end":       tok + "\r\n",
+		"line feed at the start": tok[:start] + "\n" + tok[start:],
+	}
+	if r := (len(tok) - start) % 4; r != 0 {
+		out["padding"] = tok + strings.Repeat("=", 4-r)
+		i := strings.IndexByte(alphabet, tok[len(tok)-1])
+		out["unused trailing bits set"] = tok[:len(tok)-1] + string(alphabet[i|1])
+	}
+	return out
+}
+
+// TestTokensHaveOneSpelling checks that no token type accepts a second
+// spelling of an authentic token.
+func TestTokensHaveOneSpelling(t *testing.T) {
+	iss := fuzzCursorIssuer(t)
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	codecs := fuzzCodecs(t)
+	ot, err := NewOneTimeIssuer(OneTimeConfig{Keys: vecKeyring(t, vecKey), Now: fixedClock(vecNow)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type kind struct {
+		name   string
+		token  func(n int) string // an authentic token; n varies its length
+		start  int                // where the base64url text starts
+		verify func(string) error
+	}
+	kinds := []kind{
+		{"cursor", func(n int) string {
+			tok, err := iss.Issue(CursorPayload{CursorScope: scope, State: seqBytes(0, n)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}, 0, func(s string) error { _, err := iss.Verify(s, scope); return err }},
+		{"one-time token", func(n int) string {
+			tok, err := ot.Mint(map[string]string{"k": strings.Repeat("v", n)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}, len(oneTimePrefix), func(s string) error { _, err := ot.verify(s); return err }}, // verify: Redeem would consume it
+	}
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		c := codecs[[2]uint8{uint8(mode), uint8(BindSubject)}]
+		start := len(signedPrefix)
+		if mode == Encrypted {
+			start = len(encryptedPrefix)
+		}
+		kinds = append(kinds, kind{modeNames[mode] + " request state", func(n int) string {
+			w, err := c.Encode(strings.Repeat("x", n), "alice", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}, start, func(s string) error { _, err := c.Decode(s, "alice", ""); return err }})
+	}
+	for _, k := range kinds {
+		for n := range 3 { // three lengths: every base64 remainder
+			tok := k.token(n)
+			if err := k.verify(tok); err != nil {
+				t.Fatalf("%s: authentic token refused: %v", k.name, err)
+			}
+			for what, alt := range respellings(tok, k.start) {
+				if err := k.verify(alt); err == nil {
+					t.Errorf("%s (%d bytes): accepted with %s", k.name, n, what)
+				}
+			}
+		}
+	}
+}

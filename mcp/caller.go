@@ -1,0 +1,129 @@
+package ctokenmcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+
+	"github.com/ctoken/ctoken"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// ErrNoCaller reports a request without an authenticated caller. Tokens are
+// never issued to, or accepted from, an anonymous request.
+var ErrNoCaller = errors.New("ctokenmcp: request has no authenticated caller")
+
+// CallerFunc returns the stable identity of the authenticated caller of req
+// (a user or client ID), or an error. It must never return "" with a nil
+// error; the helpers of this package treat "" as ErrNoCaller.
+type CallerFunc func(ctx context.Context, req mcp.Request) (string, error)
+
+// TokenUserID is the default CallerFunc: the UserID of the request's bearer
+// token, as set by auth.RequireBearerToken on the streamable HTTP transport
+// (req.GetExtra().TokenInfo.UserID). It returns ErrNoCaller when the request
+// carries no token or the token names no user.
+func TokenUserID(_ context.Context, req mcp.Request) (string, error) {
+	if req == nil {
+		return "", ErrNoCaller
+	}
+	extra := req.GetExtra()
+	if extra == nil || extra.TokenInfo == nil || extra.TokenInfo.UserID == "" {
+		return "", ErrNoCaller
+	}
+	return extra.TokenInfo.UserID, nil
+}
+
+// FixedCaller returns a CallerFunc that names id as the caller of every
+// request. Use it for a transport whose peer is known by construction, such
+// as a stdio server started by one local user. An empty id makes every
+// request fail with ErrNoCaller.
+func FixedCaller(id string) CallerFunc {
+	return func(context.Context, mcp.Request) (string, error) {
+		if id == "" {
+			return "", ErrNoCaller
+		}
+		return id, nil
+	}
+}
+
+// caller runs f and maps every failure to a JSON-RPC internal error
+// (-32603): a request without a caller reaching a tool is a server
+// configuration problem, not bad input. The CallerFunc's own error goes to
+// the log, not to the client.
+func caller(ctx context.Context, f CallerFunc, req mcp.Request, log *slog.Logger) (string, error) {
+	id, err := f(ctx, req)
+	if err == nil && id == "" {
+		err = ErrNoCaller
+	}
+	if err != nil {
+		log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcp: no authenticated caller", slog.String("error", err.Error()))
+		return "", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "no authenticated caller"}
+	}
+	return id, nil
+}
+
+// errorData is the data member of the -32602 errors this package returns.
+type errorData struct {
+	// Code is ctoken.CodeCursorExpired or ctoken.CodeCursorInvalid for a
+	// cursor; StateExpired or StateInvalid for a request state.
+	Code int `json:"ctokenCode"`
+}
+
+// Codes in the data member of a rejected request state's -32602 error.
+// Cursors use ctoken.CodeCursorExpired and ctoken.CodeCursorInvalid.
+const (
+	// StateExpired tells the client to call again without the state.
+	StateExpired = 1022
+	// StateInvalid reports a state that was refused as invalid.
+	StateInvalid = 1023
+)
+
+// invalidParams returns the -32602 error for a rejected token.
+func invalidParams(message string, code int) *jsonrpc.Error {
+	data, _ := json.Marshal(errorData{Code: code}) // cannot fail
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: message, Data: data}
+}
+
+// TokenErrorCode returns the ctoken code in the data member of a JSON-RPC
+// error returned by this package (for example as seen by a client from
+// ClientSession.CallTool): ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid,
+// StateExpired or StateInvalid; 0 for any other error.
+func TokenErrorCode(err error) int {
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || len(we.Data) == 0 {
+		return 0
+	}
+	var d errorData
+	if json.Unmarshal(we.Data, &d) != nil {
+		return 0
+	}
+	switch d.Code {
+	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, StateExpired, StateInvalid:
+		return d.Code
+	}
+	return 0
+}
+
+// logger returns l, or a logger that discards everything.
+func logger(l *slog.Logger) *slog.Logger {
+	if l != nil {
+		return l
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// argsFingerprint fingerprints args, or returns the zero Fingerprint (not
+// bound) for nil.
+func argsFingerprint(args any) (ctoken.Fingerprint, error) {
+	if args == nil {
+		return ctoken.Fingerprint{}, nil
+	}
+	return ctoken.ArgsFingerprint(args)
+}
+
+// toolTarget is the tool ID every token of a tools/call is bound to.
+func toolTarget(req *mcp.CallToolRequest) string {
+	return ctoken.MCPTarget("tools/call", req.Params.Name)
+}

@@ -1,0 +1,51 @@
+// Package ctokenmcp connects ctoken to the Go MCP SDK
+// (github.com/modelcontextprotocol/go-sdk): signed continuation cursors for
+// paginated tools, and a sealed requestState for multi round-trip requests
+// (MRTR, SEP-2322).
+//
+// The package lives in the nested module github.com/ctoken/ctoken/mcp so
+// that the root ctoken module does not depend on the SDK. Its name is
+// ctokenmcp, so it can be imported next to the SDK's mcp package.
+//
+// # Who is calling
+//
+// Every token this package mints is bound to the authenticated caller of the
+// request, found by a CallerFunc. The default, TokenUserID, reads
+// auth.TokenInfo.UserID, which the SDK's streamable HTTP transport fills
+// from auth.RequireBearerToken. A transport without per-request
+// authentication (stdio, in-memory) has to say who its peer is with
+// FixedCaller. A request without a caller is refused (fail closed): a token
+// bound to nobody would be usable by anybody.
+//
+// # Cursors
+//
+// Cursors wraps a ctoken.CursorIssuer. A cursor it issues is bound to the
+// tool (ctoken.MCPTarget("tools/call", name)), the caller and, when given,
+// the arguments of the call (ctoken.ArgsFingerprint), so it cannot be
+// replayed by another user, against another tool, or with other arguments.
+// A cursor that does not verify is answered with JSON-RPC error -32602
+// (invalid params), as the MCP specification asks for invalid cursors; its
+// data member carries ctoken's code (1020 expired: start over, 1021
+// invalid), never the reason, which goes to the server log only.
+//
+// # Request state
+//
+// States wraps a ctoken.RequestStateCodec. A tool that needs input from the
+// user returns a CallToolResult with InputRequests and a RequestState sealed
+// by States.Seal; the SDK (v1.8.0 and later) sends it as an input_required
+// result, the client fulfils the requests and retries the call echoing the
+// state, and States.Open checks it: bound to the caller (subject), to
+// ctoken.MCPTarget("tools/call", name) and, unless disabled, to the
+// fingerprint of the call's arguments, so a client can neither edit the
+// state, nor hand it to another user or tool, nor keep the state and change
+// the arguments. A state that does not open is JSON-RPC error -32602.
+//
+// With the argument binding (the default), the text States hands the codec
+// is the JSON object {"a":<hex SHA-256 ArgsFingerprint of the call's
+// arguments, absent arguments taken as {}>,"s":<the application's state as
+// a JSON string>}; with StateOptions.UnboundArgs it is the application's
+// state itself. Either way the codec's wire format (v1. or v1e.) is
+// unchanged, so the CLI's "ctoken verify" opens these states.
+//
+// All types are safe for concurrent use.
+package ctokenmcp

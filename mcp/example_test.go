@@ -1,0 +1,142 @@
+package ctokenmcp_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/ctoken/ctoken"
+	ctokenmcp "github.com/ctoken/ctoken/mcp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// connect joins a client with opts to s over in-memory transports.
+func connect(s *mcp.Server, opts *mcp.ClientOptions) *mcp.ClientSession {
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := s.Connect(ctx, st, nil); err != nil {
+		log.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "client", Version: "v0"}, opts).Connect(ctx, ct, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return cs
+}
+
+type ListIn struct {
+	Cursor string `json:"cursor,omitempty"`
+}
+
+type ListOut struct {
+	Items      []int  `json:"items"`
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// A paginated tool whose cursor is bound to the tool, the caller and the
+// arguments. Over streamable HTTP with auth.RequireBearerToken, leave
+// CursorOptions.Caller nil to bind to the bearer token's user.
+func ExampleCursors() {
+	kr, _ := ctoken.NewKeyring(ctoken.RandomKey())
+	issuer, _ := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: kr})
+	cursors, _ := ctokenmcp.NewCursors(issuer, &ctokenmcp.CursorOptions{Caller: ctokenmcp.FixedCaller("alice")})
+
+	s := mcp.NewServer(&mcp.Implementation{Name: "server", Version: "v0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "count"}, func(ctx context.Context, req *mcp.CallToolRequest, in ListIn) (*mcp.CallToolResult, ListOut, error) {
+		bound := in
+		bound.Cursor = "" // bind to the arguments, not to the cursor itself
+		p, err := cursors.Resume(ctx, req, bound, in.Cursor)
+		if err != nil {
+			return nil, ListOut{}, err // -32602, returned unwrapped
+		}
+		out := ListOut{Items: []int{int(p.Page)*2 + 1, int(p.Page)*2 + 2}}
+		if p.Page < 2 {
+			out.NextCursor, err = cursors.Next(ctx, req, bound, p.Page+1, nil)
+		}
+		return nil, out, err
+	})
+
+	cs := connect(s, nil)
+	defer cs.Close()
+	cursor := ""
+	for {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "count", Arguments: ListIn{Cursor: cursor}})
+		if err != nil {
+			log.Fatal(err)
+		}
+		page := res.StructuredContent.(map[string]any)
+		fmt.Println(page["items"])
+		next, _ := page["nextCursor"].(string)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "count", Arguments: ListIn{Cursor: "forged"}})
+	fmt.Println(err, ctokenmcp.TokenErrorCode(err))
+	// Output:
+	// [1 2]
+	// [3 4]
+	// [5 6]
+	// calling "tools/call": invalid cursor 1021
+}
+
+type DeployIn struct {
+	Service string `json:"service"`
+}
+
+type DeployOut struct {
+	Deployed string `json:"deployed"`
+}
+
+// A tool that asks the user to confirm with a multi round-trip request; its
+// requestState is sealed by ctoken, bound to the caller, the tool and the
+// arguments.
+func ExampleStates() {
+	kr, _ := ctoken.NewKeyring(ctoken.RandomKey())
+	codec, _ := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
+		Keys: kr, Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool,
+	})
+	states, _ := ctokenmcp.NewStates(codec, &ctokenmcp.StateOptions{Caller: ctokenmcp.FixedCaller("alice")})
+
+	type plan struct{ Steps int }
+	s := mcp.NewServer(&mcp.Implementation{Name: "server", Version: "v0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "deploy"}, func(ctx context.Context, req *mcp.CallToolRequest, in DeployIn) (*mcp.CallToolResult, DeployOut, error) {
+		p, resumed, err := ctokenmcp.OpenJSON[plan](ctx, states, req)
+		if err != nil {
+			return nil, DeployOut{}, err // -32602, returned unwrapped
+		}
+		if !resumed {
+			state, err := ctokenmcp.SealJSON(ctx, states, req, plan{Steps: 3})
+			if err != nil {
+				return nil, DeployOut{}, err
+			}
+			return &mcp.CallToolResult{
+				InputRequests: mcp.InputRequestMap{"ok": &mcp.ElicitParams{
+					Message:         "Deploy " + in.Service + "?",
+					RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}},
+				}},
+				RequestState: state,
+			}, DeployOut{}, nil
+		}
+		if r, _ := req.Params.InputResponses["ok"].(*mcp.ElicitResult); r == nil || r.Content["ok"] != true {
+			return nil, DeployOut{Deployed: "nothing"}, nil
+		}
+		return nil, DeployOut{Deployed: fmt.Sprintf("%s in %d steps", in.Service, p.Steps)}, nil
+	})
+
+	// The SDK client answers the elicitation and retries with the state.
+	cs := connect(s, &mcp.ClientOptions{ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		fmt.Println("asked:", r.Params.Message)
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+	}})
+	defer cs.Close()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "deploy", Arguments: DeployIn{Service: "api"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.StructuredContent.(map[string]any)["deployed"])
+	// Output:
+	// asked: Deploy api?
+	// api in 3 steps
+}

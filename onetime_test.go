@@ -1,0 +1,356 @@
+package ctoken
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var runClaims = map[string]string{"agent": "agt_42", "company": "co_7", "run": "run_2026_0001"}
+
+func newOneTime(t testing.TB, cfg OneTimeConfig) *OneTimeIssuer {
+	t.Helper()
+	if cfg.Keys == nil {
+		kr, err := NewKeyring(RandomKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Keys = kr
+	}
+	o, err := NewOneTimeIssuer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func mint(t testing.TB, o *OneTimeIssuer, claims map[string]string) string {
+	t.Helper()
+	tok, err := o.Mint(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func TestOneTimeTokenRedeemsOnceThenReportsRedeemed(t *testing.T) {
+	o := newOneTime(t, OneTimeConfig{})
+	tok := mint(t, o, runClaims)
+	if err := o.Redeem(context.Background(), tok, runClaims); err != nil {
+		t.Fatalf("first redeem: %v", err)
+	}
+	err := o.Redeem(context.Background(), tok, runClaims)
+	if !errors.Is(err, ErrOneTimeRedeemed) || Reason(err) != "already redeemed" {
+		t.Fatalf("second redeem = %v, want ErrOneTimeRedeemed", err)
+	}
+	// Another token with the same claims is independent.
+	if err := o.Redeem(context.Background(), mint(t, o, runClaims), runClaims); err != nil {
+		t.Fatalf("second token: %v", err)
+	}
+}
+
+func TestOneTimeTokenWithoutClaims(t *testing.T) {
+	o := newOneTime(t, OneTimeConfig{})
+	tok := mint(t, o, nil)
+	if err := o.Redeem(context.Background(), tok, map[string]string{"run": "x"}); !errors.Is(err, ErrOneTimeClaims) {
+		t.Fatalf("redeem with extra expected claim = %v, want ErrOneTimeClaims", err)
+	}
+	if err := o.Redeem(context.Background(), tok, map[string]string{}); err != nil {
+		t.Fatalf("redeem with empty claims: %v", err)
+	}
+}
+
+func TestOneTimeTokenExpiresAfterDefaultTTL(t *testing.T) {
+	clk := newStepClock()
+	o := newOneTime(t, OneTimeConfig{Now: clk.Now})
+	tok := mint(t, o, runClaims)
+	clk.Advance(DefaultOneTimeTTL)
+	err := o.Redeem(context.Background(), tok, runClaims)
+	if !errors.Is(err, ErrOneTimeExpired) {
+		t.Fatalf("redeem at expiry = %v, want ErrOneTimeExpired", err)
+	}
+}
+
+func TestOneTimeTokenRedeemableJustBeforeExpiry(t *testing.T) {
+	clk := newStepClock()
+	o := newOneTime(t, OneTimeConfig{Now: clk.Now, TTL: time.Minute})
+	tok := mint(t, o, runClaims)
+	clk.Advance(time.Minute - time.Second)
+	if err := o.Redeem(context.Background(), tok, runClaims); err != nil {
+		t.Fatalf("redeem a second before expiry: %v", err)
+	}
+}
+
+func TestOneTimeTokenRefusedForOtherClaimsWithoutBeingConsumed(t *testing.T) {
+	o := newOneTime(t, OneTimeConfig{})
+	tok := mint(t, o, runClaims)
+	for _, want := range []map[string]string{
+		{"agent": "agt_42", "company": "co_7", "run": "run_2026_0002"},          // other run
+		{"agent": "agt_42", "company": "co_7"},                                  // fewer claims
+		{"agent": "agt_42", "company": "co_7", "run": "run_2026_0001", "x": ""}, // more claims
+		{"agent": "agt_42", "company": "co_7", "Run": "run_2026_0001"},          // other name
+		nil,
+	} {
+		err := o.Redeem(context.Background(), tok, want)
+		if !errors.Is(err, ErrOneTimeClaims) || Reason(err) != "claims mismatch" {
+			t.Fatalf("redeem against %v = %v, want ErrOneTimeClaims", want, err)
+		}
+	}
+	if err := o.Redeem(context.Background(), tok, runClaims); err != nil {
+		t.Fatalf("token consumed by mismatched redeems: %v", err)
+	}
+}
+
+func TestOneTimeTokenRejectsForgeries(t *testing.T) {
+	clk := newStepClock()
+	o := newOneTime(t, OneTimeConfig{Now: clk.Now})
+	other := newOneTime(t, OneTimeConfig{Now: clk.Now})
+	tok := mint(t, o, runClaims)
+	raw, err := base64.RawURLEncoding.DecodeString(tok[len(oneTimePrefix):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	reencode := func(edit func([]byte) []byte) string {
+		b := edit(append([]byte(nil), raw...))
+		return oneTimePrefix + base64.RawURLEncoding.EncodeToString(b)
+	}
+	flip := func(i int) string {
+		return reencode(func(b []byte) []byte { b[i] ^= 1; return b })
+	}
+	tests := []struct {
+		name, token, reason string
+	}{
+		{"empty", "", "unknown format"},
+		{"other key", mint(t, other, runClaims), "mac mismatch"},
+		{"flipped version", flip(0), "mac mismatch"},
+		{"flipped nonce", flip(1), "mac mismatch"},
+		{"flipped expiry", flip(oneTimeFixedLen - 1), "mac mismatch"},
+		{"flipped claim", flip(oneTimeFixedLen + 2), "mac mismatch"},
+		{"flipped mac", flip(len(raw) - 1), "mac mismatch"},
+		{"truncated mac", reencode(func(b []byte) []byte { return b[:len(b)-1] }), "mac mismatch"},
+		{"truncated to nothing", oneTimePrefix, "truncated"},
+		{"truncated below fixed size", reencode(func(b []byte) []byte { return b[:oneTimeFixedLen] }), "truncated"},
+		{"trailing byte", reencode(func(b []byte) []byte { return append(b, 0) }), "mac mismatch"},
+		{"wrong prefix", "ot2." + tok[len(oneTimePrefix):], "unknown format"},
+		{"no prefix", tok[len(oneTimePrefix):], "unknown format"},
+		{"padded base64", tok + "=", "bad base64"},
+		{"standard base64", oneTimePrefix + base64.RawStdEncoding.EncodeToString(append(raw, 0xfb, 0xff)), "bad base64"},
+		{"oversize", oneTimePrefix + strings.Repeat("A", MaxOneTimeTokenBytes), "oversize"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := o.Redeem(context.Background(), tc.token, runClaims)
+			if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != tc.reason {
+				t.Fatalf("err = %v (reason %q), want ErrOneTimeInvalid (%q)", err, Reason(err), tc.reason)
+			}
+			if strings.Contains(err.Error(), tok) {
+				t.Fatal("error text echoes the token")
+			}
+		})
+	}
+	if err := o.Redeem(context.Background(), tok, runClaims); err != nil {
+		t.Fatalf("genuine token after forgeries: %v", err)
+	}
+}
+
+// signOneTime builds a token with o's primary key from an arbitrary payload,
+// to test the decoder behind the MAC.
+func signOneTime(o *OneTimeIssuer, payload []byte) string {
+	raw := append(append([]byte(nil), payload...), oneTimeMAC(o.keys[0], payload)...)
+	return oneTimePrefix + base64.RawURLEncoding.EncodeToString(raw)
+}
+
+func oneTimePayload(issued, expires time.Time, claims ...string) []byte {
+	p := make([]byte, oneTimeFixedLen)
+	p[0] = oneTimeVersion
+	binary.BigEndian.PutUint64(p[1+oneTimeNonceLen:], uint64(issued.Unix()))
+	binary.BigEndian.PutUint64(p[1+oneTimeNonceLen+8:], uint64(expires.Unix()))
+	for _, c := range claims {
+		p = binary.AppendUvarint(p, uint64(len(c)))
+		p = append(p, c...)
+	}
+	return p
+}
+
+func TestOneTimeTokenRejectsAuthenticButMalformedPayloads(t *testing.T) {
+	clk := newStepClock()
+	o := newOneTime(t, OneTimeConfig{Now: clk.Now})
+	now, later := clk.Now(), clk.Now().Add(time.Minute)
+	tests := []struct {
+		name    string
+		payload []byte
+		reason  string
+	}{
+		{"unknown version", func() []byte { p := oneTimePayload(now, later); p[0] = 2; return p }(), "malformed payload"},
+		{"unsorted claims", oneTimePayload(now, later, "b", "1", "a", "2"), "malformed payload"},
+		{"duplicate claim", oneTimePayload(now, later, "a", "1", "a", "1"), "malformed payload"},
+		{"name without value", oneTimePayload(now, later, "a"), "malformed payload"},
+		{"length past end", append(oneTimePayload(now, later), 5, 'a'), "malformed payload"},
+		{"non-minimal length", append(oneTimePayload(now, later), 0x81, 0x00, 'a', 0), "malformed payload"},
+		{"issued in the future", oneTimePayload(now.Add(2*time.Minute), now.Add(5*time.Minute)), "issued in the future"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := o.Redeem(context.Background(), signOneTime(o, tc.payload), nil)
+			if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != tc.reason {
+				t.Fatalf("err = %v (reason %q), want ErrOneTimeInvalid (%q)", err, Reason(err), tc.reason)
+			}
+		})
+	}
+	// The hand-built encoding is the one Mint uses.
+	if err := o.Redeem(context.Background(), signOneTime(o, oneTimePayload(now, later, "a", "1", "b", "")), map[string]string{"a": "1", "b": ""}); err != nil {
+		t.Fatalf("well-formed hand-built token: %v", err)
+	}
+}
+
+func TestOneTimeTokenVerifiesWithPreviousKeyAfterRotation(t *testing.T) {
+	oldKey, newKey := RandomKey(), RandomKey()
+	oldRing, _ := NewKeyring(oldKey)
+	rotated, _ := NewKeyring(newKey, oldKey)
+	store := NewMemoryReplayStore(0)
+	before := newOneTime(t, OneTimeConfig{Keys: oldRing, Replay: store})
+	after := newOneTime(t, OneTimeConfig{Keys: rotated, Replay: store})
+	tok := mint(t, before, runClaims)
+	if err := after.Redeem(context.Background(), tok, runClaims); err != nil {
+		t.Fatalf("redeem after rotation: %v", err)
+	}
+	// The shared store still enforces single use across both issuers.
+	if err := before.Redeem(context.Background(), tok, runClaims); !errors.Is(err, ErrOneTimeRedeemed) {
+		t.Fatalf("redeem on the other instance = %v, want ErrOneTimeRedeemed", err)
+	}
+}
+
+func TestOneTimeTokenSubkeyIsSeparateFromOtherUses(t *testing.T) {
+	key := RandomKey()
+	kr, _ := NewKeyring(key)
+	o := newOneTime(t, OneTimeConfig{Keys: kr})
+	if got, want := o.keys[0], DeriveKey(key, "ctoken.onetime hmac key"); string(got) != string(want) {
+		t.Fatal("one-time subkey is not HKDF(key, \"ctoken.onetime hmac key\")")
+	}
+	if string(o.keys[0]) == string(key) {
+		t.Fatal("one-time tokens use the raw key")
+	}
+}
+
+func TestOneTimeMintRefusesOversizeClaims(t *testing.T) {
+	o := newOneTime(t, OneTimeConfig{})
+	for _, claims := range []map[string]string{
+		{"run": strings.Repeat("x", MaxOneTimeTokenBytes)},
+		{"a": strings.Repeat("x", 700)},
+	} {
+		if _, err := o.Mint(claims); !errors.Is(err, ErrOneTimeTooLarge) {
+			t.Fatalf("Mint = %v, want ErrOneTimeTooLarge", err)
+		}
+	}
+	tok := mint(t, o, map[string]string{"a": strings.Repeat("x", 600)})
+	if len(tok) > MaxOneTimeTokenBytes {
+		t.Fatalf("token of %d bytes", len(tok))
+	}
+}
+
+func TestOneTimeRedeemFailsClosedOnStoreError(t *testing.T) {
+	clk := newStepClock()
+	full := &MemoryReplayStore{Max: 1, Now: clk.Now}
+	o := newOneTime(t, OneTimeConfig{Replay: full, Now: clk.Now})
+	if err := o.Redeem(context.Background(), mint(t, o, nil), nil); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(DefaultOneTimeTTL / 2)
+	tok := mint(t, o, nil)
+	err := o.Redeem(context.Background(), tok, nil)
+	if !errors.Is(err, ErrReplayStoreFull) || errors.Is(err, ErrOneTimeRedeemed) {
+		t.Fatalf("redeem on a full store = %v, want ErrReplayStoreFull", err)
+	}
+	// Once the first token's entry expires the store has room again, and
+	// tok still works: a store failure does not consume it.
+	clk.Advance(DefaultOneTimeTTL / 2)
+	if err := o.Redeem(context.Background(), tok, nil); err != nil {
+		t.Fatalf("redeem after the store recovered: %v", err)
+	}
+}
+
+func TestOneTimeRedeemHonoursCancelledContext(t *testing.T) {
+	o := newOneTime(t, OneTimeConfig{})
+	tok := mint(t, o, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := o.Redeem(ctx, tok, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("redeem with a cancelled context = %v, want context.Canceled", err)
+	}
+	if err := o.Redeem(context.Background(), tok, nil); err != nil {
+		t.Fatalf("token consumed by the cancelled redeem: %v", err)
+	}
+}
+
+func TestNewOneTimeIssuerNeedsKeys(t *testing.T) {
+	if _, err := NewOneTimeIssuer(OneTimeConfig{}); !errors.Is(err, ErrNoKey) {
+		t.Fatalf("NewOneTimeIssuer without keys = %v, want ErrNoKey", err)
+	}
+}
+
+func TestOneTimeConcurrentRedeemsExactlyOneSucceeds(t *testing.T) {
+	o := newOneTime(t, OneTimeConfig{})
+	const workers = 64
+	for round := range 10 {
+		tok := mint(t, o, runClaims)
+		t.Run(fmt.Sprint("round", round), func(t *testing.T) {
+			exactlyOnce(t, workers, func() error { return o.Redeem(context.Background(), tok, runClaims) }, ErrOneTimeRedeemed)
+		})
+	}
+}
+
+// FuzzOneTimeRedeem feeds arbitrary tokens to Redeem: it must never panic,
+// must refuse every token it did not mint with ErrOneTimeInvalid, and must
+// return a log-safe reason.
+func FuzzOneTimeRedeem(f *testing.F) {
+	o := newOneTime(f, OneTimeConfig{})
+	f.Add(mint(f, o, runClaims))
+	f.Add(mint(f, o, nil))
+	f.Add("ot1.")
+	f.Add("ot1.AAAA")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, tok string) {
+		err := o.Redeem(context.Background(), tok, runClaims)
+		if err == nil || errors.Is(err, ErrOneTimeRedeemed) || errors.Is(err, ErrOneTimeClaims) {
+			return // a seed minted above
+		}
+		if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) == "" {
+			t.Fatalf("Redeem(%q) = %v", tok, err)
+		}
+	})
+}
+
+// FuzzDecodeOneTimePayload fuzzes the decoder behind the MAC: it must never
+// panic, and whatever it accepts must re-encode to the same bytes (the
+// encoding is canonical).
+func FuzzDecodeOneTimePayload(f *testing.F) {
+	now := time.Unix(1_700_000_000, 0)
+	f.Add(oneTimePayload(now, now.Add(time.Minute), "agent", "a", "run", "r"))
+	f.Add(oneTimePayload(now, now))
+	f.Add([]byte{1})
+	f.Add(append(oneTimePayload(now, now), 0x81, 0x00))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		tok, ok := decodeOneTimePayload(p)
+		if !ok {
+			return
+		}
+		// Rebuild in sorted order as Mint does.
+		re := append([]byte(nil), p[:oneTimeFixedLen]...)
+		for _, n := range slices.Sorted(maps.Keys(tok.claims)) {
+			re = binary.AppendUvarint(re, uint64(len(n)))
+			re = append(re, n...)
+			re = binary.AppendUvarint(re, uint64(len(tok.claims[n])))
+			re = append(re, tok.claims[n]...)
+		}
+		if string(re) != string(p) {
+			t.Fatalf("payload %x decoded to %v, which re-encodes to %x", p, tok.claims, re)
+		}
+	})
+}

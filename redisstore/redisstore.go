@@ -1,0 +1,228 @@
+// Package redisstore is a ctoken.ReplayStore backed by Redis, for fleets of
+// servers that must accept each single-use ID (one-time token, single-use
+// request state, webhook delivery) exactly once across every instance.
+//
+// A claim is one atomic Redis command:
+//
+//	SET <prefix><id> 1 NX PXAT <until in unix milliseconds>
+//
+// Redis answers OK to exactly one of any number of concurrent claims of the
+// same live key, and deletes the key itself at the absolute expiry, so the
+// store needs no sweeper and every instance agrees on when an ID may be
+// claimed again. PXAT needs Redis 6.2 or newer (or a compatible server).
+//
+// The store fails closed: when Redis is down, slow, or answers anything
+// unexpected, Claim returns first == false and an error matching
+// ErrUnavailable. Callers must treat every error as "refuse the request".
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+const DefaultPrefix = "ctoken:replay:"
+
+// DefaultTimeout bounds each claim when Options.Timeout is zero.
+const DefaultTimeout = time.Second
+
+// MaxIDBytes is the longest ID Claim accepts. Longer IDs are refused with
+// ErrInvalidClaim before anything is sent to Redis.
+const MaxIDBytes = 512
+
+// Sentinel errors, usable with errors.Is. Every error Claim returns matches
+// exactly one of them, and Claim always returns first == false with it.
+var (
+	// ErrUnavailable reports that the store could not decide whether the
+	// claim was first: Redis unreachable, timed out (the error then also
+	// matches context.DeadlineExceeded or context.Canceled), or answered with
+	// an error or an unexpected reply. The claim may or may not have been
+	// recorded; the caller must refuse the request.
+	ErrUnavailable = errors.New("redisstore: replay store unavailable")
+
+	// ErrInvalidClaim reports a claim refused before reaching Redis: an empty
+	// ID, an ID over MaxIDBytes, or an until that is not in the future (an
+	// already expired single-use token must be refused as expired, and there
+	// is nothing left to remember). Nothing is recorded.
+	ErrInvalidClaim = errors.New("redisstore: invalid claim")
+)
+
+// Client is the part of a go-redis client the store uses. *redis.Client,
+// *redis.ClusterClient, *redis.Ring and redis.UniversalClient all satisfy it.
+type Client interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// Prefix is prepended to every ID to form the Redis key, so several
+	// stores (or applications) can share one Redis without seeing each
+	// other's claims. Empty means DefaultPrefix.
+	Prefix string
+
+	// Timeout bounds every Claim: the effective deadline is the earlier of
+	// the caller's context deadline and now + Timeout. Zero means
+	// DefaultTimeout; a negative value means only the caller's context
+	// bounds the call (and, without one, the client's own timeouts).
+	Timeout time.Duration
+
+	// Now returns the current time, used to refuse an until that has already
+	// passed. Nil means time.Now. The expiry itself is enforced by Redis's
+	// clock, so keep the fleet's clocks and Redis's in sync (NTP).
+	Now func() time.Time
+}
+
+// Store is a ctoken.ReplayStore backed by Redis. It also implements the
+// optional ctoken.ReplayReleaser (Release), which the webhook middleware uses
+// to let a sender's retry through after a failed delivery. It is safe for
+// concurrent use; its settings are fixed at construction.
+type Store struct {
+	client  Client
+	prefix  string
+	timeout time.Duration
+	now     func() time.Time
+}
+
+var (
+	_ ctoken.ReplayStore    = (*Store)(nil)
+	_ ctoken.ReplayReleaser = (*Store)(nil)
+)
+
+// New returns a Store that records claims through client. The client keeps
+// its own connection settings; the Store adds the per-claim deadline of
+// Options.Timeout and returns when it passes even if the client has not
+// (go-redis ignores context deadlines on the socket unless the client's
+// ContextTimeoutEnabled option is set, which is recommended).
+func New(client Client, opts Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: nil client")
+	}
+	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, now: opts.Now}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.timeout == 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	return s, nil
+}
+
+// Prefix returns the key prefix the store writes under.
+func (s *Store) Prefix() string { return s.prefix }
+
+// Claim records id until the given time and reports whether this call was
+// the first live claim of id, across every process sharing the Redis server
+// and prefix. Exactly one of any number of concurrent claims of the same ID
+// returns true. Once until has passed (by Redis's clock) the ID can be
+// claimed again.
+//
+// Claim fails closed: on any error it returns first == false and an error
+// matching ErrUnavailable (Redis could not answer in time or answered
+// unexpectedly) or ErrInvalidClaim (empty or oversize id, or until not in
+// the future). Error text never contains id.
+//
+// A claim whose reply is lost may still have been recorded, and a client
+// retry of it then reports first == false: the ID is consumed and refused,
+// never accepted twice.
+func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	switch {
+	case id == "":
+		return false, fmt.Errorf("%w: empty id", ErrInvalidClaim)
+	case len(id) > MaxIDBytes:
+		return false, fmt.Errorf("%w: id longer than %d bytes", ErrInvalidClaim, MaxIDBytes)
+	}
+	// Round up to a whole millisecond so the key never expires before until.
+	ms := until.UnixMilli()
+	if until.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	if until.IsZero() || ms <= s.now().UnixMilli() {
+		return false, fmt.Errorf("%w: until is not in the future", ErrInvalidClaim)
+	}
+	v, err := s.do(ctx, "SET", s.prefix+id, "1", "NX", "PXAT", strconv.FormatInt(ms, 10))
+	switch {
+	case errors.Is(err, redis.Nil): // NX refused: the key is live, the ID was claimed
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	if v, ok := v.(string); ok && v == "OK" {
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: unexpected reply to SET NX", ErrUnavailable)
+}
+
+// Release forgets the claim of id, so the next Claim of id is first again.
+// It is for a caller that claimed id and then failed to act on it (a webhook
+// handler that errored, so the sender's retry must be processed); one-time
+// tokens must never be released. Releasing an ID that is not claimed is not
+// an error. Release deletes the key whoever claimed it, so release only IDs
+// you claimed, before their until. Errors match ErrUnavailable or, for an
+// empty or oversize id, ErrInvalidClaim; the claim then stays in force.
+func (s *Store) Release(ctx context.Context, id string) error {
+	if id == "" || len(id) > MaxIDBytes {
+		return fmt.Errorf("%w: empty or oversize id", ErrInvalidClaim)
+	}
+	v, err := s.do(ctx, "DEL", s.prefix+id)
+	if err != nil {
+		return err
+	}
+	if _, ok := v.(int64); !ok {
+		return fmt.Errorf("%w: unexpected reply to DEL", ErrUnavailable)
+	}
+	return nil
+}
+
+// do runs one command within the store's deadline. It returns when the
+// deadline passes even if the client is still waiting, so a hung Redis
+// cannot hold the caller past it. Errors other than redis.Nil are wrapped in
+// ErrUnavailable, together with the context error when the deadline or a
+// cancellation ended the call.
+func (s *Store) do(ctx context.Context, args ...any) (any, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	type result struct {
+		val any
+		err error
+	}
+	done := make(chan result, 1) // buffered: the sender never blocks
+	go func() {
+		v, err := s.client.Do(ctx, args...).Result()
+		done <- result{v, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+	switch {
+	case r.err == nil:
+		return r.val, nil
+	case errors.Is(r.err, redis.Nil):
+		return nil, r.err
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(r.err, ctxErr) {
+		return nil, fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, r.err)
+	}
+	return nil, fmt.Errorf("%w: %w", ErrUnavailable, r.err)
+}

@@ -1,0 +1,558 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisAddr returns the address of the test Redis server from
+// CTOKEN_REDIS_ADDR (set by .ci/redis.sh). Without it the test is skipped,
+// except under CI=true, where the Redis tests must run and its absence fails.
+func redisAddr(t testing.TB) string {
+	t.Helper()
+	addr := os.Getenv("CTOKEN_REDIS_ADDR")
+	if addr == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CTOKEN_REDIS_ADDR is not set but CI=true: the Redis tests must run in CI (use .ci/redis.sh)")
+		}
+		t.Skip("CTOKEN_REDIS_ADDR not set; run under .ci/redis.sh to test against a real redis-server")
+	}
+	return addr
+}
+
+// newTestClient connects to the test Redis and fails the test if it does
+// not answer.
+func newTestClient(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("test Redis at %s does not answer: %v", redisAddr(t), err)
+	}
+	return c
+}
+
+// uniquePrefix returns a key prefix no other test run uses, and deletes its
+// keys when the test ends.
+func uniquePrefix(t testing.TB, c *redis.Client) string {
+	t.Helper()
+	b := make([]byte, 8)
+	rand.Read(b)
+	p := "ctoken-test:" + hex.EncodeToString(b) + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, p+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+	})
+	return p
+}
+
+func newTestStore(t testing.TB) (*Store, *redis.Client) {
+	t.Helper()
+	c := newTestClient(t)
+	s, err := New(c, Options{Prefix: uniquePrefix(t, c)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c
+}
+
+func TestClaimIsFirstOnceThenRefused(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	for i, want := range []bool{true, false, false} {
+		first, err := s.Claim(ctx, "delivery-1", until)
+		if err != nil {
+			t.Fatalf("claim %d: %v", i+1, err)
+		}
+		if first != want {
+			t.Fatalf("claim %d: first = %v, want %v", i+1, first, want)
+		}
+	}
+	// Another ID is independent.
+	if first, err := s.Claim(ctx, "delivery-2", until); err != nil || !first {
+		t.Fatalf("other id: first = %v, err = %v; want true, nil", first, err)
+	}
+}
+
+func TestClaimStoresAbsoluteExpiry(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	until := time.Now().Add(90 * time.Second).Truncate(time.Millisecond)
+	if first, err := s.Claim(ctx, "abs", until); err != nil || !first {
+		t.Fatalf("first = %v, err = %v", first, err)
+	}
+	got, err := c.Do(ctx, "PEXPIRETIME", s.Prefix()+"abs").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != until.UnixMilli() {
+		t.Fatalf("PEXPIRETIME = %d, want until = %d", got, until.UnixMilli())
+	}
+	// A sub-millisecond until is rounded up, never down.
+	until2 := until.Add(400 * time.Microsecond)
+	if first, err := s.Claim(ctx, "abs2", until2); err != nil || !first {
+		t.Fatalf("first = %v, err = %v", first, err)
+	}
+	got2, err := c.Do(ctx, "PEXPIRETIME", s.Prefix()+"abs2").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got2 != until.UnixMilli()+1 {
+		t.Fatalf("PEXPIRETIME = %d, want %d (rounded up)", got2, until.UnixMilli()+1)
+	}
+}
+
+func TestClaimAfterExpiryIsFirstAgain(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	until := time.Now().Add(150 * time.Millisecond)
+	if first, err := s.Claim(ctx, "short", until); err != nil || !first {
+		t.Fatalf("first claim: first = %v, err = %v", first, err)
+	}
+	if first, err := s.Claim(ctx, "short", until); err != nil || first {
+		t.Fatalf("replay before expiry: first = %v, err = %v; want false, nil", first, err)
+	}
+	time.Sleep(time.Until(until) + 50*time.Millisecond)
+	if first, err := s.Claim(ctx, "short", time.Now().Add(time.Minute)); err != nil || !first {
+		t.Fatalf("claim after expiry: first = %v, err = %v; want true, nil", first, err)
+	}
+}
+
+func TestPrefixIsolatesStores(t *testing.T) {
+	c := newTestClient(t)
+	a, err := New(c, Options{Prefix: uniquePrefix(t, c)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(c, Options{Prefix: uniquePrefix(t, c)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	for _, s := range []*Store{a, b} {
+		if first, err := s.Claim(ctx, "same-id", until); err != nil || !first {
+			t.Fatalf("prefix %q: first = %v, err = %v; want true, nil", s.Prefix(), first, err)
+		}
+	}
+	for _, s := range []*Store{a, b} {
+		if first, err := s.Claim(ctx, "same-id", until); err != nil || first {
+			t.Fatalf("prefix %q replay: first = %v, err = %v; want false, nil", s.Prefix(), first, err)
+		}
+	}
+}
+
+func TestZeroOptionsUseDefaultPrefix(t *testing.T) {
+	c := newTestClient(t)
+	s, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Prefix() != DefaultPrefix {
+		t.Fatalf("Prefix() = %q, want %q", s.Prefix(), DefaultPrefix)
+	}
+	b := make([]byte, 8)
+	rand.Read(b)
+	id := "zero-options-" + hex.EncodeToString(b)
+	t.Cleanup(func() { c.Del(context.Background(), DefaultPrefix+id) })
+	if first, err := s.Claim(context.Background(), id, time.Now().Add(time.Minute)); err != nil || !first {
+		t.Fatalf("first = %v, err = %v", first, err)
+	}
+	if n, err := c.Exists(context.Background(), DefaultPrefix+id).Result(); err != nil || n != 1 {
+		t.Fatalf("key %q not written under the default prefix (exists=%d, err=%v)", DefaultPrefix+id, n, err)
+	}
+}
+
+func TestConcurrentClaimsExactlyOneFirst(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	const ids, racers = 20, 16
+	for i := range ids {
+		id := "race-" + string(rune('a'+i))
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make(chan error, racers)
+		for range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				first, err := s.Claim(ctx, id, until)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if first {
+					wins.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("id %s: %v", id, err)
+		}
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("id %s: %d of %d concurrent claims were first, want exactly 1", id, n, racers)
+		}
+	}
+}
+
+// TestClaimRejectsInvalidClaims needs no Redis: invalid claims never reach
+// the client, which here fails the test if called.
+func TestClaimRejectsInvalidClaims(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	s, err := New(clientFunc(func(context.Context, ...any) *redis.Cmd {
+		t.Error("invalid claim reached Redis")
+		return redis.NewCmd(context.Background())
+	}), Options{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		id    string
+		until time.Time
+	}{
+		{"empty id", "", now.Add(time.Minute)},
+		{"oversize id", strings.Repeat("x", MaxIDBytes+1), now.Add(time.Minute)},
+		{"until in the past", "id", now.Add(-time.Second)},
+		{"until is now", "id", now},
+		{"until within the current millisecond", "id", now.Add(-500 * time.Microsecond)},
+		{"zero until", "id", time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			first, err := s.Claim(context.Background(), tt.id, tt.until)
+			if first || !errors.Is(err, ErrInvalidClaim) {
+				t.Fatalf("first = %v, err = %v; want false, ErrInvalidClaim", first, err)
+			}
+			if tt.id != "" && strings.Contains(err.Error(), tt.id) && len(tt.id) > 2 {
+				t.Fatalf("error text echoes the id: %q", err)
+			}
+		})
+	}
+}
+
+func TestClaimAcceptsMaxLengthID(t *testing.T) {
+	s, _ := newTestStore(t)
+	first, err := s.Claim(context.Background(), strings.Repeat("y", MaxIDBytes), time.Now().Add(time.Minute))
+	if err != nil || !first {
+		t.Fatalf("first = %v, err = %v; want true, nil", first, err)
+	}
+}
+
+func TestPastUntilLeavesNothingInRedis(t *testing.T) {
+	s, c := newTestStore(t)
+	first, err := s.Claim(context.Background(), "late", time.Now().Add(-time.Minute))
+	if first || !errors.Is(err, ErrInvalidClaim) {
+		t.Fatalf("first = %v, err = %v; want false, ErrInvalidClaim", first, err)
+	}
+	if n, err := c.Exists(context.Background(), s.Prefix()+"late").Result(); err != nil || n != 0 {
+		t.Fatalf("past claim wrote a key (exists=%d, err=%v)", n, err)
+	}
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// silentServer accepts connections and reads from them but never answers,
+// like a Redis that has hung.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() {
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().String()
+}
+
+func TestClaimFailsClosedWhenRedisDown(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	s, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
+	if first || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("first = %v, err = %v; want false, ErrUnavailable", first, err)
+	}
+	if strings.Contains(err.Error(), "\"id\"") {
+		t.Fatalf("error text echoes the id: %q", err)
+	}
+}
+
+func TestClaimFailsClosedWhenRedisSlow(t *testing.T) {
+	addr := silentServer(t)
+	// The client's own timeouts are far longer than the store's deadline, and
+	// it ignores context deadlines: only the store can end the call early,
+	// and the error says which deadline ended it.
+	c := redis.NewClient(&redis.Options{
+		Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute,
+		DialTimeout: time.Minute, MaxRetries: -1, Protocol: 2,
+	})
+	defer c.Close()
+
+	t.Run("store timeout", func(t *testing.T) {
+		s, err := New(c, Options{Timeout: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
+		if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and DeadlineExceeded", first, err)
+		}
+	})
+	t.Run("caller deadline", func(t *testing.T) {
+		s, err := New(c, Options{Timeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute))
+		if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and DeadlineExceeded", first, err)
+		}
+	})
+	t.Run("caller cancelled", func(t *testing.T) {
+		s, err := New(c, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute))
+		if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and Canceled", first, err)
+		}
+	})
+}
+
+// clientFunc adapts a function to Client, to script Redis replies.
+type clientFunc func(ctx context.Context, args ...any) *redis.Cmd
+
+func (f clientFunc) Do(ctx context.Context, args ...any) *redis.Cmd { return f(ctx, args...) }
+
+func TestClaimFailsClosedOnUnexpectedReplies(t *testing.T) {
+	tests := []struct {
+		name string
+		val  any
+		err  error
+	}{
+		{"error reply", nil, errors.New("ERR invalid expire time in 'set' command")},
+		{"readonly replica", nil, errors.New("READONLY You can't write against a read only replica.")},
+		{"cross slot", nil, redis.ErrCrossSlot},
+		{"queued", "QUEUED", nil},
+		{"integer", int64(1), nil},
+		{"empty string", "", nil},
+		{"nil value", nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+				cmd := redis.NewCmd(ctx, args...)
+				cmd.SetVal(tt.val)
+				cmd.SetErr(tt.err)
+				return cmd
+			}), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
+			if first || !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("first = %v, err = %v; want false, ErrUnavailable", first, err)
+			}
+		})
+	}
+}
+
+func TestClaimSendsAtomicSetNXWithAbsoluteExpiry(t *testing.T) {
+	until := time.UnixMilli(1_900_000_000_123)
+	var got []any
+	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+		got = args
+		cmd := redis.NewCmd(ctx, args...)
+		cmd.SetVal("OK")
+		return cmd
+	}), Options{Prefix: "p:", Now: func() time.Time { return until.Add(-time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Claim(context.Background(), "the-id", until)
+	if err != nil || !first {
+		t.Fatalf("first = %v, err = %v; want true, nil", first, err)
+	}
+	want := []any{"SET", "p:the-id", "1", "NX", "PXAT", "1900000000123"}
+	if len(got) != len(want) {
+		t.Fatalf("command = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("command = %v, want %v", got, want)
+		}
+	}
+}
+
+func TestNewRejectsNilClient(t *testing.T) {
+	if _, err := New(nil, Options{}); err == nil {
+		t.Fatal("New(nil) succeeded")
+	}
+}
+
+func TestReleaseMakesNextClaimFirst(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	if first, err := s.Claim(ctx, "retry-me", until); err != nil || !first {
+		t.Fatalf("claim: first = %v, err = %v", first, err)
+	}
+	if err := s.Release(ctx, "retry-me"); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if first, err := s.Claim(ctx, "retry-me", until); err != nil || !first {
+		t.Fatalf("claim after release: first = %v, err = %v; want true, nil", first, err)
+	}
+	if err := s.Release(ctx, "never-claimed"); err != nil {
+		t.Fatalf("release of an unclaimed id: %v", err)
+	}
+}
+
+func TestReleaseRejectsInvalidIDs(t *testing.T) {
+	s, err := New(clientFunc(func(context.Context, ...any) *redis.Cmd {
+		t.Error("invalid release reached Redis")
+		return redis.NewCmd(context.Background())
+	}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"", strings.Repeat("z", MaxIDBytes+1)} {
+		if err := s.Release(context.Background(), id); !errors.Is(err, ErrInvalidClaim) {
+			t.Fatalf("Release(len %d) = %v, want ErrInvalidClaim", len(id), err)
+		}
+	}
+}
+
+func TestReleaseFailsWhenRedisDownOrOdd(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	s, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Release with Redis down = %v, want ErrUnavailable", err)
+	}
+	odd, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+		cmd := redis.NewCmd(ctx, args...)
+		cmd.SetVal("OK")
+		return cmd
+	}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := odd.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Release with a non-integer reply = %v, want ErrUnavailable", err)
+	}
+}
+
+// With maxmemory-policy noeviction (the setting docs/fleet.md asks for), a
+// full Redis refuses writes rather than evicting live claims, and the store
+// turns the refusal into ErrUnavailable.
+func TestClaimFailsClosedWhenRedisIsFull(t *testing.T) {
+	addr, _ := startRedis(t, "--maxmemory-policy", "noeviction")
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx := context.Background()
+	s, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); err != nil || !first {
+		t.Fatalf("claim with room: first = %v, err = %v", first, err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
+	if first || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("claim on a full Redis: first = %v, err = %v; want false, ErrUnavailable", first, err)
+	}
+	if !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("claim on a full Redis failed for another reason: %v", err)
+	}
+	// The live claim was not evicted to make room.
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); first {
+		t.Fatalf("replay of a live claim on a full Redis: first = true (err = %v)", err)
+	}
+}
+
+// The client types the Client documentation names satisfy it.
+var (
+	_ Client = (*redis.Client)(nil)
+	_ Client = (*redis.ClusterClient)(nil)
+	_ Client = (*redis.Ring)(nil)
+	_ Client = redis.UniversalClient(nil)
+)

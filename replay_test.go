@@ -1,0 +1,233 @@
+package ctoken
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// stepClock is a settable clock for tests, safe for concurrent use.
+type stepClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newStepClock() *stepClock {
+	return &stepClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *stepClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func mustClaim(t *testing.T, s ReplayStore, id string, until time.Time) bool {
+	t.Helper()
+	first, err := s.Claim(context.Background(), id, until)
+	if err != nil {
+		t.Fatalf("Claim(%q): %v", id, err)
+	}
+	return first
+}
+
+func TestMemoryReplayStoreSecondClaimIsNotFirst(t *testing.T) {
+	clk := newStepClock()
+	s := &MemoryReplayStore{Max: 10, Now: clk.Now}
+	until := clk.Now().Add(time.Minute)
+	if !mustClaim(t, s, "a", until) {
+		t.Fatal("first claim of a reported not first")
+	}
+	if mustClaim(t, s, "a", until.Add(time.Hour)) {
+		t.Fatal("second claim of a reported first")
+	}
+	if !mustClaim(t, s, "b", until) {
+		t.Fatal("first claim of b reported not first")
+	}
+}
+
+func TestMemoryReplayStoreSecondClaimKeepsFirstExpiry(t *testing.T) {
+	clk := newStepClock()
+	s := &MemoryReplayStore{Max: 10, Now: clk.Now}
+	mustClaim(t, s, "a", clk.Now().Add(time.Minute))
+	mustClaim(t, s, "a", clk.Now().Add(time.Hour)) // must not extend
+	clk.Advance(time.Minute)
+	if !mustClaim(t, s, "a", clk.Now().Add(time.Minute)) {
+		t.Fatal("a was still live after its first expiry")
+	}
+}
+
+func TestMemoryReplayStoreForgetsOnlyAfterExpiry(t *testing.T) {
+	clk := newStepClock()
+	s := &MemoryReplayStore{Max: 10, Now: clk.Now}
+	mustClaim(t, s, "a", clk.Now().Add(time.Minute))
+	clk.Advance(time.Minute - time.Nanosecond)
+	if mustClaim(t, s, "a", clk.Now().Add(time.Minute)) {
+		t.Fatal("a forgotten before its expiry")
+	}
+	clk.Advance(time.Nanosecond)
+	if !mustClaim(t, s, "a", clk.Now().Add(time.Minute)) {
+		t.Fatal("a not claimable at its expiry")
+	}
+}
+
+func TestMemoryReplayStoreFailsClosedWhenFull(t *testing.T) {
+	clk := newStepClock()
+	s := &MemoryReplayStore{Max: 3, Now: clk.Now}
+	until := clk.Now().Add(time.Minute)
+	for _, id := range []string{"a", "b", "c"} {
+		mustClaim(t, s, id, until)
+	}
+	first, err := s.Claim(context.Background(), "d", until)
+	if !errors.Is(err, ErrReplayStoreFull) || first {
+		t.Fatalf("claim on a full store = (%v, %v), want (false, ErrReplayStoreFull)", first, err)
+	}
+	// No live entry was forgotten to make room.
+	for _, id := range []string{"a", "b", "c"} {
+		if mustClaim(t, s, id, until) {
+			t.Fatalf("live entry %q forgotten after the store filled up", id)
+		}
+	}
+	if got := s.Len(); got != 3 {
+		t.Fatalf("Len = %d, want 3", got)
+	}
+}
+
+func TestMemoryReplayStoreEvictsExpiredEntriesToMakeRoom(t *testing.T) {
+	clk := newStepClock()
+	s := &MemoryReplayStore{Max: 2, Now: clk.Now}
+	mustClaim(t, s, "short", clk.Now().Add(time.Second))
+	mustClaim(t, s, "long", clk.Now().Add(time.Hour))
+	clk.Advance(time.Second)
+	if !mustClaim(t, s, "new", clk.Now().Add(time.Hour)) {
+		t.Fatal("claim after eviction reported not first")
+	}
+	if mustClaim(t, s, "long", clk.Now().Add(time.Hour)) {
+		t.Fatal("live entry evicted")
+	}
+	if got := s.Len(); got != 2 {
+		t.Fatalf("Len = %d, want 2", got)
+	}
+}
+
+func TestMemoryReplayStoreRefusesExpiryInThePast(t *testing.T) {
+	clk := newStepClock()
+	s := &MemoryReplayStore{Now: clk.Now}
+	for _, until := range []time.Time{clk.Now(), clk.Now().Add(-time.Second), {}} {
+		first, err := s.Claim(context.Background(), "a", until)
+		if err == nil || first {
+			t.Fatalf("Claim until %v = (%v, %v), want an error", until, first, err)
+		}
+	}
+}
+
+func TestMemoryReplayStoreHonoursCancelledContext(t *testing.T) {
+	s := NewMemoryReplayStore(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute))
+	if !errors.Is(err, context.Canceled) || first {
+		t.Fatalf("Claim with cancelled ctx = (%v, %v), want (false, context.Canceled)", first, err)
+	}
+	if err := s.Release(ctx, "a"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Release with cancelled ctx = %v, want context.Canceled", err)
+	}
+	if s.Len() != 0 {
+		t.Fatal("a cancelled claim was recorded")
+	}
+}
+
+func TestMemoryReplayStoreReleaseMakesIDClaimableAgain(t *testing.T) {
+	clk := newStepClock()
+	s := &MemoryReplayStore{Now: clk.Now}
+	until := clk.Now().Add(time.Minute)
+	mustClaim(t, s, "a", until)
+	if err := s.Release(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(context.Background(), "never-claimed"); err != nil {
+		t.Fatalf("releasing an unknown id: %v", err)
+	}
+	if !mustClaim(t, s, "a", until) {
+		t.Fatal("released id not claimable again")
+	}
+}
+
+func TestMemoryReplayStoreReleaseChurnKeepsMemoryBounded(t *testing.T) {
+	clk := newStepClock()
+	s := &MemoryReplayStore{Max: 4, Now: clk.Now}
+	until := clk.Now().Add(time.Hour)
+	mustClaim(t, s, "live", until)
+	for i := range 10_000 {
+		id := fmt.Sprint(i % 3)
+		mustClaim(t, s, id, until)
+		if err := s.Release(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.mu.Lock()
+	n := len(s.byTime)
+	s.mu.Unlock()
+	if n > 2*4+64 {
+		t.Fatalf("expiry heap holds %d entries after release churn", n)
+	}
+	// The rebuild kept the live entry and its expiry.
+	if mustClaim(t, s, "live", until) {
+		t.Fatal("live entry lost in a heap rebuild")
+	}
+	clk.Advance(time.Hour)
+	if s.Len() != 0 {
+		t.Fatalf("Len = %d after every expiry", s.Len())
+	}
+}
+
+func TestMemoryReplayStoreZeroValueIsUsable(t *testing.T) {
+	var s MemoryReplayStore
+	if !mustClaim(t, &s, "a", time.Now().Add(time.Minute)) {
+		t.Fatal("zero-value store: first claim not first")
+	}
+	if mustClaim(t, &s, "a", time.Now().Add(time.Minute)) {
+		t.Fatal("zero-value store: second claim first")
+	}
+}
+
+func TestMemoryReplayStoreConcurrentClaimsExactlyOneWins(t *testing.T) {
+	s := NewMemoryReplayStore(1000)
+	until := time.Now().Add(time.Hour)
+	const workers = 64
+	for round := range 20 {
+		id := fmt.Sprint("id-", round)
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				first, err := s.Claim(context.Background(), id, until)
+				if err != nil {
+					t.Error(err)
+				}
+				if first {
+					wins.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("round %d: %d claims won, want exactly 1", round, n)
+		}
+	}
+}

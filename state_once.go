@@ -1,0 +1,34 @@
+package ctoken
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrStateReplayed reports an authentic, unexpired request state that a
+// single-use codec (RequestStateSecurity.Replay set) has already accepted once.
+var ErrStateReplayed = errors.New("ctoken: request state already used")
+
+var errStateReplayed = reject(ErrStateReplayed, "already used")
+
+// claimOnce records the state identified by id (its MAC for signed states,
+// its GCM nonce and tag for encrypted ones — both fixed by the key holder,
+// so a client cannot re-encode one state into a second accepted form) until
+// the end of its expiry second, the last instant Decode accepts it.
+func (c *RequestStateCodec) claimOnce(ctx context.Context, id []byte, exp int64) error {
+	prefix := "state:s:"
+	if c.mode == Encrypted {
+		prefix = "state:e:"
+	}
+	first, err := c.replay.Claim(ctx, prefix+hex.EncodeToString(id), time.Unix(exp+1, 0))
+	if err != nil {
+		return fmt.Errorf("ctoken: request state replay store: %w", err)
+	}
+	if !first {
+		return errStateReplayed
+	}
+	return nil
+}

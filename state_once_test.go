@@ -1,0 +1,230 @@
+package ctoken
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func singleUseCodec(t testing.TB, mode RequestStateMode, store ReplayStore, clk *stepClock, keys *Keyring) *RequestStateCodec {
+	t.Helper()
+	c, err := NewRequestStateCodec(RequestStateSecurity{Keys: keys, Mode: mode, Replay: store, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+var stateModes = []struct {
+	name string
+	mode RequestStateMode
+}{{"signed", Signed}, {"encrypted", Encrypted}}
+
+func TestStateSingleUseDecodesOnce(t *testing.T) {
+	for _, m := range stateModes {
+		t.Run(m.name, func(t *testing.T) {
+			clk := newStepClock()
+			c := singleUseCodec(t, m.mode, &MemoryReplayStore{Now: clk.Now}, clk, nil)
+			wire, err := c.Encode("step-2", "alice", "tool")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s, err := c.DecodeContext(context.Background(), wire, "alice", "tool"); err != nil || s != "step-2" {
+				t.Fatalf("first decode = %q, %v", s, err)
+			}
+			s, err := c.Decode(wire, "alice", "tool")
+			if !errors.Is(err, ErrStateReplayed) || s != "" || Reason(err) != "already used" {
+				t.Fatalf("second decode = %q, %v; want ErrStateReplayed", s, err)
+			}
+			if errors.Is(err, ErrStateInvalid) || errors.Is(err, ErrStateExpired) {
+				t.Fatal("ErrStateReplayed also matches another sentinel")
+			}
+			// A later encoding of the same state is a new, separately usable state.
+			clk.Advance(time.Second)
+			again, err := c.Encode("step-2", "alice", "tool")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Decode(again, "alice", "tool"); err != nil {
+				t.Fatalf("fresh encoding of the same state: %v", err)
+			}
+		})
+	}
+}
+
+func TestStateSingleUseIdenticalEncodingsAreOneState(t *testing.T) {
+	// Documented: Signed encoding is deterministic, so the same state, subject
+	// and expiry second give one wire string, accepted once; Encrypted
+	// encodings are distinct by their random nonce.
+	for _, m := range stateModes {
+		clk := newStepClock()
+		c := singleUseCodec(t, m.mode, &MemoryReplayStore{Now: clk.Now}, clk, nil)
+		a, _ := c.Encode("same", "alice", "")
+		b, _ := c.Encode("same", "alice", "")
+		if _, err := c.Decode(a, "alice", ""); err != nil {
+			t.Fatal(err)
+		}
+		_, err := c.Decode(b, "alice", "")
+		if m.mode == Signed && (a != b || !errors.Is(err, ErrStateReplayed)) {
+			t.Fatalf("signed: identical encodings differ or both accepted (err %v)", err)
+		}
+		if m.mode == Encrypted && (a == b || err != nil) {
+			t.Fatalf("encrypted: second encoding refused: %v", err)
+		}
+	}
+}
+
+func TestStateIsReusableWithoutReplayStore(t *testing.T) {
+	clk := newStepClock()
+	c := singleUseCodec(t, Signed, nil, clk, nil)
+	wire, err := c.Encode("s", "alice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := c.Decode(wire, "alice", ""); err != nil {
+			t.Fatalf("decode without single-use mode: %v", err)
+		}
+	}
+}
+
+func TestStateSingleUseRefusalsDoNotConsume(t *testing.T) {
+	for _, m := range stateModes {
+		t.Run(m.name, func(t *testing.T) {
+			clk := newStepClock()
+			store := &MemoryReplayStore{Now: clk.Now}
+			c := singleUseCodec(t, m.mode, store, clk, nil)
+			wire, err := c.Encode("s", "alice", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Decode(wire, "mallory", ""); !errors.Is(err, ErrStateInvalid) {
+				t.Fatalf("decode as another subject = %v, want ErrStateInvalid", err)
+			}
+			if _, err := c.Decode(wire[:len(wire)-2], "alice", ""); !errors.Is(err, ErrStateInvalid) {
+				t.Fatalf("decode of a truncated state = %v, want ErrStateInvalid", err)
+			}
+			if store.Len() != 0 {
+				t.Fatal("a refused state was recorded")
+			}
+			if _, err := c.Decode(wire, "alice", ""); err != nil {
+				t.Fatalf("state consumed by refused decodes: %v", err)
+			}
+		})
+	}
+}
+
+func TestStateSingleUseRememberedUntilExpiry(t *testing.T) {
+	clk := newStepClock()
+	store := &MemoryReplayStore{Now: clk.Now}
+	c := singleUseCodec(t, Signed, store, clk, nil)
+	wire, err := c.Encode("s", "alice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Decode(wire, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	// The last instant Decode still accepts the state by its expiry.
+	clk.Advance(DefaultStateTTL + time.Second - time.Nanosecond)
+	if _, err := c.Decode(wire, "alice", ""); !errors.Is(err, ErrStateReplayed) {
+		t.Fatalf("replay at the expiry edge = %v, want ErrStateReplayed", err)
+	}
+	clk.Advance(time.Nanosecond)
+	if _, err := c.Decode(wire, "alice", ""); !errors.Is(err, ErrStateExpired) {
+		t.Fatalf("replay after expiry = %v, want ErrStateExpired", err)
+	}
+	if store.Len() != 0 {
+		t.Fatal("expired state still held by the store")
+	}
+	// An expired state is refused without being recorded.
+	old, _ := c.Encode("s", "alice", "")
+	clk.Advance(time.Hour)
+	if _, err := c.Decode(old, "alice", ""); !errors.Is(err, ErrStateExpired) || store.Len() != 0 {
+		t.Fatalf("expired decode = %v, store holds %d", err, store.Len())
+	}
+}
+
+func TestStateSingleUseFailsClosedOnStoreError(t *testing.T) {
+	clk := newStepClock()
+	full := &MemoryReplayStore{Max: 1, Now: clk.Now}
+	c := singleUseCodec(t, Encrypted, full, clk, nil)
+	first, _ := c.Encode("a", "alice", "")
+	second, _ := c.Encode("b", "alice", "")
+	if _, err := c.Decode(first, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Decode(second, "alice", "")
+	if !errors.Is(err, ErrReplayStoreFull) || s != "" || errors.Is(err, ErrStateReplayed) {
+		t.Fatalf("decode on a full store = %q, %v; want ErrReplayStoreFull", s, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	down := singleUseCodec(t, Signed, failingStore{}, clk, nil)
+	wire, _ := down.Encode("c", "alice", "")
+	if s, err := down.DecodeContext(ctx, wire, "alice", ""); err == nil || s != "" {
+		t.Fatalf("decode with the store down = %q, %v", s, err)
+	}
+	if s, err := singleUseCodec(t, Signed, NewMemoryReplayStore(0), clk, nil).DecodeContext(ctx, wire, "alice", ""); err == nil || s != "" {
+		t.Fatalf("decode with a cancelled context = %q, %v", s, err)
+	}
+}
+
+func TestStateSingleUseSharedAcrossInstancesAndKeyRotation(t *testing.T) {
+	clk := newStepClock()
+	store := &MemoryReplayStore{Now: clk.Now}
+	oldKey, newKey := RandomKey(), RandomKey()
+	before, _ := NewKeyring(oldKey)
+	after, _ := NewKeyring(newKey, oldKey)
+	for _, m := range stateModes {
+		a := singleUseCodec(t, m.mode, store, clk, before)
+		b := singleUseCodec(t, m.mode, store, clk, after)
+		wire, err := a.Encode("s", "alice", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Decode(wire, "alice", ""); err != nil {
+			t.Fatalf("%s: decode on the rotated instance: %v", m.name, err)
+		}
+		if _, err := a.Decode(wire, "alice", ""); !errors.Is(err, ErrStateReplayed) {
+			t.Fatalf("%s: decode on the other instance = %v, want ErrStateReplayed", m.name, err)
+		}
+	}
+}
+
+func TestStateSingleUseAppliesToDecodeJSON(t *testing.T) {
+	clk := newStepClock()
+	c := singleUseCodec(t, Signed, &MemoryReplayStore{Now: clk.Now}, clk, nil)
+	wire, err := EncodeJSON(c, map[string]int{"step": 2}, "alice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := DecodeJSON[map[string]int](c, wire, "alice", ""); err != nil || v["step"] != 2 {
+		t.Fatalf("first DecodeJSON = %v, %v", v, err)
+	}
+	if v, err := DecodeJSON[map[string]int](c, wire, "alice", ""); !errors.Is(err, ErrStateReplayed) || v != nil {
+		t.Fatalf("second DecodeJSON = %v, %v; want ErrStateReplayed", v, err)
+	}
+}
+
+func TestStateSingleUseConcurrentDecodeExactlyOneSucceeds(t *testing.T) {
+	for _, m := range stateModes {
+		t.Run(m.name, func(t *testing.T) {
+			clk := newStepClock()
+			c := singleUseCodec(t, m.mode, &MemoryReplayStore{Now: clk.Now}, clk, nil)
+			const workers = 64
+			for round := range 5 {
+				wire, err := c.Encode(fmt.Sprint("once-", round), "alice", "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				exactlyOnce(t, workers, func() error {
+					_, err := c.DecodeContext(context.Background(), wire, "alice", "")
+					return err
+				}, ErrStateReplayed)
+			}
+		})
+	}
+}

@@ -1,0 +1,821 @@
+package ctoken
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const (
+	githubSecret = "It's a Secret to Everybody"
+	githubBody   = "Hello, World!"
+	githubSig    = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+
+	// The Standard Webhooks reference vector.
+	stdSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	stdID     = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+	stdTS     = 1614265330
+	stdBody   = `{"test": 2432232314}`
+	stdSig    = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+
+	// A second Standard Webhooks secret (24 random bytes) for rotation tests.
+	stdSecret2 = "whsec_3q2+7wAAAAD+ZmxvYXRpbmctcG9pbnQh"
+)
+
+func newVerifier(t testing.TB, cfg WebhookConfig) *WebhookVerifier {
+	t.Helper()
+	v, err := NewWebhookVerifier(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func newSigner(t testing.TB, cfg WebhookConfig) *WebhookSigner {
+	t.Helper()
+	s, err := NewWebhookSigner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSignWebhookSHA256MatchesGitHubVector(t *testing.T) {
+	if got := SignWebhookSHA256([]byte(githubSecret), []byte(githubBody)); got != githubSig {
+		t.Fatalf("SignWebhookSHA256 = %s, want %s", got, githubSig)
+	}
+}
+
+func TestWebhookVerifierAcceptsGitHubVector(t *testing.T) {
+	v := newVerifier(t, WebhookConfig{
+		Secrets:         []string{githubSecret},
+		SignatureHeader: "X-Hub-Signature-256",
+		IDHeader:        "X-GitHub-Delivery",
+	})
+	h := http.Header{}
+	h.Set("X-Hub-Signature-256", githubSig)
+	h.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	d, err := v.Verify(h, []byte(githubBody))
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	if d.ID != "72d3162e-cc78-11e3-81ab-4c9367dc0958" || !d.Timestamp.IsZero() {
+		t.Fatalf("delivery = %+v", d)
+	}
+	// Hex case does not matter.
+	h.Set("X-Hub-Signature-256", "sha256="+strings.ToUpper(githubSig[len("sha256="):]))
+	if _, err := v.Verify(h, []byte(githubBody)); err != nil {
+		t.Fatalf("Verify with upper-case hex: %v", err)
+	}
+}
+
+func TestSignStandardWebhookMatchesPublishedVector(t *testing.T) {
+	key, err := parseWebhookSecret(WebhookStandard, stdSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := SignStandardWebhook(key, stdID, stdTS, []byte(stdBody)); got != stdSig {
+		t.Fatalf("SignStandardWebhook = %s, want %s", got, stdSig)
+	}
+	// The whsec_ prefix is optional.
+	key2, err := parseWebhookSecret(WebhookStandard, strings.TrimPrefix(stdSecret, "whsec_"))
+	if err != nil || !bytes.Equal(key, key2) {
+		t.Fatalf("secret without prefix: %v", err)
+	}
+}
+
+func stdHeaders(id string, ts int64, sig string) http.Header {
+	h := http.Header{}
+	h.Set("webhook-id", id)
+	h.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	h.Set("webhook-signature", sig)
+	return h
+}
+
+func TestStandardWebhookVerifierAcceptsPublishedVector(t *testing.T) {
+	clk := &stepClock{t: time.Unix(stdTS, 0)}
+	v := newVerifier(t, WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}, Now: clk.Now})
+	for _, sig := range []string{
+		stdSig,
+		"v1,bm9wZQ== " + stdSig,      // a malformed v1 entry is skipped
+		"v1a,c2lnbmF0dXJl " + stdSig, // other versions are skipped
+		"junk  " + stdSig + "  ",     // entries without a comma are skipped
+	} {
+		d, err := v.Verify(stdHeaders(stdID, stdTS, sig), []byte(stdBody))
+		if err != nil {
+			t.Fatalf("Verify(%q): %v", sig, err)
+		}
+		if d.ID != stdID || !d.Timestamp.Equal(time.Unix(stdTS, 0)) {
+			t.Fatalf("delivery = %+v", d)
+		}
+	}
+}
+
+func TestStandardWebhookAcceptsTimestampsAtTheToleranceEdges(t *testing.T) {
+	clk := &stepClock{t: time.Unix(stdTS, 0)}
+	v := newVerifier(t, WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}, Now: clk.Now})
+	for _, skew := range []time.Duration{-DefaultWebhookTolerance, DefaultWebhookTolerance} {
+		clk.t = time.Unix(stdTS, 0).Add(skew)
+		if _, err := v.Verify(stdHeaders(stdID, stdTS, stdSig), []byte(stdBody)); err != nil {
+			t.Fatalf("clock skew %v: %v", skew, err)
+		}
+	}
+}
+
+func TestStandardWebhookAcceptsAnyOfSeveralSignatures(t *testing.T) {
+	clk := newStepClock()
+	both := newSigner(t, WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret2, stdSecret}, Now: clk.Now})
+	h := http.Header{}
+	if err := both.Sign(h, "msg_1", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(strings.Fields(h.Get("webhook-signature"))); n != 2 {
+		t.Fatalf("signer with two secrets sent %d signatures", n)
+	}
+	for _, secrets := range [][]string{{stdSecret}, {stdSecret2}, {stdSecret2, stdSecret}} {
+		v := newVerifier(t, WebhookConfig{Scheme: WebhookStandard, Secrets: secrets, Now: clk.Now})
+		if _, err := v.Verify(h, []byte("{}")); err != nil {
+			t.Fatalf("verifier with %d secrets: %v", len(secrets), err)
+		}
+	}
+}
+
+func TestWebhookSHA256AcceptsAnyConfiguredSecret(t *testing.T) {
+	oldSigner := newSigner(t, WebhookConfig{Secrets: []string{"old secret"}})
+	h := http.Header{}
+	if err := oldSigner.Sign(h, "d1", []byte("body")); err != nil {
+		t.Fatal(err)
+	}
+	v := newVerifier(t, WebhookConfig{Secrets: []string{"new secret", "old secret"}})
+	if _, err := v.Verify(h, []byte("body")); err != nil {
+		t.Fatalf("delivery signed with the previous secret: %v", err)
+	}
+}
+
+func TestWebhookSHA256VerifierRejects(t *testing.T) {
+	v := newVerifier(t, WebhookConfig{Secrets: []string{githubSecret}, MaxBody: 64})
+	good := func() http.Header {
+		h := http.Header{}
+		h.Set("X-Webhook-ID", "delivery-1")
+		h.Set("X-Webhook-Signature", githubSig)
+		return h
+	}
+	tests := []struct {
+		name   string
+		edit   func(http.Header)
+		body   string
+		want   error
+		reason string
+	}{
+		{"tampered body", nil, "Hello, World?", ErrWebhookSignature, "signature mismatch"},
+		{"wrong secret", func(h http.Header) {
+			h.Set("X-Webhook-Signature", SignWebhookSHA256([]byte("another secret"), []byte(githubBody)))
+		}, githubBody, ErrWebhookSignature, "signature mismatch"},
+		{"missing signature", func(h http.Header) { h.Del("X-Webhook-Signature") }, githubBody, ErrWebhookSignature, "signature header missing or repeated"},
+		{"empty signature", func(h http.Header) { h.Set("X-Webhook-Signature", "") }, githubBody, ErrWebhookSignature, "signature header missing or repeated"},
+		{"repeated signature", func(h http.Header) { h.Add("X-Webhook-Signature", githubSig) }, githubBody, ErrWebhookSignature, "signature header missing or repeated"},
+		{"bare hex", func(h http.Header) { h.Set("X-Webhook-Signature", githubSig[len("sha256="):]) }, githubBody, ErrWebhookSignature, "signature header malformed"},
+		{"sha1 prefix", func(h http.Header) { h.Set("X-Webhook-Signature", "sha1="+githubSig[len("sha256="):]) }, githubBody, ErrWebhookSignature, "signature header malformed"},
+		{"upper-case prefix", func(h http.Header) { h.Set("X-Webhook-Signature", "SHA256="+githubSig[len("sha256="):]) }, githubBody, ErrWebhookSignature, "signature header malformed"},
+		{"truncated hex", func(h http.Header) { h.Set("X-Webhook-Signature", githubSig[:len(githubSig)-2]) }, githubBody, ErrWebhookSignature, "signature header malformed"},
+		{"non-hex", func(h http.Header) { h.Set("X-Webhook-Signature", githubSig[:len(githubSig)-1]+"g") }, githubBody, ErrWebhookSignature, "signature header malformed"},
+		{"missing id", func(h http.Header) { h.Del("X-Webhook-ID") }, githubBody, ErrWebhookMalformed, "delivery id header missing or repeated"},
+		{"repeated id", func(h http.Header) { h.Add("X-Webhook-ID", "delivery-2") }, githubBody, ErrWebhookMalformed, "delivery id header missing or repeated"},
+		{"id too long", func(h http.Header) { h.Set("X-Webhook-ID", strings.Repeat("a", 257)) }, githubBody, ErrWebhookMalformed, "delivery id empty or too long"},
+		{"id with space", func(h http.Header) { h.Set("X-Webhook-ID", "a b") }, githubBody, ErrWebhookMalformed, "delivery id has a forbidden character"},
+		{"id with non-ASCII", func(h http.Header) { h.Set("X-Webhook-ID", "é") }, githubBody, ErrWebhookMalformed, "delivery id has a forbidden character"},
+		{"body over cap", nil, strings.Repeat("x", 65), ErrWebhookTooLarge, "body over cap"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := good()
+			if tc.edit != nil {
+				tc.edit(h)
+			}
+			_, err := v.Verify(h, []byte(tc.body))
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if got := Reason(err); got != tc.reason {
+				t.Fatalf("Reason = %q, want %q", got, tc.reason)
+			}
+		})
+	}
+}
+
+func TestStandardWebhookVerifierRejects(t *testing.T) {
+	clk := &stepClock{t: time.Unix(stdTS, 0)}
+	v := newVerifier(t, WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}, Now: clk.Now})
+	key, _ := parseWebhookSecret(WebhookStandard, stdSecret)
+	otherKey, _ := parseWebhookSecret(WebhookStandard, stdSecret2)
+	tol := int64(DefaultWebhookTolerance / time.Second)
+	tests := []struct {
+		name   string
+		h      http.Header
+		body   string
+		want   error
+		reason string
+	}{
+		{"tampered body", stdHeaders(stdID, stdTS, stdSig), `{"test": 2432232315}`, ErrWebhookSignature, "signature mismatch"},
+		{"tampered id", stdHeaders("msg_other", stdTS, stdSig), stdBody, ErrWebhookSignature, "signature mismatch"},
+		{"tampered timestamp", stdHeaders(stdID, stdTS+1, stdSig), stdBody, ErrWebhookSignature, "signature mismatch"},
+		{"other secret", stdHeaders(stdID, stdTS, SignStandardWebhook(otherKey, stdID, stdTS, []byte(stdBody))), stdBody, ErrWebhookSignature, "signature mismatch"},
+		{"only unknown versions", stdHeaders(stdID, stdTS, "v2,"+stdSig[3:]), stdBody, ErrWebhookSignature, "signature header malformed"},
+		{"signature not base64", stdHeaders(stdID, stdTS, "v1,"+strings.Repeat("!", 44)), stdBody, ErrWebhookSignature, "signature header malformed"},
+		{"signature header over 4 KiB", stdHeaders(stdID, stdTS, strings.Repeat(" ", 4096)+stdSig), stdBody, ErrWebhookSignature, "signature header malformed"},
+		{"more than 16 signatures", stdHeaders(stdID, stdTS, strings.Repeat("v1,x ", 16)+stdSig), stdBody, ErrWebhookSignature, "signature header malformed"},
+		{"missing signature", func() http.Header { h := stdHeaders(stdID, stdTS, stdSig); h.Del("webhook-signature"); return h }(), stdBody, ErrWebhookSignature, "signature header missing or repeated"},
+		{"missing id", func() http.Header { h := stdHeaders(stdID, stdTS, stdSig); h.Del("webhook-id"); return h }(), stdBody, ErrWebhookMalformed, "delivery id header missing or repeated"},
+		{"missing timestamp", func() http.Header { h := stdHeaders(stdID, stdTS, stdSig); h.Del("webhook-timestamp"); return h }(), stdBody, ErrWebhookMalformed, "timestamp header missing or repeated"},
+		{"repeated timestamp", func() http.Header { h := stdHeaders(stdID, stdTS, stdSig); h.Add("webhook-timestamp", "1"); return h }(), stdBody, ErrWebhookMalformed, "timestamp header missing or repeated"},
+		{"timestamp not a number", func() http.Header {
+			h := stdHeaders(stdID, stdTS, stdSig)
+			h.Set("webhook-timestamp", "soon")
+			return h
+		}(), stdBody, ErrWebhookMalformed, "timestamp malformed"},
+		{"negative timestamp", stdHeaders(stdID, -stdTS, stdSig), stdBody, ErrWebhookMalformed, "timestamp malformed"},
+		{"timestamp too long", func() http.Header {
+			h := stdHeaders(stdID, stdTS, stdSig)
+			h.Set("webhook-timestamp", "0001614265330")
+			return h
+		}(), stdBody, ErrWebhookMalformed, "timestamp malformed"},
+		{"id with a dot", stdHeaders("msg.1", stdTS, stdSig), stdBody, ErrWebhookMalformed, "delivery id has a forbidden character"},
+		{"too old", stdHeaders(stdID, stdTS-tol-1, SignStandardWebhook(key, stdID, stdTS-tol-1, []byte(stdBody))), stdBody, ErrWebhookTimestamp, "timestamp too old"},
+		{"too far in the future", stdHeaders(stdID, stdTS+tol+1, SignStandardWebhook(key, stdID, stdTS+tol+1, []byte(stdBody))), stdBody, ErrWebhookTimestamp, "timestamp in the future"},
+		{"old and forged", stdHeaders(stdID, stdTS-tol-1, stdSig), stdBody, ErrWebhookSignature, "signature mismatch"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := v.Verify(tc.h, []byte(tc.body))
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if got := Reason(err); got != tc.reason {
+				t.Fatalf("Reason = %q, want %q", got, tc.reason)
+			}
+		})
+	}
+}
+
+func TestNewWebhookVerifierRejectsBadConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  WebhookConfig
+		want error
+	}{
+		{"no secrets", WebhookConfig{}, ErrNoKey},
+		{"empty secret", WebhookConfig{Secrets: []string{""}}, ErrKeyInvalid},
+		{"whsec not base64", WebhookConfig{Scheme: WebhookStandard, Secrets: []string{"whsec_not base64!"}}, ErrKeyInvalid},
+		{"whsec too short", WebhookConfig{Scheme: WebhookStandard, Secrets: []string{"whsec_c2hvcnQ="}}, ErrKeyInvalid},
+		{"one bad of two", WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret, "whsec_"}}, ErrKeyInvalid},
+		{"unknown scheme", WebhookConfig{Scheme: 7, Secrets: []string{"x"}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewWebhookVerifier(tc.cfg)
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if _, err := NewWebhookSigner(tc.cfg); err == nil {
+				t.Fatal("NewWebhookSigner accepted the config")
+			}
+			if strings.Contains(err.Error(), "c2hvcnQ") {
+				t.Fatal("error text echoes the secret")
+			}
+		})
+	}
+}
+
+func TestWebhookSignerRejectsUnusableIDs(t *testing.T) {
+	std := newSigner(t, WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}})
+	sha := newSigner(t, WebhookConfig{Secrets: []string{"s"}})
+	for _, id := range []string{"", strings.Repeat("a", 257), "a\nb", "a b"} {
+		for _, s := range []*WebhookSigner{std, sha} {
+			if err := s.Sign(http.Header{}, id, nil); !errors.Is(err, ErrWebhookMalformed) {
+				t.Fatalf("Sign(id %q) = %v, want ErrWebhookMalformed", id, err)
+			}
+		}
+	}
+	if err := std.Sign(http.Header{}, "a.b", nil); !errors.Is(err, ErrWebhookMalformed) {
+		t.Fatalf("Standard Sign(id with dot) = %v, want ErrWebhookMalformed", err)
+	}
+	if err := sha.Sign(http.Header{}, "a.b", nil); err != nil {
+		t.Fatalf("SHA256 Sign(id with dot) = %v", err)
+	}
+}
+
+// --- middleware ---
+
+// recordingHandler counts calls and records the body and delivery it saw.
+type recordingHandler struct {
+	calls  atomic.Int32
+	status int
+	panics bool
+	mu     sync.Mutex
+	bodies []string
+	ids    []string
+}
+
+func (h *recordingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.calls.Add(1)
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		panic(err)
+	}
+	d, _ := WebhookDeliveryFrom(r.Context())
+	h.mu.Lock()
+	h.bodies = append(h.bodies, string(b))
+	h.ids = append(h.ids, d.ID)
+	h.mu.Unlock()
+	if h.panics {
+		panic(http.ErrAbortHandler)
+	}
+	if h.status != 0 {
+		w.WriteHeader(h.status)
+	}
+	io.WriteString(w, "processed")
+}
+
+func deliver(h http.Handler, hdr http.Header, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body))
+	for k, vs := range hdr {
+		req.Header[k] = vs
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func signed(t *testing.T, s *WebhookSigner, id, body string) http.Header {
+	t.Helper()
+	h := http.Header{}
+	if err := s.Sign(h, id, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func TestWebhookMiddlewarePassesFirstDeliveryWithReadableBody(t *testing.T) {
+	for _, scheme := range []WebhookScheme{WebhookHMACSHA256, WebhookStandard} {
+		cfg := WebhookConfig{Scheme: scheme, Secrets: []string{stdSecret}}
+		next := &recordingHandler{status: http.StatusAccepted}
+		mw := newVerifier(t, cfg).Middleware(next)
+		rec := deliver(mw, signed(t, newSigner(t, cfg), "evt-1", `{"ok":true}`), `{"ok":true}`)
+		if rec.Code != http.StatusAccepted || rec.Body.String() != "processed" {
+			t.Fatalf("scheme %d: got %d %q", scheme, rec.Code, rec.Body)
+		}
+		if next.calls.Load() != 1 || next.bodies[0] != `{"ok":true}` || next.ids[0] != "evt-1" {
+			t.Fatalf("scheme %d: handler saw calls=%d bodies=%q ids=%q", scheme, next.calls.Load(), next.bodies, next.ids)
+		}
+	}
+}
+
+func TestWebhookMiddlewareAcknowledgesDuplicateWithoutCallingHandler(t *testing.T) {
+	for _, scheme := range []WebhookScheme{WebhookHMACSHA256, WebhookStandard} {
+		cfg := WebhookConfig{Scheme: scheme, Secrets: []string{stdSecret}}
+		next := &recordingHandler{}
+		mw := newVerifier(t, cfg).Middleware(next)
+		h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+		for i := range 3 {
+			rec := deliver(mw, h, "payload")
+			if rec.Code != http.StatusOK {
+				t.Fatalf("scheme %d delivery %d: status %d", scheme, i, rec.Code)
+			}
+		}
+		if n := next.calls.Load(); n != 1 {
+			t.Fatalf("scheme %d: handler called %d times, want 1", scheme, n)
+		}
+	}
+}
+
+func TestWebhookMiddlewareTreatsReplayUnderFreshIDAsDuplicate(t *testing.T) {
+	// X-Webhook-ID is not signed: a captured delivery replayed with a new ID
+	// must still count as seen.
+	cfg := WebhookConfig{Secrets: []string{"s3cret"}}
+	next := &recordingHandler{}
+	mw := newVerifier(t, cfg).Middleware(next)
+	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+	deliver(mw, h, "payload")
+	h.Set("X-Webhook-ID", "evt-forged")
+	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK {
+		t.Fatalf("status %d", rec.Code)
+	}
+	// A different body under an ID already seen is also a duplicate.
+	if rec := deliver(mw, signed(t, newSigner(t, cfg), "evt-1", "changed"), "changed"); rec.Code != http.StatusOK {
+		t.Fatalf("status %d", rec.Code)
+	}
+	if n := next.calls.Load(); n != 1 {
+		t.Fatalf("handler called %d times, want 1", n)
+	}
+}
+
+func TestWebhookMiddlewareRefusals(t *testing.T) {
+	clk := newStepClock()
+	cfg := WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}, MaxBody: 16, Now: clk.Now}
+	signer := newSigner(t, cfg)
+	good := signed(t, signer, "evt-1", "small")
+	clk.Advance(-time.Hour)
+	old := signed(t, signer, "evt-2", "small")
+	clk.Advance(time.Hour)
+	without := func(name string) http.Header {
+		h := good.Clone()
+		h.Del(name)
+		return h
+	}
+	tests := []struct {
+		name string
+		h    http.Header
+		body string
+		code int
+		want error
+	}{
+		{"missing signature", without("webhook-signature"), "small", http.StatusUnauthorized, ErrWebhookSignature},
+		{"tampered body", good, "smell", http.StatusUnauthorized, ErrWebhookSignature},
+		{"old timestamp", old, "small", http.StatusUnauthorized, ErrWebhookTimestamp},
+		{"missing id", without("webhook-id"), "small", http.StatusBadRequest, ErrWebhookMalformed},
+		{"missing timestamp", without("webhook-timestamp"), "small", http.StatusBadRequest, ErrWebhookMalformed},
+		{"body over cap", good, strings.Repeat("x", 17), http.StatusRequestEntityTooLarge, ErrWebhookTooLarge},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var rejected error
+			c := cfg
+			c.OnReject = func(_ *http.Request, err error) { rejected = err }
+			next := &recordingHandler{}
+			rec := deliver(newVerifier(t, c).Middleware(next), tc.h, tc.body)
+			if rec.Code != tc.code {
+				t.Fatalf("status %d, want %d", rec.Code, tc.code)
+			}
+			if !errors.Is(rejected, tc.want) {
+				t.Fatalf("OnReject got %v, want %v", rejected, tc.want)
+			}
+			if next.calls.Load() != 0 {
+				t.Fatal("handler called for a refused delivery")
+			}
+			if strings.Contains(rec.Body.String(), "small") {
+				t.Fatal("response echoes the body")
+			}
+		})
+	}
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("connection reset") }
+
+func TestWebhookMiddlewareRefusesDeclaredOversizeBodyUnread(t *testing.T) {
+	next := &recordingHandler{}
+	mw := newVerifier(t, WebhookConfig{Secrets: []string{"s"}}).Middleware(next)
+	req := httptest.NewRequest(http.MethodPost, "/hook", errReader{})
+	req.ContentLength = DefaultWebhookMaxBody + 1
+	rec := httptest.NewRecorder()
+	mw.ServeHTTP(rec, req)
+	if rec.Code != http.StatusRequestEntityTooLarge || next.calls.Load() != 0 {
+		t.Fatalf("status %d, handler calls %d", rec.Code, next.calls.Load())
+	}
+}
+
+func TestWebhookMiddlewareToleratesNilBody(t *testing.T) {
+	next := &recordingHandler{}
+	mw := newVerifier(t, WebhookConfig{Secrets: []string{"s"}}).Middleware(next)
+	req := httptest.NewRequest(http.MethodPost, "/hook", nil)
+	req.Body = nil
+	req.Header.Set("X-Webhook-ID", "d1")
+	rec := httptest.NewRecorder()
+	mw.ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized || next.calls.Load() != 0 {
+		t.Fatalf("status %d, handler calls %d", rec.Code, next.calls.Load())
+	}
+}
+
+func TestWebhookMiddlewareRefusesUnreadableBody(t *testing.T) {
+	next := &recordingHandler{}
+	mw := newVerifier(t, WebhookConfig{Secrets: []string{"s"}}).Middleware(next)
+	req := httptest.NewRequest(http.MethodPost, "/hook", errReader{})
+	rec := httptest.NewRecorder()
+	mw.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest || next.calls.Load() != 0 {
+		t.Fatalf("status %d, handler calls %d", rec.Code, next.calls.Load())
+	}
+}
+
+// failingStore is a ReplayStore that is down.
+type failingStore struct{}
+
+func (failingStore) Claim(context.Context, string, time.Time) (bool, error) {
+	return false, errors.New("store unreachable")
+}
+
+func TestWebhookMiddlewareFailsClosedWhenStoreCannotDecide(t *testing.T) {
+	clk := newStepClock()
+	full := &MemoryReplayStore{Max: 2, Now: clk.Now}
+	for _, tc := range []struct {
+		name  string
+		store ReplayStore
+		want  error
+	}{
+		{"store down", failingStore{}, nil},
+		{"store full", full, ErrReplayStoreFull},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rejected error
+			cfg := WebhookConfig{Secrets: []string{"s"}, Replay: tc.store, Now: clk.Now,
+				OnReject: func(_ *http.Request, err error) { rejected = err }}
+			next := &recordingHandler{}
+			mw := newVerifier(t, cfg).Middleware(next)
+			signer := newSigner(t, cfg)
+			if tc.store == full {
+				// One delivery takes two entries (signature and ID).
+				deliver(mw, signed(t, signer, "first", "a"), "a")
+				next.calls.Store(0)
+			}
+			rec := deliver(mw, signed(t, signer, "evt", "b"), "b")
+			if rec.Code != http.StatusServiceUnavailable || next.calls.Load() != 0 {
+				t.Fatalf("status %d, handler calls %d", rec.Code, next.calls.Load())
+			}
+			if rejected == nil || (tc.want != nil && !errors.Is(rejected, tc.want)) {
+				t.Fatalf("OnReject got %v, want %v", rejected, tc.want)
+			}
+		})
+	}
+}
+
+func TestWebhookMiddlewareReleasesClaimWhenHandlerFails(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		panics bool
+	}{
+		{"5xx", http.StatusInternalServerError, false},
+		{"panic", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := WebhookConfig{Secrets: []string{"s"}}
+			next := &recordingHandler{status: tc.status, panics: tc.panics}
+			mw := newVerifier(t, cfg).Middleware(next)
+			h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+			func() {
+				defer func() {
+					if p := recover(); (p != nil) != tc.panics {
+						t.Fatalf("recovered %v", p)
+					}
+				}()
+				deliver(mw, h, "payload")
+			}()
+			next.status, next.panics = 0, false
+			if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK || rec.Body.String() != "processed" {
+				t.Fatalf("retry: %d %q", rec.Code, rec.Body)
+			}
+			if n := next.calls.Load(); n != 2 {
+				t.Fatalf("handler called %d times, want 2 (failure, then retry)", n)
+			}
+		})
+	}
+}
+
+func TestWebhookMiddlewareKeepsClaimWhenHandlerRefuses4xx(t *testing.T) {
+	cfg := WebhookConfig{Secrets: []string{"s"}}
+	next := &recordingHandler{status: http.StatusUnprocessableEntity}
+	mw := newVerifier(t, cfg).Middleware(next)
+	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+	deliver(mw, h, "payload")
+	deliver(mw, h, "payload")
+	if n := next.calls.Load(); n != 1 {
+		t.Fatalf("handler called %d times, want 1", n)
+	}
+}
+
+func TestStandardWebhookRetryWithFreshTimestampIsDuplicate(t *testing.T) {
+	clk := newStepClock()
+	cfg := WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}, Now: clk.Now}
+	next := &recordingHandler{}
+	mw := newVerifier(t, cfg).Middleware(next)
+	signer := newSigner(t, cfg)
+	deliver(mw, signed(t, signer, "evt-1", "payload"), "payload")
+	// The sender retries two hours later: same ID, fresh timestamp and signature.
+	clk.Advance(2 * time.Hour)
+	if rec := deliver(mw, signed(t, signer, "evt-1", "payload"), "payload"); rec.Code != http.StatusOK {
+		t.Fatalf("retry: status %d", rec.Code)
+	}
+	if n := next.calls.Load(); n != 1 {
+		t.Fatalf("handler called %d times, want 1", n)
+	}
+	// Once the dedup window has passed, the ID is forgotten.
+	clk.Advance(DefaultWebhookDedupWindow)
+	deliver(mw, signed(t, signer, "evt-1", "payload"), "payload")
+	if n := next.calls.Load(); n != 2 {
+		t.Fatalf("handler called %d times after the dedup window, want 2", n)
+	}
+}
+
+func TestStandardWebhookDuplicateRefusedUntilTimestampLeavesWindow(t *testing.T) {
+	clk := newStepClock()
+	// A dedup window shorter than the tolerance: the claim must still
+	// outlive the timestamp check.
+	cfg := WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}, Now: clk.Now, DedupWindow: time.Second}
+	next := &recordingHandler{}
+	mw := newVerifier(t, cfg).Middleware(next)
+	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+	deliver(mw, h, "payload")
+	// At the last instant the timestamp is still accepted, the claim must
+	// still be live.
+	clk.Advance(DefaultWebhookTolerance)
+	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK {
+		t.Fatalf("replay at the window edge: status %d", rec.Code)
+	}
+	clk.Advance(time.Second)
+	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("replay after the window: status %d, want 401", rec.Code)
+	}
+	if n := next.calls.Load(); n != 1 {
+		t.Fatalf("handler called %d times, want 1", n)
+	}
+}
+
+func TestWebhookMiddlewareConcurrentDuplicatesReachHandlerOnce(t *testing.T) {
+	cfg := WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}}
+	next := &recordingHandler{}
+	mw := newVerifier(t, cfg).Middleware(next)
+	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK {
+				t.Errorf("status %d", rec.Code)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if n := next.calls.Load(); n != 1 {
+		t.Fatalf("handler called %d times, want 1", n)
+	}
+}
+
+// --- fuzzing ---
+
+func FuzzParseStandardSignatures(f *testing.F) {
+	for _, s := range []string{stdSig, "v1,bm9wZQ== " + stdSig, "v1a,x v1,y", "", " ", ",", "v1,", strings.Repeat("v1,a ", 20)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sigs, ok := parseStandardSignatures(s)
+		if ok != (len(sigs) > 0) || len(sigs) > maxWebhookSignatures {
+			t.Fatalf("ok=%v with %d signatures", ok, len(sigs))
+		}
+		for _, b := range sigs {
+			if len(b) != 32 {
+				t.Fatalf("signature of %d bytes", len(b))
+			}
+		}
+	})
+}
+
+func FuzzParseSHA256Signature(f *testing.F) {
+	for _, s := range []string{githubSig, "sha256=", "sha256=zz", strings.ToUpper(githubSig), ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b, ok := parseSHA256Signature(s)
+		if !ok {
+			return
+		}
+		if len(b) != 32 || !strings.HasPrefix(s, "sha256=") || !strings.EqualFold(hex.EncodeToString(b), s[len("sha256="):]) {
+			t.Fatalf("accepted %q as %x", s, b)
+		}
+	})
+}
+
+// FuzzStandardWebhookVerify checks that Verify never panics and accepts a
+// delivery only when it carries the genuine signature of its id, timestamp
+// and body.
+func FuzzStandardWebhookVerify(f *testing.F) {
+	f.Add(stdID, strconv.Itoa(stdTS), stdSig, stdBody)
+	f.Add(stdID, "1614265331", stdSig, stdBody)
+	f.Add("", "", "", "")
+	f.Add("a.b", "-1", "v1,", "{}")
+	key, _ := parseWebhookSecret(WebhookStandard, stdSecret)
+	clk := &stepClock{t: time.Unix(stdTS, 0)}
+	v := newVerifier(f, WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}, Now: clk.Now})
+	f.Fuzz(func(t *testing.T, id, ts, sig, body string) {
+		h := http.Header{}
+		h.Set("webhook-id", id)
+		h.Set("webhook-timestamp", ts)
+		h.Set("webhook-signature", sig)
+		d, err := v.Verify(h, []byte(body))
+		if err != nil {
+			if Reason(err) == "" {
+				t.Fatalf("error without a reason: %v", err)
+			}
+			return
+		}
+		want := "v1," + base64.StdEncoding.EncodeToString(standardMAC(key, id, ts, []byte(body)))
+		if !slices.Contains(strings.Fields(sig), want) {
+			t.Fatalf("accepted id=%q ts=%q sig=%q without the genuine signature", id, ts, sig)
+		}
+		if d.ID != id {
+			t.Fatalf("delivery id %q, want %q", d.ID, id)
+		}
+	})
+}
+
+// FuzzSHA256WebhookVerify is the same property for the HMAC-SHA256 scheme.
+func FuzzSHA256WebhookVerify(f *testing.F) {
+	f.Add("d1", githubSig, githubBody)
+	f.Add("d1", githubSig, "Hello, World?")
+	f.Add("", "", "")
+	v := newVerifier(f, WebhookConfig{Secrets: []string{githubSecret}})
+	f.Fuzz(func(t *testing.T, id, sig, body string) {
+		h := http.Header{}
+		h.Set("X-Webhook-ID", id)
+		h.Set("X-Webhook-Signature", sig)
+		if _, err := v.Verify(h, []byte(body)); err != nil {
+			if Reason(err) == "" {
+				t.Fatalf("error without a reason: %v", err)
+			}
+			return
+		}
+		if !strings.EqualFold(sig, SignWebhookSHA256([]byte(githubSecret), []byte(body))) {
+			t.Fatalf("accepted sig=%q for body %q", sig, body)
+		}
+	})
+}
+
+// claimOnlyStore is a working ReplayStore without Release.
+type claimOnlyStore struct{ s *MemoryReplayStore }
+
+func (c claimOnlyStore) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	return c.s.Claim(ctx, id, until)
+}
+
+func TestWebhookMiddlewareKeepsClaimWhenStoreCannotRelease(t *testing.T) {
+	cfg := WebhookConfig{Secrets: []string{"s"}, Replay: claimOnlyStore{NewMemoryReplayStore(0)}}
+	next := &recordingHandler{status: http.StatusInternalServerError}
+	mw := newVerifier(t, cfg).Middleware(next)
+	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+	deliver(mw, h, "payload")
+	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK {
+		t.Fatalf("retry: status %d", rec.Code)
+	}
+	if n := next.calls.Load(); n != 1 {
+		t.Fatalf("handler called %d times, want 1 (no ReplayReleaser: the claim stays)", n)
+	}
+}
+
+func TestWebhookMiddlewareLetsHandlerFlush(t *testing.T) {
+	cfg := WebhookConfig{Secrets: []string{"s"}}
+	var flushed, controlled bool
+	mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+			flushed = true
+		}
+		controlled = http.NewResponseController(w).Flush() == nil
+	}))
+	rec := deliver(mw, signed(t, newSigner(t, cfg), "evt-1", "x"), "x")
+	if !flushed || !controlled || !rec.Flushed {
+		t.Fatalf("flushed=%v controlled=%v recorder flushed=%v", flushed, controlled, rec.Flushed)
+	}
+}
+
+func TestWebhookMiddlewareExposesUnderlyingWriterToResponseController(t *testing.T) {
+	cfg := WebhookConfig{Secrets: []string{"s"}}
+	deadlineErr := make(chan error, 1)
+	mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		deadlineErr <- http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Minute))
+	}))
+	srv := httptest.NewServer(mw)
+	defer srv.Close()
+	body := "x"
+	req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newSigner(t, cfg).Sign(req.Header, "evt-1", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := <-deadlineErr; err != nil {
+		t.Fatalf("SetWriteDeadline through the middleware: %v", err)
+	}
+}
