@@ -407,9 +407,9 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 	rest := len(wire) + matLen + bindTagLen
 
 	var payload, bound []byte
-	// id is the state's authenticator, its replay-store key: the MAC of a
-	// signed state, the nonce and tag of an encrypted one.
-	var idBuf [gcmNonceSize + gcmTagSize]byte
+	// id is the state's authenticator, its replay-store key in single-use
+	// mode: the MAC of a signed state, the nonce and tag of an encrypted one.
+	var idBuf [max(macSize, gcmNonceSize+gcmTagSize)]byte
 	var id []byte
 	key := -1
 	switch {
@@ -430,7 +430,9 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 			return "", errStateBase64
 		}
 		payload = rawRegion[:n]
-		id = append(idBuf[:0], mac[:]...)
+		if c.replay != nil {
+			id = append(idBuf[:0], mac[:]...)
+		}
 		if key = c.payload.verify(payload, mac[:]); key < 0 {
 			return "", errStateMAC
 		}
@@ -453,7 +455,9 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 			tag := c.cachedBindTag(tagRegion, sc, matRegion, i, subject, tool)
 			if pt, err := aead.Open(plain, nonce, sealed, tag); err == nil {
 				payload, key, bound = pt, i, tag
-				id = append(append(idBuf[:0], nonce...), sealed[len(sealed)-gcmTagSize:]...)
+				if c.replay != nil {
+					id = append(append(idBuf[:0], nonce...), sealed[len(sealed)-gcmTagSize:]...)
+				}
 				break
 			}
 		}
