@@ -97,6 +97,15 @@ type cursorScratch struct {
 	text [MaxCursorBytes]byte // base64url text
 }
 
+// getScratch returns pooled working memory (fresh memory for an issuer
+// not made by NewCursorIssuer, whose pool has no New function).
+func (i *CursorIssuer) getScratch() *cursorScratch {
+	if s, ok := i.scratch.Get().(*cursorScratch); ok {
+		return s
+	}
+	return new(cursorScratch)
+}
+
 // cursorWire is the CBOR payload: a map with small integer keys. Issue and
 // Verify use the equivalent hand-written codec of cursor_cbor.go; this
 // struct and the fxamacker modes below define what that codec must match
@@ -167,7 +176,6 @@ func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 	if i.now == nil {
 		i.now = time.Now
 	}
-	i.scratch.New = func() any { return new(cursorScratch) }
 	if len(cfg.Session) > 0 {
 		i.session = append([]byte(nil), cfg.Session...)
 	} else {
@@ -210,7 +218,7 @@ func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	if b64.EncodedLen(n) > MaxCursorBytes {
 		return "", ErrCursorTooLarge
 	}
-	s := i.scratch.Get().(*cursorScratch)
+	s := i.getScratch()
 	raw := appendCursorBody(s.raw[:0], &b)
 	raw = i.macs[0].sum(raw, raw)
 	text := s.text[:b64.EncodedLen(n)]
@@ -255,7 +263,7 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	if len(cursor) > MaxCursorBytes {
 		return CursorPayload{}, errCursorOversize
 	}
-	s := i.scratch.Get().(*cursorScratch)
+	s := i.getScratch()
 	defer i.scratch.Put(s)
 	// []byte(cursor) neither escapes nor is written to, so the compiler
 	// converts it without copying or allocating.

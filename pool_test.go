@@ -274,3 +274,22 @@ func TestStateBindingSubjectWithNULIsNotAnotherSubject(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroCursorIssuerVerifyRefusesWithoutPanic checks that a CursorIssuer
+// not made by NewCursorIssuer has no key and refuses every cursor, rather
+// than panicking on its scratch pool, which has no New function.
+func TestZeroCursorIssuerVerifyRefusesWithoutPanic(t *testing.T) {
+	c, err := testPoolIssuer(t).Issue(CursorPayload{CursorScope: CursorScope{ToolID: "t", CallerID: "c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zero CursorIssuer
+	// No key verifies the MAC; the body names a session the zero issuer
+	// does not have, hence the "other session" hint.
+	if _, err := zero.Verify(c, CursorScope{ToolID: "t", CallerID: "c"}); !errors.Is(err, ErrCursorExpired) || Reason(err) != "other server session (unauthenticated)" {
+		t.Fatalf("err = %v, want the unauthenticated other-session rejection", err)
+	}
+	if _, err := zero.Verify("AAAA", CursorScope{}); !errors.Is(err, ErrCursorInvalid) {
+		t.Fatalf("err = %v, want ErrCursorInvalid", err)
+	}
+}
