@@ -157,10 +157,10 @@ func mustDecMode(o cbor.DecOptions) cbor.DecMode {
 }
 
 // NewCursorIssuer returns an issuer for cfg. It fails with ErrNoKey when
-// cfg.Keys is nil.
+// cfg.Keys is nil or holds no key (a zero Keyring).
 func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
-	if cfg.Keys == nil {
-		return nil, fmt.Errorf("%w: CursorConfig.Keys is nil", ErrNoKey)
+	if cfg.Keys == nil || cfg.Keys.Len() == 0 {
+		return nil, fmt.Errorf("%w: CursorConfig.Keys is nil or empty", ErrNoKey)
 	}
 	if len(cfg.Session) > MaxSessionBytes {
 		return nil, fmt.Errorf("ctoken: CursorConfig.Session longer than %d bytes", MaxSessionBytes)

@@ -426,6 +426,17 @@ func TestNewCursorIssuerValidatesConfig(t *testing.T) {
 	}
 }
 
+// TestNewCursorIssuerRefusesEmptyKeyring checks that a Keyring with no key
+// (its zero value) is refused like a nil one, rather than accepted by the
+// constructor and panicking in Issue.
+func TestNewCursorIssuerRefusesEmptyKeyring(t *testing.T) {
+	i, err := NewCursorIssuer(CursorConfig{Keys: &Keyring{}})
+	wantErr(t, err, ErrNoKey)
+	if i != nil {
+		t.Fatal("issuer returned with the error")
+	}
+}
+
 func TestCursorSessionIsACopy(t *testing.T) {
 	i := newTestIssuer(t, CursorConfig{Session: []byte("abc")})
 	i.Session()[0] = 'x'

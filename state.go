@@ -119,7 +119,8 @@ type RequestStateCodec struct {
 	scratch sync.Pool // of *stateScratch
 }
 
-// NewRequestStateCodec returns a codec for sec.
+// NewRequestStateCodec returns a codec for sec. A non-nil sec.Keys that
+// holds no key (a zero Keyring) is ErrNoKey.
 func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) {
 	if sec.Mode > Encrypted {
 		return nil, errors.New("ctoken: unknown RequestStateMode")
@@ -148,6 +149,9 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 		c.now = time.Now
 	}
 	kr := sec.Keys
+	if kr != nil && kr.Len() == 0 {
+		return nil, fmt.Errorf("%w: RequestStateSecurity.Keys holds no key", ErrNoKey)
+	}
 	if kr == nil {
 		var err error
 		if kr, err = NewKeyring(RandomKey()); err != nil {

@@ -426,6 +426,19 @@ func TestNewRequestStateCodecValidatesConfig(t *testing.T) {
 	}
 }
 
+// TestNewRequestStateCodecRefusesEmptyKeyring checks that a Keyring with no
+// key (its zero value) is refused like a missing key, in both modes, rather
+// than accepted by the constructor and panicking in Encode.
+func TestNewRequestStateCodecRefusesEmptyKeyring(t *testing.T) {
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		c, err := NewRequestStateCodec(RequestStateSecurity{Keys: &Keyring{}, Mode: mode})
+		wantErr(t, err, ErrNoKey)
+		if c != nil {
+			t.Fatalf("mode %d: codec returned with the error", mode)
+		}
+	}
+}
+
 func TestStateErrorsNeverContainTheToken(t *testing.T) {
 	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(14))})
 	other := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(15))})
