@@ -437,6 +437,18 @@ func TestNewCursorIssuerRefusesEmptyKeyring(t *testing.T) {
 	}
 }
 
+// TestZeroCursorIssuerIssueRefusesWithoutPanic checks that Issue on a
+// CursorIssuer not made by NewCursorIssuer reports ErrNoKey instead of
+// panicking on its missing key and clock.
+func TestZeroCursorIssuerIssueRefusesWithoutPanic(t *testing.T) {
+	var zero CursorIssuer
+	c, err := zero.Issue(CursorPayload{CursorScope: testScope})
+	wantErr(t, err, ErrNoKey)
+	if c != "" {
+		t.Fatalf("cursor %q issued without a key", c)
+	}
+}
+
 func TestCursorSessionIsACopy(t *testing.T) {
 	i := newTestIssuer(t, CursorConfig{Session: []byte("abc")})
 	i.Session()[0] = 'x'

@@ -300,8 +300,12 @@ func (c *RequestStateCodec) ambiguousSubject(subject string) bool {
 
 // Encode seals state for subject (and tool, under BindSubjectAndTool),
 // expiring after the codec's TTL. state must be valid UTF-8 (it travels as a
-// JSON string); ErrStateTooLarge reports a result over MaxBytes.
+// JSON string); ErrStateTooLarge reports a result over MaxBytes. A codec
+// not made by NewRequestStateCodec has no key: Encode fails with ErrNoKey.
 func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) {
+	if len(c.bind) == 0 {
+		return "", ErrNoKey
+	}
 	if !utf8.ValidString(state) {
 		return "", errStateNotUTF8
 	}

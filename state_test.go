@@ -439,6 +439,23 @@ func TestNewRequestStateCodecRefusesEmptyKeyring(t *testing.T) {
 	}
 }
 
+// TestZeroRequestStateCodecEncodeRefusesWithoutPanic checks that Encode on
+// a RequestStateCodec not made by NewRequestStateCodec reports ErrNoKey
+// instead of panicking on its missing key, and Decode refuses too.
+func TestZeroRequestStateCodecEncodeRefusesWithoutPanic(t *testing.T) {
+	var zero RequestStateCodec
+	w, err := zero.Encode("", "alice", "t")
+	wantErr(t, err, ErrNoKey)
+	if w != "" {
+		t.Fatalf("state %q sealed without a key", w)
+	}
+	s, err := zero.Decode("v1.e30.AAAA", "alice", "t")
+	wantErr(t, err, ErrStateInvalid)
+	if s != "" {
+		t.Fatalf("Decode returned %q with the error", s)
+	}
+}
+
 func TestStateErrorsNeverContainTheToken(t *testing.T) {
 	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(14))})
 	other := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(15))})
