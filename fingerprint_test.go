@@ -115,15 +115,21 @@ func TestArgsFingerprintRejectsInvalidJSON(t *testing.T) {
 	if _, err := ArgsFingerprint([]byte(okDeep)); err != nil {
 		t.Fatalf("depth at the cap: %v", err)
 	}
+	deepObj := strings.Repeat(`{"a":`, MaxJSONDepth+1) + "1" + strings.Repeat("}", MaxJSONDepth+1)
+	okDeepObj := strings.Repeat(`{"a":`, MaxJSONDepth) + "1" + strings.Repeat("}", MaxJSONDepth)
+	if _, err := ArgsFingerprint([]byte(okDeepObj)); err != nil {
+		t.Fatalf("object depth at the cap: %v", err)
+	}
 	cases := []string{
 		``, ` `, `{`, `}`, `{"a"}`, `{"a":}`, `{"a":1,}`, `[1,]`, `[1 2]`, `{"a":1 "b":2}`,
 		`{a:1}`, `'x'`, `"unterminated`, "\"tab\tinside\"", `"\x"`, `"\u12"`, `"\uZZZZ"`,
 		`01`, `1.`, `.5`, `-`, `+1`, `1e`, `1e+`, `0x10`, `NaN`, `Infinity`, `1e400`, `-1e400`,
 		`tru`, `nul`, `falsey`, `{"a":1}{}`, `[1] x`,
 		`{"a":1,"a":2}`, `{"a":1,"b":{"c":1,"c":1}}`, // duplicate keys (I-JSON)
-		`"\ud800"`, `"\udc00"`, `"\ud800\u0041"`, `"\ud800x"`, // lone surrogates
+		`"\ud800"`, `"\udc00"`, `"\ud800\u0041"`, `"\ud800x"`, `"\ud800\uZZZZ"`, // lone surrogates
 		"\"\xff\"", "\"\xc0\xaf\"", // invalid UTF-8
-		deep,
+		deep, deepObj,
+		`{"a":1 `, `{"a" 1}`, `{"a":1,"b"`, `[1`, `{"\q":1}`, // cut or broken inside a container
 	}
 	for _, in := range cases {
 		_, err := ArgsFingerprint([]byte(in))
