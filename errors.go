@@ -12,7 +12,8 @@ var (
 	ErrKeyTooShort = errors.New("ctoken: key shorter than 32 bytes")
 	// ErrKeyInvalid reports a key that is not valid base64 or a malformed keyring.
 	ErrKeyInvalid = errors.New("ctoken: malformed key")
-	// ErrNoKey reports a missing or empty key variable, or a nil Keyring.
+	// ErrNoKey reports a missing or empty key variable, a nil or empty
+	// Keyring, or an issuer or codec not made by its constructor.
 	ErrNoKey = errors.New("ctoken: no key configured")
 
 	// ErrCursorInvalid reports a forged, tampered, malformed, truncated,
