@@ -91,7 +91,7 @@ func decodeKey(s string) ([]byte, error) {
 // KeyringFromEnv parses the environment variable name with ParseKeyring.
 // An unset or empty variable is ErrNoKey.
 func KeyringFromEnv(name string) (*Keyring, error) {
-	v := strings.TrimSpace(os.Getenv(name))
+	v := os.Getenv(name)
 	if v == "" {
 		return nil, fmt.Errorf("%w: %s is not set", ErrNoKey, name)
 	}
@@ -108,7 +108,7 @@ func KeyringFromEnv(name string) (*Keyring, error) {
 // restart, so use it only for a single process. A variable that is set but
 // malformed is an error, never a silent fallback to a random key.
 func KeyringFromEnvOrRandom(name string) (kr *Keyring, ephemeral bool, err error) {
-	if strings.TrimSpace(os.Getenv(name)) == "" {
+	if os.Getenv(name) == "" {
 		kr, err = NewKeyring(RandomKey())
 		return kr, true, err
 	}

@@ -137,10 +137,12 @@ func TestKeyringFromEnvOrRandomFallsBackOnlyWhenUnset(t *testing.T) {
 	if err != nil || eph || kr.keys[0][0] != 6 {
 		t.Fatalf("set: kr=%v eph=%v err=%v", kr, eph, err)
 	}
-	t.Setenv(name, "garbage!")
-	kr, eph, err = KeyringFromEnvOrRandom(name)
-	if err == nil || kr != nil || eph {
-		t.Fatalf("malformed must be an error, got kr=%v eph=%v err=%v", kr, eph, err)
+	for _, bad := range []string{"garbage!", " ", "\t\n", " , "} {
+		t.Setenv(name, bad)
+		kr, eph, err = KeyringFromEnvOrRandom(name)
+		if err == nil || kr != nil || eph {
+			t.Fatalf("%q: set but malformed must be an error, got kr=%v eph=%v err=%v", bad, kr, eph, err)
+		}
 	}
 }
 
