@@ -30,7 +30,10 @@ const (
 	Encrypted
 )
 
-// RequestStateBinding selects what a request state is bound to.
+// RequestStateBinding selects what a request state is bound to. Under every
+// binding an empty subject binds to nothing (the tool included), as
+// BindNone does: such a state opens for any caller that also presents an
+// empty subject, so pass the authenticated subject whenever there is one.
 type RequestStateBinding uint8
 
 const (
