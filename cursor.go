@@ -192,8 +192,9 @@ var errIDNotUTF8 = errors.New("ctoken: cursor tool or caller ID is not valid UTF
 
 // Issue returns a cursor for p, stamped with the current time. It fails with
 // ErrOpaqueStateTooLarge when p.State is over MaxOpaqueStateBytes and with
-// ErrCursorTooLarge when the cursor would be over MaxCursorBytes. An issuer
-// not made by NewCursorIssuer has no key: Issue fails with ErrNoKey.
+// ErrCursorTooLarge when the cursor would be over MaxCursorBytes. A ToolID
+// or CallerID that is not valid UTF-8 (CBOR text) is an error too. An
+// issuer not made by NewCursorIssuer has no key: Issue fails with ErrNoKey.
 func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	if len(i.macs) == 0 {
 		return "", ErrNoKey
