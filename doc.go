@@ -3,7 +3,7 @@
 // were") and must be able to trust when the untrusted client echoes them
 // back.
 //
-// It has two token types:
+// It has two continuation token types:
 //
 //   - [CursorIssuer]: stateless HMAC-SHA256 pagination cursors over compact
 //     CBOR, at most [MaxCursorBytes], bound to a tool, a caller, an
@@ -13,6 +13,11 @@
 //     MCP multi-round-trip requestState envelopes bound to the authenticated
 //     subject (and tool), with expiry, wire-compatible with the reference D
 //     implementation.
+//
+// Beside them it offers single-use tokens ([OneTimeIssuer]), webhook
+// signing and verification ([WebhookSigner], [WebhookVerifier]) and the
+// [ReplayStore] that single-use request state, one-time tokens and webhook
+// deduplication record what they have accepted in.
 //
 // Keys come from a [Keyring]: a primary key that seals new tokens and
 // previous keys that still open old ones. Every use derives its own subkey
