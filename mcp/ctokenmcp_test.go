@@ -767,3 +767,43 @@ func BenchmarkStatesSealAndOpen(b *testing.B) {
 		req.Params.RequestState = ""
 	}
 }
+
+// singleUseStates returns States over a single-use codec (Replay set) that
+// names alice as the caller, and a request with a state it sealed.
+func singleUseStates(t *testing.T) (*States, *mcp.CallToolRequest) {
+	t.Helper()
+	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
+		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool,
+		Replay: ctoken.NewMemoryReplayStore(0),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := NewStates(codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask", Arguments: json.RawMessage(`{"target":"x"}`)}}
+	if req.Params.RequestState, err = states.Seal(context.Background(), req, "s"); err != nil {
+		t.Fatal(err)
+	}
+	return states, req
+}
+
+func TestOpenClaimsSingleUseStateWithRequestContext(t *testing.T) {
+	states, req := singleUseStates(t)
+	// A request that is already cancelled cannot claim the state: the
+	// replay store sees the request's context, refuses, and the state is
+	// not consumed.
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if s, ok, err := states.Open(cancelled, req); err == nil || ok || s != "" {
+		t.Fatalf("Open with a cancelled request = %q, %v, %v", s, ok, err)
+	}
+	ctx := context.Background()
+	if s, ok, err := states.Open(ctx, req); s != "s" || !ok || err != nil {
+		t.Fatalf("first Open = %q, %v, %v", s, ok, err)
+	}
+	_, _, err := states.Open(ctx, req)
+	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateInvalid)
+}

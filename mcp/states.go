@@ -116,6 +116,12 @@ var errStateArgs = errors.New("arguments differ from the sealed call")
 // {"ctokenCode":1023} for an invalid one. No part of a rejected state is
 // returned. A request without an authenticated caller is -32603 (internal
 // error). Return the error from the tool handler unwrapped.
+//
+// With a single-use codec (ctoken.RequestStateSecurity.Replay set), Open
+// claims the state in the replay store with ctx, and a state presented
+// again is invalid. The arguments are checked after the claim (their
+// fingerprint is inside the sealed state), so a retry with other arguments
+// consumes the state.
 func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state string, ok bool, err error) {
 	if req == nil || req.Params == nil {
 		return "", false, errors.New("ctokenmcp: nil request")
@@ -128,7 +134,7 @@ func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state stri
 	if err != nil {
 		return "", false, err
 	}
-	plain, err := s.codec.Decode(wire, subject, toolTarget(req))
+	plain, err := s.codec.DecodeContext(ctx, wire, subject, toolTarget(req))
 	if err == nil && !s.unboundArgs {
 		plain, err = s.unwrap(req, plain)
 	}
