@@ -807,3 +807,17 @@ func TestOpenClaimsSingleUseStateWithRequestContext(t *testing.T) {
 	_, _, err := states.Open(ctx, req)
 	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateInvalid)
 }
+
+// A replay store that cannot decide is the server's failure, not the
+// client's: the client must not be told its (unconsumed) state is invalid.
+func TestOpenReportsReplayStoreFailureAsInternalError(t *testing.T) {
+	states, req := singleUseStates(t)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _, err := states.Open(cancelled, req)
+	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+	// The state was not consumed.
+	if s, ok, err := states.Open(context.Background(), req); s != "s" || !ok || err != nil {
+		t.Fatalf("Open after the failure = %q, %v, %v", s, ok, err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 
 	"github.com/ctoken/ctoken"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -119,7 +120,8 @@ var errStateArgs = errors.New("arguments differ from the sealed call")
 //
 // With a single-use codec (ctoken.RequestStateSecurity.Replay set), Open
 // claims the state in the replay store with ctx, and a state presented
-// again is invalid. The arguments are checked after the claim (their
+// again is invalid. A store failure (full, unreachable, ctx done) is -32603
+// (internal error) and leaves the state unconsumed. The arguments are checked after the claim (their
 // fingerprint is inside the sealed state), so a retry with other arguments
 // consumes the state.
 func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state string, ok bool, err error) {
@@ -137,6 +139,14 @@ func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state stri
 	plain, err := s.codec.DecodeContext(ctx, wire, subject, toolTarget(req))
 	if err == nil && !s.unboundArgs {
 		plain, err = s.unwrap(req, plain)
+	}
+	if err != nil && !errors.Is(err, ctoken.ErrStateInvalid) && !errors.Is(err, ctoken.ErrStateExpired) &&
+		!errors.Is(err, ctoken.ErrStateReplayed) && !errors.Is(err, errStateArgs) {
+		// The replay store of a single-use codec failed (full, down, ctx
+		// done): a server problem, and the state was not consumed.
+		s.log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcp: request state store failed",
+			slog.String("tool", req.Params.Name), slog.String("error", err.Error()))
+		return "", false, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "request state store unavailable"}
 	}
 	if err != nil {
 		reason := ctoken.Reason(err)
