@@ -608,3 +608,17 @@ func TestVerifyStateRefusesFlagsItsBindingIgnores(t *testing.T) {
 		})
 	}
 }
+
+// A token pasted where the command belongs ("ctoken TOKEN") is not echoed
+// back into the terminal or a CI log.
+func TestUnknownCommandDoesNotEchoAToken(t *testing.T) {
+	f := newFixture(t)
+	c := f.cursor(t, f.issuer)
+	r := runCmd(t, "", nil, c)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "unknown command") {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	if strings.Contains(r.stderr, c[:16]) {
+		t.Errorf("stderr echoes the token: %q", r.stderr)
+	}
+}
