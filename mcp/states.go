@@ -43,7 +43,8 @@ type States struct {
 // NewStates returns States that seal with codec. opts may be nil. For the
 // binding to the tool to take effect, configure codec with
 // ctoken.BindSubjectAndTool; with ctoken.BindSubject a state is bound to
-// the caller and (by default) the arguments only.
+// the caller and (by default) the arguments only, and with ctoken.BindNone
+// to the arguments only: any caller may present it.
 func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, error) {
 	if codec == nil {
 		return nil, errors.New("ctokenmcp: NewStates: nil codec")
