@@ -821,3 +821,24 @@ func TestOpenReportsReplayStoreFailureAsInternalError(t *testing.T) {
 		t.Fatalf("Open after the failure = %q, %v, %v", s, ok, err)
 	}
 }
+
+// The codec refuses a state that is not valid UTF-8; with the argument
+// binding, Seal must refuse it too rather than seal a silently altered
+// state (json.Marshal replaces invalid bytes with U+FFFD).
+func TestSealRefusesStateThatIsNotUTF8(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	for _, unbound := range []bool{false, true} {
+		states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice"), UnboundArgs: unbound})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask", Arguments: json.RawMessage(`{}`)}}
+		st, err := states.Seal(ctx, req, "step\xff1")
+		if err == nil {
+			req.Params.RequestState = st
+			got, _, _ := states.Open(ctx, req)
+			t.Errorf("UnboundArgs %v: sealed a state that is not UTF-8; it opens as %q", unbound, got)
+		}
+	}
+}

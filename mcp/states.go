@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"unicode/utf8"
 
 	"github.com/ctoken/ctoken"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -80,7 +81,7 @@ func argsOf(req *mcp.CallToolRequest) (ctoken.Fingerprint, error) {
 // Seal returns the requestState to send with an input-required result of
 // req: state sealed by the codec for the authenticated caller and
 // ctoken.MCPTarget("tools/call", name), and bound to req's arguments unless
-// UnboundArgs is set. A request without an authenticated caller is a
+// UnboundArgs is set. state must be valid UTF-8, as for the codec. A request without an authenticated caller is a
 // *jsonrpc.Error with code -32603 (internal error); return it unwrapped.
 func (s *States) Seal(ctx context.Context, req *mcp.CallToolRequest, state string) (string, error) {
 	if req == nil || req.Params == nil {
@@ -92,6 +93,11 @@ func (s *States) Seal(ctx context.Context, req *mcp.CallToolRequest, state strin
 	}
 	plain := state
 	if !s.unboundArgs {
+		// The codec refuses a state that is not UTF-8; json.Marshal would
+		// replace its bytes and seal an altered state.
+		if !utf8.ValidString(state) {
+			return "", errors.New("ctokenmcp: state is not valid UTF-8")
+		}
 		fp, err := argsOf(req)
 		if err != nil {
 			return "", fmt.Errorf("ctokenmcp: fingerprinting arguments: %w", err)
