@@ -508,11 +508,19 @@ func (v *WebhookVerifier) replayKeys(d WebhookDelivery) ([]string, time.Time) {
 // with a fresh timestamp is also a duplicate. An error from the store
 // (for example ErrReplayStoreFull, or ctx's error) is returned wrapped, with
 // first false: the caller must refuse the delivery and let the sender retry.
+// When a WebhookHMACSHA256 delivery's signature was claimed but its ID could
+// not be, the signature claim is released again (if the store implements
+// ReplayReleaser), so that the retry is not mistaken for a duplicate.
 func (v *WebhookVerifier) Claim(ctx context.Context, d WebhookDelivery) (first bool, err error) {
 	keys, until := v.replayKeys(d)
-	for _, k := range keys {
+	for i, k := range keys {
 		first, err := v.p.replay.Claim(ctx, k, until)
 		if err != nil {
+			if r, ok := v.p.replay.(ReplayReleaser); ok {
+				for _, done := range keys[:i] {
+					_ = r.Release(context.WithoutCancel(ctx), done)
+				}
+			}
 			return false, fmt.Errorf("ctoken: webhook replay store: %w", err)
 		}
 		if !first {
