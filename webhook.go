@@ -508,10 +508,19 @@ func (v *WebhookVerifier) replayKeys(d WebhookDelivery) ([]string, time.Time) {
 // with a fresh timestamp is also a duplicate. An error from the store
 // (for example ErrReplayStoreFull, or ctx's error) is returned wrapped, with
 // first false: the caller must refuse the delivery and let the sender retry.
-// When a WebhookHMACSHA256 delivery's signature was claimed but its ID could
+// A delivery that did not come from Verify (an invalid ID or, for
+// WebhookHMACSHA256, no verified signature) is refused with
+// ErrWebhookMalformed. When a WebhookHMACSHA256 delivery's signature was claimed but its ID could
 // not be, the signature claim is released again (if the store implements
 // ReplayReleaser), so that the retry is not mistaken for a duplicate.
 func (v *WebhookVerifier) Claim(ctx context.Context, d WebhookDelivery) (first bool, err error) {
+	if err := checkWebhookID(v.p.scheme, d.ID); err != nil {
+		return false, err
+	}
+	if v.p.scheme == WebhookHMACSHA256 && len(d.mac) != sha256.Size {
+		// Not from Verify: there is no verified signature to claim.
+		return false, reject(ErrWebhookMalformed, "delivery not verified")
+	}
 	keys, until := v.replayKeys(d)
 	for i, k := range keys {
 		first, err := v.p.replay.Claim(ctx, k, until)

@@ -845,3 +845,21 @@ func TestWebhookMiddlewareRetryAfterPartialClaimFailureIsProcessed(t *testing.T)
 		t.Fatalf("handler called %d times, want 2 (first, then the retry of evt)", n)
 	}
 }
+
+// Claim takes a delivery from Verify. A hand-made WebhookDelivery carries no
+// verified signature: claiming it must fail, not file every such delivery
+// under one empty signature key (which would make all but the first a
+// "duplicate" that is acknowledged and never processed).
+func TestWebhookClaimRefusesDeliveryNotFromVerify(t *testing.T) {
+	v := newVerifier(t, WebhookConfig{Secrets: []string{"s"}})
+	for _, id := range []string{"a", "b"} {
+		first, err := v.Claim(context.Background(), WebhookDelivery{ID: id})
+		if first || !errors.Is(err, ErrWebhookMalformed) {
+			t.Fatalf("Claim(unverified %q) = %v, %v; want false, ErrWebhookMalformed", id, first, err)
+		}
+	}
+	std := newVerifier(t, WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}})
+	if first, err := std.Claim(context.Background(), WebhookDelivery{}); first || !errors.Is(err, ErrWebhookMalformed) {
+		t.Fatalf("Claim(empty delivery) = %v, %v; want false, ErrWebhookMalformed", first, err)
+	}
+}
