@@ -173,10 +173,7 @@ func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[strin
 	if !claimsEqual(t.claims, want) {
 		return reject(ErrOneTimeClaims, "claims mismatch")
 	}
-	// Hold the claim oneTimeMaxSkew past the expiry: an instance whose clock
-	// is behind the store's (or another instance's) still accepts the token
-	// for that long, and Redis answers "first" to SET NX PXAT in its past.
-	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(oneTimeMaxSkew))
+	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(replaySkewMargin))
 	if err != nil {
 		return fmt.Errorf("ctoken: one-time token replay store: %w", err)
 	}

@@ -271,7 +271,7 @@ func TestOneTimeRedeemFailsClosedOnStoreError(t *testing.T) {
 	// Once the first token's entry expires (the skew margin after the
 	// token) the store has room again, and tok still works: a store failure
 	// does not consume it.
-	clk.Advance(DefaultOneTimeTTL/2 + oneTimeMaxSkew)
+	clk.Advance(DefaultOneTimeTTL/2 + replaySkewMargin)
 	if err := o.Redeem(context.Background(), tok, nil); err != nil {
 		t.Fatalf("redeem after the store recovered: %v", err)
 	}
