@@ -79,7 +79,8 @@ type Options struct {
 	// answers OK to a SET NX PXAT that is already past by its clock and
 	// records nothing, so a claim whose until lies within the skew reports
 	// first == true every time. Callers hold claims past their own
-	// acceptance window by a margin (one-time tokens: 60 s).
+	// acceptance window by a margin (ctoken one-time tokens and single-use
+	// request states: 60 s).
 	Now func() time.Time
 }
 
