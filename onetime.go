@@ -118,8 +118,12 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 // the configured TTL from now. Claim names and values are arbitrary byte
 // strings; the token carries them in the clear (signed, not encrypted), so
 // they must not be secret. It fails with ErrOneTimeTooLarge when the token
-// would exceed MaxOneTimeTokenBytes.
+// would exceed MaxOneTimeTokenBytes, and with ErrNoKey on an issuer not made
+// by NewOneTimeIssuer.
 func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
+	if len(o.keys) == 0 || o.now == nil {
+		return "", fmt.Errorf("%w: OneTimeIssuer not made by NewOneTimeIssuer", ErrNoKey)
+	}
 	now := o.now()
 	payload := make([]byte, oneTimeFixedLen, 128)
 	payload[0] = oneTimeVersion

@@ -390,3 +390,16 @@ func TestOneTimeRedeemedTokenStaysRedeemedUnderClockSkew(t *testing.T) {
 		t.Fatalf("second redeem just before expiry, store clock %v ahead = %v, want ErrOneTimeRedeemed", skew, err)
 	}
 }
+
+// A zero OneTimeIssuer (not from NewOneTimeIssuer) has no key: it refuses to
+// mint or redeem instead of panicking.
+func TestZeroOneTimeIssuerRefusesWithoutPanic(t *testing.T) {
+	var zero OneTimeIssuer
+	if tok, err := zero.Mint(runClaims); !errors.Is(err, ErrNoKey) || tok != "" {
+		t.Fatalf("Mint on a zero issuer = %q, %v; want ErrNoKey", tok, err)
+	}
+	tok := mint(t, newOneTime(t, OneTimeConfig{}), runClaims)
+	if err := zero.Redeem(context.Background(), tok, runClaims); !errors.Is(err, ErrOneTimeInvalid) {
+		t.Fatalf("Redeem on a zero issuer = %v, want ErrOneTimeInvalid", err)
+	}
+}

@@ -257,8 +257,12 @@ func NewWebhookSigner(cfg WebhookConfig) (*WebhookSigner, error) {
 // or webhook-id, webhook-timestamp (the signer's clock) and
 // webhook-signature (one v1 signature per secret) for WebhookStandard. The
 // id must be non-empty, at most 256 bytes, and for WebhookStandard free of
-// '.', else ErrWebhookMalformed.
+// '.', else ErrWebhookMalformed. A signer not made by NewWebhookSigner
+// returns ErrNoKey.
 func (s *WebhookSigner) Sign(h http.Header, id string, body []byte) error {
+	if len(s.p.secrets) == 0 || s.p.now == nil {
+		return fmt.Errorf("%w: WebhookSigner not made by NewWebhookSigner", ErrNoKey)
+	}
 	if err := checkWebhookID(s.p.scheme, id); err != nil {
 		return err
 	}

@@ -863,3 +863,16 @@ func TestWebhookClaimRefusesDeliveryNotFromVerify(t *testing.T) {
 		t.Fatalf("Claim(empty delivery) = %v, %v; want false, ErrWebhookMalformed", first, err)
 	}
 }
+
+// A zero WebhookSigner (not from NewWebhookSigner) has no secret: Sign
+// refuses instead of panicking.
+func TestZeroWebhookSignerRefusesWithoutPanic(t *testing.T) {
+	var zero WebhookSigner
+	h := http.Header{}
+	if err := zero.Sign(h, "evt-1", []byte("x")); !errors.Is(err, ErrNoKey) {
+		t.Fatalf("Sign on a zero signer = %v, want ErrNoKey", err)
+	}
+	if len(h) != 0 {
+		t.Fatalf("zero signer set headers %v", h)
+	}
+}
