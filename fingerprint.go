@@ -66,9 +66,18 @@ func CanonicalJSON(text []byte) ([]byte, error) {
 	return out, nil
 }
 
+// jcsParser reads JSON text from in. The canonicalizer writes straight into
+// one output buffer; keys and members are stacks shared by nested objects
+// (each object uses the tail it pushed and pops it when done), so parsing
+// allocates only as these buffers grow.
 type jcsParser struct {
 	in  []byte
 	pos int
+
+	keys    []byte      // unescaped member names of the open objects
+	members []jcsMember // members of the open objects
+	str     []byte      // an unescaped string value, reused
+	tmp     []byte      // members of an object being reordered, reused
 }
 
 func (p *jcsParser) skipSpace() {
@@ -101,11 +110,11 @@ func (p *jcsParser) value(out []byte, depth int) ([]byte, error) {
 	case c == '[':
 		return p.array(out, depth+1)
 	case c == '"':
-		s, err := p.string()
-		if err != nil {
-			return nil, err
+		var ok bool
+		if p.str, ok = p.stringInto(p.str[:0]); !ok {
+			return nil, ErrArgsInvalid
 		}
-		return appendJCSString(out, s), nil
+		return appendJCSString(out, p.str), nil
 	case c == 't':
 		return p.literal(out, "true")
 	case c == 'f':
@@ -152,10 +161,11 @@ func (p *jcsParser) array(out []byte, depth int) ([]byte, error) {
 	}
 }
 
+// jcsMember is one object member: its unescaped name, p.keys[nameAt:nameEnd],
+// and its canonical text "name":value, out[start:end].
 type jcsMember struct {
-	name  string
-	key   []uint16
-	value []byte
+	nameAt, nameEnd int
+	start, end      int
 }
 
 func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
@@ -164,30 +174,47 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 	}
 	p.pos++ // '{'
 	p.skipSpace()
-	var members []jcsMember
+	out = append(out, '{')
 	if p.pos < len(p.in) && p.in[p.pos] == '}' {
 		p.pos++
-		return append(out, '{', '}'), nil
+		return append(out, '}'), nil
 	}
+	keysBase, membersBase := len(p.keys), len(p.members)
+	defer func() { p.keys, p.members = p.keys[:keysBase], p.members[:membersBase] }()
+	body := len(out)
+	sorted := true
 	for {
 		if p.pos >= len(p.in) || p.in[p.pos] != '"' {
 			return nil, ErrArgsInvalid
 		}
-		name, err := p.string()
-		if err != nil {
-			return nil, err
+		nameAt := len(p.keys)
+		keys, ok := p.stringInto(p.keys)
+		if !ok {
+			return nil, ErrArgsInvalid
 		}
+		p.keys = keys
+		m := jcsMember{nameAt: nameAt, nameEnd: len(p.keys)}
 		p.skipSpace()
 		if p.pos >= len(p.in) || p.in[p.pos] != ':' {
 			return nil, ErrArgsInvalid
 		}
 		p.pos++
 		p.skipSpace()
-		v, err := p.value(nil, depth)
-		if err != nil {
+		if len(p.members) > membersBase {
+			out = append(out, ',')
+		}
+		m.start = len(out)
+		out = appendJCSString(out, p.keys[m.nameAt:m.nameEnd])
+		out = append(out, ':')
+		var err error
+		if out, err = p.value(out, depth); err != nil {
 			return nil, err
 		}
-		members = append(members, jcsMember{name: name, key: utf16.Encode([]rune(name)), value: v})
+		m.end = len(out)
+		if len(p.members) > membersBase && p.compareNames(p.members[len(p.members)-1], m) >= 0 {
+			sorted = false
+		}
+		p.members = append(p.members, m)
 		p.skipSpace()
 		if p.pos >= len(p.in) {
 			return nil, ErrArgsInvalid
@@ -203,55 +230,66 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 		p.pos++
 		break
 	}
-	slices.SortFunc(members, func(a, b jcsMember) int { return slices.Compare(a.key, b.key) })
-	out = append(out, '{')
-	for i, m := range members {
-		if i > 0 {
-			if m.name == members[i-1].name {
-				return nil, ErrArgsInvalid // duplicate key
+	if !sorted {
+		members := p.members[membersBase:]
+		slices.SortFunc(members, p.compareNames)
+		for i := 1; i < len(members); i++ {
+			if p.compareNames(members[i-1], members[i]) == 0 {
+				return nil, ErrArgsInvalid // duplicate name (I-JSON)
 			}
-			out = append(out, ',')
 		}
-		out = appendJCSString(out, m.name)
-		out = append(out, ':')
-		out = append(out, m.value...)
+		// Rewrite the members in order from a copy.
+		p.tmp = append(p.tmp[:0], out[body:]...)
+		out = out[:body]
+		for i, m := range members {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, p.tmp[m.start-body:m.end-body]...)
+		}
 	}
 	return append(out, '}'), nil
 }
 
-// string parses the JSON string at p.pos and returns its value.
-func (p *jcsParser) string() (string, error) {
-	p.pos++ // opening quote
-	var s []byte
-	for {
-		if p.pos >= len(p.in) {
-			return "", ErrArgsInvalid
-		}
-		c := p.in[p.pos]
-		switch {
-		case c == '"':
-			p.pos++
-			return string(s), nil
-		case c == '\\':
-			r, err := p.escape()
-			if err != nil {
-				return "", err
+// compareNames orders members by the UTF-16 code units of their names, as
+// RFC 8785 requires.
+func (p *jcsParser) compareNames(a, b jcsMember) int {
+	return compareUTF16(p.keys[a.nameAt:a.nameEnd], p.keys[b.nameAt:b.nameEnd])
+}
+
+// compareUTF16 compares two valid UTF-8 strings by their UTF-16 code units.
+// That is code point order except that a code point above U+FFFF (a
+// surrogate pair, units D800-DBFF first) sorts below U+E000-U+FFFF.
+func compareUTF16(a, b []byte) int {
+	for len(a) > 0 && len(b) > 0 {
+		if a[0] < utf8.RuneSelf && b[0] < utf8.RuneSelf {
+			if a[0] != b[0] {
+				return int(a[0]) - int(b[0])
 			}
-			s = utf8.AppendRune(s, r)
-		case c < 0x20:
-			return "", ErrArgsInvalid
-		case c < utf8.RuneSelf:
-			s = append(s, c)
-			p.pos++
-		default:
-			r, size := utf8.DecodeRune(p.in[p.pos:])
-			if r == utf8.RuneError && size == 1 {
-				return "", ErrArgsInvalid
-			}
-			s = append(s, p.in[p.pos:p.pos+size]...)
-			p.pos += size
+			a, b = a[1:], b[1:]
+			continue
 		}
+		ra, na := utf8.DecodeRune(a)
+		rb, nb := utf8.DecodeRune(b)
+		if ra != rb {
+			if ra > 0xFFFF && rb > 0xFFFF {
+				return int(ra - rb)
+			}
+			return int(utf16First(ra) - utf16First(rb))
+		}
+		a, b = a[na:], b[nb:]
 	}
+	return len(a) - len(b) // the shorter, a prefix of the other, first
+}
+
+// utf16First is the first UTF-16 code unit of r, up to the exact value of a
+// high surrogate: any value in D800-DBFF orders the same against the BMP
+// code points valid UTF-8 can hold.
+func utf16First(r rune) rune {
+	if r > 0xFFFF {
+		return 0xD800
+	}
+	return r
 }
 
 // escape parses the escape sequence at p.pos, joining surrogate pairs.
@@ -331,6 +369,7 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		}
 		return n
 	}
+	integer := true
 	if in[p.pos] == '-' {
 		p.pos++
 	}
@@ -341,12 +380,14 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 	}
 	if p.pos < len(in) && in[p.pos] == '.' {
 		p.pos++
+		integer = false
 		if digits() == 0 {
 			return nil, ErrArgsInvalid
 		}
 	}
 	if p.pos < len(in) && (in[p.pos] == 'e' || in[p.pos] == 'E') {
 		p.pos++
+		integer = false
 		if p.pos < len(in) && (in[p.pos] == '+' || in[p.pos] == '-') {
 			p.pos++
 		}
@@ -354,7 +395,16 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 			return nil, ErrArgsInvalid
 		}
 	}
-	f, err := strconv.ParseFloat(string(in[start:p.pos]), 64)
+	lit := in[start:p.pos]
+	if integer && len(lit) <= 15 {
+		// Up to 15 digits, no fraction or exponent: exactly a double, and
+		// ECMAScript prints it as written (leading zeros are not JSON).
+		if string(lit) == "-0" {
+			return append(out, '0'), nil
+		}
+		return append(out, lit...), nil
+	}
+	f, err := strconv.ParseFloat(string(lit), 64)
 	if err != nil || math.IsInf(f, 0) {
 		return nil, ErrArgsInvalid
 	}
@@ -385,7 +435,7 @@ func appendES6Number(out []byte, f float64) []byte {
 
 // appendJCSString appends s as a JSON string with only the escapes RFC 8785
 // mandates.
-func appendJCSString(out []byte, s string) []byte {
+func appendJCSString[S ~string | ~[]byte](out []byte, s S) []byte {
 	const hex = "0123456789abcdef"
 	out = append(out, '"')
 	for i := 0; i < len(s); i++ {

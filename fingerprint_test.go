@@ -35,6 +35,7 @@ func TestCanonicalJSONRFC8785Examples(t *testing.T) {
 			"{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u0080\":\"Control\",\"ö\":\"Latin Small Letter O With Diaeresis\",\"€\":\"Euro Sign\",\"😀\":\"Emoji: Grinning Face\",\"\ufb33\":\"Hebrew Letter Dalet With Dagesh\"}",
 		},
 		{"nested sort", `{"b":{"z":1,"a":[{"y":2,"x":1}]},"a":null}`, `{"a":null,"b":{"a":[{"x":1,"y":2}],"z":1}}`},
+		{"reorder at every level", `{"z":{"y":[{"b":1,"a":{"d":0,"c":[]}}],"x":"\u00e9"},"a":{"\ud83d\ude00":1,"\uffff":2,"\ue000":3}}`, "{\"a\":{\"😀\":1,\"\ue000\":3,\"\uffff\":2},\"z\":{\"x\":\"é\",\"y\":[{\"a\":{\"c\":[],\"d\":0},\"b\":1}]}}"},
 		{"empty containers", ` { "a" : [ ] , "b" : { } } `, `{"a":[],"b":{}}`},
 		{"top-level scalar", ` "x" `, `"x"`},
 		{"number forms", `[1.0e2, -0.0, 0.0, 1E+2, 100, 1e-7, 1e21, 1e20, 0.000001, 123e-2]`, `[100,0,0,100,100,1e-7,1e+21,100000000000000000000,0.000001,1.23]`},

@@ -37,7 +37,9 @@ const (
 	// BindSubject binds a state to the authenticated subject.
 	BindSubject RequestStateBinding = iota
 	// BindSubjectAndTool binds a state to the subject and the tool (for MCP,
-	// MCPTarget(method, name)).
+	// MCPTarget(method, name)). A subject containing a NUL byte is refused
+	// by Encode and Decode: the bound material, subject + "\x00" + tool,
+	// would be ambiguous.
 	BindSubjectAndTool
 	// BindNone binds a state to nothing: any caller may present it.
 	BindNone
@@ -279,7 +281,18 @@ func (c *RequestStateCodec) putScratch(sc *stateScratch) {
 // into the next region (at worst they reallocate).
 func region(buf []byte, off, n int) []byte { return buf[off:off:min(off+n, cap(buf))] }
 
-var errStateNotUTF8 = errors.New("ctoken: request state is not valid UTF-8")
+var (
+	errStateNotUTF8    = errors.New("ctoken: request state is not valid UTF-8")
+	errStateSubjectNUL = errors.New("ctoken: subject contains a NUL byte, which BindSubjectAndTool cannot bind unambiguously")
+)
+
+// ambiguousSubject reports a subject that BindSubjectAndTool cannot bind:
+// its material is subject + "\x00" + tool, so a NUL inside the subject
+// would let ("a\x00b", "c") and ("a", "b\x00c") share a bind tag. Tools may
+// contain NUL (MCPTarget does): the first NUL is the separator.
+func (c *RequestStateCodec) ambiguousSubject(subject string) bool {
+	return c.binding == BindSubjectAndTool && strings.IndexByte(subject, 0) >= 0
+}
 
 // Encode seals state for subject (and tool, under BindSubjectAndTool),
 // expiring after the codec's TTL. state must be valid UTF-8 (it travels as a
@@ -287,6 +300,9 @@ var errStateNotUTF8 = errors.New("ctoken: request state is not valid UTF-8")
 func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) {
 	if !utf8.ValidString(state) {
 		return "", errStateNotUTF8
+	}
+	if c.ambiguousSubject(subject) {
+		return "", errStateSubjectNUL
 	}
 	// The wire holds at least the base64 of the state: refuse a state that
 	// cannot fit before allocating anything in proportion to it.
@@ -358,16 +374,17 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 
 // Rejections, allocated once.
 var (
-	errStateEmpty     = reject(ErrStateInvalid, "empty")
-	errStateOversize  = reject(ErrStateInvalid, "over MaxBytes")
-	errStateMode      = reject(ErrStateInvalid, "unknown prefix or other mode")
-	errStateBase64    = reject(ErrStateInvalid, "not base64url")
-	errStateFraming   = reject(ErrStateInvalid, "malformed framing")
-	errStateMAC       = reject(ErrStateInvalid, "mac mismatch")
-	errStateOpen      = reject(ErrStateInvalid, "decryption failed (tampered, other key, or other subject/tool)")
-	errStateMalformed = reject(ErrStateInvalid, "malformed payload")
-	errStateBinding   = reject(ErrStateInvalid, "bound to another subject or tool")
-	errStateExpired   = reject(ErrStateExpired, "past exp")
+	errStateEmpty            = reject(ErrStateInvalid, "empty")
+	errStateOversize         = reject(ErrStateInvalid, "over MaxBytes")
+	errStateMode             = reject(ErrStateInvalid, "unknown prefix or other mode")
+	errStateBase64           = reject(ErrStateInvalid, "not base64url")
+	errStateFraming          = reject(ErrStateInvalid, "malformed framing")
+	errStateMAC              = reject(ErrStateInvalid, "mac mismatch")
+	errStateOpen             = reject(ErrStateInvalid, "decryption failed (tampered, other key, or other subject/tool)")
+	errStateMalformed        = reject(ErrStateInvalid, "malformed payload")
+	errStateBinding          = reject(ErrStateInvalid, "bound to another subject or tool")
+	errStateSubjectAmbiguous = reject(ErrStateInvalid, "subject contains NUL (ambiguous under BindSubjectAndTool)")
+	errStateExpired          = reject(ErrStateExpired, "past exp")
 )
 
 // Decode opens wire, checks that it is bound to subject (and tool) and not
@@ -393,6 +410,9 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 	}
 	if len(wire) > c.maxBytes {
 		return "", errStateOversize
+	}
+	if c.ambiguousSubject(subject) {
+		return "", errStateSubjectAmbiguous
 	}
 	// Scratch regions: decoded bytes, then the material of a bind tag,
 	// then the bind tag itself, then a plaintext, then the unescaped state.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // parseStatePayloadRef is the first, allocating parser of the request-state
@@ -203,5 +204,41 @@ func TestJSONSpecial8MatchesTable(t *testing.T) {
 		check(w)
 		binary.LittleEndian.PutUint64(w[:], x)
 		check(w)
+	}
+}
+
+// string is the original, allocating JSON string reader, kept as the
+// reference the optimised stringInto is fuzzed against.
+func (p *jcsParser) string() (string, error) {
+	p.pos++ // opening quote
+	var s []byte
+	for {
+		if p.pos >= len(p.in) {
+			return "", ErrArgsInvalid
+		}
+		c := p.in[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			return string(s), nil
+		case c == '\\':
+			r, err := p.escape()
+			if err != nil {
+				return "", err
+			}
+			s = utf8.AppendRune(s, r)
+		case c < 0x20:
+			return "", ErrArgsInvalid
+		case c < utf8.RuneSelf:
+			s = append(s, c)
+			p.pos++
+		default:
+			r, size := utf8.DecodeRune(p.in[p.pos:])
+			if r == utf8.RuneError && size == 1 {
+				return "", ErrArgsInvalid
+			}
+			s = append(s, p.in[p.pos:p.pos+size]...)
+			p.pos += size
+		}
 	}
 }

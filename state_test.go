@@ -513,3 +513,36 @@ func TestStateConcurrentEncodeDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestStateRefusesSubjectWithNULUnderBindSubjectAndTool(t *testing.T) {
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(19)), Mode: mode, Binding: BindSubjectAndTool})
+		// ("alice\x00tools/call", "deploy") and ("alice", "tools/call\x00deploy")
+		// would share the material "alice\x00tools/call\x00deploy".
+		if _, err := c.Encode("x", "alice\x00tools/call", "deploy"); err == nil {
+			t.Fatal("ambiguous subject encoded")
+		}
+		wire, err := c.Encode("x", "alice", MCPTarget("tools/call", "deploy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Decode(wire, "alice\x00tools/call", "deploy")
+		wantErr(t, err, ErrStateInvalid)
+		if s != "" {
+			t.Fatal("refused decode returned state")
+		}
+		// The tool may contain NUL; only the subject may not.
+		if s, err := c.Decode(wire, "alice", MCPTarget("tools/call", "deploy")); err != nil || s != "x" {
+			t.Fatalf("MCPTarget tool refused: %v", err)
+		}
+	}
+	// Other bindings do not use a separator and accept such subjects.
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(19))})
+	wire, err := c.Encode("x", "a\x00b", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Decode(wire, "a\x00b", ""); err != nil {
+		t.Fatal(err)
+	}
+}

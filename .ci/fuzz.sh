@@ -47,7 +47,19 @@ run_fuzz() {
 		while read -r pkg target; do
 			[ -n "$target" ] || continue
 			echo "== fuzz $target in $pkg ($FUZZTIME)"
-			(cd "$m" && go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg")
+			if ! (cd "$m" && go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg"); then
+				# A found failure is written under testdata/fuzz and fails
+				# again on every run. A failure that left no input behind is
+				# the fuzzing engine itself (a worker killed or stalled on
+				# a loaded machine): run the target once more, and fail if
+				# it fails again.
+				if [ -n "$(git status --porcelain --untracked-files=all -- '*testdata/fuzz/*' 2>/dev/null)" ]; then
+					echo "fuzz.sh: $target found a failing input (see testdata/fuzz)" >&2
+					exit 1
+				fi
+				echo "fuzz.sh: $target failed without a failing input; retrying once" >&2
+				(cd "$m" && go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg")
+			fi
 			count=$((count + 1))
 		done <<<"$pairs"
 	done

@@ -767,3 +767,78 @@ func BenchmarkStatesSealAndOpen(b *testing.B) {
 		req.Params.RequestState = ""
 	}
 }
+
+// singleUseStates returns States over a single-use codec (Replay set) that
+// names alice as the caller, and a request with a state it sealed.
+func singleUseStates(t *testing.T) (*States, *mcp.CallToolRequest) {
+	t.Helper()
+	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
+		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool,
+		Replay: ctoken.NewMemoryReplayStore(0),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := NewStates(codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask", Arguments: json.RawMessage(`{"target":"x"}`)}}
+	if req.Params.RequestState, err = states.Seal(context.Background(), req, "s"); err != nil {
+		t.Fatal(err)
+	}
+	return states, req
+}
+
+func TestOpenClaimsSingleUseStateWithRequestContext(t *testing.T) {
+	states, req := singleUseStates(t)
+	// A request that is already cancelled cannot claim the state: the
+	// replay store sees the request's context, refuses, and the state is
+	// not consumed.
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if s, ok, err := states.Open(cancelled, req); err == nil || ok || s != "" {
+		t.Fatalf("Open with a cancelled request = %q, %v, %v", s, ok, err)
+	}
+	ctx := context.Background()
+	if s, ok, err := states.Open(ctx, req); s != "s" || !ok || err != nil {
+		t.Fatalf("first Open = %q, %v, %v", s, ok, err)
+	}
+	_, _, err := states.Open(ctx, req)
+	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateInvalid)
+}
+
+// A replay store that cannot decide is the server's failure, not the
+// client's: the client must not be told its (unconsumed) state is invalid.
+func TestOpenReportsReplayStoreFailureAsInternalError(t *testing.T) {
+	states, req := singleUseStates(t)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _, err := states.Open(cancelled, req)
+	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+	// The state was not consumed.
+	if s, ok, err := states.Open(context.Background(), req); s != "s" || !ok || err != nil {
+		t.Fatalf("Open after the failure = %q, %v, %v", s, ok, err)
+	}
+}
+
+// The codec refuses a state that is not valid UTF-8; with the argument
+// binding, Seal must refuse it too rather than seal a silently altered
+// state (json.Marshal replaces invalid bytes with U+FFFD).
+func TestSealRefusesStateThatIsNotUTF8(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	for _, unbound := range []bool{false, true} {
+		states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice"), UnboundArgs: unbound})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask", Arguments: json.RawMessage(`{}`)}}
+		st, err := states.Seal(ctx, req, "step\xff1")
+		if err == nil {
+			req.Params.RequestState = st
+			got, _, _ := states.Open(ctx, req)
+			t.Errorf("UnboundArgs %v: sealed a state that is not UTF-8; it opens as %q", unbound, got)
+		}
+	}
+}

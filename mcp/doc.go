@@ -38,7 +38,9 @@
 // ctoken.MCPTarget("tools/call", name) and, unless disabled, to the
 // fingerprint of the call's arguments, so a client can neither edit the
 // state, nor hand it to another user or tool, nor keep the state and change
-// the arguments. A state that does not open is JSON-RPC error -32602.
+// the arguments. A state that does not open is JSON-RPC error -32602 (a
+// failing replay store of a single-use codec is -32603: the state was not
+// consumed).
 //
 // With the argument binding (the default), the text States hands the codec
 // is the JSON object {"a":<hex SHA-256 ArgsFingerprint of the call's

@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"unicode/utf8"
 
 	"github.com/ctoken/ctoken"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -42,7 +44,8 @@ type States struct {
 // NewStates returns States that seal with codec. opts may be nil. For the
 // binding to the tool to take effect, configure codec with
 // ctoken.BindSubjectAndTool; with ctoken.BindSubject a state is bound to
-// the caller and (by default) the arguments only.
+// the caller and (by default) the arguments only, and with ctoken.BindNone
+// to the arguments only: any caller may present it.
 func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, error) {
 	if codec == nil {
 		return nil, errors.New("ctokenmcp: NewStates: nil codec")
@@ -78,7 +81,7 @@ func argsOf(req *mcp.CallToolRequest) (ctoken.Fingerprint, error) {
 // Seal returns the requestState to send with an input-required result of
 // req: state sealed by the codec for the authenticated caller and
 // ctoken.MCPTarget("tools/call", name), and bound to req's arguments unless
-// UnboundArgs is set. A request without an authenticated caller is a
+// UnboundArgs is set. state must be valid UTF-8, as for the codec. A request without an authenticated caller is a
 // *jsonrpc.Error with code -32603 (internal error); return it unwrapped.
 func (s *States) Seal(ctx context.Context, req *mcp.CallToolRequest, state string) (string, error) {
 	if req == nil || req.Params == nil {
@@ -90,6 +93,11 @@ func (s *States) Seal(ctx context.Context, req *mcp.CallToolRequest, state strin
 	}
 	plain := state
 	if !s.unboundArgs {
+		// The codec refuses a state that is not UTF-8; json.Marshal would
+		// replace its bytes and seal an altered state.
+		if !utf8.ValidString(state) {
+			return "", errors.New("ctokenmcp: state is not valid UTF-8")
+		}
 		fp, err := argsOf(req)
 		if err != nil {
 			return "", fmt.Errorf("ctokenmcp: fingerprinting arguments: %w", err)
@@ -116,6 +124,13 @@ var errStateArgs = errors.New("arguments differ from the sealed call")
 // {"ctokenCode":1023} for an invalid one. No part of a rejected state is
 // returned. A request without an authenticated caller is -32603 (internal
 // error). Return the error from the tool handler unwrapped.
+//
+// With a single-use codec (ctoken.RequestStateSecurity.Replay set), Open
+// claims the state in the replay store with ctx, and a state presented
+// again is invalid. A store failure (full, unreachable, ctx done) is -32603
+// (internal error) and leaves the state unconsumed. The arguments are checked after the claim (their
+// fingerprint is inside the sealed state), so a retry with other arguments
+// consumes the state.
 func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state string, ok bool, err error) {
 	if req == nil || req.Params == nil {
 		return "", false, errors.New("ctokenmcp: nil request")
@@ -128,9 +143,17 @@ func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state stri
 	if err != nil {
 		return "", false, err
 	}
-	plain, err := s.codec.Decode(wire, subject, toolTarget(req))
+	plain, err := s.codec.DecodeContext(ctx, wire, subject, toolTarget(req))
 	if err == nil && !s.unboundArgs {
 		plain, err = s.unwrap(req, plain)
+	}
+	if err != nil && !errors.Is(err, ctoken.ErrStateInvalid) && !errors.Is(err, ctoken.ErrStateExpired) &&
+		!errors.Is(err, ctoken.ErrStateReplayed) && !errors.Is(err, errStateArgs) {
+		// The replay store of a single-use codec failed (full, down, ctx
+		// done): a server problem, and the state was not consumed.
+		s.log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcp: request state store failed",
+			slog.String("tool", req.Params.Name), slog.String("error", err.Error()))
+		return "", false, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "request state store unavailable"}
 	}
 	if err != nil {
 		reason := ctoken.Reason(err)

@@ -51,6 +51,10 @@ Run "ctoken COMMAND -h" for a command's flags. A token of "-" is read from
 standard input.
 `
 
+// maxCommandEcho is the longest unknown command echoed in an error: far
+// longer than any command, far shorter than any token.
+const maxCommandEcho = 16
+
 // run executes the command line args (without the program name) and returns
 // the exit status.
 func run(args []string, e *env) int {
@@ -72,6 +76,11 @@ func run(args []string, e *env) int {
 		fmt.Fprint(e.stdout, topUsage)
 		return exitOK
 	default:
+		// Name a mistyped command, but not a token pasted in its place.
+		if len(cmd) > maxCommandEcho {
+			fmt.Fprintf(e.stderr, "ctoken: unknown command (%d bytes; a token goes after inspect or verify)\n\n%s", len(cmd), topUsage)
+			return exitUsage
+		}
 		fmt.Fprintf(e.stderr, "ctoken: unknown command %q\n\n%s", cmd, topUsage)
 		return exitUsage
 	}

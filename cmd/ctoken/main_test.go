@@ -486,12 +486,24 @@ func TestVerifyRequestState(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := f.state(t, tc.sec, `{"step":2}`, "alice", tool)
-			r := runCmd(t, w, f.env(), "verify", "-subject", "alice", "-method", "tools/call", "-tool", "deploy", "-binding", tc.binding, "-")
+			// Only the flags the binding checks: verify refuses the others.
+			args := []string{"verify", "-binding", tc.binding}
+			if tc.binding != "none" {
+				args = append(args, "-subject", "alice")
+			}
+			if tc.binding == "subject-and-tool" {
+				args = append(args, "-method", "tools/call", "-tool", "deploy")
+			}
+			r := runCmd(t, w, f.env(), append(args, "-")...)
 			if r.code != exitOK {
 				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 			}
 			m := decodeJSON(t, r.stdout)
-			if m["verified"] != true || m["state"] != `{"step":2}` || m["mode"] != tc.mode || m["subject"] != "alice" {
+			wantSubject := "alice"
+			if tc.binding == "none" {
+				wantSubject = ""
+			}
+			if m["verified"] != true || m["state"] != `{"step":2}` || m["mode"] != tc.mode || m["subject"] != wantSubject {
 				t.Errorf("unexpected payload: %v", m)
 			}
 			if _, hasExp := m["expiresAt"]; hasExp != (tc.mode == "signed") {
@@ -559,5 +571,54 @@ func TestTokenFromStdinIsCapped(t *testing.T) {
 	r := runCmd(t, strings.Repeat("A", maxTokenInput+1), nil, "inspect", "-")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "longer than") {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// A flag the chosen binding does not check must not be accepted and then
+// echoed in a "verified" payload, as if the state had been checked
+// against it.
+func TestVerifyStateRefusesFlagsItsBindingIgnores(t *testing.T) {
+	f := newFixture(t)
+	tool := ctoken.MCPTarget("tools/call", "deploy")
+	bySubject := f.state(t, ctoken.RequestStateSecurity{}, "s", "alice", tool)
+	unbound := f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindNone}, "s", "alice", tool)
+	anonymous := f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubjectAndTool}, "s", "", tool)
+	for _, tc := range []struct {
+		name, tok string
+		args      []string
+		want      string
+	}{
+		{"tool under subject binding", bySubject, []string{"-subject", "alice", "-tool", "bogus"}, "-tool is not checked"},
+		{"method and tool under subject binding", bySubject, []string{"-subject", "alice", "-method", "tools/call", "-tool", "bogus"}, "-tool is not checked"},
+		{"subject under no binding", unbound, []string{"-binding", "none", "-subject", "mallory"}, "-subject is not checked"},
+		{"tool under no binding", unbound, []string{"-binding", "none", "-tool", "bogus"}, "-tool is not checked"},
+		{"tool without a subject", anonymous, []string{"-binding", "subject-and-tool", "-tool", "bogus"}, "-tool is not checked"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCmd(t, "", f.env(), append(append([]string{"verify"}, tc.args...), tc.tok)...)
+			if r.code != exitUsage {
+				t.Fatalf("exit %d, want %d; stdout %q", r.code, exitUsage, r.stdout)
+			}
+			if r.stdout != "" {
+				t.Errorf("printed a payload: %q", r.stdout)
+			}
+			if !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("stderr %q does not contain %q", r.stderr, tc.want)
+			}
+		})
+	}
+}
+
+// A token pasted where the command belongs ("ctoken TOKEN") is not echoed
+// back into the terminal or a CI log.
+func TestUnknownCommandDoesNotEchoAToken(t *testing.T) {
+	f := newFixture(t)
+	c := f.cursor(t, f.issuer)
+	r := runCmd(t, "", nil, c)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "unknown command") {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	if strings.Contains(r.stderr, c[:16]) {
+		t.Errorf("stderr echoes the token: %q", r.stderr)
 	}
 }
