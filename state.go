@@ -84,7 +84,7 @@ type RequestStateSecurity struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Replay, if set, makes every state single-use: Decode accepts a given
-	// state at most once, recording it in Replay until it expires, and
+	// state at most once, recording it in Replay until 60 s after it expires, and
 	// refuses it afterwards with ErrStateReplayed. Nil (the default) keeps
 	// states reusable until they expire. See DecodeContext.
 	//
