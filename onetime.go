@@ -63,7 +63,7 @@ type OneTimeConfig struct {
 	Keys *Keyring
 	// TTL is a token's lifetime; zero or negative means DefaultOneTimeTTL.
 	TTL time.Duration
-	// Replay records redeemed tokens until they expire. Nil means a private
+	// Replay records redeemed tokens until 60 s after they expire. Nil means a private
 	// MemoryReplayStore with DefaultReplayStoreMax entries, which enforces
 	// single use within one process only; a fleet shares one store.
 	Replay ReplayStore
@@ -118,8 +118,12 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 // the configured TTL from now. Claim names and values are arbitrary byte
 // strings; the token carries them in the clear (signed, not encrypted), so
 // they must not be secret. It fails with ErrOneTimeTooLarge when the token
-// would exceed MaxOneTimeTokenBytes.
+// would exceed MaxOneTimeTokenBytes, and with ErrNoKey on an issuer not made
+// by NewOneTimeIssuer.
 func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
+	if len(o.keys) == 0 || o.now == nil {
+		return "", fmt.Errorf("%w: OneTimeIssuer not made by NewOneTimeIssuer", ErrNoKey)
+	}
 	now := o.now()
 	payload := make([]byte, oneTimeFixedLen, 128)
 	payload[0] = oneTimeVersion
@@ -152,7 +156,8 @@ func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 // the ring (constant time) and strict decoding → ErrOneTimeInvalid (also for
 // an issue time more than 60 s in the future); expiry → ErrOneTimeExpired;
 // claims → ErrOneTimeClaims; then the token is claimed in the replay store
-// until its expiry → ErrOneTimeRedeemed if it was already claimed. A token
+// until 60 s after its expiry (a margin for clock skew between instances
+// and the store) → ErrOneTimeRedeemed if it was already claimed. A token
 // refused for its claims or expiry is not consumed, so a thief presenting it
 // with the wrong claims cannot burn it. A replay-store failure (for example
 // ErrReplayStoreFull, or ctx's error) is returned wrapped, and the token is
@@ -172,7 +177,7 @@ func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[strin
 	if !claimsEqual(t.claims, want) {
 		return reject(ErrOneTimeClaims, "claims mismatch")
 	}
-	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires)
+	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(replaySkewMargin))
 	if err != nil {
 		return fmt.Errorf("ctoken: one-time token replay store: %w", err)
 	}

@@ -268,9 +268,10 @@ func TestOneTimeRedeemFailsClosedOnStoreError(t *testing.T) {
 	if !errors.Is(err, ErrReplayStoreFull) || errors.Is(err, ErrOneTimeRedeemed) {
 		t.Fatalf("redeem on a full store = %v, want ErrReplayStoreFull", err)
 	}
-	// Once the first token's entry expires the store has room again, and
-	// tok still works: a store failure does not consume it.
-	clk.Advance(DefaultOneTimeTTL / 2)
+	// Once the first token's entry expires (the skew margin after the
+	// token) the store has room again, and tok still works: a store failure
+	// does not consume it.
+	clk.Advance(DefaultOneTimeTTL/2 + replaySkewMargin)
 	if err := o.Redeem(context.Background(), tok, nil); err != nil {
 		t.Fatalf("redeem after the store recovered: %v", err)
 	}
@@ -353,4 +354,52 @@ func FuzzDecodeOneTimePayload(f *testing.F) {
 			t.Fatalf("payload %x decoded to %v, which re-encodes to %x", p, tok.claims, re)
 		}
 	})
+}
+
+// aheadStore models a shared store (Redis) whose clock runs ahead of the
+// issuer's and that, like Redis's SET NX PXAT, answers "first" to a claim
+// whose expiry is already past by its own clock, recording nothing.
+type aheadStore struct {
+	clk   *stepClock
+	ahead time.Duration
+	s     *MemoryReplayStore
+}
+
+func (a *aheadStore) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	if !until.After(a.clk.Now().Add(a.ahead)) {
+		return true, nil
+	}
+	return a.s.Claim(ctx, id, until)
+}
+
+// A token stays unexpired on an instance whose clock is behind the store's
+// for as long as the skew; its claim must outlive that window, else a
+// redeemed token is redeemable again just before it expires.
+func TestOneTimeRedeemedTokenStaysRedeemedUnderClockSkew(t *testing.T) {
+	clk := newStepClock()
+	const skew = 30 * time.Second
+	store := &aheadStore{clk: clk, ahead: skew}
+	store.s = &MemoryReplayStore{Now: func() time.Time { return clk.Now().Add(skew) }}
+	o := newOneTime(t, OneTimeConfig{Now: clk.Now, TTL: time.Minute, Replay: store})
+	tok := mint(t, o, runClaims)
+	if err := o.Redeem(context.Background(), tok, runClaims); err != nil {
+		t.Fatalf("first redeem: %v", err)
+	}
+	clk.Advance(time.Minute - time.Second) // still unexpired for the issuer
+	if err := o.Redeem(context.Background(), tok, runClaims); !errors.Is(err, ErrOneTimeRedeemed) {
+		t.Fatalf("second redeem just before expiry, store clock %v ahead = %v, want ErrOneTimeRedeemed", skew, err)
+	}
+}
+
+// A zero OneTimeIssuer (not from NewOneTimeIssuer) has no key: it refuses to
+// mint or redeem instead of panicking.
+func TestZeroOneTimeIssuerRefusesWithoutPanic(t *testing.T) {
+	var zero OneTimeIssuer
+	if tok, err := zero.Mint(runClaims); !errors.Is(err, ErrNoKey) || tok != "" {
+		t.Fatalf("Mint on a zero issuer = %q, %v; want ErrNoKey", tok, err)
+	}
+	tok := mint(t, newOneTime(t, OneTimeConfig{}), runClaims)
+	if err := zero.Redeem(context.Background(), tok, runClaims); !errors.Is(err, ErrOneTimeInvalid) {
+		t.Fatalf("Redeem on a zero issuer = %v, want ErrOneTimeInvalid", err)
+	}
 }

@@ -30,6 +30,12 @@ type ReplayReleaser interface {
 	Release(ctx context.Context, id string) error
 }
 
+// replaySkewMargin is how long one-time tokens and single-use request states
+// hold their claim past their own expiry: an instance whose clock is behind
+// the store's (or another instance's) still accepts them for that long, and
+// Redis answers "first" to a SET NX PXAT that is already past by its clock.
+const replaySkewMargin = 60 * time.Second
+
 // DefaultReplayStoreMax is the capacity of a MemoryReplayStore whose Max is
 // zero or negative.
 const DefaultReplayStoreMax = 100_000

@@ -87,7 +87,7 @@ type RequestStateSecurity struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Replay, if set, makes every state single-use: Decode accepts a given
-	// state at most once, recording it in Replay until it expires, and
+	// state at most once, recording it in Replay until 60 s after it expires, and
 	// refuses it afterwards with ErrStateReplayed. Nil (the default) keeps
 	// states reusable until they expire. See DecodeContext.
 	//
@@ -410,9 +410,9 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 
 // DecodeContext is Decode with a context for the replay store. In
 // single-use mode (RequestStateSecurity.Replay set), after every other check
-// has passed, the state is claimed in the store until its expiry: the first
-// decode of a state succeeds and every later or concurrent one fails with
-// ErrStateReplayed. A state refused for its binding or expiry is not
+// has passed, the state is claimed in the store until its expiry (plus a 60 s
+// clock-skew margin): the first decode of a state succeeds and every later or
+// concurrent one fails with ErrStateReplayed. A state refused for its binding or expiry is not
 // consumed. A store failure (for example ErrReplayStoreFull, or ctx's error)
 // is returned wrapped and the state is refused. Without Replay, ctx is unused.
 func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, tool string) (string, error) {

@@ -17,13 +17,14 @@ var errStateReplayed = reject(ErrStateReplayed, "already used")
 // claimOnce records the state identified by id (its MAC for signed states,
 // its GCM nonce and tag for encrypted ones — both fixed by the key holder,
 // so a client cannot re-encode one state into a second accepted form) until
-// the end of its expiry second, the last instant Decode accepts it.
+// the end of its expiry second, the last instant Decode accepts it, plus
+// replaySkewMargin for clock skew between instances and the store.
 func (c *RequestStateCodec) claimOnce(ctx context.Context, id []byte, exp int64) error {
 	prefix := "state:s:"
 	if c.mode == Encrypted {
 		prefix = "state:e:"
 	}
-	first, err := c.replay.Claim(ctx, prefix+hex.EncodeToString(id), time.Unix(exp+1, 0))
+	first, err := c.replay.Claim(ctx, prefix+hex.EncodeToString(id), time.Unix(exp+1, 0).Add(replaySkewMargin))
 	if err != nil {
 		return fmt.Errorf("ctoken: request state replay store: %w", err)
 	}

@@ -136,6 +136,8 @@ func TestStateSingleUseRememberedUntilExpiry(t *testing.T) {
 	if _, err := c.Decode(wire, "alice", ""); !errors.Is(err, ErrStateExpired) {
 		t.Fatalf("replay after expiry = %v, want ErrStateExpired", err)
 	}
+	// The store lets go of it once the clock-skew margin has passed too.
+	clk.Advance(replaySkewMargin)
 	if store.Len() != 0 {
 		t.Fatal("expired state still held by the store")
 	}
@@ -224,6 +226,32 @@ func TestStateSingleUseConcurrentDecodeExactlyOneSucceeds(t *testing.T) {
 					_, err := c.DecodeContext(context.Background(), wire, "alice", "")
 					return err
 				}, ErrStateReplayed)
+			}
+		})
+	}
+}
+
+// As for one-time tokens: with the store's clock ahead of the codec's (and
+// Redis answering "first" to a claim already past by its clock), a used
+// state must stay used until the codec itself sees it expire.
+func TestStateSingleUseStaysUsedUnderClockSkew(t *testing.T) {
+	for _, m := range stateModes {
+		t.Run(m.name, func(t *testing.T) {
+			clk := newStepClock()
+			const skew = 30 * time.Second
+			store := &aheadStore{clk: clk, ahead: skew}
+			store.s = &MemoryReplayStore{Now: func() time.Time { return clk.Now().Add(skew) }}
+			c := singleUseCodec(t, m.mode, store, clk, nil)
+			wire, err := c.Encode("s", "alice", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Decode(wire, "alice", ""); err != nil {
+				t.Fatalf("first decode: %v", err)
+			}
+			clk.Advance(DefaultStateTTL) // still accepted by its expiry
+			if _, err := c.Decode(wire, "alice", ""); !errors.Is(err, ErrStateReplayed) {
+				t.Fatalf("replay just before expiry, store clock %v ahead = %v, want ErrStateReplayed", skew, err)
 			}
 		})
 	}

@@ -257,8 +257,12 @@ func NewWebhookSigner(cfg WebhookConfig) (*WebhookSigner, error) {
 // or webhook-id, webhook-timestamp (the signer's clock) and
 // webhook-signature (one v1 signature per secret) for WebhookStandard. The
 // id must be non-empty, at most 256 bytes, and for WebhookStandard free of
-// '.', else ErrWebhookMalformed.
+// '.', else ErrWebhookMalformed. A signer not made by NewWebhookSigner
+// returns ErrNoKey.
 func (s *WebhookSigner) Sign(h http.Header, id string, body []byte) error {
+	if len(s.p.secrets) == 0 || s.p.now == nil {
+		return fmt.Errorf("%w: WebhookSigner not made by NewWebhookSigner", ErrNoKey)
+	}
 	if err := checkWebhookID(s.p.scheme, id); err != nil {
 		return err
 	}
@@ -508,11 +512,28 @@ func (v *WebhookVerifier) replayKeys(d WebhookDelivery) ([]string, time.Time) {
 // with a fresh timestamp is also a duplicate. An error from the store
 // (for example ErrReplayStoreFull, or ctx's error) is returned wrapped, with
 // first false: the caller must refuse the delivery and let the sender retry.
+// A delivery that did not come from Verify (an invalid ID or, for
+// WebhookHMACSHA256, no verified signature) is refused with
+// ErrWebhookMalformed. When a WebhookHMACSHA256 delivery's signature was claimed but its ID could
+// not be, the signature claim is released again (if the store implements
+// ReplayReleaser), so that the retry is not mistaken for a duplicate.
 func (v *WebhookVerifier) Claim(ctx context.Context, d WebhookDelivery) (first bool, err error) {
+	if err := checkWebhookID(v.p.scheme, d.ID); err != nil {
+		return false, err
+	}
+	if v.p.scheme == WebhookHMACSHA256 && len(d.mac) != sha256.Size {
+		// Not from Verify: there is no verified signature to claim.
+		return false, reject(ErrWebhookMalformed, "delivery not verified")
+	}
 	keys, until := v.replayKeys(d)
-	for _, k := range keys {
+	for i, k := range keys {
 		first, err := v.p.replay.Claim(ctx, k, until)
 		if err != nil {
+			if r, ok := v.p.replay.(ReplayReleaser); ok {
+				for _, done := range keys[:i] {
+					_ = r.Release(context.WithoutCancel(ctx), done)
+				}
+			}
 			return false, fmt.Errorf("ctoken: webhook replay store: %w", err)
 		}
 		if !first {

@@ -819,3 +819,60 @@ func TestWebhookMiddlewareExposesUnderlyingWriterToResponseController(t *testing
 		t.Fatalf("SetWriteDeadline through the middleware: %v", err)
 	}
 }
+
+// A WebhookHMACSHA256 delivery takes two claims (signature, then ID). When
+// the first succeeds and the second fails, the delivery is refused with 503;
+// the sender's retry must then be processed, not acknowledged as a duplicate
+// of a delivery that was never handled.
+func TestWebhookMiddlewareRetryAfterPartialClaimFailureIsProcessed(t *testing.T) {
+	clk := newStepClock()
+	store := &MemoryReplayStore{Max: 3, Now: clk.Now}
+	cfg := WebhookConfig{Secrets: []string{"s"}, Replay: store, Now: clk.Now}
+	next := &recordingHandler{}
+	mw := newVerifier(t, cfg).Middleware(next)
+	signer := newSigner(t, cfg)
+	deliver(mw, signed(t, signer, "first", "a"), "a") // two of three entries
+	clk.Advance(time.Hour)
+	h := signed(t, signer, "evt", "b")
+	if rec := deliver(mw, h, "b"); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("delivery into a store with room for one entry: status %d, want 503", rec.Code)
+	}
+	clk.Advance(DefaultWebhookDedupWindow - time.Hour) // "first" expires: room again
+	if rec := deliver(mw, h, "b"); rec.Code != http.StatusOK || rec.Body.String() != "processed" {
+		t.Fatalf("retry: %d %q, want the handler's reply", rec.Code, rec.Body)
+	}
+	if n := next.calls.Load(); n != 2 {
+		t.Fatalf("handler called %d times, want 2 (first, then the retry of evt)", n)
+	}
+}
+
+// Claim takes a delivery from Verify. A hand-made WebhookDelivery carries no
+// verified signature: claiming it must fail, not file every such delivery
+// under one empty signature key (which would make all but the first a
+// "duplicate" that is acknowledged and never processed).
+func TestWebhookClaimRefusesDeliveryNotFromVerify(t *testing.T) {
+	v := newVerifier(t, WebhookConfig{Secrets: []string{"s"}})
+	for _, id := range []string{"a", "b"} {
+		first, err := v.Claim(context.Background(), WebhookDelivery{ID: id})
+		if first || !errors.Is(err, ErrWebhookMalformed) {
+			t.Fatalf("Claim(unverified %q) = %v, %v; want false, ErrWebhookMalformed", id, first, err)
+		}
+	}
+	std := newVerifier(t, WebhookConfig{Scheme: WebhookStandard, Secrets: []string{stdSecret}})
+	if first, err := std.Claim(context.Background(), WebhookDelivery{}); first || !errors.Is(err, ErrWebhookMalformed) {
+		t.Fatalf("Claim(empty delivery) = %v, %v; want false, ErrWebhookMalformed", first, err)
+	}
+}
+
+// A zero WebhookSigner (not from NewWebhookSigner) has no secret: Sign
+// refuses instead of panicking.
+func TestZeroWebhookSignerRefusesWithoutPanic(t *testing.T) {
+	var zero WebhookSigner
+	h := http.Header{}
+	if err := zero.Sign(h, "evt-1", []byte("x")); !errors.Is(err, ErrNoKey) {
+		t.Fatalf("Sign on a zero signer = %v, want ErrNoKey", err)
+	}
+	if len(h) != 0 {
+		t.Fatalf("zero signer set headers %v", h)
+	}
+}

@@ -17,6 +17,7 @@ func ExampleStore_Claim() {
 	client := redis.NewClient(&redis.Options{
 		Addr:                  os.Getenv("REDIS_ADDR"),
 		ContextTimeoutEnabled: true, // let deadlines reach the socket
+		MaxRetries:            -1,   // a retried SET whose reply was lost would report "duplicate"
 	})
 	defer client.Close()
 	store, err := redisstore.New(client, redisstore.Options{Prefix: "myapp:webhooks:"})

@@ -541,14 +541,16 @@ func TestFleetRestartWithNewSessionStartsOverCleanly(t *testing.T) {
 	}
 }
 
-// newFleetStore is a Redis replay store with a prefix of its own.
+// newFleetStore is a Redis replay store with a prefix of its own. Its timeout
+// is generous so that a loaded machine cannot turn a slow claim into a 503;
+// with Redis killed, claims fail at once (connection refused, no retries).
 func newFleetStore(t *testing.T, addr string) *Store {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })
 	b := make([]byte, 8)
 	rand.Read(b)
-	s, err := New(c, Options{Prefix: "ctoken-fleet-test:" + hex.EncodeToString(b) + ":", Timeout: 500 * time.Millisecond})
+	s, err := New(c, Options{Prefix: "ctoken-fleet-test:" + hex.EncodeToString(b) + ":", Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

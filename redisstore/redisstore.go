@@ -75,7 +75,12 @@ type Options struct {
 
 	// Now returns the current time, used to refuse an until that has already
 	// passed. Nil means time.Now. The expiry itself is enforced by Redis's
-	// clock, so keep the fleet's clocks and Redis's in sync (NTP).
+	// clock, so keep the fleet's clocks and Redis's in sync (NTP): Redis
+	// answers OK to a SET NX PXAT that is already past by its clock and
+	// records nothing, so a claim whose until lies within the skew reports
+	// first == true every time. Callers hold claims past their own
+	// acceptance window by a margin (ctoken one-time tokens and single-use
+	// request states: 60 s).
 	Now func() time.Time
 }
 
@@ -99,7 +104,15 @@ var (
 // its own connection settings; the Store adds the per-claim deadline of
 // Options.Timeout and returns when it passes even if the client has not
 // (go-redis ignores context deadlines on the socket unless the client's
-// ContextTimeoutEnabled option is set, which is recommended).
+// ContextTimeoutEnabled option is set, which is recommended). Without that
+// option the abandoned call keeps its goroutine and pool connection until the
+// client's own ReadTimeout ends it, so never combine it with ReadTimeout -1:
+// a hung Redis would then pin a goroutine per timed-out claim, up to the pool
+// size, for as long as it hangs.
+//
+// Give the client MaxRetries: -1 for a store used by webhooks: a retried SET
+// whose first reply was lost reports the claim as taken, and the delivery is
+// then acknowledged as a duplicate without being processed.
 func New(client Client, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
