@@ -116,8 +116,14 @@ func KeyringFromEnvOrRandom(name string) (kr *Keyring, ephemeral bool, err error
 	return kr, false, err
 }
 
-// Len returns the number of keys in the ring (1 + previous keys).
-func (k *Keyring) Len() int { return len(k.keys) }
+// Len returns the number of keys in the ring (1 + previous keys); 0 for a
+// nil or zero Keyring, which no constructor accepts.
+func (k *Keyring) Len() int {
+	if k == nil {
+		return 0
+	}
+	return len(k.keys)
+}
 
 // String describes the ring without revealing any key.
 func (k *Keyring) String() string {

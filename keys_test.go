@@ -146,6 +146,19 @@ func TestKeyringFromEnvOrRandomFallsBackOnlyWhenUnset(t *testing.T) {
 	}
 }
 
+// TestNilKeyringDescribesItselfWithoutPanic checks that a nil *Keyring (as
+// returned beside an error) reports no keys and formats, like String does,
+// instead of panicking.
+func TestNilKeyringDescribesItselfWithoutPanic(t *testing.T) {
+	var kr *Keyring
+	if n := kr.Len(); n != 0 {
+		t.Fatalf("nil Keyring Len = %d", n)
+	}
+	if got := kr.String(); got != "ctoken.Keyring(nil)" {
+		t.Fatalf("nil Keyring String = %q", got)
+	}
+}
+
 func TestKeyringFormatsWithoutKeyMaterial(t *testing.T) {
 	kr := mustKeyring(t, fixedKey('A'), fixedKey('B'))
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
