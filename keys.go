@@ -116,8 +116,8 @@ func KeyringFromEnvOrRandom(name string) (kr *Keyring, ephemeral bool, err error
 	return kr, false, err
 }
 
-// Len returns the number of keys in the ring (1 + previous keys); 0 for a
-// nil or zero Keyring, which no constructor accepts.
+// Len returns the number of keys in the ring (1 + previous keys), or 0 for
+// a nil or zero Keyring.
 func (k *Keyring) Len() int {
 	if k == nil {
 		return 0
