@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -188,7 +187,7 @@ func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 // Session returns a copy of the issuer's server session.
 func (i *CursorIssuer) Session() []byte { return append([]byte(nil), i.session...) }
 
-var errIDNotUTF8 = errors.New("ctoken: cursor tool or caller ID is not valid UTF-8")
+var errIDNotUTF8 = fmt.Errorf("%w: cursor tool or caller ID is not valid UTF-8", ErrUnencodable)
 
 // Issue returns a cursor for p, stamped with the current time. It fails with
 // ErrOpaqueStateTooLarge when p.State is over MaxOpaqueStateBytes and with
@@ -235,20 +234,21 @@ func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 
 // Rejections, allocated once.
 var (
-	errCursorEmpty     = reject(ErrCursorInvalid, "empty")
-	errCursorOversize  = reject(ErrCursorInvalid, "over MaxCursorBytes")
-	errCursorBase64    = reject(ErrCursorInvalid, "not base64url")
-	errCursorTruncated = reject(ErrCursorInvalid, "truncated")
-	errCursorMAC       = reject(ErrCursorInvalid, "mac mismatch")
-	errCursorMalformed = reject(ErrCursorInvalid, "malformed payload")
-	errCursorVersion   = reject(ErrCursorInvalid, "unknown version")
-	errCursorFuture    = reject(ErrCursorInvalid, "issued in the future")
-	errCursorTool      = reject(ErrCursorInvalid, "wrong tool")
-	errCursorCaller    = reject(ErrCursorInvalid, "wrong caller")
-	errCursorArgs      = reject(ErrCursorInvalid, "wrong arguments")
-	errCursorSession   = reject(ErrCursorExpired, "other server session")
-	errCursorForeign   = reject(ErrCursorExpired, "other server session (unauthenticated)")
-	errCursorAge       = reject(ErrCursorExpired, "older than TTL")
+	errCursorEmpty      = reject(ErrCursorInvalid, "empty")
+	errCursorOversize   = reject(ErrCursorInvalid, "over MaxCursorBytes")
+	errCursorBase64     = reject(ErrCursorInvalid, "not base64url")
+	errCursorTruncated  = reject(ErrCursorInvalid, "truncated")
+	errCursorMAC        = reject(ErrCursorInvalid, "mac mismatch")
+	errCursorMalformed  = reject(ErrCursorInvalid, "malformed payload")
+	errCursorVersion    = reject(ErrCursorInvalid, "unknown version")
+	errCursorArgsLength = reject(ErrCursorInvalid, "args fingerprint not 32 bytes")
+	errCursorFuture     = reject(ErrCursorInvalid, "issued in the future")
+	errCursorTool       = reject(ErrCursorInvalid, "wrong tool")
+	errCursorCaller     = reject(ErrCursorInvalid, "wrong caller")
+	errCursorArgs       = reject(ErrCursorInvalid, "wrong arguments")
+	errCursorSession    = reject(ErrCursorExpired, "other server session")
+	errCursorForeign    = reject(ErrCursorExpired, "other server session (unauthenticated)")
+	errCursorAge        = reject(ErrCursorExpired, "older than TTL")
 )
 
 var errCursorNonCanonical = reject(ErrCursorInvalid, "non-canonical payload encoding")
@@ -300,8 +300,11 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 		}
 		return CursorPayload{}, errCursorMalformed
 	}
-	if f.version != cursorVersion || (len(f.args) != 0 && len(f.args) != len(Fingerprint{})) {
+	if f.version != cursorVersion {
 		return CursorPayload{}, errCursorVersion
+	}
+	if len(f.args) != 0 && len(f.args) != len(Fingerprint{}) {
+		return CursorPayload{}, errCursorArgsLength
 	}
 	if subtle.ConstantTimeCompare(f.session, i.session) != 1 {
 		return CursorPayload{}, errCursorSession

@@ -358,12 +358,10 @@ func TestCursorIssueEnforcesCaps(t *testing.T) {
 
 func TestCursorIssueRejectsInvalidUTF8IDs(t *testing.T) {
 	i := newTestIssuer(t, CursorConfig{})
-	if _, err := i.Issue(CursorPayload{CursorScope: CursorScope{ToolID: "\xff"}}); err == nil {
-		t.Fatal("invalid UTF-8 tool ID issued")
-	}
-	if _, err := i.Issue(CursorPayload{CursorScope: CursorScope{CallerID: "a\xc0"}}); err == nil {
-		t.Fatal("invalid UTF-8 caller ID issued")
-	}
+	_, err := i.Issue(CursorPayload{CursorScope: CursorScope{ToolID: "\xff"}})
+	wantErr(t, err, ErrUnencodable)
+	_, err = i.Issue(CursorPayload{CursorScope: CursorScope{CallerID: "a\xc0"}})
+	wantErr(t, err, ErrUnencodable)
 }
 
 func TestCursorFixedFieldsAreCompact(t *testing.T) {

@@ -32,6 +32,10 @@ var (
 	ErrStateInvalid = errors.New("ctoken: invalid request state")
 	// ErrStateExpired reports an authentic request state past its expiry.
 	ErrStateExpired = errors.New("ctoken: expired request state")
+	// ErrUnencodable reports input that Issue or Encode cannot carry
+	// faithfully: a tool or caller ID or a request state that is not valid
+	// UTF-8, or a subject containing NUL under BindSubjectAndTool.
+	ErrUnencodable = errors.New("ctoken: input cannot be encoded")
 	// ErrStateTooLarge reports a request state whose encoding would exceed the
 	// codec's MaxBytes at encode time.
 	ErrStateTooLarge = errors.New("ctoken: request state too large")

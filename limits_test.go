@@ -309,3 +309,21 @@ func TestDecodeRefusesHostilePayloads(t *testing.T) {
 		})
 	}
 }
+
+func TestVerifyNamesTheFieldOfAnAuthenticButUnusableCursor(t *testing.T) {
+	iss := vecIssuer(t, vecNow, vecSession, vecKey)
+	cases := []struct {
+		name, reason string
+		body         []byte
+	}{
+		{"args of 5 bytes", "args fingerprint not 32 bytes", vecCursorBody("t", "c", []byte{1, 2, 3, 4, 5}, 0, vecNow.Unix(), vecSession, nil)},
+		{"args of 33 bytes", "args fingerprint not 32 bytes", vecCursorBody("t", "c", make([]byte, 33), 0, vecNow.Unix(), vecSession, nil)},
+	}
+	for _, c := range cases {
+		_, err := iss.Verify(signCursorBody(vecKey, c.body), CursorScope{ToolID: "t", CallerID: "c"})
+		wantErr(t, err, ErrCursorInvalid)
+		if Reason(err) != c.reason {
+			t.Errorf("%s: reason %q, want %q", c.name, Reason(err), c.reason)
+		}
+	}
+}

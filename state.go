@@ -289,8 +289,8 @@ func (c *RequestStateCodec) putScratch(sc *stateScratch) {
 func region(buf []byte, off, n int) []byte { return buf[off:off:min(off+n, cap(buf))] }
 
 var (
-	errStateNotUTF8    = errors.New("ctoken: request state is not valid UTF-8")
-	errStateSubjectNUL = errors.New("ctoken: subject contains a NUL byte, which BindSubjectAndTool cannot bind unambiguously")
+	errStateNotUTF8    = fmt.Errorf("%w: request state is not valid UTF-8", ErrUnencodable)
+	errStateSubjectNUL = fmt.Errorf("%w: subject contains a NUL byte, which BindSubjectAndTool cannot bind unambiguously", ErrUnencodable)
 )
 
 // ambiguousSubject reports a subject that BindSubjectAndTool cannot bind:

@@ -411,9 +411,8 @@ func TestStateEphemeralKeys(t *testing.T) {
 
 func TestStateEncodeRejectsInvalidUTF8(t *testing.T) {
 	c := newTestCodec(t, RequestStateSecurity{})
-	if _, err := c.Encode("\xff", "a", ""); err == nil {
-		t.Fatal("invalid UTF-8 state encoded")
-	}
+	_, err := c.Encode("\xff", "a", "")
+	wantErr(t, err, ErrUnencodable)
 }
 
 func TestNewRequestStateCodecValidatesConfig(t *testing.T) {
@@ -549,9 +548,8 @@ func TestStateRefusesSubjectWithNULUnderBindSubjectAndTool(t *testing.T) {
 		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(19)), Mode: mode, Binding: BindSubjectAndTool})
 		// ("alice\x00tools/call", "deploy") and ("alice", "tools/call\x00deploy")
 		// would share the material "alice\x00tools/call\x00deploy".
-		if _, err := c.Encode("x", "alice\x00tools/call", "deploy"); err == nil {
-			t.Fatal("ambiguous subject encoded")
-		}
+		_, err := c.Encode("x", "alice\x00tools/call", "deploy")
+		wantErr(t, err, ErrUnencodable)
 		wire, err := c.Encode("x", "alice", MCPTarget("tools/call", "deploy"))
 		if err != nil {
 			t.Fatal(err)
