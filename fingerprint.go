@@ -2,6 +2,7 @@ package ctoken
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math"
@@ -290,6 +291,77 @@ func utf16First(r rune) rune {
 		return 0xD800
 	}
 	return r
+}
+
+// stringInto parses the JSON string at p.pos (its opening quote) and
+// appends its value to dst, with the validation of jcsParser.string: no
+// raw control characters, valid UTF-8, valid escapes, no lone surrogates.
+func (p *jcsParser) stringInto(dst []byte) ([]byte, bool) {
+	p.pos++ // opening quote
+	for {
+		// Copy the run of characters that need no attention at once.
+		start := p.pos
+		for p.pos+8 <= len(p.in) && !jsonSpecial8(binary.LittleEndian.Uint64(p.in[p.pos:])) {
+			p.pos += 8
+		}
+		for p.pos < len(p.in) && jsonPlain[p.in[p.pos]] {
+			p.pos++
+		}
+		dst = append(dst, p.in[start:p.pos]...)
+		if p.pos >= len(p.in) {
+			return nil, false
+		}
+		c := p.in[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			return dst, true
+		case c == '\\':
+			if p.pos+1 < len(p.in) && (p.in[p.pos+1] == '"' || p.in[p.pos+1] == '\\') {
+				dst = append(dst, p.in[p.pos+1]) // the common escapes, inline
+				p.pos += 2
+				continue
+			}
+			r, err := p.escape()
+			if err != nil {
+				return nil, false
+			}
+			dst = utf8.AppendRune(dst, r)
+		case c < 0x20:
+			return nil, false
+		default:
+			r, size := utf8.DecodeRune(p.in[p.pos:])
+			if r == utf8.RuneError && size == 1 {
+				return nil, false
+			}
+			dst = append(dst, p.in[p.pos:p.pos+size]...)
+			p.pos += size
+		}
+	}
+}
+
+// jsonPlain reports the bytes a JSON string carries verbatim without
+// further checks: printable ASCII other than '"' and '\\'. Read-only.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// jsonSpecial8 reports whether any of the 8 bytes packed in x is not
+// jsonPlain: a control character, '"', '\\' or a byte of a multi-byte UTF-8
+// sequence. It tests all eight at once (SWAR): for a byte b, b-k borrows
+// into bit 7 exactly when b < k, given bit 7 of b is clear.
+func jsonSpecial8(x uint64) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	low := x - 0x20*ones                   // bit 7 set where b < 0x20 (or b >= 0xa0)
+	quote := (x ^ '"'*ones) - ones         // bit 7 set where b == '"' (or b^'"' >= 0x81)
+	bslash := (x ^ '\\'*ones) - ones       // likewise for '\\'
+	return (x|low|quote|bslash)&highs != 0 // x's own bit 7: non-ASCII
 }
 
 // escape parses the escape sequence at p.pos, joining surrogate pairs.
