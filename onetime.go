@@ -2,16 +2,14 @@ package ctoken
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -85,7 +83,7 @@ type OneTimeConfig struct {
 //
 // A OneTimeIssuer is safe for concurrent use.
 type OneTimeIssuer struct {
-	keys   [][]byte // derived subkeys, primary first
+	macs   macRing // derived subkeys, primary first
 	ttl    time.Duration
 	replay ReplayStore
 	now    func() time.Time
@@ -97,7 +95,7 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 		return nil, fmt.Errorf("%w: one-time tokens need a Keyring", ErrNoKey)
 	}
 	o := &OneTimeIssuer{
-		keys:   cfg.Keys.derive(oneTimeLabel),
+		macs:   newMACRing(cfg.Keys, oneTimeLabel),
 		ttl:    cfg.TTL,
 		replay: cfg.Replay,
 		now:    cfg.Now,
@@ -121,7 +119,7 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 // would exceed MaxOneTimeTokenBytes, and with ErrNoKey on an issuer not made
 // by NewOneTimeIssuer.
 func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
-	if len(o.keys) == 0 || o.now == nil {
+	if len(o.macs) == 0 || o.now == nil {
 		return "", fmt.Errorf("%w: OneTimeIssuer not made by NewOneTimeIssuer", ErrNoKey)
 	}
 	now := o.now()
@@ -140,11 +138,11 @@ func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 		payload = binary.AppendUvarint(payload, uint64(len(value)))
 		payload = append(payload, value...)
 	}
-	raw := append(payload, oneTimeMAC(o.keys[0], payload)...)
-	if len(oneTimePrefix)+base64.RawURLEncoding.EncodedLen(len(raw)) > MaxOneTimeTokenBytes {
+	raw := o.macs[0].sum(payload, payload)
+	if len(oneTimePrefix)+b64.EncodedLen(len(raw)) > MaxOneTimeTokenBytes {
 		return "", ErrOneTimeTooLarge
 	}
-	return oneTimePrefix + base64.RawURLEncoding.EncodeToString(raw), nil
+	return oneTimePrefix + b64.EncodeToString(raw), nil
 }
 
 // Redeem accepts token exactly once, and only if it is authentic, unexpired
@@ -169,23 +167,37 @@ func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[strin
 	}
 	now := o.now()
 	if !now.Before(t.expires) {
-		return reject(ErrOneTimeExpired, "expired")
+		return errOneTimeExpired
 	}
 	if t.issued.After(now.Add(oneTimeMaxSkew)) {
-		return reject(ErrOneTimeInvalid, "issued in the future")
+		return errOneTimeFuture
 	}
 	if !claimsEqual(t.claims, want) {
-		return reject(ErrOneTimeClaims, "claims mismatch")
+		return errOneTimeClaims
 	}
 	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(replaySkewMargin))
 	if err != nil {
 		return fmt.Errorf("ctoken: one-time token replay store: %w", err)
 	}
 	if !first {
-		return reject(ErrOneTimeRedeemed, "already redeemed")
+		return errOneTimeRedeemed
 	}
 	return nil
 }
+
+// Rejections, allocated once.
+var (
+	errOneTimeOversize  = reject(ErrOneTimeInvalid, "oversize")
+	errOneTimeFormat    = reject(ErrOneTimeInvalid, "unknown format")
+	errOneTimeBase64    = reject(ErrOneTimeInvalid, "bad base64")
+	errOneTimeTruncated = reject(ErrOneTimeInvalid, "truncated")
+	errOneTimeMAC       = reject(ErrOneTimeInvalid, "mac mismatch")
+	errOneTimeMalformed = reject(ErrOneTimeInvalid, "malformed payload")
+	errOneTimeFuture    = reject(ErrOneTimeInvalid, "issued in the future")
+	errOneTimeExpired   = reject(ErrOneTimeExpired, "expired")
+	errOneTimeClaims    = reject(ErrOneTimeClaims, "claims mismatch")
+	errOneTimeRedeemed  = reject(ErrOneTimeRedeemed, "already redeemed")
+)
 
 type oneTimeToken struct {
 	nonce           []byte
@@ -198,35 +210,27 @@ type oneTimeToken struct {
 func (o *OneTimeIssuer) verify(token string) (oneTimeToken, error) {
 	var t oneTimeToken
 	if len(token) > MaxOneTimeTokenBytes {
-		return t, reject(ErrOneTimeInvalid, "oversize")
+		return t, errOneTimeOversize
 	}
-	if len(token) < len(oneTimePrefix) || token[:len(oneTimePrefix)] != oneTimePrefix {
-		return t, reject(ErrOneTimeInvalid, "unknown format")
+	body, ok := strings.CutPrefix(token, oneTimePrefix)
+	if !ok {
+		return t, errOneTimeFormat
 	}
-	body := token[len(oneTimePrefix):]
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(body)
+	raw, err := b64.DecodeString(body)
 	// The length check refuses the CR and LF that encoding/base64 skips
 	// even in Strict mode, so every token has one spelling.
-	if err != nil || base64.RawURLEncoding.EncodedLen(len(raw)) != len(body) {
-		return t, reject(ErrOneTimeInvalid, "bad base64")
+	if err != nil || b64.EncodedLen(len(raw)) != len(body) {
+		return t, errOneTimeBase64
 	}
-	if len(raw) < oneTimeFixedLen+sha256.Size {
-		return t, reject(ErrOneTimeInvalid, "truncated")
+	if len(raw) < oneTimeFixedLen+macSize {
+		return t, errOneTimeTruncated
 	}
-	payload, tag := raw[:len(raw)-sha256.Size], raw[len(raw)-sha256.Size:]
-	ok := false
-	for _, k := range o.keys {
-		if hmac.Equal(oneTimeMAC(k, payload), tag) {
-			ok = true
-			break
-		}
+	payload, tag := raw[:len(raw)-macSize], raw[len(raw)-macSize:]
+	if o.macs.verify(payload, tag) < 0 {
+		return t, errOneTimeMAC
 	}
-	if !ok {
-		return t, reject(ErrOneTimeInvalid, "mac mismatch")
-	}
-	t, ok = decodeOneTimePayload(payload)
-	if !ok {
-		return t, reject(ErrOneTimeInvalid, "malformed payload")
+	if t, ok = decodeOneTimePayload(payload); !ok {
+		return oneTimeToken{}, errOneTimeMalformed
 	}
 	return t, nil
 }
@@ -269,12 +273,6 @@ func cutLengthPrefixed(b []byte) (string, []byte, bool) {
 		return "", nil, false
 	}
 	return string(b[k : k+int(n)]), b[k+int(n):], true
-}
-
-func oneTimeMAC(key, payload []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write(payload)
-	return m.Sum(nil)
 }
 
 // claimsEqual reports whether a and b hold the same names and values.
