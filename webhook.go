@@ -213,9 +213,14 @@ func parseWebhookSecret(scheme WebhookScheme, s string) ([]byte, error) {
 // for body: "sha256=" followed by the lowercase hex HMAC-SHA256 of body
 // under secret.
 func SignWebhookSHA256(secret, body []byte) string {
+	return "sha256=" + hex.EncodeToString(sha256MAC(secret, body))
+}
+
+// sha256MAC is HMAC-SHA256(secret, body), the WebhookHMACSHA256 signature.
+func sha256MAC(secret, body []byte) []byte {
 	m := hmac.New(sha256.New, secret)
 	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+	return m.Sum(nil)
 }
 
 // SignStandardWebhook returns one Standard Webhooks signature, "v1," followed
@@ -333,9 +338,14 @@ func (v *WebhookVerifier) Verify(h http.Header, body []byte) (WebhookDelivery, e
 	}
 	d.ID = id
 	if v.p.scheme == WebhookHMACSHA256 {
-		return v.verifySHA256(h, body, d)
+		d, err = v.verifySHA256(h, body, d)
+	} else {
+		d, err = v.verifyStandard(h, body, d)
 	}
-	return v.verifyStandard(h, body, d)
+	if err != nil {
+		return WebhookDelivery{}, err // fail closed: nothing of a refused delivery
+	}
+	return d, nil
 }
 
 func (v *WebhookVerifier) verifySHA256(h http.Header, body []byte, d WebhookDelivery) (WebhookDelivery, error) {
@@ -348,9 +358,7 @@ func (v *WebhookVerifier) verifySHA256(h http.Header, body []byte, d WebhookDeli
 		return d, reject(ErrWebhookSignature, "signature header malformed")
 	}
 	for _, k := range v.p.secrets {
-		m := hmac.New(sha256.New, k)
-		m.Write(body)
-		if hmac.Equal(m.Sum(nil), got) {
+		if hmac.Equal(sha256MAC(k, body), got) {
 			d.mac = got
 			return d, nil
 		}

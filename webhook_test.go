@@ -876,3 +876,29 @@ func TestZeroWebhookSignerRefusesWithoutPanic(t *testing.T) {
 		t.Fatalf("zero signer set headers %v", h)
 	}
 }
+
+func TestWebhookVerifyReturnsNothingOfARefusedDelivery(t *testing.T) {
+	for _, scheme := range []WebhookScheme{WebhookHMACSHA256, WebhookStandard} {
+		secret := "It's a Secret to Everybody"
+		if scheme == WebhookStandard {
+			secret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef01234567"))
+		}
+		v, err := NewWebhookVerifier(WebhookConfig{Scheme: scheme, Secrets: []string{secret}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := http.Header{}
+		h.Set("X-Webhook-ID", "delivery-1")
+		h.Set("X-Webhook-Signature", "sha256="+strings.Repeat("0", 64))
+		h.Set("webhook-id", "delivery-1")
+		h.Set("webhook-timestamp", "1700000000")
+		h.Set("webhook-signature", "v1,"+base64.StdEncoding.EncodeToString(make([]byte, 32)))
+		d, err := v.Verify(h, []byte("body"))
+		if !errors.Is(err, ErrWebhookSignature) {
+			t.Fatalf("scheme %d: error %v, want ErrWebhookSignature", scheme, err)
+		}
+		if d.ID != "" || !d.Timestamp.IsZero() || d.mac != nil {
+			t.Fatalf("scheme %d: refused delivery returned %+v", scheme, d)
+		}
+	}
+}
