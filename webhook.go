@@ -537,11 +537,7 @@ func (v *WebhookVerifier) Claim(ctx context.Context, d WebhookDelivery) (first b
 	for i, k := range keys {
 		first, err := v.p.replay.Claim(ctx, k, until)
 		if err != nil {
-			if r, ok := v.p.replay.(ReplayReleaser); ok {
-				for _, done := range keys[:i] {
-					_ = r.Release(context.WithoutCancel(ctx), done)
-				}
-			}
+			v.releaseKeys(context.WithoutCancel(ctx), keys[:i])
 			return false, fmt.Errorf("ctoken: webhook replay store: %w", err)
 		}
 		if !first {
@@ -554,13 +550,16 @@ func (v *WebhookVerifier) Claim(ctx context.Context, d WebhookDelivery) (first b
 // release undoes Claim when the store supports it; errors are ignored (the
 // delivery then stays claimed, which is the safe side).
 func (v *WebhookVerifier) release(ctx context.Context, d WebhookDelivery) {
-	r, ok := v.p.replay.(ReplayReleaser)
-	if !ok {
-		return
-	}
 	keys, _ := v.replayKeys(d)
-	for _, k := range keys {
-		_ = r.Release(ctx, k)
+	v.releaseKeys(ctx, keys)
+}
+
+// releaseKeys releases keys when the store supports it, ignoring errors.
+func (v *WebhookVerifier) releaseKeys(ctx context.Context, keys []string) {
+	if r, ok := v.p.replay.(ReplayReleaser); ok {
+		for _, k := range keys {
+			_ = r.Release(ctx, k)
+		}
 	}
 }
 
