@@ -7,6 +7,42 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// cursorWire is the cursor payload as fxamacker/cbor sees it: a map with
+// small integer keys. Issue and Verify use the hand-written codec of
+// cursor_cbor.go; this struct and the modes below define what that codec
+// must match.
+type cursorWire struct {
+	Version  uint   `cbor:"1,keyasint"`
+	Tool     string `cbor:"2,keyasint"`
+	Caller   string `cbor:"3,keyasint"`
+	Args     []byte `cbor:"4,keyasint,omitempty"`
+	Page     uint32 `cbor:"5,keyasint"`
+	IssuedAt int64  `cbor:"6,keyasint"`
+	Session  []byte `cbor:"7,keyasint"`
+	State    []byte `cbor:"8,keyasint,omitempty"`
+}
+
+var (
+	// cursorEncMode is the Core Deterministic Encoding appendCursorBody
+	// reproduces byte for byte.
+	cursorEncMode = stateEncMode
+	// cursorDecMode is the strict decoding decodeCursorBody is tested
+	// against: it accepts exactly what this mode accepts that is also the
+	// canonical encoding of its value.
+	cursorDecMode = mustDecMode(cbor.DecOptions{
+		DupMapKey:         cbor.DupMapKeyEnforcedAPF,
+		IndefLength:       cbor.IndefLengthForbidden,
+		TagsMd:            cbor.TagsForbidden,
+		ExtraReturnErrors: cbor.ExtraDecErrorUnknownField,
+		MaxNestedLevels:   4,
+		MaxArrayElements:  16,
+		MaxMapPairs:       16,
+		UTF8:              cbor.UTF8RejectInvalid,
+	})
 )
 
 // Differential tests of the hand-written cursor codec (cursor_cbor.go)

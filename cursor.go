@@ -105,40 +105,6 @@ func (i *CursorIssuer) getScratch() *cursorScratch {
 	return new(cursorScratch)
 }
 
-// cursorWire is the CBOR payload: a map with small integer keys. Issue and
-// Verify use the equivalent hand-written codec of cursor_cbor.go; this
-// struct and the fxamacker modes below define what that codec must match
-// (see cbor_fuzz_test.go).
-type cursorWire struct {
-	Version  uint   `cbor:"1,keyasint"`
-	Tool     string `cbor:"2,keyasint"`
-	Caller   string `cbor:"3,keyasint"`
-	Args     []byte `cbor:"4,keyasint,omitempty"`
-	Page     uint32 `cbor:"5,keyasint"`
-	IssuedAt int64  `cbor:"6,keyasint"`
-	Session  []byte `cbor:"7,keyasint"`
-	State    []byte `cbor:"8,keyasint,omitempty"`
-}
-
-var (
-	// cursorEncMode is the Core Deterministic Encoding appendCursorBody
-	// reproduces byte for byte (it also encodes IssueState's state).
-	cursorEncMode = mustEncMode(cbor.CoreDetEncOptions())
-	// cursorDecMode is the strict decoding decodeCursorBody is tested
-	// against: it accepts exactly what this mode accepts that is also the
-	// canonical encoding of its value.
-	cursorDecMode = mustDecMode(cbor.DecOptions{
-		DupMapKey:         cbor.DupMapKeyEnforcedAPF,
-		IndefLength:       cbor.IndefLengthForbidden,
-		TagsMd:            cbor.TagsForbidden,
-		ExtraReturnErrors: cbor.ExtraDecErrorUnknownField,
-		MaxNestedLevels:   4,
-		MaxArrayElements:  16,
-		MaxMapPairs:       16,
-		UTF8:              cbor.UTF8RejectInvalid,
-	})
-)
-
 func mustEncMode(o cbor.EncOptions) cbor.EncMode {
 	m, err := o.EncMode()
 	if err != nil {
@@ -239,7 +205,7 @@ var (
 	errCursorBase64     = reject(ErrCursorInvalid, "not base64url")
 	errCursorTruncated  = reject(ErrCursorInvalid, "truncated")
 	errCursorMAC        = reject(ErrCursorInvalid, "mac mismatch")
-	errCursorMalformed  = reject(ErrCursorInvalid, "malformed payload")
+	errCursorMalformed  = reject(ErrCursorInvalid, "malformed or non-canonical payload")
 	errCursorVersion    = reject(ErrCursorInvalid, "unknown version")
 	errCursorArgsLength = reject(ErrCursorInvalid, "args fingerprint not 32 bytes")
 	errCursorFuture     = reject(ErrCursorInvalid, "issued in the future")
@@ -250,8 +216,6 @@ var (
 	errCursorForeign    = reject(ErrCursorExpired, "other server session (unauthenticated)")
 	errCursorAge        = reject(ErrCursorExpired, "older than TTL")
 )
-
-var errCursorNonCanonical = reject(ErrCursorInvalid, "non-canonical payload encoding")
 
 // Verify checks cursor and returns its payload. Checks run in this order:
 // length cap, base64, MAC against each key of the ring (constant time),
@@ -291,13 +255,9 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 		return CursorPayload{}, errCursorMAC
 	}
 	// Exactly one encoding is accepted, the one Issue writes (see
-	// cursor_cbor.go). The slow path below only names the reason.
+	// cursor_cbor.go).
 	f, ok := decodeCursorBody(body)
 	if !ok {
-		var w cursorWire
-		if cursorDecMode.Unmarshal(body, &w) == nil {
-			return CursorPayload{}, errCursorNonCanonical
-		}
 		return CursorPayload{}, errCursorMalformed
 	}
 	if f.version != cursorVersion {
@@ -343,7 +303,9 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 }
 
 var (
-	stateEncMode = cursorEncMode
+	// stateEncMode is Core Deterministic Encoding, for IssueState's state;
+	// appendCursorBody reproduces it byte for byte for the cursor body.
+	stateEncMode = mustEncMode(cbor.CoreDetEncOptions())
 	// stateDecMode decodes typed cursor state: strict, with room for
 	// application structure.
 	stateDecMode = mustDecMode(cbor.DecOptions{
