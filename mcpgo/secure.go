@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -79,7 +80,7 @@ func (st *States) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandler
 		if err != nil || !res.NeedsInput() {
 			return res, err
 		}
-		if err := cannotAnswer(ctx, res.InputRequests); err != nil {
+		if err := cannotAnswer(ctx, req.Header, res.InputRequests); err != nil {
 			st.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: client cannot provide input",
 				slog.String("method", method), slog.String("name", req.Params.Name), slog.String("error", err.Error()))
 			return mcp.NewToolResultError(err.Error()), nil
@@ -112,7 +113,7 @@ func (st *States) promptMiddleware(next server.PromptHandlerFunc) server.PromptH
 		if err != nil || !res.NeedsInput() {
 			return res, err
 		}
-		if err := cannotAnswer(ctx, res.InputRequests); err != nil {
+		if err := cannotAnswer(ctx, req.Header, res.InputRequests); err != nil {
 			st.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: client cannot provide input",
 				slog.String("method", method), slog.String("name", req.Params.Name), slog.String("error", err.Error()))
 			return nil, err
@@ -158,7 +159,7 @@ func (st *States) sealOut(ctx context.Context, method, name string, args any, st
 // capabilities are those of the request (protocol 2026-07-28) or of the
 // session (earlier versions); a legacy request without a session (stateless
 // HTTP) can be asked nothing.
-func cannotAnswer(ctx context.Context, requests mcp.InputRequests) error {
+func cannotAnswer(ctx context.Context, header http.Header, requests mcp.InputRequests) error {
 	var caps *mcp.ClientCapabilities
 	version := server.RequestProtocolVersion(ctx)
 	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
@@ -193,7 +194,10 @@ func cannotAnswer(ctx context.Context, requests mcp.InputRequests) error {
 	}
 	sort.Strings(missing)
 	if version == "" {
-		version = "unknown"
+		version = header.Get(mcp.HeaderProtocolVersion) // stateless HTTP: no session
+	}
+	if version == "" {
+		version = "before " + mcp.ProtocolVersion20260728
 	}
 	return fmt.Errorf("%w: this request needs the %s capability, which the client (protocol %s) did not declare",
 		ErrClientCannotAnswer, strings.Join(missing, " and "), version)
