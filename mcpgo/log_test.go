@@ -1,9 +1,9 @@
 package ctokenmcpgo
 
 import (
+	"errors"
 	"io"
 	"log/slog"
-	"errors"
 )
 
 var errUnexpected = errors.New("handler saw an unexpected state")
