@@ -47,8 +47,8 @@
 //
 // Coverage in mcp-go v1.2.1: tools/call and prompts/get, in and out;
 // resources/read in only (mcp-go's resource handlers return contents, so
-// they cannot ask for input). Task-augmented tool calls bypass mcp-go's
-// middleware and are not covered. Clients on protocol versions before
+// they cannot ask for input). Task tools registered with AddTaskTool bypass
+// mcp-go's tool middleware and are not covered. Clients on protocol versions before
 // 2026-07-28 never see a state: mcp-go asks them with server-initiated
 // requests and re-runs the handler in process, through the same middleware.
 //

@@ -50,8 +50,8 @@ import (
 // Install it once, as the first middleware: server.NewMCPServer(name,
 // version, ctokenmcpgo.SecureRequestState(states), ...). Middleware added
 // before it sees sealed states. It covers the handlers mcp-go runs through
-// its middleware chains; task-augmented tool calls (tools/call with a task)
-// bypass the chain and are not covered.
+// its middleware chains; task tools registered with AddTaskTool bypass the
+// tool chain and are not covered.
 func SecureRequestState(st *States) server.ServerOption {
 	return func(s *server.MCPServer) {
 		server.WithToolHandlerMiddleware(st.toolMiddleware)(s)
