@@ -131,7 +131,6 @@ func FuzzOpenTool(f *testing.F) {
 	})
 }
 
-
 // BenchmarkSealToolAndOpenTool is the work SecureRequestState adds to one
 // round of a call: one seal on the way out and one open on the way in.
 func BenchmarkSealToolAndOpenTool(b *testing.B) {
