@@ -10,6 +10,7 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
@@ -470,5 +471,40 @@ func TestCallers(t *testing.T) {
 		if got != tc.want || (tc.want == "") != errors.Is(err, ErrNoCaller) {
 			t.Errorf("%s: %q, %v", tc.name, got, err)
 		}
+	}
+}
+
+// Every round of a call lands on another instance built from the same keys
+// (a fleet, or a restart between rounds): each state opens where it did not
+// start.
+func TestStatesWorkAcrossInstancesWithSameKeys(t *testing.T) {
+	one := newFleet(t, 1, "s1", nil).server(t, ContextCaller, nil)
+	two := newFleet(t, 1, "s1", nil).server(t, ContextCaller, nil)
+	tr := &alternate{ts: []transport.Interface{transport.NewInProcessTransport(one), transport.NewInProcessTransport(two)}}
+	e := &elicitor{answer: true}
+	p := start(t, tr, WithCaller(context.Background(), "alice"), e)
+	res, err := p.call("ask", map[string]any{"target": "prod"})
+	if err != nil || text(res) != "done prod" || e.asked.Load() != 2 {
+		t.Fatalf("%v, %v after %d question(s)", res, err, e.asked.Load())
+	}
+	// The same across instances with other keys fails closed.
+	other := newFleet(t, 2, "s1", nil).server(t, ContextCaller, nil)
+	tr = &alternate{ts: []transport.Interface{transport.NewInProcessTransport(one), transport.NewInProcessTransport(other)}}
+	p = start(t, tr, WithCaller(context.Background(), "alice"), &elicitor{answer: true})
+	res, err = p.call("ask", map[string]any{"target": "prod"})
+	refused(t, res, err, StateInvalid)
+}
+
+// A CallerFunc's own failure is logged for the operator, not sent.
+func TestCallerFailureReachesTheLogOnly(t *testing.T) {
+	f := newFleet(t, 1, "s1", nil)
+	failing := func(context.Context) (string, error) { return "", errors.New("directory unreachable") }
+	p := inProcess(t, f.server(t, failing, nil), "alice", nil)
+	_, err := p.call("list", nil)
+	if !errors.Is(err, mcp.ErrInternalError) || strings.Contains(err.Error(), "directory") {
+		t.Errorf("client sees %v", err)
+	}
+	if !strings.Contains(f.log.String(), "directory unreachable") {
+		t.Errorf("log lacks the caller error: %s", f.log.String())
 	}
 }

@@ -380,3 +380,48 @@ func text(res *mcp.CallToolResult) string {
 	}
 	return b.String()
 }
+
+// alternate is a client transport that sends each request to the next of
+// several in-process servers in turn, as a load balancer in front of a fleet
+// (or a server restarted between two calls) would.
+type alternate struct {
+	ts []transport.Interface
+	n  atomic.Int32
+}
+
+func (a *alternate) Start(ctx context.Context) error {
+	for _, t := range a.ts {
+		if err := t.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *alternate) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	return a.ts[int(a.n.Add(1))%len(a.ts)].SendRequest(ctx, req)
+}
+
+func (a *alternate) SendNotification(ctx context.Context, n mcp.JSONRPCNotification) error {
+	for _, t := range a.ts {
+		if err := t.SendNotification(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *alternate) SetNotificationHandler(h func(mcp.JSONRPCNotification)) {
+	for _, t := range a.ts {
+		t.SetNotificationHandler(h)
+	}
+}
+
+func (a *alternate) Close() error {
+	for _, t := range a.ts {
+		t.Close()
+	}
+	return nil
+}
+
+func (a *alternate) GetSessionId() string { return "" }
