@@ -1,0 +1,158 @@
+package ctokenmcpgo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// oneRound is a tool that asks once and then answers, with a plaintext
+// state.
+func oneRound(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if req.Params.RequestState == "" {
+		return server.NewInputRequestBuilder("step:1").Elicit("ok", mcp.ElicitationParams{Message: "?", RequestedSchema: confirmSchema}).ToolResult(), nil
+	}
+	return mcp.NewToolResultText("done"), nil
+}
+
+// benchFlow measures one whole two-round tools/call through mcp-go's
+// in-process client, with and without SecureRequestState: the difference is
+// the cost of sealing the state once and opening it once.
+func benchFlow(b *testing.B, opts ...server.ServerOption) {
+	s := server.NewMCPServer("bench", "v0", append(opts, server.WithToolCapabilities(false))...)
+	s.AddTool(mcp.NewTool("one"), oneRound)
+	p := inProcess(b, s, "alice", &elicitor{answer: true})
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "one"
+	req.Params.Arguments = map[string]any{"target": "prod"}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := p.c.CallTool(p.ctx, req)
+		if err != nil || text(res) != "done" {
+			b.Fatal(res, err)
+		}
+	}
+}
+
+func BenchmarkTwoRoundCallPlain(b *testing.B) { benchFlow(b) }
+
+func BenchmarkTwoRoundCallSecured(b *testing.B) {
+	f := newFleet(b, 1, "s1", nil)
+	states, err := NewStates(f.codec, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchFlow(b, SecureRequestState(states))
+}
+
+func TestSealToolAndOpenTool(t *testing.T) {
+	f := newFleet(t, 1, "s1", nil)
+	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "ask"
+	req.Params.Arguments = map[string]any{"b": []any{true, nil}, "a": 1}
+	if s, ok, err := states.OpenTool(ctx, req); s != "" || ok || err != nil {
+		t.Fatalf("OpenTool without a state = %q, %v, %v", s, ok, err)
+	}
+	st, err := states.SealTool(ctx, req, "step")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The arguments as they arrive from the wire, in another order and
+	// spacing: the same fingerprint.
+	req.Params.RequestState = st
+	req.Params.RawArguments = json.RawMessage(`{ "a": 1.0, "b": [true, null] }`)
+	if s, ok, err := states.OpenTool(ctx, req); s != "step" || !ok || err != nil {
+		t.Errorf("OpenTool = %q, %v, %v", s, ok, err)
+	}
+	req.Params.RawArguments = json.RawMessage(`{"a":2,"b":[true,null]}`)
+	var r *Rejection
+	if _, ok, err := states.OpenTool(ctx, req); ok || !errors.As(err, &r) || r.Code != StateInvalid || r.Expired() {
+		t.Errorf("OpenTool with other arguments: %v, %v", ok, err)
+	}
+	if _, err := states.SealTool(ctx, req, "step\xff"); err == nil {
+		t.Error("SealTool sealed a state that is not UTF-8")
+	}
+	nobody, err := NewStates(f.codec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nobody.SealTool(ctx, req, "x"); !errors.Is(err, ErrNoCaller) {
+		t.Errorf("SealTool without a caller: %v", err)
+	}
+	if _, _, err := nobody.OpenTool(ctx, req); !errors.Is(err, ErrNoCaller) {
+		t.Errorf("OpenTool without a caller: %v", err)
+	}
+}
+
+// FuzzOpenTool feeds arbitrary requestState and arguments to OpenTool:
+// nothing but an error may come back, and nothing may panic.
+func FuzzOpenTool(f *testing.F) {
+	fl := newFleet(f, 1, "s1", nil)
+	states, err := NewStates(fl.codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx := context.Background()
+	seedReq := mcp.CallToolRequest{}
+	seedReq.Params.Name = "ask"
+	seedReq.Params.RawArguments = json.RawMessage(`{"target":"x"}`)
+	seed, err := states.SealTool(ctx, seedReq, "state")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed, `{"target":"y"}`)
+	f.Add("v1e.AAAA", `{}`)
+	f.Add("v1.e30.AAAA", `null`)
+	f.Fuzz(func(t *testing.T, wire, args string) {
+		if wire == "" || wire == seed {
+			return
+		}
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "ask"
+		req.Params.RawArguments = json.RawMessage(args)
+		req.Params.RequestState = wire
+		s, ok, err := states.OpenTool(ctx, req)
+		if err == nil || ok || s != "" {
+			t.Fatalf("OpenTool accepted fuzz input: %q, %v, %v", s, ok, err)
+		}
+		var r *Rejection
+		if !errors.As(err, &r) {
+			t.Fatalf("error is not a Rejection: %v", err)
+		}
+	})
+}
+
+// BenchmarkSealToolAndOpenTool is the work SecureRequestState adds to one
+// round of a call: one seal on the way out and one open on the way in.
+func BenchmarkSealToolAndOpenTool(b *testing.B) {
+	f := newFleet(b, 1, "s1", nil)
+	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "ask"
+	req.Params.RawArguments = json.RawMessage(`{"target":"prod"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		st, err := states.SealTool(ctx, req, "step:1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Params.RequestState = st
+		if _, _, err := states.OpenTool(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+		req.Params.RequestState = ""
+	}
+}

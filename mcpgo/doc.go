@@ -1,0 +1,86 @@
+// Package ctokenmcpgo connects ctoken to mark3labs/mcp-go
+// (github.com/mark3labs/mcp-go, built and tested against v1.2.1): signed
+// continuation cursors for paginated tools, and a sealed requestState for
+// multi round-trip requests (MRTR, SEP-2322, protocol 2026-07-28).
+//
+// It lives in the nested module github.com/ctoken/ctoken/mcpgo so that the
+// root ctoken module does not depend on mcp-go. It mirrors package ctokenmcp
+// (the official go-sdk integration, module github.com/ctoken/ctoken/mcp) and
+// differs only where mcp-go requires it; see "Differences from ctokenmcp".
+//
+// # Who is calling
+//
+// Every token this package mints is bound to the authenticated caller of the
+// request, found by a [CallerFunc]. mcp-go has no authentication of its own,
+// so the default, [ContextCaller], reads the caller that [WithCaller] put in
+// the request's context: over streamable HTTP, set it in a
+// server.WithHTTPContextFunc after checking the request's credentials; an
+// in-process client sets it on the context of its calls; a stdio server uses
+// [FixedCaller]. A request without a caller is refused (fail closed) with
+// [ErrNoCaller]: a token bound to nobody would be usable by anybody.
+//
+// # Cursors
+//
+// [Cursors] wraps a ctoken.CursorIssuer. A cursor it issues is bound to the
+// tool (ctoken.MCPTarget("tools/call", name)), the caller and, when given, the
+// arguments of the call (ctoken.ArgsFingerprint), so it cannot be replayed by
+// another user, against another tool, or with other arguments. A cursor that
+// does not verify is a [*Rejection] carrying ctoken's code (1020 expired:
+// start over; 1021 invalid), never the reason, which goes to the logger only.
+// [ToolResult] turns it into the tool's result.
+//
+// # Request state
+//
+// [SecureRequestState] is one server option that seals requestState in
+// dispatch: handlers for tools and prompts return and receive plaintext
+// state, and every state on the wire is a ctoken request state (v1. or v1e.)
+// bound to the caller, to ctoken.MCPTarget(method, name) and, unless
+// [StateOptions.UnboundArgs], to the fingerprint of the call's arguments.
+// With a single-use codec (ctoken.RequestStateSecurity.Replay) a state opens
+// once. The per-handler form is [States.SealTool] and [States.OpenTool].
+//
+// With the argument binding (the default) the text sealed is the JSON object
+// {"a":<hex ArgsFingerprint of the arguments, absent arguments taken as
+// {}>,"s":<the application's state>}, as in ctokenmcp; with UnboundArgs it is
+// the application's state itself, which is what the reference D dispatch
+// seals (use a codec with ctoken.BindSubjectAndTool for that).
+//
+// Coverage in mcp-go v1.2.1: tools/call and prompts/get, in and out;
+// resources/read in only (mcp-go's resource handlers return contents, so
+// they cannot ask for input). Task tools registered with AddTaskTool bypass
+// mcp-go's tool middleware and are not covered. Clients on protocol versions before
+// 2026-07-28 never see a state: mcp-go asks them with server-initiated
+// requests and re-runs the handler in process, through the same middleware.
+//
+// # Older clients
+//
+// A tool or prompt that asks for input a client did not declare it can give
+// (the elicitation, sampling or roots capability; for example a 2025-11-25
+// client over stateless HTTP, which has no session to be asked on) gets a
+// tool error result, or for a prompt a JSON-RPC error -32603, whose message
+// names the missing capability and the client's protocol version (see
+// [ErrClientCannotAnswer]); it never fails with code 0.
+//
+// # Differences from ctokenmcp
+//
+//   - Refusals: mcp-go sends every error a tool, prompt or resource handler
+//     returns as JSON-RPC -32603 and offers no way to choose the code or the
+//     data member, so a refused cursor or state cannot be the -32602 with
+//     {"ctokenCode":N} in data that ctokenmcp sends. For a tool it is a tool
+//     error result (isError, the fixed message, _meta {"ctokenCode":N}; read
+//     it with [TokenCode]), the form the MCP specification gives input errors
+//     a model can correct. A prompt or resource state refusal is -32603 with
+//     the fixed message ("invalid requestState (ctokenCode 1023)"). mcp-go's
+//     client drops the data member of every error anyway.
+//   - No caller, or a replay store that cannot answer: -32603 in both.
+//   - Caller: ctokenmcp reads the go-sdk's auth.TokenInfo; mcp-go has none,
+//     so the caller comes from the context ([WithCaller]).
+//   - Request state: ctokenmcp has per-handler Seal/Open only; this package
+//     leads with [SecureRequestState], because mcp-go's middleware sees the
+//     plaintext result before it is sent.
+//
+// The codes 1022 ([StateExpired]) and 1023 ([StateInvalid]) are local to
+// ctoken; 1020 and 1021 are the reference protocol's cursor codes.
+//
+// All types are safe for concurrent use.
+package ctokenmcpgo

@@ -1,0 +1,204 @@
+package ctokenmcpgo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// SecureRequestState returns one server option that seals requestState in
+// dispatch for every tool and prompt of the server, and checks it for every
+// resource, so that handlers work with plaintext:
+//
+//   - tools/call and prompts/get: a non-empty incoming requestState is opened
+//     (bound to the caller, to ctoken.MCPTarget(method, name) and, unless
+//     UnboundArgs, to the call's arguments) before the handler runs, and the
+//     handler sees the plaintext; every non-empty requestState of an
+//     input-required result is sealed the same way on its way out.
+//   - resources/read: a non-empty incoming requestState is opened the same
+//     way (target ctoken.MCPTarget("resources/read", uri); the arguments are
+//     not bound, they derive from the URI). mcp-go's resource handlers
+//     return contents, not results, so they cannot ask for input and there
+//     is nothing to seal.
+//
+// A state that does not open is, for a tool, a tool error result made by
+// [ToolResult] (its _meta carries ctokenCode 1022 or 1023); for a prompt or
+// a resource, whose results have no error form, a JSON-RPC error -32603 with
+// the same fixed message. A request without a caller ([ErrNoCaller]) or a
+// replay store that cannot answer ([ErrStoreUnavailable]) is -32603. The
+// reason goes to the logger only.
+//
+// A handler that returns an already sealed state (one that begins with "v1."
+// or "v1e.") is refused with -32603 and logged, so a state is never sealed
+// twice; under this option an application's plaintext state must not begin
+// with those prefixes.
+//
+// A tool or prompt that asks for input the client did not declare it can
+// provide (for example a client on protocol 2025-11-25 without the
+// elicitation capability) gets a clear refusal instead of a failed round
+// trip: a tool error result, or for a prompt a -32603 error, whose message
+// names the missing capability (see [ErrClientCannotAnswer]).
+//
+// Install it once, as the first middleware: server.NewMCPServer(name,
+// version, ctokenmcpgo.SecureRequestState(states), ...). Middleware added
+// before it sees sealed states. It covers the handlers mcp-go runs through
+// its middleware chains; task tools registered with AddTaskTool bypass the
+// tool chain and are not covered.
+func SecureRequestState(st *States) server.ServerOption {
+	return func(s *server.MCPServer) {
+		server.WithToolHandlerMiddleware(st.toolMiddleware)(s)
+		server.WithPromptHandlerMiddleware(st.promptMiddleware)(s)
+		server.WithResourceHandlerMiddleware(st.resourceMiddleware)(s)
+	}
+}
+
+// ErrClientCannotAnswer reports a handler that asked for input (elicitation,
+// sampling or roots) which the client did not declare it can provide. Its
+// wrapped message names the capability and the protocol version.
+var ErrClientCannotAnswer = errors.New("ctokenmcpgo: the client cannot provide the input this request needs")
+
+func (st *States) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		const method = "tools/call"
+		args := toolArgs(req.Params)
+		if wire := req.Params.RequestState; wire != "" {
+			plain, err := st.open(ctx, method, req.Params.Name, args, wire)
+			if err != nil {
+				return ToolResult(err)
+			}
+			req.Params.RequestState = plain
+		}
+		res, err := next(ctx, req)
+		if err != nil || !res.NeedsInput() {
+			return res, err
+		}
+		if err := cannotAnswer(ctx, req.Header, res.InputRequests); err != nil {
+			st.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: client cannot provide input",
+				slog.String("method", method), slog.String("name", req.Params.Name), slog.String("error", err.Error()))
+			return mcp.NewToolResultError(err.Error()), nil
+		}
+		if res.RequestState == "" {
+			return res, nil
+		}
+		sealed, err := st.sealOut(ctx, method, req.Params.Name, args, res.RequestState)
+		if err != nil {
+			return nil, err
+		}
+		out := *res // the handler's result may be shared
+		out.RequestState = sealed
+		return &out, nil
+	}
+}
+
+func (st *States) promptMiddleware(next server.PromptHandlerFunc) server.PromptHandlerFunc {
+	return func(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		const method = "prompts/get"
+		args := promptArgs(req.Params)
+		if wire := req.Params.RequestState; wire != "" {
+			plain, err := st.open(ctx, method, req.Params.Name, args, wire)
+			if err != nil {
+				return nil, err
+			}
+			req.Params.RequestState = plain
+		}
+		res, err := next(ctx, req)
+		if err != nil || !res.NeedsInput() {
+			return res, err
+		}
+		if err := cannotAnswer(ctx, req.Header, res.InputRequests); err != nil {
+			st.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: client cannot provide input",
+				slog.String("method", method), slog.String("name", req.Params.Name), slog.String("error", err.Error()))
+			return nil, err
+		}
+		if res.RequestState == "" {
+			return res, nil
+		}
+		sealed, err := st.sealOut(ctx, method, req.Params.Name, args, res.RequestState)
+		if err != nil {
+			return nil, err
+		}
+		out := *res
+		out.RequestState = sealed
+		return &out, nil
+	}
+}
+
+func (st *States) resourceMiddleware(next server.ResourceHandlerFunc) server.ResourceHandlerFunc {
+	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		if wire := req.Params.RequestState; wire != "" {
+			plain, err := st.open(ctx, "resources/read", req.Params.URI, emptyArgs, wire)
+			if err != nil {
+				return nil, err
+			}
+			req.Params.RequestState = plain
+		}
+		return next(ctx, req)
+	}
+}
+
+// sealOut seals a handler's outgoing state, refusing one already sealed.
+func (st *States) sealOut(ctx context.Context, method, name string, args any, state string) (string, error) {
+	if strings.HasPrefix(state, "v1.") || strings.HasPrefix(state, "v1e.") {
+		st.log.LogAttrs(ctx, slog.LevelError, "ctokenmcpgo: handler returned a sealed requestState",
+			slog.String("method", method), slog.String("name", name))
+		return "", errSealed
+	}
+	return st.seal(ctx, method, name, args, state)
+}
+
+// cannotAnswer returns an ErrClientCannotAnswer error when the client of
+// ctx did not declare a capability that one of requests needs. The
+// capabilities are those of the request (protocol 2026-07-28) or of the
+// session (earlier versions); a legacy request without a session (stateless
+// HTTP) can be asked nothing.
+func cannotAnswer(ctx context.Context, header http.Header, requests mcp.InputRequests) error {
+	var caps *mcp.ClientCapabilities
+	version := server.RequestProtocolVersion(ctx)
+	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+		caps = info.ClientCapabilities
+	} else if sess, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo); ok {
+		c := sess.GetClientCapabilities()
+		caps = &c
+	}
+	var missing []string
+	for _, r := range requests {
+		var name string
+		switch r.Method {
+		case mcp.MethodElicitationCreate:
+			if caps == nil || caps.Elicitation == nil {
+				name = "elicitation"
+			}
+		case mcp.MethodSamplingCreateMessage:
+			if caps == nil || caps.Sampling == nil {
+				name = "sampling"
+			}
+		case mcp.MethodListRoots:
+			if caps == nil || caps.Roots == nil {
+				name = "roots"
+			}
+		}
+		if name != "" && !slices.Contains(missing, name) {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	sort.Strings(missing)
+	if version == "" {
+		version = header.Get(mcp.HeaderProtocolVersion) // stateless HTTP: no session
+	}
+	if version == "" {
+		version = "before " + mcp.ProtocolVersion20260728
+	}
+	return fmt.Errorf("%w: this request needs the %s capability, which the client (protocol %s) did not declare",
+		ErrClientCannotAnswer, strings.Join(missing, " and "), version)
+}

@@ -1,0 +1,216 @@
+package ctokenmcpgo
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/ctoken/ctoken"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// StateOptions configures [States]. The zero value is ready to use.
+type StateOptions struct {
+	// Caller finds the authenticated caller, the subject a state is bound
+	// to; nil means ContextCaller.
+	Caller CallerFunc
+	// UnboundArgs turns off binding states to the call's arguments and
+	// seals the application's state as is: with a codec configured with
+	// ctoken.BindSubjectAndTool this is exactly what the reference D
+	// dispatch seals (subject and method "\x00" name). Set it only to share
+	// states with another implementation; by default a client that keeps a
+	// state but changes the arguments of the retried call is refused.
+	UnboundArgs bool
+	// Logger receives one record per rejected state, with the method, the
+	// name and ctoken's log-safe reason (never the state). Nil discards them.
+	Logger *slog.Logger
+}
+
+// States seals and opens the requestState of multi round-trip requests
+// (SEP-2322): per handler with [States.SealTool] and [States.OpenTool], or
+// for a whole server with [SecureRequestState]. It is safe for concurrent
+// use.
+type States struct {
+	codec       *ctoken.RequestStateCodec
+	caller      CallerFunc
+	unboundArgs bool
+	log         *slog.Logger
+}
+
+// NewStates returns States that seal with codec. opts may be nil; a nil
+// codec is an error. For the binding to the tool, prompt or resource to take
+// effect, configure codec with ctoken.BindSubjectAndTool; with
+// ctoken.BindSubject a state is bound to the caller and (by default) the
+// arguments only.
+func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, error) {
+	if codec == nil {
+		return nil, errors.New("ctokenmcpgo: NewStates: nil codec")
+	}
+	s := &States{codec: codec, caller: ContextCaller}
+	if opts != nil {
+		if opts.Caller != nil {
+			s.caller = opts.Caller
+		}
+		s.unboundArgs = opts.UnboundArgs
+		s.log = opts.Logger
+	}
+	s.log = logger(s.log)
+	return s, nil
+}
+
+// envelope is what States seals when arguments are bound: the fingerprint
+// of the call's arguments and the application's state. It is the same text
+// package ctokenmcp seals.
+type envelope struct {
+	Args  string `json:"a"`
+	State string `json:"s"`
+}
+
+// emptyArgs stands for absent arguments.
+var emptyArgs = json.RawMessage("{}")
+
+// toolArgs returns the arguments of a tools/call as the client sent them;
+// absent arguments are {}.
+func toolArgs(p mcp.CallToolParams) any {
+	if len(bytes.TrimSpace(p.RawArguments)) > 0 {
+		return json.RawMessage(p.RawArguments)
+	}
+	if p.Arguments == nil {
+		return emptyArgs
+	}
+	return p.Arguments
+}
+
+// promptArgs returns the arguments of a prompts/get; absent arguments are {}.
+func promptArgs(p mcp.GetPromptParams) any {
+	if p.Arguments == nil {
+		return emptyArgs
+	}
+	return p.Arguments
+}
+
+// errSealed reports a handler that sealed its state itself under
+// SecureRequestState.
+var errSealed = errors.New("ctokenmcpgo: the handler returned a requestState that is already sealed (v1./v1e.); under SecureRequestState handlers return plaintext")
+
+// seal seals state for the caller of ctx and ctoken.MCPTarget(method, name),
+// bound to args unless UnboundArgs is set.
+func (s *States) seal(ctx context.Context, method, name string, args any, state string) (string, error) {
+	subject, err := caller(ctx, s.caller, s.log)
+	if err != nil {
+		return "", err
+	}
+	plain := state
+	if !s.unboundArgs {
+		// The codec refuses a state that is not UTF-8; json.Marshal would
+		// replace its bytes and seal an altered state.
+		if !utf8.ValidString(state) {
+			return "", errors.New("ctokenmcpgo: state is not valid UTF-8")
+		}
+		fp, err := ctoken.ArgsFingerprint(args)
+		if err != nil {
+			return "", fmt.Errorf("ctokenmcpgo: fingerprinting arguments: %w", err)
+		}
+		b, err := json.Marshal(envelope{Args: hex.EncodeToString(fp[:]), State: state})
+		if err != nil {
+			return "", fmt.Errorf("ctokenmcpgo: encoding state: %w", err)
+		}
+		plain = string(b)
+	}
+	return s.codec.Encode(plain, subject, ctoken.MCPTarget(method, name))
+}
+
+var errStateArgs = errors.New("arguments differ from the sealed call")
+
+// open opens the state wire of a request to method/name with args. Errors:
+// ErrNoCaller, ErrStoreUnavailable, or a *Rejection.
+func (s *States) open(ctx context.Context, method, name string, args any, wire string) (string, error) {
+	subject, err := caller(ctx, s.caller, s.log)
+	if err != nil {
+		return "", err
+	}
+	plain, err := s.codec.DecodeContext(ctx, wire, subject, ctoken.MCPTarget(method, name))
+	if err == nil && !s.unboundArgs {
+		plain, err = unwrap(args, plain)
+	}
+	if err == nil {
+		return plain, nil
+	}
+	attrs := []slog.Attr{slog.String("method", method), slog.String("name", name)}
+	if !errors.Is(err, ctoken.ErrStateInvalid) && !errors.Is(err, ctoken.ErrStateExpired) &&
+		!errors.Is(err, ctoken.ErrStateReplayed) && !errors.Is(err, errStateArgs) {
+		// The replay store of a single-use codec failed (full, down, ctx
+		// done): a server problem, and the state was not consumed.
+		s.log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcpgo: request state store failed",
+			append(attrs, slog.String("error", err.Error()))...)
+		return "", ErrStoreUnavailable
+	}
+	reason := ctoken.Reason(err)
+	if reason == "" {
+		reason = err.Error() // ErrStateReplayed or errStateArgs: fixed texts
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: request state rejected", append(attrs, slog.String("reason", reason))...)
+	if errors.Is(err, ctoken.ErrStateExpired) {
+		return "", stateExpired
+	}
+	return "", stateInvalid
+}
+
+// unwrap checks the envelope of an authentic state against args.
+func unwrap(args any, plain string) (string, error) {
+	dec := json.NewDecoder(strings.NewReader(plain))
+	dec.DisallowUnknownFields()
+	var env envelope
+	if err := dec.Decode(&env); err != nil || dec.More() {
+		return "", errStateArgs
+	}
+	sealed, err := hex.DecodeString(env.Args)
+	if err != nil {
+		return "", errStateArgs
+	}
+	fp, err := ctoken.ArgsFingerprint(args)
+	if err != nil || subtle.ConstantTimeCompare(sealed, fp[:]) != 1 {
+		return "", errStateArgs
+	}
+	return env.State, nil
+}
+
+// SealTool returns the requestState to send with an input-required result
+// of req: state sealed by the codec for the authenticated caller and
+// ctoken.MCPTarget("tools/call", name), and bound to req's arguments unless
+// UnboundArgs is set. state must be valid UTF-8. A request without an
+// authenticated caller is [ErrNoCaller]. Do not combine with
+// [SecureRequestState], which seals every outgoing state itself.
+func (s *States) SealTool(ctx context.Context, req mcp.CallToolRequest, state string) (string, error) {
+	return s.seal(ctx, "tools/call", req.Params.Name, toolArgs(req.Params), state)
+}
+
+// OpenTool returns the state the client echoed in req.Params.RequestState.
+// When the request carries no state it returns "", false, nil: the first
+// round of the call.
+//
+// A state that does not open, including one sealed for another caller, for
+// another tool, for other arguments, with another key, edited, expired or
+// (single-use codec) presented again, is a [*Rejection] with code 1022
+// (expired) or 1023 (invalid), and no part of it is returned; hand the error
+// to [ToolResult]. A request without a caller is [ErrNoCaller]; a replay
+// store that cannot answer is [ErrStoreUnavailable] and leaves the state
+// unconsumed.
+func (s *States) OpenTool(ctx context.Context, req mcp.CallToolRequest) (state string, ok bool, err error) {
+	wire := req.Params.RequestState
+	if wire == "" {
+		return "", false, nil
+	}
+	plain, err := s.open(ctx, "tools/call", req.Params.Name, toolArgs(req.Params), wire)
+	if err != nil {
+		return "", false, err
+	}
+	return plain, true, nil
+}
