@@ -1,0 +1,292 @@
+package ctokenmcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/ctoken/ctoken"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The methods whose params and input-required results carry a
+// requestState (protocol 2026-07-28, go-sdk v1.8.0).
+const (
+	methodCallTool     = "tools/call"
+	methodGetPrompt    = "prompts/get"
+	methodReadResource = "resources/read"
+)
+
+// SecureRequestState installs, on server, receiving middleware that seals
+// and opens the requestState of every multi round-trip request (SEP-2322)
+// with codec, so that handlers work with plaintext state and no handler can
+// forget to protect it. It covers tools/call, prompts/get and
+// resources/read, the three methods that carry requestState in go-sdk
+// v1.8.0. opts may be nil; it is read as for [NewStates].
+//
+// On the way in, a non-empty requestState is opened for the authenticated
+// caller (opts.Caller) and ctoken.MCPTarget(method, name), where name is
+// the tool or prompt name or the resource URI, and, unless
+// opts.UnboundArgs is set, checked against the fingerprint of the call's
+// arguments (a tool's arguments, a prompt's arguments, {} for a resource).
+// The handler then sees the plaintext in its params' RequestState. A state
+// that does not open never reaches the handler: the client gets JSON-RPC
+// error -32602 with {"ctokenCode":1022} ([StateExpired]) or
+// {"ctokenCode":1023} ([StateInvalid]) in data, and the reason goes to
+// opts.Logger only. A request without an authenticated caller, and a
+// replay store (single-use codec) that cannot answer, are -32603.
+//
+// On the way out, a non-empty RequestState of the handler's result is
+// sealed with the same binding (to the arguments of the call that produced
+// it) before the result is sent; the client only ever sees v1. or v1e.
+// strings. A handler must return plaintext: a result whose RequestState
+// already begins with "v1." or "v1e." (a handler that sealed it itself with
+// [States.Seal]) is refused with -32603 and logged, rather than sealed
+// twice, and so is a plaintext state that happens to begin that way.
+//
+// A client on a protocol before 2026-07-28 is asked for input by the SDK
+// itself, in process, and the handler is called again with the plaintext
+// state, which never leaves the server. When that client cannot answer (a
+// 2025-11-25 client over stateless streamable HTTP, or one that declared
+// no elicitation capability), the SDK's failure is replaced by the
+// JSON-RPC error mcp.CodeMissingRequiredClientCapabilities (-32021) whose
+// message begins "input required: the client cannot answer this server's
+// input requests" and says what the client lacks; its data names the
+// elicitation capability (go-sdk checks that one before it sends an input
+// request; sampling and roots are deprecated in 2026-07-28), though over
+// stateless HTTP only protocol 2026-07-28 lets such a client answer.
+//
+// codec must bind states to the tool (ctoken.BindSubjectAndTool);
+// SecureRequestState checks this by sealing and opening a probe state and
+// refuses any other codec. With opts.UnboundArgs set and such a codec, a
+// state is sealed exactly as the reference D dispatch seals it (subject,
+// method "\x00" name, no argument wrapper), so a mixed fleet shares states.
+//
+// Install it once, before serving. Handlers of a secured server must not
+// call [States.Open] or [States.Seal] (their per-handler counterparts); use
+// one or the other.
+func SecureRequestState(server *mcp.Server, codec *ctoken.RequestStateCodec, opts *StateOptions) error {
+	if server == nil {
+		return errors.New("ctokenmcp: SecureRequestState: nil server")
+	}
+	if err := requireToolBinding(codec); err != nil {
+		return err
+	}
+	s, err := NewStates(codec, opts)
+	if err != nil {
+		return err
+	}
+	server.AddReceivingMiddleware(s.middleware)
+	return nil
+}
+
+// requireToolBinding refuses a codec that does not bind states to the tool:
+// a state sealed for one target must not open for another. The probe is
+// refused before any replay-store claim, so a single-use codec's store is
+// not touched.
+func requireToolBinding(codec *ctoken.RequestStateCodec) error {
+	if codec == nil {
+		return errors.New("ctokenmcp: SecureRequestState: nil codec")
+	}
+	const subject = "ctokenmcp-probe"
+	wire, err := codec.Encode("", subject, ctoken.MCPTarget(methodCallTool, "a"))
+	if err != nil {
+		return fmt.Errorf("ctokenmcp: SecureRequestState: codec cannot seal: %w", err)
+	}
+	if _, err := codec.Decode(wire, subject, ctoken.MCPTarget(methodCallTool, "b")); err == nil {
+		return errors.New("ctokenmcp: SecureRequestState: codec does not bind states to the tool; configure it with ctoken.BindSubjectAndTool")
+	}
+	return nil
+}
+
+// cannotProvideInput begins the message of the -32021 error a client on a
+// protocol before 2026-07-28 gets when a handler needs input it cannot give.
+const cannotProvideInput = "input required: the client cannot answer this server's input requests"
+
+// mrtrCall is the part of a request that carries a requestState, in
+// SDK-independent terms.
+type mrtrCall struct {
+	name  string // tool or prompt name, or resource URI
+	args  []byte // JSON text of the arguments, nil when absent
+	state string
+}
+
+// callOf extracts the requestState-carrying part of req for method, or
+// ok == false when req is not a request this middleware handles.
+func callOf(method string, req mcp.Request) (c mrtrCall, ok bool, err error) {
+	switch r := req.(type) {
+	case *mcp.CallToolRequest:
+		if method != methodCallTool || r.Params == nil {
+			return c, false, nil
+		}
+		return mrtrCall{name: r.Params.Name, args: r.Params.Arguments, state: r.Params.RequestState}, true, nil
+	case *mcp.GetPromptRequest:
+		if method != methodGetPrompt || r.Params == nil {
+			return c, false, nil
+		}
+		c = mrtrCall{name: r.Params.Name, state: r.Params.RequestState}
+		if r.Params.Arguments != nil {
+			if c.args, err = json.Marshal(r.Params.Arguments); err != nil {
+				return c, false, err
+			}
+		}
+		return c, true, nil
+	case *mcp.ReadResourceRequest:
+		if method != methodReadResource || r.Params == nil {
+			return c, false, nil
+		}
+		return mrtrCall{name: r.Params.URI, state: r.Params.RequestState}, true, nil
+	}
+	return c, false, nil
+}
+
+// withState returns a copy of req whose params carry state as
+// RequestState. The caller's request and params are not modified.
+func withState(req mcp.Request, state string) mcp.Request {
+	switch r := req.(type) {
+	case *mcp.CallToolRequest:
+		p := *r.Params
+		p.RequestState = state
+		cp := *r
+		cp.Params = &p
+		return &cp
+	case *mcp.GetPromptRequest:
+		p := *r.Params
+		p.RequestState = state
+		cp := *r
+		cp.Params = &p
+		return &cp
+	case *mcp.ReadResourceRequest:
+		p := *r.Params
+		p.RequestState = state
+		cp := *r
+		cp.Params = &p
+		return &cp
+	}
+	return req
+}
+
+// resultState returns the RequestState of a result of the three methods,
+// and a function returning a copy of the result carrying another state.
+func resultState(res mcp.Result) (string, func(string) mcp.Result) {
+	switch r := res.(type) {
+	case *mcp.CallToolResult:
+		if r != nil && r.RequestState != "" {
+			return r.RequestState, func(s string) mcp.Result { cp := *r; cp.RequestState = s; return &cp }
+		}
+	case *mcp.GetPromptResult:
+		if r != nil && r.RequestState != "" {
+			return r.RequestState, func(s string) mcp.Result { cp := *r; cp.RequestState = s; return &cp }
+		}
+	case *mcp.ReadResourceResult:
+		if r != nil && r.RequestState != "" {
+			return r.RequestState, func(s string) mcp.Result { cp := *r; cp.RequestState = s; return &cp }
+		}
+	}
+	return "", nil
+}
+
+// looksSealed reports whether state has the prefix of a codec wire format.
+func looksSealed(state string) bool {
+	return strings.HasPrefix(state, "v1.") || strings.HasPrefix(state, "v1e.")
+}
+
+// middleware is the receiving middleware of SecureRequestState.
+func (s *States) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		call, ok, err := callOf(method, req)
+		if err != nil {
+			return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
+		}
+		if !ok {
+			return next(ctx, method, req)
+		}
+		subject := ""
+		if call.state != "" {
+			if subject, err = caller(ctx, s.caller, req, s.log); err != nil {
+				return nil, err
+			}
+			plain, err := s.open(ctx, subject, method, call.name, call.args, call.state)
+			if err != nil {
+				return nil, err
+			}
+			req = withState(req, plain)
+		}
+		res, err := next(ctx, method, req)
+		if err != nil {
+			return res, s.olderClientError(ctx, method, call.name, req, err)
+		}
+		state, replace := resultState(res)
+		if state == "" {
+			return res, nil
+		}
+		if looksSealed(state) {
+			s.log.LogAttrs(ctx, slog.LevelError, "ctokenmcp: handler returned a requestState that is already sealed (or begins with v1. or v1e.); refusing to seal it twice",
+				nameAttr(method, call.name))
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "server error sealing requestState"}
+		}
+		if subject == "" {
+			if subject, err = caller(ctx, s.caller, req, s.log); err != nil {
+				return nil, err
+			}
+		}
+		wire, err := s.seal(subject, ctoken.MCPTarget(method, call.name), call.args, state)
+		if err != nil {
+			s.log.LogAttrs(ctx, slog.LevelError, "ctokenmcp: sealing requestState failed",
+				nameAttr(method, call.name), slog.String("error", err.Error()))
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "server error sealing requestState"}
+		}
+		return replace(wire), nil
+	}
+}
+
+// sdkMRTRPrefix begins every error of go-sdk's own (v1.8.0) multi
+// round-trip handling for clients before protocol 2026-07-28, which fulfils
+// a handler's input requests in process.
+const sdkMRTRPrefix = "multi-round-trip: "
+
+// olderClientError replaces the error go-sdk returns when a client on a
+// protocol before 2026-07-28 cannot fulfil a handler's input requests (sent
+// as JSON-RPC code 0) with -32021 and a message saying what the client
+// lacks. Every other error is returned as is.
+func (s *States) olderClientError(ctx context.Context, method, name string, req mcp.Request, err error) error {
+	if _, ok := err.(*jsonrpc.Error); ok || !strings.HasPrefix(err.Error(), sdkMRTRPrefix) {
+		return err
+	}
+	ss, ok := req.GetSession().(*mcp.ServerSession)
+	if !ok {
+		return err
+	}
+	version, caps := "", (*mcp.ClientCapabilities)(nil)
+	if ip := ss.InitializeParams(); ip != nil {
+		version, caps = ip.ProtocolVersion, ip.Capabilities
+	}
+	if version >= "2026-07-28" {
+		return err
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: client cannot provide input",
+		nameAttr(method, name), slog.String("protocol", version), slog.String("error", err.Error()))
+	return clientLacksInput(version, caps)
+}
+
+// clientLacksInput is the -32021 error for a client on protocol version
+// with capabilities caps that cannot answer input requests.
+func clientLacksInput(version string, caps *mcp.ClientCapabilities) *jsonrpc.Error {
+	lacks := "its connection cannot carry server-to-client requests (stateless HTTP)"
+	if caps == nil || caps.Elicitation == nil {
+		lacks = "it declared no elicitation capability (over stateless HTTP it cannot declare one)"
+	}
+	if version == "" {
+		version = "unknown"
+	}
+	msg := fmt.Sprintf("%s: it speaks MCP %s, where input is asked for with server-to-client requests, and %s; use a client that speaks MCP 2026-07-28",
+		cannotProvideInput, version, lacks)
+	data, _ := json.Marshal(mcp.MissingRequiredClientCapabilityData{
+		RequiredCapabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}},
+	}) // cannot fail
+	return &jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities, Message: msg, Data: data}
+}
