@@ -12,16 +12,19 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// StateOptions configures States. The zero value is ready to use.
+// StateOptions configures [States] and [SecureRequestState]. The zero value
+// is ready to use.
 type StateOptions struct {
 	// Caller finds the authenticated caller, the subject a state is bound
 	// to; nil means TokenUserID.
 	Caller CallerFunc
 	// UnboundArgs turns off binding states to the call's arguments and
-	// seals the application's state as is. Set it only to share states
-	// with another implementation of the ctoken request-state codec; by
-	// default a client that keeps a state but changes the arguments of
-	// the retried call is refused.
+	// seals the application's state as is. It is the interop mode: with a
+	// ctoken.BindSubjectAndTool codec, states are sealed exactly as the
+	// reference D dispatch seals them. Set it only to share states with
+	// another implementation of the request-state codec; by default a
+	// client that keeps a state but changes the arguments of the retried
+	// call is refused.
 	UnboundArgs bool
 	// Logger receives one record per rejected state, with the tool name
 	// and ctoken's log-safe reason (never the state). Nil discards them.
