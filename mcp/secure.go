@@ -110,38 +110,38 @@ const cannotProvideInput = "input required: the client cannot answer this server
 // mrtrCall is the part of a request that carries a requestState, in
 // SDK-independent terms.
 type mrtrCall struct {
-	name  string // tool or prompt name, or resource URI
-	args  []byte // JSON text of the arguments, nil when absent
-	state string
+	name       string            // tool or prompt name, or resource URI
+	args       []byte            // JSON text of a tool's arguments, nil when absent
+	promptArgs map[string]string // a prompt's arguments, encoded on demand
+	state      string
+}
+
+// argsJSON returns the JSON text of the call's arguments (nil: absent).
+func (c *mrtrCall) argsJSON() ([]byte, error) {
+	if c.promptArgs != nil {
+		return json.Marshal(c.promptArgs)
+	}
+	return c.args, nil
 }
 
 // callOf extracts the requestState-carrying part of req for method, or
 // ok == false when req is not a request this middleware handles.
-func callOf(method string, req mcp.Request) (c mrtrCall, ok bool, err error) {
+func callOf(method string, req mcp.Request) (c mrtrCall, ok bool) {
 	switch r := req.(type) {
 	case *mcp.CallToolRequest:
-		if method != methodCallTool || r.Params == nil {
-			return c, false, nil
+		if method == methodCallTool && r.Params != nil {
+			return mrtrCall{name: r.Params.Name, args: r.Params.Arguments, state: r.Params.RequestState}, true
 		}
-		return mrtrCall{name: r.Params.Name, args: r.Params.Arguments, state: r.Params.RequestState}, true, nil
 	case *mcp.GetPromptRequest:
-		if method != methodGetPrompt || r.Params == nil {
-			return c, false, nil
+		if method == methodGetPrompt && r.Params != nil {
+			return mrtrCall{name: r.Params.Name, promptArgs: r.Params.Arguments, state: r.Params.RequestState}, true
 		}
-		c = mrtrCall{name: r.Params.Name, state: r.Params.RequestState}
-		if r.Params.Arguments != nil {
-			if c.args, err = json.Marshal(r.Params.Arguments); err != nil {
-				return c, false, err
-			}
-		}
-		return c, true, nil
 	case *mcp.ReadResourceRequest:
-		if method != methodReadResource || r.Params == nil {
-			return c, false, nil
+		if method == methodReadResource && r.Params != nil {
+			return mrtrCall{name: r.Params.URI, state: r.Params.RequestState}, true
 		}
-		return mrtrCall{name: r.Params.URI, state: r.Params.RequestState}, true, nil
 	}
-	return c, false, nil
+	return c, false
 }
 
 // withState returns a copy of req whose params carry state as
@@ -198,19 +198,23 @@ func looksSealed(state string) bool {
 // middleware is the receiving middleware of SecureRequestState.
 func (s *States) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		call, ok, err := callOf(method, req)
-		if err != nil {
-			return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
-		}
+		call, ok := callOf(method, req)
 		if !ok {
 			return next(ctx, method, req)
 		}
-		subject := ""
+		var (
+			subject string
+			args    []byte
+			err     error
+		)
 		if call.state != "" {
 			if subject, err = caller(ctx, s.caller, req, s.log); err != nil {
 				return nil, err
 			}
-			plain, err := s.open(ctx, subject, method, call.name, call.args, call.state)
+			if args, err = call.argsJSON(); err != nil {
+				return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
+			}
+			plain, err := s.open(ctx, subject, method, call.name, args, call.state)
 			if err != nil {
 				return nil, err
 			}
@@ -233,8 +237,11 @@ func (s *States) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if subject, err = caller(ctx, s.caller, req, s.log); err != nil {
 				return nil, err
 			}
+			if args, err = call.argsJSON(); err != nil {
+				return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
+			}
 		}
-		wire, err := s.seal(subject, ctoken.MCPTarget(method, call.name), call.args, state)
+		wire, err := s.seal(subject, ctoken.MCPTarget(method, call.name), args, state)
 		if err != nil {
 			s.log.LogAttrs(ctx, slog.LevelError, "ctokenmcp: sealing requestState failed",
 				nameAttr(method, call.name), slog.String("error", err.Error()))
