@@ -860,3 +860,33 @@ func BenchmarkSecuredRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSecureMiddleware measures the middleware alone around a stub
+// handler: round one seals the handler's state, round two opens it.
+func BenchmarkSecureMiddleware(b *testing.B) {
+	f := newFleet(b, 1, "s1")
+	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	next := func(_ context.Context, _ string, req mcp.Request) (mcp.Result, error) {
+		if req.(*mcp.CallToolRequest).Params.RequestState == "" {
+			return &mcp.CallToolResult{InputRequests: question("q1"), RequestState: "step1|prod"}, nil
+		}
+		return &mcp.CallToolResult{}, nil
+	}
+	h := states.middleware(next)
+	ctx := context.Background()
+	args := json.RawMessage(`{"target":"prod"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := h(ctx, "tools/call", &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "steps", Arguments: args}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := res.(*mcp.CallToolResult).RequestState
+		if _, err := h(ctx, "tools/call", &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "steps", Arguments: args, RequestState: st}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
