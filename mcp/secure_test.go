@@ -349,11 +349,31 @@ func (failingStore) Claim(context.Context, string, time.Time) (bool, error) {
 // method, and checks what the client is told and that the handler never
 // ran with them.
 func TestSecuredStateRejections(t *testing.T) {
+	for _, transport := range []string{"in memory", "streamable HTTP"} {
+		t.Run(transport, func(t *testing.T) { testSecuredStateRejections(t, transport == "in memory") })
+	}
+}
+
+func testSecuredStateRejections(t *testing.T, inMemory bool) {
 	f := newFleet(t, 1, "s1")
 	log := &syncBuffer{}
-	aliceSrv, aliceSeen := securedServer(t, f.codec, FixedCaller("alice"), nil, log)
-	bobSrv, bobSeen := securedServer(t, f.codec, FixedCaller("bob"), nil, log)
-	alice, bob := connect(t, aliceSrv, manual), connect(t, bobSrv, manual)
+	var (
+		alice, bob         *mcp.ClientSession
+		aliceSeen, bobSeen *seenStates
+	)
+	if inMemory {
+		var aliceSrv, bobSrv *mcp.Server
+		aliceSrv, aliceSeen = securedServer(t, f.codec, FixedCaller("alice"), nil, log)
+		bobSrv, bobSeen = securedServer(t, f.codec, FixedCaller("bob"), nil, log)
+		alice, bob = connect(t, aliceSrv, manual), connect(t, bobSrv, manual)
+	} else {
+		var srv *mcp.Server
+		srv, aliceSeen = securedServer(t, f.codec, TokenUserID, nil, log)
+		bobSeen = &seenStates{}
+		endpoint := httpEndpoint(t, srv)
+		alice, _ = connectHTTP(t, endpoint, "alice-token", manual, nil)
+		bob, _ = connectHTTP(t, endpoint, "bob-token", manual, nil)
+	}
 	ctx := context.Background()
 	first, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "steps", Arguments: stepIn{Target: "prod"}})
 	if err != nil {
@@ -365,8 +385,14 @@ func TestSecuredStateRejections(t *testing.T) {
 		t.Fatal(err)
 	}
 	pst := prompt.RequestState
+	// Edit one base64url character into another, as a client editing the
+	// state would, so that the ciphertext (not the framing) is what fails.
 	flipped := []byte(st)
-	flipped[len(st)/2] ^= 1
+	if flipped[len(st)/2] == 'A' {
+		flipped[len(st)/2] = 'B'
+	} else {
+		flipped[len(st)/2] = 'A'
+	}
 	beforeA, beforeB := len(aliceSeen.all()), len(bobSeen.all())
 	type call func() error
 	tool := func(cs *mcp.ClientSession, name, target, state string) call {
@@ -889,4 +915,49 @@ func BenchmarkSecureMiddleware(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzSecureMiddlewareOpen sends arbitrary requestState and arguments
+// through the middleware: a state it did not seal for these arguments must
+// never reach the handler, and nothing may panic.
+func FuzzSecureMiddlewareOpen(f *testing.F) {
+	fl := newFleet(f, 1, "s1")
+	states, err := NewStates(fl.codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	reached := false
+	next := func(_ context.Context, _ string, req mcp.Request) (mcp.Result, error) {
+		if req.(*mcp.CallToolRequest).Params.RequestState != "" {
+			reached = true
+		}
+		return &mcp.CallToolResult{}, nil
+	}
+	h := states.middleware(next)
+	seed, err := states.seal("alice", ctoken.MCPTarget("tools/call", "steps"), []byte(`{"target":"x"}`), "state")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed, `{"target":"y"}`)
+	f.Add(seed, `{"target":"x"} `)
+	f.Add("v1e.AAAA", `{}`)
+	f.Add("v1.e30.AAAA", `null`)
+	f.Fuzz(func(t *testing.T, wire, args string) {
+		reached = false
+		_, err := h(context.Background(), "tools/call", &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "steps", Arguments: json.RawMessage(args), RequestState: wire}})
+		// Only an authentic state for this caller and tool, carrying the
+		// fingerprint of these arguments, may reach the handler. (The seed
+		// differs in each fuzz worker: the state is encrypted afresh.)
+		authentic := false
+		if plain, derr := fl.codec.Decode(wire, "alice", ctoken.MCPTarget("tools/call", "steps")); derr == nil {
+			_, uerr := unwrapArgs([]byte(args), plain)
+			authentic = uerr == nil
+		}
+		if wire != "" && !authentic && (err == nil || reached) {
+			t.Fatalf("a state that should not open reached the handler: err %v", err)
+		}
+		if authentic && (err != nil || !reached) {
+			t.Fatalf("an authentic state was refused: %v", err)
+		}
+	})
 }
