@@ -50,15 +50,15 @@ const (
 //
 // A client on a protocol before 2026-07-28 is asked for input by the SDK
 // itself, in process, and the handler is called again with the plaintext
-// state, which never leaves the server. When that client cannot answer (a
-// 2025-11-25 client over stateless streamable HTTP, or one that declared
-// no elicitation capability), the SDK's failure is replaced by the
-// JSON-RPC error mcp.CodeMissingRequiredClientCapabilities (-32021) whose
-// message begins "input required: the client cannot answer this server's
-// input requests" and says what the client lacks; its data names the
-// elicitation capability (go-sdk checks that one before it sends an input
-// request; sampling and roots are deprecated in 2026-07-28), though over
-// stateless HTTP only protocol 2026-07-28 lets such a client answer.
+// state, which never leaves the server. When that client declared no
+// elicitation capability (a 2025-11-25 client over stateless streamable
+// HTTP never can), the SDK's failure, sent as JSON-RPC code 0, is replaced
+// by the error mcp.CodeMissingRequiredClientCapabilities (-32021) with data
+// {"requiredCapabilities":{"elicitation":{}}} and a message that begins
+// "input required: the client cannot answer this server's input requests"
+// and says what the client lacks; a client that has the capability but
+// whose answer fails gets -32603. The failure is recognised by the text
+// go-sdk v1.8.0 gives it ("multi-round-trip: ..."); the tests pin it.
 //
 // codec must bind states to the tool (ctoken.BindSubjectAndTool);
 // SecureRequestState checks this by sealing and opening a probe state and
@@ -256,10 +256,13 @@ func (s *States) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 // a handler's input requests in process.
 const sdkMRTRPrefix = "multi-round-trip: "
 
-// olderClientError replaces the error go-sdk returns when a client on a
-// protocol before 2026-07-28 cannot fulfil a handler's input requests (sent
-// as JSON-RPC code 0) with -32021 and a message saying what the client
-// lacks. Every other error is returned as is.
+// olderClientError replaces the error go-sdk returns (as JSON-RPC code 0)
+// when it cannot fulfil a handler's input requests in process for a client
+// on a protocol before 2026-07-28: a client that declared no elicitation
+// capability (always the case over stateless HTTP, where the SDK knows no
+// capabilities) gets -32021 saying what it lacks; a client that has the
+// capability but whose answer failed gets -32603. Every other error is
+// returned as is.
 func (s *States) olderClientError(ctx context.Context, method, name string, req mcp.Request, err error) error {
 	if _, ok := err.(*jsonrpc.Error); ok || !strings.HasPrefix(err.Error(), sdkMRTRPrefix) {
 		return err
@@ -277,21 +280,22 @@ func (s *States) olderClientError(ctx context.Context, method, name string, req 
 	}
 	s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: client cannot provide input",
 		nameAttr(method, name), slog.String("protocol", version), slog.String("error", err.Error()))
-	return clientLacksInput(version, caps)
+	if caps != nil && caps.Elicitation != nil {
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "input required: asking the client for input failed"}
+	}
+	return clientLacksInput(version)
 }
 
 // clientLacksInput is the -32021 error for a client on protocol version
-// with capabilities caps that cannot answer input requests.
-func clientLacksInput(version string, caps *mcp.ClientCapabilities) *jsonrpc.Error {
-	lacks := "its connection cannot carry server-to-client requests (stateless HTTP)"
-	if caps == nil || caps.Elicitation == nil {
-		lacks = "it declared no elicitation capability (over stateless HTTP it cannot declare one)"
-	}
+// that declared no elicitation capability.
+func clientLacksInput(version string) *jsonrpc.Error {
 	if version == "" {
 		version = "unknown"
 	}
-	msg := fmt.Sprintf("%s: it speaks MCP %s, where input is asked for with server-to-client requests, and %s; use a client that speaks MCP 2026-07-28",
-		cannotProvideInput, version, lacks)
+	msg := fmt.Sprintf("%s: it speaks MCP %s and declared no elicitation capability "+
+		"(over stateless HTTP it cannot); use a client that speaks MCP 2026-07-28, "+
+		"or one that declares elicitation on a stateful connection",
+		cannotProvideInput, version)
 	data, _ := json.Marshal(mcp.MissingRequiredClientCapabilityData{
 		RequiredCapabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}},
 	}) // cannot fail

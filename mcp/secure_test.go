@@ -961,3 +961,54 @@ func FuzzSecureMiddlewareOpen(f *testing.F) {
 		}
 	})
 }
+
+// TestSecuredOlderClientWhoseAnswerFailsGetsInternalError: a 2025-11-25
+// client that declared elicitation but failed to answer lacks nothing; it
+// gets -32603, not code 0 and not -32021.
+func TestSecuredOlderClientWhoseAnswerFailsGetsInternalError(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	s, _ := securedServer(t, f.codec, FixedCaller("alice"), nil, nil)
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := s.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	failing := &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return nil, errors.New("user interface crashed")
+	}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "old", Version: "v0"}, failing).Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	_, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "steps", Arguments: stepIn{Target: "prod"}})
+	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+}
+
+// TestSDKFailsOlderClientsWithCodeZero pins the go-sdk behaviour the
+// middleware corrects: without it, a 2025-11-25 client without elicitation
+// gets code 0 and a message beginning with sdkMRTRPrefix. If a go-sdk
+// upgrade changes that, this test says the mapping needs another look.
+func TestSDKFailsOlderClientsWithCodeZero(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "bare", Version: "v0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "ask"}, func(context.Context, *mcp.CallToolRequest, stepIn) (*mcp.CallToolResult, stepOut, error) {
+		return &mcp.CallToolResult{InputRequests: question("q"), RequestState: "s"}, stepOut{}, nil
+	})
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := s.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "old", Version: "v0"}, nil).Connect(context.Background(), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	_, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "ask", Arguments: stepIn{}})
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || we.Code != 0 || !strings.HasPrefix(we.Message, sdkMRTRPrefix) {
+		t.Errorf("go-sdk now answers %v; revisit olderClientError", err)
+	}
+}
