@@ -71,15 +71,6 @@ type errorData struct {
 	Code int `json:"ctokenCode"`
 }
 
-// Codes in the data member of a rejected request state's -32602 error.
-// Cursors use ctoken.CodeCursorExpired and ctoken.CodeCursorInvalid.
-const (
-	// StateExpired tells the client to call again without the state.
-	StateExpired = 1022
-	// StateInvalid reports a state that was refused as invalid.
-	StateInvalid = 1023
-)
-
 // invalidParams returns the -32602 error for a rejected token.
 func invalidParams(message string, code int) *jsonrpc.Error {
 	data, _ := json.Marshal(errorData{Code: code}) // cannot fail

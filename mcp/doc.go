@@ -1,7 +1,19 @@
 // Package ctokenmcp connects ctoken to the Go MCP SDK
-// (github.com/modelcontextprotocol/go-sdk): signed continuation cursors for
-// paginated tools, and a sealed requestState for multi round-trip requests
-// (MRTR, SEP-2322).
+// (github.com/modelcontextprotocol/go-sdk): a sealed requestState for multi
+// round-trip requests (MRTR, SEP-2322), and signed continuation cursors for
+// paginated tools.
+//
+// One call secures the requestState of a whole server:
+//
+//	codec, _ := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
+//		Keys: keys, Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool,
+//	})
+//	err := ctokenmcp.SecureRequestState(server, codec, nil)
+//
+// From then on every tool, prompt and resource handler of server returns
+// and receives its requestState as plaintext; the middleware seals it on
+// the way out and opens and checks it on the way in (see
+// [SecureRequestState]).
 //
 // The package lives in the nested module github.com/ctoken/ctoken/mcp so
 // that the root ctoken module does not depend on the SDK. Its name is
@@ -30,9 +42,25 @@
 //
 // # Request state
 //
-// States wraps a ctoken.RequestStateCodec. A tool that needs input from the
-// user returns a CallToolResult with InputRequests and a RequestState sealed
-// by States.Seal; the SDK (v1.8.0 and later) sends it as an input_required
+// [SecureRequestState] installs go-sdk receiving middleware covering
+// tools/call, prompts/get and resources/read, the methods that carry
+// requestState in go-sdk v1.8.0 (protocol 2026-07-28). A state is bound to
+// the caller, to ctoken.MCPTarget(method, name-or-uri) and, by default, to
+// the fingerprint of the call's arguments. A state that does not open is
+// JSON-RPC error -32602 and never reaches the handler; a replay store that
+// cannot answer is -32603. A client before protocol 2026-07-28 that cannot
+// be asked for input (for example over stateless HTTP) gets -32021
+// (mcp.CodeMissingRequiredClientCapabilities) with a message saying what it
+// lacks, instead of the SDK's JSON-RPC error with code 0.
+//
+// With StateOptions.UnboundArgs and a ctoken.BindSubjectAndTool codec, the
+// middleware seals exactly as the reference D dispatch does (subject, method
+// "\x00" name, no argument wrapper): the interop mode for a mixed fleet.
+//
+// The per-handler API stays for handlers that want it: States wraps a
+// ctoken.RequestStateCodec. A tool that needs input from the user returns a
+// CallToolResult with InputRequests and a RequestState sealed by
+// States.Seal; the SDK (v1.8.0 and later) sends it as an input_required
 // result, the client fulfils the requests and retries the call echoing the
 // state, and States.Open checks it: bound to the caller (subject), to
 // ctoken.MCPTarget("tools/call", name) and, unless disabled, to the
@@ -42,10 +70,12 @@
 // failing replay store of a single-use codec is -32603: the state was not
 // consumed).
 //
-// With the argument binding (the default), the text States hands the codec
+// With the argument binding (the default), the text States (and the
+// middleware) hands the codec
 // is the JSON object {"a":<hex SHA-256 ArgsFingerprint of the call's
-// arguments, absent arguments taken as {}>,"s":<the application's state as
-// a JSON string>}; with StateOptions.UnboundArgs it is the application's
+// arguments, absent arguments taken as {}; a prompt's arguments object; {}
+// for a resource>,"s":<the application's state as a JSON string>}; with
+// StateOptions.UnboundArgs it is the application's
 // state itself. Either way the codec's wire format (v1. or v1e.) is
 // unchanged, so the CLI's "ctoken verify" opens these states.
 //

@@ -1,31 +1,30 @@
 package ctokenmcp
 
 import (
-	"bytes"
 	"context"
-	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"unicode/utf8"
 
 	"github.com/ctoken/ctoken"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// StateOptions configures States. The zero value is ready to use.
+// StateOptions configures [States] and [SecureRequestState]. The zero value
+// is ready to use.
 type StateOptions struct {
 	// Caller finds the authenticated caller, the subject a state is bound
 	// to; nil means TokenUserID.
 	Caller CallerFunc
 	// UnboundArgs turns off binding states to the call's arguments and
-	// seals the application's state as is. Set it only to share states
-	// with another implementation of the ctoken request-state codec; by
-	// default a client that keeps a state but changes the arguments of
-	// the retried call is refused.
+	// seals the application's state as is. It is the interop mode: with a
+	// ctoken.BindSubjectAndTool codec, states are sealed exactly as the
+	// reference D dispatch seals them. Set it only to share states with
+	// another implementation of the request-state codec; by default a
+	// client that keeps a state but changes the arguments of the retried
+	// call is refused.
 	UnboundArgs bool
 	// Logger receives one record per rejected state, with the tool name
 	// and ctoken's log-safe reason (never the state). Nil discards them.
@@ -62,27 +61,15 @@ func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, er
 	return s, nil
 }
 
-// envelope is what States seals when arguments are bound: the fingerprint
-// of the call's arguments and the application's state.
-type envelope struct {
-	Args  string `json:"a"`
-	State string `json:"s"`
-}
-
-// argsOf fingerprints the raw arguments of req; absent arguments are {}.
-func argsOf(req *mcp.CallToolRequest) (ctoken.Fingerprint, error) {
-	raw := req.Params.Arguments
-	if len(bytes.TrimSpace(raw)) == 0 {
-		raw = json.RawMessage("{}")
-	}
-	return ctoken.ArgsFingerprint(raw)
-}
+// toolArgs returns the raw arguments of a tools/call request.
+func toolArgs(req *mcp.CallToolRequest) []byte { return req.Params.Arguments }
 
 // Seal returns the requestState to send with an input-required result of
 // req: state sealed by the codec for the authenticated caller and
 // ctoken.MCPTarget("tools/call", name), and bound to req's arguments unless
-// UnboundArgs is set. state must be valid UTF-8, as for the codec. A request without an authenticated caller is a
-// *jsonrpc.Error with code -32603 (internal error); return it unwrapped.
+// UnboundArgs is set. state must be valid UTF-8, as for the codec. A
+// request without an authenticated caller is a *jsonrpc.Error with code
+// -32603 (internal error); return it unwrapped.
 func (s *States) Seal(ctx context.Context, req *mcp.CallToolRequest, state string) (string, error) {
 	if req == nil || req.Params == nil {
 		return "", errors.New("ctokenmcp: nil request")
@@ -91,27 +78,24 @@ func (s *States) Seal(ctx context.Context, req *mcp.CallToolRequest, state strin
 	if err != nil {
 		return "", err
 	}
-	plain := state
-	if !s.unboundArgs {
-		// The codec refuses a state that is not UTF-8; json.Marshal would
-		// replace its bytes and seal an altered state.
-		if !utf8.ValidString(state) {
-			return "", errors.New("ctokenmcp: state is not valid UTF-8")
-		}
-		fp, err := argsOf(req)
-		if err != nil {
-			return "", fmt.Errorf("ctokenmcp: fingerprinting arguments: %w", err)
-		}
-		b, err := json.Marshal(envelope{Args: hex.EncodeToString(fp[:]), State: state})
-		if err != nil {
-			return "", fmt.Errorf("ctokenmcp: encoding state: %w", err)
-		}
-		plain = string(b)
-	}
-	return s.codec.Encode(plain, subject, toolTarget(req))
+	return s.seal(subject, ctoken.MCPTarget("tools/call", req.Params.Name), toolArgs(req), state)
 }
 
-var errStateArgs = errors.New("arguments differ from the sealed call")
+// seal seals state for subject and target, wrapped with the fingerprint
+// of args unless unboundArgs is set.
+func (s *States) seal(subject, target string, args []byte, state string) (string, error) {
+	plain := state
+	if !s.unboundArgs {
+		var err error
+		if plain, err = wrapArgs(args, state); err != nil {
+			if errors.Is(err, errStateNotUTF8) {
+				return "", err
+			}
+			return "", fmt.Errorf("ctokenmcp: fingerprinting arguments: %w", err)
+		}
+	}
+	return s.codec.Encode(plain, subject, target)
+}
 
 // Open returns the state the client echoed in req.Params.RequestState.
 // When the request carries no state it returns "", false, nil: the first
@@ -120,17 +104,22 @@ var errStateArgs = errors.New("arguments differ from the sealed call")
 // A state that does not open, including one sealed for another caller, for
 // another tool, for other arguments, with another key, edited, or expired,
 // is a *jsonrpc.Error with code -32602 (invalid params) whose data member is
-// {"ctokenCode":1022} for an expired state (call again without it) or
-// {"ctokenCode":1023} for an invalid one. No part of a rejected state is
-// returned. A request without an authenticated caller is -32603 (internal
-// error). Return the error from the tool handler unwrapped.
+// {"ctokenCode":1022} ([StateExpired]) for an expired state (call again
+// without it) or {"ctokenCode":1023} ([StateInvalid]) for an invalid one. No
+// part of a rejected state is returned. A request without an authenticated
+// caller is -32603 (internal error). Return the error from the tool handler
+// unwrapped.
 //
 // With a single-use codec (ctoken.RequestStateSecurity.Replay set), Open
 // claims the state in the replay store with ctx, and a state presented
 // again is invalid. A store failure (full, unreachable, ctx done) is -32603
-// (internal error) and leaves the state unconsumed. The arguments are checked after the claim (their
-// fingerprint is inside the sealed state), so a retry with other arguments
-// consumes the state.
+// (internal error) and leaves the state unconsumed. The arguments are
+// checked after the claim (their fingerprint is inside the sealed state),
+// so a retry with other arguments consumes the state.
+//
+// Do not call Open in a handler of a server secured by [SecureRequestState]:
+// the middleware has already opened the state, and the handler sees the
+// plaintext.
 func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state string, ok bool, err error) {
 	if req == nil || req.Params == nil {
 		return "", false, errors.New("ctokenmcp: nil request")
@@ -143,50 +132,47 @@ func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state stri
 	if err != nil {
 		return "", false, err
 	}
-	plain, err := s.codec.DecodeContext(ctx, wire, subject, toolTarget(req))
-	if err == nil && !s.unboundArgs {
-		plain, err = s.unwrap(req, plain)
-	}
-	if err != nil && !errors.Is(err, ctoken.ErrStateInvalid) && !errors.Is(err, ctoken.ErrStateExpired) &&
-		!errors.Is(err, ctoken.ErrStateReplayed) && !errors.Is(err, errStateArgs) {
-		// The replay store of a single-use codec failed (full, down, ctx
-		// done): a server problem, and the state was not consumed.
-		s.log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcp: request state store failed",
-			slog.String("tool", req.Params.Name), slog.String("error", err.Error()))
-		return "", false, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "request state store unavailable"}
-	}
+	plain, err := s.open(ctx, subject, "tools/call", req.Params.Name, toolArgs(req), wire)
 	if err != nil {
-		reason := ctoken.Reason(err)
-		if reason == "" {
-			reason = err.Error() // only errStateArgs: a fixed text
-		}
-		s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: request state rejected",
-			slog.String("tool", req.Params.Name), slog.String("reason", reason))
-		if errors.Is(err, ctoken.ErrStateExpired) {
-			return "", false, invalidParams("expired requestState: call again without it", StateExpired)
-		}
-		return "", false, invalidParams("invalid requestState", StateInvalid)
+		return "", false, err
 	}
 	return plain, true, nil
 }
 
-// unwrap checks the envelope of an authentic state against req's arguments.
-func (s *States) unwrap(req *mcp.CallToolRequest, plain string) (string, error) {
-	dec := json.NewDecoder(bytes.NewReader([]byte(plain)))
-	dec.DisallowUnknownFields()
-	var env envelope
-	if err := dec.Decode(&env); err != nil || dec.More() {
-		return "", errStateArgs
+// open opens wire for subject and ctoken.MCPTarget(method, name), checks
+// its argument binding against args unless unboundArgs is set, and returns
+// the application's state, or the *jsonrpc.Error the client is sent.
+func (s *States) open(ctx context.Context, subject, method, name string, args []byte, wire string) (string, error) {
+	plain, err := s.codec.DecodeContext(ctx, wire, subject, ctoken.MCPTarget(method, name))
+	if err == nil && !s.unboundArgs {
+		plain, err = unwrapArgs(args, plain)
 	}
-	sealed, err := hex.DecodeString(env.Args)
-	if err != nil {
-		return "", errStateArgs
+	if err == nil {
+		return plain, nil
 	}
-	fp, err := argsOf(req)
-	if err != nil || subtle.ConstantTimeCompare(sealed, fp[:]) != 1 {
-		return "", errStateArgs
+	code, message, reason, storeFailed := stateRefusal(err)
+	if storeFailed {
+		// The replay store of a single-use codec failed (full, down, ctx
+		// done): a server problem, and the state was not consumed.
+		s.log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcp: request state store failed",
+			slog.String("method", method), slog.String("name", name), slog.String("error", err.Error()))
+		return "", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: message}
 	}
-	return env.State, nil
+	s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: request state rejected",
+		nameAttr(method, name), slog.String("reason", reason))
+	return "", invalidParams(message, code)
+}
+
+// nameAttr is the log attribute naming what a token was for: tool=NAME for
+// tools/call (as the cursor records), prompt=NAME, resource=URI.
+func nameAttr(method, name string) slog.Attr {
+	switch method {
+	case "prompts/get":
+		return slog.String("prompt", name)
+	case "resources/read":
+		return slog.String("resource", name)
+	}
+	return slog.String("tool", name)
 }
 
 // SealJSON is Seal for a state that is v encoded as JSON.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -54,17 +55,20 @@ type DeployOut struct {
 }
 
 // deployState is what the deploy tool remembers between its two rounds,
-// held by the client in the sealed requestState: the plan the user was
-// shown and when. The client can read none of it (encrypted) and change
-// none of it (authenticated).
+// held by the client in the requestState: the plan the user was shown. The
+// handler writes and reads it as plain JSON; SecureRequestState seals it on
+// the way out, so the client can read none of it (encrypted) and change
+// none of it (authenticated), and opens it on the way in.
 type deployState struct {
 	Plan string `json:"plan"`
 }
 
-// app holds the ctoken helpers the tools use.
+// app holds what the server is built from.
 type app struct {
 	cursors *ctokenmcp.Cursors
-	states  *ctokenmcp.States
+	codec   *ctoken.RequestStateCodec
+	who     ctokenmcp.CallerFunc
+	log     *slog.Logger
 }
 
 // newApp builds the helpers from one keyring: cursors signed for session,
@@ -89,19 +93,20 @@ func newApp(keys *ctoken.Keyring, session []byte, who ctokenmcp.CallerFunc, log 
 	if err != nil {
 		return nil, err
 	}
-	states, err := ctokenmcp.NewStates(codec, &ctokenmcp.StateOptions{Caller: who, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	return &app{cursors: cursors, states: states}, nil
+	return &app{cursors: cursors, codec: codec, who: who, log: log}, nil
 }
 
-// newServer returns an MCP server with the search and deploy tools.
-func (a *app) newServer() *mcp.Server {
+// newServer returns an MCP server with the search and deploy tools, whose
+// requestState is sealed and opened in dispatch: one line secures every
+// tool, prompt and resource that asks for input.
+func (a *app) newServer() (*mcp.Server, error) {
 	s := mcp.NewServer(&mcp.Implementation{Name: "ctoken-example", Version: "v0.1.0"}, nil)
+	if err := ctokenmcp.SecureRequestState(s, a.codec, &ctokenmcp.StateOptions{Caller: a.who, Logger: a.log}); err != nil {
+		return nil, err
+	}
 	mcp.AddTool(s, &mcp.Tool{Name: "search", Description: "Search the catalog, a page at a time."}, a.search)
 	mcp.AddTool(s, &mcp.Tool{Name: "deploy", Description: "Deploy a service version after the user confirms."}, a.deploy)
-	return s
+	return s, nil
 }
 
 func (a *app) search(ctx context.Context, req *mcp.CallToolRequest, in SearchIn) (*mcp.CallToolResult, SearchOut, error) {
@@ -131,18 +136,20 @@ func (a *app) search(ctx context.Context, req *mcp.CallToolRequest, in SearchIn)
 	return nil, out, nil
 }
 
+// deploy asks the user to confirm a plan, then deploys it. It is written
+// against plaintext requestState: behind SecureRequestState, the state it
+// receives is one it returned itself, for this caller, this tool and these
+// arguments, and not expired. A client that cannot be asked (before protocol
+// 2026-07-28, without a way to elicit) gets JSON-RPC error -32021 from the
+// middleware saying what it lacks.
 func (a *app) deploy(ctx context.Context, req *mcp.CallToolRequest, in DeployIn) (*mcp.CallToolResult, DeployOut, error) {
-	st, resumed, err := ctokenmcp.OpenJSON[deployState](ctx, a.states, req)
-	if err != nil {
-		return nil, DeployOut{}, err // a *jsonrpc.Error: -32602
-	}
-	if !resumed {
+	if req.Params.RequestState == "" {
 		if len(req.Params.InputResponses) > 0 {
 			return nil, DeployOut{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "inputResponses without requestState"}
 		}
-		// Round one: work out the plan, seal it, and ask the user.
+		// Round one: work out the plan, keep it in the state, and ask.
 		plan := fmt.Sprintf("roll %s to %s on 3 instances", in.Service, in.Version)
-		state, err := ctokenmcp.SealJSON(ctx, a.states, req, deployState{Plan: plan})
+		state, err := json.Marshal(deployState{Plan: plan})
 		if err != nil {
 			return nil, DeployOut{}, err
 		}
@@ -155,10 +162,14 @@ func (a *app) deploy(ctx context.Context, req *mcp.CallToolRequest, in DeployIn)
 					"required":   []string{"confirm"},
 				},
 			}},
-			RequestState: state,
+			RequestState: string(state),
 		}, DeployOut{}, nil
 	}
-	// Round two: the plan comes from the sealed state, not from the client.
+	// Round two: the plan comes from the state, not from the client.
+	var st deployState
+	if err := json.Unmarshal([]byte(req.Params.RequestState), &st); err != nil {
+		return nil, DeployOut{}, fmt.Errorf("reading the sealed plan: %w", err)
+	}
 	answer, _ := req.Params.InputResponses["confirm"].(*mcp.ElicitResult)
 	if answer == nil {
 		return nil, DeployOut{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: `missing inputResponses["confirm"]`}

@@ -8,10 +8,14 @@
 //     by another user, with another query, or edited is answered with
 //     JSON-RPC error -32602.
 //   - deploy asks the user to confirm with a multi round-trip request
-//     (SEP-2322): its input-required result carries a requestState sealed by
-//     ctoken (AES-256-GCM, bound to the caller and the tool), which the
-//     client echoes on the retry. An edited state, or one presented by
-//     another user, is answered with -32602.
+//     (SEP-2322). The handler keeps its plan in requestState as plain JSON;
+//     one line, ctokenmcp.SecureRequestState(server, codec, opts), seals it
+//     in dispatch (AES-256-GCM, bound to the caller, the tool and the
+//     arguments) before the client sees it, and opens it when the client
+//     echoes it on the retry. An edited state, one presented by another
+//     user, or one replayed with other arguments is answered with -32602.
+//     A client on protocol 2025-11-25 over this stateless endpoint cannot
+//     be asked; it gets JSON-RPC error -32021 saying so.
 //
 // Run it with "go run ./examples/server" from the mcp module. Keys come
 // from CTOKEN_KEYS (see "ctoken keygen"); without it a random key is used.
@@ -59,11 +63,14 @@ func verifyToken(_ context.Context, token string, _ *http.Request) (*auth.TokenI
 // stateless, the mode that speaks protocol 2026-07-28 (where tools ask for
 // input with multi round-trip requests) and that needs no session affinity:
 // every piece of state a client carries between calls is a ctoken token.
-func handler(a *app) http.Handler {
-	srv := a.newServer()
+func handler(a *app) (http.Handler, error) {
+	srv, err := a.newServer()
+	if err != nil {
+		return nil, err
+	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{Stateless: true})
-	return auth.RequireBearerToken(verifyToken, nil)(h)
+	return auth.RequireBearerToken(verifyToken, nil)(h), nil
 }
 
 func main() {
@@ -86,7 +93,11 @@ func main() {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
-		srv := &http.Server{Addr: *listen, Handler: handler(a), ReadHeaderTimeout: 10 * time.Second}
+		h, err := handler(a)
+		if err != nil {
+			log.Fatal(err)
+		}
+		srv := &http.Server{Addr: *listen, Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		go func() { <-ctx.Done(); srv.Close() }()
 		log.Printf("serving MCP on http://%s", *listen)
 		if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
@@ -149,14 +160,15 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
-// connect opens a client session to endpoint as the user of token.
-func connect(ctx context.Context, endpoint, token string, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
+// connect opens a client session to endpoint as the user of token, on
+// protocol version (empty: the latest both sides speak).
+func connect(ctx context.Context, endpoint, token, version string, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
 	c := mcp.NewClient(&mcp.Implementation{Name: "example-client", Version: "v0.1.0"}, opts)
 	return c.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint:   endpoint,
 		HTTPClient: &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}},
 		MaxRetries: -1,
-	}, nil)
+	}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 }
 
 // describe renders a tool-call outcome in one line.
@@ -186,13 +198,17 @@ func demo(ctx context.Context, a *app, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: handler(a), ReadHeaderTimeout: 10 * time.Second}
+	h, err := handler(a)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
 	endpoint := "http://" + ln.Addr().String()
 
 	// Alice accepts confirmations; her client drives the MRTR retry itself.
-	alice, err := connect(ctx, endpoint, "alice-token", &mcp.ClientOptions{
+	alice, err := connect(ctx, endpoint, "alice-token", "", &mcp.ClientOptions{
 		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			fmt.Fprintf(w, "  (alice is asked: %s -> yes)\n", req.Params.Message)
 			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"confirm": true}}, nil
@@ -203,7 +219,7 @@ func demo(ctx context.Context, a *app, w io.Writer) error {
 	}
 	defer alice.Close()
 	// Bob's client does not retry on its own, to show the raw round trip.
-	bob, err := connect(ctx, endpoint, "bob-token", &mcp.ClientOptions{
+	bob, err := connect(ctx, endpoint, "bob-token", "", &mcp.ClientOptions{
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 	})
 	if err != nil {
@@ -258,7 +274,22 @@ func demo(ctx context.Context, a *app, w io.Writer) error {
 	call("bob", "web v9, edited requestState", bob, retry(tamper(first.RequestState), web))
 	call("bob", "db v9 with the state of web v9", bob, retry(first.RequestState, DeployIn{Service: "db", Version: "v9"}))
 	call("alice", "web v9 with bob's state", alice, retry(first.RequestState, web))
-	_, err = call("bob", "web v9, round two", bob, retry(first.RequestState, web))
+	if _, err = call("bob", "web v9, round two", bob, retry(first.RequestState, web)); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "== a client on protocol 2025-11-25 cannot be asked over stateless HTTP")
+	old, err := connect(ctx, endpoint, "alice-token", "2025-11-25", &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return nil, errors.New("never asked: stateless HTTP carries no server-to-client request")
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer old.Close()
+	call("alice", "api v3 from a 2025-11-25 client", old, &mcp.CallToolParams{Name: "deploy", Arguments: DeployIn{Service: "api", Version: "v3"}})
+	_, err = call("alice", `query "hat" from that client (no input needed)`, old, withCursor(SearchIn{Query: "hat"}, ""))
 	return err
 }
 

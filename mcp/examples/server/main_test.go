@@ -44,17 +44,19 @@ func TestDemo(t *testing.T) {
 	const invalidCursor = `JSON-RPC error -32602 "invalid cursor" (ctokenCode 1021)`
 	const invalidState = `JSON-RPC error -32602 "invalid requestState" (ctokenCode 1023)`
 	for step, want := range map[string]string{
-		`alice search query "s", page 1`:                       `{"items":["red shoes","red socks","red scarf","red gloves","red boots"],"nextCursor":"(ctoken cursor, `,
-		`alice search query "s", her cursor`:                   `{"items":["green shoes","green socks","green scarf","green gloves","green boots"],"nextCursor"`,
-		`bob search query "s", alice's cursor`:                 invalidCursor,
-		`alice search query "hat", cursor of query "s"`:        invalidCursor,
-		`alice search query "s", edited cursor`:                invalidCursor,
-		`alice deploy api v2 (her client answers and retries)`: `{"plan":"roll api to v2 on 3 instances","status":"deployed"}`,
-		`bob deploy web v9, round one`:                         `input required (1 request(s), requestState of `,
-		`bob deploy web v9, edited requestState`:               invalidState,
-		`bob deploy db v9 with the state of web v9`:            invalidState,
-		`alice deploy web v9 with bob's state`:                 invalidState,
-		`bob deploy web v9, round two`:                         `{"plan":"roll web to v9 on 3 instances","status":"deployed"}`,
+		`alice search query "s", page 1`:                              `{"items":["red shoes","red socks","red scarf","red gloves","red boots"],"nextCursor":"(ctoken cursor, `,
+		`alice search query "s", her cursor`:                          `{"items":["green shoes","green socks","green scarf","green gloves","green boots"],"nextCursor"`,
+		`bob search query "s", alice's cursor`:                        invalidCursor,
+		`alice search query "hat", cursor of query "s"`:               invalidCursor,
+		`alice search query "s", edited cursor`:                       invalidCursor,
+		`alice deploy api v2 (her client answers and retries)`:        `{"plan":"roll api to v2 on 3 instances","status":"deployed"}`,
+		`bob deploy web v9, round one`:                                `input required (1 request(s), requestState of `,
+		`bob deploy web v9, edited requestState`:                      invalidState,
+		`bob deploy db v9 with the state of web v9`:                   invalidState,
+		`alice deploy web v9 with bob's state`:                        invalidState,
+		`bob deploy web v9, round two`:                                `{"plan":"roll web to v9 on 3 instances","status":"deployed"}`,
+		`alice deploy api v3 from a 2025-11-25 client`:                `JSON-RPC error -32021 "input required: the client cannot answer this server's input requests: it speaks MCP 2025-11-25`,
+		`alice search query "hat" from that client (no input needed)`: `{"items":["red hat","green hat","blue hat","black hat"]}`,
 	} {
 		got, ok := outcome[step]
 		if !ok {
@@ -86,7 +88,11 @@ func TestDemo(t *testing.T) {
 }
 
 func TestEndpointRequiresBearerToken(t *testing.T) {
-	srv := httptest.NewServer(handler(testApp(t, io.Discard)))
+	h, err := handler(testApp(t, io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
 	defer srv.Close()
 	for _, token := range []string{"", "mallory-token"} {
 		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))

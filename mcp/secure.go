@@ -1,0 +1,303 @@
+package ctokenmcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/ctoken/ctoken"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The methods whose params and input-required results carry a
+// requestState (protocol 2026-07-28, go-sdk v1.8.0).
+const (
+	methodCallTool     = "tools/call"
+	methodGetPrompt    = "prompts/get"
+	methodReadResource = "resources/read"
+)
+
+// SecureRequestState installs, on server, receiving middleware that seals
+// and opens the requestState of every multi round-trip request (SEP-2322)
+// with codec, so that handlers work with plaintext state and no handler can
+// forget to protect it. It covers tools/call, prompts/get and
+// resources/read, the three methods that carry requestState in go-sdk
+// v1.8.0. opts may be nil; it is read as for [NewStates].
+//
+// On the way in, a non-empty requestState is opened for the authenticated
+// caller (opts.Caller) and ctoken.MCPTarget(method, name), where name is
+// the tool or prompt name or the resource URI, and, unless
+// opts.UnboundArgs is set, checked against the fingerprint of the call's
+// arguments (a tool's arguments, a prompt's arguments, {} for a resource).
+// The handler then sees the plaintext in its params' RequestState. A state
+// that does not open never reaches the handler: the client gets JSON-RPC
+// error -32602 with {"ctokenCode":1022} ([StateExpired]) or
+// {"ctokenCode":1023} ([StateInvalid]) in data, and the reason goes to
+// opts.Logger only. A request without an authenticated caller, and a
+// replay store (single-use codec) that cannot answer, are -32603.
+//
+// On the way out, a non-empty RequestState of the handler's result is
+// sealed with the same binding (to the arguments of the call that produced
+// it) before the result is sent; the client only ever sees v1. or v1e.
+// strings. A handler must return plaintext: a result whose RequestState
+// already begins with "v1." or "v1e." (a handler that sealed it itself with
+// [States.Seal]) is refused with -32603 and logged, rather than sealed
+// twice, and so is a plaintext state that happens to begin that way.
+//
+// A client on a protocol before 2026-07-28 is asked for input by the SDK
+// itself, in process, and the handler is called again with the plaintext
+// state, which never leaves the server. When that client declared no
+// elicitation capability (a 2025-11-25 client over stateless streamable
+// HTTP never can), the SDK's failure, sent as JSON-RPC code 0, is replaced
+// by the error mcp.CodeMissingRequiredClientCapabilities (-32021) with data
+// {"requiredCapabilities":{"elicitation":{}}} and a message that begins
+// "input required: the client cannot answer this server's input requests"
+// and says what the client lacks; a client that has the capability but
+// whose answer fails gets -32603. The failure is recognised by the text
+// go-sdk v1.8.0 gives it ("multi-round-trip: ..."); the tests pin it.
+//
+// codec must bind states to the tool (ctoken.BindSubjectAndTool);
+// SecureRequestState checks this by sealing and opening a probe state and
+// refuses any other codec. With opts.UnboundArgs set and such a codec, a
+// state is sealed exactly as the reference D dispatch seals it (subject,
+// method "\x00" name, no argument wrapper), so a mixed fleet shares states.
+//
+// Install it once, before serving. Handlers of a secured server must not
+// call [States.Open] or [States.Seal] (their per-handler counterparts); use
+// one or the other.
+func SecureRequestState(server *mcp.Server, codec *ctoken.RequestStateCodec, opts *StateOptions) error {
+	if server == nil {
+		return errors.New("ctokenmcp: SecureRequestState: nil server")
+	}
+	if err := requireToolBinding(codec); err != nil {
+		return err
+	}
+	s, err := NewStates(codec, opts)
+	if err != nil {
+		return err
+	}
+	server.AddReceivingMiddleware(s.middleware)
+	return nil
+}
+
+// requireToolBinding refuses a codec that does not bind states to the tool:
+// a state sealed for one target must not open for another. The probe is
+// refused before any replay-store claim, so a single-use codec's store is
+// not touched.
+func requireToolBinding(codec *ctoken.RequestStateCodec) error {
+	if codec == nil {
+		return errors.New("ctokenmcp: SecureRequestState: nil codec")
+	}
+	const subject = "ctokenmcp-probe"
+	wire, err := codec.Encode("", subject, ctoken.MCPTarget(methodCallTool, "a"))
+	if err != nil {
+		return fmt.Errorf("ctokenmcp: SecureRequestState: codec cannot seal: %w", err)
+	}
+	if _, err := codec.Decode(wire, subject, ctoken.MCPTarget(methodCallTool, "b")); err == nil {
+		return errors.New("ctokenmcp: SecureRequestState: codec does not bind states to the tool; configure it with ctoken.BindSubjectAndTool")
+	}
+	return nil
+}
+
+// cannotProvideInput begins the message of the -32021 error a client on a
+// protocol before 2026-07-28 gets when a handler needs input it cannot give.
+const cannotProvideInput = "input required: the client cannot answer this server's input requests"
+
+// mrtrCall is the part of a request that carries a requestState, in
+// SDK-independent terms.
+type mrtrCall struct {
+	name       string            // tool or prompt name, or resource URI
+	args       []byte            // JSON text of a tool's arguments, nil when absent
+	promptArgs map[string]string // a prompt's arguments, encoded on demand
+	state      string
+}
+
+// argsJSON returns the JSON text of the call's arguments (nil: absent).
+func (c *mrtrCall) argsJSON() ([]byte, error) {
+	if c.promptArgs != nil {
+		return json.Marshal(c.promptArgs)
+	}
+	return c.args, nil
+}
+
+// callOf extracts the requestState-carrying part of req for method, or
+// ok == false when req is not a request this middleware handles.
+func callOf(method string, req mcp.Request) (c mrtrCall, ok bool) {
+	switch r := req.(type) {
+	case *mcp.CallToolRequest:
+		if method == methodCallTool && r.Params != nil {
+			return mrtrCall{name: r.Params.Name, args: r.Params.Arguments, state: r.Params.RequestState}, true
+		}
+	case *mcp.GetPromptRequest:
+		if method == methodGetPrompt && r.Params != nil {
+			return mrtrCall{name: r.Params.Name, promptArgs: r.Params.Arguments, state: r.Params.RequestState}, true
+		}
+	case *mcp.ReadResourceRequest:
+		if method == methodReadResource && r.Params != nil {
+			return mrtrCall{name: r.Params.URI, state: r.Params.RequestState}, true
+		}
+	}
+	return c, false
+}
+
+// withState returns a copy of req whose params carry state as
+// RequestState. The caller's request and params are not modified.
+func withState(req mcp.Request, state string) mcp.Request {
+	switch r := req.(type) {
+	case *mcp.CallToolRequest:
+		p := *r.Params
+		p.RequestState = state
+		cp := *r
+		cp.Params = &p
+		return &cp
+	case *mcp.GetPromptRequest:
+		p := *r.Params
+		p.RequestState = state
+		cp := *r
+		cp.Params = &p
+		return &cp
+	case *mcp.ReadResourceRequest:
+		p := *r.Params
+		p.RequestState = state
+		cp := *r
+		cp.Params = &p
+		return &cp
+	}
+	return req
+}
+
+// resultState returns the RequestState of a result of the three methods,
+// and a function returning a copy of the result carrying another state.
+func resultState(res mcp.Result) (string, func(string) mcp.Result) {
+	switch r := res.(type) {
+	case *mcp.CallToolResult:
+		if r != nil && r.RequestState != "" {
+			return r.RequestState, func(s string) mcp.Result { cp := *r; cp.RequestState = s; return &cp }
+		}
+	case *mcp.GetPromptResult:
+		if r != nil && r.RequestState != "" {
+			return r.RequestState, func(s string) mcp.Result { cp := *r; cp.RequestState = s; return &cp }
+		}
+	case *mcp.ReadResourceResult:
+		if r != nil && r.RequestState != "" {
+			return r.RequestState, func(s string) mcp.Result { cp := *r; cp.RequestState = s; return &cp }
+		}
+	}
+	return "", nil
+}
+
+// looksSealed reports whether state has the prefix of a codec wire format.
+func looksSealed(state string) bool {
+	return strings.HasPrefix(state, "v1.") || strings.HasPrefix(state, "v1e.")
+}
+
+// middleware is the receiving middleware of SecureRequestState.
+func (s *States) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		call, ok := callOf(method, req)
+		if !ok {
+			return next(ctx, method, req)
+		}
+		var (
+			subject string
+			args    []byte
+			err     error
+		)
+		if call.state != "" {
+			if subject, err = caller(ctx, s.caller, req, s.log); err != nil {
+				return nil, err
+			}
+			if args, err = call.argsJSON(); err != nil {
+				return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
+			}
+			plain, err := s.open(ctx, subject, method, call.name, args, call.state)
+			if err != nil {
+				return nil, err
+			}
+			req = withState(req, plain)
+		}
+		res, err := next(ctx, method, req)
+		if err != nil {
+			return res, s.olderClientError(ctx, method, call.name, req, err)
+		}
+		state, replace := resultState(res)
+		if state == "" {
+			return res, nil
+		}
+		if looksSealed(state) {
+			s.log.LogAttrs(ctx, slog.LevelError, "ctokenmcp: handler returned a requestState that is already sealed (or begins with v1. or v1e.); refusing to seal it twice",
+				nameAttr(method, call.name))
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "server error sealing requestState"}
+		}
+		if subject == "" {
+			if subject, err = caller(ctx, s.caller, req, s.log); err != nil {
+				return nil, err
+			}
+			if args, err = call.argsJSON(); err != nil {
+				return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
+			}
+		}
+		wire, err := s.seal(subject, ctoken.MCPTarget(method, call.name), args, state)
+		if err != nil {
+			s.log.LogAttrs(ctx, slog.LevelError, "ctokenmcp: sealing requestState failed",
+				nameAttr(method, call.name), slog.String("error", err.Error()))
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "server error sealing requestState"}
+		}
+		return replace(wire), nil
+	}
+}
+
+// sdkMRTRPrefix begins every error of go-sdk's own (v1.8.0) multi
+// round-trip handling for clients before protocol 2026-07-28, which fulfils
+// a handler's input requests in process.
+const sdkMRTRPrefix = "multi-round-trip: "
+
+// olderClientError replaces the error go-sdk returns (as JSON-RPC code 0)
+// when it cannot fulfil a handler's input requests in process for a client
+// on a protocol before 2026-07-28: a client that declared no elicitation
+// capability (always the case over stateless HTTP, where the SDK knows no
+// capabilities) gets -32021 saying what it lacks; a client that has the
+// capability but whose answer failed gets -32603. Every other error is
+// returned as is.
+func (s *States) olderClientError(ctx context.Context, method, name string, req mcp.Request, err error) error {
+	if _, ok := err.(*jsonrpc.Error); ok || !strings.HasPrefix(err.Error(), sdkMRTRPrefix) {
+		return err
+	}
+	ss, ok := req.GetSession().(*mcp.ServerSession)
+	if !ok {
+		return err
+	}
+	version, caps := "", (*mcp.ClientCapabilities)(nil)
+	if ip := ss.InitializeParams(); ip != nil {
+		version, caps = ip.ProtocolVersion, ip.Capabilities
+	}
+	if version >= "2026-07-28" {
+		return err
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: client cannot provide input",
+		nameAttr(method, name), slog.String("protocol", version), slog.String("error", err.Error()))
+	if caps != nil && caps.Elicitation != nil {
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "input required: asking the client for input failed"}
+	}
+	return clientLacksInput(version)
+}
+
+// clientLacksInput is the -32021 error for a client on protocol version
+// that declared no elicitation capability.
+func clientLacksInput(version string) *jsonrpc.Error {
+	if version == "" {
+		version = "unknown"
+	}
+	msg := fmt.Sprintf("%s: it speaks MCP %s and declared no elicitation capability "+
+		"(over stateless HTTP it cannot); use a client that speaks MCP 2026-07-28, "+
+		"or one that declares elicitation on a stateful connection",
+		cannotProvideInput, version)
+	data, _ := json.Marshal(mcp.MissingRequiredClientCapabilityData{
+		RequiredCapabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}},
+	}) // cannot fail
+	return &jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities, Message: msg, Data: data}
+}
