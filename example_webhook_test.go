@@ -1,7 +1,6 @@
 package ctoken_test
 
 import (
-	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"time"
 
 	"github.com/ctoken/ctoken"
 )
@@ -102,69 +100,3 @@ func ExampleWebhookVerifier_Middleware() {
 	// 400
 }
 
-// A one-time bootstrap token: minted for one agent run, exchanged once.
-func ExampleOneTimeIssuer() {
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		panic(err)
-	}
-	tokens, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys})
-	if err != nil {
-		panic(err)
-	}
-	claims := map[string]string{"agent": "agt_42", "company": "co_7", "run": "run_1"}
-	tok, err := tokens.Mint(claims)
-	if err != nil {
-		panic(err)
-	}
-
-	ctx := context.Background()
-	err = tokens.Redeem(ctx, tok, map[string]string{"agent": "agt_42", "company": "co_7", "run": "run_2"})
-	fmt.Println(errors.Is(err, ctoken.ErrOneTimeClaims))
-	fmt.Println(tokens.Redeem(ctx, tok, claims))
-	err = tokens.Redeem(ctx, tok, claims)
-	fmt.Println(errors.Is(err, ctoken.ErrOneTimeRedeemed))
-	// Output:
-	// true
-	// <nil>
-	// true
-}
-
-// A bounded replay store refuses new IDs when full instead of forgetting
-// live ones.
-func ExampleMemoryReplayStore() {
-	store := ctoken.NewMemoryReplayStore(2)
-	ctx, until := context.Background(), time.Now().Add(time.Minute)
-	for _, id := range []string{"a", "a", "b", "c"} {
-		first, err := store.Claim(ctx, id, until)
-		fmt.Println(id, first, err)
-	}
-	// Output:
-	// a true <nil>
-	// a false <nil>
-	// b true <nil>
-	// c false ctoken: replay store full
-}
-
-// Single-use request state: with a replay store configured, a state is
-// accepted once; a replayed copy is refused.
-func ExampleRequestStateCodec_DecodeContext() {
-	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
-		Mode:   ctoken.Encrypted,
-		Replay: ctoken.NewMemoryReplayStore(0),
-	})
-	if err != nil {
-		panic(err)
-	}
-	wire, err := codec.Encode(`{"step":2}`, "alice", "")
-	if err != nil {
-		panic(err)
-	}
-	ctx := context.Background()
-	fmt.Println(codec.DecodeContext(ctx, wire, "alice", ""))
-	_, err = codec.DecodeContext(ctx, wire, "alice", "")
-	fmt.Println(errors.Is(err, ctoken.ErrStateReplayed))
-	// Output:
-	// {"step":2} <nil>
-	// true
-}

@@ -511,13 +511,6 @@ func TestWebhookMiddlewareRefusesUnreadableBody(t *testing.T) {
 	}
 }
 
-// failingStore is a ReplayStore that is down.
-type failingStore struct{}
-
-func (failingStore) Claim(context.Context, string, time.Time) (bool, error) {
-	return false, errors.New("store unreachable")
-}
-
 func TestWebhookMiddlewareFailsClosedWhenStoreCannotDecide(t *testing.T) {
 	clk := newStepClock()
 	full := &MemoryReplayStore{Max: 2, Now: clk.Now}
