@@ -79,20 +79,19 @@ func (s *hmacSHA256) forbidsDot() bool { return false }
 
 const sha256Prefix = "sha256="
 
-func (s *hmacSHA256) verify(p *params, h http.Header, body []byte, d *Delivery) error {
+func (s *hmacSHA256) verify(p *params, h http.Header, body []byte, _ string) (verified, error) {
 	sig, ok := single(h, p.sigHeader)
 	if !ok {
-		return errSigHeader
+		return verified{}, errSigHeader
 	}
 	var got [1][mac.Size]byte
 	if !parseSHA256Signature(sig, &got[0]) {
-		return errSigMalformed
+		return verified{}, errSigMalformed
 	}
 	if !verifyOne(p.keys, got[:], func(st *mac.State) { st.Write(body) }) {
-		return errSigMismatch
+		return verified{}, errSigMismatch
 	}
-	d.mac = got[0]
-	return nil
+	return verified{mac: got[0]}, nil
 }
 
 // parseSHA256Signature parses "sha256=<64 hex digits>" (hex in either case)

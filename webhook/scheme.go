@@ -26,13 +26,20 @@ type Scheme interface {
 	// forbidsDot reports whether a delivery ID may not contain '.'.
 	forbidsDot() bool
 	// verify checks the signature (and timestamp) of a delivery whose ID
-	// has been checked, filling d. It returns only preallocated errors.
-	verify(p *params, h http.Header, body []byte, d *Delivery) error
+	// has been checked and returns what it verified. It returns only
+	// preallocated errors and, returning by value, allocates nothing.
+	verify(p *params, h http.Header, body []byte, id string) (verified, error)
 	// sign sets the headers authenticating body as delivery id at now.
 	sign(p *params, h http.Header, id string, body []byte, now time.Time)
 	// claimKeys returns the replay store keys of a verified delivery and
 	// how long to hold them.
 	claimKeys(p *params, d *Delivery) ([]string, time.Time)
+}
+
+// verified is what a scheme's verify established about a delivery.
+type verified struct {
+	mac [mac.Size]byte // the matching signature (HMAC-SHA256 schemes)
+	ts  time.Time      // the signed timestamp (schemes that sign one)
 }
 
 // Header names of the schemes.

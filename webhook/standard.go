@@ -75,25 +75,24 @@ func (s *standard) configure(cfg *Config, p *params) error {
 
 func (s *standard) forbidsDot() bool { return true }
 
-func (s *standard) verify(p *params, h http.Header, body []byte, d *Delivery) error {
+func (s *standard) verify(p *params, h http.Header, body []byte, id string) (verified, error) {
 	tsText, ok := single(h, p.tsHeader)
 	if !ok {
-		return errTSHeader
+		return verified{}, errTSHeader
 	}
 	ts, ok := parseUnixSeconds(tsText)
 	if !ok {
-		return errTSMalformed
+		return verified{}, errTSMalformed
 	}
 	sigHeader, ok := single(h, p.sigHeader)
 	if !ok {
-		return errSigHeader
+		return verified{}, errSigHeader
 	}
 	var cands [MaxSignatures][mac.Size]byte
 	n, ok := parseStandardSignatures(sigHeader, &cands)
 	if !ok {
-		return errSigMalformed
+		return verified{}, errSigMalformed
 	}
-	id := d.ID
 	if !verifyOne(p.keys, cands[:n], func(st *mac.State) {
 		st.WriteString(id)
 		st.WriteByte('.')
@@ -101,20 +100,19 @@ func (s *standard) verify(p *params, h http.Header, body []byte, d *Delivery) er
 		st.WriteByte('.')
 		st.Write(body)
 	}) {
-		return errSigMismatch
+		return verified{}, errSigMismatch
 	}
 	// The window is checked after the signature, so ErrTimestamp always
 	// means an authentic but stale or future delivery.
 	t := time.Unix(ts, 0)
 	now := p.now()
 	if now.Sub(t) > p.tolerance {
-		return errTSTooOld
+		return verified{}, errTSTooOld
 	}
 	if t.Sub(now) > p.tolerance {
-		return errTSFuture
+		return verified{}, errTSFuture
 	}
-	d.Timestamp = t
-	return nil
+	return verified{ts: t}, nil
 }
 
 // parseUnixSeconds parses 1 to 12 ASCII digits (no sign, no spaces), which

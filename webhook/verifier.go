@@ -56,12 +56,11 @@ func (v *Verifier) Verify(h http.Header, body []byte) (Delivery, error) {
 	if err := checkID(id, p.scheme.forbidsDot()); err != nil {
 		return Delivery{}, err
 	}
-	d := Delivery{ID: id}
-	if err := p.scheme.verify(p, h, body, &d); err != nil {
+	got, err := p.scheme.verify(p, h, body, id)
+	if err != nil {
 		return Delivery{}, err // fail closed: nothing of a refused delivery
 	}
-	d.verified = true
-	return d, nil
+	return Delivery{ID: id, Timestamp: got.ts, mac: got.mac, verified: true}, nil
 }
 
 // Claim records an authentic delivery d (from [Verifier.Verify]) in the

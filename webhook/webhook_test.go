@@ -106,25 +106,6 @@ func signStandard(secret []byte, id string, ts int64, body []byte) string {
 	return "v1," + base64.StdEncoding.EncodeToString(standardMAC(secret, id+"."+strconv.FormatInt(ts, 10)+"."+string(body)))
 }
 
-func TestWebhookVerifierAcceptsGitHubVector(t *testing.T) {
-	v := newVerifier(t, Config{Scheme: GitHub(), Secrets: []string{githubSecret}})
-	h := http.Header{}
-	h.Set("X-Hub-Signature-256", githubSig)
-	h.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
-	d, err := v.Verify(h, []byte(githubBody))
-	if err != nil {
-		t.Fatalf("Verify: %v", err)
-	}
-	if d.ID != "72d3162e-cc78-11e3-81ab-4c9367dc0958" || !d.Timestamp.IsZero() {
-		t.Fatalf("delivery = %+v", d)
-	}
-	// Hex case does not matter.
-	h.Set("X-Hub-Signature-256", "sha256="+strings.ToUpper(githubSig[len("sha256="):]))
-	if _, err := v.Verify(h, []byte(githubBody)); err != nil {
-		t.Fatalf("Verify with upper-case hex: %v", err)
-	}
-}
-
 func TestStandardWebhooksSecretPrefixIsOptional(t *testing.T) {
 	key, err := schemeStandard.parseSecret(stdSecret)
 	if err != nil {
@@ -142,36 +123,6 @@ func stdHeaders(id string, ts int64, sig string) http.Header {
 	h.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
 	h.Set("webhook-signature", sig)
 	return h
-}
-
-func TestStandardWebhookVerifierAcceptsPublishedVector(t *testing.T) {
-	clk := &stepClock{t: time.Unix(stdTS, 0)}
-	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Now: clk.Now})
-	for _, sig := range []string{
-		stdSig,
-		"v1,bm9wZQ== " + stdSig,      // a malformed v1 entry is skipped
-		"v1a,c2lnbmF0dXJl " + stdSig, // other versions are skipped
-		"junk  " + stdSig + "  ",     // entries without a comma are skipped
-	} {
-		d, err := v.Verify(stdHeaders(stdID, stdTS, sig), []byte(stdBody))
-		if err != nil {
-			t.Fatalf("Verify(%q): %v", sig, err)
-		}
-		if d.ID != stdID || !d.Timestamp.Equal(time.Unix(stdTS, 0)) {
-			t.Fatalf("delivery = %+v", d)
-		}
-	}
-}
-
-func TestStandardWebhookAcceptsTimestampsAtTheToleranceEdges(t *testing.T) {
-	clk := &stepClock{t: time.Unix(stdTS, 0)}
-	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Now: clk.Now})
-	for _, skew := range []time.Duration{-DefaultTolerance, DefaultTolerance} {
-		clk.t = time.Unix(stdTS, 0).Add(skew)
-		if _, err := v.Verify(stdHeaders(stdID, stdTS, stdSig), []byte(stdBody)); err != nil {
-			t.Fatalf("clock skew %v: %v", skew, err)
-		}
-	}
 }
 
 func TestStandardWebhookAcceptsAnyOfSeveralSignatures(t *testing.T) {
