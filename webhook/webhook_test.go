@@ -502,13 +502,6 @@ func TestWebhookMiddlewareRefusesUnreadableBody(t *testing.T) {
 	}
 }
 
-// failingStore is a replay.Store that is down.
-type failingStore struct{}
-
-func (failingStore) Claim(context.Context, string, time.Time) (bool, error) {
-	return false, errors.New("store unreachable")
-}
-
 func TestWebhookMiddlewareFailsClosedWhenStoreCannotDecide(t *testing.T) {
 	clk := newStepClock()
 	full := &replay.MemoryStore{Max: 2, Now: clk.Now}
