@@ -1,4 +1,4 @@
-// Package redisstore is a replay.Store backed by Redis, for fleets of
+// Package redisstore is a [replay.Store] backed by Redis, for fleets of
 // servers that must accept each single-use ID (one-time token, single-use
 // request state, webhook delivery) exactly once across every instance.
 //
@@ -84,8 +84,8 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Store is a replay.Store backed by Redis. It also implements the
-// optional replay.Releaser (Release), which the webhook middleware uses
+// Store is a [replay.Store] backed by Redis. It also implements the
+// optional [replay.Releaser] (Release), which the webhook middleware uses
 // to let a sender's retry through after a failed delivery. It is safe for
 // concurrent use; its settings are fixed at construction.
 type Store struct {
