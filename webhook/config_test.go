@@ -275,3 +275,38 @@ type failingStore struct{}
 func (failingStore) Claim(context.Context, string, time.Time) (bool, error) {
 	return false, errStoreDown
 }
+
+// brokenReleaseStore claims like a MemoryStore but cannot release.
+type brokenReleaseStore struct{ *replay.MemoryStore }
+
+func (brokenReleaseStore) Release(context.Context, string) error { return errStoreDown }
+
+func TestReleaseRefusesUnverifiedDeliveryAndReportsStoreFailure(t *testing.T) {
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: brokenReleaseStore{replay.NewMemoryStore(0)}}
+	v := newVerifier(t, cfg)
+	ctx := context.Background()
+	if err := v.Release(ctx, Delivery{ID: "evt-1"}); !errors.Is(err, ErrMalformed) || Reason(err) != "delivery not verified" {
+		t.Fatalf("Release(unverified) = %v, want ErrMalformed", err)
+	}
+	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := v.Claim(ctx, d); !first || err != nil {
+		t.Fatalf("Claim = %v, %v", first, err)
+	}
+	if err := v.Release(ctx, d); !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) || Reason(err) == "" {
+		t.Fatalf("Release with a failing store = %v, want ErrReplayStore wrapping the store's error", err)
+	}
+	// A working releaser makes the delivery first again.
+	ok := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
+	if first, err := ok.Claim(ctx, d); !first || err != nil {
+		t.Fatalf("Claim = %v, %v", first, err)
+	}
+	if err := ok.Release(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if first, err := ok.Claim(ctx, d); !first || err != nil {
+		t.Fatalf("Claim after Release = %v, %v; want first", first, err)
+	}
+}
