@@ -8,29 +8,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/internal/clocktest"
 )
 
-// stepClock is a settable clock for tests, safe for concurrent use.
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// stepClock is the shared settable test clock.
+type stepClock = clocktest.Clock
 
-func newStepClock() *stepClock {
-	return &stepClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *stepClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newStepClock() *stepClock { return clocktest.New() }
 
 func mustClaim(t *testing.T, s Store, id string, until time.Time) bool {
 	t.Helper()

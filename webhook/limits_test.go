@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/internal/clocktest"
 )
 
 // A body of exactly MaxBody bytes is accepted; one byte more is refused,
@@ -46,7 +48,7 @@ func TestBodyAtMaxBodyAcceptedAndOneOverRefused(t *testing.T) {
 }
 
 func TestSignatureHeaderAtCapAcceptedAndOneOverRefused(t *testing.T) {
-	clk := &stepClock{t: time.Unix(stdTS, 0)}
+	clk := clocktest.At(time.Unix(stdTS, 0))
 	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Now: clk.Now})
 	at := stdSig + strings.Repeat(" ", MaxSignatureHeaderBytes-len(stdSig))
 	if len(at) != 4096 {
@@ -62,7 +64,7 @@ func TestSignatureHeaderAtCapAcceptedAndOneOverRefused(t *testing.T) {
 }
 
 func TestSixteenSignaturesAcceptedSeventeenRefused(t *testing.T) {
-	clk := &stepClock{t: time.Unix(stdTS, 0)}
+	clk := clocktest.At(time.Unix(stdTS, 0))
 	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Now: clk.Now})
 	junk := "v1," + strings.Repeat("A", 43) + "= "
 	sixteen := strings.Repeat(junk, MaxSignatures-1) + stdSig
@@ -110,7 +112,7 @@ func TestDeliveryIDLimits(t *testing.T) {
 // decides, so the middleware answers 401, not 400. Thirteen digits are
 // malformed (400).
 func TestTwelveDigitTimestampIsUnauthorizedNotBadRequest(t *testing.T) {
-	clk := &stepClock{t: time.Unix(stdTS, 0)}
+	clk := clocktest.At(time.Unix(stdTS, 0))
 	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Now: clk.Now}
 	next := &recordingHandler{}
 	mw := newVerifier(t, cfg).Middleware(next)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/clocktest"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -62,27 +63,10 @@ func newSigner(t testing.TB, cfg Config) *Signer {
 // hmacSecret is an HMAC-SHA256 secret long enough for FIPS 140-3 mode.
 const hmacSecret = "hmac-test-secret-1"
 
-// stepClock is a settable clock for tests, safe for concurrent use.
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// stepClock is the shared settable test clock.
+type stepClock = clocktest.Clock
 
-func newStepClock() *stepClock {
-	return &stepClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *stepClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newStepClock() *stepClock { return clocktest.New() }
 
 // The signatures below are built with crypto/hmac directly, independently
 // of the package's pooled keys and parsers.
@@ -207,7 +191,7 @@ func TestWebhookSHA256VerifierRejects(t *testing.T) {
 }
 
 func TestStandardWebhookVerifierRejects(t *testing.T) {
-	clk := &stepClock{t: time.Unix(stdTS, 0)}
+	clk := clocktest.At(time.Unix(stdTS, 0))
 	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Now: clk.Now})
 	key, _ := schemeStandard.parseSecret(stdSecret)
 	otherKey, _ := schemeStandard.parseSecret(stdSecret2)
@@ -697,7 +681,7 @@ func FuzzStandardWebhookVerify(f *testing.F) {
 	f.Add("", "", "", "")
 	f.Add("a.b", "-1", "v1,", "{}")
 	key, _ := schemeStandard.parseSecret(stdSecret)
-	clk := &stepClock{t: time.Unix(stdTS, 0)}
+	clk := clocktest.At(time.Unix(stdTS, 0))
 	v := newVerifier(f, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Now: clk.Now})
 	f.Fuzz(func(t *testing.T, id, ts, sig, body string) {
 		h := http.Header{}
