@@ -88,8 +88,12 @@ type params struct {
 
 // newParams validates cfg for a verifier or, when signer, for a signer.
 func newParams(cfg Config, signer bool) (*params, error) {
-	if cfg.Scheme == nil {
+	switch cfg.Scheme.(type) {
+	case nil:
 		return nil, errNoScheme
+	case *hmacSHA256, *standard:
+	default: // a type embedding Scheme: its methods are not ours
+		return nil, errForeignScheme
 	}
 	if signer && (cfg.Tolerance != 0 || cfg.MaxBody != 0 || cfg.Replay != nil || cfg.DedupWindow != 0 || cfg.OnReject != nil) {
 		return nil, errSignerOption
@@ -176,11 +180,7 @@ func validHeaderName(s string) bool {
 
 // redacted describes cfg without its secrets.
 func (cfg Config) redacted() string {
-	scheme := "<nil>"
-	if cfg.Scheme != nil {
-		scheme = cfg.Scheme.String()
-	}
-	return "webhook.Config{Scheme: " + scheme +
+	return "webhook.Config{Scheme: " + schemeName(cfg.Scheme) +
 		", Secrets: " + redactedSecrets(len(cfg.Secrets)) +
 		", SignatureHeader: " + strconv.Quote(cfg.SignatureHeader) +
 		", IDHeader: " + strconv.Quote(cfg.IDHeader) +
@@ -218,11 +218,16 @@ func (cfg Config) MarshalJSON() ([]byte, error) {
 		cfg.Tolerance, cfg.DedupWindow, cfg.MaxBody})
 }
 
+// schemeName names s without calling methods of a type that is not the
+// package's own.
 func schemeName(s Scheme) string {
-	if s == nil {
+	switch s.(type) {
+	case nil:
 		return "<nil>"
+	case *hmacSHA256, *standard:
+		return s.String()
 	}
-	return s.String()
+	return "<not a webhook scheme>"
 }
 
 // formatRedacted prints text for any verb: quoted under %q, as is otherwise.

@@ -31,6 +31,8 @@ func TestNewVerifierRefusesOptionsWithoutEffect(t *testing.T) {
 		{"ID header not a token", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, IDHeader: "X-ID:"}},
 		{"one header for signature and ID", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, SignatureHeader: "X-A", IDHeader: "x-a"}},
 		{"no scheme", Config{Secrets: []string{hmacSecret}}},
+		{"scheme embedded in another type", Config{Scheme: foreignScheme{}, Secrets: []string{hmacSecret}}},
+		{"scheme embedding a real one", Config{Scheme: foreignScheme{HMACSHA256()}, Secrets: []string{hmacSecret}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -310,3 +312,7 @@ func TestReleaseRefusesUnverifiedDeliveryAndReportsStoreFailure(t *testing.T) {
 		t.Fatalf("Claim after Release = %v, %v; want first", first, err)
 	}
 }
+
+// foreignScheme satisfies Scheme by embedding it; the constructors refuse
+// it rather than call methods that are not the package's own (or nil).
+type foreignScheme struct{ Scheme }

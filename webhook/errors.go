@@ -70,6 +70,7 @@ var (
 	errSecretShort     = reason.New(ErrSecretInvalid, "secret shorter than 24 bytes")
 	errSecretFIPS      = reason.New(ErrSecretInvalid, "secret shorter than 112 bits, not allowed in FIPS 140-3 mode (GODEBUG=fips140)")
 	errNoScheme        = reason.New(ErrConfig, "no scheme")
+	errForeignScheme   = reason.New(ErrConfig, "scheme not from this package")
 	errNegTolerance    = reason.New(ErrConfig, "Tolerance is negative")
 	errNegMaxBody      = reason.New(ErrConfig, "MaxBody is negative")
 	errNegDedup        = reason.New(ErrConfig, "DedupWindow is negative")
