@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -774,7 +775,7 @@ func singleUseStates(t *testing.T) (*States, *mcp.CallToolRequest) {
 	t.Helper()
 	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
 		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool,
-		Replay: ctoken.NewMemoryReplayStore(0),
+		Replay: replay.NewMemoryStore(0),
 	})
 	if err != nil {
 		t.Fatal(err)

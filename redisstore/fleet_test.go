@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -61,7 +62,7 @@ type fleetConfig struct {
 // configFromEnv reads the keys and the session as a fleet instance does. A
 // missing session is an error: a per-instance random session would make
 // every instance refuse the others' cursors.
-func configFromEnv(replay ctoken.ReplayStore) (*fleetConfig, error) {
+func configFromEnv(store replay.Store) (*fleetConfig, error) {
 	keys, err := ctoken.KeyringFromEnv(envFleetKeys)
 	if err != nil {
 		return nil, err
@@ -74,12 +75,12 @@ func configFromEnv(replay ctoken.ReplayStore) (*fleetConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, TTL: oneTimeTTL, Replay: replay})
+	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, TTL: oneTimeTTL, Replay: store})
 	if err != nil {
 		return nil, err
 	}
 	states, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
-		Keys: keys, Binding: ctoken.BindSubjectAndTool, TTL: oneTimeTTL, Replay: replay,
+		Keys: keys, Binding: ctoken.BindSubjectAndTool, TTL: oneTimeTTL, Replay: store,
 	})
 	if err != nil {
 		return nil, err
@@ -91,7 +92,7 @@ func configFromEnv(replay ctoken.ReplayStore) (*fleetConfig, error) {
 type instance struct {
 	name   string
 	cfg    atomic.Pointer[fleetConfig]
-	replay ctoken.ReplayStore // shared by the fleet; nil (a private store) when the test needs none
+	replay replay.Store // shared by the fleet; nil (a private store) when the test needs none
 	srv    *httptest.Server
 	pages  atomic.Int64 // pages served since start
 }
@@ -232,12 +233,12 @@ func (f *fleet) withT(t *testing.T) *fleet {
 	return &fleet{t: t, instances: f.instances, client: f.client, next: f.next}
 }
 
-func newFleet(t *testing.T, n int, replay ctoken.ReplayStore) *fleet {
+func newFleet(t *testing.T, n int, store replay.Store) *fleet {
 	t.Helper()
 	f := &fleet{t: t, client: &http.Client{Timeout: 10 * time.Second}, next: new(atomic.Uint64)}
 	for i := range n {
-		in := &instance{name: "i" + strconv.Itoa(i), replay: replay}
-		cfg, err := configFromEnv(replay)
+		in := &instance{name: "i" + strconv.Itoa(i), replay: store}
+		cfg, err := configFromEnv(store)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-// Package redisstore is a ctoken.ReplayStore backed by Redis, for fleets of
+// Package redisstore is a [replay.Store] backed by Redis, for fleets of
 // servers that must accept each single-use ID (one-time token, single-use
 // request state, webhook delivery) exactly once across every instance.
 //
@@ -23,7 +23,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -84,8 +84,8 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Store is a ctoken.ReplayStore backed by Redis. It also implements the
-// optional ctoken.ReplayReleaser (Release), which the webhook middleware uses
+// Store is a [replay.Store] backed by Redis. It also implements the
+// optional [replay.Releaser] (Release), which the webhook middleware uses
 // to let a sender's retry through after a failed delivery. It is safe for
 // concurrent use; its settings are fixed at construction.
 type Store struct {
@@ -96,8 +96,8 @@ type Store struct {
 }
 
 var (
-	_ ctoken.ReplayStore    = (*Store)(nil)
-	_ ctoken.ReplayReleaser = (*Store)(nil)
+	_ replay.Store    = (*Store)(nil)
+	_ replay.Releaser = (*Store)(nil)
 )
 
 // New returns a Store that records claims through client. The client keeps

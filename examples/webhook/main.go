@@ -23,7 +23,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/webhook"
 )
 
 func main() {
@@ -60,15 +61,15 @@ func run(w io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	cfg := ctoken.WebhookConfig{
-		Scheme:  ctoken.WebhookStandard,
-		Secrets: []string{secret()},
-		Replay:  ctoken.NewMemoryReplayStore(10_000),
+	secret := secret()
+	verifier, err := webhook.NewVerifier(webhook.Config{
+		Scheme:  webhook.StandardWebhooks(),
+		Secrets: []string{secret},
+		Replay:  replay.NewMemoryStore(10_000),
 		OnReject: func(r *http.Request, err error) {
-			fmt.Fprintf(out, "  receiver refused: %s\n", ctoken.Reason(err))
+			fmt.Fprintf(out, "  receiver refused: %s\n", webhook.Reason(err))
 		},
-	}
-	verifier, err := ctoken.NewWebhookVerifier(cfg)
+	})
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func run(w io.Writer) error {
 			http.Error(w, "read error", http.StatusBadRequest)
 			return
 		}
-		d, _ := ctoken.WebhookDeliveryFrom(r.Context())
+		d, _ := webhook.DeliveryFrom(r.Context())
 		mu.Lock()
 		processed = append(processed, d.ID)
 		mu.Unlock()
@@ -104,19 +105,20 @@ func run(w io.Writer) error {
 	fmt.Fprintf(out, "receiver listening on %s\n", ln.Addr())
 
 	// The sender.
-	signer, err := ctoken.NewWebhookSigner(cfg)
+	sending := webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{secret}}
+	signer, err := webhook.NewSigner(sending)
 	if err != nil {
 		return err
 	}
 	// A sender whose clock (or queue) is ten minutes behind.
-	stale := cfg
+	stale := sending
 	stale.Now = func() time.Time { return time.Now().Add(-10 * time.Minute) }
-	staleSigner, err := ctoken.NewWebhookSigner(stale)
+	staleSigner, err := webhook.NewSigner(stale)
 	if err != nil {
 		return err
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
-	send := func(label string, s *ctoken.WebhookSigner, id, signedBody, sentBody string) (int, error) {
+	send := func(label string, s *webhook.Signer, id, signedBody, sentBody string) (int, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(sentBody))
 		if err != nil {
 			return 0, err
@@ -139,7 +141,7 @@ func run(w io.Writer) error {
 	body := `{"event":"statusChange","id":"bc-1","status":"FINISHED"}`
 	steps := []struct {
 		label            string
-		signer           *ctoken.WebhookSigner
+		signer           *webhook.Signer
 		id, signed, sent string
 		wantStatus       int
 	}{

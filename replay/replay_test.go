@@ -1,4 +1,4 @@
-package ctoken
+package replay
 
 import (
 	"context"
@@ -8,31 +8,16 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/internal/clocktest"
 )
 
-// stepClock is a settable clock for tests, safe for concurrent use.
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// stepClock is the shared settable test clock.
+type stepClock = clocktest.Clock
 
-func newStepClock() *stepClock {
-	return &stepClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
+func newStepClock() *stepClock { return clocktest.New() }
 
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *stepClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func mustClaim(t *testing.T, s ReplayStore, id string, until time.Time) bool {
+func mustClaim(t *testing.T, s Store, id string, until time.Time) bool {
 	t.Helper()
 	first, err := s.Claim(context.Background(), id, until)
 	if err != nil {
@@ -41,9 +26,9 @@ func mustClaim(t *testing.T, s ReplayStore, id string, until time.Time) bool {
 	return first
 }
 
-func TestMemoryReplayStoreSecondClaimIsNotFirst(t *testing.T) {
+func TestMemoryStoreSecondClaimIsNotFirst(t *testing.T) {
 	clk := newStepClock()
-	s := &MemoryReplayStore{Max: 10, Now: clk.Now}
+	s := &MemoryStore{Max: 10, Now: clk.Now}
 	until := clk.Now().Add(time.Minute)
 	if !mustClaim(t, s, "a", until) {
 		t.Fatal("first claim of a reported not first")
@@ -56,9 +41,9 @@ func TestMemoryReplayStoreSecondClaimIsNotFirst(t *testing.T) {
 	}
 }
 
-func TestMemoryReplayStoreSecondClaimKeepsFirstExpiry(t *testing.T) {
+func TestMemoryStoreSecondClaimKeepsFirstExpiry(t *testing.T) {
 	clk := newStepClock()
-	s := &MemoryReplayStore{Max: 10, Now: clk.Now}
+	s := &MemoryStore{Max: 10, Now: clk.Now}
 	mustClaim(t, s, "a", clk.Now().Add(time.Minute))
 	mustClaim(t, s, "a", clk.Now().Add(time.Hour)) // must not extend
 	clk.Advance(time.Minute)
@@ -67,9 +52,9 @@ func TestMemoryReplayStoreSecondClaimKeepsFirstExpiry(t *testing.T) {
 	}
 }
 
-func TestMemoryReplayStoreForgetsOnlyAfterExpiry(t *testing.T) {
+func TestMemoryStoreForgetsOnlyAfterExpiry(t *testing.T) {
 	clk := newStepClock()
-	s := &MemoryReplayStore{Max: 10, Now: clk.Now}
+	s := &MemoryStore{Max: 10, Now: clk.Now}
 	mustClaim(t, s, "a", clk.Now().Add(time.Minute))
 	clk.Advance(time.Minute - time.Nanosecond)
 	if mustClaim(t, s, "a", clk.Now().Add(time.Minute)) {
@@ -81,16 +66,16 @@ func TestMemoryReplayStoreForgetsOnlyAfterExpiry(t *testing.T) {
 	}
 }
 
-func TestMemoryReplayStoreFailsClosedWhenFull(t *testing.T) {
+func TestMemoryStoreFailsClosedWhenFull(t *testing.T) {
 	clk := newStepClock()
-	s := &MemoryReplayStore{Max: 3, Now: clk.Now}
+	s := &MemoryStore{Max: 3, Now: clk.Now}
 	until := clk.Now().Add(time.Minute)
 	for _, id := range []string{"a", "b", "c"} {
 		mustClaim(t, s, id, until)
 	}
 	first, err := s.Claim(context.Background(), "d", until)
-	if !errors.Is(err, ErrReplayStoreFull) || first {
-		t.Fatalf("claim on a full store = (%v, %v), want (false, ErrReplayStoreFull)", first, err)
+	if !errors.Is(err, ErrFull) || first {
+		t.Fatalf("claim on a full store = (%v, %v), want (false, ErrFull)", first, err)
 	}
 	// No live entry was forgotten to make room.
 	for _, id := range []string{"a", "b", "c"} {
@@ -103,9 +88,9 @@ func TestMemoryReplayStoreFailsClosedWhenFull(t *testing.T) {
 	}
 }
 
-func TestMemoryReplayStoreEvictsExpiredEntriesToMakeRoom(t *testing.T) {
+func TestMemoryStoreEvictsExpiredEntriesToMakeRoom(t *testing.T) {
 	clk := newStepClock()
-	s := &MemoryReplayStore{Max: 2, Now: clk.Now}
+	s := &MemoryStore{Max: 2, Now: clk.Now}
 	mustClaim(t, s, "short", clk.Now().Add(time.Second))
 	mustClaim(t, s, "long", clk.Now().Add(time.Hour))
 	clk.Advance(time.Second)
@@ -120,9 +105,9 @@ func TestMemoryReplayStoreEvictsExpiredEntriesToMakeRoom(t *testing.T) {
 	}
 }
 
-func TestMemoryReplayStoreRefusesExpiryInThePast(t *testing.T) {
+func TestMemoryStoreRefusesExpiryInThePast(t *testing.T) {
 	clk := newStepClock()
-	s := &MemoryReplayStore{Now: clk.Now}
+	s := &MemoryStore{Now: clk.Now}
 	for _, until := range []time.Time{clk.Now(), clk.Now().Add(-time.Second), {}} {
 		first, err := s.Claim(context.Background(), "a", until)
 		if err == nil || first {
@@ -131,8 +116,8 @@ func TestMemoryReplayStoreRefusesExpiryInThePast(t *testing.T) {
 	}
 }
 
-func TestMemoryReplayStoreHonoursCancelledContext(t *testing.T) {
-	s := NewMemoryReplayStore(0)
+func TestMemoryStoreHonoursCancelledContext(t *testing.T) {
+	s := NewMemoryStore(0)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute))
@@ -147,9 +132,9 @@ func TestMemoryReplayStoreHonoursCancelledContext(t *testing.T) {
 	}
 }
 
-func TestMemoryReplayStoreReleaseMakesIDClaimableAgain(t *testing.T) {
+func TestMemoryStoreReleaseMakesIDClaimableAgain(t *testing.T) {
 	clk := newStepClock()
-	s := &MemoryReplayStore{Now: clk.Now}
+	s := &MemoryStore{Now: clk.Now}
 	until := clk.Now().Add(time.Minute)
 	mustClaim(t, s, "a", until)
 	if err := s.Release(context.Background(), "a"); err != nil {
@@ -163,9 +148,9 @@ func TestMemoryReplayStoreReleaseMakesIDClaimableAgain(t *testing.T) {
 	}
 }
 
-func TestMemoryReplayStoreReleaseChurnKeepsMemoryBounded(t *testing.T) {
+func TestMemoryStoreReleaseChurnKeepsMemoryBounded(t *testing.T) {
 	clk := newStepClock()
-	s := &MemoryReplayStore{Max: 4, Now: clk.Now}
+	s := &MemoryStore{Max: 4, Now: clk.Now}
 	until := clk.Now().Add(time.Hour)
 	mustClaim(t, s, "live", until)
 	for i := range 10_000 {
@@ -191,8 +176,8 @@ func TestMemoryReplayStoreReleaseChurnKeepsMemoryBounded(t *testing.T) {
 	}
 }
 
-func TestMemoryReplayStoreZeroValueIsUsable(t *testing.T) {
-	var s MemoryReplayStore
+func TestMemoryStoreZeroValueIsUsable(t *testing.T) {
+	var s MemoryStore
 	if !mustClaim(t, &s, "a", time.Now().Add(time.Minute)) {
 		t.Fatal("zero-value store: first claim not first")
 	}
@@ -201,8 +186,8 @@ func TestMemoryReplayStoreZeroValueIsUsable(t *testing.T) {
 	}
 }
 
-func TestMemoryReplayStoreConcurrentClaimsExactlyOneWins(t *testing.T) {
-	s := NewMemoryReplayStore(1000)
+func TestMemoryStoreConcurrentClaimsExactlyOneWins(t *testing.T) {
+	s := NewMemoryStore(1000)
 	until := time.Now().Add(time.Hour)
 	const workers = 64
 	for round := range 20 {
@@ -229,5 +214,49 @@ func TestMemoryReplayStoreConcurrentClaimsExactlyOneWins(t *testing.T) {
 		if n := wins.Load(); n != 1 {
 			t.Fatalf("round %d: %d claims won, want exactly 1", round, n)
 		}
+	}
+}
+
+// An ID released and claimed again with a later expiry stays claimed when
+// the first claim's expiry passes: eviction of the first claim's leftover
+// heap entry must not forget the second claim.
+func TestMemoryStoreReclaimAfterReleaseOutlivesFirstExpiry(t *testing.T) {
+	clk := newStepClock()
+	s := &MemoryStore{Now: clk.Now}
+	t1 := clk.Now().Add(time.Minute)
+	t2 := clk.Now().Add(time.Hour)
+	mustClaim(t, s, "a", t1)
+	if err := s.Release(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !mustClaim(t, s, "a", t2) {
+		t.Fatal("claim after release not first")
+	}
+	clk.Advance(2 * time.Minute) // past t1, before t2
+	if mustClaim(t, s, "a", clk.Now().Add(time.Hour)) {
+		t.Fatal("second claim forgotten when the first claim's expiry passed")
+	}
+	if got := s.Len(); got != 1 {
+		t.Fatalf("Len = %d, want 1", got)
+	}
+}
+
+func TestMemoryStoreRefusesNegativeMax(t *testing.T) {
+	for _, s := range []*MemoryStore{NewMemoryStore(-1), {Max: -5}} {
+		first, err := s.Claim(context.Background(), "a", time.Now().Add(time.Minute))
+		if first || !errors.Is(err, ErrConfig) {
+			t.Fatalf("Claim on Max %d = %v, %v; want false, ErrConfig", s.Max, first, err)
+		}
+		if err := s.Release(context.Background(), "a"); !errors.Is(err, ErrConfig) {
+			t.Fatalf("Release on Max %d = %v, want ErrConfig", s.Max, err)
+		}
+	}
+}
+
+func TestMemoryStoreRefusesExpiredClaimWithErrExpired(t *testing.T) {
+	clk := newStepClock()
+	s := &MemoryStore{Now: clk.Now}
+	if first, err := s.Claim(context.Background(), "a", clk.Now()); first || !errors.Is(err, ErrExpired) {
+		t.Fatalf("Claim at now = %v, %v; want false, ErrExpired", first, err)
 	}
 }

@@ -1,0 +1,42 @@
+package webhook
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func BenchmarkVerify(b *testing.B) {
+	body := []byte(strings.Repeat("x", 1024))
+	for _, tc := range []struct {
+		name   string
+		scheme Scheme
+		secret string
+	}{{"sha256", HMACSHA256(), hmacSecret}, {"standard", StandardWebhooks(), stdSecret}} {
+		cfg := Config{Scheme: tc.scheme, Secrets: []string{tc.secret}}
+		v := newVerifier(b, cfg)
+		h := http.Header{}
+		if err := newSigner(b, cfg).Sign(h, "evt-1", body); err != nil {
+			b.Fatal(err)
+		}
+		forged := []byte(strings.Repeat("y", 1024))
+		b.Run(tc.name+"/1KiB", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := v.Verify(h, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.name+"/1KiB-forged", func(b *testing.B) {
+			b.SetBytes(int64(len(forged)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := v.Verify(h, forged); err == nil {
+					b.Fatal("accepted")
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,254 @@
+package webhook
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ctoken/ctoken/internal/mac"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// Defaults for the zero fields of a [Config].
+const (
+	// DefaultMaxBody is the body size cap when [Config.MaxBody] is zero.
+	DefaultMaxBody = 1 << 20
+	// DefaultTolerance is the timestamp tolerance of schemes that sign a
+	// time, both into the past and into the future, when [Config.Tolerance]
+	// is zero.
+	DefaultTolerance = 5 * time.Minute
+	// DefaultDedupWindow is how long a delivery is remembered as seen (at
+	// least; see [Config.DedupWindow]) when [Config.DedupWindow] is zero.
+	DefaultDedupWindow = 24 * time.Hour
+)
+
+// Config configures a [Verifier] or a [Signer]. Zero durations and sizes
+// mean the documented default; negative ones are refused by the
+// constructor, as is any option that has no effect under Scheme or on a
+// Signer. A Config prints its secrets redacted (see [Config.Format]).
+type Config struct {
+	// Scheme is the signature scheme: [HMACSHA256], [GitHub] or
+	// [StandardWebhooks]. It is required.
+	Scheme Scheme
+	// Secrets are the shared secrets, at least one, in the form the scheme
+	// documents. Any of them verifies a delivery, so a secret can be
+	// rotated by adding the new one first and removing the old one later.
+	Secrets []string
+	// SignatureHeader and IDHeader rename the headers of [HMACSHA256];
+	// empty means [HeaderWebhookSignature] and [HeaderWebhookID]. Other
+	// schemes fix their headers and refuse these options.
+	SignatureHeader, IDHeader string
+	// Tolerance is how far a signed timestamp may lie in the past or in the
+	// future; zero means [DefaultTolerance]. Schemes that sign no time
+	// refuse it. Verifier only.
+	Tolerance time.Duration
+	// MaxBody caps the body in bytes, checked while reading; zero means
+	// [DefaultMaxBody]. Verifier only.
+	MaxBody int64
+	// Replay de-duplicates deliveries. Nil means a private
+	// [replay.MemoryStore] with [replay.DefaultMax] entries, which protects
+	// a single process only; a fleet shares one store. Size a bounded store
+	// for the deliveries of one DedupWindow (an [HMACSHA256] or [GitHub]
+	// delivery takes two entries, a Standard Webhooks one takes one): when
+	// it is full, deliveries are refused with 503 until entries expire.
+	// Verifier only.
+	Replay replay.Store
+	// DedupWindow is how long a delivery is remembered as seen, so that a
+	// sender's retry of a delivery already processed is acknowledged rather
+	// than processed again; zero means [DefaultDedupWindow]. For schemes
+	// that sign no time it is also the whole replay protection. A delivery
+	// with a signed timestamp is in any case remembered until its timestamp
+	// has left the tolerance window, after which the timestamp check
+	// refuses a replay by itself. Verifier only.
+	DedupWindow time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// OnReject, if set, is called by the middleware with every refused
+	// request and its error, for logging ([Reason] gives a log-safe
+	// description). It is not called for duplicates. Verifier only.
+	OnReject func(r *http.Request, err error)
+}
+
+// params is a validated Config. Header names are canonical keys.
+type params struct {
+	scheme                        Scheme
+	keys                          []*mac.Key
+	idHeader, tsHeader, sigHeader string
+	tolerance                     time.Duration
+	maxBody                       int64
+	store                         replay.Store
+	dedup                         time.Duration
+	now                           func() time.Time
+	onReject                      func(*http.Request, error)
+}
+
+// newParams validates cfg for a verifier or, when signer, for a signer.
+func newParams(cfg Config, signer bool) (*params, error) {
+	switch cfg.Scheme.(type) {
+	case nil:
+		return nil, errNoScheme
+	case *hmacSHA256, *standard:
+	default: // a type embedding Scheme: its methods are not ours
+		return nil, errForeignScheme
+	}
+	if signer && (cfg.Tolerance != 0 || cfg.MaxBody != 0 || cfg.Replay != nil || cfg.DedupWindow != 0 || cfg.OnReject != nil) {
+		return nil, errSignerOption
+	}
+	switch {
+	case cfg.Tolerance < 0:
+		return nil, errNegTolerance
+	case cfg.MaxBody < 0:
+		return nil, errNegMaxBody
+	case cfg.DedupWindow < 0:
+		return nil, errNegDedup
+	}
+	if len(cfg.Secrets) == 0 {
+		return nil, errNoSecrets
+	}
+	p := &params{
+		scheme:   cfg.Scheme,
+		maxBody:  cfg.MaxBody,
+		store:    cfg.Replay,
+		dedup:    cfg.DedupWindow,
+		now:      cfg.Now,
+		onReject: cfg.OnReject,
+	}
+	for i, s := range cfg.Secrets {
+		k, err := newKey(cfg.Scheme, s)
+		if err != nil {
+			return nil, fmt.Errorf("%w (secret %d of %d)", err, i+1, len(cfg.Secrets))
+		}
+		p.keys = append(p.keys, k)
+	}
+	if err := cfg.Scheme.configure(&cfg, p); err != nil {
+		return nil, err
+	}
+	p.idHeader = http.CanonicalHeaderKey(p.idHeader)
+	p.sigHeader = http.CanonicalHeaderKey(p.sigHeader)
+	if p.tsHeader != "" {
+		p.tsHeader = http.CanonicalHeaderKey(p.tsHeader)
+	}
+	if p.maxBody == 0 {
+		p.maxBody = DefaultMaxBody
+	}
+	if p.dedup == 0 {
+		p.dedup = DefaultDedupWindow
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.store == nil && !signer {
+		p.store = &replay.MemoryStore{Now: cfg.Now}
+	}
+	return p, nil
+}
+
+// newKey parses one secret under scheme into a pooled HMAC key.
+func newKey(scheme Scheme, secret string) (*mac.Key, error) {
+	raw, err := scheme.parseSecret(secret)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(raw)
+	k, err := mac.New(raw)
+	if err != nil { // the only failure: a short key in FIPS 140-3 mode
+		return nil, errSecretFIPS
+	}
+	return k, nil
+}
+
+// validHeaderName reports whether s is a non-empty HTTP token (RFC 9110).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// redacted describes cfg without its secrets.
+func (cfg Config) redacted() string {
+	return "webhook.Config{Scheme: " + schemeName(cfg.Scheme) +
+		", Secrets: " + redactedSecrets(len(cfg.Secrets)) +
+		", SignatureHeader: " + strconv.Quote(cfg.SignatureHeader) +
+		", IDHeader: " + strconv.Quote(cfg.IDHeader) +
+		", Tolerance: " + cfg.Tolerance.String() +
+		", MaxBody: " + strconv.FormatInt(cfg.MaxBody, 10) +
+		", DedupWindow: " + cfg.DedupWindow.String() + "}"
+}
+
+func redactedSecrets(n int) string { return "[" + strconv.Itoa(n) + " redacted]" }
+
+// String returns a description of cfg with its secrets redacted.
+func (cfg Config) String() string { return cfg.redacted() }
+
+// Format prints cfg with its secrets redacted under every verb (%v, %+v,
+// %#v, %s, %q, ...), by value and by pointer.
+func (cfg Config) Format(f fmt.State, verb rune) { formatRedacted(f, verb, cfg.redacted()) }
+
+// LogValue gives log/slog a description of cfg with its secrets redacted.
+func (cfg Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("scheme", schemeName(cfg.Scheme)),
+		slog.Int("secrets", len(cfg.Secrets)),
+	)
+}
+
+// MarshalJSON encodes a description of cfg with its secrets redacted.
+func (cfg Config) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Scheme                    string
+		Secrets                   string
+		SignatureHeader, IDHeader string
+		Tolerance, DedupWindow    time.Duration
+		MaxBody                   int64
+	}{schemeName(cfg.Scheme), redactedSecrets(len(cfg.Secrets)), cfg.SignatureHeader, cfg.IDHeader,
+		cfg.Tolerance, cfg.DedupWindow, cfg.MaxBody})
+}
+
+// schemeName names s without calling methods of a type that is not the
+// package's own.
+func schemeName(s Scheme) string {
+	switch s.(type) {
+	case nil:
+		return "<nil>"
+	case *hmacSHA256, *standard:
+		return s.String()
+	}
+	return "<not a webhook scheme>"
+}
+
+// formatRedacted prints text for any verb: quoted under %q, as is otherwise.
+func formatRedacted(f fmt.State, verb rune, text string) {
+	if verb == 'q' {
+		text = strconv.Quote(text)
+	}
+	f.Write([]byte(text))
+}
+
+// describe is the redacted description of a verifier's or signer's params.
+func (p *params) describe(kind string) string {
+	if p == nil {
+		return "webhook." + kind + "{zero}"
+	}
+	return "webhook." + kind + "{Scheme: " + p.scheme.String() + ", Secrets: " + redactedSecrets(len(p.keys)) + "}"
+}
+
+func (p *params) logValue() slog.Value {
+	if p == nil {
+		return slog.GroupValue(slog.Bool("zero", true))
+	}
+	return slog.GroupValue(slog.String("scheme", p.scheme.String()), slog.Int("secrets", len(p.keys)))
+}

@@ -1,0 +1,30 @@
+package webhook
+
+import (
+	"context"
+	"time"
+
+	"github.com/ctoken/ctoken/internal/mac"
+)
+
+// Delivery describes an authentic delivery, as returned by
+// [Verifier.Verify]. Only a Delivery from Verify can be claimed.
+type Delivery struct {
+	// ID is the delivery ID from the request.
+	ID string
+	// Timestamp is the signed send time for schemes that sign one
+	// ([StandardWebhooks]); zero otherwise.
+	Timestamp time.Time
+
+	mac      [mac.Size]byte // the matching signature, a replay key for HMAC-SHA256 schemes
+	verified bool           // set by Verify
+}
+
+type deliveryKey struct{}
+
+// DeliveryFrom returns the delivery that [Verifier.Middleware] verified
+// for the request whose context is ctx.
+func DeliveryFrom(ctx context.Context) (Delivery, bool) {
+	d, ok := ctx.Value(deliveryKey{}).(Delivery)
+	return d, ok
+}

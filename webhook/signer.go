@@ -1,0 +1,56 @@
+package webhook
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+)
+
+// Signer signs outgoing deliveries so that a [Verifier] with the same
+// scheme, secrets and header names accepts them. It is safe for concurrent
+// use. A zero Signer refuses every call with [ErrNoSecret]; it prints no
+// secret (see [Signer.Format]).
+type Signer struct {
+	p *params
+}
+
+// NewSigner validates cfg and returns a signer. Only Scheme, Secrets, the
+// header names and Now apply to a signer; the receiving options
+// (Tolerance, MaxBody, Replay, DedupWindow, OnReject) are refused with
+// [ErrConfig], as are the errors of [NewVerifier].
+func NewSigner(cfg Config) (*Signer, error) {
+	p, err := newParams(cfg, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Signer{p: p}, nil
+}
+
+// Sign sets on h the headers that authenticate body as delivery id under
+// the signer's scheme, at the signer's clock. The id must be 1 to
+// [MaxIDBytes] bytes of printable ASCII other than space, and free of '.'
+// under [StandardWebhooks], else [ErrMalformed]; h is then left unchanged. A nil h is refused with
+// [ErrMalformed].
+func (s *Signer) Sign(h http.Header, id string, body []byte) error {
+	if s == nil || s.p == nil {
+		return errZeroSigner
+	}
+	if err := checkID(id, s.p.scheme.forbidsDot()); err != nil {
+		return err
+	}
+	if h == nil {
+		return errNilHeader
+	}
+	s.p.scheme.sign(s.p, h, id, body, s.p.now())
+	return nil
+}
+
+// String describes s without its secrets.
+func (s Signer) String() string { return s.p.describe("Signer") }
+
+// Format prints s with its secrets redacted under every verb, by value and
+// by pointer.
+func (s Signer) Format(f fmt.State, verb rune) { formatRedacted(f, verb, s.String()) }
+
+// LogValue gives log/slog a description of s without its secrets.
+func (s Signer) LogValue() slog.Value { return s.p.logValue() }

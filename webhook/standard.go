@@ -1,0 +1,221 @@
+package webhook
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ctoken/ctoken/internal/b64"
+	"github.com/ctoken/ctoken/internal/mac"
+)
+
+// standard is the Standard Webhooks scheme, parameterised by its header
+// names so that senders using the same algorithm under other names slot in
+// as further values.
+type standard struct {
+	name                          string
+	idHeader, tsHeader, sigHeader string
+}
+
+var schemeStandard = &standard{
+	name:      "standard-webhooks",
+	idHeader:  HeaderStandardID,
+	tsHeader:  HeaderStandardTimestamp,
+	sigHeader: HeaderStandardSignature,
+}
+
+// StandardWebhooks returns the Standard Webhooks scheme
+// (https://www.standardwebhooks.com): headers [HeaderStandardID],
+// [HeaderStandardTimestamp] (unix seconds) and [HeaderStandardSignature], a
+// space-separated list of "v1,<base64 HMAC-SHA256(secret, id.timestamp.body)>".
+// Secrets are "whsec_" followed by standard base64 of at least 24 bytes
+// (padded or not; the prefix is optional). The ID and time are signed; a
+// delivery whose timestamp is outside [Config.Tolerance] either way is
+// refused, and an ID may not contain '.'. A signer signs with every secret,
+// as Standard Webhooks senders do during rotation. The header names are
+// fixed: [Config.SignatureHeader] and [Config.IDHeader] are refused.
+func StandardWebhooks() Scheme { return schemeStandard }
+
+// minStandardSecretBytes is the Standard Webhooks minimum secret size.
+const minStandardSecretBytes = 24
+
+func (s *standard) String() string { return s.name }
+
+func (s *standard) parseSecret(secret string) ([]byte, error) {
+	text := strings.TrimPrefix(strings.TrimSpace(secret), "whsec_")
+	if text == "" {
+		return nil, errSecretEmpty
+	}
+	enc := b64.Std
+	if len(text)%4 != 0 {
+		enc = b64.RawStd
+	}
+	k, err := enc.DecodeString(text)
+	if err != nil {
+		return nil, errSecretBase64
+	}
+	if len(k) < minStandardSecretBytes {
+		return nil, errSecretShort
+	}
+	return k, nil
+}
+
+func (s *standard) configure(cfg *Config, p *params) error {
+	if cfg.SignatureHeader != "" || cfg.IDHeader != "" {
+		return errHeadersUnused
+	}
+	p.idHeader, p.tsHeader, p.sigHeader = s.idHeader, s.tsHeader, s.sigHeader
+	p.tolerance = cfg.Tolerance
+	if p.tolerance == 0 {
+		p.tolerance = DefaultTolerance
+	}
+	return nil
+}
+
+func (s *standard) forbidsDot() bool { return true }
+
+func (s *standard) verify(p *params, h http.Header, body []byte, id string) (verified, error) {
+	tsText, ok := single(h, p.tsHeader)
+	if !ok {
+		return verified{}, errTSHeader
+	}
+	ts, ok := parseUnixSeconds(tsText)
+	if !ok {
+		return verified{}, errTSMalformed
+	}
+	sigHeader, ok := single(h, p.sigHeader)
+	if !ok {
+		return verified{}, errSigHeader
+	}
+	var cands [MaxSignatures][mac.Size]byte
+	n, ok := parseStandardSignatures(sigHeader, &cands)
+	if !ok {
+		return verified{}, errSigMalformed
+	}
+	if !verifyOne(p.keys, cands[:n], func(st *mac.State) {
+		st.WriteString(id)
+		st.WriteByte('.')
+		st.WriteString(tsText)
+		st.WriteByte('.')
+		st.Write(body)
+	}) {
+		return verified{}, errSigMismatch
+	}
+	// The window is checked after the signature, so ErrTimestamp always
+	// means an authentic but stale or future delivery.
+	t := time.Unix(ts, 0)
+	now := p.now()
+	if now.Sub(t) > p.tolerance {
+		return verified{}, errTSTooOld
+	}
+	if t.Sub(now) > p.tolerance {
+		return verified{}, errTSFuture
+	}
+	return verified{ts: t}, nil
+}
+
+// parseUnixSeconds parses 1 to 12 ASCII digits (no sign, no spaces), which
+// covers every time until the year 33658.
+func parseUnixSeconds(s string) (int64, bool) {
+	if len(s) == 0 || len(s) > 12 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// sigTextLen is the length of the standard base64 of a 32-byte tag.
+const sigTextLen = 44
+
+// parseStandardSignatures parses a signature header of at most
+// MaxSignatureHeaderBytes and at most MaxSignatures space-separated
+// "version,base64" entries into dst, returning how many v1 signatures it
+// decoded. Entries of other versions (such as v1a) and v1 entries that are
+// not the canonical standard base64 of 32 bytes are skipped, as the
+// reference implementations do (they never match anyway). It fails when a
+// cap is exceeded or no usable v1 signature remains. It does not allocate.
+func parseStandardSignatures(s string, dst *[MaxSignatures][mac.Size]byte) (int, bool) {
+	if len(s) > MaxSignatureHeaderBytes {
+		return 0, false
+	}
+	n, entries := 0, 0
+	for len(s) > 0 {
+		// Skip separators, then take one entry.
+		i := 0
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		s = s[i:]
+		if s == "" {
+			break
+		}
+		j := 0
+		for j < len(s) && !isSpace(s[j]) {
+			j++
+		}
+		entry := s[:j]
+		s = s[j:]
+		entries++
+		if entries > MaxSignatures {
+			return 0, false
+		}
+		if len(entry) != len("v1,")+sigTextLen || entry[:3] != "v1," {
+			continue
+		}
+		var text [sigTextLen]byte
+		var raw [sigTextLen / 4 * 3]byte
+		copy(text[:], entry[3:])
+		if k, err := b64.Std.Decode(raw[:], text[:]); err != nil || k != mac.Size {
+			continue
+		}
+		copy(dst[n][:], raw[:mac.Size])
+		n++
+	}
+	return n, n > 0
+}
+
+// isSpace reports the ASCII white space strings.Fields splits on.
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
+func (s *standard) sign(p *params, h http.Header, id string, body []byte, now time.Time) {
+	ts := strconv.FormatInt(now.Unix(), 10)
+	var sigs strings.Builder
+	for i, k := range p.keys {
+		if i > 0 {
+			sigs.WriteByte(' ')
+		}
+		st := k.Begin()
+		st.WriteString(id)
+		st.WriteByte('.')
+		st.WriteString(ts)
+		st.WriteByte('.')
+		st.Write(body)
+		sigs.WriteString("v1,")
+		sigs.WriteString(b64.Std.EncodeToString(st.Tag()[:]))
+		k.End(st)
+	}
+	h[p.idHeader] = []string{id}
+	h[p.tsHeader] = []string{ts}
+	h[p.sigHeader] = []string{sigs.String()}
+}
+
+func (s *standard) claimKeys(p *params, d *Delivery) ([]string, time.Time) {
+	until := p.now().Add(p.dedup)
+	// The ID is signed. Keep it at least one second past the last instant
+	// the timestamp check still accepts the delivery, so a replay is refused
+	// by one check or the other.
+	if edge := d.Timestamp.Add(p.tolerance + time.Second); edge.After(until) {
+		until = edge
+	}
+	return []string{"webhook:std:" + d.ID}, until
+}
