@@ -397,7 +397,7 @@ func TestCursorWireFormat(t *testing.T) {
 	if !bytes.Equal(body, want) {
 		t.Fatalf("CBOR body\n got %x\nwant %x", body, want)
 	}
-	mac := hmac.New(sha256.New, DeriveKey(key, "ctoken.cursor hmac-sha256 key"))
+	mac := hmac.New(sha256.New, subkey(key, "ctoken.cursor hmac-sha256 key"))
 	mac.Write(body)
 	if !hmac.Equal(mac.Sum(nil), raw[len(raw)-32:]) {
 		t.Fatal("MAC is not HMAC-SHA256 under the derived cursor key")

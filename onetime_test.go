@@ -244,7 +244,7 @@ func TestOneTimeTokenSubkeyIsSeparateFromOtherUses(t *testing.T) {
 		m.Write(payload)
 		return m.Sum(nil)
 	}
-	if !hmac.Equal(tag, mac(DeriveKey(key, "ctoken.onetime hmac key"))) {
+	if !hmac.Equal(tag, mac(subkey(key, "ctoken.onetime hmac key"))) {
 		t.Fatal("one-time subkey is not HKDF(key, \"ctoken.onetime hmac key\")")
 	}
 	if hmac.Equal(tag, mac(key)) {
