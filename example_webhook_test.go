@@ -102,34 +102,6 @@ func ExampleWebhookVerifier_Middleware() {
 	// 400
 }
 
-// A one-time bootstrap token: minted for one agent run, exchanged once.
-func ExampleOneTimeIssuer() {
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		panic(err)
-	}
-	tokens, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys})
-	if err != nil {
-		panic(err)
-	}
-	claims := map[string]string{"agent": "agt_42", "company": "co_7", "run": "run_1"}
-	tok, err := tokens.Mint(claims)
-	if err != nil {
-		panic(err)
-	}
-
-	ctx := context.Background()
-	err = tokens.Redeem(ctx, tok, map[string]string{"agent": "agt_42", "company": "co_7", "run": "run_2"})
-	fmt.Println(errors.Is(err, ctoken.ErrOneTimeClaims))
-	fmt.Println(tokens.Redeem(ctx, tok, claims))
-	err = tokens.Redeem(ctx, tok, claims)
-	fmt.Println(errors.Is(err, ctoken.ErrOneTimeRedeemed))
-	// Output:
-	// true
-	// <nil>
-	// true
-}
-
 // A bounded replay store refuses new IDs when full instead of forgetting
 // live ones.
 func ExampleMemoryReplayStore() {

@@ -683,7 +683,7 @@ func TestTokensHaveOneSpelling(t *testing.T) {
 	iss := fuzzCursorIssuer(t)
 	scope := CursorScope{ToolID: "t", CallerID: "c"}
 	codecs := fuzzCodecs(t)
-	ot, err := NewOneTimeIssuer(OneTimeConfig{Keys: vecKeyring(t, vecKey), Now: fixedClock(vecNow)})
+	ot, err := NewOneTimeIssuer(OneTimeConfig{Keys: vecKeyring(t, vecKey), Purpose: "spelling", Now: fixedClock(vecNow)})
 	if err != nil {
 		t.Fatal(err)
 	}

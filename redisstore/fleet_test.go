@@ -74,7 +74,7 @@ func configFromEnv(replay ctoken.ReplayStore) (*fleetConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, TTL: oneTimeTTL, Replay: replay})
+	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, Purpose: "fleet-bootstrap", TTL: oneTimeTTL, Replay: replay})
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func (in *instance) handler() http.Handler {
 			in.reply(w, http.StatusBadRequest, fleetResp{Error: "unreadable body"})
 			return
 		}
-		err = in.cfg.Load().onetime.Redeem(r.Context(), string(body), map[string]string{"caller": callerOf(r)})
+		_, err = in.cfg.Load().onetime.Redeem(r.Context(), string(body), map[string]string{"caller": callerOf(r)})
 		switch {
 		case err == nil:
 			in.reply(w, http.StatusOK, fleetResp{})
