@@ -107,7 +107,7 @@ const (
 	keyEmpty      = "is empty"
 	keyWebhook    = "is a whsec_ webhook secret"
 	keyNotBase64  = "is not base64"
-	keyDegenerate = "is degenerate (a repeating pattern or too few distinct byte values), not random"
+	keyDegenerate = "is degenerate: a repeating pattern or too few distinct byte values, not random"
 )
 
 // decodeKey decodes one entry of a keyring, or returns what is wrong with
