@@ -68,11 +68,14 @@ type CursorConfig struct {
 	// TTL is the maximum cursor age: 0 means DefaultCursorTTL, negative
 	// means no age limit.
 	TTL time.Duration
-	// Session names the server session cursors belong to. Empty means a
+	// Session names the server session cursors belong to. Nil means a
 	// random 8-byte nonce minted per issuer, so a restart invalidates every
 	// outstanding cursor (ErrCursorExpired). A fleet behind a load balancer
 	// sets the same Session (and Keys) on every instance; changing it
-	// revokes all outstanding cursors at once. At most MaxSessionBytes.
+	// revokes all outstanding cursors at once. At most MaxSessionBytes. A
+	// non-nil empty Session (say, []byte of an unset environment variable)
+	// is ErrConfig rather than a silent random session that would split
+	// the fleet.
 	Session []byte
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -134,7 +137,7 @@ func mustDecMode(o cbor.DecOptions) cbor.DecMode {
 
 // NewCursorIssuer returns an issuer for cfg. It fails with ErrNoKey when
 // cfg.Keys is nil or holds no key (a zero Keyring), and with ErrConfig when
-// cfg.Session is longer than MaxSessionBytes. Every TTL is valid: 0 means
+// cfg.Session is longer than MaxSessionBytes or empty but not nil. Every TTL is valid: 0 means
 // DefaultCursorTTL and a negative TTL means no age limit.
 func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 	if cfg.Keys == nil || cfg.Keys.Len() == 0 {
@@ -142,6 +145,9 @@ func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 	}
 	if len(cfg.Session) > MaxSessionBytes {
 		return nil, configError("CursorConfig.Session is longer than MaxSessionBytes")
+	}
+	if cfg.Session != nil && len(cfg.Session) == 0 {
+		return nil, configError("CursorConfig.Session is empty but not nil (nil means a random per-issuer session)")
 	}
 	i := &CursorIssuer{
 		macs:    newMACRing(cfg.Keys, cursorKeyLabel),

@@ -646,6 +646,20 @@ func TestCursorSessionOfMaxSessionBytes(t *testing.T) {
 	}
 }
 
+// An empty but non-nil Session (os.Getenv of an unset variable, converted)
+// must not silently become a random per-issuer session.
+func TestNewCursorIssuerRefusesEmptyNonNilSession(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(1))
+	for _, s := range [][]byte{{}, []byte("")} {
+		if i, err := NewCursorIssuer(CursorConfig{Keys: kr, Session: s}); !errors.Is(err, ErrConfig) || i != nil {
+			t.Fatalf("empty session = %v, %v; want ErrConfig", i, err)
+		}
+	}
+	if i, err := NewCursorIssuer(CursorConfig{Keys: kr}); err != nil || len(i.Session()) != sessionBytes {
+		t.Fatalf("nil session = %v; want a random %d-byte session", err, sessionBytes)
+	}
+}
+
 // Every error Issue, Verify and the typed helpers return carries a Reason.
 func TestCursorEveryErrorHasAReason(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
