@@ -185,7 +185,7 @@ func periodic(k []byte, p int) bool {
 func KeyringFromEnv(name string) (*Keyring, error) {
 	v := os.Getenv(name)
 	if v == "" {
-		return nil, fmt.Errorf("%w: %s is not set", ErrNoKey, name)
+		return nil, &reasonError{sentinel: ErrNoKey, reason: name + " is not set"}
 	}
 	kr, err := ParseKeyring(v)
 	if err != nil {
@@ -228,6 +228,8 @@ func (k *Keyring) String() string {
 // GoString describes the ring without revealing any key, for %#v.
 func (k *Keyring) GoString() string { return k.String() }
 
+var errDeriveShort = reject(ErrKeyTooShort, "DeriveKey needs at least 32 bytes of key")
+
 // hkdfSalt is the fixed HKDF salt shared with the reference implementation.
 var hkdfSalt = make([]byte, 32)
 
@@ -239,11 +241,11 @@ var hkdfSalt = make([]byte, 32)
 // mode, which refuses keys under 112 bits); DeriveKey never panics.
 func DeriveKey(key []byte, label string) ([]byte, error) {
 	if len(key) < MinKeyBytes {
-		return nil, fmt.Errorf("%w: DeriveKey needs at least %d bytes of key", ErrKeyTooShort, MinKeyBytes)
+		return nil, errDeriveShort
 	}
 	out, err := hkdf.Key(sha256.New, key, hkdfSalt, label, 32)
 	if err != nil {
-		return nil, fmt.Errorf("%w: hkdf: %v", ErrKeyInvalid, err)
+		return nil, &reasonError{sentinel: fmt.Errorf("%w: hkdf: %v", ErrKeyInvalid, err), reason: "HKDF refused the key"}
 	}
 	return out, nil
 }

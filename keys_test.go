@@ -110,8 +110,8 @@ func TestParseKeyringRejectsMalformed(t *testing.T) {
 func TestKeyringFromEnv(t *testing.T) {
 	const name = "CTOKEN_TEST_KEYS"
 	t.Setenv(name, "")
-	if _, err := KeyringFromEnv(name); !errors.Is(err, ErrNoKey) {
-		t.Fatalf("empty: %v", err)
+	if _, err := KeyringFromEnv(name); !errors.Is(err, ErrNoKey) || Reason(err) != name+" is not set" {
+		t.Fatalf("empty: %v (reason %q)", err, Reason(err))
 	}
 	t.Setenv(name, EncodeKey(seqBytes(4, 32))+","+EncodeKey(seqBytes(5, 32)))
 	kr, err := KeyringFromEnv(name)
@@ -199,8 +199,8 @@ func TestDeriveKeySeparatesLabels(t *testing.T) {
 func TestDeriveKeyRefusesShortKeyWithoutPanic(t *testing.T) {
 	for _, n := range []int{0, 1, 13, 14, MinKeyBytes - 1} {
 		k, err := DeriveKey(make([]byte, n), cursorKeyLabel)
-		if !errors.Is(err, ErrKeyTooShort) || k != nil {
-			t.Fatalf("DeriveKey(%d bytes) = %x, %v; want ErrKeyTooShort", n, k, err)
+		if !errors.Is(err, ErrKeyTooShort) || k != nil || Reason(err) == "" {
+			t.Fatalf("DeriveKey(%d bytes) = %x, %v; want ErrKeyTooShort with a reason", n, k, err)
 		}
 	}
 	if _, err := DeriveKey(seqBytes(0, MinKeyBytes), cursorKeyLabel); err != nil {

@@ -200,7 +200,7 @@ func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 	for _, name := range slices.Sorted(maps.Keys(claims)) {
 		value := claims[name]
 		if len(payload)+len(name)+len(value) > MaxOneTimeTokenBytes {
-			return "", ErrOneTimeTooLarge
+			return "", errOneTimeTooLarge
 		}
 		payload = binary.AppendUvarint(payload, uint64(len(name)))
 		payload = append(payload, name...)
@@ -208,7 +208,7 @@ func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 		payload = append(payload, value...)
 	}
 	if len(oneTimePrefix)+b64.EncodedLen(len(payload)+macSize) > MaxOneTimeTokenBytes {
-		return "", ErrOneTimeTooLarge
+		return "", errOneTimeTooLarge
 	}
 	raw := o.macs[0].sum(payload, payload)
 	return oneTimePrefix + b64.EncodeToString(raw), nil
@@ -301,6 +301,7 @@ var (
 	errOneTimeClaims    = reject(ErrOneTimeClaims, "claims mismatch")
 	errOneTimeRedeemed  = reject(ErrOneTimeRedeemed, "already redeemed")
 	errOneTimePurpose   = reject(ErrOneTimeInvalid, "other purpose")
+	errOneTimeTooLarge  = reject(ErrOneTimeTooLarge, "claims over MaxOneTimeTokenBytes")
 	errOneTimeNoKey     = reject(ErrNoKey, "OneTimeIssuer not made by NewOneTimeIssuer")
 )
 

@@ -279,8 +279,8 @@ func TestOneTimeMintRefusesOversizeClaims(t *testing.T) {
 		{"run": strings.Repeat("x", MaxOneTimeTokenBytes)},
 		{"a": strings.Repeat("x", 700)},
 	} {
-		if _, err := o.Mint(claims); !errors.Is(err, ErrOneTimeTooLarge) {
-			t.Fatalf("Mint = %v, want ErrOneTimeTooLarge", err)
+		if _, err := o.Mint(claims); !errors.Is(err, ErrOneTimeTooLarge) || Reason(err) == "" {
+			t.Fatalf("Mint = %v, want ErrOneTimeTooLarge with a reason", err)
 		}
 	}
 	tok := mint(t, o, map[string]string{"a": strings.Repeat("x", 600)})
