@@ -104,8 +104,12 @@ func isSet(set bool) string {
 }
 
 func (c CursorConfig) describe() string {
-	return fmt.Sprintf("ctoken.CursorConfig{Keys: %s, TTL: %v, Session: %d bytes, Now: %s}",
-		describeKeys(c.Keys), c.TTL, len(c.Session), isSet(c.Now != nil))
+	session := "nil"
+	if c.Session != nil {
+		session = fmt.Sprintf("%d bytes", len(c.Session))
+	}
+	return fmt.Sprintf("ctoken.CursorConfig{Keys: %s, TTL: %v, Session: %s, Now: %s}",
+		describeKeys(c.Keys), c.TTL, session, isSet(c.Now != nil))
 }
 
 // Format prints the config with its Keys described, never a key.
