@@ -68,24 +68,30 @@ type CursorConfig struct {
 	// TTL is the maximum cursor age: 0 means DefaultCursorTTL, negative
 	// means no age limit.
 	TTL time.Duration
-	// Session names the server session cursors belong to. Empty means a
+	// Session names the server session cursors belong to. Nil means a
 	// random 8-byte nonce minted per issuer, so a restart invalidates every
 	// outstanding cursor (ErrCursorExpired). A fleet behind a load balancer
 	// sets the same Session (and Keys) on every instance; changing it
-	// revokes all outstanding cursors at once. At most MaxSessionBytes.
+	// revokes all outstanding cursors at once. At most MaxSessionBytes. A
+	// non-nil empty Session (say, []byte of an unset environment variable)
+	// is ErrConfig rather than a silent random session that would split
+	// the fleet.
 	Session []byte
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
 
 // CursorIssuer issues and verifies stateless HMAC-SHA256 pagination
-// cursors. It is safe for concurrent use.
+// cursors. It is safe for concurrent use. The zero value refuses every call
+// with ErrNoKey.
 type CursorIssuer struct {
 	macs    macRing
 	ttl     time.Duration
 	session []byte
 	now     func() time.Time
-	scratch sync.Pool // of *cursorScratch
+	// scratch is a pointer so that a CursorIssuer value can be copied
+	// (and printed, see redact.go) without copying a sync.Pool.
+	scratch *sync.Pool // of *cursorScratch
 }
 
 // cursorScratch is the working memory of one Issue or Verify. It is pooled
@@ -96,13 +102,21 @@ type cursorScratch struct {
 	text [MaxCursorBytes]byte // base64url text
 }
 
-// getScratch returns pooled working memory (fresh memory for an issuer
-// not made by NewCursorIssuer, whose pool has no New function).
+// getScratch returns pooled working memory.
 func (i *CursorIssuer) getScratch() *cursorScratch {
-	if s, ok := i.scratch.Get().(*cursorScratch); ok {
-		return s
+	if i.scratch != nil {
+		if s, ok := i.scratch.Get().(*cursorScratch); ok {
+			return s
+		}
 	}
 	return new(cursorScratch)
+}
+
+// putScratch returns s to the pool.
+func (i *CursorIssuer) putScratch(s *cursorScratch) {
+	if i.scratch != nil {
+		i.scratch.Put(s)
+	}
 }
 
 func mustEncMode(o cbor.EncOptions) cbor.EncMode {
@@ -122,18 +136,27 @@ func mustDecMode(o cbor.DecOptions) cbor.DecMode {
 }
 
 // NewCursorIssuer returns an issuer for cfg. It fails with ErrNoKey when
-// cfg.Keys is nil or holds no key (a zero Keyring).
+// cfg.Keys is nil or holds no key (a zero Keyring), and with ErrConfig when
+// cfg.Session is longer than MaxSessionBytes or empty but not nil. Every TTL is valid: 0 means
+// DefaultCursorTTL and a negative TTL means no age limit.
 func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 	if cfg.Keys == nil || cfg.Keys.Len() == 0 {
-		return nil, fmt.Errorf("%w: CursorConfig.Keys is nil or empty", ErrNoKey)
+		return nil, reject(ErrNoKey, "CursorConfig.Keys is nil or empty")
 	}
 	if len(cfg.Session) > MaxSessionBytes {
-		return nil, fmt.Errorf("ctoken: CursorConfig.Session longer than %d bytes", MaxSessionBytes)
+		return nil, configError("CursorConfig.Session is longer than MaxSessionBytes")
+	}
+	if cfg.Session != nil && len(cfg.Session) == 0 {
+		return nil, configError("CursorConfig.Session is empty but not nil (nil means a random per-issuer session)")
 	}
 	i := &CursorIssuer{
-		macs: newMACRing(cfg.Keys, cursorKeyLabel),
-		ttl:  cfg.TTL,
-		now:  cfg.Now,
+		macs:    newMACRing(cfg.Keys, cursorKeyLabel),
+		ttl:     cfg.TTL,
+		now:     cfg.Now,
+		scratch: new(sync.Pool),
+	}
+	if len(i.macs) != cfg.Keys.Len() {
+		return nil, reject(ErrNoKey, "CursorConfig.Keys: a key cannot be derived from")
 	}
 	if i.ttl == 0 {
 		i.ttl = DefaultCursorTTL
@@ -150,22 +173,30 @@ func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 	return i, nil
 }
 
-// Session returns a copy of the issuer's server session.
+// Session returns a copy of the issuer's server session (empty for the
+// zero value).
 func (i *CursorIssuer) Session() []byte { return append([]byte(nil), i.session...) }
 
-var errIDNotUTF8 = fmt.Errorf("%w: cursor tool or caller ID is not valid UTF-8", ErrUnencodable)
+// Issue's refusals, allocated once.
+var (
+	errCursorNoKey      = reject(ErrNoKey, "CursorIssuer not made by NewCursorIssuer")
+	errIDNotUTF8        = reject(ErrUnencodable, "cursor tool or caller ID is not valid UTF-8")
+	errCursorStateLarge = reject(ErrOpaqueStateTooLarge, "state over MaxOpaqueStateBytes")
+	errCursorLarge      = reject(ErrCursorTooLarge, "cursor over MaxCursorBytes")
+)
 
 // Issue returns a cursor for p, stamped with the current time. It fails with
 // ErrOpaqueStateTooLarge when p.State is over MaxOpaqueStateBytes and with
 // ErrCursorTooLarge when the cursor would be over MaxCursorBytes. A ToolID
 // or CallerID that is not valid UTF-8 (CBOR text) is an error too. An
 // issuer not made by NewCursorIssuer has no key: Issue fails with ErrNoKey.
+// Every error carries a [Reason].
 func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	if len(i.macs) == 0 {
-		return "", ErrNoKey
+		return "", errCursorNoKey
 	}
 	if len(p.State) > MaxOpaqueStateBytes {
-		return "", ErrOpaqueStateTooLarge
+		return "", errCursorStateLarge
 	}
 	if !utf8.ValidString(p.ToolID) || !utf8.ValidString(p.CallerID) {
 		return "", errIDNotUTF8
@@ -186,7 +217,7 @@ func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	// caller ID never reaches the fixed-size scratch buffer.
 	n := cursorBodyLen(&b) + macSize
 	if b64.EncodedLen(n) > MaxCursorBytes {
-		return "", ErrCursorTooLarge
+		return "", errCursorLarge
 	}
 	s := i.getScratch()
 	raw := appendCursorBody(s.raw[:0], &b)
@@ -194,7 +225,7 @@ func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	text := s.text[:b64.EncodedLen(n)]
 	b64.Encode(text, raw)
 	cursor := string(text)
-	i.scratch.Put(s)
+	i.putScratch(s)
 	return cursor, nil
 }
 
@@ -213,7 +244,7 @@ var (
 	errCursorCaller     = reject(ErrCursorInvalid, "wrong caller")
 	errCursorArgs       = reject(ErrCursorInvalid, "wrong arguments")
 	errCursorSession    = reject(ErrCursorExpired, "other server session")
-	errCursorForeign    = reject(ErrCursorExpired, "other server session (unauthenticated)")
+	errCursorForeign    = reject(ErrCursorExpired, "mac mismatch (other session)")
 	errCursorAge        = reject(ErrCursorExpired, "older than TTL")
 )
 
@@ -224,8 +255,23 @@ var (
 //
 // Errors match ErrCursorInvalid (forged, tampered, malformed, truncated,
 // oversize, wrong scope, IssuedAt over 60 s ahead) or ErrCursorExpired (too
-// old, or from another server session). On error the payload is zero.
+// old, or from another server session), and always carry a [Reason]; an
+// issuer not made by NewCursorIssuer refuses every cursor with ErrNoKey. On
+// error the payload is zero.
+//
+// A trade-off: a cursor whose MAC fails but whose body decodes and names
+// another non-empty session is reported as ErrCursorExpired (1020, "start
+// over"), because that is what a cursor from before a restart or a session
+// change looks like, and a client told 1021 would not recover. Its Reason is
+// "mac mismatch (other session)" — not "other server session", which only
+// authentic cursors get — so server-side alerting can count it with the
+// other MAC failures as possible tampering. Nothing of the unauthenticated
+// body is returned, and a forged body with an empty session is
+// ErrCursorInvalid.
 func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, error) {
+	if len(i.macs) == 0 {
+		return CursorPayload{}, errCursorNoKey
+	}
 	if len(cursor) == 0 {
 		return CursorPayload{}, errCursorEmpty
 	}
@@ -233,7 +279,7 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 		return CursorPayload{}, errCursorOversize
 	}
 	s := i.getScratch()
-	defer i.scratch.Put(s)
+	defer i.putScratch(s)
 	// []byte(cursor) neither escapes nor is written to, so the compiler
 	// converts it without copying or allocating.
 	n, err := b64.Decode(s.raw[:], []byte(cursor))
@@ -324,7 +370,7 @@ var (
 func IssueState[T any](i *CursorIssuer, scope CursorScope, page uint32, state T) (string, error) {
 	b, err := stateEncMode.Marshal(state)
 	if err != nil {
-		return "", fmt.Errorf("ctoken: encoding cursor state: %w", err)
+		return "", &reasonError{sentinel: fmt.Errorf("%w: cursor state: %w", ErrUnencodable, err), reason: "state does not encode as CBOR"}
 	}
 	return i.Issue(CursorPayload{CursorScope: scope, Page: page, State: b})
 }

@@ -397,7 +397,7 @@ func TestCursorWireFormat(t *testing.T) {
 	if !bytes.Equal(body, want) {
 		t.Fatalf("CBOR body\n got %x\nwant %x", body, want)
 	}
-	mac := hmac.New(sha256.New, DeriveKey(key, "ctoken.cursor hmac-sha256 key"))
+	mac := hmac.New(sha256.New, subkey(key, "ctoken.cursor hmac-sha256 key"))
 	mac.Write(body)
 	if !hmac.Equal(mac.Sum(nil), raw[len(raw)-32:]) {
 		t.Fatal("MAC is not HMAC-SHA256 under the derived cursor key")
@@ -542,5 +542,154 @@ func TestCursorConcurrentIssueAndVerify(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// A cursor whose MAC fails but whose body names another session stays 1020
+// for the client, yet its Reason names the MAC failure, distinct from an
+// authentic cursor of another session, so alerting can count it.
+func TestCursorForeignMACFailureReasonSaysMACMismatch(t *testing.T) {
+	before := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, RandomKey()), Session: []byte("old-session")})
+	c := mustIssue(t, before, CursorPayload{CursorScope: testScope})
+	after := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, RandomKey()), Session: []byte("new-session")})
+	_, err := after.Verify(c, testScope)
+	if !errors.Is(err, ErrCursorExpired) || ErrorCode(err) != CodeCursorExpired || Reason(err) != "mac mismatch (other session)" {
+		t.Fatalf("err = %v (code %d, reason %q), want 1020 with reason \"mac mismatch (other session)\"", err, ErrorCode(err), Reason(err))
+	}
+	// An authentic cursor of another session has the other reason.
+	sameKey := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, fixedKey(1)), Session: []byte("a")})
+	otherSession := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, fixedKey(1)), Session: []byte("b")})
+	_, err = otherSession.Verify(mustIssue(t, sameKey, CursorPayload{CursorScope: testScope}), testScope)
+	if !errors.Is(err, ErrCursorExpired) || Reason(err) != "other server session" {
+		t.Fatalf("authentic other-session cursor = %v (reason %q)", err, Reason(err))
+	}
+}
+
+// Issue 21 gap 8: the other-session hint needs a non-empty session; a forged
+// body with an empty one is a plain MAC failure.
+func TestCursorForgedWithEmptySessionIsInvalidNotExpired(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	i := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey), Session: []byte("ours"), Now: fixedClock(now)})
+	body := vecCursorBody(testScope.ToolID, testScope.CallerID, nil, 1, now.Unix(), []byte{}, nil)
+	forged := signCursorBody(vecKey2, body) // not our key
+	_, err := i.Verify(forged, testScope)
+	if !errors.Is(err, ErrCursorInvalid) || Reason(err) != "mac mismatch" {
+		t.Fatalf("forged empty-session cursor = %v (reason %q), want ErrCursorInvalid (mac mismatch)", err, Reason(err))
+	}
+	// The same body with a non-empty foreign session gets the hint.
+	body = vecCursorBody(testScope.ToolID, testScope.CallerID, nil, 1, now.Unix(), []byte("theirs"), nil)
+	if _, err := i.Verify(signCursorBody(vecKey2, body), testScope); !errors.Is(err, ErrCursorExpired) {
+		t.Fatalf("forged foreign-session cursor = %v, want ErrCursorExpired", err)
+	}
+}
+
+// Issue 21 gap 11: an explicit empty state field (key 8 = h”) behind a
+// valid MAC is a second spelling of "no state" and is refused.
+func TestCursorRefusesExplicitEmptyStateField(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	i := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey), Session: vecSession, Now: fixedClock(now)})
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	good := signCursorBody(vecKey, vecCursorBody("t", "c", nil, 1, now.Unix(), vecSession, nil))
+	if _, err := i.Verify(good, scope); err != nil {
+		t.Fatalf("template body refused: %v", err)
+	}
+	_, err := i.Verify(signCursorBody(vecKey, vecCursorBodyWithEmpty(8, now.Unix())), scope)
+	if !errors.Is(err, ErrCursorInvalid) || Reason(err) != "malformed or non-canonical payload" {
+		t.Fatalf("empty state field = %v (reason %q), want a malformed-payload refusal", err, Reason(err))
+	}
+}
+
+// Issue 21 gap 5: MaxCursorBytes is inclusive at issue and at verify, and
+// the length check runs before base64.
+func TestCursorAtExactlyMaxBytesIsAcceptedAndOneMoreRefused(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	scope := CursorScope{CallerID: "c"}
+	var atCap string
+	n := 0
+	for ; n < MaxCursorBytes; n++ {
+		scope.ToolID = strings.Repeat("t", n)
+		c, err := i.Issue(CursorPayload{CursorScope: scope})
+		if err != nil {
+			if !errors.Is(err, ErrCursorTooLarge) || Reason(err) == "" {
+				t.Fatalf("Issue over the cap = %v, want ErrCursorTooLarge with a reason", err)
+			}
+			break
+		}
+		atCap = c
+	}
+	if len(atCap) != MaxCursorBytes {
+		t.Fatalf("largest cursor is %d bytes, want exactly %d", len(atCap), MaxCursorBytes)
+	}
+	scope.ToolID = strings.Repeat("t", n-1)
+	if _, err := i.Verify(atCap, scope); err != nil {
+		t.Fatalf("cursor of exactly MaxCursorBytes refused: %v", err)
+	}
+	for _, over := range []string{atCap + "A", atCap + "AA"} {
+		if _, err := i.Verify(over, scope); !errors.Is(err, ErrCursorInvalid) || Reason(err) != "over MaxCursorBytes" {
+			t.Fatalf("%d-byte cursor = %v (reason %q), want over MaxCursorBytes", len(over), err, Reason(err))
+		}
+	}
+}
+
+// Issue 21 gap 11: a session of exactly MaxSessionBytes works; one more
+// byte is a configuration error.
+func TestCursorSessionOfMaxSessionBytes(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(1))
+	session := bytes.Repeat([]byte{'s'}, MaxSessionBytes)
+	i := newTestIssuer(t, CursorConfig{Keys: kr, Session: session})
+	if _, err := i.Verify(mustIssue(t, i, CursorPayload{CursorScope: testScope}), testScope); err != nil {
+		t.Fatalf("cursor with a %d-byte session refused: %v", MaxSessionBytes, err)
+	}
+	_, err := NewCursorIssuer(CursorConfig{Keys: kr, Session: append(session, 's')})
+	if !errors.Is(err, ErrConfig) || Reason(err) == "" {
+		t.Fatalf("%d-byte session = %v, want ErrConfig with a reason", MaxSessionBytes+1, err)
+	}
+}
+
+// An empty but non-nil Session (os.Getenv of an unset variable, converted)
+// must not silently become a random per-issuer session.
+func TestNewCursorIssuerRefusesEmptyNonNilSession(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(1))
+	for _, s := range [][]byte{{}, []byte("")} {
+		if i, err := NewCursorIssuer(CursorConfig{Keys: kr, Session: s}); !errors.Is(err, ErrConfig) || i != nil {
+			t.Fatalf("empty session = %v, %v; want ErrConfig", i, err)
+		}
+	}
+	if i, err := NewCursorIssuer(CursorConfig{Keys: kr}); err != nil || len(i.Session()) != sessionBytes {
+		t.Fatalf("nil session = %v; want a random %d-byte session", err, sessionBytes)
+	}
+}
+
+// Every error Issue, Verify and the typed helpers return carries a Reason.
+func TestCursorEveryErrorHasAReason(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	i := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey), Session: vecSession, Now: fixedClock(now), TTL: time.Minute})
+	old := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey), Session: vecSession, Now: fixedClock(now.Add(-time.Hour))})
+	good := mustIssue(t, i, CursorPayload{CursorScope: testScope, State: []byte{0x01}})
+	var errs []error
+	add := func(_ any, err error) { errs = append(errs, err) }
+	addS := func(_ string, err error) { errs = append(errs, err) }
+	addS(i.Issue(CursorPayload{State: make([]byte, MaxOpaqueStateBytes+1)}))
+	addS(i.Issue(CursorPayload{CursorScope: CursorScope{ToolID: strings.Repeat("t", MaxCursorBytes)}}))
+	addS(i.Issue(CursorPayload{CursorScope: CursorScope{ToolID: "\xff"}}))
+	addS(IssueState(i, testScope, 0, func() {}))
+	for _, tok := range []string{"", "!!!", "AAAA", strings.Repeat("A", MaxCursorBytes+1), good[:len(good)-3] + "AAA",
+		mustIssue(t, old, CursorPayload{CursorScope: testScope}),
+		signCursorBody(vecKey, vecCursorBodyVersion(2, now.Unix())),
+		signCursorBody(vecKey, vecCursorBody("t", "c", seqBytes(1, 31), 1, now.Unix(), vecSession, nil)),
+		signCursorBody(vecKey, vecCursorBody("t", "c", nil, 1, now.Unix()+120, vecSession, nil)),
+		signCursorBody(vecKey, vecCursorBody("t", "c", nil, 1, now.Unix(), []byte("other"), nil)),
+	} {
+		add(i.Verify(tok, testScope))
+	}
+	add(i.Verify(good, CursorScope{ToolID: "other", CallerID: testScope.CallerID}))
+	add(i.Verify(good, CursorScope{ToolID: testScope.ToolID, CallerID: "other"}))
+	add(i.Verify(good, CursorScope{ToolID: testScope.ToolID, CallerID: testScope.CallerID, Args: Fingerprint{1}}))
+	_, _, err := VerifyState[string](i, good, testScope)
+	errs = append(errs, err)
+	for n, err := range errs {
+		if err == nil || Reason(err) == "" {
+			t.Errorf("error %d = %v has no reason", n, err)
+		}
 	}
 }

@@ -490,7 +490,7 @@ func FuzzArgsFingerprint(f *testing.F) {
 // ---------------------------------------------------------------------------
 // Keyring
 
-var keyringErrText = regexp.MustCompile(`^ctoken: (key shorter than 32 bytes|malformed key) \(key [0-9]+ of [0-9]+\)$`)
+var keyringErrText = regexp.MustCompile(`^ctoken: (key shorter than 32 bytes|malformed key): key [0-9]+ of [0-9]+ [^(]+ \(want comma-separated base64url .*\)$`)
 
 func FuzzParseKeyring(f *testing.F) {
 	f.Add(EncodeKey(vecKey))
@@ -683,7 +683,7 @@ func TestTokensHaveOneSpelling(t *testing.T) {
 	iss := fuzzCursorIssuer(t)
 	scope := CursorScope{ToolID: "t", CallerID: "c"}
 	codecs := fuzzCodecs(t)
-	ot, err := NewOneTimeIssuer(OneTimeConfig{Keys: vecKeyring(t, vecKey), Now: fixedClock(vecNow)})
+	ot, err := NewOneTimeIssuer(OneTimeConfig{Keys: vecKeyring(t, vecKey), Purpose: "spelling", Now: fixedClock(vecNow)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,18 +27,41 @@ type Keyring struct {
 
 // NewKeyring returns a Keyring with primary first and then previous, in
 // order. Every key must be at least MinKeyBytes long, else ErrKeyTooShort.
-// The inputs are copied.
+// The inputs are copied. NewKeyring checks only the length: the bytes are
+// the caller's to vouch for (use [RandomKey]); [ParseKeyring], which reads
+// operator input, also refuses degenerate keys.
 func NewKeyring(primary []byte, previous ...[]byte) (*Keyring, error) {
 	all := append([][]byte{primary}, previous...)
 	kr := &Keyring{keys: make([][]byte, len(all))}
 	for i, k := range all {
 		if len(k) < MinKeyBytes {
-			return nil, fmt.Errorf("%w (key %d of %d)", ErrKeyTooShort, i+1, len(all))
+			return nil, keyError(ErrKeyTooShort, i, len(all), keyShort)
 		}
 		kr.keys[i] = append([]byte(nil), k...)
 	}
 	return kr, nil
 }
+
+// keyFormHint is appended to every key error: the form ParseKeyring
+// expects. It names no key.
+const keyFormHint = "want comma-separated base64url of at least 32 random bytes, primary first; `ctoken keygen` makes one; whsec_ secrets belong in the webhook config, not in a Keyring"
+
+// keyError returns a key error that matches sentinel with errors.Is, whose
+// Reason names the key's position (i counts from 0) and what is wrong with
+// it, and whose text adds keyFormHint. It never contains key material.
+func keyError(sentinel error, i, n int, what string) error {
+	re := &reasonError{sentinel: sentinel, reason: fmt.Sprintf("key %d of %d %s", i+1, n, what)}
+	return &hintError{err: re, hint: keyFormHint}
+}
+
+// hintError is err followed by a fixed hint.
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string { return e.err.Error() + " (" + e.hint + ")" }
+func (e *hintError) Unwrap() error { return e.err }
 
 // RandomKey returns a fresh 32-byte key from crypto/rand.
 func RandomKey() []byte {
@@ -56,36 +79,105 @@ func EncodeKey(key []byte) string {
 // ParseKeyring parses a comma-separated list of keys, primary first. Each key
 // is base64url without padding, or standard base64 with or without padding;
 // white space around each key is ignored. A decoded key under MinKeyBytes is
-// ErrKeyTooShort; anything else malformed (including an empty entry) is
-// ErrKeyInvalid. Error text names the key's position, never its content.
+// ErrKeyTooShort. Anything else malformed is ErrKeyInvalid: an empty entry,
+// text that is not base64, a webhook secret ("whsec_..."), or a degenerate
+// key (see [degenerateKey]). Error text names the key's position ("key 2 of
+// 3") and the expected form ([keyFormHint]), never the key's content;
+// [Reason] returns the position and the fault.
 func ParseKeyring(s string) (*Keyring, error) {
 	parts := strings.Split(s, ",")
 	keys := make([][]byte, 0, len(parts))
 	for i, p := range parts {
-		k, err := decodeKey(strings.TrimSpace(p))
-		if err != nil {
-			return nil, fmt.Errorf("%w (key %d of %d)", err, i+1, len(parts))
+		k, what := decodeKey(strings.TrimSpace(p))
+		if what != "" {
+			sentinel := ErrKeyInvalid
+			if what == keyShort {
+				sentinel = ErrKeyTooShort
+			}
+			return nil, keyError(sentinel, i, len(parts), what)
 		}
 		keys = append(keys, k)
 	}
 	return NewKeyring(keys[0], keys[1:]...)
 }
 
-func decodeKey(s string) ([]byte, error) {
-	if s == "" {
-		return nil, ErrKeyInvalid
+// Faults decodeKey reports; keyShort is the ErrKeyTooShort one.
+const (
+	keyShort      = "is too short"
+	keyEmpty      = "is empty"
+	keyWebhook    = "is a whsec_ webhook secret"
+	keyNotBase64  = "is not base64"
+	keyDegenerate = "is degenerate: a repeating pattern or too few distinct byte values, not random"
+)
+
+// decodeKey decodes one entry of a keyring, or returns what is wrong with
+// it.
+func decodeKey(s string) ([]byte, string) {
+	switch {
+	case s == "":
+		return nil, keyEmpty
+	case strings.HasPrefix(s, "whsec_"):
+		return nil, keyWebhook
 	}
 	for _, enc := range []*base64.Encoding{
 		base64.RawURLEncoding, base64.StdEncoding, base64.RawStdEncoding,
 	} {
 		if k, err := enc.Strict().DecodeString(s); err == nil {
-			if len(k) < MinKeyBytes {
-				return nil, ErrKeyTooShort
+			switch {
+			case len(k) < MinKeyBytes:
+				return nil, keyShort
+			case degenerateKey(k):
+				return nil, keyDegenerate
 			}
-			return k, nil
+			return k, ""
 		}
 	}
-	return nil, ErrKeyInvalid
+	return nil, keyNotBase64
+}
+
+// Degenerate-key thresholds; see degenerateKey.
+const (
+	// minKeyDistinct is the fewest distinct byte values a key may have.
+	minKeyDistinct = 9
+)
+
+// degenerateKey reports whether key is too regular to have come from a
+// random source: every byte equal, a pattern of at most len(key)/2 bytes
+// repeated (so at least twice) over the whole key, or fewer than 9
+// distinct byte values. [ParseKeyring] refuses such keys with
+// ErrKeyInvalid.
+//
+// A 32-byte key from crypto/rand is flagged with probability below 2^-111:
+// a period p ≤ 16 has probability 2^(-8(32-p)) ≤ 2^-128 each (sum < 2^-127),
+// and at most 8 distinct values has probability ≤ C(256,8)·(8/256)^32 <
+// 2^-111; keys longer than 32 bytes are flagged less often still. The test
+// TestdegenerateKeyFalsePositiveBound recomputes these bounds.
+func degenerateKey(key []byte) bool {
+	n := len(key)
+	for p := 1; p <= n/2; p++ {
+		if periodic(key, p) {
+			return true
+		}
+	}
+	var seen [256]bool
+	distinct := 0
+	for _, b := range key {
+		if !seen[b] {
+			seen[b] = true
+			distinct++
+		}
+	}
+	return distinct < minKeyDistinct
+}
+
+// periodic reports whether k[i] == k[i+p] for every i.
+func periodic(k []byte, p int) bool {
+	for i := p; i < len(k); i++ {
+		if k[i] != k[i-p] {
+			return false
+		}
+	}
+	return true
 }
 
 // KeyringFromEnv parses the environment variable name with ParseKeyring.
@@ -93,7 +185,7 @@ func decodeKey(s string) ([]byte, error) {
 func KeyringFromEnv(name string) (*Keyring, error) {
 	v := os.Getenv(name)
 	if v == "" {
-		return nil, fmt.Errorf("%w: %s is not set", ErrNoKey, name)
+		return nil, &reasonError{sentinel: ErrNoKey, reason: name + " is not set"}
 	}
 	kr, err := ParseKeyring(v)
 	if err != nil {
@@ -136,27 +228,40 @@ func (k *Keyring) String() string {
 // GoString describes the ring without revealing any key, for %#v.
 func (k *Keyring) GoString() string { return k.String() }
 
+var errDeriveShort = reject(ErrKeyTooShort, "DeriveKey needs at least 32 bytes of key")
+
 // hkdfSalt is the fixed HKDF salt shared with the reference implementation.
 var hkdfSalt = make([]byte, 32)
 
 // DeriveKey derives a 32-byte subkey from key with HKDF-SHA256, salt 32 zero
 // bytes and the given info label. It is the derivation every part of this
 // package uses, exported so other implementations can check themselves
-// against it.
-func DeriveKey(key []byte, label string) []byte {
+// against it. A key shorter than MinKeyBytes is refused with
+// ErrKeyTooShort (HKDF itself would accept it, except in FIPS 140-only
+// mode, which refuses keys under 112 bits); DeriveKey never panics.
+func DeriveKey(key []byte, label string) ([]byte, error) {
+	if len(key) < MinKeyBytes {
+		return nil, errDeriveShort
+	}
 	out, err := hkdf.Key(sha256.New, key, hkdfSalt, label, 32)
 	if err != nil {
-		// Only possible for an output length over 255*32 bytes.
-		panic("ctoken: hkdf: " + err.Error())
+		return nil, &reasonError{sentinel: fmt.Errorf("%w: hkdf: %v", ErrKeyInvalid, err), reason: "HKDF refused the key"}
 	}
-	return out
+	return out, nil
 }
 
-// derive returns the subkey for label of every key in the ring, primary first.
+// derive returns the subkey for label of every key in the ring, primary
+// first, or nil if any derivation fails. Every key of a Keyring made by
+// NewKeyring is long enough, so nil only comes from a Keyring built some
+// other way; callers treat a ring of the wrong size as no key at all.
 func (k *Keyring) derive(label string) [][]byte {
 	out := make([][]byte, len(k.keys))
 	for i, key := range k.keys {
-		out[i] = DeriveKey(key, label)
+		sub, err := DeriveKey(key, label)
+		if err != nil {
+			return nil
+		}
+		out[i] = sub
 	}
 	return out
 }

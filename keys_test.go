@@ -1,9 +1,11 @@
 package ctoken
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/big"
 	"strings"
 	"testing"
 )
@@ -62,7 +64,7 @@ func TestParseKeyringAcceptsEveryForm(t *testing.T) {
 }
 
 func TestParseKeyringKeepsOrder(t *testing.T) {
-	s := EncodeKey(fixedKey(1)) + " , " + EncodeKey(fixedKey(2)) + "," + EncodeKey(fixedKey(3))
+	s := EncodeKey(seqBytes(1, 32)) + " , " + EncodeKey(seqBytes(2, 32)) + "," + EncodeKey(seqBytes(3, 32))
 	kr, err := ParseKeyring(s)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +80,7 @@ func TestParseKeyringKeepsOrder(t *testing.T) {
 }
 
 func TestParseKeyringRejectsMalformed(t *testing.T) {
-	good := EncodeKey(fixedKey(9))
+	good := EncodeKey(seqBytes(9, 32))
 	secret := "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA!" // not base64
 	cases := []struct {
 		name, in string
@@ -108,10 +110,10 @@ func TestParseKeyringRejectsMalformed(t *testing.T) {
 func TestKeyringFromEnv(t *testing.T) {
 	const name = "CTOKEN_TEST_KEYS"
 	t.Setenv(name, "")
-	if _, err := KeyringFromEnv(name); !errors.Is(err, ErrNoKey) {
-		t.Fatalf("empty: %v", err)
+	if _, err := KeyringFromEnv(name); !errors.Is(err, ErrNoKey) || Reason(err) != name+" is not set" {
+		t.Fatalf("empty: %v (reason %q)", err, Reason(err))
 	}
-	t.Setenv(name, EncodeKey(fixedKey(4))+","+EncodeKey(fixedKey(5)))
+	t.Setenv(name, EncodeKey(seqBytes(4, 32))+","+EncodeKey(seqBytes(5, 32)))
 	kr, err := KeyringFromEnv(name)
 	if err != nil || kr.Len() != 2 {
 		t.Fatalf("kr=%v err=%v", kr, err)
@@ -132,7 +134,7 @@ func TestKeyringFromEnvOrRandomFallsBackOnlyWhenUnset(t *testing.T) {
 	if err != nil || !eph || kr.Len() != 1 {
 		t.Fatalf("unset: kr=%v eph=%v err=%v", kr, eph, err)
 	}
-	t.Setenv(name, EncodeKey(fixedKey(6)))
+	t.Setenv(name, EncodeKey(seqBytes(6, 32)))
 	kr, eph, err = KeyringFromEnvOrRandom(name)
 	if err != nil || eph || kr.keys[0][0] != 6 {
 		t.Fatalf("set: kr=%v eph=%v err=%v", kr, eph, err)
@@ -172,13 +174,149 @@ func TestKeyringFormatsWithoutKeyMaterial(t *testing.T) {
 	}
 }
 
+// subkey is DeriveKey for keys a test knows to be long enough.
+func subkey(key []byte, label string) []byte {
+	k, err := DeriveKey(key, label)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
 func TestDeriveKeySeparatesLabels(t *testing.T) {
 	k := fixedKey(1)
-	a, b := DeriveKey(k, stateBindLabel), DeriveKey(k, statePayloadLabel)
+	a, b := subkey(k, stateBindLabel), subkey(k, statePayloadLabel)
 	if len(a) != 32 || string(a) == string(b) || string(a) == string(k) {
 		t.Fatal("subkeys must be 32 bytes, distinct per label and from the key")
 	}
-	if string(DeriveKey(k, stateBindLabel)) != string(a) {
+	if string(subkey(k, stateBindLabel)) != string(a) {
 		t.Fatal("derivation is not deterministic")
+	}
+}
+
+// DeriveKey must refuse, not panic on, a key HKDF may not take (issue 19:
+// FIPS 140-only mode refuses HKDF keys under 112 bits).
+func TestDeriveKeyRefusesShortKeyWithoutPanic(t *testing.T) {
+	for _, n := range []int{0, 1, 13, 14, MinKeyBytes - 1} {
+		k, err := DeriveKey(make([]byte, n), cursorKeyLabel)
+		if !errors.Is(err, ErrKeyTooShort) || k != nil || Reason(err) == "" {
+			t.Fatalf("DeriveKey(%d bytes) = %x, %v; want ErrKeyTooShort with a reason", n, k, err)
+		}
+	}
+	if _, err := DeriveKey(seqBytes(0, MinKeyBytes), cursorKeyLabel); err != nil {
+		t.Fatalf("DeriveKey(32 bytes) = %v", err)
+	}
+}
+
+func TestParseKeyringRefusesDegenerateKeys(t *testing.T) {
+	pattern := func(p []byte) []byte { return bytes.Repeat(p, 64/len(p))[:MinKeyBytes] }
+	few := make([]byte, 48) // 8 distinct values, no period
+	for i := range few {
+		few[i] = byte((i*i + i/3) % 8)
+	}
+	for _, tc := range []struct {
+		name string
+		key  []byte
+	}{
+		{"all zero", make([]byte, MinKeyBytes)},
+		{"all equal", fixedKey('A')},
+		{"period 2", pattern([]byte{0xde, 0xad})},
+		{"period 7", pattern([]byte("passwd!"))},
+		{"period 16", append(seqBytes(0x30, 16), seqBytes(0x30, 16)...)},
+		{"long key, period 32", append(seqBytes(0, 32), seqBytes(0, 32)...)},
+		{"8 distinct values", few},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if periodic(few, 1) {
+				t.Fatal("fixture is periodic")
+			}
+			for _, s := range []string{EncodeKey(tc.key), EncodeKey(seqBytes(1, 32)) + "," + EncodeKey(tc.key)} {
+				kr, err := ParseKeyring(s)
+				if !errors.Is(err, ErrKeyInvalid) || kr != nil {
+					t.Fatalf("ParseKeyring = %v, %v; want ErrKeyInvalid", kr, err)
+				}
+				if !strings.Contains(Reason(err), "degenerate") {
+					t.Fatalf("reason %q does not say degenerate", Reason(err))
+				}
+			}
+		})
+	}
+	// The edges: a 32-byte key with no period of at most 16 bytes, and 9
+	// distinct values without a period, pass.
+	if _, err := ParseKeyring(EncodeKey(append(seqBytes(0x40, 17), seqBytes(0x40, 15)...))); err != nil {
+		t.Fatalf("a 32-byte key whose prefix repeats once (no period <= 16) was refused: %v", err)
+	}
+	nine := make([]byte, MinKeyBytes)
+	for i := range nine {
+		nine[i] = byte((i*i + i/3) % 9)
+	}
+	if degenerateKey(nine) {
+		t.Fatal("a non-periodic key with 9 distinct values was flagged")
+	}
+}
+
+// Random keys pass: the thresholds are documented on degenerateKey with
+// a false-positive bound; this checks a sample and recomputes the bound.
+func TestDegenerateKeyFalsePositiveBound(t *testing.T) {
+	for range 20000 {
+		if k := RandomKey(); degenerateKey(k) {
+			t.Fatalf("random key %x flagged as degenerate", k)
+		}
+	}
+	// P(period p) = 256^-(32-p) for p <= 16; P(<= 8 distinct) <=
+	// C(256,8) * (8/256)^32. Their sum must stay under 2^-111.
+	bound := new(big.Rat)
+	for p := 1; p <= MinKeyBytes/2; p++ {
+		bound.Add(bound, new(big.Rat).SetFrac(big.NewInt(1), new(big.Int).Exp(big.NewInt(256), big.NewInt(int64(MinKeyBytes-p)), nil)))
+	}
+	d := int64(minKeyDistinct - 1)
+	choose := new(big.Int).Binomial(256, d)
+	distinct := new(big.Rat).SetFrac(
+		new(big.Int).Mul(choose, new(big.Int).Exp(big.NewInt(d), big.NewInt(MinKeyBytes), nil)),
+		new(big.Int).Exp(big.NewInt(256), big.NewInt(MinKeyBytes), nil))
+	bound.Add(bound, distinct)
+	limit := new(big.Rat).SetFrac(big.NewInt(1), new(big.Int).Lsh(big.NewInt(1), 111))
+	if bound.Cmp(limit) >= 0 {
+		f, _ := bound.Float64()
+		t.Fatalf("false-positive bound %g is not below 2^-111", f)
+	}
+}
+
+// Key errors name the key's position and the expected form, never the key.
+func TestKeyErrorsNamePositionAndFormNotKey(t *testing.T) {
+	good := EncodeKey(seqBytes(1, 32))
+	whsec := "whsec_" + base64.StdEncoding.EncodeToString(seqBytes(9, 32))
+	for _, tc := range []struct {
+		name, in, position string
+		want               error
+	}{
+		{"not base64 third", good + "," + good + ",***secret***", "key 3 of 3 is not base64", ErrKeyInvalid},
+		{"short second", good + "," + EncodeKey(seqBytes(1, 31)), "key 2 of 2 is too short", ErrKeyTooShort},
+		{"empty first", "," + good, "key 1 of 2 is empty", ErrKeyInvalid},
+		{"webhook secret", whsec, "key 1 of 1 is a whsec_ webhook secret", ErrKeyInvalid},
+		{"degenerate second", good + "," + EncodeKey(fixedKey(3)), "key 2 of 2 is degenerate", ErrKeyInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseKeyring(tc.in)
+			wantErr(t, err, tc.want)
+			msg := err.Error()
+			if !strings.Contains(msg, tc.position) || !strings.HasPrefix(Reason(err), tc.position) {
+				t.Fatalf("error %q / reason %q does not name %q", msg, Reason(err), tc.position)
+			}
+			for _, form := range []string{"comma-separated base64url", "at least 32 random bytes", "ctoken keygen", "whsec_ secrets belong in the webhook config"} {
+				if !strings.Contains(msg, form) {
+					t.Errorf("error %q does not state %q", msg, form)
+				}
+			}
+			for _, part := range strings.Split(tc.in, ",") {
+				if len(part) > 8 && strings.Contains(msg, part[6:]) {
+					t.Fatalf("error %q echoes key material", msg)
+				}
+			}
+		})
+	}
+	_, err := NewKeyring(seqBytes(1, 32), seqBytes(1, 20))
+	if !errors.Is(err, ErrKeyTooShort) || !strings.Contains(err.Error(), "key 2 of 2") {
+		t.Fatalf("NewKeyring short previous = %v, want ErrKeyTooShort naming key 2 of 2", err)
 	}
 }

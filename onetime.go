@@ -11,21 +11,25 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // One-time token limits and defaults.
 const (
 	// DefaultOneTimeTTL is the lifetime of a one-time token when
-	// OneTimeConfig.TTL is zero or negative.
+	// OneTimeConfig.TTL is zero.
 	DefaultOneTimeTTL = 10 * time.Minute
 	// MaxOneTimeTokenBytes caps the encoded token, checked at mint and
 	// before any decoding at redeem.
 	MaxOneTimeTokenBytes = 1024
+	// MaxOneTimePurposeBytes caps OneTimeConfig.Purpose.
+	MaxOneTimePurposeBytes = 64
 )
 
 const (
 	oneTimePrefix   = "ot1."
-	oneTimeVersion  = 1
+	oneTimeVersion  = 2 // 1 was the layout without a purpose
 	oneTimeNonceLen = 16
 	// version, nonce, issued-at, expiry
 	oneTimeFixedLen = 1 + oneTimeNonceLen + 8 + 8
@@ -39,7 +43,8 @@ const (
 // four for a refused token, or a wrapped replay-store error.
 var (
 	// ErrOneTimeInvalid reports a forged, tampered, truncated, malformed or
-	// oversize token, or one from an unknown key. Nothing in it is trusted.
+	// oversize token, one from an unknown key, or one minted for another
+	// purpose. Nothing in it is trusted.
 	ErrOneTimeInvalid = errors.New("ctoken: invalid one-time token")
 	// ErrOneTimeExpired reports an authentic token past its expiry.
 	ErrOneTimeExpired = errors.New("ctoken: expired one-time token")
@@ -54,12 +59,22 @@ var (
 	ErrOneTimeTooLarge = errors.New("ctoken: one-time token claims too large")
 )
 
-// OneTimeConfig configures a OneTimeIssuer. Only Keys is required.
+// OneTimeConfig configures a OneTimeIssuer. Keys and Purpose are required.
 type OneTimeConfig struct {
 	// Keys signs (primary) and verifies (every key) tokens, through a subkey
-	// derived with the label "ctoken.onetime hmac key".
+	// derived with the label "ctoken.onetime hmac key". Nil or empty is
+	// ErrNoKey.
 	Keys *Keyring
-	// TTL is a token's lifetime; zero or negative means DefaultOneTimeTTL.
+	// Purpose names what this issuer's tokens are for ("password-reset",
+	// "agent-bootstrap"). It is written into every token under the MAC, and
+	// an issuer accepts only tokens of its own purpose, so issuers that
+	// share a Keyring never accept each other's tokens. Required: 1 to
+	// MaxOneTimePurposeBytes bytes of printable UTF-8 (no control or format
+	// characters); anything else is ErrConfig. It is not secret: the token
+	// carries it in the clear.
+	Purpose string
+	// TTL is a token's lifetime; 0 means DefaultOneTimeTTL. Negative is
+	// ErrConfig: every one-time token expires.
 	TTL time.Duration
 	// Replay records redeemed tokens until 60 s after they expire. Nil means a private
 	// MemoryReplayStore with DefaultReplayStoreMax entries, which enforces
@@ -69,38 +84,69 @@ type OneTimeConfig struct {
 	Now func() time.Time
 }
 
-// OneTimeIssuer mints short-lived, HMAC-signed tokens bound to named claims
-// (for example agent, company and run IDs) and redeems each at most once. A
-// remote agent can exchange such a token for a run-scoped credential: a
-// stolen token that was already used is worthless, an unused one works only
-// for the claims it names and only until it expires.
+// OneTimeIssuer mints short-lived, HMAC-signed tokens bound to a purpose and
+// to named claims (for example agent, company and run IDs) and redeems each
+// at most once. A remote agent can exchange such a token for a run-scoped
+// credential: a stolen token that was already used is worthless, an unused
+// one works only for the claims it names, only at an issuer of its purpose,
+// and only until it expires.
 //
 // Wire format: "ot1." + base64url_nopad(payload || HMAC-SHA256(subkey,
-// payload)), payload = version byte 1, 16-byte random nonce, issued-at and
-// expiry as big-endian int64 unix seconds, then each claim in increasing
-// name order as uvarint(len(name)) name uvarint(len(value)) value. The nonce
-// is the token's ID in the replay store.
+// payload)), payload = version byte 2, 16-byte random nonce, issued-at and
+// expiry as big-endian int64 unix seconds, uvarint(len(purpose)) purpose,
+// then each claim in increasing name order as uvarint(len(name)) name
+// uvarint(len(value)) value. Uvarints are minimal. The nonce is the token's
+// ID in the replay store.
 //
-// A OneTimeIssuer is safe for concurrent use.
+// A OneTimeIssuer is safe for concurrent use. The zero value refuses every
+// call with ErrNoKey.
 type OneTimeIssuer struct {
-	macs   macRing // derived subkeys, primary first
-	ttl    time.Duration
-	replay ReplayStore
-	now    func() time.Time
+	macs    macRing // derived subkeys, primary first
+	purpose string
+	ttl     time.Duration
+	replay  ReplayStore
+	now     func() time.Time
 }
 
-// NewOneTimeIssuer returns an issuer for cfg, or ErrNoKey when cfg.Keys is nil.
+// OneTimeToken is the authenticated content of a one-time token, as
+// returned by [OneTimeIssuer.Verify].
+type OneTimeToken struct {
+	// Purpose is the purpose of the issuer that minted the token (always
+	// the verifying issuer's own).
+	Purpose string
+	// Claims are the claims the token was minted with; never nil.
+	Claims map[string]string
+	// IssuedAt and ExpiresAt are whole seconds.
+	IssuedAt, ExpiresAt time.Time
+}
+
+// configError is a constructor's refusal of cfg: ErrConfig with a reason
+// naming the field.
+func configError(reason string) error { return &reasonError{sentinel: ErrConfig, reason: reason} }
+
+// NewOneTimeIssuer returns an issuer for cfg. A nil or empty cfg.Keys is
+// ErrNoKey; an empty or invalid Purpose or a negative TTL is ErrConfig.
 func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 	if cfg.Keys == nil || cfg.Keys.Len() == 0 {
-		return nil, fmt.Errorf("%w: one-time tokens need a Keyring", ErrNoKey)
+		return nil, reject(ErrNoKey, "OneTimeConfig.Keys is nil or empty")
+	}
+	if err := checkPurpose(cfg.Purpose); err != nil {
+		return nil, err
+	}
+	if cfg.TTL < 0 {
+		return nil, configError("OneTimeConfig.TTL is negative (0 means DefaultOneTimeTTL)")
 	}
 	o := &OneTimeIssuer{
-		macs:   newMACRing(cfg.Keys, oneTimeLabel),
-		ttl:    cfg.TTL,
-		replay: cfg.Replay,
-		now:    cfg.Now,
+		macs:    newMACRing(cfg.Keys, oneTimeLabel),
+		purpose: cfg.Purpose,
+		ttl:     cfg.TTL,
+		replay:  cfg.Replay,
+		now:     cfg.Now,
 	}
-	if o.ttl <= 0 {
+	if len(o.macs) != cfg.Keys.Len() {
+		return nil, reject(ErrNoKey, "OneTimeConfig.Keys: a key cannot be derived from")
+	}
+	if o.ttl == 0 {
 		o.ttl = DefaultOneTimeTTL
 	}
 	if o.now == nil {
@@ -112,15 +158,36 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 	return o, nil
 }
 
-// Mint returns a new token bound to claims (which may be empty), valid for
-// the configured TTL from now. Claim names and values are arbitrary byte
-// strings; the token carries them in the clear (signed, not encrypted), so
-// they must not be secret. It fails with ErrOneTimeTooLarge when the token
-// would exceed MaxOneTimeTokenBytes, and with ErrNoKey on an issuer not made
-// by NewOneTimeIssuer.
+func checkPurpose(p string) error {
+	switch {
+	case p == "":
+		return configError("OneTimeConfig.Purpose is empty (name what the tokens are for)")
+	case len(p) > MaxOneTimePurposeBytes:
+		return configError("OneTimeConfig.Purpose is longer than MaxOneTimePurposeBytes")
+	case !utf8.ValidString(p):
+		return configError("OneTimeConfig.Purpose is not valid UTF-8")
+	}
+	for _, r := range p {
+		if !unicode.IsPrint(r) {
+			return configError("OneTimeConfig.Purpose holds a control, format or non-printing character")
+		}
+	}
+	return nil
+}
+
+// Purpose returns the issuer's purpose ("" for the zero value).
+func (o *OneTimeIssuer) Purpose() string { return o.purpose }
+
+// Mint returns a new token bound to the issuer's purpose and to claims
+// (which may be empty), valid for the configured TTL from now. Claim names
+// and values are arbitrary byte strings (the empty name included); the token
+// carries them in the clear (signed, not encrypted), so they must not be
+// secret. It fails with ErrOneTimeTooLarge when the token would exceed
+// MaxOneTimeTokenBytes, and with ErrNoKey on an issuer not made by
+// NewOneTimeIssuer.
 func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 	if len(o.macs) == 0 || o.now == nil {
-		return "", fmt.Errorf("%w: OneTimeIssuer not made by NewOneTimeIssuer", ErrNoKey)
+		return "", errOneTimeNoKey
 	}
 	now := o.now()
 	payload := make([]byte, oneTimeFixedLen, 128)
@@ -128,61 +195,97 @@ func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 	rand.Read(payload[1 : 1+oneTimeNonceLen]) // never fails
 	binary.BigEndian.PutUint64(payload[1+oneTimeNonceLen:], uint64(now.Unix()))
 	binary.BigEndian.PutUint64(payload[1+oneTimeNonceLen+8:], uint64(now.Add(o.ttl).Unix()))
+	payload = binary.AppendUvarint(payload, uint64(len(o.purpose)))
+	payload = append(payload, o.purpose...)
 	for _, name := range slices.Sorted(maps.Keys(claims)) {
 		value := claims[name]
-		if len(name)+len(value) > MaxOneTimeTokenBytes {
-			return "", ErrOneTimeTooLarge
+		if len(payload)+len(name)+len(value) > MaxOneTimeTokenBytes {
+			return "", errOneTimeTooLarge
 		}
 		payload = binary.AppendUvarint(payload, uint64(len(name)))
 		payload = append(payload, name...)
 		payload = binary.AppendUvarint(payload, uint64(len(value)))
 		payload = append(payload, value...)
 	}
-	raw := o.macs[0].sum(payload, payload)
-	if len(oneTimePrefix)+b64.EncodedLen(len(raw)) > MaxOneTimeTokenBytes {
-		return "", ErrOneTimeTooLarge
+	if len(oneTimePrefix)+b64.EncodedLen(len(payload)+macSize) > MaxOneTimeTokenBytes {
+		return "", errOneTimeTooLarge
 	}
+	raw := o.macs[0].sum(payload, payload)
 	return oneTimePrefix + b64.EncodeToString(raw), nil
 }
 
-// Redeem accepts token exactly once, and only if it is authentic, unexpired
-// and bound to exactly the claims in want (same names, same values; nil and
-// empty are the same). Of any number of concurrent or later redeems of one
-// token, at most one returns nil.
+// Verify authenticates token and returns its content without redeeming it:
+// it neither consults nor changes the replay store, so it cannot tell
+// whether the token was already redeemed; only [OneTimeIssuer.Redeem]
+// decides that. Use it to look at a token's claims before deciding to
+// redeem it (an exchange endpoint checks that the run is still active,
+// then redeems).
 //
 // Checks, in order: length cap, format and base64, MAC against every key of
-// the ring (constant time) and strict decoding → ErrOneTimeInvalid (also for
-// an issue time more than 60 s in the future); expiry → ErrOneTimeExpired;
-// claims → ErrOneTimeClaims; then the token is claimed in the replay store
-// until 60 s after its expiry (a margin for clock skew between instances
-// and the store) → ErrOneTimeRedeemed if it was already claimed. A token
-// refused for its claims or expiry is not consumed, so a thief presenting it
-// with the wrong claims cannot burn it. A replay-store failure (for example
-// ErrReplayStoreFull, or ctx's error) is returned wrapped, and the token is
-// refused.
-func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[string]string) error {
-	t, err := o.verify(token)
+// the ring (constant time), strict decoding, purpose, an issue time at most
+// 60 s in the future → ErrOneTimeInvalid; expiry → ErrOneTimeExpired. On
+// error the token is zero.
+func (o *OneTimeIssuer) Verify(token string) (OneTimeToken, error) {
+	t, err := o.check(token)
 	if err != nil {
-		return err
+		return OneTimeToken{}, err
 	}
-	now := o.now()
-	if !now.Before(t.expires) {
-		return errOneTimeExpired
-	}
-	if t.issued.After(now.Add(oneTimeMaxSkew)) {
-		return errOneTimeFuture
+	return OneTimeToken{Purpose: t.purpose, Claims: t.claims, IssuedAt: t.issued, ExpiresAt: t.expires}, nil
+}
+
+// Redeem accepts token exactly once, and only if it is authentic, of the
+// issuer's purpose, unexpired and bound to exactly the claims in want (same
+// names, same values; nil and empty are the same). It returns the token's
+// verified claims (never nil on success; nil on error). Of any number of
+// concurrent or later redeems of one token, at most one succeeds.
+//
+// Checks, in order: those of [OneTimeIssuer.Verify] (ErrOneTimeInvalid,
+// ErrOneTimeExpired); claims → ErrOneTimeClaims; then the token is claimed
+// in the replay store until 60 s after its expiry (a margin for clock skew
+// between instances and the store) → ErrOneTimeRedeemed if it was already
+// claimed. A token refused for its claims or expiry is not consumed, so a
+// thief presenting it with the wrong claims cannot burn it. A replay-store
+// failure (for example ErrReplayStoreFull, or ctx's error) is returned
+// wrapped (errors.Is finds it; Reason says "replay store failed"), and the
+// token is refused and not consumed.
+func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[string]string) (map[string]string, error) {
+	t, err := o.check(token)
+	if err != nil {
+		return nil, err
 	}
 	if !claimsEqual(t.claims, want) {
-		return errOneTimeClaims
+		return nil, errOneTimeClaims
 	}
 	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(replaySkewMargin))
 	if err != nil {
-		return fmt.Errorf("ctoken: one-time token replay store: %w", err)
+		return nil, &reasonError{sentinel: fmt.Errorf("ctoken: one-time token replay store: %w", err), reason: "replay store failed"}
 	}
 	if !first {
-		return errOneTimeRedeemed
+		return nil, errOneTimeRedeemed
 	}
-	return nil
+	return t.claims, nil
+}
+
+// check runs every check of Verify.
+func (o *OneTimeIssuer) check(token string) (oneTimeFields, error) {
+	if len(o.macs) == 0 || o.now == nil {
+		return oneTimeFields{}, errOneTimeNoKey
+	}
+	t, err := o.verify(token)
+	if err != nil {
+		return oneTimeFields{}, err
+	}
+	if t.purpose != o.purpose {
+		return oneTimeFields{}, errOneTimePurpose
+	}
+	now := o.now()
+	if t.issued.After(now.Add(oneTimeMaxSkew)) {
+		return oneTimeFields{}, errOneTimeFuture
+	}
+	if !now.Before(t.expires) {
+		return oneTimeFields{}, errOneTimeExpired
+	}
+	return t, nil
 }
 
 // Rejections, allocated once.
@@ -197,18 +300,23 @@ var (
 	errOneTimeExpired   = reject(ErrOneTimeExpired, "expired")
 	errOneTimeClaims    = reject(ErrOneTimeClaims, "claims mismatch")
 	errOneTimeRedeemed  = reject(ErrOneTimeRedeemed, "already redeemed")
+	errOneTimePurpose   = reject(ErrOneTimeInvalid, "other purpose")
+	errOneTimeTooLarge  = reject(ErrOneTimeTooLarge, "claims over MaxOneTimeTokenBytes")
+	errOneTimeNoKey     = reject(ErrNoKey, "OneTimeIssuer not made by NewOneTimeIssuer")
 )
 
-type oneTimeToken struct {
+// oneTimeFields is a decoded one-time payload.
+type oneTimeFields struct {
 	nonce           []byte
+	purpose         string
 	issued, expires time.Time
 	claims          map[string]string
 }
 
-// verify authenticates and decodes token without consulting the clock or
-// the replay store.
-func (o *OneTimeIssuer) verify(token string) (oneTimeToken, error) {
-	var t oneTimeToken
+// verify authenticates and decodes token without consulting the purpose,
+// the clock or the replay store.
+func (o *OneTimeIssuer) verify(token string) (oneTimeFields, error) {
+	var t oneTimeFields
 	if len(token) > MaxOneTimeTokenBytes {
 		return t, errOneTimeOversize
 	}
@@ -230,22 +338,27 @@ func (o *OneTimeIssuer) verify(token string) (oneTimeToken, error) {
 		return t, errOneTimeMAC
 	}
 	if t, ok = decodeOneTimePayload(payload); !ok {
-		return oneTimeToken{}, errOneTimeMalformed
+		return oneTimeFields{}, errOneTimeMalformed
 	}
 	return t, nil
 }
 
-// decodeOneTimePayload strictly decodes an authenticated payload: version 1,
-// claims in strictly increasing name order, no trailing bytes.
-func decodeOneTimePayload(p []byte) (oneTimeToken, bool) {
-	var t oneTimeToken
+// decodeOneTimePayload strictly decodes an authenticated payload: version 2,
+// a purpose, claims in strictly increasing name order, minimal uvarints, no
+// trailing bytes.
+func decodeOneTimePayload(p []byte) (oneTimeFields, bool) {
+	var t oneTimeFields
 	if len(p) < oneTimeFixedLen || p[0] != oneTimeVersion {
 		return t, false
 	}
 	t.nonce = p[1 : 1+oneTimeNonceLen]
 	t.issued = time.Unix(int64(binary.BigEndian.Uint64(p[1+oneTimeNonceLen:])), 0)
 	t.expires = time.Unix(int64(binary.BigEndian.Uint64(p[1+oneTimeNonceLen+8:])), 0)
-	rest := p[oneTimeFixedLen:]
+	purpose, rest, ok := cutLengthPrefixed(p[oneTimeFixedLen:])
+	if !ok {
+		return t, false
+	}
+	t.purpose = purpose
 	t.claims = map[string]string{}
 	prev := ""
 	for len(rest) > 0 {

@@ -15,6 +15,9 @@ import (
 	"time"
 )
 
+// testPurpose is the purpose of newOneTime's issuers unless a test sets one.
+const testPurpose = "agent-bootstrap"
+
 var runClaims = map[string]string{"agent": "agt_42", "company": "co_7", "run": "run_2026_0001"}
 
 func newOneTime(t testing.TB, cfg OneTimeConfig) *OneTimeIssuer {
@@ -25,6 +28,9 @@ func newOneTime(t testing.TB, cfg OneTimeConfig) *OneTimeIssuer {
 			t.Fatal(err)
 		}
 		cfg.Keys = kr
+	}
+	if cfg.Purpose == "" {
+		cfg.Purpose = testPurpose
 	}
 	o, err := NewOneTimeIssuer(cfg)
 	if err != nil {
@@ -45,15 +51,15 @@ func mint(t testing.TB, o *OneTimeIssuer, claims map[string]string) string {
 func TestOneTimeTokenRedeemsOnceThenReportsRedeemed(t *testing.T) {
 	o := newOneTime(t, OneTimeConfig{})
 	tok := mint(t, o, runClaims)
-	if err := o.Redeem(context.Background(), tok, runClaims); err != nil {
+	if _, err := o.Redeem(context.Background(), tok, runClaims); err != nil {
 		t.Fatalf("first redeem: %v", err)
 	}
-	err := o.Redeem(context.Background(), tok, runClaims)
+	_, err := o.Redeem(context.Background(), tok, runClaims)
 	if !errors.Is(err, ErrOneTimeRedeemed) || Reason(err) != "already redeemed" {
 		t.Fatalf("second redeem = %v, want ErrOneTimeRedeemed", err)
 	}
 	// Another token with the same claims is independent.
-	if err := o.Redeem(context.Background(), mint(t, o, runClaims), runClaims); err != nil {
+	if _, err := o.Redeem(context.Background(), mint(t, o, runClaims), runClaims); err != nil {
 		t.Fatalf("second token: %v", err)
 	}
 }
@@ -61,10 +67,10 @@ func TestOneTimeTokenRedeemsOnceThenReportsRedeemed(t *testing.T) {
 func TestOneTimeTokenWithoutClaims(t *testing.T) {
 	o := newOneTime(t, OneTimeConfig{})
 	tok := mint(t, o, nil)
-	if err := o.Redeem(context.Background(), tok, map[string]string{"run": "x"}); !errors.Is(err, ErrOneTimeClaims) {
+	if _, err := o.Redeem(context.Background(), tok, map[string]string{"run": "x"}); !errors.Is(err, ErrOneTimeClaims) {
 		t.Fatalf("redeem with extra expected claim = %v, want ErrOneTimeClaims", err)
 	}
-	if err := o.Redeem(context.Background(), tok, map[string]string{}); err != nil {
+	if _, err := o.Redeem(context.Background(), tok, map[string]string{}); err != nil {
 		t.Fatalf("redeem with empty claims: %v", err)
 	}
 }
@@ -74,7 +80,7 @@ func TestOneTimeTokenExpiresAfterDefaultTTL(t *testing.T) {
 	o := newOneTime(t, OneTimeConfig{Now: clk.Now})
 	tok := mint(t, o, runClaims)
 	clk.Advance(DefaultOneTimeTTL)
-	err := o.Redeem(context.Background(), tok, runClaims)
+	_, err := o.Redeem(context.Background(), tok, runClaims)
 	if !errors.Is(err, ErrOneTimeExpired) {
 		t.Fatalf("redeem at expiry = %v, want ErrOneTimeExpired", err)
 	}
@@ -85,7 +91,7 @@ func TestOneTimeTokenRedeemableJustBeforeExpiry(t *testing.T) {
 	o := newOneTime(t, OneTimeConfig{Now: clk.Now, TTL: time.Minute})
 	tok := mint(t, o, runClaims)
 	clk.Advance(time.Minute - time.Second)
-	if err := o.Redeem(context.Background(), tok, runClaims); err != nil {
+	if _, err := o.Redeem(context.Background(), tok, runClaims); err != nil {
 		t.Fatalf("redeem a second before expiry: %v", err)
 	}
 }
@@ -100,12 +106,12 @@ func TestOneTimeTokenRefusedForOtherClaimsWithoutBeingConsumed(t *testing.T) {
 		{"agent": "agt_42", "company": "co_7", "Run": "run_2026_0001"},          // other name
 		nil,
 	} {
-		err := o.Redeem(context.Background(), tok, want)
+		_, err := o.Redeem(context.Background(), tok, want)
 		if !errors.Is(err, ErrOneTimeClaims) || Reason(err) != "claims mismatch" {
 			t.Fatalf("redeem against %v = %v, want ErrOneTimeClaims", want, err)
 		}
 	}
-	if err := o.Redeem(context.Background(), tok, runClaims); err != nil {
+	if _, err := o.Redeem(context.Background(), tok, runClaims); err != nil {
 		t.Fatalf("token consumed by mismatched redeems: %v", err)
 	}
 }
@@ -148,7 +154,7 @@ func TestOneTimeTokenRejectsForgeries(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := o.Redeem(context.Background(), tc.token, runClaims)
+			_, err := o.Redeem(context.Background(), tc.token, runClaims)
 			if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != tc.reason {
 				t.Fatalf("err = %v (reason %q), want ErrOneTimeInvalid (%q)", err, Reason(err), tc.reason)
 			}
@@ -157,7 +163,7 @@ func TestOneTimeTokenRejectsForgeries(t *testing.T) {
 			}
 		})
 	}
-	if err := o.Redeem(context.Background(), tok, runClaims); err != nil {
+	if _, err := o.Redeem(context.Background(), tok, runClaims); err != nil {
 		t.Fatalf("genuine token after forgeries: %v", err)
 	}
 }
@@ -169,11 +175,19 @@ func signOneTime(o *OneTimeIssuer, payload []byte) string {
 	return oneTimePrefix + base64.RawURLEncoding.EncodeToString(raw)
 }
 
+// oneTimePayload builds a payload for testPurpose by hand: the wire layout
+// written out independently of Mint.
 func oneTimePayload(issued, expires time.Time, claims ...string) []byte {
+	return oneTimePayloadFor(testPurpose, issued, expires, claims...)
+}
+
+func oneTimePayloadFor(purpose string, issued, expires time.Time, claims ...string) []byte {
 	p := make([]byte, oneTimeFixedLen)
 	p[0] = oneTimeVersion
 	binary.BigEndian.PutUint64(p[1+oneTimeNonceLen:], uint64(issued.Unix()))
 	binary.BigEndian.PutUint64(p[1+oneTimeNonceLen+8:], uint64(expires.Unix()))
+	p = binary.AppendUvarint(p, uint64(len(purpose)))
+	p = append(p, purpose...)
 	for _, c := range claims {
 		p = binary.AppendUvarint(p, uint64(len(c)))
 		p = append(p, c...)
@@ -190,7 +204,14 @@ func TestOneTimeTokenRejectsAuthenticButMalformedPayloads(t *testing.T) {
 		payload []byte
 		reason  string
 	}{
-		{"unknown version", func() []byte { p := oneTimePayload(now, later); p[0] = 2; return p }(), "malformed payload"},
+		{"version 1 (no purpose)", func() []byte { p := oneTimePayload(now, later); p[0] = 1; return p }(), "malformed payload"},
+		{"unknown version", func() []byte { p := oneTimePayload(now, later); p[0] = 3; return p }(), "malformed payload"},
+		{"no purpose field", oneTimePayload(now, later)[:oneTimeFixedLen], "malformed payload"},
+		{"purpose length past end", append(oneTimePayload(now, later)[:oneTimeFixedLen], 20, 'a'), "malformed payload"},
+		{"claim name length past end", append(oneTimePayload(now, later, "a", "1"), 0x7f, 'b'), "malformed payload"},
+		{"value length past end", append(oneTimePayload(now, later, "a"), 0x10, 'v'), "malformed payload"},
+		{"other purpose", oneTimePayloadFor("password-reset", now, later), "other purpose"},
+		{"empty purpose", oneTimePayloadFor("", now, later), "other purpose"},
 		{"unsorted claims", oneTimePayload(now, later, "b", "1", "a", "2"), "malformed payload"},
 		{"duplicate claim", oneTimePayload(now, later, "a", "1", "a", "1"), "malformed payload"},
 		{"name without value", oneTimePayload(now, later, "a"), "malformed payload"},
@@ -200,14 +221,14 @@ func TestOneTimeTokenRejectsAuthenticButMalformedPayloads(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := o.Redeem(context.Background(), signOneTime(o, tc.payload), nil)
+			_, err := o.Redeem(context.Background(), signOneTime(o, tc.payload), nil)
 			if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != tc.reason {
 				t.Fatalf("err = %v (reason %q), want ErrOneTimeInvalid (%q)", err, Reason(err), tc.reason)
 			}
 		})
 	}
 	// The hand-built encoding is the one Mint uses.
-	if err := o.Redeem(context.Background(), signOneTime(o, oneTimePayload(now, later, "a", "1", "b", "")), map[string]string{"a": "1", "b": ""}); err != nil {
+	if _, err := o.Redeem(context.Background(), signOneTime(o, oneTimePayload(now, later, "a", "1", "b", "")), map[string]string{"a": "1", "b": ""}); err != nil {
 		t.Fatalf("well-formed hand-built token: %v", err)
 	}
 }
@@ -220,11 +241,11 @@ func TestOneTimeTokenVerifiesWithPreviousKeyAfterRotation(t *testing.T) {
 	before := newOneTime(t, OneTimeConfig{Keys: oldRing, Replay: store})
 	after := newOneTime(t, OneTimeConfig{Keys: rotated, Replay: store})
 	tok := mint(t, before, runClaims)
-	if err := after.Redeem(context.Background(), tok, runClaims); err != nil {
+	if _, err := after.Redeem(context.Background(), tok, runClaims); err != nil {
 		t.Fatalf("redeem after rotation: %v", err)
 	}
 	// The shared store still enforces single use across both issuers.
-	if err := before.Redeem(context.Background(), tok, runClaims); !errors.Is(err, ErrOneTimeRedeemed) {
+	if _, err := before.Redeem(context.Background(), tok, runClaims); !errors.Is(err, ErrOneTimeRedeemed) {
 		t.Fatalf("redeem on the other instance = %v, want ErrOneTimeRedeemed", err)
 	}
 }
@@ -244,7 +265,7 @@ func TestOneTimeTokenSubkeyIsSeparateFromOtherUses(t *testing.T) {
 		m.Write(payload)
 		return m.Sum(nil)
 	}
-	if !hmac.Equal(tag, mac(DeriveKey(key, "ctoken.onetime hmac key"))) {
+	if !hmac.Equal(tag, mac(subkey(key, "ctoken.onetime hmac key"))) {
 		t.Fatal("one-time subkey is not HKDF(key, \"ctoken.onetime hmac key\")")
 	}
 	if hmac.Equal(tag, mac(key)) {
@@ -258,8 +279,8 @@ func TestOneTimeMintRefusesOversizeClaims(t *testing.T) {
 		{"run": strings.Repeat("x", MaxOneTimeTokenBytes)},
 		{"a": strings.Repeat("x", 700)},
 	} {
-		if _, err := o.Mint(claims); !errors.Is(err, ErrOneTimeTooLarge) {
-			t.Fatalf("Mint = %v, want ErrOneTimeTooLarge", err)
+		if _, err := o.Mint(claims); !errors.Is(err, ErrOneTimeTooLarge) || Reason(err) == "" {
+			t.Fatalf("Mint = %v, want ErrOneTimeTooLarge with a reason", err)
 		}
 	}
 	tok := mint(t, o, map[string]string{"a": strings.Repeat("x", 600)})
@@ -272,20 +293,20 @@ func TestOneTimeRedeemFailsClosedOnStoreError(t *testing.T) {
 	clk := newStepClock()
 	full := &MemoryReplayStore{Max: 1, Now: clk.Now}
 	o := newOneTime(t, OneTimeConfig{Replay: full, Now: clk.Now})
-	if err := o.Redeem(context.Background(), mint(t, o, nil), nil); err != nil {
+	if _, err := o.Redeem(context.Background(), mint(t, o, nil), nil); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(DefaultOneTimeTTL / 2)
 	tok := mint(t, o, nil)
-	err := o.Redeem(context.Background(), tok, nil)
-	if !errors.Is(err, ErrReplayStoreFull) || errors.Is(err, ErrOneTimeRedeemed) {
-		t.Fatalf("redeem on a full store = %v, want ErrReplayStoreFull", err)
+	_, err := o.Redeem(context.Background(), tok, nil)
+	if !errors.Is(err, ErrReplayStoreFull) || errors.Is(err, ErrOneTimeRedeemed) || Reason(err) != "replay store failed" {
+		t.Fatalf("redeem on a full store = %v (reason %q), want ErrReplayStoreFull, reason \"replay store failed\"", err, Reason(err))
 	}
 	// Once the first token's entry expires (the skew margin after the
 	// token) the store has room again, and tok still works: a store failure
 	// does not consume it.
 	clk.Advance(DefaultOneTimeTTL/2 + replaySkewMargin)
-	if err := o.Redeem(context.Background(), tok, nil); err != nil {
+	if _, err := o.Redeem(context.Background(), tok, nil); err != nil {
 		t.Fatalf("redeem after the store recovered: %v", err)
 	}
 }
@@ -295,10 +316,10 @@ func TestOneTimeRedeemHonoursCancelledContext(t *testing.T) {
 	tok := mint(t, o, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := o.Redeem(ctx, tok, nil); !errors.Is(err, context.Canceled) {
+	if _, err := o.Redeem(ctx, tok, nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("redeem with a cancelled context = %v, want context.Canceled", err)
 	}
-	if err := o.Redeem(context.Background(), tok, nil); err != nil {
+	if _, err := o.Redeem(context.Background(), tok, nil); err != nil {
 		t.Fatalf("token consumed by the cancelled redeem: %v", err)
 	}
 }
@@ -315,7 +336,7 @@ func TestOneTimeConcurrentRedeemsExactlyOneSucceeds(t *testing.T) {
 	for round := range 10 {
 		tok := mint(t, o, runClaims)
 		t.Run(fmt.Sprint("round", round), func(t *testing.T) {
-			exactlyOnce(t, workers, func() error { return o.Redeem(context.Background(), tok, runClaims) }, ErrOneTimeRedeemed)
+			exactlyOnce(t, workers, func() error { _, err := o.Redeem(context.Background(), tok, runClaims); return err }, ErrOneTimeRedeemed)
 		})
 	}
 }
@@ -331,7 +352,7 @@ func FuzzOneTimeRedeem(f *testing.F) {
 	f.Add("ot1.AAAA")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, tok string) {
-		err := o.Redeem(context.Background(), tok, runClaims)
+		_, err := o.Redeem(context.Background(), tok, runClaims)
 		if err == nil || errors.Is(err, ErrOneTimeRedeemed) || errors.Is(err, ErrOneTimeClaims) {
 			return // a seed minted above
 		}
@@ -357,6 +378,8 @@ func FuzzDecodeOneTimePayload(f *testing.F) {
 		}
 		// Rebuild in sorted order as Mint does.
 		re := append([]byte(nil), p[:oneTimeFixedLen]...)
+		re = binary.AppendUvarint(re, uint64(len(tok.purpose)))
+		re = append(re, tok.purpose...)
 		for _, n := range slices.Sorted(maps.Keys(tok.claims)) {
 			re = binary.AppendUvarint(re, uint64(len(n)))
 			re = append(re, n...)
@@ -395,11 +418,11 @@ func TestOneTimeRedeemedTokenStaysRedeemedUnderClockSkew(t *testing.T) {
 	store.s = &MemoryReplayStore{Now: func() time.Time { return clk.Now().Add(skew) }}
 	o := newOneTime(t, OneTimeConfig{Now: clk.Now, TTL: time.Minute, Replay: store})
 	tok := mint(t, o, runClaims)
-	if err := o.Redeem(context.Background(), tok, runClaims); err != nil {
+	if _, err := o.Redeem(context.Background(), tok, runClaims); err != nil {
 		t.Fatalf("first redeem: %v", err)
 	}
 	clk.Advance(time.Minute - time.Second) // still unexpired for the issuer
-	if err := o.Redeem(context.Background(), tok, runClaims); !errors.Is(err, ErrOneTimeRedeemed) {
+	if _, err := o.Redeem(context.Background(), tok, runClaims); !errors.Is(err, ErrOneTimeRedeemed) {
 		t.Fatalf("second redeem just before expiry, store clock %v ahead = %v, want ErrOneTimeRedeemed", skew, err)
 	}
 }
@@ -412,7 +435,167 @@ func TestZeroOneTimeIssuerRefusesWithoutPanic(t *testing.T) {
 		t.Fatalf("Mint on a zero issuer = %q, %v; want ErrNoKey", tok, err)
 	}
 	tok := mint(t, newOneTime(t, OneTimeConfig{}), runClaims)
-	if err := zero.Redeem(context.Background(), tok, runClaims); !errors.Is(err, ErrOneTimeInvalid) {
-		t.Fatalf("Redeem on a zero issuer = %v, want ErrOneTimeInvalid", err)
+	for _, bad := range []string{tok, "", "ot1.AAAA"} {
+		if got, err := zero.Redeem(context.Background(), bad, runClaims); !errors.Is(err, ErrNoKey) || got != nil || Reason(err) == "" {
+			t.Fatalf("Redeem on a zero issuer = %v, %v; want ErrNoKey with a reason", got, err)
+		}
+		if got, err := zero.Verify(bad); !errors.Is(err, ErrNoKey) || got.Claims != nil {
+			t.Fatalf("Verify on a zero issuer = %v, %v; want ErrNoKey", got, err)
+		}
+	}
+}
+
+// Two issuers on one Keyring and one store (the documented pattern) never
+// accept each other's tokens, and a refusal for the purpose does not burn
+// the token.
+func TestOneTimeIssuersOfDifferentPurposesRefuseEachOthersTokens(t *testing.T) {
+	kr := mustKeyring(t, RandomKey())
+	store := NewMemoryReplayStore(0)
+	reset := newOneTime(t, OneTimeConfig{Keys: kr, Replay: store, Purpose: "password-reset"})
+	admin := newOneTime(t, OneTimeConfig{Keys: kr, Replay: store, Purpose: "admin-bootstrap"})
+	claims := map[string]string{"user": "u_1"}
+	for _, pair := range [][2]*OneTimeIssuer{{reset, admin}, {admin, reset}} {
+		minter, other := pair[0], pair[1]
+		tok := mint(t, minter, claims)
+		got, err := other.Redeem(context.Background(), tok, claims)
+		if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != "other purpose" || got != nil {
+			t.Fatalf("%s redeemed a %s token: %v, %v", other.Purpose(), minter.Purpose(), got, err)
+		}
+		if _, err := other.Verify(tok); !errors.Is(err, ErrOneTimeInvalid) {
+			t.Fatalf("%s verified a %s token: %v", other.Purpose(), minter.Purpose(), err)
+		}
+		if _, err := minter.Redeem(context.Background(), tok, claims); err != nil {
+			t.Fatalf("token burnt by the other purpose's refusal: %v", err)
+		}
+	}
+}
+
+func TestNewOneTimeIssuerRefusesInvalidConfig(t *testing.T) {
+	kr := mustKeyring(t, RandomKey())
+	for _, tc := range []struct {
+		name string
+		cfg  OneTimeConfig
+		want error
+	}{
+		{"nil keys", OneTimeConfig{Purpose: "p"}, ErrNoKey},
+		{"zero keyring", OneTimeConfig{Keys: &Keyring{}, Purpose: "p"}, ErrNoKey},
+		{"empty purpose", OneTimeConfig{Keys: kr}, ErrConfig},
+		{"purpose over the cap", OneTimeConfig{Keys: kr, Purpose: strings.Repeat("p", MaxOneTimePurposeBytes+1)}, ErrConfig},
+		{"purpose not UTF-8", OneTimeConfig{Keys: kr, Purpose: "reset\xff"}, ErrConfig},
+		{"purpose with a control character", OneTimeConfig{Keys: kr, Purpose: "reset\n"}, ErrConfig},
+		{"purpose with DEL", OneTimeConfig{Keys: kr, Purpose: "reset\x7f"}, ErrConfig},
+		{"purpose with a bidi override", OneTimeConfig{Keys: kr, Purpose: "reset\u202e"}, ErrConfig},
+		{"negative TTL", OneTimeConfig{Keys: kr, Purpose: "p", TTL: -time.Second}, ErrConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := NewOneTimeIssuer(tc.cfg)
+			if !errors.Is(err, tc.want) || o != nil || Reason(err) == "" {
+				t.Fatalf("NewOneTimeIssuer = %v, %v; want %v with a reason", o, err, tc.want)
+			}
+		})
+	}
+	for _, p := range []string{"p", strings.Repeat("p", MaxOneTimePurposeBytes), "réinitialisation du mot de passe"} {
+		if _, err := NewOneTimeIssuer(OneTimeConfig{Keys: kr, Purpose: p}); err != nil {
+			t.Fatalf("purpose %q refused: %v", p, err)
+		}
+	}
+}
+
+func TestOneTimeRedeemReturnsVerifiedClaims(t *testing.T) {
+	o := newOneTime(t, OneTimeConfig{})
+	got, err := o.Redeem(context.Background(), mint(t, o, runClaims), runClaims)
+	if err != nil || !maps.Equal(got, runClaims) {
+		t.Fatalf("Redeem = %v, %v; want %v", got, err, runClaims)
+	}
+	got, err = o.Redeem(context.Background(), mint(t, o, nil), nil)
+	if err != nil || got == nil || len(got) != 0 {
+		t.Fatalf("Redeem of a claimless token = %#v, %v; want an empty non-nil map", got, err)
+	}
+}
+
+func TestOneTimeVerifyReadsClaimsWithoutConsuming(t *testing.T) {
+	clk := newStepClock()
+	o := newOneTime(t, OneTimeConfig{Now: clk.Now, TTL: time.Minute})
+	tok := mint(t, o, runClaims)
+	v, err := o.Verify(tok)
+	if err != nil || !maps.Equal(v.Claims, runClaims) || v.Purpose != testPurpose ||
+		!v.IssuedAt.Equal(clk.Now()) || !v.ExpiresAt.Equal(clk.Now().Add(time.Minute)) {
+		t.Fatalf("Verify = %+v, %v", v, err)
+	}
+	if _, err := o.Redeem(context.Background(), tok, v.Claims); err != nil {
+		t.Fatalf("redeem after Verify: %v", err)
+	}
+	clk.Advance(time.Minute)
+	if v, err := o.Verify(tok); !errors.Is(err, ErrOneTimeExpired) || v.Claims != nil {
+		t.Fatalf("Verify after expiry = %+v, %v; want ErrOneTimeExpired and nothing", v, err)
+	}
+}
+
+// Issue 21 gap 11: the empty claim name is a name like any other.
+func TestOneTimeClaimNamedEmptySurvivesMintRedeem(t *testing.T) {
+	o := newOneTime(t, OneTimeConfig{})
+	claims := map[string]string{"": "anonymous", "run": ""}
+	tok := mint(t, o, claims)
+	if _, err := o.Redeem(context.Background(), tok, map[string]string{"run": ""}); !errors.Is(err, ErrOneTimeClaims) {
+		t.Fatalf("redeem without the empty-named claim = %v, want ErrOneTimeClaims", err)
+	}
+	got, err := o.Redeem(context.Background(), tok, claims)
+	if err != nil || !maps.Equal(got, claims) {
+		t.Fatalf("Redeem = %v, %v; want %v", got, err, claims)
+	}
+}
+
+// Issue 21 gap 7: another instance's clock may run up to 60 s ahead.
+func TestOneTimeTokenIssuedWithinClockSkewIsAccepted(t *testing.T) {
+	clk := newStepClock()
+	kr := mustKeyring(t, RandomKey())
+	here := newOneTime(t, OneTimeConfig{Keys: kr, Now: clk.Now})
+	for _, tc := range []struct {
+		ahead  time.Duration
+		reason string // "" = accepted
+	}{
+		{30 * time.Second, ""},
+		{60 * time.Second, ""},
+		{61 * time.Second, "issued in the future"},
+	} {
+		ahead := newOneTime(t, OneTimeConfig{Keys: kr, Now: func() time.Time { return clk.Now().Add(tc.ahead) }})
+		_, err := here.Redeem(context.Background(), mint(t, ahead, runClaims), runClaims)
+		if tc.reason == "" && err != nil {
+			t.Fatalf("token from a clock %v ahead refused: %v", tc.ahead, err)
+		}
+		if tc.reason != "" && (!errors.Is(err, ErrOneTimeInvalid) || Reason(err) != tc.reason) {
+			t.Fatalf("token from a clock %v ahead = %v, want ErrOneTimeInvalid (%s)", tc.ahead, err, tc.reason)
+		}
+	}
+}
+
+// Issue 21 gap 5: the cap is inclusive, at mint and at redeem.
+func TestOneTimeTokenAtExactlyMaxBytesIsAcceptedAndOneMoreRefused(t *testing.T) {
+	o := newOneTime(t, OneTimeConfig{})
+	var atCap string
+	n := 0
+	for ; n < MaxOneTimeTokenBytes; n++ {
+		tok, err := o.Mint(map[string]string{"v": strings.Repeat("x", n)})
+		if err != nil {
+			break
+		}
+		atCap = tok
+	}
+	if len(atCap) != MaxOneTimeTokenBytes {
+		t.Fatalf("largest token is %d bytes, want exactly %d", len(atCap), MaxOneTimeTokenBytes)
+	}
+	if _, err := o.Mint(map[string]string{"v": strings.Repeat("x", n)}); !errors.Is(err, ErrOneTimeTooLarge) {
+		t.Fatalf("Mint one byte over = %v, want ErrOneTimeTooLarge", err)
+	}
+	if _, err := o.Redeem(context.Background(), atCap, map[string]string{"v": strings.Repeat("x", n-1)}); err != nil {
+		t.Fatalf("token of exactly %d bytes refused: %v", MaxOneTimeTokenBytes, err)
+	}
+	over := atCap + "A"
+	if _, err := o.Redeem(context.Background(), over, nil); !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != "oversize" {
+		t.Fatalf("%d-byte token = %v (reason %q), want oversize", len(over), err, Reason(err))
+	}
+	// At exactly the cap the length check passes and decoding decides.
+	if _, err := o.Redeem(context.Background(), atCap[:len(atCap)-1]+"A", nil); Reason(err) == "oversize" {
+		t.Fatal("a token of exactly the cap was refused as oversize")
 	}
 }

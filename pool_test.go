@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -276,20 +277,21 @@ func TestStateBindingSubjectWithNULIsNotAnotherSubject(t *testing.T) {
 }
 
 // TestZeroCursorIssuerVerifyRefusesWithoutPanic checks that a CursorIssuer
-// not made by NewCursorIssuer has no key and refuses every cursor, rather
-// than panicking on its scratch pool, which has no New function.
+// not made by NewCursorIssuer has no key and refuses every call with
+// ErrNoKey (not a misleading "truncated" or "other session"), rather than
+// panicking on its missing scratch pool.
 func TestZeroCursorIssuerVerifyRefusesWithoutPanic(t *testing.T) {
 	c, err := testPoolIssuer(t).Issue(CursorPayload{CursorScope: CursorScope{ToolID: "t", CallerID: "c"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var zero CursorIssuer
-	// No key verifies the MAC; the body names a session the zero issuer
-	// does not have, hence the "other session" hint.
-	if _, err := zero.Verify(c, CursorScope{ToolID: "t", CallerID: "c"}); !errors.Is(err, ErrCursorExpired) || Reason(err) != "other server session (unauthenticated)" {
-		t.Fatalf("err = %v, want the unauthenticated other-session rejection", err)
+	for _, tok := range []string{c, "AAAA", "", strings.Repeat("A", MaxCursorBytes+1)} {
+		if p, err := zero.Verify(tok, CursorScope{ToolID: "t", CallerID: "c"}); !errors.Is(err, ErrNoKey) || Reason(err) == "" || p.State != nil {
+			t.Fatalf("zero.Verify = %v, %v; want ErrNoKey with a reason", p, err)
+		}
 	}
-	if _, err := zero.Verify("AAAA", CursorScope{}); !errors.Is(err, ErrCursorInvalid) {
-		t.Fatalf("err = %v, want ErrCursorInvalid", err)
+	if tok, err := zero.Issue(CursorPayload{}); !errors.Is(err, ErrNoKey) || tok != "" || Reason(err) == "" {
+		t.Fatalf("zero.Issue = %q, %v; want ErrNoKey with a reason", tok, err)
 	}
 }

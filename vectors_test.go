@@ -461,7 +461,7 @@ func genHKDFVectors(t *testing.T) hkdfFile {
 	long := seqBytes(0x40, 64)
 	for _, key := range [][]byte{vecKey, vecKey2, long} {
 		for _, label := range vectorLabels {
-			sub := DeriveKey(key, label)
+			sub := subkey(key, label)
 			if ref := vecHKDF(key, label); !bytes.Equal(sub, ref) {
 				t.Fatalf("DeriveKey(%x, %q) = %x, RFC 5869 construction gives %x", key, label, sub, ref)
 			}
@@ -479,7 +479,7 @@ func checkHKDFVectors(t *testing.T) {
 	}
 	for _, v := range f.Vectors {
 		key := vecHex(t, v.Key)
-		if got := hex.EncodeToString(DeriveKey(key, v.Label)); got != v.Subkey {
+		if got := hex.EncodeToString(subkey(key, v.Label)); got != v.Subkey {
 			t.Errorf("DeriveKey(%s, %q) = %s, want %s", v.Key, v.Label, got, v.Subkey)
 		}
 		if got := hex.EncodeToString(vecHKDF(key, v.Label)); got != v.Subkey {
@@ -528,7 +528,7 @@ func genCursorVectors(t *testing.T) cursorFile {
 		Comment: "token = base64url_nopad(cbor || HMAC-SHA256(mac_key, cbor)); mac_key = DeriveKey(key, \"" +
 			cursorKeyLabel + "\"); see README.md",
 		Key:        hex.EncodeToString(vecKey),
-		MACKey:     hex.EncodeToString(DeriveKey(vecKey, cursorKeyLabel)),
+		MACKey:     hex.EncodeToString(subkey(vecKey, cursorKeyLabel)),
 		Session:    hex.EncodeToString(vecSession),
 		TTLSeconds: int64(DefaultCursorTTL / time.Second),
 	}
@@ -575,7 +575,7 @@ func genCursorVectors(t *testing.T) cursorFile {
 			t.Fatalf("%s: Issue = %s, hand-built CBOR and HMAC give %s", v.Name, tok, ref)
 		}
 		v.CBOR = hex.EncodeToString(body)
-		v.MAC = hex.EncodeToString(vecHMAC(DeriveKey(vecKey, cursorKeyLabel), body))
+		v.MAC = hex.EncodeToString(vecHMAC(subkey(vecKey, cursorKeyLabel), body))
 		v.Token = tok
 		tokens[v.Name] = tok
 		tokenList = append(tokenList, tok)
@@ -758,7 +758,7 @@ func checkCursorVectors(t *testing.T) {
 	var f cursorFile
 	readVectors(t, "cursor.json", &f)
 	key := vecHex(t, f.Key)
-	if got := hex.EncodeToString(DeriveKey(key, cursorKeyLabel)); got != f.MACKey {
+	if got := hex.EncodeToString(subkey(key, cursorKeyLabel)); got != f.MACKey {
 		t.Errorf("cursor MAC key %s, want %s", got, f.MACKey)
 	}
 	if len(f.Issue) == 0 || len(f.Verify) == 0 {
@@ -826,9 +826,9 @@ func genStateVectors(t *testing.T) stateFile {
 		Comment:    "request state wire formats of SPEC §4 (mcp.d request_state); see README.md",
 		Key:        hex.EncodeToString(vecKey),
 		Key2:       hex.EncodeToString(vecKey2),
-		AESKey:     hex.EncodeToString(DeriveKey(vecKey, stateAESLabel)),
-		BindKey:    hex.EncodeToString(DeriveKey(vecKey, stateBindLabel)),
-		PayloadKey: hex.EncodeToString(DeriveKey(vecKey, statePayloadLabel)),
+		AESKey:     hex.EncodeToString(subkey(vecKey, stateAESLabel)),
+		BindKey:    hex.EncodeToString(subkey(vecKey, stateBindLabel)),
+		PayloadKey: hex.EncodeToString(subkey(vecKey, statePayloadLabel)),
 		TTLSeconds: int64(DefaultStateTTL / time.Second),
 	}
 	target := MCPTarget("tools/call", "search")
@@ -850,7 +850,7 @@ func genStateVectors(t *testing.T) stateFile {
 		if got := string(c.bindTag(nil, 0, b.subject, b.tool)); got != tag {
 			t.Fatalf("bind tag %v %q %q = %s, reference %s", b.binding, b.subject, b.tool, got, tag)
 		}
-		if want := hex.EncodeToString(vecHMAC(DeriveKey(vecKey, stateBindLabel), []byte(b.material))); want != tag {
+		if want := hex.EncodeToString(vecHMAC(subkey(vecKey, stateBindLabel), []byte(b.material))); want != tag {
 			t.Fatalf("bind material of %v %q %q is not %q", b.binding, b.subject, b.tool, b.material)
 		}
 		f.BindTags = append(f.BindTags, bindTagVector{bindingNames[b.binding], b.subject, b.tool, hex.EncodeToString([]byte(b.material)), tag})
@@ -993,7 +993,7 @@ func checkStateVectors(t *testing.T) {
 	readVectors(t, "request_state.json", &f)
 	key := vecHex(t, f.Key)
 	for label, want := range map[string]string{stateAESLabel: f.AESKey, stateBindLabel: f.BindKey, statePayloadLabel: f.PayloadKey} {
-		if got := hex.EncodeToString(DeriveKey(key, label)); got != want {
+		if got := hex.EncodeToString(subkey(key, label)); got != want {
 			t.Errorf("subkey %q = %s, want %s", label, got, want)
 		}
 	}

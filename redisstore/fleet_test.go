@@ -75,7 +75,7 @@ func configFromEnv(store replay.Store) (*fleetConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, TTL: oneTimeTTL, Replay: store})
+	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, Purpose: "fleet-bootstrap", TTL: oneTimeTTL, Replay: store})
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func (in *instance) handler() http.Handler {
 			in.reply(w, http.StatusBadRequest, fleetResp{Error: "unreadable body"})
 			return
 		}
-		err = in.cfg.Load().onetime.Redeem(r.Context(), string(body), map[string]string{"caller": callerOf(r)})
+		_, err = in.cfg.Load().onetime.Redeem(r.Context(), string(body), map[string]string{"caller": callerOf(r)})
 		switch {
 		case err == nil:
 			in.reply(w, http.StatusOK, fleetResp{})

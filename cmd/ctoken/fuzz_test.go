@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,8 @@ func FuzzInspect(f *testing.F) {
 	f.Add("v1.e30.AAAA")
 	f.Add("v1e.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
 	f.Add("oQFh")
+	f.Add(mintTok(f, fx.oneTime(f, fx.key, "p", nil), map[string]string{"a": "b"}))
+	f.Add("ot1.AgAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
 	now := time.Unix(1_800_000_000, 0)
 	f.Fuzz(func(t *testing.T, tok string) {
 		switch classify(tok) {
@@ -28,9 +31,23 @@ func FuzzInspect(f *testing.F) {
 			if r, err := inspectSigned(tok, now); err == nil && r.Verified {
 				t.Fatal("inspect claimed a state verified")
 			}
+		case kindOneTime:
+			if r, err := inspectOneTime(tok, now); err == nil && (r.Verified || r.Claims == nil) {
+				t.Fatal("inspect claimed a one-time token verified, or lost its claims")
+			}
 		default:
 			if r, err := inspectCursor(tok, now); err == nil && r.Verified {
 				t.Fatal("inspect claimed a cursor verified")
+			}
+		}
+		// Whatever the input, printed JSON holds no raw terminal control.
+		var b strings.Builder
+		if err := writeJSON(&b, map[string]string{"s": tok}); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range b.String() {
+			if mustEscape(r) {
+				t.Fatalf("U+%04X printed raw", r)
 			}
 		}
 	})

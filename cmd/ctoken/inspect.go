@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ctoken/ctoken"
 	"github.com/fxamacker/cbor/v2"
@@ -19,8 +20,14 @@ const inspectUsage = `Usage: ctoken inspect TOKEN|-
 
 Decodes a ctoken token WITHOUT verifying it and prints its fields as JSON.
 It recognises a pagination cursor (bare base64url), a signed request state
-("v1.") and an encrypted request state ("v1e."; only its framing can be read
-without the key).
+("v1."), an encrypted request state ("v1e."; only its framing can be read
+without the key) and a one-time token ("ot1."; purpose, claims, times).
+
+Every field is printed as JSON. DEL, C1 control characters and bidi controls
+(U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069) are printed as \uXXXX
+escapes, like the C0 controls JSON always escapes, so a forged field cannot
+drive the terminal or reorder what you read. A session is shown as text (the
+form of CTOKEN_SESSION) when it is UTF-8, and always as base64url.
 
 UNVERIFIED: inspect checks no signature. Anyone can forge every field it
 prints. Use "ctoken verify" to decide whether a token is authentic.
@@ -31,7 +38,7 @@ A TOKEN of "-" is read from standard input.
 const unverifiedWarning = "UNVERIFIED: decoded without a key; the signature was not checked, so every field here may be forged"
 
 var (
-	errNotCursor    = errors.New("not a ctoken cursor or request state")
+	errNotCursor    = errors.New("not a ctoken cursor, request state or one-time token")
 	errStateFraming = errors.New("not a well-formed v1. request state")
 	errSealedShort  = errors.New("not a well-formed v1e. request state: shorter than a nonce and a GCM tag")
 	errSealedBase64 = errors.New("not a well-formed v1e. request state: not base64url")
@@ -58,6 +65,8 @@ func cmdInspect(args []string, e *env) int {
 		out, err = inspectEncrypted(tok)
 	case kindSignedState:
 		out, err = inspectSigned(tok, time.Now())
+	case kindOneTime:
+		out, err = inspectOneTime(tok, time.Now())
 	default:
 		out, err = inspectCursor(tok, time.Now())
 	}
@@ -125,6 +134,7 @@ type cursorReport struct {
 	IssuedAtUnix    int64    `json:"issuedAtUnix"`
 	Age             string   `json:"age"`
 	Session         string   `json:"session"`
+	SessionBase64   string   `json:"sessionBase64"`
 	State           string   `json:"state,omitempty"`
 	StateBytes      int      `json:"stateBytes"`
 	MAC             string   `json:"mac"`
@@ -165,22 +175,23 @@ func inspectCursor(tok string, now time.Time) (*cursorReport, error) {
 	}
 	issued := time.Unix(w.IssuedAt, 0).UTC()
 	r := &cursorReport{
-		Kind:         "cursor",
-		Warning:      unverifiedWarning,
-		Bytes:        len(tok),
-		OverCap:      len(tok) > ctoken.MaxCursorBytes,
-		Version:      w.Version,
-		Tool:         w.Tool,
-		Caller:       w.Caller,
-		Page:         w.Page,
-		IssuedAt:     issued.Format(time.RFC3339),
-		IssuedAtUnix: w.IssuedAt,
-		Age:          now.Sub(issued).Truncate(time.Second).String(),
-		Session:      base64.RawURLEncoding.EncodeToString(w.Session),
-		State:        base64.RawURLEncoding.EncodeToString(w.State),
-		StateBytes:   len(w.State),
-		MAC:          hex.EncodeToString(mac),
-		UnknownKeys:  unknown,
+		Kind:          "cursor",
+		Warning:       unverifiedWarning,
+		Bytes:         len(tok),
+		OverCap:       len(tok) > ctoken.MaxCursorBytes,
+		Version:       w.Version,
+		Tool:          w.Tool,
+		Caller:        w.Caller,
+		Page:          w.Page,
+		IssuedAt:      issued.Format(time.RFC3339),
+		IssuedAtUnix:  w.IssuedAt,
+		Age:           now.Sub(issued).Truncate(time.Second).String(),
+		Session:       sessionText(w.Session),
+		SessionBase64: base64.RawURLEncoding.EncodeToString(w.Session),
+		State:         base64.RawURLEncoding.EncodeToString(w.State),
+		StateBytes:    len(w.State),
+		MAC:           hex.EncodeToString(mac),
+		UnknownKeys:   unknown,
 	}
 	if method, name, ok := strings.Cut(w.Tool, "\x00"); ok {
 		r.ToolMethod, r.ToolName = method, name
@@ -288,4 +299,13 @@ func inspectEncrypted(tok string) (*sealedReport, error) {
 		PayloadBytes: len(raw) - gcmNonceBytes - gcmTagBytes,
 		Note:         "state, expiry and binding are encrypted (AES-256-GCM); only ctoken verify with the key can read them",
 	}, nil
+}
+
+// sessionText is a session in the form of CTOKEN_SESSION (its bytes as
+// text), or "" when it is not UTF-8 (see the base64url field).
+func sessionText(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return ""
 }

@@ -1,5 +1,6 @@
 // Command ctoken generates keys for, inspects and verifies ctoken tokens:
-// pagination cursors and MCP request states ("v1." signed, "v1e." encrypted).
+// pagination cursors, MCP request states ("v1." signed, "v1e." encrypted)
+// and one-time tokens ("ot1.").
 //
 //	ctoken keygen [-n N]           print N fresh keys as a CTOKEN_KEYS list
 //	ctoken inspect TOKEN|-         decode a token WITHOUT checking it
@@ -44,7 +45,7 @@ const topUsage = `ctoken: generate keys for, inspect and verify ctoken tokens
 
 Usage:
   ctoken keygen [-n N]            print N fresh 32-byte keys as a CTOKEN_KEYS list
-  ctoken inspect TOKEN|-          decode a cursor or request state WITHOUT verifying it
+  ctoken inspect TOKEN|-          decode a cursor, request state or one-time token WITHOUT verifying it
   ctoken verify [flags] TOKEN|-   verify a token with the keys in $CTOKEN_KEYS
 
 Run "ctoken COMMAND -h" for a command's flags. A token of "-" is read from

@@ -44,6 +44,16 @@ func decodeJSON(t *testing.T, s string) map[string]any {
 	return m
 }
 
+// seqKey is a deterministic test key: bytes start, start+1, ... (random
+// enough for ParseKeyring, which refuses degenerate keys).
+func seqKey(start byte) []byte {
+	k := make([]byte, 32)
+	for i := range k {
+		k[i] = start + byte(i)
+	}
+	return k
+}
+
 // fixture holds keys and tokens shared by the tests.
 type fixture struct {
 	key, oldKey []byte
@@ -55,8 +65,8 @@ type fixture struct {
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{
-		key:     bytes.Repeat([]byte{0x42}, 32),
-		oldKey:  bytes.Repeat([]byte{0x17}, 32),
+		key:     seqKey(0x42),
+		oldKey:  seqKey(0x17),
 		session: []byte("fleet-01"),
 	}
 	f.keys = ctoken.EncodeKey(f.key)
@@ -167,7 +177,12 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"verify malformed keys", map[string]string{"CTOKEN_KEYS": "not*base64"}, []string{"verify", "abc"}, "malformed key"},
 		{"verify short key", map[string]string{"CTOKEN_KEYS": "c2hvcnQ"}, []string{"verify", "abc"}, "shorter than 32 bytes"},
 		{"verify bad args JSON", f.env(), []string{"verify", "-args", "{", "abc"}, "-args is not valid JSON"},
-		{"verify bad session", f.env(), []string{"verify", "-session", "***", "abc"}, "-session is not base64url"},
+		{"verify empty session", f.env(), []string{"verify", "-session", "", "abc"}, "-session is empty"},
+		{"verify long session", f.env(), []string{"verify", "-session", strings.Repeat("s", ctoken.MaxSessionBytes+1), "abc"}, "-session is longer than"},
+		{"verify one-time without purpose", f.env(), []string{"verify", "ot1.AAAA"}, "needs -purpose"},
+		{"verify cursor flag on one-time", f.env(), []string{"verify", "-purpose", "p", "-caller", "alice", "ot1.AAAA"}, "-caller does not apply to one-time tokens"},
+		{"verify purpose on cursor", f.env(), []string{"verify", "-purpose", "p", "abc"}, "-purpose applies to one-time tokens"},
+		{"verify invalid purpose", f.env(), []string{"verify", "-purpose", "", "ot1.AAAA"}, "Purpose is empty"},
 		{"verify method without tool", f.env(), []string{"verify", "-method", "tools/call", "abc"}, "-method needs -tool"},
 		{"verify state flag on cursor", f.env(), []string{"verify", "-subject", "alice", "abc"}, "-subject applies to request states"},
 		{"verify cursor flag on state", f.env(), []string{"verify", "-caller", "alice", "v1.abc.def"}, "-caller applies to cursors"},
@@ -251,7 +266,8 @@ func TestInspectCursorPrintsFieldsMarkedUnverified(t *testing.T) {
 				"caller":          "alice",
 				"argsFingerprint": hex.EncodeToString(fp[:]),
 				"page":            3.0,
-				"session":         base64.RawURLEncoding.EncodeToString(f.session),
+				"session":         string(f.session),
+				"sessionBase64":   base64.RawURLEncoding.EncodeToString(f.session),
 				"state":           base64.RawURLEncoding.EncodeToString([]byte("offset=30")),
 				"stateBytes":      9.0,
 				"bytes":           float64(len(c)),
@@ -363,7 +379,7 @@ func TestInspectRejectsWhatIsNoToken(t *testing.T) {
 func TestVerifyCursorPrintsPayload(t *testing.T) {
 	f := newFixture(t)
 	c := f.cursor(t, f.issuer)
-	session := base64.RawURLEncoding.EncodeToString(f.session)
+	session := string(f.session) // the CTOKEN_SESSION form
 	r := runCmd(t, "", f.env(), "verify",
 		"-method", "tools/call", "-tool", "search", "-caller", "alice",
 		"-args", `{"limit":10, "query":"shoes"}`, "-session", session, c)
@@ -422,7 +438,7 @@ func TestVerifyCursorRejections(t *testing.T) {
 	if tampered[10] == c[10] {
 		tampered[10] = 'C'
 	}
-	otherSession := base64.RawURLEncoding.EncodeToString([]byte("fleet-02"))
+	otherSession := "fleet-02"
 	for _, tc := range []struct {
 		name   string
 		tok    string

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // maxTokenInput caps what is read as a token: far above every token's own
@@ -51,18 +53,20 @@ func tokenArg(args []string, e *env) (string, error) {
 }
 
 // Token kinds, recognised by their framing. A cursor is bare base64url,
-// whose alphabet has no '.', so the three never overlap.
+// whose alphabet has no '.', so the four never overlap.
 type tokenKind int
 
 const (
 	kindCursor tokenKind = iota
 	kindSignedState
 	kindEncryptedState
+	kindOneTime
 )
 
 const (
 	signedPrefix    = "v1."
 	encryptedPrefix = "v1e."
+	oneTimePrefix   = "ot1."
 )
 
 func classify(tok string) tokenKind {
@@ -71,6 +75,8 @@ func classify(tok string) tokenKind {
 		return kindEncryptedState
 	case strings.HasPrefix(tok, signedPrefix):
 		return kindSignedState
+	case strings.HasPrefix(tok, oneTimePrefix):
+		return kindOneTime
 	default:
 		return kindCursor
 	}
@@ -80,7 +86,8 @@ func classify(tok string) tokenKind {
 // strict about unused trailing bits, as the library decodes it.
 var b64 = base64.RawURLEncoding.Strict()
 
-// writeJSON prints v as indented JSON followed by a newline.
+// writeJSON prints v as indented JSON followed by a newline, with every
+// character a terminal could be tricked by escaped (see escapeTerminal).
 func writeJSON(w io.Writer, v any) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -89,6 +96,32 @@ func writeJSON(w io.Writer, v any) error {
 	if err := enc.Encode(v); err != nil {
 		return err
 	}
-	_, err := w.Write(buf.Bytes())
+	_, err := w.Write(escapeTerminal(buf.Bytes()))
 	return err
+}
+
+// escapeTerminal rewrites, in JSON text, every DEL, C1 control and bidi
+// control (U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069) as a
+// \uXXXX escape. encoding/json already escapes C0 controls, U+2028 and
+// U+2029 but leaves these raw, and a token's unverified fields could use
+// them to drive a terminal or reorder what a reader sees. Such characters
+// occur only inside JSON strings (the rest of the text is ASCII), where
+// the escape decodes to the same character: the JSON means the same.
+func escapeTerminal(js []byte) []byte {
+	out := make([]byte, 0, len(js))
+	for i := 0; i < len(js); {
+		r, n := utf8.DecodeRune(js[i:])
+		if mustEscape(r) {
+			out = fmt.Appendf(out, "\\u%04x", r)
+		} else {
+			out = append(out, js[i:i+n]...)
+		}
+		i += n
+	}
+	return out
+}
+
+// mustEscape reports whether r is DEL, a C1 control or a bidi control.
+func mustEscape(r rune) bool {
+	return r == 0x7f || (r >= 0x80 && r <= 0x9f) || unicode.Is(unicode.Bidi_Control, r)
 }

@@ -20,7 +20,8 @@ success it prints the verified payload as JSON and exits 0; on rejection it
 prints the reason on standard error and exits 1.
 
 Cursors (bare base64url) are checked for MAC, age (-ttl), server session
-(-session) and scope (-tool, -caller, -args). A scope flag that is not given
+(-session, the same text as the server's CTOKEN_SESSION) and scope (-tool,
+-caller, -args). A scope flag that is not given
 is taken from the token itself and listed under "unchecked": the MAC still
 proves the token authentic, but not that it belongs to that tool, caller or
 session.
@@ -30,6 +31,11 @@ tag, expiry and binding; -subject and -tool must be what the server bound
 the state to (with -binding as configured on the server). A flag the binding
 does not check (-tool unless -binding subject-and-tool with a -subject,
 -subject under -binding none) is refused.
+
+One-time tokens ("ot1.") are checked for MAC, purpose (-purpose, required:
+the OneTimeConfig.Purpose of the issuer) and expiry, and their claims are
+printed. verify does not consult the replay store: it cannot tell whether
+the token was already redeemed, and it does not redeem it.
 
 -method M turns -tool NAME into ctoken.MCPTarget(M, NAME), the tool ID the
 MCP integration binds to (for example -method tools/call -tool search).
@@ -44,12 +50,13 @@ func cmdVerify(args []string, e *env) int {
 	method := fs.String("method", "", "MCP method; with it the tool ID is ctoken.MCPTarget(method, tool)")
 	caller := fs.String("caller", "", "cursor: caller ID the cursor must be bound to")
 	argsJSON := fs.String("args", "", "cursor: the call's arguments as JSON; compared by ctoken.ArgsFingerprint")
-	session := fs.String("session", "", "cursor: server session, base64url (default: taken from the token, unchecked)")
+	session := fs.String("session", "", "cursor: server session, as in CTOKEN_SESSION (default: taken from the token, unchecked)")
 	ttl := fs.Duration("ttl", ctoken.DefaultCursorTTL, "cursor: maximum age; negative means no limit")
 	subject := fs.String("subject", "", "request state: subject the state is bound to")
 	mode := fs.String("mode", "auto", "request state: auto (from the prefix), signed or encrypted")
 	binding := fs.String("binding", "subject", "request state: subject, subject-and-tool or none")
 	maxBytes := fs.Int("max-bytes", 0, "request state: size cap in bytes (0 means the library default)")
+	purpose := fs.String("purpose", "", "one-time token: the issuer's purpose (required)")
 	if done, status := parseFlags(fs, args, e); done {
 		return status
 	}
@@ -74,6 +81,21 @@ func cmdVerify(args []string, e *env) int {
 	kr, err := ctoken.ParseKeyring(keys)
 	if err != nil {
 		return usageError(fs, e, "%s: %v", *keysEnv, err)
+	}
+
+	if classify(tok) == kindOneTime {
+		for _, f := range []string{"tool", "method", "caller", "args", "session", "ttl", "subject", "mode", "binding", "max-bytes"} {
+			if set[f] {
+				return usageError(fs, e, "-%s does not apply to one-time tokens", f)
+			}
+		}
+		if !set["purpose"] {
+			return usageError(fs, e, "a one-time token needs -purpose (the issuer's OneTimeConfig.Purpose)")
+		}
+		return verifyOneTime(tok, kr, *purpose, e)
+	}
+	if set["purpose"] {
+		return usageError(fs, e, "-purpose applies to one-time tokens")
 	}
 
 	if kind := classify(tok); kind != kindCursor {
@@ -149,13 +171,16 @@ func parseBinding(s string) (ctoken.RequestStateBinding, error) {
 	return 0, fmt.Errorf("-binding must be subject, subject-and-tool or none")
 }
 
+// decodeSession reads -session as the server reads CTOKEN_SESSION: its
+// bytes, as given.
 func decodeSession(s string) ([]byte, error) {
-	for _, enc := range []*base64.Encoding{base64.RawURLEncoding, base64.URLEncoding, base64.StdEncoding, base64.RawStdEncoding} {
-		if b, err := enc.Strict().DecodeString(s); err == nil && len(b) > 0 {
-			return b, nil
-		}
+	switch {
+	case s == "":
+		return nil, fmt.Errorf("-session is empty (give the server's CTOKEN_SESSION)")
+	case len(s) > ctoken.MaxSessionBytes:
+		return nil, fmt.Errorf("-session is longer than %d bytes", ctoken.MaxSessionBytes)
 	}
-	return nil, fmt.Errorf("-session is not base64url")
+	return []byte(s), nil
 }
 
 // rejected reports a verification failure: the error's class and the
@@ -189,6 +214,7 @@ type cursorResult struct {
 	Page            uint32   `json:"page"`
 	IssuedAt        string   `json:"issuedAt"`
 	Session         string   `json:"session"`
+	SessionBase64   string   `json:"sessionBase64"`
 	State           string   `json:"state,omitempty"`
 	StateBytes      int      `json:"stateBytes"`
 	Unchecked       []string `json:"unchecked,omitempty"`
@@ -238,16 +264,17 @@ func verifyCursor(tok string, kr *ctoken.Keyring, c cursorCheck, e *env) int {
 		return rejected(e, err)
 	}
 	res := cursorResult{
-		Kind:       "cursor",
-		Verified:   true,
-		Tool:       p.ToolID,
-		Caller:     p.CallerID,
-		Page:       p.Page,
-		IssuedAt:   p.IssuedAt.UTC().Format(time.RFC3339),
-		Session:    base64.RawURLEncoding.EncodeToString(session),
-		State:      base64.RawURLEncoding.EncodeToString(p.State),
-		StateBytes: len(p.State),
-		Unchecked:  unchecked,
+		Kind:          "cursor",
+		Verified:      true,
+		Tool:          p.ToolID,
+		Caller:        p.CallerID,
+		Page:          p.Page,
+		IssuedAt:      p.IssuedAt.UTC().Format(time.RFC3339),
+		Session:       sessionText(session),
+		SessionBase64: base64.RawURLEncoding.EncodeToString(session),
+		State:         base64.RawURLEncoding.EncodeToString(p.State),
+		StateBytes:    len(p.State),
+		Unchecked:     unchecked,
 	}
 	if method, name, ok := strings.Cut(p.ToolID, "\x00"); ok {
 		res.ToolMethod, res.ToolName = method, name
