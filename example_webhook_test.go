@@ -149,7 +149,12 @@ func ExampleMemoryReplayStore() {
 // Single-use request state: with a replay store configured, a state is
 // accepted once; a replayed copy is refused.
 func ExampleRequestStateCodec_DecodeContext() {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // one process; a fleet shares its keys
+	if err != nil {
+		panic(err)
+	}
 	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
+		Keys:   keys,
 		Mode:   ctoken.Encrypted,
 		Replay: ctoken.NewMemoryReplayStore(0),
 	})
