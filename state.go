@@ -325,7 +325,7 @@ func (c *RequestStateCodec) ambiguousSubject(subject string) bool {
 // expiring after the codec's TTL. state must be valid UTF-8 (it travels as a
 // JSON string), else [ErrUnencodable]; [ErrStateTooLarge] reports a result
 // over MaxBytes. An encrypted state gets a fresh random nonce from
-// [cipher.NewGCMWithRandomNonce]. A codec not made by
+// [crypto/cipher.NewGCMWithRandomNonce]. A codec not made by
 // [NewRequestStateCodec] has no key: Encode fails with [ErrNoKey].
 func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) {
 	if c == nil || len(c.bind) == 0 {
