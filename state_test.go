@@ -2,8 +2,6 @@ package ctoken
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -44,20 +42,14 @@ func refSigned(t testing.TB, key []byte, payload string) string {
 	return "v1." + base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(mac)
 }
 
-func refGCM(t testing.TB, key []byte) cipher.AEAD {
-	block, err := aes.NewCipher(refSubkey(t, key, "mcp.requestState aes-256-gcm key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := cipher.NewGCM(block)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
+// refStateGCM is the hand-written AES-GCM (gcm_ref_test.go) under the
+// state's AES subkey.
+func refStateGCM(t testing.TB, key []byte) *refGCM {
+	return newRefGCM(t, refSubkey(t, key, "mcp.requestState aes-256-gcm key"))
 }
 
 func refEncrypted(t testing.TB, key []byte, nonce []byte, payload, bindTag string) string {
-	sealed := refGCM(t, key).Seal(append([]byte(nil), nonce...), nonce, []byte(payload), []byte(bindTag))
+	sealed := append(append([]byte(nil), nonce...), refStateGCM(t, key).seal(nonce, []byte(payload), []byte(bindTag))...)
 	return "v1e." + base64.RawURLEncoding.EncodeToString(sealed)
 }
 
@@ -149,7 +141,7 @@ func TestStateEncryptedOpensWithReferenceGCM(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := refBindTag(t, key, "bob\x00tools/call\x00deploy")
-	pt, err := refGCM(t, key).Open(nil, raw[:12], raw[12:], []byte(tag))
+	pt, err := refStateGCM(t, key).open(raw[:12], raw[12:], []byte(tag))
 	if err != nil {
 		t.Fatalf("reference GCM cannot open the state: %v", err)
 	}

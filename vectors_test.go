@@ -11,8 +11,6 @@ package ctoken
 
 import (
 	"bytes"
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -219,22 +217,15 @@ func vecSignedWire(key, payload []byte) string {
 
 func vecEncryptedWire(t testing.TB, key, nonce, payload []byte, tag string) string {
 	t.Helper()
-	block, err := aes.NewCipher(vecHKDF(key, stateAESLabel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gcm, err := cipher.NewGCM(block)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sealed := gcm.Seal(append([]byte(nil), nonce...), nonce, payload, []byte(tag))
-	return "v1e." + base64.RawURLEncoding.EncodeToString(sealed)
+	sealed := newRefGCM(t, vecHKDF(key, stateAESLabel)).seal(nonce, payload, []byte(tag))
+	return "v1e." + base64.RawURLEncoding.EncodeToString(append(append([]byte(nil), nonce...), sealed...))
 }
 
-// vecOpenEncrypted opens an encrypted wire by hand, with crypto/cipher's
-// NewGCM and the nonce taken from the wire's first 12 bytes, independently
-// of the codec: the known answer for the encrypt side, whose nonce is
-// random. It returns the payload and the nonce.
+// vecOpenEncrypted opens an encrypted wire by hand, with the hand-written
+// GCM of gcm_ref_test.go and the nonce taken from the wire's first 12
+// bytes, independently of the codec and of crypto/cipher: the known answer
+// for the encrypt side, whose nonce is random. It returns the payload and
+// the nonce.
 func vecOpenEncrypted(t testing.TB, key []byte, wire, tag string) (payload, nonce []byte, err error) {
 	t.Helper()
 	if !strings.HasPrefix(wire, "v1e.") {
@@ -247,15 +238,7 @@ func vecOpenEncrypted(t testing.TB, key []byte, wire, tag string) (payload, nonc
 	if len(raw) < 12+16 {
 		return nil, nil, errors.New("shorter than nonce and tag")
 	}
-	block, err := aes.NewCipher(vecHKDF(key, stateAESLabel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gcm, err := cipher.NewGCM(block)
-	if err != nil {
-		t.Fatal(err)
-	}
-	payload, err = gcm.Open(nil, raw[:12], raw[12:], []byte(tag))
+	payload, err = newRefGCM(t, vecHKDF(key, stateAESLabel)).open(raw[:12], raw[12:], []byte(tag))
 	return payload, raw[:12], err
 }
 
@@ -847,8 +830,8 @@ func vecCodec(t testing.TB, mode RequestStateMode, binding RequestStateBinding, 
 
 // checkEncodeVector checks v against the codec and the reference
 // construction. A signed encoding is deterministic: Encode must give v.Wire.
-// An encrypted one has a random nonce: Encode's output, opened by hand with
-// crypto/cipher's NewGCM, must hold exactly v.Payload, two encodings must
+// An encrypted one has a random nonce: Encode's output, opened by the
+// hand-written GCM, must hold exactly v.Payload, two encodings must
 // differ, and v.Wire (sealed by the reference construction with v.Nonce)
 // must decode to v.State.
 func checkEncodeVector(t testing.TB, v stateEncodeVector) {
