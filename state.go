@@ -111,7 +111,8 @@ type RequestStateSecurity struct {
 // RequestStateCodec seals and opens MCP multi-round-trip requestState
 // values. Its wire formats are those of the reference D implementation (see
 // the package documentation), so a mixed fleet sharing keys shares state.
-// It is safe for concurrent use.
+// It is safe for concurrent use. Its zero value (and a nil pointer) has no
+// key and refuses every call with [ErrNoKey].
 type RequestStateCodec struct {
 	mode     RequestStateMode
 	binding  RequestStateBinding
