@@ -60,15 +60,29 @@
 //	    "mcp.requestState aes-256-gcm key" | "mcp.requestState bind-hmac key" |
 //	    "mcp.requestState payload-hmac key")
 //	bind      = hex(HMAC-SHA256(bindKey, material)), lowercase
-//	material  = subject                  (BindSubject)
-//	          | subject + "\x00" + tool  (BindSubjectAndTool)
-//	          | ""                       (BindNone, or an empty subject)
+//	material  = subject                  (BindSubject; "" for an empty subject)
+//	          | subject + "\x00" + tool  (BindSubjectAndTool, an empty subject included)
+//	          | ""                       (BindNone)
 //	payload   = {"s":<state as a JSON string>,"exp":<Unix seconds>,"b":<bind>}
 //	signed    = "v1."  + base64url_nopad(payload) + "." + base64url_nopad(HMAC-SHA256(payloadKey, payload))
 //	encrypted = "v1e." + base64url_nopad(nonce12 || AES-256-GCM(aesKey, nonce12, payload, aad = bind))
 //
+// Under BindSubjectAndTool a subject containing NUL is refused (the
+// material would be ambiguous); the tool may contain NUL ([MCPTarget] does).
+// An encrypted state's nonce is random ([crypto/cipher.NewGCMWithRandomNonce]
+// writes nonce12 || ciphertext || tag, the layout above).
+//
 // The encoder writes the payload's members in that order with no white
 // space and escapes only what JSON requires; the decoder accepts any member
 // order and white space but requires exactly these three members. A state
-// is expired when exp < now.
+// is expired when exp < now. The reference D implementation writes the
+// members in another order ("s", "b", "exp") and escapes "/" as "\/", so
+// the two produce different wire strings for one state. This package
+// decodes the reference implementation's states in both modes and under
+// every binding: testdata/interop holds 424 states it made, and a test
+// decodes every one.
+//
+// A [RequestStateSecurity] needs Keys (nil is [ErrNoKey]); for TTL and
+// MaxBytes, 0 means the default and a negative value is [ErrConfig], as is
+// an unknown Mode or Binding.
 package ctoken

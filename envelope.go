@@ -91,8 +91,11 @@ func (r macRing) verify(msg, tag []byte) int {
 }
 
 // aeadRing is the AES-256-GCM subkey of every key of a Keyring, primary
-// first. cipher.AEAD values from crypto/cipher hold no per-call state and are
-// safe for concurrent use.
+// first, each from cipher.NewGCMWithRandomNonce: Seal draws a fresh 12-byte
+// nonce and writes nonce || ciphertext || tag, Open reads that layout (its
+// nonce argument is nil), which is also the form Go's FIPS 140-3 mode
+// allows. cipher.AEAD values from crypto/cipher hold no per-call state and
+// are safe for concurrent use.
 type aeadRing []cipher.AEAD
 
 func newAEADRing(kr *Keyring, label string) (aeadRing, error) {
@@ -103,7 +106,7 @@ func newAEADRing(kr *Keyring, label string) (aeadRing, error) {
 		if err != nil {
 			return nil, err
 		}
-		if r[i], err = cipher.NewGCM(block); err != nil {
+		if r[i], err = cipher.NewGCMWithRandomNonce(block); err != nil {
 			return nil, err
 		}
 	}

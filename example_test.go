@@ -80,7 +80,10 @@ func ExampleRequestStateCodec() {
 }
 
 func ExampleEncodeJSON() {
-	codec, _ := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{}) // ephemeral key: one process only
+	// One process only: a random key, asked for explicitly. A fleet shares
+	// its keys (ctoken.KeyringFromEnv).
+	keys, _ := ctoken.NewKeyring(ctoken.RandomKey())
+	codec, _ := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keys})
 	type pending struct {
 		Question string `json:"q"`
 	}

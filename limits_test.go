@@ -39,8 +39,8 @@ const hugeInput = 64 << 20 // 64 MiB
 func TestDecodersRefuseHugeInputWithoutAllocating(t *testing.T) {
 	huge := strings.Repeat("A", hugeInput)
 	iss := vecIssuer(t, vecNow, vecSession, vecKey)
-	signed := vecCodec(t, Signed, BindSubject, vecNow, nil, vecKey)
-	encrypted := vecCodec(t, Encrypted, BindSubject, vecNow, nil, vecKey)
+	signed := vecCodec(t, Signed, BindSubject, vecNow, vecKey)
+	encrypted := vecCodec(t, Encrypted, BindSubject, vecNow, vecKey)
 	hugeSigned := signedPrefix + huge + "." + strings.Repeat("A", 43)
 	hugeEncrypted := encryptedPrefix + huge
 	// The generic helpers may allocate their result variable up front (a
@@ -80,8 +80,8 @@ func TestDecodersAllocateBoundedMemoryWithinTheCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	codecs := map[RequestStateMode]*RequestStateCodec{
-		Signed:    vecCodec(t, Signed, BindSubject, vecNow, nil, vecKey),
-		Encrypted: vecCodec(t, Encrypted, BindSubject, vecNow, nil, vecKey),
+		Signed:    vecCodec(t, Signed, BindSubject, vecNow, vecKey),
+		Encrypted: vecCodec(t, Encrypted, BindSubject, vecNow, vecKey),
 	}
 	// The largest state that fits the default cap, in each mode.
 	wires := map[RequestStateMode]string{}
@@ -301,7 +301,7 @@ func TestDecodeRefusesHostilePayloads(t *testing.T) {
 				if mode == Encrypted {
 					wire = vecEncryptedWire(t, vecKey, seqBytes(9, gcmNonceSize), []byte(tc.payload), tag)
 				}
-				s, err := vecCodec(t, mode, BindSubject, vecNow, nil, vecKey).Decode(wire, "alice", "")
+				s, err := vecCodec(t, mode, BindSubject, vecNow, vecKey).Decode(wire, "alice", "")
 				if !errors.Is(err, tc.want) || s != "" {
 					t.Errorf("%s: Decode = %q, %v; want %v", modeNames[mode], s, err, tc.want)
 				}

@@ -207,7 +207,7 @@ func TestStateBindTagCacheIsPerKey(t *testing.T) {
 // TestEncodeRefusesHugeStateBeforeEncoding checks that a state too large
 // for MaxBytes is refused up front.
 func TestEncodeRefusesHugeStateBeforeEncoding(t *testing.T) {
-	c, err := NewRequestStateCodec(RequestStateSecurity{MaxBytes: 1024})
+	c, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(21)), MaxBytes: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestEncodeRefusesHugeStateBeforeEncoding(t *testing.T) {
 func TestStateBindTagCacheSurvivesReusedSubjectMemory(t *testing.T) {
 	for _, mode := range []RequestStateMode{Signed, Encrypted} {
 		t.Run(fmt.Sprint(mode), func(t *testing.T) {
-			c, err := NewRequestStateCodec(RequestStateSecurity{Mode: mode})
+			c, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(21)), Mode: mode})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,7 +257,7 @@ func TestStateBindTagCacheSurvivesReusedSubjectMemory(t *testing.T) {
 // BindSubject, a subject is never confused with a prefix of itself cut at
 // a NUL byte, whichever is cached first.
 func TestStateBindingSubjectWithNULIsNotAnotherSubject(t *testing.T) {
-	c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject})
+	c, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(21)), Binding: BindSubject})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,14 +3,10 @@ package ctoken
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,21 +26,27 @@ const (
 	Encrypted
 )
 
-// RequestStateBinding selects what a request state is bound to. Under every
-// binding an empty subject binds to nothing (the tool included), as
-// BindNone does: such a state opens for any caller that also presents an
-// empty subject, so pass the authenticated subject whenever there is one.
+// RequestStateBinding selects what a request state is bound to: the bind
+// material whose HMAC (the bind tag) a state carries and [RequestStateCodec.Decode]
+// recomputes from its subject and tool arguments.
 type RequestStateBinding uint8
 
 const (
-	// BindSubject binds a state to the authenticated subject.
+	// BindSubject binds a state to the authenticated subject: the material
+	// is the subject. An empty subject is the empty material, the same as
+	// BindNone's, so a state sealed for "" opens for any caller that also
+	// presents "" under BindSubject or BindNone: pass the authenticated
+	// subject whenever there is one.
 	BindSubject RequestStateBinding = iota
 	// BindSubjectAndTool binds a state to the subject and the tool (for MCP,
-	// MCPTarget(method, name)). A subject containing a NUL byte is refused
-	// by Encode and Decode: the bound material, subject + "\x00" + tool,
+	// [MCPTarget](method, name)): the material is subject + "\x00" + tool,
+	// also when the subject is empty, so an anonymous state stays bound to
+	// its tool (as in the reference implementation). A subject containing a
+	// NUL byte, anywhere, is refused by Encode and Decode: the material
 	// would be ambiguous.
 	BindSubjectAndTool
-	// BindNone binds a state to nothing: any caller may present it.
+	// BindNone binds a state to nothing (the empty material): any caller
+	// may present it.
 	BindNone
 )
 
@@ -65,24 +67,30 @@ const (
 	gcmTagSize      = 16
 )
 
-// RequestStateSecurity configures a RequestStateCodec. The zero value is
-// usable: signed, bound to the subject, 5-minute TTL, 16 KiB cap and an
-// ephemeral random key.
+// RequestStateSecurity configures a [RequestStateCodec]. Keys is required;
+// every other field has a default, chosen by its zero value: signed, bound
+// to the subject, 5-minute TTL, 16 KiB cap, time.Now. A value that is
+// neither zero nor valid (a negative TTL or MaxBytes, an unknown Mode or
+// Binding) makes [NewRequestStateCodec] fail with [ErrConfig]; it never
+// falls back to the default.
 type RequestStateSecurity struct {
-	// Keys seals (primary) and opens (all) states. Nil means an ephemeral
-	// random key: states then survive neither a restart nor a hop to
-	// another instance, so use it only for a single process.
+	// Keys seals (primary) and opens (all) states. It is required: nil or
+	// an empty Keyring is ErrNoKey. A single process that wants a random
+	// key asks for one explicitly ([KeyringFromEnvOrRandom], or
+	// [NewKeyring]([RandomKey]())); states sealed with it survive neither a
+	// restart nor a hop to another instance.
 	Keys *Keyring
 	// Mode is Signed (the zero value) or Encrypted. A codec decodes only
 	// states of its own mode.
 	Mode RequestStateMode
 	// Binding is BindSubject (the zero value), BindSubjectAndTool or BindNone.
 	Binding RequestStateBinding
-	// TTL is the state lifetime; 0 means DefaultStateTTL. Negative is an
-	// error: every state expires.
+	// TTL is the state lifetime; 0 means DefaultStateTTL. Negative is
+	// ErrConfig: every state expires.
 	TTL time.Duration
 	// MaxBytes caps the encoded length, checked before decoding; 0 means
-	// DefaultStateMaxBytes.
+	// DefaultStateMaxBytes. Negative, or too small for a state holding ""
+	// in the chosen mode, is ErrConfig.
 	MaxBytes int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -103,18 +111,15 @@ type RequestStateSecurity struct {
 // RequestStateCodec seals and opens MCP multi-round-trip requestState
 // values. Its wire formats are those of the reference D implementation (see
 // the package documentation), so a mixed fleet sharing keys shares state.
-// It is safe for concurrent use.
+// It is safe for concurrent use. Its zero value (and a nil pointer) has no
+// key and refuses every call with [ErrNoKey].
 type RequestStateCodec struct {
-	mode      RequestStateMode
-	binding   RequestStateBinding
-	ttl       time.Duration
-	maxBytes  int
-	now       func() time.Time
-	ephemeral bool
-	replay    ReplayStore // nil: states are reusable
-	// rand is the source of AES-GCM nonces; nil means crypto/rand. It is
-	// set only by this package's tests, for known-answer vectors.
-	rand io.Reader
+	mode     RequestStateMode
+	binding  RequestStateBinding
+	ttl      time.Duration
+	maxBytes int
+	now      func() time.Time
+	replay   ReplayStore // nil: states are reusable
 
 	bind    macRing
 	payload macRing   // Signed
@@ -122,17 +127,48 @@ type RequestStateCodec struct {
 	scratch sync.Pool // of *stateScratch
 }
 
-// NewRequestStateCodec returns a codec for sec. A non-nil sec.Keys that
-// holds no key (a zero Keyring) is ErrNoKey.
+// Configuration errors of NewRequestStateCodec, allocated once.
+var (
+	errStateNilKeys      = reject(ErrNoKey, "RequestStateSecurity.Keys is nil")
+	errStateEmptyKeys    = reject(ErrNoKey, "RequestStateSecurity.Keys holds no key")
+	errStateNoCodec      = reject(ErrNoKey, "codec not made by NewRequestStateCodec")
+	errStateConfMode     = reject(ErrConfig, "unknown RequestStateSecurity.Mode")
+	errStateConfBinding  = reject(ErrConfig, "unknown RequestStateSecurity.Binding")
+	errStateConfTTL      = reject(ErrConfig, "negative RequestStateSecurity.TTL")
+	errStateConfMaxBytes = reject(ErrConfig, "negative RequestStateSecurity.MaxBytes")
+	errStateConfTooSmall = reject(ErrConfig, "RequestStateSecurity.MaxBytes too small for any state")
+)
+
+// minStateWire is the length of the wire form of the state "" with a
+// 10-digit expiry in mode: a MaxBytes below it refuses every state.
+func minStateWire(mode RequestStateMode) int {
+	payload := len(`{"s":"","exp":1700000000,"b":""}`) + bindTagLen
+	if mode == Encrypted {
+		return len(encryptedPrefix) + b64.EncodedLen(gcmNonceSize+payload+gcmTagSize)
+	}
+	return len(signedPrefix) + b64.EncodedLen(payload) + 1 + b64.EncodedLen(macSize)
+}
+
+// NewRequestStateCodec returns a codec for sec. A nil sec.Keys, or one that
+// holds no key (a zero Keyring), is [ErrNoKey]; a field that is neither
+// zero nor valid is [ErrConfig] (see [RequestStateSecurity]). [Reason] names
+// the field at fault.
 func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) {
-	if sec.Mode > Encrypted {
-		return nil, errors.New("ctoken: unknown RequestStateMode")
-	}
-	if sec.Binding > BindNone {
-		return nil, errors.New("ctoken: unknown RequestStateBinding")
-	}
-	if sec.TTL < 0 || sec.MaxBytes < 0 {
-		return nil, errors.New("ctoken: negative RequestStateSecurity.TTL or MaxBytes")
+	switch {
+	case sec.Mode > Encrypted:
+		return nil, errStateConfMode
+	case sec.Binding > BindNone:
+		return nil, errStateConfBinding
+	case sec.TTL < 0:
+		return nil, errStateConfTTL
+	case sec.MaxBytes < 0:
+		return nil, errStateConfMaxBytes
+	case sec.MaxBytes > 0 && sec.MaxBytes < minStateWire(sec.Mode):
+		return nil, errStateConfTooSmall
+	case sec.Keys == nil:
+		return nil, errStateNilKeys
+	case sec.Keys.Len() == 0:
+		return nil, errStateEmptyKeys
 	}
 	c := &RequestStateCodec{
 		mode:     sec.Mode,
@@ -152,16 +188,6 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 		c.now = time.Now
 	}
 	kr := sec.Keys
-	if kr != nil && kr.Len() == 0 {
-		return nil, fmt.Errorf("%w: RequestStateSecurity.Keys holds no key", ErrNoKey)
-	}
-	if kr == nil {
-		var err error
-		if kr, err = NewKeyring(RandomKey()); err != nil {
-			return nil, err
-		}
-		c.ephemeral = true
-	}
 	c.bind = newMACRing(kr, stateBindLabel)
 	if c.mode == Encrypted {
 		var err error
@@ -174,10 +200,6 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 	return c, nil
 }
 
-// Ephemeral reports whether the codec runs on a random key of its own
-// because RequestStateSecurity.Keys was nil.
-func (c *RequestStateCodec) Ephemeral() bool { return c.ephemeral }
-
 // MCPTarget returns method + "\x00" + name, the tool argument the MCP
 // dispatch path binds request state to.
 func MCPTarget(method, name string) string { return method + "\x00" + name }
@@ -186,16 +208,15 @@ func MCPTarget(method, name string) string { return method + "\x00" + name }
 const bindTagLen = 2 * macSize
 
 // bindTag appends hex(HMAC-SHA256(bindKey, material)) to dst, without the
-// cache of cachedBindTag (tests compare the two). An empty subject binds to
-// nothing, whatever the binding: its material is empty, as for BindNone.
+// cache of cachedBindTag (tests compare the two).
 func (c *RequestStateCodec) bindTag(dst []byte, key int, subject, tool string) []byte {
 	var sc stateScratch
 	return c.cachedBindTag(dst, &sc, make([]byte, 0, len(subject)+1+len(tool)), key, subject, tool)
 }
 
-// cachedBindTag appends hex(HMAC-SHA256(bindKey, material)) to dst. An
-// empty subject binds to nothing, whatever the binding: its material is
-// empty, as for BindNone.
+// cachedBindTag appends hex(HMAC-SHA256(bindKey, material)) to dst. The
+// material is the subject under BindSubject, subject + "\x00" + tool under
+// BindSubjectAndTool (an empty subject included) and empty under BindNone.
 //
 // Tags are cached in the pooled scratch sc, a handful per scratch, keyed by
 // the key index and a copy of the material (so a caller's string that is
@@ -209,13 +230,11 @@ func (c *RequestStateCodec) bindTag(dst []byte, key int, subject, tool string) [
 // stack buffer would cost an allocation); dst does not escape.
 func (c *RequestStateCodec) cachedBindTag(dst []byte, sc *stateScratch, material []byte, key int, subject, tool string) []byte {
 	material = material[:0]
-	if subject != "" {
-		switch c.binding {
-		case BindSubject:
-			material = append(material, subject...)
-		case BindSubjectAndTool:
-			material = append(append(append(material, subject...), 0), tool...)
-		}
+	switch c.binding {
+	case BindSubject:
+		material = append(material, subject...)
+	case BindSubjectAndTool:
+		material = append(append(append(material, subject...), 0), tool...)
 	}
 	cacheable := len(material) <= maxCachedMaterial
 	if cacheable {
@@ -288,9 +307,11 @@ func (c *RequestStateCodec) putScratch(sc *stateScratch) {
 // into the next region (at worst they reallocate).
 func region(buf []byte, off, n int) []byte { return buf[off:off:min(off+n, cap(buf))] }
 
+// Encode's refusals, allocated once.
 var (
-	errStateNotUTF8    = fmt.Errorf("%w: request state is not valid UTF-8", ErrUnencodable)
-	errStateSubjectNUL = fmt.Errorf("%w: subject contains a NUL byte, which BindSubjectAndTool cannot bind unambiguously", ErrUnencodable)
+	errStateNotUTF8    = reject(ErrUnencodable, "request state is not valid UTF-8")
+	errStateSubjectNUL = reject(ErrUnencodable, "subject contains a NUL byte, which BindSubjectAndTool cannot bind unambiguously")
+	errStateTooLarge   = reject(ErrStateTooLarge, "encoding over MaxBytes")
 )
 
 // ambiguousSubject reports a subject that BindSubjectAndTool cannot bind:
@@ -303,11 +324,13 @@ func (c *RequestStateCodec) ambiguousSubject(subject string) bool {
 
 // Encode seals state for subject (and tool, under BindSubjectAndTool),
 // expiring after the codec's TTL. state must be valid UTF-8 (it travels as a
-// JSON string); ErrStateTooLarge reports a result over MaxBytes. A codec
-// not made by NewRequestStateCodec has no key: Encode fails with ErrNoKey.
+// JSON string), else [ErrUnencodable]; [ErrStateTooLarge] reports a result
+// over MaxBytes. An encrypted state gets a fresh random nonce from
+// [crypto/cipher.NewGCMWithRandomNonce]. A codec not made by
+// [NewRequestStateCodec] has no key: Encode fails with [ErrNoKey].
 func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) {
-	if len(c.bind) == 0 {
-		return "", ErrNoKey
+	if c == nil || len(c.bind) == 0 {
+		return "", errStateNoCodec
 	}
 	if !utf8.ValidString(state) {
 		return "", errStateNotUTF8
@@ -318,7 +341,7 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 	// The wire holds at least the base64 of the state: refuse a state that
 	// cannot fit before allocating anything in proportion to it.
 	if b64.EncodedLen(len(state)) > c.maxBytes {
-		return "", ErrStateTooLarge
+		return "", errStateTooLarge
 	}
 	// Scratch: the bind material first, then, once the tag is computed,
 	// the payload, the sealed payload and the wire text in turn. The
@@ -349,7 +372,7 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 		wireLen = len(signedPrefix) + b64.EncodedLen(len(payload)) + 1 + b64.EncodedLen(macSize)
 	}
 	if wireLen > c.maxBytes {
-		return "", ErrStateTooLarge
+		return "", errStateTooLarge
 	}
 	if need := len(payload) + gcmNonceSize + len(payload) + gcmTagSize + wireLen; cap(payload) < need {
 		// A state of many escapes outgrew the estimate: move to a buffer
@@ -359,16 +382,11 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 	sc.buf = payload[:0]
 	off := len(payload)
 	if c.mode == Encrypted {
-		sealed := region(payload, off, gcmNonceSize+len(payload)+gcmTagSize)[:gcmNonceSize]
-		if c.rand == nil {
-			rand.Read(sealed) // never fails (crypto/rand panics internally if it cannot)
-		} else if _, err := io.ReadFull(c.rand, sealed); err != nil {
-			return "", fmt.Errorf("ctoken: reading nonce: %w", err)
-		}
-		// The bind tag is the additional data; the copy inside the payload
-		// is heap memory, so passing it to the AEAD costs nothing.
+		// The AEAD draws a random nonce and writes nonce12 || ct || tag,
+		// the v1e. layout. The bind tag is the additional data; the copy
+		// inside the payload is heap memory, so passing it costs nothing.
 		aad := payload[len(payload)-2-bindTagLen : len(payload)-2]
-		sealed = c.aead[0].Seal(sealed, sealed, payload, aad)
+		sealed := c.aead[0].Seal(region(payload, off, gcmNonceSize+len(payload)+gcmTagSize), nil, payload, aad)
 		wire := region(payload, off+len(sealed), wireLen)
 		wire = append(wire, encryptedPrefix...)
 		wire = b64.AppendEncode(wire, sealed)
@@ -400,10 +418,12 @@ var (
 
 // Decode opens wire, checks that it is bound to subject (and tool) and not
 // expired, and returns the state. It tries every key of the ring. It is
-// fail-closed: on any error the state is "". Errors match ErrStateExpired
-// for an authentic state past its expiry and ErrStateInvalid for anything
-// else (and, in single-use mode, ErrStateReplayed; see DecodeContext).
-// It is DecodeContext with context.Background().
+// fail-closed: on any error the state is "". Errors match [ErrStateExpired]
+// for an authentic state past its expiry and [ErrStateInvalid] for anything
+// else (and, in single-use mode, [ErrStateReplayed] or a replay store
+// failure; see DecodeContext); a codec not made by [NewRequestStateCodec]
+// refuses every state with [ErrNoKey]. [Reason] is non-empty for every
+// error. It is DecodeContext with context.Background().
 func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 	return c.DecodeContext(context.Background(), wire, subject, tool)
 }
@@ -414,8 +434,12 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 // clock-skew margin): the first decode of a state succeeds and every later or
 // concurrent one fails with ErrStateReplayed. A state refused for its binding or expiry is not
 // consumed. A store failure (for example ErrReplayStoreFull, or ctx's error)
-// is returned wrapped and the state is refused. Without Replay, ctx is unused.
+// is returned wrapped (errors.Is finds it; [Reason] says "replay store
+// failed") and the state is refused. Without Replay, ctx is unused.
 func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, tool string) (string, error) {
+	if c == nil || len(c.bind) == 0 {
+		return "", errStateNoCodec
+	}
 	if len(wire) == 0 {
 		return "", errStateEmpty
 	}
@@ -477,17 +501,17 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 		if n < gcmNonceSize+gcmTagSize {
 			return "", errStateFraming
 		}
-		nonce, sealed := rawRegion[:gcmNonceSize], rawRegion[gcmNonceSize:n]
-		plain := region(buf, rest, len(sealed))
-		rest += len(sealed)
+		sealed := rawRegion[:n] // nonce12 || ct || tag
+		plain := region(buf, rest, n)
+		rest += n
 		for i, aead := range c.aead {
 			// The bind tag is the additional data: a state opens only for
 			// the subject (and tool) it was sealed for.
 			tag := c.cachedBindTag(tagRegion, sc, matRegion, i, subject, tool)
-			if pt, err := aead.Open(plain, nonce, sealed, tag); err == nil {
+			if pt, err := aead.Open(plain, nil, sealed, tag); err == nil {
 				payload, key, bound = pt, i, tag
 				if c.replay != nil {
-					id = append(append(idBuf[:0], nonce...), sealed[len(sealed)-gcmTagSize:]...)
+					id = append(append(idBuf[:0], sealed[:gcmNonceSize]...), sealed[n-gcmTagSize:]...)
 				}
 				break
 			}
@@ -688,22 +712,40 @@ func (p *jcsParser) jsonInt64() (int64, bool) {
 	return int64(n), true
 }
 
-// EncodeJSON encodes v with encoding/json and seals it with c.Encode.
+// EncodeJSON encodes v with encoding/json and seals it with
+// [RequestStateCodec.Encode]. A v that encoding/json cannot encode is
+// [ErrUnencodable], wrapping encoding/json's error; a codec not made by
+// [NewRequestStateCodec] is [ErrNoKey] whatever v is.
 func EncodeJSON[T any](c *RequestStateCodec, v T, subject, tool string) (string, error) {
+	if c == nil || len(c.bind) == 0 {
+		return "", errStateNoCodec
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return "", fmt.Errorf("ctoken: encoding request state: %w", err)
+		return "", &causeError{errStateJSONEncode, err}
 	}
 	return c.Encode(string(b), subject, tool)
 }
 
-var errStateJSON = reject(ErrStateInvalid, "state is not JSON of the requested type")
+var (
+	errStateJSON       = reject(ErrStateInvalid, "state is not JSON of the requested type")
+	errStateJSONEncode = reject(ErrUnencodable, "encoding/json cannot encode the state")
+)
 
-// DecodeJSON opens wire with c.Decode and decodes the state into a T. It is
-// fail-closed: on any error the result is T's zero value.
+// DecodeJSON opens wire with [RequestStateCodec.Decode] and decodes the
+// state into a T. It is fail-closed: on any error the result is T's zero
+// value. It is DecodeJSONContext with context.Background().
 func DecodeJSON[T any](c *RequestStateCodec, wire, subject, tool string) (T, error) {
+	return DecodeJSONContext[T](context.Background(), c, wire, subject, tool)
+}
+
+// DecodeJSONContext is DecodeJSON with a context for the replay store of a
+// single-use codec: it opens wire with [RequestStateCodec.DecodeContext].
+// A state that opens but is not JSON of type T is [ErrStateInvalid]; in
+// single-use mode it has then been consumed.
+func DecodeJSONContext[T any](ctx context.Context, c *RequestStateCodec, wire, subject, tool string) (T, error) {
 	var zero T
-	s, err := c.Decode(wire, subject, tool)
+	s, err := c.DecodeContext(ctx, wire, subject, tool)
 	if err != nil {
 		return zero, err
 	}
@@ -713,3 +755,14 @@ func DecodeJSON[T any](c *RequestStateCodec, wire, subject, tool string) (T, err
 	}
 	return v, nil
 }
+
+// causeError is a rejection with a cause from outside the package (a replay
+// store's error, encoding/json's): errors.Is finds both the rejection's
+// sentinel and the cause, and [Reason] gives the rejection's fixed reason.
+type causeError struct {
+	re    error // a *reasonError
+	cause error
+}
+
+func (e *causeError) Error() string   { return e.re.Error() + ": " + e.cause.Error() }
+func (e *causeError) Unwrap() []error { return []error{e.re, e.cause} }

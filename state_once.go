@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -12,7 +11,12 @@ import (
 // single-use codec (RequestStateSecurity.Replay set) has already accepted once.
 var ErrStateReplayed = errors.New("ctoken: request state already used")
 
-var errStateReplayed = reject(ErrStateReplayed, "already used")
+var (
+	errStateReplayed = reject(ErrStateReplayed, "already used")
+	// errStateStore wraps a replay store's failure; the error matches the
+	// store's error, not a state sentinel: the state was not judged.
+	errStateStore = reject(errors.New("ctoken: request state"), "replay store failed")
+)
 
 // claimOnce records the state identified by id (its MAC for signed states,
 // its GCM nonce and tag for encrypted ones — both fixed by the key holder,
@@ -26,7 +30,7 @@ func (c *RequestStateCodec) claimOnce(ctx context.Context, id []byte, exp int64)
 	}
 	first, err := c.replay.Claim(ctx, prefix+hex.EncodeToString(id), time.Unix(exp+1, 0).Add(replaySkewMargin))
 	if err != nil {
-		return fmt.Errorf("ctoken: request state replay store: %w", err)
+		return &causeError{errStateStore, err}
 	}
 	if !first {
 		return errStateReplayed

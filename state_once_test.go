@@ -26,7 +26,7 @@ func TestStateSingleUseDecodesOnce(t *testing.T) {
 	for _, m := range stateModes {
 		t.Run(m.name, func(t *testing.T) {
 			clk := newStepClock()
-			c := singleUseCodec(t, m.mode, &MemoryReplayStore{Now: clk.Now}, clk, nil)
+			c := singleUseCodec(t, m.mode, &MemoryReplayStore{Now: clk.Now}, clk, mustKeyring(t, fixedKey(20)))
 			wire, err := c.Encode("step-2", "alice", "tool")
 			if err != nil {
 				t.Fatal(err)
@@ -60,7 +60,7 @@ func TestStateSingleUseIdenticalEncodingsAreOneState(t *testing.T) {
 	// encodings are distinct by their random nonce.
 	for _, m := range stateModes {
 		clk := newStepClock()
-		c := singleUseCodec(t, m.mode, &MemoryReplayStore{Now: clk.Now}, clk, nil)
+		c := singleUseCodec(t, m.mode, &MemoryReplayStore{Now: clk.Now}, clk, mustKeyring(t, fixedKey(20)))
 		a, _ := c.Encode("same", "alice", "")
 		b, _ := c.Encode("same", "alice", "")
 		if _, err := c.Decode(a, "alice", ""); err != nil {
@@ -78,7 +78,7 @@ func TestStateSingleUseIdenticalEncodingsAreOneState(t *testing.T) {
 
 func TestStateIsReusableWithoutReplayStore(t *testing.T) {
 	clk := newStepClock()
-	c := singleUseCodec(t, Signed, nil, clk, nil)
+	c := singleUseCodec(t, Signed, nil, clk, mustKeyring(t, fixedKey(20)))
 	wire, err := c.Encode("s", "alice", "")
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestStateSingleUseRefusalsDoNotConsume(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			clk := newStepClock()
 			store := &MemoryReplayStore{Now: clk.Now}
-			c := singleUseCodec(t, m.mode, store, clk, nil)
+			c := singleUseCodec(t, m.mode, store, clk, mustKeyring(t, fixedKey(20)))
 			wire, err := c.Encode("s", "alice", "")
 			if err != nil {
 				t.Fatal(err)
@@ -119,7 +119,7 @@ func TestStateSingleUseRefusalsDoNotConsume(t *testing.T) {
 func TestStateSingleUseRememberedUntilExpiry(t *testing.T) {
 	clk := newStepClock()
 	store := &MemoryReplayStore{Now: clk.Now}
-	c := singleUseCodec(t, Signed, store, clk, nil)
+	c := singleUseCodec(t, Signed, store, clk, mustKeyring(t, fixedKey(20)))
 	wire, err := c.Encode("s", "alice", "")
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func TestStateSingleUseRememberedUntilExpiry(t *testing.T) {
 func TestStateSingleUseFailsClosedOnStoreError(t *testing.T) {
 	clk := newStepClock()
 	full := &MemoryReplayStore{Max: 1, Now: clk.Now}
-	c := singleUseCodec(t, Encrypted, full, clk, nil)
+	c := singleUseCodec(t, Encrypted, full, clk, mustKeyring(t, fixedKey(20)))
 	first, _ := c.Encode("a", "alice", "")
 	second, _ := c.Encode("b", "alice", "")
 	if _, err := c.Decode(first, "alice", ""); err != nil {
@@ -162,15 +162,24 @@ func TestStateSingleUseFailsClosedOnStoreError(t *testing.T) {
 	if !errors.Is(err, ErrReplayStoreFull) || s != "" || errors.Is(err, ErrStateReplayed) {
 		t.Fatalf("decode on a full store = %q, %v; want ErrReplayStoreFull", s, err)
 	}
+	if Reason(err) != "replay store failed" || errors.Is(err, ErrStateInvalid) || errors.Is(err, ErrStateExpired) {
+		t.Fatalf("store failure %v: reason %q, or matches a state sentinel", err, Reason(err))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	down := singleUseCodec(t, Signed, failingStore{}, clk, nil)
+	down := singleUseCodec(t, Signed, failingStore{}, clk, mustKeyring(t, fixedKey(20)))
 	wire, _ := down.Encode("c", "alice", "")
-	if s, err := down.DecodeContext(ctx, wire, "alice", ""); err == nil || s != "" {
-		t.Fatalf("decode with the store down = %q, %v", s, err)
+	if s, err := down.DecodeContext(ctx, wire, "alice", ""); err == nil || s != "" || Reason(err) != "replay store failed" {
+		t.Fatalf("decode with the store down = %q, %v (reason %q)", s, err, Reason(err))
 	}
-	if s, err := singleUseCodec(t, Signed, NewMemoryReplayStore(0), clk, nil).DecodeContext(ctx, wire, "alice", ""); err == nil || s != "" {
-		t.Fatalf("decode with a cancelled context = %q, %v", s, err)
+	s, err = singleUseCodec(t, Signed, NewMemoryReplayStore(0), clk, mustKeyring(t, fixedKey(20))).DecodeContext(ctx, wire, "alice", "")
+	if !errors.Is(err, context.Canceled) || s != "" || Reason(err) != "replay store failed" {
+		t.Fatalf("decode with a cancelled context = %q, %v (reason %q)", s, err, Reason(err))
+	}
+	// DecodeJSONContext hands its context to the store.
+	v, err := DecodeJSONContext[string](ctx, singleUseCodec(t, Signed, NewMemoryReplayStore(0), clk, mustKeyring(t, fixedKey(20))), wire, "alice", "")
+	if !errors.Is(err, context.Canceled) || v != "" || Reason(err) != "replay store failed" {
+		t.Fatalf("DecodeJSONContext with a cancelled context = %q, %v", v, err)
 	}
 }
 
@@ -198,7 +207,7 @@ func TestStateSingleUseSharedAcrossInstancesAndKeyRotation(t *testing.T) {
 
 func TestStateSingleUseAppliesToDecodeJSON(t *testing.T) {
 	clk := newStepClock()
-	c := singleUseCodec(t, Signed, &MemoryReplayStore{Now: clk.Now}, clk, nil)
+	c := singleUseCodec(t, Signed, &MemoryReplayStore{Now: clk.Now}, clk, mustKeyring(t, fixedKey(20)))
 	wire, err := EncodeJSON(c, map[string]int{"step": 2}, "alice", "")
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +224,7 @@ func TestStateSingleUseConcurrentDecodeExactlyOneSucceeds(t *testing.T) {
 	for _, m := range stateModes {
 		t.Run(m.name, func(t *testing.T) {
 			clk := newStepClock()
-			c := singleUseCodec(t, m.mode, &MemoryReplayStore{Now: clk.Now}, clk, nil)
+			c := singleUseCodec(t, m.mode, &MemoryReplayStore{Now: clk.Now}, clk, mustKeyring(t, fixedKey(20)))
 			const workers = 64
 			for round := range 5 {
 				wire, err := c.Encode(fmt.Sprint("once-", round), "alice", "")
@@ -241,7 +250,7 @@ func TestStateSingleUseStaysUsedUnderClockSkew(t *testing.T) {
 			const skew = 30 * time.Second
 			store := &aheadStore{clk: clk, ahead: skew}
 			store.s = &MemoryReplayStore{Now: func() time.Time { return clk.Now().Add(skew) }}
-			c := singleUseCodec(t, m.mode, store, clk, nil)
+			c := singleUseCodec(t, m.mode, store, clk, mustKeyring(t, fixedKey(20)))
 			wire, err := c.Encode("s", "alice", "")
 			if err != nil {
 				t.Fatal(err)

@@ -1,14 +1,14 @@
 package ctoken
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
+	"context"
 	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -42,20 +42,14 @@ func refSigned(t testing.TB, key []byte, payload string) string {
 	return "v1." + base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(mac)
 }
 
-func refGCM(t testing.TB, key []byte) cipher.AEAD {
-	block, err := aes.NewCipher(refSubkey(t, key, "mcp.requestState aes-256-gcm key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := cipher.NewGCM(block)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
+// refStateGCM is the hand-written AES-GCM (gcm_ref_test.go) under the
+// state's AES subkey.
+func refStateGCM(t testing.TB, key []byte) *refGCM {
+	return newRefGCM(t, refSubkey(t, key, "mcp.requestState aes-256-gcm key"))
 }
 
 func refEncrypted(t testing.TB, key []byte, nonce []byte, payload, bindTag string) string {
-	sealed := refGCM(t, key).Seal(append([]byte(nil), nonce...), nonce, []byte(payload), []byte(bindTag))
+	sealed := append(append([]byte(nil), nonce...), refStateGCM(t, key).seal(nonce, []byte(payload), []byte(bindTag))...)
 	return "v1e." + base64.RawURLEncoding.EncodeToString(sealed)
 }
 
@@ -102,7 +96,8 @@ func TestStateDecodesReferenceEncodings(t *testing.T) {
 		{"subject", BindSubject, "alice", "tools/call\x00search", "alice"},
 		{"subject and tool", BindSubjectAndTool, "alice", "tools/call\x00search", "alice\x00tools/call\x00search"},
 		{"none", BindNone, "alice", "tools/call\x00search", ""},
-		{"empty subject", BindSubjectAndTool, "", "tools/call\x00search", ""},
+		{"empty subject, subject and tool", BindSubjectAndTool, "", "tools/call\x00search", "\x00tools/call\x00search"},
+		{"empty subject, subject", BindSubject, "", "tools/call\x00search", ""},
 	}
 	for _, tc := range cases {
 		tag := refBindTag(t, key, tc.material)
@@ -146,7 +141,7 @@ func TestStateEncryptedOpensWithReferenceGCM(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := refBindTag(t, key, "bob\x00tools/call\x00deploy")
-	pt, err := refGCM(t, key).Open(nil, raw[:12], raw[12:], []byte(tag))
+	pt, err := refStateGCM(t, key).open(raw[:12], raw[12:], []byte(tag))
 	if err != nil {
 		t.Fatalf("reference GCM cannot open the state: %v", err)
 	}
@@ -195,6 +190,7 @@ func TestStateBinding(t *testing.T) {
 		{BindSubjectAndTool, "alice", "t2", false},
 		{BindSubjectAndTool, "mallory", "t1", false},
 		{BindSubjectAndTool, "alice\x00t", "1", false}, // no ambiguity across the separator in practice: different material
+		{BindSubjectAndTool, "", "t1", false},
 		{BindNone, "mallory", "t2", true},
 		{BindNone, "", "", true},
 	}
@@ -221,14 +217,46 @@ func TestStateBinding(t *testing.T) {
 	}
 }
 
-func TestStateEmptySubjectBindsToNothing(t *testing.T) {
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(6)), Binding: BindSubjectAndTool})
+// TestStateAnonymousStateStaysBoundToItsTool pins the contract shared with
+// the reference implementation: under BindSubjectAndTool an empty subject
+// binds "\x00" + tool, so an anonymous state opens only for its own tool
+// (and only for the empty subject).
+func TestStateAnonymousStateStaysBoundToItsTool(t *testing.T) {
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(6)), Mode: mode, Binding: BindSubjectAndTool})
+		wire, err := c.Encode("anon", "", "t1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, err := c.Decode(wire, "", "t1"); err != nil || s != "anon" {
+			t.Fatalf("mode %d: own tool: %q %v", mode, s, err)
+		}
+		for _, other := range []struct{ subject, tool string }{{"", "another tool"}, {"", ""}, {"alice", "t1"}} {
+			s, err := c.Decode(wire, other.subject, other.tool)
+			wantErr(t, err, ErrStateInvalid)
+			if s != "" || Reason(err) == "" {
+				t.Fatalf("mode %d: %q/%q: state %q, reason %q", mode, other.subject, other.tool, s, Reason(err))
+			}
+		}
+	}
+}
+
+// TestStateEmptySubjectUnderBindSubjectIsUnbound pins the documented
+// exception: under BindSubject the empty subject is the empty material, the
+// same as BindNone's, so such a state opens for any tool and under BindNone.
+func TestStateEmptySubjectUnderBindSubjectIsUnbound(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(6))
+	c := newTestCodec(t, RequestStateSecurity{Keys: kr, Binding: BindSubject})
+	none := newTestCodec(t, RequestStateSecurity{Keys: kr, Binding: BindNone})
 	wire, err := c.Encode("anon", "", "t1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s, err := c.Decode(wire, "", "another tool"); err != nil || s != "anon" {
 		t.Fatalf("empty subject: %q %v", s, err)
+	}
+	if s, err := none.Decode(wire, "mallory", "x"); err != nil || s != "anon" {
+		t.Fatalf("BindNone: %q %v", s, err)
 	}
 	_, err = c.Decode(wire, "alice", "t1")
 	wantErr(t, err, ErrStateInvalid)
@@ -392,36 +420,67 @@ func TestStateKeyRotation(t *testing.T) {
 	}
 }
 
-func TestStateEphemeralKeys(t *testing.T) {
-	a := newTestCodec(t, RequestStateSecurity{})
-	b := newTestCodec(t, RequestStateSecurity{})
-	if !a.Ephemeral() || !b.Ephemeral() {
-		t.Fatal("nil Keys must give an ephemeral codec")
+// TestNewRequestStateCodecRefusesNilKeys checks that a codec never picks
+// a silent random key: nil Keys is ErrNoKey, in every mode.
+func TestNewRequestStateCodecRefusesNilKeys(t *testing.T) {
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		c, err := NewRequestStateCodec(RequestStateSecurity{Mode: mode, Replay: NewMemoryReplayStore(0)})
+		wantErr(t, err, ErrNoKey)
+		if c != nil || Reason(err) != "RequestStateSecurity.Keys is nil" {
+			t.Fatalf("mode %d: codec %v, reason %q", mode, c, Reason(err))
+		}
 	}
-	if newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1))}).Ephemeral() {
-		t.Fatal("configured keys reported as ephemeral")
-	}
-	wire, _ := a.Encode("x", "alice", "")
-	if s, err := a.Decode(wire, "alice", ""); err != nil || s != "x" {
-		t.Fatal(err)
-	}
-	_, err := b.Decode(wire, "alice", "")
-	wantErr(t, err, ErrStateInvalid)
 }
 
 func TestStateEncodeRejectsInvalidUTF8(t *testing.T) {
-	c := newTestCodec(t, RequestStateSecurity{})
-	_, err := c.Encode("\xff", "a", "")
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1))})
+	w, err := c.Encode("\xff", "a", "")
 	wantErr(t, err, ErrUnencodable)
+	if w != "" || Reason(err) == "" {
+		t.Fatalf("wire %q, reason %q", w, Reason(err))
+	}
 }
 
-func TestNewRequestStateCodecValidatesConfig(t *testing.T) {
-	for _, sec := range []RequestStateSecurity{
-		{Mode: 2}, {Binding: 3}, {TTL: -1}, {MaxBytes: -1},
+// TestNewRequestStateCodecRefusesInvalidConfig checks that a field that is
+// neither zero (the default) nor valid is ErrConfig, with a reason naming
+// it, and that zero means the default.
+func TestNewRequestStateCodecRefusesInvalidConfig(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(1))
+	for _, tc := range []struct {
+		name   string
+		sec    RequestStateSecurity
+		reason string
+	}{
+		{"unknown mode", RequestStateSecurity{Keys: kr, Mode: 2}, "unknown RequestStateSecurity.Mode"},
+		{"unknown binding", RequestStateSecurity{Keys: kr, Binding: 3}, "unknown RequestStateSecurity.Binding"},
+		{"negative TTL", RequestStateSecurity{Keys: kr, TTL: -time.Nanosecond}, "negative RequestStateSecurity.TTL"},
+		{"negative MaxBytes", RequestStateSecurity{Keys: kr, MaxBytes: -1}, "negative RequestStateSecurity.MaxBytes"},
+		{"MaxBytes below an empty signed state", RequestStateSecurity{Keys: kr, MaxBytes: minStateWire(Signed) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
+		{"MaxBytes below an empty encrypted state", RequestStateSecurity{Keys: kr, Mode: Encrypted, MaxBytes: minStateWire(Encrypted) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
+		{"unknown mode without keys", RequestStateSecurity{Mode: 7}, "unknown RequestStateSecurity.Mode"},
 	} {
-		if _, err := NewRequestStateCodec(sec); err == nil {
-			t.Fatalf("%+v accepted", sec)
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewRequestStateCodec(tc.sec)
+			wantErr(t, err, ErrConfig)
+			if c != nil || Reason(err) != tc.reason {
+				t.Fatalf("codec %v, reason %q, want %q", c, Reason(err), tc.reason)
+			}
+		})
+	}
+	// Zero means the default; the smallest MaxBytes is exactly an empty state.
+	clock := newTestClock()
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Now: clock.Now})
+		if c.ttl != DefaultStateTTL || c.maxBytes != DefaultStateMaxBytes {
+			t.Fatalf("mode %d: zero TTL/MaxBytes gave %v/%d", mode, c.ttl, c.maxBytes)
 		}
+		tight := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, MaxBytes: minStateWire(mode), Now: clock.Now})
+		w, err := tight.Encode("", "alice", "")
+		if err != nil || len(w) != minStateWire(mode) {
+			t.Fatalf("mode %d: empty state in the smallest MaxBytes: %d bytes, %v", mode, len(w), err)
+		}
+		_, err = tight.Encode("x", "alice", "")
+		wantErr(t, err, ErrStateTooLarge)
 	}
 }
 
@@ -438,20 +497,35 @@ func TestNewRequestStateCodecRefusesEmptyKeyring(t *testing.T) {
 	}
 }
 
-// TestZeroRequestStateCodecEncodeRefusesWithoutPanic checks that Encode on
-// a RequestStateCodec not made by NewRequestStateCodec reports ErrNoKey
-// instead of panicking on its missing key, and Decode refuses too.
-func TestZeroRequestStateCodecEncodeRefusesWithoutPanic(t *testing.T) {
-	var zero RequestStateCodec
-	w, err := zero.Encode("", "alice", "t")
-	wantErr(t, err, ErrNoKey)
-	if w != "" {
-		t.Fatalf("state %q sealed without a key", w)
+// TestZeroRequestStateCodecRefusesEveryCall checks that a RequestStateCodec
+// not made by NewRequestStateCodec (its zero value, or a nil pointer)
+// refuses every call with ErrNoKey, not a misleading rejection of the
+// input ("over MaxBytes"), and never panics.
+func TestZeroRequestStateCodecRefusesEveryCall(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(1))
+	wire, err := newTestCodec(t, RequestStateSecurity{Keys: kr}).Encode("x", "alice", "t")
+	if err != nil {
+		t.Fatal(err)
 	}
-	s, err := zero.Decode("v1.e30.AAAA", "alice", "t")
-	wantErr(t, err, ErrStateInvalid)
-	if s != "" {
-		t.Fatalf("Decode returned %q with the error", s)
+	for name, c := range map[string]*RequestStateCodec{"zero value": {}, "nil pointer": nil} {
+		calls := map[string]func() (string, error){
+			"Encode":        func() (string, error) { return c.Encode("", "alice", "t") },
+			"Decode":        func() (string, error) { return c.Decode(wire, "alice", "t") },
+			"Decode empty":  func() (string, error) { return c.Decode("", "alice", "t") },
+			"DecodeContext": func() (string, error) { return c.DecodeContext(context.Background(), wire, "alice", "t") },
+			"EncodeJSON":    func() (string, error) { return EncodeJSON(c, func() {}, "alice", "t") },
+			"DecodeJSON":    func() (string, error) { return DecodeJSON[string](c, wire, "alice", "t") },
+			"DecodeJSONContext": func() (string, error) {
+				return DecodeJSONContext[string](context.Background(), c, wire, "alice", "t")
+			},
+		}
+		for call, f := range calls {
+			s, err := f()
+			wantErr(t, err, ErrNoKey)
+			if s != "" || errors.Is(err, ErrStateInvalid) || Reason(err) != "codec not made by NewRequestStateCodec" {
+				t.Fatalf("%s %s: %q, %v (reason %q)", name, call, s, err, Reason(err))
+			}
+		}
 	}
 }
 
@@ -492,9 +566,11 @@ func TestStateTypedJSON(t *testing.T) {
 			t.Fatal("mistyped decode returned data")
 		}
 	}
-	c := newTestCodec(t, RequestStateSecurity{})
-	if _, err := EncodeJSON(c, func() {}, "a", ""); err == nil {
-		t.Fatal("unencodable value accepted")
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(16))})
+	w, err := EncodeJSON(c, func() {}, "a", "")
+	var unsupported *json.UnsupportedTypeError
+	if !errors.Is(err, ErrUnencodable) || !errors.As(err, &unsupported) || w != "" || Reason(err) == "" {
+		t.Fatalf("unencodable value: %q, %v (reason %q)", w, err, Reason(err))
 	}
 }
 

@@ -11,8 +11,6 @@ package ctoken
 
 import (
 	"bytes"
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -161,16 +159,15 @@ func signCursorBody(key, body []byte) string {
 	return base64.RawURLEncoding.EncodeToString(raw)
 }
 
-// vecBindTag is SPEC §4's bind tag.
+// vecBindTag is SPEC §4's bind tag: the material is the subject, subject +
+// NUL + tool (an empty subject included), or empty for BindNone.
 func vecBindTag(key []byte, binding RequestStateBinding, subject, tool string) string {
 	var material string
-	if subject != "" {
-		switch binding {
-		case BindSubject:
-			material = subject
-		case BindSubjectAndTool:
-			material = subject + "\x00" + tool
-		}
+	switch binding {
+	case BindSubject:
+		material = subject
+	case BindSubjectAndTool:
+		material = subject + "\x00" + tool
 	}
 	return hex.EncodeToString(vecHMAC(vecHKDF(key, stateBindLabel), []byte(material)))
 }
@@ -220,16 +217,29 @@ func vecSignedWire(key, payload []byte) string {
 
 func vecEncryptedWire(t testing.TB, key, nonce, payload []byte, tag string) string {
 	t.Helper()
-	block, err := aes.NewCipher(vecHKDF(key, stateAESLabel))
-	if err != nil {
-		t.Fatal(err)
+	sealed := newRefGCM(t, vecHKDF(key, stateAESLabel)).seal(nonce, payload, []byte(tag))
+	return "v1e." + base64.RawURLEncoding.EncodeToString(append(append([]byte(nil), nonce...), sealed...))
+}
+
+// vecOpenEncrypted opens an encrypted wire by hand, with the hand-written
+// GCM of gcm_ref_test.go and the nonce taken from the wire's first 12
+// bytes, independently of the codec and of crypto/cipher: the known answer
+// for the encrypt side, whose nonce is random. It returns the payload and
+// the nonce.
+func vecOpenEncrypted(t testing.TB, key []byte, wire, tag string) (payload, nonce []byte, err error) {
+	t.Helper()
+	if !strings.HasPrefix(wire, "v1e.") {
+		return nil, nil, errors.New("no v1e. prefix")
 	}
-	gcm, err := cipher.NewGCM(block)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(wire[len("v1e."):])
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	sealed := gcm.Seal(append([]byte(nil), nonce...), nonce, payload, []byte(tag))
-	return "v1e." + base64.RawURLEncoding.EncodeToString(sealed)
+	if len(raw) < 12+16 {
+		return nil, nil, errors.New("shorter than nonce and tag")
+	}
+	payload, err = newRefGCM(t, vecHKDF(key, stateAESLabel)).open(raw[:12], raw[12:], []byte(tag))
+	return payload, raw[:12], err
 }
 
 // ---------------------------------------------------------------------------
@@ -807,7 +817,7 @@ func checkCursorVectors(t *testing.T) {
 // ---------------------------------------------------------------------------
 // Request state
 
-func vecCodec(t testing.TB, mode RequestStateMode, binding RequestStateBinding, now time.Time, nonce []byte, keys ...[]byte) *RequestStateCodec {
+func vecCodec(t testing.TB, mode RequestStateMode, binding RequestStateBinding, now time.Time, keys ...[]byte) *RequestStateCodec {
 	t.Helper()
 	c, err := NewRequestStateCodec(RequestStateSecurity{
 		Keys: vecKeyring(t, keys...), Mode: mode, Binding: binding, Now: fixedClock(now),
@@ -815,10 +825,51 @@ func vecCodec(t testing.TB, mode RequestStateMode, binding RequestStateBinding, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nonce != nil {
-		c.rand = bytes.NewReader(nonce)
-	}
 	return c
+}
+
+// checkEncodeVector checks v against the codec and the reference
+// construction. A signed encoding is deterministic: Encode must give v.Wire.
+// An encrypted one has a random nonce: Encode's output, opened by the
+// hand-written GCM, must hold exactly v.Payload, two encodings must
+// differ, and v.Wire (sealed by the reference construction with v.Nonce)
+// must decode to v.State.
+func checkEncodeVector(t testing.TB, v stateEncodeVector) {
+	t.Helper()
+	key := vecHex(t, v.Key)
+	mode, binding := parseMode(t, v.Mode), parseBinding(t, v.Binding)
+	c := vecCodec(t, mode, binding, time.Unix(v.Now, 0), key)
+	wire, err := c.Encode(v.State, v.Subject, v.Tool)
+	if err != nil {
+		t.Fatalf("encode %q: %v", v.Name, err)
+	}
+	if tag := vecBindTag(key, binding, v.Subject, v.Tool); tag != v.BindTag {
+		t.Errorf("encode %q: bind tag %s, want %s", v.Name, tag, v.BindTag)
+	}
+	if p := vecStatePayload(v.State, v.Exp, v.BindTag); string(p) != v.Payload {
+		t.Errorf("encode %q: payload %s, want %s", v.Name, p, v.Payload)
+	}
+	ref := vecSignedWire(key, []byte(v.Payload))
+	if mode == Encrypted {
+		ref = vecEncryptedWire(t, key, vecHex(t, v.Nonce), []byte(v.Payload), v.BindTag)
+		pt, nonce, err := vecOpenEncrypted(t, key, wire, v.BindTag)
+		if err != nil || string(pt) != v.Payload {
+			t.Errorf("encode %q: reference GCM opens Encode's output to %q, %v; want %s", v.Name, pt, err, v.Payload)
+		}
+		if again, _ := c.Encode(v.State, v.Subject, v.Tool); again == wire || len(again) != len(wire) {
+			t.Errorf("encode %q: two encodings %q and %q: nonce reused or layout unstable", v.Name, wire, again)
+		}
+		if len(wire) != len(ref) || bytes.Equal(nonce, make([]byte, gcmNonceSize)) {
+			t.Errorf("encode %q: wire of %d bytes, reference %d, nonce %x", v.Name, len(wire), len(ref), nonce)
+		}
+		wire = ref
+	}
+	if wire != v.Wire || ref != v.Wire {
+		t.Errorf("encode %q: Encode gives\n %s\nreference construction\n %s\nvector\n %s", v.Name, wire, ref, v.Wire)
+	}
+	if s, err := c.Decode(v.Wire, v.Subject, v.Tool); err != nil || s != v.State {
+		t.Errorf("encode %q: the vector's wire decodes to %q, %v", v.Name, s, err)
+	}
 }
 
 func genStateVectors(t *testing.T) stateFile {
@@ -841,12 +892,12 @@ func genStateVectors(t *testing.T) stateFile {
 		{BindSubject, "", target, ""},
 		{BindSubjectAndTool, "alice", target, "alice\x00tools/call\x00search"},
 		{BindSubjectAndTool, "alice", "", "alice\x00"},
-		{BindSubjectAndTool, "", target, ""},
+		{BindSubjectAndTool, "", target, "\x00tools/call\x00search"},
 		{BindSubjectAndTool, "Zoë 😀", "tools/call\x00résumé", "Zoë 😀\x00tools/call\x00résumé"},
 		{BindNone, "alice", target, ""},
 	} {
 		tag := vecBindTag(vecKey, b.binding, b.subject, b.tool)
-		c := vecCodec(t, Signed, b.binding, vecNow, nil, vecKey)
+		c := vecCodec(t, Signed, b.binding, vecNow, vecKey)
 		if got := string(c.bindTag(nil, 0, b.subject, b.tool)); got != tag {
 			t.Fatalf("bind tag %v %q %q = %s, reference %s", b.binding, b.subject, b.tool, got, tag)
 		}
@@ -863,10 +914,12 @@ func genStateVectors(t *testing.T) stateFile {
 		{Name: "signed, subject", Mode: "signed", Binding: "subject", Subject: "alice", Tool: target, State: `{"step":2}`},
 		{Name: "signed, subject and tool, escapes", Mode: "signed", Binding: "subject_and_tool", Subject: "alice", Tool: target, State: tricky},
 		{Name: "signed, unbound, empty state", Mode: "signed", Binding: "none", State: ""},
+		{Name: "signed, subject and tool, empty subject", Mode: "signed", Binding: "subject_and_tool", Subject: "", Tool: target, State: `{"anon":1}`},
 		{Name: "signed, previous key", Key: hex.EncodeToString(vecKey2), Mode: "signed", Binding: "subject", Subject: "alice", State: `{"step":3}`},
 		{Name: "encrypted, subject", Mode: "encrypted", Binding: "subject", Subject: "alice", Tool: target, State: `{"step":2}`, Nonce: hex.EncodeToString(seqBytes(0, gcmNonceSize))},
 		{Name: "encrypted, subject and tool, escapes", Mode: "encrypted", Binding: "subject_and_tool", Subject: "alice", Tool: target, State: tricky, Nonce: "ffffffffffffffffffffffff"},
 		{Name: "encrypted, unbound, empty state", Mode: "encrypted", Binding: "none", State: "", Nonce: "000000000000000000000000"},
+		{Name: "encrypted, subject and tool, empty subject", Mode: "encrypted", Binding: "subject_and_tool", Subject: "", Tool: target, State: `{"anon":1}`, Nonce: hex.EncodeToString(seqBytes(0x60, gcmNonceSize))},
 		{Name: "encrypted, previous key", Key: hex.EncodeToString(vecKey2), Mode: "encrypted", Binding: "subject", Subject: "alice", State: `{"step":3}`, Nonce: hex.EncodeToString(seqBytes(0x30, gcmNonceSize))},
 	}
 	wires := map[string]string{}
@@ -878,26 +931,18 @@ func genStateVectors(t *testing.T) stateFile {
 		key := vecHex(t, v.Key)
 		v.Now, v.Exp = now, exp
 		mode, binding := parseMode(t, v.Mode), parseBinding(t, v.Binding)
-		var nonce []byte
-		if v.Nonce != "" {
-			nonce = vecHex(t, v.Nonce)
-		}
-		wire, err := vecCodec(t, mode, binding, vecNow, nonce, key).Encode(v.State, v.Subject, v.Tool)
-		if err != nil {
-			t.Fatalf("%s: %v", v.Name, err)
-		}
 		v.BindTag = vecBindTag(key, binding, v.Subject, v.Tool)
 		payload := vecStatePayload(v.State, exp, v.BindTag)
 		v.Payload = string(payload)
-		ref := vecSignedWire(key, payload)
+		// The expected wire comes from the reference construction (the
+		// vector's nonce for an encrypted state); checkEncodeVector then
+		// holds the codec to it.
+		v.Wire = vecSignedWire(key, payload)
 		if mode == Encrypted {
-			ref = vecEncryptedWire(t, key, nonce, payload, v.BindTag)
+			v.Wire = vecEncryptedWire(t, key, vecHex(t, v.Nonce), payload, v.BindTag)
 		}
-		if wire != ref {
-			t.Fatalf("%s: Encode = %s, reference construction gives %s", v.Name, wire, ref)
-		}
-		v.Wire = wire
-		wires[v.Name] = wire
+		checkEncodeVector(t, *v)
+		wires[v.Name] = v.Wire
 	}
 	f.Encode = encodes
 
@@ -950,6 +995,11 @@ func genStateVectors(t *testing.T) stateFile {
 		{Name: "encrypted: wrong subject (GCM open fails)", Keys: ring, Mode: "encrypted", Binding: "subject", Wire: sE, Subject: "mallory", Now: now, Result: "invalid"},
 		{Name: "encrypted: subject and tool ok", Keys: ring, Mode: "encrypted", Binding: "subject_and_tool", Wire: eT, Subject: "alice", Tool: target, Now: now, Result: "ok", State: str(tricky)},
 		{Name: "encrypted: wrong tool", Keys: ring, Mode: "encrypted", Binding: "subject_and_tool", Wire: eT, Subject: "alice", Tool: MCPTarget("tools/call", "delete"), Now: now, Result: "invalid"},
+		{Name: "signed: anonymous state, its own tool", Keys: ring, Mode: "signed", Binding: "subject_and_tool", Wire: wires["signed, subject and tool, empty subject"], Subject: "", Tool: target, Now: now, Result: "ok", State: str(`{"anon":1}`)},
+		{Name: "signed: anonymous state, another tool", Keys: ring, Mode: "signed", Binding: "subject_and_tool", Wire: wires["signed, subject and tool, empty subject"], Subject: "", Tool: MCPTarget("tools/call", "delete"), Now: now, Result: "invalid"},
+		{Name: "signed: anonymous state, a subject", Keys: ring, Mode: "signed", Binding: "subject_and_tool", Wire: wires["signed, subject and tool, empty subject"], Subject: "alice", Tool: target, Now: now, Result: "invalid"},
+		{Name: "encrypted: anonymous state, its own tool", Keys: ring, Mode: "encrypted", Binding: "subject_and_tool", Wire: wires["encrypted, subject and tool, empty subject"], Subject: "", Tool: target, Now: now, Result: "ok", State: str(`{"anon":1}`)},
+		{Name: "encrypted: anonymous state, another tool", Keys: ring, Mode: "encrypted", Binding: "subject_and_tool", Wire: wires["encrypted, subject and tool, empty subject"], Subject: "", Tool: MCPTarget("tools/call", "delete"), Now: now, Result: "invalid"},
 		{Name: "encrypted: unbound", Keys: ring, Mode: "encrypted", Binding: "none", Wire: wires["encrypted, unbound, empty state"], Subject: "anyone", Now: now, Result: "ok", State: str("")},
 		{Name: "encrypted: previous key in ring", Keys: rotated, Mode: "encrypted", Binding: "subject", Wire: wires["encrypted, previous key"], Subject: "alice", Now: now, Result: "ok", State: str(`{"step":3}`)},
 		{Name: "encrypted: previous key not in ring", Keys: ring, Mode: "encrypted", Binding: "subject", Wire: wires["encrypted, previous key"], Subject: "alice", Now: now, Result: "invalid"},
@@ -973,7 +1023,7 @@ func checkStateDecode(t *testing.T, f stateFile) {
 		for i, k := range v.Keys {
 			keys[i] = vecHex(t, k)
 		}
-		c := vecCodec(t, parseMode(t, v.Mode), parseBinding(t, v.Binding), time.Unix(v.Now, 0), nil, keys...)
+		c := vecCodec(t, parseMode(t, v.Mode), parseBinding(t, v.Binding), time.Unix(v.Now, 0), keys...)
 		got, err := c.Decode(v.Wire, v.Subject, v.Tool)
 		if r := resultOf(err); r != v.Result {
 			t.Errorf("decode %q: result %s (%v), want %s", v.Name, r, err, v.Result)
@@ -1001,7 +1051,7 @@ func checkStateVectors(t *testing.T) {
 		t.Fatal("no vectors")
 	}
 	for _, v := range f.BindTags {
-		c := vecCodec(t, Signed, parseBinding(t, v.Binding), vecNow, nil, key)
+		c := vecCodec(t, Signed, parseBinding(t, v.Binding), vecNow, key)
 		if got := string(c.bindTag(nil, 0, v.Subject, v.Tool)); got != v.Tag {
 			t.Errorf("bind tag %s %q %q = %s, want %s", v.Binding, v.Subject, v.Tool, got, v.Tag)
 		}
@@ -1010,33 +1060,7 @@ func checkStateVectors(t *testing.T) {
 		}
 	}
 	for _, v := range f.Encode {
-		k := vecHex(t, v.Key)
-		mode, binding := parseMode(t, v.Mode), parseBinding(t, v.Binding)
-		var nonce []byte
-		if v.Nonce != "" {
-			nonce = vecHex(t, v.Nonce)
-		}
-		wire, err := vecCodec(t, mode, binding, time.Unix(v.Now, 0), nonce, k).Encode(v.State, v.Subject, v.Tool)
-		if err != nil {
-			t.Errorf("encode %q: %v", v.Name, err)
-			continue
-		}
-		if wire != v.Wire {
-			t.Errorf("encode %q: wire\n %s\nwant\n %s", v.Name, wire, v.Wire)
-		}
-		if tag := vecBindTag(k, binding, v.Subject, v.Tool); tag != v.BindTag {
-			t.Errorf("encode %q: bind tag %s, want %s", v.Name, tag, v.BindTag)
-		}
-		if p := vecStatePayload(v.State, v.Exp, v.BindTag); string(p) != v.Payload {
-			t.Errorf("encode %q: payload %s, want %s", v.Name, p, v.Payload)
-		}
-		ref := vecSignedWire(k, []byte(v.Payload))
-		if mode == Encrypted {
-			ref = vecEncryptedWire(t, k, nonce, []byte(v.Payload), v.BindTag)
-		}
-		if ref != v.Wire {
-			t.Errorf("encode %q: reference construction gives %s, vector says %s", v.Name, ref, v.Wire)
-		}
+		checkEncodeVector(t, v)
 	}
 	checkStateDecode(t, f)
 }

@@ -562,7 +562,7 @@ func TestVerifyRequestStateRejections(t *testing.T) {
 		{"tampered payload", flip(signed, 5), "alice", "deploy", "invalid request state", nil},
 		{"tampered ciphertext", flip(sealed, len(sealed)-3), "alice", "deploy", "invalid request state", nil},
 		{"mode mismatch", sealed, "alice", "deploy", "invalid request state", []string{"-mode", "signed"}},
-		{"over size cap", signed, "alice", "deploy", "invalid request state", []string{"-max-bytes", "10"}},
+		{"over size cap", signed, "alice", "deploy", "invalid request state", []string{"-max-bytes", strconv.Itoa(len(signed) - 1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"verify", "-binding", "subject-and-tool", "-subject", tc.subject, "-method", "tools/call", "-tool", tc.tool}, tc.extra...)
@@ -598,7 +598,6 @@ func TestVerifyStateRefusesFlagsItsBindingIgnores(t *testing.T) {
 	tool := ctoken.MCPTarget("tools/call", "deploy")
 	bySubject := f.state(t, ctoken.RequestStateSecurity{}, "s", "alice", tool)
 	unbound := f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindNone}, "s", "alice", tool)
-	anonymous := f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubjectAndTool}, "s", "", tool)
 	for _, tc := range []struct {
 		name, tok string
 		args      []string
@@ -608,7 +607,6 @@ func TestVerifyStateRefusesFlagsItsBindingIgnores(t *testing.T) {
 		{"method and tool under subject binding", bySubject, []string{"-subject", "alice", "-method", "tools/call", "-tool", "bogus"}, "-tool is not checked"},
 		{"subject under no binding", unbound, []string{"-binding", "none", "-subject", "mallory"}, "-subject is not checked"},
 		{"tool under no binding", unbound, []string{"-binding", "none", "-tool", "bogus"}, "-tool is not checked"},
-		{"tool without a subject", anonymous, []string{"-binding", "subject-and-tool", "-tool", "bogus"}, "-tool is not checked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCmd(t, "", f.env(), append(append([]string{"verify"}, tc.args...), tc.tok)...)
@@ -622,6 +620,28 @@ func TestVerifyStateRefusesFlagsItsBindingIgnores(t *testing.T) {
 				t.Errorf("stderr %q does not contain %q", r.stderr, tc.want)
 			}
 		})
+	}
+}
+
+// Under subject-and-tool an anonymous state (empty subject) is still bound
+// to its tool: verify checks -tool and refuses another one.
+func TestVerifyAnonymousStateChecksItsTool(t *testing.T) {
+	f := newFixture(t)
+	tool := ctoken.MCPTarget("tools/call", "deploy")
+	for _, sec := range []ctoken.RequestStateSecurity{
+		{Binding: ctoken.BindSubjectAndTool},
+		{Binding: ctoken.BindSubjectAndTool, Mode: ctoken.Encrypted},
+	} {
+		anonymous := f.state(t, sec, "s", "", tool)
+		args := []string{"verify", "-binding", "subject-and-tool", "-method", "tools/call"}
+		ok := runCmd(t, "", f.env(), append(args, "-tool", "deploy", anonymous)...)
+		if ok.code != 0 || ok.stdout == "" {
+			t.Fatalf("own tool: exit %d, stdout %q, stderr %q", ok.code, ok.stdout, ok.stderr)
+		}
+		bad := runCmd(t, "", f.env(), append(args, "-tool", "delete", anonymous)...)
+		if bad.code == 0 || bad.stdout != "" {
+			t.Fatalf("another tool: exit %d, stdout %q", bad.code, bad.stdout)
+		}
 	}
 }
 

@@ -29,8 +29,9 @@ session.
 Request states ("v1." signed, "v1e." encrypted) are checked for MAC or GCM
 tag, expiry and binding; -subject and -tool must be what the server bound
 the state to (with -binding as configured on the server). A flag the binding
-does not check (-tool unless -binding subject-and-tool with a -subject,
--subject under -binding none) is refused.
+does not check (-tool unless -binding subject-and-tool, -subject under
+-binding none) is refused. Under subject-and-tool an empty -subject still
+binds the tool.
 
 One-time tokens ("ot1.") are checked for MAC, purpose (-purpose, required:
 the OneTimeConfig.Purpose of the issuer) and expiry, and their claims are
@@ -112,13 +113,13 @@ func cmdVerify(args []string, e *env) int {
 			return usageError(fs, e, "%v", err)
 		}
 		// Refuse what the binding would ignore rather than print it in a
-		// verified payload as if it had been checked. The library binds
-		// an empty subject to nothing, tool included.
+		// verified payload as if it had been checked. Under
+		// subject-and-tool the tool is bound even for an empty subject.
 		if set["subject"] && sec.Binding == ctoken.BindNone {
 			return usageError(fs, e, "-subject is not checked under -binding none")
 		}
-		if set["tool"] && (sec.Binding != ctoken.BindSubjectAndTool || *subject == "") {
-			return usageError(fs, e, "-tool is not checked: only -binding subject-and-tool with a non-empty -subject binds the tool")
+		if set["tool"] && sec.Binding != ctoken.BindSubjectAndTool {
+			return usageError(fs, e, "-tool is not checked: only -binding subject-and-tool binds the tool")
 		}
 		return verifyState(tok, sec, *subject, toolID, *binding, e)
 	}
