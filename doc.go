@@ -71,4 +71,23 @@
 // space and escapes only what JSON requires; the decoder accepts any member
 // order and white space but requires exactly these three members. A state
 // is expired when exp < now.
+//
+// # Further documentation
+//
+// The repository's docs directory has one page per topic, each starting
+// with a runnable snippet: [cursors], [request state] (and what interop with
+// the reference D implementation means), [keys and rotation], [running a
+// fleet] with Redis, [webhooks], [one-time tokens], the [MCP integration],
+// the [CLI], [benchmarks] and the [wire formats].
+//
+// [cursors]: https://github.com/ctoken/ctoken/blob/main/docs/cursors.md
+// [request state]: https://github.com/ctoken/ctoken/blob/main/docs/request-state.md
+// [keys and rotation]: https://github.com/ctoken/ctoken/blob/main/docs/keys.md
+// [running a fleet]: https://github.com/ctoken/ctoken/blob/main/docs/fleet.md
+// [webhooks]: https://github.com/ctoken/ctoken/blob/main/docs/webhooks.md
+// [one-time tokens]: https://github.com/ctoken/ctoken/blob/main/docs/one-time.md
+// [MCP integration]: https://github.com/ctoken/ctoken/blob/main/docs/mcp.md
+// [CLI]: https://github.com/ctoken/ctoken/blob/main/docs/cli.md
+// [benchmarks]: https://github.com/ctoken/ctoken/blob/main/docs/benchmarks.md
+// [wire formats]: https://github.com/ctoken/ctoken/blob/main/docs/wire-format.md
 package ctoken
