@@ -85,4 +85,23 @@
 // A [RequestStateSecurity] needs Keys (nil is [ErrNoKey]); for TTL and
 // MaxBytes, 0 means the default and a negative value is [ErrConfig], as is
 // an unknown Mode or Binding.
+//
+// # Further documentation
+//
+// The repository's docs directory has one page per topic, each starting
+// with a runnable snippet: [cursors], [request state] (and what interop with
+// the reference D implementation means), [keys and rotation], [running a
+// fleet] with Redis, [webhooks], [one-time tokens], the [MCP integration],
+// the [CLI], [benchmarks] and the [wire formats].
+//
+// [cursors]: https://github.com/ctoken/ctoken/blob/main/docs/cursors.md
+// [request state]: https://github.com/ctoken/ctoken/blob/main/docs/request-state.md
+// [keys and rotation]: https://github.com/ctoken/ctoken/blob/main/docs/keys.md
+// [running a fleet]: https://github.com/ctoken/ctoken/blob/main/docs/fleet.md
+// [webhooks]: https://github.com/ctoken/ctoken/blob/main/docs/webhooks.md
+// [one-time tokens]: https://github.com/ctoken/ctoken/blob/main/docs/one-time.md
+// [MCP integration]: https://github.com/ctoken/ctoken/blob/main/docs/mcp.md
+// [CLI]: https://github.com/ctoken/ctoken/blob/main/docs/cli.md
+// [benchmarks]: https://github.com/ctoken/ctoken/blob/main/docs/benchmarks.md
+// [wire formats]: https://github.com/ctoken/ctoken/blob/main/docs/wire-format.md
 package ctoken

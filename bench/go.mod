@@ -4,7 +4,7 @@ go 1.25.0
 
 require (
 	aidanwoods.dev/go-paseto v1.6.0
-	github.com/ctoken/ctoken v0.0.0
+	github.com/ctoken/ctoken v0.1.0
 	github.com/fernet/fernet-go v0.0.0-20240119011108-303da6aec611
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/gorilla/securecookie v1.1.2
@@ -19,5 +19,3 @@ require (
 	golang.org/x/sys v0.46.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
-
-replace github.com/ctoken/ctoken => ../

@@ -2,10 +2,8 @@ module github.com/ctoken/ctoken/mcp
 
 go 1.25.0
 
-replace github.com/ctoken/ctoken => ../
-
 require (
-	github.com/ctoken/ctoken v0.0.0-00010101000000-000000000000
+	github.com/ctoken/ctoken v0.1.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 )
 

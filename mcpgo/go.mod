@@ -2,10 +2,8 @@ module github.com/ctoken/ctoken/mcpgo
 
 go 1.25.5
 
-replace github.com/ctoken/ctoken => ../
-
 require (
-	github.com/ctoken/ctoken v0.0.0-00010101000000-000000000000
+	github.com/ctoken/ctoken v0.1.0
 	github.com/mark3labs/mcp-go v1.2.1
 )
 

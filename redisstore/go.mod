@@ -3,7 +3,7 @@ module github.com/ctoken/ctoken/redisstore
 go 1.24
 
 require (
-	github.com/ctoken/ctoken v0.0.0-00010101000000-000000000000
+	github.com/ctoken/ctoken v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 )
 
@@ -14,5 +14,3 @@ require (
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sys v0.30.0 // indirect
 )
-
-replace github.com/ctoken/ctoken => ../
