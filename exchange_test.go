@@ -31,7 +31,7 @@ var exchangeClaims = map[string]string{"agent": "agt_42", "company": "co_7", "ru
 // exchangeFixture is a handler over an issuer with a settable clock, whose
 // callbacks record what they saw and can be told to refuse or fail.
 type exchangeFixture struct {
-	t       *testing.T
+	t       testing.TB
 	key     []byte
 	keys    *ctoken.Keyring
 	clock   *clocktest.Clock
@@ -82,7 +82,7 @@ func (s *flakyStore) Claim(ctx context.Context, id string, until time.Time) (boo
 	return s.inner.Claim(ctx, id, until)
 }
 
-func newExchangeFixture(t *testing.T, store replay.Store) *exchangeFixture {
+func newExchangeFixture(t testing.TB, store replay.Store) *exchangeFixture {
 	t.Helper()
 	f := &exchangeFixture{t: t, key: ctoken.RandomKey(), clock: clocktest.New(), logs: &lockedBuffer{}}
 	var err error
@@ -780,13 +780,14 @@ func TestExchangeHandlerPrintsRedacted(t *testing.T) {
 	}
 	var logged bytes.Buffer
 	slog.New(slog.NewTextHandler(&logged, nil)).Info("h", "handler", f.handler, "value", *f.handler)
-	outs := []string{string(js), logged.String()}
+	cfg := ctoken.ExchangeConfig{Issuer: f.issuer}
+	outs := []string{string(js), logged.String(), fmt.Sprintf("%v %+v %#v", cfg, cfg, cfg)}
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%d"} {
 		outs = append(outs, fmt.Sprintf(verb, f.handler), fmt.Sprintf(verb, *f.handler))
 	}
 	secrets := []string{string(f.key), hex.EncodeToString(f.key), base64.RawURLEncoding.EncodeToString(f.key), base64.StdEncoding.EncodeToString(f.key)}
 	for _, out := range outs {
-		if !strings.Contains(out, "ctoken.ExchangeHandler(issuer ctoken.OneTimeIssuer(purpose") {
+		if !strings.Contains(out, "ctoken.OneTimeIssuer(purpose") {
 			t.Fatalf("not the description: %s", out)
 		}
 		for _, s := range secrets {
@@ -798,4 +799,41 @@ func TestExchangeHandlerPrintsRedacted(t *testing.T) {
 	if got := fmt.Sprint(ctoken.ExchangeHandler{}); got != "ctoken.ExchangeHandler(not configured)" {
 		t.Fatalf("zero handler prints %q", got)
 	}
+}
+
+// FuzzExchangeHandler: no input panics the handler; every response is one
+// of the documented statuses with an RFC 6749 JSON body, and a credential
+// is returned only when Issue ran.
+func FuzzExchangeHandler(f *testing.F) {
+	fx := newExchangeFixture(f, nil)
+	tok := fx.mint()
+	const form = "application/x-www-form-urlencoded"
+	f.Add(form, exchangeForm(tok).Encode())
+	f.Add(form, exchangeForm(tok[:len(tok)-1]).Encode())
+	f.Add(form, exchangeForm(tok).Encode()+"&subject_token=x")
+	f.Add(form+"; charset=utf-8", "grant_type=a&subject_token=b")
+	f.Add("application/json", `{"grant_type":"x"}`)
+	f.Add(form, "%zz;&&==")
+	f.Add("", "")
+	f.Fuzz(func(t *testing.T, contentType, body string) {
+		before := fx.issuedCount()
+		r := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(body))
+		r.Header.Set("Content-Type", contentType)
+		w := httptest.NewRecorder()
+		fx.handler.ServeHTTP(w, r)
+		reply := decode(t, w)
+		issued := fx.issuedCount() - before
+		switch w.Code {
+		case http.StatusOK:
+			if issued != 1 || reply.AccessToken == "" || reply.Error != "" {
+				t.Fatalf("200 with %d Issue calls: %s", issued, w.Body.String())
+			}
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusInternalServerError, http.StatusServiceUnavailable:
+			if issued != 0 || reply.AccessToken != "" || reply.Error == "" {
+				t.Fatalf("%d with %d Issue calls: %s", w.Code, issued, w.Body.String())
+			}
+		default:
+			t.Fatalf("status %d", w.Code)
+		}
+	})
 }
