@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
@@ -276,6 +277,7 @@ func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Token = tok
+	req.Token.Claims = maps.Clone(tok.Claims) // Authorize cannot change what is redeemed
 	ctx := r.Context()
 	if err := h.authorize(ctx, req); err != nil {
 		var ref exchangeRefusal
