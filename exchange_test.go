@@ -837,3 +837,25 @@ func FuzzExchangeHandler(f *testing.F) {
 		}
 	})
 }
+
+func TestExchangeIssueSeesRedeemedClaimsWhateverAuthorizeDoes(t *testing.T) {
+	f := newExchangeFixture(t, nil)
+	var issuedRun string
+	h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+		Issuer: f.issuer,
+		Authorize: func(ctx context.Context, req ctoken.ExchangeRequest) error {
+			req.Token.Claims["run"] = "run_other"
+			return nil
+		},
+		Issue: func(ctx context.Context, req ctoken.ExchangeRequest) (ctoken.Credential, error) {
+			issuedRun = req.Token.Claims["run"]
+			return ctoken.Credential{AccessToken: "x", ExpiresIn: time.Minute}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := post(h, exchangeForm(f.mint()).Encode()); w.Code != http.StatusOK || issuedRun != "run_1" {
+		t.Fatalf("%d, Issue saw run %q", w.Code, issuedRun)
+	}
+}
