@@ -3,7 +3,7 @@ module github.com/ctoken/ctoken/examples/exchange
 go 1.24
 
 require (
-	github.com/ctoken/ctoken v0.0.0-00010101000000-000000000000
+	github.com/ctoken/ctoken v0.1.0
 	github.com/golang-jwt/jwt/v5 v5.3.1
 )
 
@@ -12,4 +12,3 @@ require (
 	github.com/x448/float16 v0.8.4 // indirect
 )
 
-replace github.com/ctoken/ctoken => ../..
