@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -60,7 +61,7 @@ const MaxJSONDepth = 256
 // itself is accepted.
 func ArgsFingerprint(args any) (Fingerprint, error) {
 	var text []byte
-	p := jcsParser{}
+	goValue := false
 	switch v := args.(type) {
 	case []byte:
 		text = v
@@ -71,14 +72,35 @@ func ArgsFingerprint(args any) (Fingerprint, error) {
 		if text, err = json.Marshal(args); err != nil {
 			return Fingerprint{}, errors.Join(errArgsMarshal, err)
 		}
-		p.refuseFFFD = true
+		goValue = true
 	}
-	p.in = text
-	canon, err := p.canonical()
+	p := jcsScratch.Get().(*jcsParser)
+	defer p.release()
+	p.in, p.refuseFFFD = text, goValue
+	out, err := p.canonical(p.out[:0])
 	if err != nil {
 		return Fingerprint{}, err
 	}
-	return sha256.Sum256(canon), nil
+	p.out = out
+	return sha256.Sum256(out), nil
+}
+
+// jcsScratch holds parsers whose buffers ArgsFingerprint reuses; nothing
+// in them outlives a call.
+var jcsScratch = sync.Pool{New: func() any { return new(jcsParser) }}
+
+// maxPooledJCS caps the buffer capacity a pooled parser keeps, so one huge
+// argument does not pin its memory.
+const maxPooledJCS = 64 << 10
+
+// release resets p and returns it to jcsScratch.
+func (p *jcsParser) release() {
+	if cap(p.out) > maxPooledJCS || cap(p.keys) > maxPooledJCS || cap(p.str) > maxPooledJCS ||
+		cap(p.tmp) > maxPooledJCS || cap(p.members) > maxPooledJCS/32 {
+		return
+	}
+	*p = jcsParser{out: p.out[:0], keys: p.keys[:0], members: p.members[:0], str: p.str[:0], tmp: p.tmp[:0]}
+	jcsScratch.Put(p)
 }
 
 // CanonicalJSON returns the RFC 8785 (JCS) canonical form of the JSON text:
@@ -95,12 +117,13 @@ func ArgsFingerprint(args any) (Fingerprint, error) {
 // (0.1, 1.0e2, 1234567890123456800). Send other numbers as strings.
 func CanonicalJSON(text []byte) ([]byte, error) {
 	p := jcsParser{in: text}
-	return p.canonical()
+	return p.canonical(make([]byte, 0, len(text)))
 }
 
-func (p *jcsParser) canonical() ([]byte, error) {
+// canonical appends the canonical form of p.in to dst.
+func (p *jcsParser) canonical(dst []byte) ([]byte, error) {
 	p.skipSpace()
-	out, err := p.value(make([]byte, 0, len(p.in)), 0)
+	out, err := p.value(dst, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +146,7 @@ type jcsParser struct {
 	members []jcsMember // members of the open objects
 	str     []byte      // an unescaped string value, reused
 	tmp     []byte      // members of an object being reordered, reused
+	out     []byte      // ArgsFingerprint's canonical output, reused
 
 	// refuseFFFD refuses the escape \ufffd, which encoding/json writes
 	// for invalid UTF-8 in a Go string.
@@ -161,6 +185,11 @@ func (p *jcsParser) value(out []byte, depth int) ([]byte, error) {
 	case c == '[':
 		return p.array(out, depth+1)
 	case c == '"':
+		if end := p.plainString(); end >= 0 {
+			out = append(out, p.in[p.pos:end]...) // already canonical
+			p.pos = end
+			return out, nil
+		}
 		var ok bool
 		if p.str, ok = p.stringInto(p.str[:0]); !ok {
 			return nil, p.fail
@@ -212,11 +241,21 @@ func (p *jcsParser) array(out []byte, depth int) ([]byte, error) {
 	}
 }
 
-// jcsMember is one object member: its unescaped name, p.keys[nameAt:nameEnd],
-// and its canonical text "name":value, out[start:end].
+// jcsMember is one object member: its unescaped name, p.keys[nameAt:nameEnd]
+// or, when inInput, p.in[nameAt:nameEnd], and its canonical text
+// "name":value, out[start:end].
 type jcsMember struct {
 	nameAt, nameEnd int
 	start, end      int
+	inInput         bool
+}
+
+// name returns m's unescaped name.
+func (p *jcsParser) name(m jcsMember) []byte {
+	if m.inInput {
+		return p.in[m.nameAt:m.nameEnd]
+	}
+	return p.keys[m.nameAt:m.nameEnd]
 }
 
 func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
@@ -238,13 +277,19 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 		if p.pos >= len(p.in) || p.in[p.pos] != '"' {
 			return nil, errArgsSyntax
 		}
-		nameAt := len(p.keys)
-		keys, ok := p.stringInto(p.keys)
-		if !ok {
-			return nil, p.fail
+		var m jcsMember
+		if end := p.plainString(); end >= 0 {
+			m = jcsMember{nameAt: p.pos + 1, nameEnd: end - 1, inInput: true}
+			p.pos = end
+		} else {
+			nameAt := len(p.keys)
+			keys, ok := p.stringInto(p.keys)
+			if !ok {
+				return nil, p.fail
+			}
+			p.keys = keys
+			m = jcsMember{nameAt: nameAt, nameEnd: len(p.keys)}
 		}
-		p.keys = keys
-		m := jcsMember{nameAt: nameAt, nameEnd: len(p.keys)}
 		p.skipSpace()
 		if p.pos >= len(p.in) || p.in[p.pos] != ':' {
 			return nil, errArgsSyntax
@@ -255,7 +300,11 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 			out = append(out, ',')
 		}
 		m.start = len(out)
-		out = appendJCSString(out, p.keys[m.nameAt:m.nameEnd])
+		if m.inInput {
+			out = append(out, p.in[m.nameAt-1:m.nameEnd+1]...) // with its quotes
+		} else {
+			out = appendJCSString(out, p.keys[m.nameAt:m.nameEnd])
+		}
 		out = append(out, ':')
 		var err error
 		if out, err = p.value(out, depth); err != nil {
@@ -283,7 +332,16 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 	}
 	if !sorted {
 		members := p.members[membersBase:]
-		slices.SortFunc(members, p.compareNames)
+		if len(members) <= 16 {
+			// Insertion sort: no closure to allocate, fast on few members.
+			for i := 1; i < len(members); i++ {
+				for j := i; j > 0 && p.compareNames(members[j-1], members[j]) > 0; j-- {
+					members[j-1], members[j] = members[j], members[j-1]
+				}
+			}
+		} else {
+			slices.SortFunc(members, p.compareNames)
+		}
 		for i := 1; i < len(members); i++ {
 			if p.compareNames(members[i-1], members[i]) == 0 {
 				return nil, errArgsDuplicate // I-JSON
@@ -305,7 +363,7 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 // compareNames orders members by the UTF-16 code units of their names, as
 // RFC 8785 requires.
 func (p *jcsParser) compareNames(a, b jcsMember) int {
-	return compareUTF16(p.keys[a.nameAt:a.nameEnd], p.keys[b.nameAt:b.nameEnd])
+	return compareUTF16(p.name(a), p.name(b))
 }
 
 // compareUTF16 compares two valid UTF-8 strings by their UTF-16 code units.
@@ -391,6 +449,38 @@ func (p *jcsParser) stringInto(dst []byte) ([]byte, bool) {
 			dst = append(dst, p.in[p.pos:p.pos+size]...)
 			p.pos += size
 		}
+	}
+}
+
+// plainString returns the index just past the JSON string at p.pos (its
+// opening quote) when the string holds no escape and no control character
+// and is valid UTF-8, so that its canonical form is its input text: RFC
+// 8785 escapes nothing else. Otherwise it returns -1 and leaves p.pos.
+func (p *jcsParser) plainString() int {
+	in := p.in
+	i := p.pos + 1
+	for {
+		for i+8 <= len(in) && !jsonSpecial8(binary.LittleEndian.Uint64(in[i:])) {
+			i += 8
+		}
+		for i < len(in) && jsonPlain[in[i]] {
+			i++
+		}
+		if i >= len(in) {
+			return -1
+		}
+		c := in[i]
+		if c == '"' {
+			return i + 1
+		}
+		if c < utf8.RuneSelf {
+			return -1 // an escape or a control character
+		}
+		r, size := utf8.DecodeRune(in[i:])
+		if r == utf8.RuneError && size == 1 {
+			return -1
+		}
+		i += size
 	}
 }
 
@@ -551,6 +641,13 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		}
 		return append(out, lit...), nil
 	}
+	if p.pos == fracEnd && fracEnd > fracStart && len(lit) <= 16 && in[fracEnd-1] != '0' &&
+		(in[intStart] != '0' || fewLeadingZeros(in[fracStart:fracEnd])) {
+		// A decimal I.F of at most 15 significant digits, no exponent and
+		// no trailing zero, with I not 0 or F under six leading zeros:
+		// ECMAScript prints it as written (see appendES6Digits).
+		return append(out, lit...), nil
+	}
 
 	// Significant digits, up to 17 (a double's shortest form has no more).
 	var dig [17]byte
@@ -611,6 +708,17 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		out = append(out, '-')
 	}
 	return appendES6Digits(out, dig[:n], point), nil
+}
+
+// fewLeadingZeros reports whether the digits f start with fewer than six
+// zeros.
+func fewLeadingZeros(f []byte) bool {
+	for i := range min(len(f), 6) {
+		if f[i] != '0' {
+			return true
+		}
+	}
+	return len(f) < 6
 }
 
 // digits skips decimal digits at p.pos and reports how many.
