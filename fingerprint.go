@@ -311,7 +311,7 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 			return nil, err
 		}
 		m.end = len(out)
-		if len(p.members) > membersBase && p.compareNames(p.members[len(p.members)-1], m) >= 0 {
+		if sorted && len(p.members) > membersBase && compareUTF16(p.name(p.members[len(p.members)-1]), p.name(m)) >= 0 {
 			sorted = false
 		}
 		p.members = append(p.members, m)
@@ -367,38 +367,29 @@ func (p *jcsParser) compareNames(a, b jcsMember) int {
 }
 
 // compareUTF16 compares two valid UTF-8 strings by their UTF-16 code units.
-// That is code point order except that a code point above U+FFFF (a
-// surrogate pair, units D800-DBFF first) sorts below U+E000-U+FFFF.
+// That is UTF-8 byte order (which is code point order) except that a code
+// point above U+FFFF (a surrogate pair, units D800-DBFF first) sorts below
+// U+E000-U+FFFF. Valid UTF-8 strings that agree up to their first
+// differing byte differ there either in continuation bytes of runes of the
+// same length, ordered as their code points, or in lead bytes: a 4-byte
+// lead (F0-F4) against EE or EF (U+E000-U+FFFF) is the one reversed case.
 func compareUTF16(a, b []byte) int {
-	for len(a) > 0 && len(b) > 0 {
-		if a[0] < utf8.RuneSelf && b[0] < utf8.RuneSelf {
-			if a[0] != b[0] {
-				return int(a[0]) - int(b[0])
-			}
-			a, b = a[1:], b[1:]
-			continue
-		}
-		ra, na := utf8.DecodeRune(a)
-		rb, nb := utf8.DecodeRune(b)
-		if ra != rb {
-			if ra > 0xFFFF && rb > 0xFFFF {
-				return int(ra - rb)
-			}
-			return int(utf16First(ra) - utf16First(rb))
-		}
-		a, b = a[na:], b[nb:]
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i] == b[i] {
+		i++
 	}
-	return len(a) - len(b) // the shorter, a prefix of the other, first
-}
-
-// utf16First is the first UTF-16 code unit of r, up to the exact value of a
-// high surrogate: any value in D800-DBFF orders the same against the BMP
-// code points valid UTF-8 can hold.
-func utf16First(r rune) rune {
-	if r > 0xFFFF {
-		return 0xD800
+	if i == n {
+		return len(a) - len(b) // the shorter, a prefix of the other, first
 	}
-	return r
+	x, y := a[i], b[i]
+	if x >= 0xF0 && (y == 0xEE || y == 0xEF) {
+		return -1
+	}
+	if y >= 0xF0 && (x == 0xEE || x == 0xEF) {
+		return 1
+	}
+	return int(x) - int(y)
 }
 
 // stringInto parses the JSON string at p.pos (its opening quote) and

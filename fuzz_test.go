@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -967,4 +968,23 @@ func TestTokensHaveOneSpelling(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzCompareUTF16 differentially tests compareUTF16, which compares UTF-8
+// bytes, against the plain definition: the strings' UTF-16 code units.
+func FuzzCompareUTF16(f *testing.F) {
+	for _, p := range [][2]string{{"a", "b"}, {"\ue000", "😀"}, {"\uffff", "\U0010ffff"}, {"é", "e"}, {"ab", "a"}, {"\ud7ff", "\ue000"}, {"x\u00e9", "x\u00ea"}} {
+		f.Add(p[0], p[1])
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if !utf8.ValidString(a) || !utf8.ValidString(b) {
+			return
+		}
+		ua, ub := utf16.Encode([]rune(a)), utf16.Encode([]rune(b))
+		want := slices.Compare(ua, ub)
+		got := compareUTF16([]byte(a), []byte(b))
+		if (got < 0) != (want < 0) || (got == 0) != (want == 0) {
+			t.Fatalf("compareUTF16(%q, %q) = %d, UTF-16 order says %d", a, b, got, want)
+		}
+	})
 }
