@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -263,7 +264,7 @@ func TestArgsFingerprintAcceptsExactNumbers(t *testing.T) {
 		{"int64 beyond 2^53 sent as a string", struct {
 			ID int64 `json:"id,string"`
 		}{1234567890123456789}, `{"id":"1234567890123456789"}`},
-		{"float64 in a Go value", []float64{0.1, 1e21, 5e-324, -0.0}, `[0.1,1e+21,5e-324,0]`},
+		{"float64 in a Go value", []float64{0.1, 1e21, 5e-324, math.Copysign(0, -1)}, `[0.1,1e+21,5e-324,0]`},
 		{"float32 in a Go value", []float32{0.1, 3.4028235e38}, `[0.1,3.4028235e+38]`},
 		{"U+FFFD written as itself in a Go string", "report\ufffd.pdf", "\"report\ufffd.pdf\""},
 		{"U+FFFD escape in JSON text", []byte(`"report\ufffd.pdf"`), "\"report\ufffd.pdf\""},
@@ -297,4 +298,38 @@ func TestCanonicalJSONIsIdempotent(t *testing.T) {
 			t.Fatalf("canonical form is not JSON: %s", once)
 		}
 	}
+}
+
+func TestArgsFingerprintIsSafeForConcurrentUse(t *testing.T) {
+	// ArgsFingerprint reuses pooled buffers; concurrent calls on different
+	// inputs (and refusals in between) must not see each other's data.
+	inputs := [][]byte{
+		[]byte(`{"b":[1,2,{"y":"\u00e9","x":0.5}],"a":"q"}`),
+		[]byte(`{"z":1,"y":{"k":"v"},"x":[true,false,null]}`),
+		[]byte(`[1.0e2,"s",{"\u0062":2,"a":1}]`),
+		[]byte(`{"a":1,"a":2}`),
+	}
+	want := make([]Fingerprint, len(inputs))
+	for i, in := range inputs {
+		canon, err := CanonicalJSON(in)
+		if err == nil {
+			want[i] = sha256.Sum256(canon)
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range 500 {
+				i := (g + n) % len(inputs)
+				fp, err := ArgsFingerprint(inputs[i])
+				if fp != want[i] || (err != nil) != want[i].IsZero() {
+					t.Errorf("input %d: fingerprint %x, %v; want %x", i, fp, err, want[i])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

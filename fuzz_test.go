@@ -611,7 +611,7 @@ func exactAsDouble(x *big.Int) bool {
 func FuzzArgsFingerprintGoValues(f *testing.F) {
 	f.Add("report\xff.pdf", int64(1), uint64(2), 0.5)
 	f.Add("report\ufffd.pdf", int64(1234567890123456789), uint64(1234567890123456800), 1e21)
-	f.Add("é", int64(-9007199254740993), uint64(1<<64-1), -0.0)
+	f.Add("é", int64(-9007199254740993), uint64(1<<64-1), math.Copysign(0, -1))
 	f.Add("", int64(-1<<63), uint64(1<<53), 5e-324)
 	f.Fuzz(func(t *testing.T, s string, i int64, u uint64, fl float64) {
 		if math.IsInf(fl, 0) || math.IsNaN(fl) {
