@@ -332,16 +332,7 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 	}
 	if !sorted {
 		members := p.members[membersBase:]
-		if len(members) <= 16 {
-			// Insertion sort: no closure to allocate, fast on few members.
-			for i := 1; i < len(members); i++ {
-				for j := i; j > 0 && p.compareNames(members[j-1], members[j]) > 0; j-- {
-					members[j-1], members[j] = members[j], members[j-1]
-				}
-			}
-		} else {
-			slices.SortFunc(members, p.compareNames)
-		}
+		slices.SortFunc(members, p.compareNames)
 		for i := 1; i < len(members); i++ {
 			if p.compareNames(members[i-1], members[i]) == 0 {
 				return nil, errArgsDuplicate // I-JSON

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -225,4 +226,64 @@ func FuzzCanonicalJSONMatchesGowebpkiJCS(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkJCS compares ctoken.CanonicalJSON with jcs.Transform on the
+// small arguments of a tool call and on a 1.4 KiB object of 24 nested
+// objects, each spelled canonically and not.
+func BenchmarkJCS(b *testing.B) {
+	small := `{"filter":{"author":"octocat","state":"open"},"labels":["p1","backend"],"per_page":50,"query":"is:open label:bug sort:updated-desc","repo":"ctoken/ctoken"}`
+	smallLoose := `{ "repo": "ctoken/ctoken", "per_page": 5.0e1, "query": "is:open label:bug sort:updated-desc",
+  "labels": [ "p1", "backend" ], "filter": { "state": "open", "author": "octo\u0063at" } }`
+	var nested, nestedLoose strings.Builder
+	nested.WriteString(`{`)
+	nestedLoose.WriteString("{\n")
+	for i := range 24 {
+		if i > 0 {
+			nested.WriteString(`,`)
+		}
+		fmt.Fprintf(&nested, `"item_%02d":{"ratio":0.%03d,"tags":["a","b"],"value":%d.125}`, i, 125+i, 12345+i)
+		j := 23 - i
+		fmt.Fprintf(&nestedLoose, "  \"item_%02d\" : { \"value\" : %d.1250e0, \"tags\" : [ \"a\", \"b\" ], \"ratio\" : %d.0e-3 }", j, 12345+j, 125+j)
+		if j > 0 {
+			nestedLoose.WriteString(",")
+		}
+		nestedLoose.WriteString("\n")
+	}
+	nested.WriteString(`}`)
+	nestedLoose.WriteString("}")
+	inputs := []struct{ name, text string }{
+		{"small", small}, {"small-noncanonical", smallLoose},
+		{"nested-1.4KiB", nested.String()}, {"nested-1.4KiB-noncanonical", nestedLoose.String()},
+	}
+	for _, in := range inputs {
+		text := []byte(in.text)
+		mine, err := ctoken.CanonicalJSON(text)
+		theirs, err2 := jcs.Transform(text)
+		if err != nil || err2 != nil || !bytes.Equal(mine, theirs) {
+			b.Fatalf("%s: outputs differ or refused (%v, %v)", in.name, err, err2)
+		}
+		b.Run(in.name+"/ctoken", func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				if _, err := ctoken.CanonicalJSON(text); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu.done(b)
+		})
+		b.Run(in.name+"/gowebpki-jcs", func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				if _, err := jcs.Transform(text); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu.done(b)
+		})
+	}
 }
