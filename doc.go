@@ -16,7 +16,7 @@
 //
 // Beside them it offers single-use tokens ([OneTimeIssuer]), webhook
 // signing and verification ([WebhookSigner], [WebhookVerifier]) and the
-// [ReplayStore] that single-use request state, one-time tokens and webhook
+// [replay.Store] that single-use request state, one-time tokens and webhook
 // deduplication record what they have accepted in.
 //
 // Keys come from a [Keyring]: a primary key that seals new tokens and

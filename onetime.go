@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // One-time token limits and defaults.
@@ -77,9 +79,9 @@ type OneTimeConfig struct {
 	// ErrConfig: every one-time token expires.
 	TTL time.Duration
 	// Replay records redeemed tokens until 60 s after they expire. Nil means a private
-	// MemoryReplayStore with DefaultReplayStoreMax entries, which enforces
+	// [replay.MemoryStore] with [replay.DefaultMax] entries, which enforces
 	// single use within one process only; a fleet shares one store.
-	Replay ReplayStore
+	Replay replay.Store
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -104,7 +106,7 @@ type OneTimeIssuer struct {
 	macs    macRing // derived subkeys, primary first
 	purpose string
 	ttl     time.Duration
-	replay  ReplayStore
+	replay  replay.Store
 	now     func() time.Time
 }
 
@@ -153,7 +155,7 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 		o.now = time.Now
 	}
 	if o.replay == nil {
-		o.replay = &MemoryReplayStore{Now: o.now}
+		o.replay = &replay.MemoryStore{Now: o.now}
 	}
 	return o, nil
 }
@@ -245,7 +247,7 @@ func (o *OneTimeIssuer) Verify(token string) (OneTimeToken, error) {
 // between instances and the store) → ErrOneTimeRedeemed if it was already
 // claimed. A token refused for its claims or expiry is not consumed, so a
 // thief presenting it with the wrong claims cannot burn it. A replay-store
-// failure (for example ErrReplayStoreFull, or ctx's error) is returned
+// failure (for example [replay.ErrFull], or ctx's error) is returned
 // wrapped (errors.Is finds it; Reason says "replay store failed"), and the
 // token is refused and not consumed.
 func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[string]string) (map[string]string, error) {
@@ -256,7 +258,7 @@ func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[strin
 	if !claimsEqual(t.claims, want) {
 		return nil, errOneTimeClaims
 	}
-	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(replaySkewMargin))
+	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(replay.SkewMargin))
 	if err != nil {
 		return nil, &reasonError{sentinel: fmt.Errorf("ctoken: one-time token replay store: %w", err), reason: "replay store failed"}
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // RequestStateMode selects how a request state is protected.
@@ -105,7 +107,7 @@ type RequestStateSecurity struct {
 	// expiry second yield the same wire string and count as one state; put a
 	// unique value (a step counter, a random ID) in the state, or use
 	// Encrypted, whose random nonce makes every encoding distinct.
-	Replay ReplayStore
+	Replay replay.Store
 }
 
 // RequestStateCodec seals and opens MCP multi-round-trip requestState
@@ -119,7 +121,7 @@ type RequestStateCodec struct {
 	ttl      time.Duration
 	maxBytes int
 	now      func() time.Time
-	replay   ReplayStore // nil: states are reusable
+	replay   replay.Store // nil: states are reusable
 
 	bind    macRing
 	payload macRing   // Signed
@@ -433,7 +435,7 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 // has passed, the state is claimed in the store until its expiry (plus a 60 s
 // clock-skew margin): the first decode of a state succeeds and every later or
 // concurrent one fails with ErrStateReplayed. A state refused for its binding or expiry is not
-// consumed. A store failure (for example ErrReplayStoreFull, or ctx's error)
+// consumed. A store failure (for example [replay.ErrFull], or ctx's error)
 // is returned wrapped (errors.Is finds it; [Reason] says "replay store
 // failed") and the state is refused. Without Replay, ctx is unused.
 func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, tool string) (string, error) {

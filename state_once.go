@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // ErrStateReplayed reports an authentic, unexpired request state that a
@@ -22,13 +24,13 @@ var (
 // its GCM nonce and tag for encrypted ones — both fixed by the key holder,
 // so a client cannot re-encode one state into a second accepted form) until
 // the end of its expiry second, the last instant Decode accepts it, plus
-// replaySkewMargin for clock skew between instances and the store.
+// replay.SkewMargin for clock skew between instances and the store.
 func (c *RequestStateCodec) claimOnce(ctx context.Context, id []byte, exp int64) error {
 	prefix := "state:s:"
 	if c.mode == Encrypted {
 		prefix = "state:e:"
 	}
-	first, err := c.replay.Claim(ctx, prefix+hex.EncodeToString(id), time.Unix(exp+1, 0).Add(replaySkewMargin))
+	first, err := c.replay.Claim(ctx, prefix+hex.EncodeToString(id), time.Unix(exp+1, 0).Add(replay.SkewMargin))
 	if err != nil {
 		return &causeError{errStateStore, err}
 	}
