@@ -1,6 +1,10 @@
 package ctoken
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/ctoken/ctoken/internal/reason"
+)
 
 // Sentinel errors of keys, cursors and request state; webhooks, one-time
 // tokens and replay stores declare theirs beside them. Every rejection of a
@@ -64,28 +68,18 @@ func ErrorCode(err error) int {
 	return 0
 }
 
-// reasonError is a rejection: a sentinel for errors.Is plus a fixed reason
-// naming the check that failed, for server logs. Reasons are constant strings
-// chosen by this package; they never contain input, token text or keys.
-// Values are allocated once, so a rejection costs no allocation.
-type reasonError struct {
-	sentinel error
-	reason   string
-}
-
-func (e *reasonError) Error() string { return e.sentinel.Error() + ": " + e.reason }
-func (e *reasonError) Unwrap() error { return e.sentinel }
-
 // Reason returns the fixed, log-safe description of which check rejected a
-// token ("mac mismatch", "wrong tool", ...), or "" if err carries none.
-func Reason(err error) string {
-	var re *reasonError
-	if errors.As(err, &re) {
-		return re.reason
-	}
-	return ""
-}
+// token or which field a constructor refused ("mac mismatch", "wrong tool",
+// "CursorConfig.Keys is nil or empty"), or "" if err carries none. Every
+// rejection and configuration error of this package carries one. A reason
+// never contains input, token text or key material.
+//
+// Reason reads the module's one reason-carrying error, so it also returns
+// the reason of an error from [github.com/ctoken/ctoken/webhook], whose own
+// [github.com/ctoken/ctoken/webhook.Reason] is the same function.
+func Reason(err error) string { return reason.Of(err) }
 
-func reject(sentinel error, reason string) error {
-	return &reasonError{sentinel: sentinel, reason: reason}
-}
+// reject returns a rejection that matches sentinel with errors.Is and whose
+// [Reason] is why. Rejections without a cause are package-level variables,
+// so returning one costs no allocation.
+func reject(sentinel error, why string) error { return reason.New(sentinel, why) }

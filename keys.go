@@ -4,10 +4,12 @@ import (
 	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"os"
 	"strings"
+
+	strictb64 "github.com/ctoken/ctoken/internal/b64"
+	"github.com/ctoken/ctoken/internal/reason"
 )
 
 // MinKeyBytes is the minimum length of every secret key.
@@ -50,7 +52,7 @@ const keyFormHint = "want comma-separated base64url of at least 32 random bytes,
 // Reason names the key's position (i counts from 0) and what is wrong with
 // it, and whose text adds keyFormHint. It never contains key material.
 func keyError(sentinel error, i, n int, what string) error {
-	re := &reasonError{sentinel: sentinel, reason: fmt.Sprintf("key %d of %d %s", i+1, n, what)}
+	re := reason.New(sentinel, fmt.Sprintf("key %d of %d %s", i+1, n, what))
 	return &hintError{err: re, hint: keyFormHint}
 }
 
@@ -73,7 +75,7 @@ func RandomKey() []byte {
 // EncodeKey returns key in the form ParseKeyring reads: base64url without
 // padding.
 func EncodeKey(key []byte) string {
-	return base64.RawURLEncoding.EncodeToString(key)
+	return b64.EncodeToString(key)
 }
 
 // ParseKeyring parses a comma-separated list of keys, primary first. Each key
@@ -119,10 +121,10 @@ func decodeKey(s string) ([]byte, string) {
 	case strings.HasPrefix(s, "whsec_"):
 		return nil, keyWebhook
 	}
-	for _, enc := range []*base64.Encoding{
-		base64.RawURLEncoding, base64.StdEncoding, base64.RawStdEncoding,
-	} {
-		if k, err := enc.Strict().DecodeString(s); err == nil {
+	// Each alphabet through the strict decoder, which also refuses CR and
+	// LF inside the key (encoding/base64 would skip them).
+	for _, enc := range []strictb64.Encoding{strictb64.URL, strictb64.Std, strictb64.RawStd} {
+		if k, err := enc.DecodeString(s); err == nil {
 			switch {
 			case len(k) < MinKeyBytes:
 				return nil, keyShort
@@ -185,7 +187,7 @@ func periodic(k []byte, p int) bool {
 func KeyringFromEnv(name string) (*Keyring, error) {
 	v := os.Getenv(name)
 	if v == "" {
-		return nil, &reasonError{sentinel: ErrNoKey, reason: name + " is not set"}
+		return nil, reason.New(ErrNoKey, name+" is not set")
 	}
 	kr, err := ParseKeyring(v)
 	if err != nil {
@@ -245,7 +247,7 @@ func DeriveKey(key []byte, label string) ([]byte, error) {
 	}
 	out, err := hkdf.Key(sha256.New, key, hkdfSalt, label, 32)
 	if err != nil {
-		return nil, &reasonError{sentinel: fmt.Errorf("%w: hkdf: %v", ErrKeyInvalid, err), reason: "HKDF refused the key"}
+		return nil, reason.Wrap(ErrKeyInvalid, "HKDF refused the key", err)
 	}
 	return out, nil
 }

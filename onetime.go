@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -124,7 +124,7 @@ type OneTimeToken struct {
 
 // configError is a constructor's refusal of cfg: ErrConfig with a reason
 // naming the field.
-func configError(reason string) error { return &reasonError{sentinel: ErrConfig, reason: reason} }
+func configError(why string) error { return reason.New(ErrConfig, why) }
 
 // NewOneTimeIssuer returns an issuer for cfg. A nil or empty cfg.Keys is
 // ErrNoKey; an empty or invalid Purpose or a negative TTL is ErrConfig.
@@ -212,7 +212,7 @@ func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 	if len(oneTimePrefix)+b64.EncodedLen(len(payload)+macSize) > MaxOneTimeTokenBytes {
 		return "", errOneTimeTooLarge
 	}
-	raw := o.macs[0].sum(payload, payload)
+	raw := o.macs[0].Sum(payload, payload)
 	return oneTimePrefix + b64.EncodeToString(raw), nil
 }
 
@@ -260,7 +260,7 @@ func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[strin
 	}
 	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(replay.SkewMargin))
 	if err != nil {
-		return nil, &reasonError{sentinel: fmt.Errorf("ctoken: one-time token replay store: %w", err), reason: "replay store failed"}
+		return nil, reason.Wrap(errOneTimeStore, "replay store failed", err)
 	}
 	if !first {
 		return nil, errOneTimeRedeemed
@@ -305,6 +305,10 @@ var (
 	errOneTimePurpose   = reject(ErrOneTimeInvalid, "other purpose")
 	errOneTimeTooLarge  = reject(ErrOneTimeTooLarge, "claims over MaxOneTimeTokenBytes")
 	errOneTimeNoKey     = reject(ErrNoKey, "OneTimeIssuer not made by NewOneTimeIssuer")
+	// errOneTimeStore is the text before a replay store's failure; the
+	// error matches the store's error, not a one-time sentinel: the token
+	// was not judged.
+	errOneTimeStore = errors.New("ctoken: one-time token replay store")
 )
 
 // oneTimeFields is a decoded one-time payload.
@@ -326,10 +330,9 @@ func (o *OneTimeIssuer) verify(token string) (oneTimeFields, error) {
 	if !ok {
 		return t, errOneTimeFormat
 	}
+	// The strict decoder refuses every second spelling of a token.
 	raw, err := b64.DecodeString(body)
-	// The length check refuses the CR and LF that encoding/base64 skips
-	// even in Strict mode, so every token has one spelling.
-	if err != nil || b64.EncodedLen(len(raw)) != len(body) {
+	if err != nil {
 		return t, errOneTimeBase64
 	}
 	if len(raw) < oneTimeFixedLen+macSize {

@@ -173,7 +173,7 @@ func TestOneTimeTokenRejectsForgeries(t *testing.T) {
 // signOneTime builds a token with o's primary key from an arbitrary payload,
 // to test the decoder behind the MAC.
 func signOneTime(o *OneTimeIssuer, payload []byte) string {
-	raw := o.macs[0].sum(append([]byte(nil), payload...), payload)
+	raw := o.macs[0].Sum(append([]byte(nil), payload...), payload)
 	return oneTimePrefix + base64.RawURLEncoding.EncodeToString(raw)
 }
 

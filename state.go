@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -134,6 +135,7 @@ var (
 	errStateNilKeys      = reject(ErrNoKey, "RequestStateSecurity.Keys is nil")
 	errStateEmptyKeys    = reject(ErrNoKey, "RequestStateSecurity.Keys holds no key")
 	errStateNoCodec      = reject(ErrNoKey, "codec not made by NewRequestStateCodec")
+	errStateUnderivable  = reject(ErrNoKey, "RequestStateSecurity.Keys: a key cannot be derived from")
 	errStateConfMode     = reject(ErrConfig, "unknown RequestStateSecurity.Mode")
 	errStateConfBinding  = reject(ErrConfig, "unknown RequestStateSecurity.Binding")
 	errStateConfTTL      = reject(ErrConfig, "negative RequestStateSecurity.TTL")
@@ -193,11 +195,17 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 	c.bind = newMACRing(kr, stateBindLabel)
 	if c.mode == Encrypted {
 		var err error
-		if c.aead, err = newAEADRing(kr, stateAESLabel); err != nil {
-			return nil, err
+		if c.aead, err = newAEADRing(kr, stateAESLabel); err != nil || len(c.aead) != kr.Len() {
+			return nil, errStateUnderivable
 		}
 	} else {
 		c.payload = newMACRing(kr, statePayloadLabel)
+		if len(c.payload) != kr.Len() {
+			return nil, errStateUnderivable
+		}
+	}
+	if len(c.bind) != kr.Len() {
+		return nil, errStateUnderivable
 	}
 	return c, nil
 }
@@ -247,10 +255,11 @@ func (c *RequestStateCodec) cachedBindTag(dst []byte, sc *stateScratch, material
 		}
 	}
 	k := c.bind[key]
-	st := k.compute(material)
+	st := k.Begin()
+	st.Write(material)
 	var tag [bindTagLen]byte
-	hex.Encode(tag[:], st.out[:])
-	k.pool.Put(st)
+	hex.Encode(tag[:], st.Tag()[:])
+	k.End(st)
 	if cacheable {
 		e := &sc.tags[sc.next]
 		e.key, e.n, e.tag = key, len(material), tag
@@ -399,7 +408,7 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 	wire = append(wire, signedPrefix...)
 	wire = b64.AppendEncode(wire, payload)
 	wire = append(wire, '.')
-	wire = b64.AppendEncode(wire, c.payload[0].sum(mac[:0], payload))
+	wire = b64.AppendEncode(wire, c.payload[0].Sum(mac[:0], payload))
 	return string(wire), nil
 }
 
@@ -476,10 +485,9 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 			return "", errStateFraming
 		}
 		// []byte(body) neither escapes nor is written to: no copy.
+		// The strict decoder refuses every second spelling of a state.
 		n, err := b64.Decode(rawRegion[:cap(rawRegion)], []byte(body))
-		// The length checks refuse the CR and LF that encoding/base64
-		// skips even in Strict mode: no second spelling is accepted.
-		if err != nil || b64.EncodedLen(n) != len(body) {
+		if err != nil {
 			return "", errStateBase64
 		}
 		var mac [macSize]byte
@@ -497,7 +505,7 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 	case c.mode == Encrypted && strings.HasPrefix(wire, encryptedPrefix):
 		text := wire[len(encryptedPrefix):]
 		n, err := b64.Decode(rawRegion[:cap(rawRegion)], []byte(text))
-		if err != nil || b64.EncodedLen(n) != len(text) {
+		if err != nil {
 			return "", errStateBase64
 		}
 		if n < gcmNonceSize+gcmTagSize {
@@ -724,15 +732,12 @@ func EncodeJSON[T any](c *RequestStateCodec, v T, subject, tool string) (string,
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return "", &causeError{errStateJSONEncode, err}
+		return "", reason.Wrap(ErrUnencodable, "encoding/json cannot encode the state", err)
 	}
 	return c.Encode(string(b), subject, tool)
 }
 
-var (
-	errStateJSON       = reject(ErrStateInvalid, "state is not JSON of the requested type")
-	errStateJSONEncode = reject(ErrUnencodable, "encoding/json cannot encode the state")
-)
+var errStateJSON = reject(ErrStateInvalid, "state is not JSON of the requested type")
 
 // DecodeJSON opens wire with [RequestStateCodec.Decode] and decodes the
 // state into a T. It is fail-closed: on any error the result is T's zero
@@ -757,14 +762,3 @@ func DecodeJSONContext[T any](ctx context.Context, c *RequestStateCodec, wire, s
 	}
 	return v, nil
 }
-
-// causeError is a rejection with a cause from outside the package (a replay
-// store's error, encoding/json's): errors.Is finds both the rejection's
-// sentinel and the cause, and [Reason] gives the rejection's fixed reason.
-type causeError struct {
-	re    error // a *reasonError
-	cause error
-}
-
-func (e *causeError) Error() string   { return e.re.Error() + ": " + e.cause.Error() }
-func (e *causeError) Unwrap() []error { return []error{e.re, e.cause} }

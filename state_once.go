@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -17,7 +18,7 @@ var (
 	errStateReplayed = reject(ErrStateReplayed, "already used")
 	// errStateStore wraps a replay store's failure; the error matches the
 	// store's error, not a state sentinel: the state was not judged.
-	errStateStore = reject(errors.New("ctoken: request state"), "replay store failed")
+	errStateStore = errors.New("ctoken: request state")
 )
 
 // claimOnce records the state identified by id (its MAC for signed states,
@@ -32,7 +33,7 @@ func (c *RequestStateCodec) claimOnce(ctx context.Context, id []byte, exp int64)
 	}
 	first, err := c.replay.Claim(ctx, prefix+hex.EncodeToString(id), time.Unix(exp+1, 0).Add(replay.SkewMargin))
 	if err != nil {
-		return &causeError{errStateStore, err}
+		return reason.Wrap(errStateStore, "replay store failed", err)
 	}
 	if !first {
 		return errStateReplayed
