@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ctoken/ctoken/internal/cursorwire"
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/fxamacker/cbor/v2"
 )
@@ -24,7 +25,6 @@ const (
 	// MaxSessionBytes caps CursorConfig.Session.
 	MaxSessionBytes = 64
 
-	cursorVersion = 1
 	// cursorKeyLabel is the HKDF info label of the cursor MAC subkey.
 	cursorKeyLabel = "ctoken.cursor hmac-sha256 key"
 	// maxFutureSkew is how far in the future IssuedAt may be (clock skew
@@ -201,26 +201,26 @@ func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	if !utf8.ValidString(p.ToolID) || !utf8.ValidString(p.CallerID) {
 		return "", errIDNotUTF8
 	}
-	b := cursorBody{
-		version: cursorVersion,
-		tool:    p.ToolID,
-		caller:  p.CallerID,
-		page:    p.Page,
-		issued:  i.now().Unix(),
-		session: i.session,
-		state:   p.State,
+	b := cursorwire.Body{
+		Version: cursorwire.Version,
+		Tool:    p.ToolID,
+		Caller:  p.CallerID,
+		Page:    p.Page,
+		Issued:  i.now().Unix(),
+		Session: i.session,
+		State:   p.State,
 	}
 	if !p.Args.IsZero() {
-		b.args = p.Args[:]
+		b.Args = p.Args[:]
 	}
 	// The size is known before anything is encoded, so an oversize tool or
 	// caller ID never reaches the fixed-size scratch buffer.
-	n := cursorBodyLen(&b) + macSize
+	n := cursorwire.BodyLen(&b) + macSize
 	if b64.EncodedLen(n) > MaxCursorBytes {
 		return "", errCursorLarge
 	}
 	s := i.getScratch()
-	raw := appendCursorBody(s.raw[:0], &b)
+	raw := cursorwire.AppendBody(s.raw[:0], &b)
 	raw = i.macs[0].Sum(raw, raw)
 	text := s.text[:b64.EncodedLen(n)]
 	b64.Encode(text, raw)
@@ -294,27 +294,27 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	if i.macs.verify(body, tag) < 0 {
 		// A classification hint only: nothing of an unauthenticated body
 		// is ever returned.
-		if f, ok := decodeCursorBody(body); ok && len(f.session) != 0 && !bytes.Equal(f.session, i.session) {
+		if f, ok := cursorwire.DecodeBody(body); ok && len(f.Session) != 0 && !bytes.Equal(f.Session, i.session) {
 			return CursorPayload{}, errCursorForeign
 		}
 		return CursorPayload{}, errCursorMAC
 	}
 	// Exactly one encoding is accepted, the one Issue writes (see
-	// cursor_cbor.go).
-	f, ok := decodeCursorBody(body)
+	// internal/cursorwire).
+	f, ok := cursorwire.DecodeBody(body)
 	if !ok {
 		return CursorPayload{}, errCursorMalformed
 	}
-	if f.version != cursorVersion {
+	if f.Version != cursorwire.Version {
 		return CursorPayload{}, errCursorVersion
 	}
-	if len(f.args) != 0 && len(f.args) != len(Fingerprint{}) {
+	if len(f.Args) != 0 && len(f.Args) != len(Fingerprint{}) {
 		return CursorPayload{}, errCursorArgsLength
 	}
-	if subtle.ConstantTimeCompare(f.session, i.session) != 1 {
+	if subtle.ConstantTimeCompare(f.Session, i.session) != 1 {
 		return CursorPayload{}, errCursorSession
 	}
-	issued := time.Unix(f.issued, 0)
+	issued := time.Unix(f.Issued, 0)
 	now := i.now()
 	if issued.Sub(now) > maxFutureSkew {
 		return CursorPayload{}, errCursorFuture
@@ -323,11 +323,11 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 		return CursorPayload{}, errCursorAge
 	}
 	var args Fingerprint
-	copy(args[:], f.args)
+	copy(args[:], f.Args)
 	switch {
-	case string(f.tool) != want.ToolID:
+	case string(f.Tool) != want.ToolID:
 		return CursorPayload{}, errCursorTool
-	case string(f.caller) != want.CallerID:
+	case string(f.Caller) != want.CallerID:
 		return CursorPayload{}, errCursorCaller
 	case !want.Args.IsZero() && subtle.ConstantTimeCompare(args[:], want.Args[:]) != 1:
 		return CursorPayload{}, errCursorArgs
@@ -336,12 +336,12 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	// than copies. State aliases the pooled scratch and is copied: the one
 	// allocation of a successful Verify, and none when there is no state.
 	var state []byte
-	if len(f.state) > 0 {
-		state = append(make([]byte, 0, len(f.state)), f.state...)
+	if len(f.State) > 0 {
+		state = append(make([]byte, 0, len(f.State)), f.State...)
 	}
 	return CursorPayload{
 		CursorScope: CursorScope{ToolID: want.ToolID, CallerID: want.CallerID, Args: args},
-		Page:        f.page,
+		Page:        f.Page,
 		State:       state,
 		IssuedAt:    issued,
 	}, nil
@@ -349,7 +349,7 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 
 var (
 	// stateEncMode is Core Deterministic Encoding, for IssueState's state;
-	// appendCursorBody reproduces it byte for byte for the cursor body.
+	// cursorwire.AppendBody reproduces it byte for byte for the cursor body.
 	stateEncMode = mustEncMode(cbor.CoreDetEncOptions())
 	// stateDecMode decodes typed cursor state: strict, with room for
 	// application structure.
