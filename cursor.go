@@ -19,10 +19,10 @@ const (
 	MaxCursorBytes = 512
 	// MaxOpaqueStateBytes caps the opaque state a cursor carries.
 	MaxOpaqueStateBytes = 256
-	// DefaultCursorTTL is the cursor lifetime when CursorConfig.TTL is 0.
+	// DefaultCursorTTL is the cursor lifetime when [CursorConfig.TTL] is 0.
 	DefaultCursorTTL = 5 * time.Minute
 
-	// MaxSessionBytes caps CursorConfig.Session.
+	// MaxSessionBytes caps [CursorConfig.Session].
 	MaxSessionBytes = 64
 
 	// cursorKeyLabel is the HKDF info label of the cursor MAC subkey.
@@ -30,16 +30,16 @@ const (
 	// maxFutureSkew is how far in the future IssuedAt may be (clock skew
 	// within a fleet) before a cursor is refused.
 	maxFutureSkew = 60 * time.Second
-	// maxCursorRaw is the largest decoded cursor: MaxCursorBytes of base64.
+	// maxCursorRaw is the largest decoded cursor: [MaxCursorBytes] of base64.
 	maxCursorRaw = MaxCursorBytes * 3 / 4
 	sessionBytes = 8
 )
 
 // Fingerprint is a SHA-256 digest identifying a tool call's arguments; see
-// ArgsFingerprint. The zero Fingerprint means "not bound".
+// [ArgsFingerprint]. The zero [Fingerprint] means "not bound".
 type Fingerprint [32]byte
 
-// IsZero reports whether f is the zero Fingerprint.
+// IsZero reports whether f is the zero [Fingerprint].
 func (f Fingerprint) IsZero() bool { return f == Fingerprint{} }
 
 // CursorScope is what a cursor is bound to: the tool that issued it, the
@@ -55,26 +55,26 @@ type CursorPayload struct {
 	CursorScope
 	// Page is the caller's position, e.g. a page index or offset.
 	Page uint32
-	// State is opaque application state, at most MaxOpaqueStateBytes.
+	// State is opaque application state, at most [MaxOpaqueStateBytes].
 	State []byte
 	// IssuedAt is stamped by Issue (whole seconds); ignored on input.
 	IssuedAt time.Time
 }
 
-// CursorConfig configures a CursorIssuer. Only Keys is required.
+// CursorConfig configures a [CursorIssuer]. Only Keys is required.
 type CursorConfig struct {
 	// Keys signs (primary) and verifies (all) cursors. Required.
 	Keys *Keyring
-	// TTL is the maximum cursor age: 0 means DefaultCursorTTL, negative
+	// TTL is the maximum cursor age: 0 means [DefaultCursorTTL], negative
 	// means no age limit.
 	TTL time.Duration
 	// Session names the server session cursors belong to. Nil means a
 	// random 8-byte nonce minted per issuer, so a restart invalidates every
-	// outstanding cursor (ErrCursorExpired). A fleet behind a load balancer
+	// outstanding cursor ([ErrCursorExpired]). A fleet behind a load balancer
 	// sets the same Session (and Keys) on every instance; changing it
-	// revokes all outstanding cursors at once. At most MaxSessionBytes. A
+	// revokes all outstanding cursors at once. At most [MaxSessionBytes]. A
 	// non-nil empty Session (say, []byte of an unset environment variable)
-	// is ErrConfig rather than a silent random session that would split
+	// is [ErrConfig] rather than a silent random session that would split
 	// the fleet.
 	Session []byte
 	// Now is the clock; nil means time.Now.
@@ -83,13 +83,13 @@ type CursorConfig struct {
 
 // CursorIssuer issues and verifies stateless HMAC-SHA256 pagination
 // cursors. It is safe for concurrent use. The zero value refuses every call
-// with ErrNoKey.
+// with [ErrNoKey].
 type CursorIssuer struct {
 	macs    macRing
 	ttl     time.Duration
 	session []byte
 	now     func() time.Time
-	// scratch is a pointer so that a CursorIssuer value can be copied
+	// scratch is a pointer so that a [CursorIssuer] value can be copied
 	// (and printed, see redact.go) without copying a sync.Pool.
 	scratch *sync.Pool // of *cursorScratch
 }
@@ -135,10 +135,10 @@ func mustDecMode(o cbor.DecOptions) cbor.DecMode {
 	return m
 }
 
-// NewCursorIssuer returns an issuer for cfg. It fails with ErrNoKey when
-// cfg.Keys is nil or holds no key (a zero Keyring), and with ErrConfig when
-// cfg.Session is longer than MaxSessionBytes or empty but not nil. Every TTL is valid: 0 means
-// DefaultCursorTTL and a negative TTL means no age limit.
+// NewCursorIssuer returns an issuer for cfg. It fails with [ErrNoKey] when
+// cfg.Keys is nil or holds no key (a zero [Keyring]), and with [ErrConfig] when
+// cfg.Session is longer than [MaxSessionBytes] or empty but not nil. Every TTL is valid: 0 means
+// [DefaultCursorTTL] and a negative TTL means no age limit.
 func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 	if cfg.Keys == nil || cfg.Keys.Len() == 0 {
 		return nil, reject(ErrNoKey, "CursorConfig.Keys is nil or empty")
@@ -186,10 +186,10 @@ var (
 )
 
 // Issue returns a cursor for p, stamped with the current time. It fails with
-// ErrOpaqueStateTooLarge when p.State is over MaxOpaqueStateBytes and with
-// ErrCursorTooLarge when the cursor would be over MaxCursorBytes. A ToolID
+// [ErrOpaqueStateTooLarge] when p.State is over [MaxOpaqueStateBytes] and with
+// [ErrCursorTooLarge] when the cursor would be over [MaxCursorBytes]. A ToolID
 // or CallerID that is not valid UTF-8 (CBOR text) is an error too. An
-// issuer not made by NewCursorIssuer has no key: Issue fails with ErrNoKey.
+// issuer not made by [NewCursorIssuer] has no key: Issue fails with [ErrNoKey].
 // Every error carries a [Reason].
 func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	if len(i.macs) == 0 {
@@ -253,21 +253,21 @@ var (
 // strict CBOR decode, session, age, scope. Tool and caller must equal want's;
 // Args is compared when want.Args is non-zero.
 //
-// Errors match ErrCursorInvalid (forged, tampered, malformed, truncated,
-// oversize, wrong scope, IssuedAt over 60 s ahead) or ErrCursorExpired (too
+// Errors match [ErrCursorInvalid] (forged, tampered, malformed, truncated,
+// oversize, wrong scope, IssuedAt over 60 s ahead) or [ErrCursorExpired] (too
 // old, or from another server session), and always carry a [Reason]; an
-// issuer not made by NewCursorIssuer refuses every cursor with ErrNoKey. On
+// issuer not made by [NewCursorIssuer] refuses every cursor with [ErrNoKey]. On
 // error the payload is zero.
 //
 // A trade-off: a cursor whose MAC fails but whose body decodes and names
-// another non-empty session is reported as ErrCursorExpired (1020, "start
+// another non-empty session is reported as [ErrCursorExpired] (1020, "start
 // over"), because that is what a cursor from before a restart or a session
-// change looks like, and a client told 1021 would not recover. Its Reason is
+// change looks like, and a client told 1021 would not recover. Its [Reason] is
 // "mac mismatch (other session)" — not "other server session", which only
 // authentic cursors get — so server-side alerting can count it with the
 // other MAC failures as possible tampering. Nothing of the unauthenticated
 // body is returned, and a forged body with an empty session is
-// ErrCursorInvalid.
+// [ErrCursorInvalid].
 func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, error) {
 	if len(i.macs) == 0 {
 		return CursorPayload{}, errCursorNoKey
@@ -348,7 +348,7 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 }
 
 var (
-	// stateEncMode is Core Deterministic Encoding, for IssueState's state;
+	// stateEncMode is Core Deterministic Encoding, for [IssueState]'s state;
 	// cursorwire.AppendBody reproduces it byte for byte for the cursor body.
 	stateEncMode = mustEncMode(cbor.CoreDetEncOptions())
 	// stateDecMode decodes typed cursor state: strict, with room for
@@ -377,7 +377,7 @@ func IssueState[T any](i *CursorIssuer, scope CursorScope, page uint32, state T)
 var errCursorStateType = reject(ErrCursorInvalid, "state does not decode into the requested type")
 
 // VerifyState verifies cursor like Verify and decodes its opaque state into
-// a T. A state that does not decode strictly into T is ErrCursorInvalid.
+// a T. A state that does not decode strictly into T is [ErrCursorInvalid].
 func VerifyState[T any](i *CursorIssuer, cursor string, want CursorScope) (T, CursorPayload, error) {
 	var v T
 	p, err := i.Verify(cursor, want)

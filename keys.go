@@ -18,7 +18,7 @@ const MinKeyBytes = 32
 // Keyring is an immutable, ordered set of secret keys. The first key is the
 // primary: it signs or encrypts every new token. The others are previous keys
 // that still verify, so a key can be rotated without breaking outstanding
-// tokens. A Keyring is safe for concurrent use.
+// tokens. A [Keyring] is safe for concurrent use.
 //
 // Keys are never used directly: each use (cursors, request state, one-time
 // tokens) derives its own subkeys with HKDF-SHA256, so one operator secret can
@@ -27,8 +27,8 @@ type Keyring struct {
 	keys [][]byte
 }
 
-// NewKeyring returns a Keyring with primary first and then previous, in
-// order. Every key must be at least MinKeyBytes long, else ErrKeyTooShort.
+// NewKeyring returns a [Keyring] with primary first and then previous, in
+// order. Every key must be at least [MinKeyBytes] long, else [ErrKeyTooShort].
 // The inputs are copied. NewKeyring checks only the length: the bytes are
 // the caller's to vouch for (use [RandomKey]); [ParseKeyring], which reads
 // operator input, also refuses degenerate keys.
@@ -44,12 +44,12 @@ func NewKeyring(primary []byte, previous ...[]byte) (*Keyring, error) {
 	return kr, nil
 }
 
-// keyFormHint is appended to every key error: the form ParseKeyring
+// keyFormHint is appended to every key error: the form [ParseKeyring]
 // expects. It names no key.
 const keyFormHint = "want comma-separated base64url of at least 32 random bytes, primary first; `ctoken keygen` makes one; whsec_ secrets belong in the webhook config, not in a Keyring"
 
 // keyError returns a key error that matches sentinel with errors.Is, whose
-// Reason names the key's position (i counts from 0) and what is wrong with
+// [Reason] names the key's position (i counts from 0) and what is wrong with
 // it, and whose text adds keyFormHint. It never contains key material.
 func keyError(sentinel error, i, n int, what string) error {
 	re := reason.New(sentinel, fmt.Sprintf("key %d of %d %s", i+1, n, what))
@@ -72,7 +72,7 @@ func RandomKey() []byte {
 	return k
 }
 
-// EncodeKey returns key in the form ParseKeyring reads: base64url without
+// EncodeKey returns key in the form [ParseKeyring] reads: base64url without
 // padding.
 func EncodeKey(key []byte) string {
 	return b64.EncodeToString(key)
@@ -80,8 +80,8 @@ func EncodeKey(key []byte) string {
 
 // ParseKeyring parses a comma-separated list of keys, primary first. Each key
 // is base64url without padding, or standard base64 with or without padding;
-// white space around each key is ignored. A decoded key under MinKeyBytes is
-// ErrKeyTooShort. Anything else malformed is ErrKeyInvalid: an empty entry,
+// white space around each key is ignored. A decoded key under [MinKeyBytes] is
+// [ErrKeyTooShort]. Anything else malformed is [ErrKeyInvalid]: an empty entry,
 // text that is not base64, a webhook secret ("whsec_..."), or a degenerate
 // key (see [degenerateKey]). Error text names the key's position ("key 2 of
 // 3") and the expected form ([keyFormHint]), never the key's content;
@@ -103,7 +103,7 @@ func ParseKeyring(s string) (*Keyring, error) {
 	return NewKeyring(keys[0], keys[1:]...)
 }
 
-// Faults decodeKey reports; keyShort is the ErrKeyTooShort one.
+// Faults decodeKey reports; keyShort is the [ErrKeyTooShort] one.
 const (
 	keyShort      = "is too short"
 	keyEmpty      = "is empty"
@@ -147,7 +147,7 @@ const (
 // random source: every byte equal, a pattern of at most len(key)/2 bytes
 // repeated (so at least twice) over the whole key, or fewer than 9
 // distinct byte values. [ParseKeyring] refuses such keys with
-// ErrKeyInvalid.
+// [ErrKeyInvalid].
 //
 // A 32-byte key from crypto/rand is flagged with probability below 2^-111:
 // a period p ≤ 16 has probability 2^(-8(32-p)) ≤ 2^-128 each (sum < 2^-127),
@@ -182,8 +182,8 @@ func periodic(k []byte, p int) bool {
 	return true
 }
 
-// KeyringFromEnv parses the environment variable name with ParseKeyring.
-// An unset or empty variable is ErrNoKey.
+// KeyringFromEnv parses the environment variable name with [ParseKeyring].
+// An unset or empty variable is [ErrNoKey].
 func KeyringFromEnv(name string) (*Keyring, error) {
 	v := os.Getenv(name)
 	if v == "" {
@@ -196,7 +196,7 @@ func KeyringFromEnv(name string) (*Keyring, error) {
 	return kr, nil
 }
 
-// KeyringFromEnvOrRandom is KeyringFromEnv, except that an unset or empty
+// KeyringFromEnvOrRandom is [KeyringFromEnv], except that an unset or empty
 // variable yields a fresh random key and ephemeral == true. Tokens sealed
 // with an ephemeral key are refused by every other process and after a
 // restart, so use it only for a single process. A variable that is set but
@@ -211,7 +211,7 @@ func KeyringFromEnvOrRandom(name string) (kr *Keyring, ephemeral bool, err error
 }
 
 // Len returns the number of keys in the ring (1 + previous keys), or 0 for
-// a nil or zero Keyring.
+// a nil or zero [Keyring].
 func (k *Keyring) Len() int {
 	if k == nil {
 		return 0
@@ -238,8 +238,8 @@ var hkdfSalt = make([]byte, 32)
 // DeriveKey derives a 32-byte subkey from key with HKDF-SHA256, salt 32 zero
 // bytes and the given info label. It is the derivation every part of this
 // package uses, exported so other implementations can check themselves
-// against it. A key shorter than MinKeyBytes is refused with
-// ErrKeyTooShort (HKDF itself would accept it, except in FIPS 140-only
+// against it. A key shorter than [MinKeyBytes] is refused with
+// [ErrKeyTooShort] (HKDF itself would accept it, except in FIPS 140-only
 // mode, which refuses keys under 112 bits); DeriveKey never panics.
 func DeriveKey(key []byte, label string) ([]byte, error) {
 	if len(key) < MinKeyBytes {
@@ -253,8 +253,8 @@ func DeriveKey(key []byte, label string) ([]byte, error) {
 }
 
 // derive returns the subkey for label of every key in the ring, primary
-// first, or nil if any derivation fails. Every key of a Keyring made by
-// NewKeyring is long enough, so nil only comes from a Keyring built some
+// first, or nil if any derivation fails. Every key of a [Keyring] made by
+// [NewKeyring] is long enough, so nil only comes from a [Keyring] built some
 // other way; callers treat a ring of the wrong size as no key at all.
 func (k *Keyring) derive(label string) [][]byte {
 	out := make([][]byte, len(k.keys))

@@ -37,8 +37,8 @@ type RequestStateBinding uint8
 const (
 	// BindSubject binds a state to the authenticated subject: the material
 	// is the subject. An empty subject is the empty material, the same as
-	// BindNone's, so a state sealed for "" opens for any caller that also
-	// presents "" under BindSubject or BindNone: pass the authenticated
+	// [BindNone]'s, so a state sealed for "" opens for any caller that also
+	// presents "" under [BindSubject] or [BindNone]: pass the authenticated
 	// subject whenever there is one.
 	BindSubject RequestStateBinding = iota
 	// BindSubjectAndTool binds a state to the subject and the tool (for MCP,
@@ -78,36 +78,36 @@ const (
 // falls back to the default.
 type RequestStateSecurity struct {
 	// Keys seals (primary) and opens (all) states. It is required: nil or
-	// an empty Keyring is ErrNoKey. A single process that wants a random
+	// an empty [Keyring] is [ErrNoKey]. A single process that wants a random
 	// key asks for one explicitly ([KeyringFromEnvOrRandom], or
 	// [NewKeyring]([RandomKey]())); states sealed with it survive neither a
 	// restart nor a hop to another instance.
 	Keys *Keyring
-	// Mode is Signed (the zero value) or Encrypted. A codec decodes only
+	// Mode is [Signed] (the zero value) or [Encrypted]. A codec decodes only
 	// states of its own mode.
 	Mode RequestStateMode
-	// Binding is BindSubject (the zero value), BindSubjectAndTool or BindNone.
+	// Binding is [BindSubject] (the zero value), [BindSubjectAndTool] or [BindNone].
 	Binding RequestStateBinding
-	// TTL is the state lifetime; 0 means DefaultStateTTL. Negative is
-	// ErrConfig: every state expires.
+	// TTL is the state lifetime; 0 means [DefaultStateTTL]. Negative is
+	// [ErrConfig]: every state expires.
 	TTL time.Duration
 	// MaxBytes caps the encoded length, checked before decoding; 0 means
-	// DefaultStateMaxBytes. Negative, or too small for a state holding ""
-	// in the chosen mode, is ErrConfig.
+	// [DefaultStateMaxBytes]. Negative, or too small for a state holding ""
+	// in the chosen mode, is [ErrConfig].
 	MaxBytes int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Replay, if set, makes every state single-use: Decode accepts a given
 	// state at most once, recording it in Replay until 60 s after it expires, and
-	// refuses it afterwards with ErrStateReplayed. Nil (the default) keeps
+	// refuses it afterwards with [ErrStateReplayed]. Nil (the default) keeps
 	// states reusable until they expire. See DecodeContext.
 	//
-	// A state is identified by its authenticator: the MAC of a Signed state,
-	// the GCM nonce and tag of an Encrypted one. Signed encoding is
+	// A state is identified by its authenticator: the MAC of a [Signed] state,
+	// the GCM nonce and tag of an [Encrypted] one. [Signed] encoding is
 	// deterministic, so two Encode calls with the same state, binding and
 	// expiry second yield the same wire string and count as one state; put a
 	// unique value (a step counter, a random ID) in the state, or use
-	// Encrypted, whose random nonce makes every encoding distinct.
+	// [Encrypted], whose random nonce makes every encoding distinct.
 	Replay replay.Store
 }
 
@@ -130,7 +130,7 @@ type RequestStateCodec struct {
 	scratch sync.Pool // of *stateScratch
 }
 
-// Configuration errors of NewRequestStateCodec, allocated once.
+// Configuration errors of [NewRequestStateCodec], allocated once.
 var (
 	errStateNilKeys      = reject(ErrNoKey, "RequestStateSecurity.Keys is nil")
 	errStateEmptyKeys    = reject(ErrNoKey, "RequestStateSecurity.Keys holds no key")
@@ -154,7 +154,7 @@ func minStateWire(mode RequestStateMode) int {
 }
 
 // NewRequestStateCodec returns a codec for sec. A nil sec.Keys, or one that
-// holds no key (a zero Keyring), is [ErrNoKey]; a field that is neither
+// holds no key (a zero [Keyring]), is [ErrNoKey]; a field that is neither
 // zero nor valid is [ErrConfig] (see [RequestStateSecurity]). [Reason] names
 // the field at fault.
 func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) {
@@ -225,8 +225,8 @@ func (c *RequestStateCodec) bindTag(dst []byte, key int, subject, tool string) [
 }
 
 // cachedBindTag appends hex(HMAC-SHA256(bindKey, material)) to dst. The
-// material is the subject under BindSubject, subject + "\x00" + tool under
-// BindSubjectAndTool (an empty subject included) and empty under BindNone.
+// material is the subject under [BindSubject], subject + "\x00" + tool under
+// [BindSubjectAndTool] (an empty subject included) and empty under [BindNone].
 //
 // Tags are cached in the pooled scratch sc, a handful per scratch, keyed by
 // the key index and a copy of the material (so a caller's string that is
@@ -325,15 +325,15 @@ var (
 	errStateTooLarge   = reject(ErrStateTooLarge, "encoding over MaxBytes")
 )
 
-// ambiguousSubject reports a subject that BindSubjectAndTool cannot bind:
+// ambiguousSubject reports a subject that [BindSubjectAndTool] cannot bind:
 // its material is subject + "\x00" + tool, so a NUL inside the subject
 // would let ("a\x00b", "c") and ("a", "b\x00c") share a bind tag. Tools may
-// contain NUL (MCPTarget does): the first NUL is the separator.
+// contain NUL ([MCPTarget] does): the first NUL is the separator.
 func (c *RequestStateCodec) ambiguousSubject(subject string) bool {
 	return c.binding == BindSubjectAndTool && strings.IndexByte(subject, 0) >= 0
 }
 
-// Encode seals state for subject (and tool, under BindSubjectAndTool),
+// Encode seals state for subject (and tool, under [BindSubjectAndTool]),
 // expiring after the codec's TTL. state must be valid UTF-8 (it travels as a
 // JSON string), else [ErrUnencodable]; [ErrStateTooLarge] reports a result
 // over MaxBytes. An encrypted state gets a fresh random nonce from
@@ -440,10 +440,10 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 }
 
 // DecodeContext is Decode with a context for the replay store. In
-// single-use mode (RequestStateSecurity.Replay set), after every other check
+// single-use mode ([RequestStateSecurity.Replay] set), after every other check
 // has passed, the state is claimed in the store until its expiry (plus a 60 s
 // clock-skew margin): the first decode of a state succeeds and every later or
-// concurrent one fails with ErrStateReplayed. A state refused for its binding or expiry is not
+// concurrent one fails with [ErrStateReplayed]. A state refused for its binding or expiry is not
 // consumed. A store failure (for example [replay.ErrFull], or ctx's error)
 // is returned wrapped (errors.Is finds it; [Reason] says "replay store
 // failed") and the state is refused. Without Replay, ctx is unused.
@@ -741,12 +741,12 @@ var errStateJSON = reject(ErrStateInvalid, "state is not JSON of the requested t
 
 // DecodeJSON opens wire with [RequestStateCodec.Decode] and decodes the
 // state into a T. It is fail-closed: on any error the result is T's zero
-// value. It is DecodeJSONContext with context.Background().
+// value. It is [DecodeJSONContext] with context.Background().
 func DecodeJSON[T any](c *RequestStateCodec, wire, subject, tool string) (T, error) {
 	return DecodeJSONContext[T](context.Background(), c, wire, subject, tool)
 }
 
-// DecodeJSONContext is DecodeJSON with a context for the replay store of a
+// DecodeJSONContext is [DecodeJSON] with a context for the replay store of a
 // single-use codec: it opens wire with [RequestStateCodec.DecodeContext].
 // A state that opens but is not JSON of type T is [ErrStateInvalid]; in
 // single-use mode it has then been consumed.

@@ -11,7 +11,7 @@ import (
 )
 
 // ErrStateReplayed reports an authentic, unexpired request state that a
-// single-use codec (RequestStateSecurity.Replay set) has already accepted once.
+// single-use codec ([RequestStateSecurity.Replay] set) has already accepted once.
 var ErrStateReplayed = errors.New("ctoken: request state already used")
 
 var (

@@ -14,7 +14,7 @@ import (
 // macSize is the length of an HMAC-SHA256 tag.
 const macSize = mac.Size
 
-// macRing is the HMAC-SHA256 subkey of every key of a Keyring, primary
+// macRing is the HMAC-SHA256 subkey of every key of a [Keyring], primary
 // first, with pooled keyed states (internal/mac).
 type macRing []*mac.Key
 
@@ -45,7 +45,7 @@ func (r macRing) verify(msg, tag []byte) int {
 	return -1
 }
 
-// aeadRing is the AES-256-GCM subkey of every key of a Keyring, primary
+// aeadRing is the AES-256-GCM subkey of every key of a [Keyring], primary
 // first, each from cipher.NewGCMWithRandomNonce: Seal draws a fresh 12-byte
 // nonce and writes nonce || ciphertext || tag, Open reads that layout (its
 // nonce argument is nil), which is also the form Go's FIPS 140-3 mode
