@@ -25,6 +25,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/internal/cursorwire"
 )
 
 var updateVectors = flag.Bool("update-vectors", false, "regenerate testdata/vectors/*.json and testdata/fuzz seed corpora")
@@ -130,7 +132,7 @@ func vecCursorBody(tool, caller string, args []byte, page uint32, issuedAt int64
 	}
 	b := cborHead(nil, 5, n)
 	b = cborHead(b, 0, 1)
-	b = cborHead(b, 0, cursorVersion)
+	b = cborHead(b, 0, cursorwire.Version)
 	b = cborHead(b, 0, 2)
 	b = append(cborHead(b, 3, uint64(len(tool))), tool...)
 	b = cborHead(b, 0, 3)
