@@ -40,10 +40,20 @@ type MemoryStore struct {
 	Now func() time.Time
 
 	mu      sync.Mutex
-	entries map[entryKey]int64  // live entries: hashed id → expiry (unix nanoseconds)
-	leases  map[entryKey]uint64 // the entries that are leases: hashed id → token
+	entries map[entryKey]int64  // claimed and confirmed ids: hashed id → expiry (unix nanoseconds)
 	byTime  expiryHeap          // the entries ordered by expiry, plus stale leftovers
+	leases  map[entryKey]*lease // ids under a lease, which are not in entries
+	byEnd   leaseHeap           // the leases ordered by end
 	tokens  uint64              // the last lease token handed out
+}
+
+// lease is a live lease: its token, its end (unix nanoseconds) and its
+// index in byEnd.
+type lease struct {
+	key   entryKey
+	token uint64
+	end   int64
+	index int
 }
 
 // entryKey is the first 128 bits of the SHA-256 of an ID.
@@ -80,7 +90,7 @@ func (s *MemoryStore) Claim(ctx context.Context, id string, until time.Time) (bo
 		return false, ErrExpired
 	}
 	s.evictLocked(now.UnixNano())
-	if _, live := s.entries[k]; live {
+	if s.liveLocked(k) {
 		return false, nil
 	}
 	if err := s.insertLocked(k, until.UnixNano()); err != nil {
@@ -107,11 +117,11 @@ func (s *MemoryStore) Release(ctx context.Context, id string) error {
 // AcquireLease implements [Leaser]: it takes id for lease by the store's
 // clock if no live entry holds it. Besides the errors of [MemoryStore.Claim]
 // it refuses a lease that is not positive with [ErrExpired].
-func (s *MemoryStore) AcquireLease(ctx context.Context, id string, lease time.Duration) (Lease, error) {
+func (s *MemoryStore) AcquireLease(ctx context.Context, id string, d time.Duration) (Lease, error) {
 	if err := s.check(ctx); err != nil {
 		return Lease{}, err
 	}
-	if lease <= 0 {
+	if d <= 0 {
 		return Lease{}, ErrExpired
 	}
 	k := keyOf(id)
@@ -119,21 +129,23 @@ func (s *MemoryStore) AcquireLease(ctx context.Context, id string, lease time.Du
 	defer s.mu.Unlock()
 	now := s.now().UnixNano()
 	s.evictLocked(now)
-	if until, live := s.entries[k]; live {
-		if _, leased := s.leases[k]; leased {
-			return Lease{State: LeaseBusy, Wait: time.Duration(until - now)}, nil
-		}
+	if l, leased := s.leases[k]; leased {
+		return Lease{State: LeaseBusy, Wait: time.Duration(l.end - now)}, nil
+	}
+	if _, live := s.entries[k]; live {
 		return Lease{State: LeaseDone}, nil
 	}
-	if err := s.insertLocked(k, now+int64(lease)); err != nil {
-		return Lease{}, err
+	if s.lenLocked() >= s.max() {
+		return Lease{}, ErrFull
 	}
 	s.tokens++
+	l := &lease{key: k, token: s.tokens, end: now + int64(d)}
 	if s.leases == nil {
-		s.leases = make(map[entryKey]uint64)
+		s.leases = make(map[entryKey]*lease)
 	}
-	s.leases[k] = s.tokens
-	return Lease{State: LeaseAcquired, Token: strconv.FormatUint(s.tokens, 10)}, nil
+	s.leases[k] = l
+	heap.Push(&s.byEnd, l)
+	return Lease{State: LeaseAcquired, Token: strconv.FormatUint(l.token, 10)}, nil
 }
 
 // ConfirmLease implements [Leaser]: it records id as done until the given
@@ -157,16 +169,15 @@ func (s *MemoryStore) ConfirmLease(ctx context.Context, id, token string, until 
 		return ErrExpired
 	}
 	s.evictLocked(now.UnixNano())
-	if _, live := s.entries[k]; !live {
-		return s.insertLocked(k, until.UnixNano())
-	}
-	if held, leased := s.leases[k]; !leased || held != tok {
+	if l, leased := s.leases[k]; leased {
+		if l.token != tok {
+			return ErrLeaseLost
+		}
+		s.dropLeaseLocked(l)
+	} else if _, live := s.entries[k]; live {
 		return ErrLeaseLost
 	}
-	delete(s.leases, k)
-	s.entries[k] = until.UnixNano()
-	heap.Push(&s.byTime, expiryEntry{key: k, until: until.UnixNano()})
-	return nil
+	return s.insertLocked(k, until.UnixNano())
 }
 
 // ReleaseLease implements [Leaser]: it frees id when token's lease on it is
@@ -184,8 +195,8 @@ func (s *MemoryStore) ReleaseLease(ctx context.Context, id, token string) error 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.evictLocked(s.now().UnixNano())
-	if held, leased := s.leases[k]; leased && held == tok {
-		s.deleteLocked(k)
+	if l, leased := s.leases[k]; leased && l.token == tok {
+		s.dropLeaseLocked(l)
 	}
 	return nil
 }
@@ -196,7 +207,23 @@ func (s *MemoryStore) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.evictLocked(s.now().UnixNano())
-	return len(s.entries)
+	return s.lenLocked()
+}
+
+func (s *MemoryStore) lenLocked() int { return len(s.entries) + len(s.leases) }
+
+// liveLocked reports whether k is claimed, confirmed or leased.
+func (s *MemoryStore) liveLocked(k entryKey) bool {
+	if _, ok := s.entries[k]; ok {
+		return true
+	}
+	_, ok := s.leases[k]
+	return ok
+}
+
+func (s *MemoryStore) dropLeaseLocked(l *lease) {
+	delete(s.leases, l.key)
+	heap.Remove(&s.byEnd, l.index)
 }
 
 // check refuses a done ctx and a negative Max.
@@ -224,9 +251,10 @@ func (s *MemoryStore) max() int {
 	return s.Max
 }
 
-// insertLocked adds a new entry, or fails with ErrFull.
+// insertLocked adds a new entry, or fails with ErrFull. The caller has
+// checked that k is not live, or dropped its lease.
 func (s *MemoryStore) insertLocked(k entryKey, until int64) error {
-	if len(s.entries) >= s.max() {
+	if s.lenLocked() >= s.max() {
 		return ErrFull
 	}
 	if s.entries == nil {
@@ -242,22 +270,26 @@ func (s *MemoryStore) insertLocked(k entryKey, until int64) error {
 // proportional to Max.
 func (s *MemoryStore) deleteLocked(k entryKey) {
 	delete(s.entries, k)
-	delete(s.leases, k)
+	if l, leased := s.leases[k]; leased {
+		s.dropLeaseLocked(l)
+	}
 	if len(s.byTime) > 2*len(s.entries)+64 {
 		s.rebuildLocked()
 	}
 }
 
-// evictLocked removes every entry whose expiry is not after now.
+// evictLocked removes every entry and lease whose end is not after now.
 func (s *MemoryStore) evictLocked(now int64) {
 	for len(s.byTime) > 0 && s.byTime[0].until <= now {
 		e := heap.Pop(&s.byTime).(expiryEntry)
 		// Only delete the entry this heap entry describes: the id may have
-		// been released and taken again, or confirmed, with a later expiry.
+		// been released and claimed again with a later expiry.
 		if u, ok := s.entries[e.key]; ok && u == e.until {
 			delete(s.entries, e.key)
-			delete(s.leases, e.key)
 		}
+	}
+	for len(s.byEnd) > 0 && s.byEnd[0].end <= now {
+		s.dropLeaseLocked(s.byEnd[0])
 	}
 }
 
@@ -286,6 +318,29 @@ func (h *expiryHeap) Pop() any {
 	e := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return e
+}
+
+// leaseHeap is a min-heap of live leases by end, each knowing its index so
+// that a confirmed or released lease leaves the heap at once.
+type leaseHeap []*lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].end < h[j].end }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	l := x.(*lease)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return l
 }
 
 var (
