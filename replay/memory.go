@@ -16,10 +16,12 @@ import (
 // [ErrFull]: it fails closed and never forgets a live entry to make room,
 // because a forgotten entry is an accepted replay.
 //
-// It also implements [Releaser] and [Leaser]. Each entry, whatever the
-// length of its ID, is kept as a 128-bit SHA-256 prefix of the ID and an
-// expiry, without a pointer, so memory is independent of ID length and the
-// garbage collector never scans the entries: a full store of 2^20 entries
+// It also implements [Releaser] and [Leaser]. Each claimed or confirmed
+// entry, whatever the length of its ID, is kept as a 128-bit SHA-256 prefix
+// of the ID and an expiry, without a pointer, so memory is independent of
+// ID length and the garbage collector never scans the entries (a live
+// lease takes a small allocation of its own until it is confirmed,
+// released or ends): a full store of 2^20 entries
 // retains 80 bytes per entry (BenchmarkMemoryStoreBytesPerEntry), and
 // TestMemoryStoreBytesPerEntryBounded holds it under 96. Two distinct IDs collide with
 // negligible probability (2^-128 per pair). Its state is local to the

@@ -1130,3 +1130,49 @@ func TestStandardWebhookReplayRefusedOnInstanceLaggingBySkewMargin(t *testing.T)
 		t.Fatalf("replay on the lagging instance: status %d, handler calls %d, duplicates %d; want a refused duplicate", rec.Code, next.calls.Load(), dups.Load())
 	}
 }
+
+// lostReplyStore takes leases but, while lose is set, reports a timeout
+// instead of the answer: the store's state changed, the caller cannot know.
+type lostReplyStore struct {
+	*replay.MemoryStore
+	lose atomic.Bool
+}
+
+var errTimeout = errors.New("store timed out")
+
+func (s *lostReplyStore) AcquireLease(ctx context.Context, id string, d time.Duration) (replay.Lease, error) {
+	l, err := s.MemoryStore.AcquireLease(ctx, id, d)
+	if s.lose.Load() {
+		return replay.Lease{}, errTimeout
+	}
+	return l, err
+}
+
+// The memory-store form of the slow-store case: the acquire is
+// applied but its answer is lost, so the delivery is refused (503). The
+// sender's retries are refused while that orphaned lease runs, and the
+// first retry after it ends is processed: never acknowledged unprocessed.
+func TestWebhookMiddlewareAcquireAppliedButAnswerLostIsRetriedNotDuplicate(t *testing.T) {
+	clk := newStepClock()
+	store := &lostReplyStore{MemoryStore: &replay.MemoryStore{Now: clk.Now}}
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Now: clk.Now, Lease: 10 * time.Second}
+	next := &recordingHandler{}
+	mw := newVerifier(t, cfg).Middleware(next)
+	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+	store.lose.Store(true)
+	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("delivery whose acquire answer was lost: status %d, want 503", rec.Code)
+	}
+	store.lose.Store(false)
+	clk.Advance(5 * time.Second)
+	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusServiceUnavailable || next.calls.Load() != 0 {
+		t.Fatalf("retry during the orphaned lease: status %d, handler calls %d; want 503 and none", rec.Code, next.calls.Load())
+	}
+	clk.Advance(5 * time.Second)
+	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK || rec.Body.String() != "processed" {
+		t.Fatalf("retry after the orphaned lease ended: %d %q, want processed", rec.Code, rec.Body)
+	}
+	if n := next.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
