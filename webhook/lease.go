@@ -115,38 +115,47 @@ func (l *Lease) Expires() time.Time {
 // [ErrDuplicate], for the dedup window (and, for a delivery with a signed
 // timestamp, at least [replay.SkewMargin] past the last instant the
 // timestamp check accepts it). When the store fails it retries, with
-// backoff, until ctx is done or the lease expires.
+// backoff, until ctx is done or the lease expires — or, when called that
+// late, for a quarter of [Config.Lease]: a confirmation after the lease
+// expired still succeeds if no other attempt has taken the delivery.
 //
 // An error matches [ErrReplayStore] and the store's last error: with
 // [replay.ErrLeaseLost], the lease had expired and another attempt took the
-// delivery (the work ran twice — give the work less time than
-// [Lease.Deadline] allows); otherwise the store did not record the
-// outcome, and after the lease expires a copy of the delivery would be
-// processed again.
+// delivery (the work ran twice — finish the work by [Lease.Deadline]);
+// otherwise the store did not record the outcome, and after the lease
+// expires a copy of the delivery would be processed again.
 func (l *Lease) Confirm(ctx context.Context) error {
 	if l == nil || l.v == nil {
 		return errLeaseNotAcquired
 	}
 	p := l.v.p
 	until := p.holdUntil(&l.d)
+	giveUp := l.expires
+	if late := time.Now().Add(p.lease / 4); late.After(giveUp) {
+		giveUp = late
+	}
+	ctx, cancel := context.WithDeadline(ctx, giveUp)
+	defer cancel()
+	failed := func(err error) error {
+		return reason.Wrap(ErrReplayStore, "replay store could not confirm the delivery", err)
+	}
 	wait := 10 * time.Millisecond
 	for {
 		err := p.leaser.ConfirmLease(ctx, l.key, l.token, until)
-		if err == nil {
+		switch {
+		case err == nil:
 			return nil
-		}
-		if errors.Is(err, replay.ErrLeaseLost) {
+		case errors.Is(err, replay.ErrLeaseLost):
 			return reason.Wrap(ErrReplayStore, "lease lost: another attempt took the delivery after the lease expired", err)
-		}
-		if errors.Is(err, replay.ErrExpired) || errors.Is(err, replay.ErrConfig) ||
-			ctx.Err() != nil || time.Now().Add(wait).After(l.expires) {
-			return reason.Wrap(ErrReplayStore, "replay store could not confirm the delivery", err)
+		case errors.Is(err, replay.ErrExpired), errors.Is(err, replay.ErrConfig),
+			ctx.Err() != nil, time.Now().Add(wait).After(giveUp):
+			return failed(err)
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return reason.Wrap(ErrReplayStore, "replay store could not confirm the delivery", err)
+			return failed(err)
 		case <-t.C:
 		}
 		wait = min(2*wait, time.Second)
@@ -156,12 +165,15 @@ func (l *Lease) Confirm(ctx context.Context) error {
 // Release gives the delivery up after its processing failed, so that the
 // sender's retry is processed at once rather than refused with
 // [ErrInProgress] until the lease expires. It frees the delivery only while
-// this lease holds it. A store failure matches [ErrReplayStore] and the
-// store's error; the lease then ends by itself at [Lease.Expires].
+// this lease holds it, and waits at most a quarter of [Config.Lease] for
+// the store. A store failure matches [ErrReplayStore] and the store's
+// error; the lease then ends by itself at [Lease.Expires].
 func (l *Lease) Release(ctx context.Context) error {
 	if l == nil || l.v == nil {
 		return errLeaseNotAcquired
 	}
+	ctx, cancel := context.WithTimeout(ctx, l.v.p.lease/4)
+	defer cancel()
 	if err := l.v.p.leaser.ReleaseLease(ctx, l.key, l.token); err != nil {
 		return reason.Wrap(ErrReplayStore, "replay store could not release the delivery", err)
 	}

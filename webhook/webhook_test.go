@@ -1176,3 +1176,52 @@ func TestWebhookMiddlewareAcquireAppliedButAnswerLostIsRetriedNotDuplicate(t *te
 		t.Fatalf("handler ran %d times, want 1", n)
 	}
 }
+
+// A handler that ignores its context and outruns the lease: when nobody
+// took the delivery meanwhile, the late confirmation still records it; when
+// a copy was processed meanwhile, OnLeaseError reports the lost lease (the
+// delivery ran twice).
+func TestWebhookMiddlewareHandlerOutrunningItsLease(t *testing.T) {
+	for _, copyMeanwhile := range []bool{false, true} {
+		var leaseErrs []error
+		var mu sync.Mutex
+		cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Lease: 100 * time.Millisecond,
+			OnLeaseError: func(_ *http.Request, _ Delivery, err error) {
+				mu.Lock()
+				leaseErrs = append(leaseErrs, err)
+				mu.Unlock()
+			}}
+		var calls atomic.Int32
+		overrun := make(chan struct{})
+		mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if calls.Add(1) == 1 {
+				<-overrun // ignores r.Context()
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+		done := make(chan int)
+		go func() { done <- deliver(mw, h, "payload").Code }()
+		time.Sleep(200 * time.Millisecond) // the lease has ended
+		if copyMeanwhile {
+			if rec := deliver(mw, h, "payload"); rec.Code != http.StatusNoContent {
+				t.Fatalf("copy after the lease ended: status %d, want 204 (processed)", rec.Code)
+			}
+		}
+		close(overrun)
+		if code := <-done; code != http.StatusNoContent {
+			t.Fatalf("overrunning attempt: status %d, want its 204", code)
+		}
+		if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK {
+			t.Fatalf("copy afterwards: status %d, want 200", rec.Code)
+		}
+		mu.Lock()
+		switch {
+		case !copyMeanwhile && (len(leaseErrs) != 0 || calls.Load() != 1):
+			t.Fatalf("no copy meanwhile: lease errors %v, handler calls %d; want none and 1", leaseErrs, calls.Load())
+		case copyMeanwhile && (len(leaseErrs) != 1 || !errors.Is(leaseErrs[0], replay.ErrLeaseLost) || calls.Load() != 2):
+			t.Fatalf("copy meanwhile: lease errors %v, handler calls %d; want ErrLeaseLost and 2", leaseErrs, calls.Load())
+		}
+		mu.Unlock()
+	}
+}
