@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken/internal/leasetest"
 	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/redis/go-redis/v9"
 )
 
 func TestLeaseContract(t *testing.T) {
 	c := newTestClient(t)
-	leasetest.Run(t, func(t *testing.T) leasetest.Store {
+	replaytest.RunLeaseContract(t, func(t *testing.T) replaytest.Store {
 		s, err := New(c, Options{Prefix: uniquePrefix(t, c)})
 		if err != nil {
 			t.Fatal(err)

@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/internal/clocktest"
-	"github.com/ctoken/ctoken/internal/leasetest"
 	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
 )
 
 func TestMemoryStoreLeaseContract(t *testing.T) {
-	leasetest.Run(t, func(*testing.T) leasetest.Store { return replay.NewMemoryStore(1000) })
+	replaytest.RunLeaseContract(t, func(*testing.T) replaytest.Store { return replay.NewMemoryStore(1000) })
 }
 
 func TestMemoryStoreLeaseRefusesWhenFullAndKeepsLiveEntries(t *testing.T) {

@@ -1,7 +1,9 @@
-// Package leasetest is the contract of [replay.Leaser], run by the tests of
-// every implementation (the memory store and the Redis store) against the
-// real clock with short leases.
-package leasetest
+// Package replaytest checks that a replay store keeps the contract of the
+// [replay] package. [RunLeaseContract] is run by the tests of every
+// [replay.Leaser] this repository ships (the memory store and redisstore);
+// the author of another store can run it too. It uses the real clock with
+// short leases, so it takes about a second.
+package replaytest
 
 import (
 	"context"
@@ -15,18 +17,19 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// Store is a replay store with leases.
+// Store is a replay store with leases: what [RunLeaseContract] checks.
 type Store interface {
 	replay.Store
 	replay.Leaser
 }
 
-// Lease is the lease duration of the tests that wait for a lease to end.
+// Lease is the lease duration of the contract tests that wait for a lease
+// to end.
 const Lease = 150 * time.Millisecond
 
-// Run runs every contract test against a fresh store from newStore per test.
+// RunLeaseContract runs every contract test against a fresh store from newStore per test.
 // IDs need not be unique across calls of newStore.
-func Run(t *testing.T, newStore func(t *testing.T) Store) {
+func RunLeaseContract(t *testing.T, newStore func(t *testing.T) Store) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s Store)
