@@ -14,10 +14,12 @@
 //     subject (and tool), with expiry, wire-compatible with the reference D
 //     implementation.
 //
-// Beside them it offers single-use tokens ([OneTimeIssuer]), webhook
-// signing and verification ([WebhookSigner], [WebhookVerifier]) and the
-// [ReplayStore] that single-use request state, one-time tokens and webhook
-// deduplication record what they have accepted in.
+// Beside them it offers single-use tokens ([OneTimeIssuer]) and an RFC 8693
+// endpoint that exchanges one for a credential ([ExchangeHandler]). Webhook
+// signing and verification live in package [github.com/ctoken/ctoken/webhook],
+// and the replay store that single-use request state, one-time tokens and
+// webhook deduplication record what they have accepted in, in package
+// [github.com/ctoken/ctoken/replay].
 //
 // Keys come from a [Keyring]: a primary key that seals new tokens and
 // previous keys that still open old ones. Every use derives its own subkey
