@@ -15,8 +15,9 @@
 //     implementation.
 //
 // Beside them it offers single-use tokens ([OneTimeIssuer]), which share
-// the [Keyring], the HKDF label space and the base64url framing. Two
-// packages of this module stand beside the root:
+// the [Keyring], the HKDF label space and the base64url framing, and an
+// RFC 8693 endpoint that exchanges one for a credential
+// ([ExchangeHandler]). Two packages of this module stand beside the root:
 //
 //   - [github.com/ctoken/ctoken/replay]: the [replay.Store] in which
 //     single-use request state ([RequestStateSecurity.Replay]), one-time
