@@ -40,6 +40,8 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 // sign a time, the timestamp within the tolerance either way
 // ([ErrTimestamp]). The timestamp window is checked after the signature,
 // so ErrTimestamp always means an authentic but stale or future delivery.
+// Schemes that carry the delivery ID in the body ([Stripe], [Slack]) read
+// and check it last, from the authentic body ([ErrMalformed]).
 // A refused delivery returns the zero Delivery and costs no allocation.
 func (v *Verifier) Verify(h http.Header, body []byte) (Delivery, error) {
 	if v == nil || v.p == nil {
@@ -49,16 +51,22 @@ func (v *Verifier) Verify(h http.Header, body []byte) (Delivery, error) {
 	if int64(len(body)) > p.maxBody {
 		return Delivery{}, errBodyTooLarge
 	}
-	id, ok := single(h, p.idHeader)
-	if !ok {
-		return Delivery{}, errIDHeader
-	}
-	if err := checkID(id, p.scheme.forbidsDot()); err != nil {
-		return Delivery{}, err
+	var id string
+	if p.idHeader != "" { // else the scheme reads the ID from the verified body
+		var ok bool
+		if id, ok = single(h, p.idHeader); !ok {
+			return Delivery{}, errIDHeader
+		}
+		if err := checkID(id, p.scheme.forbidsDot()); err != nil {
+			return Delivery{}, err
+		}
 	}
 	got, err := p.scheme.verify(p, h, body, id)
 	if err != nil {
 		return Delivery{}, err // fail closed: nothing of a refused delivery
+	}
+	if p.idHeader == "" {
+		id = got.id
 	}
 	return Delivery{ID: id, Timestamp: got.ts, mac: got.mac, verified: true}, nil
 }
