@@ -53,6 +53,7 @@ var (
 	errStripeSecret  = reason.New(ErrSecretInvalid, "Stripe signing secret does not start with whsec_")
 	errStripeEventID = reason.New(ErrMalformed, "body is not a JSON object with one string id of 1 to 256 printable ASCII characters")
 	errStripeSignID  = reason.New(ErrMalformed, "id is not the id of the event in the body")
+	errStripeT       = reason.New(ErrMalformed, "signature header has no t= item or more than one")
 )
 
 func (s *stripe) String() string { return s.name }
@@ -133,7 +134,7 @@ func parseStripeHeader(s string, dst *[maxStripeV1][mac.Size]byte) (tsText strin
 		switch key {
 		case "t":
 			if seenT {
-				return "", 0, errTSMalformed
+				return "", 0, errStripeT
 			}
 			seenT = true
 			if _, ok := parseUnixSeconds(val); !ok {
@@ -147,7 +148,7 @@ func parseStripeHeader(s string, dst *[maxStripeV1][mac.Size]byte) (tsText strin
 		}
 	}
 	if !seenT {
-		return "", 0, errTSHeader
+		return "", 0, errStripeT
 	}
 	if n == 0 {
 		return "", 0, errSigMalformed
