@@ -237,3 +237,23 @@ func FuzzEd25519Verify(f *testing.F) {
 
 // hexMAC is the lower-case hex HMAC-SHA256 of msg, built with crypto/hmac.
 func hexMAC(secret, msg string) string { return hex.EncodeToString(standardMAC([]byte(secret), msg)) }
+
+// FuzzOnEd25519Curve checks the public key check against crypto/ed25519
+// itself: a key is refused exactly when crypto/ed25519 reports it is not a
+// valid public key (rather than that the signature does not verify).
+func FuzzOnEd25519Curve(f *testing.F) {
+	pub, _ := parseEd25519Key(edPub, Ed25519PublicKeyPrefix)
+	f.Add(pub)
+	f.Add(make([]byte, 32))
+	f.Add([]byte(strings.Repeat("\xff", 32)))
+	f.Fuzz(func(t *testing.T, key []byte) {
+		if len(key) != ed25519.PublicKeySize {
+			return
+		}
+		err := ed25519.VerifyWithOptions(ed25519.PublicKey(key), []byte("m"), make([]byte, ed25519.SignatureSize), &ed25519.Options{})
+		badKey := err != nil && strings.Contains(err.Error(), "public key")
+		if onEd25519Curve(key) == badKey {
+			t.Fatalf("key %x: onEd25519Curve %v, crypto/ed25519 says %v", key, !badKey, err)
+		}
+	})
+}

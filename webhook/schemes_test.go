@@ -361,3 +361,22 @@ func TestEd25519SchemeWorksUnderFIPS140Only(t *testing.T) {
 		t.Fatalf("child under GODEBUG=fips140=only: %v\n%s", err, out)
 	}
 }
+
+// A whpk_ key of 32 bytes that is not a point of the curve would make
+// every delivery fail as forged; it is refused at construction instead.
+func TestEd25519VerifierRefusesAPublicKeyOffTheCurve(t *testing.T) {
+	var off []byte
+	for i := 0; off == nil; i++ {
+		k := make([]byte, 32)
+		k[0] = byte(i)
+		err := ed25519.VerifyWithOptions(ed25519.PublicKey(k), []byte("m"), make([]byte, 64), &ed25519.Options{})
+		if err != nil && strings.Contains(err.Error(), "public key") {
+			off = k
+		}
+	}
+	secret := Ed25519PublicKeyPrefix + base64.StdEncoding.EncodeToString(off)
+	v, err := NewVerifier(Config{Scheme: StandardWebhooksEd25519(), Secrets: []string{edPub, secret}})
+	if v != nil || !errors.Is(err, ErrSecretInvalid) || Reason(err) != "Ed25519 public key is not a point of the curve" || !strings.Contains(err.Error(), "(secret 2 of 2)") {
+		t.Fatalf("NewVerifier = %v, %v", v, err)
+	}
+}

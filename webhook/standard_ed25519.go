@@ -3,6 +3,7 @@ package webhook
 import (
 	"crypto/ed25519"
 	"fmt"
+	"math/big"
 	"net/http"
 	"strconv"
 	"strings"
@@ -70,6 +71,7 @@ const ed25519SigTextLen = (ed25519.SignatureSize + 2) / 3 * 4
 var (
 	errEdKeyKind   = reason.New(ErrSecretInvalid, "an Ed25519 Verifier takes whpk_ public keys and a Signer whsk_ private keys")
 	errEdKeyBase64 = reason.New(ErrSecretInvalid, "Ed25519 key not padded standard base64 of 32 bytes after its prefix")
+	errEdKeyPoint  = reason.New(ErrSecretInvalid, "Ed25519 public key is not a point of the curve")
 )
 
 func (s *standardEd25519) loadKeys(p *params, secrets []string, signer bool) error {
@@ -85,6 +87,9 @@ func (s *standardEd25519) loadKeys(p *params, secrets []string, signer bool) err
 		if signer {
 			p.edKeys.priv = append(p.edKeys.priv, ed25519.NewKeyFromSeed(raw))
 		} else {
+			if !onEd25519Curve(raw) {
+				return fmt.Errorf("%w (secret %d of %d)", errEdKeyPoint, i+1, len(secrets))
+			}
 			p.edKeys.pub = append(p.edKeys.pub, ed25519.PublicKey(raw))
 		}
 	}
@@ -106,6 +111,44 @@ func parseEd25519Key(secret, prefix string) ([]byte, error) {
 		return nil, errEdKeyBase64
 	}
 	return raw, nil
+}
+
+// Curve constants of edwards25519: the field prime p = 2^255 - 19 and
+// d = -121665/121666 mod p.
+var (
+	edP = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 255), big.NewInt(19))
+	edD = func() *big.Int {
+		d := new(big.Int).ModInverse(big.NewInt(121666), edP)
+		d.Mul(d, big.NewInt(-121665))
+		return d.Mod(d, edP)
+	}()
+)
+
+// onEd25519Curve reports whether the 32 bytes of a public key decode to a
+// point of edwards25519 as crypto/ed25519 decodes them (RFC 8032 §5.1.3:
+// y from the low 255 bits, reduced; the key is a point when
+// x² = (y² - 1) / (d·y² + 1) has a square root). crypto/ed25519 refuses
+// every signature under any other key, so such a key is refused when it
+// is configured rather than silently matching nothing. Public keys are not
+// secret: math/big's variable time is fine here.
+func onEd25519Curve(key []byte) bool {
+	le := make([]byte, len(key))
+	for i, b := range key {
+		le[len(key)-1-i] = b
+	}
+	le[0] &= 0x7f // the sign bit of x
+	y := new(big.Int).SetBytes(le)
+	y2 := new(big.Int).Mul(y, y)
+	u := new(big.Int).Sub(y2, big.NewInt(1))
+	v := new(big.Int).Mul(edD, y2)
+	v.Add(v, big.NewInt(1)).Mod(v, edP) // never zero: -1/d is not a square
+	x2 := u.Mul(u, v.ModInverse(v, edP)).Mod(u, edP)
+	if x2.Sign() == 0 {
+		return true
+	}
+	// Euler's criterion: x2 is a square iff x2^((p-1)/2) = 1.
+	e := new(big.Int).Rsh(new(big.Int).Sub(edP, big.NewInt(1)), 1)
+	return new(big.Int).Exp(x2, e, edP).Cmp(big.NewInt(1)) == 0
 }
 
 // edMsgPool holds buffers for the signed message id.timestamp.body, which
