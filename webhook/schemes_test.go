@@ -380,3 +380,20 @@ func TestEd25519VerifierRefusesAPublicKeyOffTheCurve(t *testing.T) {
 		t.Fatalf("NewVerifier = %v, %v", v, err)
 	}
 }
+
+// A v1a signer with two private keys (a rotation) writes one entry per
+// key; a verifier holding either public key accepts the delivery.
+func TestEd25519SignerSignsWithEveryKeyForRotation(t *testing.T) {
+	clk := newStepClock()
+	s := newSigner(t, Config{Scheme: StandardWebhooksEd25519(), Secrets: []string{edPriv, edPriv2}, Now: clk.Now})
+	h := signed(t, s, "msg_1", "{}")
+	if entries := strings.Fields(h.Get(HeaderStandardSignature)); len(entries) != 2 || !strings.HasPrefix(entries[1], "v1a,") {
+		t.Fatalf("signature header %q", h.Get(HeaderStandardSignature))
+	}
+	for _, pubs := range [][]string{{edPub}, {edPub2}, {edPub2, edPub}} {
+		v := newVerifier(t, Config{Scheme: StandardWebhooksEd25519(), Secrets: pubs, Now: clk.Now})
+		if _, err := v.Verify(h, []byte("{}")); err != nil {
+			t.Fatalf("verifier with %d keys: %v", len(pubs), err)
+		}
+	}
+}
