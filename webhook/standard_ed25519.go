@@ -29,10 +29,13 @@ var schemeStandardEd25519 = &standardEd25519{&standard{
 }}
 
 // edKeys holds the keys of [StandardWebhooksEd25519]: public keys for a
-// verifier, private keys for a signer.
+// verifier, private keys for a signer; and the verifier's buffers for the
+// signed message id.timestamp.body, which Ed25519 (unlike HMAC) must see
+// as one slice.
 type edKeys struct {
 	pub  []ed25519.PublicKey
 	priv []ed25519.PrivateKey
+	msgs sync.Pool // of *[]byte
 }
 
 // Key prefixes of [StandardWebhooksEd25519].
@@ -151,10 +154,6 @@ func onEd25519Curve(key []byte) bool {
 	return new(big.Int).Exp(x2, e, edP).Cmp(big.NewInt(1)) == 0
 }
 
-// edMsgPool holds buffers for the signed message id.timestamp.body, which
-// Ed25519 (unlike HMAC) must see as one slice.
-var edMsgPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
-
 // maxPooledMsg is the largest message buffer returned to the pool.
 const maxPooledMsg = DefaultMaxBody + 1024
 
@@ -176,7 +175,10 @@ func (s *standardEd25519) verify(p *params, h http.Header, body []byte, id strin
 	if !ok {
 		return verified{}, errSigMalformed
 	}
-	bp := edMsgPool.Get().(*[]byte)
+	bp, _ := p.edKeys.msgs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
 	msg := append((*bp)[:0], id...)
 	msg = append(msg, '.')
 	msg = append(msg, tsText...)
@@ -192,7 +194,7 @@ func (s *standardEd25519) verify(p *params, h http.Header, body []byte, id strin
 	}
 	if cap(msg) <= maxPooledMsg {
 		*bp = msg[:0]
-		edMsgPool.Put(bp)
+		p.edKeys.msgs.Put(bp)
 	}
 	if !matched {
 		return verified{}, errSigMismatch
