@@ -34,9 +34,10 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 //
 // Order: body cap ([ErrTooLarge]); ID present, 1 to [MaxIDBytes] bytes of
 // printable ASCII, and for schemes that sign a timestamp the timestamp
-// present and 1 to 12 digits without a leading zero ([ErrMalformed]); signature header present, at
-// most [MaxSignatureHeaderBytes], and a signature matching under some
-// secret, compared in constant time ([ErrSignature]); for schemes that
+// present and 1 to 12 digits without a leading zero ([ErrMalformed]);
+// signature header present, at most [MaxSignatureHeaderBytes], and a
+// signature matching under some secret, compared in constant time
+// ([ErrSignature]); for schemes that
 // sign a time, the timestamp within the tolerance either way
 // ([ErrTimestamp]). The timestamp window is checked after the signature,
 // so ErrTimestamp always means an authentic but stale or future delivery.
