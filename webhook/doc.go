@@ -22,7 +22,8 @@
 // Every rejection matches exactly one of the package's sentinel errors with
 // errors.Is, and [Reason] gives a fixed, log-safe description of the check
 // that failed; [Verifier.Verify] refuses a forged or stale delivery without
-// allocating, and returns nothing of a refused delivery. Secrets never
+// allocating (a forged Ed25519 signature costs one allocation inside
+// crypto/ed25519), and returns nothing of a refused delivery. Secrets never
 // print: [Config], [Verifier] and [Signer] show them redacted under every
 // fmt verb, through log/slog and through encoding/json. A zero [Verifier] or
 // [Signer] refuses every call with [ErrNoSecret].

@@ -37,13 +37,14 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 // present and 1 to 12 digits without a leading zero ([ErrMalformed]);
 // signature header present, at most [MaxSignatureHeaderBytes], and a
 // signature matching under some secret, compared in constant time
-// ([ErrSignature]); for schemes that
-// sign a time, the timestamp within the tolerance either way
-// ([ErrTimestamp]). The timestamp window is checked after the signature,
+// ([ErrSignature]); for schemes that sign a time, the timestamp within the
+// tolerance either way ([ErrTimestamp]). The timestamp window is checked after the signature,
 // so ErrTimestamp always means an authentic but stale or future delivery.
 // Schemes that carry the delivery ID in the body ([Stripe], [Slack]) read
 // and check it last, from the authentic body ([ErrMalformed]).
-// A refused delivery returns the zero Delivery and costs no allocation.
+// A refused delivery returns the zero Delivery and costs no allocation,
+// except a well-formed forged Ed25519 signature (see
+// [StandardWebhooksEd25519]).
 func (v *Verifier) Verify(h http.Header, body []byte) (Delivery, error) {
 	if v == nil || v.p == nil {
 		return Delivery{}, errZeroVerifier
