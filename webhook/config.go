@@ -31,12 +31,14 @@ const (
 // constructor, as is any option that has no effect under Scheme or on a
 // Signer. A Config prints its secrets redacted (see [Config.Format]).
 type Config struct {
-	// Scheme is the signature scheme: [HMACSHA256], [GitHub] or
-	// [StandardWebhooks]. It is required.
+	// Scheme is the signature scheme, one of the values listed under
+	// [Scheme]. It is required.
 	Scheme Scheme
 	// Secrets are the shared secrets, at least one, in the form the scheme
-	// documents. Any of them verifies a delivery, so a secret can be
-	// rotated by adding the new one first and removing the old one later.
+	// documents (for [StandardWebhooksEd25519], public keys for a Verifier
+	// and private keys for a Signer). Any of them verifies a delivery, so a
+	// secret can be rotated by adding the new one first and removing the
+	// old one later.
 	Secrets []string
 	// SignatureHeader and IDHeader rename the headers of [HMACSHA256];
 	// empty means [HeaderWebhookSignature] and [HeaderWebhookID]. Other
@@ -104,6 +106,7 @@ type Config struct {
 type params struct {
 	scheme                        Scheme
 	keys                          []*mac.Key
+	edKeys                        edKeys // StandardWebhooksEd25519 only
 	idHeader, tsHeader, sigHeader string
 	tolerance                     time.Duration
 	maxBody                       int64
@@ -120,11 +123,10 @@ type params struct {
 
 // newParams validates cfg for a verifier or, when signer, for a signer.
 func newParams(cfg Config, signer bool) (*params, error) {
-	switch cfg.Scheme.(type) {
-	case nil:
+	if cfg.Scheme == nil {
 		return nil, errNoScheme
-	case *hmacSHA256, *standard:
-	default: // a type embedding Scheme: its methods are not ours
+	}
+	if !ownScheme(cfg.Scheme) { // a type embedding Scheme: its methods are not ours
 		return nil, errForeignScheme
 	}
 	if signer && (cfg.Tolerance != 0 || cfg.MaxBody != 0 || cfg.Replay != nil || cfg.DedupWindow != 0 || cfg.OnReject != nil) {
@@ -159,12 +161,8 @@ func newParams(cfg Config, signer bool) (*params, error) {
 		onDuplicate:  cfg.OnDuplicate,
 		onLeaseError: cfg.OnLeaseError,
 	}
-	for i, s := range cfg.Secrets {
-		k, err := newKey(cfg.Scheme, s)
-		if err != nil {
-			return nil, fmt.Errorf("%w (secret %d of %d)", err, i+1, len(cfg.Secrets))
-		}
-		p.keys = append(p.keys, k)
+	if err := cfg.Scheme.loadKeys(p, cfg.Secrets, signer); err != nil {
+		return nil, err
 	}
 	if err := cfg.Scheme.configure(&cfg, p); err != nil {
 		return nil, err
@@ -204,9 +202,9 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	return p, nil
 }
 
-// newKey parses one secret under scheme into a pooled HMAC key.
-func newKey(scheme Scheme, secret string) (*mac.Key, error) {
-	raw, err := scheme.parseSecret(secret)
+// newKey parses one secret with parse into a pooled HMAC key.
+func newKey(parse func(string) ([]byte, error), secret string) (*mac.Key, error) {
+	raw, err := parse(secret)
 	if err != nil {
 		return nil, err
 	}
@@ -282,10 +280,10 @@ func (cfg Config) MarshalJSON() ([]byte, error) {
 // schemeName names s without calling methods of a type that is not the
 // package's own.
 func schemeName(s Scheme) string {
-	switch s.(type) {
-	case nil:
+	switch {
+	case s == nil:
 		return "<nil>"
-	case *hmacSHA256, *standard:
+	case ownScheme(s):
 		return s.String()
 	}
 	return "<not a webhook scheme>"
@@ -304,12 +302,15 @@ func (p *params) describe(kind string) string {
 	if p == nil {
 		return "webhook." + kind + "{zero}"
 	}
-	return "webhook." + kind + "{Scheme: " + p.scheme.String() + ", Secrets: " + redactedSecrets(len(p.keys)) + "}"
+	return "webhook." + kind + "{Scheme: " + p.scheme.String() + ", Secrets: " + redactedSecrets(p.secretCount()) + "}"
 }
 
 func (p *params) logValue() slog.Value {
 	if p == nil {
 		return slog.GroupValue(slog.Bool("zero", true))
 	}
-	return slog.GroupValue(slog.String("scheme", p.scheme.String()), slog.Int("secrets", len(p.keys)))
+	return slog.GroupValue(slog.String("scheme", p.scheme.String()), slog.Int("secrets", p.secretCount()))
 }
+
+// secretCount is the number of configured secrets or keys.
+func (p *params) secretCount() int { return len(p.keys) + len(p.edKeys.pub) + len(p.edKeys.priv) }

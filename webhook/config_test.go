@@ -168,7 +168,7 @@ func TestStandardWebhooksAcceptsPaddedAndUnpaddedSecrets(t *testing.T) {
 // at construction when the mode is on, and work when it is off.
 func TestShortHMACSecretRefusedInFIPSModeOnly(t *testing.T) {
 	const short = "gh-secret" // 72 bits
-	for _, scheme := range []Scheme{HMACSHA256(), GitHub()} {
+	for _, scheme := range []Scheme{HMACSHA256(), GitHub(), Shopify()} {
 		cfg := Config{Scheme: scheme, Secrets: []string{short}}
 		v, verr := NewVerifier(cfg)
 		s, serr := NewSigner(cfg)
@@ -188,6 +188,14 @@ func TestShortHMACSecretRefusedInFIPSModeOnly(t *testing.T) {
 		}
 		if _, err := v.Verify(signed(t, s, "evt-1", "x"), []byte("x")); err != nil {
 			t.Fatalf("%v: %v", scheme, err)
+		}
+	}
+	// Slack and Stripe secrets are HMAC keys too: refused exactly when the
+	// mode is on.
+	for _, cfg := range []Config{{Scheme: Slack(), Secrets: []string{short}}, {Scheme: Stripe(), Secrets: []string{"whsec_short"}}} {
+		_, err := NewVerifier(cfg)
+		if fips140.Enabled() != (err != nil) || (err != nil && !strings.Contains(err.Error(), "FIPS 140-3 mode")) {
+			t.Fatalf("%v, FIPS mode %v: %v", cfg.Scheme, fips140.Enabled(), err)
 		}
 	}
 	// 14 bytes (112 bits) are allowed in every mode.

@@ -26,6 +26,10 @@ var (
 var (
 	_ Scheme = (*hmacSHA256)(nil)
 	_ Scheme = (*standard)(nil)
+	_ Scheme = (*standardEd25519)(nil)
+	_ Scheme = (*stripe)(nil)
+	_ Scheme = (*slack)(nil)
+	_ Scheme = (*shopify)(nil)
 )
 
 // HMACSHA256 returns the scheme of Cursor's agent webhooks: the header
@@ -50,6 +54,10 @@ func (s *hmacSHA256) parseSecret(secret string) ([]byte, error) {
 		return nil, errSecretEmpty
 	}
 	return []byte(secret), nil
+}
+
+func (s *hmacSHA256) loadKeys(p *params, secrets []string, _ bool) error {
+	return loadHMACKeys(p, secrets, s.parseSecret)
 }
 
 func (s *hmacSHA256) configure(cfg *Config, p *params) error {
@@ -124,7 +132,8 @@ func fromHex(c byte) (byte, bool) {
 	return 0, false
 }
 
-func (s *hmacSHA256) sign(p *params, h http.Header, id string, body []byte, _ time.Time) {
+func (s *hmacSHA256) sign(p *params, h http.Header, id string, body []byte, _ time.Time) error {
 	h[p.idHeader] = []string{id}
 	h[p.sigHeader] = []string{sha256Prefix + hex.EncodeToString(p.keys[0].Sum(nil, body))}
+	return nil
 }

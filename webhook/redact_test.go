@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -59,31 +60,7 @@ func TestSecretsNeverPrint(t *testing.T) {
 		}{stdCfg, stdV},
 	}
 	for name, val := range values {
-		var outs []string
-		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%d"} {
-			outs = append(outs, fmt.Sprintf(verb, val))
-		}
-		outs = append(outs, fmt.Sprint(val), fmt.Sprintln(val))
-		for _, h := range []func(*bytes.Buffer) slog.Handler{
-			func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, nil) },
-			func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, nil) },
-		} {
-			var buf bytes.Buffer
-			slog.New(h(&buf)).Info("webhook", "value", val)
-			outs = append(outs, buf.String())
-		}
-		if b, err := json.Marshal(val); err == nil {
-			outs = append(outs, string(b))
-		} else {
-			t.Fatalf("%s: json.Marshal: %v", name, err)
-		}
-		for _, out := range outs {
-			for _, form := range forms {
-				if strings.Contains(out, form) {
-					t.Fatalf("%s prints secret material %q: %s", name, form, out)
-				}
-			}
-		}
+		assertPrintsNoSecret(t, name, val, forms)
 	}
 	// The redacted form still says what it is.
 	if got := fmt.Sprintf("%+v", stdCfg); !strings.Contains(got, "standard-webhooks") || !strings.Contains(got, "[1 redacted]") {
@@ -91,5 +68,64 @@ func TestSecretsNeverPrint(t *testing.T) {
 	}
 	if got := fmt.Sprint(ghV); !strings.Contains(got, "webhook.Verifier{Scheme: github") {
 		t.Fatalf("redacted Verifier = %s", got)
+	}
+}
+
+// assertPrintsNoSecret fails if val, printed under any fmt verb, through
+// log/slog or through encoding/json, shows any of forms.
+func assertPrintsNoSecret(t *testing.T, name string, val any, forms []string) {
+	t.Helper()
+	var outs []string
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%d"} {
+		outs = append(outs, fmt.Sprintf(verb, val))
+	}
+	outs = append(outs, fmt.Sprint(val), fmt.Sprintln(val))
+	for _, h := range []func(*bytes.Buffer) slog.Handler{
+		func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, nil) },
+		func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, nil) },
+	} {
+		var buf bytes.Buffer
+		slog.New(h(&buf)).Info("webhook", "value", val)
+		outs = append(outs, buf.String())
+	}
+	if b, err := json.Marshal(val); err == nil {
+		outs = append(outs, string(b))
+	} else {
+		t.Fatalf("%s: json.Marshal: %v", name, err)
+	}
+	for _, out := range outs {
+		for _, form := range forms {
+			if strings.Contains(out, form) {
+				t.Fatalf("%s prints secret material %q: %s", name, form, out)
+			}
+		}
+	}
+}
+
+// The schemes added for issue 12 print no secret either: not the Stripe,
+// Slack or Shopify secret, and not an Ed25519 private key (seed or the
+// expanded key) held by a Signer.
+func TestNewSchemeSecretsNeverPrint(t *testing.T) {
+	seed, err := parseEd25519Key(edPriv, Ed25519PrivateKeyPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forms []string
+	forms = append(forms, secretForms(t, edPriv, seed)...)
+	forms = append(forms, secretForms(t, edPriv, ed25519.NewKeyFromSeed(seed))...)
+	for _, secret := range []string{stripeSecret, slackSecret, shopifySecret} {
+		forms = append(forms, secretForms(t, secret, []byte(secret))...)
+	}
+	for _, ss := range newSchemes() {
+		cfg := Config{Scheme: ss.scheme, Secrets: ss.signer}
+		s := newSigner(t, cfg)
+		vcfg := Config{Scheme: ss.scheme, Secrets: ss.verifier}
+		v := newVerifier(t, vcfg)
+		for name, val := range map[string]any{"Config": cfg, "*Config": &cfg, "Signer": *s, "*Signer": s, "Verifier": *v, "*Verifier": v, "verifier Config": vcfg} {
+			assertPrintsNoSecret(t, ss.scheme.String()+" "+name, val, forms)
+		}
+		if got := fmt.Sprint(s); !strings.Contains(got, ss.scheme.String()) || !strings.Contains(got, "[1 redacted]") {
+			t.Fatalf("redacted Signer = %s", got)
+		}
 	}
 }

@@ -2,42 +2,111 @@ package webhook
 
 import (
 	"crypto/hmac"
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/ctoken/ctoken/internal/mac"
+	"github.com/ctoken/ctoken/internal/reason"
 )
 
 // Scheme is a webhook signature scheme: how a sender signs a delivery,
 // which headers carry the signature, the delivery ID and (for some schemes)
 // a signed timestamp, and what a secret looks like. Its values come from
-// this package's functions ([HMACSHA256], [GitHub], [StandardWebhooks]);
-// the unexported methods keep the set closed, so new schemes and new
+// this package's functions ([HMACSHA256], [GitHub], [StandardWebhooks],
+// [StandardWebhooksEd25519], [Svix], [Stripe], [Slack], [Shopify]); the
+// unexported methods keep the set closed, so new schemes and new
 // capabilities can be added without breaking callers.
 type Scheme interface {
 	// String returns the scheme's name, such as "standard-webhooks".
 	String() string
 
-	// parseSecret decodes one configured secret into HMAC key bytes.
-	parseSecret(s string) ([]byte, error)
+	// loadKeys parses the configured secrets into p's keys, for a signer
+	// when signer is set.
+	loadKeys(p *params, secrets []string, signer bool) error
 	// configure resolves the header names of cfg into p and refuses
 	// options that have no effect under the scheme.
 	configure(cfg *Config, p *params) error
 	// forbidsDot reports whether a delivery ID may not contain '.'.
 	forbidsDot() bool
-	// verify checks the signature (and timestamp) of a delivery whose ID
-	// has been checked and returns what it verified. It returns only
-	// preallocated errors and, returning by value, allocates nothing.
+	// verify checks the signature (and timestamp) of a delivery and
+	// returns what it verified. For schemes with an ID header (p.idHeader
+	// set) id is that header's checked value; the others read the ID from
+	// the verified body and return it in verified.id. It returns only
+	// preallocated errors and, returning by value, allocates nothing on
+	// refusal.
 	verify(p *params, h http.Header, body []byte, id string) (verified, error)
-	// sign sets the headers authenticating body as delivery id at now.
-	sign(p *params, h http.Header, id string, body []byte, now time.Time)
+	// sign sets the headers authenticating body as delivery id at now. It
+	// fails, leaving h unchanged, only when id is not the ID a verifier
+	// would read from body (schemes without an ID header).
+	sign(p *params, h http.Header, id string, body []byte, now time.Time) error
 }
 
 // verified is what a scheme's verify established about a delivery.
 type verified struct {
 	mac [mac.Size]byte // the matching signature (HMAC-SHA256 schemes)
 	ts  time.Time      // the signed timestamp (schemes that sign one)
+	id  string         // the delivery ID read from the body (schemes without an ID header)
 }
+
+// ownScheme reports whether s is one of this package's scheme types (and
+// not a type that merely embeds the Scheme interface, whose methods are
+// not ours).
+func ownScheme(s Scheme) bool {
+	switch s.(type) {
+	case *hmacSHA256, *standard, *standardEd25519, *stripe, *slack, *shopify:
+		return true
+	}
+	return false
+}
+
+// loadHMACKeys parses secrets with parse into pooled HMAC keys on p. An
+// error names the secret's position, never the secret.
+func loadHMACKeys(p *params, secrets []string, parse func(string) ([]byte, error)) error {
+	for i, s := range secrets {
+		k, err := newKey(parse, s)
+		if err != nil {
+			return fmt.Errorf("%w (secret %d of %d)", err, i+1, len(secrets))
+		}
+		p.keys = append(p.keys, k)
+	}
+	return nil
+}
+
+// configureTolerance sets p.tolerance from cfg for a scheme that signs a
+// timestamp. The reference libraries compare whole seconds, so a Tolerance
+// that is not a whole number of seconds is refused rather than rounded.
+func configureTolerance(cfg *Config, p *params) error {
+	if cfg.Tolerance%time.Second != 0 {
+		return errToleranceFraction
+	}
+	p.tolerance = cfg.Tolerance
+	if p.tolerance == 0 {
+		p.tolerance = DefaultTolerance
+	}
+	return nil
+}
+
+// checkWindow checks a signed timestamp of ts unix seconds against the
+// clock as the reference libraries do, in whole seconds: the clock is
+// truncated to its second, and the delivery is refused when it lies more
+// than the tolerance before or after it. So with a 300 s tolerance a
+// delivery stamped t is accepted through the whole second t+300 and
+// refused from t+301 on.
+func checkWindow(p *params, ts int64) (time.Time, error) {
+	now := p.now().Unix()
+	tol := int64(p.tolerance / time.Second)
+	if now-ts > tol {
+		return time.Time{}, errTSTooOld
+	}
+	if ts-now > tol {
+		return time.Time{}, errTSFuture
+	}
+	return time.Unix(ts, 0), nil
+}
+
+// errToleranceFraction refuses a Tolerance the schemes cannot honour.
+var errToleranceFraction = reason.New(ErrConfig, "Tolerance is not a whole number of seconds")
 
 // Header names of the schemes.
 const (
@@ -65,7 +134,12 @@ const (
 	MaxIDBytes = 256
 	// MaxSignatureHeaderBytes caps a signature header.
 	MaxSignatureHeaderBytes = 4096
-	// MaxSignatures caps the entries of a Standard Webhooks signature header.
+	// MaxSignatures caps the Ed25519 (v1a) entries of one signature header
+	// that [StandardWebhooksEd25519] verifies: each costs a public-key
+	// verification, so further v1a entries are ignored, not refused.
+	// HMAC-SHA256 entries (Standard Webhooks and Svix v1, Stripe v1) are
+	// bounded by [MaxSignatureHeaderBytes] alone: the MAC is computed once
+	// per secret and every entry costs one constant-time compare.
 	MaxSignatures = 16
 )
 
@@ -116,3 +190,33 @@ func verifyOne(keys []*mac.Key, cands [][mac.Size]byte, write func(st *mac.State
 
 // equalTag compares two tags in constant time.
 func equalTag(a, b *[mac.Size]byte) bool { return hmac.Equal(a[:], b[:]) }
+
+// fromLowerHex decodes one lower-case hex digit: the schemes added after
+// GitHub accept only the spelling their senders write and their own
+// libraries compare.
+func fromLowerHex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// parseLowerHexTag decodes exactly 64 lower-case hex digits into dst
+// without allocating.
+func parseLowerHexTag(s string, dst *[mac.Size]byte) bool {
+	if len(s) != 2*mac.Size {
+		return false
+	}
+	for i := range dst {
+		hi, ok1 := fromLowerHex(s[2*i])
+		lo, ok2 := fromLowerHex(s[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}

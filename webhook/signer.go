@@ -29,7 +29,10 @@ func NewSigner(cfg Config) (*Signer, error) {
 // Sign sets on h the headers that authenticate body as delivery id under
 // the signer's scheme, at the signer's clock. The id must be 1 to
 // [MaxIDBytes] bytes of printable ASCII other than space, and free of '.'
-// under [StandardWebhooks], else [ErrMalformed]; h is then left unchanged. A nil h is refused with
+// under [StandardWebhooks], [StandardWebhooksEd25519] and [Svix]; under
+// [Stripe] and [Slack], which carry the ID in the body, it must be the ID
+// the body carries (see each scheme). Otherwise Sign fails with
+// [ErrMalformed] and leaves h unchanged. A nil h is refused with
 // [ErrMalformed].
 func (s *Signer) Sign(h http.Header, id string, body []byte) error {
 	if s == nil || s.p == nil {
@@ -41,8 +44,7 @@ func (s *Signer) Sign(h http.Header, id string, body []byte) error {
 	if h == nil {
 		return errNilHeader
 	}
-	s.p.scheme.sign(s.p, h, id, body, s.p.now())
-	return nil
+	return s.p.scheme.sign(s.p, h, id, body, s.p.now())
 }
 
 // String describes s without its secrets.

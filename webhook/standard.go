@@ -31,10 +31,13 @@ var schemeStandard = &standard{
 // space-separated list of "v1,<base64 HMAC-SHA256(secret, id.timestamp.body)>".
 // Secrets are "whsec_" followed by standard base64 of at least 24 bytes
 // (padded or not; the prefix is optional). The ID and time are signed; a
-// delivery whose timestamp is outside [Config.Tolerance] either way is
-// refused, and an ID may not contain '.'. A signer signs with every secret,
-// as Standard Webhooks senders do during rotation. The header names are
-// fixed: [Config.SignatureHeader] and [Config.IDHeader] are refused.
+// delivery whose timestamp lies more than [Config.Tolerance] before or
+// after the clock, compared in whole seconds as the reference libraries do,
+// is refused, and an ID may not contain '.'. Every v1 entry of the header
+// is compared (other versions, such as v1a, are skipped); their number is
+// bounded by [MaxSignatureHeaderBytes] only. A signer signs with every
+// secret, as Standard Webhooks senders do during rotation. The header names
+// are fixed: [Config.SignatureHeader] and [Config.IDHeader] are refused.
 func StandardWebhooks() Scheme { return schemeStandard }
 
 // minStandardSecretBytes is the Standard Webhooks minimum secret size.
@@ -61,16 +64,16 @@ func (s *standard) parseSecret(secret string) ([]byte, error) {
 	return k, nil
 }
 
+func (s *standard) loadKeys(p *params, secrets []string, _ bool) error {
+	return loadHMACKeys(p, secrets, s.parseSecret)
+}
+
 func (s *standard) configure(cfg *Config, p *params) error {
 	if cfg.SignatureHeader != "" || cfg.IDHeader != "" {
 		return errHeadersUnused
 	}
 	p.idHeader, p.tsHeader, p.sigHeader = s.idHeader, s.tsHeader, s.sigHeader
-	p.tolerance = cfg.Tolerance
-	if p.tolerance == 0 {
-		p.tolerance = DefaultTolerance
-	}
-	return nil
+	return configureTolerance(cfg, p)
 }
 
 func (s *standard) forbidsDot() bool { return true }
@@ -88,7 +91,7 @@ func (s *standard) verify(p *params, h http.Header, body []byte, id string) (ver
 	if !ok {
 		return verified{}, errSigHeader
 	}
-	var cands [MaxSignatures][mac.Size]byte
+	var cands [maxV1Entries][mac.Size]byte
 	n, ok := parseStandardSignatures(sigHeader, &cands)
 	if !ok {
 		return verified{}, errSigMalformed
@@ -104,21 +107,20 @@ func (s *standard) verify(p *params, h http.Header, body []byte, id string) (ver
 	}
 	// The window is checked after the signature, so ErrTimestamp always
 	// means an authentic but stale or future delivery.
-	t := time.Unix(ts, 0)
-	now := p.now()
-	if now.Sub(t) > p.tolerance {
-		return verified{}, errTSTooOld
-	}
-	if t.Sub(now) > p.tolerance {
-		return verified{}, errTSFuture
+	t, err := checkWindow(p, ts)
+	if err != nil {
+		return verified{}, err
 	}
 	return verified{ts: t}, nil
 }
 
-// parseUnixSeconds parses 1 to 12 ASCII digits (no sign, no spaces), which
-// covers every time until the year 33658.
+// parseUnixSeconds parses 1 to 12 ASCII digits (no sign, no spaces, no
+// leading zero), which covers every time until the year 33658. A leading
+// zero is refused because the timestamp text is signed as sent while the
+// reference libraries sign the number: "01614265330" has one spelling
+// there and would have two here.
 func parseUnixSeconds(s string) (int64, bool) {
-	if len(s) == 0 || len(s) > 12 {
+	if len(s) == 0 || len(s) > 12 || (len(s) > 1 && s[0] == '0') {
 		return 0, false
 	}
 	var n int64
@@ -135,39 +137,33 @@ func parseUnixSeconds(s string) (int64, bool) {
 // sigTextLen is the length of the standard base64 of a 32-byte tag.
 const sigTextLen = 44
 
+// maxV1Entries is the most "v1,<tag>" entries a signature header of
+// MaxSignatureHeaderBytes can hold (each is followed by a separator but the
+// last), so an array of it holds every v1 signature of any header that
+// passes the cap.
+const maxV1Entries = (MaxSignatureHeaderBytes + 1) / (len("v1,") + sigTextLen + 1)
+
 // parseStandardSignatures parses a signature header of at most
-// MaxSignatureHeaderBytes and at most MaxSignatures space-separated
-// "version,base64" entries into dst, returning how many v1 signatures it
-// decoded. Entries of other versions (such as v1a) and v1 entries that are
-// not the canonical standard base64 of 32 bytes are skipped, as the
-// reference implementations do (they never match anyway). It fails when a
-// cap is exceeded or no usable v1 signature remains. It does not allocate.
-func parseStandardSignatures(s string, dst *[MaxSignatures][mac.Size]byte) (int, bool) {
+// MaxSignatureHeaderBytes of space-separated "version,base64" entries into
+// dst, returning how many v1 signatures it decoded. Entries of other
+// versions (such as v1a) and v1 entries that are not the canonical
+// standard base64 of 32 bytes are skipped, as the reference implementations
+// do (they never match anyway). There is no cap on the number of entries
+// beyond the header's size: each costs one compare per secret. It fails
+// when the header is over the cap or holds no usable v1 signature. It does
+// not allocate.
+func parseStandardSignatures(s string, dst *[maxV1Entries][mac.Size]byte) (int, bool) {
 	if len(s) > MaxSignatureHeaderBytes {
 		return 0, false
 	}
-	n, entries := 0, 0
-	for len(s) > 0 {
-		// Skip separators, then take one entry.
-		i := 0
-		for i < len(s) && isSpace(s[i]) {
-			i++
-		}
-		s = s[i:]
-		if s == "" {
+	n := 0
+	for {
+		entry, rest, ok := nextField(s)
+		if !ok {
 			break
 		}
-		j := 0
-		for j < len(s) && !isSpace(s[j]) {
-			j++
-		}
-		entry := s[:j]
-		s = s[j:]
-		entries++
-		if entries > MaxSignatures {
-			return 0, false
-		}
-		if len(entry) != len("v1,")+sigTextLen || entry[:3] != "v1," {
+		s = rest
+		if len(entry) != len("v1,")+sigTextLen || entry[:3] != "v1," || n == len(dst) {
 			continue
 		}
 		var text [sigTextLen]byte
@@ -182,12 +178,31 @@ func parseStandardSignatures(s string, dst *[MaxSignatures][mac.Size]byte) (int,
 	return n, n > 0
 }
 
+// nextField returns the first run of non-space characters of s and what
+// follows it, as strings.Fields would split s, without allocating; ok is
+// false when s holds only white space.
+func nextField(s string) (field, rest string, ok bool) {
+	i := 0
+	for i < len(s) && isSpace(s[i]) {
+		i++
+	}
+	s = s[i:]
+	if s == "" {
+		return "", "", false
+	}
+	j := 0
+	for j < len(s) && !isSpace(s[j]) {
+		j++
+	}
+	return s[:j], s[j:], true
+}
+
 // isSpace reports the ASCII white space strings.Fields splits on.
 func isSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
 }
 
-func (s *standard) sign(p *params, h http.Header, id string, body []byte, now time.Time) {
+func (s *standard) sign(p *params, h http.Header, id string, body []byte, now time.Time) error {
 	ts := strconv.FormatInt(now.Unix(), 10)
 	var sigs strings.Builder
 	for i, k := range p.keys {
@@ -207,4 +222,5 @@ func (s *standard) sign(p *params, h http.Header, id string, body []byte, now ti
 	h[p.idHeader] = []string{id}
 	h[p.tsHeader] = []string{ts}
 	h[p.sigHeader] = []string{sigs.String()}
+	return nil
 }

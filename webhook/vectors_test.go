@@ -6,27 +6,37 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
 
-// webhookVector is one row of testdata/vectors/webhook.json.
+// webhookVector is one row of a testdata/vectors/webhook*.json file.
 type webhookVector struct {
-	Name    string            `json:"name"`
-	Scheme  string            `json:"scheme"`
-	Secrets []string          `json:"secrets"`
-	NowUnix int64             `json:"now_unix"`
-	Headers map[string]string `json:"headers"`
-	Body    string            `json:"body"`
-	Expect  string            `json:"expect"`
-	Reason  string            `json:"reason"`
-	Signs   bool              `json:"signs"`
+	Name          string            `json:"name"`
+	Source        string            `json:"source"`
+	Scheme        string            `json:"scheme"`
+	Secrets       []string          `json:"secrets"`
+	SignerSecrets []string          `json:"signer_secrets"`
+	NowUnix       int64             `json:"now_unix"`
+	NowNanos      int64             `json:"now_nanos"`
+	Headers       map[string]string `json:"headers"`
+	Body          string            `json:"body"`
+	Expect        string            `json:"expect"`
+	Reason        string            `json:"reason"`
+	ID            string            `json:"id"`
+	Signs         bool              `json:"signs"`
 }
 
 var vectorSchemes = map[string]Scheme{
-	"hmac-sha256":       HMACSHA256(),
-	"github":            GitHub(),
-	"standard-webhooks": StandardWebhooks(),
+	"hmac-sha256":               HMACSHA256(),
+	"github":                    GitHub(),
+	"standard-webhooks":         StandardWebhooks(),
+	"standard-webhooks-ed25519": StandardWebhooksEd25519(),
+	"svix":                      Svix(),
+	"stripe":                    Stripe(),
+	"slack":                     Slack(),
+	"shopify":                   Shopify(),
 }
 
 var vectorExpect = map[string]error{
@@ -38,26 +48,43 @@ var vectorExpect = map[string]error{
 }
 
 // TestVectors runs every row of every webhook vector file: a new case or a
-// new scheme adds rows, not test functions.
+// new scheme adds rows (or a file), not test functions. Every scheme has
+// rows, and every scheme that signs has a row its signer reproduces.
 func TestVectors(t *testing.T) {
-	raw, err := os.ReadFile("../testdata/vectors/webhook.json")
+	files, err := filepath.Glob("../testdata/vectors/webhook*.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var file struct {
-		Description string          `json:"description"`
-		Vectors     []webhookVector `json:"vectors"`
+	if len(files) == 0 {
+		t.Fatal("no vector files")
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&file); err != nil {
-		t.Fatal(err)
+	seen, signed := map[string]bool{}, map[string]bool{}
+	for _, name := range files {
+		raw, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var file struct {
+			Description string          `json:"description"`
+			Vectors     []webhookVector `json:"vectors"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&file); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(file.Vectors) == 0 {
+			t.Fatalf("%s: no vectors", name)
+		}
+		for _, vec := range file.Vectors {
+			seen[vec.Scheme], signed[vec.Scheme] = true, signed[vec.Scheme] || vec.Signs
+			t.Run(filepath.Base(name)+"/"+vec.Name, func(t *testing.T) { runVector(t, vec) })
+		}
 	}
-	if len(file.Vectors) == 0 {
-		t.Fatal("no vectors")
-	}
-	for _, vec := range file.Vectors {
-		t.Run(vec.Name, func(t *testing.T) { runVector(t, vec) })
+	for name := range vectorSchemes {
+		if !seen[name] || !signed[name] {
+			t.Errorf("scheme %s: rows %v, a signed row %v", name, seen[name], signed[name])
+		}
 	}
 }
 
@@ -70,7 +97,7 @@ func runVector(t *testing.T, vec webhookVector) {
 	if !ok {
 		t.Fatalf("unknown expect %q", vec.Expect)
 	}
-	now := func() time.Time { return time.Unix(vec.NowUnix, 0) }
+	now := func() time.Time { return time.Unix(vec.NowUnix, vec.NowNanos) }
 	v, err := NewVerifier(Config{Scheme: scheme, Secrets: vec.Secrets, Now: now})
 	if err != nil {
 		t.Fatal(err)
@@ -84,8 +111,15 @@ func runVector(t *testing.T, vec webhookVector) {
 		if err != nil {
 			t.Fatalf("Verify: %v", err)
 		}
-		if d.ID != h.Get(v.p.idHeader) {
-			t.Fatalf("delivery ID %q, want %q", d.ID, h.Get(v.p.idHeader))
+		wantID := vec.ID
+		if v.p.idHeader != "" {
+			if wantID != "" && wantID != h.Get(v.p.idHeader) {
+				t.Fatalf("row's id %q is not its ID header's", wantID)
+			}
+			wantID = h.Get(v.p.idHeader)
+		}
+		if wantID == "" || d.ID != wantID {
+			t.Fatalf("delivery ID %q, want %q", d.ID, wantID)
 		}
 	} else {
 		if !errors.Is(err, want) {
@@ -101,12 +135,16 @@ func runVector(t *testing.T, vec webhookVector) {
 	if !vec.Signs {
 		return
 	}
-	s, err := NewSigner(Config{Scheme: scheme, Secrets: vec.Secrets[:1], Now: now})
+	secrets := vec.Secrets[:1]
+	if vec.SignerSecrets != nil {
+		secrets = vec.SignerSecrets
+	}
+	s, err := NewSigner(Config{Scheme: scheme, Secrets: secrets, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := http.Header{}
-	if err := s.Sign(got, h.Get(v.p.idHeader), []byte(vec.Body)); err != nil {
+	if err := s.Sign(got, d.ID, []byte(vec.Body)); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != len(h) {

@@ -33,13 +33,17 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 //
 // Order: body cap ([ErrTooLarge]); ID present, 1 to [MaxIDBytes] bytes of
 // printable ASCII, and for schemes that sign a timestamp the timestamp
-// present and 1 to 12 digits ([ErrMalformed]); signature header present, at
-// most [MaxSignatureHeaderBytes], and a signature matching under some
-// secret, compared in constant time ([ErrSignature]); for schemes that
-// sign a time, the timestamp within the tolerance either way
-// ([ErrTimestamp]). The timestamp window is checked after the signature,
+// present and 1 to 12 digits without a leading zero ([ErrMalformed]);
+// signature header present, at most [MaxSignatureHeaderBytes], and a
+// signature matching under some secret, compared in constant time
+// ([ErrSignature]); for schemes that sign a time, the timestamp within the
+// tolerance either way ([ErrTimestamp]). The timestamp window is checked after the signature,
 // so ErrTimestamp always means an authentic but stale or future delivery.
-// A refused delivery returns the zero Delivery and costs no allocation.
+// Schemes that carry the delivery ID in the body ([Stripe], [Slack]) read
+// and check it last, from the authentic body ([ErrMalformed]).
+// A refused delivery returns the zero Delivery and costs no allocation,
+// except a well-formed forged Ed25519 signature (see
+// [StandardWebhooksEd25519]).
 func (v *Verifier) Verify(h http.Header, body []byte) (Delivery, error) {
 	if v == nil || v.p == nil {
 		return Delivery{}, errZeroVerifier
@@ -48,16 +52,22 @@ func (v *Verifier) Verify(h http.Header, body []byte) (Delivery, error) {
 	if int64(len(body)) > p.maxBody {
 		return Delivery{}, errBodyTooLarge
 	}
-	id, ok := single(h, p.idHeader)
-	if !ok {
-		return Delivery{}, errIDHeader
-	}
-	if err := checkID(id, p.scheme.forbidsDot()); err != nil {
-		return Delivery{}, err
+	var id string
+	if p.idHeader != "" { // else the scheme reads the ID from the verified body
+		var ok bool
+		if id, ok = single(h, p.idHeader); !ok {
+			return Delivery{}, errIDHeader
+		}
+		if err := checkID(id, p.scheme.forbidsDot()); err != nil {
+			return Delivery{}, err
+		}
 	}
 	got, err := p.scheme.verify(p, h, body, id)
 	if err != nil {
 		return Delivery{}, err // fail closed: nothing of a refused delivery
+	}
+	if p.idHeader == "" {
+		id = got.id
 	}
 	return Delivery{ID: id, Timestamp: got.ts, mac: got.mac, verified: true}, nil
 }
