@@ -408,9 +408,15 @@ func lossyNumber(lit string) bool {
 	return exactRat(lit).Cmp(exactRat(strconv.FormatFloat(f, 'g', -1, 64))) != 0
 }
 
-// exactRat is the exact value of a decimal literal whose double is finite
-// and non-zero (so its exponent is bounded by the input's length).
+// exactRat is the exact value of a decimal literal that the canonicaliser
+// accepted: zero (whose exponent may be beyond what big.Rat reads, as in
+// 0e10000000000000000000) or a number whose double is finite and exact (so
+// its exponent is bounded by the input's length).
 func exactRat(lit string) *big.Rat {
+	mantissa, _, _ := strings.Cut(strings.ToLower(lit), "e")
+	if strings.Trim(mantissa, "-0.") == "" {
+		return new(big.Rat)
+	}
 	r, ok := new(big.Rat).SetString(lit)
 	if !ok {
 		panic("not a decimal: " + lit)
