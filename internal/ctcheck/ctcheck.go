@@ -25,8 +25,8 @@
 // slicing, dereference, address-of and conversions:
 //   - an identifier or field name contains one of the words in
 //     [SecretWords] as a camelCase or snake_case word (sig, expectedMAC,
-//     bind_tag), unless its last word names a size (macSize, mac.Size,
-//     tagLen);
+//     bind_tag), unless its last word names a size or metadata (macSize,
+//     mac.Size, tagLen, sigHeader, signaturePrefix);
 //   - a called function's name does (sha256MAC(k, body), h.Sum(nil)), or an
 //     encoder or decoder (a name starting with Encode, Decode, Append, To,
 //     Trim or Sprint) is applied to a secret-derived argument;
@@ -73,8 +73,14 @@ var SecretWords = []string{
 	"fingerprint", "fp", "secret", "secrets",
 }
 
-// sizeWords, as an identifier's last word, mark a length, never bytes.
-var sizeWords = map[string]bool{"size": true, "len": true, "length": true, "count": true, "n": true}
+// notBytes, as an identifier's last word, mark a length or a piece of
+// protocol metadata (a header name, a prefix, a version), never the secret
+// bytes themselves: sigHeader, macSize, tagLen, signaturePrefix.
+var notBytes = map[string]bool{
+	"size": true, "len": true, "length": true, "count": true, "n": true,
+	"header": true, "name": true, "prefix": true, "label": true,
+	"version": true, "mode": true, "kind": true, "scheme": true, "format": true,
+}
 
 // variableTime are the comparison functions that return early, by import
 // path and name.
@@ -786,10 +792,10 @@ func mentionsSecret(t ast.Expr) bool {
 }
 
 // secretName reports whether an identifier names secret-derived bytes: it
-// has a secret word and its last word is not a size.
+// has a secret word and its last word is not a size or metadata.
 func secretName(name string) bool {
 	w := words(name)
-	if len(w) == 0 || sizeWords[w[len(w)-1]] {
+	if len(w) == 0 || notBytes[w[len(w)-1]] {
 		return false
 	}
 	return anySecret(w)

@@ -110,6 +110,7 @@ func TestCheckSourceAcceptsConstantTimeAndNonSecretCompares(t *testing.T) {
 		{"LengthOfMAC", `func f(mac []byte) bool { return len(mac) != macSize }`},
 		{"SizeConstantAsOperand", `func f(n int) bool { return n == macSize }`},
 		{"IntegerFieldOfSecretStruct", `func f(d delivery, n int) bool { return d.n == n }`},
+		{"HeaderNamesOfSignature", `func f(sigHeader, idHeader string) bool { return strings.EqualFold(sigHeader, idHeader) }`},
 		{"EmptySigCheck", `func f(sig string) bool { return sig == "" }`},
 		{"NilMACCheck", `func f(mac []byte) bool { return mac == nil }`},
 		{"ZeroFingerprintCheck", `func f(fp Fingerprint) bool { return fp == Fingerprint{} }`},
