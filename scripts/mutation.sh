@@ -25,6 +25,8 @@
 #   --budget SECONDS     smallest files first; stop starting files once the
 #                        budget is spent; a file cut short is reported, not
 #                        counted. The table covers the files that completed.
+#   --out DIR            keep each file's gremlins JSON and log in DIR
+#                        (default: a temporary directory, removed at exit)
 #   --list               print the files that would run, and exit
 #
 # Exit status: 0 when the threshold holds (or no listed file changed under
@@ -41,6 +43,7 @@ coefficient=3
 changed=""
 budget=0
 list_only=0
+keep=""
 files=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -49,8 +52,9 @@ while [ $# -gt 0 ]; do
     --timeout-coefficient) coefficient=${2:?--timeout-coefficient needs a value}; shift 2 ;;
     --changed) changed=${2:?--changed needs a git revision}; shift 2 ;;
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
+    --out) keep=${2:?--out needs a directory}; shift 2 ;;
     --list) list_only=1; shift ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     --*) echo "mutation.sh: unknown option $1" >&2; exit 2 ;;
     *) files+=("$1"); shift ;;
   esac
@@ -114,8 +118,13 @@ if ! { [ -x "$gremlins" ] &&
   go install "github.com/go-gremlins/gremlins/cmd/gremlins@$GREMLINS_VERSION"
 fi
 
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+if [ -n "$keep" ]; then
+  mkdir -p "$keep"
+  out=$(cd "$keep" && pwd)
+else
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
 start=$SECONDS
 reports=()
 skipped=()
