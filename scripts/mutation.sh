@@ -174,5 +174,5 @@ if [ ${#reports[@]} -eq 0 ]; then
   exit 1
 fi
 echo "--- mutation table (efficacy = killed / (killed + lived); adjusted leaves out documented equivalents)"
-go run scripts/mutation_report.go -root "$root" -survivors docs/mutation-survivors.md \
+go run ./internal/mutreport -root "$root" -survivors docs/mutation-survivors.md \
   -threshold "$threshold" "${reports[@]}"

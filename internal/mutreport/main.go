@@ -1,9 +1,7 @@
-//go:build ignore
-
-// mutation_report summarizes gremlins JSON results as a per-file table and
+// Command mutreport summarizes gremlins JSON results as a per-file table and
 // fails when efficacy falls below a threshold. scripts/mutation.sh runs it:
 //
-//	go run scripts/mutation_report.go -root DIR -survivors FILE -threshold PCT DIR=RESULT.json...
+//	go run ./internal/mutreport -root DIR -survivors FILE -threshold PCT DIR=RESULT.json...
 //
 // Each argument pairs a package directory (relative to root, "." for the
 // root package) with the -o output of one gremlins run in it. Efficacy is
@@ -18,8 +16,10 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -57,35 +57,54 @@ type lived struct {
 }
 
 func main() {
-	root := flag.String("root", ".", "repository root")
-	survivorsFile := flag.String("survivors", "", "markdown file documenting equivalent survivors")
-	threshold := flag.Float64("threshold", 0, "minimum adjusted efficacy in percent")
-	flag.Parse()
-	if flag.NArg() == 0 {
-		fail("no DIR=RESULT.json argument")
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "mutreport:", err)
+		os.Exit(1)
+	}
+}
+
+// errBelow reports an efficacy under the threshold.
+var errBelow = errors.New("adjusted efficacy is below the threshold")
+
+// errNothingTested reports results in which no mutant was killed or lived.
+var errNothingTested = errors.New("no mutant was tested (all not covered, not viable or timed out)")
+
+// run writes the table for the results named in args to stdout and returns
+// an error when an input is unusable or the threshold does not hold.
+func run(args []string, stdout io.Writer) error {
+	fl := flag.NewFlagSet("mutreport", flag.ContinueOnError)
+	fl.SetOutput(io.Discard)
+	root := fl.String("root", ".", "repository root")
+	survivorsFile := fl.String("survivors", "", "markdown file documenting equivalent survivors")
+	threshold := fl.Float64("threshold", 0, "minimum adjusted efficacy in percent")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if fl.NArg() == 0 {
+		return errors.New("no DIR=RESULT.json argument")
 	}
 	var docs []survivor
 	if *survivorsFile != "" {
 		var err error
 		if docs, err = readSurvivors(*survivorsFile); err != nil {
-			fail(err.Error())
+			return err
 		}
 	}
 	per := map[string]*counts{}
 	var survivors []lived
 	lines := map[string][]string{}
-	for _, arg := range flag.Args() {
+	for _, arg := range fl.Args() {
 		dir, file, ok := strings.Cut(arg, "=")
 		if !ok {
-			fail("argument " + arg + " is not DIR=RESULT.json")
+			return fmt.Errorf("argument %q is not DIR=RESULT.json", arg)
 		}
 		b, err := os.ReadFile(file)
 		if err != nil {
-			fail(err.Error())
+			return err
 		}
 		var r result
 		if err := json.Unmarshal(b, &r); err != nil {
-			fail(file + ": " + err.Error())
+			return fmt.Errorf("%s: %w", file, err)
 		}
 		for _, f := range r.Files {
 			name := path.Join(dir, filepath.ToSlash(f.Filename))
@@ -102,7 +121,11 @@ func main() {
 					c.lived++
 					src, ok := lines[name]
 					if !ok {
-						src = readLines(filepath.Join(*root, filepath.FromSlash(name)))
+						b, err := os.ReadFile(filepath.Join(*root, filepath.FromSlash(name)))
+						if err != nil {
+							return err
+						}
+						src = strings.Split(string(b), "\n")
 						lines[name] = src
 					}
 					l := lived{file: name, mutator: m.Type, line: m.Line, col: m.Column}
@@ -131,7 +154,7 @@ func main() {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	w := bufio.NewWriter(os.Stdout)
+	w := bufio.NewWriter(stdout)
 	defer w.Flush()
 	row := "%-28s %6s %6s %6s %8s %9s %10s %9s %9s\n"
 	fmt.Fprintf(w, row, "file", "killed", "lived", "equiv", "not-cov", "timed-out", "not-viable", "efficacy", "adjusted")
@@ -164,14 +187,12 @@ func main() {
 	}
 	tested := total.killed + total.lived - total.equiv
 	if tested <= 0 {
-		w.Flush()
-		fail("no mutant was tested (all not covered, not viable or timed out)")
+		return errNothingTested
 	}
-	adj := 100 * float64(total.killed) / float64(tested)
-	if adj < *threshold {
-		w.Flush()
-		fail(fmt.Sprintf("adjusted efficacy %.2f%% is below the threshold %.2f%%", adj, *threshold))
+	if adj := 100 * float64(total.killed) / float64(tested); adj < *threshold {
+		return fmt.Errorf("%w: %.2f%% < %.2f%%", errBelow, adj, *threshold)
 	}
+	return nil
 }
 
 func pct(n, d int) string {
@@ -179,14 +200,6 @@ func pct(n, d int) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2f%%", 100*float64(n)/float64(d))
-}
-
-func readLines(p string) []string {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		fail(err.Error())
-	}
-	return strings.Split(string(b), "\n")
 }
 
 func documented(docs []survivor, l lived) bool {
@@ -250,9 +263,4 @@ func splitRow(line string) []string {
 		}
 	}
 	return append(cells, strings.TrimSpace(cur.String()))
-}
-
-func fail(msg string) {
-	fmt.Fprintln(os.Stderr, "mutation_report:", msg)
-	os.Exit(1)
 }
