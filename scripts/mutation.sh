@@ -20,7 +20,8 @@
 #   --threshold PCT      minimum adjusted efficacy (default 95)
 #   --workers N          gremlins workers (default 1)
 #   --timeout-coefficient N
-#                        gremlins' per-mutant timeout multiplier (default 3)
+#                        per-mutant timeout: N times the coverage run
+#                        (default 5; gremlins' own 3 times out under load)
 #   --changed BASE       only the files (of the list) that differ from git BASE
 #   --budget SECONDS     smallest files first; stop starting files once the
 #                        budget is spent; a file cut short is reported, not
@@ -39,7 +40,7 @@ root=$(pwd)
 
 threshold=95
 workers=1
-coefficient=3
+coefficient=5
 changed=""
 budget=0
 list_only=0

@@ -50,10 +50,31 @@ type survivor struct {
 	col                 int // column in the trimmed line; 0 matches any
 }
 
+// lived is a surviving (or timed-out) mutant and its source line.
 type lived struct {
 	file, mutator, code string
-	line, col           int
-	equiv               bool
+	line, col           int // col counts from 1 in the trimmed line
+	equiv, timedOut     bool
+}
+
+// describe fills in l's source line and its column in the trimmed line,
+// reading (once, into lines) the file l names under root.
+func describe(l *lived, lines map[string][]string, root string, line, col int) error {
+	src, ok := lines[l.file]
+	if !ok {
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(l.file)))
+		if err != nil {
+			return err
+		}
+		src = strings.Split(string(b), "\n")
+		lines[l.file] = src
+	}
+	if line >= 1 && line <= len(src) {
+		raw := src[line-1]
+		l.code = strings.TrimSpace(raw)
+		l.col = col - (len(raw) - len(strings.TrimLeft(raw, " \t")))
+	}
+	return nil
 }
 
 func main() {
@@ -119,20 +140,9 @@ func run(args []string, stdout io.Writer) error {
 					c.killed++
 				case "LIVED":
 					c.lived++
-					src, ok := lines[name]
-					if !ok {
-						b, err := os.ReadFile(filepath.Join(*root, filepath.FromSlash(name)))
-						if err != nil {
-							return err
-						}
-						src = strings.Split(string(b), "\n")
-						lines[name] = src
-					}
 					l := lived{file: name, mutator: m.Type, line: m.Line, col: m.Column}
-					if m.Line >= 1 && m.Line <= len(src) {
-						raw := src[m.Line-1]
-						l.code = strings.TrimSpace(raw)
-						l.col = m.Column - (len(raw) - len(strings.TrimLeft(raw, " \t")))
+					if err := describe(&l, lines, *root, m.Line, m.Column); err != nil {
+						return err
 					}
 					l.equiv = documented(docs, l)
 					if l.equiv {
@@ -142,7 +152,14 @@ func run(args []string, stdout io.Writer) error {
 				case "NOT COVERED":
 					c.notCovered++
 				case "TIMED OUT":
+					// Neither killed nor lived: listed, so a survivor
+					// hidden by a slow machine is seen and rerun.
 					c.timedOut++
+					l := lived{file: name, mutator: m.Type, line: m.Line, col: m.Column, timedOut: true}
+					if err := describe(&l, lines, *root, m.Line, m.Column); err != nil {
+						return err
+					}
+					survivors = append(survivors, l)
 				case "NOT VIABLE":
 					c.notViable++
 				}
@@ -180,10 +197,13 @@ func run(args []string, stdout io.Writer) error {
 	})
 	for _, s := range survivors {
 		tag := "LIVED"
-		if s.equiv {
+		switch {
+		case s.equiv:
 			tag = "equiv"
+		case s.timedOut:
+			tag = "TIMEOUT"
 		}
-		fmt.Fprintf(w, "%-5s %s:%d %s@%d  %s\n", tag, s.file, s.line, s.mutator, s.col, s.code)
+		fmt.Fprintf(w, "%-7s %s:%d %s@%d  %s\n", tag, s.file, s.line, s.mutator, s.col, s.code)
 	}
 	tested := total.killed + total.lived - total.equiv
 	if tested <= 0 {

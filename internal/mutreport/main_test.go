@@ -49,8 +49,9 @@ func TestRunPrintsPerFileTableAndSurvivors(t *testing.T) {
 	for _, want := range []string{
 		"pkg/a.go                          2      2      0        1         1          1    50.00%    50.00%",
 		"TOTAL                             2      2      0        1         1          1    50.00%    50.00%",
-		"LIVED pkg/a.go:4 INVERT_LOGICAL@6  if a && b || n > 0 {",
-		"LIVED pkg/a.go:7 CONDITIONALS_BOUNDARY@10  return n < 2",
+		"LIVED   pkg/a.go:4 INVERT_LOGICAL@6  if a && b || n > 0 {",
+		"LIVED   pkg/a.go:7 CONDITIONALS_BOUNDARY@10  return n < 2",
+		"TIMEOUT pkg/a.go:7 ARITHMETIC_BASE@10  return n < 2",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
@@ -80,7 +81,7 @@ func TestRunLeavesDocumentedEquivalentsOutOfAdjustedEfficacy(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	if got := out.String(); !strings.Contains(got, "2      2      2        1         1          1    50.00%   100.00%") ||
-		!strings.Contains(got, "equiv pkg/a.go:4 INVERT_LOGICAL@6") {
+		!strings.Contains(got, "equiv   pkg/a.go:4 INVERT_LOGICAL@6") {
 		t.Errorf("equivalents not applied:\n%s", got)
 	}
 }
