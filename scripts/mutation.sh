@@ -60,12 +60,20 @@ while [ $# -gt 0 ]; do
     *) files+=("$1"); shift ;;
   esac
 done
-for n in "$threshold" "$workers" "$coefficient" "$budget"; do
-  if ! [[ "$n" =~ ^[0-9]+([.][0-9]+)?$ ]]; then
-    echo "mutation.sh: $n is not a number" >&2
+if ! [[ "$threshold" =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+  echo "mutation.sh: --threshold $threshold is not a percentage" >&2
+  exit 2
+fi
+for n in "$workers" "$coefficient" "$budget"; do
+  if ! [[ "$n" =~ ^[0-9]+$ ]]; then
+    echo "mutation.sh: $n is not a whole number" >&2
     exit 2
   fi
 done
+if [ "$workers" = 0 ] || [ "$coefficient" = 0 ]; then
+  echo "mutation.sh: --workers and --timeout-coefficient must be at least 1" >&2
+  exit 2
+fi
 
 if [ ${#files[@]} -eq 0 ]; then
   for f in cursor.go cursor_cbor.go envelope.go keys.go onetime.go replay.go \
