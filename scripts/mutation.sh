@@ -12,9 +12,9 @@
 # docs/mutation-survivors.md do not count against the adjusted efficacy.
 #
 # Files are paths relative to the repository root, in the root module. With
-# none, the default list is the security code: the token, key, replay,
-# one-time, state and webhook files (wherever they live: the root package,
-# webhook/, replay/, internal/{b64,mac,reason}).
+# none, the default list is the security code: every non-test file but
+# doc.go of the root package (tokens, keys, one-time, state, fingerprint)
+# and of webhook/, replay/, internal/{b64,mac,reason} where they exist.
 #
 # Options:
 #   --threshold PCT      minimum adjusted efficacy (default 95)
@@ -76,15 +76,14 @@ if [ "$workers" = 0 ] || [ "$coefficient" = 0 ]; then
 fi
 
 if [ ${#files[@]} -eq 0 ]; then
-  for f in cursor.go cursor_cbor.go envelope.go keys.go onetime.go replay.go \
-           replay_compat.go state.go state_once.go webhook.go; do
-    [ -f "$f" ] && files+=("$f")
-  done
-  for d in webhook replay internal/b64 internal/mac internal/reason; do
+  # The root package (cursors, request state, one-time tokens, keys and
+  # whatever the webhook and replay code left behind) and the packages the
+  # split moved security code to; doc.go files hold no code.
+  for d in . webhook replay internal/b64 internal/mac internal/reason; do
     [ -d "$d" ] || continue
     for f in "$d"/*.go; do
       case "$f" in *_test.go|*/doc.go) continue ;; esac
-      files+=("$f")
+      files+=("${f#./}")
     done
   done
 fi
