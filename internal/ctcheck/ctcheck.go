@@ -23,8 +23,9 @@
 //
 // An operand is secret-derived when, looking through parentheses, indexing,
 // slicing, dereference, address-of and conversions:
-//   - an identifier or field name contains one of the words in
-//     [SecretWords] as a camelCase or snake_case word (sig, expectedMAC,
+//   - an identifier or field name contains, as a camelCase or snake_case
+//     word, one of mac, hmac, tag, sig, signature, bind, bound, digest, sum,
+//     fingerprint, fp or secret, plurals included (sig, expectedMAC,
 //     bind_tag), unless its last word names a size or metadata (macSize,
 //     mac.Size, tagLen, sigHeader, signaturePrefix);
 //   - a called function's name does (sha256MAC(k, body), h.Sum(nil)), or an
@@ -72,10 +73,10 @@ import (
 	"unicode"
 )
 
-// SecretWords are the identifier words that mark an operand as
+// secretWords are the identifier words that mark an operand as
 // secret-derived. Matching is per word and case-insensitive: "sig" matches
-// sig, gotSig and sig_hex but not signal or design.
-var SecretWords = []string{
+// sig, gotSig and sig_hex but not signal or design. Read-only.
+var secretWords = []string{
 	"mac", "macs", "hmac", "tag", "tags", "sig", "sigs", "signature",
 	"signatures", "bind", "bound", "digest", "digests", "sum", "sums",
 	"fingerprint", "fp", "secret", "secrets",
@@ -811,7 +812,7 @@ func hasSecretWord(name string) bool { return anySecret(words(name)) }
 
 func anySecret(ws []string) bool {
 	for _, w := range ws {
-		if slices.Contains(SecretWords, w) {
+		if slices.Contains(secretWords, w) {
 			return true
 		}
 	}
