@@ -107,6 +107,8 @@ type Finding struct {
 	Operand string         // the operand judged secret-derived
 }
 
+// String formats f as "file:line:col: comparison compares secret-derived
+// operand in variable time" with the fix.
 func (f Finding) String() string {
 	return fmt.Sprintf("%s: %s compares secret-derived %s in variable time; use hmac.Equal or subtle.ConstantTimeCompare", f.Pos, f.Expr, f.Operand)
 }
@@ -162,8 +164,8 @@ type Checker struct {
 
 // Tree checks every non-test .go file of every module (a directory holding
 // go.mod) under root, skipping testdata, vendor and directories whose names
-// start with "." or "_". Findings are sorted by position. See
-// [Checker.Module].
+// start with "." or "_". Findings come module by module, each sorted by
+// position. See [Checker.Module].
 func (c *Checker) Tree(root string) ([]Finding, error) {
 	var mods []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
