@@ -126,12 +126,16 @@ if ! { [ -x "$gremlins" ] &&
   go install "github.com/go-gremlins/gremlins/cmd/gremlins@$GREMLINS_VERSION"
 fi
 
+# gremlins' work directories go in scratch, removed at exit even when the
+# budget cuts a run short before gremlins cleans up after itself.
+scratch=$(mktemp -d)
 if [ -n "$keep" ]; then
   mkdir -p "$keep"
   out=$(cd "$keep" && pwd)
+  trap 'rm -rf "$scratch"' EXIT
 else
   out=$(mktemp -d)
-  trap 'rm -rf "$out"' EXIT
+  trap 'rm -rf "$scratch" "$out"' EXIT
 fi
 start=$SECONDS
 reports=()
@@ -159,7 +163,7 @@ for f in "${files[@]}"; do
   json="$out/$(echo "$f" | tr / _).json"
   echo "--- gremlins $f"
   rc=0
-  (cd "$dir" && "${limit[@]}" "$gremlins" unleash . --workers "$workers" \
+  (cd "$dir" && TMPDIR="$scratch" "${limit[@]}" "$gremlins" unleash . --workers "$workers" \
       --timeout-coefficient "$coefficient" --invert-logical --invert-loopctrl \
       "${excludes[@]}" -o "$json" >"$json.log" 2>&1) || rc=$?
   if [ "$rc" -ne 0 ] || [ ! -s "$json" ]; then
