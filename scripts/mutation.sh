@@ -98,8 +98,14 @@ for f in "${files[@]}"; do
 done
 
 if [ -n "$changed" ]; then
-  mapfile -t diff < <(git diff --name-only "$changed" -- "${files[@]}")
-  files=("${diff[@]}")
+  # Not a process substitution: an unknown BASE must fail, not look like
+  # "nothing changed".
+  if ! diff=$(git diff --name-only "$changed" -- "${files[@]}"); then
+    echo "mutation.sh: git diff against $changed failed" >&2
+    exit 2
+  fi
+  files=()
+  [ -z "$diff" ] || mapfile -t files <<<"$diff"
   if [ ${#files[@]} -eq 0 ]; then
     echo "mutation.sh: no security file differs from $changed; nothing to mutate"
     exit 0
