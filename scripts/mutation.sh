@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Mutation testing of ctoken's security code with gremlins (pinned below).
+#
+#   scripts/mutation.sh [options] [FILE.go ...]
+#
+# Runs gremlins once per file (the other files of the package excluded), with
+# gremlins' default mutators plus invert-logical and invert-loopctrl, prints
+# a per-file table (killed, lived, documented equivalents, not covered,
+# timed out, not viable, efficacy, adjusted efficacy), lists every survivor
+# with its source line, and exits non-zero when the adjusted efficacy of the
+# files run is below --threshold. Survivors documented as equivalent in
+# docs/mutation-survivors.md do not count against the adjusted efficacy.
+#
+# Files are paths relative to the repository root, in the root module. With
+# none, the default list is the security code: every non-test file but
+# doc.go of the root package (tokens, keys, one-time, state, fingerprint)
+# and of webhook/, replay/, internal/{b64,mac,reason} where they exist.
+#
+# Options:
+#   --threshold PCT      minimum adjusted efficacy (default 95)
+#   --workers N          gremlins workers (default 1)
+#   --timeout-coefficient N
+#                        per-mutant timeout: N times the coverage run
+#                        (default 5; gremlins' own 3 times out under load)
+#   --changed BASE       only the files (of the list) that differ from git BASE
+#   --budget SECONDS     smallest files first; stop starting files once the
+#                        budget is spent; a file cut short is reported, not
+#                        counted. The table covers the files that completed.
+#   --out DIR            keep each file's gremlins JSON and log in DIR
+#                        (default: a temporary directory, removed at exit)
+#   --list               print the files that would run, and exit
+#
+# Exit status: 0 when the threshold holds (or no listed file changed under
+# --changed), 1 when it does not or gremlins fails, 2 on a usage error.
+set -euo pipefail
+
+GREMLINS_VERSION=v0.6.0
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+threshold=95
+workers=1
+coefficient=5
+changed=""
+budget=0
+list_only=0
+keep=""
+files=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --threshold) threshold=${2:?--threshold needs a value}; shift 2 ;;
+    --workers) workers=${2:?--workers needs a value}; shift 2 ;;
+    --timeout-coefficient) coefficient=${2:?--timeout-coefficient needs a value}; shift 2 ;;
+    --changed) changed=${2:?--changed needs a git revision}; shift 2 ;;
+    --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
+    --out) keep=${2:?--out needs a directory}; shift 2 ;;
+    --list) list_only=1; shift ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    --*) echo "mutation.sh: unknown option $1" >&2; exit 2 ;;
+    *) files+=("$1"); shift ;;
+  esac
+done
+if ! [[ "$threshold" =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+  echo "mutation.sh: --threshold $threshold is not a percentage" >&2
+  exit 2
+fi
+for n in "$workers" "$coefficient" "$budget"; do
+  if ! [[ "$n" =~ ^[0-9]+$ ]]; then
+    echo "mutation.sh: $n is not a whole number" >&2
+    exit 2
+  fi
+done
+if [ "$workers" = 0 ] || [ "$coefficient" = 0 ]; then
+  echo "mutation.sh: --workers and --timeout-coefficient must be at least 1" >&2
+  exit 2
+fi
+
+if [ ${#files[@]} -eq 0 ]; then
+  # The root package (cursors, request state, one-time tokens, keys and
+  # whatever the webhook and replay code left behind) and the packages the
+  # split moved security code to; doc.go files hold no code.
+  for d in . webhook replay internal/b64 internal/mac internal/reason; do
+    [ -d "$d" ] || continue
+    for f in "$d"/*.go; do
+      case "$f" in *_test.go|*/doc.go) continue ;; esac
+      files+=("${f#./}")
+    done
+  done
+fi
+for f in "${files[@]}"; do
+  case "$f" in
+    *_test.go|/*|*..*) echo "mutation.sh: $f: want a non-test .go file relative to the repository root" >&2; exit 2 ;;
+  esac
+  if [ ! -f "$f" ] || [[ "$f" != *.go ]]; then
+    echo "mutation.sh: $f: no such .go file" >&2
+    exit 2
+  fi
+done
+
+if [ -n "$changed" ]; then
+  # Not a process substitution: an unknown BASE must fail, not look like
+  # "nothing changed".
+  if ! diff=$(git diff --name-only "$changed" -- "${files[@]}"); then
+    echo "mutation.sh: git diff against $changed failed" >&2
+    exit 2
+  fi
+  files=()
+  [ -z "$diff" ] || mapfile -t files <<<"$diff"
+  if [ ${#files[@]} -eq 0 ]; then
+    echo "mutation.sh: no security file differs from $changed; nothing to mutate"
+    exit 0
+  fi
+fi
+if [ "$budget" != 0 ]; then
+  # Smallest first: the cheapest files to mutate.
+  mapfile -t files < <(for f in "${files[@]}"; do printf '%s\t%s\n' "$(wc -c <"$f")" "$f"; done | sort -n | cut -f2)
+fi
+if [ "$list_only" = 1 ]; then
+  printf '%s\n' "${files[@]}"
+  exit 0
+fi
+
+# The pinned binary, at the path go install writes it (not whatever gremlins
+# comes first on PATH). gremlins --version says "dev" for a go-installed
+# binary, so the module version it was built from is read instead.
+bin=$(go env GOBIN)
+[ -n "$bin" ] || bin="$(go env GOPATH)/bin"
+gremlins="$bin/gremlins"
+if ! { [ -x "$gremlins" ] &&
+       go version -m "$gremlins" | grep -Eq "^[[:space:]]+mod[[:space:]]+github.com/go-gremlins/gremlins[[:space:]]+$GREMLINS_VERSION([[:space:]]|\$)"; }; then
+  echo "--- installing gremlins $GREMLINS_VERSION"
+  go install "github.com/go-gremlins/gremlins/cmd/gremlins@$GREMLINS_VERSION"
+fi
+
+# gremlins' work directories go in scratch, removed at exit even when the
+# budget cuts a run short before gremlins cleans up after itself.
+scratch=$(mktemp -d)
+if [ -n "$keep" ]; then
+  mkdir -p "$keep"
+  out=$(cd "$keep" && pwd)
+  trap 'rm -rf "$scratch"' EXIT
+else
+  out=$(mktemp -d)
+  trap 'rm -rf "$scratch" "$out"' EXIT
+fi
+start=$SECONDS
+reports=()
+skipped=()
+for f in "${files[@]}"; do
+  dir=$(dirname "$f")
+  base=$(basename "$f")
+  # Exclude every other file gremlins would walk from dir: subdirectories
+  # (nested packages and modules) and the package's other non-test files.
+  excludes=(-E '/')
+  for g in "$dir"/*.go; do
+    g=$(basename "$g")
+    case "$g" in *_test.go|"$base") continue ;; esac
+    excludes+=(-E "^${g//./\\.}\$")
+  done
+  limit=()
+  if [ "$budget" != 0 ]; then
+    left=$((budget - (SECONDS - start)))
+    if [ "$left" -le 0 ]; then
+      skipped+=("$f")
+      continue
+    fi
+    limit=(timeout --signal=INT --kill-after=10 "$left")
+  fi
+  json="$out/$(echo "$f" | tr / _).json"
+  echo "--- gremlins $f"
+  rc=0
+  (cd "$dir" && TMPDIR="$scratch" "${limit[@]}" "$gremlins" unleash . --workers "$workers" \
+      --timeout-coefficient "$coefficient" --invert-logical --invert-loopctrl \
+      "${excludes[@]}" -o "$json" >"$json.log" 2>&1) || rc=$?
+  if [ "$rc" -ne 0 ] || [ ! -s "$json" ]; then
+    if [ "$budget" != 0 ] && { [ "$rc" -eq 124 ] || [ "$rc" -eq 130 ] || [ "$rc" -eq 137 ]; }; then
+      echo "    budget spent during $f: not counted"
+      skipped+=("$f")
+      continue
+    fi
+    echo "mutation.sh: gremlins failed on $f (exit $rc):" >&2
+    tail -n 30 "$json.log" >&2
+    exit 1
+  fi
+  reports+=("$dir=$json")
+done
+if [ ${#skipped[@]} -gt 0 ]; then
+  echo "--- not run within the ${budget}s budget: ${skipped[*]}"
+fi
+if [ ${#reports[@]} -eq 0 ]; then
+  echo "mutation.sh: the budget did not allow a single file" >&2
+  exit 1
+fi
+echo "--- mutation table (efficacy = killed / (killed + lived); adjusted leaves out documented equivalents)"
+go run ./internal/mutreport -root "$root" -survivors docs/mutation-survivors.md \
+  -threshold "$threshold" "${reports[@]}"
