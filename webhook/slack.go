@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ctoken/ctoken/internal/mac"
@@ -95,7 +96,7 @@ func (s *slack) verify(p *params, h http.Header, body []byte, _ string) (verifie
 		return verified{}, errSigHeader
 	}
 	var got [1][mac.Size]byte
-	if len(sig) != len(slackPrefix)+2*mac.Size || sig[:len(slackPrefix)] != slackPrefix ||
+	if len(sig) != len(slackPrefix)+2*mac.Size || !strings.HasPrefix(sig, slackPrefix) ||
 		!parseLowerHexTag(sig[len(slackPrefix):], &got[0]) {
 		return verified{}, errSigMalformed
 	}
