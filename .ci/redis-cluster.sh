@@ -15,7 +15,7 @@
 #                                     (the fault tests restart a master
 #                                     with `redis-server <conf>`; it writes
 #                                     its pid to node-<port>/redis.pid)
-#   CTOKEN_REDIS_CLI=<path>           redis-cli (the tests reshard with it)
+#   CTOKEN_REDIS_CLI=<path>           redis-cli
 # runs the command (default: the redisstore cluster fault tests), and always
 # stops every node and removes its files on exit. The nodes persist with
 # appendonly yes / appendfsync always, so a restarted master keeps every
