@@ -425,15 +425,6 @@ type latencies struct {
 	m  map[string][]time.Duration
 }
 
-func (l *latencies) add(op string, d time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.m == nil {
-		l.m = map[string][]time.Duration{}
-	}
-	l.m[op] = append(l.m[op], d)
-}
-
 // merge adds every sample of o.
 func (l *latencies) merge(o map[string][]time.Duration) {
 	l.mu.Lock()
