@@ -22,6 +22,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -204,36 +205,204 @@ func BenchmarkStateDecode(b *testing.B) {
 	}
 }
 
-// benchArgs returns a JSON object of about 1 KiB with nested structure,
-// escapes and numbers, written with its keys out of order.
-func benchArgs() []byte {
+// benchSmallArgs are the arguments of a typical paginated tool call as a Go
+// struct, fields in declaration (not canonical) order.
+type benchSmallArgs struct {
+	Query   string            `json:"query"`
+	Repo    string            `json:"repo"`
+	PerPage int               `json:"per_page"`
+	Labels  []string          `json:"labels"`
+	Filter  map[string]string `json:"filter"`
+}
+
+var benchSmall = benchSmallArgs{
+	Query:   "is:open label:bug sort:updated-desc",
+	Repo:    "ctoken/ctoken",
+	PerPage: 50,
+	Labels:  []string{"p1", "backend"},
+	Filter:  map[string]string{"state": "open", "author": "octocat"},
+}
+
+// benchSmallText is benchSmall's canonical JSON (about 135 bytes), and
+// benchSmallLoose the same arguments spelled otherwise: members shuffled,
+// white space, an escape and 5.0e1 for 50.
+const (
+	benchSmallText  = `{"filter":{"author":"octocat","state":"open"},"labels":["p1","backend"],"per_page":50,"query":"is:open label:bug sort:updated-desc","repo":"ctoken/ctoken"}`
+	benchSmallLoose = `{ "repo": "ctoken/ctoken", "per_page": 5.0e1, "query": "is:open label:bug sort:updated-desc",
+  "labels": [ "p1", "backend" ], "filter": { "state": "open", "author": "octo\u0063at" } }`
+)
+
+// benchNestedText returns a canonical JSON object of about 1.4 KiB holding
+// 24 nested objects with non-integer numbers, and benchNestedLoose the same
+// value spelled otherwise (members in reverse order, white space, numbers
+// with exponents and trailing zeros).
+func benchNestedText() []byte {
 	var sb strings.Builder
-	sb.WriteString(`{"zeta":{"b":[1,2.5,-3e2,true,false,null],"a":"caf\u00e9 \"quoted\""},"query":"is:open label:bug sort:updated-desc",`)
-	for i := 0; sb.Len() < 1000; i++ {
-		sb.WriteString(`"field_`)
-		sb.WriteByte(byte('z' - i%26))
-		sb.WriteString(`_`)
-		sb.WriteByte(byte('0' + i%10))
-		sb.WriteString(`":{"value":12345.678,"tags":["alpha","beta","gamma"],"on":true},`)
+	sb.WriteString(`{`)
+	for i := range 24 {
+		if i > 0 {
+			sb.WriteString(`,`)
+		}
+		fmt.Fprintf(&sb, `"item_%02d":{"ratio":0.%03d,"tags":["a","b"],"value":%d.125}`, i, 125+i, 12345+i)
 	}
-	sb.WriteString(`"per_page":50}`)
+	sb.WriteString(`}`)
 	return []byte(sb.String())
 }
 
-func BenchmarkArgsFingerprint(b *testing.B) {
-	args := benchArgs()
-	if !json.Valid(args) {
-		b.Fatal("benchArgs is not JSON")
-	}
-	b.SetBytes(int64(len(args)))
-	b.ReportAllocs()
-	cpu := startCPU()
-	for b.Loop() {
-		if _, err := ArgsFingerprint(args); err != nil {
-			b.Fatal(err)
+func benchNestedLoose() []byte {
+	var sb strings.Builder
+	sb.WriteString("{\n")
+	for i := 23; i >= 0; i-- {
+		fmt.Fprintf(&sb, "  \"item_%02d\" : { \"value\" : %d.1250e0, \"tags\" : [ \"a\", \"b\" ], \"ratio\" : %d.0e-3 }", i, 12345+i, 125+i)
+		if i > 0 {
+			sb.WriteString(",")
 		}
+		sb.WriteString("\n")
 	}
-	cpu.done(b)
+	sb.WriteString("}")
+	return []byte(sb.String())
+}
+
+// BenchmarkArgsFingerprint measures ArgsFingerprint of JSON text, each
+// input beside sha256.Sum256 of the same bytes (its floor).
+func BenchmarkArgsFingerprint(b *testing.B) {
+	inputs := []struct {
+		name string
+		text []byte
+	}{
+		{"small", []byte(benchSmallText)},
+		{"small-noncanonical", []byte(benchSmallLoose)},
+		{"nested-1.4KiB", benchNestedText()},
+		{"nested-1.4KiB-noncanonical", benchNestedLoose()},
+	}
+	want, err := ArgsFingerprint(inputs[2].text)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if got, err := ArgsFingerprint(inputs[3].text); err != nil || got != want {
+		b.Fatal("the nested inputs differ in meaning")
+	}
+	if got, err := CanonicalJSON(inputs[0].text); err != nil || string(got) != benchSmallText {
+		b.Fatal("benchSmallText is not canonical")
+	}
+	for _, in := range inputs {
+		b.Run(in.name+"/fingerprint", func(b *testing.B) {
+			b.SetBytes(int64(len(in.text)))
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				if _, err := ArgsFingerprint(in.text); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu.done(b)
+		})
+		b.Run(in.name+"/sha256", func(b *testing.B) {
+			b.SetBytes(int64(len(in.text)))
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				_ = sha256.Sum256(in.text)
+			}
+			cpu.done(b)
+		})
+	}
+}
+
+// BenchmarkArgsFingerprintStruct measures ArgsFingerprint of the small
+// arguments as a typed Go struct, beside json.Marshal of the same value.
+func BenchmarkArgsFingerprintStruct(b *testing.B) {
+	fp, err := ArgsFingerprint(benchSmall)
+	if err != nil || fp != sha256.Sum256([]byte(benchSmallText)) {
+		b.Fatalf("struct and text fingerprints differ (%v)", err)
+	}
+	b.Run("fingerprint", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			if _, err := ArgsFingerprint(benchSmall); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu.done(b)
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			if _, err := json.Marshal(benchSmall); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu.done(b)
+	})
+}
+
+// BenchmarkPageTurn measures what ctoken costs a paginated call: the
+// fingerprint of the small arguments (text), Verify of the presented
+// cursor and Issue of the next. floor is SHA-256 of the arguments plus the
+// HMAC verify and sign floors (see BenchmarkFloorHMAC) on the cursor body.
+func BenchmarkPageTurn(b *testing.B) {
+	args := []byte(benchSmallText)
+	iss := benchIssuer(b)
+	fp, err := ArgsFingerprint(args)
+	if err != nil {
+		b.Fatal(err)
+	}
+	scope := CursorScope{ToolID: benchScope.ToolID, CallerID: benchScope.CallerID, Args: fp}
+	presented, err := iss.Issue(CursorPayload{CursorScope: scope, Page: 3, State: benchState})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("ctoken", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			fp, err := ArgsFingerprint(args)
+			if err != nil {
+				b.Fatal(err)
+			}
+			want := CursorScope{ToolID: benchScope.ToolID, CallerID: benchScope.CallerID, Args: fp}
+			p, err := iss.Verify(presented, want)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.Page++
+			if _, err := iss.Issue(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu.done(b)
+	})
+	body := benchCursorBody(b)
+	h := hmac.New(sha256.New, subkey(benchKey, "bench floor"))
+	h.Write(body)
+	token := b64.EncodeToString(h.Sum(append([]byte(nil), body...)))
+	raw := make([]byte, len(body)+macSize)
+	buf := make([]byte, 0, b64.EncodedLen(len(raw)))
+	dec := make([]byte, len(raw))
+	var sum [macSize]byte
+	b.Run("floor", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			_ = sha256.Sum256(args)
+			n, err := b64.Decode(dec, []byte(token))
+			if err != nil || n <= macSize {
+				b.Fatal("floor token does not decode")
+			}
+			h.Reset()
+			h.Write(dec[:n-macSize])
+			if !hmac.Equal(h.Sum(sum[:0]), dec[n-macSize:n]) {
+				b.Fatal("floor MAC mismatch")
+			}
+			h.Reset()
+			h.Write(body)
+			raw = h.Sum(raw[:0])
+			_ = string(b64.AppendEncode(buf[:0], append(append(dec[:0], body...), raw...)))
+		}
+		cpu.done(b)
+	})
 }
 
 // benchCursorBody returns the CBOR body of the benchmark cursor: the bytes

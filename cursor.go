@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/subtle"
-	"fmt"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/ctoken/ctoken/internal/cursorwire"
+	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/fxamacker/cbor/v2"
 )
 
@@ -18,28 +19,27 @@ const (
 	MaxCursorBytes = 512
 	// MaxOpaqueStateBytes caps the opaque state a cursor carries.
 	MaxOpaqueStateBytes = 256
-	// DefaultCursorTTL is the cursor lifetime when CursorConfig.TTL is 0.
+	// DefaultCursorTTL is the cursor lifetime when [CursorConfig.TTL] is 0.
 	DefaultCursorTTL = 5 * time.Minute
 
-	// MaxSessionBytes caps CursorConfig.Session.
+	// MaxSessionBytes caps [CursorConfig.Session].
 	MaxSessionBytes = 64
 
-	cursorVersion = 1
 	// cursorKeyLabel is the HKDF info label of the cursor MAC subkey.
 	cursorKeyLabel = "ctoken.cursor hmac-sha256 key"
 	// maxFutureSkew is how far in the future IssuedAt may be (clock skew
 	// within a fleet) before a cursor is refused.
 	maxFutureSkew = 60 * time.Second
-	// maxCursorRaw is the largest decoded cursor: MaxCursorBytes of base64.
+	// maxCursorRaw is the largest decoded cursor: [MaxCursorBytes] of base64.
 	maxCursorRaw = MaxCursorBytes * 3 / 4
 	sessionBytes = 8
 )
 
 // Fingerprint is a SHA-256 digest identifying a tool call's arguments; see
-// ArgsFingerprint. The zero Fingerprint means "not bound".
+// [ArgsFingerprint]. The zero [Fingerprint] means "not bound".
 type Fingerprint [32]byte
 
-// IsZero reports whether f is the zero Fingerprint.
+// IsZero reports whether f is the zero [Fingerprint].
 func (f Fingerprint) IsZero() bool { return f == Fingerprint{} }
 
 // CursorScope is what a cursor is bound to: the tool that issued it, the
@@ -55,26 +55,26 @@ type CursorPayload struct {
 	CursorScope
 	// Page is the caller's position, e.g. a page index or offset.
 	Page uint32
-	// State is opaque application state, at most MaxOpaqueStateBytes.
+	// State is opaque application state, at most [MaxOpaqueStateBytes].
 	State []byte
 	// IssuedAt is stamped by Issue (whole seconds); ignored on input.
 	IssuedAt time.Time
 }
 
-// CursorConfig configures a CursorIssuer. Only Keys is required.
+// CursorConfig configures a [CursorIssuer]. Only Keys is required.
 type CursorConfig struct {
 	// Keys signs (primary) and verifies (all) cursors. Required.
 	Keys *Keyring
-	// TTL is the maximum cursor age: 0 means DefaultCursorTTL, negative
+	// TTL is the maximum cursor age: 0 means [DefaultCursorTTL], negative
 	// means no age limit.
 	TTL time.Duration
 	// Session names the server session cursors belong to. Nil means a
 	// random 8-byte nonce minted per issuer, so a restart invalidates every
-	// outstanding cursor (ErrCursorExpired). A fleet behind a load balancer
+	// outstanding cursor ([ErrCursorExpired]). A fleet behind a load balancer
 	// sets the same Session (and Keys) on every instance; changing it
-	// revokes all outstanding cursors at once. At most MaxSessionBytes. A
+	// revokes all outstanding cursors at once. At most [MaxSessionBytes]. A
 	// non-nil empty Session (say, []byte of an unset environment variable)
-	// is ErrConfig rather than a silent random session that would split
+	// is [ErrConfig] rather than a silent random session that would split
 	// the fleet.
 	Session []byte
 	// Now is the clock; nil means time.Now.
@@ -83,13 +83,13 @@ type CursorConfig struct {
 
 // CursorIssuer issues and verifies stateless HMAC-SHA256 pagination
 // cursors. It is safe for concurrent use. The zero value refuses every call
-// with ErrNoKey.
+// with [ErrNoKey].
 type CursorIssuer struct {
 	macs    macRing
 	ttl     time.Duration
 	session []byte
 	now     func() time.Time
-	// scratch is a pointer so that a CursorIssuer value can be copied
+	// scratch is a pointer so that a [CursorIssuer] value can be copied
 	// (and printed, see redact.go) without copying a sync.Pool.
 	scratch *sync.Pool // of *cursorScratch
 }
@@ -135,10 +135,10 @@ func mustDecMode(o cbor.DecOptions) cbor.DecMode {
 	return m
 }
 
-// NewCursorIssuer returns an issuer for cfg. It fails with ErrNoKey when
-// cfg.Keys is nil or holds no key (a zero Keyring), and with ErrConfig when
-// cfg.Session is longer than MaxSessionBytes or empty but not nil. Every TTL is valid: 0 means
-// DefaultCursorTTL and a negative TTL means no age limit.
+// NewCursorIssuer returns an issuer for cfg. It fails with [ErrNoKey] when
+// cfg.Keys is nil or holds no key (a zero [Keyring]), and with [ErrConfig] when
+// cfg.Session is longer than [MaxSessionBytes] or empty but not nil. Every TTL is valid: 0 means
+// [DefaultCursorTTL] and a negative TTL means no age limit.
 func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 	if cfg.Keys == nil || cfg.Keys.Len() == 0 {
 		return nil, reject(ErrNoKey, "CursorConfig.Keys is nil or empty")
@@ -186,10 +186,10 @@ var (
 )
 
 // Issue returns a cursor for p, stamped with the current time. It fails with
-// ErrOpaqueStateTooLarge when p.State is over MaxOpaqueStateBytes and with
-// ErrCursorTooLarge when the cursor would be over MaxCursorBytes. A ToolID
+// [ErrOpaqueStateTooLarge] when p.State is over [MaxOpaqueStateBytes] and with
+// [ErrCursorTooLarge] when the cursor would be over [MaxCursorBytes]. A ToolID
 // or CallerID that is not valid UTF-8 (CBOR text) is an error too. An
-// issuer not made by NewCursorIssuer has no key: Issue fails with ErrNoKey.
+// issuer not made by [NewCursorIssuer] has no key: Issue fails with [ErrNoKey].
 // Every error carries a [Reason].
 func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	if len(i.macs) == 0 {
@@ -201,27 +201,27 @@ func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	if !utf8.ValidString(p.ToolID) || !utf8.ValidString(p.CallerID) {
 		return "", errIDNotUTF8
 	}
-	b := cursorBody{
-		version: cursorVersion,
-		tool:    p.ToolID,
-		caller:  p.CallerID,
-		page:    p.Page,
-		issued:  i.now().Unix(),
-		session: i.session,
-		state:   p.State,
+	b := cursorwire.Body{
+		Version: cursorwire.Version,
+		Tool:    p.ToolID,
+		Caller:  p.CallerID,
+		Page:    p.Page,
+		Issued:  i.now().Unix(),
+		Session: i.session,
+		State:   p.State,
 	}
 	if !p.Args.IsZero() {
-		b.args = p.Args[:]
+		b.Args = p.Args[:]
 	}
 	// The size is known before anything is encoded, so an oversize tool or
 	// caller ID never reaches the fixed-size scratch buffer.
-	n := cursorBodyLen(&b) + macSize
+	n := cursorwire.BodyLen(&b) + macSize
 	if b64.EncodedLen(n) > MaxCursorBytes {
 		return "", errCursorLarge
 	}
 	s := i.getScratch()
-	raw := appendCursorBody(s.raw[:0], &b)
-	raw = i.macs[0].sum(raw, raw)
+	raw := cursorwire.AppendBody(s.raw[:0], &b)
+	raw = i.macs[0].Sum(raw, raw)
 	text := s.text[:b64.EncodedLen(n)]
 	b64.Encode(text, raw)
 	cursor := string(text)
@@ -253,21 +253,21 @@ var (
 // strict CBOR decode, session, age, scope. Tool and caller must equal want's;
 // Args is compared when want.Args is non-zero.
 //
-// Errors match ErrCursorInvalid (forged, tampered, malformed, truncated,
-// oversize, wrong scope, IssuedAt over 60 s ahead) or ErrCursorExpired (too
+// Errors match [ErrCursorInvalid] (forged, tampered, malformed, truncated,
+// oversize, wrong scope, IssuedAt over 60 s ahead) or [ErrCursorExpired] (too
 // old, or from another server session), and always carry a [Reason]; an
-// issuer not made by NewCursorIssuer refuses every cursor with ErrNoKey. On
+// issuer not made by [NewCursorIssuer] refuses every cursor with [ErrNoKey]. On
 // error the payload is zero.
 //
 // A trade-off: a cursor whose MAC fails but whose body decodes and names
-// another non-empty session is reported as ErrCursorExpired (1020, "start
+// another non-empty session is reported as [ErrCursorExpired] (1020, "start
 // over"), because that is what a cursor from before a restart or a session
-// change looks like, and a client told 1021 would not recover. Its Reason is
+// change looks like, and a client told 1021 would not recover. Its [Reason] is
 // "mac mismatch (other session)" — not "other server session", which only
 // authentic cursors get — so server-side alerting can count it with the
 // other MAC failures as possible tampering. Nothing of the unauthenticated
 // body is returned, and a forged body with an empty session is
-// ErrCursorInvalid.
+// [ErrCursorInvalid].
 func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, error) {
 	if len(i.macs) == 0 {
 		return CursorPayload{}, errCursorNoKey
@@ -282,10 +282,9 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	defer i.putScratch(s)
 	// []byte(cursor) neither escapes nor is written to, so the compiler
 	// converts it without copying or allocating.
+	// The strict decoder refuses every second spelling of a cursor.
 	n, err := b64.Decode(s.raw[:], []byte(cursor))
-	// The length check refuses the CR and LF that encoding/base64 skips
-	// even in Strict mode: no second spelling of a cursor is accepted.
-	if err != nil || b64.EncodedLen(n) != len(cursor) {
+	if err != nil {
 		return CursorPayload{}, errCursorBase64
 	}
 	if n <= macSize {
@@ -295,27 +294,27 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	if i.macs.verify(body, tag) < 0 {
 		// A classification hint only: nothing of an unauthenticated body
 		// is ever returned.
-		if f, ok := decodeCursorBody(body); ok && len(f.session) != 0 && !bytes.Equal(f.session, i.session) {
+		if f, ok := cursorwire.DecodeBody(body); ok && len(f.Session) != 0 && !bytes.Equal(f.Session, i.session) {
 			return CursorPayload{}, errCursorForeign
 		}
 		return CursorPayload{}, errCursorMAC
 	}
 	// Exactly one encoding is accepted, the one Issue writes (see
-	// cursor_cbor.go).
-	f, ok := decodeCursorBody(body)
+	// internal/cursorwire).
+	f, ok := cursorwire.DecodeBody(body)
 	if !ok {
 		return CursorPayload{}, errCursorMalformed
 	}
-	if f.version != cursorVersion {
+	if f.Version != cursorwire.Version {
 		return CursorPayload{}, errCursorVersion
 	}
-	if len(f.args) != 0 && len(f.args) != len(Fingerprint{}) {
+	if len(f.Args) != 0 && len(f.Args) != len(Fingerprint{}) {
 		return CursorPayload{}, errCursorArgsLength
 	}
-	if subtle.ConstantTimeCompare(f.session, i.session) != 1 {
+	if subtle.ConstantTimeCompare(f.Session, i.session) != 1 {
 		return CursorPayload{}, errCursorSession
 	}
-	issued := time.Unix(f.issued, 0)
+	issued := time.Unix(f.Issued, 0)
 	now := i.now()
 	if issued.Sub(now) > maxFutureSkew {
 		return CursorPayload{}, errCursorFuture
@@ -324,11 +323,11 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 		return CursorPayload{}, errCursorAge
 	}
 	var args Fingerprint
-	copy(args[:], f.args)
+	copy(args[:], f.Args)
 	switch {
-	case string(f.tool) != want.ToolID:
+	case string(f.Tool) != want.ToolID:
 		return CursorPayload{}, errCursorTool
-	case string(f.caller) != want.CallerID:
+	case string(f.Caller) != want.CallerID:
 		return CursorPayload{}, errCursorCaller
 	case !want.Args.IsZero() && subtle.ConstantTimeCompare(args[:], want.Args[:]) != 1:
 		return CursorPayload{}, errCursorArgs
@@ -337,20 +336,20 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	// than copies. State aliases the pooled scratch and is copied: the one
 	// allocation of a successful Verify, and none when there is no state.
 	var state []byte
-	if len(f.state) > 0 {
-		state = append(make([]byte, 0, len(f.state)), f.state...)
+	if len(f.State) > 0 {
+		state = append(make([]byte, 0, len(f.State)), f.State...)
 	}
 	return CursorPayload{
 		CursorScope: CursorScope{ToolID: want.ToolID, CallerID: want.CallerID, Args: args},
-		Page:        f.page,
+		Page:        f.Page,
 		State:       state,
 		IssuedAt:    issued,
 	}, nil
 }
 
 var (
-	// stateEncMode is Core Deterministic Encoding, for IssueState's state;
-	// appendCursorBody reproduces it byte for byte for the cursor body.
+	// stateEncMode is Core Deterministic Encoding, for [IssueState]'s state;
+	// cursorwire.AppendBody reproduces it byte for byte for the cursor body.
 	stateEncMode = mustEncMode(cbor.CoreDetEncOptions())
 	// stateDecMode decodes typed cursor state: strict, with room for
 	// application structure.
@@ -370,7 +369,7 @@ var (
 func IssueState[T any](i *CursorIssuer, scope CursorScope, page uint32, state T) (string, error) {
 	b, err := stateEncMode.Marshal(state)
 	if err != nil {
-		return "", &reasonError{sentinel: fmt.Errorf("%w: cursor state: %w", ErrUnencodable, err), reason: "state does not encode as CBOR"}
+		return "", reason.Wrap(ErrUnencodable, "state does not encode as CBOR", err)
 	}
 	return i.Issue(CursorPayload{CursorScope: scope, Page: page, State: b})
 }
@@ -378,7 +377,7 @@ func IssueState[T any](i *CursorIssuer, scope CursorScope, page uint32, state T)
 var errCursorStateType = reject(ErrCursorInvalid, "state does not decode into the requested type")
 
 // VerifyState verifies cursor like Verify and decodes its opaque state into
-// a T. A state that does not decode strictly into T is ErrCursorInvalid.
+// a T. A state that does not decode strictly into T is [ErrCursorInvalid].
 func VerifyState[T any](i *CursorIssuer, cursor string, want CursorScope) (T, CursorPayload, error) {
 	var v T
 	p, err := i.Verify(cursor, want)

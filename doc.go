@@ -14,10 +14,17 @@
 //     subject (and tool), with expiry, wire-compatible with the reference D
 //     implementation.
 //
-// Beside them it offers single-use tokens ([OneTimeIssuer]), webhook
-// signing and verification ([WebhookSigner], [WebhookVerifier]) and the
-// [ReplayStore] that single-use request state, one-time tokens and webhook
-// deduplication record what they have accepted in.
+// Beside them it offers single-use tokens ([OneTimeIssuer]), which share
+// the [Keyring], the HKDF label space and the base64url framing. Two
+// packages of this module stand beside the root:
+//
+//   - [github.com/ctoken/ctoken/replay]: the [replay.Store] in which
+//     single-use request state ([RequestStateSecurity.Replay]), one-time
+//     tokens ([OneTimeConfig.Replay]) and webhook deduplication record what
+//     they have accepted, and its in-memory implementation.
+//   - [github.com/ctoken/ctoken/webhook]: webhook signing and verification.
+//     It does not import this package, so webhook-only users do not link
+//     the CBOR library.
 //
 // Keys come from a [Keyring]: a primary key that seals new tokens and
 // previous keys that still open old ones. Every use derives its own subkey
@@ -34,6 +41,9 @@
 // does not authorize anything: re-check the caller's access on every
 // request.
 //
+// The wire formats below are stated here once; the types' documentation
+// refers to them.
+//
 // # Cursor wire format
 //
 //	cursor = base64url_nopad( body || HMAC-SHA256(K, body) )
@@ -43,7 +53,7 @@
 //	  2: tool ID        text string
 //	  3: caller ID      text string
 //	  4: args           byte string, 32 bytes (omitted when not bound)
-//	  5: page           unsigned
+//	  5: page           unsigned, at most 2^32-1
 //	  6: issued at      integer, Unix seconds
 //	  7: server session byte string
 //	  8: opaque state   byte string (omitted when empty)
@@ -67,7 +77,7 @@
 //	signed    = "v1."  + base64url_nopad(payload) + "." + base64url_nopad(HMAC-SHA256(payloadKey, payload))
 //	encrypted = "v1e." + base64url_nopad(nonce12 || AES-256-GCM(aesKey, nonce12, payload, aad = bind))
 //
-// Under BindSubjectAndTool a subject containing NUL is refused (the
+// Under [BindSubjectAndTool] a subject containing NUL is refused (the
 // material would be ambiguous); the tool may contain NUL ([MCPTarget] does).
 // An encrypted state's nonce is random ([crypto/cipher.NewGCMWithRandomNonce]
 // writes nonce12 || ciphertext || tag, the layout above).
@@ -81,6 +91,20 @@
 // decodes the reference implementation's states in both modes and under
 // every binding: testdata/interop holds 424 states it made, and a test
 // decodes every one.
+//
+// # One-time token wire format
+//
+//	token   = "ot1." + base64url_nopad( payload || HMAC-SHA256(K, payload) )
+//	K       = HKDF-SHA256(key, salt = 32 zero bytes, info = "ctoken.onetime hmac key", 32)
+//	payload = version byte 2
+//	          || 16-byte random nonce (the token's ID in the replay store)
+//	          || issued-at, big-endian int64 Unix seconds
+//	          || expiry, big-endian int64 Unix seconds
+//	          || uvarint(len(purpose)) || purpose
+//	          || for each claim in increasing name order:
+//	             uvarint(len(name)) || name || uvarint(len(value)) || value
+//
+// Uvarints are minimal; base64 is strict as for cursors.
 //
 // A [RequestStateSecurity] needs Keys (nil is [ErrNoKey]); for TTL and
 // MaxBytes, 0 means the default and a negative value is [ErrConfig], as is

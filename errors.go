@@ -1,6 +1,10 @@
 package ctoken
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/ctoken/ctoken/internal/reason"
+)
 
 // Sentinel errors of keys, cursors and request state; webhooks, one-time
 // tokens and replay stores declare theirs beside them. Every rejection of a
@@ -8,12 +12,12 @@ import "errors"
 // return configuration errors). The text of an error never contains key
 // material or the token being checked.
 var (
-	// ErrKeyTooShort reports a key shorter than MinKeyBytes.
+	// ErrKeyTooShort reports a key shorter than [MinKeyBytes].
 	ErrKeyTooShort = errors.New("ctoken: key shorter than 32 bytes")
 	// ErrKeyInvalid reports a key that is not valid base64 or a malformed keyring.
 	ErrKeyInvalid = errors.New("ctoken: malformed key")
 	// ErrNoKey reports a missing or empty key variable, a nil or empty
-	// Keyring, or an issuer or codec not made by its constructor.
+	// [Keyring], or an issuer or codec not made by its constructor.
 	ErrNoKey = errors.New("ctoken: no key configured")
 
 	// ErrCursorInvalid reports a forged, tampered, malformed, truncated,
@@ -22,9 +26,9 @@ var (
 	// ErrCursorExpired reports an authentic cursor that is too old or that was
 	// issued by another server session. Clients should start over.
 	ErrCursorExpired = errors.New("ctoken: expired cursor")
-	// ErrOpaqueStateTooLarge reports opaque state over MaxOpaqueStateBytes at issue.
+	// ErrOpaqueStateTooLarge reports opaque state over [MaxOpaqueStateBytes] at issue.
 	ErrOpaqueStateTooLarge = errors.New("ctoken: cursor state too large")
-	// ErrCursorTooLarge reports a cursor whose encoding would exceed MaxCursorBytes.
+	// ErrCursorTooLarge reports a cursor whose encoding would exceed [MaxCursorBytes].
 	ErrCursorTooLarge = errors.New("ctoken: cursor too large")
 
 	// ErrStateInvalid reports a request state that fails authentication,
@@ -34,14 +38,14 @@ var (
 	ErrStateExpired = errors.New("ctoken: expired request state")
 	// ErrUnencodable reports input that Issue or Encode cannot carry
 	// faithfully: a tool or caller ID or a request state that is not valid
-	// UTF-8, or a subject containing NUL under BindSubjectAndTool.
+	// UTF-8, or a subject containing NUL under [BindSubjectAndTool].
 	ErrUnencodable = errors.New("ctoken: input cannot be encoded")
 	// ErrStateTooLarge reports a request state whose encoding would exceed the
 	// codec's MaxBytes at encode time.
 	ErrStateTooLarge = errors.New("ctoken: request state too large")
 )
 
-// Wire codes of the reference protocol, returned by ErrorCode.
+// Wire codes of the reference protocol, returned by [ErrorCode].
 const (
 	// CodeCursorExpired tells a client to start over without the cursor.
 	CodeCursorExpired = 1020
@@ -49,8 +53,8 @@ const (
 	CodeCursorInvalid = 1021
 )
 
-// ErrorCode maps err to the reference protocol's wire code: CodeCursorExpired
-// for ErrCursorExpired, CodeCursorInvalid for ErrCursorInvalid, and 0 for any
+// ErrorCode maps err to the reference protocol's wire code: [CodeCursorExpired]
+// for [ErrCursorExpired], [CodeCursorInvalid] for [ErrCursorInvalid], and 0 for any
 // other error (including nil).
 func ErrorCode(err error) int {
 	switch {
@@ -64,28 +68,18 @@ func ErrorCode(err error) int {
 	return 0
 }
 
-// reasonError is a rejection: a sentinel for errors.Is plus a fixed reason
-// naming the check that failed, for server logs. Reasons are constant strings
-// chosen by this package; they never contain input, token text or keys.
-// Values are allocated once, so a rejection costs no allocation.
-type reasonError struct {
-	sentinel error
-	reason   string
-}
-
-func (e *reasonError) Error() string { return e.sentinel.Error() + ": " + e.reason }
-func (e *reasonError) Unwrap() error { return e.sentinel }
-
 // Reason returns the fixed, log-safe description of which check rejected a
-// token ("mac mismatch", "wrong tool", ...), or "" if err carries none.
-func Reason(err error) string {
-	var re *reasonError
-	if errors.As(err, &re) {
-		return re.reason
-	}
-	return ""
-}
+// token or which field a constructor refused ("mac mismatch", "wrong tool",
+// "CursorConfig.Keys is nil or empty"), or "" if err carries none. Every
+// rejection and configuration error of this package carries one. A reason
+// never contains input, token text or key material.
+//
+// [Reason] reads the module's one reason-carrying error, so it also returns
+// the reason of an error from [github.com/ctoken/ctoken/webhook], whose own
+// [github.com/ctoken/ctoken/webhook.Reason] is the same function.
+func Reason(err error) string { return reason.Of(err) }
 
-func reject(sentinel error, reason string) error {
-	return &reasonError{sentinel: sentinel, reason: reason}
-}
+// reject returns a rejection that matches sentinel with errors.Is and whose
+// [Reason] is why. Rejections without a cause are package-level variables,
+// so returning one costs no allocation.
+func reject(sentinel error, why string) error { return reason.New(sentinel, why) }

@@ -1,6 +1,7 @@
 package ctoken
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -8,26 +9,59 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
 
-// ErrArgsInvalid reports arguments that are not valid I-JSON (RFC 7493):
-// malformed JSON, duplicate object keys, invalid UTF-8 or lone surrogates,
-// numbers outside IEEE 754 double range, or nesting deeper than
-// MaxJSONDepth.
-var ErrArgsInvalid = errors.New("ctoken: arguments are not valid JSON")
+// ErrArgsInvalid reports arguments that [ArgsFingerprint] or
+// [CanonicalJSON] refuse: text that is not I-JSON (RFC 7493) — malformed
+// JSON, a duplicate object member name, invalid UTF-8, a lone surrogate
+// escape, a number outside IEEE 754 double range, nesting deeper than
+// [MaxJSONDepth] — and values the canonical form would change: a number
+// whose exact decimal value differs from that of its RFC 8785 form, or a Go
+// string holding invalid UTF-8. [Reason] names the check that failed.
+var ErrArgsInvalid = errors.New("ctoken: invalid arguments")
+
+// Rejections of arguments, allocated once.
+var (
+	errArgsSyntax    = reject(ErrArgsInvalid, "not JSON")
+	errArgsUTF8      = reject(ErrArgsInvalid, "invalid UTF-8")
+	errArgsSurrogate = reject(ErrArgsInvalid, "lone surrogate escape")
+	errArgsDuplicate = reject(ErrArgsInvalid, "duplicate object member name")
+	errArgsDepth     = reject(ErrArgsInvalid, "nested deeper than MaxJSONDepth")
+	errArgsRange     = reject(ErrArgsInvalid, "number outside double range")
+	errArgsInexact   = reject(ErrArgsInvalid, "number whose canonical form has another value (send it as a string)")
+	errArgsReplaced  = reject(ErrArgsInvalid, "Go string with invalid UTF-8 (encoding/json writes \\ufffd; send bytes as []byte)")
+	errArgsMarshal   = reject(ErrArgsInvalid, "value cannot be marshalled as JSON")
+)
 
 // MaxJSONDepth caps the nesting of arrays and objects CanonicalJSON accepts.
 const MaxJSONDepth = 256
 
 // ArgsFingerprint returns the SHA-256 of the RFC 8785 (JCS) canonical JSON of
-// args. A []byte or json.RawMessage is taken as JSON text; anything else is
-// marshalled with encoding/json first. Key order, white space, string
-// escapes and number spelling never change the result; invalid JSON is
-// ErrArgsInvalid.
+// args. A []byte or json.RawMessage is taken as JSON text and canonicalized
+// by [CanonicalJSON]; anything else is marshalled with encoding/json first.
+// Key order, white space, string escapes and number spelling never change
+// the result.
+//
+// The fingerprint is lossless: two arguments that differ in meaning never
+// share one, because anything the canonical form would change is refused
+// with [ErrArgsInvalid] instead. That covers a number whose exact decimal
+// value differs from its canonical form (an integer beyond 2^53 such as
+// 1234567890123456789 in JSON text or in an int64 or uint64 field, a
+// decimal with more digits than a double holds such as
+// 0.10000000000000000001) and invalid UTF-8 (in JSON text, or in a Go
+// string, which encoding/json would silently replace with U+FFFD). Send
+// such values as JSON strings: a `json:",string"` struct tag, a decimal
+// string, or base64 for binary data ([]byte fields are base64 already).
+// Because encoding/json writes the escape \ufffd only for invalid UTF-8, a
+// Go value whose JSON contains that escape (from a json.Marshaler or
+// json.RawMessage inside it) is refused too; a U+FFFD character written as
+// itself is accepted.
 func ArgsFingerprint(args any) (Fingerprint, error) {
 	var text []byte
+	goValue := false
 	switch v := args.(type) {
 	case []byte:
 		text = v
@@ -36,33 +70,66 @@ func ArgsFingerprint(args any) (Fingerprint, error) {
 	default:
 		var err error
 		if text, err = json.Marshal(args); err != nil {
-			return Fingerprint{}, errors.Join(ErrArgsInvalid, err)
+			return Fingerprint{}, errors.Join(errArgsMarshal, err)
 		}
+		goValue = true
 	}
-	canon, err := CanonicalJSON(text)
+	p := jcsScratch.Get().(*jcsParser)
+	defer p.release()
+	p.in, p.refuseFFFD = text, goValue
+	out, err := p.canonical(p.out[:0])
 	if err != nil {
 		return Fingerprint{}, err
 	}
-	return sha256.Sum256(canon), nil
+	p.out = out
+	return sha256.Sum256(out), nil
+}
+
+// jcsScratch holds parsers whose buffers ArgsFingerprint reuses; nothing
+// in them outlives a call.
+var jcsScratch = sync.Pool{New: func() any { return new(jcsParser) }}
+
+// maxPooledJCS caps the buffer capacity a pooled parser keeps, so one huge
+// argument does not pin its memory.
+const maxPooledJCS = 64 << 10
+
+// release resets p and returns it to jcsScratch.
+func (p *jcsParser) release() {
+	if cap(p.out) > maxPooledJCS || cap(p.keys) > maxPooledJCS || cap(p.str) > maxPooledJCS ||
+		cap(p.tmp) > maxPooledJCS || cap(p.members) > maxPooledJCS/32 {
+		return
+	}
+	*p = jcsParser{out: p.out[:0], keys: p.keys[:0], members: p.members[:0], str: p.str[:0], tmp: p.tmp[:0]}
+	jcsScratch.Put(p)
 }
 
 // CanonicalJSON returns the RFC 8785 (JCS) canonical form of the JSON text:
 // no insignificant white space, object members sorted by the UTF-16 code
 // units of their names, strings with only the mandatory escapes, and numbers
-// in ECMAScript's shortest round-trip form (1.0e2 is 100, -0.0 is 0). Input
-// that is not I-JSON is ErrArgsInvalid. Like every JCS implementation it
-// reads numbers as IEEE 754 doubles, so integers beyond 2^53 lose precision:
-// send such values as strings.
+// in ECMAScript's shortest round-trip form (1.0e2 is 100, -0.0 is 0).
+//
+// It is lossless: the canonical form means exactly what the input means.
+// Input that is not I-JSON is [ErrArgsInvalid], and so is a number whose
+// exact decimal value differs from that of its canonical form, because a
+// double cannot hold it: 1234567890123456789 (canonically
+// 1234567890123456800), 9007199254740993, 0.10000000000000000001, 1e-400.
+// Numbers a double holds to their last digit stay accepted in any spelling
+// (0.1, 1.0e2, 1234567890123456800). Send other numbers as strings.
 func CanonicalJSON(text []byte) ([]byte, error) {
 	p := jcsParser{in: text}
+	return p.canonical(make([]byte, 0, len(text)))
+}
+
+// canonical appends the canonical form of p.in to dst.
+func (p *jcsParser) canonical(dst []byte) ([]byte, error) {
 	p.skipSpace()
-	out, err := p.value(make([]byte, 0, len(text)), 0)
+	out, err := p.value(dst, 0)
 	if err != nil {
 		return nil, err
 	}
 	p.skipSpace()
 	if p.pos != len(p.in) {
-		return nil, ErrArgsInvalid
+		return nil, errArgsSyntax
 	}
 	return out, nil
 }
@@ -79,6 +146,13 @@ type jcsParser struct {
 	members []jcsMember // members of the open objects
 	str     []byte      // an unescaped string value, reused
 	tmp     []byte      // members of an object being reordered, reused
+	out     []byte      // ArgsFingerprint's canonical output, reused
+
+	// refuseFFFD refuses the escape \ufffd, which encoding/json writes
+	// for invalid UTF-8 in a Go string.
+	refuseFFFD bool
+	// fail is why stringInto last failed.
+	fail error
 }
 
 func (p *jcsParser) skipSpace() {
@@ -94,7 +168,7 @@ func (p *jcsParser) skipSpace() {
 
 func (p *jcsParser) literal(out []byte, lit string) ([]byte, error) {
 	if len(p.in)-p.pos < len(lit) || string(p.in[p.pos:p.pos+len(lit)]) != lit {
-		return nil, ErrArgsInvalid
+		return nil, errArgsSyntax
 	}
 	p.pos += len(lit)
 	return append(out, lit...), nil
@@ -103,7 +177,7 @@ func (p *jcsParser) literal(out []byte, lit string) ([]byte, error) {
 // value appends the canonical form of the value at p.pos to out.
 func (p *jcsParser) value(out []byte, depth int) ([]byte, error) {
 	if p.pos >= len(p.in) {
-		return nil, ErrArgsInvalid
+		return nil, errArgsSyntax
 	}
 	switch c := p.in[p.pos]; {
 	case c == '{':
@@ -111,9 +185,14 @@ func (p *jcsParser) value(out []byte, depth int) ([]byte, error) {
 	case c == '[':
 		return p.array(out, depth+1)
 	case c == '"':
+		if end := p.plainString(); end >= 0 {
+			out = append(out, p.in[p.pos:end]...) // already canonical
+			p.pos = end
+			return out, nil
+		}
 		var ok bool
 		if p.str, ok = p.stringInto(p.str[:0]); !ok {
-			return nil, ErrArgsInvalid
+			return nil, p.fail
 		}
 		return appendJCSString(out, p.str), nil
 	case c == 't':
@@ -125,12 +204,12 @@ func (p *jcsParser) value(out []byte, depth int) ([]byte, error) {
 	case c == '-' || ('0' <= c && c <= '9'):
 		return p.number(out)
 	}
-	return nil, ErrArgsInvalid
+	return nil, errArgsSyntax
 }
 
 func (p *jcsParser) array(out []byte, depth int) ([]byte, error) {
 	if depth > MaxJSONDepth {
-		return nil, ErrArgsInvalid
+		return nil, errArgsDepth
 	}
 	p.pos++ // '['
 	out = append(out, '[')
@@ -146,7 +225,7 @@ func (p *jcsParser) array(out []byte, depth int) ([]byte, error) {
 		}
 		p.skipSpace()
 		if p.pos >= len(p.in) {
-			return nil, ErrArgsInvalid
+			return nil, errArgsSyntax
 		}
 		switch p.in[p.pos] {
 		case ',':
@@ -157,21 +236,31 @@ func (p *jcsParser) array(out []byte, depth int) ([]byte, error) {
 			p.pos++
 			return append(out, ']'), nil
 		default:
-			return nil, ErrArgsInvalid
+			return nil, errArgsSyntax
 		}
 	}
 }
 
-// jcsMember is one object member: its unescaped name, p.keys[nameAt:nameEnd],
-// and its canonical text "name":value, out[start:end].
+// jcsMember is one object member: its unescaped name, p.keys[nameAt:nameEnd]
+// or, when inInput, p.in[nameAt:nameEnd], and its canonical text
+// "name":value, out[start:end].
 type jcsMember struct {
 	nameAt, nameEnd int
 	start, end      int
+	inInput         bool
+}
+
+// name returns m's unescaped name.
+func (p *jcsParser) name(m jcsMember) []byte {
+	if m.inInput {
+		return p.in[m.nameAt:m.nameEnd]
+	}
+	return p.keys[m.nameAt:m.nameEnd]
 }
 
 func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 	if depth > MaxJSONDepth {
-		return nil, ErrArgsInvalid
+		return nil, errArgsDepth
 	}
 	p.pos++ // '{'
 	p.skipSpace()
@@ -186,18 +275,24 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 	sorted := true
 	for {
 		if p.pos >= len(p.in) || p.in[p.pos] != '"' {
-			return nil, ErrArgsInvalid
+			return nil, errArgsSyntax
 		}
-		nameAt := len(p.keys)
-		keys, ok := p.stringInto(p.keys)
-		if !ok {
-			return nil, ErrArgsInvalid
+		var m jcsMember
+		if end := p.plainString(); end >= 0 {
+			m = jcsMember{nameAt: p.pos + 1, nameEnd: end - 1, inInput: true}
+			p.pos = end
+		} else {
+			nameAt := len(p.keys)
+			keys, ok := p.stringInto(p.keys)
+			if !ok {
+				return nil, p.fail
+			}
+			p.keys = keys
+			m = jcsMember{nameAt: nameAt, nameEnd: len(p.keys)}
 		}
-		p.keys = keys
-		m := jcsMember{nameAt: nameAt, nameEnd: len(p.keys)}
 		p.skipSpace()
 		if p.pos >= len(p.in) || p.in[p.pos] != ':' {
-			return nil, ErrArgsInvalid
+			return nil, errArgsSyntax
 		}
 		p.pos++
 		p.skipSpace()
@@ -205,20 +300,24 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 			out = append(out, ',')
 		}
 		m.start = len(out)
-		out = appendJCSString(out, p.keys[m.nameAt:m.nameEnd])
+		if m.inInput {
+			out = append(out, p.in[m.nameAt-1:m.nameEnd+1]...) // with its quotes
+		} else {
+			out = appendJCSString(out, p.keys[m.nameAt:m.nameEnd])
+		}
 		out = append(out, ':')
 		var err error
 		if out, err = p.value(out, depth); err != nil {
 			return nil, err
 		}
 		m.end = len(out)
-		if len(p.members) > membersBase && p.compareNames(p.members[len(p.members)-1], m) >= 0 {
+		if sorted && len(p.members) > membersBase && compareUTF16(p.name(p.members[len(p.members)-1]), p.name(m)) >= 0 {
 			sorted = false
 		}
 		p.members = append(p.members, m)
 		p.skipSpace()
 		if p.pos >= len(p.in) {
-			return nil, ErrArgsInvalid
+			return nil, errArgsSyntax
 		}
 		if p.in[p.pos] == ',' {
 			p.pos++
@@ -226,7 +325,7 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 			continue
 		}
 		if p.in[p.pos] != '}' {
-			return nil, ErrArgsInvalid
+			return nil, errArgsSyntax
 		}
 		p.pos++
 		break
@@ -236,7 +335,7 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 		slices.SortFunc(members, p.compareNames)
 		for i := 1; i < len(members); i++ {
 			if p.compareNames(members[i-1], members[i]) == 0 {
-				return nil, ErrArgsInvalid // duplicate name (I-JSON)
+				return nil, errArgsDuplicate // I-JSON
 			}
 		}
 		// Rewrite the members in order from a copy.
@@ -255,42 +354,33 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 // compareNames orders members by the UTF-16 code units of their names, as
 // RFC 8785 requires.
 func (p *jcsParser) compareNames(a, b jcsMember) int {
-	return compareUTF16(p.keys[a.nameAt:a.nameEnd], p.keys[b.nameAt:b.nameEnd])
+	return compareUTF16(p.name(a), p.name(b))
 }
 
 // compareUTF16 compares two valid UTF-8 strings by their UTF-16 code units.
-// That is code point order except that a code point above U+FFFF (a
-// surrogate pair, units D800-DBFF first) sorts below U+E000-U+FFFF.
+// That is UTF-8 byte order (which is code point order) except that a code
+// point above U+FFFF (a surrogate pair, units D800-DBFF first) sorts below
+// U+E000-U+FFFF. Valid UTF-8 strings that agree up to their first
+// differing byte differ there either in continuation bytes of runes of the
+// same length, ordered as their code points, or in lead bytes: a 4-byte
+// lead (F0-F4) against EE or EF (U+E000-U+FFFF) is the one reversed case.
 func compareUTF16(a, b []byte) int {
-	for len(a) > 0 && len(b) > 0 {
-		if a[0] < utf8.RuneSelf && b[0] < utf8.RuneSelf {
-			if a[0] != b[0] {
-				return int(a[0]) - int(b[0])
-			}
-			a, b = a[1:], b[1:]
-			continue
-		}
-		ra, na := utf8.DecodeRune(a)
-		rb, nb := utf8.DecodeRune(b)
-		if ra != rb {
-			if ra > 0xFFFF && rb > 0xFFFF {
-				return int(ra - rb)
-			}
-			return int(utf16First(ra) - utf16First(rb))
-		}
-		a, b = a[na:], b[nb:]
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i] == b[i] {
+		i++
 	}
-	return len(a) - len(b) // the shorter, a prefix of the other, first
-}
-
-// utf16First is the first UTF-16 code unit of r, up to the exact value of a
-// high surrogate: any value in D800-DBFF orders the same against the BMP
-// code points valid UTF-8 can hold.
-func utf16First(r rune) rune {
-	if r > 0xFFFF {
-		return 0xD800
+	if i == n {
+		return len(a) - len(b) // the shorter, a prefix of the other, first
 	}
-	return r
+	x, y := a[i], b[i]
+	if x >= 0xF0 && (y == 0xEE || y == 0xEF) {
+		return -1
+	}
+	if y >= 0xF0 && (x == 0xEE || x == 0xEF) {
+		return 1
+	}
+	return int(x) - int(y)
 }
 
 // stringInto parses the JSON string at p.pos (its opening quote) and
@@ -309,6 +399,7 @@ func (p *jcsParser) stringInto(dst []byte) ([]byte, bool) {
 		}
 		dst = append(dst, p.in[start:p.pos]...)
 		if p.pos >= len(p.in) {
+			p.fail = errArgsSyntax
 			return nil, false
 		}
 		c := p.in[p.pos]
@@ -324,19 +415,54 @@ func (p *jcsParser) stringInto(dst []byte) ([]byte, bool) {
 			}
 			r, err := p.escape()
 			if err != nil {
+				p.fail = err
 				return nil, false
 			}
 			dst = utf8.AppendRune(dst, r)
 		case c < 0x20:
+			p.fail = errArgsSyntax
 			return nil, false
 		default:
 			r, size := utf8.DecodeRune(p.in[p.pos:])
 			if r == utf8.RuneError && size == 1 {
+				p.fail = errArgsUTF8
 				return nil, false
 			}
 			dst = append(dst, p.in[p.pos:p.pos+size]...)
 			p.pos += size
 		}
+	}
+}
+
+// plainString returns the index just past the JSON string at p.pos (its
+// opening quote) when the string holds no escape and no control character
+// and is valid UTF-8, so that its canonical form is its input text: RFC
+// 8785 escapes nothing else. Otherwise it returns -1 and leaves p.pos.
+func (p *jcsParser) plainString() int {
+	in := p.in
+	i := p.pos + 1
+	for {
+		for i+8 <= len(in) && !jsonSpecial8(binary.LittleEndian.Uint64(in[i:])) {
+			i += 8
+		}
+		for i < len(in) && jsonPlain[in[i]] {
+			i++
+		}
+		if i >= len(in) {
+			return -1
+		}
+		c := in[i]
+		if c == '"' {
+			return i + 1
+		}
+		if c < utf8.RuneSelf {
+			return -1 // an escape or a control character
+		}
+		r, size := utf8.DecodeRune(in[i:])
+		if r == utf8.RuneError && size == 1 {
+			return -1
+		}
+		i += size
 	}
 }
 
@@ -367,7 +493,7 @@ func jsonSpecial8(x uint64) bool {
 // escape parses the escape sequence at p.pos, joining surrogate pairs.
 func (p *jcsParser) escape() (rune, error) {
 	if p.pos+1 >= len(p.in) {
-		return 0, ErrArgsInvalid
+		return 0, errArgsSyntax
 	}
 	c := p.in[p.pos+1]
 	p.pos += 2
@@ -387,25 +513,28 @@ func (p *jcsParser) escape() (rune, error) {
 	case 'u':
 		r, ok := p.hex4()
 		if !ok {
-			return 0, ErrArgsInvalid
+			return 0, errArgsSyntax
 		}
 		if !utf16.IsSurrogate(r) {
+			if r == utf8.RuneError && p.refuseFFFD {
+				return 0, errArgsReplaced
+			}
 			return r, nil
 		}
 		if r >= 0xDC00 || p.pos+1 >= len(p.in) || p.in[p.pos] != '\\' || p.in[p.pos+1] != 'u' {
-			return 0, ErrArgsInvalid // lone surrogate
+			return 0, errArgsSurrogate
 		}
 		p.pos += 2
 		lo, ok := p.hex4()
 		if !ok {
-			return 0, ErrArgsInvalid
+			return 0, errArgsSyntax
 		}
 		if r = utf16.DecodeRune(r, lo); r == utf8.RuneError {
-			return 0, ErrArgsInvalid
+			return 0, errArgsSurrogate
 		}
 		return r, nil
 	}
-	return 0, ErrArgsInvalid
+	return 0, errArgsSyntax
 }
 
 func (p *jcsParser) hex4() (rune, bool) {
@@ -429,80 +558,195 @@ func (p *jcsParser) hex4() (rune, bool) {
 	return r, true
 }
 
-// number parses a JSON number and appends its ECMAScript form.
+// number parses a JSON number and appends its RFC 8785 form, ECMAScript's
+// Number.prototype.toString of the nearest double. A number whose exact
+// decimal value differs from the value of that form is errArgsInexact: the
+// canonical form must not merge two numbers of different meaning.
+//
+// The literal's value is normalized to significant digits d1…dn (no
+// leading or trailing zeros) and a decimal point position: 0.d1…dn ×
+// 10^point. With n ≤ 15 and a moderate exponent the double holds the value
+// to its last digit and these are its shortest round-trip digits (any two
+// decimals of 15 significant digits or fewer are distinct normal doubles),
+// so no float arithmetic is needed. Otherwise the digits are compared with
+// the shortest round-trip digits of the parsed double.
 func (p *jcsParser) number(out []byte) ([]byte, error) {
 	start := p.pos
 	in := p.in
-	digits := func() int {
-		n := 0
-		for p.pos < len(in) && '0' <= in[p.pos] && in[p.pos] <= '9' {
-			p.pos++
-			n++
-		}
-		return n
-	}
-	integer := true
-	if in[p.pos] == '-' {
+	neg := in[p.pos] == '-'
+	if neg {
 		p.pos++
 	}
+	intStart := p.pos
 	if p.pos < len(in) && in[p.pos] == '0' {
 		p.pos++
-	} else if digits() == 0 {
-		return nil, ErrArgsInvalid
+	} else if p.digits() == 0 {
+		return nil, errArgsSyntax
 	}
+	intEnd := p.pos
+	fracStart, fracEnd := p.pos, p.pos
 	if p.pos < len(in) && in[p.pos] == '.' {
 		p.pos++
-		integer = false
-		if digits() == 0 {
-			return nil, ErrArgsInvalid
+		fracStart = p.pos
+		if p.digits() == 0 {
+			return nil, errArgsSyntax
 		}
+		fracEnd = p.pos
 	}
+	exp := 0
 	if p.pos < len(in) && (in[p.pos] == 'e' || in[p.pos] == 'E') {
 		p.pos++
-		integer = false
+		expNeg := false
 		if p.pos < len(in) && (in[p.pos] == '+' || in[p.pos] == '-') {
+			expNeg = in[p.pos] == '-'
 			p.pos++
 		}
-		if digits() == 0 {
-			return nil, ErrArgsInvalid
+		expStart := p.pos
+		if p.digits() == 0 {
+			return nil, errArgsSyntax
+		}
+		for _, c := range in[expStart:p.pos] {
+			if exp < 1<<30 { // saturate: far outside double range either way
+				exp = exp*10 + int(c-'0')
+			}
+		}
+		if expNeg {
+			exp = -exp
 		}
 	}
 	lit := in[start:p.pos]
-	if integer && len(lit) <= 15 {
-		// Up to 15 digits, no fraction or exponent: exactly a double, and
-		// ECMAScript prints it as written (leading zeros are not JSON).
+	if fracEnd == fracStart && p.pos == intEnd && len(lit) <= 15 {
+		// An integer of up to 15 digits: exactly a double, and ECMAScript
+		// prints it as written (leading zeros are not JSON).
 		if string(lit) == "-0" {
 			return append(out, '0'), nil
 		}
 		return append(out, lit...), nil
 	}
-	f, err := strconv.ParseFloat(string(lit), 64)
-	if err != nil || math.IsInf(f, 0) {
-		return nil, ErrArgsInvalid
+	if p.pos == fracEnd && fracEnd > fracStart && len(lit) <= 16 && in[fracEnd-1] != '0' &&
+		(in[intStart] != '0' || fewLeadingZeros(in[fracStart:fracEnd])) {
+		// A decimal I.F of at most 15 significant digits, no exponent and
+		// no trailing zero, with I not 0 or F under six leading zeros:
+		// ECMAScript prints it as written (see appendES6Digits).
+		return append(out, lit...), nil
 	}
-	return appendES6Number(out, f), nil
-}
 
-// appendES6Number appends f as ECMAScript's Number.prototype.toString does,
-// which is what RFC 8785 requires.
-func appendES6Number(out []byte, f float64) []byte {
-	if f == 0 {
-		return append(out, '0') // also -0
+	// Significant digits, up to 17 (a double's shortest form has no more).
+	var dig [17]byte
+	n, point, nonzero, over := 0, 0, false, false
+	pending := 0 // zeros seen after the last nonzero significant digit
+	for i := intStart; i < fracEnd; i++ {
+		c := in[i]
+		if c == '.' {
+			continue
+		}
+		if i < intEnd {
+			point++
+		}
+		if c == '0' {
+			if nonzero {
+				pending++
+			} else {
+				point-- // a leading zero
+			}
+			continue
+		}
+		nonzero = true
+		if n+pending+1 > len(dig) {
+			over = true
+			break
+		}
+		for ; pending > 0; pending-- {
+			dig[n] = '0'
+			n++
+		}
+		dig[n] = c
+		n++
 	}
-	format := byte('f')
-	if abs := math.Abs(f); abs < 1e-6 || abs >= 1e21 {
-		format = 'e'
+	if !nonzero {
+		return append(out, '0'), nil // 0, -0, 0.000e99: all zero
 	}
-	out = strconv.AppendFloat(out, f, format, -1, 64)
-	if format == 'e' {
-		// Go writes e-07 and e+07 where ECMAScript writes e-7 and e+7.
-		n := len(out)
-		if n >= 4 && out[n-4] == 'e' && out[n-2] == '0' {
-			out[n-2] = out[n-1]
-			out = out[:n-1]
+	if over {
+		return nil, errArgsInexact // more significant digits than any double's shortest form
+	}
+	point += exp
+	if n > 15 || point < -300 || point > 300 {
+		f, err := strconv.ParseFloat(string(lit), 64)
+		if err != nil || math.IsInf(f, 0) {
+			return nil, errArgsRange
+		}
+		if f == 0 {
+			return nil, errArgsInexact // underflow
+		}
+		var buf [32]byte
+		short := strconv.AppendFloat(buf[:0], math.Abs(f), 'e', -1, 64) // d.ddde±x
+		e := bytes.IndexByte(short, 'e')
+		x, _ := strconv.Atoi(string(short[e+1:]))
+		if x+1 != point || short[0] != dig[0] || (e > 1 && string(short[2:e]) != string(dig[1:n])) || (e == 1 && n != 1) {
+			return nil, errArgsInexact
 		}
 	}
-	return out
+	if neg {
+		out = append(out, '-')
+	}
+	return appendES6Digits(out, dig[:n], point), nil
+}
+
+// fewLeadingZeros reports whether the digits f start with fewer than six
+// zeros.
+func fewLeadingZeros(f []byte) bool {
+	for i := range min(len(f), 6) {
+		if f[i] != '0' {
+			return true
+		}
+	}
+	return len(f) < 6
+}
+
+// digits skips decimal digits at p.pos and reports how many.
+func (p *jcsParser) digits() int {
+	start := p.pos
+	for p.pos < len(p.in) && '0' <= p.in[p.pos] && p.in[p.pos] <= '9' {
+		p.pos++
+	}
+	return p.pos - start
+}
+
+// appendES6Digits appends the positive number 0.d1…dn × 10^point (d the
+// shortest round-trip digits of a double, no trailing zero) as ECMAScript's
+// Number.prototype.toString does (ECMA-262, Number::toString).
+func appendES6Digits(out, d []byte, point int) []byte {
+	k := len(d)
+	switch {
+	case k <= point && point <= 21:
+		out = append(out, d...)
+		for i := k; i < point; i++ {
+			out = append(out, '0')
+		}
+		return out
+	case 0 < point && point <= 21:
+		out = append(out, d[:point]...)
+		out = append(out, '.')
+		return append(out, d[point:]...)
+	case -6 < point && point <= 0:
+		out = append(out, '0', '.')
+		for i := point; i < 0; i++ {
+			out = append(out, '0')
+		}
+		return append(out, d...)
+	}
+	out = append(out, d[0])
+	if k > 1 {
+		out = append(out, '.')
+		out = append(out, d[1:]...)
+	}
+	out = append(out, 'e')
+	if point-1 < 0 {
+		out = append(out, '-')
+		return strconv.AppendInt(out, int64(1-point), 10)
+	}
+	out = append(out, '+')
+	return strconv.AppendInt(out, int64(point-1), 10)
 }
 
 // appendJCSString appends s as a JSON string with only the escapes RFC 8785

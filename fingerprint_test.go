@@ -6,15 +6,17 @@ import (
 	"errors"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 )
 
 func TestCanonicalJSONRFC8785Examples(t *testing.T) {
 	cases := []struct{ name, in, want string }{
-		{ // RFC 8785 §3.2.2
+		{ // RFC 8785 §3.2.2, with 333333333.33333329 (refused: a double
+			// cannot hold it) written as the double's exact 333333333.3333333
 			"sample",
 			`{
-  "numbers": [333333333.33333329, 1E30, 4.50,
+  "numbers": [333333333.3333333, 1E30, 4.50,
               2e-3, 0.000000000000000000000000001],
   "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
   "literals": [null, true, false]
@@ -138,7 +140,7 @@ func TestArgsFingerprintRejectsInvalidJSON(t *testing.T) {
 			t.Errorf("%q: error = %v, want ErrArgsInvalid", in, err)
 		}
 	}
-	if _, err := ArgsFingerprint(math.Inf(1)); !errors.Is(err, ErrArgsInvalid) {
+	if _, err := ArgsFingerprint(math.Inf(1)); !errors.Is(err, ErrArgsInvalid) || Reason(err) != "value cannot be marshalled as JSON" {
 		t.Fatalf("unmarshalable value: %v", err)
 	}
 }
@@ -153,11 +155,128 @@ func TestArgsFingerprintOfGoValues(t *testing.T) {
 	if err != nil || strFP != sha256.Sum256([]byte(`"{\"a\":1}"`)) {
 		t.Fatalf("string: %v", err)
 	}
-	// Large integers are read as doubles, as RFC 8785 requires.
-	a, _ := ArgsFingerprint([]byte(`9007199254740993`))
-	b, _ := ArgsFingerprint([]byte(`9007199254740992`))
-	if a != b {
-		t.Fatal("integers beyond 2^53 must collapse as IEEE 754 doubles")
+}
+
+// ffffEscaper marshals to the escape encoding/json writes for invalid UTF-8.
+type ffffEscaper struct{}
+
+func (ffffEscaper) MarshalJSON() ([]byte, error) { return []byte(`"report\ufffd.pdf"`), nil }
+
+// rawUTF8Marshaler marshals to JSON text holding invalid UTF-8.
+type rawUTF8Marshaler struct{}
+
+func (rawUTF8Marshaler) MarshalJSON() ([]byte, error) { return []byte("\"report\xff.pdf\""), nil }
+
+func TestArgsFingerprintRefusesLossyArguments(t *testing.T) {
+	const inexact = "number whose canonical form has another value (send it as a string)"
+	type int64Args struct {
+		ID int64 `json:"id"`
+	}
+	type uint64Args struct {
+		ID uint64 `json:"id"`
+	}
+	cases := []struct {
+		name   string
+		args   any
+		reason string
+	}{
+		{"invalid UTF-8 in a Go string", map[string]string{"file": "report\xff.pdf"}, "Go string with invalid UTF-8 (encoding/json writes \\ufffd; send bytes as []byte)"},
+		{"invalid UTF-8 in a Go map key", map[string]int{"report\xfe.pdf": 1}, "Go string with invalid UTF-8 (encoding/json writes \\ufffd; send bytes as []byte)"},
+		{"invalid UTF-8 in a Go struct field", struct{ F string }{"\xc0\xaf"}, "Go string with invalid UTF-8 (encoding/json writes \\ufffd; send bytes as []byte)"},
+		{"json.Marshaler writing the U+FFFD escape", []any{ffffEscaper{}}, "Go string with invalid UTF-8 (encoding/json writes \\ufffd; send bytes as []byte)"},
+		{"json.RawMessage inside a Go value with an upper-case U+FFFD escape", map[string]json.RawMessage{"f": json.RawMessage(`"\uFFFD"`)}, "Go string with invalid UTF-8 (encoding/json writes \\ufffd; send bytes as []byte)"},
+		{"json.Marshaler writing invalid UTF-8", []any{rawUTF8Marshaler{}}, "invalid UTF-8"},
+		{"invalid UTF-8 in JSON text", []byte("{\"file\":\"report\xff.pdf\"}"), "invalid UTF-8"},
+		{"int64 beyond 2^53", int64Args{1234567890123456789}, inexact},
+		{"int64 2^53+1", int64Args{1<<53 + 1}, inexact},
+		{"negative int64 beyond 2^53", int64Args{-1<<63 + 1}, inexact},
+		{"uint64 maximum", uint64Args{1<<64 - 1}, inexact},
+		{"json.Number beyond 2^53", map[string]json.Number{"id": "1234567890123456789"}, inexact},
+		{"json.Number with too many digits", []json.Number{"0.10000000000000000001"}, inexact},
+		{"big integer in JSON text", []byte(`{"id":1234567890123456789}`), inexact},
+		{"2^60, which a double holds but prints as 1152921504606847000", json.RawMessage(`1152921504606846976`), inexact},
+		{"over-long decimal in JSON text", []byte(`[0.10000000000000000001]`), inexact},
+		{"underflow to zero in JSON text", []byte(`1e-400`), inexact},
+		{"RFC 8785 §3.2.2 sample number", []byte(`333333333.33333329`), inexact},
+		{"number beyond double range", []byte(`1e309`), "number outside double range"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fp, err := ArgsFingerprint(c.args)
+			if !errors.Is(err, ErrArgsInvalid) || Reason(err) != c.reason || !fp.IsZero() {
+				t.Fatalf("ArgsFingerprint = %x, %v; want ErrArgsInvalid: %s", fp, err, c.reason)
+			}
+			if text, ok := c.args.([]byte); ok {
+				if out, err := CanonicalJSON(text); out != nil || Reason(err) != c.reason {
+					t.Fatalf("CanonicalJSON = %q, %v; want ErrArgsInvalid: %s", out, err, c.reason)
+				}
+			}
+		})
+	}
+}
+
+func TestArgsFingerprintKeepsDistinctArgumentsApart(t *testing.T) {
+	// Each pair differs in meaning: one or both are refused, or their
+	// fingerprints differ. The first pairs collided before lossless binding.
+	pairs := []struct {
+		name string
+		a, b any
+	}{
+		{"invalid UTF-8 file names", map[string]string{"f": "report\xff.pdf"}, map[string]string{"f": "report\xfe.pdf"}},
+		{"invalid UTF-8 and U+FFFD", map[string]string{"f": "report\xff.pdf"}, map[string]string{"f": "report\ufffd.pdf"}},
+		{"int64s beyond 2^53", map[string]int64{"id": 1234567890123456789}, map[string]int64{"id": 1234567890123456800}},
+		{"big integers as text", []byte(`1234567890123456789`), []byte(`1234567890123456800`)},
+		{"2^53+1 and 2^53", []byte(`9007199254740993`), []byte(`9007199254740992`)},
+		{"0.1 and a longer decimal", []byte(`0.1`), []byte(`0.10000000000000000001`)},
+		{"big integers sent as strings", map[string]string{"id": "1234567890123456789"}, map[string]string{"id": "1234567890123456800"}},
+		{"number and string", []byte(`{"limit":100}`), []byte(`{"limit":"100"}`)},
+	}
+	for _, c := range pairs {
+		t.Run(c.name, func(t *testing.T) {
+			fa, errA := ArgsFingerprint(c.a)
+			fb, errB := ArgsFingerprint(c.b)
+			if errA == nil && errB == nil && fa == fb {
+				t.Fatalf("%v and %v share a fingerprint", c.a, c.b)
+			}
+		})
+	}
+}
+
+func TestArgsFingerprintAcceptsExactNumbers(t *testing.T) {
+	// Every spelling of a number a double holds to its last digit is
+	// accepted and fingerprints as the canonical text.
+	cases := []struct {
+		name  string
+		args  any
+		canon string
+	}{
+		{"exponent spelling", []byte(`1.0e2`), `100`},
+		{"0.1", []byte(`0.1`), `0.1`},
+		{"trailing zeros", []byte(`0.10000000000000000000`), `0.1`},
+		{"2^53", []byte(`9007199254740992`), `9007199254740992`},
+		{"integer beyond 2^53 a double holds", []byte(`1234567890123456800`), `1234567890123456800`},
+		{"exponent form of that integer", []byte(`1.2345678901234568E+18`), `1234567890123456800`},
+		{"smallest subnormal", []byte(`5e-324`), `5e-324`},
+		{"largest double", []byte(`1.7976931348623157e308`), `1.7976931348623157e+308`},
+		{"negative zero", []byte(`-0.0e5`), `0`},
+		{"int64 2^53 in a Go value", map[string]int64{"id": 1 << 53}, `{"id":9007199254740992}`},
+		{"int64 beyond 2^53 a double holds", map[string]int64{"id": 1234567890123456800}, `{"id":1234567890123456800}`},
+		{"int64 beyond 2^53 sent as a string", struct {
+			ID int64 `json:"id,string"`
+		}{1234567890123456789}, `{"id":"1234567890123456789"}`},
+		{"float64 in a Go value", []float64{0.1, 1e21, 5e-324, math.Copysign(0, -1)}, `[0.1,1e+21,5e-324,0]`},
+		{"float32 in a Go value", []float32{0.1, 3.4028235e38}, `[0.1,3.4028235e+38]`},
+		{"U+FFFD written as itself in a Go string", "report\ufffd.pdf", "\"report\ufffd.pdf\""},
+		{"U+FFFD escape in JSON text", []byte(`"report\ufffd.pdf"`), "\"report\ufffd.pdf\""},
+		{"binary data as []byte in a Go value", map[string][]byte{"b": {0xff, 0xfe}}, `{"b":"//4="}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fp, err := ArgsFingerprint(c.args)
+			if err != nil || fp != sha256.Sum256([]byte(c.canon)) {
+				t.Fatalf("ArgsFingerprint = %x, %v; want SHA-256 of %s", fp, err, c.canon)
+			}
+		})
 	}
 }
 
@@ -179,4 +298,38 @@ func TestCanonicalJSONIsIdempotent(t *testing.T) {
 			t.Fatalf("canonical form is not JSON: %s", once)
 		}
 	}
+}
+
+func TestArgsFingerprintIsSafeForConcurrentUse(t *testing.T) {
+	// ArgsFingerprint reuses pooled buffers; concurrent calls on different
+	// inputs (and refusals in between) must not see each other's data.
+	inputs := [][]byte{
+		[]byte(`{"b":[1,2,{"y":"\u00e9","x":0.5}],"a":"q"}`),
+		[]byte(`{"z":1,"y":{"k":"v"},"x":[true,false,null]}`),
+		[]byte(`[1.0e2,"s",{"\u0062":2,"a":1}]`),
+		[]byte(`{"a":1,"a":2}`),
+	}
+	want := make([]Fingerprint, len(inputs))
+	for i, in := range inputs {
+		canon, err := CanonicalJSON(in)
+		if err == nil {
+			want[i] = sha256.Sum256(canon)
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range 500 {
+				i := (g + n) % len(inputs)
+				fp, err := ArgsFingerprint(inputs[i])
+				if fp != want[i] || (err != nil) != want[i].IsZero() {
+					t.Errorf("input %d: fingerprint %x, %v; want %x", i, fp, err, want[i])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -1,30 +1,32 @@
 package ctoken
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/internal/clocktest"
 )
 
-// testClock is a settable clock for injecting into configs.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// testClock and stepClock are the shared settable test clock
+// (internal/clocktest), started at two different instants that existing
+// tests depend on.
+type (
+	testClock = clocktest.Clock
+	stepClock = clocktest.Clock
+)
 
-func newTestClock() *testClock { return &testClock{t: time.Unix(1_700_000_000, 0)} }
+func newTestClock() *testClock { return clocktest.At(time.Unix(1_700_000_000, 0)) }
 
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
+func newStepClock() *stepClock { return clocktest.New() }
 
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
+// failingStore is a [replay.Store] that is down.
+type failingStore struct{}
+
+func (failingStore) Claim(context.Context, string, time.Time) (bool, error) {
+	return false, errors.New("store unreachable")
 }
 
 // fixedKey returns a deterministic 32-byte key whose bytes all equal b.

@@ -4,10 +4,12 @@ import (
 	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"os"
 	"strings"
+
+	strictb64 "github.com/ctoken/ctoken/internal/b64"
+	"github.com/ctoken/ctoken/internal/reason"
 )
 
 // MinKeyBytes is the minimum length of every secret key.
@@ -16,7 +18,7 @@ const MinKeyBytes = 32
 // Keyring is an immutable, ordered set of secret keys. The first key is the
 // primary: it signs or encrypts every new token. The others are previous keys
 // that still verify, so a key can be rotated without breaking outstanding
-// tokens. A Keyring is safe for concurrent use.
+// tokens. A [Keyring] is safe for concurrent use.
 //
 // Keys are never used directly: each use (cursors, request state, one-time
 // tokens) derives its own subkeys with HKDF-SHA256, so one operator secret can
@@ -25,8 +27,8 @@ type Keyring struct {
 	keys [][]byte
 }
 
-// NewKeyring returns a Keyring with primary first and then previous, in
-// order. Every key must be at least MinKeyBytes long, else ErrKeyTooShort.
+// NewKeyring returns a [Keyring] with primary first and then previous, in
+// order. Every key must be at least [MinKeyBytes] long, else [ErrKeyTooShort].
 // The inputs are copied. NewKeyring checks only the length: the bytes are
 // the caller's to vouch for (use [RandomKey]); [ParseKeyring], which reads
 // operator input, also refuses degenerate keys.
@@ -42,15 +44,15 @@ func NewKeyring(primary []byte, previous ...[]byte) (*Keyring, error) {
 	return kr, nil
 }
 
-// keyFormHint is appended to every key error: the form ParseKeyring
+// keyFormHint is appended to every key error: the form [ParseKeyring]
 // expects. It names no key.
 const keyFormHint = "want comma-separated base64url of at least 32 random bytes, primary first; `ctoken keygen` makes one; whsec_ secrets belong in the webhook config, not in a Keyring"
 
 // keyError returns a key error that matches sentinel with errors.Is, whose
-// Reason names the key's position (i counts from 0) and what is wrong with
+// [Reason] names the key's position (i counts from 0) and what is wrong with
 // it, and whose text adds keyFormHint. It never contains key material.
 func keyError(sentinel error, i, n int, what string) error {
-	re := &reasonError{sentinel: sentinel, reason: fmt.Sprintf("key %d of %d %s", i+1, n, what)}
+	re := reason.New(sentinel, fmt.Sprintf("key %d of %d %s", i+1, n, what))
 	return &hintError{err: re, hint: keyFormHint}
 }
 
@@ -70,16 +72,16 @@ func RandomKey() []byte {
 	return k
 }
 
-// EncodeKey returns key in the form ParseKeyring reads: base64url without
+// EncodeKey returns key in the form [ParseKeyring] reads: base64url without
 // padding.
 func EncodeKey(key []byte) string {
-	return base64.RawURLEncoding.EncodeToString(key)
+	return b64.EncodeToString(key)
 }
 
 // ParseKeyring parses a comma-separated list of keys, primary first. Each key
 // is base64url without padding, or standard base64 with or without padding;
-// white space around each key is ignored. A decoded key under MinKeyBytes is
-// ErrKeyTooShort. Anything else malformed is ErrKeyInvalid: an empty entry,
+// white space around each key is ignored. A decoded key under [MinKeyBytes] is
+// [ErrKeyTooShort]. Anything else malformed is [ErrKeyInvalid]: an empty entry,
 // text that is not base64, a webhook secret ("whsec_..."), or a degenerate
 // key (see [degenerateKey]). Error text names the key's position ("key 2 of
 // 3") and the expected form ([keyFormHint]), never the key's content;
@@ -101,7 +103,7 @@ func ParseKeyring(s string) (*Keyring, error) {
 	return NewKeyring(keys[0], keys[1:]...)
 }
 
-// Faults decodeKey reports; keyShort is the ErrKeyTooShort one.
+// Faults decodeKey reports; keyShort is the [ErrKeyTooShort] one.
 const (
 	keyShort      = "is too short"
 	keyEmpty      = "is empty"
@@ -119,10 +121,10 @@ func decodeKey(s string) ([]byte, string) {
 	case strings.HasPrefix(s, "whsec_"):
 		return nil, keyWebhook
 	}
-	for _, enc := range []*base64.Encoding{
-		base64.RawURLEncoding, base64.StdEncoding, base64.RawStdEncoding,
-	} {
-		if k, err := enc.Strict().DecodeString(s); err == nil {
+	// Each alphabet through the strict decoder, which also refuses CR and
+	// LF inside the key (encoding/base64 would skip them).
+	for _, enc := range []strictb64.Encoding{strictb64.URL, strictb64.Std, strictb64.RawStd} {
+		if k, err := enc.DecodeString(s); err == nil {
 			switch {
 			case len(k) < MinKeyBytes:
 				return nil, keyShort
@@ -145,7 +147,7 @@ const (
 // random source: every byte equal, a pattern of at most len(key)/2 bytes
 // repeated (so at least twice) over the whole key, or fewer than 9
 // distinct byte values. [ParseKeyring] refuses such keys with
-// ErrKeyInvalid.
+// [ErrKeyInvalid].
 //
 // A 32-byte key from crypto/rand is flagged with probability below 2^-111:
 // a period p ≤ 16 has probability 2^(-8(32-p)) ≤ 2^-128 each (sum < 2^-127),
@@ -180,12 +182,12 @@ func periodic(k []byte, p int) bool {
 	return true
 }
 
-// KeyringFromEnv parses the environment variable name with ParseKeyring.
-// An unset or empty variable is ErrNoKey.
+// KeyringFromEnv parses the environment variable name with [ParseKeyring].
+// An unset or empty variable is [ErrNoKey].
 func KeyringFromEnv(name string) (*Keyring, error) {
 	v := os.Getenv(name)
 	if v == "" {
-		return nil, &reasonError{sentinel: ErrNoKey, reason: name + " is not set"}
+		return nil, reason.New(ErrNoKey, name+" is not set")
 	}
 	kr, err := ParseKeyring(v)
 	if err != nil {
@@ -194,7 +196,7 @@ func KeyringFromEnv(name string) (*Keyring, error) {
 	return kr, nil
 }
 
-// KeyringFromEnvOrRandom is KeyringFromEnv, except that an unset or empty
+// KeyringFromEnvOrRandom is [KeyringFromEnv], except that an unset or empty
 // variable yields a fresh random key and ephemeral == true. Tokens sealed
 // with an ephemeral key are refused by every other process and after a
 // restart, so use it only for a single process. A variable that is set but
@@ -209,7 +211,7 @@ func KeyringFromEnvOrRandom(name string) (kr *Keyring, ephemeral bool, err error
 }
 
 // Len returns the number of keys in the ring (1 + previous keys), or 0 for
-// a nil or zero Keyring.
+// a nil or zero [Keyring].
 func (k *Keyring) Len() int {
 	if k == nil {
 		return 0
@@ -236,8 +238,8 @@ var hkdfSalt = make([]byte, 32)
 // DeriveKey derives a 32-byte subkey from key with HKDF-SHA256, salt 32 zero
 // bytes and the given info label. It is the derivation every part of this
 // package uses, exported so other implementations can check themselves
-// against it. A key shorter than MinKeyBytes is refused with
-// ErrKeyTooShort (HKDF itself would accept it, except in FIPS 140-only
+// against it. A key shorter than [MinKeyBytes] is refused with
+// [ErrKeyTooShort] (HKDF itself would accept it, except in FIPS 140-only
 // mode, which refuses keys under 112 bits); DeriveKey never panics.
 func DeriveKey(key []byte, label string) ([]byte, error) {
 	if len(key) < MinKeyBytes {
@@ -245,14 +247,14 @@ func DeriveKey(key []byte, label string) ([]byte, error) {
 	}
 	out, err := hkdf.Key(sha256.New, key, hkdfSalt, label, 32)
 	if err != nil {
-		return nil, &reasonError{sentinel: fmt.Errorf("%w: hkdf: %v", ErrKeyInvalid, err), reason: "HKDF refused the key"}
+		return nil, reason.Wrap(ErrKeyInvalid, "HKDF refused the key", err)
 	}
 	return out, nil
 }
 
 // derive returns the subkey for label of every key in the ring, primary
-// first, or nil if any derivation fails. Every key of a Keyring made by
-// NewKeyring is long enough, so nil only comes from a Keyring built some
+// first, or nil if any derivation fails. Every key of a [Keyring] made by
+// [NewKeyring] is long enough, so nil only comes from a [Keyring] built some
 // other way; callers treat a ring of the wrong size as no key at all.
 func (k *Keyring) derive(label string) [][]byte {
 	out := make([][]byte, len(k.keys))

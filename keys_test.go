@@ -320,3 +320,26 @@ func TestKeyErrorsNamePositionAndFormNotKey(t *testing.T) {
 		t.Fatalf("NewKeyring short previous = %v, want ErrKeyTooShort naming key 2 of 2", err)
 	}
 }
+
+// encoding/base64 skips CR and LF even in Strict mode; every alphabet
+// ParseKeyring accepts goes through the strict decoder, so a key has one
+// spelling per alphabet and a line break inside it is refused.
+func TestParseKeyringRefusesLineBreakInsideKey(t *testing.T) {
+	key := seqBytes(0xf3, 32) // its standard base64 holds '+' and '/'
+	for _, c := range []struct{ name, clean, brk string }{
+		{"base64url", base64.RawURLEncoding.EncodeToString(key), "\n"},
+		{"base64url CR", base64.RawURLEncoding.EncodeToString(key), "\r"},
+		{"std padded", base64.StdEncoding.EncodeToString(key), "\r\n"},
+		{"std unpadded", base64.RawStdEncoding.EncodeToString(key), "\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := ParseKeyring(c.clean); err != nil {
+				t.Fatalf("clean key refused: %v", err)
+			}
+			_, err := ParseKeyring(c.clean[:20] + c.brk + c.clean[20:])
+			if !errors.Is(err, ErrKeyInvalid) || Reason(err) != "key 1 of 1 "+keyNotBase64 {
+				t.Fatalf("key with an inner line break = %v (reason %q), want ErrKeyInvalid, %q", err, Reason(err), "key 1 of 1 "+keyNotBase64)
+			}
+		})
+	}
+}

@@ -6,24 +6,26 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/replay"
 )
 
 // One-time token limits and defaults.
 const (
 	// DefaultOneTimeTTL is the lifetime of a one-time token when
-	// OneTimeConfig.TTL is zero.
+	// [OneTimeConfig.TTL] is zero.
 	DefaultOneTimeTTL = 10 * time.Minute
 	// MaxOneTimeTokenBytes caps the encoded token, checked at mint and
 	// before any decoding at redeem.
 	MaxOneTimeTokenBytes = 1024
-	// MaxOneTimePurposeBytes caps OneTimeConfig.Purpose.
+	// MaxOneTimePurposeBytes caps [OneTimeConfig.Purpose].
 	MaxOneTimePurposeBytes = 64
 )
 
@@ -55,31 +57,31 @@ var (
 	// claims than the redeemer expects. The token is not consumed.
 	ErrOneTimeClaims = errors.New("ctoken: one-time token claims mismatch")
 	// ErrOneTimeTooLarge reports claims whose token would exceed
-	// MaxOneTimeTokenBytes, at mint.
+	// [MaxOneTimeTokenBytes], at mint.
 	ErrOneTimeTooLarge = errors.New("ctoken: one-time token claims too large")
 )
 
-// OneTimeConfig configures a OneTimeIssuer. Keys and Purpose are required.
+// OneTimeConfig configures a [OneTimeIssuer]. Keys and Purpose are required.
 type OneTimeConfig struct {
 	// Keys signs (primary) and verifies (every key) tokens, through a subkey
 	// derived with the label "ctoken.onetime hmac key". Nil or empty is
-	// ErrNoKey.
+	// [ErrNoKey].
 	Keys *Keyring
 	// Purpose names what this issuer's tokens are for ("password-reset",
 	// "agent-bootstrap"). It is written into every token under the MAC, and
 	// an issuer accepts only tokens of its own purpose, so issuers that
-	// share a Keyring never accept each other's tokens. Required: 1 to
-	// MaxOneTimePurposeBytes bytes of printable UTF-8 (no control or format
-	// characters); anything else is ErrConfig. It is not secret: the token
+	// share a [Keyring] never accept each other's tokens. Required: 1 to
+	// [MaxOneTimePurposeBytes] bytes of printable UTF-8 (no control or format
+	// characters); anything else is [ErrConfig]. It is not secret: the token
 	// carries it in the clear.
 	Purpose string
-	// TTL is a token's lifetime; 0 means DefaultOneTimeTTL. Negative is
-	// ErrConfig: every one-time token expires.
+	// TTL is a token's lifetime; 0 means [DefaultOneTimeTTL]. Negative is
+	// [ErrConfig]: every one-time token expires.
 	TTL time.Duration
 	// Replay records redeemed tokens until 60 s after they expire. Nil means a private
-	// MemoryReplayStore with DefaultReplayStoreMax entries, which enforces
+	// [replay.MemoryStore] with [replay.DefaultMax] entries, which enforces
 	// single use within one process only; a fleet shares one store.
-	Replay ReplayStore
+	Replay replay.Store
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -91,20 +93,15 @@ type OneTimeConfig struct {
 // one works only for the claims it names, only at an issuer of its purpose,
 // and only until it expires.
 //
-// Wire format: "ot1." + base64url_nopad(payload || HMAC-SHA256(subkey,
-// payload)), payload = version byte 2, 16-byte random nonce, issued-at and
-// expiry as big-endian int64 unix seconds, uvarint(len(purpose)) purpose,
-// then each claim in increasing name order as uvarint(len(name)) name
-// uvarint(len(value)) value. Uvarints are minimal. The nonce is the token's
-// ID in the replay store.
+// Its wire format ("ot1.") is stated in the package documentation.
 //
-// A OneTimeIssuer is safe for concurrent use. The zero value refuses every
-// call with ErrNoKey.
+// A [OneTimeIssuer] is safe for concurrent use. The zero value refuses every
+// call with [ErrNoKey].
 type OneTimeIssuer struct {
 	macs    macRing // derived subkeys, primary first
 	purpose string
 	ttl     time.Duration
-	replay  ReplayStore
+	replay  replay.Store
 	now     func() time.Time
 }
 
@@ -120,12 +117,12 @@ type OneTimeToken struct {
 	IssuedAt, ExpiresAt time.Time
 }
 
-// configError is a constructor's refusal of cfg: ErrConfig with a reason
+// configError is a constructor's refusal of cfg: [ErrConfig] with a reason
 // naming the field.
-func configError(reason string) error { return &reasonError{sentinel: ErrConfig, reason: reason} }
+func configError(why string) error { return reason.New(ErrConfig, why) }
 
 // NewOneTimeIssuer returns an issuer for cfg. A nil or empty cfg.Keys is
-// ErrNoKey; an empty or invalid Purpose or a negative TTL is ErrConfig.
+// [ErrNoKey]; an empty or invalid Purpose or a negative TTL is [ErrConfig].
 func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 	if cfg.Keys == nil || cfg.Keys.Len() == 0 {
 		return nil, reject(ErrNoKey, "OneTimeConfig.Keys is nil or empty")
@@ -153,7 +150,7 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 		o.now = time.Now
 	}
 	if o.replay == nil {
-		o.replay = &MemoryReplayStore{Now: o.now}
+		o.replay = &replay.MemoryStore{Now: o.now}
 	}
 	return o, nil
 }
@@ -182,9 +179,9 @@ func (o *OneTimeIssuer) Purpose() string { return o.purpose }
 // (which may be empty), valid for the configured TTL from now. Claim names
 // and values are arbitrary byte strings (the empty name included); the token
 // carries them in the clear (signed, not encrypted), so they must not be
-// secret. It fails with ErrOneTimeTooLarge when the token would exceed
-// MaxOneTimeTokenBytes, and with ErrNoKey on an issuer not made by
-// NewOneTimeIssuer.
+// secret. It fails with [ErrOneTimeTooLarge] when the token would exceed
+// [MaxOneTimeTokenBytes], and with [ErrNoKey] on an issuer not made by
+// [NewOneTimeIssuer].
 func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 	if len(o.macs) == 0 || o.now == nil {
 		return "", errOneTimeNoKey
@@ -210,7 +207,7 @@ func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 	if len(oneTimePrefix)+b64.EncodedLen(len(payload)+macSize) > MaxOneTimeTokenBytes {
 		return "", errOneTimeTooLarge
 	}
-	raw := o.macs[0].sum(payload, payload)
+	raw := o.macs[0].Sum(payload, payload)
 	return oneTimePrefix + b64.EncodeToString(raw), nil
 }
 
@@ -223,7 +220,7 @@ func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 //
 // Checks, in order: length cap, format and base64, MAC against every key of
 // the ring (constant time), strict decoding, purpose, an issue time at most
-// 60 s in the future → ErrOneTimeInvalid; expiry → ErrOneTimeExpired. On
+// 60 s in the future → [ErrOneTimeInvalid]; expiry → [ErrOneTimeExpired]. On
 // error the token is zero.
 func (o *OneTimeIssuer) Verify(token string) (OneTimeToken, error) {
 	t, err := o.check(token)
@@ -239,14 +236,14 @@ func (o *OneTimeIssuer) Verify(token string) (OneTimeToken, error) {
 // verified claims (never nil on success; nil on error). Of any number of
 // concurrent or later redeems of one token, at most one succeeds.
 //
-// Checks, in order: those of [OneTimeIssuer.Verify] (ErrOneTimeInvalid,
-// ErrOneTimeExpired); claims → ErrOneTimeClaims; then the token is claimed
+// Checks, in order: those of [OneTimeIssuer.Verify] ([ErrOneTimeInvalid],
+// [ErrOneTimeExpired]); claims → [ErrOneTimeClaims]; then the token is claimed
 // in the replay store until 60 s after its expiry (a margin for clock skew
-// between instances and the store) → ErrOneTimeRedeemed if it was already
+// between instances and the store) → [ErrOneTimeRedeemed] if it was already
 // claimed. A token refused for its claims or expiry is not consumed, so a
 // thief presenting it with the wrong claims cannot burn it. A replay-store
-// failure (for example ErrReplayStoreFull, or ctx's error) is returned
-// wrapped (errors.Is finds it; Reason says "replay store failed"), and the
+// failure (for example [replay.ErrFull], or ctx's error) is returned
+// wrapped (errors.Is finds it; [Reason] says "replay store failed"), and the
 // token is refused and not consumed.
 func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[string]string) (map[string]string, error) {
 	t, err := o.check(token)
@@ -256,9 +253,9 @@ func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[strin
 	if !claimsEqual(t.claims, want) {
 		return nil, errOneTimeClaims
 	}
-	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(replaySkewMargin))
+	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(replay.SkewMargin))
 	if err != nil {
-		return nil, &reasonError{sentinel: fmt.Errorf("ctoken: one-time token replay store: %w", err), reason: "replay store failed"}
+		return nil, reason.Wrap(errOneTimeStore, "replay store failed", err)
 	}
 	if !first {
 		return nil, errOneTimeRedeemed
@@ -303,6 +300,10 @@ var (
 	errOneTimePurpose   = reject(ErrOneTimeInvalid, "other purpose")
 	errOneTimeTooLarge  = reject(ErrOneTimeTooLarge, "claims over MaxOneTimeTokenBytes")
 	errOneTimeNoKey     = reject(ErrNoKey, "OneTimeIssuer not made by NewOneTimeIssuer")
+	// errOneTimeStore is the text before a replay store's failure; the
+	// error matches the store's error, not a one-time sentinel: the token
+	// was not judged.
+	errOneTimeStore = errors.New("ctoken: one-time token replay store")
 )
 
 // oneTimeFields is a decoded one-time payload.
@@ -324,10 +325,9 @@ func (o *OneTimeIssuer) verify(token string) (oneTimeFields, error) {
 	if !ok {
 		return t, errOneTimeFormat
 	}
+	// The strict decoder refuses every second spelling of a token.
 	raw, err := b64.DecodeString(body)
-	// The length check refuses the CR and LF that encoding/base64 skips
-	// even in Strict mode, so every token has one spelling.
-	if err != nil || b64.EncodedLen(len(raw)) != len(body) {
+	if err != nil {
 		return t, errOneTimeBase64
 	}
 	if len(raw) < oneTimeFixedLen+macSize {

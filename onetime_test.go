@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // testPurpose is the purpose of newOneTime's issuers unless a test sets one.
@@ -171,7 +173,7 @@ func TestOneTimeTokenRejectsForgeries(t *testing.T) {
 // signOneTime builds a token with o's primary key from an arbitrary payload,
 // to test the decoder behind the MAC.
 func signOneTime(o *OneTimeIssuer, payload []byte) string {
-	raw := o.macs[0].sum(append([]byte(nil), payload...), payload)
+	raw := o.macs[0].Sum(append([]byte(nil), payload...), payload)
 	return oneTimePrefix + base64.RawURLEncoding.EncodeToString(raw)
 }
 
@@ -237,7 +239,7 @@ func TestOneTimeTokenVerifiesWithPreviousKeyAfterRotation(t *testing.T) {
 	oldKey, newKey := RandomKey(), RandomKey()
 	oldRing, _ := NewKeyring(oldKey)
 	rotated, _ := NewKeyring(newKey, oldKey)
-	store := NewMemoryReplayStore(0)
+	store := replay.NewMemoryStore(0)
 	before := newOneTime(t, OneTimeConfig{Keys: oldRing, Replay: store})
 	after := newOneTime(t, OneTimeConfig{Keys: rotated, Replay: store})
 	tok := mint(t, before, runClaims)
@@ -291,7 +293,7 @@ func TestOneTimeMintRefusesOversizeClaims(t *testing.T) {
 
 func TestOneTimeRedeemFailsClosedOnStoreError(t *testing.T) {
 	clk := newStepClock()
-	full := &MemoryReplayStore{Max: 1, Now: clk.Now}
+	full := &replay.MemoryStore{Max: 1, Now: clk.Now}
 	o := newOneTime(t, OneTimeConfig{Replay: full, Now: clk.Now})
 	if _, err := o.Redeem(context.Background(), mint(t, o, nil), nil); err != nil {
 		t.Fatal(err)
@@ -299,13 +301,13 @@ func TestOneTimeRedeemFailsClosedOnStoreError(t *testing.T) {
 	clk.Advance(DefaultOneTimeTTL / 2)
 	tok := mint(t, o, nil)
 	_, err := o.Redeem(context.Background(), tok, nil)
-	if !errors.Is(err, ErrReplayStoreFull) || errors.Is(err, ErrOneTimeRedeemed) || Reason(err) != "replay store failed" {
-		t.Fatalf("redeem on a full store = %v (reason %q), want ErrReplayStoreFull, reason \"replay store failed\"", err, Reason(err))
+	if !errors.Is(err, replay.ErrFull) || errors.Is(err, ErrOneTimeRedeemed) || Reason(err) != "replay store failed" {
+		t.Fatalf("redeem on a full store = %v (reason %q), want replay.ErrFull, reason \"replay store failed\"", err, Reason(err))
 	}
 	// Once the first token's entry expires (the skew margin after the
 	// token) the store has room again, and tok still works: a store failure
 	// does not consume it.
-	clk.Advance(DefaultOneTimeTTL/2 + replaySkewMargin)
+	clk.Advance(DefaultOneTimeTTL/2 + replay.SkewMargin)
 	if _, err := o.Redeem(context.Background(), tok, nil); err != nil {
 		t.Fatalf("redeem after the store recovered: %v", err)
 	}
@@ -398,7 +400,7 @@ func FuzzDecodeOneTimePayload(f *testing.F) {
 type aheadStore struct {
 	clk   *stepClock
 	ahead time.Duration
-	s     *MemoryReplayStore
+	s     *replay.MemoryStore
 }
 
 func (a *aheadStore) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
@@ -415,7 +417,7 @@ func TestOneTimeRedeemedTokenStaysRedeemedUnderClockSkew(t *testing.T) {
 	clk := newStepClock()
 	const skew = 30 * time.Second
 	store := &aheadStore{clk: clk, ahead: skew}
-	store.s = &MemoryReplayStore{Now: func() time.Time { return clk.Now().Add(skew) }}
+	store.s = &replay.MemoryStore{Now: func() time.Time { return clk.Now().Add(skew) }}
 	o := newOneTime(t, OneTimeConfig{Now: clk.Now, TTL: time.Minute, Replay: store})
 	tok := mint(t, o, runClaims)
 	if _, err := o.Redeem(context.Background(), tok, runClaims); err != nil {
@@ -450,7 +452,7 @@ func TestZeroOneTimeIssuerRefusesWithoutPanic(t *testing.T) {
 // the token.
 func TestOneTimeIssuersOfDifferentPurposesRefuseEachOthersTokens(t *testing.T) {
 	kr := mustKeyring(t, RandomKey())
-	store := NewMemoryReplayStore(0)
+	store := replay.NewMemoryStore(0)
 	reset := newOneTime(t, OneTimeConfig{Keys: kr, Replay: store, Purpose: "password-reset"})
 	admin := newOneTime(t, OneTimeConfig{Keys: kr, Replay: store, Purpose: "admin-bootstrap"})
 	claims := map[string]string{"user": "u_1"}

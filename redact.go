@@ -26,7 +26,7 @@ func formatRedacted(f fmt.State, verb rune, desc string) {
 // marshalRedacted is desc as a JSON string.
 func marshalRedacted(desc string) ([]byte, error) { return json.Marshal(desc) }
 
-// describeKeys describes a *Keyring field.
+// describeKeys describes a *[Keyring] field.
 func describeKeys(k *Keyring) string {
 	if k == nil {
 		return "nil"
@@ -36,14 +36,14 @@ func describeKeys(k *Keyring) string {
 
 func (k Keyring) describe() string { return fmt.Sprintf("ctoken.Keyring(%d keys)", len(k.keys)) }
 
-// Format prints the Keyring as "ctoken.Keyring(N keys)" under every verb,
+// Format prints the [Keyring] as "ctoken.Keyring(N keys)" under every verb,
 // by value and by pointer: never a key.
 func (k Keyring) Format(f fmt.State, verb rune) { formatRedacted(f, verb, k.describe()) }
 
-// LogValue is the Keyring's log/slog form: its description, never a key.
+// LogValue is the [Keyring]'s log/slog form: its description, never a key.
 func (k Keyring) LogValue() slog.Value { return slog.StringValue(k.describe()) }
 
-// MarshalJSON encodes the Keyring as its description, a JSON string: never
+// MarshalJSON encodes the [Keyring] as its description, a JSON string: never
 // a key.
 func (k Keyring) MarshalJSON() ([]byte, error) { return marshalRedacted(k.describe()) }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
 )
 
 // redactLabels are the HKDF labels of every subkey the root package derives;
@@ -132,7 +133,7 @@ func TestSecretsNeverPrint(t *testing.T) {
 	if _, err := cursors.Verify(tok, ctoken.CursorScope{ToolID: "t", CallerID: "c"}); err != nil {
 		t.Fatal(err)
 	}
-	oneTimeCfg := ctoken.OneTimeConfig{Keys: kr, Purpose: "agent-bootstrap", Replay: ctoken.NewMemoryReplayStore(0)}
+	oneTimeCfg := ctoken.OneTimeConfig{Keys: kr, Purpose: "agent-bootstrap", Replay: replay.NewMemoryStore(0)}
 	oneTime, err := ctoken.NewOneTimeIssuer(oneTimeCfg)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"strconv"
@@ -12,6 +11,9 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/replay"
 )
 
 // RequestStateMode selects how a request state is protected.
@@ -34,8 +36,8 @@ type RequestStateBinding uint8
 const (
 	// BindSubject binds a state to the authenticated subject: the material
 	// is the subject. An empty subject is the empty material, the same as
-	// BindNone's, so a state sealed for "" opens for any caller that also
-	// presents "" under BindSubject or BindNone: pass the authenticated
+	// [BindNone]'s, so a state sealed for "" opens for any caller that also
+	// presents "" under [BindSubject] or [BindNone]: pass the authenticated
 	// subject whenever there is one.
 	BindSubject RequestStateBinding = iota
 	// BindSubjectAndTool binds a state to the subject and the tool (for MCP,
@@ -75,37 +77,37 @@ const (
 // falls back to the default.
 type RequestStateSecurity struct {
 	// Keys seals (primary) and opens (all) states. It is required: nil or
-	// an empty Keyring is ErrNoKey. A single process that wants a random
+	// an empty [Keyring] is [ErrNoKey]. A single process that wants a random
 	// key asks for one explicitly ([KeyringFromEnvOrRandom], or
 	// [NewKeyring]([RandomKey]())); states sealed with it survive neither a
 	// restart nor a hop to another instance.
 	Keys *Keyring
-	// Mode is Signed (the zero value) or Encrypted. A codec decodes only
+	// Mode is [Signed] (the zero value) or [Encrypted]. A codec decodes only
 	// states of its own mode.
 	Mode RequestStateMode
-	// Binding is BindSubject (the zero value), BindSubjectAndTool or BindNone.
+	// Binding is [BindSubject] (the zero value), [BindSubjectAndTool] or [BindNone].
 	Binding RequestStateBinding
-	// TTL is the state lifetime; 0 means DefaultStateTTL. Negative is
-	// ErrConfig: every state expires.
+	// TTL is the state lifetime; 0 means [DefaultStateTTL]. Negative is
+	// [ErrConfig]: every state expires.
 	TTL time.Duration
 	// MaxBytes caps the encoded length, checked before decoding; 0 means
-	// DefaultStateMaxBytes. Negative, or too small for a state holding ""
-	// in the chosen mode, is ErrConfig.
+	// [DefaultStateMaxBytes]. Negative, or too small for a state holding ""
+	// in the chosen mode, is [ErrConfig].
 	MaxBytes int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Replay, if set, makes every state single-use: Decode accepts a given
 	// state at most once, recording it in Replay until 60 s after it expires, and
-	// refuses it afterwards with ErrStateReplayed. Nil (the default) keeps
+	// refuses it afterwards with [ErrStateReplayed]. Nil (the default) keeps
 	// states reusable until they expire. See DecodeContext.
 	//
-	// A state is identified by its authenticator: the MAC of a Signed state,
-	// the GCM nonce and tag of an Encrypted one. Signed encoding is
+	// A state is identified by its authenticator: the MAC of a [Signed] state,
+	// the GCM nonce and tag of an [Encrypted] one. [Signed] encoding is
 	// deterministic, so two Encode calls with the same state, binding and
 	// expiry second yield the same wire string and count as one state; put a
 	// unique value (a step counter, a random ID) in the state, or use
-	// Encrypted, whose random nonce makes every encoding distinct.
-	Replay ReplayStore
+	// [Encrypted], whose random nonce makes every encoding distinct.
+	Replay replay.Store
 }
 
 // RequestStateCodec seals and opens MCP multi-round-trip requestState
@@ -119,7 +121,7 @@ type RequestStateCodec struct {
 	ttl      time.Duration
 	maxBytes int
 	now      func() time.Time
-	replay   ReplayStore // nil: states are reusable
+	replay   replay.Store // nil: states are reusable
 
 	bind    macRing
 	payload macRing   // Signed
@@ -127,11 +129,12 @@ type RequestStateCodec struct {
 	scratch sync.Pool // of *stateScratch
 }
 
-// Configuration errors of NewRequestStateCodec, allocated once.
+// Configuration errors of [NewRequestStateCodec], allocated once.
 var (
 	errStateNilKeys      = reject(ErrNoKey, "RequestStateSecurity.Keys is nil")
 	errStateEmptyKeys    = reject(ErrNoKey, "RequestStateSecurity.Keys holds no key")
 	errStateNoCodec      = reject(ErrNoKey, "codec not made by NewRequestStateCodec")
+	errStateUnderivable  = reject(ErrNoKey, "RequestStateSecurity.Keys: a key cannot be derived from")
 	errStateConfMode     = reject(ErrConfig, "unknown RequestStateSecurity.Mode")
 	errStateConfBinding  = reject(ErrConfig, "unknown RequestStateSecurity.Binding")
 	errStateConfTTL      = reject(ErrConfig, "negative RequestStateSecurity.TTL")
@@ -150,7 +153,7 @@ func minStateWire(mode RequestStateMode) int {
 }
 
 // NewRequestStateCodec returns a codec for sec. A nil sec.Keys, or one that
-// holds no key (a zero Keyring), is [ErrNoKey]; a field that is neither
+// holds no key (a zero [Keyring]), is [ErrNoKey]; a field that is neither
 // zero nor valid is [ErrConfig] (see [RequestStateSecurity]). [Reason] names
 // the field at fault.
 func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) {
@@ -191,11 +194,17 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 	c.bind = newMACRing(kr, stateBindLabel)
 	if c.mode == Encrypted {
 		var err error
-		if c.aead, err = newAEADRing(kr, stateAESLabel); err != nil {
-			return nil, err
+		if c.aead, err = newAEADRing(kr, stateAESLabel); err != nil || len(c.aead) != kr.Len() {
+			return nil, errStateUnderivable
 		}
 	} else {
 		c.payload = newMACRing(kr, statePayloadLabel)
+		if len(c.payload) != kr.Len() {
+			return nil, errStateUnderivable
+		}
+	}
+	if len(c.bind) != kr.Len() {
+		return nil, errStateUnderivable
 	}
 	return c, nil
 }
@@ -215,8 +224,8 @@ func (c *RequestStateCodec) bindTag(dst []byte, key int, subject, tool string) [
 }
 
 // cachedBindTag appends hex(HMAC-SHA256(bindKey, material)) to dst. The
-// material is the subject under BindSubject, subject + "\x00" + tool under
-// BindSubjectAndTool (an empty subject included) and empty under BindNone.
+// material is the subject under [BindSubject], subject + "\x00" + tool under
+// [BindSubjectAndTool] (an empty subject included) and empty under [BindNone].
 //
 // Tags are cached in the pooled scratch sc, a handful per scratch, keyed by
 // the key index and a copy of the material (so a caller's string that is
@@ -245,10 +254,11 @@ func (c *RequestStateCodec) cachedBindTag(dst []byte, sc *stateScratch, material
 		}
 	}
 	k := c.bind[key]
-	st := k.compute(material)
+	st := k.Begin()
+	st.Write(material)
 	var tag [bindTagLen]byte
-	hex.Encode(tag[:], st.out[:])
-	k.pool.Put(st)
+	hex.Encode(tag[:], st.Tag()[:])
+	k.End(st)
 	if cacheable {
 		e := &sc.tags[sc.next]
 		e.key, e.n, e.tag = key, len(material), tag
@@ -314,15 +324,15 @@ var (
 	errStateTooLarge   = reject(ErrStateTooLarge, "encoding over MaxBytes")
 )
 
-// ambiguousSubject reports a subject that BindSubjectAndTool cannot bind:
+// ambiguousSubject reports a subject that [BindSubjectAndTool] cannot bind:
 // its material is subject + "\x00" + tool, so a NUL inside the subject
 // would let ("a\x00b", "c") and ("a", "b\x00c") share a bind tag. Tools may
-// contain NUL (MCPTarget does): the first NUL is the separator.
+// contain NUL ([MCPTarget] does): the first NUL is the separator.
 func (c *RequestStateCodec) ambiguousSubject(subject string) bool {
 	return c.binding == BindSubjectAndTool && strings.IndexByte(subject, 0) >= 0
 }
 
-// Encode seals state for subject (and tool, under BindSubjectAndTool),
+// Encode seals state for subject (and tool, under [BindSubjectAndTool]),
 // expiring after the codec's TTL. state must be valid UTF-8 (it travels as a
 // JSON string), else [ErrUnencodable]; [ErrStateTooLarge] reports a result
 // over MaxBytes. An encrypted state gets a fresh random nonce from
@@ -397,7 +407,7 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 	wire = append(wire, signedPrefix...)
 	wire = b64.AppendEncode(wire, payload)
 	wire = append(wire, '.')
-	wire = b64.AppendEncode(wire, c.payload[0].sum(mac[:0], payload))
+	wire = b64.AppendEncode(wire, c.payload[0].Sum(mac[:0], payload))
 	return string(wire), nil
 }
 
@@ -429,11 +439,11 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 }
 
 // DecodeContext is Decode with a context for the replay store. In
-// single-use mode (RequestStateSecurity.Replay set), after every other check
+// single-use mode ([RequestStateSecurity.Replay] set), after every other check
 // has passed, the state is claimed in the store until its expiry (plus a 60 s
 // clock-skew margin): the first decode of a state succeeds and every later or
-// concurrent one fails with ErrStateReplayed. A state refused for its binding or expiry is not
-// consumed. A store failure (for example ErrReplayStoreFull, or ctx's error)
+// concurrent one fails with [ErrStateReplayed]. A state refused for its binding or expiry is not
+// consumed. A store failure (for example [replay.ErrFull], or ctx's error)
 // is returned wrapped (errors.Is finds it; [Reason] says "replay store
 // failed") and the state is refused. Without Replay, ctx is unused.
 func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, tool string) (string, error) {
@@ -474,10 +484,9 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 			return "", errStateFraming
 		}
 		// []byte(body) neither escapes nor is written to: no copy.
+		// The strict decoder refuses every second spelling of a state.
 		n, err := b64.Decode(rawRegion[:cap(rawRegion)], []byte(body))
-		// The length checks refuse the CR and LF that encoding/base64
-		// skips even in Strict mode: no second spelling is accepted.
-		if err != nil || b64.EncodedLen(n) != len(body) {
+		if err != nil {
 			return "", errStateBase64
 		}
 		var mac [macSize]byte
@@ -495,7 +504,7 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 	case c.mode == Encrypted && strings.HasPrefix(wire, encryptedPrefix):
 		text := wire[len(encryptedPrefix):]
 		n, err := b64.Decode(rawRegion[:cap(rawRegion)], []byte(text))
-		if err != nil || b64.EncodedLen(n) != len(text) {
+		if err != nil {
 			return "", errStateBase64
 		}
 		if n < gcmNonceSize+gcmTagSize {
@@ -540,178 +549,6 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 	return string(s), nil
 }
 
-// parseStatePayload strictly parses {"s":string,"exp":integer,"b":string}:
-// members in any order, each exactly once, no others; white space allowed
-// where JSON allows it. exp is an integer without fraction, exponent or
-// leading zeros ("-0" included) that fits an int64. The value of s is
-// unescaped into sbuf (heap memory of capacity len(in) or more, so it does
-// not reallocate); b aliases in, or a small buffer when it has escapes.
-func parseStatePayload(in, sbuf []byte) (s []byte, exp int64, b []byte, ok bool) {
-	if s, exp, b, ok = parseStatePayloadFast(in, sbuf); ok {
-		return s, exp, b, true
-	}
-	p := jcsParser{in: in}
-	var seen [3]bool
-	var nameBuf [8]byte
-	p.skipSpace()
-	if p.pos >= len(in) || in[p.pos] != '{' {
-		return nil, 0, nil, false
-	}
-	p.pos++
-	for {
-		p.skipSpace()
-		if p.pos >= len(in) || in[p.pos] != '"' {
-			return nil, 0, nil, false
-		}
-		name, ok := p.stringInto(nameBuf[:0])
-		if !ok {
-			return nil, 0, nil, false
-		}
-		p.skipSpace()
-		if p.pos >= len(in) || in[p.pos] != ':' {
-			return nil, 0, nil, false
-		}
-		p.pos++
-		p.skipSpace()
-		if p.pos >= len(in) {
-			return nil, 0, nil, false
-		}
-		var field int
-		switch string(name) {
-		case "s", "b":
-			if in[p.pos] != '"' {
-				return nil, 0, nil, false
-			}
-			if string(name) == "s" {
-				if s, ok = p.stringInto(sbuf[:0]); !ok {
-					return nil, 0, nil, false
-				}
-				field = 0
-			} else {
-				if b, ok = p.stringOrAlias(); !ok {
-					return nil, 0, nil, false
-				}
-				field = 2
-			}
-		case "exp":
-			if exp, ok = p.jsonInt64(); !ok {
-				return nil, 0, nil, false
-			}
-			field = 1
-		default:
-			return nil, 0, nil, false
-		}
-		if seen[field] {
-			return nil, 0, nil, false
-		}
-		seen[field] = true
-		p.skipSpace()
-		if p.pos >= len(in) {
-			return nil, 0, nil, false
-		}
-		if in[p.pos] == ',' {
-			p.pos++
-			continue
-		}
-		if in[p.pos] != '}' {
-			return nil, 0, nil, false
-		}
-		p.pos++
-		break
-	}
-	p.skipSpace()
-	if p.pos != len(in) || !seen[0] || !seen[1] || !seen[2] {
-		return nil, 0, nil, false
-	}
-	return s, exp, b, true
-}
-
-// parseStatePayloadFast parses the one layout every encoder writes,
-// {"s":"…","exp":N,"b":"<64 plain characters>"} with no white space, and
-// reports false for anything else, which parseStatePayload then parses in
-// full. Where it succeeds it returns what the full parser returns (the
-// differential fuzz test FuzzStatePayloadParse checks the pair).
-func parseStatePayloadFast(in, sbuf []byte) (s []byte, exp int64, b []byte, ok bool) {
-	const head, mid, tail = `{"s":"`, `,"exp":`, `,"b":"`
-	if !bytes.HasPrefix(in, []byte(head)) {
-		return nil, 0, nil, false
-	}
-	p := jcsParser{in: in, pos: len(head) - 1}
-	if s, ok = p.stringInto(sbuf[:0]); !ok || !bytes.HasPrefix(in[p.pos:], []byte(mid)) {
-		return nil, 0, nil, false
-	}
-	p.pos += len(mid)
-	if exp, ok = p.jsonInt64(); !ok || !bytes.HasPrefix(in[p.pos:], []byte(tail)) {
-		return nil, 0, nil, false
-	}
-	p.pos += len(tail)
-	if len(in)-p.pos != bindTagLen+2 || in[len(in)-2] != '"' || in[len(in)-1] != '}' {
-		return nil, 0, nil, false
-	}
-	b = in[p.pos : p.pos+bindTagLen]
-	for i := 0; i < len(b); i += 8 {
-		if jsonSpecial8(binary.LittleEndian.Uint64(b[i:])) {
-			return nil, 0, nil, false
-		}
-	}
-	return s, exp, b, true
-}
-
-// stringOrAlias parses the JSON string at p.pos and returns its value,
-// aliasing the input when the string has no escapes.
-func (p *jcsParser) stringOrAlias() ([]byte, bool) {
-	start := p.pos + 1
-	for i := start; i < len(p.in); i++ {
-		c := p.in[i]
-		if c == '"' {
-			v := p.in[start:i]
-			if !utf8.Valid(v) {
-				return nil, false
-			}
-			p.pos = i + 1
-			return v, true
-		}
-		if c < 0x20 || c == '\\' {
-			break
-		}
-	}
-	var small [bindTagLen]byte
-	return p.stringInto(small[:0])
-}
-
-// jsonInt64 parses a JSON integer at p.pos: an optional minus sign and
-// digits without leading zeros ("-0" is refused too), within int64.
-func (p *jcsParser) jsonInt64() (int64, bool) {
-	neg := false
-	if p.pos < len(p.in) && p.in[p.pos] == '-' {
-		neg = true
-		p.pos++
-	}
-	start := p.pos
-	var n uint64
-	for p.pos < len(p.in) && '0' <= p.in[p.pos] && p.in[p.pos] <= '9' {
-		if n > 1<<63/10 {
-			return 0, false // the next digit takes n past 2^63: out of range
-		}
-		n = n*10 + uint64(p.in[p.pos]-'0') // at most 2^63 + 9: no overflow
-		p.pos++
-	}
-	digits := p.in[start:p.pos]
-	switch {
-	case len(digits) == 0:
-		return 0, false
-	case digits[0] == '0' && (len(digits) > 1 || neg):
-		return 0, false // leading zeros are not JSON; -0 is not an int
-	case neg && n > 1<<63:
-		return 0, false
-	case !neg && n > 1<<63-1:
-		return 0, false
-	case neg:
-		return -int64(n-1) - 1, true
-	}
-	return int64(n), true
-}
-
 // EncodeJSON encodes v with encoding/json and seals it with
 // [RequestStateCodec.Encode]. A v that encoding/json cannot encode is
 // [ErrUnencodable], wrapping encoding/json's error; a codec not made by
@@ -722,24 +559,21 @@ func EncodeJSON[T any](c *RequestStateCodec, v T, subject, tool string) (string,
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return "", &causeError{errStateJSONEncode, err}
+		return "", reason.Wrap(ErrUnencodable, "encoding/json cannot encode the state", err)
 	}
 	return c.Encode(string(b), subject, tool)
 }
 
-var (
-	errStateJSON       = reject(ErrStateInvalid, "state is not JSON of the requested type")
-	errStateJSONEncode = reject(ErrUnencodable, "encoding/json cannot encode the state")
-)
+var errStateJSON = reject(ErrStateInvalid, "state is not JSON of the requested type")
 
 // DecodeJSON opens wire with [RequestStateCodec.Decode] and decodes the
 // state into a T. It is fail-closed: on any error the result is T's zero
-// value. It is DecodeJSONContext with context.Background().
+// value. It is [DecodeJSONContext] with context.Background().
 func DecodeJSON[T any](c *RequestStateCodec, wire, subject, tool string) (T, error) {
 	return DecodeJSONContext[T](context.Background(), c, wire, subject, tool)
 }
 
-// DecodeJSONContext is DecodeJSON with a context for the replay store of a
+// DecodeJSONContext is [DecodeJSON] with a context for the replay store of a
 // single-use codec: it opens wire with [RequestStateCodec.DecodeContext].
 // A state that opens but is not JSON of type T is [ErrStateInvalid]; in
 // single-use mode it has then been consumed.
@@ -755,14 +589,3 @@ func DecodeJSONContext[T any](ctx context.Context, c *RequestStateCodec, wire, s
 	}
 	return v, nil
 }
-
-// causeError is a rejection with a cause from outside the package (a replay
-// store's error, encoding/json's): errors.Is finds both the rejection's
-// sentinel and the cause, and [Reason] gives the rejection's fixed reason.
-type causeError struct {
-	re    error // a *reasonError
-	cause error
-}
-
-func (e *causeError) Error() string   { return e.re.Error() + ": " + e.cause.Error() }
-func (e *causeError) Unwrap() []error { return []error{e.re, e.cause} }

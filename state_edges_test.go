@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // Edge cases of the request-state codec that mutation testing showed no
@@ -295,15 +297,15 @@ func TestStatePayloadParsersAgree(t *testing.T) {
 	}
 }
 
-// claimRecorder is a ReplayStore that records the expiry of every claim.
+// claimRecorder is a replay.Store that records the expiry of every claim.
 type claimRecorder struct {
-	MemoryReplayStore
+	replay.MemoryStore
 	until []time.Time
 }
 
 func (r *claimRecorder) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
 	r.until = append(r.until, until)
-	return r.MemoryReplayStore.Claim(ctx, id, until)
+	return r.MemoryStore.Claim(ctx, id, until)
 }
 
 // TestStateSingleUseClaimLastsUntilExpiryPlusMargin pins how long a
@@ -313,7 +315,7 @@ func (r *claimRecorder) Claim(ctx context.Context, id string, until time.Time) (
 func TestStateSingleUseClaimLastsUntilExpiryPlusMargin(t *testing.T) {
 	for _, m := range stateModes {
 		clk := newStepClock()
-		store := &claimRecorder{MemoryReplayStore: MemoryReplayStore{Now: clk.Now}}
+		store := &claimRecorder{MemoryStore: replay.MemoryStore{Now: clk.Now}}
 		c := singleUseCodec(t, m.mode, store, clk, mustKeyring(t, fixedKey(37)))
 		wire, err := c.Encode("s", "alice", "")
 		if err != nil {
@@ -366,7 +368,7 @@ func TestStateEveryErrorHasAReason(t *testing.T) {
 	}
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
-	once := singleUseCodec(t, Signed, NewMemoryReplayStore(0), clk, kr)
+	once := singleUseCodec(t, Signed, replay.NewMemoryStore(0), clk, kr)
 	used, _ := once.Encode("s", "alice", "")
 	_, _ = once.Decode(used, "alice", "")
 	calls := map[string]func() error{

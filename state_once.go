@@ -5,32 +5,35 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
+
+	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/replay"
 )
 
 // ErrStateReplayed reports an authentic, unexpired request state that a
-// single-use codec (RequestStateSecurity.Replay set) has already accepted once.
+// single-use codec ([RequestStateSecurity.Replay] set) has already accepted once.
 var ErrStateReplayed = errors.New("ctoken: request state already used")
 
 var (
 	errStateReplayed = reject(ErrStateReplayed, "already used")
 	// errStateStore wraps a replay store's failure; the error matches the
 	// store's error, not a state sentinel: the state was not judged.
-	errStateStore = reject(errors.New("ctoken: request state"), "replay store failed")
+	errStateStore = errors.New("ctoken: request state")
 )
 
 // claimOnce records the state identified by id (its MAC for signed states,
 // its GCM nonce and tag for encrypted ones — both fixed by the key holder,
 // so a client cannot re-encode one state into a second accepted form) until
 // the end of its expiry second, the last instant Decode accepts it, plus
-// replaySkewMargin for clock skew between instances and the store.
+// replay.SkewMargin for clock skew between instances and the store.
 func (c *RequestStateCodec) claimOnce(ctx context.Context, id []byte, exp int64) error {
 	prefix := "state:s:"
 	if c.mode == Encrypted {
 		prefix = "state:e:"
 	}
-	first, err := c.replay.Claim(ctx, prefix+hex.EncodeToString(id), time.Unix(exp+1, 0).Add(replaySkewMargin))
+	first, err := c.replay.Claim(ctx, prefix+hex.EncodeToString(id), time.Unix(exp+1, 0).Add(replay.SkewMargin))
 	if err != nil {
-		return &causeError{errStateStore, err}
+		return reason.Wrap(errStateStore, "replay store failed", err)
 	}
 	if !first {
 		return errStateReplayed

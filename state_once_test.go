@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
-func singleUseCodec(t testing.TB, mode RequestStateMode, store ReplayStore, clk *stepClock, keys *Keyring) *RequestStateCodec {
+func singleUseCodec(t testing.TB, mode RequestStateMode, store replay.Store, clk *stepClock, keys *Keyring) *RequestStateCodec {
 	t.Helper()
 	c, err := NewRequestStateCodec(RequestStateSecurity{Keys: keys, Mode: mode, Replay: store, Now: clk.Now})
 	if err != nil {
@@ -26,7 +28,7 @@ func TestStateSingleUseDecodesOnce(t *testing.T) {
 	for _, m := range stateModes {
 		t.Run(m.name, func(t *testing.T) {
 			clk := newStepClock()
-			c := singleUseCodec(t, m.mode, &MemoryReplayStore{Now: clk.Now}, clk, mustKeyring(t, fixedKey(20)))
+			c := singleUseCodec(t, m.mode, &replay.MemoryStore{Now: clk.Now}, clk, mustKeyring(t, fixedKey(20)))
 			wire, err := c.Encode("step-2", "alice", "tool")
 			if err != nil {
 				t.Fatal(err)
@@ -60,7 +62,7 @@ func TestStateSingleUseIdenticalEncodingsAreOneState(t *testing.T) {
 	// encodings are distinct by their random nonce.
 	for _, m := range stateModes {
 		clk := newStepClock()
-		c := singleUseCodec(t, m.mode, &MemoryReplayStore{Now: clk.Now}, clk, mustKeyring(t, fixedKey(20)))
+		c := singleUseCodec(t, m.mode, &replay.MemoryStore{Now: clk.Now}, clk, mustKeyring(t, fixedKey(20)))
 		a, _ := c.Encode("same", "alice", "")
 		b, _ := c.Encode("same", "alice", "")
 		if _, err := c.Decode(a, "alice", ""); err != nil {
@@ -94,7 +96,7 @@ func TestStateSingleUseRefusalsDoNotConsume(t *testing.T) {
 	for _, m := range stateModes {
 		t.Run(m.name, func(t *testing.T) {
 			clk := newStepClock()
-			store := &MemoryReplayStore{Now: clk.Now}
+			store := &replay.MemoryStore{Now: clk.Now}
 			c := singleUseCodec(t, m.mode, store, clk, mustKeyring(t, fixedKey(20)))
 			wire, err := c.Encode("s", "alice", "")
 			if err != nil {
@@ -118,7 +120,7 @@ func TestStateSingleUseRefusalsDoNotConsume(t *testing.T) {
 
 func TestStateSingleUseRememberedUntilExpiry(t *testing.T) {
 	clk := newStepClock()
-	store := &MemoryReplayStore{Now: clk.Now}
+	store := &replay.MemoryStore{Now: clk.Now}
 	c := singleUseCodec(t, Signed, store, clk, mustKeyring(t, fixedKey(20)))
 	wire, err := c.Encode("s", "alice", "")
 	if err != nil {
@@ -137,7 +139,7 @@ func TestStateSingleUseRememberedUntilExpiry(t *testing.T) {
 		t.Fatalf("replay after expiry = %v, want ErrStateExpired", err)
 	}
 	// The store lets go of it once the clock-skew margin has passed too.
-	clk.Advance(replaySkewMargin)
+	clk.Advance(replay.SkewMargin)
 	if store.Len() != 0 {
 		t.Fatal("expired state still held by the store")
 	}
@@ -151,7 +153,7 @@ func TestStateSingleUseRememberedUntilExpiry(t *testing.T) {
 
 func TestStateSingleUseFailsClosedOnStoreError(t *testing.T) {
 	clk := newStepClock()
-	full := &MemoryReplayStore{Max: 1, Now: clk.Now}
+	full := &replay.MemoryStore{Max: 1, Now: clk.Now}
 	c := singleUseCodec(t, Encrypted, full, clk, mustKeyring(t, fixedKey(20)))
 	first, _ := c.Encode("a", "alice", "")
 	second, _ := c.Encode("b", "alice", "")
@@ -159,8 +161,8 @@ func TestStateSingleUseFailsClosedOnStoreError(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := c.Decode(second, "alice", "")
-	if !errors.Is(err, ErrReplayStoreFull) || s != "" || errors.Is(err, ErrStateReplayed) {
-		t.Fatalf("decode on a full store = %q, %v; want ErrReplayStoreFull", s, err)
+	if !errors.Is(err, replay.ErrFull) || s != "" || errors.Is(err, ErrStateReplayed) {
+		t.Fatalf("decode on a full store = %q, %v; want replay.ErrFull", s, err)
 	}
 	if Reason(err) != "replay store failed" || errors.Is(err, ErrStateInvalid) || errors.Is(err, ErrStateExpired) {
 		t.Fatalf("store failure %v: reason %q, or matches a state sentinel", err, Reason(err))
@@ -172,12 +174,12 @@ func TestStateSingleUseFailsClosedOnStoreError(t *testing.T) {
 	if s, err := down.DecodeContext(ctx, wire, "alice", ""); err == nil || s != "" || Reason(err) != "replay store failed" {
 		t.Fatalf("decode with the store down = %q, %v (reason %q)", s, err, Reason(err))
 	}
-	s, err = singleUseCodec(t, Signed, NewMemoryReplayStore(0), clk, mustKeyring(t, fixedKey(20))).DecodeContext(ctx, wire, "alice", "")
+	s, err = singleUseCodec(t, Signed, replay.NewMemoryStore(0), clk, mustKeyring(t, fixedKey(20))).DecodeContext(ctx, wire, "alice", "")
 	if !errors.Is(err, context.Canceled) || s != "" || Reason(err) != "replay store failed" {
 		t.Fatalf("decode with a cancelled context = %q, %v (reason %q)", s, err, Reason(err))
 	}
 	// DecodeJSONContext hands its context to the store.
-	v, err := DecodeJSONContext[string](ctx, singleUseCodec(t, Signed, NewMemoryReplayStore(0), clk, mustKeyring(t, fixedKey(20))), wire, "alice", "")
+	v, err := DecodeJSONContext[string](ctx, singleUseCodec(t, Signed, replay.NewMemoryStore(0), clk, mustKeyring(t, fixedKey(20))), wire, "alice", "")
 	if !errors.Is(err, context.Canceled) || v != "" || Reason(err) != "replay store failed" {
 		t.Fatalf("DecodeJSONContext with a cancelled context = %q, %v", v, err)
 	}
@@ -185,7 +187,7 @@ func TestStateSingleUseFailsClosedOnStoreError(t *testing.T) {
 
 func TestStateSingleUseSharedAcrossInstancesAndKeyRotation(t *testing.T) {
 	clk := newStepClock()
-	store := &MemoryReplayStore{Now: clk.Now}
+	store := &replay.MemoryStore{Now: clk.Now}
 	oldKey, newKey := RandomKey(), RandomKey()
 	before, _ := NewKeyring(oldKey)
 	after, _ := NewKeyring(newKey, oldKey)
@@ -207,7 +209,7 @@ func TestStateSingleUseSharedAcrossInstancesAndKeyRotation(t *testing.T) {
 
 func TestStateSingleUseAppliesToDecodeJSON(t *testing.T) {
 	clk := newStepClock()
-	c := singleUseCodec(t, Signed, &MemoryReplayStore{Now: clk.Now}, clk, mustKeyring(t, fixedKey(20)))
+	c := singleUseCodec(t, Signed, &replay.MemoryStore{Now: clk.Now}, clk, mustKeyring(t, fixedKey(20)))
 	wire, err := EncodeJSON(c, map[string]int{"step": 2}, "alice", "")
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +226,7 @@ func TestStateSingleUseConcurrentDecodeExactlyOneSucceeds(t *testing.T) {
 	for _, m := range stateModes {
 		t.Run(m.name, func(t *testing.T) {
 			clk := newStepClock()
-			c := singleUseCodec(t, m.mode, &MemoryReplayStore{Now: clk.Now}, clk, mustKeyring(t, fixedKey(20)))
+			c := singleUseCodec(t, m.mode, &replay.MemoryStore{Now: clk.Now}, clk, mustKeyring(t, fixedKey(20)))
 			const workers = 64
 			for round := range 5 {
 				wire, err := c.Encode(fmt.Sprint("once-", round), "alice", "")
@@ -249,7 +251,7 @@ func TestStateSingleUseStaysUsedUnderClockSkew(t *testing.T) {
 			clk := newStepClock()
 			const skew = 30 * time.Second
 			store := &aheadStore{clk: clk, ahead: skew}
-			store.s = &MemoryReplayStore{Now: func() time.Time { return clk.Now().Add(skew) }}
+			store.s = &replay.MemoryStore{Now: func() time.Time { return clk.Now().Add(skew) }}
 			c := singleUseCodec(t, m.mode, store, clk, mustKeyring(t, fixedKey(20)))
 			wire, err := c.Encode("s", "alice", "")
 			if err != nil {

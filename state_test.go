@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // refSubkey derives a subkey exactly as SPEC §4 states, independently of
@@ -424,7 +426,7 @@ func TestStateKeyRotation(t *testing.T) {
 // a silent random key: nil Keys is ErrNoKey, in every mode.
 func TestNewRequestStateCodecRefusesNilKeys(t *testing.T) {
 	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		c, err := NewRequestStateCodec(RequestStateSecurity{Mode: mode, Replay: NewMemoryReplayStore(0)})
+		c, err := NewRequestStateCodec(RequestStateSecurity{Mode: mode, Replay: replay.NewMemoryStore(0)})
 		wantErr(t, err, ErrNoKey)
 		if c != nil || Reason(err) != "RequestStateSecurity.Keys is nil" {
 			t.Fatalf("mode %d: codec %v, reason %q", mode, c, Reason(err))

@@ -25,6 +25,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/internal/cursorwire"
 )
 
 var updateVectors = flag.Bool("update-vectors", false, "regenerate testdata/vectors/*.json and testdata/fuzz seed corpora")
@@ -130,7 +132,7 @@ func vecCursorBody(tool, caller string, args []byte, page uint32, issuedAt int64
 	}
 	b := cborHead(nil, 5, n)
 	b = cborHead(b, 0, 1)
-	b = cborHead(b, 0, cursorVersion)
+	b = cborHead(b, 0, cursorwire.Version)
 	b = cborHead(b, 0, 2)
 	b = append(cborHead(b, 3, uint64(len(tool))), tool...)
 	b = cborHead(b, 0, 3)
@@ -1071,8 +1073,8 @@ func checkStateVectors(t *testing.T) {
 // jcsExpectations are hand-written (the RFC 8785 ones copied from the RFC);
 // generation fails if CanonicalJSON disagrees with any of them.
 var jcsExpectations = []struct{ name, input, canonical string }{
-	{"RFC 8785 §3.2.2 sample",
-		"{\n  \"numbers\": [333333333.33333329, 1E30, 4.50,\n              2e-3, 0.000000000000000000000000001],\n  \"string\": \"\\u20ac$\\u000F\\u000aA'\\u0042\\u0022\\u005c\\\\\\\"\\/\",\n  \"literals\": [null, true, false]\n}",
+	{"RFC 8785 §3.2.2 sample with its inexact 333333333.33333329 written exactly",
+		"{\n  \"numbers\": [333333333.3333333, 1E30, 4.50,\n              2e-3, 0.000000000000000000000000001],\n  \"string\": \"\\u20ac$\\u000F\\u000aA'\\u0042\\u0022\\u005c\\\\\\\"\\/\",\n  \"literals\": [null, true, false]\n}",
 		`{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`},
 	{"RFC 8785 §3.2.3 sorting by UTF-16 code units",
 		"{\n  \"\\u20ac\": \"Euro Sign\",\n  \"\\r\": \"Carriage Return\",\n  \"\\ufb33\": \"Hebrew Letter Dalet With Dagesh\",\n  \"1\": \"One\",\n  \"\\ud83d\\ude00\": \"Emoji: Grinning Face\",\n  \"\\u0080\": \"Control\",\n  \"\\u00f6\": \"Latin Small Letter O With Diaeresis\"\n}",
@@ -1082,9 +1084,11 @@ var jcsExpectations = []struct{ name, input, canonical string }{
 	{"top-level string with mandatory escapes", `"\u0000\b\t\n\f\r\u001F\u007f\"\\\/"`, "\"\\u0000\\b\\t\\n\\f\\r\\u001f\u007f\\\"\\\\/\""},
 	{"unnecessary escapes removed", `"\u00e9\u2028<>&"`, "\"é\u2028<>&\""},
 	{"nested key order", `{"b":{"z":1,"a":[3,{"y":null,"x":true}]},"a":false}`, `{"a":false,"b":{"a":[3,{"x":true,"y":null}],"z":1}}`},
-	{"number spellings", `[1.0, 1e2, 1E+2, -0, -0.0, 0.1, 100e-2, 1e21, 1e20, 1e-6, 1e-7, 123456789012345678901234]`,
-		`[1,100,100,0,0,0.1,1,1e+21,100000000000000000000,0.000001,1e-7,1.2345678901234569e+23]`},
-	{"integer beyond 2^53 loses precision", `9007199254740993`, `9007199254740992`},
+	{"number spellings", `[1.0, 1e2, 1E+2, -0, -0.0, 0.1, 100e-2, 1e21, 1e20, 1e-6, 1e-7, 123456789012345690000000, 0.00e999, 4.50]`,
+		`[1,100,100,0,0,0.1,1,1e+21,100000000000000000000,0.000001,1e-7,1.2345678901234569e+23,0,4.5]`},
+	{"integers a double holds exactly, beyond 2^53", `[9007199254740992, 1234567890123456800, -1.2345678901234568e18, 1e22]`,
+		`[9007199254740992,1234567890123456800,-1234567890123456800,1e+22]`},
+	{"long spellings of short decimals", `[0.10000000000000000000000, 12.50e-1, 0.0000050e+6, 1000000000000000000000e-21]`, `[0.1,1.25,5,1]`},
 	{"key order ignores value", `{"a":1,"A":2,"aa":3,"":4}`, `{"":4,"A":2,"a":1,"aa":3}`},
 	{"white space everywhere", " \t\r\n[ \n1 ,\t\"x\" , { \"k\" : [ ] } ]\n", `[1,"x",{"k":[]}]`},
 	{"depth 256 (MaxJSONDepth)", strings.Repeat("[", MaxJSONDepth) + strings.Repeat("]", MaxJSONDepth), strings.Repeat("[", MaxJSONDepth) + strings.Repeat("]", MaxJSONDepth)},
@@ -1122,18 +1126,32 @@ var rfc8785AppendixB = []struct {
 	{0x43143ff3c1cb0959, "1424953923781206.2"},
 }
 
+// jcsInvalid is text CanonicalJSON refuses; Reason is what [Reason] says.
 var jcsInvalid = []jcsBadVector{
-	{Name: "duplicate key", Input: `{"a":1,"a":2}`, Reason: "duplicate key"},
-	{Name: "duplicate key after unescaping", Input: `{"a":1,"\u0061":2}`, Reason: "duplicate key"},
-	{Name: "nested duplicate key", Input: `[{"x":{"k":1,"k":1}}]`, Reason: "duplicate key"},
-	{Name: "lone high surrogate", Input: `"\ud800"`, Reason: "lone surrogate"},
-	{Name: "lone low surrogate", Input: `"\udc00x"`, Reason: "lone surrogate"},
-	{Name: "reversed surrogate pair", Input: `"\ude00\ud83d"`, Reason: "lone surrogate"},
+	{Name: "duplicate key", Input: `{"a":1,"a":2}`, Reason: "duplicate object member name"},
+	{Name: "duplicate key after unescaping", Input: `{"a":1,"\u0061":2}`, Reason: "duplicate object member name"},
+	{Name: "nested duplicate key", Input: `[{"x":{"k":1,"k":1}}]`, Reason: "duplicate object member name"},
+	{Name: "lone high surrogate", Input: `"\ud800"`, Reason: "lone surrogate escape"},
+	{Name: "lone low surrogate", Input: `"\udc00x"`, Reason: "lone surrogate escape"},
+	{Name: "reversed surrogate pair", Input: `"\ude00\ud83d"`, Reason: "lone surrogate escape"},
 	{Name: "invalid UTF-8", InputHex: "22ff22", Reason: "invalid UTF-8"},
+	{Name: "invalid UTF-8 in a member name", InputHex: "7b227265706f7274fe2e706466223a317d", Reason: "invalid UTF-8"},
 	{Name: "UTF-8 encoded surrogate", InputHex: "22eda08022", Reason: "invalid UTF-8"},
-	{Name: "number over double range", Input: `1e309`, Reason: "number out of range"},
-	{Name: "negative number over double range", Input: `[-1e400]`, Reason: "number out of range"},
-	{Name: "depth 257", Input: strings.Repeat("[", MaxJSONDepth+1) + strings.Repeat("]", MaxJSONDepth+1), Reason: "too deep"},
+	{Name: "number over double range", Input: `1e309`, Reason: "number outside double range"},
+	{Name: "negative number over double range", Input: `[-1e400]`, Reason: "number outside double range"},
+	{Name: "RFC 8785 §3.2.2 sample (333333333.33333329 is not a double)",
+		Input:  "{\n  \"numbers\": [333333333.33333329, 1E30, 4.50,\n              2e-3, 0.000000000000000000000000001],\n  \"string\": \"\\u20ac$\\u000F\\u000aA'\\u0042\\u0022\\u005c\\\\\\\"\\/\",\n  \"literals\": [null, true, false]\n}",
+		Reason: jcsInexact},
+	{Name: "integer 2^53+1", Input: `9007199254740993`, Reason: jcsInexact},
+	{Name: "integer 1234567890123456789", Input: `{"id":1234567890123456789}`, Reason: jcsInexact},
+	{Name: "integer 2^60 (exact as a double, printed as 1152921504606847000)", Input: `1152921504606846976`, Reason: jcsInexact},
+	{Name: "int64 maximum", Input: `9223372036854775807`, Reason: jcsInexact},
+	{Name: "decimal longer than a double", Input: `0.10000000000000000001`, Reason: jcsInexact},
+	{Name: "17 significant digits, not the shortest", Input: `0.10000000000000001`, Reason: jcsInexact},
+	{Name: "24 significant digits", Input: `123456789012345678901234`, Reason: jcsInexact},
+	{Name: "underflow to zero", Input: `1e-400`, Reason: jcsInexact},
+	{Name: "below the smallest subnormal", Input: `[-3e-324]`, Reason: jcsInexact},
+	{Name: "depth 257", Input: strings.Repeat("[", MaxJSONDepth+1) + strings.Repeat("]", MaxJSONDepth+1), Reason: "nested deeper than MaxJSONDepth"},
 	{Name: "empty input", Input: "", Reason: "not JSON"},
 	{Name: "trailing comma", Input: `[1,]`, Reason: "not JSON"},
 	{Name: "leading zero", Input: `01`, Reason: "not JSON"},
@@ -1143,6 +1161,8 @@ var jcsInvalid = []jcsBadVector{
 	{Name: "raw control character in string", Input: "\"a\tb\"", Reason: "not JSON"},
 	{Name: "two documents", Input: `1 2`, Reason: "not JSON"},
 }
+
+const jcsInexact = "number whose canonical form has another value (send it as a string)"
 
 func genJCSVectors(t *testing.T) jcsFile {
 	f := jcsFile{Comment: "RFC 8785 canonical forms; fingerprint = SHA-256(canonical); see README.md"}
@@ -1158,12 +1178,14 @@ func genJCSVectors(t *testing.T) jcsFile {
 		add(e.name, e.input, e.canonical)
 	}
 	for _, b := range rfc8785AppendixB {
-		input := strconv.FormatFloat(math.Float64frombits(b.bits), 'g', 17, 64)
+		// The shortest round-trip digits in Go's exponent form, a spelling
+		// of exactly the double's canonical value.
+		input := strconv.FormatFloat(math.Float64frombits(b.bits), 'e', -1, 64)
 		add("RFC 8785 Appendix B 0x"+strconv.FormatUint(b.bits, 16), input, b.text)
 	}
 	for _, v := range jcsInvalid {
-		if _, err := CanonicalJSON(v.bytes(t)); !errors.Is(err, ErrArgsInvalid) {
-			t.Fatalf("%s: CanonicalJSON error %v, want ErrArgsInvalid", v.Name, err)
+		if _, err := CanonicalJSON(v.bytes(t)); !errors.Is(err, ErrArgsInvalid) || Reason(err) != v.Reason {
+			t.Fatalf("%s: CanonicalJSON error %v, want ErrArgsInvalid: %s", v.Name, err, v.Reason)
 		}
 	}
 	f.Invalid = jcsInvalid
@@ -1190,8 +1212,8 @@ func checkJCSVectors(t *testing.T) {
 		}
 	}
 	for _, v := range f.Invalid {
-		if got, err := CanonicalJSON(v.bytes(t)); !errors.Is(err, ErrArgsInvalid) || got != nil {
-			t.Errorf("%s: CanonicalJSON = %q, %v; want ErrArgsInvalid", v.Name, got, err)
+		if got, err := CanonicalJSON(v.bytes(t)); !errors.Is(err, ErrArgsInvalid) || got != nil || Reason(err) != v.Reason {
+			t.Errorf("%s: CanonicalJSON = %q, %v; want ErrArgsInvalid: %s", v.Name, got, err, v.Reason)
 		}
 		if _, err := ArgsFingerprint(json.RawMessage(v.bytes(t))); !errors.Is(err, ErrArgsInvalid) {
 			t.Errorf("%s: ArgsFingerprint error %v, want ErrArgsInvalid", v.Name, err)

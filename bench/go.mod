@@ -8,6 +8,7 @@ require (
 	github.com/fernet/fernet-go v0.0.0-20240119011108-303da6aec611
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/gorilla/securecookie v1.1.2
+	github.com/gowebpki/jcs v1.0.2
 	github.com/tink-crypto/tink-go/v2 v2.9.0
 )
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -464,7 +465,7 @@ func TestSecuredExpiredStateTellsClientToStartOver(t *testing.T) {
 
 func TestSecuredSingleUseStateIsRefusedTheSecondTime(t *testing.T) {
 	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
-		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, Replay: ctoken.NewMemoryReplayStore(0),
+		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, Replay: replay.NewMemoryStore(0),
 	})
 	if err != nil {
 		t.Fatal(err)

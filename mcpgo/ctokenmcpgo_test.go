@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -297,7 +298,7 @@ func flip(c byte) string {
 
 func TestSingleUseStateRefusedTheSecondTime(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
-		f := newFleet(t, 1, "s1", ctoken.NewMemoryReplayStore(0))
+		f := newFleet(t, 1, "s1", replay.NewMemoryStore(0))
 		p := connect(f.server(t, ContextCaller, nil), "alice", &elicitor{answer: true})
 		res, err := p.call("ask", map[string]any{"target": "prod"})
 		if err != nil || text(res) != "done prod" {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -60,7 +61,7 @@ type fleet struct {
 	log    *syncBuffer
 }
 
-func newFleet(t testing.TB, key byte, session string, replay ctoken.ReplayStore) *fleet {
+func newFleet(t testing.TB, key byte, session string, store replay.Store) *fleet {
 	t.Helper()
 	f := &fleet{clock: &clock{}, log: &syncBuffer{}}
 	f.clock.unix.Store(time.Now().Unix())
@@ -70,7 +71,7 @@ func newFleet(t testing.TB, key byte, session string, replay ctoken.ReplayStore)
 		t.Fatal(err)
 	}
 	f.codec, err = ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
-		Keys: keyring(t, key), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, Now: f.clock.now, Replay: replay,
+		Keys: keyring(t, key), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, Now: f.clock.now, Replay: store,
 	})
 	if err != nil {
 		t.Fatal(err)

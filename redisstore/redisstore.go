@@ -11,6 +11,14 @@
 // store needs no sweeper and every instance agrees on when an ID may be
 // claimed again. PXAT needs Redis 6.2 or newer (or a compatible server).
 //
+// The store also implements [replay.Leaser], which the webhook middleware
+// needs: acquiring, confirming and releasing a lease are each one Lua script
+// (EVALSHA) on the one key <prefix><id>, so every operation of the store
+// touches a single key and works unchanged on Redis Cluster. A lease is
+// measured by Redis's clock (SET PX) and ends by itself, so a lease whose
+// holder crashed, or whose acquisition timed out but was executed later,
+// frees the ID after at most the lease duration.
+//
 // The store fails closed: when Redis is down, slow, or answers anything
 // unexpected, Claim returns first == false and an error matching
 // ErrUnavailable. Callers must treat every error as "refuse the request".
@@ -85,9 +93,10 @@ type Options struct {
 }
 
 // Store is a [replay.Store] backed by Redis. It also implements the
-// optional [replay.Releaser] (Release), which the webhook middleware uses
-// to let a sender's retry through after a failed delivery. It is safe for
-// concurrent use; its settings are fixed at construction.
+// optional [replay.Releaser] (Release) and [replay.Leaser] (AcquireLease,
+// ConfirmLease, ReleaseLease), which the webhook middleware uses to process
+// each delivery exactly once. It is safe for concurrent use; its settings
+// are fixed at construction.
 type Store struct {
 	client  Client
 	prefix  string
@@ -110,9 +119,10 @@ var (
 // a hung Redis would then pin a goroutine per timed-out claim, up to the pool
 // size, for as long as it hangs.
 //
-// Give the client MaxRetries: -1 for a store used by webhooks: a retried SET
-// whose first reply was lost reports the claim as taken, and the delivery is
-// then acknowledged as a duplicate without being processed.
+// A client retry after a lost reply is safe for every method: a retried
+// Claim reports the ID as taken (refused, never accepted twice), and a
+// resent lease script finds its own lease or done entry. Retries only
+// lengthen a call; the store's deadline still bounds it.
 func New(client Client, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
@@ -148,19 +158,12 @@ func (s *Store) Prefix() string { return s.prefix }
 // retry of it then reports first == false: the ID is consumed and refused,
 // never accepted twice.
 func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
-	switch {
-	case id == "":
-		return false, fmt.Errorf("%w: empty id", ErrInvalidClaim)
-	case len(id) > MaxIDBytes:
-		return false, fmt.Errorf("%w: id longer than %d bytes", ErrInvalidClaim, MaxIDBytes)
+	if err := checkID(id); err != nil {
+		return false, err
 	}
-	// Round up to a whole millisecond so the key never expires before until.
-	ms := until.UnixMilli()
-	if until.After(time.UnixMilli(ms)) {
-		ms++
-	}
-	if until.IsZero() || ms <= s.now().UnixMilli() {
-		return false, fmt.Errorf("%w: until is not in the future", ErrInvalidClaim)
+	ms, err := s.untilMillis(until)
+	if err != nil {
+		return false, err
 	}
 	v, err := s.do(ctx, "SET", s.prefix+id, "1", "NX", "PXAT", strconv.FormatInt(ms, 10))
 	switch {
@@ -196,20 +199,32 @@ func (s *Store) Release(ctx context.Context, id string) error {
 	return nil
 }
 
-// do runs one command within the store's deadline. It returns when the
-// deadline passes even if the client is still waiting, so a hung Redis
-// cannot hold the caller past it. Errors other than redis.Nil are wrapped in
-// ErrUnavailable, together with the context error when the deadline or a
-// cancellation ended the call.
+// errNil is the reply of a command that found nothing (SET NX refused).
+var errNil = redis.Nil
+
+// do runs one command within the store's deadline (see [Store.call]).
 func (s *Store) do(ctx context.Context, args ...any) (any, error) {
+	ctx, cancel := s.deadline(ctx)
+	defer cancel()
+	return s.call(ctx, args...)
+}
+
+// deadline bounds ctx by the store's timeout.
+func (s *Store) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
+		return context.WithTimeout(ctx, s.timeout)
 	}
+	return ctx, func() {}
+}
+
+// call runs one command. It returns when ctx is done even if the client is
+// still waiting, so a hung Redis cannot hold the caller past it. Errors
+// other than redis.Nil are wrapped in ErrUnavailable, together with the
+// context error when the deadline or a cancellation ended the call.
+func (s *Store) call(ctx context.Context, args ...any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

@@ -49,28 +49,55 @@ type Config struct {
 	// MaxBody caps the body in bytes, checked while reading; zero means
 	// [DefaultMaxBody]. Verifier only.
 	MaxBody int64
-	// Replay de-duplicates deliveries. Nil means a private
-	// [replay.MemoryStore] with [replay.DefaultMax] entries, which protects
-	// a single process only; a fleet shares one store. Size a bounded store
-	// for the deliveries of one DedupWindow (an [HMACSHA256] or [GitHub]
-	// delivery takes two entries, a Standard Webhooks one takes one): when
-	// it is full, deliveries are refused with 503 until entries expire.
-	// Verifier only.
+	// Replay records deliveries so each is processed once. It must
+	// implement [replay.Leaser] ([replay.MemoryStore] and the redisstore
+	// module do); [NewVerifier] refuses a store that does not. Nil means a
+	// private [replay.MemoryStore] of [DefaultReplayMax] entries, which
+	// protects a single process only; a fleet shares one store. Each
+	// delivery takes one entry, held for the DedupWindow; a bounded store
+	// that is full refuses new deliveries with 503 until entries expire,
+	// and never forgets a live one. Verifier only.
 	Replay replay.Store
-	// DedupWindow is how long a delivery is remembered as seen, so that a
-	// sender's retry of a delivery already processed is acknowledged rather
-	// than processed again; zero means [DefaultDedupWindow]. For schemes
-	// that sign no time it is also the whole replay protection. A delivery
-	// with a signed timestamp is in any case remembered until its timestamp
-	// has left the tolerance window, after which the timestamp check
-	// refuses a replay by itself. Verifier only.
+	// DedupWindow is how long a processed delivery is remembered, so that a
+	// sender's retry of it is acknowledged rather than processed again;
+	// zero means [DefaultDedupWindow]. For schemes that sign no time it is
+	// also the whole replay protection. A delivery with a signed timestamp
+	// is in any case remembered until [replay.SkewMargin] after its
+	// timestamp has left the tolerance window, after which the timestamp
+	// check refuses a replay by itself. Verifier only.
 	DedupWindow time.Duration
+	// Dedup chooses which deliveries count as one under a scheme whose
+	// delivery ID is not signed; zero means the scheme's safe default (see
+	// [Dedup]). A scheme that signs the ID refuses any policy but
+	// [DedupDefault] and [DedupID]. Verifier only.
+	Dedup Dedup
+	// Lease is how long a delivery stays "in progress" in the store while
+	// the handler runs; zero means [DefaultLease]. Copies arriving meanwhile
+	// are refused with 503 and a Retry-After header. The handler's context
+	// ends after three quarters of it, and the rest is for recording the
+	// outcome. If the process dies mid-handler, or the store's answer is
+	// lost, the delivery can be processed again once the lease ends, so a
+	// handler must finish (or give up) within its context's deadline. At
+	// least a millisecond. Verifier only.
+	Lease time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// OnReject, if set, is called by the middleware with every refused
 	// request and its error, for logging ([Reason] gives a log-safe
-	// description). It is not called for duplicates. Verifier only.
+	// description), including copies refused because the delivery is in
+	// progress ([ErrInProgress]). It is not called for duplicates. Verifier
+	// only.
 	OnReject func(r *http.Request, err error)
+	// OnDuplicate, if set, is called by the middleware with every delivery
+	// it acknowledges (200) without running the handler because the
+	// delivery was already processed: with OnReject, every request that
+	// does not reach the handler is seen by a hook. Verifier only.
+	OnDuplicate func(r *http.Request, d Delivery)
+	// OnLeaseError, if set, is called by the middleware when, after the
+	// handler ran, the store could not record the outcome (err matches
+	// [ErrReplayStore]; see [Lease.Confirm] and [Lease.Release]). The
+	// handler's response is sent unchanged. Verifier only.
+	OnLeaseError func(r *http.Request, d Delivery, err error)
 }
 
 // params is a validated Config. Header names are canonical keys.
@@ -81,9 +108,14 @@ type params struct {
 	tolerance                     time.Duration
 	maxBody                       int64
 	store                         replay.Store
+	leaser                        replay.Leaser // store, as a Leaser
 	dedup                         time.Duration
+	dedupBy                       Dedup // resolved: never DedupDefault
+	lease                         time.Duration
 	now                           func() time.Time
 	onReject                      func(*http.Request, error)
+	onDuplicate                   func(*http.Request, Delivery)
+	onLeaseError                  func(*http.Request, Delivery, error)
 }
 
 // newParams validates cfg for a verifier or, when signer, for a signer.
@@ -98,7 +130,14 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	if signer && (cfg.Tolerance != 0 || cfg.MaxBody != 0 || cfg.Replay != nil || cfg.DedupWindow != 0 || cfg.OnReject != nil) {
 		return nil, errSignerOption
 	}
+	if signer && (cfg.Dedup != DedupDefault || cfg.Lease != 0 || cfg.OnDuplicate != nil || cfg.OnLeaseError != nil) {
+		return nil, errSignerLeaseOpts
+	}
 	switch {
+	case cfg.Lease < 0:
+		return nil, errNegLease
+	case cfg.Lease > 0 && cfg.Lease < time.Millisecond:
+		return nil, errShortLease
 	case cfg.Tolerance < 0:
 		return nil, errNegTolerance
 	case cfg.MaxBody < 0:
@@ -110,12 +149,15 @@ func newParams(cfg Config, signer bool) (*params, error) {
 		return nil, errNoSecrets
 	}
 	p := &params{
-		scheme:   cfg.Scheme,
-		maxBody:  cfg.MaxBody,
-		store:    cfg.Replay,
-		dedup:    cfg.DedupWindow,
-		now:      cfg.Now,
-		onReject: cfg.OnReject,
+		scheme:       cfg.Scheme,
+		maxBody:      cfg.MaxBody,
+		store:        cfg.Replay,
+		dedup:        cfg.DedupWindow,
+		lease:        cfg.Lease,
+		now:          cfg.Now,
+		onReject:     cfg.OnReject,
+		onDuplicate:  cfg.OnDuplicate,
+		onLeaseError: cfg.OnLeaseError,
 	}
 	for i, s := range cfg.Secrets {
 		k, err := newKey(cfg.Scheme, s)
@@ -141,9 +183,24 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	if p.now == nil {
 		p.now = time.Now
 	}
-	if p.store == nil && !signer {
-		p.store = &replay.MemoryStore{Now: cfg.Now}
+	if p.lease == 0 {
+		p.lease = DefaultLease
 	}
+	if signer {
+		return p, nil
+	}
+	var err error
+	if p.dedupBy, err = resolveDedup(cfg.Scheme, cfg.Dedup); err != nil {
+		return nil, err
+	}
+	if p.store == nil {
+		p.store = &replay.MemoryStore{Max: DefaultReplayMax, Now: cfg.Now}
+	}
+	leaser, ok := p.store.(replay.Leaser)
+	if !ok {
+		return nil, errStoreNoLease
+	}
+	p.leaser = leaser
 	return p, nil
 }
 
@@ -186,7 +243,9 @@ func (cfg Config) redacted() string {
 		", IDHeader: " + strconv.Quote(cfg.IDHeader) +
 		", Tolerance: " + cfg.Tolerance.String() +
 		", MaxBody: " + strconv.FormatInt(cfg.MaxBody, 10) +
-		", DedupWindow: " + cfg.DedupWindow.String() + "}"
+		", DedupWindow: " + cfg.DedupWindow.String() +
+		", Dedup: " + cfg.Dedup.String() +
+		", Lease: " + cfg.Lease.String() + "}"
 }
 
 func redactedSecrets(n int) string { return "[" + strconv.Itoa(n) + " redacted]" }
@@ -214,8 +273,10 @@ func (cfg Config) MarshalJSON() ([]byte, error) {
 		SignatureHeader, IDHeader string
 		Tolerance, DedupWindow    time.Duration
 		MaxBody                   int64
+		Dedup                     string
+		Lease                     time.Duration
 	}{schemeName(cfg.Scheme), redactedSecrets(len(cfg.Secrets)), cfg.SignatureHeader, cfg.IDHeader,
-		cfg.Tolerance, cfg.DedupWindow, cfg.MaxBody})
+		cfg.Tolerance, cfg.DedupWindow, cfg.MaxBody, cfg.Dedup.String(), cfg.Lease})
 }
 
 // schemeName names s without calling methods of a type that is not the

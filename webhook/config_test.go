@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,12 @@ func TestNewVerifierRefusesOptionsWithoutEffect(t *testing.T) {
 		{"no scheme", Config{Secrets: []string{hmacSecret}}},
 		{"scheme embedded in another type", Config{Scheme: foreignScheme{}, Secrets: []string{hmacSecret}}},
 		{"scheme embedding a real one", Config{Scheme: foreignScheme{HMACSHA256()}, Secrets: []string{hmacSecret}}},
+		{"Dedup by signature under Standard Webhooks", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Dedup: DedupSignature}},
+		{"Dedup by ID and signature under Standard Webhooks", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Dedup: DedupIDAndSignature}},
+		{"undefined Dedup", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Dedup: DedupIDAndSignature + 1}},
+		{"negative Lease", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: -time.Second}},
+		{"Lease under a millisecond", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: time.Microsecond}},
+		{"Replay store without leases", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: claimOnlyStore{replay.NewMemoryStore(0)}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,6 +62,12 @@ func TestNewSignerRefusesReceivingOptions(t *testing.T) {
 		"Replay":      func(c *Config) { c.Replay = replay.NewMemoryStore(0) },
 		"DedupWindow": func(c *Config) { c.DedupWindow = time.Hour },
 		"OnReject":    func(c *Config) { c.OnReject = func(*http.Request, error) {} },
+		"Dedup":       func(c *Config) { c.Dedup = DedupID },
+		"Lease":       func(c *Config) { c.Lease = time.Second },
+		"OnDuplicate": func(c *Config) { c.OnDuplicate = func(*http.Request, Delivery) {} },
+		"OnLeaseError": func(c *Config) {
+			c.OnLeaseError = func(*http.Request, Delivery, error) {}
+		},
 	} {
 		cfg := base
 		edit(&cfg)
@@ -71,6 +84,18 @@ func TestZeroDurationsAndSizesMeanDefaults(t *testing.T) {
 	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
 	if v.p.tolerance != DefaultTolerance || v.p.dedup != DefaultDedupWindow || v.p.maxBody != DefaultMaxBody || v.p.store == nil {
 		t.Fatalf("defaults: tolerance %v, dedup %v, maxBody %d, store %v", v.p.tolerance, v.p.dedup, v.p.maxBody, v.p.store)
+	}
+	if m, ok := v.p.store.(*replay.MemoryStore); !ok || m.Max != DefaultReplayMax || v.p.lease != DefaultLease || v.p.dedupBy != DedupID {
+		t.Fatalf("defaults: store %T, lease %v, dedup %v", v.p.store, v.p.lease, v.p.dedupBy)
+	}
+	for scheme, want := range map[Scheme]Dedup{HMACSHA256(): DedupSignature, GitHub(): DedupSignature, StandardWebhooks(): DedupID} {
+		secret := hmacSecret
+		if scheme == StandardWebhooks() {
+			secret = stdSecret
+		}
+		if got := newVerifier(t, Config{Scheme: scheme, Secrets: []string{secret}}).p.dedupBy; got != want {
+			t.Errorf("default Dedup under %v = %v, want %v", scheme, got, want)
+		}
 	}
 	v = newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Tolerance: time.Second, DedupWindow: time.Minute, MaxBody: 7})
 	if v.p.tolerance != time.Second || v.p.dedup != time.Minute || v.p.maxBody != 7 {
@@ -180,11 +205,8 @@ func TestZeroVerifierAndSignerRefuseEveryCall(t *testing.T) {
 		if d, err := v.Verify(http.Header{}, nil); !errors.Is(err, ErrNoSecret) || Reason(err) == "" || d != (Delivery{}) {
 			t.Fatalf("Verify = %+v, %v", d, err)
 		}
-		if first, err := v.Claim(context.Background(), Delivery{ID: "a", verified: true}); first || !errors.Is(err, ErrNoSecret) {
-			t.Fatalf("Claim = %v, %v", first, err)
-		}
-		if err := v.Release(context.Background(), Delivery{ID: "a", verified: true}); !errors.Is(err, ErrNoSecret) {
-			t.Fatalf("Release = %v", err)
+		if l, err := v.Acquire(context.Background(), Delivery{ID: "a", verified: true}); l != nil || !errors.Is(err, ErrNoSecret) {
+			t.Fatalf("Acquire = %v, %v", l, err)
 		}
 		called := false
 		mw := v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true }))
@@ -214,9 +236,10 @@ func TestSignRefusesNilHeader(t *testing.T) {
 
 // Store failures carry a reason and match both ErrReplayStore and the
 // store's own error; the middleware answers them 503.
-func TestClaimStoreFailureHasReasonAndWrapsStoreError(t *testing.T) {
+func TestAcquireStoreFailureHasReasonAndWrapsStoreError(t *testing.T) {
 	clk := newStepClock()
 	full := &replay.MemoryStore{Max: 1, Now: clk.Now}
+	full.Claim(context.Background(), "occupant", clk.Now().Add(time.Hour))
 	for _, tc := range []struct {
 		name  string
 		store replay.Store
@@ -225,6 +248,7 @@ func TestClaimStoreFailureHasReasonAndWrapsStoreError(t *testing.T) {
 		{"store down", failingStore{}, errStoreDown},
 		{"store full", full, replay.ErrFull},
 		{"bad store config", replay.NewMemoryStore(-1), replay.ErrConfig},
+		{"store answers outside the contract", tokenlessStore{replay.NewMemoryStore(0)}, errStoreAnswer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: tc.store, Now: clk.Now}
@@ -233,9 +257,9 @@ func TestClaimStoreFailureHasReasonAndWrapsStoreError(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			first, err := v.Claim(context.Background(), d)
-			if first || !errors.Is(err, ErrReplayStore) || !errors.Is(err, tc.cause) || Reason(err) == "" {
-				t.Fatalf("Claim = %v, %v (reason %q); want ErrReplayStore wrapping %v", first, err, Reason(err), tc.cause)
+			l, err := v.Acquire(context.Background(), d)
+			if l != nil || !errors.Is(err, ErrReplayStore) || !errors.Is(err, tc.cause) || Reason(err) == "" {
+				t.Fatalf("Acquire = %v, %v (reason %q); want ErrReplayStore wrapping %v", l, err, Reason(err), tc.cause)
 			}
 			if StatusCode(err) != http.StatusServiceUnavailable {
 				t.Fatalf("StatusCode = %d, want 503", StatusCode(err))
@@ -250,6 +274,11 @@ func TestStatusCodeMapsEveryError(t *testing.T) {
 		want int
 	}{
 		{nil, http.StatusOK},
+		{errDup, http.StatusOK},
+		{errBusy, http.StatusServiceUnavailable},
+		{errNotVerified, http.StatusBadRequest},
+		{errLeaseNotAcquired, http.StatusBadRequest},
+		{errStoreNoLease, http.StatusInternalServerError},
 		{errBodyTooLarge, http.StatusRequestEntityTooLarge},
 		{errIDHeader, http.StatusBadRequest},
 		{errTSMalformed, http.StatusBadRequest},
@@ -271,45 +300,168 @@ func TestStatusCodeMapsEveryError(t *testing.T) {
 
 var errStoreDown = errors.New("store unreachable")
 
-// failingStore is a replay.Store that is down.
+// failingStore is a replay store with leases that is down.
 type failingStore struct{}
 
 func (failingStore) Claim(context.Context, string, time.Time) (bool, error) {
 	return false, errStoreDown
 }
+func (failingStore) AcquireLease(context.Context, string, time.Duration) (replay.Lease, error) {
+	return replay.Lease{}, errStoreDown
+}
+func (failingStore) ConfirmLease(context.Context, string, string, time.Time) error {
+	return errStoreDown
+}
+func (failingStore) ReleaseLease(context.Context, string, string) error { return errStoreDown }
 
-// brokenReleaseStore claims like a MemoryStore but cannot release.
-type brokenReleaseStore struct{ *replay.MemoryStore }
+// tokenlessStore breaks the Leaser contract: it reports a lease acquired
+// without a token.
+type tokenlessStore struct{ *replay.MemoryStore }
 
-func (brokenReleaseStore) Release(context.Context, string) error { return errStoreDown }
+func (tokenlessStore) AcquireLease(context.Context, string, time.Duration) (replay.Lease, error) {
+	return replay.Lease{State: replay.LeaseAcquired}, nil
+}
 
-func TestReleaseRefusesUnverifiedDeliveryAndReportsStoreFailure(t *testing.T) {
-	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: brokenReleaseStore{replay.NewMemoryStore(0)}}
+// flakyStore is a MemoryStore whose ConfirmLease and ReleaseLease fail
+// while failing is set, counting the attempts.
+type flakyStore struct {
+	*replay.MemoryStore
+	failing           atomic.Bool
+	confirms, release atomic.Int32
+}
+
+func (f *flakyStore) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
+	f.confirms.Add(1)
+	if f.failing.Load() {
+		return errStoreDown
+	}
+	return f.MemoryStore.ConfirmLease(ctx, id, token, until)
+}
+
+func (f *flakyStore) ReleaseLease(ctx context.Context, id, token string) error {
+	f.release.Add(1)
+	if f.failing.Load() {
+		return errStoreDown
+	}
+	return f.MemoryStore.ReleaseLease(ctx, id, token)
+}
+
+func TestLeaseRefusesUnverifiedDeliveryAndZeroLease(t *testing.T) {
+	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
+	ctx := context.Background()
+	if l, err := v.Acquire(ctx, Delivery{ID: "evt-1"}); l != nil || !errors.Is(err, ErrMalformed) || Reason(err) != "delivery not verified" {
+		t.Fatalf("Acquire(unverified) = %v, %v, want ErrMalformed", l, err)
+	}
+	var nilLease *Lease
+	for _, l := range []*Lease{{}, nilLease} {
+		if err := l.Confirm(ctx); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("Confirm on a lease not from Acquire = %v", err)
+		}
+		if err := l.Release(ctx); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("Release on a lease not from Acquire = %v", err)
+		}
+		if d := l.Delivery(); d != (Delivery{}) {
+			t.Fatalf("Delivery of a lease not from Acquire = %+v", d)
+		}
+	}
+	if !nilLease.Deadline().IsZero() || !nilLease.Expires().IsZero() {
+		t.Fatal("a nil lease has a deadline")
+	}
+}
+
+func TestLeaseReportsStoreFailuresOfConfirmAndRelease(t *testing.T) {
+	store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Lease: 200 * time.Millisecond}
 	v := newVerifier(t, cfg)
 	ctx := context.Background()
-	if err := v.Release(ctx, Delivery{ID: "evt-1"}); !errors.Is(err, ErrMalformed) || Reason(err) != "delivery not verified" {
-		t.Fatalf("Release(unverified) = %v, want ErrMalformed", err)
-	}
 	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first, err := v.Claim(ctx, d); !first || err != nil {
-		t.Fatalf("Claim = %v, %v", first, err)
-	}
-	if err := v.Release(ctx, d); !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) || Reason(err) == "" {
-		t.Fatalf("Release with a failing store = %v, want ErrReplayStore wrapping the store's error", err)
-	}
-	// A working releaser makes the delivery first again.
-	ok := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
-	if first, err := ok.Claim(ctx, d); !first || err != nil {
-		t.Fatalf("Claim = %v, %v", first, err)
-	}
-	if err := ok.Release(ctx, d); err != nil {
+	l, err := v.Acquire(ctx, d)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if first, err := ok.Claim(ctx, d); !first || err != nil {
-		t.Fatalf("Claim after Release = %v, %v; want first", first, err)
+	if l.Delivery() != d || !l.Deadline().Before(l.Expires()) {
+		t.Fatalf("lease: delivery %+v, deadline %v, expires %v", l.Delivery(), l.Deadline(), l.Expires())
+	}
+	store.failing.Store(true)
+	if err := l.Release(ctx); !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) || Reason(err) == "" {
+		t.Fatalf("Release with a failing store = %v, want ErrReplayStore wrapping the store's error", err)
+	}
+	start := time.Now()
+	if err := l.Confirm(ctx); !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) || Reason(err) == "" {
+		t.Fatalf("Confirm with a failing store = %v, want ErrReplayStore wrapping the store's error", err)
+	}
+	// Confirm retried until the lease expired, and no longer.
+	if n := store.confirms.Load(); n < 3 {
+		t.Fatalf("Confirm tried %d times, want retries", n)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("Confirm gave up after %v, want about the 200ms lease", el)
+	}
+	// The store recovers: the lease ended unconfirmed, so the delivery is
+	// free to be processed again, never acknowledged as a duplicate.
+	store.failing.Store(false)
+	time.Sleep(time.Until(l.Expires().Add(20 * time.Millisecond)))
+	if l2, err := v.Acquire(ctx, d); err != nil {
+		t.Fatalf("Acquire after the unconfirmed lease expired = %v", err)
+	} else if err := l2.Confirm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Acquire(ctx, d); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("Acquire after Confirm = %v, want ErrDuplicate", err)
+	}
+}
+
+func TestLeaseConfirmStopsRetryingWhenContextEnds(t *testing.T) {
+	store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
+	store.failing.Store(true)
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store}
+	v := newVerifier(t, cfg)
+	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := v.Acquire(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := l.Confirm(ctx); !errors.Is(err, ErrReplayStore) {
+		t.Fatalf("Confirm = %v", err)
+	}
+	if el := time.Since(start); el > 500*time.Millisecond {
+		t.Fatalf("Confirm ran %v past its context's 50ms", el)
+	}
+}
+
+func TestLeaseConfirmAfterTakeoverReportsLeaseLost(t *testing.T) {
+	clk := newStepClock()
+	store := &replay.MemoryStore{Now: clk.Now}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Now: clk.Now, Lease: time.Second}
+	v := newVerifier(t, cfg)
+	ctx := context.Background()
+	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, err := v.Acquire(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Second) // the slow attempt outran its lease
+	fast, err := v.Acquire(ctx, d)
+	if err != nil {
+		t.Fatalf("Acquire after the lease ended = %v", err)
+	}
+	if err := fast.Confirm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := slow.Confirm(ctx); !errors.Is(err, ErrReplayStore) || !errors.Is(err, replay.ErrLeaseLost) {
+		t.Fatalf("late Confirm = %v, want ErrReplayStore and replay.ErrLeaseLost", err)
 	}
 }
 

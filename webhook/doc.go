@@ -4,9 +4,27 @@
 // A [Scheme] says how a sender signs: [HMACSHA256] (Cursor's agent webhooks,
 // header names configurable), [GitHub] (the same algorithm under GitHub's
 // header names) and [StandardWebhooks] (https://www.standardwebhooks.com).
-// A [Verifier] checks a delivery ([Verifier.Verify]), records it in a
-// [replay.Store] ([Verifier.Claim]) and wraps a handler
-// ([Verifier.Middleware]); a [Signer] signs outgoing deliveries.
+// A [Verifier] checks a delivery ([Verifier.Verify]), holds it in a
+// [replay.Store] that implements [replay.Leaser] while it is processed
+// ([Verifier.Acquire]) and wraps a handler ([Verifier.Middleware]); a
+// [Signer] signs outgoing deliveries.
+//
+// # Exactly-once processing
+//
+// Senders deliver at least once: they retry until they see a 2xx, and may
+// send copies concurrently. The middleware turns that into exactly-once
+// processing. Each delivery is one store entry, keyed by its signed ID
+// ([StandardWebhooks]) or, when the ID header is unsigned, by the policy
+// [Config.Dedup] selects. The entry is first a lease ("in progress", at most
+// [Config.Lease], 60 s by default): copies arriving meanwhile get 503 with
+// Retry-After. When the handler answers below 500 the entry is confirmed
+// ("done", for [Config.DedupWindow]) and later copies get 200 without
+// running the handler ([Config.OnDuplicate] sees them); when it answers 5xx
+// or panics the lease is released and the sender's retry runs it again. An
+// outcome that is never recorded — the store timed out, its reply was
+// lost, the process died mid-handler — leaves at most a lease, which ends
+// by itself: the delivery is then processed by the next copy, never
+// acknowledged unprocessed.
 //
 // The package does not import the ctoken root package: a program that only
 // receives webhooks links neither the CBOR library nor the token code.

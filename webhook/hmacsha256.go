@@ -128,12 +128,3 @@ func (s *hmacSHA256) sign(p *params, h http.Header, id string, body []byte, _ ti
 	h[p.idHeader] = []string{id}
 	h[p.sigHeader] = []string{sha256Prefix + hex.EncodeToString(p.keys[0].Sum(nil, body))}
 }
-
-func (s *hmacSHA256) claimKeys(p *params, d *Delivery) ([]string, time.Time) {
-	// The ID header is not signed: deduplicating by it alone would let
-	// anyone holding a captured delivery replay it under fresh IDs (and fill
-	// the store). So the verified signature — fixed by the body — is claimed
-	// first, then the ID.
-	return []string{"webhook:mac:" + hex.EncodeToString(d.mac[:]), "webhook:id:" + d.ID},
-		p.now().Add(p.dedup)
-}

@@ -6,17 +6,20 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
+	"time"
 )
 
 // StatusCode is the HTTP status [Verifier.Middleware] answers a refused
 // request with: 413 for [ErrTooLarge]; 400 for [ErrMalformed]; 401 for
-// [ErrSignature] and [ErrTimestamp]; 503 for [ErrReplayStore], so the
-// sender retries later; and 500 for everything else, including
-// [ErrNoSecret] and [ErrConfig] (a misconfigured receiver is the
-// receiver's fault, not the sender's). It returns 200 for nil.
+// [ErrSignature] and [ErrTimestamp]; 503 for [ErrReplayStore] and
+// [ErrInProgress], so the sender retries later; and 500 for everything
+// else, including [ErrNoSecret] and [ErrConfig] (a misconfigured receiver is
+// the receiver's fault, not the sender's). It returns 200 for nil and for
+// [ErrDuplicate], a delivery acknowledged as already processed.
 func StatusCode(err error) int {
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, ErrDuplicate):
 		return http.StatusOK
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
@@ -24,29 +27,42 @@ func StatusCode(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, ErrSignature), errors.Is(err, ErrTimestamp):
 		return http.StatusUnauthorized
-	case errors.Is(err, ErrReplayStore):
+	case errors.Is(err, ErrReplayStore), errors.Is(err, ErrInProgress):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
 
-// Middleware returns a handler that admits only authentic, first-seen
-// deliveries to next. Refused requests get the status of [StatusCode] with
-// the status text as body, and OnReject sees their error:
+// Middleware returns a handler that runs next once for each authentic
+// delivery, however many copies of it arrive, on this instance or (with a
+// shared store) any other: a delivery is acknowledged with 2xx only by a
+// handler that processed it, or as a duplicate of one that did.
 //
+// For each request, in order:
 //   - a body over MaxBody is refused with 413 without buffering more than
 //     the cap (the body is read through http.MaxBytesReader);
-//   - an unreadable body, or any error of [Verifier.Verify] or
-//     [Verifier.Claim], maps through [StatusCode];
-//   - a duplicate gets 200 OK with an empty body, and next is not called;
-//   - otherwise next is called with the body readable again from r.Body
-//     and the delivery available through [DeliveryFrom].
+//   - an unreadable body, or any error of [Verifier.Verify], maps through
+//     [StatusCode] and OnReject sees it;
+//   - the delivery's lease is acquired ([Verifier.Acquire]). A delivery
+//     already processed gets 200 OK with an empty body and OnDuplicate sees
+//     it; a copy of a delivery in progress (its lease is live) gets 503 with
+//     a Retry-After header of the seconds the lease may still run, and
+//     OnReject sees [ErrInProgress]; a store failure gets 503 and OnReject
+//     sees it. In none of these is next called.
+//   - otherwise next is called with the body readable again from r.Body,
+//     the delivery available through [DeliveryFrom], and a context that
+//     ends at [Lease.Deadline].
 //
 // The status next sends is the first it writes with WriteHeader, Write or
 // Flush (a later stray WriteHeader changes nothing). If it is 5xx, or next
-// panics, the claim is released when the store implements
-// [replay.Releaser], so the sender's retry is processed rather than
-// acknowledged as a duplicate. A zero Verifier answers every request 500.
+// panics, the lease is released ([Lease.Release]) so the sender's retry is
+// processed; any other status (2xx, and also 4xx: the handler has decided)
+// confirms the delivery as processed ([Lease.Confirm]) before the response
+// is finished, unless next flushed it earlier. When the store cannot record
+// the outcome, OnLeaseError sees it and the handler's response is sent
+// unchanged: an unconfirmed delivery can be processed again only by a copy
+// arriving after its lease has expired. A zero Verifier answers every
+// request 500.
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuse := func(err error) {
@@ -60,7 +76,8 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 			refuse(errZeroVerifier)
 			return
 		}
-		if r.ContentLength > v.p.maxBody {
+		p := v.p
+		if r.ContentLength > p.maxBody {
 			refuse(errBodyTooLarge)
 			return
 		}
@@ -68,7 +85,7 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 		if rb == nil {
 			rb = http.NoBody
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, rb, v.p.maxBody))
+		body, err := io.ReadAll(http.MaxBytesReader(w, rb, p.maxBody))
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
@@ -83,27 +100,46 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 			refuse(err)
 			return
 		}
-		first, err := v.Claim(r.Context(), d)
-		if err != nil {
+		lease, wait, err := v.acquire(r.Context(), d)
+		switch {
+		case errors.Is(err, ErrDuplicate):
+			if p.onDuplicate != nil {
+				p.onDuplicate(r, d)
+			}
+			w.WriteHeader(http.StatusOK)
+			return
+		case errors.Is(err, ErrInProgress):
+			w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64((wait+time.Second-1)/time.Second)), 10))
+			refuse(err)
+			return
+		case err != nil:
 			refuse(err)
 			return
 		}
-		if !first {
-			w.WriteHeader(http.StatusOK)
-			return
-		}
-		r2 := r.WithContext(context.WithValue(r.Context(), deliveryKey{}, d))
+		ctx, cancel := context.WithDeadline(context.WithValue(r.Context(), deliveryKey{}, d), lease.Deadline())
+		defer cancel()
+		r2 := r.WithContext(ctx)
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 		r2.ContentLength = int64(len(body))
 		sw := &statusWriter{ResponseWriter: w}
+		// The outcome is recorded even when the client has gone: the
+		// sender's retry depends on it.
+		finish := context.WithoutCancel(r.Context())
+		report := func(err error) {
+			if err != nil && p.onLeaseError != nil {
+				p.onLeaseError(r, d, err)
+			}
+		}
 		defer func() {
-			if p := recover(); p != nil {
-				_ = v.Release(context.WithoutCancel(r.Context()), d)
-				panic(p)
+			if pv := recover(); pv != nil {
+				report(lease.Release(finish))
+				panic(pv)
 			}
 			if sw.status >= 500 {
-				_ = v.Release(context.WithoutCancel(r.Context()), d)
+				report(lease.Release(finish))
+				return
 			}
+			report(lease.Confirm(finish))
 		}()
 		next.ServeHTTP(sw, r2)
 	})

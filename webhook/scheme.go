@@ -31,9 +31,6 @@ type Scheme interface {
 	verify(p *params, h http.Header, body []byte, id string) (verified, error)
 	// sign sets the headers authenticating body as delivery id at now.
 	sign(p *params, h http.Header, id string, body []byte, now time.Time)
-	// claimKeys returns the replay store keys of a verified delivery and
-	// how long to hold them.
-	claimKeys(p *params, d *Delivery) ([]string, time.Time)
 }
 
 // verified is what a scheme's verify established about a delivery.

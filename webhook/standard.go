@@ -208,14 +208,3 @@ func (s *standard) sign(p *params, h http.Header, id string, body []byte, now ti
 	h[p.tsHeader] = []string{ts}
 	h[p.sigHeader] = []string{sigs.String()}
 }
-
-func (s *standard) claimKeys(p *params, d *Delivery) ([]string, time.Time) {
-	until := p.now().Add(p.dedup)
-	// The ID is signed. Keep it at least one second past the last instant
-	// the timestamp check still accepts the delivery, so a replay is refused
-	// by one check or the other.
-	if edge := d.Timestamp.Add(p.tolerance + time.Second); edge.After(until) {
-		until = edge
-	}
-	return []string{"webhook:std:" + d.ID}, until
-}

@@ -1,24 +1,23 @@
 package webhook
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
-
-	"github.com/ctoken/ctoken/replay"
 )
 
-// Verifier checks signed webhook deliveries and de-duplicates them. It is
-// safe for concurrent use. A zero Verifier refuses every call with
+// Verifier checks signed webhook deliveries ([Verifier.Verify]) and makes
+// sure each is processed once ([Verifier.Acquire], [Verifier.Middleware]).
+// It is safe for concurrent use. A zero Verifier refuses every call with
 // [ErrNoSecret]; it prints no secret (see [Verifier.Format]).
 type Verifier struct {
 	p *params
 }
 
 // NewVerifier validates cfg and returns a verifier. It fails with
-// [ErrConfig] for a nil Scheme, a negative duration or size, or an option
-// the scheme does not use; [ErrNoSecret] when there is no secret; and
+// [ErrConfig] for a nil Scheme, a negative duration or size, an option
+// the scheme does not use, a [Dedup] policy the scheme refuses, or a Replay
+// store that does not implement [replay.Leaser]; [ErrNoSecret] when there is no secret; and
 // [ErrSecretInvalid] for a malformed secret or, in FIPS 140-3 mode, one too
 // short for the mode.
 func NewVerifier(cfg Config) (*Verifier, error) {
@@ -30,7 +29,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 }
 
 // Verify checks that body with headers h is an authentic delivery. It does
-// not consult the replay store (see [Verifier.Claim]).
+// not consult the replay store (see [Verifier.Acquire]).
 //
 // Order: body cap ([ErrTooLarge]); ID present, 1 to [MaxIDBytes] bytes of
 // printable ASCII, and for schemes that sign a timestamp the timestamp
@@ -61,73 +60,6 @@ func (v *Verifier) Verify(h http.Header, body []byte) (Delivery, error) {
 		return Delivery{}, err // fail closed: nothing of a refused delivery
 	}
 	return Delivery{ID: id, Timestamp: got.ts, mac: got.mac, verified: true}, nil
-}
-
-// Claim records an authentic delivery d (from [Verifier.Verify]) in the
-// replay store and reports whether it is the first time d was seen. For
-// [HMACSHA256] and [GitHub] a delivery counts as seen when either its
-// signature (that is, the same body) or its ID was seen within the dedup
-// window; for [StandardWebhooks] when its signed ID was seen within the
-// dedup window (or, if later, before its timestamp left the tolerance
-// window), so a retry with a fresh timestamp is also a duplicate.
-//
-// A store failure is returned as an error matching [ErrReplayStore] and the
-// store's error, with first false: the caller must refuse the delivery and
-// let the sender retry. When one of a delivery's two claims succeeded and
-// the next failed, the first is released again (if the store implements
-// [replay.Releaser]), so the retry is not mistaken for a duplicate. A
-// Delivery not from Verify is refused with [ErrMalformed].
-func (v *Verifier) Claim(ctx context.Context, d Delivery) (first bool, err error) {
-	if v == nil || v.p == nil {
-		return false, errZeroVerifier
-	}
-	if !d.verified || checkID(d.ID, v.p.scheme.forbidsDot()) != nil {
-		return false, errNotVerified
-	}
-	keys, until := v.p.scheme.claimKeys(v.p, &d)
-	for i, k := range keys {
-		first, err := v.p.store.Claim(ctx, k, until)
-		if err != nil {
-			v.releaseKeys(context.WithoutCancel(ctx), keys[:i])
-			return false, storeError(err)
-		}
-		if !first {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// Release undoes a successful [Verifier.Claim] of d, so that the sender's
-// retry is processed rather than acknowledged as a duplicate; call it when
-// processing d failed. It returns nil without doing anything when the store
-// does not implement [replay.Releaser] (the delivery then stays claimed,
-// which is the safe side); a store failure matches [ErrReplayStore].
-func (v *Verifier) Release(ctx context.Context, d Delivery) error {
-	if v == nil || v.p == nil {
-		return errZeroVerifier
-	}
-	if !d.verified {
-		return errNotVerified
-	}
-	keys, _ := v.p.scheme.claimKeys(v.p, &d)
-	return v.releaseKeys(ctx, keys)
-}
-
-// releaseKeys releases keys when the store supports it and returns the
-// first failure.
-func (v *Verifier) releaseKeys(ctx context.Context, keys []string) error {
-	r, ok := v.p.store.(replay.Releaser)
-	if !ok {
-		return nil
-	}
-	var first error
-	for _, k := range keys {
-		if err := r.Release(ctx, k); err != nil && first == nil {
-			first = storeError(err)
-		}
-	}
-	return first
 }
 
 // String describes v without its secrets.

@@ -375,24 +375,70 @@ func TestWebhookMiddlewareAcknowledgesDuplicateWithoutCallingHandler(t *testing.
 	}
 }
 
-func TestWebhookMiddlewareTreatsReplayUnderFreshIDAsDuplicate(t *testing.T) {
-	// X-Webhook-ID is not signed: a captured delivery replayed with a new ID
-	// must still count as seen.
-	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}}
-	next := &recordingHandler{}
-	mw := newVerifier(t, cfg).Middleware(next)
-	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
-	deliver(mw, h, "payload")
-	h.Set("X-Webhook-ID", "evt-forged")
-	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK {
-		t.Fatalf("status %d", rec.Code)
+// Under a scheme whose ID header is unsigned, the policy decides which
+// deliveries are one; every delivery acknowledged without running the
+// handler is seen by OnDuplicate.
+func TestWebhookMiddlewareDedupPolicies(t *testing.T) {
+	type send struct{ id, body string }
+	// A first delivery, its retry, a captured copy replayed under a fresh
+	// ID, and a distinct delivery reusing the ID.
+	sends := []send{{"evt-1", "payload"}, {"evt-1", "payload"}, {"evt-forged", "payload"}, {"evt-1", "changed"}}
+	tests := []struct {
+		dedup Dedup
+		calls []string // the sends the handler processed, by id/body
+		dups  int
+	}{
+		{DedupDefault, []string{"evt-1/payload", "evt-1/changed"}, 2},
+		{DedupSignature, []string{"evt-1/payload", "evt-1/changed"}, 2},
+		{DedupID, []string{"evt-1/payload", "evt-forged/payload"}, 2},
+		{DedupIDAndSignature, []string{"evt-1/payload", "evt-forged/payload", "evt-1/changed"}, 1},
 	}
-	// A different body under an ID already seen is also a duplicate.
-	if rec := deliver(mw, signed(t, newSigner(t, cfg), "evt-1", "changed"), "changed"); rec.Code != http.StatusOK {
-		t.Fatalf("status %d", rec.Code)
+	for _, tc := range tests {
+		t.Run(tc.dedup.String(), func(t *testing.T) {
+			var dups []string
+			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Dedup: tc.dedup,
+				OnDuplicate: func(_ *http.Request, d Delivery) { dups = append(dups, d.ID) }}
+			next := &recordingHandler{}
+			mw := newVerifier(t, cfg).Middleware(next)
+			signer := newSigner(t, cfg)
+			for _, sd := range sends {
+				if rec := deliver(mw, signed(t, signer, sd.id, sd.body), sd.body); rec.Code != http.StatusOK {
+					t.Fatalf("%v: status %d", sd, rec.Code)
+				}
+			}
+			var got []string
+			for i := range next.ids {
+				got = append(got, next.ids[i]+"/"+next.bodies[i])
+			}
+			if !slices.Equal(got, tc.calls) {
+				t.Fatalf("handler processed %q, want %q", got, tc.calls)
+			}
+			if len(dups) != tc.dups || len(dups)+len(got) != len(sends) {
+				t.Fatalf("OnDuplicate saw %q, want %d: every send is processed or seen", dups, tc.dups)
+			}
+		})
 	}
-	if n := next.calls.Load(); n != 1 {
-		t.Fatalf("handler called %d times, want 1", n)
+}
+
+// The case: three deliveries with distinct IDs and the same body
+// under the default policy are processed once, and OnDuplicate sees the
+// other two; under DedupIDAndSignature each is processed.
+func TestWebhookMiddlewareSameBodyDistinctIDsNeverDroppedSilently(t *testing.T) {
+	for _, dedup := range []Dedup{DedupDefault, DedupIDAndSignature} {
+		var dups atomic.Int32
+		cfg := Config{Scheme: GitHub(), Secrets: []string{githubSecret}, Dedup: dedup,
+			OnDuplicate: func(*http.Request, Delivery) { dups.Add(1) }}
+		next := &recordingHandler{}
+		mw := newVerifier(t, cfg).Middleware(next)
+		for _, id := range []string{"a", "b", "c"} {
+			deliver(mw, signed(t, newSigner(t, cfg), id, githubBody), githubBody)
+		}
+		if next.calls.Load()+dups.Load() != 3 {
+			t.Fatalf("%v: %d processed, %d seen as duplicates; want all 3 accounted for", dedup, next.calls.Load(), dups.Load())
+		}
+		if dedup == DedupIDAndSignature && next.calls.Load() != 3 {
+			t.Fatalf("%v: %d processed, want 3", dedup, next.calls.Load())
+		}
 	}
 }
 
@@ -505,8 +551,9 @@ func TestWebhookMiddlewareFailsClosedWhenStoreCannotDecide(t *testing.T) {
 			mw := newVerifier(t, cfg).Middleware(next)
 			signer := newSigner(t, cfg)
 			if tc.store == full {
-				// One delivery takes two entries (signature and ID).
+				// One delivery takes one entry.
 				deliver(mw, signed(t, signer, "first", "a"), "a")
+				deliver(mw, signed(t, signer, "second", "c"), "c")
 				next.calls.Store(0)
 			}
 			rec := deliver(mw, signed(t, signer, "evt", "b"), "b")
@@ -612,27 +659,228 @@ func TestStandardWebhookDuplicateRefusedUntilTimestampLeavesWindow(t *testing.T)
 	}
 }
 
-func TestWebhookMiddlewareConcurrentDuplicatesReachHandlerOnce(t *testing.T) {
-	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}}
-	next := &recordingHandler{}
-	mw := newVerifier(t, cfg).Middleware(next)
-	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
+// 32 concurrent copies of one delivery: the handler runs once; every other
+// copy is told to retry (503, in progress) or acknowledged as processed
+// (200), and every copy retried afterwards is acknowledged.
+func TestWebhookMiddlewareConcurrentCopiesReachHandlerOnce(t *testing.T) {
+	for _, scheme := range []Scheme{StandardWebhooks(), HMACSHA256()} {
+		secret := stdSecret
+		if scheme == HMACSHA256() {
+			secret = hmacSecret
+		}
+		var dups atomic.Int32
+		cfg := Config{Scheme: scheme, Secrets: []string{secret}, OnDuplicate: func(*http.Request, Delivery) { dups.Add(1) }}
+		release := make(chan struct{})
+		var calls atomic.Int32
+		mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			<-release // slow: every copy arrives while this one runs
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+		const copies = 32
+		codes := make(chan int, copies)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range copies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				codes <- deliver(mw, h, "payload").Code
+			}()
+		}
+		close(start)
+		// Wait until every copy but the one in the handler has its answer.
+		for deadline := time.Now().Add(10 * time.Second); len(codes) < copies-1 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		close(release)
+		wg.Wait()
+		close(codes)
+		count := map[int]int{}
+		for c := range codes {
+			count[c]++
+		}
+		if calls.Load() != 1 || count[http.StatusNoContent] != 1 || count[http.StatusServiceUnavailable] != copies-1 {
+			t.Fatalf("%v: handler ran %d times, statuses %v; want once, one 204 and %d 503", scheme, calls.Load(), count, copies-1)
+		}
+		for range copies - 1 {
 			if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK {
-				t.Errorf("status %d", rec.Code)
+				t.Fatalf("%v: retry after processing: status %d, want 200", scheme, rec.Code)
 			}
-		}()
+		}
+		if calls.Load() != 1 || dups.Load() != copies-1 {
+			t.Fatalf("%v: handler ran %d times, OnDuplicate saw %d; want 1 and %d", scheme, calls.Load(), dups.Load(), copies-1)
+		}
 	}
-	close(start)
-	wg.Wait()
+}
+
+// The "lost while in progress": a copy arriving while the first
+// attempt runs is told to retry later (never acknowledged); the first
+// attempt then fails, and the sender's later retry is processed.
+func TestWebhookMiddlewareCopyDuringFailingAttemptIsRetriedNotLost(t *testing.T) {
+	for _, fail := range []string{"5xx", "panic"} {
+		t.Run(fail, func(t *testing.T) {
+			var rejected []error
+			var mu sync.Mutex
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, OnReject: func(_ *http.Request, err error) {
+				mu.Lock()
+				rejected = append(rejected, err)
+				mu.Unlock()
+			}}
+			inHandler, finish := make(chan struct{}), make(chan struct{})
+			var calls atomic.Int32
+			mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					close(inHandler)
+					<-finish
+					if fail == "panic" {
+						panic(http.ErrAbortHandler)
+					}
+					w.WriteHeader(http.StatusBadGateway)
+					return
+				}
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+			done := make(chan int)
+			go func() {
+				defer func() {
+					recover()
+					done <- -1
+				}()
+				done <- deliver(mw, h, "payload").Code
+			}()
+			<-inHandler
+			rec := deliver(mw, h, "payload")
+			if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+				t.Fatalf("copy while in progress: status %d, Retry-After %q; want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+			}
+			mu.Lock()
+			if len(rejected) != 1 || !errors.Is(rejected[0], ErrInProgress) {
+				t.Fatalf("OnReject saw %v, want ErrInProgress", rejected)
+			}
+			mu.Unlock()
+			close(finish)
+			<-done
+			if rec := deliver(mw, h, "payload"); rec.Code != http.StatusNoContent {
+				t.Fatalf("retry after the failed attempt: status %d, want 204 (processed)", rec.Code)
+			}
+			if n := calls.Load(); n != 2 {
+				t.Fatalf("handler ran %d times, want 2 (the failure, then the retry)", n)
+			}
+		})
+	}
+}
+
+func TestWebhookMiddlewareRetryAfterIsTheRemainingLease(t *testing.T) {
+	clk := newStepClock()
+	store := &replay.MemoryStore{Now: clk.Now}
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Now: clk.Now, Lease: 30 * time.Second}
+	v := newVerifier(t, cfg)
+	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+	d, err := v.Verify(h, []byte("payload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Acquire(context.Background(), d); err != nil { // another instance's attempt
+		t.Fatal(err)
+	}
+	clk.Advance(10*time.Second + time.Millisecond)
+	rec := deliver(v.Middleware(&recordingHandler{}), h, "payload")
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "20" {
+		t.Fatalf("status %d, Retry-After %q; want 503 and 20 (seconds, rounded up)", rec.Code, rec.Header().Get("Retry-After"))
+	}
+}
+
+// An instance that dies mid-handler never confirms nor releases: copies
+// are refused while its lease runs, and the first copy after the lease
+// ends is processed.
+func TestWebhookMiddlewareProcessesRetryAfterCrashedAttemptsLeaseEnds(t *testing.T) {
+	clk := newStepClock()
+	store := &replay.MemoryStore{Now: clk.Now}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Now: clk.Now}
+	crashed := newVerifier(t, cfg)
+	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+	d, err := crashed.Verify(h, []byte("payload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crashed.Acquire(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	next := &recordingHandler{}
+	survivor := newVerifier(t, cfg).Middleware(next)
+	clk.Advance(DefaultLease - time.Millisecond)
+	if rec := deliver(survivor, h, "payload"); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("copy during the dead attempt's lease: status %d, want 503", rec.Code)
+	}
+	clk.Advance(time.Millisecond)
+	if rec := deliver(survivor, h, "payload"); rec.Code != http.StatusOK || rec.Body.String() != "processed" {
+		t.Fatalf("copy after the lease: %d %q, want processed", rec.Code, rec.Body)
+	}
+	if rec := deliver(survivor, h, "payload"); rec.Code != http.StatusOK || rec.Body.String() != "" {
+		t.Fatalf("copy after processing: %d %q, want an empty 200", rec.Code, rec.Body)
+	}
 	if n := next.calls.Load(); n != 1 {
-		t.Fatalf("handler called %d times, want 1", n)
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+func TestWebhookMiddlewareHandlerContextEndsWithinLease(t *testing.T) {
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: 400 * time.Millisecond}
+	var deadline time.Time
+	var hasDeadline bool
+	start := time.Now()
+	v := newVerifier(t, cfg)
+	mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		deadline, hasDeadline = r.Context().Deadline()
+		<-r.Context().Done()
+		w.WriteHeader(http.StatusServiceUnavailable) // gave up: the sender retries
+	}))
+	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d", rec.Code)
+	}
+	if !hasDeadline || deadline.Sub(start) > 300*time.Millisecond+50*time.Millisecond || deadline.Sub(start) < 250*time.Millisecond {
+		t.Fatalf("handler deadline %v after the request, want three quarters of the 400ms lease", deadline.Sub(start))
+	}
+	// The handler gave up with a 5xx, so the lease was released: the retry
+	// is processed at once, not refused until the lease ends.
+	next := &recordingHandler{}
+	if rec := deliver(v.Middleware(next), h, "payload"); rec.Code != http.StatusOK || next.calls.Load() != 1 {
+		t.Fatalf("retry after the handler gave up: status %d, handler calls %d; want processed", rec.Code, next.calls.Load())
+	}
+}
+
+func TestWebhookMiddlewareReportsUnrecordedOutcomeAndKeepsHandlerStatus(t *testing.T) {
+	store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
+	var leaseErrs []error
+	var ids []string
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Lease: 100 * time.Millisecond,
+		OnLeaseError: func(_ *http.Request, d Delivery, err error) {
+			leaseErrs = append(leaseErrs, err)
+			ids = append(ids, d.ID)
+		}}
+	next := &recordingHandler{status: http.StatusAccepted}
+	mw := newVerifier(t, cfg).Middleware(next)
+	signer := newSigner(t, cfg)
+	store.failing.Store(true)
+	if rec := deliver(mw, signed(t, signer, "evt-1", "x"), "x"); rec.Code != http.StatusAccepted {
+		t.Fatalf("status %d, want the handler's 202", rec.Code)
+	}
+	next.status = http.StatusInternalServerError
+	if rec := deliver(mw, signed(t, signer, "evt-2", "x"), "x"); rec.Code != http.StatusInternalServerError {
+		t.Fatalf("status %d, want the handler's 500", rec.Code)
+	}
+	if len(leaseErrs) != 2 || !slices.Equal(ids, []string{"evt-1", "evt-2"}) {
+		t.Fatalf("OnLeaseError saw %v for %v, want the confirm and release failures", leaseErrs, ids)
+	}
+	for _, err := range leaseErrs {
+		if !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) || Reason(err) == "" {
+			t.Fatalf("OnLeaseError got %v, want ErrReplayStore wrapping the store's error", err)
+		}
 	}
 }
 
@@ -734,20 +982,6 @@ func (c claimOnlyStore) Claim(ctx context.Context, id string, until time.Time) (
 	return c.s.Claim(ctx, id, until)
 }
 
-func TestWebhookMiddlewareKeepsClaimWhenStoreCannotRelease(t *testing.T) {
-	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: claimOnlyStore{replay.NewMemoryStore(0)}}
-	next := &recordingHandler{status: http.StatusInternalServerError}
-	mw := newVerifier(t, cfg).Middleware(next)
-	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
-	deliver(mw, h, "payload")
-	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK {
-		t.Fatalf("retry: status %d", rec.Code)
-	}
-	if n := next.calls.Load(); n != 1 {
-		t.Fatalf("handler called %d times, want 1 (no ReplayReleaser: the claim stays)", n)
-	}
-}
-
 func TestWebhookMiddlewareLetsHandlerFlush(t *testing.T) {
 	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}}
 	var flushed, controlled bool
@@ -790,22 +1024,20 @@ func TestWebhookMiddlewareExposesUnderlyingWriterToResponseController(t *testing
 	}
 }
 
-// An HMACSHA256 delivery takes two claims (signature, then ID). When
-// the first succeeds and the second fails, the delivery is refused with 503;
-// the sender's retry must then be processed, not acknowledged as a duplicate
-// of a delivery that was never handled.
-func TestWebhookMiddlewareRetryAfterPartialClaimFailureIsProcessed(t *testing.T) {
+// A delivery refused because the store was full is processed when the
+// sender retries after room is made, never acknowledged as a duplicate.
+func TestWebhookMiddlewareRetryAfterFullStoreIsProcessed(t *testing.T) {
 	clk := newStepClock()
-	store := &replay.MemoryStore{Max: 3, Now: clk.Now}
+	store := &replay.MemoryStore{Max: 1, Now: clk.Now}
 	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Now: clk.Now}
 	next := &recordingHandler{}
 	mw := newVerifier(t, cfg).Middleware(next)
 	signer := newSigner(t, cfg)
-	deliver(mw, signed(t, signer, "first", "a"), "a") // two of three entries
+	deliver(mw, signed(t, signer, "first", "a"), "a") // the only entry
 	clk.Advance(time.Hour)
 	h := signed(t, signer, "evt", "b")
 	if rec := deliver(mw, h, "b"); rec.Code != http.StatusServiceUnavailable {
-		t.Fatalf("delivery into a store with room for one entry: status %d, want 503", rec.Code)
+		t.Fatalf("delivery into a full store: status %d, want 503", rec.Code)
 	}
 	clk.Advance(DefaultDedupWindow - time.Hour) // "first" expires: room again
 	if rec := deliver(mw, h, "b"); rec.Code != http.StatusOK || rec.Body.String() != "processed" {
@@ -816,21 +1048,21 @@ func TestWebhookMiddlewareRetryAfterPartialClaimFailureIsProcessed(t *testing.T)
 	}
 }
 
-// Claim takes a delivery from Verify. A hand-made Delivery carries no
-// verified signature: claiming it must fail, not file every such delivery
+// Acquire takes a delivery from Verify. A hand-made Delivery carries no
+// verified signature: acquiring it must fail, not file every such delivery
 // under one empty signature key (which would make all but the first a
 // "duplicate" that is acknowledged and never processed).
-func TestWebhookClaimRefusesDeliveryNotFromVerify(t *testing.T) {
+func TestWebhookAcquireRefusesDeliveryNotFromVerify(t *testing.T) {
 	v := newVerifier(t, Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}})
 	for _, id := range []string{"a", "b"} {
-		first, err := v.Claim(context.Background(), Delivery{ID: id})
-		if first || !errors.Is(err, ErrMalformed) {
-			t.Fatalf("Claim(unverified %q) = %v, %v; want false, ErrMalformed", id, first, err)
+		l, err := v.Acquire(context.Background(), Delivery{ID: id})
+		if l != nil || !errors.Is(err, ErrMalformed) {
+			t.Fatalf("Acquire(unverified %q) = %v, %v; want nil, ErrMalformed", id, l, err)
 		}
 	}
 	std := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
-	if first, err := std.Claim(context.Background(), Delivery{}); first || !errors.Is(err, ErrMalformed) {
-		t.Fatalf("Claim(empty delivery) = %v, %v; want false, ErrMalformed", first, err)
+	if l, err := std.Acquire(context.Background(), Delivery{}); l != nil || !errors.Is(err, ErrMalformed) {
+		t.Fatalf("Acquire(empty delivery) = %v, %v; want nil, ErrMalformed", l, err)
 	}
 }
 
@@ -870,5 +1102,126 @@ func TestWebhookVerifyReturnsNothingOfARefusedDelivery(t *testing.T) {
 		if d != (Delivery{}) {
 			t.Fatalf("scheme %v: refused delivery returned %+v", scheme, d)
 		}
+	}
+}
+
+// Standard Webhooks IDs are held SkewMargin past the last instant the
+// timestamp check accepts them: an instance whose clock lags by 59 s still
+// refuses a replay the leading instance processed, even with a short dedup
+// window.
+func TestStandardWebhookReplayRefusedOnInstanceLaggingBySkewMargin(t *testing.T) {
+	leading := newStepClock()
+	lagging := func() time.Time { return leading.Now().Add(-replay.SkewMargin + time.Second) }
+	store := &replay.MemoryStore{Now: leading.Now} // the store keeps the leading clock
+	base := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, DedupWindow: time.Second}
+	a, b := base, base
+	a.Now, b.Now = leading.Now, lagging
+	next := &recordingHandler{}
+	h := signed(t, newSigner(t, a), "evt-1", "payload")
+	if rec := deliver(newVerifier(t, a).Middleware(next), h, "payload"); rec.Code != http.StatusOK || next.calls.Load() != 1 {
+		t.Fatalf("first delivery: status %d", rec.Code)
+	}
+	// On the lagging instance's clock the timestamp is exactly at the edge
+	// of the tolerance: still accepted, so only the store can refuse it.
+	leading.Advance(DefaultTolerance + replay.SkewMargin - time.Second)
+	var dups atomic.Int32
+	b.OnDuplicate = func(*http.Request, Delivery) { dups.Add(1) }
+	if rec := deliver(newVerifier(t, b).Middleware(next), h, "payload"); rec.Code != http.StatusOK || next.calls.Load() != 1 || dups.Load() != 1 {
+		t.Fatalf("replay on the lagging instance: status %d, handler calls %d, duplicates %d; want a refused duplicate", rec.Code, next.calls.Load(), dups.Load())
+	}
+}
+
+// lostReplyStore takes leases but, while lose is set, reports a timeout
+// instead of the answer: the store's state changed, the caller cannot know.
+type lostReplyStore struct {
+	*replay.MemoryStore
+	lose atomic.Bool
+}
+
+var errTimeout = errors.New("store timed out")
+
+func (s *lostReplyStore) AcquireLease(ctx context.Context, id string, d time.Duration) (replay.Lease, error) {
+	l, err := s.MemoryStore.AcquireLease(ctx, id, d)
+	if s.lose.Load() {
+		return replay.Lease{}, errTimeout
+	}
+	return l, err
+}
+
+// The memory-store form of the slow-store case: the acquire is
+// applied but its answer is lost, so the delivery is refused (503). The
+// sender's retries are refused while that orphaned lease runs, and the
+// first retry after it ends is processed: never acknowledged unprocessed.
+func TestWebhookMiddlewareAcquireAppliedButAnswerLostIsRetriedNotDuplicate(t *testing.T) {
+	clk := newStepClock()
+	store := &lostReplyStore{MemoryStore: &replay.MemoryStore{Now: clk.Now}}
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Now: clk.Now, Lease: 10 * time.Second}
+	next := &recordingHandler{}
+	mw := newVerifier(t, cfg).Middleware(next)
+	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+	store.lose.Store(true)
+	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("delivery whose acquire answer was lost: status %d, want 503", rec.Code)
+	}
+	store.lose.Store(false)
+	clk.Advance(5 * time.Second)
+	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusServiceUnavailable || next.calls.Load() != 0 {
+		t.Fatalf("retry during the orphaned lease: status %d, handler calls %d; want 503 and none", rec.Code, next.calls.Load())
+	}
+	clk.Advance(5 * time.Second)
+	if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK || rec.Body.String() != "processed" {
+		t.Fatalf("retry after the orphaned lease ended: %d %q, want processed", rec.Code, rec.Body)
+	}
+	if n := next.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+// A handler that ignores its context and outruns the lease: when nobody
+// took the delivery meanwhile, the late confirmation still records it; when
+// a copy was processed meanwhile, OnLeaseError reports the lost lease (the
+// delivery ran twice).
+func TestWebhookMiddlewareHandlerOutrunningItsLease(t *testing.T) {
+	for _, copyMeanwhile := range []bool{false, true} {
+		var leaseErrs []error
+		var mu sync.Mutex
+		cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Lease: 100 * time.Millisecond,
+			OnLeaseError: func(_ *http.Request, _ Delivery, err error) {
+				mu.Lock()
+				leaseErrs = append(leaseErrs, err)
+				mu.Unlock()
+			}}
+		var calls atomic.Int32
+		overrun := make(chan struct{})
+		mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if calls.Add(1) == 1 {
+				<-overrun // ignores r.Context()
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+		done := make(chan int)
+		go func() { done <- deliver(mw, h, "payload").Code }()
+		time.Sleep(200 * time.Millisecond) // the lease has ended
+		if copyMeanwhile {
+			if rec := deliver(mw, h, "payload"); rec.Code != http.StatusNoContent {
+				t.Fatalf("copy after the lease ended: status %d, want 204 (processed)", rec.Code)
+			}
+		}
+		close(overrun)
+		if code := <-done; code != http.StatusNoContent {
+			t.Fatalf("overrunning attempt: status %d, want its 204", code)
+		}
+		if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK {
+			t.Fatalf("copy afterwards: status %d, want 200", rec.Code)
+		}
+		mu.Lock()
+		switch {
+		case !copyMeanwhile && (len(leaseErrs) != 0 || calls.Load() != 1):
+			t.Fatalf("no copy meanwhile: lease errors %v, handler calls %d; want none and 1", leaseErrs, calls.Load())
+		case copyMeanwhile && (len(leaseErrs) != 1 || !errors.Is(leaseErrs[0], replay.ErrLeaseLost) || calls.Load() != 2):
+			t.Fatalf("copy meanwhile: lease errors %v, handler calls %d; want ErrLeaseLost and 2", leaseErrs, calls.Load())
+		}
+		mu.Unlock()
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/internal/cursorwire"
 	"github.com/fxamacker/cbor/v2"
 )
 
@@ -82,19 +82,6 @@ func cmdInspect(args []string, e *env) int {
 	return exitOK
 }
 
-// cursorWire mirrors the library's cursor payload: a CBOR map with small
-// integer keys (see the package documentation of ctoken).
-type cursorWire struct {
-	Version  uint64 `cbor:"1,keyasint"`
-	Tool     string `cbor:"2,keyasint"`
-	Caller   string `cbor:"3,keyasint"`
-	Args     []byte `cbor:"4,keyasint"`
-	Page     uint64 `cbor:"5,keyasint"`
-	IssuedAt int64  `cbor:"6,keyasint"`
-	Session  []byte `cbor:"7,keyasint"`
-	State    []byte `cbor:"8,keyasint"`
-}
-
 // inspectDecMode decodes what a cursor body may hold, and nothing deeper:
 // the input is untrusted.
 var inspectDecMode = func() cbor.DecMode {
@@ -143,15 +130,15 @@ type cursorReport struct {
 
 // decodeCursorBody splits a cursor into its CBOR body and MAC and decodes
 // the body, without checking the MAC.
-func decodeCursorBody(tok string) (w cursorWire, body, mac []byte, unknown []uint64, err error) {
+func decodeCursorBody(tok string) (w cursorwire.Payload, body, mac []byte, unknown []uint64, err error) {
 	raw, err := b64.DecodeString(tok)
 	if err != nil {
 		return w, nil, nil, nil, fmt.Errorf("%w: not base64url", errNotCursor)
 	}
-	if len(raw) <= macBytes {
-		return w, nil, nil, nil, fmt.Errorf("%w: shorter than its %d-byte MAC", errNotCursor, macBytes)
+	if len(raw) <= cursorwire.MACSize {
+		return w, nil, nil, nil, fmt.Errorf("%w: shorter than its %d-byte MAC", errNotCursor, cursorwire.MACSize)
 	}
-	body, mac = raw[:len(raw)-macBytes], raw[len(raw)-macBytes:]
+	body, mac = raw[:len(raw)-cursorwire.MACSize], raw[len(raw)-cursorwire.MACSize:]
 	if err := inspectDecMode.Unmarshal(body, &w); err != nil {
 		return w, nil, nil, nil, fmt.Errorf("%w: payload is not a cursor CBOR map", errNotCursor)
 	}
@@ -160,7 +147,7 @@ func decodeCursorBody(tok string) (w cursorWire, body, mac []byte, unknown []uin
 		return w, nil, nil, nil, fmt.Errorf("%w: payload is not a cursor CBOR map", errNotCursor)
 	}
 	for k := range keys {
-		if k < 1 || k > 8 {
+		if k < cursorwire.KeyVersion || k > cursorwire.MaxKey {
 			unknown = append(unknown, k)
 		}
 	}
@@ -187,8 +174,8 @@ func inspectCursor(tok string, now time.Time) (*cursorReport, error) {
 		IssuedAtUnix:  w.IssuedAt,
 		Age:           now.Sub(issued).Truncate(time.Second).String(),
 		Session:       sessionText(w.Session),
-		SessionBase64: base64.RawURLEncoding.EncodeToString(w.Session),
-		State:         base64.RawURLEncoding.EncodeToString(w.State),
+		SessionBase64: b64.EncodeToString(w.Session),
+		State:         b64.EncodeToString(w.State),
 		StateBytes:    len(w.State),
 		MAC:           hex.EncodeToString(mac),
 		UnknownKeys:   unknown,

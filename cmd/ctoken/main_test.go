@@ -348,6 +348,7 @@ func TestInspectEncryptedStateRevealsOnlyFraming(t *testing.T) {
 func TestInspectRejectsWhatIsNoToken(t *testing.T) {
 	f := newFixture(t)
 	c := f.cursor(t, f.issuer)
+	sealed40 := base64.RawURLEncoding.EncodeToString(make([]byte, 40))
 	for _, tc := range []struct{ name, tok, want string }{
 		{"not base64", "!!!", "not base64url"},
 		{"shorter than a MAC", base64.RawURLEncoding.EncodeToString(make([]byte, 32)), "shorter than its 32-byte MAC"},
@@ -360,6 +361,11 @@ func TestInspectRejectsWhatIsNoToken(t *testing.T) {
 		{"v1 payload missing fields", "v1.e30.AAAA", `lacks "s"`},
 		{"v1e bad base64", "v1e.***", "not base64url"},
 		{"v1e short", "v1e.AAAA", "shorter than a nonce"},
+		// encoding/base64 skips CR and LF even in Strict mode; the CLI
+		// decodes through the library's strict decoder, which does not.
+		{"cursor with inner LF", c[:10] + "\n" + c[10:], "not base64url"},
+		{"cursor with inner CR", c[:10] + "\r" + c[10:], "not base64url"},
+		{"v1e with inner LF", "v1e." + sealed40[:20] + "\n" + sealed40[20:], "not base64url"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCmd(t, "", nil, "inspect", tc.tok)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	strictb64 "github.com/ctoken/ctoken/internal/b64"
 )
 
 // maxTokenInput caps what is read as a token: far above every token's own
@@ -82,9 +83,10 @@ func classify(tok string) tokenKind {
 	}
 }
 
-// b64 is the framing of every ctoken token: base64url without padding,
-// strict about unused trailing bits, as the library decodes it.
-var b64 = base64.RawURLEncoding.Strict()
+// b64 is the framing of every ctoken token: base64url without padding
+// through the module's one strict decoder (internal/b64), which refuses
+// padding, CR, LF and non-zero unused trailing bits, as the library does.
+var b64 = strictb64.URL
 
 // writeJSON prints v as indented JSON followed by a newline, with every
 // character a terminal could be tricked by escaped (see escapeTerminal).

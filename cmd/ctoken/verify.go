@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/internal/cursorwire"
 )
 
 const verifyUsage = `Usage: ctoken verify [flags] TOKEN|-
@@ -231,7 +231,7 @@ func verifyCursor(tok string, kr *ctoken.Keyring, c cursorCheck, e *env) int {
 		w, _, _, _, err := decodeCursorBody(tok)
 		if err != nil {
 			// Not even a well-formed body: let Verify name the failure.
-			w = cursorWire{}
+			w = cursorwire.Payload{}
 		}
 		if !c.toolSet {
 			want.ToolID = w.Tool
@@ -272,8 +272,8 @@ func verifyCursor(tok string, kr *ctoken.Keyring, c cursorCheck, e *env) int {
 		Page:          p.Page,
 		IssuedAt:      p.IssuedAt.UTC().Format(time.RFC3339),
 		Session:       sessionText(session),
-		SessionBase64: base64.RawURLEncoding.EncodeToString(session),
-		State:         base64.RawURLEncoding.EncodeToString(p.State),
+		SessionBase64: b64.EncodeToString(session),
+		State:         b64.EncodeToString(p.State),
 		StateBytes:    len(p.State),
 		Unchecked:     unchecked,
 	}

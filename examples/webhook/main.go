@@ -1,7 +1,9 @@
 // Command webhook runs a Standard Webhooks receiver on loopback behind
 // ctoken's verifying middleware, then plays the sender: a good delivery, a
 // retry of it (a duplicate), a delivery whose body was tampered with in
-// transit, and one signed with a timestamp outside the 5-minute tolerance.
+// transit, one signed with a timestamp outside the 5-minute tolerance, a
+// retry that arrives while the first attempt is still being processed, and
+// a delivery whose handler fails once and succeeds on the sender's retry.
 // It prints what the sender sees and what the handler processed, and exits.
 //
 // The secret comes from WEBHOOK_SECRET ("whsec_..."); unset, a random one
@@ -69,15 +71,23 @@ func run(w io.Writer) error {
 		OnReject: func(r *http.Request, err error) {
 			fmt.Fprintf(out, "  receiver refused: %s\n", webhook.Reason(err))
 		},
+		OnDuplicate: func(r *http.Request, d webhook.Delivery) {
+			fmt.Fprintf(out, "  receiver acknowledged %s as already processed\n", d.ID)
+		},
 	})
 	if err != nil {
 		return err
 	}
 
-	// The receiver: the application handler sees only authentic, first-seen
-	// deliveries, with the body readable as usual.
+	// The receiver: the application handler sees only authentic deliveries,
+	// each until it succeeds once, with the body readable as usual. Two
+	// deliveries misbehave on purpose: msg_004 is slow (it waits until the
+	// sender's copy has been answered) and msg_005 fails on its first
+	// attempt.
 	var mu sync.Mutex
 	var processed []string
+	attempts := map[string]int{}
+	slowStarted, slowRelease := make(chan struct{}), make(chan struct{})
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -85,6 +95,24 @@ func run(w io.Writer) error {
 			return
 		}
 		d, _ := webhook.DeliveryFrom(r.Context())
+		mu.Lock()
+		attempts[d.ID]++
+		attempt := attempts[d.ID]
+		mu.Unlock()
+		switch {
+		case d.ID == "msg_004":
+			close(slowStarted)
+			select {
+			case <-slowRelease:
+			case <-r.Context().Done(): // the lease's deadline: give up
+				http.Error(w, "timed out", http.StatusServiceUnavailable)
+				return
+			}
+		case d.ID == "msg_005" && attempt == 1:
+			fmt.Fprintf(out, "  handler failed on %s (attempt %d)\n", d.ID, attempt)
+			http.Error(w, "database unavailable", http.StatusInternalServerError)
+			return
+		}
 		mu.Lock()
 		processed = append(processed, d.ID)
 		mu.Unlock()
@@ -134,8 +162,18 @@ func run(w io.Writer) error {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		fmt.Fprintf(out, "  sender got %s\n", resp.Status)
+		status := resp.Status
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			status += ", Retry-After " + ra + "s"
+		}
+		fmt.Fprintf(out, "  sender got %s\n", status)
 		return resp.StatusCode, nil
+	}
+	expect := func(label string, code, want int) error {
+		if code != want {
+			return fmt.Errorf("%s: status %d, want %d", label, code, want)
+		}
+		return nil
 	}
 
 	body := `{"event":"statusChange","id":"bc-1","status":"FINISHED"}`
@@ -155,16 +193,63 @@ func run(w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if code != s.wantStatus {
-			return fmt.Errorf("%s: status %d, want %d", s.label, code, s.wantStatus)
+		if err := expect(s.label, code, s.wantStatus); err != nil {
+			return err
+		}
+	}
+
+	// 5. A retry while the first attempt is still in progress is told to
+	// come back later (503), never acknowledged: if the first attempt then
+	// failed, the sender would still retry.
+	first := make(chan error, 1)
+	go func() {
+		code, err := send("5. slow delivery, first attempt", signer, "msg_004", body, body)
+		if err == nil {
+			err = expect("5. first attempt", code, http.StatusNoContent)
+		}
+		first <- err
+	}()
+	select {
+	case <-slowStarted:
+	case err := <-first:
+		return fmt.Errorf("the slow delivery finished before its handler started: %v", err)
+	}
+	code, err := send("5. its retry while the first attempt runs", signer, "msg_004", body, body)
+	close(slowRelease)
+	if err != nil {
+		return err
+	}
+	if err := expect("5. retry in progress", code, http.StatusServiceUnavailable); err != nil {
+		return err
+	}
+	if err := <-first; err != nil {
+		return err
+	}
+	code, err = send("5. its retry after the first attempt succeeded", signer, "msg_004", body, body)
+	if err != nil {
+		return err
+	}
+	if err := expect("5. retry after success", code, http.StatusOK); err != nil {
+		return err
+	}
+
+	// 6. A handler failure (5xx) releases the delivery: the sender's retry
+	// is processed.
+	for i, want := range []int{http.StatusInternalServerError, http.StatusNoContent} {
+		code, err := send(fmt.Sprintf("6. delivery whose handler fails once, attempt %d", i+1), signer, "msg_005", body, body)
+		if err != nil {
+			return err
+		}
+		if err := expect("6. attempt", code, want); err != nil {
+			return err
 		}
 	}
 
 	mu.Lock()
 	defer mu.Unlock()
-	if got := strings.Join(processed, ","); got != "msg_001" {
-		return errors.New("handler processed " + got + ", want only msg_001")
+	if got := strings.Join(processed, ","); got != "msg_001,msg_004,msg_005" {
+		return errors.New("handler processed " + got + ", want msg_001, msg_004 and msg_005 once each")
 	}
-	fmt.Fprintf(out, "handler processed %d of %d deliveries: done\n", len(processed), len(steps))
+	fmt.Fprintf(out, "handler processed each of %d deliveries once: done\n", len(processed))
 	return nil
 }

@@ -18,7 +18,15 @@ func TestWebhookDemoShowsEveryOutcome(t *testing.T) {
 		"receiver refused: signature mismatch",
 		"receiver refused: timestamp too old",
 		"sender got 401 Unauthorized",
-		"handler processed 1 of 4 deliveries: done",
+		"receiver acknowledged msg_001 as already processed",
+		"receiver refused: delivery in progress under a live lease",
+		"sender got 503 Service Unavailable, Retry-After 60s",
+		"handler processed msg_004: ",
+		"receiver acknowledged msg_004 as already processed",
+		"handler failed on msg_005 (attempt 1)",
+		"sender got 500 Internal Server Error",
+		"handler processed msg_005: ",
+		"handler processed each of 3 deliveries once: done",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q\n%s", want, out.String())

@@ -1,4 +1,4 @@
-package ctoken
+package cursorwire
 
 import (
 	"bytes"
@@ -11,93 +11,92 @@ import (
 	"github.com/fxamacker/cbor/v2"
 )
 
-// cursorWire is the cursor payload as fxamacker/cbor sees it: a map with
-// small integer keys. Issue and Verify use the hand-written codec of
-// cursor_cbor.go; this struct and the modes below define what that codec
-// must match.
-type cursorWire struct {
-	Version  uint   `cbor:"1,keyasint"`
-	Tool     string `cbor:"2,keyasint"`
-	Caller   string `cbor:"3,keyasint"`
-	Args     []byte `cbor:"4,keyasint,omitempty"`
-	Page     uint32 `cbor:"5,keyasint"`
-	IssuedAt int64  `cbor:"6,keyasint"`
-	Session  []byte `cbor:"7,keyasint"`
-	State    []byte `cbor:"8,keyasint,omitempty"`
-}
-
 var (
-	// cursorEncMode is the Core Deterministic Encoding appendCursorBody
-	// reproduces byte for byte.
-	cursorEncMode = stateEncMode
-	// cursorDecMode is the strict decoding decodeCursorBody is tested
-	// against: it accepts exactly what this mode accepts that is also the
-	// canonical encoding of its value.
-	cursorDecMode = mustDecMode(cbor.DecOptions{
-		DupMapKey:         cbor.DupMapKeyEnforcedAPF,
-		IndefLength:       cbor.IndefLengthForbidden,
-		TagsMd:            cbor.TagsForbidden,
-		ExtraReturnErrors: cbor.ExtraDecErrorUnknownField,
-		MaxNestedLevels:   4,
-		MaxArrayElements:  16,
-		MaxMapPairs:       16,
-		UTF8:              cbor.UTF8RejectInvalid,
-	})
+	// encMode is the Core Deterministic Encoding AppendBody reproduces
+	// byte for byte.
+	encMode = func() cbor.EncMode {
+		m, err := cbor.CoreDetEncOptions().EncMode()
+		if err != nil {
+			panic(err)
+		}
+		return m
+	}()
+	// decMode is the strict decoding DecodeBody is tested against: it
+	// accepts exactly what this mode accepts that is also the canonical
+	// encoding of its value.
+	decMode = func() cbor.DecMode {
+		m, err := cbor.DecOptions{
+			DupMapKey:         cbor.DupMapKeyEnforcedAPF,
+			IndefLength:       cbor.IndefLengthForbidden,
+			TagsMd:            cbor.TagsForbidden,
+			ExtraReturnErrors: cbor.ExtraDecErrorUnknownField,
+			MaxNestedLevels:   4,
+			MaxArrayElements:  16,
+			MaxMapPairs:       16,
+			UTF8:              cbor.UTF8RejectInvalid,
+		}.DecMode()
+		if err != nil {
+			panic(err)
+		}
+		return m
+	}()
 )
 
-// Differential tests of the hand-written cursor codec (cursor_cbor.go)
+// Differential tests of the hand-written cursor codec (codec.go)
 // against fxamacker/cbor, in both directions:
 //
-//   - encode: appendCursorBody produces byte for byte what cursorEncMode
-//     (Core Deterministic Encoding) produces for the same cursorWire;
-//   - decode: decodeCursorBody accepts an input exactly when the strict
-//     cursorDecMode accepts it and re-encoding the result with
-//     cursorEncMode gives back the input (it is the canonical encoding),
+//   - encode: AppendBody produces byte for byte what encMode
+//     (Core Deterministic Encoding) produces for the same Payload;
+//   - decode: DecodeBody accepts an input exactly when the strict
+//     decMode accepts it and re-encoding the result with
+//     encMode gives back the input (it is the canonical encoding),
 //     and then yields the same values. The one normalisation: the session
 //     is re-encoded as a byte string even when fxamacker decoded a CBOR
 //     null into a nil slice, because the issuer never writes null there.
 
 // wireOf converts decoded fields to the fxamacker struct.
-func wireOf(f *cursorFields) cursorWire {
-	return cursorWire{
-		Version:  uint(f.version),
-		Tool:     string(f.tool),
-		Caller:   string(f.caller),
-		Args:     f.args,
-		Page:     f.page,
-		IssuedAt: f.issued,
-		Session:  f.session,
-		State:    f.state,
+func wireOf(f *Fields) Payload {
+	return Payload{
+		Version:  f.Version,
+		Tool:     string(f.Tool),
+		Caller:   string(f.Caller),
+		Args:     f.Args,
+		Page:     uint64(f.Page),
+		IssuedAt: f.Issued,
+		Session:  f.Session,
+		State:    f.State,
 	}
 }
 
-func sameWire(a, b cursorWire) bool {
+func sameWire(a, b Payload) bool {
 	return a.Version == b.Version && a.Tool == b.Tool && a.Caller == b.Caller &&
 		bytes.Equal(a.Args, b.Args) && a.Page == b.Page && a.IssuedAt == b.IssuedAt &&
 		bytes.Equal(a.Session, b.Session) && bytes.Equal(a.State, b.State)
 }
 
 // bodyWire converts a body to encode to the fxamacker struct.
-func bodyWire(b *cursorBody) cursorWire {
-	return cursorWire{
-		Version:  uint(b.version),
-		Tool:     b.tool,
-		Caller:   b.caller,
-		Args:     b.args,
-		Page:     b.page,
-		IssuedAt: b.issued,
-		Session:  b.session,
-		State:    b.state,
+func bodyWire(b *Body) Payload {
+	return Payload{
+		Version:  b.Version,
+		Tool:     b.Tool,
+		Caller:   b.Caller,
+		Args:     b.Args,
+		Page:     uint64(b.Page),
+		IssuedAt: b.Issued,
+		Session:  b.Session,
+		State:    b.State,
 	}
 }
 
-// checkCursorDecode is the decode-direction property for one input.
-func checkCursorDecode(t *testing.T, in []byte) {
+// checkDecode is the decode-direction property for one input.
+func checkDecode(t *testing.T, in []byte) {
 	t.Helper()
-	f, handOK := decodeCursorBody(in)
+	f, handOK := DecodeBody(in)
 
-	var w cursorWire
-	fxOK := cursorDecMode.Unmarshal(in, &w) == nil
+	var w Payload
+	// Payload.Page is a uint64 (the CLI shows forged pages); the issuer
+	// writes and DecodeBody accepts at most 2^32-1.
+	fxOK := decMode.Unmarshal(in, &w) == nil && w.Page <= math.MaxUint32
 	canonical := false
 	if fxOK {
 		// The issuer's session is never nil, so the encoder always writes
@@ -106,14 +105,14 @@ func checkCursorDecode(t *testing.T, in []byte) {
 		if norm.Session == nil {
 			norm.Session = []byte{}
 		}
-		re, err := cursorEncMode.Marshal(&norm)
+		re, err := encMode.Marshal(&norm)
 		canonical = err == nil && bytes.Equal(re, in)
 	}
 	if handOK != canonical {
 		t.Fatalf("input %x: hand decoder ok=%v, fxamacker ok=%v canonical=%v", in, handOK, fxOK, canonical)
 	}
 	if !handOK {
-		if f.tool != nil || f.session != nil || f.version != 0 {
+		if f.Tool != nil || f.Session != nil || f.Version != 0 {
 			t.Fatalf("input %x: rejected but fields not zero", in)
 		}
 		return
@@ -123,46 +122,46 @@ func checkCursorDecode(t *testing.T, in []byte) {
 	}
 }
 
-// checkCursorEncode is the encode-direction property for one payload, plus
+// checkEncode is the encode-direction property for one payload, plus
 // the round trip through the hand decoder.
-func checkCursorEncode(t *testing.T, f cursorBody) {
+func checkEncode(t *testing.T, f Body) {
 	t.Helper()
-	if !utf8.ValidString(f.tool) || !utf8.ValidString(f.caller) {
+	if !utf8.ValidString(f.Tool) || !utf8.ValidString(f.Caller) {
 		return // Issue refuses these before encoding
 	}
-	if f.session == nil {
-		f.session = []byte{} // the issuer's session is never nil
+	if f.Session == nil {
+		f.Session = []byte{} // the issuer's session is never nil
 	}
 	w := bodyWire(&f)
 	if len(w.Args) == 0 {
 		w.Args = nil
 	}
-	want, err := cursorEncMode.Marshal(&w)
+	want, err := encMode.Marshal(&w)
 	if err != nil {
 		t.Fatalf("fxamacker: %v", err)
 	}
-	got := appendCursorBody([]byte("prefix"), &f)
+	got := AppendBody([]byte("prefix"), &f)
 	if !bytes.Equal(got[len("prefix"):], want) {
 		t.Fatalf("payload %+v:\n hand      %x\n fxamacker %x", w, got[len("prefix"):], want)
 	}
-	if n := cursorBodyLen(&f); n != len(want) {
-		t.Fatalf("cursorBodyLen = %d, encoding is %d bytes", n, len(want))
+	if n := BodyLen(&f); n != len(want) {
+		t.Fatalf("BodyLen = %d, encoding is %d bytes", n, len(want))
 	}
-	back, ok := decodeCursorBody(want)
+	back, ok := DecodeBody(want)
 	if !ok || !sameWire(wireOf(&back), w) {
 		t.Fatalf("round trip of %x failed: ok=%v %+v", want, ok, wireOf(&back))
 	}
 }
 
-// cursorBodySeeds are canonical bodies and near misses of each kind the
+// bodySeeds are canonical bodies and near misses of each kind the
 // decoder refuses.
-func cursorBodySeeds() [][]byte {
-	full := appendCursorBody(nil, &cursorBody{
-		version: 1, tool: "search_issues", caller: "user:1",
-		args: bytes.Repeat([]byte{7}, 32), page: 3, issued: 1_700_000_000,
-		session: []byte("sess0001"), state: []byte{1, 2, 3},
+func bodySeeds() [][]byte {
+	full := AppendBody(nil, &Body{
+		Version: 1, Tool: "search_issues", Caller: "user:1",
+		Args: bytes.Repeat([]byte{7}, 32), Page: 3, Issued: 1_700_000_000,
+		Session: []byte("sess0001"), State: []byte{1, 2, 3},
 	})
-	minimal := appendCursorBody(nil, &cursorBody{version: 1, session: []byte{}, issued: -5})
+	minimal := AppendBody(nil, &Body{Version: 1, Session: []byte{}, Issued: -5})
 	hx := func(s string) []byte {
 		b, err := hex.DecodeString(s)
 		if err != nil {
@@ -198,10 +197,10 @@ func cursorBodySeeds() [][]byte {
 }
 
 func FuzzCursorCBORDecode(f *testing.F) {
-	for _, s := range cursorBodySeeds() {
+	for _, s := range bodySeeds() {
 		f.Add(s)
 	}
-	f.Fuzz(checkCursorDecode)
+	f.Fuzz(checkDecode)
 }
 
 func FuzzCursorCBOREncode(f *testing.F) {
@@ -211,9 +210,9 @@ func FuzzCursorCBOREncode(f *testing.F) {
 	f.Add("x", "y", []byte(nil), uint64(24), uint32(256), int64(-25), []byte(nil), []byte(nil))
 	f.Add("x", "y", []byte{0}, uint64(65536), uint32(65535), int64(math.MaxInt64), []byte{0}, []byte{0})
 	f.Fuzz(func(t *testing.T, tool, caller string, args []byte, version uint64, page uint32, issued int64, session, state []byte) {
-		checkCursorEncode(t, cursorBody{
-			version: version, tool: tool, caller: caller, args: args,
-			page: page, issued: issued, session: session, state: state,
+		checkEncode(t, Body{
+			Version: version, Tool: tool, Caller: caller, Args: args,
+			Page: page, Issued: issued, Session: session, State: state,
 		})
 	})
 }
@@ -222,23 +221,23 @@ func FuzzCursorCBOREncode(f *testing.F) {
 // over every single-byte mutation of a canonical body, so the differential
 // check runs in plain `go test` too.
 func TestCursorCodecMatchesFxamacker(t *testing.T) {
-	for _, s := range cursorBodySeeds() {
-		checkCursorDecode(t, s)
+	for _, s := range bodySeeds() {
+		checkDecode(t, s)
 	}
-	body := cursorBodySeeds()[0]
+	body := bodySeeds()[0]
 	for i := range body {
 		for _, delta := range []byte{1, 0x20, 0x80, 0xff} {
 			m := append([]byte(nil), body...)
 			m[i] += delta
-			checkCursorDecode(t, m)
+			checkDecode(t, m)
 		}
-		checkCursorDecode(t, body[:i])
+		checkDecode(t, body[:i])
 	}
 	for _, n := range []uint64{0, 1, 23, 24, 255, 256, 65535, 65536, 1<<32 - 1, 1 << 32, math.MaxUint64} {
-		checkCursorEncode(t, cursorBody{
-			version: n, tool: strings.Repeat("t", int(n%300)), caller: "c",
-			args: bytes.Repeat([]byte{1}, int(n%40)), page: uint32(n), issued: -int64(n >> 1),
-			session: []byte("s"), state: bytes.Repeat([]byte{2}, int(n%257)),
+		checkEncode(t, Body{
+			Version: n, Tool: strings.Repeat("t", int(n%300)), Caller: "c",
+			Args: bytes.Repeat([]byte{1}, int(n%40)), Page: uint32(n), Issued: -int64(n >> 1),
+			Session: []byte("s"), State: bytes.Repeat([]byte{2}, int(n%257)),
 		})
 	}
 }

@@ -1,14 +1,14 @@
-package ctoken
+package cursorwire
 
 import "unicode/utf8"
 
 // A hand-written codec for the fixed cursor payload. It produces exactly the
-// bytes fxamacker/cbor's Core Deterministic Encoding produces for cursorWire
-// and decodes without reflection or allocation; cbor_fuzz_test.go checks
-// both directions against fxamacker/cbor.
+// bytes fxamacker/cbor's Core Deterministic Encoding produces for [Payload]
+// and decodes without reflection or allocation; codec_test.go checks both
+// directions against fxamacker/cbor.
 //
 // The decoder accepts exactly the canonical encodings: input that the strict
-// fxamacker DecMode (cursorDecMode) decodes into a cursorWire AND that
+// fxamacker DecMode (codec_test.go's decMode) decodes into a [Payload] AND that
 // re-encodes, under Core Deterministic Encoding, to the very same bytes.
 // Concretely it refuses:
 //   - anything but one definite-length map of 6 to 8 pairs, with nothing
@@ -35,28 +35,28 @@ const (
 	cborMap   = 5 << 5
 )
 
-// cursorBody is a cursor body to encode.
-type cursorBody struct {
-	version uint64
-	tool    string
-	caller  string
-	args    []byte // omitted when empty
-	page    uint32
-	issued  int64
-	session []byte
-	state   []byte // omitted when empty
+// Body is a cursor body to encode.
+type Body struct {
+	Version uint64
+	Tool    string
+	Caller  string
+	Args    []byte // omitted when empty
+	Page    uint32
+	Issued  int64
+	Session []byte
+	State   []byte // omitted when empty
 }
 
-// cursorFields is a decoded cursor body. Slices alias the decoded input.
-type cursorFields struct {
-	version uint64
-	tool    []byte
-	caller  []byte
-	args    []byte // nil when absent
-	page    uint32
-	issued  int64
-	session []byte
-	state   []byte // nil when absent
+// Fields is a decoded cursor body. Slices alias the decoded input.
+type Fields struct {
+	Version uint64
+	Tool    []byte
+	Caller  []byte
+	Args    []byte // nil when absent
+	Page    uint32
+	Issued  int64
+	Session []byte
+	State   []byte // nil when absent
 }
 
 // cborHeadLen is the length of the minimal head for argument n.
@@ -98,61 +98,61 @@ func cborIntHead(v int64) (byte, uint64) {
 	return cborUint, uint64(v)
 }
 
-// cursorBodyLen returns the length of the encoding of f.
-func cursorBodyLen(f *cursorBody) int {
+// BodyLen returns the length of the encoding of f.
+func BodyLen(f *Body) int {
 	n := 1 + // map head (at most 8 pairs)
-		1 + cborHeadLen(f.version) +
-		1 + cborHeadLen(uint64(len(f.tool))) + len(f.tool) +
-		1 + cborHeadLen(uint64(len(f.caller))) + len(f.caller) +
-		1 + cborHeadLen(uint64(f.page)) +
-		1 + cborHeadLen(uint64(len(f.session))) + len(f.session)
-	_, iv := cborIntHead(f.issued)
+		1 + cborHeadLen(f.Version) +
+		1 + cborHeadLen(uint64(len(f.Tool))) + len(f.Tool) +
+		1 + cborHeadLen(uint64(len(f.Caller))) + len(f.Caller) +
+		1 + cborHeadLen(uint64(f.Page)) +
+		1 + cborHeadLen(uint64(len(f.Session))) + len(f.Session)
+	_, iv := cborIntHead(f.Issued)
 	n += 1 + cborHeadLen(iv)
-	if len(f.args) > 0 {
-		n += 1 + cborHeadLen(uint64(len(f.args))) + len(f.args)
+	if len(f.Args) > 0 {
+		n += 1 + cborHeadLen(uint64(len(f.Args))) + len(f.Args)
 	}
-	if len(f.state) > 0 {
-		n += 1 + cborHeadLen(uint64(len(f.state))) + len(f.state)
+	if len(f.State) > 0 {
+		n += 1 + cborHeadLen(uint64(len(f.State))) + len(f.State)
 	}
 	return n
 }
 
-// appendCursorBody appends the Core Deterministic Encoding of f: a map with
+// AppendBody appends the Core Deterministic Encoding of f: a map with
 // integer keys in ascending order, args and state omitted when empty.
-func appendCursorBody(dst []byte, f *cursorBody) []byte {
+func AppendBody(dst []byte, f *Body) []byte {
 	pairs := uint64(6)
-	if len(f.args) > 0 {
+	if len(f.Args) > 0 {
 		pairs++
 	}
-	if len(f.state) > 0 {
+	if len(f.State) > 0 {
 		pairs++
 	}
 	dst = appendCBORHead(dst, cborMap, pairs)
-	dst = append(dst, 1)
-	dst = appendCBORHead(dst, cborUint, f.version)
-	dst = append(dst, 2)
-	dst = appendCBORHead(dst, cborText, uint64(len(f.tool)))
-	dst = append(dst, f.tool...)
-	dst = append(dst, 3)
-	dst = appendCBORHead(dst, cborText, uint64(len(f.caller)))
-	dst = append(dst, f.caller...)
-	if len(f.args) > 0 {
-		dst = append(dst, 4)
-		dst = appendCBORHead(dst, cborBytes, uint64(len(f.args)))
-		dst = append(dst, f.args...)
+	dst = append(dst, KeyVersion)
+	dst = appendCBORHead(dst, cborUint, f.Version)
+	dst = append(dst, KeyTool)
+	dst = appendCBORHead(dst, cborText, uint64(len(f.Tool)))
+	dst = append(dst, f.Tool...)
+	dst = append(dst, KeyCaller)
+	dst = appendCBORHead(dst, cborText, uint64(len(f.Caller)))
+	dst = append(dst, f.Caller...)
+	if len(f.Args) > 0 {
+		dst = append(dst, KeyArgs)
+		dst = appendCBORHead(dst, cborBytes, uint64(len(f.Args)))
+		dst = append(dst, f.Args...)
 	}
-	dst = append(dst, 5)
-	dst = appendCBORHead(dst, cborUint, uint64(f.page))
-	dst = append(dst, 6)
-	major, n := cborIntHead(f.issued)
+	dst = append(dst, KeyPage)
+	dst = appendCBORHead(dst, cborUint, uint64(f.Page))
+	dst = append(dst, KeyIssued)
+	major, n := cborIntHead(f.Issued)
 	dst = appendCBORHead(dst, major, n)
-	dst = append(dst, 7)
-	dst = appendCBORHead(dst, cborBytes, uint64(len(f.session)))
-	dst = append(dst, f.session...)
-	if len(f.state) > 0 {
-		dst = append(dst, 8)
-		dst = appendCBORHead(dst, cborBytes, uint64(len(f.state)))
-		dst = append(dst, f.state...)
+	dst = append(dst, KeySession)
+	dst = appendCBORHead(dst, cborBytes, uint64(len(f.Session)))
+	dst = append(dst, f.Session...)
+	if len(f.State) > 0 {
+		dst = append(dst, KeyState)
+		dst = appendCBORHead(dst, cborBytes, uint64(len(f.State)))
+		dst = append(dst, f.State...)
 	}
 	return dst
 }
@@ -219,53 +219,53 @@ func (r *cborReader) str(major byte) ([]byte, bool) {
 	return s, true
 }
 
-// decodeCursorBody decodes a canonical cursor body (see the top of this
-// file). The slices of f alias in.
-func decodeCursorBody(in []byte) (f cursorFields, ok bool) {
+// DecodeBody decodes a canonical cursor body (see the top of this
+// file). The slices of f alias in. It never allocates.
+func DecodeBody(in []byte) (f Fields, ok bool) {
 	r := cborReader{in: in}
 	pairs, ok := r.head(cborMap)
 	if !ok || pairs < 6 || pairs > 8 {
-		return cursorFields{}, false
+		return Fields{}, false
 	}
 	var seen uint // bit k set once key k is read
 	last := uint64(0)
 	for range pairs {
 		key, ok := r.head(cborUint)
-		if !ok || key <= last || key > 8 {
-			return cursorFields{}, false
+		if !ok || key <= last || key > MaxKey {
+			return Fields{}, false
 		}
 		last = key
 		seen |= 1 << key
 		switch key {
-		case 1:
-			f.version, ok = r.head(cborUint)
-		case 2:
-			f.tool, ok = r.str(cborText)
-		case 3:
-			f.caller, ok = r.str(cborText)
-		case 4:
-			f.args, ok = r.str(cborBytes)
-			ok = ok && len(f.args) > 0
-		case 5:
+		case KeyVersion:
+			f.Version, ok = r.head(cborUint)
+		case KeyTool:
+			f.Tool, ok = r.str(cborText)
+		case KeyCaller:
+			f.Caller, ok = r.str(cborText)
+		case KeyArgs:
+			f.Args, ok = r.str(cborBytes)
+			ok = ok && len(f.Args) > 0
+		case KeyPage:
 			var v uint64
 			v, ok = r.head(cborUint)
 			ok = ok && v <= 0xffffffff
-			f.page = uint32(v)
-		case 6:
-			f.issued, ok = r.int64()
-		case 7:
-			f.session, ok = r.str(cborBytes)
-		case 8:
-			f.state, ok = r.str(cborBytes)
-			ok = ok && len(f.state) > 0
+			f.Page = uint32(v)
+		case KeyIssued:
+			f.Issued, ok = r.int64()
+		case KeySession:
+			f.Session, ok = r.str(cborBytes)
+		case KeyState:
+			f.State, ok = r.str(cborBytes)
+			ok = ok && len(f.State) > 0
 		}
 		if !ok {
-			return cursorFields{}, false
+			return Fields{}, false
 		}
 	}
-	const required = 1<<1 | 1<<2 | 1<<3 | 1<<5 | 1<<6 | 1<<7
+	const required = 1<<KeyVersion | 1<<KeyTool | 1<<KeyCaller | 1<<KeyPage | 1<<KeyIssued | 1<<KeySession
 	if seen&required != required || r.pos != len(in) {
-		return cursorFields{}, false
+		return Fields{}, false
 	}
 	return f, true
 }

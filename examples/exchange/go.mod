@@ -1,0 +1,14 @@
+module github.com/ctoken/ctoken/examples/exchange
+
+go 1.24
+
+require (
+	github.com/ctoken/ctoken v0.1.0
+	github.com/golang-jwt/jwt/v5 v5.3.1
+)
+
+require (
+	github.com/fxamacker/cbor/v2 v2.9.6 // indirect
+	github.com/x448/float16 v0.8.4 // indirect
+)
+

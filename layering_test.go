@@ -1,0 +1,168 @@
+package ctoken_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"go/parser"
+	"go/token"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The module's layers, bottom up: internal/* and replay (standard library
+// only); the root package and webhook (side by side, neither importing the
+// other); cmd/ctoken and the nested modules on top. Nothing imports upward.
+
+const modulePath = "github.com/ctoken/ctoken"
+
+// listedPackage is the part of `go list -json` output the layering rules
+// read.
+type listedPackage struct {
+	ImportPath string
+	Deps       []string // transitive, non-test
+	Standard   bool
+}
+
+// modulePackages lists the root module's packages with their transitive
+// non-test dependencies, and the set of standard-library package paths
+// among those dependencies.
+func modulePackages(t *testing.T) (map[string]listedPackage, map[string]bool) {
+	t.Helper()
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the layering test runs `go list`: %v", err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(goCmd, "list", "-deps", "-json", "./...")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	pkgs := map[string]listedPackage{}
+	std := map[string]bool{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		if p.Standard {
+			std[p.ImportPath] = true
+		}
+		if inModule(p.ImportPath) {
+			pkgs[p.ImportPath] = p
+		}
+	}
+	for _, want := range []string{modulePath, modulePath + "/replay", modulePath + "/webhook", modulePath + "/internal/b64"} {
+		if _, ok := pkgs[want]; !ok {
+			t.Fatalf("go list did not report %s; got %d packages", want, len(pkgs))
+		}
+	}
+	return pkgs, std
+}
+
+func inModule(path string) bool {
+	return path == modulePath || strings.HasPrefix(path, modulePath+"/")
+}
+
+func isInternal(path string) bool { return strings.HasPrefix(path, modulePath+"/internal/") }
+
+func TestLayeringInternalAndReplayImportOnlyTheStandardLibraryAndInternal(t *testing.T) {
+	pkgs, std := modulePackages(t)
+	for path, p := range pkgs {
+		internal := isInternal(path)
+		if !internal && path != modulePath+"/replay" {
+			continue
+		}
+		for _, d := range p.Deps {
+			switch {
+			case std[d]:
+			case internal && isInternal(d):
+				// internal/* may share each other (none does today).
+			default:
+				t.Errorf("%s imports %s: the bottom layer depends on the standard library only", path, d)
+			}
+		}
+	}
+}
+
+func TestLayeringRootAndWebhookDoNotImportEachOther(t *testing.T) {
+	pkgs, _ := modulePackages(t)
+	if slices.Contains(pkgs[modulePath].Deps, modulePath+"/webhook") {
+		t.Errorf("the root package imports webhook")
+	}
+	for _, d := range pkgs[modulePath+"/webhook"].Deps {
+		if d == modulePath || strings.HasPrefix(d, "github.com/fxamacker/cbor") {
+			t.Errorf("webhook imports %s: webhook-only users must not link the root package or CBOR", d)
+		}
+	}
+}
+
+func TestLayeringNothingInTheModuleImportsCmd(t *testing.T) {
+	pkgs, _ := modulePackages(t)
+	for path, p := range pkgs {
+		for _, d := range p.Deps {
+			if strings.HasPrefix(d, modulePath+"/cmd/") || strings.HasPrefix(d, modulePath+"/examples/") {
+				t.Errorf("%s imports %s", path, d)
+			}
+		}
+	}
+}
+
+// Go's internal rule admits any importer under github.com/ctoken/ctoken/,
+// nested modules included; this test is what keeps them out, so internal/
+// stays free to change. It reads every .go file (tests too) of each nested
+// module.
+func TestLayeringNestedModulesNeverImportInternal(t *testing.T) {
+	nested := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && d.Name() == "testdata" {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || d.Name() != "go.mod" || path == "go.mod" {
+			return nil
+		}
+		nested++
+		dir := filepath.Dir(path)
+		return filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+			if err != nil || e.IsDir() || !strings.HasSuffix(p, ".go") {
+				return err
+			}
+			src, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), p, src, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			for _, imp := range f.Imports {
+				ip, _ := strconv.Unquote(imp.Path.Value)
+				if ip == modulePath+"/internal" || isInternal(ip) {
+					t.Errorf("%s (nested module %s) imports %s", p, dir, ip)
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nested < 4 {
+		t.Fatalf("found %d nested modules, want mcp, mcpgo, redisstore and bench at least", nested)
+	}
+}

@@ -1,0 +1,352 @@
+package replay
+
+import (
+	"container/heap"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// MemoryStore is a bounded, in-process [Store]. It holds at most Max live
+// entries; entries whose expiry has passed are evicted before every call.
+// When it is full of live entries, a new claim or lease is refused with
+// [ErrFull]: it fails closed and never forgets a live entry to make room,
+// because a forgotten entry is an accepted replay.
+//
+// It also implements [Releaser] and [Leaser]. Each claimed or confirmed
+// entry, whatever the length of its ID, is kept as a 128-bit SHA-256 prefix
+// of the ID and an expiry, without a pointer, so memory is independent of
+// ID length and the garbage collector never scans the entries (a live
+// lease takes a small allocation of its own until it is confirmed,
+// released or ends): a full store of 2^20 entries
+// retains 80 bytes per entry (BenchmarkMemoryStoreBytesPerEntry), and
+// TestMemoryStoreBytesPerEntryBounded holds it under 96. Two distinct IDs collide with
+// negligible probability (2^-128 per pair). Its state is local to the
+// process: a fleet of several instances needs a shared store (such as the
+// redisstore module) to reject a replay sent to another instance.
+//
+// The zero value is ready to use with [DefaultMax] and time.Now. Set Max and
+// Now before the first call and do not change them afterwards. A
+// MemoryStore is safe for concurrent use and must not be copied after
+// first use. Each call costs O(log n) plus amortised eviction.
+type MemoryStore struct {
+	// Max is the maximum number of live entries; zero means [DefaultMax]. A
+	// negative Max is a configuration error: every call returns [ErrConfig].
+	Max int
+	// Now is the store's clock, which decides when an entry has expired;
+	// nil means time.Now. Give it the same clock as the code that computes
+	// the expiry times passed to Claim.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	entries map[entryKey]int64  // claimed and confirmed ids: hashed id → expiry (unix nanoseconds)
+	byTime  expiryHeap          // the entries ordered by expiry, plus stale leftovers
+	leases  map[entryKey]*lease // ids under a lease, which are not in entries
+	byEnd   leaseHeap           // the leases ordered by end
+	tokens  uint64              // the last lease token handed out
+}
+
+// lease is a live lease: its token, its end (unix nanoseconds) and its
+// index in byEnd.
+type lease struct {
+	key   entryKey
+	token uint64
+	end   int64
+	index int
+}
+
+// entryKey is the first 128 bits of the SHA-256 of an ID.
+type entryKey [16]byte
+
+func keyOf(id string) entryKey {
+	sum := sha256.Sum256([]byte(id))
+	return entryKey(sum[:16])
+}
+
+// NewMemoryStore returns a [MemoryStore] holding at most max live entries
+// (zero: [DefaultMax]; negative: every call fails with [ErrConfig]) with the
+// system clock.
+func NewMemoryStore(max int) *MemoryStore {
+	return &MemoryStore{Max: max}
+}
+
+// Claim records id until the given time and reports whether this was the
+// first live claim of id. A second claim of a live id (or of an id under a
+// live lease) reports false and leaves the first expiry unchanged; once the
+// expiry has passed the id may be claimed again. It returns ctx's error if
+// ctx is done, [ErrFull] when the store is full of live entries,
+// [ErrExpired] when until is not after the store's current time, and
+// [ErrConfig] when Max is negative; first is false whenever err is non-nil.
+func (s *MemoryStore) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	k := keyOf(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if !until.After(now) {
+		return false, ErrExpired
+	}
+	s.evictLocked(now.UnixNano())
+	if s.liveLocked(k) {
+		return false, nil
+	}
+	if err := s.insertLocked(k, until.UnixNano()); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// Release forgets id, whether claimed, leased or confirmed, so its next
+// Claim is first again. It returns ctx's error if ctx is done and
+// [ErrConfig] when Max is negative; releasing an unknown id is not an
+// error.
+func (s *MemoryStore) Release(ctx context.Context, id string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	k := keyOf(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deleteLocked(k)
+	return nil
+}
+
+// AcquireLease implements [Leaser]: it takes id for lease by the store's
+// clock if no live entry holds it. Besides the errors of [MemoryStore.Claim]
+// it refuses a lease that is not positive with [ErrExpired].
+func (s *MemoryStore) AcquireLease(ctx context.Context, id string, d time.Duration) (Lease, error) {
+	if err := s.check(ctx); err != nil {
+		return Lease{}, err
+	}
+	if d <= 0 {
+		return Lease{}, ErrExpired
+	}
+	k := keyOf(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().UnixNano()
+	s.evictLocked(now)
+	if l, leased := s.leases[k]; leased {
+		return Lease{State: LeaseBusy, Wait: time.Duration(l.end - now)}, nil
+	}
+	if _, live := s.entries[k]; live {
+		return Lease{State: LeaseDone}, nil
+	}
+	if s.lenLocked() >= s.max() {
+		return Lease{}, ErrFull
+	}
+	s.tokens++
+	l := &lease{key: k, token: s.tokens, end: now + int64(d)}
+	if s.leases == nil {
+		s.leases = make(map[entryKey]*lease)
+	}
+	s.leases[k] = l
+	heap.Push(&s.byEnd, l)
+	return Lease{State: LeaseAcquired, Token: strconv.FormatUint(l.token, 10)}, nil
+}
+
+// ConfirmLease implements [Leaser]: it records id as done until the given
+// time when token's lease on id is live, or has ended with id still free
+// (then it needs room: [ErrFull] when the store is full). It fails with
+// [ErrLeaseLost] when id is held by another lease or entry, and with the
+// errors of [MemoryStore.Claim].
+func (s *MemoryStore) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	tok, err := strconv.ParseUint(token, 10, 64)
+	if err != nil || tok == 0 {
+		return ErrLeaseLost // not a token of this store: never a lease on id
+	}
+	k := keyOf(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if !until.After(now) {
+		return ErrExpired
+	}
+	s.evictLocked(now.UnixNano())
+	if l, leased := s.leases[k]; leased {
+		if l.token != tok {
+			return ErrLeaseLost
+		}
+		s.dropLeaseLocked(l)
+	} else if _, live := s.entries[k]; live {
+		return ErrLeaseLost
+	}
+	return s.insertLocked(k, until.UnixNano())
+}
+
+// ReleaseLease implements [Leaser]: it frees id when token's lease on it is
+// live and otherwise changes nothing. It returns ctx's error if ctx is done
+// and [ErrConfig] when Max is negative.
+func (s *MemoryStore) ReleaseLease(ctx context.Context, id, token string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	tok, err := strconv.ParseUint(token, 10, 64)
+	if err != nil || tok == 0 {
+		return nil
+	}
+	k := keyOf(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evictLocked(s.now().UnixNano())
+	if l, leased := s.leases[k]; leased && l.token == tok {
+		s.dropLeaseLocked(l)
+	}
+	return nil
+}
+
+// Len returns the number of live entries (claims, leases and confirmed
+// leases not yet evicted as expired), for metrics.
+func (s *MemoryStore) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evictLocked(s.now().UnixNano())
+	return s.lenLocked()
+}
+
+func (s *MemoryStore) lenLocked() int { return len(s.entries) + len(s.leases) }
+
+// liveLocked reports whether k is claimed, confirmed or leased.
+func (s *MemoryStore) liveLocked(k entryKey) bool {
+	if _, ok := s.entries[k]; ok {
+		return true
+	}
+	_, ok := s.leases[k]
+	return ok
+}
+
+func (s *MemoryStore) dropLeaseLocked(l *lease) {
+	delete(s.leases, l.key)
+	heap.Remove(&s.byEnd, l.index)
+}
+
+// check refuses a done ctx and a negative Max.
+func (s *MemoryStore) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.Max < 0 {
+		return fmt.Errorf("%w: Max is negative", ErrConfig)
+	}
+	return nil
+}
+
+func (s *MemoryStore) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *MemoryStore) max() int {
+	if s.Max == 0 {
+		return DefaultMax
+	}
+	return s.Max
+}
+
+// insertLocked adds a new entry, or fails with ErrFull. The caller has
+// checked that k is not live, or dropped its lease.
+func (s *MemoryStore) insertLocked(k entryKey, until int64) error {
+	if s.lenLocked() >= s.max() {
+		return ErrFull
+	}
+	if s.entries == nil {
+		s.entries = make(map[entryKey]int64)
+	}
+	s.entries[k] = until
+	heap.Push(&s.byTime, expiryEntry{key: k, until: until})
+	return nil
+}
+
+// deleteLocked forgets an entry. The heap keeps a stale leftover until its
+// expiry; it is rebuilt if leftovers ever dominate, so memory stays
+// proportional to Max.
+func (s *MemoryStore) deleteLocked(k entryKey) {
+	delete(s.entries, k)
+	if l, leased := s.leases[k]; leased {
+		s.dropLeaseLocked(l)
+	}
+	if len(s.byTime) > 2*len(s.entries)+64 {
+		s.rebuildLocked()
+	}
+}
+
+// evictLocked removes every entry and lease whose end is not after now.
+func (s *MemoryStore) evictLocked(now int64) {
+	for len(s.byTime) > 0 && s.byTime[0].until <= now {
+		e := heap.Pop(&s.byTime).(expiryEntry)
+		// Only delete the entry this heap entry describes: the id may have
+		// been released and claimed again with a later expiry.
+		if u, ok := s.entries[e.key]; ok && u == e.until {
+			delete(s.entries, e.key)
+		}
+	}
+	for len(s.byEnd) > 0 && s.byEnd[0].end <= now {
+		s.dropLeaseLocked(s.byEnd[0])
+	}
+}
+
+func (s *MemoryStore) rebuildLocked() {
+	s.byTime = s.byTime[:0]
+	for k, until := range s.entries {
+		s.byTime = append(s.byTime, expiryEntry{key: k, until: until})
+	}
+	heap.Init(&s.byTime)
+}
+
+type expiryEntry struct {
+	key   entryKey
+	until int64
+}
+
+// expiryHeap is a min-heap of entries by expiry (container/heap).
+type expiryHeap []expiryEntry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].until < h[j].until }
+func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(expiryEntry)) }
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// leaseHeap is a min-heap of live leases by end, each knowing its index so
+// that a confirmed or released lease leaves the heap at once.
+type leaseHeap []*lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].end < h[j].end }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	l := x.(*lease)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return l
+}
+
+var (
+	_ Store    = (*MemoryStore)(nil)
+	_ Releaser = (*MemoryStore)(nil)
+	_ Leaser   = (*MemoryStore)(nil)
+)

@@ -1,0 +1,238 @@
+// Package replaytest checks that a replay store keeps the contract of the
+// [replay] package. [RunLeaseContract] is run by the tests of every
+// [replay.Leaser] this repository ships (the memory store and redisstore);
+// the author of another store can run it too. It uses the real clock with
+// short leases, so it takes about a second.
+package replaytest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// Store is a replay store with leases: what [RunLeaseContract] checks.
+type Store interface {
+	replay.Store
+	replay.Leaser
+}
+
+// Lease is the lease duration of the contract tests that wait for a lease
+// to end.
+const Lease = 150 * time.Millisecond
+
+// RunLeaseContract runs every contract test against a fresh store from newStore per test.
+// IDs need not be unique across calls of newStore.
+func RunLeaseContract(t *testing.T, newStore func(t *testing.T) Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s Store)
+	}{
+		{"AcquireThenBusyThenDone", acquireThenBusyThenDone},
+		{"BusyReportsRemainingLease", busyReportsRemainingLease},
+		{"UnconfirmedLeaseEndsAndIDIsFreeAgain", unconfirmedLeaseEnds},
+		{"ReleaseFreesOnlyTheHoldersLease", releaseFreesOnlyTheHoldersLease},
+		{"ReleaseAfterConfirmKeepsDone", releaseAfterConfirmKeepsDone},
+		{"ConfirmAfterTakeoverIsLeaseLost", confirmAfterTakeoverIsLeaseLost},
+		{"ConfirmAfterLeaseEndedWithIDFreeRecordsDone", confirmAfterLeaseEndedWithIDFree},
+		{"ConfirmWithForeignTokenIsLeaseLost", confirmWithForeignToken},
+		{"ConfirmedEntryExpiresAtUntil", confirmedEntryExpiresAtUntil},
+		{"ClaimAndLeaseShareOneEntry", claimAndLeaseShareOneEntry},
+		{"ConcurrentAcquiresExactlyOneWins", concurrentAcquiresExactlyOne},
+		{"NonPositiveLeaseRefused", nonPositiveLeaseRefused},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newStore(t))
+		})
+	}
+}
+
+func ctx() context.Context { return context.Background() }
+
+func acquire(t *testing.T, s Store, id string, lease time.Duration, want replay.LeaseState) replay.Lease {
+	t.Helper()
+	l, err := s.AcquireLease(ctx(), id, lease)
+	if err != nil {
+		t.Fatalf("AcquireLease(%q): %v", id, err)
+	}
+	if l.State != want {
+		t.Fatalf("AcquireLease(%q) = %v, want %v", id, l.State, want)
+	}
+	if (l.Token != "") != (want == replay.LeaseAcquired) {
+		t.Fatalf("AcquireLease(%q) = %v with token %q", id, l.State, l.Token)
+	}
+	return l
+}
+
+func confirm(t *testing.T, s Store, id, token string, until time.Time) {
+	t.Helper()
+	if err := s.ConfirmLease(ctx(), id, token, until); err != nil {
+		t.Fatalf("ConfirmLease(%q): %v", id, err)
+	}
+}
+
+// waitOut sleeps until a lease of d taken at start has surely ended.
+func waitOut(start time.Time, d time.Duration) {
+	time.Sleep(time.Until(start.Add(d + 50*time.Millisecond)))
+}
+
+func acquireThenBusyThenDone(t *testing.T, s Store) {
+	l := acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
+	acquire(t, s, "a", time.Minute, replay.LeaseBusy)
+	acquire(t, s, "b", time.Minute, replay.LeaseAcquired) // independent
+	confirm(t, s, "a", l.Token, time.Now().Add(time.Hour))
+	acquire(t, s, "a", time.Minute, replay.LeaseDone)
+	if first, err := s.Claim(ctx(), "a", time.Now().Add(time.Hour)); first || err != nil {
+		t.Fatalf("Claim of a confirmed id = %v, %v; want false, nil", first, err)
+	}
+}
+
+func busyReportsRemainingLease(t *testing.T, s Store) {
+	acquire(t, s, "a", 10*time.Second, replay.LeaseAcquired)
+	l := acquire(t, s, "a", time.Minute, replay.LeaseBusy)
+	if l.Wait <= 0 || l.Wait > 10*time.Second {
+		t.Fatalf("Wait = %v, want within (0, 10s]: the holder's lease, not the asker's", l.Wait)
+	}
+}
+
+func unconfirmedLeaseEnds(t *testing.T, s Store) {
+	start := time.Now()
+	acquire(t, s, "a", Lease, replay.LeaseAcquired)
+	acquire(t, s, "a", Lease, replay.LeaseBusy)
+	waitOut(start, Lease)
+	acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
+}
+
+func releaseFreesOnlyTheHoldersLease(t *testing.T, s Store) {
+	l := acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
+	other := acquire(t, s, "other", time.Minute, replay.LeaseAcquired)
+	if err := s.ReleaseLease(ctx(), "a", other.Token); err != nil {
+		t.Fatalf("ReleaseLease with another lease's token: %v", err)
+	}
+	acquire(t, s, "a", time.Minute, replay.LeaseBusy)
+	if err := s.ReleaseLease(ctx(), "a", l.Token); err != nil {
+		t.Fatal(err)
+	}
+	l2 := acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
+	// The first holder's late release must not free the second holder's lease.
+	if err := s.ReleaseLease(ctx(), "a", l.Token); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, s, "a", time.Minute, replay.LeaseBusy)
+	if err := s.ReleaseLease(ctx(), "never-leased", l2.Token); err != nil {
+		t.Fatalf("ReleaseLease of an unknown id: %v", err)
+	}
+}
+
+func releaseAfterConfirmKeepsDone(t *testing.T, s Store) {
+	l := acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
+	confirm(t, s, "a", l.Token, time.Now().Add(time.Hour))
+	if err := s.ReleaseLease(ctx(), "a", l.Token); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, s, "a", time.Minute, replay.LeaseDone)
+}
+
+func confirmAfterTakeoverIsLeaseLost(t *testing.T, s Store) {
+	start := time.Now()
+	l := acquire(t, s, "a", Lease, replay.LeaseAcquired)
+	waitOut(start, Lease)
+	l2 := acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
+	if l2.Token == l.Token {
+		t.Fatal("two leases of one id got the same token")
+	}
+	if err := s.ConfirmLease(ctx(), "a", l.Token, time.Now().Add(time.Hour)); !errors.Is(err, replay.ErrLeaseLost) {
+		t.Fatalf("ConfirmLease after another holder took the id: %v, want ErrLeaseLost", err)
+	}
+	confirm(t, s, "a", l2.Token, time.Now().Add(time.Hour))
+	// Once the other holder confirmed, the late confirmation is still lost.
+	if err := s.ConfirmLease(ctx(), "a", l.Token, time.Now().Add(time.Hour)); !errors.Is(err, replay.ErrLeaseLost) {
+		t.Fatalf("ConfirmLease after another holder confirmed: %v, want ErrLeaseLost", err)
+	}
+}
+
+func confirmAfterLeaseEndedWithIDFree(t *testing.T, s Store) {
+	start := time.Now()
+	l := acquire(t, s, "a", Lease, replay.LeaseAcquired)
+	waitOut(start, Lease)
+	confirm(t, s, "a", l.Token, time.Now().Add(time.Hour))
+	acquire(t, s, "a", time.Minute, replay.LeaseDone)
+}
+
+func confirmWithForeignToken(t *testing.T, s Store) {
+	acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
+	for _, tok := range []string{"", "0", "not-a-token", "\x00\xff"} {
+		if err := s.ConfirmLease(ctx(), "a", tok, time.Now().Add(time.Hour)); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("ConfirmLease with token %q: %v, want ErrLeaseLost", tok, err)
+		}
+	}
+	acquire(t, s, "a", time.Minute, replay.LeaseBusy)
+}
+
+func confirmedEntryExpiresAtUntil(t *testing.T, s Store) {
+	l := acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
+	until := time.Now().Add(Lease)
+	confirm(t, s, "a", l.Token, until)
+	acquire(t, s, "a", time.Minute, replay.LeaseDone)
+	time.Sleep(time.Until(until.Add(50 * time.Millisecond)))
+	acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
+}
+
+func claimAndLeaseShareOneEntry(t *testing.T, s Store) {
+	acquire(t, s, "leased", time.Minute, replay.LeaseAcquired)
+	if first, err := s.Claim(ctx(), "leased", time.Now().Add(time.Hour)); first || err != nil {
+		t.Fatalf("Claim of a leased id = %v, %v; want false, nil", first, err)
+	}
+	if first, err := s.Claim(ctx(), "claimed", time.Now().Add(time.Hour)); !first || err != nil {
+		t.Fatalf("Claim = %v, %v; want true, nil", first, err)
+	}
+	acquire(t, s, "claimed", time.Minute, replay.LeaseDone)
+}
+
+func concurrentAcquiresExactlyOne(t *testing.T, s Store) {
+	const copies = 32
+	for round := range 10 {
+		id := fmt.Sprint("race-", round)
+		var acquired, busy atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range copies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				l, err := s.AcquireLease(ctx(), id, time.Minute)
+				switch {
+				case err != nil:
+					t.Error(err)
+				case l.State == replay.LeaseAcquired:
+					acquired.Add(1)
+				case l.State == replay.LeaseBusy:
+					busy.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if acquired.Load() != 1 || busy.Load() != copies-1 {
+			t.Fatalf("round %d: %d acquired, %d busy; want 1 and %d", round, acquired.Load(), busy.Load(), copies-1)
+		}
+	}
+}
+
+func nonPositiveLeaseRefused(t *testing.T, s Store) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		if l, err := s.AcquireLease(ctx(), "a", d); err == nil || l.State != 0 || l.Token != "" {
+			t.Fatalf("AcquireLease with lease %v = %+v, %v; want an error and nothing", d, l, err)
+		}
+	}
+	acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
+}

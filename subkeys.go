@@ -1,0 +1,69 @@
+package ctoken
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+
+	"github.com/ctoken/ctoken/internal/mac"
+)
+
+// Subkeys: every use of a [Keyring] derives its own subkey of every key of
+// the ring with HKDF-SHA256 under its own label (see [DeriveKey]), and holds
+// them here as a ring, primary first.
+
+// macSize is the length of an HMAC-SHA256 tag.
+const macSize = mac.Size
+
+// macRing is the HMAC-SHA256 subkey of every key of a [Keyring], primary
+// first, with pooled keyed states (internal/mac).
+type macRing []*mac.Key
+
+// newMACRing returns the ring of kr's subkeys for label, or nil if any
+// subkey cannot be derived or keyed; callers refuse a ring shorter than
+// kr.Len() with [ErrNoKey].
+func newMACRing(kr *Keyring, label string) macRing {
+	subs := kr.derive(label)
+	r := make(macRing, len(subs))
+	for i, s := range subs {
+		k, err := mac.New(s)
+		if err != nil {
+			return nil
+		}
+		r[i] = k
+	}
+	return r
+}
+
+// verify reports the index of the key whose MAC of msg equals tag, comparing
+// in constant time, or -1.
+func (r macRing) verify(msg, tag []byte) int {
+	for i, k := range r {
+		if k.Equal(msg, tag) {
+			return i
+		}
+	}
+	return -1
+}
+
+// aeadRing is the AES-256-GCM subkey of every key of a [Keyring], primary
+// first, each from cipher.NewGCMWithRandomNonce: Seal draws a fresh 12-byte
+// nonce and writes nonce || ciphertext || tag, Open reads that layout (its
+// nonce argument is nil), which is also the form Go's FIPS 140-3 mode
+// allows. cipher.AEAD values from crypto/cipher hold no per-call state and
+// are safe for concurrent use.
+type aeadRing []cipher.AEAD
+
+func newAEADRing(kr *Keyring, label string) (aeadRing, error) {
+	subs := kr.derive(label)
+	r := make(aeadRing, len(subs))
+	for i, s := range subs {
+		block, err := aes.NewCipher(s)
+		if err != nil {
+			return nil, err
+		}
+		if r[i], err = cipher.NewGCMWithRandomNonce(block); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
