@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -163,13 +164,15 @@ func (r *recordingClient) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return r.Client.Do(ctx, args...)
 }
 
-// TestClusterEveryStoreCommandTouchesOneKey asks the cluster itself
-// (COMMAND GETKEYS) which keys each command the store sent names: exactly
-// one, <prefix><id>, so every command is served by one master and can never
-// fail with CROSSSLOT. It also pins the constraint any later multi-key step
-// (a Lua script for webhook leases) must meet: a script naming two keys in
-// different slots is refused with CROSSSLOT, while two keys sharing a hash
-// tag ({id}) run on one master.
+// TestClusterEveryStoreCommandTouchesOneKey runs every store operation —
+// Claim, Release, and the webhook lease steps AcquireLease, ConfirmLease and
+// ReleaseLease — on the cluster and asks the cluster itself (COMMAND
+// GETKEYS) which keys each command sent names: exactly one, under the
+// store's prefix, so every command is served by one master and can never
+// fail with CROSSSLOT. It also pins the constraint any future multi-key
+// step must meet: a script naming two keys in different slots is refused
+// with CROSSSLOT, while two keys sharing a hash tag ({id}) run on one
+// master.
 func TestClusterEveryStoreCommandTouchesOneKey(t *testing.T) {
 	tc := clusterFromEnv(t)
 	c := tc.client(t)
@@ -191,6 +194,40 @@ func TestClusterEveryStoreCommandTouchesOneKey(t *testing.T) {
 	}
 	if len(rec.cmds) != 90 {
 		t.Fatalf("%d commands sent for 90 store calls, want one each", len(rec.cmds))
+	}
+	// The webhook lease steps: one script each (EVALSHA, and EVAL when the
+	// master does not know the script yet).
+	for i := range 30 {
+		id := fmt.Sprint("lease-", i)
+		l, err := s.AcquireLease(ctx, id, time.Minute)
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatalf("acquire: %v, %v", l.State, err)
+		}
+		if busy, err := s.AcquireLease(ctx, id, time.Minute); err != nil || busy.State != replay.LeaseBusy {
+			t.Fatalf("second acquire: %v, %v; want busy", busy.State, err)
+		}
+		if i%2 == 0 {
+			if err := s.ReleaseLease(ctx, id, l.Token); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := s.ConfirmLease(ctx, id, l.Token, until); err != nil {
+			t.Fatal(err)
+		}
+		if done, err := s.AcquireLease(ctx, id, time.Minute); err != nil || done.State != replay.LeaseDone {
+			t.Fatalf("acquire after confirm: %v, %v; want done", done.State, err)
+		}
+	}
+	scripts := 0
+	for _, args := range rec.cmds[90:] {
+		if name := fmt.Sprint(args[0]); name != "EVALSHA" && name != "EVAL" {
+			t.Fatalf("lease step sent %s, want EVALSHA or EVAL", name)
+		}
+		scripts++
+	}
+	if scripts < 30*3+15 {
+		t.Fatalf("%d script commands for %d lease steps", scripts, 30*3+15)
 	}
 	for _, args := range rec.cmds {
 		keys, err := c.CommandGetKeys(ctx, args...).Result()
@@ -219,29 +256,37 @@ func TestClusterEveryStoreCommandTouchesOneKey(t *testing.T) {
 // churnResult is what churnDuring measured.
 type churnResult struct {
 	tokens, burned, refusals int
+	deliveries, hookRetries  int
 }
+
+// churnLease is the webhook lease of churnDuring's receivers.
+const churnLease = 2 * time.Second
 
 // churnDuring runs a fleet of three instances on store while disrupt runs:
 // 16 clients mint fresh single-use tokens and redeem each with two
-// concurrent copies on different instances, and replay earlier tokens,
-// until disrupt returns. Then every token is redeemed again on every
+// concurrent copies on different instances, replay earlier tokens, and
+// send a webhook delivery with two concurrent copies (then retries until
+// acknowledged), until disrupt returns. Then every token is redeemed again on every
 // instance until decided. It asserts that no token was accepted twice (by
 // the replies or by the handlers' work), that every token accepted before
 // the disruption is refused after it, and that a token refused as redeemed
 // without ever being accepted ("burned") had a redeem the store could not
-// decide (503): nothing is lost silently.
+// decide (503): nothing is lost silently. Every webhook delivery was
+// acknowledged and processed exactly once.
 func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 	t.Helper()
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
-	var work acceptLog
+	var work, hooks acceptLog
 	var ins []*instance
 	for i := range 3 {
+		hook := hookEndpoint(t, store, churnLease, 0, hooks.add)
 		ins = append(ins, startInstance(t, fmt.Sprint("i", i), store, func(h http.Handler) http.Handler {
-			return recordAccepts(h, 0, work.add)
+			return withHook(hook)(recordAccepts(h, 0, work.add))
 		}))
 	}
 	c := faultClient(t)
+	sender := newHookSender(t, c)
 	var outs outcomes
 	before := mintMany(t, c, ins, 50)
 	for i, s := range before {
@@ -256,6 +301,8 @@ func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 		mu      sync.Mutex
 		all     = append([]single(nil), before...)
 		stop    atomic.Bool
+		hookIDs []string
+		retries atomic.Int32
 		wg      sync.WaitGroup
 		errs    = make(chan error, 16)
 		kindIdx atomic.Uint64
@@ -264,7 +311,7 @@ func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for !stop.Load() {
+			for n := 0; !stop.Load(); {
 				kind := singleUseKinds[kindIdx.Add(1)%2]
 				a := rand.IntN(3)
 				tok, err := mint(c, ins[a].srv.URL, kind, "alice")
@@ -287,6 +334,31 @@ func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 				old := all[rand.IntN(len(all))]
 				mu.Unlock()
 				outs.add(old.tok, redeem(c, ins[rand.IntN(3)].srv.URL, old))
+
+				// A webhook delivery: two copies at once, then retries
+				// until acknowledged.
+				id := fmt.Sprintf("msg_churn_%d_%d", w, n)
+				n++
+				codes := make([]int, 2)
+				var copies sync.WaitGroup
+				for j, i := range []int{a, (a + 2) % 3} {
+					copies.Add(1)
+					go func() {
+						defer copies.Done()
+						codes[j] = sender.send(ins[i].srv.URL, id)
+					}()
+				}
+				copies.Wait()
+				if codes[0]/100 != 2 && codes[1]/100 != 2 {
+					retries.Add(1)
+					if _, err := sender.deliver(func() string { return ins[rand.IntN(3)].srv.URL }, id, 50*time.Millisecond, churnLease+15*time.Second); err != nil {
+						errs <- err
+						return
+					}
+				}
+				mu.Lock()
+				hookIDs = append(hookIDs, id)
+				mu.Unlock()
 			}
 		}()
 	}
@@ -323,6 +395,12 @@ func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 		}
 	}
 	res.refusals = outs.totals()[http.StatusServiceUnavailable]
+	for _, id := range hookIDs {
+		if n := hooks.count(id); n != 1 {
+			t.Fatalf("webhook delivery %s acknowledged and processed %d times, want exactly once", id, n)
+		}
+	}
+	res.deliveries, res.hookRetries = len(hookIDs), int(retries.Load())
 	return res
 }
 
@@ -383,8 +461,8 @@ func TestClusterSlotMigrationDuringRedeemsLosesNothing(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	})
-	t.Logf("migrated %d slots holding claims (%d keys moved) in %v; %d tokens, %d redeems refused with 503, %d tokens burned",
-		slotCount, moved, took.Round(time.Millisecond), res.tokens, res.refusals, res.burned)
+	t.Logf("migrated %d slots holding claims (%d keys moved) in %v; %d tokens, %d redeems refused with 503, %d tokens burned; %d webhook deliveries each processed once, %d needed a retry",
+		slotCount, moved, took.Round(time.Millisecond), res.tokens, res.refusals, res.burned, res.deliveries, res.hookRetries)
 }
 
 // TestClusterMasterRestartDuringRedeemsLosesNothing SIGKILLs the master
@@ -421,7 +499,8 @@ func TestClusterMasterRestartDuringRedeemsLosesNothing(t *testing.T) {
 		tc.restart(t, victim, time.Second)
 		time.Sleep(300 * time.Millisecond)
 	})
-	t.Logf("restarted master %s: %d tokens, %d redeems refused with 503, %d tokens burned", victim, res.tokens, res.refusals, res.burned)
+	t.Logf("restarted master %s: %d tokens, %d redeems refused with 503, %d tokens burned; %d webhook deliveries each processed once, %d needed a retry",
+		victim, res.tokens, res.refusals, res.burned, res.deliveries, res.hookRetries)
 	vc := redis.NewClient(&redis.Options{Addr: victim})
 	defer vc.Close()
 	if err := vc.EvalSha(ctx, sha, nil).Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
