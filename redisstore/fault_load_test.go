@@ -19,6 +19,7 @@ import (
 )
 
 const (
+	loadLease    = 2 * time.Second // webhook lease of the load test's receivers
 	loadItems    = 100_000
 	loadPageSize = 500
 	loadTool     = "items.big"
@@ -71,6 +72,7 @@ type loadClient struct {
 	pages     int     // pages of the current listing
 	completed int     // listings seen through to the end
 	tokens    []single
+	hooks     []string // webhook delivery IDs sent, each acknowledged
 
 	mu  sync.Mutex // guards lat: a redeem's two copies record at once
 	lat map[string][]time.Duration
@@ -88,16 +90,18 @@ func (lc *loadClient) time(op string, start time.Time) {
 // appendfsync always) under 64 concurrent clients (CTOKEN_LOAD_CLIENTS) for
 // 30 s (CTOKEN_LOAD_DURATION; a soak sets it longer). Each client pages
 // through a 100 000-item collection with cursors, 500 items a page, round
-// robin over the instances, and between pages mints a one-time token and a
+// robin over the instances; between pages it mints a one-time token and a
 // single-use state and redeems each with two concurrent copies on two
-// instances. Meanwhile the keys rotate in two passes (new key added as
-// previous on every instance, then promoted) and Redis is killed and
-// restarted once. It asserts every item is seen exactly once in every
-// listing (completed listings whole, the unfinished one without
-// duplicates), no page is refused, every token is accepted at most once and
-// acted on exactly when accepted, a token never accepted had a redeem the
-// store could not decide, and every token is refused after the run. It logs
-// throughput and p50/p99 latency per operation.
+// instances, and sends a webhook delivery as two concurrent copies to two
+// instances, retrying until acknowledged. Meanwhile the keys rotate in two
+// passes (new key added as previous on every instance, then promoted) and
+// Redis is killed and restarted once. It asserts every item is seen exactly
+// once in every listing (completed listings whole, the unfinished one
+// without duplicates), no page is refused, every token is accepted at most
+// once and acted on exactly when accepted, a token never accepted had a
+// redeem the store could not decide, every token is refused after the run,
+// and every webhook delivery was processed exactly once. It logs throughput
+// and p50/p99 latency per operation.
 func TestSustainedLoadLosesNothing(t *testing.T) {
 	duration := envDuration(t, "CTOKEN_LOAD_DURATION", 30*time.Second)
 	clients := envInt(t, "CTOKEN_LOAD_CLIENTS", 64)
@@ -106,20 +110,23 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 	t.Setenv(envFleetSession, "fleet-session-1")
 	rp := startRedisProc(t, "--appendonly", "yes", "--appendfsync", "always")
 	store := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
-	var work acceptLog
+	var work, hooks acceptLog
 	var ins []*instance
 	for i := range 3 {
 		holder := new(atomic.Pointer[instance])
+		hook := hookEndpoint(t, store, loadLease, 0, hooks.add)
 		in := startInstance(t, fmt.Sprint("i", i), store, func(h http.Handler) http.Handler {
 			mux := http.NewServeMux()
 			mux.Handle("/", recordAccepts(h, 0, work.add))
 			mux.Handle("GET /big", bigList(holder))
+			mux.Handle("POST /hook", hook)
 			return mux
 		})
 		holder.Store(in)
 		ins = append(ins, in)
 	}
 	c := faultClient(t)
+	sender := newHookSender(t, c)
 
 	var (
 		stop     atomic.Bool
@@ -128,6 +135,8 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 		failures = make(chan error, clients)
 		wg       sync.WaitGroup
 		lcs      = make([]*loadClient, clients)
+		// deliveries none of whose first two copies was acknowledged
+		hookRetries atomic.Int32
 	)
 	next := func() string { return ins[rr.Add(1)%uint64(len(ins))].srv.URL }
 	// redeemPair redeems s on two instances at once.
@@ -203,6 +212,33 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 					lc.tokens = append(lc.tokens, s)
 					redeemPair(lc, s)
 				}
+				// A webhook delivery, sent twice at once to two instances
+				// (a sender's retry racing the first attempt), then
+				// retried until acknowledged.
+				id := fmt.Sprintf("msg_load_%d_%d", lc.id, len(lc.hooks))
+				lc.hooks = append(lc.hooks, id)
+				t0 := time.Now()
+				a := int(rr.Add(1) % 3)
+				codes := make([]int, 2)
+				var copies sync.WaitGroup
+				for j, i := range []int{a, (a + 1) % 3} {
+					copies.Add(1)
+					go func() {
+						defer copies.Done()
+						t1 := time.Now()
+						codes[j] = sender.send(ins[i].srv.URL, id)
+						lc.time("webhook.copy", t1)
+					}()
+				}
+				copies.Wait()
+				if codes[0]/100 != 2 && codes[1]/100 != 2 {
+					hookRetries.Add(1)
+					if _, err := sender.deliver(next, id, 50*time.Millisecond, loadLease+15*time.Second); err != nil {
+						failures <- err
+						return
+					}
+				}
+				lc.time("webhook.acked", t0)
 			}
 		}()
 	}
@@ -242,10 +278,12 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 
 	var lat latencies
 	var tokens []single
+	var deliveries []string
 	completed, partial := 0, 0
 	for _, lc := range lcs {
 		lat.merge(lc.lat)
 		tokens = append(tokens, lc.tokens...)
+		deliveries = append(deliveries, lc.hooks...)
 		completed += lc.completed
 		if lc.pages > 0 {
 			partial++
@@ -314,6 +352,11 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 	if checkErr != nil {
 		t.Fatal(checkErr)
 	}
+	for _, id := range deliveries {
+		if n := hooks.count(id); n != 1 {
+			t.Fatalf("webhook delivery %s acknowledged and processed %d times, want exactly once", id, n)
+		}
+	}
 
 	tot := outs.totals()
 	t.Logf("%d clients for %v (Redis restarted at %v, down and reloaded in %v; keys rotated at 25%% and 50%%)",
@@ -321,6 +364,8 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 	t.Logf("listings of %d items: %d completed (every item exactly once), %d unfinished at the end (no item twice)", loadItems, completed, partial)
 	t.Logf("single-use tokens: %d minted, %d accepted once, %d never accepted (a redeem got 503 and its claim was recorded); redeem replies 200=%d 409=%d 503=%d",
 		len(tokens), accepted, burned, tot[http.StatusOK], tot[http.StatusConflict], tot[http.StatusServiceUnavailable])
+	t.Logf("webhook deliveries: %d, each acknowledged and processed exactly once; %d needed a retry after both first copies were refused",
+		len(deliveries), hookRetries.Load())
 	lat.report(t, elapsed)
 	if completed == 0 {
 		t.Error("no listing completed: the run was too short or too slow to show anything")
