@@ -23,27 +23,35 @@ const (
 	// the rest is HTTP and goroutine scheduling on a loaded 2-core machine
 	// under -race (measured there: up to 230 ms).
 	pauseBound = 500 * time.Millisecond
+	// pauseLease is the webhook lease of the pause test's receivers.
+	pauseLease = time.Second
 )
 
 // TestPausedRedisFailsClosedWithinTimeout stops Redis (SIGSTOP) for several
-// store timeouts while redeems and direct claims arrive in two waves (the
-// second after the first wave's connections were dropped, so it dials
-// afresh), then resumes it (SIGCONT). Every call made during the pause must
-// fail closed — 503 from the fleet, ErrUnavailable from the store — within pauseTimeout + pauseBound. After the resume Redis
-// executes whatever commands were already in its socket buffers, so a claim
-// that failed may have been recorded after all: such a token is refused
-// from then on (burned), never accepted twice. The test redeems every
-// pause-time token on every instance and asserts at most one acceptance.
+// store timeouts while redeems, webhook copies and direct claims arrive in
+// two waves (the second after the first wave's connections were dropped,
+// so it dials afresh), then resumes it (SIGCONT). Every call made during
+// the pause must fail closed — 503 from the fleet, ErrUnavailable from the
+// store — within pauseTimeout + pauseBound. After the resume Redis executes
+// whatever commands were already in its socket buffers, so a claim that
+// failed may have been recorded after all: such a token is refused from
+// then on (burned), never accepted twice, and such a webhook lease ends by
+// itself. The test redeems every pause-time token on every instance and
+// asserts at most one acceptance, and sends every pause-time webhook
+// delivery again until acknowledged: each is processed exactly once (none
+// lost, none twice), within the lease (+2 s) of the resume.
 func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
 	rp := startRedisProc(t)
 	store := faultStore(t, standaloneClient(t, rp.addr()), pauseTimeout)
+	var hooks acceptLog
 	var ins []*instance
 	for i := range 3 {
-		ins = append(ins, startInstance(t, fmt.Sprint("i", i), store, nil))
+		ins = append(ins, startInstance(t, fmt.Sprint("i", i), store, withHook(hookEndpoint(t, store, pauseLease, 0, hooks.add))))
 	}
 	c := faultClient(t)
+	sender := newHookSender(t, c)
 
 	// Warm the pool: these redeems succeed and leave connections idle.
 	for i, s := range mintMany(t, c, ins, 10) {
@@ -63,6 +71,12 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 		}
 	}
 	until := time.Now().Add(time.Hour)
+	hookIDs := make([][]string, waves)
+	for w := range hookIDs {
+		for i := range claimsPerWave {
+			hookIDs[w] = append(hookIDs[w], fmt.Sprintf("msg_pause_%d_%d", w, i))
+		}
+	}
 
 	type result struct {
 		what string
@@ -93,6 +107,18 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 					err = fmt.Errorf("status %d, want 503", st)
 				}
 				record(s.kind+" redeem", time.Since(start), err)
+			}()
+		}
+		for i, id := range hookIDs[w] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				var err error
+				if st := sender.send(ins[i%3].srv.URL, id); st != http.StatusServiceUnavailable {
+					err = fmt.Errorf("status %d, want 503", st)
+				}
+				record("webhook", time.Since(start), err)
 			}()
 		}
 		for _, id := range ids[w] {
@@ -189,6 +215,43 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	}
 	t.Logf("after the resume: %d of %d pause-time tokens were burned (their claim ran on resume), %d accepted once; %d of %d pause-time store claims had been recorded",
 		burned, burned+acceptedOnce, acceptedOnce, recorded, waves*claimsPerWave)
+	// Every pause-time webhook delivery is processed exactly once: a lease
+	// Redis took on resume holds it for at most pauseLease, then a retry
+	// acquires it.
+	resumed := time.Now()
+	var slowest time.Duration
+	var hwg sync.WaitGroup
+	for w := range waves {
+		for i, id := range hookIDs[w] {
+			hwg.Add(1)
+			go func() {
+				defer hwg.Done()
+				start := time.Now()
+				rr := i
+				if _, err := sender.deliver(func() string { rr++; return ins[rr%3].srv.URL }, id, 50*time.Millisecond, pauseLease+10*time.Second); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				slowest = max(slowest, time.Since(start))
+				mu.Unlock()
+			}()
+		}
+	}
+	hwg.Wait()
+	for w := range waves {
+		for _, id := range hookIDs[w] {
+			if n := hooks.count(id); n != 1 {
+				t.Errorf("pause-time delivery %s processed %d times, want exactly once", id, n)
+			}
+		}
+	}
+	t.Logf("after the resume: every pause-time webhook delivery acknowledged and processed once; the slowest within %v (lease %v), all within %v",
+		slowest.Round(time.Millisecond), pauseLease, time.Since(resumed).Round(time.Millisecond))
+	if slowest > pauseLease+2*time.Second {
+		t.Errorf("a pause-time delivery took %v after the resume, want at most the lease %v + 2 s", slowest, pauseLease)
+	}
+
 	fresh := mintMany(t, c, ins, 1)
 	for i, s := range fresh {
 		if st := redeem(c, ins[i%3].srv.URL, s); st != http.StatusOK {
