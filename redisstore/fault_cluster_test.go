@@ -280,7 +280,7 @@ func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 	var work, hooks acceptLog
 	var ins []*instance
 	for i := range 3 {
-		hook := hookEndpoint(t, store, churnLease, 0, hooks.add)
+		hook := hookEndpoint(t, store, churnLease, 0, nil, hooks.add)
 		ins = append(ins, startInstance(t, fmt.Sprint("i", i), store, func(h http.Handler) http.Handler {
 			return withHook(hook)(recordAccepts(h, 0, work.add))
 		}))

@@ -51,12 +51,17 @@ func TestFaultChildInstance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One write(2) on an O_APPEND file: a line survives SIGKILL once the
+	// call returns, and the reply is written after it.
+	hook := hookEndpoint(t, store, killLease, killHookWork, func(id string) {
+		logf.Write([]byte("hook-start " + tokenDigest(id) + "\n"))
+	}, func(id string) {
+		logf.Write([]byte("hook " + tokenDigest(id) + "\n"))
+	})
 	in := startInstance(t, "child", store, func(h http.Handler) http.Handler {
-		return recordAccepts(h, delay, func(tok string) {
-			// One write(2) on an O_APPEND file: the line survives SIGKILL
-			// once the call returns, and the reply is written after it.
-			logf.Write([]byte(tokenDigest(tok) + "\n"))
-		})
+		return withHook(hook)(recordAccepts(h, delay, func(tok string) {
+			logf.Write([]byte("tok " + tokenDigest(tok) + "\n"))
+		}))
 	})
 	fmt.Printf("CHILD_URL=%s\n", in.srv.URL)
 	done := make(chan struct{})
@@ -117,44 +122,65 @@ func startChild(t *testing.T, redisAddr, prefix, logPath string, delay time.Dura
 	return "", nil
 }
 
-// readChildLog counts the child's acceptances per token digest.
-func readChildLog(t *testing.T, path string) map[string]int {
+// readChildLog counts the child's acceptances per token digest, and its
+// processed and started webhook deliveries per ID digest.
+func readChildLog(t *testing.T, path string) (toks, hooks, started map[string]int) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
-	m := map[string]int{}
+	toks, hooks, started = map[string]int{}, map[string]int{}, map[string]int{}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if line != "" {
-			m[line]++
+		if d, ok := strings.CutPrefix(line, "hook-start "); ok {
+			started[d]++
+		}
+		if d, ok := strings.CutPrefix(line, "tok "); ok {
+			toks[d]++
+		} else if d, ok := strings.CutPrefix(line, "hook "); ok {
+			hooks[d]++
 		}
 	}
-	return m
+	return toks, hooks, started
 }
 
+const (
+	// killLease is the webhook lease of the killed-instance test.
+	killLease = time.Second
+	// killHookWork is how long its webhook handler works on a delivery.
+	killHookWork = 20 * time.Millisecond
+)
+
 // TestKilledInstanceSurvivorsFinishTheWork runs a fleet of two in-process
-// instances and one child process sharing one Redis, redeems 300 single-use
-// tokens through all three with 24 concurrent clients while a client pages
-// through the collection, and SIGKILLs the child once it has accepted 40
-// tokens. Clients move on to a survivor when an instance does not answer.
-// Then: every token was acted on ("accepted": the handler's work after a
-// first claim) at most once across the fleet, every token a client saw
-// accepted was acted on exactly once, every token is decided (accepted or
-// refused as redeemed), and a token that was never acted on ("burned") is
-// one whose claim the child made and whose reply it never sent: the
-// survivors refuse it. The listing sees every item exactly once.
+// instances and one child process sharing one Redis. 24 concurrent clients
+// redeem 300 single-use tokens and a sender delivers 240 webhooks (12 at a
+// time, 20 ms of handler work each, lease 1 s) through all three while a
+// client pages through the collection; the child is SIGKILLed once it has
+// accepted 20 tokens and while its webhook handler is working on a
+// delivery. Clients move on to a survivor when an instance does not answer.
+// Then, for tokens: every token was acted on ("accepted": the handler's
+// work after a first claim) at most once across the fleet, every token a
+// client saw accepted was acted on exactly once, every token is decided
+// (accepted or refused as redeemed), and a token never acted on ("burned")
+// is one the child claimed and never answered. For webhooks: every
+// delivery is acknowledged and processed; a delivery the child was
+// processing when killed is processed exactly once by a survivor after its
+// lease ends; none the child acknowledged is processed again; and a
+// delivery is processed twice only if the child processed it and died
+// before confirming (counted; at-least-once handlers must tolerate that
+// window). The listing sees every item exactly once.
 func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
 	rp := startRedisProc(t)
 	store := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
 	const workDelay = 5 * time.Millisecond
-	var local acceptLog
+	var local, localHooks acceptLog
 	var urls []string
 	for i := range 2 {
+		hook := hookEndpoint(t, store, killLease, killHookWork, nil, localHooks.add)
 		in := startInstance(t, fmt.Sprint("i", i), store, func(h http.Handler) http.Handler {
-			return recordAccepts(h, workDelay, local.add)
+			return withHook(hook)(recordAccepts(h, workDelay, local.add))
 		})
 		urls = append(urls, in.srv.URL)
 	}
@@ -212,6 +238,51 @@ func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 		failures <- "a token was not decided after 200 attempts"
 	}
 
+	// Webhook deliveries: a sender retries each (every 50 ms, over the
+	// instances in turn) until a 2xx.
+	sender := newHookSender(t, c)
+	var hookIDs []string
+	for i := range 240 {
+		hookIDs = append(hookIDs, fmt.Sprint("msg_kill_", i))
+	}
+	var ackedByChild, hookNoReply sync.Map // delivery ID → true
+	deliver := func(id string) {
+		for deadline := time.Now().Add(killLease + 20*time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			i := int(rr.Add(1) % uint64(len(urls)))
+			code := sender.send(urls[i], id)
+			switch {
+			case code/100 == 2:
+				if i == childIdx {
+					ackedByChild.Store(id, true)
+				}
+				return
+			case code == 0 && i == childIdx:
+				hookNoReply.Store(id, true)
+			case code != http.StatusServiceUnavailable:
+				failures <- fmt.Sprintf("delivery %s: status %d from instance %d", id, code, i)
+				return
+			}
+		}
+		failures <- fmt.Sprintf("delivery %s never acknowledged: lost", id)
+	}
+	hookWork := make(chan string)
+	var hwg sync.WaitGroup
+	for range 12 {
+		hwg.Add(1)
+		go func() {
+			defer hwg.Done()
+			for id := range hookWork {
+				deliver(id)
+			}
+		}()
+	}
+	go func() {
+		for _, id := range hookIDs {
+			hookWork <- id
+		}
+		close(hookWork)
+	}()
+
 	work := make(chan single)
 	var wg sync.WaitGroup
 	for range 24 {
@@ -256,10 +327,12 @@ func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 		}
 		listing <- nil
 	}()
-	// Kill the child once it has accepted 40 tokens.
+	// Kill the child once it has accepted 20 tokens and while its webhook
+	// handler is working on a delivery (started, not yet processed).
 	go func() {
-		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-			if b, _ := os.ReadFile(logPath); bytes.Count(b, []byte("\n")) >= 40 {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			b, _ := os.ReadFile(logPath)
+			if bytes.Count(b, []byte("tok ")) >= 20 && bytes.Count(b, []byte("hook-start ")) > bytes.Count(b, []byte("hook ")) {
 				child.Process.Signal(syscall.SIGKILL)
 				killed.Store(true)
 				return
@@ -271,6 +344,7 @@ func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 	}
 	close(work)
 	wg.Wait()
+	hwg.Wait()
 	close(failures)
 	for f := range failures {
 		t.Error(f)
@@ -279,10 +353,10 @@ func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 		t.Error(err)
 	}
 	if !killed.Load() {
-		t.Fatal("the child was never killed: it accepted fewer than 40 tokens")
+		t.Fatal("the child was never killed: it accepted fewer than 20 tokens, or never held a delivery in its handler")
 	}
 
-	childAccepts := readChildLog(t, logPath)
+	childAccepts, childHooks, childStarted := readChildLog(t, logPath)
 	var acceptedByChild, acceptedBySurvivors, burned int
 	for i, s := range toks {
 		d := tokenDigest(s.tok)
@@ -314,6 +388,49 @@ func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 			}
 		}
 	}
+	// Webhook deliveries: every one acknowledged (none lost); processed once,
+	// except one the child processed and died before confirming (its lease
+	// then ended and a survivor processed the retry): at-least-once
+	// handlers must be idempotent for that window.
+	var hooksByChild, hooksBySurvivors, hooksTwice, hooksRetriedAfterKill, orphaned int
+	for _, id := range hookIDs {
+		if childStarted[tokenDigest(id)] > childHooks[tokenDigest(id)] {
+			// The child died in its handler, holding the lease: a
+			// survivor processed a retry once the lease ended.
+			orphaned++
+			if localHooks.count(id) != 1 {
+				t.Fatalf("delivery %s, in the killed child's handler, then processed %d times by the survivors, want once", id, localHooks.count(id))
+			}
+		}
+		byChild, bySurvivors := childHooks[tokenDigest(id)], localHooks.count(id)
+		_, childAcked := ackedByChild.Load(id)
+		_, noReply := hookNoReply.Load(id)
+		switch {
+		case byChild+bySurvivors == 0:
+			t.Fatalf("delivery %s acknowledged but never processed", id)
+		case byChild > 1 || bySurvivors > 1:
+			t.Fatalf("delivery %s processed %d times by the child, %d by the survivors", id, byChild, bySurvivors)
+		case childAcked && bySurvivors != 0:
+			t.Fatalf("delivery %s acknowledged by the child, then processed again by a survivor", id)
+		case byChild == 1 && bySurvivors == 1 && !noReply:
+			t.Fatalf("delivery %s processed twice though the child answered every copy", id)
+		case byChild == 1 && bySurvivors == 1:
+			hooksTwice++
+		case byChild == 1:
+			hooksByChild++
+		default:
+			hooksBySurvivors++
+			if noReply {
+				hooksRetriedAfterKill++
+			}
+		}
+	}
+	t.Logf("%d webhook deliveries, all acknowledged: %d processed by the child, %d by the survivors (%d of them after a copy the child never answered; %d were in the child's handler when it was killed), %d twice (the child processed and died before confirming)",
+		len(hookIDs), hooksByChild, hooksBySurvivors, hooksRetriedAfterKill, orphaned, hooksTwice)
+	if orphaned == 0 {
+		t.Fatal("the child was killed with no delivery in its handler")
+	}
+
 	noReplies := 0
 	childFailed.Range(func(any, any) bool { noReplies++; return true })
 	t.Logf("%d tokens: %d acted on by the child before it was killed, %d by the survivors, %d burned (claimed by the child, which died before acting); %d tokens had a redeem the child never answered; the listing asked %d pages again",

@@ -114,7 +114,7 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 	var ins []*instance
 	for i := range 3 {
 		holder := new(atomic.Pointer[instance])
-		hook := hookEndpoint(t, store, loadLease, 0, hooks.add)
+		hook := hookEndpoint(t, store, loadLease, 0, nil, hooks.add)
 		in := startInstance(t, fmt.Sprint("i", i), store, func(h http.Handler) http.Handler {
 			mux := http.NewServeMux()
 			mux.Handle("/", recordAccepts(h, 0, work.add))

@@ -48,7 +48,7 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	var hooks acceptLog
 	var ins []*instance
 	for i := range 3 {
-		ins = append(ins, startInstance(t, fmt.Sprint("i", i), store, withHook(hookEndpoint(t, store, pauseLease, 0, hooks.add))))
+		ins = append(ins, startInstance(t, fmt.Sprint("i", i), store, withHook(hookEndpoint(t, store, pauseLease, 0, nil, hooks.add))))
 	}
 	c := faultClient(t)
 	sender := newHookSender(t, c)

@@ -15,10 +15,10 @@ import (
 
 // hookEndpoint is an instance's webhook receiver: the exactly-once
 // middleware over store with the given lease, in front of a handler that
-// works for delay and then calls processed with the delivery ID before it
-// answers 204. processed is the handler's side effect: a delivery processed
-// twice is work done twice.
-func hookEndpoint(t testing.TB, store replay.Store, lease, delay time.Duration, processed func(id string)) http.Handler {
+// calls started (if not nil) with the delivery ID, works for delay, and then
+// calls processed with the ID before it answers 204. processed is the
+// handler's side effect: a delivery processed twice is work done twice.
+func hookEndpoint(t testing.TB, store replay.Store, lease, delay time.Duration, started, processed func(id string)) http.Handler {
 	t.Helper()
 	v, err := webhook.NewVerifier(webhook.Config{
 		Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Lease: lease,
@@ -31,6 +31,9 @@ func hookEndpoint(t testing.TB, store replay.Store, lease, delay time.Duration, 
 		if !ok {
 			http.Error(w, "no delivery", http.StatusInternalServerError)
 			return
+		}
+		if started != nil {
+			started(d.ID)
 		}
 		if delay > 0 {
 			time.Sleep(delay)
