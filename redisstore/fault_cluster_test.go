@@ -406,7 +406,7 @@ func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 
 // TestClusterSlotMigrationDuringRedeemsLosesNothing migrates every slot
 // that holds one of the test's claims on the master holding the most of
-// them (up to 300 slots) to another master while the fleet redeems: the
+// them (up to 100 slots) to another master while the fleet redeems: the
 // slots stay half-migrated (MIGRATING/IMPORTING, claims redirected with
 // ASK) for a second, then their keys move with MIGRATE and the target takes
 // the slots. No token is accepted twice or lost (churnDuring's assertions),
@@ -438,7 +438,7 @@ func TestClusterSlotMigrationDuringRedeemsLosesNothing(t *testing.T) {
 		}
 		inUse := map[int]bool{}
 		for k, a := range keys {
-			if a == from.addr && len(inUse) < 300 {
+			if a == from.addr && len(inUse) < 100 {
 				inUse[int(c.ClusterKeySlot(ctx, k).Val())] = true
 			}
 		}
