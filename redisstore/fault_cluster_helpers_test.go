@@ -1,0 +1,269 @@
+//go:build fault
+
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// testCluster is the 3-master Redis Cluster started by .ci/redis-cluster.sh.
+type testCluster struct {
+	addrs []string // every node, host:port
+	dir   string   // node-<port>/redis.conf and redis.pid per node
+	bin   string   // redis-server
+}
+
+// clusterFromEnv returns the cluster named by CTOKEN_REDIS_CLUSTER. Without
+// it the test is skipped, except under CI=true, where it fails.
+func clusterFromEnv(t *testing.T) *testCluster {
+	t.Helper()
+	v := os.Getenv("CTOKEN_REDIS_CLUSTER")
+	if v == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CTOKEN_REDIS_CLUSTER is not set but CI=true: the cluster tests must run in CI (use .ci/fleet.sh or .ci/redis-cluster.sh)")
+		}
+		t.Skip("CTOKEN_REDIS_CLUSTER not set; run under .ci/redis-cluster.sh")
+	}
+	tc := &testCluster{addrs: strings.Split(v, ","), dir: os.Getenv("CTOKEN_REDIS_CLUSTER_DIR")}
+	tc.bin = faultBinary(t, "CTOKEN_REDIS_SERVER", "redis-server")
+	if tc.dir == "" {
+		t.Fatal("CTOKEN_REDIS_CLUSTER_DIR is not set (.ci/redis-cluster.sh sets it)")
+	}
+	tc.waitOK(t)
+	return tc
+}
+
+// client returns the ClusterClient the fault tests put behind the store:
+// request deadlines reach the socket, and one dial attempt per command.
+func (tc *testCluster) client(t *testing.T) *redis.ClusterClient {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: tc.addrs, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+	})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// node is one master as CLUSTER NODES describes it.
+type node struct {
+	id, addr string
+	slots    int
+}
+
+// masters returns the masters and how many slots each serves, as addr
+// (one of tc.addrs) sees the cluster.
+func (tc *testCluster) masters(t *testing.T) []node {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: tc.addrs[0], MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := c.ClusterNodes(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms []node
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || !strings.Contains(f[2], "master") {
+			continue
+		}
+		n := node{id: f[0], addr: strings.SplitN(f[1], "@", 2)[0]}
+		for _, r := range f[8:] {
+			if strings.HasPrefix(r, "[") {
+				continue // a slot being migrated or imported
+			}
+			lo, hi, ok := strings.Cut(r, "-")
+			a, _ := strconv.Atoi(lo)
+			b := a
+			if ok {
+				b, _ = strconv.Atoi(hi)
+			}
+			n.slots += b - a + 1
+		}
+		ms = append(ms, n)
+	}
+	if len(ms) != 3 {
+		t.Fatalf("cluster has %d masters, want 3:\n%s", len(ms), out)
+	}
+	return ms
+}
+
+// waitOK waits until every node reports cluster_state:ok and serves its
+// slots with no migration in progress.
+func (tc *testCluster) waitOK(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, a := range tc.addrs {
+		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1, DialerRetries: 1})
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			info, err := c.ClusterInfo(ctx).Result()
+			cancel()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Close()
+				t.Fatalf("node %s: cluster not ok after 30 s (%v)", a, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		c.Close()
+	}
+}
+
+// nodeDir is the directory of the node at addr.
+func (tc *testCluster) nodeDir(addr string) string {
+	_, port, _ := strings.Cut(addr, ":")
+	return filepath.Join(tc.dir, "node-"+port)
+}
+
+// restart SIGKILLs the node at addr, keeps it down for down, and starts it
+// again from its config (same port, same AOF and nodes.conf), then waits
+// for the cluster to be ok.
+func (tc *testCluster) restart(t *testing.T, addr string, down time.Duration) {
+	t.Helper()
+	dir := tc.nodeDir(addr)
+	b, err := os.ReadFile(filepath.Join(dir, "redis.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); processAlive(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s (pid %d) still alive 10 s after SIGKILL", addr, pid)
+		}
+	}
+	time.Sleep(down)
+	// The config daemonizes and writes redis.pid, so .ci/redis-cluster.sh
+	// stops the new process at exit.
+	if out, err := exec.Command(tc.bin, filepath.Join(dir, "redis.conf")).CombinedOutput(); err != nil {
+		t.Fatalf("restarting node %s: %v\n%s", addr, err, out)
+	}
+	if err := waitPing(addr, nil, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitOK(t)
+}
+
+// processAlive reports whether pid runs (a zombie does not count).
+func processAlive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z")
+}
+
+// migrateSlots moves slots, with their keys, from one master to another
+// as redis-cli --cluster reshard does, in three phases so that traffic meets
+// each: every slot is marked IMPORTING on the target and MIGRATING on the
+// source (a claim of a key not on the source is then redirected with ASK to
+// the target), the slots stay so for hold, then each slot's keys move with
+// MIGRATE, and finally every node is told the target owns the slots
+// (CLUSTER SETSLOT NODE). It returns how many keys moved.
+func (tc *testCluster) migrateSlots(t *testing.T, slots []int, from, to node, hold time.Duration) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	src := redis.NewClient(&redis.Options{Addr: from.addr})
+	defer src.Close()
+	dst := redis.NewClient(&redis.Options{Addr: to.addr})
+	defer dst.Close()
+	for _, sl := range slots {
+		if err := dst.Do(ctx, "CLUSTER", "SETSLOT", sl, "IMPORTING", from.id).Err(); err != nil {
+			t.Fatalf("SETSLOT %d IMPORTING: %v", sl, err)
+		}
+		if err := src.Do(ctx, "CLUSTER", "SETSLOT", sl, "MIGRATING", to.id).Err(); err != nil {
+			t.Fatalf("SETSLOT %d MIGRATING: %v", sl, err)
+		}
+	}
+	time.Sleep(hold)
+	host, port, _ := strings.Cut(to.addr, ":")
+	moved := 0
+	for _, sl := range slots {
+		for {
+			keys, err := src.ClusterGetKeysInSlot(ctx, sl, 100).Result()
+			if err != nil {
+				t.Fatalf("GETKEYSINSLOT %d: %v", sl, err)
+			}
+			if len(keys) == 0 {
+				break
+			}
+			args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+			for _, k := range keys {
+				args = append(args, k)
+			}
+			if err := src.Do(ctx, args...).Err(); err != nil {
+				t.Fatalf("MIGRATE slot %d: %v", sl, err)
+			}
+			moved += len(keys)
+		}
+	}
+	for _, sl := range slots {
+		for _, a := range []string{to.addr, from.addr} {
+			nc := dst
+			if a == from.addr {
+				nc = src
+			}
+			if err := nc.Do(ctx, "CLUSTER", "SETSLOT", sl, "NODE", to.id).Err(); err != nil {
+				t.Fatalf("SETSLOT %d NODE on %s: %v", sl, a, err)
+			}
+		}
+	}
+	tc.waitOK(t)
+	return moved
+}
+
+// keyNodes returns, for every key under prefix, the address of the master
+// holding it.
+func keyNodes(t *testing.T, c *redis.ClusterClient, prefix string) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := map[string]string{}
+	var mu = make(chan struct{}, 1)
+	err := c.ForEachMaster(ctx, func(ctx context.Context, nc *redis.Client) error {
+		iter := nc.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		mu <- struct{}{}
+		for _, k := range keys {
+			m[k] = nc.Options().Addr
+		}
+		<-mu
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}

@@ -1,0 +1,261 @@
+//go:build fault
+
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	// pauseTimeout is the store timeout of the pause test.
+	pauseTimeout = 250 * time.Millisecond
+	// pauseBound is how much longer than the store timeout a call may take
+	// to fail while Redis is paused: the store returns at its deadline, so
+	// the rest is HTTP and goroutine scheduling on a loaded 2-core machine
+	// under -race (measured there: up to 230 ms).
+	pauseBound = 500 * time.Millisecond
+	// pauseLease is the webhook lease of the pause test's receivers.
+	pauseLease = time.Second
+)
+
+// TestPausedRedisFailsClosedWithinTimeout stops Redis (SIGSTOP) for several
+// store timeouts while redeems, webhook copies and direct claims arrive in
+// two waves (the second after the first wave's connections were dropped,
+// so it dials afresh), then resumes it (SIGCONT). Every call made during
+// the pause must fail closed — 503 from the fleet, ErrUnavailable from the
+// store — within pauseTimeout + pauseBound. After the resume Redis executes
+// whatever commands were already in its socket buffers, so a claim that
+// failed may have been recorded after all: such a token is refused from
+// then on (burned), never accepted twice, and such a webhook lease ends by
+// itself. The test redeems every pause-time token on every instance and
+// asserts at most one acceptance, and sends every pause-time webhook
+// delivery again until acknowledged: each is processed exactly once (none
+// lost, none twice), within the lease (+2 s) of the resume.
+func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
+	t.Setenv(envFleetKeys, fleetKey())
+	t.Setenv(envFleetSession, "fleet-session-1")
+	rp := startRedisProc(t)
+	store := faultStore(t, standaloneClient(t, rp.addr()), pauseTimeout)
+	var hooks acceptLog
+	var ins []*instance
+	for i := range 3 {
+		ins = append(ins, startInstance(t, fmt.Sprint("i", i), store, withHook(hookEndpoint(t, store, pauseLease, 0, nil, hooks.add))))
+	}
+	c := faultClient(t)
+	sender := newHookSender(t, c)
+
+	// Warm the pool: these redeems succeed and leave connections idle.
+	for i, s := range mintMany(t, c, ins, 10) {
+		if st := redeem(c, ins[i%3].srv.URL, s); st != http.StatusOK {
+			t.Fatalf("redeem before the pause: status %d", st)
+		}
+	}
+	const waves, perKind, claimsPerWave = 2, 16, 16
+	toks := make([][]single, waves)
+	for w := range toks {
+		toks[w] = mintMany(t, c, ins, perKind)
+	}
+	ids := make([][]string, waves)
+	for w := range ids {
+		for i := range claimsPerWave {
+			ids[w] = append(ids[w], fmt.Sprintf("pause-%d-%d", w, i))
+		}
+	}
+	until := time.Now().Add(time.Hour)
+	hookIDs := make([][]string, waves)
+	for w := range hookIDs {
+		for i := range claimsPerWave {
+			hookIDs[w] = append(hookIDs[w], fmt.Sprintf("msg_pause_%d_%d", w, i))
+		}
+	}
+
+	type result struct {
+		what string
+		took time.Duration
+		err  error
+	}
+	var mu sync.Mutex
+	var results []result
+	var ctxErrs atomic.Int32 // store errors that also match context.DeadlineExceeded
+	record := func(what string, took time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		results = append(results, result{what, took, err})
+	}
+
+	rp.signal(syscall.SIGSTOP)
+	paused := time.Now()
+	for w := range waves {
+		var wg sync.WaitGroup
+		for i, s := range toks[w] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				st := redeem(c, ins[i%3].srv.URL, s)
+				var err error
+				if st != http.StatusServiceUnavailable {
+					err = fmt.Errorf("status %d, want 503", st)
+				}
+				record(s.kind+" redeem", time.Since(start), err)
+			}()
+		}
+		for i, id := range hookIDs[w] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				var err error
+				if st := sender.send(ins[i%3].srv.URL, id); st != http.StatusServiceUnavailable {
+					err = fmt.Errorf("status %d, want 503", st)
+				}
+				record("webhook", time.Since(start), err)
+			}()
+		}
+		for _, id := range ids[w] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				first, err := store.Claim(context.Background(), id, until)
+				switch {
+				case first:
+					err = errors.New("first = true while Redis is paused")
+				case !errors.Is(err, ErrUnavailable):
+					err = fmt.Errorf("err = %v, want ErrUnavailable", err)
+				default:
+					if errors.Is(err, context.DeadlineExceeded) {
+						ctxErrs.Add(1)
+					}
+					err = nil
+				}
+				record("claim", time.Since(start), err)
+			}()
+		}
+		wg.Wait()
+	}
+	// Stay paused for at least four timeouts in all.
+	if d := 4*pauseTimeout - time.Since(paused); d > 0 {
+		time.Sleep(d)
+	}
+	pausedFor := time.Since(paused)
+	rp.signal(syscall.SIGCONT)
+	if err := waitPing(rp.addr(), nil, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	var took []time.Duration
+	worstOf := map[string]time.Duration{}
+	for _, r := range results {
+		if r.err != nil {
+			t.Errorf("%s during the pause: %v", r.what, r.err)
+		}
+		took = append(took, r.took)
+		worstOf[r.what] = max(worstOf[r.what], r.took)
+	}
+	t.Logf("slowest refusal per call: %v", worstOf)
+	slices.Sort(took)
+	worst := took[len(took)-1]
+	t.Logf("paused %v; %d calls during the pause, all refused: p50 %v, max %v (timeout %v, bound %v); %d of %d store errors also match context.DeadlineExceeded (the rest are the socket's i/o timeout)",
+		pausedFor.Round(time.Millisecond), len(took), quantile(took, 0.5).Round(time.Millisecond),
+		worst.Round(time.Millisecond), pauseTimeout, pauseTimeout+pauseBound, ctxErrs.Load(), waves*claimsPerWave)
+	if worst > pauseTimeout+pauseBound {
+		t.Errorf("slowest refusal took %v, want at most timeout + %v = %v", worst, pauseBound, pauseTimeout+pauseBound)
+	}
+
+	// After the resume: each pause-time token is accepted at most once,
+	// whichever instance sees it; those whose claim Redis executed on resume
+	// are refused everywhere.
+	burned, acceptedOnce := 0, 0
+	for w := range waves {
+		for i, s := range toks[w] {
+			accepted := 0
+			for j := range ins {
+				switch st := redeemDecided(t, c, ins[(i+j)%3].srv.URL, s); st {
+				case http.StatusOK:
+					accepted++
+				case http.StatusConflict:
+				default:
+					t.Fatalf("redeem after the resume: status %d, want 200 or 409", st)
+				}
+			}
+			switch accepted {
+			case 0:
+				burned++
+			case 1:
+				acceptedOnce++
+			default:
+				t.Fatalf("%s token of the pause accepted %d times after the resume", s.kind, accepted)
+			}
+		}
+	}
+	recorded := 0
+	for w := range waves {
+		for _, id := range ids[w] {
+			first, err := store.Claim(context.Background(), id, until)
+			if err != nil {
+				t.Fatalf("claim after the resume: %v", err)
+			}
+			if !first {
+				recorded++ // the pause-time claim ran when Redis resumed
+			}
+			if again, err := store.Claim(context.Background(), id, until); err != nil || again {
+				t.Fatalf("second claim after the resume: first = %v, err = %v; want false, nil", again, err)
+			}
+		}
+	}
+	t.Logf("after the resume: %d of %d pause-time tokens were burned (their claim ran on resume), %d accepted once; %d of %d pause-time store claims had been recorded",
+		burned, burned+acceptedOnce, acceptedOnce, recorded, waves*claimsPerWave)
+	// Every pause-time webhook delivery is processed exactly once: a lease
+	// Redis took on resume holds it for at most pauseLease, then a retry
+	// acquires it.
+	resumed := time.Now()
+	var slowest time.Duration
+	var hwg sync.WaitGroup
+	for w := range waves {
+		for i, id := range hookIDs[w] {
+			hwg.Add(1)
+			go func() {
+				defer hwg.Done()
+				start := time.Now()
+				rr := i
+				if _, err := sender.deliver(func() string { rr++; return ins[rr%3].srv.URL }, id, 50*time.Millisecond, pauseLease+10*time.Second); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				slowest = max(slowest, time.Since(start))
+				mu.Unlock()
+			}()
+		}
+	}
+	hwg.Wait()
+	for w := range waves {
+		for _, id := range hookIDs[w] {
+			if n := hooks.count(id); n != 1 {
+				t.Errorf("pause-time delivery %s processed %d times, want exactly once", id, n)
+			}
+		}
+	}
+	t.Logf("after the resume: every pause-time webhook delivery acknowledged and processed once; the slowest within %v (lease %v), all within %v",
+		slowest.Round(time.Millisecond), pauseLease, time.Since(resumed).Round(time.Millisecond))
+	if slowest > pauseLease+2*time.Second {
+		t.Errorf("a pause-time delivery took %v after the resume, want at most the lease %v + 2 s", slowest, pauseLease)
+	}
+
+	fresh := mintMany(t, c, ins, 1)
+	for i, s := range fresh {
+		if st := redeem(c, ins[i%3].srv.URL, s); st != http.StatusOK {
+			t.Fatalf("fresh %s token after the resume: status %d, want 200", s.kind, st)
+		}
+	}
+}
