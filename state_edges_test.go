@@ -3,6 +3,7 @@ package ctoken
 import (
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -297,15 +298,52 @@ func TestStatePayloadParsersAgree(t *testing.T) {
 	}
 }
 
-// claimRecorder is a replay.Store that records the expiry of every claim.
+// claimRecorder is a replay.Store that records the ID and expiry of every
+// claim.
 type claimRecorder struct {
 	replay.MemoryStore
+	ids   []string
 	until []time.Time
 }
 
 func (r *claimRecorder) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	r.ids = append(r.ids, id)
 	r.until = append(r.until, until)
 	return r.MemoryStore.Claim(ctx, id, until)
+}
+
+// TestStateSingleUseClaimKeyNamesItsMode pins the replay store key of a
+// single-use state: "state:s:" or "state:e:" by mode, then the lowercase hex
+// of the MAC (signed, 32 bytes) or of the GCM nonce and tag (encrypted, 28
+// bytes), so signed and encrypted codecs sharing one store never collide.
+func TestStateSingleUseClaimKeyNamesItsMode(t *testing.T) {
+	for _, tc := range []struct {
+		mode   RequestStateMode
+		prefix string
+		idLen  int
+	}{
+		{Signed, "state:s:", 32},
+		{Encrypted, "state:e:", 12 + 16},
+	} {
+		clk := newStepClock()
+		store := &claimRecorder{MemoryStore: replay.MemoryStore{Now: clk.Now}}
+		c := singleUseCodec(t, tc.mode, store, clk, mustKeyring(t, fixedKey(36)))
+		wire, err := c.Encode("s", "alice", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Decode(wire, "alice", ""); err != nil {
+			t.Fatal(err)
+		}
+		if len(store.ids) != 1 {
+			t.Fatalf("mode %d: %d claims, want 1", tc.mode, len(store.ids))
+		}
+		id, ok := strings.CutPrefix(store.ids[0], tc.prefix)
+		raw, err := hex.DecodeString(id)
+		if !ok || err != nil || len(raw) != tc.idLen || hex.EncodeToString(raw) != id {
+			t.Fatalf("mode %d: claim key %q, want %q + lowercase hex of %d bytes", tc.mode, store.ids[0], tc.prefix, tc.idLen)
+		}
+	}
 }
 
 // TestStateSingleUseClaimLastsUntilExpiryPlusMargin pins how long a

@@ -14,7 +14,7 @@
 # Files are paths relative to the repository root, in the root module. With
 # none, the default list is the security code: every non-test file but
 # doc.go of the root package (tokens, keys, one-time, state, fingerprint)
-# and of webhook/, replay/, internal/{b64,mac,reason} where they exist.
+# and of webhook/, replay/, internal/{b64,mac,reason,cursorwire} where they exist.
 #
 # Options:
 #   --threshold PCT      minimum adjusted efficacy (default 95)
@@ -79,7 +79,7 @@ if [ ${#files[@]} -eq 0 ]; then
   # The root package (cursors, request state, one-time tokens, keys and
   # whatever the webhook and replay code left behind) and the packages the
   # split moved security code to; doc.go files hold no code.
-  for d in . webhook replay internal/b64 internal/mac internal/reason; do
+  for d in . webhook replay internal/b64 internal/mac internal/reason internal/cursorwire; do
     [ -d "$d" ] || continue
     for f in "$d"/*.go; do
       case "$f" in *_test.go|*/doc.go) continue ;; esac
@@ -149,8 +149,10 @@ skipped=()
 for f in "${files[@]}"; do
   dir=$(dirname "$f")
   base=$(basename "$f")
-  # Exclude every other file gremlins would walk from dir: subdirectories
-  # (nested packages and modules) and the package's other non-test files.
+  # Exclude every other file gremlins would walk from dir (it matches these
+  # against paths relative to dir, though it must run from the module root):
+  # subdirectories (nested packages and modules) and the package's other
+  # non-test files.
   excludes=(-E '/')
   for g in "$dir"/*.go; do
     g=$(basename "$g")
@@ -169,9 +171,14 @@ for f in "${files[@]}"; do
   json="$out/$(echo "$f" | tr / _).json"
   echo "--- gremlins $f"
   rc=0
-  (cd "$dir" && TMPDIR="$scratch" "${limit[@]}" "$gremlins" unleash . --workers "$workers" \
+  (cd "$root" && TMPDIR="$scratch" "${limit[@]}" "$gremlins" unleash "./$dir" --workers "$workers" \
       --timeout-coefficient "$coefficient" --invert-logical --invert-loopctrl \
       "${excludes[@]}" -o "$json" >"$json.log" 2>&1) || rc=$?
+  if [ "$rc" -eq 0 ] && [ ! -s "$json" ] && grep -q '^No results to report' "$json.log"; then
+    # A file with no mutable expression (a var or type declaration only).
+    echo "    no mutants in $f"
+    continue
+  fi
   if [ "$rc" -ne 0 ] || [ ! -s "$json" ]; then
     if [ "$budget" != 0 ] && { [ "$rc" -eq 124 ] || [ "$rc" -eq 130 ] || [ "$rc" -eq 137 ]; }; then
       echo "    budget spent during $f: not counted"
