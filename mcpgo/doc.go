@@ -75,9 +75,11 @@
 //   - No caller, or a replay store that cannot answer: -32603 in both.
 //   - Caller: ctokenmcp reads the go-sdk's auth.TokenInfo; mcp-go has none,
 //     so the caller comes from the context ([WithCaller]).
-//   - Request state: ctokenmcp has per-handler Seal/Open only; this package
-//     leads with [SecureRequestState], because mcp-go's middleware sees the
-//     plaintext result before it is sent.
+//   - Request state: both seal every requestState in dispatch with one call
+//     named SecureRequestState; ctokenmcp installs go-sdk receiving
+//     middleware, this package a server option ([SecureRequestState]).
+//     ctokenmcp also seals resources/read results; here resources/read is
+//     opened only (see Coverage above).
 //
 // The codes 1022 ([StateExpired]) and 1023 ([StateInvalid]) are local to
 // ctoken; 1020 and 1021 are the reference protocol's cursor codes.
