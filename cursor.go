@@ -63,8 +63,12 @@ type CursorPayload struct {
 
 // CursorConfig configures a [CursorIssuer]. Only Keys is required.
 type CursorConfig struct {
-	// Keys signs (primary) and verifies (all) cursors. Required.
+	// Keys signs (primary) and verifies (all) cursors. Exactly one of Keys
+	// and KeySource is required: neither is [ErrNoKey], both is [ErrConfig].
 	Keys *Keyring
+	// KeySource, instead of Keys, supplies a ring that can be replaced while
+	// the issuer runs ([KeySource.Swap]); each call uses the current ring.
+	KeySource *KeySource
 	// TTL is the maximum cursor age: 0 means [DefaultCursorTTL], negative
 	// means no age limit.
 	TTL time.Duration
@@ -79,13 +83,18 @@ type CursorConfig struct {
 	Session []byte
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Observer, if set, is told of every Issue and Verify ([KindCursor]);
+	// see [Observer]. Nil costs nothing.
+	Observer Observer
 }
 
 // CursorIssuer issues and verifies stateless HMAC-SHA256 pagination
 // cursors. It is safe for concurrent use. The zero value refuses every call
 // with [ErrNoKey].
 type CursorIssuer struct {
-	macs    macRing
+	macs    macRing            // static keys; nil when rot is set
+	rot     *rotating[macRing] // keys from a KeySource
+	obs     Observer
 	ttl     time.Duration
 	session []byte
 	now     func() time.Time
@@ -140,8 +149,8 @@ func mustDecMode(o cbor.DecOptions) cbor.DecMode {
 // cfg.Session is longer than [MaxSessionBytes] or empty but not nil. Every TTL is valid: 0 means
 // [DefaultCursorTTL] and a negative TTL means no age limit.
 func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
-	if cfg.Keys == nil || cfg.Keys.Len() == 0 {
-		return nil, reject(ErrNoKey, "CursorConfig.Keys is nil or empty")
+	if err := keysFrom(cfg.Keys, cfg.KeySource, "CursorConfig"); err != nil {
+		return nil, err
 	}
 	if len(cfg.Session) > MaxSessionBytes {
 		return nil, configError("CursorConfig.Session is longer than MaxSessionBytes")
@@ -150,12 +159,17 @@ func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 		return nil, configError("CursorConfig.Session is empty but not nil (nil means a random per-issuer session)")
 	}
 	i := &CursorIssuer{
-		macs:    newMACRing(cfg.Keys, cursorKeyLabel),
 		ttl:     cfg.TTL,
 		now:     cfg.Now,
+		obs:     cfg.Observer,
 		scratch: new(sync.Pool),
 	}
-	if len(i.macs) != cfg.Keys.Len() {
+	if cfg.KeySource != nil {
+		var ok bool
+		if i.rot, ok = newRotating(cfg.KeySource, deriveCursorMACs); !ok {
+			return nil, reject(ErrNoKey, "CursorConfig.KeySource: a key cannot be derived from")
+		}
+	} else if i.macs, _ = deriveCursorMACs(cfg.Keys); i.macs == nil {
 		return nil, reject(ErrNoKey, "CursorConfig.Keys: a key cannot be derived from")
 	}
 	if i.ttl == 0 {
@@ -171,6 +185,23 @@ func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 		rand.Read(i.session)
 	}
 	return i, nil
+}
+
+// deriveCursorMACs returns the cursor MAC subkeys of kr, or false.
+func deriveCursorMACs(kr *Keyring) (macRing, bool) {
+	r := newMACRing(kr, cursorKeyLabel)
+	if len(r) != kr.Len() || len(r) == 0 {
+		return nil, false
+	}
+	return r, true
+}
+
+// ring returns the MAC subkeys in use now (empty for the zero value).
+func (i *CursorIssuer) ring() macRing {
+	if i.rot != nil {
+		return i.rot.get()
+	}
+	return i.macs
 }
 
 // Session returns a copy of the issuer's server session (empty for the
@@ -192,7 +223,16 @@ var (
 // issuer not made by [NewCursorIssuer] has no key: Issue fails with [ErrNoKey].
 // Every error carries a [Reason].
 func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
-	if len(i.macs) == 0 {
+	c, err := i.issue(p)
+	if i.obs != nil && err != errCursorNoKey {
+		observeIssue(i.obs, KindCursor, err)
+	}
+	return c, err
+}
+
+func (i *CursorIssuer) issue(p CursorPayload) (string, error) {
+	macs := i.ring()
+	if len(macs) == 0 {
 		return "", errCursorNoKey
 	}
 	if len(p.State) > MaxOpaqueStateBytes {
@@ -221,7 +261,7 @@ func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	}
 	s := i.getScratch()
 	raw := cursorwire.AppendBody(s.raw[:0], &b)
-	raw = i.macs[0].Sum(raw, raw)
+	raw = macs[0].Sum(raw, raw)
 	text := s.text[:b64.EncodedLen(n)]
 	b64.Encode(text, raw)
 	cursor := string(text)
@@ -269,14 +309,25 @@ var (
 // body is returned, and a forged body with an empty session is
 // [ErrCursorInvalid].
 func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, error) {
-	if len(i.macs) == 0 {
-		return CursorPayload{}, errCursorNoKey
+	p, key, err := i.verify(cursor, want)
+	if i.obs != nil && err != errCursorNoKey {
+		observeErr(i.obs, KindCursor, key, err, 0)
+	}
+	return p, err
+}
+
+// verify is Verify, also returning the index of the key whose MAC matched
+// (-1 if none did).
+func (i *CursorIssuer) verify(cursor string, want CursorScope) (CursorPayload, int, error) {
+	macs := i.ring()
+	if len(macs) == 0 {
+		return CursorPayload{}, -1, errCursorNoKey
 	}
 	if len(cursor) == 0 {
-		return CursorPayload{}, errCursorEmpty
+		return CursorPayload{}, -1, errCursorEmpty
 	}
 	if len(cursor) > MaxCursorBytes {
-		return CursorPayload{}, errCursorOversize
+		return CursorPayload{}, -1, errCursorOversize
 	}
 	s := i.getScratch()
 	defer i.putScratch(s)
@@ -285,52 +336,53 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	// The strict decoder refuses every second spelling of a cursor.
 	n, err := b64.Decode(s.raw[:], []byte(cursor))
 	if err != nil {
-		return CursorPayload{}, errCursorBase64
+		return CursorPayload{}, -1, errCursorBase64
 	}
 	if n <= macSize {
-		return CursorPayload{}, errCursorTruncated
+		return CursorPayload{}, -1, errCursorTruncated
 	}
 	body, tag := s.raw[:n-macSize], s.raw[n-macSize:n]
-	if i.macs.verify(body, tag) < 0 {
+	key := macs.verify(body, tag)
+	if key < 0 {
 		// A classification hint only: nothing of an unauthenticated body
 		// is ever returned.
 		if f, ok := cursorwire.DecodeBody(body); ok && len(f.Session) != 0 && !bytes.Equal(f.Session, i.session) {
-			return CursorPayload{}, errCursorForeign
+			return CursorPayload{}, -1, errCursorForeign
 		}
-		return CursorPayload{}, errCursorMAC
+		return CursorPayload{}, -1, errCursorMAC
 	}
 	// Exactly one encoding is accepted, the one Issue writes (see
 	// internal/cursorwire).
 	f, ok := cursorwire.DecodeBody(body)
 	if !ok {
-		return CursorPayload{}, errCursorMalformed
+		return CursorPayload{}, key, errCursorMalformed
 	}
 	if f.Version != cursorwire.Version {
-		return CursorPayload{}, errCursorVersion
+		return CursorPayload{}, key, errCursorVersion
 	}
 	if len(f.Args) != 0 && len(f.Args) != len(Fingerprint{}) {
-		return CursorPayload{}, errCursorArgsLength
+		return CursorPayload{}, key, errCursorArgsLength
 	}
 	if subtle.ConstantTimeCompare(f.Session, i.session) != 1 {
-		return CursorPayload{}, errCursorSession
+		return CursorPayload{}, key, errCursorSession
 	}
 	issued := time.Unix(f.Issued, 0)
 	now := i.now()
 	if issued.Sub(now) > maxFutureSkew {
-		return CursorPayload{}, errCursorFuture
+		return CursorPayload{}, key, errCursorFuture
 	}
 	if i.ttl > 0 && now.Sub(issued) > i.ttl {
-		return CursorPayload{}, errCursorAge
+		return CursorPayload{}, key, errCursorAge
 	}
 	var args Fingerprint
 	copy(args[:], f.Args)
 	switch {
 	case string(f.Tool) != want.ToolID:
-		return CursorPayload{}, errCursorTool
+		return CursorPayload{}, key, errCursorTool
 	case string(f.Caller) != want.CallerID:
-		return CursorPayload{}, errCursorCaller
+		return CursorPayload{}, key, errCursorCaller
 	case !want.Args.IsZero() && subtle.ConstantTimeCompare(args[:], want.Args[:]) != 1:
-		return CursorPayload{}, errCursorArgs
+		return CursorPayload{}, key, errCursorArgs
 	}
 	// Tool and caller equal want's, so want's strings are returned rather
 	// than copies. State aliases the pooled scratch and is copied: the one
@@ -344,7 +396,7 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 		Page:        f.Page,
 		State:       state,
 		IssuedAt:    issued,
-	}, nil
+	}, key, nil
 }
 
 var (

@@ -48,10 +48,11 @@ func (k Keyring) LogValue() slog.Value { return slog.StringValue(k.describe()) }
 func (k Keyring) MarshalJSON() ([]byte, error) { return marshalRedacted(k.describe()) }
 
 func (i CursorIssuer) describe() string {
-	if len(i.macs) == 0 {
+	macs := i.ring()
+	if len(macs) == 0 {
 		return "ctoken.CursorIssuer(no key)"
 	}
-	return fmt.Sprintf("ctoken.CursorIssuer(%d keys, TTL %v, session of %d bytes)", len(i.macs), i.ttl, len(i.session))
+	return fmt.Sprintf("ctoken.CursorIssuer(%d keys, TTL %v, session of %d bytes)", len(macs), i.ttl, len(i.session))
 }
 
 // Format prints a description of the issuer (key count, TTL, session
