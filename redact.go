@@ -66,10 +66,11 @@ func (i CursorIssuer) LogValue() slog.Value { return slog.StringValue(i.describe
 func (i CursorIssuer) MarshalJSON() ([]byte, error) { return marshalRedacted(i.describe()) }
 
 func (o OneTimeIssuer) describe() string {
-	if len(o.macs) == 0 {
+	macs := o.ring()
+	if len(macs) == 0 {
 		return "ctoken.OneTimeIssuer(no key)"
 	}
-	return fmt.Sprintf("ctoken.OneTimeIssuer(purpose %q, %d keys, TTL %v)", o.purpose, len(o.macs), o.ttl)
+	return fmt.Sprintf("ctoken.OneTimeIssuer(purpose %q, %d keys, TTL %v)", o.purpose, len(macs), o.ttl)
 }
 
 // Format prints a description of the issuer (purpose, key count, TTL)
