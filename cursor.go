@@ -308,26 +308,20 @@ var (
 // other MAC failures as possible tampering. Nothing of the unauthenticated
 // body is returned, and a forged body with an empty session is
 // [ErrCursorInvalid].
+//
+// The config's [Observer], if any, is told of the outcome: [OutcomeVerified]
+// with the [KeyPosition] of the key that matched, or [OutcomeRefused] with
+// the [RefusalReason].
 func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, error) {
-	p, key, err := i.verify(cursor, want)
-	if i.obs != nil && err != errCursorNoKey {
-		observeErr(i.obs, KindCursor, key, err, 0)
-	}
-	return p, err
-}
-
-// verify is Verify, also returning the index of the key whose MAC matched
-// (-1 if none did).
-func (i *CursorIssuer) verify(cursor string, want CursorScope) (CursorPayload, int, error) {
 	macs := i.ring()
 	if len(macs) == 0 {
-		return CursorPayload{}, -1, errCursorNoKey
+		return CursorPayload{}, errCursorNoKey
 	}
 	if len(cursor) == 0 {
-		return CursorPayload{}, -1, errCursorEmpty
+		return i.refuse(-1, errCursorEmpty)
 	}
 	if len(cursor) > MaxCursorBytes {
-		return CursorPayload{}, -1, errCursorOversize
+		return i.refuse(-1, errCursorOversize)
 	}
 	s := i.getScratch()
 	defer i.putScratch(s)
@@ -336,10 +330,10 @@ func (i *CursorIssuer) verify(cursor string, want CursorScope) (CursorPayload, i
 	// The strict decoder refuses every second spelling of a cursor.
 	n, err := b64.Decode(s.raw[:], []byte(cursor))
 	if err != nil {
-		return CursorPayload{}, -1, errCursorBase64
+		return i.refuse(-1, errCursorBase64)
 	}
 	if n <= macSize {
-		return CursorPayload{}, -1, errCursorTruncated
+		return i.refuse(-1, errCursorTruncated)
 	}
 	body, tag := s.raw[:n-macSize], s.raw[n-macSize:n]
 	key := macs.verify(body, tag)
@@ -347,42 +341,42 @@ func (i *CursorIssuer) verify(cursor string, want CursorScope) (CursorPayload, i
 		// A classification hint only: nothing of an unauthenticated body
 		// is ever returned.
 		if f, ok := cursorwire.DecodeBody(body); ok && len(f.Session) != 0 && !bytes.Equal(f.Session, i.session) {
-			return CursorPayload{}, -1, errCursorForeign
+			return i.refuse(-1, errCursorForeign)
 		}
-		return CursorPayload{}, -1, errCursorMAC
+		return i.refuse(-1, errCursorMAC)
 	}
 	// Exactly one encoding is accepted, the one Issue writes (see
 	// internal/cursorwire).
 	f, ok := cursorwire.DecodeBody(body)
 	if !ok {
-		return CursorPayload{}, key, errCursorMalformed
+		return i.refuse(key, errCursorMalformed)
 	}
 	if f.Version != cursorwire.Version {
-		return CursorPayload{}, key, errCursorVersion
+		return i.refuse(key, errCursorVersion)
 	}
 	if len(f.Args) != 0 && len(f.Args) != len(Fingerprint{}) {
-		return CursorPayload{}, key, errCursorArgsLength
+		return i.refuse(key, errCursorArgsLength)
 	}
 	if subtle.ConstantTimeCompare(f.Session, i.session) != 1 {
-		return CursorPayload{}, key, errCursorSession
+		return i.refuse(key, errCursorSession)
 	}
 	issued := time.Unix(f.Issued, 0)
 	now := i.now()
 	if issued.Sub(now) > maxFutureSkew {
-		return CursorPayload{}, key, errCursorFuture
+		return i.refuse(key, errCursorFuture)
 	}
 	if i.ttl > 0 && now.Sub(issued) > i.ttl {
-		return CursorPayload{}, key, errCursorAge
+		return i.refuse(key, errCursorAge)
 	}
 	var args Fingerprint
 	copy(args[:], f.Args)
 	switch {
 	case string(f.Tool) != want.ToolID:
-		return CursorPayload{}, key, errCursorTool
+		return i.refuse(key, errCursorTool)
 	case string(f.Caller) != want.CallerID:
-		return CursorPayload{}, key, errCursorCaller
+		return i.refuse(key, errCursorCaller)
 	case !want.Args.IsZero() && subtle.ConstantTimeCompare(args[:], want.Args[:]) != 1:
-		return CursorPayload{}, key, errCursorArgs
+		return i.refuse(key, errCursorArgs)
 	}
 	// Tool and caller equal want's, so want's strings are returned rather
 	// than copies. State aliases the pooled scratch and is copied: the one
@@ -391,12 +385,24 @@ func (i *CursorIssuer) verify(cursor string, want CursorScope) (CursorPayload, i
 	if len(f.State) > 0 {
 		state = append(make([]byte, 0, len(f.State)), f.State...)
 	}
+	if i.obs != nil {
+		observeErr(i.obs, KindCursor, key, nil, 0)
+	}
 	return CursorPayload{
 		CursorScope: CursorScope{ToolID: want.ToolID, CallerID: want.CallerID, Args: args},
 		Page:        f.Page,
 		State:       state,
 		IssuedAt:    issued,
-	}, key, nil
+	}, nil
+}
+
+// refuse reports a refusal of Verify (key is the index of the key whose
+// MAC matched, or -1) to the observer, if any, and returns it.
+func (i *CursorIssuer) refuse(key int, err error) (CursorPayload, error) {
+	if i.obs != nil {
+		observeErr(i.obs, KindCursor, key, err, 0)
+	}
+	return CursorPayload{}, err
 }
 
 var (
