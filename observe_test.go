@@ -317,6 +317,9 @@ func TestZeroValuesRefuseWithoutObserving(t *testing.T) {
 // allocation on cursor Issue (beyond the string) and Verify, accepted or
 // refused.
 func TestObserverAddsNoAllocation(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
 	kr := mustKeyring(t, fixedKey(2))
 	scope := CursorScope{ToolID: "t", CallerID: "c"}
 	for _, obs := range []Observer{nil, ObserverFunc(func(Event) {})} {
