@@ -202,3 +202,31 @@ func outcomeOf(r RefusalReason) Outcome {
 	}
 	return OutcomeRefused
 }
+
+// Observers returns an [Observer] that passes every event to each of obs in
+// order (nil entries are skipped), for example a [SlogObserver] and a
+// metrics adapter. With no non-nil observer it returns nil, which costs
+// nothing.
+func Observers(obs ...Observer) Observer {
+	var all multiObserver
+	for _, o := range obs {
+		if o != nil {
+			all = append(all, o)
+		}
+	}
+	switch len(all) {
+	case 0:
+		return nil
+	case 1:
+		return all[0]
+	}
+	return all
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Observe(e Event) {
+	for _, o := range m {
+		o.Observe(e)
+	}
+}

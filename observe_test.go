@@ -342,3 +342,18 @@ func TestObserverAddsNoAllocation(t *testing.T) {
 		}
 	}
 }
+
+func TestObserversFansOutAndDropsNil(t *testing.T) {
+	if Observers() != nil || Observers(nil, nil) != nil {
+		t.Fatal("no observer must be nil (zero cost)")
+	}
+	a, b := &recorder{}, &recorder{}
+	if Observers(nil, a) != Observer(a) {
+		t.Error("a single observer is not returned as is")
+	}
+	e := Event{Kind: KindCursor, Outcome: OutcomeVerified, Key: KeyPrimary}
+	Observers(a, nil, b).Observe(e)
+	if ea, eb := a.only(t), b.only(t); ea != e || eb != e {
+		t.Errorf("events %+v %+v, want %+v", ea, eb, e)
+	}
+}
