@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -369,5 +370,24 @@ func TestRotationUnderLoadRefusesNoValidToken(t *testing.T) {
 		t.Errorf("the previous key A kept verifying %d tokens after the drain", prevAfterDrain)
 	case counts.other.Load() != 0:
 		t.Errorf("%d tokens verified by a position other than primary and previous 1", counts.other.Load())
+	}
+}
+
+func TestKeySourceNeverPrintsAKey(t *testing.T) {
+	key := fixedKey(0x41)
+	src := mustSource(t, mustKeyring(t, key))
+	var nilSrc *KeySource
+	for _, got := range []string{fmt.Sprintf("%v", src), fmt.Sprintf("%+v", src), fmt.Sprintf("%#v", src), fmt.Sprintf("%x", src),
+		fmt.Sprintf("%v", CursorConfig{KeySource: src}), fmt.Sprintf("%v", nilSrc)} {
+		if strings.Contains(got, string(key)) || strings.Contains(got, EncodeKey(key)) || strings.Contains(got, fmt.Sprintf("%x", key)) {
+			t.Errorf("printed %q", got)
+		}
+	}
+	if got := fmt.Sprint(src); got != "ctoken.KeySource(1 keys)" {
+		t.Errorf("got %q", got)
+	}
+	b, err := src.MarshalJSON()
+	if err != nil || string(b) != `"ctoken.KeySource(1 keys)"` {
+		t.Errorf("JSON %s %v", b, err)
 	}
 }

@@ -150,3 +150,21 @@ func (s RequestStateSecurity) LogValue() slog.Value { return slog.StringValue(s.
 
 // MarshalJSON encodes the settings as their description: never a key.
 func (s RequestStateSecurity) MarshalJSON() ([]byte, error) { return marshalRedacted(s.describe()) }
+
+func (s *KeySource) describe() string {
+	kr := s.Keyring()
+	if kr == nil {
+		return "ctoken.KeySource(no ring)"
+	}
+	return fmt.Sprintf("ctoken.KeySource(%d keys)", kr.Len())
+}
+
+// Format prints the [KeySource] as "ctoken.KeySource(N keys)" under every
+// verb: never a key.
+func (s *KeySource) Format(f fmt.State, verb rune) { formatRedacted(f, verb, s.describe()) }
+
+// LogValue is the [KeySource]'s log/slog form: its description, never a key.
+func (s *KeySource) LogValue() slog.Value { return slog.StringValue(s.describe()) }
+
+// MarshalJSON encodes the [KeySource] as its description: never a key.
+func (s *KeySource) MarshalJSON() ([]byte, error) { return marshalRedacted(s.describe()) }
