@@ -110,6 +110,50 @@ func BenchmarkCursorVerify(b *testing.B) {
 	cpu.done(b)
 }
 
+// BenchmarkCursorVerifyObserved is BenchmarkCursorVerify with an observer
+// set: a no-op one (the cost of building and passing the event) and a
+// [KeySource] instead of Keys (an atomic load and a pointer compare per
+// call). Compare with BenchmarkCursorVerify (nil observer, static keys) and
+// BenchmarkFloorHMAC/cursor/verify.
+func BenchmarkCursorVerifyObserved(b *testing.B) {
+	kr, err := NewKeyring(benchKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, err := NewKeySource(kr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	noop := ObserverFunc(func(Event) {})
+	for _, bc := range []struct {
+		name string
+		cfg  CursorConfig
+	}{
+		{"noop-observer", CursorConfig{Keys: kr, Session: []byte("bench-01"), Observer: noop}},
+		{"keysource", CursorConfig{KeySource: src, Session: []byte("bench-01")}},
+		{"keysource+noop-observer", CursorConfig{KeySource: src, Session: []byte("bench-01"), Observer: noop}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			iss, err := NewCursorIssuer(bc.cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := iss.Issue(benchPayload())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				if _, err := iss.Verify(c, benchScope); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu.done(b)
+		})
+	}
+}
+
 // BenchmarkCursorVerifyParallel runs Verify on every P; with no shared lock
 // on the hot path its ns/op falls as GOMAXPROCS grows (-cpu 1,2,4).
 func BenchmarkCursorVerifyParallel(b *testing.B) {

@@ -63,8 +63,12 @@ type CursorPayload struct {
 
 // CursorConfig configures a [CursorIssuer]. Only Keys is required.
 type CursorConfig struct {
-	// Keys signs (primary) and verifies (all) cursors. Required.
+	// Keys signs (primary) and verifies (all) cursors. Exactly one of Keys
+	// and KeySource is required: neither is [ErrNoKey], both is [ErrConfig].
 	Keys *Keyring
+	// KeySource, instead of Keys, supplies a ring that can be replaced while
+	// the issuer runs ([KeySource.Swap]); each call uses the current ring.
+	KeySource *KeySource
 	// TTL is the maximum cursor age: 0 means [DefaultCursorTTL], negative
 	// means no age limit.
 	TTL time.Duration
@@ -79,13 +83,18 @@ type CursorConfig struct {
 	Session []byte
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Observer, if set, is told of every Issue and Verify ([KindCursor]);
+	// see [Observer]. Nil costs nothing.
+	Observer Observer
 }
 
 // CursorIssuer issues and verifies stateless HMAC-SHA256 pagination
 // cursors. It is safe for concurrent use. The zero value refuses every call
 // with [ErrNoKey].
 type CursorIssuer struct {
-	macs    macRing
+	macs    macRing            // static keys; nil when rot is set
+	rot     *rotating[macRing] // keys from a KeySource
+	obs     Observer
 	ttl     time.Duration
 	session []byte
 	now     func() time.Time
@@ -140,8 +149,8 @@ func mustDecMode(o cbor.DecOptions) cbor.DecMode {
 // cfg.Session is longer than [MaxSessionBytes] or empty but not nil. Every TTL is valid: 0 means
 // [DefaultCursorTTL] and a negative TTL means no age limit.
 func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
-	if cfg.Keys == nil || cfg.Keys.Len() == 0 {
-		return nil, reject(ErrNoKey, "CursorConfig.Keys is nil or empty")
+	if err := keysFrom(cfg.Keys, cfg.KeySource, "CursorConfig"); err != nil {
+		return nil, err
 	}
 	if len(cfg.Session) > MaxSessionBytes {
 		return nil, configError("CursorConfig.Session is longer than MaxSessionBytes")
@@ -150,12 +159,17 @@ func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 		return nil, configError("CursorConfig.Session is empty but not nil (nil means a random per-issuer session)")
 	}
 	i := &CursorIssuer{
-		macs:    newMACRing(cfg.Keys, cursorKeyLabel),
 		ttl:     cfg.TTL,
 		now:     cfg.Now,
+		obs:     cfg.Observer,
 		scratch: new(sync.Pool),
 	}
-	if len(i.macs) != cfg.Keys.Len() {
+	if cfg.KeySource != nil {
+		var ok bool
+		if i.rot, ok = newRotating(cfg.KeySource, deriveCursorMACs); !ok {
+			return nil, reject(ErrNoKey, "CursorConfig.KeySource: a key cannot be derived from")
+		}
+	} else if i.macs, _ = deriveCursorMACs(cfg.Keys); i.macs == nil {
 		return nil, reject(ErrNoKey, "CursorConfig.Keys: a key cannot be derived from")
 	}
 	if i.ttl == 0 {
@@ -171,6 +185,23 @@ func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 		rand.Read(i.session)
 	}
 	return i, nil
+}
+
+// deriveCursorMACs returns the cursor MAC subkeys of kr, or false.
+func deriveCursorMACs(kr *Keyring) (macRing, bool) {
+	r := newMACRing(kr, cursorKeyLabel)
+	if len(r) != kr.Len() || len(r) == 0 {
+		return nil, false
+	}
+	return r, true
+}
+
+// ring returns the MAC subkeys in use now (empty for the zero value).
+func (i *CursorIssuer) ring() macRing {
+	if i.rot != nil {
+		return i.rot.get()
+	}
+	return i.macs
 }
 
 // Session returns a copy of the issuer's server session (empty for the
@@ -192,7 +223,16 @@ var (
 // issuer not made by [NewCursorIssuer] has no key: Issue fails with [ErrNoKey].
 // Every error carries a [Reason].
 func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
-	if len(i.macs) == 0 {
+	c, err := i.issue(p)
+	if i.obs != nil && err != errCursorNoKey {
+		observeIssue(i.obs, KindCursor, err)
+	}
+	return c, err
+}
+
+func (i *CursorIssuer) issue(p CursorPayload) (string, error) {
+	macs := i.ring()
+	if len(macs) == 0 {
 		return "", errCursorNoKey
 	}
 	if len(p.State) > MaxOpaqueStateBytes {
@@ -221,7 +261,7 @@ func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	}
 	s := i.getScratch()
 	raw := cursorwire.AppendBody(s.raw[:0], &b)
-	raw = i.macs[0].Sum(raw, raw)
+	raw = macs[0].Sum(raw, raw)
 	text := s.text[:b64.EncodedLen(n)]
 	b64.Encode(text, raw)
 	cursor := string(text)
@@ -268,15 +308,20 @@ var (
 // other MAC failures as possible tampering. Nothing of the unauthenticated
 // body is returned, and a forged body with an empty session is
 // [ErrCursorInvalid].
+//
+// The config's [Observer], if any, is told of the outcome: [OutcomeVerified]
+// with the [KeyPosition] of the key that matched, or [OutcomeRefused] with
+// the [RefusalReason].
 func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, error) {
-	if len(i.macs) == 0 {
+	macs := i.ring()
+	if len(macs) == 0 {
 		return CursorPayload{}, errCursorNoKey
 	}
 	if len(cursor) == 0 {
-		return CursorPayload{}, errCursorEmpty
+		return i.refuse(-1, errCursorEmpty)
 	}
 	if len(cursor) > MaxCursorBytes {
-		return CursorPayload{}, errCursorOversize
+		return i.refuse(-1, errCursorOversize)
 	}
 	s := i.getScratch()
 	defer i.putScratch(s)
@@ -285,52 +330,53 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	// The strict decoder refuses every second spelling of a cursor.
 	n, err := b64.Decode(s.raw[:], []byte(cursor))
 	if err != nil {
-		return CursorPayload{}, errCursorBase64
+		return i.refuse(-1, errCursorBase64)
 	}
 	if n <= macSize {
-		return CursorPayload{}, errCursorTruncated
+		return i.refuse(-1, errCursorTruncated)
 	}
 	body, tag := s.raw[:n-macSize], s.raw[n-macSize:n]
-	if i.macs.verify(body, tag) < 0 {
+	key := macs.verify(body, tag)
+	if key < 0 {
 		// A classification hint only: nothing of an unauthenticated body
 		// is ever returned.
 		if f, ok := cursorwire.DecodeBody(body); ok && len(f.Session) != 0 && !bytes.Equal(f.Session, i.session) {
-			return CursorPayload{}, errCursorForeign
+			return i.refuse(-1, errCursorForeign)
 		}
-		return CursorPayload{}, errCursorMAC
+		return i.refuse(-1, errCursorMAC)
 	}
 	// Exactly one encoding is accepted, the one Issue writes (see
 	// internal/cursorwire).
 	f, ok := cursorwire.DecodeBody(body)
 	if !ok {
-		return CursorPayload{}, errCursorMalformed
+		return i.refuse(key, errCursorMalformed)
 	}
 	if f.Version != cursorwire.Version {
-		return CursorPayload{}, errCursorVersion
+		return i.refuse(key, errCursorVersion)
 	}
 	if len(f.Args) != 0 && len(f.Args) != len(Fingerprint{}) {
-		return CursorPayload{}, errCursorArgsLength
+		return i.refuse(key, errCursorArgsLength)
 	}
 	if subtle.ConstantTimeCompare(f.Session, i.session) != 1 {
-		return CursorPayload{}, errCursorSession
+		return i.refuse(key, errCursorSession)
 	}
 	issued := time.Unix(f.Issued, 0)
 	now := i.now()
 	if issued.Sub(now) > maxFutureSkew {
-		return CursorPayload{}, errCursorFuture
+		return i.refuse(key, errCursorFuture)
 	}
 	if i.ttl > 0 && now.Sub(issued) > i.ttl {
-		return CursorPayload{}, errCursorAge
+		return i.refuse(key, errCursorAge)
 	}
 	var args Fingerprint
 	copy(args[:], f.Args)
 	switch {
 	case string(f.Tool) != want.ToolID:
-		return CursorPayload{}, errCursorTool
+		return i.refuse(key, errCursorTool)
 	case string(f.Caller) != want.CallerID:
-		return CursorPayload{}, errCursorCaller
+		return i.refuse(key, errCursorCaller)
 	case !want.Args.IsZero() && subtle.ConstantTimeCompare(args[:], want.Args[:]) != 1:
-		return CursorPayload{}, errCursorArgs
+		return i.refuse(key, errCursorArgs)
 	}
 	// Tool and caller equal want's, so want's strings are returned rather
 	// than copies. State aliases the pooled scratch and is copied: the one
@@ -339,12 +385,24 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	if len(f.State) > 0 {
 		state = append(make([]byte, 0, len(f.State)), f.State...)
 	}
+	if i.obs != nil {
+		observeErr(i.obs, KindCursor, key, nil, 0)
+	}
 	return CursorPayload{
 		CursorScope: CursorScope{ToolID: want.ToolID, CallerID: want.CallerID, Args: args},
 		Page:        f.Page,
 		State:       state,
 		IssuedAt:    issued,
 	}, nil
+}
+
+// refuse reports a refusal of Verify (key is the index of the key whose
+// MAC matched, or -1) to the observer, if any, and returns it.
+func (i *CursorIssuer) refuse(key int, err error) (CursorPayload, error) {
+	if i.obs != nil {
+		observeErr(i.obs, KindCursor, key, err, 0)
+	}
+	return CursorPayload{}, err
 }
 
 var (

@@ -74,6 +74,10 @@ func ErrorCode(err error) int {
 // rejection and configuration error of this package carries one. A reason
 // never contains input, token text or key material.
 //
+// For a refusal of a token or an input, the text is the String of a
+// [RefusalReason], a fixed set stable across minor versions; [ReasonOf]
+// returns it typed, for metric labels.
+//
 // [Reason] reads the module's one reason-carrying error, so it also returns
 // the reason of an error from [github.com/ctoken/ctoken/webhook], whose own
 // [github.com/ctoken/ctoken/webhook.Reason] is the same function.

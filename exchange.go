@@ -125,6 +125,17 @@ type ExchangeConfig struct {
 	// issued (Info), with fixed messages and reasons; never the token or
 	// the credential. Nil means no logging.
 	Logger *slog.Logger
+	// Observer, if set, is told of the outcome of every exchange request
+	// ([KindExchange]): [OutcomeIssued] when a credential is issued;
+	// [OutcomeRefused] with the token's [RefusalReason], or
+	// [ReasonExchangeRequest] for a malformed request,
+	// [ReasonAuthorizeRefused] when Authorize refuses and
+	// [ReasonIssueFailed] when Issue fails; [OutcomeDuplicate] for a token
+	// already redeemed; [OutcomeStoreFailure] when the replay store cannot
+	// answer. Redeem's store latency is reported. The Issuer's own
+	// [OneTimeConfig.Observer], if any, sees the Verify and Redeem calls
+	// too. See [Observer]; nil costs nothing.
+	Observer Observer
 }
 
 // ExchangeHandler is an http.Handler that exchanges a one-time token for a
@@ -189,6 +200,7 @@ type ExchangeHandler struct {
 	issue     func(context.Context, ExchangeRequest) (Credential, error)
 	typ       string
 	log       *slog.Logger
+	obs       Observer
 }
 
 var _ http.Handler = (*ExchangeHandler)(nil)
@@ -212,7 +224,7 @@ func NewExchangeHandler(cfg ExchangeConfig) (*ExchangeHandler, error) {
 	} else if u, err := url.Parse(typ); err != nil || !u.IsAbs() || strings.ContainsAny(typ, " \t\r\n") {
 		return nil, configError("ExchangeConfig.IssuedTokenType is not an absolute URI")
 	}
-	return &ExchangeHandler{issuer: cfg.Issuer, authorize: cfg.Authorize, issue: cfg.Issue, typ: typ, log: cfg.Logger}, nil
+	return &ExchangeHandler{issuer: cfg.Issuer, authorize: cfg.Authorize, issue: cfg.Issue, typ: typ, log: cfg.Logger, obs: cfg.Observer}, nil
 }
 
 // exchangeRefusal is one refusal: status, RFC 6749 error code and a fixed
@@ -256,16 +268,19 @@ func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
+		h.observe(ReasonExchangeRequest, 0)
 		h.refuse(w, r, exchangeRefusal{http.StatusMethodNotAllowed, oauthInvalidRequest, "the token endpoint accepts POST only"}, "method not POST", nil)
 		return
 	}
 	form, ref, reason := readExchangeForm(w, r)
 	if reason != "" {
+		h.observe(ReasonExchangeRequest, 0)
 		h.refuse(w, r, ref, reason, nil)
 		return
 	}
 	req, ref, reason := h.parse(form)
 	if reason != "" {
+		h.observe(ReasonExchangeRequest, 0)
 		h.refuse(w, r, ref, reason, nil)
 		return
 	}
@@ -273,6 +288,7 @@ func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	tok, err := h.issuer.Verify(subject)
 	if err != nil {
+		h.observe(ReasonOf(err), 0)
 		h.refuse(w, r, tokenRefusal(err), "subject_token refused", err)
 		return
 	}
@@ -291,11 +307,21 @@ func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		default:
 			ref = badGrant("the server refused the exchange")
 		}
+		h.observe(ReasonAuthorizeRefused, 0)
 		h.refuse(w, r, ref, "Authorize refused", err)
 		return
 	}
+	var start time.Time
+	if h.obs != nil {
+		start = time.Now()
+	}
 	claims, err := h.issuer.Redeem(ctx, subject, tok.Claims)
+	var took time.Duration
+	if h.obs != nil {
+		took = max(time.Since(start), 1)
+	}
 	if err != nil {
+		h.observe(ReasonOf(err), took)
 		h.refuse(w, r, tokenRefusal(err), "redeem refused", err)
 		return
 	}
@@ -310,6 +336,7 @@ func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
+		h.observe(ReasonIssueFailed, took)
 		h.refuse(w, r, exchangeRefusal{http.StatusInternalServerError, oauthServerError, "the credential could not be issued; the token is spent"}, "Issue failed", err)
 		return
 	}
@@ -321,14 +348,28 @@ func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Scope:           cred.Scope,
 	})
 	if err != nil { // only strings and an integer: cannot happen
+		h.observe(ReasonIssueFailed, took)
 		h.refuse(w, r, exchangeRefusal{http.StatusInternalServerError, oauthServerError, "the credential could not be encoded"}, "encoding failed", err)
 		return
+	}
+	if h.obs != nil {
+		h.obs.Observe(Event{Kind: KindExchange, Outcome: OutcomeIssued, StoreLatency: took})
 	}
 	if h.log != nil {
 		h.log.LogAttrs(ctx, slog.LevelInfo, "ctoken exchange: credential issued",
 			slog.String("purpose", tok.Purpose), slog.Int64("expires_in", int64(cred.ExpiresIn/time.Second)))
 	}
 	writeExchangeJSON(w, http.StatusOK, body)
+}
+
+// observe reports a refused exchange to the observer, if any. A replay
+// store's failure (no reason of this package) is OutcomeStoreFailure.
+func (h *ExchangeHandler) observe(why RefusalReason, store time.Duration) {
+	if h.obs == nil {
+		return
+	}
+	e := Event{Kind: KindExchange, Reason: why, Outcome: outcomeOf(why), StoreLatency: store}
+	h.obs.Observe(e)
 }
 
 // exchangeSuccess is the RFC 6749 §5.1 / RFC 8693 §2.2.1 response.

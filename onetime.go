@@ -64,9 +64,13 @@ var (
 // OneTimeConfig configures a [OneTimeIssuer]. Keys and Purpose are required.
 type OneTimeConfig struct {
 	// Keys signs (primary) and verifies (every key) tokens, through a subkey
-	// derived with the label "ctoken.onetime hmac key". Nil or empty is
-	// [ErrNoKey].
+	// derived with the label "ctoken.onetime hmac key". Exactly one of Keys
+	// and KeySource is required: neither (or an empty [Keyring]) is
+	// [ErrNoKey], both is [ErrConfig].
 	Keys *Keyring
+	// KeySource, instead of Keys, supplies a ring that can be replaced while
+	// the issuer runs ([KeySource.Swap]); each call uses the current ring.
+	KeySource *KeySource
 	// Purpose names what this issuer's tokens are for ("password-reset",
 	// "agent-bootstrap"). It is written into every token under the MAC, and
 	// an issuer accepts only tokens of its own purpose, so issuers that
@@ -84,6 +88,10 @@ type OneTimeConfig struct {
 	Replay replay.Store
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Observer, if set, is told of every Mint, Verify and Redeem
+	// ([KindOneTime]), with the replay store's latency on Redeem; see
+	// [Observer]. Nil costs nothing.
+	Observer Observer
 }
 
 // OneTimeIssuer mints short-lived, HMAC-signed tokens bound to a purpose and
@@ -98,7 +106,9 @@ type OneTimeConfig struct {
 // A [OneTimeIssuer] is safe for concurrent use. The zero value refuses every
 // call with [ErrNoKey].
 type OneTimeIssuer struct {
-	macs    macRing // derived subkeys, primary first
+	macs    macRing            // derived subkeys, primary first; nil when rot is set
+	rot     *rotating[macRing] // keys from a KeySource
+	obs     Observer
 	purpose string
 	ttl     time.Duration
 	replay  replay.Store
@@ -124,8 +134,8 @@ func configError(why string) error { return reason.New(ErrConfig, why) }
 // NewOneTimeIssuer returns an issuer for cfg. A nil or empty cfg.Keys is
 // [ErrNoKey]; an empty or invalid Purpose or a negative TTL is [ErrConfig].
 func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
-	if cfg.Keys == nil || cfg.Keys.Len() == 0 {
-		return nil, reject(ErrNoKey, "OneTimeConfig.Keys is nil or empty")
+	if err := keysFrom(cfg.Keys, cfg.KeySource, "OneTimeConfig"); err != nil {
+		return nil, err
 	}
 	if err := checkPurpose(cfg.Purpose); err != nil {
 		return nil, err
@@ -134,13 +144,18 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 		return nil, configError("OneTimeConfig.TTL is negative (0 means DefaultOneTimeTTL)")
 	}
 	o := &OneTimeIssuer{
-		macs:    newMACRing(cfg.Keys, oneTimeLabel),
 		purpose: cfg.Purpose,
 		ttl:     cfg.TTL,
 		replay:  cfg.Replay,
 		now:     cfg.Now,
+		obs:     cfg.Observer,
 	}
-	if len(o.macs) != cfg.Keys.Len() {
+	if cfg.KeySource != nil {
+		var ok bool
+		if o.rot, ok = newRotating(cfg.KeySource, deriveOneTimeMACs); !ok {
+			return nil, reject(ErrNoKey, "OneTimeConfig.KeySource: a key cannot be derived from")
+		}
+	} else if o.macs, _ = deriveOneTimeMACs(cfg.Keys); o.macs == nil {
 		return nil, reject(ErrNoKey, "OneTimeConfig.Keys: a key cannot be derived from")
 	}
 	if o.ttl == 0 {
@@ -153,6 +168,23 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 		o.replay = &replay.MemoryStore{Now: o.now}
 	}
 	return o, nil
+}
+
+// deriveOneTimeMACs returns the one-time MAC subkeys of kr, or false.
+func deriveOneTimeMACs(kr *Keyring) (macRing, bool) {
+	r := newMACRing(kr, oneTimeLabel)
+	if len(r) != kr.Len() || len(r) == 0 {
+		return nil, false
+	}
+	return r, true
+}
+
+// ring returns the MAC subkeys in use now (empty for the zero value).
+func (o *OneTimeIssuer) ring() macRing {
+	if o.rot != nil {
+		return o.rot.get()
+	}
+	return o.macs
 }
 
 func checkPurpose(p string) error {
@@ -183,7 +215,16 @@ func (o *OneTimeIssuer) Purpose() string { return o.purpose }
 // [MaxOneTimeTokenBytes], and with [ErrNoKey] on an issuer not made by
 // [NewOneTimeIssuer].
 func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
-	if len(o.macs) == 0 || o.now == nil {
+	t, err := o.mint(claims)
+	if o.obs != nil && err != errOneTimeNoKey {
+		observeIssue(o.obs, KindOneTime, err)
+	}
+	return t, err
+}
+
+func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
+	macs := o.ring()
+	if len(macs) == 0 || o.now == nil {
 		return "", errOneTimeNoKey
 	}
 	now := o.now()
@@ -207,7 +248,7 @@ func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 	if len(oneTimePrefix)+b64.EncodedLen(len(payload)+macSize) > MaxOneTimeTokenBytes {
 		return "", errOneTimeTooLarge
 	}
-	raw := o.macs[0].Sum(payload, payload)
+	raw := macs[0].Sum(payload, payload)
 	return oneTimePrefix + b64.EncodeToString(raw), nil
 }
 
@@ -223,7 +264,10 @@ func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 // 60 s in the future → [ErrOneTimeInvalid]; expiry → [ErrOneTimeExpired]. On
 // error the token is zero.
 func (o *OneTimeIssuer) Verify(token string) (OneTimeToken, error) {
-	t, err := o.check(token)
+	t, key, err := o.check(token)
+	if o.obs != nil && err != errOneTimeNoKey {
+		observeErr(o.obs, KindOneTime, key, err, 0)
+	}
 	if err != nil {
 		return OneTimeToken{}, err
 	}
@@ -246,43 +290,64 @@ func (o *OneTimeIssuer) Verify(token string) (OneTimeToken, error) {
 // wrapped (errors.Is finds it; [Reason] says "replay store failed"), and the
 // token is refused and not consumed.
 func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[string]string) (map[string]string, error) {
-	t, err := o.check(token)
-	if err != nil {
-		return nil, err
+	claims, key, store, err := o.redeem(ctx, token, want)
+	if o.obs != nil && err != errOneTimeNoKey {
+		observeErr(o.obs, KindOneTime, key, err, store)
 	}
-	if !claimsEqual(t.claims, want) {
-		return nil, errOneTimeClaims
-	}
-	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(replay.SkewMargin))
-	if err != nil {
-		return nil, reason.Wrap(errOneTimeStore, "replay store failed", err)
-	}
-	if !first {
-		return nil, errOneTimeRedeemed
-	}
-	return t.claims, nil
+	return claims, err
 }
 
-// check runs every check of Verify.
-func (o *OneTimeIssuer) check(token string) (oneTimeFields, error) {
-	if len(o.macs) == 0 || o.now == nil {
-		return oneTimeFields{}, errOneTimeNoKey
-	}
-	t, err := o.verify(token)
+// redeem is Redeem, also returning the index of the key that verified the
+// token (-1 if none did) and, when an observer is set, how long the replay
+// store took.
+func (o *OneTimeIssuer) redeem(ctx context.Context, token string, want map[string]string) (map[string]string, int, time.Duration, error) {
+	t, key, err := o.check(token)
 	if err != nil {
-		return oneTimeFields{}, err
+		return nil, key, 0, err
+	}
+	if !claimsEqual(t.claims, want) {
+		return nil, key, 0, errOneTimeClaims
+	}
+	var start time.Time
+	if o.obs != nil {
+		start = time.Now()
+	}
+	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(replay.SkewMargin))
+	var took time.Duration
+	if o.obs != nil {
+		took = max(time.Since(start), 1) // a store was called: never 0
+	}
+	if err != nil {
+		return nil, key, took, reason.Wrap(errOneTimeStore, "replay store failed", err)
+	}
+	if !first {
+		return nil, key, took, errOneTimeRedeemed
+	}
+	return t.claims, key, took, nil
+}
+
+// check runs every check of Verify, also returning the index of the key
+// whose MAC matched (-1 if none did).
+func (o *OneTimeIssuer) check(token string) (oneTimeFields, int, error) {
+	macs := o.ring()
+	if len(macs) == 0 || o.now == nil {
+		return oneTimeFields{}, -1, errOneTimeNoKey
+	}
+	t, key, err := verifyOneTime(macs, token)
+	if err != nil {
+		return oneTimeFields{}, key, err
 	}
 	if t.purpose != o.purpose {
-		return oneTimeFields{}, errOneTimePurpose
+		return oneTimeFields{}, key, errOneTimePurpose
 	}
 	now := o.now()
 	if t.issued.After(now.Add(oneTimeMaxSkew)) {
-		return oneTimeFields{}, errOneTimeFuture
+		return oneTimeFields{}, key, errOneTimeFuture
 	}
 	if !now.Before(t.expires) {
-		return oneTimeFields{}, errOneTimeExpired
+		return oneTimeFields{}, key, errOneTimeExpired
 	}
-	return t, nil
+	return t, key, nil
 }
 
 // Rejections, allocated once.
@@ -314,33 +379,35 @@ type oneTimeFields struct {
 	claims          map[string]string
 }
 
-// verify authenticates and decodes token without consulting the purpose,
-// the clock or the replay store.
-func (o *OneTimeIssuer) verify(token string) (oneTimeFields, error) {
+// verifyOneTime authenticates token with macs and decodes it without
+// consulting the purpose, the clock or the replay store. It also returns
+// the index of the key whose MAC matched, or -1.
+func verifyOneTime(macs macRing, token string) (oneTimeFields, int, error) {
 	var t oneTimeFields
 	if len(token) > MaxOneTimeTokenBytes {
-		return t, errOneTimeOversize
+		return t, -1, errOneTimeOversize
 	}
 	body, ok := strings.CutPrefix(token, oneTimePrefix)
 	if !ok {
-		return t, errOneTimeFormat
+		return t, -1, errOneTimeFormat
 	}
 	// The strict decoder refuses every second spelling of a token.
 	raw, err := b64.DecodeString(body)
 	if err != nil {
-		return t, errOneTimeBase64
+		return t, -1, errOneTimeBase64
 	}
 	if len(raw) < oneTimeFixedLen+macSize {
-		return t, errOneTimeTruncated
+		return t, -1, errOneTimeTruncated
 	}
 	payload, tag := raw[:len(raw)-macSize], raw[len(raw)-macSize:]
-	if o.macs.verify(payload, tag) < 0 {
-		return t, errOneTimeMAC
+	key := macs.verify(payload, tag)
+	if key < 0 {
+		return t, -1, errOneTimeMAC
 	}
 	if t, ok = decodeOneTimePayload(payload); !ok {
-		return oneTimeFields{}, errOneTimeMalformed
+		return oneTimeFields{}, key, errOneTimeMalformed
 	}
-	return t, nil
+	return t, key, nil
 }
 
 // decodeOneTimePayload strictly decodes an authenticated payload: version 2,

@@ -48,10 +48,11 @@ func (k Keyring) LogValue() slog.Value { return slog.StringValue(k.describe()) }
 func (k Keyring) MarshalJSON() ([]byte, error) { return marshalRedacted(k.describe()) }
 
 func (i CursorIssuer) describe() string {
-	if len(i.macs) == 0 {
+	macs := i.ring()
+	if len(macs) == 0 {
 		return "ctoken.CursorIssuer(no key)"
 	}
-	return fmt.Sprintf("ctoken.CursorIssuer(%d keys, TTL %v, session of %d bytes)", len(i.macs), i.ttl, len(i.session))
+	return fmt.Sprintf("ctoken.CursorIssuer(%d keys, TTL %v, session of %d bytes)", len(macs), i.ttl, len(i.session))
 }
 
 // Format prints a description of the issuer (key count, TTL, session
@@ -65,10 +66,11 @@ func (i CursorIssuer) LogValue() slog.Value { return slog.StringValue(i.describe
 func (i CursorIssuer) MarshalJSON() ([]byte, error) { return marshalRedacted(i.describe()) }
 
 func (o OneTimeIssuer) describe() string {
-	if len(o.macs) == 0 {
+	macs := o.ring()
+	if len(macs) == 0 {
 		return "ctoken.OneTimeIssuer(no key)"
 	}
-	return fmt.Sprintf("ctoken.OneTimeIssuer(purpose %q, %d keys, TTL %v)", o.purpose, len(o.macs), o.ttl)
+	return fmt.Sprintf("ctoken.OneTimeIssuer(purpose %q, %d keys, TTL %v)", o.purpose, len(macs), o.ttl)
 }
 
 // Format prints a description of the issuer (purpose, key count, TTL)
@@ -148,3 +150,21 @@ func (s RequestStateSecurity) LogValue() slog.Value { return slog.StringValue(s.
 
 // MarshalJSON encodes the settings as their description: never a key.
 func (s RequestStateSecurity) MarshalJSON() ([]byte, error) { return marshalRedacted(s.describe()) }
+
+func (s *KeySource) describe() string {
+	kr := s.Keyring()
+	if kr == nil {
+		return "ctoken.KeySource(no ring)"
+	}
+	return fmt.Sprintf("ctoken.KeySource(%d keys)", kr.Len())
+}
+
+// Format prints the [KeySource] as "ctoken.KeySource(N keys)" under every
+// verb: never a key.
+func (s *KeySource) Format(f fmt.State, verb rune) { formatRedacted(f, verb, s.describe()) }
+
+// LogValue is the [KeySource]'s log/slog form: its description, never a key.
+func (s *KeySource) LogValue() slog.Value { return slog.StringValue(s.describe()) }
+
+// MarshalJSON encodes the [KeySource] as its description: never a key.
+func (s *KeySource) MarshalJSON() ([]byte, error) { return marshalRedacted(s.describe()) }

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/replay"
 )
@@ -76,12 +77,16 @@ const (
 // Binding) makes [NewRequestStateCodec] fail with [ErrConfig]; it never
 // falls back to the default.
 type RequestStateSecurity struct {
-	// Keys seals (primary) and opens (all) states. It is required: nil or
-	// an empty [Keyring] is [ErrNoKey]. A single process that wants a random
+	// Keys seals (primary) and opens (all) states. Exactly one of Keys and
+	// KeySource is required: neither (or an empty [Keyring]) is [ErrNoKey],
+	// both is [ErrConfig]. A single process that wants a random
 	// key asks for one explicitly ([KeyringFromEnvOrRandom], or
 	// [NewKeyring]([RandomKey]())); states sealed with it survive neither a
 	// restart nor a hop to another instance.
 	Keys *Keyring
+	// KeySource, instead of Keys, supplies a ring that can be replaced while
+	// the codec runs ([KeySource.Swap]); each call uses the current ring.
+	KeySource *KeySource
 	// Mode is [Signed] (the zero value) or [Encrypted]. A codec decodes only
 	// states of its own mode.
 	Mode RequestStateMode
@@ -108,6 +113,10 @@ type RequestStateSecurity struct {
 	// unique value (a step counter, a random ID) in the state, or use
 	// [Encrypted], whose random nonce makes every encoding distinct.
 	Replay replay.Store
+	// Observer, if set, is told of every Encode and Decode
+	// ([KindRequestState]), with the replay store's latency in single-use
+	// mode; see [Observer]. Nil costs nothing.
+	Observer Observer
 }
 
 // RequestStateCodec seals and opens MCP multi-round-trip requestState
@@ -122,11 +131,48 @@ type RequestStateCodec struct {
 	maxBytes int
 	now      func() time.Time
 	replay   replay.Store // nil: states are reusable
+	obs      Observer
 
+	keys    *stateKeys            // static keys; nil when rot is set
+	rot     *rotating[*stateKeys] // keys from a KeySource
+	scratch sync.Pool             // of *stateScratch
+}
+
+// stateKeys is the subkeys of one [Keyring] for request state.
+type stateKeys struct {
 	bind    macRing
-	payload macRing   // Signed
-	aead    aeadRing  // Encrypted
-	scratch sync.Pool // of *stateScratch
+	payload macRing  // Signed
+	aead    aeadRing // Encrypted
+}
+
+// deriveStateKeys returns kr's subkeys for mode, or false.
+func deriveStateKeys(kr *Keyring, mode RequestStateMode) (*stateKeys, bool) {
+	n := kr.Len()
+	k := &stateKeys{bind: newMACRing(kr, stateBindLabel)}
+	if mode == Encrypted {
+		var err error
+		if k.aead, err = newAEADRing(kr, stateAESLabel); err != nil || len(k.aead) != n {
+			return nil, false
+		}
+	} else if k.payload = newMACRing(kr, statePayloadLabel); len(k.payload) != n {
+		return nil, false
+	}
+	if n == 0 || len(k.bind) != n {
+		return nil, false
+	}
+	return k, true
+}
+
+// ring returns the subkeys in use now, or nil for a codec not made by
+// [NewRequestStateCodec].
+func (c *RequestStateCodec) ring() *stateKeys {
+	switch {
+	case c == nil:
+		return nil
+	case c.rot != nil:
+		return c.rot.get()
+	}
+	return c.keys
 }
 
 // Configuration errors of [NewRequestStateCodec], allocated once.
@@ -140,6 +186,8 @@ var (
 	errStateConfTTL      = reject(ErrConfig, "negative RequestStateSecurity.TTL")
 	errStateConfMaxBytes = reject(ErrConfig, "negative RequestStateSecurity.MaxBytes")
 	errStateConfTooSmall = reject(ErrConfig, "RequestStateSecurity.MaxBytes too small for any state")
+	errStateBothKeys     = reject(ErrConfig, "RequestStateSecurity.Keys and RequestStateSecurity.KeySource are both set (set one)")
+	errStateEmptySource  = reject(ErrNoKey, "RequestStateSecurity.KeySource holds no Keyring (use NewKeySource)")
 )
 
 // minStateWire is the length of the wire form of the state "" with a
@@ -168,6 +216,11 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 		return nil, errStateConfMaxBytes
 	case sec.MaxBytes > 0 && sec.MaxBytes < minStateWire(sec.Mode):
 		return nil, errStateConfTooSmall
+	case sec.Keys != nil && sec.KeySource != nil:
+		return nil, errStateBothKeys
+	case sec.KeySource != nil && sec.KeySource.Keyring() == nil:
+		return nil, errStateEmptySource
+	case sec.KeySource != nil:
 	case sec.Keys == nil:
 		return nil, errStateNilKeys
 	case sec.Keys.Len() == 0:
@@ -180,6 +233,7 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 		maxBytes: sec.MaxBytes,
 		now:      sec.Now,
 		replay:   sec.Replay,
+		obs:      sec.Observer,
 	}
 	if c.ttl == 0 {
 		c.ttl = DefaultStateTTL
@@ -190,20 +244,15 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 	if c.now == nil {
 		c.now = time.Now
 	}
-	kr := sec.Keys
-	c.bind = newMACRing(kr, stateBindLabel)
-	if c.mode == Encrypted {
-		var err error
-		if c.aead, err = newAEADRing(kr, stateAESLabel); err != nil || len(c.aead) != kr.Len() {
-			return nil, errStateUnderivable
-		}
+	mode := c.mode
+	derive := func(kr *Keyring) (*stateKeys, bool) { return deriveStateKeys(kr, mode) }
+	var ok bool
+	if sec.KeySource != nil {
+		c.rot, ok = newRotating(sec.KeySource, derive)
 	} else {
-		c.payload = newMACRing(kr, statePayloadLabel)
-		if len(c.payload) != kr.Len() {
-			return nil, errStateUnderivable
-		}
+		c.keys, ok = derive(sec.Keys)
 	}
-	if len(c.bind) != kr.Len() {
+	if !ok {
 		return nil, errStateUnderivable
 	}
 	return c, nil
@@ -220,7 +269,7 @@ const bindTagLen = 2 * macSize
 // cache of cachedBindTag (tests compare the two).
 func (c *RequestStateCodec) bindTag(dst []byte, key int, subject, tool string) []byte {
 	var sc stateScratch
-	return c.cachedBindTag(dst, &sc, make([]byte, 0, len(subject)+1+len(tool)), key, subject, tool)
+	return c.cachedBindTag(dst, &sc, make([]byte, 0, len(subject)+1+len(tool)), c.ring().bind[key], subject, tool)
 }
 
 // cachedBindTag appends hex(HMAC-SHA256(bindKey, material)) to dst. The
@@ -228,7 +277,8 @@ func (c *RequestStateCodec) bindTag(dst []byte, key int, subject, tool string) [
 // [BindSubjectAndTool] (an empty subject included) and empty under [BindNone].
 //
 // Tags are cached in the pooled scratch sc, a handful per scratch, keyed by
-// the key index and a copy of the material (so a caller's string that is
+// the bind subkey (its identity: a [KeySource] swap brings new subkeys, so a
+// tag of the old ring is never served for the new one) and a copy of the material (so a caller's string that is
 // later reused for other bytes cannot produce a stale hit): the tag is a
 // pure function of the two, and it costs as much as the whole AES-GCM open
 // it guards. A scratch belongs to one goroutine between Get and Put, so the
@@ -237,7 +287,7 @@ func (c *RequestStateCodec) bindTag(dst []byte, key int, subject, tool string) [
 // served recently on the same P, never a secret. material is heap memory
 // with capacity for the material (a slice handed to the HMAC escapes, so a
 // stack buffer would cost an allocation); dst does not escape.
-func (c *RequestStateCodec) cachedBindTag(dst []byte, sc *stateScratch, material []byte, key int, subject, tool string) []byte {
+func (c *RequestStateCodec) cachedBindTag(dst []byte, sc *stateScratch, material []byte, k *mac.Key, subject, tool string) []byte {
 	material = material[:0]
 	switch c.binding {
 	case BindSubject:
@@ -248,12 +298,11 @@ func (c *RequestStateCodec) cachedBindTag(dst []byte, sc *stateScratch, material
 	cacheable := len(material) <= maxCachedMaterial
 	if cacheable {
 		for i := range sc.tags[:sc.used] {
-			if e := &sc.tags[i]; e.key == key && bytes.Equal(e.material[:e.n], material) {
+			if e := &sc.tags[i]; e.key == k && bytes.Equal(e.material[:e.n], material) {
 				return append(dst, e.tag[:]...)
 			}
 		}
 	}
-	k := c.bind[key]
 	st := k.Begin()
 	st.Write(material)
 	var tag [bindTagLen]byte
@@ -261,7 +310,7 @@ func (c *RequestStateCodec) cachedBindTag(dst []byte, sc *stateScratch, material
 	k.End(st)
 	if cacheable {
 		e := &sc.tags[sc.next]
-		e.key, e.n, e.tag = key, len(material), tag
+		e.key, e.n, e.tag = k, len(material), tag
 		copy(e.material[:], material)
 		sc.next = (sc.next + 1) % uint8(len(sc.tags))
 		if int(sc.used) < len(sc.tags) {
@@ -276,7 +325,7 @@ const maxCachedMaterial = 128
 
 // tagEntry is a cached bind tag: the tag of material[:n] under key.
 type tagEntry struct {
-	key      int
+	key      *mac.Key
 	n        int
 	material [maxCachedMaterial]byte
 	tag      [bindTagLen]byte
@@ -339,7 +388,16 @@ func (c *RequestStateCodec) ambiguousSubject(subject string) bool {
 // [crypto/cipher.NewGCMWithRandomNonce]. A codec not made by
 // [NewRequestStateCodec] has no key: Encode fails with [ErrNoKey].
 func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) {
-	if c == nil || len(c.bind) == 0 {
+	w, err := c.encode(state, subject, tool)
+	if err != errStateNoCodec && c.obs != nil {
+		observeIssue(c.obs, KindRequestState, err)
+	}
+	return w, err
+}
+
+func (c *RequestStateCodec) encode(state, subject, tool string) (string, error) {
+	ks := c.ring()
+	if ks == nil {
 		return "", errStateNoCodec
 	}
 	if !utf8.ValidString(state) {
@@ -365,7 +423,7 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 	defer c.putScratch(sc)
 
 	var tag [bindTagLen]byte
-	c.cachedBindTag(tag[:0], sc, sc.buf, 0, subject, tool)
+	c.cachedBindTag(tag[:0], sc, sc.buf, ks.bind[0], subject, tool)
 	payload := sc.buf[:0]
 	payload = append(payload, `{"s":`...)
 	payload = appendJCSString(payload, state)
@@ -396,7 +454,7 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 		// the v1e. layout. The bind tag is the additional data; the copy
 		// inside the payload is heap memory, so passing it costs nothing.
 		aad := payload[len(payload)-2-bindTagLen : len(payload)-2]
-		sealed := c.aead[0].Seal(region(payload, off, gcmNonceSize+len(payload)+gcmTagSize), nil, payload, aad)
+		sealed := ks.aead[0].Seal(region(payload, off, gcmNonceSize+len(payload)+gcmTagSize), nil, payload, aad)
 		wire := region(payload, off+len(sealed), wireLen)
 		wire = append(wire, encryptedPrefix...)
 		wire = b64.AppendEncode(wire, sealed)
@@ -407,7 +465,7 @@ func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) 
 	wire = append(wire, signedPrefix...)
 	wire = b64.AppendEncode(wire, payload)
 	wire = append(wire, '.')
-	wire = b64.AppendEncode(wire, c.payload[0].Sum(mac[:0], payload))
+	wire = b64.AppendEncode(wire, ks.payload[0].Sum(mac[:0], payload))
 	return string(wire), nil
 }
 
@@ -447,17 +505,30 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 // is returned wrapped (errors.Is finds it; [Reason] says "replay store
 // failed") and the state is refused. Without Replay, ctx is unused.
 func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, tool string) (string, error) {
-	if c == nil || len(c.bind) == 0 {
-		return "", errStateNoCodec
+	s, key, store, err := c.decode(ctx, wire, subject, tool)
+	if err != errStateNoCodec && c.obs != nil {
+		observeErr(c.obs, KindRequestState, key, err, store)
+	}
+	return s, err
+}
+
+// decode is DecodeContext, also returning the index of the key that opened
+// the state (-1 if none did) and, when an observer is set, how long the
+// replay store took.
+func (c *RequestStateCodec) decode(ctx context.Context, wire, subject, tool string) (_ string, key int, store time.Duration, _ error) {
+	key = -1
+	ks := c.ring()
+	if ks == nil {
+		return "", key, 0, errStateNoCodec
 	}
 	if len(wire) == 0 {
-		return "", errStateEmpty
+		return "", key, 0, errStateEmpty
 	}
 	if len(wire) > c.maxBytes {
-		return "", errStateOversize
+		return "", key, 0, errStateOversize
 	}
 	if c.ambiguousSubject(subject) {
-		return "", errStateSubjectAmbiguous
+		return "", key, 0, errStateSubjectAmbiguous
 	}
 	// Scratch regions: decoded bytes, then the material of a bind tag,
 	// then the bind tag itself, then a plaintext, then the unescaped state.
@@ -476,47 +547,46 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 	// mode: the MAC of a signed state, the nonce and tag of an encrypted one.
 	var idBuf [max(macSize, gcmNonceSize+gcmTagSize)]byte
 	var id []byte
-	key := -1
 	switch {
 	case c.mode == Signed && strings.HasPrefix(wire, signedPrefix):
 		body, macText, ok := strings.Cut(wire[len(signedPrefix):], ".")
 		if !ok || len(macText) != b64.EncodedLen(macSize) {
-			return "", errStateFraming
+			return "", key, 0, errStateFraming
 		}
 		// []byte(body) neither escapes nor is written to: no copy.
 		// The strict decoder refuses every second spelling of a state.
 		n, err := b64.Decode(rawRegion[:cap(rawRegion)], []byte(body))
 		if err != nil {
-			return "", errStateBase64
+			return "", key, 0, errStateBase64
 		}
 		var mac [macSize]byte
 		if m, err := b64.Decode(mac[:], []byte(macText)); err != nil || m != macSize {
-			return "", errStateBase64
+			return "", key, 0, errStateBase64
 		}
 		payload = rawRegion[:n]
 		if c.replay != nil {
 			id = append(idBuf[:0], mac[:]...)
 		}
-		if key = c.payload.verify(payload, mac[:]); key < 0 {
-			return "", errStateMAC
+		if key = ks.payload.verify(payload, mac[:]); key < 0 {
+			return "", key, 0, errStateMAC
 		}
-		bound = c.cachedBindTag(tagRegion, sc, matRegion, key, subject, tool)
+		bound = c.cachedBindTag(tagRegion, sc, matRegion, ks.bind[key], subject, tool)
 	case c.mode == Encrypted && strings.HasPrefix(wire, encryptedPrefix):
 		text := wire[len(encryptedPrefix):]
 		n, err := b64.Decode(rawRegion[:cap(rawRegion)], []byte(text))
 		if err != nil {
-			return "", errStateBase64
+			return "", key, 0, errStateBase64
 		}
 		if n < gcmNonceSize+gcmTagSize {
-			return "", errStateFraming
+			return "", key, 0, errStateFraming
 		}
 		sealed := rawRegion[:n] // nonce12 || ct || tag
 		plain := region(buf, rest, n)
 		rest += n
-		for i, aead := range c.aead {
+		for i, aead := range ks.aead {
 			// The bind tag is the additional data: a state opens only for
 			// the subject (and tool) it was sealed for.
-			tag := c.cachedBindTag(tagRegion, sc, matRegion, i, subject, tool)
+			tag := c.cachedBindTag(tagRegion, sc, matRegion, ks.bind[i], subject, tool)
 			if pt, err := aead.Open(plain, nil, sealed, tag); err == nil {
 				payload, key, bound = pt, i, tag
 				if c.replay != nil {
@@ -526,27 +596,28 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 			}
 		}
 		if key < 0 {
-			return "", errStateOpen
+			return "", key, 0, errStateOpen
 		}
 	default:
-		return "", errStateMode
+		return "", key, 0, errStateMode
 	}
 	s, exp, b, ok := parseStatePayload(payload, region(buf, rest, len(payload)))
 	if !ok {
-		return "", errStateMalformed
+		return "", key, 0, errStateMalformed
 	}
 	if subtle.ConstantTimeCompare(bound, b) != 1 {
-		return "", errStateBinding
+		return "", key, 0, errStateBinding
 	}
 	if exp < c.now().Unix() {
-		return "", errStateExpired
+		return "", key, 0, errStateExpired
 	}
 	if c.replay != nil {
-		if err := c.claimOnce(ctx, id, exp); err != nil {
-			return "", err
+		var err error
+		if store, err = c.claimOnce(ctx, id, exp); err != nil {
+			return "", key, store, err
 		}
 	}
-	return string(s), nil
+	return string(s), key, store, nil
 }
 
 // EncodeJSON encodes v with encoding/json and seals it with
@@ -554,7 +625,7 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 // [ErrUnencodable], wrapping encoding/json's error; a codec not made by
 // [NewRequestStateCodec] is [ErrNoKey] whatever v is.
 func EncodeJSON[T any](c *RequestStateCodec, v T, subject, tool string) (string, error) {
-	if c == nil || len(c.bind) == 0 {
+	if c.ring() == nil {
 		return "", errStateNoCodec
 	}
 	b, err := json.Marshal(v)

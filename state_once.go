@@ -26,17 +26,26 @@ var (
 // so a client cannot re-encode one state into a second accepted form) until
 // the end of its expiry second, the last instant Decode accepts it, plus
 // replay.SkewMargin for clock skew between instances and the store.
-func (c *RequestStateCodec) claimOnce(ctx context.Context, id []byte, exp int64) error {
+// When the codec has an observer, it also returns how long the store took.
+func (c *RequestStateCodec) claimOnce(ctx context.Context, id []byte, exp int64) (time.Duration, error) {
 	prefix := "state:s:"
 	if c.mode == Encrypted {
 		prefix = "state:e:"
 	}
+	var start time.Time
+	if c.obs != nil {
+		start = time.Now()
+	}
 	first, err := c.replay.Claim(ctx, prefix+hex.EncodeToString(id), time.Unix(exp+1, 0).Add(replay.SkewMargin))
+	var took time.Duration
+	if c.obs != nil {
+		took = max(time.Since(start), 1) // a store was called: never 0
+	}
 	if err != nil {
-		return reason.Wrap(errStateStore, "replay store failed", err)
+		return took, reason.Wrap(errStateStore, "replay store failed", err)
 	}
 	if !first {
-		return errStateReplayed
+		return took, errStateReplayed
 	}
-	return nil
+	return took, nil
 }

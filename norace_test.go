@@ -1,0 +1,5 @@
+//go:build !race
+
+package ctoken
+
+const raceEnabled = false

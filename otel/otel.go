@@ -1,0 +1,124 @@
+// Package ctokenotel records the events of ctoken's issuers, codecs and
+// handlers as OpenTelemetry metrics, through the OpenTelemetry metric API.
+// It is a module of its own (github.com/ctoken/ctoken/otel), so the ctoken
+// module itself never depends on OpenTelemetry.
+//
+// Two instruments are recorded:
+//
+//   - ctoken.events, an Int64Counter of events, with the attributes
+//     ctoken.kind ([ctoken.TokenKind]), ctoken.outcome ([ctoken.Outcome]),
+//     ctoken.reason ([ctoken.RefusalReason]; "" when the token was not
+//     refused) and ctoken.key ([ctoken.KeyPosition]: "primary",
+//     "previous N", or "none");
+//   - ctoken.replay_store.duration, a Float64Histogram in seconds of every
+//     replay-store call, with ctoken.kind and ctoken.outcome.
+//
+// Every attribute value comes from a fixed set that ctoken documents as
+// stable, so the series can be pre-registered and their number is bounded:
+// no token text, subject, caller or key ever becomes an attribute.
+package ctokenotel
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/ctoken/ctoken"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Instrument and attribute names.
+const (
+	// EventsName is the name of the event counter.
+	EventsName = "ctoken.events"
+	// StoreDurationName is the name of the replay-store latency histogram.
+	StoreDurationName = "ctoken.replay_store.duration"
+
+	AttrKind    = "ctoken.kind"    // a ctoken.TokenKind
+	AttrOutcome = "ctoken.outcome" // a ctoken.Outcome
+	AttrReason  = "ctoken.reason"  // a ctoken.RefusalReason, "" for none
+	AttrKey     = "ctoken.key"     // a ctoken.KeyPosition
+)
+
+// ScopeName is the instrumentation scope of the meter [New] obtains.
+const ScopeName = "github.com/ctoken/ctoken/otel"
+
+// ErrNoMeterProvider reports a nil meter provider given to [New].
+var ErrNoMeterProvider = errors.New("ctokenotel: meter provider is nil")
+
+// Observer is a [ctoken.Observer] that records every event as metrics; set
+// it as the Observer of a ctoken config. It is safe for concurrent use.
+// Observe does not block beyond what the SDK's instruments do (an atomic or
+// a short lock per series in the OpenTelemetry Go SDK).
+type Observer struct {
+	events  metric.Int64Counter
+	latency metric.Float64Histogram
+
+	mu   sync.RWMutex
+	sets map[uint32]metric.MeasurementOption // cached attribute sets by label key
+}
+
+var _ ctoken.Observer = (*Observer)(nil)
+
+// New returns an [Observer] whose instruments come from a meter of mp named
+// [ScopeName]. A nil mp is [ErrNoMeterProvider]; an instrument the provider
+// refuses is returned as its error.
+func New(mp metric.MeterProvider) (*Observer, error) {
+	if mp == nil {
+		return nil, ErrNoMeterProvider
+	}
+	m := mp.Meter(ScopeName)
+	events, err := m.Int64Counter(EventsName,
+		metric.WithDescription("Outcomes of ctoken token operations, by token kind, outcome, refusal reason and key position."),
+		metric.WithUnit("{event}"))
+	if err != nil {
+		return nil, err
+	}
+	latency, err := m.Float64Histogram(StoreDurationName,
+		metric.WithDescription("Duration of ctoken replay-store calls."),
+		metric.WithUnit("s"))
+	if err != nil {
+		return nil, err
+	}
+	return &Observer{events: events, latency: latency, sets: map[uint32]metric.MeasurementOption{}}, nil
+}
+
+// Observe records e: one count on ctoken.events and, when a replay store
+// was called, its latency on ctoken.replay_store.duration.
+func (o *Observer) Observe(e ctoken.Event) {
+	ctx := context.Background()
+	o.events.Add(ctx, 1, o.attrs(e, true))
+	if e.StoreLatency > 0 {
+		o.latency.Record(ctx, e.StoreLatency.Seconds(), o.attrs(e, false))
+	}
+}
+
+// attrs returns the cached attribute set of e's labels: all four for the
+// counter (full), kind and outcome for the histogram.
+func (o *Observer) attrs(e ctoken.Event, full bool) metric.MeasurementOption {
+	k := uint32(e.Kind) | uint32(e.Outcome)<<8
+	if full {
+		k |= uint32(e.Reason)<<16 | uint32(e.Key)<<24
+	} else {
+		k |= 0xff << 16 // distinct from every full key: reasons stay below 255
+	}
+	o.mu.RLock()
+	opt, ok := o.sets[k]
+	o.mu.RUnlock()
+	if ok {
+		return opt
+	}
+	kv := []attribute.KeyValue{
+		attribute.String(AttrKind, e.Kind.String()),
+		attribute.String(AttrOutcome, e.Outcome.String()),
+	}
+	if full {
+		kv = append(kv, attribute.String(AttrReason, e.Reason.String()), attribute.String(AttrKey, e.Key.String()))
+	}
+	opt = metric.WithAttributeSet(attribute.NewSet(kv...))
+	o.mu.Lock()
+	o.sets[k] = opt
+	o.mu.Unlock()
+	return opt
+}

@@ -1,0 +1,240 @@
+package ctokenotel_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	ctokenotel "github.com/ctoken/ctoken/otel"
+	"github.com/ctoken/ctoken/replay"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// clock is a settable clock for the scripted run.
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time { return c.now }
+
+// downStore is a replay store that cannot answer.
+type downStore struct{}
+
+func (downStore) Claim(context.Context, string, time.Time) (bool, error) {
+	return false, errors.New("store unreachable")
+}
+
+func TestNewRejectsNilMeterProvider(t *testing.T) {
+	if _, err := ctokenotel.New(nil); !errors.Is(err, ctokenotel.ErrNoMeterProvider) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// series is one counter series: its attributes, in a comparable form.
+type series struct{ kind, outcome, reason, key string }
+
+// TestScriptedRunExactCounts drives a cursor issuer, a one-time issuer and
+// a single-use request-state codec through a fixed script, then reads the
+// metrics with the SDK's ManualReader and checks every series' count and
+// the store-latency histogram.
+func TestScriptedRunExactCounts(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	obs, err := ctokenotel.New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{now: time.Unix(1_700_000_000, 0)}
+	oldKey, newKey := ctoken.RandomKey(), ctoken.RandomKey()
+	ring := func(keys ...[]byte) *ctoken.Keyring {
+		kr, err := ctoken.NewKeyring(keys[0], keys[1:]...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kr
+	}
+	session := []byte("fleet")
+	iss, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: ring(newKey, oldKey), Session: session, Now: clk.Now, TTL: time.Minute, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: ring(oldKey), Session: session, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ot, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: ring(newKey), Purpose: "bootstrap", Now: clk.Now, Replay: &replay.MemoryStore{Now: clk.Now}, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: ring(newKey), Now: clk.Now, Replay: downStore{}, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	scope := ctoken.CursorScope{ToolID: "list", CallerID: "alice"}
+	must := func(s string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// 1. issue two cursors (primary), and one before the rotation (old key,
+	//    not observed).
+	c1 := must(iss.Issue(ctoken.CursorPayload{CursorScope: scope}))
+	must(iss.Issue(ctoken.CursorPayload{CursorScope: scope, Page: 1}))
+	old := must(before.Issue(ctoken.CursorPayload{CursorScope: scope}))
+	// 2. verify under the primary twice and under the previous key once.
+	for _, c := range []string{c1, c1, old} {
+		if _, err := iss.Verify(c, scope); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 3. tamper.
+	tampered := c1[:len(c1)-1] + map[bool]string{true: "A", false: "B"}[c1[len(c1)-1] != 'A']
+	if _, err := iss.Verify(tampered, scope); !errors.Is(err, ctoken.ErrCursorInvalid) {
+		t.Fatalf("tampered: %v", err)
+	}
+	// 4. one-time token: mint, redeem, redeem again (duplicate).
+	tok := must(ot.Mint(nil))
+	if _, err := ot.Redeem(context.Background(), tok, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ot.Redeem(context.Background(), tok, nil); !errors.Is(err, ctoken.ErrOneTimeRedeemed) {
+		t.Fatalf("second redeem: %v", err)
+	}
+	// 5. store down.
+	st := must(codec.Encode("s", "alice", ""))
+	if _, err := codec.Decode(st, "alice", ""); err == nil {
+		t.Fatal("decode with the store down succeeded")
+	}
+	// 6. expire.
+	clk.now = clk.now.Add(2 * time.Minute)
+	if _, err := iss.Verify(c1, scope); !errors.Is(err, ctoken.ErrCursorExpired) {
+		t.Fatalf("expired: %v", err)
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[series]int64{}
+	var storeCalls map[[2]string]uint64
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != ctokenotel.ScopeName {
+			t.Errorf("scope %q", sm.Scope.Name)
+		}
+		for _, m := range sm.Metrics {
+			switch m.Name {
+			case ctokenotel.EventsName:
+				sum, ok := m.Data.(metricdata.Sum[int64])
+				if !ok || !sum.IsMonotonic {
+					t.Fatalf("%s is %T, want a monotonic Sum[int64]", m.Name, m.Data)
+				}
+				for _, dp := range sum.DataPoints {
+					counts[series{get(dp.Attributes, ctokenotel.AttrKind), get(dp.Attributes, ctokenotel.AttrOutcome), get(dp.Attributes, ctokenotel.AttrReason), get(dp.Attributes, ctokenotel.AttrKey)}] += dp.Value
+				}
+			case ctokenotel.StoreDurationName:
+				h, ok := m.Data.(metricdata.Histogram[float64])
+				if !ok {
+					t.Fatalf("%s is %T", m.Name, m.Data)
+				}
+				storeCalls = map[[2]string]uint64{}
+				for _, dp := range h.DataPoints {
+					if dp.Attributes.Len() != 2 {
+						t.Errorf("histogram attributes %v", dp.Attributes.ToSlice())
+					}
+					storeCalls[[2]string{get(dp.Attributes, ctokenotel.AttrKind), get(dp.Attributes, ctokenotel.AttrOutcome)}] += dp.Count
+					if dp.Sum <= 0 {
+						t.Errorf("histogram sum %v", dp.Sum)
+					}
+				}
+			default:
+				t.Errorf("unexpected metric %q", m.Name)
+			}
+		}
+	}
+	want := map[series]int64{
+		{"cursor", "issued", "", "primary"}:                                  2,
+		{"cursor", "verified", "", "primary"}:                                2,
+		{"cursor", "verified", "", "previous 1"}:                             1,
+		{"cursor", "refused", "mac mismatch", "none"}:                        1,
+		{"cursor", "refused", "older than TTL", "primary"}:                   1,
+		{"one_time", "issued", "", "primary"}:                                1,
+		{"one_time", "verified", "", "primary"}:                              1,
+		{"one_time", "duplicate", "already redeemed", "primary"}:             1,
+		{"request_state", "issued", "", "primary"}:                           1,
+		{"request_state", "store_failure", "replay store failed", "primary"}: 1,
+	}
+	if len(counts) != len(want) {
+		t.Errorf("%d series, want %d: %v", len(counts), len(want), counts)
+	}
+	for s, n := range want {
+		if counts[s] != n {
+			t.Errorf("series %+v = %d, want %d", s, counts[s], n)
+		}
+	}
+	wantStore := map[[2]string]uint64{
+		{"one_time", "verified"}:           1,
+		{"one_time", "duplicate"}:          1,
+		{"request_state", "store_failure"}: 1,
+	}
+	if len(storeCalls) != len(wantStore) {
+		t.Errorf("store histogram series %v, want %v", storeCalls, wantStore)
+	}
+	for k, n := range wantStore {
+		if storeCalls[k] != n {
+			t.Errorf("store calls %v = %d, want %d", k, storeCalls[k], n)
+		}
+	}
+}
+
+func get(set attribute.Set, key string) string {
+	v, ok := set.Value(attribute.Key(key))
+	if !ok {
+		return "<missing>"
+	}
+	return v.AsString()
+}
+
+// TestObserveIsSafeForConcurrentUse records from many goroutines and checks
+// the total.
+func TestObserveIsSafeForConcurrentUse(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	obs, err := ctokenotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, each = 8, 500
+	done := make(chan struct{})
+	for w := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range each {
+				obs.Observe(ctoken.Event{Kind: ctoken.KindCursor, Outcome: ctoken.OutcomeRefused, Reason: ctoken.RefusalReason(1 + (w+i)%3)})
+			}
+		}()
+	}
+	for range workers {
+		<-done
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range sum.DataPoints {
+					total += dp.Value
+				}
+			}
+		}
+	}
+	if total != workers*each {
+		t.Errorf("total %d, want %d", total, workers*each)
+	}
+}

@@ -1,0 +1,255 @@
+package ctoken
+
+import (
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ctoken/ctoken/internal/reason"
+)
+
+// TestReasonOfMapsEveryRejection pins every rejection value of the package
+// to its RefusalReason, and checks that the typed reason and Reason agree.
+func TestReasonOfMapsEveryRejection(t *testing.T) {
+	table := []struct {
+		err  error
+		want RefusalReason
+	}{
+		{errCursorEmpty, ReasonEmpty},
+		{errCursorOversize, ReasonCursorOversize},
+		{errCursorBase64, ReasonNotBase64URL},
+		{errCursorTruncated, ReasonTruncated},
+		{errCursorMAC, ReasonMACMismatch},
+		{errCursorMalformed, ReasonCursorMalformed},
+		{errCursorVersion, ReasonUnknownVersion},
+		{errCursorArgsLength, ReasonArgsLength},
+		{errCursorFuture, ReasonIssuedInFuture},
+		{errCursorTool, ReasonWrongTool},
+		{errCursorCaller, ReasonWrongCaller},
+		{errCursorArgs, ReasonWrongArguments},
+		{errCursorSession, ReasonOtherSession},
+		{errCursorForeign, ReasonMACOtherSession},
+		{errCursorAge, ReasonOlderThanTTL},
+		{errCursorStateType, ReasonCursorStateType},
+		{errIDNotUTF8, ReasonIDNotUTF8},
+		{errCursorStateLarge, ReasonOpaqueStateTooBig},
+		{errCursorLarge, ReasonCursorTooLarge},
+		{errStateEmpty, ReasonEmpty},
+		{errStateOversize, ReasonStateOversize},
+		{errStateMode, ReasonUnknownPrefix},
+		{errStateBase64, ReasonNotBase64URL},
+		{errStateFraming, ReasonFraming},
+		{errStateMAC, ReasonMACMismatch},
+		{errStateOpen, ReasonDecryption},
+		{errStateMalformed, ReasonMalformed},
+		{errStateBinding, ReasonWrongBinding},
+		{errStateSubjectAmbiguous, ReasonSubjectAmbiguous},
+		{errStateExpired, ReasonPastExp},
+		{errStateJSON, ReasonStateType},
+		{errStateNotUTF8, ReasonStateNotUTF8},
+		{errStateSubjectNUL, ReasonSubjectNUL},
+		{errStateTooLarge, ReasonStateTooLarge},
+		{errStateReplayed, ReasonAlreadyUsed},
+		{errOneTimeOversize, ReasonOneTimeOversize},
+		{errOneTimeFormat, ReasonUnknownFormat},
+		{errOneTimeBase64, ReasonBadBase64},
+		{errOneTimeTruncated, ReasonTruncated},
+		{errOneTimeMAC, ReasonMACMismatch},
+		{errOneTimeMalformed, ReasonMalformed},
+		{errOneTimeFuture, ReasonIssuedInFuture},
+		{errOneTimeExpired, ReasonExpired},
+		{errOneTimeClaims, ReasonClaimsMismatch},
+		{errOneTimeRedeemed, ReasonAlreadyRedeemed},
+		{errOneTimePurpose, ReasonOtherPurpose},
+		{errOneTimeTooLarge, ReasonClaimsTooLarge},
+		{errArgsSyntax, ReasonArgsNotJSON},
+		{errArgsUTF8, ReasonArgsUTF8},
+		{errArgsSurrogate, ReasonArgsSurrogate},
+		{errArgsDuplicate, ReasonArgsDuplicate},
+		{errArgsDepth, ReasonArgsDepth},
+		{errArgsRange, ReasonArgsRange},
+		{errArgsInexact, ReasonArgsInexact},
+		{errArgsReplaced, ReasonArgsInvalidUTF8Go},
+		{errArgsMarshal, ReasonArgsMarshal},
+		// Wrapped errors, built per call: the general path.
+		{reason.Wrap(errStateStore, "replay store failed", errors.New("down")), ReasonStoreFailed},
+	}
+	if len(table)-1 != len(rejectionReasons) {
+		t.Errorf("table has %d rejections, rejectionReasons %d: keep them in step", len(table)-1, len(rejectionReasons))
+	}
+	for _, tc := range table {
+		got := ReasonOf(tc.err)
+		if got != tc.want {
+			t.Errorf("ReasonOf(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+		if got.String() != Reason(tc.err) {
+			t.Errorf("ReasonOf(%v).String() = %q, Reason = %q", tc.err, got, Reason(tc.err))
+		}
+	}
+}
+
+func TestReasonOfIsNoneForConfigurationAndForeignErrors(t *testing.T) {
+	_, cfgErr := NewCursorIssuer(CursorConfig{})
+	for _, err := range []error{nil, cfgErr, errStateConfTTL, errCursorNoKey, ErrCursorInvalid, strconv.ErrSyntax} {
+		if r := ReasonOf(err); r != ReasonNone {
+			t.Errorf("ReasonOf(%v) = %v, want ReasonNone", err, r)
+		}
+	}
+}
+
+func TestRefusalReasonSetIsDenseUniqueAndNamed(t *testing.T) {
+	all := RefusalReasons()
+	if len(all) != int(numRefusalReasons)-1 {
+		t.Fatalf("RefusalReasons has %d values, want %d", len(all), numRefusalReasons-1)
+	}
+	seen := map[string]bool{}
+	for i, r := range all {
+		if r != RefusalReason(i+1) {
+			t.Errorf("RefusalReasons()[%d] = %d", i, r)
+		}
+		s := r.String()
+		if s == "" || seen[s] {
+			t.Errorf("reason %d has empty or duplicate String %q", r, s)
+		}
+		seen[s] = true
+	}
+	if ReasonNone.String() != "" || numRefusalReasons.String() != "" || RefusalReason(255).String() != "" {
+		t.Error("ReasonNone and values outside the set must print as empty")
+	}
+	for _, tc := range []struct{ got, want string }{
+		{KindCursor.String(), "cursor"}, {KindRequestState.String(), "request_state"},
+		{KindOneTime.String(), "one_time"}, {KindExchange.String(), "exchange"}, {TokenKind(99).String(), ""},
+		{OutcomeIssued.String(), "issued"}, {OutcomeVerified.String(), "verified"}, {OutcomeRefused.String(), "refused"},
+		{OutcomeDuplicate.String(), "duplicate"}, {OutcomeStoreFailure.String(), "store_failure"}, {Outcome(99).String(), ""},
+		{KeyNone.String(), "none"}, {KeyPrimary.String(), "primary"}, {keyPosition(1).String(), "previous 1"},
+		{keyPosition(3).String(), "previous 3"}, {keyPosition(-1).String(), "none"}, {keyPosition(1000).String(), "previous 254"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("String = %q, want %q", tc.got, tc.want)
+		}
+	}
+	if len(TokenKinds()) != len(kindNames)-1 || len(Outcomes()) != len(outcomeNames)-1 {
+		t.Error("TokenKinds or Outcomes out of step with their names")
+	}
+}
+
+// configSentinels are the sentinels whose reasons name a configuration
+// fault (a field, a variable, a key's position) rather than a token: they
+// are outside the RefusalReason set by design.
+var configSentinels = map[string]bool{"ErrConfig": true, "ErrNoKey": true, "ErrKeyTooShort": true, "ErrKeyInvalid": true}
+
+// TestNoReasonOutsideTheSet scans every call that makes a rejection in the
+// package's source (reject, reason.New, reason.Wrap, configError, keyError)
+// and checks that its reason is a constant of the RefusalReason set, unless
+// the sentinel is a configuration one. A new rejection with a new text fails
+// here until it joins the set.
+func TestNoReasonOutsideTheSet(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	produced := map[string]bool{}
+	calls := 0
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			var sentinel string
+			var why ast.Expr
+			switch fn := callName(call.Fun); fn {
+			case "reject", "reason.New", "reason.Wrap":
+				sentinel = exprName(call.Args[0])
+				why = call.Args[1]
+			case "configError":
+				sentinel, why = "ErrConfig", call.Args[0]
+			case "keyError":
+				sentinel, why = "ErrKeyInvalid", nil // position-naming key errors
+			default:
+				return true
+			}
+			calls++
+			pos := fset.Position(call.Pos())
+			if configSentinels[sentinel] {
+				return true
+			}
+			if sentinel == "sentinel" {
+				// Inside the helpers reject and keyError, whose callers
+				// are checked here.
+				return true
+			}
+			lit, ok := why.(*ast.BasicLit)
+			if !ok {
+				t.Errorf("%s: rejection with sentinel %s has a non-constant reason", pos, sentinel)
+				return true
+			}
+			s, _ := strconv.Unquote(lit.Value)
+			produced[s] = true
+			if _, ok := reasonByText[s]; !ok {
+				t.Errorf("%s: reason %q (sentinel %s) is not in the RefusalReason set", pos, s, sentinel)
+			}
+			return true
+		})
+	}
+	if calls < 60 {
+		t.Fatalf("found only %d rejection calls: the scan is broken", calls)
+	}
+	// Every reason of the set is produced somewhere: as a rejection's
+	// text, or (exchange outcomes) by name.
+	var src strings.Builder
+	for _, name := range files {
+		if !strings.HasSuffix(name, "_test.go") && name != "reasons.go" {
+			b, err := os.ReadFile(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src.Write(b)
+		}
+	}
+	byName := map[RefusalReason]string{
+		ReasonExchangeRequest: "ReasonExchangeRequest", ReasonAuthorizeRefused: "ReasonAuthorizeRefused",
+		ReasonIssueFailed: "ReasonIssueFailed",
+	}
+	for _, r := range RefusalReasons() {
+		if produced[r.String()] {
+			continue
+		}
+		if name, ok := byName[r]; !ok || !strings.Contains(src.String(), "observe("+name) {
+			t.Errorf("reason %q is produced nowhere", r)
+		}
+	}
+}
+
+func callName(e ast.Expr) string {
+	switch f := e.(type) {
+	case *ast.Ident:
+		return f.Name
+	case *ast.SelectorExpr:
+		if x, ok := f.X.(*ast.Ident); ok {
+			return x.Name + "." + f.Sel.Name
+		}
+	}
+	return ""
+}
+
+func exprName(e ast.Expr) string {
+	if id, ok := e.(*ast.Ident); ok {
+		return id.Name
+	}
+	return callName(e)
+}

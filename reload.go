@@ -1,0 +1,178 @@
+package ctoken
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+const (
+	// DefaultKeyReloadInterval is how often a [KeyFileReloader] polls its
+	// file when [KeyFileReloaderConfig.Interval] is 0.
+	DefaultKeyReloadInterval = 10 * time.Second
+	// MaxKeyFileBytes caps the size of a key file a [KeyFileReloader] reads.
+	MaxKeyFileBytes = 64 << 10
+)
+
+// KeyFileReloaderConfig configures a [KeyFileReloader]. Source and Path are
+// required.
+type KeyFileReloaderConfig struct {
+	// Source receives every new ring read from the file.
+	Source *KeySource
+	// Path is the key file: one [ParseKeyring] string (comma-separated
+	// keys, primary first; surrounding white space, such as a trailing
+	// newline, is ignored). A symbolic link is followed on every read, so
+	// a Kubernetes Secret volume's atomic ..data symlink swap is seen.
+	Path string
+	// Interval is how often [KeyFileReloader.Run] polls; 0 means
+	// [DefaultKeyReloadInterval]; negative is [ErrConfig].
+	Interval time.Duration
+	// OnError, if set, is called with every failure to read, parse or swap
+	// in the file (the current ring is kept); it is called from the
+	// goroutine that ran the check. Errors never contain key material.
+	OnError func(error)
+	// OnSwap, if set, is called after a new ring has taken effect, with the
+	// number of keys it holds.
+	OnSwap func(keys int)
+}
+
+// KeyFileReloader keeps a [KeySource] in step with a key file. Each check
+// reads the file through any symlinks and compares the SHA-256 of its
+// content with the last one it swapped in; a change is parsed with
+// [ParseKeyring] and handed to [KeySource.Swap]. A file that cannot be read
+// or parsed, or a ring Swap refuses, leaves the current ring in effect and
+// is reported to OnError (and returned by [KeyFileReloader.Reload]); the
+// same bad content is reported once, not on every poll.
+//
+// Checks happen every Interval in [KeyFileReloader.Run], and whenever
+// [KeyFileReloader.Reload] is called (from a SIGHUP handler, say). Reading
+// the file on every check, rather than trusting its modification time or
+// size, catches every change, including a symlink swap to a file with the
+// same size and time stamp. A [KeyFileReloader] is safe for concurrent use.
+type KeyFileReloader struct {
+	src      *KeySource
+	path     string
+	interval time.Duration
+	onError  func(error)
+	onSwap   func(int)
+
+	mu       sync.Mutex
+	seen     bool              // a file has been read
+	last     [sha256.Size]byte // SHA-256 of the content last read
+	lastErr  error             // what that content gave
+	reported string            // text of the previous check's error
+}
+
+var (
+	errReloaderSource   = reject(ErrNoKey, "KeyFileReloaderConfig.Source is nil or holds no Keyring")
+	errReloaderPath     = configError("KeyFileReloaderConfig.Path is empty")
+	errReloaderInterval = configError("KeyFileReloaderConfig.Interval is negative (0 means DefaultKeyReloadInterval)")
+	// ErrKeyFileTooLarge reports a key file over [MaxKeyFileBytes].
+	ErrKeyFileTooLarge = errors.New("ctoken: key file too large")
+)
+
+// NewKeyFileReloader returns a reloader for cfg. It does not read the file:
+// call [KeyFileReloader.Reload] to load it now (and see its error), then
+// [KeyFileReloader.Run] to follow it.
+func NewKeyFileReloader(cfg KeyFileReloaderConfig) (*KeyFileReloader, error) {
+	switch {
+	case cfg.Source == nil || cfg.Source.Keyring() == nil:
+		return nil, errReloaderSource
+	case cfg.Path == "":
+		return nil, errReloaderPath
+	case cfg.Interval < 0:
+		return nil, errReloaderInterval
+	}
+	r := &KeyFileReloader{src: cfg.Source, path: cfg.Path, interval: cfg.Interval, onError: cfg.OnError, onSwap: cfg.OnSwap}
+	if r.interval == 0 {
+		r.interval = DefaultKeyReloadInterval
+	}
+	return r, nil
+}
+
+// Reload checks the file now. It reports whether a new ring took effect; an
+// error means the current ring was kept. OnError is told of an error unless
+// the previous check failed with the same error (so a bad file is reported
+// once, not on every poll). Content unchanged since the previous check is
+// no swap, and the previous check's error if it had one.
+func (r *KeyFileReloader) Reload() (bool, error) {
+	r.mu.Lock()
+	swapped, n, err := r.check()
+	report := err != nil && (r.reported == "" || err.Error() != r.reported)
+	r.reported = ""
+	if err != nil {
+		r.reported = err.Error()
+	}
+	r.mu.Unlock()
+	if report && r.onError != nil {
+		r.onError(err)
+	}
+	if swapped && r.onSwap != nil {
+		r.onSwap(n)
+	}
+	return swapped, err
+}
+
+// check is Reload under r.mu.
+func (r *KeyFileReloader) check() (bool, int, error) {
+	text, err := readKeyFile(r.path)
+	if err != nil {
+		return false, 0, err
+	}
+	sum := sha256.Sum256(text)
+	if r.seen && sum == r.last {
+		clear(text)
+		return false, 0, r.lastErr
+	}
+	kr, err := ParseKeyring(string(text))
+	clear(text)
+	r.seen, r.last, r.lastErr = true, sum, nil
+	if err == nil {
+		err = r.src.Swap(kr)
+	}
+	if err != nil {
+		r.lastErr = fmt.Errorf("ctoken: key file %s: %w", r.path, err)
+		return false, 0, r.lastErr
+	}
+	return true, kr.Len(), nil
+}
+
+// readKeyFile reads path (following symlinks) up to MaxKeyFileBytes.
+func readKeyFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxKeyFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxKeyFileBytes {
+		clear(b)
+		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrKeyFileTooLarge, path, MaxKeyFileBytes)
+	}
+	return b, nil
+}
+
+// Run checks the file at once and then every Interval until ctx is done,
+// and returns ctx's error. Errors go to OnError (see
+// [KeyFileReloader.Reload]); Run does not stop on them. Run it in its own
+// goroutine.
+func (r *KeyFileReloader) Run(ctx context.Context) error {
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		r.Reload()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,212 @@
+package ctoken
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// secretDir lays out a directory the way a Kubernetes Secret volume does:
+// dir/keys -> ..data/keys, dir/..data -> ..<version>, the version directory
+// holding the file. publish writes a new version and swaps ..data with an
+// atomic rename, as the kubelet does.
+type secretDir struct {
+	t       *testing.T
+	dir     string
+	version int
+}
+
+func newSecretDir(t *testing.T, content string) *secretDir {
+	d := &secretDir{t: t, dir: t.TempDir()}
+	d.publish(content)
+	if err := os.Symlink(filepath.Join("..data", "keys"), filepath.Join(d.dir, "keys")); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (d *secretDir) path() string { return filepath.Join(d.dir, "keys") }
+
+func (d *secretDir) publish(content string) {
+	d.t.Helper()
+	d.version++
+	v := filepath.Join(d.dir, "..v"+strings.Repeat("x", d.version))
+	if err := os.Mkdir(v, 0o700); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(v, "keys"), []byte(content), 0o600); err != nil {
+		d.t.Fatal(err)
+	}
+	tmp := filepath.Join(d.dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(v), tmp); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(d.dir, "..data")); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+func keyText(keys ...[]byte) string {
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = EncodeKey(k)
+	}
+	return strings.Join(parts, ",") + "\n"
+}
+
+func TestNewKeyFileReloaderRefusesBadConfig(t *testing.T) {
+	src := mustSource(t, mustKeyring(t, fixedKey(1)))
+	for _, tc := range []struct {
+		name string
+		cfg  KeyFileReloaderConfig
+		want error
+	}{
+		{"no source", KeyFileReloaderConfig{Path: "k"}, ErrNoKey},
+		{"empty source", KeyFileReloaderConfig{Source: &KeySource{}, Path: "k"}, ErrNoKey},
+		{"no path", KeyFileReloaderConfig{Source: src}, ErrConfig},
+		{"negative interval", KeyFileReloaderConfig{Source: src, Path: "k", Interval: -1}, ErrConfig},
+	} {
+		_, err := NewKeyFileReloader(tc.cfg)
+		if !errors.Is(err, tc.want) || Reason(err) == "" {
+			t.Errorf("%s: %v, want %v with a reason", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestKeyFileReloaderFollowsSymlinkSwaps publishes three versions of a key
+// file through atomic symlink swaps and checks each one takes effect, and
+// that unchanged content is no swap.
+func TestKeyFileReloaderFollowsSymlinkSwaps(t *testing.T) {
+	a, b := RandomKey(), RandomKey()
+	d := newSecretDir(t, keyText(a))
+	src := mustSource(t, mustKeyring(t, a))
+	var swaps []int
+	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), OnSwap: func(n int) { swaps = append(swaps, n) },
+		OnError: func(err error) { t.Errorf("OnError: %v", err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, step := range []struct {
+		content string
+		swapped bool
+		primary []byte
+		n       int
+	}{
+		{"", true, a, 1}, // the first check loads the file
+		{"", false, a, 1},
+		{keyText(a, b), true, a, 2},
+		{keyText(b, a), true, b, 2},
+		{keyText(b, a), false, b, 2}, // same content, new symlink: no swap
+		{keyText(b), true, b, 1},
+	} {
+		if step.content != "" {
+			d.publish(step.content)
+		}
+		swapped, err := r.Reload()
+		if err != nil || swapped != step.swapped {
+			t.Fatalf("step %d: swapped %v, err %v; want %v", i, swapped, err, step.swapped)
+		}
+		kr := src.Keyring()
+		if string(kr.keys[0]) != string(step.primary) || kr.Len() != step.n {
+			t.Fatalf("step %d: ring of %d keys with the wrong primary", i, kr.Len())
+		}
+	}
+	if len(swaps) != 4 {
+		t.Errorf("OnSwap called %d times, want 4", len(swaps))
+	}
+}
+
+// TestKeyFileReloaderKeepsTheRingOnBadContent: a malformed, empty, missing
+// or oversize file leaves the ring in place and is reported once.
+func TestKeyFileReloaderKeepsTheRingOnBadContent(t *testing.T) {
+	a := RandomKey()
+	d := newSecretDir(t, keyText(a))
+	kr := mustKeyring(t, a)
+	src := mustSource(t, kr)
+	var reported []error
+	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), OnError: func(err error) { reported = append(reported, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	kr = src.Keyring()
+	for _, tc := range []struct {
+		name    string
+		content string
+		want    error
+	}{
+		{"not base64", "not a key!\n", ErrKeyInvalid},
+		{"short key", EncodeKey(make([]byte, 16)), ErrKeyTooShort},
+		{"empty", "\n", ErrKeyInvalid},
+		{"oversize", strings.Repeat("A", MaxKeyFileBytes+1), ErrKeyFileTooLarge},
+	} {
+		reported = nil
+		d.publish(tc.content)
+		for range 3 {
+			swapped, err := r.Reload()
+			if swapped || !errors.Is(err, tc.want) {
+				t.Fatalf("%s: swapped %v, err %v, want %v", tc.name, swapped, err, tc.want)
+			}
+			if strings.Contains(err.Error(), tc.content[:min(len(tc.content), 8)]) && tc.want != ErrKeyFileTooLarge {
+				t.Errorf("%s: error %q echoes the file", tc.name, err)
+			}
+		}
+		if src.Keyring() != kr {
+			t.Fatalf("%s: the ring was replaced", tc.name)
+		}
+		if len(reported) != 1 {
+			t.Errorf("%s: OnError called %d times for one bad file, want 1", tc.name, len(reported))
+		}
+	}
+	os.Remove(filepath.Join(d.dir, "..data"))
+	if _, err := r.Reload(); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+	if src.Keyring() != kr {
+		t.Fatal("a missing file replaced the ring")
+	}
+}
+
+// TestKeyFileReloaderRunPicksUpASwapWithinTheInterval runs the poll loop
+// with a short interval and waits (bounded) for a published key.
+func TestKeyFileReloaderRunPicksUpASwapWithinTheInterval(t *testing.T) {
+	a, b := RandomKey(), RandomKey()
+	d := newSecretDir(t, keyText(a))
+	src := mustSource(t, mustKeyring(t, a))
+	swapped := make(chan int, 10)
+	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), Interval: 5 * time.Millisecond, OnSwap: func(n int) { swapped <- n }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var runErr error
+	go func() { defer wg.Done(); runErr = r.Run(ctx) }()
+	wait := func() {
+		t.Helper()
+		select {
+		case <-swapped:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no swap within 5 s")
+		}
+	}
+	wait() // the initial load
+	d.publish(keyText(b, a))
+	wait()
+	cancel()
+	wg.Wait()
+	if !errors.Is(runErr, context.Canceled) {
+		t.Errorf("Run returned %v", runErr)
+	}
+	if string(src.Keyring().keys[0]) != string(b) {
+		t.Error("the published primary is not in effect")
+	}
+}

@@ -1,0 +1,87 @@
+package ctoken
+
+import (
+	"context"
+	"log/slog"
+)
+
+// SlogObserver is an [Observer] that writes each [Event] as one structured
+// log/slog record, at a level chosen by what the event means:
+//
+//   - Debug: a token issued or verified (the normal case);
+//   - Info: a refusal an honest client causes in normal operation (a token
+//     past its age or expiry, a cursor from another server session, an
+//     input too large or not encodable at issue, an exchange request that
+//     is malformed or that Authorize refused);
+//   - Warn: every other refusal (a MAC mismatch, a malformed or tampered
+//     token, a wrong scope, binding, purpose or claims) and a duplicate
+//     (a single-use token replayed);
+//   - Error: a replay-store failure, or an exchange whose credential could
+//     not be issued.
+//
+// Each record has the message "ctoken: " + the outcome and the attributes
+// kind, outcome, reason (refusals), key (when a key authenticated the
+// token) and store_latency (when a store was called): only values of the
+// fixed sets of [Event], never token text, subjects, callers or keys.
+//
+// The logger's handler runs on the hot path: give it one that does not
+// block (or raise its level so that Enabled filters early, which costs no
+// allocation). A [SlogObserver] is safe for concurrent use if its handler
+// is.
+type SlogObserver struct {
+	log *slog.Logger
+}
+
+var errSlogNil = configError("NewSlogObserver: the logger is nil")
+
+// NewSlogObserver returns a [SlogObserver] writing to l. A nil l is
+// [ErrConfig].
+func NewSlogObserver(l *slog.Logger) (*SlogObserver, error) {
+	if l == nil {
+		return nil, errSlogNil
+	}
+	return &SlogObserver{log: l}, nil
+}
+
+// Observe logs e; see [SlogObserver].
+func (s *SlogObserver) Observe(e Event) {
+	level := eventLevel(e)
+	ctx := context.Background()
+	if !s.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 5)
+	attrs = append(attrs, slog.String("kind", e.Kind.String()), slog.String("outcome", e.Outcome.String()))
+	if e.Reason != ReasonNone {
+		attrs = append(attrs, slog.String("reason", e.Reason.String()))
+	}
+	if e.Key != KeyNone {
+		attrs = append(attrs, slog.String("key", e.Key.String()))
+	}
+	if e.StoreLatency > 0 {
+		attrs = append(attrs, slog.Duration("store_latency", e.StoreLatency))
+	}
+	s.log.LogAttrs(ctx, level, "ctoken: "+e.Outcome.String(), attrs...)
+}
+
+// eventLevel is the level [SlogObserver] logs e at.
+func eventLevel(e Event) slog.Level {
+	switch e.Outcome {
+	case OutcomeIssued, OutcomeVerified:
+		return slog.LevelDebug
+	case OutcomeDuplicate:
+		return slog.LevelWarn
+	case OutcomeStoreFailure:
+		return slog.LevelError
+	}
+	switch e.Reason {
+	case ReasonIssueFailed:
+		return slog.LevelError
+	case ReasonOlderThanTTL, ReasonOtherSession, ReasonPastExp, ReasonExpired,
+		ReasonIDNotUTF8, ReasonOpaqueStateTooBig, ReasonCursorTooLarge, ReasonCursorStateNotCBOR,
+		ReasonStateNotUTF8, ReasonSubjectNUL, ReasonStateTooLarge, ReasonStateNotJSON,
+		ReasonClaimsTooLarge, ReasonExchangeRequest, ReasonAuthorizeRefused:
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
+}
