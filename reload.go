@@ -3,6 +3,7 @@ package ctoken
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -125,7 +126,7 @@ func (r *KeyFileReloader) check() (bool, int, error) {
 		return false, 0, err
 	}
 	sum := sha256.Sum256(text)
-	if r.seen && sum == r.last {
+	if r.seen && subtle.ConstantTimeCompare(sum[:], r.last[:]) == 1 {
 		clear(text)
 		return false, 0, r.lastErr
 	}

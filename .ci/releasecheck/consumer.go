@@ -16,8 +16,10 @@ import (
 	"github.com/ctoken/ctoken"
 	ctokenmcp "github.com/ctoken/ctoken/mcp"
 	ctokenmcpgo "github.com/ctoken/ctoken/mcpgo"
+	ctokenotel "github.com/ctoken/ctoken/otel"
 	"github.com/ctoken/ctoken/redisstore"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric/noop"
 )
 
 func run() (string, error) {
@@ -59,11 +61,14 @@ func run() (string, error) {
 	if _, err := ctokenmcpgo.NewCursors(issuer, nil); err != nil {
 		return "", err
 	}
+	if _, err := ctokenotel.New(noop.NewMeterProvider()); err != nil {
+		return "", err
+	}
 	// go-redis dials lazily: nothing connects here.
 	if _, err := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redisstore.Options{}); err != nil {
 		return "", err
 	}
-	return "cursor, request state, mcp, mcpgo and redisstore ok", nil
+	return "cursor, request state, mcp, mcpgo, otel and redisstore ok", nil
 }
 
 func main() {
@@ -85,7 +90,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg != "cursor, request state, mcp, mcpgo and redisstore ok" {
+	if msg != "cursor, request state, mcp, mcpgo, otel and redisstore ok" {
 		t.Fatalf("run() = %q", msg)
 	}
 }
