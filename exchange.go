@@ -419,7 +419,11 @@ func readExchangeForm(w http.ResponseWriter, r *http.Request) (url.Values, excha
 	if r.ContentLength > MaxExchangeBodyBytes {
 		return nil, tooLarge, "body over cap (Content-Length)"
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxExchangeBodyBytes))
+	src := r.Body
+	if src == nil { // a server never sends one, but a handler called directly may
+		src = http.NoBody
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, src, MaxExchangeBodyBytes))
 	if err != nil {
 		var over *http.MaxBytesError
 		if errors.As(err, &over) {

@@ -859,3 +859,18 @@ func TestExchangeIssueSeesRedeemedClaimsWhateverAuthorizeDoes(t *testing.T) {
 		t.Fatalf("%d, Issue saw run %q", w.Code, issuedRun)
 	}
 }
+
+// TestExchangeRequestWithNilBodyIsInvalidNotAPanic: a request built by hand
+// (no server sets a nil Body, but a handler may be called directly) is
+// answered 400 invalid_request, as an empty body is, instead of panicking.
+func TestExchangeRequestWithNilBodyIsInvalidNotAPanic(t *testing.T) {
+	f := newExchangeFixture(t, nil)
+	r := httptest.NewRequest(http.MethodPost, "/exchange", nil)
+	r.Body = nil
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	w := httptest.NewRecorder()
+	f.handler.ServeHTTP(w, r)
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"invalid_request"`) {
+		t.Fatalf("nil body: %d %s, want 400 invalid_request", w.Code, w.Body)
+	}
+}
