@@ -1,0 +1,121 @@
+package webhook
+
+import (
+	"crypto/ed25519"
+	"crypto/sha512"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"math/big"
+	"strings"
+	"testing"
+)
+
+// smallOrderSignature is an Ed25519 signature R || S with R = [S]B: it
+// verifies on every message under a public key of small order, where the
+// term [k]A vanishes (cofactored or not, since 8·A is the identity and A
+// has order dividing 8, so under a key of order 4 about one seed in four
+// gives a forgery for a given message).
+func smallOrderSignature(t *testing.T, i int) []byte {
+	t.Helper()
+	L, _ := new(big.Int).SetString("7237005577332262213973186563042994240857116359379907606001950938285454250989", 10)
+	seed := make([]byte, 32)
+	seed[0], seed[1] = byte(i+1), 0x5a
+	R := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
+	h := sha512.Sum512(seed)
+	s := h[:32]
+	s[0] &= 248
+	s[31] &= 127
+	s[31] |= 64
+	le := make([]byte, 32)
+	for j := range s {
+		le[31-j] = s[j]
+	}
+	S := new(big.Int).Mod(new(big.Int).SetBytes(le), L).FillBytes(make([]byte, 32))
+	for j := 0; j < 16; j++ {
+		S[j], S[31-j] = S[31-j], S[j]
+	}
+	return append(append([]byte{}, R...), S...)
+}
+
+func mustHex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != 32 {
+		t.Fatalf("bad test key %q", s)
+	}
+	return b
+}
+
+// The eight points of order dividing 8 have these canonical encodings
+// (identity; order 2; order 4 with both signs of x; order 8, two values of
+// y with both signs of x). Encodings with y >= p (y + p < 2^255 for y <= 18)
+// or a sign bit on x = 0 are their non-canonical variants; crypto/ed25519
+// takes those too.
+var (
+	smallOrderKeys = map[string]string{
+		"identity":              "0100000000000000000000000000000000000000000000000000000000000000",
+		"order 2 (y=-1)":        "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+		"order 4 (all zero)":    "0000000000000000000000000000000000000000000000000000000000000000",
+		"order 4, x negative":   "0000000000000000000000000000000000000000000000000000000000000080",
+		"order 8 a":             "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+		"order 8 a, x negative": "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac03fa",
+		"order 8 b":             "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+		"order 8 b, x negative": "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc85",
+	}
+	nonCanonicalKeys = map[string]string{
+		"identity, x=0 signed": "0100000000000000000000000000000000000000000000000000000000000080",
+		"order 2, x=0 signed":  "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
+		"y = p (0 + p)":        "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+		"y = p + 1 (identity)": "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+		"y = p + 1, signed":    "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
+		"y = 2^255 - 1":        "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+	}
+)
+
+func TestEd25519VerifierRefusesSmallOrderKeys(t *testing.T) {
+	for name, h := range smallOrderKeys {
+		key := mustHex(t, h)
+		if name == "identity" || name == "order 4 (all zero)" {
+			// The reviewer's forgery: crypto/ed25519 itself accepts one of
+			// 16 such signatures on a chosen message.
+			forged := false
+			for i := range 16 {
+				forged = forged || ed25519.Verify(ed25519.PublicKey(key), []byte("msg_forged.1.{}"), smallOrderSignature(t, i))
+			}
+			if !forged {
+				t.Fatalf("%s: no forgery verifies in crypto/ed25519; the test lost its point", name)
+			}
+		}
+		secret := Ed25519PublicKeyPrefix + base64.StdEncoding.EncodeToString(key)
+		_, err := NewVerifier(Config{Scheme: StandardWebhooksEd25519(), Secrets: []string{edPub, secret}})
+		if !errors.Is(err, ErrSecretInvalid) || !errors.Is(err, errEdKeyOrder) && !errors.Is(err, errEdKeyEncode) {
+			t.Errorf("%s: NewVerifier = %v, want ErrSecretInvalid for a small-order key", name, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), "secret 2 of 2") {
+			t.Errorf("%s: error %q does not name the position", name, err)
+		}
+	}
+}
+
+func TestEd25519VerifierRefusesNonCanonicalKeys(t *testing.T) {
+	for name, h := range nonCanonicalKeys {
+		secret := Ed25519PublicKeyPrefix + base64.StdEncoding.EncodeToString(mustHex(t, h))
+		_, err := NewVerifier(Config{Scheme: StandardWebhooksEd25519(), Secrets: []string{secret}})
+		if !errors.Is(err, errEdKeyEncode) || !strings.Contains(err.Error(), "secret 1 of 1") {
+			t.Errorf("%s: NewVerifier = %v, want the non-canonical refusal naming secret 1 of 1", name, err)
+		}
+	}
+}
+
+func TestEd25519CheckAcceptsGeneratedKeys(t *testing.T) {
+	for i := range 64 {
+		seed := make([]byte, 32)
+		seed[0], seed[31] = byte(i), byte(3*i+1)
+		pub := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
+		if err := checkEd25519PublicKey(pub); err != nil {
+			t.Fatalf("key %x of seed %d refused: %v", []byte(pub), i, err)
+		}
+	}
+}
