@@ -38,7 +38,10 @@ type Config struct {
 	// documents (for [StandardWebhooksEd25519], public keys for a Verifier
 	// and private keys for a Signer). Any of them verifies a delivery, so a
 	// secret can be rotated by adding the new one first and removing the
-	// old one later.
+	// old one later. A secret with white space before or after it (a
+	// trailing newline read from a file) is refused with
+	// [ErrSecretInvalid] under every scheme, rather than trimmed or taken
+	// as part of the secret.
 	Secrets []string
 	// SignatureHeader and IDHeader rename the headers of [HMACSHA256];
 	// empty means [HeaderWebhookSignature] and [HeaderWebhookID]. Other
@@ -149,6 +152,11 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	}
 	if len(cfg.Secrets) == 0 {
 		return nil, errNoSecrets
+	}
+	for i, s := range cfg.Secrets {
+		if strings.TrimSpace(s) != s {
+			return nil, fmt.Errorf("%w (secret %d of %d)", errSecretSpace, i+1, len(cfg.Secrets))
+		}
 	}
 	p := &params{
 		scheme:       cfg.Scheme,

@@ -66,6 +66,7 @@ var (
 	errZeroSigner      = reason.New(ErrNoSecret, "signer not made by NewSigner")
 	errNoSecrets       = reason.New(ErrNoSecret, "no secret")
 	errSecretEmpty     = reason.New(ErrSecretInvalid, "secret empty")
+	errSecretSpace     = reason.New(ErrSecretInvalid, "secret has white space before or after it")
 	errSecretBase64    = reason.New(ErrSecretInvalid, "secret not standard base64 after whsec_")
 	errSecretShort     = reason.New(ErrSecretInvalid, "secret shorter than 24 bytes")
 	errSecretFIPS      = reason.New(ErrSecretInvalid, "secret shorter than 112 bits, not allowed in FIPS 140-3 mode (GODEBUG=fips140)")

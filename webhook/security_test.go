@@ -119,3 +119,42 @@ func TestEd25519CheckAcceptsGeneratedKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestNewVerifierRefusesSecretWithSurroundingSpace(t *testing.T) {
+	std := "whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef01234567"))
+	schemes := []struct {
+		scheme Scheme
+		secret string
+		signer bool
+	}{
+		{HMACSHA256(), "hmac-secret", false},
+		{GitHub(), "hmac-secret", false},
+		{StandardWebhooks(), std, false},
+		{Svix(), std, false},
+		{Stripe(), "whsec_stripe", false},
+		{Slack(), "slack-secret", false},
+		{Shopify(), "shopify-secret", false},
+		{StandardWebhooksEd25519(), edPub, false},
+		{StandardWebhooksEd25519(), edPriv, true},
+	}
+	for _, sc := range schemes {
+		for _, bad := range []string{sc.secret + "\n", " " + sc.secret, sc.secret + "\r\n", "\t" + sc.secret} {
+			cfg := Config{Scheme: sc.scheme, Secrets: []string{sc.secret, bad}}
+			var err error
+			if sc.signer {
+				_, err = NewSigner(cfg)
+			} else {
+				_, err = NewVerifier(cfg)
+			}
+			if !errors.Is(err, ErrSecretInvalid) || !errors.Is(err, errSecretSpace) || !strings.Contains(err.Error(), "secret 2 of 2") {
+				t.Errorf("%s %q: err = %v, want the white space refusal naming secret 2 of 2", sc.scheme, bad, err)
+			}
+			if err != nil && strings.Contains(err.Error(), sc.secret) {
+				t.Errorf("%s: error %q prints the secret", sc.scheme, err)
+			}
+		}
+		if _, err := NewSigner(Config{Scheme: sc.scheme, Secrets: []string{sc.secret}}); sc.scheme != StandardWebhooksEd25519() && err != nil {
+			t.Errorf("%s: the clean secret is refused: %v", sc.scheme, err)
+		}
+	}
+}
