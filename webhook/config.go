@@ -26,6 +26,18 @@ const (
 	DefaultDedupWindow = 24 * time.Hour
 )
 
+// Upper bounds of the durations of a [Config]: a longer one is refused by
+// the constructor with [ErrConfig], as a mistake (a unit slip, or
+// math.MaxInt64 meant as "forever") rather than a setting.
+const (
+	// MaxTolerance is the largest [Config.Tolerance]: a day.
+	MaxTolerance = 24 * time.Hour
+	// MaxDedupWindow is the largest [Config.DedupWindow]: 366 days.
+	MaxDedupWindow = 366 * 24 * time.Hour
+	// MaxLease is the largest [Config.Lease]: a day.
+	MaxLease = 24 * time.Hour
+)
+
 // Config configures a [Verifier] or a [Signer]. Zero durations and sizes
 // mean the documented default; negative ones are refused by the
 // constructor, as is any option that has no effect under Scheme or on a
@@ -48,8 +60,8 @@ type Config struct {
 	// schemes fix their headers and refuse these options.
 	SignatureHeader, IDHeader string
 	// Tolerance is how far a signed timestamp may lie in the past or in the
-	// future; zero means [DefaultTolerance]. Schemes that sign no time
-	// refuse it. Verifier only.
+	// future; zero means [DefaultTolerance], and at most [MaxTolerance].
+	// Schemes that sign no time refuse it. Verifier only.
 	Tolerance time.Duration
 	// MaxBody caps the body in bytes, checked while reading; zero means
 	// [DefaultMaxBody]. Verifier only.
@@ -65,7 +77,8 @@ type Config struct {
 	Replay replay.Store
 	// DedupWindow is how long a processed delivery is remembered, so that a
 	// sender's retry of it is acknowledged rather than processed again;
-	// zero means [DefaultDedupWindow]. For schemes that sign no time it is
+	// zero means [DefaultDedupWindow], and at most [MaxDedupWindow]. For
+	// schemes that sign no time it is
 	// also the whole replay protection. A delivery with a signed timestamp
 	// is in any case remembered until [replay.SkewMargin] after its
 	// timestamp has left the tolerance window, after which the timestamp
@@ -83,7 +96,7 @@ type Config struct {
 	// outcome. If the process dies mid-handler, or the store's answer is
 	// lost, the delivery can be processed again once the lease ends, so a
 	// handler must finish (or give up) within its context's deadline. At
-	// least a millisecond. Verifier only.
+	// least a millisecond and at most [MaxLease]. Verifier only.
 	Lease time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -149,6 +162,12 @@ func newParams(cfg Config, signer bool) (*params, error) {
 		return nil, errNegMaxBody
 	case cfg.DedupWindow < 0:
 		return nil, errNegDedup
+	case cfg.Lease > MaxLease:
+		return nil, errLongLease
+	case cfg.Tolerance > MaxTolerance:
+		return nil, errLongTolerance
+	case cfg.DedupWindow > MaxDedupWindow:
+		return nil, errLongDedup
 	}
 	if len(cfg.Secrets) == 0 {
 		return nil, errNoSecrets

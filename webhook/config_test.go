@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/fips140"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -39,6 +40,12 @@ func TestNewVerifierRefusesOptionsWithoutEffect(t *testing.T) {
 		{"undefined Dedup", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Dedup: DedupIDAndSignature + 1}},
 		{"negative Lease", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: -time.Second}},
 		{"Lease under a millisecond", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: time.Microsecond}},
+		{"Lease over MaxLease", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: MaxLease + time.Millisecond}},
+		{"Lease of MaxInt64", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: math.MaxInt64}},
+		{"Tolerance over MaxTolerance", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Tolerance: MaxTolerance + time.Second}},
+		{"Tolerance of MaxInt64", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Tolerance: math.MaxInt64}},
+		{"DedupWindow over MaxDedupWindow", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, DedupWindow: MaxDedupWindow + 1}},
+		{"DedupWindow of MaxInt64", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, DedupWindow: math.MaxInt64}},
 		{"Replay store without leases", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: claimOnlyStore{replay.NewMemoryStore(0)}}},
 	}
 	for _, tc := range tests {

@@ -131,10 +131,12 @@ func (p *params) storeKey(d *Delivery) string {
 // window from now, and for a delivery with a signed timestamp at least
 // until the timestamp check refuses it on every instance whose clock is
 // within [replay.SkewMargin] of this one's.
+// The durations are bounded by the Max constants, so the sums cannot
+// overflow; time.Time.Add saturates on its own.
 func (p *params) holdUntil(d *Delivery) time.Time {
 	until := p.now().Add(p.dedup)
 	if !d.Timestamp.IsZero() {
-		if edge := d.Timestamp.Add(p.tolerance + replay.SkewMargin); edge.After(until) {
+		if edge := d.Timestamp.Add(p.tolerance).Add(replay.SkewMargin); edge.After(until) {
 			until = edge
 		}
 	}

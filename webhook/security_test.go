@@ -1,13 +1,18 @@
 package webhook
 
 import (
+	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"math/big"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -156,5 +161,48 @@ func TestNewVerifierRefusesSecretWithSurroundingSpace(t *testing.T) {
 		if _, err := NewSigner(Config{Scheme: sc.scheme, Secrets: []string{sc.secret}}); sc.scheme != StandardWebhooksEd25519() && err != nil {
 			t.Errorf("%s: the clean secret is refused: %v", sc.scheme, err)
 		}
+	}
+}
+
+// sendSigned signs body as delivery id with s and sends it through h,
+// returning the status.
+func sendSigned(t *testing.T, h http.Handler, s *Signer, id string, body []byte) int {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	if err := s.Sign(req.Header, id, body); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Code
+}
+
+func TestVerifierAtMaxDurationsProcessesOnce(t *testing.T) {
+	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret},
+		DedupWindow: MaxDedupWindow, Lease: MaxLease, Tolerance: MaxTolerance})
+	s := newSigner(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
+	var ran atomic.Int32
+	h := v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran.Add(1) }))
+	for i := range 2 {
+		if code := sendSigned(t, h, s, "msg_1", []byte(`{}`)); code != http.StatusOK {
+			t.Fatalf("copy %d: status %d", i, code)
+		}
+	}
+	if ran.Load() != 1 {
+		t.Fatalf("handler ran %d times for one delivery at MaxDedupWindow", ran.Load())
+	}
+	hdr := http.Header{}
+	if err := s.Sign(hdr, "msg_2", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := v.Verify(hdr, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := v.Acquire(context.Background(), d); l == nil || err != nil {
+		t.Fatalf("first Acquire at MaxLease = %v, %v", l, err)
+	}
+	if l, err := v.Acquire(context.Background(), d); l != nil || !errors.Is(err, ErrInProgress) {
+		t.Fatalf("second Acquire at MaxLease = %v, %v; want ErrInProgress", l, err)
 	}
 }
