@@ -206,3 +206,47 @@ func TestVerifierAtMaxDurationsProcessesOnce(t *testing.T) {
 		t.Fatalf("second Acquire at MaxLease = %v, %v; want ErrInProgress", l, err)
 	}
 }
+
+// TestMiddlewareReleasesDeliveryOnRetryStatus: a handler status that asks
+// the sender to retry leaves the delivery unprocessed, so the retry runs
+// the handler; any other status is the handler's decision, and the retry
+// is acknowledged without running it.
+func TestMiddlewareReleasesDeliveryOnRetryStatus(t *testing.T) {
+	tests := []struct {
+		status    int
+		retryRuns bool
+	}{
+		{http.StatusRequestTimeout, true},
+		{http.StatusLocked, true},
+		{http.StatusTooEarly, true},
+		{http.StatusTooManyRequests, true},
+		{http.StatusInternalServerError, true},
+		{http.StatusServiceUnavailable, true},
+		{http.StatusBadRequest, false},
+		{http.StatusNotFound, false},
+		{http.StatusConflict, false},
+		{http.StatusUnprocessableEntity, false},
+		{http.StatusAccepted, false},
+	}
+	for _, tc := range tests {
+		t.Run(http.StatusText(tc.status), func(t *testing.T) {
+			v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
+			s := newSigner(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
+			var calls atomic.Int32
+			h := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					w.WriteHeader(tc.status)
+				}
+			}))
+			if code := sendSigned(t, h, s, "msg_retry", []byte(`{}`)); code != tc.status {
+				t.Fatalf("first attempt: status %d, want the handler's %d", code, tc.status)
+			}
+			if code := sendSigned(t, h, s, "msg_retry", []byte(`{}`)); code != http.StatusOK {
+				t.Fatalf("retry: status %d, want 200", code)
+			}
+			if ran := calls.Load() == 2; ran != tc.retryRuns {
+				t.Fatalf("after %d the retry ran the handler: %v, want %v", tc.status, ran, tc.retryRuns)
+			}
+		})
+	}
+}
