@@ -36,6 +36,8 @@ const (
 	MaxDedupWindow = 366 * 24 * time.Hour
 	// MaxLease is the largest [Config.Lease]: a day.
 	MaxLease = 24 * time.Hour
+	// MaxNamespaceBytes is the longest [Config.Namespace].
+	MaxNamespaceBytes = 128
 )
 
 // Config configures a [Verifier] or a [Signer]. Zero durations and sizes
@@ -75,6 +77,15 @@ type Config struct {
 	// that is full refuses new deliveries with 503 until entries expire,
 	// and never forgets a live one. Verifier only.
 	Replay replay.Store
+	// Namespace names the endpoint in the Replay store, so that endpoints
+	// sharing one store never take each other's deliveries for duplicates
+	// (a sender reuses its delivery and event IDs across the endpoints it
+	// delivers to). It is required when Replay is set: every instance of
+	// one endpoint sets the same Namespace, different endpoints different
+	// ones. It is not a secret and does not change when secrets rotate. 1
+	// to [MaxNamespaceBytes] bytes of printable ASCII, with no space
+	// before or after. With a nil Replay it may be empty. Verifier only.
+	Namespace string
 	// DedupWindow is how long a processed delivery is remembered, so that a
 	// sender's retry of it is acknowledged rather than processed again;
 	// zero means [DefaultDedupWindow], and at most [MaxDedupWindow]. For
@@ -127,6 +138,7 @@ type params struct {
 	tolerance                     time.Duration
 	maxBody                       int64
 	store                         replay.Store
+	namespace                     string
 	leaser                        replay.Leaser // store, as a Leaser
 	dedup                         time.Duration
 	dedupBy                       Dedup // resolved: never DedupDefault
@@ -145,7 +157,7 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	if !ownScheme(cfg.Scheme) { // a type embedding Scheme: its methods are not ours
 		return nil, errForeignScheme
 	}
-	if signer && (cfg.Tolerance != 0 || cfg.MaxBody != 0 || cfg.Replay != nil || cfg.DedupWindow != 0 || cfg.OnReject != nil) {
+	if signer && (cfg.Tolerance != 0 || cfg.MaxBody != 0 || cfg.Replay != nil || cfg.Namespace != "" || cfg.DedupWindow != 0 || cfg.OnReject != nil) {
 		return nil, errSignerOption
 	}
 	if signer && (cfg.Dedup != DedupDefault || cfg.Lease != 0 || cfg.OnDuplicate != nil || cfg.OnLeaseError != nil) {
@@ -169,6 +181,9 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	case cfg.DedupWindow > MaxDedupWindow:
 		return nil, errLongDedup
 	}
+	if err := checkNamespace(cfg.Namespace, cfg.Replay != nil && !signer); err != nil {
+		return nil, err
+	}
 	if len(cfg.Secrets) == 0 {
 		return nil, errNoSecrets
 	}
@@ -181,6 +196,7 @@ func newParams(cfg Config, signer bool) (*params, error) {
 		scheme:       cfg.Scheme,
 		maxBody:      cfg.MaxBody,
 		store:        cfg.Replay,
+		namespace:    cfg.Namespace,
 		dedup:        cfg.DedupWindow,
 		lease:        cfg.Lease,
 		now:          cfg.Now,
@@ -243,6 +259,27 @@ func newKey(parse func(string) ([]byte, error), secret string) (*mac.Key, error)
 	return k, nil
 }
 
+// checkNamespace validates a [Config.Namespace]; required says a shared
+// Replay store is configured.
+func checkNamespace(ns string, required bool) error {
+	switch {
+	case ns == "" && required:
+		return errNoNamespace
+	case ns == "":
+		return nil
+	case len(ns) > MaxNamespaceBytes:
+		return errLongNamespace
+	case ns[0] == ' ' || ns[len(ns)-1] == ' ':
+		return errNamespaceText
+	}
+	for i := 0; i < len(ns); i++ {
+		if ns[i] < 0x20 || ns[i] > 0x7e {
+			return errNamespaceText
+		}
+	}
+	return nil
+}
+
 // validHeaderName reports whether s is a non-empty HTTP token (RFC 9110).
 func validHeaderName(s string) bool {
 	if s == "" {
@@ -264,6 +301,7 @@ func validHeaderName(s string) bool {
 func (cfg Config) redacted() string {
 	return "webhook.Config{Scheme: " + schemeName(cfg.Scheme) +
 		", Secrets: " + redactedSecrets(len(cfg.Secrets)) +
+		", Namespace: " + strconv.Quote(cfg.Namespace) +
 		", SignatureHeader: " + strconv.Quote(cfg.SignatureHeader) +
 		", IDHeader: " + strconv.Quote(cfg.IDHeader) +
 		", Tolerance: " + cfg.Tolerance.String() +
@@ -295,12 +333,13 @@ func (cfg Config) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Scheme                    string
 		Secrets                   string
+		Namespace                 string
 		SignatureHeader, IDHeader string
 		Tolerance, DedupWindow    time.Duration
 		MaxBody                   int64
 		Dedup                     string
 		Lease                     time.Duration
-	}{schemeName(cfg.Scheme), redactedSecrets(len(cfg.Secrets)), cfg.SignatureHeader, cfg.IDHeader,
+	}{schemeName(cfg.Scheme), redactedSecrets(len(cfg.Secrets)), cfg.Namespace, cfg.SignatureHeader, cfg.IDHeader,
 		cfg.Tolerance, cfg.DedupWindow, cfg.MaxBody, cfg.Dedup.String(), cfg.Lease})
 }
 

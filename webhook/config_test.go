@@ -46,7 +46,7 @@ func TestNewVerifierRefusesOptionsWithoutEffect(t *testing.T) {
 		{"Tolerance of MaxInt64", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Tolerance: math.MaxInt64}},
 		{"DedupWindow over MaxDedupWindow", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, DedupWindow: MaxDedupWindow + 1}},
 		{"DedupWindow of MaxInt64", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, DedupWindow: math.MaxInt64}},
-		{"Replay store without leases", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: claimOnlyStore{replay.NewMemoryStore(0)}}},
+		{"Replay store without leases", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: claimOnlyStore{replay.NewMemoryStore(0)}, Namespace: "endpoint"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,10 +64,13 @@ func TestNewVerifierRefusesOptionsWithoutEffect(t *testing.T) {
 func TestNewSignerRefusesReceivingOptions(t *testing.T) {
 	base := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}}
 	for name, edit := range map[string]func(*Config){
-		"Tolerance":   func(c *Config) { c.Tolerance = time.Minute },
-		"MaxBody":     func(c *Config) { c.MaxBody = 10 },
-		"Replay":      func(c *Config) { c.Replay = replay.NewMemoryStore(0) },
+		"Tolerance": func(c *Config) { c.Tolerance = time.Minute },
+		"MaxBody":   func(c *Config) { c.MaxBody = 10 },
+		"Replay": func(c *Config) {
+			c.Replay, c.Namespace = replay.NewMemoryStore(0), "endpoint"
+		},
 		"DedupWindow": func(c *Config) { c.DedupWindow = time.Hour },
+		"Namespace":   func(c *Config) { c.Namespace = "endpoint" },
 		"OnReject":    func(c *Config) { c.OnReject = func(*http.Request, error) {} },
 		"Dedup":       func(c *Config) { c.Dedup = DedupID },
 		"Lease":       func(c *Config) { c.Lease = time.Second },
@@ -266,7 +269,7 @@ func TestAcquireStoreFailureHasReasonAndWrapsStoreError(t *testing.T) {
 		{"store answers outside the contract", tokenlessStore{replay.NewMemoryStore(0)}, errStoreAnswer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: tc.store, Now: clk.Now}
+			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: tc.store, Namespace: "endpoint", Now: clk.Now}
 			v := newVerifier(t, cfg)
 			d, err := v.Verify(signed(t, newSigner(t, cfg), "evt", "b"), []byte("b"))
 			if err != nil {
@@ -386,7 +389,7 @@ func TestLeaseRefusesUnverifiedDeliveryAndZeroLease(t *testing.T) {
 
 func TestLeaseReportsStoreFailuresOfConfirmAndRelease(t *testing.T) {
 	store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
-	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Lease: 200 * time.Millisecond}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Lease: 200 * time.Millisecond}
 	v := newVerifier(t, cfg)
 	ctx := context.Background()
 	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
@@ -432,7 +435,7 @@ func TestLeaseReportsStoreFailuresOfConfirmAndRelease(t *testing.T) {
 func TestLeaseConfirmStopsRetryingWhenContextEnds(t *testing.T) {
 	store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
 	store.failing.Store(true)
-	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store}
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint"}
 	v := newVerifier(t, cfg)
 	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
 	if err != nil {
@@ -456,7 +459,7 @@ func TestLeaseConfirmStopsRetryingWhenContextEnds(t *testing.T) {
 func TestLeaseConfirmAfterTakeoverReportsLeaseLost(t *testing.T) {
 	clk := newStepClock()
 	store := &replay.MemoryStore{Now: clk.Now}
-	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Now: clk.Now, Lease: time.Second}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now, Lease: time.Second}
 	v := newVerifier(t, cfg)
 	ctx := context.Background()
 	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))

@@ -78,10 +78,13 @@ var (
 	errLongDedup       = reason.New(ErrConfig, "DedupWindow is over MaxDedupWindow (366 days)")
 	errLongTolerance   = reason.New(ErrConfig, "Tolerance is over MaxTolerance (24h)")
 	errLongLease       = reason.New(ErrConfig, "Lease is over MaxLease (24h)")
+	errNoNamespace     = reason.New(ErrConfig, "Namespace is required with a Replay store: endpoints sharing a store must not share delivery IDs")
+	errLongNamespace   = reason.New(ErrConfig, "Namespace is longer than MaxNamespaceBytes")
+	errNamespaceText   = reason.New(ErrConfig, "Namespace is not printable ASCII without surrounding spaces")
 	errToleranceUnused = reason.New(ErrConfig, "Tolerance has no effect: the scheme signs no timestamp")
 	errHeadersUnused   = reason.New(ErrConfig, "SignatureHeader and IDHeader have no effect: the scheme fixes its headers")
 	errHeaderInvalid   = reason.New(ErrConfig, "SignatureHeader or IDHeader is not a valid header name")
-	errSignerOption    = reason.New(ErrConfig, "Tolerance, MaxBody, Replay, DedupWindow and OnReject have no effect on a Signer")
+	errSignerOption    = reason.New(ErrConfig, "Tolerance, MaxBody, Replay, Namespace, DedupWindow and OnReject have no effect on a Signer")
 )
 
 // storeError wraps a replay store failure so that it matches both

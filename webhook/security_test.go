@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // smallOrderSignature is an Ed25519 signature R || S with R = [S]B: it
@@ -248,5 +250,87 @@ func TestMiddlewareReleasesDeliveryOnRetryStatus(t *testing.T) {
 				t.Fatalf("after %d the retry ran the handler: %v, want %v", tc.status, ran, tc.retryRuns)
 			}
 		})
+	}
+}
+
+func TestNewVerifierRefusesBadNamespace(t *testing.T) {
+	store := replay.NewMemoryStore(0)
+	tests := []struct {
+		name, ns string
+		want     error
+	}{
+		{"missing with a Replay store", "", errNoNamespace},
+		{"over MaxNamespaceBytes", strings.Repeat("n", MaxNamespaceBytes+1), errLongNamespace},
+		{"trailing space", "orders ", errNamespaceText},
+		{"leading space", " orders", errNamespaceText},
+		{"newline", "orders\n", errNamespaceText},
+		{"control byte", "ord\x00ers", errNamespaceText},
+		{"non-ASCII", "ordérs", errNamespaceText},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := NewVerifier(Config{Scheme: Stripe(), Secrets: []string{"whsec_a"}, Replay: store, Namespace: tc.ns})
+			if v != nil || !errors.Is(err, ErrConfig) || !errors.Is(err, tc.want) {
+				t.Fatalf("NewVerifier = %v, %v; want %v", v, err, tc.want)
+			}
+		})
+	}
+	for _, ns := range []string{"", "orders", strings.Repeat("n", MaxNamespaceBytes), "billing / prod"} {
+		if _, err := NewVerifier(Config{Scheme: Stripe(), Secrets: []string{"whsec_a"}, Namespace: ns}); err != nil {
+			t.Errorf("Namespace %q with the private store refused: %v", ns, err)
+		}
+	}
+}
+
+// endpoint is one webhook endpoint of the shared-store tests: a verifier
+// (namespace ns, secret), its sender and a count of handler runs.
+type endpoint struct {
+	h    http.Handler
+	s    *Signer
+	runs *atomic.Int32
+}
+
+func newEndpoint(t *testing.T, store replay.Store, ns, secret string) endpoint {
+	v := newVerifier(t, Config{Scheme: Stripe(), Secrets: []string{secret}, Replay: store, Namespace: ns})
+	runs := new(atomic.Int32)
+	return endpoint{
+		h:    v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs.Add(1) })),
+		s:    newSigner(t, Config{Scheme: Stripe(), Secrets: []string{secret}}),
+		runs: runs,
+	}
+}
+
+// The reviewer's reproduction: Stripe sends the same event (evt_ ID) to two
+// endpoints of one account, each with its own secret, whose verifiers share
+// one store. Each must run its handler.
+func TestVerifiersSharingStoreKeepEndpointsApart(t *testing.T) {
+	store := replay.NewMemoryStore(0)
+	a := newEndpoint(t, store, "billing", "whsec_endpointA")
+	b := newEndpoint(t, store, "analytics", "whsec_endpointB")
+	body := []byte(`{"id":"evt_1","type":"invoice.paid"}`)
+	for _, ep := range []endpoint{a, b} {
+		if code := sendSigned(t, ep.h, ep.s, "evt_1", body); code != http.StatusOK {
+			t.Fatalf("status %d", code)
+		}
+	}
+	if a.runs.Load() != 1 || b.runs.Load() != 1 {
+		t.Fatalf("handler runs: A %d, B %d; want 1 each", a.runs.Load(), b.runs.Load())
+	}
+}
+
+// Instances of one endpoint (one Namespace) share deliveries: a copy sent
+// to the second instance is a duplicate, even if the secrets differ during
+// a rotation.
+func TestVerifiersWithOneNamespaceShareDeliveries(t *testing.T) {
+	store := replay.NewMemoryStore(0)
+	first := newEndpoint(t, store, "billing", "whsec_old")
+	second := newEndpoint(t, store, "billing", "whsec_new")
+	body := []byte(`{"id":"evt_1","type":"invoice.paid"}`)
+	sendSigned(t, first.h, first.s, "evt_1", body)
+	if code := sendSigned(t, second.h, second.s, "evt_1", body); code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	if first.runs.Load()+second.runs.Load() != 1 {
+		t.Fatalf("handler runs: %d and %d; want one in all", first.runs.Load(), second.runs.Load())
 	}
 }
