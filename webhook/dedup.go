@@ -23,11 +23,14 @@ const (
 	// DedupDefault is the scheme's safe default: [DedupID] under a scheme
 	// that signs the ID, [DedupSignature] otherwise.
 	DedupDefault Dedup = iota
-	// DedupSignature treats deliveries with the same verified signature
-	// (under these schemes, the same body) as one. A captured delivery
-	// replayed under a fresh ID is refused, but two distinct deliveries with
-	// byte-identical bodies are one: the second is acknowledged without
-	// running the handler, and [Config.OnDuplicate] sees it.
+	// DedupSignature treats authentic deliveries with the same body (so,
+	// under these schemes, the same signature) as one, by the SHA-256 of
+	// the body: a redelivery the sender signs again after rotating its
+	// secret is still the same delivery. A captured delivery replayed under
+	// a fresh ID is refused, but two distinct deliveries with byte-identical
+	// bodies are one: the second is acknowledged without running the
+	// handler, and [Config.OnDuplicate] sees it. [Verifier.Verify] hashes
+	// an accepted body once more for it (a refused one is not hashed).
 	DedupSignature
 	// DedupID treats deliveries with the same ID header as one. Distinct
 	// deliveries are never merged, but the ID is not signed: anyone holding
@@ -36,7 +39,7 @@ const (
 	// endpoint is otherwise protected against replay.
 	DedupID
 	// DedupIDAndSignature treats deliveries as one only when both the ID
-	// and the signature match: a retry (same ID, same body) is a duplicate,
+	// and the body match: a retry (same ID, same body) is a duplicate,
 	// distinct deliveries with equal bodies are not. Like [DedupID] it lets
 	// a captured delivery be processed again under a new ID.
 	DedupIDAndSignature
@@ -117,9 +120,9 @@ func (p *params) storeKey(d *Delivery) string {
 	case DedupID:
 		h.Write([]byte(d.ID))
 	case DedupSignature:
-		h.Write(d.mac[:])
+		h.Write(d.body[:])
 	case DedupIDAndSignature:
-		h.Write(d.mac[:]) // fixed size first: the encoding is unambiguous
+		h.Write(d.body[:]) // fixed size first: the encoding is unambiguous
 		h.Write([]byte(d.ID))
 	}
 	var sum [sha256.Size]byte

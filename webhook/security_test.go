@@ -334,3 +334,33 @@ func TestVerifiersWithOneNamespaceShareDeliveries(t *testing.T) {
 		t.Fatalf("handler runs: %d and %d; want one in all", first.runs.Load(), second.runs.Load())
 	}
 }
+
+// A sender that rotated its secret signs its redelivery with the new one:
+// under the body-keyed policies it is the same delivery, and a different
+// body is not.
+func TestDedupByBodyTreatsRedeliveryUnderRotatedSecretAsDuplicate(t *testing.T) {
+	for _, scheme := range []Scheme{HMACSHA256(), GitHub(), Shopify()} {
+		for _, policy := range []Dedup{DedupDefault, DedupSignature, DedupIDAndSignature} {
+			t.Run(scheme.String()+"/"+policy.String(), func(t *testing.T) {
+				v := newVerifier(t, Config{Scheme: scheme, Secrets: []string{"new-secret", "old-secret"}, Dedup: policy})
+				oldS := newSigner(t, Config{Scheme: scheme, Secrets: []string{"old-secret"}})
+				newS := newSigner(t, Config{Scheme: scheme, Secrets: []string{"new-secret"}})
+				var runs atomic.Int32
+				h := v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs.Add(1) }))
+				body := []byte(`{"order":1}`)
+				for i, s := range []*Signer{oldS, newS} {
+					if code := sendSigned(t, h, s, "delivery-1", body); code != http.StatusOK {
+						t.Fatalf("copy %d: status %d", i, code)
+					}
+				}
+				if runs.Load() != 1 {
+					t.Fatalf("handler ran %d times for one delivery re-signed after rotation", runs.Load())
+				}
+				sendSigned(t, h, newS, "delivery-2", []byte(`{"order":2}`))
+				if runs.Load() != 2 {
+					t.Fatalf("a different body was taken for a duplicate")
+				}
+			})
+		}
+	}
+}
