@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -138,8 +139,8 @@ type params struct {
 	tolerance                     time.Duration
 	maxBody                       int64
 	store                         replay.Store
-	namespace                     string
-	leaser                        replay.Leaser // store, as a Leaser
+	namespace                     [sha256.Size]byte // SHA-256 of Config.Namespace
+	leaser                        replay.Leaser     // store, as a Leaser
 	dedup                         time.Duration
 	dedupBy                       Dedup // resolved: never DedupDefault
 	lease                         time.Duration
@@ -196,7 +197,7 @@ func newParams(cfg Config, signer bool) (*params, error) {
 		scheme:       cfg.Scheme,
 		maxBody:      cfg.MaxBody,
 		store:        cfg.Replay,
-		namespace:    cfg.Namespace,
+		namespace:    sha256.Sum256([]byte(cfg.Namespace)),
 		dedup:        cfg.DedupWindow,
 		lease:        cfg.Lease,
 		now:          cfg.Now,

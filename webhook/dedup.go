@@ -106,14 +106,13 @@ const storeKeyPrefix = "webhook:"
 
 // storeKey is the one replay store key of a verified delivery: the prefix
 // and the unpadded base64url of the first 128 bits of the SHA-256 of the
-// length-prefixed [Config.Namespace], the scheme's name and the policy's
+// SHA-256 of [Config.Namespace], the scheme's name and the policy's
 // material, so every key is 30 bytes whatever the ID's length, and
 // deliveries of different endpoints or schemes sharing a store never
 // collide.
 func (p *params) storeKey(d *Delivery) string {
 	h := sha256.New()
-	h.Write([]byte{byte(len(p.namespace))}) // at most MaxNamespaceBytes
-	h.Write([]byte(p.namespace))
+	h.Write(p.namespace[:]) // fixed size first: the encoding is unambiguous
 	h.Write([]byte(p.scheme.String()))
 	h.Write([]byte{0, byte(p.dedupBy)})
 	switch p.dedupBy {
