@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/replay"
@@ -189,7 +191,7 @@ func newParams(cfg Config, signer bool) (*params, error) {
 		return nil, errNoSecrets
 	}
 	for i, s := range cfg.Secrets {
-		if strings.TrimSpace(s) != s {
+		if surroundedBySpace(s) {
 			return nil, fmt.Errorf("%w (secret %d of %d)", errSecretSpace, i+1, len(cfg.Secrets))
 		}
 	}
@@ -258,6 +260,14 @@ func newKey(parse func(string) ([]byte, error), secret string) (*mac.Key, error)
 		return nil, errSecretFIPS
 	}
 	return k, nil
+}
+
+// surroundedBySpace reports whether s starts or ends with white space (as
+// strings.TrimSpace sees it). It reads only the first and last rune.
+func surroundedBySpace(s string) bool {
+	first, _ := utf8.DecodeRuneInString(s)
+	last, _ := utf8.DecodeLastRuneInString(s)
+	return s != "" && (unicode.IsSpace(first) || unicode.IsSpace(last))
 }
 
 // checkNamespace validates a [Config.Namespace]; required says a shared

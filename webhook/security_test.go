@@ -145,7 +145,7 @@ func TestNewVerifierRefusesSecretWithSurroundingSpace(t *testing.T) {
 		{StandardWebhooksEd25519(), edPriv, true},
 	}
 	for _, sc := range schemes {
-		for _, bad := range []string{sc.secret + "\n", " " + sc.secret, sc.secret + "\r\n", "\t" + sc.secret} {
+		for _, bad := range []string{sc.secret + "\n", " " + sc.secret, sc.secret + "\r\n", "\t" + sc.secret, sc.secret + "\u00a0"} {
 			cfg := Config{Scheme: sc.scheme, Secrets: []string{sc.secret, bad}}
 			var err error
 			if sc.signer {
