@@ -51,7 +51,7 @@ func BenchmarkClaimParallel(b *testing.B) {
 // (one EVALSHA). "serial" excludes signing; "parallel+sign" includes it.
 func BenchmarkWebhookMiddleware(b *testing.B) {
 	s, _ := newTestStore(b)
-	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: s})
+	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: s, Namespace: "endpoint"})
 	if err != nil {
 		b.Fatal(err)
 	}

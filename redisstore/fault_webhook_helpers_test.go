@@ -21,7 +21,7 @@ import (
 func hookEndpoint(t testing.TB, store replay.Store, lease, delay time.Duration, started, processed func(id string)) http.Handler {
 	t.Helper()
 	v, err := webhook.NewVerifier(webhook.Config{
-		Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Lease: lease,
+		Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "endpoint", Lease: lease,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -192,9 +193,18 @@ func validToken(token string) bool {
 	return true
 }
 
+// maxUntil is the last instant of int64 Unix milliseconds, the latest
+// expiry PXAT takes.
+var maxUntil = time.UnixMilli(math.MaxInt64)
+
 // untilMillis rounds until up to a whole millisecond, so a key never
-// expires before it, and refuses one that is not in the future.
+// expires before it, and refuses one that is not in the future. An until
+// past the last instant of int64 Unix milliseconds (where UnixMilli is
+// undefined) is held until that instant.
 func (s *Store) untilMillis(until time.Time) (int64, error) {
+	if until.After(maxUntil) {
+		return math.MaxInt64, nil
+	}
 	ms := until.UnixMilli()
 	if until.After(time.UnixMilli(ms)) {
 		ms++

@@ -147,7 +147,8 @@ func (s *Store) Prefix() string { return s.prefix }
 // the first live claim of id, across every process sharing the Redis server
 // and prefix. Exactly one of any number of concurrent claims of the same ID
 // returns true. Once until has passed (by Redis's clock) the ID can be
-// claimed again.
+// claimed again; an until past the last instant of int64 Unix milliseconds
+// (year 292 million) is held until that instant.
 //
 // Claim fails closed: on any error it returns first == false and an error
 // matching ErrUnavailable (Redis could not answer in time or answered

@@ -37,7 +37,7 @@ func newWHFleet(t *testing.T, store *Store, n int, lease time.Duration, next htt
 	f := &whFleet{t: t, store: store}
 	for range n {
 		v, err := webhook.NewVerifier(webhook.Config{
-			Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Lease: lease,
+			Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "endpoint", Lease: lease,
 			OnReject:    func(*http.Request, error) { f.rejects.Add(1) },
 			OnDuplicate: func(*http.Request, webhook.Delivery) { f.dups.Add(1) },
 		})
@@ -269,7 +269,7 @@ func TestWebhookHandlerFailsThenSucceedsIsProcessedOnRetry(t *testing.T) {
 func TestWebhookInstanceKilledMidHandlerLeaseExpiresAndRetryIsProcessed(t *testing.T) {
 	store, _ := newTestStore(t)
 	const lease = 500 * time.Millisecond
-	crashed, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Lease: lease})
+	crashed, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "endpoint", Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestWebhookRedisDownRefusesWithoutProcessing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen error
-	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store,
+	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "endpoint",
 		OnReject: func(_ *http.Request, err error) { seen = err }})
 	if err != nil {
 		t.Fatal(err)

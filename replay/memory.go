@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -32,6 +33,10 @@ import (
 // Now before the first call and do not change them afterwards. A
 // MemoryStore is safe for concurrent use and must not be copied after
 // first use. Each call costs O(log n) plus amortised eviction.
+//
+// Expiries are kept as int64 Unix nanoseconds: an until or lease end past
+// the last instant they represent (2262-04-11 23:47:16.854775807 UTC) is
+// held until that instant, so no entry is forgotten before its time.
 type MemoryStore struct {
 	// Max is the maximum number of live entries; zero means [DefaultMax]. A
 	// negative Max is a configuration error: every call returns [ErrConfig].
@@ -60,6 +65,33 @@ type lease struct {
 
 // entryKey is the first 128 bits of the SHA-256 of an ID.
 type entryKey [16]byte
+
+// maxExpiry and minExpiry are the last and first instants of int64 Unix
+// nanoseconds.
+var (
+	maxExpiry = time.Unix(0, math.MaxInt64)
+	minExpiry = time.Unix(0, math.MinInt64)
+)
+
+// unixNano is t in Unix nanoseconds, saturated to the int64 range (where
+// time.Time.UnixNano is undefined).
+func unixNano(t time.Time) int64 {
+	switch {
+	case t.After(maxExpiry):
+		return math.MaxInt64
+	case t.Before(minExpiry):
+		return math.MinInt64
+	}
+	return t.UnixNano()
+}
+
+// addSat is now + d, saturated at math.MaxInt64; d is positive.
+func addSat(now int64, d time.Duration) int64 {
+	if now > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return now + int64(d)
+}
 
 func keyOf(id string) entryKey {
 	sum := sha256.Sum256([]byte(id))
@@ -91,11 +123,11 @@ func (s *MemoryStore) Claim(ctx context.Context, id string, until time.Time) (bo
 	if !until.After(now) {
 		return false, ErrExpired
 	}
-	s.evictLocked(now.UnixNano())
+	s.evictLocked(unixNano(now))
 	if s.liveLocked(k) {
 		return false, nil
 	}
-	if err := s.insertLocked(k, until.UnixNano()); err != nil {
+	if err := s.insertLocked(k, unixNano(until)); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -129,7 +161,7 @@ func (s *MemoryStore) AcquireLease(ctx context.Context, id string, d time.Durati
 	k := keyOf(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now().UnixNano()
+	now := unixNano(s.now())
 	s.evictLocked(now)
 	if l, leased := s.leases[k]; leased {
 		return Lease{State: LeaseBusy, Wait: time.Duration(l.end - now)}, nil
@@ -141,7 +173,7 @@ func (s *MemoryStore) AcquireLease(ctx context.Context, id string, d time.Durati
 		return Lease{}, ErrFull
 	}
 	s.tokens++
-	l := &lease{key: k, token: s.tokens, end: now + int64(d)}
+	l := &lease{key: k, token: s.tokens, end: addSat(now, d)}
 	if s.leases == nil {
 		s.leases = make(map[entryKey]*lease)
 	}
@@ -170,7 +202,7 @@ func (s *MemoryStore) ConfirmLease(ctx context.Context, id, token string, until 
 	if !until.After(now) {
 		return ErrExpired
 	}
-	s.evictLocked(now.UnixNano())
+	s.evictLocked(unixNano(now))
 	if l, leased := s.leases[k]; leased {
 		if l.token != tok {
 			return ErrLeaseLost
@@ -179,7 +211,7 @@ func (s *MemoryStore) ConfirmLease(ctx context.Context, id, token string, until 
 	} else if _, live := s.entries[k]; live {
 		return ErrLeaseLost
 	}
-	return s.insertLocked(k, until.UnixNano())
+	return s.insertLocked(k, unixNano(until))
 }
 
 // ReleaseLease implements [Leaser]: it frees id when token's lease on it is
@@ -196,7 +228,7 @@ func (s *MemoryStore) ReleaseLease(ctx context.Context, id, token string) error 
 	k := keyOf(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.evictLocked(s.now().UnixNano())
+	s.evictLocked(unixNano(s.now()))
 	if l, leased := s.leases[k]; leased && l.token == tok {
 		s.dropLeaseLocked(l)
 	}
@@ -208,7 +240,7 @@ func (s *MemoryStore) ReleaseLease(ctx context.Context, id, token string) error 
 func (s *MemoryStore) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.evictLocked(s.now().UnixNano())
+	s.evictLocked(unixNano(s.now()))
 	return s.lenLocked()
 }
 

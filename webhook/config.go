@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/replay"
@@ -26,6 +29,20 @@ const (
 	DefaultDedupWindow = 24 * time.Hour
 )
 
+// Upper bounds of the durations of a [Config]: a longer one is refused by
+// the constructor with [ErrConfig], as a mistake (a unit slip, or
+// math.MaxInt64 meant as "forever") rather than a setting.
+const (
+	// MaxTolerance is the largest [Config.Tolerance]: a day.
+	MaxTolerance = 24 * time.Hour
+	// MaxDedupWindow is the largest [Config.DedupWindow]: 366 days.
+	MaxDedupWindow = 366 * 24 * time.Hour
+	// MaxLease is the largest [Config.Lease]: a day.
+	MaxLease = 24 * time.Hour
+	// MaxNamespaceBytes is the longest [Config.Namespace].
+	MaxNamespaceBytes = 128
+)
+
 // Config configures a [Verifier] or a [Signer]. Zero durations and sizes
 // mean the documented default; negative ones are refused by the
 // constructor, as is any option that has no effect under Scheme or on a
@@ -38,15 +55,18 @@ type Config struct {
 	// documents (for [StandardWebhooksEd25519], public keys for a Verifier
 	// and private keys for a Signer). Any of them verifies a delivery, so a
 	// secret can be rotated by adding the new one first and removing the
-	// old one later.
+	// old one later. A secret with white space before or after it (a
+	// trailing newline read from a file) is refused with
+	// [ErrSecretInvalid] under every scheme, rather than trimmed or taken
+	// as part of the secret.
 	Secrets []string
 	// SignatureHeader and IDHeader rename the headers of [HMACSHA256];
 	// empty means [HeaderWebhookSignature] and [HeaderWebhookID]. Other
 	// schemes fix their headers and refuse these options.
 	SignatureHeader, IDHeader string
 	// Tolerance is how far a signed timestamp may lie in the past or in the
-	// future; zero means [DefaultTolerance]. Schemes that sign no time
-	// refuse it. Verifier only.
+	// future; zero means [DefaultTolerance], and at most [MaxTolerance].
+	// Schemes that sign no time refuse it. Verifier only.
 	Tolerance time.Duration
 	// MaxBody caps the body in bytes, checked while reading; zero means
 	// [DefaultMaxBody]. Verifier only.
@@ -60,9 +80,19 @@ type Config struct {
 	// that is full refuses new deliveries with 503 until entries expire,
 	// and never forgets a live one. Verifier only.
 	Replay replay.Store
+	// Namespace names the endpoint in the Replay store, so that endpoints
+	// sharing one store never take each other's deliveries for duplicates
+	// (a sender reuses its delivery and event IDs across the endpoints it
+	// delivers to). It is required when Replay is set: every instance of
+	// one endpoint sets the same Namespace, different endpoints different
+	// ones. It is not a secret and does not change when secrets rotate. 1
+	// to [MaxNamespaceBytes] bytes of printable ASCII, with no space
+	// before or after. With a nil Replay it may be empty. Verifier only.
+	Namespace string
 	// DedupWindow is how long a processed delivery is remembered, so that a
 	// sender's retry of it is acknowledged rather than processed again;
-	// zero means [DefaultDedupWindow]. For schemes that sign no time it is
+	// zero means [DefaultDedupWindow], and at most [MaxDedupWindow]. For
+	// schemes that sign no time it is
 	// also the whole replay protection. A delivery with a signed timestamp
 	// is in any case remembered until [replay.SkewMargin] after its
 	// timestamp has left the tolerance window, after which the timestamp
@@ -80,7 +110,7 @@ type Config struct {
 	// outcome. If the process dies mid-handler, or the store's answer is
 	// lost, the delivery can be processed again once the lease ends, so a
 	// handler must finish (or give up) within its context's deadline. At
-	// least a millisecond. Verifier only.
+	// least a millisecond and at most [MaxLease]. Verifier only.
 	Lease time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -111,7 +141,8 @@ type params struct {
 	tolerance                     time.Duration
 	maxBody                       int64
 	store                         replay.Store
-	leaser                        replay.Leaser // store, as a Leaser
+	namespace                     [sha256.Size]byte // SHA-256 of Config.Namespace
+	leaser                        replay.Leaser     // store, as a Leaser
 	dedup                         time.Duration
 	dedupBy                       Dedup // resolved: never DedupDefault
 	lease                         time.Duration
@@ -129,7 +160,7 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	if !ownScheme(cfg.Scheme) { // a type embedding Scheme: its methods are not ours
 		return nil, errForeignScheme
 	}
-	if signer && (cfg.Tolerance != 0 || cfg.MaxBody != 0 || cfg.Replay != nil || cfg.DedupWindow != 0 || cfg.OnReject != nil) {
+	if signer && (cfg.Tolerance != 0 || cfg.MaxBody != 0 || cfg.Replay != nil || cfg.Namespace != "" || cfg.DedupWindow != 0 || cfg.OnReject != nil) {
 		return nil, errSignerOption
 	}
 	if signer && (cfg.Dedup != DedupDefault || cfg.Lease != 0 || cfg.OnDuplicate != nil || cfg.OnLeaseError != nil) {
@@ -146,14 +177,29 @@ func newParams(cfg Config, signer bool) (*params, error) {
 		return nil, errNegMaxBody
 	case cfg.DedupWindow < 0:
 		return nil, errNegDedup
+	case cfg.Lease > MaxLease:
+		return nil, errLongLease
+	case cfg.Tolerance > MaxTolerance:
+		return nil, errLongTolerance
+	case cfg.DedupWindow > MaxDedupWindow:
+		return nil, errLongDedup
+	}
+	if err := checkNamespace(cfg.Namespace, cfg.Replay != nil && !signer); err != nil {
+		return nil, err
 	}
 	if len(cfg.Secrets) == 0 {
 		return nil, errNoSecrets
+	}
+	for i, s := range cfg.Secrets {
+		if surroundedBySpace(s) {
+			return nil, fmt.Errorf("%w (secret %d of %d)", errSecretSpace, i+1, len(cfg.Secrets))
+		}
 	}
 	p := &params{
 		scheme:       cfg.Scheme,
 		maxBody:      cfg.MaxBody,
 		store:        cfg.Replay,
+		namespace:    sha256.Sum256([]byte(cfg.Namespace)),
 		dedup:        cfg.DedupWindow,
 		lease:        cfg.Lease,
 		now:          cfg.Now,
@@ -216,6 +262,35 @@ func newKey(parse func(string) ([]byte, error), secret string) (*mac.Key, error)
 	return k, nil
 }
 
+// surroundedBySpace reports whether s starts or ends with white space (as
+// strings.TrimSpace sees it). It reads only the first and last rune.
+func surroundedBySpace(s string) bool {
+	first, _ := utf8.DecodeRuneInString(s)
+	last, _ := utf8.DecodeLastRuneInString(s)
+	return s != "" && (unicode.IsSpace(first) || unicode.IsSpace(last))
+}
+
+// checkNamespace validates a [Config.Namespace]; required says a shared
+// Replay store is configured.
+func checkNamespace(ns string, required bool) error {
+	switch {
+	case ns == "" && required:
+		return errNoNamespace
+	case ns == "":
+		return nil
+	case len(ns) > MaxNamespaceBytes:
+		return errLongNamespace
+	case ns[0] == ' ' || ns[len(ns)-1] == ' ':
+		return errNamespaceText
+	}
+	for i := 0; i < len(ns); i++ {
+		if ns[i] < 0x20 || ns[i] > 0x7e {
+			return errNamespaceText
+		}
+	}
+	return nil
+}
+
 // validHeaderName reports whether s is a non-empty HTTP token (RFC 9110).
 func validHeaderName(s string) bool {
 	if s == "" {
@@ -237,6 +312,7 @@ func validHeaderName(s string) bool {
 func (cfg Config) redacted() string {
 	return "webhook.Config{Scheme: " + schemeName(cfg.Scheme) +
 		", Secrets: " + redactedSecrets(len(cfg.Secrets)) +
+		", Namespace: " + strconv.Quote(cfg.Namespace) +
 		", SignatureHeader: " + strconv.Quote(cfg.SignatureHeader) +
 		", IDHeader: " + strconv.Quote(cfg.IDHeader) +
 		", Tolerance: " + cfg.Tolerance.String() +
@@ -268,12 +344,13 @@ func (cfg Config) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Scheme                    string
 		Secrets                   string
+		Namespace                 string
 		SignatureHeader, IDHeader string
 		Tolerance, DedupWindow    time.Duration
 		MaxBody                   int64
 		Dedup                     string
 		Lease                     time.Duration
-	}{schemeName(cfg.Scheme), redactedSecrets(len(cfg.Secrets)), cfg.SignatureHeader, cfg.IDHeader,
+	}{schemeName(cfg.Scheme), redactedSecrets(len(cfg.Secrets)), cfg.Namespace, cfg.SignatureHeader, cfg.IDHeader,
 		cfg.Tolerance, cfg.DedupWindow, cfg.MaxBody, cfg.Dedup.String(), cfg.Lease})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/fips140"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -39,7 +40,13 @@ func TestNewVerifierRefusesOptionsWithoutEffect(t *testing.T) {
 		{"undefined Dedup", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Dedup: DedupIDAndSignature + 1}},
 		{"negative Lease", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: -time.Second}},
 		{"Lease under a millisecond", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: time.Microsecond}},
-		{"Replay store without leases", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: claimOnlyStore{replay.NewMemoryStore(0)}}},
+		{"Lease over MaxLease", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: MaxLease + time.Millisecond}},
+		{"Lease of MaxInt64", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: math.MaxInt64}},
+		{"Tolerance over MaxTolerance", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Tolerance: MaxTolerance + time.Second}},
+		{"Tolerance of MaxInt64", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Tolerance: math.MaxInt64}},
+		{"DedupWindow over MaxDedupWindow", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, DedupWindow: MaxDedupWindow + 1}},
+		{"DedupWindow of MaxInt64", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, DedupWindow: math.MaxInt64}},
+		{"Replay store without leases", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: claimOnlyStore{replay.NewMemoryStore(0)}, Namespace: "endpoint"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,10 +64,13 @@ func TestNewVerifierRefusesOptionsWithoutEffect(t *testing.T) {
 func TestNewSignerRefusesReceivingOptions(t *testing.T) {
 	base := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}}
 	for name, edit := range map[string]func(*Config){
-		"Tolerance":   func(c *Config) { c.Tolerance = time.Minute },
-		"MaxBody":     func(c *Config) { c.MaxBody = 10 },
-		"Replay":      func(c *Config) { c.Replay = replay.NewMemoryStore(0) },
+		"Tolerance": func(c *Config) { c.Tolerance = time.Minute },
+		"MaxBody":   func(c *Config) { c.MaxBody = 10 },
+		"Replay": func(c *Config) {
+			c.Replay, c.Namespace = replay.NewMemoryStore(0), "endpoint"
+		},
 		"DedupWindow": func(c *Config) { c.DedupWindow = time.Hour },
+		"Namespace":   func(c *Config) { c.Namespace = "endpoint" },
 		"OnReject":    func(c *Config) { c.OnReject = func(*http.Request, error) {} },
 		"Dedup":       func(c *Config) { c.Dedup = DedupID },
 		"Lease":       func(c *Config) { c.Lease = time.Second },
@@ -259,7 +269,7 @@ func TestAcquireStoreFailureHasReasonAndWrapsStoreError(t *testing.T) {
 		{"store answers outside the contract", tokenlessStore{replay.NewMemoryStore(0)}, errStoreAnswer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: tc.store, Now: clk.Now}
+			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: tc.store, Namespace: "endpoint", Now: clk.Now}
 			v := newVerifier(t, cfg)
 			d, err := v.Verify(signed(t, newSigner(t, cfg), "evt", "b"), []byte("b"))
 			if err != nil {
@@ -379,7 +389,7 @@ func TestLeaseRefusesUnverifiedDeliveryAndZeroLease(t *testing.T) {
 
 func TestLeaseReportsStoreFailuresOfConfirmAndRelease(t *testing.T) {
 	store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
-	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Lease: 200 * time.Millisecond}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Lease: 200 * time.Millisecond}
 	v := newVerifier(t, cfg)
 	ctx := context.Background()
 	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
@@ -425,7 +435,7 @@ func TestLeaseReportsStoreFailuresOfConfirmAndRelease(t *testing.T) {
 func TestLeaseConfirmStopsRetryingWhenContextEnds(t *testing.T) {
 	store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
 	store.failing.Store(true)
-	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store}
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint"}
 	v := newVerifier(t, cfg)
 	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
 	if err != nil {
@@ -449,7 +459,7 @@ func TestLeaseConfirmStopsRetryingWhenContextEnds(t *testing.T) {
 func TestLeaseConfirmAfterTakeoverReportsLeaseLost(t *testing.T) {
 	clk := newStepClock()
 	store := &replay.MemoryStore{Now: clk.Now}
-	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Now: clk.Now, Lease: time.Second}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now, Lease: time.Second}
 	v := newVerifier(t, cfg)
 	ctx := context.Background()
 	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))

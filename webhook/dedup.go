@@ -23,11 +23,14 @@ const (
 	// DedupDefault is the scheme's safe default: [DedupID] under a scheme
 	// that signs the ID, [DedupSignature] otherwise.
 	DedupDefault Dedup = iota
-	// DedupSignature treats deliveries with the same verified signature
-	// (under these schemes, the same body) as one. A captured delivery
-	// replayed under a fresh ID is refused, but two distinct deliveries with
-	// byte-identical bodies are one: the second is acknowledged without
-	// running the handler, and [Config.OnDuplicate] sees it.
+	// DedupSignature treats authentic deliveries with the same body (so,
+	// under these schemes, the same signature) as one, by the SHA-256 of
+	// the body: a redelivery the sender signs again after rotating its
+	// secret is still the same delivery. A captured delivery replayed under
+	// a fresh ID is refused, but two distinct deliveries with byte-identical
+	// bodies are one: the second is acknowledged without running the
+	// handler, and [Config.OnDuplicate] sees it. [Verifier.Verify] hashes
+	// an accepted body once more for it (a refused one is not hashed).
 	DedupSignature
 	// DedupID treats deliveries with the same ID header as one. Distinct
 	// deliveries are never merged, but the ID is not signed: anyone holding
@@ -36,7 +39,7 @@ const (
 	// endpoint is otherwise protected against replay.
 	DedupID
 	// DedupIDAndSignature treats deliveries as one only when both the ID
-	// and the signature match: a retry (same ID, same body) is a duplicate,
+	// and the body match: a retry (same ID, same body) is a duplicate,
 	// distinct deliveries with equal bodies are not. Like [DedupID] it lets
 	// a captured delivery be processed again under a new ID.
 	DedupIDAndSignature
@@ -103,20 +106,22 @@ const storeKeyPrefix = "webhook:"
 
 // storeKey is the one replay store key of a verified delivery: the prefix
 // and the unpadded base64url of the first 128 bits of the SHA-256 of the
-// scheme's name and the policy's material, so every key is 30 bytes
-// whatever the ID's length, and deliveries of different schemes sharing a
-// store never collide.
+// SHA-256 of [Config.Namespace], the scheme's name and the policy's
+// material, so every key is 30 bytes whatever the ID's length, and
+// deliveries of different endpoints or schemes sharing a store never
+// collide.
 func (p *params) storeKey(d *Delivery) string {
 	h := sha256.New()
+	h.Write(p.namespace[:]) // fixed size first: the encoding is unambiguous
 	h.Write([]byte(p.scheme.String()))
 	h.Write([]byte{0, byte(p.dedupBy)})
 	switch p.dedupBy {
 	case DedupID:
 		h.Write([]byte(d.ID))
 	case DedupSignature:
-		h.Write(d.mac[:])
+		h.Write(d.body[:])
 	case DedupIDAndSignature:
-		h.Write(d.mac[:]) // fixed size first: the encoding is unambiguous
+		h.Write(d.body[:]) // fixed size first: the encoding is unambiguous
 		h.Write([]byte(d.ID))
 	}
 	var sum [sha256.Size]byte
@@ -131,10 +136,12 @@ func (p *params) storeKey(d *Delivery) string {
 // window from now, and for a delivery with a signed timestamp at least
 // until the timestamp check refuses it on every instance whose clock is
 // within [replay.SkewMargin] of this one's.
+// The durations are bounded by the Max constants, so the sums cannot
+// overflow; time.Time.Add saturates on its own.
 func (p *params) holdUntil(d *Delivery) time.Time {
 	until := p.now().Add(p.dedup)
 	if !d.Timestamp.IsZero() {
-		if edge := d.Timestamp.Add(p.tolerance + replay.SkewMargin); edge.After(until) {
+		if edge := d.Timestamp.Add(p.tolerance).Add(replay.SkewMargin); edge.After(until) {
 			until = edge
 		}
 	}

@@ -2,9 +2,8 @@ package webhook
 
 import (
 	"context"
+	"crypto/sha256"
 	"time"
-
-	"github.com/ctoken/ctoken/internal/mac"
 )
 
 // Delivery describes an authentic delivery, as returned by
@@ -16,8 +15,8 @@ type Delivery struct {
 	// ([StandardWebhooks]); zero otherwise.
 	Timestamp time.Time
 
-	mac      [mac.Size]byte // the matching signature, a replay key for HMAC-SHA256 schemes
-	verified bool           // set by Verify
+	body     [sha256.Size]byte // the SHA-256 of the body, under the Dedup policies that need it
+	verified bool              // set by Verify
 }
 
 type deliveryKey struct{}

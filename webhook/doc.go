@@ -23,10 +23,12 @@
 // ([StandardWebhooks]) or, when the ID header is unsigned, by the policy
 // [Config.Dedup] selects. The entry is first a lease ("in progress", at most
 // [Config.Lease], 60 s by default): copies arriving meanwhile get 503 with
-// Retry-After. When the handler answers below 500 the entry is confirmed
-// ("done", for [Config.DedupWindow]) and later copies get 200 without
-// running the handler ([Config.OnDuplicate] sees them); when it answers 5xx
-// or panics the lease is released and the sender's retry runs it again. An
+// Retry-After. When the handler answers 2xx or a 4xx other than 408, 423,
+// 425 and 429, the entry is confirmed ("done", for [Config.DedupWindow])
+// and later copies get 200 without running the handler
+// ([Config.OnDuplicate] sees them); when it answers 5xx or one of those
+// four "retry later" statuses, or panics, the lease is released and the
+// sender's retry runs it again. An
 // outcome that is never recorded — the store timed out, its reply was
 // lost, the process died mid-handler — leaves at most a lease, which ends
 // by itself: the delivery is then processed by the next copy, never

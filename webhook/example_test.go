@@ -103,5 +103,5 @@ func ExampleConfig_Format() {
 	cfg := webhook.Config{Scheme: webhook.GitHub(), Secrets: []string{"It's a Secret to Everybody"}}
 	fmt.Printf("%+v\n", cfg)
 	// Output:
-	// webhook.Config{Scheme: github, Secrets: [1 redacted], SignatureHeader: "", IDHeader: "", Tolerance: 0s, MaxBody: 0, DedupWindow: 0s, Dedup: default, Lease: 0s}
+	// webhook.Config{Scheme: github, Secrets: [1 redacted], Namespace: "", SignatureHeader: "", IDHeader: "", Tolerance: 0s, MaxBody: 0, DedupWindow: 0s, Dedup: default, Lease: 0s}
 }

@@ -37,7 +37,7 @@ func signedRequests(tb testing.TB, s *Signer, first, n int) []*http.Request {
 // answers 204, confirm. "serial" excludes signing; "parallel" includes it
 // (each goroutine signs its own deliveries).
 func BenchmarkMiddleware(b *testing.B) {
-	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: replay.NewMemoryStore(1 << 23)}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: replay.NewMemoryStore(1 << 23), Namespace: "endpoint"}
 	v := newVerifier(b, cfg)
 	signer := newSigner(b, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
 	mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
@@ -140,7 +140,7 @@ func TestRetainedBytesPerDeliveryBounded(t *testing.T) {
 func TestFullStoreRefusesNewDeliveryAndKeepsProcessedOnes(t *testing.T) {
 	clk := newStepClock()
 	store := &replay.MemoryStore{Max: 3, Now: clk.Now}
-	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Now: clk.Now}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now}
 	next := &recordingHandler{}
 	mw := newVerifier(t, cfg).Middleware(next)
 	signer := newSigner(t, cfg)

@@ -54,11 +54,13 @@ func StatusCode(err error) int {
 //     ends at [Lease.Deadline].
 //
 // The status next sends is the first it writes with WriteHeader, Write or
-// Flush (a later stray WriteHeader changes nothing). If it is 5xx, or next
-// panics, the lease is released ([Lease.Release]) so the sender's retry is
-// processed; any other status (2xx, and also 4xx: the handler has decided)
-// confirms the delivery as processed ([Lease.Confirm]) before the response
-// is finished, unless next flushed it earlier. When the store cannot record
+// Flush (a later stray WriteHeader changes nothing). If it asks the sender
+// to retry — 5xx, 408 Request Timeout, 423 Locked, 425 Too Early or 429
+// Too Many Requests — or next panics, the lease is released
+// ([Lease.Release]) so the sender's retry is processed; any other status
+// (2xx, and also the other 4xx, 409 Conflict included: the handler has
+// decided) confirms the delivery as processed ([Lease.Confirm]) before the
+// response is finished, unless next flushed it earlier. When the store cannot record
 // the outcome, OnLeaseError sees it and the handler's response is sent
 // unchanged: an unconfirmed delivery can be processed again only by a copy
 // arriving after its lease has expired. A zero Verifier answers every
@@ -135,7 +137,7 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 				report(lease.Release(finish))
 				panic(pv)
 			}
-			if sw.status >= 500 {
+			if retryStatus(sw.status) {
 				report(lease.Release(finish))
 				return
 			}
@@ -143,6 +145,16 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(sw, r2)
 	})
+}
+
+// retryStatus reports whether a handler's status asks the sender to retry
+// the delivery later, so it must not be confirmed as processed.
+func retryStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusLocked, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return code >= 500
 }
 
 // statusWriter records the first final status a handler sends.

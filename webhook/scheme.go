@@ -44,9 +44,8 @@ type Scheme interface {
 
 // verified is what a scheme's verify established about a delivery.
 type verified struct {
-	mac [mac.Size]byte // the matching signature (HMAC-SHA256 schemes)
-	ts  time.Time      // the signed timestamp (schemes that sign one)
-	id  string         // the delivery ID read from the body (schemes without an ID header)
+	ts time.Time // the signed timestamp (schemes that sign one)
+	id string    // the delivery ID read from the body (schemes without an ID header)
 }
 
 // ownScheme reports whether s is one of this package's scheme types (and

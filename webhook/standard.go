@@ -46,7 +46,7 @@ const minStandardSecretBytes = 24
 func (s *standard) String() string { return s.name }
 
 func (s *standard) parseSecret(secret string) ([]byte, error) {
-	text := strings.TrimPrefix(strings.TrimSpace(secret), "whsec_")
+	text := strings.TrimPrefix(secret, "whsec_")
 	if text == "" {
 		return nil, errSecretEmpty
 	}

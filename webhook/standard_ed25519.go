@@ -75,6 +75,8 @@ var (
 	errEdKeyKind   = reason.New(ErrSecretInvalid, "an Ed25519 Verifier takes whpk_ public keys and a Signer whsk_ private keys")
 	errEdKeyBase64 = reason.New(ErrSecretInvalid, "Ed25519 key not padded standard base64 of 32 bytes after its prefix")
 	errEdKeyPoint  = reason.New(ErrSecretInvalid, "Ed25519 public key is not a point of the curve")
+	errEdKeyEncode = reason.New(ErrSecretInvalid, "Ed25519 public key is not the canonical encoding of its point")
+	errEdKeyOrder  = reason.New(ErrSecretInvalid, "Ed25519 public key is a point of small order, under which signatures can be forged")
 )
 
 func (s *standardEd25519) loadKeys(p *params, secrets []string, signer bool) error {
@@ -90,8 +92,8 @@ func (s *standardEd25519) loadKeys(p *params, secrets []string, signer bool) err
 		if signer {
 			p.edKeys.priv = append(p.edKeys.priv, ed25519.NewKeyFromSeed(raw))
 		} else {
-			if !onEd25519Curve(raw) {
-				return fmt.Errorf("%w (secret %d of %d)", errEdKeyPoint, i+1, len(secrets))
+			if err := checkEd25519PublicKey(raw); err != nil {
+				return fmt.Errorf("%w (secret %d of %d)", err, i+1, len(secrets))
 			}
 			p.edKeys.pub = append(p.edKeys.pub, ed25519.PublicKey(raw))
 		}
@@ -127,31 +129,72 @@ var (
 	}()
 )
 
-// onEd25519Curve reports whether the 32 bytes of a public key decode to a
-// point of edwards25519 as crypto/ed25519 decodes them (RFC 8032 §5.1.3:
-// y from the low 255 bits, reduced; the key is a point when
-// x² = (y² - 1) / (d·y² + 1) has a square root). crypto/ed25519 refuses
-// every signature under any other key, so such a key is refused when it
-// is configured rather than silently matching nothing. Public keys are not
-// secret: math/big's variable time is fine here.
-func onEd25519Curve(key []byte) bool {
+// checkEd25519PublicKey accepts the 32 bytes of a public key only when
+// they are the canonical encoding (RFC 8032 §5.1.2: y below p, and no sign
+// bit on x = 0) of a point of edwards25519 whose order is not small (8·A is
+// not the identity). crypto/ed25519 refuses every signature under a key
+// that is not a point, and accepts forged signatures on any message under
+// a key of small order (the identity, the all-zero encoding of the point of
+// order 4, ...), so such keys are refused when configured. Public keys are
+// not secret: math/big's variable time is fine here.
+func checkEd25519PublicKey(key []byte) error {
 	le := make([]byte, len(key))
 	for i, b := range key {
 		le[len(key)-1-i] = b
 	}
-	le[0] &= 0x7f // the sign bit of x
+	sign := le[0] >> 7
+	le[0] &= 0x7f
 	y := new(big.Int).SetBytes(le)
+	if y.Cmp(edP) >= 0 {
+		return errEdKeyEncode
+	}
+	x2, ok := edX2(y)
+	switch {
+	case !ok:
+		return errEdKeyPoint
+	case x2.Sign() == 0 && sign == 1:
+		return errEdKeyEncode
+	}
+	// 8·A by three doublings. For a = -1 the affine doubling of (x, y) is
+	// x' = 2xy / (1 + d·x²y²), y' = (x² + y²) / (1 - d·x²y²), whose
+	// denominators never vanish (d is not a square); x'² and y' depend on
+	// x only through x², so the sign of x is not needed.
+	one := big.NewInt(1)
+	for range 3 {
+		y2 := new(big.Int).Mul(y, y)
+		dx2y2 := new(big.Int).Mul(x2, y2)
+		dx2y2.Mul(dx2y2, edD).Mod(dx2y2, edP)
+		den := new(big.Int).Add(one, dx2y2)
+		den.Mul(den, den).ModInverse(den, edP) // 1 / (1 + d·x²y²)²
+		nx2 := new(big.Int).Mul(x2, y2)
+		nx2.Lsh(nx2, 2).Mul(nx2, den).Mod(nx2, edP)
+		ny := new(big.Int).Add(x2, y2)
+		inv := new(big.Int).Sub(one, dx2y2)
+		inv.Mod(inv, edP).ModInverse(inv, edP) // 1 / (1 - d·x²y²)
+		ny.Mul(ny, inv).Mod(ny, edP)
+		x2, y = nx2, ny
+	}
+	if x2.Sign() == 0 && y.Cmp(one) == 0 {
+		return errEdKeyOrder
+	}
+	return nil
+}
+
+// edX2 returns x² for the point of edwards25519 with coordinate y < p, as
+// crypto/ed25519 decodes it (RFC 8032 §5.1.3: x² = (y² - 1) / (d·y² + 1)),
+// and false when x² has no square root, so no such point exists.
+func edX2(y *big.Int) (*big.Int, bool) {
 	y2 := new(big.Int).Mul(y, y)
 	u := new(big.Int).Sub(y2, big.NewInt(1))
 	v := new(big.Int).Mul(edD, y2)
 	v.Add(v, big.NewInt(1)).Mod(v, edP) // never zero: -1/d is not a square
 	x2 := u.Mul(u, v.ModInverse(v, edP)).Mod(u, edP)
 	if x2.Sign() == 0 {
-		return true
+		return x2, true
 	}
 	// Euler's criterion: x2 is a square iff x2^((p-1)/2) = 1.
 	e := new(big.Int).Rsh(new(big.Int).Sub(edP, big.NewInt(1)), 1)
-	return new(big.Int).Exp(x2, e, edP).Cmp(big.NewInt(1)) == 0
+	return x2, new(big.Int).Exp(x2, e, edP).Cmp(big.NewInt(1)) == 0
 }
 
 // maxPooledMsg is the largest message buffer returned to the pool.

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -69,7 +70,11 @@ func (v *Verifier) Verify(h http.Header, body []byte) (Delivery, error) {
 	if p.idHeader == "" {
 		id = got.id
 	}
-	return Delivery{ID: id, Timestamp: got.ts, mac: got.mac, verified: true}, nil
+	d := Delivery{ID: id, Timestamp: got.ts, verified: true}
+	if p.dedupBy == DedupSignature || p.dedupBy == DedupIDAndSignature {
+		d.body = sha256.Sum256(body)
+	}
+	return d, nil
 }
 
 // String describes v without its secrets.

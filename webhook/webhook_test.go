@@ -550,7 +550,7 @@ func TestWebhookMiddlewareFailsClosedWhenStoreCannotDecide(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var rejected error
-			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: tc.store, Now: clk.Now,
+			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: tc.store, Namespace: "endpoint", Now: clk.Now,
 				OnReject: func(_ *http.Request, err error) { rejected = err }}
 			next := &recordingHandler{}
 			mw := newVerifier(t, cfg).Middleware(next)
@@ -782,7 +782,7 @@ func TestWebhookMiddlewareCopyDuringFailingAttemptIsRetriedNotLost(t *testing.T)
 func TestWebhookMiddlewareRetryAfterIsTheRemainingLease(t *testing.T) {
 	clk := newStepClock()
 	store := &replay.MemoryStore{Now: clk.Now}
-	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Now: clk.Now, Lease: 30 * time.Second}
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now, Lease: 30 * time.Second}
 	v := newVerifier(t, cfg)
 	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
 	d, err := v.Verify(h, []byte("payload"))
@@ -805,7 +805,7 @@ func TestWebhookMiddlewareRetryAfterIsTheRemainingLease(t *testing.T) {
 func TestWebhookMiddlewareProcessesRetryAfterCrashedAttemptsLeaseEnds(t *testing.T) {
 	clk := newStepClock()
 	store := &replay.MemoryStore{Now: clk.Now}
-	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Now: clk.Now}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now}
 	crashed := newVerifier(t, cfg)
 	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
 	d, err := crashed.Verify(h, []byte("payload"))
@@ -863,7 +863,7 @@ func TestWebhookMiddlewareReportsUnrecordedOutcomeAndKeepsHandlerStatus(t *testi
 	store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
 	var leaseErrs []error
 	var ids []string
-	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Lease: 100 * time.Millisecond,
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Lease: 100 * time.Millisecond,
 		OnLeaseError: func(_ *http.Request, d Delivery, err error) {
 			leaseErrs = append(leaseErrs, err)
 			ids = append(ids, d.ID)
@@ -1034,7 +1034,7 @@ func TestWebhookMiddlewareExposesUnderlyingWriterToResponseController(t *testing
 func TestWebhookMiddlewareRetryAfterFullStoreIsProcessed(t *testing.T) {
 	clk := newStepClock()
 	store := &replay.MemoryStore{Max: 1, Now: clk.Now}
-	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Now: clk.Now}
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now}
 	next := &recordingHandler{}
 	mw := newVerifier(t, cfg).Middleware(next)
 	signer := newSigner(t, cfg)
@@ -1118,7 +1118,7 @@ func TestStandardWebhookReplayRefusedOnInstanceLaggingBySkewMargin(t *testing.T)
 	leading := newStepClock()
 	lagging := func() time.Time { return leading.Now().Add(-replay.SkewMargin + time.Second) }
 	store := &replay.MemoryStore{Now: leading.Now} // the store keeps the leading clock
-	base := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, DedupWindow: time.Second}
+	base := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", DedupWindow: time.Second}
 	a, b := base, base
 	a.Now, b.Now = leading.Now, lagging
 	next := &recordingHandler{}
@@ -1160,7 +1160,7 @@ func (s *lostReplyStore) AcquireLease(ctx context.Context, id string, d time.Dur
 func TestWebhookMiddlewareAcquireAppliedButAnswerLostIsRetriedNotDuplicate(t *testing.T) {
 	clk := newStepClock()
 	store := &lostReplyStore{MemoryStore: &replay.MemoryStore{Now: clk.Now}}
-	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Now: clk.Now, Lease: 10 * time.Second}
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now, Lease: 10 * time.Second}
 	next := &recordingHandler{}
 	mw := newVerifier(t, cfg).Middleware(next)
 	h := signed(t, newSigner(t, cfg), "evt-1", "payload")

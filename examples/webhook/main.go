@@ -67,7 +67,10 @@ func run(w io.Writer) error {
 	verifier, err := webhook.NewVerifier(webhook.Config{
 		Scheme:  webhook.StandardWebhooks(),
 		Secrets: []string{secret},
-		Replay:  replay.NewMemoryStore(10_000),
+		Replay:  replay.NewMemoryStore(10_000), // in a fleet: one shared store
+		// Namespace names this endpoint in the store: the same on every
+		// instance of the endpoint, different for every other endpoint.
+		Namespace: "orders-webhook",
 		OnReject: func(r *http.Request, err error) {
 			fmt.Fprintf(out, "  receiver refused: %s\n", webhook.Reason(err))
 		},

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,6 +47,8 @@ func RunLeaseContract(t *testing.T, newStore func(t *testing.T) Store) {
 		{"ClaimAndLeaseShareOneEntry", claimAndLeaseShareOneEntry},
 		{"ConcurrentAcquiresExactlyOneWins", concurrentAcquiresExactlyOne},
 		{"NonPositiveLeaseRefused", nonPositiveLeaseRefused},
+		{"FarFutureExpiryIsHeld", farFutureExpiryIsHeld},
+		{"HugeLeaseIsHeld", hugeLeaseIsHeld},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -235,4 +238,38 @@ func nonPositiveLeaseRefused(t *testing.T, s Store) {
 		}
 	}
 	acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
+}
+
+// farFutureExpiryIsHeld: an until far past the year 2262 (where int64 Unix
+// nanoseconds end) or past where int64 Unix milliseconds end is held, not
+// wrapped into the past and forgotten at once.
+func farFutureExpiryIsHeld(t *testing.T, s Store) {
+	for i, until := range []time.Time{
+		time.Now().Add(math.MaxInt64),
+		time.Now().AddDate(300, 0, 0),
+		time.Unix(1<<62, 0),
+		time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC),
+	} {
+		id := fmt.Sprintf("claim-%d", i)
+		if first, err := s.Claim(ctx(), id, until); !first || err != nil {
+			t.Fatalf("Claim until %v = %v, %v; want first", until, first, err)
+		}
+		if first, err := s.Claim(ctx(), id, until); first || err != nil {
+			t.Fatalf("second Claim until %v = %v, %v; want held", until, first, err)
+		}
+		acquire(t, s, id, time.Minute, replay.LeaseDone)
+		id = fmt.Sprintf("lease-%d", i)
+		l := acquire(t, s, id, time.Minute, replay.LeaseAcquired)
+		confirm(t, s, id, l.Token, until)
+		acquire(t, s, id, time.Minute, replay.LeaseDone)
+	}
+}
+
+// hugeLeaseIsHeld: the longest lease a time.Duration holds does not wrap
+// into an expired one.
+func hugeLeaseIsHeld(t *testing.T, s Store) {
+	acquire(t, s, "a", math.MaxInt64, replay.LeaseAcquired)
+	if l := acquire(t, s, "a", math.MaxInt64, replay.LeaseBusy); l.Wait <= 0 {
+		t.Fatalf("busy lease reports Wait %v; want positive", l.Wait)
+	}
 }
