@@ -388,3 +388,26 @@ func TestNoReasonOutsideTheSet(t *testing.T) {
 		}
 	}
 }
+
+// TestOutcomeOfEveryWebhookReason pins the outcome each reason is reported
+// under: duplicates, copies in progress and store failures (a lost lease
+// included) have outcomes of their own; every other reason is a refusal.
+func TestOutcomeOfEveryWebhookReason(t *testing.T) {
+	special := map[observe.RefusalReason]observe.Outcome{
+		observe.ReasonWebhookDuplicate:    observe.OutcomeDuplicate,
+		observe.ReasonWebhookInProgress:   observe.OutcomeInProgress,
+		observe.ReasonWebhookStoreRecord:  observe.OutcomeStoreFailure,
+		observe.ReasonWebhookStoreConfirm: observe.OutcomeStoreFailure,
+		observe.ReasonWebhookStoreRelease: observe.OutcomeStoreFailure,
+		observe.ReasonWebhookLeaseLost:    observe.OutcomeStoreFailure,
+	}
+	for _, r := range observe.RefusalReasons() {
+		want, ok := special[r]
+		if !ok {
+			want = observe.OutcomeRefused
+		}
+		if got := outcomeOf(r); got != want {
+			t.Errorf("outcomeOf(%q) = %v, want %v", r, got, want)
+		}
+	}
+}
