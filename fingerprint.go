@@ -60,23 +60,34 @@ const MaxJSONDepth = 256
 // json.RawMessage inside it) is refused too; a U+FFFD character written as
 // itself is accepted.
 func ArgsFingerprint(args any) (Fingerprint, error) {
-	var text []byte
-	goValue := false
 	switch v := args.(type) {
 	case []byte:
-		text = v
+		return fingerprintText(v, false)
 	case json.RawMessage:
-		text = v
-	default:
-		var err error
-		if text, err = json.Marshal(args); err != nil {
-			return Fingerprint{}, errors.Join(errArgsMarshal, err)
-		}
-		goValue = true
+		return fingerprintText(v, false)
 	}
+	if fp, ok := fingerprintGoValue(args); ok {
+		return fp, nil
+	}
+	return fingerprintMarshalled(args)
+}
+
+// fingerprintMarshalled is ArgsFingerprint's plain path for a Go value:
+// json.Marshal, then the canonical form of the text, refusing the escape
+// \ufffd that stands for invalid UTF-8 in a Go string.
+func fingerprintMarshalled(args any) (Fingerprint, error) {
+	text, err := json.Marshal(args)
+	if err != nil {
+		return Fingerprint{}, errors.Join(errArgsMarshal, err)
+	}
+	return fingerprintText(text, true)
+}
+
+// fingerprintText returns the SHA-256 of the canonical form of text.
+func fingerprintText(text []byte, refuseFFFD bool) (Fingerprint, error) {
 	p := jcsScratch.Get().(*jcsParser)
 	defer p.release()
-	p.in, p.refuseFFFD = text, goValue
+	p.in, p.refuseFFFD = text, refuseFFFD
 	out, err := p.canonical(p.out[:0])
 	if err != nil {
 		return Fingerprint{}, err
@@ -331,24 +342,35 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 		break
 	}
 	if !sorted {
-		members := p.members[membersBase:]
-		slices.SortFunc(members, p.compareNames)
-		for i := 1; i < len(members); i++ {
-			if p.compareNames(members[i-1], members[i]) == 0 {
-				return nil, errArgsDuplicate // I-JSON
-			}
-		}
-		// Rewrite the members in order from a copy.
-		p.tmp = append(p.tmp[:0], out[body:]...)
-		out = out[:body]
-		for i, m := range members {
-			if i > 0 {
-				out = append(out, ',')
-			}
-			out = append(out, p.tmp[m.start-body:m.end-body]...)
+		var err error
+		if out, err = p.sortMembers(out, body, membersBase); err != nil {
+			return nil, err
 		}
 	}
 	return append(out, '}'), nil
+}
+
+// sortMembers rewrites the members p.members[membersBase:] of the object
+// whose body (the text after its '{') starts at out[body:] in canonical
+// order, or refuses a duplicate name.
+func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, error) {
+	members := p.members[membersBase:]
+	slices.SortFunc(members, p.compareNames)
+	for i := 1; i < len(members); i++ {
+		if p.compareNames(members[i-1], members[i]) == 0 {
+			return nil, errArgsDuplicate // I-JSON
+		}
+	}
+	// Rewrite the members in order from a copy.
+	p.tmp = append(p.tmp[:0], out[body:]...)
+	out = out[:body]
+	for i, m := range members {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, p.tmp[m.start-body:m.end-body]...)
+	}
+	return out, nil
 }
 
 // compareNames orders members by the UTF-16 code units of their names, as
@@ -752,30 +774,34 @@ func appendES6Digits(out, d []byte, point int) []byte {
 // appendJCSString appends s as a JSON string with only the escapes RFC 8785
 // mandates.
 func appendJCSString[S ~string | ~[]byte](out []byte, s S) []byte {
-	const hex = "0123456789abcdef"
 	out = append(out, '"')
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '"', '\\':
-			out = append(out, '\\', c)
-		case '\b':
-			out = append(out, '\\', 'b')
-		case '\f':
-			out = append(out, '\\', 'f')
-		case '\n':
-			out = append(out, '\\', 'n')
-		case '\r':
-			out = append(out, '\\', 'r')
-		case '\t':
-			out = append(out, '\\', 't')
-		default:
-			if c < 0x20 {
-				out = append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			} else {
-				out = append(out, c)
-			}
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			out = appendJCSEscape(out, c)
+		} else {
+			out = append(out, c)
 		}
 	}
 	return append(out, '"')
+}
+
+// appendJCSEscape appends the RFC 8785 escape of c: '"', '\\' or a control
+// character.
+func appendJCSEscape(out []byte, c byte) []byte {
+	const hex = "0123456789abcdef"
+	switch c {
+	case '"', '\\':
+		return append(out, '\\', c)
+	case '\b':
+		return append(out, '\\', 'b')
+	case '\f':
+		return append(out, '\\', 'f')
+	case '\n':
+		return append(out, '\\', 'n')
+	case '\r':
+		return append(out, '\\', 'r')
+	case '\t':
+		return append(out, '\\', 't')
+	}
+	return append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
 }
