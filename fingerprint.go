@@ -254,11 +254,29 @@ func (p *jcsParser) array(out []byte, depth int) ([]byte, error) {
 
 // jcsMember is one object member: its unescaped name, p.keys[nameAt:nameEnd]
 // or, when inInput, p.in[nameAt:nameEnd], and its canonical text
-// "name":value, out[start:end].
+// "name":value, out[start:end]. For sorting, sortMembers sets prefix to
+// the name's first 8 bytes, big-endian and zero-padded, and ascii when
+// they are ASCII; two such prefixes order as their names do wherever they
+// differ.
 type jcsMember struct {
 	nameAt, nameEnd int
 	start, end      int
-	inInput         bool
+	prefix          uint64
+	inInput, ascii  bool
+}
+
+// setPrefix sets m.prefix and m.ascii from m's name.
+func (p *jcsParser) setPrefix(m *jcsMember) {
+	name := p.name(*m)
+	var x uint64
+	if len(name) >= 8 {
+		x = binary.BigEndian.Uint64(name)
+	} else {
+		for i, c := range name {
+			x |= uint64(c) << (56 - 8*i)
+		}
+	}
+	m.prefix, m.ascii = x, x&0x8080808080808080 == 0
 }
 
 // name returns m's unescaped name.
@@ -355,6 +373,9 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 // order, or refuses a duplicate name.
 func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, error) {
 	members := p.members[membersBase:]
+	for i := range members {
+		p.setPrefix(&members[i])
+	}
 	slices.SortFunc(members, p.compareNames)
 	for i := 1; i < len(members); i++ {
 		if p.compareNames(members[i-1], members[i]) == 0 {
@@ -376,6 +397,14 @@ func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, erro
 // compareNames orders members by the UTF-16 code units of their names, as
 // RFC 8785 requires.
 func (p *jcsParser) compareNames(a, b jcsMember) int {
+	if a.prefix != b.prefix && a.ascii && b.ascii {
+		// The first differing byte is within the prefixes: ASCII, or
+		// the zero padding of the shorter name, a prefix of the other.
+		if a.prefix < b.prefix {
+			return -1
+		}
+		return 1
+	}
 	return compareUTF16(p.name(a), p.name(b))
 }
 
