@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,10 +58,11 @@ var benchSearchArgs = benchSearchIn{
 }
 
 // benchPaginationServer returns a server with two tools over benchItems:
-// "search" pages with Cursors (Resume, then Next), "search_constant" does
-// the same listing work but takes page 1 for any cursor and returns
-// constant as the next cursor.
-func benchPaginationServer(b *testing.B, constant string) *mcp.Server {
+// "search" pages with Cursors (Resume, then Next) and adds the wall time
+// those two calls take to *inCtoken; "search_constant" does the same
+// listing work but takes page 1 for any cursor and returns constant as the
+// next cursor.
+func benchPaginationServer(b *testing.B, constant string, inCtoken *atomic.Int64) *mcp.Server {
 	b.Helper()
 	f := newFleet(b, 1, "s1")
 	cursors, err := NewCursors(f.issuer, &CursorOptions{Caller: FixedCaller("alice")})
@@ -74,14 +76,18 @@ func benchPaginationServer(b *testing.B, constant string) *mcp.Server {
 	search := func(ctx context.Context, req *mcp.CallToolRequest, in benchSearchIn) (*mcp.CallToolResult, benchSearchOut, error) {
 		bound := in
 		bound.Cursor = ""
+		t0 := time.Now()
 		p, err := cursors.Resume(ctx, req, bound, in.Cursor)
 		if err != nil {
 			return nil, benchSearchOut{}, err
 		}
+		t1 := time.Now()
 		out := benchSearchOut{Items: page(p.Page)}
+		t2 := time.Now()
 		if out.Next, err = cursors.Next(ctx, req, bound, p.Page+1, nil); err != nil {
 			return nil, benchSearchOut{}, err
 		}
+		inCtoken.Add(int64(t1.Sub(t0) + time.Since(t2)))
 		return nil, out, nil
 	}
 	searchConstant := func(ctx context.Context, req *mcp.CallToolRequest, in benchSearchIn) (*mcp.CallToolResult, benchSearchOut, error) {
@@ -120,19 +126,25 @@ func benchCall(b *testing.B, cs *mcp.ClientSession, tool string, args benchSearc
 // in-memory transports that presents a page-1 cursor and receives the
 // page-2 cursor. ctoken is the tool paging with Cursors.Resume and
 // Cursors.Next; constant is the same tool returning a constant cursor of
-// the same length. overhead alternates the two calls and reports how much
+// the same length. overhead alternates the two calls (each goes first in
+// every other round) and reports how much
 // longer the ctoken call takes, in percent of the constant call, by wall
 // time (overhead-%) and by the CPU time of the whole process, every
-// goroutine of client and server included (overhead-cpu-%).
+// goroutine of client and server included (overhead-cpu-%). Both
+// differences are small beside the noise of a round trip that allocates
+// about 500 KB (mostly the SDK's JSON decoding), so overhead also reports
+// the wall time the tool handler spends in Resume and Next (ctoken-ns/call)
+// and that time in percent of the constant call (ctoken-share-%).
 func BenchmarkPaginatedToolCall(b *testing.B) {
 	// The cursor a client holds after the first page, found by calling
 	// the tool once; the constant tool returns one of the same length.
-	probe := connect(b, benchPaginationServer(b, "unused"), nil)
+	var inCtoken atomic.Int64
+	probe := connect(b, benchPaginationServer(b, "unused", &inCtoken), nil)
 	first := benchSearchArgs
 	first.Cursor = benchCall(b, probe, "search", benchSearchArgs)
 	constant := strings.Repeat("c", len(first.Cursor))
 
-	cs := connect(b, benchPaginationServer(b, constant), nil)
+	cs := connect(b, benchPaginationServer(b, constant, &inCtoken), nil)
 	presented := first
 	if next := benchCall(b, cs, "search", presented); len(next) != len(constant) {
 		b.Fatalf("cursor length changed from %d to %d", len(constant), len(next))
@@ -158,19 +170,26 @@ func BenchmarkPaginatedToolCall(b *testing.B) {
 	}
 	b.Run("overhead", func(b *testing.B) {
 		var wall, cpu [2]time.Duration
+		before := inCtoken.Load()
 		calls := [2]struct {
 			tool string
 			args benchSearchIn
 		}{{"search", presented}, {"search_constant", constantArgs}}
+		round := 0
 		for b.Loop() {
-			for i, c := range calls {
+			round++
+			for j := range calls {
+				i := (j + round) % 2 // alternate which goes first
 				t0, c0 := time.Now(), processCPU()
-				benchCall(b, cs, c.tool, c.args)
+				benchCall(b, cs, calls[i].tool, calls[i].args)
 				wall[i] += time.Since(t0)
 				cpu[i] += time.Duration(processCPU() - c0)
 			}
 		}
 		b.ReportMetric(100*float64(wall[0]-wall[1])/float64(wall[1]), "overhead-%")
+		spent := float64(inCtoken.Load()-before) / float64(b.N)
+		b.ReportMetric(spent, "ctoken-ns/call")
+		b.ReportMetric(100*spent*float64(b.N)/float64(wall[1]), "ctoken-share-%")
 		if cpu[1] > 0 {
 			b.ReportMetric(100*float64(cpu[0]-cpu[1])/float64(cpu[1]), "overhead-cpu-%")
 		}
