@@ -339,7 +339,29 @@ func newArrayPlan(t reflect.Type) *goPlan {
 	}}
 }
 
+var (
+	mapStringAnyType    = reflect.TypeFor[map[string]any]()
+	mapStringStringType = reflect.TypeFor[map[string]string]()
+)
+
 func newMapPlan(t reflect.Type) *goPlan {
+	// The two commonest argument maps, iterated without reflection.
+	switch t {
+	case mapStringAnyType:
+		return &goPlan{enc: func(p *jcsParser, out []byte, v reflect.Value, depth int) ([]byte, bool) {
+			if v.IsNil() {
+				return append(out, "null"...), true
+			}
+			return encodeStringMap(p, out, v.Interface().(map[string]any), depth+1, encodeAny)
+		}}
+	case mapStringStringType:
+		return &goPlan{enc: func(p *jcsParser, out []byte, v reflect.Value, depth int) ([]byte, bool) {
+			if v.IsNil() {
+				return append(out, "null"...), true
+			}
+			return encodeStringMap(p, out, v.Interface().(map[string]string), depth+1, encodeNativeString)
+		}}
+	}
 	kt := t.Key()
 	kind := kt.Kind()
 	switch kind {
@@ -405,6 +427,61 @@ func newMapPlan(t reflect.Type) *goPlan {
 		}
 		return append(out, '}'), true
 	}}
+}
+
+// encodeStringMap writes m, an object at the given depth, with enc
+// writing each value.
+func encodeStringMap[V any](p *jcsParser, out []byte, m map[string]V, depth int, enc func(*jcsParser, []byte, V, int) ([]byte, bool)) ([]byte, bool) {
+	if depth > MaxJSONDepth {
+		return nil, false
+	}
+	out = append(out, '{')
+	if len(m) == 0 {
+		return append(out, '}'), true
+	}
+	keysBase, membersBase := len(p.keys), len(p.members)
+	defer func() { p.keys, p.members = p.keys[:keysBase], p.members[:membersBase] }()
+	body := len(out)
+	for k, e := range m {
+		if !utf8.ValidString(k) {
+			return nil, false
+		}
+		if len(p.members) > membersBase {
+			out = append(out, ',')
+		}
+		nameAt := len(p.keys)
+		p.keys = append(p.keys, k...)
+		mem := jcsMember{nameAt: nameAt, nameEnd: len(p.keys), start: len(out)}
+		out = appendJCSString(out, k)
+		out = append(out, ':')
+		var ok bool
+		if out, ok = enc(p, out, e, depth); !ok {
+			return nil, false
+		}
+		mem.end = len(out)
+		p.members = append(p.members, mem)
+	}
+	out, err := p.sortMembers(out, body, membersBase)
+	if err != nil {
+		return nil, false
+	}
+	return append(out, '}'), true
+}
+
+// encodeAny writes e, a value of a map[string]any in an object at depth,
+// as encodeInterface does.
+func encodeAny(p *jcsParser, out []byte, e any, depth int) ([]byte, bool) {
+	if e == nil {
+		return append(out, "null"...), true
+	}
+	if depth++; depth > MaxJSONDepth {
+		return nil, false
+	}
+	return goPlanFor(reflect.TypeOf(e)).enc(p, out, reflect.ValueOf(e), depth)
+}
+
+func encodeNativeString(_ *jcsParser, out []byte, s string, _ int) ([]byte, bool) {
+	return appendGoString(out, s)
 }
 
 // goField is one member of a struct plan.

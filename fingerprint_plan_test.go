@@ -103,6 +103,9 @@ func (v planValueText) MarshalText() ([]byte, error) {
 }
 func (v *planPtrText) MarshalJSON() ([]byte, error) { return []byte(`"pointer"`), nil }
 
+// planArgMap is a named map type, which the plan reaches by reflection.
+type planArgMap map[string]any
+
 // planCycle is a self-referencing type.
 type planCycle struct {
 	Next *planCycle `json:"next"`
@@ -160,6 +163,8 @@ func TestGoPlanMatchesMarshalPath(t *testing.T) {
 		(*planInner)(nil), []byte("bytes"), [2]bool{true, false},
 		planZoo{I: 1e15, U: 1e18, F: 1e300, QI: 1 << 62},                         // 1e18 is exact in its canonical form
 		map[string]string{"\u00e9": "", "\U0001F600": "", "\uE000": "", "z": ""}, // UTF-16 order
+		planArgMap{"b": 1, "a": planArgMap{"\n": "\x7f"}}, map[string]any{}, map[string]string(nil),
+		map[string]any{"x": map[string]string{"b\"": "<", "a\\": "\u2028"}},
 	}
 	for _, v := range covered {
 		if !checkPlanAgrees(t, v) {
@@ -169,17 +174,19 @@ func TestGoPlanMatchesMarshalPath(t *testing.T) {
 	n := 1
 	cycle := &planCycle{}
 	cycle.Next = cycle
-	deep := any("leaf")
+	deep, deepMap := any("leaf"), any("leaf")
 	for range MaxJSONDepth + 1 {
 		deep = []any{deep}
+		deepMap = map[string]any{"k": deepMap}
 	}
 	textMarshalers := []planTextByte{1, 2}
 	declined := []any{
 		planEmbedded{X: 1}, planTime{}, planNumber{N: "12"}, planRaw{R: json.RawMessage(`{"b":1,"a":2}`)},
 		planOmitZero{}, planDuplicate{X: 1, Y: 2}, planQuotedString{S: "s"}, planQuotedPointer{P: &n},
 		textMarshalers, map[planTextKey]int{1: 1}, planValueText{}, &planPtrText{}, []planPtrText{{}},
-		cycle, deep, math.NaN(), math.Inf(-1), make(chan int), complex(1, 2),
+		cycle, deep, deepMap, math.NaN(), math.Inf(-1), make(chan int), complex(1, 2),
 		"invalid \xff", map[string]int{"\xfe": 1}, planZoo{Str: "\xc0\xaf"},
+		map[string]any{"\xfe": 1}, map[string]string{"k": "\xfe"}, map[string]any{"a": map[string]any{"t": time.Time{}}},
 		int64(1<<53 + 1), uint64(math.MaxUint64), planZoo{I: 1234567890123456789},
 		[]float64{math.Inf(1)}, planZoo{QF: math.NaN()},
 	}
