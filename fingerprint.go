@@ -41,9 +41,12 @@ const MaxJSONDepth = 256
 
 // ArgsFingerprint returns the SHA-256 of the RFC 8785 (JCS) canonical JSON of
 // args. A []byte or json.RawMessage is taken as JSON text and canonicalized
-// by [CanonicalJSON]; anything else is marshalled with encoding/json first.
-// Key order, white space, string escapes and number spelling never change
-// the result.
+// by [CanonicalJSON]; anything else is taken as the JSON encoding/json
+// marshals it to. For values built of booleans, numbers, strings, structs,
+// maps, slices, arrays, pointers and interfaces without MarshalJSON or
+// MarshalText methods, the canonical form is written directly from the
+// value, with the same result and no intermediate JSON text. Key order,
+// white space, string escapes and number spelling never change the result.
 //
 // The fingerprint is lossless: two arguments that differ in meaning never
 // share one, because anything the canonical form would change is refused
