@@ -42,9 +42,9 @@ const MaxJSONDepth = 256
 // ArgsFingerprint returns the SHA-256 of the RFC 8785 (JCS) canonical JSON of
 // args. A []byte or json.RawMessage is taken as JSON text and canonicalized
 // by [CanonicalJSON]; anything else is taken as the JSON encoding/json
-// marshals it to. For values built of booleans, numbers, strings, structs,
-// maps, slices, arrays, pointers and interfaces without MarshalJSON or
-// MarshalText methods, the canonical form is written directly from the
+// marshals it to. Where it can (typically booleans, numbers, strings, and
+// maps, slices and structs of these, without MarshalJSON or MarshalText
+// methods), ArgsFingerprint writes the canonical form directly from the
 // value, with the same result and no intermediate JSON text. Key order,
 // white space, string escapes and number spelling never change the result.
 //
