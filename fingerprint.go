@@ -685,43 +685,41 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		return append(out, lit...), nil
 	}
 
-	// Significant digits, up to 17 (a double's shortest form has no more).
-	var dig [17]byte
-	n, point, nonzero, over := 0, 0, false, false
-	pending := 0 // zeros seen after the last nonzero significant digit
-	for i := intStart; i < fracEnd; i++ {
-		c := in[i]
-		if c == '.' {
-			continue
-		}
-		if i < intEnd {
-			point++
-		}
-		if c == '0' {
-			if nonzero {
-				pending++
-			} else {
-				point-- // a leading zero
-			}
-			continue
-		}
-		nonzero = true
-		if n+pending+1 > len(dig) {
-			over = true
+	// Significant digits d1…dn, from the first nonzero digit to the last,
+	// at most 17 (a double's shortest form has no more), and the decimal
+	// point's position: the value is 0.d1…dn × 10^point before exp.
+	first, point := -1, 0
+	for i := intStart; i < intEnd; i++ {
+		if in[i] != '0' {
+			first, point = i, intEnd-i
 			break
 		}
-		for ; pending > 0; pending-- {
-			dig[n] = '0'
+	}
+	if first < 0 {
+		for i := fracStart; i < fracEnd; i++ {
+			if in[i] != '0' {
+				first, point = i, fracStart-i
+				break
+			}
+		}
+		if first < 0 {
+			return append(out, '0'), nil // 0, -0, 0.000e99: all zero
+		}
+	}
+	last := fracEnd - 1 // fracEnd is intEnd without a fraction
+	for in[last] == '0' || in[last] == '.' {
+		last-- // stops at in[first] at the latest
+	}
+	var dig [17]byte
+	n := 0
+	for i := first; i <= last; i++ {
+		if c := in[i]; c != '.' {
+			if n == len(dig) {
+				return nil, errArgsInexact // more significant digits than any double's shortest form
+			}
+			dig[n] = c
 			n++
 		}
-		dig[n] = c
-		n++
-	}
-	if !nonzero {
-		return append(out, '0'), nil // 0, -0, 0.000e99: all zero
-	}
-	if over {
-		return nil, errArgsInexact // more significant digits than any double's shortest form
 	}
 	point += exp
 	if n > 15 || point < -300 || point > 300 {
