@@ -4,8 +4,8 @@
 // carries to the client, and the mapping from ctoken's errors to what the
 // client is told. The integrations for the official go-sdk
 // (github.com/ctoken/ctoken/mcp) and for mark3labs/mcp-go
-// (github.com/ctoken/ctoken/mcpgo) both build on it, so a state sealed by one
-// opens in the other and both tell a client the same codes.
+// (github.com/ctoken/ctoken/mcpgo) both build on it, so both seal the same
+// text for a state and tell a client the same codes.
 //
 // It imports only package ctoken and the standard library. Applications
 // normally use it through an integration; use it directly to wire ctoken
