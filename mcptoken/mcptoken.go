@@ -128,27 +128,59 @@ func WrapArgs(args any, state string) (string, error) {
 // [ErrArgsMismatch], with no state. The fingerprints are compared in
 // constant time.
 func UnwrapArgs(args any, sealed string) (string, error) {
-	dec := json.NewDecoder(bytes.NewReader([]byte(sealed)))
-	dec.DisallowUnknownFields()
-	var env envelope
-	if err := dec.Decode(&env); err != nil || dec.More() {
+	// The layout WrapArgs writes: {"a":"<64 lowercase hex>","s":<JSON string>}
+	const head, mid = `{"a":"`, `","s":`
+	end := len(head) + 2*len(ctoken.Fingerprint{})
+	if len(sealed) < end+len(mid)+len(`""}`) || sealed[:len(head)] != head ||
+		sealed[end:end+len(mid)] != mid || sealed[len(sealed)-1] != '}' {
 		return "", ErrArgsMismatch
 	}
-	// One spelling: the text must be what WrapArgs wrote (lowercase hex of
-	// 32 bytes, members in order, encoding/json's escaping).
-	canonical, err := json.Marshal(env)
-	if err != nil || string(canonical) != sealed || len(env.Args) != 2*len(ctoken.Fingerprint{}) {
+	var want ctoken.Fingerprint
+	if !decodeLowerHex(want[:], sealed[len(head):end]) {
 		return "", ErrArgsMismatch
 	}
-	want, err := hex.DecodeString(env.Args)
-	if err != nil || hex.EncodeToString(want) != env.Args {
+	quoted := sealed[end+len(mid) : len(sealed)-1]
+	var state string
+	if json.Unmarshal([]byte(quoted), &state) != nil {
+		return "", ErrArgsMismatch
+	}
+	// One spelling: the state quoted exactly as encoding/json quotes it
+	// (this also refuses null, which decodes into a string without error).
+	if again, err := json.Marshal(state); err != nil || string(again) != quoted {
 		return "", ErrArgsMismatch
 	}
 	fp, err := argsDigest(args)
-	if err != nil || subtle.ConstantTimeCompare(want, fp[:]) != 1 {
+	if err != nil || subtle.ConstantTimeCompare(want[:], fp[:]) != 1 {
 		return "", ErrArgsMismatch
 	}
-	return env.State, nil
+	return state, nil
+}
+
+// decodeLowerHex decodes src, lowercase hex of exactly len(dst) bytes, into
+// dst; anything else is false.
+func decodeLowerHex(dst []byte, src string) bool {
+	if len(src) != 2*len(dst) {
+		return false
+	}
+	for i := range dst {
+		hi, ok1 := lowerHexDigit(src[2*i])
+		lo, ok2 := lowerHexDigit(src[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func lowerHexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // Refusal is what a client is told about a cursor or request state that did
