@@ -130,57 +130,34 @@ func WrapArgs(args any, state string) (string, error) {
 func UnwrapArgs(args any, sealed string) (string, error) {
 	// The layout WrapArgs writes: {"a":"<64 lowercase hex>","s":<JSON string>}
 	const head, mid = `{"a":"`, `","s":`
-	end := len(head) + 2*len(ctoken.Fingerprint{})
+	var fpHex [2 * len(ctoken.Fingerprint{})]byte
+	end := len(head) + len(fpHex)
 	if len(sealed) < end+len(mid)+len(`""}`) || sealed[:len(head)] != head ||
 		sealed[end:end+len(mid)] != mid || sealed[len(sealed)-1] != '}' {
 		return "", ErrArgsMismatch
 	}
-	var want ctoken.Fingerprint
-	if !decodeLowerHex(want[:], sealed[len(head):end]) {
-		return "", ErrArgsMismatch
-	}
-	quoted := sealed[end+len(mid) : len(sealed)-1]
+	text := []byte(sealed)
+	quoted := text[end+len(mid) : len(text)-1]
 	var state string
-	if json.Unmarshal([]byte(quoted), &state) != nil {
+	if json.Unmarshal(quoted, &state) != nil {
 		return "", ErrArgsMismatch
 	}
 	// One spelling: the state quoted exactly as encoding/json quotes it
 	// (this also refuses null, which decodes into a string without error).
-	if again, err := json.Marshal(state); err != nil || string(again) != quoted {
+	if again, err := json.Marshal(state); err != nil || string(again) != string(quoted) {
 		return "", ErrArgsMismatch
 	}
+	// Compared as text with the lowercase hex WrapArgs writes, so any other
+	// spelling of the same bytes is refused too.
 	fp, err := argsDigest(args)
-	if err != nil || subtle.ConstantTimeCompare(want[:], fp[:]) != 1 {
+	if err != nil {
+		return "", ErrArgsMismatch
+	}
+	hex.Encode(fpHex[:], fp[:])
+	if subtle.ConstantTimeCompare(fpHex[:], text[len(head):end]) != 1 {
 		return "", ErrArgsMismatch
 	}
 	return state, nil
-}
-
-// decodeLowerHex decodes src, lowercase hex of exactly len(dst) bytes, into
-// dst; anything else is false.
-func decodeLowerHex(dst []byte, src string) bool {
-	if len(src) != 2*len(dst) {
-		return false
-	}
-	for i := range dst {
-		hi, ok1 := lowerHexDigit(src[2*i])
-		lo, ok2 := lowerHexDigit(src[2*i+1])
-		if !ok1 || !ok2 {
-			return false
-		}
-		dst[i] = hi<<4 | lo
-	}
-	return true
-}
-
-func lowerHexDigit(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	}
-	return 0, false
 }
 
 // Refusal is what a client is told about a cursor or request state that did
