@@ -19,7 +19,8 @@ import (
 
 // The module's layers, bottom up: internal/* and replay (standard library
 // only); the root package and webhook (side by side, neither importing the
-// other); cmd/ctoken and the nested modules on top. Nothing imports upward.
+// other); mcptoken (the root package and the standard library only); cmd/ctoken
+// and the nested modules on top. Nothing imports upward.
 
 const modulePath = "github.com/ctoken/ctoken"
 
@@ -27,6 +28,7 @@ const modulePath = "github.com/ctoken/ctoken"
 // read.
 type listedPackage struct {
 	ImportPath string
+	Imports    []string // direct, non-test
 	Deps       []string // transitive, non-test
 	Standard   bool
 }
@@ -64,7 +66,7 @@ func modulePackages(t *testing.T) (map[string]listedPackage, map[string]bool) {
 			pkgs[p.ImportPath] = p
 		}
 	}
-	for _, want := range []string{modulePath, modulePath + "/replay", modulePath + "/webhook", modulePath + "/internal/b64"} {
+	for _, want := range []string{modulePath, modulePath + "/replay", modulePath + "/webhook", modulePath + "/mcptoken", modulePath + "/internal/b64"} {
 		if _, ok := pkgs[want]; !ok {
 			t.Fatalf("go list did not report %s; got %d packages", want, len(pkgs))
 		}
@@ -105,6 +107,23 @@ func TestLayeringRootAndWebhookDoNotImportEachOther(t *testing.T) {
 	for _, d := range pkgs[modulePath+"/webhook"].Deps {
 		if d == modulePath || strings.HasPrefix(d, "github.com/fxamacker/cbor") {
 			t.Errorf("webhook imports %s: webhook-only users must not link the root package or CBOR", d)
+		}
+	}
+}
+
+// mcptoken is the SDK-independent part of the MCP integrations; it builds on
+// the root package alone, so that the nested modules can share it without
+// reaching into internal/, and nothing below it imports it.
+func TestLayeringMCPTokenImportsOnlyTheRootPackageAndTheStandardLibrary(t *testing.T) {
+	pkgs, std := modulePackages(t)
+	for _, d := range pkgs[modulePath+"/mcptoken"].Imports {
+		if d != modulePath && !std[d] {
+			t.Errorf("mcptoken imports %s: it may import only the root package and the standard library", d)
+		}
+	}
+	for path, p := range pkgs {
+		if slices.Contains(p.Deps, modulePath+"/mcptoken") {
+			t.Errorf("%s imports mcptoken: only the MCP integrations (nested modules) build on it", path)
 		}
 	}
 }
