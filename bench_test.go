@@ -382,6 +382,40 @@ func BenchmarkArgsFingerprintStruct(b *testing.B) {
 	})
 }
 
+// BenchmarkArgsFingerprintMap measures ArgsFingerprint of the small
+// arguments decoded by encoding/json into a map[string]any (the shape of
+// untyped tool arguments), beside json.Marshal of the same value.
+func BenchmarkArgsFingerprintMap(b *testing.B) {
+	var args map[string]any
+	if err := json.Unmarshal([]byte(benchSmallText), &args); err != nil {
+		b.Fatal(err)
+	}
+	fp, err := ArgsFingerprint(args)
+	if err != nil || fp != sha256.Sum256([]byte(benchSmallText)) {
+		b.Fatalf("map and text fingerprints differ (%v)", err)
+	}
+	b.Run("fingerprint", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			if _, err := ArgsFingerprint(args); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu.done(b)
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			if _, err := json.Marshal(args); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu.done(b)
+	})
+}
+
 // BenchmarkPageTurn measures what ctoken costs a paginated call: the
 // fingerprint of the small arguments (text), Verify of the presented
 // cursor and Issue of the next. floor is SHA-256 of the arguments plus the

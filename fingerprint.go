@@ -41,9 +41,12 @@ const MaxJSONDepth = 256
 
 // ArgsFingerprint returns the SHA-256 of the RFC 8785 (JCS) canonical JSON of
 // args. A []byte or json.RawMessage is taken as JSON text and canonicalized
-// by [CanonicalJSON]; anything else is marshalled with encoding/json first.
-// Key order, white space, string escapes and number spelling never change
-// the result.
+// by [CanonicalJSON]; anything else is taken as the JSON encoding/json
+// marshals it to. Where it can (typically booleans, numbers, strings, and
+// maps, slices and structs of these, without MarshalJSON or MarshalText
+// methods), ArgsFingerprint writes the canonical form directly from the
+// value, with the same result and no intermediate JSON text. Key order,
+// white space, string escapes and number spelling never change the result.
 //
 // The fingerprint is lossless: two arguments that differ in meaning never
 // share one, because anything the canonical form would change is refused
@@ -60,23 +63,34 @@ const MaxJSONDepth = 256
 // json.RawMessage inside it) is refused too; a U+FFFD character written as
 // itself is accepted.
 func ArgsFingerprint(args any) (Fingerprint, error) {
-	var text []byte
-	goValue := false
 	switch v := args.(type) {
 	case []byte:
-		text = v
+		return fingerprintText(v, false)
 	case json.RawMessage:
-		text = v
-	default:
-		var err error
-		if text, err = json.Marshal(args); err != nil {
-			return Fingerprint{}, errors.Join(errArgsMarshal, err)
-		}
-		goValue = true
+		return fingerprintText(v, false)
 	}
+	if fp, ok := fingerprintGoValue(args); ok {
+		return fp, nil
+	}
+	return fingerprintMarshalled(args)
+}
+
+// fingerprintMarshalled is ArgsFingerprint's plain path for a Go value:
+// json.Marshal, then the canonical form of the text, refusing the escape
+// \ufffd that stands for invalid UTF-8 in a Go string.
+func fingerprintMarshalled(args any) (Fingerprint, error) {
+	text, err := json.Marshal(args)
+	if err != nil {
+		return Fingerprint{}, errors.Join(errArgsMarshal, err)
+	}
+	return fingerprintText(text, true)
+}
+
+// fingerprintText returns the SHA-256 of the canonical form of text.
+func fingerprintText(text []byte, refuseFFFD bool) (Fingerprint, error) {
 	p := jcsScratch.Get().(*jcsParser)
 	defer p.release()
-	p.in, p.refuseFFFD = text, goValue
+	p.in, p.refuseFFFD = text, refuseFFFD
 	out, err := p.canonical(p.out[:0])
 	if err != nil {
 		return Fingerprint{}, err
@@ -243,11 +257,29 @@ func (p *jcsParser) array(out []byte, depth int) ([]byte, error) {
 
 // jcsMember is one object member: its unescaped name, p.keys[nameAt:nameEnd]
 // or, when inInput, p.in[nameAt:nameEnd], and its canonical text
-// "name":value, out[start:end].
+// "name":value, out[start:end]. For sorting, sortMembers sets prefix to
+// the name's first 8 bytes, big-endian and zero-padded, and ascii when
+// they are ASCII; two such prefixes order as their names do wherever they
+// differ.
 type jcsMember struct {
 	nameAt, nameEnd int
 	start, end      int
-	inInput         bool
+	prefix          uint64
+	inInput, ascii  bool
+}
+
+// setPrefix sets m.prefix and m.ascii from m's name.
+func (p *jcsParser) setPrefix(m *jcsMember) {
+	name := p.name(*m)
+	var x uint64
+	if len(name) >= 8 {
+		x = binary.BigEndian.Uint64(name)
+	} else {
+		for i, c := range name {
+			x |= uint64(c) << (56 - 8*i)
+		}
+	}
+	m.prefix, m.ascii = x, x&0x8080808080808080 == 0
 }
 
 // name returns m's unescaped name.
@@ -331,29 +363,51 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 		break
 	}
 	if !sorted {
-		members := p.members[membersBase:]
-		slices.SortFunc(members, p.compareNames)
-		for i := 1; i < len(members); i++ {
-			if p.compareNames(members[i-1], members[i]) == 0 {
-				return nil, errArgsDuplicate // I-JSON
-			}
-		}
-		// Rewrite the members in order from a copy.
-		p.tmp = append(p.tmp[:0], out[body:]...)
-		out = out[:body]
-		for i, m := range members {
-			if i > 0 {
-				out = append(out, ',')
-			}
-			out = append(out, p.tmp[m.start-body:m.end-body]...)
+		var err error
+		if out, err = p.sortMembers(out, body, membersBase); err != nil {
+			return nil, err
 		}
 	}
 	return append(out, '}'), nil
 }
 
+// sortMembers rewrites the members p.members[membersBase:] of the object
+// whose body (the text after its '{') starts at out[body:] in canonical
+// order, or refuses a duplicate name.
+func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, error) {
+	members := p.members[membersBase:]
+	for i := range members {
+		p.setPrefix(&members[i])
+	}
+	slices.SortFunc(members, p.compareNames)
+	for i := 1; i < len(members); i++ {
+		if p.compareNames(members[i-1], members[i]) == 0 {
+			return nil, errArgsDuplicate // I-JSON
+		}
+	}
+	// Rewrite the members in order from a copy.
+	p.tmp = append(p.tmp[:0], out[body:]...)
+	out = out[:body]
+	for i, m := range members {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, p.tmp[m.start-body:m.end-body]...)
+	}
+	return out, nil
+}
+
 // compareNames orders members by the UTF-16 code units of their names, as
 // RFC 8785 requires.
 func (p *jcsParser) compareNames(a, b jcsMember) int {
+	if a.prefix != b.prefix && a.ascii && b.ascii {
+		// The first differing byte is within the prefixes: ASCII, or
+		// the zero padding of the shorter name, a prefix of the other.
+		if a.prefix < b.prefix {
+			return -1
+		}
+		return 1
+	}
 	return compareUTF16(p.name(a), p.name(b))
 }
 
@@ -631,43 +685,41 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		return append(out, lit...), nil
 	}
 
-	// Significant digits, up to 17 (a double's shortest form has no more).
-	var dig [17]byte
-	n, point, nonzero, over := 0, 0, false, false
-	pending := 0 // zeros seen after the last nonzero significant digit
-	for i := intStart; i < fracEnd; i++ {
-		c := in[i]
-		if c == '.' {
-			continue
-		}
-		if i < intEnd {
-			point++
-		}
-		if c == '0' {
-			if nonzero {
-				pending++
-			} else {
-				point-- // a leading zero
-			}
-			continue
-		}
-		nonzero = true
-		if n+pending+1 > len(dig) {
-			over = true
+	// Significant digits d1…dn, from the first nonzero digit to the last,
+	// at most 17 (a double's shortest form has no more), and the decimal
+	// point's position: the value is 0.d1…dn × 10^point before exp.
+	first, point := -1, 0
+	for i := intStart; i < intEnd; i++ {
+		if in[i] != '0' {
+			first, point = i, intEnd-i
 			break
 		}
-		for ; pending > 0; pending-- {
-			dig[n] = '0'
+	}
+	if first < 0 {
+		for i := fracStart; i < fracEnd; i++ {
+			if in[i] != '0' {
+				first, point = i, fracStart-i
+				break
+			}
+		}
+		if first < 0 {
+			return append(out, '0'), nil // 0, -0, 0.000e99: all zero
+		}
+	}
+	last := fracEnd - 1 // fracEnd is intEnd without a fraction
+	for in[last] == '0' || in[last] == '.' {
+		last-- // stops at in[first] at the latest
+	}
+	var dig [17]byte
+	n := 0
+	for i := first; i <= last; i++ {
+		if c := in[i]; c != '.' {
+			if n == len(dig) {
+				return nil, errArgsInexact // more significant digits than any double's shortest form
+			}
+			dig[n] = c
 			n++
 		}
-		dig[n] = c
-		n++
-	}
-	if !nonzero {
-		return append(out, '0'), nil // 0, -0, 0.000e99: all zero
-	}
-	if over {
-		return nil, errArgsInexact // more significant digits than any double's shortest form
 	}
 	point += exp
 	if n > 15 || point < -300 || point > 300 {
@@ -752,30 +804,34 @@ func appendES6Digits(out, d []byte, point int) []byte {
 // appendJCSString appends s as a JSON string with only the escapes RFC 8785
 // mandates.
 func appendJCSString[S ~string | ~[]byte](out []byte, s S) []byte {
-	const hex = "0123456789abcdef"
 	out = append(out, '"')
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '"', '\\':
-			out = append(out, '\\', c)
-		case '\b':
-			out = append(out, '\\', 'b')
-		case '\f':
-			out = append(out, '\\', 'f')
-		case '\n':
-			out = append(out, '\\', 'n')
-		case '\r':
-			out = append(out, '\\', 'r')
-		case '\t':
-			out = append(out, '\\', 't')
-		default:
-			if c < 0x20 {
-				out = append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			} else {
-				out = append(out, c)
-			}
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			out = appendJCSEscape(out, c)
+		} else {
+			out = append(out, c)
 		}
 	}
 	return append(out, '"')
+}
+
+// appendJCSEscape appends the RFC 8785 escape of c: '"', '\\' or a control
+// character.
+func appendJCSEscape(out []byte, c byte) []byte {
+	const hex = "0123456789abcdef"
+	switch c {
+	case '"', '\\':
+		return append(out, '\\', c)
+	case '\b':
+		return append(out, '\\', 'b')
+	case '\f':
+		return append(out, '\\', 'f')
+	case '\n':
+		return append(out, '\\', 'n')
+	case '\r':
+		return append(out, '\\', 'r')
+	case '\t':
+		return append(out, '\\', 't')
+	}
+	return append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
 }

@@ -978,9 +978,11 @@ func TestTokensHaveOneSpelling(t *testing.T) {
 }
 
 // FuzzCompareUTF16 differentially tests compareUTF16, which compares UTF-8
-// bytes, against the plain definition: the strings' UTF-16 code units.
+// bytes, and the member order sortMembers uses (compareNames with 8-byte
+// prefixes), against the plain definition: the strings' UTF-16 code units.
 func FuzzCompareUTF16(f *testing.F) {
-	for _, p := range [][2]string{{"a", "b"}, {"\ue000", "😀"}, {"\uffff", "\U0010ffff"}, {"é", "e"}, {"ab", "a"}, {"\ud7ff", "\ue000"}, {"x\u00e9", "x\u00ea"}} {
+	for _, p := range [][2]string{{"a", "b"}, {"\ue000", "😀"}, {"\uffff", "\U0010ffff"}, {"é", "e"}, {"ab", "a"}, {"\ud7ff", "\ue000"}, {"x\u00e9", "x\u00ea"},
+		{"abcdefgh1", "abcdefgh0"}, {"a", "a\x00"}, {"a\x00b", "a"}, {"item_01", "item_10"}, {"abcdefg\u00e9", "abcdefgz"}, {"", "\x00"}} {
 		f.Add(p[0], p[1])
 	}
 	f.Fuzz(func(t *testing.T, a, b string) {
@@ -992,6 +994,13 @@ func FuzzCompareUTF16(f *testing.F) {
 		got := compareUTF16([]byte(a), []byte(b))
 		if (got < 0) != (want < 0) || (got == 0) != (want == 0) {
 			t.Fatalf("compareUTF16(%q, %q) = %d, UTF-16 order says %d", a, b, got, want)
+		}
+		p := jcsParser{keys: []byte(a + b)}
+		ma, mb := jcsMember{nameEnd: len(a)}, jcsMember{nameAt: len(a), nameEnd: len(a) + len(b)}
+		p.setPrefix(&ma)
+		p.setPrefix(&mb)
+		if got := p.compareNames(ma, mb); (got < 0) != (want < 0) || (got == 0) != (want == 0) {
+			t.Fatalf("compareNames(%q, %q) = %d, UTF-16 order says %d", a, b, got, want)
 		}
 	})
 }

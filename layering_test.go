@@ -20,8 +20,8 @@ import (
 // The module's layers, bottom up: internal/*, replay and observe (standard
 // library only; observe is the event vocabulary the root package and
 // webhook share); the root package and webhook (side by side, neither
-// importing the other); cmd/ctoken and the nested modules on top. Nothing
-// imports upward.
+// importing the other); mcptoken (the root package and the standard library
+// only); cmd/ctoken and the nested modules on top. Nothing imports upward.
 
 const modulePath = "github.com/ctoken/ctoken"
 
@@ -29,6 +29,7 @@ const modulePath = "github.com/ctoken/ctoken"
 // read.
 type listedPackage struct {
 	ImportPath string
+	Imports    []string // direct, non-test
 	Deps       []string // transitive, non-test
 	Standard   bool
 }
@@ -66,7 +67,7 @@ func modulePackages(t *testing.T) (map[string]listedPackage, map[string]bool) {
 			pkgs[p.ImportPath] = p
 		}
 	}
-	for _, want := range []string{modulePath, modulePath + "/replay", modulePath + "/observe", modulePath + "/webhook", modulePath + "/internal/b64"} {
+	for _, want := range []string{modulePath, modulePath + "/replay", modulePath + "/observe", modulePath + "/webhook", modulePath + "/mcptoken", modulePath + "/internal/b64"} {
 		if _, ok := pkgs[want]; !ok {
 			t.Fatalf("go list did not report %s; got %d packages", want, len(pkgs))
 		}
@@ -107,6 +108,23 @@ func TestLayeringRootAndWebhookDoNotImportEachOther(t *testing.T) {
 	for _, d := range pkgs[modulePath+"/webhook"].Deps {
 		if d == modulePath || strings.HasPrefix(d, "github.com/fxamacker/cbor") {
 			t.Errorf("webhook imports %s: webhook-only users must not link the root package or CBOR", d)
+		}
+	}
+}
+
+// mcptoken is the SDK-independent part of the MCP integrations; it builds on
+// the root package alone, so that the nested modules can share it without
+// reaching into internal/, and nothing below it imports it.
+func TestLayeringMCPTokenImportsOnlyTheRootPackageAndTheStandardLibrary(t *testing.T) {
+	pkgs, std := modulePackages(t)
+	for _, d := range pkgs[modulePath+"/mcptoken"].Imports {
+		if d != modulePath && !std[d] {
+			t.Errorf("mcptoken imports %s: it may import only the root package and the standard library", d)
+		}
+	}
+	for path, p := range pkgs {
+		if slices.Contains(p.Deps, modulePath+"/mcptoken") {
+			t.Errorf("%s imports mcptoken: only the MCP integrations (nested modules) build on it", path)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -64,6 +65,22 @@ func caller(ctx context.Context, f CallerFunc, req mcp.Request, log *slog.Logger
 	return id, nil
 }
 
+// Codes in the data member ({"ctokenCode":N}) of a rejected request state's
+// -32602 error, the same values package mcptoken defines and the mcp-go
+// integration sends.
+//
+// Cursors use ctoken.CodeCursorExpired (1020) and ctoken.CodeCursorInvalid
+// (1021), the codes of the reference protocol. StateExpired (1022) and
+// StateInvalid (1023) are local to ctoken: the reference protocol defines no
+// code for a refused requestState, and no other implementation is known to
+// send or understand them.
+const (
+	// StateExpired tells the client to call again without the state.
+	StateExpired = mcptoken.CodeStateExpired
+	// StateInvalid reports a state that was refused as invalid.
+	StateInvalid = mcptoken.CodeStateInvalid
+)
+
 // errorData is the data member of the -32602 errors this package returns.
 type errorData struct {
 	// Code is ctoken.CodeCursorExpired or ctoken.CodeCursorInvalid for a
@@ -90,11 +107,10 @@ func TokenErrorCode(err error) int {
 	if json.Unmarshal(we.Data, &d) != nil {
 		return 0
 	}
-	switch d.Code {
-	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, StateExpired, StateInvalid:
-		return d.Code
+	if !mcptoken.KnownCode(d.Code) {
+		return 0
 	}
-	return 0
+	return d.Code
 }
 
 // logger returns l, or a logger that discards everything.

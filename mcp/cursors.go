@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -90,12 +91,10 @@ func (c *Cursors) Resume(ctx context.Context, req *mcp.CallToolRequest, args any
 	}
 	p, err := c.issuer.Verify(cursor, scope)
 	if err != nil {
+		r := mcptoken.RefuseCursor(err)
 		c.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: cursor rejected",
-			slog.String("tool", req.Params.Name), slog.String("reason", ctoken.Reason(err)))
-		if errors.Is(err, ctoken.ErrCursorExpired) {
-			return ctoken.CursorPayload{}, invalidParams("expired cursor: call again without a cursor", ctoken.CodeCursorExpired)
-		}
-		return ctoken.CursorPayload{}, invalidParams("invalid cursor", ctoken.CodeCursorInvalid)
+			slog.String("tool", req.Params.Name), slog.String("reason", r.Reason))
+		return ctoken.CursorPayload{}, invalidParams(r.Message, r.Code)
 	}
 	return p, nil
 }

@@ -77,7 +77,10 @@
 // for a resource>,"s":<the application's state as a JSON string>}; with
 // StateOptions.UnboundArgs it is the application's
 // state itself. Either way the codec's wire format (v1. or v1e.) is
-// unchanged, so the CLI's "ctoken verify" opens these states.
+// unchanged, so the CLI's "ctoken verify" opens these states. The wrapper,
+// the codes and the mapping of codec errors to them come from package
+// github.com/ctoken/ctoken/mcptoken, which the mcp-go integration
+// (github.com/ctoken/ctoken/mcpgo) shares, so both seal the same text.
 //
 // All types are safe for concurrent use.
 package ctokenmcp

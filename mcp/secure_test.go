@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -951,7 +952,7 @@ func FuzzSecureMiddlewareOpen(f *testing.F) {
 		// differs in each fuzz worker: the state is encrypted afresh.)
 		authentic := false
 		if plain, derr := fl.codec.Decode(wire, "alice", ctoken.MCPTarget("tools/call", "steps")); derr == nil {
-			_, uerr := unwrapArgs([]byte(args), plain)
+			_, uerr := mcptoken.UnwrapArgs([]byte(args), plain)
 			authentic = uerr == nil
 		}
 		if wire != "" && !authentic && (err == nil || reached) {

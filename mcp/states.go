@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -87,8 +88,8 @@ func (s *States) seal(subject, target string, args []byte, state string) (string
 	plain := state
 	if !s.unboundArgs {
 		var err error
-		if plain, err = wrapArgs(args, state); err != nil {
-			if errors.Is(err, errStateNotUTF8) {
+		if plain, err = mcptoken.WrapArgs(args, state); err != nil {
+			if errors.Is(err, ctoken.ErrUnencodable) {
 				return "", err
 			}
 			return "", fmt.Errorf("ctokenmcp: fingerprinting arguments: %w", err)
@@ -145,22 +146,22 @@ func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state stri
 func (s *States) open(ctx context.Context, subject, method, name string, args []byte, wire string) (string, error) {
 	plain, err := s.codec.DecodeContext(ctx, wire, subject, ctoken.MCPTarget(method, name))
 	if err == nil && !s.unboundArgs {
-		plain, err = unwrapArgs(args, plain)
+		plain, err = mcptoken.UnwrapArgs(args, plain)
 	}
 	if err == nil {
 		return plain, nil
 	}
-	code, message, reason, storeFailed := stateRefusal(err)
-	if storeFailed {
+	r := mcptoken.RefuseState(err)
+	if r.StoreFailed {
 		// The replay store of a single-use codec failed (full, down, ctx
 		// done): a server problem, and the state was not consumed.
 		s.log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcp: request state store failed",
 			slog.String("method", method), slog.String("name", name), slog.String("error", err.Error()))
-		return "", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: message}
+		return "", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: r.Message}
 	}
 	s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: request state rejected",
-		nameAttr(method, name), slog.String("reason", reason))
-	return "", invalidParams(message, code)
+		nameAttr(method, name), slog.String("reason", r.Reason))
+	return "", invalidParams(r.Message, r.Code)
 }
 
 // nameAttr is the log attribute naming what a token was for: tool=NAME for

@@ -3,9 +3,11 @@ package ctokenmcpgo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -75,13 +77,14 @@ func caller(ctx context.Context, f CallerFunc, log *slog.Logger) (string, error)
 // Codes carried with a rejected request state, beside ctoken's cursor codes
 // [ctoken.CodeCursorExpired] (1020) and [ctoken.CodeCursorInvalid] (1021),
 // which come from the reference protocol. These two are local to ctoken (the
-// same values as package ctokenmcp uses); the reference protocol defines no
-// code for request state.
+// values of [mcptoken.CodeStateExpired] and [mcptoken.CodeStateInvalid],
+// which package ctokenmcp uses too); the reference protocol defines no code
+// for request state.
 const (
 	// StateExpired tells the client to call again without the state.
-	StateExpired = 1022
+	StateExpired = mcptoken.CodeStateExpired
 	// StateInvalid reports a state that was refused as invalid.
-	StateInvalid = 1023
+	StateInvalid = mcptoken.CodeStateInvalid
 )
 
 // MetaTokenCode is the _meta key of a refusal's tool result that carries its
@@ -103,16 +106,34 @@ func (r *Rejection) Error() string { return r.message }
 
 // Expired reports whether the client should start over (call again without
 // the token) rather than treat the token as forged.
-func (r *Rejection) Expired() bool {
-	return r.Code == ctoken.CodeCursorExpired || r.Code == StateExpired
+func (r *Rejection) Expired() bool { return mcptoken.Refusal{Code: r.Code}.Expired() }
+
+// The four rejections, built once: the message of [mcptoken.Refusal]
+// followed by its code.
+var (
+	cursorExpired = newRejection(mcptoken.RefuseCursor(ctoken.ErrCursorExpired))
+	cursorInvalid = newRejection(mcptoken.RefuseCursor(ctoken.ErrCursorInvalid))
+	stateExpired  = newRejection(mcptoken.RefuseState(ctoken.ErrStateExpired))
+	stateInvalid  = newRejection(mcptoken.RefuseState(ctoken.ErrStateInvalid))
+)
+
+func newRejection(r mcptoken.Refusal) *Rejection {
+	return &Rejection{Code: r.Code, message: fmt.Sprintf("%s (ctokenCode %d)", r.Message, r.Code)}
 }
 
-var (
-	cursorExpired = &Rejection{Code: ctoken.CodeCursorExpired, message: "expired cursor: call again without a cursor (ctokenCode 1020)"}
-	cursorInvalid = &Rejection{Code: ctoken.CodeCursorInvalid, message: "invalid cursor (ctokenCode 1021)"}
-	stateExpired  = &Rejection{Code: StateExpired, message: "expired requestState: call again without it (ctokenCode 1022)"}
-	stateInvalid  = &Rejection{Code: StateInvalid, message: "invalid requestState (ctokenCode 1023)"}
-)
+// rejection returns the Rejection of a refused token (r is not a store
+// failure); anything but the three other codes is invalid state.
+func rejection(r mcptoken.Refusal) *Rejection {
+	switch r.Code {
+	case ctoken.CodeCursorExpired:
+		return cursorExpired
+	case ctoken.CodeCursorInvalid:
+		return cursorInvalid
+	case StateExpired:
+		return stateExpired
+	}
+	return stateInvalid
+}
 
 // ToolResult turns the error of a tool handler into what the handler
 // returns. A [*Rejection] becomes a tool error result (isError true) whose
@@ -152,11 +173,10 @@ func TokenCode(res *mcp.CallToolResult) int {
 	default:
 		return 0
 	}
-	switch code {
-	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, StateExpired, StateInvalid:
-		return code
+	if !mcptoken.KnownCode(code) {
+		return 0
 	}
-	return 0
+	return code
 }
 
 // logger returns l, or a logger that discards everything.

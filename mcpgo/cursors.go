@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -86,12 +87,10 @@ func (c *Cursors) Resume(ctx context.Context, req mcp.CallToolRequest, args any,
 	}
 	p, err := c.issuer.Verify(cursor, scope)
 	if err != nil {
+		r := mcptoken.RefuseCursor(err)
 		c.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: cursor rejected",
-			slog.String("tool", req.Params.Name), slog.String("reason", ctoken.Reason(err)))
-		if errors.Is(err, ctoken.ErrCursorExpired) {
-			return ctoken.CursorPayload{}, cursorExpired
-		}
-		return ctoken.CursorPayload{}, cursorInvalid
+			slog.String("tool", req.Params.Name), slog.String("reason", r.Reason))
+		return ctoken.CursorPayload{}, rejection(r)
 	}
 	return p, nil
 }

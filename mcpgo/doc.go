@@ -82,7 +82,10 @@
 //     opened only (see Coverage above).
 //
 // The codes 1022 ([StateExpired]) and 1023 ([StateInvalid]) are local to
-// ctoken; 1020 and 1021 are the reference protocol's cursor codes.
+// ctoken; 1020 and 1021 are the reference protocol's cursor codes. The
+// argument wrapper of a sealed state, the codes and the mapping of ctoken's
+// errors to them come from package github.com/ctoken/ctoken/mcptoken, which
+// ctokenmcp shares, so both integrations seal the same text.
 //
 // All types are safe for concurrent use.
 package ctokenmcpgo

@@ -3,16 +3,13 @@ package ctokenmcpgo
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -65,14 +62,6 @@ func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, er
 	return s, nil
 }
 
-// envelope is what States seals when arguments are bound: the fingerprint
-// of the call's arguments and the application's state. It is the same text
-// package ctokenmcp seals.
-type envelope struct {
-	Args  string `json:"a"`
-	State string `json:"s"`
-}
-
 // emptyArgs stands for absent arguments.
 var emptyArgs = json.RawMessage("{}")
 
@@ -109,25 +98,16 @@ func (s *States) seal(ctx context.Context, method, name string, args any, state 
 	}
 	plain := state
 	if !s.unboundArgs {
-		// The codec refuses a state that is not UTF-8; json.Marshal would
-		// replace its bytes and seal an altered state.
-		if !utf8.ValidString(state) {
-			return "", errors.New("ctokenmcpgo: state is not valid UTF-8")
-		}
-		fp, err := ctoken.ArgsFingerprint(args)
-		if err != nil {
+		// The same text package ctokenmcp seals.
+		if plain, err = mcptoken.WrapArgs(args, state); err != nil {
+			if errors.Is(err, ctoken.ErrUnencodable) {
+				return "", err
+			}
 			return "", fmt.Errorf("ctokenmcpgo: fingerprinting arguments: %w", err)
 		}
-		b, err := json.Marshal(envelope{Args: hex.EncodeToString(fp[:]), State: state})
-		if err != nil {
-			return "", fmt.Errorf("ctokenmcpgo: encoding state: %w", err)
-		}
-		plain = string(b)
 	}
 	return s.codec.Encode(plain, subject, ctoken.MCPTarget(method, name))
 }
-
-var errStateArgs = errors.New("arguments differ from the sealed call")
 
 // open opens the state wire of a request to method/name with args. Errors:
 // ErrNoCaller, ErrStoreUnavailable, or a *Rejection.
@@ -138,48 +118,22 @@ func (s *States) open(ctx context.Context, method, name string, args any, wire s
 	}
 	plain, err := s.codec.DecodeContext(ctx, wire, subject, ctoken.MCPTarget(method, name))
 	if err == nil && !s.unboundArgs {
-		plain, err = unwrap(args, plain)
+		plain, err = mcptoken.UnwrapArgs(args, plain)
 	}
 	if err == nil {
 		return plain, nil
 	}
 	attrs := []slog.Attr{slog.String("method", method), slog.String("name", name)}
-	if !errors.Is(err, ctoken.ErrStateInvalid) && !errors.Is(err, ctoken.ErrStateExpired) &&
-		!errors.Is(err, ctoken.ErrStateReplayed) && !errors.Is(err, errStateArgs) {
+	r := mcptoken.RefuseState(err)
+	if r.StoreFailed {
 		// The replay store of a single-use codec failed (full, down, ctx
 		// done): a server problem, and the state was not consumed.
 		s.log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcpgo: request state store failed",
 			append(attrs, slog.String("error", err.Error()))...)
 		return "", ErrStoreUnavailable
 	}
-	reason := ctoken.Reason(err)
-	if reason == "" {
-		reason = err.Error() // ErrStateReplayed or errStateArgs: fixed texts
-	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: request state rejected", append(attrs, slog.String("reason", reason))...)
-	if errors.Is(err, ctoken.ErrStateExpired) {
-		return "", stateExpired
-	}
-	return "", stateInvalid
-}
-
-// unwrap checks the envelope of an authentic state against args.
-func unwrap(args any, plain string) (string, error) {
-	dec := json.NewDecoder(strings.NewReader(plain))
-	dec.DisallowUnknownFields()
-	var env envelope
-	if err := dec.Decode(&env); err != nil || dec.More() {
-		return "", errStateArgs
-	}
-	sealed, err := hex.DecodeString(env.Args)
-	if err != nil {
-		return "", errStateArgs
-	}
-	fp, err := ctoken.ArgsFingerprint(args)
-	if err != nil || subtle.ConstantTimeCompare(sealed, fp[:]) != 1 {
-		return "", errStateArgs
-	}
-	return env.State, nil
+	s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: request state rejected", append(attrs, slog.String("reason", r.Reason))...)
+	return "", rejection(r)
 }
 
 // SealTool returns the requestState to send with an input-required result

@@ -25,73 +25,16 @@ func clusterStore(t *testing.T, tc *testCluster) (*Store, *redis.ClusterClient) 
 	return faultStore(t, c, 2*time.Second), c
 }
 
-// TestClusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance is
+// TestClusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance runs
 // TestFleetSingleUseTokensAreRefusedOnEveryOtherInstance (fleet_test.go),
-// its body copied unchanged, with the fleet's store on a 3-master Redis
-// Cluster behind redis.NewClusterClient instead of one redis-server.
+// the same function, with the fleet's store on a 3-master Redis Cluster
+// behind redis.NewClusterClient instead of one redis-server.
 func TestClusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
 	tc := clusterFromEnv(t)
-	t.Setenv(envFleetKeys, fleetKey())
-	t.Setenv(envFleetSession, "fleet-session-1")
-	store, _ := clusterStore(t, tc)
-	f := newFleet(t, 3, store)
-
-	for _, kind := range singleUseKinds {
-		t.Run(kind, func(t *testing.T) {
-			f := f.withT(t)
-			redeem := "/" + kind + "/redeem"
-			tok := f.issueSingleUse(0, kind, "alice")
-			// Bound to its caller: another caller can neither use nor burn it.
-			if r := f.do(2, http.MethodPost, redeem, "mallory", []byte(tok)); r.Status != http.StatusBadRequest {
-				t.Fatalf("redeem by another caller: status %d, want 400", r.Status)
-			}
-			if r := f.do(1, http.MethodPost, redeem, "alice", []byte(tok)); r.Status != http.StatusOK {
-				t.Fatalf("first redeem on i1: status %d, want 200", r.Status)
-			}
-			for _, i := range []int{2, 0, 1} {
-				if r := f.do(i, http.MethodPost, redeem, "alice", []byte(tok)); r.Status != http.StatusConflict {
-					t.Fatalf("second redeem on %s: status %d, want 409", r.Instance, r.Status)
-				}
-			}
-
-			// Concurrent redeems of one token on every instance: exactly one wins.
-			for range 10 {
-				tok := f.issueSingleUse(-1, kind, "alice")
-				var wg sync.WaitGroup
-				statuses := make(chan int, 3*len(f.instances))
-				for range 3 {
-					for i := range f.instances {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							req, err := http.NewRequest(http.MethodPost, f.instances[i].srv.URL+redeem, bytes.NewReader([]byte(tok)))
-							if err != nil {
-								statuses <- -1
-								return
-							}
-							req.Header.Set("X-Caller", "alice")
-							res, err := f.client.Do(req)
-							if err != nil {
-								statuses <- -1
-								return
-							}
-							res.Body.Close()
-							statuses <- res.StatusCode
-						}()
-					}
-				}
-				wg.Wait()
-				close(statuses)
-				counts := map[int]int{}
-				for s := range statuses {
-					counts[s]++
-				}
-				if counts[http.StatusOK] != 1 || counts[http.StatusConflict] != 3*len(f.instances)-1 {
-					t.Fatalf("concurrent redeems: statuses %v, want one 200 and the rest 409", counts)
-				}
-			}
-		})
-	}
+	testFleetSingleUse(t, func(t *testing.T) replay.Store {
+		store, _ := clusterStore(t, tc)
+		return store
+	})
 }
 
 // TestClusterClaimsExactlyOnceOnEveryMaster races 16 claims of each of 60

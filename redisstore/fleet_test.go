@@ -573,9 +573,19 @@ func (f *fleet) issueSingleUse(i int, kind, caller string) string {
 }
 
 func TestFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
+	testFleetSingleUse(t, func(t *testing.T) replay.Store { return newFleetStore(t, redisAddr(t)) })
+}
+
+// testFleetSingleUse runs three instances sharing the replay store newStore
+// returns, and checks that a single-use token of every kind is redeemed
+// once across the fleet: refused to another caller, refused on every
+// instance after its first redeem, and won by exactly one of concurrent
+// redeems on all instances. It runs on one redis-server here and on a Redis
+// Cluster in fault_cluster_test.go.
+func testFleetSingleUse(t *testing.T, newStore func(t *testing.T) replay.Store) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
-	f := newFleet(t, 3, newFleetStore(t, redisAddr(t)))
+	f := newFleet(t, 3, newStore(t))
 
 	for _, kind := range singleUseKinds {
 		t.Run(kind, func(t *testing.T) {

@@ -1,0 +1,206 @@
+package ctokenmcp
+
+// The cost ctoken adds to a real paginated MCP call: an in-memory go-sdk
+// tools/call round trip (client marshals the call, server dispatches,
+// validates the input against the tool's schema, runs the handler, marshals
+// the result, client decodes it) of a tool that checks the presented cursor
+// with Cursors.Resume and issues the next with Cursors.Next, beside the same
+// tool handing out a constant cursor of the same length and checking
+// nothing. None of these asserts anything about time.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// benchSearchIn are the arguments of the benchmark's paginated tool: the
+// small arguments of the root package's fingerprint benchmarks plus the
+// cursor.
+type benchSearchIn struct {
+	Query   string            `json:"query"`
+	Repo    string            `json:"repo"`
+	PerPage int               `json:"per_page"`
+	Labels  []string          `json:"labels"`
+	Filter  map[string]string `json:"filter"`
+	Cursor  string            `json:"cursor,omitempty"`
+}
+
+type benchSearchOut struct {
+	Items []string `json:"items"`
+	Next  string   `json:"next,omitempty"`
+}
+
+// benchItems is the listing the tool pages through, 10 items a page.
+var benchItems = func() []string {
+	items := make([]string, 1000)
+	for i := range items {
+		items[i] = fmt.Sprintf("issue-%04d", i)
+	}
+	return items
+}()
+
+const benchPerPage = 10
+
+// benchSearchArgs is a first-page call of the benchmark tool.
+var benchSearchArgs = benchSearchIn{
+	Query:   "is:open label:bug sort:updated-desc",
+	Repo:    "ctoken/ctoken",
+	PerPage: benchPerPage,
+	Labels:  []string{"p1", "backend"},
+	Filter:  map[string]string{"state": "open", "author": "octocat"},
+}
+
+// benchPaginationServer returns a server with two tools over benchItems:
+// "search" pages with Cursors (Resume, then Next) and adds the wall time
+// those two calls take to *inCtoken; "search_constant" does the same
+// listing work but takes page 1 for any cursor and returns constant as the
+// next cursor.
+func benchPaginationServer(b *testing.B, constant string, inCtoken *atomic.Int64) *mcp.Server {
+	b.Helper()
+	f := newFleet(b, 1, "s1")
+	cursors, err := NewCursors(f.issuer, &CursorOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	page := func(n uint32) []string {
+		start := min(int(n)*benchPerPage, len(benchItems))
+		return benchItems[start:min(start+benchPerPage, len(benchItems))]
+	}
+	search := func(ctx context.Context, req *mcp.CallToolRequest, in benchSearchIn) (*mcp.CallToolResult, benchSearchOut, error) {
+		bound := in
+		bound.Cursor = ""
+		t0 := time.Now()
+		p, err := cursors.Resume(ctx, req, bound, in.Cursor)
+		if err != nil {
+			return nil, benchSearchOut{}, err
+		}
+		t1 := time.Now()
+		out := benchSearchOut{Items: page(p.Page)}
+		t2 := time.Now()
+		if out.Next, err = cursors.Next(ctx, req, bound, p.Page+1, nil); err != nil {
+			return nil, benchSearchOut{}, err
+		}
+		inCtoken.Add(int64(t1.Sub(t0) + time.Since(t2)))
+		return nil, out, nil
+	}
+	searchConstant := func(ctx context.Context, req *mcp.CallToolRequest, in benchSearchIn) (*mcp.CallToolResult, benchSearchOut, error) {
+		var n uint32
+		if in.Cursor != "" {
+			n = 1
+		}
+		return nil, benchSearchOut{Items: page(n), Next: constant}, nil
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "bench", Version: "v0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "search"}, search)
+	mcp.AddTool(s, &mcp.Tool{Name: "search_constant"}, searchConstant)
+	return s
+}
+
+// benchCall calls tool with args and returns the next cursor of its
+// result.
+func benchCall(b *testing.B, cs *mcp.ClientSession, tool string, args benchSearchIn) string {
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if res.IsError {
+		b.Fatalf("%s: tool error: %v", tool, res.Content)
+	}
+	m, _ := res.StructuredContent.(map[string]any)
+	next, _ := m["next"].(string)
+	items, _ := m["items"].([]any)
+	if next == "" || len(items) != benchPerPage {
+		b.Fatalf("%s: unexpected result %v", tool, res.StructuredContent)
+	}
+	return next
+}
+
+// BenchmarkPaginatedToolCall measures a go-sdk tools/call round trip over
+// in-memory transports that presents a page-1 cursor and receives the
+// page-2 cursor. ctoken is the tool paging with Cursors.Resume and
+// Cursors.Next; constant is the same tool returning a constant cursor of
+// the same length. overhead alternates the two calls (each goes first in
+// every other round) and reports how much
+// longer the ctoken call takes, in percent of the constant call, by wall
+// time (overhead-%) and by the CPU time of the whole process, every
+// goroutine of client and server included (overhead-cpu-%). Both
+// differences are small beside the noise of a round trip that allocates
+// about 500 KB (mostly the SDK's JSON decoding), so overhead also reports
+// the wall time the tool handler spends in Resume and Next (ctoken-ns/call)
+// and that time in percent of the constant call (ctoken-share-%).
+func BenchmarkPaginatedToolCall(b *testing.B) {
+	// The cursor a client holds after the first page, found by calling
+	// the tool once; the constant tool returns one of the same length.
+	var inCtoken atomic.Int64
+	probe := connect(b, benchPaginationServer(b, "unused", &inCtoken), nil)
+	first := benchSearchArgs
+	first.Cursor = benchCall(b, probe, "search", benchSearchArgs)
+	constant := strings.Repeat("c", len(first.Cursor))
+
+	cs := connect(b, benchPaginationServer(b, constant, &inCtoken), nil)
+	presented := first
+	if next := benchCall(b, cs, "search", presented); len(next) != len(constant) {
+		b.Fatalf("cursor length changed from %d to %d", len(constant), len(next))
+	}
+	constantArgs := first
+	constantArgs.Cursor = constant
+	b.Logf("arguments %d bytes, cursor %d bytes", len(mustJSON(b, presented)), len(constant))
+
+	for _, tc := range []struct {
+		name, tool string
+		args       benchSearchIn
+	}{{"ctoken", "search", presented}, {"constant", "search_constant", constantArgs}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu := processCPU()
+			for b.Loop() {
+				benchCall(b, cs, tc.tool, tc.args)
+			}
+			if end := processCPU(); cpu >= 0 && end >= 0 {
+				b.ReportMetric(float64(end-cpu)/float64(b.N), "process-cpu-ns/op")
+			}
+		})
+	}
+	b.Run("overhead", func(b *testing.B) {
+		var wall, cpu [2]time.Duration
+		before := inCtoken.Load()
+		calls := [2]struct {
+			tool string
+			args benchSearchIn
+		}{{"search", presented}, {"search_constant", constantArgs}}
+		round := 0
+		for b.Loop() {
+			round++
+			for j := range calls {
+				i := (j + round) % 2 // alternate which goes first
+				t0, c0 := time.Now(), processCPU()
+				benchCall(b, cs, calls[i].tool, calls[i].args)
+				wall[i] += time.Since(t0)
+				cpu[i] += time.Duration(processCPU() - c0)
+			}
+		}
+		b.ReportMetric(100*float64(wall[0]-wall[1])/float64(wall[1]), "overhead-%")
+		spent := float64(inCtoken.Load()-before) / float64(b.N)
+		b.ReportMetric(spent, "ctoken-ns/call")
+		b.ReportMetric(100*spent*float64(b.N)/float64(wall[1]), "ctoken-share-%")
+		if cpu[1] > 0 {
+			b.ReportMetric(100*float64(cpu[0]-cpu[1])/float64(cpu[1]), "overhead-cpu-%")
+		}
+	})
+}
+
+func mustJSON(b *testing.B, v any) []byte {
+	b.Helper()
+	text, err := json.Marshal(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return text
+}

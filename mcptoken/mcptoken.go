@@ -1,0 +1,226 @@
+// Package mcptoken holds the parts of ctoken's MCP integrations that do not
+// depend on an MCP SDK: the binding of a sealed request state to the
+// arguments of the call, the ctoken codes a refused cursor or request state
+// carries to the client, and the mapping from ctoken's errors to what the
+// client is told. The integrations for the official go-sdk
+// (github.com/ctoken/ctoken/mcp) and for mark3labs/mcp-go
+// (github.com/ctoken/ctoken/mcpgo) both build on it, so both seal the same
+// text for a state and tell a client the same codes.
+//
+// It imports only package ctoken and the standard library. Applications
+// normally use it through an integration; use it directly to wire ctoken
+// into another MCP server framework the same way.
+//
+// # Argument binding
+//
+// [WrapArgs] turns an application's state into the text the request-state
+// codec seals: the JSON object {"a":<fingerprint>,"s":<state>}, where the
+// fingerprint is the lowercase hex of [ctoken.ArgsFingerprint] of the call's
+// arguments. [UnwrapArgs] checks that text against the arguments of the
+// retried call and returns the state. A client that keeps a state but
+// changes the arguments is refused with [ErrArgsMismatch].
+//
+// # Codes
+//
+// A refused cursor carries the reference protocol's codes
+// [ctoken.CodeCursorExpired] (1020) and [ctoken.CodeCursorInvalid] (1021). A
+// refused request state carries [CodeStateExpired] (1022) or
+// [CodeStateInvalid] (1023), which are local to ctoken: the reference
+// protocol defines no code for a refused requestState, and no other
+// implementation is known to send or understand them.
+package mcptoken
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/ctoken/ctoken"
+)
+
+// Codes of a refused request state, beside the reference protocol's cursor
+// codes [ctoken.CodeCursorExpired] (1020) and [ctoken.CodeCursorInvalid]
+// (1021). These two are local to ctoken, not part of the reference protocol.
+const (
+	// CodeStateExpired tells a client to call again without the state.
+	CodeStateExpired = 1022
+	// CodeStateInvalid tells a client its state was refused as invalid.
+	CodeStateInvalid = 1023
+)
+
+// KnownCode reports whether code is one of the four codes a refusal carries:
+// [ctoken.CodeCursorExpired], [ctoken.CodeCursorInvalid], [CodeStateExpired]
+// or [CodeStateInvalid].
+func KnownCode(code int) bool {
+	switch code {
+	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid:
+		return true
+	}
+	return false
+}
+
+// ErrArgsMismatch reports an authentic request state whose arguments binding
+// does not match the arguments of the call, or is malformed. [UnwrapArgs]
+// returns no state with it.
+var ErrArgsMismatch = errors.New("mcptoken: arguments differ from the sealed call")
+
+// argsMismatchReason is the log reason of [ErrArgsMismatch], the text the
+// integrations have always logged.
+const argsMismatchReason = "arguments differ from the sealed call"
+
+// envelope is the text sealed for a state bound to arguments.
+type envelope struct {
+	Args  string `json:"a"`
+	State string `json:"s"`
+}
+
+// argsDigest fingerprints args, taking nil and blank JSON text as {}.
+func argsDigest(args any) (ctoken.Fingerprint, error) {
+	switch v := args.(type) {
+	case nil:
+		args = json.RawMessage("{}")
+	case []byte:
+		if len(bytes.TrimSpace(v)) == 0 {
+			args = json.RawMessage("{}")
+		}
+	case json.RawMessage:
+		if len(bytes.TrimSpace(v)) == 0 {
+			args = json.RawMessage("{}")
+		}
+	}
+	return ctoken.ArgsFingerprint(args)
+}
+
+// WrapArgs returns the text to seal for state bound to the call arguments
+// args: {"a":<lowercase hex of the fingerprint>,"s":<state>}, as encoding/json
+// writes it. args is what [ctoken.ArgsFingerprint] takes (JSON text as
+// []byte or json.RawMessage, or a Go value encoding/json marshals); nil and
+// blank JSON text stand for absent arguments and fingerprint as {}, so a
+// call without arguments and a call with {} are the same call.
+//
+// A state that is not valid UTF-8 is an error matching
+// [ctoken.ErrUnencodable] (encoding/json would silently replace its invalid
+// bytes); arguments that cannot be fingerprinted are the error of
+// [ctoken.ArgsFingerprint].
+func WrapArgs(args any, state string) (string, error) {
+	if !utf8.ValidString(state) {
+		return "", fmt.Errorf("mcptoken: state is not valid UTF-8: %w", ctoken.ErrUnencodable)
+	}
+	fp, err := argsDigest(args)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(envelope{Args: hex.EncodeToString(fp[:]), State: state})
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// UnwrapArgs checks the text of an authentic state made by [WrapArgs] against
+// the call arguments args (taken as by WrapArgs) and returns the
+// application's state. Only the exact text WrapArgs writes is accepted: any
+// other spelling, an unknown member, or a fingerprint of other arguments is
+// [ErrArgsMismatch], with no state. The fingerprints are compared in
+// constant time.
+func UnwrapArgs(args any, sealed string) (string, error) {
+	// The layout WrapArgs writes: {"a":"<64 lowercase hex>","s":<JSON string>}
+	const head, mid = `{"a":"`, `","s":`
+	var fpHex [2 * len(ctoken.Fingerprint{})]byte
+	end := len(head) + len(fpHex)
+	if len(sealed) < end+len(mid)+len(`""}`) || sealed[:len(head)] != head ||
+		sealed[end:end+len(mid)] != mid || sealed[len(sealed)-1] != '}' {
+		return "", ErrArgsMismatch
+	}
+	text := []byte(sealed)
+	quoted := text[end+len(mid) : len(text)-1]
+	var state string
+	if json.Unmarshal(quoted, &state) != nil {
+		return "", ErrArgsMismatch
+	}
+	// One spelling: the state quoted exactly as encoding/json quotes it
+	// (this also refuses null, which decodes into a string without error).
+	if again, err := json.Marshal(state); err != nil || string(again) != string(quoted) {
+		return "", ErrArgsMismatch
+	}
+	// Compared as text with the lowercase hex WrapArgs writes, so any other
+	// spelling of the same bytes is refused too.
+	fp, err := argsDigest(args)
+	if err != nil {
+		return "", ErrArgsMismatch
+	}
+	hex.Encode(fpHex[:], fp[:])
+	if subtle.ConstantTimeCompare(fpHex[:], text[len(head):end]) != 1 {
+		return "", ErrArgsMismatch
+	}
+	return state, nil
+}
+
+// Refusal is what a client is told about a cursor or request state that did
+// not verify or open, and what the server logs about it.
+type Refusal struct {
+	// Code is the ctoken code for the client: ctoken.CodeCursorExpired,
+	// ctoken.CodeCursorInvalid, CodeStateExpired or CodeStateInvalid; 0
+	// when StoreFailed.
+	Code int
+	// Message is the fixed text for the client. It never contains the token
+	// or the reason.
+	Message string
+	// Reason is the log-safe reason, for the server log only: ctoken's
+	// [ctoken.Reason] of the error, or "arguments differ from the sealed
+	// call" for [ErrArgsMismatch]. It never contains the token.
+	Reason string
+	// StoreFailed reports that the replay store of a single-use codec could
+	// not answer (full, unreachable, context done): a server problem, not a
+	// bad token, and the state was not consumed. The client should be told
+	// of an internal error (JSON-RPC -32603) with Message.
+	StoreFailed bool
+}
+
+// Expired reports whether the client should start over (call again without
+// the token) rather than treat it as forged: Code is
+// [ctoken.CodeCursorExpired] or [CodeStateExpired].
+func (r Refusal) Expired() bool {
+	return r.Code == ctoken.CodeCursorExpired || r.Code == CodeStateExpired
+}
+
+// Messages of the refusals, fixed texts.
+const (
+	msgCursorExpired = "expired cursor: call again without a cursor"
+	msgCursorInvalid = "invalid cursor"
+	msgStateExpired  = "expired requestState: call again without it"
+	msgStateInvalid  = "invalid requestState"
+	msgStoreFailed   = "request state store unavailable"
+)
+
+// RefuseCursor returns the refusal of a cursor that [ctoken.CursorIssuer.Verify]
+// refused with err: code 1020 for [ctoken.ErrCursorExpired], and 1021 for
+// anything else, nil included (fail closed). It never reports StoreFailed.
+func RefuseCursor(err error) Refusal {
+	if errors.Is(err, ctoken.ErrCursorExpired) {
+		return Refusal{Code: ctoken.CodeCursorExpired, Message: msgCursorExpired, Reason: ctoken.Reason(err)}
+	}
+	return Refusal{Code: ctoken.CodeCursorInvalid, Message: msgCursorInvalid, Reason: ctoken.Reason(err)}
+}
+
+// RefuseState returns the refusal of a request state that did not open with
+// err, from [ctoken.RequestStateCodec.DecodeContext] or [UnwrapArgs]: code
+// 1022 for [ctoken.ErrStateExpired]; 1023 for [ctoken.ErrStateInvalid],
+// [ctoken.ErrStateReplayed] and [ErrArgsMismatch]; any other error comes from
+// the replay store of a single-use codec and is StoreFailed, with code 0
+// (so is nil, which is no refusal to map).
+func RefuseState(err error) Refusal {
+	switch {
+	case errors.Is(err, ctoken.ErrStateExpired):
+		return Refusal{Code: CodeStateExpired, Message: msgStateExpired, Reason: ctoken.Reason(err)}
+	case errors.Is(err, ErrArgsMismatch):
+		return Refusal{Code: CodeStateInvalid, Message: msgStateInvalid, Reason: argsMismatchReason}
+	case errors.Is(err, ctoken.ErrStateInvalid), errors.Is(err, ctoken.ErrStateReplayed):
+		return Refusal{Code: CodeStateInvalid, Message: msgStateInvalid, Reason: ctoken.Reason(err)}
+	}
+	return Refusal{Message: msgStoreFailed, StoreFailed: true}
+}
