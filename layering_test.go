@@ -17,10 +17,11 @@ import (
 	"testing"
 )
 
-// The module's layers, bottom up: internal/* and replay (standard library
-// only); the root package and webhook (side by side, neither importing the
-// other); mcptoken (the root package and the standard library only); cmd/ctoken
-// and the nested modules on top. Nothing imports upward.
+// The module's layers, bottom up: internal/*, replay and observe (standard
+// library only; observe is the event vocabulary the root package and
+// webhook share); the root package and webhook (side by side, neither
+// importing the other); mcptoken (the root package and the standard library
+// only); cmd/ctoken and the nested modules on top. Nothing imports upward.
 
 const modulePath = "github.com/ctoken/ctoken"
 
@@ -66,7 +67,7 @@ func modulePackages(t *testing.T) (map[string]listedPackage, map[string]bool) {
 			pkgs[p.ImportPath] = p
 		}
 	}
-	for _, want := range []string{modulePath, modulePath + "/replay", modulePath + "/webhook", modulePath + "/mcptoken", modulePath + "/internal/b64"} {
+	for _, want := range []string{modulePath, modulePath + "/replay", modulePath + "/observe", modulePath + "/webhook", modulePath + "/mcptoken", modulePath + "/internal/b64"} {
 		if _, ok := pkgs[want]; !ok {
 			t.Fatalf("go list did not report %s; got %d packages", want, len(pkgs))
 		}
@@ -80,11 +81,11 @@ func inModule(path string) bool {
 
 func isInternal(path string) bool { return strings.HasPrefix(path, modulePath+"/internal/") }
 
-func TestLayeringInternalAndReplayImportOnlyTheStandardLibraryAndInternal(t *testing.T) {
+func TestLayeringInternalReplayAndObserveImportOnlyTheStandardLibraryAndInternal(t *testing.T) {
 	pkgs, std := modulePackages(t)
 	for path, p := range pkgs {
 		internal := isInternal(path)
-		if !internal && path != modulePath+"/replay" {
+		if !internal && path != modulePath+"/replay" && path != modulePath+"/observe" {
 			continue
 		}
 		for _, d := range p.Deps {

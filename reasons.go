@@ -1,196 +1,115 @@
 package ctoken
 
-import "github.com/ctoken/ctoken/internal/reason"
-
-// RefusalReason is the fixed set of reasons this package gives for refusing
-// a token or an input: the values [Reason] returns for those refusals, as a
-// small typed enum usable as a metric label. Its String is exactly the
-// [Reason] text ("mac mismatch", "other server session"), so logs and
-// metrics agree. One value may be produced for several token kinds ("mac
-// mismatch" for cursors, request states and one-time tokens): label by
-// [TokenKind] too.
-//
-// The set and every value's String are stable across minor versions: a
-// minor version may add values, never rename, renumber or drop one.
-// Configuration errors of constructors (which name a config field) are not
-// in the set: [ReasonOf] returns [ReasonNone] for them.
-type RefusalReason uint8
-
-// Every [RefusalReason]; the comment after each is its String (and [Reason]).
-const (
-	// ReasonNone: no refusal (or an error that is not a refusal of this
-	// package).
-	ReasonNone RefusalReason = iota
-
-	// Refusals shared by several token kinds.
-
-	ReasonEmpty           // "empty"
-	ReasonTruncated       // "truncated"
-	ReasonMACMismatch     // "mac mismatch"
-	ReasonMalformed       // "malformed payload"
-	ReasonIssuedInFuture  // "issued in the future"
-	ReasonNotBase64URL    // "not base64url"
-	ReasonAlreadyUsed     // "already used" (single-use request state: a duplicate)
-	ReasonStoreFailed     // "replay store failed"
-	ReasonAlreadyRedeemed // "already redeemed" (one-time token: a duplicate)
-
-	// Cursor verification.
-
-	ReasonCursorOversize     // "over MaxCursorBytes"
-	ReasonCursorMalformed    // "malformed or non-canonical payload"
-	ReasonUnknownVersion     // "unknown version"
-	ReasonArgsLength         // "args fingerprint not 32 bytes"
-	ReasonWrongTool          // "wrong tool"
-	ReasonWrongCaller        // "wrong caller"
-	ReasonWrongArguments     // "wrong arguments"
-	ReasonOtherSession       // "other server session"
-	ReasonMACOtherSession    // "mac mismatch (other session)"
-	ReasonOlderThanTTL       // "older than TTL"
-	ReasonCursorStateType    // "state does not decode into the requested type"
-	ReasonIDNotUTF8          // "cursor tool or caller ID is not valid UTF-8"
-	ReasonOpaqueStateTooBig  // "state over MaxOpaqueStateBytes"
-	ReasonCursorTooLarge     // "cursor over MaxCursorBytes"
-	ReasonCursorStateNotCBOR // "state does not encode as CBOR"
-
-	// Request state.
-
-	ReasonStateOversize    // "over MaxBytes"
-	ReasonUnknownPrefix    // "unknown prefix or other mode"
-	ReasonFraming          // "malformed framing"
-	ReasonDecryption       // "decryption failed (tampered, other key, or other subject/tool)"
-	ReasonWrongBinding     // "bound to another subject or tool"
-	ReasonSubjectAmbiguous // "subject contains NUL (ambiguous under BindSubjectAndTool)"
-	ReasonPastExp          // "past exp"
-	ReasonStateType        // "state is not JSON of the requested type"
-	ReasonStateNotUTF8     // "request state is not valid UTF-8"
-	ReasonSubjectNUL       // "subject contains a NUL byte, which BindSubjectAndTool cannot bind unambiguously"
-	ReasonStateTooLarge    // "encoding over MaxBytes"
-	ReasonStateNotJSON     // "encoding/json cannot encode the state"
-
-	// One-time tokens.
-
-	ReasonOneTimeOversize  // "oversize"
-	ReasonUnknownFormat    // "unknown format"
-	ReasonBadBase64        // "bad base64"
-	ReasonExpired          // "expired"
-	ReasonClaimsMismatch   // "claims mismatch"
-	ReasonOtherPurpose     // "other purpose"
-	ReasonClaimsTooLarge   // "claims over MaxOneTimeTokenBytes"
-	ReasonExchangeRequest  // "malformed exchange request"
-	ReasonAuthorizeRefused // "refused by Authorize"
-	ReasonIssueFailed      // "credential not issued"
-
-	// Arguments ([ArgsFingerprint], [CanonicalJSON]).
-
-	ReasonArgsNotJSON       // "not JSON"
-	ReasonArgsUTF8          // "invalid UTF-8"
-	ReasonArgsSurrogate     // "lone surrogate escape"
-	ReasonArgsDuplicate     // "duplicate object member name"
-	ReasonArgsDepth         // "nested deeper than MaxJSONDepth"
-	ReasonArgsRange         // "number outside double range"
-	ReasonArgsInexact       // "number whose canonical form has another value (send it as a string)"
-	ReasonArgsInvalidUTF8Go // "Go string with invalid UTF-8 (encoding/json writes \ufffd; send bytes as []byte)"
-	ReasonArgsMarshal       // "value cannot be marshalled as JSON"
-
-	numRefusalReasons // not a reason: the size of the set
+import (
+	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 )
 
-// reasonNames is every reason's String, indexed by value.
-var reasonNames = [numRefusalReasons]string{
-	ReasonNone:            "",
-	ReasonEmpty:           "empty",
-	ReasonTruncated:       "truncated",
-	ReasonMACMismatch:     "mac mismatch",
-	ReasonMalformed:       "malformed payload",
-	ReasonIssuedInFuture:  "issued in the future",
-	ReasonNotBase64URL:    "not base64url",
-	ReasonAlreadyUsed:     "already used",
-	ReasonStoreFailed:     "replay store failed",
-	ReasonAlreadyRedeemed: "already redeemed",
+// RefusalReason is the fixed set of reasons ctoken's packages give for
+// refusing a token, a delivery or an input: the values [ReasonOf] returns
+// for this package's refusals, as a small typed enum usable as a metric
+// label. It is [observe.RefusalReason]; its String is exactly the [Reason]
+// text. The set and every value's String are stable across minor versions.
+type RefusalReason = observe.RefusalReason
 
-	ReasonCursorOversize:     "over MaxCursorBytes",
-	ReasonCursorMalformed:    "malformed or non-canonical payload",
-	ReasonUnknownVersion:     "unknown version",
-	ReasonArgsLength:         "args fingerprint not 32 bytes",
-	ReasonWrongTool:          "wrong tool",
-	ReasonWrongCaller:        "wrong caller",
-	ReasonWrongArguments:     "wrong arguments",
-	ReasonOtherSession:       "other server session",
-	ReasonMACOtherSession:    "mac mismatch (other session)",
-	ReasonOlderThanTTL:       "older than TTL",
-	ReasonCursorStateType:    "state does not decode into the requested type",
-	ReasonIDNotUTF8:          "cursor tool or caller ID is not valid UTF-8",
-	ReasonOpaqueStateTooBig:  "state over MaxOpaqueStateBytes",
-	ReasonCursorTooLarge:     "cursor over MaxCursorBytes",
-	ReasonCursorStateNotCBOR: "state does not encode as CBOR",
-
-	ReasonStateOversize:    "over MaxBytes",
-	ReasonUnknownPrefix:    "unknown prefix or other mode",
-	ReasonFraming:          "malformed framing",
-	ReasonDecryption:       "decryption failed (tampered, other key, or other subject/tool)",
-	ReasonWrongBinding:     "bound to another subject or tool",
-	ReasonSubjectAmbiguous: "subject contains NUL (ambiguous under BindSubjectAndTool)",
-	ReasonPastExp:          "past exp",
-	ReasonStateType:        "state is not JSON of the requested type",
-	ReasonStateNotUTF8:     "request state is not valid UTF-8",
-	ReasonSubjectNUL:       "subject contains a NUL byte, which BindSubjectAndTool cannot bind unambiguously",
-	ReasonStateTooLarge:    "encoding over MaxBytes",
-	ReasonStateNotJSON:     "encoding/json cannot encode the state",
-
-	ReasonOneTimeOversize:  "oversize",
-	ReasonUnknownFormat:    "unknown format",
-	ReasonBadBase64:        "bad base64",
-	ReasonExpired:          "expired",
-	ReasonClaimsMismatch:   "claims mismatch",
-	ReasonOtherPurpose:     "other purpose",
-	ReasonClaimsTooLarge:   "claims over MaxOneTimeTokenBytes",
-	ReasonExchangeRequest:  "malformed exchange request",
-	ReasonAuthorizeRefused: "refused by Authorize",
-	ReasonIssueFailed:      "credential not issued",
-
-	ReasonArgsNotJSON:       "not JSON",
-	ReasonArgsUTF8:          "invalid UTF-8",
-	ReasonArgsSurrogate:     "lone surrogate escape",
-	ReasonArgsDuplicate:     "duplicate object member name",
-	ReasonArgsDepth:         "nested deeper than MaxJSONDepth",
-	ReasonArgsRange:         "number outside double range",
-	ReasonArgsInexact:       "number whose canonical form has another value (send it as a string)",
-	ReasonArgsInvalidUTF8Go: "Go string with invalid UTF-8 (encoding/json writes \\ufffd; send bytes as []byte)",
-	ReasonArgsMarshal:       "value cannot be marshalled as JSON",
-}
-
-// String returns the reason's stable text, the one [Reason] returns ("" for
-// [ReasonNone] and for a value outside the set).
-func (r RefusalReason) String() string {
-	if r < numRefusalReasons {
-		return reasonNames[r]
-	}
-	return ""
-}
+// Every [RefusalReason] this package produces, and the webhook package's,
+// re-exported from [observe]; the comment of each in [observe] gives its
+// String.
+const (
+	ReasonNone                      = observe.ReasonNone
+	ReasonEmpty                     = observe.ReasonEmpty
+	ReasonTruncated                 = observe.ReasonTruncated
+	ReasonMACMismatch               = observe.ReasonMACMismatch
+	ReasonMalformed                 = observe.ReasonMalformed
+	ReasonIssuedInFuture            = observe.ReasonIssuedInFuture
+	ReasonNotBase64URL              = observe.ReasonNotBase64URL
+	ReasonAlreadyUsed               = observe.ReasonAlreadyUsed
+	ReasonStoreFailed               = observe.ReasonStoreFailed
+	ReasonAlreadyRedeemed           = observe.ReasonAlreadyRedeemed
+	ReasonCursorOversize            = observe.ReasonCursorOversize
+	ReasonCursorMalformed           = observe.ReasonCursorMalformed
+	ReasonUnknownVersion            = observe.ReasonUnknownVersion
+	ReasonArgsLength                = observe.ReasonArgsLength
+	ReasonWrongTool                 = observe.ReasonWrongTool
+	ReasonWrongCaller               = observe.ReasonWrongCaller
+	ReasonWrongArguments            = observe.ReasonWrongArguments
+	ReasonOtherSession              = observe.ReasonOtherSession
+	ReasonMACOtherSession           = observe.ReasonMACOtherSession
+	ReasonOlderThanTTL              = observe.ReasonOlderThanTTL
+	ReasonCursorStateType           = observe.ReasonCursorStateType
+	ReasonIDNotUTF8                 = observe.ReasonIDNotUTF8
+	ReasonOpaqueStateTooBig         = observe.ReasonOpaqueStateTooBig
+	ReasonCursorTooLarge            = observe.ReasonCursorTooLarge
+	ReasonCursorStateNotCBOR        = observe.ReasonCursorStateNotCBOR
+	ReasonStateOversize             = observe.ReasonStateOversize
+	ReasonUnknownPrefix             = observe.ReasonUnknownPrefix
+	ReasonFraming                   = observe.ReasonFraming
+	ReasonDecryption                = observe.ReasonDecryption
+	ReasonWrongBinding              = observe.ReasonWrongBinding
+	ReasonSubjectAmbiguous          = observe.ReasonSubjectAmbiguous
+	ReasonPastExp                   = observe.ReasonPastExp
+	ReasonStateType                 = observe.ReasonStateType
+	ReasonStateNotUTF8              = observe.ReasonStateNotUTF8
+	ReasonSubjectNUL                = observe.ReasonSubjectNUL
+	ReasonStateTooLarge             = observe.ReasonStateTooLarge
+	ReasonStateNotJSON              = observe.ReasonStateNotJSON
+	ReasonOneTimeOversize           = observe.ReasonOneTimeOversize
+	ReasonUnknownFormat             = observe.ReasonUnknownFormat
+	ReasonBadBase64                 = observe.ReasonBadBase64
+	ReasonExpired                   = observe.ReasonExpired
+	ReasonClaimsMismatch            = observe.ReasonClaimsMismatch
+	ReasonOtherPurpose              = observe.ReasonOtherPurpose
+	ReasonClaimsTooLarge            = observe.ReasonClaimsTooLarge
+	ReasonExchangeRequest           = observe.ReasonExchangeRequest
+	ReasonAuthorizeRefused          = observe.ReasonAuthorizeRefused
+	ReasonIssueFailed               = observe.ReasonIssueFailed
+	ReasonArgsNotJSON               = observe.ReasonArgsNotJSON
+	ReasonArgsUTF8                  = observe.ReasonArgsUTF8
+	ReasonArgsSurrogate             = observe.ReasonArgsSurrogate
+	ReasonArgsDuplicate             = observe.ReasonArgsDuplicate
+	ReasonArgsDepth                 = observe.ReasonArgsDepth
+	ReasonArgsRange                 = observe.ReasonArgsRange
+	ReasonArgsInexact               = observe.ReasonArgsInexact
+	ReasonArgsInvalidUTF8Go         = observe.ReasonArgsInvalidUTF8Go
+	ReasonArgsMarshal               = observe.ReasonArgsMarshal
+	ReasonWebhookBodyTooLarge       = observe.ReasonWebhookBodyTooLarge
+	ReasonWebhookBodyUnreadable     = observe.ReasonWebhookBodyUnreadable
+	ReasonWebhookIDHeader           = observe.ReasonWebhookIDHeader
+	ReasonWebhookIDLength           = observe.ReasonWebhookIDLength
+	ReasonWebhookIDChar             = observe.ReasonWebhookIDChar
+	ReasonWebhookNilHeader          = observe.ReasonWebhookNilHeader
+	ReasonWebhookNotVerified        = observe.ReasonWebhookNotVerified
+	ReasonWebhookTimestampHeader    = observe.ReasonWebhookTimestampHeader
+	ReasonWebhookTimestampMalformed = observe.ReasonWebhookTimestampMalformed
+	ReasonWebhookSignatureHeader    = observe.ReasonWebhookSignatureHeader
+	ReasonWebhookSignatureMalformed = observe.ReasonWebhookSignatureMalformed
+	ReasonWebhookSignatureMismatch  = observe.ReasonWebhookSignatureMismatch
+	ReasonWebhookTimestampTooOld    = observe.ReasonWebhookTimestampTooOld
+	ReasonWebhookTimestampFuture    = observe.ReasonWebhookTimestampFuture
+	ReasonWebhookStripeBody         = observe.ReasonWebhookStripeBody
+	ReasonWebhookStripeID           = observe.ReasonWebhookStripeID
+	ReasonWebhookStripeT            = observe.ReasonWebhookStripeT
+	ReasonWebhookSlackBody          = observe.ReasonWebhookSlackBody
+	ReasonWebhookSlackID            = observe.ReasonWebhookSlackID
+	ReasonWebhookDuplicate          = observe.ReasonWebhookDuplicate
+	ReasonWebhookInProgress         = observe.ReasonWebhookInProgress
+	ReasonWebhookLeaseNotAcquired   = observe.ReasonWebhookLeaseNotAcquired
+	ReasonWebhookStoreRecord        = observe.ReasonWebhookStoreRecord
+	ReasonWebhookStoreConfirm       = observe.ReasonWebhookStoreConfirm
+	ReasonWebhookStoreRelease       = observe.ReasonWebhookStoreRelease
+	ReasonWebhookLeaseLost          = observe.ReasonWebhookLeaseLost
+)
 
 // RefusalReasons returns every [RefusalReason] except [ReasonNone], in
-// order: the label values to pre-register.
-func RefusalReasons() []RefusalReason {
-	out := make([]RefusalReason, 0, numRefusalReasons-1)
-	for r := ReasonNone + 1; r < numRefusalReasons; r++ {
-		out = append(out, r)
-	}
-	return out
-}
-
-// reasonByText maps every reason's text back to it.
-var reasonByText = func() map[string]RefusalReason {
-	m := make(map[string]RefusalReason, numRefusalReasons)
-	for r := ReasonNone + 1; r < numRefusalReasons; r++ {
-		m[reasonNames[r]] = r
-	}
-	return m
-}()
+// order: the label values to pre-register ([observe.RefusalReasons]).
+func RefusalReasons() []RefusalReason { return observe.RefusalReasons() }
 
 // ReasonOf returns the [RefusalReason] of err: the typed form of [Reason]
 // for every refusal of a token or an input by this package (so
 // ReasonOf(err).String() == Reason(err)), and [ReasonNone] for nil, for a
-// constructor's configuration error, and for an error of another package.
+// constructor's configuration error, and for an error that carries no
+// reason of the set (an error of another package; a webhook package
+// refusal maps to its webhook reason).
 func ReasonOf(err error) RefusalReason {
 	if err == nil {
 		return ReasonNone
@@ -198,7 +117,8 @@ func ReasonOf(err error) RefusalReason {
 	if r, ok := rejectionReasons[err]; ok {
 		return r
 	}
-	return reasonByText[reason.Of(err)]
+	got, _ := observe.ParseReason(reason.Of(err))
+	return got
 }
 
 // rejectionReasons maps each package-level rejection value to its reason,
@@ -223,7 +143,7 @@ var rejectionReasons = func() map[error]RefusalReason {
 	}
 	m := make(map[error]RefusalReason, len(all))
 	for _, e := range all {
-		m[e] = reasonByText[reason.Of(e)]
+		m[e], _ = observe.ParseReason(reason.Of(e))
 	}
 	return m
 }()

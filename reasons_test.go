@@ -7,11 +7,13 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 )
 
 // TestReasonOfMapsEveryRejection pins every rejection value of the package
@@ -103,56 +105,53 @@ func TestReasonOfIsNoneForConfigurationAndForeignErrors(t *testing.T) {
 	}
 }
 
-func TestRefusalReasonSetIsDenseUniqueAndNamed(t *testing.T) {
-	all := RefusalReasons()
-	if len(all) != int(numRefusalReasons)-1 {
-		t.Fatalf("RefusalReasons has %d values, want %d", len(all), numRefusalReasons-1)
-	}
-	seen := map[string]bool{}
-	for i, r := range all {
-		if r != RefusalReason(i+1) {
-			t.Errorf("RefusalReasons()[%d] = %d", i, r)
-		}
-		s := r.String()
-		if s == "" || seen[s] {
-			t.Errorf("reason %d has empty or duplicate String %q", r, s)
-		}
-		seen[s] = true
-	}
-	if ReasonNone.String() != "" || numRefusalReasons.String() != "" || RefusalReason(255).String() != "" {
-		t.Error("ReasonNone and values outside the set must print as empty")
+// TestRootReExportsTheObserveSet checks that the root package's names are
+// the observe package's values (the aliases and constants), and the key
+// position helper the issuers use.
+func TestRootReExportsTheObserveSet(t *testing.T) {
+	if !slices.Equal(RefusalReasons(), observe.RefusalReasons()) || !slices.Equal(TokenKinds(), observe.TokenKinds()) ||
+		!slices.Equal(Outcomes(), observe.Outcomes()) {
+		t.Error("RefusalReasons, TokenKinds or Outcomes differ from package observe's")
 	}
 	for _, tc := range []struct{ got, want string }{
 		{KindCursor.String(), "cursor"}, {KindRequestState.String(), "request_state"},
-		{KindOneTime.String(), "one_time"}, {KindExchange.String(), "exchange"}, {TokenKind(99).String(), ""},
+		{KindOneTime.String(), "one_time"}, {KindExchange.String(), "exchange"}, {KindWebhook.String(), "webhook"},
 		{OutcomeIssued.String(), "issued"}, {OutcomeVerified.String(), "verified"}, {OutcomeRefused.String(), "refused"},
-		{OutcomeDuplicate.String(), "duplicate"}, {OutcomeStoreFailure.String(), "store_failure"}, {Outcome(99).String(), ""},
+		{OutcomeDuplicate.String(), "duplicate"}, {OutcomeStoreFailure.String(), "store_failure"},
+		{OutcomeInProgress.String(), "in_progress"}, {OutcomeProcessed.String(), "processed"},
 		{KeyNone.String(), "none"}, {KeyPrimary.String(), "primary"}, {keyPosition(1).String(), "previous 1"},
 		{keyPosition(3).String(), "previous 3"}, {keyPosition(-1).String(), "none"}, {keyPosition(1000).String(), "previous 254"},
+		{ReasonMACMismatch.String(), "mac mismatch"}, {ReasonWebhookSignatureMismatch.String(), "signature mismatch"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("String = %q, want %q", tc.got, tc.want)
 		}
-	}
-	if len(TokenKinds()) != len(kindNames)-1 || len(Outcomes()) != len(outcomeNames)-1 {
-		t.Error("TokenKinds or Outcomes out of step with their names")
 	}
 }
 
 // configSentinels are the sentinels whose reasons name a configuration
 // fault (a field, a variable, a key's position) rather than a token: they
 // are outside the RefusalReason set by design.
-var configSentinels = map[string]bool{"ErrConfig": true, "ErrNoKey": true, "ErrKeyTooShort": true, "ErrKeyInvalid": true}
+// The webhook package's are ErrConfig, ErrNoSecret and ErrSecretInvalid.
+var configSentinels = map[string]bool{
+	"ErrConfig": true, "ErrNoKey": true, "ErrKeyTooShort": true, "ErrKeyInvalid": true,
+	"ErrNoSecret": true, "ErrSecretInvalid": true,
+}
 
 // TestNoReasonOutsideTheSet scans every call that makes a rejection in the
-// package's source (reject, reason.New, reason.Wrap, configError, keyError)
-// and checks that its reason is a constant of the RefusalReason set, unless
-// the sentinel is a configuration one. A new rejection with a new text fails
-// here until it joins the set.
+// source of this package and of the webhook package (reject, reason.New,
+// reason.Wrap, configError, keyError) and checks that its reason is a
+// constant of the RefusalReason set, unless the sentinel is a configuration
+// one. A new rejection with a new text fails here until it joins the set;
+// a reason of the set that neither package produces fails too.
 func TestNoReasonOutsideTheSet(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for _, pattern := range []string{"*.go", "webhook/*.go"} {
+		got, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, got...)
 	}
 	fset := token.NewFileSet()
 	produced := map[string]bool{}
@@ -200,13 +199,13 @@ func TestNoReasonOutsideTheSet(t *testing.T) {
 			}
 			s, _ := strconv.Unquote(lit.Value)
 			produced[s] = true
-			if _, ok := reasonByText[s]; !ok {
+			if _, ok := observe.ParseReason(s); !ok {
 				t.Errorf("%s: reason %q (sentinel %s) is not in the RefusalReason set", pos, s, sentinel)
 			}
 			return true
 		})
 	}
-	if calls < 60 {
+	if calls < 120 {
 		t.Fatalf("found only %d rejection calls: the scan is broken", calls)
 	}
 	// Every reason of the set is produced somewhere: as a rejection's

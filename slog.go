@@ -8,16 +8,21 @@ import (
 // SlogObserver is an [Observer] that writes each [Event] as one structured
 // log/slog record, at a level chosen by what the event means:
 //
-//   - Debug: a token issued or verified (the normal case);
+//   - Debug: a token issued or verified, a webhook delivery signed,
+//     verified or recorded as processed (the normal case);
 //   - Info: a refusal an honest client causes in normal operation (a token
 //     past its age or expiry, a cursor from another server session, an
 //     input too large or not encodable at issue, an exchange request that
-//     is malformed or that Authorize refused);
-//   - Warn: every other refusal (a MAC mismatch, a malformed or tampered
-//     token, a wrong scope, binding, purpose or claims) and a duplicate
-//     (a single-use token replayed);
-//   - Error: a replay-store failure, or an exchange whose credential could
-//     not be issued.
+//     is malformed or that Authorize refused), and a webhook delivery that
+//     arrives again (a sender's retry: a duplicate, or a copy refused while
+//     another attempt holds its lease);
+//   - Warn: every other refusal (a MAC or webhook signature mismatch, a
+//     malformed or tampered token or delivery, a stale webhook timestamp,
+//     a wrong scope, binding, purpose or claims) and a duplicate token (a
+//     single-use token replayed);
+//   - Error: a replay-store failure (for webhooks also a lease lost or a
+//     delivery that could not be confirmed or released), or an exchange
+//     whose credential could not be issued.
 //
 // Each record has the message "ctoken: " + the outcome and the attributes
 // kind, outcome, reason (refusals), key (when a key authenticated the
@@ -67,9 +72,14 @@ func (s *SlogObserver) Observe(e Event) {
 // eventLevel is the level [SlogObserver] logs e at.
 func eventLevel(e Event) slog.Level {
 	switch e.Outcome {
-	case OutcomeIssued, OutcomeVerified:
+	case OutcomeIssued, OutcomeVerified, OutcomeProcessed:
 		return slog.LevelDebug
+	case OutcomeInProgress:
+		return slog.LevelInfo
 	case OutcomeDuplicate:
+		if e.Kind == KindWebhook {
+			return slog.LevelInfo // senders deliver at least once: a retry is normal
+		}
 		return slog.LevelWarn
 	case OutcomeStoreFailure:
 		return slog.LevelError

@@ -140,6 +140,15 @@ func TestSlogObserverLevelOfEveryOutcome(t *testing.T) {
 		{Event{Outcome: OutcomeDuplicate, Reason: ReasonAlreadyUsed}, slog.LevelWarn},
 		{Event{Outcome: OutcomeStoreFailure, Reason: ReasonStoreFailed}, slog.LevelError},
 		{Event{Outcome: OutcomeRefused, Reason: ReasonIssueFailed}, slog.LevelError},
+		{Event{Kind: KindWebhook, Outcome: OutcomeIssued, Key: KeyPrimary}, slog.LevelDebug},
+		{Event{Kind: KindWebhook, Outcome: OutcomeVerified, Key: KeyPrimary}, slog.LevelDebug},
+		{Event{Kind: KindWebhook, Outcome: OutcomeProcessed, StoreLatency: 1}, slog.LevelDebug},
+		{Event{Kind: KindWebhook, Outcome: OutcomeDuplicate, Reason: ReasonWebhookDuplicate}, slog.LevelInfo},
+		{Event{Kind: KindWebhook, Outcome: OutcomeInProgress, Reason: ReasonWebhookInProgress}, slog.LevelInfo},
+		{Event{Kind: KindWebhook, Outcome: OutcomeRefused, Reason: ReasonWebhookSignatureMismatch}, slog.LevelWarn},
+		{Event{Kind: KindWebhook, Outcome: OutcomeRefused, Reason: ReasonWebhookTimestampTooOld}, slog.LevelWarn},
+		{Event{Kind: KindWebhook, Outcome: OutcomeStoreFailure, Reason: ReasonWebhookStoreRecord}, slog.LevelError},
+		{Event{Kind: KindWebhook, Outcome: OutcomeStoreFailure, Reason: ReasonWebhookLeaseLost}, slog.LevelError},
 	} {
 		if got := eventLevel(tc.e); got != tc.want {
 			t.Errorf("level of %+v = %v, want %v", tc.e, got, tc.want)

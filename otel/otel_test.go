@@ -3,12 +3,14 @@ package ctokenotel_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken"
 	ctokenotel "github.com/ctoken/ctoken/otel"
 	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/webhook"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -35,8 +37,9 @@ func TestNewRejectsNilMeterProvider(t *testing.T) {
 // series is one counter series: its attributes, in a comparable form.
 type series struct{ kind, outcome, reason, key string }
 
-// TestScriptedRunExactCounts drives a cursor issuer, a one-time issuer and
-// a single-use request-state codec through a fixed script, then reads the
+// TestScriptedRunExactCounts drives a cursor issuer, a one-time issuer, a
+// single-use request-state codec and a webhook signer and verifier through
+// a fixed script, then reads the
 // metrics with the SDK's ManualReader and checks every series' count and
 // the store-latency histogram.
 func TestScriptedRunExactCounts(t *testing.T) {
@@ -115,6 +118,9 @@ func TestScriptedRunExactCounts(t *testing.T) {
 	if _, err := iss.Verify(c1, scope); !errors.Is(err, ctoken.ErrCursorExpired) {
 		t.Fatalf("expired: %v", err)
 	}
+	// 7. webhook deliveries, through the same observer: sign, verify under
+	//    the primary and the previous secret, forge, process, duplicate.
+	webhookRun(t, obs, clk.Now)
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -167,6 +173,12 @@ func TestScriptedRunExactCounts(t *testing.T) {
 		{"one_time", "duplicate", "already redeemed", "primary"}:             1,
 		{"request_state", "issued", "", "primary"}:                           1,
 		{"request_state", "store_failure", "replay store failed", "primary"}: 1,
+		{"webhook", "issued", "", "primary"}:                                 2,
+		{"webhook", "verified", "", "primary"}:                               2,
+		{"webhook", "verified", "", "previous 1"}:                            1,
+		{"webhook", "refused", "signature mismatch", "none"}:                 1,
+		{"webhook", "processed", "", "primary"}:                              1,
+		{"webhook", "duplicate", "delivery already processed", "primary"}:    1,
 	}
 	if len(counts) != len(want) {
 		t.Errorf("%d series, want %d: %v", len(counts), len(want), counts)
@@ -180,6 +192,8 @@ func TestScriptedRunExactCounts(t *testing.T) {
 		{"one_time", "verified"}:           1,
 		{"one_time", "duplicate"}:          1,
 		{"request_state", "store_failure"}: 1,
+		{"webhook", "processed"}:           1,
+		{"webhook", "duplicate"}:           1,
 	}
 	if len(storeCalls) != len(wantStore) {
 		t.Errorf("store histogram series %v, want %v", storeCalls, wantStore)
@@ -188,6 +202,60 @@ func TestScriptedRunExactCounts(t *testing.T) {
 		if storeCalls[k] != n {
 			t.Errorf("store calls %v = %d, want %d", k, storeCalls[k], n)
 		}
+	}
+}
+
+// webhookRun drives a webhook signer and verifier observed by obs: two
+// deliveries signed (issued, primary), verified (primary); one signed by
+// the secret the verifier holds second (verified, previous 1); one forged
+// (refused, signature mismatch, none); the first processed (processed,
+// with the store's latency) and presented again (duplicate).
+func webhookRun(t *testing.T, obs ctoken.Observer, now func() time.Time) {
+	t.Helper()
+	const newSecret, oldSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_3q2+7wAAAAD+ZmxvYXRpbmctcG9pbnQh"
+	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{newSecret, oldSecret}, Now: now, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{newSecret}, Now: now, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{oldSecret}, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"a":1}`)
+	sign := func(s *webhook.Signer, id string) http.Header {
+		h := http.Header{}
+		if err := s.Sign(h, id, body); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	first, second, byOld := sign(s, "msg_1"), sign(s, "msg_2"), sign(old, "msg_3")
+	d, err := v.Verify(first, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []http.Header{second, byOld} {
+		if _, err := v.Verify(h, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := v.Verify(first, []byte(`{"a":2}`)); !errors.Is(err, webhook.ErrSignature) {
+		t.Fatalf("forged: %v", err)
+	}
+	ctx := context.Background()
+	lease, err := v.Acquire(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Confirm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Acquire(ctx, d); !errors.Is(err, webhook.ErrDuplicate) {
+		t.Fatalf("duplicate: %v", err)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/ctoken/ctoken/observe"
 )
 
 func BenchmarkVerify(b *testing.B) {
@@ -69,4 +71,26 @@ func BenchmarkVerifyNewSchemes(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkVerifyObserved is BenchmarkVerify's standard/1KiB case with a
+// no-op Observer, against which the nil-observer case measures the hook.
+func BenchmarkVerifyObserved(b *testing.B) {
+	body := []byte(strings.Repeat("x", 1024))
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}}
+	h := http.Header{}
+	if err := newSigner(b, cfg).Sign(h, "evt-1", body); err != nil {
+		b.Fatal(err)
+	}
+	cfg.Observer = observe.ObserverFunc(func(observe.Event) {})
+	v := newVerifier(b, cfg)
+	b.Run("standard/1KiB", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := v.Verify(h, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

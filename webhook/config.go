@@ -8,11 +8,14 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/ctoken/ctoken/internal/mac"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -130,13 +133,21 @@ type Config struct {
 	// [ErrReplayStore]; see [Lease.Confirm] and [Lease.Release]). The
 	// handler's response is sent unchanged. Verifier only.
 	OnLeaseError func(r *http.Request, d Delivery, err error)
+	// Observer, if set, is told of every outcome as an [observe.Event] of
+	// kind [observe.KindWebhook] (see [Verifier.Verify], [Verifier.Acquire],
+	// [Lease.Confirm], [Lease.Release] and [Signer.Sign] for which): the
+	// same observer type the root package's configs take, so one metrics or
+	// log adapter serves both. It is called synchronously, once per
+	// operation, and must not block. Nil costs nothing.
+	Observer observe.Observer
 }
 
 // params is a validated Config. Header names are canonical keys.
 type params struct {
 	scheme                        Scheme
-	keys                          []*mac.Key
-	edKeys                        edKeys // StandardWebhooksEd25519 only
+	set                           atomic.Pointer[keySet] // the secrets in effect, swapped whole by SetSecrets
+	signer                        bool                   // the params of a Signer
+	edMsgs                        sync.Pool              // StandardWebhooksEd25519 verifier: *[]byte buffers for id.timestamp.body
 	idHeader, tsHeader, sigHeader string
 	tolerance                     time.Duration
 	maxBody                       int64
@@ -150,6 +161,7 @@ type params struct {
 	onReject                      func(*http.Request, error)
 	onDuplicate                   func(*http.Request, Delivery)
 	onLeaseError                  func(*http.Request, Delivery, error)
+	obs                           observe.Observer
 }
 
 // newParams validates cfg for a verifier or, when signer, for a signer.
@@ -187,13 +199,9 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	if err := checkNamespace(cfg.Namespace, cfg.Replay != nil && !signer); err != nil {
 		return nil, err
 	}
-	if len(cfg.Secrets) == 0 {
-		return nil, errNoSecrets
-	}
-	for i, s := range cfg.Secrets {
-		if surroundedBySpace(s) {
-			return nil, fmt.Errorf("%w (secret %d of %d)", errSecretSpace, i+1, len(cfg.Secrets))
-		}
+	ks, err := loadSecrets(cfg.Scheme, cfg.Secrets, signer)
+	if err != nil {
+		return nil, err
 	}
 	p := &params{
 		scheme:       cfg.Scheme,
@@ -206,10 +214,10 @@ func newParams(cfg Config, signer bool) (*params, error) {
 		onReject:     cfg.OnReject,
 		onDuplicate:  cfg.OnDuplicate,
 		onLeaseError: cfg.OnLeaseError,
+		obs:          cfg.Observer,
+		signer:       signer,
 	}
-	if err := cfg.Scheme.loadKeys(p, cfg.Secrets, signer); err != nil {
-		return nil, err
-	}
+	p.set.Store(ks)
 	if err := cfg.Scheme.configure(&cfg, p); err != nil {
 		return nil, err
 	}
@@ -233,7 +241,6 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	if signer {
 		return p, nil
 	}
-	var err error
 	if p.dedupBy, err = resolveDedup(cfg.Scheme, cfg.Dedup); err != nil {
 		return nil, err
 	}
@@ -390,4 +397,7 @@ func (p *params) logValue() slog.Value {
 }
 
 // secretCount is the number of configured secrets or keys.
-func (p *params) secretCount() int { return len(p.keys) + len(p.edKeys.pub) + len(p.edKeys.priv) }
+func (p *params) secretCount() int {
+	ks := p.set.Load()
+	return len(ks.keys) + len(ks.edPub) + len(ks.edPriv)
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"time"
+
+	"github.com/ctoken/ctoken/observe"
 )
 
 // Delivery describes an authentic delivery, as returned by
@@ -15,8 +17,9 @@ type Delivery struct {
 	// ([StandardWebhooks]); zero otherwise.
 	Timestamp time.Time
 
-	body     [sha256.Size]byte // the SHA-256 of the body, under the Dedup policies that need it
-	verified bool              // set by Verify
+	body     [sha256.Size]byte   // the SHA-256 of the body, under the Dedup policies that need it
+	key      observe.KeyPosition // the secret that verified it, for the observer
+	verified bool                // set by Verify
 }
 
 type deliveryKey struct{}

@@ -48,6 +48,18 @@
 // fmt verb, through log/slog and through encoding/json. A zero [Verifier] or
 // [Signer] refuses every call with [ErrNoSecret].
 //
+// # Operations
+//
+// [Config.Observer] takes an [observe.Observer], the type the root
+// package's configs take, so one log or metrics adapter counts webhook
+// deliveries (kind [observe.KindWebhook]) beside tokens: each verification
+// with the position of the secret that matched, each refusal with its
+// [ReasonOf], duplicates, copies in progress, processed deliveries and
+// replay-store failures with the store's latency. [Verifier.SetSecrets]
+// and [Signer.SetSecrets] rotate the secrets of a running verifier or
+// signer: the new list is validated first, and takes effect whole for the
+// calls that start after it.
+//
 // Durations and sizes in [Config] follow one rule: zero means the
 // documented default, a negative value is an error from the constructor.
 // An option that has no effect under the chosen scheme (a SignatureHeader

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/internal/mac"
+	"github.com/ctoken/ctoken/observe"
 )
 
 // hmacSHA256 is the scheme of Cursor's agent webhooks and of GitHub: a
@@ -56,8 +57,8 @@ func (s *hmacSHA256) parseSecret(secret string) ([]byte, error) {
 	return []byte(secret), nil
 }
 
-func (s *hmacSHA256) loadKeys(p *params, secrets []string, _ bool) error {
-	return loadHMACKeys(p, secrets, s.parseSecret)
+func (s *hmacSHA256) loadKeys(ks *keySet, secrets []string, _ bool) error {
+	return loadHMACKeys(ks, secrets, s.parseSecret)
 }
 
 func (s *hmacSHA256) configure(cfg *Config, p *params) error {
@@ -96,10 +97,11 @@ func (s *hmacSHA256) verify(p *params, h http.Header, body []byte, _ string) (ve
 	if !parseSHA256Signature(sig, &got[0]) {
 		return verified{}, errSigMalformed
 	}
-	if !verifyOne(p.keys, got[:], func(st *mac.State) { st.Write(body) }) {
+	key := verifyOne(p.set.Load().keys, got[:], func(st *mac.State) { st.Write(body) })
+	if key == observe.KeyNone {
 		return verified{}, errSigMismatch
 	}
-	return verified{}, nil
+	return verified{key: key}, nil
 }
 
 // parseSHA256Signature parses "sha256=<64 hex digits>" (hex in either case)
@@ -134,6 +136,6 @@ func fromHex(c byte) (byte, bool) {
 
 func (s *hmacSHA256) sign(p *params, h http.Header, id string, body []byte, _ time.Time) error {
 	h[p.idHeader] = []string{id}
-	h[p.sigHeader] = []string{sha256Prefix + hex.EncodeToString(p.keys[0].Sum(nil, body))}
+	h[p.sigHeader] = []string{sha256Prefix + hex.EncodeToString(p.set.Load().keys[0].Sum(nil, body))}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -25,8 +26,9 @@ type Lease struct {
 	v          *Verifier
 	d          Delivery
 	key, token string
-	deadline   time.Time // the work should be done by then
-	expires    time.Time // the store frees the delivery by then
+	deadline   time.Time     // the work should be done by then
+	expires    time.Time     // the store frees the delivery by then
+	acquired   time.Duration // the store's latency taking the lease, for the observer
 }
 
 // Acquire takes the lease on an authentic delivery d (from
@@ -43,6 +45,13 @@ type Lease struct {
 //
 // Which deliveries count as one is set by [Config.Dedup]; each delivery
 // takes one store entry.
+//
+// The [Config.Observer] is told of every call but a successful one (whose
+// store latency is reported with [observe.OutcomeProcessed] by
+// [Lease.Confirm]): [observe.OutcomeDuplicate], [observe.OutcomeInProgress]
+// or [observe.OutcomeStoreFailure] with the store's latency and the
+// position of the secret that verified d, or [observe.OutcomeRefused] for a
+// Delivery not from Verify.
 func (v *Verifier) Acquire(ctx context.Context, d Delivery) (*Lease, error) {
 	l, _, err := v.acquire(ctx, d)
 	return l, err
@@ -54,13 +63,32 @@ func (v *Verifier) acquire(ctx context.Context, d Delivery) (*Lease, time.Durati
 	if v == nil || v.p == nil {
 		return nil, 0, errZeroVerifier
 	}
-	if !d.verified || checkID(d.ID, v.p.scheme.forbidsDot()) != nil {
+	p := v.p
+	if !d.verified || checkID(d.ID, p.scheme.forbidsDot()) != nil {
+		if p.obs != nil {
+			p.report(observe.OutcomeRefused, observe.KeyNone, errNotVerified, 0)
+		}
 		return nil, 0, errNotVerified
 	}
-	p := v.p
 	start := time.Now()
 	key := p.storeKey(&d)
 	got, err := p.leaser.AcquireLease(ctx, key, p.lease)
+	l, wait, err := v.leaseFrom(d, key, start, got, err)
+	if p.obs != nil {
+		took := max(time.Since(start), 1) // a store was called: never 0
+		if err == nil {
+			l.acquired = took
+		} else {
+			p.report(observe.OutcomeRefused, d.key, err, took)
+		}
+	}
+	return l, wait, err
+}
+
+// leaseFrom turns the store's answer to AcquireLease into acquire's
+// results.
+func (v *Verifier) leaseFrom(d Delivery, key string, start time.Time, got replay.Lease, err error) (*Lease, time.Duration, error) {
+	p := v.p
 	if err != nil {
 		return nil, 0, storeError(err)
 	}
@@ -124,10 +152,26 @@ func (l *Lease) Expires() time.Time {
 // delivery (the work ran twice — finish the work by [Lease.Deadline]);
 // otherwise the store did not record the outcome, and after the lease
 // expires a copy of the delivery would be processed again.
+//
+// The [Config.Observer] is told [observe.OutcomeProcessed] when the store
+// recorded the delivery, else [observe.OutcomeStoreFailure]; either with
+// the position of the secret that verified the delivery and the time spent
+// in the store for it: taking the lease ([Verifier.Acquire]) plus
+// confirming it, retries included.
 func (l *Lease) Confirm(ctx context.Context) error {
 	if l == nil || l.v == nil {
 		return errLeaseNotAcquired
 	}
+	start := time.Now()
+	err := l.confirm(ctx)
+	if p := l.v.p; p.obs != nil {
+		p.report(observe.OutcomeProcessed, l.d.key, err, l.acquired+max(time.Since(start), 1))
+	}
+	return err
+}
+
+// confirm is Confirm.
+func (l *Lease) confirm(ctx context.Context) error {
 	p := l.v.p
 	until := p.holdUntil(&l.d)
 	giveUp := l.expires
@@ -168,14 +212,25 @@ func (l *Lease) Confirm(ctx context.Context) error {
 // this lease holds it, and waits at most a quarter of [Config.Lease] for
 // the store. A store failure matches [ErrReplayStore] and the store's
 // error; the lease then ends by itself at [Lease.Expires].
+//
+// The [Config.Observer] is told only of a failure
+// ([observe.OutcomeStoreFailure], with the store's latency): a released
+// delivery is neither processed nor refused, and its retry is reported
+// when it arrives.
 func (l *Lease) Release(ctx context.Context) error {
 	if l == nil || l.v == nil {
 		return errLeaseNotAcquired
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.v.p.lease/4)
+	p := l.v.p
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, p.lease/4)
 	defer cancel()
-	if err := l.v.p.leaser.ReleaseLease(ctx, l.key, l.token); err != nil {
-		return reason.Wrap(ErrReplayStore, "replay store could not release the delivery", err)
+	if err := p.leaser.ReleaseLease(ctx, l.key, l.token); err != nil {
+		err = reason.Wrap(ErrReplayStore, "replay store could not release the delivery", err)
+		if p.obs != nil {
+			p.report(observe.OutcomeStoreFailure, l.d.key, err, max(time.Since(start), 1))
+		}
+		return err
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/ctoken/ctoken/observe"
 )
 
 // StatusCode is the HTTP status [Verifier.Middleware] answers a refused
@@ -79,8 +81,15 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		p := v.p
+		// Body refusals come before Verify, which reports the others.
+		refuseBody := func(err error) {
+			if p.obs != nil {
+				p.report(observe.OutcomeRefused, observe.KeyNone, err, 0)
+			}
+			refuse(err)
+		}
 		if r.ContentLength > p.maxBody {
-			refuse(errBodyTooLarge)
+			refuseBody(errBodyTooLarge)
 			return
 		}
 		rb := r.Body
@@ -91,9 +100,9 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
-				refuse(errBodyTooLarge)
+				refuseBody(errBodyTooLarge)
 			} else {
-				refuse(errBodyUnreadable)
+				refuseBody(errBodyUnreadable)
 			}
 			return
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 )
 
 // Scheme is a webhook signature scheme: how a sender signs a delivery,
@@ -21,16 +22,17 @@ type Scheme interface {
 	// String returns the scheme's name, such as "standard-webhooks".
 	String() string
 
-	// loadKeys parses the configured secrets into p's keys, for a signer
-	// when signer is set.
-	loadKeys(p *params, secrets []string, signer bool) error
+	// loadKeys parses secrets into ks, for a signer when signer is set.
+	loadKeys(ks *keySet, secrets []string, signer bool) error
 	// configure resolves the header names of cfg into p and refuses
 	// options that have no effect under the scheme.
 	configure(cfg *Config, p *params) error
 	// forbidsDot reports whether a delivery ID may not contain '.'.
 	forbidsDot() bool
-	// verify checks the signature (and timestamp) of a delivery and
-	// returns what it verified. For schemes with an ID header (p.idHeader
+	// verify checks the signature (and timestamp) of a delivery under the
+	// secrets in effect (one load of p.set) and returns what it verified;
+	// once the signature matched, also on a later refusal, verified.key
+	// names the secret that matched. For schemes with an ID header (p.idHeader
 	// set) id is that header's checked value; the others read the ID from
 	// the verified body and return it in verified.id. It returns only
 	// preallocated errors and, returning by value, allocates nothing on
@@ -46,6 +48,9 @@ type Scheme interface {
 type verified struct {
 	ts time.Time // the signed timestamp (schemes that sign one)
 	id string    // the delivery ID read from the body (schemes without an ID header)
+	// key is the position of the first secret whose signature matched,
+	// observe.KeyNone when none did.
+	key observe.KeyPosition
 }
 
 // ownScheme reports whether s is one of this package's scheme types (and
@@ -59,15 +64,15 @@ func ownScheme(s Scheme) bool {
 	return false
 }
 
-// loadHMACKeys parses secrets with parse into pooled HMAC keys on p. An
+// loadHMACKeys parses secrets with parse into pooled HMAC keys on ks. An
 // error names the secret's position, never the secret.
-func loadHMACKeys(p *params, secrets []string, parse func(string) ([]byte, error)) error {
+func loadHMACKeys(ks *keySet, secrets []string, parse func(string) ([]byte, error)) error {
 	for i, s := range secrets {
 		k, err := newKey(parse, s)
 		if err != nil {
 			return fmt.Errorf("%w (secret %d of %d)", err, i+1, len(secrets))
 		}
-		p.keys = append(p.keys, k)
+		ks.keys = append(ks.keys, k)
 	}
 	return nil
 }
@@ -168,23 +173,24 @@ func checkID(id string, noDot bool) error {
 	return nil
 }
 
-// verifyOne reports, in constant time per comparison, whether any key's
-// HMAC of the message written by write equals one of the candidate tags.
-// Every candidate is compared under every key: there is no early exit.
-func verifyOne(keys []*mac.Key, cands [][mac.Size]byte, write func(st *mac.State)) bool {
-	matched := false
-	for _, k := range keys {
+// verifyOne reports, in constant time per comparison, the position of the
+// first key whose HMAC of the message written by write equals one of the
+// candidate tags, or observe.KeyNone when no key's does. Every candidate
+// is compared under every key: there is no early exit.
+func verifyOne(keys []*mac.Key, cands [][mac.Size]byte, write func(st *mac.State)) observe.KeyPosition {
+	matched := -1
+	for i, k := range keys {
 		st := k.Begin()
 		write(st)
 		tag := st.Tag()
-		for i := range cands {
-			if equalTag(tag, &cands[i]) {
-				matched = true
+		for j := range cands {
+			if equalTag(tag, &cands[j]) && matched < 0 {
+				matched = i
 			}
 		}
 		k.End(st)
 	}
-	return matched
+	return observe.KeyAt(matched)
 }
 
 // equalTag compares two tags in constant time.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/internal/clocktest"
+	"github.com/ctoken/ctoken/observe"
 )
 
 // Test secrets of the schemes added for issue 12.
@@ -59,11 +60,17 @@ func newSchemes() []senderScheme {
 
 func (ss senderScheme) pair(t testing.TB, now func() time.Time) (*Signer, *Verifier) {
 	t.Helper()
-	s, err := NewSigner(Config{Scheme: ss.scheme, Secrets: ss.signer, Now: now})
+	return ss.observedPair(t, now, nil)
+}
+
+// observedPair is pair with obs as the Observer of both.
+func (ss senderScheme) observedPair(t testing.TB, now func() time.Time, obs observe.Observer) (*Signer, *Verifier) {
+	t.Helper()
+	s, err := NewSigner(Config{Scheme: ss.scheme, Secrets: ss.signer, Now: now, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, newVerifier(t, Config{Scheme: ss.scheme, Secrets: ss.verifier, Now: now})
+	return s, newVerifier(t, Config{Scheme: ss.scheme, Secrets: ss.verifier, Now: now, Observer: obs})
 }
 
 func TestNewSchemesSignAndVerifyRoundTrip(t *testing.T) {

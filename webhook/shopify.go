@@ -6,6 +6,7 @@ import (
 
 	"github.com/ctoken/ctoken/internal/b64"
 	"github.com/ctoken/ctoken/internal/mac"
+	"github.com/ctoken/ctoken/observe"
 )
 
 // Header names of [Shopify].
@@ -50,10 +51,11 @@ func (s *shopify) verify(p *params, h http.Header, body []byte, _ string) (verif
 	if !parseBase64Tag(sig, &got[0]) {
 		return verified{}, errSigMalformed
 	}
-	if !verifyOne(p.keys, got[:], func(st *mac.State) { st.Write(body) }) {
+	key := verifyOne(p.set.Load().keys, got[:], func(st *mac.State) { st.Write(body) })
+	if key == observe.KeyNone {
 		return verified{}, errSigMismatch
 	}
-	return verified{}, nil
+	return verified{key: key}, nil
 }
 
 // parseBase64Tag decodes the canonical padded standard base64 of a 32-byte
@@ -74,6 +76,6 @@ func parseBase64Tag(s string, dst *[mac.Size]byte) bool {
 
 func (s *shopify) sign(p *params, h http.Header, id string, body []byte, _ time.Time) error {
 	h[p.idHeader] = []string{id}
-	h[p.sigHeader] = []string{b64.Std.EncodeToString(p.keys[0].Sum(nil, body))}
+	h[p.sigHeader] = []string{b64.Std.EncodeToString(p.set.Load().keys[0].Sum(nil, body))}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+
+	"github.com/ctoken/ctoken/observe"
 )
 
 // Signer signs outgoing deliveries so that a [Verifier] with the same
@@ -15,7 +17,7 @@ type Signer struct {
 }
 
 // NewSigner validates cfg and returns a signer. Only Scheme, Secrets, the
-// header names and Now apply to a signer; the receiving options
+// header names, Now and Observer apply to a signer; the receiving options
 // (Tolerance, MaxBody, Replay, DedupWindow, OnReject) are refused with
 // [ErrConfig], as are the errors of [NewVerifier].
 func NewSigner(cfg Config) (*Signer, error) {
@@ -34,17 +36,34 @@ func NewSigner(cfg Config) (*Signer, error) {
 // the body carries (see each scheme). Otherwise Sign fails with
 // [ErrMalformed] and leaves h unchanged. A nil h is refused with
 // [ErrMalformed].
+//
+// The [Config.Observer] is told of each call: [observe.OutcomeIssued] with
+// [observe.KeyPrimary], or [observe.OutcomeRefused] with the [ReasonOf] of
+// the error.
 func (s *Signer) Sign(h http.Header, id string, body []byte) error {
 	if s == nil || s.p == nil {
 		return errZeroSigner
 	}
-	if err := checkID(id, s.p.scheme.forbidsDot()); err != nil {
+	err := s.p.sign(h, id, body)
+	if s.p.obs != nil {
+		key := observe.KeyPrimary // the first secret signs (with the others, under some schemes)
+		if err != nil {
+			key = observe.KeyNone
+		}
+		s.p.report(observe.OutcomeIssued, key, err, 0)
+	}
+	return err
+}
+
+// sign is Sign.
+func (p *params) sign(h http.Header, id string, body []byte) error {
+	if err := checkID(id, p.scheme.forbidsDot()); err != nil {
 		return err
 	}
 	if h == nil {
 		return errNilHeader
 	}
-	return s.p.scheme.sign(s.p, h, id, body, s.p.now())
+	return p.scheme.sign(p, h, id, body, p.now())
 }
 
 // String describes s without its secrets.

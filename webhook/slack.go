@@ -9,6 +9,7 @@ import (
 
 	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 )
 
 // Header names of [Slack].
@@ -68,8 +69,8 @@ func (s *slack) parseSecret(secret string) ([]byte, error) {
 	return []byte(secret), nil
 }
 
-func (s *slack) loadKeys(p *params, secrets []string, _ bool) error {
-	return loadHMACKeys(p, secrets, s.parseSecret)
+func (s *slack) loadKeys(ks *keySet, secrets []string, _ bool) error {
+	return loadHMACKeys(ks, secrets, s.parseSecret)
 }
 
 func (s *slack) configure(cfg *Config, p *params) error {
@@ -100,26 +101,27 @@ func (s *slack) verify(p *params, h http.Header, body []byte, _ string) (verifie
 		!parseLowerHexTag(sig[len(slackPrefix):], &got[0]) {
 		return verified{}, errSigMalformed
 	}
-	if !verifyOne(p.keys, got[:], func(st *mac.State) {
+	key := verifyOne(p.set.Load().keys, got[:], func(st *mac.State) {
 		st.WriteString("v0:")
 		st.WriteString(tsText)
 		st.WriteByte(':')
 		st.Write(body)
-	}) {
+	})
+	if key == observe.KeyNone {
 		return verified{}, errSigMismatch
 	}
 	t, err := checkWindow(p, ts)
 	if err != nil {
-		return verified{}, err
+		return verified{key: key}, err
 	}
 	id, found, ok := slackEventID(body)
 	if !ok {
-		return verified{}, errSlackBody
+		return verified{key: key}, errSlackBody
 	}
 	if !found {
 		id = sig // "v0=<64 hex>": printable ASCII, 67 bytes
 	}
-	return verified{ts: t, id: id}, nil
+	return verified{key: key, ts: t, id: id}, nil
 }
 
 // slackEventID reads the event_id of an authentic body: found is false for
@@ -146,13 +148,14 @@ func (s *slack) sign(p *params, h http.Header, id string, body []byte, now time.
 		return errSlackSignID
 	}
 	ts := strconv.FormatInt(now.Unix(), 10)
-	st := p.keys[0].Begin()
+	k := p.set.Load().keys[0]
+	st := k.Begin()
 	st.WriteString("v0:")
 	st.WriteString(ts)
 	st.WriteByte(':')
 	st.Write(body)
 	sig := slackPrefix + hex.EncodeToString(st.Tag()[:])
-	p.keys[0].End(st)
+	k.End(st)
 	h[p.tsHeader] = []string{ts}
 	h[p.sigHeader] = []string{sig}
 	return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ctoken/ctoken/internal/b64"
 	"github.com/ctoken/ctoken/internal/mac"
+	"github.com/ctoken/ctoken/observe"
 )
 
 // standard is the Standard Webhooks scheme, parameterised by its header
@@ -64,8 +65,8 @@ func (s *standard) parseSecret(secret string) ([]byte, error) {
 	return k, nil
 }
 
-func (s *standard) loadKeys(p *params, secrets []string, _ bool) error {
-	return loadHMACKeys(p, secrets, s.parseSecret)
+func (s *standard) loadKeys(ks *keySet, secrets []string, _ bool) error {
+	return loadHMACKeys(ks, secrets, s.parseSecret)
 }
 
 func (s *standard) configure(cfg *Config, p *params) error {
@@ -96,22 +97,23 @@ func (s *standard) verify(p *params, h http.Header, body []byte, id string) (ver
 	if !ok {
 		return verified{}, errSigMalformed
 	}
-	if !verifyOne(p.keys, cands[:n], func(st *mac.State) {
+	key := verifyOne(p.set.Load().keys, cands[:n], func(st *mac.State) {
 		st.WriteString(id)
 		st.WriteByte('.')
 		st.WriteString(tsText)
 		st.WriteByte('.')
 		st.Write(body)
-	}) {
+	})
+	if key == observe.KeyNone {
 		return verified{}, errSigMismatch
 	}
 	// The window is checked after the signature, so ErrTimestamp always
 	// means an authentic but stale or future delivery.
 	t, err := checkWindow(p, ts)
 	if err != nil {
-		return verified{}, err
+		return verified{key: key}, err
 	}
-	return verified{ts: t}, nil
+	return verified{key: key, ts: t}, nil
 }
 
 // parseUnixSeconds parses 1 to 12 ASCII digits (no sign, no spaces, no
@@ -205,7 +207,7 @@ func isSpace(c byte) bool {
 func (s *standard) sign(p *params, h http.Header, id string, body []byte, now time.Time) error {
 	ts := strconv.FormatInt(now.Unix(), 10)
 	var sigs strings.Builder
-	for i, k := range p.keys {
+	for i, k := range p.set.Load().keys {
 		if i > 0 {
 			sigs.WriteByte(' ')
 		}

@@ -7,11 +7,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ctoken/ctoken/internal/b64"
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 )
 
 // standardEd25519 is the asymmetric (v1a) variant of Standard Webhooks: the
@@ -27,16 +27,6 @@ var schemeStandardEd25519 = &standardEd25519{&standard{
 	tsHeader:  HeaderStandardTimestamp,
 	sigHeader: HeaderStandardSignature,
 }}
-
-// edKeys holds the keys of [StandardWebhooksEd25519]: public keys for a
-// verifier, private keys for a signer; and the verifier's buffers for the
-// signed message id.timestamp.body, which Ed25519 (unlike HMAC) must see
-// as one slice.
-type edKeys struct {
-	pub  []ed25519.PublicKey
-	priv []ed25519.PrivateKey
-	msgs sync.Pool // of *[]byte
-}
 
 // Key prefixes of [StandardWebhooksEd25519].
 const (
@@ -79,7 +69,7 @@ var (
 	errEdKeyOrder  = reason.New(ErrSecretInvalid, "Ed25519 public key is a point of small order, under which signatures can be forged")
 )
 
-func (s *standardEd25519) loadKeys(p *params, secrets []string, signer bool) error {
+func (s *standardEd25519) loadKeys(ks *keySet, secrets []string, signer bool) error {
 	prefix := Ed25519PublicKeyPrefix
 	if signer {
 		prefix = Ed25519PrivateKeyPrefix
@@ -90,12 +80,12 @@ func (s *standardEd25519) loadKeys(p *params, secrets []string, signer bool) err
 			return fmt.Errorf("%w (secret %d of %d)", err, i+1, len(secrets))
 		}
 		if signer {
-			p.edKeys.priv = append(p.edKeys.priv, ed25519.NewKeyFromSeed(raw))
+			ks.edPriv = append(ks.edPriv, ed25519.NewKeyFromSeed(raw))
 		} else {
 			if err := checkEd25519PublicKey(raw); err != nil {
 				return fmt.Errorf("%w (secret %d of %d)", err, i+1, len(secrets))
 			}
-			p.edKeys.pub = append(p.edKeys.pub, ed25519.PublicKey(raw))
+			ks.edPub = append(ks.edPub, ed25519.PublicKey(raw))
 		}
 	}
 	return nil
@@ -218,7 +208,7 @@ func (s *standardEd25519) verify(p *params, h http.Header, body []byte, id strin
 	if !ok {
 		return verified{}, errSigMalformed
 	}
-	bp, _ := p.edKeys.msgs.Get().(*[]byte)
+	bp, _ := p.edMsgs.Get().(*[]byte)
 	if bp == nil {
 		bp = new([]byte)
 	}
@@ -227,26 +217,27 @@ func (s *standardEd25519) verify(p *params, h http.Header, body []byte, id strin
 	msg = append(msg, tsText...)
 	msg = append(msg, '.')
 	msg = append(msg, body...)
-	matched := false
-	for _, k := range p.edKeys.pub {
-		for i := range cands[:n] {
-			if ed25519.Verify(k, msg, cands[i][:]) {
-				matched = true
+	matched := -1
+	for i, k := range p.set.Load().edPub {
+		for j := range cands[:n] {
+			if ed25519.Verify(k, msg, cands[j][:]) && matched < 0 {
+				matched = i
 			}
 		}
 	}
 	if cap(msg) <= maxPooledMsg {
 		*bp = msg[:0]
-		p.edKeys.msgs.Put(bp)
+		p.edMsgs.Put(bp)
 	}
-	if !matched {
+	if matched < 0 {
 		return verified{}, errSigMismatch
 	}
+	key := observe.KeyAt(matched)
 	t, err := checkWindow(p, ts)
 	if err != nil {
-		return verified{}, err
+		return verified{key: key}, err
 	}
-	return verified{ts: t}, nil
+	return verified{key: key, ts: t}, nil
 }
 
 // parseEd25519Signatures parses a signature header of at most
@@ -286,7 +277,7 @@ func (s *standardEd25519) sign(p *params, h http.Header, id string, body []byte,
 	msg := make([]byte, 0, len(id)+len(ts)+2+len(body))
 	msg = append(append(append(append(append(msg, id...), '.'), ts...), '.'), body...)
 	var sigs strings.Builder
-	for i, k := range p.edKeys.priv {
+	for i, k := range p.set.Load().edPriv {
 		if i > 0 {
 			sigs.WriteByte(' ')
 		}

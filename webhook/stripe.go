@@ -9,6 +9,7 @@ import (
 
 	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 )
 
 // HeaderStripeSignature is the signature header of [Stripe].
@@ -68,8 +69,8 @@ func (s *stripe) parseSecret(secret string) ([]byte, error) {
 	return []byte(secret), nil
 }
 
-func (s *stripe) loadKeys(p *params, secrets []string, _ bool) error {
-	return loadHMACKeys(p, secrets, s.parseSecret)
+func (s *stripe) loadKeys(ks *keySet, secrets []string, _ bool) error {
+	return loadHMACKeys(ks, secrets, s.parseSecret)
 }
 
 func (s *stripe) configure(cfg *Config, p *params) error {
@@ -95,23 +96,24 @@ func (s *stripe) verify(p *params, h http.Header, body []byte, _ string) (verifi
 	if err != nil {
 		return verified{}, err
 	}
-	if !verifyOne(p.keys, cands[:n], func(st *mac.State) {
+	key := verifyOne(p.set.Load().keys, cands[:n], func(st *mac.State) {
 		st.WriteString(tsText)
 		st.WriteByte('.')
 		st.Write(body)
-	}) {
+	})
+	if key == observe.KeyNone {
 		return verified{}, errSigMismatch
 	}
 	ts, _ := parseUnixSeconds(tsText) // checked by parseStripeHeader
 	t, err := checkWindow(p, ts)
 	if err != nil {
-		return verified{}, err
+		return verified{key: key}, err
 	}
 	id, ok := stripeEventID(body)
 	if !ok {
-		return verified{}, errStripeEventID
+		return verified{key: key}, errStripeEventID
 	}
-	return verified{ts: t, id: id}, nil
+	return verified{key: key, ts: t, id: id}, nil
 }
 
 // parseStripeHeader parses a Stripe-Signature value: comma-separated
@@ -173,7 +175,7 @@ func (s *stripe) sign(p *params, h http.Header, id string, body []byte, now time
 	var b strings.Builder
 	b.WriteString("t=")
 	b.WriteString(ts)
-	for _, k := range p.keys {
+	for _, k := range p.set.Load().keys {
 		st := k.Begin()
 		st.WriteString(ts)
 		st.WriteByte('.')

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+
+	"github.com/ctoken/ctoken/observe"
 )
 
 // Verifier checks signed webhook deliveries ([Verifier.Verify]) and makes
@@ -45,11 +47,30 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 // A refused delivery returns the zero Delivery and costs no allocation,
 // except a well-formed forged Ed25519 signature (see
 // [StandardWebhooksEd25519]).
+//
+// The [Config.Observer] is told of each call: [observe.OutcomeVerified]
+// with the position of the first secret that matched ([observe.KeyPrimary]
+// for the first of the list, "previous N" for the others), or
+// [observe.OutcomeRefused] with the [ReasonOf] of the error (and the
+// matching secret's position when the signature matched but a later check
+// refused the delivery).
 func (v *Verifier) Verify(h http.Header, body []byte) (Delivery, error) {
 	if v == nil || v.p == nil {
 		return Delivery{}, errZeroVerifier
 	}
-	p := v.p
+	d, err := v.p.verify(h, body)
+	if v.p.obs != nil {
+		v.p.report(observe.OutcomeVerified, d.key, err, 0)
+	}
+	if err != nil {
+		return Delivery{}, err // fail closed: nothing of a refused delivery
+	}
+	return d, nil
+}
+
+// verify is Verify. On a refusal after the signature matched it returns a
+// Delivery holding only the matching key's position, for the observer.
+func (p *params) verify(h http.Header, body []byte) (Delivery, error) {
 	if int64(len(body)) > p.maxBody {
 		return Delivery{}, errBodyTooLarge
 	}
@@ -65,12 +86,12 @@ func (v *Verifier) Verify(h http.Header, body []byte) (Delivery, error) {
 	}
 	got, err := p.scheme.verify(p, h, body, id)
 	if err != nil {
-		return Delivery{}, err // fail closed: nothing of a refused delivery
+		return Delivery{key: got.key}, err // fail closed: Verify returns nothing of a refused delivery
 	}
 	if p.idHeader == "" {
 		id = got.id
 	}
-	d := Delivery{ID: id, Timestamp: got.ts, verified: true}
+	d := Delivery{ID: id, Timestamp: got.ts, key: got.key, verified: true}
 	if p.dedupBy == DedupSignature || p.dedupBy == DedupIDAndSignature {
 		d.body = sha256.Sum256(body)
 	}

@@ -1,0 +1,18 @@
+// Package observe is the vocabulary ctoken's packages report their outcomes
+// in: an [Event] per operation, given to the [Observer] of a config, whose
+// labels come from fixed, exported sets ([TokenKind], [Outcome],
+// [RefusalReason], [KeyPosition]) so that metrics can be pre-registered with
+// a bounded number of label values. An Event never holds token text, a
+// delivery, a subject, a caller, a claim or key material.
+//
+// The root package re-exports every name of this package (ctoken.Event is
+// observe.Event, ctoken.KindCursor is observe.KindCursor), so an observer
+// written against either works with every config of the module: the root
+// package's issuers and codecs, and the webhook package's verifiers and
+// signers. The package depends on the standard library only, so that
+// webhook-only users can name these types without linking the root package.
+//
+// The values of these sets and their String forms are stable across minor
+// versions: a minor version may add values, never rename, renumber or drop
+// one.
+package observe

@@ -1,0 +1,217 @@
+package observe
+
+import (
+	"strconv"
+	"time"
+)
+
+// TokenKind names what an [Event] is about.
+type TokenKind uint8
+
+const (
+	// KindCursor is a pagination cursor (ctoken.CursorIssuer).
+	KindCursor TokenKind = iota + 1
+	// KindRequestState is an MCP request state (ctoken.RequestStateCodec).
+	KindRequestState
+	// KindOneTime is a one-time token (ctoken.OneTimeIssuer).
+	KindOneTime
+	// KindExchange is one token exchange request (ctoken.ExchangeHandler).
+	KindExchange
+	// KindWebhook is one webhook delivery (webhook.Verifier and
+	// webhook.Signer).
+	KindWebhook
+
+	numKinds // not a kind: the size of the set
+)
+
+var kindNames = [numKinds]string{"", "cursor", "request_state", "one_time", "exchange", "webhook"}
+
+// String returns the kind's stable label: "cursor", "request_state",
+// "one_time", "exchange" or "webhook" ("" for a value outside the set).
+func (k TokenKind) String() string {
+	if k < numKinds {
+		return kindNames[k]
+	}
+	return ""
+}
+
+// TokenKinds returns every [TokenKind], in order.
+func TokenKinds() []TokenKind {
+	out := make([]TokenKind, 0, numKinds-1)
+	for k := KindCursor; k < numKinds; k++ {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Outcome is what happened to one operation.
+type Outcome uint8
+
+const (
+	// OutcomeIssued: a token was issued (cursor Issue, state Encode,
+	// one-time Mint), for [KindExchange] a credential was issued, and for
+	// [KindWebhook] a delivery was signed.
+	OutcomeIssued Outcome = iota + 1
+	// OutcomeVerified: a token or a delivery was accepted (cursor Verify,
+	// state Decode, one-time Verify or Redeem, webhook Verify).
+	// [Event.Key] names the key or secret that verified it.
+	OutcomeVerified
+	// OutcomeRefused: a token, a delivery or an input was refused;
+	// [Event.Reason] says why.
+	OutcomeRefused
+	// OutcomeDuplicate: an authentic, unexpired single-use token was
+	// presented again (a replay), and refused; or a webhook delivery
+	// already processed arrived again (a sender's retry), and was
+	// acknowledged without being processed.
+	OutcomeDuplicate
+	// OutcomeStoreFailure: the replay store could not answer, so the token
+	// or delivery was refused unjudged (fail closed), or (webhook) could not
+	// record that a delivery was processed.
+	OutcomeStoreFailure
+	// OutcomeInProgress: a copy of a webhook delivery arrived while another
+	// attempt held its lease, and was refused so that the sender retries.
+	OutcomeInProgress
+	// OutcomeProcessed: the replay store recorded a webhook delivery as
+	// processed (its lease was confirmed).
+	OutcomeProcessed
+
+	numOutcomes // not an outcome: the size of the set
+)
+
+var outcomeNames = [numOutcomes]string{"", "issued", "verified", "refused", "duplicate", "store_failure", "in_progress", "processed"}
+
+// String returns the outcome's stable label: "issued", "verified",
+// "refused", "duplicate", "store_failure", "in_progress" or "processed"
+// ("" outside the set).
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return ""
+}
+
+// Outcomes returns every [Outcome], in order.
+func Outcomes() []Outcome {
+	out := make([]Outcome, 0, numOutcomes-1)
+	for o := OutcomeIssued; o < numOutcomes; o++ {
+		out = append(out, o)
+	}
+	return out
+}
+
+// KeyPosition names the key of a ring (or the secret of a webhook
+// verifier's list) that checked a token: the primary, or the Nth previous
+// key. The zero value, [KeyNone], means no key was involved or none matched
+// (a refusal before or at the MAC check).
+type KeyPosition uint8
+
+const (
+	// KeyNone: no key authenticated the token.
+	KeyNone KeyPosition = 0
+	// KeyPrimary: the primary key (the first of the ring), which also signs
+	// every new token.
+	KeyPrimary KeyPosition = 1
+)
+
+// KeyAt returns the position of the key at index i of a ring or secret
+// list (0 is the primary, 1 the first previous key), or [KeyNone] for a
+// negative i. Indexes from 254 on share the position "previous 254".
+func KeyAt(i int) KeyPosition {
+	switch {
+	case i < 0:
+		return KeyNone
+	case i >= 254:
+		return 255
+	}
+	return KeyPosition(i + 1)
+}
+
+// Previous returns the N of "previous N" (1 for the first previous key),
+// or 0 for [KeyNone] and [KeyPrimary].
+func (p KeyPosition) Previous() int {
+	if p <= KeyPrimary {
+		return 0
+	}
+	return int(p) - 1
+}
+
+// String returns "none", "primary", or "previous N" (N from 1).
+func (p KeyPosition) String() string {
+	switch p {
+	case KeyNone:
+		return "none"
+	case KeyPrimary:
+		return "primary"
+	}
+	return "previous " + strconv.Itoa(p.Previous())
+}
+
+// Event is one outcome reported to an [Observer]. It holds only values of
+// the fixed sets of this package and a duration: never token text, a
+// delivery's ID or body, a subject, a caller, a claim, a purpose or key
+// material.
+type Event struct {
+	// Kind is what the event is about.
+	Kind TokenKind
+	// Outcome is what happened.
+	Outcome Outcome
+	// Reason is why a token was refused; [ReasonNone] for
+	// [OutcomeIssued], [OutcomeVerified] and [OutcomeProcessed]. For
+	// [OutcomeDuplicate], [OutcomeInProgress] and [OutcomeStoreFailure] it
+	// is the reason of the returned error ("already used", "already
+	// redeemed", "replay store failed", "delivery already processed", ...).
+	Reason RefusalReason
+	// Key is the key that authenticated the token: set on
+	// [OutcomeVerified], on [OutcomeIssued] ([KeyPrimary]: the primary signs
+	// every new token), and on refusals found after the MAC check (expired,
+	// wrong scope, duplicate); [KeyNone] otherwise.
+	Key KeyPosition
+	// StoreLatency is how long the replay store took, when one was called
+	// (single-use request state, one-time Redeem, exchange, webhook lease
+	// acquisition and confirmation); 0 otherwise.
+	StoreLatency time.Duration
+}
+
+// Observer is told of every outcome of the issuer, codec, verifier or
+// handler whose config holds it. Observe is called synchronously on the hot
+// path, once per operation, from every goroutine that uses it: it must be
+// safe for concurrent use and must not block (count, or hand off to a
+// buffered sink). A nil Observer costs nothing: no event is built. An
+// Observer must not retain anything beyond the [Event] value it is given.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to [Observer].
+type ObserverFunc func(Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// Multi returns an [Observer] that passes every event to each of obs in
+// order (nil entries are skipped), for example a log adapter and a metrics
+// adapter. With no non-nil observer it returns nil, which costs nothing;
+// with one, it returns that one.
+func Multi(obs ...Observer) Observer {
+	var all multiObserver
+	for _, o := range obs {
+		if o != nil {
+			all = append(all, o)
+		}
+	}
+	switch len(all) {
+	case 0:
+		return nil
+	case 1:
+		return all[0]
+	}
+	return all
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Observe(e Event) {
+	for _, o := range m {
+		o.Observe(e)
+	}
+}

@@ -1,0 +1,122 @@
+package observe
+
+import "testing"
+
+func TestRefusalReasonSetIsDenseUniqueAndNamed(t *testing.T) {
+	all := RefusalReasons()
+	if len(all) != int(numRefusalReasons)-1 {
+		t.Fatalf("RefusalReasons has %d values, want %d", len(all), numRefusalReasons-1)
+	}
+	seen := map[string]bool{}
+	for i, r := range all {
+		if r != RefusalReason(i+1) {
+			t.Errorf("RefusalReasons()[%d] = %d", i, r)
+		}
+		s := r.String()
+		if s == "" || seen[s] {
+			t.Errorf("reason %d has empty or duplicate String %q", r, s)
+		}
+		seen[s] = true
+		if got, ok := ParseReason(s); !ok || got != r {
+			t.Errorf("ParseReason(%q) = %v, %v; want %v", s, got, ok, r)
+		}
+	}
+	if ReasonNone.String() != "" || numRefusalReasons.String() != "" || RefusalReason(255).String() != "" {
+		t.Error("ReasonNone and values outside the set must print as empty")
+	}
+	for _, text := range []string{"", "no such reason", "Signature Mismatch"} {
+		if r, ok := ParseReason(text); ok || r != ReasonNone {
+			t.Errorf("ParseReason(%q) = %v, %v; want ReasonNone, false", text, r, ok)
+		}
+	}
+}
+
+// TestSetValuesAreStable pins the number and String of values that metric
+// labels and dashboards depend on: a renumbering or a rename fails here.
+func TestSetValuesAreStable(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		got  string
+		want string
+	}{
+		{int(KindCursor), KindCursor.String(), "cursor"}, {int(KindRequestState), KindRequestState.String(), "request_state"},
+		{int(KindOneTime), KindOneTime.String(), "one_time"}, {int(KindExchange), KindExchange.String(), "exchange"},
+		{int(KindWebhook), KindWebhook.String(), "webhook"},
+		{int(OutcomeIssued), OutcomeIssued.String(), "issued"}, {int(OutcomeVerified), OutcomeVerified.String(), "verified"},
+		{int(OutcomeRefused), OutcomeRefused.String(), "refused"}, {int(OutcomeDuplicate), OutcomeDuplicate.String(), "duplicate"},
+		{int(OutcomeStoreFailure), OutcomeStoreFailure.String(), "store_failure"},
+		{int(OutcomeInProgress), OutcomeInProgress.String(), "in_progress"},
+		{int(OutcomeProcessed), OutcomeProcessed.String(), "processed"},
+		{int(ReasonEmpty), ReasonEmpty.String(), "empty"},
+		{int(ReasonMACMismatch), ReasonMACMismatch.String(), "mac mismatch"},
+		{int(ReasonArgsMarshal), ReasonArgsMarshal.String(), "value cannot be marshalled as JSON"},
+		{int(ReasonWebhookBodyTooLarge), ReasonWebhookBodyTooLarge.String(), "body over cap"},
+		{int(ReasonWebhookSignatureMismatch), ReasonWebhookSignatureMismatch.String(), "signature mismatch"},
+		{int(ReasonWebhookLeaseLost), ReasonWebhookLeaseLost.String(), "lease lost: another attempt took the delivery after the lease expired"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("value %d: String = %q, want %q", tc.n, tc.got, tc.want)
+		}
+	}
+	for _, tc := range []struct{ got, want int }{
+		{int(KindWebhook), 5}, {int(OutcomeStoreFailure), 5}, {int(OutcomeInProgress), 6}, {int(OutcomeProcessed), 7},
+		{int(ReasonArgsMarshal), 55}, {int(ReasonWebhookBodyTooLarge), 56}, {int(ReasonWebhookLeaseLost), 81},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("value %d, want %d: a value was renumbered", tc.got, tc.want)
+		}
+	}
+	if TokenKind(99).String() != "" || numKinds.String() != "" || Outcome(99).String() != "" || numOutcomes.String() != "" {
+		t.Error("values outside the sets must print as empty")
+	}
+	if k := TokenKinds(); len(k) != int(numKinds)-1 || k[0] != KindCursor || k[len(k)-1] != KindWebhook {
+		t.Errorf("TokenKinds = %v", k)
+	}
+	if o := Outcomes(); len(o) != int(numOutcomes)-1 || o[0] != OutcomeIssued || o[len(o)-1] != OutcomeProcessed {
+		t.Errorf("Outcomes = %v", o)
+	}
+}
+
+func TestKeyAtNamesEveryPosition(t *testing.T) {
+	for _, tc := range []struct {
+		i    int
+		want string
+		prev int
+	}{
+		{-5, "none", 0}, {-1, "none", 0}, {0, "primary", 0}, {1, "previous 1", 1}, {3, "previous 3", 3},
+		{253, "previous 253", 253}, {254, "previous 254", 254}, {1000, "previous 254", 254},
+	} {
+		p := KeyAt(tc.i)
+		if p.String() != tc.want || p.Previous() != tc.prev {
+			t.Errorf("KeyAt(%d) = %q previous %d, want %q previous %d", tc.i, p, p.Previous(), tc.want, tc.prev)
+		}
+	}
+	if KeyAt(-1) != KeyNone || KeyAt(0) != KeyPrimary {
+		t.Error("KeyAt(-1) must be KeyNone and KeyAt(0) KeyPrimary")
+	}
+}
+
+type recorder struct{ got []Event }
+
+func (r *recorder) Observe(e Event) { r.got = append(r.got, e) }
+
+func TestMultiFansOutInOrderAndDropsNil(t *testing.T) {
+	if Multi() != nil || Multi(nil, nil) != nil {
+		t.Fatal("no observer must be nil (zero cost)")
+	}
+	a := &recorder{}
+	if Multi(nil, a) != Observer(a) {
+		t.Error("a single observer is not returned as is")
+	}
+	var order []string
+	first := ObserverFunc(func(Event) { order = append(order, "first") })
+	second := ObserverFunc(func(Event) { order = append(order, "second") })
+	e := Event{Kind: KindWebhook, Outcome: OutcomeVerified, Key: KeyPrimary}
+	Multi(first, nil, a, second).Observe(e)
+	if len(a.got) != 1 || a.got[0] != e {
+		t.Errorf("events %+v, want one %+v", a.got, e)
+	}
+	if len(order) != 2 || order[0] != "first" || order[1] != "second" {
+		t.Errorf("order %v", order)
+	}
+}

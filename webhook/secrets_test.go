@@ -1,0 +1,291 @@
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/observe"
+)
+
+const hmacSecret2 = "hmac-test-secret-2-rotated"
+
+func TestSetSecretsRefusesInvalidSecretsAndKeepsTheOnesInEffect(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		scheme  Scheme
+		old     []string
+		bad     []string
+		want    error
+		signer  bool
+		pairKey string // a secret that signs for the old set
+	}{
+		{"no secret", HMACSHA256(), []string{hmacSecret}, nil, ErrNoSecret, false, hmacSecret},
+		{"empty list", HMACSHA256(), []string{hmacSecret}, []string{}, ErrNoSecret, false, hmacSecret},
+		{"empty secret", HMACSHA256(), []string{hmacSecret}, []string{hmacSecret2, ""}, ErrSecretInvalid, false, hmacSecret},
+		{"trailing newline", HMACSHA256(), []string{hmacSecret}, []string{hmacSecret2 + "\n"}, ErrSecretInvalid, false, hmacSecret},
+		{"standard secret too short", StandardWebhooks(), []string{stdSecret}, []string{"whsec_c2hvcnQ="}, ErrSecretInvalid, false, stdSecret},
+		{"standard secret not base64", StandardWebhooks(), []string{stdSecret}, []string{"whsec_!!!"}, ErrSecretInvalid, false, stdSecret},
+		{"stripe secret without whsec_", Stripe(), []string{stripeSecret}, []string{"sk_live_x"}, ErrSecretInvalid, false, stripeSecret},
+		{"private key given to an Ed25519 verifier", StandardWebhooksEd25519(), []string{edPub}, []string{edPriv2}, ErrSecretInvalid, false, edPriv},
+		{"public key given to an Ed25519 signer", StandardWebhooksEd25519(), []string{edPriv}, []string{edPub2}, ErrSecretInvalid, true, edPriv},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newStepClock()
+			body, id := `{"id":"evt_1","event_id":"evt_1"}`, "evt_1"
+			if tc.signer {
+				s := newSigner(t, Config{Scheme: tc.scheme, Secrets: tc.old, Now: clk.Now})
+				err := s.SetSecrets(tc.bad)
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("SetSecrets = %v, want %v", err, tc.want)
+				}
+				assertNoSecretIn(t, err, tc.bad)
+				v := newVerifier(t, Config{Scheme: tc.scheme, Secrets: []string{edPub}, Now: clk.Now})
+				if _, err := v.Verify(signed(t, s, id, body), []byte(body)); err != nil {
+					t.Fatalf("the signer lost its secrets: %v", err)
+				}
+				return
+			}
+			v := newVerifier(t, Config{Scheme: tc.scheme, Secrets: tc.old, Now: clk.Now})
+			err := v.SetSecrets(tc.bad)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("SetSecrets = %v, want %v", err, tc.want)
+			}
+			assertNoSecretIn(t, err, tc.bad)
+			s := newSigner(t, Config{Scheme: tc.scheme, Secrets: []string{tc.pairKey}, Now: clk.Now})
+			if _, err := v.Verify(signed(t, s, id, body), []byte(body)); err != nil {
+				t.Fatalf("the verifier lost its secrets: %v", err)
+			}
+		})
+	}
+}
+
+// assertNoSecretIn checks that err's text holds none of secrets.
+func assertNoSecretIn(t *testing.T, err error, secrets []string) {
+	t.Helper()
+	for _, s := range secrets {
+		if strings.TrimSpace(s) != "" && strings.Contains(err.Error(), strings.TrimSpace(s)) {
+			t.Errorf("error %q holds a secret", err)
+		}
+	}
+}
+
+func TestSetSecretsOnZeroValuesRefuses(t *testing.T) {
+	var v *Verifier
+	if err := v.SetSecrets([]string{hmacSecret}); !errors.Is(err, ErrNoSecret) {
+		t.Errorf("nil Verifier: %v", err)
+	}
+	if err := (&Verifier{}).SetSecrets([]string{hmacSecret}); !errors.Is(err, ErrNoSecret) {
+		t.Errorf("zero Verifier: %v", err)
+	}
+	var s *Signer
+	if err := s.SetSecrets([]string{hmacSecret}); !errors.Is(err, ErrNoSecret) {
+		t.Errorf("nil Signer: %v", err)
+	}
+	if err := (&Signer{}).SetSecrets([]string{hmacSecret}); !errors.Is(err, ErrNoSecret) {
+		t.Errorf("zero Signer: %v", err)
+	}
+}
+
+// TestSetSecretsTakesEffectForTheNextCall swaps the secrets of a verifier
+// and a signer under every scheme and checks which deliveries verify, and
+// that the description counts the new secrets without printing them.
+func TestSetSecretsTakesEffectForTheNextCall(t *testing.T) {
+	for _, ss := range append(newSchemes(), senderScheme{HMACSHA256(), []string{hmacSecret}, []string{hmacSecret}, "evt_1", `{}`, false}) {
+		clk := newStepClock()
+		s, v := ss.pair(t, clk.Now)
+		oldSigner := newSigner(t, Config{Scheme: ss.scheme, Secrets: ss.signer, Now: clk.Now})
+		newSignerSecret, newVerifierSecret := rotated(ss)
+		before := signed(t, oldSigner, ss.id, ss.body)
+		if err := v.SetSecrets([]string{newVerifierSecret}); err != nil {
+			t.Fatalf("%v: %v", ss.scheme, err)
+		}
+		if _, err := v.Verify(before, []byte(ss.body)); !errors.Is(err, ErrSignature) {
+			t.Errorf("%v: a delivery under the dropped secret: %v", ss.scheme, err)
+		}
+		if err := s.SetSecrets([]string{newSignerSecret}); err != nil {
+			t.Fatalf("%v: %v", ss.scheme, err)
+		}
+		if _, err := v.Verify(signed(t, s, ss.id, ss.body), []byte(ss.body)); err != nil {
+			t.Errorf("%v: a delivery under the new secret: %v", ss.scheme, err)
+		}
+		if got := fmt.Sprint(v) + fmt.Sprint(s); strings.Contains(got, newSignerSecret) || strings.Contains(got, newVerifierSecret) ||
+			!strings.Contains(fmt.Sprint(v), "[1 redacted]") {
+			t.Errorf("%v: description %q", ss.scheme, got)
+		}
+	}
+}
+
+// rotated returns a second secret for ss's scheme: the signer's form and
+// the verifier's.
+func rotated(ss senderScheme) (signer, verifier string) {
+	switch ss.scheme {
+	case StandardWebhooksEd25519():
+		return edPriv2, edPub2
+	case Stripe():
+		return stripeSecret2, stripeSecret2
+	case Svix(), StandardWebhooks():
+		return stdSecret2, stdSecret2
+	}
+	return hmacSecret2, hmacSecret2
+}
+
+// keyCounter counts webhook events by outcome and key position.
+type keyCounter struct {
+	verified [256]atomic.Int64 // by KeyPosition
+	refused  atomic.Int64
+	issued   atomic.Int64
+}
+
+func (c *keyCounter) Observe(e observe.Event) {
+	switch e.Outcome {
+	case observe.OutcomeVerified:
+		c.verified[e.Key].Add(1)
+	case observe.OutcomeIssued:
+		c.issued.Add(1)
+	default:
+		c.refused.Add(1)
+	}
+}
+
+// TestRotationUnderLoadRefusesNoValidDelivery rotates the secret of a
+// running signer and verifier through the two passes of the runbook while
+// 8 goroutines sign and verify without pause: no valid delivery is refused,
+// the old secret verifies ("previous 1") only between pass 2 and the drain,
+// and invalid secret lists offered meanwhile change nothing.
+func TestRotationUnderLoadRefusesNoValidDelivery(t *testing.T) {
+	const workers = 8
+	obs := &keyCounter{}
+	a, b := hmacSecret, hmacSecret2
+	v := newVerifier(t, Config{Scheme: HMACSHA256(), Secrets: []string{a}, Observer: obs})
+	s, err := NewSigner(Config{Scheme: HMACSHA256(), Secrets: []string{a}, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var refusals atomic.Int64
+	var firstErr atomic.Value
+	var rounds [workers]atomic.Int64 // deliveries each worker finished
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := []byte(`{"worker":` + strconv.Itoa(w) + `}`)
+			for i := 0; !stop.Load(); i++ {
+				h := http.Header{}
+				if err := s.Sign(h, "w"+strconv.Itoa(w)+"-"+strconv.Itoa(i), body); err != nil {
+					refusals.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				if _, err := v.Verify(h, body); err != nil {
+					refusals.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+				rounds[w].Add(1)
+			}
+		}()
+	}
+	prev := func() int64 { return obs.verified[observe.KeyAt(1)].Load() }
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				stop.Store(true)
+				wg.Wait()
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// settled waits until every worker has finished two more deliveries,
+	// so none still holds one signed before the last swap.
+	settled := func(what string) {
+		t.Helper()
+		var at [workers]int64
+		for w := range rounds {
+			at[w] = rounds[w].Load()
+		}
+		waitFor(what, func() bool {
+			for w := range rounds {
+				if rounds[w].Load() < at[w]+2 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	start := obs.verified[observe.KeyPrimary].Load()
+	waitFor("deliveries under A", func() bool { return obs.verified[observe.KeyPrimary].Load() > start+100 })
+
+	// Pass 1: the verifier learns B; A still signs.
+	mustSet(t, v.SetSecrets([]string{a, b}))
+	// Offered meanwhile: invalid lists, refused, changing nothing.
+	if err := v.SetSecrets(nil); !errors.Is(err, ErrNoSecret) {
+		t.Errorf("empty list: %v", err)
+	}
+	if err := s.SetSecrets([]string{b + "\n"}); !errors.Is(err, ErrSecretInvalid) {
+		t.Errorf("secret with a newline: %v", err)
+	}
+	if prev() != 0 {
+		t.Errorf("previous 1 verified %d deliveries before pass 2", prev())
+	}
+	mark := obs.verified[observe.KeyPrimary].Load()
+	waitFor("deliveries after pass 1", func() bool { return obs.verified[observe.KeyPrimary].Load() > mark+100 })
+
+	// Pass 2: B first on the verifier, so A's deliveries verify as
+	// previous 1 until the signer switches to B.
+	mustSet(t, v.SetSecrets([]string{b, a}))
+	waitFor("deliveries under the previous secret", func() bool { return prev() > 0 })
+	mustSet(t, s.SetSecrets([]string{b, a}))
+	atSwitch := prev()
+	settled("the deliveries signed under A to drain")
+	drained := prev()
+	if drained-atSwitch > workers {
+		t.Errorf("previous 1 rose by %d after the signer switched; at most the %d in flight may", drained-atSwitch, workers)
+	}
+	mark = obs.verified[observe.KeyPrimary].Load()
+	waitFor("more deliveries under B", func() bool { return obs.verified[observe.KeyPrimary].Load() > mark+1000 })
+	settled("every worker to run under B")
+	if prev() != drained {
+		t.Errorf("previous 1 still rising after the drain: %d, then %d", drained, prev())
+	}
+
+	// Pass 3: drop A, once previous 1 has stopped rising.
+	mustSet(t, v.SetSecrets([]string{b}))
+	mustSet(t, s.SetSecrets([]string{b}))
+	mark = obs.verified[observe.KeyPrimary].Load()
+	waitFor("deliveries after pass 3", func() bool { return obs.verified[observe.KeyPrimary].Load() > mark+100 })
+	stop.Store(true)
+	wg.Wait()
+
+	if n := refusals.Load(); n != 0 {
+		t.Fatalf("%d valid deliveries refused; first: %v", n, firstErr.Load())
+	}
+	if n := obs.refused.Load(); n != 0 {
+		t.Errorf("the observer saw %d refusals", n)
+	}
+	var verified int64
+	for i := range obs.verified {
+		verified += obs.verified[i].Load()
+	}
+	if obs.issued.Load() < verified || verified-obs.verified[observe.KeyPrimary].Load() != prev() {
+		t.Errorf("issued %d, verified %d of which previous 1 %d: other positions verified", obs.issued.Load(), verified, prev())
+	}
+	t.Logf("signed %d, verified %d (previous 1: %d, all before the drain), refused 0", obs.issued.Load(), verified, prev())
+}
+
+func mustSet(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
