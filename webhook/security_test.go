@@ -134,12 +134,12 @@ func TestNewVerifierRefusesSecretWithSurroundingSpace(t *testing.T) {
 		secret string
 		signer bool
 	}{
-		{HMACSHA256(), "hmac-secret", false},
-		{GitHub(), "hmac-secret", false},
+		{HMACSHA256(), "hmac-shared-secret", false},
+		{GitHub(), "hmac-shared-secret", false},
 		{StandardWebhooks(), std, false},
 		{Svix(), std, false},
-		{Stripe(), "whsec_stripe", false},
-		{Slack(), "slack-secret", false},
+		{Stripe(), "whsec_stripe_endpoint", false},
+		{Slack(), "slack-signing-secret", false},
 		{Shopify(), "shopify-secret", false},
 		{StandardWebhooksEd25519(), edPub, false},
 		{StandardWebhooksEd25519(), edPriv, true},
@@ -269,14 +269,14 @@ func TestNewVerifierRefusesBadNamespace(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			v, err := NewVerifier(Config{Scheme: Stripe(), Secrets: []string{"whsec_a"}, Replay: store, Namespace: tc.ns})
+			v, err := NewVerifier(Config{Scheme: Stripe(), Secrets: []string{"whsec_endpoint_a"}, Replay: store, Namespace: tc.ns})
 			if v != nil || !errors.Is(err, ErrConfig) || !errors.Is(err, tc.want) {
 				t.Fatalf("NewVerifier = %v, %v; want %v", v, err, tc.want)
 			}
 		})
 	}
 	for _, ns := range []string{"", "orders", strings.Repeat("n", MaxNamespaceBytes), "billing / prod"} {
-		if _, err := NewVerifier(Config{Scheme: Stripe(), Secrets: []string{"whsec_a"}, Namespace: ns}); err != nil {
+		if _, err := NewVerifier(Config{Scheme: Stripe(), Secrets: []string{"whsec_endpoint_a"}, Namespace: ns}); err != nil {
 			t.Errorf("Namespace %q with the private store refused: %v", ns, err)
 		}
 	}
@@ -305,8 +305,8 @@ func newEndpoint(t *testing.T, store replay.Store, ns, secret string) endpoint {
 // one store. Each must run its handler.
 func TestVerifiersSharingStoreKeepEndpointsApart(t *testing.T) {
 	store := replay.NewMemoryStore(0)
-	a := newEndpoint(t, store, "billing", "whsec_endpointA")
-	b := newEndpoint(t, store, "analytics", "whsec_endpointB")
+	a := newEndpoint(t, store, "billing", "whsec_endpoint_A_")
+	b := newEndpoint(t, store, "analytics", "whsec_endpoint_B_")
 	body := []byte(`{"id":"evt_1","type":"invoice.paid"}`)
 	for _, ep := range []endpoint{a, b} {
 		if code := sendSigned(t, ep.h, ep.s, "evt_1", body); code != http.StatusOK {
@@ -323,8 +323,8 @@ func TestVerifiersSharingStoreKeepEndpointsApart(t *testing.T) {
 // a rotation.
 func TestVerifiersWithOneNamespaceShareDeliveries(t *testing.T) {
 	store := replay.NewMemoryStore(0)
-	first := newEndpoint(t, store, "billing", "whsec_old")
-	second := newEndpoint(t, store, "billing", "whsec_new")
+	first := newEndpoint(t, store, "billing", "whsec_old_secret")
+	second := newEndpoint(t, store, "billing", "whsec_new_secret")
 	body := []byte(`{"id":"evt_1","type":"invoice.paid"}`)
 	sendSigned(t, first.h, first.s, "evt_1", body)
 	if code := sendSigned(t, second.h, second.s, "evt_1", body); code != http.StatusOK {
@@ -342,9 +342,9 @@ func TestDedupByBodyTreatsRedeliveryUnderRotatedSecretAsDuplicate(t *testing.T) 
 	for _, scheme := range []Scheme{HMACSHA256(), GitHub(), Shopify()} {
 		for _, policy := range []Dedup{DedupDefault, DedupSignature, DedupIDAndSignature} {
 			t.Run(scheme.String()+"/"+policy.String(), func(t *testing.T) {
-				v := newVerifier(t, Config{Scheme: scheme, Secrets: []string{"new-secret", "old-secret"}, Dedup: policy})
-				oldS := newSigner(t, Config{Scheme: scheme, Secrets: []string{"old-secret"}})
-				newS := newSigner(t, Config{Scheme: scheme, Secrets: []string{"new-secret"}})
+				v := newVerifier(t, Config{Scheme: scheme, Secrets: []string{"new-secret-2026-11", "old-secret-2026-10"}, Dedup: policy})
+				oldS := newSigner(t, Config{Scheme: scheme, Secrets: []string{"old-secret-2026-10"}})
+				newS := newSigner(t, Config{Scheme: scheme, Secrets: []string{"new-secret-2026-11"}})
 				var runs atomic.Int32
 				h := v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs.Add(1) }))
 				body := []byte(`{"order":1}`)
