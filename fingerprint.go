@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"sync"
@@ -170,7 +171,8 @@ type jcsParser struct {
 }
 
 func (p *jcsParser) skipSpace() {
-	for p.pos < len(p.in) {
+	// One compare settles the common case, a byte above ' '.
+	for p.pos < len(p.in) && p.in[p.pos] <= ' ' {
 		switch p.in[p.pos] {
 		case ' ', '\t', '\n', '\r':
 			p.pos++
@@ -305,6 +307,7 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 	defer func() { p.keys, p.members = p.keys[:keysBase], p.members[:membersBase] }()
 	body := len(out)
 	sorted := true
+	var prev []byte // the previous member's name while sorted
 	for {
 		if p.pos >= len(p.in) || p.in[p.pos] != '"' {
 			return nil, errArgsSyntax
@@ -343,8 +346,12 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 			return nil, err
 		}
 		m.end = len(out)
-		if sorted && len(p.members) > membersBase && compareUTF16(p.name(p.members[len(p.members)-1]), p.name(m)) >= 0 {
-			sorted = false
+		if sorted {
+			name := p.name(m)
+			if len(p.members) > membersBase && compareUTF16(prev, name) >= 0 {
+				sorted = false
+			}
+			prev = name
 		}
 		p.members = append(p.members, m)
 		p.skipSpace()
@@ -496,7 +503,12 @@ func (p *jcsParser) plainString() int {
 	in := p.in
 	i := p.pos + 1
 	for {
-		for i+8 <= len(in) && !jsonSpecial8(binary.LittleEndian.Uint64(in[i:])) {
+		// Skip plain bytes a word at a time, up to the first special one.
+		for i+8 <= len(in) {
+			if m := jsonSpecialMask8(binary.LittleEndian.Uint64(in[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
 			i += 8
 		}
 		for i < len(in) && jsonPlain[in[i]] {
