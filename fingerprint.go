@@ -386,7 +386,11 @@ func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, erro
 	for i := range members {
 		p.setPrefix(&members[i])
 	}
-	slices.SortFunc(members, p.compareNames)
+	if len(members) <= maxInsertionSort {
+		p.insertionSort(members)
+	} else {
+		slices.SortFunc(members, p.compareNames)
+	}
 	for i := 1; i < len(members); i++ {
 		if p.compareNames(members[i-1], members[i]) == 0 {
 			return nil, errArgsDuplicate // I-JSON
@@ -402,6 +406,32 @@ func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, erro
 		out = append(out, p.tmp[m.start-body:m.end-body]...)
 	}
 	return out, nil
+}
+
+// maxInsertionSort is the most members sortMembers orders by insertion
+// sort, whose comparisons of ASCII prefixes are inlined and whose moves are
+// plain copies; larger objects go to slices.SortFunc.
+const maxInsertionSort = 32
+
+// insertionSort orders members as slices.SortFunc(members, p.compareNames)
+// does. Names are distinct or refused afterwards, so stability is moot.
+func (p *jcsParser) insertionSort(members []jcsMember) {
+	for i := 1; i < len(members); i++ {
+		m := members[i]
+		j := i
+		for ; j > 0; j-- {
+			prev := &members[j-1]
+			if m.ascii && prev.ascii && m.prefix != prev.prefix {
+				if m.prefix > prev.prefix {
+					break
+				}
+			} else if p.compareNames(*prev, m) <= 0 {
+				break
+			}
+			members[j] = *prev
+		}
+		members[j] = m
+	}
 }
 
 // compareNames orders members by the UTF-16 code units of their names, as
