@@ -414,23 +414,32 @@ func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, erro
 const maxInsertionSort = 32
 
 // insertionSort orders members as slices.SortFunc(members, p.compareNames)
-// does. Names are distinct or refused afterwards, so stability is moot.
+// does: a binary search for each member's place in the sorted prefix, then
+// one copy to make room. Names are distinct or refused afterwards, so
+// stability is moot.
 func (p *jcsParser) insertionSort(members []jcsMember) {
 	for i := 1; i < len(members); i++ {
 		m := members[i]
-		j := i
-		for ; j > 0; j-- {
-			prev := &members[j-1]
-			if m.ascii && prev.ascii && m.prefix != prev.prefix {
-				if m.prefix > prev.prefix {
-					break
-				}
-			} else if p.compareNames(*prev, m) <= 0 {
-				break
+		lo, hi := 0, i // m goes before the first member above it
+		for lo < hi {
+			h := int(uint(lo+hi) >> 1)
+			mid := &members[h]
+			var above bool
+			if m.ascii && mid.ascii && m.prefix != mid.prefix {
+				above = mid.prefix > m.prefix
+			} else {
+				above = p.compareNames(*mid, m) > 0
 			}
-			members[j] = *prev
+			if above {
+				hi = h
+			} else {
+				lo = h + 1
+			}
 		}
-		members[j] = m
+		if lo < i {
+			copy(members[lo+1:i+1], members[lo:i])
+			members[lo] = m
+		}
 	}
 }
 
