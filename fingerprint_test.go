@@ -339,7 +339,8 @@ func TestArgsFingerprintIsSafeForConcurrentUse(t *testing.T) {
 // against slices.SortFunc with compareNames on random sets of distinct
 // names: ASCII with long shared prefixes, non-ASCII, characters above
 // U+FFFF against U+E000-U+FFFF (where UTF-16 order is not byte order), in
-// every size up to maxInsertionSort.
+// every size up to maxInsertionSort. It checks setPrefix, which reads a
+// word past a short name, on the way.
 func TestInsertionSortMatchesSortFunc(t *testing.T) {
 	alphabet := []string{"a", "b", "z", "_", "0", "item_", "abcdefgh", "é", "\uE000", "\uFFFF", "😀", "\U00010000", "\x7f"}
 	x := uint64(0x9e3779b97f4a7c15)
@@ -370,6 +371,13 @@ func TestInsertionSortMatchesSortFunc(t *testing.T) {
 			p.keys = append(p.keys, name...)
 			m := jcsMember{nameAt: at, nameEnd: len(p.keys)}
 			p.setPrefix(&m)
+			var want uint64 // the first 8 bytes, big-endian, zero-padded
+			for i := range min(len(name), 8) {
+				want |= uint64(name[i]) << (56 - 8*i)
+			}
+			if m.prefix != want || m.ascii != (want&0x8080808080808080 == 0) {
+				t.Fatalf("setPrefix(%q) = %#x, ascii %v; want %#x", name, m.prefix, m.ascii, want)
+			}
 			members = append(members, m)
 		}
 		got := slices.Clone(members)
