@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"sync"
@@ -170,7 +171,8 @@ type jcsParser struct {
 }
 
 func (p *jcsParser) skipSpace() {
-	for p.pos < len(p.in) {
+	// One compare settles the common case, a byte above ' '.
+	for p.pos < len(p.in) && p.in[p.pos] <= ' ' {
 		switch p.in[p.pos] {
 		case ' ', '\t', '\n', '\r':
 			p.pos++
@@ -305,6 +307,7 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 	defer func() { p.keys, p.members = p.keys[:keysBase], p.members[:membersBase] }()
 	body := len(out)
 	sorted := true
+	var prev []byte // the previous member's name while sorted
 	for {
 		if p.pos >= len(p.in) || p.in[p.pos] != '"' {
 			return nil, errArgsSyntax
@@ -343,8 +346,12 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 			return nil, err
 		}
 		m.end = len(out)
-		if sorted && len(p.members) > membersBase && compareUTF16(p.name(p.members[len(p.members)-1]), p.name(m)) >= 0 {
-			sorted = false
+		if sorted {
+			name := p.name(m)
+			if len(p.members) > membersBase && compareUTF16(prev, name) >= 0 {
+				sorted = false
+			}
+			prev = name
 		}
 		p.members = append(p.members, m)
 		p.skipSpace()
@@ -379,7 +386,11 @@ func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, erro
 	for i := range members {
 		p.setPrefix(&members[i])
 	}
-	slices.SortFunc(members, p.compareNames)
+	if len(members) <= maxInsertionSort {
+		p.insertionSort(members)
+	} else {
+		slices.SortFunc(members, p.compareNames)
+	}
 	for i := 1; i < len(members); i++ {
 		if p.compareNames(members[i-1], members[i]) == 0 {
 			return nil, errArgsDuplicate // I-JSON
@@ -395,6 +406,41 @@ func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, erro
 		out = append(out, p.tmp[m.start-body:m.end-body]...)
 	}
 	return out, nil
+}
+
+// maxInsertionSort is the most members sortMembers orders by insertion
+// sort, whose comparisons of ASCII prefixes are inlined and whose moves are
+// plain copies; larger objects go to slices.SortFunc.
+const maxInsertionSort = 32
+
+// insertionSort orders members as slices.SortFunc(members, p.compareNames)
+// does: a binary search for each member's place in the sorted prefix, then
+// one copy to make room. Names are distinct or refused afterwards, so
+// stability is moot.
+func (p *jcsParser) insertionSort(members []jcsMember) {
+	for i := 1; i < len(members); i++ {
+		m := members[i]
+		lo, hi := 0, i // m goes before the first member above it
+		for lo < hi {
+			h := int(uint(lo+hi) >> 1)
+			mid := &members[h]
+			var above bool
+			if m.ascii && mid.ascii && m.prefix != mid.prefix {
+				above = mid.prefix > m.prefix
+			} else {
+				above = p.compareNames(*mid, m) > 0
+			}
+			if above {
+				hi = h
+			} else {
+				lo = h + 1
+			}
+		}
+		if lo < i {
+			copy(members[lo+1:i+1], members[lo:i])
+			members[lo] = m
+		}
+	}
 }
 
 // compareNames orders members by the UTF-16 code units of their names, as
@@ -496,7 +542,12 @@ func (p *jcsParser) plainString() int {
 	in := p.in
 	i := p.pos + 1
 	for {
-		for i+8 <= len(in) && !jsonSpecial8(binary.LittleEndian.Uint64(in[i:])) {
+		// Skip plain bytes a word at a time, up to the first special one.
+		for i+8 <= len(in) {
+			if m := jsonSpecialMask8(binary.LittleEndian.Uint64(in[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
 			i += 8
 		}
 		for i < len(in) && jsonPlain[in[i]] {

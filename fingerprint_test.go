@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -332,4 +333,61 @@ func TestArgsFingerprintIsSafeForConcurrentUse(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestInsertionSortMatchesSortFunc checks sortMembers' insertion sort
+// against slices.SortFunc with compareNames on random sets of distinct
+// names: ASCII with long shared prefixes, non-ASCII, characters above
+// U+FFFF against U+E000-U+FFFF (where UTF-16 order is not byte order), in
+// every size up to maxInsertionSort. It checks setPrefix, which reads a
+// word past a short name, on the way.
+func TestInsertionSortMatchesSortFunc(t *testing.T) {
+	alphabet := []string{"a", "b", "z", "_", "0", "item_", "abcdefgh", "é", "\uE000", "\uFFFF", "😀", "\U00010000", "\x7f"}
+	x := uint64(0x9e3779b97f4a7c15)
+	next := func(n int) int {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return int(x % uint64(n))
+	}
+	for round := range 3000 {
+		n := 1 + round%maxInsertionSort
+		seen := map[string]bool{}
+		var names []string
+		for len(names) < n {
+			var sb strings.Builder
+			for range next(5) {
+				sb.WriteString(alphabet[next(len(alphabet))])
+			}
+			if name := sb.String(); !seen[name] {
+				seen[name] = true
+				names = append(names, name)
+			}
+		}
+		p := jcsParser{}
+		var members []jcsMember
+		for _, name := range names {
+			at := len(p.keys)
+			p.keys = append(p.keys, name...)
+			m := jcsMember{nameAt: at, nameEnd: len(p.keys)}
+			p.setPrefix(&m)
+			var want uint64 // the first 8 bytes, big-endian, zero-padded
+			for i := range min(len(name), 8) {
+				want |= uint64(name[i]) << (56 - 8*i)
+			}
+			if m.prefix != want || m.ascii != (want&0x8080808080808080 == 0) {
+				t.Fatalf("setPrefix(%q) = %#x, ascii %v; want %#x", name, m.prefix, m.ascii, want)
+			}
+			members = append(members, m)
+		}
+		got := slices.Clone(members)
+		p.insertionSort(got)
+		want := slices.Clone(members)
+		slices.SortFunc(want, p.compareNames)
+		for i := range want {
+			if string(p.name(got[i])) != string(p.name(want[i])) {
+				t.Fatalf("names %q: insertion sort puts %q at %d, slices.SortFunc %q", names, p.name(got[i]), i, p.name(want[i]))
+			}
+		}
+	}
 }

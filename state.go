@@ -535,7 +535,19 @@ func (c *RequestStateCodec) decode(ctx context.Context, wire, subject, tool stri
 	// Each is at most the wire's length (or the material's).
 	matLen := len(subject) + 1 + len(tool)
 	sc := c.getScratch(3*len(wire) + matLen + bindTagLen)
-	defer c.putScratch(sc)
+	// Not deferred: decode has too many returns for an open-coded defer,
+	// and decodeScratch copies the state out of sc before it returns (a
+	// panic only costs the pool this scratch).
+	s, key, store, err := c.decodeScratch(ctx, ks, sc, wire, subject, tool)
+	c.putScratch(sc)
+	return s, key, store, err
+}
+
+// decodeScratch is decode after its length checks, working in sc, whose
+// buffer has room for every region decode lists.
+func (c *RequestStateCodec) decodeScratch(ctx context.Context, ks *stateKeys, sc *stateScratch, wire, subject, tool string) (_ string, key int, store time.Duration, _ error) {
+	key = -1
+	matLen := len(subject) + 1 + len(tool)
 	buf := sc.buf
 	rawRegion := region(buf, 0, len(wire))
 	matRegion := region(buf, len(wire), matLen)

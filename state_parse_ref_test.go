@@ -3,6 +3,7 @@ package ctoken
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"strings"
 	"testing"
@@ -112,6 +113,13 @@ func checkStateParse(t *testing.T, in []byte) {
 	if ok && (string(s) != rs || exp != rexp || !bytes.Equal(b, rb)) {
 		t.Fatalf("input %q: parser (%q, %d, %q), reference (%q, %d, %q)", in, s, exp, b, rs, rexp, rb)
 	}
+	// The fast path, where it answers, answers as the plain parser does.
+	if fs, fexp, fb, fok := parseStatePayloadFast(in, make([]byte, 0, len(in))); fok {
+		ps, pexp, pb, pok := parseStatePayloadFull(in, make([]byte, 0, len(in)))
+		if !pok || string(fs) != string(ps) || fexp != pexp || !bytes.Equal(fb, pb) {
+			t.Fatalf("input %q: fast path (%q, %d, %q), plain parser ok=%v (%q, %d, %q)", in, fs, fexp, fb, pok, ps, pexp, pb)
+		}
+	}
 }
 
 var statePayloadSeeds = []string{
@@ -140,6 +148,15 @@ var statePayloadSeeds = []string{
 	`{"s":"x","exp":1,"b":"y\`,
 	`{"s":"x","exp":1,"b":"y`,
 	// The layout of the fast path, and near misses that fall back.
+	`{"s":"{\"step\":2,\"pending\":[\"confirm_delete\"],\"draft\":\"id-4b8e4d2a9c1f5e6b\"}","exp":1700000300,"b":"` + strings.Repeat("0f", 32) + `"}`,
+	`{"s":"0123456789abcdef\\0123456\"89abcdef\\\"","exp":1,"b":"` + strings.Repeat("ab", 32) + `"}`,
+	`{"s":"café \u00e9 \n","exp":1,"b":"` + strings.Repeat("ab", 32) + `"}`,
+	"{\"s\":\"caf\xc3\xa9 na\xc3\xafve \xe2\x82\xac\\\"\",\"exp\":1,\"b\":\"" + strings.Repeat("ab", 32) + "\"}",
+	"{\"s\":\"abcdefgh\xc3\",\"exp\":1,\"b\":\"" + strings.Repeat("ab", 32) + "\"}",
+	"{\"s\":\"abcdefghij\x1f\",\"exp\":1,\"b\":\"" + strings.Repeat("ab", 32) + "\"}",
+	`{"s":"abcdefghijklmnop\`,
+	`{"s":"abcdefghijklmnopqrstuvwx`,
+	`{"s":"abcdefgh\/","exp":1,"b":"` + strings.Repeat("ab", 32) + `"}`,
 	`{"s":"{\"a\":1}","exp":1700000300,"b":"` + strings.Repeat("0f", 32) + `"}`,
 	`{"s":"","exp":-1,"b":"` + strings.Repeat("a", 64) + `"} `,
 	`{"s":"x","exp":1,"b":"` + strings.Repeat("a", 63) + `\u0061"}`,
@@ -165,7 +182,8 @@ func TestStatePayloadParseMatchesReference(t *testing.T) {
 	}
 }
 
-// TestJSONSpecial8MatchesTable checks the SWAR test against the byte table:
+// TestJSONSpecial8MatchesTable checks the SWAR tests against the byte table
+// (jsonSpecialMask8 for the position of the first special byte):
 // every byte value in every position among plain and special neighbours,
 // and a stream of pseudo-random words.
 func TestJSONSpecial8MatchesTable(t *testing.T) {
@@ -177,9 +195,21 @@ func TestJSONSpecial8MatchesTable(t *testing.T) {
 		}
 		return false
 	}
+	first := func(w [8]byte) int {
+		for i, c := range w {
+			if !jsonPlain[c] {
+				return i
+			}
+		}
+		return 8
+	}
 	check := func(w [8]byte) {
-		if got := jsonSpecial8(binary.LittleEndian.Uint64(w[:])); got != want(w) {
+		x := binary.LittleEndian.Uint64(w[:])
+		if got := jsonSpecial8(x); got != want(w) {
 			t.Fatalf("jsonSpecial8(%q) = %v, want %v", w[:], got, want(w))
+		}
+		if got := bits.TrailingZeros64(jsonSpecialMask8(x)) >> 3; got != first(w) {
+			t.Fatalf("jsonSpecialMask8(%q) puts the first special byte at %d, want %d", w[:], got, first(w))
 		}
 	}
 	for _, fill := range []byte{'a', ' ', '~', 0x7f, '"', '\\', 0, 0x1f, 0x80, 0xff} {

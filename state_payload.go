@@ -7,6 +7,7 @@ package ctoken
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -20,6 +21,12 @@ func parseStatePayload(in, sbuf []byte) (s []byte, exp int64, b []byte, ok bool)
 	if s, exp, b, ok = parseStatePayloadFast(in, sbuf); ok {
 		return s, exp, b, true
 	}
+	return parseStatePayloadFull(in, sbuf)
+}
+
+// parseStatePayloadFull is parseStatePayload without its fast path: the
+// plain parser the fast path is differentially fuzzed against.
+func parseStatePayloadFull(in, sbuf []byte) (s []byte, exp int64, b []byte, ok bool) {
 	p := jcsParser{in: in}
 	var seen [3]bool
 	var nameBuf [8]byte
@@ -106,11 +113,11 @@ func parseStatePayloadFast(in, sbuf []byte) (s []byte, exp int64, b []byte, ok b
 	if !bytes.HasPrefix(in, []byte(head)) {
 		return nil, 0, nil, false
 	}
-	p := jcsParser{in: in, pos: len(head) - 1}
-	if s, ok = p.stringInto(sbuf[:0]); !ok || !bytes.HasPrefix(in[p.pos:], []byte(mid)) {
+	s, end, ok := unescapeQuoteFast(in, len(head), sbuf)
+	if !ok || !bytes.HasPrefix(in[end:], []byte(mid)) {
 		return nil, 0, nil, false
 	}
-	p.pos += len(mid)
+	p := jcsParser{in: in, pos: end + len(mid)}
 	if exp, ok = p.jsonInt64(); !ok || !bytes.HasPrefix(in[p.pos:], []byte(tail)) {
 		return nil, 0, nil, false
 	}
@@ -125,6 +132,77 @@ func parseStatePayloadFast(in, sbuf []byte) (s []byte, exp int64, b []byte, ok b
 		}
 	}
 	return s, exp, b, true
+}
+
+// unescapeQuoteFast unescapes the JSON string body that starts at in[i]
+// (just past its opening quote) into sbuf, which has capacity len(in) or
+// more, and returns the value and the index just past the closing quote.
+// It knows only the escapes \" and \\ (the ones a state of JSON text needs
+// most) and reports false for any other escape, a control character or
+// invalid UTF-8, which the full parser then handles or refuses. Runs of
+// plain characters are copied a word at a time, up to the first byte that
+// needs attention (jsonSpecialMask8).
+func unescapeQuoteFast(in []byte, i int, sbuf []byte) (s []byte, end int, ok bool) {
+	out := sbuf[:cap(sbuf)]
+	if len(out) < len(in) {
+		return nil, 0, false
+	}
+	j, high := 0, byte(0)
+	for {
+		if i+8 <= len(in) {
+			// j <= i, so out[j:j+8] is in range; bytes past the first
+			// special one are overwritten or lie beyond the value.
+			x := binary.LittleEndian.Uint64(in[i:])
+			binary.LittleEndian.PutUint64(out[j:], x)
+			m := jsonSpecialMask8(x)
+			if m == 0 {
+				i, j = i+8, j+8
+				continue
+			}
+			n := bits.TrailingZeros64(m) >> 3
+			i, j = i+n, j+n
+		}
+		if i >= len(in) {
+			return nil, 0, false
+		}
+		c := in[i]
+		switch {
+		case c == '"':
+			s = out[:j]
+			if high >= utf8.RuneSelf && !utf8.Valid(s) {
+				return nil, 0, false
+			}
+			return s, i + 1, true
+		case c == '\\':
+			if i+1 >= len(in) || (in[i+1] != '"' && in[i+1] != '\\') {
+				return nil, 0, false
+			}
+			c = in[i+1]
+			i++
+		case c < 0x20:
+			return nil, 0, false
+		}
+		high |= c
+		out[j] = c
+		j++
+		i++
+	}
+}
+
+// jsonSpecialMask8 returns, for the eight bytes of x (little-endian), a
+// mask whose lowest set bit is bit 7 of the first byte that jsonPlain does
+// not carry verbatim ('"', '\\', a control character or a non-ASCII byte),
+// or 0 when there is none. Bits above the lowest may be spurious (borrows);
+// only the lowest is meaningful. jsonSpecial8(x) is jsonSpecialMask8(x) != 0.
+func jsonSpecialMask8(x uint64) uint64 {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	low := x - 0x20*ones
+	quote := (x ^ '"'*ones) - ones
+	bslash := (x ^ '\\'*ones) - ones
+	return (x | low | quote | bslash) & highs
 }
 
 // stringOrAlias parses the JSON string at p.pos and returns its value,
