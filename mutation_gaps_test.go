@@ -1,0 +1,59 @@
+package ctoken
+
+// Tests for behaviours a mutation run (scripts/mutation.sh, issue 21) showed
+// no other test pinned. Each is named after the behaviour; the comment
+// above it names the mutant it kills.
+
+import (
+	"testing"
+)
+
+// sourceHoldingEmptyRing returns a KeySource whose current ring holds no key,
+// as a Keyring not made by NewKeyring would be: Swap refuses such a ring,
+// so only a test inside the package can build one.
+func sourceHoldingEmptyRing() *KeySource {
+	s := new(KeySource)
+	s.cur.Store(&Keyring{})
+	return s
+}
+
+// Kills cursor.go, onetime.go `len(r) != kr.Len() || len(r) == 0` → `&&`
+// in the subkey derivation: a ring that yields no subkey is refused at
+// construction rather than making an issuer that holds no key.
+func TestConstructorsRefuseAKeySourceWhoseRingHoldsNoKey(t *testing.T) {
+	t.Run("cursor", func(t *testing.T) {
+		i, err := NewCursorIssuer(CursorConfig{KeySource: sourceHoldingEmptyRing()})
+		wantErr(t, err, ErrNoKey)
+		if i != nil {
+			t.Fatal("an issuer was returned with the error")
+		}
+	})
+	t.Run("onetime", func(t *testing.T) {
+		o, err := NewOneTimeIssuer(OneTimeConfig{KeySource: sourceHoldingEmptyRing(), Purpose: "p"})
+		wantErr(t, err, ErrNoKey)
+		if o != nil {
+			t.Fatal("an issuer was returned with the error")
+		}
+	})
+}
+
+// Kills cursor.go `n <= macSize` → `n < macSize`: a cursor that decodes to
+// exactly one MAC and no body is refused as truncated, before any MAC is
+// computed — even when that MAC is the authentic MAC of the empty body.
+func TestCursorVerifyRefusesAMACWithoutBodyAsTruncated(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	authentic := i.ring()[0].Sum(nil, nil)
+	zero := make([]byte, macSize)
+	for name, raw := range map[string][]byte{"authentic mac of empty body": authentic, "zero bytes": zero} {
+		t.Run(name, func(t *testing.T) {
+			p, err := i.Verify(b64.EncodeToString(raw), testScope)
+			wantErr(t, err, ErrCursorInvalid)
+			if got := Reason(err); got != "truncated" {
+				t.Fatalf("Reason = %q, want %q", got, "truncated")
+			}
+			if !isZeroPayload(p) {
+				t.Fatal("payload returned with the error")
+			}
+		})
+	}
+}
