@@ -5,6 +5,7 @@ package ctoken
 // above it names the mutant it kills.
 
 import (
+	"strconv"
 	"testing"
 )
 
@@ -18,7 +19,7 @@ func sourceHoldingEmptyRing() *KeySource {
 }
 
 // Kills cursor.go, onetime.go `len(r) != kr.Len() || len(r) == 0` → `&&`
-// in the subkey derivation: a ring that yields no subkey is refused at
+// and state.go `n == 0 || len(k.bind) != n` → `&&` in the subkey derivation: a ring that yields no subkey is refused at
 // construction rather than making an issuer that holds no key.
 func TestConstructorsRefuseAKeySourceWhoseRingHoldsNoKey(t *testing.T) {
 	t.Run("cursor", func(t *testing.T) {
@@ -35,6 +36,15 @@ func TestConstructorsRefuseAKeySourceWhoseRingHoldsNoKey(t *testing.T) {
 			t.Fatal("an issuer was returned with the error")
 		}
 	})
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		t.Run("state mode "+strconv.Itoa(int(mode)), func(t *testing.T) {
+			c, err := NewRequestStateCodec(RequestStateSecurity{KeySource: sourceHoldingEmptyRing(), Mode: mode})
+			wantErr(t, err, ErrNoKey)
+			if c != nil {
+				t.Fatal("a codec was returned with the error")
+			}
+		})
+	}
 }
 
 // Kills cursor.go `n <= macSize` → `n < macSize`: a cursor that decodes to
