@@ -6,6 +6,7 @@ package ctoken
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -63,6 +64,28 @@ func TestCursorVerifyRefusesAMACWithoutBodyAsTruncated(t *testing.T) {
 			}
 			if !isZeroPayload(p) {
 				t.Fatal("payload returned with the error")
+			}
+		})
+	}
+}
+
+// Kills onetime.go `len(payload)+len(name)+len(value) > MaxOneTimeTokenBytes`
+// with either `+` made `-`: Mint refuses a claim that cannot fit before
+// copying it into the payload, so an oversize name or value costs no memory
+// in proportion to its size.
+func TestOneTimeMintRefusesOversizeClaimWithoutCopyingIt(t *testing.T) {
+	o := newOneTime(t, OneTimeConfig{})
+	huge := strings.Repeat("x", 1<<20)
+	for name, claims := range map[string]map[string]string{
+		"huge name":  {huge: ""},
+		"huge value": {"run": huge},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			got := bytesPerRun(20, func() { _, err = o.Mint(claims) })
+			wantErr(t, err, ErrOneTimeTooLarge)
+			if got > 64<<10 {
+				t.Fatalf("refusing a 1 MiB claim allocated %d bytes", got)
 			}
 		})
 	}
