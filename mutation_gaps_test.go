@@ -5,9 +5,13 @@ package ctoken
 // above it names the mutant it kills.
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // sourceHoldingEmptyRing returns a KeySource whose current ring holds no key,
@@ -88,5 +92,49 @@ func TestOneTimeMintRefusesOversizeClaimWithoutCopyingIt(t *testing.T) {
 				t.Fatalf("refusing a 1 MiB claim allocated %d bytes", got)
 			}
 		})
+	}
+}
+
+// slowStore is a replay.Store that takes at least delay per Claim and then
+// answers like inner.
+type slowStore struct {
+	delay time.Duration
+	inner replay.Store
+}
+
+func (s slowStore) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	time.Sleep(s.delay)
+	return s.inner.Claim(ctx, id, until)
+}
+
+// Kills onetime.go `if o.obs != nil { start = time.Now() }` negated: the
+// StoreLatency an observer is told on Redeem is how long the replay store
+// took (at least its delay, far less than a minute), not the time since
+// the zero time.
+func TestOneTimeRedeemReportsTheStoresLatency(t *testing.T) {
+	const delay = 2 * time.Millisecond
+	var events []Event
+	o := newOneTime(t, OneTimeConfig{
+		Replay:   slowStore{delay: delay, inner: &replay.MemoryStore{}},
+		Observer: ObserverFunc(func(e Event) { events = append(events, e) }),
+	})
+	tok := mint(t, o, nil)
+	if _, err := o.Redeem(context.Background(), tok, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := o.Redeem(context.Background(), tok, nil)
+	wantErr(t, err, ErrOneTimeRedeemed)
+	var redeems int
+	for _, e := range events {
+		if e.Outcome == OutcomeIssued {
+			continue
+		}
+		redeems++
+		if e.StoreLatency < delay || e.StoreLatency > time.Minute {
+			t.Fatalf("%v: StoreLatency = %v, want between %v and a minute", e.Outcome, e.StoreLatency, delay)
+		}
+	}
+	if redeems != 2 {
+		t.Fatalf("%d redeem events, want 2", redeems)
 	}
 }
