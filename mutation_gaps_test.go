@@ -138,3 +138,38 @@ func TestOneTimeRedeemReportsTheStoresLatency(t *testing.T) {
 		t.Fatalf("%d redeem events, want 2", redeems)
 	}
 }
+
+// Kills onetime.go `n > uint64(len(b)-k)` with `-` made `+` in
+// cutLengthPrefixed: an authentic payload whose purpose, claim name or
+// claim value length runs exactly one byte past the end is malformed, and
+// refusing it neither panics nor reads past the payload (into the MAC).
+func TestOneTimeRefusesALengthOneBytePastTheEnd(t *testing.T) {
+	clk := newStepClock()
+	o := newOneTime(t, OneTimeConfig{Now: clk.Now})
+	now, later := clk.Now(), clk.Now().Add(time.Minute)
+	fixed := oneTimePayload(now, later)[:oneTimeFixedLen]
+	purpose := append(append(append([]byte(nil), fixed...), byte(len(testPurpose)+1)), testPurpose...)
+	for name, payload := range map[string][]byte{
+		"purpose":     purpose,
+		"claim name":  append(oneTimePayload(now, later), 2, 'n'),
+		"claim value": append(oneTimePayload(now, later, "a"), 2, 'v'),
+		"long value":  append(oneTimePayload(now, later, "a"), 5, 'v', 'v', 'v', 'v'),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tok := signOneTime(o, payload)
+			v, err := o.Verify(tok)
+			wantErr(t, err, ErrOneTimeInvalid)
+			if Reason(err) != "malformed payload" {
+				t.Fatalf("Reason = %q, want %q", Reason(err), "malformed payload")
+			}
+			if v.Claims != nil || v.Purpose != "" {
+				t.Fatalf("Verify returned content with the error: %+v", v)
+			}
+			claims, err := o.Redeem(context.Background(), tok, nil)
+			wantErr(t, err, ErrOneTimeInvalid)
+			if claims != nil {
+				t.Fatalf("Redeem returned claims with the error: %v", claims)
+			}
+		})
+	}
+}
