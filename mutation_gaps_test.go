@@ -173,3 +173,38 @@ func TestOneTimeRefusesALengthOneBytePastTheEnd(t *testing.T) {
 		})
 	}
 }
+
+// Kills state_once.go `if c.obs != nil { start = time.Now() }` negated: in
+// single-use mode the StoreLatency an observer is told on Decode is how long
+// the replay store took, not the time since the zero time.
+func TestStateSingleUseDecodeReportsTheStoresLatency(t *testing.T) {
+	const delay = 2 * time.Millisecond
+	var events []Event
+	c := newTestCodec(t, RequestStateSecurity{
+		Keys:     mustKeyring(t, fixedKey(1)),
+		Replay:   slowStore{delay: delay, inner: &replay.MemoryStore{}},
+		Observer: ObserverFunc(func(e Event) { events = append(events, e) }),
+	})
+	w, err := c.Encode("s", "sub", "tool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Decode(w, "sub", "tool"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Decode(w, "sub", "tool")
+	wantErr(t, err, ErrStateReplayed)
+	var decodes int
+	for _, e := range events {
+		if e.Outcome == OutcomeIssued {
+			continue
+		}
+		decodes++
+		if e.StoreLatency < delay || e.StoreLatency > time.Minute {
+			t.Fatalf("%v: StoreLatency = %v, want between %v and a minute", e.Outcome, e.StoreLatency, delay)
+		}
+	}
+	if decodes != 2 {
+		t.Fatalf("%d decode events, want 2", decodes)
+	}
+}
