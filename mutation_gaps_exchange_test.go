@@ -1,0 +1,83 @@
+package ctoken_test
+
+// A behaviour of the exchange handler a mutation run (scripts/mutation.sh,
+// issue 21) showed no other test pinned; see mutation_gaps_test.go.
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// delayedStore is a replay.Store that takes at least delay per Claim.
+type delayedStore struct {
+	delay time.Duration
+	inner replay.Store
+}
+
+func (s delayedStore) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	time.Sleep(s.delay)
+	return s.inner.Claim(ctx, id, until)
+}
+
+// Kills exchange.go `if h.obs != nil { start = time.Now() }` negated: the
+// StoreLatency the handler's observer is told is how long the redeem took
+// (at least the store's delay, far less than a minute), not the time since
+// the zero time — for an exchange that succeeds and for a replayed token.
+func TestExchangeObserverStoreLatencyIsTheRedeemsDuration(t *testing.T) {
+	const delay = 2 * time.Millisecond
+	kr, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{
+		Keys: kr, Purpose: exchangePurpose,
+		Replay: delayedStore{delay: delay, inner: &replay.MemoryStore{}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		events []ctoken.Event
+	)
+	h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+		Issuer:    iss,
+		Authorize: func(context.Context, ctoken.ExchangeRequest) error { return nil },
+		Issue: func(context.Context, ctoken.ExchangeRequest) (ctoken.Credential, error) {
+			return ctoken.Credential{AccessToken: "cred", ExpiresIn: time.Minute}, nil
+		},
+		Observer: ctoken.ObserverFunc(func(e ctoken.Event) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := iss.Mint(exchangeClaims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []int{http.StatusOK, http.StatusBadRequest} {
+		if w := post(h, exchangeForm(tok).Encode()); w.Code != want {
+			t.Fatalf("status %d, want %d", w.Code, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 2 {
+		t.Fatalf("%d events, want 2: %+v", len(events), events)
+	}
+	for _, e := range events {
+		if e.StoreLatency < delay || e.StoreLatency > time.Minute {
+			t.Fatalf("%v: StoreLatency = %v, want between %v and a minute", e.Outcome, e.StoreLatency, delay)
+		}
+	}
+}
