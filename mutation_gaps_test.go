@@ -208,3 +208,46 @@ func TestStateSingleUseDecodeReportsTheStoresLatency(t *testing.T) {
 		t.Fatalf("%d decode events, want 2", decodes)
 	}
 }
+
+// Kills state.go `cacheable := len(material) <= maxCachedMaterial` → `<`
+// and `if int(sc.used) < len(sc.tags)` negated: the bind-tag cache (a
+// performance measure: a tag costs as much as the AES-GCM open it guards)
+// serves a repeated material of up to maxCachedMaterial bytes from the
+// cache, and does not cache a longer one. A hit is seen by marking the
+// cached copy of the tag: only a hit returns the mark.
+func TestStateBindTagCacheServesRepeatedMaterialUpToTheLimit(t *testing.T) {
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1)), Binding: BindSubject})
+	k := c.ring().bind[0]
+	var sc stateScratch
+	material := make([]byte, 0, 2*maxCachedMaterial)
+	for _, n := range []int{1, maxCachedMaterial - 1, maxCachedMaterial} {
+		subject := strings.Repeat("s", n)
+		tag := c.cachedBindTag(nil, &sc, material, k, subject, "")
+		var entry *tagEntry
+		for i := range sc.tags[:sc.used] {
+			if e := &sc.tags[i]; e.key == k && e.n == n {
+				entry = e
+			}
+		}
+		if entry == nil {
+			t.Fatalf("material of %d bytes: tag not cached", n)
+		}
+		if string(entry.tag[:]) != string(tag) {
+			t.Fatalf("material of %d bytes: cached tag differs from the one returned", n)
+		}
+		entry.tag[0] ^= 1
+		if again := c.cachedBindTag(nil, &sc, material, k, subject, ""); again[0] == tag[0] {
+			t.Fatalf("material of %d bytes: repeat not served from the cache", n)
+		}
+		entry.tag[0] ^= 1
+	}
+	long := strings.Repeat("s", maxCachedMaterial+1)
+	if got, want := c.cachedBindTag(nil, &sc, material, k, long, ""), c.bindTag(nil, 0, long, ""); string(got) != string(want) {
+		t.Fatal("tag of a long material differs from the uncached tag")
+	}
+	for i := range sc.tags[:sc.used] {
+		if sc.tags[i].n > maxCachedMaterial {
+			t.Fatalf("a material of %d bytes was cached", sc.tags[i].n)
+		}
+	}
+}
