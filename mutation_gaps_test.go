@@ -251,3 +251,73 @@ func TestStateBindTagCacheServesRepeatedMaterialUpToTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// Kills state.go `if cap(sc.buf) < n` → `<=` in getScratch and
+// `if cap(sc.buf) <= maxPooledScratch` negated in putScratch: Encode and
+// Decode return their working memory to the pool and reuse it when it is
+// large enough (a buffer of exactly the size needed included), so once warm
+// each allocates only the string it returns. The decoding codec only ever
+// decodes, so its pooled buffer has exactly the capacity Decode asks for.
+func TestStateEncodeAndDecodeReuseTheirScratch(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	kr := mustKeyring(t, fixedKey(1))
+	state := strings.Repeat("s", 300) // Decode's scratch is over the 512-byte minimum
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		t.Run("mode "+strconv.Itoa(int(mode)), func(t *testing.T) {
+			enc := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
+			dec := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
+			w, err := enc.Encode(state, "sub", "tool")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := testing.AllocsPerRun(100, func() { _, _ = enc.Encode(state, "sub", "tool") }); n > 1 {
+				t.Errorf("Encode allocates %v times, want 1 (the result)", n)
+			}
+			if n := testing.AllocsPerRun(100, func() { _, _ = dec.Decode(w, "sub", "tool") }); n > 1 {
+				t.Errorf("Decode allocates %v times, want 1 (the result)", n)
+			}
+		})
+	}
+}
+
+// Kills state.go `if cap(sc.buf) <= maxPooledScratch` → `<` and negated:
+// a scratch buffer of exactly maxPooledScratch bytes is kept for reuse and a
+// larger one is not, so a codec with a huge MaxBytes does not pin huge
+// buffers. Decode asks for 3*len(wire) + len(subject)+1+len(tool) +
+// bindTagLen bytes before it parses anything, so refusing a wire of the
+// right length sizes the buffer exactly.
+func TestStateScratchOfUpToMaxPooledIsReusedAndLargerIsNot(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	const subject, tool = "a", "b"
+	matLen := len(subject) + 1 + len(tool)
+	atLimit := (maxPooledScratch - matLen - bindTagLen) / 3
+	if 3*atLimit+matLen+bindTagLen != maxPooledScratch {
+		t.Fatal("test setup: no wire length sizes the scratch at exactly maxPooledScratch")
+	}
+	for _, tc := range []struct {
+		name   string
+		length int
+		reused bool
+	}{
+		{"exactly maxPooledScratch", atLimit, true},
+		{"over maxPooledScratch", atLimit + 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1)), MaxBytes: 1 << 20})
+			wire := strings.Repeat("x", tc.length)
+			var err error
+			n := testing.AllocsPerRun(20, func() { _, err = c.Decode(wire, subject, tool) })
+			wantErr(t, err, ErrStateInvalid)
+			if tc.reused && n != 0 {
+				t.Fatalf("refusing a %d-byte wire allocated %v times, want 0 (scratch reused)", tc.length, n)
+			}
+			if !tc.reused && n < 1 {
+				t.Fatalf("refusing a %d-byte wire allocated %v times, want a fresh scratch each time", tc.length, n)
+			}
+		})
+	}
+}
