@@ -6,6 +6,7 @@ package ctoken
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -317,6 +318,68 @@ func TestStateScratchOfUpToMaxPooledIsReusedAndLargerIsNot(t *testing.T) {
 			}
 			if !tc.reused && n < 1 {
 				t.Fatalf("refusing a %d-byte wire allocated %v times, want a fresh scratch each time", tc.length, n)
+			}
+		})
+	}
+}
+
+// Kills the arithmetic mutants of Encode's scratch estimate in state.go
+// (matLen, payloadCap, sealedCap, wireCap) that make it too small, or (with
+// len(state)/8 made len(state)*8) far too large: the
+// estimate covers the bind material, the payload, the sealed payload and
+// the wire text of a state without escapes, so an Encode that finds no
+// pooled scratch allocates exactly its scratch, the scratch's buffer and
+// the result, and
+// a warm Encode or Decode of a state bound to a long subject and tool (too
+// long for the bind-tag cache) allocates only its result (Decode's "s" is
+// a one-byte string, which Go does not allocate).
+func TestStateEncodeScratchEstimateCoversEveryRegion(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	kr := mustKeyring(t, fixedKey(1))
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		for _, size := range []int{0, 100, 1000, 4000, 12000} {
+			t.Run(fmt.Sprintf("mode %d, cold Encode of %d bytes", mode, size), func(t *testing.T) {
+				state := strings.Repeat("s", size)
+				c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
+				if _, err := c.Encode(state, "sub", "tool"); err != nil {
+					t.Fatal(err)
+				}
+				// Each measured Encode starts from an empty scratch pool
+				// (the key's own pooled HMAC states stay warm).
+				n := testing.AllocsPerRun(5, func() {
+					for c.scratch.Get() != nil {
+					}
+					_, _ = c.Encode(state, "sub", "tool")
+				})
+				if n != 3 {
+					t.Fatalf("Encode with an empty scratch pool allocated %v times, want 3 (scratch, buffer, result)", n)
+				}
+				// ... and in proportion to the state: under 6 bytes per
+				// state byte plus 4 KiB (measured: 5.9 at 4000 bytes).
+				b := bytesPerRun(5, func() {
+					for c.scratch.Get() != nil {
+					}
+					_, _ = c.Encode(state, "sub", "tool")
+				})
+				if limit := uint64(6*size + 4096); b > limit {
+					t.Fatalf("Encode with an empty scratch pool allocated %d bytes, want at most %d", b, limit)
+				}
+			})
+		}
+		t.Run(fmt.Sprintf("mode %d, long subject and tool", mode), func(t *testing.T) {
+			c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Binding: BindSubjectAndTool})
+			subject, tool := strings.Repeat("u", 3000), strings.Repeat("t", 3000)
+			w, err := c.Encode("s", subject, tool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := testing.AllocsPerRun(50, func() { _, _ = c.Encode("s", subject, tool) }); n != 1 {
+				t.Errorf("Encode allocated %v times, want 1 (the result)", n)
+			}
+			if n := testing.AllocsPerRun(50, func() { _, _ = c.Decode(w, subject, tool) }); n > 1 {
+				t.Errorf("Decode allocated %v times, want 1 (the result)", n)
 			}
 		})
 	}
