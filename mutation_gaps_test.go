@@ -384,3 +384,34 @@ func TestStateEncodeScratchEstimateCoversEveryRegion(t *testing.T) {
 		})
 	}
 }
+
+// Kills state.go `!ok || len(macText) != b64.EncodedLen(macSize)` → `&&`:
+// a signed state whose MAC text is not exactly 43 characters is refused as
+// malformed framing, before anything is decoded.
+func TestStateSignedMACTextOfWrongLengthIsMalformedFraming(t *testing.T) {
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1))})
+	w, err := c.Encode("state", "sub", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dot := strings.LastIndexByte(w, '.')
+	body, macText := w[:dot], w[dot+1:]
+	for name, wire := range map[string]string{
+		"42 characters":       body + "." + macText[:42],
+		"44 characters":       body + "." + macText + "A",
+		"empty":               body + ".",
+		"a second separator":  body + "." + macText[:21] + "." + macText[21:],
+		"86 characters (two)": body + "." + macText + macText,
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := c.Decode(wire, "sub", "")
+			wantErr(t, err, ErrStateInvalid)
+			if Reason(err) != "malformed framing" {
+				t.Fatalf("Reason = %q, want %q", Reason(err), "malformed framing")
+			}
+			if s != "" {
+				t.Fatalf("state %q returned with the error", s)
+			}
+		})
+	}
+}
