@@ -415,3 +415,32 @@ func TestStateSignedMACTextOfWrongLengthIsMalformedFraming(t *testing.T) {
 		})
 	}
 }
+
+// Kills state.go `n < gcmNonceSize+gcmTagSize` with `+` made `-`: an
+// encrypted state too short to hold a GCM nonce and tag is refused as
+// malformed framing before any key is tried, and one just long enough
+// (an empty ciphertext) reaches decryption.
+func TestStateEncryptedShorterThanNonceAndTagIsMalformedFraming(t *testing.T) {
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1)), Mode: Encrypted})
+	for _, tc := range []struct {
+		n      int
+		reason string
+	}{
+		{1, "malformed framing"},
+		{gcmNonceSize, "malformed framing"},
+		{gcmNonceSize + gcmTagSize - 1, "malformed framing"},
+		{gcmNonceSize + gcmTagSize, "decryption failed (tampered, other key, or other subject/tool)"},
+	} {
+		t.Run(strconv.Itoa(tc.n), func(t *testing.T) {
+			wire := encryptedPrefix + b64.EncodeToString(make([]byte, tc.n))
+			s, err := c.Decode(wire, "sub", "")
+			wantErr(t, err, ErrStateInvalid)
+			if Reason(err) != tc.reason {
+				t.Fatalf("Reason = %q, want %q", Reason(err), tc.reason)
+			}
+			if s != "" {
+				t.Fatalf("state %q returned with the error", s)
+			}
+		})
+	}
+}
