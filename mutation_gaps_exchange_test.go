@@ -5,7 +5,9 @@ package ctoken_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,5 +81,36 @@ func TestExchangeObserverStoreLatencyIsTheRedeemsDuration(t *testing.T) {
 		if e.StoreLatency < delay || e.StoreLatency > time.Minute {
 			t.Fatalf("%v: StoreLatency = %v, want between %v and a minute", e.Outcome, e.StoreLatency, delay)
 		}
+	}
+}
+
+// Kills exchange.go `int64(cred.ExpiresIn/time.Second)` with `/` made `*`
+// in the success log record: the record's expires_in is the credential's
+// lifetime in whole seconds (15m0.999s → 900), as in the response body.
+func TestExchangeSuccessLogStatesExpiresInWholeSeconds(t *testing.T) {
+	f := newExchangeFixture(t, nil)
+	w := post(f.handler, exchangeForm(f.mint()).Encode())
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d, want 200: %s", w.Code, w.Body)
+	}
+	var found bool
+	for _, line := range strings.Split(strings.TrimSpace(f.logs.String()), "\n") {
+		var rec struct {
+			Msg       string `json:"msg"`
+			ExpiresIn *int64 `json:"expires_in"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec.Msg != "ctoken exchange: credential issued" {
+			continue
+		}
+		found = true
+		if rec.ExpiresIn == nil || *rec.ExpiresIn != 900 {
+			t.Fatalf("expires_in = %v in %s, want 900", rec.ExpiresIn, line)
+		}
+	}
+	if !found {
+		t.Fatalf("no success record in the log:\n%s", f.logs)
 	}
 }
