@@ -6,6 +6,7 @@ package ctoken_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -112,5 +113,77 @@ func TestExchangeSuccessLogStatesExpiresInWholeSeconds(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no success record in the log:\n%s", f.logs)
+	}
+}
+
+// refusalRecord is a "ctoken exchange: refused" log record.
+type refusalRecord struct {
+	Level  string  `json:"level"`
+	Status int     `json:"status"`
+	Check  string  `json:"check"`
+	Err    *string `json:"err"`
+}
+
+// lastRefusal returns the last refusal record in f's log and clears the log.
+func lastRefusal(t *testing.T, f *exchangeFixture) refusalRecord {
+	t.Helper()
+	var rec refusalRecord
+	found := false
+	for _, line := range strings.Split(strings.TrimSpace(f.logs.String()), "\n") {
+		var r struct {
+			Msg string `json:"msg"`
+			refusalRecord
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if r.Msg == "ctoken exchange: refused" {
+			rec, found = r.refusalRecord, true
+		}
+	}
+	if !found {
+		t.Fatalf("no refusal record in the log:\n%s", f.logs)
+	}
+	f.logs.mu.Lock()
+	f.logs.b.Reset()
+	f.logs.mu.Unlock()
+	return rec
+}
+
+// Kills exchange.go `ref.status >= 500` (→ `>`, and negated) and the `||`
+// → `&&` mutants of isOneTimeRefusal: a refusal of the token itself
+// (forged, expired, replayed) is logged at WARN with the issuer's check and
+// without the error text, a server-side failure (status 500 exactly, or
+// 503) at ERROR with the callback's or the store's error text.
+func TestExchangeRefusalLogLevelAndErrorText(t *testing.T) {
+	f := newExchangeFixture(t, nil)
+
+	post(f.handler, exchangeForm("ot1.AAAA").Encode())
+	if r := lastRefusal(t, f); r.Level != "WARN" || r.Status != http.StatusBadRequest || r.Check != "truncated" || r.Err != nil {
+		t.Fatalf("forged token: %+v, want WARN 400 check truncated and no err", r)
+	}
+
+	expired := f.mint()
+	f.clock.Advance(ctoken.DefaultOneTimeTTL)
+	post(f.handler, exchangeForm(expired).Encode())
+	if r := lastRefusal(t, f); r.Level != "WARN" || r.Check != "expired" || r.Err != nil {
+		t.Fatalf("expired token: %+v, want WARN, check expired and no err", r)
+	}
+
+	used := f.mint()
+	if w := post(f.handler, exchangeForm(used).Encode()); w.Code != http.StatusOK {
+		t.Fatalf("first exchange: %d", w.Code)
+	}
+	post(f.handler, exchangeForm(used).Encode())
+	if r := lastRefusal(t, f); r.Level != "WARN" || r.Check != "already redeemed" || r.Err != nil {
+		t.Fatalf("replayed token: %+v, want WARN, check already redeemed and no err", r)
+	}
+
+	issueErr := errors.New("credential database down")
+	f.issueErr.Store(&issueErr)
+	post(f.handler, exchangeForm(f.mint()).Encode())
+	f.issueErr.Store(nil)
+	if r := lastRefusal(t, f); r.Level != "ERROR" || r.Status != http.StatusInternalServerError || r.Err == nil || *r.Err != issueErr.Error() {
+		t.Fatalf("Issue failure: %+v, want ERROR 500 with the callback's error", r)
 	}
 }
