@@ -42,3 +42,34 @@ func TestMemoryStoreConfirmWithTokenZeroIsLeaseLost(t *testing.T) {
 		t.Fatalf("the holder's confirm after a token-0 attempt: %v", err)
 	}
 }
+
+// Kills memory.go leaseHeap.Less `<` negated (a max-heap): a lease that
+// ended is dropped even while a lease that ends later is still live, so
+// its ID can be leased again at once.
+func TestMemoryStoreEndedLeaseIsFreeWhileALaterLeaseIsLive(t *testing.T) {
+	clk := clocktest.New()
+	s := &replay.MemoryStore{Now: clk.Now}
+	ctx := context.Background()
+	for _, l := range []struct {
+		id string
+		d  time.Duration
+	}{{"short", time.Second}, {"long", time.Hour}, {"middle", time.Minute}} {
+		if got, err := s.AcquireLease(ctx, l.id, l.d); err != nil || got.State != replay.LeaseAcquired {
+			t.Fatalf("AcquireLease(%s) = %+v, %v", l.id, got, err)
+		}
+	}
+	clk.Advance(2 * time.Second)
+	if got, err := s.AcquireLease(ctx, "short", time.Second); err != nil || got.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireLease of an ended lease while later ones live = %+v, %v; want acquired", got, err)
+	}
+	if n := s.Len(); n != 3 {
+		t.Fatalf("Len = %d, want 3 (the new short lease, middle, long)", n)
+	}
+	clk.Advance(2 * time.Minute)
+	if got, err := s.AcquireLease(ctx, "middle", time.Second); err != nil || got.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireLease of the ended middle lease = %+v, %v; want acquired", got, err)
+	}
+	if got, err := s.AcquireLease(ctx, "long", time.Second); err != nil || got.State != replay.LeaseBusy || got.Wait <= 0 {
+		t.Fatalf("AcquireLease of the live long lease = %+v, %v; want busy with a positive wait", got, err)
+	}
+}
