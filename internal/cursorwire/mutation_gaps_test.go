@@ -36,7 +36,7 @@ func TestDecodeBodyRefusesEveryTruncationWithoutReadingPastTheEnd(t *testing.T) 
 }
 
 // Kills codec.go `ok = ok && len(f.State) > 0` (→ `||`, and `>= 0`): a
-// body with an explicit empty state (key 8 = h”) is refused — Issue omits
+// body whose key 8 (state) holds an empty byte string is refused — Issue omits
 // an empty state, so accepting it would be a second spelling of a cursor.
 func TestDecodeBodyRefusesAnExplicitEmptyState(t *testing.T) {
 	body := AppendBody(nil, &Body{Version: 1, Tool: "t", Caller: "c", Page: 1, Issued: 5, Session: []byte("s")})
