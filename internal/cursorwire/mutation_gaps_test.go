@@ -46,7 +46,7 @@ func TestDecodeBodyRefusesAnExplicitEmptyState(t *testing.T) {
 	if _, ok := DecodeBody(body); !ok {
 		t.Fatal("test setup: the body without state does not decode")
 	}
-	withEmpty := append(append([]byte{cborMap | 7}, body[1:]...), KeyState, cborBytes|0)
+	withEmpty := append(append([]byte{cborMap | 7}, body[1:]...), KeyState, cborBytes) // a byte string of length 0
 	if f, ok := DecodeBody(withEmpty); ok {
 		t.Fatalf("a body with an explicit empty state decoded: %+v", f)
 	}
