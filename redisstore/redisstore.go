@@ -49,9 +49,11 @@ const MaxIDBytes = 512
 // exactly one of them, and Claim always returns first == false with it.
 var (
 	// ErrUnavailable reports that the store could not decide whether the
-	// claim was first: Redis unreachable, timed out (the error then also
-	// matches context.DeadlineExceeded or context.Canceled), or answered with
-	// an error or an unexpected reply. The claim may or may not have been
+	// claim was first: Redis unreachable, timed out, or answered with an
+	// error or an unexpected reply. When the caller's context had ended by
+	// the time the call returned, the error also matches the context's error
+	// (context.DeadlineExceeded or context.Canceled); a client socket timeout
+	// that fires just before the deadline matches only ErrUnavailable. The claim may or may not have been
 	// recorded; the caller must refuse the request.
 	ErrUnavailable = errors.New("redisstore: replay store unavailable")
 
