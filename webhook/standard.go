@@ -79,18 +79,27 @@ func (s *standard) configure(cfg *Config, p *params) error {
 
 func (s *standard) forbidsDot() bool { return true }
 
-func (s *standard) verify(p *params, h http.Header, body []byte, id string) (verified, error) {
+// standardHeaders reads the timestamp (as signed text and as a number) and
+// the signature header that Standard Webhooks and its Ed25519 variant share,
+// refusing a missing, repeated or malformed one with its preallocated error.
+func standardHeaders(p *params, h http.Header) (ts int64, tsText, sig string, err error) {
 	tsText, ok := single(h, p.tsHeader)
 	if !ok {
-		return verified{}, errTSHeader
+		return 0, "", "", errTSHeader
 	}
-	ts, ok := parseUnixSeconds(tsText)
-	if !ok {
-		return verified{}, errTSMalformed
+	if ts, ok = parseUnixSeconds(tsText); !ok {
+		return 0, "", "", errTSMalformed
 	}
-	sigHeader, ok := single(h, p.sigHeader)
-	if !ok {
-		return verified{}, errSigHeader
+	if sig, ok = single(h, p.sigHeader); !ok {
+		return 0, "", "", errSigHeader
+	}
+	return ts, tsText, sig, nil
+}
+
+func (s *standard) verify(p *params, h http.Header, body []byte, id string) (verified, error) {
+	ts, tsText, sigHeader, err := standardHeaders(p, h)
+	if err != nil {
+		return verified{}, err
 	}
 	var cands [maxV1Entries][mac.Size]byte
 	n, ok := parseStandardSignatures(sigHeader, &cands)

@@ -191,17 +191,9 @@ func edX2(y *big.Int) (*big.Int, bool) {
 const maxPooledMsg = DefaultMaxBody + 1024
 
 func (s *standardEd25519) verify(p *params, h http.Header, body []byte, id string) (verified, error) {
-	tsText, ok := single(h, p.tsHeader)
-	if !ok {
-		return verified{}, errTSHeader
-	}
-	ts, ok := parseUnixSeconds(tsText)
-	if !ok {
-		return verified{}, errTSMalformed
-	}
-	sigHeader, ok := single(h, p.sigHeader)
-	if !ok {
-		return verified{}, errSigHeader
+	ts, tsText, sigHeader, err := standardHeaders(p, h)
+	if err != nil {
+		return verified{}, err
 	}
 	var cands [MaxSignatures][ed25519.SignatureSize]byte
 	n, ok := parseEd25519Signatures(sigHeader, &cands)
