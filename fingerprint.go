@@ -111,10 +111,10 @@ const maxPooledJCS = 64 << 10
 // release resets p and returns it to jcsScratch.
 func (p *jcsParser) release() {
 	if cap(p.out) > maxPooledJCS || cap(p.keys) > maxPooledJCS || cap(p.str) > maxPooledJCS ||
-		cap(p.tmp) > maxPooledJCS || cap(p.members) > maxPooledJCS/32 {
+		cap(p.tmp) > maxPooledJCS || cap(p.members) > maxPooledJCS/32 || cap(p.order) > maxPooledJCS/32 {
 		return
 	}
-	*p = jcsParser{out: p.out[:0], keys: p.keys[:0], members: p.members[:0], str: p.str[:0], tmp: p.tmp[:0]}
+	*p = jcsParser{out: p.out[:0], keys: p.keys[:0], members: p.members[:0], str: p.str[:0], tmp: p.tmp[:0], order: p.order[:0]}
 	jcsScratch.Put(p)
 }
 
@@ -157,11 +157,12 @@ type jcsParser struct {
 	in  []byte
 	pos int
 
-	keys    []byte      // unescaped member names of the open objects
-	members []jcsMember // members of the open objects
-	str     []byte      // an unescaped string value, reused
-	tmp     []byte      // members of an object being reordered, reused
-	out     []byte      // ArgsFingerprint's canonical output, reused
+	keys    []byte       // unescaped member names of the open objects
+	members []jcsMember  // members of the open objects
+	str     []byte       // an unescaped string value, reused
+	tmp     []byte       // members of an object being reordered, reused
+	order   []jcsSortKey // sort keys of an object's members, reused
+	out     []byte       // ArgsFingerprint's canonical output, reused
 
 	// refuseFFFD refuses the escape \ufffd, which encoding/json writes
 	// for invalid UTF-8 in a Go string.
@@ -259,33 +260,49 @@ func (p *jcsParser) array(out []byte, depth int) ([]byte, error) {
 
 // jcsMember is one object member: its unescaped name, p.keys[nameAt:nameEnd]
 // or, when inInput, p.in[nameAt:nameEnd], and its canonical text
-// "name":value, out[start:end]. For sorting, sortMembers sets prefix to
-// the name's first 8 bytes, big-endian and zero-padded, and ascii when
-// they are ASCII; two such prefixes order as their names do wherever they
-// differ.
+// "name":value, out[start:end].
 type jcsMember struct {
 	nameAt, nameEnd int
 	start, end      int
-	prefix          uint64
-	inInput, ascii  bool
+	inInput         bool
 }
 
-// setPrefix sets m.prefix and m.ascii from m's name.
-func (p *jcsParser) setPrefix(m *jcsMember) {
-	name := p.name(*m)
+// jcsSortKey stands for members[index] while sortMembers orders an
+// object's members: prefix is the name's first 8 bytes, big-endian and
+// zero-padded, and ascii reports that they are ASCII. Two ASCII prefixes
+// that differ order as their names do. Sorting these small keys instead
+// of the members moves a third of the bytes.
+type jcsSortKey struct {
+	prefix uint64
+	index  int
+	ascii  bool
+}
+
+// sortKey returns the sort key of members[i].
+func (p *jcsParser) sortKey(members []jcsMember, i int) jcsSortKey {
+	m := &members[i]
+	buf := p.keys
+	if m.inInput {
+		buf = p.in
+	}
+	n := m.nameEnd - m.nameAt
 	var x uint64
-	if len(name) >= 8 {
-		x = binary.BigEndian.Uint64(name)
-	} else {
-		for i, c := range name {
+	switch {
+	case n >= 8:
+		x = binary.BigEndian.Uint64(buf[m.nameAt:])
+	case m.nameAt+8 <= len(buf):
+		// Load 8 bytes and clear those past the name.
+		x = binary.BigEndian.Uint64(buf[m.nameAt:]) &^ (1<<(64-8*n) - 1)
+	default:
+		for i, c := range buf[m.nameAt:m.nameEnd] {
 			x |= uint64(c) << (56 - 8*i)
 		}
 	}
-	m.prefix, m.ascii = x, x&0x8080808080808080 == 0
+	return jcsSortKey{prefix: x, index: i, ascii: x&0x8080808080808080 == 0}
 }
 
 // name returns m's unescaped name.
-func (p *jcsParser) name(m jcsMember) []byte {
+func (p *jcsParser) name(m *jcsMember) []byte {
 	if m.inInput {
 		return p.in[m.nameAt:m.nameEnd]
 	}
@@ -347,7 +364,7 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 		}
 		m.end = len(out)
 		if sorted {
-			name := p.name(m)
+			name := p.name(&m)
 			if len(p.members) > membersBase && compareUTF16(prev, name) >= 0 {
 				sorted = false
 			}
@@ -383,26 +400,29 @@ func (p *jcsParser) object(out []byte, depth int) ([]byte, error) {
 // order, or refuses a duplicate name.
 func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, error) {
 	members := p.members[membersBase:]
+	keys := p.order[:0]
 	for i := range members {
-		p.setPrefix(&members[i])
+		keys = append(keys, p.sortKey(members, i))
 	}
-	if len(members) <= maxInsertionSort {
-		p.insertionSort(members)
+	p.order = keys
+	if len(keys) <= maxInsertionSort {
+		p.insertionSort(members, keys)
 	} else {
-		slices.SortFunc(members, p.compareNames)
+		slices.SortFunc(keys, func(a, b jcsSortKey) int { return p.compareKeys(members, a, b) })
 	}
-	for i := 1; i < len(members); i++ {
-		if p.compareNames(members[i-1], members[i]) == 0 {
+	for i := 1; i < len(keys); i++ {
+		if p.compareKeys(members, keys[i-1], keys[i]) == 0 {
 			return nil, errArgsDuplicate // I-JSON
 		}
 	}
 	// Rewrite the members in order from a copy.
 	p.tmp = append(p.tmp[:0], out[body:]...)
 	out = out[:body]
-	for i, m := range members {
+	for i, k := range keys {
 		if i > 0 {
 			out = append(out, ',')
 		}
+		m := &members[k.index]
 		out = append(out, p.tmp[m.start-body:m.end-body]...)
 	}
 	return out, nil
@@ -413,22 +433,22 @@ func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, erro
 // plain copies; larger objects go to slices.SortFunc.
 const maxInsertionSort = 32
 
-// insertionSort orders members as slices.SortFunc(members, p.compareNames)
-// does: a binary search for each member's place in the sorted prefix, then
-// one copy to make room. Names are distinct or refused afterwards, so
-// stability is moot.
-func (p *jcsParser) insertionSort(members []jcsMember) {
-	for i := 1; i < len(members); i++ {
-		m := members[i]
-		lo, hi := 0, i // m goes before the first member above it
+// insertionSort orders keys as slices.SortFunc with compareKeys does: a
+// binary search for each key's place in the sorted prefix, then one copy
+// to make room. Names are distinct or refused afterwards, so stability is
+// moot.
+func (p *jcsParser) insertionSort(members []jcsMember, keys []jcsSortKey) {
+	for i := 1; i < len(keys); i++ {
+		k := keys[i]
+		lo, hi := 0, i // k goes before the first key above it
 		for lo < hi {
 			h := int(uint(lo+hi) >> 1)
-			mid := &members[h]
+			mid := keys[h]
 			var above bool
-			if m.ascii && mid.ascii && m.prefix != mid.prefix {
-				above = mid.prefix > m.prefix
+			if k.ascii && mid.ascii && k.prefix != mid.prefix {
+				above = mid.prefix > k.prefix
 			} else {
-				above = p.compareNames(*mid, m) > 0
+				above = p.compareKeys(members, mid, k) > 0
 			}
 			if above {
 				hi = h
@@ -437,15 +457,15 @@ func (p *jcsParser) insertionSort(members []jcsMember) {
 			}
 		}
 		if lo < i {
-			copy(members[lo+1:i+1], members[lo:i])
-			members[lo] = m
+			copy(keys[lo+1:i+1], keys[lo:i])
+			keys[lo] = k
 		}
 	}
 }
 
-// compareNames orders members by the UTF-16 code units of their names, as
-// RFC 8785 requires.
-func (p *jcsParser) compareNames(a, b jcsMember) int {
+// compareKeys orders the members two keys stand for by the UTF-16 code
+// units of their names, as RFC 8785 requires.
+func (p *jcsParser) compareKeys(members []jcsMember, a, b jcsSortKey) int {
 	if a.prefix != b.prefix && a.ascii && b.ascii {
 		// The first differing byte is within the prefixes: ASCII, or
 		// the zero padding of the shorter name, a prefix of the other.
@@ -454,7 +474,7 @@ func (p *jcsParser) compareNames(a, b jcsMember) int {
 		}
 		return 1
 	}
-	return compareUTF16(p.name(a), p.name(b))
+	return compareUTF16(p.name(&members[a.index]), p.name(&members[b.index]))
 }
 
 // compareUTF16 compares two valid UTF-8 strings by their UTF-16 code units.

@@ -339,8 +339,8 @@ func TestArgsFingerprintIsSafeForConcurrentUse(t *testing.T) {
 // against slices.SortFunc with compareNames on random sets of distinct
 // names: ASCII with long shared prefixes, non-ASCII, characters above
 // U+FFFF against U+E000-U+FFFF (where UTF-16 order is not byte order), in
-// every size up to maxInsertionSort. It checks setPrefix, which reads a
-// word past a short name, on the way.
+// every size up to maxInsertionSort. It checks sortKey, which reads a
+// word past a short name when the buffer holds one, on the way.
 func TestInsertionSortMatchesSortFunc(t *testing.T) {
 	alphabet := []string{"a", "b", "z", "_", "0", "item_", "abcdefgh", "é", "\uE000", "\uFFFF", "😀", "\U00010000", "\x7f"}
 	x := uint64(0x9e3779b97f4a7c15)
@@ -366,27 +366,29 @@ func TestInsertionSortMatchesSortFunc(t *testing.T) {
 		}
 		p := jcsParser{}
 		var members []jcsMember
-		for _, name := range names {
+		var keys []jcsSortKey
+		for i, name := range names {
 			at := len(p.keys)
 			p.keys = append(p.keys, name...)
-			m := jcsMember{nameAt: at, nameEnd: len(p.keys)}
-			p.setPrefix(&m)
+			members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
+			k := p.sortKey(members, i)
 			var want uint64 // the first 8 bytes, big-endian, zero-padded
 			for i := range min(len(name), 8) {
 				want |= uint64(name[i]) << (56 - 8*i)
 			}
-			if m.prefix != want || m.ascii != (want&0x8080808080808080 == 0) {
-				t.Fatalf("setPrefix(%q) = %#x, ascii %v; want %#x", name, m.prefix, m.ascii, want)
+			if k.prefix != want || k.ascii != (want&0x8080808080808080 == 0) || k.index != i {
+				t.Fatalf("sortKey(%q) = %#x, ascii %v, index %d; want %#x, index %d", name, k.prefix, k.ascii, k.index, want, i)
 			}
-			members = append(members, m)
+			keys = append(keys, k)
 		}
-		got := slices.Clone(members)
-		p.insertionSort(got)
-		want := slices.Clone(members)
-		slices.SortFunc(want, p.compareNames)
+		got := slices.Clone(keys)
+		p.insertionSort(members, got)
+		want := slices.Clone(keys)
+		slices.SortFunc(want, func(a, b jcsSortKey) int { return p.compareKeys(members, a, b) })
 		for i := range want {
-			if string(p.name(got[i])) != string(p.name(want[i])) {
-				t.Fatalf("names %q: insertion sort puts %q at %d, slices.SortFunc %q", names, p.name(got[i]), i, p.name(want[i]))
+			g, w := p.name(&members[got[i].index]), p.name(&members[want[i].index])
+			if string(g) != string(w) {
+				t.Fatalf("names %q: insertion sort puts %q at %d, slices.SortFunc %q", names, g, i, w)
 			}
 		}
 	}

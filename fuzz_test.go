@@ -978,7 +978,7 @@ func TestTokensHaveOneSpelling(t *testing.T) {
 }
 
 // FuzzCompareUTF16 differentially tests compareUTF16, which compares UTF-8
-// bytes, and the member order sortMembers uses (compareNames with 8-byte
+// bytes, and the member order sortMembers uses (compareKeys with 8-byte
 // prefixes), against the plain definition: the strings' UTF-16 code units.
 func FuzzCompareUTF16(f *testing.F) {
 	for _, p := range [][2]string{{"a", "b"}, {"\ue000", "😀"}, {"\uffff", "\U0010ffff"}, {"é", "e"}, {"ab", "a"}, {"\ud7ff", "\ue000"}, {"x\u00e9", "x\u00ea"},
@@ -995,12 +995,16 @@ func FuzzCompareUTF16(f *testing.F) {
 		if (got < 0) != (want < 0) || (got == 0) != (want == 0) {
 			t.Fatalf("compareUTF16(%q, %q) = %d, UTF-16 order says %d", a, b, got, want)
 		}
-		p := jcsParser{keys: []byte(a + b)}
-		ma, mb := jcsMember{nameEnd: len(a)}, jcsMember{nameAt: len(a), nameEnd: len(a) + len(b)}
-		p.setPrefix(&ma)
-		p.setPrefix(&mb)
-		if got := p.compareNames(ma, mb); (got < 0) != (want < 0) || (got == 0) != (want == 0) {
-			t.Fatalf("compareNames(%q, %q) = %d, UTF-16 order says %d", a, b, got, want)
+		// Every way the name can sit in its buffer: followed by a word
+		// of other bytes or at its end (sortKey reads 8 bytes at once
+		// only where the buffer holds them).
+		for _, tail := range []string{"", "\xff\xff\xff\xff\xff\xff\xff\xff"} {
+			p := jcsParser{keys: []byte(a + b + tail)}
+			members := []jcsMember{{nameEnd: len(a)}, {nameAt: len(a), nameEnd: len(a) + len(b)}}
+			ka, kb := p.sortKey(members, 0), p.sortKey(members, 1)
+			if got := p.compareKeys(members, ka, kb); (got < 0) != (want < 0) || (got == 0) != (want == 0) {
+				t.Fatalf("compareKeys(%q, %q) = %d, UTF-16 order says %d", a, b, got, want)
+			}
 		}
 	})
 }
