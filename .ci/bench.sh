@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "--- root benchmarks, one iteration each"
-go test -run '^$' -bench . -benchtime 1x .
+echo "--- root and internal/cursorwire benchmarks, one iteration each"
+go test -run '^$' -bench . -benchtime 1x . ./internal/cursorwire
 
 echo "--- bench/: build, vet, tests, benchmarks one iteration each"
 cd bench
