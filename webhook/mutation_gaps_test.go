@@ -1,0 +1,186 @@
+package webhook
+
+import (
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/internal/clocktest"
+)
+
+// slackHeaders signs body under Slack at ts, independently of the
+// package's signer (which signs only Events API callbacks).
+func slackHeaders(ts int64, body string) http.Header {
+	h := http.Header{}
+	h.Set(HeaderSlackTimestamp, strconv.FormatInt(ts, 10))
+	h.Set(HeaderSlackSignature, "v0="+hex.EncodeToString(standardMAC([]byte(slackSecret), "v0:"+strconv.FormatInt(ts, 10)+":"+body)))
+	return h
+}
+
+// A Slack body is read as a JSON object after any JSON white space (space,
+// tab, line feed, carriage return): its event_id is the delivery ID, and a
+// broken object is refused. A body that is empty, only white space, or
+// starts with anything else is not JSON and is identified by its signature.
+func TestSlackEventIDIsReadAfterLeadingJSONWhiteSpace(t *testing.T) {
+	const ts = 1531420618
+	v := newVerifier(t, Config{Scheme: Slack(), Secrets: []string{slackSecret}, Now: clocktest.At(time.Unix(ts, 0)).Now})
+	const event = `{"type":"event_callback","event_id":"Ev01"}`
+	for _, tc := range []struct {
+		name, body string
+		bySig      bool  // the ID is the signature, not Ev01
+		want       error // nil: accepted
+	}{
+		{"no white space", event, false, nil},
+		{"space", " " + event, false, nil},
+		{"tab", "\t" + event, false, nil},
+		{"line feed", "\n" + event, false, nil},
+		{"carriage return", "\r" + event, false, nil},
+		{"all four", " \t\n\r" + event, false, nil},
+		{"broken object after white space", "\r\n\t " + `{"event_id":"Ev01"`, false, ErrMalformed},
+		{"empty body", "", true, nil},
+		{"only white space", " \t\r\n", true, nil},
+		{"form body", "token=x&command=%2Fhello", true, nil},
+		{"vertical tab is not JSON white space", "\v" + event, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := slackHeaders(ts, tc.body)
+			d, err := v.Verify(h, []byte(tc.body))
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Verify = %v, want %v", err, tc.want)
+			}
+			if tc.want != nil {
+				if Reason(err) != "JSON body malformed or its event_id not a string of 1 to 256 printable ASCII characters" {
+					t.Fatalf("reason %q", Reason(err))
+				}
+				return
+			}
+			want := "Ev01"
+			if tc.bySig {
+				want = h.Get(HeaderSlackSignature)
+			}
+			if d.ID != want {
+				t.Fatalf("ID %q, want %q", d.ID, want)
+			}
+		})
+	}
+}
+
+// A timestamp of "0" is one digit, not a leading zero: it is well formed,
+// so an authentic delivery signed at 0 is refused as too old (401), not
+// as malformed (400).
+func TestStandardWebhooksTimestampZeroIsWellFormed(t *testing.T) {
+	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Now: clocktest.At(time.Unix(stdTS, 0)).Now})
+	key, err := schemeStandard.parseSecret(stdSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := stdHeaders(stdID, 0, signStandard(key, stdID, 0, []byte(stdBody)))
+	if h.Get(HeaderStandardTimestamp) != "0" {
+		t.Fatalf("test premise: timestamp %q", h.Get(HeaderStandardTimestamp))
+	}
+	if _, err := v.Verify(h, []byte(stdBody)); !errors.Is(err, ErrTimestamp) || Reason(err) != "timestamp too old" {
+		t.Fatalf("Verify = %v (%q), want ErrTimestamp (timestamp too old)", err, Reason(err))
+	}
+}
+
+// A v1 entry is the canonical standard base64 of exactly 32 bytes: 44
+// characters holding 33 bytes (no padding) whose first 32 are the genuine
+// MAC are not a signature, under Standard Webhooks and Svix.
+func TestStandardWebhooksRefusesV1EntryOfThirtyThreeBytes(t *testing.T) {
+	key, err := schemeStandard.parseSecret(stdSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := "v1," + base64.StdEncoding.EncodeToString(append(standardMAC(key, stdID+"."+strconv.Itoa(stdTS)+"."+stdBody), 0))
+	if len(long) != len(stdSig) {
+		t.Fatalf("test premise: %d characters", len(long))
+	}
+	for _, scheme := range []Scheme{StandardWebhooks(), Svix()} {
+		v := newVerifier(t, Config{Scheme: scheme, Secrets: []string{stdSecret}, Now: clocktest.At(time.Unix(stdTS, 0)).Now})
+		p := v.p
+		h := http.Header{}
+		h.Set(p.idHeader, stdID)
+		h.Set(p.tsHeader, strconv.Itoa(stdTS))
+		h.Set(p.sigHeader, stdSig)
+		if _, err := v.Verify(h, []byte(stdBody)); err != nil {
+			t.Fatalf("%v: genuine delivery refused: %v", scheme, err)
+		}
+		h.Set(p.sigHeader, long)
+		if _, err := v.Verify(h, []byte(stdBody)); !errors.Is(err, ErrSignature) || Reason(err) != "signature header malformed" {
+			t.Fatalf("%v: 33-byte entry: %v (%q), want ErrSignature (signature header malformed)", scheme, err, Reason(err))
+		}
+	}
+}
+
+// A v1 entry of the right length that is not canonical base64 is skipped,
+// not the end of the header: the genuine entry after it is still found.
+func TestStandardWebhooksSkipsUndecodableV1EntryAndChecksTheNext(t *testing.T) {
+	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Now: clocktest.At(time.Unix(stdTS, 0)).Now})
+	for _, bad := range []string{
+		"v1," + strings.Repeat("!", sigTextLen),          // not base64
+		"v1," + strings.Repeat("A", sigTextLen-1) + "B",  // 33 bytes, no padding
+		"v1," + strings.Repeat("A", sigTextLen-2) + "==", // 31 bytes
+		"v1," + strings.Repeat("A", sigTextLen-2) + "B=", // non-zero trailing bits
+	} {
+		if len(bad) != len(stdSig) {
+			t.Fatalf("test premise: %q is %d characters", bad, len(bad))
+		}
+		if _, err := v.Verify(stdHeaders(stdID, stdTS, bad+" "+stdSig), []byte(stdBody)); err != nil {
+			t.Fatalf("%q then the genuine entry: %v", bad, err)
+		}
+	}
+}
+
+// Empty items in a Stripe-Signature header (a leading, doubled or
+// trailing comma) are skipped like items of unknown keys.
+func TestStripeSkipsEmptyHeaderItems(t *testing.T) {
+	cfg := Config{Scheme: Stripe(), Secrets: []string{stripeSecret}, Now: newStepClock().Now}
+	v := newVerifier(t, cfg)
+	body := `{"id":"evt_1"}`
+	sig := signed(t, newSigner(t, cfg), "evt_1", body).Get(HeaderStripeSignature)
+	tItem, v1Item, ok := strings.Cut(sig, ",")
+	if !ok {
+		t.Fatalf("test premise: header %q", sig)
+	}
+	for _, hdr := range []string{
+		"," + sig,
+		tItem + ",," + v1Item,
+		sig + ",",
+		",," + tItem + ",,," + v1Item + ",,",
+	} {
+		h := http.Header{}
+		h.Set(HeaderStripeSignature, hdr)
+		if _, err := v.Verify(h, []byte(body)); err != nil {
+			t.Fatalf("%q: %v", hdr, err)
+		}
+	}
+}
+
+// A Stripe-Signature header of exactly MaxSignatureHeaderBytes holding as
+// many well-formed v1 items as fit (the genuine one last) and then one
+// more, empty, v1 item is accepted: the header is not over the cap, every
+// well-formed item is compared, and the item past them is skipped.
+func TestStripeHeaderFullOfV1ItemsAtTheCapIsAccepted(t *testing.T) {
+	cfg := Config{Scheme: Stripe(), Secrets: []string{stripeSecret}, Now: newStepClock().Now}
+	v := newVerifier(t, cfg)
+	body := `{"id":"evt_1"}`
+	sig := signed(t, newSigner(t, cfg), "evt_1", body).Get(HeaderStripeSignature)
+	tItem, v1Item, _ := strings.Cut(sig, ",")
+	forged := ",v1=" + strings.Repeat("0", 2*32)
+	hdr := tItem + strings.Repeat(forged, maxStripeV1-1) + "," + v1Item
+	tail := ",v1=" + strings.Repeat("x", MaxSignatureHeaderBytes-len(hdr)-len(",v1="))
+	hdr += tail
+	if len(hdr) != MaxSignatureHeaderBytes || maxStripeV1 != 60 {
+		t.Fatalf("test premise: %d bytes, maxStripeV1 %d", len(hdr), maxStripeV1)
+	}
+	h := http.Header{}
+	h.Set(HeaderStripeSignature, hdr)
+	if _, err := v.Verify(h, []byte(body)); err != nil {
+		t.Fatalf("%d-byte header of %d v1 items and an empty one: %v", len(hdr), maxStripeV1, err)
+	}
+}
