@@ -1,16 +1,19 @@
 package webhook
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken/internal/clocktest"
+	"github.com/ctoken/ctoken/replay"
 )
 
 // slackHeaders signs body under Slack at ts, independently of the
@@ -182,5 +185,131 @@ func TestStripeHeaderFullOfV1ItemsAtTheCapIsAccepted(t *testing.T) {
 	h.Set(HeaderStripeSignature, hdr)
 	if _, err := v.Verify(h, []byte(body)); err != nil {
 		t.Fatalf("%d-byte header of %d v1 items and an empty one: %v", len(hdr), maxStripeV1, err)
+	}
+}
+
+// timingStore is a MemoryStore that records, for each ConfirmLease and
+// ReleaseLease call, when it came and its context's deadline; while
+// failing is set ConfirmLease fails without asking the MemoryStore.
+type timingStore struct {
+	*replay.MemoryStore
+	failing bool
+
+	mu               sync.Mutex
+	confirmAt        []time.Time
+	confirmDeadlines []time.Time
+	releaseDeadlines []time.Time
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	return d
+}
+
+func (s *timingStore) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
+	s.mu.Lock()
+	s.confirmAt = append(s.confirmAt, time.Now())
+	s.confirmDeadlines = append(s.confirmDeadlines, deadlineOf(ctx))
+	failing := s.failing
+	s.mu.Unlock()
+	if failing {
+		return errStoreDown
+	}
+	return s.MemoryStore.ConfirmLease(ctx, id, token, until)
+}
+
+func (s *timingStore) ReleaseLease(ctx context.Context, id, token string) error {
+	s.mu.Lock()
+	s.releaseDeadlines = append(s.releaseDeadlines, deadlineOf(ctx))
+	s.mu.Unlock()
+	return s.MemoryStore.ReleaseLease(ctx, id, token)
+}
+
+// newTimedLease is a lease of the given length on a fresh delivery, held
+// in a timingStore (the real clock throughout: Confirm and Release measure
+// their waits with it).
+func newTimedLease(t *testing.T, lease time.Duration) (*timingStore, *Lease) {
+	t.Helper()
+	store := &timingStore{MemoryStore: replay.NewMemoryStore(0)}
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint", Lease: lease}
+	v := newVerifier(t, cfg)
+	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := v.Acquire(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, l
+}
+
+// Confirm within the lease gives the store until the lease expires, and
+// no longer.
+func TestLeaseConfirmWaitsForTheStoreUntilTheLeaseExpires(t *testing.T) {
+	store, l := newTimedLease(t, time.Minute)
+	if err := l.Confirm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(store.confirmDeadlines) != 1 || !store.confirmDeadlines[0].Equal(l.Expires()) {
+		t.Fatalf("ConfirmLease deadlines %v, want one: the lease's expiry %v", store.confirmDeadlines, l.Expires())
+	}
+}
+
+// Confirm called after the lease expired gives the store a quarter of the
+// lease from the call.
+func TestLeaseConfirmAfterExpiryWaitsAQuarterLease(t *testing.T) {
+	const lease = 40 * time.Millisecond
+	store, l := newTimedLease(t, lease)
+	time.Sleep(time.Until(l.Expires()) + 5*time.Millisecond)
+	before := time.Now()
+	if err := l.Confirm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	if len(store.confirmDeadlines) != 1 {
+		t.Fatalf("ConfirmLease called %d times", len(store.confirmDeadlines))
+	}
+	if dl := store.confirmDeadlines[0]; dl.Before(before.Add(lease/4)) || dl.After(after.Add(lease/4)) {
+		t.Fatalf("ConfirmLease deadline %v after the call, want a quarter lease (%v)", dl.Sub(before), lease/4)
+	}
+}
+
+// Confirm retries a failing store with a wait that doubles from 10ms, so
+// a store that is down is not hammered.
+func TestLeaseConfirmBacksOffBetweenStoreRetries(t *testing.T) {
+	store, l := newTimedLease(t, 400*time.Millisecond)
+	store.failing = true
+	if err := l.Confirm(context.Background()); !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) {
+		t.Fatalf("Confirm = %v, want ErrReplayStore and the store's error", err)
+	}
+	at := store.confirmAt
+	if len(at) < 3 || len(at) > 7 {
+		t.Fatalf("ConfirmLease called %d times within a 400ms lease, want 3 to 7 (10, 20, 40, 80, 160ms apart)", len(at))
+	}
+	for i := 1; i < len(at); i++ {
+		if gap, want := at[i].Sub(at[i-1]), 10*time.Millisecond<<(i-1); gap < want {
+			t.Fatalf("retry %d came %v after the last, want at least %v", i, gap, want)
+		}
+	}
+}
+
+// Release gives the store a quarter of the lease.
+func TestLeaseReleaseWaitsAQuarterLease(t *testing.T) {
+	const lease = time.Minute
+	store, l := newTimedLease(t, lease)
+	before := time.Now()
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	if len(store.releaseDeadlines) != 1 {
+		t.Fatalf("ReleaseLease called %d times", len(store.releaseDeadlines))
+	}
+	if dl := store.releaseDeadlines[0]; dl.Before(before.Add(lease/4)) || dl.After(after.Add(lease/4)) {
+		t.Fatalf("ReleaseLease deadline %v after the call, want a quarter lease (%v)", dl.Sub(before), lease/4)
 	}
 }
