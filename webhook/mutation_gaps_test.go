@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/internal/clocktest"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -311,5 +312,83 @@ func TestLeaseReleaseWaitsAQuarterLease(t *testing.T) {
 	}
 	if dl := store.releaseDeadlines[0]; dl.Before(before.Add(lease/4)) || dl.After(after.Add(lease/4)) {
 		t.Fatalf("ReleaseLease deadline %v after the call, want a quarter lease (%v)", dl.Sub(before), lease/4)
+	}
+}
+
+// A delivery signed by several of the verifier's Ed25519 keys (a sender
+// signing with both during a rotation) is reported as verified by the
+// first of them in the verifier's order.
+func TestEd25519ReportsTheFirstMatchingKey(t *testing.T) {
+	clk := newStepClock()
+	log := &eventLog{}
+	s := newSigner(t, Config{Scheme: StandardWebhooksEd25519(), Secrets: []string{edPriv, edPriv2}, Now: clk.Now})
+	h := signed(t, s, "msg_1", "{}")
+	for _, tc := range []struct {
+		pubs []string
+		want observe.KeyPosition
+	}{
+		{[]string{edPub, edPub2}, observe.KeyPrimary},
+		{[]string{edPub2, edPub}, observe.KeyPrimary},
+		{[]string{edPub, edPub, edPub2}, observe.KeyPrimary},
+	} {
+		v := newVerifier(t, Config{Scheme: StandardWebhooksEd25519(), Secrets: tc.pubs, Now: clk.Now, Observer: log})
+		if _, err := v.Verify(h, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		if e := log.only(t, "verify"); e != webhookEvent(observe.OutcomeVerified, observe.ReasonNone, tc.want) {
+			t.Fatalf("keys %d: event %+v, want verified by %v", len(tc.pubs), e, tc.want)
+		}
+	}
+}
+
+// An Ed25519 signature header of exactly MaxSignatureHeaderBytes is
+// parsed; one byte more is refused.
+func TestEd25519SignatureHeaderAtCapAcceptedAndOneOverRefused(t *testing.T) {
+	clk := newStepClock()
+	s := newSigner(t, Config{Scheme: StandardWebhooksEd25519(), Secrets: []string{edPriv}, Now: clk.Now})
+	v := newVerifier(t, Config{Scheme: StandardWebhooksEd25519(), Secrets: []string{edPub}, Now: clk.Now})
+	h := signed(t, s, "msg_1", "{}")
+	at := h.Get(HeaderStandardSignature) + strings.Repeat(" ", MaxSignatureHeaderBytes-len(h.Get(HeaderStandardSignature)))
+	h.Set(HeaderStandardSignature, at)
+	if _, err := v.Verify(h, []byte("{}")); err != nil {
+		t.Fatalf("%d-byte signature header: %v", len(at), err)
+	}
+	h.Set(HeaderStandardSignature, at+" ")
+	if _, err := v.Verify(h, []byte("{}")); !errors.Is(err, ErrSignature) || Reason(err) != "signature header malformed" {
+		t.Fatalf("%d-byte signature header: %v", len(at)+1, err)
+	}
+}
+
+// Only an entry of exactly "v1a," and 88 characters of base64 is an
+// Ed25519 signature: the genuine signature under another version tag, or
+// with a character more, is not, and neither is an entry too short to hold
+// a version.
+func TestEd25519OnlyReadsV1AEntriesOfTheExactLength(t *testing.T) {
+	clk := newStepClock()
+	s := newSigner(t, Config{Scheme: StandardWebhooksEd25519(), Secrets: []string{edPriv}, Now: clk.Now})
+	v := newVerifier(t, Config{Scheme: StandardWebhooksEd25519(), Secrets: []string{edPub}, Now: clk.Now})
+	h := signed(t, s, "msg_1", "{}")
+	genuine := h.Get(HeaderStandardSignature)
+	sig, ok := strings.CutPrefix(genuine, "v1a,")
+	if !ok || len(sig) != ed25519SigTextLen {
+		t.Fatalf("test premise: %q", genuine)
+	}
+	for _, entry := range []string{
+		"v1b," + sig,
+		"v1," + sig + "A",
+		"v1a," + sig + "A",
+		"v1a," + sig + "=",
+		"v1a," + sig[:len(sig)-1],
+		"v1",
+		"v",
+	} {
+		h.Set(HeaderStandardSignature, entry)
+		if _, err := v.Verify(h, []byte("{}")); !errors.Is(err, ErrSignature) || Reason(err) != "signature header malformed" {
+			t.Fatalf("%q: %v, want ErrSignature (signature header malformed)", entry, err)
+		}
+		h.Set(HeaderStandardSignature, entry+" "+genuine)
+		if _, err := v.Verify(h, []byte("{}")); err != nil {
+			t.Fatalf("%q then the genuine entry: %v", entry, err)
+		}
 	}
 }
