@@ -359,10 +359,11 @@ func TestEd25519SignatureHeaderAtCapAcceptedAndOneOverRefused(t *testing.T) {
 	}
 }
 
-// Only an entry of exactly "v1a," and 88 characters of base64 is an
-// Ed25519 signature: the genuine signature under another version tag, or
-// with a character more, is not, and neither is an entry too short to hold
-// a version.
+// Only an entry of exactly "v1a," and the 88-character canonical base64 of
+// 64 bytes is an Ed25519 signature: the genuine signature under another
+// version tag, or with a character more, is not, and neither is an entry
+// too short to hold a version. Each such entry is skipped, and a genuine
+// entry after it is still found.
 func TestEd25519OnlyReadsV1AEntriesOfTheExactLength(t *testing.T) {
 	clk := newStepClock()
 	s := newSigner(t, Config{Scheme: StandardWebhooksEd25519(), Secrets: []string{edPriv}, Now: clk.Now})
@@ -379,6 +380,9 @@ func TestEd25519OnlyReadsV1AEntriesOfTheExactLength(t *testing.T) {
 		"v1a," + sig + "A",
 		"v1a," + sig + "=",
 		"v1a," + sig[:len(sig)-1],
+		"v1a," + strings.Repeat("!", ed25519SigTextLen),           // not base64
+		"v1a," + strings.Repeat("A", ed25519SigTextLen),           // 66 bytes
+		"v1a," + strings.Repeat("A", ed25519SigTextLen-3) + "B==", // non-zero trailing bits
 		"v1",
 		"v",
 	} {
