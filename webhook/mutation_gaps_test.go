@@ -396,3 +396,26 @@ func TestEd25519OnlyReadsV1AEntriesOfTheExactLength(t *testing.T) {
 		}
 	}
 }
+
+// A delivery signed by several of the verifier's HMAC secrets (a sender
+// signing with both during a rotation) is reported as verified by the
+// first of them in the verifier's order.
+func TestHMACSchemesReportTheFirstMatchingSecret(t *testing.T) {
+	clk := newStepClock()
+	log := &eventLog{}
+	s := newSigner(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret, stdSecret2}, Now: clk.Now})
+	h := signed(t, s, "msg_1", "{}")
+	for _, secrets := range [][]string{
+		{stdSecret, stdSecret2},
+		{stdSecret2, stdSecret},
+		{stdSecret, stdSecret, stdSecret2},
+	} {
+		v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: secrets, Now: clk.Now, Observer: log})
+		if _, err := v.Verify(h, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		if e := log.only(t, "verify"); e != webhookEvent(observe.OutcomeVerified, observe.ReasonNone, observe.KeyPrimary) {
+			t.Fatalf("%d secrets: event %+v, want verified by the primary", len(secrets), e)
+		}
+	}
+}
