@@ -484,3 +484,76 @@ func TestJSONStringValueDecodesAsEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// Every limit of a Config is inclusive: a Lease of exactly a millisecond
+// or MaxLease, a Tolerance of MaxTolerance and a DedupWindow of
+// MaxDedupWindow are accepted (one unit past each is refused, see
+// TestNewVerifierRefusesOptionsWithoutEffect), and so is a namespace with
+// '~' and space inside; DEL is refused.
+func TestConfigLimitsAreInclusive(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"Lease of a millisecond", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: time.Millisecond}},
+		{"Lease of MaxLease", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: MaxLease}},
+		{"Tolerance of MaxTolerance", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Tolerance: MaxTolerance}},
+		{"DedupWindow of MaxDedupWindow", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, DedupWindow: MaxDedupWindow}},
+		{"namespace with ~ and space", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Namespace: "a ~b"}},
+	} {
+		if _, err := NewVerifier(tc.cfg); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Namespace: "a\x7fb"}
+	if _, err := NewVerifier(cfg); !errors.Is(err, ErrConfig) || Reason(err) != Reason(errNamespaceText) {
+		t.Errorf("namespace with DEL: %v, want %v", err, errNamespaceText)
+	}
+}
+
+// A lower-case hex tag (Stripe v1, Slack v0) with one digit replaced by a
+// character that is not a lower-case hex digit is refused, even where the
+// digit replaced was a '0' (which a lax parser reading the bad character
+// as 0 would accept): a signature has one spelling.
+func TestLowerHexTagsRefuseAnyNonHexDigit(t *testing.T) {
+	clk := newStepClock()
+	for _, tc := range []struct {
+		scheme       Scheme
+		secret, id   string
+		body, header string
+		prefix       string // before the hex in the header
+	}{
+		{Stripe(), stripeSecret, "evt_1", `{"id":"evt_1"}`, HeaderStripeSignature, ",v1="},
+		{Slack(), slackSecret, "Ev01", `{"event_id":"Ev01"}`, HeaderSlackSignature, "v0="},
+	} {
+		cfg := Config{Scheme: tc.scheme, Secrets: []string{tc.secret}, Now: clk.Now}
+		s, v := newSigner(t, cfg), newVerifier(t, cfg)
+		tried := 0
+		for n := 0; tried < 2 && n < 100; n++ {
+			body := strings.Replace(tc.body, `"}`, `","n":`+strconv.Itoa(n)+`}`, 1)
+			h := http.Header{}
+			if err := s.Sign(h, tc.id, []byte(body)); err != nil {
+				t.Fatal(err)
+			}
+			sig := h.Get(tc.header)
+			start := strings.Index(sig, tc.prefix) + len(tc.prefix)
+			hexText := sig[start : start+64]
+			// A '0' in the high and then in the low nibble of a byte.
+			k := strings.IndexByte(hexText, '0')
+			if k < 0 || k%2 != tried {
+				continue
+			}
+			tried++
+			for _, c := range []byte{'g', 'G', '/', ':', '`', 'A', ' ', 0x80} {
+				bad := sig[:start+k] + string([]byte{c}) + sig[start+k+1:]
+				h.Set(tc.header, bad)
+				if _, err := v.Verify(h, []byte(body)); err == nil {
+					t.Fatalf("%v: %q accepted for %q", tc.scheme, bad, sig)
+				}
+			}
+		}
+		if tried < 2 {
+			t.Fatalf("%v: no signature with a 0 in both nibble positions", tc.scheme)
+		}
+	}
+}
