@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -554,6 +555,33 @@ func TestLowerHexTagsRefuseAnyNonHexDigit(t *testing.T) {
 		}
 		if tried < 2 {
 			t.Fatalf("%v: no signature with a 0 in both nibble positions", tc.scheme)
+		}
+	}
+}
+
+// log/slog sees a configured Verifier or Signer as its scheme and its
+// number of secrets, and a zero one as {zero: true}.
+func TestLogValueDescribesSchemeAndSecretCount(t *testing.T) {
+	render := func(v slog.Value) string {
+		var b strings.Builder
+		for _, a := range v.Resolve().Group() {
+			b.WriteString(a.String() + ";")
+		}
+		return b.String()
+	}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret, stdSecret2}}
+	for _, tc := range []struct {
+		name string
+		got  slog.Value
+		want string
+	}{
+		{"verifier", newVerifier(t, cfg).LogValue(), "scheme=standard-webhooks;secrets=2;"},
+		{"signer", newSigner(t, Config{Scheme: Slack(), Secrets: []string{slackSecret}}).LogValue(), "scheme=slack;secrets=1;"},
+		{"zero verifier", Verifier{}.LogValue(), "zero=true;"},
+		{"zero signer", Signer{}.LogValue(), "zero=true;"},
+	} {
+		if got := render(tc.got); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }
