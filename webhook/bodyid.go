@@ -96,7 +96,9 @@ func jsonValueEnd(b []byte, i int) int {
 		default:
 			i++
 		}
-		if depth == 0 && i < len(b) && (b[i-1] == '"' || b[i-1] == '}' || b[i-1] == ']') {
+		// A string, object or array value ends at its closing byte (a
+		// member value is followed at least by the object's closing '}').
+		if depth == 0 && (b[i-1] == '"' || b[i-1] == '}' || b[i-1] == ']') {
 			return i
 		}
 	}

@@ -80,7 +80,7 @@ func FuzzParseEd25519Signatures(f *testing.F) {
 // encoding/json decodes, and it agrees in every case with
 // refBodyStringMember, a reference built on encoding/json's Decoder.
 func FuzzBodyStringMember(f *testing.F) {
-	for _, s := range []string{`{"id":"evt_1"}`, `{"id":"a","id":"b"}`, `{"ID":"x"}`, `{"a":{"id":1},"id":"\u0065"}`, `[]`, `{} {}`, ` {"id" : "x"} `, `{"\u0069d":"y"}`, `{`} {
+	for _, s := range []string{`{"id":"evt_1"}`, `{"id":"a","id":"b"}`, `{"ID":"x"}`, `{"a":{"id":1},"id":"\u0065"}`, `[]`, `{} {}`, ` {"id" : "x"} `, `{"\u0069d":"y"}`, `{`, `{"a":"s" ,"b":[1] ,"c":{} ,"id":"x"` + "\t}"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {

@@ -129,10 +129,7 @@ func (s *slack) verify(p *params, h http.Header, body []byte, _ string) (verifie
 // that starts as a JSON object but is not one, or whose event_id is not a
 // valid delivery ID.
 func slackEventID(body []byte) (id string, found, ok bool) {
-	i := 0
-	for i < len(body) && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r') {
-		i++
-	}
+	i := skipJSONSpace(body, 0)
 	if i == len(body) || body[i] != '{' {
 		return "", false, true
 	}

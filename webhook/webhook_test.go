@@ -779,23 +779,38 @@ func TestWebhookMiddlewareCopyDuringFailingAttemptIsRetriedNotLost(t *testing.T)
 	}
 }
 
+// Retry-After is the lease's remaining time in whole seconds, rounded up:
+// a whole number of seconds is itself, any part of a second counts as one.
 func TestWebhookMiddlewareRetryAfterIsTheRemainingLease(t *testing.T) {
-	clk := newStepClock()
-	store := &replay.MemoryStore{Now: clk.Now}
-	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now, Lease: 30 * time.Second}
-	v := newVerifier(t, cfg)
-	h := signed(t, newSigner(t, cfg), "evt-1", "payload")
-	d, err := v.Verify(h, []byte("payload"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := v.Acquire(context.Background(), d); err != nil { // another instance's attempt
-		t.Fatal(err)
-	}
-	clk.Advance(10*time.Second + time.Millisecond)
-	rec := deliver(v.Middleware(&recordingHandler{}), h, "payload")
-	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "20" {
-		t.Fatalf("status %d, Retry-After %q; want 503 and 20 (seconds, rounded up)", rec.Code, rec.Header().Get("Retry-After"))
+	for _, tc := range []struct {
+		elapsed time.Duration // since the other attempt took its 30 s lease
+		want    string
+	}{
+		{10 * time.Second, "20"},
+		{10*time.Second + time.Millisecond, "20"},
+		{10*time.Second - time.Nanosecond, "21"},
+		{29 * time.Second, "1"},
+		{30*time.Second - time.Nanosecond, "1"},
+	} {
+		t.Run(tc.elapsed.String(), func(t *testing.T) {
+			clk := newStepClock()
+			store := &replay.MemoryStore{Now: clk.Now}
+			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now, Lease: 30 * time.Second}
+			v := newVerifier(t, cfg)
+			h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+			d, err := v.Verify(h, []byte("payload"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.Acquire(context.Background(), d); err != nil { // another instance's attempt
+				t.Fatal(err)
+			}
+			clk.Advance(tc.elapsed)
+			rec := deliver(v.Middleware(&recordingHandler{}), h, "payload")
+			if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != tc.want {
+				t.Fatalf("status %d, Retry-After %q; want 503 and %s (seconds, rounded up)", rec.Code, rec.Header().Get("Retry-After"), tc.want)
+			}
+		})
 	}
 }
 
