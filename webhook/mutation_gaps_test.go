@@ -283,14 +283,18 @@ func TestLeaseConfirmAfterExpiryWaitsAQuarterLease(t *testing.T) {
 // Confirm retries a failing store with a wait that doubles from 10ms, so
 // a store that is down is not hammered.
 func TestLeaseConfirmBacksOffBetweenStoreRetries(t *testing.T) {
-	store, l := newTimedLease(t, 400*time.Millisecond)
+	// A 1 s lease: retries 10, 20, 40, 80, 160 and 320 ms apart fit (7
+	// calls, the last 630 ms in); the next wait, 640 ms, would end past
+	// the lease. At least 3 calls holds unless the machine stalls for
+	// most of a second.
+	store, l := newTimedLease(t, time.Second)
 	store.failing = true
 	if err := l.Confirm(context.Background()); !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) {
 		t.Fatalf("Confirm = %v, want ErrReplayStore and the store's error", err)
 	}
 	at := store.confirmAt
 	if len(at) < 3 || len(at) > 7 {
-		t.Fatalf("ConfirmLease called %d times within a 400ms lease, want 3 to 7 (10, 20, 40, 80, 160ms apart)", len(at))
+		t.Fatalf("ConfirmLease called %d times within a 1s lease, want 3 to 7 (10, 20, 40, 80, 160, 320ms apart)", len(at))
 	}
 	for i := 1; i < len(at); i++ {
 		if gap, want := at[i].Sub(at[i-1]), 10*time.Millisecond<<(i-1); gap < want {
