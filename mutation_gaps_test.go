@@ -6,6 +6,7 @@ package ctoken
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -499,5 +500,163 @@ func TestKindAndOutcomeLabelsAreEmptyPastTheSet(t *testing.T) {
 	}
 	if KindExchange.String() != "exchange" || OutcomeStoreFailure.String() != "store_failure" {
 		t.Fatal("the last kind or outcome lost its label")
+	}
+}
+
+// encoderPayload builds the request-state payload the way Encode writes it:
+// {"s":<JCS string>,"exp":N,"b":"<64 hex characters>"}, no white space.
+func encoderPayload(state string, exp int64) []byte {
+	p := append([]byte(`{"s":`), appendJCSString(nil, state)...)
+	p = append(p, `,"exp":`...)
+	p = strconv.AppendInt(p, exp, 10)
+	p = append(p, `,"b":"`...)
+	p = append(p, strings.Repeat("0123456789abcdef", bindTagLen/16)...)
+	return append(p, `"}`...)
+}
+
+// Kills state_payload.go mutants that make the fast path give up on the
+// layout it exists for (each would only fall back to the full parser, so
+// no Decode result changes, but every Decode would pay for the slow path):
+// `pos: end + len(mid)` → `-`; `len(in)-p.pos != bindTagLen+2` with `+`,
+// `-2` or a negated operand; `in[len(in)-2] != '"'` → `==`; `m == 0` →
+// `!= 0`; `return s, i + 1, true` → `i - 1`; `high >= utf8.RuneSelf &&
+// !utf8.Valid(s)` → `||`; `in[i+1] != '\\'` → `in[i-1]`; and `len(out) <
+// len(in)` → `<=` (the scratch Decode hands over has capacity exactly
+// len(payload) when the pooled buffer is just large enough).
+func TestStatePayloadFastPathAcceptsEveryEncoderLayout(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		state string
+		exp   int64
+	}{
+		{"empty state", "", 1700000000},
+		{"one byte", "x", 1},
+		{"two bytes", "ab", 1700000000},
+		{"eight bytes", "abcdefgh", 1700000000},
+		{"many words", strings.Repeat("opaque-cursor-", 9), 1700000000},
+		{"quotes", `say "hi" to "them"`, 1700000000},
+		{"backslashes", `C:\dir\file \\ share`, 1700000000},
+		{"both escapes adjacent", `\"\\"`, 1700000000},
+		{"two-byte UTF-8", "café", 1700000000},
+		{"three- and four-byte UTF-8", "日本語 😀 after", 1700000000},
+		{"negative exp", "x", -42},
+		{"largest exp", "x", 1<<63 - 1},
+		{"smallest exp", "x", -1 << 63},
+		{"zero exp", "x", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := encoderPayload(tc.state, tc.exp)
+			s, exp, b, ok := parseStatePayloadFast(in, make([]byte, 0, len(in)))
+			if !ok {
+				t.Fatalf("fast path gave up on %q", in)
+			}
+			if string(s) != tc.state || exp != tc.exp || string(b) != strings.Repeat("0123456789abcdef", bindTagLen/16) {
+				t.Fatalf("fast path read (%q, %d, %q) from %q", s, exp, b, in)
+			}
+			// b aliases the input: the fast path copies only s.
+			if &b[0] != &in[len(in)-2-bindTagLen] {
+				t.Fatal("fast path copied b instead of aliasing the input")
+			}
+		})
+	}
+}
+
+// Kills state_payload.go `len(out) < len(in)` → `>=` (the fast path would
+// write past a scratch buffer shorter than the payload, or refuse every
+// adequate one) and pins the refusal it guards: Decode hands a region clamped
+// to the pooled buffer, which can be shorter than the payload.
+func TestStatePayloadFastPathNeedsScratchAsLongAsThePayload(t *testing.T) {
+	in := encoderPayload(strings.Repeat("a", 40), 1700000000)
+	if _, _, _, ok := parseStatePayloadFast(in, make([]byte, 0, len(in)-1)); ok {
+		t.Fatal("fast path accepted a scratch buffer one byte short of the payload")
+	}
+	// The full parser still reads it, growing the short buffer.
+	s, exp, _, ok := parseStatePayload(in, make([]byte, 0, len(in)-1))
+	if !ok || string(s) != strings.Repeat("a", 40) || exp != 1700000000 {
+		t.Fatalf("parseStatePayload with short scratch: (%q, %d, %v)", s, exp, ok)
+	}
+	if _, _, _, ok := parseStatePayloadFast(in, make([]byte, 0, len(in))); !ok {
+		t.Fatal("fast path refused a scratch buffer exactly as long as the payload")
+	}
+}
+
+// Kills state_payload.go `high >= utf8.RuneSelf` → `high > utf8.RuneSelf`:
+// a state made only of 0x80 bytes (so every byte OR-ed together is exactly
+// 0x80) is invalid UTF-8 and must be refused, by the fast path and by the
+// parser as a whole.
+func TestStatePayloadRefusesAStateOfBareContinuationBytes(t *testing.T) {
+	for _, state := range []string{"\x80", "\x80\x80", strings.Repeat("\x80", 9)} {
+		in := encoderPayload(state, 1700000000)
+		if _, _, _, ok := parseStatePayloadFast(in, make([]byte, 0, len(in))); ok {
+			t.Fatalf("fast path accepted invalid UTF-8 %q", state)
+		}
+		if _, _, _, ok := parseStatePayload(in, make([]byte, 0, len(in))); ok {
+			t.Fatalf("parser accepted invalid UTF-8 %q", state)
+		}
+	}
+}
+
+// Kills state_payload.go `c < 0x20 || c == '\\'` in stringOrAlias → `c >=
+// 0x20`, `c != '\\'` or `c <= 0x20`: a b string without escapes (spaces
+// included) is returned as a slice of the input, without a copy, as its doc
+// comment promises; one with an escape is unescaped.
+func TestStringOrAliasAliasesAStringWithoutEscapes(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		alias    bool
+	}{
+		{`"plain"`, "plain", true},
+		{`"with space"`, "with space", true},
+		{`" "`, " ", true},
+		{`"` + strings.Repeat("f", bindTagLen) + `"`, strings.Repeat("f", bindTagLen), true},
+		{`"caf` + "\u00e9" + `"`, "caf\u00e9", true},
+		{`"a\u0062"`, "ab", false},
+		{`"a\\b"`, `a\b`, false},
+	} {
+		in := []byte(tc.in + ",")
+		p := jcsParser{in: in}
+		v, ok := p.stringOrAlias()
+		if !ok || string(v) != tc.want || p.pos != len(tc.in) {
+			t.Fatalf("%s: got (%q, %v) ending at %d", tc.in, v, ok, p.pos)
+		}
+		if aliased := &v[0] == &in[1]; aliased != tc.alias {
+			t.Fatalf("%s: aliased = %v, want %v", tc.in, aliased, tc.alias)
+		}
+	}
+	for _, bad := range []string{"\"a\x01b\"", "\"a\nb\"", "\"\xff\"", `"unterminated`} {
+		p := jcsParser{in: []byte(bad)}
+		if v, ok := p.stringOrAlias(); ok {
+			t.Fatalf("%q accepted as %q", bad, v)
+		}
+	}
+}
+
+// Kills reload.go `len(b) > MaxKeyFileBytes` → `>=`: a key file of exactly
+// MaxKeyFileBytes bytes (a key padded with white space, which ParseKeyring
+// trims) is read and swapped in; one byte more is ErrKeyFileTooLarge and
+// leaves the ring in place.
+func TestKeyFileReloaderReadsAFileOfExactlyMaxKeyFileBytes(t *testing.T) {
+	a, b := RandomKey(), RandomKey()
+	pad := func(text string, n int) string { return text + strings.Repeat(" ", n-len(text)) }
+	d := newSecretDir(t, keyText(a))
+	src := mustSource(t, mustKeyring(t, a))
+	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.publish(pad(keyText(b), MaxKeyFileBytes))
+	if swapped, err := r.Reload(); !swapped || err != nil {
+		t.Fatalf("file of MaxKeyFileBytes: swapped %v, err %v", swapped, err)
+	}
+	if string(src.Keyring().keys[0]) != string(b) {
+		t.Fatal("the key of a file of MaxKeyFileBytes is not in effect")
+	}
+	kr := src.Keyring()
+	d.publish(pad(keyText(a), MaxKeyFileBytes+1))
+	if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrKeyFileTooLarge) {
+		t.Fatalf("file of MaxKeyFileBytes+1: swapped %v, err %v", swapped, err)
+	}
+	if src.Keyring() != kr {
+		t.Fatal("an oversize file replaced the ring")
 	}
 }

@@ -533,8 +533,8 @@ func (c *RequestStateCodec) decode(ctx context.Context, wire, subject, tool stri
 	// Scratch regions: decoded bytes, then the material of a bind tag,
 	// then the bind tag itself, then a plaintext, then the unescaped state.
 	// Each is at most the wire's length (or the material's).
-	matLen := len(subject) + 1 + len(tool)
-	sc := c.getScratch(3*len(wire) + matLen + bindTagLen)
+	matCap := len(subject) + 1 + len(tool)
+	sc := c.getScratch(3*len(wire) + matCap + bindTagLen)
 	// Not deferred: decode has too many returns for an open-coded defer,
 	// and decodeScratch copies the state out of sc before it returns (a
 	// panic only costs the pool this scratch).
