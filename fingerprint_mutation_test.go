@@ -72,3 +72,73 @@ func TestGoPlanWritesValidRunesItself(t *testing.T) {
 		checkPlanCovers(t, map[string]string{s: s})
 	}
 }
+
+// TestArgsFingerprintReusesItsScratch pins that ArgsFingerprint returns
+// its parser to jcsScratch and reuses it: in steady state, fingerprinting
+// JSON text or a Go map allocates nothing.
+func TestArgsFingerprintReusesItsScratch(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	for _, args := range []any{
+		[]byte(`{"b":[1,2,{"y":"\u00e9","x":0.5}],"a":"q","c":"\u0041"}`),
+		map[string]any{"b": []any{1, "x"}, "a": 0.5},
+	} {
+		if _, err := ArgsFingerprint(args); err != nil {
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(100, func() { _, _ = ArgsFingerprint(args) }); n != 0 {
+			t.Errorf("%T: %v allocations per ArgsFingerprint, want 0", args, n)
+		}
+	}
+}
+
+// TestJCSScratchDropsParsersThatGrewLarge pins maxPooledJCS: a parser
+// whose buffer grew past the cap (any one of them) is not returned to
+// jcsScratch, so one huge argument does not pin its memory.
+func TestJCSScratchDropsParsersThatGrewLarge(t *testing.T) {
+	const bytesOver, membersOver = maxPooledJCS + 1, maxPooledJCS/32 + 1
+	for name, p := range map[string]*jcsParser{
+		"out":     {out: make([]byte, 0, bytesOver)},
+		"keys":    {keys: make([]byte, 0, bytesOver)},
+		"str":     {str: make([]byte, 0, bytesOver)},
+		"tmp":     {tmp: make([]byte, 0, bytesOver)},
+		"members": {members: make([]jcsMember, 0, membersOver)},
+		"order":   {order: make([]jcsSortKey, 0, membersOver)},
+	} {
+		p.release()
+		if got := jcsScratch.Get().(*jcsParser); got == p {
+			t.Errorf("a parser with %d of %s went back to the pool", max(cap(p.out), cap(p.keys), cap(p.str), cap(p.tmp), cap(p.members), cap(p.order)), name)
+		}
+	}
+}
+
+// TestJCSScratchKeepsParsersAtTheCap pins the other side of maxPooledJCS:
+// buffers of exactly the cap do not stop a parser going back to the pool.
+// A Get right after the Put returns it unless the goroutine moved to
+// another P in between, so each buffer gets a few fresh tries.
+func TestJCSScratchKeepsParsersAtTheCap(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	const bytesAt, membersAt = maxPooledJCS, maxPooledJCS / 32
+	for name, mk := range map[string]func() *jcsParser{
+		"out":     func() *jcsParser { return &jcsParser{out: make([]byte, 0, bytesAt)} },
+		"keys":    func() *jcsParser { return &jcsParser{keys: make([]byte, 0, bytesAt)} },
+		"str":     func() *jcsParser { return &jcsParser{str: make([]byte, 0, bytesAt)} },
+		"tmp":     func() *jcsParser { return &jcsParser{tmp: make([]byte, 0, bytesAt)} },
+		"members": func() *jcsParser { return &jcsParser{members: make([]jcsMember, 0, membersAt)} },
+		"order":   func() *jcsParser { return &jcsParser{order: make([]jcsSortKey, 0, membersAt)} },
+	} {
+		kept := false
+		for try := 0; try < 20 && !kept; try++ {
+			_ = jcsScratch.Get() // empty this P's private slot
+			p := mk()
+			p.release()
+			kept = jcsScratch.Get().(*jcsParser) == p
+		}
+		if !kept {
+			t.Errorf("a parser with %s at the cap never came back from the pool", name)
+		}
+	}
+}
