@@ -142,3 +142,25 @@ func TestJCSScratchKeepsParsersAtTheCap(t *testing.T) {
 		}
 	}
 }
+
+// TestCanonicalJSONRefusesMisspelledLiterals pins that true, false and
+// null are compared letter by letter, not only by length, and that a
+// literal cut short at the end of the input is refused without reading
+// past it: each input sits in a slice whose capacity is its length, so a
+// read beyond would panic, and in one whose spare capacity holds the rest
+// of the literal, which must not count.
+func TestCanonicalJSONRefusesMisspelledLiterals(t *testing.T) {
+	for _, in := range []string{
+		`trux`, `tRue`, `nulL`, `fals3`, `[nulx]`, `{"a":trux}`, `[true,fa1se]`,
+		`t`, `tru`, `[tru`, `[fals`, `{"a":nul`, `{"a":[null,tr`,
+	} {
+		exact := make([]byte, len(in))
+		copy(exact, in)
+		spare := []byte(in + "true false null")[:len(in)]
+		for _, text := range [][]byte{exact, spare} {
+			if out, err := CanonicalJSON(text); out != nil || err != errArgsSyntax {
+				t.Errorf("CanonicalJSON(%q) = %q, %v; want %v", in, out, err, errArgsSyntax)
+			}
+		}
+	}
+}
