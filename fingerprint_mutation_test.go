@@ -164,3 +164,16 @@ func TestCanonicalJSONRefusesMisspelledLiterals(t *testing.T) {
 		}
 	}
 }
+
+// TestCanonicalJSONRefusesContainersCutShort pins that an array or object
+// cut off right after its opening bracket or a comma (white space or not)
+// is refused with errArgsSyntax and no read past the input.
+func TestCanonicalJSONRefusesContainersCutShort(t *testing.T) {
+	for _, in := range []string{`[`, `[ `, "[\n\t", `[[`, `[1,`, `[1, `, `{`, `{ `, `{"a":1,`, `{"a":1, `, `{"a":`, `{"a" :`, `{"a"`} {
+		exact := make([]byte, len(in))
+		copy(exact, in)
+		if out, err := CanonicalJSON(exact); out != nil || err != errArgsSyntax {
+			t.Errorf("CanonicalJSON(%q) = %q, %v; want %v", in, out, err, errArgsSyntax)
+		}
+	}
+}
