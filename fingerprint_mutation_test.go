@@ -1,6 +1,7 @@
 package ctoken
 
 import (
+	"errors"
 	"math"
 	"testing"
 )
@@ -174,6 +175,96 @@ func TestCanonicalJSONRefusesContainersCutShort(t *testing.T) {
 		copy(exact, in)
 		if out, err := CanonicalJSON(exact); out != nil || err != errArgsSyntax {
 			t.Errorf("CanonicalJSON(%q) = %q, %v; want %v", in, out, err, errArgsSyntax)
+		}
+	}
+}
+
+// TestCanonicalJSONNumberLiterals pins the canonical form, or the
+// refusal, of number literals at the edges of the canonicalizer's paths:
+// the short-integer and short-decimal fast paths (15 and 16 characters,
+// six leading zeros after "0."), the exact-digit path, the ParseFloat
+// check (beyond 15 digits or 10^±300) and ECMAScript's switch to exponent
+// form below 1e-6 and from 1e21.
+func TestCanonicalJSONNumberLiterals(t *testing.T) {
+	cases := []struct{ in, want string }{
+		// Fast paths and their edges.
+		{"123456789012345", "123456789012345"},
+		{"-12345678901234", "-12345678901234"},
+		{"100000000000000", "100000000000000"},
+		{"1234567890123456", "1234567890123456"},
+		{"1.23456789012345", "1.23456789012345"},
+		{"-1.2345678901234", "-1.2345678901234"},
+		{"0.12345678901234", "0.12345678901234"},
+		{"0.000001", "0.000001"},
+		{"0.0000012345", "0.0000012345"},
+		{"0.0000001", "1e-7"},
+		{"-0.0000001", "-1e-7"},
+		{"0.00000012345678", "1.2345678e-7"},
+		{"1.0000001", "1.0000001"},
+		{"1.000000000000001", "1.000000000000001"},
+		{"0.10", "0.1"},
+		{"1.50", "1.5"},
+		{"-0", "0"},
+		{"-0.0", "0"},
+		{"0.000e99", "0"},
+		{"0e0", "0"},
+		{"-0e-5", "0"},
+		// Exponents, digits and the ES6 forms.
+		{"1e2", "100"},
+		{"1E+2", "100"},
+		{"1.5e2", "150"},
+		{"-1.5e-300", "-1.5e-300"},
+		{"12e-1", "1.2"},
+		{"123e-5", "0.00123"},
+		{"123e-9", "1.23e-7"},
+		{"1e20", "100000000000000000000"},
+		{"1e21", "1e+21"},
+		{"12.5e19", "125000000000000000000"},
+		{"1.25e21", "1.25e+21"},
+		{"1e-6", "0.000001"},
+		{"1e-7", "1e-7"},
+		{"1.5e-7", "1.5e-7"},
+		{"1e300", "1e+300"},
+		{"1e301", "1e+301"},
+		{"1.5e-301", "1.5e-301"},
+		{"1e-300", "1e-300"},
+		{"9.99999999999999e-301", "9.99999999999999e-301"},
+		{"9007199254740992", "9007199254740992"},
+		{"9007199254740992.000", "9007199254740992"},
+		{"0.1234567890123456", "0.1234567890123456"},
+		{"0.30000000000000004", "0.30000000000000004"},
+		{"5e-324", "5e-324"},
+		{"2.2250738585072014e-308", "2.2250738585072014e-308"},
+		{"1.7976931348623157e308", "1.7976931348623157e+308"},
+		// Refusals.
+		{"999999999999999999999", ""},
+		{"123456789012345678e3", ""},
+		{"12345678901234567e5", ""},
+		{"4.9406564584124654e-324", ""},
+		{"9007199254740993", ""},
+		{"1234567890123456789", ""},
+		{"0.10000000000000000001", ""},
+		{"123456789012345678", ""},
+		{"3e-324", ""},
+		{"2e-324", ""},
+		{"1e-400", ""},
+		{"1.5e-323", "1.5e-323"},
+		{"1e309", ""},
+		{"-1e309", ""},
+		{"1.7976931348623159e308", ""},
+		{"1e99999999999999999999", ""},
+		{"1e-99999999999999999999", ""},
+	}
+	for _, c := range cases {
+		got, err := CanonicalJSON([]byte(c.in))
+		if c.want == "" {
+			if got != nil || !errors.Is(err, ErrArgsInvalid) {
+				t.Errorf("CanonicalJSON(%s) = %s, %v; want ErrArgsInvalid", c.in, got, err)
+			}
+			continue
+		}
+		if err != nil || string(got) != c.want {
+			t.Errorf("CanonicalJSON(%s) = %s, %v; want %s", c.in, got, err, c.want)
 		}
 	}
 }
