@@ -3,6 +3,7 @@ package ctoken
 import (
 	"errors"
 	"math"
+	"reflect"
 	"testing"
 )
 
@@ -266,5 +267,106 @@ func TestCanonicalJSONNumberLiterals(t *testing.T) {
 		if err != nil || string(got) != c.want {
 			t.Errorf("CanonicalJSON(%s) = %s, %v; want %s", c.in, got, err, c.want)
 		}
+	}
+}
+
+// nest wraps v n times: in a slice, a map member "k", a struct field A or
+// a pointer, each level a new type built by reflection.
+func nest(v reflect.Value, n int, kind reflect.Kind) reflect.Value {
+	for range n {
+		t := v.Type()
+		switch kind {
+		case reflect.Slice:
+			s := reflect.MakeSlice(reflect.SliceOf(t), 1, 1)
+			s.Index(0).Set(v)
+			v = s
+		case reflect.Map:
+			m := reflect.MakeMap(reflect.MapOf(reflect.TypeFor[string](), t))
+			m.SetMapIndex(reflect.ValueOf("k"), v)
+			v = m
+		case reflect.Struct:
+			s := reflect.New(reflect.StructOf([]reflect.StructField{{Name: "A", Type: t}})).Elem()
+			s.Field(0).Set(v)
+			v = s
+		case reflect.Pointer:
+			p := reflect.New(t)
+			p.Elem().Set(v)
+			v = p
+		}
+	}
+	return v
+}
+
+// TestGoPlanReachesMaxJSONDepth pins how deep the Go-value plan writes
+// before it leaves a value to the plain path: MaxJSONDepth levels of
+// arrays, objects, pointers and interfaces together. For slices, maps and
+// structs that is the plain path's own limit, so the plan answers for
+// every such value CanonicalJSON accepts; one level more and both give up.
+// Pointers and interfaces count too (so every cycle ends), and []any or
+// map[string]any nests two levels per JSON level.
+func TestGoPlanReachesMaxJSONDepth(t *testing.T) {
+	leaf := reflect.ValueOf(7)
+	deepAny := func(n int, wrap func(any) any) any {
+		var v any = "leaf"
+		for range n {
+			v = wrap(v)
+		}
+		return v
+	}
+	cases := []struct {
+		name            string
+		atLimit, beyond any
+		plainAccepts    bool // the plain path's answer one level beyond
+	}{
+		{"typed slices", nest(leaf, MaxJSONDepth, reflect.Slice).Interface(), nest(leaf, MaxJSONDepth+1, reflect.Slice).Interface(), false},
+		{"typed maps", nest(leaf, MaxJSONDepth, reflect.Map).Interface(), nest(leaf, MaxJSONDepth+1, reflect.Map).Interface(), false},
+		{"structs", nest(leaf, MaxJSONDepth, reflect.Struct).Interface(), nest(leaf, MaxJSONDepth+1, reflect.Struct).Interface(), false},
+		{"map[string]string in typed slices",
+			nest(reflect.ValueOf(map[string]string{"a": "b"}), MaxJSONDepth-1, reflect.Slice).Interface(),
+			nest(reflect.ValueOf(map[string]string{"a": "b"}), MaxJSONDepth, reflect.Slice).Interface(), false},
+		{"map[string]any in typed slices",
+			nest(reflect.ValueOf(map[string]any{"a": "b"}), MaxJSONDepth-2, reflect.Slice).Interface(),
+			nest(reflect.ValueOf(map[string]any{"a": "b"}), MaxJSONDepth-1, reflect.Slice).Interface(), true},
+		{"pointers", nest(leaf, MaxJSONDepth, reflect.Pointer).Interface(), nest(leaf, MaxJSONDepth+1, reflect.Pointer).Interface(), true},
+		{"[]any", deepAny(MaxJSONDepth/2, func(v any) any { return []any{v} }), deepAny(MaxJSONDepth/2+1, func(v any) any { return []any{v} }), true},
+		{"map[string]any", deepAny(MaxJSONDepth/2, func(v any) any { return map[string]any{"k": v} }), deepAny(MaxJSONDepth/2+1, func(v any) any { return map[string]any{"k": v} }), true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			checkPlanCovers(t, c.atLimit)
+			if checkPlanAgrees(t, c.beyond) {
+				t.Errorf("the plan answers one level beyond its limit")
+			}
+			if _, err := fingerprintMarshalled(c.beyond); (err == nil) != c.plainAccepts {
+				t.Errorf("plain path one level beyond: %v, want accepted %v", err, c.plainAccepts)
+			}
+		})
+	}
+}
+
+// TestGoPlanSkipsUnexportedFieldsAnywhere pins that an unexported or "-"
+// field is skipped wherever it stands, with the fields after it written.
+func TestGoPlanSkipsUnexportedFieldsAnywhere(t *testing.T) {
+	type fields struct {
+		a int
+		B string `json:"b"`
+		C int    `json:"-"`
+		D bool   `json:"d"`
+		e string
+		F []int `json:"f"`
+	}
+	checkPlanCovers(t, fields{a: 1, B: "x", C: 2, D: true, e: "y", F: []int{3}})
+}
+
+// TestGoPlanWritesNullForNilSlicesOfAnyType pins that a nil slice or map
+// is null, and an empty slice or array [], whatever its element type
+// (encoding/json never looks at the elements, even of a type it refuses):
+// the plan covers these instead of leaving them to the plain path.
+func TestGoPlanWritesNullForNilSlicesOfAnyType(t *testing.T) {
+	for _, v := range []any{[]chan int(nil), [0]chan int{}, []func(){}, map[string]complex64(nil), struct {
+		C []chan int        `json:"c"`
+		M map[string]func() `json:"m"`
+	}{}} {
+		checkPlanCovers(t, v)
 	}
 }
