@@ -370,3 +370,75 @@ func TestGoPlanWritesNullForNilSlicesOfAnyType(t *testing.T) {
 		checkPlanCovers(t, v)
 	}
 }
+
+// TestCanonicalJSONStringEdges pins the string parser at its edges: input
+// that ends inside an escape (each text sits in a slice whose capacity is
+// its length, so a read past the end would panic), every hexadecimal
+// digit and the characters either side of each digit range, lone
+// surrogates and what follows them, a raw U+FFFD next to an escape, and a
+// lone continuation byte in a string with and without escapes.
+func TestCanonicalJSONStringEdges(t *testing.T) {
+	cases := []struct {
+		in   string
+		want string // canonical form, or empty for a refusal
+		err  error  // the refusal
+	}{
+		{`"\u0123\u4567\u89ab\ucdef\u89AB\uCDEF"`, "\"\u0123\u4567\u89ab\ucdef\u89ab\ucdef\"", nil},
+		{`"\u0030\u0039\u0061\u0066\u0041\u0046"`, `"09afAF"`, nil},
+		{`"\u003a"`, `":"`, nil},
+		{"\"\ufffd\\n\"", "\"\ufffd\\n\"", nil},
+		{"\"\ufffd\"", "\"\ufffd\"", nil},
+		{`"\"\\\/\b\f\n\r\t"`, `"\"\\/\b\f\n\r\t"`, nil},
+		{`"\ud83d\ude00"`, "\"\U0001F600\"", nil},
+		{`"\udbff\udfff"`, "\"\U0010FFFF\"", nil},
+		{`"\`, "", errArgsSyntax},
+		{`"abc\`, "", errArgsSyntax},
+		{`"abc\"`, "", errArgsSyntax},
+		{`"\u`, "", errArgsSyntax},
+		{`"\u004`, "", errArgsSyntax},
+		{`"\u0041`, "", errArgsSyntax},
+		{`"\u/000"`, "", errArgsSyntax},
+		{`"\u:000"`, "", errArgsSyntax},
+		{`"\u@000"`, "", errArgsSyntax},
+		{`"\uG000"`, "", errArgsSyntax},
+		{"\"\\u`000\"", "", errArgsSyntax},
+		{`"\ug000"`, "", errArgsSyntax},
+		{`"\ud800`, "", errArgsSurrogate},
+		{`"\ud800\`, "", errArgsSurrogate},
+		{`"\ud800\"`, "", errArgsSurrogate},
+		{`"\ud800\u`, "", errArgsSyntax},
+		{`"\udbff\u0041"`, "", errArgsSurrogate},
+		{`"\ud800\ud800"`, "", errArgsSurrogate},
+		{`"\udc00"`, "", errArgsSurrogate},
+		{`"\udc00\udc00"`, "", errArgsSurrogate},
+		{`"\udc00\uZZZZ"`, "", errArgsSurrogate},
+		{`"\udfff\u0041"`, "", errArgsSurrogate},
+		{"\"\x80\"", "", errArgsUTF8},
+		{"\"a\x80\\n\"", "", errArgsUTF8},
+		{"\"12345678\x80\"", "", errArgsUTF8},
+		{"\"\\n\xbf\"", "", errArgsUTF8},
+		{"\"\\n\xc3\"", "", errArgsUTF8},
+		{"\"\\n\x1f\"", "", errArgsSyntax},
+		{"\"\x1f\"", "", errArgsSyntax},
+	}
+	for _, c := range cases {
+		for _, key := range []bool{false, true} {
+			in, want := c.in, c.want
+			if key { // the same string as a member name
+				in, want = "{"+c.in+":0}", "{"+c.want+":0}"
+			}
+			text := make([]byte, len(in))
+			copy(text, in)
+			got, err := CanonicalJSON(text)
+			if c.err != nil {
+				if got != nil || err != c.err {
+					t.Errorf("CanonicalJSON(%q) = %q, %v; want %v", in, got, err, c.err)
+				}
+				continue
+			}
+			if err != nil || string(got) != want {
+				t.Errorf("CanonicalJSON(%q) = %q, %v; want %q", in, got, err, want)
+			}
+		}
+	}
+}
