@@ -442,3 +442,21 @@ func TestCanonicalJSONStringEdges(t *testing.T) {
 		}
 	}
 }
+
+// TestCanonicalJSONRefusesUnterminatedStrings pins that a string with no
+// closing quote is refused with errArgsSyntax wherever it stands (a value
+// or a member name, after other text) and whatever its length, including
+// runs of plain bytes that fill whole 8-byte words up to the end of the
+// input (each text sits in a slice whose capacity is its length).
+func TestCanonicalJSONRefusesUnterminatedStrings(t *testing.T) {
+	for _, in := range []string{
+		`"`, `"a`, `"abcdefg`, `"abcdefgh`, `"abcdefghijklmnop`, `"abcdefghi`,
+		`[1,"abc`, `[1,"abcdefgh`, `{"a":"abc`, `{"a":"abcdefgh`, `{"a":1,"bcd`, `{"abcdefgh`, `[{"a":"é`,
+	} {
+		text := make([]byte, len(in))
+		copy(text, in)
+		if out, err := CanonicalJSON(text); out != nil || err != errArgsSyntax {
+			t.Errorf("CanonicalJSON(%q) = %q, %v; want %v", in, out, err, errArgsSyntax)
+		}
+	}
+}
