@@ -75,6 +75,17 @@ func TestGoPlanWritesValidRunesItself(t *testing.T) {
 	}
 }
 
+// TestGoPlanWritesStringsEndingOnAWordBoundary pins that a Go string whose
+// plain bytes run in whole 8-byte words up to its end (after nothing, a
+// multi-byte character or an escape) is written in full, with no read
+// past its end.
+func TestGoPlanWritesStringsEndingOnAWordBoundary(t *testing.T) {
+	for _, s := range []string{"abcdefgh", "abcdefghijklmnop", "éabcdefgh", "\nabcdefgh", "a\"abcdefgh"} {
+		checkPlanCovers(t, s)
+		checkPlanCovers(t, struct{ S string }{s})
+	}
+}
+
 // TestArgsFingerprintReusesItsScratch pins that ArgsFingerprint returns
 // its parser to jcsScratch and reuses it: in steady state, fingerprinting
 // JSON text or a Go map allocates nothing.
