@@ -389,6 +389,8 @@ func newMapPlan(t reflect.Type) *goPlan {
 		}
 		keysBase, membersBase := len(p.keys), len(p.members)
 		defer func() { p.keys, p.members = p.keys[:keysBase], p.members[:membersBase] }()
+		// Members are written back to back: sortMembers rewrites the
+		// body from their spans, with the commas, in canonical order.
 		body := len(out)
 		key, val := reflect.New(kt).Elem(), reflect.New(et).Elem()
 		it := v.MapRange()
@@ -407,9 +409,6 @@ func newMapPlan(t reflect.Type) *goPlan {
 				p.keys = strconv.AppendInt(p.keys, key.Int(), 10)
 			default:
 				p.keys = strconv.AppendUint(p.keys, key.Uint(), 10)
-			}
-			if len(p.members) > membersBase {
-				out = append(out, ',')
 			}
 			m := jcsMember{nameAt: nameAt, nameEnd: len(p.keys), start: len(out)}
 			out = appendJCSString(out, p.keys[nameAt:m.nameEnd])
@@ -441,13 +440,10 @@ func encodeStringMap[V any](p *jcsParser, out []byte, m map[string]V, depth int,
 	}
 	keysBase, membersBase := len(p.keys), len(p.members)
 	defer func() { p.keys, p.members = p.keys[:keysBase], p.members[:membersBase] }()
-	body := len(out)
+	body := len(out) // members back to back, as in newMapPlan
 	for k, e := range m {
 		if !utf8.ValidString(k) {
 			return nil, false
-		}
-		if len(p.members) > membersBase {
-			out = append(out, ',')
 		}
 		nameAt := len(p.keys)
 		p.keys = append(p.keys, k...)
