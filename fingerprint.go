@@ -730,8 +730,16 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		if p.digits() == 0 {
 			return nil, errArgsSyntax
 		}
+		// Saturate where no literal can bring the value back into double
+		// range: the first significant digit lies within the input, so
+		// the decimal point's position below is within ±len(in) before
+		// the exponent is added, and a saturated exponent leaves it more
+		// than 300 places out, where ParseFloat decides from the text.
+		limit := len(in) + 400
 		for _, c := range in[expStart:p.pos] {
-			if exp < 1<<30 { // saturate: far outside double range either way
+			if exp >= limit/10 {
+				exp = limit // the true exponent is at least limit-9
+			} else {
 				exp = exp*10 + int(c-'0')
 			}
 		}

@@ -1,6 +1,7 @@
 package ctoken
 
 import (
+	"crypto/sha256"
 	"errors"
 	"math"
 	"reflect"
@@ -469,5 +470,32 @@ func TestCanonicalJSONRefusesUnterminatedStrings(t *testing.T) {
 		if out, err := CanonicalJSON(text); out != nil || err != errArgsSyntax {
 			t.Errorf("CanonicalJSON(%q) = %q, %v; want %v", in, out, err, errArgsSyntax)
 		}
+	}
+}
+
+// A number literal whose leading zeros reach 2^30 cannot pull an exponent
+// too large for a double back into range: the exponent saturates beyond
+// anything the literal's length can offset. Before, it stopped growing at
+// 2^30, so 0.(2^30 zeros)1e1073741829000, a value far beyond double range,
+// canonicalized as 10000. It needs a 1 GiB input, so it skips under -race
+// and -short (CI runs it in the fips140 passes).
+func TestCanonicalJSONHugeLiteralCannotCancelASaturatedExponent(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("allocates about 2 GiB")
+	}
+	const zeros = 1 << 30
+	in := make([]byte, 0, zeros+32)
+	in = append(in, "0."...)
+	in = append(in, make([]byte, zeros)...)
+	for i := 2; i < len(in); i++ {
+		in[i] = '0'
+	}
+	in = append(in, "1e1073741829000"...)
+	fp, err := ArgsFingerprint(in)
+	if err == nil {
+		t.Fatalf("a value beyond double range fingerprinted (as %x; 10000 is %x)", fp, sha256.Sum256([]byte("10000")))
+	}
+	if !errors.Is(err, ErrArgsInvalid) {
+		t.Fatalf("err = %v, want ErrArgsInvalid", err)
 	}
 }
