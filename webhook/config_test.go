@@ -435,16 +435,7 @@ func TestLeaseReportsStoreFailuresOfConfirmAndRelease(t *testing.T) {
 func TestLeaseConfirmStopsRetryingWhenContextEnds(t *testing.T) {
 	store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
 	store.failing.Store(true)
-	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint"}
-	v := newVerifier(t, cfg)
-	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := v.Acquire(context.Background(), d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := acquireOne(t, store, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()

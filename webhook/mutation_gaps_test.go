@@ -236,6 +236,13 @@ func (s *timingStore) ReleaseLease(ctx context.Context, id, token string) error 
 func newTimedLease(t *testing.T, lease time.Duration) (*timingStore, *Lease) {
 	t.Helper()
 	store := &timingStore{MemoryStore: replay.NewMemoryStore(0)}
+	return store, acquireOne(t, store, lease)
+}
+
+// acquireOne verifies one signed delivery through a verifier on store
+// (lease 0: the default) and returns the lease Acquire gives for it.
+func acquireOne(t *testing.T, store replay.Store, lease time.Duration) *Lease {
+	t.Helper()
 	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint", Lease: lease}
 	v := newVerifier(t, cfg)
 	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
@@ -246,7 +253,7 @@ func newTimedLease(t *testing.T, lease time.Duration) (*timingStore, *Lease) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return store, l
+	return l
 }
 
 // Confirm within the lease gives the store until the lease expires, and
