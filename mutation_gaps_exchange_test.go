@@ -9,7 +9,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,21 +44,14 @@ func TestExchangeObserverStoreLatencyIsTheRedeemsDuration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu     sync.Mutex
-		events []ctoken.Event
-	)
+	var events eventRecorder
 	h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
 		Issuer:    iss,
 		Authorize: func(context.Context, ctoken.ExchangeRequest) error { return nil },
 		Issue: func(context.Context, ctoken.ExchangeRequest) (ctoken.Credential, error) {
 			return ctoken.Credential{AccessToken: "cred", ExpiresIn: time.Minute}, nil
 		},
-		Observer: ctoken.ObserverFunc(func(e ctoken.Event) {
-			mu.Lock()
-			events = append(events, e)
-			mu.Unlock()
-		}),
+		Observer: &events,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -73,12 +65,11 @@ func TestExchangeObserverStoreLatencyIsTheRedeemsDuration(t *testing.T) {
 			t.Fatalf("status %d, want %d", w.Code, want)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(events) != 2 {
-		t.Fatalf("%d events, want 2: %+v", len(events), events)
+	got := events.take()
+	if len(got) != 2 {
+		t.Fatalf("%d events, want 2: %+v", len(got), got)
 	}
-	for _, e := range events {
+	for _, e := range got {
 		if e.StoreLatency < delay || e.StoreLatency > time.Minute {
 			t.Fatalf("%v: StoreLatency = %v, want between %v and a minute", e.Outcome, e.StoreLatency, delay)
 		}

@@ -126,18 +126,26 @@ func TestOneTimeRedeemReportsTheStoresLatency(t *testing.T) {
 	}
 	_, err := o.Redeem(context.Background(), tok, nil)
 	wantErr(t, err, ErrOneTimeRedeemed)
-	var redeems int
+	checkStoreLatencies(t, events, delay, 2)
+}
+
+// checkStoreLatencies checks that events holds want events other than
+// OutcomeIssued, each with a StoreLatency of at least delay and at most a
+// minute.
+func checkStoreLatencies(t *testing.T, events []Event, delay time.Duration, want int) {
+	t.Helper()
+	var n int
 	for _, e := range events {
 		if e.Outcome == OutcomeIssued {
 			continue
 		}
-		redeems++
+		n++
 		if e.StoreLatency < delay || e.StoreLatency > time.Minute {
 			t.Fatalf("%v: StoreLatency = %v, want between %v and a minute", e.Outcome, e.StoreLatency, delay)
 		}
 	}
-	if redeems != 2 {
-		t.Fatalf("%d redeem events, want 2", redeems)
+	if n != want {
+		t.Fatalf("%d events after the issue, want %d", n, want)
 	}
 }
 
@@ -196,19 +204,7 @@ func TestStateSingleUseDecodeReportsTheStoresLatency(t *testing.T) {
 	}
 	_, err = c.Decode(w, "sub", "tool")
 	wantErr(t, err, ErrStateReplayed)
-	var decodes int
-	for _, e := range events {
-		if e.Outcome == OutcomeIssued {
-			continue
-		}
-		decodes++
-		if e.StoreLatency < delay || e.StoreLatency > time.Minute {
-			t.Fatalf("%v: StoreLatency = %v, want between %v and a minute", e.Outcome, e.StoreLatency, delay)
-		}
-	}
-	if decodes != 2 {
-		t.Fatalf("%d decode events, want 2", decodes)
-	}
+	checkStoreLatencies(t, events, delay, 2)
 }
 
 // Kills state.go `cacheable := len(material) <= maxCachedMaterial` → `<`

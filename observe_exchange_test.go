@@ -27,8 +27,7 @@ func TestExchangeObserverSeesEveryOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	var (
-		mu        sync.Mutex
-		events    []ctoken.Event
+		events    eventRecorder
 		refuse    error
 		issueFail error
 	)
@@ -38,11 +37,7 @@ func TestExchangeObserverSeesEveryOutcome(t *testing.T) {
 		Issue: func(context.Context, ctoken.ExchangeRequest) (ctoken.Credential, error) {
 			return ctoken.Credential{AccessToken: "cred", ExpiresIn: time.Minute}, issueFail
 		},
-		Observer: ctoken.ObserverFunc(func(e ctoken.Event) {
-			mu.Lock()
-			events = append(events, e)
-			mu.Unlock()
-		}),
+		Observer: &events,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -80,10 +75,7 @@ func TestExchangeObserverSeesEveryOutcome(t *testing.T) {
 		if w.Code != s.status {
 			t.Errorf("%s: status %d, want %d", s.name, w.Code, s.status)
 		}
-		mu.Lock()
-		got := events
-		events = nil
-		mu.Unlock()
+		got := events.take()
 		if len(got) != 1 {
 			t.Fatalf("%s: %d events, want 1: %+v", s.name, len(got), got)
 		}
@@ -92,4 +84,27 @@ func TestExchangeObserverSeesEveryOutcome(t *testing.T) {
 			t.Errorf("%s: event %+v, want outcome %v reason %q store latency %v", s.name, e, s.outcome, s.reason, s.store)
 		}
 	}
+}
+
+// eventRecorder is an Observer that keeps the events it is told, safe for
+// the handler's goroutines.
+type eventRecorder struct {
+	mu     sync.Mutex
+	events []ctoken.Event
+}
+
+// Observe records e.
+func (r *eventRecorder) Observe(e ctoken.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// take returns the events recorded since the last take.
+func (r *eventRecorder) take() []ctoken.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	got := r.events
+	r.events = nil
+	return got
 }
