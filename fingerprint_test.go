@@ -335,7 +335,7 @@ func TestArgsFingerprintIsSafeForConcurrentUse(t *testing.T) {
 	wg.Wait()
 }
 
-// TestInsertionSortMatchesSortFunc checks sortMembers' insertion sort
+// TestInsertionSortMatchesSortFunc checks sortKeys' insertion sort
 // against slices.SortFunc with compareNames on random sets of distinct
 // names: ASCII with long shared prefixes, non-ASCII, characters above
 // U+FFFF against U+E000-U+FFFF (where UTF-16 order is not byte order), in
@@ -382,7 +382,9 @@ func TestInsertionSortMatchesSortFunc(t *testing.T) {
 			keys = append(keys, k)
 		}
 		got := slices.Clone(keys)
-		p.insertionSort(members, got)
+		if !p.sortKeys(members, got) {
+			t.Fatalf("names %q: sortKeys reports a duplicate", names)
+		}
 		want := slices.Clone(keys)
 		slices.SortFunc(want, func(a, b jcsSortKey) int { return p.compareKeys(members, a, b) })
 		for i := range want {
