@@ -326,7 +326,12 @@ member:
 		f := &stack[len(stack)-1]
 		members := p.members[f.membersBase:]
 		idx := len(members) - 1
-		k := p.sortKey(members, idx)
+		var k jcsSortKey
+		if inInput {
+			k = nameKey(in, nameAt, nameEnd, idx)
+		} else {
+			k = nameKey(p.keys, nameAt, nameEnd, idx)
+		}
 		if f.sorted {
 			if idx > 0 {
 				a := f.last
@@ -437,21 +442,23 @@ type jcsSortKey struct {
 // sortKey returns the sort key of members[i].
 func (p *jcsParser) sortKey(members []jcsMember, i int) jcsSortKey {
 	m := &members[i]
-	buf := p.keys
 	if m.inInput {
-		buf = p.in
+		return nameKey(p.in, m.nameAt, m.nameEnd, i)
 	}
+	return nameKey(p.keys, m.nameAt, m.nameEnd, i)
+}
+
+// nameKey returns the sort key with the given index of the name
+// buf[at:end].
+func nameKey(buf []byte, at, end, index int) jcsSortKey {
 	var x uint64
-	if m.nameAt+8 <= len(buf) {
+	if at+8 <= len(buf) {
 		// Load 8 bytes and clear those past the name.
-		x = binary.BigEndian.Uint64(buf[m.nameAt:])
-		if n := m.nameEnd - m.nameAt; n < 8 {
-			x &^= 1<<(64-8*n) - 1
-		}
+		x = binary.BigEndian.Uint64(buf[at:]) &^ (1<<(64-8*min(end-at, 8)) - 1)
 	} else {
-		x = shortPrefix(buf[m.nameAt:m.nameEnd])
+		x = shortPrefix(buf[at:end])
 	}
-	return jcsSortKey{prefix: x, index: i, ascii: x&0x8080808080808080 == 0}
+	return jcsSortKey{prefix: x, index: index, ascii: x&0x8080808080808080 == 0}
 }
 
 // shortPrefix returns name, under 8 bytes, big-endian and zero-padded.
