@@ -264,7 +264,7 @@ after:
 		if !f.sorted {
 			members, keys := p.members[f.membersBase:], p.order[f.orderBase:]
 			if !p.sortKeys(members, keys) {
-				return nil, errArgsDuplicate
+				return nil, errArgsDuplicate // I-JSON
 			}
 			out = p.rewriteMembers(out, f.body, members, keys)
 		}
@@ -337,10 +337,10 @@ member:
 				a := f.last
 				if a.ascii && k.ascii && a.prefix != k.prefix {
 					f.sorted = a.prefix < k.prefix
-				} else if c := p.compareKeys(members, a, k); c == 0 {
-					return nil, errArgsDuplicate
+				} else if cmp := p.compareKeys(members, a, k); cmp == 0 {
+					return nil, errArgsDuplicate // I-JSON
 				} else {
-					f.sorted = c < 0
+					f.sorted = cmp < 0
 				}
 				if !f.sorted {
 					for j := range idx {
@@ -358,9 +358,9 @@ member:
 }
 
 // jcsParser reads JSON text from in. The canonicalizer writes straight into
-// one output buffer; keys and members are stacks shared by nested objects
-// (each object uses the tail it pushed and pops it when done), so parsing
-// allocates only as these buffers grow.
+// one output buffer; frames, keys, members and order are stacks shared by
+// nested arrays and objects (each uses the tail it pushed and pops it when
+// done), so parsing allocates only as these buffers grow.
 type jcsParser struct {
 	in  []byte
 	pos int
@@ -369,9 +369,9 @@ type jcsParser struct {
 	members []jcsMember  // members of the open objects
 	str     []byte       // an unescaped string value, reused
 	tmp     []byte       // members of an object being reordered, reused
-	order   []jcsSortKey // sort keys of an object's members, reused
+	order   []jcsSortKey // sort keys of the open objects' members out of order
 	out     []byte       // ArgsFingerprint's canonical output, reused
-	frames  []jcsFrame
+	frames  []jcsFrame   // the open arrays and objects, at most MaxJSONDepth
 
 	// refuseFFFD refuses the escape \ufffd, which encoding/json writes
 	// for invalid UTF-8 in a Go string.
