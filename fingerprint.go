@@ -131,7 +131,9 @@ func (p *jcsParser) release() {
 // Numbers a double holds to their last digit stay accepted in any spelling
 // (0.1, 1.0e2, 1234567890123456800). Send other numbers as strings.
 func CanonicalJSON(text []byte) ([]byte, error) {
-	p := jcsParser{in: text}
+	p := jcsScratch.Get().(*jcsParser)
+	defer p.release()
+	p.in = text
 	return p.canonical(make([]byte, 0, len(text)))
 }
 
