@@ -178,16 +178,19 @@ value:
 			return nil, err
 		}
 		i = p.pos
-	case c == '{':
+	case c == '{' || c == '[':
 		if len(stack) >= MaxJSONDepth {
 			return nil, errArgsDepth
 		}
-		i++
-		i = skipJSONSpace(in, i)
-		out = append(out, '{')
-		if i < len(in) && in[i] == '}' {
+		closing := byte('}')
+		if c == '[' {
+			closing = ']'
+		}
+		i = skipJSONSpace(in, i+1)
+		out = append(out, c)
+		if i < len(in) && in[i] == closing {
 			i++
-			out = append(out, '}')
+			out = append(out, closing)
 			break
 		}
 		if n := len(stack); n < cap(stack) {
@@ -196,48 +199,27 @@ value:
 			stack = append(stack, jcsFrame{})
 		}
 		f := &stack[len(stack)-1]
-		f.object, f.sorted, f.body = true, true, len(out)
+		if f.object = c == '{'; !f.object {
+			goto value
+		}
+		f.sorted, f.body = true, len(out)
 		f.membersBase, f.keysBase, f.orderBase = len(p.members), len(p.keys), len(p.order)
 		goto member
-	case c == '[':
-		if len(stack) >= MaxJSONDepth {
-			return nil, errArgsDepth
-		}
-		i++
-		i = skipJSONSpace(in, i)
-		out = append(out, '[')
-		if i < len(in) && in[i] == ']' {
-			i++
-			out = append(out, ']')
-			break
-		}
-		if n := len(stack); n < cap(stack) {
-			stack = stack[:n+1]
-		} else {
-			stack = append(stack, jcsFrame{})
-		}
-		stack[len(stack)-1].object = false
-		goto value
-	case c == 't':
-		if len(in)-i < 4 || string(in[i:i+4]) != "true" {
-			return nil, errArgsSyntax
-		}
-		out = append(out, "true"...)
-		i += 4
-	case c == 'f':
-		if len(in)-i < 5 || string(in[i:i+5]) != "false" {
-			return nil, errArgsSyntax
-		}
-		out = append(out, "false"...)
-		i += 5
-	case c == 'n':
-		if len(in)-i < 4 || string(in[i:i+4]) != "null" {
-			return nil, errArgsSyntax
-		}
-		out = append(out, "null"...)
-		i += 4
 	default:
-		return nil, errArgsSyntax
+		var lit string
+		switch c {
+		case 't':
+			lit = "true"
+		case 'f':
+			lit = "false"
+		case 'n':
+			lit = "null"
+		}
+		if lit == "" || !bytes.HasPrefix(in[i:], []byte(lit)) {
+			return nil, errArgsSyntax
+		}
+		out = append(out, lit...)
+		i += len(lit)
 	}
 
 after:
@@ -255,39 +237,38 @@ after:
 	}
 	c = in[i]
 	i++
-	if f := &stack[len(stack)-1]; f.object {
-		p.members[len(p.members)-1].end = len(out)
+	{ // a block, so that the gotos to member jump over no declaration
+		f := &stack[len(stack)-1]
+		closing := byte(']')
+		if f.object {
+			p.members[len(p.members)-1].end = len(out)
+			closing = '}'
+		}
 		if c == ',' {
 			out = append(out, ',')
 			i = skipJSONSpace(in, i)
-			goto member
+			if f.object {
+				goto member
+			}
+			goto value
 		}
-		if c != '}' {
+		if c != closing {
 			return nil, errArgsSyntax
 		}
-		if !f.sorted {
-			members, keys := p.members[f.membersBase:], p.order[f.orderBase:]
-			if !p.sortKeys(members, keys) {
-				return nil, errArgsDuplicate // I-JSON
+		if f.object {
+			if !f.sorted {
+				members, keys := p.members[f.membersBase:], p.order[f.orderBase:]
+				if !p.sortKeys(members, keys) {
+					return nil, errArgsDuplicate // I-JSON
+				}
+				out = p.rewriteMembers(out, f.body, members, keys)
 			}
-			out = p.rewriteMembers(out, f.body, members, keys)
+			p.keys, p.members, p.order = p.keys[:f.keysBase], p.members[:f.membersBase], p.order[:f.orderBase]
 		}
-		out = append(out, '}')
-		p.keys, p.members, p.order = p.keys[:f.keysBase], p.members[:f.membersBase], p.order[:f.orderBase]
+		out = append(out, closing)
 		stack = stack[:len(stack)-1]
 		goto after
 	}
-	if c == ',' {
-		out = append(out, ',')
-		i = skipJSONSpace(in, i)
-		goto value
-	}
-	if c != ']' {
-		return nil, errArgsSyntax
-	}
-	out = append(out, ']')
-	stack = stack[:len(stack)-1]
-	goto after
 
 member:
 	{
