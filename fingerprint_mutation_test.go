@@ -628,3 +628,56 @@ func TestCanonicalJSONSortsObjectsLargerThanInsertionSort(t *testing.T) {
 		})
 	}
 }
+
+// TestCanonicalJSONRefusesARepeatOfThePreviousNameAtOnce pins that a
+// member whose name equals the one just before it is refused as a
+// duplicate (errArgsDuplicate, ReasonArgsDuplicate) once its name and
+// colon are read, before its value: an object cut short or malformed
+// after that still reports the duplicate, not a syntax error. Names short and
+// long (equal 8-byte prefixes), non-ASCII and escaped.
+func TestCanonicalJSONRefusesARepeatOfThePreviousNameAtOnce(t *testing.T) {
+	for _, in := range []string{
+		`{"a":1,"a":`,
+		`{"a":1,"a":2`,
+		`{"a":1,"a":2,`,
+		`{"a":1,"a":x}`,
+		`{"0":1,"a":1,"a":[1,`,
+		`{"abcdefgh":1,"abcdefgh":`,
+		`{"abcdefghij":1,"abcdefghij":{"b":`,
+		`{"é":1,"é":`,
+		`{"\u00e9x":1,"éx":`,
+		`{"a":1,"\u0061":`,
+		`[{"k":{"x":1,"x":`,
+	} {
+		exact := []byte(in)
+		if out, err := CanonicalJSON(exact); out != nil || err != errArgsDuplicate || ReasonOf(err) != ReasonArgsDuplicate {
+			t.Errorf("CanonicalJSON(%q) = %q, %v; want %v", in, out, err, errArgsDuplicate)
+		}
+	}
+}
+
+// TestCanonicalJSONOrdersNamesBeyondTheirPrefixes pins the in-order check
+// canonical makes as members arrive, where two names' 8-byte ASCII
+// prefixes do not settle their order (a name longer than 8 bytes sharing
+// its prefix with the previous one, or a non-ASCII name) and compareKeys
+// does: members in order are written as they are, and members out of
+// order are sorted, including the UTF-16 case where a character above
+// U+FFFF sorts below U+E000.
+func TestCanonicalJSONOrdersNamesBeyondTheirPrefixes(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"abcdefgha":1,"abcdefghz":2}`, `{"abcdefgha":1,"abcdefghz":2}`},
+		{`{"abcdefghz":1,"abcdefgha":2}`, `{"abcdefgha":2,"abcdefghz":1}`},
+		{`{"abcdefgh":1,"abcdefgha":2}`, `{"abcdefgh":1,"abcdefgha":2}`},
+		{`{"abcdefgha":1,"abcdefgh":2}`, `{"abcdefgh":2,"abcdefgha":1}`},
+		{`{"a":1,"é":2}`, `{"a":1,"é":2}`},
+		{`{"é":1,"a":2}`, `{"a":2,"é":1}`},
+		{`{"éb":1,"éa":2,"éc":3}`, `{"éa":2,"éb":1,"éc":3}`},
+		{`{"😀":1,"\uE000":2}`, `{"😀":1,"` + "\uE000" + `":2}`},
+		{`{"\uE000":1,"😀":2}`, `{"😀":2,"` + "\uE000" + `":1}`},
+		{`{"x":{"abcdefghz":1,"abcdefgha":2},"a":[{"é":1,"a":2}]}`, `{"a":[{"a":2,"é":1}],"x":{"abcdefgha":2,"abcdefghz":1}}`},
+	} {
+		if got, err := CanonicalJSON([]byte(tc.in)); err != nil || string(got) != tc.want {
+			t.Errorf("CanonicalJSON(%s) = %s, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+}
