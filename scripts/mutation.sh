@@ -24,12 +24,14 @@
 #                        (default 5; gremlins' own 3 times out under load)
 #   --changed BASE       only the files (of the list) that differ from git BASE
 #   --diff BASE          only the mutants on lines that differ from git BASE
-#                        (gremlins --diff BASE, run with git's diff.context
-#                        set to 0: gremlins maps each hunk to the LinesAdded
-#                        lines after its leading context, which with context
-#                        lines inside a hunk skips changed lines and takes
-#                        unchanged ones). The files run are still those
-#                        listed; combine with --changed to skip unchanged ones
+#                        (the working tree against the merge base of BASE
+#                        and HEAD), through gremlins --diff BASE with git's
+#                        diff.context set to 0: gremlins takes each hunk as
+#                        its LinesAdded lines after the leading context,
+#                        which skips changed lines and takes unchanged ones
+#                        when a hunk has context lines inside. The files run
+#                        are still those listed; add --changed BASE to skip
+#                        the unchanged ones.
 #   --budget SECONDS     smallest files first; stop starting files once the
 #                        budget is spent; a file cut short is reported, not
 #                        counted. The table covers the files that completed.
