@@ -3,10 +3,15 @@ package ctoken
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Tests that close the gaps mutation testing found in fingerprint.go and
@@ -499,5 +504,180 @@ func TestCanonicalJSONHugeLiteralCannotCancelASaturatedExponent(t *testing.T) {
 	}
 	if !errors.Is(err, ErrArgsInvalid) {
 		t.Fatalf("err = %v, want ErrArgsInvalid", err)
+	}
+}
+
+// utf16Less is a reference for RFC 8785's member order, independent of
+// compareUTF16: the names' UTF-16 code units, compared one by one.
+func utf16Less(a, b string) bool {
+	x, y := utf16.Encode([]rune(a)), utf16.Encode([]rune(b))
+	for i := range min(len(x), len(y)) {
+		if x[i] != y[i] {
+			return x[i] < y[i]
+		}
+	}
+	return len(x) < len(y)
+}
+
+// TestCanonicalJSONSortsObjectsLargerThanInsertionSort pins the path
+// sortKeys takes for an object of more than maxInsertionSort members
+// (slices.SortFunc, then a pass over neighbours for duplicates): such an
+// object, in reverse or shuffled order, with names that share their first
+// 8 bytes, non-ASCII names and escaped ones, comes out in UTF-16 order
+// with each value beside its name, and a duplicate name anywhere in it
+// (first, last or middle of the sorted order, spelled the same or escaped
+// differently) is refused with errArgsDuplicate.
+func TestCanonicalJSONSortsObjectsLargerThanInsertionSort(t *testing.T) {
+	// The names hold no '"', '\\' or control character, so quoting one
+	// is its canonical spelling; escape spells its first (ASCII) byte
+	// as a \u escape instead.
+	type member struct{ name, spelled string }
+	quote := func(name string) string { return `"` + name + `"` }
+	escape := func(name string) string { return fmt.Sprintf(`"\u%04x%s"`, name[0], name[1:]) }
+	names := func(n int, format string) []member {
+		ms := make([]member, n)
+		for i := range ms {
+			name := fmt.Sprintf(format, i)
+			ms[i] = member{name, quote(name)}
+		}
+		return ms
+	}
+	reversed := func(ms []member) []member { slices.Reverse(ms); return ms }
+	shuffled := func(ms []member) []member {
+		// A fixed permutation: i*7 mod n visits every index when n is not a multiple of 7.
+		out := make([]member, len(ms))
+		for i := range ms {
+			out[i] = ms[i*7%len(ms)]
+		}
+		return out
+	}
+	mixed := func() []member {
+		var ms []member
+		for i, s := range []string{"é", "\uE000", "\uFFFF", "😀", "\U00010000", "z", "a", "\x7f"} {
+			for j := range 5 {
+				name := fmt.Sprintf("%s%d%d", s, i, j)
+				ms = append(ms, member{name, quote(name)})
+			}
+		}
+		return reversed(ms)
+	}
+	escaped := func(ms []member) []member {
+		for i := range ms {
+			if i%3 == 0 { // a name the parser unescapes
+				ms[i].spelled = escape(ms[i].name)
+			}
+		}
+		return ms
+	}
+	text := func(ms []member) string {
+		parts := make([]string, len(ms))
+		for i, m := range ms {
+			parts[i] = fmt.Sprintf("%s: %d", m.spelled, i)
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
+	}
+	for _, tc := range []struct {
+		name    string
+		members []member
+	}{
+		{"33 reversed", reversed(names(maxInsertionSort+1, "k%03d"))},
+		{"40 shuffled", shuffled(names(40, "k%03d"))},
+		{"200 reversed, shared 8-byte prefix", reversed(names(200, "longname_%03d"))},
+		{"40 non-ASCII, reversed", mixed()},
+		{"50 escaped, reversed", escaped(reversed(names(50, "n%02d")))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := tc.members
+			if len(ms) <= maxInsertionSort {
+				t.Fatalf("%d members: not above maxInsertionSort", len(ms))
+			}
+			order := make([]int, len(ms))
+			for i := range order {
+				order[i] = i
+			}
+			slices.SortFunc(order, func(a, b int) int {
+				if utf16Less(ms[a].name, ms[b].name) {
+					return -1
+				}
+				return 1
+			})
+			parts := make([]string, len(ms))
+			for i, j := range order {
+				parts[i] = fmt.Sprintf("%s:%d", quote(ms[j].name), j)
+			}
+			want := "{" + strings.Join(parts, ",") + "}"
+			if got, err := CanonicalJSON([]byte(text(ms))); err != nil || string(got) != want {
+				t.Fatalf("CanonicalJSON = %q, %v; want %q", got, err, want)
+			}
+			// The smallest, the largest and a middle name again, at the
+			// end of the object, spelled plainly and escaped (the
+			// non-ASCII names of "mixed" start with an ASCII byte only
+			// for "a", "z" and DEL, so the escape is of a plain name).
+			for _, j := range []int{order[0], order[len(order)-1], order[len(order)/2]} {
+				spellings := []string{quote(ms[j].name)}
+				if ms[j].name[0] < utf8.RuneSelf {
+					spellings = append(spellings, escape(ms[j].name))
+				}
+				for _, spelled := range spellings {
+					dup := append(slices.Clone(ms), member{ms[j].name, spelled})
+					if got, err := CanonicalJSON([]byte(text(dup))); got != nil || err != errArgsDuplicate {
+						t.Errorf("name %q twice (as %s): CanonicalJSON = %q, %v; want %v", ms[j].name, spelled, got, err, errArgsDuplicate)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestCanonicalJSONRefusesARepeatOfThePreviousNameAtOnce pins that a
+// member whose name equals the one just before it is refused as a
+// duplicate (errArgsDuplicate, ReasonArgsDuplicate) once its name and
+// colon are read, before its value: an object cut short or malformed
+// after that still reports the duplicate, not a syntax error. Names short and
+// long (equal 8-byte prefixes), non-ASCII and escaped.
+func TestCanonicalJSONRefusesARepeatOfThePreviousNameAtOnce(t *testing.T) {
+	for _, in := range []string{
+		`{"a":1,"a":`,
+		`{"a":1,"a":2`,
+		`{"a":1,"a":2,`,
+		`{"a":1,"a":x}`,
+		`{"0":1,"a":1,"a":[1,`,
+		`{"abcdefgh":1,"abcdefgh":`,
+		`{"abcdefghij":1,"abcdefghij":{"b":`,
+		`{"é":1,"é":`,
+		`{"\u00e9x":1,"éx":`,
+		`{"a":1,"\u0061":`,
+		`[{"k":{"x":1,"x":`,
+	} {
+		exact := []byte(in)
+		if out, err := CanonicalJSON(exact); out != nil || err != errArgsDuplicate || ReasonOf(err) != ReasonArgsDuplicate {
+			t.Errorf("CanonicalJSON(%q) = %q, %v; want %v", in, out, err, errArgsDuplicate)
+		}
+	}
+}
+
+// TestCanonicalJSONOrdersNamesBeyondTheirPrefixes pins the in-order check
+// canonical makes as members arrive, where two names' 8-byte ASCII
+// prefixes do not settle their order (a name longer than 8 bytes sharing
+// its prefix with the previous one, or a non-ASCII name) and compareKeys
+// does: members in order are written as they are, and members out of
+// order are sorted, including the UTF-16 case where a character above
+// U+FFFF sorts below U+E000.
+func TestCanonicalJSONOrdersNamesBeyondTheirPrefixes(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"abcdefgha":1,"abcdefghz":2}`, `{"abcdefgha":1,"abcdefghz":2}`},
+		{`{"abcdefghz":1,"abcdefgha":2}`, `{"abcdefgha":2,"abcdefghz":1}`},
+		{`{"abcdefgh":1,"abcdefgha":2}`, `{"abcdefgh":1,"abcdefgha":2}`},
+		{`{"abcdefgha":1,"abcdefgh":2}`, `{"abcdefgh":2,"abcdefgha":1}`},
+		{`{"a":1,"é":2}`, `{"a":1,"é":2}`},
+		{`{"é":1,"a":2}`, `{"a":2,"é":1}`},
+		{`{"éb":1,"éa":2,"éc":3}`, `{"éa":2,"éb":1,"éc":3}`},
+		{`{"😀":1,"\uE000":2}`, `{"😀":1,"` + "\uE000" + `":2}`},
+		{`{"\uE000":1,"😀":2}`, `{"😀":2,"` + "\uE000" + `":1}`},
+		{`{"x":{"abcdefghz":1,"abcdefgha":2},"a":[{"é":1,"a":2}]}`, `{"a":[{"a":2,"é":1}],"x":{"abcdefgha":2,"abcdefghz":1}}`},
+	} {
+		if got, err := CanonicalJSON([]byte(tc.in)); err != nil || string(got) != tc.want {
+			t.Errorf("CanonicalJSON(%s) = %s, %v; want %s", tc.in, got, err, tc.want)
+		}
 	}
 }

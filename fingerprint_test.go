@@ -336,7 +336,7 @@ func TestArgsFingerprintIsSafeForConcurrentUse(t *testing.T) {
 }
 
 // TestInsertionSortMatchesSortFunc checks sortKeys' insertion sort
-// against slices.SortFunc with compareNames on random sets of distinct
+// against slices.SortFunc with compareKeys on random sets of distinct
 // names: ASCII with long shared prefixes, non-ASCII, characters above
 // U+FFFF against U+E000-U+FFFF (where UTF-16 order is not byte order), in
 // every size up to maxInsertionSort. It checks sortKey, which reads a

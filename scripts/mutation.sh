@@ -23,6 +23,15 @@
 #                        per-mutant timeout: N times the coverage run
 #                        (default 5; gremlins' own 3 times out under load)
 #   --changed BASE       only the files (of the list) that differ from git BASE
+#   --diff BASE          only the mutants on lines that differ from git BASE
+#                        (the working tree against the merge base of BASE
+#                        and HEAD), through gremlins --diff BASE with git's
+#                        diff.context set to 0: gremlins takes each hunk as
+#                        its LinesAdded lines after the leading context,
+#                        which skips changed lines and takes unchanged ones
+#                        when a hunk has context lines inside. The files run
+#                        are still those listed; add --changed BASE to skip
+#                        the unchanged ones.
 #   --budget SECONDS     smallest files first; stop starting files once the
 #                        budget is spent; a file cut short is reported, not
 #                        counted. The table covers the files that completed.
@@ -42,6 +51,7 @@ threshold=95
 workers=1
 coefficient=5
 changed=""
+diffbase=""
 budget=0
 list_only=0
 keep=""
@@ -52,6 +62,7 @@ while [ $# -gt 0 ]; do
     --workers) workers=${2:?--workers needs a value}; shift 2 ;;
     --timeout-coefficient) coefficient=${2:?--timeout-coefficient needs a value}; shift 2 ;;
     --changed) changed=${2:?--changed needs a git revision}; shift 2 ;;
+    --diff) diffbase=${2:?--diff needs a git revision}; shift 2 ;;
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
     --out) keep=${2:?--out needs a directory}; shift 2 ;;
     --list) list_only=1; shift ;;
@@ -97,6 +108,11 @@ for f in "${files[@]}"; do
   fi
 done
 
+if [ -n "$diffbase" ] && ! git rev-parse --verify --quiet "$diffbase^{commit}" >/dev/null; then
+  # gremlins would fail later, per file, with a less helpful message.
+  echo "mutation.sh: --diff $diffbase is not a git revision" >&2
+  exit 2
+fi
 if [ -n "$changed" ]; then
   # Not a process substitution: an unknown BASE must fail, not look like
   # "nothing changed".
@@ -162,6 +178,13 @@ for f in "${files[@]}"; do
     case "$g" in *_test.go|"$base") continue ;; esac
     excludes+=(-E "^${g//./\\.}\$")
   done
+  onlydiff=()
+  gitenv=()
+  if [ -n "$diffbase" ]; then
+    onlydiff=(--diff "$diffbase")
+    n=${GIT_CONFIG_COUNT:-0}
+    gitenv=("GIT_CONFIG_COUNT=$((n + 1))" "GIT_CONFIG_KEY_$n=diff.context" "GIT_CONFIG_VALUE_$n=0")
+  fi
   limit=()
   if [ "$budget" != 0 ]; then
     left=$((budget - (SECONDS - start)))
@@ -174,9 +197,9 @@ for f in "${files[@]}"; do
   json="$out/$(echo "$f" | tr / _).json"
   echo "--- gremlins $f"
   rc=0
-  (cd "$root" && TMPDIR="$scratch" GOFLAGS="${GOFLAGS:+$GOFLAGS }-count=1" "${limit[@]}" "$gremlins" unleash "./$dir" --workers "$workers" \
+  (cd "$root" && TMPDIR="$scratch" GOFLAGS="${GOFLAGS:+$GOFLAGS }-count=1" env "${gitenv[@]}" "${limit[@]}" "$gremlins" unleash "./$dir" --workers "$workers" \
       --timeout-coefficient "$coefficient" --invert-logical --invert-loopctrl \
-      "${excludes[@]}" -o "$json" >"$json.log" 2>&1) || rc=$?
+      "${excludes[@]}" "${onlydiff[@]}" -o "$json" >"$json.log" 2>&1) || rc=$?
   if [ "$rc" -eq 0 ] && [ ! -s "$json" ] && grep -q '^No results to report' "$json.log"; then
     # A file with no mutable expression (a var or type declaration only).
     echo "    no mutants in $f"
