@@ -13,6 +13,8 @@ import (
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/ctoken/ctoken/internal/jsontext"
 )
 
 // ErrArgsInvalid reports arguments that [ArgsFingerprint] or
@@ -151,7 +153,7 @@ func (p *jcsParser) canonical(out []byte) ([]byte, error) {
 	in, i := p.in, p.pos
 	stack := p.frames[:0]
 	var c byte
-	i = skipJSONSpace(in, i)
+	i = jsontext.SkipSpace(in, i)
 value:
 	if i >= len(in) {
 		return nil, errArgsSyntax
@@ -186,7 +188,7 @@ value:
 		if c == '[' {
 			closing = ']'
 		}
-		i = skipJSONSpace(in, i+1)
+		i = jsontext.SkipSpace(in, i+1)
 		out = append(out, c)
 		if i < len(in) && in[i] == closing {
 			i++
@@ -224,7 +226,7 @@ value:
 
 after:
 	// A value ended at i.
-	i = skipJSONSpace(in, i)
+	i = jsontext.SkipSpace(in, i)
 	if len(stack) == 0 {
 		if i != len(in) {
 			return nil, errArgsSyntax
@@ -246,7 +248,7 @@ after:
 		}
 		if c == ',' {
 			out = append(out, ',')
-			i = skipJSONSpace(in, i)
+			i = jsontext.SkipSpace(in, i)
 			if f.object {
 				goto member
 			}
@@ -294,12 +296,12 @@ member:
 			i = p.pos
 			out = appendJCSString(out, p.keys[nameAt:])
 		}
-		i = skipJSONSpace(in, i)
+		i = jsontext.SkipSpace(in, i)
 		if i >= len(in) || in[i] != ':' {
 			return nil, errArgsSyntax
 		}
 		i++
-		i = skipJSONSpace(in, i)
+		i = jsontext.SkipSpace(in, i)
 		out = append(out, ':')
 		if n := len(p.members); n < cap(p.members) {
 			p.members = p.members[:n+1]
@@ -365,29 +367,8 @@ type jcsParser struct {
 	fail error
 }
 
-func (p *jcsParser) skipSpace() {
-	// One compare settles the common case, a byte above ' '.
-	for p.pos < len(p.in) && p.in[p.pos] <= ' ' {
-		switch p.in[p.pos] {
-		case ' ', '\t', '\n', '\r':
-			p.pos++
-		default:
-			return
-		}
-	}
-}
-
-// skipJSONSpace returns the index of the first byte at or after i in in
-// that is not JSON white space.
-func skipJSONSpace(in []byte, i int) int {
-	for i < len(in) && jsonSpace[in[i]] {
-		i++
-	}
-	return i
-}
-
-// jsonSpace reports JSON's white space bytes. Read-only.
-var jsonSpace = [256]bool{' ': true, '\t': true, '\n': true, '\r': true}
+// skipSpace moves p.pos past JSON white space.
+func (p *jcsParser) skipSpace() { p.pos = jsontext.SkipSpace(p.in, p.pos) }
 
 // jcsFrame is an array or object canonical has opened and not yet closed.
 type jcsFrame struct {

@@ -3,6 +3,8 @@ package webhook
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/ctoken/ctoken/internal/jsontext"
 )
 
 // bodyStringMember reads the top-level member name of the JSON object body.
@@ -20,23 +22,23 @@ func bodyStringMember(body []byte, name string) (val string, found, ok bool) {
 	// body is valid JSON from here on, which keeps the scanner short: a
 	// string ends at the first unescaped quote, and a value ends where the
 	// nesting depth returns to zero.
-	i := skipJSONSpace(body, 0)
+	i := jsontext.SkipSpace(body, 0)
 	if body[i] != '{' {
 		return "", false, false
 	}
 	i++
 	for {
-		i = skipJSONSpace(body, i)
+		i = jsontext.SkipSpace(body, i)
 		if body[i] == '}' {
 			return val, found, true
 		}
 		if body[i] == ',' {
-			i = skipJSONSpace(body, i+1)
+			i = jsontext.SkipSpace(body, i+1)
 		}
 		keyEnd := jsonStringEnd(body, i)
 		key := body[i:keyEnd]
-		i = skipJSONSpace(body, keyEnd)
-		i = skipJSONSpace(body, i+1) // the colon
+		i = jsontext.SkipSpace(body, keyEnd)
+		i = jsontext.SkipSpace(body, i+1) // the colon
 		valEnd := jsonValueEnd(body, i)
 		if jsonStringIs(key, name) {
 			if found || body[i] != '"' {
@@ -50,15 +52,6 @@ func bodyStringMember(body []byte, name string) (val string, found, ok bool) {
 		}
 		i = valEnd
 	}
-}
-
-// skipJSONSpace returns the index of the first byte at or after i that is
-// not JSON white space.
-func skipJSONSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
 }
 
 // jsonStringEnd returns the index just past the string starting at b[i]

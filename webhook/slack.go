@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/jsontext"
 	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/observe"
@@ -129,7 +130,7 @@ func (s *slack) verify(p *params, h http.Header, body []byte, _ string) (verifie
 // that starts as a JSON object but is not one, or whose event_id is not a
 // valid delivery ID.
 func slackEventID(body []byte) (id string, found, ok bool) {
-	i := skipJSONSpace(body, 0)
+	i := jsontext.SkipSpace(body, 0)
 	if i == len(body) || body[i] != '{' {
 		return "", false, true
 	}
