@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/observe/observetest"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -44,7 +45,7 @@ func TestExchangeObserverStoreLatencyIsTheRedeemsDuration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var events eventRecorder
+	var events observetest.Recorder
 	h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
 		Issuer:    iss,
 		Authorize: func(context.Context, ctoken.ExchangeRequest) error { return nil },
@@ -65,7 +66,7 @@ func TestExchangeObserverStoreLatencyIsTheRedeemsDuration(t *testing.T) {
 			t.Fatalf("status %d, want %d", w.Code, want)
 		}
 	}
-	got := events.take()
+	got := events.Take()
 	if len(got) != 2 {
 		t.Fatalf("%d events, want 2: %+v", len(got), got)
 	}

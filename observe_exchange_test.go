@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/internal/clocktest"
+	"github.com/ctoken/ctoken/observe/observetest"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -27,7 +27,7 @@ func TestExchangeObserverSeesEveryOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	var (
-		events    eventRecorder
+		events    observetest.Recorder
 		refuse    error
 		issueFail error
 	)
@@ -75,36 +75,9 @@ func TestExchangeObserverSeesEveryOutcome(t *testing.T) {
 		if w.Code != s.status {
 			t.Errorf("%s: status %d, want %d", s.name, w.Code, s.status)
 		}
-		got := events.take()
-		if len(got) != 1 {
-			t.Fatalf("%s: %d events, want 1: %+v", s.name, len(got), got)
-		}
-		e := got[0]
+		e := events.Only(t, s.name)
 		if e.Kind != ctoken.KindExchange || e.Outcome != s.outcome || e.Reason != s.reason || (e.StoreLatency > 0) != s.store {
 			t.Errorf("%s: event %+v, want outcome %v reason %q store latency %v", s.name, e, s.outcome, s.reason, s.store)
 		}
 	}
-}
-
-// eventRecorder is an Observer that keeps the events it is told, safe for
-// the handler's goroutines.
-type eventRecorder struct {
-	mu     sync.Mutex
-	events []ctoken.Event
-}
-
-// Observe records e.
-func (r *eventRecorder) Observe(e ctoken.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-// take returns the events recorded since the last take.
-func (r *eventRecorder) take() []ctoken.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	got := r.events
-	r.events = nil
-	return got
 }

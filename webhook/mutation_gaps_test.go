@@ -15,6 +15,7 @@ import (
 
 	"github.com/ctoken/ctoken/internal/clocktest"
 	"github.com/ctoken/ctoken/observe"
+	"github.com/ctoken/ctoken/observe/observetest"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -332,7 +333,7 @@ func TestLeaseReleaseWaitsAQuarterLease(t *testing.T) {
 // first of them in the verifier's order.
 func TestEd25519ReportsTheFirstMatchingKey(t *testing.T) {
 	clk := newStepClock()
-	log := &eventLog{}
+	log := &observetest.Recorder{}
 	s := newSigner(t, Config{Scheme: StandardWebhooksEd25519(), Secrets: []string{edPriv, edPriv2}, Now: clk.Now})
 	h := signed(t, s, "msg_1", "{}")
 	for _, tc := range []struct {
@@ -347,7 +348,7 @@ func TestEd25519ReportsTheFirstMatchingKey(t *testing.T) {
 		if _, err := v.Verify(h, []byte("{}")); err != nil {
 			t.Fatal(err)
 		}
-		if e := log.only(t, "verify"); e != webhookEvent(observe.OutcomeVerified, observe.ReasonNone, tc.want) {
+		if e := log.Only(t, "verify"); e != webhookEvent(observe.OutcomeVerified, observe.ReasonNone, tc.want) {
 			t.Fatalf("keys %d: event %+v, want verified by %v", len(tc.pubs), e, tc.want)
 		}
 	}
@@ -414,7 +415,7 @@ func TestEd25519OnlyReadsV1AEntriesOfTheExactLength(t *testing.T) {
 // first of them in the verifier's order.
 func TestHMACSchemesReportTheFirstMatchingSecret(t *testing.T) {
 	clk := newStepClock()
-	log := &eventLog{}
+	log := &observetest.Recorder{}
 	s := newSigner(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret, stdSecret2}, Now: clk.Now})
 	h := signed(t, s, "msg_1", "{}")
 	for _, secrets := range [][]string{
@@ -426,7 +427,7 @@ func TestHMACSchemesReportTheFirstMatchingSecret(t *testing.T) {
 		if _, err := v.Verify(h, []byte("{}")); err != nil {
 			t.Fatal(err)
 		}
-		if e := log.only(t, "verify"); e != webhookEvent(observe.OutcomeVerified, observe.ReasonNone, observe.KeyPrimary) {
+		if e := log.Only(t, "verify"); e != webhookEvent(observe.OutcomeVerified, observe.ReasonNone, observe.KeyPrimary) {
 			t.Fatalf("%d secrets: event %+v, want verified by the primary", len(secrets), e)
 		}
 	}

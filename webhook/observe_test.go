@@ -11,46 +11,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/observe"
+	"github.com/ctoken/ctoken/observe/observetest"
 	"github.com/ctoken/ctoken/replay"
 )
-
-// eventLog is an Observer that records every event, safe for concurrent
-// use.
-type eventLog struct {
-	mu     sync.Mutex
-	events []observe.Event
-}
-
-func (l *eventLog) Observe(e observe.Event) {
-	l.mu.Lock()
-	l.events = append(l.events, e)
-	l.mu.Unlock()
-}
-
-// take returns the events recorded since the last take.
-func (l *eventLog) take() []observe.Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	got := l.events
-	l.events = nil
-	return got
-}
-
-// only returns the one event recorded since the last take.
-func (l *eventLog) only(t *testing.T, what string) observe.Event {
-	t.Helper()
-	got := l.take()
-	if len(got) != 1 {
-		t.Fatalf("%s: %d events %+v, want 1", what, len(got), got)
-	}
-	return got[0]
-}
 
 // hadStore reports whether e reports a store latency, and returns e with
 // the latency cleared, for comparison.
@@ -68,7 +36,7 @@ func webhookEvent(o observe.Outcome, r observe.RefusalReason, k observe.KeyPosit
 // each outcome and checks the one event of each.
 func TestVerifyReportsEveryOutcomeToTheObserver(t *testing.T) {
 	clk := newStepClock()
-	log := &eventLog{}
+	log := &observetest.Recorder{}
 	// The verifier knows the new secret (primary) and the old one
 	// (previous 1); one signer signs with each.
 	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret2, stdSecret}, Now: clk.Now, Observer: log})
@@ -86,20 +54,20 @@ func TestVerifyReportsEveryOutcomeToTheObserver(t *testing.T) {
 		return h
 	}
 	fresh := sign(byNew, "msg_1")
-	if e := log.only(t, "sign"); e != webhookEvent(observe.OutcomeIssued, observe.ReasonNone, observe.KeyPrimary) {
+	if e := log.Only(t, "sign"); e != webhookEvent(observe.OutcomeIssued, observe.ReasonNone, observe.KeyPrimary) {
 		t.Errorf("sign: event %+v", e)
 	}
 	if err := byNew.Sign(http.Header{}, "bad id", []byte(body)); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("sign with a bad id: %v", err)
 	}
-	if e := log.only(t, "sign refused"); e != webhookEvent(observe.OutcomeRefused, observe.ReasonWebhookIDChar, observe.KeyNone) {
+	if e := log.Only(t, "sign refused"); e != webhookEvent(observe.OutcomeRefused, observe.ReasonWebhookIDChar, observe.KeyNone) {
 		t.Errorf("sign refused: event %+v", e)
 	}
 	old := sign(byOld, "msg_2")
 	clk.Advance(-time.Hour)
 	stale := sign(byNew, "msg_3")
 	clk.Advance(time.Hour)
-	log.take()
+	log.Take()
 	noID := fresh.Clone()
 	noID.Del(HeaderStandardID)
 	for _, tc := range []struct {
@@ -122,7 +90,7 @@ func TestVerifyReportsEveryOutcomeToTheObserver(t *testing.T) {
 		if err != nil && d != (Delivery{}) {
 			t.Errorf("%s: a refused delivery returned %+v", tc.name, d)
 		}
-		if e := log.only(t, tc.name); e != tc.want {
+		if e := log.Only(t, tc.name); e != tc.want {
 			t.Errorf("%s: event %+v, want %+v", tc.name, e, tc.want)
 		}
 	}
@@ -132,7 +100,7 @@ func TestVerifyReportsEveryOutcomeToTheObserver(t *testing.T) {
 // Acquire, Confirm and Release through each outcome.
 func TestLeaseReportsDuplicatesInProgressProcessedAndStoreFailures(t *testing.T) {
 	ctx := context.Background()
-	log := &eventLog{}
+	log := &observetest.Recorder{}
 	flaky := &flakyStore{MemoryStore: &replay.MemoryStore{}}
 	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret2, stdSecret}, Replay: flaky, Namespace: "orders", Observer: log}
 	v := newVerifier(t, cfg)
@@ -144,7 +112,7 @@ func TestLeaseReportsDuplicatesInProgressProcessedAndStoreFailures(t *testing.T)
 		if err != nil {
 			t.Fatal(err)
 		}
-		log.take()
+		log.Take()
 		return d
 	}
 	prev := observe.KeyAt(1)
@@ -152,7 +120,7 @@ func TestLeaseReportsDuplicatesInProgressProcessedAndStoreFailures(t *testing.T)
 	if _, err := v.Acquire(ctx, Delivery{ID: "msg_0"}); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("unverified: %v", err)
 	}
-	if e := log.only(t, "unverified"); e != webhookEvent(observe.OutcomeRefused, observe.ReasonWebhookNotVerified, observe.KeyNone) {
+	if e := log.Only(t, "unverified"); e != webhookEvent(observe.OutcomeRefused, observe.ReasonWebhookNotVerified, observe.KeyNone) {
 		t.Errorf("unverified: event %+v", e)
 	}
 
@@ -161,25 +129,25 @@ func TestLeaseReportsDuplicatesInProgressProcessedAndStoreFailures(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := log.take(); len(got) != 0 {
+	if got := log.Take(); len(got) != 0 {
 		t.Errorf("an acquired lease reported %+v; its latency belongs to Confirm", got)
 	}
 	if _, err := v.Acquire(ctx, d); !errors.Is(err, ErrInProgress) {
 		t.Fatalf("copy in progress: %v", err)
 	}
-	if e, had := hadStore(log.only(t, "in progress")); e != webhookEvent(observe.OutcomeInProgress, observe.ReasonWebhookInProgress, prev) || !had {
+	if e, had := hadStore(log.Only(t, "in progress")); e != webhookEvent(observe.OutcomeInProgress, observe.ReasonWebhookInProgress, prev) || !had {
 		t.Errorf("in progress: event %+v, store latency %v", e, had)
 	}
 	if err := lease.Confirm(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if e, had := hadStore(log.only(t, "confirm")); e != webhookEvent(observe.OutcomeProcessed, observe.ReasonNone, prev) || !had {
+	if e, had := hadStore(log.Only(t, "confirm")); e != webhookEvent(observe.OutcomeProcessed, observe.ReasonNone, prev) || !had {
 		t.Errorf("confirm: event %+v, store latency %v", e, had)
 	}
 	if _, err := v.Acquire(ctx, d); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("duplicate: %v", err)
 	}
-	if e, had := hadStore(log.only(t, "duplicate")); e != webhookEvent(observe.OutcomeDuplicate, observe.ReasonWebhookDuplicate, prev) || !had {
+	if e, had := hadStore(log.Only(t, "duplicate")); e != webhookEvent(observe.OutcomeDuplicate, observe.ReasonWebhookDuplicate, prev) || !had {
 		t.Errorf("duplicate: event %+v, store latency %v", e, had)
 	}
 
@@ -206,7 +174,7 @@ func TestLeaseReportsDuplicatesInProgressProcessedAndStoreFailures(t *testing.T)
 		if err := tc.finish(lease); !errors.Is(err, ErrReplayStore) {
 			t.Fatalf("%s with the store down: %v", tc.name, err)
 		}
-		if e, had := hadStore(log.only(t, tc.name)); e != webhookEvent(observe.OutcomeStoreFailure, tc.want, prev) || !had {
+		if e, had := hadStore(log.Only(t, tc.name)); e != webhookEvent(observe.OutcomeStoreFailure, tc.want, prev) || !had {
 			t.Errorf("%s: event %+v, store latency %v", tc.name, e, had)
 		}
 	}
@@ -217,11 +185,11 @@ func TestLeaseReportsDuplicatesInProgressProcessedAndStoreFailures(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log.take()
+	log.Take()
 	if _, err := down.Acquire(ctx, d); !errors.Is(err, ErrReplayStore) {
 		t.Fatalf("store down: %v", err)
 	}
-	if e, had := hadStore(log.only(t, "store down")); e != webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookStoreRecord, observe.KeyPrimary) || !had {
+	if e, had := hadStore(log.Only(t, "store down")); e != webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookStoreRecord, observe.KeyPrimary) || !had {
 		t.Errorf("store down: event %+v, store latency %v", e, had)
 	}
 }
@@ -229,7 +197,7 @@ func TestLeaseReportsDuplicatesInProgressProcessedAndStoreFailures(t *testing.T)
 // TestMiddlewareReportsEachRequestOnce checks the events of the middleware:
 // a body it refuses before Verify, a processed delivery, a duplicate.
 func TestMiddlewareReportsEachRequestOnce(t *testing.T) {
-	log := &eventLog{}
+	log := &observetest.Recorder{}
 	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, MaxBody: 64, Observer: log})
 	s := newSigner(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
 	handler := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
@@ -246,13 +214,13 @@ func TestMiddlewareReportsEachRequestOnce(t *testing.T) {
 	if code := serve(strings.Repeat("x", 65), h); code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("over the cap: %d", code)
 	}
-	if e := log.only(t, "over the cap"); e != webhookEvent(observe.OutcomeRefused, observe.ReasonWebhookBodyTooLarge, observe.KeyNone) {
+	if e := log.Only(t, "over the cap"); e != webhookEvent(observe.OutcomeRefused, observe.ReasonWebhookBodyTooLarge, observe.KeyNone) {
 		t.Errorf("over the cap: event %+v", e)
 	}
 	if code := serve("{}", h); code != http.StatusNoContent {
 		t.Fatalf("first delivery: %d", code)
 	}
-	got := log.take()
+	got := log.Take()
 	if len(got) != 2 || got[0] != webhookEvent(observe.OutcomeVerified, observe.ReasonNone, observe.KeyPrimary) ||
 		got[1].Outcome != observe.OutcomeProcessed || got[1].StoreLatency <= 0 {
 		t.Errorf("first delivery: events %+v, want verified then processed", got)
@@ -260,7 +228,7 @@ func TestMiddlewareReportsEachRequestOnce(t *testing.T) {
 	if code := serve("{}", h); code != http.StatusOK {
 		t.Fatalf("retry: %d", code)
 	}
-	got = log.take()
+	got = log.Take()
 	if len(got) != 2 || got[1].Outcome != observe.OutcomeDuplicate || got[1].Reason != observe.ReasonWebhookDuplicate {
 		t.Errorf("retry: events %+v, want verified then duplicate", got)
 	}
