@@ -279,13 +279,7 @@ func TestLeaseConfirmAfterExpiryWaitsAQuarterLease(t *testing.T) {
 	if err := l.Confirm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	after := time.Now()
-	if len(store.confirmDeadlines) != 1 {
-		t.Fatalf("ConfirmLease called %d times", len(store.confirmDeadlines))
-	}
-	if dl := store.confirmDeadlines[0]; dl.Before(before.Add(lease/4)) || dl.After(after.Add(lease/4)) {
-		t.Fatalf("ConfirmLease deadline %v after the call, want a quarter lease (%v)", dl.Sub(before), lease/4)
-	}
+	wantQuarterLease(t, "ConfirmLease", store.confirmDeadlines, before, time.Now(), lease)
 }
 
 // Confirm retries a failing store with a wait that doubles from 10ms, so
@@ -319,12 +313,18 @@ func TestLeaseReleaseWaitsAQuarterLease(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	after := time.Now()
-	if len(store.releaseDeadlines) != 1 {
-		t.Fatalf("ReleaseLease called %d times", len(store.releaseDeadlines))
+	wantQuarterLease(t, "ReleaseLease", store.releaseDeadlines, before, time.Now(), lease)
+}
+
+// wantQuarterLease fails t unless the store's method was called once, with
+// a deadline a quarter lease after a call made between before and after.
+func wantQuarterLease(t *testing.T, method string, deadlines []time.Time, before, after time.Time, lease time.Duration) {
+	t.Helper()
+	if len(deadlines) != 1 {
+		t.Fatalf("%s called %d times", method, len(deadlines))
 	}
-	if dl := store.releaseDeadlines[0]; dl.Before(before.Add(lease/4)) || dl.After(after.Add(lease/4)) {
-		t.Fatalf("ReleaseLease deadline %v after the call, want a quarter lease (%v)", dl.Sub(before), lease/4)
+	if dl := deadlines[0]; dl.Before(before.Add(lease/4)) || dl.After(after.Add(lease/4)) {
+		t.Fatalf("%s deadline %v after the call, want a quarter lease (%v)", method, dl.Sub(before), lease/4)
 	}
 }
 
