@@ -394,7 +394,7 @@ type jcsMember struct {
 	inInput         bool
 }
 
-// jcsSortKey stands for members[index] while sortMembers orders an
+// jcsSortKey stands for members[index] while sortKeys orders an
 // object's members: prefix is the name's first 8 bytes, big-endian and
 // zero-padded, and ascii reports that they are ASCII. Two ASCII prefixes
 // that differ order as their names do. Sorting these small keys instead

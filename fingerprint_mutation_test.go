@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -507,18 +506,6 @@ func TestCanonicalJSONHugeLiteralCannotCancelASaturatedExponent(t *testing.T) {
 	}
 }
 
-// utf16Less is a reference for RFC 8785's member order, independent of
-// compareUTF16: the names' UTF-16 code units, compared one by one.
-func utf16Less(a, b string) bool {
-	x, y := utf16.Encode([]rune(a)), utf16.Encode([]rune(b))
-	for i := range min(len(x), len(y)) {
-		if x[i] != y[i] {
-			return x[i] < y[i]
-		}
-	}
-	return len(x) < len(y)
-}
-
 // TestCanonicalJSONSortsObjectsLargerThanInsertionSort pins the path
 // sortKeys takes for an object of more than maxInsertionSort members
 // (slices.SortFunc, then a pass over neighbours for duplicates): such an
@@ -595,12 +582,7 @@ func TestCanonicalJSONSortsObjectsLargerThanInsertionSort(t *testing.T) {
 			for i := range order {
 				order[i] = i
 			}
-			slices.SortFunc(order, func(a, b int) int {
-				if utf16Less(ms[a].name, ms[b].name) {
-					return -1
-				}
-				return 1
-			})
+			slices.SortFunc(order, func(a, b int) int { return utf16Order(ms[a].name, ms[b].name) })
 			parts := make([]string, len(ms))
 			for i, j := range order {
 				parts[i] = fmt.Sprintf("%s:%d", quote(ms[j].name), j)
