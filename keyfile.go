@@ -15,7 +15,10 @@ import (
 // refused; see [KeySourceFromFile].
 var ErrKeyFileWritable = errors.New("ctoken: key file is writable by every user")
 
-var errKeyFileSource = configError("KeySourceFromFile: KeyFileReloaderConfig.Source is set (KeySourceFromFile makes the source)")
+var (
+	errKeyFileSource = configError("KeySourceFromFile: KeyFileReloaderConfig.Source is set (KeySourceFromFile makes the source)")
+	errKeyFileCtx    = configError("KeySourceFromFile: the context is nil")
+)
 
 // KeySourceFromFile reads the key file cfg.Path (one [ParseKeyring] string:
 // comma-separated keys, primary first) into a new [KeySource], and keeps
@@ -33,7 +36,7 @@ var errKeyFileSource = configError("KeySourceFromFile: KeyFileReloaderConfig.Sou
 // checks keeps the current ring and is reported once to cfg.OnError; a
 // good change takes effect for every call that starts after it and is
 // reported to cfg.OnSwap (not called for the first read). cfg.Source must
-// be nil ([ErrConfig]); a negative cfg.Interval is [ErrConfig].
+// be nil and a nil ctx or a negative cfg.Interval is [ErrConfig].
 //
 // Permissions: a file writable by every user is refused, at the first read
 // and at every reload. A world-readable file is accepted: a Kubernetes
@@ -46,6 +49,8 @@ var errKeyFileSource = configError("KeySourceFromFile: KeyFileReloaderConfig.Sou
 // by ctx, use [NewKeyFileReloader] instead.
 func KeySourceFromFile(ctx context.Context, cfg KeyFileReloaderConfig) (*KeySource, error) {
 	switch {
+	case ctx == nil:
+		return nil, errKeyFileCtx
 	case cfg.Source != nil:
 		return nil, errKeyFileSource
 	case cfg.Path == "":

@@ -57,15 +57,19 @@ func await[T any](t *testing.T, c <-chan T, what string) T {
 
 func TestKeySourceFromFileRefusesBadConfig(t *testing.T) {
 	src := mustSource(t, mustKeyring(t, fixedKey(1)))
+	path := filepath.Join(t.TempDir(), "keys")
+	writeKeyFile(t, path, keyText(RandomKey()), 0o600) // a good file: the config is what is refused
 	for _, tc := range []struct {
 		name string
+		ctx  context.Context
 		cfg  KeyFileReloaderConfig
 	}{
-		{"source set", KeyFileReloaderConfig{Source: src, Path: "k"}},
-		{"no path", KeyFileReloaderConfig{}},
-		{"negative interval", KeyFileReloaderConfig{Path: "k", Interval: -1}},
+		{"source set", t.Context(), KeyFileReloaderConfig{Source: src, Path: path}},
+		{"no path", t.Context(), KeyFileReloaderConfig{}},
+		{"negative interval", t.Context(), KeyFileReloaderConfig{Path: path, Interval: -1}},
+		{"nil context", nil, KeyFileReloaderConfig{Path: path}},
 	} {
-		s, err := KeySourceFromFile(t.Context(), tc.cfg)
+		s, err := KeySourceFromFile(tc.ctx, tc.cfg)
 		if !errors.Is(err, ErrConfig) || Reason(err) == "" || s != nil {
 			t.Errorf("%s: %v, %v; want ErrConfig with a reason and no source", tc.name, s, err)
 		}
