@@ -83,6 +83,11 @@ func (r *KeyFileReloader) poll(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			// select picks at random when both are ready: after ctx is
+			// done, no new check starts.
+			if ctx.Err() != nil {
+				return
+			}
 			r.Reload()
 		}
 	}

@@ -248,9 +248,9 @@ func TestKeySourceFromFileStopsWithContext(t *testing.T) {
 	writeKeyFile(t, path, keyText(b), 0o600)
 	await(t, swaps, "swap while running")
 	cancel()
-	// A poll that had already started when cancel returned may still
-	// finish; after 20 intervals none is in flight.
-	time.Sleep(20 * time.Millisecond)
+	// A check that had already started when cancel returned may still
+	// finish; none starts after it.
+	time.Sleep(100 * time.Millisecond)
 	for len(swaps) > 0 {
 		<-swaps
 	}
