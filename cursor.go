@@ -42,12 +42,18 @@ type Fingerprint [32]byte
 // IsZero reports whether f is the zero [Fingerprint].
 func (f Fingerprint) IsZero() bool { return f == Fingerprint{} }
 
-// CursorScope is what a cursor is bound to: the tool that issued it, the
-// authenticated caller it was issued to, and optionally the fingerprint of
-// the arguments of the call (a zero Args means not bound).
+// CursorScope is what a cursor is bound to: the operation or endpoint that
+// issued it, the authenticated caller it was issued to, and optionally the
+// fingerprint of the call's arguments (a zero Args means not bound).
 type CursorScope struct {
+	// ToolID is the operation or endpoint the cursor belongs to: an MCP
+	// tool name, an RPC's full method name, or an HTTP route such as
+	// "GET /v1/items". A cursor of another ToolID is refused. CallerID is
+	// the authenticated caller the cursor was issued to.
 	ToolID, CallerID string
-	Args             Fingerprint
+	// Args is the fingerprint of the request's other parameters (filter,
+	// order, parent; not the page size or the cursor), see [ArgsFingerprint].
+	Args Fingerprint
 }
 
 // CursorPayload is the content of a cursor.

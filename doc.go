@@ -6,9 +6,11 @@
 // It has two continuation token types:
 //
 //   - [CursorIssuer]: stateless HMAC-SHA256 pagination cursors over compact
-//     CBOR, at most [MaxCursorBytes], bound to a tool, a caller, an
-//     arguments fingerprint ([ArgsFingerprint]) and a server session, with a
-//     TTL and key rotation.
+//     CBOR, at most [MaxCursorBytes], bound to an operation or endpoint
+//     (an MCP tool, an RPC, an HTTP route: [CursorScope].ToolID), a caller,
+//     an arguments fingerprint ([ArgsFingerprint]) and a server session,
+//     with a TTL and key rotation; by page number or by keyset
+//     ([IssueKeyset]).
 //   - [RequestStateCodec]: signed ("v1.") or AES-256-GCM encrypted ("v1e.")
 //     MCP multi-round-trip requestState envelopes bound to the authenticated
 //     subject (and tool), with expiry, wire-compatible with the reference D
@@ -51,10 +53,10 @@
 //	K      = HKDF-SHA256(key, salt = 32 zero bytes, info = "ctoken.cursor hmac-sha256 key", 32)
 //	body   = CBOR map, Core Deterministic Encoding (RFC 8949 §4.2.1):
 //	  1: version        unsigned, 1
-//	  2: tool ID        text string
+//	  2: tool ID        text string (the operation or endpoint)
 //	  3: caller ID      text string
 //	  4: args           byte string, 32 bytes (omitted when not bound)
-//	  5: page           unsigned, at most 2^32-1
+//	  5: page           unsigned, at most 2^32-1 (0 in a keyset cursor)
 //	  6: issued at      integer, Unix seconds
 //	  7: server session byte string
 //	  8: opaque state   byte string (omitted when empty)

@@ -46,7 +46,8 @@ type KeyFileReloaderConfig struct {
 // reads the file through any symlinks and compares the SHA-256 of its
 // content with the last one it swapped in; a change is parsed with
 // [ParseKeyring] and handed to [KeySource.Swap]. A file that cannot be read
-// or parsed, or a ring Swap refuses, leaves the current ring in effect and
+// or parsed, a file every user may write ([ErrKeyFileWritable]), or a ring
+// Swap refuses, leaves the current ring in effect and
 // is reported to OnError (and returned by [KeyFileReloader.Reload]); the
 // same bad content is reported once, not on every poll.
 //
@@ -143,13 +144,21 @@ func (r *KeyFileReloader) check() (bool, int, error) {
 	return true, kr.Len(), nil
 }
 
-// readKeyFile reads path (following symlinks) up to MaxKeyFileBytes.
+// readKeyFile reads path (following symlinks) up to MaxKeyFileBytes,
+// refusing a file every user may write ([ErrKeyFileWritable]).
 func readKeyFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKeyFileMode(path, fi.Mode()); err != nil {
+		return nil, err
+	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxKeyFileBytes+1))
 	if err != nil {
 		return nil, err
