@@ -55,7 +55,7 @@ func TestDemo(t *testing.T) {
 		`bob deploy db v9 with the state of web v9`:                   invalidState,
 		`alice deploy web v9 with bob's state`:                        invalidState,
 		`bob deploy web v9, round two`:                                `{"plan":"roll web to v9 on 3 instances","status":"deployed"}`,
-		`alice deploy api v3 from a 2025-11-25 client`:                `JSON-RPC error -32021 "input required: the client cannot answer this server's input requests: it speaks MCP 2025-11-25`,
+		`alice deploy api v3 from a 2025-11-25 client`:                `JSON-RPC error -32021 "input required: the client cannot answer this server's input requests: this request needs the elicitation capability, and the server saw no capability declaration from the client (MCP 2025-11-25): over stateless HTTP the server cannot see a declaration`,
 		`alice search query "hat" from that client (no input needed)`: `{"items":["red hat","green hat","blue hat","black hat"]}`,
 	} {
 		got, ok := outcome[step]
