@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -359,6 +360,10 @@ func TestOlderClientWithoutElicitationGetsClearToolError(t *testing.T) {
 	}
 	if !res.IsError || !strings.Contains(text(res), "needs the elicitation capability") || !strings.Contains(text(res), "2025-11-25") {
 		t.Errorf("isError %v, %q", res.IsError, text(res))
+	}
+	// Worded as ctokenmcp words its -32021, saying what the server saw.
+	if !strings.HasPrefix(text(res), mcptoken.ErrClientCannotAnswer.Error()) || !strings.Contains(text(res), "over stateless HTTP the server cannot see a declaration") {
+		t.Errorf("message %q", text(res))
 	}
 	// A prompt has no error result: -32603 with the same explanation.
 	_, err = p.prompt("greet", map[string]string{"who": "bob"})

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/ctoken/ctoken"
@@ -35,10 +33,9 @@ type StateOptions struct {
 // for a whole server with [SecureRequestState]. It is safe for concurrent
 // use.
 type States struct {
-	codec       *ctoken.RequestStateCodec
-	caller      CallerFunc
-	unboundArgs bool
-	log         *slog.Logger
+	core   *mcptoken.States
+	in     *mcptoken.Integration
+	caller CallerFunc
 }
 
 // NewStates returns States that seal with codec. opts may be nil; a nil
@@ -47,19 +44,29 @@ type States struct {
 // ctoken.BindSubject a state is bound to the caller and (by default) the
 // arguments only.
 func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, error) {
-	if codec == nil {
-		return nil, errors.New("ctokenmcpgo: NewStates: nil codec")
-	}
-	s := &States{codec: codec, caller: ContextCaller}
+	s := &States{caller: ContextCaller}
+	var (
+		log     *slog.Logger
+		unbound bool
+	)
 	if opts != nil {
 		if opts.Caller != nil {
 			s.caller = opts.Caller
 		}
-		s.unboundArgs = opts.UnboundArgs
-		s.log = opts.Logger
+		unbound, log = opts.UnboundArgs, opts.Logger
 	}
-	s.log = logger(s.log)
+	s.in = integration(log)
+	var err error
+	if s.core, err = mcptoken.NewStates(codec, unbound, s.in); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// callerOf returns the authenticated caller of ctx, or [ErrNoCaller].
+func (s *States) callerOf(ctx context.Context) (string, error) {
+	id, err := s.caller(ctx)
+	return s.in.Caller(ctx, id, err)
 }
 
 // emptyArgs stands for absent arguments.
@@ -85,55 +92,24 @@ func promptArgs(p mcp.GetPromptParams) any {
 	return p.Arguments
 }
 
-// errSealed reports a handler that sealed its state itself under
-// SecureRequestState.
-var errSealed = errors.New("ctokenmcpgo: the handler returned a requestState that is already sealed (v1./v1e.); under SecureRequestState handlers return plaintext")
-
 // seal seals state for the caller of ctx and ctoken.MCPTarget(method, name),
 // bound to args unless UnboundArgs is set.
 func (s *States) seal(ctx context.Context, method, name string, args any, state string) (string, error) {
-	subject, err := caller(ctx, s.caller, s.log)
+	subject, err := s.callerOf(ctx)
 	if err != nil {
 		return "", err
 	}
-	plain := state
-	if !s.unboundArgs {
-		// The same text package ctokenmcp seals.
-		if plain, err = mcptoken.WrapArgs(args, state); err != nil {
-			if errors.Is(err, ctoken.ErrUnencodable) {
-				return "", err
-			}
-			return "", fmt.Errorf("ctokenmcpgo: fingerprinting arguments: %w", err)
-		}
-	}
-	return s.codec.Encode(plain, subject, ctoken.MCPTarget(method, name))
+	return s.core.Seal(subject, method, name, args, state)
 }
 
 // open opens the state wire of a request to method/name with args. Errors:
 // ErrNoCaller, ErrStoreUnavailable, or a *Rejection.
 func (s *States) open(ctx context.Context, method, name string, args any, wire string) (string, error) {
-	subject, err := caller(ctx, s.caller, s.log)
+	subject, err := s.callerOf(ctx)
 	if err != nil {
 		return "", err
 	}
-	plain, err := s.codec.DecodeContext(ctx, wire, subject, ctoken.MCPTarget(method, name))
-	if err == nil && !s.unboundArgs {
-		plain, err = mcptoken.UnwrapArgs(args, plain)
-	}
-	if err == nil {
-		return plain, nil
-	}
-	attrs := []slog.Attr{slog.String("method", method), slog.String("name", name)}
-	r := mcptoken.RefuseState(err)
-	if r.StoreFailed {
-		// The replay store of a single-use codec failed (full, down, ctx
-		// done): a server problem, and the state was not consumed.
-		s.log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcpgo: request state store failed",
-			append(attrs, slog.String("error", err.Error()))...)
-		return "", ErrStoreUnavailable
-	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: request state rejected", append(attrs, slog.String("reason", r.Reason))...)
-	return "", rejection(r)
+	return s.core.Open(ctx, subject, method, name, args, wire)
 }
 
 // SealTool returns the requestState to send with an input-required result

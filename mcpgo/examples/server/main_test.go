@@ -53,7 +53,7 @@ func TestDemo(t *testing.T) {
 		`alice deploy web v9, her client edits the state`:      invalidState,
 		`alice deploy web v9 with bob's state`:                 invalidState,
 		`bob deploy db v9 with the state of web v9`:            invalidState,
-		`dave deploy api v3`:                                   `tool error "ctokenmcpgo: the client cannot provide the input this request needs: this request needs the elicitation capability, which the client (protocol 2025-11-25) did not declare" (ctokenCode 0)`,
+		`dave deploy api v3`:                                   `tool error "input required: the client cannot answer this server's input requests: this request needs the elicitation capability, and the server saw no capability declaration from the client (MCP 2025-11-25): over stateless HTTP the server cannot see a declaration`,
 	} {
 		got, ok := outcome[step]
 		if !ok {
@@ -73,8 +73,8 @@ func TestDemo(t *testing.T) {
 		`cursor rejected tool="search" reason="wrong caller"`,
 		`cursor rejected tool="search" reason="wrong arguments"`,
 		`cursor rejected tool="search" reason="mac mismatch"`,
-		`request state rejected method="tools/call" name="deploy" reason="arguments differ from the sealed call"`,
-		`request state rejected method="tools/call" name="deploy" reason="decryption failed`,
+		`request state rejected tool="deploy" reason="arguments differ from the sealed call"`,
+		`request state rejected tool="deploy" reason="decryption failed`,
 	} {
 		if !strings.Contains(buf.String(), "  [server log] ctokenmcpgo: "+reason) {
 			t.Errorf("log lacks %q", reason)
