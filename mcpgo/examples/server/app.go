@@ -85,10 +85,14 @@ func (a *app) search(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	query := req.GetString("query", "")
 	// The cursor is bound to the query, not to itself.
 	bound := map[string]any{"query": query}
-	p, err := a.cursors.Resume(ctx, req, bound, req.GetString("cursor", ""))
+	// Turn verifies the cursor (none: the first page, Page 0) and keeps
+	// the scope, so that turn.Next binds the next cursor without
+	// fingerprinting the arguments again.
+	turn, err := a.cursors.Turn(ctx, req, bound, req.GetString("cursor", ""))
 	if err != nil {
 		return ctokenmcpgo.ToolResult(err) // a refused cursor: a tool error with its ctokenCode
 	}
+	p := turn.Payload
 	var matches []string
 	for _, item := range catalog {
 		if strings.Contains(item, query) {
@@ -99,7 +103,7 @@ func (a *app) search(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	end := min(start+pageSize, len(matches))
 	out := map[string]any{"items": append([]string{}, matches[start:end]...)}
 	if end < len(matches) {
-		next, err := a.cursors.Next(ctx, req, bound, p.Page+1, nil)
+		next, err := turn.Next(p.Page+1, nil)
 		if err != nil {
 			return nil, err
 		}
