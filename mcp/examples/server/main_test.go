@@ -44,8 +44,8 @@ func TestDemo(t *testing.T) {
 	const invalidCursor = `JSON-RPC error -32602 "invalid cursor" (ctokenCode 1021)`
 	const invalidState = `JSON-RPC error -32602 "invalid requestState" (ctokenCode 1023)`
 	for step, want := range map[string]string{
-		`alice search query "s", page 1`:                              `{"items":["red shoes","red socks","red scarf","red gloves","red boots"],"nextCursor":"(ctoken cursor, `,
-		`alice search query "s", her cursor`:                          `{"items":["green shoes","green socks","green scarf","green gloves","green boots"],"nextCursor"`,
+		`alice search query "s", first page (Page 0, no cursor)`:      `{"items":["red shoes","red socks","red scarf","red gloves","red boots"],"nextCursor":"(ctoken cursor, `,
+		`alice search query "s", her cursor (Page 1)`:                 `{"items":["green shoes","green socks","green scarf","green gloves","green boots"],"nextCursor"`,
 		`bob search query "s", alice's cursor`:                        invalidCursor,
 		`alice search query "hat", cursor of query "s"`:               invalidCursor,
 		`alice search query "s", edited cursor`:                       invalidCursor,
