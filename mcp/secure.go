@@ -279,17 +279,14 @@ func (s *States) olderClientError(ctx context.Context, method, name string, req 
 	return clientLacksInput(refusal)
 }
 
-// declared is what caps declares; nil (no declaration seen: a stateless
-// HTTP session of an older client) is nil.
+// declared is what caps declares of the one capability go-sdk v1.8.0 asks
+// an older client for in process, elicitation; nil (no declaration seen: a
+// stateless HTTP session of an older client) is nil.
 func declared(caps *mcp.ClientCapabilities) *mcptoken.Declared {
 	if caps == nil {
 		return nil
 	}
-	return &mcptoken.Declared{
-		Elicitation: caps.Elicitation != nil,
-		Sampling:    caps.Sampling != nil,
-		Roots:       caps.RootsV2 != nil,
-	}
+	return &mcptoken.Declared{Elicitation: caps.Elicitation != nil}
 }
 
 // clientLacksInput is the -32021 error of r: its message, and data
