@@ -132,3 +132,11 @@ func TokenErrorCode(err error) int {
 	}
 	return d.Code
 }
+
+// callerOr returns f, or the default CallerFunc, TokenUserID, for nil.
+func callerOr(f CallerFunc) CallerFunc {
+	if f == nil {
+		return TokenUserID
+	}
+	return f
+}

@@ -2,21 +2,16 @@ package ctokenmcp
 
 import (
 	"context"
-	"log/slog"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// CursorOptions configures Cursors. The zero value is ready to use.
-type CursorOptions struct {
-	// Caller finds the authenticated caller; nil means TokenUserID.
-	Caller CallerFunc
-	// Logger receives one record per rejected cursor, with the tool name
-	// and ctoken's log-safe reason (never the cursor). Nil discards them.
-	Logger *slog.Logger
-}
+// CursorOptions configures [Cursors]: Caller (nil means TokenUserID) and
+// Logger, as documented at [mcptoken.CursorOptions]. The zero value is ready
+// to use.
+type CursorOptions = mcptoken.CursorOptions[CallerFunc]
 
 // Cursors issues and checks continuation cursors for paginated MCP tools.
 // It is safe for concurrent use.
@@ -28,19 +23,16 @@ type Cursors struct {
 
 // NewCursors returns Cursors that sign with issuer. opts may be nil.
 func NewCursors(issuer *ctoken.CursorIssuer, opts *CursorOptions) (*Cursors, error) {
-	c := &Cursors{caller: TokenUserID}
-	var log *slog.Logger
+	var o CursorOptions
 	if opts != nil {
-		if opts.Caller != nil {
-			c.caller = opts.Caller
-		}
-		log = opts.Logger
+		o = *opts
 	}
-	c.in = integration(log)
-	var err error
-	if c.core, err = mcptoken.NewCursors(issuer, c.in); err != nil {
+	c := &Cursors{in: integration(o.Logger), caller: callerOr(o.Caller)}
+	core, err := mcptoken.NewCursors(issuer, c.in)
+	if err != nil {
 		return nil, err
 	}
+	c.core = core
 	return c, nil
 }
 

@@ -4,31 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// StateOptions configures [States] and [SecureRequestState]. The zero value
-// is ready to use.
-type StateOptions struct {
-	// Caller finds the authenticated caller, the subject a state is bound
-	// to; nil means TokenUserID.
-	Caller CallerFunc
-	// UnboundArgs turns off binding states to the call's arguments and
-	// seals the application's state as is. It is the interop mode: with a
-	// ctoken.BindSubjectAndTool codec, states are sealed exactly as the
-	// reference D dispatch seals them. Set it only to share states with
-	// another implementation of the request-state codec; by default a
-	// client that keeps a state but changes the arguments of the retried
-	// call is refused.
-	UnboundArgs bool
-	// Logger receives one record per rejected state, with the tool name
-	// and ctoken's log-safe reason (never the state). Nil discards them.
-	Logger *slog.Logger
-}
+// StateOptions configures [States] and [SecureRequestState]: Caller (nil
+// means TokenUserID), UnboundArgs and Logger, as documented at
+// [mcptoken.StateOptions]. The zero value is ready to use.
+type StateOptions = mcptoken.StateOptions[CallerFunc]
 
 // States seals and opens the requestState of multi round-trip tool calls
 // (SEP-2322). It is safe for concurrent use.
@@ -44,22 +29,16 @@ type States struct {
 // the caller and (by default) the arguments only, and with ctoken.BindNone
 // to the arguments only: any caller may present it.
 func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, error) {
-	s := &States{caller: TokenUserID}
-	var (
-		log     *slog.Logger
-		unbound bool
-	)
+	var o StateOptions
 	if opts != nil {
-		if opts.Caller != nil {
-			s.caller = opts.Caller
-		}
-		unbound, log = opts.UnboundArgs, opts.Logger
+		o = *opts
 	}
-	s.in = integration(log)
-	var err error
-	if s.core, err = mcptoken.NewStates(codec, unbound, s.in); err != nil {
+	s := &States{in: integration(o.Logger), caller: callerOr(o.Caller)}
+	core, err := mcptoken.NewStates(codec, o.UnboundArgs, s.in)
+	if err != nil {
 		return nil, err
 	}
+	s.core = core
 	return s, nil
 }
 

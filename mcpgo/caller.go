@@ -182,3 +182,11 @@ func TokenCode(res *mcp.CallToolResult) int {
 	}
 	return code
 }
+
+// callerOr returns f, or the default CallerFunc, ContextCaller, for nil.
+func callerOr(f CallerFunc) CallerFunc {
+	if f == nil {
+		return ContextCaller
+	}
+	return f
+}

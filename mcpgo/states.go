@@ -4,29 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// StateOptions configures [States]. The zero value is ready to use.
-type StateOptions struct {
-	// Caller finds the authenticated caller, the subject a state is bound
-	// to; nil means ContextCaller.
-	Caller CallerFunc
-	// UnboundArgs turns off binding states to the call's arguments and
-	// seals the application's state as is: with a codec configured with
-	// ctoken.BindSubjectAndTool this is exactly what the reference D
-	// dispatch seals (subject and method "\x00" name). Set it only to share
-	// states with another implementation; by default a client that keeps a
-	// state but changes the arguments of the retried call is refused.
-	UnboundArgs bool
-	// Logger receives one record per rejected state, with the method, the
-	// name and ctoken's log-safe reason (never the state). Nil discards them.
-	Logger *slog.Logger
-}
+// StateOptions configures [States]: Caller (nil means ContextCaller),
+// UnboundArgs and Logger, as documented at [mcptoken.StateOptions]. The zero
+// value is ready to use.
+type StateOptions = mcptoken.StateOptions[CallerFunc]
 
 // States seals and opens the requestState of multi round-trip requests
 // (SEP-2322): per handler with [States.SealTool] and [States.OpenTool], or
@@ -44,22 +31,16 @@ type States struct {
 // ctoken.BindSubject a state is bound to the caller and (by default) the
 // arguments only.
 func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, error) {
-	s := &States{caller: ContextCaller}
-	var (
-		log     *slog.Logger
-		unbound bool
-	)
+	var o StateOptions
 	if opts != nil {
-		if opts.Caller != nil {
-			s.caller = opts.Caller
-		}
-		unbound, log = opts.UnboundArgs, opts.Logger
+		o = *opts
 	}
-	s.in = integration(log)
-	var err error
-	if s.core, err = mcptoken.NewStates(codec, unbound, s.in); err != nil {
+	s := &States{in: integration(o.Logger), caller: callerOr(o.Caller)}
+	core, err := mcptoken.NewStates(codec, o.UnboundArgs, s.in)
+	if err != nil {
 		return nil, err
 	}
+	s.core = core
 	return s, nil
 }
 
