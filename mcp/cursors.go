@@ -17,7 +17,6 @@ type CursorOptions = mcptoken.CursorOptions[CallerFunc]
 // It is safe for concurrent use.
 type Cursors struct {
 	core   *mcptoken.Cursors
-	in     *mcptoken.Integration
 	caller CallerFunc
 }
 
@@ -27,13 +26,11 @@ func NewCursors(issuer *ctoken.CursorIssuer, opts *CursorOptions) (*Cursors, err
 	if opts != nil {
 		o = *opts
 	}
-	c := &Cursors{in: integration(o.Logger), caller: callerOr(o.Caller)}
-	core, err := mcptoken.NewCursors(issuer, c.in)
+	core, err := mcptoken.NewCursors(issuer, integration(o.Logger))
 	if err != nil {
 		return nil, err
 	}
-	c.core = core
-	return c, nil
+	return &Cursors{core: core, caller: callerOr(o.Caller)}, nil
 }
 
 // Scope returns the scope a cursor of req is bound to: the tool
@@ -50,7 +47,7 @@ func (c *Cursors) Scope(ctx context.Context, req *mcp.CallToolRequest, args any)
 	if req == nil || req.Params == nil {
 		return ctoken.CursorScope{}, errNilRequest
 	}
-	id, err := callerOf(ctx, c.in, c.caller, req)
+	id, err := callerOf(ctx, c.core.Integration(), c.caller, req)
 	if err != nil {
 		return ctoken.CursorScope{}, err
 	}

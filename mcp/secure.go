@@ -206,7 +206,7 @@ func (s *States) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			err     error
 		)
 		if call.state != "" {
-			if subject, err = callerOf(ctx, s.in, s.caller, req); err != nil {
+			if subject, err = callerOf(ctx, s.core.Integration(), s.caller, req); err != nil {
 				return nil, err
 			}
 			if args, err = call.argsJSON(); err != nil {
@@ -227,7 +227,7 @@ func (s *States) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return res, nil
 		}
 		if subject == "" {
-			if subject, err = callerOf(ctx, s.in, s.caller, req); err != nil {
+			if subject, err = callerOf(ctx, s.core.Integration(), s.caller, req); err != nil {
 				return nil, err
 			}
 			if args, err = call.argsJSON(); err != nil {
@@ -269,7 +269,7 @@ func (s *States) olderClientError(ctx context.Context, method, name string, req 
 	if mcptoken.SpeaksInputRequests(version) {
 		return err
 	}
-	s.in.Logger().LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: client cannot provide input",
+	s.core.Integration().Logger().LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: client cannot provide input",
 		mcptoken.NameAttr(method, name), slog.String("protocol", version), slog.String("error", err.Error()))
 	// go-sdk v1.8.0 fulfils input requests in process by elicitation only.
 	refusal := mcptoken.CannotAnswer(version, declared(caps), mcptoken.CapElicitation)

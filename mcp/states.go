@@ -19,7 +19,6 @@ type StateOptions = mcptoken.StateOptions[CallerFunc]
 // (SEP-2322). It is safe for concurrent use.
 type States struct {
 	core   *mcptoken.States
-	in     *mcptoken.Integration
 	caller CallerFunc
 }
 
@@ -33,13 +32,11 @@ func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, er
 	if opts != nil {
 		o = *opts
 	}
-	s := &States{in: integration(o.Logger), caller: callerOr(o.Caller)}
-	core, err := mcptoken.NewStates(codec, o.UnboundArgs, s.in)
+	core, err := mcptoken.NewStates(codec, o.UnboundArgs, integration(o.Logger))
 	if err != nil {
 		return nil, err
 	}
-	s.core = core
-	return s, nil
+	return &States{core: core, caller: callerOr(o.Caller)}, nil
 }
 
 // Seal returns the requestState to send with an input-required result of
@@ -52,7 +49,7 @@ func (s *States) Seal(ctx context.Context, req *mcp.CallToolRequest, state strin
 	if req == nil || req.Params == nil {
 		return "", errNilRequest
 	}
-	subject, err := callerOf(ctx, s.in, s.caller, req)
+	subject, err := callerOf(ctx, s.core.Integration(), s.caller, req)
 	if err != nil {
 		return "", err
 	}
@@ -90,7 +87,7 @@ func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state stri
 	if wire == "" {
 		return "", false, nil
 	}
-	subject, err := callerOf(ctx, s.in, s.caller, req)
+	subject, err := callerOf(ctx, s.core.Integration(), s.caller, req)
 	if err != nil {
 		return "", false, err
 	}

@@ -197,6 +197,27 @@ func TestMRTRAcceptedAndDeclinedWithPlaintextHandlers(t *testing.T) {
 	})
 }
 
+// An input-required result without a state passes through the middleware
+// as the handler wrote it: nothing to seal, and the retry reaches the
+// handler.
+func TestInputRequiredWithoutStatePassesThrough(t *testing.T) {
+	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
+		f := newFleet(t, 1, "s1", nil)
+		e := &elicitor{answer: true}
+		p := connect(f.server(t, ContextCaller, nil), "alice", e)
+		res, err := p.call("askonce", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError || text(res) != "done once" || e.asked.Load() != 1 {
+			t.Errorf("%q (isError %v) after %d question(s)", text(res), res.IsError, e.asked.Load())
+		}
+		if results, sent := p.wire.states(); len(results) != 0 || len(sent) != 0 {
+			t.Errorf("states on the wire: %q, %q", results, sent)
+		}
+	})
+}
+
 func TestPromptMRTRWithPlaintextHandler(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
 		f := newFleet(t, 1, "s1", nil)

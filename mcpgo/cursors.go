@@ -17,7 +17,6 @@ type CursorOptions = mcptoken.CursorOptions[CallerFunc]
 // It is safe for concurrent use.
 type Cursors struct {
 	core   *mcptoken.Cursors
-	in     *mcptoken.Integration
 	caller CallerFunc
 }
 
@@ -28,13 +27,11 @@ func NewCursors(issuer *ctoken.CursorIssuer, opts *CursorOptions) (*Cursors, err
 	if opts != nil {
 		o = *opts
 	}
-	c := &Cursors{in: integration(o.Logger), caller: callerOr(o.Caller)}
-	core, err := mcptoken.NewCursors(issuer, c.in)
+	core, err := mcptoken.NewCursors(issuer, integration(o.Logger))
 	if err != nil {
 		return nil, err
 	}
-	c.core = core
-	return c, nil
+	return &Cursors{core: core, caller: callerOr(o.Caller)}, nil
 }
 
 // Scope returns the scope a cursor of req is bound to: the tool
@@ -47,7 +44,7 @@ func NewCursors(issuer *ctoken.CursorIssuer, opts *CursorOptions) (*Cursors, err
 // without an authenticated caller is [ErrNoCaller].
 func (c *Cursors) Scope(ctx context.Context, req mcp.CallToolRequest, args any) (ctoken.CursorScope, error) {
 	id, err := c.caller(ctx)
-	if id, err = c.in.Caller(ctx, id, err); err != nil {
+	if id, err = c.core.Integration().Caller(ctx, id, err); err != nil {
 		return ctoken.CursorScope{}, err
 	}
 	return c.core.Scope(id, req.Params.Name, args)

@@ -2,6 +2,7 @@ package ctokenmcpgo
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 
@@ -78,20 +79,18 @@ func (st *States) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandler
 		if err != nil || !res.NeedsInput() {
 			return res, err
 		}
-		if err := cannotAnswer(ctx, req.Header, res.InputRequests); err != nil {
-			st.in.Logger().LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: client cannot provide input",
-				mcptoken.NameAttr(method, req.Params.Name), slog.String("error", err.Error()))
-			return mcp.NewToolResultError(err.Error()), nil
-		}
-		if res.RequestState == "" {
+		wire, err := st.outgoing(ctx, method, req.Params.Name, args, req.Header, res.MultiRoundTripResult)
+		var refusal *mcptoken.InputRefusal
+		switch {
+		case errors.As(err, &refusal):
+			return mcp.NewToolResultError(refusal.Error()), nil
+		case err != nil:
+			return nil, err
+		case wire == "":
 			return res, nil
 		}
-		sealed, err := st.sealOut(ctx, method, req.Params.Name, args, res.RequestState)
-		if err != nil {
-			return nil, err
-		}
 		out := *res // the handler's result may be shared
-		out.RequestState = sealed
+		out.RequestState = wire
 		return &out, nil
 	}
 }
@@ -111,22 +110,32 @@ func (st *States) promptMiddleware(next server.PromptHandlerFunc) server.PromptH
 		if err != nil || !res.NeedsInput() {
 			return res, err
 		}
-		if err := cannotAnswer(ctx, req.Header, res.InputRequests); err != nil {
-			st.in.Logger().LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: client cannot provide input",
-				mcptoken.NameAttr(method, req.Params.Name), slog.String("error", err.Error()))
-			return nil, err
-		}
-		if res.RequestState == "" {
-			return res, nil
-		}
-		sealed, err := st.sealOut(ctx, method, req.Params.Name, args, res.RequestState)
+		wire, err := st.outgoing(ctx, method, req.Params.Name, args, req.Header, res.MultiRoundTripResult)
 		if err != nil {
 			return nil, err
 		}
+		if wire == "" {
+			return res, nil
+		}
 		out := *res
-		out.RequestState = sealed
+		out.RequestState = wire
 		return &out, nil
 	}
+}
+
+// outgoing handles a handler's input-required result mrt: a client that
+// cannot answer its input requests is an [*mcptoken.InputRefusal] (logged);
+// otherwise it returns the sealed state of mrt, or "" when it has none.
+func (st *States) outgoing(ctx context.Context, method, name string, args any, header http.Header, mrt mcp.MultiRoundTripResult) (string, error) {
+	if err := cannotAnswer(ctx, header, mrt.InputRequests); err != nil {
+		st.core.Integration().Logger().LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: client cannot provide input",
+			mcptoken.NameAttr(method, name), slog.String("error", err.Error()))
+		return "", err
+	}
+	if mrt.RequestState == "" {
+		return "", nil
+	}
+	return st.sealOut(ctx, method, name, args, mrt.RequestState)
 }
 
 func (st *States) resourceMiddleware(next server.ResourceHandlerFunc) server.ResourceHandlerFunc {

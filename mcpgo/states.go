@@ -21,7 +21,6 @@ type StateOptions = mcptoken.StateOptions[CallerFunc]
 // use.
 type States struct {
 	core   *mcptoken.States
-	in     *mcptoken.Integration
 	caller CallerFunc
 }
 
@@ -35,19 +34,17 @@ func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, er
 	if opts != nil {
 		o = *opts
 	}
-	s := &States{in: integration(o.Logger), caller: callerOr(o.Caller)}
-	core, err := mcptoken.NewStates(codec, o.UnboundArgs, s.in)
+	core, err := mcptoken.NewStates(codec, o.UnboundArgs, integration(o.Logger))
 	if err != nil {
 		return nil, err
 	}
-	s.core = core
-	return s, nil
+	return &States{core: core, caller: callerOr(o.Caller)}, nil
 }
 
 // callerOf returns the authenticated caller of ctx, or [ErrNoCaller].
 func (s *States) callerOf(ctx context.Context) (string, error) {
 	id, err := s.caller(ctx)
-	return s.in.Caller(ctx, id, err)
+	return s.core.Integration().Caller(ctx, id, err)
 }
 
 // emptyArgs stands for absent arguments.

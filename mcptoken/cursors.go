@@ -29,6 +29,9 @@ func NewCursors(issuer *ctoken.CursorIssuer, in *Integration) (*Cursors, error) 
 	return &Cursors{issuer: issuer, in: in}, nil
 }
 
+// Integration returns the Integration c reports through.
+func (c *Cursors) Integration() *Integration { return c.in }
+
 // Scope returns the scope a cursor of the tool name is bound to for caller:
 // ctoken.MCPTarget("tools/call", name), the caller, and the fingerprint of
 // args, which is not bound (zero) when args is nil.

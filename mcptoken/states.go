@@ -35,6 +35,9 @@ func NewStates(codec *ctoken.RequestStateCodec, unboundArgs bool, in *Integratio
 	return &States{codec: codec, unboundArgs: unboundArgs, in: in}, nil
 }
 
+// Integration returns the Integration s reports through.
+func (s *States) Integration() *Integration { return s.in }
+
 // Seal seals state for caller and ctoken.MCPTarget(method, name), bound to
 // args (taken as by [WrapArgs]) unless the States are unbound. A state that
 // is not valid UTF-8 is an error matching ctoken.ErrUnencodable.
