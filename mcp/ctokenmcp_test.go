@@ -775,6 +775,19 @@ func BenchmarkCursorsTurnAndNext(b *testing.B) {
 	}
 }
 
+// BenchmarkArgsFingerprintOfPageArgs is the floor of the page-turn
+// benchmarks: one fingerprint of the same arguments, the work Turn does
+// once and Resume and Next do twice.
+func BenchmarkArgsFingerprintOfPageArgs(b *testing.B) {
+	in := listIn{Prefix: "a"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ctoken.ArgsFingerprint(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkStatesSealAndOpen(b *testing.B) {
 	f := newFleet(b, 1, "s1")
 	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
