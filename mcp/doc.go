@@ -55,8 +55,9 @@
 // JSON-RPC error -32602 and never reaches the handler; a replay store that
 // cannot answer is -32603. A client before protocol 2026-07-28 that cannot
 // be asked for input (for example over stateless HTTP) gets -32021
-// (mcp.CodeMissingRequiredClientCapabilities) with a message saying what it
-// lacks, instead of the SDK's JSON-RPC error with code 0.
+// (mcp.CodeMissingRequiredClientCapabilities) with a message saying what the
+// request needs and what the server saw of the client, instead of the SDK's
+// JSON-RPC error with code 0.
 //
 // With StateOptions.UnboundArgs and a ctoken.BindSubjectAndTool codec, the
 // middleware seals exactly as the reference D dispatch does (subject, method

@@ -52,13 +52,15 @@ const (
 // A client on a protocol before 2026-07-28 is asked for input by the SDK
 // itself, in process, and the handler is called again with the plaintext
 // state, which never leaves the server. When that client declared no
-// elicitation capability (a 2025-11-25 client over stateless streamable
-// HTTP never can), the SDK's failure, sent as JSON-RPC code 0, is replaced
-// by the error mcp.CodeMissingRequiredClientCapabilities (-32021) with data
-// {"requiredCapabilities":{"elicitation":{}}} and a message that begins
-// "input required: the client cannot answer this server's input requests"
-// and says what the client lacks; a client that has the capability but
-// whose answer fails gets -32603. The failure is recognised by the text
+// elicitation capability, or the server saw no declaration (a 2025-11-25
+// client over stateless streamable HTTP), the SDK's failure, sent as
+// JSON-RPC code 0, is replaced by the error
+// mcp.CodeMissingRequiredClientCapabilities (-32021) with data
+// {"requiredCapabilities":{"elicitation":{}}} (only what is required) and
+// the message of [mcptoken.CannotAnswer], which begins "input required: the
+// client cannot answer this server's input requests" and says what the
+// server saw; a client that has the capability but whose answer fails gets
+// -32603. The failure is recognised by the text
 // go-sdk v1.8.0 gives it ("multi-round-trip: ..."); the tests pin it.
 //
 // codec must bind states to the tool (ctoken.BindSubjectAndTool);
