@@ -44,7 +44,7 @@ func ExampleCursors() {
 	s := mcp.NewServer(&mcp.Implementation{Name: "server", Version: "v0"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "count"}, func(ctx context.Context, req *mcp.CallToolRequest, in ListIn) (*mcp.CallToolResult, ListOut, error) {
 		bound := in
-		bound.Cursor = "" // bind to the arguments, not to the cursor itself
+		bound.Cursor = ""                                     // bind to the arguments, not to the cursor itself
 		turn, err := cursors.Turn(ctx, req, bound, in.Cursor) // no cursor: the first page, Page 0
 		if err != nil {
 			return nil, ListOut{}, err // -32602, returned unwrapped
