@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 
-	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -15,6 +14,9 @@ import (
 // ErrNoCaller reports a request without an authenticated caller. Tokens are
 // never issued to, or accepted from, an anonymous request.
 var ErrNoCaller = errors.New("ctokenmcp: request has no authenticated caller")
+
+// errNilRequest reports a nil request, or one without params.
+var errNilRequest = errors.New("ctokenmcp: nil request")
 
 // CallerFunc returns the stable identity of the authenticated caller of req
 // (a user or client ID), or an error. It must never return "" with a nil
@@ -49,20 +51,38 @@ func FixedCaller(id string) CallerFunc {
 	}
 }
 
-// caller runs f and maps every failure to a JSON-RPC internal error
-// (-32603): a request without a caller reaching a tool is a server
-// configuration problem, not bad input. The CallerFunc's own error goes to
-// the log, not to the client.
-func caller(ctx context.Context, f CallerFunc, req mcp.Request, log *slog.Logger) (string, error) {
+// integration returns the description of this package the shared core
+// reports through, logging to log: a request without a caller is a JSON-RPC
+// internal error (-32603), since a request without a caller reaching a tool
+// is a server configuration problem, not bad input, and a refused token is
+// the error [refused] builds.
+func integration(log *slog.Logger) *mcptoken.Integration {
+	return &mcptoken.Integration{
+		Name: "ctokenmcp",
+		Log:  log,
+		NoCaller: func() error {
+			return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "no authenticated caller"}
+		},
+		Refused: refused,
+	}
+}
+
+// refused is the error the client is sent for a refused token: -32602 with
+// the token code in data, or -32603 for a replay store that could not
+// answer.
+func refused(r mcptoken.Refusal) error {
+	if r.StoreFailed {
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: r.Message}
+	}
+	return invalidParams(r.Message, r.Code)
+}
+
+// callerOf returns the authenticated caller of req as f finds it, or the
+// -32603 error sent for a request without one (f's own error goes to the
+// log, not to the client).
+func callerOf(ctx context.Context, in *mcptoken.Integration, f CallerFunc, req mcp.Request) (string, error) {
 	id, err := f(ctx, req)
-	if err == nil && id == "" {
-		err = ErrNoCaller
-	}
-	if err != nil {
-		log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcp: no authenticated caller", slog.String("error", err.Error()))
-		return "", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "no authenticated caller"}
-	}
-	return id, nil
+	return in.Caller(ctx, id, err)
 }
 
 // Codes in the data member ({"ctokenCode":N}) of a rejected request state's
@@ -113,24 +133,10 @@ func TokenErrorCode(err error) int {
 	return d.Code
 }
 
-// logger returns l, or a logger that discards everything.
-func logger(l *slog.Logger) *slog.Logger {
-	if l != nil {
-		return l
+// callerOr returns f, or the default CallerFunc, TokenUserID, for nil.
+func callerOr(f CallerFunc) CallerFunc {
+	if f == nil {
+		return TokenUserID
 	}
-	return slog.New(slog.DiscardHandler)
-}
-
-// argsFingerprint fingerprints args, or returns the zero Fingerprint (not
-// bound) for nil.
-func argsFingerprint(args any) (ctoken.Fingerprint, error) {
-	if args == nil {
-		return ctoken.Fingerprint{}, nil
-	}
-	return ctoken.ArgsFingerprint(args)
-}
-
-// toolTarget is the tool ID every token of a tools/call is bound to.
-func toolTarget(req *mcp.CallToolRequest) string {
-	return ctoken.MCPTarget("tools/call", req.Params.Name)
+	return f
 }

@@ -40,6 +40,11 @@
 // data member carries ctoken's code (1020 expired: start over, 1021
 // invalid), never the reason, which goes to the server log only.
 //
+// A handler turns a page with [Cursors.Turn]: it verifies the cursor the
+// client sent (none is the first page, Page 0) and keeps the scope, so
+// Turn.Next issues the next cursor without fingerprinting the arguments
+// again. [Cursors.Resume] and [Cursors.Next] do the same in two calls.
+//
 // # Request state
 //
 // [SecureRequestState] installs go-sdk receiving middleware covering
@@ -50,8 +55,9 @@
 // JSON-RPC error -32602 and never reaches the handler; a replay store that
 // cannot answer is -32603. A client before protocol 2026-07-28 that cannot
 // be asked for input (for example over stateless HTTP) gets -32021
-// (mcp.CodeMissingRequiredClientCapabilities) with a message saying what it
-// lacks, instead of the SDK's JSON-RPC error with code 0.
+// (mcp.CodeMissingRequiredClientCapabilities) with a message saying what the
+// request needs and what the server saw of the client, instead of the SDK's
+// JSON-RPC error with code 0.
 //
 // With StateOptions.UnboundArgs and a ctoken.BindSubjectAndTool codec, the
 // middleware seals exactly as the reference D dispatch does (subject, method
@@ -77,10 +83,15 @@
 // for a resource>,"s":<the application's state as a JSON string>}; with
 // StateOptions.UnboundArgs it is the application's
 // state itself. Either way the codec's wire format (v1. or v1e.) is
-// unchanged, so the CLI's "ctoken verify" opens these states. The wrapper,
-// the codes and the mapping of codec errors to them come from package
-// github.com/ctoken/ctoken/mcptoken, which the mcp-go integration
-// (github.com/ctoken/ctoken/mcpgo) shares, so both seal the same text.
+// unchanged, so the CLI's "ctoken verify" opens these states.
+//
+// Everything that does not touch a go-sdk type (the cursor scope and page
+// turn, sealing and opening states, the argument wrapper, the codes and the
+// mapping of ctoken's errors to them, the caller check, the older-client
+// refusal) comes from package github.com/ctoken/ctoken/mcptoken, which the
+// mcp-go integration (github.com/ctoken/ctoken/mcpgo) shares: this package
+// converts go-sdk's requests and results and installs the middleware, so
+// both integrations behave and word alike.
 //
 // All types are safe for concurrent use.
 package ctokenmcp

@@ -44,14 +44,15 @@ func ExampleCursors() {
 	s := mcp.NewServer(&mcp.Implementation{Name: "server", Version: "v0"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "count"}, func(ctx context.Context, req *mcp.CallToolRequest, in ListIn) (*mcp.CallToolResult, ListOut, error) {
 		bound := in
-		bound.Cursor = "" // bind to the arguments, not to the cursor itself
-		p, err := cursors.Resume(ctx, req, bound, in.Cursor)
+		bound.Cursor = ""                                     // bind to the arguments, not to the cursor itself
+		turn, err := cursors.Turn(ctx, req, bound, in.Cursor) // no cursor: the first page, Page 0
 		if err != nil {
 			return nil, ListOut{}, err // -32602, returned unwrapped
 		}
+		p := turn.Payload
 		out := ListOut{Items: []int{int(p.Page)*2 + 1, int(p.Page)*2 + 2}}
 		if p.Page < 2 {
-			out.NextCursor, err = cursors.Next(ctx, req, bound, p.Page+1, nil)
+			out.NextCursor, err = turn.Next(p.Page+1, nil) // the scope of Turn: no second fingerprint
 		}
 		return nil, out, err
 	})

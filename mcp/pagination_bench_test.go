@@ -4,7 +4,7 @@ package ctokenmcp
 // tools/call round trip (client marshals the call, server dispatches,
 // validates the input against the tool's schema, runs the handler, marshals
 // the result, client decodes it) of a tool that checks the presented cursor
-// with Cursors.Resume and issues the next with Cursors.Next, beside the same
+// with Cursors.Turn and issues the next with Turn.Next, beside the same
 // tool handing out a constant cursor of the same length and checking
 // nothing. None of these asserts anything about time.
 
@@ -58,7 +58,7 @@ var benchSearchArgs = benchSearchIn{
 }
 
 // benchPaginationServer returns a server with two tools over benchItems:
-// "search" pages with Cursors (Resume, then Next) and adds the wall time
+// "search" pages with Cursors (Turn, then Turn.Next) and adds the wall time
 // those two calls take to *inCtoken; "search_constant" does the same
 // listing work but takes page 1 for any cursor and returns constant as the
 // next cursor.
@@ -77,14 +77,14 @@ func benchPaginationServer(b *testing.B, constant string, inCtoken *atomic.Int64
 		bound := in
 		bound.Cursor = ""
 		t0 := time.Now()
-		p, err := cursors.Resume(ctx, req, bound, in.Cursor)
+		turn, err := cursors.Turn(ctx, req, bound, in.Cursor)
 		if err != nil {
 			return nil, benchSearchOut{}, err
 		}
 		t1 := time.Now()
-		out := benchSearchOut{Items: page(p.Page)}
+		out := benchSearchOut{Items: page(turn.Payload.Page)}
 		t2 := time.Now()
-		if out.Next, err = cursors.Next(ctx, req, bound, p.Page+1, nil); err != nil {
+		if out.Next, err = turn.Next(turn.Payload.Page+1, nil); err != nil {
 			return nil, benchSearchOut{}, err
 		}
 		inCtoken.Add(int64(t1.Sub(t0) + time.Since(t2)))
@@ -124,8 +124,8 @@ func benchCall(b *testing.B, cs *mcp.ClientSession, tool string, args benchSearc
 
 // BenchmarkPaginatedToolCall measures a go-sdk tools/call round trip over
 // in-memory transports that presents a page-1 cursor and receives the
-// page-2 cursor. ctoken is the tool paging with Cursors.Resume and
-// Cursors.Next; constant is the same tool returning a constant cursor of
+// page-2 cursor. ctoken is the tool paging with Cursors.Turn and
+// Turn.Next; constant is the same tool returning a constant cursor of
 // the same length. overhead alternates the two calls (each goes first in
 // every other round) and reports how much
 // longer the ctoken call takes, in percent of the constant call, by wall
@@ -133,7 +133,7 @@ func benchCall(b *testing.B, cs *mcp.ClientSession, tool string, args benchSearc
 // goroutine of client and server included (overhead-cpu-%). Both
 // differences are small beside the noise of a round trip that allocates
 // about 500 KB (mostly the SDK's JSON decoding), so overhead also reports
-// the wall time the tool handler spends in Resume and Next (ctoken-ns/call)
+// the wall time the tool handler spends in Turn and Turn.Next (ctoken-ns/call)
 // and that time in percent of the constant call (ctoken-share-%).
 func BenchmarkPaginatedToolCall(b *testing.B) {
 	// The cursor a client holds after the first page, found by calling

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -51,13 +52,15 @@ const (
 // A client on a protocol before 2026-07-28 is asked for input by the SDK
 // itself, in process, and the handler is called again with the plaintext
 // state, which never leaves the server. When that client declared no
-// elicitation capability (a 2025-11-25 client over stateless streamable
-// HTTP never can), the SDK's failure, sent as JSON-RPC code 0, is replaced
-// by the error mcp.CodeMissingRequiredClientCapabilities (-32021) with data
-// {"requiredCapabilities":{"elicitation":{}}} and a message that begins
-// "input required: the client cannot answer this server's input requests"
-// and says what the client lacks; a client that has the capability but
-// whose answer fails gets -32603. The failure is recognised by the text
+// elicitation capability, or the server saw no declaration (a 2025-11-25
+// client over stateless streamable HTTP), the SDK's failure, sent as
+// JSON-RPC code 0, is replaced by the error
+// mcp.CodeMissingRequiredClientCapabilities (-32021) with data
+// {"requiredCapabilities":{"elicitation":{}}} (only what is required) and
+// the message of [mcptoken.CannotAnswer], which begins "input required: the
+// client cannot answer this server's input requests" and says what the
+// server saw; a client that has the capability but whose answer fails gets
+// -32603. The failure is recognised by the text
 // go-sdk v1.8.0 gives it ("multi-round-trip: ..."); the tests pin it.
 //
 // codec must bind states to the tool (ctoken.BindSubjectAndTool);
@@ -102,10 +105,6 @@ func requireToolBinding(codec *ctoken.RequestStateCodec) error {
 	}
 	return nil
 }
-
-// cannotProvideInput begins the message of the -32021 error a client on a
-// protocol before 2026-07-28 gets when a handler needs input it cannot give.
-const cannotProvideInput = "input required: the client cannot answer this server's input requests"
 
 // mrtrCall is the part of a request that carries a requestState, in
 // SDK-independent terms.
@@ -190,9 +189,10 @@ func resultState(res mcp.Result) (string, func(string) mcp.Result) {
 	return "", nil
 }
 
-// looksSealed reports whether state has the prefix of a codec wire format.
-func looksSealed(state string) bool {
-	return strings.HasPrefix(state, "v1.") || strings.HasPrefix(state, "v1e.")
+// errSealing is the error the client is sent when an outgoing state cannot
+// be sealed; the reason goes to the log.
+func errSealing() error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "server error sealing requestState"}
 }
 
 // middleware is the receiving middleware of SecureRequestState.
@@ -208,13 +208,13 @@ func (s *States) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			err     error
 		)
 		if call.state != "" {
-			if subject, err = caller(ctx, s.caller, req, s.log); err != nil {
+			if subject, err = callerOf(ctx, s.core.Integration(), s.caller, req); err != nil {
 				return nil, err
 			}
 			if args, err = call.argsJSON(); err != nil {
 				return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
 			}
-			plain, err := s.open(ctx, subject, method, call.name, args, call.state)
+			plain, err := s.core.Open(ctx, subject, method, call.name, args, call.state)
 			if err != nil {
 				return nil, err
 			}
@@ -228,24 +228,17 @@ func (s *States) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if state == "" {
 			return res, nil
 		}
-		if looksSealed(state) {
-			s.log.LogAttrs(ctx, slog.LevelError, "ctokenmcp: handler returned a requestState that is already sealed (or begins with v1. or v1e.); refusing to seal it twice",
-				nameAttr(method, call.name))
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "server error sealing requestState"}
-		}
 		if subject == "" {
-			if subject, err = caller(ctx, s.caller, req, s.log); err != nil {
+			if subject, err = callerOf(ctx, s.core.Integration(), s.caller, req); err != nil {
 				return nil, err
 			}
 			if args, err = call.argsJSON(); err != nil {
 				return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
 			}
 		}
-		wire, err := s.seal(subject, ctoken.MCPTarget(method, call.name), args, state)
+		wire, err := s.core.SealResult(ctx, subject, method, call.name, args, state)
 		if err != nil {
-			s.log.LogAttrs(ctx, slog.LevelError, "ctokenmcp: sealing requestState failed",
-				nameAttr(method, call.name), slog.String("error", err.Error()))
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "server error sealing requestState"}
+			return nil, errSealing()
 		}
 		return replace(wire), nil
 	}
@@ -258,10 +251,10 @@ const sdkMRTRPrefix = "multi-round-trip: "
 
 // olderClientError replaces the error go-sdk returns (as JSON-RPC code 0)
 // when it cannot fulfil a handler's input requests in process for a client
-// on a protocol before 2026-07-28: a client that declared no elicitation
-// capability (always the case over stateless HTTP, where the SDK knows no
-// capabilities) gets -32021 saying what it lacks; a client that has the
-// capability but whose answer failed gets -32603. Every other error is
+// on a protocol before 2026-07-28: a client without the elicitation
+// capability gets -32021 from [mcptoken.CannotAnswer] (over stateless HTTP
+// the SDK sees no declaration, so there it is always the case); a client
+// that declared it but whose answer failed gets -32603. Every other error is
 // returned as is.
 func (s *States) olderClientError(ctx context.Context, method, name string, req mcp.Request, err error) error {
 	if _, ok := err.(*jsonrpc.Error); ok || !strings.HasPrefix(err.Error(), sdkMRTRPrefix) {
@@ -275,29 +268,31 @@ func (s *States) olderClientError(ctx context.Context, method, name string, req 
 	if ip := ss.InitializeParams(); ip != nil {
 		version, caps = ip.ProtocolVersion, ip.Capabilities
 	}
-	if version >= "2026-07-28" {
+	if mcptoken.SpeaksInputRequests(version) {
 		return err
 	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: client cannot provide input",
-		nameAttr(method, name), slog.String("protocol", version), slog.String("error", err.Error()))
-	if caps != nil && caps.Elicitation != nil {
+	s.core.Integration().Logger().LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: client cannot provide input",
+		mcptoken.NameAttr(method, name), slog.String("protocol", version), slog.String("error", err.Error()))
+	// go-sdk v1.8.0 fulfils input requests in process by elicitation only.
+	refusal := mcptoken.CannotAnswer(version, declared(caps), mcptoken.CapElicitation)
+	if refusal == nil {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "input required: asking the client for input failed"}
 	}
-	return clientLacksInput(version)
+	return clientLacksInput(refusal)
 }
 
-// clientLacksInput is the -32021 error for a client on protocol version
-// that declared no elicitation capability.
-func clientLacksInput(version string) *jsonrpc.Error {
-	if version == "" {
-		version = "unknown"
+// declared is what caps declares of the one capability go-sdk v1.8.0 asks
+// an older client for in process, elicitation; nil (no declaration seen: a
+// stateless HTTP session of an older client) is nil.
+func declared(caps *mcp.ClientCapabilities) *mcptoken.Declared {
+	if caps == nil {
+		return nil
 	}
-	msg := fmt.Sprintf("%s: it speaks MCP %s and declared no elicitation capability "+
-		"(over stateless HTTP it cannot); use a client that speaks MCP 2026-07-28, "+
-		"or one that declares elicitation on a stateful connection",
-		cannotProvideInput, version)
-	data, _ := json.Marshal(mcp.MissingRequiredClientCapabilityData{
-		RequiredCapabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}},
-	}) // cannot fail
-	return &jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities, Message: msg, Data: data}
+	return &mcptoken.Declared{Elicitation: caps.Elicitation != nil}
+}
+
+// clientLacksInput is the -32021 error of r: its message, and data
+// {"requiredCapabilities":{...}} listing only the capabilities required.
+func clientLacksInput(r *mcptoken.InputRefusal) *jsonrpc.Error {
+	return &jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities, Message: r.Error(), Data: r.Data()}
 }

@@ -622,6 +622,10 @@ func TestSecuredOlderClientGetsClearErrorOverStatelessHTTP(t *testing.T) {
 	ctx := context.Background()
 	_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "steps", Arguments: stepIn{Target: "prod"}})
 	wantClientLacksInput(t, err, "2025-11-25")
+	// The server saw no declaration, so it does not say the client made none.
+	if !strings.Contains(err.Error(), "over stateless HTTP the server cannot see a declaration") || strings.Contains(err.Error(), "declared no") {
+		t.Errorf("message does not say what the server saw: %v", err)
+	}
 	_, err = cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "interview", Arguments: map[string]string{"topic": "go"}})
 	wantClientLacksInput(t, err, "2025-11-25")
 	if !strings.Contains(log.String(), "client cannot provide input") {
@@ -661,12 +665,16 @@ func wantClientLacksInput(t testing.TB, err error, version string) {
 	if we.Code != mcp.CodeMissingRequiredClientCapabilities {
 		t.Errorf("code %d (%q), want %d", we.Code, we.Message, mcp.CodeMissingRequiredClientCapabilities)
 	}
-	if !strings.HasPrefix(we.Message, cannotProvideInput) || !strings.Contains(we.Message, "MCP "+version) || !strings.Contains(we.Message, "2026-07-28") {
+	if !strings.HasPrefix(we.Message, mcptoken.ErrClientCannotAnswer.Error()) || !strings.Contains(we.Message, "MCP "+version) || !strings.Contains(we.Message, "2026-07-28") {
 		t.Errorf("message %q", we.Message)
 	}
 	var data mcp.MissingRequiredClientCapabilityData
 	if json.Unmarshal(we.Data, &data) != nil || data.RequiredCapabilities == nil || data.RequiredCapabilities.Elicitation == nil {
 		t.Errorf("data %s", we.Data)
+	}
+	// Only what is required: go-sdk's own type would also write "roots".
+	if string(we.Data) != `{"requiredCapabilities":{"elicitation":{}}}` {
+		t.Errorf("data %s lists more than the required capability", we.Data)
 	}
 }
 
@@ -936,7 +944,7 @@ func FuzzSecureMiddlewareOpen(f *testing.F) {
 		return &mcp.CallToolResult{}, nil
 	}
 	h := states.middleware(next)
-	seed, err := states.seal("alice", ctoken.MCPTarget("tools/call", "steps"), []byte(`{"target":"x"}`), "state")
+	seed, err := states.core.Seal("alice", "tools/call", "steps", []byte(`{"target":"x"}`), "state")
 	if err != nil {
 		f.Fatal(err)
 	}

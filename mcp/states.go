@@ -3,42 +3,23 @@ package ctokenmcp
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// StateOptions configures [States] and [SecureRequestState]. The zero value
-// is ready to use.
-type StateOptions struct {
-	// Caller finds the authenticated caller, the subject a state is bound
-	// to; nil means TokenUserID.
-	Caller CallerFunc
-	// UnboundArgs turns off binding states to the call's arguments and
-	// seals the application's state as is. It is the interop mode: with a
-	// ctoken.BindSubjectAndTool codec, states are sealed exactly as the
-	// reference D dispatch seals them. Set it only to share states with
-	// another implementation of the request-state codec; by default a
-	// client that keeps a state but changes the arguments of the retried
-	// call is refused.
-	UnboundArgs bool
-	// Logger receives one record per rejected state, with the tool name
-	// and ctoken's log-safe reason (never the state). Nil discards them.
-	Logger *slog.Logger
-}
+// StateOptions configures [States] and [SecureRequestState]: Caller (nil
+// means TokenUserID), UnboundArgs and Logger, as documented at
+// [mcptoken.StateOptions]. The zero value is ready to use.
+type StateOptions = mcptoken.StateOptions[CallerFunc]
 
 // States seals and opens the requestState of multi round-trip tool calls
 // (SEP-2322). It is safe for concurrent use.
 type States struct {
-	codec       *ctoken.RequestStateCodec
-	caller      CallerFunc
-	unboundArgs bool
-	log         *slog.Logger
+	core   *mcptoken.States
+	caller CallerFunc
 }
 
 // NewStates returns States that seal with codec. opts may be nil. For the
@@ -47,23 +28,16 @@ type States struct {
 // the caller and (by default) the arguments only, and with ctoken.BindNone
 // to the arguments only: any caller may present it.
 func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, error) {
-	if codec == nil {
-		return nil, errors.New("ctokenmcp: NewStates: nil codec")
-	}
-	s := &States{codec: codec, caller: TokenUserID}
+	var o StateOptions
 	if opts != nil {
-		if opts.Caller != nil {
-			s.caller = opts.Caller
-		}
-		s.unboundArgs = opts.UnboundArgs
-		s.log = opts.Logger
+		o = *opts
 	}
-	s.log = logger(s.log)
-	return s, nil
+	core, err := mcptoken.NewStates(codec, o.UnboundArgs, integration(o.Logger))
+	if err != nil {
+		return nil, err
+	}
+	return &States{core: core, caller: callerOr(o.Caller)}, nil
 }
-
-// toolArgs returns the raw arguments of a tools/call request.
-func toolArgs(req *mcp.CallToolRequest) []byte { return req.Params.Arguments }
 
 // Seal returns the requestState to send with an input-required result of
 // req: state sealed by the codec for the authenticated caller and
@@ -73,29 +47,13 @@ func toolArgs(req *mcp.CallToolRequest) []byte { return req.Params.Arguments }
 // -32603 (internal error); return it unwrapped.
 func (s *States) Seal(ctx context.Context, req *mcp.CallToolRequest, state string) (string, error) {
 	if req == nil || req.Params == nil {
-		return "", errors.New("ctokenmcp: nil request")
+		return "", errNilRequest
 	}
-	subject, err := caller(ctx, s.caller, req, s.log)
+	subject, err := callerOf(ctx, s.core.Integration(), s.caller, req)
 	if err != nil {
 		return "", err
 	}
-	return s.seal(subject, ctoken.MCPTarget("tools/call", req.Params.Name), toolArgs(req), state)
-}
-
-// seal seals state for subject and target, wrapped with the fingerprint
-// of args unless unboundArgs is set.
-func (s *States) seal(subject, target string, args []byte, state string) (string, error) {
-	plain := state
-	if !s.unboundArgs {
-		var err error
-		if plain, err = mcptoken.WrapArgs(args, state); err != nil {
-			if errors.Is(err, ctoken.ErrUnencodable) {
-				return "", err
-			}
-			return "", fmt.Errorf("ctokenmcp: fingerprinting arguments: %w", err)
-		}
-	}
-	return s.codec.Encode(plain, subject, target)
+	return s.core.Seal(subject, methodCallTool, req.Params.Name, []byte(req.Params.Arguments), state)
 }
 
 // Open returns the state the client echoed in req.Params.RequestState.
@@ -123,57 +81,21 @@ func (s *States) seal(subject, target string, args []byte, state string) (string
 // plaintext.
 func (s *States) Open(ctx context.Context, req *mcp.CallToolRequest) (state string, ok bool, err error) {
 	if req == nil || req.Params == nil {
-		return "", false, errors.New("ctokenmcp: nil request")
+		return "", false, errNilRequest
 	}
 	wire := req.Params.RequestState
 	if wire == "" {
 		return "", false, nil
 	}
-	subject, err := caller(ctx, s.caller, req, s.log)
+	subject, err := callerOf(ctx, s.core.Integration(), s.caller, req)
 	if err != nil {
 		return "", false, err
 	}
-	plain, err := s.open(ctx, subject, "tools/call", req.Params.Name, toolArgs(req), wire)
+	plain, err := s.core.Open(ctx, subject, methodCallTool, req.Params.Name, []byte(req.Params.Arguments), wire)
 	if err != nil {
 		return "", false, err
 	}
 	return plain, true, nil
-}
-
-// open opens wire for subject and ctoken.MCPTarget(method, name), checks
-// its argument binding against args unless unboundArgs is set, and returns
-// the application's state, or the *jsonrpc.Error the client is sent.
-func (s *States) open(ctx context.Context, subject, method, name string, args []byte, wire string) (string, error) {
-	plain, err := s.codec.DecodeContext(ctx, wire, subject, ctoken.MCPTarget(method, name))
-	if err == nil && !s.unboundArgs {
-		plain, err = mcptoken.UnwrapArgs(args, plain)
-	}
-	if err == nil {
-		return plain, nil
-	}
-	r := mcptoken.RefuseState(err)
-	if r.StoreFailed {
-		// The replay store of a single-use codec failed (full, down, ctx
-		// done): a server problem, and the state was not consumed.
-		s.log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcp: request state store failed",
-			slog.String("method", method), slog.String("name", name), slog.String("error", err.Error()))
-		return "", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: r.Message}
-	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcp: request state rejected",
-		nameAttr(method, name), slog.String("reason", r.Reason))
-	return "", invalidParams(r.Message, r.Code)
-}
-
-// nameAttr is the log attribute naming what a token was for: tool=NAME for
-// tools/call (as the cursor records), prompt=NAME, resource=URI.
-func nameAttr(method, name string) slog.Attr {
-	switch method {
-	case "prompts/get":
-		return slog.String("prompt", name)
-	case "resources/read":
-		return slog.String("resource", name)
-	}
-	return slog.String("tool", name)
 }
 
 // SealJSON is Seal for a state that is v encoded as JSON.

@@ -60,18 +60,22 @@ func FixedCaller(id string) CallerFunc {
 	}
 }
 
-// caller runs f; a failure is logged and reported as ErrNoCaller, so the
-// CallerFunc's own error text never reaches the client.
-func caller(ctx context.Context, f CallerFunc, log *slog.Logger) (string, error) {
-	id, err := f(ctx)
-	if err == nil && id == "" {
-		err = ErrNoCaller
+// integration returns the description of this package the shared core
+// reports through, logging to log: a request without a caller is
+// [ErrNoCaller], a replay store that cannot answer [ErrStoreUnavailable],
+// and a refused token a [*Rejection].
+func integration(log *slog.Logger) *mcptoken.Integration {
+	return &mcptoken.Integration{
+		Name:     "ctokenmcpgo",
+		Log:      log,
+		NoCaller: func() error { return ErrNoCaller },
+		Refused: func(r mcptoken.Refusal) error {
+			if r.StoreFailed {
+				return ErrStoreUnavailable
+			}
+			return rejection(r)
+		},
 	}
-	if err != nil {
-		log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcpgo: no authenticated caller", slog.String("error", err.Error()))
-		return "", ErrNoCaller
-	}
-	return id, nil
 }
 
 // Codes carried with a rejected request state, beside ctoken's cursor codes
@@ -179,10 +183,10 @@ func TokenCode(res *mcp.CallToolResult) int {
 	return code
 }
 
-// logger returns l, or a logger that discards everything.
-func logger(l *slog.Logger) *slog.Logger {
-	if l != nil {
-		return l
+// callerOr returns f, or the default CallerFunc, ContextCaller, for nil.
+func callerOr(f CallerFunc) CallerFunc {
+	if f == nil {
+		return ContextCaller
 	}
-	return slog.New(slog.DiscardHandler)
+	return f
 }

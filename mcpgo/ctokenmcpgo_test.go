@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -196,6 +197,27 @@ func TestMRTRAcceptedAndDeclinedWithPlaintextHandlers(t *testing.T) {
 	})
 }
 
+// An input-required result without a state passes through the middleware
+// as the handler wrote it: nothing to seal, and the retry reaches the
+// handler.
+func TestInputRequiredWithoutStatePassesThrough(t *testing.T) {
+	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
+		f := newFleet(t, 1, "s1", nil)
+		e := &elicitor{answer: true}
+		p := connect(f.server(t, ContextCaller, nil), "alice", e)
+		res, err := p.call("askonce", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError || text(res) != "done once" || e.asked.Load() != 1 {
+			t.Errorf("%q (isError %v) after %d question(s)", text(res), res.IsError, e.asked.Load())
+		}
+		if results, sent := p.wire.states(); len(results) != 0 || len(sent) != 0 {
+			t.Errorf("states on the wire: %q, %q", results, sent)
+		}
+	})
+}
+
 func TestPromptMRTRWithPlaintextHandler(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
 		f := newFleet(t, 1, "s1", nil)
@@ -359,6 +381,10 @@ func TestOlderClientWithoutElicitationGetsClearToolError(t *testing.T) {
 	}
 	if !res.IsError || !strings.Contains(text(res), "needs the elicitation capability") || !strings.Contains(text(res), "2025-11-25") {
 		t.Errorf("isError %v, %q", res.IsError, text(res))
+	}
+	// Worded as ctokenmcp words its -32021, saying what the server saw.
+	if !strings.HasPrefix(text(res), mcptoken.ErrClientCannotAnswer.Error()) || !strings.Contains(text(res), "over stateless HTTP the server cannot see a declaration") {
+		t.Errorf("message %q", text(res))
 	}
 	// A prompt has no error result: -32603 with the same explanation.
 	_, err = p.prompt("greet", map[string]string{"who": "bob"})

@@ -29,6 +29,11 @@
 // start over; 1021 invalid), never the reason, which goes to the logger only.
 // [ToolResult] turns it into the tool's result.
 //
+// A handler turns a page with [Cursors.Turn]: it verifies the cursor the
+// client sent (none is the first page, Page 0) and keeps the scope, so
+// Turn.Next issues the next cursor without fingerprinting the arguments
+// again. [Cursors.Resume] and [Cursors.Next] do the same in two calls.
+//
 // # Request state
 //
 // [SecureRequestState] is one server option that seals requestState in
@@ -58,7 +63,9 @@
 // (the elicitation, sampling or roots capability; for example a 2025-11-25
 // client over stateless HTTP, which has no session to be asked on) gets a
 // tool error result, or for a prompt a JSON-RPC error -32603, whose message
-// names the missing capability and the client's protocol version (see
+// names the missing capability, the client's protocol version and what the
+// server saw (a declaration without the capability, or over stateless HTTP
+// none at all), in the words of ctokenmcp's -32021 error (see
 // [ErrClientCannotAnswer]); it never fails with code 0.
 //
 // # Differences from ctokenmcp
@@ -82,10 +89,13 @@
 //     opened only (see Coverage above).
 //
 // The codes 1022 ([StateExpired]) and 1023 ([StateInvalid]) are local to
-// ctoken; 1020 and 1021 are the reference protocol's cursor codes. The
-// argument wrapper of a sealed state, the codes and the mapping of ctoken's
-// errors to them come from package github.com/ctoken/ctoken/mcptoken, which
-// ctokenmcp shares, so both integrations seal the same text.
+// ctoken; 1020 and 1021 are the reference protocol's cursor codes.
+// Everything that does not touch an mcp-go type (the cursor scope and page
+// turn, sealing and opening states, the argument wrapper, the codes and the
+// mapping of ctoken's errors to them, the caller check, the older-client
+// refusal) comes from package github.com/ctoken/ctoken/mcptoken, which
+// ctokenmcp shares: this package converts mcp-go's requests and results and
+// installs the middleware, so both integrations behave and word alike.
 //
 // All types are safe for concurrent use.
 package ctokenmcpgo

@@ -162,6 +162,17 @@ func (f *fleet) server(t testing.TB, who CallerFunc, sopts *StateOptions) *serve
 	sealer := func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return server.NewInputRequestBuilder("v1e.already-sealed").Elicit("ok", mcp.ElicitationParams{Message: "?", RequestedSchema: confirmSchema}).ToolResult(), nil
 	}
+	// askOnce asks without keeping a state: its retry carries only the
+	// answer.
+	askOnce := func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if _, answered := server.InputResponse(req.Params.InputResponses, "ok"); !answered {
+			return server.NewInputRequestBuilder("").Elicit("ok", mcp.ElicitationParams{Message: "proceed?", RequestedSchema: confirmSchema}).ToolResult(), nil
+		}
+		if req.Params.RequestState != "" {
+			return mcp.NewToolResultError("handler saw a state"), nil
+		}
+		return mcp.NewToolResultText("done once"), nil
+	}
 	greet := func(_ context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 		who := req.Params.Arguments["who"]
 		switch req.Params.RequestState {
@@ -184,6 +195,7 @@ func (f *fleet) server(t testing.TB, who CallerFunc, sopts *StateOptions) *serve
 	s.AddTool(mcp.NewTool("ask"), ask)
 	s.AddTool(mcp.NewTool("ask2"), ask)
 	s.AddTool(mcp.NewTool("sealer"), sealer)
+	s.AddTool(mcp.NewTool("askonce"), askOnce)
 	s.AddPrompt(mcp.NewPrompt("greet"), greet)
 	return s
 }

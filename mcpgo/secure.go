@@ -3,13 +3,10 @@ package ctokenmcpgo
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
-	"sort"
-	"strings"
 
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
@@ -61,9 +58,11 @@ func SecureRequestState(st *States) server.ServerOption {
 }
 
 // ErrClientCannotAnswer reports a handler that asked for input (elicitation,
-// sampling or roots) which the client did not declare it can provide. Its
-// wrapped message names the capability and the protocol version.
-var ErrClientCannotAnswer = errors.New("ctokenmcpgo: the client cannot provide the input this request needs")
+// sampling or roots) which the client did not declare it can provide. The
+// error is a [*mcptoken.InputRefusal], worded as package ctokenmcp words
+// its -32021 error: it names the capability, the protocol version and what
+// the server saw.
+var ErrClientCannotAnswer = mcptoken.ErrClientCannotAnswer
 
 func (st *States) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -80,20 +79,18 @@ func (st *States) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandler
 		if err != nil || !res.NeedsInput() {
 			return res, err
 		}
-		if err := cannotAnswer(ctx, req.Header, res.InputRequests); err != nil {
-			st.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: client cannot provide input",
-				slog.String("method", method), slog.String("name", req.Params.Name), slog.String("error", err.Error()))
-			return mcp.NewToolResultError(err.Error()), nil
-		}
-		if res.RequestState == "" {
+		wire, err := st.outgoing(ctx, method, req.Params.Name, args, req.Header, res.MultiRoundTripResult)
+		var refusal *mcptoken.InputRefusal
+		switch {
+		case errors.As(err, &refusal):
+			return mcp.NewToolResultError(refusal.Error()), nil
+		case err != nil:
+			return nil, err
+		case wire == "":
 			return res, nil
 		}
-		sealed, err := st.sealOut(ctx, method, req.Params.Name, args, res.RequestState)
-		if err != nil {
-			return nil, err
-		}
 		out := *res // the handler's result may be shared
-		out.RequestState = sealed
+		out.RequestState = wire
 		return &out, nil
 	}
 }
@@ -113,22 +110,32 @@ func (st *States) promptMiddleware(next server.PromptHandlerFunc) server.PromptH
 		if err != nil || !res.NeedsInput() {
 			return res, err
 		}
-		if err := cannotAnswer(ctx, req.Header, res.InputRequests); err != nil {
-			st.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: client cannot provide input",
-				slog.String("method", method), slog.String("name", req.Params.Name), slog.String("error", err.Error()))
-			return nil, err
-		}
-		if res.RequestState == "" {
-			return res, nil
-		}
-		sealed, err := st.sealOut(ctx, method, req.Params.Name, args, res.RequestState)
+		wire, err := st.outgoing(ctx, method, req.Params.Name, args, req.Header, res.MultiRoundTripResult)
 		if err != nil {
 			return nil, err
 		}
+		if wire == "" {
+			return res, nil
+		}
 		out := *res
-		out.RequestState = sealed
+		out.RequestState = wire
 		return &out, nil
 	}
+}
+
+// outgoing handles a handler's input-required result mrt: a client that
+// cannot answer its input requests is an [*mcptoken.InputRefusal] (logged);
+// otherwise it returns the sealed state of mrt, or "" when it has none.
+func (st *States) outgoing(ctx context.Context, method, name string, args any, header http.Header, mrt mcp.MultiRoundTripResult) (string, error) {
+	if err := cannotAnswer(ctx, header, mrt.InputRequests); err != nil {
+		st.core.Integration().Logger().LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: client cannot provide input",
+			mcptoken.NameAttr(method, name), slog.String("error", err.Error()))
+		return "", err
+	}
+	if mrt.RequestState == "" {
+		return "", nil
+	}
+	return st.sealOut(ctx, method, name, args, mrt.RequestState)
 }
 
 func (st *States) resourceMiddleware(next server.ResourceHandlerFunc) server.ResourceHandlerFunc {
@@ -144,61 +151,56 @@ func (st *States) resourceMiddleware(next server.ResourceHandlerFunc) server.Res
 	}
 }
 
-// sealOut seals a handler's outgoing state, refusing one already sealed.
+// sealOut seals a handler's outgoing state, refusing one already sealed
+// ([mcptoken.ErrAlreadySealed]).
 func (st *States) sealOut(ctx context.Context, method, name string, args any, state string) (string, error) {
-	if strings.HasPrefix(state, "v1.") || strings.HasPrefix(state, "v1e.") {
-		st.log.LogAttrs(ctx, slog.LevelError, "ctokenmcpgo: handler returned a sealed requestState",
-			slog.String("method", method), slog.String("name", name))
-		return "", errSealed
+	subject, err := st.callerOf(ctx)
+	if err != nil {
+		return "", err
 	}
-	return st.seal(ctx, method, name, args, state)
+	return st.core.SealResult(ctx, subject, method, name, args, state)
 }
 
-// cannotAnswer returns an ErrClientCannotAnswer error when the client of
-// ctx did not declare a capability that one of requests needs. The
-// capabilities are those of the request (protocol 2026-07-28) or of the
-// session (earlier versions); a legacy request without a session (stateless
-// HTTP) can be asked nothing.
+// cannotAnswer returns the [mcptoken.InputRefusal] of requests when the
+// client of ctx did not declare a capability that one of them needs, or nil.
+// The capabilities are those of the request (protocol 2026-07-28) or of the
+// session (earlier versions); a legacy request without an initialized
+// session (stateless HTTP) declares nothing the server can see.
 func cannotAnswer(ctx context.Context, header http.Header, requests mcp.InputRequests) error {
-	var caps *mcp.ClientCapabilities
+	var declared *mcptoken.Declared
 	version := server.RequestProtocolVersion(ctx)
 	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
-		caps = info.ClientCapabilities
-	} else if sess, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo); ok {
+		declared = declaredOf(info.ClientCapabilities)
+	} else if sess, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo); ok && sess.GetClientInfo().Name != "" {
+		// A session that saw the client's initialize. Over stateless HTTP
+		// mcp-go makes a session per request that saw none.
 		c := sess.GetClientCapabilities()
-		caps = &c
+		declared = declaredOf(&c)
 	}
-	var missing []string
+	var needs []string
 	for _, r := range requests {
-		var name string
 		switch r.Method {
 		case mcp.MethodElicitationCreate:
-			if caps == nil || caps.Elicitation == nil {
-				name = "elicitation"
-			}
+			needs = append(needs, mcptoken.CapElicitation)
 		case mcp.MethodSamplingCreateMessage:
-			if caps == nil || caps.Sampling == nil {
-				name = "sampling"
-			}
+			needs = append(needs, mcptoken.CapSampling)
 		case mcp.MethodListRoots:
-			if caps == nil || caps.Roots == nil {
-				name = "roots"
-			}
-		}
-		if name != "" && !slices.Contains(missing, name) {
-			missing = append(missing, name)
+			needs = append(needs, mcptoken.CapRoots)
 		}
 	}
-	if len(missing) == 0 {
-		return nil
-	}
-	sort.Strings(missing)
 	if version == "" {
 		version = header.Get(mcp.HeaderProtocolVersion) // stateless HTTP: no session
 	}
-	if version == "" {
-		version = "before " + mcp.ProtocolVersion20260728
+	if r := mcptoken.CannotAnswer(version, declared, needs...); r != nil {
+		return r
 	}
-	return fmt.Errorf("%w: this request needs the %s capability, which the client (protocol %s) did not declare",
-		ErrClientCannotAnswer, strings.Join(missing, " and "), version)
+	return nil
+}
+
+// declaredOf is what caps declares; nil is an empty declaration.
+func declaredOf(caps *mcp.ClientCapabilities) *mcptoken.Declared {
+	if caps == nil {
+		return &mcptoken.Declared{}
+	}
+	return &mcptoken.Declared{Elicitation: caps.Elicitation != nil, Sampling: caps.Sampling != nil, Roots: caps.Roots != nil}
 }

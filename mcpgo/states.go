@@ -4,41 +4,24 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"log/slog"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// StateOptions configures [States]. The zero value is ready to use.
-type StateOptions struct {
-	// Caller finds the authenticated caller, the subject a state is bound
-	// to; nil means ContextCaller.
-	Caller CallerFunc
-	// UnboundArgs turns off binding states to the call's arguments and
-	// seals the application's state as is: with a codec configured with
-	// ctoken.BindSubjectAndTool this is exactly what the reference D
-	// dispatch seals (subject and method "\x00" name). Set it only to share
-	// states with another implementation; by default a client that keeps a
-	// state but changes the arguments of the retried call is refused.
-	UnboundArgs bool
-	// Logger receives one record per rejected state, with the method, the
-	// name and ctoken's log-safe reason (never the state). Nil discards them.
-	Logger *slog.Logger
-}
+// StateOptions configures [States]: Caller (nil means ContextCaller),
+// UnboundArgs and Logger, as documented at [mcptoken.StateOptions]. The zero
+// value is ready to use.
+type StateOptions = mcptoken.StateOptions[CallerFunc]
 
 // States seals and opens the requestState of multi round-trip requests
 // (SEP-2322): per handler with [States.SealTool] and [States.OpenTool], or
 // for a whole server with [SecureRequestState]. It is safe for concurrent
 // use.
 type States struct {
-	codec       *ctoken.RequestStateCodec
-	caller      CallerFunc
-	unboundArgs bool
-	log         *slog.Logger
+	core   *mcptoken.States
+	caller CallerFunc
 }
 
 // NewStates returns States that seal with codec. opts may be nil; a nil
@@ -47,19 +30,21 @@ type States struct {
 // ctoken.BindSubject a state is bound to the caller and (by default) the
 // arguments only.
 func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, error) {
-	if codec == nil {
-		return nil, errors.New("ctokenmcpgo: NewStates: nil codec")
-	}
-	s := &States{codec: codec, caller: ContextCaller}
+	var o StateOptions
 	if opts != nil {
-		if opts.Caller != nil {
-			s.caller = opts.Caller
-		}
-		s.unboundArgs = opts.UnboundArgs
-		s.log = opts.Logger
+		o = *opts
 	}
-	s.log = logger(s.log)
-	return s, nil
+	core, err := mcptoken.NewStates(codec, o.UnboundArgs, integration(o.Logger))
+	if err != nil {
+		return nil, err
+	}
+	return &States{core: core, caller: callerOr(o.Caller)}, nil
+}
+
+// callerOf returns the authenticated caller of ctx, or [ErrNoCaller].
+func (s *States) callerOf(ctx context.Context) (string, error) {
+	id, err := s.caller(ctx)
+	return s.core.Integration().Caller(ctx, id, err)
 }
 
 // emptyArgs stands for absent arguments.
@@ -85,55 +70,24 @@ func promptArgs(p mcp.GetPromptParams) any {
 	return p.Arguments
 }
 
-// errSealed reports a handler that sealed its state itself under
-// SecureRequestState.
-var errSealed = errors.New("ctokenmcpgo: the handler returned a requestState that is already sealed (v1./v1e.); under SecureRequestState handlers return plaintext")
-
 // seal seals state for the caller of ctx and ctoken.MCPTarget(method, name),
 // bound to args unless UnboundArgs is set.
 func (s *States) seal(ctx context.Context, method, name string, args any, state string) (string, error) {
-	subject, err := caller(ctx, s.caller, s.log)
+	subject, err := s.callerOf(ctx)
 	if err != nil {
 		return "", err
 	}
-	plain := state
-	if !s.unboundArgs {
-		// The same text package ctokenmcp seals.
-		if plain, err = mcptoken.WrapArgs(args, state); err != nil {
-			if errors.Is(err, ctoken.ErrUnencodable) {
-				return "", err
-			}
-			return "", fmt.Errorf("ctokenmcpgo: fingerprinting arguments: %w", err)
-		}
-	}
-	return s.codec.Encode(plain, subject, ctoken.MCPTarget(method, name))
+	return s.core.Seal(subject, method, name, args, state)
 }
 
 // open opens the state wire of a request to method/name with args. Errors:
 // ErrNoCaller, ErrStoreUnavailable, or a *Rejection.
 func (s *States) open(ctx context.Context, method, name string, args any, wire string) (string, error) {
-	subject, err := caller(ctx, s.caller, s.log)
+	subject, err := s.callerOf(ctx)
 	if err != nil {
 		return "", err
 	}
-	plain, err := s.codec.DecodeContext(ctx, wire, subject, ctoken.MCPTarget(method, name))
-	if err == nil && !s.unboundArgs {
-		plain, err = mcptoken.UnwrapArgs(args, plain)
-	}
-	if err == nil {
-		return plain, nil
-	}
-	attrs := []slog.Attr{slog.String("method", method), slog.String("name", name)}
-	r := mcptoken.RefuseState(err)
-	if r.StoreFailed {
-		// The replay store of a single-use codec failed (full, down, ctx
-		// done): a server problem, and the state was not consumed.
-		s.log.LogAttrs(ctx, slog.LevelWarn, "ctokenmcpgo: request state store failed",
-			append(attrs, slog.String("error", err.Error()))...)
-		return "", ErrStoreUnavailable
-	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "ctokenmcpgo: request state rejected", append(attrs, slog.String("reason", r.Reason))...)
-	return "", rejection(r)
+	return s.core.Open(ctx, subject, method, name, args, wire)
 }
 
 // SealTool returns the requestState to send with an input-required result

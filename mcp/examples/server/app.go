@@ -112,10 +112,14 @@ func (a *app) newServer() (*mcp.Server, error) {
 func (a *app) search(ctx context.Context, req *mcp.CallToolRequest, in SearchIn) (*mcp.CallToolResult, SearchOut, error) {
 	bound := in
 	bound.Cursor = "" // the cursor is not part of what it is bound to
-	p, err := a.cursors.Resume(ctx, req, bound, in.Cursor)
+	// Turn verifies the cursor (none: the first page, Page 0) and keeps
+	// the scope, so that turn.Next binds the next cursor without
+	// fingerprinting the arguments again.
+	turn, err := a.cursors.Turn(ctx, req, bound, in.Cursor)
 	if err != nil {
 		return nil, SearchOut{}, err // a *jsonrpc.Error: -32602
 	}
+	p := turn.Payload
 	var matches []string
 	for _, item := range catalog {
 		if strings.Contains(item, in.Query) {
@@ -129,7 +133,7 @@ func (a *app) search(ctx context.Context, req *mcp.CallToolRequest, in SearchIn)
 		out.Items = []string{}
 	}
 	if end < len(matches) {
-		if out.NextCursor, err = a.cursors.Next(ctx, req, bound, p.Page+1, nil); err != nil {
+		if out.NextCursor, err = turn.Next(p.Page+1, nil); err != nil {
 			return nil, SearchOut{}, err
 		}
 	}

@@ -245,12 +245,12 @@ func demo(ctx context.Context, a *app, w io.Writer) error {
 	}
 
 	fmt.Fprintln(w, "== paginated tool with ctoken cursors")
-	res, err := call("alice", `query "s", page 1`, alice, withCursor(s, ""))
+	res, err := call("alice", `query "s", first page (Page 0, no cursor)`, alice, withCursor(s, ""))
 	if err != nil {
 		return err
 	}
 	cursor := next(res)
-	if _, err = call("alice", `query "s", her cursor`, alice, withCursor(s, cursor)); err != nil {
+	if _, err = call("alice", `query "s", her cursor (Page 1)`, alice, withCursor(s, cursor)); err != nil {
 		return err
 	}
 	call("bob", `query "s", alice's cursor`, bob, withCursor(s, cursor))

@@ -44,8 +44,8 @@ func TestDemo(t *testing.T) {
 	const invalidCursor = `JSON-RPC error -32602 "invalid cursor" (ctokenCode 1021)`
 	const invalidState = `JSON-RPC error -32602 "invalid requestState" (ctokenCode 1023)`
 	for step, want := range map[string]string{
-		`alice search query "s", page 1`:                              `{"items":["red shoes","red socks","red scarf","red gloves","red boots"],"nextCursor":"(ctoken cursor, `,
-		`alice search query "s", her cursor`:                          `{"items":["green shoes","green socks","green scarf","green gloves","green boots"],"nextCursor"`,
+		`alice search query "s", first page (Page 0, no cursor)`:      `{"items":["red shoes","red socks","red scarf","red gloves","red boots"],"nextCursor":"(ctoken cursor, `,
+		`alice search query "s", her cursor (Page 1)`:                 `{"items":["green shoes","green socks","green scarf","green gloves","green boots"],"nextCursor"`,
 		`bob search query "s", alice's cursor`:                        invalidCursor,
 		`alice search query "hat", cursor of query "s"`:               invalidCursor,
 		`alice search query "s", edited cursor`:                       invalidCursor,
@@ -55,7 +55,7 @@ func TestDemo(t *testing.T) {
 		`bob deploy db v9 with the state of web v9`:                   invalidState,
 		`alice deploy web v9 with bob's state`:                        invalidState,
 		`bob deploy web v9, round two`:                                `{"plan":"roll web to v9 on 3 instances","status":"deployed"}`,
-		`alice deploy api v3 from a 2025-11-25 client`:                `JSON-RPC error -32021 "input required: the client cannot answer this server's input requests: it speaks MCP 2025-11-25`,
+		`alice deploy api v3 from a 2025-11-25 client`:                `JSON-RPC error -32021 "input required: the client cannot answer this server's input requests: this request needs the elicitation capability, and the server saw no capability declaration from the client (MCP 2025-11-25): over stateless HTTP the server cannot see a declaration`,
 		`alice search query "hat" from that client (no input needed)`: `{"items":["red hat","green hat","blue hat","black hat"]}`,
 	} {
 		got, ok := outcome[step]

@@ -85,10 +85,14 @@ func (a *app) search(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	query := req.GetString("query", "")
 	// The cursor is bound to the query, not to itself.
 	bound := map[string]any{"query": query}
-	p, err := a.cursors.Resume(ctx, req, bound, req.GetString("cursor", ""))
+	// Turn verifies the cursor (none: the first page, Page 0) and keeps
+	// the scope, so that turn.Next binds the next cursor without
+	// fingerprinting the arguments again.
+	turn, err := a.cursors.Turn(ctx, req, bound, req.GetString("cursor", ""))
 	if err != nil {
 		return ctokenmcpgo.ToolResult(err) // a refused cursor: a tool error with its ctokenCode
 	}
+	p := turn.Payload
 	var matches []string
 	for _, item := range catalog {
 		if strings.Contains(item, query) {
@@ -99,7 +103,7 @@ func (a *app) search(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	end := min(start+pageSize, len(matches))
 	out := map[string]any{"items": append([]string{}, matches[start:end]...)}
 	if end < len(matches) {
-		next, err := a.cursors.Next(ctx, req, bound, p.Page+1, nil)
+		next, err := turn.Next(p.Page+1, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -108,25 +112,40 @@ func (a *app) search(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	return mcp.NewToolResultStructuredOnly(out), nil
 }
 
+// confirmPlan is deploy's one question, under the id "confirm": round one
+// asks it, round two decodes the answer against it.
+func confirmPlan(plan string) mcp.InputRequests {
+	return mcp.InputRequests{"confirm": mcp.NewElicitationInputRequest(mcp.ElicitationParams{
+		Message: "Confirm: " + plan + "?",
+		RequestedSchema: map[string]any{
+			"type":       "object",
+			"properties": map[string]any{"confirm": map[string]any{"type": "boolean"}},
+			"required":   []string{"confirm"},
+		},
+	})}
+}
+
 // deploy asks the user to confirm. Its state is plaintext here: the plan the
 // user was shown. SecureRequestState seals it on the way out (the client can
 // neither read nor change it) and opens it on the way back in.
 func (a *app) deploy(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	plan := fmt.Sprintf("roll %s to %s on 3 instances", req.GetString("service", ""), req.GetString("version", ""))
 	if req.Params.RequestState == "" {
-		// Round one: ask.
-		return server.NewInputRequestBuilder("plan:"+plan).Elicit("confirm", mcp.ElicitationParams{
-			Message: "Confirm: " + plan + "?",
-			RequestedSchema: map[string]any{
-				"type":       "object",
-				"properties": map[string]any{"confirm": map[string]any{"type": "boolean"}},
-				"required":   []string{"confirm"},
-			},
-		}).ToolResult(), nil
+		// Round one: ask, and remember the plan shown (plaintext).
+		return &mcp.CallToolResult{
+			Result:               mcp.Result{ResultType: mcp.ResultTypeInputRequired},
+			MultiRoundTripResult: mcp.MultiRoundTripResult{InputRequests: confirmPlan(plan), RequestState: "plan:" + plan},
+		}, nil
 	}
 	// Round two: the plan comes from the sealed state, not from the client.
+	// The answers arrive undecoded: DecodeFor types each one by the
+	// question it answers.
 	shown := strings.TrimPrefix(req.Params.RequestState, "plan:")
-	answer := server.ElicitationResponse(req.Params.InputResponses, "confirm")
+	responses := req.Params.InputResponses
+	if err := responses.DecodeFor(confirmPlan(shown)); err != nil {
+		return mcp.NewToolResultError("undecodable inputResponses: " + err.Error()), nil
+	}
+	answer := responses["confirm"].Elicitation
 	if answer == nil {
 		return mcp.NewToolResultError(`missing inputResponses["confirm"]`), nil
 	}

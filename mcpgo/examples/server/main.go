@@ -314,13 +314,13 @@ func demo(ctx context.Context, a *app, w io.Writer) error {
 	}
 
 	fmt.Fprintln(w, "== paginated tool with ctoken cursors")
-	res, err := call(alice, `query "s", page 1`, "search", search("s", ""))
+	res, err := call(alice, `query "s", first page (Page 0, no cursor)`, "search", search("s", ""))
 	if err != nil {
 		return err
 	}
 	out, _ := res.StructuredContent.(map[string]any)
 	cursor, _ := out["nextCursor"].(string)
-	if _, err := call(alice, `query "s", her cursor`, "search", search("s", cursor)); err != nil {
+	if _, err := call(alice, `query "s", her cursor (Page 1)`, "search", search("s", cursor)); err != nil {
 		return err
 	}
 	call(bob, `query "s", alice's cursor`, "search", search("s", cursor))

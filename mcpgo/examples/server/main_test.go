@@ -43,17 +43,17 @@ func TestDemo(t *testing.T) {
 	const invalidCursor = `tool error "invalid cursor (ctokenCode 1021)" (ctokenCode 1021)`
 	const invalidState = `tool error "invalid requestState (ctokenCode 1023)" (ctokenCode 1023)`
 	for step, want := range map[string]string{
-		`alice search query "s", page 1`:                       `{"items":["red shoes","red socks","red scarf","red gloves","red boots"],"nextCursor":"(ctoken cursor, `,
-		`alice search query "s", her cursor`:                   `{"items":["green shoes","green socks","green scarf","green gloves","green boots"],"nextCursor"`,
-		`bob search query "s", alice's cursor`:                 invalidCursor,
-		`alice search query "hat", cursor of query "s"`:        invalidCursor,
-		`alice search query "s", edited cursor`:                invalidCursor,
-		`alice deploy api v2 (her client answers and retries)`: `{"plan":"roll api to v2 on 3 instances","status":"deployed"}`,
-		`bob deploy web v9 (his client answers no)`:            `{"plan":"roll web to v9 on 3 instances","status":"cancelled"}`,
-		`alice deploy web v9, her client edits the state`:      invalidState,
-		`alice deploy web v9 with bob's state`:                 invalidState,
-		`bob deploy db v9 with the state of web v9`:            invalidState,
-		`dave deploy api v3`:                                   `tool error "ctokenmcpgo: the client cannot provide the input this request needs: this request needs the elicitation capability, which the client (protocol 2025-11-25) did not declare" (ctokenCode 0)`,
+		`alice search query "s", first page (Page 0, no cursor)`: `{"items":["red shoes","red socks","red scarf","red gloves","red boots"],"nextCursor":"(ctoken cursor, `,
+		`alice search query "s", her cursor (Page 1)`:            `{"items":["green shoes","green socks","green scarf","green gloves","green boots"],"nextCursor"`,
+		`bob search query "s", alice's cursor`:                   invalidCursor,
+		`alice search query "hat", cursor of query "s"`:          invalidCursor,
+		`alice search query "s", edited cursor`:                  invalidCursor,
+		`alice deploy api v2 (her client answers and retries)`:   `{"plan":"roll api to v2 on 3 instances","status":"deployed"}`,
+		`bob deploy web v9 (his client answers no)`:              `{"plan":"roll web to v9 on 3 instances","status":"cancelled"}`,
+		`alice deploy web v9, her client edits the state`:        invalidState,
+		`alice deploy web v9 with bob's state`:                   invalidState,
+		`bob deploy db v9 with the state of web v9`:              invalidState,
+		`dave deploy api v3`:                                     `tool error "input required: the client cannot answer this server's input requests: this request needs the elicitation capability, and the server saw no capability declaration from the client (MCP 2025-11-25): over stateless HTTP the server cannot see a declaration`,
 	} {
 		got, ok := outcome[step]
 		if !ok {
@@ -73,8 +73,8 @@ func TestDemo(t *testing.T) {
 		`cursor rejected tool="search" reason="wrong caller"`,
 		`cursor rejected tool="search" reason="wrong arguments"`,
 		`cursor rejected tool="search" reason="mac mismatch"`,
-		`request state rejected method="tools/call" name="deploy" reason="arguments differ from the sealed call"`,
-		`request state rejected method="tools/call" name="deploy" reason="decryption failed`,
+		`request state rejected tool="deploy" reason="arguments differ from the sealed call"`,
+		`request state rejected tool="deploy" reason="decryption failed`,
 	} {
 		if !strings.Contains(buf.String(), "  [server log] ctokenmcpgo: "+reason) {
 			t.Errorf("log lacks %q", reason)

@@ -1,0 +1,100 @@
+package mcptoken
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/ctoken/ctoken"
+)
+
+// Cursors issues and checks the continuation cursors of paginated tools for
+// an SDK integration, which resolves the caller and converts its request
+// type; everything else happens here. It is safe for concurrent use.
+type Cursors struct {
+	issuer *ctoken.CursorIssuer
+	in     *Integration
+}
+
+// NewCursors returns Cursors that sign with issuer and report through in.
+// A nil issuer or an incomplete in is an error.
+func NewCursors(issuer *ctoken.CursorIssuer, in *Integration) (*Cursors, error) {
+	if err := in.check("NewCursors"); err != nil {
+		return nil, err
+	}
+	if issuer == nil {
+		return nil, errors.New(in.Name + ": NewCursors: nil issuer")
+	}
+	return &Cursors{issuer: issuer, in: in}, nil
+}
+
+// Integration returns the Integration c reports through.
+func (c *Cursors) Integration() *Integration { return c.in }
+
+// Scope returns the scope a cursor of the tool name is bound to for caller:
+// ctoken.MCPTarget("tools/call", name), the caller, and the fingerprint of
+// args, which is not bound (zero) when args is nil.
+func (c *Cursors) Scope(caller, name string, args any) (ctoken.CursorScope, error) {
+	var fp ctoken.Fingerprint
+	if args != nil {
+		var err error
+		if fp, err = ctoken.ArgsFingerprint(args); err != nil {
+			return ctoken.CursorScope{}, fmt.Errorf("%s: fingerprinting arguments: %w", c.in.Name, err)
+		}
+	}
+	return ctoken.CursorScope{ToolID: ctoken.MCPTarget("tools/call", name), CallerID: caller, Args: fp}, nil
+}
+
+// Turn is one page turn of a paginated tool: the payload of the cursor the
+// client sent and the scope the next cursor is bound to, built (and the
+// arguments fingerprinted) once. The zero Turn issues nothing.
+type Turn struct {
+	// Payload is the verified payload of the cursor the client sent; the
+	// zero payload (Page 0, no State) on the first page, when the client
+	// sent no cursor.
+	Payload ctoken.CursorPayload
+
+	scope  ctoken.CursorScope
+	issuer *ctoken.CursorIssuer
+}
+
+// errNoTurn reports Next on a Turn that no Cursors returned.
+var errNoTurn = errors.New("mcptoken: Turn.Next on a zero Turn")
+
+// Next issues the cursor for the page after this one: bound to the same
+// scope as the cursor the client sent, carrying page and the opaque state
+// (at most ctoken.MaxOpaqueStateBytes).
+func (t Turn) Next(page uint32, state []byte) (string, error) {
+	if t.issuer == nil {
+		return "", errNoTurn
+	}
+	return t.issuer.Issue(ctoken.CursorPayload{CursorScope: t.scope, Page: page, State: state})
+}
+
+// Turn verifies the cursor a client sent with a call of the tool name
+// against scope (from [Cursors.Scope]). An empty cursor is the first page:
+// a Turn with the zero payload. A cursor that does not verify is logged
+// with the tool and ctoken's reason (never the cursor) and is the error the
+// Integration's Refused returns for [RefuseCursor] of it; no part of its
+// payload is returned.
+func (c *Cursors) Turn(ctx context.Context, scope ctoken.CursorScope, name, cursor string) (Turn, error) {
+	t := Turn{scope: scope, issuer: c.issuer}
+	if cursor == "" {
+		return t, nil
+	}
+	p, err := c.issuer.Verify(cursor, scope)
+	if err != nil {
+		r := RefuseCursor(err)
+		c.in.Logger().LogAttrs(ctx, slog.LevelInfo, c.in.Name+": cursor rejected",
+			slog.String("tool", name), slog.String("reason", r.Reason))
+		return Turn{}, c.in.Refused(r)
+	}
+	t.Payload = p
+	return t, nil
+}
+
+// Next issues the cursor for page with the opaque state, bound to scope.
+func (c *Cursors) Next(scope ctoken.CursorScope, page uint32, state []byte) (string, error) {
+	return Turn{scope: scope, issuer: c.issuer}.Next(page, state)
+}

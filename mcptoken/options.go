@@ -1,0 +1,38 @@
+package mcptoken
+
+import "log/slog"
+
+// CursorOptions configures the Cursors of an SDK module, whose caller
+// function has type C (ctokenmcp.CursorOptions and ctokenmcpgo.CursorOptions
+// are this type for their CallerFunc). The zero value is ready to use.
+type CursorOptions[C any] struct {
+	// Caller finds the authenticated caller; nil means the module's
+	// default (ctokenmcp.TokenUserID, ctokenmcpgo.ContextCaller).
+	Caller C
+	// Logger receives one record per rejected cursor, with the tool name
+	// and ctoken's log-safe reason (never the cursor). Nil discards them.
+	Logger *slog.Logger
+}
+
+// StateOptions configures the States (and SecureRequestState) of an SDK
+// module, whose caller function has type C (ctokenmcp.StateOptions and
+// ctokenmcpgo.StateOptions are this type for their CallerFunc). The zero
+// value is ready to use.
+type StateOptions[C any] struct {
+	// Caller finds the authenticated caller, the subject a state is bound
+	// to; nil means the module's default (ctokenmcp.TokenUserID,
+	// ctokenmcpgo.ContextCaller).
+	Caller C
+	// UnboundArgs turns off binding states to the call's arguments and
+	// seals the application's state as is. It is the interop mode: with a
+	// ctoken.BindSubjectAndTool codec, states are sealed exactly as the
+	// reference D dispatch seals them (subject, method "\x00" name). Set it
+	// only to share states with another implementation of the
+	// request-state codec; by default a client that keeps a state but
+	// changes the arguments of the retried call is refused.
+	UnboundArgs bool
+	// Logger receives one record per rejected state, with the tool, prompt
+	// or resource and ctoken's log-safe reason (never the state). Nil
+	// discards them.
+	Logger *slog.Logger
+}

@@ -1,0 +1,115 @@
+package mcptoken
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/ctoken/ctoken"
+)
+
+// States seals and opens the requestState of multi round-trip requests
+// (SEP-2322) for an SDK integration, which resolves the caller and converts
+// its request and result types; everything else happens here. It is safe
+// for concurrent use.
+type States struct {
+	codec       *ctoken.RequestStateCodec
+	unboundArgs bool
+	in          *Integration
+}
+
+// NewStates returns States that seal with codec and report through in.
+// Unless unboundArgs is set, a state is bound to the arguments of the call
+// with [WrapArgs]; with it, the state is sealed as is (the interop mode: with
+// a ctoken.BindSubjectAndTool codec, exactly what the reference D dispatch
+// seals). A nil codec or an incomplete in is an error.
+func NewStates(codec *ctoken.RequestStateCodec, unboundArgs bool, in *Integration) (*States, error) {
+	if err := in.check("NewStates"); err != nil {
+		return nil, err
+	}
+	if codec == nil {
+		return nil, errors.New(in.Name + ": NewStates: nil codec")
+	}
+	return &States{codec: codec, unboundArgs: unboundArgs, in: in}, nil
+}
+
+// Integration returns the Integration s reports through.
+func (s *States) Integration() *Integration { return s.in }
+
+// Seal seals state for caller and ctoken.MCPTarget(method, name), bound to
+// args (taken as by [WrapArgs]) unless the States are unbound. A state that
+// is not valid UTF-8 is an error matching ctoken.ErrUnencodable.
+func (s *States) Seal(caller, method, name string, args any, state string) (string, error) {
+	plain := state
+	if !s.unboundArgs {
+		var err error
+		if plain, err = WrapArgs(args, state); err != nil {
+			if errors.Is(err, ctoken.ErrUnencodable) {
+				return "", err
+			}
+			return "", fmt.Errorf("%s: fingerprinting arguments: %w", s.in.Name, err)
+		}
+	}
+	return s.codec.Encode(plain, caller, ctoken.MCPTarget(method, name))
+}
+
+// Open opens the state wire of a request to ctoken.MCPTarget(method, name)
+// by caller, checks its argument binding against args unless the States are
+// unbound, and returns the application's state.
+//
+// A state that does not open is logged (the reason, never the state) and is
+// the error the Integration's Refused returns for [RefuseState] of it: a
+// refusal with code 1022 or 1023, or a store failure (a single-use codec's
+// replay store could not answer, and the state was not consumed). The
+// arguments are checked after a single-use codec's claim, so a retry with
+// other arguments consumes the state.
+func (s *States) Open(ctx context.Context, caller, method, name string, args any, wire string) (string, error) {
+	plain, err := s.codec.DecodeContext(ctx, wire, caller, ctoken.MCPTarget(method, name))
+	if err == nil && !s.unboundArgs {
+		plain, err = UnwrapArgs(args, plain)
+	}
+	if err == nil {
+		return plain, nil
+	}
+	r := RefuseState(err)
+	if r.StoreFailed {
+		s.in.Logger().LogAttrs(ctx, slog.LevelWarn, s.in.Name+": request state store failed",
+			NameAttr(method, name), slog.String("error", err.Error()))
+	} else {
+		s.in.Logger().LogAttrs(ctx, slog.LevelInfo, s.in.Name+": request state rejected",
+			NameAttr(method, name), slog.String("reason", r.Reason))
+	}
+	return "", s.in.Refused(r)
+}
+
+// ErrAlreadySealed reports a handler that returned a requestState that is
+// already sealed, or a plaintext one that begins as a sealed one does ("v1."
+// or "v1e."), to a dispatch hook that seals every outgoing state: it is
+// refused rather than sealed twice.
+var ErrAlreadySealed = errors.New("mcptoken: the handler returned a requestState that is already sealed (v1./v1e.); under SecureRequestState handlers return plaintext")
+
+// LooksSealed reports whether state begins as a sealed request state does:
+// "v1." or "v1e.".
+func LooksSealed(state string) bool {
+	return strings.HasPrefix(state, "v1.") || strings.HasPrefix(state, "v1e.")
+}
+
+// SealResult is Seal for the state of a handler's result in a dispatch hook
+// that seals every outgoing state. A state that [LooksSealed] is
+// [ErrAlreadySealed]; that and any failure of Seal are logged.
+func (s *States) SealResult(ctx context.Context, caller, method, name string, args any, state string) (string, error) {
+	if LooksSealed(state) {
+		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": handler returned a sealed requestState (already sealed, or it begins with v1. or v1e.); refusing to seal it twice",
+			NameAttr(method, name))
+		return "", ErrAlreadySealed
+	}
+	wire, err := s.Seal(caller, method, name, args, state)
+	if err != nil {
+		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": sealing requestState failed",
+			NameAttr(method, name), slog.String("error", err.Error()))
+		return "", err
+	}
+	return wire, nil
+}
