@@ -14,7 +14,8 @@
 # Files are paths relative to the repository root, in the root module. With
 # none, the default list is the security code: every non-test file but
 # doc.go of the root package (tokens, keys, one-time, state, fingerprint)
-# and of webhook/, replay/, internal/{b64,mac,reason,cursorwire} where they exist.
+# and of webhook/, replay/, internal/{b64,mac,reason,cursorwire,jcs} where
+# they exist.
 #
 # Options:
 #   --threshold PCT      minimum adjusted efficacy (default 95)
@@ -90,7 +91,7 @@ if [ ${#files[@]} -eq 0 ]; then
   # The root package (cursors, request state, one-time tokens, keys and
   # whatever the webhook and replay code left behind) and the packages the
   # split moved security code to; doc.go files hold no code.
-  for d in . webhook replay internal/b64 internal/mac internal/reason internal/cursorwire; do
+  for d in . webhook replay internal/b64 internal/mac internal/reason internal/cursorwire internal/jcs; do
     [ -d "$d" ] || continue
     for f in "$d"/*.go; do
       case "$f" in *_test.go|*/doc.go) continue ;; esac
