@@ -9,7 +9,8 @@
 # timed out, not viable, efficacy, adjusted efficacy), lists every survivor
 # with its source line, and exits non-zero when the adjusted efficacy of the
 # files run is below --threshold. Survivors documented as equivalent in
-# docs/mutation-survivors.md do not count against the adjusted efficacy.
+# docs/contributing/mutation-survivors.md do not count against the adjusted
+# efficacy.
 #
 # Files are paths relative to the repository root, in the root module. With
 # none, the default list is the security code: every non-test file but
@@ -226,5 +227,5 @@ if [ ${#reports[@]} -eq 0 ]; then
   exit 1
 fi
 echo "--- mutation table (efficacy = killed / (killed + lived); adjusted leaves out documented equivalents)"
-go run ./internal/mutreport -root "$root" -survivors docs/mutation-survivors.md \
+go run ./internal/mutreport -root "$root" -survivors docs/contributing/mutation-survivors.md \
   -threshold "$threshold" "${reports[@]}"
