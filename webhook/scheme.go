@@ -115,10 +115,11 @@ var errToleranceFraction = reason.New(ErrConfig, "Tolerance is not a whole numbe
 
 // Header names of the schemes.
 const (
-	// HeaderWebhookSignature is the default signature header of [HMACSHA256]
-	// (Cursor's agent webhooks).
+	// HeaderWebhookSignature is the signature header of [Cursor] and the
+	// default one of [HMACSHA256].
 	HeaderWebhookSignature = "X-Webhook-Signature"
-	// HeaderWebhookID is the default delivery ID header of [HMACSHA256].
+	// HeaderWebhookID is the delivery ID header of [Cursor] and the
+	// default one of [HMACSHA256].
 	HeaderWebhookID = "X-Webhook-ID"
 	// HeaderGitHubSignature is the signature header of [GitHub].
 	HeaderGitHubSignature = "X-Hub-Signature-256"
