@@ -380,9 +380,6 @@ type jcsParser struct {
 	fail error
 }
 
-// skipSpace moves p.pos past JSON white space.
-func (p *jcsParser) skipSpace() { p.pos = jsontext.SkipSpace(p.in, p.pos) }
-
 // jcsFrame is an array or object canonical has opened and not yet closed.
 type jcsFrame struct {
 	object bool
