@@ -365,6 +365,9 @@ var compileError = regexp.MustCompile(`(s[0-9]+)\.go:([0-9]+)(?::[0-9]+)?: (.*)$
 // -overlay`: nothing is written under root. It returns every compile error
 // but "declared and not used", at its Markdown line.
 func Check(root string, snippets []Snippet) ([]Problem, error) {
+	if len(snippets) == 0 {
+		return nil, nil
+	}
 	tmp, err := os.MkdirTemp("", "doccheck")
 	if err != nil {
 		return nil, err

@@ -169,6 +169,12 @@ func TestExtractReadsPreludesAndForms(t *testing.T) {
 	if err != nil || !strings.Contains(src, `import webhook "github.com/ctoken/ctoken/webhook"`) || !strings.Contains(src, "func _(r *http.Request) int {") {
 		t.Errorf("second snippet's source (%v):\n%s", err, src)
 	}
+	// A prelude's import wins over KnownPackages' path for the same name.
+	own := Snippet{File: "x.md", Line: 1, Code: "t := mcp.NewTool(\"search\")", Prelude: []string{`import "github.com/mark3labs/mcp-go/mcp"`}}
+	src, _, err = own.Source("snippet")
+	if err != nil || !strings.Contains(src, `import "github.com/mark3labs/mcp-go/mcp"`) || strings.Contains(src, "go-sdk") {
+		t.Errorf("a prelude's import (%v):\n%s", err, src)
+	}
 	for _, bad := range []string{
 		"<!-- snippet\nvar a int\n",                        // not closed
 		"<!-- snippet: var a int -->\nprose\n```go\n```\n", // not followed by its block
