@@ -3,7 +3,6 @@ package ctoken
 import (
 	"bytes"
 	"crypto/rand"
-	"crypto/subtle"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -194,13 +193,7 @@ func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 }
 
 // deriveCursorMACs returns the cursor MAC subkeys of kr, or false.
-func deriveCursorMACs(kr *Keyring) (macRing, bool) {
-	r := newMACRing(kr, cursorKeyLabel)
-	if len(r) != kr.Len() || len(r) == 0 {
-		return nil, false
-	}
-	return r, true
-}
+func deriveCursorMACs(kr *Keyring) (macRing, bool) { return deriveMACRing(kr, cursorKeyLabel) }
 
 // ring returns the MAC subkeys in use now (empty for the zero value).
 func (i *CursorIssuer) ring() macRing {
@@ -363,7 +356,7 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	if len(f.Args) != 0 && len(f.Args) != len(Fingerprint{}) {
 		return i.refuse(key, errCursorArgsLength)
 	}
-	if subtle.ConstantTimeCompare(f.Session, i.session) != 1 {
+	if !equalSecret(f.Session, i.session) {
 		return i.refuse(key, errCursorSession)
 	}
 	issued := time.Unix(f.Issued, 0)
@@ -381,7 +374,7 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 		return i.refuse(key, errCursorTool)
 	case string(f.Caller) != want.CallerID:
 		return i.refuse(key, errCursorCaller)
-	case !want.Args.IsZero() && subtle.ConstantTimeCompare(args[:], want.Args[:]) != 1:
+	case !want.Args.IsZero() && !equalSecret(args[:], want.Args[:]):
 		return i.refuse(key, errCursorArgs)
 	}
 	// Tool and caller equal want's, so want's strings are returned rather

@@ -12,6 +12,16 @@ import (
 // return configuration errors). The text of an error never contains key
 // material or the token being checked.
 var (
+	// ErrConfig reports a configuration that a constructor refuses. The
+	// rule is the same for every config of this package: the zero value of
+	// a field means its documented default; a negative duration means "no
+	// limit" only where the field says so ([CursorConfig.TTL]); any other
+	// value that is not valid (a negative duration or size, an unknown mode
+	// or binding, a session over [MaxSessionBytes]) is [ErrConfig] from the
+	// constructor, never a silent fallback to the default. [Reason] names
+	// the field at fault.
+	ErrConfig = errors.New("ctoken: invalid configuration")
+
 	// ErrKeyTooShort reports a key shorter than [MinKeyBytes].
 	ErrKeyTooShort = errors.New("ctoken: key shorter than 32 bytes")
 	// ErrKeyInvalid reports a key that is not valid base64 or a malformed keyring.
@@ -87,3 +97,7 @@ func Reason(err error) string { return reason.Of(err) }
 // [Reason] is why. Rejections without a cause are package-level variables,
 // so returning one costs no allocation.
 func reject(sentinel error, why string) error { return reason.New(sentinel, why) }
+
+// configError is a constructor's refusal of cfg: [ErrConfig] with a reason
+// naming the field.
+func configError(why string) error { return reason.New(ErrConfig, why) }

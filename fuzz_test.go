@@ -12,23 +12,18 @@ package ctoken
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -337,396 +332,6 @@ func FuzzStatePayload(f *testing.F) {
 }
 
 // ---------------------------------------------------------------------------
-// Args fingerprint
-
-// documentedRejection reports whether CanonicalJSON may refuse text that
-// encoding/json accepts: invalid UTF-8, a lone surrogate escape, a duplicate
-// object key, a number beyond double range or one whose exact value a
-// double does not hold (by [lossyNumber]), or nesting over MaxJSONDepth.
-// text must be json.Valid.
-func documentedRejection(text []byte) bool {
-	if !utf8.Valid(text) || hasLoneSurrogate(text) {
-		return true
-	}
-	dec := json.NewDecoder(bytes.NewReader(text))
-	dec.UseNumber()
-	type frame struct {
-		object  bool
-		keys    map[string]bool
-		wantKey bool // in an object, the next token is a member name
-	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return false // io.EOF; nothing else happens for json.Valid text
-		}
-		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
-			stack = stack[:len(stack)-1]
-			continue
-		}
-		if n := len(stack); n > 0 && stack[n-1].object {
-			top := stack[n-1]
-			if top.wantKey {
-				name := tok.(string)
-				if top.keys[name] {
-					return true
-				}
-				top.keys[name] = true
-				top.wantKey = false
-				continue
-			}
-			top.wantKey = true
-		}
-		switch v := tok.(type) {
-		case json.Delim: // '{' or '['
-			stack = append(stack, &frame{object: v == '{', keys: map[string]bool{}, wantKey: true})
-			if len(stack) > MaxJSONDepth {
-				return true
-			}
-		case json.Number:
-			if lossyNumber(string(v)) {
-				return true
-			}
-		}
-	}
-}
-
-// lossyNumber reports whether a JSON number literal is outside double range
-// or its exact value differs from that of the double nearest to it written
-// shortest (strconv's 'g', -1: the digits RFC 8785 prints). It uses math/big
-// for the exact comparison, independently of fingerprint.go.
-func lossyNumber(lit string) bool {
-	f, err := strconv.ParseFloat(lit, 64)
-	if err != nil || math.IsInf(f, 0) {
-		return true
-	}
-	if f == 0 { // lossless only if every digit of the mantissa is 0
-		mantissa, _, _ := strings.Cut(strings.ToLower(lit), "e")
-		return strings.Trim(mantissa, "-0.") != ""
-	}
-	return exactRat(lit).Cmp(exactRat(strconv.FormatFloat(f, 'g', -1, 64))) != 0
-}
-
-// exactRat is the exact value of a decimal literal that the canonicaliser
-// accepted: zero (whose exponent may be beyond what big.Rat reads, as in
-// 0e10000000000000000000) or a number whose double is finite and exact (so
-// its exponent is bounded by the input's length).
-func exactRat(lit string) *big.Rat {
-	mantissa, _, _ := strings.Cut(strings.ToLower(lit), "e")
-	if strings.Trim(mantissa, "-0.") == "" {
-		return new(big.Rat)
-	}
-	r, ok := new(big.Rat).SetString(lit)
-	if !ok {
-		panic("not a decimal: " + lit)
-	}
-	return r
-}
-
-// sameMeaning reports whether two I-JSON texts mean the same: read by
-// encoding/json with UseNumber, numbers compared as exact decimals.
-func sameMeaning(t *testing.T, a, b []byte) bool {
-	t.Helper()
-	return reflect.DeepEqual(exactMeaning(t, a), exactMeaning(t, b))
-}
-
-// exactNumber is a number in exactMeaning: big.Rat's exact RatString.
-type exactNumber string
-
-// exactMeaning decodes accepted JSON text into maps, slices, strings, bools,
-// nil and exactNumbers.
-func exactMeaning(t *testing.T, text []byte) any {
-	t.Helper()
-	dec := json.NewDecoder(bytes.NewReader(text))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		t.Fatalf("encoding/json refuses accepted text %q: %v", text, err)
-	}
-	var norm func(any) any
-	norm = func(v any) any {
-		switch v := v.(type) {
-		case json.Number:
-			return exactNumber(exactRat(string(v)).RatString())
-		case []any:
-			for i := range v {
-				v[i] = norm(v[i])
-			}
-		case map[string]any:
-			for k := range v {
-				v[k] = norm(v[k])
-			}
-		}
-		return v
-	}
-	return norm(v)
-}
-
-// hasLoneSurrogate reports whether JSON text has a \uD800-\uDFFF escape that
-// is not the high half of a high+low pair or the low half following one.
-func hasLoneSurrogate(text []byte) bool {
-	inString := false
-	for i := 0; i < len(text); i++ {
-		c := text[i]
-		if !inString {
-			inString = c == '"'
-			continue
-		}
-		switch c {
-		case '"':
-			inString = false
-		case '\\':
-			if i+1 < len(text) && text[i+1] == 'u' && i+6 <= len(text) {
-				r, err := strconv.ParseUint(string(text[i+2:i+6]), 16, 16)
-				if err == nil && utf16.IsSurrogate(rune(r)) {
-					if r >= 0xDC00 {
-						return true // low half first
-					}
-					if i+12 > len(text) || text[i+6] != '\\' || text[i+7] != 'u' {
-						return true
-					}
-					lo, err := strconv.ParseUint(string(text[i+8:i+12]), 16, 16)
-					if err != nil || lo < 0xDC00 || lo > 0xDFFF {
-						return true
-					}
-					i += 11
-					continue
-				}
-				i += 5
-				continue
-			}
-			i++ // skip the escaped character
-		}
-	}
-	return false
-}
-
-// FuzzArgsFingerprint checks CanonicalJSON against encoding/json: it accepts
-// exactly the json.Valid text without a documented reason to refuse it, and
-// the canonical form of accepted text means exactly what the text means
-// (numbers compared as exact decimals).
-func FuzzArgsFingerprint(f *testing.F) {
-	for _, e := range jcsExpectations {
-		f.Add([]byte(e.input))
-	}
-	for _, v := range jcsInvalid {
-		f.Add(v.bytes(f))
-	}
-	f.Add([]byte(`{"a":[1,2,{"b":null}],"c":"\ud83d\ude00"}`))
-	f.Fuzz(func(t *testing.T, text []byte) {
-		canon, err := CanonicalJSON(text)
-		valid := json.Valid(text)
-		if err != nil {
-			checkFuzzReasonError(t, err, ErrArgsInvalid)
-			if canon != nil {
-				t.Fatalf("rejected input produced %q", canon)
-			}
-			if valid && !documentedRejection(text) {
-				t.Fatalf("encoding/json accepts %q, CanonicalJSON refuses it for no documented reason (%v)", text, err)
-			}
-			if _, err := ArgsFingerprint(text); !errors.Is(err, ErrArgsInvalid) {
-				t.Fatalf("ArgsFingerprint error %v, want ErrArgsInvalid", err)
-			}
-			return
-		}
-		if !valid {
-			t.Fatalf("CanonicalJSON accepts %q, which encoding/json refuses", text)
-		}
-		if documentedRejection(text) {
-			t.Fatalf("CanonicalJSON accepts %q despite a documented reason to refuse it", text)
-		}
-		again, err := CanonicalJSON(canon)
-		if err != nil || !bytes.Equal(again, canon) {
-			t.Fatalf("not idempotent: %q -> %q -> %q, %v", text, canon, again, err)
-		}
-		want := sha256.Sum256(canon)
-		for _, args := range []any{text, json.RawMessage(text), canon} {
-			fp, err := ArgsFingerprint(args)
-			if err != nil || fp != Fingerprint(want) {
-				t.Fatalf("ArgsFingerprint(%T) = %x, %v; want SHA-256 of the canonical form %x", args, fp, err, want)
-			}
-		}
-		// Lossless: the canonical form means exactly what the input means.
-		if !sameMeaning(t, text, canon) {
-			t.Fatalf("canonical form %q does not mean what %q means", canon, text)
-		}
-		// The Go-value path agrees: encoding/json's reading of the text
-		// (numbers as float64, exact here) fingerprints the same.
-		var v any
-		if err := json.Unmarshal(text, &v); err != nil {
-			t.Fatalf("encoding/json: %v", err)
-		}
-		if fp, err := ArgsFingerprint(v); err != nil || fp != Fingerprint(want) {
-			t.Fatalf("ArgsFingerprint of the decoded value = %x, %v; want %x", fp, err, want)
-		}
-	})
-}
-
-// FuzzArgsFingerprintMeaning checks the fingerprint's contract on pairs of
-// texts: when both are accepted, they share a fingerprint exactly when they
-// mean the same (numbers compared as exact decimals by math/big).
-func FuzzArgsFingerprintMeaning(f *testing.F) {
-	for _, p := range [][2]string{
-		{`100`, `1.0e2`},
-		{`1234567890123456789`, `1234567890123456800`},
-		{`1234567890123456800`, `1.2345678901234568e18`},
-		{`9007199254740993`, `9007199254740992`},
-		{`0.1`, `0.10000000000000000001`},
-		{`0.1`, `0.100`},
-		{"\"report\xff.pdf\"", "\"report\xfe.pdf\""},
-		{`"report\ufffd.pdf"`, "\"report\xef\xbf\xbd.pdf\""},
-		{`{"a":1,"b":[2,3]}`, ` { "b" : [ 2 , 3.0 ] , "a" : 1e0 } `},
-		{`{"a":-0}`, `{"a":0}`},
-		{`["\u00e9"]`, "[\"\xc3\xa9\"]"},
-	} {
-		f.Add([]byte(p[0]), []byte(p[1]))
-	}
-	f.Fuzz(func(t *testing.T, a, b []byte) {
-		fa, errA := ArgsFingerprint(a)
-		fb, errB := ArgsFingerprint(b)
-		if errA != nil || errB != nil {
-			return
-		}
-		if same := sameMeaning(t, a, b); (fa == fb) != same {
-			t.Fatalf("%q and %q: equal fingerprints %v, same meaning %v", a, b, fa == fb, same)
-		}
-	})
-}
-
-// fuzzGoArgs is a typed argument struct; M's key and S are the same string.
-type fuzzGoArgs struct {
-	S string            `json:"s"`
-	I int64             `json:"i"`
-	U uint64            `json:"u"`
-	F float64           `json:"f"`
-	M map[string]string `json:"m"`
-}
-
-// exactAsDouble reports whether the integer's exact value equals that of
-// its nearest double written shortest, independently of fingerprint.go.
-func exactAsDouble(x *big.Int) bool {
-	f, _ := new(big.Float).SetInt(x).Float64()
-	r, ok := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
-	return ok && r.Cmp(new(big.Rat).SetInt(x)) == 0
-}
-
-// FuzzArgsFingerprintGoValues checks the Go-value path: a struct is refused
-// exactly when a string holds invalid UTF-8 or an integer field a value a
-// double does not hold exactly; an accepted struct's canonical form states
-// every field exactly, so equal fingerprints mean equal values.
-func FuzzArgsFingerprintGoValues(f *testing.F) {
-	f.Add("report\xff.pdf", int64(1), uint64(2), 0.5)
-	f.Add("report\ufffd.pdf", int64(1234567890123456789), uint64(1234567890123456800), 1e21)
-	f.Add("é", int64(-9007199254740993), uint64(1<<64-1), math.Copysign(0, -1))
-	f.Add("", int64(-1<<63), uint64(1<<53), 5e-324)
-	f.Fuzz(func(t *testing.T, s string, i int64, u uint64, fl float64) {
-		if math.IsInf(fl, 0) || math.IsNaN(fl) {
-			return // json.Marshal refuses these; TestArgsFingerprintOfGoValues covers it
-		}
-		args := fuzzGoArgs{S: s, I: i, U: u, F: fl, M: map[string]string{s: s}}
-		fp, err := ArgsFingerprint(args)
-		wantOK := utf8.ValidString(s) && exactAsDouble(big.NewInt(i)) && exactAsDouble(new(big.Int).SetUint64(u))
-		if err != nil {
-			checkFuzzReasonError(t, err, ErrArgsInvalid)
-			if wantOK {
-				t.Fatalf("%+v refused: %v", args, err)
-			}
-			return
-		}
-		if !wantOK {
-			t.Fatalf("%+v accepted, but a value is not exact in JSON", args)
-		}
-		text, _ := json.Marshal(args)
-		canon, err := CanonicalJSON(text)
-		if err != nil || fp != sha256.Sum256(canon) {
-			t.Fatalf("fingerprint of %+v is not SHA-256 of its canonical JSON (%v)", args, err)
-		}
-		var back struct {
-			S       string `json:"s"`
-			I, U, F json.Number
-			M       map[string]string `json:"m"`
-		}
-		dec := json.NewDecoder(bytes.NewReader(canon))
-		dec.UseNumber()
-		if err := dec.Decode(&back); err != nil {
-			t.Fatal(err)
-		}
-		fr := new(big.Rat)
-		fr.SetFloat64(fl)
-		if back.S != s || back.M[s] != s || len(back.M) != 1 ||
-			exactRat(string(back.I)).Cmp(new(big.Rat).SetInt64(i)) != 0 ||
-			exactRat(string(back.U)).Cmp(new(big.Rat).SetInt(new(big.Int).SetUint64(u))) != 0 ||
-			exactRat(string(back.F)).Cmp(exactRat(strconv.FormatFloat(fl, 'g', -1, 64))) != 0 {
-			t.Fatalf("canonical form %q does not state %+v exactly", canon, args)
-		}
-	})
-}
-
-// FuzzJCSNumber differentially tests the number canonicalizer, whose
-// short-literal path uses no float arithmetic, against the plain path:
-// strconv.ParseFloat, ECMAScript formatting of the double
-// (appendES6NumberRef), and an exact math/big comparison of the two values.
-func FuzzJCSNumber(f *testing.F) {
-	for _, s := range []string{"0", "-0", "1", "1.0e2", "0.1", "123456789012345", "1234567890123456", "12345678901234567",
-		"1234567890123456789", "1234567890123456800", "9007199254740993", "0.10000000000000000001", "1e21", "1e20",
-		"1e-6", "1e-7", "5e-324", "3e-324", "1.7976931348623157e308", "1.7976931348623159e308", "1e-400", "0.0e400",
-		"333333333.33333329", "4.50", "2e-3", "-1.5e-300", "1e300", "1.5e301", "9.99999999999999e-301", "0.000001234e-295"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, lit string) {
-		if !json.Valid([]byte(lit)) || lit == "" || (lit[0] != '-' && (lit[0] < '0' || lit[0] > '9')) || strings.TrimSpace(lit) != lit {
-			return // not a JSON number literal
-		}
-		p := jcsParser{in: []byte(lit)}
-		got, err := p.number(nil)
-		if err == nil && p.pos != len(lit) {
-			t.Fatalf("%q: parsed %d of %d bytes", lit, p.pos, len(lit))
-		}
-		fl, perr := strconv.ParseFloat(lit, 64)
-		if perr != nil || math.IsInf(fl, 0) {
-			if err != errArgsRange && err != errArgsInexact {
-				t.Fatalf("%q out of range: got %q, %v", lit, got, err)
-			}
-			return
-		}
-		want := appendES6NumberRef(nil, fl)
-		if lossyNumber(lit) {
-			if err != errArgsInexact {
-				t.Fatalf("%q is not exact as %s: got %q, %v", lit, want, got, err)
-			}
-			return
-		}
-		if err != nil || string(got) != string(want) {
-			t.Fatalf("%q: got %q, %v; want %s", lit, got, err, want)
-		}
-	})
-}
-
-// appendES6NumberRef appends f as ECMAScript's Number.prototype.toString
-// does, by strconv's shortest formatting: the plain reference for
-// FuzzJCSNumber.
-func appendES6NumberRef(out []byte, f float64) []byte {
-	if f == 0 {
-		return append(out, '0') // also -0
-	}
-	format := byte('f')
-	if abs := math.Abs(f); abs < 1e-6 || abs >= 1e21 {
-		format = 'e'
-	}
-	out = strconv.AppendFloat(out, f, format, -1, 64)
-	if format == 'e' {
-		// Go writes e-07 and e+07 where ECMAScript writes e-7 and e+7.
-		n := len(out)
-		if n >= 4 && out[n-4] == 'e' && out[n-2] == '0' {
-			out[n-2] = out[n-1]
-			out = out[:n-1]
-		}
-	}
-	return out
-}
-
-// ---------------------------------------------------------------------------
 // Keyring
 
 var keyringErrText = regexp.MustCompile(`^ctoken: (key shorter than 32 bytes|malformed key): key [0-9]+ of [0-9]+ [^(]+ \(want comma-separated base64url .*\)$`)
@@ -867,7 +472,7 @@ func writeFuzzSeedCorpora(t *testing.T) {
 	}
 
 	for target, files := range seeds {
-		dir := filepath.Join("testdata", "fuzz", target)
+		dir := fuzzCorpusDir(target)
 		// Replace the generated seeds; keep crashers the fuzzer found.
 		old, _ := filepath.Glob(filepath.Join(dir, "seed-*"))
 		for _, f := range old {
@@ -886,10 +491,20 @@ func writeFuzzSeedCorpora(t *testing.T) {
 	}
 }
 
+// fuzzCorpusDir is the seed corpus directory of a fuzz target:
+// testdata/fuzz/<target> of the package that holds it (the canonicalizer's
+// targets are in internal/jcs).
+func fuzzCorpusDir(target string) string {
+	if target == "FuzzArgsFingerprint" {
+		return filepath.Join("internal", "jcs", "testdata", "fuzz", target)
+	}
+	return filepath.Join("testdata", "fuzz", target)
+}
+
 // TestFuzzSeedCorporaPresent guards against losing the committed seeds.
 func TestFuzzSeedCorporaPresent(t *testing.T) {
 	for _, target := range []string{"FuzzCursorVerify", "FuzzCursorVerifySigned", "FuzzStateDecode", "FuzzStatePayload", "FuzzVerifyState", "FuzzArgsFingerprint", "FuzzParseKeyring"} {
-		entries, err := os.ReadDir(filepath.Join("testdata", "fuzz", target))
+		entries, err := os.ReadDir(fuzzCorpusDir(target))
 		if err != nil || len(entries) == 0 {
 			t.Errorf("%s: no seed corpus (%v); regenerate with go test -run TestVectors -update-vectors", target, err)
 		}
@@ -975,42 +590,4 @@ func TestTokensHaveOneSpelling(t *testing.T) {
 			}
 		}
 	}
-}
-
-// utf16Order is the plain definition of RFC 8785's member order, the
-// reference for compareUTF16 and compareKeys: the names' UTF-16 code
-// units, compared one by one.
-func utf16Order(a, b string) int {
-	return slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
-}
-
-// FuzzCompareUTF16 differentially tests compareUTF16, which compares UTF-8
-// bytes, and the member order canonical uses (compareKeys with 8-byte
-// prefixes), against utf16Order.
-func FuzzCompareUTF16(f *testing.F) {
-	for _, p := range [][2]string{{"a", "b"}, {"\ue000", "😀"}, {"\uffff", "\U0010ffff"}, {"é", "e"}, {"ab", "a"}, {"\ud7ff", "\ue000"}, {"x\u00e9", "x\u00ea"},
-		{"abcdefgh1", "abcdefgh0"}, {"a", "a\x00"}, {"a\x00b", "a"}, {"item_01", "item_10"}, {"abcdefg\u00e9", "abcdefgz"}, {"", "\x00"}} {
-		f.Add(p[0], p[1])
-	}
-	f.Fuzz(func(t *testing.T, a, b string) {
-		if !utf8.ValidString(a) || !utf8.ValidString(b) {
-			return
-		}
-		want := utf16Order(a, b)
-		got := compareUTF16([]byte(a), []byte(b))
-		if (got < 0) != (want < 0) || (got == 0) != (want == 0) {
-			t.Fatalf("compareUTF16(%q, %q) = %d, UTF-16 order says %d", a, b, got, want)
-		}
-		// Every way the name can sit in its buffer: followed by a word
-		// of other bytes or at its end (sortKey reads 8 bytes at once
-		// only where the buffer holds them).
-		for _, tail := range []string{"", "\xff\xff\xff\xff\xff\xff\xff\xff"} {
-			p := jcsParser{keys: []byte(a + b + tail)}
-			members := []jcsMember{{nameEnd: len(a)}, {nameAt: len(a), nameEnd: len(a) + len(b)}}
-			ka, kb := p.sortKey(members, 0), p.sortKey(members, 1)
-			if got := p.compareKeys(members, ka, kb); (got < 0) != (want < 0) || (got == 0) != (want == 0) {
-				t.Fatalf("compareKeys(%q, %q) = %d, UTF-16 order says %d", a, b, got, want)
-			}
-		}
-	})
 }

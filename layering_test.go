@@ -19,7 +19,8 @@ import (
 
 // The module's layers, bottom up: internal/*, replay and observe (standard
 // library only; observe is the event vocabulary the root package and
-// webhook share); the root package and webhook (side by side, neither
+// webhook share; internal/jcs is the RFC 8785 canonicalizer behind the
+// root package's fingerprints); the root package and webhook (side by side, neither
 // importing the other); mcptoken (the root package and the standard library
 // only); cmd/ctoken and the nested modules on top. Nothing imports upward.
 
@@ -67,7 +68,7 @@ func modulePackages(t *testing.T) (map[string]listedPackage, map[string]bool) {
 			pkgs[p.ImportPath] = p
 		}
 	}
-	for _, want := range []string{modulePath, modulePath + "/replay", modulePath + "/observe", modulePath + "/webhook", modulePath + "/mcptoken", modulePath + "/internal/b64"} {
+	for _, want := range []string{modulePath, modulePath + "/replay", modulePath + "/observe", modulePath + "/webhook", modulePath + "/mcptoken", modulePath + "/internal/b64", modulePath + "/internal/jcs"} {
 		if _, ok := pkgs[want]; !ok {
 			t.Fatalf("go list did not report %s; got %d packages", want, len(pkgs))
 		}
@@ -108,6 +109,22 @@ func TestLayeringRootAndWebhookDoNotImportEachOther(t *testing.T) {
 	for _, d := range pkgs[modulePath+"/webhook"].Deps {
 		if d == modulePath || strings.HasPrefix(d, "github.com/fxamacker/cbor") {
 			t.Errorf("webhook imports %s: webhook-only users must not link the root package or CBOR", d)
+		}
+	}
+}
+
+// The canonicalizer is the root package's: it alone imports internal/jcs
+// (webhook scans JSON bodies with internal/jsontext), so that jcs can change
+// with the fingerprint contract (SPEC.md §3) and nothing else.
+func TestLayeringOnlyTheRootPackageImportsTheCanonicalizer(t *testing.T) {
+	pkgs, _ := modulePackages(t)
+	const jcs = modulePath + "/internal/jcs"
+	if !slices.Contains(pkgs[modulePath].Imports, jcs) {
+		t.Errorf("the root package does not import %s: ArgsFingerprint and CanonicalJSON are its wrappers", jcs)
+	}
+	for path, p := range pkgs {
+		if path != modulePath && slices.Contains(p.Imports, jcs) {
+			t.Errorf("%s imports %s: only the root package may", path, jcs)
 		}
 	}
 }

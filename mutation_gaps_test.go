@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/jcs"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -502,7 +503,7 @@ func TestKindAndOutcomeLabelsAreEmptyPastTheSet(t *testing.T) {
 // encoderPayload builds the request-state payload the way Encode writes it:
 // {"s":<JCS string>,"exp":N,"b":"<64 hex characters>"}, no white space.
 func encoderPayload(state string, exp int64) []byte {
-	p := append([]byte(`{"s":`), appendJCSString(nil, state)...)
+	p := append([]byte(`{"s":`), jcs.AppendString(nil, state)...)
 	p = append(p, `,"exp":`...)
 	p = strconv.AppendInt(p, exp, 10)
 	p = append(p, `,"b":"`...)
@@ -610,7 +611,7 @@ func TestStringOrAliasAliasesAStringWithoutEscapes(t *testing.T) {
 		{`"a\\b"`, `a\b`, false},
 	} {
 		in := []byte(tc.in + ",")
-		p := jcsParser{in: in}
+		p := payloadParser{in: in}
 		v, ok := p.stringOrAlias()
 		if !ok || string(v) != tc.want || p.pos != len(tc.in) {
 			t.Fatalf("%s: got (%q, %v) ending at %d", tc.in, v, ok, p.pos)
@@ -620,7 +621,7 @@ func TestStringOrAliasAliasesAStringWithoutEscapes(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"\"a\x01b\"", "\"a\nb\"", "\"\xff\"", `"unterminated`} {
-		p := jcsParser{in: []byte(bad)}
+		p := payloadParser{in: []byte(bad)}
 		if v, ok := p.stringOrAlias(); ok {
 			t.Fatalf("%q accepted as %q", bad, v)
 		}

@@ -127,10 +127,6 @@ type OneTimeToken struct {
 	IssuedAt, ExpiresAt time.Time
 }
 
-// configError is a constructor's refusal of cfg: [ErrConfig] with a reason
-// naming the field.
-func configError(why string) error { return reason.New(ErrConfig, why) }
-
 // NewOneTimeIssuer returns an issuer for cfg. A nil or empty cfg.Keys is
 // [ErrNoKey]; an empty or invalid Purpose or a negative TTL is [ErrConfig].
 func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
@@ -171,13 +167,7 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 }
 
 // deriveOneTimeMACs returns the one-time MAC subkeys of kr, or false.
-func deriveOneTimeMACs(kr *Keyring) (macRing, bool) {
-	r := newMACRing(kr, oneTimeLabel)
-	if len(r) != kr.Len() || len(r) == 0 {
-		return nil, false
-	}
-	return r, true
-}
+func deriveOneTimeMACs(kr *Keyring) (macRing, bool) { return deriveMACRing(kr, oneTimeLabel) }
 
 // ring returns the MAC subkeys in use now (empty for the zero value).
 func (o *OneTimeIssuer) ring() macRing {

@@ -3,7 +3,6 @@ package ctoken
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ctoken/ctoken/internal/jcs"
 	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/replay"
@@ -426,7 +426,7 @@ func (c *RequestStateCodec) encode(state, subject, tool string) (string, error) 
 	c.cachedBindTag(tag[:0], sc, sc.buf, ks.bind[0], subject, tool)
 	payload := sc.buf[:0]
 	payload = append(payload, `{"s":`...)
-	payload = appendJCSString(payload, state)
+	payload = jcs.AppendString(payload, state)
 	payload = append(payload, `,"exp":`...)
 	payload = strconv.AppendInt(payload, c.now().Add(c.ttl).Unix(), 10)
 	payload = append(payload, `,"b":"`...)
@@ -617,7 +617,7 @@ func (c *RequestStateCodec) decodeScratch(ctx context.Context, ks *stateKeys, sc
 	if !ok {
 		return "", key, 0, errStateMalformed
 	}
-	if subtle.ConstantTimeCompare(bound, b) != 1 {
+	if !equalSecret(bound, b) {
 		return "", key, 0, errStateBinding
 	}
 	if exp < c.now().Unix() {

@@ -2,11 +2,10 @@ package ctoken
 
 import (
 	"bytes"
-	"encoding/binary"
-	"math/bits"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -16,7 +15,7 @@ import (
 // parseStatePayloadRef strictly parses {"s":string,"exp":integer,"b":string}:
 // members in any order, each exactly once, no others.
 func parseStatePayloadRef(in []byte) (s string, exp int64, b []byte, ok bool) {
-	p := jcsParser{in: in}
+	p := refParser{in: in}
 	var seen [3]bool
 	p.skipSpace()
 	if p.pos >= len(in) || in[p.pos] != '{' {
@@ -182,64 +181,67 @@ func TestStatePayloadParseMatchesReference(t *testing.T) {
 	}
 }
 
-// TestJSONSpecial8MatchesTable checks the SWAR tests against the byte table
-// (jsonSpecialMask8 for the position of the first special byte):
-// every byte value in every position among plain and special neighbours,
-// and a stream of pseudo-random words.
-func TestJSONSpecial8MatchesTable(t *testing.T) {
-	want := func(w [8]byte) bool {
-		for _, c := range w {
-			if !jsonPlain[c] {
-				return true
-			}
-		}
-		return false
+// refParser is the reference parser's position in its input.
+type refParser struct {
+	in  []byte
+	pos int
+}
+
+func (p *refParser) skipSpace() {
+	for p.pos < len(p.in) && strings.IndexByte(" \t\n\r", p.in[p.pos]) >= 0 {
+		p.pos++
 	}
-	first := func(w [8]byte) int {
-		for i, c := range w {
-			if !jsonPlain[c] {
-				return i
-			}
-		}
-		return 8
+}
+
+// escape reads the escape sequence at p.pos, joining a surrogate pair and
+// refusing a lone surrogate, with strconv's reading of a Go escape.
+func (p *refParser) escape() (rune, error) {
+	if p.pos+1 >= len(p.in) {
+		return 0, ErrArgsInvalid
 	}
-	check := func(w [8]byte) {
-		x := binary.LittleEndian.Uint64(w[:])
-		if got := jsonSpecial8(x); got != want(w) {
-			t.Fatalf("jsonSpecial8(%q) = %v, want %v", w[:], got, want(w))
+	c := p.in[p.pos+1]
+	if c != 'u' {
+		p.pos += 2
+		if r, ok := map[byte]rune{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}[c]; ok {
+			return r, nil
 		}
-		if got := bits.TrailingZeros64(jsonSpecialMask8(x)) >> 3; got != first(w) {
-			t.Fatalf("jsonSpecialMask8(%q) puts the first special byte at %d, want %d", w[:], got, first(w))
+		return 0, ErrArgsInvalid
+	}
+	unit := func() (rune, bool) {
+		if len(p.in)-p.pos < 6 || p.in[p.pos] != '\\' || p.in[p.pos+1] != 'u' {
+			return 0, false
 		}
-	}
-	for _, fill := range []byte{'a', ' ', '~', 0x7f, '"', '\\', 0, 0x1f, 0x80, 0xff} {
-		for pos := range 8 {
-			for c := range 256 {
-				var w [8]byte
-				for i := range w {
-					w[i] = fill
-				}
-				w[pos] = byte(c)
-				check(w)
-			}
+		hex := string(p.in[p.pos+2 : p.pos+6])
+		if strings.ContainsAny(hex, "+-_xX") {
+			return 0, false
 		}
+		v, err := strconv.ParseUint(hex, 16, 16)
+		p.pos += 6
+		return rune(v), err == nil
 	}
-	x := uint64(0x9e3779b97f4a7c15)
-	for range 200000 {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		var w [8]byte
-		binary.LittleEndian.PutUint64(w[:], x&0x7f7f7f7f7f7f7f7f) // mostly ASCII
-		check(w)
-		binary.LittleEndian.PutUint64(w[:], x)
-		check(w)
+	r, ok := unit()
+	if !ok {
+		return 0, ErrArgsInvalid
 	}
+	if !utf16.IsSurrogate(r) {
+		return r, nil
+	}
+	if r >= 0xDC00 || p.pos+1 >= len(p.in) || p.in[p.pos] != '\\' || p.in[p.pos+1] != 'u' {
+		return 0, ErrArgsInvalid
+	}
+	lo, ok := unit()
+	if !ok {
+		return 0, ErrArgsInvalid
+	}
+	if r = utf16.DecodeRune(r, lo); r == utf8.RuneError {
+		return 0, ErrArgsInvalid
+	}
+	return r, nil
 }
 
 // string is the original, allocating JSON string reader, kept as the
 // reference the optimised stringInto is fuzzed against.
-func (p *jcsParser) string() (string, error) {
+func (p *refParser) string() (string, error) {
 	p.pos++ // opening quote
 	var s []byte
 	for {

@@ -1,15 +1,35 @@
 package ctoken
 
 // The request state's JSON payload, {"s":…,"exp":…,"b":…} (see the package
-// documentation): its strict parser and the two methods it adds to the
-// JSON parser of fingerprint.go (jcsParser).
+// documentation): its strict parser, which reads strings with the
+// canonicalizer's strict string reader (internal/jcs).
 
 import (
 	"bytes"
 	"encoding/binary"
 	"math/bits"
 	"unicode/utf8"
+
+	"github.com/ctoken/ctoken/internal/jcs"
+	"github.com/ctoken/ctoken/internal/jsontext"
 )
+
+// payloadParser reads the payload's JSON text from in, at pos.
+type payloadParser struct {
+	in  []byte
+	pos int
+}
+
+// skipSpace moves p.pos past JSON white space.
+func (p *payloadParser) skipSpace() { p.pos = jsontext.SkipSpace(p.in, p.pos) }
+
+// stringInto parses the JSON string at p.pos (its opening quote) and
+// appends its value to dst, with the canonicalizer's checks (jcs.ReadString).
+func (p *payloadParser) stringInto(dst []byte) ([]byte, bool) {
+	v, end, ok := jcs.ReadString(dst, p.in, p.pos)
+	p.pos = end
+	return v, ok
+}
 
 // parseStatePayload strictly parses {"s":string,"exp":integer,"b":string}:
 // members in any order, each exactly once, no others; white space allowed
@@ -27,7 +47,7 @@ func parseStatePayload(in, sbuf []byte) (s []byte, exp int64, b []byte, ok bool)
 // parseStatePayloadFull is parseStatePayload without its fast path: the
 // plain parser the fast path is differentially fuzzed against.
 func parseStatePayloadFull(in, sbuf []byte) (s []byte, exp int64, b []byte, ok bool) {
-	p := jcsParser{in: in}
+	p := payloadParser{in: in}
 	var seen [3]bool
 	var nameBuf [8]byte
 	p.skipSpace()
@@ -117,7 +137,7 @@ func parseStatePayloadFast(in, sbuf []byte) (s []byte, exp int64, b []byte, ok b
 	if !ok || !bytes.HasPrefix(in[end:], []byte(mid)) {
 		return nil, 0, nil, false
 	}
-	p := jcsParser{in: in, pos: end + len(mid)}
+	p := payloadParser{in: in, pos: end + len(mid)}
 	if exp, ok = p.jsonInt64(); !ok || !bytes.HasPrefix(in[p.pos:], []byte(tail)) {
 		return nil, 0, nil, false
 	}
@@ -127,7 +147,7 @@ func parseStatePayloadFast(in, sbuf []byte) (s []byte, exp int64, b []byte, ok b
 	}
 	b = in[p.pos : p.pos+bindTagLen]
 	for i := 0; i < len(b); i += 8 {
-		if jsonSpecial8(binary.LittleEndian.Uint64(b[i:])) {
+		if jcs.SpecialMask8(binary.LittleEndian.Uint64(b[i:])) != 0 {
 			return nil, 0, nil, false
 		}
 	}
@@ -141,7 +161,7 @@ func parseStatePayloadFast(in, sbuf []byte) (s []byte, exp int64, b []byte, ok b
 // most) and reports false for any other escape, a control character or
 // invalid UTF-8, which the full parser then handles or refuses. Runs of
 // plain characters are copied a word at a time, up to the first byte that
-// needs attention (jsonSpecialMask8).
+// needs attention (jcs.SpecialMask8).
 func unescapeQuoteFast(in []byte, i int, sbuf []byte) (s []byte, end int, ok bool) {
 	out := sbuf[:cap(sbuf)]
 	if len(out) < len(in) {
@@ -154,7 +174,7 @@ func unescapeQuoteFast(in []byte, i int, sbuf []byte) (s []byte, end int, ok boo
 			// special one are overwritten or lie beyond the value.
 			x := binary.LittleEndian.Uint64(in[i:])
 			binary.LittleEndian.PutUint64(out[j:], x)
-			m := jsonSpecialMask8(x)
+			m := jcs.SpecialMask8(x)
 			if m == 0 {
 				i, j = i+8, j+8
 				continue
@@ -189,25 +209,9 @@ func unescapeQuoteFast(in []byte, i int, sbuf []byte) (s []byte, end int, ok boo
 	}
 }
 
-// jsonSpecialMask8 returns, for the eight bytes of x (little-endian), a
-// mask whose lowest set bit is bit 7 of the first byte that jsonPlain does
-// not carry verbatim ('"', '\\', a control character or a non-ASCII byte),
-// or 0 when there is none. Bits above the lowest may be spurious (borrows);
-// only the lowest is meaningful. jsonSpecial8(x) is jsonSpecialMask8(x) != 0.
-func jsonSpecialMask8(x uint64) uint64 {
-	const (
-		ones  = 0x0101010101010101
-		highs = 0x8080808080808080
-	)
-	low := x - 0x20*ones
-	quote := (x ^ '"'*ones) - ones
-	bslash := (x ^ '\\'*ones) - ones
-	return (x | low | quote | bslash) & highs
-}
-
 // stringOrAlias parses the JSON string at p.pos and returns its value,
 // aliasing the input when the string has no escapes.
-func (p *jcsParser) stringOrAlias() ([]byte, bool) {
+func (p *payloadParser) stringOrAlias() ([]byte, bool) {
 	start := p.pos + 1
 	for i := start; i < len(p.in); i++ {
 		c := p.in[i]
@@ -229,7 +233,7 @@ func (p *jcsParser) stringOrAlias() ([]byte, bool) {
 
 // jsonInt64 parses a JSON integer at p.pos: an optional minus sign and
 // digits without leading zeros ("-0" is refused too), within int64.
-func (p *jcsParser) jsonInt64() (int64, bool) {
+func (p *payloadParser) jsonInt64() (int64, bool) {
 	neg := false
 	if p.pos < len(p.in) && p.in[p.pos] == '-' {
 		neg = true

@@ -1126,6 +1126,24 @@ var rfc8785AppendixB = []struct {
 	{0x43143ff3c1cb0959, "1424953923781206.2"},
 }
 
+// TestCanonicalJSONRFC8785Numbers feeds RFC 8785 Appendix B through
+// CanonicalJSON.
+func TestCanonicalJSONRFC8785Numbers(t *testing.T) {
+	// RFC 8785 Appendix B: IEEE 754 bit patterns and their serialization.
+	for _, c := range rfc8785AppendixB {
+		f := math.Float64frombits(c.bits)
+		// Feed the shortest Go spelling through the parser.
+		in, _ := json.Marshal(f)
+		got, err := CanonicalJSON(in)
+		if err != nil {
+			t.Fatalf("%016x: %v", c.bits, err)
+		}
+		if string(got) != c.text {
+			t.Errorf("%016x: got %s, want %s", c.bits, got, c.text)
+		}
+	}
+}
+
 // jcsInvalid is text CanonicalJSON refuses; Reason is what [Reason] says.
 var jcsInvalid = []jcsBadVector{
 	{Name: "duplicate key", Input: `{"a":1,"a":2}`, Reason: "duplicate object member name"},

@@ -9,12 +9,14 @@
 # timed out, not viable, efficacy, adjusted efficacy), lists every survivor
 # with its source line, and exits non-zero when the adjusted efficacy of the
 # files run is below --threshold. Survivors documented as equivalent in
-# docs/mutation-survivors.md do not count against the adjusted efficacy.
+# docs/contributing/mutation-survivors.md do not count against the adjusted
+# efficacy.
 #
 # Files are paths relative to the repository root, in the root module. With
 # none, the default list is the security code: every non-test file but
 # doc.go of the root package (tokens, keys, one-time, state, fingerprint)
-# and of webhook/, replay/, internal/{b64,mac,reason,cursorwire} where they exist.
+# and of webhook/, replay/, internal/{b64,mac,reason,cursorwire,jcs} where
+# they exist.
 #
 # Options:
 #   --threshold PCT      minimum adjusted efficacy (default 95)
@@ -90,7 +92,7 @@ if [ ${#files[@]} -eq 0 ]; then
   # The root package (cursors, request state, one-time tokens, keys and
   # whatever the webhook and replay code left behind) and the packages the
   # split moved security code to; doc.go files hold no code.
-  for d in . webhook replay internal/b64 internal/mac internal/reason internal/cursorwire; do
+  for d in . webhook replay internal/b64 internal/mac internal/reason internal/cursorwire internal/jcs; do
     [ -d "$d" ] || continue
     for f in "$d"/*.go; do
       case "$f" in *_test.go|*/doc.go) continue ;; esac
@@ -225,5 +227,5 @@ if [ ${#reports[@]} -eq 0 ]; then
   exit 1
 fi
 echo "--- mutation table (efficacy = killed / (killed + lived); adjusted leaves out documented equivalents)"
-go run ./internal/mutreport -root "$root" -survivors docs/mutation-survivors.md \
+go run ./internal/mutreport -root "$root" -survivors docs/contributing/mutation-survivors.md \
   -threshold "$threshold" "${reports[@]}"

@@ -1,9 +1,9 @@
 // Package webhook signs and verifies webhook deliveries and admits each
 // authentic delivery to a handler once.
 //
-// A [Scheme] says how a sender signs: [HMACSHA256] (Cursor's agent webhooks,
-// header names configurable), [GitHub] (the same algorithm under GitHub's
-// header names), [StandardWebhooks] (https://www.standardwebhooks.com) and
+// A [Scheme] says how a sender signs: [Cursor] (Cursor's agent webhooks),
+// [HMACSHA256] (the same format, header names configurable), [GitHub] (the
+// same algorithm under GitHub's header names), [StandardWebhooks] (https://www.standardwebhooks.com) and
 // its Ed25519 variant [StandardWebhooksEd25519] ("v1a"), [Svix] (Standard
 // Webhooks under svix-* headers), [Stripe], [Slack] and [Shopify]. Each is
 // checked against its provider's published test vector where one exists

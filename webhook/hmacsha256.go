@@ -21,6 +21,7 @@ type hmacSHA256 struct {
 
 var (
 	schemeHMACSHA256 = &hmacSHA256{name: "hmac-sha256", sigHeader: HeaderWebhookSignature, idHeader: HeaderWebhookID}
+	schemeCursor     = &hmacSHA256{name: "cursor", sigHeader: HeaderWebhookSignature, idHeader: HeaderWebhookID, fixedHeaders: true}
 	schemeGitHub     = &hmacSHA256{name: "github", sigHeader: HeaderGitHubSignature, idHeader: HeaderGitHubDelivery, fixedHeaders: true}
 )
 
@@ -33,16 +34,34 @@ var (
 	_ Scheme = (*shopify)(nil)
 )
 
-// HMACSHA256 returns the scheme of Cursor's agent webhooks: the header
-// [HeaderWebhookSignature] holds "sha256=" and the hex HMAC-SHA256 of the
-// raw body under the secret, and [HeaderWebhookID] the delivery ID;
-// [Config.SignatureHeader] and [Config.IDHeader] rename the headers for
-// other senders of the same format. Secrets are used as raw bytes.
+// HMACSHA256 returns the generic scheme Cursor's agent webhooks use (see
+// [Cursor]): the header [HeaderWebhookSignature] holds "sha256=" and the
+// hex HMAC-SHA256 of the raw body under the secret (hex of either case),
+// and [HeaderWebhookID] the delivery ID; [Config.SignatureHeader] and
+// [Config.IDHeader] rename the headers for other senders of the same
+// format. Secrets are used as raw bytes.
 //
 // Neither the ID nor any time is signed, so replay protection rests on the
-// replay store alone (see [Config.DedupWindow]), and [Config.Tolerance] is
-// refused. A signer signs with the first secret; a verifier accepts any.
+// replay store alone (see [Config.Dedup] and [Config.DedupWindow]), and
+// [Config.Tolerance] is refused. A signer signs with the first secret; a
+// verifier accepts any.
 func HMACSHA256() Scheme { return schemeHMACSHA256 }
+
+// Cursor returns the scheme of Cursor's agent webhooks: [HMACSHA256] under
+// Cursor's fixed headers, [HeaderWebhookSignature] ("sha256=<hex>") and
+// [HeaderWebhookID] (the delivery ID, which [Delivery.ID] reports);
+// [Config.SignatureHeader] and [Config.IDHeader] are refused. It verifies
+// and signs exactly as HMACSHA256 does; only its name ("cursor", in
+// metrics and logs) and its fixed headers differ.
+//
+// The X-Webhook-ID header is not signed. So by default ([DedupDefault],
+// which is [DedupSignature] here) a Verifier's middleware treats copies
+// with the same body as one delivery within [Config.DedupWindow]: a retry
+// that resends the body is acknowledged without running the handler
+// again, and so is a captured body replayed under a new X-Webhook-ID.
+// [DedupID] treats copies with the same X-Webhook-ID as one instead, which
+// lets a captured body through again under a fresh ID.
+func Cursor() Scheme { return schemeCursor }
 
 // GitHub returns GitHub's webhook scheme: [HMACSHA256] under the fixed
 // headers [HeaderGitHubSignature] and [HeaderGitHubDelivery].
@@ -107,31 +126,8 @@ func (s *hmacSHA256) verify(p *params, h http.Header, body []byte, _ string) (ve
 // parseSHA256Signature parses "sha256=<64 hex digits>" (hex in either case)
 // into dst without allocating.
 func parseSHA256Signature(s string, dst *[mac.Size]byte) bool {
-	if len(s) != len(sha256Prefix)+2*mac.Size || s[:len(sha256Prefix)] != sha256Prefix {
-		return false
-	}
-	s = s[len(sha256Prefix):]
-	for i := range dst {
-		hi, ok1 := fromHex(s[2*i])
-		lo, ok2 := fromHex(s[2*i+1])
-		if !ok1 || !ok2 {
-			return false
-		}
-		dst[i] = hi<<4 | lo
-	}
-	return true
-}
-
-func fromHex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
+	return len(s) == len(sha256Prefix)+2*mac.Size && s[:len(sha256Prefix)] == sha256Prefix &&
+		parseHexTag(s[len(sha256Prefix):], dst)
 }
 
 func (s *hmacSHA256) sign(p *params, h http.Header, id string, body []byte, _ time.Time) error {

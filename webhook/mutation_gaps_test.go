@@ -524,10 +524,10 @@ func TestConfigLimitsAreInclusive(t *testing.T) {
 	}
 }
 
-// A lower-case hex tag (Stripe v1, Slack v0) with one digit replaced by a
-// character that is not a lower-case hex digit is refused, even where the
-// digit replaced was a '0' (which a lax parser reading the bad character
-// as 0 would accept): a signature has one spelling.
+// A hex tag (Stripe v1, Slack v0) with one digit replaced by a character
+// that is not a hex digit, or by another digit ('A' is 10), is refused, even
+// where the digit replaced was a '0' (which a lax parser reading the bad
+// character as 0 would accept).
 func TestLowerHexTagsRefuseAnyNonHexDigit(t *testing.T) {
 	clk := newStepClock()
 	for _, tc := range []struct {

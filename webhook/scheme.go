@@ -14,8 +14,9 @@ import (
 // Scheme is a webhook signature scheme: how a sender signs a delivery,
 // which headers carry the signature, the delivery ID and (for some schemes)
 // a signed timestamp, and what a secret looks like. Its values come from
-// this package's functions ([HMACSHA256], [GitHub], [StandardWebhooks],
-// [StandardWebhooksEd25519], [Svix], [Stripe], [Slack], [Shopify]); the
+// this package's functions ([Cursor], [HMACSHA256], [GitHub],
+// [StandardWebhooks], [StandardWebhooksEd25519], [Svix], [Stripe], [Slack],
+// [Shopify]); the
 // unexported methods keep the set closed, so new schemes and new
 // capabilities can be added without breaking callers.
 type Scheme interface {
@@ -114,10 +115,11 @@ var errToleranceFraction = reason.New(ErrConfig, "Tolerance is not a whole numbe
 
 // Header names of the schemes.
 const (
-	// HeaderWebhookSignature is the default signature header of [HMACSHA256]
-	// (Cursor's agent webhooks).
+	// HeaderWebhookSignature is the signature header of [Cursor] and the
+	// default one of [HMACSHA256].
 	HeaderWebhookSignature = "X-Webhook-Signature"
-	// HeaderWebhookID is the default delivery ID header of [HMACSHA256].
+	// HeaderWebhookID is the delivery ID header of [Cursor] and the
+	// default one of [HMACSHA256].
 	HeaderWebhookID = "X-Webhook-ID"
 	// HeaderGitHubSignature is the signature header of [GitHub].
 	HeaderGitHubSignature = "X-Hub-Signature-256"
@@ -196,28 +198,29 @@ func verifyOne(keys []*mac.Key, cands [][mac.Size]byte, write func(st *mac.State
 // equalTag compares two tags in constant time.
 func equalTag(a, b *[mac.Size]byte) bool { return hmac.Equal(a[:], b[:]) }
 
-// fromLowerHex decodes one lower-case hex digit: the schemes added after
-// GitHub accept only the spelling their senders write and their own
-// libraries compare.
-func fromLowerHex(c byte) (byte, bool) {
+// fromHex decodes one hex digit of either case: every sender's own Go
+// library decodes its signature with encoding/hex, which accepts both.
+func fromHex(c byte) (byte, bool) {
 	switch {
 	case '0' <= c && c <= '9':
 		return c - '0', true
 	case 'a' <= c && c <= 'f':
 		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
 	}
 	return 0, false
 }
 
-// parseLowerHexTag decodes exactly 64 lower-case hex digits into dst
-// without allocating.
-func parseLowerHexTag(s string, dst *[mac.Size]byte) bool {
+// parseHexTag decodes exactly 64 hex digits (either case) into dst without
+// allocating.
+func parseHexTag(s string, dst *[mac.Size]byte) bool {
 	if len(s) != 2*mac.Size {
 		return false
 	}
 	for i := range dst {
-		hi, ok1 := fromLowerHex(s[2*i])
-		lo, ok2 := fromLowerHex(s[2*i+1])
+		hi, ok1 := fromHex(s[2*i])
+		lo, ok2 := fromHex(s[2*i+1])
 		if !ok1 || !ok2 {
 			return false
 		}

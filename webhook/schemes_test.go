@@ -266,6 +266,70 @@ func TestSlackRequestWithoutEventIDIsIdentifiedBySignature(t *testing.T) {
 	}
 }
 
+// A Slack signature in upper-case hex (accepted, as slack-go accepts it) is
+// the same delivery as the lower-case one Slack sends: re-casing the hex of
+// a captured request without an event_id does not get it processed again.
+func TestSlackReCasedSignatureIsTheSameDelivery(t *testing.T) {
+	clk := clocktest.At(time.Unix(1531420618, 0))
+	v := newVerifier(t, Config{Scheme: Slack(), Secrets: []string{slackSecret}, Now: clk.Now})
+	next := &recordingHandler{}
+	mw := v.Middleware(next)
+	body := "token=x&command=%2Fdeploy&text=prod"
+	lower := "v0=" + hex.EncodeToString(standardMAC([]byte(slackSecret), "v0:1531420618:"+body))
+	for _, sig := range []string{lower, strings.ToUpper(lower[:3]) + strings.ToUpper(lower[3:]), "v0=" + strings.ToUpper(lower[3:])} {
+		h := http.Header{}
+		h.Set(HeaderSlackTimestamp, "1531420618")
+		h.Set(HeaderSlackSignature, sig)
+		d, err := v.Verify(h, []byte(body))
+		if sig[:3] != "v0=" {
+			if !errors.Is(err, ErrSignature) || Reason(err) != "signature header malformed" {
+				t.Fatalf("%s: Verify = %+v, %v; want the prefix refused", sig, d, err)
+			}
+			continue
+		}
+		if err != nil || d.ID != lower {
+			t.Fatalf("%s: Verify = %+v, %v; want the lower-case signature as ID", sig, d, err)
+		}
+		if rec := deliver(mw, h, body); rec.Code != http.StatusOK {
+			t.Fatalf("%s: status %d", sig, rec.Code)
+		}
+	}
+	if n := next.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+// Cursor() is HMACSHA256() under Cursor's fixed headers: either verifies
+// what the other signs, with the X-Webhook-ID as the delivery ID, and only
+// the name differs.
+func TestCursorIsHMACSHA256UnderFixedHeaders(t *testing.T) {
+	if Cursor().String() != "cursor" || HMACSHA256().String() != "hmac-sha256" {
+		t.Fatalf("names %q, %q", Cursor(), HMACSHA256())
+	}
+	clk := newStepClock()
+	body := `{"event":"statusChange","status":"FINISHED"}`
+	for _, pair := range [][2]Scheme{{Cursor(), HMACSHA256()}, {HMACSHA256(), Cursor()}} {
+		s := newSigner(t, Config{Scheme: pair[0], Secrets: []string{hmacSecret}, Now: clk.Now})
+		v := newVerifier(t, Config{Scheme: pair[1], Secrets: []string{hmacSecret}, Now: clk.Now})
+		h := signed(t, s, "evt_cursor_1", body)
+		if len(h) != 2 || h.Get(HeaderWebhookID) != "evt_cursor_1" || !strings.HasPrefix(h.Get(HeaderWebhookSignature), "sha256=") {
+			t.Fatalf("%v signed %v", pair[0], h)
+		}
+		if d, err := v.Verify(h, []byte(body)); err != nil || d.ID != "evt_cursor_1" {
+			t.Fatalf("%v signs, %v verifies: %+v, %v", pair[0], pair[1], d, err)
+		}
+	}
+	for _, cfg := range []Config{
+		{Scheme: Cursor(), Secrets: []string{hmacSecret}, SignatureHeader: "X-Sig"},
+		{Scheme: Cursor(), Secrets: []string{hmacSecret}, IDHeader: "X-ID"},
+		{Scheme: Cursor(), Secrets: []string{hmacSecret}, Tolerance: time.Minute},
+	} {
+		if _, err := NewVerifier(cfg); !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: %v, want ErrConfig", cfg, err)
+		}
+	}
+}
+
 // With a non-default Tolerance, the edge is compared in whole seconds
 // under every scheme that signs a time: tolerance + 0.999 s is accepted,
 // tolerance + 1 s refused, both ways.

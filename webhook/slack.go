@@ -32,19 +32,21 @@ var schemeSlack = &slack{name: "slack"}
 // Slack returns Slack's request signing scheme
 // (https://api.slack.com/authentication/verifying-requests-from-slack):
 // [HeaderSlackTimestamp] holds unix seconds and [HeaderSlackSignature]
-// "v0=" and the lower-case hex HMAC-SHA256 of "v0:" + timestamp + ":" +
-// body under the app's signing secret, used as raw bytes. A delivery whose
+// "v0=" and the hex HMAC-SHA256 of "v0:" + timestamp + ":" + body under
+// the app's signing secret, used as raw bytes (hex of either case, as
+// slack-go decodes it; Slack writes lower case). A delivery whose
 // timestamp lies more than [Config.Tolerance] (default 5 minutes, Slack's)
-// before or after the clock, compared in whole seconds, is refused;
-// Slack's own verifier refuses only the past side.
+// before or after the clock, compared in whole seconds, is refused, as
+// slack-go v0.35.0's NewSecretsVerifier does (|now - timestamp| > 5 min);
+// @slack/bolt's verifySlackRequest refuses only the past side.
 //
 // Slack sends no ID header. The delivery ID of an Events API callback is
 // its "event_id", read from the authentic JSON body, which Slack keeps
 // across retries, so retries are de-duplicated by it. Any other signed
 // request (a slash command, an interaction, the url_verification
 // handshake) has no event ID, is not retried by Slack, and is identified by
-// its signature, "v0=<hex>", which covers its timestamp: an exact replay is
-// a duplicate. A body that starts (after JSON white space) with '{' must be
+// its signature, "v0=<hex>" in lower case, which covers its timestamp: an
+// exact replay is a duplicate, and so is one with the hex re-cased. A body that starts (after JSON white space) with '{' must be
 // one well-formed JSON object whose event_id, if present, is a string of 1
 // to [MaxIDBytes] printable ASCII characters, else [ErrMalformed].
 //
@@ -99,7 +101,7 @@ func (s *slack) verify(p *params, h http.Header, body []byte, _ string) (verifie
 	}
 	var got [1][mac.Size]byte
 	if len(sig) != len(slackPrefix)+2*mac.Size || !strings.HasPrefix(sig, slackPrefix) ||
-		!parseLowerHexTag(sig[len(slackPrefix):], &got[0]) {
+		!parseHexTag(sig[len(slackPrefix):], &got[0]) {
 		return verified{}, errSigMalformed
 	}
 	key := verifyOne(p.set.Load().keys, got[:], func(st *mac.State) {
@@ -120,7 +122,10 @@ func (s *slack) verify(p *params, h http.Header, body []byte, _ string) (verifie
 		return verified{key: key}, errSlackBody
 	}
 	if !found {
-		id = sig // "v0=<64 hex>": printable ASCII, 67 bytes
+		// "v0=<64 hex>": printable ASCII, 67 bytes, in one case so that a
+		// re-cased copy is the same delivery (ToLower does not allocate
+		// for a signature already in lower case).
+		id = strings.ToLower(sig)
 	}
 	return verified{key: key, ts: t, id: id}, nil
 }

@@ -25,7 +25,8 @@ var schemeStripe = &stripe{name: "stripe"}
 // Stripe returns Stripe's webhook scheme
 // (https://docs.stripe.com/webhooks#verify-manually): the header
 // [HeaderStripeSignature] holds "t=<unix seconds>" and one or more
-// "v1=<hex HMAC-SHA256(secret, t + "." + body)>" items, comma-separated;
+// "v1=<hex HMAC-SHA256(secret, t + "." + body)>" items, comma-separated
+// (hex of either case, as stripe-go decodes it; Stripe writes lower case);
 // items of other schemes (v0, sent in test mode) are ignored, as Stripe's
 // libraries do, and every v1 item is compared (their number is bounded by
 // [MaxSignatureHeaderBytes] only). Secrets are the endpoint's signing
@@ -35,7 +36,8 @@ var schemeStripe = &stripe{name: "stripe"}
 //
 // A delivery whose timestamp lies more than [Config.Tolerance] (default
 // 300 s, Stripe's) before or after the clock, compared in whole seconds, is
-// refused; Stripe's libraries refuse only the past side. Stripe sends no ID
+// refused; Stripe's libraries refuse only the past side (stripe-go v83.2.1:
+// time.Since(t) > tolerance). Stripe sends no ID
 // header: the delivery ID is the event's "id", read from the authentic body,
 // which must be one JSON object carrying "id" once as a string of 1 to
 // [MaxIDBytes] printable ASCII characters (else [ErrMalformed]). Stripe
@@ -118,9 +120,9 @@ func (s *stripe) verify(p *params, h http.Header, body []byte, _ string) (verifi
 
 // parseStripeHeader parses a Stripe-Signature value: comma-separated
 // key=value items, exactly one "t" of 1 to 12 digits without a leading
-// zero, and v1 items of 64 lower-case hex digits decoded into dst. Items
-// with other keys are skipped, as are v1 values that are not 64 lower-case
-// hex digits (they never match). It fails when t is absent, repeated or
+// zero, and v1 items of 64 hex digits (either case) decoded into dst.
+// Items with other keys are skipped, as are v1 values that are not 64 hex
+// digits (they never match). It fails when t is absent, repeated or
 // malformed ([ErrMalformed]) or no usable v1 item remains ([ErrSignature]).
 // It does not allocate.
 func parseStripeHeader(s string, dst *[maxStripeV1][mac.Size]byte) (tsText string, n int, err error) {
@@ -144,7 +146,7 @@ func parseStripeHeader(s string, dst *[maxStripeV1][mac.Size]byte) (tsText strin
 			}
 			tsText = val
 		case "v1":
-			if n < len(dst) && parseLowerHexTag(val, &dst[n]) {
+			if n < len(dst) && parseHexTag(val, &dst[n]) {
 				n++
 			}
 		}

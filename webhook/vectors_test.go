@@ -30,6 +30,7 @@ type webhookVector struct {
 
 var vectorSchemes = map[string]Scheme{
 	"hmac-sha256":               HMACSHA256(),
+	"cursor":                    Cursor(),
 	"github":                    GitHub(),
 	"standard-webhooks":         StandardWebhooks(),
 	"standard-webhooks-ed25519": StandardWebhooksEd25519(),

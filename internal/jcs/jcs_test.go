@@ -1,4 +1,4 @@
-package ctoken
+package jcs
 
 import (
 	"crypto/sha256"
@@ -45,7 +45,7 @@ func TestCanonicalJSONRFC8785Examples(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := CanonicalJSON([]byte(c.in))
+			got, err := Canonical([]byte(c.in))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,24 +56,8 @@ func TestCanonicalJSONRFC8785Examples(t *testing.T) {
 	}
 }
 
-func TestCanonicalJSONRFC8785Numbers(t *testing.T) {
-	// RFC 8785 Appendix B: IEEE 754 bit patterns and their serialization.
-	for _, c := range rfc8785AppendixB {
-		f := math.Float64frombits(c.bits)
-		// Feed the shortest Go spelling through the parser.
-		in, _ := json.Marshal(f)
-		got, err := CanonicalJSON(in)
-		if err != nil {
-			t.Fatalf("%016x: %v", c.bits, err)
-		}
-		if string(got) != c.text {
-			t.Errorf("%016x: got %s, want %s", c.bits, got, c.text)
-		}
-	}
-}
-
 func TestArgsFingerprintIgnoresSpelling(t *testing.T) {
-	base, err := ArgsFingerprint([]byte(`{"query":"is:open","limit":100,"labels":["bug","p1"],"x":-0.0}`))
+	base, err := Sum([]byte(`{"query":"is:open","limit":100,"labels":["bug","p1"],"x":-0.0}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +73,7 @@ func TestArgsFingerprintIgnoresSpelling(t *testing.T) {
 		}{100, []string{"bug", "p1"}, "is:open", 0},
 	}
 	for i, args := range same {
-		fp, err := ArgsFingerprint(args)
+		fp, err := Sum(args)
 		if err != nil {
 			t.Fatalf("%d: %v", i, err)
 		}
@@ -106,7 +90,7 @@ func TestArgsFingerprintIgnoresSpelling(t *testing.T) {
 		`{"query":"is:open","limit":100,"labels":["p1","bug"],"x":0}`,
 		`{"query":"is:open","limit":"100","labels":["bug","p1"],"x":0}`,
 	} {
-		fp, err := ArgsFingerprint([]byte(other))
+		fp, err := Sum([]byte(other))
 		if err != nil || fp == base {
 			t.Fatalf("different arguments, same fingerprint: %s", other)
 		}
@@ -116,12 +100,12 @@ func TestArgsFingerprintIgnoresSpelling(t *testing.T) {
 func TestArgsFingerprintRejectsInvalidJSON(t *testing.T) {
 	deep := strings.Repeat("[", MaxJSONDepth+1) + strings.Repeat("]", MaxJSONDepth+1)
 	okDeep := strings.Repeat("[", MaxJSONDepth) + strings.Repeat("]", MaxJSONDepth)
-	if _, err := ArgsFingerprint([]byte(okDeep)); err != nil {
+	if _, err := Sum([]byte(okDeep)); err != nil {
 		t.Fatalf("depth at the cap: %v", err)
 	}
 	deepObj := strings.Repeat(`{"a":`, MaxJSONDepth+1) + "1" + strings.Repeat("}", MaxJSONDepth+1)
 	okDeepObj := strings.Repeat(`{"a":`, MaxJSONDepth) + "1" + strings.Repeat("}", MaxJSONDepth)
-	if _, err := ArgsFingerprint([]byte(okDeepObj)); err != nil {
+	if _, err := Sum([]byte(okDeepObj)); err != nil {
 		t.Fatalf("object depth at the cap: %v", err)
 	}
 	cases := []string{
@@ -136,23 +120,23 @@ func TestArgsFingerprintRejectsInvalidJSON(t *testing.T) {
 		`{"a":1 `, `{"a" 1}`, `{"a":1,"b"`, `[1`, `{"\q":1}`, // cut or broken inside a container
 	}
 	for _, in := range cases {
-		_, err := ArgsFingerprint([]byte(in))
+		_, err := Sum([]byte(in))
 		if !errors.Is(err, ErrArgsInvalid) {
 			t.Errorf("%q: error = %v, want ErrArgsInvalid", in, err)
 		}
 	}
-	if _, err := ArgsFingerprint(math.Inf(1)); !errors.Is(err, ErrArgsInvalid) || Reason(err) != "value cannot be marshalled as JSON" {
+	if _, err := Sum(math.Inf(1)); !errors.Is(err, ErrArgsInvalid) || reasonOf(err) != "value cannot be marshalled as JSON" {
 		t.Fatalf("unmarshalable value: %v", err)
 	}
 }
 
 func TestArgsFingerprintOfGoValues(t *testing.T) {
-	nilFP, err := ArgsFingerprint(nil)
+	nilFP, err := Sum(nil)
 	if err != nil || nilFP != sha256.Sum256([]byte("null")) {
 		t.Fatalf("nil: %v", err)
 	}
 	// A string is a Go value, marshalled to a JSON string, not JSON text.
-	strFP, err := ArgsFingerprint(`{"a":1}`)
+	strFP, err := Sum(`{"a":1}`)
 	if err != nil || strFP != sha256.Sum256([]byte(`"{\"a\":1}"`)) {
 		t.Fatalf("string: %v", err)
 	}
@@ -203,12 +187,12 @@ func TestArgsFingerprintRefusesLossyArguments(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			fp, err := ArgsFingerprint(c.args)
-			if !errors.Is(err, ErrArgsInvalid) || Reason(err) != c.reason || !fp.IsZero() {
+			fp, err := Sum(c.args)
+			if !errors.Is(err, ErrArgsInvalid) || reasonOf(err) != c.reason || fp != (Fingerprint{}) {
 				t.Fatalf("ArgsFingerprint = %x, %v; want ErrArgsInvalid: %s", fp, err, c.reason)
 			}
 			if text, ok := c.args.([]byte); ok {
-				if out, err := CanonicalJSON(text); out != nil || Reason(err) != c.reason {
+				if out, err := Canonical(text); out != nil || reasonOf(err) != c.reason {
 					t.Fatalf("CanonicalJSON = %q, %v; want ErrArgsInvalid: %s", out, err, c.reason)
 				}
 			}
@@ -234,8 +218,8 @@ func TestArgsFingerprintKeepsDistinctArgumentsApart(t *testing.T) {
 	}
 	for _, c := range pairs {
 		t.Run(c.name, func(t *testing.T) {
-			fa, errA := ArgsFingerprint(c.a)
-			fb, errB := ArgsFingerprint(c.b)
+			fa, errA := Sum(c.a)
+			fb, errB := Sum(c.b)
 			if errA == nil && errB == nil && fa == fb {
 				t.Fatalf("%v and %v share a fingerprint", c.a, c.b)
 			}
@@ -273,7 +257,7 @@ func TestArgsFingerprintAcceptsExactNumbers(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			fp, err := ArgsFingerprint(c.args)
+			fp, err := Sum(c.args)
 			if err != nil || fp != sha256.Sum256([]byte(c.canon)) {
 				t.Fatalf("ArgsFingerprint = %x, %v; want SHA-256 of %s", fp, err, c.canon)
 			}
@@ -287,11 +271,11 @@ func TestCanonicalJSONIsIdempotent(t *testing.T) {
 		`"\u2028\u007f\/"`,
 		`[0.1,0.2,0.30000000000000004]`,
 	} {
-		once, err := CanonicalJSON([]byte(in))
+		once, err := Canonical([]byte(in))
 		if err != nil {
 			t.Fatal(err)
 		}
-		twice, err := CanonicalJSON(once)
+		twice, err := Canonical(once)
 		if err != nil || string(once) != string(twice) {
 			t.Fatalf("not idempotent: %s -> %s (%v)", once, twice, err)
 		}
@@ -312,7 +296,7 @@ func TestArgsFingerprintIsSafeForConcurrentUse(t *testing.T) {
 	}
 	want := make([]Fingerprint, len(inputs))
 	for i, in := range inputs {
-		canon, err := CanonicalJSON(in)
+		canon, err := Canonical(in)
 		if err == nil {
 			want[i] = sha256.Sum256(canon)
 		}
@@ -324,8 +308,8 @@ func TestArgsFingerprintIsSafeForConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			for n := range 500 {
 				i := (g + n) % len(inputs)
-				fp, err := ArgsFingerprint(inputs[i])
-				if fp != want[i] || (err != nil) != want[i].IsZero() {
+				fp, err := Sum(inputs[i])
+				if fp != want[i] || (err != nil) != (want[i] == Fingerprint{}) {
 					t.Errorf("input %d: fingerprint %x, %v; want %x", i, fp, err, want[i])
 					return
 				}

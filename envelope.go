@@ -3,9 +3,24 @@ package ctoken
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/subtle"
 
+	strictb64 "github.com/ctoken/ctoken/internal/b64"
 	"github.com/ctoken/ctoken/internal/mac"
 )
+
+// The envelope every token of this package shares: its framing (one strict
+// base64url spelling), the subkeys it is sealed under (one per use of a
+// [Keyring], derived with HKDF-SHA256), and the constant-time checks that
+// open it. Cursors, request state and one-time tokens differ only in what
+// they put inside.
+
+// b64 is the framing of every token: base64url without padding through the
+// module's one strict decoder (internal/b64), which refuses padding, CR and
+// LF, any other character outside the alphabet and non-zero unused trailing
+// bits, so every token has exactly one spelling. bench_test.go uses this
+// name too.
+var b64 = strictb64.URL
 
 // Subkeys: every use of a [Keyring] derives its own subkey of every key of
 // the ring with HKDF-SHA256 under its own label (see [DeriveKey]), and holds
@@ -67,3 +82,19 @@ func newAEADRing(kr *Keyring, label string) (aeadRing, error) {
 	}
 	return r, nil
 }
+
+// deriveMACRing returns kr's HMAC-SHA256 subkeys for label, one per key of
+// kr, or false when kr is empty or a subkey cannot be derived.
+func deriveMACRing(kr *Keyring, label string) (macRing, bool) {
+	r := newMACRing(kr, label)
+	if len(r) != kr.Len() || len(r) == 0 {
+		return nil, false
+	}
+	return r, true
+}
+
+// equalSecret reports whether secret and want are equal, in time that
+// depends on their lengths only: every comparison of a token's bound values
+// (session, arguments fingerprint, binding tag) with what the server
+// expects goes through it. (MAC tags are compared by [macRing.verify].)
+func equalSecret(secret, want []byte) bool { return subtle.ConstantTimeCompare(secret, want) == 1 }

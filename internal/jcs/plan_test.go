@@ -1,4 +1,4 @@
-package ctoken
+package jcs
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Tests of the Go-value fast path (fingerprint_plan.go) against the plain
+// Tests of the Go-value fast path (plan.go) against the plain
 // path, fingerprintMarshalled: json.Marshal, then CanonicalJSON.
 
 type planInner struct {
@@ -111,25 +111,25 @@ type planCycle struct {
 	Next *planCycle `json:"next"`
 }
 
-// checkPlanAgrees checks ArgsFingerprint(v) against the plain path, and
+// checkPlanAgrees checks Sum(v) against the plain path, and
 // the plan's own answer when it gives one (for a []byte too, which the
 // plan encodes as a Go value, base64). It reports whether the plan
 // answered.
 func checkPlanAgrees(t *testing.T, v any) bool {
 	t.Helper()
 	want, wantErr := fingerprintMarshalled(v)
-	got, err := ArgsFingerprint(v)
+	got, err := Sum(v)
 	switch v.(type) {
 	case []byte, json.RawMessage: // JSON text to ArgsFingerprint, a Go value here
 		got, err = want, wantErr
 	}
-	if (err == nil) != (wantErr == nil) || got != want || (err != nil && (Reason(err) != Reason(wantErr) || !errors.Is(err, ErrArgsInvalid))) {
+	if (err == nil) != (wantErr == nil) || got != want || (err != nil && (reasonOf(err) != reasonOf(wantErr) || !errors.Is(err, ErrArgsInvalid))) {
 		t.Fatalf("%T %+v: ArgsFingerprint = %x, %v; plain path %x, %v", v, v, got, err, want, wantErr)
 	}
 	fp, ok := fingerprintGoValue(v)
 	if ok && (wantErr != nil || fp != want) {
 		text, _ := json.Marshal(v)
-		canon, _ := CanonicalJSON(text)
+		canon, _ := Canonical(text)
 		t.Fatalf("%T %s: plan answers %x; plain path %x, %v (canonical %s)", v, text, fp, want, wantErr, canon)
 	}
 	return ok
@@ -255,4 +255,23 @@ func FuzzArgsFingerprintGoPlan(f *testing.F) {
 			checkPlanAgrees(t, v)
 		}
 	})
+}
+
+// benchSmallArgs are the arguments of a typical paginated tool call as a
+// Go struct, fields in declaration (not canonical) order: the root
+// package's benchmarks fingerprint the same value.
+type benchSmallArgs struct {
+	Query   string            `json:"query"`
+	Repo    string            `json:"repo"`
+	PerPage int               `json:"per_page"`
+	Labels  []string          `json:"labels"`
+	Filter  map[string]string `json:"filter"`
+}
+
+var benchSmall = benchSmallArgs{
+	Query:   "is:open label:bug sort:updated-desc",
+	Repo:    "ctoken/ctoken",
+	PerPage: 50,
+	Labels:  []string{"p1", "backend"},
+	Filter:  map[string]string{"state": "open", "author": "octocat"},
 }

@@ -1,9 +1,10 @@
-package ctoken
+package jcs
 
-// The Go-value fast path of ArgsFingerprint: one encoding plan per type,
-// built once by reflection, that writes the RFC 8785 canonical form of a
-// value directly (struct fields already in canonical order) instead of
-// marshalling with encoding/json and canonicalizing the result.
+// The Go-value fast path of Sum (ctoken.ArgsFingerprint): one encoding
+// plan per type, built once by reflection, that writes the RFC 8785
+// canonical form of a value directly (struct fields already in canonical
+// order) instead of marshalling with encoding/json and canonicalizing the
+// result.
 //
 // A plan covers only what it reproduces exactly: booleans, integers,
 // floats, strings, structs without embedded fields, maps with string or
@@ -12,8 +13,8 @@ package ctoken
 // with a MarshalJSON or MarshalText method, json.Number, an embedded field,
 // omitzero, two fields of one name, a value the plan would have to refuse
 // or cannot write (invalid UTF-8, an inexact number, NaN, nesting past
-// MaxJSONDepth) — makes the plan give up, and ArgsFingerprint takes the
-// plain path (json.Marshal, then CanonicalJSON), which decides and reports
+// MaxJSONDepth) — makes the plan give up, and Sum takes the
+// plain path (json.Marshal, then Canonical), which decides and reports
 // as it always has. So where the plan answers, it answers what the plain
 // path would (FuzzArgsFingerprintGoPlan checks the pair).
 
@@ -40,8 +41,8 @@ type goEncoder func(p *jcsParser, out []byte, v reflect.Value, depth int) ([]byt
 // goPlan is the encoder of one type.
 type goPlan struct {
 	enc goEncoder
-	// never marks a type the plan covers no value of: ArgsFingerprint
-	// goes straight to the plain path.
+	// never marks a type the plan covers no value of: Sum goes straight
+	// to the plain path.
 	never bool
 }
 
@@ -225,7 +226,7 @@ func encodeFloat64(p *jcsParser, out []byte, v reflect.Value, _ int) ([]byte, bo
 }
 
 // numberLiteral appends the canonical form of the JSON number lit, or
-// reports false if CanonicalJSON would refuse it.
+// reports false if Canonical would refuse it.
 func (p *jcsParser) numberLiteral(out, lit []byte) ([]byte, bool) {
 	p.in, p.pos = lit, 0
 	out, err := p.number(out)
@@ -240,7 +241,7 @@ func encodeString(_ *jcsParser, out []byte, v reflect.Value, _ int) ([]byte, boo
 
 // appendGoString appends s as a canonical JSON string, or reports false
 // if s is not valid UTF-8 (encoding/json would write U+FFFD for it, which
-// ArgsFingerprint refuses).
+// Sum refuses).
 func appendGoString(out []byte, s string) ([]byte, bool) {
 	out = append(out, '"')
 	start, i := 0, 0

@@ -1,0 +1,62 @@
+package jcs
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"testing"
+)
+
+// TestJSONSpecial8MatchesTable checks the SWAR tests against the byte table
+// (jsonSpecialMask8 for the position of the first special byte):
+// every byte value in every position among plain and special neighbours,
+// and a stream of pseudo-random words.
+func TestJSONSpecial8MatchesTable(t *testing.T) {
+	want := func(w [8]byte) bool {
+		for _, c := range w {
+			if !jsonPlain[c] {
+				return true
+			}
+		}
+		return false
+	}
+	first := func(w [8]byte) int {
+		for i, c := range w {
+			if !jsonPlain[c] {
+				return i
+			}
+		}
+		return 8
+	}
+	check := func(w [8]byte) {
+		x := binary.LittleEndian.Uint64(w[:])
+		if got := jsonSpecial8(x); got != want(w) {
+			t.Fatalf("jsonSpecial8(%q) = %v, want %v", w[:], got, want(w))
+		}
+		if got := bits.TrailingZeros64(jsonSpecialMask8(x)) >> 3; got != first(w) {
+			t.Fatalf("jsonSpecialMask8(%q) puts the first special byte at %d, want %d", w[:], got, first(w))
+		}
+	}
+	for _, fill := range []byte{'a', ' ', '~', 0x7f, '"', '\\', 0, 0x1f, 0x80, 0xff} {
+		for pos := range 8 {
+			for c := range 256 {
+				var w [8]byte
+				for i := range w {
+					w[i] = fill
+				}
+				w[pos] = byte(c)
+				check(w)
+			}
+		}
+	}
+	x := uint64(0x9e3779b97f4a7c15)
+	for range 200000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], x&0x7f7f7f7f7f7f7f7f) // mostly ASCII
+		check(w)
+		binary.LittleEndian.PutUint64(w[:], x)
+		check(w)
+	}
+}
