@@ -63,8 +63,8 @@ func byNumber(a, b protoreflect.FieldDescriptor) int { return cmp.Compare(a.Numb
 // plans caches a [plan] per message descriptor, by identity: two
 // descriptors of one full name (dynamicpb) never share a plan.
 type plans struct {
-	m sync.Map // protoreflect.MessageDescriptor → *plan
-	n int32    // entries, under mu
+	m  sync.Map // protoreflect.MessageDescriptor → *plan
+	n  int32    // entries, under mu
 	mu sync.Mutex
 }
 

@@ -268,7 +268,8 @@ func (pg *Page) Index() uint32 { return pg.index }
 
 // State returns the keyset state the page token carries (what
 // [Page.Next] was given: typically the sort key of the previous page's
-// last item), or nil on the first page. The caller may modify it.
+// last item), or nil on the first page. The slice is the page's own: do
+// not modify it.
 func (pg *Page) State() []byte { return pg.state }
 
 // StateMessage unmarshals the keyset state into m (which it resets first),
