@@ -43,7 +43,7 @@ func TestFingerprintMatchesTheDocumentedEncoding(t *testing.T) {
 	in = append(in, 4, 1, byte(protoreflect.StringKind), 2, 'a', 'b') // filter
 	in = append(in, 6, 1, byte(protoreflect.Int32Kind), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
 	in = append(in, 0, 0) // end of fields, no unknown fields
-	if got, want := fingerprint(t, f.pager, req), ctoken.Fingerprint(sha256.Sum256(in)); got != want {
+	if got, want := fingerprint(t, f.Pager, req), ctoken.Fingerprint(sha256.Sum256(in)); got != want {
 		t.Fatalf("fingerprint %x, want %x", got, want)
 	}
 }
@@ -61,7 +61,7 @@ func TestFingerprintDistinguishesEveryFieldButThePageFields(t *testing.T) {
 			FMessage: &fingerprintpb.Nested{Name: "n"},
 		}
 	}
-	ref := fingerprint(t, f.pager, base())
+	ref := fingerprint(t, f.Pager, base())
 	same := map[string]func(*fingerprintpb.Request){
 		"page_size":                  func(r *fingerprintpb.Request) { r.PageSize = 50 },
 		"page_token":                 func(r *fingerprintpb.Request) { r.PageToken = "anything" },
@@ -72,7 +72,7 @@ func TestFingerprintDistinguishesEveryFieldButThePageFields(t *testing.T) {
 	for name, edit := range same {
 		r := base()
 		edit(r)
-		if fingerprint(t, f.pager, r) != ref {
+		if fingerprint(t, f.Pager, r) != ref {
 			t.Errorf("%s changed the fingerprint", name)
 		}
 	}
@@ -106,18 +106,18 @@ func TestFingerprintDistinguishesEveryFieldButThePageFields(t *testing.T) {
 	for name, edit := range differ {
 		r := base()
 		edit(r)
-		if fingerprint(t, f.pager, r) == ref {
+		if fingerprint(t, f.Pager, r) == ref {
 			t.Errorf("%s did not change the fingerprint", name)
 		}
 	}
 	// Unknown fields only a server can set, malformed, are a server fault.
 	r := base()
 	r.ProtoReflect().SetUnknown(protowire.AppendTag(nil, 1000, protowire.BytesType))
-	if _, err := f.pager.Fingerprint(r); !errors.Is(err, protopage.ErrServer) {
+	if _, err := f.Pager.Fingerprint(r); !errors.Is(err, protopage.ErrServer) {
 		t.Errorf("malformed unknown fields: %v", err)
 	}
 	// Another message type with the same fields set is another request.
-	if fingerprint(t, f.pager, &librarypb.ListBooksRequest{}) == fingerprint(t, f.pager, &fingerprintpb.Request{}) {
+	if fingerprint(t, f.Pager, &librarypb.ListBooksRequest{}) == fingerprint(t, f.Pager, &fingerprintpb.Request{}) {
 		t.Error("two request types share a fingerprint")
 	}
 }
@@ -134,7 +134,7 @@ func TestFingerprintIgnoresEncodingOrderAndJSONWhitespace(t *testing.T) {
 		FMessage: &fingerprintpb.Nested{Children: map[string]*fingerprintpb.Nested{"k": {Name: "v"}}},
 		OBool:    new(bool),
 	}
-	ref := fingerprint(t, f.pager, req)
+	ref := fingerprint(t, f.Pager, req)
 	wire, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestFingerprintIgnoresEncodingOrderAndJSONWhitespace(t *testing.T) {
 		if err := proto.Unmarshal(b, &got); err != nil {
 			t.Fatal(err)
 		}
-		if fingerprint(t, f.pager, &got) != ref {
+		if fingerprint(t, f.Pager, &got) != ref {
 			t.Errorf("%s changed the fingerprint", name)
 		}
 	}
@@ -153,7 +153,7 @@ func TestFingerprintIgnoresEncodingOrderAndJSONWhitespace(t *testing.T) {
 		if err := protojson.Unmarshal(text, &got); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if fingerprint(t, f.pager, &got) != ref {
+		if fingerprint(t, f.Pager, &got) != ref {
 			t.Errorf("%s changed the fingerprint", name)
 		}
 	}
@@ -287,11 +287,11 @@ func FuzzFingerprint(f *testing.F) {
 		if proto.Unmarshal(x, &mx) != nil || proto.Unmarshal(y, &my) != nil {
 			return
 		}
-		fx1, err := fx.pager.Fingerprint(&mx)
+		fx1, err := fx.Pager.Fingerprint(&mx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fy, err := fx.pager.Fingerprint(&my)
+		fy, err := fx.Pager.Fingerprint(&my)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,7 +303,7 @@ func FuzzFingerprint(f *testing.F) {
 		if err := proto.Unmarshal(reverseFields(t, x), &rev); err != nil {
 			t.Fatal(err)
 		}
-		if got, _ := fx.pager.Fingerprint(&rev); got != fx1 {
+		if got, _ := fx.Pager.Fingerprint(&rev); got != fx1 {
 			t.Fatalf("reordering the fields changed the fingerprint of %v", &mx)
 		}
 		// protojson drops unknown fields; its layouts must all agree.
@@ -313,7 +313,7 @@ func FuzzFingerprint(f *testing.F) {
 			if err := protojson.Unmarshal(text, &j); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			got, err := fx.pager.Fingerprint(&j)
+			got, err := fx.Pager.Fingerprint(&j)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,13 +1,10 @@
 package protopage_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,69 +12,18 @@ import (
 	"github.com/ctoken/ctoken/protopage"
 	"github.com/ctoken/ctoken/protopage/internal/fingerprintpb"
 	"github.com/ctoken/ctoken/protopage/internal/librarypb"
+	"github.com/ctoken/ctoken/protopage/internal/pagetest"
 	"github.com/ctoken/ctoken/protopage/internal/shelf"
 	"google.golang.org/protobuf/proto"
 )
 
-const listMethod = "/ctoken.protopage.example.v1.LibraryService/ListBooks"
+type fixture = pagetest.Fixture
 
-// lockedBuffer is a log sink the tests read while handlers write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+func newFixture(t testing.TB, cfg protopage.Config) *fixture { return pagetest.New(t, cfg) }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+func callCtx(method, caller string) context.Context { return pagetest.CallCtx(method, caller) }
 
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// fixture is a Pager with a settable clock, a log buffer, and a second
-// issuer of the same keys in another server session.
-type fixture struct {
-	pager   *protopage.Pager
-	issuer  *ctoken.CursorIssuer
-	foreign *ctoken.CursorIssuer // same keys, another Session
-	log     *lockedBuffer
-	now     atomic.Int64 // unix seconds
-}
-
-func newFixture(t testing.TB, cfg protopage.Config) *fixture {
-	t.Helper()
-	f := &fixture{log: new(lockedBuffer)}
-	f.now.Store(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC).Unix())
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := func() time.Time { return time.Unix(f.now.Load(), 0) }
-	if f.issuer, err = ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: keys, Session: []byte("fleet-1"), TTL: time.Minute, Now: clock}); err != nil {
-		t.Fatal(err)
-	}
-	if f.foreign, err = ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: keys, Session: []byte("fleet-2"), TTL: time.Minute, Now: clock}); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Issuer = f.issuer
-	cfg.Logger = slog.New(slog.NewTextHandler(f.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	if f.pager, err = protopage.New(cfg); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-func callCtx(method, caller string) context.Context {
-	return protopage.WithCall(context.Background(), protopage.Call{
-		Method: method,
-		Caller: func(context.Context) (string, error) { return caller, nil },
-	})
-}
+const listMethod = pagetest.ListMethod
 
 func minYear(y int32) *int32 { return &y }
 
@@ -87,9 +33,9 @@ func listReq() *librarypb.ListBooksRequest {
 
 // firstToken serves the first page of req for alice and returns its next
 // token.
-func (f *fixture) firstToken(t *testing.T, req *librarypb.ListBooksRequest) string {
+func firstToken(t *testing.T, f *fixture, req *librarypb.ListBooksRequest) string {
 	t.Helper()
-	page, err := f.pager.Start(callCtx(listMethod, "alice"), req)
+	page, err := f.Pager.Start(callCtx(listMethod, "alice"), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,12 +50,12 @@ func TestStartResumesWithTheStateAndHonorsAChangedPageSize(t *testing.T) {
 	f := newFixture(t, protopage.Config{})
 	req := listReq()
 	req.MinYear = minYear(1950)
-	token := f.firstToken(t, req)
+	token := firstToken(t, f, req)
 
 	next := proto.Clone(req).(*librarypb.ListBooksRequest)
 	next.PageToken = token
 	next.PageSize = 7 // AIP-158: a changed page_size is honored
-	page, err := f.pager.Start(callCtx(listMethod, "alice"), next)
+	page, err := f.Pager.Start(callCtx(listMethod, "alice"), next)
 	if err != nil {
 		t.Fatalf("Start with the next token and another page_size: %v", err)
 	}
@@ -125,7 +71,7 @@ func TestStartResumesWithTheStateAndHonorsAChangedPageSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	next.PageToken = third
-	page, err = f.pager.Start(callCtx(listMethod, "alice"), next)
+	page, err = f.Pager.Start(callCtx(listMethod, "alice"), next)
 	if err != nil || page.Index() != 2 || string(page.State()) != "raw" {
 		t.Fatalf("third page: %v", err)
 	}
@@ -133,7 +79,7 @@ func TestStartResumesWithTheStateAndHonorsAChangedPageSize(t *testing.T) {
 
 func TestStartFirstPageHasNoState(t *testing.T) {
 	f := newFixture(t, protopage.Config{})
-	page, err := f.pager.Start(callCtx(listMethod, "alice"), listReq())
+	page, err := f.Pager.Start(callCtx(listMethod, "alice"), listReq())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,9 +97,9 @@ func TestStartFirstPageHasNoState(t *testing.T) {
 // text, and the reason is in the log, never in the error text.
 func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 	f := newFixture(t, protopage.Config{})
-	token := f.firstToken(t, listReq())
-	foreign, err := f.foreign.Issue(ctoken.CursorPayload{CursorScope: func() ctoken.CursorScope {
-		fp, err := f.pager.Fingerprint(listReq())
+	token := firstToken(t, f, listReq())
+	foreign, err := f.Foreign.Issue(ctoken.CursorPayload{CursorScope: func() ctoken.CursorScope {
+		fp, err := f.Pager.Fingerprint(listReq())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,12 +108,7 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tampered := []byte(token)
-	if tampered[len(tampered)/2] == 'A' {
-		tampered[len(tampered)/2] = 'B'
-	} else {
-		tampered[len(tampered)/2] = 'A'
-	}
+	tampered := pagetest.Tamper(token)
 
 	cases := []struct {
 		name    string
@@ -186,7 +127,7 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 		{name: "optional field now set to its default", edit: func(r *librarypb.ListBooksRequest) { r.MinYear = minYear(0) }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongArguments},
 		{name: "another caller", caller: "mallory", kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongCaller},
 		{name: "another method", method: "/ctoken.protopage.example.v1.LibraryService/ListShelves", kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongTool},
-		{name: "tampered", token: string(tampered), kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonMACMismatch},
+		{name: "tampered", token: tampered, kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonMACMismatch},
 		{name: "truncated", token: token[:len(token)-10], kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid},
 		{name: "not a token", token: "page-2", kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid},
 		{name: "oversize", token: strings.Repeat("A", ctoken.MaxCursorBytes+1), kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorOversize},
@@ -195,8 +136,8 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Cleanup(func() { f.now.Add(-int64(tc.advance / time.Second)) })
-			f.now.Add(int64(tc.advance / time.Second))
+			t.Cleanup(func() { f.Advance(-tc.advance) })
+			f.Advance(tc.advance)
 			req := listReq()
 			req.PageToken = token
 			if tc.token != "" {
@@ -212,8 +153,8 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 			if tc.caller != "" {
 				caller = tc.caller
 			}
-			before := len(f.log.String())
-			page, err := f.pager.Start(callCtx(method, caller), req)
+			before := len(f.Log.String())
+			page, err := f.Pager.Start(callCtx(method, caller), req)
 			if page != nil || !errors.Is(err, tc.kind) || !errors.Is(err, tc.sent) {
 				t.Fatalf("Start = %v, %v; want %v and %v", page, err, tc.kind, tc.sent)
 			}
@@ -227,7 +168,7 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 			if why == ctoken.ReasonNone || strings.Contains(err.Error(), why.String()) {
 				t.Fatalf("reason %q: missing, or in the error text %q", why, err)
 			}
-			logged := f.log.String()[before:]
+			logged := f.Log.String()[before:]
 			if !strings.Contains(logged, "reason=\""+why.String()+"\"") || !strings.Contains(logged, "method="+method) {
 				t.Fatalf("log %q lacks the reason %q or the method", logged, why)
 			}
@@ -258,12 +199,12 @@ func TestStartRefusesServerFaults(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			before := len(f.log.String())
-			page, err := f.pager.Start(tc.ctx, tc.req)
+			before := len(f.Log.String())
+			page, err := f.Pager.Start(tc.ctx, tc.req)
 			if page != nil || !errors.Is(err, tc.kind) || err.Error() != tc.kind.Error() {
 				t.Fatalf("Start = %v, %v; want exactly %v", page, err, tc.kind)
 			}
-			logged := f.log.String()[before:]
+			logged := f.Log.String()[before:]
 			if !strings.Contains(logged, "reason=") || strings.Contains(logged, "alice") {
 				t.Fatalf("log %q: no reason, or the CallerFunc's own error text", logged)
 			}
@@ -284,7 +225,7 @@ func TestStartRefusesServerFaults(t *testing.T) {
 
 func TestNextRefusesStateTooLargeForAToken(t *testing.T) {
 	f := newFixture(t, protopage.Config{})
-	page, err := f.pager.Start(callCtx(listMethod, "alice"), listReq())
+	page, err := f.Pager.Start(callCtx(listMethod, "alice"), listReq())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +236,7 @@ func TestNextRefusesStateTooLargeForAToken(t *testing.T) {
 
 func TestStateMessageRefusesStateOfAnotherType(t *testing.T) {
 	f := newFixture(t, protopage.Config{})
-	first, err := f.pager.Start(callCtx(listMethod, "alice"), listReq())
+	first, err := f.Pager.Start(callCtx(listMethod, "alice"), listReq())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +246,7 @@ func TestStateMessageRefusesStateOfAnotherType(t *testing.T) {
 	}
 	req := listReq()
 	req.PageToken = token
-	page, err := f.pager.Start(callCtx(listMethod, "alice"), req)
+	page, err := f.Pager.Start(callCtx(listMethod, "alice"), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,9 +287,9 @@ func TestConfiguredFieldNamesAreLeftOut(t *testing.T) {
 	a := &fingerprintpb.Request{FString: "token", FInt32: 5, PageToken: "x", PageSize: 1}
 	b := &fingerprintpb.Request{FString: "other", FInt32: 9, PageToken: "x", PageSize: 1}
 	c := &fingerprintpb.Request{FString: "token", FInt32: 5, PageToken: "y", PageSize: 1}
-	fa, errA := f.pager.Fingerprint(a)
-	fb, errB := f.pager.Fingerprint(b)
-	fc, errC := f.pager.Fingerprint(c)
+	fa, errA := f.Pager.Fingerprint(a)
+	fb, errB := f.Pager.Fingerprint(b)
+	fc, errC := f.Pager.Fingerprint(c)
 	if err := errors.Join(errA, errB, errC); err != nil {
 		t.Fatal(err)
 	}
@@ -356,10 +297,10 @@ func TestConfiguredFieldNamesAreLeftOut(t *testing.T) {
 		t.Fatal("the configured page fields are bound, or the default ones are not")
 	}
 	g := newFixture(t, protopage.Config{PageTokenField: "name", PageSizeField: "values"})
-	if _, err := g.pager.Fingerprint(&fingerprintpb.Nested{}); !errors.Is(err, protopage.ErrServer) {
+	if _, err := g.Pager.Fingerprint(&fingerprintpb.Nested{}); !errors.Is(err, protopage.ErrServer) {
 		t.Fatalf("repeated page size field: %v", err)
 	}
-	if _, err := g.pager.Start(callCtx(listMethod, "alice"), &fingerprintpb.Nested{}); !errors.Is(err, protopage.ErrServer) {
+	if _, err := g.Pager.Start(callCtx(listMethod, "alice"), &fingerprintpb.Nested{}); !errors.Is(err, protopage.ErrServer) {
 		t.Fatalf("Start with a repeated page size field: %v", err)
 	}
 }
@@ -369,7 +310,7 @@ func TestConfiguredFieldNamesAreLeftOut(t *testing.T) {
 // or repeated.
 func TestShelfPagesToTheEnd(t *testing.T) {
 	f := newFixture(t, protopage.Config{})
-	s := &shelf.Shelf{Pager: f.pager, Books: shelf.Books(40)}
+	s := &shelf.Shelf{Pager: f.Pager, Books: shelf.Books(40)}
 	for _, req := range []*librarypb.ListBooksRequest{
 		{Parent: "shelves/a"},
 		{Parent: "shelves/b", OrderBy: "year", PageSize: 3},
