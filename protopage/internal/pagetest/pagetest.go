@@ -127,7 +127,13 @@ func (f *Fixture) Refusals(t testing.TB, req *librarypb.ListBooksRequest, token 
 	}
 	return []Refusal{
 		{Name: "changed filter", Request: with(func(r *librarypb.ListBooksRequest) { r.Filter += "x" }), Want: protopage.ErrRequestChanged},
-		{Name: "changed order", Request: with(func(r *librarypb.ListBooksRequest) { r.OrderBy = "year" }), Want: protopage.ErrRequestChanged},
+		{Name: "changed order", Request: with(func(r *librarypb.ListBooksRequest) {
+			if r.OrderBy == "year" {
+				r.OrderBy = "title"
+			} else {
+				r.OrderBy = "year"
+			}
+		}), Want: protopage.ErrRequestChanged},
 		{Name: "changed parent", Request: with(func(r *librarypb.ListBooksRequest) { r.Parent = "shelves/z" }), Want: protopage.ErrRequestChanged},
 		{Name: "another caller's token", Caller: "mallory", Request: with(func(*librarypb.ListBooksRequest) {}), Want: protopage.ErrTokenInvalid},
 		{Name: "tampered", Request: with(func(r *librarypb.ListBooksRequest) { r.PageToken = Tamper(token) }), Want: protopage.ErrTokenInvalid},
