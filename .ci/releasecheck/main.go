@@ -56,7 +56,8 @@ const rootPath = "github.com/ctoken/ctoken"
 var verbose = os.Getenv("RELEASE_CHECK_VERBOSE") != ""
 
 // consumerImports are the modules the consumer program imports.
-var consumerImports = []string{rootPath, rootPath + "/mcp", rootPath + "/mcpgo", rootPath + "/otel", rootPath + "/redisstore"}
+var consumerImports = []string{rootPath, rootPath + "/mcp", rootPath + "/mcpgo", rootPath + "/otel",
+	rootPath + "/protopage", rootPath + "/protopage/connectpage", rootPath + "/protopage/grpcpage", rootPath + "/redisstore"}
 
 func main() {
 	rev := flag.String("rev", "HEAD", "git revision to pack")
