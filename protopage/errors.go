@@ -57,10 +57,9 @@ type fault string
 
 func (f fault) Error() string { return string(f) }
 
-// logRefusal writes one record for a refusal: the method and the reason,
-// never the token or the caller. Refusals an honest client causes (an
-// expired token, a changed request, no caller) are Info; the rest Warn,
-// and faults of the server Error.
+// logLevel is the level a refusal of kind is logged at: Info for what an
+// honest client causes (an expired token, a changed request, no caller),
+// Error for faults of the server, Warn for the rest.
 func logLevel(kind error) slog.Level {
 	switch kind {
 	case ErrTokenExpired, ErrRequestChanged, ErrNoCaller:

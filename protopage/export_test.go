@@ -13,7 +13,7 @@ func FingerprintInput(p *Pager, req proto.Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := encoder{buf: []byte(fingerprintDomain), plans: p.fingerprintMsg}
+	e := encoder{buf: []byte(fingerprintDomain), plans: p.plans}
 	name := m.Descriptor().FullName()
 	e.uvarint(uint64(len(name)))
 	e.buf = append(e.buf, name...)

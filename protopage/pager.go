@@ -42,10 +42,10 @@ type Config struct {
 // but the page token and page size. It is safe for concurrent use. The zero
 // value refuses every call with [ErrServer].
 type Pager struct {
-	issuer         *ctoken.CursorIssuer
-	log            *slog.Logger
-	token, size    protoreflect.Name
-	fingerprintMsg *plans
+	issuer      *ctoken.CursorIssuer
+	log         *slog.Logger
+	token, size protoreflect.Name
+	plans       *plans
 }
 
 // New returns a [Pager] for cfg. A nil Issuer or Logger, an invalid field
@@ -57,7 +57,7 @@ func New(cfg Config) (*Pager, error) {
 	if cfg.Logger == nil {
 		return nil, fmt.Errorf("%w: protopage.Config.Logger is nil", ctoken.ErrConfig)
 	}
-	p := &Pager{issuer: cfg.Issuer, log: cfg.Logger, token: DefaultPageTokenField, size: DefaultPageSizeField, fingerprintMsg: new(plans)}
+	p := &Pager{issuer: cfg.Issuer, log: cfg.Logger, token: DefaultPageTokenField, size: DefaultPageSizeField, plans: new(plans)}
 	if cfg.PageTokenField != "" {
 		p.token = protoreflect.Name(cfg.PageTokenField)
 	}
@@ -165,7 +165,7 @@ func (p *Pager) Start(ctx context.Context, req proto.Message) (*Page, error) {
 	if caller == "" {
 		return nil, p.refuse(ctx, c.Method, ErrNoCaller, errCallerEmpty)
 	}
-	fp, err := p.fingerprintMsg.fingerprint(m, tokenFD.Number(), sizeFD.Number())
+	fp, err := p.plans.fingerprint(m, tokenFD.Number(), sizeFD.Number())
 	if err != nil {
 		return nil, p.refuse(ctx, c.Method, ErrServer, err)
 	}
@@ -196,7 +196,7 @@ func (p *Pager) Start(ctx context.Context, req proto.Message) (*Page, error) {
 // token and page size (the package documentation defines it). A request
 // without the page fields, or nested deeper than [MaxDepth], is [ErrServer].
 func (p *Pager) Fingerprint(req proto.Message) (ctoken.Fingerprint, error) {
-	if p == nil || p.fingerprintMsg == nil {
+	if p == nil || p.plans == nil {
 		return ctoken.Fingerprint{}, &refusal{ErrServer, ctoken.ErrNoKey}
 	}
 	if req == nil || !req.ProtoReflect().IsValid() {
@@ -207,7 +207,7 @@ func (p *Pager) Fingerprint(req proto.Message) (ctoken.Fingerprint, error) {
 	if err != nil {
 		return ctoken.Fingerprint{}, &refusal{ErrServer, err}
 	}
-	fp, err := p.fingerprintMsg.fingerprint(m, tokenFD.Number(), sizeFD.Number())
+	fp, err := p.plans.fingerprint(m, tokenFD.Number(), sizeFD.Number())
 	if err != nil {
 		return ctoken.Fingerprint{}, &refusal{ErrServer, err}
 	}

@@ -172,6 +172,13 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 			if !strings.Contains(logged, "reason=\""+why.String()+"\"") || !strings.Contains(logged, "method="+method) {
 				t.Fatalf("log %q lacks the reason %q or the method", logged, why)
 			}
+			level := "level=WARN"
+			if tc.kind == protopage.ErrTokenExpired || tc.kind == protopage.ErrRequestChanged {
+				level = "level=INFO" // what an honest client causes
+			}
+			if !strings.Contains(logged, level) {
+				t.Fatalf("log %q, want %s", logged, level)
+			}
 			if strings.Contains(logged, req.PageToken) || strings.Contains(logged, caller) {
 				t.Fatalf("log %q carries the token or the caller", logged)
 			}
