@@ -17,7 +17,7 @@ done
 
 echo "--- protopage: benchmarks once (a smoke test: nothing timed)"
 go test -run '^$' -bench . -benchtime 1x .
-(cd grpcpage && go test -run '^$' -bench . -benchtime 1x .)
+for m in grpcpage connectpage; do (cd "$m" && go test -run "^\$" -bench . -benchtime 1x .); done
 
 echo "--- protopage: FuzzFingerprint, short"
 go test -run '^$' -fuzz '^FuzzFingerprint$' -fuzztime "${PROTOPAGE_FUZZTIME:-5s}" .
