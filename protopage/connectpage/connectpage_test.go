@@ -157,6 +157,22 @@ func TestConnectRefusesWithInvalidArgumentAndNoReason(t *testing.T) {
 	}
 }
 
+// TestConnectBindsTheProcedureAsGRPCNamesIt sends a token issued for
+// pagetest.ListMethod (gRPC's full method name) outside any transport, over
+// every protocol: the interceptor must name the call exactly so.
+func TestConnectBindsTheProcedureAsGRPCNamesIt(t *testing.T) {
+	f := pagetest.New(t, protopage.Config{})
+	srv := start(t, f.Pager, shelf.Books(10))
+	req := &librarypb.ListBooksRequest{Parent: "shelves/a", PageSize: 2}
+	req.PageToken = f.TokenFor(t, req, "alice")
+	for name, opts := range protocols {
+		client := librarypbconnect.NewLibraryServiceClient(srv.Client(), srv.URL, opts...)
+		if _, err := call(client, "alice", req); err != nil {
+			t.Fatalf("%s: a token for %s: %v", name, pagetest.ListMethod, err)
+		}
+	}
+}
+
 // post sends body to ListBooks as curl would: a plain HTTP POST with a JSON
 // body (the Connect protocol's unary form). It returns the status and the
 // response body.

@@ -142,6 +142,19 @@ func TestGRPCRefusesWithInvalidArgumentAndNoReason(t *testing.T) {
 	}
 }
 
+// TestGRPCBindsTheFullMethodName sends a token issued for
+// pagetest.ListMethod outside any transport: the interceptor must name the
+// call exactly so for it to verify.
+func TestGRPCBindsTheFullMethodName(t *testing.T) {
+	f := pagetest.New(t, protopage.Config{})
+	client := start(t, f.Pager, shelf.Books(10))
+	req := &librarypb.ListBooksRequest{Parent: "shelves/a", PageSize: 2}
+	req.PageToken = f.TokenFor(t, req, "alice")
+	if _, err := client.ListBooks(as("alice"), req); err != nil {
+		t.Fatalf("a token for %s: %v", pagetest.ListMethod, err)
+	}
+}
+
 func TestGRPCRefusesARequestWithoutCaller(t *testing.T) {
 	f := pagetest.New(t, protopage.Config{})
 	client := start(t, f.Pager, shelf.Books(10))

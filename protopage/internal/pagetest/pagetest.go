@@ -183,3 +183,19 @@ func CheckRefusal(t testing.TB, msg string, want error, log, token, caller strin
 		t.Fatalf("log %q carries the token or the caller", log)
 	}
 }
+
+// TokenFor issues, without any transport, the token of page 1 of req for
+// caller bound to [ListMethod]: a transport that accepts it binds tokens to
+// exactly that method name.
+func (f *Fixture) TokenFor(t testing.TB, req *librarypb.ListBooksRequest, caller string) string {
+	t.Helper()
+	page, err := f.Pager.Start(CallCtx(ListMethod, caller), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := page.NextMessage(&librarypb.BookKey{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
