@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite under Go's FIPS 140-3 mode (docs/fips.md): the root
-# module, mcp, mcpgo, and redisstore against a throwaway redis-server, each
+# module, mcp, mcpgo, the protopage modules, and redisstore against a
+# throwaway redis-server, each
 # with GODEBUG=fips140=only and then =on. Tests that exercise what the mode
 # forbids (short HMAC secrets, caller-chosen GCM nonces) assert the refusal
 # under the mode instead of skipping. Called from .ci/run.
@@ -8,9 +9,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 for mode in only on; do
-	echo "--- GODEBUG=fips140=$mode: root, mcp, mcpgo, redisstore"
+	echo "--- GODEBUG=fips140=$mode: root, mcp, mcpgo, protopage, redisstore"
 	GODEBUG=fips140=$mode go test -count=1 ./...
 	(cd mcp && GODEBUG=fips140=$mode go test -count=1 ./...)
 	(cd mcpgo && GODEBUG=fips140=$mode go test -count=1 ./...)
+	for m in protopage protopage/grpcpage protopage/connectpage; do
+		(cd "$m" && GODEBUG=fips140=$mode go test -count=1 ./...)
+	done
 	CI=true bash .ci/redis.sh sh -c "cd redisstore && GODEBUG=fips140=$mode go test -count=1 ./..."
 done

@@ -9,14 +9,20 @@ const consumerMain = `// Command consumer imports the ctoken modules as a user o
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 
+	"connectrpc.com/connect"
 	"github.com/ctoken/ctoken"
 	ctokenmcp "github.com/ctoken/ctoken/mcp"
 	ctokenmcpgo "github.com/ctoken/ctoken/mcpgo"
 	ctokenotel "github.com/ctoken/ctoken/otel"
+	"github.com/ctoken/ctoken/protopage"
+	"github.com/ctoken/ctoken/protopage/connectpage"
+	"github.com/ctoken/ctoken/protopage/grpcpage"
 	"github.com/ctoken/ctoken/redisstore"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -64,11 +70,20 @@ func run() (string, error) {
 	if _, err := ctokenotel.New(noop.NewMeterProvider()); err != nil {
 		return "", err
 	}
+	if _, err := protopage.New(protopage.Config{Issuer: issuer, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+		return "", err
+	}
+	if _, err := grpcpage.UnaryServerInterceptor(func(context.Context) (string, error) { return "alice", nil }); err != nil {
+		return "", err
+	}
+	if _, err := connectpage.NewInterceptor(func(context.Context, connect.AnyRequest) (string, error) { return "alice", nil }); err != nil {
+		return "", err
+	}
 	// go-redis dials lazily: nothing connects here.
 	if _, err := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redisstore.Options{}); err != nil {
 		return "", err
 	}
-	return "cursor, request state, mcp, mcpgo, otel and redisstore ok", nil
+	return "cursor, request state, mcp, mcpgo, otel, protopage and redisstore ok", nil
 }
 
 func main() {
@@ -90,7 +105,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg != "cursor, request state, mcp, mcpgo, otel and redisstore ok" {
+	if msg != "cursor, request state, mcp, mcpgo, otel, protopage and redisstore ok" {
 		t.Fatalf("run() = %q", msg)
 	}
 }

@@ -56,7 +56,8 @@ const rootPath = "github.com/ctoken/ctoken"
 var verbose = os.Getenv("RELEASE_CHECK_VERBOSE") != ""
 
 // consumerImports are the modules the consumer program imports.
-var consumerImports = []string{rootPath, rootPath + "/mcp", rootPath + "/mcpgo", rootPath + "/otel", rootPath + "/redisstore"}
+var consumerImports = []string{rootPath, rootPath + "/mcp", rootPath + "/mcpgo", rootPath + "/otel",
+	rootPath + "/protopage", rootPath + "/protopage/connectpage", rootPath + "/protopage/grpcpage", rootPath + "/redisstore"}
 
 func main() {
 	rev := flag.String("rev", "HEAD", "git revision to pack")
@@ -366,9 +367,10 @@ func checkGoMods(mods []modInfo) (string, error) {
 	return version, nil
 }
 
-// checkWorkReplace checks that go.work's replace of the root module (which
-// keeps the workspace from fetching the not yet tagged release) names the
-// release version, so the workspace builds the nested modules against the
+// checkWorkReplace checks that go.work's replaces of the root module and
+// of nested modules other modules require (protopage; they keep the
+// workspace from fetching the not yet tagged release) name the release
+// version, so the workspace builds the nested modules against the
 // working tree.
 func checkWorkReplace(src, version string) error {
 	workPath := filepath.Join(src, "go.work")
@@ -381,8 +383,9 @@ func checkWorkReplace(src, version string) error {
 		return err
 	}
 	for _, r := range wf.Replace {
-		if r.Old.Path == rootPath && r.Old.Version != "" && r.Old.Version != version {
-			return fmt.Errorf("go.work: replace %s %s, but the nested modules require %s: bump it with them", rootPath, r.Old.Version, version)
+		ours := r.Old.Path == rootPath || strings.HasPrefix(r.Old.Path, rootPath+"/")
+		if ours && r.Old.Version != "" && r.Old.Version != version {
+			return fmt.Errorf("go.work: replace %s %s, but the nested modules require %s: bump it with them", r.Old.Path, r.Old.Version, version)
 		}
 	}
 	return nil

@@ -1,0 +1,117 @@
+// Package protopage issues and checks AIP-158 page tokens for protobuf List
+// methods with ctoken's signed cursors, for any transport (gRPC, Connect,
+// HTTP with protojson): a page token is bound to the RPC's full method
+// name, the authenticated caller, and a fingerprint of every field of the
+// request except page_size and page_token, so a client that changes the
+// filter, the order or the parent between pages is refused with
+// InvalidArgument, as AIP-158 asks, and a changed page_size is honored.
+//
+// It is the nested module github.com/ctoken/ctoken/protopage and depends
+// on google.golang.org/protobuf and ctoken only. The transports live in
+// their own modules: github.com/ctoken/ctoken/protopage/grpcpage (a grpc-go
+// unary interceptor) and github.com/ctoken/ctoken/protopage/connectpage (a
+// Connect interceptor).
+//
+// # Serving a page
+//
+// The handler calls the helper; the interceptor (or [WithCall]) supplies
+// the method and the caller, and maps the errors to status codes:
+//
+//	page, err := pager.Start(ctx, req) // verifies req.page_token, if any
+//	if err != nil {
+//		return nil, err
+//	}
+//	var after librarypb.BookKey
+//	if err := page.StateMessage(&after); err != nil { // zero on the first page
+//		return nil, err
+//	}
+//	books, more := query(req, &after, req.GetPageSize())
+//	resp := &librarypb.ListBooksResponse{Books: books}
+//	if more {
+//		last := books[len(books)-1]
+//		resp.NextPageToken, err = page.NextMessage(&librarypb.BookKey{Title: last.Title, Id: last.Id})
+//	}
+//	return resp, err
+//
+// The keyset state (the sort key of the last item served) rides in the
+// token's opaque state, at most ctoken.MaxOpaqueStateBytes; the server
+// keeps nothing between pages. An interceptor alone cannot page: it does
+// not know the handler's sort key.
+//
+// # Errors
+//
+// [ErrTokenInvalid] (forged, tampered, truncated, another caller's or
+// another method's token), [ErrTokenExpired] (older than the issuer's TTL,
+// or from another server session: "start over") and [ErrRequestChanged]
+// are InvalidArgument; [ErrNoCaller] is Unauthenticated; [ErrServer] is
+// Internal. Their text is fixed and is what the client is told; the reason
+// goes to the [Config.Logger] only.
+//
+// # The request fingerprint
+//
+// A page token is bound to the SHA-256 of an encoding of the request
+// defined here, computed field by field with protoreflect on the parsed
+// message, rather than of its protobuf bytes or its protojson text:
+// protobuf's deterministic Marshal is stable only within one binary (it is
+// not canonical across languages or library versions, and the order of
+// unknown fields is the sender's), and protojson drops unknown fields and
+// renders numbers and enums by library choice. Working on the parsed
+// message makes the fingerprint independent of how the request arrived: a
+// token issued for a binary-protobuf request verifies for the same request
+// sent as JSON, with its fields in any order and any white space.
+//
+// The encoding, version 1 (uvarint is protobuf's varint; integers of fixed
+// width are big-endian):
+//
+//	input    = "ctoken/protopage request fingerprint v1" 0x00
+//	           uvarint(len(full name)) full name of the request message
+//	           M(request)
+//	M(m)     = F(f) for each populated field f of m, in ascending field number
+//	           0x00
+//	           uvarint(len(u)) u   — u: m's unknown fields, see below
+//	F(f)     = uvarint(number) card kind … where card is 1 singular, 2 list, 3 map,
+//	           and kind is the protoreflect.Kind byte:
+//	  singular: card kind E(value)
+//	  list:     card kind uvarint(n) E(e1) … E(en)            (in list order)
+//	  map:      card keykind valuekind uvarint(n) E(k1) E(v1) … (keys ascending)
+//	E(v)     = bool: 1 byte 0 or 1
+//	           int32, sint32, sfixed32, int64, sint64, sfixed64, enum: 8 bytes, two's complement
+//	           uint32, fixed32, uint64, fixed64: 8 bytes
+//	           float: 4 bytes of IEEE 754 bits; double: 8 bytes
+//	           string, bytes: uvarint(len) bytes
+//	           message, group: M(v)
+//
+// Field numbers, not names, are encoded, so renaming a field (a
+// wire-compatible change) keeps outstanding tokens valid, and so does
+// reordering the declarations of the .proto file. Map keys are ordered by
+// value (false before true, integers numerically, strings bytewise).
+// At the top level only, the page token and page size fields are left out.
+//
+// Populated means protoreflect's Has: a field with explicit presence
+// (proto3 optional, a message field, a oneof member, proto2) that is set
+// to its default value is bound as set, and differs from the field
+// absent; a field with implicit presence (a plain proto3 scalar) holding
+// its default value is indistinguishable from absent on the wire, so it is
+// bound as absent. An empty list or map is absent. Floating-point values
+// are bound by their bits: 0 and -0 differ, and so do NaNs with different
+// payloads (a client resending the same request sends the same bits).
+//
+// Unknown fields — fields the server's schema does not know, sent by a
+// newer client in binary protobuf (protojson refuses them) — are bound,
+// not refused and not ignored: refusing would break protobuf's forward
+// compatibility for every List call of a newer client, and ignoring would
+// let a client change a field mid-listing that a newer instance of the same
+// fleet does know. They are bound as received, record by record (tag and
+// value bytes), stably sorted by field number: fields of different numbers
+// may come in any order, and the order within one number (a repeated
+// field's elements) counts. A client that re-encodes an unknown field
+// differently between pages is refused with [ErrRequestChanged], which
+// fails safe. During a schema change that adds a request field, a token
+// issued by an instance that does not know the field is refused by one
+// that does if the request sets it (the field is unknown to one and known
+// to the other): the client starts over.
+//
+// Messages are nested at most [MaxDepth] deep. A Pager is safe for
+// concurrent use, and so is a Page once returned (its methods only read
+// it).
+package protopage

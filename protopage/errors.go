@@ -1,0 +1,71 @@
+package protopage
+
+import (
+	"errors"
+	"log/slog"
+)
+
+// The errors [Pager.Start] and [Page.Next] return. The text of the first
+// four is written for the client, and is all a transport should send it
+// (the interceptors in grpcpage and connectpage send exactly that text):
+// it never carries the reason a token was refused, token text, the caller
+// or key material. The reason goes to the Pager's logger, and stays
+// readable on the server side with ctoken.Reason and ctoken.ReasonOf,
+// since a refusal also matches ctoken's own error with errors.Is.
+var (
+	// ErrTokenInvalid refuses a page_token that is forged, tampered with,
+	// truncated, malformed, or issued for another method or another caller
+	// (it also matches ctoken.ErrCursorInvalid). Transports answer
+	// InvalidArgument.
+	ErrTokenInvalid = errors.New("page_token is invalid")
+	// ErrTokenExpired refuses an authentic page_token that is older than the
+	// issuer's TTL or was issued by another server session (it also matches
+	// ctoken.ErrCursorExpired). Transports answer InvalidArgument; the
+	// client starts over.
+	ErrTokenExpired = errors.New("page_token has expired: start over without a page_token")
+	// ErrRequestChanged refuses an authentic page_token sent with a request
+	// whose fields (other than page_size and page_token) differ from the
+	// request it was issued for (it also matches ctoken.ErrCursorInvalid).
+	// AIP-158: transports answer InvalidArgument.
+	ErrRequestChanged = errors.New("page_token was issued for a request with other fields: send the same fields (only page_size may change), or start over without a page_token")
+	// ErrNoCaller refuses a request whose caller could not be found: the
+	// [Call]'s CallerFunc returned an error or an empty caller. Transports
+	// answer Unauthenticated.
+	ErrNoCaller = errors.New("the request has no authenticated caller")
+	// ErrServer reports a fault of the server, not of the request: no [Call]
+	// in the context, a request message without the page fields, keyset
+	// state too large for a token. Transports answer Internal with a fixed
+	// message; the cause is logged and stays in the error's chain.
+	ErrServer = errors.New("protopage: server error")
+)
+
+// refusal is an error of [Pager.Start] or [Page.Next]: its text is the
+// kind's, fixed; errors.Is matches the kind and, through Unwrap, the cause
+// (ctoken's rejection, which carries the log-safe reason).
+type refusal struct {
+	kind  error
+	cause error
+}
+
+func (r *refusal) Error() string        { return r.kind.Error() }
+func (r *refusal) Is(target error) bool { return target == r.kind }
+func (r *refusal) Unwrap() error        { return r.cause }
+
+// fault is a reason-carrying cause for refusals that ctoken does not
+// produce; its text is the reason, fixed and log-safe.
+type fault string
+
+func (f fault) Error() string { return string(f) }
+
+// logLevel is the level a refusal of kind is logged at: Info for what an
+// honest client causes (an expired token, a changed request, no caller),
+// Error for faults of the server, Warn for the rest.
+func logLevel(kind error) slog.Level {
+	switch kind {
+	case ErrTokenExpired, ErrRequestChanged, ErrNoCaller:
+		return slog.LevelInfo
+	case ErrServer:
+		return slog.LevelError
+	}
+	return slog.LevelWarn
+}

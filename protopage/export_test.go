@@ -1,0 +1,24 @@
+package protopage
+
+import (
+	"github.com/ctoken/ctoken"
+	"google.golang.org/protobuf/proto"
+)
+
+// FingerprintInput returns the bytes Pager.Fingerprint hashes for req, for
+// the benchmarks' floor (SHA-256 of the same bytes).
+func FingerprintInput(p *Pager, req proto.Message) ([]byte, error) {
+	m := req.ProtoReflect()
+	token, size, err := p.pageFields(m.Descriptor())
+	if err != nil {
+		return nil, err
+	}
+	e := encoder{buf: []byte(fingerprintDomain), plans: p.plans}
+	name := m.Descriptor().FullName()
+	e.uvarint(uint64(len(name)))
+	e.buf = append(e.buf, name...)
+	err = e.message(m, 0, token.Number(), size.Number())
+	return e.buf, err
+}
+
+var _ ctoken.Fingerprint

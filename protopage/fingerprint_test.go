@@ -1,0 +1,327 @@
+package protopage_test
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/protopage"
+	"github.com/ctoken/ctoken/protopage/internal/fingerprintpb"
+	"github.com/ctoken/ctoken/protopage/internal/librarypb"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+func fingerprint(t testing.TB, p *protopage.Pager, m proto.Message) ctoken.Fingerprint {
+	t.Helper()
+	fp, err := p.Fingerprint(m)
+	if err != nil {
+		t.Fatalf("%v: %v", err, errors.Unwrap(err))
+	}
+	return fp
+}
+
+// TestFingerprintMatchesTheDocumentedEncoding pins version 1 of the
+// encoding (doc.go) with an input written out by hand.
+func TestFingerprintMatchesTheDocumentedEncoding(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	req := &librarypb.ListBooksRequest{Parent: "p", PageSize: 9, PageToken: "", Filter: "ab", MinYear: minYear(-1)}
+	name := "ctoken.protopage.example.v1.ListBooksRequest"
+	var in []byte
+	in = append(in, "ctoken/protopage request fingerprint v1\x00"...)
+	in = append(in, byte(len(name)))
+	in = append(in, name...)
+	in = append(in, 1, 1, byte(protoreflect.StringKind), 1, 'p')      // parent
+	in = append(in, 4, 1, byte(protoreflect.StringKind), 2, 'a', 'b') // filter
+	in = append(in, 6, 1, byte(protoreflect.Int32Kind), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	in = append(in, 0, 0) // end of fields, no unknown fields
+	if got, want := fingerprint(t, f.Pager, req), ctoken.Fingerprint(sha256.Sum256(in)); got != want {
+		t.Fatalf("fingerprint %x, want %x", got, want)
+	}
+}
+
+// TestFingerprintDistinguishesEveryFieldButThePageFields changes one
+// thing at a time; each must change the fingerprint, except the page
+// fields and a proto3 default (absent on the wire).
+func TestFingerprintDistinguishesEveryFieldButThePageFields(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	base := func() *fingerprintpb.Request {
+		return &fingerprintpb.Request{
+			FString:  "s",
+			RInt32:   []int32{1, 2},
+			MString:  map[string]string{"a": "1", "b": "2"},
+			FMessage: &fingerprintpb.Nested{Name: "n"},
+		}
+	}
+	ref := fingerprint(t, f.Pager, base())
+	same := map[string]func(*fingerprintpb.Request){
+		"page_size":                  func(r *fingerprintpb.Request) { r.PageSize = 50 },
+		"page_token":                 func(r *fingerprintpb.Request) { r.PageToken = "anything" },
+		"implicit default is absent": func(r *fingerprintpb.Request) { r.FInt32 = 0; r.FBool = false },
+		"empty list is absent":       func(r *fingerprintpb.Request) { r.RString = []string{} },
+		"empty map is absent":        func(r *fingerprintpb.Request) { r.MInt32 = map[int32]int64{} },
+	}
+	for name, edit := range same {
+		r := base()
+		edit(r)
+		if fingerprint(t, f.Pager, r) != ref {
+			t.Errorf("%s changed the fingerprint", name)
+		}
+	}
+	differ := map[string]func(*fingerprintpb.Request){
+		"scalar":                  func(r *fingerprintpb.Request) { r.FString = "t" },
+		"implicit zero -> one":    func(r *fingerprintpb.Request) { r.FBool = true },
+		"optional set to default": func(r *fingerprintpb.Request) { r.OInt32 = new(int32) },
+		"optional empty string":   func(r *fingerprintpb.Request) { r.OString = new(string) },
+		"empty message set":       func(r *fingerprintpb.Request) { r.FMessage.Child = &fingerprintpb.Nested{} },
+		"oneof empty message": func(r *fingerprintpb.Request) {
+			r.Choice = &fingerprintpb.Request_CMessage{CMessage: &fingerprintpb.Nested{}}
+		},
+		"oneof member default": func(r *fingerprintpb.Request) { r.Choice = &fingerprintpb.Request_CInt64{} },
+		"oneof other member":   func(r *fingerprintpb.Request) { r.Choice = &fingerprintpb.Request_CString{} },
+		"list order":           func(r *fingerprintpb.Request) { r.RInt32 = []int32{2, 1} },
+		"list element moved to sibling": func(r *fingerprintpb.Request) {
+			r.RInt32 = []int32{1}
+			r.RString = []string{"2"}
+		},
+		"map value":                func(r *fingerprintpb.Request) { r.MString["a"] = "2" },
+		"map key":                  func(r *fingerprintpb.Request) { r.MString = map[string]string{"a": "1", "c": "2"} },
+		"nested field":             func(r *fingerprintpb.Request) { r.FMessage.Name = "m" },
+		"string split differently": func(r *fingerprintpb.Request) { r.FString = ""; r.FMessage.Name = "sn" },
+		"negative zero":            func(r *fingerprintpb.Request) { r.FDouble = math.Copysign(0, -1) },
+		"field far away":           func(r *fingerprintpb.Request) { r.FFar = "x" },
+		"enum value":               func(r *fingerprintpb.Request) { r.FEnum = fingerprintpb.Color_COLOR_BLUE },
+		"unknown field": func(r *fingerprintpb.Request) {
+			r.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 1000, protowire.VarintType), 0))
+		},
+	}
+	for name, edit := range differ {
+		r := base()
+		edit(r)
+		if fingerprint(t, f.Pager, r) == ref {
+			t.Errorf("%s did not change the fingerprint", name)
+		}
+	}
+	// Unknown fields only a server can set, malformed, are a server fault.
+	r := base()
+	r.ProtoReflect().SetUnknown(protowire.AppendTag(nil, 1000, protowire.BytesType))
+	if _, err := f.Pager.Fingerprint(r); !errors.Is(err, protopage.ErrServer) {
+		t.Errorf("malformed unknown fields: %v", err)
+	}
+	// Another message type with the same fields set is another request.
+	if fingerprint(t, f.Pager, &librarypb.ListBooksRequest{}) == fingerprint(t, f.Pager, &fingerprintpb.Request{}) {
+		t.Error("two request types share a fingerprint")
+	}
+}
+
+// TestFingerprintIgnoresEncodingOrderAndJSONWhitespace sends one request
+// three ways: protobuf with its fields in reverse order, protojson
+// indented, and JSON with its members reordered.
+func TestFingerprintIgnoresEncodingOrderAndJSONWhitespace(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	req := &fingerprintpb.Request{
+		FString: "s", FInt64: -5, FDouble: 1.5, FEnum: fingerprintpb.Color_COLOR_RED,
+		RString: []string{"x", "y"}, MInt32: map[int32]int64{3: 1, -1: 2, 7: 0},
+		MBool:    map[bool]*fingerprintpb.Nested{true: {Name: "t"}, false: {Values: []int64{1}}},
+		FMessage: &fingerprintpb.Nested{Children: map[string]*fingerprintpb.Nested{"k": {Name: "v"}}},
+		OBool:    new(bool),
+	}
+	ref := fingerprint(t, f.Pager, req)
+	wire, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"reversed fields": reverseFields(t, wire)} {
+		var got fingerprintpb.Request
+		if err := proto.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if fingerprint(t, f.Pager, &got) != ref {
+			t.Errorf("%s changed the fingerprint", name)
+		}
+	}
+	for name, text := range jsonForms(t, req) {
+		var got fingerprintpb.Request
+		if err := protojson.Unmarshal(text, &got); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if fingerprint(t, f.Pager, &got) != ref {
+			t.Errorf("%s changed the fingerprint", name)
+		}
+	}
+}
+
+// reverseFields re-encodes a message's top-level fields with the field
+// numbers in descending order, keeping the order within each number.
+func reverseFields(t testing.TB, wire []byte) []byte {
+	type rec struct {
+		num  protowire.Number
+		data []byte
+	}
+	var recs []rec
+	for b := wire; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			t.Fatal("bad tag")
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			t.Fatal("bad field")
+		}
+		recs = append(recs, rec{num, b[:n+m]})
+		b = b[n+m:]
+	}
+	slices.SortStableFunc(recs, func(a, b rec) int { return cmp.Compare(b.num, a.num) })
+	var out []byte
+	for _, r := range recs {
+		out = append(out, r.data...)
+	}
+	return out
+}
+
+// jsonForms returns m as protojson three ways: compact, indented with
+// extra white space, and with the top-level members in reverse order.
+func jsonForms(t testing.TB, m proto.Message) map[string][]byte {
+	compact, err := protojson.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	indented, err := protojson.MarshalOptions{Multiline: true, Indent: "\t  "}.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(compact, &members); err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(members))
+	for k := range members {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	slices.Reverse(names)
+	var reordered bytes.Buffer
+	reordered.WriteString(" {\n")
+	for i, k := range names {
+		if i > 0 {
+			reordered.WriteString(" ,\r\n")
+		}
+		kb, _ := json.Marshal(k)
+		reordered.Write(kb)
+		reordered.WriteString(" :\t")
+		reordered.Write(members[k])
+	}
+	reordered.WriteString("\n} ")
+	return map[string][]byte{"compact JSON": compact, "indented JSON": indented, "reordered JSON": reordered.Bytes()}
+}
+
+// canonical returns m's deterministic protobuf bytes without the page
+// fields and with unknown fields stably sorted by number at every level:
+// the reference the fuzz target compares fingerprints against.
+func canonical(t testing.TB, m *fingerprintpb.Request) []byte {
+	c := proto.Clone(m).(*fingerprintpb.Request)
+	c.PageSize, c.PageToken = 0, ""
+	sortUnknown(t, c.ProtoReflect())
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func sortUnknown(t testing.TB, m protoreflect.Message) {
+	if u := m.GetUnknown(); len(u) > 0 {
+		m.SetUnknown(reverseFields(t, reverseFields(t, u)))
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+					sortUnknown(t, mv.Message())
+					return true
+				})
+			}
+		case fd.IsList():
+			if fd.Message() != nil {
+				for i := range v.List().Len() {
+					sortUnknown(t, v.List().Get(i).Message())
+				}
+			}
+		case fd.Message() != nil:
+			sortUnknown(t, v.Message())
+		}
+		return true
+	})
+}
+
+// FuzzFingerprint checks, on any two requests the fuzzer makes up: the
+// fingerprints are equal exactly when the requests are equal but for the
+// page fields (and the order of unknown fields of different numbers); the
+// order of the fields on the wire and the protojson layout never matter.
+func FuzzFingerprint(f *testing.F) {
+	fx := newFixture(f, protopage.Config{})
+	seed := func(m *fingerprintpb.Request) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	a := seed(&fingerprintpb.Request{FString: "s", PageSize: 3, MString: map[string]string{"k": "v"}, FMessage: &fingerprintpb.Nested{Name: "n"}})
+	b := seed(&fingerprintpb.Request{FString: "s", PageToken: "t", MString: map[string]string{"k": "v"}, FMessage: &fingerprintpb.Nested{Name: "n"}})
+	f.Add(a, b)
+	f.Add(a, seed(&fingerprintpb.Request{OInt32: new(int32)}))
+	f.Add(seed(&fingerprintpb.Request{RInt32: []int32{1, 2}}), seed(&fingerprintpb.Request{RInt32: []int32{2, 1}}))
+	f.Add(append(protowire.AppendTag(nil, 900, protowire.VarintType), 1), append(protowire.AppendTag(nil, 901, protowire.VarintType), 1))
+	f.Fuzz(func(t *testing.T, x, y []byte) {
+		var mx, my fingerprintpb.Request
+		if proto.Unmarshal(x, &mx) != nil || proto.Unmarshal(y, &my) != nil {
+			return
+		}
+		fx1, err := fx.Pager.Fingerprint(&mx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fy, err := fx.Pager.Fingerprint(&my)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if equal := bytes.Equal(canonical(t, &mx), canonical(t, &my)); equal != (fx1 == fy) {
+			t.Fatalf("requests equal %v, fingerprints equal %v:\n%v\n%v", equal, fx1 == fy, &mx, &my)
+		}
+		// The same request with its top-level fields in another order.
+		var rev fingerprintpb.Request
+		if err := proto.Unmarshal(reverseFields(t, x), &rev); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := fx.Pager.Fingerprint(&rev); got != fx1 {
+			t.Fatalf("reordering the fields changed the fingerprint of %v", &mx)
+		}
+		// protojson drops unknown fields; its layouts must all agree.
+		var want ctoken.Fingerprint
+		for name, text := range jsonForms(t, &mx) {
+			var j fingerprintpb.Request
+			if err := protojson.Unmarshal(text, &j); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			got, err := fx.Pager.Fingerprint(&j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want.IsZero() {
+				want = got
+			} else if got != want {
+				t.Fatalf("%s changed the fingerprint of %s", name, text)
+			}
+		}
+	})
+}

@@ -1,0 +1,353 @@
+package protopage_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/protopage"
+	"github.com/ctoken/ctoken/protopage/internal/fingerprintpb"
+	"github.com/ctoken/ctoken/protopage/internal/librarypb"
+	"github.com/ctoken/ctoken/protopage/internal/pagetest"
+	"github.com/ctoken/ctoken/protopage/internal/shelf"
+	"google.golang.org/protobuf/proto"
+)
+
+type fixture = pagetest.Fixture
+
+func newFixture(t testing.TB, cfg protopage.Config) *fixture { return pagetest.New(t, cfg) }
+
+func callCtx(method, caller string) context.Context { return pagetest.CallCtx(method, caller) }
+
+const listMethod = pagetest.ListMethod
+
+func minYear(y int32) *int32 { return &y }
+
+func listReq() *librarypb.ListBooksRequest {
+	return &librarypb.ListBooksRequest{Parent: "shelves/a", PageSize: 3, Filter: "a", OrderBy: "title"}
+}
+
+// firstToken serves the first page of req for alice and returns its next
+// token.
+func firstToken(t *testing.T, f *fixture, req *librarypb.ListBooksRequest) string {
+	t.Helper()
+	page, err := f.Pager.Start(callCtx(listMethod, "alice"), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := page.NextMessage(&librarypb.BookKey{Title: "Title 03", Id: "b007"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+func TestStartResumesWithTheStateAndHonorsAChangedPageSize(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	req := listReq()
+	req.MinYear = minYear(1950)
+	token := firstToken(t, f, req)
+
+	next := proto.Clone(req).(*librarypb.ListBooksRequest)
+	next.PageToken = token
+	next.PageSize = 7 // AIP-158: a changed page_size is honored
+	page, err := f.Pager.Start(callCtx(listMethod, "alice"), next)
+	if err != nil {
+		t.Fatalf("Start with the next token and another page_size: %v", err)
+	}
+	var key librarypb.BookKey
+	if err := page.StateMessage(&key); err != nil {
+		t.Fatal(err)
+	}
+	if page.First() || page.Index() != 1 || key.Title != "Title 03" || key.Id != "b007" {
+		t.Fatalf("resumed page: first %v, index %d, key %v", page.First(), page.Index(), &key)
+	}
+	third, err := page.Next([]byte("raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.PageToken = third
+	page, err = f.Pager.Start(callCtx(listMethod, "alice"), next)
+	if err != nil || page.Index() != 2 || string(page.State()) != "raw" {
+		t.Fatalf("third page: %v", err)
+	}
+}
+
+func TestStartFirstPageHasNoState(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	page, err := f.Pager.Start(callCtx(listMethod, "alice"), listReq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := &librarypb.BookKey{Title: "left over"}
+	if err := page.StateMessage(key); err != nil {
+		t.Fatal(err)
+	}
+	if !page.First() || page.Index() != 0 || page.State() != nil || key.Title != "" {
+		t.Fatalf("first page: first %v, index %d, state %q, key %v", page.First(), page.Index(), page.State(), key)
+	}
+}
+
+// TestStartRefusesAndLogsTheReasonOnly drives every refusal: the error
+// matches its kind and ctoken's sentinel, its text is the kind's fixed
+// text, and the reason is in the log, never in the error text.
+func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	token := firstToken(t, f, listReq())
+	foreign, err := f.Foreign.Issue(ctoken.CursorPayload{CursorScope: func() ctoken.CursorScope {
+		fp, err := f.Pager.Fingerprint(listReq())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ctoken.CursorScope{ToolID: listMethod, CallerID: "alice", Args: fp}
+	}()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := pagetest.Tamper(token)
+
+	cases := []struct {
+		name    string
+		method  string
+		caller  string
+		token   string
+		edit    func(*librarypb.ListBooksRequest)
+		advance time.Duration
+		kind    error
+		sent    error // ctoken's sentinel it also matches
+		reason  ctoken.RefusalReason
+	}{
+		{name: "changed filter", edit: func(r *librarypb.ListBooksRequest) { r.Filter = "Ada" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongArguments},
+		{name: "changed order", edit: func(r *librarypb.ListBooksRequest) { r.OrderBy = "year" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongArguments},
+		{name: "changed parent", edit: func(r *librarypb.ListBooksRequest) { r.Parent = "shelves/b" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongArguments},
+		{name: "optional field now set to its default", edit: func(r *librarypb.ListBooksRequest) { r.MinYear = minYear(0) }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongArguments},
+		{name: "another caller", caller: "mallory", kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongCaller},
+		{name: "another method", method: "/ctoken.protopage.example.v1.LibraryService/ListShelves", kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongTool},
+		{name: "tampered", token: tampered, kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonMACMismatch},
+		{name: "truncated", token: token[:len(token)-10], kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid},
+		{name: "not a token", token: "page-2", kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid},
+		{name: "oversize", token: strings.Repeat("A", ctoken.MaxCursorBytes+1), kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorOversize},
+		{name: "expired", advance: 2 * time.Minute, kind: protopage.ErrTokenExpired, sent: ctoken.ErrCursorExpired, reason: ctoken.ReasonOlderThanTTL},
+		{name: "another server session", token: foreign, kind: protopage.ErrTokenExpired, sent: ctoken.ErrCursorExpired, reason: ctoken.ReasonOtherSession},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(func() { f.Advance(-tc.advance) })
+			f.Advance(tc.advance)
+			req := listReq()
+			req.PageToken = token
+			if tc.token != "" {
+				req.PageToken = tc.token
+			}
+			if tc.edit != nil {
+				tc.edit(req)
+			}
+			method, caller := listMethod, "alice"
+			if tc.method != "" {
+				method = tc.method
+			}
+			if tc.caller != "" {
+				caller = tc.caller
+			}
+			before := len(f.Log.String())
+			page, err := f.Pager.Start(callCtx(method, caller), req)
+			if page != nil || !errors.Is(err, tc.kind) || !errors.Is(err, tc.sent) {
+				t.Fatalf("Start = %v, %v; want %v and %v", page, err, tc.kind, tc.sent)
+			}
+			if err.Error() != tc.kind.Error() {
+				t.Fatalf("error text %q, want exactly %q", err, tc.kind)
+			}
+			why := ctoken.ReasonOf(err)
+			if tc.reason != ctoken.ReasonNone && why != tc.reason {
+				t.Fatalf("reason %q, want %q", why, tc.reason)
+			}
+			if why == ctoken.ReasonNone || strings.Contains(err.Error(), why.String()) {
+				t.Fatalf("reason %q: missing, or in the error text %q", why, err)
+			}
+			logged := f.Log.String()[before:]
+			if !strings.Contains(logged, "reason=\""+why.String()+"\"") || !strings.Contains(logged, "method="+method) {
+				t.Fatalf("log %q lacks the reason %q or the method", logged, why)
+			}
+			level := "level=WARN"
+			if tc.kind == protopage.ErrTokenExpired || tc.kind == protopage.ErrRequestChanged {
+				level = "level=INFO" // what an honest client causes
+			}
+			if !strings.Contains(logged, level) {
+				t.Fatalf("log %q, want %s", logged, level)
+			}
+			if strings.Contains(logged, req.PageToken) || strings.Contains(logged, caller) {
+				t.Fatalf("log %q carries the token or the caller", logged)
+			}
+		})
+	}
+}
+
+func TestStartRefusesServerFaults(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	failing := func(context.Context) (string, error) { return "", errors.New("bad credential for alice") }
+	cases := []struct {
+		name string
+		ctx  context.Context
+		req  proto.Message
+		kind error
+	}{
+		{"no call in the context", context.Background(), listReq(), protopage.ErrServer},
+		{"call without a method", protopage.WithCall(context.Background(), protopage.Call{Caller: failing}), listReq(), protopage.ErrServer},
+		{"call without a caller func", protopage.WithCall(context.Background(), protopage.Call{Method: listMethod}), listReq(), protopage.ErrServer},
+		{"nil request", callCtx(listMethod, "alice"), nil, protopage.ErrServer},
+		{"typed nil request", callCtx(listMethod, "alice"), (*librarypb.ListBooksRequest)(nil), protopage.ErrServer},
+		{"request without page fields", callCtx(listMethod, "alice"), &librarypb.Book{}, protopage.ErrServer},
+		{"caller func fails", protopage.WithCall(context.Background(), protopage.Call{Method: listMethod, Caller: failing}), listReq(), protopage.ErrNoCaller},
+		{"empty caller", callCtx(listMethod, ""), listReq(), protopage.ErrNoCaller},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(f.Log.String())
+			page, err := f.Pager.Start(tc.ctx, tc.req)
+			if page != nil || !errors.Is(err, tc.kind) || err.Error() != tc.kind.Error() {
+				t.Fatalf("Start = %v, %v; want exactly %v", page, err, tc.kind)
+			}
+			logged := f.Log.String()[before:]
+			if !strings.Contains(logged, "reason=") || strings.Contains(logged, "alice") {
+				t.Fatalf("log %q: no reason, or the CallerFunc's own error text", logged)
+			}
+		})
+	}
+	var zero protopage.Pager
+	if _, err := zero.Start(callCtx(listMethod, "alice"), listReq()); !errors.Is(err, protopage.ErrServer) {
+		t.Fatalf("zero Pager: %v", err)
+	}
+	if _, err := zero.Fingerprint(listReq()); !errors.Is(err, protopage.ErrServer) {
+		t.Fatalf("zero Pager Fingerprint: %v", err)
+	}
+	var zeroPage protopage.Page
+	if _, err := zeroPage.Next(nil); !errors.Is(err, protopage.ErrServer) {
+		t.Fatalf("zero Page: %v", err)
+	}
+}
+
+func TestNextRefusesStateTooLargeForAToken(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	page, err := f.Pager.Start(callCtx(listMethod, "alice"), listReq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := page.Next(make([]byte, ctoken.MaxOpaqueStateBytes+1)); !errors.Is(err, protopage.ErrServer) || !errors.Is(err, ctoken.ErrOpaqueStateTooLarge) {
+		t.Fatalf("Next with oversize state: %v", err)
+	}
+}
+
+func TestStateMessageRefusesStateOfAnotherType(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	first, err := f.Pager.Start(callCtx(listMethod, "alice"), listReq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := first.Next([]byte{0xff, 0xff}) // not a protobuf message
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := listReq()
+	req.PageToken = token
+	page, err := f.Pager.Start(callCtx(listMethod, "alice"), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key librarypb.BookKey
+	if err := page.StateMessage(&key); !errors.Is(err, protopage.ErrTokenExpired) {
+		t.Fatalf("StateMessage of undecodable state: %v", err)
+	}
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	for name, cfg := range map[string]protopage.Config{
+		"nil issuer":          {Logger: log},
+		"nil logger":          {Issuer: issuer},
+		"invalid token field": {Issuer: issuer, Logger: log, PageTokenField: "page token"},
+		"invalid size field":  {Issuer: issuer, Logger: log, PageSizeField: "1size"},
+		"same field twice":    {Issuer: issuer, Logger: log, PageTokenField: "page_size"},
+	} {
+		if p, err := protopage.New(cfg); p != nil || !errors.Is(err, ctoken.ErrConfig) {
+			t.Errorf("%s: New = %v, %v; want ctoken.ErrConfig", name, p, err)
+		}
+	}
+}
+
+func TestConfiguredFieldNamesAreLeftOut(t *testing.T) {
+	// fingerprintpb.Nested has no page fields; with name and values as the
+	// page fields it must refuse (values is repeated), and Request under
+	// f_string/f_int32 must leave exactly those out.
+	f := newFixture(t, protopage.Config{PageTokenField: "f_string", PageSizeField: "f_int32"})
+	a := &fingerprintpb.Request{FString: "token", FInt32: 5, PageToken: "x", PageSize: 1}
+	b := &fingerprintpb.Request{FString: "other", FInt32: 9, PageToken: "x", PageSize: 1}
+	c := &fingerprintpb.Request{FString: "token", FInt32: 5, PageToken: "y", PageSize: 1}
+	fa, errA := f.Pager.Fingerprint(a)
+	fb, errB := f.Pager.Fingerprint(b)
+	fc, errC := f.Pager.Fingerprint(c)
+	if err := errors.Join(errA, errB, errC); err != nil {
+		t.Fatal(err)
+	}
+	if fa != fb || fa == fc {
+		t.Fatal("the configured page fields are bound, or the default ones are not")
+	}
+	g := newFixture(t, protopage.Config{PageTokenField: "name", PageSizeField: "values"})
+	if _, err := g.Pager.Fingerprint(&fingerprintpb.Nested{}); !errors.Is(err, protopage.ErrServer) {
+		t.Fatalf("repeated page size field: %v", err)
+	}
+	if _, err := g.Pager.Start(callCtx(listMethod, "alice"), &fingerprintpb.Nested{}); !errors.Is(err, protopage.ErrServer) {
+		t.Fatalf("Start with a repeated page size field: %v", err)
+	}
+}
+
+// TestShelfPagesToTheEnd pages the example handler through every listing
+// shape with several page sizes: every book once, in order, nothing lost
+// or repeated.
+func TestShelfPagesToTheEnd(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	s := &shelf.Shelf{Pager: f.Pager, Books: shelf.Books(40)}
+	for _, req := range []*librarypb.ListBooksRequest{
+		{Parent: "shelves/a"},
+		{Parent: "shelves/b", OrderBy: "year", PageSize: 3},
+		{Parent: "shelves/a", Filter: "Grace", PageSize: 1},
+		{Parent: "shelves/b", MinYear: minYear(1955), OrderBy: "title", PageSize: 4},
+		{Parent: "shelves/none", PageSize: 2},
+	} {
+		want := shelf.Sorted(s.Books, req)
+		var got []*librarypb.Book
+		for pages := 0; ; pages++ {
+			if pages > len(want)+1 {
+				t.Fatalf("%v: more pages than books", req)
+			}
+			resp, err := s.ListBooks(callCtx(listMethod, "alice"), req)
+			if err != nil {
+				t.Fatalf("%v: %v", req, err)
+			}
+			got = append(got, resp.Books...)
+			if resp.NextPageToken == "" {
+				break
+			}
+			req.PageToken = resp.NextPageToken
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%v: %d books, want %d", req, len(got), len(want))
+		}
+		for i := range want {
+			if !proto.Equal(got[i], want[i]) {
+				t.Fatalf("%v: book %d is %v, want %v", req, i, got[i], want[i])
+			}
+		}
+	}
+}
