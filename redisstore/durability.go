@@ -162,7 +162,7 @@ func (s *Store) pipeline(ctx context.Context, sc script, keys []string, args []s
 		return v, nil, s.dur.acked(w, wa)
 	}
 	type result struct {
-		v              any
+		v           any
 		err, durErr error
 	}
 	done := make(chan result, 1)

@@ -176,4 +176,3 @@ func (s *Store) untilMillis(until time.Time) (int64, error) {
 	}
 	return ms, nil
 }
-

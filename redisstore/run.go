@@ -1,8 +1,8 @@
 package redisstore
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -62,7 +62,7 @@ func (s *Store) run(ctx context.Context, sc script, id string, args ...string) (
 	case -3:
 		s.emit(Event{Kind: EventClockSkew, Shard: shard})
 		return code, val, refuse(ErrClockSkew, whySkew, fmt.Errorf("%w: behind by %v", ErrUnavailable,
-			(time.Duration(val)*time.Millisecond - time.Duration(s.now().UnixMilli())*time.Millisecond).Round(time.Millisecond)))
+			(time.Duration(val)*time.Millisecond-time.Duration(s.now().UnixMilli())*time.Millisecond).Round(time.Millisecond)))
 	case -4:
 		return code, val, refuse(ErrUnavailable, whyBadMarker, nil)
 	case -5:
