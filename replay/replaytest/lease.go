@@ -3,6 +3,13 @@
 // [replay.Leaser] this repository ships (the memory store and redisstore);
 // the author of another store can run it too. It uses the real clock with
 // short leases, so it takes about a second.
+//
+// Two more contracts are for stores whose backend can fail on its own:
+// [RunForgetContract] (the backend loses everything it held: no ID is ever
+// accepted twice for it) and [RunDurabilityContract] (the backend cannot
+// make a write as durable as the store requires: an error, never first).
+// The memory store is outside both: it cannot lose its entries and keep
+// serving.
 package replaytest
 
 import (
