@@ -209,3 +209,29 @@ func TestNewRefusesInvalidOptions(t *testing.T) {
 		})
 	}
 }
+
+// A replica attached after the store started without a durability setting
+// is found by the periodic recheck: from then on every call refuses.
+func TestReplicaAttachedLaterIsFoundByTheRecheck(t *testing.T) {
+	primary := newServer(t)
+	s := provisioned(t, primary.client(), Options{Prefix: "later:"})
+	ctx := context.Background()
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("claim without replicas = %v, %v", first, err)
+	}
+	newReplica(t, primary)
+	s.lastCheck.Store(0) // as if RecheckInterval had passed
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
+		if errors.Is(err, ErrConfig) {
+			if first {
+				t.Fatal("first with an error")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim 10s after a replica was attached = %v, %v; want ErrConfig", first, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -19,7 +19,7 @@ import (
 // across restarts, so a test can kill, stop (SIGSTOP), continue and start it
 // again at the same address. It is killed when the test ends.
 type server struct {
-	t    *testing.T
+	t    testing.TB
 	bin  string
 	port string
 	dir  string
@@ -34,7 +34,7 @@ type server struct {
 // newServer starts a redis-server without persistence plus extraArgs. It
 // needs the binary (CTOKEN_REDIS_SERVER, else redis-server on PATH):
 // without it the test is skipped, except under CI=true, where it fails.
-func newServer(t *testing.T, extraArgs ...string) *server {
+func newServer(t testing.TB, extraArgs ...string) *server {
 	t.Helper()
 	bin := os.Getenv("CTOKEN_REDIS_SERVER")
 	if bin == "" {
@@ -138,7 +138,7 @@ func (s *server) client() *redis.Client {
 
 // newReplica starts a replica of primary and waits until the primary
 // reports it connected and in sync.
-func newReplica(t *testing.T, primary *server) *server {
+func newReplica(t testing.TB, primary *server) *server {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(primary.addr())
 	// Sync at once instead of after the default 5 s of waiting for more
@@ -153,7 +153,7 @@ func newReplica(t *testing.T, primary *server) *server {
 
 // waitReplicas waits until a write on the primary is acknowledged by n
 // replicas (their link is up and in sync).
-func waitReplicas(t *testing.T, primary *server, n int) {
+func waitReplicas(t testing.TB, primary *server, n int) {
 	t.Helper()
 	c := primary.client()
 	for deadline := time.Now().Add(15 * time.Second); ; {
