@@ -2,26 +2,35 @@
 // servers that must accept each single-use ID (one-time token, single-use
 // request state, webhook delivery) exactly once across every instance.
 //
-// A claim is one atomic Redis command:
-//
-//	SET <prefix><id> 1 NX PXAT <until in unix milliseconds>
-//
-// Redis answers OK to exactly one of any number of concurrent claims of the
-// same live key, and deletes the key itself at the absolute expiry, so the
+// Each claim and each lease step is one atomic Lua script (EVALSHA) on two
+// keys of one hash slot: the ID's entry <prefix>{NN}:<id> and its shard's
+// fence marker <prefix>{NN} (see [Shards]), so every step works unchanged
+// on Redis Cluster. Exactly one of any number of concurrent claims of the
+// same ID is first; Redis deletes the entry at its absolute expiry, so the
 // store needs no sweeper and every instance agrees on when an ID may be
-// claimed again. PXAT needs Redis 6.2 or newer (or a compatible server).
+// claimed again. The store implements [replay.Leaser], which the webhook
+// middleware needs; a lease is measured by Redis's clock and ends by
+// itself. Redis 7.0 or newer.
 //
-// The store also implements [replay.Leaser], which the webhook middleware
-// needs: acquiring, confirming and releasing a lease are each one Lua script
-// (EVALSHA) on the one key <prefix><id>, so every operation of the store
-// touches a single key and works unchanged on Redis Cluster. A lease is
-// measured by Redis's clock (SET PX) and ends by itself, so a lease whose
-// holder crashed, or whose acquisition timed out but was executed later,
-// frees the ID after at most the lease duration.
+// Each one-time token, single-use state and webhook delivery is accepted at
+// most once through any single fault of the store:
 //
-// The store fails closed: when Redis is down, slow, or answers anything
-// unexpected, Claim returns first == false and an error matching
-// ErrUnavailable. Callers must treat every error as "refuse the request".
+//   - Redis that lost data (a restart without persistence, FLUSHALL,
+//     eviction) has lost markers too: the script fences the shard for one
+//     [Options.Horizon] ([ErrFenced]), until everything claimed before the
+//     loss has expired, and the horizon bounds every claim.
+//   - A failover to a replica that missed the last writes: with
+//     [Options.Durability] every write waits for WAIT (and WAITAOF) on the
+//     connection that wrote, and too few acknowledgements is
+//     [ErrNotDurable]; a store on a Redis with replicas and no durability
+//     setting refuses to run ([ErrConfig]).
+//   - An instance clock behind Redis's by more than [Options.MaxSkew] is
+//     refused ([ErrClockSkew]).
+//
+// A new prefix is opened once with [Store.Provision]. The store fails
+// closed: when Redis is down, slow, or answers anything unexpected, Claim
+// returns first == false and an error matching ErrUnavailable. Callers
+// must treat every error as "refuse the request".
 package redisstore
 
 import (
