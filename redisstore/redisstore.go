@@ -10,7 +10,8 @@
 // store needs no sweeper and every instance agrees on when an ID may be
 // claimed again. The store implements [replay.Leaser], which the webhook
 // middleware needs; a lease is measured by Redis's clock and ends by
-// itself. Redis 7.0 or newer.
+// itself. It needs Redis 6.2 or newer (PXAT, scripts replicated by their
+// effects); the tests run against Redis 7.0.
 //
 // Each one-time token, single-use state and webhook delivery is accepted at
 // most once through any single fault of the store:
