@@ -104,7 +104,9 @@ type Options struct {
 	// hand the store plus MaxSkew: ctoken one-time tokens and single-use
 	// request states hold a claim for their TTL plus [replay.SkewMargin];
 	// the webhook middleware holds a delivery for its DedupWindow (default
-	// 24 h). Zero means DefaultHorizon.
+	// 24 h). Zero means DefaultHorizon. Lower it only once the claims made
+	// under the higher value have expired: a fence lasts the horizon of the
+	// store that raises it.
 	Horizon time.Duration
 
 	// MaxSkew is how far this instance's clock may be behind Redis's before
