@@ -164,9 +164,12 @@ type Store struct {
 	now     func() time.Time
 	horizon time.Duration
 	maxSkew time.Duration
-	dur     durability
-	opts    Options // as given, for the server checks
-	log     *slog.Logger
+	// skewArg and horizonArg are maxSkew and horizon in ms, as the
+	// scripts take them.
+	skewArg, horizonArg string
+	dur                 durability
+	opts                Options // as given, for the server checks
+	log                 *slog.Logger
 
 	// checked is set once the server checks passed; check serializes them.
 	checked   atomic.Bool
@@ -244,6 +247,8 @@ func New(client Client, opts Options) (*Store, error) {
 	case s.maxSkew > replay.SkewMargin:
 		return nil, refuse(ErrConfig, "MaxSkew over replay.SkewMargin, the margin callers hold claims for", nil)
 	}
+	s.skewArg = strconv.FormatInt(s.maxSkew.Milliseconds(), 10)
+	s.horizonArg = strconv.FormatInt(s.horizon.Milliseconds(), 10)
 	d, err := newDurability(client, opts.Durability, s.timeout)
 	if err != nil {
 		return nil, err
