@@ -5,7 +5,7 @@
 # directory. The gRPC and Connect tests start real servers on 127.0.0.1:0
 # and drive them with real clients (and plain HTTP/JSON POSTs); nothing to
 # install. The generated code of the test protos is checked in
-# (protopage/internal/librarypb/gen.sh regenerates it), so protoc is not
+# (protopage/examples/librarypb/gen.sh regenerates it), so protoc is not
 # needed.
 set -euo pipefail
 cd "$(dirname "$0")/../protopage"

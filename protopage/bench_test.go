@@ -8,7 +8,7 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/protopage"
-	"github.com/ctoken/ctoken/protopage/internal/librarypb"
+	"github.com/ctoken/ctoken/protopage/examples/librarypb"
 )
 
 // benchRequest is a typical List request: parent, filter, order, an

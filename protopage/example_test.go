@@ -9,7 +9,7 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/protopage"
-	"github.com/ctoken/ctoken/protopage/internal/librarypb"
+	"github.com/ctoken/ctoken/protopage/examples/librarypb"
 )
 
 // Paging without an interceptor: a transport of its own (here, none) puts

@@ -12,8 +12,8 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/protopage"
+	"github.com/ctoken/ctoken/protopage/examples/librarypb"
 	"github.com/ctoken/ctoken/protopage/internal/fingerprintpb"
-	"github.com/ctoken/ctoken/protopage/internal/librarypb"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"

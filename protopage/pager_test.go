@@ -10,8 +10,8 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/protopage"
+	"github.com/ctoken/ctoken/protopage/examples/librarypb"
 	"github.com/ctoken/ctoken/protopage/internal/fingerprintpb"
-	"github.com/ctoken/ctoken/protopage/internal/librarypb"
 	"github.com/ctoken/ctoken/protopage/internal/pagetest"
 	"github.com/ctoken/ctoken/protopage/internal/shelf"
 	"google.golang.org/protobuf/proto"

@@ -11,8 +11,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/ctoken/ctoken/protopage"
 	"github.com/ctoken/ctoken/protopage/connectpage"
-	"github.com/ctoken/ctoken/protopage/connectpage/internal/librarypbconnect"
-	"github.com/ctoken/ctoken/protopage/internal/librarypb"
+	"github.com/ctoken/ctoken/protopage/connectpage/examples/librarypbconnect"
+	"github.com/ctoken/ctoken/protopage/examples/librarypb"
 	"github.com/ctoken/ctoken/protopage/internal/pagetest"
 	"github.com/ctoken/ctoken/protopage/internal/shelf"
 )

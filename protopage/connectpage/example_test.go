@@ -15,8 +15,8 @@ import (
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/protopage"
 	"github.com/ctoken/ctoken/protopage/connectpage"
-	"github.com/ctoken/ctoken/protopage/connectpage/internal/librarypbconnect"
-	"github.com/ctoken/ctoken/protopage/internal/librarypb"
+	"github.com/ctoken/ctoken/protopage/connectpage/examples/librarypbconnect"
+	"github.com/ctoken/ctoken/protopage/examples/librarypb"
 )
 
 // libraryHandler lists the books of a shelf by ID, a page at a time.

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/ctoken/ctoken/protopage"
+	"github.com/ctoken/ctoken/protopage/examples/librarypb"
 	"github.com/ctoken/ctoken/protopage/grpcpage"
-	"github.com/ctoken/ctoken/protopage/grpcpage/internal/librarygrpc"
-	"github.com/ctoken/ctoken/protopage/internal/librarypb"
+	"github.com/ctoken/ctoken/protopage/grpcpage/examples/librarygrpc"
 	"github.com/ctoken/ctoken/protopage/internal/pagetest"
 	"github.com/ctoken/ctoken/protopage/internal/shelf"
 	"google.golang.org/grpc"

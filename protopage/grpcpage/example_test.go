@@ -11,9 +11,9 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/protopage"
+	"github.com/ctoken/ctoken/protopage/examples/librarypb"
 	"github.com/ctoken/ctoken/protopage/grpcpage"
-	"github.com/ctoken/ctoken/protopage/grpcpage/internal/librarygrpc"
-	"github.com/ctoken/ctoken/protopage/internal/librarypb"
+	"github.com/ctoken/ctoken/protopage/grpcpage/examples/librarygrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"

@@ -6,8 +6,8 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/protopage"
-	"github.com/ctoken/ctoken/protopage/grpcpage/internal/librarygrpc"
-	"github.com/ctoken/ctoken/protopage/internal/librarypb"
+	"github.com/ctoken/ctoken/protopage/examples/librarypb"
+	"github.com/ctoken/ctoken/protopage/grpcpage/examples/librarygrpc"
 	"github.com/ctoken/ctoken/protopage/internal/shelf"
 	"google.golang.org/protobuf/proto"
 )

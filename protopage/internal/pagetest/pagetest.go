@@ -16,7 +16,7 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/protopage"
-	"github.com/ctoken/ctoken/protopage/internal/librarypb"
+	"github.com/ctoken/ctoken/protopage/examples/librarypb"
 )
 
 // ListMethod is the full method name of LibraryService.ListBooks.

@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/ctoken/ctoken/protopage"
-	"github.com/ctoken/ctoken/protopage/internal/librarypb"
+	"github.com/ctoken/ctoken/protopage/examples/librarypb"
 )
 
 // Page size bounds of ListBooks (AIP-158: 0 means the default).
