@@ -1,0 +1,394 @@
+// Package pgstore is a [replay.Store] and [replay.Leaser] backed by
+// PostgreSQL, for fleets of servers that must accept each single-use ID
+// (one-time token, single-use request state, webhook delivery) exactly once
+// across every instance, and keep that promise through a database crash.
+//
+// Every claim and every lease step is one SQL statement on one row of one
+// table, keyed by <prefix><id>:
+//
+//	INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE <the row has expired>
+//
+// PostgreSQL's unique index lets exactly one of any number of concurrent
+// statements on a key insert (or take over an expired row); the others wait
+// for its row lock and then see it. Every deadline is measured by the
+// database's clock (now()), never an instance's, so the fleet agrees on when
+// an ID may be taken again. Expired rows are deleted in small batches by a
+// sweeper goroutine of each Store (see [Store.Sweep]).
+//
+// A claim is acknowledged only after PostgreSQL committed it, so with
+// synchronous_commit on (the default) it survives a crash of the server;
+// [New] refuses a session whose synchronous_commit is off unless
+// [Options.AllowAsyncCommit] is set. docs/pgstore.md has the table of what
+// survives a crash and a failover.
+//
+// The store fails closed: when PostgreSQL is down, slow, read-only, or
+// answers anything unexpected, Claim returns first == false and an error
+// matching [ErrUnavailable]. Callers must treat every error as "refuse the
+// request". The table is created only by [Migrate] (or by running the SQL
+// of [Schema]); a Store never creates it.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+const DefaultPrefix = "ctoken:replay:"
+
+// DefaultTable is the table used when Options.Table is empty.
+const DefaultTable = "ctoken_replay"
+
+// DefaultTimeout bounds each call when Options.Timeout is zero.
+const DefaultTimeout = 2 * time.Second
+
+// DefaultMaxClockSkew is how far the instance's clock may run behind the
+// database's when Options.MaxClockSkew is zero: half of
+// [replay.SkewMargin].
+const DefaultMaxClockSkew = replay.SkewMargin / 2
+
+// MaxIDBytes is the longest ID the store accepts. Longer IDs are refused
+// with ErrInvalidClaim before anything is sent to PostgreSQL.
+const MaxIDBytes = 512
+
+// Sentinel errors, usable with errors.Is.
+var (
+	// ErrUnavailable reports that the store could not decide: PostgreSQL
+	// unreachable, timed out, read-only (a standby), a serialization
+	// failure, a lost connection, or an unexpected answer. When the
+	// caller's context had ended, the error also matches the context's
+	// error. The claim may or may not have been recorded; the caller must
+	// refuse the request. Resending it is safe: a resent claim reports the
+	// ID as taken, a resent lease step finds its own lease or done row.
+	ErrUnavailable = errors.New("pgstore: replay store unavailable")
+
+	// ErrInvalidClaim reports a call refused without recording anything: an
+	// empty ID or one over MaxIDBytes, or a lease that is not positive
+	// (refused before reaching PostgreSQL), or an until that is not after
+	// the database's clock (refused by the statement itself). The last two
+	// also match [replay.ErrExpired].
+	ErrInvalidClaim = errors.New("pgstore: invalid claim")
+
+	// ErrForgotten reports that the table lost its marker row: it was
+	// truncated, emptied, or replaced by an empty one, so it no longer
+	// remembers which IDs were claimed. Every call then refuses (the error
+	// also matches ErrUnavailable) until an operator runs [Rearm]. It also
+	// reports a [Migrate] that finds such a table.
+	ErrForgotten = errors.New("pgstore: table has forgotten its claims (marker row missing)")
+
+	// ErrConfig reports a store that cannot be built as configured: a nil
+	// pool, an invalid table name, a missing table, synchronous_commit off
+	// without AllowAsyncCommit, an instance clock too far behind the
+	// database's, or a negative option.
+	ErrConfig = errors.New("pgstore: invalid configuration")
+)
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// Table is the table's name, optionally schema-qualified
+	// ("replay.ctoken_replay"); each part is a lower-case SQL identifier
+	// ([a-z_][a-z0-9_]*, at most 48 bytes). Empty means DefaultTable.
+	Table string
+
+	// Prefix is prepended to every ID to form the row's key, so several
+	// stores (or applications) can share one table without seeing each
+	// other's claims. End it with a separator (":") so that no prefix and
+	// ID run into another's. Empty means DefaultPrefix.
+	Prefix string
+
+	// Timeout bounds every call: the effective deadline is the earlier of
+	// the caller's context deadline and now + Timeout. Zero means
+	// DefaultTimeout; a negative value means only the caller's context
+	// bounds the call.
+	Timeout time.Duration
+
+	// AllowAsyncCommit lets New accept a session whose synchronous_commit
+	// is off. PostgreSQL then acknowledges a commit before it is on disk,
+	// and a crash of the server forgets the claims of the last moments
+	// (up to three times wal_writer_delay): an ID accepted just before the
+	// crash may be accepted again after it.
+	AllowAsyncCommit bool
+
+	// MaxClockSkew is how far the instance's clock may run behind the
+	// database's at New. The store measures every deadline by the
+	// database's clock, but callers compute a claim's until from their own
+	// clock (a one-time token's expiry plus [replay.SkewMargin]); an
+	// instance further behind than the margin would still accept a token
+	// after the database forgot its claim. Zero means DefaultMaxClockSkew;
+	// a negative value turns the check off.
+	MaxClockSkew time.Duration
+
+	// SweepInterval is how often the store's sweeper deletes expired rows
+	// (see [Store.Sweep]). Zero means DefaultSweepInterval; a negative
+	// value runs no sweeper (call Sweep yourself).
+	SweepInterval time.Duration
+
+	// SweepBatch is how many expired rows one sweeper statement deletes at
+	// most. Zero means DefaultSweepBatch.
+	SweepBatch int
+}
+
+// Store is a [replay.Store] backed by one PostgreSQL table. It also
+// implements the optional [replay.Releaser] (Release) and [replay.Leaser]
+// (AcquireLease, ConfirmLease, ReleaseLease), which the webhook middleware
+// uses to process each delivery exactly once. It is safe for concurrent
+// use; its settings are fixed at construction. A zero Store refuses every
+// call with ErrConfig.
+type Store struct {
+	pool    *pgxpool.Pool
+	table   string // quoted, ready for SQL
+	prefix  string
+	timeout time.Duration
+	sync    string // synchronous_commit read at New
+
+	claimSQL, releaseSQL                            string
+	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
+	sweepBatch                                      int
+
+	stop     context.CancelFunc
+	sweeping sync.WaitGroup
+	closed   sync.Once
+}
+
+var (
+	_ replay.Store    = (*Store)(nil)
+	_ replay.Releaser = (*Store)(nil)
+	_ replay.Leaser   = (*Store)(nil)
+)
+
+// New returns a Store on pool's database. It checks, in one query, that
+// the table exists and still holds its marker row (else ErrConfig or
+// ErrForgotten: run [Migrate]), that the server is not a read-only standby
+// (else ErrUnavailable), that the session's synchronous_commit is not off
+// (else ErrConfig, unless Options.AllowAsyncCommit), and that the instance's
+// clock is not behind the database's by more than Options.MaxClockSkew
+// (else ErrConfig). It then starts the sweeper goroutine, which [Store.Close]
+// stops. The pool stays the caller's: Close does not close it.
+//
+// Every session the pool opens should have the settings of the one New
+// checks: set synchronous_commit per role or database (ALTER ROLE ... SET),
+// or in the pool's RuntimeParams, not per connection afterwards.
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", ErrConfig)
+	}
+	if opts.Table == "" {
+		opts.Table = DefaultTable
+	}
+	table, err := quoteTable(opts.Table)
+	if err != nil {
+		return nil, err
+	}
+	if opts.SweepBatch < 0 {
+		return nil, fmt.Errorf("%w: negative SweepBatch", ErrConfig)
+	}
+	s := &Store{pool: pool, table: table, prefix: opts.Prefix, timeout: opts.Timeout, sweepBatch: opts.SweepBatch}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.timeout == 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.sweepBatch == 0 {
+		s.sweepBatch = DefaultSweepBatch
+	}
+	s.prepare()
+
+	var (
+		recovery, marker bool
+		dbNow            time.Time
+	)
+	err = s.run(ctx, func(ctx context.Context) error {
+		return pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), pg_is_in_recovery(), now(),
+			EXISTS (SELECT 1 FROM `+table+` WHERE key = ''::bytea AND state = 'm')`).Scan(&s.sync, &recovery, &dbNow, &marker)
+	})
+	local := time.Now()
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+		return nil, fmt.Errorf("%w: table %s does not exist: run pgstore.Migrate or the SQL of pgstore.Schema", ErrConfig, opts.Table)
+	case err != nil:
+		return nil, err
+	case recovery:
+		return nil, fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
+	case !marker:
+		return nil, fmt.Errorf("%w: %w: table %s", ErrUnavailable, ErrForgotten, opts.Table)
+	case s.sync == "off" && !opts.AllowAsyncCommit:
+		return nil, fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
+	}
+	skew := opts.MaxClockSkew
+	if skew == 0 {
+		skew = DefaultMaxClockSkew
+	}
+	// dbNow is the start of the query's transaction, so local - dbNow also
+	// holds the round trip: it can only make the instance look ahead.
+	if behind := dbNow.Sub(local); skew > 0 && behind > skew {
+		return nil, fmt.Errorf("%w: this instance's clock is %v behind the database's (limit %v): fix NTP", ErrConfig, behind.Round(time.Millisecond), skew)
+	}
+
+	interval := opts.SweepInterval
+	if interval == 0 {
+		interval = DefaultSweepInterval
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	if interval > 0 {
+		s.sweeping.Add(1)
+		go s.sweeper(sctx, interval)
+	}
+	return s, nil
+}
+
+// Close stops the store's sweeper and waits for it to return. It does not
+// close the pool. Calls after Close still work (without a sweeper).
+func (s *Store) Close() {
+	s.closed.Do(func() {
+		if s.stop != nil {
+			s.stop()
+		}
+		s.sweeping.Wait()
+	})
+}
+
+// Prefix returns the key prefix the store writes under.
+func (s *Store) Prefix() string { return s.prefix }
+
+// SynchronousCommit returns the session's synchronous_commit as New read
+// it: "on", "remote_apply" or "remote_write" (a commit is flushed locally,
+// and with synchronous standbys configured, it also reached one),
+// "local" (flushed locally only), or "off" (accepted with
+// AllowAsyncCommit: not flushed).
+func (s *Store) SynchronousCommit() string { return s.sync }
+
+// prepare writes the store's statements for its table.
+func (s *Store) prepare() {
+	t := s.table
+	// m is the marker row: when the table was truncated or emptied it is
+	// gone, and the statement neither inserts nor takes anything over.
+	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm'),
+ins AS (
+  INSERT INTO ` + t + ` AS r (key, state, token, until)
+  SELECT $1::bytea, 'c', '', $2::timestamptz FROM m WHERE $2::timestamptz > now()
+  ON CONFLICT (key) DO UPDATE SET state = 'c', token = '', until = excluded.until
+    WHERE r.until <= now()
+  RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(), EXISTS (SELECT 1 FROM ins)`
+	s.releaseSQL = `DELETE FROM ` + t + ` WHERE key = $1`
+	s.prepareLease()
+	s.prepareSweep()
+}
+
+// run calls fn within the store's deadline. It returns when the deadline
+// passes even if the driver has not, so a hung server cannot hold the
+// caller past it. Errors are wrapped in ErrUnavailable, together with the
+// context error when the deadline or a cancellation ended the call.
+func (s *Store) run(ctx context.Context, fn func(ctx context.Context) error) error {
+	if s.pool == nil {
+		return fmt.Errorf("%w: zero Store (use pgstore.New)", ErrConfig)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	done := make(chan error, 1) // buffered: the sender never blocks
+	go func() { done <- fn(ctx) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+	if err == nil {
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// key is the row key of id.
+func (s *Store) key(id string) []byte {
+	k := make([]byte, 0, len(s.prefix)+len(id))
+	return append(append(k, s.prefix...), id...)
+}
+
+// Claim records id until the given time and reports whether this call was
+// the first live claim of id, across every process sharing the table and
+// prefix. Exactly one of any number of concurrent claims of the same ID
+// returns true, and it returns only after the claim is committed. Once
+// until has passed by the database's clock, the ID can be claimed again; an
+// until after the year 9999 is held forever.
+//
+// Claim fails closed: on any error it returns first == false and an error
+// matching ErrUnavailable (PostgreSQL could not answer in time, answered
+// with an error, or the table forgot its claims: [ErrForgotten]) or
+// ErrInvalidClaim (empty or oversize id, or, also matching
+// [replay.ErrExpired], an until not after the database's current time;
+// nothing is recorded). Error text never contains id.
+//
+// A claim whose reply is lost may still have been committed, and a resend
+// then reports first == false: the ID is consumed and refused, never
+// accepted twice.
+func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	if err := checkID(id); err != nil {
+		return false, err
+	}
+	var marker, future, first bool
+	err := s.run(ctx, func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, s.claimSQL, s.key(id), pgTime(until)).Scan(&marker, &future, &first)
+	})
+	switch {
+	case err != nil:
+		return false, err
+	case first:
+		return true, nil
+	case !marker:
+		return false, fmt.Errorf("%w: %w", ErrUnavailable, ErrForgotten)
+	case !future:
+		return false, fmt.Errorf("%w: %w: until is not after the database's clock", ErrInvalidClaim, replay.ErrExpired)
+	}
+	return false, nil
+}
+
+// Release forgets the claim of id, so the next Claim of id is first again.
+// It is for a caller that claimed id and then failed to act on it; one-time
+// tokens must never be released. Releasing an ID that is not claimed is not
+// an error. Release deletes the row whoever claimed it, so release only IDs
+// you claimed, before their until. Errors match ErrUnavailable or, for an
+// empty or oversize id, ErrInvalidClaim; the claim may then stay in force.
+func (s *Store) Release(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	return s.run(ctx, func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, s.releaseSQL, s.key(id))
+		return err
+	})
+}
+
+// checkID refuses an ID that cannot be a key.
+func checkID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty id", ErrInvalidClaim)
+	case len(id) > MaxIDBytes:
+		return fmt.Errorf("%w: id longer than %d bytes", ErrInvalidClaim, MaxIDBytes)
+	}
+	return nil
+}
