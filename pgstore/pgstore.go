@@ -176,6 +176,12 @@ var (
 // checks: set synchronous_commit per role or database (ALTER ROLE ... SET),
 // or in the pool's RuntimeParams, not per connection afterwards.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	return newStore(ctx, pool, opts, time.Now)
+}
+
+// newStore is New with the instance's clock as a parameter (for the tests
+// of the skew check).
+func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() time.Time) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", ErrConfig)
 	}
@@ -209,7 +215,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		return pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), pg_is_in_recovery(), now(),
 			EXISTS (SELECT 1 FROM `+table+` WHERE key = ''::bytea AND state = 'm')`).Scan(&s.sync, &recovery, &dbNow, &marker)
 	})
-	local := time.Now()
+	local := now()
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
