@@ -148,9 +148,9 @@ type Store struct {
 	timeout time.Duration
 	sync    string // synchronous_commit read at New
 
-	claimSQL, releaseSQL                            string
+	claimSQL, releaseSQL                           string
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
-	sweepBatch                                      int
+	sweepBatch                                     int
 
 	stop     context.CancelFunc
 	sweeping sync.WaitGroup

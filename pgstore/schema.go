@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -88,17 +89,28 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('ctoken-pgstore-migrate'))`); err != nil {
 			return fmt.Errorf("pgstore: migrate: %w", err)
 		}
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists); err != nil {
+		// CREATE TABLE itself tells whether the table exists (to_regclass
+		// may answer from a catalog cache that missed a concurrent
+		// Migrate's commit); a savepoint keeps the transaction usable.
+		if _, err := tx.Exec(ctx, `SAVEPOINT create_table`); err != nil {
 			return fmt.Errorf("pgstore: migrate: %w", err)
 		}
-		if !exists {
-			for _, st := range stmts {
+		_, err := tx.Exec(ctx, stmts[0])
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			for _, st := range stmts[1:] {
 				if _, err := tx.Exec(ctx, st); err != nil {
 					return fmt.Errorf("pgstore: migrate: %w", err)
 				}
 			}
 			return nil
+		case errors.As(err, &pgErr) && pgErr.Code == "42P07": // duplicate_table
+			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT create_table`); err != nil {
+				return fmt.Errorf("pgstore: migrate: %w", err)
+			}
+		default:
+			return fmt.Errorf("pgstore: migrate: %w", err)
 		}
 		var marker bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t+` WHERE key = ''::bytea AND state = 'm')`).Scan(&marker); err != nil {
