@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -225,14 +226,50 @@ func (p *pgServer) url() string {
 	return "postgres://postgres@127.0.0.1:" + p.port + "/postgres?sslmode=disable&connect_timeout=5"
 }
 
-// signal sends sig to the server's whole process group (the postmaster
-// and every backend), as a crash or a frozen machine would hit them.
+// signal sends sig to the postmaster and to every one of its children
+// (each backend is a session of its own, so a process group does not reach
+// them), as a crash or a frozen machine would hit them all. The postmaster
+// is stopped first, so that it forks nothing new and its children keep it
+// as their parent while they are listed.
 func (p *pgServer) signal(sig syscall.Signal) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd != nil && p.cmd.Process != nil {
-		syscall.Kill(-p.cmd.Process.Pid, sig)
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
 	}
+	pid := p.cmd.Process.Pid
+	if sig != syscall.SIGCONT {
+		syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	for _, c := range children(pid) {
+		syscall.Kill(c, sig)
+	}
+	syscall.Kill(pid, sig)
+}
+
+// children lists the processes whose parent is pid, from /proc.
+func children(pid int) []int {
+	var kids []int
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so start after ")".
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(b[i+1:]))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(pid) {
+			continue
+		}
+		if c, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
+			kids = append(kids, c)
+		}
+	}
+	return kids
 }
 
 // kill SIGKILLs the process group and waits for the postmaster to exit.
@@ -245,8 +282,8 @@ func (p *pgServer) kill() {
 	if exited != nil {
 		<-exited
 	}
-	// Backends die with the group; give the kernel a moment to reap them
-	// before a restart reuses the data directory.
+	// The children are reaped by init; give the kernel a moment before a
+	// restart reuses the data directory and its shared memory key.
 	time.Sleep(100 * time.Millisecond)
 }
 
