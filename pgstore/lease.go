@@ -28,23 +28,33 @@ const tokenLen = 32
 
 func (s *Store) prepareLease() {
 	t := s.table
-	// The acquire always takes the row lock (DO UPDATE without WHERE) and
-	// changes the row only when it has expired, so RETURNING shows the row
-	// as it now is: ours (acquired, or a resend of ours), another live
-	// lease (busy, with its remaining time), or done.
+	// The acquire inserts a free key (ins) or takes over an expired row
+	// (upd, which checks until again on the row's newest version after
+	// waiting for its lock), as the claim does. Otherwise it writes
+	// nothing and reports the row as the statement's snapshot shows it
+	// (cur): the caller's own live lease (a resend: acquired), another
+	// live lease (busy, with its remaining time), or done. A row the
+	// snapshot does not show or shows expired was just taken by a
+	// concurrent statement: busy, wait unknown.
 	s.acquireSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm'),
-up AS (
-  INSERT INTO ` + t + ` AS r (key, state, token, until)
+ins AS (
+  INSERT INTO ` + t + ` (key, state, token, until)
   SELECT $1::bytea, 'l', $2::text, now() + $3::bigint * interval '1 microsecond' FROM m
-  ON CONFLICT (key) DO UPDATE SET
-    state = CASE WHEN r.until <= now() THEN 'l' ELSE r.state END,
-    token = CASE WHEN r.until <= now() THEN excluded.token ELSE r.token END,
-    until = CASE WHEN r.until <= now() THEN excluded.until ELSE r.until END
-  RETURNING r.state AS state, r.token = $2::text AS mine,
-    CASE WHEN r.state = 'l' THEN ceil(extract(epoch FROM r.until - now()) * 1000000)::bigint ELSE 0 END AS wait
+  ON CONFLICT (key) DO NOTHING
+  RETURNING 1
+),
+upd AS (
+  UPDATE ` + t + ` SET state = 'l', token = $2::text, until = now() + $3::bigint * interval '1 microsecond'
+  WHERE key = $1::bytea AND until <= now() AND EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM ins)
+  RETURNING 1
+),
+cur AS (
+  SELECT state, token = $2::text AS mine,
+    CASE WHEN state = 'l' THEN ceil(extract(epoch FROM until - now()) * 1000000)::bigint ELSE 0 END AS wait
+  FROM ` + t + ` WHERE key = $1::bytea AND until > now()
 )
-SELECT EXISTS (SELECT 1 FROM m), coalesce((SELECT state FROM up), ''),
-  coalesce((SELECT mine FROM up), false), coalesce((SELECT wait FROM up), 0)`
+SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
+  coalesce((SELECT state FROM cur), ''), coalesce((SELECT mine FROM cur), false), coalesce((SELECT wait FROM cur), 0)`
 	s.confirmSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm'),
 up AS (
   INSERT INTO ` + t + ` AS r (key, state, token, until)
@@ -79,24 +89,27 @@ func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration
 	rand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
 	var (
-		marker, mine bool
-		state        string
-		wait         int64
+		marker, taken, mine bool
+		state               string
+		wait                int64
 	)
 	err := s.run(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, s.acquireSQL, s.key(id), token, us).Scan(&marker, &state, &mine, &wait)
+		return s.pool.QueryRow(ctx, s.acquireSQL, s.key(id), token, us).Scan(&marker, &taken, &state, &mine, &wait)
 	})
 	switch {
 	case err != nil:
 		return replay.Lease{}, err
 	case !marker:
 		return replay.Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, ErrForgotten)
-	case state == "l" && mine:
+	case taken || state == "l" && mine:
 		return replay.Lease{State: replay.LeaseAcquired, Token: token}, nil
 	case state == "l":
 		return replay.Lease{State: replay.LeaseBusy, Wait: time.Duration(max(wait, 0)) * time.Microsecond}, nil
 	case state == "c" || state == "d":
 		return replay.Lease{State: replay.LeaseDone}, nil
+	case state == "":
+		// Taken by a concurrent statement after this one's snapshot.
+		return replay.Lease{State: replay.LeaseBusy}, nil
 	}
 	return replay.Lease{}, fmt.Errorf("%w: unexpected row state from the acquire statement", ErrUnavailable)
 }

@@ -278,15 +278,26 @@ func (s *Store) prepare() {
 	t := s.table
 	// m is the marker row: when the table was truncated or emptied it is
 	// gone, and the statement neither inserts nor takes anything over.
+	// ins inserts a free key; upd takes over a row that has expired (after
+	// waiting for its row lock, PostgreSQL checks until again on the row's
+	// newest version, so of two takeovers one wins). A claim of a live row
+	// matches neither and writes nothing: a flood of replays costs reads,
+	// not commits.
 	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm'),
 ins AS (
-  INSERT INTO ` + t + ` AS r (key, state, token, until)
+  INSERT INTO ` + t + ` (key, state, token, until)
   SELECT $1::bytea, 'c', '', $2::timestamptz FROM m WHERE $2::timestamptz > now()
-  ON CONFLICT (key) DO UPDATE SET state = 'c', token = '', until = excluded.until
-    WHERE r.until <= now()
+  ON CONFLICT (key) DO NOTHING
+  RETURNING 1
+),
+upd AS (
+  UPDATE ` + t + ` SET state = 'c', token = '', until = $2::timestamptz
+  WHERE key = $1::bytea AND until <= now() AND $2::timestamptz > now()
+    AND EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM ins)
   RETURNING 1
 )
-SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(), EXISTS (SELECT 1 FROM ins)`
+SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
+  EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd)`
 	s.releaseSQL = `DELETE FROM ` + t + ` WHERE key = $1`
 	s.prepareLease()
 	s.prepareSweep()

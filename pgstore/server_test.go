@@ -367,7 +367,9 @@ func newTestStore(t testing.TB, opts ...func(*Options)) *Store {
 
 func storeOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*Options)) *Store {
 	t.Helper()
-	o := Options{Prefix: uniquePrefix(), SweepInterval: -1}
+	// A generous timeout: a loaded CI machine can stall a commit's fsync
+	// for seconds, and these tests are not about timeouts.
+	o := Options{Prefix: uniquePrefix(), SweepInterval: -1, Timeout: 15 * time.Second}
 	for _, f := range opts {
 		f(&o)
 	}

@@ -226,3 +226,49 @@ func TestCancelledContextFailsClosed(t *testing.T) {
 		t.Fatalf("Claim with a cancelled context = %v, %v; want ErrUnavailable and context.Canceled", first, err)
 	}
 }
+
+// TestRefusalsWriteNothing: a refused claim, a busy or done acquire and a
+// lost confirmation neither write a row version nor lock the row (xmin and
+// xmax unchanged), so a flood of replays costs reads, not commits.
+func TestRefusalsWriteNothing(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Hour)
+	version := func(id string) string {
+		var v string
+		if err := s.pool.QueryRow(bg(), `SELECT xmin::text || '/' || xmax::text || '/' || ctid::text FROM `+s.table+` WHERE key = $1`, s.key(id)).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if first, err := s.Claim(bg(), "claimed", until); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	l, err := s.AcquireLease(bg(), "leased", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, leased := version("claimed"), version("leased")
+	for range 5 {
+		if first, err := s.Claim(bg(), "claimed", until); first || err != nil {
+			t.Fatal(first, err)
+		}
+		if l, err := s.AcquireLease(bg(), "claimed", time.Minute); l.State != replay.LeaseDone || err != nil {
+			t.Fatal(l, err)
+		}
+		if l, err := s.AcquireLease(bg(), "leased", time.Minute); l.State != replay.LeaseBusy || err != nil {
+			t.Fatal(l, err)
+		}
+		if first, err := s.Claim(bg(), "leased", until); first || err != nil {
+			t.Fatal(first, err)
+		}
+	}
+	if v := version("claimed"); v != claimed {
+		t.Fatalf("refusals of a claimed row changed it: %s, then %s", claimed, v)
+	}
+	if v := version("leased"); v != leased {
+		t.Fatalf("refusals of a leased row changed it: %s, then %s", leased, v)
+	}
+	if err := s.ConfirmLease(bg(), "leased", l.Token, until); err != nil {
+		t.Fatal(err)
+	}
+}

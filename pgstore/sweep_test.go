@@ -1,0 +1,129 @@
+package pgstore
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+func countRows(t testing.TB, s *Store, where string) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE `+where).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestSweepDeletesOnlyExpiredRows: expired claims, leases and done rows go;
+// live ones and the marker stay; several sweepers at once neither block
+// each other nor delete a row twice.
+func TestSweepDeletesOnlyExpiredRows(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	name := uniqueTable(t, pool)
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.SweepBatch = 7 })
+	const expired, live = 500, 50
+	for i := range expired + live {
+		if first, err := s.Claim(bg(), fmt.Sprint("id-", i), time.Now().Add(time.Hour)); !first || err != nil {
+			t.Fatal(i, first, err)
+		}
+	}
+	l, err := s.AcquireLease(bg(), "lease", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ConfirmLease(bg(), "lease", l.Token, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// Expire the first claims and the done row on the database's clock.
+	keys := [][]byte{s.key("lease")}
+	for i := range expired {
+		keys = append(keys, s.key(fmt.Sprint("id-", i)))
+	}
+	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key = ANY($1)`, keys); err != nil {
+		t.Fatal(err)
+	}
+	// Which rows are expired is the database's answer, not a guess.
+	wantGone := countRows(t, s, "until < now()")
+	var wg sync.WaitGroup
+	counts := make(chan int64, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := s.Sweep(bg())
+			if err != nil {
+				t.Error(err)
+			}
+			counts <- n
+		}()
+	}
+	wg.Wait()
+	close(counts)
+	var total int64
+	for n := range counts {
+		total += n
+	}
+	if total != int64(wantGone) || wantGone != expired+1 {
+		t.Fatalf("sweepers deleted %d rows, want the %d expired ones", total, wantGone)
+	}
+	if n := countRows(t, s, "until < now()"); n != 0 {
+		t.Fatalf("%d expired rows left", n)
+	}
+	if n := countRows(t, s, "state = 'm'"); n != 1 {
+		t.Fatalf("%d marker rows, want 1", n)
+	}
+	if n := countRows(t, s, "until > now() AND state = 'c'"); n != live {
+		t.Fatalf("%d live claims left, want %d", n, live)
+	}
+	if first, err := s.Claim(bg(), fmt.Sprint("id-", expired), time.Now().Add(time.Hour)); first || err != nil {
+		t.Fatalf("a live claim after the sweep = %v, %v; want false", first, err)
+	}
+	if first, err := s.Claim(bg(), "id-0", time.Now().Add(time.Hour)); !first || err != nil {
+		t.Fatalf("a swept claim = %v, %v; want first", first, err)
+	}
+}
+
+// TestSweeperRunsUntilClose: the store's goroutine sweeps on its interval
+// and stops at Close.
+func TestSweeperRunsUntilClose(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	name := uniqueTable(t, pool)
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.SweepInterval = 50 * time.Millisecond })
+	for i := range 100 {
+		if _, err := s.Claim(bg(), fmt.Sprint("id-", i), time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for countRows(t, s, "state = 'c'") > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper did not delete the expired rows within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Close()
+	s.Close() // idempotent
+	if _, err := s.Claim(bg(), "after-close", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := countRows(t, s, "state = 'c'"); n != 1 {
+		t.Fatalf("%d rows after Close, want the one expired row left unswept", n)
+	}
+}
