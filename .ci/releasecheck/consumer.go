@@ -17,6 +17,7 @@ import (
 	ctokenmcp "github.com/ctoken/ctoken/mcp"
 	ctokenmcpgo "github.com/ctoken/ctoken/mcpgo"
 	ctokenotel "github.com/ctoken/ctoken/otel"
+	"github.com/ctoken/ctoken/pgstore"
 	"github.com/ctoken/ctoken/redisstore"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -68,7 +69,11 @@ func run() (string, error) {
 	if _, err := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redisstore.Options{}); err != nil {
 		return "", err
 	}
-	return "cursor, request state, mcp, mcpgo, otel and redisstore ok", nil
+	// Schema only writes SQL: nothing connects here either.
+	if sql, err := pgstore.Schema(""); err != nil || sql == "" {
+		return "", fmt.Errorf("pgstore.Schema: %v", err)
+	}
+	return "cursor, request state, mcp, mcpgo, otel, redisstore and pgstore ok", nil
 }
 
 func main() {
@@ -90,7 +95,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg != "cursor, request state, mcp, mcpgo, otel and redisstore ok" {
+	if msg != "cursor, request state, mcp, mcpgo, otel, redisstore and pgstore ok" {
 		t.Fatalf("run() = %q", msg)
 	}
 }
