@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -41,6 +42,15 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	// Listing tests and fuzzing (FuzzQuoteTable, in every fuzz worker)
+	// need no server.
+	for _, name := range []string{"test.list", "test.fuzz", "test.fuzzworker"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			sharedErr = errors.New("no server while listing or fuzzing")
+			os.Exit(m.Run())
+		}
+	}
 	code := func() int {
 		var err error
 		tmpRoot, err = os.MkdirTemp("", "pgstore-test-")
