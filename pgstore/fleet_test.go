@@ -523,4 +523,3 @@ func TestFleetWebhookDatabaseDownRefusesWithoutProcessing(t *testing.T) {
 		t.Fatalf("handler ran %d times with the database down", n)
 	}
 }
-
