@@ -54,7 +54,7 @@ func TestSchemaIsWhatMigrateRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`CREATE TABLE "ctoken_replay"`, `CREATE INDEX "ctoken_replay_until"`, `'infinity'`} {
+	for _, want := range []string{`CREATE TABLE "ctoken_replay"`, `CREATE INDEX "ctoken_replay_until"`, `'-infinity'`} {
 		if !strings.Contains(sql, want) {
 			t.Fatalf("Schema lacks %q:\n%s", want, sql)
 		}
@@ -204,11 +204,33 @@ func TestForgottenTableRefusesEveryClaim(t *testing.T) {
 			if err := Migrate(bg(), pool, name); !errors.Is(err, ErrForgotten) {
 				t.Fatalf("Migrate of a forgotten table: %v; want ErrForgotten", err)
 			}
-			if err := Rearm(bg(), pool, name); err != nil {
+			if err := Rearm(bg(), pool, name, -time.Second); !errors.Is(err, ErrConfig) {
+				t.Fatalf("Rearm with a negative fence: %v; want ErrConfig", err)
+			}
+			// Rearmed with a fence: refused until it passes, then served.
+			const fence = 700 * time.Millisecond
+			rearmed := time.Now()
+			if err := Rearm(bg(), pool, name, fence); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); err != nil {
+				t.Fatalf("New on a rearmed, fenced table: %v", err)
+			}
+			for time.Since(rearmed) < fence-200*time.Millisecond {
+				if first, err := s.Claim(bg(), "claimed", until); first || !errors.Is(err, ErrForgotten) {
+					t.Fatalf("Claim within the fence = %v, %v; want ErrForgotten", first, err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			time.Sleep(time.Until(rearmed.Add(fence + 100*time.Millisecond)))
 			if first, err := s.Claim(bg(), "never-seen", until); !first || err != nil {
-				t.Fatalf("Claim after Rearm = %v, %v; want first", first, err)
+				t.Fatalf("Claim after the fence = %v, %v; want first", first, err)
+			}
+			if err := Rearm(bg(), pool, name, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := s.Claim(bg(), "also-never-seen", until); !first || err != nil {
+				t.Fatalf("Claim after rearming an armed table = %v, %v; want first (nothing changed)", first, err)
 			}
 		})
 	}

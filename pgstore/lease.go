@@ -36,7 +36,7 @@ func (s *Store) prepareLease() {
 	// live lease (busy, with its remaining time), or done. A row the
 	// snapshot does not show or shows expired was just taken by a
 	// concurrent statement: busy, wait unknown.
-	s.acquireSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm'),
+	s.acquireSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
   SELECT $1::bytea, 'l', $2::text, now() + $3::bigint * interval '1 microsecond' FROM m
@@ -55,7 +55,7 @@ cur AS (
 )
 SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
   coalesce((SELECT state FROM cur), ''), coalesce((SELECT mine FROM cur), false), coalesce((SELECT wait FROM cur), 0)`
-	s.confirmSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm'),
+	s.confirmSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
 up AS (
   INSERT INTO ` + t + ` AS r (key, state, token, until)
   SELECT $1::bytea, 'd', $2::text, $3::timestamptz FROM m WHERE $3::timestamptz > now()

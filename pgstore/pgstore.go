@@ -77,10 +77,11 @@ var (
 	ErrInvalidClaim = errors.New("pgstore: invalid claim")
 
 	// ErrForgotten reports that the table lost its marker row: it was
-	// truncated, emptied, or replaced by an empty one, so it no longer
-	// remembers which IDs were claimed. Every call then refuses (the error
-	// also matches ErrUnavailable) until an operator runs [Rearm]. It also
-	// reports a [Migrate] that finds such a table.
+	// truncated or emptied, so it no longer remembers which IDs were
+	// claimed. Every call then refuses (the error also matches
+	// ErrUnavailable) until an operator runs [Rearm] and its fence has
+	// passed. It also reports a [Migrate] or [New] that finds such a
+	// table.
 	ErrForgotten = errors.New("pgstore: table has forgotten its claims (marker row missing)")
 
 	// ErrConfig reports a store that cannot be built as configured: a nil
@@ -283,7 +284,7 @@ func (s *Store) prepare() {
 	// newest version, so of two takeovers one wins). A claim of a live row
 	// matches neither and writes nothing: a flood of replays costs reads,
 	// not commits.
-	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm'),
+	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
   SELECT $1::bytea, 'c', '', $2::timestamptz FROM m WHERE $2::timestamptz > now()

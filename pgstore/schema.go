@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,11 +27,14 @@ const maxIdentBytes = 48
 //	) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05);
 //	CREATE INDEX "ctoken_replay_until" ON "ctoken_replay" (until);
 //	INSERT INTO "ctoken_replay" (key, state, token, until)
-//		VALUES (''::bytea, 'm', '', 'infinity');
+//		VALUES (''::bytea, 'm', '', '-infinity');
 //
-// The last statement writes the marker row. Run all three in one
-// transaction: a table without its marker is refused as forgotten
-// ([ErrForgotten]). The name is validated as for [Options.Table].
+// The last statement writes the marker row, whose until is the instant
+// from which the table accepts claims (here: always). Every statement of
+// the store checks the marker in the same snapshot as the row it decides
+// on, so a table that was truncated or emptied refuses everything. Run all
+// three in one transaction: a table without its marker is refused as
+// forgotten ([ErrForgotten]). The name is validated as for [Options.Table].
 func Schema(table string) (string, error) {
 	stmts, err := schema(table)
 	if err != nil {
@@ -58,7 +62,7 @@ func schema(table string) ([]string, error) {
 ) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05)`,
 		`CREATE INDEX ` + index + ` ON ` + t + ` (until)`,
 		`INSERT INTO ` + t + ` (key, state, token, until)
-	VALUES (''::bytea, 'm', '', 'infinity')`,
+	VALUES (''::bytea, 'm', '', '-infinity')`,
 	}, nil
 }
 
@@ -124,16 +128,21 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 }
 
 // Rearm writes the marker row of a table that lost it (truncated or
-// emptied), so Stores accept claims again. The table has forgotten which
-// IDs were claimed: an ID claimed before may now be accepted a second time.
-// Call it only once every claim it held has expired — the longest until
-// your callers use (a one-time token's TTL plus [replay.SkewMargin], a
-// webhook's confirmation period) after the table was emptied — or when
-// accepting such IDs again is acceptable. Rearming a table that has its
-// marker changes nothing.
-func Rearm(ctx context.Context, pool *pgxpool.Pool, table string) error {
+// emptied), fenced for the given duration: Stores refuse every call with
+// [ErrForgotten] until fence has passed by the database's clock, and then
+// accept claims again. The table has forgotten which IDs were claimed, so
+// fence must cover every claim it could have held: the longest until your
+// callers use past the loss (a one-time token's or request state's TTL
+// plus [replay.SkewMargin], a webhook's confirmation period). A shorter
+// fence lets an ID claimed before the loss be accepted a second time.
+// Rearming a table that has its marker changes nothing; a negative fence
+// is refused with ErrConfig.
+func Rearm(ctx context.Context, pool *pgxpool.Pool, table string, fence time.Duration) error {
 	if pool == nil {
 		return fmt.Errorf("%w: nil pool", ErrConfig)
+	}
+	if fence < 0 {
+		return fmt.Errorf("%w: negative fence", ErrConfig)
 	}
 	if table == "" {
 		table = DefaultTable
@@ -142,7 +151,9 @@ func Rearm(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	if err != nil {
 		return err
 	}
-	_, err = pool.Exec(ctx, `INSERT INTO `+t+` (key, state, token, until) VALUES (''::bytea, 'm', '', 'infinity') ON CONFLICT (key) DO NOTHING`)
+	us := int64(fence / time.Microsecond)
+	_, err = pool.Exec(ctx, `INSERT INTO `+t+` (key, state, token, until)
+	VALUES (''::bytea, 'm', '', now() + $1::bigint * interval '1 microsecond') ON CONFLICT (key) DO NOTHING`, us)
 	if err != nil {
 		return fmt.Errorf("pgstore: rearm: %w", err)
 	}
