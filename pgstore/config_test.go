@@ -117,8 +117,8 @@ func TestNewRefusesAsyncCommitUnlessAllowed(t *testing.T) {
 	p := needServer(t)
 	for _, setting := range []string{"on", "local", "remote_write", "remote_apply"} {
 		s := storeOn(t, p.pool(t, "synchronous_commit", setting))
-		if s.SynchronousCommit() != setting {
-			t.Fatalf("SynchronousCommit() = %q, want %q", s.SynchronousCommit(), setting)
+		if d := s.Durability(); d.SynchronousCommit != setting || d.SynchronousStandbyNames != "" || d.WaitsForStandby() {
+			t.Fatalf("Durability() = %+v, WaitsForStandby %v; want %q, no standbys", d, d.WaitsForStandby(), setting)
 		}
 	}
 	pool := p.pool(t, "synchronous_commit", "off")
@@ -126,8 +126,12 @@ func TestNewRefusesAsyncCommitUnlessAllowed(t *testing.T) {
 		t.Fatalf("New with synchronous_commit off = %v, %v; want ErrConfig", s, err)
 	}
 	s := storeOn(t, pool, func(o *Options) { o.AllowAsyncCommit = true })
-	if s.SynchronousCommit() != "off" {
-		t.Fatalf("SynchronousCommit() = %q, want off", s.SynchronousCommit())
+	if d := s.Durability(); d.SynchronousCommit != "off" {
+		t.Fatalf("Durability() = %+v, want off", d)
+	}
+	// Without a synchronous standby, a store that requires one is refused.
+	if s, err := New(bg(), p.pool(t), Options{SweepInterval: -1, RequireSynchronousStandby: true}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New requiring a synchronous standby on a lone server = %v, %v; want ErrConfig", s, err)
 	}
 }
 

@@ -117,6 +117,12 @@ type Options struct {
 	// crash may be accepted again after it.
 	AllowAsyncCommit bool
 
+	// RequireSynchronousStandby makes New refuse (ErrConfig) a session
+	// whose commits do not wait for a synchronous standby (see
+	// [Durability.WaitsForStandby]): for deployments that must not lose an
+	// acknowledged claim in a failover.
+	RequireSynchronousStandby bool
+
 	// MaxClockSkew is how far the instance's clock may run behind the
 	// database's at New. The store measures every deadline by the
 	// database's clock, but callers compute a claim's until from their own
@@ -147,7 +153,7 @@ type Store struct {
 	table   string // quoted, ready for SQL
 	prefix  string
 	timeout time.Duration
-	sync    string // synchronous_commit read at New
+	durable Durability
 
 	claimSQL, releaseSQL                           string
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
@@ -213,8 +219,9 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 		dbNow            time.Time
 	)
 	err = s.run(ctx, func(ctx context.Context) error {
-		return pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), pg_is_in_recovery(), now(),
-			EXISTS (SELECT 1 FROM `+table+` WHERE key = ''::bytea AND state = 'm')`).Scan(&s.sync, &recovery, &dbNow, &marker)
+		return pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
+			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+table+` WHERE key = ''::bytea AND state = 'm')`).Scan(
+			&s.durable.SynchronousCommit, &s.durable.SynchronousStandbyNames, &recovery, &dbNow, &marker)
 	})
 	local := now()
 	var pgErr *pgconn.PgError
@@ -227,8 +234,11 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 		return nil, fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
 	case !marker:
 		return nil, fmt.Errorf("%w: %w: table %s", ErrUnavailable, ErrForgotten, opts.Table)
-	case s.sync == "off" && !opts.AllowAsyncCommit:
+	case s.durable.SynchronousCommit == "off" && !opts.AllowAsyncCommit:
 		return nil, fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
+	case opts.RequireSynchronousStandby && !s.durable.WaitsForStandby():
+		return nil, fmt.Errorf("%w: commits do not wait for a synchronous standby (synchronous_commit %s, synchronous_standby_names %q)",
+			ErrConfig, s.durable.SynchronousCommit, s.durable.SynchronousStandbyNames)
 	}
 	skew := opts.MaxClockSkew
 	if skew == 0 {
@@ -267,12 +277,37 @@ func (s *Store) Close() {
 // Prefix returns the key prefix the store writes under.
 func (s *Store) Prefix() string { return s.prefix }
 
-// SynchronousCommit returns the session's synchronous_commit as New read
-// it: "on", "remote_apply" or "remote_write" (a commit is flushed locally,
-// and with synchronous standbys configured, it also reached one),
-// "local" (flushed locally only), or "off" (accepted with
-// AllowAsyncCommit: not flushed).
-func (s *Store) SynchronousCommit() string { return s.sync }
+// Durability is what [New] read of the session's commit settings: what a
+// claim's acknowledgement means.
+type Durability struct {
+	// SynchronousCommit is the session's synchronous_commit: "on",
+	// "remote_apply" or "remote_write" (flushed locally, and also sent to
+	// the synchronous standbys if any are configured), "local" (flushed
+	// locally only), or "off" (not flushed: accepted only with
+	// Options.AllowAsyncCommit).
+	SynchronousCommit string
+	// SynchronousStandbyNames is the server's synchronous_standby_names;
+	// empty when no standby is synchronous.
+	SynchronousStandbyNames string
+}
+
+// WaitsForStandby reports whether an acknowledged claim has also reached a
+// synchronous standby: synchronous_standby_names is set and
+// synchronous_commit is on, remote_write or remote_apply. A failover that
+// promotes such a standby keeps every acknowledged claim (a failover to an
+// asynchronous one may not). Without it, an acknowledged claim survives a
+// crash of the server (synchronous_commit not off) but not the loss of its
+// disk.
+func (d Durability) WaitsForStandby() bool {
+	switch d.SynchronousCommit {
+	case "on", "remote_write", "remote_apply":
+		return d.SynchronousStandbyNames != ""
+	}
+	return false
+}
+
+// Durability returns the commit settings New read.
+func (s *Store) Durability() Durability { return s.durable }
 
 // prepare writes the store's statements for its table.
 func (s *Store) prepare() {

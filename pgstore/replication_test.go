@@ -1,0 +1,208 @@
+package pgstore
+
+// A primary with a synchronous standby: a failover to the standby keeps
+// every acknowledged claim, and a standby that stops answering makes every
+// claim fail closed.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// syncPair starts a primary (migrated) and a streaming standby made from
+// it with pg_basebackup, then makes the standby synchronous
+// (synchronous_standby_names = '*') and waits until the primary reports it
+// so.
+func syncPair(t *testing.T) (primary, standby *pgServer) {
+	t.Helper()
+	primary = ownServer(t)
+	bin, err := pgBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	dir := filepath.Join(tmpRoot, "standby-"+hex.EncodeToString(b))
+	if err := mkdirOwned(dir); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", primary.port, "-U", "postgres",
+		"-D", dir, "-R", "-X", "stream", "--no-sync", "-c", "fast")
+	runAs(cmd)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pg_basebackup: %v\n%s", err, out)
+	}
+	standby = &pgServer{dir: dir, port: freePort()}
+	if err := standby.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(standby.kill)
+	admin := primary.pool(t)
+	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
+		if _, err := admin.Exec(bg(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var state string
+		admin.QueryRow(bg(), `SELECT sync_state FROM pg_stat_replication LIMIT 1`).Scan(&state)
+		if state == "sync" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the standby is not synchronous after 20 s (sync_state %q)", state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return primary, standby
+}
+
+// TestFailoverToSynchronousStandbyLosesNothing: clients claim fresh IDs on
+// the primary, which is SIGKILLed mid-load; the synchronous standby is
+// promoted and a new store on it refuses every claim acknowledged before
+// (0 lost, 0 twice).
+func TestFailoverToSynchronousStandbyLosesNothing(t *testing.T) {
+	primary, standby := syncPair(t)
+	s := storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = 2 * time.Second; o.RequireSynchronousStandby = true })
+	if !s.Durability().WaitsForStandby() {
+		t.Fatalf("Durability() = %+v; want a synchronous standby", s.Durability())
+	}
+	until := time.Now().Add(time.Hour)
+	var (
+		mu    sync.Mutex
+		acked []string
+		stop  atomic.Bool
+		wg    sync.WaitGroup
+	)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; !stop.Load(); n++ {
+				id := fmt.Sprintf("w%d-%d", w, n)
+				if first, err := s.Claim(bg(), id, until); err == nil && first {
+					mu.Lock()
+					acked = append(acked, id)
+					mu.Unlock()
+				} else if err != nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	primary.kill() // mid-load: no shutdown, nothing more reaches the standby
+	stop.Store(true)
+	wg.Wait()
+
+	pool := standby.pool(t)
+	if _, err := pool.Exec(bg(), `SELECT pg_promote(wait => true)`); err != nil {
+		t.Fatal(err)
+	}
+	promoted := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
+	lost := 0
+	for _, id := range acked {
+		first, err := promoted.Claim(bg(), id, until)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first {
+			lost++
+		}
+	}
+	t.Logf("%d claims acknowledged by the primary before it was killed, %d lost in the failover", len(acked), lost)
+	if lost != 0 || len(acked) == 0 {
+		t.Fatalf("%d of %d acknowledged claims lost in a failover to the synchronous standby; want 0", lost, len(acked))
+	}
+}
+
+// TestStoppedSynchronousStandbyFailsClosed: while the synchronous standby
+// does not answer (SIGSTOP), commits wait for it, so every claim, acquire
+// and confirm fails closed at the store's timeout, although the primary
+// may have committed it locally; once the standby resumes, resends never
+// accept an ID twice.
+func TestStoppedSynchronousStandbyFailsClosed(t *testing.T) {
+	primary, standby := syncPair(t)
+	s := storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = 500 * time.Millisecond })
+	until := time.Now().Add(time.Hour)
+	pending, err := s.AcquireLease(bg(), "pending", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	standby.signal(syscall.SIGSTOP)
+	resumed := false
+	defer func() {
+		if !resumed {
+			standby.signal(syscall.SIGCONT)
+		}
+	}()
+	const n = 4
+	for i := range n {
+		if first, err := s.Claim(bg(), fmt.Sprint("claim-", i), until); first || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Claim with the standby stopped = %v, %v; want ErrUnavailable", first, err)
+		}
+		if l, err := s.AcquireLease(bg(), fmt.Sprint("lease-", i), time.Minute); l.State != 0 || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("AcquireLease with the standby stopped = %+v, %v; want ErrUnavailable", l, err)
+		}
+	}
+	if err := s.ConfirmLease(bg(), "pending", pending.Token, until); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("ConfirmLease with the standby stopped: %v; want ErrUnavailable", err)
+	}
+	standby.signal(syscall.SIGCONT)
+	resumed = true
+	for deadline, i := time.Now().Add(10*time.Second), 0; ; i++ {
+		ctx, cancel := context.WithTimeout(bg(), time.Second)
+		first, err := s.Claim(ctx, fmt.Sprint("after-", i), until)
+		cancel()
+		if first && err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claims still failing 10 s after the standby resumed: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The caller resends, twice. The lost calls were committed locally
+	// (unless the timeout fell before the local flush), so each resend is
+	// refused or, at most once, first; never twice.
+	firsts, acquired := map[int]int{}, map[int]int{}
+	for range 2 {
+		for i := range n {
+			first, err := s.Claim(bg(), fmt.Sprint("claim-", i), until)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first {
+				firsts[i]++
+			}
+			l, err := s.AcquireLease(bg(), fmt.Sprint("lease-", i), time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.State == replay.LeaseAcquired {
+				acquired[i]++
+			}
+		}
+	}
+	for i := range n {
+		if firsts[i] > 1 || acquired[i] > 1 {
+			t.Fatalf("id %d: first %d times, acquired %d times after resends; want at most once", i, firsts[i], acquired[i])
+		}
+	}
+	t.Logf("resends after the standby resumed: %d claims and %d leases were first (the rest had committed locally)", len(firsts), len(acquired))
+	if err := s.ConfirmLease(bg(), "pending", pending.Token, until); err != nil {
+		t.Fatalf("resent ConfirmLease: %v", err)
+	}
+}
