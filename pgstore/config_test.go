@@ -244,6 +244,7 @@ func TestForgottenTableRefusesEveryClaim(t *testing.T) {
 // as a read-only hot standby (a failover gone wrong): every claim is
 // refused as unavailable, and New refuses it.
 func TestStandbyFailsClosed(t *testing.T) {
+	t.Parallel() // a server of its own
 	p := ownServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool, func(o *Options) { o.Timeout = 5 * time.Second })

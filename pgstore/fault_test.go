@@ -315,6 +315,7 @@ func TestResendAfterLostReplyIsSafe(t *testing.T) {
 // into ErrUnavailable within the store's timeout; when it resumes, claims
 // are decided again.
 func TestPausedServerFailsClosedWithinTimeout(t *testing.T) {
+	t.Parallel() // a server of its own
 	p := ownServer(t)
 	const timeout = 500 * time.Millisecond
 	s := storeOn(t, p.pool(t), func(o *Options) { o.Timeout = timeout })

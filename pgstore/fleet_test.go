@@ -229,6 +229,7 @@ func TestFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
 }
 
 func TestFleetRedeemsFailClosedWhenTheDatabaseDies(t *testing.T) {
+	t.Parallel() // a server of its own
 	p := ownServer(t)
 	f := newFleet(t, fleetStores(t, p, 2*time.Second))
 	redeemed, fresh := map[string]string{}, map[string]string{}
@@ -505,6 +506,7 @@ func TestFleetWebhookHandlerFailsThenSucceedsIsProcessedOnRetry(t *testing.T) {
 // A database that is down refuses every delivery with 503 and never calls
 // the handler.
 func TestFleetWebhookDatabaseDownRefusesWithoutProcessing(t *testing.T) {
+	t.Parallel() // a server of its own
 	p := ownServer(t)
 	next := &countingHandler{}
 	f := newWHFleet(t, fleetStores(t, p, 500*time.Millisecond), time.Minute, next)

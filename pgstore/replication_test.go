@@ -74,6 +74,7 @@ func syncPair(t *testing.T) (primary, standby *pgServer) {
 // promoted and a new store on it refuses every claim acknowledged before
 // (0 lost, 0 twice).
 func TestFailoverToSynchronousStandbyLosesNothing(t *testing.T) {
+	t.Parallel() // a server of its own
 	primary, standby := syncPair(t)
 	s := storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = 2 * time.Second; o.RequireSynchronousStandby = true })
 	if !s.Durability().WaitsForStandby() {
@@ -134,6 +135,7 @@ func TestFailoverToSynchronousStandbyLosesNothing(t *testing.T) {
 // may have committed it locally; once the standby resumes, resends never
 // accept an ID twice.
 func TestStoppedSynchronousStandbyFailsClosed(t *testing.T) {
+	t.Parallel() // a server of its own
 	primary, standby := syncPair(t)
 	s := storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = 500 * time.Millisecond })
 	until := time.Now().Add(time.Hour)
@@ -148,7 +150,7 @@ func TestStoppedSynchronousStandbyFailsClosed(t *testing.T) {
 			standby.signal(syscall.SIGCONT)
 		}
 	}()
-	const n = 4
+	const n = 2
 	for i := range n {
 		if first, err := s.Claim(bg(), fmt.Sprint("claim-", i), until); first || !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("Claim with the standby stopped = %v, %v; want ErrUnavailable", first, err)
