@@ -86,7 +86,9 @@ var (
 
 	// ErrConfig reports a store that cannot be built as configured: a nil
 	// pool, an invalid table name, a missing table, synchronous_commit off
-	// without AllowAsyncCommit, an instance clock too far behind the
+	// without AllowAsyncCommit, standbys none of which is synchronous
+	// without AllowAsyncStandby, no synchronous standby with
+	// RequireSynchronousStandby, an instance clock too far behind the
 	// database's, or a negative option.
 	ErrConfig = errors.New("pgstore: invalid configuration")
 )
@@ -116,6 +118,14 @@ type Options struct {
 	// (up to three times wal_writer_delay): an ID accepted just before the
 	// crash may be accepted again after it.
 	AllowAsyncCommit bool
+
+	// AllowAsyncStandby lets New accept a primary that streams to physical
+	// standbys while its commits wait for none of them (see
+	// [Durability.WaitsForStandby]). A failover to such a standby can lose
+	// the last acknowledged claims, and the store cannot detect it: those
+	// IDs would be accepted a second time. Without this option New refuses
+	// it with ErrConfig; set synchronous_standby_names instead.
+	AllowAsyncStandby bool
 
 	// RequireSynchronousStandby makes New refuse (ErrConfig) a session
 	// whose commits do not wait for a synchronous standby (see
@@ -174,7 +184,9 @@ var (
 // the table exists and still holds its marker row (else ErrConfig or
 // ErrForgotten: run [Migrate]), that the server is not a read-only standby
 // (else ErrUnavailable), that the session's synchronous_commit is not off
-// (else ErrConfig, unless Options.AllowAsyncCommit), and that the instance's
+// (else ErrConfig, unless Options.AllowAsyncCommit), that a server with
+// physical standbys makes commits wait for a synchronous one (else
+// ErrConfig, unless Options.AllowAsyncStandby), and that the instance's
 // clock is not behind the database's by more than Options.MaxClockSkew
 // (else ErrConfig). It then starts the sweeper goroutine, which [Store.Close]
 // stops. The pool stays the caller's: Close does not close it.
@@ -219,9 +231,13 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 		dbNow            time.Time
 	)
 	err = s.run(ctx, func(ctx context.Context) error {
+		// Physical standbys: walsenders without a logical slot (a CDC
+		// consumer is no failover target).
 		return pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
+			(SELECT count(*) FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
+			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
 			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+table+` WHERE key = ''::bytea AND state = 'm')`).Scan(
-			&s.durable.SynchronousCommit, &s.durable.SynchronousStandbyNames, &recovery, &dbNow, &marker)
+			&s.durable.SynchronousCommit, &s.durable.SynchronousStandbyNames, &s.durable.Standbys, &recovery, &dbNow, &marker)
 	})
 	local := now()
 	var pgErr *pgconn.PgError
@@ -236,6 +252,9 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 		return nil, fmt.Errorf("%w: %w: table %s", ErrUnavailable, ErrForgotten, opts.Table)
 	case s.durable.SynchronousCommit == "off" && !opts.AllowAsyncCommit:
 		return nil, fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
+	case s.durable.Standbys > 0 && !s.durable.WaitsForStandby() && !opts.AllowAsyncStandby:
+		return nil, fmt.Errorf("%w: the server streams to %d standby(s) but commits wait for none: a failover could accept acknowledged claims again (set synchronous_standby_names, or Options.AllowAsyncStandby)",
+			ErrConfig, s.durable.Standbys)
 	case opts.RequireSynchronousStandby && !s.durable.WaitsForStandby():
 		return nil, fmt.Errorf("%w: commits do not wait for a synchronous standby (synchronous_commit %s, synchronous_standby_names %q)",
 			ErrConfig, s.durable.SynchronousCommit, s.durable.SynchronousStandbyNames)
@@ -289,6 +308,9 @@ type Durability struct {
 	// SynchronousStandbyNames is the server's synchronous_standby_names;
 	// empty when no standby is synchronous.
 	SynchronousStandbyNames string
+	// Standbys is how many physical standbys were streaming from the
+	// server at New (pg_stat_replication without logical walsenders).
+	Standbys int
 }
 
 // WaitsForStandby reports whether an acknowledged claim has also reached a

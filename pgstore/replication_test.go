@@ -26,6 +26,12 @@ import (
 // (synchronous_standby_names = '*') and waits until the primary reports it
 // so.
 func syncPair(t *testing.T) (primary, standby *pgServer) {
+	return standbyPair(t, true)
+}
+
+// standbyPair is syncPair, with an asynchronous standby when sync is
+// false.
+func standbyPair(t *testing.T, sync bool) (primary, standby *pgServer) {
 	t.Helper()
 	primary = ownServer(t)
 	bin, err := pgBin()
@@ -50,7 +56,14 @@ func syncPair(t *testing.T) (primary, standby *pgServer) {
 	}
 	t.Cleanup(standby.kill)
 	admin := primary.pool(t)
+	want := "sync"
+	if !sync {
+		want = "async"
+	}
 	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
+		if !sync {
+			break
+		}
 		if _, err := admin.Exec(bg(), q); err != nil {
 			t.Fatal(err)
 		}
@@ -58,11 +71,11 @@ func syncPair(t *testing.T) (primary, standby *pgServer) {
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		var state string
 		admin.QueryRow(bg(), `SELECT sync_state FROM pg_stat_replication LIMIT 1`).Scan(&state)
-		if state == "sync" {
+		if state == want {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the standby is not synchronous after 20 s (sync_state %q)", state)
+			t.Fatalf("the standby's sync_state is %q after 20 s, want %q", state, want)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -206,5 +219,39 @@ func TestStoppedSynchronousStandbyFailsClosed(t *testing.T) {
 	t.Logf("resends after the standby resumed: %d claims and %d leases were first (the rest had committed locally)", len(firsts), len(acquired))
 	if err := s.ConfirmLease(bg(), "pending", pending.Token, until); err != nil {
 		t.Fatalf("resent ConfirmLease: %v", err)
+	}
+}
+
+// TestNewRefusesAsyncStandbyUnlessAllowed: a primary streaming to a
+// standby that commits do not wait for could lose acknowledged claims in a
+// failover; New refuses it unless the caller says so.
+func TestNewRefusesAsyncStandbyUnlessAllowed(t *testing.T) {
+	t.Parallel() // servers of its own
+	primary, _ := standbyPair(t, false)
+	pool := primary.pool(t)
+	if s, err := New(bg(), pool, Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New with an asynchronous standby = %v, %v; want ErrConfig", s, err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.AllowAsyncStandby = true })
+	if d := s.Durability(); d.Standbys != 1 || d.WaitsForStandby() {
+		t.Fatalf("Durability() = %+v; want one standby, not waited for", d)
+	}
+	if s, err := New(bg(), pool, Options{SweepInterval: -1, AllowAsyncStandby: true, RequireSynchronousStandby: true}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New requiring a synchronous standby with only an asynchronous one = %v, %v; want ErrConfig", s, err)
+	}
+}
+
+func TestDurabilityWaitsForStandby(t *testing.T) {
+	for _, tc := range []struct {
+		commit, names string
+		want          bool
+	}{
+		{"on", "", false}, {"on", "*", true}, {"remote_write", "s1", true}, {"remote_apply", "FIRST 1 (s1, s2)", true},
+		{"local", "*", false}, {"off", "*", false}, {"", "*", false},
+	} {
+		d := Durability{SynchronousCommit: tc.commit, SynchronousStandbyNames: tc.names}
+		if got := d.WaitsForStandby(); got != tc.want {
+			t.Errorf("%+v.WaitsForStandby() = %v, want %v", d, got, tc.want)
+		}
 	}
 }
