@@ -150,6 +150,12 @@ type Options struct {
 	// SweepBatch is how many expired rows one sweeper statement deletes at
 	// most. Zero means DefaultSweepBatch.
 	SweepBatch int
+
+	// OnSweep, when set, is called after each sweep of the store's own
+	// sweeper with what [Store.Sweep] returned, so that a sweeper that
+	// keeps failing (and a table that keeps growing) is seen. It runs on
+	// the sweeper's goroutine; keep it short.
+	OnSweep func(deleted int64, err error)
 }
 
 // Store is a [replay.Store] backed by one PostgreSQL table. It also
@@ -168,6 +174,7 @@ type Store struct {
 	claimSQL, releaseSQL                           string
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
 	sweepBatch                                     int
+	onSweep                                        func(int64, error)
 
 	stop     context.CancelFunc
 	sweeping sync.WaitGroup
@@ -214,7 +221,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	if opts.SweepBatch < 0 {
 		return nil, fmt.Errorf("%w: negative SweepBatch", ErrConfig)
 	}
-	s := &Store{pool: pool, table: table, prefix: opts.Prefix, timeout: opts.Timeout, sweepBatch: opts.SweepBatch}
+	s := &Store{pool: pool, table: table, prefix: opts.Prefix, timeout: opts.Timeout, sweepBatch: opts.SweepBatch, onSweep: opts.OnSweep}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}

@@ -38,7 +38,8 @@ func (s *Store) prepareSweep() {
 // store's timeout; errors match ErrUnavailable.
 //
 // Every Store runs Sweep on its own goroutine every Options.SweepInterval
-// (errors are retried at the next interval) until Close.
+// (errors are retried at the next interval, and reported to
+// Options.OnSweep) until Close.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	var total int64
 	for range maxSweepBatches {
@@ -69,7 +70,10 @@ func (s *Store) sweeper(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			s.Sweep(ctx) // a failed sweep is retried at the next tick
+			n, err := s.Sweep(ctx) // a failed sweep is retried at the next tick
+			if s.onSweep != nil && ctx.Err() == nil {
+				s.onSweep(n, err)
+			}
 		}
 	}
 }

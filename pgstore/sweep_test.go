@@ -98,7 +98,21 @@ func TestSweeperRunsUntilClose(t *testing.T) {
 	if err := Migrate(bg(), pool, name); err != nil {
 		t.Fatal(err)
 	}
-	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.SweepInterval = 50 * time.Millisecond })
+	var mu sync.Mutex
+	var deleted, sweeps int64
+	s := storeOn(t, pool, func(o *Options) {
+		o.Table = name
+		o.SweepInterval = 50 * time.Millisecond
+		o.OnSweep = func(n int64, err error) {
+			if err != nil {
+				t.Errorf("sweep: %v", err)
+			}
+			mu.Lock()
+			deleted += n
+			sweeps++
+			mu.Unlock()
+		}
+	})
 	for i := range 100 {
 		if _, err := s.Claim(bg(), fmt.Sprint("id-", i), time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)
@@ -116,6 +130,11 @@ func TestSweeperRunsUntilClose(t *testing.T) {
 	}
 	s.Close()
 	s.Close() // idempotent
+	mu.Lock()
+	if deleted != 100 || sweeps == 0 {
+		t.Errorf("OnSweep saw %d rows deleted in %d sweeps, want 100", deleted, sweeps)
+	}
+	mu.Unlock()
 	if _, err := s.Claim(bg(), "after-close", time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
