@@ -94,7 +94,17 @@ func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration
 		wait                int64
 	)
 	err := s.run(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, s.acquireSQL, s.key(id), token, us).Scan(&marker, &taken, &state, &mine, &wait)
+		key := s.key(id)
+		var err error
+		for range maxRaces {
+			err = s.pool.QueryRow(ctx, s.acquireSQL, key, token, us).Scan(&marker, &taken, &state, &mine, &wait)
+			if err != nil || taken || state != "" || !marker {
+				return err
+			}
+			// No live row in the snapshot and nothing taken: a concurrent
+			// statement inserted, took over or deleted the row. Look again.
+		}
+		return nil
 	})
 	switch {
 	case err != nil:
@@ -108,7 +118,8 @@ func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration
 	case state == "c" || state == "d":
 		return replay.Lease{State: replay.LeaseDone}, nil
 	case state == "":
-		// Taken by a concurrent statement after this one's snapshot.
+		// The row kept changing under concurrent statements: busy, for
+		// how long is unknown.
 		return replay.Lease{State: replay.LeaseBusy}, nil
 	}
 	return replay.Lease{}, fmt.Errorf("%w: unexpected row state from the acquire statement", ErrUnavailable)

@@ -347,7 +347,10 @@ func (s *Store) prepare() {
 	// waiting for its row lock, PostgreSQL checks until again on the row's
 	// newest version, so of two takeovers one wins). A claim of a live row
 	// matches neither and writes nothing: a flood of replays costs reads,
-	// not commits.
+	// not commits. The last column reports an expired row in the
+	// statement's snapshot: when neither ins nor upd took it, a concurrent
+	// statement changed it first (took it over, or a sweeper or release
+	// deleted it), and the claim runs again to see which.
 	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
@@ -362,7 +365,8 @@ upd AS (
   RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
-  EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd)`
+  EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
+  EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until <= now())`
 	s.releaseSQL = `DELETE FROM ` + t + ` WHERE key = $1`
 	s.prepareLease()
 	s.prepareSweep()
@@ -404,6 +408,13 @@ func (s *Store) run(ctx context.Context, fn func(ctx context.Context) error) err
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
+// maxRaces is how many times a claim or an acquire runs when a concurrent
+// statement changed the expired row it found (nothing was written by the
+// runs that lost); errRaced reports that it lost every time.
+const maxRaces = 3
+
+var errRaced = errors.New("the row kept changing under concurrent statements")
+
 // key is the row key of id.
 func (s *Store) key(id string) []byte {
 	k := make([]byte, 0, len(s.prefix)+len(id))
@@ -431,9 +442,15 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if err := checkID(id); err != nil {
 		return false, err
 	}
-	var marker, future, first bool
+	var marker, future, first, raced bool
 	err := s.run(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, s.claimSQL, s.key(id), pgTime(until)).Scan(&marker, &future, &first)
+		key, u := s.key(id), pgTime(until)
+		for range maxRaces {
+			if err := s.pool.QueryRow(ctx, s.claimSQL, key, u).Scan(&marker, &future, &first, &raced); err != nil || first || !raced {
+				return err
+			}
+		}
+		return errRaced
 	})
 	switch {
 	case err != nil:

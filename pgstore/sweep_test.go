@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 func countRows(t testing.TB, s *Store, where string) int {
@@ -144,5 +146,55 @@ func TestSweeperRunsUntilClose(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := countRows(t, s, "state = 'c'"); n != 1 {
 		t.Fatalf("%d rows after Close, want the one expired row left unswept", n)
+	}
+}
+
+// TestClaimRacingASweepIsDecidedAgain: a claim (or acquire) that waits for
+// the lock of an expired row which a sweeper then deletes does not report
+// the ID as taken: it runs again and takes the free ID.
+func TestClaimRacingASweepIsDecidedAgain(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	s := newTestStore(t)
+	for _, step := range []string{"claim", "acquire"} {
+		id := "raced-" + step
+		if first, err := s.Claim(bg(), id, time.Now().Add(time.Hour)); !first || err != nil {
+			t.Fatal(first, err)
+		}
+		if _, err := admin.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
+			t.Fatal(err)
+		}
+		// A sweeper's batch: the expired row locked, then deleted.
+		tx, err := admin.Begin(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(bg(), `SELECT 1 FROM `+s.table+` WHERE key = $1 FOR UPDATE`, s.key(id)); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			ok  bool
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			if step == "claim" {
+				first, err := s.Claim(bg(), id, time.Now().Add(time.Hour))
+				done <- result{first, err}
+				return
+			}
+			l, err := s.AcquireLease(bg(), id, time.Minute)
+			done <- result{l.State == replay.LeaseAcquired, err}
+		}()
+		waitForLockWaiter(t, admin)
+		if _, err := tx.Exec(bg(), `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(bg()); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; !r.ok || r.err != nil {
+			t.Fatalf("%s racing a sweep = %v, %v; want the free ID taken", step, r.ok, r.err)
+		}
 	}
 }
