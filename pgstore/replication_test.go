@@ -1,11 +1,11 @@
 package pgstore
 
-// A primary with a synchronous standby: a failover to the standby keeps
-// every acknowledged claim, and a standby that stops answering makes every
-// claim fail closed.
+// A primary with a standby: a failover to a synchronous standby keeps every
+// acknowledged claim, and New refuses a primary whose standbys are all
+// asynchronous. (A synchronous standby that stops answering:
+// TestDurabilityContractStoppedSynchronousStandby.)
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -14,11 +14,8 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/ctoken/ctoken/replay"
 )
 
 // syncPair starts a primary (migrated) and a streaming standby made from
@@ -139,86 +136,6 @@ func TestFailoverToSynchronousStandbyLosesNothing(t *testing.T) {
 	t.Logf("%d claims acknowledged by the primary before it was killed, %d lost in the failover", len(acked), lost)
 	if lost != 0 || len(acked) == 0 {
 		t.Fatalf("%d of %d acknowledged claims lost in a failover to the synchronous standby; want 0", lost, len(acked))
-	}
-}
-
-// TestStoppedSynchronousStandbyFailsClosed: while the synchronous standby
-// does not answer (SIGSTOP), commits wait for it, so every claim, acquire
-// and confirm fails closed at the store's timeout, although the primary
-// may have committed it locally; once the standby resumes, resends never
-// accept an ID twice.
-func TestStoppedSynchronousStandbyFailsClosed(t *testing.T) {
-	t.Parallel() // a server of its own
-	primary, standby := syncPair(t)
-	s := storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = 500 * time.Millisecond })
-	until := time.Now().Add(time.Hour)
-	pending, err := s.AcquireLease(bg(), "pending", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	standby.signal(syscall.SIGSTOP)
-	resumed := false
-	defer func() {
-		if !resumed {
-			standby.signal(syscall.SIGCONT)
-		}
-	}()
-	const n = 2
-	for i := range n {
-		if first, err := s.Claim(bg(), fmt.Sprint("claim-", i), until); first || !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("Claim with the standby stopped = %v, %v; want ErrUnavailable", first, err)
-		}
-		if l, err := s.AcquireLease(bg(), fmt.Sprint("lease-", i), time.Minute); l.State != 0 || !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("AcquireLease with the standby stopped = %+v, %v; want ErrUnavailable", l, err)
-		}
-	}
-	if err := s.ConfirmLease(bg(), "pending", pending.Token, until); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("ConfirmLease with the standby stopped: %v; want ErrUnavailable", err)
-	}
-	standby.signal(syscall.SIGCONT)
-	resumed = true
-	for deadline, i := time.Now().Add(10*time.Second), 0; ; i++ {
-		ctx, cancel := context.WithTimeout(bg(), time.Second)
-		first, err := s.Claim(ctx, fmt.Sprint("after-", i), until)
-		cancel()
-		if first && err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("claims still failing 10 s after the standby resumed: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// The caller resends, twice. The lost calls were committed locally
-	// (unless the timeout fell before the local flush), so each resend is
-	// refused or, at most once, first; never twice.
-	firsts, acquired := map[int]int{}, map[int]int{}
-	for range 2 {
-		for i := range n {
-			first, err := s.Claim(bg(), fmt.Sprint("claim-", i), until)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if first {
-				firsts[i]++
-			}
-			l, err := s.AcquireLease(bg(), fmt.Sprint("lease-", i), time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if l.State == replay.LeaseAcquired {
-				acquired[i]++
-			}
-		}
-	}
-	for i := range n {
-		if firsts[i] > 1 || acquired[i] > 1 {
-			t.Fatalf("id %d: first %d times, acquired %d times after resends; want at most once", i, firsts[i], acquired[i])
-		}
-	}
-	t.Logf("resends after the standby resumed: %d claims and %d leases were first (the rest had committed locally)", len(firsts), len(acquired))
-	if err := s.ConfirmLease(bg(), "pending", pending.Token, until); err != nil {
-		t.Fatalf("resent ConfirmLease: %v", err)
 	}
 }
 
