@@ -134,12 +134,14 @@ type Options struct {
 	RequireSynchronousStandby bool
 
 	// MaxClockSkew is how far the instance's clock may run behind the
-	// database's at New. The store measures every deadline by the
-	// database's clock, but callers compute a claim's until from their own
-	// clock (a one-time token's expiry plus [replay.SkewMargin]); an
-	// instance further behind than the margin would still accept a token
-	// after the database forgot its claim. Zero means DefaultMaxClockSkew;
-	// a negative value turns the check off.
+	// database's at New. Single use does not depend on it: every deadline
+	// is the database's, and a claim whose until the database's clock has
+	// passed is refused, so a slow clock cannot make a replay first. But an
+	// instance whose clock is behind accepts tokens (one-time, request
+	// state) the others already call expired, for as long as it is behind,
+	// and refuses them as expired once it is more than
+	// [replay.SkewMargin] behind. Zero means DefaultMaxClockSkew; a
+	// negative value turns the check off.
 	MaxClockSkew time.Duration
 
 	// SweepInterval is how often the store's sweeper deletes expired rows
