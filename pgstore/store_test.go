@@ -272,3 +272,21 @@ func TestRefusalsWriteNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSlowInstanceClockNeverMakesAReplayFirst: a token claimed until its
+// expiry plus the skew margin; once that until has passed by the
+// database's clock, an instance whose clock is behind (and so still takes
+// the token for valid) claims it again with the same until: refused as
+// expired, never first.
+func TestSlowInstanceClockNeverMakesAReplayFirst(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(300 * time.Millisecond) // the token's expiry + margin, compressed
+	if first, err := s.Claim(bg(), "token", until); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	time.Sleep(time.Until(until.Add(100 * time.Millisecond)))
+	first, err := s.Claim(bg(), "token", until)
+	if first || !errors.Is(err, replay.ErrExpired) {
+		t.Fatalf("replay with the original until after it passed = %v, %v; want refused as expired", first, err)
+	}
+}
