@@ -350,7 +350,8 @@ func (s *Store) prepare() {
 	// newest version, so of two takeovers one wins). A claim of a live row
 	// matches neither and writes nothing: a flood of replays costs reads,
 	// not commits. The last column reports an expired row in the
-	// statement's snapshot: when neither ins nor upd took it, a concurrent
+	// statement's snapshot that the claim could have taken (armed table, an
+	// until in the future): when neither ins nor upd took it, a concurrent
 	// statement changed it first (took it over, or a sweeper or release
 	// deleted it), and the claim runs again to see which.
 	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
@@ -368,7 +369,8 @@ upd AS (
 )
 SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
   EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
-  EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until <= now())`
+  EXISTS (SELECT 1 FROM m) AND $2::timestamptz > now()
+    AND EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until <= now())`
 	s.releaseSQL = `DELETE FROM ` + t + ` WHERE key = $1`
 	s.prepareLease()
 	s.prepareSweep()
