@@ -198,3 +198,50 @@ func TestClaimRacingASweepIsDecidedAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepLocksOnlyTheRowsItDeletes: while a sweep batch is open (its
+// transaction not yet committed), claims of other IDs — new, live, and
+// another sweeper's batch — go through at once; nothing takes a table
+// lock.
+func TestSweepLocksOnlyTheRowsItDeletes(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	name := uniqueTable(t, pool)
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.SweepBatch = 10; o.Timeout = 5 * time.Second })
+	for i := range 30 {
+		if _, err := s.Claim(bg(), fmt.Sprint("old-", i), time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Claim(bg(), "live", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key <> $1 AND state = 'c'`, s.key("live")); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(bg())
+	tag, err := tx.Exec(bg(), s.sweep, 10)
+	if err != nil || tag.RowsAffected() != 10 {
+		t.Fatalf("open batch deleted %d rows (%v), want 10", tag.RowsAffected(), err)
+	}
+	// Another sweeper skips the locked rows and takes the next ten.
+	n, err := s.Sweep(bg())
+	if err != nil || n != 20 {
+		t.Fatalf("a second sweeper beside an open batch deleted %d rows (%v), want the other 20", n, err)
+	}
+	// The batch stays open during these claims: one that waited for it
+	// would fail at the store's timeout.
+	if first, err := s.Claim(bg(), "new", time.Now().Add(time.Hour)); !first || err != nil {
+		t.Fatalf("new claim beside an open batch = %v, %v", first, err)
+	}
+	if first, err := s.Claim(bg(), "live", time.Now().Add(time.Hour)); first || err != nil {
+		t.Fatalf("replay of a live claim beside an open batch = %v, %v", first, err)
+	}
+}
