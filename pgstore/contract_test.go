@@ -49,7 +49,7 @@ func TestForgetContract(t *testing.T) {
 func TestDurabilityContractStoppedSynchronousStandby(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary, standby := syncPair(t)
-	s := storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = 500 * time.Millisecond; o.RequireSynchronousStandby = true })
+	s := storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = time.Second; o.RequireSynchronousStandby = true })
 	stopped := false
 	t.Cleanup(func() {
 		if stopped {

@@ -509,7 +509,7 @@ func TestFleetWebhookDatabaseDownRefusesWithoutProcessing(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t)
 	next := &countingHandler{}
-	f := newWHFleet(t, fleetStores(t, p, 500*time.Millisecond), time.Minute, next)
+	f := newWHFleet(t, fleetStores(t, p, 2*time.Second), time.Minute, next)
 	if code := f.send(0, "before"); code != http.StatusNoContent {
 		t.Fatalf("delivery with the database up: %d", code)
 	}
