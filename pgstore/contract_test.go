@@ -24,6 +24,7 @@ func TestLeaseContract(t *testing.T) {
 func TestForgetContract(t *testing.T) {
 	for _, forget := range []string{"TRUNCATE", "DELETE FROM", "DROP TABLE"} {
 		t.Run(forget, func(t *testing.T) {
+			t.Parallel() // a table of its own
 			p := needServer(t)
 			pool := p.pool(t)
 			name := uniqueTable(t, pool)
