@@ -104,7 +104,9 @@ type Options struct {
 	// hand the store plus MaxSkew: ctoken one-time tokens and single-use
 	// request states hold a claim for their TTL plus [replay.SkewMargin];
 	// the webhook middleware holds a delivery for its DedupWindow (default
-	// 24 h). Zero means DefaultHorizon.
+	// 24 h). Zero means DefaultHorizon. Lower it only once the claims made
+	// under the higher value have expired: a fence lasts the horizon of the
+	// store that raises it.
 	Horizon time.Duration
 
 	// MaxSkew is how far this instance's clock may be behind Redis's before
@@ -162,9 +164,12 @@ type Store struct {
 	now     func() time.Time
 	horizon time.Duration
 	maxSkew time.Duration
-	dur     durability
-	opts    Options // as given, for the server checks
-	log     *slog.Logger
+	// skewArg and horizonArg are maxSkew and horizon in ms, as the
+	// scripts take them.
+	skewArg, horizonArg string
+	dur                 durability
+	opts                Options // as given, for the server checks
+	log                 *slog.Logger
 
 	// checked is set once the server checks passed; check serializes them.
 	checked   atomic.Bool
@@ -242,6 +247,8 @@ func New(client Client, opts Options) (*Store, error) {
 	case s.maxSkew > replay.SkewMargin:
 		return nil, refuse(ErrConfig, "MaxSkew over replay.SkewMargin, the margin callers hold claims for", nil)
 	}
+	s.skewArg = strconv.FormatInt(s.maxSkew.Milliseconds(), 10)
+	s.horizonArg = strconv.FormatInt(s.horizon.Milliseconds(), 10)
 	d, err := newDurability(client, opts.Durability, s.timeout)
 	if err != nil {
 		return nil, err
