@@ -81,6 +81,9 @@ func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration
 	if lease <= 0 {
 		return replay.Lease{}, fmt.Errorf("%w: %w: lease is not positive", ErrInvalidClaim, replay.ErrExpired)
 	}
+	if err := s.refused(); err != nil {
+		return replay.Lease{}, err
+	}
 	us := int64(lease / time.Microsecond)
 	if lease%time.Microsecond != 0 {
 		us++
@@ -141,6 +144,9 @@ func (s *Store) ConfirmLease(ctx context.Context, id, token string, until time.T
 	}
 	if !validToken(token) {
 		return replay.ErrLeaseLost
+	}
+	if err := s.refused(); err != nil {
+		return err
 	}
 	var marker, future, done bool
 	err := s.run(ctx, func(ctx context.Context) error {

@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
@@ -134,7 +135,7 @@ type Options struct {
 	RequireSynchronousStandby bool
 
 	// MaxClockSkew is how far the instance's clock may run behind the
-	// database's at New. Single use does not depend on it: every deadline
+	// database's, at New and at every recheck. Single use does not depend on it: every deadline
 	// is the database's, and a claim whose until the database's clock has
 	// passed is refused, so a slow clock cannot make a replay first. But an
 	// instance whose clock is behind accepts tokens (one-time, request
@@ -145,8 +146,9 @@ type Options struct {
 	MaxClockSkew time.Duration
 
 	// SweepInterval is how often the store's sweeper deletes expired rows
-	// (see [Store.Sweep]). Zero means DefaultSweepInterval; a negative
-	// value runs no sweeper (call Sweep yourself).
+	// (see [Store.Sweep]) and repeats New's checks of the server (see
+	// [New]). Zero means DefaultSweepInterval; a negative value runs no
+	// sweeper (call Sweep yourself; the checks are then made at New only).
 	SweepInterval time.Duration
 
 	// SweepBatch is how many expired rows one sweeper statement deletes at
@@ -171,7 +173,9 @@ type Store struct {
 	table   string // quoted, ready for SQL
 	prefix  string
 	timeout time.Duration
-	durable Durability
+	durable atomic.Pointer[Durability]
+	refusal atomic.Pointer[error] // set by the recheck while a check of New fails
+	checks  checks
 
 	claimSQL, releaseSQL                           string
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
@@ -199,6 +203,13 @@ var (
 // clock is not behind the database's by more than Options.MaxClockSkew
 // (else ErrConfig). It then starts the sweeper goroutine, which [Store.Close]
 // stops. The pool stays the caller's: Close does not close it.
+//
+// The sweeper repeats these checks at every SweepInterval: while one fails
+// (a standby attached later without synchronous replication,
+// synchronous_commit turned off, the server demoted to a standby, the
+// instance's clock drifted behind), Claim, AcquireLease and ConfirmLease
+// refuse with ErrUnavailable and the reason's sentinel, until it holds
+// again. A Store without a sweeper checks only at New.
 //
 // Every session the pool opens should have the settings of the one New
 // checks: set synchronous_commit per role or database (ALTER ROLE ... SET),
@@ -235,48 +246,27 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	}
 	s.prepare()
 
-	var (
-		recovery, marker bool
-		dbNow            time.Time
-	)
-	err = s.run(ctx, func(ctx context.Context) error {
-		// Physical standbys: walsenders without a logical slot (a CDC
-		// consumer is no failover target).
-		return pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
-			(SELECT count(*) FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
-			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
-			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+table+` WHERE key = ''::bytea AND state = 'm')`).Scan(
-			&s.durable.SynchronousCommit, &s.durable.SynchronousStandbyNames, &s.durable.Standbys, &recovery, &dbNow, &marker)
-	})
-	local := now()
+	s.checks = checks{
+		asyncCommit: opts.AllowAsyncCommit, asyncStandby: opts.AllowAsyncStandby,
+		requireStandby: opts.RequireSynchronousStandby, maxSkew: opts.MaxClockSkew, now: now,
+	}
+	if s.checks.maxSkew == 0 {
+		s.checks.maxSkew = DefaultMaxClockSkew
+	}
+	st, err := s.readServer(ctx)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
 		return nil, fmt.Errorf("%w: table %s does not exist: run pgstore.Migrate or the SQL of pgstore.Schema", ErrConfig, opts.Table)
 	case err != nil:
 		return nil, err
-	case recovery:
-		return nil, fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
-	case !marker:
+	case !st.marker:
 		return nil, fmt.Errorf("%w: %w: table %s", ErrUnavailable, ErrForgotten, opts.Table)
-	case s.durable.SynchronousCommit == "off" && !opts.AllowAsyncCommit:
-		return nil, fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
-	case s.durable.Standbys > 0 && !s.durable.WaitsForStandby() && !opts.AllowAsyncStandby:
-		return nil, fmt.Errorf("%w: the server streams to %d standby(s) but commits wait for none: a failover could accept acknowledged claims again (set synchronous_standby_names, or Options.AllowAsyncStandby)",
-			ErrConfig, s.durable.Standbys)
-	case opts.RequireSynchronousStandby && !s.durable.WaitsForStandby():
-		return nil, fmt.Errorf("%w: commits do not wait for a synchronous standby (synchronous_commit %s, synchronous_standby_names %q)",
-			ErrConfig, s.durable.SynchronousCommit, s.durable.SynchronousStandbyNames)
 	}
-	skew := opts.MaxClockSkew
-	if skew == 0 {
-		skew = DefaultMaxClockSkew
+	if err := s.checks.judge(st); err != nil {
+		return nil, err
 	}
-	// dbNow is the start of the query's transaction, so local - dbNow also
-	// holds the round trip: it can only make the instance look ahead.
-	if behind := dbNow.Sub(local); skew > 0 && behind > skew {
-		return nil, fmt.Errorf("%w: this instance's clock is %v behind the database's (limit %v): fix NTP", ErrConfig, behind.Round(time.Millisecond), skew)
-	}
+	s.durable.Store(&st.durable)
 
 	interval := opts.SweepInterval
 	if interval == 0 {
@@ -337,8 +327,99 @@ func (d Durability) WaitsForStandby() bool {
 	return false
 }
 
-// Durability returns the commit settings New read.
-func (s *Store) Durability() Durability { return s.durable }
+// Durability returns the commit settings New read, or the sweeper's
+// latest recheck read since.
+func (s *Store) Durability() Durability {
+	if d := s.durable.Load(); d != nil {
+		return *d
+	}
+	return Durability{}
+}
+
+// checks are New's checks of the server, which the sweeper repeats.
+type checks struct {
+	asyncCommit, asyncStandby, requireStandby bool
+	maxSkew                                   time.Duration
+	now                                       func() time.Time
+}
+
+// serverState is what one query reads of the server and the table.
+type serverState struct {
+	durable          Durability
+	recovery, marker bool
+	behind           time.Duration // how far the instance's clock is behind now()
+}
+
+// readServer reads the session's settings, the standbys, the server's
+// clock and the marker row in one query.
+func (s *Store) readServer(ctx context.Context) (serverState, error) {
+	var (
+		st    serverState
+		dbNow time.Time
+	)
+	err := s.run(ctx, func(ctx context.Context) error {
+		// Physical standbys: walsenders without a logical slot (a CDC
+		// consumer is no failover target).
+		return s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
+			(SELECT count(*) FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
+			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
+			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = ''::bytea AND state = 'm')`).Scan(
+			&st.durable.SynchronousCommit, &st.durable.SynchronousStandbyNames, &st.durable.Standbys, &st.recovery, &dbNow, &st.marker)
+	})
+	// dbNow is the start of the query's transaction, so the round trip can
+	// only make the instance look ahead.
+	st.behind = dbNow.Sub(s.checks.now())
+	return st, err
+}
+
+// judge returns why the store must not run on a server in state st, or
+// nil.
+func (c checks) judge(st serverState) error {
+	d := st.durable
+	switch {
+	case st.recovery:
+		return fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
+	case d.SynchronousCommit == "off" && !c.asyncCommit:
+		return fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
+	case d.Standbys > 0 && !d.WaitsForStandby() && !c.asyncStandby:
+		return fmt.Errorf("%w: the server streams to %d standby(s) but commits wait for none: a failover could accept acknowledged claims again (set synchronous_standby_names, or Options.AllowAsyncStandby)",
+			ErrConfig, d.Standbys)
+	case c.requireStandby && !d.WaitsForStandby():
+		return fmt.Errorf("%w: commits do not wait for a synchronous standby (synchronous_commit %s, synchronous_standby_names %q)",
+			ErrConfig, d.SynchronousCommit, d.SynchronousStandbyNames)
+	case c.maxSkew > 0 && st.behind > c.maxSkew:
+		return fmt.Errorf("%w: this instance's clock is %v behind the database's (limit %v): fix NTP", ErrConfig, st.behind.Round(time.Millisecond), c.maxSkew)
+	}
+	return nil
+}
+
+// recheck repeats New's checks (on the sweeper's goroutine): while one
+// fails, Claim, AcquireLease and ConfirmLease refuse with its reason. A
+// server that cannot be read leaves things as they are (the calls fail on
+// their own).
+func (s *Store) recheck(ctx context.Context) {
+	st, err := s.readServer(ctx)
+	if err != nil {
+		return
+	}
+	s.durable.Store(&st.durable)
+	if err := s.checks.judge(st); err != nil {
+		if !errors.Is(err, ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		s.refusal.Store(&err)
+		return
+	}
+	s.refusal.Store(nil)
+}
+
+// refused returns the recheck's reason to refuse calls, or nil.
+func (s *Store) refused() error {
+	if err := s.refusal.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
 
 // prepare writes the store's statements for its table.
 func (s *Store) prepare() {
@@ -444,6 +525,9 @@ func (s *Store) key(id string) []byte {
 // accepted twice.
 func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
 	if err := checkID(id); err != nil {
+		return false, err
+	}
+	if err := s.refused(); err != nil {
 		return false, err
 	}
 	var marker, future, first, raced bool

@@ -31,6 +31,13 @@ func syncPair(t *testing.T) (primary, standby *pgServer) {
 func standbyPair(t *testing.T, sync bool) (primary, standby *pgServer) {
 	t.Helper()
 	primary = ownServer(t)
+	return primary, addStandby(t, primary, sync)
+}
+
+// addStandby makes a streaming standby of primary with pg_basebackup,
+// synchronous or not, and waits until the primary reports it so.
+func addStandby(t *testing.T, primary *pgServer, sync bool) (standby *pgServer) {
+	t.Helper()
 	bin, err := pgBin()
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +83,7 @@ func standbyPair(t *testing.T, sync bool) (primary, standby *pgServer) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return primary, standby
+	return standby
 }
 
 // TestFailoverToSynchronousStandbyLosesNothing: clients claim fresh IDs on
@@ -170,5 +177,54 @@ func TestDurabilityWaitsForStandby(t *testing.T) {
 		if got := d.WaitsForStandby(); got != tc.want {
 			t.Errorf("%+v.WaitsForStandby() = %v, want %v", d, got, tc.want)
 		}
+	}
+}
+
+// TestRecheckRefusesWhatNewWouldRefuse: the sweeper repeats New's checks.
+// synchronous_commit turned off on the running server makes every claim
+// refuse (ErrUnavailable and ErrConfig) until it is on again; a standby
+// attached later without synchronous replication does the same.
+func TestRecheckRefusesWhatNewWouldRefuse(t *testing.T) {
+	t.Parallel() // servers of its own
+	primary := ownServer(t)
+	admin := primary.pool(t)
+	s := storeOn(t, primary.pool(t), func(o *Options) { o.SweepInterval = 50 * time.Millisecond })
+	until := time.Now().Add(time.Hour)
+	n := 0
+	// waitFor claims fresh IDs until a claim's error matches want (nil:
+	// until one is first).
+	waitFor := func(what string, want error) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			n++
+			first, err := s.Claim(bg(), fmt.Sprint("id-", n), until)
+			if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
+			}
+		}
+	}
+	exec := func(qs ...string) {
+		t.Helper()
+		for _, q := range qs {
+			if _, err := admin.Exec(bg(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor("at start", nil)
+	exec(`ALTER SYSTEM SET synchronous_commit = off`, `SELECT pg_reload_conf()`)
+	waitFor("synchronous_commit turned off", ErrConfig)
+	if l, err := s.AcquireLease(bg(), "lease", time.Minute); l.State != 0 || !errors.Is(err, ErrConfig) {
+		t.Fatalf("AcquireLease while refused = %+v, %v; want ErrConfig", l, err)
+	}
+	exec(`ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`)
+	waitFor("synchronous_commit on again", nil)
+	addStandby(t, primary, false)
+	waitFor("an asynchronous standby attached", ErrConfig)
+	if d := s.Durability(); d.Standbys != 1 {
+		t.Fatalf("Durability() after the recheck = %+v; want one standby", d)
 	}
 }

@@ -192,7 +192,7 @@ func (p *pgServer) start() error {
 	}
 	args := append([]string{"-D", p.dir, "-p", p.port,
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-		"-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "max_connections=300",
+		"-c", "fsync=on", "-c", "max_connections=300", // synchronous_commit: the default, on
 		"-c", "shared_buffers=32MB", "-c", "logging_collector=off",
 	}, p.extra...)
 	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)

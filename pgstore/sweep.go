@@ -60,7 +60,8 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// sweeper runs Sweep every interval until ctx ends.
+// sweeper repeats New's checks and runs Sweep every interval until ctx
+// ends.
 func (s *Store) sweeper(ctx context.Context, interval time.Duration) {
 	defer s.sweeping.Done()
 	tick := time.NewTicker(interval)
@@ -70,6 +71,7 @@ func (s *Store) sweeper(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			s.recheck(ctx)
 			n, err := s.Sweep(ctx) // a failed sweep is retried at the next tick
 			if s.onSweep != nil && ctx.Err() == nil {
 				s.onSweep(n, err)
