@@ -91,24 +91,25 @@ func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration
 	var raw [tokenLen / 2]byte
 	rand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
-	var (
+	type acquired struct {
 		marker, taken, mine bool
 		state               string
 		wait                int64
-	)
-	err := s.run(ctx, func(ctx context.Context) error {
+	}
+	a, err := call(s, ctx, func(ctx context.Context) (acquired, error) {
 		key := s.key(id)
-		var err error
+		var a acquired
 		for range maxRaces {
-			err = s.pool.QueryRow(ctx, s.acquireSQL, key, token, us).Scan(&marker, &taken, &state, &mine, &wait)
-			if err != nil || taken || state != "" || !marker {
-				return err
+			err := s.pool.QueryRow(ctx, s.acquireSQL, key, token, us).Scan(&a.marker, &a.taken, &a.state, &a.mine, &a.wait)
+			if err != nil || a.taken || a.state != "" || !a.marker {
+				return a, err
 			}
 			// No live row in the snapshot and nothing taken: a concurrent
 			// statement inserted, took over or deleted the row. Look again.
 		}
-		return nil
+		return a, nil
 	})
+	marker, taken, mine, state, wait := a.marker, a.taken, a.mine, a.state, a.wait
 	switch {
 	case err != nil:
 		return replay.Lease{}, err
@@ -148,10 +149,13 @@ func (s *Store) ConfirmLease(ctx context.Context, id, token string, until time.T
 	if err := s.refused(); err != nil {
 		return err
 	}
-	var marker, future, done bool
-	err := s.run(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, s.confirmSQL, s.key(id), token, pgTime(until)).Scan(&marker, &future, &done)
+	type confirmed struct{ marker, future, done bool }
+	c, err := call(s, ctx, func(ctx context.Context) (confirmed, error) {
+		var c confirmed
+		err := s.pool.QueryRow(ctx, s.confirmSQL, s.key(id), token, pgTime(until)).Scan(&c.marker, &c.future, &c.done)
+		return c, err
 	})
+	marker, future, done := c.marker, c.future, c.done
 	switch {
 	case err != nil:
 		return err

@@ -353,23 +353,28 @@ type serverState struct {
 // readServer reads the session's settings, the standbys, the server's
 // clock and the marker row in one query.
 func (s *Store) readServer(ctx context.Context) (serverState, error) {
-	var (
+	type read struct {
 		st    serverState
 		dbNow time.Time
-	)
-	err := s.run(ctx, func(ctx context.Context) error {
+	}
+	r, err := call(s, ctx, func(ctx context.Context) (read, error) {
+		var r read
 		// Physical standbys: walsenders without a logical slot (a CDC
 		// consumer is no failover target).
-		return s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
+		err := s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
 			(SELECT count(*) FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
 			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
 			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = ''::bytea AND state = 'm')`).Scan(
-			&st.durable.SynchronousCommit, &st.durable.SynchronousStandbyNames, &st.durable.Standbys, &st.recovery, &dbNow, &st.marker)
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker)
+		return r, err
 	})
+	if err != nil {
+		return serverState{}, err
+	}
 	// dbNow is the start of the query's transaction, so the round trip can
 	// only make the instance look ahead.
-	st.behind = dbNow.Sub(s.checks.now())
-	return st, err
+	r.st.behind = r.dbNow.Sub(s.checks.now())
+	return r.st, nil
 }
 
 // judge returns why the store must not run on a server in state st, or
@@ -457,13 +462,16 @@ SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
 	s.prepareSweep()
 }
 
-// run calls fn within the store's deadline. It returns when the deadline
-// passes even if the driver has not, so a hung server cannot hold the
-// caller past it. Errors are wrapped in ErrUnavailable, together with the
-// context error when the deadline or a cancellation ended the call.
-func (s *Store) run(ctx context.Context, fn func(ctx context.Context) error) error {
+// call runs fn within the store's deadline and returns its result. It
+// returns when the deadline passes even if the driver has not, so a hung
+// server cannot hold the caller past it; the abandoned fn then writes
+// only into its own result, which nobody reads. Errors are wrapped in
+// ErrUnavailable, together with the context error when the deadline or a
+// cancellation ended the call; on error the result is T's zero value.
+func call[T any](s *Store, ctx context.Context, fn func(ctx context.Context) (T, error)) (T, error) {
+	var zero T
 	if s.pool == nil {
-		return fmt.Errorf("%w: zero Store (use pgstore.New)", ErrConfig)
+		return zero, fmt.Errorf("%w: zero Store (use pgstore.New)", ErrConfig)
 	}
 	if ctx == nil {
 		ctx = context.Background()
@@ -474,23 +482,36 @@ func (s *Store) run(ctx context.Context, fn func(ctx context.Context) error) err
 		defer cancel()
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return zero, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	done := make(chan error, 1) // buffered: the sender never blocks
-	go func() { done <- fn(ctx) }()
-	var err error
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1) // buffered: the sender never blocks
+	go func() {
+		v, err := fn(ctx)
+		done <- result{v, err}
+	}()
+	var r result
 	select {
-	case err = <-done:
+	case r = <-done:
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		return zero, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
-	if err == nil {
-		return nil
+	if r.err == nil {
+		return r.v, nil
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-		return fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, err)
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(r.err, ctxErr) {
+		return zero, fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, r.err)
 	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return zero, fmt.Errorf("%w: %w", ErrUnavailable, r.err)
+}
+
+// run is call for a statement without a result.
+func (s *Store) run(ctx context.Context, fn func(ctx context.Context) error) error {
+	_, err := call(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
+	return err
 }
 
 // maxRaces is how many times a claim or an acquire runs when a concurrent
@@ -530,16 +551,19 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if err := s.refused(); err != nil {
 		return false, err
 	}
-	var marker, future, first, raced bool
-	err := s.run(ctx, func(ctx context.Context) error {
+	type claimed struct{ marker, future, first bool }
+	c, err := call(s, ctx, func(ctx context.Context) (claimed, error) {
 		key, u := s.key(id), pgTime(until)
+		var c claimed
 		for range maxRaces {
-			if err := s.pool.QueryRow(ctx, s.claimSQL, key, u).Scan(&marker, &future, &first, &raced); err != nil || first || !raced {
-				return err
+			var raced bool
+			if err := s.pool.QueryRow(ctx, s.claimSQL, key, u).Scan(&c.marker, &c.future, &c.first, &raced); err != nil || c.first || !raced {
+				return c, err
 			}
 		}
-		return errRaced
+		return c, errRaced
 	})
+	marker, future, first := c.marker, c.future, c.first
 	switch {
 	case err != nil:
 		return false, err

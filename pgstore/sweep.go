@@ -43,11 +43,9 @@ func (s *Store) prepareSweep() {
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	var total int64
 	for range maxSweepBatches {
-		var n int64
-		err := s.run(ctx, func(ctx context.Context) error {
+		n, err := call(s, ctx, func(ctx context.Context) (int64, error) {
 			tag, err := s.pool.Exec(ctx, s.sweep, s.sweepBatch)
-			n = tag.RowsAffected()
-			return err
+			return tag.RowsAffected(), err
 		})
 		total += n
 		if err != nil {
