@@ -4,22 +4,29 @@
 // across every instance, and keep that promise through a database crash.
 //
 // Every claim and every lease step is one SQL statement on one row of one
-// table, keyed by <prefix><id>:
+// table, keyed by <prefix><id>: a claim is
 //
-//	INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE <the row has expired>
+//	INSERT ... ON CONFLICT (key) DO NOTHING, and in the same statement
+//	UPDATE ... WHERE key = $1 AND until <= now()  (take over an expired row)
 //
 // PostgreSQL's unique index lets exactly one of any number of concurrent
-// statements on a key insert (or take over an expired row); the others wait
-// for its row lock and then see it. Every deadline is measured by the
-// database's clock (now()), never an instance's, so the fleet agrees on when
-// an ID may be taken again. Expired rows are deleted in small batches by a
-// sweeper goroutine of each Store (see [Store.Sweep]).
+// statements on a key insert, and re-checks an expired row after waiting
+// for its lock, so of two takeovers one wins; a claim of a live row writes
+// nothing. Every deadline is measured by the database's clock (now()),
+// never an instance's, so the fleet agrees on when an ID may be taken
+// again, and an until already past by that clock is refused. A marker row
+// written with the table makes a truncated or emptied table refuse every
+// claim ([ErrForgotten]). Expired rows are deleted in small batches by a
+// sweeper goroutine of each Store (see [Store.Sweep]), which also repeats
+// New's checks of the server.
 //
 // A claim is acknowledged only after PostgreSQL committed it, so with
 // synchronous_commit on (the default) it survives a crash of the server;
 // [New] refuses a session whose synchronous_commit is off unless
-// [Options.AllowAsyncCommit] is set. docs/pgstore.md has the table of what
-// survives a crash and a failover.
+// [Options.AllowAsyncCommit] is set, and a primary whose standbys are all
+// asynchronous unless [Options.AllowAsyncStandby] is; with a synchronous
+// standby an acknowledged claim also survives a failover to it.
+// docs/pgstore.md has the table of what survives a crash and a failover.
 //
 // The store fails closed: when PostgreSQL is down, slow, read-only, or
 // answers anything unexpected, Claim returns first == false and an error
