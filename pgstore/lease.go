@@ -33,9 +33,11 @@ func (s *Store) prepareLease() {
 	// waiting for its lock), as the claim does. Otherwise it writes
 	// nothing and reports the row as the statement's snapshot shows it
 	// (cur): the caller's own live lease (a resend: acquired), another
-	// live lease (busy, with its remaining time), or done. A row the
-	// snapshot does not show or shows expired was just taken by a
-	// concurrent statement: busy, wait unknown.
+	// live lease (busy, with its remaining time), or done. When the
+	// snapshot shows no live row and nothing was taken, a concurrent
+	// statement inserted, took over or deleted the row: AcquireLease runs
+	// the statement again, and reports busy (wait unknown) if the row
+	// keeps changing.
 	s.acquireSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
