@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -94,9 +93,10 @@ func version(binDir string) int {
 	return n
 }
 
-// runAs makes cmd run as the postgres user when the tests run as root.
+// runAs makes cmd run as the postgres user when the tests run as root (see
+// procAttr).
 func runAs(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	cmd.SysProcAttr = procAttr()
 }
 
 // initTemplate runs initdb once into template.
@@ -255,31 +255,6 @@ func (p *pgServer) signal(sig syscall.Signal) {
 		syscall.Kill(c, sig)
 	}
 	syscall.Kill(pid, sig)
-}
-
-// children lists the processes whose parent is pid, from /proc.
-func children(pid int) []int {
-	var kids []int
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so start after ")".
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(string(b[i+1:]))
-		if len(fields) < 2 || fields[1] != strconv.Itoa(pid) {
-			continue
-		}
-		if c, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
-			kids = append(kids, c)
-		}
-	}
-	return kids
 }
 
 // kill SIGKILLs the process group and waits for the postmaster to exit.
