@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The whole test suite under Go's FIPS 140-3 mode (docs/fips.md): the root
 # module, mcp, mcpgo, the protopage modules, and redisstore against a
-# throwaway redis-server, each
-# with GODEBUG=fips140=only and then =on. Tests that exercise what the mode
+# throwaway redis-server, each with GODEBUG=fips140=only and then =on; of
+# pgstore, the contract and fleet tests (lease tokens, one-time tokens,
+# states, webhooks; the fault tests add no cryptography), against the
+# servers its tests start (.ci/pg.sh, which runs before this, installed
+# PostgreSQL if it was missing). Tests that exercise what the mode
 # forbids (short HMAC secrets, caller-chosen GCM nonces) assert the refusal
 # under the mode instead of skipping. Called from .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 for mode in only on; do
-	echo "--- GODEBUG=fips140=$mode: root, mcp, mcpgo, protopage, redisstore"
+	echo "--- GODEBUG=fips140=$mode: root, mcp, mcpgo, protopage, redisstore, pgstore (contract and fleet)"
 	GODEBUG=fips140=$mode go test -count=1 ./...
 	(cd mcp && GODEBUG=fips140=$mode go test -count=1 ./...)
 	(cd mcpgo && GODEBUG=fips140=$mode go test -count=1 ./...)
@@ -17,4 +20,5 @@ for mode in only on; do
 		(cd "$m" && GODEBUG=fips140=$mode go test -count=1 ./...)
 	done
 	CI=true bash .ci/redis.sh sh -c "cd redisstore && GODEBUG=fips140=$mode go test -count=1 ./..."
+	(cd pgstore && CI=true GODEBUG=fips140=$mode go test -count=1 -run '^(TestLeaseContract|TestFleet)' .)
 done

@@ -23,6 +23,7 @@ import (
 	"github.com/ctoken/ctoken/protopage"
 	"github.com/ctoken/ctoken/protopage/connectpage"
 	"github.com/ctoken/ctoken/protopage/grpcpage"
+	"github.com/ctoken/ctoken/pgstore"
 	"github.com/ctoken/ctoken/redisstore"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -83,7 +84,11 @@ func run() (string, error) {
 	if _, err := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redisstore.Options{}); err != nil {
 		return "", err
 	}
-	return "cursor, request state, mcp, mcpgo, otel, protopage and redisstore ok", nil
+	// Schema only writes SQL: nothing connects here either.
+	if sql, err := pgstore.Schema(""); err != nil || sql == "" {
+		return "", fmt.Errorf("pgstore.Schema: %v", err)
+	}
+	return "cursor, request state, mcp, mcpgo, otel, protopage, redisstore and pgstore ok", nil
 }
 
 func main() {
@@ -105,7 +110,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg != "cursor, request state, mcp, mcpgo, otel, protopage and redisstore ok" {
+	if msg != "cursor, request state, mcp, mcpgo, otel, protopage, redisstore and pgstore ok" {
 		t.Fatalf("run() = %q", msg)
 	}
 }

@@ -15,9 +15,9 @@
 //     .mod, .zip and list) and checks that each zip carries a LICENSE;
 //  3. in a consumer module in a temporary directory, with GOWORK=off, a
 //     throwaway module cache and GOPROXY=file://<dir>, then this machine's
-//     module cache, then the configured GOPROXY, requires the root, /mcp and
-//     /redisstore at the release version, and runs go mod tidy, go vet,
-//     go build, the program and its test.
+//     module cache, then the configured GOPROXY, requires the root, /mcp,
+//     /redisstore and /pgstore at the release version, and runs go mod
+//     tidy, go vet, go build, the program and its test.
 //
 // A go.mod that only works inside the repository fails step 1 (a replace) or
 // step 3 (a requirement the proxy cannot serve). The negative controls
@@ -57,7 +57,7 @@ var verbose = os.Getenv("RELEASE_CHECK_VERBOSE") != ""
 
 // consumerImports are the modules the consumer program imports.
 var consumerImports = []string{rootPath, rootPath + "/mcp", rootPath + "/mcpgo", rootPath + "/otel",
-	rootPath + "/protopage", rootPath + "/protopage/connectpage", rootPath + "/protopage/grpcpage", rootPath + "/redisstore"}
+	rootPath + "/protopage", rootPath + "/protopage/connectpage", rootPath + "/protopage/grpcpage", rootPath + "/redisstore", rootPath + "/pgstore"}
 
 func main() {
 	rev := flag.String("rev", "HEAD", "git revision to pack")

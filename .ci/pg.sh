@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# .ci/pg.sh — the pgstore module's tests against real PostgreSQL servers.
+#
+#   .ci/pg.sh          # go test -race: the replaytest contract, the fleet
+#                      # tests, and the faults (crash mid-load, killed
+#                      # backend, lost replies, paused server, standby, and a
+#                      # 64-client load with a server restart, 10 s)
+#   .ci/pg.sh load     # the load test alone, without -race, so that its
+#                      # throughput and latency figures mean something
+#
+# The tests start and stop their own servers: TestMain runs initdb once and
+# starts a shared server, and the fault tests start servers of their own;
+# each listens on 127.0.0.1 on a free port (no Unix socket), lives in a
+# temporary directory, and is stopped by PID. Under root they run as the
+# "postgres" user (PostgreSQL refuses to run as root). This script only
+# makes sure the binaries exist: it installs Debian's postgresql package
+# with apt-get when no /usr/lib/postgresql/*/bin/postgres (or CTOKEN_PG_BIN)
+# is found. It runs with CI=true: a missing server fails, never skips.
+#
+# CTOKEN_PG_LOAD_DURATION (Go duration, default 10s) sizes the load test; a
+# soak is e.g.  CTOKEN_PG_LOAD_DURATION=15m .ci/pg.sh load
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export CI=true
+
+what="${1:-all}"
+case "$what" in
+all | load) ;;
+*)
+	echo "usage: $0 [all|load]" >&2
+	exit 2
+	;;
+esac
+
+have_pg() {
+	if [ -n "${CTOKEN_PG_BIN:-}" ]; then
+		[ -x "$CTOKEN_PG_BIN/postgres" ]
+		return
+	fi
+	compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || command -v postgres >/dev/null 2>&1
+}
+if ! have_pg; then
+	sudo=""
+	if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+	echo "pg.sh: installing postgresql" >&2
+	$sudo apt-get update -qq
+	# The package may start a cluster of its own on 5432; the tests never use it.
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
+fi
+
+cd "$root/pgstore"
+timeout=300s
+if [ -n "${CTOKEN_PG_LOAD_DURATION:-}" ]; then timeout=0; fi # bounded by the duration itself
+if [ "$what" = load ]; then
+	go test -count=1 -timeout "$timeout" -v -run '^TestLoadWithServerRestartLosesNothing$' . | grep -Ev '^=== (RUN|PAUSE|CONT)'
+	exit
+fi
+go test -race -count=1 -timeout "$timeout" .

@@ -1,0 +1,280 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// uniqueTable is a table name no other test uses, dropped when t ends.
+func uniqueTable(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	name := "t_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+name+`"`) })
+	return name
+}
+
+func TestNewRefusesBadConfiguration(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	tests := []struct {
+		name string
+		pool *pgxpool.Pool
+		opts Options
+	}{
+		{"nil pool", nil, Options{}},
+		{"missing table", pool, Options{Table: "no_such_table"}},
+		{"upper case", pool, Options{Table: "Replay"}},
+		{"quote", pool, Options{Table: `r"; DROP TABLE x; --`}},
+		{"space", pool, Options{Table: "a b"}},
+		{"leading digit", pool, Options{Table: "1replay"}},
+		{"two dots", pool, Options{Table: "a.b.c"}},
+		{"empty part", pool, Options{Table: "public."}},
+		{"too long", pool, Options{Table: strings.Repeat("a", maxIdentBytes+1)}},
+		{"negative batch", pool, Options{SweepBatch: -1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(bg(), tc.pool, tc.opts)
+			if s != nil || !errors.Is(err, ErrConfig) {
+				t.Fatalf("New = %v, %v; want ErrConfig", s, err)
+			}
+		})
+	}
+}
+
+func TestSchemaIsWhatMigrateRuns(t *testing.T) {
+	sql, err := Schema("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`CREATE TABLE "ctoken_replay"`, `CREATE INDEX "ctoken_replay_until"`, `'-infinity'`} {
+		if !strings.Contains(sql, want) {
+			t.Fatalf("Schema lacks %q:\n%s", want, sql)
+		}
+	}
+	if _, err := Schema("bad name"); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Schema of a bad name: %v", err)
+	}
+	// A team running its own migrations runs the SQL as printed.
+	p := needServer(t)
+	pool := p.pool(t)
+	name := uniqueTable(t, pool)
+	sql, err = Schema("public." + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(bg(), "BEGIN;\n"+sql+"COMMIT;"); err != nil {
+		t.Fatal(err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = "public." + name })
+	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("Claim on a table made from Schema = %v, %v", first, err)
+	}
+}
+
+func TestMigrateCreatesOnceAndNeverOnFirstUse(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	name := uniqueTable(t, pool)
+	if _, err := New(bg(), pool, Options{Table: name}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("New before Migrate: %v, want ErrConfig (no table is created on first use)", err)
+	}
+	var exists bool
+	if err := pool.QueryRow(bg(), `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil || exists {
+		t.Fatalf("New created the table (%v, %v)", exists, err)
+	}
+	// Instances starting together all migrate.
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { errs <- Migrate(bg(), pool, name) }()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = name })
+	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	// Migrating again leaves the claims alone.
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); first || err != nil {
+		t.Fatalf("Claim after a second Migrate = %v, %v; want false", first, err)
+	}
+}
+
+func TestNewRefusesAsyncCommitUnlessAllowed(t *testing.T) {
+	p := needServer(t)
+	for _, setting := range []string{"on", "local", "remote_write", "remote_apply"} {
+		s := storeOn(t, p.pool(t, "synchronous_commit", setting))
+		if d := s.Durability(); d.SynchronousCommit != setting || d.SynchronousStandbyNames != "" || d.WaitsForStandby() {
+			t.Fatalf("Durability() = %+v, WaitsForStandby %v; want %q, no standbys", d, d.WaitsForStandby(), setting)
+		}
+	}
+	pool := p.pool(t, "synchronous_commit", "off")
+	if s, err := New(bg(), pool, Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New with synchronous_commit off = %v, %v; want ErrConfig", s, err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.AllowAsyncCommit = true })
+	if d := s.Durability(); d.SynchronousCommit != "off" {
+		t.Fatalf("Durability() = %+v, want off", d)
+	}
+	// Without a synchronous standby, a store that requires one is refused.
+	if s, err := New(bg(), p.pool(t), Options{SweepInterval: -1, RequireSynchronousStandby: true}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New requiring a synchronous standby on a lone server = %v, %v; want ErrConfig", s, err)
+	}
+}
+
+func TestNewRefusesAnInstanceClockBehindTheDatabase(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	behind := func() time.Time { return time.Now().Add(-2 * time.Minute) }
+	if s, err := newStore(bg(), pool, Options{SweepInterval: -1}, behind); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New with the clock 2 min behind = %v, %v; want ErrConfig", s, err)
+	}
+	if s, err := newStore(bg(), pool, Options{SweepInterval: -1, MaxClockSkew: 3 * time.Minute}, behind); err != nil {
+		t.Fatalf("New within a wider MaxClockSkew: %v", err)
+	} else {
+		s.Close()
+	}
+	if s, err := newStore(bg(), pool, Options{SweepInterval: -1, MaxClockSkew: -1}, behind); err != nil {
+		t.Fatalf("New with the check off: %v", err)
+	} else {
+		s.Close()
+	}
+	ahead := func() time.Time { return time.Now().Add(2 * time.Minute) }
+	if s, err := newStore(bg(), pool, Options{SweepInterval: -1}, ahead); err != nil {
+		t.Fatalf("New with the clock ahead (claims are then held longer, never shorter): %v", err)
+	} else {
+		s.Close()
+	}
+}
+
+// TestForgottenTableRefusesEveryClaim: a table that lost its rows (TRUNCATE,
+// DELETE, or dropped) no longer knows which IDs were claimed, so every
+// claim and lease step refuses — including of IDs it never saw — until an
+// operator rearms it. Migrate refuses to rearm it silently.
+func TestForgottenTableRefusesEveryClaim(t *testing.T) {
+	for _, forget := range []string{"TRUNCATE %s", "DELETE FROM %s", "DROP TABLE %s"} {
+		t.Run(strings.Fields(forget)[0], func(t *testing.T) {
+			p := needServer(t)
+			pool := p.pool(t)
+			name := uniqueTable(t, pool)
+			if err := Migrate(bg(), pool, name); err != nil {
+				t.Fatal(err)
+			}
+			s := storeOn(t, pool, func(o *Options) { o.Table = name })
+			until := time.Now().Add(time.Hour)
+			if first, err := s.Claim(bg(), "claimed", until); !first || err != nil {
+				t.Fatal(first, err)
+			}
+			l, err := s.AcquireLease(bg(), "leased", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pool.Exec(bg(), strings.Replace(forget, "%s", `"`+name+`"`, 1)); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"claimed", "never-seen"} {
+				if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("Claim(%s) after %s = %v, %v; want ErrUnavailable", id, forget, first, err)
+				}
+				if l, err := s.AcquireLease(bg(), id, time.Minute); l.State != 0 || !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("AcquireLease(%s) after %s = %+v, %v; want ErrUnavailable", id, forget, l, err)
+				}
+			}
+			if err := s.ConfirmLease(bg(), "leased", l.Token, until); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("ConfirmLease after %s: %v; want ErrUnavailable", forget, err)
+			}
+			if strings.HasPrefix(forget, "DROP") {
+				return // a dropped table is a missing one: New refuses with ErrConfig
+			}
+			if _, err := s.Claim(bg(), "claimed", until); !errors.Is(err, ErrForgotten) {
+				t.Fatalf("Claim after %s: %v; want ErrForgotten", forget, err)
+			}
+			if _, err := New(bg(), pool, Options{Table: name}); !errors.Is(err, ErrForgotten) {
+				t.Fatalf("New on a forgotten table: %v; want ErrForgotten", err)
+			}
+			if err := Migrate(bg(), pool, name); !errors.Is(err, ErrForgotten) {
+				t.Fatalf("Migrate of a forgotten table: %v; want ErrForgotten", err)
+			}
+			if err := Rearm(bg(), pool, name, -time.Second); !errors.Is(err, ErrConfig) {
+				t.Fatalf("Rearm with a negative fence: %v; want ErrConfig", err)
+			}
+			// Rearmed with a fence: refused until it passes, then served.
+			const fence = 700 * time.Millisecond
+			rearmed := time.Now()
+			if err := Rearm(bg(), pool, name, fence); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); err != nil {
+				t.Fatalf("New on a rearmed, fenced table: %v", err)
+			}
+			for time.Since(rearmed) < fence-200*time.Millisecond {
+				if first, err := s.Claim(bg(), "claimed", until); first || !errors.Is(err, ErrForgotten) {
+					t.Fatalf("Claim within the fence = %v, %v; want ErrForgotten", first, err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			time.Sleep(time.Until(rearmed.Add(fence + 100*time.Millisecond)))
+			if first, err := s.Claim(bg(), "never-seen", until); !first || err != nil {
+				t.Fatalf("Claim after the fence = %v, %v; want first", first, err)
+			}
+			if err := Rearm(bg(), pool, name, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := s.Claim(bg(), "also-never-seen", until); !first || err != nil {
+				t.Fatalf("Claim after rearming an armed table = %v, %v; want first (nothing changed)", first, err)
+			}
+		})
+	}
+}
+
+// TestStandbyFailsClosed: the database the store was built on comes back
+// as a read-only hot standby (a failover gone wrong): every claim is
+// refused as unavailable, and New refuses it.
+func TestStandbyFailsClosed(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	pool := p.pool(t)
+	s := storeOn(t, pool, func(o *Options) { o.Timeout = 5 * time.Second })
+	until := time.Now().Add(time.Hour)
+	if first, err := s.Claim(bg(), "before", until); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	p.kill()
+	signal := filepath.Join(p.dir, "standby.signal")
+	if err := os.WriteFile(signal, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cred != nil {
+		os.Chown(signal, int(cred.Uid), int(cred.Gid))
+	}
+	if err := p.start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"before", "after"} {
+		var err error
+		for range 50 { // the pool's connections died with the server
+			if _, err = s.Claim(bg(), id, until); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "closed") {
+				break
+			}
+		}
+		if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "25006") {
+			t.Fatalf("Claim(%s) on a standby = %v, %v; want ErrUnavailable (read-only, SQLSTATE 25006)", id, first, err)
+		}
+	}
+	if _, err := New(bg(), pool, Options{}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("New on a standby: %v; want ErrUnavailable", err)
+	}
+}

@@ -1,0 +1,404 @@
+package pgstore
+
+// Faults against real servers: a serialization failure, a backend
+// terminated mid-statement, replies lost after the commit, a server
+// SIGKILLed mid-load and restarted, a paused (SIGSTOPped) server, and a
+// 64-client load with a server restart.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// blockKey inserts id's row in an open transaction of its own, so that a
+// store's statement on the same key waits for it; finish commits (true) or
+// rolls back (false).
+func blockKey(t *testing.T, pool *pgxpool.Pool, s *Store, id string) (finish func(commit bool)) {
+	t.Helper()
+	tx, err := pool.Begin(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(bg(), `INSERT INTO `+s.table+` (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key(id)); err != nil {
+		t.Fatal(err)
+	}
+	return func(commit bool) {
+		if commit {
+			if err := tx.Commit(bg()); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		tx.Rollback(bg())
+	}
+}
+
+// waitForLockWaiter returns the PID of a backend waiting on a lock.
+func waitForLockWaiter(t *testing.T, pool *pgxpool.Pool) int32 {
+	t.Helper()
+	for range 200 {
+		var pid int32
+		err := pool.QueryRow(bg(), `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH m AS%' LIMIT 1`).Scan(&pid)
+		if err == nil {
+			return pid
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no statement waiting on the lock")
+	return 0
+}
+
+// TestSerializationFailureFailsClosed: with default_transaction_isolation
+// serializable, a claim that meets a row committed after its snapshot
+// fails with SQLSTATE 40001; the store reports it unavailable, never
+// first, and a resend sees the row.
+func TestSerializationFailureFailsClosed(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	s := storeOn(t, p.pool(t, "default_transaction_isolation", "serializable"))
+	finish := blockKey(t, admin, s, "a")
+	type result struct {
+		first bool
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute))
+		done <- result{first, err}
+	}()
+	waitForLockWaiter(t, admin)
+	finish(true)
+	r := <-done
+	if r.first || !errors.Is(r.err, ErrUnavailable) || !strings.Contains(r.err.Error(), "40001") {
+		t.Fatalf("Claim after a concurrent commit under serializable = %v, %v; want ErrUnavailable (SQLSTATE 40001)", r.first, r.err)
+	}
+	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); first || err != nil {
+		t.Fatalf("resend = %v, %v; want false, nil", first, err)
+	}
+}
+
+// TestTerminatedBackendMidStatementFailsClosed: the backend running a
+// claim is killed (pg_terminate_backend) while the claim waits: the store
+// reports unavailable, never first, and a resend is decided correctly
+// whichever way the other transaction ended.
+func TestTerminatedBackendMidStatementFailsClosed(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	s := storeOn(t, p.pool(t))
+	for _, commit := range []bool{true, false} {
+		id := fmt.Sprint("terminated-", commit)
+		finish := blockKey(t, admin, s, id)
+		done := make(chan error, 1)
+		var first atomic.Bool
+		go func() {
+			f, err := s.Claim(bg(), id, time.Now().Add(time.Minute))
+			first.Store(f)
+			done <- err
+		}()
+		pid := waitForLockWaiter(t, admin)
+		if _, err := admin.Exec(bg(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; first.Load() || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Claim whose backend was terminated = %v, %v; want ErrUnavailable", first.Load(), err)
+		}
+		finish(commit)
+		// The other transaction committed: the ID is taken. It rolled
+		// back: nothing was recorded and the resend is the first claim.
+		if f, err := s.Claim(bg(), id, time.Now().Add(time.Minute)); f == commit || err != nil {
+			t.Fatalf("resend after the other transaction's commit=%v: first = %v, %v", commit, f, err)
+		}
+	}
+}
+
+// replyDropper is a TCP proxy to a server that can swallow the server's
+// replies: a statement is executed and committed, and its client never
+// hears of it.
+type replyDropper struct {
+	ln     net.Listener
+	target string
+	drop   atomic.Bool
+}
+
+func newReplyDropper(t *testing.T, target string) *replyDropper {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &replyDropper{ln: ln, target: target}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				d.serve(c)
+			}()
+		}
+	}()
+	return d
+}
+
+func (d *replyDropper) serve(c net.Conn) {
+	defer c.Close()
+	srv, err := net.Dial("tcp", d.target)
+	if err != nil {
+		return
+	}
+	defer srv.Close()
+	go func() { io.Copy(srv, c); srv.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := srv.Read(buf)
+		if n > 0 && !d.drop.Load() {
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestResendAfterLostReplyIsSafe: each step's reply is lost after the
+// server committed it; the call fails closed, and resending it (a new
+// lease for an acquire, the same token for the others) never accepts an ID
+// twice.
+func TestResendAfterLostReplyIsSafe(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	d := newReplyDropper(t, "127.0.0.1:"+p.port)
+	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, d.ln.Addr().String(), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// s calls through the proxy and gives up after 500 ms; r, a store on
+	// the same table and prefix straight to the server, resends.
+	s := storeOn(t, pool, func(o *Options) { o.Timeout = 500 * time.Millisecond })
+	r := storeOn(t, admin, func(o *Options) { o.Prefix = s.Prefix() })
+	until := time.Now().Add(time.Hour)
+
+	// rowState waits until the lost statement's effect is visible.
+	rowState := func(id, want string) {
+		t.Helper()
+		var got string
+		for range 500 {
+			admin.QueryRow(bg(), `SELECT state FROM `+s.table+` WHERE key = $1 AND until > now()`, s.key(id)).Scan(&got)
+			if got == want {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("row %s in state %q, want %q", id, got, want)
+	}
+	// lost runs call with the server's replies dropped, after warm ran the
+	// same statement on the same (single) connection, so that the
+	// statement is already prepared and the lost reply is the commit's.
+	lost := func(name string, warm func() error, call func() error) {
+		t.Helper()
+		var err error
+		for range 5 { // a warm-up slower than the timeout on a loaded machine is retried
+			if err = warm(); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.drop.Store(true)
+		err = call()
+		d.drop.Store(false)
+		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s with its reply lost: %v; want ErrUnavailable and DeadlineExceeded", name, err)
+		}
+	}
+
+	warmID := 0
+	warmClaim := func() error {
+		warmID++
+		_, err := s.Claim(bg(), fmt.Sprint("warm-", warmID), until)
+		return err
+	}
+	warmAcquire := func() error {
+		warmID++
+		_, err := s.AcquireLease(bg(), fmt.Sprint("warm-", warmID), time.Minute)
+		return err
+	}
+	warmConfirm := func() error {
+		warmID++
+		id := fmt.Sprint("warm-", warmID)
+		l, err := s.AcquireLease(bg(), id, time.Minute)
+		if err != nil {
+			return err
+		}
+		return s.ConfirmLease(bg(), id, l.Token, until)
+	}
+	warmRelease := func() error {
+		warmID++
+		id := fmt.Sprint("warm-", warmID)
+		l, err := s.AcquireLease(bg(), id, time.Minute)
+		if err != nil {
+			return err
+		}
+		return s.ReleaseLease(bg(), id, l.Token)
+	}
+
+	lost("Claim", warmClaim, func() error {
+		first, err := s.Claim(bg(), "claim", until)
+		if first {
+			t.Fatal("first without a reply")
+		}
+		return err
+	})
+	rowState("claim", "c")
+	if first, err := r.Claim(bg(), "claim", until); first || err != nil {
+		t.Fatalf("resent Claim = %v, %v; want false, nil", first, err)
+	}
+
+	lost("AcquireLease", warmAcquire, func() error {
+		l, err := s.AcquireLease(bg(), "lease", 2*time.Second)
+		if l.State != 0 {
+			t.Fatalf("lease %+v without a reply", l)
+		}
+		return err
+	})
+	rowState("lease", "l")
+	if l, err := r.AcquireLease(bg(), "lease", time.Minute); l.State != replay.LeaseBusy || err != nil {
+		t.Fatalf("resent AcquireLease = %+v, %v; want busy until the lost lease ends", l, err)
+	}
+	var l replay.Lease
+	for deadline := time.Now().Add(10 * time.Second); l.State != replay.LeaseAcquired; time.Sleep(50 * time.Millisecond) {
+		if l, err = r.AcquireLease(bg(), "lease", time.Minute); err != nil || l.State == replay.LeaseDone || time.Now().After(deadline) {
+			t.Fatalf("AcquireLease after the lost lease ended = %+v, %v; want acquired once it ends", l, err)
+		}
+	}
+
+	lost("ConfirmLease", warmConfirm, func() error { return s.ConfirmLease(bg(), "lease", l.Token, until) })
+	rowState("lease", "d")
+	if err := r.ConfirmLease(bg(), "lease", l.Token, until); err != nil {
+		t.Fatalf("resent ConfirmLease: %v; want nil (its own done row)", err)
+	}
+	if l, err := r.AcquireLease(bg(), "lease", time.Minute); l.State != replay.LeaseDone || err != nil {
+		t.Fatalf("AcquireLease after the confirmation = %+v, %v; want done", l, err)
+	}
+
+	l, err = r.AcquireLease(bg(), "release", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost("ReleaseLease", warmRelease, func() error { return s.ReleaseLease(bg(), "release", l.Token) })
+	if err := r.ReleaseLease(bg(), "release", l.Token); err != nil {
+		t.Fatalf("resent ReleaseLease: %v", err)
+	}
+	if l, err := r.AcquireLease(bg(), "release", time.Minute); l.State != replay.LeaseAcquired || err != nil {
+		t.Fatalf("AcquireLease after the release = %+v, %v; want acquired", l, err)
+	}
+}
+
+// TestPausedServerFailsClosedWithinTimeout: a server that stops answering
+// (SIGSTOP on every process: a frozen VM, a stalled disk) turns each call
+// into ErrUnavailable within the store's timeout; when it resumes, claims
+// are decided again.
+func TestPausedServerFailsClosedWithinTimeout(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	const timeout = 500 * time.Millisecond
+	s := storeOn(t, p.pool(t), func(o *Options) { o.Timeout = timeout })
+	until := time.Now().Add(time.Hour)
+	for try := 0; ; try++ { // with the server running, on a loaded machine, within the timeout
+		first, err := s.Claim(bg(), "before", until)
+		if err == nil {
+			if !first {
+				t.Fatal("first claim of a fresh ID refused")
+			}
+			break
+		}
+		if !errors.Is(err, ErrUnavailable) || try == 20 {
+			t.Fatal(err)
+		}
+	}
+	p.signal(syscall.SIGSTOP)
+	resumed := false
+	defer func() {
+		if !resumed {
+			p.signal(syscall.SIGCONT)
+		}
+	}()
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Claim new", func() error {
+			first, err := s.Claim(bg(), "during", until)
+			if first {
+				return errors.New("first")
+			}
+			return err
+		}},
+		{"Claim old", func() error {
+			first, err := s.Claim(bg(), "before", until)
+			if first {
+				return errors.New("first")
+			}
+			return err
+		}},
+		{"AcquireLease", func() error {
+			l, err := s.AcquireLease(bg(), "lease", time.Minute)
+			if l.State != 0 {
+				return errors.New("a lease state")
+			}
+			return err
+		}},
+	}
+	for _, c := range calls {
+		start := time.Now()
+		err := c.call()
+		if took := time.Since(start); took > timeout+time.Second {
+			t.Fatalf("%s on a paused server took %v; want about %v", c.name, took, timeout)
+		}
+		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s on a paused server: %v; want ErrUnavailable and DeadlineExceeded", c.name, err)
+		}
+	}
+	p.signal(syscall.SIGCONT)
+	resumed = true
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		first, err := s.Claim(bg(), "before", until)
+		if err == nil {
+			if first {
+				t.Fatal("a claim made before the pause is first after it")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claims still failing 10 s after the server resumed: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

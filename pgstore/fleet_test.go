@@ -1,0 +1,527 @@
+package pgstore
+
+// The fleet tests run three instances of one service, each with a Store of
+// its own (its own pool and sweeper) on one PostgreSQL table, as three
+// servers behind a load balancer would: one-time tokens
+// (ctoken.NewOneTimeIssuer) and single-use request states redeemed over
+// HTTP, webhook deliveries through the webhook middleware's leases, and
+// the token-exchange handler. Each single-use thing is accepted exactly
+// once across the fleet, and nothing is accepted while the database is
+// down.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/webhook"
+)
+
+const (
+	fleetTTL  = time.Minute
+	stateTool = "state.redeem"
+	whSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+)
+
+// fleetStores returns three Stores on p's default table sharing one prefix,
+// each with a pool of its own.
+func fleetStores(t *testing.T, p *pgServer, timeout time.Duration) []*Store {
+	t.Helper()
+	prefix := uniquePrefix()
+	var ss []*Store
+	for range 3 {
+		ss = append(ss, storeOn(t, p.pool(t), func(o *Options) { o.Prefix = prefix; o.Timeout = timeout }))
+	}
+	return ss
+}
+
+func fleetKeys(t *testing.T) *ctoken.Keyring {
+	t.Helper()
+	keys, err := ctoken.ParseKeyring(ctoken.EncodeKey(ctoken.RandomKey()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// instance is one server of the fleet: one-time tokens and single-use
+// request states, redeemed through its own Store.
+type instance struct {
+	onetime *ctoken.OneTimeIssuer
+	states  *ctoken.RequestStateCodec
+	srv     *httptest.Server
+}
+
+func newInstance(t *testing.T, keys *ctoken.Keyring, store replay.Store) *instance {
+	t.Helper()
+	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, Purpose: "fleet-bootstrap", TTL: fleetTTL, Replay: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keys, Binding: ctoken.BindSubjectAndTool, TTL: fleetTTL, Replay: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &instance{onetime: onetime, states: states}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /onetime/issue", func(w http.ResponseWriter, r *http.Request) {
+		tok, err := in.onetime.Mint(map[string]string{"caller": r.Header.Get("X-Caller")})
+		if err != nil {
+			http.Error(w, "issue failed", http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, tok)
+	})
+	mux.HandleFunc("POST /onetime/redeem", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, ctoken.MaxOneTimeTokenBytes+1))
+		_, err := in.onetime.Redeem(r.Context(), string(body), map[string]string{"caller": r.Header.Get("X-Caller")})
+		switch {
+		case err == nil:
+			w.WriteHeader(http.StatusOK)
+		case errors.Is(err, ctoken.ErrOneTimeRedeemed):
+			w.WriteHeader(http.StatusConflict)
+		case errors.Is(err, ctoken.ErrOneTimeInvalid), errors.Is(err, ctoken.ErrOneTimeExpired), errors.Is(err, ctoken.ErrOneTimeClaims):
+			w.WriteHeader(http.StatusBadRequest)
+		default: // the replay store could not decide: fail closed
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	mux.HandleFunc("POST /state/issue", func(w http.ResponseWriter, r *http.Request) {
+		flow := make([]byte, 16)
+		rand.Read(flow)
+		tok, err := in.states.Encode("flow "+hex.EncodeToString(flow), r.Header.Get("X-Caller"), stateTool)
+		if err != nil {
+			http.Error(w, "issue failed", http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, tok)
+	})
+	mux.HandleFunc("POST /state/redeem", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, ctoken.DefaultStateMaxBytes+1))
+		_, err := in.states.DecodeContext(r.Context(), string(body), r.Header.Get("X-Caller"), stateTool)
+		switch {
+		case err == nil:
+			w.WriteHeader(http.StatusOK)
+		case errors.Is(err, ctoken.ErrStateReplayed):
+			w.WriteHeader(http.StatusConflict)
+		case errors.Is(err, ctoken.ErrStateInvalid), errors.Is(err, ctoken.ErrStateExpired):
+			w.WriteHeader(http.StatusBadRequest)
+		default:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	in.srv = httptest.NewServer(mux)
+	t.Cleanup(in.srv.Close)
+	return in
+}
+
+type fleet struct {
+	t         *testing.T
+	instances []*instance
+	client    *http.Client
+}
+
+func newFleet(t *testing.T, stores []*Store) *fleet {
+	t.Helper()
+	keys := fleetKeys(t)
+	f := &fleet{t: t, client: &http.Client{Timeout: 20 * time.Second}}
+	for _, s := range stores {
+		f.instances = append(f.instances, newInstance(t, keys, s))
+	}
+	t.Cleanup(f.client.CloseIdleConnections)
+	return f
+}
+
+// post sends body to instance i and returns the status and reply.
+func (f *fleet) post(i int, path, caller, body string) (int, string) {
+	f.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, f.instances[i].srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	req.Header.Set("X-Caller", caller)
+	res, err := f.client.Do(req)
+	if err != nil {
+		f.t.Fatalf("POST %s on i%d: %v", path, i, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func (f *fleet) issue(i int, kind, caller string) string {
+	f.t.Helper()
+	status, tok := f.post(i, "/"+kind+"/issue", caller, "")
+	if status != http.StatusOK || tok == "" {
+		f.t.Fatalf("issue %s on i%d: status %d", kind, i, status)
+	}
+	return tok
+}
+
+var singleUseKinds = []string{"onetime", "state"}
+
+func TestFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
+	f := newFleet(t, fleetStores(t, needServer(t), 15*time.Second))
+	for _, kind := range singleUseKinds {
+		t.Run(kind, func(t *testing.T) {
+			f := &fleet{t: t, instances: f.instances, client: f.client}
+			redeem := "/" + kind + "/redeem"
+			tok := f.issue(0, kind, "alice")
+			if status, _ := f.post(2, redeem, "mallory", tok); status != http.StatusBadRequest {
+				t.Fatalf("redeem by another caller: status %d, want 400", status)
+			}
+			if status, _ := f.post(1, redeem, "alice", tok); status != http.StatusOK {
+				t.Fatalf("first redeem on i1: status %d, want 200", status)
+			}
+			for _, i := range []int{2, 0, 1} {
+				if status, _ := f.post(i, redeem, "alice", tok); status != http.StatusConflict {
+					t.Fatalf("second redeem on i%d: status %d, want 409", i, status)
+				}
+			}
+			// Concurrent redeems of one token, three on every instance:
+			// exactly one wins.
+			for round := range 10 {
+				tok := f.issue(round%3, kind, "alice")
+				var wg sync.WaitGroup
+				statuses := make(chan int, 9)
+				for range 3 {
+					for i := range f.instances {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							req, _ := http.NewRequest(http.MethodPost, f.instances[i].srv.URL+redeem, strings.NewReader(tok))
+							req.Header.Set("X-Caller", "alice")
+							res, err := f.client.Do(req)
+							if err != nil {
+								statuses <- -1
+								return
+							}
+							res.Body.Close()
+							statuses <- res.StatusCode
+						}()
+					}
+				}
+				wg.Wait()
+				close(statuses)
+				counts := map[int]int{}
+				for s := range statuses {
+					counts[s]++
+				}
+				if counts[http.StatusOK] != 1 || counts[http.StatusConflict] != 8 {
+					t.Fatalf("round %d: statuses %v, want one 200 and eight 409", round, counts)
+				}
+			}
+		})
+	}
+}
+
+func TestFleetRedeemsFailClosedWhenTheDatabaseDies(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	f := newFleet(t, fleetStores(t, p, 2*time.Second))
+	redeemed, fresh := map[string]string{}, map[string]string{}
+	for _, kind := range singleUseKinds {
+		redeemed[kind] = f.issue(0, kind, "alice")
+		fresh[kind] = f.issue(1, kind, "alice")
+		if status, _ := f.post(2, "/"+kind+"/redeem", "alice", redeemed[kind]); status != http.StatusOK {
+			t.Fatalf("%s redeem with the database up: status %d", kind, status)
+		}
+	}
+	p.kill()
+	for _, kind := range singleUseKinds {
+		for i := range f.instances {
+			for name, tok := range map[string]string{"fresh": fresh[kind], "redeemed": redeemed[kind]} {
+				if status, _ := f.post(i, "/"+kind+"/redeem", "alice", tok); status != http.StatusServiceUnavailable {
+					t.Fatalf("%s %s token on i%d with the database down: status %d, want 503", name, kind, i, status)
+				}
+			}
+		}
+	}
+	// After a crash and restart, the redeemed tokens stay redeemed and the
+	// fresh ones are redeemed once.
+	if err := p.restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range singleUseKinds {
+		want := map[string]int{"redeemed": http.StatusConflict, "fresh": http.StatusOK}
+		for name, tok := range map[string]string{"redeemed": redeemed[kind], "fresh": fresh[kind]} {
+			status := http.StatusServiceUnavailable
+			for try := 0; status == http.StatusServiceUnavailable && try < 50; try++ { // dead pooled connections
+				status, _ = f.post(try%3, "/"+kind+"/redeem", "alice", tok)
+			}
+			if status != want[name] {
+				t.Fatalf("%s %s token after the restart: status %d, want %d", name, kind, status, want[name])
+			}
+		}
+	}
+}
+
+// exchangeFleet is three token-exchange endpoints, each with its own issuer
+// and Store.
+type exchangeFleet struct {
+	t      *testing.T
+	minter *ctoken.OneTimeIssuer
+	urls   []string
+	issued atomic.Int64
+	client *http.Client
+}
+
+func newExchangeFleet(t *testing.T, stores []*Store) *exchangeFleet {
+	t.Helper()
+	keys := fleetKeys(t)
+	f := &exchangeFleet{t: t, client: &http.Client{Timeout: 20 * time.Second}}
+	newIssuer := func(store replay.Store) *ctoken.OneTimeIssuer {
+		iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, Purpose: "agent-bootstrap", TTL: time.Minute, Replay: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return iss
+	}
+	f.minter = newIssuer(stores[0])
+	for _, s := range stores {
+		h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+			Issuer:    newIssuer(s),
+			Authorize: func(context.Context, ctoken.ExchangeRequest) error { return nil },
+			Issue: func(_ context.Context, req ctoken.ExchangeRequest) (ctoken.Credential, error) {
+				f.issued.Add(1)
+				return ctoken.Credential{AccessToken: "bearer-for-" + req.Token.Claims["run"], ExpiresIn: 15 * time.Minute}, nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		f.urls = append(f.urls, srv.URL)
+	}
+	t.Cleanup(f.client.CloseIdleConnections)
+	return f
+}
+
+func (f *exchangeFleet) exchange(i int, tok string) (int, string) {
+	form := url.Values{
+		"grant_type":         {ctoken.GrantTypeTokenExchange},
+		"subject_token":      {tok},
+		"subject_token_type": {ctoken.TokenTypeOneTime},
+	}
+	res, err := f.client.Post(f.urls[i], "application/x-www-form-urlencoded", strings.NewReader(form.Encode()))
+	if err != nil {
+		return -1, err.Error()
+	}
+	defer res.Body.Close()
+	var body struct {
+		AccessToken string `json:"access_token"`
+		Error       string `json:"error"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
+		return -1, "body not JSON"
+	}
+	if res.StatusCode == http.StatusOK && body.AccessToken == "" {
+		return -1, "200 without a credential"
+	}
+	return res.StatusCode, body.Error
+}
+
+func TestFleetExchangeOneInstanceWins(t *testing.T) {
+	f := newExchangeFleet(t, fleetStores(t, needServer(t), 15*time.Second))
+	tok, err := f.minter.Mint(map[string]string{"agent": "agt_1", "run": "run_1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, code := f.exchange(1, tok); status != http.StatusOK {
+		t.Fatalf("first exchange: %d %s", status, code)
+	}
+	for i := range f.urls {
+		if status, code := f.exchange(i, tok); status != http.StatusBadRequest || code != "invalid_grant" {
+			t.Fatalf("second exchange on i%d: %d %s, want 400 invalid_grant", i, status, code)
+		}
+	}
+	for round := range 10 {
+		tok, err := f.minter.Mint(map[string]string{"agent": "agt_1", "run": "run_c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := f.issued.Load()
+		var wg sync.WaitGroup
+		results := make(chan [2]any, 12)
+		for range 4 {
+			for i := range f.urls {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					status, code := f.exchange(i, tok)
+					results <- [2]any{status, code}
+				}()
+			}
+		}
+		wg.Wait()
+		close(results)
+		counts := map[[2]any]int{}
+		for r := range results {
+			counts[r]++
+		}
+		if counts[[2]any{http.StatusOK, ""}] != 1 || counts[[2]any{http.StatusBadRequest, "invalid_grant"}] != 11 {
+			t.Fatalf("round %d: outcomes %v, want one 200 and eleven 400 invalid_grant", round, counts)
+		}
+		if n := f.issued.Load() - before; n != 1 {
+			t.Fatalf("round %d: Issue ran %d times, want once", round, n)
+		}
+	}
+}
+
+// whFleet is webhook receivers, each verifying through its own Store.
+type whFleet struct {
+	t      *testing.T
+	mws    []http.Handler
+	signer *webhook.Signer
+}
+
+func newWHFleet(t *testing.T, stores []*Store, lease time.Duration, next http.Handler) *whFleet {
+	t.Helper()
+	f := &whFleet{t: t}
+	for _, s := range stores {
+		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: s, Namespace: "endpoint", Lease: lease})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.mws = append(f.mws, v.Middleware(next))
+	}
+	s, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.signer = s
+	return f
+}
+
+func (f *whFleet) send(i int, id string) int {
+	body := `{"event":"` + id + `"}`
+	req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body))
+	if err := f.signer.Sign(req.Header, id, []byte(body)); err != nil {
+		f.t.Error(err)
+		return 0
+	}
+	rec := httptest.NewRecorder()
+	f.mws[i%len(f.mws)].ServeHTTP(rec, req)
+	return rec.Code
+}
+
+// countingHandler counts processed deliveries by ID and answers 204, or
+// 500 when fail says so.
+type countingHandler struct {
+	mu    sync.Mutex
+	count map[string]int
+	delay time.Duration
+	fail  func(n int) bool
+}
+
+func (h *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d, _ := webhook.DeliveryFrom(r.Context())
+	h.mu.Lock()
+	if h.count == nil {
+		h.count = map[string]int{}
+	}
+	h.count[d.ID]++
+	n := h.count[d.ID]
+	h.mu.Unlock()
+	time.Sleep(h.delay)
+	if h.fail != nil && h.fail(n) {
+		http.Error(w, "failed", http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *countingHandler) processed(id string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.count[id]
+}
+
+// 32 concurrent copies of a delivery across three instances: the handler
+// runs once.
+func TestFleetWebhookConcurrentCopiesProcessedOnce(t *testing.T) {
+	next := &countingHandler{delay: 50 * time.Millisecond}
+	f := newWHFleet(t, fleetStores(t, needServer(t), 15*time.Second), 5*time.Second, next)
+	for round := range 5 {
+		id := "copies-" + string(rune('a'+round))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		var mu sync.Mutex
+		count := map[int]int{}
+		for i := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				code := f.send(i, id)
+				mu.Lock()
+				count[code]++
+				mu.Unlock()
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if next.processed(id) != 1 || count[http.StatusNoContent] != 1 || count[http.StatusNoContent]+count[http.StatusOK]+count[http.StatusServiceUnavailable] != 32 {
+			t.Fatalf("round %d: processed %d times, statuses %v; want once, one 204, the rest 200 or 503", round, next.processed(id), count)
+		}
+	}
+}
+
+// A handler that fails once: the failure releases the lease, so the
+// retry on another instance is processed at once, and later copies are
+// acknowledged without processing.
+func TestFleetWebhookHandlerFailsThenSucceedsIsProcessedOnRetry(t *testing.T) {
+	next := &countingHandler{fail: func(n int) bool { return n == 1 }}
+	f := newWHFleet(t, fleetStores(t, needServer(t), 15*time.Second), time.Minute, next)
+	if code := f.send(0, "flaky-1"); code != http.StatusInternalServerError {
+		t.Fatalf("first attempt: status %d, want the handler's 500", code)
+	}
+	if code := f.send(1, "flaky-1"); code != http.StatusNoContent {
+		t.Fatalf("retry: status %d, want 204", code)
+	}
+	for i := range 3 {
+		if code := f.send(i, "flaky-1"); code != http.StatusOK {
+			t.Fatalf("copy after success on i%d: status %d, want 200", i, code)
+		}
+	}
+	if n := next.processed("flaky-1"); n != 2 {
+		t.Fatalf("handler ran %d times, want 2 (failure, success)", n)
+	}
+}
+
+// A database that is down refuses every delivery with 503 and never calls
+// the handler.
+func TestFleetWebhookDatabaseDownRefusesWithoutProcessing(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	next := &countingHandler{}
+	f := newWHFleet(t, fleetStores(t, p, 2*time.Second), time.Minute, next)
+	if code := f.send(0, "before"); code != http.StatusNoContent {
+		t.Fatalf("delivery with the database up: %d", code)
+	}
+	p.kill()
+	for i := range 3 {
+		for _, id := range []string{"before", "during"} {
+			if code := f.send(i, id); code != http.StatusServiceUnavailable {
+				t.Fatalf("%s on i%d with the database down: status %d, want 503", id, i, code)
+			}
+		}
+	}
+	if n := next.processed("during"); n != 0 {
+		t.Fatalf("handler ran %d times with the database down", n)
+	}
+}

@@ -1,0 +1,221 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// A lease is one row, and every step is one statement on it:
+//
+//	free      no row, or a row whose until has passed (by now())
+//	leased    state 'l', token, until = now() + lease when it was taken
+//	done      state 'd', token, until = the confirmed until
+//	claimed   state 'c' from Claim, which AcquireLease reports as done
+//
+// The token is 32 hex digits from crypto/rand, minted per AcquireLease
+// before the statement is sent, so a resend of a statement whose reply was
+// lost gets the same answer: an acquire finds its own lease, a confirm its
+// own done row, a release nothing left to do.
+
+// tokenLen is the length of a lease token: 16 random bytes in hex.
+const tokenLen = 32
+
+func (s *Store) prepareLease() {
+	t := s.table
+	// The acquire inserts a free key (ins) or takes over an expired row
+	// (upd, which checks until again on the row's newest version after
+	// waiting for its lock), as the claim does. Otherwise it writes
+	// nothing and reports the row as the statement's snapshot shows it
+	// (cur): the caller's own live lease (a resend: acquired), another
+	// live lease (busy, with its remaining time), or done. When the
+	// snapshot shows no live row and nothing was taken, a concurrent
+	// statement inserted, took over or deleted the row: AcquireLease runs
+	// the statement again, and reports busy (wait unknown) if the row
+	// keeps changing.
+	s.acquireSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
+ins AS (
+  INSERT INTO ` + t + ` (key, state, token, until)
+  SELECT $1::bytea, 'l', $2::text, now() + $3::bigint * interval '1 microsecond' FROM m
+  ON CONFLICT (key) DO NOTHING
+  RETURNING 1
+),
+upd AS (
+  UPDATE ` + t + ` SET state = 'l', token = $2::text, until = now() + $3::bigint * interval '1 microsecond'
+  WHERE key = $1::bytea AND until <= now() AND EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM ins)
+  RETURNING 1
+),
+cur AS (
+  SELECT state, token = $2::text AS mine,
+    CASE WHEN state = 'l' THEN ceil(extract(epoch FROM until - now()) * 1000000)::bigint ELSE 0 END AS wait
+  FROM ` + t + ` WHERE key = $1::bytea AND until > now()
+)
+SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
+  coalesce((SELECT state FROM cur), ''), coalesce((SELECT mine FROM cur), false), coalesce((SELECT wait FROM cur), 0)`
+	s.confirmSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
+up AS (
+  INSERT INTO ` + t + ` AS r (key, state, token, until)
+  SELECT $1::bytea, 'd', $2::text, $3::timestamptz FROM m WHERE $3::timestamptz > now()
+  ON CONFLICT (key) DO UPDATE SET state = 'd', token = excluded.token, until = excluded.until
+    WHERE r.until <= now() OR (r.state IN ('l', 'd') AND r.token = excluded.token)
+  RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM m), $3::timestamptz > now(), EXISTS (SELECT 1 FROM up)`
+	s.releaseLeaseSQL = `DELETE FROM ` + t + ` WHERE key = $1 AND state = 'l' AND token = $2::text AND until > now()`
+}
+
+// AcquireLease implements [replay.Leaser]: it takes id for lease, measured
+// by the database's clock (until = now() + lease), unless a live row holds
+// id. A row written by [Store.Claim] counts as done. Errors match
+// [ErrUnavailable] (the lease may or may not have been taken; if it was,
+// it ends by itself) or [ErrInvalidClaim] for an empty or oversize id or a
+// lease that is not positive, which also matches [replay.ErrExpired]. A
+// lease is rounded up to a whole microsecond.
+func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration) (replay.Lease, error) {
+	if err := checkID(id); err != nil {
+		return replay.Lease{}, err
+	}
+	if lease <= 0 {
+		return replay.Lease{}, fmt.Errorf("%w: %w: lease is not positive", ErrInvalidClaim, replay.ErrExpired)
+	}
+	if err := s.refused(); err != nil {
+		return replay.Lease{}, err
+	}
+	us := int64(lease / time.Microsecond)
+	if lease%time.Microsecond != 0 {
+		us++
+	}
+	var raw [tokenLen / 2]byte
+	rand.Read(raw[:])
+	token := hex.EncodeToString(raw[:])
+	type acquired struct {
+		marker, taken, mine bool
+		state               string
+		wait                int64
+	}
+	a, err := call(s, ctx, func(ctx context.Context) (acquired, error) {
+		key := s.key(id)
+		var a acquired
+		for range maxRaces {
+			err := s.pool.QueryRow(ctx, s.acquireSQL, key, token, us).Scan(&a.marker, &a.taken, &a.state, &a.mine, &a.wait)
+			if err != nil || a.taken || a.state != "" || !a.marker {
+				return a, err
+			}
+			// No live row in the snapshot and nothing taken: a concurrent
+			// statement inserted, took over or deleted the row. Look again.
+		}
+		return a, nil
+	})
+	marker, taken, mine, state, wait := a.marker, a.taken, a.mine, a.state, a.wait
+	switch {
+	case err != nil:
+		return replay.Lease{}, err
+	case !marker:
+		return replay.Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, ErrForgotten)
+	case taken || state == "l" && mine:
+		return replay.Lease{State: replay.LeaseAcquired, Token: token}, nil
+	case state == "l":
+		return replay.Lease{State: replay.LeaseBusy, Wait: time.Duration(max(wait, 0)) * time.Microsecond}, nil
+	case state == "c" || state == "d":
+		return replay.Lease{State: replay.LeaseDone}, nil
+	case state == "":
+		// The row kept changing under concurrent statements: busy, for
+		// how long is unknown.
+		return replay.Lease{State: replay.LeaseBusy}, nil
+	}
+	return replay.Lease{}, fmt.Errorf("%w: unexpected row state from the acquire statement", ErrUnavailable)
+}
+
+// ConfirmLease implements [replay.Leaser]: it records id as done until the
+// given time (rounded up to a microsecond) when token's lease on id is
+// live, when the lease has ended and id is free, or when this very
+// confirmation was already applied (a resend after a lost reply). It fails
+// with [replay.ErrLeaseLost] when another holder has id, including for a
+// token this store never issued; with [ErrInvalidClaim] (and
+// [replay.ErrExpired]) for an until not after the database's clock, leaving
+// the row as it was; and with [ErrUnavailable] when PostgreSQL cannot
+// answer, after which the confirmation may or may not have been applied
+// and may be resent with the same token.
+func (s *Store) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if !validToken(token) {
+		return replay.ErrLeaseLost
+	}
+	if err := s.refused(); err != nil {
+		return err
+	}
+	type confirmed struct{ marker, future, done bool }
+	c, err := call(s, ctx, func(ctx context.Context) (confirmed, error) {
+		var c confirmed
+		err := s.pool.QueryRow(ctx, s.confirmSQL, s.key(id), token, pgTime(until)).Scan(&c.marker, &c.future, &c.done)
+		return c, err
+	})
+	marker, future, done := c.marker, c.future, c.done
+	switch {
+	case err != nil:
+		return err
+	case done:
+		return nil
+	case !marker:
+		return fmt.Errorf("%w: %w", ErrUnavailable, ErrForgotten)
+	case !future:
+		return fmt.Errorf("%w: %w: until is not after the database's clock", ErrInvalidClaim, replay.ErrExpired)
+	}
+	return replay.ErrLeaseLost
+}
+
+// ReleaseLease implements [replay.Leaser]: it deletes id's row only while
+// it holds token's live lease, so a late release never frees another
+// holder's lease or a done row. A token this store never issued changes
+// nothing. Errors match [ErrUnavailable] (the lease then ends by itself)
+// or, for an empty or oversize id, [ErrInvalidClaim].
+func (s *Store) ReleaseLease(ctx context.Context, id, token string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if !validToken(token) {
+		return nil
+	}
+	return s.run(ctx, func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, s.releaseLeaseSQL, s.key(id), token)
+		return err
+	})
+}
+
+// validToken reports whether token has the form AcquireLease mints.
+func validToken(token string) bool {
+	if len(token) != tokenLen {
+		return false
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// maxTime is the last instant the store records as given; a later until is
+// held forever (timestamptz 'infinity'), so it is never wrapped into the
+// past.
+var maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+
+// pgTime rounds t up to a whole microsecond (timestamptz's precision), so a
+// row never expires before t.
+func pgTime(t time.Time) pgtype.Timestamptz {
+	if t.After(maxTime) {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	}
+	r := t.Truncate(time.Microsecond)
+	if r.Before(t) {
+		r = r.Add(time.Microsecond)
+	}
+	return pgtype.Timestamptz{Time: r, Valid: true}
+}

@@ -1,0 +1,281 @@
+package pgstore
+
+// A server SIGKILLed mid-load and restarted, and a 64-client load with a
+// server restart: no acknowledged claim is lost, none is accepted twice,
+// and the sweepers keep the table bounded.
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// envDuration reads a Go duration from env, else def.
+func envDuration(t *testing.T, env string, def time.Duration) time.Duration {
+	t.Helper()
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q is not a positive duration", env, v)
+	}
+	return d
+}
+
+// TestCrashMidLoadLosesNoAcknowledgedClaim: 16 clients claim fresh IDs; the
+// server is SIGKILLed (every process: no shutdown, no checkpoint) and
+// restarted, which runs crash recovery. Every claim acknowledged as first
+// before the kill is refused after it (0 lost), and no ID is first twice.
+func TestCrashMidLoadLosesNoAcknowledgedClaim(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	pool := p.pool(t)
+	s := storeOn(t, pool, func(o *Options) { o.Timeout = 2 * time.Second })
+	until := time.Now().Add(time.Hour)
+
+	var (
+		mu      sync.Mutex
+		acked   = map[string]bool{} // first == true, before or after the kill
+		unknown = map[string]bool{} // an error: may or may not be recorded
+		twice   atomic.Int64
+		stop    atomic.Bool
+		wg      sync.WaitGroup
+	)
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; !stop.Load(); n++ {
+				id := fmt.Sprintf("w%d-%d", w, n)
+				first, err := s.Claim(bg(), id, until)
+				mu.Lock()
+				switch {
+				case err != nil:
+					unknown[id] = true
+				case first && acked[id]:
+					twice.Add(1)
+				case first:
+					acked[id] = true
+				}
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	mu.Lock()
+	before := len(acked)
+	mu.Unlock()
+	restartAt := time.Now()
+	if err := p.restart(); err != nil {
+		stop.Store(true)
+		wg.Wait()
+		t.Fatal(err)
+	}
+	t.Logf("killed and restarted in %v", time.Since(restartAt))
+	// Claims are decided again after the restart.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		mu.Lock()
+		after := len(acked)
+		mu.Unlock()
+		if after > before+100 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d claims acknowledged in 15 s after the restart", after-before)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+
+	// Replay every acknowledged claim and every one that failed closed.
+	var lost, recordedUnknown atomic.Int64
+	replayAll := func(ids map[string]bool, refused *atomic.Int64, want bool) {
+		work := make(chan string)
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for id := range work {
+					first, err := s.Claim(bg(), id, until)
+					if err != nil {
+						t.Error(err)
+					} else if first == want {
+						refused.Add(1)
+					}
+				}
+			}()
+		}
+		for id := range ids {
+			work <- id
+		}
+		close(work)
+		wg.Wait()
+	}
+	replayAll(acked, &lost, true)
+	replayAll(unknown, &recordedUnknown, false)
+	t.Logf("%d claims acknowledged (%d before the kill), %d failed closed (%d of them had committed), %d lost, %d twice",
+		len(acked), before, len(unknown), recordedUnknown.Load(), lost.Load(), twice.Load())
+	if lost.Load() != 0 || twice.Load() != 0 {
+		t.Fatalf("%d acknowledged claims lost in the crash, %d IDs first twice; want 0 and 0", lost.Load(), twice.Load())
+	}
+	if before == 0 || len(unknown) == 0 {
+		t.Fatalf("the crash did not fall mid-load: %d acknowledged before it, %d failed during it", before, len(unknown))
+	}
+}
+
+// TestLoadWithServerRestartLosesNothing: 64 clients on three Store
+// instances (a fleet, each with its own pool of 16 connections and its
+// own sweeper) claim fresh IDs and replay each acknowledged one on another
+// instance, for
+// CTOKEN_PG_LOAD_DURATION (default 10 s; set it for a soak), while the
+// server is killed and restarted once. No acknowledged ID is accepted
+// again, every long-held claim survives the restart, and the sweepers keep
+// the expired rows bounded.
+func TestLoadWithServerRestartLosesNothing(t *testing.T) {
+	t.Parallel() // a server of its own
+	duration := envDuration(t, "CTOKEN_PG_LOAD_DURATION", 10*time.Second)
+	const clients, hold, sweep = 64, 2 * time.Second, 250 * time.Millisecond
+	p := ownServer(t)
+	var stores []*Store
+	for range 3 {
+		pool := p.pool(t)
+		stores = append(stores, storeOn(t, pool, func(o *Options) {
+			o.Prefix = "load:"
+			o.Timeout = 2 * time.Second
+			o.SweepInterval = sweep
+		}))
+	}
+	admin := p.pool(t)
+
+	var (
+		mu       sync.Mutex
+		durable  []string // acknowledged with a one-hour hold
+		acked    atomic.Int64
+		failed   atomic.Int64
+		twice    atomic.Int64
+		lat      = make([][]time.Duration, clients)
+		stop     atomic.Bool
+		wg       sync.WaitGroup
+		maxRows  atomic.Int64
+		maxStale atomic.Int64
+	)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; !stop.Load(); n++ {
+				id := "c" + strconv.Itoa(c) + "-" + strconv.Itoa(n)
+				until := time.Now().Add(hold)
+				if n%16 == 0 {
+					until = time.Now().Add(time.Hour)
+				}
+				s := stores[(c+n)%3]
+				start := time.Now()
+				first, err := s.Claim(bg(), id, until)
+				if err != nil {
+					failed.Add(1)
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				lat[c] = append(lat[c], time.Since(start))
+				if !first {
+					twice.Add(1) // a fresh ID is never taken
+					continue
+				}
+				acked.Add(1)
+				if n%16 == 0 {
+					mu.Lock()
+					durable = append(durable, id)
+					mu.Unlock()
+				}
+				// The replay, on the next instance: refused, or unavailable.
+				if again, err := stores[(c+n+1)%3].Claim(bg(), id, until); err == nil && again {
+					twice.Add(1)
+				}
+			}
+		}()
+	}
+	// Sample the table: all rows, and the expired ones not yet swept.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			var rows, stale int64
+			if admin.QueryRow(bg(), `SELECT count(*), count(*) FILTER (WHERE until < now() AND state <> 'm') FROM ctoken_replay`).Scan(&rows, &stale) == nil {
+				maxRows.Store(max(maxRows.Load(), rows))
+				maxStale.Store(max(maxStale.Load(), stale))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	time.Sleep(duration * 2 / 5)
+	if err := p.restart(); err != nil {
+		stop.Store(true)
+		wg.Wait()
+		t.Fatal(err)
+	}
+	time.Sleep(duration * 3 / 5)
+	stop.Store(true)
+	wg.Wait()
+
+	lost := 0
+	for _, id := range durable {
+		if first, err := stores[0].Claim(bg(), id, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		} else if first {
+			lost++
+		}
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	q := func(f float64) time.Duration {
+		if len(all) == 0 {
+			return 0
+		}
+		return all[int(f*float64(len(all)-1))]
+	}
+	t.Logf("%d clients, %v: %d first claims (%.0f/s), %d failed closed around the restart, claim p50 %v p99 %v; "+
+		"rows at most %d, expired rows not yet swept at most %d (sweep every %v, hold %v)",
+		clients, duration, acked.Load(), float64(acked.Load())/duration.Seconds(), failed.Load(), q(0.5), q(0.99),
+		maxRows.Load(), maxStale.Load(), sweep, hold)
+	if lost != 0 || twice.Load() != 0 {
+		t.Fatalf("%d long-held claims lost, %d IDs accepted twice; want 0 and 0", lost, twice.Load())
+	}
+	if failed.Load() == 0 {
+		t.Fatal("no claim failed: the restart did not fall mid-load")
+	}
+	// Bounded: without a sweeper every claim would stay; with it, the
+	// expired rows waiting for a sweep stay a small part of them.
+	if a := acked.Load(); a < 1000 || maxStale.Load() > a/4 {
+		t.Fatalf("%d first claims, up to %d expired rows unswept: the table is not kept bounded", a, maxStale.Load())
+	}
+	var swept time.Time // rows expired by then must be gone after the sweep
+	if err := admin.QueryRow(bg(), `SELECT now()`).Scan(&swept); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stores {
+		if _, err := s.Sweep(bg()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stale int
+	if err := admin.QueryRow(bg(), `SELECT count(*) FROM ctoken_replay WHERE until < $1 AND state <> 'm'`, swept).Scan(&stale); err != nil || stale != 0 {
+		t.Fatalf("%d expired rows after a sweep (%v)", stale, err)
+	}
+}

@@ -1,0 +1,612 @@
+// Package pgstore is a [replay.Store] and [replay.Leaser] backed by
+// PostgreSQL, for fleets of servers that must accept each single-use ID
+// (one-time token, single-use request state, webhook delivery) exactly once
+// across every instance, and keep that promise through a database crash.
+//
+// Every claim and every lease step is one SQL statement on one row of one
+// table, keyed by <prefix><id>: a claim is
+//
+//	INSERT ... ON CONFLICT (key) DO NOTHING, and in the same statement
+//	UPDATE ... WHERE key = $1 AND until <= now()  (take over an expired row)
+//
+// PostgreSQL's unique index lets exactly one of any number of concurrent
+// statements on a key insert, and re-checks an expired row after waiting
+// for its lock, so of two takeovers one wins; a claim of a live row writes
+// nothing. Every deadline is measured by the database's clock (now()),
+// never an instance's, so the fleet agrees on when an ID may be taken
+// again, and an until already past by that clock is refused. A marker row
+// written with the table makes a truncated or emptied table refuse every
+// claim ([ErrForgotten]). Expired rows are deleted in small batches by a
+// sweeper goroutine of each Store (see [Store.Sweep]), which also repeats
+// New's checks of the server.
+//
+// A claim is acknowledged only after PostgreSQL committed it, so with
+// synchronous_commit on (the default) it survives a crash of the server;
+// [New] refuses a session whose synchronous_commit is off unless
+// [Options.AllowAsyncCommit] is set, and a primary whose standbys are all
+// asynchronous unless [Options.AllowAsyncStandby] is; with a synchronous
+// standby an acknowledged claim also survives a failover to it.
+// docs/pgstore.md has the table of what survives a crash and a failover.
+//
+// The store fails closed: when PostgreSQL is down, slow, read-only, or
+// answers anything unexpected, Claim returns first == false and an error
+// matching [ErrUnavailable]. Callers must treat every error as "refuse the
+// request". The table is created only by [Migrate] (or by running the SQL
+// of [Schema]); a Store never creates it.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+const DefaultPrefix = "ctoken:replay:"
+
+// DefaultTable is the table used when Options.Table is empty.
+const DefaultTable = "ctoken_replay"
+
+// DefaultTimeout bounds each call when Options.Timeout is zero.
+const DefaultTimeout = 2 * time.Second
+
+// DefaultMaxClockSkew is how far the instance's clock may run behind the
+// database's when Options.MaxClockSkew is zero: half of
+// [replay.SkewMargin].
+const DefaultMaxClockSkew = replay.SkewMargin / 2
+
+// MaxIDBytes is the longest ID the store accepts. Longer IDs are refused
+// with ErrInvalidClaim before anything is sent to PostgreSQL.
+const MaxIDBytes = 512
+
+// Sentinel errors, usable with errors.Is.
+var (
+	// ErrUnavailable reports that the store could not decide: PostgreSQL
+	// unreachable, timed out, read-only (a standby), a serialization
+	// failure, a lost connection, or an unexpected answer. When the
+	// caller's context had ended, the error also matches the context's
+	// error. The claim may or may not have been recorded; the caller must
+	// refuse the request. Resending it is safe: a resent claim reports the
+	// ID as taken, a resent lease step finds its own lease or done row.
+	ErrUnavailable = errors.New("pgstore: replay store unavailable")
+
+	// ErrInvalidClaim reports a call refused without recording anything: an
+	// empty ID or one over MaxIDBytes, or a lease that is not positive
+	// (refused before reaching PostgreSQL), or an until that is not after
+	// the database's clock (refused by the statement itself). The last two
+	// also match [replay.ErrExpired].
+	ErrInvalidClaim = errors.New("pgstore: invalid claim")
+
+	// ErrForgotten reports that the table lost its marker row: it was
+	// truncated or emptied, so it no longer remembers which IDs were
+	// claimed. Every call then refuses (the error also matches
+	// ErrUnavailable) until an operator runs [Rearm] and its fence has
+	// passed. It also reports a [Migrate] or [New] that finds such a
+	// table.
+	ErrForgotten = errors.New("pgstore: table has forgotten its claims (marker row missing)")
+
+	// ErrConfig reports a store that cannot be built as configured: a nil
+	// pool, an invalid table name, a missing table, synchronous_commit off
+	// without AllowAsyncCommit, standbys none of which is synchronous
+	// without AllowAsyncStandby, no synchronous standby with
+	// RequireSynchronousStandby, an instance clock too far behind the
+	// database's, or a negative option.
+	ErrConfig = errors.New("pgstore: invalid configuration")
+)
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// Table is the table's name, optionally schema-qualified
+	// ("replay.ctoken_replay"); each part is a lower-case SQL identifier
+	// ([a-z_][a-z0-9_]*, at most 48 bytes). Empty means DefaultTable.
+	Table string
+
+	// Prefix is prepended to every ID to form the row's key, so several
+	// stores (or applications) can share one table without seeing each
+	// other's claims. End it with a separator (":") so that no prefix and
+	// ID run into another's. Empty means DefaultPrefix.
+	Prefix string
+
+	// Timeout bounds every call: the effective deadline is the earlier of
+	// the caller's context deadline and now + Timeout. Zero means
+	// DefaultTimeout; a negative value means only the caller's context
+	// bounds the call.
+	Timeout time.Duration
+
+	// AllowAsyncCommit lets New accept a session whose synchronous_commit
+	// is off. PostgreSQL then acknowledges a commit before it is on disk,
+	// and a crash of the server forgets the claims of the last moments
+	// (up to three times wal_writer_delay): an ID accepted just before the
+	// crash may be accepted again after it.
+	AllowAsyncCommit bool
+
+	// AllowAsyncStandby lets New accept a primary that streams to physical
+	// standbys while its commits wait for none of them (see
+	// [Durability.WaitsForStandby]). A failover to such a standby can lose
+	// the last acknowledged claims, and the store cannot detect it: those
+	// IDs would be accepted a second time. Without this option New refuses
+	// it with ErrConfig; set synchronous_standby_names instead.
+	AllowAsyncStandby bool
+
+	// RequireSynchronousStandby makes New refuse (ErrConfig) a session
+	// whose commits do not wait for a synchronous standby (see
+	// [Durability.WaitsForStandby]): for deployments that must not lose an
+	// acknowledged claim in a failover.
+	RequireSynchronousStandby bool
+
+	// MaxClockSkew is how far the instance's clock may run behind the
+	// database's, at New and at every recheck. Single use does not depend on it: every deadline
+	// is the database's, and a claim whose until the database's clock has
+	// passed is refused, so a slow clock cannot make a replay first. But an
+	// instance whose clock is behind accepts tokens (one-time, request
+	// state) the others already call expired, for as long as it is behind,
+	// and refuses them as expired once it is more than
+	// [replay.SkewMargin] behind. Zero means DefaultMaxClockSkew; a
+	// negative value turns the check off.
+	MaxClockSkew time.Duration
+
+	// SweepInterval is how often the store's sweeper deletes expired rows
+	// (see [Store.Sweep]) and repeats New's checks of the server (see
+	// [New]). Zero means DefaultSweepInterval; a negative value runs no
+	// sweeper (call Sweep yourself; the checks are then made at New only).
+	SweepInterval time.Duration
+
+	// SweepBatch is how many expired rows one sweeper statement deletes at
+	// most. Zero means DefaultSweepBatch.
+	SweepBatch int
+
+	// OnSweep, when set, is called after each sweep of the store's own
+	// sweeper with what [Store.Sweep] returned, so that a sweeper that
+	// keeps failing (and a table that keeps growing) is seen. It runs on
+	// the sweeper's goroutine; keep it short.
+	OnSweep func(deleted int64, err error)
+}
+
+// Store is a [replay.Store] backed by one PostgreSQL table. It also
+// implements the optional [replay.Releaser] (Release) and [replay.Leaser]
+// (AcquireLease, ConfirmLease, ReleaseLease), which the webhook middleware
+// uses to process each delivery exactly once. It is safe for concurrent
+// use; its settings are fixed at construction. A zero Store refuses every
+// call with ErrConfig.
+type Store struct {
+	pool    *pgxpool.Pool
+	table   string // quoted, ready for SQL
+	prefix  string
+	timeout time.Duration
+	durable atomic.Pointer[Durability]
+	refusal atomic.Pointer[error] // set by the recheck while a check of New fails
+	checks  checks
+
+	claimSQL, releaseSQL                           string
+	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
+	sweepBatch                                     int
+	onSweep                                        func(int64, error)
+
+	stop     context.CancelFunc
+	sweeping sync.WaitGroup
+	closed   sync.Once
+}
+
+var (
+	_ replay.Store    = (*Store)(nil)
+	_ replay.Releaser = (*Store)(nil)
+	_ replay.Leaser   = (*Store)(nil)
+)
+
+// New returns a Store on pool's database. It checks, in one query, that
+// the table exists and still holds its marker row (else ErrConfig or
+// ErrForgotten: run [Migrate]), that the server is not a read-only standby
+// (else ErrUnavailable), that the session's synchronous_commit is not off
+// (else ErrConfig, unless Options.AllowAsyncCommit), that a server with
+// physical standbys makes commits wait for a synchronous one (else
+// ErrConfig, unless Options.AllowAsyncStandby), and that the instance's
+// clock is not behind the database's by more than Options.MaxClockSkew
+// (else ErrConfig). It then starts the sweeper goroutine, which [Store.Close]
+// stops. The pool stays the caller's: Close does not close it.
+//
+// The sweeper repeats these checks at every SweepInterval: while one fails
+// (a standby attached later without synchronous replication,
+// synchronous_commit turned off, the server demoted to a standby, the
+// instance's clock drifted behind), Claim, AcquireLease and ConfirmLease
+// refuse with ErrUnavailable and the reason's sentinel, until it holds
+// again. A Store without a sweeper checks only at New.
+//
+// Every session the pool opens should have the settings of the one New
+// checks: set synchronous_commit per role or database (ALTER ROLE ... SET),
+// or in the pool's RuntimeParams, not per connection afterwards.
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	return newStore(ctx, pool, opts, time.Now)
+}
+
+// newStore is New with the instance's clock as a parameter (for the tests
+// of the skew check).
+func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() time.Time) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", ErrConfig)
+	}
+	if opts.Table == "" {
+		opts.Table = DefaultTable
+	}
+	table, err := quoteTable(opts.Table)
+	if err != nil {
+		return nil, err
+	}
+	if opts.SweepBatch < 0 {
+		return nil, fmt.Errorf("%w: negative SweepBatch", ErrConfig)
+	}
+	s := &Store{pool: pool, table: table, prefix: opts.Prefix, timeout: opts.Timeout, sweepBatch: opts.SweepBatch, onSweep: opts.OnSweep}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.timeout == 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.sweepBatch == 0 {
+		s.sweepBatch = DefaultSweepBatch
+	}
+	s.prepare()
+
+	s.checks = checks{
+		asyncCommit: opts.AllowAsyncCommit, asyncStandby: opts.AllowAsyncStandby,
+		requireStandby: opts.RequireSynchronousStandby, maxSkew: opts.MaxClockSkew, now: now,
+	}
+	if s.checks.maxSkew == 0 {
+		s.checks.maxSkew = DefaultMaxClockSkew
+	}
+	st, err := s.readServer(ctx)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+		return nil, fmt.Errorf("%w: table %s does not exist: run pgstore.Migrate or the SQL of pgstore.Schema", ErrConfig, opts.Table)
+	case err != nil:
+		return nil, err
+	case !st.marker:
+		return nil, fmt.Errorf("%w: %w: table %s", ErrUnavailable, ErrForgotten, opts.Table)
+	}
+	if err := s.checks.judge(st); err != nil {
+		return nil, err
+	}
+	s.durable.Store(&st.durable)
+
+	interval := opts.SweepInterval
+	if interval == 0 {
+		interval = DefaultSweepInterval
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	if interval > 0 {
+		s.sweeping.Add(1)
+		go s.sweeper(sctx, interval)
+	}
+	return s, nil
+}
+
+// Close stops the store's sweeper and waits for it to return. It does not
+// close the pool. Calls after Close still work (without a sweeper).
+func (s *Store) Close() {
+	s.closed.Do(func() {
+		if s.stop != nil {
+			s.stop()
+		}
+		s.sweeping.Wait()
+	})
+}
+
+// Prefix returns the key prefix the store writes under.
+func (s *Store) Prefix() string { return s.prefix }
+
+// Durability is what [New] read of the session's commit settings: what a
+// claim's acknowledgement means.
+type Durability struct {
+	// SynchronousCommit is the session's synchronous_commit: "on",
+	// "remote_apply" or "remote_write" (flushed locally, and also sent to
+	// the synchronous standbys if any are configured), "local" (flushed
+	// locally only), or "off" (not flushed: accepted only with
+	// Options.AllowAsyncCommit).
+	SynchronousCommit string
+	// SynchronousStandbyNames is the server's synchronous_standby_names;
+	// empty when no standby is synchronous.
+	SynchronousStandbyNames string
+	// Standbys is how many physical standbys were streaming from the
+	// server at New (pg_stat_replication without logical walsenders).
+	Standbys int
+}
+
+// WaitsForStandby reports whether an acknowledged claim has also reached a
+// synchronous standby: synchronous_standby_names is set and
+// synchronous_commit is on, remote_write or remote_apply. A failover that
+// promotes such a standby keeps every acknowledged claim (a failover to an
+// asynchronous one may not). Without it, an acknowledged claim survives a
+// crash of the server (synchronous_commit not off) but not the loss of its
+// disk.
+func (d Durability) WaitsForStandby() bool {
+	switch d.SynchronousCommit {
+	case "on", "remote_write", "remote_apply":
+		return d.SynchronousStandbyNames != ""
+	}
+	return false
+}
+
+// Durability returns the commit settings New read, or the sweeper's
+// latest recheck read since.
+func (s *Store) Durability() Durability {
+	if d := s.durable.Load(); d != nil {
+		return *d
+	}
+	return Durability{}
+}
+
+// checks are New's checks of the server, which the sweeper repeats.
+type checks struct {
+	asyncCommit, asyncStandby, requireStandby bool
+	maxSkew                                   time.Duration
+	now                                       func() time.Time
+}
+
+// serverState is what one query reads of the server and the table.
+type serverState struct {
+	durable          Durability
+	recovery, marker bool
+	behind           time.Duration // how far the instance's clock is behind now()
+}
+
+// readServer reads the session's settings, the standbys, the server's
+// clock and the marker row in one query.
+func (s *Store) readServer(ctx context.Context) (serverState, error) {
+	type read struct {
+		st    serverState
+		dbNow time.Time
+	}
+	r, err := call(s, ctx, func(ctx context.Context) (read, error) {
+		var r read
+		// Physical standbys: walsenders without a logical slot (a CDC
+		// consumer is no failover target).
+		err := s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
+			(SELECT count(*) FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
+			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
+			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = ''::bytea AND state = 'm')`).Scan(
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker)
+		return r, err
+	})
+	if err != nil {
+		return serverState{}, err
+	}
+	// dbNow is the start of the query's transaction, so the round trip can
+	// only make the instance look ahead.
+	r.st.behind = r.dbNow.Sub(s.checks.now())
+	return r.st, nil
+}
+
+// judge returns why the store must not run on a server in state st, or
+// nil.
+func (c checks) judge(st serverState) error {
+	d := st.durable
+	switch {
+	case st.recovery:
+		return fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
+	case d.SynchronousCommit == "off" && !c.asyncCommit:
+		return fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
+	case d.Standbys > 0 && !d.WaitsForStandby() && !c.asyncStandby:
+		return fmt.Errorf("%w: the server streams to %d standby(s) but commits wait for none: a failover could accept acknowledged claims again (set synchronous_standby_names, or Options.AllowAsyncStandby)",
+			ErrConfig, d.Standbys)
+	case c.requireStandby && !d.WaitsForStandby():
+		return fmt.Errorf("%w: commits do not wait for a synchronous standby (synchronous_commit %s, synchronous_standby_names %q)",
+			ErrConfig, d.SynchronousCommit, d.SynchronousStandbyNames)
+	case c.maxSkew > 0 && st.behind > c.maxSkew:
+		return fmt.Errorf("%w: this instance's clock is %v behind the database's (limit %v): fix NTP", ErrConfig, st.behind.Round(time.Millisecond), c.maxSkew)
+	}
+	return nil
+}
+
+// recheck repeats New's checks (on the sweeper's goroutine): while one
+// fails, Claim, AcquireLease and ConfirmLease refuse with its reason. A
+// server that cannot be read leaves things as they are (the calls fail on
+// their own).
+func (s *Store) recheck(ctx context.Context) {
+	st, err := s.readServer(ctx)
+	if err != nil {
+		return
+	}
+	s.durable.Store(&st.durable)
+	if err := s.checks.judge(st); err != nil {
+		if !errors.Is(err, ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		s.refusal.Store(&err)
+		return
+	}
+	s.refusal.Store(nil)
+}
+
+// refused returns the recheck's reason to refuse calls, or nil.
+func (s *Store) refused() error {
+	if err := s.refusal.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// prepare writes the store's statements for its table.
+func (s *Store) prepare() {
+	t := s.table
+	// m is the marker row: when the table was truncated or emptied it is
+	// gone, and the statement neither inserts nor takes anything over.
+	// ins inserts a free key; upd takes over a row that has expired (after
+	// waiting for its row lock, PostgreSQL checks until again on the row's
+	// newest version, so of two takeovers one wins). A claim of a live row
+	// matches neither and writes nothing: a flood of replays costs reads,
+	// not commits. The last column reports an expired row in the
+	// statement's snapshot that the claim could have taken (armed table, an
+	// until in the future): when neither ins nor upd took it, a concurrent
+	// statement changed it first (took it over, or a sweeper or release
+	// deleted it), and the claim runs again to see which.
+	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
+ins AS (
+  INSERT INTO ` + t + ` (key, state, token, until)
+  SELECT $1::bytea, 'c', '', $2::timestamptz FROM m WHERE $2::timestamptz > now()
+  ON CONFLICT (key) DO NOTHING
+  RETURNING 1
+),
+upd AS (
+  UPDATE ` + t + ` SET state = 'c', token = '', until = $2::timestamptz
+  WHERE key = $1::bytea AND until <= now() AND $2::timestamptz > now()
+    AND EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM ins)
+  RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
+  EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
+  EXISTS (SELECT 1 FROM m) AND $2::timestamptz > now()
+    AND EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until <= now())`
+	s.releaseSQL = `DELETE FROM ` + t + ` WHERE key = $1`
+	s.prepareLease()
+	s.prepareSweep()
+}
+
+// call runs fn within the store's deadline and returns its result. It
+// returns when the deadline passes even if the driver has not, so a hung
+// server cannot hold the caller past it; the abandoned fn then writes
+// only into its own result, which nobody reads. Errors are wrapped in
+// ErrUnavailable, together with the context error when the deadline or a
+// cancellation ended the call; on error the result is T's zero value.
+func call[T any](s *Store, ctx context.Context, fn func(ctx context.Context) (T, error)) (T, error) {
+	var zero T
+	if s.pool == nil {
+		return zero, fmt.Errorf("%w: zero Store (use pgstore.New)", ErrConfig)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1) // buffered: the sender never blocks
+	go func() {
+		v, err := fn(ctx)
+		done <- result{v, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		return zero, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+	if r.err == nil {
+		return r.v, nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(r.err, ctxErr) {
+		return zero, fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, r.err)
+	}
+	return zero, fmt.Errorf("%w: %w", ErrUnavailable, r.err)
+}
+
+// run is call for a statement without a result.
+func (s *Store) run(ctx context.Context, fn func(ctx context.Context) error) error {
+	_, err := call(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
+	return err
+}
+
+// maxRaces is how many times a claim or an acquire runs when a concurrent
+// statement changed the expired row it found (nothing was written by the
+// runs that lost); errRaced reports that it lost every time.
+const maxRaces = 3
+
+var errRaced = errors.New("the row kept changing under concurrent statements")
+
+// key is the row key of id.
+func (s *Store) key(id string) []byte {
+	k := make([]byte, 0, len(s.prefix)+len(id))
+	return append(append(k, s.prefix...), id...)
+}
+
+// Claim records id until the given time and reports whether this call was
+// the first live claim of id, across every process sharing the table and
+// prefix. Exactly one of any number of concurrent claims of the same ID
+// returns true, and it returns only after the claim is committed. Once
+// until has passed by the database's clock, the ID can be claimed again; an
+// until after the year 9999 is held forever.
+//
+// Claim fails closed: on any error it returns first == false and an error
+// matching ErrUnavailable (PostgreSQL could not answer in time, answered
+// with an error, or the table forgot its claims: [ErrForgotten]) or
+// ErrInvalidClaim (empty or oversize id, or, also matching
+// [replay.ErrExpired], an until not after the database's current time;
+// nothing is recorded). Error text never contains id.
+//
+// A claim whose reply is lost may still have been committed, and a resend
+// then reports first == false: the ID is consumed and refused, never
+// accepted twice.
+func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	if err := checkID(id); err != nil {
+		return false, err
+	}
+	if err := s.refused(); err != nil {
+		return false, err
+	}
+	type claimed struct{ marker, future, first bool }
+	c, err := call(s, ctx, func(ctx context.Context) (claimed, error) {
+		key, u := s.key(id), pgTime(until)
+		var c claimed
+		for range maxRaces {
+			var raced bool
+			if err := s.pool.QueryRow(ctx, s.claimSQL, key, u).Scan(&c.marker, &c.future, &c.first, &raced); err != nil || c.first || !raced {
+				return c, err
+			}
+		}
+		return c, errRaced
+	})
+	marker, future, first := c.marker, c.future, c.first
+	switch {
+	case err != nil:
+		return false, err
+	case first:
+		return true, nil
+	case !marker:
+		return false, fmt.Errorf("%w: %w", ErrUnavailable, ErrForgotten)
+	case !future:
+		return false, fmt.Errorf("%w: %w: until is not after the database's clock", ErrInvalidClaim, replay.ErrExpired)
+	}
+	return false, nil
+}
+
+// Release forgets the claim of id, so the next Claim of id is first again.
+// It is for a caller that claimed id and then failed to act on it; one-time
+// tokens must never be released. Releasing an ID that is not claimed is not
+// an error. Release deletes the row whoever claimed it, so release only IDs
+// you claimed, before their until. Errors match ErrUnavailable or, for an
+// empty or oversize id, ErrInvalidClaim; the claim may then stay in force.
+func (s *Store) Release(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	return s.run(ctx, func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, s.releaseSQL, s.key(id))
+		return err
+	})
+}
+
+// checkID refuses an ID that cannot be a key.
+func checkID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty id", ErrInvalidClaim)
+	case len(id) > MaxIDBytes:
+		return fmt.Errorf("%w: id longer than %d bytes", ErrInvalidClaim, MaxIDBytes)
+	}
+	return nil
+}

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package pgstore
+
+import "syscall"
+
+// procAttr runs a server as cred's user, in a process group of its own.
+func procAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+}
+
+// children is not known without /proc: signals reach the postmaster only,
+// so the pause and crash tests are weaker off Linux (CI runs on Linux).
+func children(pid int) []int { return nil }

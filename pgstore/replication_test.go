@@ -1,0 +1,230 @@
+package pgstore
+
+// A primary with a standby: a failover to a synchronous standby keeps every
+// acknowledged claim, and New refuses a primary whose standbys are all
+// asynchronous. (A synchronous standby that stops answering:
+// TestDurabilityContractStoppedSynchronousStandby.)
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// syncPair starts a primary (migrated) and a streaming standby made from
+// it with pg_basebackup, then makes the standby synchronous
+// (synchronous_standby_names = '*') and waits until the primary reports it
+// so.
+func syncPair(t *testing.T) (primary, standby *pgServer) {
+	return standbyPair(t, true)
+}
+
+// standbyPair is syncPair, with an asynchronous standby when sync is
+// false.
+func standbyPair(t *testing.T, sync bool) (primary, standby *pgServer) {
+	t.Helper()
+	primary = ownServer(t)
+	return primary, addStandby(t, primary, sync)
+}
+
+// addStandby makes a streaming standby of primary with pg_basebackup,
+// synchronous or not, and waits until the primary reports it so.
+func addStandby(t *testing.T, primary *pgServer, sync bool) (standby *pgServer) {
+	t.Helper()
+	bin, err := pgBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	dir := filepath.Join(tmpRoot, "standby-"+hex.EncodeToString(b))
+	if err := mkdirOwned(dir); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", primary.port, "-U", "postgres",
+		"-D", dir, "-R", "-X", "stream", "--no-sync", "-c", "fast")
+	runAs(cmd)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pg_basebackup: %v\n%s", err, out)
+	}
+	standby = &pgServer{dir: dir, port: freePort()}
+	if err := standby.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(standby.kill)
+	admin := primary.pool(t)
+	want := "sync"
+	if !sync {
+		want = "async"
+	}
+	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
+		if !sync {
+			break
+		}
+		if _, err := admin.Exec(bg(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var state string
+		admin.QueryRow(bg(), `SELECT sync_state FROM pg_stat_replication LIMIT 1`).Scan(&state)
+		if state == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the standby's sync_state is %q after 20 s, want %q", state, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return standby
+}
+
+// TestFailoverToSynchronousStandbyLosesNothing: clients claim fresh IDs on
+// the primary, which is SIGKILLed mid-load; the synchronous standby is
+// promoted and a new store on it refuses every claim acknowledged before
+// (0 lost, 0 twice).
+func TestFailoverToSynchronousStandbyLosesNothing(t *testing.T) {
+	t.Parallel() // a server of its own
+	primary, standby := syncPair(t)
+	s := storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = 2 * time.Second; o.RequireSynchronousStandby = true })
+	if !s.Durability().WaitsForStandby() {
+		t.Fatalf("Durability() = %+v; want a synchronous standby", s.Durability())
+	}
+	until := time.Now().Add(time.Hour)
+	var (
+		mu    sync.Mutex
+		acked []string
+		stop  atomic.Bool
+		wg    sync.WaitGroup
+	)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; !stop.Load(); n++ {
+				id := fmt.Sprintf("w%d-%d", w, n)
+				if first, err := s.Claim(bg(), id, until); err == nil && first {
+					mu.Lock()
+					acked = append(acked, id)
+					mu.Unlock()
+				} else if err != nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	primary.kill() // mid-load: no shutdown, nothing more reaches the standby
+	stop.Store(true)
+	wg.Wait()
+
+	pool := standby.pool(t)
+	if _, err := pool.Exec(bg(), `SELECT pg_promote(wait => true)`); err != nil {
+		t.Fatal(err)
+	}
+	promoted := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
+	lost := 0
+	for _, id := range acked {
+		first, err := promoted.Claim(bg(), id, until)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first {
+			lost++
+		}
+	}
+	t.Logf("%d claims acknowledged by the primary before it was killed, %d lost in the failover", len(acked), lost)
+	if lost != 0 || len(acked) == 0 {
+		t.Fatalf("%d of %d acknowledged claims lost in a failover to the synchronous standby; want 0", lost, len(acked))
+	}
+}
+
+// TestNewRefusesAsyncStandbyUnlessAllowed: a primary streaming to a
+// standby that commits do not wait for could lose acknowledged claims in a
+// failover; New refuses it unless the caller says so.
+func TestNewRefusesAsyncStandbyUnlessAllowed(t *testing.T) {
+	t.Parallel() // servers of its own
+	primary, _ := standbyPair(t, false)
+	pool := primary.pool(t)
+	if s, err := New(bg(), pool, Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New with an asynchronous standby = %v, %v; want ErrConfig", s, err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.AllowAsyncStandby = true })
+	if d := s.Durability(); d.Standbys != 1 || d.WaitsForStandby() {
+		t.Fatalf("Durability() = %+v; want one standby, not waited for", d)
+	}
+	if s, err := New(bg(), pool, Options{SweepInterval: -1, AllowAsyncStandby: true, RequireSynchronousStandby: true}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New requiring a synchronous standby with only an asynchronous one = %v, %v; want ErrConfig", s, err)
+	}
+}
+
+func TestDurabilityWaitsForStandby(t *testing.T) {
+	for _, tc := range []struct {
+		commit, names string
+		want          bool
+	}{
+		{"on", "", false}, {"on", "*", true}, {"remote_write", "s1", true}, {"remote_apply", "FIRST 1 (s1, s2)", true},
+		{"local", "*", false}, {"off", "*", false}, {"", "*", false},
+	} {
+		d := Durability{SynchronousCommit: tc.commit, SynchronousStandbyNames: tc.names}
+		if got := d.WaitsForStandby(); got != tc.want {
+			t.Errorf("%+v.WaitsForStandby() = %v, want %v", d, got, tc.want)
+		}
+	}
+}
+
+// TestRecheckRefusesWhatNewWouldRefuse: the sweeper repeats New's checks.
+// synchronous_commit turned off on the running server makes every claim
+// refuse (ErrUnavailable and ErrConfig) until it is on again; a standby
+// attached later without synchronous replication does the same.
+func TestRecheckRefusesWhatNewWouldRefuse(t *testing.T) {
+	t.Parallel() // servers of its own
+	primary := ownServer(t)
+	admin := primary.pool(t)
+	s := storeOn(t, primary.pool(t), func(o *Options) { o.SweepInterval = 50 * time.Millisecond })
+	until := time.Now().Add(time.Hour)
+	n := 0
+	// waitFor claims fresh IDs until a claim's error matches want (nil:
+	// until one is first).
+	waitFor := func(what string, want error) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			n++
+			first, err := s.Claim(bg(), fmt.Sprint("id-", n), until)
+			if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
+			}
+		}
+	}
+	exec := func(qs ...string) {
+		t.Helper()
+		for _, q := range qs {
+			if _, err := admin.Exec(bg(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor("at start", nil)
+	exec(`ALTER SYSTEM SET synchronous_commit = off`, `SELECT pg_reload_conf()`)
+	waitFor("synchronous_commit turned off", ErrConfig)
+	if l, err := s.AcquireLease(bg(), "lease", time.Minute); l.State != 0 || !errors.Is(err, ErrConfig) {
+		t.Fatalf("AcquireLease while refused = %+v, %v; want ErrConfig", l, err)
+	}
+	exec(`ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`)
+	waitFor("synchronous_commit on again", nil)
+	addStandby(t, primary, false)
+	waitFor("an asynchronous standby attached", ErrConfig)
+	if d := s.Durability(); d.Standbys != 1 {
+		t.Fatalf("Durability() after the recheck = %+v; want one standby", d)
+	}
+}

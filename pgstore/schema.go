@@ -1,0 +1,194 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// maxIdentBytes bounds each part of a table name, so that the index name
+// (the table's name plus "_until") stays within PostgreSQL's 63 bytes.
+const maxIdentBytes = 48
+
+// Schema returns the SQL that creates the store's table (DefaultTable when
+// table is empty), for teams that run their own migrations:
+//
+//	CREATE TABLE "ctoken_replay" (
+//		key   bytea PRIMARY KEY,
+//		state text NOT NULL CHECK (state IN ('m', 'c', 'l', 'd')),
+//		token text NOT NULL,
+//		until timestamptz NOT NULL
+//	) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05);
+//	CREATE INDEX "ctoken_replay_until" ON "ctoken_replay" (until);
+//	INSERT INTO "ctoken_replay" (key, state, token, until)
+//		VALUES (''::bytea, 'm', '', '-infinity');
+//
+// The last statement writes the marker row, whose until is the instant
+// from which the table accepts claims (here: always). Every statement of
+// the store checks the marker in the same snapshot as the row it decides
+// on, so a table that was truncated or emptied refuses everything. Run all
+// three in one transaction: a table without its marker is refused as
+// forgotten ([ErrForgotten]). The name is validated as for [Options.Table].
+func Schema(table string) (string, error) {
+	stmts, err := schema(table)
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(stmts, ";\n") + ";\n", nil
+}
+
+func schema(table string) ([]string, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	t, err := quoteTable(table)
+	if err != nil {
+		return nil, err
+	}
+	parts := strings.Split(table, ".")
+	index := `"` + parts[len(parts)-1] + `_until"`
+	return []string{
+		`CREATE TABLE ` + t + ` (
+	key   bytea PRIMARY KEY,
+	state text NOT NULL CHECK (state IN ('m', 'c', 'l', 'd')),
+	token text NOT NULL,
+	until timestamptz NOT NULL
+) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05)`,
+		`CREATE INDEX ` + index + ` ON ` + t + ` (until)`,
+		`INSERT INTO ` + t + ` (key, state, token, until)
+	VALUES (''::bytea, 'm', '', '-infinity')`,
+	}, nil
+}
+
+// Migrate creates the store's table (DefaultTable when table is empty) with
+// its marker row if it does not exist, in one transaction serialized by an
+// advisory lock, so instances starting together may all call it. It leaves
+// an existing table alone, except that it refuses one without its marker
+// row with [ErrForgotten]: such a table was truncated or emptied, and
+// re-arming it is an operator's decision ([Rearm]), never a side effect of
+// a deployment. A Store never calls Migrate itself.
+//
+// Dropping the table and calling Migrate again creates a fresh, armed table:
+// that forgets every claim as surely as TRUNCATE, but cannot be told apart
+// from a first deployment. Do not drop it while claims are live.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	if pool == nil {
+		return fmt.Errorf("%w: nil pool", ErrConfig)
+	}
+	stmts, err := schema(table)
+	if err != nil {
+		return err
+	}
+	if table == "" {
+		table = DefaultTable
+	}
+	t, _ := quoteTable(table)
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('ctoken-pgstore-migrate'))`); err != nil {
+			return fmt.Errorf("pgstore: migrate: %w", err)
+		}
+		// CREATE TABLE itself tells whether the table exists (to_regclass
+		// may answer from a catalog cache that missed a concurrent
+		// Migrate's commit); a savepoint keeps the transaction usable.
+		if _, err := tx.Exec(ctx, `SAVEPOINT create_table`); err != nil {
+			return fmt.Errorf("pgstore: migrate: %w", err)
+		}
+		_, err := tx.Exec(ctx, stmts[0])
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			for _, st := range stmts[1:] {
+				if _, err := tx.Exec(ctx, st); err != nil {
+					return fmt.Errorf("pgstore: migrate: %w", err)
+				}
+			}
+			return nil
+		case errors.As(err, &pgErr) && pgErr.Code == "42P07": // duplicate_table
+			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT create_table`); err != nil {
+				return fmt.Errorf("pgstore: migrate: %w", err)
+			}
+		default:
+			return fmt.Errorf("pgstore: migrate: %w", err)
+		}
+		var marker bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t+` WHERE key = ''::bytea AND state = 'm')`).Scan(&marker); err != nil {
+			return fmt.Errorf("pgstore: migrate: %w", err)
+		}
+		if !marker {
+			return fmt.Errorf("%w: table %s exists without its marker row (see pgstore.Rearm)", ErrForgotten, table)
+		}
+		return nil
+	})
+}
+
+// Rearm writes the marker row of a table that lost it (truncated or
+// emptied), fenced for the given duration: Stores refuse every call with
+// [ErrForgotten] until fence has passed by the database's clock, and then
+// accept claims again. The table has forgotten which IDs were claimed, so
+// fence must cover every claim it could have held: the longest until your
+// callers use past the loss (a one-time token's or request state's TTL
+// plus [replay.SkewMargin], a webhook's confirmation period). A shorter
+// fence lets an ID claimed before the loss be accepted a second time.
+// Rearming a table that has its marker changes nothing; a negative fence
+// is refused with ErrConfig.
+func Rearm(ctx context.Context, pool *pgxpool.Pool, table string, fence time.Duration) error {
+	if pool == nil {
+		return fmt.Errorf("%w: nil pool", ErrConfig)
+	}
+	if fence < 0 {
+		return fmt.Errorf("%w: negative fence", ErrConfig)
+	}
+	if table == "" {
+		table = DefaultTable
+	}
+	t, err := quoteTable(table)
+	if err != nil {
+		return err
+	}
+	us := int64(fence / time.Microsecond)
+	_, err = pool.Exec(ctx, `INSERT INTO `+t+` (key, state, token, until)
+	VALUES (''::bytea, 'm', '', now() + $1::bigint * interval '1 microsecond') ON CONFLICT (key) DO NOTHING`, us)
+	if err != nil {
+		return fmt.Errorf("pgstore: rearm: %w", err)
+	}
+	return nil
+}
+
+// quoteTable validates a table name, optionally schema-qualified, and
+// returns it quoted for SQL.
+func quoteTable(table string) (string, error) {
+	parts := strings.Split(table, ".")
+	if len(parts) > 2 {
+		return "", fmt.Errorf("%w: table name %q has more than one dot", ErrConfig, table)
+	}
+	quoted := make([]string, len(parts))
+	for i, p := range parts {
+		if err := checkIdent(p); err != nil {
+			return "", fmt.Errorf("%w: table name %q: %w", ErrConfig, table, err)
+		}
+		quoted[i] = `"` + p + `"`
+	}
+	return strings.Join(quoted, "."), nil
+}
+
+// checkIdent accepts a lower-case SQL identifier: [a-z_][a-z0-9_]*, at
+// most maxIdentBytes.
+func checkIdent(p string) error {
+	if p == "" || len(p) > maxIdentBytes {
+		return fmt.Errorf("identifier must be 1 to %d bytes", maxIdentBytes)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c == '_' || 'a' <= c && c <= 'z' || i > 0 && '0' <= c && c <= '9' {
+			continue
+		}
+		return errors.New("identifier must match [a-z_][a-z0-9_]*")
+	}
+	return nil
+}

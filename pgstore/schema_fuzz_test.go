@@ -1,0 +1,41 @@
+package pgstore
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// FuzzQuoteTable: a table name either is refused with ErrConfig or becomes
+// one or two quoted lower-case identifiers that nothing can break out of.
+func FuzzQuoteTable(f *testing.F) {
+	for _, s := range []string{"ctoken_replay", "public.ctoken_replay", `a"; DROP TABLE x; --`, "A", "a.b.c", "", ".", "a..b", "_1"} {
+		f.Add(s)
+	}
+	ident := regexp.MustCompile(`^"[a-z_][a-z0-9_]{0,47}"$`)
+	f.Fuzz(func(t *testing.T, name string) {
+		q, err := quoteTable(name)
+		if err != nil {
+			if !errors.Is(err, ErrConfig) || q != "" {
+				t.Fatalf("quoteTable(%q) = %q, %v; want ErrConfig and nothing", name, q, err)
+			}
+			return
+		}
+		parts := strings.Split(q, ".")
+		if len(parts) > 2 || strings.Join(parts, ".") != q {
+			t.Fatalf("quoteTable(%q) = %q", name, q)
+		}
+		for _, p := range parts {
+			if !ident.MatchString(p) {
+				t.Fatalf("quoteTable(%q) = %q: part %q is not a quoted identifier", name, q, p)
+			}
+		}
+		if strings.ReplaceAll(q, `"`, "") != name {
+			t.Fatalf("quoteTable(%q) = %q changes the name", name, q)
+		}
+		if _, err := Schema(name); err != nil {
+			t.Fatalf("Schema(%q) refuses a name quoteTable accepts: %v", name, err)
+		}
+	})
+}

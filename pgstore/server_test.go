@@ -1,0 +1,367 @@
+package pgstore
+
+// The tests run against real PostgreSQL servers that they start themselves
+// on 127.0.0.1 (a free port, a temporary data directory, no Unix socket) and
+// stop by PID: one shared server started by TestMain for most tests, and
+// servers of their own for the tests that kill, pause or restart one. The
+// binaries are found in CTOKEN_PG_BIN, else /usr/lib/postgresql/<newest>/bin,
+// else on PATH. PostgreSQL refuses to run as root, so under root the servers
+// run as the "postgres" user (Debian's package creates it). Without a
+// server the tests skip, except under CI=true, where they fail.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var (
+	shared    *pgServer // the server of most tests, started by TestMain
+	sharedErr error     // why it could not be started
+	template  string    // an initdb'd data directory, copied for each server
+	tmpRoot   string    // every server's directory lives under it
+	cred      *syscall.Credential
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	// Listing tests and fuzzing (FuzzQuoteTable, in every fuzz worker)
+	// need no server.
+	for _, name := range []string{"test.list", "test.fuzz", "test.fuzzworker"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			sharedErr = errors.New("no server while listing or fuzzing")
+			os.Exit(m.Run())
+		}
+	}
+	code := func() int {
+		var err error
+		tmpRoot, err = os.MkdirTemp("", "pgstore-test-")
+		if err != nil {
+			sharedErr = err
+			return m.Run()
+		}
+		defer os.RemoveAll(tmpRoot)
+		if sharedErr = initTemplate(); sharedErr == nil {
+			shared, sharedErr = startServer()
+		}
+		if shared != nil {
+			defer shared.kill()
+			if err := Migrate(context.Background(), shared.pool(nil), ""); err != nil {
+				sharedErr = err
+			}
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// pgBin finds the directory of the PostgreSQL binaries.
+func pgBin() (string, error) {
+	if d := os.Getenv("CTOKEN_PG_BIN"); d != "" {
+		return d, nil
+	}
+	if ds, _ := filepath.Glob("/usr/lib/postgresql/*/bin"); len(ds) > 0 {
+		sort.Slice(ds, func(i, j int) bool { return version(ds[i]) > version(ds[j]) })
+		return ds[0], nil
+	}
+	p, err := exec.LookPath("postgres")
+	if err != nil {
+		return "", errors.New("no PostgreSQL binaries: install Debian's postgresql package or set CTOKEN_PG_BIN")
+	}
+	return filepath.Dir(p), nil
+}
+
+func version(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+// runAs makes cmd run as the postgres user when the tests run as root (see
+// procAttr).
+func runAs(cmd *exec.Cmd) {
+	cmd.SysProcAttr = procAttr()
+}
+
+// initTemplate runs initdb once into template.
+func initTemplate() error {
+	bin, err := pgBin()
+	if err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return errors.New("running as root and there is no postgres user to run the server as")
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chmod(tmpRoot, 0o755); err != nil {
+			return err
+		}
+	}
+	template = filepath.Join(tmpRoot, "template")
+	if err := mkdirOwned(template); err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(bin, "initdb"), "-D", template, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+	runAs(cmd)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// mkdirOwned creates dir for the server's user.
+func mkdirOwned(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if cred != nil {
+		return os.Chown(dir, int(cred.Uid), int(cred.Gid))
+	}
+	return nil
+}
+
+// pgServer is one postgres process group on a loopback port.
+type pgServer struct {
+	dir    string // data directory
+	port   string
+	extra  []string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// startServer copies the template data directory and starts a server on
+// it, on a free port.
+func startServer(extra ...string) (*pgServer, error) {
+	if template == "" {
+		return nil, errors.New("no template data directory")
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	dir := filepath.Join(tmpRoot, "data-"+hex.EncodeToString(b))
+	// cp -a keeps the owner (the postgres user) and the 0700 mode.
+	if out, err := exec.Command("cp", "-a", template, dir).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("copying the data directory: %v\n%s", err, out)
+	}
+	var lastErr error
+	for range 5 {
+		p := &pgServer{dir: dir, port: freePort(), extra: extra}
+		if lastErr = p.start(); lastErr == nil {
+			return p, nil
+		}
+	}
+	return nil, lastErr
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "0"
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// start runs postgres on p's directory and port and waits until it answers.
+func (p *pgServer) start() error {
+	bin, err := pgBin()
+	if err != nil {
+		return err
+	}
+	args := append([]string{"-D", p.dir, "-p", p.port,
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
+		"-c", "fsync=on", "-c", "max_connections=300", // synchronous_commit: the default, on
+		"-c", "shared_buffers=32MB", "-c", "logging_collector=off",
+	}, p.extra...)
+	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
+	log, err := os.OpenFile(filepath.Join(filepath.Dir(p.dir), filepath.Base(p.dir)+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd.Stdout, cmd.Stderr = log, log
+	runAs(cmd)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting postgres: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	p.mu.Lock()
+	p.cmd, p.exited = cmd, exited
+	p.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("postgres exited at start (see %s.log)", p.dir)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := pgx.Connect(ctx, p.url())
+		if err == nil {
+			c.Close(ctx)
+			cancel()
+			return nil
+		}
+		cancel()
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.kill()
+	return errors.New("postgres did not answer within 30 s")
+}
+
+func (p *pgServer) url() string {
+	return "postgres://postgres@127.0.0.1:" + p.port + "/postgres?sslmode=disable&connect_timeout=5"
+}
+
+// signal sends sig to the postmaster and to every one of its children
+// (each backend is a session of its own, so a process group does not reach
+// them), as a crash or a frozen machine would hit them all. The postmaster
+// is stopped first, so that it forks nothing new and its children keep it
+// as their parent while they are listed.
+func (p *pgServer) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	pid := p.cmd.Process.Pid
+	if sig != syscall.SIGCONT {
+		syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	for _, c := range children(pid) {
+		syscall.Kill(c, sig)
+	}
+	syscall.Kill(pid, sig)
+}
+
+// kill SIGKILLs the process group and waits for the postmaster to exit.
+func (p *pgServer) kill() {
+	p.signal(syscall.SIGCONT)
+	p.signal(syscall.SIGKILL)
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	if exited != nil {
+		<-exited
+	}
+	// The children are reaped by init; give the kernel a moment before a
+	// restart reuses the data directory and its shared memory key.
+	time.Sleep(100 * time.Millisecond)
+}
+
+// restart kills the server (a crash: no shutdown, no checkpoint) and starts
+// it again on the same data directory and port, which runs crash recovery.
+func (p *pgServer) restart() error {
+	p.kill()
+	var err error
+	for range 20 {
+		if err = p.start(); err == nil {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return err
+}
+
+// pool returns a pool on the server, closed when t ends (or never, for a
+// nil t). params are session settings (RuntimeParams).
+func (p *pgServer) pool(t testing.TB, params ...string) *pgxpool.Pool {
+	cfg, err := pgxpool.ParseConfig(p.url())
+	if err != nil {
+		panic(err)
+	}
+	cfg.MaxConns = 16
+	for i := 0; i+1 < len(params); i += 2 {
+		cfg.ConnConfig.RuntimeParams[params[i]] = params[i+1]
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		panic(err)
+	}
+	if t != nil {
+		t.Cleanup(pool.Close)
+	}
+	return pool
+}
+
+// needServer returns the shared server, skipping the test without one
+// (failing it under CI=true).
+func needServer(t testing.TB) *pgServer {
+	t.Helper()
+	if sharedErr != nil || shared == nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no PostgreSQL server but CI=true: the pgstore tests must run in CI: %v", sharedErr)
+		}
+		t.Skipf("no PostgreSQL server to test against (%v); install Debian's postgresql package or set CTOKEN_PG_BIN", sharedErr)
+	}
+	return shared
+}
+
+// ownServer starts a server of the test's own, killed when the test ends.
+func ownServer(t testing.TB, extra ...string) *pgServer {
+	t.Helper()
+	needServer(t)
+	p, err := startServer(extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.kill)
+	if err := Migrate(context.Background(), p.pool(t), ""); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// uniquePrefix is a key prefix no other test uses.
+func uniquePrefix() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "test:" + hex.EncodeToString(b) + ":"
+}
+
+// newTestStore is a store on the shared server's default table with a
+// prefix of its own and no sweeper.
+func newTestStore(t testing.TB, opts ...func(*Options)) *Store {
+	t.Helper()
+	p := needServer(t)
+	return storeOn(t, p.pool(t), opts...)
+}
+
+func storeOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*Options)) *Store {
+	t.Helper()
+	// A generous timeout: a loaded CI machine can stall a commit's fsync
+	// for seconds, and these tests are not about timeouts.
+	o := Options{Prefix: uniquePrefix(), SweepInterval: -1, Timeout: 15 * time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	s, err := New(context.Background(), pool, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}

@@ -1,0 +1,292 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+func bg() context.Context { return context.Background() }
+
+func TestClaimIsFirstOnceThenRefused(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Minute)
+	for i, want := range []bool{true, false, false} {
+		first, err := s.Claim(bg(), "delivery-1", until)
+		if err != nil || first != want {
+			t.Fatalf("claim %d = %v, %v; want %v, nil", i+1, first, err, want)
+		}
+	}
+	if first, err := s.Claim(bg(), "delivery-2", until); !first || err != nil {
+		t.Fatalf("other id = %v, %v; want true, nil", first, err)
+	}
+}
+
+func TestConcurrentClaimsExactlyOneFirst(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Minute)
+	const ids, racers = 10, 16
+	for i := range ids {
+		id := fmt.Sprint("race-", i)
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				first, err := s.Claim(bg(), id, until)
+				if err != nil {
+					t.Error(err)
+				}
+				if first {
+					wins.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("%s: %d first claims, want 1", id, wins.Load())
+		}
+	}
+}
+
+func TestClaimAfterExpiryByDatabaseClockIsFirstAgain(t *testing.T) {
+	s := newTestStore(t)
+	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("first claim = %v, %v", first, err)
+	}
+	// Move the row's until into the past on the database's clock.
+	if _, err := s.pool.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key("short")); err != nil {
+		t.Fatal(err)
+	}
+	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("claim after expiry = %v, %v; want true, nil", first, err)
+	}
+	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); first || err != nil {
+		t.Fatalf("claim after the retake = %v, %v; want false, nil", first, err)
+	}
+}
+
+func TestClaimRefusesUntilNotAfterDatabaseClock(t *testing.T) {
+	s := newTestStore(t)
+	for _, until := range []time.Time{{}, time.Now().Add(-time.Second), time.Unix(0, 0)} {
+		first, err := s.Claim(bg(), "past", until)
+		if first || !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
+			t.Fatalf("Claim until %v = %v, %v; want ErrInvalidClaim and replay.ErrExpired", until, first, err)
+		}
+	}
+	var n int
+	if err := s.pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE key = $1`, s.key("past")).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("an expired claim left %d rows (%v)", n, err)
+	}
+	if first, err := s.Claim(bg(), "past", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("Claim after refused ones = %v, %v; want first", first, err)
+	}
+}
+
+func TestClaimStoresUntilRoundedUpToMicroseconds(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Hour).Truncate(time.Microsecond).Add(400 * time.Nanosecond)
+	if first, err := s.Claim(bg(), "abs", until); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	var got time.Time
+	if err := s.pool.QueryRow(bg(), `SELECT until FROM `+s.table+` WHERE key = $1`, s.key("abs")).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if want := until.Truncate(time.Microsecond).Add(time.Microsecond); !got.Equal(want) {
+		t.Fatalf("until stored as %v, want %v (rounded up)", got, want)
+	}
+	if first, err := s.Claim(bg(), "forever", time.Unix(1<<62, 0)); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	var inf bool
+	if err := s.pool.QueryRow(bg(), `SELECT until = 'infinity' FROM `+s.table+` WHERE key = $1`, s.key("forever")).Scan(&inf); err != nil || !inf {
+		t.Fatalf("until past the year 9999 stored as infinity: %v (%v)", inf, err)
+	}
+}
+
+func TestPrefixIsolatesStores(t *testing.T) {
+	a, b := newTestStore(t), newTestStore(t)
+	until := time.Now().Add(time.Minute)
+	for _, s := range []*Store{a, b} {
+		if first, err := s.Claim(bg(), "same-id", until); !first || err != nil {
+			t.Fatalf("prefix %q = %v, %v; want true", s.Prefix(), first, err)
+		}
+	}
+	for _, s := range []*Store{a, b} {
+		if first, err := s.Claim(bg(), "same-id", until); first || err != nil {
+			t.Fatalf("prefix %q again = %v, %v; want false", s.Prefix(), first, err)
+		}
+	}
+}
+
+func TestInvalidIDsRefusedWithoutRecording(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Minute)
+	for _, id := range []string{"", strings.Repeat("x", MaxIDBytes+1)} {
+		if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrInvalidClaim) {
+			t.Fatalf("Claim(%d bytes) = %v, %v; want ErrInvalidClaim", len(id), first, err)
+		}
+		if _, err := s.AcquireLease(bg(), id, time.Minute); !errors.Is(err, ErrInvalidClaim) {
+			t.Fatalf("AcquireLease(%d bytes): %v", len(id), err)
+		}
+		if err := s.ConfirmLease(bg(), id, strings.Repeat("a", tokenLen), until); !errors.Is(err, ErrInvalidClaim) {
+			t.Fatalf("ConfirmLease(%d bytes): %v", len(id), err)
+		}
+		if err := s.ReleaseLease(bg(), id, strings.Repeat("a", tokenLen)); !errors.Is(err, ErrInvalidClaim) {
+			t.Fatalf("ReleaseLease(%d bytes): %v", len(id), err)
+		}
+		if err := s.Release(bg(), id); !errors.Is(err, ErrInvalidClaim) {
+			t.Fatalf("Release(%d bytes): %v", len(id), err)
+		}
+	}
+	// Any bytes make an ID, NUL and invalid UTF-8 included; the longest is held.
+	for _, id := range []string{"\x00\xff", strings.Repeat("y", MaxIDBytes)} {
+		if first, err := s.Claim(bg(), id, until); !first || err != nil {
+			t.Fatalf("Claim(%q) = %v, %v", id[:2], first, err)
+		}
+		if first, err := s.Claim(bg(), id, until); first || err != nil {
+			t.Fatalf("Claim(%q) again = %v, %v", id[:2], first, err)
+		}
+	}
+}
+
+func TestErrorsNeverContainTheID(t *testing.T) {
+	s := newTestStore(t)
+	id := "secret-delivery-id-1234"
+	if _, err := s.pool.Exec(bg(), `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg())
+	cancel()
+	_, err1 := s.Claim(ctx, id, time.Now().Add(time.Minute))
+	_, err2 := s.Claim(bg(), id, time.Now().Add(-time.Minute))
+	_, err3 := s.AcquireLease(ctx, id, time.Minute)
+	for _, err := range []error{err1, err2, err3} {
+		if err == nil || strings.Contains(err.Error(), id) {
+			t.Fatalf("error %v is nil or contains the id", err)
+		}
+	}
+}
+
+func TestZeroStoreRefuses(t *testing.T) {
+	var s Store
+	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
+		t.Fatalf("zero Store Claim = %v, %v; want ErrConfig", first, err)
+	}
+	if _, err := s.AcquireLease(bg(), "a", time.Minute); !errors.Is(err, ErrConfig) {
+		t.Fatalf("zero Store AcquireLease: %v", err)
+	}
+	if err := s.ConfirmLease(bg(), "a", strings.Repeat("a", tokenLen), time.Now().Add(time.Minute)); !errors.Is(err, ErrConfig) {
+		t.Fatalf("zero Store ConfirmLease: %v", err)
+	}
+	if err := s.Release(bg(), "a"); !errors.Is(err, ErrConfig) {
+		t.Fatalf("zero Store Release: %v", err)
+	}
+	if _, err := s.Sweep(bg()); !errors.Is(err, ErrConfig) {
+		t.Fatalf("zero Store Sweep: %v", err)
+	}
+	s.Close()
+}
+
+func TestReleaseFreesAClaim(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Minute)
+	if first, err := s.Claim(bg(), "a", until); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	if err := s.Release(bg(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(bg(), "never-claimed"); err != nil {
+		t.Fatalf("Release of an unclaimed id: %v", err)
+	}
+	if first, err := s.Claim(bg(), "a", until); !first || err != nil {
+		t.Fatalf("Claim after Release = %v, %v; want first", first, err)
+	}
+}
+
+func TestCancelledContextFailsClosed(t *testing.T) {
+	s := newTestStore(t)
+	ctx, cancel := context.WithCancel(bg())
+	cancel()
+	first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute))
+	if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Claim with a cancelled context = %v, %v; want ErrUnavailable and context.Canceled", first, err)
+	}
+}
+
+// TestRefusalsWriteNothing: a refused claim, a busy or done acquire and a
+// lost confirmation neither write a row version nor lock the row (xmin and
+// xmax unchanged), so a flood of replays costs reads, not commits.
+func TestRefusalsWriteNothing(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Hour)
+	version := func(id string) string {
+		var v string
+		if err := s.pool.QueryRow(bg(), `SELECT xmin::text || '/' || xmax::text || '/' || ctid::text FROM `+s.table+` WHERE key = $1`, s.key(id)).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if first, err := s.Claim(bg(), "claimed", until); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	l, err := s.AcquireLease(bg(), "leased", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, leased := version("claimed"), version("leased")
+	for range 5 {
+		if first, err := s.Claim(bg(), "claimed", until); first || err != nil {
+			t.Fatal(first, err)
+		}
+		if l, err := s.AcquireLease(bg(), "claimed", time.Minute); l.State != replay.LeaseDone || err != nil {
+			t.Fatal(l, err)
+		}
+		if l, err := s.AcquireLease(bg(), "leased", time.Minute); l.State != replay.LeaseBusy || err != nil {
+			t.Fatal(l, err)
+		}
+		if first, err := s.Claim(bg(), "leased", until); first || err != nil {
+			t.Fatal(first, err)
+		}
+	}
+	if v := version("claimed"); v != claimed {
+		t.Fatalf("refusals of a claimed row changed it: %s, then %s", claimed, v)
+	}
+	if v := version("leased"); v != leased {
+		t.Fatalf("refusals of a leased row changed it: %s, then %s", leased, v)
+	}
+	if err := s.ConfirmLease(bg(), "leased", l.Token, until); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSlowInstanceClockNeverMakesAReplayFirst: a token claimed until its
+// expiry plus the skew margin; once that until has passed by the
+// database's clock, an instance whose clock is behind (and so still takes
+// the token for valid) claims it again with the same until: refused as
+// expired, never first.
+func TestSlowInstanceClockNeverMakesAReplayFirst(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(300 * time.Millisecond) // the token's expiry + margin, compressed
+	if first, err := s.Claim(bg(), "token", until); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	time.Sleep(time.Until(until.Add(100 * time.Millisecond)))
+	first, err := s.Claim(bg(), "token", until)
+	if first || !errors.Is(err, replay.ErrExpired) {
+		t.Fatalf("replay with the original until after it passed = %v, %v; want refused as expired", first, err)
+	}
+}

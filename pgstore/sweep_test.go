@@ -1,0 +1,247 @@
+package pgstore
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+func countRows(t testing.TB, s *Store, where string) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE `+where).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestSweepDeletesOnlyExpiredRows: expired claims, leases and done rows go;
+// live ones and the marker stay; several sweepers at once neither block
+// each other nor delete a row twice.
+func TestSweepDeletesOnlyExpiredRows(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	name := uniqueTable(t, pool)
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.SweepBatch = 7 })
+	const expired, live = 500, 50
+	for i := range expired + live {
+		if first, err := s.Claim(bg(), fmt.Sprint("id-", i), time.Now().Add(time.Hour)); !first || err != nil {
+			t.Fatal(i, first, err)
+		}
+	}
+	l, err := s.AcquireLease(bg(), "lease", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ConfirmLease(bg(), "lease", l.Token, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// Expire the first claims and the done row on the database's clock.
+	keys := [][]byte{s.key("lease")}
+	for i := range expired {
+		keys = append(keys, s.key(fmt.Sprint("id-", i)))
+	}
+	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key = ANY($1)`, keys); err != nil {
+		t.Fatal(err)
+	}
+	// Which rows are expired is the database's answer, not a guess.
+	wantGone := countRows(t, s, "until < now() AND state <> 'm'")
+	var wg sync.WaitGroup
+	counts := make(chan int64, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := s.Sweep(bg())
+			if err != nil {
+				t.Error(err)
+			}
+			counts <- n
+		}()
+	}
+	wg.Wait()
+	close(counts)
+	var total int64
+	for n := range counts {
+		total += n
+	}
+	if total != int64(wantGone) || wantGone != expired+1 {
+		t.Fatalf("sweepers deleted %d rows, want the %d expired ones", total, wantGone)
+	}
+	if n := countRows(t, s, "until < now() AND state <> 'm'"); n != 0 {
+		t.Fatalf("%d expired rows left", n)
+	}
+	if n := countRows(t, s, "state = 'm'"); n != 1 {
+		t.Fatalf("%d marker rows, want 1", n)
+	}
+	if n := countRows(t, s, "until > now() AND state = 'c'"); n != live {
+		t.Fatalf("%d live claims left, want %d", n, live)
+	}
+	if first, err := s.Claim(bg(), fmt.Sprint("id-", expired), time.Now().Add(time.Hour)); first || err != nil {
+		t.Fatalf("a live claim after the sweep = %v, %v; want false", first, err)
+	}
+	if first, err := s.Claim(bg(), "id-0", time.Now().Add(time.Hour)); !first || err != nil {
+		t.Fatalf("a swept claim = %v, %v; want first", first, err)
+	}
+}
+
+// TestSweeperRunsUntilClose: the store's goroutine sweeps on its interval
+// and stops at Close.
+func TestSweeperRunsUntilClose(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	name := uniqueTable(t, pool)
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var deleted, sweeps int64
+	s := storeOn(t, pool, func(o *Options) {
+		o.Table = name
+		o.SweepInterval = 50 * time.Millisecond
+		o.OnSweep = func(n int64, err error) {
+			if err != nil {
+				t.Errorf("sweep: %v", err)
+			}
+			mu.Lock()
+			deleted += n
+			sweeps++
+			mu.Unlock()
+		}
+	})
+	for i := range 100 {
+		if _, err := s.Claim(bg(), fmt.Sprint("id-", i), time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for countRows(t, s, "state = 'c'") > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper did not delete the expired rows within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Close()
+	s.Close() // idempotent
+	mu.Lock()
+	if deleted != 100 || sweeps == 0 {
+		t.Errorf("OnSweep saw %d rows deleted in %d sweeps, want 100", deleted, sweeps)
+	}
+	mu.Unlock()
+	if _, err := s.Claim(bg(), "after-close", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE state = 'c'`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := countRows(t, s, "state = 'c'"); n != 1 {
+		t.Fatalf("%d rows after Close, want the one expired row left unswept", n)
+	}
+}
+
+// TestClaimRacingASweepIsDecidedAgain: a claim (or acquire) that waits for
+// the lock of an expired row which a sweeper then deletes does not report
+// the ID as taken: it runs again and takes the free ID.
+func TestClaimRacingASweepIsDecidedAgain(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	s := newTestStore(t)
+	for _, step := range []string{"claim", "acquire"} {
+		id := "raced-" + step
+		if first, err := s.Claim(bg(), id, time.Now().Add(time.Hour)); !first || err != nil {
+			t.Fatal(first, err)
+		}
+		if _, err := admin.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
+			t.Fatal(err)
+		}
+		// A sweeper's batch: the expired row locked, then deleted.
+		tx, err := admin.Begin(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(bg(), `SELECT 1 FROM `+s.table+` WHERE key = $1 FOR UPDATE`, s.key(id)); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			ok  bool
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			if step == "claim" {
+				first, err := s.Claim(bg(), id, time.Now().Add(time.Hour))
+				done <- result{first, err}
+				return
+			}
+			l, err := s.AcquireLease(bg(), id, time.Minute)
+			done <- result{l.State == replay.LeaseAcquired, err}
+		}()
+		waitForLockWaiter(t, admin)
+		if _, err := tx.Exec(bg(), `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(bg()); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; !r.ok || r.err != nil {
+			t.Fatalf("%s racing a sweep = %v, %v; want the free ID taken", step, r.ok, r.err)
+		}
+	}
+}
+
+// TestSweepLocksOnlyTheRowsItDeletes: while a sweep batch is open (its
+// transaction not yet committed), claims of other IDs — new, live, and
+// another sweeper's batch — go through at once; nothing takes a table
+// lock.
+func TestSweepLocksOnlyTheRowsItDeletes(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	name := uniqueTable(t, pool)
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.SweepBatch = 10; o.Timeout = 5 * time.Second })
+	for i := range 30 {
+		if _, err := s.Claim(bg(), fmt.Sprint("old-", i), time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Claim(bg(), "live", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() - interval '1 second' WHERE key <> $1 AND state = 'c'`, s.key("live")); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(bg())
+	tag, err := tx.Exec(bg(), s.sweep, 10)
+	if err != nil || tag.RowsAffected() != 10 {
+		t.Fatalf("open batch deleted %d rows (%v), want 10", tag.RowsAffected(), err)
+	}
+	// Another sweeper skips the locked rows and takes the next ten.
+	n, err := s.Sweep(bg())
+	if err != nil || n != 20 {
+		t.Fatalf("a second sweeper beside an open batch deleted %d rows (%v), want the other 20", n, err)
+	}
+	// The batch stays open during these claims: one that waited for it
+	// would fail at the store's timeout.
+	if first, err := s.Claim(bg(), "new", time.Now().Add(time.Hour)); !first || err != nil {
+		t.Fatalf("new claim beside an open batch = %v, %v", first, err)
+	}
+	if first, err := s.Claim(bg(), "live", time.Now().Add(time.Hour)); first || err != nil {
+		t.Fatalf("replay of a live claim beside an open batch = %v, %v", first, err)
+	}
+}
