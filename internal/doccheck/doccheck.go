@@ -65,6 +65,8 @@ var KnownPackages = map[string]string{
 	"observe":     "github.com/ctoken/ctoken/observe",
 	"mcptoken":    "github.com/ctoken/ctoken/mcptoken",
 	"redisstore":  "github.com/ctoken/ctoken/redisstore",
+	"pgstore":     "github.com/ctoken/ctoken/pgstore",
+	"pgxpool":     "github.com/jackc/pgx/v5/pgxpool",
 	"ctokenmcp":   "github.com/ctoken/ctoken/mcp",
 	"ctokenmcpgo": "github.com/ctoken/ctoken/mcpgo",
 	"ctokenotel":  "github.com/ctoken/ctoken/otel",
