@@ -167,7 +167,8 @@ type sentinelProc struct {
 const sentinelMaster = "fault"
 
 // startSentinel starts one redis-sentinel monitoring the primary at
-// primary with quorum 1, a 400 ms down-after and a 3 s failover timeout,
+// primary with quorum 1, a 1 s down-after (less flaps between the two nodes on a
+// loaded machine) and a 3 s failover timeout,
 // and waits until it has discovered replicas replicas. It is killed when
 // the test ends.
 func startSentinel(t *testing.T, primary string, replicas int) *sentinelProc {
@@ -183,7 +184,7 @@ port %s
 dir %s
 protected-mode yes
 sentinel monitor %s %s %s 1
-sentinel down-after-milliseconds %[3]s 400
+sentinel down-after-milliseconds %[3]s 1000
 sentinel failover-timeout %[3]s 3000
 sentinel parallel-syncs %[3]s 1
 `, port, dir, sentinelMaster, host, pport)), 0o600)
