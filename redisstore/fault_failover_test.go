@@ -60,12 +60,31 @@ type waitClient struct {
 }
 
 func (w waitClient) Do(ctx context.Context, args ...any) *redis.Cmd {
+	var key any
 	switch args[0] {
-	case "SET", "EVALSHA", "EVAL", "DEL":
+	case "SET", "DEL":
+		key = args[1]
+	case "EVALSHA", "EVAL":
+		key = args[3]
 	default:
 		return w.c.Do(ctx, args...)
 	}
-	pipe := w.c.Pipeline()
+	var pipe redis.Pipeliner
+	if cc, ok := w.c.(*redis.ClusterClient); ok {
+		// WAIT names no key: send it with the write to the key's master.
+		node, err := cc.MasterForKey(ctx, key.(string))
+		if err != nil {
+			out := redis.NewCmd(ctx, args...)
+			out.SetErr(err)
+			return out
+		}
+		pipe = node.Pipeline()
+		defer func() {
+			cc.ReloadState(ctx) // follow a failover: the emulation bypasses the client's MOVED handling
+		}()
+	} else {
+		pipe = w.c.Pipeline()
+	}
 	cmd := pipe.Do(ctx, args...)
 	wait := pipe.Do(ctx, "WAIT", w.n, w.timeout.Milliseconds())
 	pipe.Exec(ctx)
