@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -95,7 +96,8 @@ func (lc *loadClient) time(op string, start time.Time) {
 // instances, and sends a webhook delivery as two concurrent copies to two
 // instances, retrying until acknowledged. Meanwhile the keys rotate in two
 // passes (new key added as previous on every instance, then promoted) and
-// Redis is killed and restarted once. It asserts every item is seen exactly
+// Redis is killed and restarted once; after the restart, and again after
+// the run, every delivery acknowledged so far is sent once more. It asserts every item is seen exactly
 // once in every listing (completed listings whole, the unfinished one
 // without duplicates), no page is refused, every token is accepted at most
 // once and acted on exactly when accepted, a token never accepted had a
@@ -137,6 +139,11 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 		lcs      = make([]*loadClient, clients)
 		// deliveries none of whose first two copies was acknowledged
 		hookRetries atomic.Int32
+		// every delivery acknowledged so far, for the re-sends after each
+		// disruption
+		ackedMu sync.Mutex
+		acked   []string
+		resent  atomic.Int64
 	)
 	next := func() string { return ins[rr.Add(1)%uint64(len(ins))].srv.URL }
 	// redeemPair redeems s on two instances at once.
@@ -239,8 +246,39 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 					}
 				}
 				lc.time("webhook.acked", t0)
+				ackedMu.Lock()
+				acked = append(acked, id)
+				ackedMu.Unlock()
 			}
 		}()
+	}
+
+	// resendAcked sends every delivery acknowledged so far once more, as a
+	// sender whose acknowledgement got lost would, until it is acknowledged
+	// again; hooks counts a processing done twice.
+	resendAcked := func() {
+		ackedMu.Lock()
+		ids := slices.Clone(acked)
+		ackedMu.Unlock()
+		work := make(chan string)
+		var rs sync.WaitGroup
+		for range 16 {
+			rs.Add(1)
+			go func() {
+				defer rs.Done()
+				for id := range work {
+					if _, err := sender.deliver(next, id, 20*time.Millisecond, loadLease+15*time.Second); err != nil {
+						failures <- fmt.Errorf("re-sending an acknowledged delivery: %w", err)
+					}
+					resent.Add(1)
+				}
+			}()
+		}
+		for _, id := range ids {
+			work <- id
+		}
+		close(work)
+		rs.Wait()
 	}
 
 	// The disruptions, at fixed fractions of the run.
@@ -264,10 +302,12 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 	restartAt := time.Since(start)
 	rp.restart(syscall.SIGKILL)
 	restartTook := time.Since(start) - restartAt
+	resendAcked() // while the clients go on
 	at(1)
 	stop.Store(true)
 	wg.Wait()
 	elapsed := time.Since(start)
+	resendAcked()
 	close(failures)
 	for err := range failures {
 		t.Error(err)
@@ -364,8 +404,8 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 	t.Logf("listings of %d items: %d completed (every item exactly once), %d unfinished at the end (no item twice)", loadItems, completed, partial)
 	t.Logf("single-use tokens: %d minted, %d accepted once, %d never accepted (a redeem got 503 and its claim was recorded); redeem replies 200=%d 409=%d 503=%d",
 		len(tokens), accepted, burned, tot[http.StatusOK], tot[http.StatusConflict], tot[http.StatusServiceUnavailable])
-	t.Logf("webhook deliveries: %d, each acknowledged and processed exactly once; %d needed a retry after both first copies were refused",
-		len(deliveries), hookRetries.Load())
+	t.Logf("webhook deliveries: %d, each acknowledged and processed exactly once; %d needed a retry after both first copies were refused; %d acknowledged ones sent again after the restart and after the run",
+		len(deliveries), hookRetries.Load(), resent.Load())
 	lat.report(t, elapsed)
 	if completed == 0 {
 		t.Error("no listing completed: the run was too short or too slow to show anything")
