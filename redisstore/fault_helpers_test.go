@@ -185,6 +185,12 @@ func faultStore(t *testing.T, c Client, timeout time.Duration) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.Provision(ctx); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
 	return s
 }
 

@@ -551,11 +551,7 @@ func newFleetStore(t *testing.T, addr string) *Store {
 	t.Cleanup(func() { c.Close() })
 	b := make([]byte, 8)
 	rand.Read(b)
-	s, err := New(c, Options{Prefix: "ctoken-fleet-test:" + hex.EncodeToString(b) + ":", Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return provisioned(t, c, Options{Prefix: "ctoken-fleet-test:" + hex.EncodeToString(b) + ":", Timeout: 5 * time.Second})
 }
 
 // singleUseKinds are the fleet's single-use endpoints: one-time tokens and

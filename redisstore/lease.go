@@ -4,62 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
-)
-
-// A lease is one Redis key, so every step touches one key (one hash slot in
-// Redis Cluster) and is one atomic script run in one round trip:
-//
-//	free      no key
-//	leased    "L" + token, expiring lease after it was taken (PX, Redis's clock)
-//	done      "D" + token, expiring at the confirmed until (PXAT)
-//	claimed   "1" from Claim, which AcquireLease reports as done
-//
-// The token is 32 hex digits from crypto/rand, minted per AcquireLease
-// before the script is sent, so a client that resends a script whose reply
-// was lost gets the same answer: an acquire finds its own lease, a confirm
-// its own done entry, a release nothing left to do.
-const (
-	acquireScript = `local v = redis.call('GET', KEYS[1])
-if not v then
-  redis.call('SET', KEYS[1], 'L' .. ARGV[1], 'PX', ARGV[2])
-  return {1, 0}
-end
-if v == 'L' .. ARGV[1] then return {1, 0} end
-if string.sub(v, 1, 1) == 'L' then return {2, redis.call('PTTL', KEYS[1])} end
-return {3, 0}`
-
-	confirmScript = `local v = redis.call('GET', KEYS[1])
-if (not v) or v == 'L' .. ARGV[1] or v == 'D' .. ARGV[1] then
-  redis.call('SET', KEYS[1], 'D' .. ARGV[1], 'PXAT', ARGV[2])
-  return 1
-end
-return 0`
-
-	releaseScript = `if redis.call('GET', KEYS[1]) == 'L' .. ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-return 0`
-)
-
-// script is a Lua script and its SHA-1, which names it to EVALSHA. The
-// digests are constants rather than computed with crypto/sha1, which panics
-// under GODEBUG=fips140=only (SHA-1 here only names a script to Redis; it
-// protects nothing). TestScriptDigestsAreTheScriptsSHA1 checks them.
-type script struct{ src, sha string }
-
-var (
-	acquireLua = script{acquireScript, "551126a6c478b3d6f3dcd6857d962f05388f28d1"}
-	confirmLua = script{confirmScript, "9915dabdd458911340e2c5f0b0b97795c70be289"}
-	releaseLua = script{releaseScript, "bf71827a537b7beaab6705f877859f07d6d0155e"}
 )
 
 // tokenLen is the length of a lease token: 16 random bytes in hex.
@@ -68,12 +17,22 @@ const tokenLen = 32
 var _ replay.Leaser = (*Store)(nil)
 
 // AcquireLease implements [replay.Leaser]: it takes id for lease, measured
-// by Redis's clock (SET PX), unless a live key holds id. A key written by
-// [Store.Claim] counts as done. Errors match [ErrUnavailable] (the lease
-// may or may not have been taken; if it was, it ends by itself) or
-// [ErrInvalidClaim] for an empty or oversize id or a lease under one
-// millisecond, which also matches [replay.ErrExpired] when the lease is not
-// positive.
+// by Redis's clock (SET PX), unless a live entry holds id. An entry written
+// by [Store.Claim] counts as done. Errors match [ErrUnavailable] (including
+// [ErrFenced], [ErrClockSkew] and [ErrNotDurable]) or [ErrInvalidClaim]
+// for an empty or oversize id, a lease under one millisecond (which also
+// matches [replay.ErrExpired] when the lease is not positive) or a lease
+// longer than the horizon.
+//
+// When the outcome is unknown (Redis did not answer in time, or the lease
+// was taken but not acknowledged by enough replicas), the store releases
+// what the call may have taken in the background, once Redis answers again
+// and within the lease: the token was chosen before sending, so the
+// release frees exactly that lease, or leaves a note that makes the
+// acquisition take nothing should it land later. The sender's next retry
+// is then processed instead of waiting out the lease. At most
+// maxPendingReleases such releases run per Store; beyond that, or after
+// [Store.Close], the lease ends by itself.
 func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration) (replay.Lease, error) {
 	if err := checkID(id); err != nil {
 		return replay.Lease{}, err
@@ -85,21 +44,19 @@ func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration
 	if ms == 0 {
 		return replay.Lease{}, fmt.Errorf("%w: lease under a millisecond", ErrInvalidClaim)
 	}
+	if lease > s.horizon {
+		return replay.Lease{}, refuse(ErrInvalidClaim, whyLeaseLong, nil)
+	}
 	var raw [tokenLen / 2]byte
 	rand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
-	v, err := s.eval(ctx, acquireLua, s.prefix+id, token, strconv.FormatInt(ms, 10))
+	start := time.Now()
+	state, pttl, err := s.run(ctx, acquireLua, id, token, strconv.FormatInt(ms, 10))
 	if err != nil {
+		if unknownOutcome(err) {
+			s.releaseLater(id, token, start.Add(lease))
+		}
 		return replay.Lease{}, err
-	}
-	reply, ok := v.([]any)
-	if !ok || len(reply) != 2 {
-		return replay.Lease{}, fmt.Errorf("%w: unexpected reply to the acquire script", ErrUnavailable)
-	}
-	state, ok1 := reply[0].(int64)
-	pttl, ok2 := reply[1].(int64)
-	if !ok1 || !ok2 {
-		return replay.Lease{}, fmt.Errorf("%w: unexpected reply to the acquire script", ErrUnavailable)
 	}
 	switch state {
 	case 1:
@@ -120,9 +77,11 @@ func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration
 // fails with [replay.ErrLeaseLost] when another holder has id, including
 // for a token this store never issued; with [ErrInvalidClaim] (and
 // [replay.ErrExpired]) for an until not in the future by Options.Now,
-// without touching Redis; and with [ErrUnavailable] when Redis cannot
-// answer, after which the confirmation may or may not have been applied and
-// may be retried with the same token.
+// without touching Redis, or by Redis's clock; with [ErrInvalidClaim] for
+// an until past the horizon; and with [ErrUnavailable] (including
+// [ErrFenced], [ErrClockSkew] and [ErrNotDurable]) when Redis cannot
+// answer or refuses, after which the confirmation may or may not have been
+// applied and may be retried with the same token.
 func (s *Store) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
 	if err := checkID(id); err != nil {
 		return err
@@ -134,24 +93,25 @@ func (s *Store) ConfirmLease(ctx context.Context, id, token string, until time.T
 	if err != nil {
 		return err
 	}
-	v, err := s.eval(ctx, confirmLua, s.prefix+id, token, strconv.FormatInt(ms, 10))
-	if err != nil {
+	code, _, err := s.run(ctx, confirmLua, id, strconv.FormatInt(ms, 10), token)
+	switch {
+	case err != nil:
 		return err
-	}
-	switch v {
-	case int64(1):
+	case code == 1:
 		return nil
-	case int64(0):
+	case code == 0:
 		return replay.ErrLeaseLost
 	}
 	return fmt.Errorf("%w: unexpected reply to the confirm script", ErrUnavailable)
 }
 
-// ReleaseLease implements [replay.Leaser]: it deletes id's key only while it
-// holds token's lease, so a late release never frees another holder's lease
-// or a done entry. A token this store never issued changes nothing. Errors
-// match [ErrUnavailable] (the lease then ends by itself) or, for an empty or
-// oversize id, [ErrInvalidClaim].
+// ReleaseLease implements [replay.Leaser]: it deletes id's entry only while
+// it holds token's lease, so a late release never frees another holder's
+// lease or a done entry. A token this store never issued changes nothing.
+// It needs no fence or clock check and is not waited for by Durability:
+// it can only free what the caller holds, and a lost release only keeps
+// the lease until it ends. Errors match [ErrUnavailable] (the lease then
+// ends by itself) or, for an empty or oversize id, [ErrInvalidClaim].
 func (s *Store) ReleaseLease(ctx context.Context, id, token string) error {
 	if err := checkID(id); err != nil {
 		return err
@@ -159,7 +119,9 @@ func (s *Store) ReleaseLease(ctx context.Context, id, token string) error {
 	if !validToken(token) {
 		return nil
 	}
-	v, err := s.eval(ctx, releaseLua, s.prefix+id, token)
+	ctx, cancel := s.deadline(ctx)
+	defer cancel()
+	v, err := s.eval(ctx, releaseLua, []string{s.key(id)}, []string{token})
 	if err != nil {
 		return err
 	}
@@ -193,47 +155,24 @@ func validToken(token string) bool {
 	return true
 }
 
-// maxUntil is the last instant of int64 Unix milliseconds, the latest
-// expiry PXAT takes.
-var maxUntil = time.UnixMilli(math.MaxInt64)
-
 // untilMillis rounds until up to a whole millisecond, so a key never
-// expires before it, and refuses one that is not in the future. An until
-// past the last instant of int64 Unix milliseconds (where UnixMilli is
-// undefined) is held until that instant.
+// expires before it, and refuses one that is not in the future or lies
+// past the horizon, by Options.Now (the script checks both again by
+// Redis's clock).
 func (s *Store) untilMillis(until time.Time) (int64, error) {
-	if until.After(maxUntil) {
-		return math.MaxInt64, nil
+	if until.After(s.now().Add(s.horizon)) {
+		return 0, refuse(ErrInvalidClaim, whyHorizon, nil)
 	}
 	ms := until.UnixMilli()
 	if until.After(time.UnixMilli(ms)) {
 		ms++
 	}
-	if until.IsZero() || ms <= s.now().UnixMilli() {
+	now := s.now().UnixMilli()
+	if until.IsZero() || ms <= now {
 		return 0, fmt.Errorf("%w: %w: until is not in the future", ErrInvalidClaim, replay.ErrExpired)
+	}
+	if ms-now > s.horizon.Milliseconds() {
+		return 0, refuse(ErrInvalidClaim, whyHorizon, nil)
 	}
 	return ms, nil
 }
-
-// eval runs a one-key script within one store deadline: EVALSHA, and EVAL
-// (which also caches it) only when the server does not know the script yet.
-func (s *Store) eval(ctx context.Context, sc script, key string, args ...string) (any, error) {
-	ctx, cancel := s.deadline(ctx)
-	defer cancel()
-	cmd := make([]any, 0, 4+len(args))
-	cmd = append(cmd, "EVALSHA", sc.sha, 1, key)
-	for _, a := range args {
-		cmd = append(cmd, a)
-	}
-	v, err := s.call(ctx, cmd...)
-	if err != nil && isNoScript(err) {
-		eval := append([]any{"EVAL", sc.src}, cmd[2:]...)
-		v, err = s.call(ctx, eval...)
-	}
-	if errors.Is(err, errNil) {
-		return nil, fmt.Errorf("%w: unexpected nil reply to a script", ErrUnavailable)
-	}
-	return v, err
-}
-
-func isNoScript(err error) bool { return strings.Contains(err.Error(), "NOSCRIPT") }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,11 +16,7 @@ import (
 func TestLeaseContract(t *testing.T) {
 	c := newTestClient(t)
 	replaytest.RunLeaseContract(t, func(t *testing.T) replaytest.Store {
-		s, err := New(c, Options{Prefix: uniquePrefix(t, c)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
 	})
 }
 
@@ -35,10 +32,7 @@ func (r replayingClient) Do(ctx context.Context, args ...any) *redis.Cmd {
 
 func TestLeaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	c := newTestClient(t)
-	s, err := New(replayingClient{c}, Options{Prefix: uniquePrefix(t, c)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := provisioned(t, replayingClient{c}, Options{Prefix: uniquePrefix(t, c)})
 	ctx := context.Background()
 	l, err := s.AcquireLease(ctx, "d", time.Minute)
 	if err != nil || l.State != replay.LeaseAcquired {
@@ -80,7 +74,7 @@ func TestLeaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
 	if err != nil || l.State != replay.LeaseAcquired {
 		t.Fatal(l, err)
 	}
-	pttl, err := c.PTTL(ctx, s.Prefix()+"d").Result()
+	pttl, err := c.PTTL(ctx, s.key("d")).Result()
 	if err != nil || pttl <= 29*time.Second || pttl > 30*time.Second {
 		t.Fatalf("lease PTTL = %v, %v; want about 30s", pttl, err)
 	}
@@ -88,7 +82,7 @@ func TestLeaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
 	if err := s.ConfirmLease(ctx, "d", l.Token, until); err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.Do(ctx, "PEXPIRETIME", s.Prefix()+"d").Int64()
+	got, err := c.Do(ctx, "PEXPIRETIME", s.key("d")).Int64()
 	if err != nil || got != until.UnixMilli() {
 		t.Fatalf("PEXPIRETIME = %d, %v; want %d", got, err, until.UnixMilli())
 	}
@@ -97,7 +91,7 @@ func TestLeaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
 func TestLeaseStepsSendOneKeyScripts(t *testing.T) {
 	var calls [][]any
 	reply := []any{int64(1), int64(0)}
-	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+	s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 		calls = append(calls, args)
 		cmd := redis.NewCmd(ctx, args...)
 		switch {
@@ -105,8 +99,10 @@ func TestLeaseStepsSendOneKeyScripts(t *testing.T) {
 			cmd.SetErr(errors.New("NOSCRIPT No matching script. Please use EVAL."))
 		case args[0] == "EVAL" && len(calls) == 2:
 			cmd.SetVal(reply)
-		default:
+		case args[1] == releaseLua.sha:
 			cmd.SetVal(int64(1))
+		default:
+			cmd.SetVal([]any{int64(1), int64(0)})
 		}
 		return cmd
 	}), Options{Prefix: "p:"})
@@ -132,9 +128,15 @@ func TestLeaseStepsSendOneKeyScripts(t *testing.T) {
 		if i == 1 {
 			want = "EVAL"
 		}
-		// One key, always the prefixed id: one hash slot in Redis Cluster.
-		if c[0] != want || c[2] != 1 || c[3] != "p:id" {
-			t.Fatalf("command %d = %v, want %s <script> 1 p:id ...", i, c[:4], want)
+		// The shard's marker and the entry, under one hash tag: one slot
+		// in Redis Cluster. A release touches only the entry.
+		tag := fmt.Sprintf("p:{%02d}", shardOf("id"))
+		keys := []any{2, tag, tag + ":id"}
+		if i == 3 {
+			keys = []any{1, tag + ":id"}
+		}
+		if c[0] != want || fmt.Sprint(c[2:3+len(keys)-1]) != fmt.Sprint(keys) {
+			t.Fatalf("command %d = %v, want %s <script> %v ...", i, c, want, keys)
 		}
 	}
 }
@@ -155,7 +157,7 @@ func TestLeaseStepsFailClosed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+			s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 				cmd := redis.NewCmd(ctx, args...)
 				cmd.SetVal(tt.val)
 				cmd.SetErr(tt.err)

@@ -28,7 +28,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
@@ -41,121 +43,254 @@ const DefaultPrefix = "ctoken:replay:"
 // DefaultTimeout bounds each claim when Options.Timeout is zero.
 const DefaultTimeout = time.Second
 
+// DefaultHorizon is the store's horizon when Options.Horizon is zero: the
+// webhook middleware's default DedupWindow (24 h) plus room for its
+// tolerance and the allowed clock skew.
+const DefaultHorizon = 25 * time.Hour
+
 // MaxIDBytes is the longest ID Claim accepts. Longer IDs are refused with
 // ErrInvalidClaim before anything is sent to Redis.
 const MaxIDBytes = 512
 
-// Sentinel errors, usable with errors.Is. Every error Claim returns matches
-// exactly one of them, and Claim always returns first == false with it.
-var (
-	// ErrUnavailable reports that the store could not decide whether the
-	// claim was first: Redis unreachable, timed out, or answered with an
-	// error or an unexpected reply. When the caller's context had ended by
-	// the time the call returned, the error also matches the context's error
-	// (context.DeadlineExceeded or context.Canceled); a client socket timeout
-	// that fires just before the deadline matches only ErrUnavailable. The claim may or may not have been
-	// recorded; the caller must refuse the request.
-	ErrUnavailable = errors.New("redisstore: replay store unavailable")
-
-	// ErrInvalidClaim reports a claim refused before reaching Redis: an empty
-	// ID, an ID over MaxIDBytes, or an until that is not in the future (an
-	// already expired single-use token must be refused as expired, and there
-	// is nothing left to remember). Nothing is recorded.
-	ErrInvalidClaim = errors.New("redisstore: invalid claim")
-)
-
 // Client is the part of a go-redis client the store uses. *redis.Client,
 // *redis.ClusterClient, *redis.Ring and redis.UniversalClient all satisfy it.
+// A [Durability] setting needs a *redis.Client (standalone, or Sentinel's
+// failover client) or a *redis.ClusterClient: WAIT must run on the
+// connection that wrote.
 type Client interface {
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
-// Options configures a Store. The zero value is ready to use.
+// Options configures a Store. The zero value is ready to use on a single
+// Redis without replicas. A zero field means its default; a negative
+// duration is refused with [ErrConfig], except Timeout (negative: no store
+// deadline).
 type Options struct {
-	// Prefix is prepended to every ID to form the Redis key, so several
-	// stores (or applications) can share one Redis without seeing each
-	// other's claims. Empty means DefaultPrefix.
+	// Prefix is prepended to every key, so several stores (or
+	// applications) can share one Redis without seeing each other's claims.
+	// Empty means DefaultPrefix. The keys are <prefix>{NN} (a shard's fence
+	// marker) and <prefix>{NN}:<id> (see [Shards]).
 	Prefix string
 
-	// Timeout bounds every Claim: the effective deadline is the earlier of
+	// Timeout bounds every call: the effective deadline is the earlier of
 	// the caller's context deadline and now + Timeout. Zero means
 	// DefaultTimeout; a negative value means only the caller's context
 	// bounds the call (and, without one, the client's own timeouts).
 	Timeout time.Duration
 
-	// Now returns the current time, used to refuse an until that has already
-	// passed. Nil means time.Now. The expiry itself is enforced by Redis's
-	// clock, so keep the fleet's clocks and Redis's in sync (NTP): Redis
-	// answers OK to a SET NX PXAT that is already past by its clock and
-	// records nothing, so a claim whose until lies within the skew reports
-	// first == true every time. Callers hold claims past their own
-	// acceptance window by a margin (ctoken one-time tokens and single-use
-	// request states: 60 s).
+	// Now returns this instance's current time. Nil means time.Now. It
+	// refuses an until that has already passed without asking Redis, and
+	// is sent with every claim and lease step so Redis can refuse an
+	// instance whose clock is behind its own by more than MaxSkew.
+	// Expiries and the horizon are measured by Redis's clock.
 	Now func() time.Time
+
+	// Horizon is the longest a claim, a confirmed lease or a lease may be
+	// held, measured from Redis's clock: an until (or lease) reaching
+	// further is refused with [ErrInvalidClaim]. It is also how long a
+	// shard stays fenced after the store finds it lost data ([ErrFenced]),
+	// which is what makes the fence safe: every claim made before the loss
+	// has expired when the fence opens. Set it to the longest lifetime you
+	// hand the store plus MaxSkew: ctoken one-time tokens and single-use
+	// request states hold a claim for their TTL plus [replay.SkewMargin];
+	// the webhook middleware holds a delivery for its DedupWindow (default
+	// 24 h). Zero means DefaultHorizon.
+	Horizon time.Duration
+
+	// MaxSkew is how far this instance's clock may be behind Redis's before
+	// every claim and lease step is refused with [ErrClockSkew]. Callers
+	// hold claims past their acceptance window by [replay.SkewMargin], so a
+	// larger MaxSkew would let a lagging instance accept a token whose claim
+	// Redis already let expire: it is refused with [ErrConfig]. An instance
+	// ahead of Redis is not refused: it stops accepting a token earlier
+	// than the others, and a claim that reaches past the horizon is
+	// refused. Zero means replay.SkewMargin.
+	MaxSkew time.Duration
+
+	// Durability is what a write must reach before a claim is reported
+	// first or a lease step succeeds. The zero value waits for nothing:
+	// right for a single Redis with AOF, wrong with replicas (see
+	// AllowAsyncReplicas).
+	Durability Durability
+
+	// AllowAsyncReplicas lets a store without a Durability setting run on
+	// a Redis that has replicas. Without it such a store refuses to run
+	// ([ErrConfig]): a failover to a replica that missed acknowledged
+	// writes accepts those IDs again.
+	AllowAsyncReplicas bool
+
+	// AllowEviction lets the store run on a Redis whose maxmemory-policy is
+	// not noeviction. Without it such a store refuses to run ([ErrConfig]):
+	// an LRU or LFU policy evicts cold claims and keeps the fence markers
+	// every call touches, so the loss goes unnoticed; a volatile-* policy
+	// evicts only keys with an expiry, which every claim has and no marker
+	// has. A Redis that refuses CONFIG GET (managed services) cannot be
+	// checked: the store runs, and logs that it could not check.
+	AllowEviction bool
+
+	// Observer, when not nil, is called with every [Event]: a shard fenced,
+	// a refusal for a fence, clock skew or durability, a lease released
+	// after an unknown outcome. It is called synchronously from the
+	// calling goroutine and must not block.
+	Observer func(Event)
+
+	// Logger receives one line when a shard is fenced, and at most one a
+	// minute per kind while refusals for a fence, clock skew or durability
+	// go on. Nil means slog.Default(). Lines hold no ID, token or key.
+	Logger *slog.Logger
 }
 
 // Store is a [replay.Store] backed by Redis. It also implements the
-// optional [replay.Releaser] (Release) and [replay.Leaser] (AcquireLease,
-// ConfirmLease, ReleaseLease), which the webhook middleware uses to process
-// each delivery exactly once. It is safe for concurrent use; its settings
-// are fixed at construction.
+// optional [replay.Releaser] (Release), [replay.Leaser] (AcquireLease,
+// ConfirmLease, ReleaseLease) and [replay.Bounded] (Horizon). It is safe
+// for concurrent use; its settings are fixed at construction.
 type Store struct {
 	client  Client
 	prefix  string
+	tags    [Shards]string
 	timeout time.Duration
 	now     func() time.Time
+	horizon time.Duration
+	maxSkew time.Duration
+	dur     durability
+	opts    Options // as given, for the server checks
+	log     *slog.Logger
+
+	// checked is set once the server checks passed; check serializes them.
+	checked atomic.Bool
+	check   chan struct{}
+	// checkErr is a permanent refusal found by the server checks.
+	checkErr atomic.Pointer[error]
+
+	logged  [numEventKinds]atomic.Int64 // unix ms of the last log line per kind
+	cancels cancels
 }
 
 var (
 	_ replay.Store    = (*Store)(nil)
 	_ replay.Releaser = (*Store)(nil)
+	_ replay.Bounded  = (*Store)(nil)
 )
 
-// New returns a Store that records claims through client. The client keeps
-// its own connection settings; the Store adds the per-claim deadline of
-// Options.Timeout and returns when it passes even if the client has not
-// (go-redis ignores context deadlines on the socket unless the client's
-// ContextTimeoutEnabled option is set, which is recommended). Without that
-// option the abandoned call keeps its goroutine and pool connection until the
-// client's own ReadTimeout ends it, so never combine it with ReadTimeout -1:
-// a hung Redis would then pin a goroutine per timed-out claim, up to the pool
-// size, for as long as it hangs.
+// New returns a Store that records claims through client, without talking
+// to Redis: it refuses invalid Options with an error matching [ErrConfig],
+// and runs the server checks of [Open] before its first call instead (every
+// call then refuses with ErrConfig if they fail, or with ErrUnavailable
+// while Redis cannot answer them). Prefer Open, which reports a server that
+// does not fit the Options at construction.
+//
+// The client keeps its own connection settings; the Store adds the
+// per-call deadline of Options.Timeout and returns when it passes even if
+// the client has not (go-redis ignores context deadlines on the socket
+// unless the client's ContextTimeoutEnabled option is set, which is
+// recommended). Without that option the abandoned call keeps its goroutine
+// and pool connection until the client's own ReadTimeout ends it, so never
+// combine it with ReadTimeout -1: a hung Redis would then pin a goroutine
+// per timed-out claim, up to the pool size, for as long as it hangs.
 //
 // A client retry after a lost reply is safe for every method: a retried
 // Claim reports the ID as taken (refused, never accepted twice), and a
 // resent lease script finds its own lease or done entry. Retries only
 // lengthen a call; the store's deadline still bounds it.
+//
+// A new prefix must be opened once with [Store.Provision]; until then (and
+// after Redis lost data) every shard is fenced for one horizon.
 func New(client Client, opts Options) (*Store, error) {
 	if client == nil {
-		return nil, errors.New("redisstore: nil client")
+		return nil, refuse(ErrConfig, "nil client", nil)
 	}
-	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, now: opts.Now}
+	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, now: opts.Now,
+		horizon: opts.Horizon, maxSkew: opts.MaxSkew, opts: opts, log: opts.Logger,
+		check: make(chan struct{}, 1)}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
+	s.tags = shardTags(s.prefix)
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	switch {
+	case s.horizon < 0:
+		return nil, refuse(ErrConfig, "negative Horizon", nil)
+	case s.horizon == 0:
+		s.horizon = DefaultHorizon
+	case s.horizon < time.Millisecond:
+		return nil, refuse(ErrConfig, "Horizon under a millisecond", nil)
+	}
+	switch {
+	case s.maxSkew < 0:
+		return nil, refuse(ErrConfig, "negative MaxSkew", nil)
+	case s.maxSkew == 0:
+		s.maxSkew = replay.SkewMargin
+	case s.maxSkew > replay.SkewMargin:
+		return nil, refuse(ErrConfig, "MaxSkew over replay.SkewMargin, the margin callers hold claims for", nil)
+	}
+	d, err := newDurability(client, opts.Durability, s.timeout)
+	if err != nil {
+		return nil, err
+	}
+	s.dur = d
+	s.cancels.init()
 	return s, nil
+}
+
+// Open returns a Store like [New] and checks the server before returning:
+// that every master answers, that a Redis with replicas has a Durability
+// setting (or AllowAsyncReplicas), that WAITAOF exists when Durability asks
+// for it (Redis 7.2 or newer), that maxmemory-policy is noeviction (or
+// AllowEviction), and that this instance's clock is not behind Redis's by
+// more than MaxSkew. A server that does not fit is refused with an error
+// matching [ErrConfig]; a lagging clock with [ErrClockSkew]; a Redis that
+// cannot answer with [ErrUnavailable]. ctx bounds the checks.
+func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
+	s, err := New(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close stops the store's background work (the releases of leases whose
+// acquisition had an unknown outcome; those leases then end by themselves)
+// and waits for it. It does not close the client. A closed Store keeps
+// answering calls.
+func (s *Store) Close() error {
+	s.cancels.close()
+	return nil
 }
 
 // Prefix returns the key prefix the store writes under.
 func (s *Store) Prefix() string { return s.prefix }
 
+// Horizon implements [replay.Bounded]: the longest a claim, a confirmed
+// lease or a lease may be held, measured from Redis's clock, and how long
+// a shard stays fenced after a loss.
+func (s *Store) Horizon() time.Duration { return s.horizon }
+
 // Claim records id until the given time and reports whether this call was
-// the first live claim of id, across every process sharing the Redis server
-// and prefix. Exactly one of any number of concurrent claims of the same ID
-// returns true. Once until has passed (by Redis's clock) the ID can be
-// claimed again; an until past the last instant of int64 Unix milliseconds
-// (year 292 million) is held until that instant.
+// the first live claim of id, across every process sharing the Redis
+// server (or Cluster) and prefix. Exactly one of any number of concurrent
+// claims of the same ID returns true, and once it has, no later call
+// returns true for id before until (by Redis's clock) through any single
+// fault of the store: a restart without persistence, FLUSHALL or eviction
+// (the shard is fenced: [ErrFenced]), a failover to a replica that missed
+// the write (with a [Durability] setting: [ErrNotDurable] instead of true),
+// or a lagging instance clock ([ErrClockSkew]).
 //
 // Claim fails closed: on any error it returns first == false and an error
 // matching ErrUnavailable (Redis could not answer in time or answered
-// unexpectedly) or ErrInvalidClaim (empty or oversize id, or until not in
-// the future). Error text never contains id.
+// unexpectedly, or one of the refusals above) or ErrInvalidClaim (empty
+// or oversize id, until not in the future, or until past the horizon).
+// Error text never contains id.
 //
 // A claim whose reply is lost may still have been recorded, and a client
 // retry of it then reports first == false: the ID is consumed and refused,
@@ -168,17 +303,16 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if err != nil {
 		return false, err
 	}
-	v, err := s.do(ctx, "SET", s.prefix+id, "1", "NX", "PXAT", strconv.FormatInt(ms, 10))
+	code, _, err := s.run(ctx, claimLua, id, strconv.FormatInt(ms, 10))
 	switch {
-	case errors.Is(err, redis.Nil): // NX refused: the key is live, the ID was claimed
-		return false, nil
 	case err != nil:
 		return false, err
-	}
-	if v, ok := v.(string); ok && v == "OK" {
+	case code == 1:
 		return true, nil
+	case code == 0:
+		return false, nil
 	}
-	return false, fmt.Errorf("%w: unexpected reply to SET NX", ErrUnavailable)
+	return false, fmt.Errorf("%w: unexpected reply to the claim script", ErrUnavailable)
 }
 
 // Release forgets the claim of id, so the next Claim of id is first again.
@@ -192,7 +326,7 @@ func (s *Store) Release(ctx context.Context, id string) error {
 	if id == "" || len(id) > MaxIDBytes {
 		return fmt.Errorf("%w: empty or oversize id", ErrInvalidClaim)
 	}
-	v, err := s.do(ctx, "DEL", s.prefix+id)
+	v, err := s.do(ctx, "DEL", s.key(id))
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,11 +67,43 @@ func uniquePrefix(t testing.TB, c *redis.Client) string {
 func newTestStore(t testing.TB) (*Store, *redis.Client) {
 	t.Helper()
 	c := newTestClient(t)
-	s, err := New(c, Options{Prefix: uniquePrefix(t, c)})
+	return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)}), c
+}
+
+// provisioned returns a Store on c with opts whose key space is provisioned
+// (a new prefix, or one provisioned before), closed when the test ends.
+func provisioned(t testing.TB, c Client, opts Options) *Store {
+	t.Helper()
+	s, err := New(c, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, c
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Provision(context.Background()); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	return s
+}
+
+// answerChecks wraps a scripted client so that it answers the server checks
+// of the store's first call (ROLE, CONFIG GET, TIME) like a lone primary
+// with noeviction and the real clock, and passes every other command to f.
+func answerChecks(f clientFunc) clientFunc {
+	return func(ctx context.Context, args ...any) *redis.Cmd {
+		cmd := redis.NewCmd(ctx, args...)
+		switch args[0] {
+		case "ROLE":
+			cmd.SetVal([]any{"master", int64(0), []any{}})
+		case "CONFIG":
+			cmd.SetVal([]any{"maxmemory-policy", "noeviction"})
+		case "TIME":
+			now := time.Now()
+			cmd.SetVal([]any{strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond() / 1000)})
+		default:
+			return f(ctx, args...)
+		}
+		return cmd
+	}
 }
 
 func TestClaimIsFirstOnceThenRefused(t *testing.T) {
@@ -98,7 +132,7 @@ func TestClaimStoresAbsoluteExpiry(t *testing.T) {
 	if first, err := s.Claim(ctx, "abs", until); err != nil || !first {
 		t.Fatalf("first = %v, err = %v", first, err)
 	}
-	got, err := c.Do(ctx, "PEXPIRETIME", s.Prefix()+"abs").Int64()
+	got, err := c.Do(ctx, "PEXPIRETIME", s.key("abs")).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +144,7 @@ func TestClaimStoresAbsoluteExpiry(t *testing.T) {
 	if first, err := s.Claim(ctx, "abs2", until2); err != nil || !first {
 		t.Fatalf("first = %v, err = %v", first, err)
 	}
-	got2, err := c.Do(ctx, "PEXPIRETIME", s.Prefix()+"abs2").Int64()
+	got2, err := c.Do(ctx, "PEXPIRETIME", s.key("abs2")).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +165,7 @@ func TestClaimAfterExpiryIsFirstAgain(t *testing.T) {
 	}
 	// Let the key's absolute expiry pass on Redis's clock (instead of
 	// sleeping through a short until, which a loaded machine can overrun).
-	if err := c.PExpireAt(ctx, s.Prefix()+"short", time.Now().Add(-time.Second)).Err(); err != nil {
+	if err := c.PExpireAt(ctx, s.key("short"), time.Now().Add(-time.Second)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if first, err := s.Claim(ctx, "short", time.Now().Add(time.Minute)); err != nil || !first {
@@ -141,14 +175,8 @@ func TestClaimAfterExpiryIsFirstAgain(t *testing.T) {
 
 func TestPrefixIsolatesStores(t *testing.T) {
 	c := newTestClient(t)
-	a, err := New(c, Options{Prefix: uniquePrefix(t, c)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(c, Options{Prefix: uniquePrefix(t, c)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+	b := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
 	ctx := context.Background()
 	until := time.Now().Add(time.Minute)
 	for _, s := range []*Store{a, b} {
@@ -165,22 +193,22 @@ func TestPrefixIsolatesStores(t *testing.T) {
 
 func TestZeroOptionsUseDefaultPrefix(t *testing.T) {
 	c := newTestClient(t)
-	s, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := provisioned(t, c, Options{})
 	if s.Prefix() != DefaultPrefix {
 		t.Fatalf("Prefix() = %q, want %q", s.Prefix(), DefaultPrefix)
 	}
 	b := make([]byte, 8)
 	rand.Read(b)
 	id := "zero-options-" + hex.EncodeToString(b)
-	t.Cleanup(func() { c.Del(context.Background(), DefaultPrefix+id) })
+	t.Cleanup(func() { c.Del(context.Background(), s.key(id)) })
 	if first, err := s.Claim(context.Background(), id, time.Now().Add(time.Minute)); err != nil || !first {
 		t.Fatalf("first = %v, err = %v", first, err)
 	}
-	if n, err := c.Exists(context.Background(), DefaultPrefix+id).Result(); err != nil || n != 1 {
-		t.Fatalf("key %q not written under the default prefix (exists=%d, err=%v)", DefaultPrefix+id, n, err)
+	if !strings.HasPrefix(s.key(id), DefaultPrefix+"{") {
+		t.Fatalf("key %q not under the default prefix", s.key(id))
+	}
+	if n, err := c.Exists(context.Background(), s.key(id)).Result(); err != nil || n != 1 {
+		t.Fatalf("key %q not written under the default prefix (exists=%d, err=%v)", s.key(id), n, err)
 	}
 }
 
@@ -272,7 +300,7 @@ func TestPastUntilLeavesNothingInRedis(t *testing.T) {
 	if first || !errors.Is(err, ErrInvalidClaim) {
 		t.Fatalf("first = %v, err = %v; want false, ErrInvalidClaim", first, err)
 	}
-	if n, err := c.Exists(context.Background(), s.Prefix()+"late").Result(); err != nil || n != 0 {
+	if n, err := c.Exists(context.Background(), s.key("late")).Result(); err != nil || n != 0 {
 		t.Fatalf("past claim wrote a key (exists=%d, err=%v)", n, err)
 	}
 }
@@ -416,7 +444,7 @@ func TestClaimFailsClosedOnUnexpectedReplies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+			s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 				cmd := redis.NewCmd(ctx, args...)
 				cmd.SetVal(tt.val)
 				cmd.SetErr(tt.err)
@@ -433,15 +461,16 @@ func TestClaimFailsClosedOnUnexpectedReplies(t *testing.T) {
 	}
 }
 
-func TestClaimSendsAtomicSetNXWithAbsoluteExpiry(t *testing.T) {
+func TestClaimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
 	until := time.UnixMilli(1_900_000_000_123)
+	now := until.Add(-time.Hour)
 	var got []any
-	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+	s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 		got = args
 		cmd := redis.NewCmd(ctx, args...)
-		cmd.SetVal("OK")
+		cmd.SetVal([]any{int64(1), int64(0)})
 		return cmd
-	}), Options{Prefix: "p:", Now: func() time.Time { return until.Add(-time.Hour) }})
+	}), Options{Prefix: "p:", Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,14 +478,12 @@ func TestClaimSendsAtomicSetNXWithAbsoluteExpiry(t *testing.T) {
 	if err != nil || !first {
 		t.Fatalf("first = %v, err = %v; want true, nil", first, err)
 	}
-	want := []any{"SET", "p:the-id", "1", "NX", "PXAT", "1900000000123"}
-	if len(got) != len(want) {
+	tag := fmt.Sprintf("p:{%02d}", shardOf("the-id"))
+	// The marker and the entry share one hash tag: one slot in Redis Cluster.
+	want := []any{"EVALSHA", claimLua.sha, 2, tag, tag + ":the-id",
+		strconv.FormatInt(now.UnixMilli(), 10), "60000", strconv.FormatInt(DefaultHorizon.Milliseconds(), 10), "1900000000123"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("command = %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("command = %v, want %v", got, want)
-		}
 	}
 }
 
@@ -509,7 +536,7 @@ func TestReleaseFailsWhenRedisDownOrOdd(t *testing.T) {
 	if err := s.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Release with Redis down = %v, want ErrUnavailable", err)
 	}
-	odd, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+	odd, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 		cmd := redis.NewCmd(ctx, args...)
 		cmd.SetVal("OK")
 		return cmd
@@ -530,10 +557,7 @@ func TestClaimFailsClosedWhenRedisIsFull(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer c.Close()
 	ctx := context.Background()
-	s, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := provisioned(t, c, Options{})
 	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); err != nil || !first {
 		t.Fatalf("claim with room: first = %v, err = %v", first, err)
 	}

@@ -125,6 +125,17 @@ type Leaser interface {
 	ReleaseLease(ctx context.Context, id, token string) error
 }
 
+// Bounded is an optional interface of a [Store] that holds nothing longer
+// than a horizon: a Claim or [Leaser.ConfirmLease] whose until lies more
+// than Horizon past the store's current time, or a lease longer than
+// Horizon, is refused with an error (never recorded, never reported
+// first). A store that can lose its data and detect it (redisstore) needs
+// the bound: after a loss it refuses every claim for one Horizon, until
+// everything it could have held has expired.
+type Bounded interface {
+	Horizon() time.Duration
+}
+
 // SkewMargin is how long callers hold a claim past the last instant their
 // own checks would still accept the ID: an instance whose clock is behind
 // the store's (or another instance's) still accepts the ID for that long,

@@ -3,6 +3,13 @@
 // [replay.Leaser] this repository ships (the memory store and redisstore);
 // the author of another store can run it too. It uses the real clock with
 // short leases, so it takes about a second.
+//
+// Two more contracts are for stores whose backend can fail on its own:
+// [RunForgetContract] (the backend loses everything it held: no ID is ever
+// accepted twice for it) and [RunDurabilityContract] (the backend cannot
+// make a write as durable as the store requires: an error, never first).
+// The memory store is outside both: it cannot lose its entries and keep
+// serving.
 package replaytest
 
 import (
@@ -242,8 +249,11 @@ func nonPositiveLeaseRefused(t *testing.T, s Store) {
 
 // farFutureExpiryIsHeld: an until far past the year 2262 (where int64 Unix
 // nanoseconds end) or past where int64 Unix milliseconds end is held, not
-// wrapped into the past and forgotten at once.
+// wrapped into the past and forgotten at once. A [replay.Bounded] store
+// refuses each of them instead (an error, nothing recorded) and holds an
+// until just inside its horizon.
 func farFutureExpiryIsHeld(t *testing.T, s Store) {
+	horizon, bounded := horizonOf(s)
 	for i, until := range []time.Time{
 		time.Now().Add(math.MaxInt64),
 		time.Now().AddDate(300, 0, 0),
@@ -251,25 +261,64 @@ func farFutureExpiryIsHeld(t *testing.T, s Store) {
 		time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC),
 	} {
 		id := fmt.Sprintf("claim-%d", i)
+		if bounded {
+			if first, err := s.Claim(ctx(), id, until); first || err == nil {
+				t.Fatalf("Claim until %v past the horizon %v = %v, %v; want an error", until, horizon, first, err)
+			}
+			lid := fmt.Sprintf("lease-%d", i)
+			l := acquire(t, s, lid, time.Second, replay.LeaseAcquired)
+			if err := s.ConfirmLease(ctx(), lid, l.Token, until); err == nil {
+				t.Fatalf("ConfirmLease until %v past the horizon %v succeeded; want an error", until, horizon)
+			}
+			until = time.Now().Add(insideHorizon(horizon))
+		}
 		if first, err := s.Claim(ctx(), id, until); !first || err != nil {
 			t.Fatalf("Claim until %v = %v, %v; want first", until, first, err)
 		}
 		if first, err := s.Claim(ctx(), id, until); first || err != nil {
 			t.Fatalf("second Claim until %v = %v, %v; want held", until, first, err)
 		}
-		acquire(t, s, id, time.Minute, replay.LeaseDone)
+		acquire(t, s, id, time.Second, replay.LeaseDone)
 		id = fmt.Sprintf("lease-%d", i)
-		l := acquire(t, s, id, time.Minute, replay.LeaseAcquired)
+		if bounded {
+			id += "-inside"
+		}
+		l := acquire(t, s, id, time.Second, replay.LeaseAcquired)
 		confirm(t, s, id, l.Token, until)
-		acquire(t, s, id, time.Minute, replay.LeaseDone)
+		acquire(t, s, id, time.Second, replay.LeaseDone)
 	}
 }
 
 // hugeLeaseIsHeld: the longest lease a time.Duration holds does not wrap
-// into an expired one.
+// into an expired one. A [replay.Bounded] store refuses it (an error,
+// nothing taken) and holds a lease of its whole horizon.
 func hugeLeaseIsHeld(t *testing.T, s Store) {
-	acquire(t, s, "a", math.MaxInt64, replay.LeaseAcquired)
-	if l := acquire(t, s, "a", math.MaxInt64, replay.LeaseBusy); l.Wait <= 0 {
+	lease := time.Duration(math.MaxInt64)
+	if horizon, bounded := horizonOf(s); bounded {
+		if l, err := s.AcquireLease(ctx(), "a", lease); err == nil || l.State != 0 || l.Token != "" {
+			t.Fatalf("AcquireLease past the horizon %v = %+v, %v; want an error and nothing", horizon, l, err)
+		}
+		lease = horizon
+	}
+	acquire(t, s, "a", lease, replay.LeaseAcquired)
+	if l := acquire(t, s, "a", lease, replay.LeaseBusy); l.Wait <= 0 {
 		t.Fatalf("busy lease reports Wait %v; want positive", l.Wait)
 	}
+}
+
+// horizonOf returns the store's horizon if it is [replay.Bounded].
+func horizonOf(s Store) (time.Duration, bool) {
+	if b, ok := s.(replay.Bounded); ok {
+		return b.Horizon(), true
+	}
+	return 0, false
+}
+
+// insideHorizon is an until offset safely inside horizon, allowing for the
+// time a call takes and for clocks a little apart.
+func insideHorizon(horizon time.Duration) time.Duration {
+	if horizon > 4*time.Second {
+		return horizon - 2*time.Second
+	}
+	return horizon / 2
 }

@@ -1,0 +1,231 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ready runs the server checks once (Open runs them at construction; a
+// Store from New before its first call). A failed check that is a
+// misconfiguration is remembered and returned by every later call; one
+// that is not (Redis unreachable, clock skew) is tried again next call.
+func (s *Store) ready(ctx context.Context) error {
+	if s.checked.Load() {
+		return nil
+	}
+	if p := s.checkErr.Load(); p != nil {
+		return *p
+	}
+	select {
+	case s.check <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+	defer func() { <-s.check }()
+	if s.checked.Load() {
+		return nil
+	}
+	if p := s.checkErr.Load(); p != nil {
+		return *p
+	}
+	err := s.checkServer(ctx)
+	switch {
+	case err == nil:
+		s.checked.Store(true)
+	case errors.Is(err, ErrConfig):
+		s.checkErr.Store(&err)
+	}
+	return err
+}
+
+// doer is one master to check.
+type doer interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// checkServer checks every master: its role and replicas against the
+// Durability setting, WAITAOF when asked for, maxmemory-policy, and the
+// clock.
+func (s *Store) checkServer(ctx context.Context) error {
+	var masters []doer
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		var mu sync.Mutex
+		err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			mu.Lock()
+			masters = append(masters, m)
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return s.wrapErr(ctx, err)
+		}
+		if len(masters) == 0 {
+			return fmt.Errorf("%w: the cluster reports no master", ErrUnavailable)
+		}
+	default:
+		masters = []doer{s.client}
+	}
+	for _, m := range masters {
+		if err := s.checkMaster(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) checkMaster(ctx context.Context, m doer) error {
+	do := func(args ...any) (any, error) {
+		type result struct {
+			v   any
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			v, err := m.Do(ctx, args...).Result()
+			done <- result{v, err}
+		}()
+		select {
+		case r := <-done:
+			return r.v, r.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		}
+	}
+	// Role and replicas.
+	v, err := do("ROLE")
+	switch {
+	case err != nil && isRefused(err):
+		if !s.dur.on() && !s.opts.AllowAsyncReplicas {
+			return refuse(ErrConfig, "cannot read ROLE to check for replicas; set Durability or AllowAsyncReplicas", fmt.Errorf("%w", err))
+		}
+	case err != nil:
+		return s.wrapErr(ctx, err)
+	default:
+		role, replicas, ok := parseRole(v)
+		if !ok {
+			return fmt.Errorf("%w: unexpected reply to ROLE", ErrUnavailable)
+		}
+		if role != "master" {
+			return refuse(ErrConfig, "client points at a Redis that is not a primary", fmt.Errorf("ROLE %s", role))
+		}
+		if replicas > 0 && !s.dur.on() && !s.opts.AllowAsyncReplicas {
+			return refuse(ErrConfig, "Redis has replicas but no Durability is set: a failover could accept IDs twice; set Durability or AllowAsyncReplicas",
+				fmt.Errorf("%d replicas", replicas))
+		}
+	}
+	// WAITAOF exists (Redis 7.2) and can do what is asked.
+	if s.dur.waitAOF != nil {
+		local := s.dur.waitAOF[1]
+		if _, err := do("WAITAOF", local, "0", "0"); err != nil {
+			msg := strings.ToLower(err.Error())
+			switch {
+			case strings.Contains(msg, "unknown command"):
+				return refuse(ErrConfig, "Durability asks for WAITAOF, which needs Redis 7.2 or newer", err)
+			case strings.HasPrefix(msg, "err"):
+				return refuse(ErrConfig, "Durability asks for WAITAOF, which the server refuses", err)
+			}
+			return s.wrapErr(ctx, err)
+		}
+	}
+	// Eviction.
+	v, err = do("CONFIG", "GET", "maxmemory-policy")
+	switch {
+	case err != nil && isRefused(err):
+		s.log.Warn("redisstore: cannot read maxmemory-policy (CONFIG GET refused); make sure it is noeviction", "prefix", s.prefix)
+	case err != nil:
+		return s.wrapErr(ctx, err)
+	default:
+		policy, ok := configValue(v, "maxmemory-policy")
+		if !ok {
+			s.log.Warn("redisstore: cannot read maxmemory-policy (unexpected CONFIG GET reply); make sure it is noeviction", "prefix", s.prefix)
+		} else if policy != "noeviction" && !s.opts.AllowEviction {
+			return refuse(ErrConfig, "maxmemory-policy is not noeviction: eviction could drop claims unnoticed; set it, or AllowEviction", fmt.Errorf("maxmemory-policy %s", policy))
+		}
+	}
+	// Clock.
+	v, err = do("TIME")
+	if err != nil {
+		return s.wrapErr(ctx, err)
+	}
+	redisNow, ok := parseTime(v)
+	if !ok {
+		return fmt.Errorf("%w: unexpected reply to TIME", ErrUnavailable)
+	}
+	if behind := redisNow.Sub(s.now()); behind > s.maxSkew {
+		return refuse(ErrClockSkew, whySkew, fmt.Errorf("%w: behind by %v", ErrUnavailable, behind.Round(time.Millisecond)))
+	}
+	return nil
+}
+
+// isRefused reports a server error reply that refuses the command itself
+// (unknown, renamed or forbidden), as opposed to a transport failure.
+func isRefused(err error) bool {
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "unknown command") || strings.HasPrefix(msg, "noperm") || strings.Contains(msg, "no permissions")
+}
+
+// parseRole reads ROLE: {"master", offset, {{ip, port, offset}, ...}}.
+func parseRole(v any) (role string, replicas int, ok bool) {
+	r, isSlice := v.([]any)
+	if !isSlice || len(r) == 0 {
+		return "", 0, false
+	}
+	role, ok = r[0].(string)
+	if !ok {
+		return "", 0, false
+	}
+	if role != "master" {
+		return role, 0, true
+	}
+	if len(r) < 3 {
+		return "", 0, false
+	}
+	reps, isSlice := r[2].([]any)
+	if !isSlice {
+		return "", 0, false
+	}
+	return role, len(reps), true
+}
+
+// configValue reads CONFIG GET's reply (a map in RESP3, a flat list in RESP2).
+func configValue(v any, name string) (string, bool) {
+	switch r := v.(type) {
+	case map[any]any:
+		s, ok := r[name].(string)
+		return s, ok
+	case []any:
+		for i := 0; i+1 < len(r); i += 2 {
+			if k, _ := r[i].(string); k == name {
+				s, ok := r[i+1].(string)
+				return s, ok
+			}
+		}
+	}
+	return "", false
+}
+
+// parseTime reads TIME: {seconds, microseconds} as strings.
+func parseTime(v any) (time.Time, bool) {
+	r, ok := v.([]any)
+	if !ok || len(r) != 2 {
+		return time.Time{}, false
+	}
+	var sec, usec int64
+	for i, p := range []*int64{&sec, &usec} {
+		s, ok := r[i].(string)
+		if !ok {
+			return time.Time{}, false
+		}
+		if _, err := fmt.Sscan(s, p); err != nil {
+			return time.Time{}, false
+		}
+	}
+	return time.Unix(sec, usec*1000), true
+}

@@ -1,0 +1,222 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultDurabilityTimeout is how long a write waits for its
+// acknowledgements when Durability.Timeout is zero.
+const DefaultDurabilityTimeout = 250 * time.Millisecond
+
+// Durability is what a write must reach before the store reports success:
+// after every claim, lease acquisition and confirmation the store sends
+// WAIT (and WAITAOF) on the connection that wrote, and refuses the call
+// with [ErrNotDurable] when fewer acknowledgements than asked arrive
+// within Timeout. A release is not waited for: losing one only keeps a
+// lease until it ends by itself. The zero value waits for nothing.
+type Durability struct {
+	// Replicas is how many replicas must have received the write (WAIT).
+	Replicas int
+	// LocalAOF asks for the primary's own AOF to have fsynced the write
+	// (WAITAOF 1 ..., Redis 7.2 or newer, appendonly yes).
+	LocalAOF bool
+	// ReplicaAOF is how many replicas must have fsynced the write to their
+	// AOF (WAITAOF .. N, Redis 7.2 or newer).
+	ReplicaAOF int
+	// Timeout bounds the wait; it must be shorter than Options.Timeout
+	// (when that is positive). Zero means DefaultDurabilityTimeout.
+	Timeout time.Duration
+}
+
+// durability is a validated Durability and how to pin a connection.
+type durability struct {
+	Durability
+	wait    []any // WAIT n ms, or nil
+	waitAOF []any // WAITAOF l n ms, or nil
+	single  *redis.Client
+	cluster *redis.ClusterClient
+}
+
+func (d *durability) on() bool { return d.wait != nil || d.waitAOF != nil }
+
+func newDurability(client Client, d Durability, timeout time.Duration) (durability, error) {
+	out := durability{Durability: d}
+	switch {
+	case d.Replicas < 0, d.ReplicaAOF < 0:
+		return out, refuse(ErrConfig, "negative Durability replica count", nil)
+	case d.Timeout < 0:
+		return out, refuse(ErrConfig, "negative Durability.Timeout", nil)
+	}
+	if d.Replicas == 0 && d.ReplicaAOF == 0 && !d.LocalAOF {
+		if d.Timeout != 0 {
+			return out, refuse(ErrConfig, "Durability.Timeout without anything to wait for", nil)
+		}
+		return out, nil
+	}
+	if out.Timeout == 0 {
+		out.Timeout = DefaultDurabilityTimeout
+	}
+	if out.Timeout < time.Millisecond {
+		return out, refuse(ErrConfig, "Durability.Timeout under a millisecond", nil)
+	}
+	if timeout > 0 && out.Timeout >= timeout {
+		return out, refuse(ErrConfig, "Durability.Timeout not shorter than Options.Timeout", nil)
+	}
+	ms := strconv.FormatInt(out.Timeout.Milliseconds(), 10)
+	if d.Replicas > 0 {
+		out.wait = []any{"WAIT", strconv.Itoa(d.Replicas), ms}
+	}
+	if d.LocalAOF || d.ReplicaAOF > 0 {
+		local := "0"
+		if d.LocalAOF {
+			local = "1"
+		}
+		out.waitAOF = []any{"WAITAOF", local, strconv.Itoa(d.ReplicaAOF), ms}
+	}
+	switch c := client.(type) {
+	case *redis.Client:
+		out.single = c
+	case *redis.ClusterClient:
+		out.cluster = c
+	default:
+		return out, refuse(ErrConfig, "Durability needs a *redis.Client or *redis.ClusterClient (WAIT runs on the connection that wrote)", nil)
+	}
+	return out, nil
+}
+
+// pinned returns the client of the master that serves key, whose
+// pipelines run on one connection.
+func (d *durability) pinned(ctx context.Context, key string) (*redis.Client, error) {
+	if d.single != nil {
+		return d.single, nil
+	}
+	c, err := d.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return c, nil
+}
+
+// acked reports whether the WAIT and WAITAOF replies of a pipeline meet
+// the setting.
+func (d *durability) acked(wait, waitAOF *redis.Cmd) error {
+	if wait != nil {
+		n, err := wait.Int64()
+		if err != nil {
+			return fmt.Errorf("%w: WAIT: %w", ErrUnavailable, err)
+		}
+		if n < int64(d.Replicas) {
+			return refuse(ErrNotDurable, whyNotDurable, fmt.Errorf("%w: %d of %d replicas acknowledged", ErrUnavailable, n, d.Replicas))
+		}
+	}
+	if waitAOF != nil {
+		v, err := waitAOF.Slice()
+		if err != nil {
+			return fmt.Errorf("%w: WAITAOF: %w", ErrUnavailable, err)
+		}
+		if len(v) != 2 {
+			return fmt.Errorf("%w: unexpected reply to WAITAOF", ErrUnavailable)
+		}
+		local, ok1 := v[0].(int64)
+		reps, ok2 := v[1].(int64)
+		if !ok1 || !ok2 {
+			return fmt.Errorf("%w: unexpected reply to WAITAOF", ErrUnavailable)
+		}
+		if (d.LocalAOF && local < 1) || reps < int64(d.ReplicaAOF) {
+			return refuse(ErrNotDurable, whyNotDurable, fmt.Errorf("%w: AOF fsync acknowledged locally %d, by %d of %d replicas", ErrUnavailable, local, reps, d.ReplicaAOF))
+		}
+	}
+	return nil
+}
+
+// pipeline runs the script (EVALSHA, or EVAL once the server does not know
+// it) followed by WAIT and WAITAOF on one connection of the master serving
+// key. It returns the script's reply and the durability verdict.
+func (s *Store) pipeline(ctx context.Context, sc script, keys []string, args []string) (any, error) {
+	c, err := s.dur.pinned(ctx, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	send := func(eval bool) (any, error, error) {
+		p := c.Pipeline()
+		cmd := scriptArgs(sc, eval, keys, args)
+		sv := p.Do(ctx, cmd...)
+		var w, wa *redis.Cmd
+		if s.dur.wait != nil {
+			w = p.Do(ctx, s.dur.wait...)
+		}
+		if s.dur.waitAOF != nil {
+			wa = p.Do(ctx, s.dur.waitAOF...)
+		}
+		p.Exec(ctx) // errors are read per command
+		v, err := sv.Result()
+		if err != nil {
+			return nil, err, nil
+		}
+		return v, nil, s.dur.acked(w, wa)
+	}
+	type result struct {
+		v           any
+		err, durErr error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err, derr := send(false)
+		if err != nil && isNoScript(err) {
+			v, err, derr = send(true)
+		}
+		done <- result{v, err, derr}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+	if r.err != nil {
+		if s.dur.cluster != nil {
+			s.dur.cluster.ReloadState(context.WithoutCancel(ctx))
+		}
+		return nil, s.wrapErr(ctx, r.err)
+	}
+	if r.durErr != nil {
+		return r.v, r.durErr
+	}
+	return r.v, nil
+}
+
+// scriptArgs is the EVALSHA (or EVAL) command of sc.
+func scriptArgs(sc script, eval bool, keys []string, args []string) []any {
+	cmd := make([]any, 0, 3+len(keys)+len(args))
+	if eval {
+		cmd = append(cmd, "EVAL", sc.src)
+	} else {
+		cmd = append(cmd, "EVALSHA", sc.sha)
+	}
+	cmd = append(cmd, len(keys))
+	for _, k := range keys {
+		cmd = append(cmd, k)
+	}
+	for _, a := range args {
+		cmd = append(cmd, a)
+	}
+	return cmd
+}
+
+// wrapErr turns a client error into one matching ErrUnavailable (and the
+// context's error when ctx has ended).
+func (s *Store) wrapErr(ctx context.Context, err error) error {
+	if errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: unexpected nil reply", ErrUnavailable)
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}

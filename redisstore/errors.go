@@ -1,0 +1,97 @@
+package redisstore
+
+import (
+	"errors"
+
+	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// Sentinel errors, usable with errors.Is. Every error a Store method returns
+// matches [ErrUnavailable], [ErrInvalidClaim] or [ErrConfig], and a call that
+// returns an error never reports an ID as first or a lease as acquired.
+var (
+	// ErrUnavailable reports that the store could not decide whether the
+	// claim was first: Redis unreachable, timed out, or answered with an
+	// error or an unexpected reply; or one of the refusals below that also
+	// match it ([ErrFenced], [ErrClockSkew], [ErrNotDurable]). When the
+	// caller's context had ended by the time the call returned, the error
+	// also matches the context's error (context.DeadlineExceeded or
+	// context.Canceled); a client socket timeout that fires just before the
+	// deadline matches only ErrUnavailable. The claim may or may not have
+	// been recorded; the caller must refuse the request.
+	ErrUnavailable = errors.New("redisstore: replay store unavailable")
+
+	// ErrInvalidClaim reports a claim refused before anything was recorded:
+	// an empty ID, an ID over MaxIDBytes, an until that is not in the future
+	// (by Options.Now or by Redis's clock; these also match
+	// [replay.ErrExpired]: an already expired single-use token must be
+	// refused as expired, and there is nothing left to remember), or an
+	// until or lease reaching past the store's horizon ([Options.Horizon]).
+	ErrInvalidClaim = errors.New("redisstore: invalid claim")
+
+	// ErrFenced reports that the key space's shard holding the ID is fenced:
+	// its marker was missing, so Redis lost data it had acknowledged
+	// (restart without persistence, FLUSHALL, eviction, a replica promoted
+	// with an empty data set) or the key space was never provisioned
+	// ([Store.Provision]). The store refuses every claim and lease step of
+	// that shard until every claim made before the loss has expired (one
+	// [Options.Horizon] by Redis's clock), then opens it by itself. It
+	// matches [ErrUnavailable].
+	ErrFenced error = &unavailableError{"redisstore: replay store fenced"}
+
+	// ErrClockSkew reports that this instance's clock (Options.Now) is
+	// behind Redis's clock by more than [Options.MaxSkew]: it could accept a
+	// token whose claim Redis has already let expire, so the store refuses.
+	// It matches [ErrUnavailable].
+	ErrClockSkew error = &unavailableError{"redisstore: instance clock behind Redis"}
+
+	// ErrNotDurable reports that a write was applied on the Redis primary
+	// but fewer replicas (or AOF fsyncs) acknowledged it within
+	// [Durability.Timeout] than [Options.Durability] requires: a failover
+	// could lose it, so the claim is not reported first (it stays recorded
+	// on the primary and a retry is refused). It matches [ErrUnavailable].
+	ErrNotDurable error = &unavailableError{"redisstore: write not acknowledged by enough replicas"}
+
+	// ErrConfig reports a store that must not run as configured: invalid
+	// Options (found by [New] and [Open]), or a server that does not fit
+	// them (found by [Open], or by the first call of a Store from [New]):
+	// replicas without a durability setting, an eviction policy that can
+	// drop claims, WAITAOF on a server older than Redis 7.2. It is
+	// [replay.ErrConfig].
+	ErrConfig = replay.ErrConfig
+)
+
+// unavailableError is a refusal that also matches ErrUnavailable.
+type unavailableError struct{ msg string }
+
+func (e *unavailableError) Error() string        { return e.msg }
+func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Reason returns the fixed, log-safe reason of an error a Store returned
+// ("replay store fenced after losing data", "instance clock behind Redis by
+// more than MaxSkew", ...), or "" when it carries none. A reason never
+// contains an ID, a token or a key.
+func Reason(err error) string { return reason.Of(err) }
+
+// refuse returns an error matching sentinel and cause (when not nil) whose
+// Reason is why. Refusals of the unavailable kind pass a cause matching
+// ErrUnavailable.
+func refuse(sentinel error, why string, cause error) error {
+	if cause == nil {
+		return reason.New(sentinel, why)
+	}
+	return reason.Wrap(sentinel, why, cause)
+}
+
+// Fixed reasons.
+const (
+	whyFenced      = "replay store fenced after losing data (or never provisioned)"
+	whyFenceRaised = "replay store lost data: shard fenced for one horizon"
+	whyBadMarker   = "replay store fence marker holds an unknown value"
+	whySkew        = "instance clock behind Redis by more than MaxSkew"
+	whyNotDurable  = "fewer replicas acknowledged the write than Durability requires"
+	whyHorizon     = "until beyond the store's horizon"
+	whyLeaseLong   = "lease longer than the store's horizon"
+	whyPastRedis   = "until not in the future by Redis's clock"
+)

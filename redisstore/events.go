@@ -1,0 +1,90 @@
+package redisstore
+
+import (
+	"log/slog"
+	"time"
+)
+
+// EventKind names what an [Event] reports.
+type EventKind uint8
+
+const (
+	// EventFenceRaised: a call found its shard's fence marker missing —
+	// Redis lost data, or the key space was never provisioned — and fenced
+	// the shard until [Event.Until]. Exactly one call per loss and shard
+	// reports it (the one whose script wrote the fence).
+	EventFenceRaised EventKind = iota + 1
+	// EventFenced: a call was refused because its shard is fenced until
+	// [Event.Until].
+	EventFenced
+	// EventClockSkew: a call was refused because this instance's clock is
+	// behind Redis's by more than MaxSkew.
+	EventClockSkew
+	// EventNotDurable: a write was not acknowledged by as many replicas (or
+	// AOF fsyncs) as Durability requires, and the call was refused.
+	EventNotDurable
+	// EventLeaseReleased: a lease whose acquisition had an unknown outcome
+	// was released in the background (or cancelled before it landed).
+	EventLeaseReleased
+	// EventLeaseAbandoned: such a release could not be done (Redis did not
+	// answer within the lease, or too many were pending); the lease, if it
+	// was taken, ends by itself.
+	EventLeaseAbandoned
+
+	numEventKinds // not a kind: the size of the set
+)
+
+var eventNames = [numEventKinds]string{"", "fence_raised", "fenced", "clock_skew", "not_durable", "lease_released", "lease_abandoned"}
+
+// String returns the kind's stable label: "fence_raised", "fenced",
+// "clock_skew", "not_durable", "lease_released" or "lease_abandoned" (""
+// outside the set).
+func (k EventKind) String() string {
+	if k < numEventKinds {
+		return eventNames[k]
+	}
+	return ""
+}
+
+// Event is one occurrence reported to [Options.Observer]. It holds no ID,
+// token or key.
+type Event struct {
+	// Kind is what happened.
+	Kind EventKind
+	// Shard is the shard of the key space concerned (0 to Shards-1).
+	Shard int
+	// Until is, for EventFenceRaised and EventFenced, when the fence opens
+	// by Redis's clock; zero otherwise.
+	Until time.Time
+}
+
+// emit reports e to the observer and, at most once a minute per kind (every
+// time for a fence raised), to the log.
+func (s *Store) emit(e Event) {
+	if s.opts.Observer != nil {
+		s.opts.Observer(e)
+	}
+	now := time.Now().UnixMilli()
+	if e.Kind != EventFenceRaised {
+		last := s.logged[e.Kind].Load()
+		if now-last < time.Minute.Milliseconds() || !s.logged[e.Kind].CompareAndSwap(last, now) {
+			return
+		}
+	}
+	attrs := []any{slog.String("event", e.Kind.String()), slog.String("prefix", s.prefix), slog.Int("shard", e.Shard)}
+	if !e.Until.IsZero() {
+		attrs = append(attrs, slog.Time("until", e.Until))
+	}
+	switch e.Kind {
+	case EventFenceRaised:
+		s.log.Error("redisstore: Redis lost acknowledged data (or the key space was never provisioned); the shard refuses every claim until the fence opens", attrs...)
+	case EventFenced:
+		s.log.Warn("redisstore: refusing claims of a fenced shard", attrs...)
+	case EventClockSkew:
+		s.log.Warn("redisstore: refusing claims: this instance's clock is behind Redis's by more than MaxSkew", attrs...)
+	case EventNotDurable:
+		s.log.Warn("redisstore: refusing claims: fewer replicas acknowledged the write than Durability requires", attrs...)
+	case EventLeaseAbandoned:
+		s.log.Warn("redisstore: could not release a lease whose acquisition had an unknown outcome; it ends by itself", attrs...)
+	}
+}

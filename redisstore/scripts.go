@@ -1,0 +1,130 @@
+package redisstore
+
+import "strings"
+
+// Every claim and lease step is one Lua script on two keys of one hash slot
+// (see key layout in fence.go): KEYS[1] the shard's fence marker, KEYS[2]
+// the ID's entry. The script first runs the guard: it reads Redis's clock
+// (TIME; Redis 7 replicates a script by its effects, so reading the clock
+// is allowed and replicas see only the writes), refuses when the caller's
+// clock (ARGV[1], Unix ms) is behind it by more than ARGV[2] ms, and checks
+// the marker:
+//
+//	absent        Redis lost data (or the key space is new): write
+//	              "F<now + horizon>" (ARGV[3] ms) and refuse
+//	"F<ms>"       fenced: refuse until Redis's clock reaches ms, then "O"
+//	"O"           open
+//
+// An entry (KEYS[2]) is one of:
+//
+//	free      no key, or "X" + token (a cancel note, below)
+//	leased    "L" + token, expiring lease after it was taken (PX, Redis's clock)
+//	done      "D" + token, expiring at the confirmed until (PXAT)
+//	claimed   "1" from Claim, which AcquireLease reports as done
+//
+// The token is 32 hex digits from crypto/rand, minted per AcquireLease
+// before the script is sent, so a client that resends a script whose reply
+// was lost gets the same answer: an acquire finds its own lease, a confirm
+// its own done entry, a release nothing left to do. A cancel note
+// "X" + token is written by the release of an acquire whose outcome is
+// unknown when it finds the ID free: should that acquire reach Redis later,
+// it finds its own note and takes nothing. Every other step treats a note
+// as free.
+//
+// Replies are {code, value}; negative codes are the guard's refusals:
+//
+//	-1 fence raised now, value = fenced until (ms)
+//	-2 fenced, value = fenced until (ms)
+//	-3 caller's clock behind, value = Redis's now (ms)
+//	-4 marker holds an unknown value
+//	-5 until not after Redis's now, value = Redis's now (ms)
+//	-6 until or lease past Redis's now + horizon, value = Redis's now (ms)
+const guardLua = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(ARGV[1]) < now - tonumber(ARGV[2]) then return {-3, now} end
+local m = redis.call('GET', KEYS[1])
+if not m then
+  local f = now + tonumber(ARGV[3])
+  redis.call('SET', KEYS[1], string.format('F%.0f', f))
+  return {-1, f}
+end
+if m ~= 'O' then
+  local f = tonumber(string.sub(m, 2))
+  if string.sub(m, 1, 1) ~= 'F' or not f then return {-4, 0} end
+  if now < f then return {-2, f} end
+  redis.call('SET', KEYS[1], 'O')
+end
+`
+
+// untilLua checks ARGV[4], an absolute expiry in Unix ms, against Redis's
+// clock and the horizon.
+const untilLua = `local u = tonumber(ARGV[4])
+if u <= now then return {-5, now} end
+if u > now + tonumber(ARGV[3]) then return {-6, now} end
+`
+
+// Claim: ARGV[4] until (ms). {1, 0} first, {0, 0} taken.
+const claimScript = guardLua + untilLua + `local v = redis.call('GET', KEYS[2])
+if v and string.sub(v, 1, 1) ~= 'X' then return {0, 0} end
+redis.call('SET', KEYS[2], '1', 'PXAT', ARGV[4])
+return {1, 0}`
+
+// Acquire: ARGV[4] token, ARGV[5] lease (ms). {1, 0} acquired, {2, pttl}
+// busy, {3, 0} done, {4, 0} cancelled by this token's own note.
+const acquireScript = guardLua + `if tonumber(ARGV[5]) > tonumber(ARGV[3]) then return {-6, now} end
+local v = redis.call('GET', KEYS[2])
+if v == 'X' .. ARGV[4] then return {4, 0} end
+if (not v) or string.sub(v, 1, 1) == 'X' then
+  redis.call('SET', KEYS[2], 'L' .. ARGV[4], 'PX', ARGV[5])
+  return {1, 0}
+end
+if v == 'L' .. ARGV[4] then return {1, 0} end
+if string.sub(v, 1, 1) == 'L' then return {2, redis.call('PTTL', KEYS[2])} end
+return {3, 0}`
+
+// Confirm: ARGV[4] until (ms), ARGV[5] token. {1, 0} recorded, {0, 0} lost.
+const confirmScript = guardLua + untilLua + `local v = redis.call('GET', KEYS[2])
+if (not v) or string.sub(v, 1, 1) == 'X' or v == 'L' .. ARGV[5] or v == 'D' .. ARGV[5] then
+  redis.call('SET', KEYS[2], 'D' .. ARGV[5], 'PXAT', ARGV[4])
+  return {1, 0}
+end
+return {0, 0}`
+
+// Release: KEYS[1] the entry, ARGV[1] token. Deletes only the token's own
+// lease; needs no guard (it can only free what the caller holds).
+const releaseScript = `if redis.call('GET', KEYS[1]) == 'L' .. ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0`
+
+// Cancel: KEYS[1] the entry, ARGV[1] token, ARGV[2] note lifetime (ms). The
+// release of an acquire whose outcome is unknown: 1 freed the token's
+// lease, 2 wrote a cancel note (the acquire has not landed), 0 the ID is
+// someone else's (or already noted).
+const cancelScript = `local v = redis.call('GET', KEYS[1])
+if v == 'L' .. ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if not v then
+  redis.call('SET', KEYS[1], 'X' .. ARGV[1], 'PX', ARGV[2])
+  return 2
+end
+return 0`
+
+// script is a Lua script and its SHA-1, which names it to EVALSHA. The
+// digests are constants rather than computed with crypto/sha1, which panics
+// under GODEBUG=fips140=only (SHA-1 here only names a script to Redis; it
+// protects nothing). TestScriptDigestsAreTheScriptsSHA1 checks them.
+type script struct{ src, sha string }
+
+var (
+	claimLua   = script{claimScript, "b4d55e2cc0c8c51ee838ec368058ee43e99bfc99"}
+	acquireLua = script{acquireScript, "da6cc2966290ffeac0c7d5ae215b008058786de1"}
+	confirmLua = script{confirmScript, "f8fa9a5b6030e9aba63c845d0467e3e598035308"}
+	releaseLua = script{releaseScript, "bf71827a537b7beaab6705f877859f07d6d0155e"}
+	cancelLua  = script{cancelScript, "3900ff61ff860fed2712e00772721f4f46ed1263"}
+)
+
+func isNoScript(err error) bool { return strings.Contains(err.Error(), "NOSCRIPT") }
