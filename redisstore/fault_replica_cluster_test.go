@@ -19,7 +19,7 @@ import (
 // WAIT for one replica, sent to the master that holds the key, none.
 func TestClusterReplicaTakeoverAcceptsNothingTwice(t *testing.T) {
 	rates := map[int]float64{}
-	for _, d := range durabilities {
+	for _, d := range protections {
 		t.Run(d.name, func(t *testing.T) {
 			rc := startReplicaCluster(t, 2*time.Second)
 			prefix := randomPrefix()

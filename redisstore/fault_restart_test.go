@@ -3,10 +3,16 @@
 package redisstore
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net/http"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // redeemDecided redeems s on the instance at base, retrying while the store
@@ -26,68 +32,151 @@ func redeemDecided(t *testing.T, c *http.Client, base string, s single) int {
 	return 0
 }
 
-// TestRestartForgetsOnlyWhatPersistenceLoses redeems every token once,
-// restarts Redis, and redeems every token again on every instance: the
-// number accepted a second time is exactly the number of claims the
-// configuration lost. With AOF and appendfsync always nothing is lost, even
-// on a crash; without persistence every claim is forgotten, on a crash and
-// on a clean shutdown alike; with RDB save points only (Redis's own default)
-// a clean shutdown saves a snapshot but a crash loses every claim since the
-// last one.
+// fenceRecorder is the fleet's replay store with the last Claim error
+// remembered, so a test redeeming one token at a time over HTTP can tell a
+// fenced refusal (the store found its data lost) from a transient one.
+type fenceRecorder struct {
+	*Store
+	mu   sync.Mutex
+	last error
+}
+
+func (f *fenceRecorder) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	first, err := f.Store.Claim(ctx, id, until)
+	f.mu.Lock()
+	f.last = err
+	f.mu.Unlock()
+	return first, err
+}
+
+func (f *fenceRecorder) fenced() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return errors.Is(f.last, ErrFenced)
+}
+
+var _ replay.Leaser = (*fenceRecorder)(nil)
+
+// TestRestartForgetsOnlyWhatPersistenceLoses redeems every token once and
+// has every webhook delivery processed once, restarts Redis, then redeems
+// every token again on every instance and sends every delivery again. What
+// the configuration kept is refused as used (409) and acknowledged as a
+// duplicate (200); what it lost is refused because the store finds its
+// fence markers gone and fences the key space ([ErrFenced], 503), so no
+// token is accepted a second time and no delivery processed a second time
+// either way. With AOF and appendfsync always nothing is lost, even on a
+// crash; without persistence everything is, on a crash and on a clean
+// shutdown alike; with RDB save points only (Redis's own default) a clean
+// shutdown saves a snapshot but a crash loses every claim since the last
+// one. (Before the fence, the lossy rows accepted every token again: 200 of
+// 200.)
 func TestRestartForgetsOnlyWhatPersistenceLoses(t *testing.T) {
 	const perKind = 100
 	const total = perKind * 2 // one-time tokens and single-use states
+	const deliveries = 50
 	tests := []struct {
-		name          string
-		args          []string
-		stop          syscall.Signal
-		wantForgotten int
+		name string
+		args []string
+		stop syscall.Signal
+		lost bool // the restart loses the claims (and the fence markers)
 	}{
-		{"AOF always, crash", []string{"--appendonly", "yes", "--appendfsync", "always"}, syscall.SIGKILL, 0},
-		{"AOF always, clean shutdown", []string{"--appendonly", "yes", "--appendfsync", "always"}, syscall.SIGTERM, 0},
-		{"no persistence, crash", nil, syscall.SIGKILL, total},
-		{"no persistence, clean shutdown", nil, syscall.SIGTERM, total},
-		{"RDB save points only, crash", []string{"--save", "3600 1 300 100 60 10000"}, syscall.SIGKILL, total},
-		{"RDB save points only, clean shutdown", []string{"--save", "3600 1 300 100 60 10000"}, syscall.SIGTERM, 0},
+		{"AOF always, crash", []string{"--appendonly", "yes", "--appendfsync", "always"}, syscall.SIGKILL, false},
+		{"AOF always, clean shutdown", []string{"--appendonly", "yes", "--appendfsync", "always"}, syscall.SIGTERM, false},
+		{"no persistence, crash", nil, syscall.SIGKILL, true},
+		{"no persistence, clean shutdown", nil, syscall.SIGTERM, true},
+		{"RDB save points only, crash", []string{"--save", "3600 1 300 100 60 10000"}, syscall.SIGKILL, true},
+		{"RDB save points only, clean shutdown", []string{"--save", "3600 1 300 100 60 10000"}, syscall.SIGTERM, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv(envFleetKeys, fleetKey())
 			t.Setenv(envFleetSession, "fleet-session-1")
 			rp := startRedisProc(t, tt.args...)
-			store := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
+			store := &fenceRecorder{Store: faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)}
+			var hooks acceptLog
+			hook := hookEndpoint(t, store, 2*time.Second, 0, nil, hooks.add)
 			var ins []*instance
 			for i := range 3 {
-				ins = append(ins, startInstance(t, "i"+string(rune('0'+i)), store, nil))
+				ins = append(ins, startInstance(t, "i"+string(rune('0'+i)), store, withHook(hook)))
 			}
 			c := faultClient(t)
+			sender := newHookSender(t, c)
 			toks := mintMany(t, c, ins, perKind)
 			for i, s := range toks {
 				if st := redeem(c, ins[(i+1)%3].srv.URL, s); st != http.StatusOK {
 					t.Fatalf("first redeem of %s token %d: status %d, want 200", s.kind, i, st)
 				}
 			}
+			ids := make([]string, deliveries)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("msg_restart_%d", i)
+				if code := sender.send(ins[i%3].srv.URL, ids[i]); code != http.StatusNoContent {
+					t.Fatalf("first copy of delivery %d: status %d, want 204", i, code)
+				}
+			}
 
 			rp.restart(tt.stop)
 
-			forgotten := 0
+			accepted, fenced := 0, 0
 			for i, s := range toks {
-				accepted := 0
 				for j := range ins {
-					if st := redeemDecided(t, c, ins[(i+j)%3].srv.URL, s); st == http.StatusOK {
+					base := ins[(i+j)%3].srv.URL
+					st := 0
+					for try := 0; ; try++ {
+						st = redeem(c, base, s)
+						if st != http.StatusServiceUnavailable && st != 0 {
+							break
+						}
+						if store.fenced() {
+							fenced++
+							break
+						}
+						if try == 50 {
+							t.Fatalf("%s token %d: no decision after 50 tries", s.kind, i)
+						}
+						time.Sleep(20 * time.Millisecond) // a pooled connection to the stopped server
+					}
+					switch st {
+					case http.StatusOK:
 						accepted++
-					} else if st != http.StatusConflict {
-						t.Fatalf("redeem after restart: status %d, want 200 or 409", st)
+					case http.StatusConflict, http.StatusServiceUnavailable:
+					default:
+						t.Fatalf("redeem after restart: status %d, want 409 or a fenced 503", st)
 					}
 				}
-				if accepted > 1 {
-					t.Fatalf("%s token %d accepted %d times after the restart", s.kind, i, accepted)
-				}
-				forgotten += accepted
 			}
-			t.Logf("%s: %d of %d redeemed tokens accepted again after the restart", tt.name, forgotten, total)
-			if forgotten != tt.wantForgotten {
-				t.Fatalf("%d of %d redeemed tokens accepted again, want %d", forgotten, total, tt.wantForgotten)
+			dupes, refused := 0, 0
+			for i, id := range ids {
+				code := 0
+				for range 2 {
+					if code = sender.send(ins[(i+1)%3].srv.URL, id); code != http.StatusServiceUnavailable && code != 0 {
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				switch code {
+				case http.StatusOK:
+					dupes++
+				case http.StatusServiceUnavailable:
+					refused++
+				default:
+					t.Fatalf("delivery %d sent again after the restart: status %d, want 200 (duplicate) or 503 (fenced)", i, code)
+				}
+				if n := hooks.count(id); n != 1 {
+					t.Fatalf("delivery %d processed %d times", i, n)
+				}
+			}
+			t.Logf("%s: after the restart %d of %d token redeems accepted, %d refused as fenced; of %d deliveries sent again %d acknowledged as duplicates, %d refused, 0 processed again",
+				tt.name, accepted, total*3, fenced, deliveries, dupes, refused)
+			if accepted != 0 {
+				t.Fatalf("%d redeems of used tokens accepted after the restart, want 0", accepted)
+			}
+			wantFenced, wantDupes := 0, deliveries
+			if tt.lost {
+				wantFenced, wantDupes = total*3, 0
+			}
+			if fenced != wantFenced || dupes != wantDupes {
+				t.Fatalf("%d redeems refused as fenced and %d deliveries acknowledged as duplicates, want %d and %d", fenced, dupes, wantFenced, wantDupes)
 			}
 		})
 	}

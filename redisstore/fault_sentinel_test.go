@@ -21,7 +21,7 @@ import (
 // token is accepted twice and no delivery processed twice.
 func TestSentinelFailoverAcceptsNothingTwice(t *testing.T) {
 	rates := map[int]float64{}
-	for _, d := range durabilities {
+	for _, d := range protections {
 		t.Run(d.name, func(t *testing.T) {
 			primary, replica := startPrimaryReplica(t)
 			sp := startSentinel(t, primary.addr(), 1)
