@@ -22,6 +22,8 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,12 +42,16 @@ type wlConfig struct {
 	timeout time.Duration // bound on one redeem or one delivery copy
 }
 
-// wlNode is one service instance: a one-time issuer and a webhook receiver
-// over its own store handle, with its own clock.
+// wlNode is one service instance: it mints and redeems one-time tokens and
+// receives webhook deliveries over its own store handle, with its own
+// clock. A service node does so through ctoken (newWorkload); a direct node
+// calls the store as they do, with lifetimes short enough for a test to
+// wait out a fence (newDirectWorkload).
 type wlNode struct {
-	name    string
-	onetime *ctoken.OneTimeIssuer
-	hook    http.Handler
+	name   string
+	mint   func() (string, error)
+	redeem func(ctx context.Context, tok string) (int, error)
+	send   func(ctx context.Context, id string) int
 }
 
 // wlToken is a minted one-time token and what its redeems got.
@@ -58,6 +64,7 @@ type wlToken struct {
 // wlDelivery is a webhook delivery and what its copies got.
 type wlDelivery struct {
 	id        string
+	expires   time.Time    // direct nodes: refused as stale from then on (a signed timestamp's role)
 	acked     atomic.Bool  // some copy was answered 2xx during the run
 	processed atomic.Int32 // times the handler ran (its side effect)
 	leaseErr  atomic.Bool  // the middleware reported a lease step the store did not record (OnLeaseError)
@@ -67,6 +74,7 @@ type wlDelivery struct {
 type wlEvent struct {
 	at     time.Time
 	status int
+	fenced bool // a 503 for ErrFenced
 }
 
 // workload drives the nodes. Start it with start, end it with stop, then
@@ -151,7 +159,23 @@ func newWorkload(t *testing.T, cfg wlConfig, stores []wlStore, nows []func() tim
 			del.processed.Add(1)
 			w.WriteHeader(http.StatusNoContent)
 		}))
-		wl.nodes = append(wl.nodes, &wlNode{name: fmt.Sprint("node", i), onetime: ot, hook: hook})
+		wl.nodes = append(wl.nodes, &wlNode{
+			name: fmt.Sprint("node", i),
+			mint: func() (string, error) { return ot.Mint(wl.claims) },
+			redeem: func(ctx context.Context, tok string) (int, error) {
+				_, err := ot.Redeem(ctx, tok, wl.claims)
+				switch {
+				case err == nil:
+					return http.StatusOK, nil
+				case errors.Is(err, ctoken.ErrOneTimeRedeemed):
+					return http.StatusConflict, err
+				case errors.Is(err, ctoken.ErrOneTimeInvalid), errors.Is(err, ctoken.ErrOneTimeExpired), errors.Is(err, ctoken.ErrOneTimeClaims):
+					return http.StatusBadRequest, err
+				}
+				return http.StatusServiceUnavailable, err
+			},
+			send: func(ctx context.Context, id string) int { return wl.sendHTTP(ctx, hook, id) },
+		})
 	}
 	s, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
 	if err != nil {
@@ -161,37 +185,108 @@ func newWorkload(t *testing.T, cfg wlConfig, stores []wlStore, nows []func() tim
 	return wl
 }
 
+// directMargin is how long a direct node holds a claim past the ID's
+// lifetime: replay.SkewMargin's role, shortened with the lifetimes.
+const directMargin = 500 * time.Millisecond
+
+// newDirectWorkload builds one direct node per store: a token is a random
+// ID and its expiry (now + cfg.ttl), claimed until the expiry plus
+// directMargin as OneTimeIssuer.Redeem does; a delivery is taken, processed
+// and confirmed through the store's Leaser as the webhook middleware does,
+// held until its expiry plus directMargin, and refused as stale (400) from
+// its expiry on, as a signed timestamp past the tolerance would be. The
+// lifetimes can so be shorter than ctoken's (which add replay.SkewMargin,
+// 60 s) and fit in a short store horizon.
+func newDirectWorkload(t *testing.T, cfg wlConfig, stores []*Store) *workload {
+	t.Helper()
+	wl := newWorkload(t, cfg, nil, nil)
+	for i, s := range stores {
+		wl.nodes = append(wl.nodes, &wlNode{
+			name: fmt.Sprint("direct", i),
+			mint: func() (string, error) {
+				b := make([]byte, 12)
+				rand.Read(b)
+				return hex.EncodeToString(b) + "." + strconv.FormatInt(time.Now().Add(cfg.ttl).UnixMilli(), 10), nil
+			},
+			redeem: func(ctx context.Context, tok string) (int, error) {
+				id, ms, _ := strings.Cut(tok, ".")
+				n, err := strconv.ParseInt(ms, 10, 64)
+				if err != nil {
+					return http.StatusBadRequest, err
+				}
+				exp := time.UnixMilli(n)
+				if !time.Now().Before(exp) {
+					return http.StatusBadRequest, replay.ErrExpired
+				}
+				first, err := s.Claim(ctx, "tok:"+id, exp.Add(directMargin))
+				switch {
+				case errors.Is(err, replay.ErrExpired):
+					return http.StatusBadRequest, err
+				case err != nil:
+					return http.StatusServiceUnavailable, err
+				case first:
+					return http.StatusOK, nil
+				}
+				return http.StatusConflict, nil
+			},
+			send: func(ctx context.Context, id string) int {
+				wl.mu.Lock()
+				del := wl.deliveries[id]
+				wl.mu.Unlock()
+				if del == nil || !time.Now().Before(del.expires) {
+					return http.StatusBadRequest
+				}
+				l, err := s.AcquireLease(ctx, "hook:"+id, cfg.lease)
+				switch {
+				case errors.Is(err, replay.ErrExpired):
+					return http.StatusBadRequest
+				case err != nil:
+					return http.StatusServiceUnavailable
+				case l.State == replay.LeaseDone:
+					return http.StatusOK
+				case l.State != replay.LeaseAcquired:
+					return http.StatusServiceUnavailable
+				}
+				del.processed.Add(1)
+				if err := s.ConfirmLease(ctx, "hook:"+id, l.Token, del.expires.Add(directMargin)); err != nil {
+					del.leaseErr.Store(true) // the middleware's OnLeaseError; its response stands
+				}
+				return http.StatusNoContent
+			},
+		})
+	}
+	return wl
+}
+
 // redeem redeems tok on node n and maps the outcome as a service would:
 // 200 accepted, 409 already redeemed, 400 invalid or expired, 503 the store
 // could not decide (fail closed).
 func (wl *workload) redeem(n *wlNode, tok string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), wl.cfg.timeout)
 	defer cancel()
-	_, err := n.onetime.Redeem(ctx, tok, wl.claims)
-	switch {
-	case err == nil:
-		return http.StatusOK, nil
-	case errors.Is(err, ctoken.ErrOneTimeRedeemed):
-		return http.StatusConflict, err
-	case errors.Is(err, ctoken.ErrOneTimeInvalid), errors.Is(err, ctoken.ErrOneTimeExpired), errors.Is(err, ctoken.ErrOneTimeClaims):
-		return http.StatusBadRequest, err
-	}
-	return http.StatusServiceUnavailable, err
+	return n.redeem(ctx, tok)
 }
 
-// send posts one copy of delivery id to node n, signed now by the sender's
-// (true) clock, and returns the status.
+// send sends one copy of delivery id to node n and returns the status: 2xx
+// acknowledged (204 processed, 200 a duplicate), 503 refused for now, 400
+// stale.
 func (wl *workload) send(n *wlNode, id string) int {
-	body := []byte(`{"delivery":"` + id + `"}`)
 	ctx, cancel := context.WithTimeout(context.Background(), wl.cfg.timeout)
 	defer cancel()
+	return n.send(ctx, id)
+}
+
+// sendHTTP posts one copy of delivery id to a webhook middleware, signed
+// now by the sender's (true) clock, and returns the status.
+func (wl *workload) sendHTTP(ctx context.Context, hook http.Handler, id string) int {
+	body := []byte(`{"delivery":"` + id + `"}`)
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/hook", bytes.NewReader(body))
 	if err := wl.signer.Sign(req.Header, id, body); err != nil {
 		wl.t.Error(err)
 		return 0
 	}
 	rec := httptest.NewRecorder()
-	n.hook.ServeHTTP(rec, req)
+	hook.ServeHTTP(rec, req)
 	return rec.Code
 }
 
@@ -206,11 +301,25 @@ func (wl *workload) record(tk *wlToken, status int, err error) {
 		tk.refused.Add(1)
 	}
 	wl.mu.Lock()
-	wl.events = append(wl.events, wlEvent{time.Now(), status})
+	wl.events = append(wl.events, wlEvent{time.Now(), status, errors.Is(err, ErrFenced)})
 	if status == http.StatusServiceUnavailable {
-		wl.reasons[ctoken.Reason(err)+": "+rootCause(err)]++
+		wl.reasons[refusalKind(err)]++
 	}
 	wl.mu.Unlock()
+}
+
+// refusalKind names why the store refused: one of its refusals, or the
+// innermost error (a connection error, a timeout).
+func refusalKind(err error) string {
+	switch {
+	case errors.Is(err, ErrFenced):
+		return "ErrFenced (shard fenced after a loss)"
+	case errors.Is(err, ErrClockSkew):
+		return "ErrClockSkew (instance clock behind Redis)"
+	case errors.Is(err, ErrNotDurable):
+		return "ErrNotDurable (too few replicas acknowledged)"
+	}
+	return rootCause(err)
 }
 
 // rootCause is the innermost error's text: the store's refusal. Store
@@ -239,14 +348,14 @@ func (wl *workload) start() {
 			for i := 0; !wl.stopped.Load(); i++ {
 				a := (w + i) % len(wl.nodes)
 				b := (a + 1) % len(wl.nodes)
-				tok, err := wl.nodes[a].onetime.Mint(wl.claims)
+				tok, err := wl.nodes[a].mint()
 				if err != nil {
 					wl.t.Error(err)
 					return
 				}
 				tk := &wlToken{tok: tok}
 				id := fmt.Sprintf("msg_%s_%d_%d", wl.runID, w, i)
-				del := &wlDelivery{id: id}
+				del := &wlDelivery{id: id, expires: time.Now().Add(wl.cfg.ttl)}
 				wl.mu.Lock()
 				wl.tokens = append(wl.tokens, tk)
 				wl.deliveries[id] = del
@@ -313,7 +422,8 @@ type wlResult struct {
 	leaseErrTwice             int // of those, deliveries whose lease step the middleware reported unrecorded
 	leaseErrs                 int // deliveries with a lease step reported unrecorded (OnLeaseError)
 	recheckAccepted           int // tokens first accepted by the recheck
-	recheckExpired            int // tokens the recheck found expired (not a decision on use)
+	recheckExpired            int // token redeems the recheck found expired (not a decision on use)
+	recheckStale              int // delivery copies the recheck found stale (likewise)
 	undecided                 int // tokens or deliveries the recheck could not decide by its deadline
 	reasons                   map[string]int
 }
@@ -338,7 +448,7 @@ func (wl *workload) recheck(limit time.Duration) wlResult {
 	}
 	wl.mu.Unlock()
 	deadline := time.Now().Add(limit)
-	var undecided, expired, firstNow atomic.Int32
+	var undecided, expired, stale, firstNow atomic.Int32
 	work := make(chan func())
 	var wg sync.WaitGroup
 	for range 16 {
@@ -383,8 +493,12 @@ func (wl *workload) recheck(limit time.Duration) wlResult {
 					if code/100 == 2 {
 						break
 					}
+					if code == http.StatusBadRequest {
+						stale.Add(1) // past its lifetime: refused whatever the store holds
+						break
+					}
 					if code != http.StatusServiceUnavailable && code != 0 {
-						wl.t.Errorf("resending a delivery: status %d, want 2xx or 503", code)
+						wl.t.Errorf("resending a delivery: status %d, want 2xx, 400 (stale) or 503", code)
 						break
 					}
 					if time.Now().After(deadline) {
@@ -400,7 +514,7 @@ func (wl *workload) recheck(limit time.Duration) wlResult {
 	wg.Wait()
 
 	r := wlResult{tokens: len(tokens), deliveries: len(dels), undecided: int(undecided.Load()),
-		recheckAccepted: int(firstNow.Load()), recheckExpired: int(expired.Load()), reasons: map[string]int{}}
+		recheckAccepted: int(firstNow.Load()), recheckExpired: int(expired.Load()), recheckStale: int(stale.Load()), reasons: map[string]int{}}
 	for _, tk := range tokens {
 		if tk.accepted.Load() > 1 {
 			r.acceptedTwice++
@@ -452,9 +566,9 @@ func logReasons(t *testing.T, r wlResult) {
 	}
 }
 
-// refusalWindow returns the first and last 503 among the redeem replies at
-// or after from, and the first 200 after the last 503.
-func (wl *workload) refusalWindow(from time.Time) (first, last, backAt time.Time) {
+// fenceWindow returns the first and last redeem refused as fenced
+// (ErrFenced) at or after from, and the first accepted after the last.
+func (wl *workload) fenceWindow(from time.Time) (first, last, backAt time.Time) {
 	wl.mu.Lock()
 	defer wl.mu.Unlock()
 	evs := slices.Clone(wl.events)
@@ -463,7 +577,7 @@ func (wl *workload) refusalWindow(from time.Time) (first, last, backAt time.Time
 		if e.at.Before(from) {
 			continue
 		}
-		if e.status == http.StatusServiceUnavailable {
+		if e.fenced {
 			if first.IsZero() {
 				first = e.at
 			}
@@ -474,4 +588,17 @@ func (wl *workload) refusalWindow(from time.Time) (first, last, backAt time.Time
 		}
 	}
 	return first, last, backAt
+}
+
+// refusedBefore counts the redeems refused (503) before t.
+func (wl *workload) refusedBefore(t time.Time) int {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	n := 0
+	for _, e := range wl.events {
+		if e.at.Before(t) && e.status == http.StatusServiceUnavailable {
+			n++
+		}
+	}
+	return n
 }
