@@ -14,8 +14,8 @@ import (
 // waits the fence out, and longer than every claim (ttl + directMargin).
 const fenceHorizon = 3 * time.Second
 
-// fenceCfg is the fence tests' workload: IDs living 1.5 s, held 0.5 s more.
-var fenceCfg = wlConfig{workers: 24, ttl: 1500 * time.Millisecond, lease: time.Second, timeout: 2 * time.Second}
+// fenceCfg is the fence tests' workload: IDs living 2 s, held 0.5 s more.
+var fenceCfg = wlConfig{workers: 24, ttl: 2 * time.Second, lease: time.Second, timeout: 2 * time.Second}
 
 // TestStoreThatForgetsAcceptsNothingTwice runs issue 26's workload, on
 // direct nodes (fenceCfg: lifetimes that fit a 3 s horizon), against one

@@ -52,6 +52,10 @@ type wlNode struct {
 	mint   func() (string, error)
 	redeem func(ctx context.Context, tok string) (int, error)
 	send   func(ctx context.Context, id string) int
+
+	accepted  atomic.Int64 // redeems this node accepted
+	processed atomic.Int64 // delivery copies this node processed (204)
+	skewed    atomic.Int64 // redeems this node's store refused for clock skew
 }
 
 // wlToken is a minted one-time token and what its redeems got.
@@ -264,7 +268,14 @@ func newDirectWorkload(t *testing.T, cfg wlConfig, stores []*Store) *workload {
 func (wl *workload) redeem(n *wlNode, tok string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), wl.cfg.timeout)
 	defer cancel()
-	return n.redeem(ctx, tok)
+	st, err := n.redeem(ctx, tok)
+	switch {
+	case st == http.StatusOK:
+		n.accepted.Add(1)
+	case errors.Is(err, ErrClockSkew):
+		n.skewed.Add(1)
+	}
+	return st, err
 }
 
 // send sends one copy of delivery id to node n and returns the status: 2xx
@@ -273,7 +284,11 @@ func (wl *workload) redeem(n *wlNode, tok string) (int, error) {
 func (wl *workload) send(n *wlNode, id string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), wl.cfg.timeout)
 	defer cancel()
-	return n.send(ctx, id)
+	code := n.send(ctx, id)
+	if code == http.StatusNoContent {
+		n.processed.Add(1)
+	}
+	return code
 }
 
 // sendHTTP posts one copy of delivery id to a webhook middleware, signed
@@ -422,14 +437,14 @@ type wlResult struct {
 	leaseErrTwice             int // of those, deliveries whose lease step the middleware reported unrecorded
 	leaseErrs                 int // deliveries with a lease step reported unrecorded (OnLeaseError)
 	recheckAccepted           int // tokens first accepted by the recheck
-	recheckExpired            int // token redeems the recheck found expired (not a decision on use)
+	recheckExpired            int // token redeems the recheck found invalid or expired (400: not a decision on use)
 	recheckStale              int // delivery copies the recheck found stale (likewise)
 	undecided                 int // tokens or deliveries the recheck could not decide by its deadline
 	reasons                   map[string]int
 }
 
 func (r wlResult) String() string {
-	return fmt.Sprintf("%d tokens: %d accepted twice (%d first accepted by the recheck, %d expired by then); "+
+	return fmt.Sprintf("%d tokens: %d accepted twice (%d first accepted by the recheck, whose redeems found %d invalid or expired); "+
 		"%d deliveries (%d acknowledged during the run, %d with a lease step reported unrecorded): "+
 		"%d processed twice (%d of them acknowledged, %d reported unrecorded); %d undecided",
 		r.tokens, r.acceptedTwice, r.recheckAccepted, r.recheckExpired,
