@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestClusterReplicaTakeoverAcceptsNothingTwice runs issue 26's workload on
+// TestReplicaClusterTakeoverAcceptsNothingTwice runs issue 26's workload on
 // a Redis Cluster of three masters with one asynchronous replica each
 // (started by the test, no persistence), behind go-redis's ClusterClient.
 // After 1 s the first master's replication link is cut, the master
@@ -17,7 +17,7 @@ import (
 // again and every delivery sent again. Without a durability setting the
 // doubles (claims on that master's third of the slots) are logged; with
 // WAIT for one replica, sent to the master that holds the key, none.
-func TestClusterReplicaTakeoverAcceptsNothingTwice(t *testing.T) {
+func TestReplicaClusterTakeoverAcceptsNothingTwice(t *testing.T) {
 	rates := map[int]float64{}
 	for _, d := range protections {
 		t.Run(d.name, func(t *testing.T) {
