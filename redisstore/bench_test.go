@@ -3,6 +3,8 @@ package redisstore
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -11,10 +13,11 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/webhook"
+	"github.com/redis/go-redis/v9"
 )
 
-// BenchmarkClaim measures one first claim (a SET NX PXAT round trip) against
-// the Redis at CTOKEN_REDIS_ADDR.
+// BenchmarkClaim measures one first claim (one guarded script) against the
+// Redis at CTOKEN_REDIS_ADDR.
 func BenchmarkClaim(b *testing.B) {
 	s, _ := newTestStore(b)
 	ctx := context.Background()
@@ -102,4 +105,88 @@ func BenchmarkWebhookMiddleware(b *testing.B) {
 		})
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deliveries/s")
 	})
+}
+
+// BenchmarkClaimCost measures what a first claim costs on a redis-server of
+// its own, each beside its floor (the same server call without ctoken):
+//
+//	set-nx-pxat          SET NX PXAT: the claim before fences (the floor)
+//	claim                Claim: one script reading Redis's clock, the
+//	                     shard's fence marker and the entry
+//	set-nx-pxat+wait1    SET NX PXAT and WAIT 1 on one connection, with a
+//	                     replica attached (the floor with a replica)
+//	claim+wait1          Claim with Durability{Replicas: 1}
+//
+// "serial" is one claim at a time (latency); "parallel" runs 8 goroutines
+// per core on one client pool (throughput, claims/s).
+func BenchmarkClaimCost(b *testing.B) {
+	ctx := context.Background()
+	until := time.Now().Add(time.Hour)
+	var n atomic.Int64
+	id := func() string { return strconv.FormatInt(n.Add(1), 10) }
+
+	single := newServer(b)
+	sc := single.client()
+	primary := newServer(b)
+	newReplica(b, primary)
+	pc := primary.client()
+
+	raw := func(c *redis.Client, wait bool) func() error {
+		return func() error {
+			key := "bench:" + id()
+			if !wait {
+				return c.Do(ctx, "SET", key, "1", "NX", "PXAT", until.UnixMilli()).Err()
+			}
+			p := c.Pipeline()
+			set := p.Do(ctx, "SET", key, "1", "NX", "PXAT", until.UnixMilli())
+			w := p.Do(ctx, "WAIT", 1, 250)
+			p.Exec(ctx)
+			if err := set.Err(); err != nil {
+				return err
+			}
+			if got, err := w.Int64(); err != nil || got != 1 {
+				return fmt.Errorf("WAIT: %d, %v", got, err)
+			}
+			return nil
+		}
+	}
+	claim := func(s *Store) func() error {
+		return func() error {
+			first, err := s.Claim(ctx, id(), until)
+			if err == nil && !first {
+				err = errors.New("not first")
+			}
+			return err
+		}
+	}
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"set-nx-pxat", raw(sc, false)},
+		{"claim", claim(provisioned(b, sc, Options{Prefix: "bench-claim:"}))},
+		{"set-nx-pxat+wait1", raw(pc, true)},
+		{"claim+wait1", claim(provisioned(b, pc, Options{Prefix: "bench-wait:", Durability: Durability{Replicas: 1}}))},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name+"/serial", func(b *testing.B) {
+			for b.Loop() {
+				if err := tc.call(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.name+"/parallel", func(b *testing.B) {
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := tc.call(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
+		})
+	}
 }

@@ -11,16 +11,27 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// RecheckInterval is how often a Store runs the server checks again, in
+// the background of its calls, so that a replica attached (or an eviction
+// policy set) after it started is found: from then on every call refuses
+// with [ErrConfig].
+const RecheckInterval = time.Minute
+
 // ready runs the server checks once (Open runs them at construction; a
-// Store from New before its first call). A failed check that is a
-// misconfiguration is remembered and returned by every later call; one
-// that is not (Redis unreachable, clock skew) is tried again next call.
+// Store from New before its first call), and again every RecheckInterval
+// in the background. A failed check that is a misconfiguration is
+// remembered and returned by every later call; one that is not (Redis
+// unreachable, clock skew) is tried again next call.
 func (s *Store) ready(ctx context.Context) error {
-	if s.checked.Load() {
-		return nil
-	}
 	if p := s.checkErr.Load(); p != nil {
 		return *p
+	}
+	if s.checked.Load() {
+		if last := s.lastCheck.Load(); time.Now().UnixMilli()-last > RecheckInterval.Milliseconds() &&
+			s.lastCheck.CompareAndSwap(last, time.Now().UnixMilli()) {
+			s.recheck()
+		}
+		return nil
 	}
 	select {
 	case s.check <- struct{}{}:
@@ -37,11 +48,33 @@ func (s *Store) ready(ctx context.Context) error {
 	err := s.checkServer(ctx)
 	switch {
 	case err == nil:
+		s.lastCheck.Store(time.Now().UnixMilli())
 		s.checked.Store(true)
 	case errors.Is(err, ErrConfig):
 		s.checkErr.Store(&err)
 	}
 	return err
+}
+
+// recheck runs the server checks in the background; a misconfiguration it
+// finds makes every later call refuse.
+func (s *Store) recheck() {
+	if !s.cancels.start() {
+		return
+	}
+	go func() {
+		defer s.cancels.wg.Done()
+		timeout := s.timeout
+		if timeout <= 0 {
+			timeout = DefaultTimeout
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*timeout)
+		defer cancel()
+		if err := s.checkServer(ctx); errors.Is(err, ErrConfig) {
+			s.checkErr.Store(&err)
+			s.log.Error("redisstore: the server no longer fits the store's Options; every call refuses", "prefix", s.prefix, "reason", Reason(err))
+		}
+	}()
 }
 
 // doer is one master to check.

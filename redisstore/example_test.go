@@ -20,22 +20,54 @@ func ExampleStore_Claim() {
 		MaxRetries:            -1,   // a retried SET whose reply was lost would report "duplicate"
 	})
 	defer client.Close()
-	store, err := redisstore.New(client, redisstore.Options{Prefix: "myapp:webhooks:"})
+	store, err := redisstore.Open(context.Background(), client, redisstore.Options{Prefix: "myapp:webhooks:"})
 	if err != nil {
-		panic(err)
+		panic(err) // ErrConfig: the server does not fit the options; ErrUnavailable: Redis down
 	}
+	defer store.Close()
 
 	deliveryID := "evt_123"
 	// Remember the ID for as long as the delivery's signature is accepted.
 	first, err := store.Claim(context.Background(), deliveryID, time.Now().Add(10*time.Minute))
 	switch {
 	case errors.Is(err, redisstore.ErrUnavailable):
-		fmt.Println("503: try again later") // fail closed
+		// fail closed; Reason says why (fenced, clock skew, not durable, ...)
+		fmt.Println("503: try again later:", redisstore.Reason(err))
 	case err != nil:
 		fmt.Println("400:", err)
 	case !first:
 		fmt.Println("200: duplicate delivery, already processed")
 	default:
 		fmt.Println("200: processing")
+	}
+}
+
+// A primary with a replica (Sentinel, or a managed service): every write
+// waits for one replica, so a failover cannot lose a claim that was
+// reported first. A new prefix is provisioned once, when it is deployed.
+func ExampleOpen() {
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            "mymaster",
+		SentinelAddrs:         []string{os.Getenv("SENTINEL_ADDR")},
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+	})
+	defer client.Close()
+	ctx := context.Background()
+	store, err := redisstore.Open(ctx, client, redisstore.Options{
+		Prefix:     "myapp:replay:",
+		Horizon:    25 * time.Hour, // the webhook DedupWindow (24 h) plus room
+		Durability: redisstore.Durability{Replicas: 1, Timeout: 250 * time.Millisecond},
+		Observer: func(e redisstore.Event) {
+			// count e.Kind in a metric: fence_raised, fenced, clock_skew, not_durable, ...
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	// Only for a prefix that has never held claims, never after a loss.
+	if _, err := store.Provision(ctx); err != nil {
+		panic(err)
 	}
 }

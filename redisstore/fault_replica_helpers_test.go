@@ -86,16 +86,16 @@ func startPrimaryReplica(t *testing.T) (primary, replica *redisProc) {
 	t.Helper()
 	primary = startRedisProc(t, replArgs...)
 	replica = startRedisProc(t, append(slices2(replArgs), "--replicaof", "127.0.0.1", primary.port)...)
-	waitReplicas(t, primary.addr(), 1)
+	waitInSync(t, primary.addr(), 1)
 	return primary, replica
 }
 
 func slices2(s []string) []string { return append([]string(nil), s...) }
 
-// waitReplicas waits until n replicas of the primary at addr have
+// waitInSync waits until n replicas of the primary at addr have
 // acknowledged a write made now (on a cluster master whose slots do not
 // hold the probe key: until n replicas are online).
-func waitReplicas(t *testing.T, addr string, n int) {
+func waitInSync(t *testing.T, addr string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -143,7 +143,7 @@ func rejoinAsReplica(t *testing.T, p *redisProc, primary string) {
 	if err := p.start(); err != nil {
 		t.Fatalf("restarting the old primary as a replica: %v", err)
 	}
-	waitReplicas(t, primary, 1)
+	waitInSync(t, primary, 1)
 }
 
 // switchingClient is a standalone client whose every new connection dials
@@ -330,7 +330,7 @@ func startReplicaCluster(t *testing.T, nodeTimeout time.Duration) *replicaCluste
 	}
 	rc.waitOK(t)
 	for _, m := range rc.masters {
-		waitReplicas(t, m.addr(), 1)
+		waitInSync(t, m.addr(), 1)
 	}
 	return rc
 }
@@ -429,5 +429,5 @@ func (rc *replicaCluster) takeover(t *testing.T, i int, rejoin bool) {
 		}
 	}
 	rc.waitOK(t)
-	waitReplicas(t, r.addr(), 1)
+	waitInSync(t, r.addr(), 1)
 }

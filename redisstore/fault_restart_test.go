@@ -57,20 +57,19 @@ func (f *fenceRecorder) fenced() bool {
 
 var _ replay.Leaser = (*fenceRecorder)(nil)
 
-// TestRestartForgetsOnlyWhatPersistenceLoses redeems every token once and
-// has every webhook delivery processed once, restarts Redis, then redeems
-// every token again on every instance and sends every delivery again. What
-// the configuration kept is refused as used (409) and acknowledged as a
-// duplicate (200); what it lost is refused because the store finds its
-// fence markers gone and fences the key space ([ErrFenced], 503), so no
-// token is accepted a second time and no delivery processed a second time
-// either way. With AOF and appendfsync always nothing is lost, even on a
-// crash; without persistence everything is, on a crash and on a clean
-// shutdown alike; with RDB save points only (Redis's own default) a clean
-// shutdown saves a snapshot but a crash loses every claim since the last
-// one. (Before the fence, the lossy rows accepted every token again: 200 of
-// 200.)
-func TestRestartForgetsOnlyWhatPersistenceLoses(t *testing.T) {
+// TestRestartNeverAcceptsTwice redeems every token once and has every
+// webhook delivery processed once, restarts Redis, then redeems every token
+// again on every instance and sends every delivery again: no token is
+// accepted a second time and no delivery processed a second time. With AOF
+// and appendfsync always nothing is lost, even on a crash: every token is
+// refused as redeemed (409) and every delivery acknowledged as a duplicate
+// (200); with RDB save points only (Redis's own default) a clean shutdown
+// saves a snapshot, and so do they. Without persistence (on a crash and on
+// a clean shutdown alike) and with RDB save points after a crash, every
+// claim is lost — before the fence, every token was accepted again, 200 of
+// 200 — and the store finds its fence markers gone and refuses every
+// redemption and every delivery (503, ErrFenced) for one horizon instead.
+func TestRestartNeverAcceptsTwice(t *testing.T) {
 	const perKind = 100
 	const total = perKind * 2 // one-time tokens and single-use states
 	const deliveries = 50

@@ -157,8 +157,9 @@ type Store struct {
 	log     *slog.Logger
 
 	// checked is set once the server checks passed; check serializes them.
-	checked atomic.Bool
-	check   chan struct{}
+	checked   atomic.Bool
+	lastCheck atomic.Int64 // unix ms of the last server check
+	check     chan struct{}
 	// checkErr is a permanent refusal found by the server checks.
 	checkErr atomic.Pointer[error]
 

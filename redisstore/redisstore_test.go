@@ -306,7 +306,7 @@ func TestPastUntilLeavesNothingInRedis(t *testing.T) {
 }
 
 // closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
+func closedAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

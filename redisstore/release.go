@@ -15,10 +15,11 @@ const maxPendingReleases = 64
 // cancels tracks the background releases of leases whose acquisition had
 // an unknown outcome.
 type cancels struct {
-	sem  chan struct{}
-	stop chan struct{}
-	once sync.Once
-	wg   sync.WaitGroup
+	sem    chan struct{}
+	stop   chan struct{}
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
 }
 
 func (c *cancels) init() {
@@ -26,8 +27,24 @@ func (c *cancels) init() {
 	c.stop = make(chan struct{})
 }
 
+// start counts one more background goroutine, unless the store is closed.
+func (c *cancels) start() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
 func (c *cancels) close() {
-	c.once.Do(func() { close(c.stop) })
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.stop)
+	}
+	c.mu.Unlock()
 	c.wg.Wait()
 }
 
@@ -48,17 +65,15 @@ func unknownOutcome(err error) bool {
 // the lease has ended anyway), or until the store is closed.
 func (s *Store) releaseLater(id, token string, end time.Time) {
 	select {
-	case <-s.cancels.stop:
-		return
-	default:
-	}
-	select {
 	case s.cancels.sem <- struct{}{}:
 	default:
 		s.emit(Event{Kind: EventLeaseAbandoned, Shard: shardOf(id)})
 		return
 	}
-	s.cancels.wg.Add(1)
+	if !s.cancels.start() {
+		<-s.cancels.sem
+		return
+	}
 	go func() {
 		defer s.cancels.wg.Done()
 		defer func() { <-s.cancels.sem }()

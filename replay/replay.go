@@ -138,10 +138,10 @@ type Bounded interface {
 
 // SkewMargin is how long callers hold a claim past the last instant their
 // own checks would still accept the ID: an instance whose clock is behind
-// the store's (or another instance's) still accepts the ID for that long,
-// and Redis answers "first" to a SET NX PXAT that is already past by its
-// clock. One-time tokens, single-use request states and signed webhook
-// delivery IDs use it.
+// the store's (or another instance's) still accepts the ID for that long.
+// One-time tokens, single-use request states and signed webhook delivery
+// IDs use it. A shared store can bound the skew it allows by it
+// (redisstore refuses an instance whose clock is behind Redis's by more).
 const SkewMargin = 60 * time.Second
 
 // DefaultMax is the capacity of a [MemoryStore] whose Max is zero.

@@ -1,0 +1,237 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestDurabilityContractStoppedReplica(t *testing.T) {
+	primary := newServer(t)
+	replica := newReplica(t, primary)
+	c := primary.client()
+	var ev events
+	s, err := Open(context.Background(), c, Options{Prefix: "durable:", Timeout: time.Second, Observer: ev.observe,
+		Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Provision(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	replaytest.RunDurabilityContract(t, s,
+		func(t *testing.T) { replica.signal(syscall.SIGSTOP) },
+		func(t *testing.T) { replica.signal(syscall.SIGCONT); waitReplicas(t, primary, 1) })
+	if ev.count(EventNotDurable) == 0 {
+		t.Fatal("no not_durable event")
+	}
+}
+
+func TestClaimWithStoppedReplicaIsNotDurable(t *testing.T) {
+	primary := newServer(t)
+	replica := newReplica(t, primary)
+	c := primary.client()
+	s := provisioned(t, c, Options{Prefix: "durable:", Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
+	ctx := context.Background()
+	if first, err := s.Claim(ctx, "up", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("claim with the replica attached = %v, %v; want first", first, err)
+	}
+	replica.signal(syscall.SIGSTOP)
+	defer replica.signal(syscall.SIGCONT)
+	first, err := s.Claim(ctx, "down", time.Now().Add(time.Minute))
+	if first || !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyNotDurable {
+		t.Fatalf("claim with the replica stopped = %v, %v; want ErrNotDurable", first, err)
+	}
+	// The write stays on the primary: a resend is refused, never first.
+	if first, err := s.Claim(ctx, "down", time.Now().Add(time.Minute)); first {
+		t.Fatalf("resent claim = true, %v", err)
+	}
+	// A release is not waited for.
+	l, err := s.AcquireLease(ctx, "lease", time.Minute)
+	if err == nil || l.State != 0 {
+		t.Fatalf("acquire with the replica stopped = %+v, %v; want an error", l, err)
+	}
+}
+
+func TestOpenRefusesReplicasWithoutDurability(t *testing.T) {
+	primary := newServer(t)
+	newReplica(t, primary)
+	c := primary.client()
+	ctx := context.Background()
+	if _, err := Open(ctx, c, Options{}); !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "replicas") {
+		t.Fatalf("Open on a primary with a replica and no Durability = %v; want ErrConfig", err)
+	}
+	// A Store from New finds it at its first call, and keeps refusing.
+	s, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
+			t.Fatalf("claim on a primary with a replica and no Durability = %v, %v; want ErrConfig", first, err)
+		}
+	}
+	if _, err := s.Provision(ctx); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Provision: %v; want ErrConfig", err)
+	}
+	for _, opts := range []Options{
+		{AllowAsyncReplicas: true},
+		{Durability: Durability{Replicas: 1}},
+	} {
+		if _, err := Open(ctx, c, opts); err != nil {
+			t.Fatalf("Open with %+v: %v", opts, err)
+		}
+	}
+}
+
+func TestOpenRefusesAReplica(t *testing.T) {
+	primary := newServer(t)
+	replica := newReplica(t, primary)
+	if _, err := Open(context.Background(), replica.client(), Options{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Open on a replica = %v; want ErrConfig", err)
+	}
+}
+
+// Redis 7.0 has no WAITAOF (7.2 added it): a Durability asking for it is
+// refused at construction, not at the first claim.
+func TestOpenRefusesWAITAOFWithoutServerSupport(t *testing.T) {
+	srv := newServer(t, "--appendonly", "yes")
+	c := srv.client()
+	ctx := context.Background()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := versionAtLeast(info, 7, 2)
+	for _, d := range []Durability{{LocalAOF: true}, {ReplicaAOF: 1}} {
+		_, err := Open(ctx, c, Options{Durability: d})
+		switch {
+		case !has && (!errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "WAITAOF")):
+			t.Fatalf("Open with %+v on a server without WAITAOF = %v; want ErrConfig", d, err)
+		case has && d.LocalAOF && err != nil:
+			t.Fatalf("Open with %+v on a server with WAITAOF and AOF = %v", d, err)
+		}
+	}
+	if !has {
+		t.Logf("refused on redis %s", serverVersion(info))
+	}
+}
+
+func serverVersion(info string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func versionAtLeast(info string, major, minor int) bool {
+	parts := strings.SplitN(serverVersion(info), ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, _ := strconv.Atoi(parts[0])
+	mi, _ := strconv.Atoi(parts[1])
+	return ma > major || ma == major && mi >= minor
+}
+
+func TestOpenRefusesEvictionPolicies(t *testing.T) {
+	srv := newServer(t)
+	c := srv.client()
+	ctx := context.Background()
+	for _, policy := range []string{"noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"} {
+		t.Run(policy, func(t *testing.T) {
+			if err := c.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Open(ctx, c, Options{})
+			if policy == "noeviction" {
+				if err != nil {
+					t.Fatalf("Open with noeviction: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "maxmemory-policy") {
+				t.Fatalf("Open with %s = %v; want ErrConfig", policy, err)
+			}
+			if _, err := Open(ctx, c, Options{AllowEviction: true}); err != nil {
+				t.Fatalf("Open with %s and AllowEviction: %v", policy, err)
+			}
+		})
+	}
+}
+
+func TestOpenFailsWhenRedisIsDown(t *testing.T) {
+	c := newServer(t)
+	cl := c.client()
+	c.kill()
+	if _, err := Open(context.Background(), cl, Options{}); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrConfig) {
+		t.Fatalf("Open with Redis down = %v; want ErrUnavailable", err)
+	}
+}
+
+func TestNewRefusesInvalidOptions(t *testing.T) {
+	ok := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd { return redis.NewCmd(ctx, args...) })
+	tests := []struct {
+		name   string
+		client Client
+		opts   Options
+	}{
+		{"nil client", nil, Options{}},
+		{"negative Horizon", ok, Options{Horizon: -time.Second}},
+		{"Horizon under a millisecond", ok, Options{Horizon: time.Microsecond}},
+		{"negative MaxSkew", ok, Options{MaxSkew: -time.Second}},
+		{"MaxSkew over SkewMargin", ok, Options{MaxSkew: replay.SkewMargin + time.Second}},
+		{"negative replicas", ok, Options{Durability: Durability{Replicas: -1}}},
+		{"negative replica AOF", ok, Options{Durability: Durability{ReplicaAOF: -1}}},
+		{"negative durability timeout", ok, Options{Durability: Durability{Replicas: 1, Timeout: -1}}},
+		{"durability timeout alone", ok, Options{Durability: Durability{Timeout: time.Second}}},
+		{"durability timeout not under Timeout", ok, Options{Timeout: time.Second, Durability: Durability{Replicas: 1, Timeout: time.Second}}},
+		{"durability timeout under a millisecond", ok, Options{Durability: Durability{Replicas: 1, Timeout: time.Microsecond}}},
+		{"durability on a client without one connection", ok, Options{Durability: Durability{Replicas: 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(tt.client, tt.opts)
+			if s != nil || !errors.Is(err, ErrConfig) || Reason(err) == "" {
+				t.Fatalf("New = %v, %v; want ErrConfig with a reason", s, err)
+			}
+		})
+	}
+}
+
+// A replica attached after the store started without a durability setting
+// is found by the periodic recheck: from then on every call refuses.
+func TestReplicaAttachedLaterIsFoundByTheRecheck(t *testing.T) {
+	primary := newServer(t)
+	s := provisioned(t, primary.client(), Options{Prefix: "later:"})
+	ctx := context.Background()
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("claim without replicas = %v, %v", first, err)
+	}
+	newReplica(t, primary)
+	s.lastCheck.Store(0) // as if RecheckInterval had passed
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
+		if errors.Is(err, ErrConfig) {
+			if first {
+				t.Fatal("first with an error")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim 10s after a replica was attached = %v, %v; want ErrConfig", first, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

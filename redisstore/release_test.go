@@ -1,0 +1,125 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/redis/go-redis/v9"
+)
+
+// An acquire that times out but reaches Redis later would hold the ID for
+// the whole lease; the store releases it once Redis answers again, so the
+// next acquire (the sender's retry) gets it long before the lease ends.
+func TestTimedOutAcquireIsReleasedOnceRedisAnswers(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	released := make(chan Event, 4)
+	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Timeout: 200 * time.Millisecond,
+		Observer: func(e Event) {
+			if e.Kind == EventLeaseReleased {
+				released <- e
+			}
+		}})
+	ctx := context.Background()
+	if _, err := s.AcquireLease(ctx, "warm-up", time.Second); err != nil { // load the script
+		t.Fatal(err)
+	}
+	const lease = 30 * time.Second
+	busy := busyRedis(t, 600*time.Millisecond)
+	start := time.Now()
+	if l, err := s.AcquireLease(ctx, "d", lease); !errors.Is(err, ErrUnavailable) || l.State != 0 {
+		t.Fatalf("acquire while Redis is busy = %+v, %v; want ErrUnavailable", l, err)
+	}
+	<-busy
+	select {
+	case <-released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the timed-out acquire was not released")
+	}
+	if l, err := s.AcquireLease(ctx, "d", lease); err != nil || l.State != replay.LeaseAcquired {
+		t.Fatalf("acquire after the release = %+v, %v; want acquired", l, err)
+	}
+	if el := time.Since(start); el >= lease {
+		t.Fatalf("retry acquired after %v, not before the lease ended", el)
+	}
+}
+
+// The release of an acquire whose outcome is unknown may reach Redis first:
+// it leaves a note that makes that acquire take nothing when it lands, and
+// that every other call treats as free.
+func TestReleaseBeforeTheLateAcquireLeavesANote(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	token := "0123456789abcdef0123456789abcdef"
+	done := make(chan struct{}, 1)
+	s.opts.Observer = func(e Event) {
+		if e.Kind == EventLeaseReleased {
+			done <- struct{}{}
+		}
+	}
+	s.releaseLater("n", token, time.Now().Add(10*time.Second))
+	<-done
+	if v, err := c.Get(ctx, s.key("n")).Result(); err != nil || v != "X"+token {
+		t.Fatalf("entry after the early release = %q, %v; want the cancel note", v, err)
+	}
+	// The late acquire lands: it takes nothing.
+	code, _, err := s.run(ctx, acquireLua, "n", token, "10000")
+	if err != nil || code != 4 {
+		t.Fatalf("late acquire = %d, %v; want 4 (cancelled)", code, err)
+	}
+	// Anyone else finds the ID free.
+	l, err := s.AcquireLease(ctx, "n", time.Minute)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatalf("acquire after the note = %+v, %v; want acquired", l, err)
+	}
+	s.releaseLater("m", token, time.Now().Add(10*time.Second))
+	<-done
+	if first, err := s.Claim(ctx, "m", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("claim of a noted id = %v, %v; want first", first, err)
+	}
+	l2, err := s.AcquireLease(ctx, "o", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.releaseLater("o", token, time.Now().Add(10*time.Second)) // someone else's lease: untouched
+	<-done
+	if v, err := c.Get(ctx, s.key("o")).Result(); err != nil || v != "L"+l2.Token {
+		t.Fatalf("another holder's lease after a release = %q, %v", v, err)
+	}
+}
+
+// Background releases are bounded per Store and end with Close; beyond the
+// bound, or when Redis does not answer within the lease, the lease is left
+// to end by itself and an event says so.
+func TestBackgroundReleasesAreBounded(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: silentServer(t), ContextTimeoutEnabled: true, MaxRetries: -1, Protocol: 2})
+	t.Cleanup(func() { c.Close() })
+	var ev events
+	s, err := New(c, Options{Timeout: 50 * time.Millisecond, Observer: ev.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range maxPendingReleases + 5 {
+		s.releaseLater("id", "0123456789abcdef0123456789abcdef", time.Now().Add(time.Minute))
+	}
+	if n := ev.count(EventLeaseAbandoned); n != 5 {
+		t.Fatalf("%d abandoned beyond the bound, want 5", n)
+	}
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not stop the background releases")
+	}
+	if n := ev.count(EventLeaseAbandoned); n != maxPendingReleases+5 {
+		t.Fatalf("%d abandoned after Close, want %d", n, maxPendingReleases+5)
+	}
+	s.releaseLater("id", "0123456789abcdef0123456789abcdef", time.Now().Add(time.Minute))
+	if n := ev.count(EventLeaseAbandoned); n != maxPendingReleases+5 {
+		t.Fatal("a release started after Close")
+	}
+}
