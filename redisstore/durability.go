@@ -138,15 +138,18 @@ func (d *durability) acked(wait, waitAOF *redis.Cmd) error {
 // pipeline runs the script (EVALSHA, or EVAL once the server does not know
 // it) followed by WAIT and WAITAOF on one connection of the master serving
 // key. It returns the script's reply and the durability verdict.
-func (s *Store) pipeline(ctx context.Context, sc script, keys []string, args []string) (any, error) {
-	c, err := s.dur.pinned(ctx, keys[0])
+func (s *Store) pipeline(ctx context.Context, sc script, key string, cmd []any) (any, error) {
+	c, err := s.dur.pinned(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	send := func(eval bool) (any, error, error) {
 		p := c.Pipeline()
-		cmd := scriptArgs(sc, eval, keys, args)
-		sv := p.Do(ctx, cmd...)
+		send := cmd
+		if eval {
+			send = asEval(sc, cmd)
+		}
+		sv := p.Do(ctx, send...)
 		var w, wa *redis.Cmd
 		if s.dur.wait != nil {
 			w = p.Do(ctx, s.dur.wait...)
@@ -191,15 +194,10 @@ func (s *Store) pipeline(ctx context.Context, sc script, keys []string, args []s
 	return r.v, nil
 }
 
-// scriptArgs is the EVALSHA (or EVAL) command of sc.
-func scriptArgs(sc script, eval bool, keys []string, args []string) []any {
+// command is the EVALSHA command of sc on keys with args.
+func command(sc script, keys []string, args ...string) []any {
 	cmd := make([]any, 0, 3+len(keys)+len(args))
-	if eval {
-		cmd = append(cmd, "EVAL", sc.src)
-	} else {
-		cmd = append(cmd, "EVALSHA", sc.sha)
-	}
-	cmd = append(cmd, len(keys))
+	cmd = append(cmd, "EVALSHA", sc.sha, len(keys))
 	for _, k := range keys {
 		cmd = append(cmd, k)
 	}
@@ -207,6 +205,15 @@ func scriptArgs(sc script, eval bool, keys []string, args []string) []any {
 		cmd = append(cmd, a)
 	}
 	return cmd
+}
+
+// asEval returns the EVAL form of an EVALSHA command of sc, for a server
+// that does not know the script yet (it caches it).
+func asEval(sc script, cmd []any) []any {
+	eval := make([]any, len(cmd))
+	copy(eval, cmd)
+	eval[0], eval[1] = "EVAL", sc.src
+	return eval
 }
 
 // wrapErr turns a client error into one matching ErrUnavailable (and the

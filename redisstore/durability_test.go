@@ -15,6 +15,7 @@ import (
 )
 
 func TestDurabilityContractStoppedReplica(t *testing.T) {
+	t.Parallel()
 	primary := newServer(t)
 	replica := newReplica(t, primary)
 	c := primary.client()
@@ -37,6 +38,7 @@ func TestDurabilityContractStoppedReplica(t *testing.T) {
 }
 
 func TestClaimWithStoppedReplicaIsNotDurable(t *testing.T) {
+	t.Parallel()
 	primary := newServer(t)
 	replica := newReplica(t, primary)
 	c := primary.client()
@@ -213,6 +215,7 @@ func TestNewRefusesInvalidOptions(t *testing.T) {
 // A replica attached after the store started without a durability setting
 // is found by the periodic recheck: from then on every call refuses.
 func TestReplicaAttachedLaterIsFoundByTheRecheck(t *testing.T) {
+	t.Parallel()
 	primary := newServer(t)
 	s := provisioned(t, primary.client(), Options{Prefix: "later:"})
 	ctx := context.Background()

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"errors"
 
-	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -72,16 +71,38 @@ func (e *unavailableError) Is(target error) bool { return target == ErrUnavailab
 // ("replay store fenced after losing data", "instance clock behind Redis by
 // more than MaxSkew", ...), or "" when it carries none. A reason never
 // contains an ID, a token or a key.
-func Reason(err error) string { return reason.Of(err) }
+func Reason(err error) string {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.why
+	}
+	return ""
+}
+
+// refusal is an error matching sentinel (errors.Is) and, through Unwrap,
+// cause, with a fixed reason.
+type refusal struct {
+	sentinel error
+	why      string
+	cause    error
+}
+
+func (r *refusal) Error() string {
+	s := r.sentinel.Error() + ": " + r.why
+	if r.cause != nil {
+		s += ": " + r.cause.Error()
+	}
+	return s
+}
+
+func (r *refusal) Is(target error) bool { return target == r.sentinel }
+func (r *refusal) Unwrap() error        { return r.cause }
 
 // refuse returns an error matching sentinel and cause (when not nil) whose
 // Reason is why. Refusals of the unavailable kind pass a cause matching
 // ErrUnavailable.
 func refuse(sentinel error, why string, cause error) error {
-	if cause == nil {
-		return reason.New(sentinel, why)
-	}
-	return reason.Wrap(sentinel, why, cause)
+	return &refusal{sentinel: sentinel, why: why, cause: cause}
 }
 
 // Fixed reasons.

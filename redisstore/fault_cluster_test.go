@@ -463,3 +463,71 @@ func TestClusterMasterRestartDuringRedeemsLosesNothing(t *testing.T) {
 		t.Fatalf("EVALSHA after the restart: err = %v, want NOSCRIPT", err)
 	}
 }
+
+// TestClusterDurabilityWaitsOnTheKeysMaster runs a store with a Durability
+// setting on the cluster (whose masters have no replica): every claim is
+// pipelined with WAIT on the master that holds its key (MasterForKey), so
+// each one, on every master holding a shard, is applied there and reported
+// ErrNotDurable, never first, and a resend is refused. WAITAOF is refused at Open on Redis 7.0.
+func TestClusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
+	tc := clusterFromEnv(t)
+	c := tc.client(t)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("ctoken-fault:durable-%d:", time.Now().UnixNano())
+	s, err := Open(ctx, c, Options{Prefix: prefix, Durability: Durability{Replicas: 1, Timeout: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Two IDs on each master that holds a shard (the slot migration test
+	// may have moved shards' slots between masters).
+	perMaster := map[string]int{}
+	for _, tag := range s.tags {
+		m, err := c.MasterForKey(ctx, tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		perMaster[m.Options().Addr] = 0
+	}
+	for i := 0; perMaster[minKey(perMaster)] < 2; i++ {
+		if i == 1000 {
+			t.Fatalf("1000 IDs cover only %v", perMaster)
+		}
+		id := fmt.Sprint("durable-", i)
+		m, err := c.MasterForKey(ctx, s.key(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perMaster[m.Options().Addr] >= 2 {
+			continue
+		}
+		perMaster[m.Options().Addr]++
+		first, err := s.Claim(ctx, id, time.Now().Add(time.Minute))
+		if first || !errors.Is(err, ErrNotDurable) {
+			t.Fatalf("claim without a replica to wait for = %v, %v; want ErrNotDurable", first, err)
+		}
+		if first, err := s.Claim(ctx, id, time.Now().Add(time.Minute)); first || err != nil {
+			t.Fatalf("resent claim = %v, %v; want refused (applied on its master)", first, err)
+		}
+	}
+	// Redis 7.0 has no WAITAOF: refused; 7.2 (the nodes run with AOF): runs.
+	if _, err := Open(ctx, c, Options{Prefix: prefix, Durability: Durability{LocalAOF: true}}); err != nil && !errors.Is(err, ErrConfig) {
+		t.Fatalf("Open with LocalAOF on the cluster = %v; want nil or ErrConfig", err)
+	} else {
+		t.Logf("Open with LocalAOF on the cluster: %v", err)
+	}
+}
+
+// minKey returns the key of m with the smallest value.
+func minKey(m map[string]int) string {
+	best, n := "", -1
+	for k, v := range m {
+		if n < 0 || v < n {
+			best, n = k, v
+		}
+	}
+	return best
+}

@@ -38,6 +38,7 @@ func (e *events) count(k EventKind) int {
 }
 
 func TestForgetContractFlushAll(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t)
 	c := srv.client()
 	replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
@@ -50,6 +51,7 @@ func TestForgetContractFlushAll(t *testing.T) {
 }
 
 func TestForgetContractRestartWithoutPersistence(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t)
 	c := srv.client()
 	replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
@@ -58,6 +60,7 @@ func TestForgetContractRestartWithoutPersistence(t *testing.T) {
 }
 
 func TestClaimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
+	t.Parallel()
 	c := newTestClient(t)
 	var ev events
 	const horizon = 1500 * time.Millisecond

@@ -121,7 +121,7 @@ func (s *Store) ReleaseLease(ctx context.Context, id, token string) error {
 	}
 	ctx, cancel := s.deadline(ctx)
 	defer cancel()
-	v, err := s.eval(ctx, releaseLua, []string{s.key(id)}, []string{token})
+	v, err := s.eval(ctx, releaseLua, command(releaseLua, []string{s.key(id)}, token))
 	if err != nil {
 		return err
 	}

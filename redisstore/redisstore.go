@@ -2,26 +2,36 @@
 // servers that must accept each single-use ID (one-time token, single-use
 // request state, webhook delivery) exactly once across every instance.
 //
-// A claim is one atomic Redis command:
-//
-//	SET <prefix><id> 1 NX PXAT <until in unix milliseconds>
-//
-// Redis answers OK to exactly one of any number of concurrent claims of the
-// same live key, and deletes the key itself at the absolute expiry, so the
+// Each claim and each lease step is one atomic Lua script (EVALSHA) on two
+// keys of one hash slot: the ID's entry <prefix>{NN}:<id> and its shard's
+// fence marker <prefix>{NN} (see [Shards]), so every step works unchanged
+// on Redis Cluster. Exactly one of any number of concurrent claims of the
+// same ID is first; Redis deletes the entry at its absolute expiry, so the
 // store needs no sweeper and every instance agrees on when an ID may be
-// claimed again. PXAT needs Redis 6.2 or newer (or a compatible server).
+// claimed again. The store implements [replay.Leaser], which the webhook
+// middleware needs; a lease is measured by Redis's clock and ends by
+// itself. It needs Redis 6.2 or newer (PXAT, scripts replicated by their
+// effects); the tests run against Redis 7.0.
 //
-// The store also implements [replay.Leaser], which the webhook middleware
-// needs: acquiring, confirming and releasing a lease are each one Lua script
-// (EVALSHA) on the one key <prefix><id>, so every operation of the store
-// touches a single key and works unchanged on Redis Cluster. A lease is
-// measured by Redis's clock (SET PX) and ends by itself, so a lease whose
-// holder crashed, or whose acquisition timed out but was executed later,
-// frees the ID after at most the lease duration.
+// Each one-time token, single-use state and webhook delivery is accepted at
+// most once through any single fault of the store:
 //
-// The store fails closed: when Redis is down, slow, or answers anything
-// unexpected, Claim returns first == false and an error matching
-// ErrUnavailable. Callers must treat every error as "refuse the request".
+//   - Redis that lost data (a restart without persistence, FLUSHALL,
+//     eviction) has lost markers too: the script fences the shard for one
+//     [Options.Horizon] ([ErrFenced]), until everything claimed before the
+//     loss has expired, and the horizon bounds every claim.
+//   - A failover to a replica that missed the last writes: with
+//     [Options.Durability] every write waits for WAIT (and WAITAOF) on the
+//     connection that wrote, and too few acknowledgements is
+//     [ErrNotDurable]; a store on a Redis with replicas and no durability
+//     setting refuses to run ([ErrConfig]).
+//   - An instance clock behind Redis's by more than [Options.MaxSkew] is
+//     refused ([ErrClockSkew]).
+//
+// A new prefix is opened once with [Store.Provision]. The store fails
+// closed: when Redis is down, slow, or answers anything unexpected, Claim
+// returns first == false and an error matching ErrUnavailable. Callers
+// must treat every error as "refuse the request".
 package redisstore
 
 import (
@@ -94,7 +104,9 @@ type Options struct {
 	// hand the store plus MaxSkew: ctoken one-time tokens and single-use
 	// request states hold a claim for their TTL plus [replay.SkewMargin];
 	// the webhook middleware holds a delivery for its DedupWindow (default
-	// 24 h). Zero means DefaultHorizon.
+	// 24 h). Zero means DefaultHorizon. Lower it only once the claims made
+	// under the higher value have expired: a fence lasts the horizon of the
+	// store that raises it.
 	Horizon time.Duration
 
 	// MaxSkew is how far this instance's clock may be behind Redis's before
@@ -152,9 +164,12 @@ type Store struct {
 	now     func() time.Time
 	horizon time.Duration
 	maxSkew time.Duration
-	dur     durability
-	opts    Options // as given, for the server checks
-	log     *slog.Logger
+	// skewArg and horizonArg are maxSkew and horizon in ms, as the
+	// scripts take them.
+	skewArg, horizonArg string
+	dur                 durability
+	opts                Options // as given, for the server checks
+	log                 *slog.Logger
 
 	// checked is set once the server checks passed; check serializes them.
 	checked   atomic.Bool
@@ -232,6 +247,8 @@ func New(client Client, opts Options) (*Store, error) {
 	case s.maxSkew > replay.SkewMargin:
 		return nil, refuse(ErrConfig, "MaxSkew over replay.SkewMargin, the margin callers hold claims for", nil)
 	}
+	s.skewArg = strconv.FormatInt(s.maxSkew.Milliseconds(), 10)
+	s.horizonArg = strconv.FormatInt(s.horizon.Milliseconds(), 10)
 	d, err := newDurability(client, opts.Durability, s.timeout)
 	if err != nil {
 		return nil, err

@@ -21,22 +21,21 @@ func (s *Store) run(ctx context.Context, sc script, id string, args ...string) (
 		return 0, 0, err
 	}
 	marker, entry, shard := s.keys(id)
-	argv := make([]string, 0, 3+len(args))
-	argv = append(argv,
-		strconv.FormatInt(s.now().UnixMilli(), 10),
-		strconv.FormatInt(s.maxSkew.Milliseconds(), 10),
-		strconv.FormatInt(s.horizon.Milliseconds(), 10))
-	argv = append(argv, args...)
-	keys := []string{marker, entry}
+	cmd := make([]any, 0, 8+len(args))
+	cmd = append(cmd, "EVALSHA", sc.sha, 2, marker, entry,
+		strconv.FormatInt(s.now().UnixMilli(), 10), s.skewArg, s.horizonArg)
+	for _, a := range args {
+		cmd = append(cmd, a)
+	}
 	var v any
 	var durErr error
 	if s.dur.on() {
-		v, err = s.pipeline(ctx, sc, keys, argv)
+		v, err = s.pipeline(ctx, sc, marker, cmd)
 		if err != nil && v != nil {
 			durErr, err = err, nil
 		}
 	} else {
-		v, err = s.eval(ctx, sc, keys, argv)
+		v, err = s.eval(ctx, sc, cmd)
 	}
 	if err != nil {
 		return 0, 0, err
@@ -77,13 +76,13 @@ func (s *Store) run(ctx context.Context, sc script, id string, args ...string) (
 	return code, val, nil
 }
 
-// eval runs a script on the client: EVALSHA, and EVAL (which also caches
-// it) only when the server does not know the script yet. ctx already
-// carries the store's deadline.
-func (s *Store) eval(ctx context.Context, sc script, keys, args []string) (any, error) {
-	v, err := s.call(ctx, scriptArgs(sc, false, keys, args)...)
+// eval runs an EVALSHA command of sc (see [command]) on the client, and
+// its EVAL form (which also caches the script) only when the server does
+// not know the script yet. ctx already carries the store's deadline.
+func (s *Store) eval(ctx context.Context, sc script, cmd []any) (any, error) {
+	v, err := s.call(ctx, cmd...)
 	if err != nil && isNoScript(err) {
-		v, err = s.call(ctx, scriptArgs(sc, true, keys, args)...)
+		v, err = s.call(ctx, asEval(sc, cmd)...)
 	}
 	if errors.Is(err, errNil) {
 		return nil, fmt.Errorf("%w: unexpected nil reply to a script", ErrUnavailable)

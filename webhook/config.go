@@ -252,6 +252,9 @@ func newParams(cfg Config, signer bool) (*params, error) {
 		return nil, errStoreNoLease
 	}
 	p.leaser = leaser
+	if b, ok := p.store.(replay.Bounded); ok && !p.fitsHorizon(b.Horizon()) {
+		return nil, errStoreHorizon
+	}
 	return p, nil
 }
 
@@ -400,4 +403,16 @@ func (p *params) logValue() slog.Value {
 func (p *params) secretCount() int {
 	ks := p.set.Load()
 	return len(ks.keys) + len(ks.edPub) + len(ks.edPriv)
+}
+
+// fitsHorizon reports whether every entry the verifier hands a bounded
+// store stays within its horizon: a done record is held until the later
+// of now + DedupWindow and the delivery's timestamp (at most Tolerance
+// ahead) + Tolerance + replay.SkewMargin, plus replay.SkewMargin for an
+// instance whose clock runs ahead of the store's; a lease for Lease. A
+// store that refused the confirmation would leave each delivery to be
+// processed again after its lease.
+func (p *params) fitsHorizon(h time.Duration) bool {
+	hold := max(p.dedup, 2*p.tolerance+replay.SkewMargin) + replay.SkewMargin
+	return hold <= h && p.lease <= h
 }

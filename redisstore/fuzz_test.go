@@ -1,0 +1,21 @@
+package redisstore
+
+import "testing"
+
+// FuzzServerReplyParsers feeds the parsers of ROLE, CONFIG GET and TIME
+// replies arbitrary strings in the shapes Redis answers with: they never
+// panic, and a parsed TIME is the one sent.
+func FuzzServerReplyParsers(f *testing.F) {
+	f.Add("master", "6380", "1700000000", "123456")
+	f.Add("slave", "", "x", "")
+	f.Add("", "noeviction", "-1", "99999999999")
+	f.Fuzz(func(t *testing.T, a, b, c, d string) {
+		parseRole([]any{a, int64(1), []any{[]any{b, c, d}}})
+		parseRole([]any{a})
+		parseRole([]any{a, b, c})
+		configValue([]any{a, b, c, d}, "maxmemory-policy")
+		configValue(map[any]any{a: b, c: d}, "maxmemory-policy")
+		parseTime([]any{c, d})
+		parseTime([]any{a})
+	})
+}
