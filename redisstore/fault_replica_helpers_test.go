@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -85,12 +86,10 @@ func infoField(addr, section, field string) string {
 func startPrimaryReplica(t *testing.T) (primary, replica *redisProc) {
 	t.Helper()
 	primary = startRedisProc(t, replArgs...)
-	replica = startRedisProc(t, append(slices2(replArgs), "--replicaof", "127.0.0.1", primary.port)...)
+	replica = startRedisProc(t, append(slices.Clone(replArgs), "--replicaof", "127.0.0.1", primary.port)...)
 	waitInSync(t, primary.addr(), 1)
 	return primary, replica
 }
-
-func slices2(s []string) []string { return append([]string(nil), s...) }
 
 // waitInSync waits until n replicas of the primary at addr have
 // acknowledged a write made now (on a cluster master whose slots do not
@@ -306,7 +305,7 @@ func startReplicaCluster(t *testing.T, nodeTimeout time.Duration) *replicaCluste
 	for i, m := range rc.masters {
 		mustDo(t, m.addr(), "CLUSTER", "ADDSLOTSRANGE", ranges[i][0], ranges[i][1])
 	}
-	all := append(slicesOf(rc.masters), rc.replicas...)
+	all := rc.nodes()
 	for _, p := range all[1:] {
 		mustDo(t, all[0].addr(), "CLUSTER", "MEET", "127.0.0.1", p.port)
 	}
@@ -335,8 +334,6 @@ func startReplicaCluster(t *testing.T, nodeTimeout time.Duration) *replicaCluste
 	return rc
 }
 
-func slicesOf(s []*redisProc) []*redisProc { return append([]*redisProc(nil), s...) }
-
 // startClusterNode starts one cluster node on a port whose bus port
 // (port + 10000) is free too.
 func startClusterNode(t *testing.T, args []string) *redisProc {
@@ -355,10 +352,15 @@ func startClusterNode(t *testing.T, args []string) *redisProc {
 	return nil
 }
 
+// nodes returns every node, masters first.
+func (rc *replicaCluster) nodes() []*redisProc {
+	return append(slices.Clone(rc.masters), rc.replicas...)
+}
+
 // addrs returns every node's address.
 func (rc *replicaCluster) addrs() []string {
 	var a []string
-	for _, p := range append(slicesOf(rc.masters), rc.replicas...) {
+	for _, p := range rc.nodes() {
 		a = append(a, p.addr())
 	}
 	return a
@@ -368,8 +370,8 @@ func (rc *replicaCluster) addrs() []string {
 func (rc *replicaCluster) waitOK(t *testing.T, skip ...*redisProc) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for _, p := range append(slicesOf(rc.masters), rc.replicas...) {
-		if contains(skip, p) {
+	for _, p := range rc.nodes() {
+		if slices.Contains(skip, p) {
 			continue
 		}
 		for infoField(p.addr(), "cluster", "cluster_state") != "ok" {
@@ -379,15 +381,6 @@ func (rc *replicaCluster) waitOK(t *testing.T, skip ...*redisProc) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-}
-
-func contains(s []*redisProc, p *redisProc) bool {
-	for _, q := range s {
-		if q == p {
-			return true
-		}
-	}
-	return false
 }
 
 // client returns a ClusterClient over every node: one dial attempt per

@@ -62,7 +62,6 @@ type wlNode struct {
 type wlToken struct {
 	tok      string
 	accepted atomic.Int32 // redeems answered "accepted" (200)
-	refused  atomic.Int32 // redeems the store could not decide (503)
 }
 
 // wlDelivery is a webhook delivery and what its copies got.
@@ -95,7 +94,7 @@ type workload struct {
 	tokens     []*wlToken
 	deliveries map[string]*wlDelivery
 	events     []wlEvent
-	reasons    map[string]int // Reason of every redeem the store could not decide
+	reasons    map[string]int // why the store refused, per kind (refusalKind), over every 503 redeem
 
 	accepts, hookAcks, redeems, copies atomic.Int64
 	stopped                            atomic.Bool
@@ -308,12 +307,9 @@ func (wl *workload) sendHTTP(ctx context.Context, hook http.Handler, id string) 
 // record notes one redeem reply of tok.
 func (wl *workload) record(tk *wlToken, status int, err error) {
 	wl.redeems.Add(1)
-	switch status {
-	case http.StatusOK:
+	if status == http.StatusOK {
 		tk.accepted.Add(1)
 		wl.accepts.Add(1)
-	case http.StatusServiceUnavailable:
-		tk.refused.Add(1)
 	}
 	wl.mu.Lock()
 	wl.events = append(wl.events, wlEvent{time.Now(), status, errors.Is(err, ErrFenced)})
