@@ -110,8 +110,8 @@ func TestStoreThatForgetsAcceptsNothingTwice(t *testing.T) {
 			if first.IsZero() {
 				t.Fatal("no redeem refused as fenced")
 			}
-			if slack := fenceHorizon + 500*time.Millisecond; last.Sub(first) > slack {
-				t.Fatalf("fenced refusals for %v, want within one horizon (%v + 0.5 s)", last.Sub(first), fenceHorizon)
+			if slack := fenceHorizon + time.Second; last.Sub(first) > slack {
+				t.Fatalf("fenced refusals for %v, want within one horizon (%v, + 1 s for a loaded machine)", last.Sub(first), fenceHorizon)
 			}
 			if back.IsZero() {
 				t.Fatal("no token accepted after the fence opened")
