@@ -345,6 +345,14 @@ func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 	close(work)
 	wg.Wait()
 	hwg.Wait()
+	// Every delivery, all acknowledged by now, once more to the survivors,
+	// as a sender whose acknowledgement got lost would send it: it must be
+	// acknowledged as a duplicate, not processed again (checked below).
+	for i, id := range hookIDs {
+		if code := sender.send(urls[i%2], id); code != http.StatusOK {
+			t.Errorf("delivery %s sent again after the kill: status %d, want 200 (a duplicate)", id, code)
+		}
+	}
 	close(failures)
 	for f := range failures {
 		t.Error(f)

@@ -239,6 +239,15 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 		}
 	}
 	hwg.Wait()
+	// Each once more, as a sender whose acknowledgement got lost would send
+	// it: a duplicate (200), not processed again.
+	for w := range waves {
+		for i, id := range hookIDs[w] {
+			if code := sender.send(ins[i%3].srv.URL, id); code != http.StatusOK {
+				t.Errorf("pause-time delivery %s sent again after its acknowledgement: status %d, want 200", id, code)
+			}
+		}
+	}
 	for w := range waves {
 		for _, id := range hookIDs[w] {
 			if n := hooks.count(id); n != 1 {
