@@ -168,7 +168,8 @@ const (
 // lease ends; none the child acknowledged is processed again; and a
 // delivery is processed twice only if the child processed it and died
 // before confirming (counted; at-least-once handlers must tolerate that
-// window). The listing sees every item exactly once.
+// window); every delivery sent once more to a survivor afterwards is a
+// duplicate, not processed again. The listing sees every item exactly once.
 func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")

@@ -39,7 +39,8 @@ const (
 // itself. The test redeems every pause-time token on every instance and
 // asserts at most one acceptance, and sends every pause-time webhook
 // delivery again until acknowledged: each is processed exactly once (none
-// lost, none twice), within the lease (+2 s) of the resume.
+// lost, none twice), within the lease (+2 s) of the resume, and a copy sent
+// after its acknowledgement is a duplicate.
 func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
