@@ -21,8 +21,8 @@ import (
 // primary, once it has a replica again, as long as its lease runs; a store
 // unable to record the confirmation for a whole lease lets the delivery be
 // processed again after it (reported to OnLeaseError, and counted by the
-// workload as leaseErrTwice). With a 1 s lease that happened to 10 to 19
-// deliveries per sentinel run.
+// workload as leaseErrTwice). With a 1 s lease that happened to 0, 9 and
+// 10 deliveries in three Sentinel runs (docs/faults.md).
 var failoverCfg = wlConfig{workers: 24, ttl: time.Minute, lease: 5 * time.Second, timeout: 2 * time.Second}
 
 // protection is a failover test's half: the store trusting asynchronous
