@@ -37,17 +37,19 @@ cli="$(command -v redis-cli)"
 dir="$(mktemp -d)"
 ports=()
 stop() {
+	# Read every pid first: a node stopped cleanly removes its pidfile as it
+	# exits, so the file may be gone by the time the second pass looks.
+	local pids=() p pidfile pid
 	for p in "${ports[@]}"; do
 		pidfile="$dir/node-$p/redis.pid"
-		[ -s "$pidfile" ] || continue
-		pid="$(cat "$pidfile")"
+		pid="$(cat "$pidfile" 2>/dev/null)" || continue
+		[ -n "$pid" ] && pids+=("$pid")
+	done
+	for pid in "${pids[@]}"; do
 		kill -CONT "$pid" 2>/dev/null || true # a test may have paused it
 		kill "$pid" 2>/dev/null || true
 	done
-	for p in "${ports[@]}"; do
-		pidfile="$dir/node-$p/redis.pid"
-		[ -s "$pidfile" ] || continue
-		pid="$(cat "$pidfile")"
+	for pid in "${pids[@]}"; do
 		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 		kill -9 "$pid" 2>/dev/null || true
 	done

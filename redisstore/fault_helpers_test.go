@@ -181,7 +181,7 @@ func faultStore(t *testing.T, c Client, timeout time.Duration) *Store {
 	t.Helper()
 	b := make([]byte, 8)
 	rand.Read(b)
-	s, err := New(c, Options{Prefix: "ctoken-fault:" + hex.EncodeToString(b) + ":", Timeout: timeout})
+	s, err := New(c, Options{Prefix: "ctoken-fault:" + hex.EncodeToString(b) + ":", Timeout: timeout, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

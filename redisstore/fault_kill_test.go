@@ -168,7 +168,8 @@ const (
 // lease ends; none the child acknowledged is processed again; and a
 // delivery is processed twice only if the child processed it and died
 // before confirming (counted; at-least-once handlers must tolerate that
-// window). The listing sees every item exactly once.
+// window); every delivery sent once more to a survivor afterwards is a
+// duplicate, not processed again. The listing sees every item exactly once.
 func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
@@ -345,6 +346,14 @@ func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 	close(work)
 	wg.Wait()
 	hwg.Wait()
+	// Every delivery, all acknowledged by now, once more to the survivors,
+	// as a sender whose acknowledgement got lost would send it: it must be
+	// acknowledged as a duplicate, not processed again (checked below).
+	for i, id := range hookIDs {
+		if code := sender.send(urls[i%2], id); code != http.StatusOK {
+			t.Errorf("delivery %s sent again after the kill: status %d, want 200 (a duplicate)", id, code)
+		}
+	}
 	close(failures)
 	for f := range failures {
 		t.Error(f)

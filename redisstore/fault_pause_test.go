@@ -39,7 +39,8 @@ const (
 // itself. The test redeems every pause-time token on every instance and
 // asserts at most one acceptance, and sends every pause-time webhook
 // delivery again until acknowledged: each is processed exactly once (none
-// lost, none twice), within the lease (+2 s) of the resume.
+// lost, none twice), within the lease (+2 s) of the resume, and a copy sent
+// after its acknowledgement is a duplicate.
 func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
@@ -239,6 +240,15 @@ func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 		}
 	}
 	hwg.Wait()
+	// Each once more, as a sender whose acknowledgement got lost would send
+	// it: a duplicate (200), not processed again.
+	for w := range waves {
+		for i, id := range hookIDs[w] {
+			if code := sender.send(ins[i%3].srv.URL, id); code != http.StatusOK {
+				t.Errorf("pause-time delivery %s sent again after its acknowledgement: status %d, want 200", id, code)
+			}
+		}
+	}
 	for w := range waves {
 		for _, id := range hookIDs[w] {
 			if n := hooks.count(id); n != 1 {

@@ -5,10 +5,14 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // redeemDecided redeems s on the instance at base, retrying while the store
@@ -28,23 +32,52 @@ func redeemDecided(t *testing.T, c *http.Client, base string, s single) int {
 	return 0
 }
 
-// TestRestartNeverAcceptsTwice redeems every token once, restarts Redis,
-// and redeems every token again on every instance: none is accepted a
-// second time. With AOF and appendfsync always nothing is lost, even on a
-// crash, and every token is refused as redeemed (409); with RDB save points
-// only (Redis's own default) a clean shutdown saves a snapshot, and so do
-// they. Without persistence (on a crash and on a clean shutdown alike) and
-// with RDB save points after a crash, every claim is lost — before the
-// fence, every token was accepted again — and the store finds its fence
-// markers gone and refuses every redemption (503, ErrFenced) for one
-// horizon instead.
+// fenceRecorder is the fleet's replay store with the last Claim error
+// remembered, so a test redeeming one token at a time over HTTP can tell a
+// fenced refusal (the store found its data lost) from a transient one.
+type fenceRecorder struct {
+	*Store
+	mu   sync.Mutex
+	last error
+}
+
+func (f *fenceRecorder) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	first, err := f.Store.Claim(ctx, id, until)
+	f.mu.Lock()
+	f.last = err
+	f.mu.Unlock()
+	return first, err
+}
+
+func (f *fenceRecorder) fenced() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return errors.Is(f.last, ErrFenced)
+}
+
+var _ replay.Leaser = (*fenceRecorder)(nil)
+
+// TestRestartNeverAcceptsTwice redeems every token once and has every
+// webhook delivery processed once, restarts Redis, then redeems every token
+// again on every instance and sends every delivery again: no token is
+// accepted a second time and no delivery processed a second time. With AOF
+// and appendfsync always nothing is lost, even on a crash: every token is
+// refused as redeemed (409) and every delivery acknowledged as a duplicate
+// (200); with RDB save points only (Redis's own default) a clean shutdown
+// saves a snapshot, and so do they. Without persistence (on a crash and on
+// a clean shutdown alike) and with RDB save points after a crash, every
+// claim is lost — before the fence, every token was accepted again, 200 of
+// 200 — and the store finds its fence markers gone and refuses every
+// redemption and every delivery (503, ErrFenced) for one horizon instead.
 func TestRestartNeverAcceptsTwice(t *testing.T) {
 	const perKind = 100
+	const total = perKind * 2 // one-time tokens and single-use states
+	const deliveries = 50
 	tests := []struct {
-		name   string
-		args   []string
-		stop   syscall.Signal
-		fenced bool
+		name string
+		args []string
+		stop syscall.Signal
+		lost bool // the restart loses the claims (and the fence markers)
 	}{
 		{"AOF always, crash", []string{"--appendonly", "yes", "--appendfsync", "always"}, syscall.SIGKILL, false},
 		{"AOF always, clean shutdown", []string{"--appendonly", "yes", "--appendfsync", "always"}, syscall.SIGTERM, false},
@@ -58,51 +91,92 @@ func TestRestartNeverAcceptsTwice(t *testing.T) {
 			t.Setenv(envFleetKeys, fleetKey())
 			t.Setenv(envFleetSession, "fleet-session-1")
 			rp := startRedisProc(t, tt.args...)
-			store := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
+			store := &fenceRecorder{Store: faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)}
+			var hooks acceptLog
+			hook := hookEndpoint(t, store, 2*time.Second, 0, nil, hooks.add)
 			var ins []*instance
 			for i := range 3 {
-				ins = append(ins, startInstance(t, "i"+string(rune('0'+i)), store, nil))
+				ins = append(ins, startInstance(t, "i"+string(rune('0'+i)), store, withHook(hook)))
 			}
 			c := faultClient(t)
+			sender := newHookSender(t, c)
 			toks := mintMany(t, c, ins, perKind)
 			for i, s := range toks {
 				if st := redeem(c, ins[(i+1)%3].srv.URL, s); st != http.StatusOK {
 					t.Fatalf("first redeem of %s token %d: status %d, want 200", s.kind, i, st)
 				}
 			}
+			ids := make([]string, deliveries)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("msg_restart_%d", i)
+				if code := sender.send(ins[i%3].srv.URL, ids[i]); code != http.StatusNoContent {
+					t.Fatalf("first copy of delivery %d: status %d, want 204", i, code)
+				}
+			}
 
 			rp.restart(tt.stop)
 
-			if tt.fenced {
-				// Let pooled connections to the previous server fail first,
-				// then see the fence itself.
-				var err error
-				for range 50 {
-					if _, err = store.Claim(context.Background(), "probe", time.Now().Add(time.Minute)); errors.Is(err, ErrFenced) {
+			accepted, fenced := 0, 0
+			for i, s := range toks {
+				for j := range ins {
+					base := ins[(i+j)%3].srv.URL
+					st := 0
+					for try := 0; ; try++ {
+						st = redeem(c, base, s)
+						if st != http.StatusServiceUnavailable && st != 0 {
+							break
+						}
+						if store.fenced() {
+							fenced++
+							break
+						}
+						if try == 50 {
+							t.Fatalf("%s token %d: no decision after 50 tries", s.kind, i)
+						}
+						time.Sleep(20 * time.Millisecond) // a pooled connection to the stopped server
+					}
+					switch st {
+					case http.StatusOK:
+						accepted++
+					case http.StatusConflict, http.StatusServiceUnavailable:
+					default:
+						t.Fatalf("redeem after restart: status %d, want 409 or a fenced 503", st)
+					}
+				}
+			}
+			dupes, refused := 0, 0
+			for i, id := range ids {
+				code := 0
+				for range 2 {
+					if code = sender.send(ins[(i+1)%3].srv.URL, id); code != http.StatusServiceUnavailable && code != 0 {
 						break
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
-				if !errors.Is(err, ErrFenced) {
-					t.Fatalf("claim after a lossy restart: %v, want ErrFenced", err)
+				switch code {
+				case http.StatusOK:
+					dupes++
+				case http.StatusServiceUnavailable:
+					refused++
+				default:
+					t.Fatalf("delivery %d sent again after the restart: status %d, want 200 (duplicate) or 503 (fenced)", i, code)
+				}
+				if n := hooks.count(id); n != 1 {
+					t.Fatalf("delivery %d processed %d times", i, n)
 				}
 			}
-			refused := 0
-			for i, s := range toks {
-				for j := range ins {
-					if tt.fenced {
-						if st := redeem(c, ins[(i+j)%3].srv.URL, s); st != http.StatusServiceUnavailable {
-							t.Fatalf("%s token %d after a lossy restart: status %d, want 503 (fenced)", s.kind, i, st)
-						}
-						refused++
-						continue
-					}
-					if st := redeemDecided(t, c, ins[(i+j)%3].srv.URL, s); st != http.StatusConflict {
-						t.Fatalf("%s token %d after the restart: status %d, want 409", s.kind, i, st)
-					}
-				}
+			t.Logf("%s: after the restart %d of %d token redeems accepted, %d refused as fenced; of %d deliveries sent again %d acknowledged as duplicates, %d refused, 0 processed again",
+				tt.name, accepted, total*3, fenced, deliveries, dupes, refused)
+			if accepted != 0 {
+				t.Fatalf("%d redeems of used tokens accepted after the restart, want 0", accepted)
 			}
-			t.Logf("%s: 0 of %d redeemed tokens accepted again; %d redemptions refused by the fence", tt.name, len(toks), refused)
+			wantFenced, wantDupes := 0, deliveries
+			if tt.lost {
+				wantFenced, wantDupes = total*3, 0
+			}
+			if fenced != wantFenced || dupes != wantDupes {
+				t.Fatalf("%d redeems refused as fenced and %d deliveries acknowledged as duplicates, want %d and %d", fenced, dupes, wantFenced, wantDupes)
+			}
 		})
 	}
 }

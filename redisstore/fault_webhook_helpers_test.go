@@ -22,6 +22,9 @@ func hookEndpoint(t testing.TB, store replay.Store, lease, delay time.Duration, 
 	t.Helper()
 	v, err := webhook.NewVerifier(webhook.Config{
 		Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "endpoint", Lease: lease,
+		OnLeaseError: func(_ *http.Request, d webhook.Delivery, err error) {
+			t.Logf("delivery %s: lease step not recorded: %v", d.ID, err)
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
