@@ -148,8 +148,8 @@ func (s *Store) checkMaster(ctx context.Context, m doer) error {
 		if role != "master" {
 			return refuse(ErrConfig, "client points at a Redis that is not a primary", fmt.Errorf("ROLE %s", role))
 		}
-		if replicas > 0 && !s.dur.on() && !s.opts.AllowAsyncReplicas {
-			return refuse(ErrConfig, "Redis has replicas but no Durability is set: a failover could accept IDs twice; set Durability or AllowAsyncReplicas",
+		if replicas > 0 && s.dur.Replicas < 1 && s.dur.ReplicaAOF < 1 && !s.opts.AllowAsyncReplicas {
+			return refuse(ErrConfig, "Redis has replicas but Durability waits for none (Replicas or ReplicaAOF): a failover could accept IDs twice; set Durability.Replicas or AllowAsyncReplicas",
 				fmt.Errorf("%d replicas", replicas))
 		}
 	}

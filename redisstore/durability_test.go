@@ -72,6 +72,10 @@ func TestOpenRefusesReplicasWithoutDurability(t *testing.T) {
 	if _, err := Open(ctx, c, Options{}); !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "replicas") {
 		t.Fatalf("Open on a primary with a replica and no Durability = %v; want ErrConfig", err)
 	}
+	// Waiting for the local fsync alone does not survive a failover.
+	if _, err := Open(ctx, c, Options{Durability: Durability{LocalAOF: true}}); !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "replicas") {
+		t.Fatalf("Open on a primary with a replica and only LocalAOF = %v; want ErrConfig", err)
+	}
 	// A Store from New finds it at its first call, and keeps refusing.
 	s, err := New(c, Options{})
 	if err != nil {

@@ -19,7 +19,10 @@
 //   - Redis that lost data (a restart without persistence, FLUSHALL,
 //     eviction) has lost markers too: the script fences the shard for one
 //     [Options.Horizon] ([ErrFenced]), until everything claimed before the
-//     loss has expired, and the horizon bounds every claim.
+//     loss has expired, and the horizon bounds every claim. A restart that
+//     rolls back to older data (an RDB snapshot, AOF everysec after a
+//     machine crash) keeps its markers and is not detected: persist with
+//     appendfsync always, or not at all.
 //   - A failover to a replica that missed the last writes: with
 //     [Options.Durability] every write waits for WAIT (and WAITAOF) on the
 //     connection that wrote, and too few acknowledgements is

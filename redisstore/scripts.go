@@ -78,7 +78,15 @@ if (not v) or string.sub(v, 1, 1) == 'X' then
   redis.call('SET', KEYS[2], 'L' .. ARGV[4], 'PX', ARGV[5])
   return {1, 0}
 end
-if v == 'L' .. ARGV[4] then return {1, 0} end
+if v == 'L' .. ARGV[4] then
+  -- A resent script (a client retry on another connection) finds its own
+  -- lease: write it again with its remaining time, so that the WAIT
+  -- pipelined after this script covers it on this connection too.
+  local p = redis.call('PTTL', KEYS[2])
+  if p <= 0 then return {-4, now} end
+  redis.call('SET', KEYS[2], v, 'PX', p)
+  return {1, 0}
+end
 if string.sub(v, 1, 1) == 'L' then return {2, redis.call('PTTL', KEYS[2])} end
 return {3, 0}`
 
@@ -121,7 +129,7 @@ type script struct{ src, sha string }
 
 var (
 	claimLua   = script{claimScript, "b4d55e2cc0c8c51ee838ec368058ee43e99bfc99"}
-	acquireLua = script{acquireScript, "da6cc2966290ffeac0c7d5ae215b008058786de1"}
+	acquireLua = script{acquireScript, "98a2d5dc5273af3eccf82121f41a9e86a4254994"}
 	confirmLua = script{confirmScript, "f8fa9a5b6030e9aba63c845d0467e3e598035308"}
 	releaseLua = script{releaseScript, "bf71827a537b7beaab6705f877859f07d6d0155e"}
 	cancelLua  = script{cancelScript, "3900ff61ff860fed2712e00772721f4f46ed1263"}
