@@ -83,8 +83,8 @@ type doer interface {
 }
 
 // checkServer checks every master: its role and replicas against the
-// Durability setting, WAITAOF when asked for, maxmemory-policy, and the
-// clock.
+// Durability setting, WAITAOF when asked for, maxmemory-policy, the
+// persistence settings, and the clock.
 func (s *Store) checkServer(ctx context.Context) error {
 	var masters []doer
 	switch c := s.client.(type) {
@@ -182,6 +182,10 @@ func (s *Store) checkMaster(ctx context.Context, m doer) error {
 			return refuse(ErrConfig, "maxmemory-policy is not noeviction: eviction could drop claims unnoticed; set it, or AllowEviction", fmt.Errorf("maxmemory-policy %s", policy))
 		}
 	}
+	// Persistence.
+	if err := s.checkPersistence(ctx, do); err != nil {
+		return err
+	}
 	// Clock.
 	v, err = do("TIME")
 	if err != nil {
@@ -195,6 +199,66 @@ func (s *Store) checkMaster(ctx context.Context, m doer) error {
 		return refuse(ErrClockSkew, whySkew, fmt.Errorf("%w: behind by %v", ErrUnavailable, behind.Round(time.Millisecond)))
 	}
 	return nil
+}
+
+// checkPersistence refuses a master whose restart can bring back older
+// data: the fence markers survive such a rollback while the newest claims
+// do not, so the loss is not seen. A restart must bring back everything
+// acknowledged (AOF with appendfsync always, or with Durability.LocalAOF,
+// which waits for the fsync) or nothing (no AOF and no RDB snapshots: the
+// markers are gone too, and the shard is fenced).
+func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any, error)) error {
+	if s.opts.AllowRollback {
+		return nil
+	}
+	// errUnread: CONFIG GET refused (managed services) or answered
+	// unexpectedly; the store runs and says it could not check.
+	errUnread := errors.New("unread")
+	get := func(name string) (string, error) {
+		v, err := do("CONFIG", "GET", name)
+		switch {
+		case err != nil && isRefused(err):
+			return "", errUnread
+		case err != nil:
+			return "", s.wrapErr(ctx, err)
+		}
+		value, ok := configValue(v, name)
+		if !ok {
+			return "", errUnread
+		}
+		return value, nil
+	}
+	err := func() error {
+		aof, err := get("appendonly")
+		if err != nil {
+			return err
+		}
+		switch aof {
+		case "yes":
+			if s.dur.LocalAOF {
+				return nil // every write waits for WAITAOF's local fsync
+			}
+			fsync, err := get("appendfsync")
+			if err == nil && fsync != "always" {
+				err = refuse(ErrConfig, "AOF with appendfsync not always: a machine crash restarts Redis without the last claims and with the fence markers, so those IDs are accepted again; set appendfsync always, Durability.LocalAOF, or AllowRollback",
+					fmt.Errorf("appendfsync %s", fsync))
+			}
+			return err
+		case "no":
+			save, err := get("save")
+			if err == nil && strings.TrimSpace(save) != "" {
+				err = refuse(ErrConfig, "RDB snapshots without AOF: a restart loads a snapshot with the fence markers and without the later claims, so those IDs are accepted again; turn snapshots off (save \"\"), use AOF with appendfsync always, or AllowRollback",
+					fmt.Errorf("save %q", save))
+			}
+			return err
+		}
+		return errUnread
+	}()
+	if err == errUnread {
+		s.log.Warn("redisstore: cannot read the persistence settings (CONFIG GET refused or unexpected); make sure a restart cannot bring back older data: AOF with appendfsync always, or no persistence", "prefix", s.prefix)
+		return nil
+	}
+	return err
 }
 
 // isRefused reports a server error reply that refuses the command itself

@@ -3,19 +3,27 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// serverFunc answers the server checks with the given replies (a nil
-// entry: the default of answerChecks) and every other command with a
-// first claim.
+// serverFunc answers the server checks with the given replies, keyed by
+// command name or, for CONFIG, by the whole command ("CONFIG GET save");
+// what is not there gets the default of answerChecks, and every other
+// command a first claim.
 func serverFunc(replies map[string]*redis.Cmd) clientFunc {
 	return func(ctx context.Context, args ...any) *redis.Cmd {
 		name, _ := args[0].(string)
+		if name == "CONFIG" {
+			if c, ok := replies[strings.TrimSpace(fmt.Sprintln(args...))]; ok { // "CONFIG GET save"
+				return c
+			}
+		}
 		if c, ok := replies[name]; ok {
 			return c
 		}
@@ -32,6 +40,14 @@ func reply(v any, err error) *redis.Cmd {
 	cmd.SetVal(v)
 	cmd.SetErr(err)
 	return cmd
+}
+
+// aof answers appendonly yes with the given appendfsync.
+func aof(fsync string) map[string]*redis.Cmd {
+	return map[string]*redis.Cmd{
+		"CONFIG GET appendonly":  reply([]any{"appendonly", "yes"}, nil),
+		"CONFIG GET appendfsync": reply([]any{"appendfsync", fsync}, nil),
+	}
 }
 
 func TestServerChecksRefuseWhatDoesNotFit(t *testing.T) {
@@ -58,6 +74,17 @@ func TestServerChecksRefuseWhatDoesNotFit(t *testing.T) {
 		{"RESP3 map, evicting", map[string]*redis.Cmd{"CONFIG": reply(map[any]any{"maxmemory-policy": "allkeys-lru"}, nil)}, Options{}, ErrConfig},
 		{"RESP3 map, noeviction", map[string]*redis.Cmd{"CONFIG": reply(map[any]any{"maxmemory-policy": "noeviction"}, nil)}, Options{}, nil},
 		{"CONFIG fails", map[string]*redis.Cmd{"CONFIG": reply(nil, errors.New("i/o timeout"))}, Options{}, ErrUnavailable},
+		{"RDB snapshots", map[string]*redis.Cmd{"CONFIG GET save": reply([]any{"save", "3600 1 300 100"}, nil)}, Options{}, ErrConfig},
+		{"RDB snapshots, rollback allowed", map[string]*redis.Cmd{"CONFIG GET save": reply([]any{"save", "3600 1"}, nil)}, Options{AllowRollback: true}, nil},
+		{"AOF everysec", aof("everysec"), Options{}, ErrConfig},
+		{"AOF no fsync", aof("no"), Options{}, ErrConfig},
+		{"AOF everysec, rollback allowed", aof("everysec"), Options{AllowRollback: true}, nil},
+		{"AOF always", aof("always"), Options{}, nil},
+		{"AOF always, RDB snapshots too (AOF is what a restart loads)", map[string]*redis.Cmd{"CONFIG GET appendonly": reply([]any{"appendonly", "yes"}, nil), "CONFIG GET appendfsync": reply([]any{"appendfsync", "always"}, nil), "CONFIG GET save": reply([]any{"save", "3600 1"}, nil)}, Options{}, nil},
+		{"appendonly odd", map[string]*redis.Cmd{"CONFIG GET appendonly": reply([]any{"appendonly", "maybe"}, nil)}, Options{}, nil},
+		{"save forbidden", map[string]*redis.Cmd{"CONFIG GET save": reply(nil, noperm)}, Options{}, nil},
+		{"save fails", map[string]*redis.Cmd{"CONFIG GET save": reply(nil, errors.New("i/o timeout"))}, Options{}, ErrUnavailable},
+		{"appendfsync fails", map[string]*redis.Cmd{"CONFIG GET appendonly": reply([]any{"appendonly", "yes"}, nil), "CONFIG GET appendfsync": reply(nil, errors.New("i/o timeout"))}, Options{}, ErrUnavailable},
 		{"TIME odd", map[string]*redis.Cmd{"TIME": reply([]any{"x", "y"}, nil)}, Options{}, ErrUnavailable},
 		{"TIME short", map[string]*redis.Cmd{"TIME": reply([]any{"1"}, nil)}, Options{}, ErrUnavailable},
 		{"TIME fails", map[string]*redis.Cmd{"TIME": reply(nil, errors.New("i/o timeout"))}, Options{}, ErrUnavailable},
@@ -102,5 +129,72 @@ func TestAckedRefusesTooFewAcknowledgements(t *testing.T) {
 				t.Fatalf("acked = %v; want %v", err, tt.want)
 			}
 		})
+	}
+}
+
+// A real redis-server whose restart can bring back older data (RDB
+// snapshots without AOF, AOF without fsync on every write) is refused at
+// Open; one that brings back all of it or none of it is not.
+func TestOpenRefusesPersistenceThatCanRollBack(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		opts Options
+		want error // nil: Open succeeds
+	}{
+		{"no persistence", nil, Options{}, nil},
+		{"RDB save points", []string{"--save", "3600 1 300 100 60 10000"}, Options{}, ErrConfig},
+		{"RDB save points, rollback allowed", []string{"--save", "3600 1"}, Options{AllowRollback: true}, nil},
+		{"AOF everysec", []string{"--appendonly", "yes", "--appendfsync", "everysec"}, Options{}, ErrConfig},
+		{"AOF no", []string{"--appendonly", "yes", "--appendfsync", "no"}, Options{}, ErrConfig},
+		{"AOF always", []string{"--appendonly", "yes", "--appendfsync", "always"}, Options{}, nil},
+		{"AOF always and RDB save points", []string{"--appendonly", "yes", "--appendfsync", "always", "--save", "3600 1"}, Options{}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t, tt.args...)
+			tt.opts.Logger = quietLogger()
+			_, err := Open(context.Background(), srv.client(), tt.opts)
+			switch {
+			case tt.want == nil && err != nil:
+				t.Fatalf("Open: %v", err)
+			case tt.want != nil && !errors.Is(err, tt.want):
+				t.Fatalf("Open = %v; want %v", err, tt.want)
+			case tt.want != nil && !strings.Contains(Reason(err), "AllowRollback"):
+				t.Fatalf("refusal without the way out: %q", Reason(err))
+			}
+		})
+	}
+}
+
+// Snapshots turned on after the store started are found by the periodic
+// recheck: from then on every call refuses.
+func TestSnapshotsTurnedOnLaterAreFoundByTheRecheck(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	c := srv.client()
+	s := provisioned(t, c, Options{Prefix: "rdb-later:", Logger: quietLogger()})
+	ctx := context.Background()
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("claim without persistence = %v, %v", first, err)
+	}
+	if err := c.ConfigSet(ctx, "save", "60 1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.lastCheck.Store(0) // as if RecheckInterval had passed
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
+		if errors.Is(err, ErrConfig) {
+			if first {
+				t.Fatal("first with an error")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim 10s after snapshots were turned on = %v, %v; want ErrConfig", first, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

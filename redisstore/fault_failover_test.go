@@ -5,7 +5,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -60,9 +59,6 @@ func replicatedStore(t *testing.T, c Client, prefix string, replicas int) *Store
 	return s
 }
 
-// quietLogger drops the store's log lines (the fault tests count refusals
-// through the errors themselves).
-func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // TestFailoverToLaggingReplicaAcceptsNothingTwice runs issue 26's workload
 // (24 workers redeeming one-time tokens and sending webhook deliveries, two

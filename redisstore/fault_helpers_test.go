@@ -179,9 +179,17 @@ func (p *redisProc) restart(sig syscall.Signal) {
 // whose reply was lost would report the claim as taken).
 func faultStore(t *testing.T, c Client, timeout time.Duration) *Store {
 	t.Helper()
+	return faultStoreWith(t, c, Options{Timeout: timeout})
+}
+
+// faultStoreWith is faultStore with more Options (Prefix and Logger are
+// set here).
+func faultStoreWith(t *testing.T, c Client, opts Options) *Store {
+	t.Helper()
 	b := make([]byte, 8)
 	rand.Read(b)
-	s, err := New(c, Options{Prefix: "ctoken-fault:" + hex.EncodeToString(b) + ":", Timeout: timeout, Logger: quietLogger()})
+	opts.Prefix, opts.Logger = "ctoken-fault:"+hex.EncodeToString(b)+":", quietLogger()
+	s, err := New(c, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

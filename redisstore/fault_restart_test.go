@@ -63,12 +63,15 @@ var _ replay.Leaser = (*fenceRecorder)(nil)
 // accepted a second time and no delivery processed a second time. With AOF
 // and appendfsync always nothing is lost, even on a crash: every token is
 // refused as redeemed (409) and every delivery acknowledged as a duplicate
-// (200); with RDB save points only (Redis's own default) a clean shutdown
-// saves a snapshot, and so do they. Without persistence (on a crash and on
-// a clean shutdown alike) and with RDB save points after a crash, every
-// claim is lost — before the fence, every token was accepted again, 200 of
-// 200 — and the store finds its fence markers gone and refuses every
+// (200). Without persistence (on a crash and on a clean shutdown alike),
+// every claim is lost — before the fence, every token was accepted again,
+// 200 of 200 — and the store finds its fence markers gone and refuses every
 // redemption and every delivery (503, ErrFenced) for one horizon instead.
+// RDB save points (Redis's own default) are refused at Open; with
+// AllowRollback a clean shutdown saves a snapshot and loses nothing, and a
+// crash before any snapshot loses the markers too and is fenced — but a
+// crash after a snapshot rolls back unseen
+// (TestRollbackAcceptsTwiceWhenAllowed).
 func TestRestartNeverAcceptsTwice(t *testing.T) {
 	const perKind = 100
 	const total = perKind * 2 // one-time tokens and single-use states
@@ -78,20 +81,21 @@ func TestRestartNeverAcceptsTwice(t *testing.T) {
 		args []string
 		stop syscall.Signal
 		lost bool // the restart loses the claims (and the fence markers)
+		rdb  bool // RDB save points: AllowRollback
 	}{
-		{"AOF always, crash", []string{"--appendonly", "yes", "--appendfsync", "always"}, syscall.SIGKILL, false},
-		{"AOF always, clean shutdown", []string{"--appendonly", "yes", "--appendfsync", "always"}, syscall.SIGTERM, false},
-		{"no persistence, crash", nil, syscall.SIGKILL, true},
-		{"no persistence, clean shutdown", nil, syscall.SIGTERM, true},
-		{"RDB save points only, crash", []string{"--save", "3600 1 300 100 60 10000"}, syscall.SIGKILL, true},
-		{"RDB save points only, clean shutdown", []string{"--save", "3600 1 300 100 60 10000"}, syscall.SIGTERM, false},
+		{"AOF always, crash", []string{"--appendonly", "yes", "--appendfsync", "always"}, syscall.SIGKILL, false, false},
+		{"AOF always, clean shutdown", []string{"--appendonly", "yes", "--appendfsync", "always"}, syscall.SIGTERM, false, false},
+		{"no persistence, crash", nil, syscall.SIGKILL, true, false},
+		{"no persistence, clean shutdown", nil, syscall.SIGTERM, true, false},
+		{"RDB save points only, crash before any snapshot", []string{"--save", "3600 1 300 100 60 10000"}, syscall.SIGKILL, true, true},
+		{"RDB save points only, clean shutdown", []string{"--save", "3600 1 300 100 60 10000"}, syscall.SIGTERM, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv(envFleetKeys, fleetKey())
 			t.Setenv(envFleetSession, "fleet-session-1")
 			rp := startRedisProc(t, tt.args...)
-			store := &fenceRecorder{Store: faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)}
+			store := &fenceRecorder{Store: faultStoreWith(t, standaloneClient(t, rp.addr()), Options{Timeout: 2 * time.Second, AllowRollback: tt.rdb})}
 			var hooks acceptLog
 			hook := hookEndpoint(t, store, 2*time.Second, 0, nil, hooks.add)
 			var ins []*instance
@@ -178,5 +182,55 @@ func TestRestartNeverAcceptsTwice(t *testing.T) {
 				t.Fatalf("%d redeems refused as fenced and %d deliveries acknowledged as duplicates, want %d and %d", fenced, dupes, wantFenced, wantDupes)
 			}
 		})
+	}
+}
+
+// TestRollbackAcceptsTwiceWhenAllowed shows what Open refuses RDB save
+// points for (TestOpenRefusesPersistenceThatCanRollBack): a snapshot taken
+// after provisioning, claims, a crash, and a restart from the snapshot
+// bring the fence markers back without the claims, and with AllowRollback
+// every one of those IDs is accepted again. Without AllowRollback the same
+// server is refused.
+func TestRollbackAcceptsTwiceWhenAllowed(t *testing.T) {
+	const n = 200
+	rp := startRedisProc(t, "--save", "3600 1 300 100 60 10000")
+	c := standaloneClient(t, rp.addr())
+	s := faultStoreWith(t, c, Options{Timeout: 2 * time.Second, AllowRollback: true})
+	ctx := context.Background()
+	if err := c.Save(ctx).Err(); err != nil { // the snapshot holds the markers
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Minute)
+	for i := range n {
+		if first, err := s.Claim(ctx, fmt.Sprintf("rollback-%d", i), until); !first || err != nil {
+			t.Fatalf("claim %d = %v, %v; want first", i, first, err)
+		}
+	}
+	rp.restart(syscall.SIGKILL)
+	again := 0
+	for i := range n {
+		for try := 0; ; try++ {
+			first, err := s.Claim(ctx, fmt.Sprintf("rollback-%d", i), until)
+			if err == nil {
+				if first {
+					again++
+				}
+				break
+			}
+			if errors.Is(err, ErrFenced) {
+				t.Fatalf("claim %d after the rollback: %v; the markers were in the snapshot", i, err)
+			}
+			if try == 50 {
+				t.Fatalf("claim %d after the restart: %v", i, err)
+			}
+			time.Sleep(20 * time.Millisecond) // a pooled connection to the stopped server
+		}
+	}
+	t.Logf("after a crash and a restart from an RDB snapshot: %d of %d claimed IDs accepted again", again, n)
+	if again != n {
+		t.Fatalf("%d of %d IDs accepted again; the snapshot predates every claim, want all", again, n)
+	}
+	if _, err := Open(ctx, c, Options{Prefix: s.Prefix(), Logger: quietLogger()}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Open without AllowRollback = %v; want ErrConfig", err)
 	}
 }

@@ -21,8 +21,10 @@
 //     [Options.Horizon] ([ErrFenced]), until everything claimed before the
 //     loss has expired, and the horizon bounds every claim. A restart that
 //     rolls back to older data (an RDB snapshot, AOF everysec after a
-//     machine crash) keeps its markers and is not detected: persist with
-//     appendfsync always, or not at all.
+//     machine crash) keeps its markers and could not be detected, so a
+//     Redis configured for it is refused ([ErrConfig], unless
+//     [Options.AllowRollback]): persist with appendfsync always (or
+//     Durability.LocalAOF), or not at all.
 //   - A failover to a replica that missed the last writes: with
 //     [Options.Durability] every write waits for WAIT (and WAITAOF) on the
 //     connection that wrote, and too few acknowledgements is
@@ -142,6 +144,17 @@ type Options struct {
 	// has. A Redis that refuses CONFIG GET (managed services) cannot be
 	// checked: the store runs, and logs that it could not check.
 	AllowEviction bool
+
+	// AllowRollback lets the store run on a Redis whose restart can bring
+	// back older data: RDB snapshots without AOF (save not ""), or AOF
+	// with an appendfsync other than always and no Durability.LocalAOF
+	// (a machine crash loses the last second). Such a restart keeps the
+	// fence markers and drops the newest claims, so those IDs are accepted
+	// again unseen (TestRollbackAcceptsTwiceWhenAllowed shows it). Without
+	// it such a store refuses to run ([ErrConfig]). A Redis that refuses
+	// CONFIG GET cannot be checked: the store runs, and logs that it
+	// could not check.
+	AllowRollback bool
 
 	// Observer, when not nil, is called with every [Event]: a shard fenced,
 	// a refusal for a fence, clock skew or durability, a lease released
@@ -265,7 +278,8 @@ func New(client Client, opts Options) (*Store, error) {
 // that every master answers, that a Redis with replicas has a Durability
 // setting (or AllowAsyncReplicas), that WAITAOF exists when Durability asks
 // for it (Redis 7.2 or newer), that maxmemory-policy is noeviction (or
-// AllowEviction), and that this instance's clock is not behind Redis's by
+// AllowEviction), that a restart cannot bring back older data (or
+// AllowRollback), and that this instance's clock is not behind Redis's by
 // more than MaxSkew. A server that does not fit is refused with an error
 // matching [ErrConfig]; a lagging clock with [ErrClockSkew]; a Redis that
 // cannot answer with [ErrUnavailable]. ctx bounds the checks.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -72,6 +73,10 @@ func newTestStore(t testing.TB) (*Store, *redis.Client) {
 
 // provisioned returns a Store on c with opts whose key space is provisioned
 // (a new prefix, or one provisioned before), closed when the test ends.
+// quietLogger drops the store's log lines (the tests count refusals
+// through the errors themselves).
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
 func provisioned(t testing.TB, c Client, opts Options) *Store {
 	t.Helper()
 	s, err := New(c, opts)
@@ -94,8 +99,13 @@ func answerChecks(f clientFunc) clientFunc {
 		switch args[0] {
 		case "ROLE":
 			cmd.SetVal([]any{"master", int64(0), []any{}})
-		case "CONFIG":
-			cmd.SetVal([]any{"maxmemory-policy", "noeviction"})
+		case "CONFIG": // GET name: what a fresh redis-server --save "" answers
+			name, _ := args[2].(string)
+			value, ok := map[string]string{"maxmemory-policy": "noeviction", "appendonly": "no", "appendfsync": "everysec", "save": ""}[name]
+			if !ok {
+				return f(ctx, args...)
+			}
+			cmd.SetVal([]any{name, value})
 		case "TIME":
 			now := time.Now()
 			cmd.SetVal([]any{strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond() / 1000)})
