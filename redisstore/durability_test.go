@@ -242,3 +242,56 @@ func TestReplicaAttachedLaterIsFoundByTheRecheck(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A resent acquire (go-redis retrying the script on another connection
+// after a lost reply) finds its own lease. It must write it again: WAIT
+// counts only the writes of the connection it runs on, so a resend that
+// wrote nothing would have its WAIT answer at once while the lease had not
+// reached the replica. Redis's count of SET calls (scripts' included)
+// shows the second write.
+func TestResentAcquireWritesItsLeaseAgain(t *testing.T) {
+	t.Parallel()
+	primary := newServer(t)
+	newReplica(t, primary)
+	c := primary.client()
+	s := provisioned(t, c, Options{Prefix: "resend:", Durability: Durability{Replicas: 1}, Logger: quietLogger()})
+	ctx := context.Background()
+	const token = "0123456789abcdef0123456789abcdef"
+	sets := func() int64 {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_set:calls="); ok {
+				v, _, _ = strings.Cut(v, ",")
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		t.Fatal("no cmdstat_set in INFO commandstats")
+		return 0
+	}
+	code, _, err := s.run(ctx, acquireLua, "delivery-1", token, "5000")
+	if err != nil || code != 1 {
+		t.Fatalf("first acquire = %d, %v; want acquired", code, err)
+	}
+	before := sets()
+	code, _, err = s.run(ctx, acquireLua, "delivery-1", token, "5000")
+	if err != nil || code != 1 {
+		t.Fatalf("resent acquire = %d, %v; want acquired (its own lease)", code, err)
+	}
+	if after := sets(); after != before+1 {
+		t.Fatalf("%d SET calls by the resent acquire, want 1: without a write WAIT has nothing to wait on", after-before)
+	}
+	if ttl := c.PTTL(ctx, s.key("delivery-1")).Val(); ttl <= 0 || ttl > 5*time.Second {
+		t.Fatalf("lease PTTL after the resend = %v; want its remaining time, at most 5s", ttl)
+	}
+	// Another token still finds the lease busy.
+	if l, err := s.AcquireLease(ctx, "delivery-1", 5*time.Second); err != nil || l.State != replay.LeaseBusy {
+		t.Fatalf("acquire by another holder = %+v, %v; want busy", l, err)
+	}
+}
