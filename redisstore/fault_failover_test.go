@@ -59,7 +59,6 @@ func replicatedStore(t *testing.T, c Client, prefix string, replicas int) *Store
 	return s
 }
 
-
 // TestFailoverToLaggingReplicaAcceptsNothingTwice runs issue 26's workload
 // (24 workers redeeming one-time tokens and sending webhook deliveries, two
 // concurrent copies each, on two instances) against a primary with one
