@@ -171,13 +171,18 @@ func readKeyFile(path string) ([]byte, error) {
 }
 
 // Run checks the file at once and then every Interval until ctx is done,
-// and returns ctx's error. Errors go to OnError (see
+// and returns ctx's error; no check starts after ctx is done. Errors go to OnError (see
 // [KeyFileReloader.Reload]); Run does not stop on them. Run it in its own
 // goroutine.
 func (r *KeyFileReloader) Run(ctx context.Context) error {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	for {
+		// A select with both cases ready picks either: check ctx first so
+		// that no reload runs once it is done.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		r.Reload()
 		select {
 		case <-ctx.Done():

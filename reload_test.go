@@ -210,3 +210,28 @@ func TestKeyFileReloaderRunPicksUpASwapWithinTheInterval(t *testing.T) {
 		t.Error("the published primary is not in effect")
 	}
 }
+
+// TestKeyFileReloaderRunDoesNotReloadAfterItsContextIsDone: with ctx done
+// (here before Run starts, so the race of a tick and ctx.Done is decided
+// the same way every time) Run returns ctx's error and reads nothing.
+func TestKeyFileReloaderRunDoesNotReloadAfterItsContextIsDone(t *testing.T) {
+	a := RandomKey()
+	d := newSecretDir(t, keyText(a))
+	src := mustSource(t, mustKeyring(t, a))
+	calls := 0
+	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), Interval: time.Millisecond,
+		OnError: func(error) { calls++ }, OnSwap: func(int) { calls++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 100 {
+		if err := r.Run(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v; want context.Canceled", err)
+		}
+	}
+	if calls != 0 {
+		t.Fatalf("%d reloads after the context was done, want 0", calls)
+	}
+}
