@@ -84,7 +84,9 @@ type OneTimeConfig struct {
 	TTL time.Duration
 	// Replay records redeemed tokens until 60 s after they expire. Nil means a private
 	// [replay.MemoryStore] with [replay.DefaultMax] entries, which enforces
-	// single use within one process only; a fleet shares one store.
+	// single use within one process only; a fleet shares one store. A
+	// [replay.Bounded] store whose horizon is shorter than TTL + 1 s +
+	// [replay.SkewMargin] is [ErrConfig]: it would refuse every redemption.
 	Replay replay.Store
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -128,7 +130,9 @@ type OneTimeToken struct {
 }
 
 // NewOneTimeIssuer returns an issuer for cfg. A nil or empty cfg.Keys is
-// [ErrNoKey]; an empty or invalid Purpose or a negative TTL is [ErrConfig].
+// [ErrNoKey]; an empty or invalid Purpose, a negative TTL, or a TTL whose
+// claims (TTL + 1 s + [replay.SkewMargin]) reach past the horizon of a
+// [replay.Bounded] Replay store is [ErrConfig].
 func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 	if err := keysFrom(cfg.Keys, cfg.KeySource, "OneTimeConfig"); err != nil {
 		return nil, err
@@ -162,6 +166,9 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 	}
 	if o.replay == nil {
 		o.replay = &replay.MemoryStore{Now: o.now}
+	}
+	if err := checkHorizon(o.replay, o.ttl, "OneTimeConfig.Replay"); err != nil {
+		return nil, err
 	}
 	return o, nil
 }

@@ -104,7 +104,9 @@ type RequestStateSecurity struct {
 	// Replay, if set, makes every state single-use: Decode accepts a given
 	// state at most once, recording it in Replay until 60 s after it expires, and
 	// refuses it afterwards with [ErrStateReplayed]. Nil (the default) keeps
-	// states reusable until they expire. See DecodeContext.
+	// states reusable until they expire. See DecodeContext. A
+	// [replay.Bounded] store whose horizon is shorter than TTL + 1 s +
+	// [replay.SkewMargin] is [ErrConfig]: it would refuse every claim.
 	//
 	// A state is identified by its authenticator: the MAC of a [Signed] state,
 	// the GCM nonce and tag of an [Encrypted] one. [Signed] encoding is
@@ -243,6 +245,11 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 	}
 	if c.now == nil {
 		c.now = time.Now
+	}
+	if c.replay != nil {
+		if err := checkHorizon(c.replay, c.ttl, "RequestStateSecurity.Replay"); err != nil {
+			return nil, err
+		}
 	}
 	mode := c.mode
 	derive := func(kr *Keyring) (*stateKeys, bool) { return deriveStateKeys(kr, mode) }
