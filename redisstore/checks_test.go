@@ -183,9 +183,17 @@ func TestSnapshotsTurnedOnLaterAreFoundByTheRecheck(t *testing.T) {
 	if err := c.ConfigSet(ctx, "save", "60 1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	s.lastCheck.Store(0) // as if RecheckInterval had passed
+	awaitRecheckRefusal(t, s, "snapshots were turned on")
+}
+
+// awaitRecheckRefusal runs the periodic recheck at once (as if
+// RecheckInterval had passed) and waits up to 10 s for a claim to be
+// refused with ErrConfig, never first, after what changed on the server.
+func awaitRecheckRefusal(t *testing.T, s *Store, what string) {
+	t.Helper()
+	s.lastCheck.Store(0)
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
+		first, err := s.Claim(context.Background(), "after", time.Now().Add(time.Minute))
 		if errors.Is(err, ErrConfig) {
 			if first {
 				t.Fatal("first with an error")
@@ -193,7 +201,7 @@ func TestSnapshotsTurnedOnLaterAreFoundByTheRecheck(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("claim 10s after snapshots were turned on = %v, %v; want ErrConfig", first, err)
+			t.Fatalf("claim 10s after %s = %v, %v; want ErrConfig", what, first, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -227,20 +227,7 @@ func TestReplicaAttachedLaterIsFoundByTheRecheck(t *testing.T) {
 		t.Fatalf("claim without replicas = %v, %v", first, err)
 	}
 	newReplica(t, primary)
-	s.lastCheck.Store(0) // as if RecheckInterval had passed
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
-		if errors.Is(err, ErrConfig) {
-			if first {
-				t.Fatal("first with an error")
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("claim 10s after a replica was attached = %v, %v; want ErrConfig", first, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitRecheckRefusal(t, s, "a replica was attached")
 }
 
 // A resent acquire (go-redis retrying the script on another connection
