@@ -23,9 +23,11 @@
 // A claim is acknowledged only after PostgreSQL committed it, so with
 // synchronous_commit on (the default) it survives a crash of the server;
 // [New] refuses a session whose synchronous_commit is off unless
-// [Options.AllowAsyncCommit] is set, and a primary whose standbys are all
-// asynchronous unless [Options.AllowAsyncStandby] is; with a synchronous
-// standby an acknowledged claim also survives a failover to it.
+// [Options.AllowAsyncCommit] is set, a server with fsync or
+// full_page_writes off unless [Options.AllowRollback] is, and a primary
+// whose standbys are all asynchronous unless [Options.AllowAsyncStandby]
+// is; with a synchronous standby an acknowledged claim also survives a
+// failover to it.
 // docs/pgstore.md has the table of what survives a crash and a failover.
 //
 // The store fails closed: when PostgreSQL is down, slow, read-only, or
@@ -94,7 +96,8 @@ var (
 
 	// ErrConfig reports a store that cannot be built as configured: a nil
 	// pool, an invalid table name, a missing table, synchronous_commit off
-	// without AllowAsyncCommit, standbys none of which is synchronous
+	// without AllowAsyncCommit, fsync or full_page_writes off without
+	// AllowRollback, standbys none of which is synchronous
 	// without AllowAsyncStandby, no synchronous standby with
 	// RequireSynchronousStandby, an instance clock too far behind the
 	// database's, or a negative option.
@@ -134,6 +137,16 @@ type Options struct {
 	// IDs would be accepted a second time. Without this option New refuses
 	// it with ErrConfig; set synchronous_standby_names instead.
 	AllowAsyncStandby bool
+
+	// AllowRollback lets New accept a server whose machine crash (a power
+	// cut, a kernel panic: not only a crash of PostgreSQL) can lose or
+	// corrupt acknowledged commits: fsync off (commits are never flushed
+	// to the disk) or full_page_writes off (a page torn by the crash cannot
+	// be repaired from the WAL). After such a crash the table may have
+	// rolled back past claims it acknowledged, with its marker row intact,
+	// so the store cannot tell: those IDs would be accepted a second time.
+	// Without this option New refuses both with ErrConfig.
+	AllowRollback bool
 
 	// RequireSynchronousStandby makes New refuse (ErrConfig) a session
 	// whose commits do not wait for a synchronous standby (see
@@ -204,7 +217,9 @@ var (
 // the table exists and still holds its marker row (else ErrConfig or
 // ErrForgotten: run [Migrate]), that the server is not a read-only standby
 // (else ErrUnavailable), that the session's synchronous_commit is not off
-// (else ErrConfig, unless Options.AllowAsyncCommit), that a server with
+// (else ErrConfig, unless Options.AllowAsyncCommit), that the server's
+// fsync and full_page_writes are on (else ErrConfig, unless
+// Options.AllowRollback), that a server with
 // physical standbys makes commits wait for a synchronous one (else
 // ErrConfig, unless Options.AllowAsyncStandby), and that the instance's
 // clock is not behind the database's by more than Options.MaxClockSkew
@@ -213,7 +228,7 @@ var (
 //
 // The sweeper repeats these checks at every SweepInterval: while one fails
 // (a standby attached later without synchronous replication,
-// synchronous_commit turned off, the server demoted to a standby, the
+// synchronous_commit or fsync turned off, the server demoted to a standby, the
 // instance's clock drifted behind), Claim, AcquireLease and ConfirmLease
 // refuse with ErrUnavailable and the reason's sentinel, until it holds
 // again. A Store without a sweeper checks only at New.
@@ -255,7 +270,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 
 	s.checks = checks{
 		asyncCommit: opts.AllowAsyncCommit, asyncStandby: opts.AllowAsyncStandby,
-		requireStandby: opts.RequireSynchronousStandby, maxSkew: opts.MaxClockSkew, now: now,
+		requireStandby: opts.RequireSynchronousStandby, rollback: opts.AllowRollback, maxSkew: opts.MaxClockSkew, now: now,
 	}
 	if s.checks.maxSkew == 0 {
 		s.checks.maxSkew = DefaultMaxClockSkew
@@ -345,15 +360,16 @@ func (s *Store) Durability() Durability {
 
 // checks are New's checks of the server, which the sweeper repeats.
 type checks struct {
-	asyncCommit, asyncStandby, requireStandby bool
-	maxSkew                                   time.Duration
-	now                                       func() time.Time
+	asyncCommit, asyncStandby, requireStandby, rollback bool
+	maxSkew                                             time.Duration
+	now                                                 func() time.Time
 }
 
 // serverState is what one query reads of the server and the table.
 type serverState struct {
 	durable          Durability
 	recovery, marker bool
+	fsync, fullPages bool          // the server's fsync and full_page_writes
 	behind           time.Duration // how far the instance's clock is behind now()
 }
 
@@ -369,10 +385,11 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 		// Physical standbys: walsenders without a logical slot (a CDC
 		// consumer is no failover target).
 		err := s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
+			current_setting('fsync')::bool, current_setting('full_page_writes')::bool,
 			(SELECT count(*) FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
 			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
 			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = ''::bytea AND state = 'm')`).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker)
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker)
 		return r, err
 	})
 	if err != nil {
@@ -393,6 +410,10 @@ func (c checks) judge(st serverState) error {
 		return fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
 	case d.SynchronousCommit == "off" && !c.asyncCommit:
 		return fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
+	case !st.fsync && !c.rollback:
+		return fmt.Errorf("%w: fsync is off: a crash of the machine can lose acknowledged claims and leave the marker row, so they would be accepted again (set fsync on, or Options.AllowRollback)", ErrConfig)
+	case !st.fullPages && !c.rollback:
+		return fmt.Errorf("%w: full_page_writes is off: a crash of the machine can tear pages that recovery cannot repair, losing acknowledged claims (set full_page_writes on, or Options.AllowRollback)", ErrConfig)
 	case d.Standbys > 0 && !d.WaitsForStandby() && !c.asyncStandby:
 		return fmt.Errorf("%w: the server streams to %d standby(s) but commits wait for none: a failover could accept acknowledged claims again (set synchronous_standby_names, or Options.AllowAsyncStandby)",
 			ErrConfig, d.Standbys)
