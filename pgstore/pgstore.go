@@ -560,7 +560,8 @@ func (s *Store) key(id string) []byte {
 // prefix. Exactly one of any number of concurrent claims of the same ID
 // returns true, and it returns only after the claim is committed. Once
 // until has passed by the database's clock, the ID can be claimed again; an
-// until after the year 9999 is held forever.
+// until after the year 9999 is held forever, and one before the year 1 is
+// refused as expired.
 //
 // Claim fails closed: on any error it returns first == false and an error
 // matching ErrUnavailable (PostgreSQL could not answer in time, answered

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -288,5 +289,55 @@ func TestSlowInstanceClockNeverMakesAReplayFirst(t *testing.T) {
 	first, err := s.Claim(bg(), "token", until)
 	if first || !errors.Is(err, replay.ErrExpired) {
 		t.Fatalf("replay with the original until after it passed = %v, %v; want refused as expired", first, err)
+	}
+}
+
+// wrapsTo returns an instant hundreds of millions of years in the past
+// whose microseconds since 1970 overflow int64 to exactly target's: a
+// driver that multiplies seconds by 10^6 without a check sends target.
+func wrapsTo(target time.Time) time.Time {
+	m := uint64(target.Truncate(time.Microsecond).UnixMicro()) &^ 63 // a multiple of 2^6, as 10^6 = 2^6 * 15625 is
+	// x * 15625 ≡ m/64 (mod 2^58): invert 15625 modulo 2^58 (Newton).
+	const mask = 1<<58 - 1
+	inv := uint64(1)
+	for range 6 {
+		inv = inv * (2 - 15625*inv) & mask
+	}
+	x := int64((m/64)*inv&mask) - 1<<58 // in [-2^58, 0): far in the past
+	return time.Unix(x, 0)
+}
+
+// TestUntilFarInThePastIsExpiredNeverWrapped: an until before the year 1 —
+// however far, including one whose microseconds overflow int64 into the
+// near future — is refused as expired by Claim and ConfirmLease, never
+// recorded.
+func TestUntilFarInThePastIsExpiredNeverWrapped(t *testing.T) {
+	s := newTestStore(t)
+	wrapped := wrapsTo(time.Now().Add(time.Hour))
+	if wrapped.Year() > -1e6 {
+		t.Fatalf("wrapsTo made %v", wrapped)
+	}
+	for i, until := range []time.Time{
+		wrapped,
+		wrapsTo(time.Now().Add(24 * time.Hour)),
+		time.Date(0, 12, 31, 23, 59, 59, 0, time.UTC),
+		time.Date(-4713, 1, 1, 0, 0, 0, 0, time.UTC), // before PostgreSQL's first timestamptz
+		time.Unix(-1<<62, 0),
+		time.Unix(math.MinInt64, 0),
+	} {
+		id := fmt.Sprint("past-", i)
+		if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
+			t.Fatalf("Claim until %v = %v, %v; want ErrInvalidClaim and replay.ErrExpired", until, first, err)
+		}
+		l, err := s.AcquireLease(bg(), id, time.Minute)
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatalf("AcquireLease after a refused claim = %+v, %v; want acquired (nothing recorded)", l, err)
+		}
+		if err := s.ConfirmLease(bg(), id, l.Token, until); !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
+			t.Fatalf("ConfirmLease until %v: %v; want ErrInvalidClaim and replay.ErrExpired", until, err)
+		}
+		if got := countRows(t, s, fmt.Sprintf("key = '\\x%x'::bytea AND state <> 'l'", s.key(id))); got != 0 {
+			t.Fatalf("until %v left %d claimed or done rows", until, got)
+		}
 	}
 }
