@@ -344,3 +344,34 @@ func TestNewRefusesSettingsThatLoseCommitsInACrash(t *testing.T) {
 		})
 	}
 }
+
+// TestTableInASystemSchemaIsRefused: a schema whose name starts with pg_
+// is PostgreSQL's own (pg_catalog, pg_toast, and pg_temp: the session's
+// temporary schema, where each pooled connection would hold a table of its
+// own that forgets everything when the connection closes, so one ID could
+// be first once per connection). Schema, Migrate, Rearm and New refuse it
+// with ErrConfig and create nothing.
+func TestTableInASystemSchemaIsRefused(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	for _, table := range []string{"pg_temp.ctoken_replay", "pg_catalog.ctoken_replay", "pg_toast.ctoken_replay", "pg_temp_1.ctoken_replay", "pg_.ctoken_replay"} {
+		t.Run(table, func(t *testing.T) {
+			if sql, err := Schema(table); sql != "" || !errors.Is(err, ErrConfig) {
+				t.Fatalf("Schema(%q) = %q, %v; want ErrConfig", table, sql, err)
+			}
+			if err := Migrate(bg(), pool, table); !errors.Is(err, ErrConfig) {
+				t.Fatalf("Migrate(%q): %v; want ErrConfig", table, err)
+			}
+			if err := Rearm(bg(), pool, table, time.Second); !errors.Is(err, ErrConfig) {
+				t.Fatalf("Rearm(%q): %v; want ErrConfig", table, err)
+			}
+			if s, err := New(bg(), pool, Options{Table: table, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+				t.Fatalf("New(%q): %v; want ErrConfig", table, err)
+			}
+		})
+	}
+	// A table (not a schema) may start with pg_.
+	if _, err := quoteTable("public.pg_replay"); err != nil {
+		t.Fatalf("quoteTable(public.pg_replay): %v", err)
+	}
+}

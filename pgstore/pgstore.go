@@ -108,7 +108,11 @@ var (
 type Options struct {
 	// Table is the table's name, optionally schema-qualified
 	// ("replay.ctoken_replay"); each part is a lower-case SQL identifier
-	// ([a-z_][a-z0-9_]*, at most 48 bytes). Empty means DefaultTable.
+	// ([a-z_][a-z0-9_]*, at most 48 bytes), and the schema is not one of
+	// PostgreSQL's own (pg_*: pg_temp would give each connection a table
+	// of its own). Empty means DefaultTable. An unqualified name is found
+	// by each session's search_path: qualify it when roles' search_paths
+	// differ, so every instance uses the same table.
 	Table string
 
 	// Prefix is prepended to every ID to form the row's key, so several

@@ -160,8 +160,8 @@ func Rearm(ctx context.Context, pool *pgxpool.Pool, table string, fence time.Dur
 	return nil
 }
 
-// quoteTable validates a table name, optionally schema-qualified, and
-// returns it quoted for SQL.
+// quoteTable validates a table name, optionally schema-qualified (in a
+// schema not named pg_*), and returns it quoted for SQL.
 func quoteTable(table string) (string, error) {
 	parts := strings.Split(table, ".")
 	if len(parts) > 2 {
@@ -173,6 +173,13 @@ func quoteTable(table string) (string, error) {
 			return "", fmt.Errorf("%w: table name %q: %w", ErrConfig, table, err)
 		}
 		quoted[i] = `"` + p + `"`
+	}
+	// Schemas named pg_* are PostgreSQL's: pg_catalog, pg_toast, and
+	// pg_temp, the session's own temporary schema, where every pooled
+	// connection would hold a table of its own that forgets its claims
+	// when the connection closes.
+	if len(parts) == 2 && strings.HasPrefix(parts[0], "pg_") {
+		return "", fmt.Errorf("%w: table name %q: schema %s is PostgreSQL's own (pg_temp is per session)", ErrConfig, table, parts[0])
 	}
 	return strings.Join(quoted, "."), nil
 }
