@@ -68,6 +68,11 @@ const DefaultMaxClockSkew = replay.SkewMargin / 2
 // with ErrInvalidClaim before anything is sent to PostgreSQL.
 const MaxIDBytes = 512
 
+// MaxPrefixBytes is the longest Options.Prefix New accepts, so that every
+// key (prefix and ID) fits the primary key's index (a B-tree entry holds
+// at most about 2 700 bytes; a longer key fails every claim).
+const MaxPrefixBytes = 256
+
 // Sentinel errors, usable with errors.Is.
 var (
 	// ErrUnavailable reports that the store could not decide: PostgreSQL
@@ -97,10 +102,10 @@ var (
 	// ErrConfig reports a store that cannot be built as configured: a nil
 	// pool, an invalid table name, a missing table, synchronous_commit off
 	// without AllowAsyncCommit, fsync or full_page_writes off without
-	// AllowRollback, standbys none of which is synchronous
-	// without AllowAsyncStandby, no synchronous standby with
+	// AllowRollback, standbys none of which is synchronous without
+	// AllowAsyncStandby, no synchronous standby with
 	// RequireSynchronousStandby, an instance clock too far behind the
-	// database's, or a negative option.
+	// database's, a Prefix over MaxPrefixBytes, or a negative option.
 	ErrConfig = errors.New("pgstore: invalid configuration")
 )
 
@@ -118,7 +123,8 @@ type Options struct {
 	// Prefix is prepended to every ID to form the row's key, so several
 	// stores (or applications) can share one table without seeing each
 	// other's claims. End it with a separator (":") so that no prefix and
-	// ID run into another's. Empty means DefaultPrefix.
+	// ID run into another's. Empty means DefaultPrefix; longer than
+	// MaxPrefixBytes is refused with ErrConfig.
 	Prefix string
 
 	// Timeout bounds every call: the effective deadline is the earlier of
@@ -259,6 +265,9 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	}
 	if opts.SweepBatch < 0 {
 		return nil, fmt.Errorf("%w: negative SweepBatch", ErrConfig)
+	}
+	if len(opts.Prefix) > MaxPrefixBytes {
+		return nil, fmt.Errorf("%w: Prefix longer than %d bytes", ErrConfig, MaxPrefixBytes)
 	}
 	s := &Store{pool: pool, table: table, prefix: opts.Prefix, timeout: opts.Timeout, sweepBatch: opts.SweepBatch, onSweep: opts.OnSweep}
 	if s.prefix == "" {

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
@@ -338,6 +339,26 @@ func TestUntilFarInThePastIsExpiredNeverWrapped(t *testing.T) {
 		}
 		if got := countRows(t, s, fmt.Sprintf("key = '\\x%x'::bytea AND state <> 'l'", s.key(id))); got != 0 {
 			t.Fatalf("until %v left %d claimed or done rows", until, got)
+		}
+	}
+}
+
+// TestLongestPrefixAndIDAreHeld: a key of the longest prefix New accepts
+// and the longest ID, of incompressible bytes, fits the primary key's
+// index: claimed first once, then refused. (A prefix of a few kilobytes
+// would fail every claim; New refuses it: TestNewRefusesBadConfiguration.)
+func TestLongestPrefixAndIDAreHeld(t *testing.T) {
+	random := func(n int) string {
+		b := make([]byte, n)
+		rand.Read(b)
+		return string(b)
+	}
+	s := newTestStore(t, func(o *Options) { o.Prefix = random(MaxPrefixBytes) })
+	id := random(MaxIDBytes)
+	until := time.Now().Add(time.Minute)
+	for i, want := range []bool{true, false} {
+		if first, err := s.Claim(bg(), id, until); first != want || err != nil {
+			t.Fatalf("claim %d = %v, %v; want %v", i+1, first, err, want)
 		}
 	}
 }
