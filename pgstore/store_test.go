@@ -362,3 +362,76 @@ func TestLongestPrefixAndIDAreHeld(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentClaimsAtEveryIsolationLevelOneFirst: whatever isolation
+// level the pool's sessions use, of 16 concurrent claims of one ID — a
+// fresh one, or one whose row has expired (two takeovers race) — exactly
+// one is first. Under read committed the others report false; under
+// repeatable read and serializable they may instead fail closed with a
+// serialization failure (ErrUnavailable), and resending those never makes
+// the ID first a second time.
+func TestConcurrentClaimsAtEveryIsolationLevelOneFirst(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	for _, level := range []string{"read committed", "repeatable read", "serializable"} {
+		t.Run(level, func(t *testing.T) {
+			s := storeOn(t, p.pool(t, "default_transaction_isolation", level))
+			var got string
+			if err := s.pool.QueryRow(bg(), `SELECT current_setting('transaction_isolation')`).Scan(&got); err != nil || got != level {
+				t.Fatalf("session isolation %q (%v), want %q", got, err, level)
+			}
+			for round := range 10 {
+				id := fmt.Sprint("race-", round)
+				if round%2 == 1 { // an expired row: the racers take it over
+					if first, err := s.Claim(bg(), id, time.Now().Add(time.Hour)); !first || err != nil {
+						t.Fatal(first, err)
+					}
+					if _, err := admin.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				const racers = 16
+				var firsts, failed atomic.Int32
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for range racers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						first, err := s.Claim(bg(), id, time.Now().Add(time.Hour))
+						switch {
+						case first:
+							firsts.Add(1)
+						case err == nil:
+						case errors.Is(err, ErrUnavailable) && level != "read committed":
+							failed.Add(1)
+						default:
+							t.Errorf("Claim under %s: %v", level, err)
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				// The failed ones resend, until each is decided.
+				for range failed.Load() {
+					for try := 0; ; try++ {
+						first, err := s.Claim(bg(), id, time.Now().Add(time.Hour))
+						if first {
+							firsts.Add(1)
+						}
+						if err == nil {
+							break
+						}
+						if try == 20 {
+							t.Fatalf("resend under %s still fails: %v", level, err)
+						}
+					}
+				}
+				if firsts.Load() != 1 {
+					t.Fatalf("round %d under %s: %d first claims (%d failed closed), want 1", round, level, firsts.Load(), failed.Load())
+				}
+			}
+		})
+	}
+}
