@@ -100,11 +100,11 @@ var (
 	ErrForgotten = errors.New("pgstore: table has forgotten its claims (marker row missing)")
 
 	// ErrConfig reports a store that cannot be built as configured: a nil
-	// pool, an invalid table name, a missing table, synchronous_commit off
-	// without AllowAsyncCommit, fsync or full_page_writes off without
-	// AllowRollback, standbys none of which is synchronous without
-	// AllowAsyncStandby, no synchronous standby with
-	// RequireSynchronousStandby, an instance clock too far behind the
+	// pool, an invalid table name, a missing table or one the role may not
+	// write, synchronous_commit off without AllowAsyncCommit, fsync or
+	// full_page_writes off without AllowRollback, standbys none of which
+	// is synchronous without AllowAsyncStandby, no synchronous standby
+	// with RequireSynchronousStandby, an instance clock too far behind the
 	// database's, a Prefix over MaxPrefixBytes, or a negative option.
 	ErrConfig = errors.New("pgstore: invalid configuration")
 )
@@ -225,7 +225,8 @@ var (
 
 // New returns a Store on pool's database. It checks, in one query, that
 // the table exists and still holds its marker row (else ErrConfig or
-// ErrForgotten: run [Migrate]), that the server is not a read-only standby
+// ErrForgotten: run [Migrate]), that the session's role may SELECT,
+// INSERT, UPDATE and DELETE it (else ErrConfig), that the server is not a read-only standby
 // (else ErrUnavailable), that the session's synchronous_commit is not off
 // (else ErrConfig, unless Options.AllowAsyncCommit), that the server's
 // fsync and full_page_writes are on (else ErrConfig, unless
@@ -293,6 +294,8 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
 		return nil, fmt.Errorf("%w: table %s does not exist: run pgstore.Migrate or the SQL of pgstore.Schema", ErrConfig, opts.Table)
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+		return nil, fmt.Errorf("%w: the role may not read table %s (GRANT SELECT, INSERT, UPDATE, DELETE)", ErrConfig, opts.Table)
 	case err != nil:
 		return nil, err
 	case !st.marker:
@@ -382,6 +385,7 @@ type checks struct {
 type serverState struct {
 	durable          Durability
 	recovery, marker bool
+	writable         bool          // the role may SELECT, INSERT, UPDATE and DELETE the table
 	fsync, fullPages bool          // the server's fsync and full_page_writes
 	behind           time.Duration // how far the instance's clock is behind now()
 }
@@ -401,8 +405,10 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			current_setting('fsync')::bool, current_setting('full_page_writes')::bool,
 			(SELECT count(*) FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
 			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
-			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = ''::bytea AND state = 'm')`).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker)
+			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = ''::bytea AND state = 'm'),
+			has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND
+			has_table_privilege($1, 'UPDATE') AND has_table_privilege($1, 'DELETE')`, s.table).Scan(
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.writable)
 		return r, err
 	})
 	if err != nil {
@@ -421,6 +427,8 @@ func (c checks) judge(st serverState) error {
 	switch {
 	case st.recovery:
 		return fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
+	case !st.writable:
+		return fmt.Errorf("%w: the role may not SELECT, INSERT, UPDATE and DELETE the table (GRANT them)", ErrConfig)
 	case d.SynchronousCommit == "off" && !c.asyncCommit:
 		return fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
 	case !st.fsync && !c.rollback:
