@@ -440,3 +440,35 @@ func TestNewRefusesARoleThatCannotWriteTheTable(t *testing.T) {
 		t.Fatalf("Claim as a role granted all four = %v, %v; want first", first, err)
 	}
 }
+
+// TestMigrateAndRearmErrorsMatchErrUnavailable: a database that cannot be
+// reached, or refuses the statements, makes Migrate and Rearm fail with
+// ErrUnavailable, like every call of a Store.
+func TestMigrateAndRearmErrorsMatchErrUnavailable(t *testing.T) {
+	p := needServer(t)
+	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, "127.0.0.1:"+freePort(), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(down.Close)
+	admin := p.pool(t)
+	readOnly := p.pool(t, "default_transaction_read_only", "on")
+	for _, tc := range []struct {
+		name string
+		pool *pgxpool.Pool
+	}{{"unreachable", down}, {"read-only", readOnly}} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := uniqueTable(t, admin)
+			if err := Migrate(bg(), tc.pool, name); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Migrate: %v; want ErrUnavailable", err)
+			}
+			if err := Rearm(bg(), tc.pool, "", time.Hour); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Rearm: %v; want ErrUnavailable", err)
+			}
+		})
+	}
+}
