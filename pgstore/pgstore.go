@@ -16,7 +16,8 @@
 // never an instance's, so the fleet agrees on when an ID may be taken
 // again, and an until already past by that clock is refused. A marker row
 // written with the table makes a truncated or emptied table refuse every
-// claim ([ErrForgotten]). Expired rows are deleted in small batches by a
+// claim ([ErrForgotten]); a database restored from an older backup keeps
+// its marker and is not detected (docs/pgstore.md says what to do). Expired rows are deleted in small batches by a
 // sweeper goroutine of each Store (see [Store.Sweep]), which also repeats
 // New's checks of the server.
 //
