@@ -472,3 +472,50 @@ func TestMigrateAndRearmErrorsMatchErrUnavailable(t *testing.T) {
 		})
 	}
 }
+
+// TestNewRefusesAClockBehindEvenWhenTheServerIsSlow: the skew is measured
+// against the instance's clock read before the query, so a slow answer
+// (here: the query waits 2 s for a table lock after its transaction
+// started) cannot hide a clock that is behind by more than MaxClockSkew.
+func TestNewRefusesAClockBehindEvenWhenTheServerIsSlow(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	name := uniqueTable(t, admin)
+	if err := Migrate(bg(), admin, name); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(p.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	behind := func() time.Time { return time.Now().Add(-4 * time.Second) }
+	opts := Options{Table: name, SweepInterval: -1, MaxClockSkew: 3 * time.Second, Timeout: 10 * time.Second}
+	// A first New prepares the query on the pool's one connection, so that
+	// the second one takes its locks after its transaction started.
+	if s, err := newStore(bg(), pool, opts, behind); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New with the clock 4 s behind (limit 3 s): %v; want ErrConfig", err)
+	}
+	tx, err := admin.Begin(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(bg())
+	if _, err := tx.Exec(bg(), `LOCK TABLE "`+name+`" IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(2*time.Second, func() { tx.Rollback(bg()) })
+	start := time.Now()
+	s, err := newStore(bg(), pool, opts, behind)
+	if time.Since(start) < 1500*time.Millisecond {
+		t.Fatalf("New took %v; the query did not wait for the lock", time.Since(start))
+	}
+	if s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New with the clock 4 s behind (limit 3 s) and a 2 s answer: %v; want ErrConfig", err)
+	}
+}

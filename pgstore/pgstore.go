@@ -166,7 +166,8 @@ type Options struct {
 	RequireSynchronousStandby bool
 
 	// MaxClockSkew is how far the instance's clock may run behind the
-	// database's, at New and at every recheck. Single use does not depend on it: every deadline
+	// database's, at New and at every recheck (read before the check's
+	// query, so a slow answer counts as behind). Single use does not depend on it: every deadline
 	// is the database's, and a claim whose until the database's clock has
 	// passed is refused, so a slow clock cannot make a replay first. But an
 	// instance whose clock is behind accepts tokens (one-time, request
@@ -398,6 +399,10 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 		st    serverState
 		dbNow time.Time
 	}
+	// The instance's clock is read before the query: a slow answer (a
+	// lock wait, a loaded server) then makes the instance look further
+	// behind, never less.
+	before := s.checks.now()
 	r, err := call(s, ctx, func(ctx context.Context) (read, error) {
 		var r read
 		// Physical standbys: walsenders without a logical slot (a CDC
@@ -415,9 +420,7 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 	if err != nil {
 		return serverState{}, err
 	}
-	// dbNow is the start of the query's transaction, so the round trip can
-	// only make the instance look ahead.
-	r.st.behind = r.dbNow.Sub(s.checks.now())
+	r.st.behind = r.dbNow.Sub(before)
 	return r.st, nil
 }
 
