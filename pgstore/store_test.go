@@ -175,9 +175,14 @@ func TestErrorsNeverContainTheID(t *testing.T) {
 	_, err1 := s.Claim(ctx, id, time.Now().Add(time.Minute))
 	_, err2 := s.Claim(bg(), id, time.Now().Add(-time.Minute))
 	_, err3 := s.AcquireLease(ctx, id, time.Minute)
-	for _, err := range []error{err1, err2, err3} {
-		if err == nil || strings.Contains(err.Error(), id) {
-			t.Fatalf("error %v is nil or contains the id", err)
+	token := strings.Repeat("a", tokenLen)
+	err4 := s.ConfirmLease(ctx, id, token, time.Now().Add(time.Minute))
+	err5 := s.ReleaseLease(ctx, id, token)
+	err6 := s.Release(ctx, id)
+	err7 := s.ConfirmLease(bg(), id, token, time.Now().Add(-time.Minute))
+	for _, err := range []error{err1, err2, err3, err4, err5, err6, err7} {
+		if err == nil || strings.Contains(err.Error(), id) || strings.Contains(err.Error(), token) {
+			t.Fatalf("error %v is nil or contains the id or the token", err)
 		}
 	}
 }
@@ -195,6 +200,12 @@ func TestZeroStoreRefuses(t *testing.T) {
 	}
 	if err := s.Release(bg(), "a"); !errors.Is(err, ErrConfig) {
 		t.Fatalf("zero Store Release: %v", err)
+	}
+	if err := s.ReleaseLease(bg(), "a", strings.Repeat("a", tokenLen)); !errors.Is(err, ErrConfig) {
+		t.Fatalf("zero Store ReleaseLease: %v", err)
+	}
+	if d, p := s.Durability(), s.Prefix(); d != (Durability{}) || p != "" {
+		t.Fatalf("zero Store Durability, Prefix = %+v, %q; want zero", d, p)
 	}
 	if _, err := s.Sweep(bg()); !errors.Is(err, ErrConfig) {
 		t.Fatalf("zero Store Sweep: %v", err)
