@@ -519,3 +519,65 @@ func TestNewRefusesAClockBehindEvenWhenTheServerIsSlow(t *testing.T) {
 		t.Fatalf("New with the clock 4 s behind (limit 3 s) and a 2 s answer: %v; want ErrConfig", err)
 	}
 }
+
+// TestNewRefusesAnUnloggedOrTemporaryTable: an unlogged table is emptied
+// by every crash and never reaches a standby; a temporary one (found
+// first by an unqualified name in the session that made it) lives and
+// dies with one connection. New refuses both (ErrConfig), and a running
+// store's recheck refuses calls once its table is made unlogged.
+func TestNewRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	name := uniqueTable(t, admin)
+	if err := Migrate(bg(), admin, name); err != nil {
+		t.Fatal(err)
+	}
+	running := storeOn(t, p.pool(t), func(o *Options) { o.Table = name; o.SweepInterval = 50 * time.Millisecond })
+	if _, err := admin.Exec(bg(), `ALTER TABLE "`+name+`" SET UNLOGGED`); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := New(bg(), p.pool(t), Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New on an unlogged table: %v; want ErrConfig", err)
+	}
+	for i, deadline := 0, time.Now().Add(10*time.Second); ; i++ {
+		first, err := running.Claim(bg(), fmt.Sprint("id-", i), time.Now().Add(time.Hour))
+		if !first && errors.Is(err, ErrConfig) && errors.Is(err, ErrUnavailable) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Claim on a table made unlogged = %v, %v after 10 s; want ErrUnavailable and ErrConfig", first, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := admin.Exec(bg(), `ALTER TABLE "`+name+`" SET LOGGED`); err != nil {
+		t.Fatal(err)
+	}
+
+	// A temporary table of the same name, on the pool's one connection.
+	cfg, err := pgxpool.ParseConfig(p.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for _, q := range []string{
+		`CREATE TEMP TABLE "` + name + `" (LIKE public."` + name + `" INCLUDING ALL)`,
+		`INSERT INTO pg_temp."` + name + `" (key, state, token, until) VALUES (''::bytea, 'm', '', '-infinity')`,
+	} {
+		if _, err := pool.Exec(bg(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New on a name that finds a temporary table: %v; want ErrConfig", err)
+	}
+	if s, err := New(bg(), pool, Options{Table: "public." + name, SweepInterval: -1}); err != nil {
+		t.Fatalf("New on the qualified permanent table: %v", err)
+	} else {
+		s.Close()
+	}
+}

@@ -101,11 +101,12 @@ var (
 	ErrForgotten = errors.New("pgstore: table has forgotten its claims (marker row missing)")
 
 	// ErrConfig reports a store that cannot be built as configured: a nil
-	// pool, an invalid table name, a missing table or one the role may not
-	// write, synchronous_commit off without AllowAsyncCommit, fsync or
-	// full_page_writes off without AllowRollback, standbys none of which
-	// is synchronous without AllowAsyncStandby, no synchronous standby
-	// with RequireSynchronousStandby, an instance clock too far behind the
+	// pool, an invalid table name, a missing, unlogged or temporary table
+	// or one the role may not write, synchronous_commit off without
+	// AllowAsyncCommit, fsync or full_page_writes off without
+	// AllowRollback, standbys none of which is synchronous without
+	// AllowAsyncStandby, no synchronous standby with
+	// RequireSynchronousStandby, an instance clock too far behind the
 	// database's, a Prefix over MaxPrefixBytes, or a negative option.
 	ErrConfig = errors.New("pgstore: invalid configuration")
 )
@@ -227,8 +228,9 @@ var (
 
 // New returns a Store on pool's database. It checks, in one query, that
 // the table exists and still holds its marker row (else ErrConfig or
-// ErrForgotten: run [Migrate]), that the session's role may SELECT,
-// INSERT, UPDATE and DELETE it (else ErrConfig), that the server is not a read-only standby
+// ErrForgotten: run [Migrate]), that it is neither unlogged nor
+// temporary and that the session's role may SELECT, INSERT, UPDATE and
+// DELETE it (else ErrConfig), that the server is not a read-only standby
 // (else ErrUnavailable), that the session's synchronous_commit is not off
 // (else ErrConfig, unless Options.AllowAsyncCommit), that the server's
 // fsync and full_page_writes are on (else ErrConfig, unless
@@ -388,6 +390,7 @@ type serverState struct {
 	durable          Durability
 	recovery, marker bool
 	writable         bool          // the role may SELECT, INSERT, UPDATE and DELETE the table
+	permanent        bool          // the table is neither unlogged nor temporary
 	fsync, fullPages bool          // the server's fsync and full_page_writes
 	behind           time.Duration // how far the instance's clock is behind now()
 }
@@ -413,8 +416,9 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
 			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = ''::bytea AND state = 'm'),
 			has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND
-			has_table_privilege($1, 'UPDATE') AND has_table_privilege($1, 'DELETE')`, s.table).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.writable)
+			has_table_privilege($1, 'UPDATE') AND has_table_privilege($1, 'DELETE'),
+			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass)`, s.table).Scan(
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.writable, &r.st.permanent)
 		return r, err
 	})
 	if err != nil {
@@ -433,6 +437,8 @@ func (c checks) judge(st serverState) error {
 		return fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
 	case !st.writable:
 		return fmt.Errorf("%w: the role may not SELECT, INSERT, UPDATE and DELETE the table (GRANT them)", ErrConfig)
+	case !st.permanent:
+		return fmt.Errorf("%w: the table is unlogged or temporary: a crash (or the session's end) empties it, and a standby never has it (ALTER TABLE ... SET LOGGED)", ErrConfig)
 	case d.SynchronousCommit == "off" && !c.asyncCommit:
 		return fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
 	case !st.fsync && !c.rollback:
