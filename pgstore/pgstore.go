@@ -17,9 +17,10 @@
 // again, and an until already past by that clock is refused. A marker row
 // written with the table makes a truncated or emptied table refuse every
 // claim ([ErrForgotten]); a database restored from an older backup keeps
-// its marker and is not detected (docs/pgstore.md says what to do). Expired rows are deleted in small batches by a
-// sweeper goroutine of each Store (see [Store.Sweep]), which also repeats
-// New's checks of the server.
+// its marker and is not detected (docs/pgstore.md says what to do).
+// Expired rows are deleted in small batches by a sweeper goroutine of each
+// Store (see [Store.Sweep]), which also repeats New's checks of the
+// server.
 //
 // A claim is acknowledged only after PostgreSQL committed it, so with
 // synchronous_commit on (the default) it survives a crash of the server;
@@ -168,9 +169,10 @@ type Options struct {
 
 	// MaxClockSkew is how far the instance's clock may run behind the
 	// database's, at New and at every recheck (read before the check's
-	// query, so a slow answer counts as behind). Single use does not depend on it: every deadline
-	// is the database's, and a claim whose until the database's clock has
-	// passed is refused, so a slow clock cannot make a replay first. But an
+	// query, so a slow answer counts as behind). Single use does not
+	// depend on it: every deadline is the database's, and a claim whose
+	// until the database's clock has passed is refused, so a slow clock
+	// cannot make a replay first. But an
 	// instance whose clock is behind accepts tokens (one-time, request
 	// state) the others already call expired, for as long as it is behind,
 	// and refuses them as expired once it is more than
@@ -228,25 +230,26 @@ var (
 
 // New returns a Store on pool's database. It checks, in one query, that
 // the table exists and still holds its marker row (else ErrConfig or
-// ErrForgotten: run [Migrate]), that it is neither unlogged nor
-// temporary and that the session's role may SELECT, INSERT, UPDATE and
-// DELETE it (else ErrConfig), that the server is not a read-only standby
-// (else ErrUnavailable), that the session's synchronous_commit is not off
-// (else ErrConfig, unless Options.AllowAsyncCommit), that the server's
-// fsync and full_page_writes are on (else ErrConfig, unless
-// Options.AllowRollback), that a server with
-// physical standbys makes commits wait for a synchronous one (else
-// ErrConfig, unless Options.AllowAsyncStandby), and that the instance's
-// clock is not behind the database's by more than Options.MaxClockSkew
-// (else ErrConfig). It then starts the sweeper goroutine, which [Store.Close]
-// stops. The pool stays the caller's: Close does not close it.
+// ErrForgotten: run [Migrate]), that it is neither unlogged nor temporary
+// and that the session's role may SELECT, INSERT, UPDATE and DELETE it
+// (else ErrConfig), that the server is not a read-only standby (else
+// ErrUnavailable), that the session's synchronous_commit is not off (else
+// ErrConfig, unless Options.AllowAsyncCommit), that the server's fsync and
+// full_page_writes are on (else ErrConfig, unless Options.AllowRollback),
+// that a server with physical standbys makes commits wait for a
+// synchronous one (else ErrConfig, unless Options.AllowAsyncStandby), and
+// that the instance's clock is not behind the database's by more than
+// Options.MaxClockSkew (else ErrConfig). It then starts the sweeper
+// goroutine, which [Store.Close] stops. The pool stays the caller's: Close
+// does not close it.
 //
 // The sweeper repeats these checks at every SweepInterval: while one fails
 // (a standby attached later without synchronous replication,
-// synchronous_commit or fsync turned off, the server demoted to a standby, the
-// instance's clock drifted behind), Claim, AcquireLease and ConfirmLease
-// refuse with ErrUnavailable and the reason's sentinel, until it holds
-// again. A Store without a sweeper checks only at New.
+// synchronous_commit or fsync turned off, the table made unlogged, the
+// server demoted to a standby, the instance's clock drifted behind),
+// Claim, AcquireLease and ConfirmLease refuse with ErrUnavailable and the
+// reason's sentinel, until it holds again. A Store without a sweeper
+// checks only at New.
 //
 // Every session the pool opens should have the settings of the one New
 // checks: set synchronous_commit per role or database (ALTER ROLE ... SET),
