@@ -204,14 +204,23 @@ func validToken(token string) bool {
 
 // maxTime is the last instant the store records as given; a later until is
 // held forever (timestamptz 'infinity'), so it is never wrapped into the
-// past.
-var maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+// past. minTime is the first: an earlier until is sent as '-infinity' and
+// refused as expired, never wrapped into the future (pgx computes
+// microseconds since 1970 without an overflow check, and an instant some
+// 300 000 years away overflows them).
+var (
+	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+	minTime = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+)
 
 // pgTime rounds t up to a whole microsecond (timestamptz's precision), so a
 // row never expires before t.
 func pgTime(t time.Time) pgtype.Timestamptz {
-	if t.After(maxTime) {
+	switch {
+	case t.After(maxTime):
 		return pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	case t.Before(minTime):
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	}
 	r := t.Truncate(time.Microsecond)
 	if r.Before(t) {

@@ -16,16 +16,20 @@
 // never an instance's, so the fleet agrees on when an ID may be taken
 // again, and an until already past by that clock is refused. A marker row
 // written with the table makes a truncated or emptied table refuse every
-// claim ([ErrForgotten]). Expired rows are deleted in small batches by a
-// sweeper goroutine of each Store (see [Store.Sweep]), which also repeats
-// New's checks of the server.
+// claim ([ErrForgotten]); a database restored from an older backup keeps
+// its marker and is not detected (docs/pgstore.md says what to do).
+// Expired rows are deleted in small batches by a sweeper goroutine of each
+// Store (see [Store.Sweep]), which also repeats New's checks of the
+// server.
 //
 // A claim is acknowledged only after PostgreSQL committed it, so with
 // synchronous_commit on (the default) it survives a crash of the server;
 // [New] refuses a session whose synchronous_commit is off unless
-// [Options.AllowAsyncCommit] is set, and a primary whose standbys are all
-// asynchronous unless [Options.AllowAsyncStandby] is; with a synchronous
-// standby an acknowledged claim also survives a failover to it.
+// [Options.AllowAsyncCommit] is set, a server with fsync or
+// full_page_writes off unless [Options.AllowRollback] is, and a primary
+// whose standbys are all asynchronous unless [Options.AllowAsyncStandby]
+// is; with a synchronous standby an acknowledged claim also survives a
+// failover to it.
 // docs/pgstore.md has the table of what survives a crash and a failover.
 //
 // The store fails closed: when PostgreSQL is down, slow, read-only, or
@@ -66,6 +70,11 @@ const DefaultMaxClockSkew = replay.SkewMargin / 2
 // with ErrInvalidClaim before anything is sent to PostgreSQL.
 const MaxIDBytes = 512
 
+// MaxPrefixBytes is the longest Options.Prefix New accepts, so that every
+// key (prefix and ID) fits the primary key's index (a B-tree entry holds
+// at most about 2 700 bytes; a longer key fails every claim).
+const MaxPrefixBytes = 256
+
 // Sentinel errors, usable with errors.Is.
 var (
 	// ErrUnavailable reports that the store could not decide: PostgreSQL
@@ -93,11 +102,13 @@ var (
 	ErrForgotten = errors.New("pgstore: table has forgotten its claims (marker row missing)")
 
 	// ErrConfig reports a store that cannot be built as configured: a nil
-	// pool, an invalid table name, a missing table, synchronous_commit off
-	// without AllowAsyncCommit, standbys none of which is synchronous
-	// without AllowAsyncStandby, no synchronous standby with
+	// pool, an invalid table name, a missing, unlogged or temporary table
+	// or one the role may not write, synchronous_commit off without
+	// AllowAsyncCommit, fsync or full_page_writes off without
+	// AllowRollback, standbys none of which is synchronous without
+	// AllowAsyncStandby, no synchronous standby with
 	// RequireSynchronousStandby, an instance clock too far behind the
-	// database's, or a negative option.
+	// database's, a Prefix over MaxPrefixBytes, or a negative option.
 	ErrConfig = errors.New("pgstore: invalid configuration")
 )
 
@@ -105,13 +116,18 @@ var (
 type Options struct {
 	// Table is the table's name, optionally schema-qualified
 	// ("replay.ctoken_replay"); each part is a lower-case SQL identifier
-	// ([a-z_][a-z0-9_]*, at most 48 bytes). Empty means DefaultTable.
+	// ([a-z_][a-z0-9_]*, at most 48 bytes), and the schema is not one of
+	// PostgreSQL's own (pg_*: pg_temp would give each connection a table
+	// of its own). Empty means DefaultTable. An unqualified name is found
+	// by each session's search_path: qualify it when roles' search_paths
+	// differ, so every instance uses the same table.
 	Table string
 
 	// Prefix is prepended to every ID to form the row's key, so several
 	// stores (or applications) can share one table without seeing each
 	// other's claims. End it with a separator (":") so that no prefix and
-	// ID run into another's. Empty means DefaultPrefix.
+	// ID run into another's. Empty means DefaultPrefix; longer than
+	// MaxPrefixBytes is refused with ErrConfig.
 	Prefix string
 
 	// Timeout bounds every call: the effective deadline is the earlier of
@@ -135,6 +151,16 @@ type Options struct {
 	// it with ErrConfig; set synchronous_standby_names instead.
 	AllowAsyncStandby bool
 
+	// AllowRollback lets New accept a server whose machine crash (a power
+	// cut, a kernel panic: not only a crash of PostgreSQL) can lose or
+	// corrupt acknowledged commits: fsync off (commits are never flushed
+	// to the disk) or full_page_writes off (a page torn by the crash cannot
+	// be repaired from the WAL). After such a crash the table may have
+	// rolled back past claims it acknowledged, with its marker row intact,
+	// so the store cannot tell: those IDs would be accepted a second time.
+	// Without this option New refuses both with ErrConfig.
+	AllowRollback bool
+
 	// RequireSynchronousStandby makes New refuse (ErrConfig) a session
 	// whose commits do not wait for a synchronous standby (see
 	// [Durability.WaitsForStandby]): for deployments that must not lose an
@@ -142,9 +168,11 @@ type Options struct {
 	RequireSynchronousStandby bool
 
 	// MaxClockSkew is how far the instance's clock may run behind the
-	// database's, at New and at every recheck. Single use does not depend on it: every deadline
-	// is the database's, and a claim whose until the database's clock has
-	// passed is refused, so a slow clock cannot make a replay first. But an
+	// database's, at New and at every recheck (read before the check's
+	// query, so a slow answer counts as behind). Single use does not
+	// depend on it: every deadline is the database's, and a claim whose
+	// until the database's clock has passed is refused, so a slow clock
+	// cannot make a replay first. But an
 	// instance whose clock is behind accepts tokens (one-time, request
 	// state) the others already call expired, for as long as it is behind,
 	// and refuses them as expired once it is more than
@@ -202,21 +230,26 @@ var (
 
 // New returns a Store on pool's database. It checks, in one query, that
 // the table exists and still holds its marker row (else ErrConfig or
-// ErrForgotten: run [Migrate]), that the server is not a read-only standby
-// (else ErrUnavailable), that the session's synchronous_commit is not off
-// (else ErrConfig, unless Options.AllowAsyncCommit), that a server with
-// physical standbys makes commits wait for a synchronous one (else
-// ErrConfig, unless Options.AllowAsyncStandby), and that the instance's
-// clock is not behind the database's by more than Options.MaxClockSkew
-// (else ErrConfig). It then starts the sweeper goroutine, which [Store.Close]
-// stops. The pool stays the caller's: Close does not close it.
+// ErrForgotten: run [Migrate]), that it is neither unlogged nor temporary
+// and that the session's role may SELECT, INSERT, UPDATE and DELETE it
+// (else ErrConfig), that the server is not a read-only standby (else
+// ErrUnavailable), that the session's synchronous_commit is not off (else
+// ErrConfig, unless Options.AllowAsyncCommit), that the server's fsync and
+// full_page_writes are on (else ErrConfig, unless Options.AllowRollback),
+// that a server with physical standbys makes commits wait for a
+// synchronous one (else ErrConfig, unless Options.AllowAsyncStandby), and
+// that the instance's clock is not behind the database's by more than
+// Options.MaxClockSkew (else ErrConfig). It then starts the sweeper
+// goroutine, which [Store.Close] stops. The pool stays the caller's: Close
+// does not close it.
 //
 // The sweeper repeats these checks at every SweepInterval: while one fails
 // (a standby attached later without synchronous replication,
-// synchronous_commit turned off, the server demoted to a standby, the
-// instance's clock drifted behind), Claim, AcquireLease and ConfirmLease
-// refuse with ErrUnavailable and the reason's sentinel, until it holds
-// again. A Store without a sweeper checks only at New.
+// synchronous_commit or fsync turned off, the table made unlogged, the
+// server demoted to a standby, the instance's clock drifted behind),
+// Claim, AcquireLease and ConfirmLease refuse with ErrUnavailable and the
+// reason's sentinel, until it holds again. A Store without a sweeper
+// checks only at New.
 //
 // Every session the pool opens should have the settings of the one New
 // checks: set synchronous_commit per role or database (ALTER ROLE ... SET),
@@ -241,6 +274,9 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	if opts.SweepBatch < 0 {
 		return nil, fmt.Errorf("%w: negative SweepBatch", ErrConfig)
 	}
+	if len(opts.Prefix) > MaxPrefixBytes {
+		return nil, fmt.Errorf("%w: Prefix longer than %d bytes", ErrConfig, MaxPrefixBytes)
+	}
 	s := &Store{pool: pool, table: table, prefix: opts.Prefix, timeout: opts.Timeout, sweepBatch: opts.SweepBatch, onSweep: opts.OnSweep}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
@@ -255,7 +291,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 
 	s.checks = checks{
 		asyncCommit: opts.AllowAsyncCommit, asyncStandby: opts.AllowAsyncStandby,
-		requireStandby: opts.RequireSynchronousStandby, maxSkew: opts.MaxClockSkew, now: now,
+		requireStandby: opts.RequireSynchronousStandby, rollback: opts.AllowRollback, maxSkew: opts.MaxClockSkew, now: now,
 	}
 	if s.checks.maxSkew == 0 {
 		s.checks.maxSkew = DefaultMaxClockSkew
@@ -265,6 +301,8 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
 		return nil, fmt.Errorf("%w: table %s does not exist: run pgstore.Migrate or the SQL of pgstore.Schema", ErrConfig, opts.Table)
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+		return nil, fmt.Errorf("%w: the role may not read table %s (GRANT SELECT, INSERT, UPDATE, DELETE)", ErrConfig, opts.Table)
 	case err != nil:
 		return nil, err
 	case !st.marker:
@@ -345,15 +383,18 @@ func (s *Store) Durability() Durability {
 
 // checks are New's checks of the server, which the sweeper repeats.
 type checks struct {
-	asyncCommit, asyncStandby, requireStandby bool
-	maxSkew                                   time.Duration
-	now                                       func() time.Time
+	asyncCommit, asyncStandby, requireStandby, rollback bool
+	maxSkew                                             time.Duration
+	now                                                 func() time.Time
 }
 
 // serverState is what one query reads of the server and the table.
 type serverState struct {
 	durable          Durability
 	recovery, marker bool
+	writable         bool          // the role may SELECT, INSERT, UPDATE and DELETE the table
+	permanent        bool          // the table is neither unlogged nor temporary
+	fsync, fullPages bool          // the server's fsync and full_page_writes
 	behind           time.Duration // how far the instance's clock is behind now()
 }
 
@@ -364,23 +405,29 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 		st    serverState
 		dbNow time.Time
 	}
+	// The instance's clock is read before the query: a slow answer (a
+	// lock wait, a loaded server) then makes the instance look further
+	// behind, never less.
+	before := s.checks.now()
 	r, err := call(s, ctx, func(ctx context.Context) (read, error) {
 		var r read
 		// Physical standbys: walsenders without a logical slot (a CDC
 		// consumer is no failover target).
 		err := s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
+			current_setting('fsync')::bool, current_setting('full_page_writes')::bool,
 			(SELECT count(*) FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
 			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
-			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = ''::bytea AND state = 'm')`).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker)
+			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = ''::bytea AND state = 'm'),
+			has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND
+			has_table_privilege($1, 'UPDATE') AND has_table_privilege($1, 'DELETE'),
+			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass)`, s.table).Scan(
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.writable, &r.st.permanent)
 		return r, err
 	})
 	if err != nil {
 		return serverState{}, err
 	}
-	// dbNow is the start of the query's transaction, so the round trip can
-	// only make the instance look ahead.
-	r.st.behind = r.dbNow.Sub(s.checks.now())
+	r.st.behind = r.dbNow.Sub(before)
 	return r.st, nil
 }
 
@@ -391,8 +438,16 @@ func (c checks) judge(st serverState) error {
 	switch {
 	case st.recovery:
 		return fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
+	case !st.writable:
+		return fmt.Errorf("%w: the role may not SELECT, INSERT, UPDATE and DELETE the table (GRANT them)", ErrConfig)
+	case !st.permanent:
+		return fmt.Errorf("%w: the table is unlogged or temporary: a crash (or the session's end) empties it, and a standby never has it (ALTER TABLE ... SET LOGGED)", ErrConfig)
 	case d.SynchronousCommit == "off" && !c.asyncCommit:
 		return fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
+	case !st.fsync && !c.rollback:
+		return fmt.Errorf("%w: fsync is off: a crash of the machine can lose acknowledged claims and leave the marker row, so they would be accepted again (set fsync on, or Options.AllowRollback)", ErrConfig)
+	case !st.fullPages && !c.rollback:
+		return fmt.Errorf("%w: full_page_writes is off: a crash of the machine can tear pages that recovery cannot repair, losing acknowledged claims (set full_page_writes on, or Options.AllowRollback)", ErrConfig)
 	case d.Standbys > 0 && !d.WaitsForStandby() && !c.asyncStandby:
 		return fmt.Errorf("%w: the server streams to %d standby(s) but commits wait for none: a failover could accept acknowledged claims again (set synchronous_standby_names, or Options.AllowAsyncStandby)",
 			ErrConfig, d.Standbys)
@@ -539,7 +594,8 @@ func (s *Store) key(id string) []byte {
 // prefix. Exactly one of any number of concurrent claims of the same ID
 // returns true, and it returns only after the claim is committed. Once
 // until has passed by the database's clock, the ID can be claimed again; an
-// until after the year 9999 is held forever.
+// until after the year 9999 is held forever, and one before the year 1 is
+// refused as expired.
 //
 // Claim fails closed: on any error it returns first == false and an error
 // matching ErrUnavailable (PostgreSQL could not answer in time, answered

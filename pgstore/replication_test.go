@@ -228,3 +228,69 @@ func TestRecheckRefusesWhatNewWouldRefuse(t *testing.T) {
 		t.Fatalf("Durability() after the recheck = %+v; want one standby", d)
 	}
 }
+
+// TestRestoreFromAnOlderBackupNeedsARearm: a database restored from a
+// backup taken before some claims (pg_basebackup, then the server lost and
+// started again from the backup: what a point-in-time or snapshot restore
+// does) still has its marker row, so the store cannot tell that it rolled
+// back: the claims made after the backup are accepted a second time. This
+// is the documented limit; the documented remedy — delete the marker row
+// and Rearm with a fence — makes every claim refuse until the fence has
+// passed.
+func TestRestoreFromAnOlderBackupNeedsARearm(t *testing.T) {
+	t.Parallel() // servers of its own
+	p := ownServer(t)
+	s := storeOn(t, p.pool(t))
+	until := time.Now().Add(time.Hour)
+	claim := func(s *Store, prefix string, want bool) {
+		t.Helper()
+		for i := range 20 {
+			if first, err := s.Claim(bg(), fmt.Sprint(prefix, i), until); first != want || err != nil {
+				t.Fatalf("Claim(%s%d) = %v, %v; want %v", prefix, i, first, err, want)
+			}
+		}
+	}
+	claim(s, "before-", true)
+
+	bin, err := pgBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	dir := filepath.Join(tmpRoot, "backup-"+hex.EncodeToString(b))
+	if err := mkdirOwned(dir); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", p.port, "-U", "postgres",
+		"-D", dir, "-X", "stream", "--no-sync", "-c", "fast")
+	runAs(cmd)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pg_basebackup: %v\n%s", err, out)
+	}
+	claim(s, "after-", true) // acknowledged, then lost with the server
+	p.kill()
+
+	restored := &pgServer{dir: dir, port: freePort()}
+	if err := restored.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(restored.kill)
+	pool := restored.pool(t)
+	r := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
+	claim(r, "before-", false)
+	claim(r, "after-", true) // the limit: accepted again, and nothing can tell
+
+	// The remedy: forget the table on purpose, then rearm it fenced.
+	if _, err := pool.Exec(bg(), `DELETE FROM `+r.table+` WHERE key = ''::bytea`); err != nil {
+		t.Fatal(err)
+	}
+	if err := Rearm(bg(), pool, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"before-0", "after-0", "never-seen"} {
+		if first, err := r.Claim(bg(), id, until); first || !errors.Is(err, ErrForgotten) {
+			t.Fatalf("Claim(%s) after the rearm = %v, %v; want ErrForgotten until the fence passes", id, first, err)
+		}
+	}
+}

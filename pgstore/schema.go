@@ -77,6 +77,10 @@ func schema(table string) ([]string, error) {
 // Dropping the table and calling Migrate again creates a fresh, armed table:
 // that forgets every claim as surely as TRUNCATE, but cannot be told apart
 // from a first deployment. Do not drop it while claims are live.
+//
+// Errors match [ErrConfig] (a nil pool or an invalid name), [ErrForgotten],
+// or [ErrUnavailable] (the database could not be reached, or refused a
+// statement, such as a role without CREATE).
 func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	if pool == nil {
 		return fmt.Errorf("%w: nil pool", ErrConfig)
@@ -89,15 +93,15 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 		table = DefaultTable
 	}
 	t, _ := quoteTable(table)
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('ctoken-pgstore-migrate'))`); err != nil {
-			return fmt.Errorf("pgstore: migrate: %w", err)
+			return err
 		}
 		// CREATE TABLE itself tells whether the table exists (to_regclass
 		// may answer from a catalog cache that missed a concurrent
 		// Migrate's commit); a savepoint keeps the transaction usable.
 		if _, err := tx.Exec(ctx, `SAVEPOINT create_table`); err != nil {
-			return fmt.Errorf("pgstore: migrate: %w", err)
+			return err
 		}
 		_, err := tx.Exec(ctx, stmts[0])
 		var pgErr *pgconn.PgError
@@ -105,26 +109,30 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 		case err == nil:
 			for _, st := range stmts[1:] {
 				if _, err := tx.Exec(ctx, st); err != nil {
-					return fmt.Errorf("pgstore: migrate: %w", err)
+					return err
 				}
 			}
 			return nil
 		case errors.As(err, &pgErr) && pgErr.Code == "42P07": // duplicate_table
 			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT create_table`); err != nil {
-				return fmt.Errorf("pgstore: migrate: %w", err)
+				return err
 			}
 		default:
-			return fmt.Errorf("pgstore: migrate: %w", err)
+			return err
 		}
 		var marker bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t+` WHERE key = ''::bytea AND state = 'm')`).Scan(&marker); err != nil {
-			return fmt.Errorf("pgstore: migrate: %w", err)
+			return err
 		}
 		if !marker {
 			return fmt.Errorf("%w: table %s exists without its marker row (see pgstore.Rearm)", ErrForgotten, table)
 		}
 		return nil
 	})
+	if err != nil && !errors.Is(err, ErrForgotten) {
+		return fmt.Errorf("%w: migrate: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // Rearm writes the marker row of a table that lost it (truncated or
@@ -136,7 +144,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 // plus [replay.SkewMargin], a webhook's confirmation period). A shorter
 // fence lets an ID claimed before the loss be accepted a second time.
 // Rearming a table that has its marker changes nothing; a negative fence
-// is refused with ErrConfig.
+// is refused with ErrConfig, and a database that cannot be reached or
+// refuses the statement with [ErrUnavailable].
 func Rearm(ctx context.Context, pool *pgxpool.Pool, table string, fence time.Duration) error {
 	if pool == nil {
 		return fmt.Errorf("%w: nil pool", ErrConfig)
@@ -155,13 +164,13 @@ func Rearm(ctx context.Context, pool *pgxpool.Pool, table string, fence time.Dur
 	_, err = pool.Exec(ctx, `INSERT INTO `+t+` (key, state, token, until)
 	VALUES (''::bytea, 'm', '', now() + $1::bigint * interval '1 microsecond') ON CONFLICT (key) DO NOTHING`, us)
 	if err != nil {
-		return fmt.Errorf("pgstore: rearm: %w", err)
+		return fmt.Errorf("%w: rearm: %w", ErrUnavailable, err)
 	}
 	return nil
 }
 
-// quoteTable validates a table name, optionally schema-qualified, and
-// returns it quoted for SQL.
+// quoteTable validates a table name, optionally schema-qualified (in a
+// schema not named pg_*), and returns it quoted for SQL.
 func quoteTable(table string) (string, error) {
 	parts := strings.Split(table, ".")
 	if len(parts) > 2 {
@@ -173,6 +182,13 @@ func quoteTable(table string) (string, error) {
 			return "", fmt.Errorf("%w: table name %q: %w", ErrConfig, table, err)
 		}
 		quoted[i] = `"` + p + `"`
+	}
+	// Schemas named pg_* are PostgreSQL's: pg_catalog, pg_toast, and
+	// pg_temp, the session's own temporary schema, where every pooled
+	// connection would hold a table of its own that forgets its claims
+	// when the connection closes.
+	if len(parts) == 2 && strings.HasPrefix(parts[0], "pg_") {
+		return "", fmt.Errorf("%w: table name %q: schema %s is PostgreSQL's own (pg_temp is per session)", ErrConfig, table, parts[0])
 	}
 	return strings.Join(quoted, "."), nil
 }

@@ -8,9 +8,10 @@ import (
 )
 
 // FuzzQuoteTable: a table name either is refused with ErrConfig or becomes
-// one or two quoted lower-case identifiers that nothing can break out of.
+// one or two quoted lower-case identifiers that nothing can break out of,
+// never in a schema named pg_*.
 func FuzzQuoteTable(f *testing.F) {
-	for _, s := range []string{"ctoken_replay", "public.ctoken_replay", `a"; DROP TABLE x; --`, "A", "a.b.c", "", ".", "a..b", "_1"} {
+	for _, s := range []string{"ctoken_replay", "public.ctoken_replay", `a"; DROP TABLE x; --`, "A", "a.b.c", "", ".", "a..b", "_1", "pg_temp.a", "pg_catalog.a", "public.pg_a"} {
 		f.Add(s)
 	}
 	ident := regexp.MustCompile(`^"[a-z_][a-z0-9_]{0,47}"$`)
@@ -25,6 +26,9 @@ func FuzzQuoteTable(f *testing.F) {
 		parts := strings.Split(q, ".")
 		if len(parts) > 2 || strings.Join(parts, ".") != q {
 			t.Fatalf("quoteTable(%q) = %q", name, q)
+		}
+		if len(parts) == 2 && strings.HasPrefix(parts[0], `"pg_`) {
+			t.Fatalf("quoteTable(%q) = %q: a table in one of PostgreSQL's own schemas", name, q)
 		}
 		for _, p := range parts {
 			if !ident.MatchString(p) {

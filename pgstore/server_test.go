@@ -192,7 +192,10 @@ func (p *pgServer) start() error {
 	}
 	args := append([]string{"-D", p.dir, "-p", p.port,
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-		"-c", "fsync=on", "-c", "max_connections=300", // synchronous_commit: the default, on
+		// fsync, full_page_writes and synchronous_commit: the defaults, on
+		// (New refuses fsync or full_page_writes off). None is set here,
+		// so that a test can turn one off with ALTER SYSTEM.
+		"-c", "max_connections=300",
 		"-c", "shared_buffers=32MB", "-c", "logging_collector=off",
 	}, p.extra...)
 	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)

@@ -2,8 +2,10 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,9 +175,14 @@ func TestErrorsNeverContainTheID(t *testing.T) {
 	_, err1 := s.Claim(ctx, id, time.Now().Add(time.Minute))
 	_, err2 := s.Claim(bg(), id, time.Now().Add(-time.Minute))
 	_, err3 := s.AcquireLease(ctx, id, time.Minute)
-	for _, err := range []error{err1, err2, err3} {
-		if err == nil || strings.Contains(err.Error(), id) {
-			t.Fatalf("error %v is nil or contains the id", err)
+	token := strings.Repeat("a", tokenLen)
+	err4 := s.ConfirmLease(ctx, id, token, time.Now().Add(time.Minute))
+	err5 := s.ReleaseLease(ctx, id, token)
+	err6 := s.Release(ctx, id)
+	err7 := s.ConfirmLease(bg(), id, token, time.Now().Add(-time.Minute))
+	for _, err := range []error{err1, err2, err3, err4, err5, err6, err7} {
+		if err == nil || strings.Contains(err.Error(), id) || strings.Contains(err.Error(), token) {
+			t.Fatalf("error %v is nil or contains the id or the token", err)
 		}
 	}
 }
@@ -193,6 +200,12 @@ func TestZeroStoreRefuses(t *testing.T) {
 	}
 	if err := s.Release(bg(), "a"); !errors.Is(err, ErrConfig) {
 		t.Fatalf("zero Store Release: %v", err)
+	}
+	if err := s.ReleaseLease(bg(), "a", strings.Repeat("a", tokenLen)); !errors.Is(err, ErrConfig) {
+		t.Fatalf("zero Store ReleaseLease: %v", err)
+	}
+	if d, p := s.Durability(), s.Prefix(); d != (Durability{}) || p != "" {
+		t.Fatalf("zero Store Durability, Prefix = %+v, %q; want zero", d, p)
 	}
 	if _, err := s.Sweep(bg()); !errors.Is(err, ErrConfig) {
 		t.Fatalf("zero Store Sweep: %v", err)
@@ -288,5 +301,148 @@ func TestSlowInstanceClockNeverMakesAReplayFirst(t *testing.T) {
 	first, err := s.Claim(bg(), "token", until)
 	if first || !errors.Is(err, replay.ErrExpired) {
 		t.Fatalf("replay with the original until after it passed = %v, %v; want refused as expired", first, err)
+	}
+}
+
+// wrapsTo returns an instant hundreds of millions of years in the past
+// whose microseconds since 1970 overflow int64 to exactly target's: a
+// driver that multiplies seconds by 10^6 without a check sends target.
+func wrapsTo(target time.Time) time.Time {
+	m := uint64(target.Truncate(time.Microsecond).UnixMicro()) &^ 63 // a multiple of 2^6, as 10^6 = 2^6 * 15625 is
+	// x * 15625 ≡ m/64 (mod 2^58): invert 15625 modulo 2^58 (Newton).
+	const mask = 1<<58 - 1
+	inv := uint64(1)
+	for range 6 {
+		inv = inv * (2 - 15625*inv) & mask
+	}
+	x := int64((m/64)*inv&mask) - 1<<58 // in [-2^58, 0): far in the past
+	return time.Unix(x, 0)
+}
+
+// TestUntilFarInThePastIsExpiredNeverWrapped: an until before the year 1 —
+// however far, including one whose microseconds overflow int64 into the
+// near future — is refused as expired by Claim and ConfirmLease, never
+// recorded.
+func TestUntilFarInThePastIsExpiredNeverWrapped(t *testing.T) {
+	s := newTestStore(t)
+	wrapped := wrapsTo(time.Now().Add(time.Hour))
+	if wrapped.Year() > -1e6 {
+		t.Fatalf("wrapsTo made %v", wrapped)
+	}
+	for i, until := range []time.Time{
+		wrapped,
+		wrapsTo(time.Now().Add(24 * time.Hour)),
+		time.Date(0, 12, 31, 23, 59, 59, 0, time.UTC),
+		time.Date(-4713, 1, 1, 0, 0, 0, 0, time.UTC), // before PostgreSQL's first timestamptz
+		time.Unix(-1<<62, 0),
+		time.Unix(math.MinInt64, 0),
+	} {
+		id := fmt.Sprint("past-", i)
+		if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
+			t.Fatalf("Claim until %v = %v, %v; want ErrInvalidClaim and replay.ErrExpired", until, first, err)
+		}
+		l, err := s.AcquireLease(bg(), id, time.Minute)
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatalf("AcquireLease after a refused claim = %+v, %v; want acquired (nothing recorded)", l, err)
+		}
+		if err := s.ConfirmLease(bg(), id, l.Token, until); !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
+			t.Fatalf("ConfirmLease until %v: %v; want ErrInvalidClaim and replay.ErrExpired", until, err)
+		}
+		if got := countRows(t, s, fmt.Sprintf("key = '\\x%x'::bytea AND state <> 'l'", s.key(id))); got != 0 {
+			t.Fatalf("until %v left %d claimed or done rows", until, got)
+		}
+	}
+}
+
+// TestLongestPrefixAndIDAreHeld: a key of the longest prefix New accepts
+// and the longest ID, of incompressible bytes, fits the primary key's
+// index: claimed first once, then refused. (A prefix of a few kilobytes
+// would fail every claim; New refuses it: TestNewRefusesBadConfiguration.)
+func TestLongestPrefixAndIDAreHeld(t *testing.T) {
+	random := func(n int) string {
+		b := make([]byte, n)
+		rand.Read(b)
+		return string(b)
+	}
+	s := newTestStore(t, func(o *Options) { o.Prefix = random(MaxPrefixBytes) })
+	id := random(MaxIDBytes)
+	until := time.Now().Add(time.Minute)
+	for i, want := range []bool{true, false} {
+		if first, err := s.Claim(bg(), id, until); first != want || err != nil {
+			t.Fatalf("claim %d = %v, %v; want %v", i+1, first, err, want)
+		}
+	}
+}
+
+// TestConcurrentClaimsAtEveryIsolationLevelOneFirst: whatever isolation
+// level the pool's sessions use, of 16 concurrent claims of one ID — a
+// fresh one, or one whose row has expired (two takeovers race) — exactly
+// one is first. Under read committed the others report false; under
+// repeatable read and serializable they may instead fail closed with a
+// serialization failure (ErrUnavailable), and resending those never makes
+// the ID first a second time.
+func TestConcurrentClaimsAtEveryIsolationLevelOneFirst(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	for _, level := range []string{"read committed", "repeatable read", "serializable"} {
+		t.Run(level, func(t *testing.T) {
+			s := storeOn(t, p.pool(t, "default_transaction_isolation", level))
+			var got string
+			if err := s.pool.QueryRow(bg(), `SELECT current_setting('transaction_isolation')`).Scan(&got); err != nil || got != level {
+				t.Fatalf("session isolation %q (%v), want %q", got, err, level)
+			}
+			for round := range 10 {
+				id := fmt.Sprint("race-", round)
+				if round%2 == 1 { // an expired row: the racers take it over
+					if first, err := s.Claim(bg(), id, time.Now().Add(time.Hour)); !first || err != nil {
+						t.Fatal(first, err)
+					}
+					if _, err := admin.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				const racers = 16
+				var firsts, failed atomic.Int32
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for range racers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						first, err := s.Claim(bg(), id, time.Now().Add(time.Hour))
+						switch {
+						case first:
+							firsts.Add(1)
+						case err == nil:
+						case errors.Is(err, ErrUnavailable) && level != "read committed":
+							failed.Add(1)
+						default:
+							t.Errorf("Claim under %s: %v", level, err)
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				// The failed ones resend, until each is decided.
+				for range failed.Load() {
+					for try := 0; ; try++ {
+						first, err := s.Claim(bg(), id, time.Now().Add(time.Hour))
+						if first {
+							firsts.Add(1)
+						}
+						if err == nil {
+							break
+						}
+						if try == 20 {
+							t.Fatalf("resend under %s still fails: %v", level, err)
+						}
+					}
+				}
+				if firsts.Load() != 1 {
+					t.Fatalf("round %d under %s: %d first claims (%d failed closed), want 1", round, level, firsts.Load(), failed.Load())
+				}
+			}
+		})
 	}
 }
