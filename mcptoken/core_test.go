@@ -367,3 +367,55 @@ func TestSpeaksInputRequestsFromTheVersionOn(t *testing.T) {
 		}
 	}
 }
+
+// The core refuses an empty caller handed to it directly (an integration
+// that skips Integration.Caller) with NoCaller, logged, instead of issuing or
+// accepting a token bound to every unauthenticated request at once.
+func TestCoreRefusesAnEmptyCaller(t *testing.T) {
+	var log bytes.Buffer
+	clk := &clock{now: time.Unix(1e9, 0)}
+	c := testCursors(t, &log, clk)
+	s, err := NewStates(codec(t, clk, nil), false, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	args := map[string]any{"q": "red"}
+	alice, err := c.Scope("alice", "search", args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cursor, err := c.Next(alice, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := alice
+	anon.CallerID = ""
+	wire, err := s.Seal("alice", "tools/call", "deploy", args, "step1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"Scope":           func() error { _, err := c.Scope("", "search", args); return err },
+		"Turn first page": func() error { _, err := c.Turn(ctx, anon, "search", ""); return err },
+		"Turn":            func() error { _, err := c.Turn(ctx, anon, "search", cursor); return err },
+		"Next":            func() error { _, err := c.Next(anon, 1, nil); return err },
+		"Seal":            func() error { _, err := s.Seal("", "tools/call", "deploy", args, "x"); return err },
+		"SealResult":      func() error { _, err := s.SealResult(ctx, "", "tools/call", "deploy", args, "x"); return err },
+		"Open":            func() error { _, err := s.Open(ctx, "", "tools/call", "deploy", args, wire); return err },
+	} {
+		if err := call(); err != errTestNoCaller {
+			t.Errorf("%s with an empty caller: %v, want NoCaller", name, err)
+		}
+	}
+	if !strings.Contains(log.String(), "test: no authenticated caller") {
+		t.Errorf("log %q", log.String())
+	}
+	// Alice's tokens still work.
+	if _, err := c.Turn(ctx, alice, "search", cursor); err != nil {
+		t.Errorf("alice's cursor: %v", err)
+	}
+	if _, err := s.Open(ctx, "alice", "tools/call", "deploy", args, wire); err != nil {
+		t.Errorf("alice's state: %v", err)
+	}
+}

@@ -40,8 +40,12 @@ func (s *States) Integration() *Integration { return s.in }
 
 // Seal seals state for caller and ctoken.MCPTarget(method, name), bound to
 // args (taken as by [WrapArgs]) unless the States are unbound. A state that
-// is not valid UTF-8 is an error matching ctoken.ErrUnencodable.
+// is not valid UTF-8 is an error matching ctoken.ErrUnencodable. An empty
+// caller is logged and refused with the Integration's NoCaller error.
 func (s *States) Seal(caller, method, name string, args any, state string) (string, error) {
+	if err := s.in.anonymous(context.Background(), caller); err != nil {
+		return "", err
+	}
 	plain := state
 	if !s.unboundArgs {
 		var err error
@@ -64,8 +68,12 @@ func (s *States) Seal(caller, method, name string, args any, state string) (stri
 // refusal with code 1022 or 1023, or a store failure (a single-use codec's
 // replay store could not answer, and the state was not consumed). The
 // arguments are checked after a single-use codec's claim, so a retry with
-// other arguments consumes the state.
+// other arguments consumes the state. An empty caller is logged and refused
+// with the Integration's NoCaller error before the state is looked at.
 func (s *States) Open(ctx context.Context, caller, method, name string, args any, wire string) (string, error) {
+	if err := s.in.anonymous(ctx, caller); err != nil {
+		return "", err
+	}
 	plain, err := s.codec.DecodeContext(ctx, wire, caller, ctoken.MCPTarget(method, name))
 	if err == nil && !s.unboundArgs {
 		plain, err = UnwrapArgs(args, plain)
