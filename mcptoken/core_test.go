@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
 )
 
 // refusedErr is the error the test integration sends for a refusal.
@@ -417,5 +418,50 @@ func TestCoreRefusesAnEmptyCaller(t *testing.T) {
 	}
 	if _, err := s.Open(ctx, "alice", "tools/call", "deploy", args, wire); err != nil {
 		t.Errorf("alice's state: %v", err)
+	}
+}
+
+// CheckTargetBinding accepts only a codec that refuses a state of one tool
+// for another. A refusal for another reason (a single-use codec's store
+// failing, or reporting the probe as used) says nothing about the binding
+// and is no pass: the probe of ctokenmcp took any error as one, so a
+// BindSubject codec got through when its store failed or when it was
+// probed twice in one second (signed encoding is deterministic).
+func TestCheckTargetBindingRefusesACodecThatDoesNotBindTheTool(t *testing.T) {
+	kr, err := ctoken.NewKeyring(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCodec := func(b ctoken.RequestStateBinding, mode ctoken.RequestStateMode, store replay.Store) *ctoken.RequestStateCodec {
+		c, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: kr, Binding: b, Mode: mode, Replay: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, mode := range []ctoken.RequestStateMode{ctoken.Signed, ctoken.Encrypted} {
+		for _, b := range []ctoken.RequestStateBinding{ctoken.BindSubject, ctoken.BindNone} {
+			for name, store := range map[string]replay.Store{"reusable": nil, "store down": failingStore{}} {
+				if err := CheckTargetBinding(newCodec(b, mode, store)); !errors.Is(err, ErrTargetUnbound) {
+					t.Errorf("mode %d, binding %d, %s: %v, want ErrTargetUnbound", mode, b, name, err)
+				}
+			}
+			once := newCodec(b, mode, replay.NewMemoryStore(16))
+			for i := range 2 {
+				if err := CheckTargetBinding(once); !errors.Is(err, ErrTargetUnbound) {
+					t.Errorf("mode %d, binding %d, single-use, probe %d: %v, want ErrTargetUnbound", mode, b, i, err)
+				}
+			}
+		}
+		// The tool binding passes, and its probe never reaches the store.
+		if err := CheckTargetBinding(newCodec(ctoken.BindSubjectAndTool, mode, failingStore{})); err != nil {
+			t.Errorf("mode %d, BindSubjectAndTool: %v", mode, err)
+		}
+	}
+	if err := CheckTargetBinding(nil); err == nil {
+		t.Error("nil codec accepted")
+	}
+	if err := CheckTargetBinding(new(ctoken.RequestStateCodec)); err == nil || errors.Is(err, ErrTargetUnbound) {
+		t.Errorf("zero codec: %v, want the codec's error", err)
 	}
 }

@@ -92,6 +92,36 @@ func (s *States) Open(ctx context.Context, caller, method, name string, args any
 	return "", s.in.Refused(r)
 }
 
+// ErrTargetUnbound reports a request-state codec that does not bind a state
+// to its target (ctoken.MCPTarget(method, name)): a codec made with
+// ctoken.BindSubject or ctoken.BindNone, under which a state sealed for one
+// tool, prompt or resource opens for another. A dispatch hook that seals
+// and opens every state must refuse such a codec; see [CheckTargetBinding].
+var ErrTargetUnbound = errors.New("mcptoken: the request-state codec does not bind states to the tool; configure it with ctoken.BindSubjectAndTool")
+
+// CheckTargetBinding returns nil when codec binds states to their target: a
+// probe state sealed for one tool is refused as invalid
+// (ctoken.ErrStateInvalid) for another. Any other outcome is
+// [ErrTargetUnbound] (or the codec's error when it cannot seal at all): the
+// probe opening, and also a refusal for another reason (a single-use
+// codec's replay store failing, or reporting the probe as already used),
+// which says nothing about the binding. A codec that binds the target
+// refuses the probe before any replay-store claim.
+func CheckTargetBinding(codec *ctoken.RequestStateCodec) error {
+	if codec == nil {
+		return errors.New("mcptoken: CheckTargetBinding: nil codec")
+	}
+	const subject = "mcptoken-probe"
+	wire, err := codec.Encode("", subject, ctoken.MCPTarget("tools/call", "a"))
+	if err != nil {
+		return fmt.Errorf("mcptoken: the request-state codec cannot seal: %w", err)
+	}
+	if _, err := codec.Decode(wire, subject, ctoken.MCPTarget("tools/call", "b")); !errors.Is(err, ctoken.ErrStateInvalid) {
+		return ErrTargetUnbound
+	}
+	return nil
+}
+
 // ErrAlreadySealed reports a handler that returned a requestState that is
 // already sealed, or a plaintext one that begins as a sealed one does ("v1."
 // or "v1e."), to a dispatch hook that seals every outgoing state: it is
