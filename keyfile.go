@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"runtime"
 	"time"
 
@@ -14,11 +12,9 @@ import (
 )
 
 // ErrKeyFileWritable reports a key file that any user of the machine may
-// write (its permission bits include o+w), or replace (its directory, or
-// the directory of the file its symbolic link resolves to, is o+w without
-// the sticky bit): whoever can write it can install a key they know and
-// forge every token. A world-readable file is not refused; see
-// [KeySourceFromFile].
+// write (its permission bits include o+w): whoever can write it can install
+// a key they know and forge every token. A world-readable file is not
+// refused; see [KeySourceFromFile].
 var ErrKeyFileWritable = errors.New("ctoken: key file is writable by every user")
 
 var (
@@ -36,8 +32,8 @@ var (
 // The first read happens before KeySourceFromFile returns and fails loudly:
 // a missing or unreadable file, an empty or malformed one
 // ([ErrKeyInvalid]), a key under [MinKeyBytes] ([ErrKeyTooShort]), a file
-// over [MaxKeyFileBytes] ([ErrKeyFileTooLarge]), writable or replaceable
-// by every user ([ErrKeyFileWritable]) or not a regular file (a directory,
+// over [MaxKeyFileBytes] ([ErrKeyFileTooLarge]), writable by every user
+// ([ErrKeyFileWritable]) or not a regular file (a directory,
 // a FIFO, a device: [ErrConfig]) is an error and no goroutine is started; there is
 // never a random key to fall back on. Later, a change that fails the same
 // checks keeps the current ring and is reported once to cfg.OnError; a
@@ -46,9 +42,8 @@ var (
 // be nil and a nil ctx or a negative cfg.Interval is [ErrConfig].
 //
 // Permissions: a file writable by every user is refused, at the first read
-// and at every reload, and so is a file in a directory every user may write
-// without the sticky bit (checked for the directory the path names and the
-// one of the file it resolves to). A world-readable file is accepted: a Kubernetes
+// and at every reload. The directory's mode is not checked. A world-readable
+// file is accepted: a Kubernetes
 // Secret volume's files are 0644 unless defaultMode says otherwise, and
 // the volume is visible only inside the pod. Where other users share the
 // machine, make the file 0400 or 0600 yourself. Permission bits are not
@@ -106,31 +101,6 @@ func (r *KeyFileReloader) poll(ctx context.Context) {
 // FIFO, a device or a socket.
 func notRegularKeyFile(path string, mode fs.FileMode) error {
 	return reason.Wrap(ErrConfig, "the key file is not a regular file", fmt.Errorf("key file %s is not a regular file (mode %v)", path, mode))
-}
-
-// checkKeyFileDirs refuses a key file in a directory every user may write
-// without the sticky bit: there anyone can rename another file over it,
-// which is as good as writing it. It checks the directory named by path and
-// the one of the file path resolves to (a Kubernetes Secret volume's files
-// are symbolic links into a subdirectory; its root is 1777, which passes).
-func checkKeyFileDirs(path string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	dirs := []string{filepath.Dir(path)}
-	if resolved, err := filepath.EvalSymlinks(path); err == nil && filepath.Dir(resolved) != dirs[0] {
-		dirs = append(dirs, filepath.Dir(resolved))
-	}
-	for _, dir := range dirs {
-		fi, err := os.Stat(dir)
-		if err != nil {
-			return err
-		}
-		if m := fi.Mode(); m.Perm()&0o002 != 0 && m&fs.ModeSticky == 0 {
-			return fmt.Errorf("%w: %s is in %s, which has mode %v: every user may replace the file (chmod o-w or +t the directory)", ErrKeyFileWritable, path, dir, m)
-		}
-	}
-	return nil
 }
 
 // checkKeyFileMode refuses a key file every user may write.

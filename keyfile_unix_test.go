@@ -4,7 +4,6 @@ package ctoken
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -59,50 +58,5 @@ func TestKeyFileThatIsAFIFOIsRefusedWithoutBlocking(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Reload blocked on a FIFO")
-	}
-}
-
-// TestKeyFileInAWorldWritableDirectoryIsRefused checks that a key file in a
-// directory every user may write, without the sticky bit, is refused like a
-// world-writable file (anyone may rename their own file over it), whether
-// the path names it directly or through a symbolic link; with the sticky
-// bit (a Kubernetes Secret volume's root is 1777) it is accepted.
-func TestKeyFileInAWorldWritableDirectoryIsRefused(t *testing.T) {
-	key := keyText(RandomKey())
-	open := t.TempDir()
-	if err := os.Chmod(open, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	inOpen := filepath.Join(open, "keys")
-	writeKeyFile(t, inOpen, key, 0o600)
-	safe := t.TempDir()
-	link := filepath.Join(safe, "keys")
-	if err := os.Symlink(inOpen, link); err != nil {
-		t.Fatal(err)
-	}
-	for _, path := range []string{inOpen, link} {
-		cfg, _, _ := fastFileConfig(path)
-		if src, err := KeySourceFromFile(t.Context(), cfg); !errors.Is(err, ErrKeyFileWritable) || src != nil {
-			t.Errorf("%s: %v, %v; want ErrKeyFileWritable", path, src, err)
-		}
-	}
-	// At a reload too: the ring stays.
-	src := mustSource(t, mustKeyring(t, fixedKey(1)))
-	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: link})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrKeyFileWritable) {
-		t.Errorf("Reload: %v, %v; want ErrKeyFileWritable", swapped, err)
-	}
-	// The sticky bit: only the owner may rename or remove the file.
-	if err := os.Chmod(open, 0o777|fs.ModeSticky); err != nil {
-		t.Fatal(err)
-	}
-	for _, path := range []string{inOpen, link} {
-		cfg, _, _ := fastFileConfig(path)
-		if _, err := KeySourceFromFile(t.Context(), cfg); err != nil {
-			t.Errorf("%s in a sticky directory: %v", path, err)
-		}
 	}
 }

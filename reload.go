@@ -46,7 +46,7 @@ type KeyFileReloaderConfig struct {
 // reads the file through any symlinks and compares the SHA-256 of its
 // content with the last one it swapped in; a change is parsed with
 // [ParseKeyring] and handed to [KeySource.Swap]. A file that cannot be read
-// or parsed, a file every user may write or replace ([ErrKeyFileWritable]),
+// or parsed, a file every user may write ([ErrKeyFileWritable]),
 // anything but a regular file ([ErrConfig]), or a ring
 // Swap refuses, leaves the current ring in effect and
 // is reported to OnError (and returned by [KeyFileReloader.Reload]); the
@@ -146,13 +146,9 @@ func (r *KeyFileReloader) check() (bool, int, error) {
 }
 
 // readKeyFile reads path (following symlinks) up to MaxKeyFileBytes,
-// refusing a file every user may write, or one in a directory where every
-// user may replace it ([ErrKeyFileWritable]), and anything but a regular
-// file ([ErrConfig]).
+// refusing a file every user may write ([ErrKeyFileWritable]) and anything
+// but a regular file ([ErrConfig]).
 func readKeyFile(path string) ([]byte, error) {
-	if err := checkKeyFileDirs(path); err != nil {
-		return nil, err
-	}
 	// Stat before opening: opening a FIFO for reading blocks until a
 	// writer comes, which would hang the check (and Reload) under r.mu.
 	if fi, err := os.Stat(path); err != nil {
