@@ -30,7 +30,7 @@ func testIntegration(log *bytes.Buffer) *Integration {
 	}
 }
 
-func testCursors(t *testing.T, log *bytes.Buffer, c *clock) *Cursors {
+func testCursors(t testing.TB, log *bytes.Buffer, c *clock) *Cursors {
 	t.Helper()
 	kr, err := ctoken.NewKeyring(make([]byte, 32))
 	if err != nil {
@@ -464,4 +464,45 @@ func TestCheckTargetBindingRefusesACodecThatDoesNotBindTheTool(t *testing.T) {
 	if err := CheckTargetBinding(new(ctoken.RequestStateCodec)); err == nil || errors.Is(err, ErrTargetUnbound) {
 		t.Errorf("zero codec: %v, want the codec's error", err)
 	}
+}
+
+// FuzzStatesOpen: no wire, caller or arguments panics Open, a refusal
+// returns no state, and only the state sealed for alice, deploy and its
+// arguments opens, for those arguments (in any spelling) and no others.
+func FuzzStatesOpen(f *testing.F) {
+	var log bytes.Buffer
+	s, err := NewStates(codec(f, &clock{now: time.Unix(1e9, 0)}, nil), false, testIntegration(&log))
+	if err != nil {
+		f.Fatal(err)
+	}
+	const sealedArgs = `{"target":"prod"}`
+	wire, err := s.Seal("alice", "tools/call", "deploy", []byte(sealedArgs), "step1")
+	if err != nil {
+		f.Fatal(err)
+	}
+	want, _ := ctoken.ArgsFingerprint([]byte(sealedArgs))
+	f.Add(wire, "alice", sealedArgs)
+	f.Add(wire, "alice", ` { "target" : "prod" } `)
+	f.Add(wire, "bob", sealedArgs)
+	f.Add(wire, "", sealedArgs)
+	f.Add(retail(wire), "alice", sealedArgs)
+	f.Add("v1.", "alice", "")
+	f.Fuzz(func(t *testing.T, wire, caller, args string) {
+		log.Reset()
+		plain, err := s.Open(context.Background(), caller, "tools/call", "deploy", []byte(args), wire)
+		if err != nil {
+			if plain != "" {
+				t.Fatalf("refusal returned %q", plain)
+			}
+			var re *refusedErr
+			if err != errTestNoCaller && (!errors.As(err, &re) || !KnownCode(re.r.Code)) {
+				t.Fatalf("refusal %v is neither NoCaller nor a coded refusal", err)
+			}
+			return
+		}
+		fp, ferr := ctoken.ArgsFingerprint([]byte(args))
+		if plain != "step1" || caller != "alice" || ferr != nil || fp != want {
+			t.Fatalf("opened %q for caller %q and arguments %q", plain, caller, args)
+		}
+	})
 }
