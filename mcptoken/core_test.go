@@ -506,3 +506,28 @@ func FuzzStatesOpen(f *testing.F) {
 		}
 	})
 }
+
+// Seal refuses arguments it cannot fingerprint (malformed JSON text, a Go
+// value encoding/json cannot encode) and seals nothing; unbound States do
+// not look at the arguments.
+func TestSealRefusesArgumentsThatCannotBeFingerprinted(t *testing.T) {
+	var log bytes.Buffer
+	c := codec(t, &clock{now: time.Unix(1e9, 0)}, nil)
+	s, err := NewStates(c, false, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, args := range map[string]any{"malformed JSON": []byte(`{"target":`), "func": func() {}, "inexact number": []byte(`{"n":12345678901234567890}`)} {
+		wire, err := s.Seal("alice", "tools/call", "deploy", args, "step1")
+		if err == nil || wire != "" || !strings.HasPrefix(err.Error(), "test: fingerprinting arguments") {
+			t.Errorf("%s: %q, %v", name, wire, err)
+		}
+	}
+	unbound, err := NewStates(c, true, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unbound.Seal("alice", "tools/call", "deploy", []byte(`{"target":`), "step1"); err != nil {
+		t.Errorf("unbound: %v", err)
+	}
+}
