@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"runtime"
 	"time"
+
+	"github.com/ctoken/ctoken/internal/reason"
 )
 
 // ErrKeyFileWritable reports a key file that any user of the machine may
@@ -30,8 +32,9 @@ var (
 // The first read happens before KeySourceFromFile returns and fails loudly:
 // a missing or unreadable file, an empty or malformed one
 // ([ErrKeyInvalid]), a key under [MinKeyBytes] ([ErrKeyTooShort]), a file
-// over [MaxKeyFileBytes] ([ErrKeyFileTooLarge]) or writable by every user
-// ([ErrKeyFileWritable]) is an error and no goroutine is started; there is
+// over [MaxKeyFileBytes] ([ErrKeyFileTooLarge]), writable by every user
+// ([ErrKeyFileWritable]) or not a regular file (a directory,
+// a FIFO, a device: [ErrConfig]) is an error and no goroutine is started; there is
 // never a random key to fall back on. Later, a change that fails the same
 // checks keeps the current ring and is reported once to cfg.OnError; a
 // good change takes effect for every call that starts after it and is
@@ -39,7 +42,8 @@ var (
 // be nil and a nil ctx or a negative cfg.Interval is [ErrConfig].
 //
 // Permissions: a file writable by every user is refused, at the first read
-// and at every reload. A world-readable file is accepted: a Kubernetes
+// and at every reload. The directory's mode is not checked. A world-readable
+// file is accepted: a Kubernetes
 // Secret volume's files are 0644 unless defaultMode says otherwise, and
 // the volume is visible only inside the pod. Where other users share the
 // machine, make the file 0400 or 0600 yourself. Permission bits are not
@@ -91,6 +95,12 @@ func (r *KeyFileReloader) poll(ctx context.Context) {
 			r.Reload()
 		}
 	}
+}
+
+// notRegularKeyFile is the error for a key file that is a directory, a
+// FIFO, a device or a socket.
+func notRegularKeyFile(path string, mode fs.FileMode) error {
+	return reason.Wrap(ErrConfig, "the key file is not a regular file", fmt.Errorf("key file %s is not a regular file (mode %v)", path, mode))
 }
 
 // checkKeyFileMode refuses a key file every user may write.

@@ -282,3 +282,24 @@ func TestKeyFileReloaderRefusesWorldWritableFile(t *testing.T) {
 		t.Fatal("a world-writable file was swapped in")
 	}
 }
+
+// TestKeyFileThatIsADirectoryIsRefused checks that a directory in the key
+// file's place is ErrConfig, at the first read and at a reload.
+func TestKeyFileThatIsADirectoryIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys")
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, _ := fastFileConfig(path)
+	if src, err := KeySourceFromFile(t.Context(), cfg); !errors.Is(err, ErrConfig) || src != nil {
+		t.Fatalf("got %v, %v; want ErrConfig", src, err)
+	}
+	src := mustSource(t, mustKeyring(t, fixedKey(1)))
+	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrConfig) {
+		t.Fatalf("Reload: %v, %v; want ErrConfig", swapped, err)
+	}
+}

@@ -46,7 +46,8 @@ type KeyFileReloaderConfig struct {
 // reads the file through any symlinks and compares the SHA-256 of its
 // content with the last one it swapped in; a change is parsed with
 // [ParseKeyring] and handed to [KeySource.Swap]. A file that cannot be read
-// or parsed, a file every user may write ([ErrKeyFileWritable]), or a ring
+// or parsed, a file every user may write ([ErrKeyFileWritable]),
+// anything but a regular file ([ErrConfig]), or a ring
 // Swap refuses, leaves the current ring in effect and
 // is reported to OnError (and returned by [KeyFileReloader.Reload]); the
 // same bad content is reported once, not on every poll.
@@ -145,16 +146,29 @@ func (r *KeyFileReloader) check() (bool, int, error) {
 }
 
 // readKeyFile reads path (following symlinks) up to MaxKeyFileBytes,
-// refusing a file every user may write ([ErrKeyFileWritable]).
+// refusing a file every user may write ([ErrKeyFileWritable]) and anything
+// but a regular file ([ErrConfig]).
 func readKeyFile(path string) ([]byte, error) {
+	// Stat before opening: opening a FIFO for reading blocks until a
+	// writer comes, which would hang the check (and Reload) under r.mu.
+	if fi, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, notRegularKeyFile(path, fi.Mode())
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	// The checks that decide are made on the open file, not the path, so
+	// a swap after the Stat above cannot slip another file past them.
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notRegularKeyFile(path, fi.Mode())
 	}
 	if err := checkKeyFileMode(path, fi.Mode()); err != nil {
 		return nil, err

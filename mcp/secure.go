@@ -88,20 +88,15 @@ func SecureRequestState(server *mcp.Server, codec *ctoken.RequestStateCodec, opt
 }
 
 // requireToolBinding refuses a codec that does not bind states to the tool:
-// a state sealed for one target must not open for another. The probe is
-// refused before any replay-store claim, so a single-use codec's store is
-// not touched.
+// a state sealed for one target must not open for another
+// ([mcptoken.CheckTargetBinding]: only a probe refused as invalid passes,
+// so a single-use codec whose store fails is no pass).
 func requireToolBinding(codec *ctoken.RequestStateCodec) error {
 	if codec == nil {
 		return errors.New("ctokenmcp: SecureRequestState: nil codec")
 	}
-	const subject = "ctokenmcp-probe"
-	wire, err := codec.Encode("", subject, ctoken.MCPTarget(methodCallTool, "a"))
-	if err != nil {
-		return fmt.Errorf("ctokenmcp: SecureRequestState: codec cannot seal: %w", err)
-	}
-	if _, err := codec.Decode(wire, subject, ctoken.MCPTarget(methodCallTool, "b")); err == nil {
-		return errors.New("ctokenmcp: SecureRequestState: codec does not bind states to the tool; configure it with ctoken.BindSubjectAndTool")
+	if err := mcptoken.CheckTargetBinding(codec); err != nil {
+		return fmt.Errorf("ctokenmcp: SecureRequestState: %w", err)
 	}
 	return nil
 }

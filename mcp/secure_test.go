@@ -585,6 +585,34 @@ func TestSecureRequestStateRefusesMisconfiguration(t *testing.T) {
 	}
 }
 
+// TestSecureRequestStateRefusesAnUnboundSingleUseCodec: the binding probe
+// passes only when the probe state is refused as invalid for another tool.
+// It took any error as a pass, so a single-use codec bound to the subject
+// only got through when its replay store failed, or when it was probed a
+// second time within a second (a signed probe is the same state again).
+func TestSecureRequestStateRefusesAnUnboundSingleUseCodec(t *testing.T) {
+	newCodec := func(b ctoken.RequestStateBinding, store replay.Store) *ctoken.RequestStateCodec {
+		c, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keyring(t, 1), Binding: b, Replay: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "x", Version: "v0"}, nil)
+	if err := SecureRequestState(s, newCodec(ctoken.BindSubject, failingStore{}), nil); !errors.Is(err, mcptoken.ErrTargetUnbound) {
+		t.Errorf("BindSubject, store down: %v, want ErrTargetUnbound", err)
+	}
+	once := newCodec(ctoken.BindSubject, replay.NewMemoryStore(0))
+	for i := range 2 {
+		if err := SecureRequestState(s, once, nil); !errors.Is(err, mcptoken.ErrTargetUnbound) {
+			t.Errorf("BindSubject, single-use, call %d: %v, want ErrTargetUnbound", i, err)
+		}
+	}
+	if err := SecureRequestState(s, newCodec(ctoken.BindSubjectAndTool, failingStore{}), nil); err != nil {
+		t.Errorf("BindSubjectAndTool, store down: %v", err)
+	}
+}
+
 // TestSecuredCallsWithoutStatePassThrough: a secured server's tools that
 // never ask for input, and methods that carry no state, are untouched.
 func TestSecuredCallsWithoutStatePassThrough(t *testing.T) {

@@ -2,6 +2,7 @@ package ctokenmcpgo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -534,4 +535,78 @@ func TestCallerFailureReachesTheLogOnly(t *testing.T) {
 	if !strings.Contains(f.log.String(), "directory unreachable") {
 		t.Errorf("log lacks the caller error: %s", f.log.String())
 	}
+}
+
+// TestSecureRequestStateFailsClosedForACodecThatDoesNotBindTheTool: with a
+// codec bound to the subject only, a state sealed for one tool opened for
+// another (the handler of "ask2" ran on a state of "ask"). SecureRequestState
+// cannot return an error, so it logs the misconfiguration and refuses every
+// state in and out with -32603; calls without a state pass.
+func TestSecureRequestStateFailsClosedForACodecThatDoesNotBindTheTool(t *testing.T) {
+	f := newFleet(t, 1, "s1", nil)
+	var err error
+	f.codec, err = ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
+		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubject, Now: f.clock.now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.server(t, ContextCaller, nil)
+	if !strings.Contains(f.log.String(), "SecureRequestState: refusing every requestState") {
+		t.Errorf("misconfiguration not logged: %s", f.log.String())
+	}
+	// A state of "ask", sealed per handler on the same codec.
+	per, err := NewStates(f.codec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	askReq := mcp.CallToolRequest{}
+	askReq.Params.Name = "ask"
+	askReq.Params.Arguments = map[string]any{"target": "prod"}
+	askState, err := per.SealTool(WithCaller(context.Background(), "alice"), askReq, "round2:prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := inProcess(t, s, "alice", &elicitor{answer: true})
+	// ask2's retry carries the state of ask instead of its own.
+	p.wire.setSwap(func(string) string { return askState })
+	if res, err := p.call("ask2", map[string]any{"target": "prod"}); !errors.Is(err, mcp.ErrInternalError) {
+		t.Errorf("ask2 with a state of ask: %v, %q; want -32603", err, text(res))
+	}
+	p.wire.setSwap(nil)
+	// A state sent to a tool that never asked for one (mcp-go's client
+	// sends none on a first call, so the request is sent as JSON-RPC).
+	if msg := handleRaw(s, "alice", "list", askState); !strings.Contains(msg, `"code":-32603`) {
+		t.Errorf("a state sent to list: %s; want -32603", msg)
+	}
+	if _, err := p.call("ask", map[string]any{"target": "prod"}); !errors.Is(err, mcp.ErrInternalError) {
+		t.Errorf("round one of ask: %v; want -32603 (no state is sealed)", err)
+	}
+	if _, err := p.prompt("greet", map[string]string{"who": "bob"}); !errors.Is(err, mcp.ErrInternalError) {
+		t.Errorf("round one of greet: %v; want -32603", err)
+	}
+	if res, err := p.call("list", map[string]any{"prefix": "a"}); err != nil || res.IsError {
+		t.Errorf("a call without state: %v, %+v", err, res)
+	}
+	// A nil States fails closed the same way.
+	bare := server.NewMCPServer("bare", "v0", SecureRequestState(nil), server.WithToolCapabilities(false), server.WithElicitation())
+	bare.AddTool(mcp.NewTool("echo"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("ok"), nil
+	})
+	q := inProcess(t, bare, "alice", nil)
+	if res, err := q.call("echo", nil); err != nil || res.IsError {
+		t.Errorf("nil States, no state: %v, %+v", err, res)
+	}
+	if msg := handleRaw(bare, "alice", "echo", askState); !strings.Contains(msg, `"code":-32603`) {
+		t.Errorf("nil States, a state: %s; want -32603", msg)
+	}
+}
+
+// handleRaw sends s a tools/call of tool by caller carrying requestState
+// state, as JSON-RPC, and returns the response as JSON text.
+func handleRaw(s *server.MCPServer, caller, tool, state string) string {
+	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+		"params": map[string]any{"name": tool, "arguments": map[string]any{}, "requestState": state}})
+	out, _ := json.Marshal(s.HandleMessage(WithCaller(context.Background(), caller), req))
+	return string(out)
 }

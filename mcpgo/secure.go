@@ -3,6 +3,7 @@ package ctokenmcpgo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -44,17 +45,87 @@ import (
 // trip: a tool error result, or for a prompt a -32603 error, whose message
 // names the missing capability (see [ErrClientCannotAnswer]).
 //
+// The codec of st must bind states to the tool (ctoken.BindSubjectAndTool),
+// as [mcptoken.CheckTargetBinding] checks; under any other binding a state
+// of one tool, prompt or resource would open for another. A server option
+// cannot fail, so for such a codec (or a nil st) SecureRequestState logs
+// the misconfiguration at error level once and fails closed: every request
+// that carries a requestState, and every result that returns one, is
+// refused with -32603 and a fixed message.
+//
 // Install it once, as the first middleware: server.NewMCPServer(name,
 // version, ctokenmcpgo.SecureRequestState(states), ...). Middleware added
 // before it sees sealed states. It covers the handlers mcp-go runs through
 // its middleware chains; task tools registered with AddTaskTool bypass the
 // tool chain and are not covered.
 func SecureRequestState(st *States) server.ServerOption {
+	if err := securable(st); err != nil {
+		if st != nil && st.core != nil {
+			st.core.Integration().Logger().LogAttrs(context.Background(), slog.LevelError,
+				"ctokenmcpgo: SecureRequestState: refusing every requestState", slog.String("error", err.Error()))
+		}
+		return refuseEveryState
+	}
 	return func(s *server.MCPServer) {
 		server.WithToolHandlerMiddleware(st.toolMiddleware)(s)
 		server.WithPromptHandlerMiddleware(st.promptMiddleware)(s)
 		server.WithResourceHandlerMiddleware(st.resourceMiddleware)(s)
 	}
+}
+
+// securable reports why st cannot secure a server: nil, or a codec that
+// does not bind states to the tool.
+func securable(st *States) error {
+	if st == nil || st.core == nil {
+		return errors.New("ctokenmcpgo: SecureRequestState: nil States (use NewStates)")
+	}
+	if err := mcptoken.CheckTargetBinding(st.codec); err != nil {
+		return fmt.Errorf("ctokenmcpgo: SecureRequestState: %w", err)
+	}
+	return nil
+}
+
+// errNotSecured is what a client is told when SecureRequestState was given
+// States it cannot secure a server with; the reason is in the server log.
+var errNotSecured = errors.New("ctokenmcpgo: server misconfigured: requestState refused")
+
+// refuseEveryState is the option SecureRequestState returns for States it
+// cannot secure a server with: it refuses (errNotSecured, sent as -32603)
+// every request that carries a requestState and every result that returns
+// one, and passes everything else through.
+func refuseEveryState(s *server.MCPServer) {
+	server.WithToolHandlerMiddleware(func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+		return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if req.Params.RequestState != "" {
+				return nil, errNotSecured
+			}
+			res, err := next(ctx, req)
+			if err == nil && res != nil && res.RequestState != "" {
+				return nil, errNotSecured
+			}
+			return res, err
+		}
+	})(s)
+	server.WithPromptHandlerMiddleware(func(next server.PromptHandlerFunc) server.PromptHandlerFunc {
+		return func(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			if req.Params.RequestState != "" {
+				return nil, errNotSecured
+			}
+			res, err := next(ctx, req)
+			if err == nil && res != nil && res.RequestState != "" {
+				return nil, errNotSecured
+			}
+			return res, err
+		}
+	})(s)
+	server.WithResourceHandlerMiddleware(func(next server.ResourceHandlerFunc) server.ResourceHandlerFunc {
+		return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			if req.Params.RequestState != "" {
+				return nil, errNotSecured
+			}
+			return next(ctx, req)
+		}
+	})(s)
 }
 
 // ErrClientCannotAnswer reports a handler that asked for input (elicitation,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
 )
 
 // refusedErr is the error the test integration sends for a refusal.
@@ -29,7 +30,7 @@ func testIntegration(log *bytes.Buffer) *Integration {
 	}
 }
 
-func testCursors(t *testing.T, log *bytes.Buffer, c *clock) *Cursors {
+func testCursors(t testing.TB, log *bytes.Buffer, c *clock) *Cursors {
 	t.Helper()
 	kr, err := ctoken.NewKeyring(make([]byte, 32))
 	if err != nil {
@@ -365,5 +366,168 @@ func TestSpeaksInputRequestsFromTheVersionOn(t *testing.T) {
 		if SpeaksInputRequests(v) != want {
 			t.Errorf("%q: %v", v, !want)
 		}
+	}
+}
+
+// The core refuses an empty caller handed to it directly (an integration
+// that skips Integration.Caller) with NoCaller, logged, instead of issuing or
+// accepting a token bound to every unauthenticated request at once.
+func TestCoreRefusesAnEmptyCaller(t *testing.T) {
+	var log bytes.Buffer
+	clk := &clock{now: time.Unix(1e9, 0)}
+	c := testCursors(t, &log, clk)
+	s, err := NewStates(codec(t, clk, nil), false, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	args := map[string]any{"q": "red"}
+	alice, err := c.Scope("alice", "search", args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cursor, err := c.Next(alice, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := alice
+	anon.CallerID = ""
+	wire, err := s.Seal("alice", "tools/call", "deploy", args, "step1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"Scope":           func() error { _, err := c.Scope("", "search", args); return err },
+		"Turn first page": func() error { _, err := c.Turn(ctx, anon, "search", ""); return err },
+		"Turn":            func() error { _, err := c.Turn(ctx, anon, "search", cursor); return err },
+		"Next":            func() error { _, err := c.Next(anon, 1, nil); return err },
+		"Seal":            func() error { _, err := s.Seal("", "tools/call", "deploy", args, "x"); return err },
+		"SealResult":      func() error { _, err := s.SealResult(ctx, "", "tools/call", "deploy", args, "x"); return err },
+		"Open":            func() error { _, err := s.Open(ctx, "", "tools/call", "deploy", args, wire); return err },
+	} {
+		if err := call(); err != errTestNoCaller {
+			t.Errorf("%s with an empty caller: %v, want NoCaller", name, err)
+		}
+	}
+	if !strings.Contains(log.String(), "test: no authenticated caller") {
+		t.Errorf("log %q", log.String())
+	}
+	// Alice's tokens still work.
+	if _, err := c.Turn(ctx, alice, "search", cursor); err != nil {
+		t.Errorf("alice's cursor: %v", err)
+	}
+	if _, err := s.Open(ctx, "alice", "tools/call", "deploy", args, wire); err != nil {
+		t.Errorf("alice's state: %v", err)
+	}
+}
+
+// CheckTargetBinding accepts only a codec that refuses a state of one tool
+// for another. A refusal for another reason (a single-use codec's store
+// failing, or reporting the probe as used) says nothing about the binding
+// and is no pass: the probe of ctokenmcp took any error as one, so a
+// BindSubject codec got through when its store failed or when it was
+// probed twice in one second (signed encoding is deterministic).
+func TestCheckTargetBindingRefusesACodecThatDoesNotBindTheTool(t *testing.T) {
+	kr, err := ctoken.NewKeyring(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCodec := func(b ctoken.RequestStateBinding, mode ctoken.RequestStateMode, store replay.Store) *ctoken.RequestStateCodec {
+		c, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: kr, Binding: b, Mode: mode, Replay: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, mode := range []ctoken.RequestStateMode{ctoken.Signed, ctoken.Encrypted} {
+		for _, b := range []ctoken.RequestStateBinding{ctoken.BindSubject, ctoken.BindNone} {
+			for name, store := range map[string]replay.Store{"reusable": nil, "store down": failingStore{}} {
+				if err := CheckTargetBinding(newCodec(b, mode, store)); !errors.Is(err, ErrTargetUnbound) {
+					t.Errorf("mode %d, binding %d, %s: %v, want ErrTargetUnbound", mode, b, name, err)
+				}
+			}
+			once := newCodec(b, mode, replay.NewMemoryStore(16))
+			for i := range 2 {
+				if err := CheckTargetBinding(once); !errors.Is(err, ErrTargetUnbound) {
+					t.Errorf("mode %d, binding %d, single-use, probe %d: %v, want ErrTargetUnbound", mode, b, i, err)
+				}
+			}
+		}
+		// The tool binding passes, and its probe never reaches the store.
+		if err := CheckTargetBinding(newCodec(ctoken.BindSubjectAndTool, mode, failingStore{})); err != nil {
+			t.Errorf("mode %d, BindSubjectAndTool: %v", mode, err)
+		}
+	}
+	if err := CheckTargetBinding(nil); err == nil {
+		t.Error("nil codec accepted")
+	}
+	if err := CheckTargetBinding(new(ctoken.RequestStateCodec)); err == nil || errors.Is(err, ErrTargetUnbound) {
+		t.Errorf("zero codec: %v, want the codec's error", err)
+	}
+}
+
+// FuzzStatesOpen: no wire, caller or arguments panics Open, a refusal
+// returns no state, and only the state sealed for alice, deploy and its
+// arguments opens, for those arguments (in any spelling) and no others.
+func FuzzStatesOpen(f *testing.F) {
+	var log bytes.Buffer
+	s, err := NewStates(codec(f, &clock{now: time.Unix(1e9, 0)}, nil), false, testIntegration(&log))
+	if err != nil {
+		f.Fatal(err)
+	}
+	const sealedArgs = `{"target":"prod"}`
+	wire, err := s.Seal("alice", "tools/call", "deploy", []byte(sealedArgs), "step1")
+	if err != nil {
+		f.Fatal(err)
+	}
+	want, _ := ctoken.ArgsFingerprint([]byte(sealedArgs))
+	f.Add(wire, "alice", sealedArgs)
+	f.Add(wire, "alice", ` { "target" : "prod" } `)
+	f.Add(wire, "bob", sealedArgs)
+	f.Add(wire, "", sealedArgs)
+	f.Add(retail(wire), "alice", sealedArgs)
+	f.Add("v1.", "alice", "")
+	f.Fuzz(func(t *testing.T, wire, caller, args string) {
+		log.Reset()
+		plain, err := s.Open(context.Background(), caller, "tools/call", "deploy", []byte(args), wire)
+		if err != nil {
+			if plain != "" {
+				t.Fatalf("refusal returned %q", plain)
+			}
+			var re *refusedErr
+			if err != errTestNoCaller && (!errors.As(err, &re) || !KnownCode(re.r.Code)) {
+				t.Fatalf("refusal %v is neither NoCaller nor a coded refusal", err)
+			}
+			return
+		}
+		fp, ferr := ctoken.ArgsFingerprint([]byte(args))
+		if plain != "step1" || caller != "alice" || ferr != nil || fp != want {
+			t.Fatalf("opened %q for caller %q and arguments %q", plain, caller, args)
+		}
+	})
+}
+
+// Seal refuses arguments it cannot fingerprint (malformed JSON text, a Go
+// value encoding/json cannot encode) and seals nothing; unbound States do
+// not look at the arguments.
+func TestSealRefusesArgumentsThatCannotBeFingerprinted(t *testing.T) {
+	var log bytes.Buffer
+	c := codec(t, &clock{now: time.Unix(1e9, 0)}, nil)
+	s, err := NewStates(c, false, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, args := range map[string]any{"malformed JSON": []byte(`{"target":`), "func": func() {}, "inexact number": []byte(`{"n":12345678901234567890}`)} {
+		wire, err := s.Seal("alice", "tools/call", "deploy", args, "step1")
+		if err == nil || wire != "" || !strings.HasPrefix(err.Error(), "test: fingerprinting arguments") {
+			t.Errorf("%s: %q, %v", name, wire, err)
+		}
+	}
+	unbound, err := NewStates(c, true, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unbound.Seal("alice", "tools/call", "deploy", []byte(`{"target":`), "step1"); err != nil {
+		t.Errorf("unbound: %v", err)
 	}
 }

@@ -34,8 +34,12 @@ func (c *Cursors) Integration() *Integration { return c.in }
 
 // Scope returns the scope a cursor of the tool name is bound to for caller:
 // ctoken.MCPTarget("tools/call", name), the caller, and the fingerprint of
-// args, which is not bound (zero) when args is nil.
+// args, which is not bound (zero) when args is nil. An empty caller is
+// logged and refused with the Integration's NoCaller error.
 func (c *Cursors) Scope(caller, name string, args any) (ctoken.CursorScope, error) {
+	if err := c.in.anonymous(context.Background(), caller); err != nil {
+		return ctoken.CursorScope{}, err
+	}
 	var fp ctoken.Fingerprint
 	if args != nil {
 		var err error
@@ -77,8 +81,12 @@ func (t Turn) Next(page uint32, state []byte) (string, error) {
 // a Turn with the zero payload. A cursor that does not verify is logged
 // with the tool and ctoken's reason (never the cursor) and is the error the
 // Integration's Refused returns for [RefuseCursor] of it; no part of its
-// payload is returned.
+// payload is returned. A scope without a caller is refused with the
+// Integration's NoCaller error, even for the first page.
 func (c *Cursors) Turn(ctx context.Context, scope ctoken.CursorScope, name, cursor string) (Turn, error) {
+	if err := c.in.anonymous(ctx, scope.CallerID); err != nil {
+		return Turn{}, err
+	}
 	t := Turn{scope: scope, issuer: c.issuer}
 	if cursor == "" {
 		return t, nil
@@ -94,7 +102,11 @@ func (c *Cursors) Turn(ctx context.Context, scope ctoken.CursorScope, name, curs
 	return t, nil
 }
 
-// Next issues the cursor for page with the opaque state, bound to scope.
+// Next issues the cursor for page with the opaque state, bound to scope. A
+// scope without a caller is refused with the Integration's NoCaller error.
 func (c *Cursors) Next(scope ctoken.CursorScope, page uint32, state []byte) (string, error) {
+	if err := c.in.anonymous(context.Background(), scope.CallerID); err != nil {
+		return "", err
+	}
 	return Turn{scope: scope, issuer: c.issuer}.Next(page, state)
 }

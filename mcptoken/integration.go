@@ -63,6 +63,19 @@ func (in *Integration) Caller(ctx context.Context, id string, err error) (string
 	return id, nil
 }
 
+// anonymous refuses an empty caller handed to the core directly, as
+// [Integration.Caller] refuses one from a caller lookup: logged, then
+// NoCaller. Every token is bound to an authenticated caller, also when an
+// integration skips Caller; an empty caller would share one binding among
+// every unauthenticated request.
+func (in *Integration) anonymous(ctx context.Context, caller string) error {
+	if caller != "" {
+		return nil
+	}
+	_, err := in.Caller(ctx, "", nil)
+	return err
+}
+
 // NameAttr is the log attribute naming what a token was for: tool=NAME for
 // tools/call, prompt=NAME for prompts/get, resource=URI for resources/read.
 func NameAttr(method, name string) slog.Attr {

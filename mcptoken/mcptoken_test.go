@@ -148,7 +148,7 @@ type clock struct{ now time.Time }
 
 func (c *clock) Now() time.Time { return c.now }
 
-func codec(t *testing.T, c *clock, store replay.Store) *ctoken.RequestStateCodec {
+func codec(t testing.TB, c *clock, store replay.Store) *ctoken.RequestStateCodec {
 	t.Helper()
 	kr, err := ctoken.NewKeyring(make([]byte, 32))
 	if err != nil {

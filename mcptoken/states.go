@@ -40,8 +40,12 @@ func (s *States) Integration() *Integration { return s.in }
 
 // Seal seals state for caller and ctoken.MCPTarget(method, name), bound to
 // args (taken as by [WrapArgs]) unless the States are unbound. A state that
-// is not valid UTF-8 is an error matching ctoken.ErrUnencodable.
+// is not valid UTF-8 is an error matching ctoken.ErrUnencodable. An empty
+// caller is logged and refused with the Integration's NoCaller error.
 func (s *States) Seal(caller, method, name string, args any, state string) (string, error) {
+	if err := s.in.anonymous(context.Background(), caller); err != nil {
+		return "", err
+	}
 	plain := state
 	if !s.unboundArgs {
 		var err error
@@ -64,8 +68,12 @@ func (s *States) Seal(caller, method, name string, args any, state string) (stri
 // refusal with code 1022 or 1023, or a store failure (a single-use codec's
 // replay store could not answer, and the state was not consumed). The
 // arguments are checked after a single-use codec's claim, so a retry with
-// other arguments consumes the state.
+// other arguments consumes the state. An empty caller is logged and refused
+// with the Integration's NoCaller error before the state is looked at.
 func (s *States) Open(ctx context.Context, caller, method, name string, args any, wire string) (string, error) {
+	if err := s.in.anonymous(ctx, caller); err != nil {
+		return "", err
+	}
 	plain, err := s.codec.DecodeContext(ctx, wire, caller, ctoken.MCPTarget(method, name))
 	if err == nil && !s.unboundArgs {
 		plain, err = UnwrapArgs(args, plain)
@@ -82,6 +90,36 @@ func (s *States) Open(ctx context.Context, caller, method, name string, args any
 			NameAttr(method, name), slog.String("reason", r.Reason))
 	}
 	return "", s.in.Refused(r)
+}
+
+// ErrTargetUnbound reports a request-state codec that does not bind a state
+// to its target (ctoken.MCPTarget(method, name)): a codec made with
+// ctoken.BindSubject or ctoken.BindNone, under which a state sealed for one
+// tool, prompt or resource opens for another. A dispatch hook that seals
+// and opens every state must refuse such a codec; see [CheckTargetBinding].
+var ErrTargetUnbound = errors.New("mcptoken: the request-state codec does not bind states to the tool; configure it with ctoken.BindSubjectAndTool")
+
+// CheckTargetBinding returns nil when codec binds states to their target: a
+// probe state sealed for one tool is refused as invalid
+// (ctoken.ErrStateInvalid) for another. Any other outcome is
+// [ErrTargetUnbound] (or the codec's error when it cannot seal at all): the
+// probe opening, and also a refusal for another reason (a single-use
+// codec's replay store failing, or reporting the probe as already used),
+// which says nothing about the binding. A codec that binds the target
+// refuses the probe before any replay-store claim.
+func CheckTargetBinding(codec *ctoken.RequestStateCodec) error {
+	if codec == nil {
+		return errors.New("mcptoken: CheckTargetBinding: nil codec")
+	}
+	const subject = "mcptoken-probe"
+	wire, err := codec.Encode("", subject, ctoken.MCPTarget("tools/call", "a"))
+	if err != nil {
+		return fmt.Errorf("mcptoken: the request-state codec cannot seal: %w", err)
+	}
+	if _, err := codec.Decode(wire, subject, ctoken.MCPTarget("tools/call", "b")); !errors.Is(err, ctoken.ErrStateInvalid) {
+		return ErrTargetUnbound
+	}
+	return nil
 }
 
 // ErrAlreadySealed reports a handler that returned a requestState that is
