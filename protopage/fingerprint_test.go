@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math"
@@ -340,4 +341,54 @@ func FuzzFingerprint(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFingerprintMatchesTheDocumentedEncodingForEveryConstruct pins
+// version 1 of the encoding (doc.go) for each construct it defines — bool,
+// float, bytes, enum, a nested message, a list, maps with integer and bool
+// keys (keys ascending), a message map value, a oneof member set to its
+// default, and unknown fields out of order (sorted by number) — with an
+// input written out by hand.
+func TestFingerprintMatchesTheDocumentedEncodingForEveryConstruct(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	req := &fingerprintpb.Request{
+		PageSize: 7, PageToken: "left out",
+		FBool:    true,
+		FFloat:   1.5,
+		FBytes:   []byte("b"),
+		FEnum:    fingerprintpb.Color_COLOR_BLUE,
+		FMessage: &fingerprintpb.Nested{Name: "n", Values: []int64{1}},
+		RInt32:   []int32{2, 1},
+		MInt32:   map[int32]int64{3: 1, -1: 2},
+		MBool:    map[bool]*fingerprintpb.Nested{true: {}},
+		Choice:   &fingerprintpb.Request_CString{},
+	}
+	// Field 1001 before field 1000: bound sorted by number.
+	req.ProtoReflect().SetUnknown([]byte{0xc8, 0x3e, 7, 0xc0, 0x3e, 5})
+	name := "ctoken.protopage.fingerprint.v1.Request"
+	be := func(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+	var in []byte
+	in = append(in, "ctoken/protopage request fingerprint v1\x00"...)
+	in = append(in, byte(len(name)))
+	in = append(in, name...)
+	in = append(in, 3, 1, byte(protoreflect.BoolKind), 1)                                           // f_bool
+	in = append(in, 14, 1, byte(protoreflect.FloatKind), 0x3f, 0xc0, 0, 0)                          // f_float
+	in = append(in, 17, 1, byte(protoreflect.BytesKind), 1, 'b')                                    // f_bytes
+	in = append(append(in, 18, 1, byte(protoreflect.EnumKind)), be(2)...)                           // f_enum
+	in = append(in, 19, 1, byte(protoreflect.MessageKind))                                          // f_message:
+	in = append(in, 1, 1, byte(protoreflect.StringKind), 1, 'n')                                    //   name
+	in = append(append(in, 2, 2, byte(protoreflect.Int64Kind), 1), be(1)...)                        //   values
+	in = append(in, 0, 0)                                                                           //   end, no unknown
+	in = append(in, 23, 2, byte(protoreflect.Int32Kind), 2)                                         // r_int32, in list order
+	in = append(append(in, be(2)...), be(1)...)                                                     //
+	in = append(in, 29, 3, byte(protoreflect.Int32Kind), byte(protoreflect.Int64Kind), 2)           // m_int32, keys ascending
+	in = append(append(append(append(in, be(-1)...), be(2)...), be(3)...), be(1)...)                //
+	in = append(in, 30, 3, byte(protoreflect.BoolKind), byte(protoreflect.MessageKind), 1, 1, 0, 0) // m_bool {true: {}}
+	in = append(in, 33, 1, byte(protoreflect.StringKind), 0)                                        // c_string ""
+	in = append(in, 0)                                                                              // end of fields
+	in = append(in, 6, 0xc0, 0x3e, 5, 0xc8, 0x3e, 7)                                                // unknown, sorted
+	if got, want := fingerprint(t, f.Pager, req), ctoken.Fingerprint(sha256.Sum256(in)); got != want {
+		got, _ := protopage.FingerprintInput(f.Pager, req)
+		t.Fatalf("encoding\n%x\nwant\n%x", got, in)
+	}
 }
