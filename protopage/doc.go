@@ -111,7 +111,11 @@
 // that does if the request sets it (the field is unknown to one and known
 // to the other): the client starts over.
 //
-// Messages are nested at most [MaxDepth] deep. A Pager is safe for
+// Messages are nested at most [MaxDepth] deep. The encoding is hashed as
+// it is written, so computing a fingerprint takes little memory of its
+// own whatever the request's size: a 16 KiB buffer, and for unknown fields
+// out of field-number order 4 bytes per run of one number (at most twice
+// their size). A Pager is safe for
 // concurrent use, and so is a Page once returned (its methods only read
 // it).
 package protopage
