@@ -94,7 +94,10 @@
 // its default value is indistinguishable from absent on the wire, so it is
 // bound as absent. An empty list or map is absent. Floating-point values
 // are bound by their bits: 0 and -0 differ, and so do NaNs with different
-// payloads (a client resending the same request sends the same bits).
+// payloads (a client resending the same request sends the same bits). One
+// exception: protoreflect hands a float over widened to a double, which
+// quiets a signaling NaN, so a float (not a double) that is a signaling
+// NaN is bound as the quiet NaN of the same payload.
 //
 // Unknown fields — fields the server's schema does not know, sent by a
 // newer client in binary protobuf (protojson refuses them) — are bound,

@@ -241,6 +241,11 @@ func canonical(t testing.TB, m *fingerprintpb.Request) []byte {
 		t.Fatal(err)
 	}
 	c.PageSize, c.PageToken = 0, ""
+	// protoreflect widens a float to a double, which quiets a signaling
+	// NaN: the fingerprint binds a float's NaN as its quiet twin (doc.go).
+	if b := math.Float32bits(c.FFloat); b&0x7f800000 == 0x7f800000 && b&0x007fffff != 0 {
+		c.FFloat = math.Float32frombits(b | 0x00400000)
+	}
 	sortUnknown(t, c.ProtoReflect())
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
 	if err != nil {
@@ -298,6 +303,9 @@ func FuzzFingerprint(f *testing.F) {
 	negZero := float32(math.Copysign(0, -1))
 	f.Add(seed(&fingerprintpb.Request{FFloat: negZero}), seed(&fingerprintpb.Request{}))
 	f.Add(seed(&fingerprintpb.Request{FDouble: math.Copysign(0, -1)}), seed(&fingerprintpb.Request{}))
+	// A float's signaling NaN and its quiet twin share a fingerprint
+	// (protoreflect quiets it); the oracle once called them different.
+	f.Add(seed(&fingerprintpb.Request{FFloat: math.Float32frombits(0x7f800001)}), seed(&fingerprintpb.Request{FFloat: math.Float32frombits(0x7fc00001)}))
 	f.Add(append(protowire.AppendTag(nil, 900, protowire.VarintType), 1), append(protowire.AppendTag(nil, 901, protowire.VarintType), 1))
 	f.Fuzz(func(t *testing.T, x, y []byte) {
 		var mx, my fingerprintpb.Request
@@ -390,5 +398,29 @@ func TestFingerprintMatchesTheDocumentedEncodingForEveryConstruct(t *testing.T) 
 	if got, want := fingerprint(t, f.Pager, req), ctoken.Fingerprint(sha256.Sum256(in)); got != want {
 		got, _ := protopage.FingerprintInput(f.Pager, req)
 		t.Fatalf("encoding\n%x\nwant\n%x", got, in)
+	}
+}
+
+// TestFingerprintBindsAFloatSignalingNaNAsItsQuietNaN pins what doc.go
+// says of NaNs: a double's NaN is bound by its bits, and so is a float's,
+// but protoreflect hands a float over widened to a double, which quiets
+// a signaling NaN, so a float's signaling NaN is bound as its quiet twin.
+func TestFingerprintBindsAFloatSignalingNaNAsItsQuietNaN(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	fp := func(r *fingerprintpb.Request) ctoken.Fingerprint { return fingerprint(t, f.Pager, r) }
+	float := func(bits uint32) *fingerprintpb.Request {
+		return &fingerprintpb.Request{FFloat: math.Float32frombits(bits)}
+	}
+	double := func(bits uint64) *fingerprintpb.Request {
+		return &fingerprintpb.Request{FDouble: math.Float64frombits(bits)}
+	}
+	if fp(float(0x7f800001)) != fp(float(0x7fc00001)) {
+		t.Error("a float's signaling NaN and its quiet twin differ: update doc.go")
+	}
+	if fp(float(0x7fc00001)) == fp(float(0x7fc00002)) || fp(float(0x7fc00001)) == fp(float(0xffc00001)) {
+		t.Error("float NaNs of other payloads or signs share a fingerprint")
+	}
+	if fp(double(0x7ff0000000000001)) == fp(double(0x7ff8000000000001)) || fp(double(0x7ff8000000000001)) == fp(double(0x7ff8000000000002)) {
+		t.Error("double NaNs of other bits share a fingerprint")
 	}
 }
