@@ -19,8 +19,10 @@ echo "--- protopage: benchmarks once (a smoke test: nothing timed)"
 go test -run '^$' -bench . -benchtime 1x .
 for m in grpcpage connectpage; do (cd "$m" && go test -run "^\$" -bench . -benchtime 1x .); done
 
-echo "--- protopage: FuzzFingerprint, short"
-go test -run '^$' -fuzz '^FuzzFingerprint$' -fuzztime "${PROTOPAGE_FUZZTIME:-5s}" .
+for target in FuzzFingerprint FuzzStart; do
+  echo "--- protopage: $target, short"
+  go test -run '^$' -fuzz "^$target\$" -fuzztime "${PROTOPAGE_FUZZTIME:-5s}" .
+done
 
 if command -v staticcheck >/dev/null; then
   for m in . grpcpage connectpage; do
