@@ -197,8 +197,11 @@ func TestCursorHTTPStatusMapsErrors(t *testing.T) {
 		{"invalid", errCursorMAC, 400},
 		{"wrapped invalid", errors.Join(errors.New("listing"), errCursorArgs), 400},
 		{"arguments that cannot be fingerprinted", argsErr, 400},
+		{"keyset state of another type", errCursorStateType, 400},
 		{"no key", errCursorNoKey, 500},
 		{"cursor too large to issue", errCursorLarge, 500},
+		{"state too large to issue", errCursorStateLarge, 500},
+		{"caller that cannot be encoded", errIDNotUTF8, 500},
 		{"any other error", errors.New("database down"), 500},
 	} {
 		if got := CursorHTTPStatus(tc.err); got != tc.want {
