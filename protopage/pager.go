@@ -258,6 +258,9 @@ func (p *Pager) refuse(ctx context.Context, method string, kind, cause error) er
 	return &refusal{kind, cause}
 }
 
+// errNoPage refuses the methods of a Page not returned by Start.
+var errNoPage = &refusal{ErrServer, ctoken.ErrNoKey}
+
 // First reports whether the page is the first of a listing: the request
 // had no page token, and there is no keyset state.
 func (pg *Page) First() bool { return !pg.resumed }
@@ -274,9 +277,14 @@ func (pg *Page) State() []byte { return pg.state }
 
 // StateMessage unmarshals the keyset state into m (which it resets first),
 // for state issued with [Page.NextMessage]. On the first page it leaves m
-// reset and returns nil. State that does not unmarshal into m is
+// reset and returns nil. A Page not returned by [Pager.Start] (nil, or the
+// zero value) is [ErrServer], as it is for [Page.Next] and
+// [Page.NextMessage]. State that does not unmarshal into m is
 // [ErrTokenExpired] (a token from before a change of m's type: start over).
 func (pg *Page) StateMessage(m proto.Message) error {
+	if pg == nil || pg.p == nil {
+		return errNoPage
+	}
 	proto.Reset(m)
 	if !pg.resumed {
 		return nil
@@ -294,7 +302,7 @@ func (pg *Page) StateMessage(m proto.Message) error {
 // empty instead. A state too large for a token is [ErrServer].
 func (pg *Page) Next(state []byte) (string, error) {
 	if pg == nil || pg.p == nil {
-		return "", &refusal{ErrServer, ctoken.ErrNoKey}
+		return "", errNoPage
 	}
 	if pg.index == math.MaxUint32 {
 		return "", pg.p.refuse(context.Background(), pg.method, ErrServer, errLastPage)
@@ -309,6 +317,9 @@ func (pg *Page) Next(state []byte) (string, error) {
 // NextMessage is [Page.Next] with the keyset state m, marshalled
 // deterministically; [Page.StateMessage] reads it back.
 func (pg *Page) NextMessage(m proto.Message) (string, error) {
+	if pg == nil || pg.p == nil {
+		return "", errNoPage
+	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
 		return "", pg.p.refuse(context.Background(), pg.method, ErrServer, fault("the keyset state message does not marshal"))
