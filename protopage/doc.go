@@ -116,7 +116,8 @@
 // is unknown to one and known to the other): the client starts over. A
 // google.protobuf.Any is an ordinary message here: its value bytes are
 // bound as they are, so the same inner message encoded otherwise (sent as
-// JSON on one page and binary on the next) is refused, which fails safe.
+// JSON on one page and binary on the next) can be refused, which fails
+// safe.
 //
 // Messages are nested at most [MaxDepth] deep. The encoding is hashed as
 // it is written, so computing a fingerprint takes little memory of its

@@ -195,6 +195,11 @@ func (p *Pager) Start(ctx context.Context, req proto.Message) (*Page, error) {
 // SHA-256 of the encoding of every populated field of req but the page
 // token and page size (the package documentation defines it). A request
 // without the page fields, or nested deeper than [MaxDepth], is [ErrServer].
+// A Pager is not told its request types, so [New] cannot check their page
+// fields: a server that calls Fingerprint on the zero value of each
+// request type at startup finds a misnamed or mistyped page field before
+// its first request does (Start refuses such a request with [ErrServer],
+// which transports answer with Internal).
 func (p *Pager) Fingerprint(req proto.Message) (ctoken.Fingerprint, error) {
 	if p == nil || p.plans == nil {
 		return ctoken.Fingerprint{}, &refusal{ErrServer, ctoken.ErrNoKey}
