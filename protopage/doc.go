@@ -35,7 +35,10 @@
 //
 // The keyset state (the sort key of the last item served) rides in the
 // token's opaque state, at most ctoken.MaxOpaqueStateBytes; the server
-// keeps nothing between pages. An interceptor alone cannot page: it does
+// keeps nothing between pages. A token is signed, not encrypted: whoever
+// holds it can read the method, the caller ID and the state, so bind it to
+// a caller ID that is not confidential and keep in the state only what
+// the caller was shown. An interceptor alone cannot page: it does
 // not know the handler's sort key.
 //
 // # Errors
