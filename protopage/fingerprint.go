@@ -316,7 +316,7 @@ func (e *encoder) unknown(raw protoreflect.RawFields) error {
 	if len(raw) == 0 {
 		return nil
 	}
-	if len(raw) > math.MaxUint32 {
+	if uint64(len(raw)) > math.MaxUint32 {
 		return errUnknownMalformed // protobuf messages are under 2 GiB
 	}
 	// One pass: check the records, count the runs, see if they are sorted.
