@@ -91,17 +91,22 @@ func (ps *plans) get(md protoreflect.MessageDescriptor) *plan {
 }
 
 // encoder writes the fingerprint encoding of a message (doc.go, "The
-// request fingerprint"). With a hash h, buf is written to h whenever it
-// reaches flushAt; without one, buf collects the whole encoding.
+// request fingerprint"). When stream is set, buf is written to the hash h
+// (made then: a small request is hashed in one call, without it) whenever
+// it reaches flushAt; otherwise buf collects the whole encoding.
 type encoder struct {
-	buf   []byte
-	h     hash.Hash
-	plans *plans
+	buf    []byte
+	stream bool
+	h      hash.Hash
+	plans  *plans
 }
 
 // flush hands buf to the hash once it has reached flushAt.
 func (e *encoder) flush() {
-	if e.h != nil && len(e.buf) >= flushAt {
+	if e.stream && len(e.buf) >= flushAt {
+		if e.h == nil {
+			e.h = sha256.New()
+		}
 		e.h.Write(e.buf)
 		e.buf = e.buf[:0]
 	}
@@ -109,7 +114,7 @@ func (e *encoder) flush() {
 
 // write appends b, in pieces of at most flushAt when hashing.
 func (e *encoder) write(b []byte) {
-	for e.h != nil && len(b) > flushAt {
+	for e.stream && len(b) > flushAt {
 		e.buf = append(e.buf, b[:flushAt]...)
 		e.flush()
 		b = b[flushAt:]
@@ -120,7 +125,7 @@ func (e *encoder) write(b []byte) {
 
 // writeString is write for a string.
 func (e *encoder) writeString(s string) {
-	for e.h != nil && len(s) > flushAt {
+	for e.stream && len(s) > flushAt {
 		e.buf = append(e.buf, s[:flushAt]...)
 		e.flush()
 		s = s[flushAt:]
@@ -136,12 +141,16 @@ func (e *encoder) u64(v uint64)     { e.buf = binary.BigEndian.AppendUint64(e.bu
 // top-level fields numbered skip1 and skip2.
 func (ps *plans) fingerprint(m protoreflect.Message, skip1, skip2 protoreflect.FieldNumber) (ctoken.Fingerprint, error) {
 	bp := bufPool.Get().(*[]byte)
-	e := encoder{buf: (*bp)[:0], h: sha256.New(), plans: ps}
+	e := encoder{buf: (*bp)[:0], stream: true, plans: ps}
 	err := e.request(m, skip1, skip2)
 	var fp ctoken.Fingerprint
-	if err == nil {
+	switch {
+	case err != nil:
+	case e.h == nil:
+		fp = sha256.Sum256(e.buf)
+	default:
 		e.h.Write(e.buf)
-		e.h.Sum(fp[:0])
+		copy(fp[:], e.h.Sum(nil)) // fp[:0] would move fp to the heap on every call
 	}
 	if cap(e.buf) <= maxPooledBuf {
 		*bp = e.buf[:0]

@@ -1,9 +1,12 @@
 package protopage_test
 
 import (
+	"crypto/sha256"
 	"runtime"
+	"strings"
 	"testing"
 
+	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/protopage"
 	"github.com/ctoken/ctoken/protopage/internal/fingerprintpb"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -46,6 +49,42 @@ func TestFingerprintOfALargeRequestTakesAtMostTwiceItsWireSize(t *testing.T) {
 			t.Errorf("%s: %d bytes on the wire, the fingerprint allocated %d (at most %g a byte)", tc.name, wire, alloc, tc.max)
 		} else {
 			t.Logf("%s: %d bytes on the wire, the fingerprint allocated %d", tc.name, wire, alloc)
+		}
+	}
+}
+
+// TestFingerprintHashedAsWrittenIsTheHashOfTheWholeEncoding checks that
+// hashing the encoding piece by piece (past the encoder's 16 KiB buffer:
+// long strings and bytes, a long list, nested messages, unknown fields in
+// and out of order) gives the SHA-256 of the encoding written whole.
+func TestFingerprintHashedAsWrittenIsTheHashOfTheWholeEncoding(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	long := strings.Repeat("x", 40<<10+3)
+	var inOrder, outOfOrder []byte
+	for i := range 20000 {
+		inOrder = protowire.AppendVarint(protowire.AppendTag(inOrder, 900, protowire.VarintType), uint64(i))
+		outOfOrder = protowire.AppendVarint(protowire.AppendTag(outOfOrder, protowire.Number(900+i%3), protowire.VarintType), uint64(i))
+	}
+	withUnknown := func(u []byte) *fingerprintpb.Nested {
+		n := &fingerprintpb.Nested{Name: long}
+		n.ProtoReflect().SetUnknown(u)
+		return n
+	}
+	for name, req := range map[string]*fingerprintpb.Request{
+		"small":             {FString: "s"},
+		"long string":       {FString: long},
+		"long bytes":        {FBytes: []byte(long), FString: "after"},
+		"long list":         {RInt32: make([]int32, 10000), FFar: "after"},
+		"nested":            {RMessage: []*fingerprintpb.Nested{{Name: long}, {Values: make([]int64, 5000)}}},
+		"unknown in order":  {FMessage: withUnknown(inOrder)},
+		"unknown unordered": {FMessage: withUnknown(outOfOrder), MString: map[string]string{long: long}},
+	} {
+		input, err := protopage.FingerprintInput(f.Pager, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fingerprint(t, f.Pager, req), ctoken.Fingerprint(sha256.Sum256(input)); got != want {
+			t.Errorf("%s (%d bytes): hashed as written %x, whole %x", name, len(input), got, want)
 		}
 	}
 }
