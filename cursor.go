@@ -406,8 +406,17 @@ func (i *CursorIssuer) refuse(key int, err error) (CursorPayload, error) {
 
 var (
 	// stateEncMode is Core Deterministic Encoding, for [IssueState]'s state;
-	// cursorwire.AppendBody reproduces it byte for byte for the cursor body.
-	stateEncMode = mustEncMode(cbor.CoreDetEncOptions())
+	// cursorwire.AppendBody reproduces it byte for byte for the cursor body
+	// (which holds no time.Time). A time.Time is RFC 3339 text in UTC to the
+	// nanosecond: CBOR's default, whole Unix seconds, truncated a sort key
+	// such as a row's creation time, and a keyset listing resumed from the
+	// truncated time served rows twice (ascending) or skipped them
+	// (descending). stateDecMode reads both forms.
+	stateEncMode = mustEncMode(func() cbor.EncOptions {
+		o := cbor.CoreDetEncOptions()
+		o.Time = cbor.TimeRFC3339NanoUTC
+		return o
+	}())
 	// stateDecMode decodes typed cursor state: strict, with room for
 	// application structure.
 	stateDecMode = mustDecMode(cbor.DecOptions{
@@ -422,7 +431,8 @@ var (
 )
 
 // IssueState issues a cursor whose opaque state is state encoded as
-// deterministic CBOR.
+// deterministic CBOR, a time.Time as RFC 3339 text in UTC to the
+// nanosecond (so a timestamp comes back to the nanosecond, in UTC).
 func IssueState[T any](i *CursorIssuer, scope CursorScope, page uint32, state T) (string, error) {
 	b, err := stateEncMode.Marshal(state)
 	if err != nil {

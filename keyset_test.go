@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fxamacker/cbor/v2"
 )
 
 // itemKey is the sort key of a keyset listing ordered by (Created, ID).
@@ -267,4 +269,68 @@ func FuzzVerifyKeyset(f *testing.F) {
 			t.Fatalf("key %+v came back as %+v, %v", key, back, err)
 		}
 	})
+}
+
+// TestKeysetKeepsATimestampToTheNanosecond round-trips a sort key of a
+// timestamp (with nanoseconds, in another zone) and an ID: the timestamp
+// comes back equal, in UTC. CBOR's default encoding of a time.Time, whole
+// Unix seconds, dropped the fraction, and a listing resumed from the
+// truncated time served again every row of that second (or skipped them,
+// descending).
+func TestKeysetKeepsATimestampToTheNanosecond(t *testing.T) {
+	iss := keysetIssuer(t, newTestClock(), "fleet", fixedKey(1))
+	type key struct {
+		Created time.Time
+		ID      int64
+	}
+	scope := CursorScope{ToolID: "GET /v1/items", CallerID: "c"}
+	zone := time.FixedZone("UTC+2", 2*60*60)
+	for _, k := range []key{
+		{Created: time.Date(2026, 11, 22, 12, 0, 0, 123456789, zone), ID: 7},
+		{Created: time.Date(2026, 11, 22, 12, 0, 0, 1000, time.UTC), ID: 8}, // a microsecond, as PostgreSQL stores it
+		{Created: time.Date(1969, 12, 31, 23, 59, 59, 999999999, time.UTC), ID: 9},
+	} {
+		c, err := IssueKeyset(iss, scope, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := VerifyKeyset[key](iss, c, scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Created.Equal(k.Created) || got.Created.Location() != time.UTC || got.ID != k.ID {
+			t.Errorf("sort key %v came back as %v", k, got)
+		}
+	}
+	// One spelling: the same instant in two zones is the same cursor.
+	at := time.Date(2026, 11, 22, 12, 0, 0, 5, time.UTC)
+	a, errA := IssueKeyset(iss, scope, key{Created: at})
+	b, errB := IssueKeyset(iss, scope, key{Created: at.In(zone)})
+	if err := errors.Join(errA, errB); err != nil || a != b {
+		t.Errorf("one instant in two zones: %q, %q (%v)", a, b, err)
+	}
+}
+
+// TestKeysetReadsATimestampIssuedAsUnixSeconds verifies a keyset cursor
+// whose timestamp was encoded as before, as whole Unix seconds: it still
+// decodes, to that second.
+func TestKeysetReadsATimestampIssuedAsUnixSeconds(t *testing.T) {
+	iss := keysetIssuer(t, newTestClock(), "fleet", fixedKey(1))
+	type key struct {
+		Created time.Time
+		ID      int64
+	}
+	old, err := mustEncMode(cbor.CoreDetEncOptions()).Marshal(key{Created: time.Unix(1_763_800_000, 0), ID: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := CursorScope{ToolID: "GET /v1/items", CallerID: "c"}
+	c, err := iss.Issue(CursorPayload{CursorScope: scope, State: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := VerifyKeyset[key](iss, c, scope)
+	if err != nil || !got.Created.Equal(time.Unix(1_763_800_000, 0)) || got.ID != 3 {
+		t.Fatalf("VerifyKeyset = %v, %v", got, err)
+	}
 }
