@@ -334,3 +334,37 @@ func TestKeysetReadsATimestampIssuedAsUnixSeconds(t *testing.T) {
 		t.Fatalf("VerifyKeyset = %v, %v", got, err)
 	}
 }
+
+// TestIssueKeysetRefusesATimestampItCouldNotReadBack issues sort keys with
+// times RFC 3339 cannot write (before year 0, after 9999), directly and
+// by pointer: each is ErrUnencodable at issue, where
+// it was a cursor that VerifyKeyset refused on the next page. A time
+// within range, and a key type without a time, issue as before.
+func TestIssueKeysetRefusesATimestampItCouldNotReadBack(t *testing.T) {
+	iss := keysetIssuer(t, newTestClock(), "fleet", fixedKey(1))
+	scope := CursorScope{ToolID: "GET /v1/items", CallerID: "c"}
+	type key struct {
+		Created time.Time
+		ID      int64
+	}
+	type ptrKey struct{ Created *time.Time }
+	far, before := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC)
+	for name, issue := range map[string]func() (string, error){
+		"after 9999":     func() (string, error) { return IssueKeyset(iss, scope, key{Created: far}) },
+		"before year 0":  func() (string, error) { return IssueKeyset(iss, scope, key{Created: before}) },
+		"by pointer":     func() (string, error) { return IssueKeyset(iss, scope, ptrKey{Created: &far}) },
+		"IssueState too": func() (string, error) { return IssueState(iss, scope, 3, key{Created: far}) },
+	} {
+		if c, err := issue(); !errors.Is(err, ErrUnencodable) || ReasonOf(err) != ReasonCursorStateNotCBOR || c != "" {
+			t.Errorf("%s: %q, %v", name, c, err)
+		}
+	}
+	last := time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+	c, err := IssueKeyset(iss, scope, key{Created: last, ID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := VerifyKeyset[key](iss, c, scope); err != nil || !got.Created.Equal(last) {
+		t.Fatalf("the last instant of 9999: %v, %v", got, err)
+	}
+}
