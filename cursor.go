@@ -3,6 +3,7 @@ package ctoken
 import (
 	"bytes"
 	"crypto/rand"
+	"reflect"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -406,8 +407,17 @@ func (i *CursorIssuer) refuse(key int, err error) (CursorPayload, error) {
 
 var (
 	// stateEncMode is Core Deterministic Encoding, for [IssueState]'s state;
-	// cursorwire.AppendBody reproduces it byte for byte for the cursor body.
-	stateEncMode = mustEncMode(cbor.CoreDetEncOptions())
+	// cursorwire.AppendBody reproduces it byte for byte for the cursor body
+	// (which holds no time.Time). A time.Time is RFC 3339 text in UTC to the
+	// nanosecond: CBOR's default, whole Unix seconds, truncated a sort key
+	// such as a row's creation time, and a keyset listing resumed from the
+	// truncated time served rows twice (ascending) or skipped them
+	// (descending). stateDecMode reads both forms.
+	stateEncMode = mustEncMode(func() cbor.EncOptions {
+		o := cbor.CoreDetEncOptions()
+		o.Time = cbor.TimeRFC3339NanoUTC
+		return o
+	}())
 	// stateDecMode decodes typed cursor state: strict, with room for
 	// application structure.
 	stateDecMode = mustDecMode(cbor.DecOptions{
@@ -422,13 +432,57 @@ var (
 )
 
 // IssueState issues a cursor whose opaque state is state encoded as
-// deterministic CBOR.
+// deterministic CBOR, a time.Time as RFC 3339 text in UTC to the
+// nanosecond (so a timestamp comes back to the nanosecond, in UTC).
 func IssueState[T any](i *CursorIssuer, scope CursorScope, page uint32, state T) (string, error) {
-	b, err := stateEncMode.Marshal(state)
+	b, err := encodeState(state)
 	if err != nil {
-		return "", reason.Wrap(ErrUnencodable, "state does not encode as CBOR", err)
+		return "", err
 	}
 	return i.Issue(CursorPayload{CursorScope: scope, Page: page, State: b})
+}
+
+// encodeState encodes the typed state of [IssueState] and [IssueKeyset].
+// A state whose type can hold a time.Time (or an interface) is decoded
+// back into a T first: RFC 3339 text
+// has four-digit years, so a time before year 0 or after 9999 encodes to
+// text that does not decode, and is refused here ([ErrUnencodable]) rather
+// than issued in a cursor that would never verify.
+func encodeState[T any](state T) ([]byte, error) {
+	b, err := stateEncMode.Marshal(state)
+	if err == nil && mayHoldTime(reflect.TypeFor[T](), 0) {
+		var back T
+		err = stateDecMode.Unmarshal(b, &back)
+	}
+	if err != nil {
+		return nil, reason.Wrap(ErrUnencodable, "state does not encode as CBOR", err)
+	}
+	return b, nil
+}
+
+var timeType = reflect.TypeFor[time.Time]()
+
+// mayHoldTime reports whether a value of type t can hold a time.Time; past
+// a nesting of 8 (a recursive type) it says yes.
+func mayHoldTime(t reflect.Type, depth int) bool {
+	if depth > 8 || t == timeType {
+		return true
+	}
+	switch t.Kind() {
+	case reflect.Interface:
+		return true
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return mayHoldTime(t.Elem(), depth+1)
+	case reflect.Map:
+		return mayHoldTime(t.Key(), depth+1) || mayHoldTime(t.Elem(), depth+1)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if mayHoldTime(t.Field(i).Type, depth+1) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 var errCursorStateType = reject(ErrCursorInvalid, "state does not decode into the requested type")

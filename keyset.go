@@ -1,7 +1,5 @@
 package ctoken
 
-import "github.com/ctoken/ctoken/internal/reason"
-
 // Keyset pagination: the cursor carries the last sort key a page ended on
 // (the "seek" or "after" position), not a page number. The wire is that of
 // every cursor: Page 0 and the sort key as the typed state of
@@ -17,9 +15,9 @@ import "github.com/ctoken/ctoken/internal/reason"
 // caller, and scope.Args the fingerprint of the request's other parameters
 // (filter, order, parent; not the page size or the cursor itself).
 func IssueKeyset[T any](i *CursorIssuer, scope CursorScope, after T) (string, error) {
-	b, err := stateEncMode.Marshal(after)
+	b, err := encodeState(after)
 	if err != nil {
-		return "", reason.Wrap(ErrUnencodable, "state does not encode as CBOR", err)
+		return "", err
 	}
 	return i.Issue(CursorPayload{CursorScope: scope, State: b})
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fxamacker/cbor/v2"
 )
 
 // itemKey is the sort key of a keyset listing ordered by (Created, ID).
@@ -197,8 +199,11 @@ func TestCursorHTTPStatusMapsErrors(t *testing.T) {
 		{"invalid", errCursorMAC, 400},
 		{"wrapped invalid", errors.Join(errors.New("listing"), errCursorArgs), 400},
 		{"arguments that cannot be fingerprinted", argsErr, 400},
+		{"keyset state of another type", errCursorStateType, 400},
 		{"no key", errCursorNoKey, 500},
 		{"cursor too large to issue", errCursorLarge, 500},
+		{"state too large to issue", errCursorStateLarge, 500},
+		{"caller that cannot be encoded", errIDNotUTF8, 500},
 		{"any other error", errors.New("database down"), 500},
 	} {
 		if got := CursorHTTPStatus(tc.err); got != tc.want {
@@ -264,4 +269,102 @@ func FuzzVerifyKeyset(f *testing.F) {
 			t.Fatalf("key %+v came back as %+v, %v", key, back, err)
 		}
 	})
+}
+
+// TestKeysetKeepsATimestampToTheNanosecond round-trips a sort key of a
+// timestamp (with nanoseconds, in another zone) and an ID: the timestamp
+// comes back equal, in UTC. CBOR's default encoding of a time.Time, whole
+// Unix seconds, dropped the fraction, and a listing resumed from the
+// truncated time served again every row of that second (or skipped them,
+// descending).
+func TestKeysetKeepsATimestampToTheNanosecond(t *testing.T) {
+	iss := keysetIssuer(t, newTestClock(), "fleet", fixedKey(1))
+	type key struct {
+		Created time.Time
+		ID      int64
+	}
+	scope := CursorScope{ToolID: "GET /v1/items", CallerID: "c"}
+	zone := time.FixedZone("UTC+2", 2*60*60)
+	for _, k := range []key{
+		{Created: time.Date(2026, 11, 22, 12, 0, 0, 123456789, zone), ID: 7},
+		{Created: time.Date(2026, 11, 22, 12, 0, 0, 1000, time.UTC), ID: 8}, // a microsecond, as PostgreSQL stores it
+		{Created: time.Date(1969, 12, 31, 23, 59, 59, 999999999, time.UTC), ID: 9},
+	} {
+		c, err := IssueKeyset(iss, scope, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := VerifyKeyset[key](iss, c, scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Created.Equal(k.Created) || got.Created.Location() != time.UTC || got.ID != k.ID {
+			t.Errorf("sort key %v came back as %v", k, got)
+		}
+	}
+	// One spelling: the same instant in two zones is the same cursor.
+	at := time.Date(2026, 11, 22, 12, 0, 0, 5, time.UTC)
+	a, errA := IssueKeyset(iss, scope, key{Created: at})
+	b, errB := IssueKeyset(iss, scope, key{Created: at.In(zone)})
+	if err := errors.Join(errA, errB); err != nil || a != b {
+		t.Errorf("one instant in two zones: %q, %q (%v)", a, b, err)
+	}
+}
+
+// TestKeysetReadsATimestampIssuedAsUnixSeconds verifies a keyset cursor
+// whose timestamp was encoded as before, as whole Unix seconds: it still
+// decodes, to that second.
+func TestKeysetReadsATimestampIssuedAsUnixSeconds(t *testing.T) {
+	iss := keysetIssuer(t, newTestClock(), "fleet", fixedKey(1))
+	type key struct {
+		Created time.Time
+		ID      int64
+	}
+	old, err := mustEncMode(cbor.CoreDetEncOptions()).Marshal(key{Created: time.Unix(1_763_800_000, 0), ID: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := CursorScope{ToolID: "GET /v1/items", CallerID: "c"}
+	c, err := iss.Issue(CursorPayload{CursorScope: scope, State: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := VerifyKeyset[key](iss, c, scope)
+	if err != nil || !got.Created.Equal(time.Unix(1_763_800_000, 0)) || got.ID != 3 {
+		t.Fatalf("VerifyKeyset = %v, %v", got, err)
+	}
+}
+
+// TestIssueKeysetRefusesATimestampItCouldNotReadBack issues sort keys with
+// times RFC 3339 cannot write (before year 0, after 9999), directly and
+// by pointer: each is ErrUnencodable at issue, where
+// it was a cursor that VerifyKeyset refused on the next page. A time
+// within range, and a key type without a time, issue as before.
+func TestIssueKeysetRefusesATimestampItCouldNotReadBack(t *testing.T) {
+	iss := keysetIssuer(t, newTestClock(), "fleet", fixedKey(1))
+	scope := CursorScope{ToolID: "GET /v1/items", CallerID: "c"}
+	type key struct {
+		Created time.Time
+		ID      int64
+	}
+	type ptrKey struct{ Created *time.Time }
+	far, before := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC)
+	for name, issue := range map[string]func() (string, error){
+		"after 9999":     func() (string, error) { return IssueKeyset(iss, scope, key{Created: far}) },
+		"before year 0":  func() (string, error) { return IssueKeyset(iss, scope, key{Created: before}) },
+		"by pointer":     func() (string, error) { return IssueKeyset(iss, scope, ptrKey{Created: &far}) },
+		"IssueState too": func() (string, error) { return IssueState(iss, scope, 3, key{Created: far}) },
+	} {
+		if c, err := issue(); !errors.Is(err, ErrUnencodable) || ReasonOf(err) != ReasonCursorStateNotCBOR || c != "" {
+			t.Errorf("%s: %q, %v", name, c, err)
+		}
+	}
+	last := time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+	c, err := IssueKeyset(iss, scope, key{Created: last, ID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := VerifyKeyset[key](iss, c, scope); err != nil || !got.Created.Equal(last) {
+		t.Fatalf("the last instant of 9999: %v, %v", got, err)
+	}
 }

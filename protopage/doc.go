@@ -35,7 +35,10 @@
 //
 // The keyset state (the sort key of the last item served) rides in the
 // token's opaque state, at most ctoken.MaxOpaqueStateBytes; the server
-// keeps nothing between pages. An interceptor alone cannot page: it does
+// keeps nothing between pages. A token is signed, not encrypted: whoever
+// holds it can read the method, the caller ID and the state, so bind it to
+// a caller ID that is not confidential and keep in the state only what
+// the caller was shown. An interceptor alone cannot page: it does
 // not know the handler's sort key.
 //
 // # Errors
@@ -94,24 +97,35 @@
 // its default value is indistinguishable from absent on the wire, so it is
 // bound as absent. An empty list or map is absent. Floating-point values
 // are bound by their bits: 0 and -0 differ, and so do NaNs with different
-// payloads (a client resending the same request sends the same bits).
+// payloads (a client resending the same request sends the same bits). One
+// exception: protoreflect hands a float over widened to a double, which
+// quiets a signaling NaN, so a float (not a double) that is a signaling
+// NaN is bound as the quiet NaN of the same payload.
 //
 // Unknown fields — fields the server's schema does not know, sent by a
-// newer client in binary protobuf (protojson refuses them) — are bound,
-// not refused and not ignored: refusing would break protobuf's forward
-// compatibility for every List call of a newer client, and ignoring would
-// let a client change a field mid-listing that a newer instance of the same
-// fleet does know. They are bound as received, record by record (tag and
-// value bytes), stably sorted by field number: fields of different numbers
-// may come in any order, and the order within one number (a repeated
-// field's elements) counts. A client that re-encodes an unknown field
-// differently between pages is refused with [ErrRequestChanged], which
-// fails safe. During a schema change that adds a request field, a token
-// issued by an instance that does not know the field is refused by one
-// that does if the request sets it (the field is unknown to one and known
-// to the other): the client starts over.
+// newer client in binary protobuf — are bound, not refused and not
+// ignored. (protojson refuses them by default, and Connect's JSON codec
+// drops them: a field the server never sees is not bound.) Refusing would
+// break protobuf's forward compatibility for every List call of a newer
+// client, and ignoring would let a client change a field mid-listing that
+// a newer instance of the same fleet does know. They are bound as
+// received, record by record (tag and value bytes), stably sorted by field
+// number: fields of different numbers may come in any order, and the
+// order within one number (a repeated field's elements) counts. A client
+// that re-encodes an unknown field differently between pages is refused
+// with [ErrRequestChanged], which fails safe. During a schema change that
+// adds a request field, a token issued by an instance that does not know
+// the field is refused by one that does if the request sets it (the field
+// is unknown to one and known to the other): the client starts over. A
+// google.protobuf.Any is an ordinary message here: its value bytes are
+// bound as they are, so the same inner message encoded otherwise (sent as
+// JSON on one page and binary on the next) can be refused, which fails
+// safe.
 //
-// Messages are nested at most [MaxDepth] deep. A Pager is safe for
-// concurrent use, and so is a Page once returned (its methods only read
-// it).
+// Messages are nested at most [MaxDepth] deep. The encoding is hashed as
+// it is written, so computing a fingerprint takes little memory of its
+// own whatever the request's size: a 16 KiB buffer, and for unknown fields
+// out of field-number order 4 bytes per run of one number (at most twice
+// their size). A Pager is safe for concurrent use, and so is a Page once
+// returned (its methods only read it).
 package protopage

@@ -13,11 +13,8 @@ func FingerprintInput(p *Pager, req proto.Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := encoder{buf: []byte(fingerprintDomain), plans: p.plans}
-	name := m.Descriptor().FullName()
-	e.uvarint(uint64(len(name)))
-	e.buf = append(e.buf, name...)
-	err = e.message(m, 0, token.Number(), size.Number())
+	e := encoder{plans: p.plans}
+	err = e.request(m, token.Number(), size.Number())
 	return e.buf, err
 }
 

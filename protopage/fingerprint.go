@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
+	"hash"
 	"math"
 	"slices"
 	"sync"
@@ -29,6 +30,12 @@ const (
 	cardList     = 2
 	cardMap      = 3
 )
+
+// flushAt is the size at which the encoder hands its buffer to the hash:
+// the encoding is hashed as it is written, so a request whose encoding is
+// larger than its wire form (8 bytes for each 1-byte zero of a packed
+// list) never has it held whole.
+const flushAt = 16 << 10
 
 // maxPooledBuf caps the buffers kept for reuse.
 const maxPooledBuf = 64 << 10
@@ -84,10 +91,47 @@ func (ps *plans) get(md protoreflect.MessageDescriptor) *plan {
 }
 
 // encoder writes the fingerprint encoding of a message (doc.go, "The
-// request fingerprint").
+// request fingerprint"). When stream is set, buf is written to the hash h
+// (made then: a small request is hashed in one call, without it) whenever
+// it reaches flushAt; otherwise buf collects the whole encoding.
 type encoder struct {
-	buf   []byte
-	plans *plans
+	buf    []byte
+	stream bool
+	h      hash.Hash
+	plans  *plans
+}
+
+// flush hands buf to the hash once it has reached flushAt.
+func (e *encoder) flush() {
+	if e.stream && len(e.buf) >= flushAt {
+		if e.h == nil {
+			e.h = sha256.New()
+		}
+		e.h.Write(e.buf)
+		e.buf = e.buf[:0]
+	}
+}
+
+// write appends b, in pieces of at most flushAt when hashing.
+func (e *encoder) write(b []byte) {
+	for e.stream && len(b) > flushAt {
+		e.buf = append(e.buf, b[:flushAt]...)
+		e.flush()
+		b = b[flushAt:]
+	}
+	e.buf = append(e.buf, b...)
+	e.flush()
+}
+
+// writeString is write for a string.
+func (e *encoder) writeString(s string) {
+	for e.stream && len(s) > flushAt {
+		e.buf = append(e.buf, s[:flushAt]...)
+		e.flush()
+		s = s[flushAt:]
+	}
+	e.buf = append(e.buf, s...)
+	e.flush()
 }
 
 func (e *encoder) uvarint(v uint64) { e.buf = protowire.AppendVarint(e.buf, v) }
@@ -97,20 +141,32 @@ func (e *encoder) u64(v uint64)     { e.buf = binary.BigEndian.AppendUint64(e.bu
 // top-level fields numbered skip1 and skip2.
 func (ps *plans) fingerprint(m protoreflect.Message, skip1, skip2 protoreflect.FieldNumber) (ctoken.Fingerprint, error) {
 	bp := bufPool.Get().(*[]byte)
-	e := encoder{buf: append((*bp)[:0], fingerprintDomain...), plans: ps}
-	name := m.Descriptor().FullName()
-	e.uvarint(uint64(len(name)))
-	e.buf = append(e.buf, name...)
-	err := e.message(m, 0, skip1, skip2)
+	e := encoder{buf: (*bp)[:0], stream: true, plans: ps}
+	err := e.request(m, skip1, skip2)
 	var fp ctoken.Fingerprint
-	if err == nil {
+	switch {
+	case err != nil:
+	case e.h == nil:
 		fp = sha256.Sum256(e.buf)
+	default:
+		e.h.Write(e.buf)
+		copy(fp[:], e.h.Sum(nil)) // fp[:0] would move fp to the heap on every call
 	}
 	if cap(e.buf) <= maxPooledBuf {
 		*bp = e.buf[:0]
 		bufPool.Put(bp)
 	}
 	return fp, err
+}
+
+// request writes the whole input: the domain, the message's full name
+// and M(m) without the fields numbered skip1 and skip2.
+func (e *encoder) request(m protoreflect.Message, skip1, skip2 protoreflect.FieldNumber) error {
+	e.buf = append(e.buf, fingerprintDomain...)
+	name := m.Descriptor().FullName()
+	e.uvarint(uint64(len(name)))
+	e.writeString(string(name))
+	return e.message(m, 0, skip1, skip2)
 }
 
 var (
@@ -243,14 +299,15 @@ func (e *encoder) value(fd protoreflect.FieldDescriptor, v protoreflect.Value, d
 	case protoreflect.StringKind:
 		s := v.String()
 		e.uvarint(uint64(len(s)))
-		e.buf = append(e.buf, s...)
+		e.writeString(s)
 	case protoreflect.BytesKind:
 		b := v.Bytes()
 		e.uvarint(uint64(len(b)))
-		e.buf = append(e.buf, b...)
+		e.write(b)
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		return e.message(v.Message(), depth+1, 0, 0)
 	}
+	e.flush()
 	return nil
 }
 
@@ -258,39 +315,83 @@ func (e *encoder) value(fd protoreflect.FieldDescriptor, v protoreflect.Value, d
 // records (tag and value, as received) stably sorted by field number, so
 // that the order of unknown fields of different numbers does not matter
 // and the order within one number (a repeated field's elements) does.
+//
+// Fields received in order (the usual case) are written as they are. Out
+// of order, the sort moves runs (consecutive records of one number), each
+// known by its 4-byte offset, so the memory it takes is at most twice the
+// size of the unknown fields (a record is 2 bytes or more).
 func (e *encoder) unknown(raw protoreflect.RawFields) error {
 	e.uvarint(uint64(len(raw)))
 	if len(raw) == 0 {
 		return nil
 	}
-	type record struct {
-		num  protowire.Number
-		data []byte
+	if uint64(len(raw)) > math.MaxUint32 {
+		return errUnknownMalformed // protobuf messages are under 2 GiB
 	}
-	var recs []record
-	sorted := true
+	// One pass: check the records, count the runs, see if they are sorted.
+	runs, sorted := 0, true
+	var last protowire.Number
 	for b := raw; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, n := consumeRecord(b)
 		if n < 0 {
 			return errUnknownMalformed
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return errUnknownMalformed
+		if runs == 0 || num != last {
+			if runs > 0 && num < last {
+				sorted = false
+			}
+			runs++
+			last = num
 		}
-		if len(recs) > 0 && num < recs[len(recs)-1].num {
-			sorted = false
-		}
-		recs = append(recs, record{num, b[:n+m]})
-		b = b[n+m:]
+		b = b[n:]
 	}
 	if sorted {
-		e.buf = append(e.buf, raw...)
+		e.write(raw)
 		return nil
 	}
-	slices.SortStableFunc(recs, func(a, b record) int { return cmp.Compare(a.num, b.num) })
-	for _, r := range recs {
-		e.buf = append(e.buf, r.data...)
+	starts := make([]uint32, 0, runs)
+	for off := 0; off < len(raw); {
+		num, n := consumeRecord(raw[off:])
+		if len(starts) == 0 || num != last {
+			starts = append(starts, uint32(off))
+			last = num
+		}
+		off += n
+	}
+	// Offsets are distinct, so ordering ties by offset makes the sort stable.
+	slices.SortFunc(starts, func(a, b uint32) int {
+		na, _, _ := protowire.ConsumeTag(raw[a:])
+		nb, _, _ := protowire.ConsumeTag(raw[b:])
+		if c := cmp.Compare(na, nb); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	for _, start := range starts {
+		run := raw[start:]
+		num, end := consumeRecord(run)
+		for end < len(run) {
+			next, n := consumeRecord(run[end:])
+			if next != num {
+				break
+			}
+			end += n
+		}
+		e.write(run[:end])
 	}
 	return nil
+}
+
+// consumeRecord returns the field number and length of the unknown field
+// record (tag and value) b starts with, or a negative length.
+func consumeRecord(b []byte) (protowire.Number, int) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, n
+	}
+	m := protowire.ConsumeFieldValue(num, typ, b[n:])
+	if m < 0 {
+		return 0, m
+	}
+	return num, n + m
 }

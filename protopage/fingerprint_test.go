@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math"
@@ -240,6 +241,11 @@ func canonical(t testing.TB, m *fingerprintpb.Request) []byte {
 		t.Fatal(err)
 	}
 	c.PageSize, c.PageToken = 0, ""
+	// protoreflect widens a float to a double, which quiets a signaling
+	// NaN: the fingerprint binds a float's NaN as its quiet twin (doc.go).
+	if b := math.Float32bits(c.FFloat); b&0x7f800000 == 0x7f800000 && b&0x007fffff != 0 {
+		c.FFloat = math.Float32frombits(b | 0x00400000)
+	}
 	sortUnknown(t, c.ProtoReflect())
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
 	if err != nil {
@@ -297,6 +303,9 @@ func FuzzFingerprint(f *testing.F) {
 	negZero := float32(math.Copysign(0, -1))
 	f.Add(seed(&fingerprintpb.Request{FFloat: negZero}), seed(&fingerprintpb.Request{}))
 	f.Add(seed(&fingerprintpb.Request{FDouble: math.Copysign(0, -1)}), seed(&fingerprintpb.Request{}))
+	// A float's signaling NaN and its quiet twin share a fingerprint
+	// (protoreflect quiets it); the oracle once called them different.
+	f.Add(seed(&fingerprintpb.Request{FFloat: math.Float32frombits(0x7f800001)}), seed(&fingerprintpb.Request{FFloat: math.Float32frombits(0x7fc00001)}))
 	f.Add(append(protowire.AppendTag(nil, 900, protowire.VarintType), 1), append(protowire.AppendTag(nil, 901, protowire.VarintType), 1))
 	f.Fuzz(func(t *testing.T, x, y []byte) {
 		var mx, my fingerprintpb.Request
@@ -340,4 +349,78 @@ func FuzzFingerprint(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFingerprintMatchesTheDocumentedEncodingForEveryConstruct pins
+// version 1 of the encoding (doc.go) for each construct it defines — bool,
+// float, bytes, enum, a nested message, a list, maps with integer and bool
+// keys (keys ascending), a message map value, a oneof member set to its
+// default, and unknown fields out of order (sorted by number) — with an
+// input written out by hand.
+func TestFingerprintMatchesTheDocumentedEncodingForEveryConstruct(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	req := &fingerprintpb.Request{
+		PageSize: 7, PageToken: "left out",
+		FBool:    true,
+		FFloat:   1.5,
+		FBytes:   []byte("b"),
+		FEnum:    fingerprintpb.Color_COLOR_BLUE,
+		FMessage: &fingerprintpb.Nested{Name: "n", Values: []int64{1}},
+		RInt32:   []int32{2, 1},
+		MInt32:   map[int32]int64{3: 1, -1: 2},
+		MBool:    map[bool]*fingerprintpb.Nested{true: {}},
+		Choice:   &fingerprintpb.Request_CString{},
+	}
+	// Field 1001 before field 1000: bound sorted by number.
+	req.ProtoReflect().SetUnknown([]byte{0xc8, 0x3e, 7, 0xc0, 0x3e, 5})
+	name := "ctoken.protopage.fingerprint.v1.Request"
+	be := func(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+	var in []byte
+	in = append(in, "ctoken/protopage request fingerprint v1\x00"...)
+	in = append(in, byte(len(name)))
+	in = append(in, name...)
+	in = append(in, 3, 1, byte(protoreflect.BoolKind), 1)                                           // f_bool
+	in = append(in, 14, 1, byte(protoreflect.FloatKind), 0x3f, 0xc0, 0, 0)                          // f_float
+	in = append(in, 17, 1, byte(protoreflect.BytesKind), 1, 'b')                                    // f_bytes
+	in = append(append(in, 18, 1, byte(protoreflect.EnumKind)), be(2)...)                           // f_enum
+	in = append(in, 19, 1, byte(protoreflect.MessageKind))                                          // f_message:
+	in = append(in, 1, 1, byte(protoreflect.StringKind), 1, 'n')                                    //   name
+	in = append(append(in, 2, 2, byte(protoreflect.Int64Kind), 1), be(1)...)                        //   values
+	in = append(in, 0, 0)                                                                           //   end, no unknown
+	in = append(in, 23, 2, byte(protoreflect.Int32Kind), 2)                                         // r_int32, in list order
+	in = append(append(in, be(2)...), be(1)...)                                                     //
+	in = append(in, 29, 3, byte(protoreflect.Int32Kind), byte(protoreflect.Int64Kind), 2)           // m_int32, keys ascending
+	in = append(append(append(append(in, be(-1)...), be(2)...), be(3)...), be(1)...)                //
+	in = append(in, 30, 3, byte(protoreflect.BoolKind), byte(protoreflect.MessageKind), 1, 1, 0, 0) // m_bool {true: {}}
+	in = append(in, 33, 1, byte(protoreflect.StringKind), 0)                                        // c_string ""
+	in = append(in, 0)                                                                              // end of fields
+	in = append(in, 6, 0xc0, 0x3e, 5, 0xc8, 0x3e, 7)                                                // unknown, sorted
+	if got, want := fingerprint(t, f.Pager, req), ctoken.Fingerprint(sha256.Sum256(in)); got != want {
+		got, _ := protopage.FingerprintInput(f.Pager, req)
+		t.Fatalf("encoding\n%x\nwant\n%x", got, in)
+	}
+}
+
+// TestFingerprintBindsAFloatSignalingNaNAsItsQuietNaN pins what doc.go
+// says of NaNs: a double's NaN is bound by its bits, and so is a float's,
+// but protoreflect hands a float over widened to a double, which quiets
+// a signaling NaN, so a float's signaling NaN is bound as its quiet twin.
+func TestFingerprintBindsAFloatSignalingNaNAsItsQuietNaN(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	fp := func(r *fingerprintpb.Request) ctoken.Fingerprint { return fingerprint(t, f.Pager, r) }
+	float := func(bits uint32) *fingerprintpb.Request {
+		return &fingerprintpb.Request{FFloat: math.Float32frombits(bits)}
+	}
+	double := func(bits uint64) *fingerprintpb.Request {
+		return &fingerprintpb.Request{FDouble: math.Float64frombits(bits)}
+	}
+	if fp(float(0x7f800001)) != fp(float(0x7fc00001)) {
+		t.Error("a float's signaling NaN and its quiet twin differ: update doc.go")
+	}
+	if fp(float(0x7fc00001)) == fp(float(0x7fc00002)) || fp(float(0x7fc00001)) == fp(float(0xffc00001)) {
+		t.Error("float NaNs of other payloads or signs share a fingerprint")
+	}
+	if fp(double(0x7ff0000000000001)) == fp(double(0x7ff8000000000001)) || fp(double(0x7ff8000000000001)) == fp(double(0x7ff8000000000002)) {
+		t.Error("double NaNs of other bits share a fingerprint")
+	}
 }

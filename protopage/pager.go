@@ -195,6 +195,11 @@ func (p *Pager) Start(ctx context.Context, req proto.Message) (*Page, error) {
 // SHA-256 of the encoding of every populated field of req but the page
 // token and page size (the package documentation defines it). A request
 // without the page fields, or nested deeper than [MaxDepth], is [ErrServer].
+// A Pager is not told its request types, so [New] cannot check their page
+// fields: a server that calls Fingerprint on the zero value of each
+// request type at startup finds a misnamed or mistyped page field before
+// its first request does (Start refuses such a request with [ErrServer],
+// which transports answer with Internal).
 func (p *Pager) Fingerprint(req proto.Message) (ctoken.Fingerprint, error) {
 	if p == nil || p.plans == nil {
 		return ctoken.Fingerprint{}, &refusal{ErrServer, ctoken.ErrNoKey}
@@ -258,6 +263,9 @@ func (p *Pager) refuse(ctx context.Context, method string, kind, cause error) er
 	return &refusal{kind, cause}
 }
 
+// errNoPage refuses the methods of a Page not returned by Start.
+var errNoPage = &refusal{ErrServer, ctoken.ErrNoKey}
+
 // First reports whether the page is the first of a listing: the request
 // had no page token, and there is no keyset state.
 func (pg *Page) First() bool { return !pg.resumed }
@@ -274,9 +282,14 @@ func (pg *Page) State() []byte { return pg.state }
 
 // StateMessage unmarshals the keyset state into m (which it resets first),
 // for state issued with [Page.NextMessage]. On the first page it leaves m
-// reset and returns nil. State that does not unmarshal into m is
+// reset and returns nil. A Page not returned by [Pager.Start] (nil, or the
+// zero value) is [ErrServer], as it is for [Page.Next] and
+// [Page.NextMessage]. State that does not unmarshal into m is
 // [ErrTokenExpired] (a token from before a change of m's type: start over).
 func (pg *Page) StateMessage(m proto.Message) error {
+	if pg == nil || pg.p == nil {
+		return errNoPage
+	}
 	proto.Reset(m)
 	if !pg.resumed {
 		return nil
@@ -294,7 +307,7 @@ func (pg *Page) StateMessage(m proto.Message) error {
 // empty instead. A state too large for a token is [ErrServer].
 func (pg *Page) Next(state []byte) (string, error) {
 	if pg == nil || pg.p == nil {
-		return "", &refusal{ErrServer, ctoken.ErrNoKey}
+		return "", errNoPage
 	}
 	if pg.index == math.MaxUint32 {
 		return "", pg.p.refuse(context.Background(), pg.method, ErrServer, errLastPage)
@@ -309,6 +322,9 @@ func (pg *Page) Next(state []byte) (string, error) {
 // NextMessage is [Page.Next] with the keyset state m, marshalled
 // deterministically; [Page.StateMessage] reads it back.
 func (pg *Page) NextMessage(m proto.Message) (string, error) {
+	if pg == nil || pg.p == nil {
+		return "", errNoPage
+	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
 		return "", pg.p.refuse(context.Background(), pg.method, ErrServer, fault("the keyset state message does not marshal"))

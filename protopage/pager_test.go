@@ -351,3 +351,24 @@ func TestShelfPagesToTheEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestPageNotFromStartRefusesRatherThanPanics calls the methods that
+// return an error on a nil Page (what Start returns with an error) and on
+// the zero Page: each is ErrServer. NextMessage of a message that does not
+// marshal and StateMessage panicked on both, and StateMessage on the zero
+// Page reported a first page.
+func TestPageNotFromStartRefusesRatherThanPanics(t *testing.T) {
+	for name, pg := range map[string]*protopage.Page{"nil": nil, "zero": {}} {
+		if _, err := pg.Next(nil); !errors.Is(err, protopage.ErrServer) {
+			t.Errorf("%s Page: Next: %v", name, err)
+		}
+		for _, m := range []*librarypb.BookKey{{Title: "ok"}, {Title: "\xff"}} {
+			if _, err := pg.NextMessage(m); !errors.Is(err, protopage.ErrServer) {
+				t.Errorf("%s Page: NextMessage(%q): %v", name, m.GetTitle(), err)
+			}
+		}
+		if err := pg.StateMessage(new(librarypb.BookKey)); !errors.Is(err, protopage.ErrServer) {
+			t.Errorf("%s Page: StateMessage: %v", name, err)
+		}
+	}
+}
