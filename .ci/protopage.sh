@@ -15,6 +15,9 @@ for m in . grpcpage connectpage; do
   (cd "$m" && go build ./... && go vet ./... && go test -race -count=1 ./...)
 done
 
+echo "--- protopage: the fingerprint's memory bound, without -race (which skips it: sync.Pool drops items at random there)"
+go test -count=1 -run '^TestFingerprintOfALargeRequestTakesAtMostTwiceItsWireSize$' -v . | grep -E '^(--- |ok|FAIL)'
+
 echo "--- protopage: benchmarks once (a smoke test: nothing timed)"
 go test -run '^$' -bench . -benchtime 1x .
 for m in grpcpage connectpage; do (cd "$m" && go test -run "^\$" -bench . -benchtime 1x .); done

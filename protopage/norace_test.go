@@ -1,0 +1,5 @@
+//go:build !race
+
+package protopage_test
+
+const raceEnabled = false
