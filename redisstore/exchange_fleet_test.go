@@ -160,13 +160,13 @@ func TestFleetExchangeOneInstanceWins(t *testing.T) {
 }
 
 func TestFleetExchangeFailsClosedWhenRedisDies(t *testing.T) {
-	addr, kill := startRedis(t)
-	f := newExchangeFleet(t, newFleetStore(t, addr))
+	srv := newServer(t)
+	f := newExchangeFleet(t, newFleetStore(t, srv.addr()))
 	used, fresh := f.mint("run_1"), f.mint("run_2")
 	if status, code := f.exchange(0, used); status != http.StatusOK {
 		t.Fatalf("exchange with Redis up: %d %s", status, code)
 	}
-	kill()
+	srv.kill()
 	for i := range f.urls {
 		for name, tok := range map[string]string{"fresh": fresh, "used": used} {
 			if status, code := f.exchange(i, tok); status != http.StatusServiceUnavailable || code != "temporarily_unavailable" {

@@ -37,7 +37,7 @@ func clusterFromEnv(t *testing.T) *testCluster {
 		t.Skip("CTOKEN_REDIS_CLUSTER not set; run under .ci/redis-cluster.sh")
 	}
 	tc := &testCluster{addrs: strings.Split(v, ","), dir: os.Getenv("CTOKEN_REDIS_CLUSTER_DIR")}
-	tc.bin = faultBinary(t, "CTOKEN_REDIS_SERVER", "redis-server")
+	tc.bin = redisBinary(t, "CTOKEN_REDIS_SERVER", "redis-server")
 	if tc.dir == "" {
 		t.Fatal("CTOKEN_REDIS_CLUSTER_DIR is not set (.ci/redis-cluster.sh sets it)")
 	}

@@ -32,14 +32,14 @@ var fenceCfg = wlConfig{workers: 24, ttl: 2 * time.Second, lease: time.Second, t
 func TestStoreThatForgetsAcceptsNothingTwice(t *testing.T) {
 	tests := []struct {
 		name    string
-		disrupt func(t *testing.T, rp *redisProc)
+		disrupt func(t *testing.T, rp *server)
 	}{
-		{"restart without persistence", func(t *testing.T, rp *redisProc) { rp.restart(syscall.SIGKILL) }},
-		{"FLUSHALL", func(t *testing.T, rp *redisProc) { mustDo(t, rp.addr(), "FLUSHALL") }},
+		{"restart without persistence", func(t *testing.T, rp *server) { rp.restart(syscall.SIGKILL) }},
+		{"FLUSHALL", func(t *testing.T, rp *server) { mustDo(t, rp.addr(), "FLUSHALL") }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rp := startRedisProc(t)
+			rp := newServer(t)
 			prefix := randomPrefix()
 			var raised, fenced atomic.Int64
 			var stores []*Store

@@ -3,10 +3,10 @@
 package redisstore
 
 // Helpers for the fault tests (fault_*_test.go, build tag "fault", run by
-// .ci/fleet.sh): redis-server processes the test starts, kills, pauses and
-// restarts on a fixed loopback port; the Redis Cluster started by
-// .ci/redis-cluster.sh; fleet instances whose handlers record every
-// acceptance; and latency statistics.
+// .ci/fleet.sh): stores on the test's own redis-server (newServer in
+// server_test.go, which starts, kills, pauses and restarts it on a fixed
+// loopback port); fleet instances whose handlers record every acceptance;
+// and latency statistics.
 
 import (
 	"bytes"
@@ -15,164 +15,20 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
-	"github.com/redis/go-redis/v9"
 )
-
-// faultBinary finds a Redis binary: the path in env, else name on PATH.
-// Without it the test is skipped, except under CI=true, where it fails.
-func faultBinary(t *testing.T, env, name string) string {
-	t.Helper()
-	if bin := os.Getenv(env); bin != "" {
-		return bin
-	}
-	bin, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s not found but CI=true: the fault tests must run in CI (use .ci/fleet.sh)", name)
-		}
-		t.Skipf("%s not found; set %s or install it (.ci/fleet.sh does)", name, env)
-	}
-	return bin
-}
-
-// redisProc is a redis-server of the test's own on a fixed loopback port
-// and directory, so it can be killed, paused and started again at the same
-// address with the same files.
-type redisProc struct {
-	t      *testing.T
-	bin    string
-	port   string
-	dir    string
-	args   []string
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
-	out    *bytes.Buffer
-}
-
-// startRedisProc starts a redis-server on a free loopback port with a fresh
-// directory and extraArgs appended to its command line (which by default
-// has no persistence: --save "" --appendonly no). It is killed when the
-// test ends.
-func startRedisProc(t *testing.T, extraArgs ...string) *redisProc {
-	t.Helper()
-	p := &redisProc{t: t, bin: faultBinary(t, "CTOKEN_REDIS_SERVER", "redis-server"), dir: t.TempDir()}
-	p.args = append([]string{"--save", "", "--appendonly", "no"}, extraArgs...)
-	t.Cleanup(func() {
-		p.signal(syscall.SIGCONT)
-		p.stop(syscall.SIGKILL)
-	})
-	for range 5 {
-		_, p.port, _ = net.SplitHostPort(closedAddr(t))
-		if err := p.start(); err == nil {
-			return p
-		} else {
-			t.Logf("redis-server on port %s: %v", p.port, err)
-		}
-	}
-	t.Fatal("could not start redis-server")
-	return nil
-}
-
-func (p *redisProc) addr() string { return "127.0.0.1:" + p.port }
-
-// start runs the server and waits until it answers PING (after loading
-// its AOF or RDB file, if any).
-func (p *redisProc) start() error {
-	args := append([]string{"--bind", "127.0.0.1", "--port", p.port, "--dir", p.dir, "--protected-mode", "yes"}, p.args...)
-	cmd := exec.Command(p.bin, args...)
-	out := new(bytes.Buffer)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	p.mu.Lock()
-	p.cmd, p.exited, p.out = cmd, exited, out
-	p.mu.Unlock()
-	if err := waitPing(p.addr(), exited, 15*time.Second); err != nil {
-		p.stop(syscall.SIGKILL)
-		return fmt.Errorf("%w\n%s", err, out.String())
-	}
-	return nil
-}
-
-// waitPing waits until the Redis at addr answers PING, or exited closes.
-func waitPing(addr string, exited <-chan struct{}, limit time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
-	defer c.Close()
-	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
-		select {
-		case <-exited:
-			return errors.New("redis-server exited")
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("redis at %s did not answer PING within %v", addr, limit)
-}
-
-// signal sends sig to the running server, if any.
-func (p *redisProc) signal(sig syscall.Signal) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil {
-		p.cmd.Process.Signal(sig)
-	}
-}
-
-// stop sends sig (SIGKILL: a crash; SIGTERM: a clean shutdown, which saves
-// an RDB snapshot when save points are configured) and waits for the exit.
-func (p *redisProc) stop(sig syscall.Signal) {
-	p.mu.Lock()
-	cmd, exited := p.cmd, p.exited
-	p.cmd = nil
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Signal(sig)
-	select {
-	case <-exited:
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		<-exited
-	}
-}
-
-// restart stops the server with sig and starts it again on the same port
-// and directory.
-func (p *redisProc) restart(sig syscall.Signal) {
-	p.t.Helper()
-	p.stop(sig)
-	if err := p.start(); err != nil {
-		p.t.Fatalf("restarting redis-server: %v", err)
-	}
-}
 
 // faultStore is a Redis store for one test: a fresh prefix and the given
 // timeout, on a client that never retries a command (a retried SET NX
@@ -200,14 +56,6 @@ func faultStoreWith(t *testing.T, c Client, opts Options) *Store {
 		t.Fatalf("Provision: %v", err)
 	}
 	return s
-}
-
-// standaloneClient is the client the fault tests give a standalone Redis.
-func standaloneClient(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // acceptLog records every single-use acceptance an instance acted on: the

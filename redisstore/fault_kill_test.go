@@ -173,7 +173,7 @@ const (
 func TestKilledInstanceSurvivorsFinishTheWork(t *testing.T) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
-	rp := startRedisProc(t)
+	rp := newServer(t)
 	store := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
 	const workDelay = 5 * time.Millisecond
 	var local, localHooks acceptLog

@@ -118,7 +118,7 @@ func TestSustainedLoadLosesNothing(t *testing.T) {
 	k1, k2 := fleetKey(), fleetKey()
 	t.Setenv(envFleetKeys, k1)
 	t.Setenv(envFleetSession, "fleet-session-1")
-	rp := startRedisProc(t, "--appendonly", "yes", "--appendfsync", "always")
+	rp := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	store := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
 	var work, hooks acceptLog
 	var ins []*instance

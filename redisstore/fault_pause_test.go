@@ -44,7 +44,7 @@ const (
 func TestPausedRedisFailsClosedWithinTimeout(t *testing.T) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
-	rp := startRedisProc(t)
+	rp := newServer(t)
 	store := faultStore(t, standaloneClient(t, rp.addr()), pauseTimeout)
 	var hooks acceptLog
 	var ins []*instance

@@ -83,10 +83,10 @@ func infoField(addr, section, field string) string {
 
 // startPrimaryReplica starts a primary and one asynchronous replica of it,
 // without persistence, and waits until the replica is in sync.
-func startPrimaryReplica(t *testing.T) (primary, replica *redisProc) {
+func startPrimaryReplica(t *testing.T) (primary, replica *server) {
 	t.Helper()
-	primary = startRedisProc(t, replArgs...)
-	replica = startRedisProc(t, append(slices.Clone(replArgs), "--replicaof", "127.0.0.1", primary.port)...)
+	primary = newServer(t, replArgs...)
+	replica = newServer(t, append(slices.Clone(replArgs), "--replicaof", "127.0.0.1", primary.port)...)
 	waitInSync(t, primary.addr(), 1)
 	return primary, replica
 }
@@ -135,7 +135,7 @@ func promote(t *testing.T, addr string) {
 // rejoinAsReplica starts the stopped p again, empty (no persistence), as a
 // replica of primary — what Sentinel or an operator does with a failed
 // primary that comes back — and waits until it is in sync.
-func rejoinAsReplica(t *testing.T, p *redisProc, primary string) {
+func rejoinAsReplica(t *testing.T, p *server, primary string) {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(primary)
 	p.args = append(append([]string{"--save", "", "--appendonly", "no"}, replArgs...), "--replicaof", host, port)
@@ -180,7 +180,7 @@ const sentinelMaster = "fault"
 // the test ends.
 func startSentinel(t *testing.T, primary string, replicas int) *sentinelProc {
 	t.Helper()
-	bin := faultBinary(t, "CTOKEN_REDIS_SENTINEL", "redis-sentinel")
+	bin := redisBinary(t, "CTOKEN_REDIS_SENTINEL", "redis-sentinel")
 	host, pport, _ := net.SplitHostPort(primary)
 	dir := t.TempDir()
 	for range 5 {
@@ -273,8 +273,8 @@ func (sp *sentinelProc) waitFailover(t *testing.T, old string, limit time.Durati
 // replicaCluster is a Redis Cluster of the test's own: three masters, each
 // with one asynchronous replica, no persistence.
 type replicaCluster struct {
-	masters, replicas []*redisProc
-	ids               map[*redisProc]string
+	masters, replicas []*server
+	ids               map[*server]string
 }
 
 // startReplicaCluster starts six cluster nodes on loopback, gives the three
@@ -287,7 +287,7 @@ func startReplicaCluster(t *testing.T, nodeTimeout time.Duration) *replicaCluste
 		"--cluster-node-timeout", strconv.Itoa(int(nodeTimeout.Milliseconds())),
 		"--cluster-replica-no-failover", "yes", // the test promotes by hand
 	}, replArgs...)
-	rc := &replicaCluster{ids: map[*redisProc]string{}}
+	rc := &replicaCluster{ids: map[*server]string{}}
 	for i := range 6 {
 		p := startClusterNode(t, args)
 		id, err := adminDo(p.addr(), "CLUSTER", "MYID")
@@ -336,10 +336,10 @@ func startReplicaCluster(t *testing.T, nodeTimeout time.Duration) *replicaCluste
 
 // startClusterNode starts one cluster node on a port whose bus port
 // (port + 10000) is free too.
-func startClusterNode(t *testing.T, args []string) *redisProc {
+func startClusterNode(t *testing.T, args []string) *server {
 	t.Helper()
 	for range 20 {
-		p := startRedisProc(t, args...)
+		p := newServer(t, args...)
 		port, _ := strconv.Atoi(p.port)
 		if port+10000 <= 65535 {
 			if v, _ := adminDo(p.addr(), "INFO", "cluster"); strings.Contains(fmt.Sprint(v), "cluster_enabled:1") {
@@ -353,7 +353,7 @@ func startClusterNode(t *testing.T, args []string) *redisProc {
 }
 
 // nodes returns every node, masters first.
-func (rc *replicaCluster) nodes() []*redisProc {
+func (rc *replicaCluster) nodes() []*server {
 	return append(slices.Clone(rc.masters), rc.replicas...)
 }
 
@@ -367,7 +367,7 @@ func (rc *replicaCluster) addrs() []string {
 }
 
 // waitOK waits until every running node reports cluster_state:ok.
-func (rc *replicaCluster) waitOK(t *testing.T, skip ...*redisProc) {
+func (rc *replicaCluster) waitOK(t *testing.T, skip ...*server) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for _, p := range rc.nodes() {

@@ -94,7 +94,7 @@ func TestRestartNeverAcceptsTwice(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv(envFleetKeys, fleetKey())
 			t.Setenv(envFleetSession, "fleet-session-1")
-			rp := startRedisProc(t, tt.args...)
+			rp := newServer(t, tt.args...)
 			store := &fenceRecorder{Store: faultStoreWith(t, standaloneClient(t, rp.addr()), Options{Timeout: 2 * time.Second, AllowRollback: tt.rdb})}
 			var hooks acceptLog
 			hook := hookEndpoint(t, store, 2*time.Second, 0, nil, hooks.add)
@@ -193,7 +193,7 @@ func TestRestartNeverAcceptsTwice(t *testing.T) {
 // server is refused.
 func TestRollbackAcceptsTwiceWhenAllowed(t *testing.T) {
 	const n = 200
-	rp := startRedisProc(t, "--save", "3600 1 300 100 60 10000")
+	rp := newServer(t, "--save", "3600 1 300 100 60 10000")
 	c := standaloneClient(t, rp.addr())
 	s := faultStoreWith(t, c, Options{Timeout: 2 * time.Second, AllowRollback: true})
 	ctx := context.Background()

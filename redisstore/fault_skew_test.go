@@ -28,7 +28,7 @@ var skewCfg = wlConfig{workers: 24, ttl: time.Minute, lease: 5 * time.Second, ti
 // accepted twice and no delivery processed twice; the other two instances
 // go on serving.
 func TestLaggingInstanceClockRefusesAndAcceptsNothingTwice(t *testing.T) {
-	rp := startRedisProc(t)
+	rp := newServer(t)
 	prefix := randomPrefix()
 	behind := func() time.Time { return time.Now().Add(-2 * time.Minute) }
 	ahead := func() time.Time { return time.Now().Add(2 * time.Minute) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func TestForgetContractRestartWithoutPersistence(t *testing.T) {
 	c := srv.client()
 	replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
 		return provisioned(t, c, Options{Prefix: "forget-restart:", Horizon: 2 * time.Second})
-	}, func(t *testing.T) { srv.restart() })
+	}, func(t *testing.T) { srv.restart(syscall.SIGKILL) })
 }
 
 func TestClaimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {

@@ -10,7 +10,6 @@ package redisstore
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -22,7 +21,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -641,76 +639,11 @@ func testFleetSingleUse(t *testing.T, newStore func(t *testing.T) replay.Store) 
 	}
 }
 
-// startRedis starts a redis-server of the test's own on a free loopback
-// port and returns its address and a function that kills it. It needs the
-// binary (CTOKEN_REDIS_SERVER, else redis-server on PATH): without it the
-// test is skipped, except under CI=true, where it fails. extraArgs are
-// added to the server's command line.
-func startRedis(t *testing.T, extraArgs ...string) (addr string, kill func()) {
-	t.Helper()
-	bin := os.Getenv("CTOKEN_REDIS_SERVER")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatal("redis-server not found but CI=true: the fleet test must run in CI (use .ci/redis.sh)")
-			}
-			t.Skip("redis-server not found; set CTOKEN_REDIS_SERVER or install it")
-		}
-	}
-	for range 5 {
-		addr := closedAddr(t)
-		_, port, _ := net.SplitHostPort(addr)
-		var out bytes.Buffer
-		args := append([]string{"--bind", "127.0.0.1", "--port", port, "--save", "",
-			"--appendonly", "no", "--dir", t.TempDir(), "--protected-mode", "yes"}, extraArgs...)
-		cmd := exec.Command(bin, args...)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting %s: %v", bin, err)
-		}
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); close(exited) }()
-		var once sync.Once
-		kill := func() {
-			once.Do(func() {
-				cmd.Process.Kill()
-				<-exited
-			})
-		}
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		up := false
-		for deadline := time.Now().Add(10 * time.Second); !up && time.Now().Before(deadline); {
-			select {
-			case <-exited:
-				deadline = time.Time{} // the server gave up (port taken?)
-				continue
-			default:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			up = c.Ping(ctx).Err() == nil
-			cancel()
-			if !up {
-				time.Sleep(20 * time.Millisecond)
-			}
-		}
-		c.Close()
-		if up {
-			t.Cleanup(kill)
-			return addr, kill
-		}
-		kill() // lost the port to someone else, or failed: try another
-		t.Logf("redis-server on %s did not come up:\n%s", addr, out.String())
-	}
-	t.Fatal("could not start redis-server")
-	return "", nil
-}
-
 func TestFleetRedeemsFailClosedWhenRedisDies(t *testing.T) {
-	addr, kill := startRedis(t)
+	srv := newServer(t)
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
-	f := newFleet(t, 3, newFleetStore(t, addr))
+	f := newFleet(t, 3, newFleetStore(t, srv.addr()))
 
 	redeemed, fresh := map[string]string{}, map[string]string{}
 	for _, kind := range singleUseKinds {
@@ -721,7 +654,7 @@ func TestFleetRedeemsFailClosedWhenRedisDies(t *testing.T) {
 		}
 	}
 
-	kill()
+	srv.kill()
 	// No instance can decide, so none redeems: not a fresh token, and not a
 	// redeemed one (which it could no longer tell apart).
 	for _, kind := range singleUseKinds {

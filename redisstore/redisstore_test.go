@@ -563,8 +563,8 @@ func TestReleaseFailsWhenRedisDownOrOdd(t *testing.T) {
 // full Redis refuses writes rather than evicting live claims, and the store
 // turns the refusal into ErrUnavailable.
 func TestClaimFailsClosedWhenRedisIsFull(t *testing.T) {
-	addr, _ := startRedis(t, "--maxmemory-policy", "noeviction")
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	srv := newServer(t, "--maxmemory-policy", "noeviction")
+	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true})
 	defer c.Close()
 	ctx := context.Background()
 	s := provisioned(t, c, Options{})

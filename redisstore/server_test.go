@@ -3,6 +3,7 @@ package redisstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,9 +16,27 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// server is a redis-server of the test's own on a loopback port it keeps
-// across restarts, so a test can kill, stop (SIGSTOP), continue and start it
-// again at the same address. It is killed when the test ends.
+// redisBinary finds a Redis binary: the path in env, else name on PATH.
+// Without it the test is skipped, except under CI=true, where it fails.
+func redisBinary(t testing.TB, env, name string) string {
+	t.Helper()
+	if bin := os.Getenv(env); bin != "" {
+		return bin
+	}
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s not found but CI=true: the Redis tests must run in CI (use .ci/redis.sh or .ci/fleet.sh)", name)
+		}
+		t.Skipf("%s not found; set %s or install it (.ci/redis.sh and .ci/fleet.sh do)", name, env)
+	}
+	return bin
+}
+
+// server is a redis-server of the test's own on a loopback port and
+// directory it keeps across restarts, so a test can kill, pause (SIGSTOP),
+// continue and start it again at the same address with the same files. It
+// is killed when the test ends.
 type server struct {
 	t    testing.TB
 	bin  string
@@ -31,22 +50,15 @@ type server struct {
 	out    *bytes.Buffer
 }
 
-// newServer starts a redis-server without persistence plus extraArgs. It
-// needs the binary (CTOKEN_REDIS_SERVER, else redis-server on PATH):
-// without it the test is skipped, except under CI=true, where it fails.
+// newServer starts a redis-server on a free loopback port with a fresh
+// directory and extraArgs appended to its command line (which by default
+// has no persistence: --save "" --appendonly no). It needs the binary
+// (CTOKEN_REDIS_SERVER, else redis-server on PATH): without it the test is
+// skipped, except under CI=true, where it fails.
 func newServer(t testing.TB, extraArgs ...string) *server {
 	t.Helper()
-	bin := os.Getenv("CTOKEN_REDIS_SERVER")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatal("redis-server not found but CI=true: the Redis tests must run in CI (use .ci/redis.sh)")
-			}
-			t.Skip("redis-server not found; set CTOKEN_REDIS_SERVER or install it")
-		}
-	}
-	s := &server{t: t, bin: bin, dir: t.TempDir(), args: append([]string{"--save", "", "--appendonly", "no"}, extraArgs...)}
+	s := &server{t: t, bin: redisBinary(t, "CTOKEN_REDIS_SERVER", "redis-server"), dir: t.TempDir()}
+	s.args = append([]string{"--save", "", "--appendonly", "no"}, extraArgs...)
 	t.Cleanup(func() {
 		s.signal(syscall.SIGCONT)
 		s.kill()
@@ -65,6 +77,9 @@ func newServer(t testing.TB, extraArgs ...string) *server {
 
 func (s *server) addr() string { return "127.0.0.1:" + s.port }
 
+// start runs the server and waits until it answers PING (after loading
+// its AOF or RDB file, if any). On failure the error carries the server's
+// output.
 func (s *server) start() error {
 	args := append([]string{"--bind", "127.0.0.1", "--port", s.port, "--dir", s.dir, "--protected-mode", "yes"}, s.args...)
 	cmd := exec.Command(s.bin, args...)
@@ -78,12 +93,21 @@ func (s *server) start() error {
 	s.mu.Lock()
 	s.cmd, s.exited, s.out = cmd, exited, out
 	s.mu.Unlock()
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, DialerRetries: 1})
+	if err := waitPing(s.addr(), exited, 15*time.Second); err != nil {
+		s.kill()
+		return fmt.Errorf("%w\n%s", err, out.String())
+	}
+	return nil
+}
+
+// waitPing waits until the Redis at addr answers PING, or exited closes.
+func waitPing(addr string, exited <-chan struct{}, limit time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
 	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
 		select {
 		case <-exited:
-			return fmt.Errorf("redis-server exited:\n%s", out.String())
+			return errors.New("redis-server exited")
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -94,10 +118,11 @@ func (s *server) start() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	s.kill()
-	return fmt.Errorf("no PONG within 10s:\n%s", out.String())
+	return fmt.Errorf("redis at %s did not answer PING within %v", addr, limit)
 }
 
+// signal sends sig to the running server, if any: SIGSTOP pauses it,
+// SIGCONT resumes it.
 func (s *server) signal(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -106,23 +131,35 @@ func (s *server) signal(sig syscall.Signal) {
 	}
 }
 
-// kill ends the server with SIGKILL and waits for it.
-func (s *server) kill() {
+// stop sends sig (SIGKILL: a crash; SIGTERM: a clean shutdown, which saves
+// an RDB snapshot when save points are configured) and waits for the exit,
+// at most 20 s before it sends SIGKILL.
+func (s *server) stop(sig syscall.Signal) {
 	s.mu.Lock()
 	cmd, exited := s.cmd, s.exited
 	s.cmd = nil
 	s.mu.Unlock()
-	if cmd != nil {
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(sig)
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
 		cmd.Process.Kill()
 		<-exited
 	}
 }
 
-// restart kills the server and starts it again at the same address: with
-// no persistence it comes back empty.
-func (s *server) restart() {
+// kill ends the server with SIGKILL and waits for it.
+func (s *server) kill() { s.stop(syscall.SIGKILL) }
+
+// restart stops the server with sig and starts it again on the same port
+// and directory: without persistence it comes back empty; with AOF or RDB
+// it reloads what its files hold.
+func (s *server) restart(sig syscall.Signal) {
 	s.t.Helper()
-	s.kill()
+	s.stop(sig)
 	if err := s.start(); err != nil {
 		s.t.Fatalf("restarting redis-server: %v", err)
 	}
@@ -130,9 +167,16 @@ func (s *server) restart() {
 
 // client returns a client of the server that never retries, closed when
 // the test ends.
-func (s *server) client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	s.t.Cleanup(func() { c.Close() })
+func (s *server) client() *redis.Client { return standaloneClient(s.t, s.addr()) }
+
+// standaloneClient is a client of the Redis at addr that never retries a
+// command (a retried SET NX whose reply was lost would report the claim as
+// taken), with request deadlines on the socket; it is closed when the test
+// ends.
+func standaloneClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
 	return c
 }
 
