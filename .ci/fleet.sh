@@ -66,7 +66,7 @@ fi
 if [ "$what" = all ] || [ "$what" = faults ]; then
 	echo "--- fault tests (-race): cluster, restarts, pause, killed instance"
 	bash .ci/redis-cluster.sh sh -c "cd '$root/redisstore' && go test -tags fault -race -count=1 -timeout 300s -v \
-		-run '^(TestCluster|TestRestart|TestPaused|TestKilled|TestFaultChild)' ."
+		-run '^(TestCluster|TestRestart|TestRollback|TestPaused|TestKilled|TestFaultChild)' ."
 fi
 
 if [ "$what" = all ] || [ "$what" = failures ]; then
