@@ -25,17 +25,23 @@ for m in grpcpage connectpage; do (cd "$m" && go test -run "^\$" -bench . -bench
 # (.ci/fuzz.sh fuzzes every target, FuzzStart included, on its own pass.)
 echo "--- protopage: FuzzFingerprint, short"
 fuzz() { go test -run '^$' -fuzz '^FuzzFingerprint$' -fuzztime "${PROTOPAGE_FUZZTIME:-5s}" .; }
-if ! fuzz; then
+tries=0
+until fuzz; do
   # A found failure is written under testdata/fuzz. A failure that left no
   # input behind is Go's fuzzing coordinator ("context deadline exceeded"
-  # at the end of -fuzztime, go.dev/issue/75804): retry once, as fuzz.sh does.
+  # at the end of -fuzztime, go.dev/issue/75804): run it again, at most
+  # twice, as fuzz.sh does.
   if [ -n "$(git status --porcelain --untracked-files=all -- testdata/fuzz 2>/dev/null)" ]; then
     echo "protopage.sh: FuzzFingerprint found a failing input (see protopage/testdata/fuzz)" >&2
     exit 1
   fi
-  echo "protopage.sh: FuzzFingerprint failed without a failing input; retrying once" >&2
-  fuzz
-fi
+  tries=$((tries + 1))
+  if [ "$tries" -gt 2 ]; then
+    echo "protopage.sh: FuzzFingerprint failed three times without a failing input" >&2
+    exit 1
+  fi
+  echo "protopage.sh: FuzzFingerprint failed without a failing input; running it again ($tries of 2)" >&2
+done
 
 if command -v staticcheck >/dev/null; then
   for m in . grpcpage connectpage; do
