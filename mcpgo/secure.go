@@ -79,7 +79,7 @@ func securable(st *States) error {
 	if st == nil || st.core == nil {
 		return errors.New("ctokenmcpgo: SecureRequestState: nil States (use NewStates)")
 	}
-	if err := mcptoken.CheckTargetBinding(st.codec); err != nil {
+	if err := mcptoken.CheckTargetBinding(st.core.Codec()); err != nil {
 		return fmt.Errorf("ctokenmcpgo: SecureRequestState: %w", err)
 	}
 	return nil

@@ -21,7 +21,6 @@ type StateOptions = mcptoken.StateOptions[CallerFunc]
 // use.
 type States struct {
 	core   *mcptoken.States
-	codec  *ctoken.RequestStateCodec
 	caller CallerFunc
 }
 
@@ -39,7 +38,7 @@ func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, er
 	if err != nil {
 		return nil, err
 	}
-	return &States{core: core, codec: codec, caller: callerOr(o.Caller)}, nil
+	return &States{core: core, caller: callerOr(o.Caller)}, nil
 }
 
 // callerOf returns the authenticated caller of ctx, or [ErrNoCaller].

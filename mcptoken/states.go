@@ -38,6 +38,9 @@ func NewStates(codec *ctoken.RequestStateCodec, unboundArgs bool, in *Integratio
 // Integration returns the Integration s reports through.
 func (s *States) Integration() *Integration { return s.in }
 
+// Codec returns the request-state codec the States seal and open with.
+func (s *States) Codec() *ctoken.RequestStateCodec { return s.codec }
+
 // Seal seals state for caller and ctoken.MCPTarget(method, name), bound to
 // args (taken as by [WrapArgs]) unless the States are unbound. A state that
 // is not valid UTF-8 is an error matching ctoken.ErrUnencodable. An empty
