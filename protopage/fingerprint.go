@@ -113,24 +113,18 @@ func (e *encoder) flush() {
 }
 
 // write appends b, in pieces of at most flushAt when hashing.
-func (e *encoder) write(b []byte) {
+func (e *encoder) write(b []byte) { writeTo(e, b) }
+
+// writeString is write for a string.
+func (e *encoder) writeString(s string) { writeTo(e, s) }
+
+func writeTo[S string | []byte](e *encoder, b S) {
 	for e.stream && len(b) > flushAt {
 		e.buf = append(e.buf, b[:flushAt]...)
 		e.flush()
 		b = b[flushAt:]
 	}
 	e.buf = append(e.buf, b...)
-	e.flush()
-}
-
-// writeString is write for a string.
-func (e *encoder) writeString(s string) {
-	for e.stream && len(s) > flushAt {
-		e.buf = append(e.buf, s[:flushAt]...)
-		e.flush()
-		s = s[flushAt:]
-	}
-	e.buf = append(e.buf, s...)
 	e.flush()
 }
 
