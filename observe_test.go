@@ -96,11 +96,11 @@ func TestObserverSeesEveryCursorOutcome(t *testing.T) {
 	wantErr(t, err, ErrOpaqueStateTooLarge)
 
 	// A body with a valid MAC that is not the canonical encoding.
-	macs := iss.ring()
-	body := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
+	macs := iss.ring().macs
+	body := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
 	signed := func(b []byte) string { return b64.EncodeToString(macs[0].Sum(b, b)) }
-	wrongVersion := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version + 1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
-	future := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version, Tool: "t", Caller: "c", Issued: clock.Now().Add(time.Hour).Unix(), Session: []byte("s1")})
+	wrongVersion := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1 + 1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
+	future := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: "t", Caller: "c", Issued: clock.Now().Add(time.Hour).Unix(), Session: []byte("s1")})
 
 	// One character of the body changed for another of the alphabet.
 	tampered := []byte(good)

@@ -132,7 +132,7 @@ func vecCursorBody(tool, caller string, args []byte, page uint32, issuedAt int64
 	}
 	b := cborHead(nil, 5, n)
 	b = cborHead(b, 0, 1)
-	b = cborHead(b, 0, cursorwire.Version)
+	b = cborHead(b, 0, cursorwire.Version1)
 	b = cborHead(b, 0, 2)
 	b = append(cborHead(b, 3, uint64(len(tool))), tool...)
 	b = cborHead(b, 0, 3)
