@@ -489,7 +489,7 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	if key < 0 {
 		// A classification hint only: nothing of an unauthenticated body
 		// is ever returned.
-		if f, ok := cursorwire.DecodeV2(body); ok && len(f.Session) != 0 && !bytes.Equal(f.Session, i.sessTag[:]) {
+		if f, ok := cursorwire.DecodeV2(body); ok && len(f.Session) != 0 && !equalSecret(f.Session, i.sessTag[:]) {
 			return i.refuse(-1, errCursorForeign)
 		}
 		if f, ok := cursorwire.DecodeBody(body); ok && len(f.Session) != 0 && !bytes.Equal(f.Session, i.session) {
@@ -569,7 +569,7 @@ func (i *CursorIssuer) verifySealed(keys cursorKeys, s *cursorScratch, raw []byt
 	}
 	if key < 0 {
 		// A classification hint, as for a signed cursor.
-		if len(h.Session) != 0 && !bytes.Equal(h.Session, i.sessTag[:]) {
+		if len(h.Session) != 0 && !equalSecret(h.Session, i.sessTag[:]) {
 			return i.refuse(-1, errCursorForeign)
 		}
 		return i.refuse(-1, errCursorSealed)

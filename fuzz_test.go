@@ -83,6 +83,15 @@ func checkFuzzCursor(t *testing.T, iss *CursorIssuer, cursor, tool, caller strin
 	if err != nil {
 		t.Fatalf("re-issuing an accepted payload: %v", err)
 	}
+	if raw, _ := b64.DecodeString(cursor); len(raw) > 2 && raw[2] == 1 {
+		// A format version 1 cursor: Issue writes version 2, so the one
+		// encoding is the hand-built version 1 body.
+		var args []byte
+		if !p.Args.IsZero() {
+			args = p.Args[:]
+		}
+		again = signCursorBody(vecKey, vecCursorBody(tool, caller, args, p.Page, p.IssuedAt.Unix(), vecSession, p.State))
+	}
 	if again != cursor {
 		t.Fatalf("accepted a second encoding:\n got  %q\n issue %q", cursor, again)
 	}

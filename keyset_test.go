@@ -134,9 +134,9 @@ func TestVerifyKeysetRefusals(t *testing.T) {
 		reason  RefusalReason
 	}{
 		{"empty", func(*testing.T) string { return "" }, scope, 0, ErrCursorInvalid, 400, ReasonEmpty},
-		{"another caller's", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: "user:43", Args: filter}, 0, ErrCursorInvalid, 400, ReasonWrongCaller},
-		{"another endpoint's", func(*testing.T) string { return good }, CursorScope{ToolID: "GET /v1/users", CallerID: scope.CallerID, Args: filter}, 0, ErrCursorInvalid, 400, ReasonWrongTool},
-		{"changed filter", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: scope.CallerID, Args: mustFingerprint(t, `{"status":["closed"]}`)}, 0, ErrCursorInvalid, 400, ReasonWrongArguments},
+		{"another caller's", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: "user:43", Args: filter}, 0, ErrCursorInvalid, 400, ReasonCursorWrongScope},
+		{"another endpoint's", func(*testing.T) string { return good }, CursorScope{ToolID: "GET /v1/users", CallerID: scope.CallerID, Args: filter}, 0, ErrCursorInvalid, 400, ReasonCursorWrongScope},
+		{"changed filter", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: scope.CallerID, Args: mustFingerprint(t, `{"status":["closed"]}`)}, 0, ErrCursorInvalid, 400, ReasonCursorWrongScope},
 		{"tampered", func(*testing.T) string { return string(tampered) }, scope, 0, ErrCursorInvalid, 400, ReasonMACMismatch},
 		{"truncated", func(*testing.T) string { return good[:len(good)-4] }, scope, 0, ErrCursorInvalid, 400, ReasonMACMismatch},
 		{"truncated to the MAC", func(*testing.T) string { return good[:40] }, scope, 0, ErrCursorInvalid, 400, ReasonTruncated},

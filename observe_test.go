@@ -123,9 +123,9 @@ func TestObserverSeesEveryCursorOutcome(t *testing.T) {
 		{"malformed under a valid MAC", signed(append(body, 0)), scope, refused(KindCursor, ReasonCursorMalformed, KeyPrimary)},
 		{"unknown version", signed(wrongVersion), scope, refused(KindCursor, ReasonUnknownVersion, KeyPrimary)},
 		{"issued in the future", signed(future), scope, refused(KindCursor, ReasonIssuedInFuture, KeyPrimary)},
-		{"wrong tool", good, CursorScope{ToolID: "x", CallerID: "c"}, refused(KindCursor, ReasonWrongTool, KeyPrimary)},
-		{"wrong caller", good, CursorScope{ToolID: "t", CallerID: "x"}, refused(KindCursor, ReasonWrongCaller, KeyPrimary)},
-		{"wrong arguments", good, CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{2}}, refused(KindCursor, ReasonWrongArguments, KeyPrimary)},
+		{"wrong tool", good, CursorScope{ToolID: "x", CallerID: "c"}, refused(KindCursor, ReasonCursorWrongScope, KeyPrimary)},
+		{"wrong caller", good, CursorScope{ToolID: "t", CallerID: "x"}, refused(KindCursor, ReasonCursorWrongScope, KeyPrimary)},
+		{"wrong arguments", good, CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{2}}, refused(KindCursor, ReasonCursorWrongScope, KeyPrimary)},
 	}
 	for _, tc := range cases {
 		_, err := iss.Verify(tc.cursor, tc.want)
