@@ -652,3 +652,82 @@ func TestStateRefusesSubjectWithNULUnderBindSubjectAndTool(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStateAudience pins RequestStateSecurity.Audience: a state opens only in
+// a codec with the same audience, in both modes; a codec without an audience
+// neither opens an audience-bound state nor has one opened elsewhere; and
+// the wire keeps its length (the audience is bound, never carried).
+func TestStateAudience(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(7))
+	for _, m := range stateModes {
+		for _, binding := range []RequestStateBinding{BindSubject, BindSubjectAndTool, BindNone} {
+			t.Run(fmt.Sprintf("%s/%d", m.name, binding), func(t *testing.T) {
+				codec := func(aud string) *RequestStateCodec {
+					return newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: m.mode, Binding: binding, Audience: aud})
+				}
+				a, b, none := codec("billing.prod"), codec("billing.staging"), codec("")
+				if a.Audience() != "billing.prod" || none.Audience() != "" || a.Binding() != binding {
+					t.Fatalf("accessors: %q %q %v", a.Audience(), none.Audience(), a.Binding())
+				}
+				wireA, err := a.Encode("state", "alice", "t1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				wireNone, err := none.Encode("state", "alice", "t1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(wireA) != len(wireNone) {
+					t.Errorf("audience changed the wire length: %d, without %d", len(wireA), len(wireNone))
+				}
+				if s, err := a.Decode(wireA, "alice", "t1"); err != nil || s != "state" {
+					t.Fatalf("own audience: %q, %v", s, err)
+				}
+				for name, tc := range map[string]struct {
+					c    *RequestStateCodec
+					wire string
+				}{
+					"other audience":                  {b, wireA},
+					"no audience opens audience":      {none, wireA},
+					"audience opens no-audience wire": {a, wireNone},
+				} {
+					s, err := tc.c.Decode(tc.wire, "alice", "t1")
+					if !errors.Is(err, ErrStateInvalid) || s != "" {
+						t.Errorf("%s: %q, %v; want ErrStateInvalid", name, s, err)
+					}
+				}
+			})
+		}
+	}
+	t.Run("NUL in audience is ErrConfig", func(t *testing.T) {
+		_, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Audience: "a\x00b"})
+		wantErr(t, err, ErrConfig)
+		if Reason(err) != "RequestStateSecurity.Audience contains a NUL byte" {
+			t.Fatalf("reason %q", Reason(err))
+		}
+	})
+	t.Run("material is audience NUL binding material", func(t *testing.T) {
+		c := newTestCodec(t, RequestStateSecurity{Keys: kr, Binding: BindSubjectAndTool, Audience: "aud"})
+		want := hex.EncodeToString(vecHMAC(vecHKDF(fixedKey(7), stateAudienceBindLabel), []byte("aud\x00alice\x00t1")))
+		if got := string(c.bindTag(nil, 0, "alice", "t1")); got != want {
+			t.Fatalf("bind tag %s, want %s", got, want)
+		}
+	})
+}
+
+// TestStateCodecAccessors pins Binding, Audience and Ready, which wrappers
+// ask instead of probing the codec.
+func TestStateCodecAccessors(t *testing.T) {
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(8)), Binding: BindSubjectAndTool, Audience: "x"})
+	if c.Ready() != nil || c.Binding() != BindSubjectAndTool || c.Audience() != "x" {
+		t.Fatalf("made codec: %v %v %q", c.Ready(), c.Binding(), c.Audience())
+	}
+	for name, z := range map[string]*RequestStateCodec{"zero value": {}, "nil pointer": nil} {
+		t.Run(name, func(t *testing.T) {
+			wantErr(t, z.Ready(), ErrNoKey)
+			if z.Binding() != BindSubject || z.Audience() != "" {
+				t.Fatalf("%v %q", z.Binding(), z.Audience())
+			}
+		})
+	}
+}
