@@ -99,8 +99,9 @@ func TestStatesOpenWithAKeylessCodecIsAnInternalError(t *testing.T) {
 
 // No refusal consumes a single-use state: refused for its caller, its tool,
 // its arguments or its audience, it then opens for the right request
-// exactly once (replay.MemoryStore; redisstore and pgstore run the same
-// contract, replaytest.RunRequestStateContract, against real servers).
+// exactly once (replay.MemoryStore; redisstore and pgstore run
+// replaytest.RunRequestStateContract, the same rule on the codec's
+// DecodeCheckedContext that Open calls, against real servers).
 func TestStatesOpenNoRefusalConsumesASingleUseState(t *testing.T) {
 	kr, err := ctoken.NewKeyring(make([]byte, 32))
 	if err != nil {

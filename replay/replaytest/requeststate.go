@@ -7,18 +7,23 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
-	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
 )
 
+// errOtherArgs is the contract's refusal of a state presented with other
+// arguments.
+var errOtherArgs = errors.New("replaytest: other arguments")
+
 // RunRequestStateContract checks that a single-use request state
 // (ctoken.RequestStateSecurity.Replay set to a store from newStore) is
-// never consumed by a refusal: sealed through [mcptoken.States] for a
-// caller, a tool and arguments, and presented first for another caller,
-// another tool, other arguments and (through a codec with another
-// Audience sharing the store) another audience, it is refused each time and
-// then opens for the right request exactly once. It runs in both modes
-// (signed and encrypted), each on a fresh store.
+// never consumed by a refusal. A state sealed for a caller and a tool, with
+// the call's arguments inside it (as package mcptoken seals them), is
+// presented through ctoken.RequestStateCodec.DecodeCheckedContext (what
+// mcptoken.States.Open calls) first for another caller, another tool,
+// other arguments (refused by the check) and, through a codec with another
+// Audience sharing the store, another audience; it is refused each time,
+// and then opens for the right request exactly once. It runs in both modes
+// (signed and encrypted), each on a store from newStore.
 func RunRequestStateContract(t *testing.T, newStore func(t *testing.T) replay.Store) {
 	kr, err := ctoken.NewKeyring(make([]byte, 32))
 	if err != nil {
@@ -30,64 +35,55 @@ func RunRequestStateContract(t *testing.T, newStore func(t *testing.T) replay.St
 	}{{"signed", ctoken.Signed}, {"encrypted", ctoken.Encrypted}} {
 		t.Run(m.name, func(t *testing.T) {
 			store := newStore(t)
-			states := func(aud string) *mcptoken.States {
+			codec := func(aud string) *ctoken.RequestStateCodec {
 				c, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
 					Keys: kr, Mode: m.mode, Binding: ctoken.BindSubjectAndTool, Audience: aud, Replay: store, TTL: time.Minute,
 				})
 				if err != nil {
 					t.Fatal(err)
 				}
-				s, err := mcptoken.NewStates(c, mcptoken.StatesConfig{}, contractIntegration)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
+				return c
 			}
-			a, b := states("server-a"), states("server-b")
-			args := []byte(`{"id":5}`)
+			a, b := codec("server-a"), codec("server-b")
 			// A unique state: a signed encoding is deterministic, and a
-			// store shared between runs must not see this one before.
-			state := "confirm " + time.Now().Format(time.RFC3339Nano)
-			wire, err := a.Seal("alice", "tools/call", "preview_delete", args, state)
+			// store shared between runs must not have seen this one.
+			nonce := time.Now().Format(time.RFC3339Nano)
+			sealedArgs := `{"id":5}`
+			args := func(want string) func(string) (string, error) {
+				return func(s string) (string, error) {
+					if s != want+" "+nonce {
+						return "", errOtherArgs
+					}
+					return "confirmed", nil
+				}
+			}
+			preview, deleteNow := ctoken.MCPTarget("tools/call", "preview_delete"), ctoken.MCPTarget("tools/call", "delete_now")
+			wire, err := a.Encode(sealedArgs+" "+nonce, "alice", preview)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
 			for _, r := range []struct {
 				name, caller, tool string
-				s                  *mcptoken.States
-				args               []byte
+				c                  *ctoken.RequestStateCodec
+				args               string
 			}{
-				{"caller", "mallory", "preview_delete", a, args},
-				{"tool", "alice", "delete_now", a, args},
-				{"arguments", "alice", "preview_delete", a, []byte(`{"id":6}`)},
-				{"audience", "alice", "preview_delete", b, args},
+				{"caller", "mallory", preview, a, sealedArgs},
+				{"tool", "alice", deleteNow, a, sealedArgs},
+				{"arguments", "alice", preview, a, `{"id":6}`},
+				{"audience", "alice", preview, b, sealedArgs},
 			} {
-				plain, err := r.s.Open(ctx, r.caller, "tools/call", r.tool, r.args, wire)
-				var re *contractRefusal
-				if plain != "" || !errors.As(err, &re) || re.r.Code != mcptoken.CodeStateInvalid {
-					t.Fatalf("%s: %q, %v; want a refusal with code %d", r.name, plain, err, mcptoken.CodeStateInvalid)
+				plain, err := r.c.DecodeCheckedContext(ctx, wire, r.caller, r.tool, args(r.args))
+				if plain != "" || !errors.Is(err, ctoken.ErrStateInvalid) {
+					t.Fatalf("%s: %q, %v; want ctoken.ErrStateInvalid", r.name, plain, err)
 				}
 			}
-			if plain, err := a.Open(ctx, "alice", "tools/call", "preview_delete", args, wire); err != nil || plain != state {
+			if plain, err := a.DecodeCheckedContext(ctx, wire, "alice", preview, args(sealedArgs)); err != nil || plain != "confirmed" {
 				t.Fatalf("the right request after four refusals: %q, %v; a refusal consumed the state", plain, err)
 			}
-			var re *contractRefusal
-			if _, err := a.Open(ctx, "alice", "tools/call", "preview_delete", args, wire); !errors.As(err, &re) || re.r.Reason != "already used" {
-				t.Fatalf("the right request again: %v; want already used", err)
+			if _, err := a.DecodeCheckedContext(ctx, wire, "alice", preview, args(sealedArgs)); !errors.Is(err, ctoken.ErrStateReplayed) {
+				t.Fatalf("the right request again: %v; want ctoken.ErrStateReplayed", err)
 			}
 		})
 	}
-}
-
-// contractRefusal is the error the contract's integration returns for a
-// refusal.
-type contractRefusal struct{ r mcptoken.Refusal }
-
-func (e *contractRefusal) Error() string { return e.r.Message }
-
-var contractIntegration = &mcptoken.Integration{
-	Name:     "replaytest",
-	NoCaller: func() error { return errors.New("replaytest: no caller") },
-	Refused:  func(r mcptoken.Refusal) error { return &contractRefusal{r} },
 }
