@@ -339,7 +339,11 @@ func (c *RequestStateCodec) bindTag(dst []byte, key int, subject, tool string) [
 
 // materialCap is the most bytes the bind material of subject and tool takes.
 func (c *RequestStateCodec) materialCap(subject, tool string) int {
-	return len(c.audience) + 1 + len(subject) + 1 + len(tool)
+	n := len(subject) + 1 + len(tool)
+	if c.audience != "" {
+		n += len(c.audience) + 1
+	}
+	return n
 }
 
 // cachedBindTag appends hex(HMAC-SHA256(bindKey, material)) to dst. The
@@ -602,9 +606,6 @@ func (c *RequestStateCodec) DecodeCheckedContext(ctx context.Context, wire, subj
 	return s, err
 }
 
-// errStateCheckReason is the reason of a state refused by the check of
-// DecodeCheckedContext: a word of the observer's vocabulary.
-const errStateCheckReason = "wrong arguments"
 
 // decode is DecodeContext, also returning the index of the key that opened
 // the state (-1 if none did) and, when an observer is set, how long the
@@ -721,7 +722,8 @@ func (c *RequestStateCodec) decodeScratch(ctx context.Context, ks *stateKeys, sc
 	if check != nil {
 		var err error
 		if out, err = check(out); err != nil {
-			return "", key, 0, reason.Wrap(ErrStateInvalid, errStateCheckReason, err)
+			// "wrong arguments": the observer's word for it.
+			return "", key, 0, reason.Wrap(ErrStateInvalid, "wrong arguments", err)
 		}
 	}
 	if c.replay != nil {
