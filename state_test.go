@@ -706,6 +706,28 @@ func TestStateAudience(t *testing.T) {
 			t.Fatalf("reason %q", Reason(err))
 		}
 	})
+	t.Run("no allocation for the audience", func(t *testing.T) {
+		// The bind material (audience, NUL, subject, NUL, tool) has room
+		// reserved in the pooled scratch: an audience costs no allocation,
+		// even for material too long for the tag cache.
+		if raceEnabled {
+			t.Skip("the race detector makes sync.Pool drop items at random")
+		}
+		for _, m := range stateModes {
+			c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: m.mode, Binding: BindSubjectAndTool, Audience: strings.Repeat("a", 200)})
+			subject, tool := strings.Repeat("u", 300), strings.Repeat("t", 300)
+			w, err := c.Encode("s", subject, tool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := testing.AllocsPerRun(50, func() { _, _ = c.Encode("s", subject, tool) }); n != 1 {
+				t.Errorf("%s: Encode allocated %v times, want 1 (the result)", m.name, n)
+			}
+			if n := testing.AllocsPerRun(50, func() { _, _ = c.Decode(w, subject, tool) }); n > 1 {
+				t.Errorf("%s: Decode allocated %v times, want 1 (the result)", m.name, n)
+			}
+		}
+	})
 	t.Run("material is audience NUL binding material", func(t *testing.T) {
 		c := newTestCodec(t, RequestStateSecurity{Keys: kr, Binding: BindSubjectAndTool, Audience: "aud"})
 		want := hex.EncodeToString(vecHMAC(vecHKDF(fixedKey(7), stateAudienceBindLabel), []byte("aud\x00alice\x00t1")))
