@@ -227,5 +227,6 @@ if [ ${#reports[@]} -eq 0 ]; then
   exit 1
 fi
 echo "--- mutation table (efficacy = killed / (killed + lived); adjusted leaves out documented equivalents)"
-go run ./internal/mutreport -root "$root" -survivors docs/contributing/mutation-survivors.md \
-  -threshold "$threshold" "${reports[@]}"
+# mutreport is a command of the tools module (.ci/tools), outside the library.
+(cd .ci/tools && go run ./mutreport -root "$root" -survivors "$root/docs/contributing/mutation-survivors.md" \
+  -threshold "$threshold" "${reports[@]}")
