@@ -17,18 +17,23 @@ const ModulePath = "github.com/ctoken/ctoken"
 
 // Find returns the absolute path of the nearest directory at or above the
 // working directory whose go.mod declares [ModulePath].
-func Find() (string, error) {
-	dir, err := filepath.Abs(".")
+func Find() (string, error) { return From(".") }
+
+// From returns the absolute path of the nearest directory at or above dir
+// whose go.mod declares [ModulePath]. A go.mod of another module on the way
+// (the tools module's own) is passed over.
+func From(dir string) (string, error) {
+	start, err := filepath.Abs(dir)
 	if err != nil {
 		return "", err
 	}
-	for {
+	for dir = start; ; {
 		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(b) == ModulePath {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("no go.mod declaring " + ModulePath + " at or above the working directory")
+			return "", errors.New("no go.mod declaring " + ModulePath + " at or above " + start)
 		}
 		dir = parent
 	}
