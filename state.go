@@ -606,7 +606,6 @@ func (c *RequestStateCodec) DecodeCheckedContext(ctx context.Context, wire, subj
 	return s, err
 }
 
-
 // decode is DecodeContext, also returning the index of the key that opened
 // the state (-1 if none did) and, when an observer is set, how long the
 // replay store took.
