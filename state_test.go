@@ -706,6 +706,25 @@ func TestStateAudience(t *testing.T) {
 			t.Fatalf("reason %q", Reason(err))
 		}
 	})
+	t.Run("KeySource binds the audience too", func(t *testing.T) {
+		src, err := NewKeySource(kr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rot := newTestCodec(t, RequestStateSecurity{KeySource: src, Binding: BindSubjectAndTool, Audience: "a"})
+		static := newTestCodec(t, RequestStateSecurity{Keys: kr, Binding: BindSubjectAndTool, Audience: "a"})
+		other := newTestCodec(t, RequestStateSecurity{KeySource: src, Binding: BindSubjectAndTool, Audience: "b"})
+		w, err := static.Encode("s", "alice", "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, err := rot.Decode(w, "alice", "t"); err != nil || s != "s" {
+			t.Fatalf("same audience through a KeySource: %q, %v", s, err)
+		}
+		if _, err := other.Decode(w, "alice", "t"); !errors.Is(err, ErrStateInvalid) {
+			t.Fatalf("other audience through a KeySource: %v", err)
+		}
+	})
 	t.Run("no allocation for the audience", func(t *testing.T) {
 		// The bind material (audience, NUL, subject, NUL, tool) has room
 		// reserved in the pooled scratch: an audience costs no allocation,
