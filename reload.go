@@ -29,9 +29,13 @@ type KeyFileReloaderConfig struct {
 	// Source receives every new ring read from the file.
 	Source *KeySource
 	// Path is the key file: one [ParseKeyring] string (comma-separated
-	// keys, primary first; surrounding white space, such as a trailing
-	// newline, is ignored). A symbolic link is followed on every read, so
-	// a Kubernetes Secret volume's atomic ..data symlink swap is seen.
+	// keys, primary first; surrounding white space is ignored). A file
+	// written in place must be one line ending in a newline, as
+	// `ctoken keygen > file` writes it: anything else may be a writer's
+	// first bytes and is refused ([ErrKeyFileIncomplete]). When Path is a
+	// symbolic link it is followed on every read, and a file it newly
+	// points to counts as published whole, with or without a newline: a
+	// Kubernetes Secret volume's atomic ..data symlink swap is seen.
 	Path string
 	// Interval is how often [KeyFileReloader.Run] polls; 0 means
 	// [DefaultKeyReloadInterval]; negative is [ErrConfig].
@@ -50,6 +54,7 @@ type KeyFileReloaderConfig struct {
 // content with the last one it swapped in; a change is parsed with
 // [ParseKeyring] and handed to [KeySource.Swap]. A file that cannot be read
 // or parsed, a file every user may write ([ErrKeyFileWritable]),
+// a file that may be caught mid-write ([ErrKeyFileIncomplete], below),
 // anything but a regular file ([ErrConfig]), or a ring
 // Swap refuses, leaves the current ring in effect and
 // is reported to OnError (and returned by [KeyFileReloader.Reload]); the
@@ -60,6 +65,16 @@ type KeyFileReloaderConfig struct {
 // the file on every check, rather than trusting its modification time or
 // size, catches every change, including a symlink swap to a file with the
 // same size and time stamp. A [KeyFileReloader] is safe for concurrent use.
+//
+// A file caught mid-write is never swapped in, however long its writer
+// stalls: a file written in place counts as complete only when it is one
+// line ending in a newline (the newline comes last, so no cut of a slower
+// writer has it), and a file reached through Path's symbolic link counts
+// as complete when the link resolves to another file than at the previous
+// check (or at the first check): the writer published it by swapping the
+// link, as the kubelet does. A file a crashed writer left truncated is
+// refused at every check with [ErrKeyFileIncomplete] (reported once) until
+// it is rewritten; the ring in effect stays.
 type KeyFileReloader struct {
 	src      *KeySource
 	path     string
