@@ -94,7 +94,17 @@ func main() {
 			fmt.Fprintf(os.Stderr, "release check: -break=%s passed, but an in-repo-only go.mod must fail it\n", *brk)
 			os.Exit(1)
 		}
-		fmt.Printf("release check: -break=%s fails as it must:\n  %s\n", *brk, firstLines(err.Error(), 6))
+		// Failing is not enough: unpacked must fail because redisstore is
+		// missing from the proxy, not for an unrelated reason.
+		if *brk == "unpacked" && !unpackedRefusal(err.Error()) {
+			fmt.Fprintf(os.Stderr, "release check: -break=unpacked failed, but not on the missing redisstore:\n  %s\n", firstLines(err.Error(), 12))
+			os.Exit(1)
+		}
+		msg := firstLines(err.Error(), 6)
+		if *brk == "unpacked" {
+			msg = firstLines(err.Error(), 2) + "\n  " + lineWith(err.Error(), "403 Forbidden")
+		}
+		fmt.Printf("release check: -break=%s fails as it must:\n  %s\n", *brk, msg)
 	default:
 		fmt.Fprintln(os.Stderr, "releasecheck: -break must be replace, pseudo or unpacked")
 		os.Exit(2)
@@ -620,6 +630,27 @@ func printPlan(w io.Writer, version string) error {
 		return err
 	}
 	return plan(w, mods, wf, version)
+}
+
+// unpackedRefusal reports whether the consumer's error is the proxy's
+// refusal of the module -break=unpacked left out.
+func unpackedRefusal(msg string) bool {
+	for _, l := range strings.Split(msg, "\n") {
+		if strings.Contains(l, rootPath+"/redisstore") && strings.Contains(l, "403 Forbidden") {
+			return true
+		}
+	}
+	return false
+}
+
+// lineWith returns the first line of s that contains sub.
+func lineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
 
 func firstLines(s string, n int) string {

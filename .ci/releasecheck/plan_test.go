@@ -143,3 +143,35 @@ func TestLayersRefuseACycle(t *testing.T) {
 		t.Fatal("a cycle got a tagging order")
 	}
 }
+
+// TestReleasingListsEveryPublishedModule holds RELEASING.md's module table
+// to go.work: one row per published module, with its directory and tag.
+func TestReleasingListsEveryPublishedModule(t *testing.T) {
+	mods, _ := repoModules(t)
+	data, err := os.ReadFile("../../RELEASING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "| `github.com/ctoken/ctoken") {
+			rows = append(rows, l)
+		}
+	}
+	var want []string
+	for _, m := range mods {
+		if !published(m.dir) {
+			continue
+		}
+		dir := "."
+		if m.dir != "." {
+			dir = m.dir + "/"
+		}
+		want = append(want, "| `"+m.path+"` | `"+dir+"` | `"+tag(m.dir, "vX.Y.Z")+"` |")
+	}
+	slices.Sort(rows)
+	slices.Sort(want)
+	if !slices.Equal(rows, want) {
+		t.Fatalf("RELEASING.md lists\n%s\nbut go.work publishes\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+}

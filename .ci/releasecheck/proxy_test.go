@@ -46,3 +46,19 @@ func TestAuthoritativeProxyNeverLetsOurModulesFallThrough(t *testing.T) {
 		})
 	}
 }
+
+func TestUnpackedControlMustFailOnTheMissingModule(t *testing.T) {
+	for _, tc := range []struct {
+		msg  string
+		want bool
+	}{
+		{"go mod tidy: exit status 1\ngo: github.com/ctoken/ctoken/redisstore@v0.1.0: reading http://127.0.0.1:1/github.com/ctoken/ctoken/redisstore/@v/v0.1.0.mod: 403 Forbidden", true},
+		{"go mod tidy: exit status 1\ngo: github.com/ctoken/ctoken/mcp@v0.1.0: reading http://127.0.0.1:1/github.com/ctoken/ctoken/mcp/@v/v0.1.0.mod: 403 Forbidden", false},
+		{"go vet: exit status 1\ngithub.com/ctoken/ctoken/redisstore: undefined: x", false},
+		{"", false},
+	} {
+		if got := unpackedRefusal(tc.msg); got != tc.want {
+			t.Errorf("unpackedRefusal(%q) = %v, want %v", tc.msg, got, tc.want)
+		}
+	}
+}
