@@ -129,8 +129,10 @@ func either(h http.Header, name, alt string) (string, bool) {
 		return single(h, alt)
 	}
 	v, ok := single(h, name)
-	w, okAlt := single(h, alt)
-	if !ok || !okAlt || v != w {
+	// w is "" when alt is repeated or empty: never equal to a value single
+	// accepts.
+	w, _ := single(h, alt)
+	if !ok || v != w {
 		return "", false
 	}
 	return v, true
