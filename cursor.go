@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/internal/cursorwire"
-	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/fxamacker/cbor/v2"
 )
@@ -306,28 +305,14 @@ func (i *CursorIssuer) maxRawLen(n int) int {
 		Session: i.sessTag[:], State: make([]byte, n), Bind: make([]byte, cursorwire.BindSize)}) + macSize
 }
 
-// writeScope writes the scope a version 2 cursor binds into its keyed
-// digest: the tool and caller IDs, each after its length as 8 bytes big
-// endian, then the arguments fingerprint when it is non-zero. Any bytes
-// are accepted; nothing of them is carried.
-func writeScope(st *mac.State, s *CursorScope) {
-	st.WriteUint64(uint64(len(s.ToolID)))
-	st.WriteString(s.ToolID)
-	st.WriteUint64(uint64(len(s.CallerID)))
-	st.WriteString(s.CallerID)
-	if !s.Args.IsZero() {
-		// Through WriteString: the conversion of 32 bytes to a string
-		// that does not escape uses a stack buffer, where Write would
-		// move s to the heap.
-		st.WriteString(string(s.Args[:]))
-	}
-}
-
 // zeroBind stands for the binding digest when a body's length is computed.
 var zeroBind [cursorwire.BindSize]byte
 
-// appendScope appends what writeScope writes: the additional data, after
-// the header, of a sealed cursor.
+// appendScope appends the scope a cursor binds: the input of the keyed
+// digest of a version 2 cursor, and the additional data, after the header,
+// of a sealed one. The tool and caller IDs, each after its length as 8
+// bytes big endian, then the arguments fingerprint when it is non-zero.
+// Any bytes are accepted; nothing of them is carried.
 func appendScope(dst []byte, s *CursorScope) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(len(s.ToolID)))
 	dst = append(dst, s.ToolID...)
@@ -397,7 +382,10 @@ func (i *CursorIssuer) issue(p CursorPayload) (string, error) {
 	} else {
 		bind := keys.binds[0]
 		st := bind.Begin()
-		writeScope(st, &p.CursorScope)
+		// One Write of the scope, laid out in pooled memory: cheaper than
+		// a Write per field.
+		s.aad = appendScope(s.aad[:0], &p.CursorScope)
+		st.Write(s.aad)
 		raw = cursorwire.AppendV2(s.raw[:0], &cursorwire.BodyV2{Version: cursorwire.Version, Page: p.Page, Issued: issued,
 			Session: i.sessTag[:], State: p.State, Bind: st.Tag()[:]})
 		bind.End(st)
@@ -500,7 +488,7 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	// Exactly one encoding is accepted, the one Issue writes (see
 	// internal/cursorwire).
 	if f, ok := cursorwire.DecodeV2(body); ok {
-		return i.verifyV2(keys, key, &f, &want)
+		return i.verifyV2(keys, s, key, &f, &want)
 	}
 	f, ok := cursorwire.DecodeBody(body)
 	if !ok {
@@ -527,7 +515,7 @@ func (i *CursorIssuer) checkTime(session, wantSession []byte, issuedUnix int64) 
 }
 
 // verifyV2 checks an authentic version 2 body whose MAC key matched.
-func (i *CursorIssuer) verifyV2(keys cursorKeys, key int, f *cursorwire.Fields, want *CursorScope) (CursorPayload, error) {
+func (i *CursorIssuer) verifyV2(keys cursorKeys, s *cursorScratch, key int, f *cursorwire.Fields, want *CursorScope) (CursorPayload, error) {
 	if f.Version != cursorwire.Version || len(f.Bind) != cursorwire.BindSize || len(f.Session) != cursorwire.SessionTagSize {
 		return i.refuse(key, errCursorVersion)
 	}
@@ -539,7 +527,8 @@ func (i *CursorIssuer) verifyV2(keys cursorKeys, key int, f *cursorwire.Fields, 
 	// in constant time (hmac.Equal).
 	bind := keys.binds[key]
 	st := bind.Begin()
-	writeScope(st, want)
+	s.aad = appendScope(s.aad[:0], want)
+	st.Write(s.aad)
 	ok := st.Equal(f.Bind)
 	bind.End(st)
 	if !ok {

@@ -6,7 +6,6 @@ import (
 	"crypto/fips140"
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"hash"
 	"sync"
@@ -80,12 +79,6 @@ func (st *State) WriteByte(c byte) error {
 	st.scratch[0] = c
 	st.h.Write(st.scratch[:1])
 	return nil
-}
-
-// WriteUint64 writes v as 8 bytes, big endian, without allocating.
-func (st *State) WriteUint64(v uint64) {
-	binary.BigEndian.PutUint64(st.scratch[:8], v)
-	st.h.Write(st.scratch[:8])
 }
 
 // Tag returns the HMAC of the message written so far. The array belongs to
