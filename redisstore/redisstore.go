@@ -45,6 +45,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -84,7 +85,13 @@ type Options struct {
 	// Prefix is prepended to every key, so several stores (or
 	// applications) can share one Redis without seeing each other's claims.
 	// Empty means DefaultPrefix. The keys are <prefix>{NN} (a shard's fence
-	// marker) and <prefix>{NN}:<id> (see [Shards]).
+	// marker) and <prefix>{NN}:<id> (see [Shards]). A prefix holding '{' or
+	// '}' is refused with [ErrConfig]: the first '{' of every key then marks
+	// where its prefix ends, so no two prefixes share a key even when one
+	// begins with the other ("app:" and "app:webhooks:"), and the hash tag
+	// {NN} keeps a shard's keys in one Cluster slot. (A brace in the prefix
+	// would let "<p>{02}:" live inside the key space of "<p>": one store's
+	// Release could delete the other's fence marker or claim.)
 	Prefix string
 
 	// Timeout bounds every call: the effective deadline is the earlier of
@@ -236,6 +243,9 @@ func New(client Client, opts Options) (*Store, error) {
 		check: make(chan struct{}, 1)}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(s.prefix, "{}") {
+		return nil, refuse(ErrConfig, "Prefix holds '{' or '}': it could share keys with another prefix", nil)
 	}
 	s.tags = shardTags(s.prefix)
 	if s.timeout == 0 {

@@ -594,3 +594,90 @@ var (
 	_ Client = (*redis.Ring)(nil)
 	_ Client = redis.UniversalClient(nil)
 )
+
+// A prefix holding a brace is refused: with braces refused, the first '{'
+// of every key ends its prefix, so two stores whose prefixes nest never
+// share a key.
+func TestPrefixWithBracesIsRefused(t *testing.T) {
+	for _, p := range []string{"app{02}:", "app}", "{", "a{b}:", "}{"} {
+		t.Run(p, func(t *testing.T) {
+			if _, err := New(clientFunc(nil), Options{Prefix: p}); !errors.Is(err, ErrConfig) || Reason(err) == "" {
+				t.Fatalf("New(Prefix %q) = %v; want ErrConfig with a reason", p, err)
+			}
+		})
+	}
+}
+
+// Two stores whose prefixes nest ("<p>" and "<p>webhooks:") on one real
+// redis-server never see each other's claims, releases or fence markers.
+func TestNestedPrefixesNeverShareKeys(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	c := srv.client()
+	ctx := context.Background()
+	outer := provisioned(t, c, Options{Prefix: "app:", Logger: quietLogger()})
+	inner, err := New(c, Options{Prefix: "app:webhooks:", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inner.Close() })
+	t.Run("markers", func(t *testing.T) {
+		if n, err := inner.Provision(ctx); err != nil || n != Shards {
+			t.Fatalf("inner Provision after outer's = %d, %v; want %d markers of its own", n, err, Shards)
+		}
+	})
+	until := time.Now().Add(time.Minute)
+	// IDs chosen so that outer's entry keys look as much as possible like
+	// inner's keys.
+	ids := []string{"evt_1", "webhooks:evt_1", "webhooks:{02}:evt_1", "{02}:evt_1", "{02}"}
+	t.Run("claims", func(t *testing.T) {
+		for _, id := range ids {
+			for _, s := range []*Store{outer, inner} {
+				if first, err := s.Claim(ctx, id, until); !first || err != nil {
+					t.Fatalf("%s claim %q = %v, %v; want first", s.Prefix(), id, first, err)
+				}
+			}
+		}
+	})
+	t.Run("releases", func(t *testing.T) {
+		for _, id := range ids {
+			if err := outer.Release(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := outer.Release(ctx, "webhooks:"+id); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := inner.Claim(ctx, id, until); first || err != nil {
+				t.Fatalf("inner replay of %q after outer's releases = %v, %v; want taken", id, first, err)
+			}
+		}
+	})
+	t.Run("fence", func(t *testing.T) {
+		// Outer loses its markers (as after a loss of its keys only) and
+		// fences itself; inner keeps serving.
+		for _, m := range outer.tags {
+			c.Del(ctx, m)
+		}
+		for i := range Shards {
+			id := fmt.Sprintf("fence-%d", i)
+			if _, err := outer.Claim(ctx, id, until); !errors.Is(err, ErrFenced) {
+				t.Fatalf("outer claim after losing its markers = %v; want ErrFenced", err)
+			}
+			if first, err := inner.Claim(ctx, id, until); !first || err != nil {
+				t.Fatalf("inner claim while outer is fenced = %v, %v; want first", first, err)
+			}
+		}
+	})
+	t.Run("every key has one owner", func(t *testing.T) {
+		keys, err := c.Keys(ctx, "*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			p, _, ok := strings.Cut(k, "{")
+			if !ok || (p != outer.Prefix() && p != inner.Prefix()) {
+				t.Fatalf("key %q belongs to neither store", k)
+			}
+		}
+	})
+}
