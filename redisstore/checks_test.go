@@ -1,11 +1,14 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,5 +207,120 @@ func awaitRecheckRefusal(t *testing.T, s *Store, what string) {
 			t.Fatalf("claim 10s after %s = %v, %v; want ErrConfig", what, first, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a log destination safe for the store's background rechecks.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// recheckNow runs the periodic recheck at once and waits for it to end.
+func recheckNow(t *testing.T, s *Store) {
+	t.Helper()
+	s.lastCheck.Store(0)
+	if _, err := s.Claim(context.Background(), fmt.Sprintf("recheck-%d", time.Now().UnixNano()), time.Now().Add(time.Minute)); err != nil && !errors.Is(err, ErrConfig) {
+		t.Fatalf("claim: %v", err)
+	}
+	// The recheck runs in the background under the cancels group.
+	s.cancels.wg.Wait()
+}
+
+// Each Allow* option keeps its check running: on a real redis-server with
+// the risk it accepts, Open logs one Warn line naming the option and emits
+// one EventRiskAccepted; rechecks do not repeat it while the risk stays,
+// and report it again once it comes back after going away.
+func TestAllowOptionsReportTheRiskTheyAccept(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		option     string
+		args       []string
+		opts       Options
+		replica    bool
+		clear, set []string // CONFIG SET that removes, then restores the risk
+	}{
+		{"AllowRollback", []string{"--save", "3600 1"}, Options{AllowRollback: true}, false, []string{"save", ""}, []string{"save", "3600 1"}},
+		{"AllowEviction", []string{"--maxmemory-policy", "allkeys-lru"}, Options{AllowEviction: true}, false, []string{"maxmemory-policy", "noeviction"}, []string{"maxmemory-policy", "allkeys-lru"}},
+		{"AllowAsyncReplicas", nil, Options{AllowAsyncReplicas: true}, true, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.option, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t, tt.args...)
+			if tt.replica {
+				newReplica(t, srv)
+			}
+			var logs syncBuffer
+			var ev events
+			opts := tt.opts
+			opts.Prefix = "allow:"
+			opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+			opts.Observer = ev.observe
+			opts.RecheckInterval = time.Hour // the test runs the rechecks
+			s, err := Open(context.Background(), srv.client(), opts)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if _, err := s.Provision(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			check := func(want int) {
+				t.Helper()
+				var got []Event
+				ev.mu.Lock()
+				for _, e := range ev.all {
+					if e.Kind == EventRiskAccepted {
+						got = append(got, e)
+					}
+				}
+				ev.mu.Unlock()
+				if len(got) != want {
+					t.Fatalf("%d EventRiskAccepted; want %d", len(got), want)
+				}
+				for _, e := range got {
+					if e.Option != tt.option || e.Risk == "" || e.Shard != -1 {
+						t.Fatalf("event %+v; want Option %s with a risk", e, tt.option)
+					}
+				}
+				if n := strings.Count(logs.String(), `"level":"WARN","msg":"redisstore: the server has a risk an Allow* option accepts`); n != want {
+					t.Fatalf("%d Warn lines; want %d:\n%s", n, want, logs.String())
+				}
+				if !strings.Contains(logs.String(), `"option":"`+tt.option+`"`) {
+					t.Fatalf("log does not name %s:\n%s", tt.option, logs.String())
+				}
+			}
+			check(1)
+			recheckNow(t, s)
+			recheckNow(t, s)
+			check(1)
+			if tt.clear == nil {
+				return
+			}
+			c := srv.client()
+			if err := c.ConfigSet(context.Background(), tt.clear[0], tt.clear[1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			recheckNow(t, s)
+			check(1)
+			if err := c.ConfigSet(context.Background(), tt.set[0], tt.set[1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			recheckNow(t, s)
+			check(2)
+		})
 	}
 }

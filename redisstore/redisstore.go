@@ -138,9 +138,12 @@ type Options struct {
 	Durability Durability
 
 	// AllowAsyncReplicas lets a store without a Durability setting run on
-	// a Redis that has replicas. Without it such a store refuses to run
+	// a Redis that has replicas (or had: a replica whose link is down still
+	// counts, see [Open]). Without it such a store refuses to run
 	// ([ErrConfig]): a failover to a replica that missed acknowledged
-	// writes accepts those IDs again.
+	// writes accepts those IDs again. The check still runs: when the risk
+	// is present it is logged (one Warn line per appearance) and reported
+	// as [EventRiskAccepted].
 	AllowAsyncReplicas bool
 
 	// AllowEviction lets the store run on a Redis whose maxmemory-policy is
@@ -149,7 +152,9 @@ type Options struct {
 	// every call touches, so the loss goes unnoticed; a volatile-* policy
 	// evicts only keys with an expiry, which every claim has and no marker
 	// has. A Redis that refuses CONFIG GET (managed services) cannot be
-	// checked: the store runs, and logs that it could not check.
+	// checked: the store runs, and logs that it could not check. The check
+	// still runs with AllowEviction: when the risk is present it is logged
+	// (one Warn line per appearance) and reported as [EventRiskAccepted].
 	AllowEviction bool
 
 	// AllowRollback lets the store run on a Redis whose restart can bring
@@ -160,8 +165,36 @@ type Options struct {
 	// again unseen (TestRollbackAcceptsTwiceWhenAllowed shows it). Without
 	// it such a store refuses to run ([ErrConfig]). A Redis that refuses
 	// CONFIG GET cannot be checked: the store runs, and logs that it
-	// could not check.
+	// could not check. The check still runs with AllowRollback: when the
+	// risk is present it is logged (one Warn line per appearance) and
+	// reported as [EventRiskAccepted]. Persistence weakened after Open is
+	// refused and fenced even with AllowRollback (see RecheckInterval).
 	AllowRollback bool
+
+	// RecheckInterval is how often the store runs the server checks of
+	// [Open] again, in the background of the first call after each
+	// interval: a replica attached, an eviction policy set, or persistence
+	// weakened after Open is found within about this long, and from then
+	// on every call refuses with [ErrConfig]. Persistence weakened after
+	// Open (appendfsync no longer always, or AOF switched off at run time,
+	// which leaves the old AOF for the next start to load) also fences the
+	// key space for one horizon: claims acknowledged since may come back
+	// without their entries. Each recheck is a few commands on every
+	// master. Zero means DefaultRecheckInterval (1 s); negative is refused.
+	RecheckInterval time.Duration
+
+	// AllowFewerReplicas lets Durability.Replicas (or ReplicaAOF) be lower
+	// than the number of replicas the primary has (or had: a replica whose
+	// link is down still counts, see [Open]). Without it such a store
+	// refuses to run ([ErrConfig]). Set it only when every failover
+	// promotes the replica that received the most writes: Sentinel or
+	// Cluster failover with the same replica-priority on every replica, no
+	// manual promotion (REPLICAOF NO ONE, CLUSTER FAILOVER TAKEOVER), and
+	// no failure that takes the acknowledging replica down together with
+	// the primary. Otherwise a promoted replica that missed writes accepts
+	// those IDs again. When the risk is present it is logged and reported
+	// as [EventRiskAccepted].
+	AllowFewerReplicas bool
 
 	// Observer, when not nil, is called with every [Event]: a shard fenced,
 	// a refusal for a fence, clock skew or durability, a lease released
@@ -195,11 +228,21 @@ type Store struct {
 	log                 *slog.Logger
 
 	// checked is set once the server checks passed; check serializes them.
-	checked   atomic.Bool
-	lastCheck atomic.Int64 // unix ms of the last server check
-	check     chan struct{}
+	checked      atomic.Bool
+	recheckEvery time.Duration
+	// sawAOF and sawFsyncAlways: a check saw appendonly yes (with
+	// appendfsync always); a later check that does not is a drift.
+	sawAOF, sawFsyncAlways atomic.Bool
+	warned                 atomic.Uint32 // what warnOnce has logged
+	lastCheck              atomic.Int64  // unix ms of the last server check
+	check                  chan struct{}
 	// checkErr is a permanent refusal found by the server checks.
 	checkErr atomic.Pointer[error]
+
+	// risks is the riskSet of the last server check; seenReplicas the
+	// most replicas one master reported to this store.
+	risks        atomic.Uint32
+	seenReplicas atomic.Int64
 
 	logged  [numEventKinds]atomic.Int64 // unix ms of the last log line per kind
 	cancels cancels
@@ -272,6 +315,14 @@ func New(client Client, opts Options) (*Store, error) {
 		s.maxSkew = replay.SkewMargin
 	case s.maxSkew > replay.SkewMargin:
 		return nil, refuse(ErrConfig, "MaxSkew over replay.SkewMargin, the margin callers hold claims for", nil)
+	}
+	switch {
+	case opts.RecheckInterval < 0:
+		return nil, refuse(ErrConfig, "negative RecheckInterval", nil)
+	case opts.RecheckInterval == 0:
+		s.recheckEvery = DefaultRecheckInterval
+	default:
+		s.recheckEvery = opts.RecheckInterval
 	}
 	s.skewArg = strconv.FormatInt(s.maxSkew.Milliseconds(), 10)
 	s.horizonArg = strconv.FormatInt(s.horizon.Milliseconds(), 10)
