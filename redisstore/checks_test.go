@@ -324,3 +324,124 @@ func TestAllowOptionsReportTheRiskTheyAccept(t *testing.T) {
 		})
 	}
 }
+
+// claimUntilRefused claims fresh IDs until a claim is refused with
+// ErrConfig (at most limit), and returns the IDs accepted.
+func claimUntilRefused(t *testing.T, s *Store, tag string, limit time.Duration) []string {
+	t.Helper()
+	var accepted []string
+	until := time.Now().Add(10 * time.Minute)
+	for i, deadline := 0, time.Now().Add(limit); ; i++ {
+		id := fmt.Sprintf("%s-%d", tag, i)
+		first, err := s.Claim(context.Background(), id, until)
+		switch {
+		case errors.Is(err, ErrConfig):
+			return accepted
+		case err != nil:
+			t.Fatalf("claim: %v", err)
+		case first:
+			accepted = append(accepted, id)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ErrConfig within %v of weakening persistence (%d claims accepted)", limit, len(accepted))
+		}
+	}
+}
+
+// Persistence weakened after Open on a real redis-server is refused
+// within about RecheckInterval (default 1 s) and fences the key space: a
+// new store on the same server refuses every claim, and after AOF was
+// switched off at run time and the server restarted with its own
+// configuration (loading the AOF), none of the IDs claimed after the
+// switch is accepted again.
+func TestPersistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		set     []string
+		restart bool
+	}{
+		{"appendfsync everysec", []string{"appendfsync", "everysec"}, false},
+		{"appendonly no, then a restart", []string{"appendonly", "no"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
+			c := srv.client()
+			var ev events
+			s := provisioned(t, c, Options{Prefix: "drift:", Logger: quietLogger(), Observer: ev.observe})
+			before := claimUntilRefusedOrN(t, s, "before", 200)
+			start := time.Now()
+			if err := c.ConfigSet(ctx, tt.set[0], tt.set[1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			after := claimUntilRefused(t, s, "after", 5*time.Second)
+			took := time.Since(start)
+			t.Logf("refused %v after CONFIG SET %s %s; %d claims accepted meanwhile", took.Round(time.Millisecond), tt.set[0], tt.set[1], len(after))
+			if took > 3*time.Second {
+				t.Fatalf("refused only %v after the change; want about RecheckInterval (1 s)", took)
+			}
+			s.cancels.wg.Wait() // the fence is written by the recheck
+			if n := ev.count(EventFenceRaised); n != Shards {
+				t.Fatalf("%d EventFenceRaised; want %d", n, Shards)
+			}
+			if tt.restart {
+				waitRewrite(t, c)
+				srv.kill()
+				if err := srv.start(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := c.ConfigSet(ctx, tt.set[0], "always").Err(); err != nil {
+				t.Fatal(err)
+			}
+			s2, err := Open(ctx, srv.client(), Options{Prefix: "drift:", Logger: quietLogger()})
+			if err != nil {
+				t.Fatalf("Open after the change was undone: %v", err)
+			}
+			defer s2.Close()
+			twice := 0
+			for _, id := range append(before, after...) {
+				first, err := s2.Claim(ctx, id, time.Now().Add(10*time.Minute))
+				if first {
+					twice++
+				}
+				if err != nil && !errors.Is(err, ErrFenced) {
+					t.Fatalf("replay: %v", err)
+				}
+			}
+			if twice != 0 {
+				t.Fatalf("%d of %d IDs accepted twice", twice, len(before)+len(after))
+			}
+			if _, err := s2.Claim(ctx, "new-after-fence", time.Now().Add(time.Minute)); !errors.Is(err, ErrFenced) {
+				t.Fatalf("claim of a new ID after the drift = %v; want ErrFenced", err)
+			}
+		})
+	}
+}
+
+// claimUntilRefusedOrN claims n fresh IDs, all of which must be first.
+func claimUntilRefusedOrN(t *testing.T, s *Store, tag string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", tag, i)
+		if first, err := s.Claim(context.Background(), ids[i], time.Now().Add(10*time.Minute)); !first || err != nil {
+			t.Fatalf("claim %d = %v, %v", i, first, err)
+		}
+	}
+	return ids
+}
+
+// waitRewrite waits up to 10 s for the AOF rewrite the fence asked for.
+func waitRewrite(t *testing.T, c *redis.Client) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		info, err := c.Info(context.Background(), "persistence").Result()
+		if err == nil && strings.Contains(info, "aof_rewrites:1") && strings.Contains(info, "aof_rewrite_in_progress:0") && !strings.Contains(info, "aof_rewrite_scheduled:1") {
+			return
+		}
+	}
+	t.Fatal("the AOF rewrite did not finish within 10 s")
+}

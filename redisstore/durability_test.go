@@ -197,6 +197,7 @@ func TestNewRefusesInvalidOptions(t *testing.T) {
 		{"negative Horizon", ok, Options{Horizon: -time.Second}},
 		{"Horizon under a millisecond", ok, Options{Horizon: time.Microsecond}},
 		{"negative MaxSkew", ok, Options{MaxSkew: -time.Second}},
+		{"negative RecheckInterval", ok, Options{RecheckInterval: -time.Second}},
 		{"MaxSkew over SkewMargin", ok, Options{MaxSkew: replay.SkewMargin + time.Second}},
 		{"negative replicas", ok, Options{Durability: Durability{Replicas: -1}}},
 		{"negative replica AOF", ok, Options{Durability: Durability{ReplicaAOF: -1}}},
