@@ -98,7 +98,7 @@ func (s *Store) emit(e Event) {
 	}
 	switch e.Kind {
 	case EventFenceRaised:
-		s.log.Error("redisstore: Redis lost acknowledged data (or the key space was never provisioned); the shard refuses every claim until the fence opens", attrs...)
+		s.log.Error("redisstore: Redis lost acknowledged data, or the prefix was never provisioned (run Store.Provision once per new prefix; for a prefix that never served, see Store.ReprovisionNeverUsed); the shard refuses every claim until the fence opens", attrs...)
 	case EventFenced:
 		s.log.Warn("redisstore: refusing claims of a fenced shard", attrs...)
 	case EventClockSkew:
