@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,6 +68,12 @@ func TestServerChecksRefuseWhatDoesNotFit(t *testing.T) {
 		{"sentinel", map[string]*redis.Cmd{"ROLE": reply([]any{"sentinel", []any{}}, nil)}, Options{}, ErrConfig},
 		{"primary with replicas", map[string]*redis.Cmd{"ROLE": reply([]any{"master", int64(10), []any{[]any{"127.0.0.1", "6380", "10"}}}, nil)}, Options{}, ErrConfig},
 		{"primary with replicas, async allowed", map[string]*redis.Cmd{"ROLE": reply([]any{"master", int64(10), []any{[]any{"127.0.0.1", "6380", "10"}}}, nil)}, Options{AllowAsyncReplicas: true}, nil},
+		{"replica away (backlog, offset)", map[string]*redis.Cmd{"INFO": reply("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:1234\r\nrepl_backlog_active:1\r\n", nil)}, Options{}, ErrConfig},
+		{"replica away (offset only)", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:7\r\nrepl_backlog_active:0\r\n", nil)}, Options{}, ErrConfig},
+		{"replica away, async allowed", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:7\r\nrepl_backlog_active:1\r\n", nil)}, Options{AllowAsyncReplicas: true}, nil},
+		{"never had a replica", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n", nil)}, Options{}, nil},
+		{"INFO forbidden", map[string]*redis.Cmd{"INFO": reply(nil, noperm)}, Options{}, nil},
+		{"INFO fails", map[string]*redis.Cmd{"INFO": reply(nil, errors.New("i/o timeout"))}, Options{}, ErrUnavailable},
 		{"ROLE forbidden", map[string]*redis.Cmd{"ROLE": reply(nil, noperm)}, Options{}, ErrConfig},
 		{"ROLE forbidden, async allowed", map[string]*redis.Cmd{"ROLE": reply(nil, noperm)}, Options{AllowAsyncReplicas: true}, nil},
 		{"ROLE odd", map[string]*redis.Cmd{"ROLE": reply("master", nil)}, Options{}, ErrUnavailable},
@@ -444,4 +451,113 @@ func waitRewrite(t *testing.T, c *redis.Client) {
 		}
 	}
 	t.Fatal("the AOF rewrite did not finish within 10 s")
+}
+
+// connectedReplicas is the number of replicas ROLE reports on c.
+func connectedReplicas(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	v, err := c.Do(context.Background(), "ROLE").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, n, ok := parseRole(v)
+	if !ok {
+		t.Fatalf("ROLE %v", v)
+	}
+	return n
+}
+
+// Durability must cover every replica the primary has, including one
+// whose link is down, on real redis-servers: two replicas and Replicas: 1
+// are refused unless AllowFewerReplicas (which reports the risk);
+// Replicas: 2 opens, and while one replica is cut every claim is refused
+// (ErrNotDurable), so promoting that replica accepts no ID twice; a store
+// without Durability opened while the only replica is away is refused.
+func TestReplicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("two replicas", func(t *testing.T) {
+		t.Parallel()
+		primary := newServer(t)
+		newReplica(t, primary)
+		b := newServer(t, "--replicaof", "127.0.0.1", primary.port)
+		waitReplicas(t, primary, 2)
+		c := primary.client()
+		_, err := Open(ctx, c, Options{Prefix: "two:", Logger: quietLogger(), Durability: Durability{Replicas: 1}})
+		if !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "AllowFewerReplicas") {
+			t.Fatalf("Open with Replicas: 1 of 2 = %v; want ErrConfig naming AllowFewerReplicas", err)
+		}
+		var ev events
+		s, err := Open(ctx, c, Options{Prefix: "two:", Logger: quietLogger(), Observer: ev.observe, Durability: Durability{Replicas: 1}, AllowFewerReplicas: true})
+		if err != nil {
+			t.Fatalf("Open with AllowFewerReplicas: %v", err)
+		}
+		s.Close()
+		if ev.count(EventRiskAccepted) != 1 || ev.all[0].Option != "AllowFewerReplicas" {
+			t.Fatalf("events %+v; want one EventRiskAccepted for AllowFewerReplicas", ev.all)
+		}
+		s2 := provisioned(t, c, Options{Prefix: "two:", Logger: quietLogger(), Durability: Durability{Replicas: 2, Timeout: 50 * time.Millisecond}})
+		// Claims acknowledged by both replicas, then B is cut: every claim
+		// is refused, none reported first.
+		var accepted []string
+		for i := range 20 {
+			id := fmt.Sprint("acked-", i)
+			if first, err := s2.Claim(ctx, id, time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("claim with both replicas = %v, %v", first, err)
+			}
+			accepted = append(accepted, id)
+		}
+		b.signal(syscall.SIGSTOP)
+		for i := range 20 {
+			first, err := s2.Claim(ctx, fmt.Sprint("cut-", i), time.Now().Add(time.Minute))
+			if first || !errors.Is(err, ErrNotDurable) {
+				t.Fatalf("claim while B is cut = %v, %v; want ErrNotDurable", first, err)
+			}
+		}
+		// Promote B (the replica that was cut): every ID reported first is
+		// refused there.
+		b.signal(syscall.SIGCONT)
+		primary.kill()
+		if err := b.client().Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		s3, err := Open(ctx, b.client(), Options{Prefix: "two:", Logger: quietLogger(), AllowAsyncReplicas: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s3.Close()
+		for _, id := range accepted {
+			if first, err := s3.Claim(ctx, id, time.Now().Add(time.Minute)); first || err != nil {
+				t.Fatalf("replay of %q on the promoted replica = %v, %v; want taken", id, first, err)
+			}
+		}
+	})
+	t.Run("replica away", func(t *testing.T) {
+		t.Parallel()
+		primary := newServer(t)
+		r := newReplica(t, primary)
+		r.kill()
+		c := primary.client()
+		for deadline := time.Now().Add(5 * time.Second); connectedReplicas(t, c) != 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the primary still reports its replica 5 s after it was killed")
+			}
+		}
+		_, err := Open(ctx, c, Options{Prefix: "away:", Logger: quietLogger()})
+		if !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "AllowAsyncReplicas") {
+			t.Fatalf("Open without Durability while the replica is away = %v; want ErrConfig", err)
+		}
+		if _, err := Open(ctx, c, Options{Prefix: "away:", Logger: quietLogger(), Durability: Durability{Replicas: 1, Timeout: 50 * time.Millisecond}}); err != nil {
+			t.Fatalf("Open with Durability covering the away replica: %v", err)
+		}
+	})
+	t.Run("replica attached after Open", func(t *testing.T) {
+		t.Parallel()
+		primary := newServer(t)
+		newReplica(t, primary)
+		s := provisioned(t, primary.client(), Options{Prefix: "later2:", Logger: quietLogger(), Durability: Durability{Replicas: 1, Timeout: 50 * time.Millisecond}})
+		newServer(t, "--replicaof", "127.0.0.1", primary.port)
+		waitReplicas(t, primary, 2)
+		awaitRecheckRefusal(t, s, "a second replica attached")
+	})
 }
