@@ -40,15 +40,20 @@ const (
 	// appears, once per appearance, together with one Warn line: a
 	// dashboard counting it finds every weakened deployment.
 	EventRiskAccepted
+	// EventClaimResent: the client resent a claim whose reply was lost
+	// (go-redis retries by default) and the first send had been recorded;
+	// the claim's own nonce identified it, and Claim reported it first.
+	// Without the nonce that ID would have been refused as a replay.
+	EventClaimResent
 
 	numEventKinds // not a kind: the size of the set
 )
 
-var eventNames = [numEventKinds]string{"", "fence_raised", "fenced", "clock_skew", "not_durable", "lease_released", "lease_abandoned", "risk_accepted"}
+var eventNames = [numEventKinds]string{"", "fence_raised", "fenced", "clock_skew", "not_durable", "lease_released", "lease_abandoned", "risk_accepted", "claim_resent"}
 
 // String returns the kind's stable label: "fence_raised", "fenced",
-// "clock_skew", "not_durable", "lease_released", "lease_abandoned" or
-// "risk_accepted" ("" outside the set).
+// "clock_skew", "not_durable", "lease_released", "lease_abandoned",
+// "risk_accepted" or "claim_resent" ("" outside the set).
 func (k EventKind) String() string {
 	if k < numEventKinds {
 		return eventNames[k]
@@ -107,6 +112,8 @@ func (s *Store) emit(e Event) {
 		s.log.Warn("redisstore: refusing claims: fewer replicas acknowledged the write than Durability requires", attrs...)
 	case EventRiskAccepted:
 		s.log.Warn("redisstore: the server has a risk an Allow* option accepts; claims may be accepted twice if it materializes", attrs...)
+	case EventClaimResent:
+		s.log.Info("redisstore: a claim's reply was lost and the client resent it; its own nonce identified it", attrs...)
 	case EventLeaseAbandoned:
 		s.log.Warn("redisstore: could not release a lease whose acquisition had an unknown outcome; it ends by itself", attrs...)
 	}

@@ -41,6 +41,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -244,6 +246,10 @@ type Store struct {
 	risks        atomic.Uint32
 	seenReplicas atomic.Int64
 
+	// nonceBase (random, per Store) and nonces make each Claim's nonce.
+	nonceBase string
+	nonces    atomic.Uint64
+
 	logged  [numEventKinds]atomic.Int64 // unix ms of the last log line per kind
 	cancels cancels
 }
@@ -271,7 +277,7 @@ var (
 // per timed-out claim, up to the pool size, for as long as it hangs.
 //
 // A client retry after a lost reply is safe for every method: a retried
-// Claim reports the ID as taken (refused, never accepted twice), and a
+// Claim finds its own entry (by its nonce) and reports first, and a
 // resent lease script finds its own lease or done entry. Retries only
 // lengthen a call; the store's deadline still bounds it.
 //
@@ -331,6 +337,9 @@ func New(client Client, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.dur = d
+	var b [8]byte
+	rand.Read(b[:])
+	s.nonceBase = hex.EncodeToString(b[:]) + "."
 	s.cancels.init()
 	return s, nil
 }
@@ -388,9 +397,12 @@ func (s *Store) Horizon() time.Duration { return s.horizon }
 // or oversize id, until not in the future, or until past the horizon).
 // Error text never contains id.
 //
-// A claim whose reply is lost may still have been recorded, and a client
-// retry of it then reports first == false: the ID is consumed and refused,
-// never accepted twice.
+// Each Claim call carries a nonce of its own, stored with the claim: a
+// client retry of a claim whose reply was lost (go-redis retries by
+// default) finds its own entry and reports first == true, with an
+// [EventClaimResent], instead of refusing a legitimate first use. A lost
+// reply the client does not retry returns an error (ErrUnavailable), and
+// the ID stays claimed: refused, never accepted twice.
 func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
 	if err := checkID(id); err != nil {
 		return false, err
@@ -399,11 +411,17 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if err != nil {
 		return false, err
 	}
-	code, _, err := s.run(ctx, claimLua, id, strconv.FormatInt(ms, 10))
+	nonce := s.nonceBase + strconv.FormatUint(s.nonces.Add(1), 36)
+	code, _, err := s.run(ctx, claimLua, id, strconv.FormatInt(ms, 10), nonce)
 	switch {
 	case err != nil:
 		return false, err
 	case code == 1:
+		return true, nil
+	case code == 2:
+		// The client resent this claim after its reply was lost, and the
+		// first send had recorded it: this call is the first.
+		s.emit(Event{Kind: EventClaimResent, Shard: shardOf(id)})
 		return true, nil
 	case code == 0:
 		return false, nil

@@ -91,7 +91,7 @@ func provisioned(t testing.TB, c Client, opts Options) *Store {
 }
 
 // answerChecks wraps a scripted client so that it answers the server checks
-// of the store's first call (ROLE, CONFIG GET, TIME) like a lone primary
+// of the store's first call (ROLE, INFO, CONFIG GET, TIME) like a lone primary
 // with noeviction and the real clock, and passes every other command to f.
 func answerChecks(f clientFunc) clientFunc {
 	return func(ctx context.Context, args ...any) *redis.Cmd {
@@ -106,6 +106,8 @@ func answerChecks(f clientFunc) clientFunc {
 				return f(ctx, args...)
 			}
 			cmd.SetVal([]any{name, value})
+		case "INFO": // replication: never had a replica
+			cmd.SetVal("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n")
 		case "TIME":
 			now := time.Now()
 			cmd.SetVal([]any{strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond() / 1000)})
@@ -492,8 +494,49 @@ func TestClaimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
 	// The marker and the entry share one hash tag: one slot in Redis Cluster.
 	want := []any{"EVALSHA", claimLua.sha, 2, tag, tag + ":the-id",
 		strconv.FormatInt(now.UnixMilli(), 10), "60000", strconv.FormatInt(DefaultHorizon.Milliseconds(), 10), "1900000000123"}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("command = %v, want %v", got, want)
+	if len(got) != len(want)+1 || fmt.Sprint(got[:len(want)]) != fmt.Sprint(want) {
+		t.Fatalf("command = %v, want %v and a nonce", got, want)
+	}
+	if nonce, _ := got[len(want)].(string); len(nonce) < 18 || !strings.HasPrefix(nonce, s.nonceBase) {
+		t.Fatalf("nonce %v; want the store's base and a counter", got[len(want)])
+	}
+}
+
+// A claim whose reply is lost and which the client resends (go-redis
+// retries by default) is first, not refused as its own replay: the claim's
+// nonce identifies its own entry, and EventClaimResent reports it. Other
+// claims of the ID stay refused. Real redis-server.
+func TestResentClaimFindsItsOwnEntry(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	real := srv.client()
+	var ev events
+	resend := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+		if name, _ := args[0].(string); name == "EVALSHA" || name == "EVAL" {
+			real.Do(ctx, args...) // this reply is lost
+		}
+		return real.Do(ctx, args...)
+	})
+	s := provisioned(t, real, Options{Prefix: "resend:", Logger: quietLogger()})
+	r, err := New(resend, Options{Prefix: "resend:", Logger: quietLogger(), Observer: ev.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	for i := range 10 {
+		id := fmt.Sprint("lost-reply-", i)
+		if first, err := r.Claim(ctx, id, until); !first || err != nil {
+			t.Fatalf("resent claim = %v, %v; want first", first, err)
+		}
+		for _, st := range []*Store{r, s} {
+			if first, err := st.Claim(ctx, id, until); first || err != nil {
+				t.Fatalf("replay after a resent claim = %v, %v; want taken", first, err)
+			}
+		}
+	}
+	if n := ev.count(EventClaimResent); n != 10 {
+		t.Fatalf("%d EventClaimResent; want 10", n)
 	}
 }
 
