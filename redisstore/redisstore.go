@@ -28,10 +28,24 @@
 //   - A failover to a replica that missed the last writes: with
 //     [Options.Durability] every write waits for WAIT (and WAITAOF) on the
 //     connection that wrote, and too few acknowledgements is
-//     [ErrNotDurable]; a store on a Redis with replicas and no durability
-//     setting refuses to run ([ErrConfig]).
+//     [ErrNotDurable]. This covers every failover only when Durability
+//     waits for every replica the primary has: a store waiting for fewer
+//     replicas than the primary has, or had (a replica whose link is down
+//     still counts), refuses to run ([ErrConfig]) unless
+//     [Options.AllowFewerReplicas] (right only when every failover promotes
+//     the most up-to-date replica) or, without Durability,
+//     [Options.AllowAsyncReplicas].
+//   - Persistence weakened after Open (appendfsync, or AOF switched off at
+//     run time) is found within [Options.RecheckInterval] and refused, and
+//     the key space is fenced for one horizon.
 //   - An instance clock behind Redis's by more than [Options.MaxSkew] is
 //     refused ([ErrClockSkew]).
+//
+// Each Allow* option keeps its check running and reports the risk it
+// accepts when present ([EventRiskAccepted] and one Warn line). Entries
+// deleted by hand while their shard's marker stays cannot be detected:
+// never delete entries; delete the markers too, or FLUSHDB, and the fence
+// covers it.
 //
 // A new prefix is opened once with [Store.Provision]. The store fails
 // closed: when Redis is down, slow, or answers anything unexpected, Claim
@@ -345,8 +359,10 @@ func New(client Client, opts Options) (*Store, error) {
 }
 
 // Open returns a Store like [New] and checks the server before returning:
-// that every master answers, that a Redis with replicas has a Durability
-// setting (or AllowAsyncReplicas), that WAITAOF exists when Durability asks
+// that every master answers, that Durability waits for every replica a
+// master has or had (a replica that is away counts when INFO replication
+// shows a backlog or an offset: or AllowAsyncReplicas without Durability,
+// AllowFewerReplicas with it), that WAITAOF exists when Durability asks
 // for it (Redis 7.2 or newer), that maxmemory-policy is noeviction (or
 // AllowEviction), that a restart cannot bring back older data (or
 // AllowRollback), and that this instance's clock is not behind Redis's by
