@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -186,9 +185,9 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) error {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
 	}
-	// Role and replicas: those connected now (ROLE), those this store saw
-	// before, and one more when the replication backlog shows a replica
-	// was attached and none is connected now (its link is down, or it is
+	// Role and replicas: those connected now (ROLE), the most this store
+	// saw before, and one when the replication backlog shows a replica was
+	// attached and none is connected now (its link is down, or it is
 	// paused: it can still be promoted).
 	v, err := do("ROLE")
 	switch {
@@ -426,25 +425,18 @@ redis.call('SET', KEYS[1], string.format('F%.0f', f))
 return f`
 
 // replicaAway reports whether INFO replication shows that a replica was
-// attached although none is connected now: a replication backlog, or a
-// replication offset above zero. (A primary that was itself promoted from
-// a replica shows an offset too, and is treated the same: conservative.)
+// attached although none is connected now: a replication backlog, which a
+// primary keeps from a replica's first sync until repl-backlog-ttl (3600 s
+// by default) after the last one left. (master_repl_offset is no
+// evidence: with AOF, Redis 7.2 and Valkey advance it without replicas.)
 func replicaAway(info any) bool {
 	text, ok := info.(string)
 	if !ok {
 		return false
 	}
 	for _, line := range strings.Split(text, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		switch k {
-		case "repl_backlog_active":
-			if v == "1" {
-				return true
-			}
-		case "master_repl_offset":
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
-				return true
-			}
+		if k, v, _ := strings.Cut(strings.TrimSpace(line), ":"); k == "repl_backlog_active" && v == "1" {
+			return true
 		}
 	}
 	return false

@@ -69,7 +69,7 @@ func TestServerChecksRefuseWhatDoesNotFit(t *testing.T) {
 		{"primary with replicas", map[string]*redis.Cmd{"ROLE": reply([]any{"master", int64(10), []any{[]any{"127.0.0.1", "6380", "10"}}}, nil)}, Options{}, ErrConfig},
 		{"primary with replicas, async allowed", map[string]*redis.Cmd{"ROLE": reply([]any{"master", int64(10), []any{[]any{"127.0.0.1", "6380", "10"}}}, nil)}, Options{AllowAsyncReplicas: true}, nil},
 		{"replica away (backlog, offset)", map[string]*redis.Cmd{"INFO": reply("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:1234\r\nrepl_backlog_active:1\r\n", nil)}, Options{}, ErrConfig},
-		{"replica away (offset only)", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:7\r\nrepl_backlog_active:0\r\n", nil)}, Options{}, ErrConfig},
+		{"offset without a backlog (AOF on Redis 7.2, Valkey)", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:7\r\nrepl_backlog_active:0\r\n", nil)}, Options{}, nil},
 		{"replica away, async allowed", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:7\r\nrepl_backlog_active:1\r\n", nil)}, Options{AllowAsyncReplicas: true}, nil},
 		{"never had a replica", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n", nil)}, Options{}, nil},
 		{"INFO forbidden", map[string]*redis.Cmd{"INFO": reply(nil, noperm)}, Options{}, nil},

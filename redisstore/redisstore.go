@@ -361,7 +361,7 @@ func New(client Client, opts Options) (*Store, error) {
 // Open returns a Store like [New] and checks the server before returning:
 // that every master answers, that Durability waits for every replica a
 // master has or had (a replica that is away counts when INFO replication
-// shows a backlog or an offset: or AllowAsyncReplicas without Durability,
+// shows a replication backlog: or AllowAsyncReplicas without Durability,
 // AllowFewerReplicas with it), that WAITAOF exists when Durability asks
 // for it (Redis 7.2 or newer), that maxmemory-policy is noeviction (or
 // AllowEviction), that a restart cannot bring back older data (or
