@@ -22,7 +22,7 @@ func FuzzServerReplyParsers(f *testing.F) {
 		parseTime([]any{a})
 		replicaAway(a + "\r\n" + b + ":" + c + "\nmaster_repl_offset:" + d)
 		replicaAway([]any{a})
-		if replicaAway("role:master\r\nmaster_repl_offset:9\r\nrepl_backlog_active:0\r\n" + "x" + a) && !strings.Contains(a, ":") {
+		if replicaAway("role:master\r\nmaster_repl_offset:9\r\nrepl_backlog_active:0\r\n"+"x"+a) && !strings.Contains(a, ":") {
 			t.Fatal("replicaAway without a backlog")
 		}
 	})
