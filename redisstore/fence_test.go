@@ -297,3 +297,67 @@ func TestReprovisionNeverUsed(t *testing.T) {
 		})
 	}
 }
+
+// Each refusal of ReprovisionNeverUsed on a scripted server whose shards
+// are all fenced (never provisioned): the server's counters show a loss,
+// an entry exists, or Redis cannot answer; with none of these it opens
+// every shard.
+func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
+	tests := []struct {
+		name        string
+		stats, cmds string // INFO stats, INFO commandstats
+		scanKeys    []any
+		infoErr     error
+		want        error // nil: opens every shard
+	}{
+		{"clean", "evicted_keys:0\r\n", "cmdstat_get:calls=3\r\n", nil, nil, nil},
+		{"keys evicted", "evicted_keys:17\r\n", "", nil, nil, ErrConfig},
+		{"FLUSHALL ran", "evicted_keys:0\r\n", "cmdstat_flushall:calls=1,usec=5\r\n", nil, nil, ErrConfig},
+		{"FLUSHDB ran", "evicted_keys:0\r\n", "cmdstat_flushdb:calls=1,usec=5\r\n", nil, nil, ErrConfig},
+		{"an entry left", "evicted_keys:0\r\n", "", []any{"app:{07}:x"}, nil, ErrConfig},
+		{"INFO fails", "", "", nil, errors.New("i/o timeout"), ErrUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sets := 0
+			c := answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+				cmd := redis.NewCmd(ctx, args...)
+				switch args[0] {
+				case "GET":
+					cmd.SetVal("F1900000000000")
+				case "INFO":
+					if tt.infoErr != nil {
+						cmd.SetErr(tt.infoErr)
+					} else if args[1] == "stats" {
+						cmd.SetVal(tt.stats)
+					} else {
+						cmd.SetVal(tt.cmds)
+					}
+				case "SCAN":
+					keys := tt.scanKeys
+					if keys == nil {
+						keys = []any{}
+					}
+					cmd.SetVal([]any{"0", keys})
+				case "EVAL":
+					sets++
+					cmd.SetVal(int64(1))
+				default:
+					cmd.SetErr(fmt.Errorf("unexpected %v", args[0]))
+				}
+				return cmd
+			})
+			s, err := New(c, Options{Prefix: "app:", Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := s.ReprovisionNeverUsed(context.Background())
+			switch {
+			case tt.want == nil && (err != nil || n != Shards || sets != Shards):
+				t.Fatalf("ReprovisionNeverUsed = %d, %v (%d writes); want %d, nil", n, err, sets, Shards)
+			case tt.want != nil && (!errors.Is(err, tt.want) || n != 0 || sets != 0):
+				t.Fatalf("ReprovisionNeverUsed = %d, %v (%d writes); want 0, %v and no write", n, err, sets, tt.want)
+			}
+		})
+	}
+}

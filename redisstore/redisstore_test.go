@@ -107,6 +107,9 @@ func answerChecks(f clientFunc) clientFunc {
 			}
 			cmd.SetVal([]any{name, value})
 		case "INFO": // replication: never had a replica
+			if section, _ := args[len(args)-1].(string); section != "replication" {
+				return f(ctx, args...)
+			}
 			cmd.SetVal("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n")
 		case "TIME":
 			now := time.Now()
