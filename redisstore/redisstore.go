@@ -218,7 +218,8 @@ type Options struct {
 	// calling goroutine and must not block.
 	Observer func(Event)
 
-	// Logger receives one line when a shard is fenced, and at most one a
+	// Logger receives one line when a shard is fenced, one Warn line each
+	// time a risk an Allow* option accepts appears, and at most one a
 	// minute per kind while refusals for a fence, clock skew or durability
 	// go on. Nil means slog.Default(). Lines hold no ID, token or key.
 	Logger *slog.Logger
