@@ -214,8 +214,9 @@ type Options struct {
 
 	// Observer, when not nil, is called with every [Event]: a shard fenced,
 	// a refusal for a fence, clock skew or durability, a lease released
-	// after an unknown outcome. It is called synchronously from the
-	// calling goroutine and must not block.
+	// after an unknown outcome, a risk an Allow* option accepts, a claim
+	// resent after a lost reply. It is called synchronously from the
+	// calling goroutine (or the background recheck) and must not block.
 	Observer func(Event)
 
 	// Logger receives one line when a shard is fenced, one Warn line each
