@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,7 +73,7 @@ func (s *Store) recheck() {
 			s.checkErr.Store(&err)
 			s.log.Error("redisstore: the server no longer fits the store's Options; every call refuses", "prefix", s.prefix, "reason", Reason(err))
 			if errors.Is(err, errDrift) {
-				s.fenceAll(ctx, s.sawAOF.Load())
+				s.fenceAll(ctx, s.anySawAOF())
 			}
 		}
 	}()
@@ -273,7 +274,7 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) error {
 		}
 	}
 	// Persistence.
-	if err := s.checkPersistence(ctx, do); err != nil {
+	if err := s.checkPersistence(ctx, do, masterKey(m)); err != nil {
 		if !errors.Is(err, ErrConfig) || !s.opts.AllowRollback || errors.Is(err, errDrift) {
 			return err
 		}
@@ -300,7 +301,8 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) error {
 // acknowledged (AOF with appendfsync always, or with Durability.LocalAOF,
 // which waits for the fsync) or nothing (no AOF and no RDB snapshots: the
 // markers are gone too, and the shard is fenced).
-func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any, error)) error {
+func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any, error), master string) error {
+	seen := s.persistenceSeen(master)
 	// errUnread: CONFIG GET refused (managed services) or answered
 	// unexpectedly; the store runs and says it could not check.
 	errUnread := errors.New("unread")
@@ -325,15 +327,15 @@ func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any,
 		}
 		switch aof {
 		case "yes":
-			s.sawAOF.Store(true)
+			seen.aof.Store(true)
 			if s.dur.LocalAOF {
 				return nil // every write waits for WAITAOF's local fsync
 			}
 			fsync, err := get("appendfsync")
 			switch {
 			case err == nil && fsync == "always":
-				s.sawFsyncAlways.Store(true)
-			case err == nil && s.sawFsyncAlways.Load():
+				seen.fsyncAlways.Store(true)
+			case err == nil && seen.fsyncAlways.Load():
 				err = refuse(ErrConfig, "appendfsync weakened after Open: claims acknowledged since may be lost by a machine crash while the fence markers stay; the key space is fenced for one horizon",
 					fmt.Errorf("%w: appendfsync %s", errDrift, fsync))
 			case err == nil:
@@ -342,7 +344,7 @@ func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any,
 			}
 			return err
 		case "no":
-			if s.sawAOF.Load() {
+			if seen.aof.Load() {
 				// CONFIG SET appendonly no leaves the old AOF on disk,
 				// and a start with the configuration file loads it.
 				return refuse(ErrConfig, "AOF switched off after Open: the next start may load the old AOF, with the fence markers and without the later claims; the key space is fenced for one horizon",
@@ -363,6 +365,46 @@ func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any,
 	}
 	s.warned.And(^uint32(warnPersistence))
 	return err
+}
+
+// persistence is what the checks saw of one master's persistence: a
+// later check that sees less is a drift.
+type persistence struct{ aof, fsyncAlways atomic.Bool }
+
+// persistenceSeen returns what the checks saw of the master named key.
+func (s *Store) persistenceSeen(key string) *persistence {
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	if s.seen == nil {
+		s.seen = map[string]*persistence{}
+	}
+	p, ok := s.seen[key]
+	if !ok {
+		p = new(persistence)
+		s.seen[key] = p
+	}
+	return p
+}
+
+// anySawAOF reports whether a check saw AOF on any master.
+func (s *Store) anySawAOF() bool {
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	for _, p := range s.seen {
+		if p.aof.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// masterKey names a master for persistenceSeen: its address when known
+// (a Cluster's masters), else "" (the one server of the client).
+func masterKey(m doer) string {
+	if c, ok := m.(*redis.Client); ok && c.Options() != nil {
+		return c.Options().Addr
+	}
+	return ""
 }
 
 // errDrift marks a refusal for a persistence setting weakened after the

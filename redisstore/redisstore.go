@@ -62,6 +62,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -248,12 +249,13 @@ type Store struct {
 	// checked is set once the server checks passed; check serializes them.
 	checked      atomic.Bool
 	recheckEvery time.Duration
-	// sawAOF and sawFsyncAlways: a check saw appendonly yes (with
-	// appendfsync always); a later check that does not is a drift.
-	sawAOF, sawFsyncAlways atomic.Bool
-	warned                 atomic.Uint32 // what warnOnce has logged
-	lastCheck              atomic.Int64  // unix ms of the last server check
-	check                  chan struct{}
+	// seen is what the checks saw of each master's persistence (see
+	// persistenceSeen).
+	seenMu    sync.Mutex
+	seen      map[string]*persistence
+	warned    atomic.Uint32 // what warnOnce has logged
+	lastCheck atomic.Int64  // unix ms of the last server check
+	check     chan struct{}
 	// checkErr is a permanent refusal found by the server checks.
 	checkErr atomic.Pointer[error]
 
