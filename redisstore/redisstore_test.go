@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -725,5 +727,15 @@ func TestNestedPrefixesNeverShareKeys(t *testing.T) {
 				t.Fatalf("key %q belongs to neither store", k)
 			}
 		}
+	})
+}
+
+// TestRequestStateContract: no refusal (caller, tool, arguments, audience)
+// consumes a single-use request state held in Redis; the right request
+// opens it afterwards exactly once (replaytest.RunRequestStateContract).
+func TestRequestStateContract(t *testing.T) {
+	replaytest.RunRequestStateContract(t, func(t *testing.T) replay.Store {
+		s, _ := newTestStore(t)
+		return s
 	})
 }
