@@ -573,7 +573,7 @@ func TestNewRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 	t.Cleanup(pool.Close)
 	for _, q := range []string{
 		`CREATE TEMP TABLE "` + name + `" (LIKE public."` + name + `" INCLUDING ALL)`,
-		`INSERT INTO pg_temp."` + name + `" (key, state, token, until) VALUES (''::bytea, 'm', '', '-infinity')`,
+		`INSERT INTO pg_temp."` + name + `" (key, state, token, until) VALUES (` + markerSQL + `, 'm', '', '-infinity')`,
 	} {
 		if _, err := pool.Exec(bg(), q); err != nil {
 			t.Fatal(err)

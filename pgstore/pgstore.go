@@ -4,7 +4,9 @@
 // across every instance, and keep that promise through a database crash.
 //
 // Every claim and every lease step is one SQL statement on one row of one
-// table, keyed by <prefix><id>: a claim is
+// table, keyed by the prefix's length, the prefix and the id (so that no
+// two prefixes share a key, even when one starts with the other): a claim
+// is
 //
 //	INSERT ... ON CONFLICT (key) DO NOTHING, and in the same statement
 //	UPDATE ... WHERE key = $1 AND until <= now()  (take over an expired row)
@@ -41,6 +43,7 @@ package pgstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -123,11 +126,12 @@ type Options struct {
 	// differ, so every instance uses the same table.
 	Table string
 
-	// Prefix is prepended to every ID to form the row's key, so several
-	// stores (or applications) can share one table without seeing each
-	// other's claims. End it with a separator (":") so that no prefix and
-	// ID run into another's. Empty means DefaultPrefix; longer than
-	// MaxPrefixBytes is refused with ErrConfig.
+	// Prefix, with its length, is prepended to every ID to form the row's
+	// key, so several stores (or applications) can share one table without
+	// seeing each other's claims, leases or releases, even when one prefix
+	// starts with another ("ctoken:replay:" and "ctoken:replay:webhooks:";
+	// TestNestedPrefixesNeverShareKeys). Empty means DefaultPrefix; longer
+	// than MaxPrefixBytes is refused with ErrConfig.
 	Prefix string
 
 	// Timeout bounds every call: the effective deadline is the earlier of
@@ -305,6 +309,8 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 		return nil, fmt.Errorf("%w: the role may not read table %s (GRANT SELECT, INSERT, UPDATE, DELETE)", ErrConfig, opts.Table)
 	case err != nil:
 		return nil, err
+	case !st.marker && st.legacy:
+		return nil, fmt.Errorf("%w: table %s has the key layout of pgstore before v2: run pgstore.Migrate (stores of earlier versions then refuse it)", ErrConfig, opts.Table)
 	case !st.marker:
 		return nil, fmt.Errorf("%w: %w: table %s", ErrUnavailable, ErrForgotten, opts.Table)
 	}
@@ -392,6 +398,7 @@ type checks struct {
 type serverState struct {
 	durable          Durability
 	recovery, marker bool
+	legacy           bool          // the table has the marker of key layout 1: not migrated
 	writable         bool          // the role may SELECT, INSERT, UPDATE and DELETE the table
 	permanent        bool          // the table is neither unlogged nor temporary
 	fsync, fullPages bool          // the server's fsync and full_page_writes
@@ -417,11 +424,12 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			current_setting('fsync')::bool, current_setting('full_page_writes')::bool,
 			(SELECT count(*) FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
 			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
-			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = ''::bytea AND state = 'm'),
+			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm'),
+			EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+legacyMarkerSQL+` AND state = 'm'),
 			has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND
 			has_table_privilege($1, 'UPDATE') AND has_table_privilege($1, 'DELETE'),
 			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass)`, s.table).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.writable, &r.st.permanent)
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent)
 		return r, err
 	})
 	if err != nil {
@@ -501,23 +509,27 @@ func (s *Store) prepare() {
 	// statement's snapshot that the claim could have taken (armed table, an
 	// until in the future): when neither ins nor upd took it, a concurrent
 	// statement changed it first (took it over, or a sweeper or release
-	// deleted it), and the claim runs again to see which.
-	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
+	// deleted it), and the claim runs again to see which. leg is a live
+	// row of the same ID under the layout before version 2 ($3, see
+	// [Migrate]): a claim made before the table was migrated, which keeps
+	// the ID taken until it expires.
+	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+leg AS (SELECT 1 FROM ` + t + ` WHERE key = $3::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
-  SELECT $1::bytea, 'c', '', $2::timestamptz FROM m WHERE $2::timestamptz > now()
+  SELECT $1::bytea, 'c', '', $2::timestamptz FROM m WHERE $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg)
   ON CONFLICT (key) DO NOTHING
   RETURNING 1
 ),
 upd AS (
   UPDATE ` + t + ` SET state = 'c', token = '', until = $2::timestamptz
   WHERE key = $1::bytea AND until <= now() AND $2::timestamptz > now()
-    AND EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM ins)
+    AND EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM leg)
   RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
   EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
-  EXISTS (SELECT 1 FROM m) AND $2::timestamptz > now()
+  EXISTS (SELECT 1 FROM m) AND $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg)
     AND EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until <= now())`
 	s.releaseSQL = `DELETE FROM ` + t + ` WHERE key = $1`
 	s.prepareLease()
@@ -583,8 +595,23 @@ const maxRaces = 3
 
 var errRaced = errors.New("the row kept changing under concurrent statements")
 
-// key is the row key of id.
+// key is the row key of id: the prefix's length (two bytes, big-endian),
+// the prefix, then id. The length makes the key unambiguous across
+// prefixes: no key of one prefix is a key of another, even when one prefix
+// starts with another ("ctoken:replay:" and "ctoken:replay:webhooks:").
+// Its first byte is 0x00 or 0x01 (1 <= len(prefix) <= MaxPrefixBytes), and
+// the marker row's key is two zero bytes (a prefix of length 0).
 func (s *Store) key(id string) []byte {
+	k := make([]byte, 0, 2+len(s.prefix)+len(id))
+	k = binary.BigEndian.AppendUint16(k, uint16(len(s.prefix)))
+	return append(append(k, s.prefix...), id...)
+}
+
+// legacyKey is the row key of id under the layout before version 2
+// (prefix then id, ambiguous across nested prefixes). The store writes no
+// such key; a live row under it is a claim made before [Migrate] upgraded
+// the table, and keeps id taken until it expires.
+func (s *Store) legacyKey(id string) []byte {
 	k := make([]byte, 0, len(s.prefix)+len(id))
 	return append(append(k, s.prefix...), id...)
 }
@@ -620,7 +647,7 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 		var c claimed
 		for range maxRaces {
 			var raced bool
-			if err := s.pool.QueryRow(ctx, s.claimSQL, key, u).Scan(&c.marker, &c.future, &c.first, &raced); err != nil || c.first || !raced {
+			if err := s.pool.QueryRow(ctx, s.claimSQL, key, u, s.legacyKey(id)).Scan(&c.marker, &c.future, &c.first, &raced); err != nil || c.first || !raced {
 				return c, err
 			}
 		}

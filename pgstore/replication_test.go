@@ -282,7 +282,7 @@ func TestRestoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	claim(r, "after-", true) // the limit: accepted again, and nothing can tell
 
 	// The remedy: forget the table on purpose, then rearm it fenced.
-	if _, err := pool.Exec(bg(), `DELETE FROM `+r.table+` WHERE key = ''::bytea`); err != nil {
+	if _, err := pool.Exec(bg(), `DELETE FROM `+r.table+` WHERE key = `+markerSQL); err != nil {
 		t.Fatal(err)
 	}
 	if err := Rearm(bg(), pool, "", time.Hour); err != nil {
