@@ -292,7 +292,7 @@ func TestNewRefusesSettingsThatLoseCommitsInACrash(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t)
 	admin := p.pool(t)
-	running := storeOn(t, p.pool(t), func(o *Options) { o.SweepInterval = 50 * time.Millisecond })
+	running := storeOn(t, p.pool(t), func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
 	until := time.Now().Add(time.Hour)
 	n := 0
 	// waitFor claims fresh IDs on the running store until a claim's error
@@ -539,7 +539,7 @@ func TestNewRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 	if err := Migrate(bg(), admin, name); err != nil {
 		t.Fatal(err)
 	}
-	running := storeOn(t, p.pool(t), func(o *Options) { o.Table = name; o.SweepInterval = 50 * time.Millisecond })
+	running := storeOn(t, p.pool(t), func(o *Options) { o.Table = name; o.RecheckInterval = 50 * time.Millisecond })
 	if _, err := admin.Exec(bg(), `ALTER TABLE "`+name+`" SET UNLOGGED`); err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@
 // claim ([ErrForgotten]); a database restored from an older backup keeps
 // its marker and is not detected (docs/pgstore.md says what to do).
 // Expired rows are deleted in small batches by a sweeper goroutine of each
-// Store (see [Store.Sweep]), which also repeats New's checks of the
-// server.
+// Store (see [Store.Sweep]); a checker goroutine repeats New's checks of
+// the server every second ([Options.RecheckInterval]).
 //
 // A claim is acknowledged only after PostgreSQL committed it, so with
 // synchronous_commit on (the default) it survives a crash of the server;
@@ -46,11 +46,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -63,6 +65,10 @@ const DefaultTable = "ctoken_replay"
 
 // DefaultTimeout bounds each call when Options.Timeout is zero.
 const DefaultTimeout = 2 * time.Second
+
+// DefaultRecheckInterval is how often a Store repeats New's checks of the
+// server when Options.RecheckInterval is zero.
+const DefaultRecheckInterval = time.Second
 
 // DefaultMaxClockSkew is how far the instance's clock may run behind the
 // database's when Options.MaxClockSkew is zero: half of
@@ -111,7 +117,8 @@ var (
 	// AllowRollback, standbys none of which is synchronous without
 	// AllowAsyncStandby, no synchronous standby with
 	// RequireSynchronousStandby, an instance clock too far behind the
-	// database's, a Prefix over MaxPrefixBytes, or a negative option.
+	// database's, a Prefix over MaxPrefixBytes, a table of the key layout
+	// before v2 (run [Migrate]), or a negative option.
 	ErrConfig = errors.New("pgstore: invalid configuration")
 )
 
@@ -144,7 +151,9 @@ type Options struct {
 	// is off. PostgreSQL then acknowledges a commit before it is on disk,
 	// and a crash of the server forgets the claims of the last moments
 	// (up to three times wal_writer_delay): an ID accepted just before the
-	// crash may be accepted again after it.
+	// crash may be accepted again after it. The check still runs: while
+	// synchronous_commit is off, New and the recheck (once per appearance)
+	// log a Warn and emit [EventRiskAccepted] naming this option.
 	AllowAsyncCommit bool
 
 	// AllowAsyncStandby lets New accept a primary that streams to physical
@@ -152,7 +161,13 @@ type Options struct {
 	// [Durability.WaitsForStandby]). A failover to such a standby can lose
 	// the last acknowledged claims, and the store cannot detect it: those
 	// IDs would be accepted a second time. Without this option New refuses
-	// it with ErrConfig; set synchronous_standby_names instead.
+	// it with ErrConfig; set synchronous_standby_names instead. A standby
+	// counts while it streams, while it has a physical replication slot
+	// (streaming or not), and, for a running Store, from the first recheck
+	// that saw it until synchronous replication covers it (see [New]). The
+	// check still runs: while such a standby is present, New and the
+	// recheck (once per appearance) log a Warn and emit [EventRiskAccepted]
+	// naming this option.
 	AllowAsyncStandby bool
 
 	// AllowRollback lets New accept a server whose machine crash (a power
@@ -162,7 +177,9 @@ type Options struct {
 	// be repaired from the WAL). After such a crash the table may have
 	// rolled back past claims it acknowledged, with its marker row intact,
 	// so the store cannot tell: those IDs would be accepted a second time.
-	// Without this option New refuses both with ErrConfig.
+	// Without this option New refuses both with ErrConfig. The check still
+	// runs: while either is off, New and the recheck (once per appearance)
+	// log a Warn and emit [EventRiskAccepted] naming this option.
 	AllowRollback bool
 
 	// RequireSynchronousStandby makes New refuse (ErrConfig) a session
@@ -185,10 +202,28 @@ type Options struct {
 	MaxClockSkew time.Duration
 
 	// SweepInterval is how often the store's sweeper deletes expired rows
-	// (see [Store.Sweep]) and repeats New's checks of the server (see
-	// [New]). Zero means DefaultSweepInterval; a negative value runs no
-	// sweeper (call Sweep yourself; the checks are then made at New only).
+	// (see [Store.Sweep]). Zero means DefaultSweepInterval; a negative
+	// value runs no sweeper (call Sweep yourself). It does not pace the
+	// rechecks of the server (RecheckInterval does).
 	SweepInterval time.Duration
+
+	// RecheckInterval is how often the store repeats New's checks of the
+	// server (see [New]) on a goroutine of its own, so that a setting
+	// weakened after New (synchronous_commit or fsync turned off, a standby
+	// attached) is refused within about this long. Zero means
+	// DefaultRecheckInterval; a negative value is refused with ErrConfig
+	// (the checks always run). Each recheck is one query.
+	RecheckInterval time.Duration
+
+	// Observer, when not nil, is called with every [Event]: a risk
+	// accepted by an Allow* option, a recheck that starts or stops
+	// refusing. It is called synchronously (from New or the checker
+	// goroutine) and must not block.
+	Observer func(Event)
+
+	// Logger receives one line per [Event]. Nil means slog.Default().
+	// Lines hold no ID, token or key.
+	Logger *slog.Logger
 
 	// SweepBatch is how many expired rows one sweeper statement deletes at
 	// most. Zero means DefaultSweepBatch.
@@ -220,6 +255,18 @@ type Store struct {
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
 	sweepBatch                                     int
 	onSweep                                        func(int64, error)
+	observer                                       func(Event)
+	log                                            *slog.Logger
+
+	// sawStandby is set once a check saw a physical standby (streaming, or
+	// with a slot) that commits do not wait for, and cleared when commits
+	// wait for a synchronous standby: a standby that stopped streaming and
+	// has no slot still counts. accepted and refusing are what the last
+	// check reported (see [Store.report]); only New and then the checker
+	// goroutine touch them.
+	sawStandby atomic.Bool
+	accepted   []risk
+	refusing   string
 
 	stop     context.CancelFunc
 	sweeping sync.WaitGroup
@@ -243,17 +290,29 @@ var (
 // that a server with physical standbys makes commits wait for a
 // synchronous one (else ErrConfig, unless Options.AllowAsyncStandby), and
 // that the instance's clock is not behind the database's by more than
-// Options.MaxClockSkew (else ErrConfig). It then starts the sweeper
-// goroutine, which [Store.Close] stops. The pool stays the caller's: Close
-// does not close it.
+// Options.MaxClockSkew (else ErrConfig). It then starts the sweeper and
+// checker goroutines, which [Store.Close] stops. The pool stays the
+// caller's: Close does not close it.
 //
-// The sweeper repeats these checks at every SweepInterval: while one fails
-// (a standby attached later without synchronous replication,
-// synchronous_commit or fsync turned off, the table made unlogged, the
-// server demoted to a standby, the instance's clock drifted behind),
-// Claim, AcquireLease and ConfirmLease refuse with ErrUnavailable and the
-// reason's sentinel, until it holds again. A Store without a sweeper
-// checks only at New.
+// A physical standby counts while it streams (pg_stat_replication) and
+// while it has a physical replication slot (pg_replication_slots, whether
+// or not it is connected), so a standby whose link is down when New runs
+// is refused if it has a slot; give every standby a slot
+// (primary_slot_name), since one without a slot that is not streaming at
+// New cannot be seen. A slot kept by another physical consumer (a WAL
+// archiver such as pg_receivewal) counts as a standby too.
+//
+// The checker repeats these checks every Options.RecheckInterval (one
+// second by default): while one fails (a standby attached later without
+// synchronous replication, synchronous_commit or fsync turned off by ALTER
+// SYSTEM or ALTER ROLE, the table made unlogged, the server demoted to a
+// standby, the instance's clock drifted behind), Claim, AcquireLease and
+// ConfirmLease refuse with ErrUnavailable and the reason's sentinel, until
+// it holds again. A standby that a check saw keeps counting after it stops
+// streaming and its slot is dropped, until synchronous replication covers
+// it (synchronous_standby_names set, synchronous_commit not local or off)
+// or the Store is replaced: its disconnect does not make a failover to it
+// safe. Each change is reported as an [Event] and logged once.
 //
 // Every session the pool opens should have the settings of the one New
 // checks: set synchronous_commit per role or database (ALTER ROLE ... SET),
@@ -278,10 +337,17 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	if opts.SweepBatch < 0 {
 		return nil, fmt.Errorf("%w: negative SweepBatch", ErrConfig)
 	}
+	if opts.RecheckInterval < 0 {
+		return nil, fmt.Errorf("%w: negative RecheckInterval (the checks of the server always run)", ErrConfig)
+	}
 	if len(opts.Prefix) > MaxPrefixBytes {
 		return nil, fmt.Errorf("%w: Prefix longer than %d bytes", ErrConfig, MaxPrefixBytes)
 	}
-	s := &Store{pool: pool, table: table, prefix: opts.Prefix, timeout: opts.Timeout, sweepBatch: opts.SweepBatch, onSweep: opts.OnSweep}
+	s := &Store{pool: pool, table: table, prefix: opts.Prefix, timeout: opts.Timeout, sweepBatch: opts.SweepBatch, onSweep: opts.OnSweep,
+		observer: opts.Observer, log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -314,14 +380,22 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	case !st.marker:
 		return nil, fmt.Errorf("%w: %w: table %s", ErrUnavailable, ErrForgotten, opts.Table)
 	}
-	if err := s.checks.judge(st); err != nil {
+	s.noteStandby(st.durable)
+	st.sawStandby = s.sawStandby.Load()
+	accepted, err := s.checks.judge(st)
+	if err != nil {
 		return nil, err
 	}
 	s.durable.Store(&st.durable)
+	s.report(accepted, nil)
 
 	interval := opts.SweepInterval
 	if interval == 0 {
 		interval = DefaultSweepInterval
+	}
+	recheck := opts.RecheckInterval
+	if recheck == 0 {
+		recheck = DefaultRecheckInterval
 	}
 	sctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
@@ -329,10 +403,12 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 		s.sweeping.Add(1)
 		go s.sweeper(sctx, interval)
 	}
+	s.sweeping.Add(1)
+	go s.checker(sctx, recheck)
 	return s, nil
 }
 
-// Close stops the store's sweeper and waits for it to return. It does not
+// Close stops the store's sweeper and checker and waits for them to return. It does not
 // close the pool. Calls after Close still work (without a sweeper).
 func (s *Store) Close() {
 	s.closed.Do(func() {
@@ -359,8 +435,13 @@ type Durability struct {
 	// empty when no standby is synchronous.
 	SynchronousStandbyNames string
 	// Standbys is how many physical standbys were streaming from the
-	// server at New (pg_stat_replication without logical walsenders).
+	// server at the last check (pg_stat_replication without logical
+	// walsenders).
 	Standbys int
+	// StandbySlots is how many physical replication slots the server had
+	// at the last check (pg_replication_slots), whether a standby is
+	// streaming from them or not.
+	StandbySlots int
 }
 
 // WaitsForStandby reports whether an acknowledged claim has also reached a
@@ -378,8 +459,8 @@ func (d Durability) WaitsForStandby() bool {
 	return false
 }
 
-// Durability returns the commit settings New read, or the sweeper's
-// latest recheck read since.
+// Durability returns the commit settings New read, or the latest recheck
+// read since.
 func (s *Store) Durability() Durability {
 	if d := s.durable.Load(); d != nil {
 		return *d
@@ -398,6 +479,7 @@ type checks struct {
 type serverState struct {
 	durable          Durability
 	recovery, marker bool
+	sawStandby       bool          // a standby not waited for was seen before (see Store.sawStandby)
 	legacy           bool          // the table has the marker of key layout 1: not migrated
 	writable         bool          // the role may SELECT, INSERT, UPDATE and DELETE the table
 	permanent        bool          // the table is neither unlogged nor temporary
@@ -424,12 +506,13 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			current_setting('fsync')::bool, current_setting('full_page_writes')::bool,
 			(SELECT count(*) FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
 			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
+			(SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'physical'),
 			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm'),
 			EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+legacyMarkerSQL+` AND state = 'm'),
 			has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND
 			has_table_privilege($1, 'UPDATE') AND has_table_privilege($1, 'DELETE'),
 			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass)`, s.table).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent)
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent)
 		return r, err
 	})
 	if err != nil {
@@ -439,36 +522,97 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 	return r.st, nil
 }
 
-// judge returns why the store must not run on a server in state st, or
-// nil.
-func (c checks) judge(st serverState) error {
+// judge returns why the store must not run on a server in state st (nil
+// if it may), and the risks present that an Allow* option accepts.
+func (c checks) judge(st serverState) ([]risk, error) {
 	d := st.durable
+	standby := (d.Standbys > 0 || d.StandbySlots > 0 || st.sawStandby) && !d.WaitsForStandby()
+	var accepted []risk
+	accept := func(r risk, allowed bool) {
+		if allowed {
+			accepted = append(accepted, r)
+		}
+	}
+	if d.SynchronousCommit == "off" {
+		accept(riskAsyncCommit, c.asyncCommit)
+	}
+	if !st.fsync {
+		accept(riskFsync, c.rollback)
+	}
+	if !st.fullPages {
+		accept(riskFullPages, c.rollback)
+	}
+	if standby {
+		accept(riskStandby, c.asyncStandby)
+	}
 	switch {
 	case st.recovery:
-		return fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
+		return accepted, fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
 	case !st.writable:
-		return fmt.Errorf("%w: the role may not SELECT, INSERT, UPDATE and DELETE the table (GRANT them)", ErrConfig)
+		return accepted, fmt.Errorf("%w: the role may not SELECT, INSERT, UPDATE and DELETE the table (GRANT them)", ErrConfig)
 	case !st.permanent:
-		return fmt.Errorf("%w: the table is unlogged or temporary: a crash (or the session's end) empties it, and a standby never has it (ALTER TABLE ... SET LOGGED)", ErrConfig)
+		return accepted, fmt.Errorf("%w: the table is unlogged or temporary: a crash (or the session's end) empties it, and a standby never has it (ALTER TABLE ... SET LOGGED)", ErrConfig)
 	case d.SynchronousCommit == "off" && !c.asyncCommit:
-		return fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
+		return accepted, fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
 	case !st.fsync && !c.rollback:
-		return fmt.Errorf("%w: fsync is off: a crash of the machine can lose acknowledged claims and leave the marker row, so they would be accepted again (set fsync on, or Options.AllowRollback)", ErrConfig)
+		return accepted, fmt.Errorf("%w: fsync is off: a crash of the machine can lose acknowledged claims and leave the marker row, so they would be accepted again (set fsync on, or Options.AllowRollback)", ErrConfig)
 	case !st.fullPages && !c.rollback:
-		return fmt.Errorf("%w: full_page_writes is off: a crash of the machine can tear pages that recovery cannot repair, losing acknowledged claims (set full_page_writes on, or Options.AllowRollback)", ErrConfig)
-	case d.Standbys > 0 && !d.WaitsForStandby() && !c.asyncStandby:
-		return fmt.Errorf("%w: the server streams to %d standby(s) but commits wait for none: a failover could accept acknowledged claims again (set synchronous_standby_names, or Options.AllowAsyncStandby)",
-			ErrConfig, d.Standbys)
+		return accepted, fmt.Errorf("%w: full_page_writes is off: a crash of the machine can tear pages that recovery cannot repair, losing acknowledged claims (set full_page_writes on, or Options.AllowRollback)", ErrConfig)
+	case standby && !c.asyncStandby:
+		return accepted, fmt.Errorf("%w: the server streams to %d standby(s) and has %d physical replication slot(s) (a standby seen since the store started counts until synchronous replication covers it), but commits wait for no standby: a failover could accept acknowledged claims again (set synchronous_standby_names, or Options.AllowAsyncStandby)",
+			ErrConfig, d.Standbys, d.StandbySlots)
 	case c.requireStandby && !d.WaitsForStandby():
-		return fmt.Errorf("%w: commits do not wait for a synchronous standby (synchronous_commit %s, synchronous_standby_names %q)",
+		return accepted, fmt.Errorf("%w: commits do not wait for a synchronous standby (synchronous_commit %s, synchronous_standby_names %q)",
 			ErrConfig, d.SynchronousCommit, d.SynchronousStandbyNames)
 	case c.maxSkew > 0 && st.behind > c.maxSkew:
-		return fmt.Errorf("%w: this instance's clock is %v behind the database's (limit %v): fix NTP", ErrConfig, st.behind.Round(time.Millisecond), c.maxSkew)
+		return accepted, fmt.Errorf("%w: this instance's clock is %v behind the database's (limit %v): fix NTP", ErrConfig, st.behind.Round(time.Millisecond), c.maxSkew)
 	}
-	return nil
+	return accepted, nil
 }
 
-// recheck repeats New's checks (on the sweeper's goroutine): while one
+// newSessionCommit reads synchronous_commit in a new session, opened with
+// the pool's connection settings and closed at once: what the next
+// connection the pool opens will have.
+func (s *Store) newSessionCommit(ctx context.Context) (string, error) {
+	return call(s, ctx, func(ctx context.Context) (string, error) {
+		c, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+		if err != nil {
+			return "", err
+		}
+		defer c.Close(context.Background())
+		var v string
+		err = c.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&v)
+		return v, err
+	})
+}
+
+// commitRank orders synchronous_commit values from the weakest (off).
+func commitRank(v string) int {
+	switch v {
+	case "off":
+		return 0
+	case "local":
+		return 1
+	case "remote_write":
+		return 2
+	case "on":
+		return 3
+	}
+	return 4 // remote_apply
+}
+
+// noteStandby records a standby that commits do not wait for (sticky
+// until they do).
+func (s *Store) noteStandby(d Durability) {
+	switch {
+	case d.WaitsForStandby():
+		s.sawStandby.Store(false)
+	case d.Standbys > 0 || d.StandbySlots > 0:
+		s.sawStandby.Store(true)
+	}
+}
+
+// recheck repeats New's checks (on the checker goroutine): while one
 // fails, Claim, AcquireLease and ConfirmLease refuse with its reason. A
 // server that cannot be read leaves things as they are (the calls fail on
 // their own).
@@ -477,15 +621,62 @@ func (s *Store) recheck(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	// The pool's sessions keep the settings they started with; a session
+	// the pool opens next gets what ALTER ROLE or ALTER DATABASE set since.
+	if c, err := s.newSessionCommit(ctx); err == nil && commitRank(c) < commitRank(st.durable.SynchronousCommit) {
+		st.durable.SynchronousCommit = c
+	}
+	s.noteStandby(st.durable)
+	st.sawStandby = s.sawStandby.Load()
 	s.durable.Store(&st.durable)
-	if err := s.checks.judge(st); err != nil {
+	accepted, err := s.checks.judge(st)
+	if err != nil {
 		if !errors.Is(err, ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		s.refusal.Store(&err)
-		return
+	} else {
+		s.refusal.Store(nil)
 	}
-	s.refusal.Store(nil)
+	s.report(accepted, err)
+}
+
+// report emits an event for each accepted risk that the previous check did
+// not report, and for a refusal that starts, changes or ends.
+func (s *Store) report(accepted []risk, refusal error) {
+	for _, r := range accepted {
+		seen := false
+		for _, p := range s.accepted {
+			seen = seen || p == r
+		}
+		if !seen {
+			s.emit(Event{Kind: EventRiskAccepted, Option: r.option, Risk: r.what})
+		}
+	}
+	s.accepted = accepted
+	switch {
+	case refusal != nil && refusal.Error() != s.refusing:
+		s.refusing = refusal.Error()
+		s.emit(Event{Kind: EventRefusing, Reason: refusal})
+	case refusal == nil && s.refusing != "":
+		s.refusing = ""
+		s.emit(Event{Kind: EventServing})
+	}
+}
+
+// checker runs recheck every interval until ctx ends.
+func (s *Store) checker(ctx context.Context, interval time.Duration) {
+	defer s.sweeping.Done()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.recheck(ctx)
+		}
+	}
 }
 
 // refused returns the recheck's reason to refuse calls, or nil.

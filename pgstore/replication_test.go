@@ -188,7 +188,7 @@ func TestRecheckRefusesWhatNewWouldRefuse(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary := ownServer(t)
 	admin := primary.pool(t)
-	s := storeOn(t, primary.pool(t), func(o *Options) { o.SweepInterval = 50 * time.Millisecond })
+	s := storeOn(t, primary.pool(t), func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
 	until := time.Now().Add(time.Hour)
 	n := 0
 	// waitFor claims fresh IDs until a claim's error matches want (nil:
@@ -224,8 +224,10 @@ func TestRecheckRefusesWhatNewWouldRefuse(t *testing.T) {
 	waitFor("synchronous_commit on again", nil)
 	addStandby(t, primary, false)
 	waitFor("an asynchronous standby attached", ErrConfig)
-	if d := s.Durability(); d.Standbys != 1 {
-		t.Fatalf("Durability() after the recheck = %+v; want one standby", d)
+	for deadline := time.Now().Add(10 * time.Second); s.Durability().Standbys != 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Durability() after the recheck = %+v; want one standby", s.Durability())
+		}
 	}
 }
 
