@@ -39,6 +39,7 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 		{"empty part", pool, Options{Table: "public."}},
 		{"too long", pool, Options{Table: strings.Repeat("a", maxIdentBytes+1)}},
 		{"negative batch", pool, Options{SweepBatch: -1}},
+		{"negative recheck interval", pool, Options{RecheckInterval: -time.Second}},
 		{"prefix too long", pool, Options{Prefix: strings.Repeat("p", MaxPrefixBytes+1)}},
 	}
 	for _, tc := range tests {
