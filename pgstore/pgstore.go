@@ -408,8 +408,9 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	return s, nil
 }
 
-// Close stops the store's sweeper and checker and waits for them to return. It does not
-// close the pool. Calls after Close still work (without a sweeper).
+// Close stops the store's sweeper and checker and waits for them to
+// return. It does not close the pool. Calls after Close still work
+// (without a sweeper, and without rechecks).
 func (s *Store) Close() {
 	s.closed.Do(func() {
 		if s.stop != nil {
