@@ -212,7 +212,11 @@ type Options struct {
 	// weakened after New (synchronous_commit or fsync turned off, a standby
 	// attached) is refused within about this long. Zero means
 	// DefaultRecheckInterval; a negative value is refused with ErrConfig
-	// (the checks always run). Each recheck is one query.
+	// (the checks always run). Each recheck is one query on a pooled
+	// connection and one on a connection opened for it and closed at once
+	// (which sees what ALTER ROLE or ALTER DATABASE set since the pool's
+	// sessions started): at the default, one connection a second per
+	// Store.
 	RecheckInterval time.Duration
 
 	// Observer, when not nil, is called with every [Event]: a risk
