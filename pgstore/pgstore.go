@@ -441,11 +441,11 @@ type Durability struct {
 	SynchronousStandbyNames string
 	// Standbys is how many physical standbys were streaming from the
 	// server at the last check (pg_stat_replication without logical
-	// walsenders).
+	// walsenders and without pg_basebackup's).
 	Standbys int
-	// StandbySlots is how many physical replication slots the server had
-	// at the last check (pg_replication_slots), whether a standby is
-	// streaming from them or not.
+	// StandbySlots is how many permanent physical replication slots the
+	// server had at the last check (pg_replication_slots), whether a
+	// standby is streaming from them or not.
 	StandbySlots int
 }
 
@@ -506,12 +506,18 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 	r, err := call(s, ctx, func(ctx context.Context) (read, error) {
 		var r read
 		// Physical standbys: walsenders without a logical slot (a CDC
-		// consumer is no failover target).
+		// consumer is no failover target), leaving out pg_basebackup's (a
+		// base backup in progress: restoring it is a rollback, not a
+		// failover), and permanent physical slots (a standby's
+		// primary_slot_name; pg_basebackup's own slot is temporary). A
+		// role without pg_read_all_stats sees no state or name (NULL):
+		// such walsenders count.
 		err := s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
 			current_setting('fsync')::bool, current_setting('full_page_writes')::bool,
 			(SELECT count(*) FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
-			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
-			(SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'physical'),
+			  WHERE l.slot_type IS DISTINCT FROM 'logical' AND r.state IS DISTINCT FROM 'backup'
+			    AND r.application_name IS DISTINCT FROM 'pg_basebackup'),
+			(SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'physical' AND NOT temporary),
 			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm'),
 			EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+legacyMarkerSQL+` AND state = 'm'),
 			has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND

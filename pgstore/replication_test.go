@@ -176,7 +176,8 @@ func TestNewRefusesAsyncStandbyUnlessAllowed(t *testing.T) {
 	}
 }
 
-// TestStandbyThatIsAwayStillCounts: an asynchronous standby attached
+// TestStandbyThatIsAwayStillCounts: a base backup (pg_basebackup) is no
+// standby and leaves nothing counted; an asynchronous standby attached
 // after New, then stopped (its link cut), keeps the running store refusing
 // — its slot stays, and so does the store's memory of it after the slot is
 // dropped — until synchronous replication covers it; a New while the
@@ -203,6 +204,29 @@ func TestStandbyThatIsAwayStillCounts(t *testing.T) {
 	}
 	if first, err := claim(); !first || err != nil {
 		t.Fatalf("Claim without a standby = %v, %v", first, err)
+	}
+
+	// A base backup (pg_basebackup streams its WAL over a walsender of its
+	// own, with a temporary slot) is no standby: it leaves nothing counted.
+	bin, err := pgBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	backup := filepath.Join(tmpRoot, "backup-"+hex.EncodeToString(b))
+	if err := mkdirOwned(backup); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", primary.port, "-U", "postgres",
+		"-D", backup, "-X", "stream", "--no-sync", "-c", "fast")
+	runAs(cmd)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pg_basebackup: %v\n%s", err, out)
+	}
+	time.Sleep(100 * time.Millisecond) // two rechecks
+	if first, err := claim(); !first || err != nil {
+		t.Fatalf("Claim after a base backup = %v, %v; want first (a backup is not a standby)", first, err)
 	}
 
 	standby := addStandbySlot(t, primary, false, "away")
