@@ -62,6 +62,40 @@ func TestEventKindString(t *testing.T) {
 	}
 }
 
+// TestRefusalIsReportedOncePerReason: a recheck's refusal is reported
+// when it starts and when its reason changes, not again when only its
+// figures move (a clock 31.2 s, then 31.7 s behind); the return to service
+// once.
+func TestRefusalIsReportedOncePerReason(t *testing.T) {
+	var r recorder
+	s := &Store{prefix: "p:", table: `"t"`}
+	s.observer = r.observe
+	s.log = slog.New(slog.NewTextHandler(&r, nil))
+	skew := func(behind string) error {
+		return fmt.Errorf("%w: %w: this instance's clock is %s behind the database's (limit 30s): fix NTP", ErrUnavailable, ErrConfig, behind)
+	}
+	for _, step := range []struct {
+		refusal           error
+		refusing, serving int
+	}{
+		{nil, 0, 0},
+		{skew("31.2s"), 1, 0},
+		{skew("31.7s"), 1, 0},
+		{skew("1m2.5s"), 1, 0},
+		{fmt.Errorf("%w: %w: synchronous_commit is off", ErrUnavailable, ErrConfig), 2, 0},
+		{nil, 2, 1},
+		{nil, 2, 1},
+		{skew("40s"), 3, 1},
+	} {
+		s.report(nil, step.refusal)
+		refusing, lines := r.count(EventRefusing, "", "WARN", "refusing")
+		serving, _ := r.count(EventServing, "", "INFO", "serving")
+		if refusing != step.refusing || lines != step.refusing || serving != step.serving {
+			t.Fatalf("after %v: %d EventRefusing (%d Warn lines), %d EventServing; want %d, %d", step.refusal, refusing, lines, serving, step.refusing, step.serving)
+		}
+	}
+}
+
 // TestAllowOptionsReportTheRiskTheyAccept: AllowAsyncCommit and
 // AllowRollback keep their checks: with the risk present, New logs one Warn
 // naming the option and emits one EventRiskAccepted; without it, nothing.

@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -666,13 +667,27 @@ func (s *Store) report(accepted []risk, refusal error) {
 	}
 	s.accepted = accepted
 	switch {
-	case refusal != nil && refusal.Error() != s.refusing:
-		s.refusing = refusal.Error()
+	case refusal != nil && "refusing: "+reasonClass(refusal) != s.refusing:
+		s.refusing = "refusing: " + reasonClass(refusal)
 		s.emit(Event{Kind: EventRefusing, Reason: refusal})
 	case refusal == nil && s.refusing != "":
 		s.refusing = ""
 		s.emit(Event{Kind: EventServing})
 	}
+}
+
+// reasonClass is a refusal's text without its words holding figures (how
+// far a clock is behind, how many standbys stream), so that a reason whose figures move
+// at every recheck is reported once, not every second.
+func reasonClass(err error) string {
+	words := strings.Fields(err.Error())
+	kept := words[:0]
+	for _, w := range words {
+		if !strings.ContainsAny(w, "0123456789") {
+			kept = append(kept, w)
+		}
+	}
+	return strings.Join(kept, " ")
 }
 
 // checker runs recheck every interval until ctx ends.
