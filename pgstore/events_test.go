@@ -179,7 +179,13 @@ func TestAllowOptionsReportTheRiskTheyAccept(t *testing.T) {
 			t.Fatalf("Claim under an accepted risk = %v, %v; want first", first, err)
 		}
 		set(t, "synchronous_commit", "on")
-		time.Sleep(200 * time.Millisecond)
+		// The risk is gone once a recheck read it so (the recheck that
+		// stores it also reports, before the next one reads again).
+		for deadline := time.Now().Add(10 * time.Second); s.Durability().SynchronousCommit != "on"; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("Durability() = %+v 10 s after synchronous_commit was on again", s.Durability())
+			}
+		}
 		set(t, "synchronous_commit", "off")
 		waitEvents(2)
 	})
