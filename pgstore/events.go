@@ -21,7 +21,8 @@ const (
 	// EventRefusing: a recheck found a check of New failing; Claim,
 	// AcquireLease and ConfirmLease refuse until it holds again.
 	// [Event.Reason] says why. Reported (with one Warn line) when the
-	// reason appears or changes, not at every recheck.
+	// reason appears or changes, not at every recheck, nor when only its
+	// figures change (how far a clock is behind, how many standbys).
 	EventRefusing
 	// EventServing: the checks hold again after EventRefusing; calls are
 	// served again. Reported with one Info line.
