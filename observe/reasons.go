@@ -124,7 +124,7 @@ const (
 
 	// Cursor verification, format version 2 and sealed cursors.
 
-	ReasonCursorWrongScope // "wrong scope (tool, caller or arguments)"
+	ReasonCursorWrongScope // "forged or wrong scope (tool, caller or arguments)"
 	ReasonCursorSealedOpen // "sealed cursor does not open (tampered, other key, or other scope)"
 
 	numRefusalReasons // not a reason: the size of the set
@@ -220,7 +220,7 @@ var reasonNames = [numRefusalReasons]string{
 	ReasonWebhookStoreRelease:       "replay store could not release the delivery",
 	ReasonWebhookLeaseLost:          "lease lost: another attempt took the delivery after the lease expired",
 
-	ReasonCursorWrongScope: "wrong scope (tool, caller or arguments)",
+	ReasonCursorWrongScope: "forged or wrong scope (tool, caller or arguments)",
 	ReasonCursorSealedOpen: "sealed cursor does not open (tampered, other key, or other scope)",
 }
 
