@@ -424,26 +424,26 @@ func TestCursorWireFormat(t *testing.T) {
 	c := mustIssue(t, i, CursorPayload{CursorScope: CursorScope{ToolID: "t", CallerID: "u"}, Page: 2, State: []byte{9}})
 	raw, _ := base64.RawURLEncoding.DecodeString(c)
 	body := raw[:len(raw)-32]
-	// Format version 2: the scope is HMAC-SHA256 under its own subkey of
-	// each ID after its length (8 bytes big endian), the session a tag.
-	bind := hmac.New(sha256.New, subkey(key, "ctoken.cursor binding hmac-sha256 key"))
-	bind.Write([]byte{0, 0, 0, 0, 0, 0, 0, 1, 't', 0, 0, 0, 0, 0, 0, 0, 1, 'u'})
+	// Format version 2: the scope is not in the token; the session is a
+	// tag.
 	sess := sha256.Sum256([]byte("ctoken.cursor session tag\x00\xAB"))
 	want := []byte{
-		0xA6,       // map(6)
+		0xA5,       // map(5)
 		0x01, 0x02, // 1: version 2
 		0x05, 0x02, // 5: page
 		0x06, 0x1A, 0x65, 0x53, 0xF1, 0x00, // 6: issued-at 1700000000
 		0x07, 0x48, // 7: session tag, 8 bytes
 	}
 	want = append(want, sess[:8]...)
-	want = append(want, 0x08, 0x41, 0x09, 0x09, 0x58, 0x20) // 8: state; 9: binding, 32 bytes
-	want = append(want, bind.Sum(nil)...)
+	want = append(want, 0x08, 0x41, 0x09) // 8: state
 	if !bytes.Equal(body, want) {
 		t.Fatalf("CBOR body\n got %x\nwant %x", body, want)
 	}
+	// The MAC covers the body, then the scope: the label, each ID after
+	// its length (uvarint), 0x00 for no arguments.
 	mac := hmac.New(sha256.New, subkey(key, "ctoken.cursor hmac-sha256 key"))
 	mac.Write(body)
+	mac.Write([]byte("ctoken.scope\x00\x01t\x01u\x00"))
 	if !hmac.Equal(mac.Sum(nil), raw[len(raw)-32:]) {
 		t.Fatal("MAC is not HMAC-SHA256 under the derived cursor key")
 	}

@@ -164,6 +164,13 @@ func signCursorBody(key, body []byte) string {
 	return base64.RawURLEncoding.EncodeToString(raw)
 }
 
+// signCursorV2Body is the version 2 cursor of body for scope (v2Scope):
+// body || HMAC-SHA256(cursor subkey, body || scope).
+func signCursorV2Body(key, body, scope []byte) string {
+	mac := vecHMAC(vecHKDF(key, cursorKeyLabel), append(append([]byte(nil), body...), scope...))
+	return base64.RawURLEncoding.EncodeToString(append(append([]byte(nil), body...), mac...))
+}
+
 // vecBindTag is SPEC §4's bind tag: the material is the subject, subject +
 // NUL + tool (an empty subject included), or empty for BindNone.
 func vecBindTag(key []byte, binding RequestStateBinding, subject, tool string) string {
