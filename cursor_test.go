@@ -68,7 +68,7 @@ func TestCursorVerifyWithoutArgsBinding(t *testing.T) {
 	if _, err := i.Verify(c, unbound); err != nil {
 		t.Fatalf("unbound cursor, unbound want: %v", err)
 	}
-	// From format version 2 the arguments are inside the keyed digest: a
+	// From format version 2 the arguments are inside the MAC input: a
 	// bound cursor verifies only against the same non-zero want.Args, and a
 	// zero want.Args (a verifier that checks nothing) is refused.
 	bound := mustIssue(t, i, CursorPayload{CursorScope: CursorScope{ToolID: "list", CallerID: "u", Args: testScope.Args}})

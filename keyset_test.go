@@ -375,7 +375,7 @@ func TestIssueKeysetRefusesATimestampItCouldNotReadBack(t *testing.T) {
 	}
 }
 
-// A keyset cursor binds the caller by a keyed digest: no byte of a 1 KiB
+// A keyset cursor binds the caller inside its MAC: no byte of a 1 KiB
 // or non-UTF-8 caller is in it, the full state fits beside it, signed and
 // sealed, and another caller, tool, arguments or session is refused with
 // today's codes.
