@@ -124,6 +124,11 @@ const (
 
 	// Cursor verification, format version 2 and sealed cursors.
 
+	// ReasonCursorWrongScope: a version 2 cursor whose MAC fails with every
+	// key although its body decodes: a cursor of another tool, caller or
+	// arguments, or a forgery (or one MACed under a key the ring does not
+	// hold). The scope is inside the MAC and not carried, so these cannot
+	// be told apart; a body that does not decode is [ReasonMACMismatch].
 	ReasonCursorWrongScope // "forged or wrong scope (tool, caller or arguments)"
 	ReasonCursorSealedOpen // "sealed cursor does not open (tampered, other key, or other scope)"
 
