@@ -359,9 +359,9 @@ func TestCursorIssueEnforcesCaps(t *testing.T) {
 
 }
 
-// The scope costs a cursor a fixed 34 bytes whatever its IDs: the full
-// state fits beside a 1 KiB caller, a non-UTF-8 caller and a 100-byte tool,
-// signed and sealed, and the caller's bytes appear nowhere in the token.
+// The scope costs a cursor nothing whatever its IDs: the full state fits
+// beside a 1 KiB caller, a non-UTF-8 caller and a 100-byte tool, signed and
+// sealed, and the caller's bytes appear nowhere in the token.
 func TestCursorScopeCostsNoStateBudget(t *testing.T) {
 	callers := map[string]string{
 		"1 KiB":     strings.Repeat("alice.secret@example.com|", 41)[:1024],
@@ -400,6 +400,36 @@ func TestCursorScopeCostsNoStateBudget(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// A version 2 cursor carries nothing of its scope, not even a digest: the
+// same page, state and time under any tool, caller and arguments give the
+// same body (only the MAC differs), so cursors are not linkable by their
+// scope and their length does not depend on it.
+func TestCursorBodyDoesNotDependOnTheScope(t *testing.T) {
+	clock := newTestClock()
+	i := newTestIssuer(t, CursorConfig{Session: []byte("s"), Now: clock.Now})
+	p := CursorPayload{Page: 4, State: []byte("after=42")}
+	var body []byte
+	for name, scope := range map[string]CursorScope{
+		"empty":            {},
+		"alice":            {ToolID: "search", CallerID: "alice@example.com"},
+		"alice, arguments": {ToolID: "search", CallerID: "alice@example.com", Args: testScope.Args},
+		"bob":              {ToolID: "search", CallerID: "bob@example.com"},
+		"1 KiB caller":     {ToolID: strings.Repeat("t", 100), CallerID: strings.Repeat("c", 1024), Args: testScope.Args},
+	} {
+		p.CursorScope = scope
+		raw, err := b64.DecodeString(mustIssue(t, i, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := raw[:len(raw)-macSize]
+		if body == nil {
+			body = got
+		} else if !bytes.Equal(got, body) {
+			t.Fatalf("%s: body %x differs from %x", name, got, body)
 		}
 	}
 }

@@ -99,6 +99,14 @@ func TestObserverSeesEveryCursorOutcome(t *testing.T) {
 	macs := iss.ring().macs
 	body := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
 	signed := func(b []byte) string { return b64.EncodeToString(macs[0].Sum(b, b)) }
+	// A version 2 body MACed with the scope after it, as Issue does.
+	signedV2 := func(b []byte) string {
+		return b64.EncodeToString(macs[0].Sum(append([]byte(nil), b...), appendScope(append([]byte(nil), b...), &scope)))
+	}
+	v2 := func(session []byte) []byte {
+		return cursorwire.AppendV2(nil, &cursorwire.BodyV2{Version: cursorwire.Version, Issued: clock.Now().Unix(), Session: session})
+	}
+	tag := cursorSessionTag([]byte("s1"))
 	// Version 4: no layout (2 and 3 are read as their own layouts).
 	wrongVersion := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.VersionSealed + 1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
 	future := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: "t", Caller: "c", Issued: clock.Now().Add(time.Hour).Unix(), Session: []byte("s1")})
@@ -129,6 +137,9 @@ func TestObserverSeesEveryCursorOutcome(t *testing.T) {
 		{"authentic, other session", issue(otherSession, CursorPayload{CursorScope: scope}), scope, refused(KindCursor, ReasonOtherSession, KeyPrimary)},
 		{"malformed under a valid MAC", signed(append(body, 0)), scope, refused(KindCursor, ReasonCursorMalformed, KeyPrimary)},
 		{"unknown version", signed(wrongVersion), scope, refused(KindCursor, ReasonUnknownVersion, KeyPrimary)},
+		{"version 2, malformed under a valid MAC", signedV2(append(v2(tag[:]), 0)), scope, refused(KindCursor, ReasonCursorMalformed, KeyPrimary)},
+		{"version 2, session tag not 8 bytes under a valid MAC", signedV2(v2(tag[:7])), scope, refused(KindCursor, ReasonCursorMalformed, KeyPrimary)},
+		{"version 2, MAC of the body alone", signed(v2(tag[:])), scope, refused(KindCursor, ReasonCursorWrongScope, KeyNone)},
 		{"issued in the future", signed(future), scope, refused(KindCursor, ReasonIssuedInFuture, KeyPrimary)},
 		// The scope is inside the MAC: no key matches.
 		{"wrong tool", good, CursorScope{ToolID: "x", CallerID: "c"}, refused(KindCursor, ReasonCursorWrongScope, KeyNone)},
