@@ -138,7 +138,7 @@ func (d *durability) acked(wait, waitAOF *redis.Cmd) error {
 // pipeline runs the script (EVALSHA, or EVAL once the server does not know
 // it) followed by WAIT and WAITAOF on one connection of the master serving
 // key. It returns the script's reply and the durability verdict.
-func (s *Store) pipeline(ctx context.Context, sc script, key string, cmd []any) (any, error) {
+func (s *Store) pipeline(ctx context.Context, sc *script, key string, cmd []any) (any, error) {
 	c, err := s.dur.pinned(ctx, key)
 	if err != nil {
 		return nil, err
@@ -147,7 +147,7 @@ func (s *Store) pipeline(ctx context.Context, sc script, key string, cmd []any) 
 		p := c.Pipeline()
 		send := cmd
 		if eval {
-			send = asEval(sc, cmd)
+			send = asEval(*sc, cmd)
 		}
 		sv := p.Do(ctx, send...)
 		var w, wa *redis.Cmd
