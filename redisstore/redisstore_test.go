@@ -143,6 +143,59 @@ func TestClaimIsFirstOnceThenRefused(t *testing.T) {
 	}
 }
 
+// The claim script writes with one SET NX and reads the entry only when
+// that fails: each state an entry can be in gets its answer, and only a
+// free ID (none, or a lease's cancel note) is taken. Real redis-server.
+func TestClaimOverEachEntryState(t *testing.T) {
+	srv := newServer(t)
+	c := srv.client()
+	s := provisioned(t, c, Options{Prefix: "states:", Logger: quietLogger()})
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	token := strings.Repeat("ab", tokenLen/4)
+	tests := []struct {
+		name  string
+		entry string // "" for no entry
+		first bool
+	}{
+		{"free", "", true},
+		{"cancel note", "X" + token, true},
+		{"leased", "L" + token, false},
+		{"done", "D" + token, false},
+		{"claimed by another store", "1" + "0123456789abcdef.1", false},
+		{"claimed by a version without nonces", "1", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "state-" + tt.name
+			if tt.entry != "" {
+				if err := c.Set(ctx, s.key(id), tt.entry, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, err := s.Claim(ctx, id, until)
+			if err != nil || first != tt.first {
+				t.Fatalf("Claim = %v, %v; want %v", first, err, tt.first)
+			}
+			v, err := c.Get(ctx, s.key(id)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tt.first && (!strings.HasPrefix(v, s.nonceBase) || !strings.HasPrefix(v, "1")):
+				t.Fatalf("entry %q after a first claim; want \"1\" + the claim's nonce", v)
+			case !tt.first && v != tt.entry:
+				t.Fatalf("entry %q after a refused claim; want %q unchanged", v, tt.entry)
+			}
+			if tt.first {
+				if got, err := c.Do(ctx, "PEXPIRETIME", s.key(id)).Int64(); err != nil || got != until.UnixMilli() {
+					t.Fatalf("PEXPIRETIME = %v, %v; want until", got, err)
+				}
+			}
+		})
+	}
+}
+
 func TestClaimStoresAbsoluteExpiry(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
