@@ -114,6 +114,9 @@ func BenchmarkWebhookMiddleware(b *testing.B) {
 // all in one run:
 //
 //	set-nx-pxat          SET NX PXAT: the claim before fences (the floor)
+//	script-set-nx        a Lua script holding only that SET NX PXAT
+//	                     (EVALSHA): what any script costs beyond the
+//	                     command, before the guard
 //	claim                Claim: one script reading Redis's clock, the
 //	                     shard's fence marker and the entry
 //	set-nx-pxat+wait1    SET NX PXAT and WAIT 1 on one connection, with a
@@ -163,6 +166,14 @@ func BenchmarkClaimCost(b *testing.B) {
 			return nil
 		}
 	}
+	const setLua = "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', ARGV[2])"
+	setSHA, err := sc.ScriptLoad(ctx, setLua).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	script := func() error {
+		return sc.Do(ctx, "EVALSHA", setSHA, 1, "bench:"+id(), "1", until.UnixMilli()).Err()
+	}
 	claim := func(s *Store) func() error {
 		return func() error {
 			first, err := s.Claim(ctx, id(), until)
@@ -178,6 +189,7 @@ func BenchmarkClaimCost(b *testing.B) {
 		call func() error
 	}{
 		{"set-nx-pxat", sc, raw(sc, false)},
+		{"script-set-nx", sc, script},
 		{"claim", sc, claim(provisioned(b, sc, Options{Prefix: "bench-claim:"}))},
 		{"set-nx-pxat+wait1", pc, raw(pc, true)},
 		{"claim+wait1", pc, claim(provisioned(b, pc, Options{Prefix: "bench-wait:", Durability: Durability{Replicas: 1}}))},
