@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -690,6 +691,293 @@ func TestCursorEveryErrorHasAReason(t *testing.T) {
 	for n, err := range errs {
 		if err == nil || Reason(err) == "" {
 			t.Errorf("error %d = %v has no reason", n, err)
+		}
+	}
+}
+
+// Kills cursor.go `n <= macSize` → `n < macSize`: a cursor that decodes to
+// exactly one MAC and no body is refused as truncated, before any MAC is
+// computed — even when that MAC is the authentic MAC of the empty body.
+func TestCursorVerifyRefusesAMACWithoutBodyAsTruncated(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	authentic := i.ring()[0].Sum(nil, nil)
+	zero := make([]byte, macSize)
+	for name, raw := range map[string][]byte{"authentic mac of empty body": authentic, "zero bytes": zero} {
+		t.Run(name, func(t *testing.T) {
+			p, err := i.Verify(b64.EncodeToString(raw), testScope)
+			wantErr(t, err, ErrCursorInvalid)
+			if got := Reason(err); got != "truncated" {
+				t.Fatalf("Reason = %q, want %q", got, "truncated")
+			}
+			if !isZeroPayload(p) {
+				t.Fatal("payload returned with the error")
+			}
+		})
+	}
+}
+
+// TestVerifyStateIsNotAliasedToScratch checks that the State Verify
+// returns is the caller's own copy: later calls reuse the pooled scratch
+// and must not change it.
+func TestVerifyStateIsNotAliasedToScratch(t *testing.T) {
+	iss := testPoolIssuer(t)
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	a, err := iss.Issue(CursorPayload{CursorScope: scope, State: []byte("first state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := iss.Issue(CursorPayload{CursorScope: scope, State: []byte("other thing")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, err := iss.Verify(a, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if _, err := iss.Verify(b, scope); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(pa.State) != "first state" {
+		t.Fatalf("State changed to %q by later Verify calls", pa.State)
+	}
+}
+
+// TestVerifyWithoutStateReturnsNilState checks the no-state case costs no
+// copy and reads as nil.
+func TestVerifyWithoutStateReturnsNilState(t *testing.T) {
+	iss := testPoolIssuer(t)
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	c, err := iss.Issue(CursorPayload{CursorScope: scope})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := iss.Verify(c, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.State != nil {
+		t.Fatalf("State = %q, want nil", p.State)
+	}
+}
+
+func testPoolIssuer(t *testing.T) *CursorIssuer {
+	t.Helper()
+	kr, err := NewKeyring(RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := NewCursorIssuer(CursorConfig{Keys: kr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return iss
+}
+
+// TestConcurrentCursorsKeepTheirOwnPayloads issues and verifies distinct
+// cursors from many goroutines at once.
+func TestConcurrentCursorsKeepTheirOwnPayloads(t *testing.T) {
+	iss := testPoolIssuer(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				scope := CursorScope{ToolID: fmt.Sprintf("tool%d", g), CallerID: fmt.Sprintf("caller%d", i)}
+				state := bytes.Repeat([]byte{byte(g), byte(i)}, 1+i%100)
+				c, err := iss.Issue(CursorPayload{CursorScope: scope, Page: uint32(i), State: state})
+				if err != nil {
+					errs <- err
+					return
+				}
+				p, err := iss.Verify(c, scope)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if p.Page != uint32(i) || !bytes.Equal(p.State, state) || p.ToolID != scope.ToolID || p.CallerID != scope.CallerID {
+					errs <- fmt.Errorf("goroutine %d call %d: got %+v", g, i, p)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestZeroCursorIssuerVerifyRefusesWithoutPanic checks that a CursorIssuer
+// not made by NewCursorIssuer has no key and refuses every call with
+// ErrNoKey (not a misleading "truncated" or "other session"), rather than
+// panicking on its missing scratch pool.
+func TestZeroCursorIssuerVerifyRefusesWithoutPanic(t *testing.T) {
+	c, err := testPoolIssuer(t).Issue(CursorPayload{CursorScope: CursorScope{ToolID: "t", CallerID: "c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zero CursorIssuer
+	for _, tok := range []string{c, "AAAA", "", strings.Repeat("A", MaxCursorBytes+1)} {
+		if p, err := zero.Verify(tok, CursorScope{ToolID: "t", CallerID: "c"}); !errors.Is(err, ErrNoKey) || Reason(err) == "" || p.State != nil {
+			t.Fatalf("zero.Verify = %v, %v; want ErrNoKey with a reason", p, err)
+		}
+	}
+	if tok, err := zero.Issue(CursorPayload{}); !errors.Is(err, ErrNoKey) || tok != "" || Reason(err) == "" {
+		t.Fatalf("zero.Issue = %q, %v; want ErrNoKey with a reason", tok, err)
+	}
+}
+
+// hostileCursorBodies are CBOR bodies the cursor decoder must refuse, each
+// small enough to fit a cursor once signed.
+func hostileCursorBodies() []struct {
+	name string
+	body []byte
+} {
+	now := vecNow.Unix()
+	good := vecCursorBody("t", "c", nil, 1, now, vecSession, nil) // a6 01 01 02 61 74 03 61 63 05 01 06 1a .. 07 48 ..
+	prefix := good[1:9]                                           // {1:1, 2:"t", 3:"c"} without the map head
+	tail := good[9:]                                              // 05 01 06 ... 07 48 ...
+	with := func(n uint64, parts ...[]byte) []byte {
+		b := cborHead(nil, 5, n)
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		return b
+	}
+	nested := func(depth int, open, close byte) []byte {
+		b := bytes.Repeat([]byte{open}, depth)
+		if close != 0 {
+			b = append(b, bytes.Repeat([]byte{close}, depth)...)
+		}
+		return b
+	}
+	u64 := func(major byte) []byte { return []byte{major<<5 | 27, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff} }
+	return []struct {
+		name string
+		body []byte
+	}{
+		{"empty map", []byte{0xa0}},
+		{"map without session", vecCursorBodyNoSession(now)},
+		{"not a map", []byte{0x80}},
+		{"deep nesting in state (300 arrays)", with(7, prefix, tail, []byte{0x08}, nested(300, 0x81, 0), []byte{0x80})},
+		{"deep nesting in tool (200 arrays)", with(6, good[1:3], []byte{0x02}, nested(200, 0x81, 0), []byte{0x01}, good[6:])},
+		{"indefinite nesting (150 arrays)", with(7, prefix, tail, []byte{0x08}, nested(150, 0x9f, 0xff))},
+		{"map declaring 2^63 pairs", append(u64(5), good[1:]...)},
+		{"map declaring 2^32 pairs", append([]byte{0xba, 0xff, 0xff, 0xff, 0xff}, good[1:]...)},
+		{"state declaring 2^63 bytes", with(7, prefix, tail, []byte{0x08}, u64(2))},
+		{"tool declaring 2^63 bytes of text", with(6, good[1:3], []byte{0x02}, u64(3), good[6:])},
+		{"session declaring 2^32 bytes", bytes.Replace(good, []byte{0x07, 0x48}, []byte{0x07, 0x5a, 0xff, 0xff, 0xff, 0xff}, 1)},
+		{"state array declaring 2^63 elements", with(7, prefix, tail, []byte{0x08}, u64(4))},
+		{"duplicate key", with(7, prefix, tail, []byte{0x05, 0x02})},
+		{"duplicate key, same value", with(7, prefix, tail, []byte{0x01, 0x01})},
+		{"indefinite-length map", append(append([]byte{0xbf}, good[1:]...), 0xff)},
+		{"indefinite-length text", with(6, good[1:3], []byte{0x02, 0x7f, 0x61, 0x74, 0xff}, good[6:])},
+		{"indefinite-length bytes", bytes.Replace(good, []byte{0x07, 0x48}, []byte{0x07, 0x5f, 0x48}, 1)},
+		{"tag on issued-at", bytes.Replace(good, []byte{0x06, 0x1a}, []byte{0x06, 0xc1, 0x1a}, 1)},
+		{"bignum page", bytes.Replace(good, []byte{0x05, 0x01}, []byte{0x05, 0xc2, 0x41, 0x01}, 1)},
+		{"self-described CBOR tag", append([]byte{0xd9, 0xd9, 0xf7}, good...)},
+		{"embedded CBOR tag on state", with(7, prefix, tail, []byte{0x08, 0xd8, 0x18, 0x41, 0xa0})},
+		{"unknown field", with(7, prefix, tail, []byte{0x09, 0x00})},
+		{"text key", with(7, prefix, tail, []byte{0x61, 0x78, 0x00})},
+		{"negative page", bytes.Replace(good, []byte{0x05, 0x01}, []byte{0x05, 0x20}, 1)},
+		{"page over uint32", bytes.Replace(good, []byte{0x05, 0x01}, []byte{0x05, 0x1b, 0, 0, 0, 1, 0, 0, 0, 0}, 1)},
+		{"float page", bytes.Replace(good, []byte{0x05, 0x01}, []byte{0x05, 0xf9, 0x3c, 0x00}, 1)},
+		{"null tool", with(6, good[1:3], []byte{0x02, 0xf6}, good[6:])},
+		{"invalid UTF-8 tool", with(6, good[1:3], []byte{0x02, 0x61, 0xff}, good[6:])},
+		{"version 0", bytes.Replace(good, []byte{0x01, 0x01}, []byte{0x01, 0x00}, 1)},
+		{"non-minimal integer", bytes.Replace(good, []byte{0x05, 0x01}, []byte{0x05, 0x18, 0x01}, 1)},
+		{"non-minimal map head", append([]byte{0xb8, 0x06}, good[1:]...)},
+		{"keys out of order", with(6, good[3:6], good[1:3], good[6:])},
+		{"trailing byte", append(append([]byte(nil), good...), 0x00)},
+		{"two maps", append(append([]byte(nil), good...), good...)},
+		{"truncated", good[:len(good)-1]},
+		{"break outside indefinite item", append([]byte{0xff}, good...)},
+		{"reserved additional info", append([]byte{0x1c}, good...)},
+	}
+}
+
+func TestVerifyRefusesHostileCBOR(t *testing.T) {
+	iss := vecIssuer(t, vecNow, vecSession, vecKey)
+	for _, h := range hostileCursorBodies() {
+		t.Run(h.name, func(t *testing.T) {
+			for _, signer := range []struct {
+				name string
+				key  []byte
+			}{{"mac-valid", vecKey}, {"unauthenticated", vecKey2}} {
+				cursor := signCursorBody(signer.key, h.body)
+				if len(cursor) > MaxCursorBytes {
+					t.Fatalf("hostile cursor is %d bytes, over the cap", len(cursor))
+				}
+				p, err := iss.Verify(cursor, CursorScope{ToolID: "t", CallerID: "c"})
+				if !errors.Is(err, ErrCursorInvalid) {
+					t.Errorf("%s: error %v, want ErrCursorInvalid", signer.name, err)
+				}
+				if p.ToolID != "" || p.State != nil || p.Page != 0 {
+					t.Errorf("%s: rejected cursor returned %+v", signer.name, p)
+				}
+				if n := bytesPerRun(5, func() { _, _ = iss.Verify(cursor, CursorScope{}) }); n > 16<<10 {
+					t.Errorf("%s: %d bytes allocated refusing a %d-byte cursor", signer.name, n, len(cursor))
+				}
+			}
+		})
+	}
+}
+
+// TestVerifyStateRefusesHostileState puts hostile CBOR in the opaque state of
+// an authentic cursor, where VerifyState's more permissive decoder reads it.
+func TestVerifyStateRefusesHostileState(t *testing.T) {
+	iss := vecIssuer(t, vecNow, vecSession, vecKey)
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	u64 := func(major byte) []byte { return []byte{major<<5 | 27, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff} }
+	for _, tc := range []struct {
+		name  string
+		state []byte
+	}{
+		{"nesting over 16 levels", bytes.Repeat([]byte{0x81}, 200)},
+		{"indefinite nesting", append(bytes.Repeat([]byte{0x9f}, 100), bytes.Repeat([]byte{0xff}, 100)...)},
+		{"array declaring 2^63 elements", u64(4)},
+		{"map declaring 2^63 pairs", u64(5)},
+		{"bytes declaring 2^63", u64(2)},
+		{"duplicate map key", []byte{0xa2, 0x61, 0x6b, 0x01, 0x61, 0x6b, 0x02}},
+		{"indefinite-length map", []byte{0xbf, 0x61, 0x6b, 0x01, 0xff}},
+		{"invalid UTF-8 text", []byte{0x61, 0xff}},
+		{"trailing bytes", []byte{0x01, 0x02}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cursor, err := iss.Issue(CursorPayload{CursorScope: scope, State: tc.state})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, p, err := VerifyState[any](iss, cursor, scope)
+			if !errors.Is(err, ErrCursorInvalid) || v != nil || p.State != nil {
+				t.Errorf("VerifyState = %v, %+v, %v; want ErrCursorInvalid and zero values", v, p, err)
+			}
+			if n := bytesPerRun(5, func() { _, _, _ = VerifyState[any](iss, cursor, scope) }); n > 16<<10 {
+				t.Errorf("%d bytes allocated refusing a %d-byte cursor", n, len(cursor))
+			}
+		})
+	}
+}
+
+func TestVerifyNamesTheFieldOfAnAuthenticButUnusableCursor(t *testing.T) {
+	iss := vecIssuer(t, vecNow, vecSession, vecKey)
+	cases := []struct {
+		name, reason string
+		body         []byte
+	}{
+		{"args of 5 bytes", "args fingerprint not 32 bytes", vecCursorBody("t", "c", []byte{1, 2, 3, 4, 5}, 0, vecNow.Unix(), vecSession, nil)},
+		{"args of 33 bytes", "args fingerprint not 32 bytes", vecCursorBody("t", "c", make([]byte, 33), 0, vecNow.Unix(), vecSession, nil)},
+	}
+	for _, c := range cases {
+		_, err := iss.Verify(signCursorBody(vecKey, c.body), CursorScope{ToolID: "t", CallerID: "c"})
+		wantErr(t, err, ErrCursorInvalid)
+		if Reason(err) != c.reason {
+			t.Errorf("%s: reason %q, want %q", c.name, Reason(err), c.reason)
 		}
 	}
 }

@@ -601,3 +601,112 @@ func TestOneTimeTokenAtExactlyMaxBytesIsAcceptedAndOneMoreRefused(t *testing.T) 
 		t.Fatal("a token of exactly the cap was refused as oversize")
 	}
 }
+
+// Kills onetime.go `len(payload)+len(name)+len(value) > MaxOneTimeTokenBytes`
+// with either `+` made `-`: Mint refuses a claim that cannot fit before
+// copying it into the payload, so an oversize name or value costs no memory
+// in proportion to its size.
+func TestOneTimeMintRefusesOversizeClaimWithoutCopyingIt(t *testing.T) {
+	o := newOneTime(t, OneTimeConfig{})
+	huge := strings.Repeat("x", 1<<20)
+	for name, claims := range map[string]map[string]string{
+		"huge name":  {huge: ""},
+		"huge value": {"run": huge},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			got := bytesPerRun(20, func() { _, err = o.Mint(claims) })
+			wantErr(t, err, ErrOneTimeTooLarge)
+			if got > 64<<10 {
+				t.Fatalf("refusing a 1 MiB claim allocated %d bytes", got)
+			}
+		})
+	}
+}
+
+// slowStore is a replay.Store that takes at least delay per Claim and then
+// answers like inner.
+type slowStore struct {
+	delay time.Duration
+	inner replay.Store
+}
+
+func (s slowStore) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	time.Sleep(s.delay)
+	return s.inner.Claim(ctx, id, until)
+}
+
+// Kills onetime.go `if o.obs != nil { start = time.Now() }` negated: the
+// StoreLatency an observer is told on Redeem is how long the replay store
+// took (at least its delay, far less than a minute), not the time since
+// the zero time.
+func TestOneTimeRedeemReportsTheStoresLatency(t *testing.T) {
+	const delay = 2 * time.Millisecond
+	var events []Event
+	o := newOneTime(t, OneTimeConfig{
+		Replay:   slowStore{delay: delay, inner: &replay.MemoryStore{}},
+		Observer: ObserverFunc(func(e Event) { events = append(events, e) }),
+	})
+	tok := mint(t, o, nil)
+	if _, err := o.Redeem(context.Background(), tok, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := o.Redeem(context.Background(), tok, nil)
+	wantErr(t, err, ErrOneTimeRedeemed)
+	checkStoreLatencies(t, events, delay, 2)
+}
+
+// checkStoreLatencies checks that events holds want events other than
+// OutcomeIssued, each with a StoreLatency of at least delay and at most a
+// minute.
+func checkStoreLatencies(t *testing.T, events []Event, delay time.Duration, want int) {
+	t.Helper()
+	var n int
+	for _, e := range events {
+		if e.Outcome == OutcomeIssued {
+			continue
+		}
+		n++
+		if e.StoreLatency < delay || e.StoreLatency > time.Minute {
+			t.Fatalf("%v: StoreLatency = %v, want between %v and a minute", e.Outcome, e.StoreLatency, delay)
+		}
+	}
+	if n != want {
+		t.Fatalf("%d events after the issue, want %d", n, want)
+	}
+}
+
+// Kills onetime.go `n > uint64(len(b)-k)` with `-` made `+` in
+// cutLengthPrefixed: an authentic payload whose purpose, claim name or
+// claim value length runs exactly one byte past the end is malformed, and
+// refusing it neither panics nor reads past the payload (into the MAC).
+func TestOneTimeRefusesALengthOneBytePastTheEnd(t *testing.T) {
+	clk := newStepClock()
+	o := newOneTime(t, OneTimeConfig{Now: clk.Now})
+	now, later := clk.Now(), clk.Now().Add(time.Minute)
+	fixed := oneTimePayload(now, later)[:oneTimeFixedLen]
+	purpose := append(append(append([]byte(nil), fixed...), byte(len(testPurpose)+1)), testPurpose...)
+	for name, payload := range map[string][]byte{
+		"purpose":     purpose,
+		"claim name":  append(oneTimePayload(now, later), 2, 'n'),
+		"claim value": append(oneTimePayload(now, later, "a"), 2, 'v'),
+		"long value":  append(oneTimePayload(now, later, "a"), 5, 'v', 'v', 'v', 'v'),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tok := signOneTime(o, payload)
+			v, err := o.Verify(tok)
+			wantErr(t, err, ErrOneTimeInvalid)
+			if Reason(err) != "malformed payload" {
+				t.Fatalf("Reason = %q, want %q", Reason(err), "malformed payload")
+			}
+			if v.Claims != nil || v.Purpose != "" {
+				t.Fatalf("Verify returned content with the error: %+v", v)
+			}
+			claims, err := o.Redeem(context.Background(), tok, nil)
+			wantErr(t, err, ErrOneTimeInvalid)
+			if claims != nil {
+				t.Fatalf("Redeem returned claims with the error: %v", claims)
+			}
+		})
+	}
+}

@@ -235,3 +235,33 @@ func TestKeyFileReloaderRunDoesNotReloadAfterItsContextIsDone(t *testing.T) {
 		t.Fatalf("%d reloads after the context was done, want 0", calls)
 	}
 }
+
+// Kills reload.go `len(b) > MaxKeyFileBytes` → `>=`: a key file of exactly
+// MaxKeyFileBytes bytes (a key padded with white space, which ParseKeyring
+// trims) is read and swapped in; one byte more is ErrKeyFileTooLarge and
+// leaves the ring in place.
+func TestKeyFileReloaderReadsAFileOfExactlyMaxKeyFileBytes(t *testing.T) {
+	a, b := RandomKey(), RandomKey()
+	pad := func(text string, n int) string { return text + strings.Repeat(" ", n-len(text)) }
+	d := newSecretDir(t, keyText(a))
+	src := mustSource(t, mustKeyring(t, a))
+	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.publish(pad(keyText(b), MaxKeyFileBytes))
+	if swapped, err := r.Reload(); !swapped || err != nil {
+		t.Fatalf("file of MaxKeyFileBytes: swapped %v, err %v", swapped, err)
+	}
+	if string(src.Keyring().keys[0]) != string(b) {
+		t.Fatal("the key of a file of MaxKeyFileBytes is not in effect")
+	}
+	kr := src.Keyring()
+	d.publish(pad(keyText(a), MaxKeyFileBytes+1))
+	if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrKeyFileTooLarge) {
+		t.Fatalf("file of MaxKeyFileBytes+1: swapped %v, err %v", swapped, err)
+	}
+	if src.Keyring() != kr {
+		t.Fatal("an oversize file replaced the ring")
+	}
+}

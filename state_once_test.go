@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"encoding/hex"
+	"strings"
+
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -265,5 +268,100 @@ func TestStateSingleUseStaysUsedUnderClockSkew(t *testing.T) {
 				t.Fatalf("replay just before expiry, store clock %v ahead = %v, want ErrStateReplayed", skew, err)
 			}
 		})
+	}
+}
+
+// Kills state_once.go `if c.obs != nil { start = time.Now() }` negated: in
+// single-use mode the StoreLatency an observer is told on Decode is how long
+// the replay store took, not the time since the zero time.
+func TestStateSingleUseDecodeReportsTheStoresLatency(t *testing.T) {
+	const delay = 2 * time.Millisecond
+	var events []Event
+	c := newTestCodec(t, RequestStateSecurity{
+		Keys:     mustKeyring(t, fixedKey(1)),
+		Replay:   slowStore{delay: delay, inner: &replay.MemoryStore{}},
+		Observer: ObserverFunc(func(e Event) { events = append(events, e) }),
+	})
+	w, err := c.Encode("s", "sub", "tool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Decode(w, "sub", "tool"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Decode(w, "sub", "tool")
+	wantErr(t, err, ErrStateReplayed)
+	checkStoreLatencies(t, events, delay, 2)
+}
+
+// claimRecorder is a replay.Store that records the ID and expiry of every
+// claim.
+type claimRecorder struct {
+	replay.MemoryStore
+	ids   []string
+	until []time.Time
+}
+
+func (r *claimRecorder) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	r.ids = append(r.ids, id)
+	r.until = append(r.until, until)
+	return r.MemoryStore.Claim(ctx, id, until)
+}
+
+// TestStateSingleUseClaimKeyNamesItsMode pins the replay store key of a
+// single-use state: "state:s:" or "state:e:" by mode, then the lowercase hex
+// of the MAC (signed, 32 bytes) or of the GCM nonce and tag (encrypted, 28
+// bytes), so signed and encrypted codecs sharing one store never collide.
+func TestStateSingleUseClaimKeyNamesItsMode(t *testing.T) {
+	for _, tc := range []struct {
+		mode   RequestStateMode
+		prefix string
+		idLen  int
+	}{
+		{Signed, "state:s:", 32},
+		{Encrypted, "state:e:", 12 + 16},
+	} {
+		clk := newStepClock()
+		store := &claimRecorder{MemoryStore: replay.MemoryStore{Now: clk.Now}}
+		c := singleUseCodec(t, tc.mode, store, clk, mustKeyring(t, fixedKey(36)))
+		wire, err := c.Encode("s", "alice", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Decode(wire, "alice", ""); err != nil {
+			t.Fatal(err)
+		}
+		if len(store.ids) != 1 {
+			t.Fatalf("mode %d: %d claims, want 1", tc.mode, len(store.ids))
+		}
+		id, ok := strings.CutPrefix(store.ids[0], tc.prefix)
+		raw, err := hex.DecodeString(id)
+		if !ok || err != nil || len(raw) != tc.idLen || hex.EncodeToString(raw) != id {
+			t.Fatalf("mode %d: claim key %q, want %q + lowercase hex of %d bytes", tc.mode, store.ids[0], tc.prefix, tc.idLen)
+		}
+	}
+}
+
+// TestStateSingleUseClaimLastsUntilExpiryPlusMargin pins how long a
+// single-use state is held in the store: to the end of its expiry second
+// (exp + 1 s, the first instant Decode refuses it) plus the 60 s skew
+// margin, in both modes.
+func TestStateSingleUseClaimLastsUntilExpiryPlusMargin(t *testing.T) {
+	for _, m := range stateModes {
+		clk := newStepClock()
+		store := &claimRecorder{MemoryStore: replay.MemoryStore{Now: clk.Now}}
+		c := singleUseCodec(t, m.mode, store, clk, mustKeyring(t, fixedKey(37)))
+		wire, err := c.Encode("s", "alice", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Decode(wire, "alice", ""); err != nil {
+			t.Fatal(err)
+		}
+		exp := clk.Now().Add(DefaultStateTTL).Unix()
+		want := time.Unix(exp+1, 0).Add(60 * time.Second)
+		if len(store.until) != 1 || !store.until[0].Equal(want) {
+			t.Fatalf("%s: claims until %v, want [%v]", m.name, store.until, want)
+		}
 	}
 }
