@@ -260,3 +260,13 @@ func TestMemoryStoreRefusesExpiredClaimWithErrExpired(t *testing.T) {
 		t.Fatalf("Claim at now = %v, %v; want false, ErrExpired", first, err)
 	}
 }
+
+func TestLeaseStateString(t *testing.T) {
+	for s, want := range map[LeaseState]string{
+		LeaseAcquired: "acquired", LeaseBusy: "busy", LeaseDone: "done", 0: "invalid",
+	} {
+		if s.String() != want {
+			t.Errorf("%d.String() = %q, want %q", s, s.String(), want)
+		}
+	}
+}
