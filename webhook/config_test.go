@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"log/slog"
+
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -477,3 +479,154 @@ func TestLeaseConfirmAfterTakeoverReportsLeaseLost(t *testing.T) {
 // foreignScheme satisfies Scheme by embedding it; the constructors refuse
 // it rather than call methods that are not the package's own (or nil).
 type foreignScheme struct{ Scheme }
+
+// Every limit of a Config is inclusive: a Lease of exactly a millisecond
+// or MaxLease, a Tolerance of MaxTolerance and a DedupWindow of
+// MaxDedupWindow are accepted (one unit past each is refused, see
+// TestNewVerifierRefusesOptionsWithoutEffect), and so is a namespace with
+// '~' and space inside; DEL is refused.
+func TestConfigLimitsAreInclusive(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"Lease of a millisecond", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: time.Millisecond}},
+		{"Lease of MaxLease", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: MaxLease}},
+		{"Tolerance of MaxTolerance", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Tolerance: MaxTolerance}},
+		{"DedupWindow of MaxDedupWindow", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, DedupWindow: MaxDedupWindow}},
+		{"namespace with ~ and space", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Namespace: "a ~b"}},
+	} {
+		if _, err := NewVerifier(tc.cfg); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Namespace: "a\x7fb"}
+	if _, err := NewVerifier(cfg); !errors.Is(err, ErrConfig) || Reason(err) != Reason(errNamespaceText) {
+		t.Errorf("namespace with DEL: %v, want %v", err, errNamespaceText)
+	}
+}
+
+// log/slog sees a configured Verifier or Signer as its scheme and its
+// number of secrets, and a zero one as {zero: true}.
+func TestLogValueDescribesSchemeAndSecretCount(t *testing.T) {
+	render := func(v slog.Value) string {
+		var b strings.Builder
+		for _, a := range v.Resolve().Group() {
+			b.WriteString(a.String() + ";")
+		}
+		return b.String()
+	}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret, stdSecret2}}
+	for _, tc := range []struct {
+		name string
+		got  slog.Value
+		want string
+	}{
+		{"verifier", newVerifier(t, cfg).LogValue(), "scheme=standard-webhooks;secrets=2;"},
+		{"signer", newSigner(t, Config{Scheme: Slack(), Secrets: []string{slackSecret}}).LogValue(), "scheme=slack;secrets=1;"},
+		{"zero verifier", Verifier{}.LogValue(), "zero=true;"},
+		{"zero signer", Signer{}.LogValue(), "zero=true;"},
+	} {
+		if got := render(tc.got); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestNewVerifierRejectsBadConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want error
+	}{
+		{"no secrets", Config{Scheme: HMACSHA256()}, ErrNoSecret},
+		{"empty secret", Config{Scheme: HMACSHA256(), Secrets: []string{""}}, ErrSecretInvalid},
+		{"whsec not base64", Config{Scheme: StandardWebhooks(), Secrets: []string{"whsec_not base64!"}}, ErrSecretInvalid},
+		{"whsec too short", Config{Scheme: StandardWebhooks(), Secrets: []string{"whsec_c2hvcnQ="}}, ErrSecretInvalid},
+		{"one bad of two", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret, "whsec_"}}, ErrSecretInvalid},
+		{"no scheme", Config{Secrets: []string{hmacSecret}}, ErrConfig},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewVerifier(tc.cfg)
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if _, err := NewSigner(tc.cfg); err == nil {
+				t.Fatal("NewSigner accepted the config")
+			}
+			if strings.Contains(err.Error(), "c2hvcnQ") {
+				t.Fatal("error text echoes the secret")
+			}
+		})
+	}
+}
+
+// boundedStore is a memory store that says it holds nothing past horizon.
+type boundedStore struct {
+	*replay.MemoryStore
+	horizon time.Duration
+}
+
+func (b boundedStore) Horizon() time.Duration { return b.horizon }
+
+// A store that refuses entries past its horizon would refuse every
+// confirmation of a verifier whose DedupWindow (or Lease) reaches further,
+// and every delivery would be processed again after its lease: refused at
+// construction.
+func TestNewVerifierRefusesDedupWindowPastTheStoresHorizon(t *testing.T) {
+	tests := []struct {
+		name    string
+		horizon time.Duration
+		dedup   time.Duration
+		lease   time.Duration
+		ok      bool
+	}{
+		{"default window fits the default horizon", 25 * time.Hour, 0, 0, true},
+		{"window over the horizon", 25 * time.Hour, 4 * 24 * time.Hour, 0, false},
+		{"window plus skew over the horizon", 24 * time.Hour, 24 * time.Hour, 0, false},
+		{"lease over the horizon", 2 * time.Hour, time.Hour, 3 * time.Hour, false},
+		{"short horizon, short window", 2 * time.Hour, time.Hour, time.Minute, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewVerifier(Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Namespace: "ns",
+				Replay: boundedStore{replay.NewMemoryStore(10), tt.horizon}, DedupWindow: tt.dedup, Lease: tt.lease})
+			switch {
+			case tt.ok && err != nil:
+				t.Fatalf("NewVerifier: %v", err)
+			case !tt.ok && (!errors.Is(err, ErrConfig) || err != errStoreHorizon):
+				t.Fatalf("NewVerifier = %v; want %v", err, errStoreHorizon)
+			}
+		})
+	}
+}
+
+func TestNewVerifierRefusesBadNamespace(t *testing.T) {
+	store := replay.NewMemoryStore(0)
+	tests := []struct {
+		name, ns string
+		want     error
+	}{
+		{"missing with a Replay store", "", errNoNamespace},
+		{"over MaxNamespaceBytes", strings.Repeat("n", MaxNamespaceBytes+1), errLongNamespace},
+		{"trailing space", "orders ", errNamespaceText},
+		{"leading space", " orders", errNamespaceText},
+		{"newline", "orders\n", errNamespaceText},
+		{"control byte", "ord\x00ers", errNamespaceText},
+		{"non-ASCII", "ordérs", errNamespaceText},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := NewVerifier(Config{Scheme: Stripe(), Secrets: []string{"whsec_endpoint_a"}, Replay: store, Namespace: tc.ns})
+			if v != nil || !errors.Is(err, ErrConfig) || !errors.Is(err, tc.want) {
+				t.Fatalf("NewVerifier = %v, %v; want %v", v, err, tc.want)
+			}
+		})
+	}
+	for _, ns := range []string{"", "orders", strings.Repeat("n", MaxNamespaceBytes), "billing / prod"} {
+		if _, err := NewVerifier(Config{Scheme: Stripe(), Secrets: []string{"whsec_endpoint_a"}, Namespace: ns}); err != nil {
+			t.Errorf("Namespace %q with the private store refused: %v", ns, err)
+		}
+	}
+}
