@@ -288,70 +288,72 @@ func encoderPayload(state string, exp int64) []byte {
 	return append(p, `"}`...)
 }
 
-// Kills state_payload.go mutants that make the fast path give up on the
-// layout it exists for (each would only fall back to the full parser, so
-// no Decode result changes, but every Decode would pay for the slow path):
-// `pos: end + len(mid)` → `-`; `len(in)-p.pos != bindTagLen+2` with `+`,
-// `-2` or a negated operand; `in[len(in)-2] != '"'` → `==`; `m == 0` →
-// `!= 0`; `return s, i + 1, true` → `i - 1`; `high >= utf8.RuneSelf &&
-// !utf8.Valid(s)` → `||`; `in[i+1] != '\\'` → `in[i-1]`; and `len(out) <
-// len(in)` → `<=` (the scratch Decode hands over has capacity exactly
-// len(payload) when the pooled buffer is just large enough).
-func TestStatePayloadFastPathAcceptsEveryEncoderLayout(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		state string
-		exp   int64
-	}{
-		{"empty state", "", 1700000000},
-		{"one byte", "x", 1},
-		{"two bytes", "ab", 1700000000},
-		{"eight bytes", "abcdefgh", 1700000000},
-		{"many words", strings.Repeat("opaque-cursor-", 9), 1700000000},
-		{"quotes", `say "hi" to "them"`, 1700000000},
-		{"backslashes", `C:\dir\file \\ share`, 1700000000},
-		{"both escapes adjacent", `\"\\"`, 1700000000},
-		{"two-byte UTF-8", "café", 1700000000},
-		{"three- and four-byte UTF-8", "日本語 😀 after", 1700000000},
-		{"negative exp", "x", -42},
-		{"largest exp", "x", 1<<63 - 1},
-		{"smallest exp", "x", -1 << 63},
-		{"zero exp", "x", 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			in := encoderPayload(tc.state, tc.exp)
-			s, exp, b, ok := parseStatePayloadFast(in, make([]byte, 0, len(in)))
-			if !ok {
-				t.Fatalf("fast path gave up on %q", in)
-			}
-			if string(s) != tc.state || exp != tc.exp || string(b) != strings.Repeat("0123456789abcdef", bindTagLen/16) {
-				t.Fatalf("fast path read (%q, %d, %q) from %q", s, exp, b, in)
-			}
-			// b aliases the input: the fast path copies only s.
-			if &b[0] != &in[len(in)-2-bindTagLen] {
-				t.Fatal("fast path copied b instead of aliasing the input")
-			}
-		})
-	}
-}
+func TestStatePayloadFastPath(t *testing.T) {
+	// Kills state_payload.go mutants that make the fast path give up on the
+	// layout it exists for (each would only fall back to the full parser, so
+	// no Decode result changes, but every Decode would pay for the slow path):
+	// `pos: end + len(mid)` → `-`; `len(in)-p.pos != bindTagLen+2` with `+`,
+	// `-2` or a negated operand; `in[len(in)-2] != '"'` → `==`; `m == 0` →
+	// `!= 0`; `return s, i + 1, true` → `i - 1`; `high >= utf8.RuneSelf &&
+	// !utf8.Valid(s)` → `||`; `in[i+1] != '\\'` → `in[i-1]`; and `len(out) <
+	// len(in)` → `<=` (the scratch Decode hands over has capacity exactly
+	// len(payload) when the pooled buffer is just large enough).
+	t.Run("accepts every encoder layout", func(t *testing.T) {
+		for _, tc := range []struct {
+			name  string
+			state string
+			exp   int64
+		}{
+			{"empty state", "", 1700000000},
+			{"one byte", "x", 1},
+			{"two bytes", "ab", 1700000000},
+			{"eight bytes", "abcdefgh", 1700000000},
+			{"many words", strings.Repeat("opaque-cursor-", 9), 1700000000},
+			{"quotes", `say "hi" to "them"`, 1700000000},
+			{"backslashes", `C:\dir\file \\ share`, 1700000000},
+			{"both escapes adjacent", `\"\\"`, 1700000000},
+			{"two-byte UTF-8", "café", 1700000000},
+			{"three- and four-byte UTF-8", "日本語 😀 after", 1700000000},
+			{"negative exp", "x", -42},
+			{"largest exp", "x", 1<<63 - 1},
+			{"smallest exp", "x", -1 << 63},
+			{"zero exp", "x", 0},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				in := encoderPayload(tc.state, tc.exp)
+				s, exp, b, ok := parseStatePayloadFast(in, make([]byte, 0, len(in)))
+				if !ok {
+					t.Fatalf("fast path gave up on %q", in)
+				}
+				if string(s) != tc.state || exp != tc.exp || string(b) != strings.Repeat("0123456789abcdef", bindTagLen/16) {
+					t.Fatalf("fast path read (%q, %d, %q) from %q", s, exp, b, in)
+				}
+				// b aliases the input: the fast path copies only s.
+				if &b[0] != &in[len(in)-2-bindTagLen] {
+					t.Fatal("fast path copied b instead of aliasing the input")
+				}
+			})
+		}
+	})
 
-// Kills state_payload.go `len(out) < len(in)` → `>=` (the fast path would
-// write past a scratch buffer shorter than the payload, or refuse every
-// adequate one) and pins the refusal it guards: Decode hands a region clamped
-// to the pooled buffer, which can be shorter than the payload.
-func TestStatePayloadFastPathNeedsScratchAsLongAsThePayload(t *testing.T) {
-	in := encoderPayload(strings.Repeat("a", 40), 1700000000)
-	if _, _, _, ok := parseStatePayloadFast(in, make([]byte, 0, len(in)-1)); ok {
-		t.Fatal("fast path accepted a scratch buffer one byte short of the payload")
-	}
-	// The full parser still reads it, growing the short buffer.
-	s, exp, _, ok := parseStatePayload(in, make([]byte, 0, len(in)-1))
-	if !ok || string(s) != strings.Repeat("a", 40) || exp != 1700000000 {
-		t.Fatalf("parseStatePayload with short scratch: (%q, %d, %v)", s, exp, ok)
-	}
-	if _, _, _, ok := parseStatePayloadFast(in, make([]byte, 0, len(in))); !ok {
-		t.Fatal("fast path refused a scratch buffer exactly as long as the payload")
-	}
+	// Kills state_payload.go `len(out) < len(in)` → `>=` (the fast path would
+	// write past a scratch buffer shorter than the payload, or refuse every
+	// adequate one) and pins the refusal it guards: Decode hands a region clamped
+	// to the pooled buffer, which can be shorter than the payload.
+	t.Run("needs scratch as long as the payload", func(t *testing.T) {
+		in := encoderPayload(strings.Repeat("a", 40), 1700000000)
+		if _, _, _, ok := parseStatePayloadFast(in, make([]byte, 0, len(in)-1)); ok {
+			t.Fatal("fast path accepted a scratch buffer one byte short of the payload")
+		}
+		// The full parser still reads it, growing the short buffer.
+		s, exp, _, ok := parseStatePayload(in, make([]byte, 0, len(in)-1))
+		if !ok || string(s) != strings.Repeat("a", 40) || exp != 1700000000 {
+			t.Fatalf("parseStatePayload with short scratch: (%q, %d, %v)", s, exp, ok)
+		}
+		if _, _, _, ok := parseStatePayloadFast(in, make([]byte, 0, len(in))); !ok {
+			t.Fatal("fast path refused a scratch buffer exactly as long as the payload")
+		}
+	})
 }
 
 // Kills state_payload.go `high >= utf8.RuneSelf` → `high > utf8.RuneSelf`:

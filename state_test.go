@@ -426,16 +426,74 @@ func TestStateKeyRotation(t *testing.T) {
 	}
 }
 
-// TestNewRequestStateCodecRefusesNilKeys checks that a codec never picks
-// a silent random key: nil Keys is ErrNoKey, in every mode.
-func TestNewRequestStateCodecRefusesNilKeys(t *testing.T) {
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		c, err := NewRequestStateCodec(RequestStateSecurity{Mode: mode, Replay: replay.NewMemoryStore(0)})
-		wantErr(t, err, ErrNoKey)
-		if c != nil || Reason(err) != "RequestStateSecurity.Keys is nil" {
-			t.Fatalf("mode %d: codec %v, reason %q", mode, c, Reason(err))
+func TestNewRequestStateCodec(t *testing.T) {
+	// Checks that a codec never picks
+	// a silent random key: nil Keys is ErrNoKey, in every mode.
+	t.Run("refuses nil keys", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			c, err := NewRequestStateCodec(RequestStateSecurity{Mode: mode, Replay: replay.NewMemoryStore(0)})
+			wantErr(t, err, ErrNoKey)
+			if c != nil || Reason(err) != "RequestStateSecurity.Keys is nil" {
+				t.Fatalf("mode %d: codec %v, reason %q", mode, c, Reason(err))
+			}
 		}
-	}
+	})
+
+	// Checks that a field that is
+	// neither zero (the default) nor valid is ErrConfig, with a reason naming
+	// it, and that zero means the default.
+	t.Run("refuses invalid config", func(t *testing.T) {
+		kr := mustKeyring(t, fixedKey(1))
+		for _, tc := range []struct {
+			name   string
+			sec    RequestStateSecurity
+			reason string
+		}{
+			{"unknown mode", RequestStateSecurity{Keys: kr, Mode: 2}, "unknown RequestStateSecurity.Mode"},
+			{"unknown binding", RequestStateSecurity{Keys: kr, Binding: 3}, "unknown RequestStateSecurity.Binding"},
+			{"negative TTL", RequestStateSecurity{Keys: kr, TTL: -time.Nanosecond}, "negative RequestStateSecurity.TTL"},
+			{"negative MaxBytes", RequestStateSecurity{Keys: kr, MaxBytes: -1}, "negative RequestStateSecurity.MaxBytes"},
+			{"MaxBytes below an empty signed state", RequestStateSecurity{Keys: kr, MaxBytes: minStateWire(Signed) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
+			{"MaxBytes below an empty encrypted state", RequestStateSecurity{Keys: kr, Mode: Encrypted, MaxBytes: minStateWire(Encrypted) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
+			{"unknown mode without keys", RequestStateSecurity{Mode: 7}, "unknown RequestStateSecurity.Mode"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				c, err := NewRequestStateCodec(tc.sec)
+				wantErr(t, err, ErrConfig)
+				if c != nil || Reason(err) != tc.reason {
+					t.Fatalf("codec %v, reason %q, want %q", c, Reason(err), tc.reason)
+				}
+			})
+		}
+		// Zero means the default; the smallest MaxBytes is exactly an empty state.
+		clock := newTestClock()
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Now: clock.Now})
+			if c.ttl != DefaultStateTTL || c.maxBytes != DefaultStateMaxBytes {
+				t.Fatalf("mode %d: zero TTL/MaxBytes gave %v/%d", mode, c.ttl, c.maxBytes)
+			}
+			tight := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, MaxBytes: minStateWire(mode), Now: clock.Now})
+			w, err := tight.Encode("", "alice", "")
+			if err != nil || len(w) != minStateWire(mode) {
+				t.Fatalf("mode %d: empty state in the smallest MaxBytes: %d bytes, %v", mode, len(w), err)
+			}
+			_, err = tight.Encode("x", "alice", "")
+			wantErr(t, err, ErrStateTooLarge)
+		}
+	})
+
+	// Checks that a Keyring with no
+	// key (its zero value) is refused like a missing key, in both modes, rather
+	// than accepted by the constructor and panicking in Encode.
+	t.Run("refuses empty keyring", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			c, err := NewRequestStateCodec(RequestStateSecurity{Keys: &Keyring{}, Mode: mode})
+			wantErr(t, err, ErrNoKey)
+			if c != nil {
+				t.Fatalf("mode %d: codec returned with the error", mode)
+			}
+		}
+	})
 }
 
 func TestStateEncodeRejectsInvalidUTF8(t *testing.T) {
@@ -444,62 +502,6 @@ func TestStateEncodeRejectsInvalidUTF8(t *testing.T) {
 	wantErr(t, err, ErrUnencodable)
 	if w != "" || Reason(err) == "" {
 		t.Fatalf("wire %q, reason %q", w, Reason(err))
-	}
-}
-
-// TestNewRequestStateCodecRefusesInvalidConfig checks that a field that is
-// neither zero (the default) nor valid is ErrConfig, with a reason naming
-// it, and that zero means the default.
-func TestNewRequestStateCodecRefusesInvalidConfig(t *testing.T) {
-	kr := mustKeyring(t, fixedKey(1))
-	for _, tc := range []struct {
-		name   string
-		sec    RequestStateSecurity
-		reason string
-	}{
-		{"unknown mode", RequestStateSecurity{Keys: kr, Mode: 2}, "unknown RequestStateSecurity.Mode"},
-		{"unknown binding", RequestStateSecurity{Keys: kr, Binding: 3}, "unknown RequestStateSecurity.Binding"},
-		{"negative TTL", RequestStateSecurity{Keys: kr, TTL: -time.Nanosecond}, "negative RequestStateSecurity.TTL"},
-		{"negative MaxBytes", RequestStateSecurity{Keys: kr, MaxBytes: -1}, "negative RequestStateSecurity.MaxBytes"},
-		{"MaxBytes below an empty signed state", RequestStateSecurity{Keys: kr, MaxBytes: minStateWire(Signed) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
-		{"MaxBytes below an empty encrypted state", RequestStateSecurity{Keys: kr, Mode: Encrypted, MaxBytes: minStateWire(Encrypted) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
-		{"unknown mode without keys", RequestStateSecurity{Mode: 7}, "unknown RequestStateSecurity.Mode"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := NewRequestStateCodec(tc.sec)
-			wantErr(t, err, ErrConfig)
-			if c != nil || Reason(err) != tc.reason {
-				t.Fatalf("codec %v, reason %q, want %q", c, Reason(err), tc.reason)
-			}
-		})
-	}
-	// Zero means the default; the smallest MaxBytes is exactly an empty state.
-	clock := newTestClock()
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Now: clock.Now})
-		if c.ttl != DefaultStateTTL || c.maxBytes != DefaultStateMaxBytes {
-			t.Fatalf("mode %d: zero TTL/MaxBytes gave %v/%d", mode, c.ttl, c.maxBytes)
-		}
-		tight := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, MaxBytes: minStateWire(mode), Now: clock.Now})
-		w, err := tight.Encode("", "alice", "")
-		if err != nil || len(w) != minStateWire(mode) {
-			t.Fatalf("mode %d: empty state in the smallest MaxBytes: %d bytes, %v", mode, len(w), err)
-		}
-		_, err = tight.Encode("x", "alice", "")
-		wantErr(t, err, ErrStateTooLarge)
-	}
-}
-
-// TestNewRequestStateCodecRefusesEmptyKeyring checks that a Keyring with no
-// key (its zero value) is refused like a missing key, in both modes, rather
-// than accepted by the constructor and panicking in Encode.
-func TestNewRequestStateCodecRefusesEmptyKeyring(t *testing.T) {
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		c, err := NewRequestStateCodec(RequestStateSecurity{Keys: &Keyring{}, Mode: mode})
-		wantErr(t, err, ErrNoKey)
-		if c != nil {
-			t.Fatalf("mode %d: codec returned with the error", mode)
-		}
 	}
 }
 
@@ -625,211 +627,458 @@ func TestStateConcurrentEncodeDecode(t *testing.T) {
 	}
 }
 
-func TestStateRefusesSubjectWithNULUnderBindSubjectAndTool(t *testing.T) {
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(19)), Mode: mode, Binding: BindSubjectAndTool})
-		// ("alice\x00tools/call", "deploy") and ("alice", "tools/call\x00deploy")
-		// would share the material "alice\x00tools/call\x00deploy".
-		_, err := c.Encode("x", "alice\x00tools/call", "deploy")
-		wantErr(t, err, ErrUnencodable)
-		wire, err := c.Encode("x", "alice", MCPTarget("tools/call", "deploy"))
+func TestStateRefuses(t *testing.T) {
+	t.Run("subject with NUL under bind subject and tool", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(19)), Mode: mode, Binding: BindSubjectAndTool})
+			// ("alice\x00tools/call", "deploy") and ("alice", "tools/call\x00deploy")
+			// would share the material "alice\x00tools/call\x00deploy".
+			_, err := c.Encode("x", "alice\x00tools/call", "deploy")
+			wantErr(t, err, ErrUnencodable)
+			wire, err := c.Encode("x", "alice", MCPTarget("tools/call", "deploy"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := c.Decode(wire, "alice\x00tools/call", "deploy")
+			wantErr(t, err, ErrStateInvalid)
+			if s != "" {
+				t.Fatal("refused decode returned state")
+			}
+			// The tool may contain NUL; only the subject may not.
+			if s, err := c.Decode(wire, "alice", MCPTarget("tools/call", "deploy")); err != nil || s != "x" {
+				t.Fatalf("MCPTarget tool refused: %v", err)
+			}
+		}
+		// Other bindings do not use a separator and accept such subjects.
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(19))})
+		wire, err := c.Encode("x", "a\x00b", "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := c.Decode(wire, "alice\x00tools/call", "deploy")
-		wantErr(t, err, ErrStateInvalid)
-		if s != "" {
-			t.Fatal("refused decode returned state")
+		if _, err := c.Decode(wire, "a\x00b", ""); err != nil {
+			t.Fatal(err)
 		}
-		// The tool may contain NUL; only the subject may not.
-		if s, err := c.Decode(wire, "alice", MCPTarget("tools/call", "deploy")); err != nil || s != "x" {
-			t.Fatalf("MCPTarget tool refused: %v", err)
-		}
-	}
-	// Other bindings do not use a separator and accept such subjects.
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(19))})
-	wire, err := c.Encode("x", "a\x00b", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Decode(wire, "a\x00b", ""); err != nil {
-		t.Fatal(err)
-	}
-}
+	})
 
-// Kills state.go `cacheable := len(material) <= maxCachedMaterial` → `<`
-// and `if int(sc.used) < len(sc.tags)` negated: the bind-tag cache (a
-// performance measure: a tag costs as much as the AES-GCM open it guards)
-// serves a repeated material of up to maxCachedMaterial bytes from the
-// cache, and does not cache a longer one. A hit is seen by marking the
-// cached copy of the tag: only a hit returns the mark.
-func TestStateBindTagCacheServesRepeatedMaterialUpToTheLimit(t *testing.T) {
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1)), Binding: BindSubject})
-	k := c.ring().bind[0]
-	var sc stateScratch
-	material := make([]byte, 0, 2*maxCachedMaterial)
-	for _, n := range []int{1, maxCachedMaterial - 1, maxCachedMaterial} {
-		subject := strings.Repeat("s", n)
-		tag := c.cachedBindTag(nil, &sc, material, k, subject, "")
-		var entry *tagEntry
-		for i := range sc.tags[:sc.used] {
-			if e := &sc.tags[i]; e.key == k && e.n == n {
-				entry = e
+	// Checks that a NUL at position 0 of
+	// the subject is refused under BindSubjectAndTool like one further in:
+	// otherwise ("\x00", "a\x00b") and ("\x00\x00a", "b") share the material
+	// "\x00\x00a\x00b" and so a bind tag.
+	t.Run("subject starting with NUL", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(30)), Mode: mode, Binding: BindSubjectAndTool})
+			for _, subject := range []string{"\x00", "\x00\x00a", "\x00alice"} {
+				w, err := c.Encode("x", subject, "a\x00b")
+				wantErr(t, err, ErrUnencodable)
+				if w != "" || Reason(err) == "" {
+					t.Fatalf("mode %d: subject %q: wire %q, reason %q", mode, subject, w, Reason(err))
+				}
+			}
+			// A state sealed for the tool "a\x00b" (an empty subject) or "b"
+			// never opens for a NUL-led subject.
+			for _, tc := range []struct{ sealSubject, sealTool, subject, tool string }{
+				{"", "\x00a\x00b", "\x00", "a\x00b"},
+				{"", "\x00\x00a\x00b", "\x00", "\x00a\x00b"},
+				{"alice", "b", "\x00\x00a", "b"},
+			} {
+				w, err := c.Encode("x", tc.sealSubject, tc.sealTool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := c.Decode(w, tc.subject, tc.tool)
+				wantErr(t, err, ErrStateInvalid)
+				if s != "" || Reason(err) != "subject contains NUL (ambiguous under BindSubjectAndTool)" {
+					t.Fatalf("mode %d: %q/%q: %q, reason %q", mode, tc.subject, tc.tool, s, Reason(err))
+				}
 			}
 		}
-		if entry == nil {
-			t.Fatalf("material of %d bytes: tag not cached", n)
-		}
-		if string(entry.tag[:]) != string(tag) {
-			t.Fatalf("material of %d bytes: cached tag differs from the one returned", n)
-		}
-		entry.tag[0] ^= 1
-		if again := c.cachedBindTag(nil, &sc, material, k, subject, ""); again[0] == tag[0] {
-			t.Fatalf("material of %d bytes: repeat not served from the cache", n)
-		}
-		entry.tag[0] ^= 1
-	}
-	long := strings.Repeat("s", maxCachedMaterial+1)
-	if got, want := c.cachedBindTag(nil, &sc, material, k, long, ""), c.bindTag(nil, 0, long, ""); string(got) != string(want) {
-		t.Fatal("tag of a long material differs from the uncached tag")
-	}
-	for i := range sc.tags[:sc.used] {
-		if sc.tags[i].n > maxCachedMaterial {
-			t.Fatalf("a material of %d bytes was cached", sc.tags[i].n)
-		}
-	}
-}
+	})
 
-// Kills state.go `if cap(sc.buf) < n` → `<=` in getScratch and
-// `if cap(sc.buf) <= maxPooledScratch` negated in putScratch: Encode and
-// Decode return their working memory to the pool and reuse it when it is
-// large enough (a buffer of exactly the size needed included), so once warm
-// each allocates only the string it returns. The decoding codec only ever
-// decodes, so its pooled buffer has exactly the capacity Decode asks for.
-func TestStateEncodeAndDecodeReuseTheirScratch(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector makes sync.Pool drop items at random")
-	}
-	kr := mustKeyring(t, fixedKey(1))
-	state := strings.Repeat("s", 300) // Decode's scratch is over the 512-byte minimum
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		t.Run("mode "+strconv.Itoa(int(mode)), func(t *testing.T) {
-			enc := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
-			dec := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
-			w, err := enc.Encode(state, "sub", "tool")
+	// Checks that the MAC segment
+	// must be exactly 43 base64url characters: 42 characters and a line feed
+	// (which encoding/base64 skips) decode to 31 bytes, and for a MAC whose last
+	// byte is zero (1 state in 256) the zero-filled 32nd byte would make it a
+	// second accepted spelling.
+	t.Run("MAC of 42 characters and line feed", func(t *testing.T) {
+		clock := newTestClock()
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(31)), Now: clock.Now})
+		var wire string
+		for i := 0; ; i++ {
+			w, err := c.Encode(fmt.Sprint("s-", i), "alice", "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := testing.AllocsPerRun(100, func() { _, _ = enc.Encode(state, "sub", "tool") }); n > 1 {
-				t.Errorf("Encode allocates %v times, want 1 (the result)", n)
+			_, macText, _ := strings.Cut(w[len(signedPrefix):], ".")
+			mac, err := base64.RawURLEncoding.DecodeString(macText)
+			if err != nil || len(mac) != macSize {
+				t.Fatalf("MAC segment %q", macText)
 			}
-			if n := testing.AllocsPerRun(100, func() { _, _ = dec.Decode(w, "sub", "tool") }); n > 1 {
-				t.Errorf("Decode allocates %v times, want 1 (the result)", n)
+			if mac[macSize-1] == 0 {
+				wire = w
+				break
 			}
-		})
-	}
-}
-
-// Kills state.go `if cap(sc.buf) <= maxPooledScratch` → `<` and negated:
-// a scratch buffer of exactly maxPooledScratch bytes is kept for reuse and a
-// larger one is not, so a codec with a huge MaxBytes does not pin huge
-// buffers. Decode asks for 3*len(wire) + len(subject)+1+len(tool) +
-// bindTagLen bytes before it parses anything, so refusing a wire of the
-// right length sizes the buffer exactly.
-func TestStateScratchOfUpToMaxPooledIsReusedAndLargerIsNot(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector makes sync.Pool drop items at random")
-	}
-	const subject, tool = "a", "b"
-	matLen := len(subject) + 1 + len(tool)
-	atLimit := (maxPooledScratch - matLen - bindTagLen) / 3
-	if 3*atLimit+matLen+bindTagLen != maxPooledScratch {
-		t.Fatal("test setup: no wire length sizes the scratch at exactly maxPooledScratch")
-	}
-	for _, tc := range []struct {
-		name   string
-		length int
-		reused bool
-	}{
-		{"exactly maxPooledScratch", atLimit, true},
-		{"over maxPooledScratch", atLimit + 1, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1)), MaxBytes: 1 << 20})
-			wire := strings.Repeat("x", tc.length)
-			var err error
-			n := testing.AllocsPerRun(20, func() { _, err = c.Decode(wire, subject, tool) })
+			if i > 1<<14 {
+				t.Fatal("no MAC ending in a zero byte")
+			}
+		}
+		if _, err := c.Decode(wire, "alice", ""); err != nil {
+			t.Fatal(err)
+		}
+		short := wire[:len(wire)-1] // the last character holds only the zero byte's low bits
+		for _, spelling := range []string{
+			short + "\n",
+			short[:len(short)-5] + "\n" + short[len(short)-5:],
+			short + "\r",
+			short,
+		} {
+			s, err := c.Decode(spelling, "alice", "")
 			wantErr(t, err, ErrStateInvalid)
-			if tc.reused && n != 0 {
-				t.Fatalf("refusing a %d-byte wire allocated %v times, want 0 (scratch reused)", tc.length, n)
+			if s != "" {
+				t.Fatalf("second spelling %q accepted", spelling)
 			}
-			if !tc.reused && n < 1 {
-				t.Fatalf("refusing a %d-byte wire allocated %v times, want a fresh scratch each time", tc.length, n)
+		}
+	})
+
+	// Seals every prefix of a
+	// valid payload with the right key, so the parser sees it: each is refused
+	// as ErrStateInvalid, without a panic, in both modes.
+	t.Run("truncated payloads behind a valid key", func(t *testing.T) {
+		key := fixedKey(35)
+		clock := newTestClock()
+		signed := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Now: clock.Now})
+		encrypted := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Mode: Encrypted, Now: clock.Now})
+		tag := refBindTag(t, key, "alice")
+		exp := clock.Now().Unix() + 60
+		for _, full := range []string{
+			fmt.Sprintf(`{"s":"a\u00e9\"b","exp":%d,"b":"%s"}`, exp, tag),
+			fmt.Sprintf(`{"s":"x","exp":-%d,"b":"%s"}`, exp, tag),
+			fmt.Sprintf(` { "b" : "%s" , "exp" : %d , "s" : "x" } `, tag, exp),
+		} {
+			// Every prefix that stops before the closing brace.
+			for n := 0; n <= strings.LastIndexByte(full, '}'); n++ {
+				p := full[:n]
+				for _, tc := range []struct {
+					c    *RequestStateCodec
+					wire string
+				}{
+					{signed, refSigned(t, key, p)},
+					{encrypted, refEncrypted(t, key, []byte("nonce-nonce!"), p, tag)},
+				} {
+					s, err := tc.c.Decode(tc.wire, "alice", "")
+					wantErr(t, err, ErrStateInvalid)
+					if s != "" || Reason(err) != "malformed payload" {
+						t.Fatalf("payload truncated to %q: %q, reason %q", p, s, Reason(err))
+					}
+				}
 			}
-		})
-	}
+			// The whole payload is accepted (the negative expiry aside).
+			if _, err := signed.Decode(refSigned(t, key, full), "alice", ""); err != nil && !errors.Is(err, ErrStateExpired) {
+				t.Fatalf("whole payload %q: %v", full, err)
+			}
+		}
+	})
 }
 
-// Kills the arithmetic mutants of Encode's scratch estimate in state.go
-// (matLen, payloadCap, sealedCap, wireCap) that make it too small, or (with
-// len(state)/8 made len(state)*8) far too large: the
-// estimate covers the bind material, the payload, the sealed payload and
-// the wire text of a state without escapes, so an Encode that finds no
-// pooled scratch allocates exactly its scratch, the scratch's buffer and
-// the result, and
-// a warm Encode or Decode of a state bound to a long subject and tool (too
-// long for the bind-tag cache) allocates only its result (Decode's "s" is
-// a one-byte string, which Go does not allocate).
-func TestStateEncodeScratchEstimateCoversEveryRegion(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector makes sync.Pool drop items at random")
-	}
-	kr := mustKeyring(t, fixedKey(1))
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		for _, size := range []int{0, 100, 1000, 4000, 12000} {
-			t.Run(fmt.Sprintf("mode %d, cold Encode of %d bytes", mode, size), func(t *testing.T) {
-				state := strings.Repeat("s", size)
-				c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
-				if _, err := c.Encode(state, "sub", "tool"); err != nil {
+func TestStateBindTagCache(t *testing.T) {
+	// Kills state.go `cacheable := len(material) <= maxCachedMaterial` → `<`
+	// and `if int(sc.used) < len(sc.tags)` negated: the bind-tag cache (a
+	// performance measure: a tag costs as much as the AES-GCM open it guards)
+	// serves a repeated material of up to maxCachedMaterial bytes from the
+	// cache, and does not cache a longer one. A hit is seen by marking the
+	// cached copy of the tag: only a hit returns the mark.
+	t.Run("serves repeated material up to the limit", func(t *testing.T) {
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1)), Binding: BindSubject})
+		k := c.ring().bind[0]
+		var sc stateScratch
+		material := make([]byte, 0, 2*maxCachedMaterial)
+		for _, n := range []int{1, maxCachedMaterial - 1, maxCachedMaterial} {
+			subject := strings.Repeat("s", n)
+			tag := c.cachedBindTag(nil, &sc, material, k, subject, "")
+			var entry *tagEntry
+			for i := range sc.tags[:sc.used] {
+				if e := &sc.tags[i]; e.key == k && e.n == n {
+					entry = e
+				}
+			}
+			if entry == nil {
+				t.Fatalf("material of %d bytes: tag not cached", n)
+			}
+			if string(entry.tag[:]) != string(tag) {
+				t.Fatalf("material of %d bytes: cached tag differs from the one returned", n)
+			}
+			entry.tag[0] ^= 1
+			if again := c.cachedBindTag(nil, &sc, material, k, subject, ""); again[0] == tag[0] {
+				t.Fatalf("material of %d bytes: repeat not served from the cache", n)
+			}
+			entry.tag[0] ^= 1
+		}
+		long := strings.Repeat("s", maxCachedMaterial+1)
+		if got, want := c.cachedBindTag(nil, &sc, material, k, long, ""), c.bindTag(nil, 0, long, ""); string(got) != string(want) {
+			t.Fatal("tag of a long material differs from the uncached tag")
+		}
+		for i := range sc.tags[:sc.used] {
+			if sc.tags[i].n > maxCachedMaterial {
+				t.Fatalf("a material of %d bytes was cached", sc.tags[i].n)
+			}
+		}
+	})
+
+	// Encodes for many
+	// subjects and tools, more than the per-scratch cache holds, interleaved,
+	// from several goroutines, and checks that every state opens for its own
+	// subject and tool only, in both modes.
+	t.Run("never crosses subjects or tools", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			t.Run(fmt.Sprint(mode), func(t *testing.T) {
+				kr, err := NewKeyring(RandomKey())
+				if err != nil {
 					t.Fatal(err)
 				}
-				// Each measured Encode starts from an empty scratch pool
-				// (the key's own pooled HMAC states stay warm).
-				n := testing.AllocsPerRun(5, func() {
-					for c.scratch.Get() != nil {
-					}
-					_, _ = c.Encode(state, "sub", "tool")
-				})
-				if n != 3 {
-					t.Fatalf("Encode with an empty scratch pool allocated %v times, want 3 (scratch, buffer, result)", n)
+				c, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Mode: mode, Binding: BindSubjectAndTool})
+				if err != nil {
+					t.Fatal(err)
 				}
-				// ... and in proportion to the state: under 6 bytes per
-				// state byte plus 4 KiB (measured: 5.9 at 4000 bytes).
-				b := bytesPerRun(5, func() {
-					for c.scratch.Get() != nil {
-					}
-					_, _ = c.Encode(state, "sub", "tool")
-				})
-				if limit := uint64(6*size + 4096); b > limit {
-					t.Fatalf("Encode with an empty scratch pool allocated %d bytes, want at most %d", b, limit)
+				var wg sync.WaitGroup
+				errs := make(chan error, 4)
+				for g := range 4 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := range 100 {
+							subject := fmt.Sprintf("subject-%d", (g+i)%7)
+							tool := fmt.Sprintf("tool-%d", i%3)
+							state := fmt.Sprintf(`{"g":%d,"i":%d}`, g, i)
+							w, err := c.Encode(state, subject, tool)
+							if err != nil {
+								errs <- err
+								return
+							}
+							if got, err := c.Decode(w, subject, tool); err != nil || got != state {
+								errs <- fmt.Errorf("own subject/tool: %q, %v", got, err)
+								return
+							}
+							if _, err := c.Decode(w, subject+"x", tool); !errors.Is(err, ErrStateInvalid) {
+								errs <- fmt.Errorf("other subject: %v", err)
+								return
+							}
+							if _, err := c.Decode(w, subject, tool+"x"); !errors.Is(err, ErrStateInvalid) {
+								errs <- fmt.Errorf("other tool: %v", err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
 				}
 			})
 		}
-		t.Run(fmt.Sprintf("mode %d, long subject and tool", mode), func(t *testing.T) {
-			c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Binding: BindSubjectAndTool})
-			subject, tool := strings.Repeat("u", 3000), strings.Repeat("t", 3000)
-			w, err := c.Encode("s", subject, tool)
-			if err != nil {
-				t.Fatal(err)
+	})
+
+	// Checks that a state sealed under a
+	// previous key still opens after rotation, and that a tag cached for one
+	// key is never used for another.
+	t.Run("is per key", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			t.Run(fmt.Sprint(mode), func(t *testing.T) {
+				oldKey, newKey := RandomKey(), RandomKey()
+				oldRing, _ := NewKeyring(oldKey)
+				rotated, _ := NewKeyring(newKey, oldKey)
+				oldCodec, err := NewRequestStateCodec(RequestStateSecurity{Keys: oldRing, Mode: mode})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := NewRequestStateCodec(RequestStateSecurity{Keys: rotated, Mode: mode})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range 3 { // warm the cache with the new key's tag first
+					w, err := c.Encode("new", "alice", "")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got, err := c.Decode(w, "alice", ""); err != nil || got != "new" {
+						t.Fatalf("new key: %q, %v", got, err)
+					}
+					w, err = oldCodec.Encode("old", "alice", "")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got, err := c.Decode(w, "alice", ""); err != nil || got != "old" {
+						t.Fatalf("previous key: %q, %v", got, err)
+					}
+					if _, err := c.Decode(w, "bob", ""); !errors.Is(err, ErrStateInvalid) {
+						t.Fatalf("previous key, other subject: %v", err)
+					}
+				}
+			})
+		}
+	})
+
+	// Checks that the bind
+	// tag cache keys on a copy of the material: a subject string whose bytes
+	// are later reused for another subject (as zero-copy HTTP frameworks do)
+	// must not make the first subject's state open for the second.
+	t.Run("survives reused subject memory", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			t.Run(fmt.Sprint(mode), func(t *testing.T) {
+				c, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(21)), Mode: mode})
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := []byte("alice")
+				subject := unsafe.String(&buf[0], len(buf))
+				w, err := c.Encode("for alice", subject, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, err := c.Decode(w, subject, ""); err != nil || got != "for alice" {
+					t.Fatalf("alice: %q, %v", got, err)
+				}
+				copy(buf, "mallo") // the same memory now reads "mallo"
+				if _, err := c.Decode(w, subject, ""); !errors.Is(err, ErrStateInvalid) {
+					t.Fatalf("alice's state opened for %q: %v", subject, err)
+				}
+			})
+		}
+	})
+}
+
+// TestStateScratch pins the pooled working memory of Encode and Decode.
+func TestStateScratch(t *testing.T) {
+	// Kills state.go `if cap(sc.buf) < n` → `<=` in getScratch and
+	// `if cap(sc.buf) <= maxPooledScratch` negated in putScratch: Encode and
+	// Decode return their working memory to the pool and reuse it when it is
+	// large enough (a buffer of exactly the size needed included), so once warm
+	// each allocates only the string it returns. The decoding codec only ever
+	// decodes, so its pooled buffer has exactly the capacity Decode asks for.
+	t.Run("encode and decode reuse their scratch", func(t *testing.T) {
+		if raceEnabled {
+			t.Skip("the race detector makes sync.Pool drop items at random")
+		}
+		kr := mustKeyring(t, fixedKey(1))
+		state := strings.Repeat("s", 300) // Decode's scratch is over the 512-byte minimum
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			t.Run("mode "+strconv.Itoa(int(mode)), func(t *testing.T) {
+				enc := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
+				dec := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
+				w, err := enc.Encode(state, "sub", "tool")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := testing.AllocsPerRun(100, func() { _, _ = enc.Encode(state, "sub", "tool") }); n > 1 {
+					t.Errorf("Encode allocates %v times, want 1 (the result)", n)
+				}
+				if n := testing.AllocsPerRun(100, func() { _, _ = dec.Decode(w, "sub", "tool") }); n > 1 {
+					t.Errorf("Decode allocates %v times, want 1 (the result)", n)
+				}
+			})
+		}
+	})
+
+	// Kills state.go `if cap(sc.buf) <= maxPooledScratch` → `<` and negated:
+	// a scratch buffer of exactly maxPooledScratch bytes is kept for reuse and a
+	// larger one is not, so a codec with a huge MaxBytes does not pin huge
+	// buffers. Decode asks for 3*len(wire) + len(subject)+1+len(tool) +
+	// bindTagLen bytes before it parses anything, so refusing a wire of the
+	// right length sizes the buffer exactly.
+	t.Run("of up to max pooled is reused and larger is not", func(t *testing.T) {
+		if raceEnabled {
+			t.Skip("the race detector makes sync.Pool drop items at random")
+		}
+		const subject, tool = "a", "b"
+		matLen := len(subject) + 1 + len(tool)
+		atLimit := (maxPooledScratch - matLen - bindTagLen) / 3
+		if 3*atLimit+matLen+bindTagLen != maxPooledScratch {
+			t.Fatal("test setup: no wire length sizes the scratch at exactly maxPooledScratch")
+		}
+		for _, tc := range []struct {
+			name   string
+			length int
+			reused bool
+		}{
+			{"exactly maxPooledScratch", atLimit, true},
+			{"over maxPooledScratch", atLimit + 1, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1)), MaxBytes: 1 << 20})
+				wire := strings.Repeat("x", tc.length)
+				var err error
+				n := testing.AllocsPerRun(20, func() { _, err = c.Decode(wire, subject, tool) })
+				wantErr(t, err, ErrStateInvalid)
+				if tc.reused && n != 0 {
+					t.Fatalf("refusing a %d-byte wire allocated %v times, want 0 (scratch reused)", tc.length, n)
+				}
+				if !tc.reused && n < 1 {
+					t.Fatalf("refusing a %d-byte wire allocated %v times, want a fresh scratch each time", tc.length, n)
+				}
+			})
+		}
+	})
+
+	// Kills the arithmetic mutants of Encode's scratch estimate in state.go
+	// (matLen, payloadCap, sealedCap, wireCap) that make it too small, or (with
+	// len(state)/8 made len(state)*8) far too large: the
+	// estimate covers the bind material, the payload, the sealed payload and
+	// the wire text of a state without escapes, so an Encode that finds no
+	// pooled scratch allocates exactly its scratch, the scratch's buffer and
+	// the result, and
+	// a warm Encode or Decode of a state bound to a long subject and tool (too
+	// long for the bind-tag cache) allocates only its result (Decode's "s" is
+	// a one-byte string, which Go does not allocate).
+	t.Run("encode scratch estimate covers every region", func(t *testing.T) {
+		if raceEnabled {
+			t.Skip("the race detector makes sync.Pool drop items at random")
+		}
+		kr := mustKeyring(t, fixedKey(1))
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			for _, size := range []int{0, 100, 1000, 4000, 12000} {
+				t.Run(fmt.Sprintf("mode %d, cold Encode of %d bytes", mode, size), func(t *testing.T) {
+					state := strings.Repeat("s", size)
+					c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
+					if _, err := c.Encode(state, "sub", "tool"); err != nil {
+						t.Fatal(err)
+					}
+					// Each measured Encode starts from an empty scratch pool
+					// (the key's own pooled HMAC states stay warm).
+					n := testing.AllocsPerRun(5, func() {
+						for c.scratch.Get() != nil {
+						}
+						_, _ = c.Encode(state, "sub", "tool")
+					})
+					if n != 3 {
+						t.Fatalf("Encode with an empty scratch pool allocated %v times, want 3 (scratch, buffer, result)", n)
+					}
+					// ... and in proportion to the state: under 6 bytes per
+					// state byte plus 4 KiB (measured: 5.9 at 4000 bytes).
+					b := bytesPerRun(5, func() {
+						for c.scratch.Get() != nil {
+						}
+						_, _ = c.Encode(state, "sub", "tool")
+					})
+					if limit := uint64(6*size + 4096); b > limit {
+						t.Fatalf("Encode with an empty scratch pool allocated %d bytes, want at most %d", b, limit)
+					}
+				})
 			}
-			if n := testing.AllocsPerRun(50, func() { _, _ = c.Encode("s", subject, tool) }); n != 1 {
-				t.Errorf("Encode allocated %v times, want 1 (the result)", n)
-			}
-			if n := testing.AllocsPerRun(50, func() { _, _ = c.Decode(w, subject, tool) }); n > 1 {
-				t.Errorf("Decode allocated %v times, want 1 (the result)", n)
-			}
-		})
-	}
+			t.Run(fmt.Sprintf("mode %d, long subject and tool", mode), func(t *testing.T) {
+				c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Binding: BindSubjectAndTool})
+				subject, tool := strings.Repeat("u", 3000), strings.Repeat("t", 3000)
+				w, err := c.Encode("s", subject, tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := testing.AllocsPerRun(50, func() { _, _ = c.Encode("s", subject, tool) }); n != 1 {
+					t.Errorf("Encode allocated %v times, want 1 (the result)", n)
+				}
+				if n := testing.AllocsPerRun(50, func() { _, _ = c.Decode(w, subject, tool) }); n > 1 {
+					t.Errorf("Decode allocated %v times, want 1 (the result)", n)
+				}
+			})
+		}
+	})
 }
 
 // Kills state.go `!ok || len(macText) != b64.EncodedLen(macSize)` → `&&`:
@@ -892,100 +1141,6 @@ func TestStateEncryptedShorterThanNonceAndTagIsMalformedFraming(t *testing.T) {
 	}
 }
 
-// TestStateBindTagCacheNeverCrossesSubjectsOrTools encodes for many
-// subjects and tools, more than the per-scratch cache holds, interleaved,
-// from several goroutines, and checks that every state opens for its own
-// subject and tool only, in both modes.
-func TestStateBindTagCacheNeverCrossesSubjectsOrTools(t *testing.T) {
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		t.Run(fmt.Sprint(mode), func(t *testing.T) {
-			kr, err := NewKeyring(RandomKey())
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Mode: mode, Binding: BindSubjectAndTool})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var wg sync.WaitGroup
-			errs := make(chan error, 4)
-			for g := range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range 100 {
-						subject := fmt.Sprintf("subject-%d", (g+i)%7)
-						tool := fmt.Sprintf("tool-%d", i%3)
-						state := fmt.Sprintf(`{"g":%d,"i":%d}`, g, i)
-						w, err := c.Encode(state, subject, tool)
-						if err != nil {
-							errs <- err
-							return
-						}
-						if got, err := c.Decode(w, subject, tool); err != nil || got != state {
-							errs <- fmt.Errorf("own subject/tool: %q, %v", got, err)
-							return
-						}
-						if _, err := c.Decode(w, subject+"x", tool); !errors.Is(err, ErrStateInvalid) {
-							errs <- fmt.Errorf("other subject: %v", err)
-							return
-						}
-						if _, err := c.Decode(w, subject, tool+"x"); !errors.Is(err, ErrStateInvalid) {
-							errs <- fmt.Errorf("other tool: %v", err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Error(err)
-			}
-		})
-	}
-}
-
-// TestStateBindTagCacheIsPerKey checks that a state sealed under a
-// previous key still opens after rotation, and that a tag cached for one
-// key is never used for another.
-func TestStateBindTagCacheIsPerKey(t *testing.T) {
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		t.Run(fmt.Sprint(mode), func(t *testing.T) {
-			oldKey, newKey := RandomKey(), RandomKey()
-			oldRing, _ := NewKeyring(oldKey)
-			rotated, _ := NewKeyring(newKey, oldKey)
-			oldCodec, err := NewRequestStateCodec(RequestStateSecurity{Keys: oldRing, Mode: mode})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := NewRequestStateCodec(RequestStateSecurity{Keys: rotated, Mode: mode})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for range 3 { // warm the cache with the new key's tag first
-				w, err := c.Encode("new", "alice", "")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got, err := c.Decode(w, "alice", ""); err != nil || got != "new" {
-					t.Fatalf("new key: %q, %v", got, err)
-				}
-				w, err = oldCodec.Encode("old", "alice", "")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got, err := c.Decode(w, "alice", ""); err != nil || got != "old" {
-					t.Fatalf("previous key: %q, %v", got, err)
-				}
-				if _, err := c.Decode(w, "bob", ""); !errors.Is(err, ErrStateInvalid) {
-					t.Fatalf("previous key, other subject: %v", err)
-				}
-			}
-		})
-	}
-}
-
 // TestEncodeRefusesHugeStateBeforeEncoding checks that a state too large
 // for MaxBytes is refused up front.
 func TestEncodeRefusesHugeStateBeforeEncoding(t *testing.T) {
@@ -1004,34 +1159,6 @@ func TestEncodeRefusesHugeStateBeforeEncoding(t *testing.T) {
 	}
 	if got, err := c.Decode(w, "s", ""); err != nil || got != quoted {
 		t.Fatalf("Decode = %q, %v", got, err)
-	}
-}
-
-// TestStateBindTagCacheSurvivesReusedSubjectMemory checks that the bind
-// tag cache keys on a copy of the material: a subject string whose bytes
-// are later reused for another subject (as zero-copy HTTP frameworks do)
-// must not make the first subject's state open for the second.
-func TestStateBindTagCacheSurvivesReusedSubjectMemory(t *testing.T) {
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		t.Run(fmt.Sprint(mode), func(t *testing.T) {
-			c, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(21)), Mode: mode})
-			if err != nil {
-				t.Fatal(err)
-			}
-			buf := []byte("alice")
-			subject := unsafe.String(&buf[0], len(buf))
-			w, err := c.Encode("for alice", subject, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, err := c.Decode(w, subject, ""); err != nil || got != "for alice" {
-				t.Fatalf("alice: %q, %v", got, err)
-			}
-			copy(buf, "mallo") // the same memory now reads "mallo"
-			if _, err := c.Decode(w, subject, ""); !errors.Is(err, ErrStateInvalid) {
-				t.Fatalf("alice's state opened for %q: %v", subject, err)
-			}
-		})
 	}
 }
 
@@ -1054,85 +1181,6 @@ func TestStateBindingSubjectWithNULIsNotAnotherSubject(t *testing.T) {
 		}
 		if _, err := c.Decode(w, order[1], "b"); !errors.Is(err, ErrStateInvalid) {
 			t.Fatalf("state for %q opened for %q: %v", order[0], order[1], err)
-		}
-	}
-}
-
-// TestStateRefusesSubjectStartingWithNUL checks that a NUL at position 0 of
-// the subject is refused under BindSubjectAndTool like one further in:
-// otherwise ("\x00", "a\x00b") and ("\x00\x00a", "b") share the material
-// "\x00\x00a\x00b" and so a bind tag.
-func TestStateRefusesSubjectStartingWithNUL(t *testing.T) {
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(30)), Mode: mode, Binding: BindSubjectAndTool})
-		for _, subject := range []string{"\x00", "\x00\x00a", "\x00alice"} {
-			w, err := c.Encode("x", subject, "a\x00b")
-			wantErr(t, err, ErrUnencodable)
-			if w != "" || Reason(err) == "" {
-				t.Fatalf("mode %d: subject %q: wire %q, reason %q", mode, subject, w, Reason(err))
-			}
-		}
-		// A state sealed for the tool "a\x00b" (an empty subject) or "b"
-		// never opens for a NUL-led subject.
-		for _, tc := range []struct{ sealSubject, sealTool, subject, tool string }{
-			{"", "\x00a\x00b", "\x00", "a\x00b"},
-			{"", "\x00\x00a\x00b", "\x00", "\x00a\x00b"},
-			{"alice", "b", "\x00\x00a", "b"},
-		} {
-			w, err := c.Encode("x", tc.sealSubject, tc.sealTool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := c.Decode(w, tc.subject, tc.tool)
-			wantErr(t, err, ErrStateInvalid)
-			if s != "" || Reason(err) != "subject contains NUL (ambiguous under BindSubjectAndTool)" {
-				t.Fatalf("mode %d: %q/%q: %q, reason %q", mode, tc.subject, tc.tool, s, Reason(err))
-			}
-		}
-	}
-}
-
-// TestStateRefusesMACOf42CharactersAndLineFeed checks that the MAC segment
-// must be exactly 43 base64url characters: 42 characters and a line feed
-// (which encoding/base64 skips) decode to 31 bytes, and for a MAC whose last
-// byte is zero (1 state in 256) the zero-filled 32nd byte would make it a
-// second accepted spelling.
-func TestStateRefusesMACOf42CharactersAndLineFeed(t *testing.T) {
-	clock := newTestClock()
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(31)), Now: clock.Now})
-	var wire string
-	for i := 0; ; i++ {
-		w, err := c.Encode(fmt.Sprint("s-", i), "alice", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, macText, _ := strings.Cut(w[len(signedPrefix):], ".")
-		mac, err := base64.RawURLEncoding.DecodeString(macText)
-		if err != nil || len(mac) != macSize {
-			t.Fatalf("MAC segment %q", macText)
-		}
-		if mac[macSize-1] == 0 {
-			wire = w
-			break
-		}
-		if i > 1<<14 {
-			t.Fatal("no MAC ending in a zero byte")
-		}
-	}
-	if _, err := c.Decode(wire, "alice", ""); err != nil {
-		t.Fatal(err)
-	}
-	short := wire[:len(wire)-1] // the last character holds only the zero byte's low bits
-	for _, spelling := range []string{
-		short + "\n",
-		short[:len(short)-5] + "\n" + short[len(short)-5:],
-		short + "\r",
-		short,
-	} {
-		s, err := c.Decode(spelling, "alice", "")
-		wantErr(t, err, ErrStateInvalid)
-		if s != "" {
-			t.Fatalf("second spelling %q accepted", spelling)
 		}
 	}
 }
@@ -1236,45 +1284,6 @@ func TestStateHeavyWithEscapesRoundTrips(t *testing.T) {
 			if err != nil || string(pt) != string(want) {
 				t.Fatalf("encrypted state with escapes opens to %d bytes, %v; want the reference payload", len(pt), err)
 			}
-		}
-	}
-}
-
-// TestStateRefusesTruncatedPayloadsBehindAValidKey seals every prefix of a
-// valid payload with the right key, so the parser sees it: each is refused
-// as ErrStateInvalid, without a panic, in both modes.
-func TestStateRefusesTruncatedPayloadsBehindAValidKey(t *testing.T) {
-	key := fixedKey(35)
-	clock := newTestClock()
-	signed := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Now: clock.Now})
-	encrypted := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Mode: Encrypted, Now: clock.Now})
-	tag := refBindTag(t, key, "alice")
-	exp := clock.Now().Unix() + 60
-	for _, full := range []string{
-		fmt.Sprintf(`{"s":"a\u00e9\"b","exp":%d,"b":"%s"}`, exp, tag),
-		fmt.Sprintf(`{"s":"x","exp":-%d,"b":"%s"}`, exp, tag),
-		fmt.Sprintf(` { "b" : "%s" , "exp" : %d , "s" : "x" } `, tag, exp),
-	} {
-		// Every prefix that stops before the closing brace.
-		for n := 0; n <= strings.LastIndexByte(full, '}'); n++ {
-			p := full[:n]
-			for _, tc := range []struct {
-				c    *RequestStateCodec
-				wire string
-			}{
-				{signed, refSigned(t, key, p)},
-				{encrypted, refEncrypted(t, key, []byte("nonce-nonce!"), p, tag)},
-			} {
-				s, err := tc.c.Decode(tc.wire, "alice", "")
-				wantErr(t, err, ErrStateInvalid)
-				if s != "" || Reason(err) != "malformed payload" {
-					t.Fatalf("payload truncated to %q: %q, reason %q", p, s, Reason(err))
-				}
-			}
-		}
-		// The whole payload is accepted (the negative expiry aside).
-		if _, err := signed.Decode(refSigned(t, key, full), "alice", ""); err != nil && !errors.Is(err, ErrStateExpired) {
-			t.Fatalf("whole payload %q: %v", full, err)
 		}
 	}
 }
