@@ -8,67 +8,69 @@ import (
 	"time"
 )
 
-func TestWebhookSHA256AcceptsAnyConfiguredSecret(t *testing.T) {
-	oldSigner := newSigner(t, Config{Scheme: HMACSHA256(), Secrets: []string{"old secret, 16+ bytes"}})
-	h := http.Header{}
-	if err := oldSigner.Sign(h, "d1", []byte("body")); err != nil {
-		t.Fatal(err)
-	}
-	v := newVerifier(t, Config{Scheme: HMACSHA256(), Secrets: []string{"new secret, 16+ bytes", "old secret, 16+ bytes"}})
-	if _, err := v.Verify(h, []byte("body")); err != nil {
-		t.Fatalf("delivery signed with the previous secret: %v", err)
-	}
-}
-
-func TestWebhookSHA256VerifierRejects(t *testing.T) {
-	v := newVerifier(t, Config{Scheme: HMACSHA256(), Secrets: []string{githubSecret}, MaxBody: 64})
-	good := func() http.Header {
+func TestWebhookSHA256(t *testing.T) {
+	t.Run("accepts any configured secret", func(t *testing.T) {
+		oldSigner := newSigner(t, Config{Scheme: HMACSHA256(), Secrets: []string{"old secret, 16+ bytes"}})
 		h := http.Header{}
-		h.Set("X-Webhook-ID", "delivery-1")
-		h.Set("X-Webhook-Signature", githubSig)
-		return h
-	}
-	tests := []struct {
-		name   string
-		edit   func(http.Header)
-		body   string
-		want   error
-		reason string
-	}{
-		{"tampered body", nil, "Hello, World?", ErrSignature, "signature mismatch"},
-		{"wrong secret", func(h http.Header) {
-			h.Set("X-Webhook-Signature", signSHA256([]byte("another secret, 16+ bytes"), []byte(githubBody)))
-		}, githubBody, ErrSignature, "signature mismatch"},
-		{"missing signature", func(h http.Header) { h.Del("X-Webhook-Signature") }, githubBody, ErrSignature, "signature header missing or repeated"},
-		{"empty signature", func(h http.Header) { h.Set("X-Webhook-Signature", "") }, githubBody, ErrSignature, "signature header missing or repeated"},
-		{"repeated signature", func(h http.Header) { h.Add("X-Webhook-Signature", githubSig) }, githubBody, ErrSignature, "signature header missing or repeated"},
-		{"bare hex", func(h http.Header) { h.Set("X-Webhook-Signature", githubSig[len("sha256="):]) }, githubBody, ErrSignature, "signature header malformed"},
-		{"sha1 prefix", func(h http.Header) { h.Set("X-Webhook-Signature", "sha1="+githubSig[len("sha256="):]) }, githubBody, ErrSignature, "signature header malformed"},
-		{"upper-case prefix", func(h http.Header) { h.Set("X-Webhook-Signature", "SHA256="+githubSig[len("sha256="):]) }, githubBody, ErrSignature, "signature header malformed"},
-		{"truncated hex", func(h http.Header) { h.Set("X-Webhook-Signature", githubSig[:len(githubSig)-2]) }, githubBody, ErrSignature, "signature header malformed"},
-		{"non-hex", func(h http.Header) { h.Set("X-Webhook-Signature", githubSig[:len(githubSig)-1]+"g") }, githubBody, ErrSignature, "signature header malformed"},
-		{"missing id", func(h http.Header) { h.Del("X-Webhook-ID") }, githubBody, ErrMalformed, "delivery id header missing or repeated"},
-		{"repeated id", func(h http.Header) { h.Add("X-Webhook-ID", "delivery-2") }, githubBody, ErrMalformed, "delivery id header missing or repeated"},
-		{"id too long", func(h http.Header) { h.Set("X-Webhook-ID", strings.Repeat("a", 257)) }, githubBody, ErrMalformed, "delivery id empty or too long"},
-		{"id with space", func(h http.Header) { h.Set("X-Webhook-ID", "a b") }, githubBody, ErrMalformed, "delivery id has a forbidden character"},
-		{"id with non-ASCII", func(h http.Header) { h.Set("X-Webhook-ID", "é") }, githubBody, ErrMalformed, "delivery id has a forbidden character"},
-		{"body over cap", nil, strings.Repeat("x", 65), ErrTooLarge, "body over cap"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			h := good()
-			if tc.edit != nil {
-				tc.edit(h)
-			}
-			_, err := v.Verify(h, []byte(tc.body))
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("err = %v, want %v", err, tc.want)
-			}
-			if got := Reason(err); got != tc.reason {
-				t.Fatalf("Reason = %q, want %q", got, tc.reason)
-			}
-		})
-	}
+		if err := oldSigner.Sign(h, "d1", []byte("body")); err != nil {
+			t.Fatal(err)
+		}
+		v := newVerifier(t, Config{Scheme: HMACSHA256(), Secrets: []string{"new secret, 16+ bytes", "old secret, 16+ bytes"}})
+		if _, err := v.Verify(h, []byte("body")); err != nil {
+			t.Fatalf("delivery signed with the previous secret: %v", err)
+		}
+	})
+
+	t.Run("verifier rejects", func(t *testing.T) {
+		v := newVerifier(t, Config{Scheme: HMACSHA256(), Secrets: []string{githubSecret}, MaxBody: 64})
+		good := func() http.Header {
+			h := http.Header{}
+			h.Set("X-Webhook-ID", "delivery-1")
+			h.Set("X-Webhook-Signature", githubSig)
+			return h
+		}
+		tests := []struct {
+			name   string
+			edit   func(http.Header)
+			body   string
+			want   error
+			reason string
+		}{
+			{"tampered body", nil, "Hello, World?", ErrSignature, "signature mismatch"},
+			{"wrong secret", func(h http.Header) {
+				h.Set("X-Webhook-Signature", signSHA256([]byte("another secret, 16+ bytes"), []byte(githubBody)))
+			}, githubBody, ErrSignature, "signature mismatch"},
+			{"missing signature", func(h http.Header) { h.Del("X-Webhook-Signature") }, githubBody, ErrSignature, "signature header missing or repeated"},
+			{"empty signature", func(h http.Header) { h.Set("X-Webhook-Signature", "") }, githubBody, ErrSignature, "signature header missing or repeated"},
+			{"repeated signature", func(h http.Header) { h.Add("X-Webhook-Signature", githubSig) }, githubBody, ErrSignature, "signature header missing or repeated"},
+			{"bare hex", func(h http.Header) { h.Set("X-Webhook-Signature", githubSig[len("sha256="):]) }, githubBody, ErrSignature, "signature header malformed"},
+			{"sha1 prefix", func(h http.Header) { h.Set("X-Webhook-Signature", "sha1="+githubSig[len("sha256="):]) }, githubBody, ErrSignature, "signature header malformed"},
+			{"upper-case prefix", func(h http.Header) { h.Set("X-Webhook-Signature", "SHA256="+githubSig[len("sha256="):]) }, githubBody, ErrSignature, "signature header malformed"},
+			{"truncated hex", func(h http.Header) { h.Set("X-Webhook-Signature", githubSig[:len(githubSig)-2]) }, githubBody, ErrSignature, "signature header malformed"},
+			{"non-hex", func(h http.Header) { h.Set("X-Webhook-Signature", githubSig[:len(githubSig)-1]+"g") }, githubBody, ErrSignature, "signature header malformed"},
+			{"missing id", func(h http.Header) { h.Del("X-Webhook-ID") }, githubBody, ErrMalformed, "delivery id header missing or repeated"},
+			{"repeated id", func(h http.Header) { h.Add("X-Webhook-ID", "delivery-2") }, githubBody, ErrMalformed, "delivery id header missing or repeated"},
+			{"id too long", func(h http.Header) { h.Set("X-Webhook-ID", strings.Repeat("a", 257)) }, githubBody, ErrMalformed, "delivery id empty or too long"},
+			{"id with space", func(h http.Header) { h.Set("X-Webhook-ID", "a b") }, githubBody, ErrMalformed, "delivery id has a forbidden character"},
+			{"id with non-ASCII", func(h http.Header) { h.Set("X-Webhook-ID", "é") }, githubBody, ErrMalformed, "delivery id has a forbidden character"},
+			{"body over cap", nil, strings.Repeat("x", 65), ErrTooLarge, "body over cap"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				h := good()
+				if tc.edit != nil {
+					tc.edit(h)
+				}
+				_, err := v.Verify(h, []byte(tc.body))
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("err = %v, want %v", err, tc.want)
+				}
+				if got := Reason(err); got != tc.reason {
+					t.Fatalf("Reason = %q, want %q", got, tc.reason)
+				}
+			})
+		}
+	})
 }
 
 // Cursor() is HMACSHA256() under Cursor's fixed headers: either verifies

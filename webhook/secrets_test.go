@@ -24,54 +24,102 @@ import (
 
 const hmacSecret2 = "hmac-test-secret-2-rotated"
 
-func TestSetSecretsRefusesInvalidSecretsAndKeepsTheOnesInEffect(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		scheme  Scheme
-		old     []string
-		bad     []string
-		want    error
-		signer  bool
-		pairKey string // a secret that signs for the old set
-	}{
-		{"no secret", HMACSHA256(), []string{hmacSecret}, nil, ErrNoSecret, false, hmacSecret},
-		{"empty list", HMACSHA256(), []string{hmacSecret}, []string{}, ErrNoSecret, false, hmacSecret},
-		{"empty secret", HMACSHA256(), []string{hmacSecret}, []string{hmacSecret2, ""}, ErrSecretInvalid, false, hmacSecret},
-		{"trailing newline", HMACSHA256(), []string{hmacSecret}, []string{hmacSecret2 + "\n"}, ErrSecretInvalid, false, hmacSecret},
-		{"standard secret too short", StandardWebhooks(), []string{stdSecret}, []string{"whsec_c2hvcnQ="}, ErrSecretInvalid, false, stdSecret},
-		{"standard secret not base64", StandardWebhooks(), []string{stdSecret}, []string{"whsec_!!!"}, ErrSecretInvalid, false, stdSecret},
-		{"stripe secret without whsec_", Stripe(), []string{stripeSecret}, []string{"sk_live_x"}, ErrSecretInvalid, false, stripeSecret},
-		{"private key given to an Ed25519 verifier", StandardWebhooksEd25519(), []string{edPub}, []string{edPriv2}, ErrSecretInvalid, false, edPriv},
-		{"public key given to an Ed25519 signer", StandardWebhooksEd25519(), []string{edPriv}, []string{edPub2}, ErrSecretInvalid, true, edPriv},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			clk := newStepClock()
-			body, id := `{"id":"evt_1","event_id":"evt_1"}`, "evt_1"
-			if tc.signer {
-				s := newSigner(t, Config{Scheme: tc.scheme, Secrets: tc.old, Now: clk.Now})
-				err := s.SetSecrets(tc.bad)
+func TestSetSecrets(t *testing.T) {
+	t.Run("refuses invalid secrets and keeps the ones in effect", func(t *testing.T) {
+		for _, tc := range []struct {
+			name    string
+			scheme  Scheme
+			old     []string
+			bad     []string
+			want    error
+			signer  bool
+			pairKey string // a secret that signs for the old set
+		}{
+			{"no secret", HMACSHA256(), []string{hmacSecret}, nil, ErrNoSecret, false, hmacSecret},
+			{"empty list", HMACSHA256(), []string{hmacSecret}, []string{}, ErrNoSecret, false, hmacSecret},
+			{"empty secret", HMACSHA256(), []string{hmacSecret}, []string{hmacSecret2, ""}, ErrSecretInvalid, false, hmacSecret},
+			{"trailing newline", HMACSHA256(), []string{hmacSecret}, []string{hmacSecret2 + "\n"}, ErrSecretInvalid, false, hmacSecret},
+			{"standard secret too short", StandardWebhooks(), []string{stdSecret}, []string{"whsec_c2hvcnQ="}, ErrSecretInvalid, false, stdSecret},
+			{"standard secret not base64", StandardWebhooks(), []string{stdSecret}, []string{"whsec_!!!"}, ErrSecretInvalid, false, stdSecret},
+			{"stripe secret without whsec_", Stripe(), []string{stripeSecret}, []string{"sk_live_x"}, ErrSecretInvalid, false, stripeSecret},
+			{"private key given to an Ed25519 verifier", StandardWebhooksEd25519(), []string{edPub}, []string{edPriv2}, ErrSecretInvalid, false, edPriv},
+			{"public key given to an Ed25519 signer", StandardWebhooksEd25519(), []string{edPriv}, []string{edPub2}, ErrSecretInvalid, true, edPriv},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				clk := newStepClock()
+				body, id := `{"id":"evt_1","event_id":"evt_1"}`, "evt_1"
+				if tc.signer {
+					s := newSigner(t, Config{Scheme: tc.scheme, Secrets: tc.old, Now: clk.Now})
+					err := s.SetSecrets(tc.bad)
+					if !errors.Is(err, tc.want) {
+						t.Fatalf("SetSecrets = %v, want %v", err, tc.want)
+					}
+					assertNoSecretIn(t, err, tc.bad)
+					v := newVerifier(t, Config{Scheme: tc.scheme, Secrets: []string{edPub}, Now: clk.Now})
+					if _, err := v.Verify(signed(t, s, id, body), []byte(body)); err != nil {
+						t.Fatalf("the signer lost its secrets: %v", err)
+					}
+					return
+				}
+				v := newVerifier(t, Config{Scheme: tc.scheme, Secrets: tc.old, Now: clk.Now})
+				err := v.SetSecrets(tc.bad)
 				if !errors.Is(err, tc.want) {
 					t.Fatalf("SetSecrets = %v, want %v", err, tc.want)
 				}
 				assertNoSecretIn(t, err, tc.bad)
-				v := newVerifier(t, Config{Scheme: tc.scheme, Secrets: []string{edPub}, Now: clk.Now})
+				s := newSigner(t, Config{Scheme: tc.scheme, Secrets: []string{tc.pairKey}, Now: clk.Now})
 				if _, err := v.Verify(signed(t, s, id, body), []byte(body)); err != nil {
-					t.Fatalf("the signer lost its secrets: %v", err)
+					t.Fatalf("the verifier lost its secrets: %v", err)
 				}
-				return
+			})
+		}
+	})
+
+	t.Run("on zero values refuses", func(t *testing.T) {
+		var v *Verifier
+		if err := v.SetSecrets([]string{hmacSecret}); !errors.Is(err, ErrNoSecret) {
+			t.Errorf("nil Verifier: %v", err)
+		}
+		if err := (&Verifier{}).SetSecrets([]string{hmacSecret}); !errors.Is(err, ErrNoSecret) {
+			t.Errorf("zero Verifier: %v", err)
+		}
+		var s *Signer
+		if err := s.SetSecrets([]string{hmacSecret}); !errors.Is(err, ErrNoSecret) {
+			t.Errorf("nil Signer: %v", err)
+		}
+		if err := (&Signer{}).SetSecrets([]string{hmacSecret}); !errors.Is(err, ErrNoSecret) {
+			t.Errorf("zero Signer: %v", err)
+		}
+	})
+
+	// Swaps the secrets of a verifier
+	// and a signer under every scheme and checks which deliveries verify, and
+	// that the description counts the new secrets without printing them.
+	t.Run("takes effect for the next call", func(t *testing.T) {
+		for _, ss := range append(newSchemes(), senderScheme{HMACSHA256(), []string{hmacSecret}, []string{hmacSecret}, "evt_1", `{}`, false}) {
+			clk := newStepClock()
+			s, v := ss.pair(t, clk.Now)
+			oldSigner := newSigner(t, Config{Scheme: ss.scheme, Secrets: ss.signer, Now: clk.Now})
+			newSignerSecret, newVerifierSecret := rotated(ss)
+			before := signed(t, oldSigner, ss.id, ss.body)
+			if err := v.SetSecrets([]string{newVerifierSecret}); err != nil {
+				t.Fatalf("%v: %v", ss.scheme, err)
 			}
-			v := newVerifier(t, Config{Scheme: tc.scheme, Secrets: tc.old, Now: clk.Now})
-			err := v.SetSecrets(tc.bad)
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("SetSecrets = %v, want %v", err, tc.want)
+			if _, err := v.Verify(before, []byte(ss.body)); !errors.Is(err, ErrSignature) {
+				t.Errorf("%v: a delivery under the dropped secret: %v", ss.scheme, err)
 			}
-			assertNoSecretIn(t, err, tc.bad)
-			s := newSigner(t, Config{Scheme: tc.scheme, Secrets: []string{tc.pairKey}, Now: clk.Now})
-			if _, err := v.Verify(signed(t, s, id, body), []byte(body)); err != nil {
-				t.Fatalf("the verifier lost its secrets: %v", err)
+			if err := s.SetSecrets([]string{newSignerSecret}); err != nil {
+				t.Fatalf("%v: %v", ss.scheme, err)
 			}
-		})
-	}
+			if _, err := v.Verify(signed(t, s, ss.id, ss.body), []byte(ss.body)); err != nil {
+				t.Errorf("%v: a delivery under the new secret: %v", ss.scheme, err)
+			}
+			if got := fmt.Sprint(v) + fmt.Sprint(s); strings.Contains(got, newSignerSecret) || strings.Contains(got, newVerifierSecret) ||
+				!strings.Contains(fmt.Sprint(v), "[1 redacted]") {
+				t.Errorf("%v: description %q", ss.scheme, got)
+			}
+		}
+	})
 }
 
 // assertNoSecretIn checks that err's text holds none of secrets.
@@ -80,52 +128,6 @@ func assertNoSecretIn(t *testing.T, err error, secrets []string) {
 	for _, s := range secrets {
 		if strings.TrimSpace(s) != "" && strings.Contains(err.Error(), strings.TrimSpace(s)) {
 			t.Errorf("error %q holds a secret", err)
-		}
-	}
-}
-
-func TestSetSecretsOnZeroValuesRefuses(t *testing.T) {
-	var v *Verifier
-	if err := v.SetSecrets([]string{hmacSecret}); !errors.Is(err, ErrNoSecret) {
-		t.Errorf("nil Verifier: %v", err)
-	}
-	if err := (&Verifier{}).SetSecrets([]string{hmacSecret}); !errors.Is(err, ErrNoSecret) {
-		t.Errorf("zero Verifier: %v", err)
-	}
-	var s *Signer
-	if err := s.SetSecrets([]string{hmacSecret}); !errors.Is(err, ErrNoSecret) {
-		t.Errorf("nil Signer: %v", err)
-	}
-	if err := (&Signer{}).SetSecrets([]string{hmacSecret}); !errors.Is(err, ErrNoSecret) {
-		t.Errorf("zero Signer: %v", err)
-	}
-}
-
-// TestSetSecretsTakesEffectForTheNextCall swaps the secrets of a verifier
-// and a signer under every scheme and checks which deliveries verify, and
-// that the description counts the new secrets without printing them.
-func TestSetSecretsTakesEffectForTheNextCall(t *testing.T) {
-	for _, ss := range append(newSchemes(), senderScheme{HMACSHA256(), []string{hmacSecret}, []string{hmacSecret}, "evt_1", `{}`, false}) {
-		clk := newStepClock()
-		s, v := ss.pair(t, clk.Now)
-		oldSigner := newSigner(t, Config{Scheme: ss.scheme, Secrets: ss.signer, Now: clk.Now})
-		newSignerSecret, newVerifierSecret := rotated(ss)
-		before := signed(t, oldSigner, ss.id, ss.body)
-		if err := v.SetSecrets([]string{newVerifierSecret}); err != nil {
-			t.Fatalf("%v: %v", ss.scheme, err)
-		}
-		if _, err := v.Verify(before, []byte(ss.body)); !errors.Is(err, ErrSignature) {
-			t.Errorf("%v: a delivery under the dropped secret: %v", ss.scheme, err)
-		}
-		if err := s.SetSecrets([]string{newSignerSecret}); err != nil {
-			t.Fatalf("%v: %v", ss.scheme, err)
-		}
-		if _, err := v.Verify(signed(t, s, ss.id, ss.body), []byte(ss.body)); err != nil {
-			t.Errorf("%v: a delivery under the new secret: %v", ss.scheme, err)
-		}
-		if got := fmt.Sprint(v) + fmt.Sprint(s); strings.Contains(got, newSignerSecret) || strings.Contains(got, newVerifierSecret) ||
-			!strings.Contains(fmt.Sprint(v), "[1 redacted]") {
-			t.Errorf("%v: description %q", ss.scheme, got)
 		}
 	}
 }

@@ -37,3 +37,10 @@ func TestZeroSignerRefusesWithoutPanic(t *testing.T) {
 		t.Fatalf("zero signer set headers %v", h)
 	}
 }
+
+func TestSignRefusesNilHeader(t *testing.T) {
+	s := newSigner(t, Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}})
+	if err := s.Sign(nil, "evt-1", nil); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("Sign(nil header) = %v, want ErrMalformed", err)
+	}
+}
