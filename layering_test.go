@@ -29,10 +29,13 @@ const modulePath = "github.com/ctoken/ctoken"
 // listedPackage is the part of `go list -json` output the layering rules
 // read.
 type listedPackage struct {
-	ImportPath string
-	Imports    []string // direct, non-test
-	Deps       []string // transitive, non-test
-	Standard   bool
+	ImportPath   string
+	Name         string
+	Imports      []string // direct, non-test
+	TestImports  []string // direct, of the package's in-package tests
+	XTestImports []string // direct, of its external (_test package) tests
+	Deps         []string // transitive, non-test
+	Standard     bool
 }
 
 // modulePackages lists the root module's packages with their transitive
@@ -98,6 +101,40 @@ func TestLayeringInternalReplayAndObserveImportOnlyTheStandardLibraryAndInternal
 				t.Errorf("%s imports %s: the bottom layer depends on the standard library only", path, d)
 			}
 		}
+	}
+}
+
+// internal/ holds what the library and its tests share, nothing else: a
+// package there that no other package of the module imports (in code or
+// tests), or a command, is tooling, which lives in the tools module
+// (.ci/tools) so that importers of the library do not download it.
+func TestLayeringInternalHoldsOnlyWhatTheModuleImports(t *testing.T) {
+	pkgs, _ := modulePackages(t)
+	imported := map[string]bool{}
+	for path, p := range pkgs {
+		for _, list := range [][]string{p.Imports, p.TestImports, p.XTestImports} {
+			for _, d := range list {
+				if d != path {
+					imported[d] = true
+				}
+			}
+		}
+	}
+	n := 0
+	for path, p := range pkgs {
+		if !isInternal(path) {
+			continue
+		}
+		n++
+		switch {
+		case p.Name == "main":
+			t.Errorf("%s is a command: tooling goes in the tools module, .ci/tools", path)
+		case !imported[path]:
+			t.Errorf("%s is imported by no package of the module: tooling goes in the tools module, .ci/tools; dead code goes", path)
+		}
+	}
+	if n < 5 {
+		t.Fatalf("found %d internal packages: the listing is broken", n)
 	}
 }
 

@@ -1,16 +1,29 @@
 package doccheck
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"tools/internal/reporoot"
 )
 
-// root is the repository root, seen from this package's directory.
-const root = "../.."
+// root is the repository root (see package reporoot), set by TestMain.
+var root string
+
+func TestMain(m *testing.M) {
+	r, err := reporoot.Find()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "doccheck:", err)
+		os.Exit(2)
+	}
+	root = r
+	os.Exit(m.Run())
+}
 
 // needWorkspace skips the test under GOWORK=off (the Go 1.24 CI scope,
 // CTOKEN_CI_SCOPE=root, where the nested modules the snippets use cannot

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"tools/internal/reporoot"
 )
 
 // snippet wraps body in a file with the imports the cases use.
@@ -162,24 +164,14 @@ func TestWordsSplitsIdentifiers(t *testing.T) {
 	}
 }
 
-// repoRoot is the root module's directory: the nearest parent holding a
-// go.mod whose module line is github.com/ctoken/ctoken.
+// repoRoot is the root module's directory (see package reporoot).
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs(".")
+	root, err := reporoot.Find()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(b) == "github.com/ctoken/ctoken" {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no github.com/ctoken/ctoken go.mod above the test directory")
-		}
-		dir = parent
-	}
+	return root
 }
 
 // TestRepositoryComparesSecretsInConstantTime runs the check over every

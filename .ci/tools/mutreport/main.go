@@ -1,7 +1,7 @@
 // Command mutreport summarizes gremlins JSON results as a per-file table and
 // fails when efficacy falls below a threshold. scripts/mutation.sh runs it:
 //
-//	go run ./internal/mutreport -root DIR -survivors FILE -threshold PCT DIR=RESULT.json...
+//	cd .ci/tools && go run ./mutreport -root DIR -survivors FILE -threshold PCT DIR=RESULT.json...
 //
 // Each argument pairs a package directory (relative to root, "." for the
 // root package) with the -o output of one gremlins run in it. Efficacy is

@@ -1,7 +1,11 @@
-// Package doccheck compiles the Go snippets of the repository's Markdown
-// (README.md, CONTRIBUTING.md and every page under docs/) against the
-// working tree, so that a snippet cannot drift from the API it shows. Its
-// test, TestDocSnippetsCompile, runs with the root module's `go test ./...`.
+// Package doccheck keeps the repository's Markdown honest about the code.
+// It compiles the Go snippets of README.md, CONTRIBUTING.md and every page
+// under docs/ against the working tree, so that a snippet cannot drift from
+// the API it shows (TestDocSnippetsCompile), and it refuses a backticked
+// test, example, fuzz target or benchmark name that no _test.go of the
+// repository declares (TestDocsCiteOnlyExistingTests; see [Citations]).
+// It lives in the tools module (.ci/tools), outside the library: `.ci/run`
+// runs its tests, the root module's `go test ./...` does not.
 //
 // # Snippets
 //
@@ -362,8 +366,10 @@ type Problem struct {
 func (p Problem) String() string { return fmt.Sprintf("%s:%d: %s", p.File, p.Line, p.Msg) }
 
 // genDir is where, inside the root module, the snippets' packages appear to
-// the go command (through -overlay: nothing is written there).
-const genDir = "internal/doccheck/snippets"
+// the go command (through -overlay: nothing is written there, and the
+// directory need not exist). It is outside internal/, so a snippet can use
+// only what a user of the library can import.
+const genDir = "doccheck-snippets"
 
 // compileError is a line of the compiler's output naming a snippet file.
 var compileError = regexp.MustCompile(`(s[0-9]+)\.go:([0-9]+)(?::[0-9]+)?: (.*)$`)

@@ -1,0 +1,231 @@
+package doccheck
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// A Citation is a test, example, fuzz target or benchmark that a Markdown
+// file names in an inline code span: `TestX`, `TestX/sub name` (the
+// top-level TestX is cited), or inside a command or pattern
+// (`go test -run 'TestX|TestY'`). A name followed by * or .* in the span
+// is a prefix (`TestState*`): some function must start with it.
+type Citation struct {
+	File   string // the Markdown file, as given to [Citations]
+	Line   int    // counted from 1
+	Name   string // the top-level function name
+	Prefix bool   // Name is a prefix pattern
+}
+
+func (c Citation) String() string {
+	if c.Prefix {
+		return fmt.Sprintf("%s:%d: `%s*` cited, but no _test.go of the repository declares a func starting with %s", c.File, c.Line, c.Name, c.Name)
+	}
+	return fmt.Sprintf("%s:%d: `%s` cited, but no _test.go of the repository declares func %s", c.File, c.Line, c.Name, c.Name)
+}
+
+// testPrefixes are the prefixes go test runs functions by.
+var testPrefixes = []string{"Test", "Example", "Fuzz", "Benchmark"}
+
+// Citations returns the test names cited in the inline code spans of the
+// Markdown text md. Fenced code blocks (``` or ~~~) are not read: they hold
+// code and commands shown as such, where a func TestX may be an example to
+// copy, not a citation.
+func Citations(file string, md []byte) []Citation {
+	text := blankFences(string(md))
+	var out []Citation
+	for i := 0; i < len(text); {
+		if text[i] != '`' {
+			i++
+			continue
+		}
+		n := run(text, i, '`')
+		start := i + n
+		end := closingRun(text, start, n)
+		if end < 0 {
+			i = start // a literal run of backticks
+			continue
+		}
+		line := 1 + strings.Count(text[:start], "\n")
+		span := text[start:end]
+		for _, c := range namesIn(span) {
+			c.File = file
+			c.Line = line + strings.Count(span[:c.Line], "\n")
+			out = append(out, c)
+		}
+		i = end + n
+	}
+	return out
+}
+
+// blankFences replaces every line of a fenced code block, fences included,
+// with an empty line, so that line numbers stay those of the file.
+func blankFences(md string) string {
+	lines := strings.Split(md, "\n")
+	fence := ""
+	for i, l := range lines {
+		t := strings.TrimLeft(l, " ")
+		indent := len(l) - len(t)
+		switch {
+		case fence != "":
+			if indent < 4 && strings.HasPrefix(t, fence) && strings.TrimSpace(strings.TrimLeft(t, fence[:1])) == "" {
+				fence = ""
+			}
+			lines[i] = ""
+		case indent < 4 && (strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~")):
+			fence = t[:run(t, 0, t[0])]
+			lines[i] = ""
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// run returns the length of the run of c starting at s[i].
+func run(s string, i int, c byte) int {
+	n := 0
+	for i+n < len(s) && s[i+n] == c {
+		n++
+	}
+	return n
+}
+
+// closingRun returns the index of the next run of exactly n backticks at or
+// after from, within the paragraph (a code span does not cross a blank
+// line), or -1.
+func closingRun(s string, from, n int) int {
+	limit := len(s)
+	if p := strings.Index(s[from:], "\n\n"); p >= 0 {
+		limit = from + p
+	}
+	for i := from; i < limit; {
+		if s[i] != '`' {
+			i++
+			continue
+		}
+		m := run(s, i, '`')
+		if m == n {
+			return i
+		}
+		i += m
+	}
+	return -1
+}
+
+// namesIn returns the test names in one code span; each Citation's Line is
+// the name's byte offset in span, for the caller to turn into a line.
+func namesIn(span string) []Citation {
+	var out []Citation
+	for i := 0; i < len(span); i++ {
+		if i > 0 && (isIdent(span[i-1]) || span[i-1] == '.') {
+			continue // inside a word, or a selector (testing.Benchmark)
+		}
+		for _, p := range testPrefixes {
+			if !strings.HasPrefix(span[i:], p) {
+				continue
+			}
+			j := i + len(p)
+			// Go runs TestX only when X does not start with a lower-case
+			// letter; a bare prefix (`Test`, `Fuzz`) is a word, not a name.
+			if j >= len(span) || !(span[j] == '_' || span[j] >= 'A' && span[j] <= 'Z' || span[j] >= '0' && span[j] <= '9') {
+				continue
+			}
+			for j < len(span) && isIdent(span[j]) {
+				j++
+			}
+			rest := span[j:]
+			out = append(out, Citation{
+				Line:   i,
+				Name:   span[i:j],
+				Prefix: strings.HasPrefix(rest, "*") || strings.HasPrefix(rest, ".*"),
+			})
+			i = j - 1
+			break
+		}
+	}
+	return out
+}
+
+func isIdent(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// TestFuncs returns the names of the top-level Test, Example, Fuzz and
+// Benchmark functions declared in every _test.go file under root (testdata,
+// node_modules and .git skipped), with the file of each.
+func TestFuncs(root string) (map[string]string, error) {
+	funcs := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != root && (d.Name() == ".git" || d.Name() == "node_modules" || d.Name() == "testdata" || d.Name() == "vendor") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(d.Name(), "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, src, parser.SkipObjectResolution)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		for _, decl := range f.Decls {
+			fd, ok := decl.(*ast.FuncDecl)
+			if !ok || fd.Recv != nil {
+				continue
+			}
+			for _, prefix := range testPrefixes {
+				if strings.HasPrefix(fd.Name.Name, prefix) {
+					funcs[fd.Name.Name] = p
+					break
+				}
+			}
+		}
+		return nil
+	})
+	return funcs, err
+}
+
+// Missing returns the citations that name no function of funcs (for a
+// prefix, that no function starts with), sorted by file and line.
+func Missing(cites []Citation, funcs map[string]string) []Citation {
+	var out []Citation
+	for _, c := range cites {
+		if _, ok := funcs[c.Name]; ok {
+			continue
+		}
+		if c.Prefix && hasPrefixed(funcs, c.Name) {
+			continue
+		}
+		out = append(out, c)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].File != out[j].File {
+			return out[i].File < out[j].File
+		}
+		return out[i].Line < out[j].Line
+	})
+	return out
+}
+
+func hasPrefixed(funcs map[string]string, prefix string) bool {
+	for name := range funcs {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,3 @@
+module tools
+
+go 1.24
