@@ -82,6 +82,16 @@
 //
 // Under [BindSubjectAndTool] a subject containing NUL is refused (the
 // material would be ambiguous); the tool may contain NUL ([MCPTarget] does).
+//
+// With [RequestStateSecurity.Audience] set (not in the reference
+// implementation), only the bind tag changes; payload and framing do not:
+//
+//	audBindKey = HKDF-SHA256(key, salt = 32 zero bytes, 32, info = "ctoken.requestState audience bind-hmac key")
+//	bind       = hex(HMAC-SHA256(audBindKey, audience + "\x00" + material))
+//
+// An audience never holds NUL. An empty Audience is the format above, byte
+// for byte. The TypeScript and Python MCP SDKs also prefix their own,
+// different request-state formats with "v1."; see docs/wire-format.md.
 // An encrypted state's nonce is random ([crypto/cipher.NewGCMWithRandomNonce]
 // writes nonce12 || ciphertext || tag, the layout above).
 //

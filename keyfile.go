@@ -33,8 +33,10 @@ var (
 // a missing or unreadable file, an empty or malformed one
 // ([ErrKeyInvalid]), a key under [MinKeyBytes] ([ErrKeyTooShort]), a file
 // over [MaxKeyFileBytes] ([ErrKeyFileTooLarge]), writable by every user
-// ([ErrKeyFileWritable]) or not a regular file (a directory,
-// a FIFO, a device: [ErrConfig]) is an error and no goroutine is started; there is
+// ([ErrKeyFileWritable]), not a regular file (a directory,
+// a FIFO, a device: [ErrConfig]) or possibly caught mid-write (written in
+// place and not one line ending in a newline: [ErrKeyFileIncomplete]; see
+// [KeyFileReloader]) is an error and no goroutine is started; there is
 // never a random key to fall back on. Later, a change that fails the same
 // checks keeps the current ring and is reported once to cfg.OnError; a
 // good change takes effect for every call that starts after it and is

@@ -97,6 +97,11 @@ func TestKeySourceFromFile(t *testing.T) {
 			{"webhook secret", "whsec_" + good, false, 0o600, ErrKeyInvalid},
 			{"too large", strings.Repeat("A", MaxKeyFileBytes+1), false, 0o600, ErrKeyFileTooLarge},
 			{"world-writable", good, false, 0o666, ErrKeyFileWritable},
+			// A file written in place that parses but has no final newline may
+			// be a writer's first bytes: refused at the first read too.
+			{"no final newline", good, false, 0o600, ErrKeyFileIncomplete},
+			{"64-byte key cut after 44 characters", EncodeKey(key64(t))[:44], false, 0o600, ErrKeyFileIncomplete},
+			{"two lines", good + ",\n" + good + "\n", false, 0o600, ErrKeyFileIncomplete},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				if tc.want == ErrKeyFileWritable && runtime.GOOS == "windows" {

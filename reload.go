@@ -1,13 +1,16 @@
 package ctoken
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -26,9 +29,13 @@ type KeyFileReloaderConfig struct {
 	// Source receives every new ring read from the file.
 	Source *KeySource
 	// Path is the key file: one [ParseKeyring] string (comma-separated
-	// keys, primary first; surrounding white space, such as a trailing
-	// newline, is ignored). A symbolic link is followed on every read, so
-	// a Kubernetes Secret volume's atomic ..data symlink swap is seen.
+	// keys, primary first; surrounding white space is ignored). A file
+	// written in place must be one line ending in a newline, as
+	// `ctoken keygen > file` writes it: anything else may be a writer's
+	// first bytes and is refused ([ErrKeyFileIncomplete]). When Path is a
+	// symbolic link it is followed on every read, and a file it newly
+	// points to counts as published whole, with or without a newline: a
+	// Kubernetes Secret volume's atomic ..data symlink swap is seen.
 	Path string
 	// Interval is how often [KeyFileReloader.Run] polls; 0 means
 	// [DefaultKeyReloadInterval]; negative is [ErrConfig].
@@ -47,6 +54,7 @@ type KeyFileReloaderConfig struct {
 // content with the last one it swapped in; a change is parsed with
 // [ParseKeyring] and handed to [KeySource.Swap]. A file that cannot be read
 // or parsed, a file every user may write ([ErrKeyFileWritable]),
+// a file that may be caught mid-write ([ErrKeyFileIncomplete], below),
 // anything but a regular file ([ErrConfig]), or a ring
 // Swap refuses, leaves the current ring in effect and
 // is reported to OnError (and returned by [KeyFileReloader.Reload]); the
@@ -57,6 +65,16 @@ type KeyFileReloaderConfig struct {
 // the file on every check, rather than trusting its modification time or
 // size, catches every change, including a symlink swap to a file with the
 // same size and time stamp. A [KeyFileReloader] is safe for concurrent use.
+//
+// A file caught mid-write is never swapped in, however long its writer
+// stalls: a file written in place counts as complete only when it is one
+// line ending in a newline (the newline comes last, so no cut of a slower
+// writer has it), and a file reached through Path's symbolic link counts
+// as complete when the link resolves to another file than at the previous
+// check (or at the first check): the writer published it by swapping the
+// link, as the kubelet does. A file a crashed writer left truncated is
+// refused at every check with [ErrKeyFileIncomplete] (reported once) until
+// it is rewritten; the ring in effect stays.
 type KeyFileReloader struct {
 	src      *KeySource
 	path     string
@@ -68,6 +86,7 @@ type KeyFileReloader struct {
 	seen     bool              // a file has been read
 	last     [sha256.Size]byte // SHA-256 of the content last read
 	lastErr  error             // what that content gave
+	target   string            // the file the last read reached through Path's symlink ("" when Path is no symlink)
 	reported string            // text of the previous check's error
 }
 
@@ -77,6 +96,11 @@ var (
 	errReloaderInterval = configError("KeyFileReloaderConfig.Interval is negative (0 means DefaultKeyReloadInterval)")
 	// ErrKeyFileTooLarge reports a key file over [MaxKeyFileBytes].
 	ErrKeyFileTooLarge = errors.New("ctoken: key file too large")
+	// ErrKeyFileIncomplete reports a key file that may be caught mid-write:
+	// written in place (not published by a symlink swap) and not one line
+	// ending in a newline, the terminator `ctoken keygen` writes. The ring
+	// in effect is kept; see [KeyFileReloader].
+	ErrKeyFileIncomplete = errors.New("ctoken: key file is incomplete (no final newline)")
 )
 
 // NewKeyFileReloader returns a reloader for cfg. It does not read the file:
@@ -123,18 +147,26 @@ func (r *KeyFileReloader) Reload() (bool, error) {
 
 // check is Reload under r.mu.
 func (r *KeyFileReloader) check() (bool, int, error) {
-	text, err := readKeyFile(r.path)
+	text, target, err := readKeyFile(r.path)
 	if err != nil {
 		return false, 0, err
 	}
+	// A symlink that now points at another file was swapped: the content
+	// was published whole (the kubelet's ..data swap, ln -sfn).
+	published := target != "" && target != r.target
+	r.target = target
 	sum := sha256.Sum256(text)
 	if r.seen && subtle.ConstantTimeCompare(sum[:], r.last[:]) == 1 {
 		clear(text)
 		return false, 0, r.lastErr
 	}
+	complete := published || terminated(text)
 	kr, err := ParseKeyring(string(text))
 	clear(text)
 	r.seen, r.last, r.lastErr = true, sum, nil
+	if err == nil && !complete {
+		err = errKeyFileIncomplete
+	}
 	if err == nil {
 		err = r.src.Swap(kr)
 	}
@@ -145,43 +177,70 @@ func (r *KeyFileReloader) check() (bool, int, error) {
 	return true, kr.Len(), nil
 }
 
+// errKeyFileIncomplete is the error for a key file written in place that is
+// not one terminated line.
+var errKeyFileIncomplete = fmt.Errorf("%w: a key file written in place must be one line ending in a newline, as `ctoken keygen > file` writes; a writer may still be writing it, so the keys in effect are kept (or publish the file by a symlink swap, as a Kubernetes Secret volume does)", ErrKeyFileIncomplete)
+
+// terminated reports whether text is one line ending in a newline (a
+// "\r\n" too): the only content of a file written in place that no cut of
+// a slower writer can produce, since the newline comes last and no line
+// break comes before it.
+func terminated(text []byte) bool {
+	n := len(text)
+	if n == 0 || text[n-1] != '\n' {
+		return false
+	}
+	return bytes.IndexByte(text[:n-1], '\n') < 0
+}
+
 // readKeyFile reads path (following symlinks) up to MaxKeyFileBytes,
 // refusing a file every user may write ([ErrKeyFileWritable]) and anything
-// but a regular file ([ErrConfig]).
-func readKeyFile(path string) ([]byte, error) {
+// but a regular file ([ErrConfig]). When path itself is a symbolic link,
+// target is the file it resolves to (read through that name, so a swap
+// during the read cannot mix two versions); otherwise target is "".
+func readKeyFile(path string) (text []byte, target string, err error) {
+	open := path
+	if li, err := os.Lstat(path); err != nil {
+		return nil, "", err
+	} else if li.Mode()&fs.ModeSymlink != 0 {
+		if target, err = filepath.EvalSymlinks(path); err != nil {
+			return nil, "", err
+		}
+		open = target
+	}
 	// Stat before opening: opening a FIFO for reading blocks until a
 	// writer comes, which would hang the check (and Reload) under r.mu.
-	if fi, err := os.Stat(path); err != nil {
-		return nil, err
+	if fi, err := os.Stat(open); err != nil {
+		return nil, "", err
 	} else if !fi.Mode().IsRegular() {
-		return nil, notRegularKeyFile(path, fi.Mode())
+		return nil, "", notRegularKeyFile(path, fi.Mode())
 	}
-	f, err := os.Open(path)
+	f, err := os.Open(open)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer f.Close()
 	// The checks that decide are made on the open file, not the path, so
 	// a swap after the Stat above cannot slip another file past them.
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, notRegularKeyFile(path, fi.Mode())
+		return nil, "", notRegularKeyFile(path, fi.Mode())
 	}
 	if err := checkKeyFileMode(path, fi.Mode()); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxKeyFileBytes+1))
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if len(b) > MaxKeyFileBytes {
 		clear(b)
-		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrKeyFileTooLarge, path, MaxKeyFileBytes)
+		return nil, "", fmt.Errorf("%w: %s is over %d bytes", ErrKeyFileTooLarge, path, MaxKeyFileBytes)
 	}
-	return b, nil
+	return b, target, nil
 }
 
 // Run checks the file at once and then every Interval until ctx is done,

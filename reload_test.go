@@ -2,9 +2,11 @@ package ctoken
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -266,4 +268,230 @@ func TestKeyFileReloader(t *testing.T) {
 			t.Fatal("an oversize file replaced the ring")
 		}
 	})
+}
+
+// slowWriter writes a key file in place the way `ctoken keygen > file` or
+// an editor does: open with O_TRUNC (the content is gone at once), then the
+// bytes, in as many pieces as the test likes.
+type slowWriter struct {
+	t *testing.T
+	f *os.File
+}
+
+func newSlowWriter(t *testing.T, path string) *slowWriter {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &slowWriter{t: t, f: f}
+}
+
+func (w *slowWriter) write(s string) {
+	w.t.Helper()
+	if _, err := w.f.WriteString(s); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// key64 returns a fresh 64-byte key: 86 base64url characters.
+func key64(t *testing.T) []byte {
+	t.Helper()
+	k := make([]byte, 64)
+	for {
+		if _, err := rand.Read(k); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewKeyring(k); err == nil {
+			return k
+		}
+	}
+}
+
+// TestKeyFileReloaderNeverSwapsInAFileCaughtMidWrite writes each new key
+// file in place one byte at a time and checks at every cut point, with
+// three checks per cut (a writer stalled for longer than several polls),
+// that the ring is never replaced; the complete file then takes effect at
+// the next check. Among the cut points are the red team's cases: a 64-byte
+// key cut after 44 of its 86 characters (33 bytes, a key ParseKeyring
+// accepts), and a rotation "new,old" cut before the comma (a ring without
+// the old key). Reload is the poll: no timing is involved.
+func TestKeyFileReloaderNeverSwapsInAFileCaughtMidWrite(t *testing.T) {
+	old, next := RandomKey(), RandomKey()
+	long := key64(t)
+	for _, tc := range []struct {
+		name    string
+		full    string
+		primary []byte
+		n       int
+		// redTeam is a cut point whose prefix parses as a ring: without the
+		// terminator it would have been swapped in.
+		redTeam int
+	}{
+		{"64-byte key", EncodeKey(long) + "\n", long, 1, 44},
+		{"rotation new,old", keyText(next, old), next, 2, len(EncodeKey(next))},
+		{"rotation new,old with CRLF", strings.TrimSuffix(keyText(next, old), "\n") + "\r\n", next, 2, len(EncodeKey(next)) + 1 + len(EncodeKey(old))},
+	} {
+		for _, viaSymlink := range []bool{false, true} {
+			name := tc.name
+			if viaSymlink {
+				name += " through an unchanged symlink"
+			}
+			t.Run(name, func(t *testing.T) {
+				if _, err := ParseKeyring(tc.full[:tc.redTeam]); err != nil {
+					t.Fatalf("the red team's cut does not parse (%v): the case tests nothing", err)
+				}
+				dir := t.TempDir()
+				file := filepath.Join(dir, "keys")
+				path := file
+				if viaSymlink {
+					path = filepath.Join(dir, "link")
+					if err := os.Symlink("keys", path); err != nil {
+						t.Fatal(err)
+					}
+				}
+				writeKeyFile(t, file, keyText(old), 0o600)
+				src := mustSource(t, mustKeyring(t, old))
+				var reported []error
+				r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: path,
+					OnError: func(err error) { reported = append(reported, err) }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if swapped, err := r.Reload(); !swapped || err != nil {
+					t.Fatalf("first check: swapped %v, err %v", swapped, err)
+				}
+				before := src.Keyring()
+				w := newSlowWriter(t, file)
+				for cut := 0; cut < len(tc.full); cut++ {
+					if cut > 0 {
+						w.write(tc.full[cut-1 : cut])
+					}
+					for poll := range 3 {
+						swapped, err := r.Reload()
+						if swapped || err == nil || src.Keyring() != before {
+							t.Fatalf("cut %d of %d, check %d: swapped %v, err %v, ring replaced %v",
+								cut, len(tc.full), poll, swapped, err, src.Keyring() != before)
+						}
+						if cut == tc.redTeam && !errors.Is(err, ErrKeyFileIncomplete) {
+							t.Fatalf("red team's cut %d: %v, want ErrKeyFileIncomplete", cut, err)
+						}
+						if cut >= 8 && strings.Contains(err.Error(), tc.full[:8]) {
+							t.Fatalf("cut %d: the error echoes the file: %v", cut, err)
+						}
+					}
+				}
+				w.write(tc.full[len(tc.full)-1:])
+				swapped, err := r.Reload()
+				kr := src.Keyring()
+				if !swapped || err != nil || string(kr.keys[0]) != string(tc.primary) || kr.Len() != tc.n {
+					t.Fatalf("complete file: swapped %v, err %v, %d keys", swapped, err, kr.Len())
+				}
+				if len(reported) > len(tc.full) {
+					t.Errorf("OnError called %d times for %d cut points: not once per content", len(reported), len(tc.full))
+				}
+			})
+		}
+	}
+}
+
+// TestKeyFileReloaderKeepsTheRingWhileACrashedWritersFileStays: a file a
+// crashed writer left truncated (it parses, but has no final newline) is
+// never swapped in, however many checks pass, and is reported once; the
+// next complete version takes effect.
+func TestKeyFileReloaderKeepsTheRingWhileACrashedWritersFileStays(t *testing.T) {
+	old, next := RandomKey(), RandomKey()
+	path := filepath.Join(t.TempDir(), "keys")
+	writeKeyFile(t, path, keyText(old), 0o600)
+	src := mustSource(t, mustKeyring(t, old))
+	var reported []error
+	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: path, OnError: func(err error) { reported = append(reported, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	before := src.Keyring()
+	full := keyText(next, old)
+	newSlowWriter(t, path).write(full[:len(EncodeKey(next))]) // crashed before the comma
+	for range 50 {
+		if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrKeyFileIncomplete) {
+			t.Fatalf("swapped %v, err %v; want ErrKeyFileIncomplete", swapped, err)
+		}
+	}
+	if src.Keyring() != before || len(reported) != 1 || !errors.Is(reported[0], ErrKeyFileIncomplete) {
+		t.Fatalf("ring replaced %v; OnError %v, want one ErrKeyFileIncomplete", src.Keyring() != before, reported)
+	}
+	writeKeyFile(t, path, full, 0o600)
+	if swapped, err := r.Reload(); !swapped || err != nil || primaryOf(src) != string(next) {
+		t.Fatalf("the complete file: swapped %v, err %v", swapped, err)
+	}
+}
+
+// TestKeyFileReloaderAcceptsAPublishedFileWithoutANewline: a Kubernetes
+// Secret volume's file has no final newline when the secret was made from a
+// literal; it is published whole by the ..data symlink swap, so it is
+// loaded at the first check and at every later swap. The same content
+// written in place is refused.
+func TestKeyFileReloaderAcceptsAPublishedFileWithoutANewline(t *testing.T) {
+	a, b := RandomKey(), RandomKey()
+	bare := func(keys ...[]byte) string { return strings.TrimSuffix(keyText(keys...), "\n") }
+	d := newSecretDir(t, bare(a))
+	src := mustSource(t, mustKeyring(t, b))
+	var reported []error
+	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), OnError: func(err error) { reported = append(reported, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, step := range []struct {
+		content string
+		primary []byte
+	}{
+		{"", a},
+		{bare(b, a), b},
+		{bare(a, b), a},
+		{EncodeKey(b) + ",\n" + EncodeKey(a), b}, // two lines: fine when published
+	} {
+		if step.content != "" {
+			d.publish(step.content)
+		}
+		if swapped, err := r.Reload(); !swapped || err != nil || primaryOf(src) != string(step.primary) || reported != nil {
+			t.Fatalf("step %d: swapped %v, err %v, OnError %v", i, swapped, err, reported)
+		}
+	}
+	// In place through the same ..data target: a write, not a publish.
+	target, err := filepath.EvalSymlinks(d.path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newSlowWriter(t, target).write(bare(a))
+	if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrKeyFileIncomplete) {
+		t.Fatalf("in place through the symlink: swapped %v, err %v", swapped, err)
+	}
+}
+
+func TestKeyFileTerminatorIsOneLineEndingInANewline(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want bool
+	}{
+		{"", false},
+		{"k", false},
+		{"k\n", true},
+		{"k\r\n", true},
+		{"\n", true}, // refused by ParseKeyring, not here
+		{"k\r", false},
+		{"k1\n,k2\n", false},
+		{"k1,\nk2\n", false},
+		{"k\n\n", false},
+		{"k\nmore", false},
+	} {
+		t.Run(strconv.Quote(tc.text), func(t *testing.T) {
+			if got := terminated([]byte(tc.text)); got != tc.want {
+				t.Errorf("terminated(%q) = %v, want %v", tc.text, got, tc.want)
+			}
+		})
+	}
 }

@@ -63,6 +63,11 @@ const (
 	stateAESLabel     = "mcp.requestState aes-256-gcm key"
 	stateBindLabel    = "mcp.requestState bind-hmac key"
 	statePayloadLabel = "mcp.requestState payload-hmac key"
+	// stateAudienceBindLabel derives the bind key of a codec with an
+	// Audience, in place of stateBindLabel: ctoken's own, not the
+	// reference's (which has no audience), so no tag of a codec without an
+	// audience is ever a tag of one with an audience.
+	stateAudienceBindLabel = "ctoken.requestState audience bind-hmac key"
 
 	signedPrefix    = "v1."
 	encryptedPrefix = "v1e."
@@ -92,6 +97,18 @@ type RequestStateSecurity struct {
 	Mode RequestStateMode
 	// Binding is [BindSubject] (the zero value), [BindSubjectAndTool] or [BindNone].
 	Binding RequestStateBinding
+	// Audience, if set, names the server or deployment a state is for (say
+	// "billing-mcp.prod"): a state opens only in a codec with the same
+	// Audience, so two servers that share a key never accept each other's
+	// states. It is bound, never carried: the bind tag is computed with a
+	// separate bind subkey (HKDF label
+	// "ctoken.requestState audience bind-hmac key") over
+	// audience + "\x00" + the binding's material, in both modes, so neither
+	// the state's size nor its layout changes. Empty (the default) binds no
+	// audience and keeps the reference wire byte for byte; a state sealed
+	// with an Audience opens in no codec without one (nor in the reference
+	// implementation). An Audience containing a NUL byte is [ErrConfig].
+	Audience string
 	// TTL is the state lifetime; 0 means [DefaultStateTTL]. Negative is
 	// [ErrConfig]: every state expires.
 	TTL time.Duration
@@ -129,6 +146,7 @@ type RequestStateSecurity struct {
 type RequestStateCodec struct {
 	mode     RequestStateMode
 	binding  RequestStateBinding
+	audience string
 	ttl      time.Duration
 	maxBytes int
 	now      func() time.Time
@@ -147,10 +165,15 @@ type stateKeys struct {
 	aead    aeadRing // Encrypted
 }
 
-// deriveStateKeys returns kr's subkeys for mode, or false.
-func deriveStateKeys(kr *Keyring, mode RequestStateMode) (*stateKeys, bool) {
+// deriveStateKeys returns kr's subkeys for mode, or false. A codec with an
+// audience binds with the audience bind subkey.
+func deriveStateKeys(kr *Keyring, mode RequestStateMode, audience bool) (*stateKeys, bool) {
 	n := kr.Len()
-	k := &stateKeys{bind: newMACRing(kr, stateBindLabel)}
+	bindLabel := stateBindLabel
+	if audience {
+		bindLabel = stateAudienceBindLabel
+	}
+	k := &stateKeys{bind: newMACRing(kr, bindLabel)}
 	if mode == Encrypted {
 		var err error
 		if k.aead, err = newAEADRing(kr, stateAESLabel); err != nil || len(k.aead) != n {
@@ -185,6 +208,7 @@ var (
 	errStateUnderivable  = reject(ErrNoKey, "RequestStateSecurity.Keys: a key cannot be derived from")
 	errStateConfMode     = reject(ErrConfig, "unknown RequestStateSecurity.Mode")
 	errStateConfBinding  = reject(ErrConfig, "unknown RequestStateSecurity.Binding")
+	errStateConfAudience = reject(ErrConfig, "RequestStateSecurity.Audience contains a NUL byte")
 	errStateConfTTL      = reject(ErrConfig, "negative RequestStateSecurity.TTL")
 	errStateConfMaxBytes = reject(ErrConfig, "negative RequestStateSecurity.MaxBytes")
 	errStateConfTooSmall = reject(ErrConfig, "RequestStateSecurity.MaxBytes too small for any state")
@@ -212,6 +236,8 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 		return nil, errStateConfMode
 	case sec.Binding > BindNone:
 		return nil, errStateConfBinding
+	case strings.IndexByte(sec.Audience, 0) >= 0:
+		return nil, errStateConfAudience
 	case sec.TTL < 0:
 		return nil, errStateConfTTL
 	case sec.MaxBytes < 0:
@@ -231,6 +257,7 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 	c := &RequestStateCodec{
 		mode:     sec.Mode,
 		binding:  sec.Binding,
+		audience: sec.Audience,
 		ttl:      sec.TTL,
 		maxBytes: sec.MaxBytes,
 		now:      sec.Now,
@@ -251,8 +278,8 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 			return nil, err
 		}
 	}
-	mode := c.mode
-	derive := func(kr *Keyring) (*stateKeys, bool) { return deriveStateKeys(kr, mode) }
+	mode, audience := c.mode, c.audience != ""
+	derive := func(kr *Keyring) (*stateKeys, bool) { return deriveStateKeys(kr, mode, audience) }
 	var ok bool
 	if sec.KeySource != nil {
 		c.rot, ok = newRotating(sec.KeySource, derive)
@@ -263,6 +290,37 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 		return nil, errStateUnderivable
 	}
 	return c, nil
+}
+
+// Binding returns the binding the codec was configured with
+// ([RequestStateSecurity.Binding]); a codec not made by
+// [NewRequestStateCodec] reports [BindSubject], the zero value, and opens
+// nothing (see [RequestStateCodec.Ready]).
+func (c *RequestStateCodec) Binding() RequestStateBinding {
+	if c == nil {
+		return BindSubject
+	}
+	return c.binding
+}
+
+// Audience returns the audience the codec binds states to
+// ([RequestStateSecurity.Audience]), "" for none.
+func (c *RequestStateCodec) Audience() string {
+	if c == nil {
+		return ""
+	}
+	return c.audience
+}
+
+// Ready returns nil for a codec made by [NewRequestStateCodec], and an
+// error matching [ErrNoKey] for any other (the zero value, a nil pointer),
+// which refuses every call: a wrapper can refuse it when it is built
+// rather than on the first request.
+func (c *RequestStateCodec) Ready() error {
+	if c.ring() == nil {
+		return errStateNoCodec
+	}
+	return nil
 }
 
 // MCPTarget returns method + "\x00" + name, the tool argument the MCP
@@ -276,12 +334,23 @@ const bindTagLen = 2 * macSize
 // cache of cachedBindTag (tests compare the two).
 func (c *RequestStateCodec) bindTag(dst []byte, key int, subject, tool string) []byte {
 	var sc stateScratch
-	return c.cachedBindTag(dst, &sc, make([]byte, 0, len(subject)+1+len(tool)), c.ring().bind[key], subject, tool)
+	return c.cachedBindTag(dst, &sc, make([]byte, 0, c.materialCap(subject, tool)), c.ring().bind[key], subject, tool)
+}
+
+// materialCap is the most bytes the bind material of subject and tool takes.
+func (c *RequestStateCodec) materialCap(subject, tool string) int {
+	n := len(subject) + 1 + len(tool)
+	if c.audience != "" {
+		n += len(c.audience) + 1
+	}
+	return n
 }
 
 // cachedBindTag appends hex(HMAC-SHA256(bindKey, material)) to dst. The
 // material is the subject under [BindSubject], subject + "\x00" + tool under
-// [BindSubjectAndTool] (an empty subject included) and empty under [BindNone].
+// [BindSubjectAndTool] (an empty subject included) and empty under [BindNone],
+// preceded by audience + "\x00" when the codec has an audience (whose bind
+// key is then the audience bind subkey).
 //
 // Tags are cached in the pooled scratch sc, a handful per scratch, keyed by
 // the bind subkey (its identity: a [KeySource] swap brings new subkeys, so a
@@ -296,6 +365,9 @@ func (c *RequestStateCodec) bindTag(dst []byte, key int, subject, tool string) [
 // stack buffer would cost an allocation); dst does not escape.
 func (c *RequestStateCodec) cachedBindTag(dst []byte, sc *stateScratch, material []byte, k *mac.Key, subject, tool string) []byte {
 	material = material[:0]
+	if c.audience != "" {
+		material = append(append(material, c.audience...), 0)
+	}
 	switch c.binding {
 	case BindSubject:
 		material = append(material, subject...)
@@ -422,7 +494,7 @@ func (c *RequestStateCodec) encode(state, subject, tool string) (string, error) 
 	// the payload, the sealed payload and the wire text in turn. The
 	// payload estimate allows for some escapes; more only cost a larger
 	// buffer, kept for the next call.
-	matLen := len(subject) + 1 + len(tool)
+	matLen := c.materialCap(subject, tool)
 	payloadCap := len(state) + len(state)/8 + 64 + bindTagLen
 	sealedCap := gcmNonceSize + payloadCap + gcmTagSize
 	wireCap := len(encryptedPrefix) + b64.EncodedLen(max(sealedCap, payloadCap+macSize)) + 1
@@ -512,7 +584,22 @@ func (c *RequestStateCodec) Decode(wire, subject, tool string) (string, error) {
 // is returned wrapped (errors.Is finds it; [Reason] says "replay store
 // failed") and the state is refused. Without Replay, ctx is unused.
 func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, tool string) (string, error) {
-	s, key, store, err := c.decode(ctx, wire, subject, tool)
+	return c.DecodeCheckedContext(ctx, wire, subject, tool, nil)
+}
+
+// DecodeCheckedContext is [RequestStateCodec.DecodeContext] with one more
+// binding check that the codec cannot make itself, such as the arguments of
+// a retried call against a fingerprint sealed inside the state. check is
+// called with the state once every check of the codec has passed
+// (authenticity, subject, tool, audience, expiry) and, in single-use mode,
+// before the state is claimed: a state check refuses is not consumed, so
+// the honest retry still opens it once. check returns the state to hand back
+// (for example the application's part of it) or an error; its error is
+// returned wrapped so that it matches both [ErrStateInvalid] and check's
+// error (errors.Is), with the [Reason] "wrong arguments", and no state. A
+// nil check is DecodeContext.
+func (c *RequestStateCodec) DecodeCheckedContext(ctx context.Context, wire, subject, tool string, check func(state string) (string, error)) (string, error) {
+	s, key, store, err := c.decode(ctx, wire, subject, tool, check)
 	if err != errStateNoCodec && c.obs != nil {
 		observeErr(c.obs, KindRequestState, key, err, store)
 	}
@@ -522,7 +609,7 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 // decode is DecodeContext, also returning the index of the key that opened
 // the state (-1 if none did) and, when an observer is set, how long the
 // replay store took.
-func (c *RequestStateCodec) decode(ctx context.Context, wire, subject, tool string) (_ string, key int, store time.Duration, _ error) {
+func (c *RequestStateCodec) decode(ctx context.Context, wire, subject, tool string, check func(string) (string, error)) (_ string, key int, store time.Duration, _ error) {
 	key = -1
 	ks := c.ring()
 	if ks == nil {
@@ -540,21 +627,21 @@ func (c *RequestStateCodec) decode(ctx context.Context, wire, subject, tool stri
 	// Scratch regions: decoded bytes, then the material of a bind tag,
 	// then the bind tag itself, then a plaintext, then the unescaped state.
 	// Each is at most the wire's length (or the material's).
-	matCap := len(subject) + 1 + len(tool)
+	matCap := c.materialCap(subject, tool)
 	sc := c.getScratch(3*len(wire) + matCap + bindTagLen)
 	// Not deferred: decode has too many returns for an open-coded defer,
 	// and decodeScratch copies the state out of sc before it returns (a
 	// panic only costs the pool this scratch).
-	s, key, store, err := c.decodeScratch(ctx, ks, sc, wire, subject, tool)
+	s, key, store, err := c.decodeScratch(ctx, ks, sc, wire, subject, tool, check)
 	c.putScratch(sc)
 	return s, key, store, err
 }
 
 // decodeScratch is decode after its length checks, working in sc, whose
 // buffer has room for every region decode lists.
-func (c *RequestStateCodec) decodeScratch(ctx context.Context, ks *stateKeys, sc *stateScratch, wire, subject, tool string) (_ string, key int, store time.Duration, _ error) {
+func (c *RequestStateCodec) decodeScratch(ctx context.Context, ks *stateKeys, sc *stateScratch, wire, subject, tool string, check func(string) (string, error)) (_ string, key int, store time.Duration, _ error) {
 	key = -1
-	matLen := len(subject) + 1 + len(tool)
+	matLen := c.materialCap(subject, tool)
 	buf := sc.buf
 	rawRegion := region(buf, 0, len(wire))
 	matRegion := region(buf, len(wire), matLen)
@@ -630,13 +717,21 @@ func (c *RequestStateCodec) decodeScratch(ctx context.Context, ks *stateKeys, sc
 	if exp < c.now().Unix() {
 		return "", key, 0, errStateExpired
 	}
+	out := string(s)
+	if check != nil {
+		var err error
+		if out, err = check(out); err != nil {
+			// "wrong arguments": the observer's word for it.
+			return "", key, 0, reason.Wrap(ErrStateInvalid, "wrong arguments", err)
+		}
+	}
 	if c.replay != nil {
 		var err error
 		if store, err = c.claimOnce(ctx, id, exp); err != nil {
 			return "", key, store, err
 		}
 	}
-	return string(s), key, store, nil
+	return out, key, store, nil
 }
 
 // EncodeJSON encodes v with encoding/json and seals it with

@@ -368,3 +368,64 @@ func (r *claimRecorder) Claim(ctx context.Context, id string, until time.Time) (
 	r.until = append(r.until, until)
 	return r.MemoryStore.Claim(ctx, id, until)
 }
+
+// TestStateSingleUseNoBindingRefusalConsumes pins DecodeContext's and
+// DecodeCheckedContext's rule: a state refused for its caller, tool,
+// audience or (through the check) arguments is not claimed, and the right
+// request opens it afterwards exactly once.
+func TestStateSingleUseNoBindingRefusalConsumes(t *testing.T) {
+	errArgs := errors.New("other arguments")
+	argsCheck := func(want string) func(string) (string, error) {
+		return func(s string) (string, error) {
+			if s != want {
+				return "", errArgs
+			}
+			return "app:" + s, nil
+		}
+	}
+	kr := mustKeyring(t, fixedKey(21))
+	for _, m := range stateModes {
+		t.Run(m.name, func(t *testing.T) {
+			clk := newStepClock()
+			store := &replay.MemoryStore{Now: clk.Now}
+			codec := func(aud string) *RequestStateCodec {
+				return newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: m.mode, Binding: BindSubjectAndTool, Audience: aud, Replay: store, Now: clk.Now})
+			}
+			a, b := codec("server-a"), codec("server-b")
+			wire, err := a.Encode("args-1", "alice", "preview_delete")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for _, r := range []struct {
+				name          string
+				c             *RequestStateCodec
+				subject, tool string
+				check         func(string) (string, error)
+				also          error
+			}{
+				{"caller", a, "mallory", "preview_delete", argsCheck("args-1"), nil},
+				{"tool", a, "alice", "delete_now", argsCheck("args-1"), nil},
+				{"audience", b, "alice", "preview_delete", argsCheck("args-1"), nil},
+				{"arguments", a, "alice", "preview_delete", argsCheck("args-2"), errArgs},
+			} {
+				s, err := r.c.DecodeCheckedContext(ctx, wire, r.subject, r.tool, r.check)
+				if !errors.Is(err, ErrStateInvalid) || s != "" {
+					t.Fatalf("%s: %q, %v; want ErrStateInvalid", r.name, s, err)
+				}
+				if r.also != nil && (!errors.Is(err, r.also) || Reason(err) != "wrong arguments" || ReasonOf(err) != ReasonWrongArguments) {
+					t.Fatalf("%s: %v (reason %q) does not carry the check's error", r.name, err, Reason(err))
+				}
+				if store.Len() != 0 {
+					t.Fatalf("%s: the refused state was claimed", r.name)
+				}
+			}
+			if s, err := a.DecodeCheckedContext(ctx, wire, "alice", "preview_delete", argsCheck("args-1")); err != nil || s != "app:args-1" {
+				t.Fatalf("right request after refusals: %q, %v", s, err)
+			}
+			if _, err := a.DecodeCheckedContext(ctx, wire, "alice", "preview_delete", argsCheck("args-1")); !errors.Is(err, ErrStateReplayed) {
+				t.Fatalf("second right request: %v; want ErrStateReplayed", err)
+			}
+		})
+	}
+}

@@ -1494,3 +1494,123 @@ func TestDecodeRefusesHostilePayloads(t *testing.T) {
 		})
 	}
 }
+
+// TestStateAudience pins RequestStateSecurity.Audience: a state opens only in
+// a codec with the same audience, in both modes; a codec without an audience
+// neither opens an audience-bound state nor has one opened elsewhere; and
+// the wire keeps its length (the audience is bound, never carried).
+func TestStateAudience(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(7))
+	for _, m := range stateModes {
+		for _, binding := range []RequestStateBinding{BindSubject, BindSubjectAndTool, BindNone} {
+			t.Run(fmt.Sprintf("%s/%d", m.name, binding), func(t *testing.T) {
+				codec := func(aud string) *RequestStateCodec {
+					return newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: m.mode, Binding: binding, Audience: aud})
+				}
+				a, b, none := codec("billing.prod"), codec("billing.staging"), codec("")
+				if a.Audience() != "billing.prod" || none.Audience() != "" || a.Binding() != binding {
+					t.Fatalf("accessors: %q %q %v", a.Audience(), none.Audience(), a.Binding())
+				}
+				wireA, err := a.Encode("state", "alice", "t1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				wireNone, err := none.Encode("state", "alice", "t1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(wireA) != len(wireNone) {
+					t.Errorf("audience changed the wire length: %d, without %d", len(wireA), len(wireNone))
+				}
+				if s, err := a.Decode(wireA, "alice", "t1"); err != nil || s != "state" {
+					t.Fatalf("own audience: %q, %v", s, err)
+				}
+				for name, tc := range map[string]struct {
+					c    *RequestStateCodec
+					wire string
+				}{
+					"other audience":                  {b, wireA},
+					"no audience opens audience":      {none, wireA},
+					"audience opens no-audience wire": {a, wireNone},
+				} {
+					s, err := tc.c.Decode(tc.wire, "alice", "t1")
+					if !errors.Is(err, ErrStateInvalid) || s != "" {
+						t.Errorf("%s: %q, %v; want ErrStateInvalid", name, s, err)
+					}
+				}
+			})
+		}
+	}
+	t.Run("NUL in audience is ErrConfig", func(t *testing.T) {
+		_, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Audience: "a\x00b"})
+		wantErr(t, err, ErrConfig)
+		if Reason(err) != "RequestStateSecurity.Audience contains a NUL byte" {
+			t.Fatalf("reason %q", Reason(err))
+		}
+	})
+	t.Run("KeySource binds the audience too", func(t *testing.T) {
+		src, err := NewKeySource(kr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rot := newTestCodec(t, RequestStateSecurity{KeySource: src, Binding: BindSubjectAndTool, Audience: "a"})
+		static := newTestCodec(t, RequestStateSecurity{Keys: kr, Binding: BindSubjectAndTool, Audience: "a"})
+		other := newTestCodec(t, RequestStateSecurity{KeySource: src, Binding: BindSubjectAndTool, Audience: "b"})
+		w, err := static.Encode("s", "alice", "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, err := rot.Decode(w, "alice", "t"); err != nil || s != "s" {
+			t.Fatalf("same audience through a KeySource: %q, %v", s, err)
+		}
+		if _, err := other.Decode(w, "alice", "t"); !errors.Is(err, ErrStateInvalid) {
+			t.Fatalf("other audience through a KeySource: %v", err)
+		}
+	})
+	t.Run("no allocation for the audience", func(t *testing.T) {
+		// The bind material (audience, NUL, subject, NUL, tool) has room
+		// reserved in the pooled scratch: an audience costs no allocation,
+		// even for material too long for the tag cache.
+		if raceEnabled {
+			t.Skip("the race detector makes sync.Pool drop items at random")
+		}
+		for _, m := range stateModes {
+			c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: m.mode, Binding: BindSubjectAndTool, Audience: strings.Repeat("a", 200)})
+			subject, tool := strings.Repeat("u", 300), strings.Repeat("t", 300)
+			w, err := c.Encode("s", subject, tool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := testing.AllocsPerRun(50, func() { _, _ = c.Encode("s", subject, tool) }); n != 1 {
+				t.Errorf("%s: Encode allocated %v times, want 1 (the result)", m.name, n)
+			}
+			if n := testing.AllocsPerRun(50, func() { _, _ = c.Decode(w, subject, tool) }); n > 1 {
+				t.Errorf("%s: Decode allocated %v times, want 1 (the result)", m.name, n)
+			}
+		}
+	})
+	t.Run("material is audience NUL binding material", func(t *testing.T) {
+		c := newTestCodec(t, RequestStateSecurity{Keys: kr, Binding: BindSubjectAndTool, Audience: "aud"})
+		want := hex.EncodeToString(vecHMAC(vecHKDF(fixedKey(7), stateAudienceBindLabel), []byte("aud\x00alice\x00t1")))
+		if got := string(c.bindTag(nil, 0, "alice", "t1")); got != want {
+			t.Fatalf("bind tag %s, want %s", got, want)
+		}
+	})
+}
+
+// TestStateCodecAccessors pins Binding, Audience and Ready, which wrappers
+// ask instead of probing the codec.
+func TestStateCodecAccessors(t *testing.T) {
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(8)), Binding: BindSubjectAndTool, Audience: "x"})
+	if c.Ready() != nil || c.Binding() != BindSubjectAndTool || c.Audience() != "x" {
+		t.Fatalf("made codec: %v %v %q", c.Ready(), c.Binding(), c.Audience())
+	}
+	for name, z := range map[string]*RequestStateCodec{"zero value": {}, "nil pointer": nil} {
+		t.Run(name, func(t *testing.T) {
+			wantErr(t, z.Ready(), ErrNoKey)
+			if z.Binding() != BindSubject || z.Audience() != "" {
+				t.Fatalf("%v %q", z.Binding(), z.Audience())
+			}
+		})
+	}
+}

@@ -451,12 +451,14 @@ func TestVectors(t *testing.T) {
 		writeVectors(t, "hkdf.json", genHKDFVectors(t))
 		writeVectors(t, "cursor.json", genCursorVectors(t))
 		writeVectors(t, "request_state.json", genStateVectors(t))
+		writeVectors(t, "request_state_audience.json", genStateAudienceVectors(t))
 		writeVectors(t, "jcs.json", genJCSVectors(t))
 		writeFuzzSeedCorpora(t)
 	}
 	t.Run("HKDF", checkHKDFVectors)
 	t.Run("Cursor", checkCursorVectors)
 	t.Run("RequestState", checkStateVectors)
+	t.Run("RequestStateAudience", checkStateAudienceVectors)
 	t.Run("JCS", checkJCSVectors)
 }
 
@@ -1235,6 +1237,138 @@ func checkJCSVectors(t *testing.T) {
 		}
 		if _, err := ArgsFingerprint(json.RawMessage(v.bytes(t))); !errors.Is(err, ErrArgsInvalid) {
 			t.Errorf("%s: ArgsFingerprint error %v, want ErrArgsInvalid", v.Name, err)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Request state with an Audience (ctoken's extension; the reference has none)
+
+type stateAudienceFile struct {
+	Comment         string                `json:"comment"`
+	Key             string                `json:"key_hex"`
+	AudienceBindKey string                `json:"audience_bind_key_hex"`
+	TTLSeconds      int64                 `json:"ttl_seconds"`
+	Vectors         []stateAudienceVector `json:"vectors"`
+}
+
+type stateAudienceVector struct {
+	Name     string `json:"name"`
+	Audience string `json:"audience"`
+	Mode     string `json:"mode"`
+	Binding  string `json:"binding"`
+	Subject  string `json:"subject"`
+	Tool     string `json:"tool"`
+	State    string `json:"state"`
+	Material string `json:"material_hex"`
+	BindTag  string `json:"bind_tag"`
+	Now      int64  `json:"now_unix"`
+	Payload  string `json:"payload"`
+	Nonce    string `json:"nonce_hex,omitempty"`
+	Wire     string `json:"wire"`
+	// OtherAudience is an audience under which Wire must not open.
+	OtherAudience string `json:"other_audience"`
+}
+
+func vecAudienceCodec(t testing.TB, v stateAudienceVector, aud string, key []byte) *RequestStateCodec {
+	t.Helper()
+	c, err := NewRequestStateCodec(RequestStateSecurity{
+		Keys: vecKeyring(t, key), Mode: parseMode(t, v.Mode), Binding: parseBinding(t, v.Binding),
+		Audience: aud, Now: fixedClock(time.Unix(v.Now, 0)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func genStateAudienceVectors(t *testing.T) stateAudienceFile {
+	f := stateAudienceFile{
+		Comment: "request state with RequestStateSecurity.Audience: bind_tag = hex(HMAC-SHA256(audience_bind_key, audience || 0x00 || material)), " +
+			"audience_bind_key = HKDF-SHA256(key, salt 32 zero bytes, info \"" + stateAudienceBindLabel + "\"); payload and wire as request_state.json; see README.md",
+		Key:             hex.EncodeToString(vecKey),
+		AudienceBindKey: hex.EncodeToString(subkey(vecKey, stateAudienceBindLabel)),
+		TTLSeconds:      int64(DefaultStateTTL / time.Second),
+	}
+	target := MCPTarget("tools/call", "search")
+	now := vecNow.Unix()
+	exp := now + f.TTLSeconds
+	vs := []stateAudienceVector{
+		{Name: "signed, subject and tool", Audience: "billing.prod", Mode: "signed", Binding: "subject_and_tool", Subject: "alice", Tool: target, State: `{"step":2}`, OtherAudience: "billing.staging"},
+		{Name: "signed, subject", Audience: "billing.prod", Mode: "signed", Binding: "subject", Subject: "alice", Tool: target, State: `{"step":2}`, OtherAudience: ""},
+		{Name: "signed, unbound", Audience: "a", Mode: "signed", Binding: "none", State: "", OtherAudience: "b"},
+		{Name: "encrypted, subject and tool", Audience: "billing.prod", Mode: "encrypted", Binding: "subject_and_tool", Subject: "alice", Tool: target, State: `{"step":2}`, Nonce: hex.EncodeToString(seqBytes(0x10, gcmNonceSize)), OtherAudience: "billing.staging"},
+		{Name: "encrypted, unbound", Audience: "Zoë 😀", Mode: "encrypted", Binding: "none", State: "x", Nonce: hex.EncodeToString(seqBytes(0x20, gcmNonceSize)), OtherAudience: ""},
+	}
+	for i := range vs {
+		v := &vs[i]
+		var material string
+		switch parseBinding(t, v.Binding) {
+		case BindSubject:
+			material = v.Subject
+		case BindSubjectAndTool:
+			material = v.Subject + "\x00" + v.Tool
+		}
+		material = v.Audience + "\x00" + material
+		v.Material = hex.EncodeToString([]byte(material))
+		v.BindTag = hex.EncodeToString(vecHMAC(vecHKDF(vecKey, stateAudienceBindLabel), []byte(material)))
+		v.Now = now
+		v.Payload = string(vecStatePayload(v.State, exp, v.BindTag))
+		v.Wire = vecSignedWire(vecKey, []byte(v.Payload))
+		if v.Mode == "encrypted" {
+			v.Wire = vecEncryptedWire(t, vecKey, vecHex(t, v.Nonce), []byte(v.Payload), v.BindTag)
+		}
+	}
+	f.Vectors = vs
+	checkStateAudience(t, f)
+	return f
+}
+
+func checkStateAudienceVectors(t *testing.T) {
+	var f stateAudienceFile
+	readVectors(t, "request_state_audience.json", &f)
+	if len(f.Vectors) == 0 {
+		t.Fatal("no vectors")
+	}
+	checkStateAudience(t, f)
+}
+
+// checkStateAudience holds the codec to f: the audience bind subkey, each
+// vector's bind tag (from its material, and from the codec), its wire
+// (Encode's, for a signed state; the reference GCM's opening of Encode's
+// output, for an encrypted one), and that the wire opens under its
+// audience only.
+func checkStateAudience(t *testing.T, f stateAudienceFile) {
+	t.Helper()
+	key := vecHex(t, f.Key)
+	if got := hex.EncodeToString(subkey(key, stateAudienceBindLabel)); got != f.AudienceBindKey {
+		t.Fatalf("audience bind subkey %s, want %s", got, f.AudienceBindKey)
+	}
+	for _, v := range f.Vectors {
+		c := vecAudienceCodec(t, v, v.Audience, key)
+		if got := hex.EncodeToString(vecHMAC(vecHex(t, f.AudienceBindKey), vecHex(t, v.Material))); got != v.BindTag {
+			t.Errorf("%s: HMAC(audience bind key, material) = %s, want %s", v.Name, got, v.BindTag)
+		}
+		if got := string(c.bindTag(nil, 0, v.Subject, v.Tool)); got != v.BindTag {
+			t.Errorf("%s: codec bind tag %s, want %s", v.Name, got, v.BindTag)
+		}
+		wire, err := c.Encode(v.State, v.Subject, v.Tool)
+		if err != nil {
+			t.Fatalf("%s: %v", v.Name, err)
+		}
+		if v.Mode == "encrypted" {
+			if pt, _, err := vecOpenEncrypted(t, key, wire, v.BindTag); err != nil || string(pt) != v.Payload {
+				t.Errorf("%s: reference GCM opens Encode's output to %q, %v; want %s", v.Name, pt, err, v.Payload)
+			}
+		} else if wire != v.Wire {
+			t.Errorf("%s: Encode gives %s, want %s", v.Name, wire, v.Wire)
+		}
+		if s, err := c.Decode(v.Wire, v.Subject, v.Tool); err != nil || s != v.State {
+			t.Errorf("%s: the vector's wire decodes to %q, %v", v.Name, s, err)
+		}
+		other := vecAudienceCodec(t, v, v.OtherAudience, key)
+		if s, err := other.Decode(v.Wire, v.Subject, v.Tool); !errors.Is(err, ErrStateInvalid) || s != "" {
+			t.Errorf("%s: opens under audience %q: %q, %v", v.Name, v.OtherAudience, s, err)
 		}
 	}
 }

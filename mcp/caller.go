@@ -69,9 +69,9 @@ func integration(log *slog.Logger) *mcptoken.Integration {
 
 // refused is the error the client is sent for a refused token: -32602 with
 // the token code in data, or -32603 for a replay store that could not
-// answer.
+// answer or a codec or issuer without a key (Internal).
 func refused(r mcptoken.Refusal) error {
-	if r.StoreFailed {
+	if r.StoreFailed || r.Internal {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: r.Message}
 	}
 	return invalidParams(r.Message, r.Code)

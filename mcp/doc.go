@@ -74,7 +74,9 @@
 // state, nor hand it to another user or tool, nor keep the state and change
 // the arguments. A state that does not open is JSON-RPC error -32602 (a
 // failing replay store of a single-use codec is -32603: the state was not
-// consumed).
+// consumed; nor is a state refused for its caller, tool, arguments or
+// audience). [NewStates] refuses a codec that does not bind the tool unless
+// StateOptions.InsecureSkipToolBinding.
 //
 // With the argument binding (the default), the text States (and the
 // middleware) hands the codec

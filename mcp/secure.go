@@ -64,8 +64,8 @@ const (
 // go-sdk v1.8.0 gives it ("multi-round-trip: ..."); the tests pin it.
 //
 // codec must bind states to the tool (ctoken.BindSubjectAndTool);
-// SecureRequestState checks this by sealing and opening a probe state and
-// refuses any other codec. With opts.UnboundArgs set and such a codec, a
+// SecureRequestState asks the codec ([mcptoken.CheckTargetBinding]) and
+// refuses any other codec, whatever opts.InsecureSkipToolBinding says. With opts.UnboundArgs set and such a codec, a
 // state is sealed exactly as the reference D dispatch seals it (subject,
 // method "\x00" name, no argument wrapper), so a mixed fleet shares states.
 //
@@ -89,8 +89,7 @@ func SecureRequestState(server *mcp.Server, codec *ctoken.RequestStateCodec, opt
 
 // requireToolBinding refuses a codec that does not bind states to the tool:
 // a state sealed for one target must not open for another
-// ([mcptoken.CheckTargetBinding]: only a probe refused as invalid passes,
-// so a single-use codec whose store fails is no pass).
+// ([mcptoken.CheckTargetBinding]).
 func requireToolBinding(codec *ctoken.RequestStateCodec) error {
 	if codec == nil {
 		return errors.New("ctokenmcp: SecureRequestState: nil codec")

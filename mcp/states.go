@@ -22,17 +22,19 @@ type States struct {
 	caller CallerFunc
 }
 
-// NewStates returns States that seal with codec. opts may be nil. For the
-// binding to the tool to take effect, configure codec with
-// ctoken.BindSubjectAndTool; with ctoken.BindSubject a state is bound to
-// the caller and (by default) the arguments only, and with ctoken.BindNone
-// to the arguments only: any caller may present it.
+// NewStates returns States that seal with codec. opts may be nil. codec
+// must bind states to the tool (ctoken.BindSubjectAndTool), so that a state
+// sealed for one tool never opens for another: any other binding, the zero
+// value ctoken.BindSubject included, is an error matching
+// [mcptoken.ErrTargetUnbound] and ctoken.ErrConfig unless
+// opts.InsecureSkipToolBinding is set (logged at Warn). A codec not made by
+// ctoken.NewRequestStateCodec is an error matching ctoken.ErrConfig.
 func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, error) {
 	var o StateOptions
 	if opts != nil {
 		o = *opts
 	}
-	core, err := mcptoken.NewStates(codec, o.UnboundArgs, integration(o.Logger))
+	core, err := mcptoken.NewStates(codec, mcptoken.StatesConfig{UnboundArgs: o.UnboundArgs, InsecureSkipToolBinding: o.InsecureSkipToolBinding}, integration(o.Logger))
 	if err != nil {
 		return nil, err
 	}
@@ -72,9 +74,9 @@ func (s *States) Seal(ctx context.Context, req *mcp.CallToolRequest, state strin
 // With a single-use codec (ctoken.RequestStateSecurity.Replay set), Open
 // claims the state in the replay store with ctx, and a state presented
 // again is invalid. A store failure (full, unreachable, ctx done) is -32603
-// (internal error) and leaves the state unconsumed. The arguments are
-// checked after the claim (their fingerprint is inside the sealed state),
-// so a retry with other arguments consumes the state.
+// (internal error) and leaves the state unconsumed. Every binding (caller,
+// tool, arguments, the codec's audience) is checked before the claim, so a
+// refused state is not consumed: the honest retry still opens it, once.
 //
 // Do not call Open in a handler of a server secured by [SecureRequestState]:
 // the middleware has already opened the state, and the handler sees the

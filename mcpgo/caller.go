@@ -21,6 +21,12 @@ var ErrNoCaller = errors.New("ctokenmcpgo: request has no authenticated caller")
 // consumed. mcp-go sends it as JSON-RPC error -32603.
 var ErrStoreUnavailable = errors.New("ctokenmcpgo: request state store unavailable")
 
+// ErrInternal reports a token the server could not judge at all: its codec
+// or issuer has no key (one not made by ctoken.NewRequestStateCodec or
+// ctoken.NewCursorIssuer, which NewStates and NewCursors refuse up front).
+// It is logged at Error; mcp-go sends it as JSON-RPC error -32603.
+var ErrInternal = errors.New("ctokenmcpgo: internal error")
+
 // CallerFunc returns the stable identity of the authenticated caller of the
 // request whose context is ctx (a user or client ID), or an error. It must
 // never return "" with a nil error; this package treats "" as [ErrNoCaller].
@@ -70,6 +76,9 @@ func integration(log *slog.Logger) *mcptoken.Integration {
 		Log:      log,
 		NoCaller: func() error { return ErrNoCaller },
 		Refused: func(r mcptoken.Refusal) error {
+			if r.Internal {
+				return ErrInternal
+			}
 			if r.StoreFailed {
 				return ErrStoreUnavailable
 			}

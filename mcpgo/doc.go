@@ -42,7 +42,9 @@
 // bound to the caller, to ctoken.MCPTarget(method, name) and, unless
 // [StateOptions.UnboundArgs], to the fingerprint of the call's arguments.
 // With a single-use codec (ctoken.RequestStateSecurity.Replay) a state opens
-// once. The per-handler form is [States.SealTool] and [States.OpenTool].
+// once, and a state refused for its caller, tool, arguments or audience is
+// not consumed. [NewStates] refuses a codec that does not bind the tool
+// unless [StateOptions.InsecureSkipToolBinding]. The per-handler form is [States.SealTool] and [States.OpenTool].
 //
 // With the argument binding (the default) the text sealed is the JSON object
 // {"a":<hex ArgsFingerprint of the arguments, absent arguments taken as

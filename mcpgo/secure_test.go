@@ -183,12 +183,17 @@ func TestSecureRequestStateFailsClosedForACodecThatDoesNotBindTheTool(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := f.server(t, ContextCaller, nil)
+	// NewStates refuses such a codec; with InsecureSkipToolBinding it
+	// accepts it, but SecureRequestState still does not.
+	if _, err := NewStates(f.codec, nil); !errors.Is(err, mcptoken.ErrTargetUnbound) || !errors.Is(err, ctoken.ErrConfig) {
+		t.Fatalf("NewStates with a BindSubject codec: %v; want ErrTargetUnbound", err)
+	}
+	s := f.server(t, ContextCaller, &StateOptions{InsecureSkipToolBinding: true})
 	if !strings.Contains(f.log.String(), "SecureRequestState: refusing every requestState") {
 		t.Errorf("misconfiguration not logged: %s", f.log.String())
 	}
 	// A state of "ask", sealed per handler on the same codec.
-	per, err := NewStates(f.codec, nil)
+	per, err := NewStates(f.codec, &StateOptions{InsecureSkipToolBinding: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,16 +25,19 @@ type States struct {
 }
 
 // NewStates returns States that seal with codec. opts may be nil; a nil
-// codec is an error. For the binding to the tool, prompt or resource to take
-// effect, configure codec with ctoken.BindSubjectAndTool; with
-// ctoken.BindSubject a state is bound to the caller and (by default) the
-// arguments only.
+// codec is an error. codec must bind states to the tool, prompt or resource
+// (ctoken.BindSubjectAndTool), so that a state sealed for one never opens
+// for another: any other binding, the zero value ctoken.BindSubject
+// included, is an error matching [mcptoken.ErrTargetUnbound] and
+// ctoken.ErrConfig unless opts.InsecureSkipToolBinding is set (logged at
+// Warn). A codec not made by ctoken.NewRequestStateCodec is an error
+// matching ctoken.ErrConfig.
 func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, error) {
 	var o StateOptions
 	if opts != nil {
 		o = *opts
 	}
-	core, err := mcptoken.NewStates(codec, o.UnboundArgs, integration(o.Logger))
+	core, err := mcptoken.NewStates(codec, mcptoken.StatesConfig{UnboundArgs: o.UnboundArgs, InsecureSkipToolBinding: o.InsecureSkipToolBinding}, integration(o.Logger))
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +113,9 @@ func (s *States) SealTool(ctx context.Context, req mcp.CallToolRequest, state st
 // (expired) or 1023 (invalid), and no part of it is returned; hand the error
 // to [ToolResult]. A request without a caller is [ErrNoCaller]; a replay
 // store that cannot answer is [ErrStoreUnavailable] and leaves the state
-// unconsumed.
+// unconsumed. Every binding (caller, tool, arguments, the codec's audience)
+// is checked before a single-use codec's claim, so a refused state is not
+// consumed.
 func (s *States) OpenTool(ctx context.Context, req mcp.CallToolRequest) (state string, ok bool, err error) {
 	wire := req.Params.RequestState
 	if wire == "" {

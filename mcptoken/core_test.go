@@ -53,12 +53,12 @@ func TestConstructorsRefuseNilAndIncompleteIntegration(t *testing.T) {
 	if _, err := NewCursors(nil, in); err == nil || !strings.HasPrefix(err.Error(), "test: NewCursors") {
 		t.Errorf("nil issuer: %v", err)
 	}
-	if _, err := NewStates(nil, false, in); err == nil || !strings.HasPrefix(err.Error(), "test: NewStates") {
+	if _, err := NewStates(nil, StatesConfig{}, in); err == nil || !strings.HasPrefix(err.Error(), "test: NewStates") {
 		t.Errorf("nil codec: %v", err)
 	}
 	c := codec(t, &clock{now: time.Unix(1e9, 0)}, nil)
 	for _, bad := range []*Integration{nil, {Name: "x"}, {Name: "x", NoCaller: in.NoCaller}, {Name: "x", Refused: in.Refused}} {
-		if _, err := NewStates(c, false, bad); err == nil {
+		if _, err := NewStates(c, StatesConfig{}, bad); err == nil {
 			t.Errorf("NewStates accepted %+v", bad)
 		}
 		if _, err := NewCursors(nil, bad); err == nil {
@@ -194,7 +194,7 @@ func TestTurnRefusesCursorOfOtherScopeOrExpired(t *testing.T) {
 func TestStatesSealOpenAndRefuse(t *testing.T) {
 	var log bytes.Buffer
 	clk := &clock{now: time.Unix(1e9, 0)}
-	s, err := NewStates(codec(t, clk, nil), false, testIntegration(&log))
+	s, err := NewStates(codec(t, clk, nil), StatesConfig{}, testIntegration(&log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestStatesSealOpenAndRefuse(t *testing.T) {
 		t.Errorf("expired: %v", err)
 	}
 	// A single-use codec whose store cannot answer: StoreFailed, logged.
-	down, err := NewStates(codec(t, clk, failingStore{}), false, testIntegration(&log))
+	down, err := NewStates(codec(t, clk, failingStore{}), StatesConfig{}, testIntegration(&log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestStatesSealOpenAndRefuse(t *testing.T) {
 func TestUnboundStatesSealStateAsIs(t *testing.T) {
 	var log bytes.Buffer
 	c := codec(t, &clock{now: time.Unix(1e9, 0)}, nil)
-	s, err := NewStates(c, true, testIntegration(&log))
+	s, err := NewStates(c, StatesConfig{UnboundArgs: true}, testIntegration(&log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestUnboundStatesSealStateAsIs(t *testing.T) {
 // every failure to seal.
 func TestSealResultRefusesSealedState(t *testing.T) {
 	var log bytes.Buffer
-	s, err := NewStates(codec(t, &clock{now: time.Unix(1e9, 0)}, nil), false, testIntegration(&log))
+	s, err := NewStates(codec(t, &clock{now: time.Unix(1e9, 0)}, nil), StatesConfig{}, testIntegration(&log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +376,7 @@ func TestCoreRefusesAnEmptyCaller(t *testing.T) {
 	var log bytes.Buffer
 	clk := &clock{now: time.Unix(1e9, 0)}
 	c := testCursors(t, &log, clk)
-	s, err := NewStates(codec(t, clk, nil), false, testIntegration(&log))
+	s, err := NewStates(codec(t, clk, nil), StatesConfig{}, testIntegration(&log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +471,7 @@ func TestCheckTargetBindingRefusesACodecThatDoesNotBindTheTool(t *testing.T) {
 // arguments opens, for those arguments (in any spelling) and no others.
 func FuzzStatesOpen(f *testing.F) {
 	var log bytes.Buffer
-	s, err := NewStates(codec(f, &clock{now: time.Unix(1e9, 0)}, nil), false, testIntegration(&log))
+	s, err := NewStates(codec(f, &clock{now: time.Unix(1e9, 0)}, nil), StatesConfig{}, testIntegration(&log))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -513,7 +513,7 @@ func FuzzStatesOpen(f *testing.F) {
 func TestSealRefusesArgumentsThatCannotBeFingerprinted(t *testing.T) {
 	var log bytes.Buffer
 	c := codec(t, &clock{now: time.Unix(1e9, 0)}, nil)
-	s, err := NewStates(c, false, testIntegration(&log))
+	s, err := NewStates(c, StatesConfig{}, testIntegration(&log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +523,7 @@ func TestSealRefusesArgumentsThatCannotBeFingerprinted(t *testing.T) {
 			t.Errorf("%s: %q, %v", name, wire, err)
 		}
 	}
-	unbound, err := NewStates(c, true, testIntegration(&log))
+	unbound, err := NewStates(c, StatesConfig{UnboundArgs: true}, testIntegration(&log))
 	if err != nil {
 		t.Fatal(err)
 	}

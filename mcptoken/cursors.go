@@ -18,13 +18,20 @@ type Cursors struct {
 }
 
 // NewCursors returns Cursors that sign with issuer and report through in.
-// A nil issuer or an incomplete in is an error.
+// A nil issuer or an incomplete in is an error; an issuer not made by
+// ctoken.NewCursorIssuer (it has no key) is an error matching
+// ctoken.ErrConfig and ctoken.ErrNoKey.
 func NewCursors(issuer *ctoken.CursorIssuer, in *Integration) (*Cursors, error) {
 	if err := in.check("NewCursors"); err != nil {
 		return nil, err
 	}
 	if issuer == nil {
 		return nil, errors.New(in.Name + ": NewCursors: nil issuer")
+	}
+	// Every issuer NewCursorIssuer makes has a session (a configured one or
+	// a random one); the zero value has none and no key.
+	if len(issuer.Session()) == 0 {
+		return nil, fmt.Errorf("%s: NewCursors: %w: the cursor issuer is not made by ctoken.NewCursorIssuer: %w", in.Name, ctoken.ErrConfig, ctoken.ErrNoKey)
 	}
 	return &Cursors{issuer: issuer, in: in}, nil
 }
@@ -94,8 +101,13 @@ func (c *Cursors) Turn(ctx context.Context, scope ctoken.CursorScope, name, curs
 	p, err := c.issuer.Verify(cursor, scope)
 	if err != nil {
 		r := RefuseCursor(err)
-		c.in.Logger().LogAttrs(ctx, slog.LevelInfo, c.in.Name+": cursor rejected",
-			slog.String("tool", name), slog.String("reason", r.Reason))
+		if r.Internal {
+			c.in.Logger().LogAttrs(ctx, slog.LevelError, c.in.Name+": cursor issuer has no key (not made by ctoken.NewCursorIssuer)",
+				slog.String("tool", name), slog.String("reason", r.Reason))
+		} else {
+			c.in.Logger().LogAttrs(ctx, slog.LevelInfo, c.in.Name+": cursor rejected",
+				slog.String("tool", name), slog.String("reason", r.Reason))
+		}
 		return Turn{}, c.in.Refused(r)
 	}
 	t.Payload = p

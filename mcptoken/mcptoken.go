@@ -165,7 +165,7 @@ func UnwrapArgs(args any, sealed string) (string, error) {
 type Refusal struct {
 	// Code is the ctoken code for the client: ctoken.CodeCursorExpired,
 	// ctoken.CodeCursorInvalid, CodeStateExpired or CodeStateInvalid; 0
-	// when StoreFailed.
+	// when StoreFailed or Internal.
 	Code int
 	// Message is the fixed text for the client. It never contains the token
 	// or the reason.
@@ -179,6 +179,12 @@ type Refusal struct {
 	// bad token, and the state was not consumed. The client should be told
 	// of an internal error (JSON-RPC -32603) with Message.
 	StoreFailed bool
+	// Internal reports a server that cannot judge the token at all: its
+	// codec or issuer has no key (ctoken.ErrNoKey), a misconfiguration that
+	// NewStates and NewCursors refuse up front. It is neither a bad token
+	// nor a store outage; the client should be told of an internal error
+	// (JSON-RPC -32603) with Message, and the server logs it at Error.
+	Internal bool
 }
 
 // Expired reports whether the client should start over (call again without
@@ -195,12 +201,23 @@ const (
 	msgStateExpired  = "expired requestState: call again without it"
 	msgStateInvalid  = "invalid requestState"
 	msgStoreFailed   = "request state store unavailable"
+	msgInternal      = "internal error"
 )
 
+// refuseNoKey is the refusal of a token that a keyless codec or issuer could
+// not judge.
+func refuseNoKey(err error) Refusal {
+	return Refusal{Message: msgInternal, Reason: ctoken.Reason(err), Internal: true}
+}
+
 // RefuseCursor returns the refusal of a cursor that [ctoken.CursorIssuer.Verify]
-// refused with err: code 1020 for [ctoken.ErrCursorExpired], and 1021 for
+// refused with err: code 1020 for [ctoken.ErrCursorExpired], Internal for
+// ctoken.ErrNoKey (an issuer without a key judged nothing), and 1021 for
 // anything else, nil included (fail closed). It never reports StoreFailed.
 func RefuseCursor(err error) Refusal {
+	if errors.Is(err, ctoken.ErrNoKey) {
+		return refuseNoKey(err)
+	}
 	if errors.Is(err, ctoken.ErrCursorExpired) {
 		return Refusal{Code: ctoken.CodeCursorExpired, Message: msgCursorExpired, Reason: ctoken.Reason(err)}
 	}
@@ -210,11 +227,14 @@ func RefuseCursor(err error) Refusal {
 // RefuseState returns the refusal of a request state that did not open with
 // err, from [ctoken.RequestStateCodec.DecodeContext] or [UnwrapArgs]: code
 // 1022 for [ctoken.ErrStateExpired]; 1023 for [ctoken.ErrStateInvalid],
-// [ctoken.ErrStateReplayed] and [ErrArgsMismatch]; any other error comes from
-// the replay store of a single-use codec and is StoreFailed, with code 0
-// (so is nil, which is no refusal to map).
+// [ctoken.ErrStateReplayed] and [ErrArgsMismatch]; Internal, with code 0,
+// for ctoken.ErrNoKey (a codec without a key judged nothing); any other
+// error comes from the replay store of a single-use codec and is
+// StoreFailed, with code 0 (so is nil, which is no refusal to map).
 func RefuseState(err error) Refusal {
 	switch {
+	case errors.Is(err, ctoken.ErrNoKey):
+		return refuseNoKey(err)
 	case errors.Is(err, ctoken.ErrStateExpired):
 		return Refusal{Code: CodeStateExpired, Message: msgStateExpired, Reason: ctoken.Reason(err)}
 	case errors.Is(err, ErrArgsMismatch):

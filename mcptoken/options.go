@@ -31,6 +31,17 @@ type StateOptions[C any] struct {
 	// request-state codec; by default a client that keeps a state but
 	// changes the arguments of the retried call is refused.
 	UnboundArgs bool
+	// InsecureSkipToolBinding lets the States seal with a codec that does
+	// not bind states to the tool, prompt or resource they were sealed for
+	// (ctoken.BindSubject, the zero value, or ctoken.BindNone): a state
+	// sealed by preview_delete then opens in delete_now called with the
+	// same arguments. By default such a codec is refused when the States
+	// are built ([ErrTargetUnbound], ctoken.ErrConfig); with this set it is
+	// accepted and the States log a Warn record saying so when they are
+	// built. Set it only to share states with a peer that binds the subject
+	// alone, and never with SecureRequestState, which refuses such a codec
+	// whatever this says.
+	InsecureSkipToolBinding bool
 	// Logger receives one record per rejected state, with the tool, prompt
 	// or resource and ctoken's log-safe reason (never the state). Nil
 	// discards them.

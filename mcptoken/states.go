@@ -20,19 +20,61 @@ type States struct {
 	in          *Integration
 }
 
+// StatesConfig is what [NewStates] reads of an SDK module's
+// [StateOptions]; its zero value is the safe default.
+type StatesConfig struct {
+	// UnboundArgs: see [StateOptions].UnboundArgs.
+	UnboundArgs bool
+	// InsecureSkipToolBinding: see [StateOptions].InsecureSkipToolBinding.
+	InsecureSkipToolBinding bool
+}
+
 // NewStates returns States that seal with codec and report through in.
-// Unless unboundArgs is set, a state is bound to the arguments of the call
-// with [WrapArgs]; with it, the state is sealed as is (the interop mode: with
-// a ctoken.BindSubjectAndTool codec, exactly what the reference D dispatch
-// seals). A nil codec or an incomplete in is an error.
-func NewStates(codec *ctoken.RequestStateCodec, unboundArgs bool, in *Integration) (*States, error) {
+// Unless cfg.UnboundArgs is set, a state is bound to the arguments of the
+// call with [WrapArgs]; with it, the state is sealed as is (the interop
+// mode: with a ctoken.BindSubjectAndTool codec, exactly what the reference D
+// dispatch seals).
+//
+// The codec must bind states to their target (ctoken.BindSubjectAndTool),
+// so that a state sealed for one tool never opens for another: any other
+// binding (the zero value ctoken.BindSubject included) is an error matching
+// [ErrTargetUnbound] and ctoken.ErrConfig, unless
+// cfg.InsecureSkipToolBinding is set, which is logged at Warn through in.
+// A codec not made by ctoken.NewRequestStateCodec (it has no key) matches
+// ctoken.ErrConfig and ctoken.ErrNoKey. A nil codec or an incomplete in is
+// an error.
+func NewStates(codec *ctoken.RequestStateCodec, cfg StatesConfig, in *Integration) (*States, error) {
 	if err := in.check("NewStates"); err != nil {
 		return nil, err
 	}
 	if codec == nil {
 		return nil, errors.New(in.Name + ": NewStates: nil codec")
 	}
-	return &States{codec: codec, unboundArgs: unboundArgs, in: in}, nil
+	if err := codec.Ready(); err != nil {
+		return nil, fmt.Errorf("%s: NewStates: %w: the request-state codec is not made by ctoken.NewRequestStateCodec: %w", in.Name, ctoken.ErrConfig, err)
+	}
+	if err := CheckTargetBinding(codec); err != nil {
+		if !cfg.InsecureSkipToolBinding {
+			return nil, fmt.Errorf("%s: NewStates: %w: %w (or set InsecureSkipToolBinding)", in.Name, ctoken.ErrConfig, err)
+		}
+		in.Logger().LogAttrs(context.Background(), slog.LevelWarn,
+			in.Name+": InsecureSkipToolBinding: the request-state codec does not bind states to the tool; a state sealed for one tool, prompt or resource opens for another",
+			slog.String("binding", bindingName(codec.Binding())))
+	}
+	return &States{codec: codec, unboundArgs: cfg.UnboundArgs, in: in}, nil
+}
+
+// bindingName names a binding for the log.
+func bindingName(b ctoken.RequestStateBinding) string {
+	switch b {
+	case ctoken.BindSubject:
+		return "BindSubject"
+	case ctoken.BindSubjectAndTool:
+		return "BindSubjectAndTool"
+	case ctoken.BindNone:
+		return "BindNone"
+	}
+	return "unknown"
 }
 
 // Integration returns the Integration s reports through.
@@ -68,27 +110,35 @@ func (s *States) Seal(caller, method, name string, args any, state string) (stri
 //
 // A state that does not open is logged (the reason, never the state) and is
 // the error the Integration's Refused returns for [RefuseState] of it: a
-// refusal with code 1022 or 1023, or a store failure (a single-use codec's
-// replay store could not answer, and the state was not consumed). The
-// arguments are checked after a single-use codec's claim, so a retry with
-// other arguments consumes the state. An empty caller is logged and refused
-// with the Integration's NoCaller error before the state is looked at.
+// refusal with code 1022 or 1023, a store failure (a single-use codec's
+// replay store could not answer, and the state was not consumed), or an
+// internal error (a codec without a key, logged at Error). Every binding
+// (caller, target, audience, and the arguments, checked by
+// ctoken.RequestStateCodec.DecodeCheckedContext) is checked before a
+// single-use codec's claim, so no refusal consumes a state: the honest
+// retry still opens it, once. An empty caller is logged and refused with
+// the Integration's NoCaller error before the state is looked at.
 func (s *States) Open(ctx context.Context, caller, method, name string, args any, wire string) (string, error) {
 	if err := s.in.anonymous(ctx, caller); err != nil {
 		return "", err
 	}
-	plain, err := s.codec.DecodeContext(ctx, wire, caller, ctoken.MCPTarget(method, name))
-	if err == nil && !s.unboundArgs {
-		plain, err = UnwrapArgs(args, plain)
+	var check func(string) (string, error)
+	if !s.unboundArgs {
+		check = func(plain string) (string, error) { return UnwrapArgs(args, plain) }
 	}
+	plain, err := s.codec.DecodeCheckedContext(ctx, wire, caller, ctoken.MCPTarget(method, name), check)
 	if err == nil {
 		return plain, nil
 	}
 	r := RefuseState(err)
-	if r.StoreFailed {
+	switch {
+	case r.Internal:
+		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state codec has no key (not made by ctoken.NewRequestStateCodec)",
+			NameAttr(method, name), slog.String("reason", r.Reason))
+	case r.StoreFailed:
 		s.in.Logger().LogAttrs(ctx, slog.LevelWarn, s.in.Name+": request state store failed",
 			NameAttr(method, name), slog.String("error", err.Error()))
-	} else {
+	default:
 		s.in.Logger().LogAttrs(ctx, slog.LevelInfo, s.in.Name+": request state rejected",
 			NameAttr(method, name), slog.String("reason", r.Reason))
 	}
@@ -102,24 +152,22 @@ func (s *States) Open(ctx context.Context, caller, method, name string, args any
 // and opens every state must refuse such a codec; see [CheckTargetBinding].
 var ErrTargetUnbound = errors.New("mcptoken: the request-state codec does not bind states to the tool; configure it with ctoken.BindSubjectAndTool")
 
-// CheckTargetBinding returns nil when codec binds states to their target: a
-// probe state sealed for one tool is refused as invalid
-// (ctoken.ErrStateInvalid) for another. Any other outcome is
-// [ErrTargetUnbound] (or the codec's error when it cannot seal at all): the
-// probe opening, and also a refusal for another reason (a single-use
-// codec's replay store failing, or reporting the probe as already used),
-// which says nothing about the binding. A codec that binds the target
-// refuses the probe before any replay-store claim.
+// CheckTargetBinding returns nil when codec binds states to their target:
+// it was configured with ctoken.BindSubjectAndTool, so a state sealed for
+// one tool is refused as invalid for another. Any other binding is
+// [ErrTargetUnbound]; a codec not made by ctoken.NewRequestStateCodec is
+// its error matching ctoken.ErrNoKey. It asks the codec
+// (ctoken.RequestStateCodec.Binding); it seals and opens nothing, so it
+// neither touches a single-use codec's replay store nor reaches an
+// observer.
 func CheckTargetBinding(codec *ctoken.RequestStateCodec) error {
 	if codec == nil {
 		return errors.New("mcptoken: CheckTargetBinding: nil codec")
 	}
-	const subject = "mcptoken-probe"
-	wire, err := codec.Encode("", subject, ctoken.MCPTarget("tools/call", "a"))
-	if err != nil {
+	if err := codec.Ready(); err != nil {
 		return fmt.Errorf("mcptoken: the request-state codec cannot seal: %w", err)
 	}
-	if _, err := codec.Decode(wire, subject, ctoken.MCPTarget("tools/call", "b")); !errors.Is(err, ctoken.ErrStateInvalid) {
+	if codec.Binding() != ctoken.BindSubjectAndTool {
 		return ErrTargetUnbound
 	}
 	return nil

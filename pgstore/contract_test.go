@@ -89,3 +89,12 @@ func (u unavailableOnly) AcquireLease(ctx context.Context, id string, lease time
 func (u unavailableOnly) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
 	return u.check(u.Store.ConfirmLease(ctx, id, token, until))
 }
+
+// TestRequestStateContract: no refusal (caller, tool, arguments, audience)
+// consumes a single-use request state held in PostgreSQL; the right request
+// opens it afterwards exactly once (replaytest.RunRequestStateContract).
+func TestRequestStateContract(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	replaytest.RunRequestStateContract(t, func(t *testing.T) replay.Store { return storeOn(t, pool) })
+}

@@ -2,9 +2,10 @@
 // methods with ctoken's signed cursors, for any transport (gRPC, Connect,
 // HTTP with protojson): a page token is bound to the RPC's full method
 // name, the authenticated caller, and a fingerprint of every field of the
-// request except page_size and page_token, so a client that changes the
-// filter, the order or the parent between pages is refused with
-// InvalidArgument, as AIP-158 asks, and a changed page_size is honored.
+// request except page_size, page_token and AIP-158's optional skip, so a
+// client that changes the filter, the order or the parent between pages is
+// refused with InvalidArgument, as AIP-158 asks, and a changed page_size or
+// skip (which AIP-158 defines relative to the page token) is honored.
 //
 // It is the nested module github.com/ctoken/ctoken/protopage and depends
 // on google.golang.org/protobuf and ctoken only. The transports live in
@@ -88,7 +89,9 @@
 // wire-compatible change) keeps outstanding tokens valid, and so does
 // reordering the declarations of the .proto file. Map keys are ordered by
 // value (false before true, integers numerically, strings bytewise).
-// At the top level only, the page token and page size fields are left out.
+// At the top level only, the page token and page size fields are left out,
+// and so is AIP-158's skip field when the request has one (a singular
+// integer named Config.SkipField, default "skip").
 //
 // Populated means protoreflect's Has: a field with explicit presence
 // (proto3 optional, a message field, a oneof member, proto2) that is set

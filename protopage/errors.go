@@ -24,10 +24,10 @@ var (
 	// client starts over.
 	ErrTokenExpired = errors.New("page_token has expired: start over without a page_token")
 	// ErrRequestChanged refuses an authentic page_token sent with a request
-	// whose fields (other than page_size and page_token) differ from the
+	// whose fields (other than page_size, page_token and skip) differ from the
 	// request it was issued for (it also matches ctoken.ErrCursorInvalid).
 	// AIP-158: transports answer InvalidArgument.
-	ErrRequestChanged = errors.New("page_token was issued for a request with other fields: send the same fields (only page_size may change), or start over without a page_token")
+	ErrRequestChanged = errors.New("page_token was issued for a request with other fields: send the same fields (only page_size and skip may change), or start over without a page_token")
 	// ErrNoCaller refuses a request whose caller could not be found: the
 	// [Call]'s CallerFunc returned an error or an empty caller. Transports
 	// answer Unauthenticated.

@@ -14,7 +14,7 @@ func FingerprintInput(p *Pager, req proto.Message) ([]byte, error) {
 		return nil, err
 	}
 	e := encoder{plans: p.plans}
-	err = e.request(m, token.Number(), size.Number())
+	err = e.request(m, token.Number(), size.Number(), 0)
 	return e.buf, err
 }
 

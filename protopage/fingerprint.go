@@ -132,11 +132,11 @@ func (e *encoder) uvarint(v uint64) { e.buf = protowire.AppendVarint(e.buf, v) }
 func (e *encoder) u64(v uint64)     { e.buf = binary.BigEndian.AppendUint64(e.buf, v) }
 
 // fingerprint returns the request fingerprint of m, leaving out the
-// top-level fields numbered skip1 and skip2.
-func (ps *plans) fingerprint(m protoreflect.Message, skip1, skip2 protoreflect.FieldNumber) (ctoken.Fingerprint, error) {
+// top-level fields numbered skip1, skip2 and skip3 (0: none).
+func (ps *plans) fingerprint(m protoreflect.Message, skip1, skip2, skip3 protoreflect.FieldNumber) (ctoken.Fingerprint, error) {
 	bp := bufPool.Get().(*[]byte)
 	e := encoder{buf: (*bp)[:0], stream: true, plans: ps}
-	err := e.request(m, skip1, skip2)
+	err := e.request(m, skip1, skip2, skip3)
 	var fp ctoken.Fingerprint
 	switch {
 	case err != nil:
@@ -154,13 +154,13 @@ func (ps *plans) fingerprint(m protoreflect.Message, skip1, skip2 protoreflect.F
 }
 
 // request writes the whole input: the domain, the message's full name
-// and M(m) without the fields numbered skip1 and skip2.
-func (e *encoder) request(m protoreflect.Message, skip1, skip2 protoreflect.FieldNumber) error {
+// and M(m) without the fields numbered skip1, skip2 and skip3.
+func (e *encoder) request(m protoreflect.Message, skip1, skip2, skip3 protoreflect.FieldNumber) error {
 	e.buf = append(e.buf, fingerprintDomain...)
 	name := m.Descriptor().FullName()
 	e.uvarint(uint64(len(name)))
 	e.writeString(string(name))
-	return e.message(m, 0, skip1, skip2)
+	return e.message(m, 0, skip1, skip2, skip3)
 }
 
 var (
@@ -169,9 +169,9 @@ var (
 )
 
 // message writes M(m): its populated fields in field-number order, the end
-// marker 0, then its unknown fields. Fields numbered skip1 or skip2 are
-// left out (the page fields, at the top level only; 0 elsewhere).
-func (e *encoder) message(m protoreflect.Message, depth int, skip1, skip2 protoreflect.FieldNumber) error {
+// marker 0, then its unknown fields. Fields numbered skip1, skip2 or skip3
+// are left out (the page fields, at the top level only; 0 elsewhere).
+func (e *encoder) message(m protoreflect.Message, depth int, skip1, skip2, skip3 protoreflect.FieldNumber) error {
 	if depth > MaxDepth {
 		return errTooDeep
 	}
@@ -181,7 +181,7 @@ func (e *encoder) message(m protoreflect.Message, depth int, skip1, skip2 protor
 		fields = withExtensions(m, fields)
 	}
 	for _, fd := range fields {
-		if n := fd.Number(); n == skip1 || n == skip2 || !m.Has(fd) {
+		if n := fd.Number(); n == skip1 || n == skip2 || n == skip3 || !m.Has(fd) {
 			continue
 		}
 		if err := e.field(fd, m.Get(fd), depth); err != nil {
@@ -299,7 +299,7 @@ func (e *encoder) value(fd protoreflect.FieldDescriptor, v protoreflect.Value, d
 		e.uvarint(uint64(len(b)))
 		e.write(b)
 	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return e.message(v.Message(), depth+1, 0, 0)
+		return e.message(v.Message(), depth+1, 0, 0, 0)
 	}
 	e.flush()
 	return nil

@@ -16,6 +16,9 @@ import (
 const (
 	DefaultPageTokenField = "page_token"
 	DefaultPageSizeField  = "page_size"
+	// DefaultSkipField is AIP-158's optional skip field: results to skip,
+	// relative to the page token, so a client may change it between pages.
+	DefaultSkipField = "skip"
 )
 
 // Config configures a [Pager].
@@ -35,16 +38,25 @@ type Config struct {
 	// integer, left out of the fingerprint so that a client may change it
 	// between pages; "" means [DefaultPageSizeField].
 	PageSizeField string
+	// SkipField names AIP-158's optional skip field. A request that has a
+	// singular integer field of this name leaves it out of the fingerprint,
+	// as it does the page size, because AIP-158 defines skip relative to
+	// the page token: a client may change it between pages. A request
+	// without it, or whose field of this name is not a singular integer
+	// (then not an AIP-158 skip), binds every field as before. "" means
+	// [DefaultSkipField].
+	SkipField string
 }
 
 // Pager binds page tokens to the request they were issued for: the RPC's
 // full method name, the caller, and the fingerprint of every request field
-// but the page token and page size. It is safe for concurrent use. The zero
+// but the page token, the page size and AIP-158's skip. It is safe for concurrent use. The zero
 // value refuses every call with [ErrServer].
 type Pager struct {
 	issuer      *ctoken.CursorIssuer
 	log         *slog.Logger
 	token, size protoreflect.Name
+	skip        protoreflect.Name
 	plans       *plans
 }
 
@@ -57,18 +69,21 @@ func New(cfg Config) (*Pager, error) {
 	if cfg.Logger == nil {
 		return nil, fmt.Errorf("%w: protopage.Config.Logger is nil", ctoken.ErrConfig)
 	}
-	p := &Pager{issuer: cfg.Issuer, log: cfg.Logger, token: DefaultPageTokenField, size: DefaultPageSizeField, plans: new(plans)}
+	p := &Pager{issuer: cfg.Issuer, log: cfg.Logger, token: DefaultPageTokenField, size: DefaultPageSizeField, skip: DefaultSkipField, plans: new(plans)}
 	if cfg.PageTokenField != "" {
 		p.token = protoreflect.Name(cfg.PageTokenField)
 	}
 	if cfg.PageSizeField != "" {
 		p.size = protoreflect.Name(cfg.PageSizeField)
 	}
-	if !p.token.IsValid() || !p.size.IsValid() {
-		return nil, fmt.Errorf("%w: protopage.Config.PageTokenField and PageSizeField must be protobuf field names", ctoken.ErrConfig)
+	if cfg.SkipField != "" {
+		p.skip = protoreflect.Name(cfg.SkipField)
 	}
-	if p.token == p.size {
-		return nil, fmt.Errorf("%w: protopage.Config.PageTokenField and PageSizeField are the same field", ctoken.ErrConfig)
+	if !p.token.IsValid() || !p.size.IsValid() || !p.skip.IsValid() {
+		return nil, fmt.Errorf("%w: protopage.Config.PageTokenField, PageSizeField and SkipField must be protobuf field names", ctoken.ErrConfig)
+	}
+	if p.token == p.size || p.skip == p.token || p.skip == p.size {
+		return nil, fmt.Errorf("%w: protopage.Config.PageTokenField, PageSizeField and SkipField name the same field", ctoken.ErrConfig)
 	}
 	return p, nil
 }
@@ -127,8 +142,8 @@ var (
 // Start begins serving one page of a List request: it reads req's page
 // token and, when there is one, verifies it against the [Call] in ctx and
 // the fingerprint of req, so that only a token issued by [Page.Next] for
-// the same method, caller and request fields (page size excepted) is
-// accepted. An empty page token is the first page.
+// the same method, caller and request fields (page size and skip excepted)
+// is accepted. An empty page token is the first page.
 //
 // A refused token is [ErrTokenInvalid], [ErrTokenExpired] or
 // [ErrRequestChanged]; a request without a caller is [ErrNoCaller]; a
@@ -165,7 +180,7 @@ func (p *Pager) Start(ctx context.Context, req proto.Message) (*Page, error) {
 	if caller == "" {
 		return nil, p.refuse(ctx, c.Method, ErrNoCaller, errCallerEmpty)
 	}
-	fp, err := p.plans.fingerprint(m, tokenFD.Number(), sizeFD.Number())
+	fp, err := p.plans.fingerprint(m, tokenFD.Number(), sizeFD.Number(), p.skipField(m.Descriptor()))
 	if err != nil {
 		return nil, p.refuse(ctx, c.Method, ErrServer, err)
 	}
@@ -193,7 +208,8 @@ func (p *Pager) Start(ctx context.Context, req proto.Message) (*Page, error) {
 
 // Fingerprint returns the fingerprint req's page tokens are bound to: the
 // SHA-256 of the encoding of every populated field of req but the page
-// token and page size (the package documentation defines it). A request
+// token, the page size and, when req has one, AIP-158's skip field (the
+// package documentation defines it). A request
 // without the page fields, or nested deeper than [MaxDepth], is [ErrServer].
 // A Pager is not told its request types, so [New] cannot check their page
 // fields: a server that calls Fingerprint on the zero value of each
@@ -212,7 +228,7 @@ func (p *Pager) Fingerprint(req proto.Message) (ctoken.Fingerprint, error) {
 	if err != nil {
 		return ctoken.Fingerprint{}, &refusal{ErrServer, err}
 	}
-	fp, err := p.plans.fingerprint(m, tokenFD.Number(), sizeFD.Number())
+	fp, err := p.plans.fingerprint(m, tokenFD.Number(), sizeFD.Number(), p.skipField(m.Descriptor()))
 	if err != nil {
 		return ctoken.Fingerprint{}, &refusal{ErrServer, err}
 	}
@@ -230,6 +246,15 @@ func (p *Pager) pageFields(md protoreflect.MessageDescriptor) (token, size proto
 		return nil, nil, errSizeField
 	}
 	return token, size, nil
+}
+
+// skipField returns the number of md's AIP-158 skip field, or 0 when md
+// has no singular integer field of that name.
+func (p *Pager) skipField(md protoreflect.MessageDescriptor) protoreflect.FieldNumber {
+	if fd := md.Fields().ByName(p.skip); fd != nil && fd.Cardinality() != protoreflect.Repeated && isInteger(fd.Kind()) {
+		return fd.Number()
+	}
+	return 0
 }
 
 func isInteger(k protoreflect.Kind) bool {

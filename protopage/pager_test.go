@@ -15,6 +15,10 @@ import (
 	"github.com/ctoken/ctoken/protopage/internal/pagetest"
 	"github.com/ctoken/ctoken/protopage/internal/shelf"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
 )
 
 type fixture = pagetest.Fixture
@@ -279,6 +283,9 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		"invalid token field": {Issuer: issuer, Logger: log, PageTokenField: "page token"},
 		"invalid size field":  {Issuer: issuer, Logger: log, PageSizeField: "1size"},
 		"same field twice":    {Issuer: issuer, Logger: log, PageTokenField: "page_size"},
+		"invalid skip field":  {Issuer: issuer, Logger: log, SkipField: "skip-me"},
+		"skip is page size":   {Issuer: issuer, Logger: log, SkipField: "page_size"},
+		"skip is page token":  {Issuer: issuer, Logger: log, SkipField: "page_token"},
 	} {
 		if p, err := protopage.New(cfg); p != nil || !errors.Is(err, ctoken.ErrConfig) {
 			t.Errorf("%s: New = %v, %v; want ctoken.ErrConfig", name, p, err)
@@ -371,4 +378,102 @@ func TestPageNotFromStartRefusesRatherThanPanics(t *testing.T) {
 			t.Errorf("%s Page: StateMessage: %v", name, err)
 		}
 	}
+}
+
+// skipRequest builds, at run time, a proto3 List request with AIP-158's
+// optional skip (an int32 named skipName) beside the page fields:
+//
+//	message SkipReq { string page_token = 1; int32 page_size = 2;
+//	                  string filter = 3; int32 <skipName> = 4; string offset = 5; }
+//
+// offset is a string: a field that is not an integer is never a skip.
+func skipRequest(t *testing.T, skipName string) protoreflect.MessageDescriptor {
+	t.Helper()
+	opt := descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum()
+	str, i32 := descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum(), descriptorpb.FieldDescriptorProto_TYPE_INT32.Enum()
+	fdp := &descriptorpb.FileDescriptorProto{
+		Name:    proto.String("skip_test_" + skipName + ".proto"),
+		Package: proto.String("ctoken.protopage.skiptest"),
+		Syntax:  proto.String("proto3"),
+		MessageType: []*descriptorpb.DescriptorProto{{
+			Name: proto.String("SkipReq"),
+			Field: []*descriptorpb.FieldDescriptorProto{
+				{Name: proto.String("page_token"), Number: proto.Int32(1), Label: opt, Type: str},
+				{Name: proto.String("page_size"), Number: proto.Int32(2), Label: opt, Type: i32},
+				{Name: proto.String("filter"), Number: proto.Int32(3), Label: opt, Type: str},
+				{Name: proto.String(skipName), Number: proto.Int32(4), Label: opt, Type: i32},
+				{Name: proto.String("offset"), Number: proto.Int32(5), Label: opt, Type: str},
+			},
+		}},
+	}
+	fd, err := protodesc.NewFile(fdp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd.Messages().Get(0)
+}
+
+// AIP-158 defines skip relative to the page token: it is left out of the
+// fingerprint (by default the field "skip", else Config.SkipField), so a
+// client that changes it between pages is not refused, while a change of
+// any other field still is ErrRequestChanged.
+func TestSkipMayChangeBetweenPages(t *testing.T) {
+	for _, tc := range []struct {
+		name, field string
+		cfg         protopage.Config
+	}{
+		{"default name", "skip", protopage.Config{}},
+		{"configured name", "offset_rows", protopage.Config{SkipField: "offset_rows"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.cfg)
+			md := skipRequest(t, tc.field)
+			req := func(token, filter string, skip int32) *dynamicpb.Message {
+				m := dynamicpb.NewMessage(md)
+				m.Set(md.Fields().ByName("page_token"), protoreflect.ValueOfString(token))
+				m.Set(md.Fields().ByName("filter"), protoreflect.ValueOfString(filter))
+				m.Set(md.Fields().ByName(protoreflect.Name(tc.field)), protoreflect.ValueOfInt32(skip))
+				return m
+			}
+			ctx := callCtx(listMethod, "alice")
+			page, err := f.Pager.Start(ctx, req("", "a", 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			token, err := page.Next([]byte("after:3"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, skip := range []int32{0, 10, 1 << 30} {
+				next, err := f.Pager.Start(ctx, req(token, "a", skip))
+				if err != nil || string(next.State()) != "after:3" {
+					t.Fatalf("skip %d on page 2: %v", skip, err)
+				}
+			}
+			if _, err := f.Pager.Start(ctx, req(token, "b", 10)); !errors.Is(err, protopage.ErrRequestChanged) {
+				t.Fatalf("filter changed: %v; want ErrRequestChanged", err)
+			}
+			if _, err := f.Pager.Start(ctx, req(token, "b", 0)); !errors.Is(err, protopage.ErrRequestChanged) {
+				t.Fatalf("filter changed, skip kept: %v; want ErrRequestChanged", err)
+			}
+		})
+	}
+	t.Run("a skip that is not an integer is bound", func(t *testing.T) {
+		// offset is a string: with SkipField "offset" it is not an AIP-158
+		// skip, and changing it is a changed request.
+		f := newFixture(t, protopage.Config{SkipField: "offset"})
+		md := skipRequest(t, "skip")
+		m := func(offset string) *dynamicpb.Message {
+			r := dynamicpb.NewMessage(md)
+			r.Set(md.Fields().ByName("offset"), protoreflect.ValueOfString(offset))
+			return r
+		}
+		a, err := f.Pager.Fingerprint(m("1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := f.Pager.Fingerprint(m("2")); err != nil || a == b {
+			t.Fatalf("a string offset left out of the fingerprint: %v", err)
+		}
+	})
 }

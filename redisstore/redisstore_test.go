@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -594,3 +596,13 @@ var (
 	_ Client = (*redis.Ring)(nil)
 	_ Client = redis.UniversalClient(nil)
 )
+
+// TestRequestStateContract: no refusal (caller, tool, arguments, audience)
+// consumes a single-use request state held in Redis; the right request
+// opens it afterwards exactly once (replaytest.RunRequestStateContract).
+func TestRequestStateContract(t *testing.T) {
+	replaytest.RunRequestStateContract(t, func(t *testing.T) replay.Store {
+		s, _ := newTestStore(t)
+		return s
+	})
+}

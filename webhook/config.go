@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -44,7 +45,14 @@ const (
 	MaxLease = 24 * time.Hour
 	// MaxNamespaceBytes is the longest [Config.Namespace].
 	MaxNamespaceBytes = 128
+	// MaxRetryAfter is the largest [Config.RetryAfter]: an hour.
+	MaxRetryAfter = time.Hour
 )
+
+// DefaultRetryAfter is the Retry-After of a 503 for a replay store failure
+// when [Config.RetryAfter] is zero: long enough for a store failover or a
+// restart to finish, short next to every sender's own retry schedule.
+const DefaultRetryAfter = 10 * time.Second
 
 // Config configures a [Verifier] or a [Signer]. Zero durations and sizes
 // mean the documented default; negative ones are refused by the
@@ -115,6 +123,14 @@ type Config struct {
 	// handler must finish (or give up) within its context's deadline. At
 	// least a millisecond and at most [MaxLease]. Verifier only.
 	Lease time.Duration
+	// RetryAfter is the Retry-After header, in whole seconds (rounded up),
+	// of the 503 [Verifier.Middleware] sends when the replay store fails
+	// ([ErrReplayStore]); zero means [DefaultRetryAfter]; negative or over
+	// [MaxRetryAfter] is [ErrConfig]. A 503 for a copy of a delivery in
+	// progress ([ErrInProgress]) says the seconds its lease may still run
+	// instead, so every 503 the middleware sends has a Retry-After.
+	// Verifier only.
+	RetryAfter time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// OnReject, if set, is called by the middleware with every refused
@@ -149,6 +165,8 @@ type params struct {
 	signer                        bool                   // the params of a Signer
 	edMsgs                        sync.Pool              // StandardWebhooksEd25519 verifier: *[]byte buffers for id.timestamp.body
 	idHeader, tsHeader, sigHeader string
+	idAlt, sigAlt                 string // other names of the ID and signature headers ([Shopify]); "" for none
+	retryAfter                    string // Retry-After of a 503 for a store failure, in seconds
 	tolerance                     time.Duration
 	maxBody                       int64
 	store                         replay.Store
@@ -175,7 +193,7 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	if signer && (cfg.Tolerance != 0 || cfg.MaxBody != 0 || cfg.Replay != nil || cfg.Namespace != "" || cfg.DedupWindow != 0 || cfg.OnReject != nil) {
 		return nil, errSignerOption
 	}
-	if signer && (cfg.Dedup != DedupDefault || cfg.Lease != 0 || cfg.OnDuplicate != nil || cfg.OnLeaseError != nil) {
+	if signer && (cfg.Dedup != DedupDefault || cfg.Lease != 0 || cfg.RetryAfter != 0 || cfg.OnDuplicate != nil || cfg.OnLeaseError != nil) {
 		return nil, errSignerLeaseOpts
 	}
 	switch {
@@ -191,6 +209,10 @@ func newParams(cfg Config, signer bool) (*params, error) {
 		return nil, errNegDedup
 	case cfg.Lease > MaxLease:
 		return nil, errLongLease
+	case cfg.RetryAfter < 0:
+		return nil, errNegRetryAfter
+	case cfg.RetryAfter > MaxRetryAfter:
+		return nil, errLongRetryAfter
 	case cfg.Tolerance > MaxTolerance:
 		return nil, errLongTolerance
 	case cfg.DedupWindow > MaxDedupWindow:
@@ -238,6 +260,7 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	if p.lease == 0 {
 		p.lease = DefaultLease
 	}
+	p.retryAfter = retryAfterSeconds(cmp.Or(cfg.RetryAfter, DefaultRetryAfter))
 	if signer {
 		return p, nil
 	}

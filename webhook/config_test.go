@@ -44,6 +44,10 @@ func TestNewVerifierRefusesOptionsWithoutEffect(t *testing.T) {
 		{"Lease under a millisecond", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: time.Microsecond}},
 		{"Lease over MaxLease", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: MaxLease + time.Millisecond}},
 		{"Lease of MaxInt64", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: math.MaxInt64}},
+		{"negative RetryAfter", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, RetryAfter: -time.Second}},
+		{"RetryAfter over MaxRetryAfter", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, RetryAfter: MaxRetryAfter + time.Nanosecond}},
+		{"SignatureHeader under Shopify", Config{Scheme: Shopify(), Secrets: []string{shopifySecret}, SignatureHeader: "X-Sig"}},
+		{"ShopifyByEvent without a policy on the event ID", Config{Scheme: ShopifyByEvent(), Secrets: []string{shopifySecret}, Dedup: DedupSignature}},
 		{"Tolerance over MaxTolerance", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Tolerance: MaxTolerance + time.Second}},
 		{"Tolerance of MaxInt64", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Tolerance: math.MaxInt64}},
 		{"DedupWindow over MaxDedupWindow", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, DedupWindow: MaxDedupWindow + 1}},
@@ -75,6 +79,7 @@ func TestNewSignerRefusesReceivingOptions(t *testing.T) {
 		"Namespace":   func(c *Config) { c.Namespace = "endpoint" },
 		"OnReject":    func(c *Config) { c.OnReject = func(*http.Request, error) {} },
 		"Dedup":       func(c *Config) { c.Dedup = DedupID },
+		"RetryAfter":  func(c *Config) { c.RetryAfter = time.Second },
 		"Lease":       func(c *Config) { c.Lease = time.Second },
 		"OnDuplicate": func(c *Config) { c.OnDuplicate = func(*http.Request, Delivery) {} },
 		"OnLeaseError": func(c *Config) {

@@ -171,6 +171,6 @@ var (
 	errShortLease       = reason.New(ErrConfig, "Lease is under a millisecond")
 	errStoreNoLease     = reason.New(ErrConfig, "Replay store does not implement replay.Leaser, which exactly-once processing needs")
 	errStoreHorizon     = reason.New(ErrConfig, "DedupWindow (or Lease) reaches past the Replay store's horizon")
-	errSignerLeaseOpts  = reason.New(ErrConfig, "Dedup, Lease, OnDuplicate and OnLeaseError have no effect on a Signer")
+	errSignerLeaseOpts  = reason.New(ErrConfig, "Dedup, Lease, RetryAfter, OnDuplicate and OnLeaseError have no effect on a Signer")
 	errLeaseNotAcquired = reason.New(ErrMalformed, "lease not from Verifier.Acquire")
 )

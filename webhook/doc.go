@@ -5,7 +5,8 @@
 // [HMACSHA256] (the same format, header names configurable), [GitHub] (the
 // same algorithm under GitHub's header names), [StandardWebhooks] (https://www.standardwebhooks.com) and
 // its Ed25519 variant [StandardWebhooksEd25519] ("v1a"), [Svix] (Standard
-// Webhooks under svix-* headers), [Stripe], [Slack] and [Shopify]. Each is
+// Webhooks under svix-* headers), [Stripe], [Slack], [Shopify] and
+// [ShopifyByEvent]. Each is
 // checked against its provider's published test vector where one exists
 // and, in CI, against the provider's own npm package both ways.
 // Timestamps are compared with the tolerance in whole seconds, as the

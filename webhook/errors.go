@@ -78,6 +78,8 @@ var (
 	errLongDedup       = reason.New(ErrConfig, "DedupWindow is over MaxDedupWindow (366 days)")
 	errLongTolerance   = reason.New(ErrConfig, "Tolerance is over MaxTolerance (24h)")
 	errLongLease       = reason.New(ErrConfig, "Lease is over MaxLease (24h)")
+	errNegRetryAfter   = reason.New(ErrConfig, "RetryAfter is negative")
+	errLongRetryAfter  = reason.New(ErrConfig, "RetryAfter is over MaxRetryAfter (1h)")
 	errNoNamespace     = reason.New(ErrConfig, "Namespace is required with a Replay store: endpoints sharing a store must not share delivery IDs")
 	errLongNamespace   = reason.New(ErrConfig, "Namespace is longer than MaxNamespaceBytes")
 	errNamespaceText   = reason.New(ErrConfig, "Namespace is not printable ASCII without surrounding spaces")

@@ -49,8 +49,9 @@ func StatusCode(err error) int {
 //     already processed gets 200 OK with an empty body and OnDuplicate sees
 //     it; a copy of a delivery in progress (its lease is live) gets 503 with
 //     a Retry-After header of the seconds the lease may still run, and
-//     OnReject sees [ErrInProgress]; a store failure gets 503 and OnReject
-//     sees it. In none of these is next called.
+//     OnReject sees [ErrInProgress]; a store failure gets 503 with a
+//     Retry-After of [Config.RetryAfter] and OnReject sees it. In none of
+//     these is next called.
 //   - otherwise next is called with the body readable again from r.Body,
 //     the delivery available through [DeliveryFrom], and a context that
 //     ends at [Lease.Deadline].
@@ -74,6 +75,9 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 				v.p.onReject(r, err)
 			}
 			code := StatusCode(err)
+			if code == http.StatusServiceUnavailable && v != nil && v.p != nil && len(w.Header()["Retry-After"]) == 0 {
+				w.Header().Set("Retry-After", v.p.retryAfter)
+			}
 			http.Error(w, http.StatusText(code), code)
 		}
 		if v == nil || v.p == nil {
@@ -120,7 +124,7 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 			w.WriteHeader(http.StatusOK)
 			return
 		case errors.Is(err, ErrInProgress):
-			w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64((wait+time.Second-1)/time.Second)), 10))
+			w.Header().Set("Retry-After", retryAfterSeconds(wait))
 			refuse(err)
 			return
 		case err != nil:
@@ -154,6 +158,12 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(sw, r2)
 	})
+}
+
+// retryAfterSeconds is d as a Retry-After value: whole seconds, rounded
+// up, at least 1.
+func retryAfterSeconds(d time.Duration) string {
+	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
 }
 
 // retryStatus reports whether a handler's status asks the sender to retry

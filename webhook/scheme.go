@@ -16,7 +16,7 @@ import (
 // a signed timestamp, and what a secret looks like. Its values come from
 // this package's functions ([Cursor], [HMACSHA256], [GitHub],
 // [StandardWebhooks], [StandardWebhooksEd25519], [Svix], [Stripe], [Slack],
-// [Shopify]); the
+// [Shopify], [ShopifyByEvent]); the
 // unexported methods keep the set closed, so new schemes and new
 // capabilities can be added without breaking callers.
 type Scheme interface {

@@ -181,22 +181,45 @@ func FuzzSlackVerify(f *testing.F) {
 }
 
 // FuzzShopifyVerify checks that Verify under Shopify never panics and
-// accepts a delivery only with the genuine base64 HMAC of its body.
+// accepts a delivery only with the genuine base64 HMAC of its body, with
+// each header under its X- name, its Events name (no X-) or both: names
+// picks, two bits per header (0: X-, 1: Events, 2: both, the same value;
+// 3: both, the Events one altered).
 func FuzzShopifyVerify(f *testing.F) {
 	body := `{"id":820982911946154508}`
-	f.Add("d1", base64.StdEncoding.EncodeToString(standardMAC([]byte(shopifySecret), body)), body)
-	f.Add("d1", "", "")
+	good := base64.StdEncoding.EncodeToString(standardMAC([]byte(shopifySecret), body))
+	for names := range byte(16) {
+		f.Add("d1", good, body, names)
+	}
+	f.Add("d1", "", "", byte(0))
 	v := newVerifier(f, Config{Scheme: Shopify(), Secrets: []string{shopifySecret}})
-	f.Fuzz(func(t *testing.T, id, sig, body string) {
+	set := func(h http.Header, xName, eventsName, value string, how byte) {
+		switch how & 3 {
+		case 0:
+			h.Set(xName, value)
+		case 1:
+			h.Set(eventsName, value)
+		case 2:
+			h.Set(xName, value)
+			h.Set(eventsName, value)
+		case 3:
+			h.Set(xName, value)
+			h.Set(eventsName, value+"x")
+		}
+	}
+	f.Fuzz(func(t *testing.T, id, sig, body string, names byte) {
 		h := http.Header{}
-		h.Set(HeaderShopifyWebhookID, id)
-		h.Set(HeaderShopifyHmac, sig)
+		set(h, HeaderShopifyWebhookID, HeaderShopifyEventsWebhookID, id, names)
+		set(h, HeaderShopifyHmac, HeaderShopifyEventsHmac, sig, names>>2)
 		d, err := v.Verify(h, []byte(body))
 		if err != nil {
 			if Reason(err) == "" {
 				t.Fatalf("refusal without a reason: %v", err)
 			}
 			return
+		}
+		if names&3 == 3 || (names>>2)&3 == 3 {
+			t.Fatalf("accepted a header whose two names disagree (names %04b)", names&15)
 		}
 		if sig != base64.StdEncoding.EncodeToString(standardMAC([]byte(shopifySecret), body)) || d.ID != id {
 			t.Fatalf("accepted id=%q sig=%q for body %q", id, sig, body)

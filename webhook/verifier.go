@@ -77,7 +77,7 @@ func (p *params) verify(h http.Header, body []byte) (Delivery, error) {
 	var id string
 	if p.idHeader != "" { // else the scheme reads the ID from the verified body
 		var ok bool
-		if id, ok = single(h, p.idHeader); !ok {
+		if id, ok = either(h, p.idHeader, p.idAlt); !ok {
 			return Delivery{}, errIDHeader
 		}
 		if err := checkID(id, p.scheme.forbidsDot()); err != nil {

@@ -14,16 +14,24 @@
 //     into a throwaway file-based module proxy (<dir>/<path>/@v/<v>.info,
 //     .mod, .zip and list) and checks that each zip carries a LICENSE;
 //  3. in a consumer module in a temporary directory, with GOWORK=off, a
-//     throwaway module cache and GOPROXY=file://<dir>, then this machine's
-//     module cache, then the configured GOPROXY, requires the root, /mcp,
-//     /redisstore and /pgstore at the release version, and runs go mod
-//     tidy, go vet, go build, the program and its test.
+//     throwaway module cache and GOPROXY set to that proxy served over
+//     loopback HTTP as the only source of this repository's modules (403
+//     for one not packed, so the go command looks nowhere else), then this
+//     machine's module cache, then the configured GOPROXY, for third-party
+//     modules, requires every published module at the release version, and
+//     runs go mod tidy, go vet, go build, the program and its test.
 //
 // A go.mod that only works inside the repository fails step 1 (a replace) or
 // step 3 (a requirement the proxy cannot serve). The negative controls
 // -break=replace and -break=pseudo plant such a go.mod in the packed copy,
 // and -break=unpacked leaves redisstore out of the proxy, as if it were
-// never tagged; each expects the check to fail. RELEASING.md shows them.
+// never tagged, while a decoy proxy later in GOPROXY holds it, as this
+// machine's module cache or proxy might; each expects the check to fail.
+// RELEASING.md shows them.
+//
+// -plan vX.Y.Z prints the commands of a release (requirement bumps, tags
+// in dependency order) for every published module of the working tree's
+// go.work, so RELEASING.md's steps cannot drift from the module list.
 package main
 
 import (
@@ -63,8 +71,16 @@ func main() {
 	rev := flag.String("rev", "HEAD", "git revision to pack")
 	keep := flag.Bool("keep", false, "keep the temporary directory and print its path")
 	brk := flag.String("break", "", "negative control, expected to fail: replace or pseudo (plant an in-repo-only mcp/go.mod), unpacked (leave redisstore out of the proxy)")
+	planVersion := flag.String("plan", "", "print the commands that release every published module of the working tree's go.work at this version, and exit")
 	flag.Parse()
 
+	if *planVersion != "" {
+		if err := printPlan(os.Stdout, *planVersion); err != nil {
+			fmt.Fprintln(os.Stderr, "releasecheck -plan:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	switch *brk {
 	case "":
 		if err := run(*rev, "", *keep); err != nil {
@@ -78,7 +94,17 @@ func main() {
 			fmt.Fprintf(os.Stderr, "release check: -break=%s passed, but an in-repo-only go.mod must fail it\n", *brk)
 			os.Exit(1)
 		}
-		fmt.Printf("release check: -break=%s fails as it must:\n  %s\n", *brk, firstLines(err.Error(), 6))
+		// Failing is not enough: unpacked must fail because redisstore is
+		// missing from the proxy, not for an unrelated reason.
+		if *brk == "unpacked" && !unpackedRefusal(err.Error()) {
+			fmt.Fprintf(os.Stderr, "release check: -break=unpacked failed, but not on the missing redisstore:\n  %s\n", firstLines(err.Error(), 12))
+			os.Exit(1)
+		}
+		msg := firstLines(err.Error(), 6)
+		if *brk == "unpacked" {
+			msg = firstLines(err.Error(), 2) + "\n  " + lineWith(err.Error(), "403 Forbidden")
+		}
+		fmt.Printf("release check: -break=%s fails as it must:\n  %s\n", *brk, msg)
 	default:
 		fmt.Fprintln(os.Stderr, "releasecheck: -break must be replace, pseudo or unpacked")
 		os.Exit(2)
@@ -158,10 +184,18 @@ func run(rev, brk string, keep bool) (err error) {
 	}
 
 	proxy := filepath.Join(tmp, "proxy")
+	decoy := ""
 	packed := 0
 	for _, m := range mods {
 		if brk == "unpacked" && m.dir == "redisstore" {
-			fmt.Println("release check: -break=unpacked: redisstore left out of the proxy")
+			// As on a machine whose module cache or configured proxy
+			// already holds the version being released: a proxy later in
+			// GOPROXY serves it. The check must not take it from there.
+			decoy = filepath.Join(tmp, "decoy")
+			if err := pack(decoy, src, m, version, when); err != nil {
+				return err
+			}
+			fmt.Println("release check: -break=unpacked: redisstore left out of the proxy (and packed into a decoy proxy later in GOPROXY)")
 			continue
 		}
 		if err := pack(proxy, src, m, version, when); err != nil {
@@ -171,7 +205,7 @@ func run(rev, brk string, keep bool) (err error) {
 	}
 	fmt.Printf("release check: packed %d modules of %s at %s into a file proxy\n", packed, commit[:12], version)
 
-	if err := consume(tmp, proxy, src, mods, version); err != nil {
+	if err := consume(tmp, proxy, decoy, src, mods, version); err != nil {
 		return err
 	}
 	fmt.Printf("release check: consumer built, vetted, ran and tested in %s\n", time.Since(start).Round(100*time.Millisecond))
@@ -450,8 +484,11 @@ func pack(dir, src string, m modInfo, version string, when time.Time) error {
 	return nil
 }
 
-// consume builds, vets, runs and tests the consumer module against the proxy.
-func consume(tmp, proxy, src string, mods []modInfo, version string) error {
+// consume builds, vets, runs and tests the consumer module against the
+// proxy, served by [authoritative]; decoy, if set, is a file proxy put after
+// it in GOPROXY (the negative control's stand-in for a module cache or
+// proxy that already holds the release).
+func consume(tmp, proxy, decoy, src string, mods []modInfo, version string) error {
 	dir := filepath.Join(tmp, "consumer")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -464,22 +501,34 @@ func consume(tmp, proxy, src string, mods []modInfo, version string) error {
 	if err != nil {
 		return err
 	}
-	// This machine's module cache serves the third-party modules when warm
+	// The packed release is served first, and alone for this repository's
+	// module paths (see authoritative): a version of ours in this
+	// machine's module cache or the configured proxy is never used. This
+	// machine's module cache serves the third-party modules when warm
 	// (file proxies answer "not found" for the rest and the configured
-	// GOPROXY is asked next); the fake release lives in a throwaway cache,
-	// so it never reaches the real one.
-	goproxy := "file://" + filepath.ToSlash(proxy) + ",file://" + filepath.ToSlash(filepath.Join(strings.TrimSpace(goModCache), "cache", "download"))
+	// GOPROXY is asked next); the fake release lives in a throwaway cache
+	// (GOMODCACHE below), so it never reaches the real one.
+	url, stop, err := serveProxy(proxy)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	goproxy := url
+	if decoy != "" {
+		goproxy += ",file://" + filepath.ToSlash(decoy)
+	}
+	goproxy += ",file://" + filepath.ToSlash(filepath.Join(strings.TrimSpace(goModCache), "cache", "download"))
 	if u := strings.TrimSpace(upstream); u != "" && u != "off" {
 		goproxy += "," + u
 	}
 	env := []string{
 		"GOWORK=off",
-		"GOFLAGS=-mod=mod -trimpath", // -trimpath: build-cache hits despite the throwaway module cache
+		"GOFLAGS=-mod=mod -modcacherw -trimpath", // -trimpath: build-cache hits despite the throwaway module cache
 		"GOTOOLCHAIN=local",
 		"GOPROXY=" + goproxy,
 		"GOMODCACHE=" + filepath.Join(tmp, "modcache"),
 		"GONOSUMDB=" + rootPath, // the packed zips are not in any checksum database yet
-		"GONOPROXY=",
+		"GONOPROXY=",            // every module through GOPROXY: none fetched from its VCS
 		"GOPRIVATE=",
 		"GOINSECURE=",
 	}
@@ -558,6 +607,50 @@ func output(dir string, env []string, name string, args ...string) (string, erro
 		return "", fmt.Errorf("%s %s: %w\n%s%s", name, strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
 	return stdout.String(), nil
+}
+
+// printPlan prints [plan] for the working tree's go.work.
+func printPlan(w io.Writer, version string) error {
+	repo, err := output("", nil, "git", "rev-parse", "--show-toplevel")
+	if err != nil {
+		return err
+	}
+	repo = strings.TrimSpace(repo)
+	mods, err := modules(repo)
+	if err != nil {
+		return err
+	}
+	workPath := filepath.Join(repo, "go.work")
+	wdata, err := os.ReadFile(workPath)
+	if err != nil {
+		return err
+	}
+	wf, err := modfile.ParseWork(workPath, wdata, nil)
+	if err != nil {
+		return err
+	}
+	return plan(w, mods, wf, version)
+}
+
+// unpackedRefusal reports whether the consumer's error is the proxy's
+// refusal of the module -break=unpacked left out.
+func unpackedRefusal(msg string) bool {
+	for _, l := range strings.Split(msg, "\n") {
+		if strings.Contains(l, rootPath+"/redisstore") && strings.Contains(l, "403 Forbidden") {
+			return true
+		}
+	}
+	return false
+}
+
+// lineWith returns the first line of s that contains sub.
+func lineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
 
 func firstLines(s string, n int) string {

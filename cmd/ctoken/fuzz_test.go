@@ -18,6 +18,8 @@ func FuzzInspect(f *testing.F) {
 	f.Add("v1.e30.AAAA")
 	f.Add("v1e.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
 	f.Add("oQFh")
+	f.Add(tsSDKState(`{"p":{"a":1},"exp":1,"b":"AAAAAAAAAAAAAAAAAAAAAA"}`))
+	f.Add("v1." + strings.Repeat("A", 48))
 	f.Add(mintTok(f, fx.oneTime(f, fx.key, "p", nil), map[string]string{"a": "b"}))
 	f.Add("ot1.AgAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
 	now := time.Unix(1_800_000_000, 0)
@@ -30,6 +32,8 @@ func FuzzInspect(f *testing.F) {
 		case kindSignedState:
 			if r, err := inspectSigned(tok, now); err == nil && r.Verified {
 				t.Fatal("inspect claimed a state verified")
+			} else if err == nil && foreignState(tok) != "" {
+				t.Fatalf("a ctoken state named as a %s state", foreignState(tok))
 			}
 		case kindOneTime:
 			if r, err := inspectOneTime(tok, now); err == nil && (r.Verified || r.Claims == nil) {

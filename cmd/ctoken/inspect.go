@@ -65,6 +65,9 @@ func cmdInspect(args []string, e *env) int {
 		out, err = inspectEncrypted(tok)
 	case kindSignedState:
 		out, err = inspectSigned(tok, time.Now())
+		if sdk := foreignState(tok); err != nil && sdk != "" {
+			err = fmt.Errorf("not a ctoken request state: looks like a %s state (a v1. format of its own, which ctoken does not read; see docs/wire-format.md)", sdk)
+		}
 	case kindOneTime:
 		out, err = inspectOneTime(tok, time.Now())
 	default:

@@ -31,7 +31,9 @@ tag, expiry and binding; -subject and -tool must be what the server bound
 the state to (with -binding as configured on the server). A flag the binding
 does not check (-tool unless -binding subject-and-tool, -subject under
 -binding none) is refused. Under subject-and-tool an empty -subject still
-binds the tool.
+binds the tool. A server that sets RequestStateSecurity.Audience binds its
+states to it: pass the same -audience. A v1. state of the TypeScript or
+Python MCP SDK is named as such in the rejection.
 
 One-time tokens ("ot1.") are checked for MAC, purpose (-purpose, required:
 the OneTimeConfig.Purpose of the issuer) and expiry, and their claims are
@@ -56,6 +58,7 @@ func cmdVerify(args []string, e *env) int {
 	subject := fs.String("subject", "", "request state: subject the state is bound to")
 	mode := fs.String("mode", "auto", "request state: auto (from the prefix), signed or encrypted")
 	binding := fs.String("binding", "subject", "request state: subject, subject-and-tool or none")
+	audience := fs.String("audience", "", "request state: the server's RequestStateSecurity.Audience, if it sets one")
 	maxBytes := fs.Int("max-bytes", 0, "request state: size cap in bytes (0 means the library default)")
 	purpose := fs.String("purpose", "", "one-time token: the issuer's purpose (required)")
 	if done, status := parseFlags(fs, args, e); done {
@@ -85,7 +88,7 @@ func cmdVerify(args []string, e *env) int {
 	}
 
 	if classify(tok) == kindOneTime {
-		for _, f := range []string{"tool", "method", "caller", "args", "session", "ttl", "subject", "mode", "binding", "max-bytes"} {
+		for _, f := range []string{"tool", "method", "caller", "args", "session", "ttl", "subject", "mode", "binding", "audience", "max-bytes"} {
 			if set[f] {
 				return usageError(fs, e, "-%s does not apply to one-time tokens", f)
 			}
@@ -105,7 +108,7 @@ func cmdVerify(args []string, e *env) int {
 				return usageError(fs, e, "-%s applies to cursors, and this token is a request state", f)
 			}
 		}
-		sec := ctoken.RequestStateSecurity{Keys: kr, MaxBytes: *maxBytes}
+		sec := ctoken.RequestStateSecurity{Keys: kr, MaxBytes: *maxBytes, Audience: *audience}
 		if sec.Mode, err = parseMode(*mode, kind); err != nil {
 			return usageError(fs, e, "%v", err)
 		}
@@ -124,7 +127,7 @@ func cmdVerify(args []string, e *env) int {
 		return verifyState(tok, sec, *subject, toolID, *binding, e)
 	}
 
-	for _, f := range []string{"subject", "mode", "binding", "max-bytes"} {
+	for _, f := range []string{"subject", "mode", "binding", "audience", "max-bytes"} {
 		if set[f] {
 			return usageError(fs, e, "-%s applies to request states, and this token is a cursor", f)
 		}
@@ -303,6 +306,7 @@ type stateResult struct {
 	Subject   string `json:"subject"`
 	Tool      string `json:"tool"`
 	Binding   string `json:"binding"`
+	Audience  string `json:"audience,omitempty"`
 	State     string `json:"state"`
 	ExpiresAt string `json:"expiresAt,omitempty"`
 }
@@ -315,6 +319,9 @@ func verifyState(tok string, sec ctoken.RequestStateSecurity, subject, tool, bin
 	}
 	state, err := codec.Decode(tok, subject, tool)
 	if err != nil {
+		if sdk := foreignState(tok); sdk != "" {
+			fmt.Fprintf(e.stderr, "ctoken verify: not a ctoken request state: looks like a %s state (a v1. format of its own, which ctoken does not read; see docs/wire-format.md)\n", sdk)
+		}
 		return rejected(e, err)
 	}
 	res := stateResult{
@@ -324,6 +331,7 @@ func verifyState(tok string, sec ctoken.RequestStateSecurity, subject, tool, bin
 		Subject:  subject,
 		Tool:     tool,
 		Binding:  binding,
+		Audience: sec.Audience,
 		State:    state,
 	}
 	if sec.Mode == ctoken.Encrypted {

@@ -139,8 +139,8 @@ func ExampleUnaryServerInterceptor() {
 	// The Dispossessed
 	// Solaris
 	// --
-	// level=INFO msg="protopage: page_token was issued for a request with other fields: send the same fields (only page_size may change), or start over without a page_token" method=/ctoken.protopage.example.v1.LibraryService/ListBooks reason="wrong arguments"
-	// InvalidArgument page_token was issued for a request with other fields: send the same fields (only page_size may change), or start over without a page_token
+	// level=INFO msg="protopage: page_token was issued for a request with other fields: send the same fields (only page_size and skip may change), or start over without a page_token" method=/ctoken.protopage.example.v1.LibraryService/ListBooks reason="wrong arguments"
+	// InvalidArgument page_token was issued for a request with other fields: send the same fields (only page_size and skip may change), or start over without a page_token
 	// The Lathe of Heaven
 	// Kindred
 	// --
