@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -69,13 +70,17 @@ func TestCursorVerify(t *testing.T) {
 		if _, err := i.Verify(c, unbound); err != nil {
 			t.Fatalf("unbound cursor, unbound want: %v", err)
 		}
-		// A zero want.Args skips the comparison, even for a bound cursor.
+		// From format version 2 the arguments are inside the keyed digest: a
+		// bound cursor verifies only against the same non-zero want.Args, and a
+		// zero want.Args (a verifier that checks nothing) is refused.
 		bound := mustIssue(t, i, CursorPayload{CursorScope: CursorScope{ToolID: "list", CallerID: "u", Args: testScope.Args}})
-		if p, err := i.Verify(bound, unbound); err != nil || p.Args != testScope.Args {
-			t.Fatalf("bound cursor, unbound want: %v %v", p.Args, err)
+		if p, err := i.Verify(bound, CursorScope{ToolID: "list", CallerID: "u", Args: testScope.Args}); err != nil || p.Args != testScope.Args {
+			t.Fatalf("bound cursor, bound want: %v %v", p.Args, err)
 		}
+		_, err := i.Verify(bound, unbound)
+		wantErr(t, err, ErrCursorInvalid)
 		// An unbound cursor never satisfies a non-zero want.Args.
-		_, err := i.Verify(c, CursorScope{ToolID: "list", CallerID: "u", Args: testScope.Args})
+		_, err = i.Verify(c, CursorScope{ToolID: "list", CallerID: "u", Args: testScope.Args})
 		wantErr(t, err, ErrCursorInvalid)
 	})
 
@@ -268,7 +273,7 @@ func TestCursorVerify(t *testing.T) {
 	// computed — even when that MAC is the authentic MAC of the empty body.
 	t.Run("refuses a MAC without body as truncated", func(t *testing.T) {
 		i := newTestIssuer(t, CursorConfig{})
-		authentic := i.ring()[0].Sum(nil, nil)
+		authentic := i.ring().macs[0].Sum(nil, nil)
 		zero := make([]byte, macSize)
 		for name, raw := range map[string][]byte{"authentic mac of empty body": authentic, "zero bytes": zero} {
 			t.Run(name, func(t *testing.T) {
@@ -365,30 +370,62 @@ func TestCursorKeyRotation(t *testing.T) {
 	wantErr(t, err, ErrCursorInvalid) // old key dropped from the ring
 }
 
-func TestCursorIssue(t *testing.T) {
-	t.Run("enforces caps", func(t *testing.T) {
-		i := newTestIssuer(t, CursorConfig{})
-		max := CursorPayload{CursorScope: CursorScope{ToolID: "t", CallerID: "c"}, State: make([]byte, MaxOpaqueStateBytes)}
-		c, err := i.Issue(max)
-		if err != nil || len(c) > MaxCursorBytes {
-			t.Fatalf("state at the cap: len=%d err=%v", len(c), err)
+func TestCursorIssueEnforcesCaps(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	max := CursorPayload{CursorScope: CursorScope{ToolID: "t", CallerID: "c"}, State: make([]byte, MaxOpaqueStateBytes)}
+	c, err := i.Issue(max)
+	if err != nil || len(c) > MaxCursorBytes {
+		t.Fatalf("state at the cap: len=%d err=%v", len(c), err)
+	}
+	max.State = make([]byte, MaxOpaqueStateBytes+1)
+	_, err = i.Issue(max)
+	wantErr(t, err, ErrOpaqueStateTooLarge)
+
+}
+
+// The scope costs a cursor a fixed 34 bytes whatever its IDs: the full
+// state fits beside a 1 KiB caller, a non-UTF-8 caller and a 100-byte tool,
+// signed and sealed, and the caller's bytes appear nowhere in the token.
+func TestCursorScopeCostsNoStateBudget(t *testing.T) {
+	callers := map[string]string{
+		"1 KiB":     strings.Repeat("alice.secret@example.com|", 41)[:1024],
+		"not UTF-8": "user\xff\xc0\x80-alice.secret",
+		"empty":     "",
+	}
+	for _, seal := range []bool{false, true} {
+		i := newTestIssuer(t, CursorConfig{Seal: seal})
+		if got := i.StateBudget(); got != MaxOpaqueStateBytes {
+			t.Fatalf("seal=%v: StateBudget = %d, want %d", seal, got, MaxOpaqueStateBytes)
 		}
-		max.State = make([]byte, MaxOpaqueStateBytes+1)
-		_, err = i.Issue(max)
-		wantErr(t, err, ErrOpaqueStateTooLarge)
-
-		long := CursorPayload{CursorScope: CursorScope{ToolID: strings.Repeat("t", 200), CallerID: "c"}, State: make([]byte, MaxOpaqueStateBytes)}
-		_, err = i.Issue(long)
-		wantErr(t, err, ErrCursorTooLarge)
-	})
-
-	t.Run("rejects invalid UTF-8 IDs", func(t *testing.T) {
-		i := newTestIssuer(t, CursorConfig{})
-		_, err := i.Issue(CursorPayload{CursorScope: CursorScope{ToolID: "\xff"}})
-		wantErr(t, err, ErrUnencodable)
-		_, err = i.Issue(CursorPayload{CursorScope: CursorScope{CallerID: "a\xc0"}})
-		wantErr(t, err, ErrUnencodable)
-	})
+		for name, caller := range callers {
+			t.Run(fmt.Sprintf("seal=%v/%s", seal, name), func(t *testing.T) {
+				scope := CursorScope{ToolID: strings.Repeat("t", 100), CallerID: caller, Args: testScope.Args}
+				c, err := i.Issue(CursorPayload{CursorScope: scope, Page: math.MaxUint32, State: bytes.Repeat([]byte{7}, MaxOpaqueStateBytes)})
+				if err != nil || len(c) > MaxCursorBytes {
+					t.Fatalf("Issue: %d bytes, %v", len(c), err)
+				}
+				raw, _ := b64.DecodeString(c)
+				if len(caller) >= 4 && bytes.Contains(raw, []byte(caller[:4])) {
+					t.Fatalf("the token carries bytes of the caller ID")
+				}
+				p, err := i.Verify(c, scope)
+				if err != nil || p.CallerID != caller || len(p.State) != MaxOpaqueStateBytes {
+					t.Fatalf("Verify: %v", err)
+				}
+				for what, other := range map[string]CursorScope{
+					"caller": {ToolID: scope.ToolID, CallerID: caller + "x", Args: scope.Args},
+					"tool":   {ToolID: "t", CallerID: caller, Args: scope.Args},
+					"args":   {ToolID: scope.ToolID, CallerID: caller, Args: Fingerprint{1}},
+				} {
+					_, err := i.Verify(c, other)
+					wantErr(t, err, ErrCursorInvalid)
+					if ErrorCode(err) != CodeCursorInvalid {
+						t.Fatalf("other %s: code %d", what, ErrorCode(err))
+					}
+				}
+			})
+		}
+	}
 }
 
 func TestCursorFixedFieldsAreCompact(t *testing.T) {
@@ -411,16 +448,21 @@ func TestCursorWireFormat(t *testing.T) {
 	c := mustIssue(t, i, CursorPayload{CursorScope: CursorScope{ToolID: "t", CallerID: "u"}, Page: 2, State: []byte{9}})
 	raw, _ := base64.RawURLEncoding.DecodeString(c)
 	body := raw[:len(raw)-32]
+	// Format version 2: the scope is HMAC-SHA256 under its own subkey of
+	// each ID after its length (8 bytes big endian), the session a tag.
+	bind := hmac.New(sha256.New, subkey(key, "ctoken.cursor binding hmac-sha256 key"))
+	bind.Write([]byte{0, 0, 0, 0, 0, 0, 0, 1, 't', 0, 0, 0, 0, 0, 0, 0, 1, 'u'})
+	sess := sha256.Sum256([]byte("ctoken.cursor session tag\x00\xAB"))
 	want := []byte{
-		0xA7,       // map(7): no args
-		0x01, 0x01, // 1: version 1
-		0x02, 0x61, 't', // 2: tool
-		0x03, 0x61, 'u', // 3: caller
+		0xA6,       // map(6)
+		0x01, 0x02, // 1: version 2
 		0x05, 0x02, // 5: page
 		0x06, 0x1A, 0x65, 0x53, 0xF1, 0x00, // 6: issued-at 1700000000
-		0x07, 0x41, 0xAB, // 7: session
-		0x08, 0x41, 0x09, // 8: state
+		0x07, 0x48, // 7: session tag, 8 bytes
 	}
+	want = append(want, sess[:8]...)
+	want = append(want, 0x08, 0x41, 0x09, 0x09, 0x58, 0x20) // 8: state; 9: binding, 32 bytes
+	want = append(want, bind.Sum(nil)...)
 	if !bytes.Equal(body, want) {
 		t.Fatalf("CBOR body\n got %x\nwant %x", body, want)
 	}
@@ -667,25 +709,22 @@ func TestCursorRefusesExplicitEmptyStateField(t *testing.T) {
 // Issue 21 gap 5: MaxCursorBytes is inclusive at issue and at verify, and
 // the length check runs before base64.
 func TestCursorAtExactlyMaxBytesIsAcceptedAndOneMoreRefused(t *testing.T) {
-	i := newTestIssuer(t, CursorConfig{})
+	// No scope makes Issue reach the cap any more (format version 2), so
+	// the cursor of exactly MaxCursorBytes is a version 1 cursor, signed
+	// by hand, with a tool ID of the length that fills it.
+	i := vecIssuer(t, vecNow, vecSession, vecKey)
 	scope := CursorScope{CallerID: "c"}
 	var atCap string
-	n := 0
-	for ; n < MaxCursorBytes; n++ {
-		scope.ToolID = strings.Repeat("t", n)
-		c, err := i.Issue(CursorPayload{CursorScope: scope})
-		if err != nil {
-			if !errors.Is(err, ErrCursorTooLarge) || Reason(err) == "" {
-				t.Fatalf("Issue over the cap = %v, want ErrCursorTooLarge with a reason", err)
-			}
+	for n := 0; n < MaxCursorBytes; n++ {
+		tok := signCursorBody(vecKey, vecCursorBody(strings.Repeat("t", n), "c", nil, 0, vecNow.Unix(), vecSession, nil))
+		if len(tok) == MaxCursorBytes {
+			atCap, scope.ToolID = tok, strings.Repeat("t", n)
 			break
 		}
-		atCap = c
 	}
 	if len(atCap) != MaxCursorBytes {
-		t.Fatalf("largest cursor is %d bytes, want exactly %d", len(atCap), MaxCursorBytes)
+		t.Fatalf("no cursor of exactly %d bytes", MaxCursorBytes)
 	}
-	scope.ToolID = strings.Repeat("t", n-1)
 	if _, err := i.Verify(atCap, scope); err != nil {
 		t.Fatalf("cursor of exactly MaxCursorBytes refused: %v", err)
 	}
@@ -721,8 +760,6 @@ func TestCursorEveryErrorHasAReason(t *testing.T) {
 	add := func(_ any, err error) { errs = append(errs, err) }
 	addS := func(_ string, err error) { errs = append(errs, err) }
 	addS(i.Issue(CursorPayload{State: make([]byte, MaxOpaqueStateBytes+1)}))
-	addS(i.Issue(CursorPayload{CursorScope: CursorScope{ToolID: strings.Repeat("t", MaxCursorBytes)}}))
-	addS(i.Issue(CursorPayload{CursorScope: CursorScope{ToolID: "\xff"}}))
 	addS(IssueState(i, testScope, 0, func() {}))
 	for _, tok := range []string{"", "!!!", "AAAA", strings.Repeat("A", MaxCursorBytes+1), good[:len(good)-3] + "AAA",
 		mustIssue(t, old, CursorPayload{CursorScope: testScope}),

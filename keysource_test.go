@@ -97,15 +97,15 @@ func TestIssuersFollowKeySourceSwaps(t *testing.T) {
 	scope := CursorScope{ToolID: "t"}
 	curA, _ := iss.Issue(CursorPayload{CursorScope: scope})
 	otA, _ := ot.Mint(nil)
-	ringA := &iss.ring()[0]
-	if &iss.ring()[0] != ringA {
+	ringA := &iss.ring().macs[0]
+	if &iss.ring().macs[0] != ringA {
 		t.Fatal("subkeys re-derived without a swap")
 	}
 
 	if err := src.Swap(mustKeyring(t, b)); err != nil {
 		t.Fatal(err)
 	}
-	if &iss.ring()[0] == ringA {
+	if &iss.ring().macs[0] == ringA {
 		t.Fatal("subkeys not re-derived after a swap")
 	}
 	_, err = iss.Verify(curA, scope)

@@ -97,11 +97,11 @@ func TestObserverSeesEvery(t *testing.T) {
 		wantErr(t, err, ErrOpaqueStateTooLarge)
 
 		// A body with a valid MAC that is not the canonical encoding.
-		macs := iss.ring()
-		body := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
+		macs := iss.ring().macs
+		body := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
 		signed := func(b []byte) string { return b64.EncodeToString(macs[0].Sum(b, b)) }
-		wrongVersion := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version + 1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
-		future := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version, Tool: "t", Caller: "c", Issued: clock.Now().Add(time.Hour).Unix(), Session: []byte("s1")})
+		wrongVersion := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1 + 1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
+		future := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: "t", Caller: "c", Issued: clock.Now().Add(time.Hour).Unix(), Session: []byte("s1")})
 
 		// One character of the body changed for another of the alphabet.
 		tampered := []byte(good)
@@ -124,9 +124,9 @@ func TestObserverSeesEvery(t *testing.T) {
 			{"malformed under a valid MAC", signed(append(body, 0)), scope, refused(KindCursor, ReasonCursorMalformed, KeyPrimary)},
 			{"unknown version", signed(wrongVersion), scope, refused(KindCursor, ReasonUnknownVersion, KeyPrimary)},
 			{"issued in the future", signed(future), scope, refused(KindCursor, ReasonIssuedInFuture, KeyPrimary)},
-			{"wrong tool", good, CursorScope{ToolID: "x", CallerID: "c"}, refused(KindCursor, ReasonWrongTool, KeyPrimary)},
-			{"wrong caller", good, CursorScope{ToolID: "t", CallerID: "x"}, refused(KindCursor, ReasonWrongCaller, KeyPrimary)},
-			{"wrong arguments", good, CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{2}}, refused(KindCursor, ReasonWrongArguments, KeyPrimary)},
+			{"wrong tool", good, CursorScope{ToolID: "x", CallerID: "c"}, refused(KindCursor, ReasonCursorWrongScope, KeyPrimary)},
+			{"wrong caller", good, CursorScope{ToolID: "t", CallerID: "x"}, refused(KindCursor, ReasonCursorWrongScope, KeyPrimary)},
+			{"wrong arguments", good, CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{2}}, refused(KindCursor, ReasonCursorWrongScope, KeyPrimary)},
 		}
 		for _, tc := range cases {
 			_, err := iss.Verify(tc.cursor, tc.want)

@@ -1430,7 +1430,10 @@ func TestDecodersAllocateBoundedMemoryWithinTheCap(t *testing.T) {
 		run   func() error
 		limit uint64
 	}{
-		{"CursorIssuer.Verify", func() error { _, err := iss.Verify(cursor, CursorScope{ToolID: "t", CallerID: "c"}); return err }, constant},
+		{"CursorIssuer.Verify", func() error {
+			_, err := iss.Verify(cursor, CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{1}})
+			return err
+		}, constant},
 		{"RequestStateCodec.Decode signed", func() error {
 			_, err := codecs[Signed].Decode(wires[Signed], "alice", "")
 			return err

@@ -51,6 +51,33 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# CTOKEN_REDIS_FLAVOR=valkey: the tests start valkey-server (Valkey 8 from
+# bookworm-backports, installed when missing) instead of redis-server. Only
+# "failures" runs then, without the Sentinel test (no valkey-sentinel in
+# the CI image); the Cluster and load suites run on Redis only.
+if [ "${CTOKEN_REDIS_FLAVOR:-redis}" = valkey ]; then
+	if [ "$what" != failures ]; then
+		echo "fleet.sh: with CTOKEN_REDIS_FLAVOR=valkey only 'failures' runs" >&2
+		exit 2
+	fi
+	if ! command -v valkey-server >/dev/null 2>&1; then
+		sudo=""
+		if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+		echo "fleet.sh: installing valkey-server from bookworm-backports" >&2
+		if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+			echo "deb http://deb.debian.org/debian bookworm-backports main" | $sudo tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+		fi
+		$sudo apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq -t bookworm-backports valkey-server >/dev/null
+	fi
+	export CTOKEN_REDIS_SERVER="$(command -v valkey-server)"
+	echo "--- store failures under load against $("$CTOKEN_REDIS_SERVER" --version | awk '{print $1, $3}')"
+	(cd redisstore && go test -tags fault -count=1 -timeout 300s -v \
+		-run '^(TestFailoverToLaggingReplica|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock)' .)
+	echo "--- fleet fault tests passed (valkey)"
+	exit 0
+fi
+
 if [ "$what" = all ]; then
 	echo "--- go vet -tags fault (redisstore)"
 	(cd redisstore && go vet -tags fault ./...)

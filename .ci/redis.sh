@@ -11,18 +11,41 @@
 # runs the command (default: the redisstore module's tests with -race), and
 # always stops the server and removes its files on exit. The script's exit
 # status is the command's.
+#
+# CTOKEN_REDIS_FLAVOR=valkey runs the same against valkey-server instead
+# (installed from Debian's bookworm-backports, Valkey 8, when missing), so
+# CTOKEN_REDIS_SERVER is the valkey-server binary.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-if ! command -v redis-server >/dev/null 2>&1; then
-	sudo=""
-	if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
-	echo "redis.sh: installing redis-server" >&2
-	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
-fi
-server="$(command -v redis-server)"
+sudo=""
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+case "${CTOKEN_REDIS_FLAVOR:-redis}" in
+redis)
+	if ! command -v redis-server >/dev/null 2>&1; then
+		echo "redis.sh: installing redis-server" >&2
+		$sudo apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+	fi
+	server="$(command -v redis-server)"
+	;;
+valkey)
+	if ! command -v valkey-server >/dev/null 2>&1; then
+		echo "redis.sh: installing valkey-server from bookworm-backports" >&2
+		if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+			echo "deb http://deb.debian.org/debian bookworm-backports main" | $sudo tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+		fi
+		$sudo apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq -t bookworm-backports valkey-server >/dev/null
+	fi
+	server="$(command -v valkey-server)"
+	;;
+*)
+	echo "redis.sh: CTOKEN_REDIS_FLAVOR must be redis or valkey" >&2
+	exit 2
+	;;
+esac
 
 dir="$(mktemp -d)"
 pidfile="$dir/redis.pid"
@@ -79,7 +102,7 @@ fi
 
 export CTOKEN_REDIS_ADDR="127.0.0.1:$port"
 export CTOKEN_REDIS_SERVER="$server"
-echo "redis.sh: redis-server $("$server" --version | awk '{print $3}') on $CTOKEN_REDIS_ADDR" >&2
+echo "redis.sh: $(basename "$server") $("$server" --version | awk '{print $3}') on $CTOKEN_REDIS_ADDR" >&2
 
 if [ $# -eq 0 ]; then
 	set -- sh -c "cd '$root/redisstore' && go test -race -count=1 -timeout 180s ./..."

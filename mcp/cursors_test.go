@@ -114,13 +114,13 @@ func TestRejectionIsLoggedWithReasonButNotToken(t *testing.T) {
 	_, err = callList(t, bob, "list", listIn{Cursor: first.Next})
 	wantRPCError(t, err, jsonrpc.CodeInvalidParams, ctoken.CodeCursorInvalid)
 	logged := f.log.String()
-	if !strings.Contains(logged, "wrong caller") || !strings.Contains(logged, "tool=list") {
+	if !strings.Contains(logged, "wrong scope") || !strings.Contains(logged, "tool=list") {
 		t.Errorf("log lacks the reason or tool: %q", logged)
 	}
 	if strings.Contains(logged, first.Next[:16]) || strings.Contains(err.Error(), first.Next[:16]) {
 		t.Errorf("the cursor leaked into the log or the error")
 	}
-	if strings.Contains(err.Error(), "wrong caller") {
+	if strings.Contains(err.Error(), "wrong scope") {
 		t.Errorf("the client learns the rejection reason: %v", err)
 	}
 }

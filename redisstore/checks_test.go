@@ -1,11 +1,15 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,6 +68,12 @@ func TestServerChecksRefuseWhatDoesNotFit(t *testing.T) {
 		{"sentinel", map[string]*redis.Cmd{"ROLE": reply([]any{"sentinel", []any{}}, nil)}, Options{}, ErrConfig},
 		{"primary with replicas", map[string]*redis.Cmd{"ROLE": reply([]any{"master", int64(10), []any{[]any{"127.0.0.1", "6380", "10"}}}, nil)}, Options{}, ErrConfig},
 		{"primary with replicas, async allowed", map[string]*redis.Cmd{"ROLE": reply([]any{"master", int64(10), []any{[]any{"127.0.0.1", "6380", "10"}}}, nil)}, Options{AllowAsyncReplicas: true}, nil},
+		{"replica away (backlog, offset)", map[string]*redis.Cmd{"INFO": reply("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:1234\r\nrepl_backlog_active:1\r\n", nil)}, Options{}, ErrConfig},
+		{"offset without a backlog (AOF on Redis 7.2, Valkey)", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:7\r\nrepl_backlog_active:0\r\n", nil)}, Options{}, nil},
+		{"replica away, async allowed", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:7\r\nrepl_backlog_active:1\r\n", nil)}, Options{AllowAsyncReplicas: true}, nil},
+		{"never had a replica", map[string]*redis.Cmd{"INFO": reply("role:master\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n", nil)}, Options{}, nil},
+		{"INFO forbidden", map[string]*redis.Cmd{"INFO": reply(nil, noperm)}, Options{}, nil},
+		{"INFO fails", map[string]*redis.Cmd{"INFO": reply(nil, errors.New("i/o timeout"))}, Options{}, ErrUnavailable},
 		{"ROLE forbidden", map[string]*redis.Cmd{"ROLE": reply(nil, noperm)}, Options{}, ErrConfig},
 		{"ROLE forbidden, async allowed", map[string]*redis.Cmd{"ROLE": reply(nil, noperm)}, Options{AllowAsyncReplicas: true}, nil},
 		{"ROLE odd", map[string]*redis.Cmd{"ROLE": reply("master", nil)}, Options{}, ErrUnavailable},
@@ -205,4 +215,349 @@ func awaitRecheckRefusal(t *testing.T, s *Store, what string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// syncBuffer is a log destination safe for the store's background rechecks.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// recheckNow runs the periodic recheck at once and waits for it to end.
+func recheckNow(t *testing.T, s *Store) {
+	t.Helper()
+	s.lastCheck.Store(0)
+	if _, err := s.Claim(context.Background(), fmt.Sprintf("recheck-%d", time.Now().UnixNano()), time.Now().Add(time.Minute)); err != nil && !errors.Is(err, ErrConfig) {
+		t.Fatalf("claim: %v", err)
+	}
+	// The recheck runs in the background under the cancels group.
+	s.cancels.wg.Wait()
+}
+
+// Each Allow* option keeps its check running: on a real redis-server with
+// the risk it accepts, Open logs one Warn line naming the option and emits
+// one EventRiskAccepted; rechecks do not repeat it while the risk stays,
+// and report it again once it comes back after going away.
+func TestAllowOptionsReportTheRiskTheyAccept(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		option     string
+		args       []string
+		opts       Options
+		replica    bool
+		clear, set []string // CONFIG SET that removes, then restores the risk
+	}{
+		{"AllowRollback", []string{"--save", "3600 1"}, Options{AllowRollback: true}, false, []string{"save", ""}, []string{"save", "3600 1"}},
+		{"AllowEviction", []string{"--maxmemory-policy", "allkeys-lru"}, Options{AllowEviction: true}, false, []string{"maxmemory-policy", "noeviction"}, []string{"maxmemory-policy", "allkeys-lru"}},
+		{"AllowAsyncReplicas", nil, Options{AllowAsyncReplicas: true}, true, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.option, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t, tt.args...)
+			if tt.replica {
+				newReplica(t, srv)
+			}
+			var logs syncBuffer
+			var ev events
+			opts := tt.opts
+			opts.Prefix = "allow:"
+			opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+			opts.Observer = ev.observe
+			opts.RecheckInterval = time.Hour // the test runs the rechecks
+			s, err := Open(context.Background(), srv.client(), opts)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if _, err := s.Provision(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			check := func(want int) {
+				t.Helper()
+				var got []Event
+				ev.mu.Lock()
+				for _, e := range ev.all {
+					if e.Kind == EventRiskAccepted {
+						got = append(got, e)
+					}
+				}
+				ev.mu.Unlock()
+				if len(got) != want {
+					t.Fatalf("%d EventRiskAccepted; want %d", len(got), want)
+				}
+				for _, e := range got {
+					if e.Option != tt.option || e.Risk == "" || e.Shard != -1 {
+						t.Fatalf("event %+v; want Option %s with a risk", e, tt.option)
+					}
+				}
+				if n := strings.Count(logs.String(), `"level":"WARN","msg":"redisstore: the server has a risk an Allow* option accepts`); n != want {
+					t.Fatalf("%d Warn lines; want %d:\n%s", n, want, logs.String())
+				}
+				if !strings.Contains(logs.String(), `"option":"`+tt.option+`"`) {
+					t.Fatalf("log does not name %s:\n%s", tt.option, logs.String())
+				}
+			}
+			check(1)
+			recheckNow(t, s)
+			recheckNow(t, s)
+			check(1)
+			if tt.clear == nil {
+				return
+			}
+			c := srv.client()
+			if err := c.ConfigSet(context.Background(), tt.clear[0], tt.clear[1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			recheckNow(t, s)
+			check(1)
+			if err := c.ConfigSet(context.Background(), tt.set[0], tt.set[1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			recheckNow(t, s)
+			check(2)
+		})
+	}
+}
+
+// claimUntilRefused claims fresh IDs until a claim is refused with
+// ErrConfig (at most limit), and returns the IDs accepted.
+func claimUntilRefused(t *testing.T, s *Store, tag string, limit time.Duration) []string {
+	t.Helper()
+	var accepted []string
+	until := time.Now().Add(10 * time.Minute)
+	for i, deadline := 0, time.Now().Add(limit); ; i++ {
+		id := fmt.Sprintf("%s-%d", tag, i)
+		first, err := s.Claim(context.Background(), id, until)
+		switch {
+		case errors.Is(err, ErrConfig):
+			return accepted
+		case err != nil:
+			t.Fatalf("claim: %v", err)
+		case first:
+			accepted = append(accepted, id)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ErrConfig within %v of weakening persistence (%d claims accepted)", limit, len(accepted))
+		}
+	}
+}
+
+// Persistence weakened after Open on a real redis-server is refused
+// within about RecheckInterval (default 1 s) and fences the key space: a
+// new store on the same server refuses every claim, and after AOF was
+// switched off at run time and the server restarted with its own
+// configuration (loading the AOF), none of the IDs claimed after the
+// switch is accepted again.
+func TestPersistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		set     []string
+		restart bool
+	}{
+		{"appendfsync everysec", []string{"appendfsync", "everysec"}, false},
+		{"appendonly no, then a restart", []string{"appendonly", "no"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
+			c := srv.client()
+			var ev events
+			s := provisioned(t, c, Options{Prefix: "drift:", Logger: quietLogger(), Observer: ev.observe})
+			before := claimUntilRefusedOrN(t, s, "before", 200)
+			start := time.Now()
+			if err := c.ConfigSet(ctx, tt.set[0], tt.set[1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			after := claimUntilRefused(t, s, "after", 5*time.Second)
+			took := time.Since(start)
+			t.Logf("refused %v after CONFIG SET %s %s; %d claims accepted meanwhile", took.Round(time.Millisecond), tt.set[0], tt.set[1], len(after))
+			if took > 3*time.Second {
+				t.Fatalf("refused only %v after the change; want about RecheckInterval (1 s)", took)
+			}
+			s.cancels.wg.Wait() // the fence is written by the recheck
+			if n := ev.count(EventFenceRaised); n != Shards {
+				t.Fatalf("%d EventFenceRaised; want %d", n, Shards)
+			}
+			if tt.restart {
+				waitRewrite(t, c)
+				srv.kill()
+				if err := srv.start(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := c.ConfigSet(ctx, tt.set[0], "always").Err(); err != nil {
+				t.Fatal(err)
+			}
+			s2, err := Open(ctx, srv.client(), Options{Prefix: "drift:", Logger: quietLogger()})
+			if err != nil {
+				t.Fatalf("Open after the change was undone: %v", err)
+			}
+			defer s2.Close()
+			twice := 0
+			for _, id := range append(before, after...) {
+				first, err := s2.Claim(ctx, id, time.Now().Add(10*time.Minute))
+				if first {
+					twice++
+				}
+				if err != nil && !errors.Is(err, ErrFenced) {
+					t.Fatalf("replay: %v", err)
+				}
+			}
+			if twice != 0 {
+				t.Fatalf("%d of %d IDs accepted twice", twice, len(before)+len(after))
+			}
+			if _, err := s2.Claim(ctx, "new-after-fence", time.Now().Add(time.Minute)); !errors.Is(err, ErrFenced) {
+				t.Fatalf("claim of a new ID after the drift = %v; want ErrFenced", err)
+			}
+		})
+	}
+}
+
+// claimUntilRefusedOrN claims n fresh IDs, all of which must be first.
+func claimUntilRefusedOrN(t *testing.T, s *Store, tag string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", tag, i)
+		if first, err := s.Claim(context.Background(), ids[i], time.Now().Add(10*time.Minute)); !first || err != nil {
+			t.Fatalf("claim %d = %v, %v", i, first, err)
+		}
+	}
+	return ids
+}
+
+// waitRewrite waits up to 10 s for the AOF rewrite the fence asked for.
+func waitRewrite(t *testing.T, c *redis.Client) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		info, err := c.Info(context.Background(), "persistence").Result()
+		if err == nil && strings.Contains(info, "aof_rewrites:1") && strings.Contains(info, "aof_rewrite_in_progress:0") && !strings.Contains(info, "aof_rewrite_scheduled:1") {
+			return
+		}
+	}
+	t.Fatal("the AOF rewrite did not finish within 10 s")
+}
+
+// connectedReplicas is the number of replicas ROLE reports on c.
+func connectedReplicas(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	v, err := c.Do(context.Background(), "ROLE").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, n, ok := parseRole(v)
+	if !ok {
+		t.Fatalf("ROLE %v", v)
+	}
+	return n
+}
+
+// Durability must cover every replica the primary has, including one
+// whose link is down, on real redis-servers: two replicas and Replicas: 1
+// are refused unless AllowFewerReplicas (which reports the risk);
+// Replicas: 2 opens, and while one replica is cut every claim is refused
+// (ErrNotDurable), so promoting that replica accepts no ID twice; a store
+// without Durability opened while the only replica is away is refused.
+func TestReplicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("two replicas", func(t *testing.T) {
+		t.Parallel()
+		primary := newServer(t)
+		newReplica(t, primary)
+		b := newServer(t, "--replicaof", "127.0.0.1", primary.port)
+		waitReplicas(t, primary, 2)
+		c := primary.client()
+		_, err := Open(ctx, c, Options{Prefix: "two:", Logger: quietLogger(), Durability: Durability{Replicas: 1}})
+		if !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "AllowFewerReplicas") {
+			t.Fatalf("Open with Replicas: 1 of 2 = %v; want ErrConfig naming AllowFewerReplicas", err)
+		}
+		var ev events
+		s, err := Open(ctx, c, Options{Prefix: "two:", Logger: quietLogger(), Observer: ev.observe, Durability: Durability{Replicas: 1}, AllowFewerReplicas: true})
+		if err != nil {
+			t.Fatalf("Open with AllowFewerReplicas: %v", err)
+		}
+		s.Close()
+		if ev.count(EventRiskAccepted) != 1 || ev.all[0].Option != "AllowFewerReplicas" {
+			t.Fatalf("events %+v; want one EventRiskAccepted for AllowFewerReplicas", ev.all)
+		}
+		s2 := provisioned(t, c, Options{Prefix: "two:", Logger: quietLogger(), Durability: Durability{Replicas: 2, Timeout: 50 * time.Millisecond}})
+		// Claims acknowledged by both replicas, then B is cut: every claim
+		// is refused, none reported first.
+		var accepted []string
+		for i := range 20 {
+			id := fmt.Sprint("acked-", i)
+			if first, err := s2.Claim(ctx, id, time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("claim with both replicas = %v, %v", first, err)
+			}
+			accepted = append(accepted, id)
+		}
+		b.signal(syscall.SIGSTOP)
+		for i := range 20 {
+			first, err := s2.Claim(ctx, fmt.Sprint("cut-", i), time.Now().Add(time.Minute))
+			if first || !errors.Is(err, ErrNotDurable) {
+				t.Fatalf("claim while B is cut = %v, %v; want ErrNotDurable", first, err)
+			}
+		}
+		// Promote B (the replica that was cut): every ID reported first is
+		// refused there.
+		b.signal(syscall.SIGCONT)
+		primary.kill()
+		if err := b.client().Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		s3, err := Open(ctx, b.client(), Options{Prefix: "two:", Logger: quietLogger(), AllowAsyncReplicas: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s3.Close()
+		for _, id := range accepted {
+			if first, err := s3.Claim(ctx, id, time.Now().Add(time.Minute)); first || err != nil {
+				t.Fatalf("replay of %q on the promoted replica = %v, %v; want taken", id, first, err)
+			}
+		}
+	})
+	t.Run("replica away", func(t *testing.T) {
+		t.Parallel()
+		primary := newServer(t)
+		r := newReplica(t, primary)
+		r.kill()
+		c := primary.client()
+		for deadline := time.Now().Add(5 * time.Second); connectedReplicas(t, c) != 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the primary still reports its replica 5 s after it was killed")
+			}
+		}
+		_, err := Open(ctx, c, Options{Prefix: "away:", Logger: quietLogger()})
+		if !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "AllowAsyncReplicas") {
+			t.Fatalf("Open without Durability while the replica is away = %v; want ErrConfig", err)
+		}
+		if _, err := Open(ctx, c, Options{Prefix: "away:", Logger: quietLogger(), Durability: Durability{Replicas: 1, Timeout: 50 * time.Millisecond}}); err != nil {
+			t.Fatalf("Open with Durability covering the away replica: %v", err)
+		}
+	})
+	t.Run("replica attached after Open", func(t *testing.T) {
+		t.Parallel()
+		primary := newServer(t)
+		newReplica(t, primary)
+		s := provisioned(t, primary.client(), Options{Prefix: "later2:", Logger: quietLogger(), Durability: Durability{Replicas: 1, Timeout: 50 * time.Millisecond}})
+		newServer(t, "--replicaof", "127.0.0.1", primary.port)
+		waitReplicas(t, primary, 2)
+		awaitRecheckRefusal(t, s, "a second replica attached")
+	})
 }

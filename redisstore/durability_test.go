@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -197,6 +198,7 @@ func TestNewRefusesInvalidOptions(t *testing.T) {
 		{"negative Horizon", ok, Options{Horizon: -time.Second}},
 		{"Horizon under a millisecond", ok, Options{Horizon: time.Microsecond}},
 		{"negative MaxSkew", ok, Options{MaxSkew: -time.Second}},
+		{"negative RecheckInterval", ok, Options{RecheckInterval: -time.Second}},
 		{"MaxSkew over SkewMargin", ok, Options{MaxSkew: replay.SkewMargin + time.Second}},
 		{"negative replicas", ok, Options{Durability: Durability{Replicas: -1}}},
 		{"negative replica AOF", ok, Options{Durability: Durability{ReplicaAOF: -1}}},
@@ -280,5 +282,62 @@ func TestResentAcquireWritesItsLeaseAgain(t *testing.T) {
 	// Another token still finds the lease busy.
 	if l, err := s.AcquireLease(ctx, "delivery-1", 5*time.Second); err != nil || l.State != replay.LeaseBusy {
 		t.Fatalf("acquire by another holder = %+v, %v; want busy", l, err)
+	}
+}
+
+// WAITAOF end to end on a server that has it (Valkey 8, Redis 7.2+; on
+// Redis 7.0 Open refuses, as TestOpenRefusesWAITAOFWithoutServerSupport
+// shows): LocalAOF opens on appendfsync everysec and claims once; with
+// ReplicaAOF a replica that stops writing its AOF turns every claim into
+// ErrNotDurable, never first.
+func TestWAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
+	t.Parallel()
+	primary := newServer(t, "--appendonly", "yes", "--appendfsync", "everysec")
+	c := primary.client()
+	ctx := context.Background()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !versionAtLeast(info, 7, 2) {
+		if _, err := Open(ctx, c, Options{Durability: Durability{LocalAOF: true}, Logger: quietLogger()}); !errors.Is(err, ErrConfig) {
+			t.Fatalf("Open with LocalAOF on %s = %v; want ErrConfig", serverVersion(info), err)
+		}
+		t.Logf("no WAITAOF on %s: refused at Open", serverVersion(info))
+		return
+	}
+	until := time.Now().Add(time.Minute)
+	local := provisioned(t, c, Options{Prefix: "aof-local:", Logger: quietLogger(), Durability: Durability{LocalAOF: true}})
+	if first, err := local.Claim(ctx, "a", until); !first || err != nil {
+		t.Fatalf("LocalAOF claim = %v, %v; want first", first, err)
+	}
+	if first, err := local.Claim(ctx, "a", until); first || err != nil {
+		t.Fatalf("LocalAOF replay = %v, %v; want taken", first, err)
+	}
+
+	if err := c.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	replica := newServer(t, "--replicaof", "127.0.0.1", primary.port, "--appendonly", "yes", "--appendfsync", "always")
+	waitReplicas(t, primary, 1)
+	s := provisioned(t, c, Options{Prefix: "aof-replica:", Logger: quietLogger(),
+		Durability: Durability{Replicas: 1, LocalAOF: true, ReplicaAOF: 1, Timeout: 200 * time.Millisecond}})
+	ok := false
+	for deadline := time.Now().Add(5 * time.Second); !ok; time.Sleep(50 * time.Millisecond) {
+		// The replica's first AOF rewrite after its sync may still run.
+		first, err := s.Claim(ctx, fmt.Sprint("fsynced-", time.Now().UnixNano()), until)
+		ok = first && err == nil
+		if !ok && time.Now().After(deadline) {
+			t.Fatalf("claim with a fsyncing replica = %v, %v; want first", first, err)
+		}
+	}
+	if err := replica.client().ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		first, err := s.Claim(ctx, fmt.Sprint("unfsynced-", i), until)
+		if first || !errors.Is(err, ErrNotDurable) {
+			t.Fatalf("claim after the replica stopped its AOF = %v, %v; want ErrNotDurable", first, err)
+		}
 	}
 }

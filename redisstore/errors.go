@@ -107,8 +107,8 @@ func refuse(sentinel error, why string, cause error) error {
 
 // Fixed reasons.
 const (
-	whyFenced      = "replay store fenced after losing data (or never provisioned)"
-	whyFenceRaised = "replay store lost data: shard fenced for one horizon"
+	whyFenced      = "replay store fenced after losing data, or because the prefix was never provisioned (run Store.Provision once when deploying a new prefix; see Store.ReprovisionNeverUsed)"
+	whyFenceRaised = "replay store lost data, or the prefix was never provisioned (run Store.Provision once when deploying a new prefix; see Store.ReprovisionNeverUsed): shard fenced for one horizon"
 	whyBadMarker   = "replay store fence marker holds an unknown value"
 	whySkew        = "instance clock behind Redis by more than MaxSkew"
 	whyNotDurable  = "fewer replicas acknowledged the write than Durability requires"

@@ -30,15 +30,30 @@ const (
 	// answer within the lease, or too many were pending); the lease, if it
 	// was taken, ends by itself.
 	EventLeaseAbandoned
+	// EventRiskAccepted: a server check found a risk that an Allow* option
+	// of [Options] accepts (RDB snapshots or AOF without fsync on every
+	// write under AllowRollback, an evicting maxmemory-policy under
+	// AllowEviction, replicas no Durability setting covers under
+	// AllowAsyncReplicas or AllowFewerReplicas). [Event.Option] names the
+	// option and [Event.Risk] the risk. It is reported by Open (or the
+	// first call of a Store from New) and by a recheck when the risk
+	// appears, once per appearance, together with one Warn line: a
+	// dashboard counting it finds every weakened deployment.
+	EventRiskAccepted
+	// EventClaimResent: the client resent a claim whose reply was lost
+	// (go-redis retries by default) and the first send had been recorded;
+	// the claim's own nonce identified it, and Claim reported it first.
+	// Without the nonce that ID would have been refused as a replay.
+	EventClaimResent
 
 	numEventKinds // not a kind: the size of the set
 )
 
-var eventNames = [numEventKinds]string{"", "fence_raised", "fenced", "clock_skew", "not_durable", "lease_released", "lease_abandoned"}
+var eventNames = [numEventKinds]string{"", "fence_raised", "fenced", "clock_skew", "not_durable", "lease_released", "lease_abandoned", "risk_accepted", "claim_resent"}
 
 // String returns the kind's stable label: "fence_raised", "fenced",
-// "clock_skew", "not_durable", "lease_released" or "lease_abandoned" (""
-// outside the set).
+// "clock_skew", "not_durable", "lease_released", "lease_abandoned",
+// "risk_accepted" or "claim_resent" ("" outside the set).
 func (k EventKind) String() string {
 	if k < numEventKinds {
 		return eventNames[k]
@@ -51,11 +66,19 @@ func (k EventKind) String() string {
 type Event struct {
 	// Kind is what happened.
 	Kind EventKind
-	// Shard is the shard of the key space concerned (0 to Shards-1).
+	// Shard is the shard of the key space concerned (0 to Shards-1); -1
+	// for EventRiskAccepted, which concerns the server.
 	Shard int
 	// Until is, for EventFenceRaised and EventFenced, when the fence opens
 	// by Redis's clock; zero otherwise.
 	Until time.Time
+	// Option is, for EventRiskAccepted, the Options field that accepts the
+	// risk ("AllowRollback", "AllowEviction", "AllowAsyncReplicas",
+	// "AllowFewerReplicas"); "" otherwise.
+	Option string
+	// Risk is, for EventRiskAccepted, a fixed description of the risk; ""
+	// otherwise.
+	Risk string
 }
 
 // emit reports e to the observer and, at most once a minute per kind (every
@@ -65,7 +88,7 @@ func (s *Store) emit(e Event) {
 		s.opts.Observer(e)
 	}
 	now := time.Now().UnixMilli()
-	if e.Kind != EventFenceRaised {
+	if e.Kind != EventFenceRaised && e.Kind != EventRiskAccepted {
 		last := s.logged[e.Kind].Load()
 		if now-last < time.Minute.Milliseconds() || !s.logged[e.Kind].CompareAndSwap(last, now) {
 			return
@@ -75,15 +98,22 @@ func (s *Store) emit(e Event) {
 	if !e.Until.IsZero() {
 		attrs = append(attrs, slog.Time("until", e.Until))
 	}
+	if e.Option != "" {
+		attrs = append(attrs, slog.String("option", e.Option), slog.String("risk", e.Risk))
+	}
 	switch e.Kind {
 	case EventFenceRaised:
-		s.log.Error("redisstore: Redis lost acknowledged data (or the key space was never provisioned); the shard refuses every claim until the fence opens", attrs...)
+		s.log.Error("redisstore: Redis lost acknowledged data, or the prefix was never provisioned (run Store.Provision once per new prefix; for a prefix that never served, see Store.ReprovisionNeverUsed); the shard refuses every claim until the fence opens", attrs...)
 	case EventFenced:
 		s.log.Warn("redisstore: refusing claims of a fenced shard", attrs...)
 	case EventClockSkew:
 		s.log.Warn("redisstore: refusing claims: this instance's clock is behind Redis's by more than MaxSkew", attrs...)
 	case EventNotDurable:
 		s.log.Warn("redisstore: refusing claims: fewer replicas acknowledged the write than Durability requires", attrs...)
+	case EventRiskAccepted:
+		s.log.Warn("redisstore: the server has a risk an Allow* option accepts; claims may be accepted twice if it materializes", attrs...)
+	case EventClaimResent:
+		s.log.Info("redisstore: a claim's reply was lost and the client resent it; its own nonce identified it", attrs...)
 	case EventLeaseAbandoned:
 		s.log.Warn("redisstore: could not release a lease whose acquisition had an unknown outcome; it ends by itself", attrs...)
 	}

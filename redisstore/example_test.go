@@ -20,11 +20,23 @@ func ExampleStore_Claim() {
 		MaxRetries:            -1,   // a retried SET whose reply was lost would report "duplicate"
 	})
 	defer client.Close()
+	// A stock redis-server (Debian's package, the Docker image) takes RDB
+	// snapshots and is refused with ErrConfig ("RDB snapshots without
+	// AOF"): a restart would bring back markers without the latest claims.
+	// Run it with no persistence (a restart then fences the key space):
+	//   redis-server --save "" --appendonly no
+	// or with every write fsynced:
+	//   redis-server --appendonly yes --appendfsync always
 	store, err := redisstore.Open(context.Background(), client, redisstore.Options{Prefix: "myapp:webhooks:"})
 	if err != nil {
 		panic(err) // ErrConfig: the server does not fit the options; ErrUnavailable: Redis down
 	}
 	defer store.Close()
+	// Once per new prefix, before its first claim (later calls return 0,
+	// nil). Without it every shard is fenced for one Horizon (25 h).
+	if _, err := store.Provision(context.Background()); err != nil {
+		panic(err)
+	}
 
 	deliveryID := "evt_123"
 	// Remember the ID for as long as the delivery's signature is accepted.
@@ -43,8 +55,9 @@ func ExampleStore_Claim() {
 }
 
 // A primary with a replica (Sentinel, or a managed service): every write
-// waits for one replica, so a failover cannot lose a claim that was
-// reported first. A new prefix is provisioned once, when it is deployed.
+// waits for the replica, so a failover cannot lose a claim that was
+// reported first. Durability.Replicas must cover every replica the primary
+// has (Open refuses fewer, unless AllowFewerReplicas). A new prefix is provisioned once, when it is deployed.
 func ExampleOpen() {
 	client := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:            "mymaster",

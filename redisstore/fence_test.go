@@ -12,6 +12,7 @@ import (
 
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
+	"github.com/redis/go-redis/v9"
 )
 
 // events records a store's events.
@@ -191,5 +192,172 @@ func TestClaimsBeyondTheHorizonAreRefused(t *testing.T) {
 	}
 	if first, err := ahead.Claim(ctx, "near", time.Now().Add(40*time.Minute)); !first || err != nil {
 		t.Fatalf("claim within the horizon from an instance ahead = %v, %v; want first", first, err)
+	}
+}
+
+// ReprovisionNeverUsed opens a key space fenced only because claims came
+// before Provision, and refuses (changing nothing) whenever the key space
+// or the server shows it served claims or lost data. Each case runs on a
+// fresh real redis-server.
+func TestReprovisionNeverUsed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	until := func() time.Time { return time.Now().Add(time.Minute) }
+	// fenceAll claims until every shard has been fenced by a claim.
+	fenceAll := func(t *testing.T, s *Store) {
+		t.Helper()
+		for i := 0; i < 2000; i++ {
+			s.Claim(ctx, fmt.Sprint("early-", i), until())
+		}
+	}
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, s *Store, c *redis.Client)
+		want  error // nil: it opens
+	}{
+		{"claims before Provision", func(t *testing.T, s *Store, c *redis.Client) {
+			_, err := s.Claim(ctx, "first", until())
+			if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "Provision") {
+				t.Fatalf("claim before Provision = %v; want ErrFenced naming Provision", err)
+			}
+			fenceAll(t, s)
+			if _, err := s.Provision(ctx); !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "ReprovisionNeverUsed") {
+				t.Fatalf("Provision of a fenced key space = %v; want ErrFenced naming ReprovisionNeverUsed", err)
+			}
+		}, nil},
+		{"one shard fenced, the rest never touched", func(t *testing.T, s *Store, c *redis.Client) {
+			s.Claim(ctx, "first", until())
+		}, nil},
+		{"a shard open", func(t *testing.T, s *Store, c *redis.Client) {
+			fenceAll(t, s)
+			c.Set(ctx, s.tags[3], "O", 0)
+		}, ErrConfig},
+		{"an entry left (a partial loss)", func(t *testing.T, s *Store, c *redis.Client) {
+			if _, err := s.Provision(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := s.Claim(ctx, "kept", until()); !first || err != nil {
+				t.Fatal(first, err)
+			}
+			for i, m := range s.tags {
+				if i != shardOf("kept") {
+					c.Del(ctx, m)
+				}
+			}
+			c.Set(ctx, s.tags[shardOf("kept")], "F1", 0)
+			fenceAll(t, s)
+		}, ErrConfig},
+		{"FLUSHALL after serving", func(t *testing.T, s *Store, c *redis.Client) {
+			if _, err := s.Provision(ctx); err != nil {
+				t.Fatal(err)
+			}
+			s.Claim(ctx, "lost", until())
+			c.FlushAll(ctx)
+			fenceAll(t, s)
+		}, ErrConfig},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			s, err := Open(ctx, c, Options{Prefix: "app:", Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			tt.setup(t, s, c)
+			markers := func() []any {
+				v, err := c.MGet(ctx, s.tags[:]...).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			before := fmt.Sprint(markers())
+			n, err := s.ReprovisionNeverUsed(ctx)
+			if tt.want != nil {
+				if !errors.Is(err, tt.want) || Reason(err) == "" || n != 0 {
+					t.Fatalf("ReprovisionNeverUsed = %d, %v; want 0, %v with a reason", n, err, tt.want)
+				}
+				if after := fmt.Sprint(markers()); after != before {
+					t.Fatal("a refused ReprovisionNeverUsed changed the markers")
+				}
+				return
+			}
+			if err != nil || n != Shards {
+				t.Fatalf("ReprovisionNeverUsed = %d, %v; want %d, nil", n, err, Shards)
+			}
+			if first, err := s.Claim(ctx, "after", until()); !first || err != nil {
+				t.Fatalf("claim after ReprovisionNeverUsed = %v, %v; want first", first, err)
+			}
+			if n, err := s.ReprovisionNeverUsed(ctx); !errors.Is(err, ErrConfig) {
+				t.Fatalf("ReprovisionNeverUsed of a key space that served = %d, %v; want ErrConfig", n, err)
+			}
+		})
+	}
+}
+
+// Each refusal of ReprovisionNeverUsed on a scripted server whose shards
+// are all fenced (never provisioned): the server's counters show a loss,
+// an entry exists, or Redis cannot answer; with none of these it opens
+// every shard.
+func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
+	tests := []struct {
+		name        string
+		stats, cmds string // INFO stats, INFO commandstats
+		scanKeys    []any
+		infoErr     error
+		want        error // nil: opens every shard
+	}{
+		{"clean", "evicted_keys:0\r\n", "cmdstat_get:calls=3\r\n", nil, nil, nil},
+		{"keys evicted", "evicted_keys:17\r\n", "", nil, nil, ErrConfig},
+		{"FLUSHALL ran", "evicted_keys:0\r\n", "cmdstat_flushall:calls=1,usec=5\r\n", nil, nil, ErrConfig},
+		{"FLUSHDB ran", "evicted_keys:0\r\n", "cmdstat_flushdb:calls=1,usec=5\r\n", nil, nil, ErrConfig},
+		{"an entry left", "evicted_keys:0\r\n", "", []any{"app:{07}:x"}, nil, ErrConfig},
+		{"INFO fails", "", "", nil, errors.New("i/o timeout"), ErrUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sets := 0
+			c := answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+				cmd := redis.NewCmd(ctx, args...)
+				switch args[0] {
+				case "GET":
+					cmd.SetVal("F1900000000000")
+				case "INFO":
+					if tt.infoErr != nil {
+						cmd.SetErr(tt.infoErr)
+					} else if args[1] == "stats" {
+						cmd.SetVal(tt.stats)
+					} else {
+						cmd.SetVal(tt.cmds)
+					}
+				case "SCAN":
+					keys := tt.scanKeys
+					if keys == nil {
+						keys = []any{}
+					}
+					cmd.SetVal([]any{"0", keys})
+				case "EVAL":
+					sets++
+					cmd.SetVal(int64(1))
+				default:
+					cmd.SetErr(fmt.Errorf("unexpected %v", args[0]))
+				}
+				return cmd
+			})
+			s, err := New(c, Options{Prefix: "app:", Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := s.ReprovisionNeverUsed(context.Background())
+			switch {
+			case tt.want == nil && (err != nil || n != Shards || sets != Shards):
+				t.Fatalf("ReprovisionNeverUsed = %d, %v (%d writes); want %d, nil", n, err, sets, Shards)
+			case tt.want != nil && (!errors.Is(err, tt.want) || n != 0 || sets != 0):
+				t.Fatalf("ReprovisionNeverUsed = %d, %v (%d writes); want 0, %v and no write", n, err, sets, tt.want)
+			}
+		})
 	}
 }

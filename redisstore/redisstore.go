@@ -28,10 +28,24 @@
 //   - A failover to a replica that missed the last writes: with
 //     [Options.Durability] every write waits for WAIT (and WAITAOF) on the
 //     connection that wrote, and too few acknowledgements is
-//     [ErrNotDurable]; a store on a Redis with replicas and no durability
-//     setting refuses to run ([ErrConfig]).
+//     [ErrNotDurable]. This covers every failover only when Durability
+//     waits for every replica the primary has: a store waiting for fewer
+//     replicas than the primary has, or had (a replica whose link is down
+//     still counts), refuses to run ([ErrConfig]) unless
+//     [Options.AllowFewerReplicas] (right only when every failover promotes
+//     the most up-to-date replica) or, without Durability,
+//     [Options.AllowAsyncReplicas].
+//   - Persistence weakened after Open (appendfsync, or AOF switched off at
+//     run time) is found within [Options.RecheckInterval] and refused, and
+//     the key space is fenced for one horizon.
 //   - An instance clock behind Redis's by more than [Options.MaxSkew] is
 //     refused ([ErrClockSkew]).
+//
+// Each Allow* option keeps its check running and reports the risk it
+// accepts when present ([EventRiskAccepted] and one Warn line). Entries
+// deleted by hand while their shard's marker stays cannot be detected:
+// never delete entries; delete the markers too, or FLUSHDB, and the fence
+// covers it.
 //
 // A new prefix is opened once with [Store.Provision]. The store fails
 // closed: when Redis is down, slow, or answers anything unexpected, Claim
@@ -41,10 +55,14 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,7 +102,13 @@ type Options struct {
 	// Prefix is prepended to every key, so several stores (or
 	// applications) can share one Redis without seeing each other's claims.
 	// Empty means DefaultPrefix. The keys are <prefix>{NN} (a shard's fence
-	// marker) and <prefix>{NN}:<id> (see [Shards]).
+	// marker) and <prefix>{NN}:<id> (see [Shards]). A prefix holding '{' or
+	// '}' is refused with [ErrConfig]: the first '{' of every key then marks
+	// where its prefix ends, so no two prefixes share a key even when one
+	// begins with the other ("app:" and "app:webhooks:"), and the hash tag
+	// {NN} keeps a shard's keys in one Cluster slot. (A brace in the prefix
+	// would let "<p>{02}:" live inside the key space of "<p>": one store's
+	// Release could delete the other's fence marker or claim.)
 	Prefix string
 
 	// Timeout bounds every call: the effective deadline is the earlier of
@@ -131,9 +155,12 @@ type Options struct {
 	Durability Durability
 
 	// AllowAsyncReplicas lets a store without a Durability setting run on
-	// a Redis that has replicas. Without it such a store refuses to run
+	// a Redis that has replicas (or had: a replica whose link is down still
+	// counts, see [Open]). Without it such a store refuses to run
 	// ([ErrConfig]): a failover to a replica that missed acknowledged
-	// writes accepts those IDs again.
+	// writes accepts those IDs again. The check still runs: when the risk
+	// is present it is logged (one Warn line per appearance) and reported
+	// as [EventRiskAccepted].
 	AllowAsyncReplicas bool
 
 	// AllowEviction lets the store run on a Redis whose maxmemory-policy is
@@ -142,7 +169,9 @@ type Options struct {
 	// every call touches, so the loss goes unnoticed; a volatile-* policy
 	// evicts only keys with an expiry, which every claim has and no marker
 	// has. A Redis that refuses CONFIG GET (managed services) cannot be
-	// checked: the store runs, and logs that it could not check.
+	// checked: the store runs, and logs that it could not check. The check
+	// still runs with AllowEviction: when the risk is present it is logged
+	// (one Warn line per appearance) and reported as [EventRiskAccepted].
 	AllowEviction bool
 
 	// AllowRollback lets the store run on a Redis whose restart can bring
@@ -153,16 +182,46 @@ type Options struct {
 	// again unseen (TestRollbackAcceptsTwiceWhenAllowed shows it). Without
 	// it such a store refuses to run ([ErrConfig]). A Redis that refuses
 	// CONFIG GET cannot be checked: the store runs, and logs that it
-	// could not check.
+	// could not check. The check still runs with AllowRollback: when the
+	// risk is present it is logged (one Warn line per appearance) and
+	// reported as [EventRiskAccepted]. Persistence weakened after Open is
+	// refused and fenced even with AllowRollback (see RecheckInterval).
 	AllowRollback bool
+
+	// RecheckInterval is how often the store runs the server checks of
+	// [Open] again, in the background of the first call after each
+	// interval: a replica attached, an eviction policy set, or persistence
+	// weakened after Open is found within about this long, and from then
+	// on every call refuses with [ErrConfig]. Persistence weakened after
+	// Open (appendfsync no longer always, or AOF switched off at run time,
+	// which leaves the old AOF for the next start to load) also fences the
+	// key space for one horizon: claims acknowledged since may come back
+	// without their entries. Each recheck is a few commands on every
+	// master. Zero means DefaultRecheckInterval (1 s); negative is refused.
+	RecheckInterval time.Duration
+
+	// AllowFewerReplicas lets Durability.Replicas (or ReplicaAOF) be lower
+	// than the number of replicas the primary has (or had: a replica whose
+	// link is down still counts, see [Open]). Without it such a store
+	// refuses to run ([ErrConfig]). Set it only when every failover
+	// promotes the replica that received the most writes: Sentinel or
+	// Cluster failover with the same replica-priority on every replica, no
+	// manual promotion (REPLICAOF NO ONE, CLUSTER FAILOVER TAKEOVER), and
+	// no failure that takes the acknowledging replica down together with
+	// the primary. Otherwise a promoted replica that missed writes accepts
+	// those IDs again. When the risk is present it is logged and reported
+	// as [EventRiskAccepted].
+	AllowFewerReplicas bool
 
 	// Observer, when not nil, is called with every [Event]: a shard fenced,
 	// a refusal for a fence, clock skew or durability, a lease released
-	// after an unknown outcome. It is called synchronously from the
-	// calling goroutine and must not block.
+	// after an unknown outcome, a risk an Allow* option accepts, a claim
+	// resent after a lost reply. It is called synchronously from the
+	// calling goroutine (or the background recheck) and must not block.
 	Observer func(Event)
 
-	// Logger receives one line when a shard is fenced, and at most one a
+	// Logger receives one line when a shard is fenced, one Warn line each
+	// time a risk an Allow* option accepts appears, and at most one a
 	// minute per kind while refusals for a fence, clock skew or durability
 	// go on. Nil means slog.Default(). Lines hold no ID, token or key.
 	Logger *slog.Logger
@@ -188,11 +247,26 @@ type Store struct {
 	log                 *slog.Logger
 
 	// checked is set once the server checks passed; check serializes them.
-	checked   atomic.Bool
-	lastCheck atomic.Int64 // unix ms of the last server check
+	checked      atomic.Bool
+	recheckEvery time.Duration
+	// seen is what the checks saw of each master's persistence (see
+	// persistenceSeen).
+	seenMu    sync.Mutex
+	seen      map[string]*persistence
+	warned    atomic.Uint32 // what warnOnce has logged
+	lastCheck atomic.Int64  // unix ms of the last server check
 	check     chan struct{}
 	// checkErr is a permanent refusal found by the server checks.
 	checkErr atomic.Pointer[error]
+
+	// risks is the riskSet of the last server check; seenReplicas the
+	// most replicas one master reported to this store.
+	risks        atomic.Uint32
+	seenReplicas atomic.Int64
+
+	// nonceBase (random, per Store) and nonces make each Claim's nonce.
+	nonceBase string
+	nonces    atomic.Uint64
 
 	logged  [numEventKinds]atomic.Int64 // unix ms of the last log line per kind
 	cancels cancels
@@ -221,7 +295,7 @@ var (
 // per timed-out claim, up to the pool size, for as long as it hangs.
 //
 // A client retry after a lost reply is safe for every method: a retried
-// Claim reports the ID as taken (refused, never accepted twice), and a
+// Claim finds its own entry (by its nonce) and reports first, and a
 // resent lease script finds its own lease or done entry. Retries only
 // lengthen a call; the store's deadline still bounds it.
 //
@@ -236,6 +310,9 @@ func New(client Client, opts Options) (*Store, error) {
 		check: make(chan struct{}, 1)}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(s.prefix, "{}") {
+		return nil, refuse(ErrConfig, "Prefix holds '{' or '}': it could share keys with another prefix", nil)
 	}
 	s.tags = shardTags(s.prefix)
 	if s.timeout == 0 {
@@ -263,6 +340,14 @@ func New(client Client, opts Options) (*Store, error) {
 	case s.maxSkew > replay.SkewMargin:
 		return nil, refuse(ErrConfig, "MaxSkew over replay.SkewMargin, the margin callers hold claims for", nil)
 	}
+	switch {
+	case opts.RecheckInterval < 0:
+		return nil, refuse(ErrConfig, "negative RecheckInterval", nil)
+	case opts.RecheckInterval == 0:
+		s.recheckEvery = DefaultRecheckInterval
+	default:
+		s.recheckEvery = opts.RecheckInterval
+	}
 	s.skewArg = strconv.FormatInt(s.maxSkew.Milliseconds(), 10)
 	s.horizonArg = strconv.FormatInt(s.horizon.Milliseconds(), 10)
 	d, err := newDurability(client, opts.Durability, s.timeout)
@@ -270,13 +355,18 @@ func New(client Client, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.dur = d
+	var b [8]byte
+	rand.Read(b[:])
+	s.nonceBase = hex.EncodeToString(b[:]) + "."
 	s.cancels.init()
 	return s, nil
 }
 
 // Open returns a Store like [New] and checks the server before returning:
-// that every master answers, that a Redis with replicas has a Durability
-// setting (or AllowAsyncReplicas), that WAITAOF exists when Durability asks
+// that every master answers, that Durability waits for every replica a
+// master has or had (a replica that is away counts when INFO replication
+// shows a replication backlog: or AllowAsyncReplicas without Durability,
+// AllowFewerReplicas with it), that WAITAOF exists when Durability asks
 // for it (Redis 7.2 or newer), that maxmemory-policy is noeviction (or
 // AllowEviction), that a restart cannot bring back older data (or
 // AllowRollback), and that this instance's clock is not behind Redis's by
@@ -327,9 +417,12 @@ func (s *Store) Horizon() time.Duration { return s.horizon }
 // or oversize id, until not in the future, or until past the horizon).
 // Error text never contains id.
 //
-// A claim whose reply is lost may still have been recorded, and a client
-// retry of it then reports first == false: the ID is consumed and refused,
-// never accepted twice.
+// Each Claim call carries a nonce of its own, stored with the claim: a
+// client retry of a claim whose reply was lost (go-redis retries by
+// default) finds its own entry and reports first == true, with an
+// [EventClaimResent], instead of refusing a legitimate first use. A lost
+// reply the client does not retry returns an error (ErrUnavailable), and
+// the ID stays claimed: refused, never accepted twice.
 func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
 	if err := checkID(id); err != nil {
 		return false, err
@@ -338,11 +431,17 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if err != nil {
 		return false, err
 	}
-	code, _, err := s.run(ctx, claimLua, id, strconv.FormatInt(ms, 10))
+	nonce := s.nonceBase + strconv.FormatUint(s.nonces.Add(1), 36)
+	code, _, err := s.run(ctx, claimLua, id, strconv.FormatInt(ms, 10), nonce)
 	switch {
 	case err != nil:
 		return false, err
 	case code == 1:
+		return true, nil
+	case code == 2:
+		// The client resent this claim after its reply was lost, and the
+		// first send had recorded it: this call is the first.
+		s.emit(Event{Kind: EventClaimResent, Shard: shardOf(id)})
 		return true, nil
 	case code == 0:
 		return false, nil

@@ -93,7 +93,7 @@ func provisioned(t testing.TB, c Client, opts Options) *Store {
 }
 
 // answerChecks wraps a scripted client so that it answers the server checks
-// of the store's first call (ROLE, CONFIG GET, TIME) like a lone primary
+// of the store's first call (ROLE, INFO, CONFIG GET, TIME) like a lone primary
 // with noeviction and the real clock, and passes every other command to f.
 func answerChecks(f clientFunc) clientFunc {
 	return func(ctx context.Context, args ...any) *redis.Cmd {
@@ -108,6 +108,11 @@ func answerChecks(f clientFunc) clientFunc {
 				return f(ctx, args...)
 			}
 			cmd.SetVal([]any{name, value})
+		case "INFO": // replication: never had a replica
+			if section, _ := args[len(args)-1].(string); section != "replication" {
+				return f(ctx, args...)
+			}
+			cmd.SetVal("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n")
 		case "TIME":
 			now := time.Now()
 			cmd.SetVal([]any{strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond() / 1000)})
@@ -494,8 +499,49 @@ func TestClaimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
 	// The marker and the entry share one hash tag: one slot in Redis Cluster.
 	want := []any{"EVALSHA", claimLua.sha, 2, tag, tag + ":the-id",
 		strconv.FormatInt(now.UnixMilli(), 10), "60000", strconv.FormatInt(DefaultHorizon.Milliseconds(), 10), "1900000000123"}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("command = %v, want %v", got, want)
+	if len(got) != len(want)+1 || fmt.Sprint(got[:len(want)]) != fmt.Sprint(want) {
+		t.Fatalf("command = %v, want %v and a nonce", got, want)
+	}
+	if nonce, _ := got[len(want)].(string); len(nonce) < 18 || !strings.HasPrefix(nonce, s.nonceBase) {
+		t.Fatalf("nonce %v; want the store's base and a counter", got[len(want)])
+	}
+}
+
+// A claim whose reply is lost and which the client resends (go-redis
+// retries by default) is first, not refused as its own replay: the claim's
+// nonce identifies its own entry, and EventClaimResent reports it. Other
+// claims of the ID stay refused. Real redis-server.
+func TestResentClaimFindsItsOwnEntry(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	real := srv.client()
+	var ev events
+	resend := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+		if name, _ := args[0].(string); name == "EVALSHA" || name == "EVAL" {
+			real.Do(ctx, args...) // this reply is lost
+		}
+		return real.Do(ctx, args...)
+	})
+	s := provisioned(t, real, Options{Prefix: "resend:", Logger: quietLogger()})
+	r, err := New(resend, Options{Prefix: "resend:", Logger: quietLogger(), Observer: ev.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	for i := range 10 {
+		id := fmt.Sprint("lost-reply-", i)
+		if first, err := r.Claim(ctx, id, until); !first || err != nil {
+			t.Fatalf("resent claim = %v, %v; want first", first, err)
+		}
+		for _, st := range []*Store{r, s} {
+			if first, err := st.Claim(ctx, id, until); first || err != nil {
+				t.Fatalf("replay after a resent claim = %v, %v; want taken", first, err)
+			}
+		}
+	}
+	if n := ev.count(EventClaimResent); n != 10 {
+		t.Fatalf("%d EventClaimResent; want 10", n)
 	}
 }
 
@@ -596,6 +642,93 @@ var (
 	_ Client = (*redis.Ring)(nil)
 	_ Client = redis.UniversalClient(nil)
 )
+
+// A prefix holding a brace is refused: with braces refused, the first '{'
+// of every key ends its prefix, so two stores whose prefixes nest never
+// share a key.
+func TestPrefixWithBracesIsRefused(t *testing.T) {
+	for _, p := range []string{"app{02}:", "app}", "{", "a{b}:", "}{"} {
+		t.Run(p, func(t *testing.T) {
+			if _, err := New(clientFunc(nil), Options{Prefix: p}); !errors.Is(err, ErrConfig) || Reason(err) == "" {
+				t.Fatalf("New(Prefix %q) = %v; want ErrConfig with a reason", p, err)
+			}
+		})
+	}
+}
+
+// Two stores whose prefixes nest ("<p>" and "<p>webhooks:") on one real
+// redis-server never see each other's claims, releases or fence markers.
+func TestNestedPrefixesNeverShareKeys(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	c := srv.client()
+	ctx := context.Background()
+	outer := provisioned(t, c, Options{Prefix: "app:", Logger: quietLogger()})
+	inner, err := New(c, Options{Prefix: "app:webhooks:", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inner.Close() })
+	t.Run("markers", func(t *testing.T) {
+		if n, err := inner.Provision(ctx); err != nil || n != Shards {
+			t.Fatalf("inner Provision after outer's = %d, %v; want %d markers of its own", n, err, Shards)
+		}
+	})
+	until := time.Now().Add(time.Minute)
+	// IDs chosen so that outer's entry keys look as much as possible like
+	// inner's keys.
+	ids := []string{"evt_1", "webhooks:evt_1", "webhooks:{02}:evt_1", "{02}:evt_1", "{02}"}
+	t.Run("claims", func(t *testing.T) {
+		for _, id := range ids {
+			for _, s := range []*Store{outer, inner} {
+				if first, err := s.Claim(ctx, id, until); !first || err != nil {
+					t.Fatalf("%s claim %q = %v, %v; want first", s.Prefix(), id, first, err)
+				}
+			}
+		}
+	})
+	t.Run("releases", func(t *testing.T) {
+		for _, id := range ids {
+			if err := outer.Release(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := outer.Release(ctx, "webhooks:"+id); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := inner.Claim(ctx, id, until); first || err != nil {
+				t.Fatalf("inner replay of %q after outer's releases = %v, %v; want taken", id, first, err)
+			}
+		}
+	})
+	t.Run("fence", func(t *testing.T) {
+		// Outer loses its markers (as after a loss of its keys only) and
+		// fences itself; inner keeps serving.
+		for _, m := range outer.tags {
+			c.Del(ctx, m)
+		}
+		for i := range Shards {
+			id := fmt.Sprintf("fence-%d", i)
+			if _, err := outer.Claim(ctx, id, until); !errors.Is(err, ErrFenced) {
+				t.Fatalf("outer claim after losing its markers = %v; want ErrFenced", err)
+			}
+			if first, err := inner.Claim(ctx, id, until); !first || err != nil {
+				t.Fatalf("inner claim while outer is fenced = %v, %v; want first", first, err)
+			}
+		}
+	})
+	t.Run("every key has one owner", func(t *testing.T) {
+		keys, err := c.Keys(ctx, "*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			p, _, ok := strings.Cut(k, "{")
+			if !ok || (p != outer.Prefix() && p != inner.Prefix()) {
+				t.Fatalf("key %q belongs to neither store", k)
+			}
+		}
+	})
+}
 
 // TestRequestStateContract: no refusal (caller, tool, arguments, audience)
 // consumes a single-use request state held in Redis; the right request

@@ -69,7 +69,7 @@ func (s *Store) run(ctx context.Context, sc script, id string, args ...string) (
 	case -6:
 		return code, val, refuse(ErrInvalidClaim, whyHorizon, nil)
 	}
-	if code == 1 && durErr != nil {
+	if (code == 1 || (sc.sha == claimLua.sha && code == 2)) && durErr != nil {
 		s.emit(Event{Kind: EventNotDurable, Shard: shard})
 		return 0, 0, durErr
 	}

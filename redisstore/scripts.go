@@ -20,7 +20,8 @@ import "strings"
 //	free      no key, or "X" + token (a cancel note, below)
 //	leased    "L" + token, expiring lease after it was taken (PX, Redis's clock)
 //	done      "D" + token, expiring at the confirmed until (PXAT)
-//	claimed   "1" from Claim, which AcquireLease reports as done
+//	claimed   "1" + nonce from Claim (or "1" from older versions), which
+//	          AcquireLease reports as done
 //
 // The token is 32 hex digits from crypto/rand, minted per AcquireLease
 // before the script is sent, so a client that resends a script whose reply
@@ -63,10 +64,17 @@ if u <= now then return {-5, now} end
 if u > now + tonumber(ARGV[3]) then return {-6, now} end
 `
 
-// Claim: ARGV[4] until (ms). {1, 0} first, {0, 0} taken.
+// Claim: ARGV[4] until (ms), ARGV[5] the claim's nonce. {1, 0} first,
+// {0, 0} taken, {2, 0} the entry is this claim's own (a client resent the
+// script after its reply was lost): written again so that the WAIT
+// pipelined after it covers it on this connection too.
 const claimScript = guardLua + untilLua + `local v = redis.call('GET', KEYS[2])
+if v == '1' .. ARGV[5] then
+  redis.call('SET', KEYS[2], v, 'PXAT', ARGV[4])
+  return {2, 0}
+end
 if v and string.sub(v, 1, 1) ~= 'X' then return {0, 0} end
-redis.call('SET', KEYS[2], '1', 'PXAT', ARGV[4])
+redis.call('SET', KEYS[2], '1' .. ARGV[5], 'PXAT', ARGV[4])
 return {1, 0}`
 
 // Acquire: ARGV[4] token, ARGV[5] lease (ms). {1, 0} acquired, {2, pttl}
@@ -128,7 +136,7 @@ return 0`
 type script struct{ src, sha string }
 
 var (
-	claimLua   = script{claimScript, "b4d55e2cc0c8c51ee838ec368058ee43e99bfc99"}
+	claimLua   = script{claimScript, "f71f481e6d41b63cf1ded32a697408ba937b86a9"}
 	acquireLua = script{acquireScript, "98a2d5dc5273af3eccf82121f41a9e86a4254994"}
 	confirmLua = script{confirmScript, "f8fa9a5b6030e9aba63c845d0467e3e598035308"}
 	releaseLua = script{releaseScript, "bf71827a537b7beaab6705f877859f07d6d0155e"}
