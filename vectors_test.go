@@ -234,7 +234,7 @@ func vecEncryptedWire(t testing.TB, key, nonce, payload []byte, tag string) stri
 }
 
 // vecOpenEncrypted opens an encrypted wire by hand, with the hand-written
-// GCM of gcm_ref_test.go and the nonce taken from the wire's first 12
+// GCM of envelope_test.go and the nonce taken from the wire's first 12
 // bytes, independently of the codec and of crypto/cipher: the known answer
 // for the encrypt side, whose nonce is random. It returns the payload and
 // the nonce.

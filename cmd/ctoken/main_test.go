@@ -379,26 +379,100 @@ func TestInspectRejectsWhatIsNoToken(t *testing.T) {
 	}
 }
 
-func TestVerifyCursorPrintsPayload(t *testing.T) {
-	f := newFixture(t)
-	c := f.cursor(t, f.issuer)
-	session := string(f.session) // the CTOKEN_SESSION form
-	r := runCmd(t, "", f.env(), "verify",
-		"-method", "tools/call", "-tool", "search", "-caller", "alice",
-		"-args", `{"limit":10, "query":"shoes"}`, "-session", session, c)
-	if r.code != exitOK {
-		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
-	}
-	m := decodeJSON(t, r.stdout)
-	if m["verified"] != true || m["page"] != 3.0 || m["caller"] != "alice" || m["toolName"] != "search" {
-		t.Errorf("unexpected payload: %v", m)
-	}
-	if m["state"] != base64.RawURLEncoding.EncodeToString([]byte("offset=30")) {
-		t.Errorf("state = %v", m["state"])
-	}
-	if _, ok := m["unchecked"]; ok {
-		t.Errorf("every scope flag was given, yet unchecked = %v", m["unchecked"])
-	}
+func TestVerifyCursor(t *testing.T) {
+	t.Run("prints payload", func(t *testing.T) {
+		f := newFixture(t)
+		c := f.cursor(t, f.issuer)
+		session := string(f.session) // the CTOKEN_SESSION form
+		r := runCmd(t, "", f.env(), "verify",
+			"-method", "tools/call", "-tool", "search", "-caller", "alice",
+			"-args", `{"limit":10, "query":"shoes"}`, "-session", session, c)
+		if r.code != exitOK {
+			t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+		}
+		m := decodeJSON(t, r.stdout)
+		if m["verified"] != true || m["page"] != 3.0 || m["caller"] != "alice" || m["toolName"] != "search" {
+			t.Errorf("unexpected payload: %v", m)
+		}
+		if m["state"] != base64.RawURLEncoding.EncodeToString([]byte("offset=30")) {
+			t.Errorf("state = %v", m["state"])
+		}
+		if _, ok := m["unchecked"]; ok {
+			t.Errorf("every scope flag was given, yet unchecked = %v", m["unchecked"])
+		}
+	})
+
+	t.Run("accepts previous key", func(t *testing.T) {
+		f := newFixture(t)
+		c := f.cursor(t, f.cursorIssuer(t, f.oldKey, time.Now))
+		vars := map[string]string{"ROTATED": ctoken.EncodeKey(f.key) + ", " + ctoken.EncodeKey(f.oldKey)}
+		if r := runCmd(t, "", vars, append(append([]string{"verify", "-keys-env", "ROTATED"}, cursorFlags(f)...), c)...); r.code != exitOK {
+			t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+		}
+		// With the old key dropped from the ring, the same cursor is refused.
+		if r := runCmd(t, "", f.env(), append(append([]string{"verify"}, cursorFlags(f)...), c)...); r.code != exitRejected {
+			t.Fatalf("exit %d after rotation, want %d", r.code, exitRejected)
+		}
+	})
+
+	t.Run("rejections", func(t *testing.T) {
+		f := newFixture(t)
+		c := f.cursor(t, f.issuer)
+		old := f.cursor(t, f.cursorIssuer(t, f.key, func() time.Time { return time.Now().Add(-time.Hour) }))
+		foreign := f.cursor(t, f.cursorIssuer(t, f.oldKey, time.Now))
+		tampered := []byte(c)
+		tampered[10] ^= 'A' ^ 'B'
+		if tampered[10] == c[10] {
+			tampered[10] = 'C'
+		}
+		otherSession := "fleet-02"
+		for _, tc := range []struct {
+			name   string
+			tok    string
+			flags  []string
+			class  string // error class in stderr
+			reason string
+		}{
+			{"wrong tool", c, []string{"-method", "tools/call", "-tool", "delete"}, "invalid cursor", "forged or wrong scope"},
+			{"tool of another method", c, []string{"-method", "prompts/get"}, "invalid cursor", "forged or wrong scope"},
+			{"wrong caller", c, []string{"-caller", "bob"}, "invalid cursor", "forged or wrong scope"},
+			{"wrong args", c, []string{"-args", `{"query":"boots","limit":10}`}, "invalid cursor", "forged or wrong scope"},
+			{"other session", c, []string{"-session", otherSession}, "expired cursor", "other server session"},
+			{"older than TTL", old, nil, "expired cursor", "older than TTL"},
+			{"shorter TTL", c, []string{"-ttl", "1ns"}, "", ""},
+			{"foreign key", foreign, nil, "invalid cursor", "forged or wrong scope"}, // a foreign MAC and a wrong scope look the same
+			{"tampered", string(tampered), nil, "invalid cursor", ""},
+			{"truncated", c[:len(c)-4], nil, "invalid cursor", ""},
+			{"oversize", strings.Repeat("A", ctoken.MaxCursorBytes+1), nil, "invalid cursor", "over MaxCursorBytes"},
+			{"garbage", "!!!", nil, "invalid cursor", "not base64url"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if tc.name == "shorter TTL" {
+					// A cursor issued this second may be 0 s old: issue one a
+					// few seconds back to make 1ns a certain failure.
+					tc.tok = f.cursor(t, f.cursorIssuer(t, f.key, func() time.Time { return time.Now().Add(-5 * time.Second) }))
+					tc.class, tc.reason = "expired cursor", "older than TTL"
+				}
+				// The case's flags after the cursor's own: the last value wins.
+				r := runCmd(t, "", f.env(), append(append(append([]string{"verify"}, cursorFlags(f)...), tc.flags...), tc.tok)...)
+				if r.code != exitRejected {
+					t.Fatalf("exit %d, want %d; stdout %q stderr %q", r.code, exitRejected, r.stdout, r.stderr)
+				}
+				if r.stdout != "" {
+					t.Errorf("printed a payload for a rejected cursor: %q", r.stdout)
+				}
+				if !strings.Contains(r.stderr, "REJECTED") || !strings.Contains(r.stderr, tc.class) {
+					t.Errorf("stderr %q lacks REJECTED / %q", r.stderr, tc.class)
+				}
+				if tc.reason != "" && !strings.Contains(r.stderr, "reason: "+tc.reason) {
+					t.Errorf("stderr %q lacks reason %q", r.stderr, tc.reason)
+				}
+				if len(tc.tok) > 8 && strings.Contains(r.stderr, tc.tok[:8]) || strings.Contains(r.stderr, f.keys) {
+					t.Errorf("stderr echoes the token or key: %q", r.stderr)
+				}
+			})
+		}
+	})
 }
 
 // From format version 2 a cursor carries neither its tool, its caller nor
@@ -424,78 +498,6 @@ func TestVerifyVersion2CursorNeedsItsScopeFlags(t *testing.T) {
 // cursorFlags are the verify flags of the fixture's cursor.
 func cursorFlags(f *fixture) []string {
 	return []string{"-method", "tools/call", "-tool", "search", "-caller", "alice", "-args", searchArgs, "-session", string(f.session)}
-}
-
-func TestVerifyCursorAcceptsPreviousKey(t *testing.T) {
-	f := newFixture(t)
-	c := f.cursor(t, f.cursorIssuer(t, f.oldKey, time.Now))
-	vars := map[string]string{"ROTATED": ctoken.EncodeKey(f.key) + ", " + ctoken.EncodeKey(f.oldKey)}
-	if r := runCmd(t, "", vars, append(append([]string{"verify", "-keys-env", "ROTATED"}, cursorFlags(f)...), c)...); r.code != exitOK {
-		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
-	}
-	// With the old key dropped from the ring, the same cursor is refused.
-	if r := runCmd(t, "", f.env(), append(append([]string{"verify"}, cursorFlags(f)...), c)...); r.code != exitRejected {
-		t.Fatalf("exit %d after rotation, want %d", r.code, exitRejected)
-	}
-}
-
-func TestVerifyCursorRejections(t *testing.T) {
-	f := newFixture(t)
-	c := f.cursor(t, f.issuer)
-	old := f.cursor(t, f.cursorIssuer(t, f.key, func() time.Time { return time.Now().Add(-time.Hour) }))
-	foreign := f.cursor(t, f.cursorIssuer(t, f.oldKey, time.Now))
-	tampered := []byte(c)
-	tampered[10] ^= 'A' ^ 'B'
-	if tampered[10] == c[10] {
-		tampered[10] = 'C'
-	}
-	otherSession := "fleet-02"
-	for _, tc := range []struct {
-		name   string
-		tok    string
-		flags  []string
-		class  string // error class in stderr
-		reason string
-	}{
-		{"wrong tool", c, []string{"-method", "tools/call", "-tool", "delete"}, "invalid cursor", "forged or wrong scope"},
-		{"tool of another method", c, []string{"-method", "prompts/get"}, "invalid cursor", "forged or wrong scope"},
-		{"wrong caller", c, []string{"-caller", "bob"}, "invalid cursor", "forged or wrong scope"},
-		{"wrong args", c, []string{"-args", `{"query":"boots","limit":10}`}, "invalid cursor", "forged or wrong scope"},
-		{"other session", c, []string{"-session", otherSession}, "expired cursor", "other server session"},
-		{"older than TTL", old, nil, "expired cursor", "older than TTL"},
-		{"shorter TTL", c, []string{"-ttl", "1ns"}, "", ""},
-		{"foreign key", foreign, nil, "invalid cursor", "forged or wrong scope"}, // a foreign MAC and a wrong scope look the same
-		{"tampered", string(tampered), nil, "invalid cursor", ""},
-		{"truncated", c[:len(c)-4], nil, "invalid cursor", ""},
-		{"oversize", strings.Repeat("A", ctoken.MaxCursorBytes+1), nil, "invalid cursor", "over MaxCursorBytes"},
-		{"garbage", "!!!", nil, "invalid cursor", "not base64url"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "shorter TTL" {
-				// A cursor issued this second may be 0 s old: issue one a
-				// few seconds back to make 1ns a certain failure.
-				tc.tok = f.cursor(t, f.cursorIssuer(t, f.key, func() time.Time { return time.Now().Add(-5 * time.Second) }))
-				tc.class, tc.reason = "expired cursor", "older than TTL"
-			}
-			// The case's flags after the cursor's own: the last value wins.
-			r := runCmd(t, "", f.env(), append(append(append([]string{"verify"}, cursorFlags(f)...), tc.flags...), tc.tok)...)
-			if r.code != exitRejected {
-				t.Fatalf("exit %d, want %d; stdout %q stderr %q", r.code, exitRejected, r.stdout, r.stderr)
-			}
-			if r.stdout != "" {
-				t.Errorf("printed a payload for a rejected cursor: %q", r.stdout)
-			}
-			if !strings.Contains(r.stderr, "REJECTED") || !strings.Contains(r.stderr, tc.class) {
-				t.Errorf("stderr %q lacks REJECTED / %q", r.stderr, tc.class)
-			}
-			if tc.reason != "" && !strings.Contains(r.stderr, "reason: "+tc.reason) {
-				t.Errorf("stderr %q lacks reason %q", r.stderr, tc.reason)
-			}
-			if len(tc.tok) > 8 && strings.Contains(r.stderr, tc.tok[:8]) || strings.Contains(r.stderr, f.keys) {
-				t.Errorf("stderr echoes the token or key: %q", r.stderr)
-			}
-		})
-	}
 }
 
 func TestVerifyRequestState(t *testing.T) {
