@@ -351,7 +351,7 @@ func (pg *Page) StateMessage(m proto.Message) error {
 // Put it in the response's next_page_token; on the last page, leave that
 // empty instead. A state over [Pager.StateBudget] is refused here, the
 // handler's fault: [ErrServer], also matching ctoken.ErrOpaqueStateTooLarge.
-// The caller's identity never is (it costs a token a fixed 34 bytes).
+// The caller's identity never is (it costs a token no byte: the MAC covers it).
 func (pg *Page) Next(state []byte) (string, error) {
 	if pg == nil || pg.p == nil {
 		return "", errNoPage
