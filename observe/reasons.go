@@ -37,13 +37,18 @@ const (
 
 	// Cursor verification.
 
-	ReasonCursorOversize     // "over MaxCursorBytes"
-	ReasonCursorMalformed    // "malformed or non-canonical payload"
-	ReasonUnknownVersion     // "unknown version"
-	ReasonArgsLength         // "args fingerprint not 32 bytes"
-	ReasonWrongTool          // "wrong tool"
-	ReasonWrongCaller        // "wrong caller"
-	ReasonWrongArguments     // "wrong arguments"
+	ReasonCursorOversize  // "over MaxCursorBytes"
+	ReasonCursorMalformed // "malformed or non-canonical payload"
+	ReasonUnknownVersion  // "unknown version"
+	// The next four fire for version 1 cursors only (tool, caller and
+	// arguments in clear), which verify until the version 1 path is
+	// removed (CHANGELOG); a version 2 cursor of another scope is
+	// [ReasonCursorWrongScope].
+	ReasonArgsLength     // "args fingerprint not 32 bytes"
+	ReasonWrongTool      // "wrong tool"
+	ReasonWrongCaller    // "wrong caller"
+	ReasonWrongArguments // "wrong arguments"
+
 	ReasonOtherSession       // "other server session"
 	ReasonMACOtherSession    // "mac mismatch (other session)"
 	ReasonOlderThanTTL       // "older than TTL"
