@@ -49,12 +49,18 @@ const (
 	ReasonWrongCaller    // "wrong caller"
 	ReasonWrongArguments // "wrong arguments"
 
-	ReasonOtherSession       // "other server session"
-	ReasonMACOtherSession    // "mac mismatch (other session)"
-	ReasonOlderThanTTL       // "older than TTL"
-	ReasonCursorStateType    // "state does not decode into the requested type"
-	ReasonIDNotUTF8          // "cursor tool or caller ID is not valid UTF-8"
-	ReasonOpaqueStateTooBig  // "state over MaxOpaqueStateBytes"
+	ReasonOtherSession    // "other server session"
+	ReasonMACOtherSession // "mac mismatch (other session)"
+	ReasonOlderThanTTL    // "older than TTL"
+	ReasonCursorStateType // "state does not decode into the requested type"
+	// ReasonIDNotUTF8 no longer fires: since cursor format version 2 a
+	// cursor carries nothing of its IDs and any bytes are accepted. Kept
+	// so that code comparing with it compiles.
+	ReasonIDNotUTF8         // "cursor tool or caller ID is not valid UTF-8"
+	ReasonOpaqueStateTooBig // "state over MaxOpaqueStateBytes"
+	// ReasonCursorTooLarge cannot fire for any cursor an issuer writes
+	// today (the longest is 428 characters: the scope costs none; Issue
+	// keeps the check); kept so that code comparing with it compiles.
 	ReasonCursorTooLarge     // "cursor over MaxCursorBytes"
 	ReasonCursorStateNotCBOR // "state does not encode as CBOR"
 
