@@ -107,8 +107,9 @@ type CursorConfig struct {
 	// issue time and the session tag stay in clear (authenticated as
 	// additional data with the scope). When false, cursors are signed
 	// (version 2): the page and the state are readable; the scope is bound
-	// inside the MAC and not carried at all. Either way the issuer verifies both kinds (and version 1 until
-	// it is removed), so the switch can be flipped on a running fleet. A
+	// inside the MAC and not carried at all. Either way the issuer
+	// verifies both kinds (and version 1 until it is removed), so the
+	// switch can be flipped on a running fleet. A
 	// sealed cursor bound to another scope does not open: it is refused as
 	// [ErrCursorInvalid] ("sealed cursor does not open"), not told apart from
 	// a forgery.
