@@ -163,22 +163,22 @@ func TestScriptedRunExactCounts(t *testing.T) {
 		}
 	}
 	want := map[series]int64{
-		{"cursor", "issued", "", "primary"}:                                  2,
-		{"cursor", "verified", "", "primary"}:                                2,
-		{"cursor", "verified", "", "previous 1"}:                             1,
-		{"cursor", "refused", "mac mismatch", "none"}:                        1,
-		{"cursor", "refused", "older than TTL", "primary"}:                   1,
-		{"one_time", "issued", "", "primary"}:                                1,
-		{"one_time", "verified", "", "primary"}:                              1,
-		{"one_time", "duplicate", "already redeemed", "primary"}:             1,
-		{"request_state", "issued", "", "primary"}:                           1,
-		{"request_state", "store_failure", "replay store failed", "primary"}: 1,
-		{"webhook", "issued", "", "primary"}:                                 2,
-		{"webhook", "verified", "", "primary"}:                               2,
-		{"webhook", "verified", "", "previous 1"}:                            1,
-		{"webhook", "refused", "signature mismatch", "none"}:                 1,
-		{"webhook", "processed", "", "primary"}:                              1,
-		{"webhook", "duplicate", "delivery already processed", "primary"}:    1,
+		{"cursor", "issued", "", "primary"}:                                                2,
+		{"cursor", "verified", "", "primary"}:                                              2,
+		{"cursor", "verified", "", "previous 1"}:                                           1,
+		{"cursor", "refused", "forged or wrong scope (tool, caller or arguments)", "none"}: 1,
+		{"cursor", "refused", "older than TTL", "primary"}:                                 1,
+		{"one_time", "issued", "", "primary"}:                                              1,
+		{"one_time", "verified", "", "primary"}:                                            1,
+		{"one_time", "duplicate", "already redeemed", "primary"}:                           1,
+		{"request_state", "issued", "", "primary"}:                                         1,
+		{"request_state", "store_failure", "replay store failed", "primary"}:               1,
+		{"webhook", "issued", "", "primary"}:                                               2,
+		{"webhook", "verified", "", "primary"}:                                             2,
+		{"webhook", "verified", "", "previous 1"}:                                          1,
+		{"webhook", "refused", "signature mismatch", "none"}:                               1,
+		{"webhook", "processed", "", "primary"}:                                            1,
+		{"webhook", "duplicate", "delivery already processed", "primary"}:                  1,
 	}
 	if len(counts) != len(want) {
 		t.Errorf("%d series, want %d: %v", len(counts), len(want), counts)
