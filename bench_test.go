@@ -32,6 +32,8 @@ import (
 	"testing"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/ctoken/ctoken/internal/cursorwire"
 )
 
 // cpuMeter measures the CPU time of a benchmark's loop on its own OS
@@ -114,6 +116,53 @@ func BenchmarkCursorVerify(b *testing.B) {
 		}
 	}
 	cpu.done(b)
+}
+
+// benchSealedIssuer is benchIssuer with CursorConfig.Seal.
+func benchSealedIssuer(b *testing.B) *CursorIssuer {
+	b.Helper()
+	kr, err := NewKeyring(benchKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	iss, err := NewCursorIssuer(CursorConfig{Keys: kr, Session: []byte("bench-01"), Seal: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return iss
+}
+
+// BenchmarkCursorSealed measures sealed cursors (CursorConfig.Seal) of the
+// benchmark payload. Compare with BenchmarkFloorGCM/cursor-seal and
+// cursor-open: AES-256-GCM over the same plaintext and additional data.
+func BenchmarkCursorSealed(b *testing.B) {
+	iss := benchSealedIssuer(b)
+	p := benchPayload()
+	b.Run("issue", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			if _, err := iss.Issue(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu.done(b)
+	})
+	c, err := iss.Issue(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("verify", func(b *testing.B) {
+		b.ReportMetric(float64(len(c)), "token-bytes")
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			if _, err := iss.Verify(c, benchScope); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu.done(b)
+	})
 }
 
 // BenchmarkCursorVerifyObserved is BenchmarkCursorVerify with an observer
@@ -551,6 +600,123 @@ func BenchmarkFloorHMAC(b *testing.B) {
 			cpu.done(b)
 		})
 	}
+}
+
+// BenchmarkFloorCursorGCM is the floor of a sealed cursor: AES-256-GCM
+// with a fresh crypto/rand nonce over exactly the plaintext a sealed cursor
+// of the benchmark payload encrypts, with exactly its additional data (the
+// clear header and the scope), plus base64url; buffers allocated once.
+func BenchmarkFloorCursorGCM(b *testing.B) {
+	c, err := benchSealedIssuer(b).Issue(benchPayload())
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := b64.DecodeString(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, hn, ok := cursorwire.DecodeSealedHeader(raw)
+	if !ok {
+		b.Fatal("no sealed header")
+	}
+	header := raw[:hn]
+	aad := appendScope(append([]byte(nil), header...), &benchScope)
+	pt := cursorwire.AppendSealedInner(nil, benchPayload().Page, benchState)
+	block, err := aes.NewCipher(subkey(benchKey, "bench floor"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sealed := make([]byte, 0, hn+gcmNonceSize+len(pt)+gcmTagSize)
+	buf := make([]byte, 0, b64.EncodedLen(cap(sealed)))
+	b.Run("cursor-seal", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			s := append(sealed[:0], header...)
+			nonce := s[hn : hn+gcmNonceSize]
+			rand.Read(nonce)
+			s = aead.Seal(s[:hn+gcmNonceSize], nonce, pt, aad)
+			_ = string(b64.AppendEncode(buf[:0], s))
+		}
+		cpu.done(b)
+	})
+	s := append(append([]byte(nil), header...), make([]byte, gcmNonceSize)...)
+	rand.Read(s[hn:])
+	token := b64.EncodeToString(aead.Seal(s, s[hn:], pt, aad))
+	dec := make([]byte, cap(sealed))
+	out := make([]byte, 0, len(pt))
+	b.Run("cursor-open", func(b *testing.B) {
+		b.ReportMetric(float64(len(token)), "token-bytes")
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			n, err := b64.Decode(dec, []byte(token))
+			if err != nil || n < hn+gcmNonceSize+gcmTagSize {
+				b.Fatal("floor token does not decode")
+			}
+			if _, err := aead.Open(out[:0], dec[hn:hn+gcmNonceSize], dec[hn+gcmNonceSize:n], aad); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu.done(b)
+	})
+}
+
+// BenchmarkFloorHMACScope is the floor of what a version 2 cursor computes
+// by design: the HMAC-SHA256 of the body (BenchmarkFloorHMAC/cursor) and
+// the HMAC-SHA256 of the scope (the binding digest), each with a keyed
+// state reused, plus base64url.
+func BenchmarkFloorHMACScope(b *testing.B) {
+	body := benchCursorBody(b)
+	scope := appendScope(nil, &benchScope)
+	h := hmac.New(sha256.New, subkey(benchKey, "bench floor"))
+	hb := hmac.New(sha256.New, subkey(benchKey, "bench floor bind"))
+	raw := make([]byte, 0, len(body)+macSize)
+	buf := make([]byte, 0, b64.EncodedLen(len(body)+macSize))
+	var sum [macSize]byte
+	b.Run("sign", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			hb.Reset()
+			hb.Write(scope)
+			hb.Sum(sum[:0])
+			h.Reset()
+			h.Write(body)
+			raw = h.Sum(append(raw[:0], body...))
+			_ = string(b64.AppendEncode(buf[:0], raw))
+		}
+		cpu.done(b)
+	})
+	h.Reset()
+	h.Write(body)
+	token := b64.EncodeToString(h.Sum(append([]byte(nil), body...)))
+	dec := make([]byte, len(body)+macSize)
+	b.Run("verify", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			n, err := b64.Decode(dec, []byte(token))
+			if err != nil || n <= macSize {
+				b.Fatal("floor token does not decode")
+			}
+			h.Reset()
+			h.Write(dec[:n-macSize])
+			if !hmac.Equal(h.Sum(sum[:0]), dec[n-macSize:n]) {
+				b.Fatal("floor MAC mismatch")
+			}
+			hb.Reset()
+			hb.Write(scope)
+			if hmac.Equal(hb.Sum(sum[:0]), dec[:macSize]) {
+				b.Fatal("unexpected")
+			}
+		}
+		cpu.done(b)
+	})
 }
 
 // BenchmarkFloorGCM is the floor of a sealed token: AES-256-GCM with a

@@ -3,10 +3,12 @@ package ctoken
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"math"
 	"reflect"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ctoken/ctoken/internal/cursorwire"
 	"github.com/ctoken/ctoken/internal/reason"
@@ -27,6 +29,17 @@ const (
 
 	// cursorKeyLabel is the HKDF info label of the cursor MAC subkey.
 	cursorKeyLabel = "ctoken.cursor hmac-sha256 key"
+	// cursorBindLabel is the HKDF info label of the subkey of the keyed
+	// digest that binds a version 2 cursor to its scope.
+	cursorBindLabel = "ctoken.cursor binding hmac-sha256 key"
+	// cursorSealLabel is the HKDF info label of the AES-256-GCM subkey of
+	// sealed cursors.
+	cursorSealLabel = "ctoken.cursor aes-256-gcm key"
+	// cursorSessionTagLabel prefixes the session in the SHA-256 input of
+	// the session tag of version 2 and sealed cursors. The tag is not
+	// keyed, so that a cursor MACed under another key is still classified
+	// by its session.
+	cursorSessionTagLabel = "ctoken.cursor session tag\x00"
 	// maxFutureSkew is how far in the future IssuedAt may be (clock skew
 	// within a fleet) before a cursor is refused.
 	maxFutureSkew = 60 * time.Second
@@ -92,14 +105,29 @@ type CursorConfig struct {
 	// Observer, if set, is told of every Issue and Verify ([KindCursor]);
 	// see [Observer]. Nil costs nothing.
 	Observer Observer
+	// Seal, when true, issues sealed cursors (format version 3): AES-256-GCM
+	// under a subkey of each key, a random 96-bit nonce per cursor, so the
+	// page and the opaque state are unreadable too; only the version, the
+	// issue time and the session tag stay in clear (authenticated as
+	// additional data with the scope). When false, cursors are signed
+	// (version 2): the page and the state are readable, the scope is a keyed
+	// digest. Either way the issuer verifies both kinds (and version 1 until
+	// it is removed), so the switch can be flipped on a running fleet. A
+	// sealed cursor bound to another scope does not open: it is refused as
+	// [ErrCursorInvalid] ("sealed cursor does not open"), not told apart from
+	// a forgery.
+	Seal bool
 }
 
 // CursorIssuer issues and verifies stateless HMAC-SHA256 pagination
 // cursors. It is safe for concurrent use. The zero value refuses every call
 // with [ErrNoKey].
 type CursorIssuer struct {
-	macs    macRing            // static keys; nil when rot is set
-	rot     *rotating[macRing] // keys from a KeySource
+	keys    cursorKeys            // static keys; zero when rot is set
+	rot     *rotating[cursorKeys] // keys from a KeySource
+	seal    bool
+	sessTag [cursorwire.SessionTagSize]byte
+	budget  int
 	obs     Observer
 	ttl     time.Duration
 	session []byte
@@ -113,8 +141,10 @@ type CursorIssuer struct {
 // because the body is handed to a hash.Hash, which makes a stack buffer
 // escape to the heap on every call.
 type cursorScratch struct {
-	raw  [maxCursorRaw]byte   // body || MAC
+	raw  [maxCursorRaw]byte   // body || MAC, or header || nonce || sealed
 	text [MaxCursorBytes]byte // base64url text
+	pt   [maxCursorRaw]byte   // plaintext of a sealed cursor
+	aad  []byte               // header || scope of a sealed cursor
 }
 
 // getScratch returns pooled working memory.
@@ -129,6 +159,9 @@ func (i *CursorIssuer) getScratch() *cursorScratch {
 
 // putScratch returns s to the pool.
 func (i *CursorIssuer) putScratch(s *cursorScratch) {
+	if cap(s.aad) > 4<<10 {
+		s.aad = nil // a long caller ID is not kept alive by the pool
+	}
 	if i.scratch != nil {
 		i.scratch.Put(s)
 	}
@@ -172,12 +205,13 @@ func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 	}
 	if cfg.KeySource != nil {
 		var ok bool
-		if i.rot, ok = newRotating(cfg.KeySource, deriveCursorMACs); !ok {
+		if i.rot, ok = newRotating(cfg.KeySource, deriveCursorKeys); !ok {
 			return nil, reject(ErrNoKey, "CursorConfig.KeySource: a key cannot be derived from")
 		}
-	} else if i.macs, _ = deriveCursorMACs(cfg.Keys); i.macs == nil {
+	} else if i.keys, _ = deriveCursorKeys(cfg.Keys); i.keys.macs == nil {
 		return nil, reject(ErrNoKey, "CursorConfig.Keys: a key cannot be derived from")
 	}
+	i.seal = cfg.Seal
 	if i.ttl == 0 {
 		i.ttl = DefaultCursorTTL
 	}
@@ -190,18 +224,104 @@ func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
 		i.session = make([]byte, sessionBytes)
 		rand.Read(i.session)
 	}
+	i.sessTag = cursorSessionTag(i.session)
+	i.budget = i.stateBudget()
 	return i, nil
 }
 
-// deriveCursorMACs returns the cursor MAC subkeys of kr, or false.
-func deriveCursorMACs(kr *Keyring) (macRing, bool) { return deriveMACRing(kr, cursorKeyLabel) }
+// cursorSessionTag returns the session tag of version 2 and sealed cursors:
+// the first 8 bytes of SHA-256(label || session), so that a session of any
+// length up to [MaxSessionBytes] costs 8 bytes of a cursor.
+func cursorSessionTag(session []byte) (tag [cursorwire.SessionTagSize]byte) {
+	h := sha256.New()
+	h.Write([]byte(cursorSessionTagLabel))
+	h.Write(session)
+	copy(tag[:], h.Sum(nil))
+	return tag
+}
 
-// ring returns the MAC subkeys in use now (empty for the zero value).
-func (i *CursorIssuer) ring() macRing {
+// cursorKeys are the subkeys of every key of a ring a cursor issuer uses,
+// primary first.
+type cursorKeys struct {
+	macs  macRing  // the MAC of version 1 and 2 bodies
+	binds macRing  // the binding digest of version 2
+	aeads aeadRing // sealed cursors
+}
+
+// deriveCursorKeys returns the cursor subkeys of kr, or false.
+func deriveCursorKeys(kr *Keyring) (cursorKeys, bool) {
+	macs, ok := deriveMACRing(kr, cursorKeyLabel)
+	if !ok {
+		return cursorKeys{}, false
+	}
+	binds, ok := deriveMACRing(kr, cursorBindLabel)
+	if !ok {
+		return cursorKeys{}, false
+	}
+	aeads, err := newAEADRing(kr, cursorSealLabel)
+	if err != nil || len(aeads) != len(macs) {
+		return cursorKeys{}, false
+	}
+	return cursorKeys{macs: macs, binds: binds, aeads: aeads}, true
+}
+
+// ring returns the subkeys in use now (empty for the zero value).
+func (i *CursorIssuer) ring() cursorKeys {
 	if i.rot != nil {
 		return i.rot.get()
 	}
-	return i.macs
+	return i.keys
+}
+
+// StateBudget returns how many bytes of opaque state every cursor i issues
+// can carry, whatever its scope: the tool and caller IDs and the arguments
+// fingerprint are bound by a fixed-size digest (or, sealed, as additional
+// data) and take none of it, so a handler can check its largest state
+// against it at startup. It is [MaxOpaqueStateBytes] for every
+// configuration [NewCursorIssuer] accepts (TestCursorStateBudget), and 0
+// for an issuer not made by NewCursorIssuer.
+func (i *CursorIssuer) StateBudget() int { return i.budget }
+
+// stateBudget computes [CursorIssuer.StateBudget]: the largest state up to
+// MaxOpaqueStateBytes whose cursor, with the longest page and issue time,
+// fits MaxCursorBytes.
+func (i *CursorIssuer) stateBudget() int {
+	for n := MaxOpaqueStateBytes; n >= 0; n-- {
+		if b64.EncodedLen(i.maxRawLen(n)) <= MaxCursorBytes {
+			return n
+		}
+	}
+	return 0
+}
+
+// maxRawLen returns the longest raw cursor with a state of n bytes.
+func (i *CursorIssuer) maxRawLen(n int) int {
+	const issued = math.MinInt64 // the longest integer head
+	if i.seal {
+		return cursorwire.SealedHeaderLen(cursorwire.VersionSealed, issued, i.sessTag[:]) + gcmNonceSize +
+			cursorwire.SealedInnerLen(math.MaxUint32, make([]byte, n)) + gcmTagSize
+	}
+	return cursorwire.V2Len(&cursorwire.BodyV2{Version: cursorwire.Version, Page: math.MaxUint32, Issued: issued,
+		Session: i.sessTag[:], State: make([]byte, n), Bind: make([]byte, cursorwire.BindSize)}) + macSize
+}
+
+// zeroBind stands for the binding digest when a body's length is computed.
+var zeroBind [cursorwire.BindSize]byte
+
+// appendScope appends the scope a cursor binds: the input of the keyed
+// digest of a version 2 cursor, and the additional data, after the header,
+// of a sealed one. The tool and caller IDs, each after its length as 8
+// bytes big endian, then the arguments fingerprint when it is non-zero.
+// Any bytes are accepted; nothing of them is carried.
+func appendScope(dst []byte, s *CursorScope) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(len(s.ToolID)))
+	dst = append(dst, s.ToolID...)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(len(s.CallerID)))
+	dst = append(dst, s.CallerID...)
+	if !s.Args.IsZero() {
+		dst = append(dst, s.Args[:]...)
+	}
+	return dst
 }
 
 // Session returns a copy of the issuer's server session (empty for the
@@ -231,38 +351,47 @@ func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 }
 
 func (i *CursorIssuer) issue(p CursorPayload) (string, error) {
-	macs := i.ring()
-	if len(macs) == 0 {
+	keys := i.ring()
+	if len(keys.macs) == 0 {
 		return "", errCursorNoKey
 	}
 	if len(p.State) > MaxOpaqueStateBytes {
 		return "", errCursorStateLarge
 	}
-	if !utf8.ValidString(p.ToolID) || !utf8.ValidString(p.CallerID) {
-		return "", errIDNotUTF8
+	issued := i.now().Unix()
+	// The size is known before anything is encoded, so nothing oversize
+	// ever reaches the fixed-size scratch buffer. No scope costs any of it.
+	var n int
+	if i.seal {
+		n = cursorwire.SealedHeaderLen(cursorwire.VersionSealed, issued, i.sessTag[:]) + gcmNonceSize +
+			cursorwire.SealedInnerLen(p.Page, p.State) + gcmTagSize
+	} else {
+		n = cursorwire.V2Len(&cursorwire.BodyV2{Version: cursorwire.Version, Page: p.Page, Issued: issued,
+			Session: i.sessTag[:], State: p.State, Bind: zeroBind[:]}) + macSize
 	}
-	b := cursorwire.Body{
-		Version: cursorwire.Version,
-		Tool:    p.ToolID,
-		Caller:  p.CallerID,
-		Page:    p.Page,
-		Issued:  i.now().Unix(),
-		Session: i.session,
-		State:   p.State,
-	}
-	if !p.Args.IsZero() {
-		b.Args = p.Args[:]
-	}
-	// The size is known before anything is encoded, so an oversize tool or
-	// caller ID never reaches the fixed-size scratch buffer.
-	n := cursorwire.BodyLen(&b) + macSize
 	if b64.EncodedLen(n) > MaxCursorBytes {
 		return "", errCursorLarge
 	}
 	s := i.getScratch()
-	raw := cursorwire.AppendBody(s.raw[:0], &b)
-	raw = macs[0].Sum(raw, raw)
-	text := s.text[:b64.EncodedLen(n)]
+	var raw []byte
+	if i.seal {
+		hdr := cursorwire.AppendSealedHeader(s.raw[:0], cursorwire.VersionSealed, issued, i.sessTag[:])
+		s.aad = appendScope(append(s.aad[:0], hdr...), &p.CursorScope)
+		pt := cursorwire.AppendSealedInner(s.pt[:0], p.Page, p.State)
+		raw = keys.aeads[0].Seal(hdr, nil, pt, s.aad)
+	} else {
+		bind := keys.binds[0]
+		st := bind.Begin()
+		// One Write of the scope, laid out in pooled memory: cheaper than
+		// a Write per field.
+		s.aad = appendScope(s.aad[:0], &p.CursorScope)
+		st.Write(s.aad)
+		raw = cursorwire.AppendV2(s.raw[:0], &cursorwire.BodyV2{Version: cursorwire.Version, Page: p.Page, Issued: issued,
+			Session: i.sessTag[:], State: p.State, Bind: st.Tag()[:]})
+		bind.End(st)
+		raw = keys.macs[0].Sum(raw, raw)
+	}
+	text := s.text[:b64.EncodedLen(len(raw))]
 	b64.Encode(text, raw)
 	cursor := string(text)
 	i.putScratch(s)
@@ -286,6 +415,8 @@ var (
 	errCursorSession    = reject(ErrCursorExpired, "other server session")
 	errCursorForeign    = reject(ErrCursorExpired, "mac mismatch (other session)")
 	errCursorAge        = reject(ErrCursorExpired, "older than TTL")
+	errCursorScope      = reject(ErrCursorInvalid, "wrong scope (tool, caller or arguments)")
+	errCursorSealed     = reject(ErrCursorInvalid, "sealed cursor does not open (tampered, other key, or other scope)")
 )
 
 // Verify checks cursor and returns its payload. Checks run in this order:
@@ -313,8 +444,8 @@ var (
 // with the [KeyPosition] of the key that matched, or [OutcomeRefused] with
 // the [RefusalReason].
 func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, error) {
-	macs := i.ring()
-	if len(macs) == 0 {
+	keys := i.ring()
+	if len(keys.macs) == 0 {
 		return CursorPayload{}, errCursorNoKey
 	}
 	if len(cursor) == 0 {
@@ -332,14 +463,23 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	if err != nil {
 		return i.refuse(-1, errCursorBase64)
 	}
+	raw := s.raw[:n]
+	// Key 1 sorts first, so the first three bytes name a sealed cursor's
+	// header: a map of 3 pairs (no signed layout has so few), version 3.
+	if n >= 3 && raw[0] == 0xa3 && raw[1] == cursorwire.KeyVersion && raw[2] == cursorwire.VersionSealed {
+		return i.verifySealed(keys, s, raw, &want)
+	}
 	if n <= macSize {
 		return i.refuse(-1, errCursorTruncated)
 	}
-	body, tag := s.raw[:n-macSize], s.raw[n-macSize:n]
-	key := macs.verify(body, tag)
+	body, tag := raw[:n-macSize], raw[n-macSize:]
+	key := keys.macs.verify(body, tag)
 	if key < 0 {
 		// A classification hint only: nothing of an unauthenticated body
 		// is ever returned.
+		if f, ok := cursorwire.DecodeV2(body); ok && len(f.Session) != 0 && !equalSecret(f.Session, i.sessTag[:]) {
+			return i.refuse(-1, errCursorForeign)
+		}
 		if f, ok := cursorwire.DecodeBody(body); ok && len(f.Session) != 0 && !bytes.Equal(f.Session, i.session) {
 			return i.refuse(-1, errCursorForeign)
 		}
@@ -347,26 +487,105 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	}
 	// Exactly one encoding is accepted, the one Issue writes (see
 	// internal/cursorwire).
+	if f, ok := cursorwire.DecodeV2(body); ok {
+		return i.verifyV2(keys, s, key, &f, &want)
+	}
 	f, ok := cursorwire.DecodeBody(body)
 	if !ok {
 		return i.refuse(key, errCursorMalformed)
 	}
-	if f.Version != cursorwire.Version {
+	return i.verifyV1(key, &f, &want)
+}
+
+// checkTime checks the session tag (or version 1 session) and the issue
+// time of an authentic cursor.
+func (i *CursorIssuer) checkTime(session, wantSession []byte, issuedUnix int64) (time.Time, error) {
+	if !equalSecret(session, wantSession) {
+		return time.Time{}, errCursorSession
+	}
+	issued := time.Unix(issuedUnix, 0)
+	now := i.now()
+	if issued.Sub(now) > maxFutureSkew {
+		return time.Time{}, errCursorFuture
+	}
+	if i.ttl > 0 && now.Sub(issued) > i.ttl {
+		return time.Time{}, errCursorAge
+	}
+	return issued, nil
+}
+
+// verifyV2 checks an authentic version 2 body whose MAC key matched.
+func (i *CursorIssuer) verifyV2(keys cursorKeys, s *cursorScratch, key int, f *cursorwire.Fields, want *CursorScope) (CursorPayload, error) {
+	if f.Version != cursorwire.Version || len(f.Bind) != cursorwire.BindSize || len(f.Session) != cursorwire.SessionTagSize {
+		return i.refuse(key, errCursorVersion)
+	}
+	issued, err := i.checkTime(f.Session, i.sessTag[:], f.Issued)
+	if err != nil {
+		return i.refuse(key, err)
+	}
+	// The digest under the subkey of the key whose MAC matched; compared
+	// in constant time (hmac.Equal).
+	bind := keys.binds[key]
+	st := bind.Begin()
+	s.aad = appendScope(s.aad[:0], want)
+	st.Write(s.aad)
+	ok := st.Equal(f.Bind)
+	bind.End(st)
+	if !ok {
+		return i.refuse(key, errCursorScope)
+	}
+	return i.verified(key, want, want.Args, f.Page, f.State, issued)
+}
+
+// verifySealed opens a sealed cursor with each key of the ring.
+func (i *CursorIssuer) verifySealed(keys cursorKeys, s *cursorScratch, raw []byte, want *CursorScope) (CursorPayload, error) {
+	h, hn, ok := cursorwire.DecodeSealedHeader(raw)
+	if !ok {
+		return i.refuse(-1, errCursorMalformed)
+	}
+	if len(raw)-hn < gcmNonceSize+gcmTagSize {
+		return i.refuse(-1, errCursorTruncated)
+	}
+	s.aad = appendScope(append(s.aad[:0], raw[:hn]...), want)
+	key := -1
+	var pt []byte
+	for k, aead := range keys.aeads {
+		var err error
+		if pt, err = aead.Open(s.pt[:0], nil, raw[hn:], s.aad); err == nil {
+			key = k
+			break
+		}
+	}
+	if key < 0 {
+		// A classification hint, as for a signed cursor.
+		if len(h.Session) != 0 && !equalSecret(h.Session, i.sessTag[:]) {
+			return i.refuse(-1, errCursorForeign)
+		}
+		return i.refuse(-1, errCursorSealed)
+	}
+	issued, err := i.checkTime(h.Session, i.sessTag[:], h.Issued)
+	if err != nil {
+		return i.refuse(key, err)
+	}
+	f, ok := cursorwire.DecodeSealedInner(pt)
+	if !ok {
+		return i.refuse(key, errCursorMalformed)
+	}
+	return i.verified(key, want, want.Args, f.Page, f.State, issued)
+}
+
+// verifyV1 checks an authentic version 1 body (the tool and caller IDs and
+// the arguments fingerprint in clear). Deprecated layout: see CHANGELOG.
+func (i *CursorIssuer) verifyV1(key int, f *cursorwire.Fields, want *CursorScope) (CursorPayload, error) {
+	if f.Version != cursorwire.Version1 {
 		return i.refuse(key, errCursorVersion)
 	}
 	if len(f.Args) != 0 && len(f.Args) != len(Fingerprint{}) {
 		return i.refuse(key, errCursorArgsLength)
 	}
-	if !equalSecret(f.Session, i.session) {
-		return i.refuse(key, errCursorSession)
-	}
-	issued := time.Unix(f.Issued, 0)
-	now := i.now()
-	if issued.Sub(now) > maxFutureSkew {
-		return i.refuse(key, errCursorFuture)
-	}
-	if i.ttl > 0 && now.Sub(issued) > i.ttl {
-		return i.refuse(key, errCursorAge)
+	issued, err := i.checkTime(f.Session, i.session, f.Issued)
+	if err != nil {
+		return i.refuse(key, err)
 	}
 	var args Fingerprint
 	copy(args[:], f.Args)
@@ -378,19 +597,24 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	case !want.Args.IsZero() && !equalSecret(args[:], want.Args[:]):
 		return i.refuse(key, errCursorArgs)
 	}
-	// Tool and caller equal want's, so want's strings are returned rather
-	// than copies. State aliases the pooled scratch and is copied: the one
-	// allocation of a successful Verify, and none when there is no state.
+	return i.verified(key, want, args, f.Page, f.State, issued)
+}
+
+// verified returns the payload of a cursor that passed every check. Tool
+// and caller equal want's, so want's strings are returned rather than
+// copies. State aliases the pooled scratch and is copied: the one
+// allocation of a successful Verify, and none when there is no state.
+func (i *CursorIssuer) verified(key int, want *CursorScope, args Fingerprint, page uint32, st []byte, issued time.Time) (CursorPayload, error) {
 	var state []byte
-	if len(f.State) > 0 {
-		state = append(make([]byte, 0, len(f.State)), f.State...)
+	if len(st) > 0 {
+		state = append(make([]byte, 0, len(st)), st...)
 	}
 	if i.obs != nil {
 		observeErr(i.obs, KindCursor, key, nil, 0)
 	}
 	return CursorPayload{
 		CursorScope: CursorScope{ToolID: want.ToolID, CallerID: want.CallerID, Args: args},
-		Page:        f.Page,
+		Page:        page,
 		State:       state,
 		IssuedAt:    issued,
 	}, nil

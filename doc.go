@@ -5,8 +5,9 @@
 //
 // It has two continuation token types:
 //
-//   - [CursorIssuer]: stateless HMAC-SHA256 pagination cursors over compact
-//     CBOR, at most [MaxCursorBytes], bound to an operation or endpoint
+//   - [CursorIssuer]: stateless HMAC-SHA256 (or, sealed, AES-256-GCM)
+//     pagination cursors over compact CBOR, at most [MaxCursorBytes], bound
+//     by a keyed digest to an operation or endpoint
 //     (an MCP tool, an RPC, an HTTP route: [CursorScope].ToolID), a caller,
 //     an arguments fingerprint ([ArgsFingerprint]) and a server session,
 //     with a TTL and key rotation; by page number or by keyset
@@ -49,9 +50,54 @@
 //
 // # Cursor wire format
 //
+// An issuer writes format version 2, signed, or with [CursorConfig.Seal]
+// version 3, sealed. Every map is Core Deterministic Encoding (RFC 8949
+// §4.2.1) with small integer keys; subkeys are HKDF-SHA256(key, salt = 32
+// zero bytes, info = label, 32) of each key of the ring.
+//
+//	K      = HKDF(key, "ctoken.cursor hmac-sha256 key")
+//	Kb     = HKDF(key, "ctoken.cursor binding hmac-sha256 key")
+//	Ke     = HKDF(key, "ctoken.cursor aes-256-gcm key")
+//	scope  = uint64be(len(tool)) || tool || uint64be(len(caller)) || caller
+//	         || args (the 32-byte fingerprint, only when non-zero)
+//	tag    = SHA-256("ctoken.cursor session tag\x00" || session)[:8]
+//
+// Version 2 (signed):
+//
 //	cursor = base64url_nopad( body || HMAC-SHA256(K, body) )
-//	K      = HKDF-SHA256(key, salt = 32 zero bytes, info = "ctoken.cursor hmac-sha256 key", 32)
-//	body   = CBOR map, Core Deterministic Encoding (RFC 8949 §4.2.1):
+//	body   = CBOR map:
+//	  1: version        unsigned, 2
+//	  5: page           unsigned, at most 2^32-1 (0 in a keyset cursor)
+//	  6: issued at      integer, Unix seconds
+//	  7: session tag    byte string, 8 bytes
+//	  8: opaque state   byte string (omitted when empty)
+//	  9: binding        byte string, HMAC-SHA256(Kb, scope), 32 bytes
+//
+// Version 3 (sealed, AES-256-GCM with a random 96-bit nonce):
+//
+//	cursor = base64url_nopad( header || nonce || GCM(Ke, nonce, inner, aad = header || scope) )
+//	header = CBOR map { 1: 3, 6: issued at, 7: session tag }
+//	inner  = CBOR map { 5: page, 8: opaque state (omitted when empty) }
+//
+// The tool and caller IDs and the arguments fingerprint are never carried:
+// a version 2 cursor holds their keyed digest, which a dictionary of IDs
+// does not invert without the key, and a sealed one authenticates them as
+// additional data. Any IDs, of any length and not necessarily UTF-8, cost
+// the same 34 bytes (none, sealed), so every cursor holds the full
+// [MaxOpaqueStateBytes] ([CursorIssuer.StateBudget];
+// TestCursorScopeCostsNoStateBudget). A bound cursor verifies only against
+// the same non-zero arguments fingerprint. The digest is checked with the
+// subkey of the key whose MAC matched, in constant time. The session tag
+// and the issue time stay in clear so that a cursor from before a restart
+// or of another session is still [ErrCursorExpired]; a sealed cursor that
+// does not open (forged, or of another scope) is [ErrCursorInvalid] and
+// cannot be told apart from a forgery.
+//
+// Version 1, which carried the IDs in clear, is still verified until it
+// is removed (see CHANGELOG.md), never beyond the TTL:
+//
+//	cursor = base64url_nopad( body || HMAC-SHA256(K, body) )
+//	body   = CBOR map:
 //	  1: version        unsigned, 1
 //	  2: tool ID        text string (the operation or endpoint)
 //	  3: caller ID      text string
@@ -63,9 +109,10 @@
 //
 // Base64 is strict: padding, white space and non-zero unused trailing bits
 // are refused, so each token has exactly one spelling. Verification runs:
-// length cap, base64, MAC against each key of the ring, strict CBOR decode
-// (no duplicate or unknown keys, no indefinite lengths, no tags, valid
-// UTF-8, no trailing bytes), session, age, scope.
+// length cap, base64, MAC against each key of the ring (sealed: GCM open
+// with each key), strict CBOR decode (no duplicate or unknown keys, no
+// indefinite lengths, no tags, valid UTF-8, no trailing bytes), session,
+// age, scope.
 //
 // # Request state wire format
 //

@@ -134,12 +134,14 @@ func ExampleFingerprint() {
 	_, err = issuer.Verify(cursor, other)
 	fmt.Println("other arguments:", errors.Is(err, ctoken.ErrCursorInvalid))
 
+	// The arguments are inside the cursor's keyed digest: a verifier that
+	// presents none (a zero Fingerprint) is refused too.
 	unchecked := scope
 	unchecked.Args = ctoken.Fingerprint{}
 	_, err = issuer.Verify(cursor, unchecked)
-	fmt.Println("zero Fingerprint:", err)
+	fmt.Println("zero Fingerprint:", errors.Is(err, ctoken.ErrCursorInvalid))
 	// Output:
 	// same arguments: <nil>
 	// other arguments: true
-	// zero Fingerprint: <nil>
+	// zero Fingerprint: true
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/internal/clocktest"
+	"github.com/ctoken/ctoken/observe/observetest"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -277,198 +278,213 @@ func TestExchangePassesOptionalParametersAndReturnsScope(t *testing.T) {
 	}
 }
 
-func TestExchangeRejectsExpiredToken(t *testing.T) {
-	f := newExchangeFixture(t, nil)
-	tok := f.mint()
-	f.clock.Advance(ctoken.DefaultOneTimeTTL)
-	r := wantRefusal(t, post(f.handler, exchangeForm(tok).Encode()), http.StatusBadRequest, "invalid_grant")
-	if r.Description != "subject_token has expired" || f.authorizedCount() != 0 || f.issuedCount() != 0 {
-		t.Fatalf("%q, authorized %d, issued %d", r.Description, f.authorizedCount(), f.issuedCount())
-	}
-}
-
-func TestExchangeRejectsForgedToken(t *testing.T) {
-	f := newExchangeFixture(t, nil)
-	other, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	forger, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: other, Purpose: exchangePurpose, Now: f.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	forged, err := forger.Mint(exchangeClaims)
-	if err != nil {
-		t.Fatal(err)
-	}
-	good := f.mint()
-	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(good, "ot1."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw[len(raw)-40] ^= 1 // a claim byte, under the MAC
-	tampered := "ot1." + base64.RawURLEncoding.EncodeToString(raw)
-	for name, tok := range map[string]string{
-		"other key":     forged,
-		"tampered":      tampered,
-		"not a token":   "hello",
-		"other format":  "v1.abc.def",
-		"bad base64":    good[:20] + "!" + good[21:],
-		"padded":        good + "=",
-		"line break":    good[:30] + "\n" + good[30:],
-		"over the cap":  "ot1." + strings.Repeat("A", ctoken.MaxOneTimeTokenBytes),
-		"prefix only":   "ot1.",
-		"mixed case pf": "OT1." + strings.TrimPrefix(good, "ot1."),
-	} {
-		t.Run(name, func(t *testing.T) {
-			r := wantRefusal(t, post(f.handler, exchangeForm(tok).Encode()), http.StatusBadRequest, "invalid_grant")
-			if r.Description != "subject_token is invalid" {
-				t.Fatalf("description %q", r.Description)
-			}
-		})
-	}
-	if f.authorizedCount() != 0 || f.issuedCount() != 0 {
-		t.Fatalf("callbacks ran for a forged token: %d %d", f.authorizedCount(), f.issuedCount())
-	}
-	// The good token was never burned by the attempts.
-	if w := post(f.handler, exchangeForm(good).Encode()); w.Code != http.StatusOK {
-		t.Fatalf("good token after forgeries: %d", w.Code)
-	}
-}
-
-func TestExchangeRejectsTruncatedToken(t *testing.T) {
-	f := newExchangeFixture(t, nil)
-	tok := f.mint()
-	for _, n := range []int{len(tok) - 1, len(tok) - 2, len(tok) - 43, len(tok) / 2, 5} {
-		r := wantRefusal(t, post(f.handler, exchangeForm(tok[:n]).Encode()), http.StatusBadRequest, "invalid_grant")
-		if r.Description != "subject_token is invalid" {
-			t.Fatalf("truncated to %d: %q", n, r.Description)
+// TestExchangeRejects pins each refusal of the exchange handler.
+func TestExchangeRejects(t *testing.T) {
+	t.Run("expired token", func(t *testing.T) {
+		f := newExchangeFixture(t, nil)
+		tok := f.mint()
+		f.clock.Advance(ctoken.DefaultOneTimeTTL)
+		r := wantRefusal(t, post(f.handler, exchangeForm(tok).Encode()), http.StatusBadRequest, "invalid_grant")
+		if r.Description != "subject_token has expired" || f.authorizedCount() != 0 || f.issuedCount() != 0 {
+			t.Fatalf("%q, authorized %d, issued %d", r.Description, f.authorizedCount(), f.issuedCount())
 		}
-	}
-	if f.authorizedCount() != 0 {
-		t.Fatal("Authorize ran for a truncated token")
-	}
-	if w := post(f.handler, exchangeForm(tok).Encode()); w.Code != http.StatusOK {
-		t.Fatalf("whole token after truncated attempts: %d", w.Code)
-	}
-}
-
-func TestExchangeRejectsTokenOfAnotherPurpose(t *testing.T) {
-	f := newExchangeFixture(t, nil)
-	reset, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: f.keys, Purpose: "password-reset", Now: f.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := reset.Mint(exchangeClaims)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantRefusal(t, post(f.handler, exchangeForm(tok).Encode()), http.StatusBadRequest, "invalid_grant")
-	if f.authorizedCount() != 0 {
-		t.Fatal("Authorize ran for a token of another purpose")
-	}
-	if !strings.Contains(f.logs.String(), `"check":"other purpose"`) {
-		t.Fatalf("log lacks the reason: %s", f.logs.String())
-	}
-	// Not consumed at its own issuer.
-	if _, err := reset.Redeem(context.Background(), tok, exchangeClaims); err != nil {
-		t.Fatalf("password-reset token after the exchange attempt: %v", err)
-	}
-}
-
-func TestExchangeRejectsOtherGrantType(t *testing.T) {
-	f := newExchangeFixture(t, nil)
-	tok := f.mint()
-	for _, gt := range []string{"authorization_code", "refresh_token", "client_credentials", ctoken.GrantTypeTokenExchange + " ", "URN:IETF:PARAMS:OAUTH:GRANT-TYPE:TOKEN-EXCHANGE"} {
-		form := exchangeForm(tok)
-		form.Set("grant_type", gt)
-		wantRefusal(t, post(f.handler, form.Encode()), http.StatusBadRequest, "unsupported_grant_type")
-	}
-	if f.authorizedCount() != 0 {
-		t.Fatal("Authorize ran for another grant type")
-	}
-}
-
-func TestExchangeRejectsMissingOrMalformedFields(t *testing.T) {
-	f := newExchangeFixture(t, nil)
-	tok := f.mint()
-	good := exchangeForm(tok).Encode()
-	without := func(name string) string { v := exchangeForm(tok); v.Del(name); return v.Encode() }
-	with := func(name, value string) string { v := exchangeForm(tok); v.Set(name, value); return v.Encode() }
-	for _, tc := range []struct{ name, body string }{
-		{"empty body", ""},
-		{"no grant_type", without("grant_type")},
-		{"empty grant_type", with("grant_type", "")},
-		{"no subject_token", without("subject_token")},
-		{"empty subject_token", with("subject_token", "")},
-		{"no subject_token_type", without("subject_token_type")},
-		{"other subject_token_type", with("subject_token_type", "urn:ietf:params:oauth:token-type:access_token")},
-		{"repeated subject_token", good + "&subject_token=" + url.QueryEscape(tok)},
-		{"repeated grant_type", good + "&grant_type=" + url.QueryEscape(ctoken.GrantTypeTokenExchange)},
-		{"repeated scope", good + "&scope=a&scope=b"},
-		{"actor_token", with("actor_token", tok)},
-		{"actor_token_type", with("actor_token_type", ctoken.TokenTypeOneTime)},
-		{"other requested_token_type", with("requested_token_type", ctoken.TokenTypeJWT)},
-		{"bad percent escape", good + "&x=%zz"},
-		{"semicolon separator", good + ";x=1"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			wantRefusal(t, post(f.handler, tc.body), http.StatusBadRequest, "invalid_request")
-		})
-	}
-	t.Run("subject_token in the URL", func(t *testing.T) {
-		r := httptest.NewRequest(http.MethodPost, "/x?subject_token="+url.QueryEscape(tok), strings.NewReader(good))
-		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		w := httptest.NewRecorder()
-		f.handler.ServeHTTP(w, r)
-		wantRefusal(t, w, http.StatusBadRequest, "invalid_request")
 	})
-	if f.authorizedCount() != 0 {
-		t.Fatal("Authorize ran for a malformed request")
-	}
-	if w := post(f.handler, good); w.Code != http.StatusOK {
-		t.Fatalf("token after malformed requests: %d", w.Code)
-	}
-}
 
-func TestExchangeRejectsMethodOtherThanPost(t *testing.T) {
-	f := newExchangeFixture(t, nil)
-	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete, http.MethodOptions} {
-		r := httptest.NewRequest(m, "/x", strings.NewReader(exchangeForm(f.mint()).Encode()))
-		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		w := httptest.NewRecorder()
-		f.handler.ServeHTTP(w, r)
-		if w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != http.MethodPost {
-			t.Fatalf("%s: %d, Allow %q", m, w.Code, w.Header().Get("Allow"))
+	t.Run("forged token", func(t *testing.T) {
+		f := newExchangeFixture(t, nil)
+		other, err := ctoken.NewKeyring(ctoken.RandomKey())
+		if err != nil {
+			t.Fatal(err)
 		}
-		if m != http.MethodHead {
-			wantRefusal(t, w, http.StatusMethodNotAllowed, "invalid_request")
+		forger, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: other, Purpose: exchangePurpose, Now: f.clock.Now})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-}
+		forged, err := forger.Mint(exchangeClaims)
+		if err != nil {
+			t.Fatal(err)
+		}
+		good := f.mint()
+		raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(good, "ot1."))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw[len(raw)-40] ^= 1 // a claim byte, under the MAC
+		tampered := "ot1." + base64.RawURLEncoding.EncodeToString(raw)
+		for name, tok := range map[string]string{
+			"other key":     forged,
+			"tampered":      tampered,
+			"not a token":   "hello",
+			"other format":  "v1.abc.def",
+			"bad base64":    good[:20] + "!" + good[21:],
+			"padded":        good + "=",
+			"line break":    good[:30] + "\n" + good[30:],
+			"over the cap":  "ot1." + strings.Repeat("A", ctoken.MaxOneTimeTokenBytes),
+			"prefix only":   "ot1.",
+			"mixed case pf": "OT1." + strings.TrimPrefix(good, "ot1."),
+		} {
+			t.Run(name, func(t *testing.T) {
+				r := wantRefusal(t, post(f.handler, exchangeForm(tok).Encode()), http.StatusBadRequest, "invalid_grant")
+				if r.Description != "subject_token is invalid" {
+					t.Fatalf("description %q", r.Description)
+				}
+			})
+		}
+		if f.authorizedCount() != 0 || f.issuedCount() != 0 {
+			t.Fatalf("callbacks ran for a forged token: %d %d", f.authorizedCount(), f.issuedCount())
+		}
+		// The good token was never burned by the attempts.
+		if w := post(f.handler, exchangeForm(good).Encode()); w.Code != http.StatusOK {
+			t.Fatalf("good token after forgeries: %d", w.Code)
+		}
+	})
 
-func TestExchangeRejectsWrongContentType(t *testing.T) {
-	f := newExchangeFixture(t, nil)
-	tok := f.mint()
-	for _, ct := range []string{"", "application/json", "text/plain", "multipart/form-data; boundary=x",
-		"application/x-www-form-urlencoded; charset=latin1", "application/x-www-form-urlencoded; x=1", "application/x-www-form-urlencoded;;"} {
-		r := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(exchangeForm(tok).Encode()))
-		if ct != "" {
+	t.Run("truncated token", func(t *testing.T) {
+		f := newExchangeFixture(t, nil)
+		tok := f.mint()
+		for _, n := range []int{len(tok) - 1, len(tok) - 2, len(tok) - 43, len(tok) / 2, 5} {
+			r := wantRefusal(t, post(f.handler, exchangeForm(tok[:n]).Encode()), http.StatusBadRequest, "invalid_grant")
+			if r.Description != "subject_token is invalid" {
+				t.Fatalf("truncated to %d: %q", n, r.Description)
+			}
+		}
+		if f.authorizedCount() != 0 {
+			t.Fatal("Authorize ran for a truncated token")
+		}
+		if w := post(f.handler, exchangeForm(tok).Encode()); w.Code != http.StatusOK {
+			t.Fatalf("whole token after truncated attempts: %d", w.Code)
+		}
+	})
+
+	t.Run("token of another purpose", func(t *testing.T) {
+		f := newExchangeFixture(t, nil)
+		reset, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: f.keys, Purpose: "password-reset", Now: f.clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := reset.Mint(exchangeClaims)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRefusal(t, post(f.handler, exchangeForm(tok).Encode()), http.StatusBadRequest, "invalid_grant")
+		if f.authorizedCount() != 0 {
+			t.Fatal("Authorize ran for a token of another purpose")
+		}
+		if !strings.Contains(f.logs.String(), `"check":"other purpose"`) {
+			t.Fatalf("log lacks the reason: %s", f.logs.String())
+		}
+		// Not consumed at its own issuer.
+		if _, err := reset.Redeem(context.Background(), tok, exchangeClaims); err != nil {
+			t.Fatalf("password-reset token after the exchange attempt: %v", err)
+		}
+	})
+
+	t.Run("other grant type", func(t *testing.T) {
+		f := newExchangeFixture(t, nil)
+		tok := f.mint()
+		for _, gt := range []string{"authorization_code", "refresh_token", "client_credentials", ctoken.GrantTypeTokenExchange + " ", "URN:IETF:PARAMS:OAUTH:GRANT-TYPE:TOKEN-EXCHANGE"} {
+			form := exchangeForm(tok)
+			form.Set("grant_type", gt)
+			wantRefusal(t, post(f.handler, form.Encode()), http.StatusBadRequest, "unsupported_grant_type")
+		}
+		if f.authorizedCount() != 0 {
+			t.Fatal("Authorize ran for another grant type")
+		}
+	})
+
+	t.Run("missing or malformed fields", func(t *testing.T) {
+		f := newExchangeFixture(t, nil)
+		tok := f.mint()
+		good := exchangeForm(tok).Encode()
+		without := func(name string) string { v := exchangeForm(tok); v.Del(name); return v.Encode() }
+		with := func(name, value string) string { v := exchangeForm(tok); v.Set(name, value); return v.Encode() }
+		for _, tc := range []struct{ name, body string }{
+			{"empty body", ""},
+			{"no grant_type", without("grant_type")},
+			{"empty grant_type", with("grant_type", "")},
+			{"no subject_token", without("subject_token")},
+			{"empty subject_token", with("subject_token", "")},
+			{"no subject_token_type", without("subject_token_type")},
+			{"other subject_token_type", with("subject_token_type", "urn:ietf:params:oauth:token-type:access_token")},
+			{"repeated subject_token", good + "&subject_token=" + url.QueryEscape(tok)},
+			{"repeated grant_type", good + "&grant_type=" + url.QueryEscape(ctoken.GrantTypeTokenExchange)},
+			{"repeated scope", good + "&scope=a&scope=b"},
+			{"actor_token", with("actor_token", tok)},
+			{"actor_token_type", with("actor_token_type", ctoken.TokenTypeOneTime)},
+			{"other requested_token_type", with("requested_token_type", ctoken.TokenTypeJWT)},
+			{"bad percent escape", good + "&x=%zz"},
+			{"semicolon separator", good + ";x=1"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				wantRefusal(t, post(f.handler, tc.body), http.StatusBadRequest, "invalid_request")
+			})
+		}
+		t.Run("subject_token in the URL", func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/x?subject_token="+url.QueryEscape(tok), strings.NewReader(good))
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			w := httptest.NewRecorder()
+			f.handler.ServeHTTP(w, r)
+			wantRefusal(t, w, http.StatusBadRequest, "invalid_request")
+		})
+		if f.authorizedCount() != 0 {
+			t.Fatal("Authorize ran for a malformed request")
+		}
+		if w := post(f.handler, good); w.Code != http.StatusOK {
+			t.Fatalf("token after malformed requests: %d", w.Code)
+		}
+	})
+
+	t.Run("method other than POST", func(t *testing.T) {
+		f := newExchangeFixture(t, nil)
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete, http.MethodOptions} {
+			r := httptest.NewRequest(m, "/x", strings.NewReader(exchangeForm(f.mint()).Encode()))
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			w := httptest.NewRecorder()
+			f.handler.ServeHTTP(w, r)
+			if w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != http.MethodPost {
+				t.Fatalf("%s: %d, Allow %q", m, w.Code, w.Header().Get("Allow"))
+			}
+			if m != http.MethodHead {
+				wantRefusal(t, w, http.StatusMethodNotAllowed, "invalid_request")
+			}
+		}
+	})
+
+	t.Run("wrong content type", func(t *testing.T) {
+		f := newExchangeFixture(t, nil)
+		tok := f.mint()
+		for _, ct := range []string{"", "application/json", "text/plain", "multipart/form-data; boundary=x",
+			"application/x-www-form-urlencoded; charset=latin1", "application/x-www-form-urlencoded; x=1", "application/x-www-form-urlencoded;;"} {
+			r := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(exchangeForm(tok).Encode()))
+			if ct != "" {
+				r.Header.Set("Content-Type", ct)
+			}
+			w := httptest.NewRecorder()
+			f.handler.ServeHTTP(w, r)
+			t.Run(ct, func(t *testing.T) { wantRefusal(t, w, http.StatusBadRequest, "invalid_request") })
+		}
+		for _, ct := range []string{"application/x-www-form-urlencoded; charset=UTF-8", "Application/X-WWW-Form-URLEncoded;charset=utf-8"} {
+			r := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(exchangeForm(f.mint()).Encode()))
 			r.Header.Set("Content-Type", ct)
+			w := httptest.NewRecorder()
+			f.handler.ServeHTTP(w, r)
+			if w.Code != http.StatusOK {
+				t.Fatalf("%q: %d", ct, w.Code)
+			}
 		}
-		w := httptest.NewRecorder()
-		f.handler.ServeHTTP(w, r)
-		t.Run(ct, func(t *testing.T) { wantRefusal(t, w, http.StatusBadRequest, "invalid_request") })
-	}
-	for _, ct := range []string{"application/x-www-form-urlencoded; charset=UTF-8", "Application/X-WWW-Form-URLEncoded;charset=utf-8"} {
-		r := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(exchangeForm(f.mint()).Encode()))
-		r.Header.Set("Content-Type", ct)
-		w := httptest.NewRecorder()
-		f.handler.ServeHTTP(w, r)
-		if w.Code != http.StatusOK {
-			t.Fatalf("%q: %d", ct, w.Code)
+	})
+
+	t.Run("second exchange", func(t *testing.T) {
+		f := newExchangeFixture(t, nil)
+		tok := f.mint()
+		if w := post(f.handler, exchangeForm(tok).Encode()); w.Code != http.StatusOK {
+			t.Fatalf("first exchange: %d", w.Code)
 		}
-	}
+		r := wantRefusal(t, post(f.handler, exchangeForm(tok).Encode()), http.StatusBadRequest, "invalid_grant")
+		if r.Description != "subject_token was already used" || f.issuedCount() != 1 {
+			t.Fatalf("%q, issued %d", r.Description, f.issuedCount())
+		}
+	})
 }
 
 // countingReader is an endless body that counts what was read of it.
@@ -557,18 +573,6 @@ func TestExchangeRefusalByAuthorizeLeavesTokenUsable(t *testing.T) {
 	}
 	if f.issuedCount() != 1 {
 		t.Fatalf("issued %d", f.issuedCount())
-	}
-}
-
-func TestExchangeRejectsSecondExchange(t *testing.T) {
-	f := newExchangeFixture(t, nil)
-	tok := f.mint()
-	if w := post(f.handler, exchangeForm(tok).Encode()); w.Code != http.StatusOK {
-		t.Fatalf("first exchange: %d", w.Code)
-	}
-	r := wantRefusal(t, post(f.handler, exchangeForm(tok).Encode()), http.StatusBadRequest, "invalid_grant")
-	if r.Description != "subject_token was already used" || f.issuedCount() != 1 {
-		t.Fatalf("%q, issued %d", r.Description, f.issuedCount())
 	}
 }
 
@@ -872,5 +876,239 @@ func TestExchangeRequestWithNilBodyIsInvalidNotAPanic(t *testing.T) {
 	f.handler.ServeHTTP(w, r)
 	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"invalid_request"`) {
 		t.Fatalf("nil body: %d %s, want 400 invalid_request", w.Code, w.Body)
+	}
+}
+
+// delayedStore is a replay.Store that takes at least delay per Claim.
+type delayedStore struct {
+	delay time.Duration
+	inner replay.Store
+}
+
+func (s delayedStore) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	time.Sleep(s.delay)
+	return s.inner.Claim(ctx, id, until)
+}
+
+func TestExchangeObserver(t *testing.T) {
+	// Kills exchange.go `if h.obs != nil { start = time.Now() }` negated: the
+	// StoreLatency the handler's observer is told is how long the redeem took
+	// (at least the store's delay, far less than a minute), not the time since
+	// the zero time — for an exchange that succeeds and for a replayed token.
+	t.Run("store latency is the redeem's duration", func(t *testing.T) {
+		const delay = 2 * time.Millisecond
+		kr, err := ctoken.NewKeyring(ctoken.RandomKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{
+			Keys: kr, Purpose: exchangePurpose,
+			Replay: delayedStore{delay: delay, inner: &replay.MemoryStore{}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var events observetest.Recorder
+		h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+			Issuer:    iss,
+			Authorize: func(context.Context, ctoken.ExchangeRequest) error { return nil },
+			Issue: func(context.Context, ctoken.ExchangeRequest) (ctoken.Credential, error) {
+				return ctoken.Credential{AccessToken: "cred", ExpiresIn: time.Minute}, nil
+			},
+			Observer: &events,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := iss.Mint(exchangeClaims)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []int{http.StatusOK, http.StatusBadRequest} {
+			if w := post(h, exchangeForm(tok).Encode()); w.Code != want {
+				t.Fatalf("status %d, want %d", w.Code, want)
+			}
+		}
+		got := events.Take()
+		if len(got) != 2 {
+			t.Fatalf("%d events, want 2: %+v", len(got), got)
+		}
+		for _, e := range got {
+			if e.StoreLatency < delay || e.StoreLatency > time.Minute {
+				t.Fatalf("%v: StoreLatency = %v, want between %v and a minute", e.Outcome, e.StoreLatency, delay)
+			}
+		}
+	})
+
+	// Runs one exchange per outcome and
+	// checks the one KindExchange event each produces.
+	t.Run("sees every outcome", func(t *testing.T) {
+		clock := clocktest.New()
+		kr, err := ctoken.NewKeyring(ctoken.RandomKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := &flakyStore{inner: &replay.MemoryStore{Now: clock.Now}}
+		iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: kr, Purpose: exchangePurpose, Replay: store, Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			events    observetest.Recorder
+			refuse    error
+			issueFail error
+		)
+		h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+			Issuer:    iss,
+			Authorize: func(context.Context, ctoken.ExchangeRequest) error { return refuse },
+			Issue: func(context.Context, ctoken.ExchangeRequest) (ctoken.Credential, error) {
+				return ctoken.Credential{AccessToken: "cred", ExpiresIn: time.Minute}, issueFail
+			},
+			Observer: &events,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mint := func() string {
+			tok, err := iss.Mint(exchangeClaims)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}
+		used := mint()
+		steps := []struct {
+			name    string
+			body    string
+			setup   func()
+			status  int
+			outcome ctoken.Outcome
+			reason  ctoken.RefusalReason
+			store   bool
+		}{
+			{"issued", exchangeForm(used).Encode(), nil, http.StatusOK, ctoken.OutcomeIssued, ctoken.ReasonNone, true},
+			{"duplicate", exchangeForm(used).Encode(), nil, http.StatusBadRequest, ctoken.OutcomeDuplicate, ctoken.ReasonAlreadyRedeemed, true},
+			{"malformed request", "grant_type=x", nil, http.StatusBadRequest, ctoken.OutcomeRefused, ctoken.ReasonExchangeRequest, false},
+			{"forged token", exchangeForm("ot1.AAAA").Encode(), nil, http.StatusBadRequest, ctoken.OutcomeRefused, ctoken.ReasonTruncated, false},
+			{"authorize refuses", exchangeForm(mint()).Encode(), func() { refuse = errors.New("no") }, http.StatusBadRequest, ctoken.OutcomeRefused, ctoken.ReasonAuthorizeRefused, false},
+			{"store down", exchangeForm(mint()).Encode(), func() { refuse = nil; store.down.Store(true) }, http.StatusServiceUnavailable, ctoken.OutcomeStoreFailure, ctoken.ReasonStoreFailed, true},
+			{"issue fails", exchangeForm(mint()).Encode(), func() { store.down.Store(false); issueFail = errors.New("db") }, http.StatusInternalServerError, ctoken.OutcomeRefused, ctoken.ReasonIssueFailed, true},
+		}
+		for _, s := range steps {
+			if s.setup != nil {
+				s.setup()
+			}
+			w := post(h, s.body)
+			if w.Code != s.status {
+				t.Errorf("%s: status %d, want %d", s.name, w.Code, s.status)
+			}
+			e := events.Only(t, s.name)
+			if e.Kind != ctoken.KindExchange || e.Outcome != s.outcome || e.Reason != s.reason || (e.StoreLatency > 0) != s.store {
+				t.Errorf("%s: event %+v, want outcome %v reason %q store latency %v", s.name, e, s.outcome, s.reason, s.store)
+			}
+		}
+	})
+}
+
+// Kills exchange.go `int64(cred.ExpiresIn/time.Second)` with `/` made `*`
+// in the success log record: the record's expires_in is the credential's
+// lifetime in whole seconds (15m0.999s → 900), as in the response body.
+func TestExchangeSuccessLogStatesExpiresInWholeSeconds(t *testing.T) {
+	f := newExchangeFixture(t, nil)
+	w := post(f.handler, exchangeForm(f.mint()).Encode())
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d, want 200: %s", w.Code, w.Body)
+	}
+	var found bool
+	for _, line := range strings.Split(strings.TrimSpace(f.logs.String()), "\n") {
+		var rec struct {
+			Msg       string `json:"msg"`
+			ExpiresIn *int64 `json:"expires_in"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec.Msg != "ctoken exchange: credential issued" {
+			continue
+		}
+		found = true
+		if rec.ExpiresIn == nil || *rec.ExpiresIn != 900 {
+			t.Fatalf("expires_in = %v in %s, want 900", rec.ExpiresIn, line)
+		}
+	}
+	if !found {
+		t.Fatalf("no success record in the log:\n%s", f.logs)
+	}
+}
+
+// refusalRecord is a "ctoken exchange: refused" log record.
+type refusalRecord struct {
+	Level  string  `json:"level"`
+	Status int     `json:"status"`
+	Check  string  `json:"check"`
+	Err    *string `json:"err"`
+}
+
+// lastRefusal returns the last refusal record in f's log and clears the log.
+func lastRefusal(t *testing.T, f *exchangeFixture) refusalRecord {
+	t.Helper()
+	var rec refusalRecord
+	found := false
+	for _, line := range strings.Split(strings.TrimSpace(f.logs.String()), "\n") {
+		var r struct {
+			Msg string `json:"msg"`
+			refusalRecord
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if r.Msg == "ctoken exchange: refused" {
+			rec, found = r.refusalRecord, true
+		}
+	}
+	if !found {
+		t.Fatalf("no refusal record in the log:\n%s", f.logs)
+	}
+	f.logs.mu.Lock()
+	f.logs.b.Reset()
+	f.logs.mu.Unlock()
+	return rec
+}
+
+// Kills exchange.go `ref.status >= 500` (→ `>`, and negated) and the `||`
+// → `&&` mutants of isOneTimeRefusal: a refusal of the token itself
+// (forged, expired, replayed) is logged at WARN with the issuer's check and
+// without the error text, a server-side failure (status 500 exactly, or
+// 503) at ERROR with the callback's or the store's error text.
+func TestExchangeRefusalLogLevelAndErrorText(t *testing.T) {
+	f := newExchangeFixture(t, nil)
+
+	post(f.handler, exchangeForm("ot1.AAAA").Encode())
+	if r := lastRefusal(t, f); r.Level != "WARN" || r.Status != http.StatusBadRequest || r.Check != "truncated" || r.Err != nil {
+		t.Fatalf("forged token: %+v, want WARN 400 check truncated and no err", r)
+	}
+
+	expired := f.mint()
+	f.clock.Advance(ctoken.DefaultOneTimeTTL)
+	post(f.handler, exchangeForm(expired).Encode())
+	if r := lastRefusal(t, f); r.Level != "WARN" || r.Check != "expired" || r.Err != nil {
+		t.Fatalf("expired token: %+v, want WARN, check expired and no err", r)
+	}
+
+	used := f.mint()
+	if w := post(f.handler, exchangeForm(used).Encode()); w.Code != http.StatusOK {
+		t.Fatalf("first exchange: %d", w.Code)
+	}
+	post(f.handler, exchangeForm(used).Encode())
+	if r := lastRefusal(t, f); r.Level != "WARN" || r.Check != "already redeemed" || r.Err != nil {
+		t.Fatalf("replayed token: %+v, want WARN, check already redeemed and no err", r)
+	}
+
+	issueErr := errors.New("credential database down")
+	f.issueErr.Store(&issueErr)
+	post(f.handler, exchangeForm(f.mint()).Encode())
+	f.issueErr.Store(nil)
+	if r := lastRefusal(t, f); r.Level != "ERROR" || r.Status != http.StatusInternalServerError || r.Err == nil || *r.Err != issueErr.Error() {
+		t.Fatalf("Issue failure: %+v, want ERROR 500 with the callback's error", r)
 	}
 }

@@ -12,6 +12,8 @@ package ctoken
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -83,6 +85,15 @@ func checkFuzzCursor(t *testing.T, iss *CursorIssuer, cursor, tool, caller strin
 	if err != nil {
 		t.Fatalf("re-issuing an accepted payload: %v", err)
 	}
+	if raw, _ := b64.DecodeString(cursor); len(raw) > 2 && raw[2] == 1 {
+		// A format version 1 cursor: Issue writes version 2, so the one
+		// encoding is the hand-built version 1 body.
+		var args []byte
+		if !p.Args.IsZero() {
+			args = p.Args[:]
+		}
+		again = signCursorBody(vecKey, vecCursorBody(tool, caller, args, p.Page, p.IssuedAt.Unix(), vecSession, p.State))
+	}
 	if again != cursor {
 		t.Fatalf("accepted a second encoding:\n got  %q\n issue %q", cursor, again)
 	}
@@ -116,6 +127,17 @@ func FuzzCursorVerifySigned(f *testing.F) {
 	f.Add(vecCursorBody("search", "user:42", seqBytes(1, 32), 2, now-10, vecSession, []byte("state")), "search", "user:42")
 	f.Add([]byte{0xa0}, "", "")
 	f.Add([]byte{0xbf, 0xff}, "", "")
+	// Version 2 bodies: authentic (binding and all) and with a short
+	// binding or session tag.
+	for _, v := range []cursorV2Vector{
+		{Tool: hex.EncodeToString([]byte("t")), Caller: hex.EncodeToString([]byte("c")), Page: 1, IssuedAt: now},
+		{Tool: hex.EncodeToString([]byte("search")), Caller: hex.EncodeToString([]byte("user:42")), Page: 2, IssuedAt: now - 10, State: "00ff"},
+	} {
+		v2Token(f, vecKey, vecSession, &v)
+		body := vecHex(f, v.CBOR)
+		f.Add(body, string(vecHex(f, v.Tool)), string(vecHex(f, v.Caller)))
+		f.Add(append(append([]byte(nil), body[:len(body)-34]...), 0x09, 0x41, 0x00), string(vecHex(f, v.Tool)), string(vecHex(f, v.Caller)))
+	}
 	f.Fuzz(func(t *testing.T, body []byte, tool, caller string) {
 		cursor := signCursorBody(vecKey, body)
 		if len(cursor) > MaxCursorBytes {
@@ -123,6 +145,74 @@ func FuzzCursorVerifySigned(f *testing.F) {
 		}
 		checkFuzzCursor(t, iss, cursor, tool, caller)
 	})
+}
+
+// FuzzCursorVerifySealed seals the fuzzed plaintext under the header with
+// the sealed-cursor subkey (the standard library's AES-256-GCM, a fixed
+// nonce) and the scope as additional data, so the decoder of the sealed
+// map and every check after GCM open see hostile authenticated input; the
+// raw fuzzed string is also verified as a token.
+func FuzzCursorVerifySealed(f *testing.F) {
+	iss := newTestIssuer(f, CursorConfig{Keys: vecKeyring(f, vecKey), Session: vecSession, Now: fixedClock(vecNow), Seal: true})
+	now := vecNow.Unix()
+	f.Add([]byte{0xa1, 0x05, 0x03}, now, "t", "c", "")
+	f.Add([]byte{0xa2, 0x05, 0x00, 0x08, 0x41, 0x78}, now-10, "search", "user:42", "")
+	f.Add([]byte{0xa2, 0x05, 0x00, 0x08, 0x40}, now, "t", "c", "")
+	f.Add([]byte{0xa1, 0x09, 0x00}, now+3600, "", "", "")
+	for _, s := range fuzzScopeSeeds {
+		tok, err := iss.Issue(CursorPayload{CursorScope: CursorScope{ToolID: s[0], CallerID: s[1]}, Page: 3, State: []byte("x")})
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add([]byte(nil), now, s[0], s[1], tok)
+		f.Add([]byte(nil), now, s[0], s[1], tok[:len(tok)-1])
+	}
+	key := subkey(vecKey, cursorSealLabel)
+	f.Fuzz(func(t *testing.T, inner []byte, issued int64, tool, caller, token string) {
+		scope := CursorScope{ToolID: tool, CallerID: caller}
+		if token == "" {
+			header := []byte{0xa3, 0x01, 0x03, 0x06}
+			if issued < 0 {
+				header = cborHead(header, 1, uint64(-(issued + 1)))
+			} else {
+				header = cborHead(header, 0, uint64(issued))
+			}
+			tag := cursorSessionTag(vecSession)
+			header = append(append(header, 0x07, 0x48), tag[:]...)
+			token = sealCursorFuzz(t, key, header, inner, appendScope(append([]byte(nil), header...), &scope))
+			if len(token) > MaxCursorBytes {
+				return
+			}
+		}
+		p, err := iss.Verify(token, scope)
+		if err != nil {
+			checkFuzzReasonError(t, err, ErrCursorInvalid, ErrCursorExpired)
+			if !reflect.DeepEqual(p, CursorPayload{}) {
+				t.Fatalf("rejected cursor returned a payload: %+v", p)
+			}
+			return
+		}
+		if p.ToolID != tool || p.CallerID != caller || len(p.State) > MaxOpaqueStateBytes {
+			t.Fatalf("accepted %+v for %q/%q", p, tool, caller)
+		}
+		if age := vecNow.Sub(p.IssuedAt); age > DefaultCursorTTL || age < -maxFutureSkew {
+			t.Fatalf("accepted a cursor issued at %v, now %v", p.IssuedAt, vecNow)
+		}
+	})
+}
+
+// sealCursorFuzz seals inner under header with the standard library.
+func sealCursorFuzz(t *testing.T, key, header, inner, aad []byte) string {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce := make([]byte, gcm.NonceSize())
+	return b64.EncodeToString(gcm.Seal(append(append([]byte(nil), header...), nonce...), nonce, inner, aad))
 }
 
 // fuzzState is an application's typed cursor state.

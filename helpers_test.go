@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"runtime"
+
 	"github.com/ctoken/ctoken/internal/clocktest"
 )
 
@@ -84,4 +86,24 @@ func exactlyOnce(t testing.TB, workers int, attempt func() error, refused error)
 	if ok != 1 {
 		t.Fatalf("%d of %d attempts succeeded, want exactly 1", ok, workers)
 	}
+}
+
+// bytesPerRun returns the heap bytes allocated per call of f: the average
+// over runs calls, taking the smallest of three trials so that stray
+// allocations by the runtime or the testing package do not count. Tests
+// using it must not run in parallel with others.
+func bytesPerRun(runs int, f func()) uint64 {
+	f() // warm up pools and lazily initialized state
+	best := ^uint64(0)
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for range runs {
+			f()
+		}
+		runtime.ReadMemStats(&after)
+		best = min(best, (after.TotalAlloc-before.TotalAlloc)/uint64(runs))
+	}
+	return best
 }

@@ -10,25 +10,27 @@ import (
 	"testing"
 )
 
-func TestNewKeyringRejectsShortKeys(t *testing.T) {
-	if _, err := NewKeyring(make([]byte, 31)); !errors.Is(err, ErrKeyTooShort) {
-		t.Fatalf("short primary: %v", err)
-	}
-	if _, err := NewKeyring(fixedKey(1), fixedKey(2)[:16]); !errors.Is(err, ErrKeyTooShort) {
-		t.Fatalf("short previous: %v", err)
-	}
-	if _, err := NewKeyring(nil); !errors.Is(err, ErrKeyTooShort) {
-		t.Fatalf("nil primary: %v", err)
-	}
-}
+func TestNewKeyring(t *testing.T) {
+	t.Run("rejects short keys", func(t *testing.T) {
+		if _, err := NewKeyring(make([]byte, 31)); !errors.Is(err, ErrKeyTooShort) {
+			t.Fatalf("short primary: %v", err)
+		}
+		if _, err := NewKeyring(fixedKey(1), fixedKey(2)[:16]); !errors.Is(err, ErrKeyTooShort) {
+			t.Fatalf("short previous: %v", err)
+		}
+		if _, err := NewKeyring(nil); !errors.Is(err, ErrKeyTooShort) {
+			t.Fatalf("nil primary: %v", err)
+		}
+	})
 
-func TestNewKeyringCopiesInputs(t *testing.T) {
-	k := fixedKey(7)
-	kr := mustKeyring(t, k)
-	k[0] = 0
-	if kr.keys[0][0] != 7 {
-		t.Fatal("keyring aliases its input")
-	}
+	t.Run("copies inputs", func(t *testing.T) {
+		k := fixedKey(7)
+		kr := mustKeyring(t, k)
+		k[0] = 0
+		if kr.keys[0][0] != 7 {
+			t.Fatal("keyring aliases its input")
+		}
+	})
 }
 
 func TestRandomKeyIsFreshAndFullLength(t *testing.T) {
@@ -41,70 +43,142 @@ func TestRandomKeyIsFreshAndFullLength(t *testing.T) {
 	}
 }
 
-func TestParseKeyringAcceptsEveryForm(t *testing.T) {
-	key := []byte("0123456789abcdef0123456789abcdef\xfb\xff") // 34 bytes: forces '-', '_' / '+', '/' and padding
-	forms := map[string]string{
-		"base64url":    base64.RawURLEncoding.EncodeToString(key),
-		"std padded":   base64.StdEncoding.EncodeToString(key),
-		"std unpadded": base64.RawStdEncoding.EncodeToString(key),
-		"with spaces":  "  \t" + base64.RawURLEncoding.EncodeToString(key) + "\n ",
-		"EncodeKey":    EncodeKey(key),
-	}
-	for name, s := range forms {
-		t.Run(name, func(t *testing.T) {
-			kr, err := ParseKeyring(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if kr.Len() != 1 || string(kr.keys[0]) != string(key) {
-				t.Fatal("decoded key differs")
-			}
-		})
-	}
-}
-
-func TestParseKeyringKeepsOrder(t *testing.T) {
-	s := EncodeKey(seqBytes(1, 32)) + " , " + EncodeKey(seqBytes(2, 32)) + "," + EncodeKey(seqBytes(3, 32))
-	kr, err := ParseKeyring(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if kr.Len() != 3 {
-		t.Fatalf("Len = %d", kr.Len())
-	}
-	for i, k := range kr.keys {
-		if k[0] != byte(i+1) {
-			t.Fatalf("key %d out of order", i)
+func TestParseKeyring(t *testing.T) {
+	t.Run("accepts every form", func(t *testing.T) {
+		key := []byte("0123456789abcdef0123456789abcdef\xfb\xff") // 34 bytes: forces '-', '_' / '+', '/' and padding
+		forms := map[string]string{
+			"base64url":    base64.RawURLEncoding.EncodeToString(key),
+			"std padded":   base64.StdEncoding.EncodeToString(key),
+			"std unpadded": base64.RawStdEncoding.EncodeToString(key),
+			"with spaces":  "  \t" + base64.RawURLEncoding.EncodeToString(key) + "\n ",
+			"EncodeKey":    EncodeKey(key),
 		}
-	}
-}
+		for name, s := range forms {
+			t.Run(name, func(t *testing.T) {
+				kr, err := ParseKeyring(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if kr.Len() != 1 || string(kr.keys[0]) != string(key) {
+					t.Fatal("decoded key differs")
+				}
+			})
+		}
+	})
 
-func TestParseKeyringRejectsMalformed(t *testing.T) {
-	good := EncodeKey(seqBytes(9, 32))
-	secret := "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA!" // not base64
-	cases := []struct {
-		name, in string
-		want     error
-	}{
-		{"empty", "", ErrKeyInvalid},
-		{"blank", "   ", ErrKeyInvalid},
-		{"trailing comma", good + ",", ErrKeyInvalid},
-		{"empty middle", good + ",," + good, ErrKeyInvalid},
-		{"not base64", secret, ErrKeyInvalid},
-		{"inner space", good[:10] + " " + good[10:], ErrKeyInvalid},
-		{"short", EncodeKey(make([]byte, 31)), ErrKeyTooShort},
-		{"short previous", good + "," + EncodeKey(make([]byte, 16)), ErrKeyTooShort},
-		{"non-zero trailing bits", good[:len(good)-1] + "B", ErrKeyInvalid},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := ParseKeyring(c.in)
-			wantErr(t, err, c.want)
-			if strings.TrimSpace(c.in) != "" && strings.Contains(err.Error(), strings.TrimSpace(strings.Split(c.in, ",")[0])) {
-				t.Fatalf("error echoes key material: %q", err)
+	t.Run("keeps order", func(t *testing.T) {
+		s := EncodeKey(seqBytes(1, 32)) + " , " + EncodeKey(seqBytes(2, 32)) + "," + EncodeKey(seqBytes(3, 32))
+		kr, err := ParseKeyring(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kr.Len() != 3 {
+			t.Fatalf("Len = %d", kr.Len())
+		}
+		for i, k := range kr.keys {
+			if k[0] != byte(i+1) {
+				t.Fatalf("key %d out of order", i)
 			}
-		})
-	}
+		}
+	})
+
+	t.Run("rejects malformed", func(t *testing.T) {
+		good := EncodeKey(seqBytes(9, 32))
+		secret := "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA!" // not base64
+		cases := []struct {
+			name, in string
+			want     error
+		}{
+			{"empty", "", ErrKeyInvalid},
+			{"blank", "   ", ErrKeyInvalid},
+			{"trailing comma", good + ",", ErrKeyInvalid},
+			{"empty middle", good + ",," + good, ErrKeyInvalid},
+			{"not base64", secret, ErrKeyInvalid},
+			{"inner space", good[:10] + " " + good[10:], ErrKeyInvalid},
+			{"short", EncodeKey(make([]byte, 31)), ErrKeyTooShort},
+			{"short previous", good + "," + EncodeKey(make([]byte, 16)), ErrKeyTooShort},
+			{"non-zero trailing bits", good[:len(good)-1] + "B", ErrKeyInvalid},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				_, err := ParseKeyring(c.in)
+				wantErr(t, err, c.want)
+				if strings.TrimSpace(c.in) != "" && strings.Contains(err.Error(), strings.TrimSpace(strings.Split(c.in, ",")[0])) {
+					t.Fatalf("error echoes key material: %q", err)
+				}
+			})
+		}
+	})
+
+	t.Run("refuses degenerate keys", func(t *testing.T) {
+		pattern := func(p []byte) []byte { return bytes.Repeat(p, 64/len(p))[:MinKeyBytes] }
+		few := make([]byte, 48) // 8 distinct values, no period
+		for i := range few {
+			few[i] = byte((i*i + i/3) % 8)
+		}
+		for _, tc := range []struct {
+			name string
+			key  []byte
+		}{
+			{"all zero", make([]byte, MinKeyBytes)},
+			{"all equal", fixedKey('A')},
+			{"period 2", pattern([]byte{0xde, 0xad})},
+			{"period 7", pattern([]byte("passwd!"))},
+			{"period 16", append(seqBytes(0x30, 16), seqBytes(0x30, 16)...)},
+			{"long key, period 32", append(seqBytes(0, 32), seqBytes(0, 32)...)},
+			{"8 distinct values", few},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if periodic(few, 1) {
+					t.Fatal("fixture is periodic")
+				}
+				for _, s := range []string{EncodeKey(tc.key), EncodeKey(seqBytes(1, 32)) + "," + EncodeKey(tc.key)} {
+					kr, err := ParseKeyring(s)
+					if !errors.Is(err, ErrKeyInvalid) || kr != nil {
+						t.Fatalf("ParseKeyring = %v, %v; want ErrKeyInvalid", kr, err)
+					}
+					if !strings.Contains(Reason(err), "degenerate") {
+						t.Fatalf("reason %q does not say degenerate", Reason(err))
+					}
+				}
+			})
+		}
+		// The edges: a 32-byte key with no period of at most 16 bytes, and 9
+		// distinct values without a period, pass.
+		if _, err := ParseKeyring(EncodeKey(append(seqBytes(0x40, 17), seqBytes(0x40, 15)...))); err != nil {
+			t.Fatalf("a 32-byte key whose prefix repeats once (no period <= 16) was refused: %v", err)
+		}
+		nine := make([]byte, MinKeyBytes)
+		for i := range nine {
+			nine[i] = byte((i*i + i/3) % 9)
+		}
+		if degenerateKey(nine) {
+			t.Fatal("a non-periodic key with 9 distinct values was flagged")
+		}
+	})
+
+	// encoding/base64 skips CR and LF even in Strict mode; every alphabet
+	// ParseKeyring accepts goes through the strict decoder, so a key has one
+	// spelling per alphabet and a line break inside it is refused.
+	t.Run("refuses line break inside key", func(t *testing.T) {
+		key := seqBytes(0xf3, 32) // its standard base64 holds '+' and '/'
+		for _, c := range []struct{ name, clean, brk string }{
+			{"base64url", base64.RawURLEncoding.EncodeToString(key), "\n"},
+			{"base64url CR", base64.RawURLEncoding.EncodeToString(key), "\r"},
+			{"std padded", base64.StdEncoding.EncodeToString(key), "\r\n"},
+			{"std unpadded", base64.RawStdEncoding.EncodeToString(key), "\n"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				if _, err := ParseKeyring(c.clean); err != nil {
+					t.Fatalf("clean key refused: %v", err)
+				}
+				_, err := ParseKeyring(c.clean[:20] + c.brk + c.clean[20:])
+				if !errors.Is(err, ErrKeyInvalid) || Reason(err) != "key 1 of 1 "+keyNotBase64 {
+					t.Fatalf("key with an inner line break = %v (reason %q), want ErrKeyInvalid, %q", err, Reason(err), "key 1 of 1 "+keyNotBase64)
+				}
+			})
+		}
+	})
 }
 
 func TestKeyringFromEnv(t *testing.T) {
@@ -183,76 +257,31 @@ func subkey(key []byte, label string) []byte {
 	return k
 }
 
-func TestDeriveKeySeparatesLabels(t *testing.T) {
-	k := fixedKey(1)
-	a, b := subkey(k, stateBindLabel), subkey(k, statePayloadLabel)
-	if len(a) != 32 || string(a) == string(b) || string(a) == string(k) {
-		t.Fatal("subkeys must be 32 bytes, distinct per label and from the key")
-	}
-	if string(subkey(k, stateBindLabel)) != string(a) {
-		t.Fatal("derivation is not deterministic")
-	}
-}
-
-// DeriveKey must refuse, not panic on, a key HKDF may not take (issue 19:
-// FIPS 140-only mode refuses HKDF keys under 112 bits).
-func TestDeriveKeyRefusesShortKeyWithoutPanic(t *testing.T) {
-	for _, n := range []int{0, 1, 13, 14, MinKeyBytes - 1} {
-		k, err := DeriveKey(make([]byte, n), cursorKeyLabel)
-		if !errors.Is(err, ErrKeyTooShort) || k != nil || Reason(err) == "" {
-			t.Fatalf("DeriveKey(%d bytes) = %x, %v; want ErrKeyTooShort with a reason", n, k, err)
+func TestDeriveKey(t *testing.T) {
+	t.Run("separates labels", func(t *testing.T) {
+		k := fixedKey(1)
+		a, b := subkey(k, stateBindLabel), subkey(k, statePayloadLabel)
+		if len(a) != 32 || string(a) == string(b) || string(a) == string(k) {
+			t.Fatal("subkeys must be 32 bytes, distinct per label and from the key")
 		}
-	}
-	if _, err := DeriveKey(seqBytes(0, MinKeyBytes), cursorKeyLabel); err != nil {
-		t.Fatalf("DeriveKey(32 bytes) = %v", err)
-	}
-}
+		if string(subkey(k, stateBindLabel)) != string(a) {
+			t.Fatal("derivation is not deterministic")
+		}
+	})
 
-func TestParseKeyringRefusesDegenerateKeys(t *testing.T) {
-	pattern := func(p []byte) []byte { return bytes.Repeat(p, 64/len(p))[:MinKeyBytes] }
-	few := make([]byte, 48) // 8 distinct values, no period
-	for i := range few {
-		few[i] = byte((i*i + i/3) % 8)
-	}
-	for _, tc := range []struct {
-		name string
-		key  []byte
-	}{
-		{"all zero", make([]byte, MinKeyBytes)},
-		{"all equal", fixedKey('A')},
-		{"period 2", pattern([]byte{0xde, 0xad})},
-		{"period 7", pattern([]byte("passwd!"))},
-		{"period 16", append(seqBytes(0x30, 16), seqBytes(0x30, 16)...)},
-		{"long key, period 32", append(seqBytes(0, 32), seqBytes(0, 32)...)},
-		{"8 distinct values", few},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if periodic(few, 1) {
-				t.Fatal("fixture is periodic")
+	// DeriveKey must refuse, not panic on, a key HKDF may not take (issue 19:
+	// FIPS 140-only mode refuses HKDF keys under 112 bits).
+	t.Run("refuses short key without panic", func(t *testing.T) {
+		for _, n := range []int{0, 1, 13, 14, MinKeyBytes - 1} {
+			k, err := DeriveKey(make([]byte, n), cursorKeyLabel)
+			if !errors.Is(err, ErrKeyTooShort) || k != nil || Reason(err) == "" {
+				t.Fatalf("DeriveKey(%d bytes) = %x, %v; want ErrKeyTooShort with a reason", n, k, err)
 			}
-			for _, s := range []string{EncodeKey(tc.key), EncodeKey(seqBytes(1, 32)) + "," + EncodeKey(tc.key)} {
-				kr, err := ParseKeyring(s)
-				if !errors.Is(err, ErrKeyInvalid) || kr != nil {
-					t.Fatalf("ParseKeyring = %v, %v; want ErrKeyInvalid", kr, err)
-				}
-				if !strings.Contains(Reason(err), "degenerate") {
-					t.Fatalf("reason %q does not say degenerate", Reason(err))
-				}
-			}
-		})
-	}
-	// The edges: a 32-byte key with no period of at most 16 bytes, and 9
-	// distinct values without a period, pass.
-	if _, err := ParseKeyring(EncodeKey(append(seqBytes(0x40, 17), seqBytes(0x40, 15)...))); err != nil {
-		t.Fatalf("a 32-byte key whose prefix repeats once (no period <= 16) was refused: %v", err)
-	}
-	nine := make([]byte, MinKeyBytes)
-	for i := range nine {
-		nine[i] = byte((i*i + i/3) % 9)
-	}
-	if degenerateKey(nine) {
-		t.Fatal("a non-periodic key with 9 distinct values was flagged")
-	}
+		}
+		if _, err := DeriveKey(seqBytes(0, MinKeyBytes), cursorKeyLabel); err != nil {
+			t.Fatalf("DeriveKey(32 bytes) = %v", err)
+		}
+	})
 }
 
 // Random keys pass: the thresholds are documented on degenerateKey with
@@ -318,28 +347,5 @@ func TestKeyErrorsNamePositionAndFormNotKey(t *testing.T) {
 	_, err := NewKeyring(seqBytes(1, 32), seqBytes(1, 20))
 	if !errors.Is(err, ErrKeyTooShort) || !strings.Contains(err.Error(), "key 2 of 2") {
 		t.Fatalf("NewKeyring short previous = %v, want ErrKeyTooShort naming key 2 of 2", err)
-	}
-}
-
-// encoding/base64 skips CR and LF even in Strict mode; every alphabet
-// ParseKeyring accepts goes through the strict decoder, so a key has one
-// spelling per alphabet and a line break inside it is refused.
-func TestParseKeyringRefusesLineBreakInsideKey(t *testing.T) {
-	key := seqBytes(0xf3, 32) // its standard base64 holds '+' and '/'
-	for _, c := range []struct{ name, clean, brk string }{
-		{"base64url", base64.RawURLEncoding.EncodeToString(key), "\n"},
-		{"base64url CR", base64.RawURLEncoding.EncodeToString(key), "\r"},
-		{"std padded", base64.StdEncoding.EncodeToString(key), "\r\n"},
-		{"std unpadded", base64.RawStdEncoding.EncodeToString(key), "\n"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if _, err := ParseKeyring(c.clean); err != nil {
-				t.Fatalf("clean key refused: %v", err)
-			}
-			_, err := ParseKeyring(c.clean[:20] + c.brk + c.clean[20:])
-			if !errors.Is(err, ErrKeyInvalid) || Reason(err) != "key 1 of 1 "+keyNotBase64 {
-				t.Fatalf("key with an inner line break = %v (reason %q), want ErrKeyInvalid, %q", err, Reason(err), "key 1 of 1 "+keyNotBase64)
-			}
-		})
 	}
 }

@@ -3,6 +3,7 @@ package ctoken
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -134,9 +135,9 @@ func TestVerifyKeysetRefusals(t *testing.T) {
 		reason  RefusalReason
 	}{
 		{"empty", func(*testing.T) string { return "" }, scope, 0, ErrCursorInvalid, 400, ReasonEmpty},
-		{"another caller's", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: "user:43", Args: filter}, 0, ErrCursorInvalid, 400, ReasonWrongCaller},
-		{"another endpoint's", func(*testing.T) string { return good }, CursorScope{ToolID: "GET /v1/users", CallerID: scope.CallerID, Args: filter}, 0, ErrCursorInvalid, 400, ReasonWrongTool},
-		{"changed filter", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: scope.CallerID, Args: mustFingerprint(t, `{"status":["closed"]}`)}, 0, ErrCursorInvalid, 400, ReasonWrongArguments},
+		{"another caller's", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: "user:43", Args: filter}, 0, ErrCursorInvalid, 400, ReasonCursorWrongScope},
+		{"another endpoint's", func(*testing.T) string { return good }, CursorScope{ToolID: "GET /v1/users", CallerID: scope.CallerID, Args: filter}, 0, ErrCursorInvalid, 400, ReasonCursorWrongScope},
+		{"changed filter", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: scope.CallerID, Args: mustFingerprint(t, `{"status":["closed"]}`)}, 0, ErrCursorInvalid, 400, ReasonCursorWrongScope},
 		{"tampered", func(*testing.T) string { return string(tampered) }, scope, 0, ErrCursorInvalid, 400, ReasonMACMismatch},
 		{"truncated", func(*testing.T) string { return good[:len(good)-4] }, scope, 0, ErrCursorInvalid, 400, ReasonMACMismatch},
 		{"truncated to the MAC", func(*testing.T) string { return good[:40] }, scope, 0, ErrCursorInvalid, 400, ReasonTruncated},
@@ -366,5 +367,56 @@ func TestIssueKeysetRefusesATimestampItCouldNotReadBack(t *testing.T) {
 	}
 	if got, err := VerifyKeyset[key](iss, c, scope); err != nil || !got.Created.Equal(last) {
 		t.Fatalf("the last instant of 9999: %v, %v", got, err)
+	}
+}
+
+// A keyset cursor binds the caller by a keyed digest: no byte of a 1 KiB
+// or non-UTF-8 caller is in it, the full state fits beside it, signed and
+// sealed, and another caller, tool, arguments or session is refused with
+// today's codes.
+func TestKeysetCursorBindsTheCallerWithoutCarryingIt(t *testing.T) {
+	clock := newTestClock()
+	type sortKey struct{ Blob []byte }
+	// The typed state that encodes to exactly MaxOpaqueStateBytes: a map
+	// head, the field name and a byte string head around the blob.
+	blob := make([]byte, MaxOpaqueStateBytes-1-5-2)
+	if b, err := encodeState(sortKey{blob}); err != nil || len(b) != MaxOpaqueStateBytes {
+		t.Fatalf("test setup: state of %d bytes (%v)", len(b), err)
+	}
+	for _, seal := range []bool{false, true} {
+		for name, caller := range map[string]string{
+			"1 KiB":     strings.Repeat("alice.secret@example.com,", 41)[:1024],
+			"not UTF-8": "alice.secret\xc0\x80@example.com",
+		} {
+			t.Run(fmt.Sprintf("seal=%v/%s", seal, name), func(t *testing.T) {
+				iss := newTestIssuer(t, CursorConfig{Session: []byte("fleet"), Now: clock.Now, Seal: seal})
+				scope := CursorScope{ToolID: "GET /v1/items", CallerID: caller, Args: mustFingerprint(t, `{"status":"open"}`)}
+				c, err := IssueKeyset(iss, scope, sortKey{blob})
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := b64.DecodeString(c)
+				if bytes.Contains(raw, []byte("secret")) || bytes.Contains(raw, []byte("/v1/items")) {
+					t.Fatal("the cursor carries the caller or the tool")
+				}
+				if got, err := VerifyKeyset[sortKey](iss, c, scope); err != nil || !bytes.Equal(got.Blob, blob) {
+					t.Fatalf("VerifyKeyset: %v", err)
+				}
+				for what, tc := range map[string]struct {
+					iss   *CursorIssuer
+					scope CursorScope
+					code  int
+				}{
+					"caller":  {iss, CursorScope{ToolID: scope.ToolID, CallerID: caller[1:], Args: scope.Args}, CodeCursorInvalid},
+					"tool":    {iss, CursorScope{ToolID: "GET /v1/users", CallerID: caller, Args: scope.Args}, CodeCursorInvalid},
+					"args":    {iss, CursorScope{ToolID: scope.ToolID, CallerID: caller, Args: mustFingerprint(t, `{"status":"closed"}`)}, CodeCursorInvalid},
+					"session": {newTestIssuer(t, CursorConfig{Session: []byte("other"), Now: clock.Now}), scope, CodeCursorExpired},
+				} {
+					if _, err := VerifyKeyset[sortKey](tc.iss, c, tc.scope); ErrorCode(err) != tc.code {
+						t.Errorf("other %s: %v (code %d), want code %d", what, err, ErrorCode(err), tc.code)
+					}
+				}
+			})
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,15 +97,15 @@ func TestIssuersFollowKeySourceSwaps(t *testing.T) {
 	scope := CursorScope{ToolID: "t"}
 	curA, _ := iss.Issue(CursorPayload{CursorScope: scope})
 	otA, _ := ot.Mint(nil)
-	ringA := &iss.ring()[0]
-	if &iss.ring()[0] != ringA {
+	ringA := &iss.ring().macs[0]
+	if &iss.ring().macs[0] != ringA {
 		t.Fatal("subkeys re-derived without a swap")
 	}
 
 	if err := src.Swap(mustKeyring(t, b)); err != nil {
 		t.Fatal(err)
 	}
-	if &iss.ring()[0] == ringA {
+	if &iss.ring().macs[0] == ringA {
 		t.Fatal("subkeys not re-derived after a swap")
 	}
 	_, err = iss.Verify(curA, scope)
@@ -389,5 +390,43 @@ func TestKeySourceNeverPrintsAKey(t *testing.T) {
 	b, err := src.MarshalJSON()
 	if err != nil || string(b) != `"ctoken.KeySource(1 keys)"` {
 		t.Errorf("JSON %s %v", b, err)
+	}
+}
+
+// sourceHoldingEmptyRing returns a KeySource whose current ring holds no key,
+// as a Keyring not made by NewKeyring would be: Swap refuses such a ring,
+// so only a test inside the package can build one.
+func sourceHoldingEmptyRing() *KeySource {
+	s := new(KeySource)
+	s.cur.Store(&Keyring{})
+	return s
+}
+
+// Kills cursor.go, onetime.go `len(r) != kr.Len() || len(r) == 0` → `&&`
+// and state.go `n == 0 || len(k.bind) != n` → `&&` in the subkey derivation: a ring that yields no subkey is refused at
+// construction rather than making an issuer that holds no key.
+func TestConstructorsRefuseAKeySourceWhoseRingHoldsNoKey(t *testing.T) {
+	t.Run("cursor", func(t *testing.T) {
+		i, err := NewCursorIssuer(CursorConfig{KeySource: sourceHoldingEmptyRing()})
+		wantErr(t, err, ErrNoKey)
+		if i != nil {
+			t.Fatal("an issuer was returned with the error")
+		}
+	})
+	t.Run("onetime", func(t *testing.T) {
+		o, err := NewOneTimeIssuer(OneTimeConfig{KeySource: sourceHoldingEmptyRing(), Purpose: "p"})
+		wantErr(t, err, ErrNoKey)
+		if o != nil {
+			t.Fatal("an issuer was returned with the error")
+		}
+	})
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		t.Run("state mode "+strconv.Itoa(int(mode)), func(t *testing.T) {
+			c, err := NewRequestStateCodec(RequestStateSecurity{KeySource: sourceHoldingEmptyRing(), Mode: mode})
+			wantErr(t, err, ErrNoKey)
+			if c != nil {
+				t.Fatal("a codec was returned with the error")
+			}
+		})
 	}
 }

@@ -60,241 +60,243 @@ func refused(k TokenKind, r RefusalReason, key KeyPosition) Event {
 	return Event{Kind: k, Outcome: OutcomeRefused, Reason: r, Key: key}
 }
 
-func TestObserverSeesEveryCursorOutcome(t *testing.T) {
-	old, cur := fixedKey(1), fixedKey(2)
-	clock := newTestClock()
-	rec := &recorder{}
-	iss, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, cur, old), Session: []byte("s1"), Now: clock.Now, TTL: time.Minute, Observer: rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	byOld, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, old), Session: []byte("s1"), Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherSession, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, cur), Session: []byte("s2"), Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	forgedOther, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, fixedKey(9)), Session: []byte("s2"), Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scope := CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{1}}
-	issue := func(i *CursorIssuer, p CursorPayload) string {
-		t.Helper()
-		c, err := i.Issue(p)
+func TestObserverSeesEvery(t *testing.T) {
+	t.Run("cursor outcome", func(t *testing.T) {
+		old, cur := fixedKey(1), fixedKey(2)
+		clock := newTestClock()
+		rec := &recorder{}
+		iss, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, cur, old), Session: []byte("s1"), Now: clock.Now, TTL: time.Minute, Observer: rec})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c
-	}
-	good := issue(iss, CursorPayload{CursorScope: scope})
-	sameEvent(t, "issue", rec.only(t), Event{Kind: KindCursor, Outcome: OutcomeIssued, Key: KeyPrimary})
-	_, err = iss.Issue(CursorPayload{State: make([]byte, MaxOpaqueStateBytes+1)})
-	sameEvent(t, "issue too large", rec.only(t), refused(KindCursor, ReasonOpaqueStateTooBig, KeyNone))
-	wantErr(t, err, ErrOpaqueStateTooLarge)
-
-	// A body with a valid MAC that is not the canonical encoding.
-	macs := iss.ring()
-	body := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
-	signed := func(b []byte) string { return b64.EncodeToString(macs[0].Sum(b, b)) }
-	wrongVersion := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version + 1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
-	future := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version, Tool: "t", Caller: "c", Issued: clock.Now().Add(time.Hour).Unix(), Session: []byte("s1")})
-
-	// One character of the body changed for another of the alphabet.
-	tampered := []byte(good)
-	tampered[10] = b64Alphabet[(strings.IndexByte(b64Alphabet, good[10])+1)%len(b64Alphabet)]
-	cases := []struct {
-		name   string
-		cursor string
-		want   Scope
-		event  Event
-	}{
-		{"verified by primary", good, scope, Event{Kind: KindCursor, Outcome: OutcomeVerified, Key: KeyPrimary}},
-		{"verified by previous 1", issue(byOld, CursorPayload{CursorScope: scope}), scope, Event{Kind: KindCursor, Outcome: OutcomeVerified, Key: keyPosition(1)}},
-		{"empty", "", scope, refused(KindCursor, ReasonEmpty, KeyNone)},
-		{"oversize", strings.Repeat("A", MaxCursorBytes+1), scope, refused(KindCursor, ReasonCursorOversize, KeyNone)},
-		{"not base64url", "!!!!", scope, refused(KindCursor, ReasonNotBase64URL, KeyNone)},
-		{"truncated", "AAAA", scope, refused(KindCursor, ReasonTruncated, KeyNone)},
-		{"tampered", string(tampered), scope, refused(KindCursor, ReasonMACMismatch, KeyNone)},
-		{"forged, other session", issue(forgedOther, CursorPayload{CursorScope: scope}), scope, refused(KindCursor, ReasonMACOtherSession, KeyNone)},
-		{"authentic, other session", issue(otherSession, CursorPayload{CursorScope: scope}), scope, refused(KindCursor, ReasonOtherSession, KeyPrimary)},
-		{"malformed under a valid MAC", signed(append(body, 0)), scope, refused(KindCursor, ReasonCursorMalformed, KeyPrimary)},
-		{"unknown version", signed(wrongVersion), scope, refused(KindCursor, ReasonUnknownVersion, KeyPrimary)},
-		{"issued in the future", signed(future), scope, refused(KindCursor, ReasonIssuedInFuture, KeyPrimary)},
-		{"wrong tool", good, CursorScope{ToolID: "x", CallerID: "c"}, refused(KindCursor, ReasonWrongTool, KeyPrimary)},
-		{"wrong caller", good, CursorScope{ToolID: "t", CallerID: "x"}, refused(KindCursor, ReasonWrongCaller, KeyPrimary)},
-		{"wrong arguments", good, CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{2}}, refused(KindCursor, ReasonWrongArguments, KeyPrimary)},
-	}
-	for _, tc := range cases {
-		_, err := iss.Verify(tc.cursor, tc.want)
-		e := rec.only(t)
-		sameEvent(t, tc.name, e, tc.event)
-		if tc.event.Outcome == OutcomeVerified {
-			if err != nil {
-				t.Errorf("%s: %v", tc.name, err)
-			}
-		} else if ReasonOf(err) != tc.event.Reason {
-			t.Errorf("%s: ReasonOf(err) = %v, event %v", tc.name, ReasonOf(err), tc.event.Reason)
+		byOld, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, old), Session: []byte("s1"), Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	clock.Advance(2 * time.Minute)
-	_, err = iss.Verify(good, scope)
-	sameEvent(t, "older than TTL", rec.only(t), refused(KindCursor, ReasonOlderThanTTL, KeyPrimary))
-	wantErr(t, err, ErrCursorExpired)
+		otherSession, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, cur), Session: []byte("s2"), Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		forgedOther, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, fixedKey(9)), Session: []byte("s2"), Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		scope := CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{1}}
+		issue := func(i *CursorIssuer, p CursorPayload) string {
+			t.Helper()
+			c, err := i.Issue(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		good := issue(iss, CursorPayload{CursorScope: scope})
+		sameEvent(t, "issue", rec.only(t), Event{Kind: KindCursor, Outcome: OutcomeIssued, Key: KeyPrimary})
+		_, err = iss.Issue(CursorPayload{State: make([]byte, MaxOpaqueStateBytes+1)})
+		sameEvent(t, "issue too large", rec.only(t), refused(KindCursor, ReasonOpaqueStateTooBig, KeyNone))
+		wantErr(t, err, ErrOpaqueStateTooLarge)
+
+		// A body with a valid MAC that is not the canonical encoding.
+		macs := iss.ring().macs
+		body := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
+		signed := func(b []byte) string { return b64.EncodeToString(macs[0].Sum(b, b)) }
+		wrongVersion := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1 + 1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
+		future := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: "t", Caller: "c", Issued: clock.Now().Add(time.Hour).Unix(), Session: []byte("s1")})
+
+		// One character of the body changed for another of the alphabet.
+		tampered := []byte(good)
+		tampered[10] = b64Alphabet[(strings.IndexByte(b64Alphabet, good[10])+1)%len(b64Alphabet)]
+		cases := []struct {
+			name   string
+			cursor string
+			want   Scope
+			event  Event
+		}{
+			{"verified by primary", good, scope, Event{Kind: KindCursor, Outcome: OutcomeVerified, Key: KeyPrimary}},
+			{"verified by previous 1", issue(byOld, CursorPayload{CursorScope: scope}), scope, Event{Kind: KindCursor, Outcome: OutcomeVerified, Key: keyPosition(1)}},
+			{"empty", "", scope, refused(KindCursor, ReasonEmpty, KeyNone)},
+			{"oversize", strings.Repeat("A", MaxCursorBytes+1), scope, refused(KindCursor, ReasonCursorOversize, KeyNone)},
+			{"not base64url", "!!!!", scope, refused(KindCursor, ReasonNotBase64URL, KeyNone)},
+			{"truncated", "AAAA", scope, refused(KindCursor, ReasonTruncated, KeyNone)},
+			{"tampered", string(tampered), scope, refused(KindCursor, ReasonMACMismatch, KeyNone)},
+			{"forged, other session", issue(forgedOther, CursorPayload{CursorScope: scope}), scope, refused(KindCursor, ReasonMACOtherSession, KeyNone)},
+			{"authentic, other session", issue(otherSession, CursorPayload{CursorScope: scope}), scope, refused(KindCursor, ReasonOtherSession, KeyPrimary)},
+			{"malformed under a valid MAC", signed(append(body, 0)), scope, refused(KindCursor, ReasonCursorMalformed, KeyPrimary)},
+			{"unknown version", signed(wrongVersion), scope, refused(KindCursor, ReasonUnknownVersion, KeyPrimary)},
+			{"issued in the future", signed(future), scope, refused(KindCursor, ReasonIssuedInFuture, KeyPrimary)},
+			{"wrong tool", good, CursorScope{ToolID: "x", CallerID: "c"}, refused(KindCursor, ReasonCursorWrongScope, KeyPrimary)},
+			{"wrong caller", good, CursorScope{ToolID: "t", CallerID: "x"}, refused(KindCursor, ReasonCursorWrongScope, KeyPrimary)},
+			{"wrong arguments", good, CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{2}}, refused(KindCursor, ReasonCursorWrongScope, KeyPrimary)},
+		}
+		for _, tc := range cases {
+			_, err := iss.Verify(tc.cursor, tc.want)
+			e := rec.only(t)
+			sameEvent(t, tc.name, e, tc.event)
+			if tc.event.Outcome == OutcomeVerified {
+				if err != nil {
+					t.Errorf("%s: %v", tc.name, err)
+				}
+			} else if ReasonOf(err) != tc.event.Reason {
+				t.Errorf("%s: ReasonOf(err) = %v, event %v", tc.name, ReasonOf(err), tc.event.Reason)
+			}
+		}
+		clock.Advance(2 * time.Minute)
+		_, err = iss.Verify(good, scope)
+		sameEvent(t, "older than TTL", rec.only(t), refused(KindCursor, ReasonOlderThanTTL, KeyPrimary))
+		wantErr(t, err, ErrCursorExpired)
+	})
+
+	t.Run("request-state outcome", func(t *testing.T) {
+		old, cur := fixedKey(1), fixedKey(2)
+		clock := newTestClock()
+		rec := &recorder{}
+		store := &replay.MemoryStore{Now: clock.Now}
+		codec := func(t *testing.T, mode RequestStateMode, kr *Keyring, st replay.Store, obs Observer) *RequestStateCodec {
+			t.Helper()
+			c, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Mode: mode, Now: clock.Now, Replay: st, Observer: obs, Binding: BindSubjectAndTool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		signed := codec(t, Signed, mustKeyring(t, cur, old), nil, rec)
+		sealed := codec(t, Encrypted, mustKeyring(t, cur, old), nil, rec)
+		once := codec(t, Signed, mustKeyring(t, cur), store, rec)
+		down := codec(t, Signed, mustKeyring(t, cur), failingStore{}, rec)
+		oldSigned := codec(t, Signed, mustKeyring(t, old), nil, nil)
+		oldSealed := codec(t, Encrypted, mustKeyring(t, old), nil, nil)
+		enc := func(c *RequestStateCodec, state string) string {
+			t.Helper()
+			w, err := c.Encode(state, "alice", "tool")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}
+		s1 := enc(signed, "x")
+		sameEvent(t, "encode", rec.only(t), Event{Kind: KindRequestState, Outcome: OutcomeIssued, Key: KeyPrimary})
+		_, err := signed.Encode("\xff", "alice", "tool")
+		sameEvent(t, "encode not UTF-8", rec.only(t), refused(KindRequestState, ReasonStateNotUTF8, KeyNone))
+		wantErr(t, err, ErrUnencodable)
+		e1 := enc(sealed, "x")
+		rec.take()
+		o1 := enc(once, "x")
+		d1 := enc(down, "x")
+		rec.take()
+		forged := s1[:len(s1)-2] + "AA"
+		if forged == s1 {
+			forged = s1[:len(s1)-2] + "BA"
+		}
+		type tc struct {
+			name  string
+			c     *RequestStateCodec
+			wire  string
+			tool  string
+			event Event
+		}
+		cases := []tc{
+			{"signed, primary", signed, s1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: KeyPrimary}},
+			{"signed, previous 1", signed, enc(oldSigned, "x"), "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: keyPosition(1)}},
+			{"sealed, primary", sealed, e1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: KeyPrimary}},
+			{"sealed, previous 1", sealed, enc(oldSealed, "x"), "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: keyPosition(1)}},
+			{"empty", signed, "", "tool", refused(KindRequestState, ReasonEmpty, KeyNone)},
+			{"over MaxBytes", signed, strings.Repeat("v", DefaultStateMaxBytes+1), "tool", refused(KindRequestState, ReasonStateOversize, KeyNone)},
+			{"other mode", signed, e1, "tool", refused(KindRequestState, ReasonUnknownPrefix, KeyNone)},
+			{"framing", signed, "v1.abc", "tool", refused(KindRequestState, ReasonFraming, KeyNone)},
+			{"mac mismatch", signed, forged, "tool", refused(KindRequestState, ReasonMACMismatch, KeyNone)},
+			{"wrong tool, signed", signed, s1, "other", refused(KindRequestState, ReasonWrongBinding, KeyPrimary)},
+			{"wrong tool, sealed", sealed, e1, "other", refused(KindRequestState, ReasonDecryption, KeyNone)},
+			{"single use, first", once, o1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: KeyPrimary, StoreLatency: 1}},
+			{"single use, replayed", once, o1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeDuplicate, Reason: ReasonAlreadyUsed, Key: KeyPrimary, StoreLatency: 1}},
+			{"store down", down, d1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeStoreFailure, Reason: ReasonStoreFailed, Key: KeyPrimary, StoreLatency: 1}},
+		}
+		for _, c := range cases {
+			_, err := c.c.Decode(c.wire, "alice", c.tool)
+			sameEvent(t, c.name, rec.only(t), c.event)
+			if c.event.Outcome != OutcomeVerified && ReasonOf(err) != c.event.Reason {
+				t.Errorf("%s: ReasonOf(%v) = %v", c.name, err, ReasonOf(err))
+			}
+		}
+		clock.Advance(DefaultStateTTL + 2*time.Second)
+		_, err = signed.Decode(s1, "alice", "tool")
+		sameEvent(t, "past exp", rec.only(t), refused(KindRequestState, ReasonPastExp, KeyPrimary))
+		wantErr(t, err, ErrStateExpired)
+	})
+
+	t.Run("one-time outcome", func(t *testing.T) {
+		old, cur := fixedKey(1), fixedKey(2)
+		clock := newTestClock()
+		rec := &recorder{}
+		mk := func(kr *Keyring, purpose string, st replay.Store, obs Observer) *OneTimeIssuer {
+			t.Helper()
+			o, err := NewOneTimeIssuer(OneTimeConfig{Keys: kr, Purpose: purpose, Now: clock.Now, Replay: st, Observer: obs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o
+		}
+		iss := mk(mustKeyring(t, cur, old), "p", nil, rec)
+		down := mk(mustKeyring(t, cur), "p", failingStore{}, rec)
+		byOld := mk(mustKeyring(t, old), "p", nil, nil)
+		otherPurpose := mk(mustKeyring(t, cur), "q", nil, nil)
+		mint := func(o *OneTimeIssuer, claims map[string]string) string {
+			t.Helper()
+			tok, err := o.Mint(claims)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}
+		tok := mint(iss, nil)
+		sameEvent(t, "mint", rec.only(t), Event{Kind: KindOneTime, Outcome: OutcomeIssued, Key: KeyPrimary})
+		_, err := iss.Mint(map[string]string{"k": strings.Repeat("v", MaxOneTimeTokenBytes)})
+		sameEvent(t, "mint too large", rec.only(t), refused(KindOneTime, ReasonClaimsTooLarge, KeyNone))
+		wantErr(t, err, ErrOneTimeTooLarge)
+		prev := mint(byOld, map[string]string{"a": "1"})
+		dtok := mint(down, nil)
+		rec.take()
+		ctx := context.Background()
+		verify := func(tok string) error { _, err := iss.Verify(tok); return err }
+		redeem := func(o *OneTimeIssuer, want map[string]string) func(string) error {
+			return func(tok string) error { _, err := o.Redeem(ctx, tok, want); return err }
+		}
+		cases := []struct {
+			name  string
+			op    func(string) error
+			tok   string
+			event Event
+		}{
+			{"verify, primary", verify, tok, Event{Kind: KindOneTime, Outcome: OutcomeVerified, Key: KeyPrimary}},
+			{"verify, previous 1", verify, prev, Event{Kind: KindOneTime, Outcome: OutcomeVerified, Key: keyPosition(1)}},
+			{"oversize", verify, strings.Repeat("a", MaxOneTimeTokenBytes+1), refused(KindOneTime, ReasonOneTimeOversize, KeyNone)},
+			{"format", verify, "xx", refused(KindOneTime, ReasonUnknownFormat, KeyNone)},
+			{"base64", verify, oneTimePrefix + "!!", refused(KindOneTime, ReasonBadBase64, KeyNone)},
+			{"truncated", verify, oneTimePrefix + "AAAA", refused(KindOneTime, ReasonTruncated, KeyNone)},
+			{"mac mismatch", verify, mint(mk(mustKeyring(t, fixedKey(7)), "p", nil, nil), nil), refused(KindOneTime, ReasonMACMismatch, KeyNone)},
+			{"other purpose", verify, mint(otherPurpose, nil), refused(KindOneTime, ReasonOtherPurpose, KeyPrimary)},
+			{"claims mismatch", redeem(iss, map[string]string{"a": "2"}), prev, refused(KindOneTime, ReasonClaimsMismatch, keyPosition(1))},
+			{"redeem, previous 1", redeem(iss, map[string]string{"a": "1"}), prev, Event{Kind: KindOneTime, Outcome: OutcomeVerified, Key: keyPosition(1), StoreLatency: 1}},
+			{"redeem again", redeem(iss, map[string]string{"a": "1"}), prev, Event{Kind: KindOneTime, Outcome: OutcomeDuplicate, Reason: ReasonAlreadyRedeemed, Key: keyPosition(1), StoreLatency: 1}},
+			{"store down", redeem(down, nil), dtok, Event{Kind: KindOneTime, Outcome: OutcomeStoreFailure, Reason: ReasonStoreFailed, Key: KeyPrimary, StoreLatency: 1}},
+		}
+		for _, c := range cases {
+			err := c.op(c.tok)
+			sameEvent(t, c.name, rec.only(t), c.event)
+			if c.event.Outcome != OutcomeVerified && ReasonOf(err) != c.event.Reason {
+				t.Errorf("%s: ReasonOf(%v) = %v", c.name, err, ReasonOf(err))
+			}
+		}
+		clock.Advance(DefaultOneTimeTTL + time.Second)
+		err = verify(tok)
+		sameEvent(t, "expired", rec.only(t), refused(KindOneTime, ReasonExpired, KeyPrimary))
+		wantErr(t, err, ErrOneTimeExpired)
+	})
 }
 
 // Scope is CursorScope, shortened for the table above.
 type Scope = CursorScope
 
 const b64Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-
-func TestObserverSeesEveryRequestStateOutcome(t *testing.T) {
-	old, cur := fixedKey(1), fixedKey(2)
-	clock := newTestClock()
-	rec := &recorder{}
-	store := &replay.MemoryStore{Now: clock.Now}
-	codec := func(t *testing.T, mode RequestStateMode, kr *Keyring, st replay.Store, obs Observer) *RequestStateCodec {
-		t.Helper()
-		c, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Mode: mode, Now: clock.Now, Replay: st, Observer: obs, Binding: BindSubjectAndTool})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	signed := codec(t, Signed, mustKeyring(t, cur, old), nil, rec)
-	sealed := codec(t, Encrypted, mustKeyring(t, cur, old), nil, rec)
-	once := codec(t, Signed, mustKeyring(t, cur), store, rec)
-	down := codec(t, Signed, mustKeyring(t, cur), failingStore{}, rec)
-	oldSigned := codec(t, Signed, mustKeyring(t, old), nil, nil)
-	oldSealed := codec(t, Encrypted, mustKeyring(t, old), nil, nil)
-	enc := func(c *RequestStateCodec, state string) string {
-		t.Helper()
-		w, err := c.Encode(state, "alice", "tool")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
-	s1 := enc(signed, "x")
-	sameEvent(t, "encode", rec.only(t), Event{Kind: KindRequestState, Outcome: OutcomeIssued, Key: KeyPrimary})
-	_, err := signed.Encode("\xff", "alice", "tool")
-	sameEvent(t, "encode not UTF-8", rec.only(t), refused(KindRequestState, ReasonStateNotUTF8, KeyNone))
-	wantErr(t, err, ErrUnencodable)
-	e1 := enc(sealed, "x")
-	rec.take()
-	o1 := enc(once, "x")
-	d1 := enc(down, "x")
-	rec.take()
-	forged := s1[:len(s1)-2] + "AA"
-	if forged == s1 {
-		forged = s1[:len(s1)-2] + "BA"
-	}
-	type tc struct {
-		name  string
-		c     *RequestStateCodec
-		wire  string
-		tool  string
-		event Event
-	}
-	cases := []tc{
-		{"signed, primary", signed, s1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: KeyPrimary}},
-		{"signed, previous 1", signed, enc(oldSigned, "x"), "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: keyPosition(1)}},
-		{"sealed, primary", sealed, e1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: KeyPrimary}},
-		{"sealed, previous 1", sealed, enc(oldSealed, "x"), "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: keyPosition(1)}},
-		{"empty", signed, "", "tool", refused(KindRequestState, ReasonEmpty, KeyNone)},
-		{"over MaxBytes", signed, strings.Repeat("v", DefaultStateMaxBytes+1), "tool", refused(KindRequestState, ReasonStateOversize, KeyNone)},
-		{"other mode", signed, e1, "tool", refused(KindRequestState, ReasonUnknownPrefix, KeyNone)},
-		{"framing", signed, "v1.abc", "tool", refused(KindRequestState, ReasonFraming, KeyNone)},
-		{"mac mismatch", signed, forged, "tool", refused(KindRequestState, ReasonMACMismatch, KeyNone)},
-		{"wrong tool, signed", signed, s1, "other", refused(KindRequestState, ReasonWrongBinding, KeyPrimary)},
-		{"wrong tool, sealed", sealed, e1, "other", refused(KindRequestState, ReasonDecryption, KeyNone)},
-		{"single use, first", once, o1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: KeyPrimary, StoreLatency: 1}},
-		{"single use, replayed", once, o1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeDuplicate, Reason: ReasonAlreadyUsed, Key: KeyPrimary, StoreLatency: 1}},
-		{"store down", down, d1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeStoreFailure, Reason: ReasonStoreFailed, Key: KeyPrimary, StoreLatency: 1}},
-	}
-	for _, c := range cases {
-		_, err := c.c.Decode(c.wire, "alice", c.tool)
-		sameEvent(t, c.name, rec.only(t), c.event)
-		if c.event.Outcome != OutcomeVerified && ReasonOf(err) != c.event.Reason {
-			t.Errorf("%s: ReasonOf(%v) = %v", c.name, err, ReasonOf(err))
-		}
-	}
-	clock.Advance(DefaultStateTTL + 2*time.Second)
-	_, err = signed.Decode(s1, "alice", "tool")
-	sameEvent(t, "past exp", rec.only(t), refused(KindRequestState, ReasonPastExp, KeyPrimary))
-	wantErr(t, err, ErrStateExpired)
-}
-
-func TestObserverSeesEveryOneTimeOutcome(t *testing.T) {
-	old, cur := fixedKey(1), fixedKey(2)
-	clock := newTestClock()
-	rec := &recorder{}
-	mk := func(kr *Keyring, purpose string, st replay.Store, obs Observer) *OneTimeIssuer {
-		t.Helper()
-		o, err := NewOneTimeIssuer(OneTimeConfig{Keys: kr, Purpose: purpose, Now: clock.Now, Replay: st, Observer: obs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
-	}
-	iss := mk(mustKeyring(t, cur, old), "p", nil, rec)
-	down := mk(mustKeyring(t, cur), "p", failingStore{}, rec)
-	byOld := mk(mustKeyring(t, old), "p", nil, nil)
-	otherPurpose := mk(mustKeyring(t, cur), "q", nil, nil)
-	mint := func(o *OneTimeIssuer, claims map[string]string) string {
-		t.Helper()
-		tok, err := o.Mint(claims)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
-	tok := mint(iss, nil)
-	sameEvent(t, "mint", rec.only(t), Event{Kind: KindOneTime, Outcome: OutcomeIssued, Key: KeyPrimary})
-	_, err := iss.Mint(map[string]string{"k": strings.Repeat("v", MaxOneTimeTokenBytes)})
-	sameEvent(t, "mint too large", rec.only(t), refused(KindOneTime, ReasonClaimsTooLarge, KeyNone))
-	wantErr(t, err, ErrOneTimeTooLarge)
-	prev := mint(byOld, map[string]string{"a": "1"})
-	dtok := mint(down, nil)
-	rec.take()
-	ctx := context.Background()
-	verify := func(tok string) error { _, err := iss.Verify(tok); return err }
-	redeem := func(o *OneTimeIssuer, want map[string]string) func(string) error {
-		return func(tok string) error { _, err := o.Redeem(ctx, tok, want); return err }
-	}
-	cases := []struct {
-		name  string
-		op    func(string) error
-		tok   string
-		event Event
-	}{
-		{"verify, primary", verify, tok, Event{Kind: KindOneTime, Outcome: OutcomeVerified, Key: KeyPrimary}},
-		{"verify, previous 1", verify, prev, Event{Kind: KindOneTime, Outcome: OutcomeVerified, Key: keyPosition(1)}},
-		{"oversize", verify, strings.Repeat("a", MaxOneTimeTokenBytes+1), refused(KindOneTime, ReasonOneTimeOversize, KeyNone)},
-		{"format", verify, "xx", refused(KindOneTime, ReasonUnknownFormat, KeyNone)},
-		{"base64", verify, oneTimePrefix + "!!", refused(KindOneTime, ReasonBadBase64, KeyNone)},
-		{"truncated", verify, oneTimePrefix + "AAAA", refused(KindOneTime, ReasonTruncated, KeyNone)},
-		{"mac mismatch", verify, mint(mk(mustKeyring(t, fixedKey(7)), "p", nil, nil), nil), refused(KindOneTime, ReasonMACMismatch, KeyNone)},
-		{"other purpose", verify, mint(otherPurpose, nil), refused(KindOneTime, ReasonOtherPurpose, KeyPrimary)},
-		{"claims mismatch", redeem(iss, map[string]string{"a": "2"}), prev, refused(KindOneTime, ReasonClaimsMismatch, keyPosition(1))},
-		{"redeem, previous 1", redeem(iss, map[string]string{"a": "1"}), prev, Event{Kind: KindOneTime, Outcome: OutcomeVerified, Key: keyPosition(1), StoreLatency: 1}},
-		{"redeem again", redeem(iss, map[string]string{"a": "1"}), prev, Event{Kind: KindOneTime, Outcome: OutcomeDuplicate, Reason: ReasonAlreadyRedeemed, Key: keyPosition(1), StoreLatency: 1}},
-		{"store down", redeem(down, nil), dtok, Event{Kind: KindOneTime, Outcome: OutcomeStoreFailure, Reason: ReasonStoreFailed, Key: KeyPrimary, StoreLatency: 1}},
-	}
-	for _, c := range cases {
-		err := c.op(c.tok)
-		sameEvent(t, c.name, rec.only(t), c.event)
-		if c.event.Outcome != OutcomeVerified && ReasonOf(err) != c.event.Reason {
-			t.Errorf("%s: ReasonOf(%v) = %v", c.name, err, ReasonOf(err))
-		}
-	}
-	clock.Advance(DefaultOneTimeTTL + time.Second)
-	err = verify(tok)
-	sameEvent(t, "expired", rec.only(t), refused(KindOneTime, ReasonExpired, KeyPrimary))
-	wantErr(t, err, ErrOneTimeExpired)
-}
 
 // TestZeroValuesRefuseWithoutObserving: a zero issuer has no config,
 // hence no observer; it refuses with ErrNoKey and nothing panics.
@@ -355,5 +357,26 @@ func TestObserversFansOutAndDropsNil(t *testing.T) {
 	Observers(a, nil, b).Observe(e)
 	if ea, eb := a.only(t), b.only(t); ea != e || eb != e {
 		t.Errorf("events %+v %+v, want %+v", ea, eb, e)
+	}
+}
+
+// Kills observe.go `int(k) < len(kindNames)` and `int(o) < len(outcomeNames)`
+// made `<=`: the first value past the last kind or outcome (and every later
+// one) has the empty label, without panicking.
+func TestKindAndOutcomeLabelsAreEmptyPastTheSet(t *testing.T) {
+	kinds := TokenKinds()
+	for k := kinds[len(kinds)-1] + 1; k != 0; k++ {
+		if s := k.String(); s != "" {
+			t.Fatalf("TokenKind(%d).String() = %q, want empty", k, s)
+		}
+	}
+	outcomes := Outcomes()
+	for o := outcomes[len(outcomes)-1] + 1; o != 0; o++ {
+		if s := o.String(); s != "" {
+			t.Fatalf("Outcome(%d).String() = %q, want empty", o, s)
+		}
+	}
+	if KindExchange.String() != "exchange" || OutcomeStoreFailure.String() != "store_failure" {
+		t.Fatal("the last kind or outcome lost its label")
 	}
 }

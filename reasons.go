@@ -41,6 +41,8 @@ const (
 	ReasonOpaqueStateTooBig         = observe.ReasonOpaqueStateTooBig
 	ReasonCursorTooLarge            = observe.ReasonCursorTooLarge
 	ReasonCursorStateNotCBOR        = observe.ReasonCursorStateNotCBOR
+	ReasonCursorWrongScope          = observe.ReasonCursorWrongScope
+	ReasonCursorSealedOpen          = observe.ReasonCursorSealedOpen
 	ReasonStateOversize             = observe.ReasonStateOversize
 	ReasonUnknownPrefix             = observe.ReasonUnknownPrefix
 	ReasonFraming                   = observe.ReasonFraming
@@ -130,7 +132,7 @@ var rejectionReasons = func() map[error]RefusalReason {
 		errCursorMAC, errCursorMalformed, errCursorVersion, errCursorArgsLength,
 		errCursorFuture, errCursorTool, errCursorCaller, errCursorArgs,
 		errCursorSession, errCursorForeign, errCursorAge, errCursorStateType,
-		errIDNotUTF8, errCursorStateLarge, errCursorLarge,
+		errIDNotUTF8, errCursorStateLarge, errCursorLarge, errCursorScope, errCursorSealed,
 		errStateEmpty, errStateOversize, errStateMode, errStateBase64,
 		errStateFraming, errStateMAC, errStateOpen, errStateMalformed,
 		errStateBinding, errStateSubjectAmbiguous, errStateExpired, errStateJSON,

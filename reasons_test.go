@@ -42,6 +42,8 @@ func TestReasonOfMapsEveryRejection(t *testing.T) {
 		{errIDNotUTF8, ReasonIDNotUTF8},
 		{errCursorStateLarge, ReasonOpaqueStateTooBig},
 		{errCursorLarge, ReasonCursorTooLarge},
+		{errCursorScope, ReasonCursorWrongScope},
+		{errCursorSealed, ReasonCursorSealedOpen},
 		{errStateEmpty, ReasonEmpty},
 		{errStateOversize, ReasonStateOversize},
 		{errStateMode, ReasonUnknownPrefix},

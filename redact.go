@@ -48,11 +48,15 @@ func (k Keyring) LogValue() slog.Value { return slog.StringValue(k.describe()) }
 func (k Keyring) MarshalJSON() ([]byte, error) { return marshalRedacted(k.describe()) }
 
 func (i CursorIssuer) describe() string {
-	macs := i.ring()
-	if len(macs) == 0 {
+	keys := i.ring()
+	if len(keys.macs) == 0 {
 		return "ctoken.CursorIssuer(no key)"
 	}
-	return fmt.Sprintf("ctoken.CursorIssuer(%d keys, TTL %v, session of %d bytes)", len(macs), i.ttl, len(i.session))
+	sealed := ""
+	if i.seal {
+		sealed = ", sealed"
+	}
+	return fmt.Sprintf("ctoken.CursorIssuer(%d keys, TTL %v, session of %d bytes%s)", len(keys.macs), i.ttl, len(i.session), sealed)
 }
 
 // Format prints a description of the issuer (key count, TTL, session

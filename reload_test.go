@@ -80,162 +80,194 @@ func TestNewKeyFileReloaderRefusesBadConfig(t *testing.T) {
 	}
 }
 
-// TestKeyFileReloaderFollowsSymlinkSwaps publishes three versions of a key
-// file through atomic symlink swaps and checks each one takes effect, and
-// that unchanged content is no swap.
-func TestKeyFileReloaderFollowsSymlinkSwaps(t *testing.T) {
-	a, b := RandomKey(), RandomKey()
-	d := newSecretDir(t, keyText(a))
-	src := mustSource(t, mustKeyring(t, a))
-	var swaps []int
-	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), OnSwap: func(n int) { swaps = append(swaps, n) },
-		OnError: func(err error) { t.Errorf("OnError: %v", err) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, step := range []struct {
-		content string
-		swapped bool
-		primary []byte
-		n       int
-	}{
-		{"", true, a, 1}, // the first check loads the file
-		{"", false, a, 1},
-		{keyText(a, b), true, a, 2},
-		{keyText(b, a), true, b, 2},
-		{keyText(b, a), false, b, 2}, // same content, new symlink: no swap
-		{keyText(b), true, b, 1},
-	} {
-		if step.content != "" {
-			d.publish(step.content)
+func TestKeyFileReloader(t *testing.T) {
+	// Publishes three versions of a key
+	// file through atomic symlink swaps and checks each one takes effect, and
+	// that unchanged content is no swap.
+	t.Run("follows symlink swaps", func(t *testing.T) {
+		a, b := RandomKey(), RandomKey()
+		d := newSecretDir(t, keyText(a))
+		src := mustSource(t, mustKeyring(t, a))
+		var swaps []int
+		r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), OnSwap: func(n int) { swaps = append(swaps, n) },
+			OnError: func(err error) { t.Errorf("OnError: %v", err) }})
+		if err != nil {
+			t.Fatal(err)
 		}
-		swapped, err := r.Reload()
-		if err != nil || swapped != step.swapped {
-			t.Fatalf("step %d: swapped %v, err %v; want %v", i, swapped, err, step.swapped)
-		}
-		kr := src.Keyring()
-		if string(kr.keys[0]) != string(step.primary) || kr.Len() != step.n {
-			t.Fatalf("step %d: ring of %d keys with the wrong primary", i, kr.Len())
-		}
-	}
-	if len(swaps) != 4 {
-		t.Errorf("OnSwap called %d times, want 4", len(swaps))
-	}
-}
-
-// TestKeyFileReloaderKeepsTheRingOnBadContent: a malformed, empty, missing
-// or oversize file leaves the ring in place and is reported once.
-func TestKeyFileReloaderKeepsTheRingOnBadContent(t *testing.T) {
-	a := RandomKey()
-	d := newSecretDir(t, keyText(a))
-	kr := mustKeyring(t, a)
-	src := mustSource(t, kr)
-	var reported []error
-	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), OnError: func(err error) { reported = append(reported, err) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	kr = src.Keyring()
-	for _, tc := range []struct {
-		name    string
-		content string
-		want    error
-	}{
-		{"not base64", "not a key!\n", ErrKeyInvalid},
-		{"short key", EncodeKey(make([]byte, 16)), ErrKeyTooShort},
-		{"empty", "\n", ErrKeyInvalid},
-		{"oversize", strings.Repeat("A", MaxKeyFileBytes+1), ErrKeyFileTooLarge},
-	} {
-		reported = nil
-		d.publish(tc.content)
-		for range 3 {
+		for i, step := range []struct {
+			content string
+			swapped bool
+			primary []byte
+			n       int
+		}{
+			{"", true, a, 1}, // the first check loads the file
+			{"", false, a, 1},
+			{keyText(a, b), true, a, 2},
+			{keyText(b, a), true, b, 2},
+			{keyText(b, a), false, b, 2}, // same content, new symlink: no swap
+			{keyText(b), true, b, 1},
+		} {
+			if step.content != "" {
+				d.publish(step.content)
+			}
 			swapped, err := r.Reload()
-			if swapped || !errors.Is(err, tc.want) {
-				t.Fatalf("%s: swapped %v, err %v, want %v", tc.name, swapped, err, tc.want)
+			if err != nil || swapped != step.swapped {
+				t.Fatalf("step %d: swapped %v, err %v; want %v", i, swapped, err, step.swapped)
 			}
-			if strings.Contains(err.Error(), tc.content[:min(len(tc.content), 8)]) && tc.want != ErrKeyFileTooLarge {
-				t.Errorf("%s: error %q echoes the file", tc.name, err)
+			kr := src.Keyring()
+			if string(kr.keys[0]) != string(step.primary) || kr.Len() != step.n {
+				t.Fatalf("step %d: ring of %d keys with the wrong primary", i, kr.Len())
 			}
+		}
+		if len(swaps) != 4 {
+			t.Errorf("OnSwap called %d times, want 4", len(swaps))
+		}
+	})
+
+	// TestKeyFileReloader/keeps the ring on bad content: a malformed, empty, missing
+	// or oversize file leaves the ring in place and is reported once.
+	t.Run("keeps the ring on bad content", func(t *testing.T) {
+		a := RandomKey()
+		d := newSecretDir(t, keyText(a))
+		kr := mustKeyring(t, a)
+		src := mustSource(t, kr)
+		var reported []error
+		r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), OnError: func(err error) { reported = append(reported, err) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		kr = src.Keyring()
+		for _, tc := range []struct {
+			name    string
+			content string
+			want    error
+		}{
+			{"not base64", "not a key!\n", ErrKeyInvalid},
+			{"short key", EncodeKey(make([]byte, 16)), ErrKeyTooShort},
+			{"empty", "\n", ErrKeyInvalid},
+			{"oversize", strings.Repeat("A", MaxKeyFileBytes+1), ErrKeyFileTooLarge},
+		} {
+			reported = nil
+			d.publish(tc.content)
+			for range 3 {
+				swapped, err := r.Reload()
+				if swapped || !errors.Is(err, tc.want) {
+					t.Fatalf("%s: swapped %v, err %v, want %v", tc.name, swapped, err, tc.want)
+				}
+				if strings.Contains(err.Error(), tc.content[:min(len(tc.content), 8)]) && tc.want != ErrKeyFileTooLarge {
+					t.Errorf("%s: error %q echoes the file", tc.name, err)
+				}
+			}
+			if src.Keyring() != kr {
+				t.Fatalf("%s: the ring was replaced", tc.name)
+			}
+			if len(reported) != 1 {
+				t.Errorf("%s: OnError called %d times for one bad file, want 1", tc.name, len(reported))
+			}
+		}
+		os.Remove(filepath.Join(d.dir, "..data"))
+		if _, err := r.Reload(); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("missing file: %v", err)
 		}
 		if src.Keyring() != kr {
-			t.Fatalf("%s: the ring was replaced", tc.name)
+			t.Fatal("a missing file replaced the ring")
 		}
-		if len(reported) != 1 {
-			t.Errorf("%s: OnError called %d times for one bad file, want 1", tc.name, len(reported))
-		}
-	}
-	os.Remove(filepath.Join(d.dir, "..data"))
-	if _, err := r.Reload(); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("missing file: %v", err)
-	}
-	if src.Keyring() != kr {
-		t.Fatal("a missing file replaced the ring")
-	}
-}
+	})
 
-// TestKeyFileReloaderRunPicksUpASwapWithinTheInterval runs the poll loop
-// with a short interval and waits (bounded) for a published key.
-func TestKeyFileReloaderRunPicksUpASwapWithinTheInterval(t *testing.T) {
-	a, b := RandomKey(), RandomKey()
-	d := newSecretDir(t, keyText(a))
-	src := mustSource(t, mustKeyring(t, a))
-	swapped := make(chan int, 10)
-	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), Interval: 5 * time.Millisecond, OnSwap: func(n int) { swapped <- n }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var runErr error
-	go func() { defer wg.Done(); runErr = r.Run(ctx) }()
-	wait := func() {
-		t.Helper()
-		select {
-		case <-swapped:
-		case <-time.After(5 * time.Second):
-			t.Fatal("no swap within 5 s")
+	// Runs the poll loop
+	// with a short interval and waits (bounded) for a published key.
+	t.Run("run picks up a swap within the interval", func(t *testing.T) {
+		a, b := RandomKey(), RandomKey()
+		d := newSecretDir(t, keyText(a))
+		src := mustSource(t, mustKeyring(t, a))
+		swapped := make(chan int, 10)
+		r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), Interval: 5 * time.Millisecond, OnSwap: func(n int) { swapped <- n }})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	wait() // the initial load
-	d.publish(keyText(b, a))
-	wait()
-	cancel()
-	wg.Wait()
-	if !errors.Is(runErr, context.Canceled) {
-		t.Errorf("Run returned %v", runErr)
-	}
-	if string(src.Keyring().keys[0]) != string(b) {
-		t.Error("the published primary is not in effect")
-	}
-}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Add(1)
+		var runErr error
+		go func() { defer wg.Done(); runErr = r.Run(ctx) }()
+		wait := func() {
+			t.Helper()
+			select {
+			case <-swapped:
+			case <-time.After(5 * time.Second):
+				t.Fatal("no swap within 5 s")
+			}
+		}
+		wait() // the initial load
+		d.publish(keyText(b, a))
+		wait()
+		cancel()
+		wg.Wait()
+		if !errors.Is(runErr, context.Canceled) {
+			t.Errorf("Run returned %v", runErr)
+		}
+		if string(src.Keyring().keys[0]) != string(b) {
+			t.Error("the published primary is not in effect")
+		}
+	})
 
-// TestKeyFileReloaderRunDoesNotReloadAfterItsContextIsDone: with ctx done
-// (here before Run starts, so the race of a tick and ctx.Done is decided
-// the same way every time) Run returns ctx's error and reads nothing.
-func TestKeyFileReloaderRunDoesNotReloadAfterItsContextIsDone(t *testing.T) {
-	a := RandomKey()
-	d := newSecretDir(t, keyText(a))
-	src := mustSource(t, mustKeyring(t, a))
-	calls := 0
-	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), Interval: time.Millisecond,
-		OnError: func(error) { calls++ }, OnSwap: func(int) { calls++ }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	for range 100 {
-		if err := r.Run(ctx); !errors.Is(err, context.Canceled) {
-			t.Fatalf("Run = %v; want context.Canceled", err)
+	// TestKeyFileReloader/run does not reload after its context is done: with ctx done
+	// (here before Run starts, so the race of a tick and ctx.Done is decided
+	// the same way every time) Run returns ctx's error and reads nothing.
+	t.Run("run does not reload after its context is done", func(t *testing.T) {
+		a := RandomKey()
+		d := newSecretDir(t, keyText(a))
+		src := mustSource(t, mustKeyring(t, a))
+		calls := 0
+		r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), Interval: time.Millisecond,
+			OnError: func(error) { calls++ }, OnSwap: func(int) { calls++ }})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if calls != 0 {
-		t.Fatalf("%d reloads after the context was done, want 0", calls)
-	}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		for range 100 {
+			if err := r.Run(ctx); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run = %v; want context.Canceled", err)
+			}
+		}
+		if calls != 0 {
+			t.Fatalf("%d reloads after the context was done, want 0", calls)
+		}
+	})
+
+	// Kills reload.go `len(b) > MaxKeyFileBytes` → `>=`: a key file of exactly
+	// MaxKeyFileBytes bytes (a key padded with white space, which ParseKeyring
+	// trims) is read and swapped in; one byte more is ErrKeyFileTooLarge and
+	// leaves the ring in place.
+	t.Run("reads a file of exactly MaxKeyFileBytes", func(t *testing.T) {
+		a, b := RandomKey(), RandomKey()
+		pad := func(text string, n int) string { return text + strings.Repeat(" ", n-len(text)) }
+		d := newSecretDir(t, keyText(a))
+		src := mustSource(t, mustKeyring(t, a))
+		r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.publish(pad(keyText(b), MaxKeyFileBytes))
+		if swapped, err := r.Reload(); !swapped || err != nil {
+			t.Fatalf("file of MaxKeyFileBytes: swapped %v, err %v", swapped, err)
+		}
+		if string(src.Keyring().keys[0]) != string(b) {
+			t.Fatal("the key of a file of MaxKeyFileBytes is not in effect")
+		}
+		kr := src.Keyring()
+		d.publish(pad(keyText(a), MaxKeyFileBytes+1))
+		if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrKeyFileTooLarge) {
+			t.Fatalf("file of MaxKeyFileBytes+1: swapped %v, err %v", swapped, err)
+		}
+		if src.Keyring() != kr {
+			t.Fatal("an oversize file replaced the ring")
+		}
+	})
 }
 
 // slowWriter writes a key file in place the way `ctoken keygen > file` or

@@ -50,128 +50,130 @@ func TestNewSlogObserverRejectsNilLogger(t *testing.T) {
 	wantErr(t, errSlogNil, ErrConfig)
 }
 
-// TestSlogObserverLevelsAndAttributes drives real issuers through the
-// adapter and checks each record's level, message and attributes, and that
-// no record holds the token, the subject or the caller.
-func TestSlogObserverLevelsAndAttributes(t *testing.T) {
-	h := &captureHandler{level: slog.LevelDebug}
-	obs, err := NewSlogObserver(slog.New(h))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := newTestClock()
-	iss, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, fixedKey(2), fixedKey(1)), Session: []byte("s"), Now: clock.Now, Observer: obs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	codec, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(2)), Now: clock.Now, Replay: failingStore{}, Observer: obs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scope := CursorScope{ToolID: "secret-tool", CallerID: "secret-caller"}
-	cur, err := iss.Issue(CursorPayload{CursorScope: scope})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss.Verify(cur, scope)
-	iss.Verify(cur[:len(cur)-4]+"AAAA", scope)
-	state, err := codec.Encode("secret-state", "secret-subject", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	codec.Decode(state, "secret-subject", "")
-	clock.Advance(time.Hour)
-	iss.Verify(cur, scope)
+func TestSlogObserver(t *testing.T) {
+	// Drives real issuers through the
+	// adapter and checks each record's level, message and attributes, and that
+	// no record holds the token, the subject or the caller.
+	t.Run("levels and attributes", func(t *testing.T) {
+		h := &captureHandler{level: slog.LevelDebug}
+		obs, err := NewSlogObserver(slog.New(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock := newTestClock()
+		iss, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, fixedKey(2), fixedKey(1)), Session: []byte("s"), Now: clock.Now, Observer: obs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		codec, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(2)), Now: clock.Now, Replay: failingStore{}, Observer: obs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		scope := CursorScope{ToolID: "secret-tool", CallerID: "secret-caller"}
+		cur, err := iss.Issue(CursorPayload{CursorScope: scope})
+		if err != nil {
+			t.Fatal(err)
+		}
+		iss.Verify(cur, scope)
+		iss.Verify(cur[:len(cur)-4]+"AAAA", scope)
+		state, err := codec.Encode("secret-state", "secret-subject", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		codec.Decode(state, "secret-subject", "")
+		clock.Advance(time.Hour)
+		iss.Verify(cur, scope)
 
-	want := []struct {
-		level slog.Level
-		msg   string
-		attrs map[string]string
-	}{
-		{slog.LevelDebug, "ctoken: issued", map[string]string{"kind": "cursor", "outcome": "issued", "key": "primary"}},
-		{slog.LevelDebug, "ctoken: verified", map[string]string{"kind": "cursor", "outcome": "verified", "key": "primary"}},
-		{slog.LevelWarn, "ctoken: refused", map[string]string{"kind": "cursor", "outcome": "refused", "reason": "mac mismatch"}},
-		{slog.LevelDebug, "ctoken: issued", map[string]string{"kind": "request_state", "outcome": "issued", "key": "primary"}},
-		{slog.LevelError, "ctoken: store_failure", map[string]string{"kind": "request_state", "outcome": "store_failure", "reason": "replay store failed", "key": "primary", "store_latency": "*"}},
-		{slog.LevelInfo, "ctoken: refused", map[string]string{"kind": "cursor", "outcome": "refused", "reason": "older than TTL", "key": "primary"}},
-	}
-	got := h.take()
-	if len(got) != len(want) {
-		t.Fatalf("%d records, want %d", len(got), len(want))
-	}
-	for i, w := range want {
-		r := got[i]
-		attrs := recordAttrs(r)
-		if r.Level != w.level || r.Message != w.msg || len(attrs) != len(w.attrs) {
-			t.Errorf("record %d: %v %q %v, want %v %q %v", i, r.Level, r.Message, attrs, w.level, w.msg, w.attrs)
-			continue
+		want := []struct {
+			level slog.Level
+			msg   string
+			attrs map[string]string
+		}{
+			{slog.LevelDebug, "ctoken: issued", map[string]string{"kind": "cursor", "outcome": "issued", "key": "primary"}},
+			{slog.LevelDebug, "ctoken: verified", map[string]string{"kind": "cursor", "outcome": "verified", "key": "primary"}},
+			{slog.LevelWarn, "ctoken: refused", map[string]string{"kind": "cursor", "outcome": "refused", "reason": "mac mismatch"}},
+			{slog.LevelDebug, "ctoken: issued", map[string]string{"kind": "request_state", "outcome": "issued", "key": "primary"}},
+			{slog.LevelError, "ctoken: store_failure", map[string]string{"kind": "request_state", "outcome": "store_failure", "reason": "replay store failed", "key": "primary", "store_latency": "*"}},
+			{slog.LevelInfo, "ctoken: refused", map[string]string{"kind": "cursor", "outcome": "refused", "reason": "older than TTL", "key": "primary"}},
 		}
-		for k, v := range w.attrs {
-			if attrs[k] != v && !(v == "*" && attrs[k] != "") {
-				t.Errorf("record %d: %s = %q, want %q", i, k, attrs[k], v)
+		got := h.take()
+		if len(got) != len(want) {
+			t.Fatalf("%d records, want %d", len(got), len(want))
+		}
+		for i, w := range want {
+			r := got[i]
+			attrs := recordAttrs(r)
+			if r.Level != w.level || r.Message != w.msg || len(attrs) != len(w.attrs) {
+				t.Errorf("record %d: %v %q %v, want %v %q %v", i, r.Level, r.Message, attrs, w.level, w.msg, w.attrs)
+				continue
 			}
-		}
-		for _, v := range attrs {
-			for _, secret := range []string{"secret", cur, state} {
-				if strings.Contains(v, secret) {
-					t.Errorf("record %d leaks %q", i, secret)
+			for k, v := range w.attrs {
+				if attrs[k] != v && !(v == "*" && attrs[k] != "") {
+					t.Errorf("record %d: %s = %q, want %q", i, k, attrs[k], v)
+				}
+			}
+			for _, v := range attrs {
+				for _, secret := range []string{"secret", cur, state} {
+					if strings.Contains(v, secret) {
+						t.Errorf("record %d leaks %q", i, secret)
+					}
 				}
 			}
 		}
-	}
-}
+	})
 
-// TestSlogObserverLevelOfEveryOutcome pins the level of each kind of event.
-func TestSlogObserverLevelOfEveryOutcome(t *testing.T) {
-	for _, tc := range []struct {
-		e    Event
-		want slog.Level
-	}{
-		{Event{Outcome: OutcomeIssued}, slog.LevelDebug},
-		{Event{Outcome: OutcomeVerified}, slog.LevelDebug},
-		{Event{Outcome: OutcomeRefused, Reason: ReasonOlderThanTTL}, slog.LevelInfo},
-		{Event{Outcome: OutcomeRefused, Reason: ReasonOtherSession}, slog.LevelInfo},
-		{Event{Outcome: OutcomeRefused, Reason: ReasonPastExp}, slog.LevelInfo},
-		{Event{Outcome: OutcomeRefused, Reason: ReasonExpired}, slog.LevelInfo},
-		{Event{Outcome: OutcomeRefused, Reason: ReasonAuthorizeRefused}, slog.LevelInfo},
-		{Event{Outcome: OutcomeRefused, Reason: ReasonMACMismatch}, slog.LevelWarn},
-		{Event{Outcome: OutcomeRefused, Reason: ReasonMACOtherSession}, slog.LevelWarn},
-		{Event{Outcome: OutcomeRefused, Reason: ReasonWrongBinding}, slog.LevelWarn},
-		{Event{Outcome: OutcomeDuplicate, Reason: ReasonAlreadyUsed}, slog.LevelWarn},
-		{Event{Outcome: OutcomeStoreFailure, Reason: ReasonStoreFailed}, slog.LevelError},
-		{Event{Outcome: OutcomeRefused, Reason: ReasonIssueFailed}, slog.LevelError},
-		{Event{Kind: KindWebhook, Outcome: OutcomeIssued, Key: KeyPrimary}, slog.LevelDebug},
-		{Event{Kind: KindWebhook, Outcome: OutcomeVerified, Key: KeyPrimary}, slog.LevelDebug},
-		{Event{Kind: KindWebhook, Outcome: OutcomeProcessed, StoreLatency: 1}, slog.LevelDebug},
-		{Event{Kind: KindWebhook, Outcome: OutcomeDuplicate, Reason: ReasonWebhookDuplicate}, slog.LevelInfo},
-		{Event{Kind: KindWebhook, Outcome: OutcomeInProgress, Reason: ReasonWebhookInProgress}, slog.LevelInfo},
-		{Event{Kind: KindWebhook, Outcome: OutcomeRefused, Reason: ReasonWebhookSignatureMismatch}, slog.LevelWarn},
-		{Event{Kind: KindWebhook, Outcome: OutcomeRefused, Reason: ReasonWebhookTimestampTooOld}, slog.LevelWarn},
-		{Event{Kind: KindWebhook, Outcome: OutcomeStoreFailure, Reason: ReasonWebhookStoreRecord}, slog.LevelError},
-		{Event{Kind: KindWebhook, Outcome: OutcomeStoreFailure, Reason: ReasonWebhookLeaseLost}, slog.LevelError},
-	} {
-		if got := eventLevel(tc.e); got != tc.want {
-			t.Errorf("level of %+v = %v, want %v", tc.e, got, tc.want)
+	// Pins the level of each kind of event.
+	t.Run("level of every outcome", func(t *testing.T) {
+		for _, tc := range []struct {
+			e    Event
+			want slog.Level
+		}{
+			{Event{Outcome: OutcomeIssued}, slog.LevelDebug},
+			{Event{Outcome: OutcomeVerified}, slog.LevelDebug},
+			{Event{Outcome: OutcomeRefused, Reason: ReasonOlderThanTTL}, slog.LevelInfo},
+			{Event{Outcome: OutcomeRefused, Reason: ReasonOtherSession}, slog.LevelInfo},
+			{Event{Outcome: OutcomeRefused, Reason: ReasonPastExp}, slog.LevelInfo},
+			{Event{Outcome: OutcomeRefused, Reason: ReasonExpired}, slog.LevelInfo},
+			{Event{Outcome: OutcomeRefused, Reason: ReasonAuthorizeRefused}, slog.LevelInfo},
+			{Event{Outcome: OutcomeRefused, Reason: ReasonMACMismatch}, slog.LevelWarn},
+			{Event{Outcome: OutcomeRefused, Reason: ReasonMACOtherSession}, slog.LevelWarn},
+			{Event{Outcome: OutcomeRefused, Reason: ReasonWrongBinding}, slog.LevelWarn},
+			{Event{Outcome: OutcomeDuplicate, Reason: ReasonAlreadyUsed}, slog.LevelWarn},
+			{Event{Outcome: OutcomeStoreFailure, Reason: ReasonStoreFailed}, slog.LevelError},
+			{Event{Outcome: OutcomeRefused, Reason: ReasonIssueFailed}, slog.LevelError},
+			{Event{Kind: KindWebhook, Outcome: OutcomeIssued, Key: KeyPrimary}, slog.LevelDebug},
+			{Event{Kind: KindWebhook, Outcome: OutcomeVerified, Key: KeyPrimary}, slog.LevelDebug},
+			{Event{Kind: KindWebhook, Outcome: OutcomeProcessed, StoreLatency: 1}, slog.LevelDebug},
+			{Event{Kind: KindWebhook, Outcome: OutcomeDuplicate, Reason: ReasonWebhookDuplicate}, slog.LevelInfo},
+			{Event{Kind: KindWebhook, Outcome: OutcomeInProgress, Reason: ReasonWebhookInProgress}, slog.LevelInfo},
+			{Event{Kind: KindWebhook, Outcome: OutcomeRefused, Reason: ReasonWebhookSignatureMismatch}, slog.LevelWarn},
+			{Event{Kind: KindWebhook, Outcome: OutcomeRefused, Reason: ReasonWebhookTimestampTooOld}, slog.LevelWarn},
+			{Event{Kind: KindWebhook, Outcome: OutcomeStoreFailure, Reason: ReasonWebhookStoreRecord}, slog.LevelError},
+			{Event{Kind: KindWebhook, Outcome: OutcomeStoreFailure, Reason: ReasonWebhookLeaseLost}, slog.LevelError},
+		} {
+			if got := eventLevel(tc.e); got != tc.want {
+				t.Errorf("level of %+v = %v, want %v", tc.e, got, tc.want)
+			}
 		}
-	}
-}
+	})
 
-// TestSlogObserverFiltersByLevelWithoutAllocating: a disabled level is
-// dropped before any attribute is built.
-func TestSlogObserverFiltersByLevelWithoutAllocating(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race")
-	}
-	h := &captureHandler{level: slog.LevelWarn}
-	obs, err := NewSlogObserver(slog.New(h))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := Event{Kind: KindCursor, Outcome: OutcomeVerified, Key: KeyPrimary}
-	if n := testing.AllocsPerRun(100, func() { obs.Observe(e) }); n != 0 {
-		t.Errorf("a filtered event allocates %v times", n)
-	}
-	if len(h.take()) != 0 {
-		t.Error("a Debug event passed a Warn handler")
-	}
+	// TestSlogObserver/filters by level without allocating: a disabled level is
+	// dropped before any attribute is built.
+	t.Run("filters by level without allocating", func(t *testing.T) {
+		if raceEnabled {
+			t.Skip("allocation counts are not meaningful under -race")
+		}
+		h := &captureHandler{level: slog.LevelWarn}
+		obs, err := NewSlogObserver(slog.New(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := Event{Kind: KindCursor, Outcome: OutcomeVerified, Key: KeyPrimary}
+		if n := testing.AllocsPerRun(100, func() { obs.Observe(e) }); n != 0 {
+			t.Errorf("a filtered event allocates %v times", n)
+		}
+		if len(h.take()) != 0 {
+			t.Error("a Debug event passed a Warn handler")
+		}
+	})
 }

@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"bytes"
+	"strconv"
+	"unsafe"
+
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -44,7 +48,7 @@ func refSigned(t testing.TB, key []byte, payload string) string {
 	return "v1." + base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(mac)
 }
 
-// refStateGCM is the hand-written AES-GCM (gcm_ref_test.go) under the
+// refStateGCM is the hand-written AES-GCM (envelope_test.go) under the
 // state's AES subkey.
 func refStateGCM(t testing.TB, key []byte) *refGCM {
 	return newRefGCM(t, refSubkey(t, key, "mcp.requestState aes-256-gcm key"))
@@ -422,16 +426,74 @@ func TestStateKeyRotation(t *testing.T) {
 	}
 }
 
-// TestNewRequestStateCodecRefusesNilKeys checks that a codec never picks
-// a silent random key: nil Keys is ErrNoKey, in every mode.
-func TestNewRequestStateCodecRefusesNilKeys(t *testing.T) {
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		c, err := NewRequestStateCodec(RequestStateSecurity{Mode: mode, Replay: replay.NewMemoryStore(0)})
-		wantErr(t, err, ErrNoKey)
-		if c != nil || Reason(err) != "RequestStateSecurity.Keys is nil" {
-			t.Fatalf("mode %d: codec %v, reason %q", mode, c, Reason(err))
+func TestNewRequestStateCodec(t *testing.T) {
+	// Checks that a codec never picks
+	// a silent random key: nil Keys is ErrNoKey, in every mode.
+	t.Run("refuses nil keys", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			c, err := NewRequestStateCodec(RequestStateSecurity{Mode: mode, Replay: replay.NewMemoryStore(0)})
+			wantErr(t, err, ErrNoKey)
+			if c != nil || Reason(err) != "RequestStateSecurity.Keys is nil" {
+				t.Fatalf("mode %d: codec %v, reason %q", mode, c, Reason(err))
+			}
 		}
-	}
+	})
+
+	// Checks that a field that is
+	// neither zero (the default) nor valid is ErrConfig, with a reason naming
+	// it, and that zero means the default.
+	t.Run("refuses invalid config", func(t *testing.T) {
+		kr := mustKeyring(t, fixedKey(1))
+		for _, tc := range []struct {
+			name   string
+			sec    RequestStateSecurity
+			reason string
+		}{
+			{"unknown mode", RequestStateSecurity{Keys: kr, Mode: 2}, "unknown RequestStateSecurity.Mode"},
+			{"unknown binding", RequestStateSecurity{Keys: kr, Binding: 3}, "unknown RequestStateSecurity.Binding"},
+			{"negative TTL", RequestStateSecurity{Keys: kr, TTL: -time.Nanosecond}, "negative RequestStateSecurity.TTL"},
+			{"negative MaxBytes", RequestStateSecurity{Keys: kr, MaxBytes: -1}, "negative RequestStateSecurity.MaxBytes"},
+			{"MaxBytes below an empty signed state", RequestStateSecurity{Keys: kr, MaxBytes: minStateWire(Signed) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
+			{"MaxBytes below an empty encrypted state", RequestStateSecurity{Keys: kr, Mode: Encrypted, MaxBytes: minStateWire(Encrypted) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
+			{"unknown mode without keys", RequestStateSecurity{Mode: 7}, "unknown RequestStateSecurity.Mode"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				c, err := NewRequestStateCodec(tc.sec)
+				wantErr(t, err, ErrConfig)
+				if c != nil || Reason(err) != tc.reason {
+					t.Fatalf("codec %v, reason %q, want %q", c, Reason(err), tc.reason)
+				}
+			})
+		}
+		// Zero means the default; the smallest MaxBytes is exactly an empty state.
+		clock := newTestClock()
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Now: clock.Now})
+			if c.ttl != DefaultStateTTL || c.maxBytes != DefaultStateMaxBytes {
+				t.Fatalf("mode %d: zero TTL/MaxBytes gave %v/%d", mode, c.ttl, c.maxBytes)
+			}
+			tight := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, MaxBytes: minStateWire(mode), Now: clock.Now})
+			w, err := tight.Encode("", "alice", "")
+			if err != nil || len(w) != minStateWire(mode) {
+				t.Fatalf("mode %d: empty state in the smallest MaxBytes: %d bytes, %v", mode, len(w), err)
+			}
+			_, err = tight.Encode("x", "alice", "")
+			wantErr(t, err, ErrStateTooLarge)
+		}
+	})
+
+	// Checks that a Keyring with no
+	// key (its zero value) is refused like a missing key, in both modes, rather
+	// than accepted by the constructor and panicking in Encode.
+	t.Run("refuses empty keyring", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			c, err := NewRequestStateCodec(RequestStateSecurity{Keys: &Keyring{}, Mode: mode})
+			wantErr(t, err, ErrNoKey)
+			if c != nil {
+				t.Fatalf("mode %d: codec returned with the error", mode)
+			}
+		}
+	})
 }
 
 func TestStateEncodeRejectsInvalidUTF8(t *testing.T) {
@@ -440,62 +502,6 @@ func TestStateEncodeRejectsInvalidUTF8(t *testing.T) {
 	wantErr(t, err, ErrUnencodable)
 	if w != "" || Reason(err) == "" {
 		t.Fatalf("wire %q, reason %q", w, Reason(err))
-	}
-}
-
-// TestNewRequestStateCodecRefusesInvalidConfig checks that a field that is
-// neither zero (the default) nor valid is ErrConfig, with a reason naming
-// it, and that zero means the default.
-func TestNewRequestStateCodecRefusesInvalidConfig(t *testing.T) {
-	kr := mustKeyring(t, fixedKey(1))
-	for _, tc := range []struct {
-		name   string
-		sec    RequestStateSecurity
-		reason string
-	}{
-		{"unknown mode", RequestStateSecurity{Keys: kr, Mode: 2}, "unknown RequestStateSecurity.Mode"},
-		{"unknown binding", RequestStateSecurity{Keys: kr, Binding: 3}, "unknown RequestStateSecurity.Binding"},
-		{"negative TTL", RequestStateSecurity{Keys: kr, TTL: -time.Nanosecond}, "negative RequestStateSecurity.TTL"},
-		{"negative MaxBytes", RequestStateSecurity{Keys: kr, MaxBytes: -1}, "negative RequestStateSecurity.MaxBytes"},
-		{"MaxBytes below an empty signed state", RequestStateSecurity{Keys: kr, MaxBytes: minStateWire(Signed) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
-		{"MaxBytes below an empty encrypted state", RequestStateSecurity{Keys: kr, Mode: Encrypted, MaxBytes: minStateWire(Encrypted) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
-		{"unknown mode without keys", RequestStateSecurity{Mode: 7}, "unknown RequestStateSecurity.Mode"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := NewRequestStateCodec(tc.sec)
-			wantErr(t, err, ErrConfig)
-			if c != nil || Reason(err) != tc.reason {
-				t.Fatalf("codec %v, reason %q, want %q", c, Reason(err), tc.reason)
-			}
-		})
-	}
-	// Zero means the default; the smallest MaxBytes is exactly an empty state.
-	clock := newTestClock()
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Now: clock.Now})
-		if c.ttl != DefaultStateTTL || c.maxBytes != DefaultStateMaxBytes {
-			t.Fatalf("mode %d: zero TTL/MaxBytes gave %v/%d", mode, c.ttl, c.maxBytes)
-		}
-		tight := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, MaxBytes: minStateWire(mode), Now: clock.Now})
-		w, err := tight.Encode("", "alice", "")
-		if err != nil || len(w) != minStateWire(mode) {
-			t.Fatalf("mode %d: empty state in the smallest MaxBytes: %d bytes, %v", mode, len(w), err)
-		}
-		_, err = tight.Encode("x", "alice", "")
-		wantErr(t, err, ErrStateTooLarge)
-	}
-}
-
-// TestNewRequestStateCodecRefusesEmptyKeyring checks that a Keyring with no
-// key (its zero value) is refused like a missing key, in both modes, rather
-// than accepted by the constructor and panicking in Encode.
-func TestNewRequestStateCodecRefusesEmptyKeyring(t *testing.T) {
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		c, err := NewRequestStateCodec(RequestStateSecurity{Keys: &Keyring{}, Mode: mode})
-		wantErr(t, err, ErrNoKey)
-		if c != nil {
-			t.Fatalf("mode %d: codec returned with the error", mode)
-		}
 	}
 }
 
@@ -621,35 +627,874 @@ func TestStateConcurrentEncodeDecode(t *testing.T) {
 	}
 }
 
-func TestStateRefusesSubjectWithNULUnderBindSubjectAndTool(t *testing.T) {
-	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(19)), Mode: mode, Binding: BindSubjectAndTool})
-		// ("alice\x00tools/call", "deploy") and ("alice", "tools/call\x00deploy")
-		// would share the material "alice\x00tools/call\x00deploy".
-		_, err := c.Encode("x", "alice\x00tools/call", "deploy")
-		wantErr(t, err, ErrUnencodable)
-		wire, err := c.Encode("x", "alice", MCPTarget("tools/call", "deploy"))
+func TestStateRefuses(t *testing.T) {
+	t.Run("subject with NUL under bind subject and tool", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(19)), Mode: mode, Binding: BindSubjectAndTool})
+			// ("alice\x00tools/call", "deploy") and ("alice", "tools/call\x00deploy")
+			// would share the material "alice\x00tools/call\x00deploy".
+			_, err := c.Encode("x", "alice\x00tools/call", "deploy")
+			wantErr(t, err, ErrUnencodable)
+			wire, err := c.Encode("x", "alice", MCPTarget("tools/call", "deploy"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := c.Decode(wire, "alice\x00tools/call", "deploy")
+			wantErr(t, err, ErrStateInvalid)
+			if s != "" {
+				t.Fatal("refused decode returned state")
+			}
+			// The tool may contain NUL; only the subject may not.
+			if s, err := c.Decode(wire, "alice", MCPTarget("tools/call", "deploy")); err != nil || s != "x" {
+				t.Fatalf("MCPTarget tool refused: %v", err)
+			}
+		}
+		// Other bindings do not use a separator and accept such subjects.
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(19))})
+		wire, err := c.Encode("x", "a\x00b", "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := c.Decode(wire, "alice\x00tools/call", "deploy")
-		wantErr(t, err, ErrStateInvalid)
-		if s != "" {
-			t.Fatal("refused decode returned state")
+		if _, err := c.Decode(wire, "a\x00b", ""); err != nil {
+			t.Fatal(err)
 		}
-		// The tool may contain NUL; only the subject may not.
-		if s, err := c.Decode(wire, "alice", MCPTarget("tools/call", "deploy")); err != nil || s != "x" {
-			t.Fatalf("MCPTarget tool refused: %v", err)
+	})
+
+	// Checks that a NUL at position 0 of
+	// the subject is refused under BindSubjectAndTool like one further in:
+	// otherwise ("\x00", "a\x00b") and ("\x00\x00a", "b") share the material
+	// "\x00\x00a\x00b" and so a bind tag.
+	t.Run("subject starting with NUL", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(30)), Mode: mode, Binding: BindSubjectAndTool})
+			for _, subject := range []string{"\x00", "\x00\x00a", "\x00alice"} {
+				w, err := c.Encode("x", subject, "a\x00b")
+				wantErr(t, err, ErrUnencodable)
+				if w != "" || Reason(err) == "" {
+					t.Fatalf("mode %d: subject %q: wire %q, reason %q", mode, subject, w, Reason(err))
+				}
+			}
+			// A state sealed for the tool "a\x00b" (an empty subject) or "b"
+			// never opens for a NUL-led subject.
+			for _, tc := range []struct{ sealSubject, sealTool, subject, tool string }{
+				{"", "\x00a\x00b", "\x00", "a\x00b"},
+				{"", "\x00\x00a\x00b", "\x00", "\x00a\x00b"},
+				{"alice", "b", "\x00\x00a", "b"},
+			} {
+				w, err := c.Encode("x", tc.sealSubject, tc.sealTool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := c.Decode(w, tc.subject, tc.tool)
+				wantErr(t, err, ErrStateInvalid)
+				if s != "" || Reason(err) != "subject contains NUL (ambiguous under BindSubjectAndTool)" {
+					t.Fatalf("mode %d: %q/%q: %q, reason %q", mode, tc.subject, tc.tool, s, Reason(err))
+				}
+			}
 		}
-	}
-	// Other bindings do not use a separator and accept such subjects.
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(19))})
-	wire, err := c.Encode("x", "a\x00b", "")
+	})
+
+	// Checks that the MAC segment
+	// must be exactly 43 base64url characters: 42 characters and a line feed
+	// (which encoding/base64 skips) decode to 31 bytes, and for a MAC whose last
+	// byte is zero (1 state in 256) the zero-filled 32nd byte would make it a
+	// second accepted spelling.
+	t.Run("MAC of 42 characters and line feed", func(t *testing.T) {
+		clock := newTestClock()
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(31)), Now: clock.Now})
+		var wire string
+		for i := 0; ; i++ {
+			w, err := c.Encode(fmt.Sprint("s-", i), "alice", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, macText, _ := strings.Cut(w[len(signedPrefix):], ".")
+			mac, err := base64.RawURLEncoding.DecodeString(macText)
+			if err != nil || len(mac) != macSize {
+				t.Fatalf("MAC segment %q", macText)
+			}
+			if mac[macSize-1] == 0 {
+				wire = w
+				break
+			}
+			if i > 1<<14 {
+				t.Fatal("no MAC ending in a zero byte")
+			}
+		}
+		if _, err := c.Decode(wire, "alice", ""); err != nil {
+			t.Fatal(err)
+		}
+		short := wire[:len(wire)-1] // the last character holds only the zero byte's low bits
+		for _, spelling := range []string{
+			short + "\n",
+			short[:len(short)-5] + "\n" + short[len(short)-5:],
+			short + "\r",
+			short,
+		} {
+			s, err := c.Decode(spelling, "alice", "")
+			wantErr(t, err, ErrStateInvalid)
+			if s != "" {
+				t.Fatalf("second spelling %q accepted", spelling)
+			}
+		}
+	})
+
+	// Seals every prefix of a
+	// valid payload with the right key, so the parser sees it: each is refused
+	// as ErrStateInvalid, without a panic, in both modes.
+	t.Run("truncated payloads behind a valid key", func(t *testing.T) {
+		key := fixedKey(35)
+		clock := newTestClock()
+		signed := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Now: clock.Now})
+		encrypted := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Mode: Encrypted, Now: clock.Now})
+		tag := refBindTag(t, key, "alice")
+		exp := clock.Now().Unix() + 60
+		for _, full := range []string{
+			fmt.Sprintf(`{"s":"a\u00e9\"b","exp":%d,"b":"%s"}`, exp, tag),
+			fmt.Sprintf(`{"s":"x","exp":-%d,"b":"%s"}`, exp, tag),
+			fmt.Sprintf(` { "b" : "%s" , "exp" : %d , "s" : "x" } `, tag, exp),
+		} {
+			// Every prefix that stops before the closing brace.
+			for n := 0; n <= strings.LastIndexByte(full, '}'); n++ {
+				p := full[:n]
+				for _, tc := range []struct {
+					c    *RequestStateCodec
+					wire string
+				}{
+					{signed, refSigned(t, key, p)},
+					{encrypted, refEncrypted(t, key, []byte("nonce-nonce!"), p, tag)},
+				} {
+					s, err := tc.c.Decode(tc.wire, "alice", "")
+					wantErr(t, err, ErrStateInvalid)
+					if s != "" || Reason(err) != "malformed payload" {
+						t.Fatalf("payload truncated to %q: %q, reason %q", p, s, Reason(err))
+					}
+				}
+			}
+			// The whole payload is accepted (the negative expiry aside).
+			if _, err := signed.Decode(refSigned(t, key, full), "alice", ""); err != nil && !errors.Is(err, ErrStateExpired) {
+				t.Fatalf("whole payload %q: %v", full, err)
+			}
+		}
+	})
+}
+
+func TestStateBindTagCache(t *testing.T) {
+	// Kills state.go `cacheable := len(material) <= maxCachedMaterial` → `<`
+	// and `if int(sc.used) < len(sc.tags)` negated: the bind-tag cache (a
+	// performance measure: a tag costs as much as the AES-GCM open it guards)
+	// serves a repeated material of up to maxCachedMaterial bytes from the
+	// cache, and does not cache a longer one. A hit is seen by marking the
+	// cached copy of the tag: only a hit returns the mark.
+	t.Run("serves repeated material up to the limit", func(t *testing.T) {
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1)), Binding: BindSubject})
+		k := c.ring().bind[0]
+		var sc stateScratch
+		material := make([]byte, 0, 2*maxCachedMaterial)
+		for _, n := range []int{1, maxCachedMaterial - 1, maxCachedMaterial} {
+			subject := strings.Repeat("s", n)
+			tag := c.cachedBindTag(nil, &sc, material, k, subject, "")
+			var entry *tagEntry
+			for i := range sc.tags[:sc.used] {
+				if e := &sc.tags[i]; e.key == k && e.n == n {
+					entry = e
+				}
+			}
+			if entry == nil {
+				t.Fatalf("material of %d bytes: tag not cached", n)
+			}
+			if string(entry.tag[:]) != string(tag) {
+				t.Fatalf("material of %d bytes: cached tag differs from the one returned", n)
+			}
+			entry.tag[0] ^= 1
+			if again := c.cachedBindTag(nil, &sc, material, k, subject, ""); again[0] == tag[0] {
+				t.Fatalf("material of %d bytes: repeat not served from the cache", n)
+			}
+			entry.tag[0] ^= 1
+		}
+		long := strings.Repeat("s", maxCachedMaterial+1)
+		if got, want := c.cachedBindTag(nil, &sc, material, k, long, ""), c.bindTag(nil, 0, long, ""); string(got) != string(want) {
+			t.Fatal("tag of a long material differs from the uncached tag")
+		}
+		for i := range sc.tags[:sc.used] {
+			if sc.tags[i].n > maxCachedMaterial {
+				t.Fatalf("a material of %d bytes was cached", sc.tags[i].n)
+			}
+		}
+	})
+
+	// Encodes for many
+	// subjects and tools, more than the per-scratch cache holds, interleaved,
+	// from several goroutines, and checks that every state opens for its own
+	// subject and tool only, in both modes.
+	t.Run("never crosses subjects or tools", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			t.Run(fmt.Sprint(mode), func(t *testing.T) {
+				kr, err := NewKeyring(RandomKey())
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Mode: mode, Binding: BindSubjectAndTool})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				errs := make(chan error, 4)
+				for g := range 4 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := range 100 {
+							subject := fmt.Sprintf("subject-%d", (g+i)%7)
+							tool := fmt.Sprintf("tool-%d", i%3)
+							state := fmt.Sprintf(`{"g":%d,"i":%d}`, g, i)
+							w, err := c.Encode(state, subject, tool)
+							if err != nil {
+								errs <- err
+								return
+							}
+							if got, err := c.Decode(w, subject, tool); err != nil || got != state {
+								errs <- fmt.Errorf("own subject/tool: %q, %v", got, err)
+								return
+							}
+							if _, err := c.Decode(w, subject+"x", tool); !errors.Is(err, ErrStateInvalid) {
+								errs <- fmt.Errorf("other subject: %v", err)
+								return
+							}
+							if _, err := c.Decode(w, subject, tool+"x"); !errors.Is(err, ErrStateInvalid) {
+								errs <- fmt.Errorf("other tool: %v", err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+			})
+		}
+	})
+
+	// Checks that a state sealed under a
+	// previous key still opens after rotation, and that a tag cached for one
+	// key is never used for another.
+	t.Run("is per key", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			t.Run(fmt.Sprint(mode), func(t *testing.T) {
+				oldKey, newKey := RandomKey(), RandomKey()
+				oldRing, _ := NewKeyring(oldKey)
+				rotated, _ := NewKeyring(newKey, oldKey)
+				oldCodec, err := NewRequestStateCodec(RequestStateSecurity{Keys: oldRing, Mode: mode})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := NewRequestStateCodec(RequestStateSecurity{Keys: rotated, Mode: mode})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range 3 { // warm the cache with the new key's tag first
+					w, err := c.Encode("new", "alice", "")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got, err := c.Decode(w, "alice", ""); err != nil || got != "new" {
+						t.Fatalf("new key: %q, %v", got, err)
+					}
+					w, err = oldCodec.Encode("old", "alice", "")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got, err := c.Decode(w, "alice", ""); err != nil || got != "old" {
+						t.Fatalf("previous key: %q, %v", got, err)
+					}
+					if _, err := c.Decode(w, "bob", ""); !errors.Is(err, ErrStateInvalid) {
+						t.Fatalf("previous key, other subject: %v", err)
+					}
+				}
+			})
+		}
+	})
+
+	// Checks that the bind
+	// tag cache keys on a copy of the material: a subject string whose bytes
+	// are later reused for another subject (as zero-copy HTTP frameworks do)
+	// must not make the first subject's state open for the second.
+	t.Run("survives reused subject memory", func(t *testing.T) {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			t.Run(fmt.Sprint(mode), func(t *testing.T) {
+				c, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(21)), Mode: mode})
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := []byte("alice")
+				subject := unsafe.String(&buf[0], len(buf))
+				w, err := c.Encode("for alice", subject, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, err := c.Decode(w, subject, ""); err != nil || got != "for alice" {
+					t.Fatalf("alice: %q, %v", got, err)
+				}
+				copy(buf, "mallo") // the same memory now reads "mallo"
+				if _, err := c.Decode(w, subject, ""); !errors.Is(err, ErrStateInvalid) {
+					t.Fatalf("alice's state opened for %q: %v", subject, err)
+				}
+			})
+		}
+	})
+}
+
+// TestStateScratch pins the pooled working memory of Encode and Decode.
+func TestStateScratch(t *testing.T) {
+	// Kills state.go `if cap(sc.buf) < n` → `<=` in getScratch and
+	// `if cap(sc.buf) <= maxPooledScratch` negated in putScratch: Encode and
+	// Decode return their working memory to the pool and reuse it when it is
+	// large enough (a buffer of exactly the size needed included), so once warm
+	// each allocates only the string it returns. The decoding codec only ever
+	// decodes, so its pooled buffer has exactly the capacity Decode asks for.
+	t.Run("encode and decode reuse their scratch", func(t *testing.T) {
+		if raceEnabled {
+			t.Skip("the race detector makes sync.Pool drop items at random")
+		}
+		kr := mustKeyring(t, fixedKey(1))
+		state := strings.Repeat("s", 300) // Decode's scratch is over the 512-byte minimum
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			t.Run("mode "+strconv.Itoa(int(mode)), func(t *testing.T) {
+				enc := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
+				dec := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
+				w, err := enc.Encode(state, "sub", "tool")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := testing.AllocsPerRun(100, func() { _, _ = enc.Encode(state, "sub", "tool") }); n > 1 {
+					t.Errorf("Encode allocates %v times, want 1 (the result)", n)
+				}
+				if n := testing.AllocsPerRun(100, func() { _, _ = dec.Decode(w, "sub", "tool") }); n > 1 {
+					t.Errorf("Decode allocates %v times, want 1 (the result)", n)
+				}
+			})
+		}
+	})
+
+	// Kills state.go `if cap(sc.buf) <= maxPooledScratch` → `<` and negated:
+	// a scratch buffer of exactly maxPooledScratch bytes is kept for reuse and a
+	// larger one is not, so a codec with a huge MaxBytes does not pin huge
+	// buffers. Decode asks for 3*len(wire) + len(subject)+1+len(tool) +
+	// bindTagLen bytes before it parses anything, so refusing a wire of the
+	// right length sizes the buffer exactly.
+	t.Run("of up to max pooled is reused and larger is not", func(t *testing.T) {
+		if raceEnabled {
+			t.Skip("the race detector makes sync.Pool drop items at random")
+		}
+		const subject, tool = "a", "b"
+		matLen := len(subject) + 1 + len(tool)
+		atLimit := (maxPooledScratch - matLen - bindTagLen) / 3
+		if 3*atLimit+matLen+bindTagLen != maxPooledScratch {
+			t.Fatal("test setup: no wire length sizes the scratch at exactly maxPooledScratch")
+		}
+		for _, tc := range []struct {
+			name   string
+			length int
+			reused bool
+		}{
+			{"exactly maxPooledScratch", atLimit, true},
+			{"over maxPooledScratch", atLimit + 1, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1)), MaxBytes: 1 << 20})
+				wire := strings.Repeat("x", tc.length)
+				var err error
+				n := testing.AllocsPerRun(20, func() { _, err = c.Decode(wire, subject, tool) })
+				wantErr(t, err, ErrStateInvalid)
+				if tc.reused && n != 0 {
+					t.Fatalf("refusing a %d-byte wire allocated %v times, want 0 (scratch reused)", tc.length, n)
+				}
+				if !tc.reused && n < 1 {
+					t.Fatalf("refusing a %d-byte wire allocated %v times, want a fresh scratch each time", tc.length, n)
+				}
+			})
+		}
+	})
+
+	// Kills the arithmetic mutants of Encode's scratch estimate in state.go
+	// (matLen, payloadCap, sealedCap, wireCap) that make it too small, or (with
+	// len(state)/8 made len(state)*8) far too large: the
+	// estimate covers the bind material, the payload, the sealed payload and
+	// the wire text of a state without escapes, so an Encode that finds no
+	// pooled scratch allocates exactly its scratch, the scratch's buffer and
+	// the result, and
+	// a warm Encode or Decode of a state bound to a long subject and tool (too
+	// long for the bind-tag cache) allocates only its result (Decode's "s" is
+	// a one-byte string, which Go does not allocate).
+	t.Run("encode scratch estimate covers every region", func(t *testing.T) {
+		if raceEnabled {
+			t.Skip("the race detector makes sync.Pool drop items at random")
+		}
+		kr := mustKeyring(t, fixedKey(1))
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			for _, size := range []int{0, 100, 1000, 4000, 12000} {
+				t.Run(fmt.Sprintf("mode %d, cold Encode of %d bytes", mode, size), func(t *testing.T) {
+					state := strings.Repeat("s", size)
+					c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
+					if _, err := c.Encode(state, "sub", "tool"); err != nil {
+						t.Fatal(err)
+					}
+					// Each measured Encode starts from an empty scratch pool
+					// (the key's own pooled HMAC states stay warm).
+					n := testing.AllocsPerRun(5, func() {
+						for c.scratch.Get() != nil {
+						}
+						_, _ = c.Encode(state, "sub", "tool")
+					})
+					if n != 3 {
+						t.Fatalf("Encode with an empty scratch pool allocated %v times, want 3 (scratch, buffer, result)", n)
+					}
+					// ... and in proportion to the state: under 6 bytes per
+					// state byte plus 4 KiB (measured: 5.9 at 4000 bytes).
+					b := bytesPerRun(5, func() {
+						for c.scratch.Get() != nil {
+						}
+						_, _ = c.Encode(state, "sub", "tool")
+					})
+					if limit := uint64(6*size + 4096); b > limit {
+						t.Fatalf("Encode with an empty scratch pool allocated %d bytes, want at most %d", b, limit)
+					}
+				})
+			}
+			t.Run(fmt.Sprintf("mode %d, long subject and tool", mode), func(t *testing.T) {
+				c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Binding: BindSubjectAndTool})
+				subject, tool := strings.Repeat("u", 3000), strings.Repeat("t", 3000)
+				w, err := c.Encode("s", subject, tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := testing.AllocsPerRun(50, func() { _, _ = c.Encode("s", subject, tool) }); n != 1 {
+					t.Errorf("Encode allocated %v times, want 1 (the result)", n)
+				}
+				if n := testing.AllocsPerRun(50, func() { _, _ = c.Decode(w, subject, tool) }); n > 1 {
+					t.Errorf("Decode allocated %v times, want 1 (the result)", n)
+				}
+			})
+		}
+	})
+}
+
+// Kills state.go `!ok || len(macText) != b64.EncodedLen(macSize)` → `&&`:
+// a signed state whose MAC text is not exactly 43 characters is refused as
+// malformed framing, before anything is decoded.
+func TestStateSignedMACTextOfWrongLengthIsMalformedFraming(t *testing.T) {
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1))})
+	w, err := c.Encode("state", "sub", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Decode(wire, "a\x00b", ""); err != nil {
+	dot := strings.LastIndexByte(w, '.')
+	body, macText := w[:dot], w[dot+1:]
+	for name, wire := range map[string]string{
+		"42 characters":       body + "." + macText[:42],
+		"44 characters":       body + "." + macText + "A",
+		"empty":               body + ".",
+		"a second separator":  body + "." + macText[:21] + "." + macText[21:],
+		"86 characters (two)": body + "." + macText + macText,
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := c.Decode(wire, "sub", "")
+			wantErr(t, err, ErrStateInvalid)
+			if Reason(err) != "malformed framing" {
+				t.Fatalf("Reason = %q, want %q", Reason(err), "malformed framing")
+			}
+			if s != "" {
+				t.Fatalf("state %q returned with the error", s)
+			}
+		})
+	}
+}
+
+// Kills state.go `n < gcmNonceSize+gcmTagSize` with `+` made `-`: an
+// encrypted state too short to hold a GCM nonce and tag is refused as
+// malformed framing before any key is tried, and one just long enough
+// (an empty ciphertext) reaches decryption.
+func TestStateEncryptedShorterThanNonceAndTagIsMalformedFraming(t *testing.T) {
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1)), Mode: Encrypted})
+	for _, tc := range []struct {
+		n      int
+		reason string
+	}{
+		{1, "malformed framing"},
+		{gcmNonceSize, "malformed framing"},
+		{gcmNonceSize + gcmTagSize - 1, "malformed framing"},
+		{gcmNonceSize + gcmTagSize, "decryption failed (tampered, other key, or other subject/tool)"},
+	} {
+		t.Run(strconv.Itoa(tc.n), func(t *testing.T) {
+			wire := encryptedPrefix + b64.EncodeToString(make([]byte, tc.n))
+			s, err := c.Decode(wire, "sub", "")
+			wantErr(t, err, ErrStateInvalid)
+			if Reason(err) != tc.reason {
+				t.Fatalf("Reason = %q, want %q", Reason(err), tc.reason)
+			}
+			if s != "" {
+				t.Fatalf("state %q returned with the error", s)
+			}
+		})
+	}
+}
+
+// TestEncodeRefusesHugeStateBeforeEncoding checks that a state too large
+// for MaxBytes is refused up front.
+func TestEncodeRefusesHugeStateBeforeEncoding(t *testing.T) {
+	c, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(21)), MaxBytes: 1024})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := c.Encode(string(bytes.Repeat([]byte("a"), 1<<20)), "s", ""); !errors.Is(err, ErrStateTooLarge) {
+		t.Fatalf("err = %v, want ErrStateTooLarge", err)
+	}
+	// Escapes make the payload grow beyond the estimate; still exact.
+	quoted := string(bytes.Repeat([]byte{'"', 1}, 40))
+	w, err := c.Encode(quoted, "s", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Decode(w, "s", ""); err != nil || got != quoted {
+		t.Fatalf("Decode = %q, %v", got, err)
+	}
+}
+
+// TestStateBindingSubjectWithNULIsNotAnotherSubject checks that, under
+// BindSubject, a subject is never confused with a prefix of itself cut at
+// a NUL byte, whichever is cached first.
+func TestStateBindingSubjectWithNULIsNotAnotherSubject(t *testing.T) {
+	c, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(21)), Binding: BindSubject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, short := "a\x00b", "a"
+	for _, order := range [][2]string{{long, short}, {short, long}} {
+		w, err := c.Encode("x", order[0], "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Decode(w, order[0], "b"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Decode(w, order[1], "b"); !errors.Is(err, ErrStateInvalid) {
+			t.Fatalf("state for %q opened for %q: %v", order[0], order[1], err)
+		}
+	}
+}
+
+// TestStateSizeCapAtExactlyMaxBytesAndOneOver checks the cap at its edge,
+// on both sides: a state whose wire is exactly MaxBytes is encoded and
+// decoded; one byte over is ErrStateTooLarge at Encode and "over MaxBytes"
+// at Decode.
+func TestStateSizeCapAtExactlyMaxBytesAndOneOver(t *testing.T) {
+	clock := newTestClock()
+	kr := mustKeyring(t, fixedKey(32))
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		big := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Now: clock.Now})
+		state := strings.Repeat("q", 200)
+		wire, err := big.Encode(state, "alice", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		exact := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, MaxBytes: len(wire), Now: clock.Now})
+		under := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, MaxBytes: len(wire) - 1, Now: clock.Now})
+		if s, err := exact.Decode(wire, "alice", ""); err != nil || s != state {
+			t.Fatalf("mode %d: wire of exactly MaxBytes: %v", mode, err)
+		}
+		w, err := exact.Encode(state, "alice", "")
+		if err != nil || len(w) != len(wire) {
+			t.Fatalf("mode %d: encoding exactly MaxBytes: %d bytes, %v", mode, len(w), err)
+		}
+		s, err := under.Decode(wire, "alice", "")
+		wantErr(t, err, ErrStateInvalid)
+		if s != "" || Reason(err) != "over MaxBytes" {
+			t.Fatalf("mode %d: one over: %q, reason %q", mode, s, Reason(err))
+		}
+		w, err = under.Encode(state, "alice", "")
+		wantErr(t, err, ErrStateTooLarge)
+		if w != "" {
+			t.Fatalf("mode %d: one over encoded", mode)
+		}
+	}
+}
+
+// TestStateLongSubjectsDecodeRepeatedly checks subjects whose bind material
+// is around and over the 128 bytes the bind-tag cache holds: each decodes
+// twice (the second time past the cache), and a subject differing only in
+// its last byte is refused twice.
+func TestStateLongSubjectsDecodeRepeatedly(t *testing.T) {
+	for _, mode := range []RequestStateMode{Signed, Encrypted} {
+		for _, binding := range []RequestStateBinding{BindSubject, BindSubjectAndTool} {
+			c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(33)), Mode: mode, Binding: binding})
+			for _, n := range []int{maxCachedMaterial - 1, maxCachedMaterial, maxCachedMaterial + 1, 200, 4096} {
+				subject := strings.Repeat("s", n-1) + "1"
+				other := strings.Repeat("s", n-1) + "2"
+				wire, err := c.Encode("long", subject, "t")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range 2 {
+					if s, err := c.Decode(wire, subject, "t"); err != nil || s != "long" {
+						t.Fatalf("mode %d binding %d subject of %d bytes: %q, %v", mode, binding, n, s, err)
+					}
+					s, err := c.Decode(wire, other, "t")
+					wantErr(t, err, ErrStateInvalid)
+					if s != "" {
+						t.Fatal("refused state returned")
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestStateHeavyWithEscapesRoundTrips checks states whose JSON escaping
+// outgrows Encode's size estimate (every byte a control character written
+// as \u00xx, six times its size), in both modes: the encrypted one opened
+// by hand holds exactly the reference payload.
+func TestStateHeavyWithEscapesRoundTrips(t *testing.T) {
+	key := fixedKey(34)
+	clock := newTestClock()
+	for _, state := range []string{
+		strings.Repeat("\x01", 2000),
+		strings.Repeat("\"\\\x1f", 700),
+		strings.Repeat("a\x00", 1000),
+	} {
+		for _, mode := range []RequestStateMode{Signed, Encrypted} {
+			c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Mode: mode, Now: clock.Now})
+			wire, err := c.Encode(state, "alice", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s, err := c.Decode(wire, "alice", ""); err != nil || s != state {
+				t.Fatalf("mode %d: round trip of %d escapes: %v", mode, len(state), err)
+			}
+			tag := vecBindTag(key, BindSubject, "alice", "")
+			want := vecStatePayload(state, clock.Now().Add(DefaultStateTTL).Unix(), tag)
+			if mode == Signed {
+				if ref := vecSignedWire(key, want); wire != ref {
+					t.Fatalf("signed state with escapes differs from the reference")
+				}
+				continue
+			}
+			pt, _, err := vecOpenEncrypted(t, key, wire, tag)
+			if err != nil || string(pt) != string(want) {
+				t.Fatalf("encrypted state with escapes opens to %d bytes, %v; want the reference payload", len(pt), err)
+			}
+		}
+	}
+}
+
+// TestStateTamperedEncryptedReason pins the log reason of an encrypted
+// state that does not open.
+func TestStateTamperedEncryptedReason(t *testing.T) {
+	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(38)), Mode: Encrypted})
+	wire, err := c.Encode("s", "alice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte(wire)
+	// Another base64url character, away from the last one (whose unused
+	// bits must stay zero): the ciphertext changes, the framing stays valid.
+	if b[len(b)-10] == 'A' {
+		b[len(b)-10] = 'B'
+	} else {
+		b[len(b)-10] = 'A'
+	}
+	s, err := c.Decode(string(b), "alice", "")
+	wantErr(t, err, ErrStateInvalid)
+	if s != "" || Reason(err) != "decryption failed (tampered, other key, or other subject/tool)" {
+		t.Fatalf("tampered encrypted state: %q, reason %q", s, Reason(err))
+	}
+}
+
+// TestStateEveryErrorHasAReason checks that every error the request-state
+// code returns, from the constructor, Encode, Decode, the JSON helpers and
+// a failing replay store, carries a non-empty Reason.
+func TestStateEveryErrorHasAReason(t *testing.T) {
+	kr := mustKeyring(t, fixedKey(39))
+	clk := newStepClock()
+	c := newTestCodec(t, RequestStateSecurity{Keys: kr, Binding: BindSubjectAndTool, Now: clk.Now})
+	wire, err := c.Encode(`"x"`, "alice", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	once := singleUseCodec(t, Signed, replay.NewMemoryStore(0), clk, kr)
+	used, _ := once.Encode("s", "alice", "")
+	_, _ = once.Decode(used, "alice", "")
+	calls := map[string]func() error{
+		"nil keys":             func() error { _, err := NewRequestStateCodec(RequestStateSecurity{}); return err },
+		"empty keyring":        func() error { _, err := NewRequestStateCodec(RequestStateSecurity{Keys: &Keyring{}}); return err },
+		"negative TTL":         func() error { _, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, TTL: -1}); return err },
+		"zero codec":           func() error { _, err := (&RequestStateCodec{}).Decode(wire, "alice", "t"); return err },
+		"not UTF-8":            func() error { _, err := c.Encode("\xff", "alice", "t"); return err },
+		"NUL subject":          func() error { _, err := c.Encode("x", "a\x00", "t"); return err },
+		"too large":            func() error { _, err := c.Encode(strings.Repeat("x", DefaultStateMaxBytes), "alice", "t"); return err },
+		"unencodable JSON":     func() error { _, err := EncodeJSON(c, make(chan int), "alice", "t"); return err },
+		"wrong tool":           func() error { _, err := c.Decode(wire, "alice", "u"); return err },
+		"expired":              func() error { clk.Advance(time.Hour); _, err := c.Decode(wire, "alice", "t"); return err },
+		"not JSON of T":        func() error { _, err := DecodeJSON[int](c, wire, "alice", "t"); return err },
+		"replayed":             func() error { _, err := once.Decode(used, "alice", ""); return err },
+		"store failed":         func() error { _, err := once.DecodeContext(canceled, used, "alice", ""); return err },
+		"store failed in JSON": func() error { _, err := DecodeJSONContext[string](canceled, once, used, "alice", ""); return err },
+	}
+	for name, call := range calls {
+		err := call()
+		if err == nil || Reason(err) == "" {
+			t.Errorf("%s: error %v has no reason", name, err)
+		}
+	}
+}
+
+const hugeInput = 64 << 20
+
+func TestDecodersRefuseHugeInputWithoutAllocating(t *testing.T) {
+	huge := strings.Repeat("A", hugeInput)
+	iss := vecIssuer(t, vecNow, vecSession, vecKey)
+	signed := vecCodec(t, Signed, BindSubject, vecNow, vecKey)
+	encrypted := vecCodec(t, Encrypted, BindSubject, vecNow, vecKey)
+	hugeSigned := signedPrefix + huge + "." + strings.Repeat("A", 43)
+	hugeEncrypted := encryptedPrefix + huge
+	// The generic helpers may allocate their result variable up front (a
+	// few bytes, whatever the input); the decoders themselves allocate
+	// nothing at all.
+	for _, tc := range []struct {
+		name   string
+		run    func() error
+		want   error
+		allocs int
+	}{
+		{"CursorIssuer.Verify", func() error { _, err := iss.Verify(huge, CursorScope{}); return err }, ErrCursorInvalid, 0},
+		{"VerifyState", func() error { _, _, err := VerifyState[map[string]any](iss, huge, CursorScope{}); return err }, ErrCursorInvalid, 1},
+		{"RequestStateCodec.Decode signed", func() error { _, err := signed.Decode(hugeSigned, "alice", ""); return err }, ErrStateInvalid, 0},
+		{"RequestStateCodec.Decode encrypted", func() error { _, err := encrypted.Decode(hugeEncrypted, "alice", ""); return err }, ErrStateInvalid, 0},
+		{"DecodeJSON", func() error { _, err := DecodeJSON[map[string]any](signed, hugeSigned, "alice", ""); return err }, ErrStateInvalid, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.run(); !errors.Is(err, tc.want) {
+				t.Fatalf("error %v, want %v", err, tc.want)
+			}
+			if allocs := testing.AllocsPerRun(10, func() { _ = tc.run() }); allocs > float64(tc.allocs) {
+				t.Errorf("%v allocations refusing a 64 MiB input, want at most %d", allocs, tc.allocs)
+			}
+			if n := bytesPerRun(10, func() { _ = tc.run() }); n > 64*uint64(tc.allocs) {
+				t.Errorf("%d bytes allocated refusing a 64 MiB input, want at most %d", n, 64*tc.allocs)
+			}
+		})
+	}
+}
+
+func TestDecodersAllocateBoundedMemoryWithinTheCap(t *testing.T) {
+	iss := vecIssuer(t, vecNow, vecSession, vecKey)
+	p := CursorPayload{CursorScope: CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{1}}, State: seqBytes(0, MaxOpaqueStateBytes)}
+	cursor, err := iss.Issue(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	codecs := map[RequestStateMode]*RequestStateCodec{
+		Signed:    vecCodec(t, Signed, BindSubject, vecNow, vecKey),
+		Encrypted: vecCodec(t, Encrypted, BindSubject, vecNow, vecKey),
+	}
+	// The largest state that fits the default cap, in each mode.
+	wires := map[RequestStateMode]string{}
+	for mode, c := range codecs {
+		lo, hi := 0, DefaultStateMaxBytes
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			if _, err := c.Encode(strings.Repeat("x", mid), "alice", ""); err == nil {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		w, err := c.Encode(strings.Repeat("x", lo), "alice", "")
+		if err != nil || len(w) < DefaultStateMaxBytes-8 {
+			t.Fatalf("%v: largest state %d bytes, wire %d bytes: %v", mode, lo, len(w), err)
+		}
+		wires[mode] = w
+	}
+
+	// Bounds: a cursor is at most MaxCursorBytes, so its decode may cost a
+	// small constant; a request state may cost a few copies of its capped
+	// input (the base64 source and result, the parsed state string and its
+	// growth) plus a constant. Measured at the time of writing: about 4.4x
+	// the cap signed, 5.1x encrypted.
+	const constant = 4 << 10
+	for _, tc := range []struct {
+		name  string
+		run   func() error
+		limit uint64
+	}{
+		{"CursorIssuer.Verify", func() error {
+			_, err := iss.Verify(cursor, CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{1}})
+			return err
+		}, constant},
+		{"RequestStateCodec.Decode signed", func() error {
+			_, err := codecs[Signed].Decode(wires[Signed], "alice", "")
+			return err
+		}, 6*DefaultStateMaxBytes + constant},
+		{"RequestStateCodec.Decode encrypted", func() error {
+			_, err := codecs[Encrypted].Decode(wires[Encrypted], "alice", "")
+			return err
+		}, 6*DefaultStateMaxBytes + constant},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.run(); err != nil {
+				t.Fatal(err)
+			}
+			n := bytesPerRun(20, func() { _ = tc.run() })
+			t.Logf("%d bytes per decode", n)
+			if n > tc.limit {
+				t.Errorf("%d bytes per decode, limit %d", n, tc.limit)
+			}
+		})
+	}
+}
+
+// TestDecodeRefusesHostilePayloads seals hostile payloads with the codec's
+// own keys, so the payload parser rather than the MAC refuses them.
+func TestDecodeRefusesHostilePayloads(t *testing.T) {
+	tag := vecBindTag(vecKey, BindSubject, "alice", "")
+	exp := "1767323345"
+	for _, tc := range []struct {
+		name    string
+		payload string
+		want    error
+	}{
+		{"duplicate member", `{"s":"a","s":"b","exp":` + exp + `,"b":"` + tag + `"}`, ErrStateInvalid},
+		{"unknown member", `{"s":"a","exp":` + exp + `,"b":"` + tag + `","x":1}`, ErrStateInvalid},
+		{"missing exp", `{"s":"a","b":"` + tag + `"}`, ErrStateInvalid},
+		{"state not a string", `{"s":{"a":1},"exp":` + exp + `,"b":"` + tag + `"}`, ErrStateInvalid},
+		{"deeply nested state", `{"s":` + strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + `,"exp":` + exp + `,"b":"` + tag + `"}`, ErrStateInvalid},
+		{"exp overflows int64", `{"s":"a","exp":9223372036854775808,"b":"` + tag + `"}`, ErrStateInvalid},
+		{"exp with fraction", `{"s":"a","exp":` + exp + `.5,"b":"` + tag + `"}`, ErrStateInvalid},
+		{"exp with exponent", `{"s":"a","exp":1e10,"b":"` + tag + `"}`, ErrStateInvalid},
+		{"exp with leading zero", `{"s":"a","exp":0` + exp + `,"b":"` + tag + `"}`, ErrStateInvalid},
+		{"exp as string", `{"s":"a","exp":"` + exp + `","b":"` + tag + `"}`, ErrStateInvalid},
+		{"lone surrogate in state", `{"s":"\ud800","exp":` + exp + `,"b":"` + tag + `"}`, ErrStateInvalid},
+		{"invalid UTF-8 in state", "{\"s\":\"\xff\",\"exp\":" + exp + `,"b":"` + tag + `"}`, ErrStateInvalid},
+		{"trailing garbage", `{"s":"a","exp":` + exp + `,"b":"` + tag + `"}x`, ErrStateInvalid},
+		{"array", `["a",` + exp + `,"` + tag + `"]`, ErrStateInvalid},
+		{"other bind tag", `{"s":"a","exp":` + exp + `,"b":"` + vecBindTag(vecKey, BindSubject, "mallory", "") + `"}`, ErrStateInvalid},
+		{"most negative exp", `{"s":"a","exp":-9223372036854775808,"b":"` + tag + `"}`, ErrStateExpired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, mode := range []RequestStateMode{Signed, Encrypted} {
+				wire := vecSignedWire(vecKey, []byte(tc.payload))
+				if mode == Encrypted {
+					wire = vecEncryptedWire(t, vecKey, seqBytes(9, gcmNonceSize), []byte(tc.payload), tag)
+				}
+				s, err := vecCodec(t, mode, BindSubject, vecNow, vecKey).Decode(wire, "alice", "")
+				if !errors.Is(err, tc.want) || s != "" {
+					t.Errorf("%s: Decode = %q, %v; want %v", modeNames[mode], s, err, tc.want)
+				}
+			}
+		})
 	}
 }
 

@@ -3,7 +3,10 @@
 #
 #   .ci/pg.sh          # go test -race: the replaytest contract, the fleet
 #                      # tests, and the faults (crash mid-load, killed
-#                      # backend, lost replies, paused server, standby, and a
+#                      # backend, lost replies, paused server, standbys (also
+#                      # one stopped after New, or away with its slot), settings
+#                      # weakened after New (refused within ~1 s), key layout 1
+#                      # upgraded by Migrate, and a
 #                      # 64-client load with a server restart, 10 s)
 #   .ci/pg.sh load     # the load test alone, without -race, so that its
 #                      # throughput and latency figures mean something

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -203,4 +204,92 @@ func mustJSON(b *testing.B, v any) []byte {
 		b.Fatal(err)
 	}
 	return text
+}
+
+func BenchmarkCursorsResumeAndNext(b *testing.B) {
+	f := newFleet(b, 1, "s1")
+	cursors, err := NewCursors(f.issuer, &CursorOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "list"}}
+	in := listIn{Prefix: "a"}
+	cursor, err := cursors.Next(ctx, req, in, 1, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := cursors.Resume(ctx, req, in, cursor)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := cursors.Next(ctx, req, in, p.Page+1, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCursorsTurnAndNext is a page turn as handlers write it: Turn
+// verifies the cursor and keeps the scope, Turn.Next issues the next
+// cursor; the arguments are fingerprinted once (twice with Resume and Next).
+func BenchmarkCursorsTurnAndNext(b *testing.B) {
+	f := newFleet(b, 1, "s1")
+	cursors, err := NewCursors(f.issuer, &CursorOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "list"}}
+	in := listIn{Prefix: "a"}
+	cursor, err := cursors.Next(ctx, req, in, 1, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		turn, err := cursors.Turn(ctx, req, in, cursor)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := turn.Next(turn.Payload.Page+1, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkArgsFingerprintOfPageArgs is the floor of the page-turn
+// benchmarks: one fingerprint of the same arguments, the work Turn does
+// once and Resume and Next do twice.
+func BenchmarkArgsFingerprintOfPageArgs(b *testing.B) {
+	in := listIn{Prefix: "a"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ctoken.ArgsFingerprint(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkStatesSealAndOpen(b *testing.B) {
+	f := newFleet(b, 1, "s1")
+	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask", Arguments: json.RawMessage(`{"target":"prod"}`)}}
+	b.ReportAllocs()
+	for b.Loop() {
+		st, err := SealJSON(ctx, states, req, askState{Target: "prod", Plan: 42})
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Params.RequestState = st
+		if _, _, err := OpenJSON[askState](ctx, states, req); err != nil {
+			b.Fatal(err)
+		}
+		req.Params.RequestState = ""
+	}
 }

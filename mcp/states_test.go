@@ -2,9 +2,13 @@ package ctokenmcp
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
 	"errors"
 	"log/slog"
-	"testing"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
@@ -12,6 +16,358 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
+
+func TestConstructorsRefuseNil(t *testing.T) {
+	if _, err := NewCursors(nil, nil); err == nil {
+		t.Error("NewCursors(nil) succeeded")
+	}
+	if _, err := NewStates(nil, nil); err == nil {
+		t.Error("NewStates(nil) succeeded")
+	}
+}
+
+func callAsk(cs *mcp.ClientSession, tool string, in askIn, state string, ok bool) (*mcp.CallToolResult, error) {
+	p := &mcp.CallToolParams{Name: tool, Arguments: in}
+	if state != "" {
+		p.RequestState = state
+		p.InputResponses = mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": ok}}}
+	}
+	return cs.CallTool(context.Background(), p)
+}
+
+func askResult(t testing.TB, res *mcp.CallToolResult) askOut {
+	t.Helper()
+	if res.IsError || res.NeedsInput() {
+		t.Fatalf("not a final result: isError %v, needsInput %v", res.IsError, res.NeedsInput())
+	}
+	var out askOut
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestStatesDriveMultiRoundTripThroughSDKClient(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	cs := connect(t, f.server(t, FixedCaller("alice"), nil), nil)
+	res, err := callAsk(cs, "ask", askIn{Target: "prod"}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := askResult(t, res); out.Done != "prod" || out.Plan != 42 {
+		t.Errorf("result = %+v", out)
+	}
+}
+
+func TestStatesManualRoundTrip(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	cs := connect(t, f.server(t, FixedCaller("alice"), nil), manual)
+	first, err := callAsk(cs, "ask", askIn{Target: "prod"}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.NeedsInput() || first.RequestState == "" || !strings.HasPrefix(first.RequestState, "v1e.") {
+		t.Fatalf("round one: needsInput %v, state %q", first.NeedsInput(), first.RequestState)
+	}
+	if strings.Contains(first.RequestState, "prod") {
+		t.Error("encrypted state shows its content")
+	}
+	for _, ok := range []bool{true, false} {
+		res, err := callAsk(cs, "ask", askIn{Target: "prod"}, first.RequestState, ok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := askOut{Done: "prod", Plan: 42}
+		if !ok {
+			want.Done = "cancelled"
+		}
+		if out := askResult(t, res); out != want {
+			t.Errorf("answer %v: result %+v, want %+v", ok, out, want)
+		}
+	}
+}
+
+func TestStateRejectionsAreInvalidParams(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	alice := connect(t, f.server(t, FixedCaller("alice"), nil), manual)
+	bob := connect(t, f.server(t, FixedCaller("bob"), nil), manual)
+	otherKey := connect(t, newFleet(t, 2, "s1").server(t, FixedCaller("alice"), nil), manual)
+	first, err := callAsk(alice, "ask", askIn{Target: "prod"}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := first.RequestState
+	flipped := []byte(st)
+	flipped[len(st)/2] ^= 1
+	signed, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keyring(t, 1), Binding: ctoken.BindSubjectAndTool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Authentic and correctly bound, but not a state States sealed.
+	bare, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unwrapped, err := bare.Encode(`{"target":"prod","plan":7}`, "alice", ctoken.MCPTarget("tools/call", "ask"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signedState, err := signed.Encode("x", "alice", ctoken.MCPTarget("tools/call", "ask"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		cs    *mcp.ClientSession
+		tool  string
+		in    askIn
+		state string
+	}{
+		{"another caller", bob, "ask", askIn{Target: "prod"}, st},
+		{"another tool", alice, "ask2", askIn{Target: "prod"}, st},
+		{"other arguments", alice, "ask", askIn{Target: "staging"}, st},
+		{"another key", otherKey, "ask", askIn{Target: "prod"}, st},
+		{"edited", alice, "ask", askIn{Target: "prod"}, string(flipped)},
+		{"truncated", alice, "ask", askIn{Target: "prod"}, st[:len(st)-2]},
+		{"signed where encrypted is configured", alice, "ask", askIn{Target: "prod"}, signedState},
+		{"not sealed by States", alice, "ask", askIn{Target: "prod"}, unwrapped},
+		{"garbage", alice, "ask", askIn{Target: "prod"}, "v1e.garbage"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := callAsk(tc.cs, tc.tool, tc.in, tc.state, true)
+			if err == nil {
+				t.Fatalf("accepted: %+v", res.StructuredContent)
+			}
+			wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateInvalid)
+		})
+	}
+}
+
+func TestExpiredStateTellsClientToStartOver(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	cs := connect(t, f.server(t, FixedCaller("alice"), nil), manual)
+	first, err := callAsk(cs, "ask", askIn{Target: "prod"}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.advance(time.Hour)
+	_, err = callAsk(cs, "ask", askIn{Target: "prod"}, first.RequestState, true)
+	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateExpired)
+}
+
+func TestUnboundArgsStatesIgnoreArguments(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	cs := connect(t, f.server(t, FixedCaller("alice"), &StateOptions{UnboundArgs: true}), manual)
+	first, err := callAsk(cs, "ask", askIn{Target: "prod"}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The state is the application's JSON, as another implementation of the
+	// codec would seal it...
+	plain, err := f.codec.Decode(first.RequestState, "alice", ctoken.MCPTarget("tools/call", "ask"))
+	if err != nil || plain != `{"target":"prod","plan":42}` {
+		t.Fatalf("sealed state = %q, %v", plain, err)
+	}
+	// ...and the retry is not checked against the arguments: the documented
+	// cost of the option.
+	res, err := callAsk(cs, "ask", askIn{Target: "staging"}, first.RequestState, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := askResult(t, res); out.Done != "prod" {
+		t.Errorf("result = %+v", out)
+	}
+}
+
+func TestOpenJSONRefusesStateOfAnotherType(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask", Arguments: json.RawMessage(`{"target":"x"}`)}}
+	if req.Params.RequestState, err = states.Seal(ctx, req, "not json"); err != nil {
+		t.Fatal(err)
+	}
+	v, ok, err := OpenJSON[askState](ctx, states, req)
+	if ok || v != (askState{}) {
+		t.Errorf("OpenJSON returned %+v, %v", v, ok)
+	}
+	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateInvalid)
+	// Open itself returns the raw state.
+	if s, ok, err := states.Open(ctx, req); s != "not json" || !ok || err != nil {
+		t.Errorf("Open = %q, %v, %v", s, ok, err)
+	}
+}
+
+func TestStatesBindArgumentsCanonically(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask", Arguments: json.RawMessage(`{"a":1,"b":[true,null]}`)}}
+	st, err := states.Seal(ctx, req, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Key order and white space are not the arguments.
+	req.Params.Arguments = json.RawMessage(`{ "b": [true, null], "a": 1.0 }`)
+	req.Params.RequestState = st
+	if s, ok, err := states.Open(ctx, req); s != "s" || !ok || err != nil {
+		t.Errorf("Open = %q, %v, %v", s, ok, err)
+	}
+	// Absent arguments are {}.
+	req = &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask"}}
+	if req.Params.RequestState, err = states.Seal(ctx, req, "t"); err != nil {
+		t.Fatal(err)
+	}
+	req.Params.Arguments = json.RawMessage(`{}`)
+	if s, ok, err := states.Open(ctx, req); s != "t" || !ok || err != nil {
+		t.Errorf("Open with {} = %q, %v, %v", s, ok, err)
+	}
+}
+
+// FuzzOpen feeds arbitrary requestState to States.Open: nothing but an
+// error may come back, and nothing may panic.
+func FuzzOpen(f *testing.F) {
+	fl := newFleet(f, 1, "s1")
+	states, err := NewStates(fl.codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx := context.Background()
+	seedReq := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask", Arguments: json.RawMessage(`{"target":"x"}`)}}
+	seed, err := states.Seal(ctx, seedReq, "state")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed, `{"target":"y"}`)
+	f.Add("v1e.AAAA", `{}`)
+	f.Add("v1.e30.AAAA", `null`)
+	f.Fuzz(func(t *testing.T, wire, args string) {
+		if wire == "" || (wire == seed && json.Valid([]byte(args))) {
+			return
+		}
+		req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask", Arguments: json.RawMessage(args), RequestState: wire}}
+		s, ok, err := states.Open(ctx, req)
+		if err == nil || ok || s != "" {
+			t.Fatalf("Open accepted fuzz input: %q, %v, %v", s, ok, err)
+		}
+	})
+}
+
+func TestStatesWorkForClientsOnOlderProtocol(t *testing.T) {
+	// Before 2026-07-28 the SDK fulfils input requests itself with a
+	// server-to-client call and re-invokes the handler with the state in
+	// process: the state still goes through Seal and Open.
+	f := newFleet(t, 1, "s1")
+	s := f.server(t, FixedCaller("alice"), nil)
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := s.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	asked := 0
+	c := mcp.NewClient(&mcp.Implementation{Name: "old", Version: "v0"}, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked++
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}, nil
+		},
+	})
+	cs, err := c.Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := callAsk(cs, "ask", askIn{Target: "prod"}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := askResult(t, res); out.Done != "prod" || out.Plan != 42 || asked != 1 {
+		t.Errorf("result %+v after %d question(s)", out, asked)
+	}
+}
+
+// singleUseStates returns States over a single-use codec (Replay set) that
+// names alice as the caller, and a request with a state it sealed.
+func singleUseStates(t *testing.T) (*States, *mcp.CallToolRequest) {
+	t.Helper()
+	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
+		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool,
+		Replay: replay.NewMemoryStore(0),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := NewStates(codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask", Arguments: json.RawMessage(`{"target":"x"}`)}}
+	if req.Params.RequestState, err = states.Seal(context.Background(), req, "s"); err != nil {
+		t.Fatal(err)
+	}
+	return states, req
+}
+
+func TestOpenClaimsSingleUseStateWithRequestContext(t *testing.T) {
+	states, req := singleUseStates(t)
+	// A request that is already cancelled cannot claim the state: the
+	// replay store sees the request's context, refuses, and the state is
+	// not consumed.
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if s, ok, err := states.Open(cancelled, req); err == nil || ok || s != "" {
+		t.Fatalf("Open with a cancelled request = %q, %v, %v", s, ok, err)
+	}
+	ctx := context.Background()
+	if s, ok, err := states.Open(ctx, req); s != "s" || !ok || err != nil {
+		t.Fatalf("first Open = %q, %v, %v", s, ok, err)
+	}
+	_, _, err := states.Open(ctx, req)
+	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateInvalid)
+}
+
+// A replay store that cannot decide is the server's failure, not the
+// client's: the client must not be told its (unconsumed) state is invalid.
+func TestOpenReportsReplayStoreFailureAsInternalError(t *testing.T) {
+	states, req := singleUseStates(t)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _, err := states.Open(cancelled, req)
+	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+	// The state was not consumed.
+	if s, ok, err := states.Open(context.Background(), req); s != "s" || !ok || err != nil {
+		t.Fatalf("Open after the failure = %q, %v, %v", s, ok, err)
+	}
+}
+
+// The codec refuses a state that is not valid UTF-8; with the argument
+// binding, Seal must refuse it too rather than seal a silently altered
+// state (json.Marshal replaces invalid bytes with U+FFFD).
+func TestSealRefusesStateThatIsNotUTF8(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	for _, unbound := range []bool{false, true} {
+		states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice"), UnboundArgs: unbound})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "ask", Arguments: json.RawMessage(`{}`)}}
+		st, err := states.Seal(ctx, req, "step\xff1")
+		if err == nil {
+			req.Params.RequestState = st
+			got, _, _ := states.Open(ctx, req)
+			t.Errorf("UnboundArgs %v: sealed a state that is not UTF-8; it opens as %q", unbound, got)
+		}
+	}
+}
 
 type deleteIn struct {
 	ID int `json:"id"`

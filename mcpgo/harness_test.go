@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"io"
+	"log/slog"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/replay"
@@ -438,3 +442,51 @@ func (a *alternate) Close() error {
 }
 
 func (a *alternate) GetSessionId() string { return "" }
+
+// transports runs f once with an in-process client and once with a client
+// over streamable HTTP on 127.0.0.1; connect joins a client to a server as
+// a user.
+func transports(t *testing.T, f func(t *testing.T, connect func(s *server.MCPServer, user string, e *elicitor, opts ...client.ClientOption) *peer)) {
+	t.Run("in-process", func(t *testing.T) {
+		f(t, func(s *server.MCPServer, user string, e *elicitor, opts ...client.ClientOption) *peer {
+			return inProcess(t, s, user, e, opts...)
+		})
+	})
+	t.Run("streamable-http", func(t *testing.T) {
+		f(t, func(s *server.MCPServer, user string, e *elicitor, opts ...client.ClientOption) *peer {
+			return overHTTP(t, serveHTTP(t, s), user, e, opts...)
+		})
+	})
+}
+
+// page calls list and returns its items and next cursor.
+func page(t *testing.T, p *peer, tool, prefix, cursor string) ([]string, string, *mcp.CallToolResult) {
+	t.Helper()
+	res, err := p.call(tool, map[string]any{"prefix": prefix, "cursor": cursor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError {
+		return nil, "", res
+	}
+	m, _ := res.StructuredContent.(map[string]any)
+	var items []string
+	for _, it := range m["items"].([]any) {
+		items = append(items, it.(string))
+	}
+	next, _ := m["next"].(string)
+	return items, next, res
+}
+
+// handleRaw sends s a tools/call of tool by caller carrying requestState
+// state, as JSON-RPC, and returns the response as JSON text.
+func handleRaw(s *server.MCPServer, caller, tool, state string) string {
+	req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+		"params": map[string]any{"name": tool, "arguments": map[string]any{}, "requestState": state}})
+	out, _ := json.Marshal(s.HandleMessage(WithCaller(context.Background(), caller), req))
+	return string(out)
+}
+
+func newTextLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+var errUnexpected = errors.New("handler saw an unexpected state")

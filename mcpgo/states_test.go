@@ -3,16 +3,174 @@ package ctokenmcpgo
 import (
 	"context"
 	"errors"
+	"strings"
+	"testing"
+	"time"
+
 	"strconv"
 	"sync"
-	"testing"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
+
+// refused checks a tool result refusing a state with code.
+func refused(t *testing.T, res *mcp.CallToolResult, err error, code int) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("err = %v, want a tool error result", err)
+	}
+	if !res.IsError || TokenCode(res) != code {
+		t.Fatalf("isError %v, TokenCode %d (%q); want code %d", res.IsError, TokenCode(res), text(res), code)
+	}
+}
+
+func TestStateRefusals(t *testing.T) {
+	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
+		f := newFleet(t, 1, "s1", nil)
+		s := f.server(t, ContextCaller, nil)
+		yes := func() *elicitor { return &elicitor{answer: true} }
+		alice := connect(s, "alice", yes())
+		if _, err := alice.call("ask", map[string]any{"target": "prod"}); err != nil {
+			t.Fatal(err)
+		}
+		results, _ := alice.wire.states()
+		st := results[0] // alice's first-round state for ask(prod)
+		use := func(p *peer, wire string) { p.wire.setSwap(func(string) string { return wire }) }
+
+		for _, tc := range []struct {
+			name   string
+			p      *peer
+			tool   string
+			target string
+			state  string
+		}{
+			{"tampered", connect(s, "alice", yes()), "ask", "prod", st[:len(st)/2] + flip(st[len(st)/2]) + st[len(st)/2+1:]},
+			{"truncated", connect(s, "alice", yes()), "ask", "prod", st[:len(st)-2]},
+			{"other caller", connect(s, "bob", yes()), "ask", "prod", st},
+			{"other arguments", connect(s, "alice", yes()), "ask", "staging", st},
+			{"other tool", connect(s, "alice", yes()), "ask2", "prod", st},
+			{"other key", connect(newFleet(t, 2, "s1", nil).server(t, ContextCaller, nil), "alice", yes()), "ask", "prod", st},
+			{"not sealed", connect(s, "alice", yes()), "ask", "prod", "round1:prod"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				use(tc.p, tc.state)
+				res, err := tc.p.call(tc.tool, map[string]any{"target": tc.target})
+				refused(t, res, err, StateInvalid)
+			})
+		}
+		t.Run("expired", func(t *testing.T) {
+			p := connect(s, "alice", yes())
+			p.wire.setSwap(func(s string) string { f.clock.advance(time.Hour); return s })
+			res, err := p.call("ask", map[string]any{"target": "prod"})
+			refused(t, res, err, StateExpired)
+		})
+		logged := f.log.String()
+		for _, reason := range []string{"decryption failed", "arguments differ from the sealed call", "past exp"} {
+			if !strings.Contains(logged, reason) {
+				t.Errorf("log lacks %q:\n%s", reason, logged)
+			}
+		}
+		if strings.Contains(logged, st[:20]) {
+			t.Error("a state reached the log")
+		}
+	})
+}
+
+func flip(c byte) string {
+	if c == 'A' {
+		return "B"
+	}
+	return "A"
+}
+
+func TestSingleUseStateRefusedTheSecondTime(t *testing.T) {
+	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
+		f := newFleet(t, 1, "s1", replay.NewMemoryStore(0))
+		p := connect(f.server(t, ContextCaller, nil), "alice", &elicitor{answer: true})
+		res, err := p.call("ask", map[string]any{"target": "prod"})
+		if err != nil || text(res) != "done prod" {
+			t.Fatalf("first flow: %v, %v", res, err)
+		}
+		results, _ := p.wire.states()
+		// Present the (already used) first-round state again.
+		p.wire.setSwap(func(string) string { return results[0] })
+		res, err = p.call("ask", map[string]any{"target": "prod"})
+		refused(t, res, err, StateInvalid)
+		if !strings.Contains(f.log.String(), "already used") {
+			t.Errorf("log lacks the replay: %s", f.log.String())
+		}
+	})
+}
+
+// failingStore is a replay store that cannot answer.
+type failingStore struct{}
+
+func (failingStore) Claim(context.Context, string, time.Time) (bool, error) {
+	return false, errors.New("store unreachable")
+}
+
+func TestReplayStoreFailureIsInternalError(t *testing.T) {
+	f := newFleet(t, 1, "s1", failingStore{})
+	p := inProcess(t, f.server(t, ContextCaller, nil), "alice", &elicitor{answer: true})
+	_, err := p.call("ask", map[string]any{"target": "prod"})
+	if !errors.Is(err, mcp.ErrInternalError) || !strings.Contains(p.wire.lastErr.Message, "store unavailable") {
+		t.Errorf("err = %v, wire %+v; want -32603", err, p.wire.lastErr)
+	}
+	if !strings.Contains(f.log.String(), "store unreachable") || strings.Contains(p.wire.lastErr.Message, "unreachable") {
+		t.Errorf("the store's error must reach the log only")
+	}
+}
+
+func TestUnboundArgsSealsReferenceDispatchText(t *testing.T) {
+	f := newFleet(t, 1, "s1", nil)
+	p := inProcess(t, f.server(t, ContextCaller, &StateOptions{UnboundArgs: true}), "alice", &elicitor{answer: true})
+	if _, err := p.call("ask", map[string]any{"target": "prod"}); err != nil {
+		t.Fatal(err)
+	}
+	results, _ := p.wire.states()
+	// Exactly what the reference dispatch seals: the state, bound to the
+	// subject and "tools/call\x00ask".
+	plain, err := f.codec.Decode(results[0], "alice", ctoken.MCPTarget("tools/call", "ask"))
+	if err != nil || plain != "round1:prod" {
+		t.Errorf("sealed text = %q, %v", plain, err)
+	}
+}
+
+func TestConstructorsRefuseNil(t *testing.T) {
+	if _, err := NewCursors(nil, nil); err == nil {
+		t.Error("NewCursors(nil) succeeded")
+	}
+	if _, err := NewStates(nil, nil); err == nil {
+		t.Error("NewStates(nil) succeeded")
+	}
+}
+
+// Every round of a call lands on another instance built from the same keys
+// (a fleet, or a restart between rounds): each state opens where it did not
+// start.
+func TestStatesWorkAcrossInstancesWithSameKeys(t *testing.T) {
+	one := newFleet(t, 1, "s1", nil).server(t, ContextCaller, nil)
+	two := newFleet(t, 1, "s1", nil).server(t, ContextCaller, nil)
+	tr := &alternate{ts: []transport.Interface{transport.NewInProcessTransport(one), transport.NewInProcessTransport(two)}}
+	e := &elicitor{answer: true}
+	p := start(t, tr, WithCaller(context.Background(), "alice"), e)
+	res, err := p.call("ask", map[string]any{"target": "prod"})
+	if err != nil || text(res) != "done prod" || e.asked.Load() != 2 {
+		t.Fatalf("%v, %v after %d question(s)", res, err, e.asked.Load())
+	}
+	// The same across instances with other keys fails closed.
+	other := newFleet(t, 2, "s1", nil).server(t, ContextCaller, nil)
+	tr = &alternate{ts: []transport.Interface{transport.NewInProcessTransport(one), transport.NewInProcessTransport(other)}}
+	p = start(t, tr, WithCaller(context.Background(), "alice"), &elicitor{answer: true})
+	res, err = p.call("ask", map[string]any{"target": "prod"})
+	refused(t, res, err, StateInvalid)
+}
 
 // swapOnce returns a swap that replaces the first requestState sent with
 // st and passes the later ones through.

@@ -3,12 +3,101 @@ package mcptoken
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ctoken/ctoken"
 )
+
+// MCP cursors bind the caller by a keyed digest (cursor format version 2):
+// the token carries no byte of the caller ID or the tool name, a 1 KiB or
+// non-UTF-8 caller gets the full state, signed and sealed, and another
+// caller, tool, arguments or session is refused with ctoken's codes.
+func TestCursorsBindTheCallerWithoutCarryingIt(t *testing.T) {
+	callers := map[string]string{
+		"1 KiB":     strings.Repeat("alice.secret@example.com;", 41)[:1024],
+		"not UTF-8": "alice.secret\xff\xfe@example.com",
+	}
+	for _, seal := range []bool{false, true} {
+		for name, caller := range callers {
+			t.Run(fmt.Sprintf("seal=%v/%s", seal, name), func(t *testing.T) {
+				var log bytes.Buffer
+				clk := &clock{now: time.Unix(1e9, 0)}
+				issuer := func(session string) *ctoken.CursorIssuer {
+					kr, err := ctoken.NewKeyring(make([]byte, 32))
+					if err != nil {
+						t.Fatal(err)
+					}
+					iss, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: kr, Session: []byte(session), Now: clk.Now, Seal: seal})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return iss
+				}
+				c, err := NewCursors(issuer("s1"), testIntegration(&log))
+				if err != nil {
+					t.Fatal(err)
+				}
+				args := map[string]any{"query": "shoes"}
+				scope, err := c.Scope(caller, "search_issues", args)
+				if err != nil {
+					t.Fatal(err)
+				}
+				state := bytes.Repeat([]byte{0xa5}, ctoken.MaxOpaqueStateBytes)
+				cursor, err := c.Next(scope, 4, state)
+				if err != nil {
+					t.Fatalf("Next with the full state: %v", err)
+				}
+				raw, err := base64.RawURLEncoding.DecodeString(cursor)
+				if err != nil || bytes.Contains(raw, []byte("secret")) || bytes.Contains(raw, []byte("search_issues")) {
+					t.Fatalf("the cursor carries the caller or the tool (%v)", err)
+				}
+				if _, err := c.Next(scope, 4, append(state, 0)); !errors.Is(err, ctoken.ErrOpaqueStateTooLarge) {
+					t.Fatalf("Next over the state cap: %v", err)
+				}
+				turn, err := c.Turn(context.Background(), scope, "search_issues", cursor)
+				if err != nil || turn.Payload.Page != 4 || !bytes.Equal(turn.Payload.State, state) {
+					t.Fatalf("Turn: %+v, %v", turn.Payload, err)
+				}
+				other := func(caller, tool string, args any) ctoken.CursorScope {
+					s, err := c.Scope(caller, tool, args)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return s
+				}
+				restarted, err := NewCursors(issuer("s2"), testIntegration(&log))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, tc := range []struct {
+					name  string
+					c     *Cursors
+					scope ctoken.CursorScope
+					code  int
+				}{
+					{"another caller", c, other(caller+"x", "search_issues", args), ctoken.CodeCursorInvalid},
+					{"another tool", c, other(caller, "delete_issues", args), ctoken.CodeCursorInvalid},
+					{"other arguments", c, other(caller, "search_issues", map[string]any{"query": "boots"}), ctoken.CodeCursorInvalid},
+					{"another session", restarted, scope, ctoken.CodeCursorExpired},
+				} {
+					_, err := tc.c.Turn(context.Background(), tc.scope, "search_issues", cursor)
+					var r *refusedErr
+					if !errors.As(err, &r) || r.r.Code != tc.code {
+						t.Errorf("%s: %v, want code %d", tc.name, err, tc.code)
+					}
+				}
+				if strings.Contains(log.String(), "secret") {
+					t.Errorf("the log carries the caller: %s", log.String())
+				}
+			})
+		}
+	}
+}
 
 // NewCursors refuses an issuer not made by ctoken.NewCursorIssuer.
 func TestNewCursorsRefusesAKeylessIssuer(t *testing.T) {

@@ -122,6 +122,11 @@ const (
 	ReasonWebhookStoreRelease       // "replay store could not release the delivery"
 	ReasonWebhookLeaseLost          // "lease lost: another attempt took the delivery after the lease expired"
 
+	// Cursor verification, format version 2 and sealed cursors.
+
+	ReasonCursorWrongScope // "wrong scope (tool, caller or arguments)"
+	ReasonCursorSealedOpen // "sealed cursor does not open (tampered, other key, or other scope)"
+
 	numRefusalReasons // not a reason: the size of the set
 )
 
@@ -214,6 +219,9 @@ var reasonNames = [numRefusalReasons]string{
 	ReasonWebhookStoreConfirm:       "replay store could not confirm the delivery",
 	ReasonWebhookStoreRelease:       "replay store could not release the delivery",
 	ReasonWebhookLeaseLost:          "lease lost: another attempt took the delivery after the lease expired",
+
+	ReasonCursorWrongScope: "wrong scope (tool, caller or arguments)",
+	ReasonCursorSealedOpen: "sealed cursor does not open (tampered, other key, or other scope)",
 }
 
 // String returns the reason's stable text, the one the refusing package's

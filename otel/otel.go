@@ -13,7 +13,11 @@
 //     refused) and ctoken.key ([ctoken.KeyPosition]: "primary",
 //     "previous N", or "none");
 //   - ctoken.replay_store.duration, a Float64Histogram in seconds of every
-//     replay-store call, with ctoken.kind and ctoken.outcome.
+//     replay-store call, with ctoken.kind and ctoken.outcome;
+//   - ctoken.store.risk_accepted, an Int64Counter of the times a replay
+//     store found a risk that one of its Allow* options accepts, with the
+//     attributes ctoken.store and ctoken.option (see [Observer.RiskAccepted]),
+//     so a dashboard finds every weakened deployment.
 //
 // Every attribute value comes from a fixed set that ctoken documents as
 // stable, so the series can be pre-registered and their number is bounded:
@@ -37,10 +41,15 @@ const (
 	// StoreDurationName is the name of the replay-store latency histogram.
 	StoreDurationName = "ctoken.replay_store.duration"
 
+	// RiskAcceptedName is the name of the counter of accepted store risks.
+	RiskAcceptedName = "ctoken.store.risk_accepted"
+
 	AttrKind    = "ctoken.kind"    // a ctoken.TokenKind
 	AttrOutcome = "ctoken.outcome" // a ctoken.Outcome
 	AttrReason  = "ctoken.reason"  // a ctoken.RefusalReason, "" for none
 	AttrKey     = "ctoken.key"     // a ctoken.KeyPosition
+	AttrStore   = "ctoken.store"   // a replay store's package name
+	AttrOption  = "ctoken.option"  // the Allow* option that accepts a risk
 )
 
 // ScopeName is the instrumentation scope of the meter [New] obtains.
@@ -56,6 +65,7 @@ var ErrNoMeterProvider = errors.New("ctokenotel: meter provider is nil")
 type Observer struct {
 	events  metric.Int64Counter
 	latency metric.Float64Histogram
+	risks   metric.Int64Counter
 
 	mu   sync.RWMutex
 	sets map[uint32]metric.MeasurementOption // cached attribute sets by label key
@@ -83,7 +93,33 @@ func New(mp metric.MeterProvider) (*Observer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Observer{events: events, latency: latency, sets: map[uint32]metric.MeasurementOption{}}, nil
+	risks, err := m.Int64Counter(RiskAcceptedName,
+		metric.WithDescription("Times a ctoken replay store found a risk that one of its Allow* options accepts."),
+		metric.WithUnit("{risk}"))
+	if err != nil {
+		return nil, err
+	}
+	return &Observer{events: events, latency: latency, risks: risks, sets: map[uint32]metric.MeasurementOption{}}, nil
+}
+
+// RiskAccepted records one count on ctoken.store.risk_accepted with the
+// attributes ctoken.store = store and ctoken.option = option. Call it from
+// a store's Observer for its EventRiskAccepted events, which a store emits
+// each time the risk appears (at Open or New, and when a recheck finds it
+// again after it had gone):
+//
+//	Observer: func(e redisstore.Event) {
+//		if e.Kind == redisstore.EventRiskAccepted {
+//			obs.RiskAccepted("redisstore", e.Option)
+//		}
+//	}
+//
+// option is one of the stores' fixed Allow* field names (Event.Option), so
+// the number of series stays bounded; the event's Risk text is for logs and
+// is not recorded.
+func (o *Observer) RiskAccepted(store, option string) {
+	o.risks.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String(AttrStore, store), attribute.String(AttrOption, option)))
 }
 
 // Observe records e: one count on ctoken.events and, when a replay store

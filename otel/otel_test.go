@@ -306,3 +306,60 @@ func TestObserveIsSafeForConcurrentUse(t *testing.T) {
 		t.Errorf("total %d, want %d", total, workers*each)
 	}
 }
+
+// TestRiskAcceptedCountsEachStoreAndOption records accepted store risks and
+// reads back one series per store and option with its exact count.
+func TestRiskAcceptedCountsEachStoreAndOption(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	obs, err := ctokenotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs.RiskAccepted("redisstore", "AllowRollback")
+	obs.RiskAccepted("redisstore", "AllowRollback")
+	obs.RiskAccepted("redisstore", "AllowEviction")
+	obs.RiskAccepted("pgstore", "AllowAsyncCommit")
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[[2]string]int64{}
+	found := false
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != ctokenotel.RiskAcceptedName {
+				continue
+			}
+			found = true
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok || !sum.IsMonotonic {
+				t.Fatalf("%s is %T (monotonic %v), want a monotonic Sum[int64]", m.Name, m.Data, ok && sum.IsMonotonic)
+			}
+			for _, dp := range sum.DataPoints {
+				store, _ := dp.Attributes.Value(attribute.Key(ctokenotel.AttrStore))
+				option, _ := dp.Attributes.Value(attribute.Key(ctokenotel.AttrOption))
+				if dp.Attributes.Len() != 2 {
+					t.Errorf("series %v has %d attributes, want 2", dp.Attributes, dp.Attributes.Len())
+				}
+				got[[2]string{store.AsString(), option.AsString()}] = dp.Value
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no %s metric collected", ctokenotel.RiskAcceptedName)
+	}
+	want := map[[2]string]int64{
+		{"redisstore", "AllowRollback"}: 2,
+		{"redisstore", "AllowEviction"}: 1,
+		{"pgstore", "AllowAsyncCommit"}: 1,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("series %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%v = %d, want %d", k, got[k], v)
+		}
+	}
+}

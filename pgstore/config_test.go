@@ -39,6 +39,7 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 		{"empty part", pool, Options{Table: "public."}},
 		{"too long", pool, Options{Table: strings.Repeat("a", maxIdentBytes+1)}},
 		{"negative batch", pool, Options{SweepBatch: -1}},
+		{"negative recheck interval", pool, Options{RecheckInterval: -time.Second}},
 		{"prefix too long", pool, Options{Prefix: strings.Repeat("p", MaxPrefixBytes+1)}},
 	}
 	for _, tc := range tests {
@@ -292,7 +293,7 @@ func TestNewRefusesSettingsThatLoseCommitsInACrash(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t)
 	admin := p.pool(t)
-	running := storeOn(t, p.pool(t), func(o *Options) { o.SweepInterval = 50 * time.Millisecond })
+	running := storeOn(t, p.pool(t), func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
 	until := time.Now().Add(time.Hour)
 	n := 0
 	// waitFor claims fresh IDs on the running store until a claim's error
@@ -539,7 +540,7 @@ func TestNewRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 	if err := Migrate(bg(), admin, name); err != nil {
 		t.Fatal(err)
 	}
-	running := storeOn(t, p.pool(t), func(o *Options) { o.Table = name; o.SweepInterval = 50 * time.Millisecond })
+	running := storeOn(t, p.pool(t), func(o *Options) { o.Table = name; o.RecheckInterval = 50 * time.Millisecond })
 	if _, err := admin.Exec(bg(), `ALTER TABLE "`+name+`" SET UNLOGGED`); err != nil {
 		t.Fatal(err)
 	}
@@ -573,7 +574,7 @@ func TestNewRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 	t.Cleanup(pool.Close)
 	for _, q := range []string{
 		`CREATE TEMP TABLE "` + name + `" (LIKE public."` + name + `" INCLUDING ALL)`,
-		`INSERT INTO pg_temp."` + name + `" (key, state, token, until) VALUES (''::bytea, 'm', '', '-infinity')`,
+		`INSERT INTO pg_temp."` + name + `" (key, state, token, until) VALUES (` + markerSQL + `, 'm', '', '-infinity')`,
 	} {
 		if _, err := pool.Exec(bg(), q); err != nil {
 			t.Fatal(err)

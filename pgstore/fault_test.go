@@ -198,8 +198,11 @@ func TestResendAfterLostReplyIsSafe(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	// s calls through the proxy and gives up after 500 ms; r, a store on
-	// the same table and prefix straight to the server, resends.
-	s := storeOn(t, pool, func(o *Options) { o.Timeout = 500 * time.Millisecond })
+	// the same table and prefix straight to the server, resends. s
+	// rechecks the server only after the test: a recheck on the pool's one
+	// connection while replies are dropped would hold it, and the lost
+	// statement would never be sent.
+	s := storeOn(t, pool, func(o *Options) { o.Timeout = 500 * time.Millisecond; o.RecheckInterval = time.Hour })
 	r := storeOn(t, admin, func(o *Options) { o.Prefix = s.Prefix() })
 	until := time.Now().Add(time.Hour)
 

@@ -37,27 +37,32 @@ func (s *Store) prepareLease() {
 	// snapshot shows no live row and nothing was taken, a concurrent
 	// statement inserted, took over or deleted the row: AcquireLease runs
 	// the statement again, and reports busy (wait unknown) if the row
-	// keeps changing.
-	s.acquireSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
+	// keeps changing. A live row of id under the layout before version 2
+	// (leg, $4: see [Store.legacyKey]) is never taken over and is reported
+	// as it is (a lease of an older instance: busy; a claim: done).
+	s.acquireSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+leg AS (SELECT 1 FROM ` + t + ` WHERE key = $4::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
-  SELECT $1::bytea, 'l', $2::text, now() + $3::bigint * interval '1 microsecond' FROM m
+  SELECT $1::bytea, 'l', $2::text, now() + $3::bigint * interval '1 microsecond' FROM m WHERE NOT EXISTS (SELECT 1 FROM leg)
   ON CONFLICT (key) DO NOTHING
   RETURNING 1
 ),
 upd AS (
   UPDATE ` + t + ` SET state = 'l', token = $2::text, until = now() + $3::bigint * interval '1 microsecond'
   WHERE key = $1::bytea AND until <= now() AND EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM ins)
+    AND NOT EXISTS (SELECT 1 FROM leg)
   RETURNING 1
 ),
 cur AS (
-  SELECT state, token = $2::text AS mine,
+  SELECT state, key = $1::bytea AND token = $2::text AS mine,
     CASE WHEN state = 'l' THEN ceil(extract(epoch FROM until - now()) * 1000000)::bigint ELSE 0 END AS wait
-  FROM ` + t + ` WHERE key = $1::bytea AND until > now()
+  FROM ` + t + ` WHERE (key = $1::bytea OR key = $4::bytea) AND until > now()
+  ORDER BY key = $1::bytea DESC LIMIT 1
 )
 SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
   coalesce((SELECT state FROM cur), ''), coalesce((SELECT mine FROM cur), false), coalesce((SELECT wait FROM cur), 0)`
-	s.confirmSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
+	s.confirmSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
 up AS (
   INSERT INTO ` + t + ` AS r (key, state, token, until)
   SELECT $1::bytea, 'd', $2::text, $3::timestamptz FROM m WHERE $3::timestamptz > now()
@@ -102,7 +107,7 @@ func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration
 		key := s.key(id)
 		var a acquired
 		for range maxRaces {
-			err := s.pool.QueryRow(ctx, s.acquireSQL, key, token, us).Scan(&a.marker, &a.taken, &a.state, &a.mine, &a.wait)
+			err := s.pool.QueryRow(ctx, s.acquireSQL, key, token, us, s.legacyKey(id)).Scan(&a.marker, &a.taken, &a.state, &a.mine, &a.wait)
 			if err != nil || a.taken || a.state != "" || !a.marker {
 				return a, err
 			}

@@ -4,7 +4,9 @@
 // across every instance, and keep that promise through a database crash.
 //
 // Every claim and every lease step is one SQL statement on one row of one
-// table, keyed by <prefix><id>: a claim is
+// table, keyed by the prefix's length, the prefix and the id (so that no
+// two prefixes share a key, even when one starts with the other): a claim
+// is
 //
 //	INSERT ... ON CONFLICT (key) DO NOTHING, and in the same statement
 //	UPDATE ... WHERE key = $1 AND until <= now()  (take over an expired row)
@@ -19,8 +21,8 @@
 // claim ([ErrForgotten]); a database restored from an older backup keeps
 // its marker and is not detected (docs/pgstore.md says what to do).
 // Expired rows are deleted in small batches by a sweeper goroutine of each
-// Store (see [Store.Sweep]), which also repeats New's checks of the
-// server.
+// Store (see [Store.Sweep]); a checker goroutine repeats New's checks of
+// the server every second ([Options.RecheckInterval]).
 //
 // A claim is acknowledged only after PostgreSQL committed it, so with
 // synchronous_commit on (the default) it survives a crash of the server;
@@ -41,13 +43,17 @@ package pgstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -60,6 +66,10 @@ const DefaultTable = "ctoken_replay"
 
 // DefaultTimeout bounds each call when Options.Timeout is zero.
 const DefaultTimeout = 2 * time.Second
+
+// DefaultRecheckInterval is how often a Store repeats New's checks of the
+// server when Options.RecheckInterval is zero.
+const DefaultRecheckInterval = time.Second
 
 // DefaultMaxClockSkew is how far the instance's clock may run behind the
 // database's when Options.MaxClockSkew is zero: half of
@@ -108,7 +118,8 @@ var (
 	// AllowRollback, standbys none of which is synchronous without
 	// AllowAsyncStandby, no synchronous standby with
 	// RequireSynchronousStandby, an instance clock too far behind the
-	// database's, a Prefix over MaxPrefixBytes, or a negative option.
+	// database's, a Prefix over MaxPrefixBytes, a table of the key layout
+	// before v2 (run [Migrate]), or a negative option.
 	ErrConfig = errors.New("pgstore: invalid configuration")
 )
 
@@ -123,11 +134,12 @@ type Options struct {
 	// differ, so every instance uses the same table.
 	Table string
 
-	// Prefix is prepended to every ID to form the row's key, so several
-	// stores (or applications) can share one table without seeing each
-	// other's claims. End it with a separator (":") so that no prefix and
-	// ID run into another's. Empty means DefaultPrefix; longer than
-	// MaxPrefixBytes is refused with ErrConfig.
+	// Prefix, with its length, is prepended to every ID to form the row's
+	// key, so several stores (or applications) can share one table without
+	// seeing each other's claims, leases or releases, even when one prefix
+	// starts with another ("ctoken:replay:" and "ctoken:replay:webhooks:";
+	// TestNestedPrefixesNeverShareKeys). Empty means DefaultPrefix; longer
+	// than MaxPrefixBytes is refused with ErrConfig.
 	Prefix string
 
 	// Timeout bounds every call: the effective deadline is the earlier of
@@ -140,7 +152,9 @@ type Options struct {
 	// is off. PostgreSQL then acknowledges a commit before it is on disk,
 	// and a crash of the server forgets the claims of the last moments
 	// (up to three times wal_writer_delay): an ID accepted just before the
-	// crash may be accepted again after it.
+	// crash may be accepted again after it. The check still runs: while
+	// synchronous_commit is off, New and the recheck (once per appearance)
+	// log a Warn and emit [EventRiskAccepted] naming this option.
 	AllowAsyncCommit bool
 
 	// AllowAsyncStandby lets New accept a primary that streams to physical
@@ -148,7 +162,13 @@ type Options struct {
 	// [Durability.WaitsForStandby]). A failover to such a standby can lose
 	// the last acknowledged claims, and the store cannot detect it: those
 	// IDs would be accepted a second time. Without this option New refuses
-	// it with ErrConfig; set synchronous_standby_names instead.
+	// it with ErrConfig; set synchronous_standby_names instead. A standby
+	// counts while it streams, while it has a physical replication slot
+	// (streaming or not), and, for a running Store, from the first recheck
+	// that saw it until synchronous replication covers it (see [New]). The
+	// check still runs: while such a standby is present, New and the
+	// recheck (once per appearance) log a Warn and emit [EventRiskAccepted]
+	// naming this option.
 	AllowAsyncStandby bool
 
 	// AllowRollback lets New accept a server whose machine crash (a power
@@ -158,7 +178,9 @@ type Options struct {
 	// be repaired from the WAL). After such a crash the table may have
 	// rolled back past claims it acknowledged, with its marker row intact,
 	// so the store cannot tell: those IDs would be accepted a second time.
-	// Without this option New refuses both with ErrConfig.
+	// Without this option New refuses both with ErrConfig. The check still
+	// runs: while either is off, New and the recheck (once per appearance)
+	// log a Warn and emit [EventRiskAccepted] naming this option.
 	AllowRollback bool
 
 	// RequireSynchronousStandby makes New refuse (ErrConfig) a session
@@ -181,10 +203,32 @@ type Options struct {
 	MaxClockSkew time.Duration
 
 	// SweepInterval is how often the store's sweeper deletes expired rows
-	// (see [Store.Sweep]) and repeats New's checks of the server (see
-	// [New]). Zero means DefaultSweepInterval; a negative value runs no
-	// sweeper (call Sweep yourself; the checks are then made at New only).
+	// (see [Store.Sweep]). Zero means DefaultSweepInterval; a negative
+	// value runs no sweeper (call Sweep yourself). It does not pace the
+	// rechecks of the server (RecheckInterval does).
 	SweepInterval time.Duration
+
+	// RecheckInterval is how often the store repeats New's checks of the
+	// server (see [New]) on a goroutine of its own, so that a setting
+	// weakened after New (synchronous_commit or fsync turned off, a standby
+	// attached) is refused within about this long. Zero means
+	// DefaultRecheckInterval; a negative value is refused with ErrConfig
+	// (the checks always run). Each recheck is one query on a pooled
+	// connection and one on a connection opened for it and closed at once
+	// (which sees what ALTER ROLE or ALTER DATABASE set since the pool's
+	// sessions started): at the default, one connection a second per
+	// Store.
+	RecheckInterval time.Duration
+
+	// Observer, when not nil, is called with every [Event]: a risk
+	// accepted by an Allow* option, a recheck that starts or stops
+	// refusing. It is called synchronously (from New or the checker
+	// goroutine) and must not block.
+	Observer func(Event)
+
+	// Logger receives one line per [Event]. Nil means slog.Default().
+	// Lines hold no ID, token or key.
+	Logger *slog.Logger
 
 	// SweepBatch is how many expired rows one sweeper statement deletes at
 	// most. Zero means DefaultSweepBatch.
@@ -216,6 +260,18 @@ type Store struct {
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
 	sweepBatch                                     int
 	onSweep                                        func(int64, error)
+	observer                                       func(Event)
+	log                                            *slog.Logger
+
+	// sawStandby is set once a check saw a physical standby (streaming, or
+	// with a slot) that commits do not wait for, and cleared when commits
+	// wait for a synchronous standby: a standby that stopped streaming and
+	// has no slot still counts. accepted and refusing are what the last
+	// check reported (see [Store.report]); only New and then the checker
+	// goroutine touch them.
+	sawStandby atomic.Bool
+	accepted   []risk
+	refusing   string
 
 	stop     context.CancelFunc
 	sweeping sync.WaitGroup
@@ -239,17 +295,29 @@ var (
 // that a server with physical standbys makes commits wait for a
 // synchronous one (else ErrConfig, unless Options.AllowAsyncStandby), and
 // that the instance's clock is not behind the database's by more than
-// Options.MaxClockSkew (else ErrConfig). It then starts the sweeper
-// goroutine, which [Store.Close] stops. The pool stays the caller's: Close
-// does not close it.
+// Options.MaxClockSkew (else ErrConfig). It then starts the sweeper and
+// checker goroutines, which [Store.Close] stops. The pool stays the
+// caller's: Close does not close it.
 //
-// The sweeper repeats these checks at every SweepInterval: while one fails
-// (a standby attached later without synchronous replication,
-// synchronous_commit or fsync turned off, the table made unlogged, the
-// server demoted to a standby, the instance's clock drifted behind),
-// Claim, AcquireLease and ConfirmLease refuse with ErrUnavailable and the
-// reason's sentinel, until it holds again. A Store without a sweeper
-// checks only at New.
+// A physical standby counts while it streams (pg_stat_replication) and
+// while it has a physical replication slot (pg_replication_slots, whether
+// or not it is connected), so a standby whose link is down when New runs
+// is refused if it has a slot; give every standby a slot
+// (primary_slot_name), since one without a slot that is not streaming at
+// New cannot be seen. A slot kept by another physical consumer (a WAL
+// archiver such as pg_receivewal) counts as a standby too.
+//
+// The checker repeats these checks every Options.RecheckInterval (one
+// second by default): while one fails (a standby attached later without
+// synchronous replication, synchronous_commit or fsync turned off by ALTER
+// SYSTEM or ALTER ROLE, the table made unlogged, the server demoted to a
+// standby, the instance's clock drifted behind), Claim, AcquireLease and
+// ConfirmLease refuse with ErrUnavailable and the reason's sentinel, until
+// it holds again. A standby that a check saw keeps counting after it stops
+// streaming and its slot is dropped, until synchronous replication covers
+// it (synchronous_standby_names set, synchronous_commit not local or off)
+// or the Store is replaced: its disconnect does not make a failover to it
+// safe. Each change is reported as an [Event] and logged once.
 //
 // Every session the pool opens should have the settings of the one New
 // checks: set synchronous_commit per role or database (ALTER ROLE ... SET),
@@ -274,10 +342,17 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	if opts.SweepBatch < 0 {
 		return nil, fmt.Errorf("%w: negative SweepBatch", ErrConfig)
 	}
+	if opts.RecheckInterval < 0 {
+		return nil, fmt.Errorf("%w: negative RecheckInterval (the checks of the server always run)", ErrConfig)
+	}
 	if len(opts.Prefix) > MaxPrefixBytes {
 		return nil, fmt.Errorf("%w: Prefix longer than %d bytes", ErrConfig, MaxPrefixBytes)
 	}
-	s := &Store{pool: pool, table: table, prefix: opts.Prefix, timeout: opts.Timeout, sweepBatch: opts.SweepBatch, onSweep: opts.OnSweep}
+	s := &Store{pool: pool, table: table, prefix: opts.Prefix, timeout: opts.Timeout, sweepBatch: opts.SweepBatch, onSweep: opts.OnSweep,
+		observer: opts.Observer, log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -305,17 +380,27 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 		return nil, fmt.Errorf("%w: the role may not read table %s (GRANT SELECT, INSERT, UPDATE, DELETE)", ErrConfig, opts.Table)
 	case err != nil:
 		return nil, err
+	case !st.marker && st.legacy:
+		return nil, fmt.Errorf("%w: table %s has the key layout of pgstore before v2: run pgstore.Migrate (stores of earlier versions then refuse it)", ErrConfig, opts.Table)
 	case !st.marker:
 		return nil, fmt.Errorf("%w: %w: table %s", ErrUnavailable, ErrForgotten, opts.Table)
 	}
-	if err := s.checks.judge(st); err != nil {
+	s.noteStandby(st.durable)
+	st.sawStandby = s.sawStandby.Load()
+	accepted, err := s.checks.judge(st)
+	if err != nil {
 		return nil, err
 	}
 	s.durable.Store(&st.durable)
+	s.report(accepted, nil)
 
 	interval := opts.SweepInterval
 	if interval == 0 {
 		interval = DefaultSweepInterval
+	}
+	recheck := opts.RecheckInterval
+	if recheck == 0 {
+		recheck = DefaultRecheckInterval
 	}
 	sctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
@@ -323,11 +408,14 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 		s.sweeping.Add(1)
 		go s.sweeper(sctx, interval)
 	}
+	s.sweeping.Add(1)
+	go s.checker(sctx, recheck)
 	return s, nil
 }
 
-// Close stops the store's sweeper and waits for it to return. It does not
-// close the pool. Calls after Close still work (without a sweeper).
+// Close stops the store's sweeper and checker and waits for them to
+// return. It does not close the pool. Calls after Close still work
+// (without a sweeper, and without rechecks).
 func (s *Store) Close() {
 	s.closed.Do(func() {
 		if s.stop != nil {
@@ -353,8 +441,13 @@ type Durability struct {
 	// empty when no standby is synchronous.
 	SynchronousStandbyNames string
 	// Standbys is how many physical standbys were streaming from the
-	// server at New (pg_stat_replication without logical walsenders).
+	// server at the last check (pg_stat_replication without logical
+	// walsenders and without pg_basebackup's).
 	Standbys int
+	// StandbySlots is how many permanent physical replication slots the
+	// server had at the last check (pg_replication_slots), whether a
+	// standby is streaming from them or not.
+	StandbySlots int
 }
 
 // WaitsForStandby reports whether an acknowledged claim has also reached a
@@ -372,8 +465,8 @@ func (d Durability) WaitsForStandby() bool {
 	return false
 }
 
-// Durability returns the commit settings New read, or the sweeper's
-// latest recheck read since.
+// Durability returns the commit settings New read, or the latest recheck
+// read since.
 func (s *Store) Durability() Durability {
 	if d := s.durable.Load(); d != nil {
 		return *d
@@ -392,6 +485,8 @@ type checks struct {
 type serverState struct {
 	durable          Durability
 	recovery, marker bool
+	sawStandby       bool          // a standby not waited for was seen before (see Store.sawStandby)
+	legacy           bool          // the table has the marker of key layout 1: not migrated
 	writable         bool          // the role may SELECT, INSERT, UPDATE and DELETE the table
 	permanent        bool          // the table is neither unlogged nor temporary
 	fsync, fullPages bool          // the server's fsync and full_page_writes
@@ -412,16 +507,24 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 	r, err := call(s, ctx, func(ctx context.Context) (read, error) {
 		var r read
 		// Physical standbys: walsenders without a logical slot (a CDC
-		// consumer is no failover target).
+		// consumer is no failover target), leaving out pg_basebackup's (a
+		// base backup in progress: restoring it is a rollback, not a
+		// failover), and permanent physical slots (a standby's
+		// primary_slot_name; pg_basebackup's own slot is temporary). A
+		// role without pg_read_all_stats sees no state or name (NULL):
+		// such walsenders count.
 		err := s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
 			current_setting('fsync')::bool, current_setting('full_page_writes')::bool,
 			(SELECT count(*) FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
-			  WHERE l.slot_type IS DISTINCT FROM 'logical'),
-			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = ''::bytea AND state = 'm'),
+			  WHERE l.slot_type IS DISTINCT FROM 'logical' AND r.state IS DISTINCT FROM 'backup'
+			    AND r.application_name IS DISTINCT FROM 'pg_basebackup'),
+			(SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'physical' AND NOT temporary),
+			pg_is_in_recovery(), now(), EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm'),
+			EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+legacyMarkerSQL+` AND state = 'm'),
 			has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND
 			has_table_privilege($1, 'UPDATE') AND has_table_privilege($1, 'DELETE'),
 			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass)`, s.table).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.writable, &r.st.permanent)
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent)
 		return r, err
 	})
 	if err != nil {
@@ -431,36 +534,97 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 	return r.st, nil
 }
 
-// judge returns why the store must not run on a server in state st, or
-// nil.
-func (c checks) judge(st serverState) error {
+// judge returns why the store must not run on a server in state st (nil
+// if it may), and the risks present that an Allow* option accepts.
+func (c checks) judge(st serverState) ([]risk, error) {
 	d := st.durable
+	standby := (d.Standbys > 0 || d.StandbySlots > 0 || st.sawStandby) && !d.WaitsForStandby()
+	var accepted []risk
+	accept := func(r risk, allowed bool) {
+		if allowed {
+			accepted = append(accepted, r)
+		}
+	}
+	if d.SynchronousCommit == "off" {
+		accept(riskAsyncCommit, c.asyncCommit)
+	}
+	if !st.fsync {
+		accept(riskFsync, c.rollback)
+	}
+	if !st.fullPages {
+		accept(riskFullPages, c.rollback)
+	}
+	if standby {
+		accept(riskStandby, c.asyncStandby)
+	}
 	switch {
 	case st.recovery:
-		return fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
+		return accepted, fmt.Errorf("%w: the server is a read-only standby", ErrUnavailable)
 	case !st.writable:
-		return fmt.Errorf("%w: the role may not SELECT, INSERT, UPDATE and DELETE the table (GRANT them)", ErrConfig)
+		return accepted, fmt.Errorf("%w: the role may not SELECT, INSERT, UPDATE and DELETE the table (GRANT them)", ErrConfig)
 	case !st.permanent:
-		return fmt.Errorf("%w: the table is unlogged or temporary: a crash (or the session's end) empties it, and a standby never has it (ALTER TABLE ... SET LOGGED)", ErrConfig)
+		return accepted, fmt.Errorf("%w: the table is unlogged or temporary: a crash (or the session's end) empties it, and a standby never has it (ALTER TABLE ... SET LOGGED)", ErrConfig)
 	case d.SynchronousCommit == "off" && !c.asyncCommit:
-		return fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
+		return accepted, fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
 	case !st.fsync && !c.rollback:
-		return fmt.Errorf("%w: fsync is off: a crash of the machine can lose acknowledged claims and leave the marker row, so they would be accepted again (set fsync on, or Options.AllowRollback)", ErrConfig)
+		return accepted, fmt.Errorf("%w: fsync is off: a crash of the machine can lose acknowledged claims and leave the marker row, so they would be accepted again (set fsync on, or Options.AllowRollback)", ErrConfig)
 	case !st.fullPages && !c.rollback:
-		return fmt.Errorf("%w: full_page_writes is off: a crash of the machine can tear pages that recovery cannot repair, losing acknowledged claims (set full_page_writes on, or Options.AllowRollback)", ErrConfig)
-	case d.Standbys > 0 && !d.WaitsForStandby() && !c.asyncStandby:
-		return fmt.Errorf("%w: the server streams to %d standby(s) but commits wait for none: a failover could accept acknowledged claims again (set synchronous_standby_names, or Options.AllowAsyncStandby)",
-			ErrConfig, d.Standbys)
+		return accepted, fmt.Errorf("%w: full_page_writes is off: a crash of the machine can tear pages that recovery cannot repair, losing acknowledged claims (set full_page_writes on, or Options.AllowRollback)", ErrConfig)
+	case standby && !c.asyncStandby:
+		return accepted, fmt.Errorf("%w: the server streams to %d standby(s) and has %d physical replication slot(s) (a standby seen since the store started counts until synchronous replication covers it), but commits wait for no standby: a failover could accept acknowledged claims again (set synchronous_standby_names, or Options.AllowAsyncStandby)",
+			ErrConfig, d.Standbys, d.StandbySlots)
 	case c.requireStandby && !d.WaitsForStandby():
-		return fmt.Errorf("%w: commits do not wait for a synchronous standby (synchronous_commit %s, synchronous_standby_names %q)",
+		return accepted, fmt.Errorf("%w: commits do not wait for a synchronous standby (synchronous_commit %s, synchronous_standby_names %q)",
 			ErrConfig, d.SynchronousCommit, d.SynchronousStandbyNames)
 	case c.maxSkew > 0 && st.behind > c.maxSkew:
-		return fmt.Errorf("%w: this instance's clock is %v behind the database's (limit %v): fix NTP", ErrConfig, st.behind.Round(time.Millisecond), c.maxSkew)
+		return accepted, fmt.Errorf("%w: this instance's clock is %v behind the database's (limit %v): fix NTP", ErrConfig, st.behind.Round(time.Millisecond), c.maxSkew)
 	}
-	return nil
+	return accepted, nil
 }
 
-// recheck repeats New's checks (on the sweeper's goroutine): while one
+// newSessionCommit reads synchronous_commit in a new session, opened with
+// the pool's connection settings and closed at once: what the next
+// connection the pool opens will have.
+func (s *Store) newSessionCommit(ctx context.Context) (string, error) {
+	return call(s, ctx, func(ctx context.Context) (string, error) {
+		c, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+		if err != nil {
+			return "", err
+		}
+		defer c.Close(context.Background())
+		var v string
+		err = c.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&v)
+		return v, err
+	})
+}
+
+// commitRank orders synchronous_commit values from the weakest (off).
+func commitRank(v string) int {
+	switch v {
+	case "off":
+		return 0
+	case "local":
+		return 1
+	case "remote_write":
+		return 2
+	case "on":
+		return 3
+	}
+	return 4 // remote_apply
+}
+
+// noteStandby records a standby that commits do not wait for (sticky
+// until they do).
+func (s *Store) noteStandby(d Durability) {
+	switch {
+	case d.WaitsForStandby():
+		s.sawStandby.Store(false)
+	case d.Standbys > 0 || d.StandbySlots > 0:
+		s.sawStandby.Store(true)
+	}
+}
+
+// recheck repeats New's checks (on the checker goroutine): while one
 // fails, Claim, AcquireLease and ConfirmLease refuse with its reason. A
 // server that cannot be read leaves things as they are (the calls fail on
 // their own).
@@ -469,15 +633,76 @@ func (s *Store) recheck(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	// The pool's sessions keep the settings they started with; a session
+	// the pool opens next gets what ALTER ROLE or ALTER DATABASE set since.
+	if c, err := s.newSessionCommit(ctx); err == nil && commitRank(c) < commitRank(st.durable.SynchronousCommit) {
+		st.durable.SynchronousCommit = c
+	}
+	s.noteStandby(st.durable)
+	st.sawStandby = s.sawStandby.Load()
 	s.durable.Store(&st.durable)
-	if err := s.checks.judge(st); err != nil {
+	accepted, err := s.checks.judge(st)
+	if err != nil {
 		if !errors.Is(err, ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		s.refusal.Store(&err)
-		return
+	} else {
+		s.refusal.Store(nil)
 	}
-	s.refusal.Store(nil)
+	s.report(accepted, err)
+}
+
+// report emits an event for each accepted risk that the previous check did
+// not report, and for a refusal that starts, changes or ends.
+func (s *Store) report(accepted []risk, refusal error) {
+	for _, r := range accepted {
+		seen := false
+		for _, p := range s.accepted {
+			seen = seen || p == r
+		}
+		if !seen {
+			s.emit(Event{Kind: EventRiskAccepted, Option: r.option, Risk: r.what})
+		}
+	}
+	s.accepted = accepted
+	switch {
+	case refusal != nil && "refusing: "+reasonClass(refusal) != s.refusing:
+		s.refusing = "refusing: " + reasonClass(refusal)
+		s.emit(Event{Kind: EventRefusing, Reason: refusal})
+	case refusal == nil && s.refusing != "":
+		s.refusing = ""
+		s.emit(Event{Kind: EventServing})
+	}
+}
+
+// reasonClass is a refusal's text without its words holding figures (how
+// far a clock is behind, how many standbys stream), so that a reason whose figures move
+// at every recheck is reported once, not every second.
+func reasonClass(err error) string {
+	words := strings.Fields(err.Error())
+	kept := words[:0]
+	for _, w := range words {
+		if !strings.ContainsAny(w, "0123456789") {
+			kept = append(kept, w)
+		}
+	}
+	return strings.Join(kept, " ")
+}
+
+// checker runs recheck every interval until ctx ends.
+func (s *Store) checker(ctx context.Context, interval time.Duration) {
+	defer s.sweeping.Done()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.recheck(ctx)
+		}
+	}
 }
 
 // refused returns the recheck's reason to refuse calls, or nil.
@@ -501,23 +726,27 @@ func (s *Store) prepare() {
 	// statement's snapshot that the claim could have taken (armed table, an
 	// until in the future): when neither ins nor upd took it, a concurrent
 	// statement changed it first (took it over, or a sweeper or release
-	// deleted it), and the claim runs again to see which.
-	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ''::bytea AND state = 'm' AND until <= now()),
+	// deleted it), and the claim runs again to see which. leg is a live
+	// row of the same ID under the layout before version 2 ($3, see
+	// [Migrate]): a claim made before the table was migrated, which keeps
+	// the ID taken until it expires.
+	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+leg AS (SELECT 1 FROM ` + t + ` WHERE key = $3::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
-  SELECT $1::bytea, 'c', '', $2::timestamptz FROM m WHERE $2::timestamptz > now()
+  SELECT $1::bytea, 'c', '', $2::timestamptz FROM m WHERE $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg)
   ON CONFLICT (key) DO NOTHING
   RETURNING 1
 ),
 upd AS (
   UPDATE ` + t + ` SET state = 'c', token = '', until = $2::timestamptz
   WHERE key = $1::bytea AND until <= now() AND $2::timestamptz > now()
-    AND EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM ins)
+    AND EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM leg)
   RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
   EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
-  EXISTS (SELECT 1 FROM m) AND $2::timestamptz > now()
+  EXISTS (SELECT 1 FROM m) AND $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg)
     AND EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until <= now())`
 	s.releaseSQL = `DELETE FROM ` + t + ` WHERE key = $1`
 	s.prepareLease()
@@ -583,8 +812,23 @@ const maxRaces = 3
 
 var errRaced = errors.New("the row kept changing under concurrent statements")
 
-// key is the row key of id.
+// key is the row key of id: the prefix's length (two bytes, big-endian),
+// the prefix, then id. The length makes the key unambiguous across
+// prefixes: no key of one prefix is a key of another, even when one prefix
+// starts with another ("ctoken:replay:" and "ctoken:replay:webhooks:").
+// Its first byte is 0x00 or 0x01 (1 <= len(prefix) <= MaxPrefixBytes), and
+// the marker row's key is two zero bytes (a prefix of length 0).
 func (s *Store) key(id string) []byte {
+	k := make([]byte, 0, 2+len(s.prefix)+len(id))
+	k = binary.BigEndian.AppendUint16(k, uint16(len(s.prefix)))
+	return append(append(k, s.prefix...), id...)
+}
+
+// legacyKey is the row key of id under the layout before version 2
+// (prefix then id, ambiguous across nested prefixes). The store writes no
+// such key; a live row under it is a claim made before [Migrate] upgraded
+// the table, and keeps id taken until it expires.
+func (s *Store) legacyKey(id string) []byte {
 	k := make([]byte, 0, len(s.prefix)+len(id))
 	return append(append(k, s.prefix...), id...)
 }
@@ -620,7 +864,7 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 		var c claimed
 		for range maxRaces {
 			var raced bool
-			if err := s.pool.QueryRow(ctx, s.claimSQL, key, u).Scan(&c.marker, &c.future, &c.first, &raced); err != nil || c.first || !raced {
+			if err := s.pool.QueryRow(ctx, s.claimSQL, key, u, s.legacyKey(id)).Scan(&c.marker, &c.future, &c.first, &raced); err != nil || c.first || !raced {
 				return c, err
 			}
 		}

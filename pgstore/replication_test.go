@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,6 +39,13 @@ func standbyPair(t *testing.T, sync bool) (primary, standby *pgServer) {
 // synchronous or not, and waits until the primary reports it so.
 func addStandby(t *testing.T, primary *pgServer, sync bool) (standby *pgServer) {
 	t.Helper()
+	return addStandbySlot(t, primary, sync, "")
+}
+
+// addStandbySlot is addStandby with a physical replication slot of the
+// given name (none when empty), created by pg_basebackup and streamed from.
+func addStandbySlot(t *testing.T, primary *pgServer, sync bool, slot string) (standby *pgServer) {
+	t.Helper()
 	bin, err := pgBin()
 	if err != nil {
 		t.Fatal(err)
@@ -48,8 +56,11 @@ func addStandby(t *testing.T, primary *pgServer, sync bool) (standby *pgServer) 
 	if err := mkdirOwned(dir); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", primary.port, "-U", "postgres",
-		"-D", dir, "-R", "-X", "stream", "--no-sync", "-c", "fast")
+	args := []string{"-h", "127.0.0.1", "-p", primary.port, "-U", "postgres", "-D", dir, "-R", "-X", "stream", "--no-sync", "-c", "fast"}
+	if slot != "" {
+		args = append(args, "-C", "-S", slot)
+	}
+	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), args...)
 	runAs(cmd)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("pg_basebackup: %v\n%s", err, out)
@@ -165,6 +176,122 @@ func TestNewRefusesAsyncStandbyUnlessAllowed(t *testing.T) {
 	}
 }
 
+// TestStandbyThatIsAwayStillCounts: a base backup (pg_basebackup) is no
+// standby and leaves nothing counted; an asynchronous standby attached
+// after New, then stopped (its link cut), keeps the running store refusing
+// — its slot stays, and so does the store's memory of it after the slot is
+// dropped — until synchronous replication covers it; a New while the
+// standby is away but has its slot is refused too, and with
+// AllowAsyncStandby served with one Warn and one EventRiskAccepted. A
+// standby with neither a slot nor a connection is invisible to a new
+// Store (the documented limit).
+func TestStandbyThatIsAwayStillCounts(t *testing.T) {
+	t.Parallel() // servers of its own
+	primary := ownServer(t)
+	admin := primary.pool(t)
+	fast := func(o *Options) { o.RecheckInterval = 50 * time.Millisecond }
+	s := storeOn(t, primary.pool(t), fast)
+	until := time.Now().Add(time.Hour)
+	n := 0
+	claim := func() (bool, error) { n++; return s.Claim(bg(), fmt.Sprint("id-", n), until) }
+	refusedFor := func(what string, d time.Duration) {
+		t.Helper()
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(25 * time.Millisecond) {
+			if first, err := claim(); first || !errors.Is(err, ErrConfig) {
+				t.Fatalf("%s: Claim = %v, %v; want refused (ErrConfig)", what, first, err)
+			}
+		}
+	}
+	if first, err := claim(); !first || err != nil {
+		t.Fatalf("Claim without a standby = %v, %v", first, err)
+	}
+
+	// A base backup (pg_basebackup streams its WAL over a walsender of its
+	// own, with a temporary slot) is no standby: it leaves nothing counted.
+	bin, err := pgBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	backup := filepath.Join(tmpRoot, "backup-"+hex.EncodeToString(b))
+	if err := mkdirOwned(backup); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", primary.port, "-U", "postgres",
+		"-D", backup, "-X", "stream", "--no-sync", "-c", "fast")
+	runAs(cmd)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pg_basebackup: %v\n%s", err, out)
+	}
+	time.Sleep(100 * time.Millisecond) // two rechecks
+	if first, err := claim(); !first || err != nil {
+		t.Fatalf("Claim after a base backup = %v, %v; want first (a backup is not a standby)", first, err)
+	}
+
+	standby := addStandbySlot(t, primary, false, "away")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := claim(); errors.Is(err, ErrConfig) {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("Claim with a streaming asynchronous standby: %v; want ErrConfig", err)
+		}
+	}
+	standby.kill()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var streaming int
+		if err := admin.QueryRow(bg(), `SELECT count(*) FROM pg_stat_replication`).Scan(&streaming); err == nil && streaming == 0 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the stopped standby still streams (%d, %v)", streaming, err)
+		}
+	}
+	refusedFor("the standby stopped, its slot kept", 500*time.Millisecond)
+	if d := s.Durability(); d.Standbys != 0 || d.StandbySlots != 1 {
+		t.Fatalf("Durability() with the standby stopped = %+v; want 0 streaming, 1 slot", d)
+	}
+
+	if s, err := New(bg(), primary.pool(t), Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "1 physical replication slot") {
+		t.Fatalf("New while the standby is away with its slot = %v, %v; want ErrConfig naming the slot", s, err)
+	}
+	var r recorder
+	storeOn(t, primary.pool(t), func(o *Options) { o.AllowAsyncStandby = true }, r.options)
+	if n, lines := r.count(EventRiskAccepted, "AllowAsyncStandby", "WARN", "option=AllowAsyncStandby"); n != 1 || lines != 1 {
+		t.Fatalf("New with AllowAsyncStandby and a standby away: %d events, %d Warn lines; want 1 and 1", n, lines)
+	}
+
+	if _, err := admin.Exec(bg(), `SELECT pg_drop_replication_slot('away')`); err != nil {
+		t.Fatal(err)
+	}
+	storeOn(t, primary.pool(t)) // the limit: nothing left for a new Store to see
+	refusedFor("the standby stopped, its slot dropped", 500*time.Millisecond)
+
+	// Synchronous replication covers any standby: the memory is cleared,
+	// and once it is reset the store (with no standby anywhere) serves.
+	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
+		if _, err := admin.Exec(bg(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); !s.Durability().WaitsForStandby(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Durability() = %+v; want synchronous_standby_names read", s.Durability())
+		}
+	}
+	for _, q := range []string{`ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`} {
+		if _, err := admin.Exec(bg(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if first, err := claim(); first && err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("Claim after synchronous replication covered the standby and was reset = %v, %v", first, err)
+		}
+	}
+}
+
 func TestDurabilityWaitsForStandby(t *testing.T) {
 	for _, tc := range []struct {
 		commit, names string
@@ -188,7 +315,7 @@ func TestRecheckRefusesWhatNewWouldRefuse(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary := ownServer(t)
 	admin := primary.pool(t)
-	s := storeOn(t, primary.pool(t), func(o *Options) { o.SweepInterval = 50 * time.Millisecond })
+	s := storeOn(t, primary.pool(t), func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
 	until := time.Now().Add(time.Hour)
 	n := 0
 	// waitFor claims fresh IDs until a claim's error matches want (nil:
@@ -224,8 +351,10 @@ func TestRecheckRefusesWhatNewWouldRefuse(t *testing.T) {
 	waitFor("synchronous_commit on again", nil)
 	addStandby(t, primary, false)
 	waitFor("an asynchronous standby attached", ErrConfig)
-	if d := s.Durability(); d.Standbys != 1 {
-		t.Fatalf("Durability() after the recheck = %+v; want one standby", d)
+	for deadline := time.Now().Add(10 * time.Second); s.Durability().Standbys != 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Durability() after the recheck = %+v; want one standby", s.Durability())
+		}
 	}
 }
 
@@ -282,7 +411,7 @@ func TestRestoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	claim(r, "after-", true) // the limit: accepted again, and nothing can tell
 
 	// The remedy: forget the table on purpose, then rearm it fenced.
-	if _, err := pool.Exec(bg(), `DELETE FROM `+r.table+` WHERE key = ''::bytea`); err != nil {
+	if _, err := pool.Exec(bg(), `DELETE FROM `+r.table+` WHERE key = `+markerSQL); err != nil {
 		t.Fatal(err)
 	}
 	if err := Rearm(bg(), pool, "", time.Hour); err != nil {

@@ -12,6 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// markerSQL is the marker row's key (key layout 2): two zero bytes, the
+// length of an empty prefix, which no store has. legacyMarkerSQL is the
+// marker's key in layout 1 (before version 2): the empty key.
+const (
+	markerSQL       = `decode('0000', 'hex')`
+	legacyMarkerSQL = `''::bytea`
+)
+
 // maxIdentBytes bounds each part of a table name, so that the index name
 // (the table's name plus "_until") stays within PostgreSQL's 63 bytes.
 const maxIdentBytes = 48
@@ -27,9 +35,12 @@ const maxIdentBytes = 48
 //	) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05);
 //	CREATE INDEX "ctoken_replay_until" ON "ctoken_replay" (until);
 //	INSERT INTO "ctoken_replay" (key, state, token, until)
-//		VALUES (''::bytea, 'm', '', '-infinity');
+//		VALUES (decode('0000', 'hex'), 'm', '', '-infinity');
 //
-// The last statement writes the marker row, whose until is the instant
+// A row's key is the prefix's length in two bytes (big-endian), the
+// prefix, then the ID, so that no two prefixes share a key (key layout 2;
+// see [Migrate] for tables of earlier versions). The last statement
+// writes the marker row (key: two zero bytes), whose until is the instant
 // from which the table accepts claims (here: always). Every statement of
 // the store checks the marker in the same snapshot as the row it decides
 // on, so a table that was truncated or emptied refuses everything. Run all
@@ -62,7 +73,7 @@ func schema(table string) ([]string, error) {
 ) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05)`,
 		`CREATE INDEX ` + index + ` ON ` + t + ` (until)`,
 		`INSERT INTO ` + t + ` (key, state, token, until)
-	VALUES (''::bytea, 'm', '', '-infinity')`,
+	VALUES (` + markerSQL + `, 'm', '', '-infinity')`,
 	}, nil
 }
 
@@ -74,11 +85,28 @@ func schema(table string) ([]string, error) {
 // re-arming it is an operator's decision ([Rearm]), never a side effect of
 // a deployment. A Store never calls Migrate itself.
 //
+// A table of key layout 1 (pgstore before version 2: the key was the
+// prefix then the ID, so a store whose prefix starts with another's
+// shared its keys) is upgraded to layout 2 in the same transaction: its
+// marker row moves to the new marker key, keeping its until (a fence set by
+// [Rearm] stays). The rows claimed before stay where they are, and every
+// claim and lease of a store checks them too, so an ID claimed before the
+// upgrade is refused until its claim expires; such a row is never taken
+// over or released by a store of version 2 (a Release of an ID claimed
+// before the upgrade leaves it claimed until it expires). A store of an
+// earlier version finds no marker in an upgraded table and refuses every
+// call with ErrForgotten (fail closed): upgrade every instance, then run
+// Migrate. A layout-1 table holding a key that starts with byte 0x00 or
+// 0x01 (a prefix starting with a control byte), which could read as a key
+// of layout 2, is refused with ErrConfig and left as it is. Running Migrate
+// again changes nothing.
+//
 // Dropping the table and calling Migrate again creates a fresh, armed table:
 // that forgets every claim as surely as TRUNCATE, but cannot be told apart
 // from a first deployment. Do not drop it while claims are live.
 //
-// Errors match [ErrConfig] (a nil pool or an invalid name), [ErrForgotten],
+// Errors match [ErrConfig] (a nil pool, an invalid name, or a layout-1
+// table that cannot be upgraded), [ErrForgotten],
 // or [ErrUnavailable] (the database could not be reached, or refused a
 // statement, such as a role without CREATE).
 func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
@@ -120,16 +148,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 		default:
 			return err
 		}
-		var marker bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t+` WHERE key = ''::bytea AND state = 'm')`).Scan(&marker); err != nil {
-			return err
-		}
-		if !marker {
-			return fmt.Errorf("%w: table %s exists without its marker row (see pgstore.Rearm)", ErrForgotten, table)
-		}
-		return nil
+		return upgrade(ctx, tx, t, table)
 	})
-	if err != nil && !errors.Is(err, ErrForgotten) {
+	if err != nil && !errors.Is(err, ErrForgotten) && !errors.Is(err, ErrConfig) {
 		return fmt.Errorf("%w: migrate: %w", ErrUnavailable, err)
 	}
 	return err
@@ -143,7 +164,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 // callers use past the loss (a one-time token's or request state's TTL
 // plus [replay.SkewMargin], a webhook's confirmation period). A shorter
 // fence lets an ID claimed before the loss be accepted a second time.
-// Rearming a table that has its marker changes nothing; a negative fence
+// Rearming a table that has its marker (of either key layout) changes
+// nothing; a negative fence
 // is refused with ErrConfig, and a database that cannot be reached or
 // refuses the statement with [ErrUnavailable].
 func Rearm(ctx context.Context, pool *pgxpool.Pool, table string, fence time.Duration) error {
@@ -161,12 +183,37 @@ func Rearm(ctx context.Context, pool *pgxpool.Pool, table string, fence time.Dur
 		return err
 	}
 	us := int64(fence / time.Microsecond)
+	// A table of key layout 1 that has its marker is left to Migrate.
 	_, err = pool.Exec(ctx, `INSERT INTO `+t+` (key, state, token, until)
-	VALUES (''::bytea, 'm', '', now() + $1::bigint * interval '1 microsecond') ON CONFLICT (key) DO NOTHING`, us)
+	SELECT `+markerSQL+`, 'm', '', now() + $1::bigint * interval '1 microsecond'
+	WHERE NOT EXISTS (SELECT 1 FROM `+t+` WHERE key = `+legacyMarkerSQL+` AND state = 'm')
+	ON CONFLICT (key) DO NOTHING`, us)
 	if err != nil {
 		return fmt.Errorf("%w: rearm: %w", ErrUnavailable, err)
 	}
 	return nil
+}
+
+// upgrade checks an existing table's marker row (in Migrate's
+// transaction) and upgrades a table of key layout 1 to layout 2.
+func upgrade(ctx context.Context, tx pgx.Tx, t, table string) error {
+	var marker, legacy, clash bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t+` WHERE key = `+markerSQL+` AND state = 'm'),
+	EXISTS (SELECT 1 FROM `+t+` WHERE key = `+legacyMarkerSQL+` AND state = 'm'),
+	EXISTS (SELECT 1 FROM `+t+` WHERE key > `+legacyMarkerSQL+` AND key < decode('02', 'hex') AND key <> `+markerSQL+`)`).Scan(&marker, &legacy, &clash); err != nil {
+		return err
+	}
+	switch {
+	case marker:
+		return nil
+	case !legacy:
+		return fmt.Errorf("%w: table %s exists without its marker row (see pgstore.Rearm)", ErrForgotten, table)
+	case clash:
+		return fmt.Errorf("%w: table %s (key layout 1) holds keys starting with byte 0x00 or 0x01 (a prefix starting with a control byte), which key layout 2 could confuse with its own: delete those rows once they expired, then run Migrate", ErrConfig, table)
+	}
+	_, err := tx.Exec(ctx, `WITH old AS (DELETE FROM `+t+` WHERE key = `+legacyMarkerSQL+` AND state = 'm' RETURNING until)
+	INSERT INTO `+t+` (key, state, token, until) SELECT `+markerSQL+`, 'm', '', until FROM old`)
+	return err
 }
 
 // quoteTable validates a table name, optionally schema-qualified (in a

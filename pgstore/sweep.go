@@ -58,8 +58,7 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// sweeper repeats New's checks and runs Sweep every interval until ctx
-// ends.
+// sweeper runs Sweep every interval until ctx ends.
 func (s *Store) sweeper(ctx context.Context, interval time.Duration) {
 	defer s.sweeping.Done()
 	tick := time.NewTicker(interval)
@@ -69,7 +68,6 @@ func (s *Store) sweeper(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			s.recheck(ctx)
 			n, err := s.Sweep(ctx) // a failed sweep is retried at the next tick
 			if s.onSweep != nil && ctx.Err() == nil {
 				s.onSweep(n, err)

@@ -44,10 +44,11 @@
 //
 // # Errors
 //
-// [ErrTokenInvalid] (forged, tampered, truncated, another caller's or
-// another method's token), [ErrTokenExpired] (older than the issuer's TTL,
-// or from another server session: "start over") and [ErrRequestChanged]
-// are InvalidArgument; [ErrNoCaller] is Unauthenticated; [ErrServer] is
+// [ErrTokenInvalid] (forged, tampered, truncated), [ErrTokenExpired] (older
+// than the issuer's TTL, or from another server session: "start over") and
+// [ErrRequestChanged] (other fields, or another caller's or another
+// method's token: one keyed digest binds the three, so which differs is not
+// known) are InvalidArgument; [ErrNoCaller] is Unauthenticated; [ErrServer] is
 // Internal. Their text is fixed and is what the client is told; the reason
 // goes to the [Config.Logger] only.
 //

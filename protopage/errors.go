@@ -26,6 +26,9 @@ var (
 	// ErrRequestChanged refuses an authentic page_token sent with a request
 	// whose fields (other than page_size, page_token and skip) differ from the
 	// request it was issued for (it also matches ctoken.ErrCursorInvalid).
+	// Page tokens bind the method, the caller and the fields in one keyed
+	// digest (ctoken's cursor format version 2), so a token of another
+	// caller or method is refused with it too.
 	// AIP-158: transports answer InvalidArgument.
 	ErrRequestChanged = errors.New("page_token was issued for a request with other fields: send the same fields (only page_size and skip may change), or start over without a page_token")
 	// ErrNoCaller refuses a request whose caller could not be found: the

@@ -195,7 +195,11 @@ func (p *Pager) Start(ctx context.Context, req proto.Message) (*Page, error) {
 		switch {
 		case errors.Is(err, ctoken.ErrCursorExpired):
 			kind = ErrTokenExpired
-		case ctoken.ReasonOf(err) == ctoken.ReasonWrongArguments:
+		case ctoken.ReasonOf(err) == ctoken.ReasonWrongArguments, ctoken.ReasonOf(err) == ctoken.ReasonCursorWrongScope:
+			// A version 2 token binds method, caller and fields in one
+			// keyed digest, so another caller or method looks the same as
+			// changed fields; the advice (same fields, or start over)
+			// holds for each.
 			kind = ErrRequestChanged
 		case !errors.Is(err, ctoken.ErrCursorInvalid):
 			kind = ErrServer // ctoken.ErrNoKey: an issuer not made by its constructor
@@ -204,6 +208,21 @@ func (p *Pager) Start(ctx context.Context, req proto.Message) (*Page, error) {
 	}
 	pg.index, pg.state, pg.resumed = payload.Page, payload.State, true
 	return pg, nil
+}
+
+// StateBudget returns how many bytes of keyset state [Page.Next] accepts
+// in every page token of p, whatever the method, the caller and the
+// request's fields: page tokens bind those by a fixed-size keyed digest
+// (ctoken's cursor format version 2), so none of them takes any of it. It
+// is ctoken.MaxOpaqueStateBytes for every issuer ctoken.NewCursorIssuer
+// makes, signed or sealed (TestPageTokenBudgetIsTheStateCapForAnyCaller);
+// a server can compare its largest keyset state with it at startup. A nil
+// or zero Pager returns 0.
+func (p *Pager) StateBudget() int {
+	if p == nil || p.issuer == nil {
+		return 0
+	}
+	return p.issuer.StateBudget()
 }
 
 // Fingerprint returns the fingerprint req's page tokens are bound to: the
@@ -329,7 +348,9 @@ func (pg *Page) StateMessage(m proto.Message) error {
 // page's (method, caller, request fingerprint) and carrying state, at most
 // ctoken.MaxOpaqueStateBytes: the keyset state the next page resumes from.
 // Put it in the response's next_page_token; on the last page, leave that
-// empty instead. A state too large for a token is [ErrServer].
+// empty instead. A state over [Pager.StateBudget] is refused here, the
+// handler's fault: [ErrServer], also matching ctoken.ErrOpaqueStateTooLarge.
+// The caller's identity never is (it costs a token a fixed 34 bytes).
 func (pg *Page) Next(state []byte) (string, error) {
 	if pg == nil || pg.p == nil {
 		return "", errNoPage

@@ -1,8 +1,11 @@
 package protopage_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -125,12 +128,12 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 		sent    error // ctoken's sentinel it also matches
 		reason  ctoken.RefusalReason
 	}{
-		{name: "changed filter", edit: func(r *librarypb.ListBooksRequest) { r.Filter = "Ada" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongArguments},
-		{name: "changed order", edit: func(r *librarypb.ListBooksRequest) { r.OrderBy = "year" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongArguments},
-		{name: "changed parent", edit: func(r *librarypb.ListBooksRequest) { r.Parent = "shelves/b" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongArguments},
-		{name: "optional field now set to its default", edit: func(r *librarypb.ListBooksRequest) { r.MinYear = minYear(0) }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongArguments},
-		{name: "another caller", caller: "mallory", kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongCaller},
-		{name: "another method", method: "/ctoken.protopage.example.v1.LibraryService/ListShelves", kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonWrongTool},
+		{name: "changed filter", edit: func(r *librarypb.ListBooksRequest) { r.Filter = "Ada" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
+		{name: "changed order", edit: func(r *librarypb.ListBooksRequest) { r.OrderBy = "year" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
+		{name: "changed parent", edit: func(r *librarypb.ListBooksRequest) { r.Parent = "shelves/b" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
+		{name: "optional field now set to its default", edit: func(r *librarypb.ListBooksRequest) { r.MinYear = minYear(0) }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
+		{name: "another caller", caller: "mallory", kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
+		{name: "another method", method: "/ctoken.protopage.example.v1.LibraryService/ListShelves", kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
 		{name: "tampered", token: tampered, kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonMACMismatch},
 		{name: "truncated", token: token[:len(token)-10], kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid},
 		{name: "not a token", token: "page-2", kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid},
@@ -376,6 +379,65 @@ func TestPageNotFromStartRefusesRatherThanPanics(t *testing.T) {
 		}
 		if err := pg.StateMessage(new(librarypb.BookKey)); !errors.Is(err, protopage.ErrServer) {
 			t.Errorf("%s Page: StateMessage: %v", name, err)
+		}
+	}
+}
+
+// Page tokens bind the caller by a keyed digest: a 1 KiB caller and a
+// caller that is not UTF-8 get page 2 with the full state, their bytes
+// appear nowhere in the token, and only a state over the budget is refused,
+// at Next, as the handler's fault.
+func TestPageTokenBudgetIsTheStateCapForAnyCaller(t *testing.T) {
+	for _, seal := range []bool{false, true} {
+		f := newFixture(t, protopage.Config{})
+		if seal {
+			kr, err := ctoken.NewKeyring(bytes.Repeat([]byte{7}, 32))
+			if err != nil {
+				t.Fatal(err)
+			}
+			iss, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: kr, Seal: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Pager, err = protopage.New(protopage.Config{Issuer: iss, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := f.Pager.StateBudget(); got != ctoken.MaxOpaqueStateBytes {
+			t.Fatalf("seal=%v: StateBudget = %d, want %d", seal, got, ctoken.MaxOpaqueStateBytes)
+		}
+		for name, caller := range map[string]string{
+			"1 KiB":     strings.Repeat("alice.secret@example.com/", 41)[:1024],
+			"not UTF-8": "alice.secret\xff\xfe@example.com",
+		} {
+			t.Run(fmt.Sprintf("seal=%v/%s", seal, name), func(t *testing.T) {
+				req := listReq()
+				page, err := f.Pager.Start(callCtx(listMethod, caller), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = page.Next(make([]byte, f.Pager.StateBudget()+1))
+				if !errors.Is(err, protopage.ErrServer) || !errors.Is(err, ctoken.ErrOpaqueStateTooLarge) {
+					t.Fatalf("Next over the budget = %v, want ErrServer and ctoken.ErrOpaqueStateTooLarge", err)
+				}
+				token, err := page.Next(bytes.Repeat([]byte{1}, f.Pager.StateBudget()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, err := base64.RawURLEncoding.DecodeString(token)
+				if err != nil || bytes.Contains(raw, []byte("secret")) || bytes.Contains(raw, []byte(listMethod)) {
+					t.Fatalf("the token carries the caller or the method (%v)", err)
+				}
+				req.PageToken = token
+				page, err = f.Pager.Start(callCtx(listMethod, caller), req)
+				if err != nil || page.Index() != 1 || len(page.State()) != ctoken.MaxOpaqueStateBytes {
+					t.Fatalf("page 2: %v", err)
+				}
+				_, err = f.Pager.Start(callCtx(listMethod, caller+"x"), req)
+				if !errors.Is(err, ctoken.ErrCursorInvalid) || ctoken.ErrorCode(err) != ctoken.CodeCursorInvalid {
+					t.Fatalf("another caller: %v", err)
+				}
+			})
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"log/slog"
+
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -152,32 +154,6 @@ func TestNewVerifierRefusesBadSecretsNamingPositionNotSecret(t *testing.T) {
 	}
 }
 
-// A padded whsec_ secret (its length not a multiple of 3 bytes) is
-// accepted, as is the same secret without padding; both are one key.
-func TestStandardWebhooksAcceptsPaddedAndUnpaddedSecrets(t *testing.T) {
-	padded := "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3OA==" // 25 bytes
-	unpadded := strings.TrimRight(padded, "=")
-	a, err := schemeStandard.parseSecret(padded)
-	if err != nil {
-		t.Fatalf("padded: %v", err)
-	}
-	b, err := schemeStandard.parseSecret(unpadded)
-	if err != nil || string(a) != string(b) || len(a) != 25 {
-		t.Fatalf("unpadded: %x, %v; want %x", b, err, a)
-	}
-	for _, bad := range []string{padded[:len(padded)-1], padded + "="} {
-		if _, err := schemeStandard.parseSecret(bad); !errors.Is(err, ErrSecretInvalid) {
-			t.Fatalf("parseSecret(%q) = %v, want ErrSecretInvalid", bad, err)
-		}
-	}
-	clk := newStepClock()
-	s := newSigner(t, Config{Scheme: StandardWebhooks(), Secrets: []string{padded}, Now: clk.Now})
-	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{unpadded}, Now: clk.Now})
-	if _, err := v.Verify(signed(t, s, "evt-1", "x"), []byte("x")); err != nil {
-		t.Fatalf("delivery signed with the padded secret, verified with the unpadded one: %v", err)
-	}
-}
-
 // HMAC keys under 112 bits are not allowed in FIPS 140-3 mode, and
 // crypto/hmac panics on them under GODEBUG=fips140=only. They are refused
 // at construction when the mode is on, and work when it is off.
@@ -250,77 +226,6 @@ func TestZeroVerifierAndSignerRefuseEveryCall(t *testing.T) {
 	}
 }
 
-func TestSignRefusesNilHeader(t *testing.T) {
-	s := newSigner(t, Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}})
-	if err := s.Sign(nil, "evt-1", nil); !errors.Is(err, ErrMalformed) {
-		t.Fatalf("Sign(nil header) = %v, want ErrMalformed", err)
-	}
-}
-
-// Store failures carry a reason and match both ErrReplayStore and the
-// store's own error; the middleware answers them 503.
-func TestAcquireStoreFailureHasReasonAndWrapsStoreError(t *testing.T) {
-	clk := newStepClock()
-	full := &replay.MemoryStore{Max: 1, Now: clk.Now}
-	full.Claim(context.Background(), "occupant", clk.Now().Add(time.Hour))
-	for _, tc := range []struct {
-		name  string
-		store replay.Store
-		cause error
-	}{
-		{"store down", failingStore{}, errStoreDown},
-		{"store full", full, replay.ErrFull},
-		{"bad store config", replay.NewMemoryStore(-1), replay.ErrConfig},
-		{"store answers outside the contract", tokenlessStore{replay.NewMemoryStore(0)}, errStoreAnswer},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: tc.store, Namespace: "endpoint", Now: clk.Now}
-			v := newVerifier(t, cfg)
-			d, err := v.Verify(signed(t, newSigner(t, cfg), "evt", "b"), []byte("b"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := v.Acquire(context.Background(), d)
-			if l != nil || !errors.Is(err, ErrReplayStore) || !errors.Is(err, tc.cause) || Reason(err) == "" {
-				t.Fatalf("Acquire = %v, %v (reason %q); want ErrReplayStore wrapping %v", l, err, Reason(err), tc.cause)
-			}
-			if StatusCode(err) != http.StatusServiceUnavailable {
-				t.Fatalf("StatusCode = %d, want 503", StatusCode(err))
-			}
-		})
-	}
-}
-
-func TestStatusCodeMapsEveryError(t *testing.T) {
-	tests := []struct {
-		err  error
-		want int
-	}{
-		{nil, http.StatusOK},
-		{errDup, http.StatusOK},
-		{errBusy, http.StatusServiceUnavailable},
-		{errNotVerified, http.StatusBadRequest},
-		{errLeaseNotAcquired, http.StatusBadRequest},
-		{errStoreNoLease, http.StatusInternalServerError},
-		{errBodyTooLarge, http.StatusRequestEntityTooLarge},
-		{errIDHeader, http.StatusBadRequest},
-		{errTSMalformed, http.StatusBadRequest},
-		{errNotVerified, http.StatusBadRequest},
-		{errSigMismatch, http.StatusUnauthorized},
-		{errTSTooOld, http.StatusUnauthorized},
-		{storeError(errStoreDown), http.StatusServiceUnavailable},
-		{errZeroVerifier, http.StatusInternalServerError},
-		{errNegTolerance, http.StatusInternalServerError},
-		{errSecretFIPS, http.StatusInternalServerError},
-		{errors.New("anything else"), http.StatusInternalServerError},
-	}
-	for _, tc := range tests {
-		if got := StatusCode(tc.err); got != tc.want {
-			t.Errorf("StatusCode(%v) = %d, want %d", tc.err, got, tc.want)
-		}
-	}
-}
-
 var errStoreDown = errors.New("store unreachable")
 
 // failingStore is a replay store with leases that is down.
@@ -369,116 +274,157 @@ func (f *flakyStore) ReleaseLease(ctx context.Context, id, token string) error {
 	return f.MemoryStore.ReleaseLease(ctx, id, token)
 }
 
-func TestLeaseRefusesUnverifiedDeliveryAndZeroLease(t *testing.T) {
-	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
-	ctx := context.Background()
-	if l, err := v.Acquire(ctx, Delivery{ID: "evt-1"}); l != nil || !errors.Is(err, ErrMalformed) || Reason(err) != "delivery not verified" {
-		t.Fatalf("Acquire(unverified) = %v, %v, want ErrMalformed", l, err)
-	}
-	var nilLease *Lease
-	for _, l := range []*Lease{{}, nilLease} {
-		if err := l.Confirm(ctx); !errors.Is(err, ErrMalformed) {
-			t.Fatalf("Confirm on a lease not from Acquire = %v", err)
-		}
-		if err := l.Release(ctx); !errors.Is(err, ErrMalformed) {
-			t.Fatalf("Release on a lease not from Acquire = %v", err)
-		}
-		if d := l.Delivery(); d != (Delivery{}) {
-			t.Fatalf("Delivery of a lease not from Acquire = %+v", d)
-		}
-	}
-	if !nilLease.Deadline().IsZero() || !nilLease.Expires().IsZero() {
-		t.Fatal("a nil lease has a deadline")
-	}
-}
-
-func TestLeaseReportsStoreFailuresOfConfirmAndRelease(t *testing.T) {
-	store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
-	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Lease: 200 * time.Millisecond}
-	v := newVerifier(t, cfg)
-	ctx := context.Background()
-	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := v.Acquire(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Delivery() != d || !l.Deadline().Before(l.Expires()) {
-		t.Fatalf("lease: delivery %+v, deadline %v, expires %v", l.Delivery(), l.Deadline(), l.Expires())
-	}
-	store.failing.Store(true)
-	if err := l.Release(ctx); !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) || Reason(err) == "" {
-		t.Fatalf("Release with a failing store = %v, want ErrReplayStore wrapping the store's error", err)
-	}
-	start := time.Now()
-	if err := l.Confirm(ctx); !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) || Reason(err) == "" {
-		t.Fatalf("Confirm with a failing store = %v, want ErrReplayStore wrapping the store's error", err)
-	}
-	// Confirm retried until the lease expired, and no longer.
-	if n := store.confirms.Load(); n < 3 {
-		t.Fatalf("Confirm tried %d times, want retries", n)
-	}
-	if el := time.Since(start); el > time.Second {
-		t.Fatalf("Confirm gave up after %v, want about the 200ms lease", el)
-	}
-	// The store recovers: the lease ended unconfirmed, so the delivery is
-	// free to be processed again, never acknowledged as a duplicate.
-	store.failing.Store(false)
-	time.Sleep(time.Until(l.Expires().Add(20 * time.Millisecond)))
-	if l2, err := v.Acquire(ctx, d); err != nil {
-		t.Fatalf("Acquire after the unconfirmed lease expired = %v", err)
-	} else if err := l2.Confirm(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := v.Acquire(ctx, d); !errors.Is(err, ErrDuplicate) {
-		t.Fatalf("Acquire after Confirm = %v, want ErrDuplicate", err)
-	}
-}
-
-func TestLeaseConfirmStopsRetryingWhenContextEnds(t *testing.T) {
-	store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
-	store.failing.Store(true)
-	l := acquireOne(t, store, 0)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	if err := l.Confirm(ctx); !errors.Is(err, ErrReplayStore) {
-		t.Fatalf("Confirm = %v", err)
-	}
-	if el := time.Since(start); el > 500*time.Millisecond {
-		t.Fatalf("Confirm ran %v past its context's 50ms", el)
-	}
-}
-
-func TestLeaseConfirmAfterTakeoverReportsLeaseLost(t *testing.T) {
-	clk := newStepClock()
-	store := &replay.MemoryStore{Now: clk.Now}
-	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now, Lease: time.Second}
-	v := newVerifier(t, cfg)
-	ctx := context.Background()
-	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	slow, err := v.Acquire(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(2 * time.Second) // the slow attempt outran its lease
-	fast, err := v.Acquire(ctx, d)
-	if err != nil {
-		t.Fatalf("Acquire after the lease ended = %v", err)
-	}
-	if err := fast.Confirm(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := slow.Confirm(ctx); !errors.Is(err, ErrReplayStore) || !errors.Is(err, replay.ErrLeaseLost) {
-		t.Fatalf("late Confirm = %v, want ErrReplayStore and replay.ErrLeaseLost", err)
-	}
-}
-
 // foreignScheme satisfies Scheme by embedding it; the constructors refuse
 // it rather than call methods that are not the package's own (or nil).
 type foreignScheme struct{ Scheme }
+
+// Every limit of a Config is inclusive: a Lease of exactly a millisecond
+// or MaxLease, a Tolerance of MaxTolerance and a DedupWindow of
+// MaxDedupWindow are accepted (one unit past each is refused, see
+// TestNewVerifierRefusesOptionsWithoutEffect), and so is a namespace with
+// '~' and space inside; DEL is refused.
+func TestConfigLimitsAreInclusive(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"Lease of a millisecond", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: time.Millisecond}},
+		{"Lease of MaxLease", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: MaxLease}},
+		{"Tolerance of MaxTolerance", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Tolerance: MaxTolerance}},
+		{"DedupWindow of MaxDedupWindow", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, DedupWindow: MaxDedupWindow}},
+		{"namespace with ~ and space", Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Namespace: "a ~b"}},
+	} {
+		if _, err := NewVerifier(tc.cfg); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Namespace: "a\x7fb"}
+	if _, err := NewVerifier(cfg); !errors.Is(err, ErrConfig) || Reason(err) != Reason(errNamespaceText) {
+		t.Errorf("namespace with DEL: %v, want %v", err, errNamespaceText)
+	}
+}
+
+// log/slog sees a configured Verifier or Signer as its scheme and its
+// number of secrets, and a zero one as {zero: true}.
+func TestLogValueDescribesSchemeAndSecretCount(t *testing.T) {
+	render := func(v slog.Value) string {
+		var b strings.Builder
+		for _, a := range v.Resolve().Group() {
+			b.WriteString(a.String() + ";")
+		}
+		return b.String()
+	}
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret, stdSecret2}}
+	for _, tc := range []struct {
+		name string
+		got  slog.Value
+		want string
+	}{
+		{"verifier", newVerifier(t, cfg).LogValue(), "scheme=standard-webhooks;secrets=2;"},
+		{"signer", newSigner(t, Config{Scheme: Slack(), Secrets: []string{slackSecret}}).LogValue(), "scheme=slack;secrets=1;"},
+		{"zero verifier", Verifier{}.LogValue(), "zero=true;"},
+		{"zero signer", Signer{}.LogValue(), "zero=true;"},
+	} {
+		if got := render(tc.got); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestNewVerifierRejectsBadConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want error
+	}{
+		{"no secrets", Config{Scheme: HMACSHA256()}, ErrNoSecret},
+		{"empty secret", Config{Scheme: HMACSHA256(), Secrets: []string{""}}, ErrSecretInvalid},
+		{"whsec not base64", Config{Scheme: StandardWebhooks(), Secrets: []string{"whsec_not base64!"}}, ErrSecretInvalid},
+		{"whsec too short", Config{Scheme: StandardWebhooks(), Secrets: []string{"whsec_c2hvcnQ="}}, ErrSecretInvalid},
+		{"one bad of two", Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret, "whsec_"}}, ErrSecretInvalid},
+		{"no scheme", Config{Secrets: []string{hmacSecret}}, ErrConfig},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewVerifier(tc.cfg)
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if _, err := NewSigner(tc.cfg); err == nil {
+				t.Fatal("NewSigner accepted the config")
+			}
+			if strings.Contains(err.Error(), "c2hvcnQ") {
+				t.Fatal("error text echoes the secret")
+			}
+		})
+	}
+}
+
+// boundedStore is a memory store that says it holds nothing past horizon.
+type boundedStore struct {
+	*replay.MemoryStore
+	horizon time.Duration
+}
+
+func (b boundedStore) Horizon() time.Duration { return b.horizon }
+
+// A store that refuses entries past its horizon would refuse every
+// confirmation of a verifier whose DedupWindow (or Lease) reaches further,
+// and every delivery would be processed again after its lease: refused at
+// construction.
+func TestNewVerifierRefusesDedupWindowPastTheStoresHorizon(t *testing.T) {
+	tests := []struct {
+		name    string
+		horizon time.Duration
+		dedup   time.Duration
+		lease   time.Duration
+		ok      bool
+	}{
+		{"default window fits the default horizon", 25 * time.Hour, 0, 0, true},
+		{"window over the horizon", 25 * time.Hour, 4 * 24 * time.Hour, 0, false},
+		{"window plus skew over the horizon", 24 * time.Hour, 24 * time.Hour, 0, false},
+		{"lease over the horizon", 2 * time.Hour, time.Hour, 3 * time.Hour, false},
+		{"short horizon, short window", 2 * time.Hour, time.Hour, time.Minute, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewVerifier(Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Namespace: "ns",
+				Replay: boundedStore{replay.NewMemoryStore(10), tt.horizon}, DedupWindow: tt.dedup, Lease: tt.lease})
+			switch {
+			case tt.ok && err != nil:
+				t.Fatalf("NewVerifier: %v", err)
+			case !tt.ok && (!errors.Is(err, ErrConfig) || err != errStoreHorizon):
+				t.Fatalf("NewVerifier = %v; want %v", err, errStoreHorizon)
+			}
+		})
+	}
+}
+
+func TestNewVerifierRefusesBadNamespace(t *testing.T) {
+	store := replay.NewMemoryStore(0)
+	tests := []struct {
+		name, ns string
+		want     error
+	}{
+		{"missing with a Replay store", "", errNoNamespace},
+		{"over MaxNamespaceBytes", strings.Repeat("n", MaxNamespaceBytes+1), errLongNamespace},
+		{"trailing space", "orders ", errNamespaceText},
+		{"leading space", " orders", errNamespaceText},
+		{"newline", "orders\n", errNamespaceText},
+		{"control byte", "ord\x00ers", errNamespaceText},
+		{"non-ASCII", "ordérs", errNamespaceText},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := NewVerifier(Config{Scheme: Stripe(), Secrets: []string{"whsec_endpoint_a"}, Replay: store, Namespace: tc.ns})
+			if v != nil || !errors.Is(err, ErrConfig) || !errors.Is(err, tc.want) {
+				t.Fatalf("NewVerifier = %v, %v; want %v", v, err, tc.want)
+			}
+		})
+	}
+	for _, ns := range []string{"", "orders", strings.Repeat("n", MaxNamespaceBytes), "billing / prod"} {
+		if _, err := NewVerifier(Config{Scheme: Stripe(), Secrets: []string{"whsec_endpoint_a"}, Namespace: ns}); err != nil {
+			t.Errorf("Namespace %q with the private store refused: %v", ns, err)
+		}
+	}
+}

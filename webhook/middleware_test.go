@@ -1,12 +1,871 @@
 package webhook
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
 )
+
+// TestWebhookMiddleware pins Verifier.Middleware: one delivery reaches the handler once,
+// refusals answer with the right status, and the lease follows the handler.
+func TestWebhookMiddleware(t *testing.T) {
+	t.Run("passes first delivery with readable body", func(t *testing.T) {
+		for _, scheme := range []Scheme{HMACSHA256(), StandardWebhooks()} {
+			cfg := Config{Scheme: scheme, Secrets: []string{stdSecret}}
+			next := &recordingHandler{status: http.StatusAccepted}
+			mw := newVerifier(t, cfg).Middleware(next)
+			rec := deliver(mw, signed(t, newSigner(t, cfg), "evt-1", `{"ok":true}`), `{"ok":true}`)
+			if rec.Code != http.StatusAccepted || rec.Body.String() != "processed" {
+				t.Fatalf("scheme %v: got %d %q", scheme, rec.Code, rec.Body)
+			}
+			if next.calls.Load() != 1 || next.bodies[0] != `{"ok":true}` || next.ids[0] != "evt-1" {
+				t.Fatalf("scheme %v: handler saw calls=%d bodies=%q ids=%q", scheme, next.calls.Load(), next.bodies, next.ids)
+			}
+		}
+	})
+
+	t.Run("acknowledges duplicate without calling handler", func(t *testing.T) {
+		for _, scheme := range []Scheme{HMACSHA256(), StandardWebhooks()} {
+			cfg := Config{Scheme: scheme, Secrets: []string{stdSecret}}
+			next := &recordingHandler{}
+			mw := newVerifier(t, cfg).Middleware(next)
+			h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+			for i := range 3 {
+				rec := deliver(mw, h, "payload")
+				if rec.Code != http.StatusOK {
+					t.Fatalf("scheme %v delivery %d: status %d", scheme, i, rec.Code)
+				}
+			}
+			if n := next.calls.Load(); n != 1 {
+				t.Fatalf("scheme %v: handler called %d times, want 1", scheme, n)
+			}
+		}
+	})
+
+	// Under a scheme whose ID header is unsigned, the policy decides which
+	// deliveries are one; every delivery acknowledged without running the
+	// handler is seen by OnDuplicate.
+	t.Run("dedup policies", func(t *testing.T) {
+		type send struct{ id, body string }
+		// A first delivery, its retry, a captured copy replayed under a fresh
+		// ID, and a distinct delivery reusing the ID.
+		sends := []send{{"evt-1", "payload"}, {"evt-1", "payload"}, {"evt-forged", "payload"}, {"evt-1", "changed"}}
+		tests := []struct {
+			dedup Dedup
+			calls []string // the sends the handler processed, by id/body
+			dups  int
+		}{
+			{DedupDefault, []string{"evt-1/payload", "evt-1/changed"}, 2},
+			{DedupSignature, []string{"evt-1/payload", "evt-1/changed"}, 2},
+			{DedupID, []string{"evt-1/payload", "evt-forged/payload"}, 2},
+			{DedupIDAndSignature, []string{"evt-1/payload", "evt-forged/payload", "evt-1/changed"}, 1},
+		}
+		for _, tc := range tests {
+			t.Run(tc.dedup.String(), func(t *testing.T) {
+				var dups []string
+				cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Dedup: tc.dedup,
+					OnDuplicate: func(_ *http.Request, d Delivery) { dups = append(dups, d.ID) }}
+				next := &recordingHandler{}
+				mw := newVerifier(t, cfg).Middleware(next)
+				signer := newSigner(t, cfg)
+				for _, sd := range sends {
+					if rec := deliver(mw, signed(t, signer, sd.id, sd.body), sd.body); rec.Code != http.StatusOK {
+						t.Fatalf("%v: status %d", sd, rec.Code)
+					}
+				}
+				var got []string
+				for i := range next.ids {
+					got = append(got, next.ids[i]+"/"+next.bodies[i])
+				}
+				if !slices.Equal(got, tc.calls) {
+					t.Fatalf("handler processed %q, want %q", got, tc.calls)
+				}
+				if len(dups) != tc.dups || len(dups)+len(got) != len(sends) {
+					t.Fatalf("OnDuplicate saw %q, want %d: every send is processed or seen", dups, tc.dups)
+				}
+			})
+		}
+	})
+
+	// The issue's case: three deliveries with distinct IDs and the same body
+	// under the default policy are processed once, and OnDuplicate sees the
+	// other two; under DedupIDAndSignature each is processed.
+	t.Run("same body distinct IDs never dropped silently", func(t *testing.T) {
+		for _, dedup := range []Dedup{DedupDefault, DedupIDAndSignature} {
+			var dups atomic.Int32
+			cfg := Config{Scheme: GitHub(), Secrets: []string{githubSecret}, Dedup: dedup,
+				OnDuplicate: func(*http.Request, Delivery) { dups.Add(1) }}
+			next := &recordingHandler{}
+			mw := newVerifier(t, cfg).Middleware(next)
+			for _, id := range []string{"a", "b", "c"} {
+				deliver(mw, signed(t, newSigner(t, cfg), id, githubBody), githubBody)
+			}
+			if next.calls.Load()+dups.Load() != 3 {
+				t.Fatalf("%v: %d processed, %d seen as duplicates; want all 3 accounted for", dedup, next.calls.Load(), dups.Load())
+			}
+			if dedup == DedupIDAndSignature && next.calls.Load() != 3 {
+				t.Fatalf("%v: %d processed, want 3", dedup, next.calls.Load())
+			}
+		}
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		clk := newStepClock()
+		cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, MaxBody: 16, Now: clk.Now}
+		signer := newSigner(t, cfg)
+		good := signed(t, signer, "evt-1", "small")
+		clk.Advance(-time.Hour)
+		old := signed(t, signer, "evt-2", "small")
+		clk.Advance(time.Hour)
+		without := func(name string) http.Header {
+			h := good.Clone()
+			h.Del(name)
+			return h
+		}
+		tests := []struct {
+			name string
+			h    http.Header
+			body string
+			code int
+			want error
+		}{
+			{"missing signature", without("webhook-signature"), "small", http.StatusUnauthorized, ErrSignature},
+			{"tampered body", good, "smell", http.StatusUnauthorized, ErrSignature},
+			{"old timestamp", old, "small", http.StatusUnauthorized, ErrTimestamp},
+			{"missing id", without("webhook-id"), "small", http.StatusBadRequest, ErrMalformed},
+			{"missing timestamp", without("webhook-timestamp"), "small", http.StatusBadRequest, ErrMalformed},
+			{"body over cap", good, strings.Repeat("x", 17), http.StatusRequestEntityTooLarge, ErrTooLarge},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				var rejected error
+				c := cfg
+				c.OnReject = func(_ *http.Request, err error) { rejected = err }
+				next := &recordingHandler{}
+				rec := deliver(newVerifier(t, c).Middleware(next), tc.h, tc.body)
+				if rec.Code != tc.code {
+					t.Fatalf("status %d, want %d", rec.Code, tc.code)
+				}
+				if !errors.Is(rejected, tc.want) {
+					t.Fatalf("OnReject got %v, want %v", rejected, tc.want)
+				}
+				if next.calls.Load() != 0 {
+					t.Fatal("handler called for a refused delivery")
+				}
+				if strings.Contains(rec.Body.String(), "small") {
+					t.Fatal("response echoes the body")
+				}
+			})
+		}
+	})
+
+	t.Run("refuses declared oversize body unread", func(t *testing.T) {
+		next := &recordingHandler{}
+		mw := newVerifier(t, Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}}).Middleware(next)
+		req := httptest.NewRequest(http.MethodPost, "/hook", errReader{})
+		req.ContentLength = DefaultMaxBody + 1
+		rec := httptest.NewRecorder()
+		mw.ServeHTTP(rec, req)
+		if rec.Code != http.StatusRequestEntityTooLarge || next.calls.Load() != 0 {
+			t.Fatalf("status %d, handler calls %d", rec.Code, next.calls.Load())
+		}
+	})
+
+	t.Run("tolerates nil body", func(t *testing.T) {
+		next := &recordingHandler{}
+		mw := newVerifier(t, Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}}).Middleware(next)
+		req := httptest.NewRequest(http.MethodPost, "/hook", nil)
+		req.Body = nil
+		req.Header.Set("X-Webhook-ID", "d1")
+		rec := httptest.NewRecorder()
+		mw.ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnauthorized || next.calls.Load() != 0 {
+			t.Fatalf("status %d, handler calls %d", rec.Code, next.calls.Load())
+		}
+	})
+
+	t.Run("refuses unreadable body", func(t *testing.T) {
+		next := &recordingHandler{}
+		mw := newVerifier(t, Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}}).Middleware(next)
+		req := httptest.NewRequest(http.MethodPost, "/hook", errReader{})
+		rec := httptest.NewRecorder()
+		mw.ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest || next.calls.Load() != 0 {
+			t.Fatalf("status %d, handler calls %d", rec.Code, next.calls.Load())
+		}
+	})
+
+	t.Run("fails closed when store cannot decide", func(t *testing.T) {
+		clk := newStepClock()
+		full := &replay.MemoryStore{Max: 2, Now: clk.Now}
+		for _, tc := range []struct {
+			name  string
+			store replay.Store
+			want  error
+		}{
+			{"store down", failingStore{}, nil},
+			{"store full", full, replay.ErrFull},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				var rejected error
+				cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: tc.store, Namespace: "endpoint", Now: clk.Now,
+					OnReject: func(_ *http.Request, err error) { rejected = err }}
+				next := &recordingHandler{}
+				mw := newVerifier(t, cfg).Middleware(next)
+				signer := newSigner(t, cfg)
+				if tc.store == full {
+					// One delivery takes one entry.
+					deliver(mw, signed(t, signer, "first", "a"), "a")
+					deliver(mw, signed(t, signer, "second", "c"), "c")
+					next.calls.Store(0)
+				}
+				rec := deliver(mw, signed(t, signer, "evt", "b"), "b")
+				if rec.Code != http.StatusServiceUnavailable || next.calls.Load() != 0 {
+					t.Fatalf("status %d, handler calls %d", rec.Code, next.calls.Load())
+				}
+				if rejected == nil || (tc.want != nil && !errors.Is(rejected, tc.want)) {
+					t.Fatalf("OnReject got %v, want %v", rejected, tc.want)
+				}
+			})
+		}
+	})
+
+	t.Run("releases claim when handler fails", func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			status int
+			panics bool
+		}{
+			{"5xx", http.StatusInternalServerError, false},
+			{"panic", 0, true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}}
+				next := &recordingHandler{status: tc.status, panics: tc.panics}
+				mw := newVerifier(t, cfg).Middleware(next)
+				h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+				func() {
+					defer func() {
+						if p := recover(); (p != nil) != tc.panics {
+							t.Fatalf("recovered %v", p)
+						}
+					}()
+					deliver(mw, h, "payload")
+				}()
+				next.status, next.panics = 0, false
+				if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK || rec.Body.String() != "processed" {
+					t.Fatalf("retry: %d %q", rec.Code, rec.Body)
+				}
+				if n := next.calls.Load(); n != 2 {
+					t.Fatalf("handler called %d times, want 2 (failure, then retry)", n)
+				}
+			})
+		}
+	})
+
+	t.Run("keeps claim when handler refuses 4xx", func(t *testing.T) {
+		cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}}
+		next := &recordingHandler{status: http.StatusUnprocessableEntity}
+		mw := newVerifier(t, cfg).Middleware(next)
+		h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+		deliver(mw, h, "payload")
+		deliver(mw, h, "payload")
+		if n := next.calls.Load(); n != 1 {
+			t.Fatalf("handler called %d times, want 1", n)
+		}
+	})
+
+	// 32 concurrent copies of one delivery: the handler runs once; every other
+	// copy is told to retry (503, in progress) or acknowledged as processed
+	// (200), and every copy retried afterwards is acknowledged.
+	t.Run("concurrent copies reach handler once", func(t *testing.T) {
+		for _, scheme := range []Scheme{StandardWebhooks(), HMACSHA256()} {
+			secret := stdSecret
+			if scheme == HMACSHA256() {
+				secret = hmacSecret
+			}
+			var dups atomic.Int32
+			cfg := Config{Scheme: scheme, Secrets: []string{secret}, OnDuplicate: func(*http.Request, Delivery) { dups.Add(1) }}
+			release := make(chan struct{})
+			var calls atomic.Int32
+			mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				<-release // slow: every copy arrives while this one runs
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+			const copies = 32
+			codes := make(chan int, copies)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for range copies {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					codes <- deliver(mw, h, "payload").Code
+				}()
+			}
+			close(start)
+			// Wait until every copy but the one in the handler has its answer.
+			for deadline := time.Now().Add(10 * time.Second); len(codes) < copies-1 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			close(release)
+			wg.Wait()
+			close(codes)
+			count := map[int]int{}
+			for c := range codes {
+				count[c]++
+			}
+			if calls.Load() != 1 || count[http.StatusNoContent] != 1 || count[http.StatusServiceUnavailable] != copies-1 {
+				t.Fatalf("%v: handler ran %d times, statuses %v; want once, one 204 and %d 503", scheme, calls.Load(), count, copies-1)
+			}
+			for range copies - 1 {
+				if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK {
+					t.Fatalf("%v: retry after processing: status %d, want 200", scheme, rec.Code)
+				}
+			}
+			if calls.Load() != 1 || dups.Load() != copies-1 {
+				t.Fatalf("%v: handler ran %d times, OnDuplicate saw %d; want 1 and %d", scheme, calls.Load(), dups.Load(), copies-1)
+			}
+		}
+	})
+
+	// The issue's "lost while in progress": a copy arriving while the first
+	// attempt runs is told to retry later (never acknowledged); the first
+	// attempt then fails, and the sender's later retry is processed.
+	t.Run("copy during failing attempt is retried not lost", func(t *testing.T) {
+		for _, fail := range []string{"5xx", "panic"} {
+			t.Run(fail, func(t *testing.T) {
+				var rejected []error
+				var mu sync.Mutex
+				cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, OnReject: func(_ *http.Request, err error) {
+					mu.Lock()
+					rejected = append(rejected, err)
+					mu.Unlock()
+				}}
+				inHandler, finish := make(chan struct{}), make(chan struct{})
+				var calls atomic.Int32
+				mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if calls.Add(1) == 1 {
+						close(inHandler)
+						<-finish
+						if fail == "panic" {
+							panic(http.ErrAbortHandler)
+						}
+						w.WriteHeader(http.StatusBadGateway)
+						return
+					}
+					w.WriteHeader(http.StatusNoContent)
+				}))
+				h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+				done := make(chan int)
+				go func() {
+					defer func() {
+						recover()
+						done <- -1
+					}()
+					done <- deliver(mw, h, "payload").Code
+				}()
+				<-inHandler
+				rec := deliver(mw, h, "payload")
+				if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+					t.Fatalf("copy while in progress: status %d, Retry-After %q; want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+				}
+				mu.Lock()
+				if len(rejected) != 1 || !errors.Is(rejected[0], ErrInProgress) {
+					t.Fatalf("OnReject saw %v, want ErrInProgress", rejected)
+				}
+				mu.Unlock()
+				close(finish)
+				<-done
+				if rec := deliver(mw, h, "payload"); rec.Code != http.StatusNoContent {
+					t.Fatalf("retry after the failed attempt: status %d, want 204 (processed)", rec.Code)
+				}
+				if n := calls.Load(); n != 2 {
+					t.Fatalf("handler ran %d times, want 2 (the failure, then the retry)", n)
+				}
+			})
+		}
+	})
+
+	// Retry-After is the lease's remaining time in whole seconds, rounded up:
+	// a whole number of seconds is itself, any part of a second counts as one.
+	t.Run("Retry-After is the remaining lease", func(t *testing.T) {
+		for _, tc := range []struct {
+			elapsed time.Duration // since the other attempt took its 30 s lease
+			want    string
+		}{
+			{10 * time.Second, "20"},
+			{10*time.Second + time.Millisecond, "20"},
+			{10*time.Second - time.Nanosecond, "21"},
+			{29 * time.Second, "1"},
+			{30*time.Second - time.Nanosecond, "1"},
+		} {
+			t.Run(tc.elapsed.String(), func(t *testing.T) {
+				clk := newStepClock()
+				store := &replay.MemoryStore{Now: clk.Now}
+				cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now, Lease: 30 * time.Second}
+				v := newVerifier(t, cfg)
+				h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+				d, err := v.Verify(h, []byte("payload"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := v.Acquire(context.Background(), d); err != nil { // another instance's attempt
+					t.Fatal(err)
+				}
+				clk.Advance(tc.elapsed)
+				rec := deliver(v.Middleware(&recordingHandler{}), h, "payload")
+				if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != tc.want {
+					t.Fatalf("status %d, Retry-After %q; want 503 and %s (seconds, rounded up)", rec.Code, rec.Header().Get("Retry-After"), tc.want)
+				}
+			})
+		}
+	})
+
+	// An instance that dies mid-handler never confirms nor releases: copies
+	// are refused while its lease runs, and the first copy after the lease
+	// ends is processed.
+	t.Run("processes retry after crashed attempt's lease ends", func(t *testing.T) {
+		clk := newStepClock()
+		store := &replay.MemoryStore{Now: clk.Now}
+		cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now}
+		crashed := newVerifier(t, cfg)
+		h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+		d, err := crashed.Verify(h, []byte("payload"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := crashed.Acquire(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		next := &recordingHandler{}
+		survivor := newVerifier(t, cfg).Middleware(next)
+		clk.Advance(DefaultLease - time.Millisecond)
+		if rec := deliver(survivor, h, "payload"); rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("copy during the dead attempt's lease: status %d, want 503", rec.Code)
+		}
+		clk.Advance(time.Millisecond)
+		if rec := deliver(survivor, h, "payload"); rec.Code != http.StatusOK || rec.Body.String() != "processed" {
+			t.Fatalf("copy after the lease: %d %q, want processed", rec.Code, rec.Body)
+		}
+		if rec := deliver(survivor, h, "payload"); rec.Code != http.StatusOK || rec.Body.String() != "" {
+			t.Fatalf("copy after processing: %d %q, want an empty 200", rec.Code, rec.Body)
+		}
+		if n := next.calls.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+	})
+
+	t.Run("handler context ends within lease", func(t *testing.T) {
+		cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Lease: 400 * time.Millisecond}
+		var deadline time.Time
+		var hasDeadline bool
+		start := time.Now()
+		v := newVerifier(t, cfg)
+		mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			deadline, hasDeadline = r.Context().Deadline()
+			<-r.Context().Done()
+			w.WriteHeader(http.StatusServiceUnavailable) // gave up: the sender retries
+		}))
+		h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+		if rec := deliver(mw, h, "payload"); rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("status %d", rec.Code)
+		}
+		if !hasDeadline || deadline.Sub(start) > 300*time.Millisecond+50*time.Millisecond || deadline.Sub(start) < 250*time.Millisecond {
+			t.Fatalf("handler deadline %v after the request, want three quarters of the 400ms lease", deadline.Sub(start))
+		}
+		// The handler gave up with a 5xx, so the lease was released: the retry
+		// is processed at once, not refused until the lease ends.
+		next := &recordingHandler{}
+		if rec := deliver(v.Middleware(next), h, "payload"); rec.Code != http.StatusOK || next.calls.Load() != 1 {
+			t.Fatalf("retry after the handler gave up: status %d, handler calls %d; want processed", rec.Code, next.calls.Load())
+		}
+	})
+
+	t.Run("reports unrecorded outcome and keeps handler status", func(t *testing.T) {
+		store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
+		var leaseErrs []error
+		var ids []string
+		cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Lease: 100 * time.Millisecond,
+			OnLeaseError: func(_ *http.Request, d Delivery, err error) {
+				leaseErrs = append(leaseErrs, err)
+				ids = append(ids, d.ID)
+			}}
+		next := &recordingHandler{status: http.StatusAccepted}
+		mw := newVerifier(t, cfg).Middleware(next)
+		signer := newSigner(t, cfg)
+		store.failing.Store(true)
+		if rec := deliver(mw, signed(t, signer, "evt-1", "x"), "x"); rec.Code != http.StatusAccepted {
+			t.Fatalf("status %d, want the handler's 202", rec.Code)
+		}
+		next.status = http.StatusInternalServerError
+		if rec := deliver(mw, signed(t, signer, "evt-2", "x"), "x"); rec.Code != http.StatusInternalServerError {
+			t.Fatalf("status %d, want the handler's 500", rec.Code)
+		}
+		if len(leaseErrs) != 2 || !slices.Equal(ids, []string{"evt-1", "evt-2"}) {
+			t.Fatalf("OnLeaseError saw %v for %v, want the confirm and release failures", leaseErrs, ids)
+		}
+		for _, err := range leaseErrs {
+			if !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) || Reason(err) == "" {
+				t.Fatalf("OnLeaseError got %v, want ErrReplayStore wrapping the store's error", err)
+			}
+		}
+	})
+
+	t.Run("lets handler flush", func(t *testing.T) {
+		cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}}
+		var flushed, controlled bool
+		mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+				flushed = true
+			}
+			controlled = http.NewResponseController(w).Flush() == nil
+		}))
+		rec := deliver(mw, signed(t, newSigner(t, cfg), "evt-1", "x"), "x")
+		if !flushed || !controlled || !rec.Flushed {
+			t.Fatalf("flushed=%v controlled=%v recorder flushed=%v", flushed, controlled, rec.Flushed)
+		}
+	})
+
+	t.Run("exposes underlying writer to response controller", func(t *testing.T) {
+		cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}}
+		deadlineErr := make(chan error, 1)
+		mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			deadlineErr <- http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Minute))
+		}))
+		srv := httptest.NewServer(mw)
+		defer srv.Close()
+		body := "x"
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := newSigner(t, cfg).Sign(req.Header, "evt-1", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if err := <-deadlineErr; err != nil {
+			t.Fatalf("SetWriteDeadline through the middleware: %v", err)
+		}
+	})
+
+	// A delivery refused because the store was full is processed when the
+	// sender retries after room is made, never acknowledged as a duplicate.
+	t.Run("retry after full store is processed", func(t *testing.T) {
+		clk := newStepClock()
+		store := &replay.MemoryStore{Max: 1, Now: clk.Now}
+		cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now}
+		next := &recordingHandler{}
+		mw := newVerifier(t, cfg).Middleware(next)
+		signer := newSigner(t, cfg)
+		deliver(mw, signed(t, signer, "first", "a"), "a") // the only entry
+		clk.Advance(time.Hour)
+		h := signed(t, signer, "evt", "b")
+		if rec := deliver(mw, h, "b"); rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("delivery into a full store: status %d, want 503", rec.Code)
+		}
+		clk.Advance(DefaultDedupWindow - time.Hour) // "first" expires: room again
+		if rec := deliver(mw, h, "b"); rec.Code != http.StatusOK || rec.Body.String() != "processed" {
+			t.Fatalf("retry: %d %q, want the handler's reply", rec.Code, rec.Body)
+		}
+		if n := next.calls.Load(); n != 2 {
+			t.Fatalf("handler called %d times, want 2 (first, then the retry of evt)", n)
+		}
+	})
+
+	// The memory-store form of the issue's slow-store case: the acquire is
+	// applied but its answer is lost, so the delivery is refused (503). The
+	// sender's retries are refused while that orphaned lease runs, and the
+	// first retry after it ends is processed: never acknowledged unprocessed.
+	t.Run("acquire applied but answer lost is retried not duplicate", func(t *testing.T) {
+		clk := newStepClock()
+		store := &lostReplyStore{MemoryStore: &replay.MemoryStore{Now: clk.Now}}
+		cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now, Lease: 10 * time.Second}
+		next := &recordingHandler{}
+		mw := newVerifier(t, cfg).Middleware(next)
+		h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+		store.lose.Store(true)
+		if rec := deliver(mw, h, "payload"); rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("delivery whose acquire answer was lost: status %d, want 503", rec.Code)
+		}
+		store.lose.Store(false)
+		clk.Advance(5 * time.Second)
+		if rec := deliver(mw, h, "payload"); rec.Code != http.StatusServiceUnavailable || next.calls.Load() != 0 {
+			t.Fatalf("retry during the orphaned lease: status %d, handler calls %d; want 503 and none", rec.Code, next.calls.Load())
+		}
+		clk.Advance(5 * time.Second)
+		if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK || rec.Body.String() != "processed" {
+			t.Fatalf("retry after the orphaned lease ended: %d %q, want processed", rec.Code, rec.Body)
+		}
+		if n := next.calls.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+	})
+
+	// A handler that ignores its context and outruns the lease: when nobody
+	// took the delivery meanwhile, the late confirmation still records it; when
+	// a copy was processed meanwhile, OnLeaseError reports the lost lease (the
+	// delivery ran twice).
+	t.Run("handler outrunning its lease", func(t *testing.T) {
+		for _, copyMeanwhile := range []bool{false, true} {
+			var leaseErrs []error
+			var mu sync.Mutex
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Lease: 100 * time.Millisecond,
+				OnLeaseError: func(_ *http.Request, _ Delivery, err error) {
+					mu.Lock()
+					leaseErrs = append(leaseErrs, err)
+					mu.Unlock()
+				}}
+			var calls atomic.Int32
+			overrun := make(chan struct{})
+			mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					<-overrun // ignores r.Context()
+				}
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+			done := make(chan int)
+			go func() { done <- deliver(mw, h, "payload").Code }()
+			time.Sleep(200 * time.Millisecond) // the lease has ended
+			if copyMeanwhile {
+				if rec := deliver(mw, h, "payload"); rec.Code != http.StatusNoContent {
+					t.Fatalf("copy after the lease ended: status %d, want 204 (processed)", rec.Code)
+				}
+			}
+			close(overrun)
+			if code := <-done; code != http.StatusNoContent {
+				t.Fatalf("overrunning attempt: status %d, want its 204", code)
+			}
+			if rec := deliver(mw, h, "payload"); rec.Code != http.StatusOK {
+				t.Fatalf("copy afterwards: status %d, want 200", rec.Code)
+			}
+			mu.Lock()
+			switch {
+			case !copyMeanwhile && (len(leaseErrs) != 0 || calls.Load() != 1):
+				t.Fatalf("no copy meanwhile: lease errors %v, handler calls %d; want none and 1", leaseErrs, calls.Load())
+			case copyMeanwhile && (len(leaseErrs) != 1 || !errors.Is(leaseErrs[0], replay.ErrLeaseLost) || calls.Load() != 2):
+				t.Fatalf("copy meanwhile: lease errors %v, handler calls %d; want ErrLeaseLost and 2", leaseErrs, calls.Load())
+			}
+			mu.Unlock()
+		}
+	})
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("connection reset") }
+
+// claimOnlyStore is a working replay.Store without Release.
+type claimOnlyStore struct{ s *replay.MemoryStore }
+
+func (c claimOnlyStore) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	return c.s.Claim(ctx, id, until)
+}
+
+// lostReplyStore takes leases but, while lose is set, reports a timeout
+// instead of the answer: the store's state changed, the caller cannot know.
+type lostReplyStore struct {
+	*replay.MemoryStore
+	lose atomic.Bool
+}
+
+var errTimeout = errors.New("store timed out")
+
+func (s *lostReplyStore) AcquireLease(ctx context.Context, id string, d time.Duration) (replay.Lease, error) {
+	l, err := s.MemoryStore.AcquireLease(ctx, id, d)
+	if s.lose.Load() {
+		return replay.Lease{}, errTimeout
+	}
+	return l, err
+}
+
+// A body of exactly MaxBody bytes is accepted; one byte more is refused,
+// by Verify and by the middleware (whether declared or only read).
+func TestBodyAtMaxBodyAcceptedAndOneOverRefused(t *testing.T) {
+	const max = 64
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, MaxBody: max}
+	v := newVerifier(t, cfg)
+	s := newSigner(t, cfg)
+	at, over := strings.Repeat("a", max), strings.Repeat("a", max+1)
+	if _, err := v.Verify(signed(t, s, "evt-1", at), []byte(at)); err != nil {
+		t.Fatalf("body of MaxBody bytes: %v", err)
+	}
+	if _, err := v.Verify(signed(t, s, "evt-2", over), []byte(over)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("body of MaxBody+1 bytes: %v, want ErrTooLarge", err)
+	}
+	next := &recordingHandler{}
+	mw := v.Middleware(next)
+	if rec := deliver(mw, signed(t, s, "evt-3", at), at); rec.Code != http.StatusOK || next.calls.Load() != 1 {
+		t.Fatalf("middleware, MaxBody bytes: status %d, calls %d", rec.Code, next.calls.Load())
+	}
+	for _, declared := range []bool{true, false} {
+		req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(over))
+		for k, vs := range signed(t, s, "evt-4", over) {
+			req.Header[k] = vs
+		}
+		if !declared {
+			req.ContentLength = -1
+		}
+		rec := httptest.NewRecorder()
+		mw.ServeHTTP(rec, req)
+		if rec.Code != http.StatusRequestEntityTooLarge || next.calls.Load() != 1 {
+			t.Fatalf("middleware, MaxBody+1 bytes (declared %v): status %d, calls %d", declared, rec.Code, next.calls.Load())
+		}
+	}
+}
+
+// The handler's status is the first it sends: a stray WriteHeader(500)
+// after a 200 keeps the claim (the retry is a duplicate), while a 500
+// followed by a Flush releases it (the retry is processed).
+func TestMiddlewareRecordsTheFirstStatusTheHandlerSends(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		handler   func(w http.ResponseWriter)
+		wantCalls int32
+	}{
+		{"200 then stray 500 keeps the claim", func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusOK)
+			w.WriteHeader(http.StatusInternalServerError)
+		}, 1},
+		{"Write then stray 500 keeps the claim", func(w http.ResponseWriter) {
+			w.Write([]byte("done"))
+			w.WriteHeader(http.StatusInternalServerError)
+		}, 1},
+		{"500 then Flush releases the claim", func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusInternalServerError)
+			w.(http.Flusher).Flush()
+		}, 2},
+		{"Flush then 500 keeps the claim", func(w http.ResponseWriter) {
+			w.(http.Flusher).Flush()
+			w.WriteHeader(http.StatusInternalServerError)
+		}, 1},
+		{"103 then 500 releases the claim", func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(http.StatusInternalServerError)
+		}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}}
+			var calls int32
+			mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls++
+				tc.handler(w)
+			}))
+			h := signed(t, newSigner(t, cfg), "evt-1", "payload")
+			deliver(mw, h, "payload")
+			deliver(mw, h, "payload")
+			if calls != tc.wantCalls {
+				t.Fatalf("handler called %d times, want %d", calls, tc.wantCalls)
+			}
+		})
+	}
+}
+
+// sendSigned signs body as delivery id with s and sends it through h,
+// returning the status.
+func sendSigned(t *testing.T, h http.Handler, s *Signer, id string, body []byte) int {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	if err := s.Sign(req.Header, id, body); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Code
+}
+
+func TestVerifierAtMaxDurationsProcessesOnce(t *testing.T) {
+	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret},
+		DedupWindow: MaxDedupWindow, Lease: MaxLease, Tolerance: MaxTolerance})
+	s := newSigner(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
+	var ran atomic.Int32
+	h := v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran.Add(1) }))
+	for i := range 2 {
+		if code := sendSigned(t, h, s, "msg_1", []byte(`{}`)); code != http.StatusOK {
+			t.Fatalf("copy %d: status %d", i, code)
+		}
+	}
+	if ran.Load() != 1 {
+		t.Fatalf("handler ran %d times for one delivery at MaxDedupWindow", ran.Load())
+	}
+	hdr := http.Header{}
+	if err := s.Sign(hdr, "msg_2", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := v.Verify(hdr, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := v.Acquire(context.Background(), d); l == nil || err != nil {
+		t.Fatalf("first Acquire at MaxLease = %v, %v", l, err)
+	}
+	if l, err := v.Acquire(context.Background(), d); l != nil || !errors.Is(err, ErrInProgress) {
+		t.Fatalf("second Acquire at MaxLease = %v, %v; want ErrInProgress", l, err)
+	}
+}
+
+// TestMiddlewareReleasesDeliveryOnRetryStatus: a handler status that asks
+// the sender to retry leaves the delivery unprocessed, so the retry runs
+// the handler; any other status is the handler's decision, and the retry
+// is acknowledged without running it.
+func TestMiddlewareReleasesDeliveryOnRetryStatus(t *testing.T) {
+	tests := []struct {
+		status    int
+		retryRuns bool
+	}{
+		{http.StatusRequestTimeout, true},
+		{http.StatusLocked, true},
+		{http.StatusTooEarly, true},
+		{http.StatusTooManyRequests, true},
+		{http.StatusInternalServerError, true},
+		{http.StatusServiceUnavailable, true},
+		{http.StatusBadRequest, false},
+		{http.StatusNotFound, false},
+		{http.StatusConflict, false},
+		{http.StatusUnprocessableEntity, false},
+		{http.StatusAccepted, false},
+	}
+	for _, tc := range tests {
+		t.Run(http.StatusText(tc.status), func(t *testing.T) {
+			v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
+			s := newSigner(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
+			var calls atomic.Int32
+			h := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					w.WriteHeader(tc.status)
+				}
+			}))
+			if code := sendSigned(t, h, s, "msg_retry", []byte(`{}`)); code != tc.status {
+				t.Fatalf("first attempt: status %d, want the handler's %d", code, tc.status)
+			}
+			if code := sendSigned(t, h, s, "msg_retry", []byte(`{}`)); code != http.StatusOK {
+				t.Fatalf("retry: status %d, want 200", code)
+			}
+			if ran := calls.Load() == 2; ran != tc.retryRuns {
+				t.Fatalf("after %d the retry ran the handler: %v, want %v", tc.status, ran, tc.retryRuns)
+			}
+		})
+	}
+}
 
 // TestMiddlewareSendsRetryAfterWithEvery503: a store failure gets
 // Config.RetryAfter in whole seconds rounded up (DefaultRetryAfter when

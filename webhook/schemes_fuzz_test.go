@@ -334,3 +334,92 @@ func refBodyStringMember(body []byte, name string) (val string, found, ok bool) 
 	}
 	return val, found, true
 }
+
+func FuzzParseStandardSignatures(f *testing.F) {
+	for _, s := range []string{stdSig, "v1,bm9wZQ== " + stdSig, "v1a,x v1,y", "", " ", ",", "v1,", strings.Repeat("v1,a ", 20)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var sigs [maxV1Entries][32]byte
+		n, ok := parseStandardSignatures(s, &sigs)
+		if ok != (n > 0) || n > strings.Count(s, "v1,") {
+			t.Fatalf("ok=%v with %d signatures", ok, n)
+		}
+		for _, b := range sigs[:n] {
+			if !strings.Contains(s, "v1,"+base64.StdEncoding.EncodeToString(b[:])) {
+				t.Fatalf("decoded %x, which the header does not carry", b)
+			}
+		}
+	})
+}
+
+func FuzzParseSHA256Signature(f *testing.F) {
+	for _, s := range []string{githubSig, "sha256=", "sha256=zz", strings.ToUpper(githubSig), ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var arr [32]byte
+		if !parseSHA256Signature(s, &arr) {
+			return
+		}
+		b := arr[:]
+		if len(b) != 32 || !strings.HasPrefix(s, "sha256=") || !strings.EqualFold(hex.EncodeToString(b), s[len("sha256="):]) {
+			t.Fatalf("accepted %q as %x", s, b)
+		}
+	})
+}
+
+// FuzzStandardWebhookVerify checks that Verify never panics and accepts a
+// delivery only when it carries the genuine signature of its id, timestamp
+// and body.
+func FuzzStandardWebhookVerify(f *testing.F) {
+	f.Add(stdID, strconv.Itoa(stdTS), stdSig, stdBody)
+	f.Add(stdID, "1614265331", stdSig, stdBody)
+	f.Add("", "", "", "")
+	f.Add("a.b", "-1", "v1,", "{}")
+	key, _ := schemeStandard.parseSecret(stdSecret)
+	clk := clocktest.At(time.Unix(stdTS, 0))
+	v := newVerifier(f, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Now: clk.Now})
+	f.Fuzz(func(t *testing.T, id, ts, sig, body string) {
+		h := http.Header{}
+		h.Set("webhook-id", id)
+		h.Set("webhook-timestamp", ts)
+		h.Set("webhook-signature", sig)
+		d, err := v.Verify(h, []byte(body))
+		if err != nil {
+			if Reason(err) == "" {
+				t.Fatalf("error without a reason: %v", err)
+			}
+			return
+		}
+		want := "v1," + base64.StdEncoding.EncodeToString(standardMAC(key, id+"."+ts+"."+body))
+		if !slices.Contains(strings.Fields(sig), want) {
+			t.Fatalf("accepted id=%q ts=%q sig=%q without the genuine signature", id, ts, sig)
+		}
+		if d.ID != id {
+			t.Fatalf("delivery id %q, want %q", d.ID, id)
+		}
+	})
+}
+
+// FuzzSHA256WebhookVerify is the same property for the HMAC-SHA256 scheme.
+func FuzzSHA256WebhookVerify(f *testing.F) {
+	f.Add("d1", githubSig, githubBody)
+	f.Add("d1", githubSig, "Hello, World?")
+	f.Add("", "", "")
+	v := newVerifier(f, Config{Scheme: HMACSHA256(), Secrets: []string{githubSecret}})
+	f.Fuzz(func(t *testing.T, id, sig, body string) {
+		h := http.Header{}
+		h.Set("X-Webhook-ID", id)
+		h.Set("X-Webhook-Signature", sig)
+		if _, err := v.Verify(h, []byte(body)); err != nil {
+			if Reason(err) == "" {
+				t.Fatalf("error without a reason: %v", err)
+			}
+			return
+		}
+		if !strings.EqualFold(sig, signSHA256([]byte(githubSecret), []byte(body))) {
+			t.Fatalf("accepted sig=%q for body %q", sig, body)
+		}
+	})
+}

@@ -40,8 +40,21 @@ func FuzzInspect(f *testing.F) {
 				t.Fatal("inspect claimed a one-time token verified, or lost its claims")
 			}
 		default:
-			if r, err := inspectCursor(tok, now); err == nil && r.Verified {
-				t.Fatal("inspect claimed a cursor verified")
+			r, err := inspectCursor(tok, now)
+			if err != nil {
+				break
+			}
+			switch r := r.(type) {
+			case *cursorReport:
+				if r.Verified {
+					t.Fatal("inspect claimed a cursor verified")
+				}
+			case *cursorV2Report:
+				if r.Verified || (r.Sealed && (r.Page != nil || r.State != "")) {
+					t.Fatal("inspect claimed a cursor verified, or showed a sealed cursor's content")
+				}
+			default:
+				t.Fatalf("inspect reported a %T", r)
 			}
 		}
 		// Whatever the input, printed JSON holds no raw terminal control.

@@ -158,7 +158,92 @@ func decodeCursorBody(tok string) (w cursorwire.Payload, body, mac []byte, unkno
 	return w, body, mac, unknown, nil
 }
 
-func inspectCursor(tok string, now time.Time) (*cursorReport, error) {
+// cursorVersion returns the version a cursor's first map names (its key 1
+// sorts first), or 0 when tok does not start like a cursor.
+func cursorVersion(tok string) uint64 {
+	raw, err := b64.DecodeString(tok)
+	if err != nil || len(raw) < 3 || raw[0]&0xe0 != 0xa0 || raw[1] != cursorwire.KeyVersion || raw[2] > 23 {
+		return 0
+	}
+	return uint64(raw[2])
+}
+
+// cursorV2Report is what inspect prints for a version 2 or sealed cursor:
+// what it shows without the key. The tool, caller and arguments are never
+// in it, the session only as its tag.
+type cursorV2Report struct {
+	Kind     string `json:"kind"`
+	Verified bool   `json:"verified"`
+	Warning  string `json:"warning"`
+	Bytes    int    `json:"bytes"`
+	OverCap  bool   `json:"overCap,omitempty"`
+
+	Version      uint64  `json:"version"`
+	Sealed       bool    `json:"sealed"`
+	Scope        string  `json:"scope"`
+	Binding      string  `json:"binding,omitempty"`
+	Page         *uint64 `json:"page,omitempty"`
+	IssuedAt     string  `json:"issuedAt"`
+	IssuedAtUnix int64   `json:"issuedAtUnix"`
+	Age          string  `json:"age"`
+	SessionTag   string  `json:"sessionTag"`
+	State        string  `json:"state,omitempty"`
+	StateBytes   *int    `json:"stateBytes,omitempty"`
+	SealedBytes  int     `json:"sealedBytes,omitempty"`
+	MAC          string  `json:"mac,omitempty"`
+}
+
+const (
+	scopeDigestNote = "tool, caller and arguments are bound by a keyed digest (HMAC-SHA256): not readable; ctoken verify -tool -caller -args -session checks them"
+	scopeSealedNote = "page, state, tool, caller and arguments are sealed (AES-256-GCM): not readable; ctoken verify -tool -caller -args -session opens it"
+)
+
+// inspectCursorV2 reports a version 2 or sealed cursor.
+func inspectCursorV2(tok string, now time.Time) (*cursorV2Report, error) {
+	raw, err := b64.DecodeString(tok)
+	if err != nil {
+		return nil, fmt.Errorf("%w: not base64url", errNotCursor)
+	}
+	r := &cursorV2Report{Kind: "cursor", Warning: unverifiedWarning, Bytes: len(tok), OverCap: len(tok) > ctoken.MaxCursorBytes}
+	var issued int64
+	var session []byte
+	if raw[2] == cursorwire.VersionSealed {
+		var h cursorwire.SealedHeader
+		f, n, ok := cursorwire.DecodeSealedHeader(raw)
+		if !ok || len(raw)-n < gcmNonceBytes+gcmTagBytes {
+			return nil, fmt.Errorf("%w: not a sealed cursor header and ciphertext", errNotCursor)
+		}
+		h = cursorwire.SealedHeader{Version: f.Version, IssuedAt: f.Issued, Session: f.Session}
+		r.Version, r.Sealed, r.Scope, r.SealedBytes = h.Version, true, scopeSealedNote, len(raw)-n
+		issued, session = h.IssuedAt, h.Session
+	} else {
+		if len(raw) <= cursorwire.MACSize {
+			return nil, fmt.Errorf("%w: shorter than its %d-byte MAC", errNotCursor, cursorwire.MACSize)
+		}
+		var w cursorwire.PayloadV2
+		body := raw[:len(raw)-cursorwire.MACSize]
+		if err := inspectDecMode.Unmarshal(body, &w); err != nil {
+			return nil, fmt.Errorf("%w: payload is not a cursor CBOR map", errNotCursor)
+		}
+		n := len(w.State)
+		r.Version, r.Scope, r.Binding, r.Page = w.Version, scopeDigestNote, hex.EncodeToString(w.Bind), &w.Page
+		r.State, r.StateBytes, r.MAC = b64.EncodeToString(w.State), &n, hex.EncodeToString(raw[len(raw)-cursorwire.MACSize:])
+		issued, session = w.IssuedAt, w.Session
+	}
+	t := time.Unix(issued, 0).UTC()
+	r.IssuedAt, r.IssuedAtUnix, r.Age = t.Format(time.RFC3339), issued, now.Sub(t).Truncate(time.Second).String()
+	r.SessionTag = hex.EncodeToString(session)
+	return r, nil
+}
+
+func inspectCursor(tok string, now time.Time) (any, error) {
+	if cursorVersion(tok) >= cursorwire.Version {
+		return inspectCursorV2(tok, now)
+	}
+	return inspectCursorV1(tok, now)
+}
+
+func inspectCursorV1(tok string, now time.Time) (*cursorReport, error) {
 	w, _, mac, unknown, err := decodeCursorBody(tok)
 	if err != nil {
 		return nil, err

@@ -255,22 +255,19 @@ func TestInspectCursorPrintsFieldsMarkedUnverified(t *testing.T) {
 				t.Errorf("stderr does not say UNVERIFIED: %q", r.stderr)
 			}
 			m := decodeJSON(t, r.stdout)
-			fp := mustFingerprint(t, searchArgs)
 			want := map[string]any{
-				"kind":            "cursor",
-				"verified":        false,
-				"version":         1.0,
-				"tool":            "tools/call\x00search",
-				"toolMethod":      "tools/call",
-				"toolName":        "search",
-				"caller":          "alice",
-				"argsFingerprint": hex.EncodeToString(fp[:]),
-				"page":            3.0,
-				"session":         string(f.session),
-				"sessionBase64":   base64.RawURLEncoding.EncodeToString(f.session),
-				"state":           base64.RawURLEncoding.EncodeToString([]byte("offset=30")),
-				"stateBytes":      9.0,
-				"bytes":           float64(len(c)),
+				"kind":       "cursor",
+				"verified":   false,
+				"version":    2.0,
+				"sealed":     false,
+				"scope":      scopeDigestNote,
+				"page":       3.0,
+				"state":      base64.RawURLEncoding.EncodeToString([]byte("offset=30")),
+				"stateBytes": 9.0,
+				"bytes":      float64(len(c)),
+			}
+			if tag, _ := m["sessionTag"].(string); len(tag) != 16 || strings.Contains(r.stdout, "alice") || strings.Contains(r.stdout, "search") {
+				t.Errorf("session tag %q, or the caller or tool in the report: %s", tag, r.stdout)
 			}
 			for k, v := range want {
 				if m[k] != v {
@@ -382,114 +379,125 @@ func TestInspectRejectsWhatIsNoToken(t *testing.T) {
 	}
 }
 
-func TestVerifyCursorPrintsPayload(t *testing.T) {
-	f := newFixture(t)
-	c := f.cursor(t, f.issuer)
-	session := string(f.session) // the CTOKEN_SESSION form
-	r := runCmd(t, "", f.env(), "verify",
-		"-method", "tools/call", "-tool", "search", "-caller", "alice",
-		"-args", `{"limit":10, "query":"shoes"}`, "-session", session, c)
-	if r.code != exitOK {
-		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
-	}
-	m := decodeJSON(t, r.stdout)
-	if m["verified"] != true || m["page"] != 3.0 || m["caller"] != "alice" || m["toolName"] != "search" {
-		t.Errorf("unexpected payload: %v", m)
-	}
-	if m["state"] != base64.RawURLEncoding.EncodeToString([]byte("offset=30")) {
-		t.Errorf("state = %v", m["state"])
-	}
-	if _, ok := m["unchecked"]; ok {
-		t.Errorf("every scope flag was given, yet unchecked = %v", m["unchecked"])
-	}
+func TestVerifyCursor(t *testing.T) {
+	t.Run("prints payload", func(t *testing.T) {
+		f := newFixture(t)
+		c := f.cursor(t, f.issuer)
+		session := string(f.session) // the CTOKEN_SESSION form
+		r := runCmd(t, "", f.env(), "verify",
+			"-method", "tools/call", "-tool", "search", "-caller", "alice",
+			"-args", `{"limit":10, "query":"shoes"}`, "-session", session, c)
+		if r.code != exitOK {
+			t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+		}
+		m := decodeJSON(t, r.stdout)
+		if m["verified"] != true || m["page"] != 3.0 || m["caller"] != "alice" || m["toolName"] != "search" {
+			t.Errorf("unexpected payload: %v", m)
+		}
+		if m["state"] != base64.RawURLEncoding.EncodeToString([]byte("offset=30")) {
+			t.Errorf("state = %v", m["state"])
+		}
+		if _, ok := m["unchecked"]; ok {
+			t.Errorf("every scope flag was given, yet unchecked = %v", m["unchecked"])
+		}
+	})
+
+	t.Run("accepts previous key", func(t *testing.T) {
+		f := newFixture(t)
+		c := f.cursor(t, f.cursorIssuer(t, f.oldKey, time.Now))
+		vars := map[string]string{"ROTATED": ctoken.EncodeKey(f.key) + ", " + ctoken.EncodeKey(f.oldKey)}
+		if r := runCmd(t, "", vars, append(append([]string{"verify", "-keys-env", "ROTATED"}, cursorFlags(f)...), c)...); r.code != exitOK {
+			t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+		}
+		// With the old key dropped from the ring, the same cursor is refused.
+		if r := runCmd(t, "", f.env(), append(append([]string{"verify"}, cursorFlags(f)...), c)...); r.code != exitRejected {
+			t.Fatalf("exit %d after rotation, want %d", r.code, exitRejected)
+		}
+	})
+
+	t.Run("rejections", func(t *testing.T) {
+		f := newFixture(t)
+		c := f.cursor(t, f.issuer)
+		old := f.cursor(t, f.cursorIssuer(t, f.key, func() time.Time { return time.Now().Add(-time.Hour) }))
+		foreign := f.cursor(t, f.cursorIssuer(t, f.oldKey, time.Now))
+		tampered := []byte(c)
+		tampered[10] ^= 'A' ^ 'B'
+		if tampered[10] == c[10] {
+			tampered[10] = 'C'
+		}
+		otherSession := "fleet-02"
+		for _, tc := range []struct {
+			name   string
+			tok    string
+			flags  []string
+			class  string // error class in stderr
+			reason string
+		}{
+			{"wrong tool", c, []string{"-method", "tools/call", "-tool", "delete"}, "invalid cursor", "wrong scope"},
+			{"tool of another method", c, []string{"-method", "prompts/get"}, "invalid cursor", "wrong scope"},
+			{"wrong caller", c, []string{"-caller", "bob"}, "invalid cursor", "wrong scope"},
+			{"wrong args", c, []string{"-args", `{"query":"boots","limit":10}`}, "invalid cursor", "wrong scope"},
+			{"other session", c, []string{"-session", otherSession}, "expired cursor", "other server session"},
+			{"older than TTL", old, nil, "expired cursor", "older than TTL"},
+			{"shorter TTL", c, []string{"-ttl", "1ns"}, "", ""},
+			{"foreign key", foreign, nil, "invalid cursor", "mac mismatch"},
+			{"tampered", string(tampered), nil, "invalid cursor", ""},
+			{"truncated", c[:len(c)-4], nil, "invalid cursor", ""},
+			{"oversize", strings.Repeat("A", ctoken.MaxCursorBytes+1), nil, "invalid cursor", "over MaxCursorBytes"},
+			{"garbage", "!!!", nil, "invalid cursor", "not base64url"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if tc.name == "shorter TTL" {
+					// A cursor issued this second may be 0 s old: issue one a
+					// few seconds back to make 1ns a certain failure.
+					tc.tok = f.cursor(t, f.cursorIssuer(t, f.key, func() time.Time { return time.Now().Add(-5 * time.Second) }))
+					tc.class, tc.reason = "expired cursor", "older than TTL"
+				}
+				// The case's flags after the cursor's own: the last value wins.
+				r := runCmd(t, "", f.env(), append(append(append([]string{"verify"}, cursorFlags(f)...), tc.flags...), tc.tok)...)
+				if r.code != exitRejected {
+					t.Fatalf("exit %d, want %d; stdout %q stderr %q", r.code, exitRejected, r.stdout, r.stderr)
+				}
+				if r.stdout != "" {
+					t.Errorf("printed a payload for a rejected cursor: %q", r.stdout)
+				}
+				if !strings.Contains(r.stderr, "REJECTED") || !strings.Contains(r.stderr, tc.class) {
+					t.Errorf("stderr %q lacks REJECTED / %q", r.stderr, tc.class)
+				}
+				if tc.reason != "" && !strings.Contains(r.stderr, "reason: "+tc.reason) {
+					t.Errorf("stderr %q lacks reason %q", r.stderr, tc.reason)
+				}
+				if len(tc.tok) > 8 && strings.Contains(r.stderr, tc.tok[:8]) || strings.Contains(r.stderr, f.keys) {
+					t.Errorf("stderr echoes the token or key: %q", r.stderr)
+				}
+			})
+		}
+	})
 }
 
-func TestVerifyCursorListsScopeTakenFromToken(t *testing.T) {
+// From format version 2 a cursor carries neither its tool, its caller nor
+// its session: verify cannot take them from the token and asks for them.
+func TestVerifyVersion2CursorNeedsItsScopeFlags(t *testing.T) {
 	f := newFixture(t)
 	c := f.cursor(t, f.issuer)
-	r := runCmd(t, c, f.env(), "verify", "-")
-	if r.code != exitOK {
-		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
-	}
-	m := decodeJSON(t, r.stdout)
-	got, _ := json.Marshal(m["unchecked"])
-	if string(got) != `["tool","caller","session","args"]` {
-		t.Errorf("unchecked = %s", got)
-	}
-	if !strings.Contains(r.stderr, "not checked against an expected tool, caller, session, args") {
-		t.Errorf("stderr does not say what went unchecked: %q", r.stderr)
-	}
-}
-
-func TestVerifyCursorAcceptsPreviousKey(t *testing.T) {
-	f := newFixture(t)
-	c := f.cursor(t, f.cursorIssuer(t, f.oldKey, time.Now))
-	vars := map[string]string{"ROTATED": ctoken.EncodeKey(f.key) + ", " + ctoken.EncodeKey(f.oldKey)}
-	if r := runCmd(t, "", vars, "verify", "-keys-env", "ROTATED", "-caller", "alice", c); r.code != exitOK {
-		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
-	}
-	// With the old key dropped from the ring, the same cursor is refused.
-	if r := runCmd(t, "", f.env(), "verify", c); r.code != exitRejected {
-		t.Fatalf("exit %d after rotation, want %d", r.code, exitRejected)
-	}
-}
-
-func TestVerifyCursorRejections(t *testing.T) {
-	f := newFixture(t)
-	c := f.cursor(t, f.issuer)
-	old := f.cursor(t, f.cursorIssuer(t, f.key, func() time.Time { return time.Now().Add(-time.Hour) }))
-	foreign := f.cursor(t, f.cursorIssuer(t, f.oldKey, time.Now))
-	tampered := []byte(c)
-	tampered[10] ^= 'A' ^ 'B'
-	if tampered[10] == c[10] {
-		tampered[10] = 'C'
-	}
-	otherSession := "fleet-02"
-	for _, tc := range []struct {
-		name   string
-		tok    string
-		flags  []string
-		class  string // error class in stderr
-		reason string
-	}{
-		{"wrong tool", c, []string{"-method", "tools/call", "-tool", "delete"}, "invalid cursor", "wrong tool"},
-		{"tool without method", c, []string{"-tool", "search"}, "invalid cursor", "wrong tool"},
-		{"wrong caller", c, []string{"-caller", "bob"}, "invalid cursor", "wrong caller"},
-		{"wrong args", c, []string{"-args", `{"query":"boots","limit":10}`}, "invalid cursor", "wrong arguments"},
-		{"other session", c, []string{"-session", otherSession}, "expired cursor", "other server session"},
-		{"older than TTL", old, nil, "expired cursor", "older than TTL"},
-		{"shorter TTL", c, []string{"-ttl", "1ns"}, "", ""},
-		{"foreign key", foreign, nil, "invalid cursor", "mac mismatch"},
-		{"tampered", string(tampered), nil, "invalid cursor", ""},
-		{"truncated", c[:len(c)-4], nil, "invalid cursor", ""},
-		{"oversize", strings.Repeat("A", ctoken.MaxCursorBytes+1), nil, "invalid cursor", "over MaxCursorBytes"},
-		{"garbage", "!!!", nil, "invalid cursor", "not base64url"},
+	for name, flags := range map[string][]string{
+		"none":       nil,
+		"no session": {"-method", "tools/call", "-tool", "search", "-caller", "alice"},
+		"no caller":  {"-method", "tools/call", "-tool", "search", "-session", string(f.session)},
+		"no tool":    {"-caller", "alice", "-session", string(f.session)},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "shorter TTL" {
-				// A cursor issued this second may be 0 s old: issue one a
-				// few seconds back to make 1ns a certain failure.
-				tc.tok = f.cursor(t, f.cursorIssuer(t, f.key, func() time.Time { return time.Now().Add(-5 * time.Second) }))
-				tc.class, tc.reason = "expired cursor", "older than TTL"
-			}
-			r := runCmd(t, "", f.env(), append(append([]string{"verify"}, tc.flags...), tc.tok)...)
-			if r.code != exitRejected {
-				t.Fatalf("exit %d, want %d; stdout %q stderr %q", r.code, exitRejected, r.stdout, r.stderr)
-			}
-			if r.stdout != "" {
-				t.Errorf("printed a payload for a rejected cursor: %q", r.stdout)
-			}
-			if !strings.Contains(r.stderr, "REJECTED") || !strings.Contains(r.stderr, tc.class) {
-				t.Errorf("stderr %q lacks REJECTED / %q", r.stderr, tc.class)
-			}
-			if tc.reason != "" && !strings.Contains(r.stderr, "reason: "+tc.reason) {
-				t.Errorf("stderr %q lacks reason %q", r.stderr, tc.reason)
-			}
-			if len(tc.tok) > 8 && strings.Contains(r.stderr, tc.tok[:8]) || strings.Contains(r.stderr, f.keys) {
-				t.Errorf("stderr echoes the token or key: %q", r.stderr)
+		t.Run(name, func(t *testing.T) {
+			r := runCmd(t, "", f.env(), append(append([]string{"verify"}, flags...), c)...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, "give -tool, -caller and -session") || r.stdout != "" {
+				t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 			}
 		})
 	}
+}
+
+// cursorFlags are the verify flags of the fixture's cursor.
+func cursorFlags(f *fixture) []string {
+	return []string{"-method", "tools/call", "-tool", "search", "-caller", "alice", "-args", searchArgs, "-session", string(f.session)}
 }
 
 func TestVerifyRequestState(t *testing.T) {
@@ -662,5 +670,47 @@ func TestUnknownCommandDoesNotEchoAToken(t *testing.T) {
 	}
 	if strings.Contains(r.stderr, c[:16]) {
 		t.Errorf("stderr echoes the token: %q", r.stderr)
+	}
+}
+
+// A sealed cursor shows its header only (version, issue time, session
+// tag); verify with the scope flags and the key opens it.
+func TestInspectAndVerifySealedCursor(t *testing.T) {
+	f := newFixture(t)
+	kr, err := ctoken.NewKeyring(f.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: kr, Session: f.session, Seal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.cursor(t, iss)
+	r := runCmd(t, "", nil, "inspect", c)
+	if r.code != exitOK {
+		t.Fatalf("inspect: exit %d, stderr %q", r.code, r.stderr)
+	}
+	m := decodeJSON(t, r.stdout)
+	if m["version"] != 3.0 || m["sealed"] != true || m["scope"] != scopeSealedNote || m["kind"] != "cursor" {
+		t.Errorf("inspect report %v", m)
+	}
+	for _, k := range []string{"page", "state", "stateBytes", "binding", "mac", "caller", "tool"} {
+		if _, ok := m[k]; ok {
+			t.Errorf("inspect shows %q of a sealed cursor", k)
+		}
+	}
+	if strings.Contains(r.stdout, "alice") || strings.Contains(r.stdout, base64.RawURLEncoding.EncodeToString([]byte("offset=30"))) {
+		t.Errorf("inspect shows sealed content: %s", r.stdout)
+	}
+	r = runCmd(t, "", f.env(), append(append([]string{"verify"}, cursorFlags(f)...), c)...)
+	if r.code != exitOK {
+		t.Fatalf("verify: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if m := decodeJSON(t, r.stdout); m["page"] != 3.0 || m["state"] != base64.RawURLEncoding.EncodeToString([]byte("offset=30")) {
+		t.Errorf("verify report %v", m)
+	}
+	r = runCmd(t, "", f.env(), append(append([]string{"verify"}, cursorFlags(f)...), "-caller", "bob", c)...)
+	if r.code != exitRejected || !strings.Contains(r.stderr, "sealed cursor does not open") {
+		t.Errorf("verify for another caller: exit %d, stderr %q", r.code, r.stderr)
 	}
 }

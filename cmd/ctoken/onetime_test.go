@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/internal/cursorwire"
 )
 
 var bootClaims = map[string]string{"agent": "agt_42", "run": "run_7"}
@@ -127,11 +128,10 @@ const hostile = "a\x7fb\u0085c\u009bd\u202ee\u202af\u2066g\u2069h\u200ei\u200fj\
 
 func TestInspectEscapesTerminalControlsInEveryField(t *testing.T) {
 	f := newFixture(t)
-	// A cursor from the real issuer with hostile tool and caller IDs.
-	c, err := f.issuer.Issue(ctoken.CursorPayload{CursorScope: ctoken.CursorScope{ToolID: hostile, CallerID: hostile}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A forged version 1 cursor (inspect checks no MAC) with hostile tool
+	// and caller IDs: from version 2 on a cursor carries neither.
+	body := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: hostile, Caller: hostile, Session: f.session})
+	c := base64.RawURLEncoding.EncodeToString(append(body, make([]byte, cursorwire.MACSize)...))
 	// A forged one-time token (inspect checks no MAC) with a hostile
 	// purpose and claim.
 	p := []byte{2}
@@ -202,11 +202,12 @@ func TestKeygenHelpDescribesTwoPassRotation(t *testing.T) {
 func TestVerifySessionTakesTheFormOfCTOKEN_SESSION(t *testing.T) {
 	f := newFixture(t)
 	c := f.cursor(t, f.issuer)
-	if r := runCmd(t, "", f.env(), "verify", "-session", string(f.session), c); r.code != exitOK {
+	scope := []string{"-method", "tools/call", "-tool", "search", "-caller", "alice", "-args", searchArgs}
+	if r := runCmd(t, "", f.env(), append(append([]string{"verify"}, scope...), "-session", string(f.session), c)...); r.code != exitOK {
 		t.Fatalf("-session %q: exit %d, %q", f.session, r.code, r.stderr)
 	}
 	encoded := base64.RawURLEncoding.EncodeToString(f.session)
-	r := runCmd(t, "", f.env(), "verify", "-session", encoded, c)
+	r := runCmd(t, "", f.env(), append(append([]string{"verify"}, scope...), "-session", encoded, c)...)
 	if r.code != exitRejected || !strings.Contains(r.stderr, "other server session") {
 		t.Fatalf("-session in base64 = exit %d, %q; want another session", r.code, r.stderr)
 	}

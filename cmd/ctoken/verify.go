@@ -21,10 +21,13 @@ prints the reason on standard error and exits 1.
 
 Cursors (bare base64url) are checked for MAC, age (-ttl), server session
 (-session, the same text as the server's CTOKEN_SESSION) and scope (-tool,
--caller, -args). A scope flag that is not given
-is taken from the token itself and listed under "unchecked": the MAC still
-proves the token authentic, but not that it belongs to that tool, caller or
-session.
+-caller, -args). A cursor of format version 2 (signed) or 3 (sealed)
+carries only a keyed digest of its tool, caller and arguments and a tag of
+its session: -tool, -caller and -session are required, and -args when the
+cursor was bound to arguments. For a version 1 cursor a scope flag that is
+not given is taken from the token itself and listed under "unchecked": the
+MAC still proves the token authentic, but not that it belongs to that tool,
+caller or session.
 
 Request states ("v1." signed, "v1e." encrypted) are checked for MAC or GCM
 tag, expiry and binding; -subject and -tool must be what the server bound
@@ -228,6 +231,13 @@ func verifyCursor(tok string, kr *ctoken.Keyring, c cursorCheck, e *env) int {
 	want := ctoken.CursorScope{ToolID: c.tool, CallerID: c.caller, Args: c.args}
 	var unchecked []string
 	session := c.session
+	if v := cursorVersion(tok); v >= cursorwire.Version && (!c.toolSet || !c.callerSet || session == nil) {
+		// From format version 2 the token carries a keyed digest of the
+		// tool, caller and arguments and a tag of the session: none of
+		// them can be read back to fill a flag.
+		fmt.Fprintf(e.stderr, "ctoken verify: a version %d cursor does not carry its tool, caller or session: give -tool, -caller and -session (and -args if it was bound)\n", v)
+		return exitUsage
+	}
 	if !c.toolSet || !c.callerSet || session == nil {
 		// Fill what was not asked for from the token. Nothing read here is
 		// trusted: Verify below checks the MAC over all of it.

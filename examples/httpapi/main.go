@@ -382,7 +382,7 @@ func run(ctx context.Context, out io.Writer, logger *slog.Logger) (*Demo, error)
 	}{
 		{"another caller's cursor", fleet[0], "user:43", url.Values{"status": {"open"}, "cursor": {last}}},
 		{"changed filter", fleet[0], "user:42", url.Values{"status": {"closed"}, "cursor": {last}}},
-		{"tampered cursor", fleet[0], "user:42", url.Values{"status": {"open"}, "cursor": {last[:20] + flip(last[20]) + last[21:]}}},
+		{"tampered cursor", fleet[0], "user:42", url.Values{"status": {"open"}, "cursor": {last[:len(last)-10] + flip(last[len(last)-10]) + last[len(last)-9:]}}},
 		{"truncated cursor", fleet[0], "user:42", url.Values{"status": {"open"}, "cursor": {last[:len(last)-4]}}},
 		{"cursor of another session", otherSession[0], "user:42", url.Values{"status": {"open"}, "cursor": {last}}},
 		{"expired cursor", expired[0], "user:42", url.Values{"status": {"open"}, "cursor": {last}}},

@@ -57,6 +57,7 @@ type Fields struct {
 	Issued  int64
 	Session []byte
 	State   []byte // nil when absent
+	Bind    []byte // version 2 only
 }
 
 // cborHeadLen is the length of the minimal head for argument n.
@@ -219,20 +220,34 @@ func (r *cborReader) str(major byte) ([]byte, bool) {
 	return s, true
 }
 
-// DecodeBody decodes a canonical cursor body (see the top of this
-// file). The slices of f alias in. It never allocates.
+// DecodeBody decodes a canonical version 1 cursor body (see the top of
+// this file). The slices of f alias in. It never allocates.
 func DecodeBody(in []byte) (f Fields, ok bool) {
+	const required = 1<<KeyVersion | 1<<KeyTool | 1<<KeyCaller | 1<<KeyPage | 1<<KeyIssued | 1<<KeySession
+	const allowed = required | 1<<KeyArgs | 1<<KeyState
+	f, n, ok := decodeMap(in, allowed, required)
+	if !ok || n != len(in) {
+		return Fields{}, false
+	}
+	return f, true
+}
+
+// decodeMap decodes one canonical map at the start of in whose keys are a
+// subset of allowed holding every key of required (bit k stands for key
+// k), and returns its fields and its length. Keys 4 (args) and 8 (state),
+// when present, are non-empty. The slices of f alias in.
+func decodeMap(in []byte, allowed, required uint) (f Fields, n int, ok bool) {
 	r := cborReader{in: in}
 	pairs, ok := r.head(cborMap)
-	if !ok || pairs < 6 || pairs > 8 {
-		return Fields{}, false
+	if !ok || pairs < uint64(bitCount(required)) || pairs > uint64(bitCount(allowed)) {
+		return Fields{}, 0, false
 	}
 	var seen uint // bit k set once key k is read
 	last := uint64(0)
 	for range pairs {
 		key, ok := r.head(cborUint)
-		if !ok || key <= last || key > MaxKey {
-			return Fields{}, false
+		if !ok || key <= last || key > MaxKey || allowed&(1<<key) == 0 {
+			return Fields{}, 0, false
 		}
 		last = key
 		seen |= 1 << key
@@ -258,16 +273,26 @@ func DecodeBody(in []byte) (f Fields, ok bool) {
 		case KeyState:
 			f.State, ok = r.str(cborBytes)
 			ok = ok && len(f.State) > 0
+		case KeyBind:
+			f.Bind, ok = r.str(cborBytes)
 		}
 		if !ok {
-			return Fields{}, false
+			return Fields{}, 0, false
 		}
 	}
-	const required = 1<<KeyVersion | 1<<KeyTool | 1<<KeyCaller | 1<<KeyPage | 1<<KeyIssued | 1<<KeySession
-	if seen&required != required || r.pos != len(in) {
-		return Fields{}, false
+	if seen&required != required {
+		return Fields{}, 0, false
 	}
-	return f, true
+	return f, r.pos, true
+}
+
+// bitCount returns the number of set bits of m.
+func bitCount(m uint) int {
+	n := 0
+	for ; m != 0; m &= m - 1 {
+		n++
+	}
+	return n
 }
 
 // int64 reads an unsigned or negative integer that fits an int64.

@@ -305,7 +305,7 @@ func FuzzArgsFingerprintGoValues(f *testing.F) {
 	f.Add("", int64(-1<<63), uint64(1<<53), 5e-324)
 	f.Fuzz(func(t *testing.T, s string, i int64, u uint64, fl float64) {
 		if math.IsInf(fl, 0) || math.IsNaN(fl) {
-			return // json.Marshal refuses these; TestArgsFingerprintOfGoValues covers it
+			return // json.Marshal refuses these; TestArgsFingerprint/of Go values covers it
 		}
 		args := fuzzGoArgs{S: s, I: i, U: u, F: fl, M: map[string]string{s: s}}
 		fp, err := Sum(args)

@@ -27,7 +27,7 @@ func ExampleRecorder() {
 	_, _ = issuer.Verify(cursor, ctoken.CursorScope{ToolID: "search_issues", CallerID: "user:43"})
 
 	for _, e := range rec.Take() {
-		fmt.Println(e.Outcome, e.Reason == ctoken.ReasonWrongCaller)
+		fmt.Println(e.Outcome, e.Reason == ctoken.ReasonCursorWrongScope)
 	}
 	// Output:
 	// issued false

@@ -133,6 +133,62 @@ func TestPrefixIsolatesStores(t *testing.T) {
 	}
 }
 
+// TestNestedPrefixesNeverShareKeys: two stores on one table whose prefixes
+// nest ("<p>" and "<p>webhooks:") never see each other's claims, leases or
+// releases: the outer store's Release("webhooks:evt_1") and its claim of
+// "webhooks:evt_1" leave the inner store's claim of "evt_1" in force (with
+// the key layout before v2 both were the row "<p>webhooks:evt_1", and the
+// inner store accepted evt_1 twice).
+func TestNestedPrefixesNeverShareKeys(t *testing.T) {
+	outerPrefix := uniquePrefix()
+	outer := newTestStore(t, func(o *Options) { o.Prefix = outerPrefix })
+	inner := newTestStore(t, func(o *Options) { o.Prefix = outerPrefix + "webhooks:" })
+	until := time.Now().Add(time.Hour)
+	claim := func(s *Store, id string, want bool) {
+		t.Helper()
+		if first, err := s.Claim(bg(), id, until); first != want || err != nil {
+			t.Fatalf("Claim(%q) on prefix %q = %v, %v; want %v", id, s.Prefix(), first, err, want)
+		}
+	}
+	t.Run("release", func(t *testing.T) {
+		claim(inner, "evt_1", true)
+		if err := outer.Release(bg(), "webhooks:evt_1"); err != nil {
+			t.Fatal(err)
+		}
+		claim(inner, "evt_1", false)
+	})
+	t.Run("claim", func(t *testing.T) {
+		claim(inner, "evt_2", true)
+		claim(outer, "webhooks:evt_2", true)
+		claim(outer, "webhooks:evt_2", false)
+		claim(inner, "evt_2", false)
+		if err := inner.Release(bg(), "evt_2"); err != nil {
+			t.Fatal(err)
+		}
+		claim(outer, "webhooks:evt_2", false)
+		claim(inner, "evt_2", true)
+	})
+	t.Run("lease", func(t *testing.T) {
+		l, err := inner.AcquireLease(bg(), "evt_3", time.Minute)
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatalf("inner AcquireLease = %+v, %v", l, err)
+		}
+		o, err := outer.AcquireLease(bg(), "webhooks:evt_3", time.Minute)
+		if err != nil || o.State != replay.LeaseAcquired {
+			t.Fatalf("outer AcquireLease of the nested ID = %+v, %v; want acquired (a key of its own)", o, err)
+		}
+		if err := outer.ReleaseLease(bg(), "webhooks:evt_3", o.Token); err != nil {
+			t.Fatal(err)
+		}
+		if err := inner.ConfirmLease(bg(), "evt_3", l.Token, until); err != nil {
+			t.Fatalf("inner ConfirmLease after the outer store released its own lease: %v", err)
+		}
+		if l, err := inner.AcquireLease(bg(), "evt_3", time.Minute); err != nil || l.State != replay.LeaseDone {
+			t.Fatalf("inner AcquireLease after confirming = %+v, %v; want done", l, err)
+		}
+	})
+}
+
 func TestInvalidIDsRefusedWithoutRecording(t *testing.T) {
 	s := newTestStore(t)
 	until := time.Now().Add(time.Minute)

@@ -1,0 +1,206 @@
+package cursorwire
+
+import (
+	"bytes"
+	"math"
+	"testing"
+)
+
+// Differential tests of the version 2 and sealed codecs (codec_v2.go)
+// against fxamacker/cbor, like codec_test.go's for version 1: the hand
+// decoders accept an input exactly when the strict decMode decodes it into
+// the matching struct and re-encoding it gives back the input, and the
+// encoders write byte for byte what encMode writes.
+
+// v2Layouts are the three maps of codec_v2.go: the hand decoder and how
+// fxamacker decodes and re-encodes the same input.
+var v2Layouts = []struct {
+	name string
+	hand func([]byte) (Fields, bool)
+	fx   func([]byte) (Fields, []byte, bool)
+}{
+	{"v2", DecodeV2, func(in []byte) (Fields, []byte, bool) {
+		var w PayloadV2
+		if decMode.Unmarshal(in, &w) != nil || w.Page > math.MaxUint32 {
+			return Fields{}, nil, false
+		}
+		norm := w
+		if norm.Session == nil {
+			norm.Session = []byte{}
+		}
+		if norm.Bind == nil {
+			norm.Bind = []byte{}
+		}
+		re, err := encMode.Marshal(&norm)
+		return Fields{Version: w.Version, Page: uint32(w.Page), Issued: w.IssuedAt, Session: w.Session, State: w.State, Bind: w.Bind}, re, err == nil
+	}},
+	{"sealed header", func(in []byte) (Fields, bool) {
+		f, n, ok := DecodeSealedHeader(in)
+		if !ok || n != len(in) {
+			return Fields{}, false // a prefix is checked whole here
+		}
+		return f, true
+	}, func(in []byte) (Fields, []byte, bool) {
+		var w SealedHeader
+		if decMode.Unmarshal(in, &w) != nil {
+			return Fields{}, nil, false
+		}
+		norm := w
+		if norm.Session == nil {
+			norm.Session = []byte{}
+		}
+		re, err := encMode.Marshal(&norm)
+		return Fields{Version: w.Version, Issued: w.IssuedAt, Session: w.Session}, re, err == nil
+	}},
+	{"sealed inner", DecodeSealedInner, func(in []byte) (Fields, []byte, bool) {
+		var w SealedInner
+		if decMode.Unmarshal(in, &w) != nil || w.Page > math.MaxUint32 {
+			return Fields{}, nil, false
+		}
+		re, err := encMode.Marshal(&w)
+		return Fields{Page: uint32(w.Page), State: w.State}, re, err == nil
+	}},
+}
+
+func sameFields(a, b Fields) bool {
+	return a.Version == b.Version && a.Page == b.Page && a.Issued == b.Issued &&
+		bytes.Equal(a.Session, b.Session) && bytes.Equal(a.State, b.State) && bytes.Equal(a.Bind, b.Bind) &&
+		a.Tool == nil && a.Caller == nil && a.Args == nil
+}
+
+// checkDecodeV2 is the decode-direction property of every layout for in.
+func checkDecodeV2(t *testing.T, in []byte) {
+	t.Helper()
+	for _, l := range v2Layouts {
+		f, handOK := l.hand(in)
+		w, re, fxOK := l.fx(in)
+		canonical := fxOK && bytes.Equal(re, in)
+		if handOK != canonical {
+			t.Fatalf("%s: input %x: hand decoder ok=%v, fxamacker ok=%v canonical=%v", l.name, in, handOK, fxOK, canonical)
+		}
+		if !handOK {
+			if !sameFields(f, Fields{}) {
+				t.Fatalf("%s: input %x: refused but fields not zero", l.name, in)
+			}
+			continue
+		}
+		if !sameFields(f, w) {
+			t.Fatalf("%s: input %x: hand decoded %+v, fxamacker %+v", l.name, in, f, w)
+		}
+	}
+}
+
+// checkEncodeV2 is the encode-direction property of every layout.
+func checkEncodeV2(t *testing.T, b BodyV2) {
+	t.Helper()
+	if b.Session == nil {
+		b.Session = []byte{}
+	}
+	if b.Bind == nil {
+		b.Bind = []byte{}
+	}
+	w := PayloadV2{Version: b.Version, Page: uint64(b.Page), IssuedAt: b.Issued, Session: b.Session, State: b.State, Bind: b.Bind}
+	if len(w.State) == 0 {
+		w.State = nil
+	}
+	encodings := []struct {
+		name      string
+		hand      []byte
+		handLen   int
+		fxOf      any
+		roundTrip func([]byte) (Fields, bool)
+		want      Fields
+	}{
+		{"v2", AppendV2([]byte("prefix"), &b), V2Len(&b), &w, DecodeV2,
+			Fields{Version: b.Version, Page: b.Page, Issued: b.Issued, Session: b.Session, State: w.State, Bind: b.Bind}},
+		{"sealed header", AppendSealedHeader([]byte("prefix"), b.Version, b.Issued, b.Session), SealedHeaderLen(b.Version, b.Issued, b.Session),
+			&SealedHeader{Version: b.Version, IssuedAt: b.Issued, Session: b.Session}, v2Layouts[1].hand,
+			Fields{Version: b.Version, Issued: b.Issued, Session: b.Session}},
+		{"sealed inner", AppendSealedInner([]byte("prefix"), b.Page, b.State), SealedInnerLen(b.Page, b.State),
+			&SealedInner{Page: uint64(b.Page), State: w.State}, DecodeSealedInner, Fields{Page: b.Page, State: w.State}},
+	}
+	for _, e := range encodings {
+		want, err := encMode.Marshal(e.fxOf)
+		if err != nil {
+			t.Fatalf("%s: fxamacker: %v", e.name, err)
+		}
+		got := e.hand[len("prefix"):]
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: %+v:\n hand      %x\n fxamacker %x", e.name, b, got, want)
+		}
+		if e.handLen != len(want) {
+			t.Fatalf("%s: length function says %d, encoding is %d bytes", e.name, e.handLen, len(want))
+		}
+		back, ok := e.roundTrip(want)
+		if !ok || !sameFields(back, e.want) {
+			t.Fatalf("%s: round trip of %x failed: ok=%v %+v", e.name, want, ok, back)
+		}
+	}
+}
+
+// v2Seeds are canonical maps of each layout and near misses.
+func v2Seeds() [][]byte {
+	full := AppendV2(nil, &BodyV2{Version: 2, Page: 3, Issued: 1_700_000_000,
+		Session: []byte("tag00001"), State: []byte{1, 2, 3}, Bind: bytes.Repeat([]byte{9}, 32)})
+	minimal := AppendV2(nil, &BodyV2{Version: 2, Issued: -5, Session: []byte{}, Bind: []byte{}})
+	header := AppendSealedHeader(nil, 3, 1_700_000_000, []byte("tag00001"))
+	inner := AppendSealedInner(nil, 70_000, bytes.Repeat([]byte{4}, 300))
+	return [][]byte{
+		full, minimal, header, inner, AppendSealedInner(nil, 0, nil),
+		append(append([]byte(nil), full...), 0), full[:len(full)-1],
+		append(append([]byte(nil), header...), 0, 1, 2),
+		{0xa2, 0x05, 0x00, 0x08, 0x40},                                                 // inner: empty state present
+		{0xa1, 0x08, 0x41, 0x00},                                                       // inner: page missing
+		{0xa2, 0x05, 0x00, 0x09, 0x40},                                                 // inner: key 9
+		{0xa3, 0x01, 0x03, 0x06, 0x00, 0x07},                                           // header cut in the session
+		{0xa3, 0x01, 0x03, 0x07, 0x40, 0x06, 0x00},                                     // header out of order
+		{0xa5, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40, 0x09, 0xf6},             // null bind
+		{0xa5, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40, 0x09, 0x40},             // canonical minimal
+		{0xa5, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40, 0x0a, 0x40},             // key 10
+		{0xa4, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40},                         // bind missing
+		{0xa6, 0x01, 0x02, 0x02, 0x60, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40, 0x09, 0x40}, // v1 key in v2
+		{}, {0xa0}, {0xf6},
+	}
+}
+
+func FuzzCursorV2Decode(f *testing.F) {
+	for _, s := range v2Seeds() {
+		f.Add(s)
+	}
+	for _, s := range bodySeeds() {
+		f.Add(s)
+	}
+	f.Fuzz(checkDecodeV2)
+}
+
+func FuzzCursorV2Encode(f *testing.F) {
+	f.Add(uint64(2), uint32(3), int64(1_700_000_000), []byte("tag00001"), []byte{1, 2, 3}, bytes.Repeat([]byte{9}, 32))
+	f.Add(uint64(0), uint32(0), int64(0), []byte{}, []byte{}, []byte{})
+	f.Add(uint64(math.MaxUint64), uint32(math.MaxUint32), int64(math.MinInt64), bytes.Repeat([]byte{1}, 300), bytes.Repeat([]byte{2}, 70000), []byte{0})
+	f.Fuzz(func(t *testing.T, version uint64, page uint32, issued int64, session, state, bind []byte) {
+		checkEncodeV2(t, BodyV2{Version: version, Page: page, Issued: issued, Session: session, State: state, Bind: bind})
+	})
+}
+
+// TestCursorV2CodecMatchesFxamacker runs both properties over the seeds and
+// every single-byte mutation and truncation of each canonical seed, in
+// plain `go test`.
+func TestCursorV2CodecMatchesFxamacker(t *testing.T) {
+	for _, s := range v2Seeds() {
+		checkDecodeV2(t, s)
+	}
+	for _, body := range v2Seeds()[:5] {
+		for i := range body {
+			for _, delta := range []byte{1, 0x20, 0x80, 0xff} {
+				m := append([]byte(nil), body...)
+				m[i] += delta
+				checkDecodeV2(t, m)
+			}
+			checkDecodeV2(t, body[:i])
+		}
+	}
+	for _, n := range []uint64{0, 1, 23, 24, 255, 256, 65535, 65536, 1<<32 - 1, 1 << 32, math.MaxUint64} {
+		checkEncodeV2(t, BodyV2{Version: n, Page: uint32(n), Issued: -int64(n >> 1),
+			Session: bytes.Repeat([]byte{3}, int(n%70)), State: bytes.Repeat([]byte{2}, int(n%257)), Bind: bytes.Repeat([]byte{1}, int(n%40))})
+	}
+}

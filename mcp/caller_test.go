@@ -1,0 +1,98 @@
+package ctokenmcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ctoken/ctoken"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func TestRequestWithoutCallerIsRefused(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	// In-memory transports carry no bearer token, so TokenUserID finds
+	// nobody: nothing is issued to, or accepted from, an anonymous caller.
+	cs := connect(t, f.server(t, TokenUserID, nil), manual)
+	_, err := callList(t, cs, "list", listIn{})
+	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+	_, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "ask", Arguments: askIn{Target: "x"}})
+	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+	// Nor does an empty fixed caller name anybody.
+	cs = connect(t, f.server(t, FixedCaller(""), nil), manual)
+	_, err = callList(t, cs, "list", listIn{})
+	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+	// A CallerFunc's own failure is logged for the operator, not sent.
+	failing := func(context.Context, mcp.Request) (string, error) { return "", errors.New("directory unreachable") }
+	cs = connect(t, f.server(t, failing, nil), manual)
+	_, err = callList(t, cs, "list", listIn{})
+	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+	if strings.Contains(err.Error(), "directory unreachable") || !strings.Contains(f.log.String(), "directory unreachable") {
+		t.Errorf("caller error: client sees %q; log %q", err, f.log.String())
+	}
+}
+
+func TestTokenUserIDReadsBearerTokenUser(t *testing.T) {
+	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "t"}}
+	for _, tc := range []struct {
+		name  string
+		extra *mcp.RequestExtra
+		want  string
+	}{
+		{"no extra", nil, ""},
+		{"no token", &mcp.RequestExtra{}, ""},
+		{"token without user", &mcp.RequestExtra{TokenInfo: &auth.TokenInfo{}}, ""},
+		{"user", &mcp.RequestExtra{TokenInfo: &auth.TokenInfo{UserID: "carol"}}, "carol"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req.Extra = tc.extra
+			got, err := TokenUserID(context.Background(), req)
+			if got != tc.want {
+				t.Errorf("TokenUserID = %q, want %q", got, tc.want)
+			}
+			if (err != nil) != (tc.want == "") || (err != nil && !errors.Is(err, ErrNoCaller)) {
+				t.Errorf("err = %v", err)
+			}
+		})
+	}
+	if _, err := TokenUserID(context.Background(), nil); !errors.Is(err, ErrNoCaller) {
+		t.Errorf("nil request: err = %v", err)
+	}
+}
+
+func TestTokenErrorCodeIgnoresOtherErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"nil", nil},
+		{"plain", errors.New("x")},
+		{"other code", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Data: json.RawMessage(`{"ctokenCode":1021}`)}},
+		{"no data", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams}},
+		{"bad data", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Data: json.RawMessage(`[`)}},
+		{"unknown code", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Data: json.RawMessage(`{"ctokenCode":7}`)}},
+	} {
+		if got := TokenErrorCode(tc.err); got != 0 {
+			t.Errorf("%s: TokenErrorCode = %d", tc.name, got)
+		}
+	}
+}
+
+// FuzzTokenErrorCode parses arbitrary error data, as a client does with a
+// server's reply.
+func FuzzTokenErrorCode(f *testing.F) {
+	f.Add([]byte(`{"ctokenCode":1021}`))
+	f.Add([]byte(`{"ctokenCode":1e400}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		code := TokenErrorCode(&jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Data: data})
+		switch code {
+		case 0, ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, StateExpired, StateInvalid:
+		default:
+			t.Fatalf("TokenErrorCode = %d", code)
+		}
+	})
+}

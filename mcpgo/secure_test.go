@@ -1,0 +1,240 @@
+package ctokenmcpgo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+func TestMRTRAcceptedAndDeclinedWithPlaintextHandlers(t *testing.T) {
+	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
+		f := newFleet(t, 1, "s1", nil)
+		s := f.server(t, ContextCaller, nil)
+		for _, answer := range []bool{true, false} {
+			e := &elicitor{answer: answer}
+			p := connect(s, "alice", e)
+			res, err := p.call("ask", map[string]any{"target": "prod"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, asked := "done prod", int32(2)
+			if !answer {
+				want, asked = "cancelled", 1
+			}
+			if res.IsError || text(res) != want || e.asked.Load() != asked {
+				t.Errorf("answer %v: %q (isError %v) after %d question(s); want %q after %d", answer, text(res), res.IsError, e.asked.Load(), want, asked)
+			}
+			// The wire carries only sealed states, never the plaintext.
+			results, sent := p.wire.states()
+			if len(results) != int(asked) || len(sent) != int(asked) {
+				t.Errorf("answer %v: %d states received, %d sent", answer, len(results), len(sent))
+			}
+			for _, st := range append(results, sent...) {
+				if !strings.HasPrefix(st, "v1e.") || strings.Contains(st, "round") {
+					t.Errorf("state on the wire is not sealed: %q", st)
+				}
+			}
+		}
+	})
+}
+
+// An input-required result without a state passes through the middleware
+// as the handler wrote it: nothing to seal, and the retry reaches the
+// handler.
+func TestInputRequiredWithoutStatePassesThrough(t *testing.T) {
+	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
+		f := newFleet(t, 1, "s1", nil)
+		e := &elicitor{answer: true}
+		p := connect(f.server(t, ContextCaller, nil), "alice", e)
+		res, err := p.call("askonce", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError || text(res) != "done once" || e.asked.Load() != 1 {
+			t.Errorf("%q (isError %v) after %d question(s)", text(res), res.IsError, e.asked.Load())
+		}
+		if results, sent := p.wire.states(); len(results) != 0 || len(sent) != 0 {
+			t.Errorf("states on the wire: %q, %q", results, sent)
+		}
+	})
+}
+
+func TestPromptMRTRWithPlaintextHandler(t *testing.T) {
+	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
+		f := newFleet(t, 1, "s1", nil)
+		p := connect(f.server(t, ContextCaller, nil), "alice", &elicitor{answer: true})
+		res, err := p.prompt("greet", map[string]string{"who": "bob"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Messages) != 1 || res.Messages[0].Content.(mcp.TextContent).Text != "hello bob" {
+			t.Errorf("messages = %+v", res.Messages)
+		}
+		results, _ := p.wire.states()
+		if len(results) != 1 || !strings.HasPrefix(results[0], "v1e.") {
+			t.Errorf("prompt states on the wire = %q", results)
+		}
+		// A tampered prompt state: prompts have no error result, so -32603
+		// with the fixed message.
+		p.wire.setSwap(func(s string) string { return s[:len(s)-2] })
+		_, err = p.prompt("greet", map[string]string{"who": "bob"})
+		if !errors.Is(err, mcp.ErrInternalError) || p.wire.lastErr == nil || !strings.Contains(p.wire.lastErr.Message, "invalid requestState (ctokenCode 1023)") {
+			t.Errorf("tampered prompt state: err %v, wire %+v", err, p.wire.lastErr)
+		}
+		// Other arguments.
+		p.wire.setSwap(func(string) string { return results[0] })
+		if _, err = p.prompt("greet", map[string]string{"who": "carol"}); !errors.Is(err, mcp.ErrInternalError) {
+			t.Errorf("prompt state with other arguments: err %v", err)
+		}
+	})
+}
+
+func TestHandlerThatSealsItselfIsRefused(t *testing.T) {
+	f := newFleet(t, 1, "s1", nil)
+	p := inProcess(t, f.server(t, ContextCaller, nil), "alice", &elicitor{answer: true})
+	_, err := p.call("sealer", nil)
+	if !errors.Is(err, mcp.ErrInternalError) || !strings.Contains(f.log.String(), "handler returned a sealed requestState") {
+		t.Errorf("err = %v; log %s", err, f.log.String())
+	}
+}
+
+// A client on 2025-11-25 over stateless HTTP has no session the server could
+// send elicitation/create on, and declares no elicitation capability: the
+// tool says so in a tool error, not a failed round trip.
+func TestOlderClientWithoutElicitationGetsClearToolError(t *testing.T) {
+	f := newFleet(t, 1, "s1", nil)
+	endpoint := serveHTTP(t, f.server(t, ContextCaller, nil), server.WithStateLess(true))
+	p := overHTTP(t, endpoint, "alice", nil, client.WithProtocolVersion(mcp.ProtocolVersion20251125))
+	if v := p.c.ProtocolVersion(); v != "2025-11-25" {
+		t.Fatalf("client negotiated %q", v)
+	}
+	res, err := p.call("ask", map[string]any{"target": "prod"})
+	if err != nil {
+		t.Fatalf("err = %v, want a tool error result", err)
+	}
+	if !res.IsError || !strings.Contains(text(res), "needs the elicitation capability") || !strings.Contains(text(res), "2025-11-25") {
+		t.Errorf("isError %v, %q", res.IsError, text(res))
+	}
+	// Worded as ctokenmcp words its -32021, saying what the server saw.
+	if !strings.HasPrefix(text(res), mcptoken.ErrClientCannotAnswer.Error()) || !strings.Contains(text(res), "over stateless HTTP the server cannot see a declaration") {
+		t.Errorf("message %q", text(res))
+	}
+	// A prompt has no error result: -32603 with the same explanation.
+	_, err = p.prompt("greet", map[string]string{"who": "bob"})
+	if !errors.Is(err, mcp.ErrInternalError) || !strings.Contains(p.wire.lastErr.Message, "elicitation capability") {
+		t.Errorf("prompt: err %v, wire %+v", err, p.wire.lastErr)
+	}
+}
+
+// A 2025-11-25 client that can elicit, over stateful HTTP: mcp-go asks it
+// with elicitation/create and re-runs the handler in process; the state
+// still goes through the middleware on every round.
+func TestOlderClientWithElicitationIsBridged(t *testing.T) {
+	f := newFleet(t, 1, "s1", nil)
+	endpoint := serveHTTP(t, f.server(t, ContextCaller, nil))
+	e := &elicitor{answer: true}
+	p := overHTTP(t, endpoint, "alice", e, client.WithProtocolVersion("2025-11-25"))
+	res, err := p.call("ask", map[string]any{"target": "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text(res) != "done prod" || e.asked.Load() != 2 {
+		t.Errorf("%q after %d question(s)", text(res), e.asked.Load())
+	}
+	if results, _ := p.wire.states(); len(results) != 0 {
+		t.Errorf("an older client saw requestState: %q", results)
+	}
+}
+
+// mcp-go sends every error a tool handler returns as -32603: this is why a
+// refused token is a tool error result here and not the -32602 of package
+// ctokenmcp. If mcp-go ever honours a handler's code, this test fails.
+func TestMCPGoSendsHandlerErrorsAsInternalError(t *testing.T) {
+	s := server.NewMCPServer("pin", "v0")
+	s.AddTool(mcp.NewTool("fail"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, fmt.Errorf("%w: bad cursor", mcp.ErrInvalidParams)
+	})
+	p := inProcess(t, s, "alice", nil)
+	_, err := p.call("fail", nil)
+	if !errors.Is(err, mcp.ErrInternalError) || p.wire.lastErr.Code != mcp.INTERNAL_ERROR {
+		t.Errorf("err = %v (%+v): mcp-go now keeps a handler's error code; send -32602 like ctokenmcp", err, p.wire.lastErr)
+	}
+}
+
+// TestSecureRequestStateFailsClosedForACodecThatDoesNotBindTheTool: with a
+// codec bound to the subject only, a state sealed for one tool opened for
+// another (the handler of "ask2" ran on a state of "ask"). SecureRequestState
+// cannot return an error, so it logs the misconfiguration and refuses every
+// state in and out with -32603; calls without a state pass.
+func TestSecureRequestStateFailsClosedForACodecThatDoesNotBindTheTool(t *testing.T) {
+	f := newFleet(t, 1, "s1", nil)
+	var err error
+	f.codec, err = ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
+		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubject, Now: f.clock.now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// NewStates refuses such a codec; with InsecureSkipToolBinding it
+	// accepts it, but SecureRequestState still does not.
+	if _, err := NewStates(f.codec, nil); !errors.Is(err, mcptoken.ErrTargetUnbound) || !errors.Is(err, ctoken.ErrConfig) {
+		t.Fatalf("NewStates with a BindSubject codec: %v; want ErrTargetUnbound", err)
+	}
+	s := f.server(t, ContextCaller, &StateOptions{InsecureSkipToolBinding: true})
+	if !strings.Contains(f.log.String(), "SecureRequestState: refusing every requestState") {
+		t.Errorf("misconfiguration not logged: %s", f.log.String())
+	}
+	// A state of "ask", sealed per handler on the same codec.
+	per, err := NewStates(f.codec, &StateOptions{InsecureSkipToolBinding: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	askReq := mcp.CallToolRequest{}
+	askReq.Params.Name = "ask"
+	askReq.Params.Arguments = map[string]any{"target": "prod"}
+	askState, err := per.SealTool(WithCaller(context.Background(), "alice"), askReq, "round2:prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := inProcess(t, s, "alice", &elicitor{answer: true})
+	// ask2's retry carries the state of ask instead of its own.
+	p.wire.setSwap(func(string) string { return askState })
+	if res, err := p.call("ask2", map[string]any{"target": "prod"}); !errors.Is(err, mcp.ErrInternalError) {
+		t.Errorf("ask2 with a state of ask: %v, %q; want -32603", err, text(res))
+	}
+	p.wire.setSwap(nil)
+	// A state sent to a tool that never asked for one (mcp-go's client
+	// sends none on a first call, so the request is sent as JSON-RPC).
+	if msg := handleRaw(s, "alice", "list", askState); !strings.Contains(msg, `"code":-32603`) {
+		t.Errorf("a state sent to list: %s; want -32603", msg)
+	}
+	if _, err := p.call("ask", map[string]any{"target": "prod"}); !errors.Is(err, mcp.ErrInternalError) {
+		t.Errorf("round one of ask: %v; want -32603 (no state is sealed)", err)
+	}
+	if _, err := p.prompt("greet", map[string]string{"who": "bob"}); !errors.Is(err, mcp.ErrInternalError) {
+		t.Errorf("round one of greet: %v; want -32603", err)
+	}
+	if res, err := p.call("list", map[string]any{"prefix": "a"}); err != nil || res.IsError {
+		t.Errorf("a call without state: %v, %+v", err, res)
+	}
+	// A nil States fails closed the same way.
+	bare := server.NewMCPServer("bare", "v0", SecureRequestState(nil), server.WithToolCapabilities(false), server.WithElicitation())
+	bare.AddTool(mcp.NewTool("echo"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("ok"), nil
+	})
+	q := inProcess(t, bare, "alice", nil)
+	if res, err := q.call("echo", nil); err != nil || res.IsError {
+		t.Errorf("nil States, no state: %v, %+v", err, res)
+	}
+	if msg := handleRaw(bare, "alice", "echo", askState); !strings.Contains(msg, `"code":-32603`) {
+		t.Errorf("nil States, a state: %s; want -32603", msg)
+	}
+}

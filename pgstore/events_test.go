@@ -1,0 +1,272 @@
+package pgstore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// recorder collects a store's events and log lines.
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+	log    bytes.Buffer
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.log.Write(p)
+}
+
+func (r *recorder) observe(e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+// options makes a store report to r.
+func (r *recorder) options(o *Options) {
+	o.Observer = r.observe
+	o.Logger = slog.New(slog.NewTextHandler(r, nil))
+}
+
+// count returns how many events of kind (with option, if not empty) were
+// reported, and how many log lines at level contain substr.
+func (r *recorder) count(kind EventKind, option, level, substr string) (events, lines int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if e.Kind == kind && (option == "" || e.Option == option) {
+			events++
+		}
+	}
+	for _, l := range strings.Split(r.log.String(), "\n") {
+		if strings.Contains(l, "level="+level) && strings.Contains(l, substr) {
+			lines++
+		}
+	}
+	return events, lines
+}
+
+func TestEventKindString(t *testing.T) {
+	for k, want := range map[EventKind]string{0: "", EventRiskAccepted: "risk_accepted", EventRefusing: "refusing", EventServing: "serving", numEventKinds: "", 255: ""} {
+		if got := k.String(); got != want {
+			t.Errorf("EventKind(%d).String() = %q, want %q", k, got, want)
+		}
+	}
+}
+
+// TestRefusalIsReportedOncePerReason: a recheck's refusal is reported
+// when it starts and when its reason changes, not again when only its
+// figures move (a clock 31.2 s, then 31.7 s behind); the return to service
+// once.
+func TestRefusalIsReportedOncePerReason(t *testing.T) {
+	var r recorder
+	s := &Store{prefix: "p:", table: `"t"`}
+	s.observer = r.observe
+	s.log = slog.New(slog.NewTextHandler(&r, nil))
+	skew := func(behind string) error {
+		return fmt.Errorf("%w: %w: this instance's clock is %s behind the database's (limit 30s): fix NTP", ErrUnavailable, ErrConfig, behind)
+	}
+	for _, step := range []struct {
+		refusal           error
+		refusing, serving int
+	}{
+		{nil, 0, 0},
+		{skew("31.2s"), 1, 0},
+		{skew("31.7s"), 1, 0},
+		{skew("1m2.5s"), 1, 0},
+		{fmt.Errorf("%w: %w: synchronous_commit is off", ErrUnavailable, ErrConfig), 2, 0},
+		{nil, 2, 1},
+		{nil, 2, 1},
+		{skew("40s"), 3, 1},
+	} {
+		s.report(nil, step.refusal)
+		refusing, lines := r.count(EventRefusing, "", "WARN", "refusing")
+		serving, _ := r.count(EventServing, "", "INFO", "serving")
+		if refusing != step.refusing || lines != step.refusing || serving != step.serving {
+			t.Fatalf("after %v: %d EventRefusing (%d Warn lines), %d EventServing; want %d, %d", step.refusal, refusing, lines, serving, step.refusing, step.serving)
+		}
+	}
+}
+
+// TestAllowOptionsReportTheRiskTheyAccept: AllowAsyncCommit and
+// AllowRollback keep their checks: with the risk present, New logs one Warn
+// naming the option and emits one EventRiskAccepted; without it, nothing.
+// A risk that appears after New is reported by the recheck once per
+// appearance, not at every recheck. (AllowAsyncStandby:
+// TestStandbyThatIsAwayStillCounts.)
+func TestAllowOptionsReportTheRiskTheyAccept(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	admin := p.pool(t)
+	set := func(t *testing.T, setting, value string) {
+		t.Helper()
+		for _, q := range []string{`ALTER SYSTEM SET ` + setting + ` = ` + value, `SELECT pg_reload_conf()`} {
+			if _, err := admin.Exec(bg(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var got string
+			if err := admin.QueryRow(bg(), `SELECT current_setting($1)`, setting).Scan(&got); err == nil && got == value {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s is not %s 10 s after the reload", setting, value)
+			}
+		}
+	}
+	allow := func(o *Options) { o.AllowAsyncCommit, o.AllowRollback, o.AllowAsyncStandby = true, true, true }
+	t.Run("no risk present", func(t *testing.T) {
+		var r recorder
+		storeOn(t, p.pool(t), allow, r.options)
+		if n, lines := r.count(EventRiskAccepted, "", "WARN", "Allow"); n != 0 || lines != 0 {
+			t.Fatalf("New with every Allow* option and no risk: %d events, %d Warn lines; want none", n, lines)
+		}
+	})
+	for _, c := range []struct {
+		name, setting, value, option string
+		params                       []string
+	}{
+		{"synchronous_commit off", "", "", "AllowAsyncCommit", []string{"synchronous_commit", "off"}},
+		{"fsync off", "fsync", "off", "AllowRollback", nil},
+		{"full_page_writes off", "full_page_writes", "off", "AllowRollback", nil},
+	} {
+		t.Run(c.name+" at New", func(t *testing.T) {
+			if c.setting != "" {
+				set(t, c.setting, c.value)
+				defer set(t, c.setting, "on")
+			}
+			var r recorder
+			storeOn(t, p.pool(t, c.params...), allow, r.options, func(o *Options) { o.RecheckInterval = 20 * time.Millisecond })
+			time.Sleep(200 * time.Millisecond) // rechecks that must not report it again
+			if n, lines := r.count(EventRiskAccepted, c.option, "WARN", "option="+c.option); n != 1 || lines != 1 {
+				t.Fatalf("%s with %s: %d events, %d Warn lines naming it; want 1 and 1\n%s", c.name, c.option, n, lines, r.log.String())
+			}
+			if n, _ := r.count(EventRiskAccepted, "", "", ""); n != 1 {
+				t.Fatalf("%d risks reported; want only %s's", n, c.option)
+			}
+		})
+	}
+	t.Run("synchronous_commit off after New, twice", func(t *testing.T) {
+		var r recorder
+		s := storeOn(t, p.pool(t), func(o *Options) { o.AllowAsyncCommit = true; o.RecheckInterval = 20 * time.Millisecond }, r.options)
+		waitEvents := func(want int) {
+			t.Helper()
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				if n, _ := r.count(EventRiskAccepted, "AllowAsyncCommit", "", ""); n == want {
+					break
+				} else if n > want || time.Now().After(deadline) {
+					t.Fatalf("%d EventRiskAccepted; want %d", n, want)
+				}
+			}
+			time.Sleep(200 * time.Millisecond) // about ten rechecks more: still want
+			if n, lines := r.count(EventRiskAccepted, "AllowAsyncCommit", "WARN", "option=AllowAsyncCommit"); n != want || lines != want {
+				t.Fatalf("%d events, %d Warn lines; want %d (once per appearance)", n, lines, want)
+			}
+		}
+		set(t, "synchronous_commit", "off")
+		defer set(t, "synchronous_commit", "on")
+		waitEvents(1)
+		if first, err := s.Claim(bg(), "accepted-risk", time.Now().Add(time.Hour)); !first || err != nil {
+			t.Fatalf("Claim under an accepted risk = %v, %v; want first", first, err)
+		}
+		set(t, "synchronous_commit", "on")
+		// The risk is gone once a recheck read it so (the recheck that
+		// stores it also reports, before the next one reads again).
+		for deadline := time.Now().Add(10 * time.Second); s.Durability().SynchronousCommit != "on"; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("Durability() = %+v 10 s after synchronous_commit was on again", s.Durability())
+			}
+		}
+		set(t, "synchronous_commit", "off")
+		waitEvents(2)
+	})
+}
+
+// TestRecheckRunsEverySecondNotEverySweep: synchronous_commit turned off
+// after New — by ALTER SYSTEM and a reload, or by ALTER ROLE, which only
+// the sessions opened afterwards get — is refused within about one
+// DefaultRecheckInterval, with the sweeper at an hour; the refusal and the
+// return to service (once the pool's sessions opened while the role said
+// off are closed) are each reported once.
+func TestRecheckRunsEverySecondNotEverySweep(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	admin := p.pool(t)
+	run := func(qs []string) error {
+		for _, q := range qs {
+			if _, err := admin.Exec(bg(), q); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		name    string
+		off, on []string
+	}{
+		{"ALTER SYSTEM", []string{`ALTER SYSTEM SET synchronous_commit = off`, `SELECT pg_reload_conf()`}, []string{`ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`}},
+		{"ALTER ROLE", []string{`ALTER ROLE postgres SET synchronous_commit = off`}, []string{`ALTER ROLE postgres RESET synchronous_commit`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var r recorder
+			s := storeOn(t, p.pool(t), func(o *Options) { o.SweepInterval = time.Hour; o.RecheckInterval = 0 }, r.options)
+			until := time.Now().Add(time.Hour)
+			n := 0
+			claim := func() (bool, error) { n++; return s.Claim(bg(), fmt.Sprint("id-", n), until) }
+			if first, err := claim(); !first || err != nil {
+				t.Fatalf("Claim before the change = %v, %v", first, err)
+			}
+			if err := run(c.off); err != nil {
+				t.Fatal(err)
+			}
+			changed := time.Now()
+			restored := false
+			defer func() {
+				if !restored {
+					run(c.on)
+				}
+			}()
+			// One interval, plus one for the reload and a loaded machine.
+			const limit = 2*DefaultRecheckInterval + time.Second
+			for {
+				first, err := claim()
+				if errors.Is(err, ErrConfig) && errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), "synchronous_commit") {
+					t.Logf("%s: refused %v after the change", c.name, time.Since(changed).Round(time.Millisecond))
+					break
+				}
+				if time.Since(changed) > limit {
+					t.Fatalf("%s: Claim = %v, %v %v after synchronous_commit was turned off; want refused within %v", c.name, first, err, time.Since(changed), limit)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := run(c.on); err != nil {
+				t.Fatal(err)
+			}
+			restored = true
+			// The pool's sessions opened while the role said off keep it
+			// (and the store keeps refusing) until they are closed.
+			s.pool.Reset()
+			for deadline := time.Now().Add(limit); ; time.Sleep(20 * time.Millisecond) {
+				if first, err := claim(); first && err == nil {
+					break
+				} else if time.Now().After(deadline) {
+					t.Fatalf("%s: Claim = %v, %v after synchronous_commit was on again", c.name, first, err)
+				}
+			}
+			refusing, lines := r.count(EventRefusing, "", "WARN", "synchronous_commit")
+			serving, _ := r.count(EventServing, "", "", "")
+			if refusing != 1 || lines != 1 || serving != 1 {
+				t.Fatalf("%s: %d EventRefusing (%d Warn lines), %d EventServing; want 1, 1, 1", c.name, refusing, lines, serving)
+			}
+		})
+	}
+}

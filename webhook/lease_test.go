@@ -1,0 +1,315 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"net/http"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// timingStore is a MemoryStore that records, for each ConfirmLease and
+// ReleaseLease call, when it came and its context's deadline; while
+// failing is set ConfirmLease fails without asking the MemoryStore.
+type timingStore struct {
+	*replay.MemoryStore
+	failing bool
+
+	mu               sync.Mutex
+	confirmAt        []time.Time
+	confirmDeadlines []time.Time
+	releaseDeadlines []time.Time
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	return d
+}
+
+func (s *timingStore) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
+	s.mu.Lock()
+	s.confirmAt = append(s.confirmAt, time.Now())
+	s.confirmDeadlines = append(s.confirmDeadlines, deadlineOf(ctx))
+	failing := s.failing
+	s.mu.Unlock()
+	if failing {
+		return errStoreDown
+	}
+	return s.MemoryStore.ConfirmLease(ctx, id, token, until)
+}
+
+func (s *timingStore) ReleaseLease(ctx context.Context, id, token string) error {
+	s.mu.Lock()
+	s.releaseDeadlines = append(s.releaseDeadlines, deadlineOf(ctx))
+	s.mu.Unlock()
+	return s.MemoryStore.ReleaseLease(ctx, id, token)
+}
+
+// newTimedLease is a lease of the given length on a fresh delivery, held
+// in a timingStore (the real clock throughout: Confirm and Release measure
+// their waits with it).
+func newTimedLease(t *testing.T, lease time.Duration) (*timingStore, *Lease) {
+	t.Helper()
+	store := &timingStore{MemoryStore: replay.NewMemoryStore(0)}
+	return store, acquireOne(t, store, lease)
+}
+
+// acquireOne verifies one signed delivery through a verifier on store
+// (lease 0: the default) and returns the lease Acquire gives for it.
+func acquireOne(t *testing.T, store replay.Store, lease time.Duration) *Lease {
+	t.Helper()
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: store, Namespace: "endpoint", Lease: lease}
+	v := newVerifier(t, cfg)
+	d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := v.Acquire(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestLease pins Lease.Confirm and Lease.Release.
+func TestLease(t *testing.T) {
+	// Confirm within the lease gives the store until the lease expires, and
+	// no longer.
+	t.Run("confirm waits for the store until the lease expires", func(t *testing.T) {
+		store, l := newTimedLease(t, time.Minute)
+		if err := l.Confirm(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if len(store.confirmDeadlines) != 1 || !store.confirmDeadlines[0].Equal(l.Expires()) {
+			t.Fatalf("ConfirmLease deadlines %v, want one: the lease's expiry %v", store.confirmDeadlines, l.Expires())
+		}
+	})
+
+	// Confirm called after the lease expired gives the store a quarter of the
+	// lease from the call.
+	t.Run("confirm after expiry waits a quarter lease", func(t *testing.T) {
+		const lease = 40 * time.Millisecond
+		store, l := newTimedLease(t, lease)
+		time.Sleep(time.Until(l.Expires()) + 5*time.Millisecond)
+		before := time.Now()
+		if err := l.Confirm(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		wantQuarterLease(t, "ConfirmLease", store.confirmDeadlines, before, time.Now(), lease)
+	})
+
+	// Confirm retries a failing store with a wait that doubles from 10ms, so
+	// a store that is down is not hammered.
+	t.Run("confirm backs off between store retries", func(t *testing.T) {
+		// A 1 s lease: retries 10, 20, 40, 80, 160 and 320 ms apart fit (7
+		// calls, the last 630 ms in); the next wait, 640 ms, would end past
+		// the lease. At least 3 calls holds unless the machine stalls for
+		// most of a second.
+		store, l := newTimedLease(t, time.Second)
+		store.failing = true
+		if err := l.Confirm(context.Background()); !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) {
+			t.Fatalf("Confirm = %v, want ErrReplayStore and the store's error", err)
+		}
+		at := store.confirmAt
+		if len(at) < 3 || len(at) > 7 {
+			t.Fatalf("ConfirmLease called %d times within a 1s lease, want 3 to 7 (10, 20, 40, 80, 160, 320ms apart)", len(at))
+		}
+		for i := 1; i < len(at); i++ {
+			if gap, want := at[i].Sub(at[i-1]), 10*time.Millisecond<<(i-1); gap < want {
+				t.Fatalf("retry %d came %v after the last, want at least %v", i, gap, want)
+			}
+		}
+	})
+
+	// Release gives the store a quarter of the lease.
+	t.Run("release waits a quarter lease", func(t *testing.T) {
+		const lease = time.Minute
+		store, l := newTimedLease(t, lease)
+		before := time.Now()
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		wantQuarterLease(t, "ReleaseLease", store.releaseDeadlines, before, time.Now(), lease)
+	})
+
+	t.Run("refuses unverified delivery and zero lease", func(t *testing.T) {
+		v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
+		ctx := context.Background()
+		if l, err := v.Acquire(ctx, Delivery{ID: "evt-1"}); l != nil || !errors.Is(err, ErrMalformed) || Reason(err) != "delivery not verified" {
+			t.Fatalf("Acquire(unverified) = %v, %v, want ErrMalformed", l, err)
+		}
+		var nilLease *Lease
+		for _, l := range []*Lease{{}, nilLease} {
+			if err := l.Confirm(ctx); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Confirm on a lease not from Acquire = %v", err)
+			}
+			if err := l.Release(ctx); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Release on a lease not from Acquire = %v", err)
+			}
+			if d := l.Delivery(); d != (Delivery{}) {
+				t.Fatalf("Delivery of a lease not from Acquire = %+v", d)
+			}
+		}
+		if !nilLease.Deadline().IsZero() || !nilLease.Expires().IsZero() {
+			t.Fatal("a nil lease has a deadline")
+		}
+	})
+
+	t.Run("reports store failures of confirm and release", func(t *testing.T) {
+		store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
+		cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Lease: 200 * time.Millisecond}
+		v := newVerifier(t, cfg)
+		ctx := context.Background()
+		d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := v.Acquire(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Delivery() != d || !l.Deadline().Before(l.Expires()) {
+			t.Fatalf("lease: delivery %+v, deadline %v, expires %v", l.Delivery(), l.Deadline(), l.Expires())
+		}
+		store.failing.Store(true)
+		if err := l.Release(ctx); !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) || Reason(err) == "" {
+			t.Fatalf("Release with a failing store = %v, want ErrReplayStore wrapping the store's error", err)
+		}
+		start := time.Now()
+		if err := l.Confirm(ctx); !errors.Is(err, ErrReplayStore) || !errors.Is(err, errStoreDown) || Reason(err) == "" {
+			t.Fatalf("Confirm with a failing store = %v, want ErrReplayStore wrapping the store's error", err)
+		}
+		// Confirm retried until the lease expired, and no longer.
+		if n := store.confirms.Load(); n < 3 {
+			t.Fatalf("Confirm tried %d times, want retries", n)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Fatalf("Confirm gave up after %v, want about the 200ms lease", el)
+		}
+		// The store recovers: the lease ended unconfirmed, so the delivery is
+		// free to be processed again, never acknowledged as a duplicate.
+		store.failing.Store(false)
+		time.Sleep(time.Until(l.Expires().Add(20 * time.Millisecond)))
+		if l2, err := v.Acquire(ctx, d); err != nil {
+			t.Fatalf("Acquire after the unconfirmed lease expired = %v", err)
+		} else if err := l2.Confirm(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Acquire(ctx, d); !errors.Is(err, ErrDuplicate) {
+			t.Fatalf("Acquire after Confirm = %v, want ErrDuplicate", err)
+		}
+	})
+
+	t.Run("confirm stops retrying when context ends", func(t *testing.T) {
+		store := &flakyStore{MemoryStore: replay.NewMemoryStore(0)}
+		store.failing.Store(true)
+		l := acquireOne(t, store, 0)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if err := l.Confirm(ctx); !errors.Is(err, ErrReplayStore) {
+			t.Fatalf("Confirm = %v", err)
+		}
+		if el := time.Since(start); el > 500*time.Millisecond {
+			t.Fatalf("Confirm ran %v past its context's 50ms", el)
+		}
+	})
+
+	t.Run("confirm after takeover reports lease lost", func(t *testing.T) {
+		clk := newStepClock()
+		store := &replay.MemoryStore{Now: clk.Now}
+		cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Now: clk.Now, Lease: time.Second}
+		v := newVerifier(t, cfg)
+		ctx := context.Background()
+		d, err := v.Verify(signed(t, newSigner(t, cfg), "evt-1", "x"), []byte("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow, err := v.Acquire(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Second) // the slow attempt outran its lease
+		fast, err := v.Acquire(ctx, d)
+		if err != nil {
+			t.Fatalf("Acquire after the lease ended = %v", err)
+		}
+		if err := fast.Confirm(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := slow.Confirm(ctx); !errors.Is(err, ErrReplayStore) || !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("late Confirm = %v, want ErrReplayStore and replay.ErrLeaseLost", err)
+		}
+	})
+}
+
+// wantQuarterLease fails t unless the store's method was called once, with
+// a deadline a quarter lease after a call made between before and after.
+func wantQuarterLease(t *testing.T, method string, deadlines []time.Time, before, after time.Time, lease time.Duration) {
+	t.Helper()
+	if len(deadlines) != 1 {
+		t.Fatalf("%s called %d times", method, len(deadlines))
+	}
+	if dl := deadlines[0]; dl.Before(before.Add(lease/4)) || dl.After(after.Add(lease/4)) {
+		t.Fatalf("%s deadline %v after the call, want a quarter lease (%v)", method, dl.Sub(before), lease/4)
+	}
+}
+
+// Acquire takes a delivery from Verify. A hand-made Delivery carries no
+// verified signature: acquiring it must fail, not file every such delivery
+// under one empty signature key (which would make all but the first a
+// "duplicate" that is acknowledged and never processed).
+func TestWebhookAcquireRefusesDeliveryNotFromVerify(t *testing.T) {
+	v := newVerifier(t, Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}})
+	for _, id := range []string{"a", "b"} {
+		l, err := v.Acquire(context.Background(), Delivery{ID: id})
+		if l != nil || !errors.Is(err, ErrMalformed) {
+			t.Fatalf("Acquire(unverified %q) = %v, %v; want nil, ErrMalformed", id, l, err)
+		}
+	}
+	std := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
+	if l, err := std.Acquire(context.Background(), Delivery{}); l != nil || !errors.Is(err, ErrMalformed) {
+		t.Fatalf("Acquire(empty delivery) = %v, %v; want nil, ErrMalformed", l, err)
+	}
+}
+
+// Store failures carry a reason and match both ErrReplayStore and the
+// store's own error; the middleware answers them 503.
+func TestAcquireStoreFailureHasReasonAndWrapsStoreError(t *testing.T) {
+	clk := newStepClock()
+	full := &replay.MemoryStore{Max: 1, Now: clk.Now}
+	full.Claim(context.Background(), "occupant", clk.Now().Add(time.Hour))
+	for _, tc := range []struct {
+		name  string
+		store replay.Store
+		cause error
+	}{
+		{"store down", failingStore{}, errStoreDown},
+		{"store full", full, replay.ErrFull},
+		{"bad store config", replay.NewMemoryStore(-1), replay.ErrConfig},
+		{"store answers outside the contract", tokenlessStore{replay.NewMemoryStore(0)}, errStoreAnswer},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: tc.store, Namespace: "endpoint", Now: clk.Now}
+			v := newVerifier(t, cfg)
+			d, err := v.Verify(signed(t, newSigner(t, cfg), "evt", "b"), []byte("b"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := v.Acquire(context.Background(), d)
+			if l != nil || !errors.Is(err, ErrReplayStore) || !errors.Is(err, tc.cause) || Reason(err) == "" {
+				t.Fatalf("Acquire = %v, %v (reason %q); want ErrReplayStore wrapping %v", l, err, Reason(err), tc.cause)
+			}
+			if StatusCode(err) != http.StatusServiceUnavailable {
+				t.Fatalf("StatusCode = %d, want 503", StatusCode(err))
+			}
+		})
+	}
+}
