@@ -459,7 +459,8 @@ func benchGoValue[T any](b *testing.B, v T) {
 // BenchmarkPageTurn measures what ctoken costs a paginated call: the
 // fingerprint of the small arguments (text), Verify of the presented
 // cursor and Issue of the next. floor is SHA-256 of the arguments plus the
-// HMAC verify and sign floors (see BenchmarkFloorHMAC) on the cursor body.
+// HMAC verify and sign floors (see BenchmarkFloorHMAC) on the cursor body;
+// floor-v2 adds the two HMACs of the scope a version 2 cursor binds.
 func BenchmarkPageTurn(b *testing.B) {
 	args := []byte(benchSmallText)
 	iss := benchIssuer(b)
@@ -513,6 +514,39 @@ func BenchmarkPageTurn(b *testing.B) {
 			h.Write(dec[:n-macSize])
 			if !hmac.Equal(h.Sum(sum[:0]), dec[n-macSize:n]) {
 				b.Fatal("floor MAC mismatch")
+			}
+			h.Reset()
+			h.Write(body)
+			raw = h.Sum(raw[:0])
+			_ = string(b64.AppendEncode(buf[:0], append(append(dec[:0], body...), raw...)))
+		}
+		cpu.done(b)
+	})
+	// floor-v2 adds what a version 2 cursor computes by design on top of
+	// floor (see BenchmarkFloorHMACScope): the binding digest of the scope,
+	// once to verify the presented cursor and once to issue the next.
+	scoped := appendScope(nil, &scope)
+	hb := hmac.New(sha256.New, subkey(benchKey, "bench floor bind"))
+	b.Run("floor-v2", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			_ = sha256.Sum256(args)
+			n, err := b64.Decode(dec, []byte(token))
+			if err != nil || n <= macSize {
+				b.Fatal("floor token does not decode")
+			}
+			h.Reset()
+			h.Write(dec[:n-macSize])
+			if !hmac.Equal(h.Sum(sum[:0]), dec[n-macSize:n]) {
+				b.Fatal("floor MAC mismatch")
+			}
+			for range 2 {
+				hb.Reset()
+				hb.Write(scoped)
+				if hmac.Equal(hb.Sum(sum[:0]), dec[:macSize]) {
+					b.Fatal("unexpected")
+				}
 			}
 			h.Reset()
 			h.Write(body)
