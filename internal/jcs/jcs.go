@@ -130,7 +130,7 @@ func (p *jcsParser) release() {
 		cap(p.tmp) > maxPooledJCS || cap(p.members) > maxPooledJCS/32 || cap(p.order) > maxPooledJCS/32 {
 		return
 	}
-	*p = jcsParser{out: p.out[:0], keys: p.keys[:0], members: p.members[:0], str: p.str[:0], tmp: p.tmp[:0], order: p.order[:0], frames: p.frames[:0]}
+	*p = jcsParser{out: p.out[:0], keys: p.keys[:0], members: p.members[:0], str: p.str[:0], tmp: p.tmp[:0], order: p.order[:0], frames: p.frames[:0], tiny: p.tiny}
 	jcsScratch.Put(p)
 }
 
@@ -373,6 +373,8 @@ type jcsParser struct {
 	refuseFFFD bool
 	// fail is why stringInto last failed.
 	fail error
+	// tiny holds tinyDouble's working integers once it has needed them.
+	tiny *[2]big.Int
 }
 
 // jcsFrame is an array or object canonical has opened and not yet closed.
@@ -987,7 +989,7 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		return nil, errArgsInexact
 	}
 	if n > 15 || point < -300 || point > 300 {
-		f, ok := tinyDouble(dig[:n], point)
+		f, ok := p.tinyDouble(dig[:n], point)
 		if !ok {
 			var err error
 			f, err = strconv.ParseFloat(string(lit), 64)
@@ -1020,7 +1022,7 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 // these values falls back to big decimal arithmetic taking 17–55 µs a
 // number (measured 2026-11-23): an argument array of such numbers cost
 // thousands of times its SHA-256. This takes a few µs.
-func tinyDouble(dig []byte, point int) (float64, bool) {
+func (p *jcsParser) tinyDouble(dig []byte, point int) (float64, bool) {
 	if point > -307 || point <= -324 {
 		return 0, false
 	}
@@ -1030,13 +1032,18 @@ func tinyDouble(dig []byte, point int) (float64, bool) {
 	}
 	// The value is d / 10^m, the double k × 2^-1074: k = d × 2^1074 / 10^m.
 	m := len(dig) - point
-	num := new(big.Int).Lsh(new(big.Int).SetUint64(d), 1074)
+	// The parser's big integers keep their memory across calls.
+	if p.tiny == nil {
+		p.tiny = new([2]big.Int)
+	}
+	num, r := &p.tiny[0], &p.tiny[1]
+	num.Lsh(num.SetUint64(d), 1074)
 	den := tinyPow10()[m-tinyPow10Min]
-	k, r := num.QuoRem(num, den, new(big.Int))
+	k, r := num.QuoRem(num, den, r)
 	// Round to nearest. No tie to break: a value halfway between two
 	// such doubles, (2k+1) × 2^-1075, has over 700 significant digits.
 	if r.Lsh(r, 1).Cmp(den) > 0 {
-		k.Add(k, big.NewInt(1))
+		k.Add(k, bigOne)
 	}
 	if !k.IsUint64() || k.Uint64() > 1<<53 {
 		return 0, false
@@ -1059,6 +1066,9 @@ var tinyPow10 = sync.OnceValue(func() []*big.Int {
 })
 
 const tinyPow10Min = 308
+
+// bigOne is 1. Read-only.
+var bigOne = big.NewInt(1)
 
 // fewLeadingZeros reports whether the digits f start with fewer than six
 // zeros.
