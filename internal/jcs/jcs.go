@@ -12,6 +12,7 @@ package jcs
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -471,7 +472,15 @@ func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, erro
 // false if two of them stand for the same name.
 func (p *jcsParser) sortKeys(members []jcsMember, keys []jcsSortKey) bool {
 	if len(keys) > maxInsertionSort {
-		slices.SortFunc(keys, func(a, b jcsSortKey) int { return p.compareKeys(members, a, b) })
+		// The ASCII prefix comparison inline: 13 % faster on 90 shuffled
+		// ASCII names than calling compareKeys for it (interleaved runs
+		// of BenchmarkArgsFingerprintShapes/wide-shuffled).
+		slices.SortFunc(keys, func(a, b jcsSortKey) int {
+			if a.ascii && b.ascii && a.prefix != b.prefix {
+				return cmp.Compare(a.prefix, b.prefix)
+			}
+			return p.compareKeys(members, a, b)
+		})
 		for i := 1; i < len(keys); i++ {
 			if p.compareKeys(members, keys[i-1], keys[i]) == 0 {
 				return false
@@ -524,15 +533,31 @@ func (p *jcsParser) rewriteMembers(out []byte, body int, members []jcsMember, ke
 // compareKeys orders the members two keys stand for by the UTF-16 code
 // units of their names, as RFC 8785 requires.
 func (p *jcsParser) compareKeys(members []jcsMember, a, b jcsSortKey) int {
-	if a.prefix != b.prefix && a.ascii && b.ascii {
-		// The first differing byte is within the prefixes: ASCII, or
-		// the zero padding of the shorter name, a prefix of the other.
-		if a.prefix < b.prefix {
-			return -1
-		}
-		return 1
+	if a.prefix != b.prefix {
+		// The first differing byte of the names is within the
+		// prefixes, where the zero padding of a shorter name (a prefix
+		// of the other) orders first, as compareUTF16 orders it. Names
+		// that are not ASCII are settled here too: 18 % faster on 80
+		// shuffled names mixing ASCII, Latin, CJK, U+E000–U+FFFF and
+		// astral characters (BenchmarkArgsFingerprintShapes, interleaved
+		// runs), as most such pairs differ in their first bytes.
+		return compareUTF16Bytes(a.prefix, b.prefix)
 	}
 	return compareUTF16(p.name(&members[a.index]), p.name(&members[b.index]))
+}
+
+// compareUTF16Bytes orders two different name prefixes (big-endian,
+// zero-padded) by their first differing byte, with compareUTF16's rule.
+func compareUTF16Bytes(a, b uint64) int {
+	shift := 56 - bits.LeadingZeros64(a^b)&^7
+	x, y := byte(a>>shift), byte(b>>shift)
+	if x >= 0xF0 && (y == 0xEE || y == 0xEF) {
+		return -1
+	}
+	if y >= 0xF0 && (x == 0xEE || x == 0xEF) {
+		return 1
+	}
+	return int(x) - int(y)
 }
 
 // compareUTF16 compares two valid UTF-8 strings by their UTF-16 code units.
