@@ -673,11 +673,15 @@ func (p *jcsParser) appendString(out []byte) ([]byte, bool) {
 			if r, ok := unhex4(in, i+2); ok && i+1 < len(in) && in[i+1] == 'u' && !utf16.IsSurrogate(r) && r != utf8.RuneError {
 				// \uXXXX outside the surrogates: the common escape of
 				// non-ASCII text (Python's ensure_ascii), decoded here
-				// with a table rather than through escape (a quarter
-				// faster on CJK text so escaped).
-				if r < 0x20 || r == '"' || r == '\\' {
+				// with a table rather than through escape (CJK text so
+				// escaped: 4.45× SHA-256 before, 4.0× after, one run
+				// each).
+				switch {
+				case r >= 0x800: // three bytes of UTF-8 (not a surrogate)
+					out = append(out, 0xE0|byte(r>>12), 0x80|byte(r>>6)&0x3F, 0x80|byte(r)&0x3F)
+				case r < 0x20 || r == '"' || r == '\\':
 					out = appendJCSEscape(out, byte(r))
-				} else {
+				default:
 					out = utf8.AppendRune(out, r)
 				}
 				i += 6
