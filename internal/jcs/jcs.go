@@ -645,7 +645,7 @@ func (p *jcsParser) stringInto(dst []byte) ([]byte, bool) {
 // (validated as UTF-8 a run at a time, and only when the run holds a
 // non-ASCII byte), and each escape is replaced by its canonical spelling.
 // Unescaping into a buffer and escaping it again, as this package did
-// before, took 1.3–1.9× as long on 1.5 KiB of text with escapes or
+// before, took 1.1–2.8× as long on 1.5 KiB of text with escapes or
 // non-ASCII characters (BenchmarkArgsFingerprintShapes, docs/benchmarks.md).
 func (p *jcsParser) appendString(out []byte) ([]byte, bool) {
 	in := p.in
