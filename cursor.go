@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"math"
 	"reflect"
 	"sync"
@@ -29,9 +28,6 @@ const (
 
 	// cursorKeyLabel is the HKDF info label of the cursor MAC subkey.
 	cursorKeyLabel = "ctoken.cursor hmac-sha256 key"
-	// cursorBindLabel is the HKDF info label of the subkey of the keyed
-	// digest that binds a version 2 cursor to its scope.
-	cursorBindLabel = "ctoken.cursor binding hmac-sha256 key"
 	// cursorSealLabel is the HKDF info label of the AES-256-GCM subkey of
 	// sealed cursors.
 	cursorSealLabel = "ctoken.cursor aes-256-gcm key"
@@ -110,9 +106,10 @@ type CursorConfig struct {
 	// page and the opaque state are unreadable too; only the version, the
 	// issue time and the session tag stay in clear (authenticated as
 	// additional data with the scope). When false, cursors are signed
-	// (version 2): the page and the state are readable, the scope is a keyed
-	// digest. Either way the issuer verifies both kinds (and version 1 until
-	// it is removed), so the switch can be flipped on a running fleet. A
+	// (version 2): the page and the state are readable; the scope is bound
+	// inside the MAC and not carried at all. Either way the issuer
+	// verifies both kinds (and version 1 until it is removed), so the
+	// switch can be flipped on a running fleet. A
 	// sealed cursor bound to another scope does not open: it is refused as
 	// [ErrCursorInvalid] ("sealed cursor does not open"), not told apart from
 	// a forgery.
@@ -243,8 +240,7 @@ func cursorSessionTag(session []byte) (tag [cursorwire.SessionTagSize]byte) {
 // cursorKeys are the subkeys of every key of a ring a cursor issuer uses,
 // primary first.
 type cursorKeys struct {
-	macs  macRing  // the MAC of version 1 and 2 bodies
-	binds macRing  // the binding digest of version 2
+	macs  macRing  // the MAC of version 1 bodies and of version 2 body || scope
 	aeads aeadRing // sealed cursors
 }
 
@@ -254,15 +250,11 @@ func deriveCursorKeys(kr *Keyring) (cursorKeys, bool) {
 	if !ok {
 		return cursorKeys{}, false
 	}
-	binds, ok := deriveMACRing(kr, cursorBindLabel)
-	if !ok {
-		return cursorKeys{}, false
-	}
 	aeads, err := newAEADRing(kr, cursorSealLabel)
 	if err != nil || len(aeads) != len(macs) {
 		return cursorKeys{}, false
 	}
-	return cursorKeys{macs: macs, binds: binds, aeads: aeads}, true
+	return cursorKeys{macs: macs, aeads: aeads}, true
 }
 
 // ring returns the subkeys in use now (empty for the zero value).
@@ -275,8 +267,8 @@ func (i *CursorIssuer) ring() cursorKeys {
 
 // StateBudget returns how many bytes of opaque state every cursor i issues
 // can carry, whatever its scope: the tool and caller IDs and the arguments
-// fingerprint are bound by a fixed-size digest (or, sealed, as additional
-// data) and take none of it, so a handler can check its largest state
+// fingerprint are bound inside the MAC (or, sealed, as additional data)
+// and take none of it, so a handler can check its largest state
 // against it at startup. It is [MaxOpaqueStateBytes] for every
 // configuration [NewCursorIssuer] accepts (TestCursorStateBudget), and 0
 // for an issuer not made by NewCursorIssuer.
@@ -302,26 +294,20 @@ func (i *CursorIssuer) maxRawLen(n int) int {
 			cursorwire.SealedInnerLen(math.MaxUint32, make([]byte, n)) + gcmTagSize
 	}
 	return cursorwire.V2Len(&cursorwire.BodyV2{Version: cursorwire.Version, Page: math.MaxUint32, Issued: issued,
-		Session: i.sessTag[:], State: make([]byte, n), Bind: make([]byte, cursorwire.BindSize)}) + macSize
+		Session: i.sessTag[:], State: make([]byte, n)}) + macSize
 }
 
-// zeroBind stands for the binding digest when a body's length is computed.
-var zeroBind [cursorwire.BindSize]byte
-
-// appendScope appends the scope a cursor binds: the input of the keyed
-// digest of a version 2 cursor, and the additional data, after the header,
-// of a sealed one. The tool and caller IDs, each after its length as 8
-// bytes big endian, then the arguments fingerprint when it is non-zero.
-// Any bytes are accepted; nothing of them is carried.
+// appendScope appends the scope a cursor binds (cursorwire.AppendScope):
+// after the body in the MAC input of a version 2 cursor, after the header
+// in the additional data of a sealed one. A zero Args is "not bound",
+// marked apart from any fingerprint. Any bytes are accepted; nothing of
+// them is carried.
 func appendScope(dst []byte, s *CursorScope) []byte {
-	dst = binary.BigEndian.AppendUint64(dst, uint64(len(s.ToolID)))
-	dst = append(dst, s.ToolID...)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(len(s.CallerID)))
-	dst = append(dst, s.CallerID...)
+	var args []byte
 	if !s.Args.IsZero() {
-		dst = append(dst, s.Args[:]...)
+		args = s.Args[:]
 	}
-	return dst
+	return cursorwire.AppendScope(dst, s.ToolID, s.CallerID, args)
 }
 
 // Session returns a copy of the issuer's server session (empty for the
@@ -367,7 +353,7 @@ func (i *CursorIssuer) issue(p CursorPayload) (string, error) {
 			cursorwire.SealedInnerLen(p.Page, p.State) + gcmTagSize
 	} else {
 		n = cursorwire.V2Len(&cursorwire.BodyV2{Version: cursorwire.Version, Page: p.Page, Issued: issued,
-			Session: i.sessTag[:], State: p.State, Bind: zeroBind[:]}) + macSize
+			Session: i.sessTag[:], State: p.State}) + macSize
 	}
 	if b64.EncodedLen(n) > MaxCursorBytes {
 		return "", errCursorLarge
@@ -380,16 +366,13 @@ func (i *CursorIssuer) issue(p CursorPayload) (string, error) {
 		pt := cursorwire.AppendSealedInner(s.pt[:0], p.Page, p.State)
 		raw = keys.aeads[0].Seal(hdr, nil, pt, s.aad)
 	} else {
-		bind := keys.binds[0]
-		st := bind.Begin()
-		// One Write of the scope, laid out in pooled memory: cheaper than
-		// a Write per field.
-		s.aad = appendScope(s.aad[:0], &p.CursorScope)
-		st.Write(s.aad)
-		raw = cursorwire.AppendV2(s.raw[:0], &cursorwire.BodyV2{Version: cursorwire.Version, Page: p.Page, Issued: issued,
-			Session: i.sessTag[:], State: p.State, Bind: st.Tag()[:]})
-		bind.End(st)
-		raw = keys.macs[0].Sum(raw, raw)
+		// body || scope laid out in pooled memory and MACed in one call;
+		// the cursor is the body and the tag.
+		s.aad = cursorwire.AppendV2(s.aad[:0], &cursorwire.BodyV2{Version: cursorwire.Version, Page: p.Page, Issued: issued,
+			Session: i.sessTag[:], State: p.State})
+		raw = append(s.raw[:0], s.aad...)
+		s.aad = appendScope(s.aad, &p.CursorScope)
+		raw = keys.macs[0].Sum(raw, s.aad)
 	}
 	text := s.text[:b64.EncodedLen(len(raw))]
 	b64.Encode(text, raw)
@@ -415,20 +398,29 @@ var (
 	errCursorSession    = reject(ErrCursorExpired, "other server session")
 	errCursorForeign    = reject(ErrCursorExpired, "mac mismatch (other session)")
 	errCursorAge        = reject(ErrCursorExpired, "older than TTL")
-	errCursorScope      = reject(ErrCursorInvalid, "wrong scope (tool, caller or arguments)")
+	errCursorScope      = reject(ErrCursorInvalid, "forged or wrong scope (tool, caller or arguments)")
 	errCursorSealed     = reject(ErrCursorInvalid, "sealed cursor does not open (tampered, other key, or other scope)")
 )
 
 // Verify checks cursor and returns its payload. Checks run in this order:
 // length cap, base64, MAC against each key of the ring (constant time),
-// strict CBOR decode, session, age, scope. Tool and caller must equal want's;
-// Args is compared when want.Args is non-zero.
+// strict CBOR decode, session, age. A version 2 cursor's MAC covers its
+// body and want's scope (tool, caller, and Args when non-zero), so a cursor
+// verifies only for the exact scope it was issued for: a cursor issued with
+// arguments is refused when want.Args is zero, and one issued without them
+// is refused when want.Args is set. A sealed cursor binds the same scope as
+// additional data. A version 1 cursor (tool, caller and arguments in clear)
+// is compared field by field after its MAC; its Args only when want.Args is
+// non-zero.
 //
 // Errors match [ErrCursorInvalid] (forged, tampered, malformed, truncated,
 // oversize, wrong scope, IssuedAt over 60 s ahead) or [ErrCursorExpired] (too
 // old, or from another server session), and always carry a [Reason]; an
 // issuer not made by [NewCursorIssuer] refuses every cursor with [ErrNoKey]. On
-// error the payload is zero.
+// error the payload is zero. A version 2 cursor of another scope and a
+// forged one are not told apart (nothing of the scope is carried): both are
+// [ReasonCursorWrongScope], "forged or wrong scope (tool, caller or
+// arguments)"; a sealed one is [ReasonCursorSealedOpen].
 //
 // A trade-off: a cursor whose MAC fails but whose body decodes and names
 // another non-empty session is reported as [ErrCursorExpired] (1020, "start
@@ -473,23 +465,24 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 		return i.refuse(-1, errCursorTruncated)
 	}
 	body, tag := raw[:n-macSize], raw[n-macSize:]
+	// Key 1 sorts first, so bytes 1 and 2 name the version the MAC input
+	// depends on: body || scope for version 2, the body alone for version
+	// 1. The version is inside both MAC inputs, so a body cannot be moved
+	// from one to the other.
+	if raw[1] == cursorwire.KeyVersion && raw[2] == cursorwire.Version {
+		return i.verifyV2(keys, s, body, tag, &want)
+	}
 	key := keys.macs.verify(body, tag)
 	if key < 0 {
 		// A classification hint only: nothing of an unauthenticated body
 		// is ever returned.
-		if f, ok := cursorwire.DecodeV2(body); ok && len(f.Session) != 0 && !equalSecret(f.Session, i.sessTag[:]) {
-			return i.refuse(-1, errCursorForeign)
-		}
 		if f, ok := cursorwire.DecodeBody(body); ok && len(f.Session) != 0 && !bytes.Equal(f.Session, i.session) {
 			return i.refuse(-1, errCursorForeign)
 		}
 		return i.refuse(-1, errCursorMAC)
 	}
-	// Exactly one encoding is accepted, the one Issue writes (see
+	// Exactly one encoding is accepted, the one Issue wrote (see
 	// internal/cursorwire).
-	if f, ok := cursorwire.DecodeV2(body); ok {
-		return i.verifyV2(keys, s, key, &f, &want)
-	}
 	f, ok := cursorwire.DecodeBody(body)
 	if !ok {
 		return i.refuse(key, errCursorMalformed)
@@ -514,25 +507,35 @@ func (i *CursorIssuer) checkTime(session, wantSession []byte, issuedUnix int64) 
 	return issued, nil
 }
 
-// verifyV2 checks an authentic version 2 body whose MAC key matched.
-func (i *CursorIssuer) verifyV2(keys cursorKeys, s *cursorScratch, key int, f *cursorwire.Fields, want *CursorScope) (CursorPayload, error) {
-	if f.Version != cursorwire.Version || len(f.Bind) != cursorwire.BindSize || len(f.Session) != cursorwire.SessionTagSize {
-		return i.refuse(key, errCursorVersion)
+// verifyV2 checks a version 2 cursor: its MAC over body || want's scope
+// with each key, then the body. A MAC that fails with every key is a
+// forgery or a cursor of another scope, which look the same by design
+// (nothing of the scope is carried): [ErrCursorInvalid], "forged or wrong
+// scope". The one exception is a body that decodes strictly and names
+// another session tag: [ErrCursorExpired], as for version 1.
+func (i *CursorIssuer) verifyV2(keys cursorKeys, s *cursorScratch, body, tag []byte, want *CursorScope) (CursorPayload, error) {
+	s.aad = appendScope(append(s.aad[:0], body...), want)
+	key := keys.macs.verify(s.aad, tag)
+	f, ok := cursorwire.DecodeV2(body)
+	if key < 0 {
+		switch {
+		case !ok:
+			return i.refuse(-1, errCursorMAC)
+		case len(f.Session) != 0 && !equalSecret(f.Session, i.sessTag[:]):
+			return i.refuse(-1, errCursorForeign)
+		}
+		return i.refuse(-1, errCursorScope)
+	}
+	// Exactly one encoding is accepted, the one Issue wrote.
+	if !ok {
+		return i.refuse(key, errCursorMalformed)
+	}
+	if len(f.Session) != cursorwire.SessionTagSize {
+		return i.refuse(key, errCursorMalformed)
 	}
 	issued, err := i.checkTime(f.Session, i.sessTag[:], f.Issued)
 	if err != nil {
 		return i.refuse(key, err)
-	}
-	// The digest under the subkey of the key whose MAC matched; compared
-	// in constant time (hmac.Equal).
-	bind := keys.binds[key]
-	st := bind.Begin()
-	s.aad = appendScope(s.aad[:0], want)
-	st.Write(s.aad)
-	ok := st.Equal(f.Bind)
-	bind.End(st)
-	if !ok {
-		return i.refuse(key, errCursorScope)
 	}
 	return i.verified(key, want, want.Args, f.Page, f.State, issued)
 }

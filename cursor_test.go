@@ -70,7 +70,7 @@ func TestCursorVerify(t *testing.T) {
 		if _, err := i.Verify(c, unbound); err != nil {
 			t.Fatalf("unbound cursor, unbound want: %v", err)
 		}
-		// From format version 2 the arguments are inside the keyed digest: a
+		// From format version 2 the arguments are inside the MAC input: a
 		// bound cursor verifies only against the same non-zero want.Args, and a
 		// zero want.Args (a verifier that checks nothing) is refused.
 		bound := mustIssue(t, i, CursorPayload{CursorScope: CursorScope{ToolID: "list", CallerID: "u", Args: testScope.Args}})
@@ -383,9 +383,9 @@ func TestCursorIssueEnforcesCaps(t *testing.T) {
 
 }
 
-// The scope costs a cursor a fixed 34 bytes whatever its IDs: the full
-// state fits beside a 1 KiB caller, a non-UTF-8 caller and a 100-byte tool,
-// signed and sealed, and the caller's bytes appear nowhere in the token.
+// The scope costs a cursor nothing whatever its IDs: the full state fits
+// beside a 1 KiB caller, a non-UTF-8 caller and a 100-byte tool, signed and
+// sealed, and the caller's bytes appear nowhere in the token.
 func TestCursorScopeCostsNoStateBudget(t *testing.T) {
 	callers := map[string]string{
 		"1 KiB":     strings.Repeat("alice.secret@example.com|", 41)[:1024],
@@ -428,6 +428,36 @@ func TestCursorScopeCostsNoStateBudget(t *testing.T) {
 	}
 }
 
+// A version 2 cursor carries nothing of its scope, not even a digest: the
+// same page, state and time under any tool, caller and arguments give the
+// same body (only the MAC differs), so cursors are not linkable by their
+// scope and their length does not depend on it.
+func TestCursorBodyDoesNotDependOnTheScope(t *testing.T) {
+	clock := newTestClock()
+	i := newTestIssuer(t, CursorConfig{Session: []byte("s"), Now: clock.Now})
+	p := CursorPayload{Page: 4, State: []byte("after=42")}
+	var body []byte
+	for name, scope := range map[string]CursorScope{
+		"empty":            {},
+		"alice":            {ToolID: "search", CallerID: "alice@example.com"},
+		"alice, arguments": {ToolID: "search", CallerID: "alice@example.com", Args: testScope.Args},
+		"bob":              {ToolID: "search", CallerID: "bob@example.com"},
+		"1 KiB caller":     {ToolID: strings.Repeat("t", 100), CallerID: strings.Repeat("c", 1024), Args: testScope.Args},
+	} {
+		p.CursorScope = scope
+		raw, err := b64.DecodeString(mustIssue(t, i, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := raw[:len(raw)-macSize]
+		if body == nil {
+			body = got
+		} else if !bytes.Equal(got, body) {
+			t.Fatalf("%s: body %x differs from %x", name, got, body)
+		}
+	}
+}
+
 func TestCursorFixedFieldsAreCompact(t *testing.T) {
 	i := newTestIssuer(t, CursorConfig{})
 	c := mustIssue(t, i, CursorPayload{CursorScope: CursorScope{Args: testScope.Args}, Page: 1 << 20})
@@ -448,26 +478,26 @@ func TestCursorWireFormat(t *testing.T) {
 	c := mustIssue(t, i, CursorPayload{CursorScope: CursorScope{ToolID: "t", CallerID: "u"}, Page: 2, State: []byte{9}})
 	raw, _ := base64.RawURLEncoding.DecodeString(c)
 	body := raw[:len(raw)-32]
-	// Format version 2: the scope is HMAC-SHA256 under its own subkey of
-	// each ID after its length (8 bytes big endian), the session a tag.
-	bind := hmac.New(sha256.New, subkey(key, "ctoken.cursor binding hmac-sha256 key"))
-	bind.Write([]byte{0, 0, 0, 0, 0, 0, 0, 1, 't', 0, 0, 0, 0, 0, 0, 0, 1, 'u'})
+	// Format version 2: the scope is not in the token; the session is a
+	// tag.
 	sess := sha256.Sum256([]byte("ctoken.cursor session tag\x00\xAB"))
 	want := []byte{
-		0xA6,       // map(6)
+		0xA5,       // map(5)
 		0x01, 0x02, // 1: version 2
 		0x05, 0x02, // 5: page
 		0x06, 0x1A, 0x65, 0x53, 0xF1, 0x00, // 6: issued-at 1700000000
 		0x07, 0x48, // 7: session tag, 8 bytes
 	}
 	want = append(want, sess[:8]...)
-	want = append(want, 0x08, 0x41, 0x09, 0x09, 0x58, 0x20) // 8: state; 9: binding, 32 bytes
-	want = append(want, bind.Sum(nil)...)
+	want = append(want, 0x08, 0x41, 0x09) // 8: state
 	if !bytes.Equal(body, want) {
 		t.Fatalf("CBOR body\n got %x\nwant %x", body, want)
 	}
+	// The MAC covers the body, then the scope: the label, each ID after
+	// its length (uvarint), 0x00 for no arguments.
 	mac := hmac.New(sha256.New, subkey(key, "ctoken.cursor hmac-sha256 key"))
 	mac.Write(body)
+	mac.Write([]byte("ctoken.scope\x00\x01t\x01u\x00"))
 	if !hmac.Equal(mac.Sum(nil), raw[len(raw)-32:]) {
 		t.Fatal("MAC is not HMAC-SHA256 under the derived cursor key")
 	}

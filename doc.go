@@ -7,7 +7,7 @@
 //
 //   - [CursorIssuer]: stateless HMAC-SHA256 (or, sealed, AES-256-GCM)
 //     pagination cursors over compact CBOR, at most [MaxCursorBytes], bound
-//     by a keyed digest to an operation or endpoint
+//     inside their MAC (never carried) to an operation or endpoint
 //     (an MCP tool, an RPC, an HTTP route: [CursorScope].ToolID), a caller,
 //     an arguments fingerprint ([ArgsFingerprint]) and a server session,
 //     with a TTL and key rotation; by page number or by keyset
@@ -56,22 +56,22 @@
 // zero bytes, info = label, 32) of each key of the ring.
 //
 //	K      = HKDF(key, "ctoken.cursor hmac-sha256 key")
-//	Kb     = HKDF(key, "ctoken.cursor binding hmac-sha256 key")
 //	Ke     = HKDF(key, "ctoken.cursor aes-256-gcm key")
-//	scope  = uint64be(len(tool)) || tool || uint64be(len(caller)) || caller
-//	         || args (the 32-byte fingerprint, only when non-zero)
+//	scope  = "ctoken.scope\x00" || uvarint(len(tool)) || tool
+//	         || uvarint(len(caller)) || caller
+//	         || 0x00                        (arguments not bound: zero Args)
+//	          | 0x01 || args                (the 32-byte fingerprint)
 //	tag    = SHA-256("ctoken.cursor session tag\x00" || session)[:8]
 //
 // Version 2 (signed):
 //
-//	cursor = base64url_nopad( body || HMAC-SHA256(K, body) )
+//	cursor = base64url_nopad( body || HMAC-SHA256(K, body || scope) )
 //	body   = CBOR map:
 //	  1: version        unsigned, 2
 //	  5: page           unsigned, at most 2^32-1 (0 in a keyset cursor)
 //	  6: issued at      integer, Unix seconds
 //	  7: session tag    byte string, 8 bytes
 //	  8: opaque state   byte string (omitted when empty)
-//	  9: binding        byte string, HMAC-SHA256(Kb, scope), 32 bytes
 //
 // Version 3 (sealed, AES-256-GCM with a random 96-bit nonce):
 //
@@ -79,19 +79,27 @@
 //	header = CBOR map { 1: 3, 6: issued at, 7: session tag }
 //	inner  = CBOR map { 5: page, 8: opaque state (omitted when empty) }
 //
-// The tool and caller IDs and the arguments fingerprint are never carried:
-// a version 2 cursor holds their keyed digest, which a dictionary of IDs
-// does not invert without the key, and a sealed one authenticates them as
-// additional data. Any IDs, of any length and not necessarily UTF-8, cost
-// the same 34 bytes (none, sealed), so every cursor holds the full
+// The tool and caller IDs and the arguments fingerprint are never carried,
+// not even as a digest: a version 2 cursor's MAC covers them after the body
+// and a sealed one authenticates them as additional data, so two cursors of
+// one caller are not linkable by their scope, and a dictionary of IDs has
+// nothing to be tried against. The scope encoding is injective (a fixed
+// label, lengths first, a marker before the arguments; the body is one
+// canonical CBOR item and nothing may follow it; TestScopeEncodingIsInjective
+// in internal/cursorwire). Any IDs, of any length and not necessarily
+// UTF-8, cost no byte of the cursor, so every cursor holds the full
 // [MaxOpaqueStateBytes] ([CursorIssuer.StateBudget];
-// TestCursorScopeCostsNoStateBudget). A bound cursor verifies only against
-// the same non-zero arguments fingerprint. The digest is checked with the
-// subkey of the key whose MAC matched, in constant time. The session tag
+// TestCursorScopeCostsNoStateBudget). A cursor verifies only for the exact
+// scope it was issued for: one bound to arguments is refused when
+// want.Args is zero, one issued with a zero Args when want.Args is set. A
+// cursor of another scope and a forged one cannot be told apart: both are
+// [ErrCursorInvalid], "forged or wrong scope (tool, caller or arguments)"
+// ([ReasonCursorWrongScope]; a body that does not decode is "mac
+// mismatch"), or, sealed, "sealed cursor does not open". The session tag
 // and the issue time stay in clear so that a cursor from before a restart
-// or of another session is still [ErrCursorExpired]; a sealed cursor that
-// does not open (forged, or of another scope) is [ErrCursorInvalid] and
-// cannot be told apart from a forgery.
+// or of another session is still [ErrCursorExpired] (a body that decodes
+// and names another session tag, even when the MAC fails, as for version
+// 1), and the age is checked after the MAC.
 //
 // Version 1, which carried the IDs in clear, is still verified until it
 // is removed (see CHANGELOG.md), never beyond the TTL:

@@ -85,7 +85,7 @@ func ExampleCursorHTTPStatus() {
 	// Output:
 	// 200
 	// 410 other server session
-	// 400 wrong scope (tool, caller or arguments)
+	// 400 forged or wrong scope (tool, caller or arguments)
 }
 
 func ExampleKeySourceFromFile() {

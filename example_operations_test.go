@@ -78,5 +78,5 @@ func Example_operations() {
 	}
 	issuer.Verify(cursor, ctoken.CursorScope{ToolID: "search", CallerID: "mallory"})
 	// Output:
-	// level=WARN msg="ctoken: refused" kind=cursor outcome=refused reason="wrong scope (tool, caller or arguments)" key=primary
+	// level=WARN msg="ctoken: refused" kind=cursor outcome=refused reason="forged or wrong scope (tool, caller or arguments)"
 }

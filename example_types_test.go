@@ -134,7 +134,7 @@ func ExampleFingerprint() {
 	_, err = issuer.Verify(cursor, other)
 	fmt.Println("other arguments:", errors.Is(err, ctoken.ErrCursorInvalid))
 
-	// The arguments are inside the cursor's keyed digest: a verifier that
+	// The arguments are inside the cursor's MAC input: a verifier that
 	// presents none (a zero Fingerprint) is refused too.
 	unchecked := scope
 	unchecked.Args = ctoken.Fingerprint{}

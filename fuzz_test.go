@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ctoken/ctoken/internal/cursorwire"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -127,19 +128,25 @@ func FuzzCursorVerifySigned(f *testing.F) {
 	f.Add(vecCursorBody("search", "user:42", seqBytes(1, 32), 2, now-10, vecSession, []byte("state")), "search", "user:42")
 	f.Add([]byte{0xa0}, "", "")
 	f.Add([]byte{0xbf, 0xff}, "", "")
-	// Version 2 bodies: authentic (binding and all) and with a short
-	// binding or session tag.
+	// Version 2 bodies (signed with the fuzzed scope): authentic, with a
+	// short session tag, and with the removed binding field 9.
 	for _, v := range []cursorV2Vector{
 		{Tool: hex.EncodeToString([]byte("t")), Caller: hex.EncodeToString([]byte("c")), Page: 1, IssuedAt: now},
 		{Tool: hex.EncodeToString([]byte("search")), Caller: hex.EncodeToString([]byte("user:42")), Page: 2, IssuedAt: now - 10, State: "00ff"},
 	} {
 		v2Token(f, vecKey, vecSession, &v)
 		body := vecHex(f, v.CBOR)
-		f.Add(body, string(vecHex(f, v.Tool)), string(vecHex(f, v.Caller)))
-		f.Add(append(append([]byte(nil), body[:len(body)-34]...), 0x09, 0x41, 0x00), string(vecHex(f, v.Tool)), string(vecHex(f, v.Caller)))
+		tool, caller := string(vecHex(f, v.Tool)), string(vecHex(f, v.Caller))
+		f.Add(body, tool, caller)
+		f.Add(cursorwire.AppendV2(nil, &cursorwire.BodyV2{Version: cursorwire.Version, Page: v.Page, Issued: v.IssuedAt, Session: []byte{1}}), tool, caller)
+		withBind := append([]byte{body[0] + 1}, body[1:]...)
+		f.Add(append(withBind, 0x09, 0x41, 0x00), tool, caller)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, tool, caller string) {
 		cursor := signCursorBody(vecKey, body)
+		if len(body) >= 3 && body[1] == cursorwire.KeyVersion && body[2] == cursorwire.Version {
+			cursor = signCursorV2Body(vecKey, body, v2Scope([]byte(tool), []byte(caller), nil))
+		}
 		if len(cursor) > MaxCursorBytes {
 			return
 		}

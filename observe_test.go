@@ -100,12 +100,25 @@ func TestObserverSeesEvery(t *testing.T) {
 		macs := iss.ring().macs
 		body := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
 		signed := func(b []byte) string { return b64.EncodeToString(macs[0].Sum(b, b)) }
-		wrongVersion := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1 + 1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
+		// A version 2 body MACed with the scope after it, as Issue does.
+		signedV2 := func(b []byte) string {
+			return b64.EncodeToString(macs[0].Sum(append([]byte(nil), b...), appendScope(append([]byte(nil), b...), &scope)))
+		}
+		v2 := func(session []byte) []byte {
+			return cursorwire.AppendV2(nil, &cursorwire.BodyV2{Version: cursorwire.Version, Issued: clock.Now().Unix(), Session: session})
+		}
+		tag := cursorSessionTag([]byte("s1"))
+		// Version 4: no layout (2 and 3 are read as their own layouts).
+		wrongVersion := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.VersionSealed + 1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
 		future := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: "t", Caller: "c", Issued: clock.Now().Add(time.Hour).Unix(), Session: []byte("s1")})
 
 		// One character of the body changed for another of the alphabet.
 		tampered := []byte(good)
 		tampered[10] = b64Alphabet[(strings.IndexByte(b64Alphabet, good[10])+1)%len(b64Alphabet)]
+		// The map head (a5, five pairs) made a4: the body no longer decodes.
+		rawGood, _ := b64.DecodeString(good)
+		rawGood[0]--
+		tamperedHead := b64.EncodeToString(rawGood)
 		cases := []struct {
 			name   string
 			cursor string
@@ -118,15 +131,21 @@ func TestObserverSeesEvery(t *testing.T) {
 			{"oversize", strings.Repeat("A", MaxCursorBytes+1), scope, refused(KindCursor, ReasonCursorOversize, KeyNone)},
 			{"not base64url", "!!!!", scope, refused(KindCursor, ReasonNotBase64URL, KeyNone)},
 			{"truncated", "AAAA", scope, refused(KindCursor, ReasonTruncated, KeyNone)},
-			{"tampered", string(tampered), scope, refused(KindCursor, ReasonMACMismatch, KeyNone)},
+			// The body still decodes: a forgery and a wrong scope look the same.
+			{"tampered", string(tampered), scope, refused(KindCursor, ReasonCursorWrongScope, KeyNone)},
+			{"tampered so that the body does not decode", tamperedHead, scope, refused(KindCursor, ReasonMACMismatch, KeyNone)},
 			{"forged, other session", issue(forgedOther, CursorPayload{CursorScope: scope}), scope, refused(KindCursor, ReasonMACOtherSession, KeyNone)},
 			{"authentic, other session", issue(otherSession, CursorPayload{CursorScope: scope}), scope, refused(KindCursor, ReasonOtherSession, KeyPrimary)},
 			{"malformed under a valid MAC", signed(append(body, 0)), scope, refused(KindCursor, ReasonCursorMalformed, KeyPrimary)},
 			{"unknown version", signed(wrongVersion), scope, refused(KindCursor, ReasonUnknownVersion, KeyPrimary)},
+			{"version 2, malformed under a valid MAC", signedV2(append(v2(tag[:]), 0)), scope, refused(KindCursor, ReasonCursorMalformed, KeyPrimary)},
+			{"version 2, session tag not 8 bytes under a valid MAC", signedV2(v2(tag[:7])), scope, refused(KindCursor, ReasonCursorMalformed, KeyPrimary)},
+			{"version 2, MAC of the body alone", signed(v2(tag[:])), scope, refused(KindCursor, ReasonCursorWrongScope, KeyNone)},
 			{"issued in the future", signed(future), scope, refused(KindCursor, ReasonIssuedInFuture, KeyPrimary)},
-			{"wrong tool", good, CursorScope{ToolID: "x", CallerID: "c"}, refused(KindCursor, ReasonCursorWrongScope, KeyPrimary)},
-			{"wrong caller", good, CursorScope{ToolID: "t", CallerID: "x"}, refused(KindCursor, ReasonCursorWrongScope, KeyPrimary)},
-			{"wrong arguments", good, CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{2}}, refused(KindCursor, ReasonCursorWrongScope, KeyPrimary)},
+			// The scope is inside the MAC: no key matches.
+			{"wrong tool", good, CursorScope{ToolID: "x", CallerID: "c"}, refused(KindCursor, ReasonCursorWrongScope, KeyNone)},
+			{"wrong caller", good, CursorScope{ToolID: "t", CallerID: "x"}, refused(KindCursor, ReasonCursorWrongScope, KeyNone)},
+			{"wrong arguments", good, CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{2}}, refused(KindCursor, ReasonCursorWrongScope, KeyNone)},
 		}
 		for _, tc := range cases {
 			_, err := iss.Verify(tc.cursor, tc.want)

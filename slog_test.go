@@ -91,7 +91,7 @@ func TestSlogObserver(t *testing.T) {
 		}{
 			{slog.LevelDebug, "ctoken: issued", map[string]string{"kind": "cursor", "outcome": "issued", "key": "primary"}},
 			{slog.LevelDebug, "ctoken: verified", map[string]string{"kind": "cursor", "outcome": "verified", "key": "primary"}},
-			{slog.LevelWarn, "ctoken: refused", map[string]string{"kind": "cursor", "outcome": "refused", "reason": "mac mismatch"}},
+			{slog.LevelWarn, "ctoken: refused", map[string]string{"kind": "cursor", "outcome": "refused", "reason": "forged or wrong scope (tool, caller or arguments)"}},
 			{slog.LevelDebug, "ctoken: issued", map[string]string{"kind": "request_state", "outcome": "issued", "key": "primary"}},
 			{slog.LevelError, "ctoken: store_failure", map[string]string{"kind": "request_state", "outcome": "store_failure", "reason": "replay store failed", "key": "primary", "store_latency": "*"}},
 			{slog.LevelInfo, "ctoken: refused", map[string]string{"kind": "cursor", "outcome": "refused", "reason": "older than TTL", "key": "primary"}},

@@ -164,6 +164,13 @@ func signCursorBody(key, body []byte) string {
 	return base64.RawURLEncoding.EncodeToString(raw)
 }
 
+// signCursorV2Body is the version 2 cursor of body for scope (v2Scope):
+// body || HMAC-SHA256(cursor subkey, body || scope).
+func signCursorV2Body(key, body, scope []byte) string {
+	mac := vecHMAC(vecHKDF(key, cursorKeyLabel), append(append([]byte(nil), body...), scope...))
+	return base64.RawURLEncoding.EncodeToString(append(append([]byte(nil), body...), mac...))
+}
+
 // vecBindTag is SPEC §4's bind tag: the material is the subject, subject +
 // NUL + tool (an empty subject included), or empty for BindNone.
 func vecBindTag(key []byte, binding RequestStateBinding, subject, tool string) string {
@@ -1281,7 +1288,6 @@ type cursorV2File struct {
 	Comment    string           `json:"comment"`
 	Key        string           `json:"key_hex"`
 	MACKey     string           `json:"mac_key_hex"`
-	BindKey    string           `json:"bind_key_hex"`
 	SealKey    string           `json:"seal_key_hex"`
 	Session    string           `json:"session_hex"`
 	SessionTag string           `json:"session_tag_hex"`
@@ -1299,7 +1305,6 @@ type cursorV2Vector struct {
 	State    string `json:"state_hex"`
 	IssuedAt int64  `json:"issued_at_unix"`
 	Scope    string `json:"scope_hex"`
-	Binding  string `json:"binding_hex,omitempty"`
 	CBOR     string `json:"cbor_hex,omitempty"`
 	Header   string `json:"header_hex,omitempty"`
 	Nonce    string `json:"nonce_hex,omitempty"`
@@ -1307,14 +1312,19 @@ type cursorV2Vector struct {
 	Token    string `json:"token"`
 }
 
-// v2Scope is the scope bytes, written out.
+// v2Scope is the scope bytes, written out: the label, the tool and the
+// caller each after its uvarint length, then 0x00, or 0x01 and the
+// arguments fingerprint.
 func v2Scope(tool, caller, args []byte) []byte {
-	var b []byte
-	b = binary.BigEndian.AppendUint64(b, uint64(len(tool)))
+	b := []byte("ctoken.scope\x00")
+	b = binary.AppendUvarint(b, uint64(len(tool)))
 	b = append(b, tool...)
-	b = binary.BigEndian.AppendUint64(b, uint64(len(caller)))
+	b = binary.AppendUvarint(b, uint64(len(caller)))
 	b = append(b, caller...)
-	return append(b, args...)
+	if len(args) == 0 {
+		return append(b, 0x00)
+	}
+	return append(append(b, 0x01), args...)
 }
 
 // v2Token builds a vector's token from the standard library and cborHead.
@@ -1328,8 +1338,7 @@ func v2Token(t testing.TB, key, session []byte, v *cursorV2Vector) {
 		return append(cborHead(b, 2, 8), tag[:8]...)
 	}
 	if !v.Sealed {
-		bind := vecHMAC(subkey(key, cursorBindLabel), scope)
-		pairs := uint64(5)
+		pairs := uint64(4)
 		if len(state) > 0 {
 			pairs++
 		}
@@ -1339,9 +1348,9 @@ func v2Token(t testing.TB, key, session []byte, v *cursorV2Vector) {
 		if len(state) > 0 {
 			b = append(cborHead(append(b, 0x08), 2, uint64(len(state))), state...)
 		}
-		b = append(cborHead(append(b, 0x09), 2, 32), bind...)
-		v.Binding, v.CBOR = hex.EncodeToString(bind), hex.EncodeToString(b)
-		v.Token = b64.EncodeToString(append(b, vecHMAC(subkey(key, cursorKeyLabel), b)...))
+		v.CBOR = hex.EncodeToString(b)
+		mac := vecHMAC(subkey(key, cursorKeyLabel), append(append([]byte(nil), b...), scope...))
+		v.Token = b64.EncodeToString(append(b, mac...))
 		return
 	}
 	header := issuedSession([]byte{0xa3, 0x01, 0x03})
@@ -1370,11 +1379,11 @@ func v2Token(t testing.TB, key, session []byte, v *cursorV2Vector) {
 func genCursorV2Vectors(t *testing.T) cursorV2File {
 	tag := sha256.Sum256(append([]byte("ctoken.cursor session tag\x00"), vecSession...))
 	f := cursorV2File{
-		Comment: "signed (version 2): token = base64url_nopad(cbor || HMAC-SHA256(mac_key, cbor)), binding = HMAC-SHA256(bind_key, scope); " +
+		Comment: "signed (version 2): token = base64url_nopad(cbor || HMAC-SHA256(mac_key, cbor || scope)), the scope is not in the token; " +
 			"sealed (version 3): token = base64url_nopad(header || nonce || AES-256-GCM(seal_key, nonce, inner, aad = header || scope)); " +
-			"scope = u64be(len(tool)) tool u64be(len(caller)) caller [args]; session tag = SHA-256(\"ctoken.cursor session tag\\x00\" || session)[:8]; see doc.go",
+			"scope = \"ctoken.scope\\x00\" uvarint(len(tool)) tool uvarint(len(caller)) caller (0x00 | 0x01 args[32]); session tag = SHA-256(\"ctoken.cursor session tag\\x00\" || session)[:8]; see doc.go",
 		Key: hex.EncodeToString(vecKey), MACKey: hex.EncodeToString(subkey(vecKey, cursorKeyLabel)),
-		BindKey: hex.EncodeToString(subkey(vecKey, cursorBindLabel)), SealKey: hex.EncodeToString(subkey(vecKey, cursorSealLabel)),
+		SealKey: hex.EncodeToString(subkey(vecKey, cursorSealLabel)),
 		Session: hex.EncodeToString(vecSession), SessionTag: hex.EncodeToString(tag[:8]),
 		TTLSeconds: int64(DefaultCursorTTL / time.Second),
 	}
@@ -1410,7 +1419,7 @@ func TestCursorV2Vectors(t *testing.T) {
 	var f cursorV2File
 	readVectors(t, "cursor_v2.json", &f)
 	key, session := vecHex(t, f.Key), vecHex(t, f.Session)
-	for label, want := range map[string]string{cursorKeyLabel: f.MACKey, cursorBindLabel: f.BindKey, cursorSealLabel: f.SealKey} {
+	for label, want := range map[string]string{cursorKeyLabel: f.MACKey, cursorSealLabel: f.SealKey} {
 		if got := hex.EncodeToString(subkey(key, label)); got != want {
 			t.Errorf("subkey %q = %s, want %s", label, got, want)
 		}
@@ -1439,12 +1448,15 @@ func TestCursorV2Vectors(t *testing.T) {
 			if len(v.Caller) > 0 && bytes.Contains(raw, vecHex(t, v.Caller)) {
 				t.Fatal("the token carries the caller ID")
 			}
+			if bytes.Contains(raw, []byte("ctoken.scope")) {
+				t.Fatal("the token carries its scope")
+			}
 			got, err := iss.Verify(v.Token, scope)
 			if err != nil || got.Page != v.Page || !bytes.Equal(got.State, p.State) || got.IssuedAt.Unix() != v.IssuedAt || got.Args != args {
 				t.Fatalf("Verify = %+v, %v", got, err)
 			}
 			// Another caller, tool, arguments or session, and the TTL.
-			for name, c := range map[string]struct {
+			cases := map[string]struct {
 				scope   CursorScope
 				session []byte
 				now     int64
@@ -1455,7 +1467,16 @@ func TestCursorV2Vectors(t *testing.T) {
 				"other args":    {CursorScope{ToolID: scope.ToolID, CallerID: scope.CallerID, Args: Fingerprint{1}}, session, v.IssuedAt, ErrCursorInvalid},
 				"other session": {scope, []byte("vectors2"), v.IssuedAt, ErrCursorExpired},
 				"TTL + 1 s":     {scope, session, v.IssuedAt + f.TTLSeconds + 1, ErrCursorExpired},
-			} {
+			}
+			if !args.IsZero() {
+				cases["arguments dropped"] = struct {
+					scope   CursorScope
+					session []byte
+					now     int64
+					want    error
+				}{CursorScope{ToolID: scope.ToolID, CallerID: scope.CallerID}, session, v.IssuedAt, ErrCursorInvalid}
+			}
+			for name, c := range cases {
 				other := newTestIssuer(t, CursorConfig{Keys: vecKeyring(t, key), Session: c.session, Now: fixedClock(time.Unix(c.now, 0))})
 				if _, err := other.Verify(v.Token, c.scope); !errors.Is(err, c.want) {
 					t.Errorf("%s: %v, want %v", name, err, c.want)
@@ -1464,8 +1485,9 @@ func TestCursorV2Vectors(t *testing.T) {
 			if !v.Sealed {
 				mac := hmac.New(sha256.New, vecHex(t, f.MACKey))
 				mac.Write(vecHex(t, v.CBOR))
-				if !bytes.Equal(raw[len(raw)-macSize:], mac.Sum(nil)) {
-					t.Fatal("MAC is not HMAC-SHA256(mac_key, cbor)")
+				mac.Write(vecHex(t, v.Scope))
+				if !bytes.Equal(raw[len(raw)-macSize:], mac.Sum(nil)) || !bytes.Equal(raw[:len(raw)-macSize], vecHex(t, v.CBOR)) {
+					t.Fatal("token is not cbor || HMAC-SHA256(mac_key, cbor || scope)")
 				}
 			}
 		})

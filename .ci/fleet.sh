@@ -72,7 +72,7 @@ if [ "${CTOKEN_REDIS_FLAVOR:-redis}" = valkey ]; then
 	fi
 	export CTOKEN_REDIS_SERVER="$(command -v valkey-server)"
 	echo "--- store failures under load against $("$CTOKEN_REDIS_SERVER" --version | awk '{print $1, $3}')"
-	(cd redisstore && go test -tags fault -count=1 -timeout 300s -v \
+	(cd redisstore && go test -tags fault -count=1 -timeout 600s -v \
 		-run '^(TestFailoverToLaggingReplica|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock)' .)
 	echo "--- fleet fault tests passed (valkey)"
 	exit 0
@@ -92,13 +92,13 @@ fi
 
 if [ "$what" = all ] || [ "$what" = faults ]; then
 	echo "--- fault tests (-race): cluster, restarts, pause, killed instance"
-	bash .ci/redis-cluster.sh sh -c "cd '$root/redisstore' && go test -tags fault -race -count=1 -timeout 300s -v \
+	bash .ci/redis-cluster.sh sh -c "cd '$root/redisstore' && go test -tags fault -race -count=1 -timeout 600s -v \
 		-run '^(TestCluster|TestRestart|TestRollback|TestPaused|TestKilled|TestFaultChild)' ."
 fi
 
 if [ "$what" = all ] || [ "$what" = failures ]; then
 	echo "--- store failures under load (issue 26, docs/faults.md; the tests start their own redis-server, replicas, redis-sentinel and Cluster)"
-	(cd redisstore && go test -tags fault -count=1 -timeout 300s -v \
+	(cd redisstore && go test -tags fault -count=1 -timeout 600s -v \
 		-run '^(TestFailoverToLaggingReplica|TestSentinelFailover|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock)' .)
 fi
 

@@ -52,7 +52,7 @@ if ! have_pg; then
 fi
 
 cd "$root/pgstore"
-timeout=300s
+timeout=600s
 if [ -n "${CTOKEN_PG_LOAD_DURATION:-}" ]; then timeout=0; fi # bounded by the duration itself
 if [ "$what" = load ]; then
 	go test -count=1 -timeout "$timeout" -v -run '^TestLoadWithServerRestartLosesNothing$' . | grep -Ev '^=== (RUN|PAUSE|CONT)'

@@ -145,7 +145,7 @@ export CTOKEN_REDIS_SERVER="${CTOKEN_REDIS_SERVER:-$server}"
 echo "redis-cluster.sh: 3-master cluster (redis $("$server" --version | awk '{print $3}')) on $CTOKEN_REDIS_CLUSTER" >&2
 
 if [ $# -eq 0 ]; then
-	set -- sh -c "cd '$root/redisstore' && go test -tags fault -count=1 -timeout 300s -run '^TestCluster' -v ."
+	set -- sh -c "cd '$root/redisstore' && go test -tags fault -count=1 -timeout 600s -run '^TestCluster' -v ."
 fi
 set +e
 "$@"

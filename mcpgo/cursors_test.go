@@ -96,7 +96,7 @@ func TestCursorRejectionsAreToolErrorsWithCode(t *testing.T) {
 			t.Errorf("expired cursor: TokenCode %d (%q)", TokenCode(res), text(res))
 		}
 		logged := f.log.String()
-		for _, reason := range []string{"wrong scope (tool, caller or arguments)", "mac mismatch"} {
+		for _, reason := range []string{"forged or wrong scope (tool, caller or arguments)"} {
 			if !strings.Contains(logged, reason) {
 				t.Errorf("log lacks %q", reason)
 			}

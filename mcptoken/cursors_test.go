@@ -13,7 +13,7 @@ import (
 	"github.com/ctoken/ctoken"
 )
 
-// MCP cursors bind the caller by a keyed digest (cursor format version 2):
+// MCP cursors bind the caller inside their MAC (cursor format version 2):
 // the token carries no byte of the caller ID or the tool name, a 1 KiB or
 // non-UTF-8 caller gets the full state, signed and sealed, and another
 // caller, tool, arguments or session is refused with ctoken's codes.

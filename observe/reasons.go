@@ -37,19 +37,30 @@ const (
 
 	// Cursor verification.
 
-	ReasonCursorOversize     // "over MaxCursorBytes"
-	ReasonCursorMalformed    // "malformed or non-canonical payload"
-	ReasonUnknownVersion     // "unknown version"
-	ReasonArgsLength         // "args fingerprint not 32 bytes"
-	ReasonWrongTool          // "wrong tool"
-	ReasonWrongCaller        // "wrong caller"
-	ReasonWrongArguments     // "wrong arguments"
-	ReasonOtherSession       // "other server session"
-	ReasonMACOtherSession    // "mac mismatch (other session)"
-	ReasonOlderThanTTL       // "older than TTL"
-	ReasonCursorStateType    // "state does not decode into the requested type"
-	ReasonIDNotUTF8          // "cursor tool or caller ID is not valid UTF-8"
-	ReasonOpaqueStateTooBig  // "state over MaxOpaqueStateBytes"
+	ReasonCursorOversize  // "over MaxCursorBytes"
+	ReasonCursorMalformed // "malformed or non-canonical payload"
+	ReasonUnknownVersion  // "unknown version"
+	// The next four fire for version 1 cursors only (tool, caller and
+	// arguments in clear), which verify until the version 1 path is
+	// removed (CHANGELOG); a version 2 cursor of another scope is
+	// [ReasonCursorWrongScope].
+	ReasonArgsLength     // "args fingerprint not 32 bytes"
+	ReasonWrongTool      // "wrong tool"
+	ReasonWrongCaller    // "wrong caller"
+	ReasonWrongArguments // "wrong arguments"
+
+	ReasonOtherSession    // "other server session"
+	ReasonMACOtherSession // "mac mismatch (other session)"
+	ReasonOlderThanTTL    // "older than TTL"
+	ReasonCursorStateType // "state does not decode into the requested type"
+	// ReasonIDNotUTF8 no longer fires: since cursor format version 2 a
+	// cursor carries nothing of its IDs and any bytes are accepted. Kept
+	// so that code comparing with it compiles.
+	ReasonIDNotUTF8         // "cursor tool or caller ID is not valid UTF-8"
+	ReasonOpaqueStateTooBig // "state over MaxOpaqueStateBytes"
+	// ReasonCursorTooLarge cannot fire for any cursor an issuer writes
+	// today (the longest is 428 characters: the scope costs none; Issue
+	// keeps the check); kept so that code comparing with it compiles.
 	ReasonCursorTooLarge     // "cursor over MaxCursorBytes"
 	ReasonCursorStateNotCBOR // "state does not encode as CBOR"
 
@@ -124,7 +135,12 @@ const (
 
 	// Cursor verification, format version 2 and sealed cursors.
 
-	ReasonCursorWrongScope // "wrong scope (tool, caller or arguments)"
+	// ReasonCursorWrongScope: a version 2 cursor whose MAC fails with every
+	// key although its body decodes: a cursor of another tool, caller or
+	// arguments, or a forgery (or one MACed under a key the ring does not
+	// hold). The scope is inside the MAC and not carried, so these cannot
+	// be told apart; a body that does not decode is [ReasonMACMismatch].
+	ReasonCursorWrongScope // "forged or wrong scope (tool, caller or arguments)"
 	ReasonCursorSealedOpen // "sealed cursor does not open (tampered, other key, or other scope)"
 
 	numRefusalReasons // not a reason: the size of the set
@@ -220,7 +236,7 @@ var reasonNames = [numRefusalReasons]string{
 	ReasonWebhookStoreRelease:       "replay store could not release the delivery",
 	ReasonWebhookLeaseLost:          "lease lost: another attempt took the delivery after the lease expired",
 
-	ReasonCursorWrongScope: "wrong scope (tool, caller or arguments)",
+	ReasonCursorWrongScope: "forged or wrong scope (tool, caller or arguments)",
 	ReasonCursorSealedOpen: "sealed cursor does not open (tampered, other key, or other scope)",
 }
 

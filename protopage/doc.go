@@ -44,11 +44,12 @@
 //
 // # Errors
 //
-// [ErrTokenInvalid] (forged, tampered, truncated), [ErrTokenExpired] (older
-// than the issuer's TTL, or from another server session: "start over") and
-// [ErrRequestChanged] (other fields, or another caller's or another
-// method's token: one keyed digest binds the three, so which differs is not
-// known) are InvalidArgument; [ErrNoCaller] is Unauthenticated; [ErrServer] is
+// [ErrTokenInvalid] (forged so that it does not decode, truncated, not a
+// token), [ErrTokenExpired] (older than the issuer's TTL, or from another
+// server session: "start over") and [ErrRequestChanged] (other fields, or
+// another caller's or another method's token, or a forged one whose body
+// still decodes: the MAC binds all three and the token carries none, so
+// which it is cannot be known) are InvalidArgument; [ErrNoCaller] is Unauthenticated; [ErrServer] is
 // Internal. Their text is fixed and is what the client is told; the reason
 // goes to the [Config.Logger] only.
 //

@@ -23,12 +23,15 @@ var (
 	// ctoken.ErrCursorExpired). Transports answer InvalidArgument; the
 	// client starts over.
 	ErrTokenExpired = errors.New("page_token has expired: start over without a page_token")
-	// ErrRequestChanged refuses an authentic page_token sent with a request
-	// whose fields (other than page_size, page_token and skip) differ from the
+	// ErrRequestChanged refuses a page_token sent with a request whose
+	// fields (other than page_size, page_token and skip) differ from the
 	// request it was issued for (it also matches ctoken.ErrCursorInvalid).
-	// Page tokens bind the method, the caller and the fields in one keyed
-	// digest (ctoken's cursor format version 2), so a token of another
-	// caller or method is refused with it too.
+	// Page tokens bind the method, the caller and the fields inside their
+	// MAC and do not carry them (ctoken's cursor format version 2), so a
+	// token of another caller or method is refused with it too, and so is
+	// a forged token whose body still decodes: which of these it is cannot
+	// be known (ctoken.ReasonCursorWrongScope). A version 1 token is
+	// compared field by field and gets it for other fields only.
 	// AIP-158: transports answer InvalidArgument.
 	ErrRequestChanged = errors.New("page_token was issued for a request with other fields: send the same fields (only page_size and skip may change), or start over without a page_token")
 	// ErrNoCaller refuses a request whose caller could not be found: the

@@ -61,5 +61,5 @@ func ExamplePager_Start() {
 	fmt.Println(errors.Is(err, protopage.ErrRequestChanged), ctoken.Reason(err))
 	// Output:
 	// page 1 after b2
-	// true wrong scope (tool, caller or arguments)
+	// true forged or wrong scope (tool, caller or arguments)
 }

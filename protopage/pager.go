@@ -196,10 +196,10 @@ func (p *Pager) Start(ctx context.Context, req proto.Message) (*Page, error) {
 		case errors.Is(err, ctoken.ErrCursorExpired):
 			kind = ErrTokenExpired
 		case ctoken.ReasonOf(err) == ctoken.ReasonWrongArguments, ctoken.ReasonOf(err) == ctoken.ReasonCursorWrongScope:
-			// A version 2 token binds method, caller and fields in one
-			// keyed digest, so another caller or method looks the same as
-			// changed fields; the advice (same fields, or start over)
-			// holds for each.
+			// A version 2 token binds method, caller and fields inside
+			// its MAC, so another caller or method, and a forgery whose
+			// body still decodes, look the same as changed fields; the
+			// advice (same fields, or start over) holds for each.
 			kind = ErrRequestChanged
 		case !errors.Is(err, ctoken.ErrCursorInvalid):
 			kind = ErrServer // ctoken.ErrNoKey: an issuer not made by its constructor
@@ -212,8 +212,9 @@ func (p *Pager) Start(ctx context.Context, req proto.Message) (*Page, error) {
 
 // StateBudget returns how many bytes of keyset state [Page.Next] accepts
 // in every page token of p, whatever the method, the caller and the
-// request's fields: page tokens bind those by a fixed-size keyed digest
-// (ctoken's cursor format version 2), so none of them takes any of it. It
+// request's fields: page tokens bind those inside their MAC and do not
+// carry them (ctoken's cursor format version 2), so none of them takes any
+// of it. It
 // is ctoken.MaxOpaqueStateBytes for every issuer ctoken.NewCursorIssuer
 // makes, signed or sealed (TestPageTokenBudgetIsTheStateCapForAnyCaller);
 // a server can compare its largest keyset state with it at startup. A nil
@@ -350,7 +351,7 @@ func (pg *Page) StateMessage(m proto.Message) error {
 // Put it in the response's next_page_token; on the last page, leave that
 // empty instead. A state over [Pager.StateBudget] is refused here, the
 // handler's fault: [ErrServer], also matching ctoken.ErrOpaqueStateTooLarge.
-// The caller's identity never is (it costs a token a fixed 34 bytes).
+// The caller's identity never is (it costs a token no byte: the MAC covers it).
 func (pg *Page) Next(state []byte) (string, error) {
 	if pg == nil || pg.p == nil {
 		return "", errNoPage

@@ -116,6 +116,14 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	tampered := pagetest.Tamper(token)
+	// The map head of the body changed (five pairs to four): the body no
+	// longer decodes, so the token is a forgery and nothing else.
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[0]--
+	undecodable := base64.RawURLEncoding.EncodeToString(raw)
 
 	cases := []struct {
 		name    string
@@ -134,7 +142,10 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 		{name: "optional field now set to its default", edit: func(r *librarypb.ListBooksRequest) { r.MinYear = minYear(0) }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
 		{name: "another caller", caller: "mallory", kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
 		{name: "another method", method: "/ctoken.protopage.example.v1.LibraryService/ListShelves", kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
-		{name: "tampered", token: tampered, kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonMACMismatch},
+		// A token whose body still decodes but whose MAC fails is a
+		// forgery or a token of another request: they look the same.
+		{name: "tampered", token: tampered, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
+		{name: "tampered so that it does not decode", token: undecodable, kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonMACMismatch},
 		{name: "truncated", token: token[:len(token)-10], kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid},
 		{name: "not a token", token: "page-2", kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid},
 		{name: "oversize", token: strings.Repeat("A", ctoken.MaxCursorBytes+1), kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorOversize},
@@ -383,7 +394,7 @@ func TestPageNotFromStartRefusesRatherThanPanics(t *testing.T) {
 	}
 }
 
-// Page tokens bind the caller by a keyed digest: a 1 KiB caller and a
+// Page tokens bind the caller inside their MAC: a 1 KiB caller and a
 // caller that is not UTF-8 get page 2 with the full state, their bytes
 // appear nowhere in the token, and only a state over the budget is refused,
 // at Next, as the handler's fault.

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,28 +110,42 @@ func BenchmarkWebhookMiddleware(b *testing.B) {
 }
 
 // BenchmarkClaimCost measures what a first claim costs on a redis-server of
-// its own, each beside its floor (the same server call without ctoken):
+// its own, each beside its floor (the same server call without ctoken),
+// all in one run:
 //
 //	set-nx-pxat          SET NX PXAT: the claim before fences (the floor)
+//	script-set-nx        a Lua script holding only that SET NX PXAT
+//	                     (EVALSHA): what any script costs beyond the
+//	                     command, before the guard
 //	claim                Claim: one script reading Redis's clock, the
 //	                     shard's fence marker and the entry
 //	set-nx-pxat+wait1    SET NX PXAT and WAIT 1 on one connection, with a
 //	                     replica attached (the floor with a replica)
 //	claim+wait1          Claim with Durability{Replicas: 1}
 //
-// "serial" is one claim at a time (latency); "parallel" runs 8 goroutines
-// per core on one client pool (throughput, claims/s).
+// "serial" is one claim at a time (latency); "64clients" runs 64
+// goroutines on one client pool of 64 connections (throughput, claims/s).
+// Every case also reports redis-us/op: the microseconds per claim Redis
+// spent running its commands (INFO commandstats, summed over every command
+// the case sent, reset before it), its CPU cost per claim.
 func BenchmarkClaimCost(b *testing.B) {
+	const clients = 64
 	ctx := context.Background()
 	until := time.Now().Add(time.Hour)
 	var n atomic.Int64
 	id := func() string { return strconv.FormatInt(n.Add(1), 10) }
 
+	pooled := func(s *server) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: s.addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+			DialerRetries: 1, PoolSize: clients, MinIdleConns: clients})
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
 	single := newServer(b)
-	sc := single.client()
+	sc := pooled(single)
 	primary := newServer(b)
 	newReplica(b, primary)
-	pc := primary.client()
+	pc := pooled(primary)
 
 	raw := func(c *redis.Client, wait bool) func() error {
 		return func() error {
@@ -150,6 +166,14 @@ func BenchmarkClaimCost(b *testing.B) {
 			return nil
 		}
 	}
+	const setLua = "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', ARGV[2])"
+	setSHA, err := sc.ScriptLoad(ctx, setLua).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	script := func() error {
+		return sc.Do(ctx, "EVALSHA", setSHA, 1, "bench:"+id(), "1", until.UnixMilli()).Err()
+	}
 	claim := func(s *Store) func() error {
 		return func() error {
 			first, err := s.Claim(ctx, id(), until)
@@ -161,23 +185,28 @@ func BenchmarkClaimCost(b *testing.B) {
 	}
 	cases := []struct {
 		name string
+		c    *redis.Client
 		call func() error
 	}{
-		{"set-nx-pxat", raw(sc, false)},
-		{"claim", claim(provisioned(b, sc, Options{Prefix: "bench-claim:"}))},
-		{"set-nx-pxat+wait1", raw(pc, true)},
-		{"claim+wait1", claim(provisioned(b, pc, Options{Prefix: "bench-wait:", Durability: Durability{Replicas: 1}}))},
+		{"set-nx-pxat", sc, raw(sc, false)},
+		{"script-set-nx", sc, script},
+		{"claim", sc, claim(provisioned(b, sc, Options{Prefix: "bench-claim:"}))},
+		{"set-nx-pxat+wait1", pc, raw(pc, true)},
+		{"claim+wait1", pc, claim(provisioned(b, pc, Options{Prefix: "bench-wait:", Durability: Durability{Replicas: 1}}))},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name+"/serial", func(b *testing.B) {
+			resetStats(b, tc.c)
 			for b.Loop() {
 				if err := tc.call(); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(redisMicros(b, tc.c)/float64(b.N), "redis-us/op")
 		})
-		b.Run(tc.name+"/parallel", func(b *testing.B) {
-			b.SetParallelism(8)
+		b.Run(tc.name+"/64clients", func(b *testing.B) {
+			resetStats(b, tc.c)
+			b.SetParallelism((clients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if err := tc.call(); err != nil {
@@ -187,6 +216,43 @@ func BenchmarkClaimCost(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
+			b.ReportMetric(redisMicros(b, tc.c)/float64(b.N), "redis-us/op")
 		})
 	}
+}
+
+// resetStats zeroes the server's command statistics (CONFIG RESETSTAT).
+func resetStats(b *testing.B, c *redis.Client) {
+	b.Helper()
+	if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// redisMicros is the time Redis spent running commands since resetStats,
+// in µs: the usec of every cmdstat line of INFO commandstats except the
+// benchmark's own CONFIG and INFO.
+func redisMicros(b *testing.B, c *redis.Client) float64 {
+	b.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_config" || name == "cmdstat_info" {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				u, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("commandstats %q: %v", line, err)
+				}
+				total += u
+			}
+		}
+	}
+	return total
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -138,47 +139,23 @@ func (d *durability) acked(wait, waitAOF *redis.Cmd) error {
 // pipeline runs the script (EVALSHA, or EVAL once the server does not know
 // it) followed by WAIT and WAITAOF on one connection of the master serving
 // key. It returns the script's reply and the durability verdict.
-func (s *Store) pipeline(ctx context.Context, sc script, key string, cmd []any) (any, error) {
+func (s *Store) pipeline(ctx context.Context, sc *script, key string, cmd []any) (any, error) {
 	c, err := s.dur.pinned(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	send := func(eval bool) (any, error, error) {
-		p := c.Pipeline()
-		send := cmd
-		if eval {
-			send = asEval(sc, cmd)
-		}
-		sv := p.Do(ctx, send...)
-		var w, wa *redis.Cmd
-		if s.dur.wait != nil {
-			w = p.Do(ctx, s.dur.wait...)
-		}
-		if s.dur.waitAOF != nil {
-			wa = p.Do(ctx, s.dur.waitAOF...)
-		}
-		p.Exec(ctx) // errors are read per command
-		v, err := sv.Result()
-		if err != nil {
-			return nil, err, nil
-		}
-		return v, nil, s.dur.acked(w, wa)
-	}
-	type result struct {
-		v           any
-		err, durErr error
-	}
-	done := make(chan result, 1)
+	done := pipePool.Get().(chan pipeResult) // buffered: the sender never blocks
 	go func() {
-		v, err, derr := send(false)
-		if err != nil && isNoScript(err) {
-			v, err, derr = send(true)
+		r := s.pipelined(ctx, c, sc, cmd, false)
+		if r.err != nil && isNoScript(r.err) {
+			r = s.pipelined(ctx, c, sc, cmd, true)
 		}
-		done <- result{v, err, derr}
+		done <- r
 	}()
-	var r result
+	var r pipeResult
 	select {
 	case r = <-done:
+		pipePool.Put(done)
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
@@ -192,6 +169,39 @@ func (s *Store) pipeline(ctx context.Context, sc script, key string, cmd []any) 
 		return r.v, r.durErr
 	}
 	return r.v, nil
+}
+
+// pipeResult is a pipeline's script reply, its error, and the durability
+// verdict.
+type pipeResult struct {
+	v           any
+	err, durErr error
+}
+
+// pipePool holds the channels pipeline hands its goroutine (see donePool).
+var pipePool = sync.Pool{New: func() any { return make(chan pipeResult, 1) }}
+
+// pipelined sends cmd (as EVAL when eval is set) and the WAIT and WAITAOF
+// of the setting in one pipeline on c.
+func (s *Store) pipelined(ctx context.Context, c *redis.Client, sc *script, cmd []any, eval bool) pipeResult {
+	p := c.Pipeline()
+	if eval {
+		cmd = asEval(*sc, cmd)
+	}
+	sv := p.Do(ctx, cmd...)
+	var w, wa *redis.Cmd
+	if s.dur.wait != nil {
+		w = p.Do(ctx, s.dur.wait...)
+	}
+	if s.dur.waitAOF != nil {
+		wa = p.Do(ctx, s.dur.waitAOF...)
+	}
+	p.Exec(ctx) // errors are read per command
+	v, err := sv.Result()
+	if err != nil {
+		return pipeResult{err: err}
+	}
+	return pipeResult{v: v, durErr: s.dur.acked(w, wa)}
 }
 
 // command is the EVALSHA command of sc on keys with args.

@@ -264,12 +264,12 @@ func TestResentAcquireWritesItsLeaseAgain(t *testing.T) {
 		t.Fatal("no cmdstat_set in INFO commandstats")
 		return 0
 	}
-	code, _, err := s.run(ctx, acquireLua, "delivery-1", token, "5000")
+	code, _, err := s.run(ctx, &acquireLua, "delivery-1", 5000, token, 0)
 	if err != nil || code != 1 {
 		t.Fatalf("first acquire = %d, %v; want acquired", code, err)
 	}
 	before := sets()
-	code, _, err = s.run(ctx, acquireLua, "delivery-1", token, "5000")
+	code, _, err = s.run(ctx, &acquireLua, "delivery-1", 5000, token, 0)
 	if err != nil || code != 1 {
 		t.Fatalf("resent acquire = %d, %v; want acquired (its own lease)", code, err)
 	}

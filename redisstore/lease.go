@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
@@ -51,7 +50,7 @@ func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration
 	rand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
 	start := time.Now()
-	state, pttl, err := s.run(ctx, acquireLua, id, token, strconv.FormatInt(ms, 10))
+	state, pttl, err := s.run(ctx, &acquireLua, id, ms, token, 0)
 	if err != nil {
 		if unknownOutcome(err) {
 			s.releaseLater(id, token, start.Add(lease))
@@ -93,7 +92,7 @@ func (s *Store) ConfirmLease(ctx context.Context, id, token string, until time.T
 	if err != nil {
 		return err
 	}
-	code, _, err := s.run(ctx, confirmLua, id, strconv.FormatInt(ms, 10), token)
+	code, _, err := s.run(ctx, &confirmLua, id, ms, token, 0)
 	switch {
 	case err != nil:
 		return err
@@ -121,7 +120,7 @@ func (s *Store) ReleaseLease(ctx context.Context, id, token string) error {
 	}
 	ctx, cancel := s.deadline(ctx)
 	defer cancel()
-	v, err := s.eval(ctx, releaseLua, command(releaseLua, []string{s.key(id)}, token))
+	v, err := s.eval(ctx, &releaseLua, command(releaseLua, []string{s.key(id)}, token))
 	if err != nil {
 		return err
 	}

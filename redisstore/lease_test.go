@@ -135,7 +135,11 @@ func TestLeaseStepsSendOneKeyScripts(t *testing.T) {
 		if i == 3 {
 			keys = []any{1, tag + ":id"}
 		}
-		if c[0] != want || fmt.Sprint(c[2:3+len(keys)-1]) != fmt.Sprint(keys) {
+		var got []string
+		for _, a := range c[2 : 3+len(keys)-1] {
+			got = append(got, argText(t, a))
+		}
+		if c[0] != want || fmt.Sprint(got) != fmt.Sprint(keys) {
 			t.Fatalf("command %d = %v, want %s <script> %v ...", i, c, want, keys)
 		}
 	}

@@ -264,7 +264,9 @@ type Store struct {
 	risks        atomic.Uint32
 	seenReplicas atomic.Int64
 
-	// nonceBase (random, per Store) and nonces make each Claim's nonce.
+	// nonceBase (random, per Store) and nonces make each Claim's nonce,
+	// which is also its entry's value: "1" + 16 hex digits + "." + the
+	// counter in base 36.
 	nonceBase string
 	nonces    atomic.Uint64
 
@@ -357,7 +359,7 @@ func New(client Client, opts Options) (*Store, error) {
 	s.dur = d
 	var b [8]byte
 	rand.Read(b[:])
-	s.nonceBase = hex.EncodeToString(b[:]) + "."
+	s.nonceBase = "1" + hex.EncodeToString(b[:]) + "."
 	s.cancels.init()
 	return s, nil
 }
@@ -431,8 +433,7 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if err != nil {
 		return false, err
 	}
-	nonce := s.nonceBase + strconv.FormatUint(s.nonces.Add(1), 36)
-	code, _, err := s.run(ctx, claimLua, id, strconv.FormatInt(ms, 10), nonce)
+	code, _, err := s.run(ctx, &claimLua, id, ms, s.nonceBase, s.nonces.Add(1))
 	switch {
 	case err != nil:
 		return false, err
@@ -491,6 +492,17 @@ func (s *Store) deadline(ctx context.Context) (context.Context, context.CancelFu
 	return ctx, func() {}
 }
 
+// result is a command's reply, passed back from the goroutine that waits
+// for the client.
+type result struct {
+	val any
+	err error
+}
+
+// donePool holds the channels call hands its goroutine; one goes back only
+// after its reply was received, so no goroutine still holds it.
+var donePool = sync.Pool{New: func() any { return make(chan result, 1) }}
+
 // call runs one command. It returns when ctx is done even if the client is
 // still waiting, so a hung Redis cannot hold the caller past it. Errors
 // other than redis.Nil are wrapped in ErrUnavailable, together with the
@@ -499,11 +511,7 @@ func (s *Store) call(ctx context.Context, args ...any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	type result struct {
-		val any
-		err error
-	}
-	done := make(chan result, 1) // buffered: the sender never blocks
+	done := donePool.Get().(chan result) // buffered: the sender never blocks
 	go func() {
 		v, err := s.client.Do(ctx, args...).Result()
 		done <- result{v, err}
@@ -511,6 +519,7 @@ func (s *Store) call(ctx context.Context, args ...any) (any, error) {
 	var r result
 	select {
 	case r = <-done:
+		donePool.Put(done)
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}

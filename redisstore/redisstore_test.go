@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
+	"encoding"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -139,6 +140,59 @@ func TestClaimIsFirstOnceThenRefused(t *testing.T) {
 	// Another ID is independent.
 	if first, err := s.Claim(ctx, "delivery-2", until); err != nil || !first {
 		t.Fatalf("other id: first = %v, err = %v; want true, nil", first, err)
+	}
+}
+
+// The claim script writes with one SET NX and reads the entry only when
+// that fails: each state an entry can be in gets its answer, and only a
+// free ID (none, or a lease's cancel note) is taken. Real redis-server.
+func TestClaimOverEachEntryState(t *testing.T) {
+	srv := newServer(t)
+	c := srv.client()
+	s := provisioned(t, c, Options{Prefix: "states:", Logger: quietLogger()})
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	token := strings.Repeat("ab", tokenLen/4)
+	tests := []struct {
+		name  string
+		entry string // "" for no entry
+		first bool
+	}{
+		{"free", "", true},
+		{"cancel note", "X" + token, true},
+		{"leased", "L" + token, false},
+		{"done", "D" + token, false},
+		{"claimed by another store", "1" + "0123456789abcdef.1", false},
+		{"claimed by a version without nonces", "1", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "state-" + tt.name
+			if tt.entry != "" {
+				if err := c.Set(ctx, s.key(id), tt.entry, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, err := s.Claim(ctx, id, until)
+			if err != nil || first != tt.first {
+				t.Fatalf("Claim = %v, %v; want %v", first, err, tt.first)
+			}
+			v, err := c.Get(ctx, s.key(id)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tt.first && (!strings.HasPrefix(v, s.nonceBase) || !strings.HasPrefix(v, "1")):
+				t.Fatalf("entry %q after a first claim; want \"1\" + the claim's nonce", v)
+			case !tt.first && v != tt.entry:
+				t.Fatalf("entry %q after a refused claim; want %q unchanged", v, tt.entry)
+			}
+			if tt.first {
+				if got, err := c.Do(ctx, "PEXPIRETIME", s.key(id)).Int64(); err != nil || got != until.UnixMilli() {
+					t.Fatalf("PEXPIRETIME = %v, %v; want until", got, err)
+				}
+			}
+		})
 	}
 }
 
@@ -455,7 +509,8 @@ func TestClaimFailsClosedOnUnexpectedReplies(t *testing.T) {
 		{"readonly replica", nil, errors.New("READONLY You can't write against a read only replica.")},
 		{"cross slot", nil, redis.ErrCrossSlot},
 		{"queued", "QUEUED", nil},
-		{"integer", int64(1), nil},
+		{"integer", int64(7), nil},
+		{"negative integer", int64(-1), nil},
 		{"empty string", "", nil},
 		{"nil value", nil, nil},
 	}
@@ -499,12 +554,41 @@ func TestClaimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
 	// The marker and the entry share one hash tag: one slot in Redis Cluster.
 	want := []any{"EVALSHA", claimLua.sha, 2, tag, tag + ":the-id",
 		strconv.FormatInt(now.UnixMilli(), 10), "60000", strconv.FormatInt(DefaultHorizon.Milliseconds(), 10), "1900000000123"}
-	if len(got) != len(want)+1 || fmt.Sprint(got[:len(want)]) != fmt.Sprint(want) {
-		t.Fatalf("command = %v, want %v and a nonce", got, want)
+	// The arguments may be pointers (run builds the command without
+	// allocating): compare what go-redis writes.
+	text := make([]string, len(got))
+	for i, a := range got {
+		text[i] = argText(t, a)
 	}
-	if nonce, _ := got[len(want)].(string); len(nonce) < 18 || !strings.HasPrefix(nonce, s.nonceBase) {
-		t.Fatalf("nonce %v; want the store's base and a counter", got[len(want)])
+	if len(text) != len(want)+1 || fmt.Sprint(text[:len(want)]) != fmt.Sprint(want) {
+		t.Fatalf("command = %v, want %v and a nonce", text, want)
 	}
+	if nonce := text[len(want)]; len(nonce) < 18 || !strings.HasPrefix(nonce, s.nonceBase) || !strings.HasPrefix(nonce, "1") {
+		t.Fatalf("nonce %v; want \"1\", the store's base and a counter", nonce)
+	}
+}
+
+// argText is what go-redis writes for a command argument the store sends.
+func argText(t *testing.T, a any) string {
+	t.Helper()
+	switch v := a.(type) {
+	case string:
+		return v
+	case *string:
+		return *v
+	case int:
+		return strconv.Itoa(v)
+	case *int64:
+		return strconv.FormatInt(*v, 10)
+	case encoding.BinaryMarshaler:
+		b, err := v.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	t.Fatalf("argument %T: not a type the store sends", a)
+	return ""
 }
 
 // A claim whose reply is lost and which the client resends (go-redis

@@ -86,7 +86,7 @@ func (s *Store) releaseLater(id, token string, end time.Time) {
 			}
 			ctx, cancel := context.WithDeadline(context.Background(), end)
 			ctx, cancel2 := s.deadline(ctx)
-			v, err := s.eval(ctx, cancelLua, command(cancelLua, []string{key}, token, strconv.FormatInt(left.Milliseconds(), 10)))
+			v, err := s.eval(ctx, &cancelLua, command(cancelLua, []string{key}, token, strconv.FormatInt(left.Milliseconds(), 10)))
 			cancel2()
 			cancel()
 			if err == nil {

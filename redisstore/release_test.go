@@ -66,7 +66,7 @@ func TestReleaseBeforeTheLateAcquireLeavesANote(t *testing.T) {
 		t.Fatalf("entry after the early release = %q, %v; want the cancel note", v, err)
 	}
 	// The late acquire lands: it takes nothing.
-	code, _, err := s.run(ctx, acquireLua, "n", token, "10000")
+	code, _, err := s.run(ctx, &acquireLua, "n", 10000, token, 0)
 	if err != nil || code != 4 {
 		t.Fatalf("late acquire = %d, %v; want 4 (cancelled)", code, err)
 	}

@@ -10,35 +10,76 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
+// argBytes is a script argument built in a reused buffer. go-redis writes
+// a *argBytes through MarshalBinary, so passing one (like a *string or an
+// *int64) puts no new value on the heap.
+type argBytes []byte
+
+// MarshalBinary returns the argument's bytes (for go-redis).
+func (a *argBytes) MarshalBinary() ([]byte, error) { return *a, nil }
+
+// String returns the argument as text (for logs and hooks).
+func (a *argBytes) String() string { return string(*a) }
+
+// scriptCall is the command of one guarded script: EVALSHA sha 2 marker
+// entry now skew horizon ARGV[4] ARGV[5]. The constant arguments point
+// into the Store and the script, the rest into the scriptCall (the entry
+// key and ARGV[5] share one buffer, inside the scriptCall when they fit),
+// so a command is one allocation. It is not reused: a client hook may keep
+// a command's arguments after the call.
+type scriptCall struct {
+	cmd        [10]any
+	entry, val argBytes
+	now, ms    int64
+	// buf holds entry and val when they fit: a default prefix, the shard,
+	// an ID of up to about 40 bytes and a claim's nonce.
+	buf [128]byte
+}
+
 // run runs one guarded script (claim, acquire, confirm) for id within one
-// store deadline, after the server checks, and decodes its {code, value}
-// reply. The guard's refusals become errors; code 1 (the script wrote the
-// entry) also needs the Durability verdict.
-func (s *Store) run(ctx context.Context, sc script, id string, args ...string) (code, val int64, err error) {
+// store deadline, after the server checks, and decodes its reply: {code,
+// value}, or a bare code (the claim script's common replies). ARGV[4] is
+// ms; ARGV[5] is arg, followed by seq in base 36 when seq is not zero (the
+// claim's nonce, built without a string of its own). The guard's refusals
+// become errors; code 1 (the script wrote the entry) also needs the
+// Durability verdict.
+func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg string, seq uint64) (code, val int64, err error) {
 	ctx, cancel := s.deadline(ctx)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
 		return 0, 0, err
 	}
-	marker, entry, shard := s.keys(id)
-	cmd := make([]any, 0, 8+len(args))
-	cmd = append(cmd, "EVALSHA", sc.sha, 2, marker, entry,
-		strconv.FormatInt(s.now().UnixMilli(), 10), s.skewArg, s.horizonArg)
-	for _, a := range args {
-		cmd = append(cmd, a)
+	shard := shardOf(id)
+	marker := &s.tags[shard]
+	c := new(scriptCall)
+	buf := c.buf[:0]
+	if n := len(*marker) + 1 + len(id) + len(arg) + 13; n > len(c.buf) { // 13: seq in base 36
+		buf = make([]byte, 0, n)
 	}
+	buf = append(append(append(buf, *marker...), ':'), id...)
+	c.entry = buf[:len(buf):len(buf)]
+	c.val = append(buf[len(buf):], arg...)
+	if seq != 0 {
+		c.val = strconv.AppendUint(c.val, seq, 36)
+	}
+	c.now, c.ms = s.now().UnixMilli(), ms
+	c.cmd = [10]any{"EVALSHA", &sc.sha, 2, marker, &c.entry, &c.now, &s.skewArg, &s.horizonArg, &c.ms, &c.val}
 	var v any
 	var durErr error
 	if s.dur.on() {
-		v, err = s.pipeline(ctx, sc, marker, cmd)
+		v, err = s.pipeline(ctx, sc, *marker, c.cmd[:])
 		if err != nil && v != nil {
 			durErr, err = err, nil
 		}
 	} else {
-		v, err = s.eval(ctx, sc, cmd)
+		v, err = s.eval(ctx, sc, c.cmd[:])
 	}
 	if err != nil {
 		return 0, 0, err
+	}
+	if n, ok := v.(int64); ok && sc == &claimLua && n >= 0 {
+		// A bare code: the claim script's 0, 1 and 2.
+		return s.verdict(sc, shard, n, 0, durErr)
 	}
 	reply, ok := v.([]any)
 	if !ok || len(reply) != 2 {
@@ -49,6 +90,11 @@ func (s *Store) run(ctx context.Context, sc script, id string, args ...string) (
 	if !ok1 || !ok2 {
 		return 0, 0, fmt.Errorf("%w: unexpected reply to a script", ErrUnavailable)
 	}
+	return s.verdict(sc, shard, code, val, durErr)
+}
+
+// verdict turns a script's reply into run's result.
+func (s *Store) verdict(sc *script, shard int, code, val int64, durErr error) (int64, int64, error) {
 	switch code {
 	case -1:
 		until := time.UnixMilli(val)
@@ -69,7 +115,7 @@ func (s *Store) run(ctx context.Context, sc script, id string, args ...string) (
 	case -6:
 		return code, val, refuse(ErrInvalidClaim, whyHorizon, nil)
 	}
-	if (code == 1 || (sc.sha == claimLua.sha && code == 2)) && durErr != nil {
+	if (code == 1 || (sc == &claimLua && code == 2)) && durErr != nil {
 		s.emit(Event{Kind: EventNotDurable, Shard: shard})
 		return 0, 0, durErr
 	}
@@ -79,12 +125,12 @@ func (s *Store) run(ctx context.Context, sc script, id string, args ...string) (
 // eval runs an EVALSHA command of sc (see [command]) on the client, and
 // its EVAL form (which also caches the script) only when the server does
 // not know the script yet. ctx already carries the store's deadline.
-func (s *Store) eval(ctx context.Context, sc script, cmd []any) (any, error) {
+func (s *Store) eval(ctx context.Context, sc *script, cmd []any) (any, error) {
 	v, err := s.call(ctx, cmd...)
 	if err != nil && isNoScript(err) {
-		v, err = s.call(ctx, asEval(sc, cmd)...)
+		v, err = s.call(ctx, asEval(*sc, cmd)...)
 	}
-	if errors.Is(err, errNil) {
+	if err != nil && errors.Is(err, errNil) {
 		return nil, fmt.Errorf("%w: unexpected nil reply to a script", ErrUnavailable)
 	}
 	return v, err

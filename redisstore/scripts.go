@@ -64,29 +64,33 @@ if u <= now then return {-5, now} end
 if u > now + tonumber(ARGV[3]) then return {-6, now} end
 `
 
-// Claim: ARGV[4] until (ms), ARGV[5] the claim's nonce. {1, 0} first,
-// {0, 0} taken, {2, 0} the entry is this claim's own (a client resent the
-// script after its reply was lost): written again so that the WAIT
-// pipelined after it covers it on this connection too.
-const claimScript = guardLua + untilLua + `local v = redis.call('GET', KEYS[2])
-if v == '1' .. ARGV[5] then
-  redis.call('SET', KEYS[2], v, 'PXAT', ARGV[4])
-  return {2, 0}
-end
-if v and string.sub(v, 1, 1) ~= 'X' then return {0, 0} end
-redis.call('SET', KEYS[2], '1' .. ARGV[5], 'PXAT', ARGV[4])
-return {1, 0}`
-
-// Acquire: ARGV[4] token, ARGV[5] lease (ms). {1, 0} acquired, {2, pttl}
-// busy, {3, 0} done, {4, 0} cancelled by this token's own note.
-const acquireScript = guardLua + `if tonumber(ARGV[5]) > tonumber(ARGV[3]) then return {-6, now} end
+// Claim: ARGV[4] until (ms), ARGV[5] the entry's value, "1" + the claim's
+// nonce. The first claim of an ID costs one SET NX after the guard; only a
+// taken ID is read. Replies 1 first, 0 taken, 2 the entry is this claim's
+// own (a client resent the script after its reply was lost): written again
+// so that the WAIT pipelined after it covers it on this connection too. A
+// bare integer, not {code, 0}, so the common reply is the cheapest to
+// encode and to decode; the guard's refusals stay {code, value}.
+const claimScript = guardLua + untilLua + `if redis.call('SET', KEYS[2], ARGV[5], 'NX', 'PXAT', ARGV[4]) then return 1 end
 local v = redis.call('GET', KEYS[2])
-if v == 'X' .. ARGV[4] then return {4, 0} end
+if v == ARGV[5] then
+  redis.call('SET', KEYS[2], v, 'PXAT', ARGV[4])
+  return 2
+end
+if v and string.sub(v, 1, 1) ~= 'X' then return 0 end
+redis.call('SET', KEYS[2], ARGV[5], 'PXAT', ARGV[4])
+return 1`
+
+// Acquire: ARGV[4] lease (ms), ARGV[5] token. {1, 0} acquired, {2, pttl}
+// busy, {3, 0} done, {4, 0} cancelled by this token's own note.
+const acquireScript = guardLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
+local v = redis.call('GET', KEYS[2])
+if v == 'X' .. ARGV[5] then return {4, 0} end
 if (not v) or string.sub(v, 1, 1) == 'X' then
-  redis.call('SET', KEYS[2], 'L' .. ARGV[4], 'PX', ARGV[5])
+  redis.call('SET', KEYS[2], 'L' .. ARGV[5], 'PX', ARGV[4])
   return {1, 0}
 end
-if v == 'L' .. ARGV[4] then
+if v == 'L' .. ARGV[5] then
   -- A resent script (a client retry on another connection) finds its own
   -- lease: write it again with its remaining time, so that the WAIT
   -- pipelined after this script covers it on this connection too.
@@ -136,8 +140,8 @@ return 0`
 type script struct{ src, sha string }
 
 var (
-	claimLua   = script{claimScript, "f71f481e6d41b63cf1ded32a697408ba937b86a9"}
-	acquireLua = script{acquireScript, "98a2d5dc5273af3eccf82121f41a9e86a4254994"}
+	claimLua   = script{claimScript, "19d45b33f880312a54dff649fdce1af468b0aee3"}
+	acquireLua = script{acquireScript, "7588db0edbf03a086ec34b7c6f2875ac385fd92b"}
 	confirmLua = script{confirmScript, "f8fa9a5b6030e9aba63c845d0467e3e598035308"}
 	releaseLua = script{releaseScript, "bf71827a537b7beaab6705f877859f07d6d0155e"}
 	cancelLua  = script{cancelScript, "3900ff61ff860fed2712e00772721f4f46ed1263"}

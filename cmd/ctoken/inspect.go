@@ -181,7 +181,6 @@ type cursorV2Report struct {
 	Version      uint64  `json:"version"`
 	Sealed       bool    `json:"sealed"`
 	Scope        string  `json:"scope"`
-	Binding      string  `json:"binding,omitempty"`
 	Page         *uint64 `json:"page,omitempty"`
 	IssuedAt     string  `json:"issuedAt"`
 	IssuedAtUnix int64   `json:"issuedAtUnix"`
@@ -194,7 +193,7 @@ type cursorV2Report struct {
 }
 
 const (
-	scopeDigestNote = "tool, caller and arguments are bound by a keyed digest (HMAC-SHA256): not readable; ctoken verify -tool -caller -args -session checks them"
+	scopeDigestNote = "tool, caller and arguments are not in the cursor: the MAC (HMAC-SHA256) covers them; ctoken verify -tool -caller -args -session checks them"
 	scopeSealedNote = "page, state, tool, caller and arguments are sealed (AES-256-GCM): not readable; ctoken verify -tool -caller -args -session opens it"
 )
 
@@ -226,7 +225,7 @@ func inspectCursorV2(tok string, now time.Time) (*cursorV2Report, error) {
 			return nil, fmt.Errorf("%w: payload is not a cursor CBOR map", errNotCursor)
 		}
 		n := len(w.State)
-		r.Version, r.Scope, r.Binding, r.Page = w.Version, scopeDigestNote, hex.EncodeToString(w.Bind), &w.Page
+		r.Version, r.Scope, r.Page = w.Version, scopeDigestNote, &w.Page
 		r.State, r.StateBytes, r.MAC = b64.EncodeToString(w.State), &n, hex.EncodeToString(raw[len(raw)-cursorwire.MACSize:])
 		issued, session = w.IssuedAt, w.Session
 	}

@@ -433,14 +433,14 @@ func TestVerifyCursor(t *testing.T) {
 			class  string // error class in stderr
 			reason string
 		}{
-			{"wrong tool", c, []string{"-method", "tools/call", "-tool", "delete"}, "invalid cursor", "wrong scope"},
-			{"tool of another method", c, []string{"-method", "prompts/get"}, "invalid cursor", "wrong scope"},
-			{"wrong caller", c, []string{"-caller", "bob"}, "invalid cursor", "wrong scope"},
-			{"wrong args", c, []string{"-args", `{"query":"boots","limit":10}`}, "invalid cursor", "wrong scope"},
+			{"wrong tool", c, []string{"-method", "tools/call", "-tool", "delete"}, "invalid cursor", "forged or wrong scope"},
+			{"tool of another method", c, []string{"-method", "prompts/get"}, "invalid cursor", "forged or wrong scope"},
+			{"wrong caller", c, []string{"-caller", "bob"}, "invalid cursor", "forged or wrong scope"},
+			{"wrong args", c, []string{"-args", `{"query":"boots","limit":10}`}, "invalid cursor", "forged or wrong scope"},
 			{"other session", c, []string{"-session", otherSession}, "expired cursor", "other server session"},
 			{"older than TTL", old, nil, "expired cursor", "older than TTL"},
 			{"shorter TTL", c, []string{"-ttl", "1ns"}, "", ""},
-			{"foreign key", foreign, nil, "invalid cursor", "mac mismatch"},
+			{"foreign key", foreign, nil, "invalid cursor", "forged or wrong scope"}, // a foreign MAC and a wrong scope look the same
 			{"tampered", string(tampered), nil, "invalid cursor", ""},
 			{"truncated", c[:len(c)-4], nil, "invalid cursor", ""},
 			{"oversize", strings.Repeat("A", ctoken.MaxCursorBytes+1), nil, "invalid cursor", "over MaxCursorBytes"},

@@ -22,9 +22,10 @@ prints the reason on standard error and exits 1.
 Cursors (bare base64url) are checked for MAC, age (-ttl), server session
 (-session, the same text as the server's CTOKEN_SESSION) and scope (-tool,
 -caller, -args). A cursor of format version 2 (signed) or 3 (sealed)
-carries only a keyed digest of its tool, caller and arguments and a tag of
-its session: -tool, -caller and -session are required, and -args when the
-cursor was bound to arguments. For a version 1 cursor a scope flag that is
+carries nothing of its tool, caller and arguments (its MAC, or sealed its
+GCM tag, covers them) and only a tag of its session: -tool, -caller and
+-session are required, and -args when the cursor was bound to arguments;
+a wrong one and a forged cursor give the same "forged or wrong scope". For a version 1 cursor a scope flag that is
 not given is taken from the token itself and listed under "unchecked": the
 MAC still proves the token authentic, but not that it belongs to that tool,
 caller or session.
@@ -232,8 +233,8 @@ func verifyCursor(tok string, kr *ctoken.Keyring, c cursorCheck, e *env) int {
 	var unchecked []string
 	session := c.session
 	if v := cursorVersion(tok); v >= cursorwire.Version && (!c.toolSet || !c.callerSet || session == nil) {
-		// From format version 2 the token carries a keyed digest of the
-		// tool, caller and arguments and a tag of the session: none of
+		// From format version 2 the token carries nothing of the tool,
+		// caller and arguments and only a tag of the session: none of
 		// them can be read back to fill a flag.
 		fmt.Fprintf(e.stderr, "ctoken verify: a version %d cursor does not carry its tool, caller or session: give -tool, -caller and -session (and -args if it was bound)\n", v)
 		return exitUsage

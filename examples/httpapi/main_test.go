@@ -126,7 +126,7 @@ func TestFleetListsEveryItemOnceThroughKeyRotation(t *testing.T) {
 			}
 		}
 	}
-	for _, reason := range []string{"wrong scope (tool, caller or arguments)", "mac mismatch", "other server session", "older than TTL"} {
+	for _, reason := range []string{"forged or wrong scope (tool, caller or arguments)", "other server session", "older than TTL"} {
 		if !strings.Contains(logs.String(), `reason="`+reason+`"`) {
 			t.Errorf("the server log lacks the reason %q", reason)
 		}

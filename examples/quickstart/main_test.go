@@ -13,8 +13,7 @@ func TestQuickstartWalkThrough(t *testing.T) {
 	}
 	for _, want := range []string{
 		"page 3: [#109 fleet session #110 panic on nil #111 i18n]",
-		"refused: code 1021 (ctoken: invalid cursor: mac mismatch)",
-		"refused: code 1021 (ctoken: invalid cursor: wrong scope (tool, caller or arguments))",
+		"refused: code 1021 (ctoken: invalid cursor: forged or wrong scope (tool, caller or arguments))",
 		"refused: code 1020 (ctoken: expired cursor: other server session)",
 		`decoded for alice: {"step":2,"env":"staging"}`,
 		"done",

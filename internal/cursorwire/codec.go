@@ -57,7 +57,6 @@ type Fields struct {
 	Issued  int64
 	Session []byte
 	State   []byte // nil when absent
-	Bind    []byte // version 2 only
 }
 
 // cborHeadLen is the length of the minimal head for argument n.
@@ -273,8 +272,6 @@ func decodeMap(in []byte, allowed, required uint) (f Fields, n int, ok bool) {
 		case KeyState:
 			f.State, ok = r.str(cborBytes)
 			ok = ok && len(f.State) > 0
-		case KeyBind:
-			f.Bind, ok = r.str(cborBytes)
 		}
 		if !ok {
 			return Fields{}, 0, false

@@ -13,7 +13,6 @@ type BodyV2 struct {
 	Issued  int64
 	Session []byte // the session tag
 	State   []byte // omitted when empty
-	Bind    []byte // the binding digest
 }
 
 // SealedInner is the encrypted map of a sealed cursor as fxamacker/cbor
@@ -26,12 +25,11 @@ type SealedInner struct {
 // V2Len returns the length of the encoding of b.
 func V2Len(b *BodyV2) int {
 	_, iv := cborIntHead(b.Issued)
-	n := 1 + // map head (at most 6 pairs)
+	n := 1 + // map head (at most 5 pairs)
 		1 + cborHeadLen(b.Version) +
 		1 + cborHeadLen(uint64(b.Page)) +
 		1 + cborHeadLen(iv) +
-		1 + cborHeadLen(uint64(len(b.Session))) + len(b.Session) +
-		1 + cborHeadLen(uint64(len(b.Bind))) + len(b.Bind)
+		1 + cborHeadLen(uint64(len(b.Session))) + len(b.Session)
 	if len(b.State) > 0 {
 		n += 1 + cborHeadLen(uint64(len(b.State))) + len(b.State)
 	}
@@ -40,7 +38,7 @@ func V2Len(b *BodyV2) int {
 
 // AppendV2 appends the Core Deterministic Encoding of b.
 func AppendV2(dst []byte, b *BodyV2) []byte {
-	pairs := uint64(5)
+	pairs := uint64(4)
 	if len(b.State) > 0 {
 		pairs++
 	}
@@ -55,9 +53,7 @@ func AppendV2(dst []byte, b *BodyV2) []byte {
 		dst = appendCBORHead(dst, cborBytes, uint64(len(b.State)))
 		dst = append(dst, b.State...)
 	}
-	dst = append(dst, KeyBind)
-	dst = appendCBORHead(dst, cborBytes, uint64(len(b.Bind)))
-	return append(dst, b.Bind...)
+	return dst
 }
 
 // appendIssuedSession appends pairs 6 and 7.
@@ -70,12 +66,12 @@ func appendIssuedSession(dst []byte, issued int64, session []byte) []byte {
 	return append(dst, session...)
 }
 
-// DecodeV2 decodes a canonical version 2 body: keys 1, 5, 6, 7, 9 and
+// DecodeV2 decodes a canonical version 2 body: keys 1, 5, 6, 7 and
 // optionally 8 (non-empty), nothing after the map. It checks no value's
-// meaning (the version, the lengths of the tag and the digest): the issuer
-// does, after the MAC. The slices of f alias in. It never allocates.
+// meaning (the version, the length of the session tag): the issuer does,
+// after the MAC. The slices of f alias in. It never allocates.
 func DecodeV2(in []byte) (f Fields, ok bool) {
-	const required = 1<<KeyVersion | 1<<KeyPage | 1<<KeyIssued | 1<<KeySession | 1<<KeyBind
+	const required = 1<<KeyVersion | 1<<KeyPage | 1<<KeyIssued | 1<<KeySession
 	f, n, ok := decodeMap(in, required|1<<KeyState, required)
 	if !ok || n != len(in) {
 		return Fields{}, false

@@ -28,11 +28,8 @@ var v2Layouts = []struct {
 		if norm.Session == nil {
 			norm.Session = []byte{}
 		}
-		if norm.Bind == nil {
-			norm.Bind = []byte{}
-		}
 		re, err := encMode.Marshal(&norm)
-		return Fields{Version: w.Version, Page: uint32(w.Page), Issued: w.IssuedAt, Session: w.Session, State: w.State, Bind: w.Bind}, re, err == nil
+		return Fields{Version: w.Version, Page: uint32(w.Page), Issued: w.IssuedAt, Session: w.Session, State: w.State}, re, err == nil
 	}},
 	{"sealed header", func(in []byte) (Fields, bool) {
 		f, n, ok := DecodeSealedHeader(in)
@@ -64,7 +61,7 @@ var v2Layouts = []struct {
 
 func sameFields(a, b Fields) bool {
 	return a.Version == b.Version && a.Page == b.Page && a.Issued == b.Issued &&
-		bytes.Equal(a.Session, b.Session) && bytes.Equal(a.State, b.State) && bytes.Equal(a.Bind, b.Bind) &&
+		bytes.Equal(a.Session, b.Session) && bytes.Equal(a.State, b.State) &&
 		a.Tool == nil && a.Caller == nil && a.Args == nil
 }
 
@@ -96,10 +93,7 @@ func checkEncodeV2(t *testing.T, b BodyV2) {
 	if b.Session == nil {
 		b.Session = []byte{}
 	}
-	if b.Bind == nil {
-		b.Bind = []byte{}
-	}
-	w := PayloadV2{Version: b.Version, Page: uint64(b.Page), IssuedAt: b.Issued, Session: b.Session, State: b.State, Bind: b.Bind}
+	w := PayloadV2{Version: b.Version, Page: uint64(b.Page), IssuedAt: b.Issued, Session: b.Session, State: b.State}
 	if len(w.State) == 0 {
 		w.State = nil
 	}
@@ -112,7 +106,7 @@ func checkEncodeV2(t *testing.T, b BodyV2) {
 		want      Fields
 	}{
 		{"v2", AppendV2([]byte("prefix"), &b), V2Len(&b), &w, DecodeV2,
-			Fields{Version: b.Version, Page: b.Page, Issued: b.Issued, Session: b.Session, State: w.State, Bind: b.Bind}},
+			Fields{Version: b.Version, Page: b.Page, Issued: b.Issued, Session: b.Session, State: w.State}},
 		{"sealed header", AppendSealedHeader([]byte("prefix"), b.Version, b.Issued, b.Session), SealedHeaderLen(b.Version, b.Issued, b.Session),
 			&SealedHeader{Version: b.Version, IssuedAt: b.Issued, Session: b.Session}, v2Layouts[1].hand,
 			Fields{Version: b.Version, Issued: b.Issued, Session: b.Session}},
@@ -141,24 +135,25 @@ func checkEncodeV2(t *testing.T, b BodyV2) {
 // v2Seeds are canonical maps of each layout and near misses.
 func v2Seeds() [][]byte {
 	full := AppendV2(nil, &BodyV2{Version: 2, Page: 3, Issued: 1_700_000_000,
-		Session: []byte("tag00001"), State: []byte{1, 2, 3}, Bind: bytes.Repeat([]byte{9}, 32)})
-	minimal := AppendV2(nil, &BodyV2{Version: 2, Issued: -5, Session: []byte{}, Bind: []byte{}})
+		Session: []byte("tag00001"), State: []byte{1, 2, 3}})
+	minimal := AppendV2(nil, &BodyV2{Version: 2, Issued: -5, Session: []byte{}})
 	header := AppendSealedHeader(nil, 3, 1_700_000_000, []byte("tag00001"))
 	inner := AppendSealedInner(nil, 70_000, bytes.Repeat([]byte{4}, 300))
 	return [][]byte{
 		full, minimal, header, inner, AppendSealedInner(nil, 0, nil),
 		append(append([]byte(nil), full...), 0), full[:len(full)-1],
 		append(append([]byte(nil), header...), 0, 1, 2),
-		{0xa2, 0x05, 0x00, 0x08, 0x40},                                                 // inner: empty state present
-		{0xa1, 0x08, 0x41, 0x00},                                                       // inner: page missing
-		{0xa2, 0x05, 0x00, 0x09, 0x40},                                                 // inner: key 9
-		{0xa3, 0x01, 0x03, 0x06, 0x00, 0x07},                                           // header cut in the session
-		{0xa3, 0x01, 0x03, 0x07, 0x40, 0x06, 0x00},                                     // header out of order
-		{0xa5, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40, 0x09, 0xf6},             // null bind
-		{0xa5, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40, 0x09, 0x40},             // canonical minimal
-		{0xa5, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40, 0x0a, 0x40},             // key 10
-		{0xa4, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40},                         // bind missing
-		{0xa6, 0x01, 0x02, 0x02, 0x60, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40, 0x09, 0x40}, // v1 key in v2
+		{0xa2, 0x05, 0x00, 0x08, 0x40},                                     // inner: empty state present
+		{0xa1, 0x08, 0x41, 0x00},                                           // inner: page missing
+		{0xa2, 0x05, 0x00, 0x09, 0x40},                                     // inner: key 9
+		{0xa3, 0x01, 0x03, 0x06, 0x00, 0x07},                               // header cut in the session
+		{0xa3, 0x01, 0x03, 0x07, 0x40, 0x06, 0x00},                         // header out of order
+		{0xa4, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40},             // canonical minimal
+		{0xa5, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40, 0x08, 0xf6}, // null state
+		{0xa5, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40, 0x09, 0x40}, // key 9 (the removed binding)
+		{0xa5, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40, 0x0a, 0x40}, // key 10
+		{0xa3, 0x01, 0x02, 0x05, 0x00, 0x06, 0x00},                         // session missing
+		{0xa5, 0x01, 0x02, 0x02, 0x60, 0x05, 0x00, 0x06, 0x00, 0x07, 0x40}, // v1 key in v2
 		{}, {0xa0}, {0xf6},
 	}
 }
@@ -174,11 +169,11 @@ func FuzzCursorV2Decode(f *testing.F) {
 }
 
 func FuzzCursorV2Encode(f *testing.F) {
-	f.Add(uint64(2), uint32(3), int64(1_700_000_000), []byte("tag00001"), []byte{1, 2, 3}, bytes.Repeat([]byte{9}, 32))
-	f.Add(uint64(0), uint32(0), int64(0), []byte{}, []byte{}, []byte{})
-	f.Add(uint64(math.MaxUint64), uint32(math.MaxUint32), int64(math.MinInt64), bytes.Repeat([]byte{1}, 300), bytes.Repeat([]byte{2}, 70000), []byte{0})
-	f.Fuzz(func(t *testing.T, version uint64, page uint32, issued int64, session, state, bind []byte) {
-		checkEncodeV2(t, BodyV2{Version: version, Page: page, Issued: issued, Session: session, State: state, Bind: bind})
+	f.Add(uint64(2), uint32(3), int64(1_700_000_000), []byte("tag00001"), []byte{1, 2, 3})
+	f.Add(uint64(0), uint32(0), int64(0), []byte{}, []byte{})
+	f.Add(uint64(math.MaxUint64), uint32(math.MaxUint32), int64(math.MinInt64), bytes.Repeat([]byte{1}, 300), bytes.Repeat([]byte{2}, 70000))
+	f.Fuzz(func(t *testing.T, version uint64, page uint32, issued int64, session, state []byte) {
+		checkEncodeV2(t, BodyV2{Version: version, Page: page, Issued: issued, Session: session, State: state})
 	})
 }
 
@@ -201,6 +196,6 @@ func TestCursorV2CodecMatchesFxamacker(t *testing.T) {
 	}
 	for _, n := range []uint64{0, 1, 23, 24, 255, 256, 65535, 65536, 1<<32 - 1, 1 << 32, math.MaxUint64} {
 		checkEncodeV2(t, BodyV2{Version: n, Page: uint32(n), Issued: -int64(n >> 1),
-			Session: bytes.Repeat([]byte{3}, int(n%70)), State: bytes.Repeat([]byte{2}, int(n%257)), Bind: bytes.Repeat([]byte{1}, int(n%40))})
+			Session: bytes.Repeat([]byte{3}, int(n%70)), State: bytes.Repeat([]byte{2}, int(n%257))})
 	}
 }

@@ -70,8 +70,8 @@ func TestDemo(t *testing.T) {
 	// The server logs why it refused each token, and the client never sees
 	// it; no token reaches the log.
 	for _, reason := range []string{
-		`cursor rejected tool="search" reason="wrong scope (tool, caller or arguments)"`,
-		`cursor rejected tool="search" reason="mac mismatch"`,
+		`cursor rejected tool="search" reason="forged or wrong scope (tool, caller or arguments)"`,
+		`cursor rejected tool="search" reason="forged or wrong scope (tool, caller or arguments)"`,
 		`request state rejected tool="deploy" reason="arguments differ from the sealed call"`,
 		`request state rejected tool="deploy" reason="decryption failed`,
 	} {

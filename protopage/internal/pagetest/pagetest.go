@@ -7,6 +7,7 @@ package pagetest
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"log/slog"
 	"strings"
 	"sync"
@@ -99,6 +100,18 @@ func Tamper(token string) string {
 	return string(b)
 }
 
+// TamperHead returns token with the map head of its body decremented (five
+// pairs to four), so that the body no longer decodes: a forgery that
+// cannot be a token of another request.
+func TamperHead(token string) string {
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || len(raw) == 0 {
+		return token + "!"
+	}
+	raw[0]--
+	return base64.RawURLEncoding.EncodeToString(raw)
+}
+
 // Refusal is a request a transport must refuse, and how.
 type Refusal struct {
 	Name    string
@@ -135,10 +148,13 @@ func (f *Fixture) Refusals(t testing.TB, req *librarypb.ListBooksRequest, token 
 			}
 		}), Want: protopage.ErrRequestChanged},
 		{Name: "changed parent", Request: with(func(r *librarypb.ListBooksRequest) { r.Parent = "shelves/z" }), Want: protopage.ErrRequestChanged},
-		// One keyed digest binds method, caller and fields (cursor format
-		// version 2): another caller's token is refused like changed fields.
+		// One MAC binds method, caller and fields (cursor format version
+		// 2): another caller's token is refused like changed fields.
 		{Name: "another caller's token", Caller: "mallory", Request: with(func(*librarypb.ListBooksRequest) {}), Want: protopage.ErrRequestChanged},
-		{Name: "tampered", Request: with(func(r *librarypb.ListBooksRequest) { r.PageToken = Tamper(token) }), Want: protopage.ErrTokenInvalid},
+		// A body that still decodes under a failing MAC: a forgery and a
+		// token of another request look the same (cursor format version 2).
+		{Name: "tampered", Request: with(func(r *librarypb.ListBooksRequest) { r.PageToken = Tamper(token) }), Want: protopage.ErrRequestChanged},
+		{Name: "tampered so that it does not decode", Request: with(func(r *librarypb.ListBooksRequest) { r.PageToken = TamperHead(token) }), Want: protopage.ErrTokenInvalid},
 		{Name: "truncated", Request: with(func(r *librarypb.ListBooksRequest) { r.PageToken = token[:len(token)*2/3] }), Want: protopage.ErrTokenInvalid},
 		{Name: "not a token", Request: with(func(r *librarypb.ListBooksRequest) { r.PageToken = "page=2" }), Want: protopage.ErrTokenInvalid},
 		{Name: "expired", Advance: TTL + 2*time.Second, Request: with(func(*librarypb.ListBooksRequest) {}), Want: protopage.ErrTokenExpired},
