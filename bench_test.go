@@ -23,9 +23,15 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"math"
+	mrand "math/rand/v2"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/ctoken/ctoken/internal/cursorwire"
 )
@@ -453,7 +459,8 @@ func benchGoValue[T any](b *testing.B, v T) {
 // BenchmarkPageTurn measures what ctoken costs a paginated call: the
 // fingerprint of the small arguments (text), Verify of the presented
 // cursor and Issue of the next. floor is SHA-256 of the arguments plus the
-// HMAC verify and sign floors (see BenchmarkFloorHMAC) on the cursor body.
+// HMAC verify and sign floors (see BenchmarkFloorHMAC) on the cursor body;
+// floor-v2 adds the two HMACs of the scope a version 2 cursor binds.
 func BenchmarkPageTurn(b *testing.B) {
 	args := []byte(benchSmallText)
 	iss := benchIssuer(b)
@@ -507,6 +514,39 @@ func BenchmarkPageTurn(b *testing.B) {
 			h.Write(dec[:n-macSize])
 			if !hmac.Equal(h.Sum(sum[:0]), dec[n-macSize:n]) {
 				b.Fatal("floor MAC mismatch")
+			}
+			h.Reset()
+			h.Write(body)
+			raw = h.Sum(raw[:0])
+			_ = string(b64.AppendEncode(buf[:0], append(append(dec[:0], body...), raw...)))
+		}
+		cpu.done(b)
+	})
+	// floor-v2 adds what a version 2 cursor computes by design on top of
+	// floor (see BenchmarkFloorHMACScope): the binding digest of the scope,
+	// once to verify the presented cursor and once to issue the next.
+	scoped := appendScope(nil, &scope)
+	hb := hmac.New(sha256.New, subkey(benchKey, "bench floor bind"))
+	b.Run("floor-v2", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			_ = sha256.Sum256(args)
+			n, err := b64.Decode(dec, []byte(token))
+			if err != nil || n <= macSize {
+				b.Fatal("floor token does not decode")
+			}
+			h.Reset()
+			h.Write(dec[:n-macSize])
+			if !hmac.Equal(h.Sum(sum[:0]), dec[n-macSize:n]) {
+				b.Fatal("floor MAC mismatch")
+			}
+			for range 2 {
+				hb.Reset()
+				hb.Write(scoped)
+				if hmac.Equal(hb.Sum(sum[:0]), dec[:macSize]) {
+					b.Fatal("unexpected")
+				}
 			}
 			h.Reset()
 			h.Write(body)
@@ -766,3 +806,417 @@ func BenchmarkFloorGCM(b *testing.B) {
 		})
 	}
 }
+
+// A generated family of JSON argument shapes for BenchmarkArgsFingerprintShapes:
+// rather than a few hand-picked documents, each shape is built by a
+// deterministic generator (a fixed seed) to about benchShapeBytes, and
+// each stresses one part of the canonicalizer: long strings (plain, with
+// escapes, non-ASCII written raw or as \u escapes), deep nesting, wide
+// objects (in canonical or arbitrary member order, names that share long
+// prefixes), numbers in every JSON spelling, and names that sort
+// differently by UTF-16 code units than by code points.
+
+// benchShapeBytes is the size each generated shape grows to (about 1.5 KiB,
+// the size of the held-out text shape of issue 34).
+const benchShapeBytes = 1536
+
+// benchShapeGen writes JSON text.
+type benchShapeGen struct {
+	r      *mrand.Rand
+	sb     strings.Builder
+	indent bool // pretty-print with new lines and two-space indentation
+	depth  int
+	// escape selects how strings are spelled: 0 only the mandatory
+	// escapes (RFC 8785's choice), 'u' every non-ASCII character as a \u
+	// escape (Python's ensure_ascii), 'h' encoding/json's HTML escapes and
+	// \/ besides, 'x' a mix of needless escapes (\/, \u0041, \t).
+	escape byte
+}
+
+// Word lists the text generators draw from.
+var (
+	benchWordsASCII  = strings.Fields(`the of and to in is that for it as was with be by on not he this are or his from at which but have an they you were their one all we can her has there been if more when will would who so no paginate cursor token argument request issue label repository query updated open closed review merge branch commit`)
+	benchWordsLatin  = strings.Fields(`élan café naïve façade über straße Ærø søster crème brûlée déjà vu señor año mañana piñata Zürich Kraków łódź żółw Ελλάδα καλημέρα Москва привет`)
+	benchWordsCJK    = strings.Fields(`東京 大阪 日本語 文字列 検索 結果 次の ページ 中文 汉字 搜索 结果 한국어 검색 결과 다음 페이지`)
+	benchWordsAstral = strings.Fields(`😀 🚀 👍🏽 🇯🇵 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𠀋 𩸽 🎉 🧪 🐈‍⬛`)
+	// benchKeyRunes are name characters that order differently by UTF-16
+	// code units than by code points: U+E000–U+FFFF above the astral
+	// planes' surrogates, beside ASCII, Latin and CJK.
+	benchKeyRunes = []rune("aZ_0éñß中文\ue000\uf8ff\ufb01\uff21\ufffd😀𝔘𠀋")
+)
+
+func (g *benchShapeGen) nl() {
+	if g.indent {
+		g.sb.WriteByte('\n')
+		for range g.depth {
+			g.sb.WriteString("  ")
+		}
+	}
+}
+
+func (g *benchShapeGen) colon() {
+	g.sb.WriteByte(':')
+	if g.indent {
+		g.sb.WriteByte(' ')
+	}
+}
+
+// str writes s as a JSON string in g's escape style.
+func (g *benchShapeGen) str(s string) {
+	const hex = "0123456789abcdef"
+	g.sb.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			g.sb.WriteByte('\\')
+			g.sb.WriteRune(r)
+		case r == '\n':
+			g.sb.WriteString(`\n`)
+		case r == '\t' && g.escape != 'x':
+			g.sb.WriteString(`\t`)
+		case r < 0x20 || (g.escape == 'h' && (r == '<' || r == '>' || r == '&')) ||
+			(g.escape == 'x' && (r == '\t' || r == 'A')):
+			g.sb.WriteString(`\u00`)
+			g.sb.WriteByte(hex[r>>4])
+			g.sb.WriteByte(hex[r&0xF])
+		case r == '/' && (g.escape == 'h' || g.escape == 'x'):
+			g.sb.WriteString(`\/`)
+		case r >= utf8.RuneSelf && g.escape == 'u':
+			for _, u := range utf16.Encode([]rune{r}) {
+				fmt.Fprintf(&g.sb, `\u%04x`, u)
+			}
+		default:
+			g.sb.WriteRune(r)
+		}
+	}
+	g.sb.WriteByte('"')
+}
+
+// prose returns about n bytes of words from words, with the punctuation,
+// quotes, new lines and tabs of running text.
+func (g *benchShapeGen) prose(words []string, n int) string {
+	var sb strings.Builder
+	for sb.Len() < n {
+		if sb.Len() > 0 {
+			sb.WriteByte(' ')
+		}
+		sb.WriteString(words[g.r.IntN(len(words))])
+		switch g.r.IntN(24) {
+		case 0:
+			sb.WriteString(`, "quoted"`)
+		case 1:
+			sb.WriteString(".\n")
+		case 2:
+			sb.WriteString("\tC:\\path/to <a&b>")
+		case 3:
+			sb.WriteString("; A/B")
+		}
+	}
+	return sb.String()
+}
+
+// object writes an object of n members named by name(i) with values
+// written by value(i), in the order of the permutation perm (nil: i order).
+func (g *benchShapeGen) object(n int, perm []int, name func(int) string, value func(int)) {
+	g.sb.WriteByte('{')
+	g.depth++
+	for j := range n {
+		i := j
+		if perm != nil {
+			i = perm[j]
+		}
+		if j > 0 {
+			g.sb.WriteByte(',')
+		}
+		g.nl()
+		g.str(name(i))
+		g.colon()
+		value(i)
+	}
+	g.depth--
+	g.nl()
+	g.sb.WriteByte('}')
+}
+
+// array writes an array of n values written by value(i).
+func (g *benchShapeGen) array(n int, value func(int)) {
+	g.sb.WriteByte('[')
+	g.depth++
+	for i := range n {
+		if i > 0 {
+			g.sb.WriteByte(',')
+		}
+		g.nl()
+		value(i)
+	}
+	g.depth--
+	g.nl()
+	g.sb.WriteByte(']')
+}
+
+// textDoc writes a tool call's arguments dominated by one long string of
+// prose from words.
+func (g *benchShapeGen) textDoc(words []string) {
+	names := []string{"body", "title", "labels"}
+	g.object(3, []int{1, 0, 2}, func(i int) string { return names[i] }, func(i int) {
+		switch i {
+		case 0:
+			g.str(g.prose(words, benchShapeBytes-160))
+		case 1:
+			g.str(g.prose(words, 60))
+		default:
+			g.array(3, func(int) { g.str(words[g.r.IntN(len(words))]) })
+		}
+	})
+}
+
+// number returns a double-exact JSON number in one of the spellings of
+// the given kind.
+func (g *benchShapeGen) number(kind byte) string {
+	r := g.r
+	switch kind {
+	case 'i': // integers up to 2^53, any sign
+		n := r.Int64N(1<<53) >> r.IntN(53)
+		if r.IntN(2) == 0 {
+			n = -n
+		}
+		return strconv.FormatInt(n, 10)
+	case 'd': // short decimals, as a person or a form writes them
+		return strconv.FormatFloat(float64(r.IntN(2000000)-1000000)/float64([]int{10, 100, 1000, 10000}[r.IntN(4)]), 'f', -1, 64)
+	case 'e': // exponents in every spelling
+		m := float64(r.IntN(99999)+1) / 1000
+		e := r.IntN(60) - 30
+		f := strconv.FormatFloat(m, 'f', -1, 64)
+		return f + []string{"e", "E", "e+", "E-", "e-"}[r.IntN(5)] + strconv.Itoa(max(e, -e))
+	case 'f': // full-precision doubles (measurements, embeddings): 15–17 digits
+		return strconv.FormatFloat((r.Float64()-0.5)*math.Pow(10, float64(r.IntN(12)-6)), 'g', -1, 64)
+	}
+	// Edge cases: zeros, negative zero, trailing zeros, the extremes.
+	edges := []string{"0", "-0", "0.0", "-0.0e0", "0e-7", "1e21", "1e-7", "1E+2", "100e-2", "12.5000",
+		"1.0", "5e-324", "1.7976931348623157e308", "2.2250738585072014e-308", "9007199254740992",
+		"-9007199254740992", "123456789012345680000", "0.30000000000000004", "1e300", "-1.5e-300",
+		"0.000001", "0.0000001", "999999999999999900000", "4.35", "1.5E1"}
+	return edges[r.IntN(len(edges))]
+}
+
+// benchShape is one generated input.
+type benchShape struct {
+	name string
+	text []byte
+}
+
+// benchShapes returns the generated family, each at about benchShapeBytes.
+func benchShapes() []benchShape {
+	type gen struct {
+		name   string
+		indent bool
+		escape byte
+		write  func(g *benchShapeGen)
+	}
+	numbers := func(kind byte) func(g *benchShapeGen) {
+		return func(g *benchShapeGen) {
+			var nums []string
+			for n := 0; n < benchShapeBytes-20; {
+				nums = append(nums, g.number(kind))
+				n += len(nums[len(nums)-1]) + 1
+			}
+			names := []string{"values"}
+			g.object(1, nil, func(i int) string { return names[i] }, func(int) {
+				g.array(len(nums), func(i int) { g.sb.WriteString(nums[i]) })
+			})
+		}
+	}
+	// wide writes an object of n members named by name, in a shuffled
+	// order unless sorted, whose values are small scalars.
+	wide := func(n int, sorted bool, name func(g *benchShapeGen, i int) string) func(g *benchShapeGen) {
+		return func(g *benchShapeGen) {
+			names := make([]string, n)
+			seen := map[string]bool{}
+			for i := range names {
+				for names[i] == "" || seen[names[i]] {
+					names[i] = name(g, i)
+				}
+				seen[names[i]] = true
+			}
+			if sorted {
+				slices.SortFunc(names, func(a, b string) int {
+					return slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
+				})
+			}
+			var perm []int
+			if !sorted {
+				perm = g.r.Perm(n)
+			}
+			g.object(n, perm, func(i int) string { return names[i] }, func(i int) {
+				switch i % 4 {
+				case 0:
+					g.sb.WriteString(strconv.Itoa(i))
+				case 1:
+					g.sb.WriteString("true")
+				case 2:
+					g.str(names[i][:1])
+				default:
+					g.sb.WriteString("null")
+				}
+			})
+		}
+	}
+	shortName := func(g *benchShapeGen, _ int) string {
+		const letters = "abcdefghijklmnopqrstuvwxyz_"
+		b := make([]byte, 3+g.r.IntN(8))
+		for i := range b {
+			b[i] = letters[g.r.IntN(len(letters))]
+		}
+		return string(b)
+	}
+	prefixedName := func(g *benchShapeGen, _ int) string {
+		return fmt.Sprintf("configuration.option_%03d", g.r.IntN(1000))
+	}
+	unicodeName := func(g *benchShapeGen, _ int) string {
+		rs := make([]rune, 1+g.r.IntN(4))
+		for i := range rs {
+			rs[i] = benchKeyRunes[g.r.IntN(len(benchKeyRunes))]
+		}
+		return string(rs)
+	}
+	deep := func(objects bool) func(g *benchShapeGen) {
+		return func(g *benchShapeGen) {
+			const levels = 200
+			for i := range levels {
+				if objects {
+					fmt.Fprintf(&g.sb, `{"n":%d,"next":`, i)
+				} else {
+					fmt.Fprintf(&g.sb, `[%d,`, i)
+				}
+			}
+			g.sb.WriteString(`"end"`)
+			for range levels {
+				if objects {
+					g.sb.WriteByte('}')
+				} else {
+					g.sb.WriteByte(']')
+				}
+			}
+		}
+	}
+	records := func(g *benchShapeGen) {
+		fields := []string{"id", "name", "email", "active", "score", "tags", "created_at"}
+		g.array(11, func(i int) {
+			g.object(len(fields), g.r.Perm(len(fields)), func(k int) string { return fields[k] }, func(k int) {
+				switch k {
+				case 0:
+					g.sb.WriteString(strconv.Itoa(1000 + i))
+				case 1:
+					g.str(g.prose(benchWordsLatin, 12))
+				case 2:
+					g.str(fmt.Sprintf("user%d@example.com", i))
+				case 3:
+					g.sb.WriteString([]string{"true", "false"}[i%2])
+				case 4:
+					g.sb.WriteString(g.number('d'))
+				case 5:
+					g.array(2, func(int) { g.str(benchWordsASCII[g.r.IntN(len(benchWordsASCII))]) })
+				default:
+					g.str("2026-11-23T10:00:00Z")
+				}
+			})
+		})
+	}
+	gens := []gen{
+		{"text-ascii", false, 0, func(g *benchShapeGen) { g.textDoc(benchWordsASCII) }},
+		{"text-ascii-needless-escapes", false, 'x', func(g *benchShapeGen) { g.textDoc(benchWordsASCII) }},
+		{"text-ascii-html-escapes", false, 'h', func(g *benchShapeGen) { g.textDoc(benchWordsASCII) }},
+		{"text-latin", false, 0, func(g *benchShapeGen) { g.textDoc(benchWordsLatin) }},
+		{"text-latin-u-escaped", false, 'u', func(g *benchShapeGen) { g.textDoc(benchWordsLatin) }},
+		{"text-cjk", false, 0, func(g *benchShapeGen) { g.textDoc(benchWordsCJK) }},
+		{"text-cjk-u-escaped", false, 'u', func(g *benchShapeGen) { g.textDoc(benchWordsCJK) }},
+		{"text-astral", false, 0, func(g *benchShapeGen) { g.textDoc(benchWordsAstral) }},
+		{"text-astral-u-escaped", false, 'u', func(g *benchShapeGen) { g.textDoc(benchWordsAstral) }},
+		{"deep-arrays", false, 0, deep(false)},
+		{"deep-objects", false, 0, deep(true)},
+		{"wide-sorted", false, 0, wide(90, true, shortName)},
+		{"wide-shuffled", false, 0, wide(90, false, shortName)},
+		{"wide-long-prefix", false, 0, wide(45, false, prefixedName)},
+		{"wide-unicode-names", false, 0, wide(80, false, unicodeName)},
+		{"wide-unicode-names-u-escaped", false, 'u', wide(55, false, unicodeName)},
+		{"records-pretty", true, 0, records},
+		{"numbers-integers", false, 0, numbers('i')},
+		{"numbers-decimals", false, 0, numbers('d')},
+		{"numbers-exponents", false, 0, numbers('e')},
+		{"numbers-full-precision", false, 0, numbers('f')},
+		{"numbers-edge-cases", true, 0, numbers('x')},
+	}
+	shapes := make([]benchShape, 0, len(gens))
+	for k, gn := range gens {
+		g := &benchShapeGen{r: mrand.New(mrand.NewPCG(34, uint64(k))), indent: gn.indent, escape: gn.escape}
+		gn.write(g)
+		shapes = append(shapes, benchShape{gn.name, []byte(g.sb.String())})
+	}
+	return shapes
+}
+
+// BenchmarkArgsFingerprintShapes measures ArgsFingerprint of each
+// generated shape as sent and, where that differs, of its canonical form,
+// each beside sha256.Sum256 of the same bytes measured in the same run:
+// the two loops alternate in 16 slices of b.N iterations on one locked OS
+// thread, and x-sha256 is the ratio of their CPU times (cpu-ns/op over
+// sha256-cpu-ns/op), which on a busy machine counts no time spent waiting
+// for a CPU.
+func BenchmarkArgsFingerprintShapes(b *testing.B) {
+	for _, s := range benchShapes() {
+		canon, err := CanonicalJSON(s.text)
+		if err != nil {
+			b.Fatalf("%s: %v", s.name, err)
+		}
+		inputs := []benchShape{{s.name, s.text}}
+		if !bytes.Equal(canon, s.text) {
+			inputs = append(inputs, benchShape{s.name + "-canonical", canon})
+		}
+		for _, in := range inputs {
+			if fp, err := ArgsFingerprint(in.text); err != nil || fp != sha256.Sum256(canon) {
+				b.Fatalf("%s: fingerprint is not the SHA-256 of the canonical form (%v)", in.name, err)
+			}
+			b.Run(in.name, func(b *testing.B) { benchVersusSHA256(b, in.text) })
+		}
+	}
+}
+
+// benchVersusSHA256 times ArgsFingerprint(text) against sha256.Sum256(text)
+// in alternating slices, as BenchmarkArgsFingerprintShapes describes.
+func benchVersusSHA256(b *testing.B, text []byte) {
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var fpCPU, shaCPU int64
+	const slices = 16
+	for done := 0; done < b.N; {
+		n := max(1, b.N/slices)
+		n = min(n, b.N-done)
+		t0 := threadCPU()
+		for range n {
+			if _, err := ArgsFingerprint(text); err != nil {
+				b.Fatal(err)
+			}
+		}
+		t1 := threadCPU()
+		b.StopTimer()
+		t2 := threadCPU()
+		for range n {
+			benchSink = sha256.Sum256(text)
+		}
+		t3 := threadCPU()
+		b.StartTimer()
+		fpCPU += t1 - t0
+		shaCPU += t3 - t2
+		done += n
+	}
+	if fpCPU > 0 && shaCPU > 0 {
+		b.ReportMetric(float64(fpCPU)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(shaCPU)/float64(b.N), "sha256-cpu-ns/op")
+		b.ReportMetric(float64(fpCPU)/float64(shaCPU), "x-sha256")
+	}
+}
+
+// benchSink keeps the compiler from discarding a floor's result.
+var benchSink [32]byte

@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -915,4 +916,116 @@ func TestJSONSpecial8MatchesTable(t *testing.T) {
 		binary.LittleEndian.PutUint64(w[:], x)
 		check(w)
 	}
+}
+
+// TestStringStopMask8MatchesTable checks stringStopMask8 byte by byte
+// against its definition ('"', '\\' or a byte below 0x20, non-ASCII bytes
+// never), for every byte value in every position among neighbours of each
+// kind and for a stream of pseudo-random words: it must be exact in every
+// byte, not only in the first special one.
+func TestStringStopMask8MatchesTable(t *testing.T) {
+	check := func(w [8]byte) {
+		x := binary.LittleEndian.Uint64(w[:])
+		var want uint64
+		for i, c := range w {
+			if c < 0x20 || c == '"' || c == '\\' {
+				want |= 0x80 << (8 * i)
+			}
+		}
+		if got := stringStopMask8(x); got != want {
+			t.Fatalf("stringStopMask8(%q) = %#x, want %#x", w[:], got, want)
+		}
+	}
+	for _, fill := range []byte{'a', ' ', '~', 0x7f, '"', '\\', 0, 0x1f, 0x80, 0x9f, 0xa0, 0xa2, 0xdc, 0xff} {
+		for pos := range 8 {
+			for c := range 256 {
+				var w [8]byte
+				for i := range w {
+					w[i] = fill
+				}
+				w[pos] = byte(c)
+				check(w)
+			}
+		}
+	}
+	x := uint64(0x9e3779b97f4a7c15)
+	for range 200000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], x&0x7f7f7f7f7f7f7f7f)
+		check(w)
+		binary.LittleEndian.PutUint64(w[:], x)
+		check(w)
+	}
+}
+
+// TestTinyNumbersMatchParseFloat pins the exact division that replaces
+// strconv.ParseFloat for values below 2^-1021 (where ParseFloat takes tens
+// of µs): for doubles across that range, each written with 1 to 17
+// significant digits and nudged a unit in the last digit either way,
+// CanonicalJSON accepts exactly the spellings whose value is the shortest
+// form of ParseFloat's double, and writes that form.
+func TestTinyNumbersMatchParseFloat(t *testing.T) {
+	bitsOf := []uint64{1, 2, 3, 10, 1 << 20, 1<<52 - 1, 1 << 52, 1<<52 + 1, 1<<53 - 1, 1 << 53}
+	x := uint64(0x9e3779b97f4a7c15)
+	for range 300 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		bitsOf = append(bitsOf, x%(1<<53+1), x%(1<<12))
+	}
+	for _, bits := range bitsOf {
+		f := math.Float64frombits(bits)
+		for prec := range 17 {
+			s := strconv.FormatFloat(f, 'e', prec, 64)
+			mant, exp, _ := strings.Cut(s, "e")
+			digits := strings.Replace(mant, ".", "", 1)
+			d, _ := strconv.ParseUint(digits, 10, 64)
+			for _, nd := range []uint64{d - 1, d, d + 1} {
+				if nd == 0 {
+					continue
+				}
+				ds := strconv.FormatUint(nd, 10)
+				text := "0." + ds + "e" + strconv.Itoa(mustAtoi(t, exp)+1)
+				// 0.ds × 10^(exp+1): s itself when nd is d.
+				t.Run(text, func(t *testing.T) {
+					got, err := Canonical([]byte(text))
+					g, perr := strconv.ParseFloat(text, 64)
+					short := strconv.FormatFloat(g, 'e', -1, 64)
+					sm, _, _ := strings.Cut(short, "e")
+					wantOK := perr == nil && g != 0 && strings.TrimRight(strings.Replace(sm, ".", "", 1), "0") == strings.TrimRight(ds, "0") &&
+						sameScale(short, text)
+					if (err == nil) != wantOK {
+						t.Fatalf("accepted %v, want %v (ParseFloat %s)", err == nil, wantOK, short)
+					}
+					if err == nil {
+						if back, _ := strconv.ParseFloat(string(got), 64); back != g {
+							t.Fatalf("canonical %s is not ParseFloat's %s", got, short)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// sameScale reports whether the shortest form short (d.ddde±x) and text
+// (0.ddd e y) put their first digit at the same decimal place.
+func sameScale(short, text string) bool {
+	_, se, _ := strings.Cut(short, "e")
+	_, te, _ := strings.Cut(text, "e")
+	a, _ := strconv.Atoi(se)
+	b, _ := strconv.Atoi(te)
+	return a+1 == b
 }
