@@ -137,3 +137,99 @@ func TestRefuseMapsNoKeyToInternal(t *testing.T) {
 		})
 	}
 }
+
+// A page turn fingerprints the arguments once: Turn keeps the scope and
+// Turn.Next issues the next cursor with it.
+func TestTurnCarriesScopeToNext(t *testing.T) {
+	var log bytes.Buffer
+	c := testCursors(t, &log, &clock{now: time.Unix(1e9, 0)})
+	ctx := context.Background()
+	args := map[string]any{"q": "red"}
+	scope, err := c.Scope("alice", "search", args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if scope.ToolID != ctoken.MCPTarget("tools/call", "search") || scope.CallerID != "alice" || scope.Args == (ctoken.Fingerprint{}) {
+		t.Fatalf("scope %+v", scope)
+	}
+	first, err := c.Turn(ctx, scope, "search", "")
+	if err != nil || first.Payload.Page != 0 || first.Payload.State != nil {
+		t.Fatalf("first page: %+v, %v", first.Payload, err)
+	}
+	cursor, err := first.Next(1, []byte("after:red-9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.Turn(ctx, scope, "search", cursor)
+	if err != nil || second.Payload.Page != 1 || string(second.Payload.State) != "after:red-9" {
+		t.Fatalf("second page: %+v, %v", second.Payload, err)
+	}
+	// Next on Cursors issues the same binding from a scope.
+	again, err := c.Next(scope, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := c.Turn(ctx, scope, "search", again); err != nil || p.Payload.Page != 2 {
+		t.Errorf("Cursors.Next: %+v, %v", p.Payload, err)
+	}
+	if _, err := (Turn{}).Next(1, nil); err == nil {
+		t.Error("the zero Turn issued a cursor")
+	}
+}
+
+// Nil arguments are not bound: the scope's fingerprint is zero.
+func TestScopeOfNilArgumentsIsUnbound(t *testing.T) {
+	var log bytes.Buffer
+	c := testCursors(t, &log, &clock{now: time.Unix(1e9, 0)})
+	scope, err := c.Scope("alice", "search", nil)
+	if err != nil || scope.Args != (ctoken.Fingerprint{}) {
+		t.Errorf("scope %+v, %v", scope, err)
+	}
+	if _, err := c.Scope("alice", "search", func() {}); err == nil || !strings.HasPrefix(err.Error(), "test: fingerprinting arguments") {
+		t.Errorf("unencodable arguments: %v", err)
+	}
+}
+
+// A refused cursor is the integration's Refused error for RefuseCursor of
+// it, logged with the tool and the reason but never the cursor.
+func TestTurnRefusesCursorOfOtherScopeOrExpired(t *testing.T) {
+	var log bytes.Buffer
+	clk := &clock{now: time.Unix(1e9, 0)}
+	c := testCursors(t, &log, clk)
+	ctx := context.Background()
+	scope, _ := c.Scope("alice", "search", map[string]any{"q": "red"})
+	cursor, err := c.Next(scope, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, _ := c.Scope("bob", "search", map[string]any{"q": "red"})
+	other, _ := c.Scope("alice", "search", map[string]any{"q": "blue"})
+	for _, tc := range []struct {
+		name  string
+		scope ctoken.CursorScope
+		wire  string
+		code  int
+	}{
+		{"other caller", bob, cursor, ctoken.CodeCursorInvalid},
+		{"other arguments", other, cursor, ctoken.CodeCursorInvalid},
+		{"garbage", scope, "not-a-cursor", ctoken.CodeCursorInvalid},
+	} {
+		turn, err := c.Turn(ctx, tc.scope, "search", tc.wire)
+		var re *refusedErr
+		if !errors.As(err, &re) || re.r.Code != tc.code || turn.Payload.Page != 0 {
+			t.Errorf("%s: %v, %+v", tc.name, err, turn.Payload)
+		}
+		if _, err := turn.Next(2, nil); err == nil {
+			t.Errorf("%s: a refused Turn issued a cursor", tc.name)
+		}
+	}
+	clk.now = clk.now.Add(time.Hour)
+	var re *refusedErr
+	if _, err := c.Turn(ctx, scope, "search", cursor); !errors.As(err, &re) || re.r.Code != ctoken.CodeCursorExpired {
+		t.Errorf("expired: %v", err)
+	}
+	logged := log.String()
+	if !strings.Contains(logged, `test: cursor rejected" tool=search reason=`) || strings.Contains(logged, cursor[:16]) {
+		t.Errorf("log %q", logged)
+	}
+}

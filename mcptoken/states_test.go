@@ -158,3 +158,215 @@ func TestStatesOpenNoRefusalConsumesASingleUseState(t *testing.T) {
 		}
 	}
 }
+
+// States seal and open bound to caller, target and arguments; a refusal is
+// the integration's Refused error, a store failure is marked StoreFailed.
+func TestStatesSealOpenAndRefuse(t *testing.T) {
+	var log bytes.Buffer
+	clk := &clock{now: time.Unix(1e9, 0)}
+	s, err := NewStates(codec(t, clk, nil), StatesConfig{}, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	args := []byte(`{"target":"prod"}`)
+	wire, err := s.Seal("alice", "tools/call", "deploy", args, "step1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain, err := s.Open(ctx, "alice", "tools/call", "deploy", args, wire); err != nil || plain != "step1" {
+		t.Fatalf("open: %q, %v", plain, err)
+	}
+	for _, tc := range []struct {
+		name, caller, method, tool string
+		args                       []byte
+		reason                     string
+	}{
+		{"other arguments", "alice", "tools/call", "deploy", []byte(`{"target":"dev"}`), "arguments differ from the sealed call"},
+		{"other caller", "bob", "tools/call", "deploy", args, "bound to another subject or tool"},
+		{"other tool", "alice", "tools/call", "rollback", args, "bound to another subject or tool"},
+		{"other method", "alice", "prompts/get", "deploy", args, "bound to another subject or tool"},
+	} {
+		_, err := s.Open(ctx, tc.caller, tc.method, tc.tool, tc.args, wire)
+		var re *refusedErr
+		if !errors.As(err, &re) || re.r.Code != CodeStateInvalid || !strings.Contains(re.r.Reason, tc.reason) {
+			t.Errorf("%s: %v (reason %q)", tc.name, err, re.r.Reason)
+		}
+	}
+	if !strings.Contains(log.String(), `test: request state rejected" prompt=deploy`) {
+		t.Errorf("log does not name the prompt: %q", log.String())
+	}
+	clk.now = clk.now.Add(time.Hour)
+	var re *refusedErr
+	if _, err := s.Open(ctx, "alice", "tools/call", "deploy", args, wire); !errors.As(err, &re) || re.r.Code != CodeStateExpired {
+		t.Errorf("expired: %v", err)
+	}
+	// A single-use codec whose store cannot answer: StoreFailed, logged.
+	down, err := NewStates(codec(t, clk, failingStore{}), StatesConfig{}, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, _ = down.Seal("alice", "tools/call", "deploy", args, "step1")
+	if _, err := down.Open(ctx, "alice", "tools/call", "deploy", args, wire); !errors.As(err, &re) || !re.r.StoreFailed {
+		t.Errorf("store failure: %v", err)
+	}
+	if !strings.Contains(log.String(), "request state store failed") || !strings.Contains(log.String(), "store down") {
+		t.Errorf("log %q", log.String())
+	}
+}
+
+// Unbound states seal the application's state as is.
+func TestUnboundStatesSealStateAsIs(t *testing.T) {
+	var log bytes.Buffer
+	c := codec(t, &clock{now: time.Unix(1e9, 0)}, nil)
+	s, err := NewStates(c, StatesConfig{UnboundArgs: true}, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, err := s.Seal("alice", "tools/call", "ask", []byte(`{"x":1}`), "round1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain, err := c.Decode(wire, "alice", ctoken.MCPTarget("tools/call", "ask")); err != nil || plain != "round1" {
+		t.Errorf("sealed %q, %v", plain, err)
+	}
+	if plain, err := s.Open(context.Background(), "alice", "tools/call", "ask", []byte(`{"x":2}`), wire); err != nil || plain != "round1" {
+		t.Errorf("unbound open with other arguments: %q, %v", plain, err)
+	}
+}
+
+// SealResult refuses a state that is already sealed (or looks it) and logs
+// every failure to seal.
+func TestSealResultRefusesSealedState(t *testing.T) {
+	var log bytes.Buffer
+	s, err := NewStates(codec(t, &clock{now: time.Unix(1e9, 0)}, nil), StatesConfig{}, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, st := range []string{"v1.abc", "v1e.abc"} {
+		if _, err := s.SealResult(ctx, "alice", "tools/call", "ask", nil, st); !errors.Is(err, ErrAlreadySealed) {
+			t.Errorf("%q: %v", st, err)
+		}
+	}
+	if !strings.Contains(log.String(), "refusing to seal it twice") {
+		t.Errorf("log %q", log.String())
+	}
+	if _, err := s.SealResult(ctx, "alice", "tools/call", "ask", nil, "\xff"); !errors.Is(err, ctoken.ErrUnencodable) || !strings.Contains(log.String(), "sealing requestState failed") {
+		t.Errorf("invalid UTF-8: %v; log %q", err, log.String())
+	}
+	if wire, err := s.SealResult(ctx, "alice", "tools/call", "ask", nil, "v2 plain"); err != nil || !LooksSealed(wire) {
+		t.Errorf("plain state: %q, %v", wire, err)
+	}
+}
+
+// CheckTargetBinding accepts only a codec that refuses a state of one tool
+// for another. A refusal for another reason (a single-use codec's store
+// failing, or reporting the probe as used) says nothing about the binding
+// and is no pass: the probe of ctokenmcp took any error as one, so a
+// BindSubject codec got through when its store failed or when it was
+// probed twice in one second (signed encoding is deterministic).
+func TestCheckTargetBindingRefusesACodecThatDoesNotBindTheTool(t *testing.T) {
+	kr, err := ctoken.NewKeyring(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCodec := func(b ctoken.RequestStateBinding, mode ctoken.RequestStateMode, store replay.Store) *ctoken.RequestStateCodec {
+		c, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: kr, Binding: b, Mode: mode, Replay: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, mode := range []ctoken.RequestStateMode{ctoken.Signed, ctoken.Encrypted} {
+		for _, b := range []ctoken.RequestStateBinding{ctoken.BindSubject, ctoken.BindNone} {
+			for name, store := range map[string]replay.Store{"reusable": nil, "store down": failingStore{}} {
+				if err := CheckTargetBinding(newCodec(b, mode, store)); !errors.Is(err, ErrTargetUnbound) {
+					t.Errorf("mode %d, binding %d, %s: %v, want ErrTargetUnbound", mode, b, name, err)
+				}
+			}
+			once := newCodec(b, mode, replay.NewMemoryStore(16))
+			for i := range 2 {
+				if err := CheckTargetBinding(once); !errors.Is(err, ErrTargetUnbound) {
+					t.Errorf("mode %d, binding %d, single-use, probe %d: %v, want ErrTargetUnbound", mode, b, i, err)
+				}
+			}
+		}
+		// The tool binding passes, and its probe never reaches the store.
+		if err := CheckTargetBinding(newCodec(ctoken.BindSubjectAndTool, mode, failingStore{})); err != nil {
+			t.Errorf("mode %d, BindSubjectAndTool: %v", mode, err)
+		}
+	}
+	if err := CheckTargetBinding(nil); err == nil {
+		t.Error("nil codec accepted")
+	}
+	if err := CheckTargetBinding(new(ctoken.RequestStateCodec)); err == nil || errors.Is(err, ErrTargetUnbound) {
+		t.Errorf("zero codec: %v, want the codec's error", err)
+	}
+}
+
+// FuzzStatesOpen: no wire, caller or arguments panics Open, a refusal
+// returns no state, and only the state sealed for alice, deploy and its
+// arguments opens, for those arguments (in any spelling) and no others.
+func FuzzStatesOpen(f *testing.F) {
+	var log bytes.Buffer
+	s, err := NewStates(codec(f, &clock{now: time.Unix(1e9, 0)}, nil), StatesConfig{}, testIntegration(&log))
+	if err != nil {
+		f.Fatal(err)
+	}
+	const sealedArgs = `{"target":"prod"}`
+	wire, err := s.Seal("alice", "tools/call", "deploy", []byte(sealedArgs), "step1")
+	if err != nil {
+		f.Fatal(err)
+	}
+	want, _ := ctoken.ArgsFingerprint([]byte(sealedArgs))
+	f.Add(wire, "alice", sealedArgs)
+	f.Add(wire, "alice", ` { "target" : "prod" } `)
+	f.Add(wire, "bob", sealedArgs)
+	f.Add(wire, "", sealedArgs)
+	f.Add(retail(wire), "alice", sealedArgs)
+	f.Add("v1.", "alice", "")
+	f.Fuzz(func(t *testing.T, wire, caller, args string) {
+		log.Reset()
+		plain, err := s.Open(context.Background(), caller, "tools/call", "deploy", []byte(args), wire)
+		if err != nil {
+			if plain != "" {
+				t.Fatalf("refusal returned %q", plain)
+			}
+			var re *refusedErr
+			if err != errTestNoCaller && (!errors.As(err, &re) || !KnownCode(re.r.Code)) {
+				t.Fatalf("refusal %v is neither NoCaller nor a coded refusal", err)
+			}
+			return
+		}
+		fp, ferr := ctoken.ArgsFingerprint([]byte(args))
+		if plain != "step1" || caller != "alice" || ferr != nil || fp != want {
+			t.Fatalf("opened %q for caller %q and arguments %q", plain, caller, args)
+		}
+	})
+}
+
+// Seal refuses arguments it cannot fingerprint (malformed JSON text, a Go
+// value encoding/json cannot encode) and seals nothing; unbound States do
+// not look at the arguments.
+func TestSealRefusesArgumentsThatCannotBeFingerprinted(t *testing.T) {
+	var log bytes.Buffer
+	c := codec(t, &clock{now: time.Unix(1e9, 0)}, nil)
+	s, err := NewStates(c, StatesConfig{}, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, args := range map[string]any{"malformed JSON": []byte(`{"target":`), "func": func() {}, "inexact number": []byte(`{"n":12345678901234567890}`)} {
+		wire, err := s.Seal("alice", "tools/call", "deploy", args, "step1")
+		if err == nil || wire != "" || !strings.HasPrefix(err.Error(), "test: fingerprinting arguments") {
+			t.Errorf("%s: %q, %v", name, wire, err)
+		}
+	}
+	unbound, err := NewStates(c, StatesConfig{UnboundArgs: true}, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unbound.Seal("alice", "tools/call", "deploy", []byte(`{"target":`), "step1"); err != nil {
+		t.Errorf("unbound: %v", err)
+	}
+}

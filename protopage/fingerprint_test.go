@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ctoken/ctoken"
@@ -18,7 +20,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
 )
 
 func fingerprint(t testing.TB, p *protopage.Pager, m proto.Message) ctoken.Fingerprint {
@@ -422,5 +427,323 @@ func TestFingerprintBindsAFloatSignalingNaNAsItsQuietNaN(t *testing.T) {
 	}
 	if fp(double(0x7ff0000000000001)) == fp(double(0x7ff8000000000001)) || fp(double(0x7ff8000000000001)) == fp(double(0x7ff8000000000002)) {
 		t.Error("double NaNs of other bits share a fingerprint")
+	}
+}
+
+// scalar returns the i-th (1 or 2) non-default value of a field of fd's
+// kind, or of a map key of that kind.
+func scalar(fd protoreflect.FieldDescriptor, i int, newMsg func() protoreflect.Message) protoreflect.Value {
+	switch fd.Kind() {
+	case protoreflect.BoolKind:
+		return protoreflect.ValueOfBool(i == 1)
+	case protoreflect.EnumKind:
+		return protoreflect.ValueOfEnum(protoreflect.EnumNumber(i))
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return protoreflect.ValueOfInt32(int32(-i))
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return protoreflect.ValueOfInt64(int64(-i) << 40)
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return protoreflect.ValueOfUint32(uint32(i))
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return protoreflect.ValueOfUint64(uint64(i) << 40)
+	case protoreflect.FloatKind:
+		return protoreflect.ValueOfFloat32(float32(i) + 0.5)
+	case protoreflect.DoubleKind:
+		return protoreflect.ValueOfFloat64(float64(i) + 0.25)
+	case protoreflect.StringKind:
+		return protoreflect.ValueOfString(string(rune('a' + i)))
+	case protoreflect.BytesKind:
+		return protoreflect.ValueOfBytes([]byte{byte(i)})
+	}
+	n := newMsg()
+	n.Set(n.Descriptor().Fields().ByName("name"), protoreflect.ValueOfString(string(rune('a'+i))))
+	return protoreflect.ValueOfMessage(n)
+}
+
+// TestFingerprintBindsEveryFieldOfEveryKind sets each field of a request
+// with a field of every kind and cardinality to two values in turn: every
+// one of the results has its own fingerprint, and none is the empty
+// request's.
+func TestFingerprintBindsEveryFieldOfEveryKind(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	seen := map[ctoken.Fingerprint]string{fingerprint(t, f.Pager, &fingerprintpb.Request{}): "empty"}
+	fields := (&fingerprintpb.Request{}).ProtoReflect().Descriptor().Fields()
+	for j := range fields.Len() {
+		fd := fields.Get(j)
+		if fd.Name() == "page_size" || fd.Name() == "page_token" {
+			continue
+		}
+		for i := 1; i <= 2; i++ {
+			req := &fingerprintpb.Request{}
+			m := req.ProtoReflect()
+			switch {
+			case fd.IsMap():
+				mp := m.Mutable(fd).Map()
+				newMsg := func() protoreflect.Message { return mp.NewValue().Message() }
+				for k := 1; k <= i+1; k++ { // several keys: their order is fixed by the encoding
+					key := scalar(fd.MapKey(), k%2+1, nil).MapKey()
+					if fd.MapKey().Kind() != protoreflect.BoolKind {
+						key = scalar(fd.MapKey(), k, nil).MapKey()
+					}
+					mp.Set(key, scalar(fd.MapValue(), i, newMsg))
+				}
+			case fd.IsList():
+				l := m.Mutable(fd).List()
+				newMsg := func() protoreflect.Message { return l.NewElement().Message() }
+				for k := 1; k <= i; k++ {
+					l.Append(scalar(fd, k, newMsg))
+				}
+			case fd.Kind() == protoreflect.BoolKind && !fd.HasPresence() && i == 2:
+				continue // false is the default: absent, like the empty request
+			default:
+				m.Set(fd, scalar(fd, i, func() protoreflect.Message { return m.NewField(fd).Message() }))
+			}
+			fp := fingerprint(t, f.Pager, req)
+			name := string(fd.Name()) + "#" + string(rune('0'+i))
+			if other, dup := seen[fp]; dup {
+				t.Fatalf("%s and %s share a fingerprint", name, other)
+			}
+			seen[fp] = name
+			for range 5 { // map iteration order is random
+				if fingerprint(t, f.Pager, req) != fp {
+					t.Fatalf("%s: the fingerprint depends on map order", name)
+				}
+			}
+		}
+	}
+}
+
+func TestFingerprintUnknownFieldOrder(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	a := protowire.AppendVarint(protowire.AppendTag(nil, 900, protowire.VarintType), 1)
+	b := protowire.AppendBytes(protowire.AppendTag(nil, 700, protowire.BytesType), []byte("x"))
+	b2 := protowire.AppendBytes(protowire.AppendTag(nil, 700, protowire.BytesType), []byte("y"))
+	with := func(raw ...[]byte) ctoken.Fingerprint {
+		r := &fingerprintpb.Request{FString: "s"}
+		var u []byte
+		for _, x := range raw {
+			u = append(u, x...)
+		}
+		r.ProtoReflect().SetUnknown(u)
+		return fingerprint(t, f.Pager, r)
+	}
+	if with(a, b, b2) != with(b, a, b2) || with(a, b, b2) != with(b, b2, a) {
+		t.Error("the order of unknown fields of different numbers changed the fingerprint")
+	}
+	if with(a, b, b2) == with(a, b2, b) {
+		t.Error("the order of one unknown number's records did not change the fingerprint")
+	}
+	for name, raw := range map[string][]byte{"bad tag": {0x80}, "no value": protowire.AppendTag(nil, 5, protowire.BytesType)} {
+		r := &fingerprintpb.Request{}
+		r.ProtoReflect().SetUnknown(raw)
+		_, err := f.Pager.Fingerprint(r)
+		if !errors.Is(err, protopage.ErrServer) || errors.Unwrap(err).Error() != "request carries malformed unknown fields" {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestPageSizeFieldMustBeAnInteger(t *testing.T) {
+	f := newFixture(t, protopage.Config{PageSizeField: "f_string"})
+	if _, err := f.Pager.Fingerprint(&fingerprintpb.Request{}); !errors.Is(err, protopage.ErrServer) {
+		t.Fatalf("string page size field: %v", err)
+	}
+	for _, name := range []string{"f_uint64", "f_sfixed32", "f_sint64"} {
+		g := newFixture(t, protopage.Config{PageSizeField: name})
+		if _, err := g.Pager.Fingerprint(&fingerprintpb.Request{}); err != nil {
+			t.Fatalf("%s as page size field: %v", name, err)
+		}
+	}
+}
+
+func TestFingerprintRefusesNestingDeeperThanMaxDepth(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	deep := func(n int) *fingerprintpb.Request {
+		leaf := &fingerprintpb.Nested{Name: "leaf"}
+		for range n {
+			leaf = &fingerprintpb.Nested{Child: leaf}
+		}
+		return &fingerprintpb.Request{RMessage: []*fingerprintpb.Nested{leaf}}
+	}
+	if _, err := f.Pager.Fingerprint(deep(protopage.MaxDepth - 1)); err != nil {
+		t.Fatalf("MaxDepth levels: %v", err)
+	}
+	_, err := f.Pager.Fingerprint(deep(protopage.MaxDepth + 1))
+	if !errors.Is(err, protopage.ErrServer) {
+		t.Fatalf("deeper than MaxDepth: %v", err)
+	}
+	req := deep(protopage.MaxDepth + 1)
+	req.MBool = map[bool]*fingerprintpb.Nested{true: req.RMessage[0]}
+	req.RMessage = nil
+	if _, err := f.Pager.Start(callCtx(listMethod, "alice"), req); !errors.Is(err, protopage.ErrServer) {
+		t.Fatalf("Start, deeper than MaxDepth in a map: %v", err)
+	}
+}
+
+// proto2File builds, at run time, a proto2 request with an extension range
+// and two extensions:
+//
+//	message Req { optional string page_token = 1; optional int32 page_size = 2;
+//	              optional string filter = 3; extensions 100 to 200; }
+//	extend Req { optional string ext_a = 150; optional int64 ext_b = 120; }
+func proto2File(t *testing.T) (protoreflect.MessageDescriptor, protoreflect.ExtensionType, protoreflect.ExtensionType) {
+	t.Helper()
+	opt := descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum()
+	str, i32, i64 := descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum(), descriptorpb.FieldDescriptorProto_TYPE_INT32.Enum(), descriptorpb.FieldDescriptorProto_TYPE_INT64.Enum()
+	fdp := &descriptorpb.FileDescriptorProto{
+		Name:    proto.String("ext_test.proto"),
+		Package: proto.String("ctoken.protopage.exttest"),
+		Syntax:  proto.String("proto2"),
+		MessageType: []*descriptorpb.DescriptorProto{{
+			Name: proto.String("Req"),
+			Field: []*descriptorpb.FieldDescriptorProto{
+				{Name: proto.String("page_token"), Number: proto.Int32(1), Label: opt, Type: str},
+				{Name: proto.String("page_size"), Number: proto.Int32(2), Label: opt, Type: i32},
+				{Name: proto.String("filter"), Number: proto.Int32(3), Label: opt, Type: str},
+			},
+			ExtensionRange: []*descriptorpb.DescriptorProto_ExtensionRange{{Start: proto.Int32(100), End: proto.Int32(201)}},
+		}},
+		Extension: []*descriptorpb.FieldDescriptorProto{
+			{Name: proto.String("ext_a"), Number: proto.Int32(150), Label: opt, Type: str, Extendee: proto.String(".ctoken.protopage.exttest.Req")},
+			{Name: proto.String("ext_b"), Number: proto.Int32(120), Label: opt, Type: i64, Extendee: proto.String(".ctoken.protopage.exttest.Req")},
+		},
+	}
+	fd, err := protodesc.NewFile(fdp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd.Messages().Get(0), dynamicpb.NewExtensionType(fd.Extensions().Get(0)), dynamicpb.NewExtensionType(fd.Extensions().Get(1))
+}
+
+// TestFingerprintBindsExtensionsAndProto2Presence covers messages with
+// extension ranges (proto2): set extensions are bound like fields, in
+// field-number order; a proto2 field set to its default differs from
+// absent; and messages of two descriptors of one name never mix.
+func TestFingerprintBindsExtensionsAndProto2Presence(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	md, extA, extB := proto2File(t)
+	msg := func(edit func(m *dynamicpb.Message)) *dynamicpb.Message {
+		m := dynamicpb.NewMessage(md)
+		m.Set(md.Fields().ByName("filter"), protoreflect.ValueOfString("x"))
+		edit(m)
+		return m
+	}
+	none := func(*dynamicpb.Message) {}
+	ref := fingerprint(t, f.Pager, msg(none))
+	withExt := fingerprint(t, f.Pager, msg(func(m *dynamicpb.Message) {
+		m.Set(extA.TypeDescriptor(), protoreflect.ValueOfString("a"))
+		m.Set(extB.TypeDescriptor(), protoreflect.ValueOfInt64(7))
+	}))
+	if withExt == ref {
+		t.Fatal("extensions are not bound")
+	}
+	otherExt := fingerprint(t, f.Pager, msg(func(m *dynamicpb.Message) {
+		m.Set(extA.TypeDescriptor(), protoreflect.ValueOfString("a"))
+		m.Set(extB.TypeDescriptor(), protoreflect.ValueOfInt64(8))
+	}))
+	if otherExt == withExt {
+		t.Fatal("an extension's value is not bound")
+	}
+	// Extensions set in the other order, and page fields set, change nothing.
+	again := fingerprint(t, f.Pager, msg(func(m *dynamicpb.Message) {
+		m.Set(extB.TypeDescriptor(), protoreflect.ValueOfInt64(7))
+		m.Set(extA.TypeDescriptor(), protoreflect.ValueOfString("a"))
+		m.Set(md.Fields().ByName("page_size"), protoreflect.ValueOfInt32(3))
+		m.Set(md.Fields().ByName("page_token"), protoreflect.ValueOfString("t"))
+	}))
+	if again != withExt {
+		t.Fatal("the order extensions were set in, or the page fields, changed the fingerprint")
+	}
+	if fingerprint(t, f.Pager, msg(func(m *dynamicpb.Message) {
+		m.Set(md.Fields().ByName("filter"), protoreflect.ValueOfString(""))
+	})) == fingerprint(t, f.Pager, dynamicpb.NewMessage(md)) {
+		t.Fatal("a proto2 field set to its default is bound as absent")
+	}
+	// A second descriptor of the same name, built again: same encoding,
+	// so the same fingerprint for the same content.
+	md2, _, _ := proto2File(t)
+	m2 := dynamicpb.NewMessage(md2)
+	m2.Set(md2.Fields().ByName("filter"), protoreflect.ValueOfString("x"))
+	if fingerprint(t, f.Pager, m2) != ref {
+		t.Fatal("two descriptors of one schema disagree")
+	}
+}
+
+// TestFingerprintOfALargeRequestTakesAtMostTwiceItsWireSize fingerprints
+// 1 MiB requests a client can send: a packed list of zeros (1 wire byte an
+// element, 8 in the encoding), which must take a small fraction of its
+// size since the encoding is hashed as it is written, and unknown fields
+// of alternating numbers, whose sort may take 4 bytes per record (at most
+// twice the wire size). They took 48 and 70 times their wire size when
+// the whole encoding was built before hashing and every unknown record
+// had a 32-byte entry.
+func TestFingerprintOfALargeRequestTakesAtMostTwiceItsWireSize(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation figures are not meaningful under -race (sync.Pool drops items at random); run without -race")
+	}
+	f := newFixture(t, protopage.Config{})
+	const size = 1 << 20
+	var unknown []byte
+	for i := 0; len(unknown) < size; i++ {
+		unknown = protowire.AppendVarint(protowire.AppendTag(unknown, protowire.Number(1000+i%2), protowire.VarintType), 0)
+	}
+	nested := &fingerprintpb.Nested{}
+	nested.ProtoReflect().SetUnknown(unknown)
+	for _, tc := range []struct {
+		name string
+		req  *fingerprintpb.Request
+		max  float64 // allocated bytes per wire byte
+	}{
+		{"packed zeros", &fingerprintpb.Request{RInt32: make([]int32, size)}, 1.0 / 16},
+		{"unknown fields out of order", &fingerprintpb.Request{FMessage: &fingerprintpb.Nested{Values: []int64{1}}, RMessage: []*fingerprintpb.Nested{nested}}, 2},
+	} {
+		req, wire := tc.req, proto.Size(tc.req)
+		fingerprint(t, f.Pager, req) // warm the plans and the pool
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		fingerprint(t, f.Pager, req)
+		runtime.ReadMemStats(&after)
+		alloc := after.TotalAlloc - before.TotalAlloc
+		if float64(alloc) > tc.max*float64(wire) {
+			t.Errorf("%s: %d bytes on the wire, the fingerprint allocated %d (at most %g a byte)", tc.name, wire, alloc, tc.max)
+		} else {
+			t.Logf("%s: %d bytes on the wire, the fingerprint allocated %d", tc.name, wire, alloc)
+		}
+	}
+}
+
+// TestFingerprintHashedAsWrittenIsTheHashOfTheWholeEncoding checks that
+// hashing the encoding piece by piece (past the encoder's 16 KiB buffer:
+// long strings and bytes, a long list, nested messages, unknown fields in
+// and out of order) gives the SHA-256 of the encoding written whole.
+func TestFingerprintHashedAsWrittenIsTheHashOfTheWholeEncoding(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	long := strings.Repeat("x", 40<<10+3)
+	var inOrder, outOfOrder []byte
+	for i := range 20000 {
+		inOrder = protowire.AppendVarint(protowire.AppendTag(inOrder, 900, protowire.VarintType), uint64(i))
+		outOfOrder = protowire.AppendVarint(protowire.AppendTag(outOfOrder, protowire.Number(900+i%3), protowire.VarintType), uint64(i))
+	}
+	withUnknown := func(u []byte) *fingerprintpb.Nested {
+		n := &fingerprintpb.Nested{Name: long}
+		n.ProtoReflect().SetUnknown(u)
+		return n
+	}
+	for name, req := range map[string]*fingerprintpb.Request{
+		"small":             {FString: "s"},
+		"long string":       {FString: long},
+		"long bytes":        {FBytes: []byte(long), FString: "after"},
+		"long list":         {RInt32: make([]int32, 10000), FFar: "after"},
+		"nested":            {RMessage: []*fingerprintpb.Nested{{Name: long}, {Values: make([]int64, 5000)}}},
+		"unknown in order":  {FMessage: withUnknown(inOrder)},
+		"unknown unordered": {FMessage: withUnknown(outOfOrder), MString: map[string]string{long: long}},
+	} {
+		input, err := protopage.FingerprintInput(f.Pager, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fingerprint(t, f.Pager, req), ctoken.Fingerprint(sha256.Sum256(input)); got != want {
+			t.Errorf("%s (%d bytes): hashed as written %x, whole %x", name, len(input), got, want)
+		}
 	}
 }

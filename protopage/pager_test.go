@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -549,4 +550,43 @@ func TestSkipMayChangeBetweenPages(t *testing.T) {
 			t.Fatalf("a string offset left out of the fingerprint: %v", err)
 		}
 	})
+}
+
+func TestNextRefusesPastTheLastIndexAndUnmarshallableState(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	req := listReq()
+	fp := fingerprint(t, f.Pager, req)
+	token, err := f.Issuer.Issue(ctoken.CursorPayload{CursorScope: ctoken.CursorScope{ToolID: listMethod, CallerID: "alice", Args: fp}, Page: math.MaxUint32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.PageToken = token
+	page, err := f.Pager.Start(callCtx(listMethod, "alice"), req)
+	if err != nil || page.Index() != math.MaxUint32 {
+		t.Fatalf("Start: %v", err)
+	}
+	if _, err := page.Next(nil); !errors.Is(err, protopage.ErrServer) {
+		t.Fatalf("Next past the last index: %v", err)
+	}
+	first, err := f.Pager.Start(callCtx(listMethod, "alice"), listReq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.NextMessage(&librarypb.BookKey{Title: "\xff"}); !errors.Is(err, protopage.ErrServer) {
+		t.Fatalf("NextMessage of a message that does not marshal: %v", err)
+	}
+}
+
+func TestStartWithAnIssuerNotMadeByItsConstructorIsAServerFault(t *testing.T) {
+	f := newFixture(t, protopage.Config{})
+	token := firstToken(t, f, listReq())
+	p, err := protopage.New(protopage.Config{Issuer: &ctoken.CursorIssuer{}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := listReq()
+	req.PageToken = token
+	if _, err := p.Start(callCtx(listMethod, "alice"), req); !errors.Is(err, protopage.ErrServer) || !errors.Is(err, ctoken.ErrNoKey) {
+		t.Fatalf("zero issuer: %v", err)
+	}
 }

@@ -1,10 +1,15 @@
 package redisstore
 
 import (
+	"context"
 	"crypto/fips140"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // TestScriptDigestsAreTheScriptsSHA1 checks the EVALSHA names against the
@@ -33,4 +38,67 @@ func sha1Hex(src string) (digest string, refused bool) {
 	}()
 	sum := sha1.Sum([]byte(src))
 	return hex.EncodeToString(sum[:]), false
+}
+
+// An instance whose clock runs 2 minutes behind Redis's would accept a
+// token whose claim Redis has already let expire (it still thinks the
+// token live). It is refused — at Open, and at every claim and lease step
+// of a Store from New — and never accepts an ID twice.
+func TestInstanceTwoMinutesBehindRefusesAndNeverAcceptsTwice(t *testing.T) {
+	c := newTestClient(t)
+	good := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+	behind := func() time.Time { return time.Now().Add(-2 * time.Minute) }
+	ctx := context.Background()
+
+	if _, err := Open(ctx, c, Options{Prefix: good.Prefix(), Now: behind}); !errors.Is(err, ErrClockSkew) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Open with a clock 2 minutes behind = %v; want ErrClockSkew", err)
+	}
+	var ev events
+	lag, err := New(c, Options{Prefix: good.Prefix(), Now: behind, Observer: ev.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
+
+	// The good instance redeems a token and holds the claim a short while
+	// (its expiry plus margin); Redis lets the claim expire.
+	if first, err := good.Claim(ctx, "tok", time.Now().Add(200*time.Millisecond)); !first || err != nil {
+		t.Fatalf("claim = %v, %v", first, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	// The lagging instance still sees the token as live, and would claim it
+	// for its own expiry plus margin: refused.
+	for _, id := range []string{"tok", "fresh"} {
+		first, err := lag.Claim(ctx, id, behind().Add(time.Minute))
+		if first || !errors.Is(err, ErrClockSkew) || Reason(err) != whySkew {
+			t.Fatalf("claim of %s from the lagging instance = %v, %v; want ErrClockSkew", id, first, err)
+		}
+		if l, err := lag.AcquireLease(ctx, id, time.Minute); !errors.Is(err, ErrClockSkew) || l.State != 0 {
+			t.Fatalf("acquire of %s from the lagging instance = %+v, %v; want ErrClockSkew", id, l, err)
+		}
+	}
+	if ev.count(EventClockSkew) == 0 {
+		t.Fatal("no clock_skew event")
+	}
+	// The good instance is unaffected.
+	if first, err := good.Claim(ctx, "fresh", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("claim from the good instance = %v, %v; want first", first, err)
+	}
+}
+
+// An instance behind by less than MaxSkew is served, but an until that has
+// already passed by Redis's clock is refused as expired, never recorded
+// as first (Redis would record nothing for it).
+func TestUntilPastByRedisClockIsRefusedAsExpired(t *testing.T) {
+	c := newTestClient(t)
+	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c),
+		Now: func() time.Time { return time.Now().Add(-30 * time.Second) }})
+	ctx := context.Background()
+	first, err := s.Claim(ctx, "late", time.Now().Add(-20*time.Second))
+	if first || !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) || Reason(err) != whyPastRedis {
+		t.Fatalf("claim past by Redis's clock = %v, %v; want ErrInvalidClaim and ErrExpired", first, err)
+	}
+	if first, err := s.Claim(ctx, "live", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("claim from an instance 30s behind = %v, %v; want first", first, err)
+	}
 }
