@@ -1,0 +1,75 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Recorder is an optional interface of a [Store] for work whose outcome is
+// answered again to every retry, such as an idempotent HTTP API that
+// replays its first response. It is a [Leaser] whose entries carry bytes:
+// the fingerprint of the request that took the lease, kept from the
+// acquisition until the entry expires, and the result, written by
+// [Recorder.ConfirmRecord] in the same atomic step that ends the lease. A
+// done entry is therefore never without its result, and a result is never
+// recorded for a lease that was lost.
+//
+// Entries of [Recorder.AcquireRecord] share the ID space of
+// [Leaser.AcquireLease] and [Store.Claim]: an ID leased or claimed without
+// a record is reported busy or done with an empty Fingerprint and Result.
+//
+// Implementations are atomic per ID and safe for concurrent use. They
+// refuse a fingerprint longer than [MaxFingerprintBytes], an empty result
+// or one longer than [MaxResultBytes] with an error matching
+// [ErrTooLarge] (an empty result matches it too: it could not be told
+// from a missing one), before writing anything.
+type Recorder interface {
+	Leaser
+
+	// AcquireRecord is [Leaser.AcquireLease] that also keeps fingerprint
+	// with the lease. For [LeaseBusy] it returns the fingerprint of the
+	// live lease, and for [LeaseDone] the fingerprint and result recorded
+	// by [Recorder.ConfirmRecord], so the
+	// caller can tell a retry of the same request (replay the result) from
+	// a different request under the same ID (refuse it). The returned
+	// slices are the caller's to keep.
+	AcquireRecord(ctx context.Context, id string, lease time.Duration, fingerprint []byte) (Record, error)
+
+	// ConfirmRecord is [Leaser.ConfirmLease] that stores fingerprint
+	// (the one given to AcquireRecord) and result with the done entry in
+	// the same atomic step, with the same outcomes: nil when the caller's
+	// lease is live, or has ended with the ID still free, or this very
+	// confirmation was already applied (a resend after a lost reply);
+	// [ErrLeaseLost] when another holder has taken the ID meanwhile.
+	ConfirmRecord(ctx context.Context, id, token string, until time.Time, fingerprint, result []byte) error
+}
+
+// Record is the answer of [Recorder.AcquireRecord].
+type Record struct {
+	// Lease is what the store found, as [Leaser.AcquireLease] reports it.
+	Lease
+	// Fingerprint is, for [LeaseBusy], the fingerprint given to the
+	// AcquireRecord that holds the lease, and for [LeaseDone] the one given
+	// to ConfirmRecord; empty for an entry taken without one, and for
+	// [LeaseAcquired].
+	Fingerprint []byte
+	// Result is, for [LeaseDone], the result given to
+	// [Recorder.ConfirmRecord]; empty for an entry confirmed with
+	// [Leaser.ConfirmLease] or claimed with [Store.Claim], and for the
+	// other states.
+	Result []byte
+}
+
+// MaxFingerprintBytes is the longest fingerprint a [Recorder] keeps: room
+// for a SHA-512 digest and a short prefix.
+const MaxFingerprintBytes = 80
+
+// MaxResultBytes is the longest result a [Recorder] must accept: 1 MiB.
+// A store may document a larger limit of its own.
+const MaxResultBytes = 1 << 20
+
+// ErrTooLarge reports a fingerprint or result over the limits of
+// [Recorder], or a [MemoryStore] whose results would exceed its byte
+// budget. Nothing was written.
+var ErrTooLarge = errors.New("replay: record too large")
