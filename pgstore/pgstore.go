@@ -119,7 +119,8 @@ var (
 	// AllowAsyncStandby, no synchronous standby with
 	// RequireSynchronousStandby, an instance clock too far behind the
 	// database's, a Prefix over MaxPrefixBytes, a table of the key layout
-	// before v2 (run [Migrate]), or a negative option.
+	// before v2 or without the record columns (run [Migrate]), or a
+	// negative option.
 	ErrConfig = errors.New("pgstore: invalid configuration")
 )
 
@@ -242,9 +243,11 @@ type Options struct {
 }
 
 // Store is a [replay.Store] backed by one PostgreSQL table. It also
-// implements the optional [replay.Releaser] (Release) and [replay.Leaser]
+// implements the optional [replay.Releaser] (Release), [replay.Leaser]
 // (AcquireLease, ConfirmLease, ReleaseLease), which the webhook middleware
-// uses to process each delivery exactly once. It is safe for concurrent
+// uses to process each delivery exactly once, and [replay.Recorder]
+// (AcquireRecord, ConfirmRecord), which the idempotency middleware uses to
+// answer every retry with the first response. It is safe for concurrent
 // use; its settings are fixed at construction. A zero Store refuses every
 // call with ErrConfig.
 type Store struct {
@@ -282,11 +285,14 @@ var (
 	_ replay.Store    = (*Store)(nil)
 	_ replay.Releaser = (*Store)(nil)
 	_ replay.Leaser   = (*Store)(nil)
+	_ replay.Recorder = (*Store)(nil)
 )
 
 // New returns a Store on pool's database. It checks, in one query, that
 // the table exists and still holds its marker row (else ErrConfig or
-// ErrForgotten: run [Migrate]), that it is neither unlogged nor temporary
+// ErrForgotten: run [Migrate]) and has the record columns of
+// [replay.Recorder] (else ErrConfig: run [Migrate]), that it is neither
+// unlogged nor temporary
 // and that the session's role may SELECT, INSERT, UPDATE and DELETE it
 // (else ErrConfig), that the server is not a read-only standby (else
 // ErrUnavailable), that the session's synchronous_commit is not off (else
@@ -489,6 +495,7 @@ type serverState struct {
 	legacy           bool          // the table has the marker of key layout 1: not migrated
 	writable         bool          // the role may SELECT, INSERT, UPDATE and DELETE the table
 	permanent        bool          // the table is neither unlogged nor temporary
+	recordable       bool          // the table has the columns fingerprint and result (bytea)
 	fsync, fullPages bool          // the server's fsync and full_page_writes
 	behind           time.Duration // how far the instance's clock is behind now()
 }
@@ -523,8 +530,10 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+legacyMarkerSQL+` AND state = 'm'),
 			has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND
 			has_table_privilege($1, 'UPDATE') AND has_table_privilege($1, 'DELETE'),
-			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass)`, s.table).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent)
+			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass),
+			(SELECT count(*) = 2 FROM pg_attribute WHERE attrelid = $1::regclass AND attname IN ('fingerprint', 'result')
+			  AND atttypid = 'bytea'::regtype AND attnum > 0 AND NOT attisdropped)`, s.table).Scan(
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent, &r.st.recordable)
 		return r, err
 	})
 	if err != nil {
@@ -564,6 +573,8 @@ func (c checks) judge(st serverState) ([]risk, error) {
 		return accepted, fmt.Errorf("%w: the role may not SELECT, INSERT, UPDATE and DELETE the table (GRANT them)", ErrConfig)
 	case !st.permanent:
 		return accepted, fmt.Errorf("%w: the table is unlogged or temporary: a crash (or the session's end) empties it, and a standby never has it (ALTER TABLE ... SET LOGGED)", ErrConfig)
+	case !st.recordable:
+		return accepted, fmt.Errorf("%w: the table lacks the columns fingerprint and result (bytea) of replay.Recorder: it was made by an earlier pgstore (run pgstore.Migrate)", ErrConfig)
 	case d.SynchronousCommit == "off" && !c.asyncCommit:
 		return accepted, fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
 	case !st.fsync && !c.rollback:
