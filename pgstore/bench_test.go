@@ -165,3 +165,75 @@ func BenchmarkSweep(b *testing.B) {
 	}
 	b.ReportMetric(float64(left), "rows-left")
 }
+
+// BenchmarkRecordAcquireConfirm is an idempotent request's two store
+// steps, as BenchmarkLeaseAcquireConfirm (its floor, with
+// BenchmarkFloorInsert) but carrying a record: AcquireRecord of a fresh
+// ID with a 32-byte fingerprint, then ConfirmRecord with a result of the
+// sub-benchmark's size (two statements, two commits; a result over about
+// 2 KiB is compressed or moved out of line by PostgreSQL's TOAST).
+func BenchmarkRecordAcquireConfirm(b *testing.B) {
+	for _, size := range []int{1 << 10, 64 << 10, 256 << 10} {
+		b.Run("result="+strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
+			s := newTestStore(b)
+			until := time.Now().Add(time.Hour)
+			fp := make([]byte, 32)
+			result := benchResult(size)
+			var lat []time.Duration
+			i := 0
+			for b.Loop() {
+				i++
+				id := strconv.Itoa(i)
+				start := time.Now()
+				r, err := s.AcquireRecord(bg(), id, time.Minute, fp)
+				if err != nil || r.Token == "" {
+					b.Fatal(r, err)
+				}
+				if err := s.ConfirmRecord(bg(), id, r.Token, until, fp, result); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			quantiles(b, lat)
+		})
+	}
+}
+
+// BenchmarkRecordReplayed is a retry of a completed request: AcquireRecord
+// of a recorded ID, which reads the fingerprint and the result (of the
+// sub-benchmark's size) without a write.
+func BenchmarkRecordReplayed(b *testing.B) {
+	for _, size := range []int{1 << 10, 64 << 10, 256 << 10} {
+		b.Run("result="+strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
+			s := newTestStore(b)
+			fp := make([]byte, 32)
+			r, err := s.AcquireRecord(bg(), "done", time.Minute, fp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.ConfirmRecord(bg(), "done", r.Token, time.Now().Add(time.Hour), fp, benchResult(size)); err != nil {
+				b.Fatal(err)
+			}
+			var lat []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				if r, err := s.AcquireRecord(bg(), "done", time.Minute, fp); err != nil || len(r.Result) != size {
+					b.Fatal(r.State, len(r.Result), err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			quantiles(b, lat)
+		})
+	}
+}
+
+// benchResult is a response-like result of n bytes: JSON-ish text that
+// compresses somewhat, not a run of one byte.
+func benchResult(n int) []byte {
+	out := make([]byte, 0, n+64)
+	for i := 0; len(out) < n; i++ {
+		out = strconv.AppendInt(append(out, `{"id":"pay_`...), int64(i*7919), 36)
+		out = append(out, `","amount":1999,"currency":"eur"},`...)
+	}
+	return out[:n]
+}

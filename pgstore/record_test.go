@@ -3,9 +3,14 @@ package pgstore
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -510,4 +515,210 @@ func TestRecordResendAfterLostReplyIsSafe(t *testing.T) {
 		t.Fatalf("ConfirmRecord resent with other bytes: %v; want nil", err)
 	}
 	wantRecord(t, r, "confirm", replay.LeaseDone, []byte("fp"), []byte("first result"))
+}
+
+// opLog is the operation behind an idempotent request in the fault tests:
+// each completed execution is counted per key and returns a body unique to
+// it; the first execution attempt of every fourth key panics instead.
+type opLog struct {
+	mu        sync.Mutex
+	attempts  map[string]int    // executions started, per key
+	completed map[string]int    // executions completed, per key
+	first     map[string][]byte // the body of the key's first completed execution
+	panics    int
+}
+
+func newOpLog() *opLog {
+	return &opLog{attempts: map[string]int{}, completed: map[string]int{}, first: map[string][]byte{}}
+}
+
+// panicky reports whether key's first execution attempt panics.
+func panicky(key string) bool { return strings.HasSuffix(key, "1") }
+
+// run executes the operation of key once (or panics, on the first attempt
+// of a panicky key) and returns its body.
+func (o *opLog) run(key string) []byte {
+	o.mu.Lock()
+	o.attempts[key]++
+	crash := o.attempts[key] == 1 && panicky(key)
+	if crash {
+		o.panics++
+	}
+	o.mu.Unlock()
+	if crash {
+		panic("the operation crashes on its first attempt")
+	}
+	time.Sleep(2 * time.Millisecond) // the work
+	var id [12]byte
+	rand.Read(id[:])
+	body := []byte(`{"key":"` + key + `","payment":"pay_` + hex.EncodeToString(id[:]) + `"}`)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.completed[key]++
+	if o.first[key] == nil {
+		o.first[key] = body
+	}
+	return body
+}
+
+// idemAttempt sends one attempt of the request with key and returns the
+// status and body it got, or an error when no response came (a crashed
+// handler's aborted connection).
+type idemAttempt func(key string) (status int, body []byte, err error)
+
+// faultLease is the lease of the fault tests: longer than the server
+// takes to restart (about 1 s, up to 5 s on a loaded machine; the test
+// fails when it takes longer), so a confirmation retried through the
+// restart still finds its lease, and as short as that allows, since a
+// lease whose holder never heard back (an acquire whose reply was lost in
+// the kill) keeps its key busy until it ends.
+const faultLease = 8 * time.Second
+
+// runExactlyOnceThroughAKill drives 64 clients in 16 groups of four: each
+// group works through its keys one after the other, all four clients of a
+// group sending the same key concurrently and retrying it (on 409, 503 and
+// aborted responses) until they get a 2xx, while the server is SIGKILLed
+// and restarted after 1 s. New keys start for 4 s. It then checks that
+// every key's operation completed exactly once, and that every client's
+// final response is the first execution's body, byte for byte.
+func runExactlyOnceThroughAKill(t *testing.T, p *pgServer, ops *opLog, attempt idemAttempt) {
+	const groups, clients = 16, 4
+	start := time.Now()
+	newKeysUntil, hardDeadline := start.Add(4*time.Second), start.Add(1*time.Second+faultLease+5*time.Second)
+	var (
+		mu          sync.Mutex
+		finals      = map[string][][]byte{} // every client's final body, per key
+		unavailable int                     // attempts answered 503 or aborted
+		wg          sync.WaitGroup
+	)
+	for c := range groups * clients {
+		g := c / clients
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; time.Now().Before(newKeysUntil); k++ {
+				key := fmt.Sprintf("g%d-k%d", g, k)
+				for {
+					if time.Now().After(hardDeadline) {
+						t.Errorf("%s: no 2xx by the deadline", key)
+						return
+					}
+					status, body, err := attempt(key)
+					switch {
+					case err != nil || status == http.StatusServiceUnavailable:
+						mu.Lock()
+						unavailable++
+						mu.Unlock()
+						time.Sleep(25 * time.Millisecond)
+						continue
+					case status == http.StatusConflict:
+						time.Sleep(25 * time.Millisecond)
+						continue
+					case status/100 != 2:
+						t.Errorf("%s: status %d, body %q", key, status, body)
+						return
+					}
+					mu.Lock()
+					finals[key] = append(finals[key], body)
+					mu.Unlock()
+					break
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	killed := time.Now()
+	if err := p.restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Since(killed)
+	wg.Wait()
+	if restarted >= faultLease {
+		t.Errorf("the server took %v to restart, longer than the lease (%v): a confirmation could not outlast it", restarted, faultLease)
+	}
+
+	ops.mu.Lock()
+	defer ops.mu.Unlock()
+	for key, bodies := range finals {
+		if n := ops.completed[key]; n != 1 {
+			t.Errorf("%s: the operation completed %d times, want once", key, n)
+		}
+		for i, b := range bodies {
+			if !bytes.Equal(b, ops.first[key]) {
+				t.Errorf("%s: client %d's final response %q is not the first response %q", key, i, b, ops.first[key])
+			}
+		}
+	}
+	for key := range ops.completed {
+		if len(finals[key]) == 0 {
+			t.Errorf("%s: completed, but no client got its response", key)
+		}
+	}
+	if ops.panics == 0 || unavailable == 0 {
+		t.Errorf("%d crashed attempts and %d unavailable answers: the faults did not hit the load", ops.panics, unavailable)
+	}
+	t.Logf("%d keys, %d final responses, %d crashed attempts, %d unavailable answers; the server restarted in %v; %v in all",
+		len(finals), func() (n int) {
+			for _, b := range finals {
+				n += len(b)
+			}
+			return n
+		}(), ops.panics, unavailable, restarted.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+// TestRecordRunsEachRequestOnceThroughAKilledServer: the fault test at the
+// store level: each attempt is AcquireRecord, then (acquired) the
+// operation and ConfirmRecord retried until the lease ends, (busy) 409,
+// (done) the recorded result; an attempt whose operation panics releases
+// its lease. See runExactlyOnceThroughAKill.
+func TestRecordRunsEachRequestOnceThroughAKilledServer(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	s := storeOn(t, p.pool(t), func(o *Options) { o.Timeout = DefaultTimeout })
+	const lease = faultLease
+	ops := newOpLog()
+	runExactlyOnceThroughAKill(t, p, ops, func(key string) (int, []byte, error) {
+		id := "idem:" + key
+		fp := sha256.Sum256([]byte("POST /pay " + key))
+		r, err := s.AcquireRecord(bg(), id, lease, fp[:])
+		acquired := time.Now()
+		switch {
+		case err != nil:
+			return http.StatusServiceUnavailable, nil, nil
+		case r.State == replay.LeaseBusy:
+			return http.StatusConflict, nil, nil
+		case r.State == replay.LeaseDone && !bytes.Equal(r.Fingerprint, fp[:]):
+			return http.StatusUnprocessableEntity, nil, nil
+		case r.State == replay.LeaseDone && len(r.Result) == 0:
+			return http.StatusInternalServerError, nil, nil
+		case r.State == replay.LeaseDone:
+			return http.StatusOK, r.Result, nil
+		}
+		body, err := func() (body []byte, err error) {
+			defer func() {
+				if v := recover(); v != nil {
+					ctx, cancel := context.WithTimeout(bg(), time.Second)
+					defer cancel()
+					s.ReleaseLease(ctx, id, r.Token)
+					err = fmt.Errorf("panic: %v", v)
+				}
+			}()
+			return ops.run(key), nil
+		}()
+		if err != nil {
+			return 0, nil, err
+		}
+		for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, 200*time.Millisecond) {
+			err := s.ConfirmRecord(bg(), id, r.Token, time.Now().Add(time.Hour), fp[:], body)
+			switch {
+			case err == nil:
+				return http.StatusCreated, body, nil
+			case errors.Is(err, replay.ErrLeaseLost) || time.Since(acquired) > lease:
+				// Not recorded: the handler's own response, as the
+				// middleware answers it; the key would run again.
+				return http.StatusCreated, body, nil
+			}
+			time.Sleep(backoff)
+		}
+	})
 }
