@@ -519,7 +519,8 @@ func TestRecordResendAfterLostReplyIsSafe(t *testing.T) {
 
 // opLog is the operation behind an idempotent request in the fault tests:
 // each completed execution is counted per key and returns a body unique to
-// it; the first execution attempt of every fourth key panics instead.
+// it; the first execution attempt of a key whose number ends in 1 (one
+// key in ten) panics instead.
 type opLog struct {
 	mu        sync.Mutex
 	attempts  map[string]int    // executions started, per key
