@@ -60,11 +60,11 @@ type MemoryStore struct {
 	Now func() time.Time
 
 	mu      sync.Mutex
-	entries map[entryKey]int64  // claimed and confirmed ids: hashed id → expiry (unix nanoseconds)
-	byTime  expiryHeap          // the entries ordered by expiry, plus stale leftovers
-	leases  map[entryKey]*lease // ids under a lease, which are not in entries
-	byEnd   leaseHeap           // the leases ordered by end
-	tokens  uint64              // the last lease token handed out
+	entries map[entryKey]int64   // claimed and confirmed ids: hashed id → expiry (unix nanoseconds)
+	byTime  expiryHeap           // the entries ordered by expiry, plus stale leftovers
+	leases  map[entryKey]*lease  // ids under a lease, which are not in entries
+	byEnd   leaseHeap            // the leases ordered by end
+	tokens  uint64               // the last lease token handed out
 	records map[entryKey]*record // the records of entries confirmed with ConfirmRecord
 	held    int                  // bytes of fingerprints and results in leases and records
 }
