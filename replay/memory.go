@@ -60,13 +60,13 @@ type MemoryStore struct {
 	Now func() time.Time
 
 	mu      sync.Mutex
-	entries map[entryKey]int64   // claimed and confirmed ids: hashed id → expiry (unix nanoseconds)
-	byTime  expiryHeap           // the entries ordered by expiry, plus stale leftovers
-	leases  map[entryKey]*lease  // ids under a lease, which are not in entries
-	byEnd   leaseHeap            // the leases ordered by end
-	tokens  uint64               // the last lease token handed out
-	records map[entryKey]*record // the records of entries confirmed with ConfirmRecord
-	held    int                  // bytes of fingerprints and results in leases and records
+	entries map[entryKey]int64  // claimed and confirmed ids: hashed id → expiry (unix nanoseconds)
+	byTime  expiryHeap          // the entries ordered by expiry, plus stale leftovers
+	leases  map[entryKey]*lease // ids under a lease, which are not in entries
+	byEnd   leaseHeap           // the leases ordered by end
+	tokens  uint64              // the last lease token handed out
+	records map[entryKey]record // the records of entries confirmed with ConfirmRecord
+	held    int                 // bytes of fingerprints and results in leases and records
 }
 
 // lease is a live lease: its token, its end (unix nanoseconds) and its
@@ -193,8 +193,8 @@ func (s *MemoryStore) acquire(k entryKey, d time.Duration, fingerprint []byte) (
 	}
 	if _, live := s.entries[k]; live {
 		r := Record{Lease: Lease{State: LeaseDone}}
-		if rec := s.records[k]; rec != nil {
-			r.Fingerprint, r.Result = clone(rec.fingerprint), clone(rec.result)
+		if rec, ok := s.records[k]; ok {
+			r.Fingerprint, r.Result = rec.copies()
 		}
 		return r, nil
 	}
@@ -371,7 +371,7 @@ func (s *MemoryStore) evictLocked(now int64) {
 func (s *MemoryStore) dropEntryLocked(k entryKey) {
 	delete(s.entries, k)
 	if r, ok := s.records[k]; ok {
-		s.held -= len(r.fingerprint) + len(r.result)
+		s.held -= len(r.data)
 		delete(s.records, k)
 	}
 }

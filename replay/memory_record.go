@@ -13,12 +13,23 @@ import (
 const DefaultMaxRecordBytes = 64 << 20
 
 // record is the fingerprint and result of an entry confirmed with
-// ConfirmRecord, and the token of the lease that confirmed it, so that a
-// resent confirmation is recognised.
+// ConfirmRecord, in one allocation, and the token of the lease that
+// confirmed it, so that a resent confirmation is recognised.
 type record struct {
-	token       uint64
-	fingerprint []byte
-	result      []byte
+	token uint64
+	fpLen int    // data[:fpLen] is the fingerprint
+	data  []byte // fingerprint ‖ result
+}
+
+// copies returns a copy of the fingerprint (nil when empty) and of the
+// result, in one allocation; the fingerprint's capacity ends where the
+// result begins, so appending to one never changes the other.
+func (r record) copies() (fingerprint, result []byte) {
+	data := clone(r.data)
+	if r.fpLen > 0 {
+		fingerprint = data[:r.fpLen:r.fpLen]
+	}
+	return fingerprint, data[r.fpLen:]
 }
 
 // errRecordBytes refuses a record that would take the bytes a MemoryStore
@@ -95,7 +106,7 @@ func (s *MemoryStore) ConfirmRecord(ctx context.Context, id, token string, until
 		}
 		s.dropLeaseLocked(l)
 	} else if _, live := s.entries[k]; live {
-		if r := s.records[k]; r != nil && r.token == tok {
+		if r, ok := s.records[k]; ok && r.token == tok {
 			return nil // this confirmation, resent
 		}
 		return ErrLeaseLost
@@ -106,9 +117,11 @@ func (s *MemoryStore) ConfirmRecord(ctx context.Context, id, token string, until
 		return err
 	}
 	if s.records == nil {
-		s.records = make(map[entryKey]*record)
+		s.records = make(map[entryKey]record)
 	}
-	s.records[k] = &record{token: tok, fingerprint: clone(fingerprint), result: clone(result)}
+	data := make([]byte, 0, size)
+	data = append(append(data, fingerprint...), result...)
+	s.records[k] = record{token: tok, fpLen: len(fingerprint), data: data}
 	s.held += size
 	return nil
 }

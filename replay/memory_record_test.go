@@ -249,6 +249,23 @@ func TestMemoryStoreRecordRefusals(t *testing.T) {
 		}
 	})
 
+	t.Run("appending to the returned fingerprint leaves the result alone", func(t *testing.T) {
+		s := replay.NewMemoryStore(0)
+		fp, result := []byte("fingerprint"), []byte("result")
+		l, _ := s.AcquireRecord(ctx, "a", time.Minute, fp)
+		if err := s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.AcquireRecord(ctx, "a", time.Minute, nil)
+		if err != nil || r.State != replay.LeaseDone {
+			t.Fatal(r.Lease, err)
+		}
+		_ = append(r.Fingerprint, "XXXXXX"...)
+		if !bytes.Equal(r.Result, result) {
+			t.Fatalf("Result = %q after appending to Fingerprint, want %q", r.Result, result)
+		}
+	})
+
 	t.Run("full of entries", func(t *testing.T) {
 		clk := clocktest.New()
 		s := &replay.MemoryStore{Max: 1, Now: clk.Now}
