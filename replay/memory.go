@@ -22,20 +22,22 @@ import (
 // SHA-256 prefix of the ID and an expiry, without a pointer, so memory is
 // independent of ID length and the garbage collector never scans the
 // entries (a live lease takes a small allocation of its own until it is
-// confirmed, released or ends, and so does the record of an entry
-// confirmed with [MemoryStore.ConfirmRecord] until it expires): a full
-// store of 2^20 entries without records retains 80 bytes per entry
-// (BenchmarkMemoryStoreBytesPerEntry), and
-// TestMemoryStoreBytesPerEntryBounded holds it under 96. The fingerprints
-// and results of records are bounded apart, by MaxRecordBytes. Two distinct IDs collide with
-// negligible probability (2^-128 per pair). Its state is local to the
-// process: a fleet of several instances needs a shared store (such as the
-// redisstore module) to reject a replay sent to another instance.
+// confirmed, released or ends): a full store of 2^20 entries without
+// records retains 80 bytes per entry (BenchmarkMemoryStoreBytesPerEntry),
+// and TestMemoryStoreBytesPerEntryBounded holds it under 96. An entry
+// confirmed with [MemoryStore.ConfirmRecord] keeps, beside that, a copy of
+// its fingerprint and result until it expires; MaxRecordBytes bounds those
+// bytes over the whole store (TestMemoryStoreRecordBytes). Two distinct
+// IDs collide with negligible probability (2^-128 per pair). Its state is
+// local to the process: a fleet of several instances needs a shared store
+// (such as the redisstore module) to reject a replay sent to another
+// instance.
 //
 // The zero value is ready to use with [DefaultMax], [DefaultMaxRecordBytes]
-// and time.Now. Set Max, MaxRecordBytes and Now before the first call and do not change them afterwards. A
-// MemoryStore is safe for concurrent use and must not be copied after
-// first use. Each call costs O(log n) plus amortised eviction.
+// and time.Now. Set Max, MaxRecordBytes and Now before the first call and
+// do not change them afterwards. A MemoryStore is safe for concurrent use
+// and must not be copied after first use. Each call costs O(log n) plus
+// amortised eviction.
 //
 // Expiries are kept as int64 Unix nanoseconds: an until or lease end past
 // the last instant they represent (2262-04-11 23:47:16.854775807 UTC) is

@@ -158,7 +158,8 @@ const DefaultMax = 100_000
 
 var (
 	// ErrFull reports that a bounded [Store] holds its maximum number of live
-	// entries and so cannot record a new one. The claim is refused (fail
+	// entries (or, for a [MemoryStore], of record bytes: MaxRecordBytes) and
+	// so cannot record a new one. The claim is refused (fail
 	// closed); no live entry is ever dropped to make room.
 	ErrFull = errors.New("replay: store full")
 
