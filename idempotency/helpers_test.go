@@ -19,125 +19,19 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// memRecorder is a test-only replay.Recorder, used until
-// replay.MemoryStore implements the interface.
-type memRecorder struct {
-	mu sync.Mutex
-	n  int
-	m  map[string]*memEntry
-}
-
-type memEntry struct {
-	token     string
-	leaseEnd  time.Time
-	done      bool
-	doneUntil time.Time
-	confirmed string // token whose confirmation made the entry done
-	fp, res   []byte
-}
-
-func newStore() *memRecorder { return &memRecorder{m: map[string]*memEntry{}} }
-
-func (s *memRecorder) live(e *memEntry, now time.Time) bool {
-	return e != nil && ((e.done && now.Before(e.doneUntil)) || (!e.done && now.Before(e.leaseEnd)))
-}
-
-func (s *memRecorder) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	if s.live(s.m[id], now) {
-		return false, nil
-	}
-	s.m[id] = &memEntry{done: true, doneUntil: until}
-	return true, nil
-}
-
-func (s *memRecorder) AcquireLease(ctx context.Context, id string, d time.Duration) (replay.Lease, error) {
-	r, err := s.AcquireRecord(ctx, id, d, nil)
-	return r.Lease, err
-}
-
-func (s *memRecorder) AcquireRecord(ctx context.Context, id string, d time.Duration, fp []byte) (replay.Record, error) {
-	if err := ctx.Err(); err != nil {
-		return replay.Record{}, err
-	}
-	if d <= 0 {
-		return replay.Record{}, replay.ErrExpired
-	}
-	if len(fp) > replay.MaxFingerprintBytes {
-		return replay.Record{}, replay.ErrTooLarge
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	if e := s.m[id]; s.live(e, now) {
-		if e.done {
-			return replay.Record{Lease: replay.Lease{State: replay.LeaseDone}, Fingerprint: bytes.Clone(e.fp), Result: bytes.Clone(e.res)}, nil
-		}
-		return replay.Record{Lease: replay.Lease{State: replay.LeaseBusy, Wait: e.leaseEnd.Sub(now)}, Fingerprint: bytes.Clone(e.fp)}, nil
-	}
-	s.n++
-	tok := "t" + strconv.Itoa(s.n)
-	s.m[id] = &memEntry{token: tok, leaseEnd: now.Add(d), fp: bytes.Clone(fp)}
-	return replay.Record{Lease: replay.Lease{State: replay.LeaseAcquired, Token: tok}}, nil
-}
-
-func (s *memRecorder) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
-	return s.confirm(ctx, id, token, until, nil, nil)
-}
-
-func (s *memRecorder) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, res []byte) error {
-	if len(fp) > replay.MaxFingerprintBytes || len(res) == 0 || len(res) > replay.MaxResultBytes {
-		return replay.ErrTooLarge
-	}
-	return s.confirm(ctx, id, token, until, fp, res)
-}
-
-func (s *memRecorder) confirm(ctx context.Context, id, token string, until time.Time, fp, res []byte) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	if !until.After(now) {
-		return replay.ErrExpired
-	}
-	e := s.m[id]
-	switch {
-	case e != nil && e.done && e.confirmed == token:
-		return nil
-	case s.live(e, now) && (e.done || e.token != token):
-		return replay.ErrLeaseLost
-	}
-	s.m[id] = &memEntry{done: true, doneUntil: until, confirmed: token, fp: bytes.Clone(fp), res: bytes.Clone(res)}
-	return nil
-}
-
-func (s *memRecorder) ReleaseLease(ctx context.Context, id, token string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.m[id]; e != nil && !e.done && e.token == token && time.Now().Before(e.leaseEnd) {
-		delete(s.m, id)
-	}
-	return nil
-}
+// newStore returns a fresh in-memory Recorder.
+func newStore() *replay.MemoryStore { return &replay.MemoryStore{} }
 
 // faultStore wraps a Recorder and fails the calls it is told to.
 type faultStore struct {
 	replay.Recorder
-	acquireErr    error        // every AcquireRecord fails with it
-	noToken       bool         // AcquireRecord answers Acquired without a token
-	confirmErr    error        // ConfirmRecord fails with it ...
-	confirmFails  atomic.Int32 // ... this many times (negative: always)
-	releaseErr    error        // every ReleaseLease fails with it
-	confirms      atomic.Int32
-	releases      atomic.Int32
-	beforeConfirm func() // called before each ConfirmRecord
+	acquireErr   error        // every AcquireRecord fails with it
+	noToken      bool         // AcquireRecord answers Acquired without a token
+	confirmErr   error        // ConfirmRecord fails with it ...
+	confirmFails atomic.Int32 // ... this many times (negative: always)
+	releaseErr   error        // every ReleaseLease fails with it
+	confirms     atomic.Int32
+	releases     atomic.Int32
 }
 
 var errInjected = errors.New("injected store failure")
@@ -154,9 +48,6 @@ func (f *faultStore) AcquireRecord(ctx context.Context, id string, d time.Durati
 
 func (f *faultStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, res []byte) error {
 	f.confirms.Add(1)
-	if f.beforeConfirm != nil {
-		f.beforeConfirm()
-	}
 	if n := f.confirmFails.Load(); n != 0 {
 		f.confirmFails.Add(-1)
 		if n < 0 {

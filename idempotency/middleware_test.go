@@ -525,11 +525,12 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		}
 	})
 	t.Run("a lease lost while the handler ran is a store failure and the handler's response is sent", func(t *testing.T) {
-		inner := newStore()
-		fs := &faultStore{Recorder: inner}
+		entered, finish := make(chan struct{}), make(chan struct{})
+		fs := &faultStore{Recorder: newStore()}
 		f := newFixture(t, Config{Store: fs, Lease: 50 * time.Millisecond, Window: time.Hour}, func(w http.ResponseWriter, r *http.Request) {
-			if f := r.Header.Get("X-Slow"); f != "" {
-				time.Sleep(80 * time.Millisecond) // past the lease
+			if r.Header.Get("X-Slow") != "" {
+				close(entered)
+				<-finish // past the lease
 			}
 			w.WriteHeader(201)
 		})
@@ -538,11 +539,13 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		slow := req(http.MethodPost, "/payments", "alice", key1, `{}`)
 		slow.Header.Set("X-Slow", "1")
 		var slowAnswer *httptest.ResponseRecorder
-		fs.beforeConfirm = func() {}
 		go func() { defer wg.Done(); slowAnswer = f.do(slow) }()
+		<-entered
 		time.Sleep(60 * time.Millisecond) // the slow attempt's lease has ended
-		if w := f.post(key1, `{}`); w.Code != 201 {
-			t.Fatalf("second attempt %d", w.Code)
+		w := f.post(key1, `{}`)
+		close(finish)
+		if w.Code != 201 || w.Header().Get(ReplayedHeader) != "" {
+			t.Fatalf("second attempt %d replayed %q, want a run of its own", w.Code, w.Header().Get(ReplayedHeader))
 		}
 		wg.Wait()
 		if slowAnswer.Code != 201 {
