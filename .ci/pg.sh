@@ -9,8 +9,9 @@
 #                      # upgraded by Migrate, and a
 #                      # 64-client load with a server restart, 10 s; the
 #                      # Recorder's contract, and 64 clients retrying
-#                      # idempotent requests through a SIGKILL and restart
-#                      # with crashing handlers, about 10 s)
+#                      # requests through the idempotency middleware while
+#                      # the server is SIGKILLed and restarted and handlers
+#                      # crash, 10-16 s)
 #   .ci/pg.sh load     # the load test alone, without -race, so that its
 #                      # throughput and latency figures mean something
 #

@@ -4,16 +4,22 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"log"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/idempotency"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -530,22 +536,24 @@ func TestRecordResendAfterLostReplyIsSafe(t *testing.T) {
 
 // opLog is the operation behind an idempotent request in the fault tests:
 // each completed execution is counted per key and returns a body unique to
-// it; the first execution attempt of a key whose number ends in 1 (one
-// key in ten) panics instead.
+// it; the first execution attempt of every odd-numbered key panics
+// instead.
 type opLog struct {
 	mu        sync.Mutex
-	attempts  map[string]int    // executions started, per key
-	completed map[string]int    // executions completed, per key
-	first     map[string][]byte // the body of the key's first completed execution
+	attempts  map[string]int       // executions started, per key
+	completed map[string]int       // executions completed, per key
+	first     map[string][]byte    // the body of the key's first completed execution
+	firstAt   map[string]time.Time // when it completed
 	panics    int
 }
 
 func newOpLog() *opLog {
-	return &opLog{attempts: map[string]int{}, completed: map[string]int{}, first: map[string][]byte{}}
+	return &opLog{attempts: map[string]int{}, completed: map[string]int{}, first: map[string][]byte{}, firstAt: map[string]time.Time{}}
 }
 
-// panicky reports whether key's first execution attempt panics.
-func panicky(key string) bool { return strings.HasSuffix(key, "1") }
+// panicky reports whether key's first execution attempt panics: keys
+// whose number is odd.
+func panicky(key string) bool { return strings.ContainsAny(key[len(key)-1:], "13579") }
 
 // run executes the operation of key once (or panics, on the first attempt
 // of a panicky key) and returns its body.
@@ -568,7 +576,7 @@ func (o *opLog) run(key string) []byte {
 	defer o.mu.Unlock()
 	o.completed[key]++
 	if o.first[key] == nil {
-		o.first[key] = body
+		o.first[key], o.firstAt[key] = body, time.Now()
 	}
 	return body
 }
@@ -579,40 +587,46 @@ func (o *opLog) run(key string) []byte {
 type idemAttempt func(key string) (status int, body []byte, err error)
 
 // faultLease is the lease of the fault tests: longer than the server
-// takes to be killed and restarted (2-4 s measured on the loaded 2-core
-// machine, up to 8 s during the whole pgstore suite; the test fails when
-// it takes longer), so a confirmation retried through the restart still
-// finds its lease; and no longer, since a lease whose holder never heard
-// back (an acquire whose reply was lost in the kill) keeps its key busy
-// until it ends.
+// takes to be killed and restarted (2-9 s measured on the loaded 2-core
+// machine; the test fails when it takes longer), so a confirmation retried
+// through the restart still finds its lease; and no longer, since a lease
+// whose holder never heard back (an acquire whose reply was lost in the
+// kill, a release that failed) keeps its key busy until it ends.
 const faultLease = 10 * time.Second
 
 // runExactlyOnceThroughAKill drives 64 clients in 16 groups of four: each
 // group works through its keys one after the other, all four clients of a
-// group sending the same key concurrently and retrying it (on 409, 503 and
-// aborted responses) until they get a 2xx, while the server is SIGKILLed
-// and restarted after 1 s. New keys start for 4 s. It then checks that
-// every key's operation completed exactly once, and that every client's
-// final response is the first execution's body, byte for byte.
+// group sending the same key concurrently and retrying it until they get
+// a 2xx (after a 409 at once, after a 503 or an aborted attempt with a
+// backoff from 50 to 400 ms). Once 16 keys are done the server is
+// SIGKILLed and restarted (crash recovery); new keys start until 1.5 s
+// after it is back. It then checks that every key's operation completed
+// exactly once, and that every client's final response is the first
+// execution's: 201 with its body, byte for byte.
 func runExactlyOnceThroughAKill(t *testing.T, p *pgServer, ops *opLog, attempt idemAttempt) {
 	const groups, clients = 16, 4
 	start := time.Now()
-	newKeysUntil, hardDeadline := start.Add(4*time.Second), start.Add(1*time.Second+faultLease+5*time.Second)
 	var (
 		mu          sync.Mutex
 		finals      = map[string][][]byte{} // every client's final body, per key
 		unavailable int                     // attempts answered 503 or aborted
 		wg          sync.WaitGroup
+		// newKeysUntil and hardDeadline are Unix nanoseconds, set when
+		// the server is back.
+		newKeysUntil, hardDeadline atomic.Int64
 	)
+	newKeysUntil.Store(start.Add(time.Minute).UnixNano())
+	hardDeadline.Store(start.Add(time.Minute).UnixNano())
 	for c := range groups * clients {
 		g := c / clients
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := 0; time.Now().Before(newKeysUntil); k++ {
+			for k := 0; time.Now().UnixNano() < newKeysUntil.Load(); k++ {
 				key := fmt.Sprintf("g%d-k%d", g, k)
+				backoff := 50 * time.Millisecond
 				for {
-					if time.Now().After(hardDeadline) {
+					if time.Now().UnixNano() > hardDeadline.Load() {
 						t.Errorf("%s: no 2xx by the deadline", key)
 						return
 					}
@@ -622,13 +636,14 @@ func runExactlyOnceThroughAKill(t *testing.T, p *pgServer, ops *opLog, attempt i
 						mu.Lock()
 						unavailable++
 						mu.Unlock()
-						time.Sleep(100 * time.Millisecond)
+						time.Sleep(backoff)
+						backoff = min(2*backoff, 400*time.Millisecond)
 						continue
 					case status == http.StatusConflict:
 						time.Sleep(25 * time.Millisecond)
 						continue
-					case status/100 != 2:
-						t.Errorf("%s: status %d, body %q", key, status, body)
+					case status != http.StatusCreated:
+						t.Errorf("%s: status %d, body %q; want 201, the first response's", key, status, body)
 						return
 					}
 					mu.Lock()
@@ -639,12 +654,25 @@ func runExactlyOnceThroughAKill(t *testing.T, p *pgServer, ops *opLog, attempt i
 			}
 		}()
 	}
-	time.Sleep(time.Second)
+	for deadline := start.Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ops.mu.Lock()
+		done := len(ops.first)
+		ops.mu.Unlock()
+		if done >= groups {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d keys done in 10 s before the kill", done)
+		}
+	}
 	killed := time.Now()
 	if err := p.restart(); err != nil {
 		t.Fatal(err)
 	}
-	restarted := time.Since(killed)
+	back := time.Now()
+	newKeysUntil.Store(back.Add(1500 * time.Millisecond).UnixNano())
+	hardDeadline.Store(back.Add(faultLease + 5*time.Second).UnixNano())
+	restarted := back.Sub(killed)
 	wg.Wait()
 	if restarted >= faultLease {
 		t.Errorf("the server took %v to restart, longer than the lease (%v): a confirmation could not outlast it", restarted, faultLease)
@@ -652,6 +680,7 @@ func runExactlyOnceThroughAKill(t *testing.T, p *pgServer, ops *opLog, attempt i
 
 	ops.mu.Lock()
 	defer ops.mu.Unlock()
+	after, responses := 0, 0
 	for key, bodies := range finals {
 		if n := ops.completed[key]; n != 1 {
 			t.Errorf("%s: the operation completed %d times, want once", key, n)
@@ -661,30 +690,33 @@ func runExactlyOnceThroughAKill(t *testing.T, p *pgServer, ops *opLog, attempt i
 				t.Errorf("%s: client %d's final response %q is not the first response %q", key, i, b, ops.first[key])
 			}
 		}
+		if ops.firstAt[key].After(killed) {
+			after++
+		}
+		responses += len(bodies)
 	}
 	for key := range ops.completed {
 		if len(finals[key]) == 0 {
 			t.Errorf("%s: completed, but no client got its response", key)
 		}
 	}
-	if ops.panics == 0 || unavailable == 0 {
-		t.Errorf("%d crashed attempts and %d unavailable answers: the faults did not hit the load", ops.panics, unavailable)
+	if ops.panics == 0 || unavailable == 0 || after == 0 {
+		t.Errorf("%d crashed attempts, %d unavailable answers, %d keys done after the kill: the faults did not hit the load", ops.panics, unavailable, after)
 	}
-	t.Logf("%d keys, %d final responses, %d crashed attempts, %d unavailable answers; the server restarted in %v; %v in all",
-		len(finals), func() (n int) {
-			for _, b := range finals {
-				n += len(b)
-			}
-			return n
-		}(), ops.panics, unavailable, restarted.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	t.Logf("%d keys (%d done after the kill), %d final responses, %d crashed attempts, %d unavailable answers; the server was killed after %v and back %v later; %v in all",
+		len(finals), after, responses, ops.panics, unavailable, killed.Sub(start).Round(time.Millisecond), restarted.Round(time.Millisecond),
+		time.Since(start).Round(time.Millisecond))
 }
 
-// TestRecordRunsEachRequestOnceThroughAKilledServer: the fault test at the
-// store level: each attempt is AcquireRecord, then (acquired) the
-// operation and ConfirmRecord retried until the lease ends, (busy) 409,
-// (done) the recorded result; an attempt whose operation panics releases
-// its lease. See runExactlyOnceThroughAKill.
-func TestRecordRunsEachRequestOnceThroughAKilledServer(t *testing.T) {
+// TestIdempotentRequestsRunOnceThroughAKilledServer: the idempotency
+// middleware on a Store, behind a loopback HTTP server, with the handler
+// of opLog (201 with a body unique to each execution; the first attempt of
+// every odd-numbered key panics), through a SIGKILL and restart of PostgreSQL; see
+// runExactlyOnceThroughAKill. The middleware runs each key's handler
+// once, records its response with ConfirmRecord (retried through the
+// restart within the lease), releases the key when the handler panics,
+// and answers every retry with the recorded response.
+func TestIdempotentRequestsRunOnceThroughAKilledServer(t *testing.T) {
 	t.Parallel() // a server of its own
 	// syncfs: after a crash, the server syncs its data directory before
 	// recovery; one syncfs is much quicker than an fsync per file on a
@@ -695,50 +727,59 @@ func TestRecordRunsEachRequestOnceThroughAKilledServer(t *testing.T) {
 	// that commits but times out (a lease taken that nobody heard of)
 	// keeps its key busy until the lease ends.
 	s := storeOn(t, p.pool(t), func(o *Options) { o.Timeout = 5 * time.Second })
-	const lease = faultLease
+	var outcomes [16]atomic.Int64
+	mw, err := idempotency.New(idempotency.Config{
+		Store:    s,
+		Caller:   func(*http.Request) (string, error) { return "tenant-1", nil },
+		Required: true,
+		Lease:    faultLease,
+		Observer: observe.ObserverFunc(func(e observe.Event) {
+			if int(e.Outcome) < len(outcomes) {
+				outcomes[e.Outcome].Add(1)
+			}
+		}),
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ops := newOpLog()
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := ops.run(strings.Trim(r.Header.Get("Idempotency-Key"), `"`))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write(body)
+	})))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handler's panics
+	srv.Start()
+	t.Cleanup(srv.Close)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	t.Cleanup(client.CloseIdleConnections)
+
 	runExactlyOnceThroughAKill(t, p, ops, func(key string) (int, []byte, error) {
-		id := "idem:" + key
-		fp := sha256.Sum256([]byte("POST /pay " + key))
-		r, err := s.AcquireRecord(bg(), id, lease, fp[:])
-		acquired := time.Now()
-		switch {
-		case err != nil:
-			return http.StatusServiceUnavailable, nil, nil
-		case r.State == replay.LeaseBusy:
-			return http.StatusConflict, nil, nil
-		case r.State == replay.LeaseDone && !bytes.Equal(r.Fingerprint, fp[:]):
-			return http.StatusUnprocessableEntity, nil, nil
-		case r.State == replay.LeaseDone && len(r.Result) == 0:
-			return http.StatusInternalServerError, nil, nil
-		case r.State == replay.LeaseDone:
-			return http.StatusOK, r.Result, nil
-		}
-		body, err := func() (body []byte, err error) {
-			defer func() {
-				if v := recover(); v != nil {
-					ctx, cancel := context.WithTimeout(bg(), time.Second)
-					defer cancel()
-					s.ReleaseLease(ctx, id, r.Token)
-					err = fmt.Errorf("panic: %v", v)
-				}
-			}()
-			return ops.run(key), nil
-		}()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{"amount": 1999, "currency": "eur"}`))
 		if err != nil {
 			return 0, nil, err
 		}
-		for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, 200*time.Millisecond) {
-			err := s.ConfirmRecord(bg(), id, r.Token, time.Now().Add(time.Hour), fp[:], body)
-			switch {
-			case err == nil:
-				return http.StatusCreated, body, nil
-			case errors.Is(err, replay.ErrLeaseLost) || time.Since(acquired) > lease:
-				// Not recorded: the handler's own response, as the
-				// middleware answers it; the key would run again.
-				return http.StatusCreated, body, nil
-			}
-			time.Sleep(backoff)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", `"`+key+`"`)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, nil, err // the handler panicked: the connection was aborted
 		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return 0, nil, err
+		}
+		if resp.StatusCode == http.StatusCreated && resp.Header.Get("Content-Type") != "application/json" {
+			return 0, nil, fmt.Errorf("Content-Type %q", resp.Header.Get("Content-Type"))
+		}
+		return resp.StatusCode, body, nil
 	})
+	t.Logf("middleware outcomes: processed %d, duplicate %d, in progress %d, released %d, store failure %d, refused %d",
+		outcomes[observe.OutcomeProcessed].Load(), outcomes[observe.OutcomeDuplicate].Load(), outcomes[observe.OutcomeInProgress].Load(),
+		outcomes[observe.OutcomeReleased].Load(), outcomes[observe.OutcomeStoreFailure].Load(), outcomes[observe.OutcomeRefused].Load())
 }
