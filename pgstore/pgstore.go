@@ -1,6 +1,7 @@
-// Package pgstore is a [replay.Store] and [replay.Leaser] backed by
-// PostgreSQL, for fleets of servers that must accept each single-use ID
-// (one-time token, single-use request state, webhook delivery) exactly once
+// Package pgstore is a [replay.Store], [replay.Leaser] and [replay.Recorder]
+// backed by PostgreSQL, for fleets of servers that must accept each
+// single-use ID (one-time token, single-use request state, webhook
+// delivery, idempotency key) exactly once
 // across every instance, and keep that promise through a database crash.
 //
 // Every claim and every lease step is one SQL statement on one row of one
