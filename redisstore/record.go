@@ -49,21 +49,22 @@ if string.sub(v, 1, 1) == 'L' then return {2, redis.call('PTTL', KEYS[2]), v} en
 return {3, 0, v}`
 
 // Confirm with a record: ARGV[4] until (ms), ARGV[5] token, ARGV[6] the
-// record, n + fingerprint + result. {1, 0} recorded, {0, 0} lost. Like the
-// confirm script, it records when the token's lease (with or without a
-// fingerprint) is live, when the ID is free, or when this very record is
-// there already (a resent script, written again for the WAIT after it).
+// done entry, "D" + token + n + fingerprint + result, built by the client
+// (so Redis copies a large result once, not again in a concatenation).
+// {1, 0} recorded, {0, 0} lost. Like the confirm script, it records when
+// the token's lease (with or without a fingerprint) is live, when the ID is
+// free, or when this very entry is there already (a resent script, written
+// again for the WAIT after it).
 const confirmRecordScript = guardLua + untilLua + `local v = redis.call('GET', KEYS[2])
-local d = 'D' .. ARGV[5] .. ARGV[6]
-if (not v) or string.sub(v, 1, 1) == 'X' or (#ARGV[5] == 32 and string.sub(v, 1, 33) == 'L' .. ARGV[5]) or v == d then
-  redis.call('SET', KEYS[2], d, 'PXAT', ARGV[4])
+if (not v) or string.sub(v, 1, 1) == 'X' or (#ARGV[5] == 32 and string.sub(v, 1, 33) == 'L' .. ARGV[5]) or v == ARGV[6] then
+  redis.call('SET', KEYS[2], ARGV[6], 'PXAT', ARGV[4])
   return {1, 0}
 end
 return {0, 0}`
 
 var (
 	acquireRecordLua = script{acquireRecordScript, "c419c1ccbee1e4aeacca8ae0c6ef9ef3ffb7d155"}
-	confirmRecordLua = script{confirmRecordScript, "b8ec330a71ebd874c65574104cb7ad5cb2028c9d"}
+	confirmRecordLua = script{confirmRecordScript, "727d708842ee56c4f66aa81198a4af7afecb67f6"}
 )
 
 // AcquireRecord implements [replay.Recorder]: it is [Store.AcquireLease]
@@ -144,9 +145,10 @@ func (s *Store) ConfirmRecord(ctx context.Context, id, token string, until time.
 	if err != nil {
 		return err
 	}
-	rec := make([]byte, 0, 1+len(fingerprint)+len(result))
-	rec = append(append(append(rec, byte(len(fingerprint))), fingerprint...), result...)
-	code, _, _, err := s.runRecord(ctx, &confirmRecordLua, id, ms, token, rec)
+	done := make([]byte, 0, 2+tokenLen+len(fingerprint)+len(result))
+	done = append(append(done, 'D'), token...)
+	done = append(append(append(done, byte(len(fingerprint))), fingerprint...), result...)
+	code, _, _, err := s.runRecord(ctx, &confirmRecordLua, id, ms, token, done)
 	switch {
 	case err != nil:
 		return err

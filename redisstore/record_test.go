@@ -541,7 +541,7 @@ func TestRecordStepsSendOneSlotScripts(t *testing.T) {
 	}{
 		{"EVALSHA", acquireRecordLua.sha, "fp"},
 		{"EVAL", acquireRecordLua.src, "fp"},
-		{"EVALSHA", confirmRecordLua.sha, "\x02fpr"},
+		{"EVALSHA", confirmRecordLua.sha, "D" + l.Token + "\x02fpr"},
 	} {
 		c := rc.get(i)
 		if len(c) != 11 {
