@@ -17,22 +17,27 @@ import (
 // [ErrFull]: it fails closed and never forgets a live entry to make room,
 // because a forgotten entry is an accepted replay.
 //
-// It also implements [Releaser] and [Leaser]. Each claimed or confirmed
-// entry, whatever the length of its ID, is kept as a 128-bit SHA-256 prefix
-// of the ID and an expiry, without a pointer, so memory is independent of
-// ID length and the garbage collector never scans the entries (a live
-// lease takes a small allocation of its own until it is confirmed,
-// released or ends): a full store of 2^20 entries
-// retains 80 bytes per entry (BenchmarkMemoryStoreBytesPerEntry), and
-// TestMemoryStoreBytesPerEntryBounded holds it under 96. Two distinct IDs collide with
-// negligible probability (2^-128 per pair). Its state is local to the
-// process: a fleet of several instances needs a shared store (such as the
-// redisstore module) to reject a replay sent to another instance.
+// It also implements [Releaser], [Leaser] and [Recorder]. Each claimed or
+// confirmed entry, whatever the length of its ID, is kept as a 128-bit
+// SHA-256 prefix of the ID and an expiry, without a pointer, so memory is
+// independent of ID length and the garbage collector never scans the
+// entries (a live lease takes a small allocation of its own until it is
+// confirmed, released or ends): a full store of 2^20 entries without
+// records retains 80 bytes per entry (BenchmarkMemoryStoreBytesPerEntry),
+// and TestMemoryStoreBytesPerEntryBounded holds it under 96. An entry
+// confirmed with [MemoryStore.ConfirmRecord] keeps, beside that, a copy of
+// its fingerprint and result until it expires; MaxRecordBytes bounds those
+// bytes over the whole store (TestMemoryStoreRecordBytes). Two distinct
+// IDs collide with negligible probability (2^-128 per pair). Its state is
+// local to the process: a fleet of several instances needs a shared store
+// (such as the redisstore module) to reject a replay sent to another
+// instance.
 //
-// The zero value is ready to use with [DefaultMax] and time.Now. Set Max and
-// Now before the first call and do not change them afterwards. A
-// MemoryStore is safe for concurrent use and must not be copied after
-// first use. Each call costs O(log n) plus amortised eviction.
+// The zero value is ready to use with [DefaultMax], [DefaultMaxRecordBytes]
+// and time.Now. Set Max, MaxRecordBytes and Now before the first call and
+// do not change them afterwards. A MemoryStore is safe for concurrent use
+// and must not be copied after first use. Each call costs O(log n) plus
+// amortised eviction.
 //
 // Expiries are kept as int64 Unix nanoseconds: an until or lease end past
 // the last instant they represent (2262-04-11 23:47:16.854775807 UTC) is
@@ -41,6 +46,16 @@ type MemoryStore struct {
 	// Max is the maximum number of live entries; zero means [DefaultMax]. A
 	// negative Max is a configuration error: every call returns [ErrConfig].
 	Max int
+	// MaxRecordBytes is the most bytes of fingerprints and results of
+	// [Recorder] the store holds at once, counted over live leases and done
+	// entries (their copies' lengths; the bookkeeping around each is bounded
+	// by Max instead); zero means [DefaultMaxRecordBytes]. A record that
+	// would exceed it is refused with an error matching both [ErrFull] and
+	// [ErrTooLarge], and nothing is written. A negative MaxRecordBytes, or a
+	// positive one under one largest record ([MaxFingerprintBytes] +
+	// [MaxResultBytes]), is a configuration error: every call returns
+	// [ErrConfig].
+	MaxRecordBytes int
 	// Now is the store's clock, which decides when an entry has expired;
 	// nil means time.Now. Give it the same clock as the code that computes
 	// the expiry times passed to Claim.
@@ -52,15 +67,18 @@ type MemoryStore struct {
 	leases  map[entryKey]*lease // ids under a lease, which are not in entries
 	byEnd   leaseHeap           // the leases ordered by end
 	tokens  uint64              // the last lease token handed out
+	records map[entryKey]record // the records of entries confirmed with ConfirmRecord
+	held    int                 // bytes of fingerprints and results in leases and records
 }
 
 // lease is a live lease: its token, its end (unix nanoseconds) and its
 // index in byEnd.
 type lease struct {
-	key   entryKey
-	token uint64
-	end   int64
-	index int
+	key         entryKey
+	token       uint64
+	end         int64
+	index       int
+	fingerprint []byte // from AcquireRecord, counted in held
 }
 
 // entryKey is the first 128 bits of the SHA-256 of an ID.
@@ -158,28 +176,45 @@ func (s *MemoryStore) AcquireLease(ctx context.Context, id string, d time.Durati
 	if d <= 0 {
 		return Lease{}, ErrExpired
 	}
-	k := keyOf(id)
+	r, err := s.acquire(keyOf(id), d, nil)
+	return r.Lease, err
+}
+
+// acquire is AcquireLease keeping fingerprint (a copy the caller made)
+// with an acquired lease, reporting the fingerprint and result it finds.
+func (s *MemoryStore) acquire(k entryKey, d time.Duration, fingerprint []byte) (Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := unixNano(s.now())
 	s.evictLocked(now)
 	if l, leased := s.leases[k]; leased {
-		return Lease{State: LeaseBusy, Wait: time.Duration(l.end - now)}, nil
+		return Record{
+			Lease:       Lease{State: LeaseBusy, Wait: time.Duration(l.end - now)},
+			Fingerprint: clone(l.fingerprint),
+		}, nil
 	}
 	if _, live := s.entries[k]; live {
-		return Lease{State: LeaseDone}, nil
+		r := Record{Lease: Lease{State: LeaseDone}}
+		if rec, ok := s.records[k]; ok {
+			r.Fingerprint, r.Result = rec.copies()
+		}
+		return r, nil
 	}
 	if s.lenLocked() >= s.max() {
-		return Lease{}, ErrFull
+		return Record{}, ErrFull
+	}
+	if s.held+len(fingerprint) > s.maxRecordBytes() {
+		return Record{}, errRecordBytes
 	}
 	s.tokens++
-	l := &lease{key: k, token: s.tokens, end: addSat(now, d)}
+	l := &lease{key: k, token: s.tokens, end: addSat(now, d), fingerprint: fingerprint}
 	if s.leases == nil {
 		s.leases = make(map[entryKey]*lease)
 	}
 	s.leases[k] = l
+	s.held += len(fingerprint)
 	heap.Push(&s.byEnd, l)
-	return Lease{State: LeaseAcquired, Token: strconv.FormatUint(l.token, 10)}, nil
+	return Record{Lease: Lease{State: LeaseAcquired, Token: strconv.FormatUint(l.token, 10)}}, nil
 }
 
 // ConfirmLease implements [Leaser]: it records id as done until the given
@@ -257,6 +292,7 @@ func (s *MemoryStore) liveLocked(k entryKey) bool {
 
 func (s *MemoryStore) dropLeaseLocked(l *lease) {
 	delete(s.leases, l.key)
+	s.held -= len(l.fingerprint)
 	heap.Remove(&s.byEnd, l.index)
 }
 
@@ -267,6 +303,12 @@ func (s *MemoryStore) check(ctx context.Context) error {
 	}
 	if s.Max < 0 {
 		return fmt.Errorf("%w: Max is negative", ErrConfig)
+	}
+	if s.MaxRecordBytes < 0 {
+		return fmt.Errorf("%w: MaxRecordBytes is negative", ErrConfig)
+	}
+	if s.MaxRecordBytes > 0 && s.MaxRecordBytes < MaxFingerprintBytes+MaxResultBytes {
+		return fmt.Errorf("%w: MaxRecordBytes is under one largest record (%d bytes)", ErrConfig, MaxFingerprintBytes+MaxResultBytes)
 	}
 	return nil
 }
@@ -303,7 +345,7 @@ func (s *MemoryStore) insertLocked(k entryKey, until int64) error {
 // expiry; it is rebuilt if leftovers ever dominate, so memory stays
 // proportional to Max.
 func (s *MemoryStore) deleteLocked(k entryKey) {
-	delete(s.entries, k)
+	s.dropEntryLocked(k)
 	if l, leased := s.leases[k]; leased {
 		s.dropLeaseLocked(l)
 	}
@@ -319,11 +361,20 @@ func (s *MemoryStore) evictLocked(now int64) {
 		// Only delete the entry this heap entry describes: the id may have
 		// been released and claimed again with a later expiry.
 		if u, ok := s.entries[e.key]; ok && u == e.until {
-			delete(s.entries, e.key)
+			s.dropEntryLocked(e.key)
 		}
 	}
 	for len(s.byEnd) > 0 && s.byEnd[0].end <= now {
 		s.dropLeaseLocked(s.byEnd[0])
+	}
+}
+
+// dropEntryLocked forgets a claimed or confirmed entry and its record.
+func (s *MemoryStore) dropEntryLocked(k entryKey) {
+	delete(s.entries, k)
+	if r, ok := s.records[k]; ok {
+		s.held -= len(r.data)
+		delete(s.records, k)
 	}
 }
 
@@ -381,4 +432,5 @@ var (
 	_ Store    = (*MemoryStore)(nil)
 	_ Releaser = (*MemoryStore)(nil)
 	_ Leaser   = (*MemoryStore)(nil)
+	_ Recorder = (*MemoryStore)(nil)
 )

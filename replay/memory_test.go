@@ -178,3 +178,7 @@ func TestMemoryStoreLease(t *testing.T) {
 func TestMemoryStoreRequestStateContract(t *testing.T) {
 	replaytest.RunRequestStateContract(t, func(*testing.T) replay.Store { return replay.NewMemoryStore(0) })
 }
+
+func TestMemoryStoreRecordContract(t *testing.T) {
+	replaytest.RunRecordContract(t, func(*testing.T) replaytest.RecordStore { return replay.NewMemoryStore(1000) })
+}

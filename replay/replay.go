@@ -4,7 +4,7 @@
 // A [Store] claims an ID until a time; [MemoryStore] is the bounded
 // in-process implementation, and the redisstore module offers one shared by
 // a fleet. Optional capabilities are separate interfaces that a caller
-// detects with a type assertion ([Releaser], [Leaser]), so a Store written
+// detects with a type assertion ([Releaser], [Leaser], [Recorder]), so a Store written
 // against this package keeps working as capabilities are added. This
 // package depends on the standard library only.
 //
@@ -18,6 +18,15 @@
 // holder crashed, or lost the store's reply) becomes free again when the
 // lease ends, so the outcome of a failed step is always "retry later",
 // never "acknowledged but not done".
+//
+// # Records
+//
+// Work whose answer every retry must get again — an idempotent HTTP API
+// replaying its first response — needs a [Recorder]: a Leaser whose lease
+// keeps the fingerprint of the request that took it, and whose
+// confirmation writes the result with the done entry in the same atomic
+// step, so a retry finds either the lease (busy), or the fingerprint and
+// result (done), never a done entry without its result.
 package replay
 
 import (
@@ -149,7 +158,8 @@ const DefaultMax = 100_000
 
 var (
 	// ErrFull reports that a bounded [Store] holds its maximum number of live
-	// entries and so cannot record a new one. The claim is refused (fail
+	// entries (or, for a [MemoryStore], of record bytes: MaxRecordBytes) and
+	// so cannot record a new one. The claim is refused (fail
 	// closed); no live entry is ever dropped to make room.
 	ErrFull = errors.New("replay: store full")
 
@@ -164,6 +174,7 @@ var (
 	ErrLeaseLost = errors.New("replay: lease lost to another holder")
 
 	// ErrConfig reports a store whose configuration is invalid (a negative
-	// [MemoryStore.Max]); every call refuses until it is fixed.
+	// [MemoryStore.Max], an invalid [MemoryStore.MaxRecordBytes]); every
+	// call refuses until it is fixed.
 	ErrConfig = errors.New("replay: invalid store configuration")
 )

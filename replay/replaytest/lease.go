@@ -2,7 +2,10 @@
 // [replay] package. [RunLeaseContract] is run by the tests of every
 // [replay.Leaser] this repository ships (the memory store and redisstore);
 // the author of another store can run it too. It uses the real clock with
-// short leases, so it takes about a second.
+// short leases, so it takes about a second. [RunRecordContract] does the
+// same for a [replay.Recorder], whose leases carry a fingerprint and whose
+// confirmations write a result (the memory store, redisstore and pgstore
+// run it).
 //
 // Two more contracts are for stores whose backend can fail on its own:
 // [RunForgetContract] (the backend loses everything it held: no ID is ever

@@ -1,0 +1,156 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// DefaultMaxRecordBytes is the byte budget of a [MemoryStore] whose
+// MaxRecordBytes is zero: 64 MiB of fingerprints and results, room for 63
+// records of the largest size.
+const DefaultMaxRecordBytes = 64 << 20
+
+// record is the fingerprint and result of an entry confirmed with
+// ConfirmRecord, in one allocation, and the token of the lease that
+// confirmed it, so that a resent confirmation is recognised.
+type record struct {
+	token uint64
+	fpLen int    // data[:fpLen] is the fingerprint
+	data  []byte // fingerprint ‖ result
+}
+
+// copies returns a copy of the fingerprint (nil when empty) and of the
+// result, in one allocation; the fingerprint's capacity ends where the
+// result begins, so appending to one never changes the other.
+func (r record) copies() (fingerprint, result []byte) {
+	data := clone(r.data)
+	if r.fpLen > 0 {
+		fingerprint = data[:r.fpLen:r.fpLen]
+	}
+	return fingerprint, data[r.fpLen:]
+}
+
+// errRecordBytes refuses a record that would take the bytes a MemoryStore
+// holds past MaxRecordBytes.
+var errRecordBytes error = recordBytesError{}
+
+// recordBytesError matches [ErrFull] (the store is full of bytes, as it can
+// be full of entries: fail closed, no live entry is forgotten to make room)
+// and [ErrTooLarge] (the record does not fit).
+type recordBytesError struct{}
+
+func (recordBytesError) Error() string {
+	return "replay: store full: records would exceed MaxRecordBytes"
+}
+
+func (recordBytesError) Is(target error) bool { return target == ErrFull || target == ErrTooLarge }
+
+// AcquireRecord implements [Recorder]: it is [MemoryStore.AcquireLease]
+// keeping a copy of fingerprint with an acquired lease. Besides the errors
+// of AcquireLease, it refuses a fingerprint over [MaxFingerprintBytes]
+// with [ErrTooLarge], and one that would take the bytes held past
+// MaxRecordBytes with an error matching [ErrFull] and [ErrTooLarge]; a
+// refused call takes nothing. The Fingerprint and Result it returns are
+// copies, nil when empty.
+func (s *MemoryStore) AcquireRecord(ctx context.Context, id string, d time.Duration, fingerprint []byte) (Record, error) {
+	if err := s.check(ctx); err != nil {
+		return Record{}, err
+	}
+	if len(fingerprint) > MaxFingerprintBytes {
+		return Record{}, fmt.Errorf("%w: fingerprint of %d bytes, over %d", ErrTooLarge, len(fingerprint), MaxFingerprintBytes)
+	}
+	if d <= 0 {
+		return Record{}, ErrExpired
+	}
+	return s.acquire(keyOf(id), d, clone(fingerprint))
+}
+
+// ConfirmRecord implements [Recorder]: it is [MemoryStore.ConfirmLease]
+// keeping copies of fingerprint and result with the done entry, which is
+// remembered until the given time. Confirming again with the same token
+// while that entry lives returns nil and keeps the first fingerprint and
+// result. Besides the errors of ConfirmLease, it refuses a fingerprint over
+// [MaxFingerprintBytes] and a result that is empty or over
+// [MaxResultBytes] with [ErrTooLarge], and a record that would take the
+// bytes held past MaxRecordBytes with an error matching [ErrFull] and
+// [ErrTooLarge]; a refused call writes nothing and leaves the lease as it
+// was.
+func (s *MemoryStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fingerprint, result []byte) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkRecord(fingerprint, result); err != nil {
+		return err
+	}
+	tok, err := strconv.ParseUint(token, 10, 64)
+	if err != nil || tok == 0 {
+		return ErrLeaseLost // not a token of this store: never a lease on id
+	}
+	k := keyOf(id)
+	size := len(fingerprint) + len(result)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if !until.After(now) {
+		return ErrExpired
+	}
+	s.evictLocked(unixNano(now))
+	if l, leased := s.leases[k]; leased {
+		if l.token != tok {
+			return ErrLeaseLost
+		}
+		if s.held-len(l.fingerprint)+size > s.maxRecordBytes() {
+			return errRecordBytes
+		}
+		s.dropLeaseLocked(l)
+	} else if _, live := s.entries[k]; live {
+		if r, ok := s.records[k]; ok && r.token == tok {
+			return nil // this confirmation, resent
+		}
+		return ErrLeaseLost
+	} else if s.held+size > s.maxRecordBytes() {
+		return errRecordBytes
+	}
+	if err := s.insertLocked(k, unixNano(until)); err != nil {
+		return err
+	}
+	if s.records == nil {
+		s.records = make(map[entryKey]record)
+	}
+	data := make([]byte, 0, size)
+	data = append(append(data, fingerprint...), result...)
+	s.records[k] = record{token: tok, fpLen: len(fingerprint), data: data}
+	s.held += size
+	return nil
+}
+
+// checkRecord refuses a fingerprint and result outside the limits of
+// [Recorder].
+func checkRecord(fingerprint, result []byte) error {
+	switch {
+	case len(fingerprint) > MaxFingerprintBytes:
+		return fmt.Errorf("%w: fingerprint of %d bytes, over %d", ErrTooLarge, len(fingerprint), MaxFingerprintBytes)
+	case len(result) == 0:
+		return fmt.Errorf("%w: empty result", ErrTooLarge)
+	case len(result) > MaxResultBytes:
+		return fmt.Errorf("%w: result of %d bytes, over %d", ErrTooLarge, len(result), MaxResultBytes)
+	}
+	return nil
+}
+
+func (s *MemoryStore) maxRecordBytes() int {
+	if s.MaxRecordBytes == 0 {
+		return DefaultMaxRecordBytes
+	}
+	return s.MaxRecordBytes
+}
+
+// clone copies b, returning nil for an empty b.
+func clone(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}

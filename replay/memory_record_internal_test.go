@@ -1,0 +1,82 @@
+package replay
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/internal/clocktest"
+)
+
+// TestMemoryStoreRecordBytesReturnToZero: every way an entry or lease
+// leaves the store gives its fingerprint and result bytes back, so the
+// budget never leaks.
+func TestMemoryStoreRecordBytesReturnToZero(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktest.New()
+	s := &MemoryStore{Now: clk.Now}
+	fp, result := []byte("fingerprint"), []byte("result")
+	until := clk.Now().Add(time.Hour)
+	want := 0
+	check := func(step string) {
+		t.Helper()
+		if s.held != want {
+			t.Fatalf("after %s: %d bytes held, want %d", step, s.held, want)
+		}
+	}
+	acq := func(id string, d time.Duration) string {
+		t.Helper()
+		r, err := s.AcquireRecord(ctx, id, d, fp)
+		if err != nil || r.State != LeaseAcquired {
+			t.Fatal(r.Lease, err)
+		}
+		return r.Token
+	}
+
+	a := acq("a", time.Minute)
+	want += len(fp)
+	check("a lease with a fingerprint")
+	if err := s.ConfirmRecord(ctx, "a", a, until, fp, result); err != nil {
+		t.Fatal(err)
+	}
+	want += len(result)
+	check("its confirmation with a record")
+	if err := s.ConfirmRecord(ctx, "a", a, until, fp, result); err != nil {
+		t.Fatal(err)
+	}
+	check("a resent confirmation")
+
+	b := acq("b", time.Minute)
+	if err := s.ReleaseLease(ctx, "b", b); err != nil {
+		t.Fatal(err)
+	}
+	check("a released lease")
+	c := acq("c", time.Minute)
+	if err := s.ConfirmLease(ctx, "c", c, until); err != nil {
+		t.Fatal(err)
+	}
+	check("a lease confirmed without a record")
+	acq("d", time.Second)
+	clk.Advance(2 * time.Second)
+	s.Len()
+	check("a lease that ended")
+
+	e := acq("e", time.Minute)
+	if err := s.ConfirmRecord(ctx, "e", e, clk.Now().Add(time.Minute), fp, result); err != nil {
+		t.Fatal(err)
+	}
+	want += len(fp) + len(result)
+	check("a second record")
+	if err := s.Release(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	want -= len(fp) + len(result)
+	check("a released record")
+	clk.Advance(time.Minute)
+	s.Len()
+	want = 0
+	check("an expired record")
+	if len(s.records) != 0 {
+		t.Fatalf("%d records left, want none", len(s.records))
+	}
+}
