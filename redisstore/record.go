@@ -171,12 +171,16 @@ func (s *Store) runRecord(ctx context.Context, sc *script, id string, ms int64, 
 	if err := s.ready(ctx); err != nil {
 		return 0, 0, "", err
 	}
-	marker, key, shard := s.keys(id)
-	cmd := []any{"EVALSHA", sc.sha, 2, marker, key, s.now().UnixMilli(), s.skewArg, s.horizonArg, ms, token, data}
+	shard := shardOf(id)
+	marker := &s.tags[shard]
+	key := *marker + ":" + id
+	// Pointers to what the Store holds, so that only the call's own
+	// values are boxed.
+	cmd := []any{"EVALSHA", &sc.sha, 2, marker, key, s.now().UnixMilli(), &s.skewArg, &s.horizonArg, ms, token, data}
 	var v any
 	var durErr error
 	if s.dur.on() {
-		v, err = s.pipeline(ctx, sc, marker, cmd)
+		v, err = s.pipeline(ctx, sc, *marker, cmd)
 		if err != nil && v != nil {
 			durErr, err = err, nil
 		}

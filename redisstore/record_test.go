@@ -13,8 +13,16 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/redis/go-redis/v9"
 )
+
+func TestRecordContract(t *testing.T) {
+	c := newTestClient(t)
+	replaytest.RunRecordContract(t, func(t *testing.T) replaytest.RecordStore {
+		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+	})
+}
 
 // acquireRecord is AcquireRecord failing the test on an error or a state
 // other than want.
@@ -678,12 +686,19 @@ func TestTimedOutAcquireRecordIsReleasedOnceRedisAnswers(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	released := make(chan Event, 4)
-	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Timeout: 200 * time.Millisecond,
+	// Provisioned with the default timeout (its 128 round trips can take
+	// longer than 200 ms on a loaded machine).
+	prefix := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)}).Prefix()
+	s, err := New(c, Options{Prefix: prefix, Timeout: 200 * time.Millisecond,
 		Observer: func(e Event) {
 			if e.Kind == EventLeaseReleased {
 				released <- e
 			}
 		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
 	ctx := context.Background()
 	if _, err := s.AcquireRecord(ctx, "warm-up", time.Second, nil); err != nil { // load the script
 		t.Fatal(err)
