@@ -27,6 +27,7 @@ const (
 	KindOneTime      = observe.KindOneTime      // "one_time": a [OneTimeIssuer]'s token
 	KindExchange     = observe.KindExchange     // "exchange": one [ExchangeHandler] request
 	KindWebhook      = observe.KindWebhook      // "webhook": one delivery of the webhook package
+	KindIdempotency  = observe.KindIdempotency  // "idempotency": one request of the idempotency package
 )
 
 // TokenKinds returns every [TokenKind], in order ([observe.TokenKinds]).
@@ -42,8 +43,9 @@ const (
 	OutcomeRefused      = observe.OutcomeRefused      // "refused"; [Event.Reason] says why
 	OutcomeDuplicate    = observe.OutcomeDuplicate    // "duplicate": a single-use token replayed
 	OutcomeStoreFailure = observe.OutcomeStoreFailure // "store_failure": refused unjudged (fail closed)
-	OutcomeInProgress   = observe.OutcomeInProgress   // "in_progress": webhook deliveries only
-	OutcomeProcessed    = observe.OutcomeProcessed    // "processed": webhook deliveries only
+	OutcomeInProgress   = observe.OutcomeInProgress   // "in_progress": webhook deliveries and idempotent requests
+	OutcomeProcessed    = observe.OutcomeProcessed    // "processed": webhook deliveries and idempotent requests
+	OutcomeReleased     = observe.OutcomeReleased     // "released": idempotent requests only
 )
 
 // Outcomes returns every [Outcome], in order ([observe.Outcomes]).

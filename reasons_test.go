@@ -118,6 +118,7 @@ func TestRootReExportsTheObserveSet(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
 		{KindCursor.String(), "cursor"}, {KindRequestState.String(), "request_state"},
 		{KindOneTime.String(), "one_time"}, {KindExchange.String(), "exchange"}, {KindWebhook.String(), "webhook"},
+		{KindIdempotency.String(), "idempotency"}, {OutcomeReleased.String(), "released"},
 		{OutcomeIssued.String(), "issued"}, {OutcomeVerified.String(), "verified"}, {OutcomeRefused.String(), "refused"},
 		{OutcomeDuplicate.String(), "duplicate"}, {OutcomeStoreFailure.String(), "store_failure"},
 		{OutcomeInProgress.String(), "in_progress"}, {OutcomeProcessed.String(), "processed"},
@@ -141,15 +142,15 @@ var configSentinels = map[string]bool{
 }
 
 // TestNoReasonOutsideTheSet scans every call that makes a rejection in the
-// source of this package, of the webhook package and of the canonicalizer
-// behind ArgsFingerprint (internal/jcs) (reject, reason.New,
+// source of this package, of the webhook and idempotency packages and of
+// the canonicalizer behind ArgsFingerprint (internal/jcs) (reject, reason.New,
 // reason.Wrap, configError, keyError) and checks that its reason is a
 // constant of the RefusalReason set, unless the sentinel is a configuration
 // one. A new rejection with a new text fails here until it joins the set;
 // a reason of the set that neither package produces fails too.
 func TestNoReasonOutsideTheSet(t *testing.T) {
 	var files []string
-	for _, pattern := range []string{"*.go", "webhook/*.go", "internal/jcs/*.go"} {
+	for _, pattern := range []string{"*.go", "webhook/*.go", "idempotency/*.go", "internal/jcs/*.go"} {
 		got, err := filepath.Glob(pattern)
 		if err != nil {
 			t.Fatal(err)

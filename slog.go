@@ -15,7 +15,9 @@ import (
 //     input too large or not encodable at issue, an exchange request that
 //     is malformed or that Authorize refused), and a webhook delivery that
 //     arrives again (a sender's retry: a duplicate, or a copy refused while
-//     another attempt holds its lease);
+//     another attempt holds its lease); for idempotent requests, a retry
+//     answered with the stored response, a request refused while another
+//     with its key runs, and a key released after a failed attempt;
 //   - Warn: every other refusal (a MAC or webhook signature mismatch, a
 //     malformed or tampered token or delivery, a stale webhook timestamp,
 //     a wrong scope, binding, purpose or claims) and a duplicate token (a
@@ -74,11 +76,11 @@ func eventLevel(e Event) slog.Level {
 	switch e.Outcome {
 	case OutcomeIssued, OutcomeVerified, OutcomeProcessed:
 		return slog.LevelDebug
-	case OutcomeInProgress:
+	case OutcomeInProgress, OutcomeReleased:
 		return slog.LevelInfo
 	case OutcomeDuplicate:
-		if e.Kind == KindWebhook {
-			return slog.LevelInfo // senders deliver at least once: a retry is normal
+		if e.Kind == KindWebhook || e.Kind == KindIdempotency {
+			return slog.LevelInfo // senders and clients retry: a retry is normal
 		}
 		return slog.LevelWarn
 	case OutcomeStoreFailure:

@@ -150,6 +150,12 @@ func TestSlogObserver(t *testing.T) {
 			{Event{Kind: KindWebhook, Outcome: OutcomeRefused, Reason: ReasonWebhookTimestampTooOld}, slog.LevelWarn},
 			{Event{Kind: KindWebhook, Outcome: OutcomeStoreFailure, Reason: ReasonWebhookStoreRecord}, slog.LevelError},
 			{Event{Kind: KindWebhook, Outcome: OutcomeStoreFailure, Reason: ReasonWebhookLeaseLost}, slog.LevelError},
+			{Event{Kind: KindIdempotency, Outcome: OutcomeProcessed, StoreLatency: 1}, slog.LevelDebug},
+			{Event{Kind: KindIdempotency, Outcome: OutcomeDuplicate, Reason: ReasonIdempotencyReplayed}, slog.LevelInfo},
+			{Event{Kind: KindIdempotency, Outcome: OutcomeInProgress, Reason: ReasonIdempotencyInProgress}, slog.LevelInfo},
+			{Event{Kind: KindIdempotency, Outcome: OutcomeReleased, Reason: ReasonIdempotencyHandlerPanic}, slog.LevelInfo},
+			{Event{Kind: KindIdempotency, Outcome: OutcomeRefused, Reason: ReasonIdempotencyMismatch}, slog.LevelWarn},
+			{Event{Kind: KindIdempotency, Outcome: OutcomeStoreFailure, Reason: ReasonIdempotencyStoreConfirm}, slog.LevelError},
 		} {
 			if got := eventLevel(tc.e); got != tc.want {
 				t.Errorf("level of %+v = %v, want %v", tc.e, got, tc.want)

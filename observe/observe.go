@@ -20,14 +20,18 @@ const (
 	// KindWebhook is one webhook delivery (webhook.Verifier and
 	// webhook.Signer).
 	KindWebhook
+	// KindIdempotency is one request with an idempotency key
+	// (idempotency.Middleware).
+	KindIdempotency
 
 	numKinds // not a kind: the size of the set
 )
 
-var kindNames = [numKinds]string{"", "cursor", "request_state", "one_time", "exchange", "webhook"}
+var kindNames = [numKinds]string{"", "cursor", "request_state", "one_time", "exchange", "webhook", "idempotency"}
 
 // String returns the kind's stable label: "cursor", "request_state",
-// "one_time", "exchange" or "webhook" ("" for a value outside the set).
+// "one_time", "exchange", "webhook" or "idempotency" ("" for a value
+// outside the set).
 func (k TokenKind) String() string {
 	if k < numKinds {
 		return kindNames[k]
@@ -62,27 +66,38 @@ const (
 	// OutcomeDuplicate: an authentic, unexpired single-use token was
 	// presented again (a replay), and refused; or a webhook delivery
 	// already processed arrived again (a sender's retry), and was
-	// acknowledged without being processed.
+	// acknowledged without being processed; or ([KindIdempotency]) a
+	// retry of a completed request was answered with its stored response
+	// without running the handler.
 	OutcomeDuplicate
 	// OutcomeStoreFailure: the replay store could not answer, so the token
 	// or delivery was refused unjudged (fail closed), or (webhook) could not
 	// record that a delivery was processed.
 	OutcomeStoreFailure
 	// OutcomeInProgress: a copy of a webhook delivery arrived while another
-	// attempt held its lease, and was refused so that the sender retries.
+	// attempt held its lease, and was refused so that the sender retries;
+	// or ([KindIdempotency]) a request arrived while another request with
+	// the same key was running, and was refused with 409.
 	OutcomeInProgress
 	// OutcomeProcessed: the replay store recorded a webhook delivery as
-	// processed (its lease was confirmed).
+	// processed (its lease was confirmed); or ([KindIdempotency]) it
+	// recorded the response of the first request with a key.
 	OutcomeProcessed
+	// OutcomeReleased ([KindIdempotency]): the handler ran but asked for
+	// a retry (a 5xx or another retry status), panicked, or returned
+	// without a response after the client went away, so the key was freed
+	// and the client's retry runs the handler again; [Event.Reason] says
+	// which.
+	OutcomeReleased
 
 	numOutcomes // not an outcome: the size of the set
 )
 
-var outcomeNames = [numOutcomes]string{"", "issued", "verified", "refused", "duplicate", "store_failure", "in_progress", "processed"}
+var outcomeNames = [numOutcomes]string{"", "issued", "verified", "refused", "duplicate", "store_failure", "in_progress", "processed", "released"}
 
 // String returns the outcome's stable label: "issued", "verified",
-// "refused", "duplicate", "store_failure", "in_progress" or "processed"
-// ("" outside the set).
+// "refused", "duplicate", "store_failure", "in_progress", "processed" or
+// "released" ("" outside the set).
 func (o Outcome) String() string {
 	if o < numOutcomes {
 		return outcomeNames[o]
@@ -159,7 +174,8 @@ type Event struct {
 	// [OutcomeIssued], [OutcomeVerified] and [OutcomeProcessed]. For
 	// [OutcomeDuplicate], [OutcomeInProgress] and [OutcomeStoreFailure] it
 	// is the reason of the returned error ("already used", "already
-	// redeemed", "replay store failed", "delivery already processed", ...).
+	// redeemed", "replay store failed", "delivery already processed", ...),
+	// and for [OutcomeReleased] why the key was freed.
 	Reason RefusalReason
 	// Key is the key that authenticated the token: set on
 	// [OutcomeVerified], on [OutcomeIssued] ([KeyPrimary]: the primary signs

@@ -42,25 +42,32 @@ func TestSetValuesAreStable(t *testing.T) {
 		{int(KindCursor), KindCursor.String(), "cursor"}, {int(KindRequestState), KindRequestState.String(), "request_state"},
 		{int(KindOneTime), KindOneTime.String(), "one_time"}, {int(KindExchange), KindExchange.String(), "exchange"},
 		{int(KindWebhook), KindWebhook.String(), "webhook"},
+		{int(KindIdempotency), KindIdempotency.String(), "idempotency"},
 		{int(OutcomeIssued), OutcomeIssued.String(), "issued"}, {int(OutcomeVerified), OutcomeVerified.String(), "verified"},
 		{int(OutcomeRefused), OutcomeRefused.String(), "refused"}, {int(OutcomeDuplicate), OutcomeDuplicate.String(), "duplicate"},
 		{int(OutcomeStoreFailure), OutcomeStoreFailure.String(), "store_failure"},
 		{int(OutcomeInProgress), OutcomeInProgress.String(), "in_progress"},
 		{int(OutcomeProcessed), OutcomeProcessed.String(), "processed"},
+		{int(OutcomeReleased), OutcomeReleased.String(), "released"},
 		{int(ReasonEmpty), ReasonEmpty.String(), "empty"},
 		{int(ReasonMACMismatch), ReasonMACMismatch.String(), "mac mismatch"},
 		{int(ReasonArgsMarshal), ReasonArgsMarshal.String(), "value cannot be marshalled as JSON"},
 		{int(ReasonWebhookBodyTooLarge), ReasonWebhookBodyTooLarge.String(), "body over cap"},
 		{int(ReasonWebhookSignatureMismatch), ReasonWebhookSignatureMismatch.String(), "signature mismatch"},
 		{int(ReasonWebhookLeaseLost), ReasonWebhookLeaseLost.String(), "lease lost: another attempt took the delivery after the lease expired"},
+		{int(ReasonIdempotencyKeyMissing), ReasonIdempotencyKeyMissing.String(), "idempotency key header missing"},
+		{int(ReasonIdempotencyMismatch), ReasonIdempotencyMismatch.String(), "key reused with a different request"},
+		{int(ReasonIdempotencyLeaseLost), ReasonIdempotencyLeaseLost.String(), "lease lost: another attempt took the key after the lease expired"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("value %d: String = %q, want %q", tc.n, tc.got, tc.want)
 		}
 	}
 	for _, tc := range []struct{ got, want int }{
-		{int(KindWebhook), 5}, {int(OutcomeStoreFailure), 5}, {int(OutcomeInProgress), 6}, {int(OutcomeProcessed), 7},
+		{int(KindWebhook), 5}, {int(KindIdempotency), 6}, {int(OutcomeStoreFailure), 5}, {int(OutcomeInProgress), 6},
+		{int(OutcomeProcessed), 7}, {int(OutcomeReleased), 8},
 		{int(ReasonArgsMarshal), 55}, {int(ReasonWebhookBodyTooLarge), 56}, {int(ReasonWebhookLeaseLost), 81},
+		{int(ReasonCursorSealedOpen), 83}, {int(ReasonIdempotencyKeyMissing), 84}, {int(ReasonIdempotencyLeaseLost), 103},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("value %d, want %d: a value was renumbered", tc.got, tc.want)
@@ -69,10 +76,10 @@ func TestSetValuesAreStable(t *testing.T) {
 	if TokenKind(99).String() != "" || numKinds.String() != "" || Outcome(99).String() != "" || numOutcomes.String() != "" {
 		t.Error("values outside the sets must print as empty")
 	}
-	if k := TokenKinds(); len(k) != int(numKinds)-1 || k[0] != KindCursor || k[len(k)-1] != KindWebhook {
+	if k := TokenKinds(); len(k) != int(numKinds)-1 || k[0] != KindCursor || k[len(k)-1] != KindIdempotency {
 		t.Errorf("TokenKinds = %v", k)
 	}
-	if o := Outcomes(); len(o) != int(numOutcomes)-1 || o[0] != OutcomeIssued || o[len(o)-1] != OutcomeProcessed {
+	if o := Outcomes(); len(o) != int(numOutcomes)-1 || o[0] != OutcomeIssued || o[len(o)-1] != OutcomeReleased {
 		t.Errorf("Outcomes = %v", o)
 	}
 }

@@ -143,6 +143,29 @@ const (
 	ReasonCursorWrongScope // "forged or wrong scope (tool, caller or arguments)"
 	ReasonCursorSealedOpen // "sealed cursor does not open (tampered, other key, or other scope)"
 
+	// Idempotent HTTP requests (idempotency.Middleware).
+
+	ReasonIdempotencyKeyMissing       // "idempotency key header missing"
+	ReasonIdempotencyKeyRepeated      // "idempotency key header repeated"
+	ReasonIdempotencyKeyMalformed     // "idempotency key not a structured-field string"
+	ReasonIdempotencyKeyLength        // "idempotency key empty or over MaxKeyBytes"
+	ReasonIdempotencyNoCaller         // "no authenticated caller"
+	ReasonIdempotencyBodyTooLarge     // "request body over MaxRequestBytes"
+	ReasonIdempotencyBodyUnreadable   // "request body unreadable"
+	ReasonIdempotencyInProgress       // "request with this key in progress under a live lease"
+	ReasonIdempotencyMismatch         // "key reused with a different request"
+	ReasonIdempotencyReplayed         // "stored response replayed"
+	ReasonIdempotencyNoRecord         // "key done without a stored response"
+	ReasonIdempotencyRecordCorrupt    // "stored response does not decode"
+	ReasonIdempotencyResponseTooLarge // "first response was over MaxResponseBytes and not stored"
+	ReasonIdempotencyHandlerRetry     // "handler asked for a retry (5xx, 408, 423, 425 or 429)"
+	ReasonIdempotencyHandlerPanic     // "handler panicked"
+	ReasonIdempotencyClientGone       // "client gone before the handler wrote a response"
+	ReasonIdempotencyStoreAcquire     // "replay store could not lease the key"
+	ReasonIdempotencyStoreConfirm     // "replay store could not record the response"
+	ReasonIdempotencyStoreRelease     // "replay store could not release the key"
+	ReasonIdempotencyLeaseLost        // "lease lost: another attempt took the key after the lease expired"
+
 	numRefusalReasons // not a reason: the size of the set
 )
 
@@ -238,6 +261,27 @@ var reasonNames = [numRefusalReasons]string{
 
 	ReasonCursorWrongScope: "forged or wrong scope (tool, caller or arguments)",
 	ReasonCursorSealedOpen: "sealed cursor does not open (tampered, other key, or other scope)",
+
+	ReasonIdempotencyKeyMissing:       "idempotency key header missing",
+	ReasonIdempotencyKeyRepeated:      "idempotency key header repeated",
+	ReasonIdempotencyKeyMalformed:     "idempotency key not a structured-field string",
+	ReasonIdempotencyKeyLength:        "idempotency key empty or over MaxKeyBytes",
+	ReasonIdempotencyNoCaller:         "no authenticated caller",
+	ReasonIdempotencyBodyTooLarge:     "request body over MaxRequestBytes",
+	ReasonIdempotencyBodyUnreadable:   "request body unreadable",
+	ReasonIdempotencyInProgress:       "request with this key in progress under a live lease",
+	ReasonIdempotencyMismatch:         "key reused with a different request",
+	ReasonIdempotencyReplayed:         "stored response replayed",
+	ReasonIdempotencyNoRecord:         "key done without a stored response",
+	ReasonIdempotencyRecordCorrupt:    "stored response does not decode",
+	ReasonIdempotencyResponseTooLarge: "first response was over MaxResponseBytes and not stored",
+	ReasonIdempotencyHandlerRetry:     "handler asked for a retry (5xx, 408, 423, 425 or 429)",
+	ReasonIdempotencyHandlerPanic:     "handler panicked",
+	ReasonIdempotencyClientGone:       "client gone before the handler wrote a response",
+	ReasonIdempotencyStoreAcquire:     "replay store could not lease the key",
+	ReasonIdempotencyStoreConfirm:     "replay store could not record the response",
+	ReasonIdempotencyStoreRelease:     "replay store could not release the key",
+	ReasonIdempotencyLeaseLost:        "lease lost: another attempt took the key after the lease expired",
 }
 
 // String returns the reason's stable text, the one the refusing package's

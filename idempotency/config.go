@@ -1,0 +1,333 @@
+package idempotency
+
+import (
+	"log/slog"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// Defaults for the zero fields of a [Config].
+const (
+	// DefaultHeader is the request header that carries the key.
+	DefaultHeader = "Idempotency-Key"
+	// DefaultWindow is how long a completed key is remembered, as Stripe
+	// does.
+	DefaultWindow = 24 * time.Hour
+	// DefaultLease is how long one attempt may hold a key.
+	DefaultLease = time.Minute
+	// DefaultMaxKeyBytes is the longest key, as Stripe's.
+	DefaultMaxKeyBytes = 255
+	// DefaultMaxRequestBytes is the largest request body read for the
+	// fingerprint: 1 MiB.
+	DefaultMaxRequestBytes = 1 << 20
+	// DefaultMaxResponseBytes is the largest response body stored: 256 KiB.
+	DefaultMaxResponseBytes = 256 << 10
+	// DefaultRetryAfter is the Retry-After of a 503 for a store failure.
+	DefaultRetryAfter = 5 * time.Second
+)
+
+// Upper bounds of a [Config]: a larger value is refused by [New] with
+// [ErrConfig], as a mistake (a unit slip) rather than a setting.
+const (
+	// MaxWindow is the largest [Config.Window]: 366 days.
+	MaxWindow = 366 * 24 * time.Hour
+	// MaxLease is the largest [Config.Lease]: a day.
+	MaxLease = 24 * time.Hour
+	// MinLease is the shortest [Config.Lease].
+	MinLease = time.Millisecond
+	// MaxKeyBytesLimit is the largest [Config.MaxKeyBytes].
+	MaxKeyBytesLimit = 4096
+	// MaxRequestBytesLimit is the largest [Config.MaxRequestBytes]: 1 GiB.
+	MaxRequestBytesLimit = 1 << 30
+	// MaxStoredResponseBytes is the largest [Config.MaxResponseBytes]: a
+	// stored response (status, headers and body) must fit in
+	// [replay.MaxResultBytes], and the stored headers may take up to
+	// [MaxStoredHeaderBytes] of it.
+	MaxStoredResponseBytes = replay.MaxResultBytes - 2*MaxStoredHeaderBytes
+	// MaxStoredHeaderBytes is the most header bytes (names and values) a
+	// stored response keeps; a response whose replayed headers exceed it
+	// is treated as too large to store.
+	MaxStoredHeaderBytes = 16 << 10
+	// MaxRetryAfter is the largest [Config.RetryAfter]: an hour.
+	MaxRetryAfter = time.Hour
+)
+
+// ReplayedHeader is the response header a replayed response carries, with
+// the value "true" (the name Stripe uses).
+const ReplayedHeader = "Idempotent-Replayed"
+
+// DefaultReplayHeaders are the response headers stored and replayed when
+// [Config.ReplayHeaders] is nil: those that describe the body or the
+// created resource. Headers of a connection or a session (Set-Cookie) are
+// never among them.
+var DefaultReplayHeaders = []string{
+	"Content-Type", "Content-Encoding", "Content-Language", "Content-Location",
+	"Location", "Link", "ETag", "Last-Modified", "Cache-Control",
+}
+
+// ErrConfig is the error of [New] for an invalid [Config]: it is
+// [ctoken.ErrConfig], so errors.Is(err, ctoken.ErrConfig) holds too.
+var ErrConfig = ctoken.ErrConfig
+
+// Config configures a [Middleware]. A zero duration or size means its
+// documented default; a negative one, or one over its bound, is refused by
+// [New]. Store and Caller are required.
+type Config struct {
+	// Store keeps keys, fingerprints and responses: a [replay.MemoryStore]
+	// for one process, or a shared store (the redisstore and pgstore
+	// modules) for a fleet. A store that implements [replay.Bounded] must
+	// hold Window.
+	Store replay.Recorder
+	// Caller returns the authenticated caller of a request; keys are
+	// scoped to it, so two callers' keys never meet. An error, or an empty
+	// caller, is answered 401 with a problem+json body and the handler is
+	// not run. It is called only for requests that carry a key (or that
+	// Required refuses).
+	Caller func(r *http.Request) (string, error)
+	// Header is the request header that carries the key; zero means
+	// [DefaultHeader].
+	Header string
+	// Required makes a covered request without the header a 400 with a
+	// problem+json body naming the header. When false, such a request
+	// passes to the handler untouched.
+	Required bool
+	// Methods are the request methods covered; zero means POST and PATCH.
+	// Requests with other methods pass to the handler untouched.
+	Methods []string
+	// Route returns the route a request's key is scoped to, so that one
+	// key sent to two endpoints names two operations; nil means
+	// r.Pattern, the pattern of the Go 1.22 [http.ServeMux] that routed
+	// the request (so wrap the handler registered on the mux, not the
+	// mux), which is "" for a request no ServeMux routed.
+	Route func(r *http.Request) string
+	// Window is how long a completed key is remembered: its retries get
+	// the stored response until then, and after it the key is new again.
+	// Zero means [DefaultWindow]; it must be longer than Lease and at most
+	// [MaxWindow].
+	Window time.Duration
+	// Lease is how long one attempt may hold a key: requests with the key
+	// meanwhile get 409, and an attempt whose process dies frees the key
+	// when the lease ends. The handler's context ends at three quarters of
+	// it; the rest is for recording the response. Zero means
+	// [DefaultLease]; at least [MinLease], at most [MaxLease].
+	Lease time.Duration
+	// MaxKeyBytes is the longest key, in bytes of the decoded string;
+	// zero means [DefaultMaxKeyBytes]; at most [MaxKeyBytesLimit].
+	MaxKeyBytes int
+	// MaxRequestBytes caps the request body, which is read whole for the
+	// fingerprint before anything is claimed; a larger body is answered
+	// 413. Zero means [DefaultMaxRequestBytes]; at most
+	// [MaxRequestBytesLimit].
+	MaxRequestBytes int64
+	// MaxResponseBytes caps the response body stored for replay; zero
+	// means [DefaultMaxResponseBytes]; at most [MaxStoredResponseBytes].
+	// A larger response is sent to the client as the handler writes it,
+	// and the key is recorded as done without a replayable response: a
+	// retry gets 500 (see the package documentation).
+	MaxResponseBytes int
+	// ReplayHeaders are the response headers stored and replayed; nil
+	// means [DefaultReplayHeaders], a non-nil empty slice none. The first
+	// response carries every header the handler set; a replay only these.
+	// Set-Cookie, the hop-by-hop headers, Content-Length and
+	// [ReplayedHeader] are refused.
+	ReplayHeaders []string
+	// RetryAfter is the Retry-After of the 503 answered when the store
+	// fails; zero means [DefaultRetryAfter]; at most [MaxRetryAfter].
+	RetryAfter time.Duration
+	// Observer, if set, is told of every request with a key as an
+	// [observe.Event] of kind [observe.KindIdempotency] (the package
+	// documentation lists the outcomes). Nil costs nothing.
+	Observer observe.Observer
+	// Logger, if set, receives a record for every failure on the server's
+	// side (a store failure after the handler ran, a stored response that
+	// cannot be replayed, a response too large to store). Records carry
+	// the method, the route, the status and a fixed reason: never a key,
+	// a caller or a body.
+	Logger *slog.Logger
+}
+
+// params is a validated Config.
+type params struct {
+	store       replay.Recorder
+	bounded     bool // store is replay.Bounded
+	caller      func(*http.Request) (string, error)
+	header      string // canonical
+	required    bool
+	methods     []string
+	route       func(*http.Request) string
+	window      time.Duration
+	lease       time.Duration
+	maxKey      int
+	maxRequest  int64
+	maxResponse int
+	replay      []string // canonical names, no duplicates
+	retryAfter  string   // seconds
+	obs         observe.Observer
+	log         *slog.Logger
+	problems    problems
+}
+
+func configError(why string) error { return reason.New(ErrConfig, why) }
+
+// refusedHeaders are response headers a stored response never carries.
+var refusedHeaders = map[string]bool{
+	"Set-Cookie": true, "Content-Length": true, "Connection": true, "Keep-Alive": true,
+	"Transfer-Encoding": true, "Te": true, "Trailer": true, "Upgrade": true,
+	"Proxy-Connection": true, ReplayedHeader: true,
+}
+
+func newParams(cfg Config) (*params, error) {
+	p := &params{
+		store: cfg.Store, caller: cfg.Caller, required: cfg.Required, route: cfg.Route,
+		obs: cfg.Observer, log: cfg.Logger,
+	}
+	if cfg.Store == nil {
+		return nil, configError("idempotency: Store is nil")
+	}
+	if cfg.Caller == nil {
+		return nil, configError("idempotency: Caller is nil")
+	}
+	p.header = DefaultHeader
+	if cfg.Header != "" {
+		if !isToken(cfg.Header) {
+			return nil, configError("idempotency: Header is not a valid header name")
+		}
+		p.header = textproto.CanonicalMIMEHeaderKey(cfg.Header)
+	}
+	if p.header == ReplayedHeader {
+		return nil, configError("idempotency: Header is the replayed-response header")
+	}
+	p.methods = []string{http.MethodPost, http.MethodPatch}
+	if cfg.Methods != nil {
+		if len(cfg.Methods) == 0 {
+			return nil, configError("idempotency: Methods is empty (nil means POST and PATCH)")
+		}
+		p.methods = make([]string, 0, len(cfg.Methods))
+		for _, m := range cfg.Methods {
+			if !isToken(m) {
+				return nil, configError("idempotency: a method of Methods is not a valid method token")
+			}
+			p.methods = append(p.methods, m)
+		}
+	}
+	var err error
+	if p.lease, err = duration(cfg.Lease, DefaultLease, MinLease, MaxLease, "Lease"); err != nil {
+		return nil, err
+	}
+	if p.window, err = duration(cfg.Window, DefaultWindow, 1, MaxWindow, "Window"); err != nil {
+		return nil, err
+	}
+	if p.window <= p.lease {
+		return nil, configError("idempotency: Window is not longer than Lease")
+	}
+	if b, ok := cfg.Store.(replay.Bounded); ok {
+		p.bounded = true
+		if p.window > b.Horizon() {
+			return nil, configError("idempotency: Window is longer than the store's Horizon")
+		}
+	}
+	retry, err := duration(cfg.RetryAfter, DefaultRetryAfter, 1, MaxRetryAfter, "RetryAfter")
+	if err != nil {
+		return nil, err
+	}
+	p.retryAfter = retryAfterSeconds(retry)
+	switch {
+	case cfg.MaxKeyBytes < 0 || cfg.MaxKeyBytes > MaxKeyBytesLimit:
+		return nil, configError("idempotency: MaxKeyBytes is negative or over MaxKeyBytesLimit")
+	case cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > MaxRequestBytesLimit:
+		return nil, configError("idempotency: MaxRequestBytes is negative or over MaxRequestBytesLimit")
+	case cfg.MaxResponseBytes < 0 || cfg.MaxResponseBytes > MaxStoredResponseBytes:
+		return nil, configError("idempotency: MaxResponseBytes is negative or over MaxStoredResponseBytes")
+	}
+	p.maxKey = orDefault(cfg.MaxKeyBytes, DefaultMaxKeyBytes)
+	p.maxRequest = orDefault(cfg.MaxRequestBytes, DefaultMaxRequestBytes)
+	p.maxResponse = orDefault(cfg.MaxResponseBytes, DefaultMaxResponseBytes)
+	names := cfg.ReplayHeaders
+	if names == nil {
+		names = DefaultReplayHeaders
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		if !isToken(n) {
+			return nil, configError("idempotency: a name of ReplayHeaders is not a valid header name")
+		}
+		n = textproto.CanonicalMIMEHeaderKey(n)
+		if refusedHeaders[n] {
+			return nil, configError("idempotency: ReplayHeaders names Set-Cookie, a hop-by-hop header, Content-Length or Idempotent-Replayed")
+		}
+		if !seen[n] {
+			seen[n] = true
+			p.replay = append(p.replay, n)
+		}
+	}
+	p.problems = newProblems(p)
+	return p, nil
+}
+
+// duration resolves a duration field: zero is def; negative, under lo or
+// over hi is an error naming the field.
+func duration(d, def, lo, hi time.Duration, field string) (time.Duration, error) {
+	if d == 0 {
+		return def, nil
+	}
+	if d < lo || d > hi {
+		return 0, configError("idempotency: " + field + " is negative or outside its bounds")
+	}
+	return d, nil
+}
+
+func orDefault[T int | int64](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// isToken reports whether s is an RFC 9110 token (a header name or a
+// method).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isTchar(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isTchar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	switch c {
+	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
+		return true
+	}
+	return false
+}
+
+// retryAfterSeconds is d as a Retry-After value: whole seconds, rounded
+// up, at least 1.
+func retryAfterSeconds(d time.Duration) string {
+	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
+}
+
+// covers reports whether requests with method m are covered.
+func (p *params) covers(m string) bool {
+	for _, c := range p.methods {
+		if c == m {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,133 @@
+package idempotency
+
+import (
+	"errors"
+	"net/http"
+	"net/textproto"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// boundedStore is a Recorder that holds nothing longer than horizon.
+type boundedStore struct {
+	replay.Recorder
+	horizon time.Duration
+}
+
+func (b boundedStore) Horizon() time.Duration { return b.horizon }
+
+func TestNewRefusesInvalidConfig(t *testing.T) {
+	caller := func(*http.Request) (string, error) { return "a", nil }
+	valid := func() Config { return Config{Store: newStore(), Caller: caller} }
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"nil Store", func(c *Config) { c.Store = nil }},
+		{"nil Caller", func(c *Config) { c.Caller = nil }},
+		{"Header not a token", func(c *Config) { c.Header = "Idempotency Key" }},
+		{"Header is the replayed header", func(c *Config) { c.Header = "idempotent-replayed" }},
+		{"empty Methods", func(c *Config) { c.Methods = []string{} }},
+		{"method not a token", func(c *Config) { c.Methods = []string{"PO ST"} }},
+		{"empty method", func(c *Config) { c.Methods = []string{""} }},
+		{"negative Window", func(c *Config) { c.Window = -time.Hour }},
+		{"Window over MaxWindow", func(c *Config) { c.Window = MaxWindow + 1 }},
+		{"Window not longer than Lease", func(c *Config) { c.Window, c.Lease = time.Minute, time.Minute }},
+		{"Window over the store's Horizon", func(c *Config) { c.Store = boundedStore{newStore(), time.Hour} }},
+		{"negative Lease", func(c *Config) { c.Lease = -1 }},
+		{"Lease under MinLease", func(c *Config) { c.Lease = time.Microsecond }},
+		{"Lease over MaxLease", func(c *Config) { c.Lease = MaxLease + 1 }},
+		{"negative RetryAfter", func(c *Config) { c.RetryAfter = -time.Second }},
+		{"RetryAfter over MaxRetryAfter", func(c *Config) { c.RetryAfter = MaxRetryAfter + 1 }},
+		{"negative MaxKeyBytes", func(c *Config) { c.MaxKeyBytes = -1 }},
+		{"MaxKeyBytes over its limit", func(c *Config) { c.MaxKeyBytes = MaxKeyBytesLimit + 1 }},
+		{"negative MaxRequestBytes", func(c *Config) { c.MaxRequestBytes = -1 }},
+		{"MaxRequestBytes over its limit", func(c *Config) { c.MaxRequestBytes = MaxRequestBytesLimit + 1 }},
+		{"negative MaxResponseBytes", func(c *Config) { c.MaxResponseBytes = -1 }},
+		{"MaxResponseBytes over MaxStoredResponseBytes", func(c *Config) { c.MaxResponseBytes = MaxStoredResponseBytes + 1 }},
+		{"ReplayHeaders with Set-Cookie", func(c *Config) { c.ReplayHeaders = []string{"set-cookie"} }},
+		{"ReplayHeaders with Content-Length", func(c *Config) { c.ReplayHeaders = []string{"Content-Length"} }},
+		{"ReplayHeaders with a hop-by-hop header", func(c *Config) { c.ReplayHeaders = []string{"Transfer-Encoding"} }},
+		{"ReplayHeaders with the replayed header", func(c *Config) { c.ReplayHeaders = []string{ReplayedHeader} }},
+		{"ReplayHeaders with an invalid name", func(c *Config) { c.ReplayHeaders = []string{"X:Y"} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := valid()
+			tc.mod(&cfg)
+			m, err := New(cfg)
+			if !errors.Is(err, ErrConfig) || !errors.Is(err, ctoken.ErrConfig) || m != nil {
+				t.Fatalf("New = %v, %v; want ErrConfig", m, err)
+			}
+		})
+	}
+}
+
+func TestNewResolvesDefaults(t *testing.T) {
+	caller := func(*http.Request) (string, error) { return "a", nil }
+	t.Run("zero fields take the documented defaults", func(t *testing.T) {
+		p, err := newParams(Config{Store: newStore(), Caller: caller})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.header != DefaultHeader || p.window != DefaultWindow || p.lease != DefaultLease ||
+			p.maxKey != DefaultMaxKeyBytes || p.maxRequest != DefaultMaxRequestBytes ||
+			p.maxResponse != DefaultMaxResponseBytes || p.retryAfter != "5" || p.required ||
+			!slices.Equal(p.methods, []string{"POST", "PATCH"}) || !slices.Equal(p.replay, canonical(DefaultReplayHeaders)) {
+			t.Fatalf("header %q window %v lease %v maxKey %d maxRequest %d maxResponse %d retryAfter %q methods %v replay %v",
+				p.header, p.window, p.lease, p.maxKey, p.maxRequest, p.maxResponse, p.retryAfter, p.methods, p.replay)
+		}
+	})
+	t.Run("set fields are kept, header names canonical and deduplicated", func(t *testing.T) {
+		p, err := newParams(Config{
+			Store: boundedStore{newStore(), 48 * time.Hour}, Caller: caller, Header: "x-idempotency-key",
+			Window: 48 * time.Hour, Lease: 10 * time.Second, MaxKeyBytes: 64, MaxRequestBytes: 10,
+			MaxResponseBytes: MaxStoredResponseBytes, RetryAfter: 1100 * time.Millisecond,
+			Methods: []string{"PUT"}, ReplayHeaders: []string{"x-a", "X-A", "x-b"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.header != "X-Idempotency-Key" || p.window != 48*time.Hour || p.lease != 10*time.Second || p.maxKey != 64 ||
+			p.maxRequest != 10 || p.maxResponse != MaxStoredResponseBytes || p.retryAfter != "2" ||
+			!slices.Equal(p.methods, []string{"PUT"}) || !slices.Equal(p.replay, []string{"X-A", "X-B"}) {
+			t.Fatalf("header %q window %v lease %v maxKey %d maxRequest %d maxResponse %d retryAfter %q methods %v replay %v",
+				p.header, p.window, p.lease, p.maxKey, p.maxRequest, p.maxResponse, p.retryAfter, p.methods, p.replay)
+		}
+	})
+	t.Run("an empty ReplayHeaders stores no header", func(t *testing.T) {
+		p, err := newParams(Config{Store: newStore(), Caller: caller, ReplayHeaders: []string{}})
+		if err != nil || len(p.replay) != 0 {
+			t.Fatalf("replay %v, err %v", p.replay, err)
+		}
+	})
+	t.Run("the largest stored response fits replay.MaxResultBytes", func(t *testing.T) {
+		var hdr [][2]string
+		for i := 0; i < maxStoredHeaders; i++ {
+			hdr = append(hdr, [2]string{"X-Header-Name-" + string(rune('A'+i%26)), string(make([]byte, 0))})
+		}
+		big := MaxStoredHeaderBytes / maxStoredHeaders
+		for i := range hdr {
+			v := make([]byte, big-len(hdr[i][0]))
+			for j := range v {
+				v[j] = 'v'
+			}
+			hdr[i][1] = string(v)
+		}
+		b, err := EncodeResponse(Response{Status: 200, Header: hdr, Body: make([]byte, MaxStoredResponseBytes)})
+		if err != nil || len(b) > replay.MaxResultBytes {
+			t.Fatalf("%d bytes, err %v", len(b), err)
+		}
+	})
+}
+
+func canonical(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = textproto.CanonicalMIMEHeaderKey(n)
+	}
+	return out
+}

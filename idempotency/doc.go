@@ -1,0 +1,104 @@
+// Package idempotency makes an HTTP API idempotent with the Idempotency-Key
+// header (IETF draft-ietf-httpapi-idempotency-key-header, as Stripe's API
+// uses it): a client sends a unique key with a request, and sends the same
+// key when it retries after a timeout; the server runs the operation once
+// and answers every retry with the first response.
+//
+// A [Middleware] from [New] wraps handlers ([Middleware.Wrap]). It keeps
+// keys, request fingerprints and responses in a [replay.Recorder] — the
+// in-process [replay.MemoryStore], or a store shared by a fleet from the
+// redisstore or pgstore module — so its guarantees hold across instances
+// and, with those stores, through the store faults docs/idempotency.md
+// lists.
+//
+// # What it guarantees
+//
+// For a covered request (a method of [Config.Methods]) with a valid key, a
+// caller from [Config.Caller] and a route from [Config.Route]:
+//
+//   - The handler runs at most once at a time per (caller, route, key), and
+//     once a response is recorded, never again for the [Config.Window]:
+//     every retry with the same request gets the recorded status, the
+//     headers named by [Config.ReplayHeaders] and the body byte for byte,
+//     plus the header "Idempotent-Replayed: true", without the handler
+//     running.
+//   - The response is recorded in the same atomic store step that ends the
+//     attempt's lease ([replay.Recorder.ConfirmRecord]), before the client
+//     sees it: a crash between the handler's return and the record means
+//     the key runs again (once its lease ends), never that a retry gets a
+//     response that was not the handler's.
+//   - Two callers' keys, or one key on two routes, never meet: the store
+//     ID is a hash of all three ([StoreID]), so the store never holds the
+//     caller or the key in clear.
+//   - The same key with a different request — method, path, query or body
+//     ([Fingerprint]; for JSON bodies member order and white space do not
+//     count) — is refused with 422, whether the first request is still
+//     running or done.
+//   - When the store cannot decide, the request is refused (503) and the
+//     handler does not run: it fails closed.
+//
+// # Statuses
+//
+// The middleware answers with a problem+json body (RFC 9457, a fixed
+// detail per case that never holds the key, the caller or the body):
+//
+//	400  the key header is missing on a route with [Config.Required],
+//	     repeated, not one structured-field string (RFC 8941), empty, or
+//	     over [Config.MaxKeyBytes]; or the body is unreadable ([ErrKey],
+//	     [ErrBodyUnreadable])
+//	401  [Config.Caller] returned an error or "" ([ErrNoCaller])
+//	409  a request with the key is running; Retry-After is the seconds its
+//	     lease may still run, at least 1 ([ErrInProgress])
+//	413  the body is over [Config.MaxRequestBytes]; nothing is claimed
+//	     ([ErrBodyTooLarge])
+//	422  the key was used with a different request ([ErrMismatch])
+//	500  the key is done but its response cannot be replayed: the store
+//	     holds none for it, it does not decode, or it was too large to
+//	     store ([ErrRecord]); the handler is not run again
+//	503  the store failed; Retry-After is [Config.RetryAfter] ([ErrStore])
+//
+// and otherwise with the handler's own response (the first time) or the
+// recorded one with "Idempotent-Replayed: true" (every retry). Requests of
+// other methods, and covered requests without the header when the route
+// does not require it, go to the handler untouched.
+//
+// # When the key is released
+//
+// The handler's response is buffered (up to [Config.MaxResponseBytes])
+// and its status decides:
+//
+//   - 2xx, 3xx and 4xx (409 Conflict included: the handler decided) are
+//     recorded and then sent;
+//   - 5xx, 408, 423, 425 and 429 ask the client to retry: the key is
+//     released (so the retry runs the handler again) and the response is
+//     sent;
+//   - a handler that panics releases the key, and the panic goes on;
+//   - a handler that returns without writing anything after the client
+//     went away releases the key.
+//
+// A response over [Config.MaxResponseBytes] (or whose replayed headers are
+// over [MaxStoredHeaderBytes]) is not stored: the key is recorded as done
+// with a marker, the client gets the handler's response as it is written,
+// the Logger is told at Error level, and a retry gets 500 — never a
+// response that was not the handler's, and never a second run.
+//
+// When the store fails after the handler ran, the handler's response is
+// still sent: a record is retried with backoff until the lease expires,
+// then logged (Error) and observed as a store failure, and the key runs
+// again after its lease ends; a failed release leaves the key busy (409)
+// until its lease ends.
+//
+// The handler's context ends at three quarters of [Config.Lease]; the rest
+// is for recording. A handler that outlives its lease may run beside a
+// retry: finish (or give up) by the context's deadline.
+//
+// # Observability
+//
+// Every request with a key is one [observe.Event] of kind
+// [observe.KindIdempotency]: first run recorded → [observe.OutcomeProcessed];
+// replayed → [observe.OutcomeDuplicate]; 409 → [observe.OutcomeInProgress];
+// key released → [observe.OutcomeReleased]; mismatch and the other
+// refusals → [observe.OutcomeRefused]; a store failure, or a done key
+// without a usable response → [observe.OutcomeStoreFailure]; each with
+// its [observe.RefusalReason] ([ReasonOf]) and the store's latency.
+package idempotency

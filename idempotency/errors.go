@@ -1,0 +1,188 @@
+package idempotency
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/ctoken/ctoken/internal/reason"
+)
+
+// The refusals of a [Middleware], for errors.Is. Each request the
+// middleware refuses is answered with [StatusCode] of its error and an RFC
+// 9457 problem+json body whose detail is fixed per error (never the key,
+// the caller or the body).
+var (
+	// ErrKey: the key header is missing on a route that requires it,
+	// repeated, not one structured-field string, empty or too long. 400.
+	ErrKey = errors.New("idempotency: invalid or missing key")
+	// ErrNoCaller: [Config.Caller] returned an error or an empty caller.
+	// 401.
+	ErrNoCaller = errors.New("idempotency: no authenticated caller")
+	// ErrBodyTooLarge: the request body is over [Config.MaxRequestBytes].
+	// 413.
+	ErrBodyTooLarge = errors.New("idempotency: request body too large")
+	// ErrBodyUnreadable: the request body could not be read. 400.
+	ErrBodyUnreadable = errors.New("idempotency: request body unreadable")
+	// ErrInProgress: another request with the same key is running under a
+	// live lease. 409, with a Retry-After of the seconds the lease may
+	// still run.
+	ErrInProgress = errors.New("idempotency: request with this key in progress")
+	// ErrMismatch: the key was used with a different request (method,
+	// path, query or body). 422.
+	ErrMismatch = errors.New("idempotency: key reused with a different request")
+	// ErrStore: the replay store failed. Before the handler ran, the
+	// request is answered 503 with a Retry-After of [Config.RetryAfter];
+	// after it, the handler's response is sent and the failure is only
+	// logged and observed.
+	ErrStore = errors.New("idempotency: replay store failed")
+	// ErrRecord: the key is done but its response cannot be replayed: the
+	// store holds no response for it (the ID was claimed by something
+	// else), the stored response does not decode, or the first response
+	// was too large to store. 500: the request ran once and is not run
+	// again.
+	ErrRecord = errors.New("idempotency: stored response cannot be replayed")
+)
+
+// errReleased marks a key freed after the handler ran.
+var errReleased = errors.New("idempotency: key released")
+
+// Rejections, allocated once; their reasons are observe.RefusalReason
+// texts.
+var (
+	errKeyMissing     = reason.New(ErrKey, "idempotency key header missing")
+	errKeyRepeated    = reason.New(ErrKey, "idempotency key header repeated")
+	errKeyMalformed   = reason.New(ErrKey, "idempotency key not a structured-field string")
+	errKeyLength      = reason.New(ErrKey, "idempotency key empty or over MaxKeyBytes")
+	errNoCaller       = reason.New(ErrNoCaller, "no authenticated caller")
+	errBodyTooLarge   = reason.New(ErrBodyTooLarge, "request body over MaxRequestBytes")
+	errBodyUnreadable = reason.New(ErrBodyUnreadable, "request body unreadable")
+	errInProgress     = reason.New(ErrInProgress, "request with this key in progress under a live lease")
+	errMismatch       = reason.New(ErrMismatch, "key reused with a different request")
+	errReplayed       = reason.New(errReplay, "stored response replayed")
+	errNoRecord       = reason.New(ErrRecord, "key done without a stored response")
+	errRecordCorrupt  = reason.New(ErrRecord, "stored response does not decode")
+	errResponseTooBig = reason.New(ErrRecord, "first response was over MaxResponseBytes and not stored")
+	errReleasedRetry  = reason.New(errReleased, "handler asked for a retry (5xx, 408, 423, 425 or 429)")
+	errReleasedPanic  = reason.New(errReleased, "handler panicked")
+	errReleasedGone   = reason.New(errReleased, "client gone before the handler wrote a response")
+	errStoreAnswer    = errors.New("replay store answered outside the Recorder contract")
+)
+
+// errReplay marks a replayed response: not a refusal.
+var errReplay = errors.New("idempotency: response replayed")
+
+func storeAcquireError(cause error) error {
+	return reason.Wrap(ErrStore, "replay store could not lease the key", cause)
+}
+
+func storeConfirmError(cause error) error {
+	return reason.Wrap(ErrStore, "replay store could not record the response", cause)
+}
+
+func storeReleaseError(cause error) error {
+	return reason.Wrap(ErrStore, "replay store could not release the key", cause)
+}
+
+func leaseLostError(cause error) error {
+	return reason.Wrap(ErrStore, "lease lost: another attempt took the key after the lease expired", cause)
+}
+
+// StatusCode returns the HTTP status a [Middleware] answers a refusal
+// with: 400 for [ErrKey] and [ErrBodyUnreadable], 401 for [ErrNoCaller],
+// 409 for [ErrInProgress], 413 for [ErrBodyTooLarge], 422 for
+// [ErrMismatch], 503 for [ErrStore], and 500 for [ErrRecord] and anything
+// else (nil included: it is not a refusal).
+func StatusCode(err error) int {
+	switch {
+	case errors.Is(err, ErrKey), errors.Is(err, ErrBodyUnreadable):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrNoCaller):
+		return http.StatusUnauthorized
+	case errors.Is(err, ErrInProgress):
+		return http.StatusConflict
+	case errors.Is(err, ErrBodyTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrMismatch):
+		return http.StatusUnprocessableEntity
+	case errors.Is(err, ErrStore):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// problems are the problem+json bodies of a Middleware, built once.
+type problems struct {
+	keyMissing, keyInvalid, noCaller, bodyTooLarge, bodyUnreadable,
+	inProgress, mismatch, store, record, tooLarge, internal []byte
+}
+
+func newProblems(p *params) problems {
+	h := p.header
+	return problems{
+		keyMissing:     problemJSON(400, "This request requires the "+h+" header: send a unique value, and the same value when you retry the request."),
+		keyInvalid:     problemJSON(400, "The "+h+" header must be one structured-field string (RFC 8941): printable ASCII in double quotes, 1 to "+strconv.Itoa(p.maxKey)+" characters."),
+		noCaller:       problemJSON(401, "The request has no authenticated caller."),
+		bodyTooLarge:   problemJSON(413, "The request body is over "+strconv.FormatInt(p.maxRequest, 10)+" bytes."),
+		bodyUnreadable: problemJSON(400, "The request body could not be read."),
+		inProgress:     problemJSON(409, "A request with this "+h+" is still being processed: retry after the Retry-After delay."),
+		mismatch:       problemJSON(422, "This "+h+" was already used with a different request (method, path, query or body): use a new key for a new request."),
+		store:          problemJSON(503, "The request could not be checked for a repeat: retry with the same "+h+" after the Retry-After delay."),
+		record:         problemJSON(500, "The request with this "+h+" was processed, but its response cannot be replayed."),
+		tooLarge:       problemJSON(500, "The request with this "+h+" was processed, but its response was too large to store and cannot be replayed."),
+		internal:       problemJSON(500, "The server is misconfigured."),
+	}
+}
+
+// problemJSON is an RFC 9457 problem document of type about:blank.
+func problemJSON(status int, detail string) []byte {
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{"about:blank", http.StatusText(status), status, detail})
+	return append(b, '\n')
+}
+
+// body returns the problem body of a refusal err.
+func (ps *problems) body(err error) []byte {
+	switch {
+	case err == errKeyMissing:
+		return ps.keyMissing
+	case errors.Is(err, ErrKey):
+		return ps.keyInvalid
+	case errors.Is(err, ErrNoCaller):
+		return ps.noCaller
+	case errors.Is(err, ErrBodyTooLarge):
+		return ps.bodyTooLarge
+	case errors.Is(err, ErrBodyUnreadable):
+		return ps.bodyUnreadable
+	case errors.Is(err, ErrInProgress):
+		return ps.inProgress
+	case errors.Is(err, ErrMismatch):
+		return ps.mismatch
+	case errors.Is(err, ErrStore):
+		return ps.store
+	case err == errResponseTooBig:
+		return ps.tooLarge
+	case errors.Is(err, ErrRecord):
+		return ps.record
+	}
+	return ps.internal
+}
+
+// writeProblem answers a refusal: its status, a problem+json body, and
+// Retry-After (seconds) when retry is not empty.
+func writeProblem(w http.ResponseWriter, status int, body []byte, retry string) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if retry != "" {
+		h.Set("Retry-After", retry)
+	}
+	w.WriteHeader(status)
+	w.Write(body)
+}

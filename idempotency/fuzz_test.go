@@ -1,0 +1,70 @@
+package idempotency
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// FuzzRecordDecode feeds arbitrary bytes to DecodeResponse: it never
+// panics, refuses with ErrRecord, and whatever it accepts encodes back to
+// the same bytes (the encoding is canonical, so one response has one
+// stored form).
+func FuzzRecordDecode(f *testing.F) {
+	v := loadVectors(f)
+	for _, c := range v.Response {
+		b, _ := hex.DecodeString(c.CBORHex)
+		f.Add(b)
+	}
+	for _, c := range v.ResponseRejects {
+		b, _ := hex.DecodeString(c.CBORHex)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeResponse(b)
+		if err != nil {
+			if !errors.Is(err, ErrRecord) {
+				t.Fatalf("error %v does not match ErrRecord", err)
+			}
+			return
+		}
+		again, err := EncodeResponse(r)
+		if err != nil || !bytes.Equal(again, b) {
+			t.Fatalf("accepted %x re-encodes as %x, %v", b, again, err)
+		}
+	})
+}
+
+// FuzzParseKey feeds arbitrary header values to ParseKey: it never
+// panics; a key it accepts is 1 to max bytes of printable ASCII, and
+// quoting it again (escaping " and \) parses back to it.
+func FuzzParseKey(f *testing.F) {
+	for _, c := range loadVectors(f).Key {
+		f.Add(c.Header, 255)
+	}
+	f.Add(`"a\"b"`, 3)
+	f.Fuzz(func(t *testing.T, value string, max int) {
+		max = 1 + (max&0x7fffffff)%300
+		key, err := ParseKey(value, max)
+		if err != nil {
+			if !errors.Is(err, ErrKey) || key != "" {
+				t.Fatalf("ParseKey(%q) = %q, %v", value, key, err)
+			}
+			return
+		}
+		if len(key) == 0 || len(key) > max {
+			t.Fatalf("ParseKey(%q, %d) = %q: length out of bounds", value, max, key)
+		}
+		for i := 0; i < len(key); i++ {
+			if key[i] < 0x20 || key[i] > 0x7e {
+				t.Fatalf("ParseKey(%q) = %q: not printable ASCII", value, key)
+			}
+		}
+		quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
+		if again, err := ParseKey(quoted, max); err != nil || again != key {
+			t.Fatalf("requoted %q parses as %q, %v", quoted, again, err)
+		}
+	})
+}

@@ -1,0 +1,168 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/observe"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// newStore returns a fresh in-memory Recorder.
+func newStore() *replay.MemoryStore { return &replay.MemoryStore{} }
+
+// faultStore wraps a Recorder and fails the calls it is told to.
+type faultStore struct {
+	replay.Recorder
+	acquireErr   error        // every AcquireRecord fails with it
+	noToken      bool         // AcquireRecord answers Acquired without a token
+	confirmErr   error        // ConfirmRecord fails with it ...
+	confirmFails atomic.Int32 // ... this many times (negative: always)
+	releaseErr   error        // every ReleaseLease fails with it
+	confirms     atomic.Int32
+	releases     atomic.Int32
+}
+
+var errInjected = errors.New("injected store failure")
+
+func (f *faultStore) AcquireRecord(ctx context.Context, id string, d time.Duration, fp []byte) (replay.Record, error) {
+	if f.acquireErr != nil {
+		return replay.Record{}, f.acquireErr
+	}
+	if f.noToken {
+		return replay.Record{Lease: replay.Lease{State: replay.LeaseAcquired}}, nil
+	}
+	return f.Recorder.AcquireRecord(ctx, id, d, fp)
+}
+
+func (f *faultStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, res []byte) error {
+	f.confirms.Add(1)
+	if n := f.confirmFails.Load(); n != 0 {
+		f.confirmFails.Add(-1)
+		if n < 0 {
+			f.confirmFails.Store(-1)
+		}
+		return f.confirmErr
+	}
+	return f.Recorder.ConfirmRecord(ctx, id, token, until, fp, res)
+}
+
+func (f *faultStore) ReleaseLease(ctx context.Context, id, token string) error {
+	f.releases.Add(1)
+	if f.releaseErr != nil {
+		return f.releaseErr
+	}
+	return f.Recorder.ReleaseLease(ctx, id, token)
+}
+
+// events records observe events.
+type events struct {
+	mu  sync.Mutex
+	got []observe.Event
+}
+
+func (e *events) Observe(ev observe.Event) {
+	e.mu.Lock()
+	e.got = append(e.got, ev)
+	e.mu.Unlock()
+}
+
+func (e *events) last(t *testing.T) observe.Event {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.got) == 0 {
+		t.Fatal("no event observed")
+	}
+	return e.got[len(e.got)-1]
+}
+
+func (e *events) all() []observe.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]observe.Event(nil), e.got...)
+}
+
+// fixture is a middleware over a handler that counts its runs.
+type fixture struct {
+	t     *testing.T
+	store replay.Recorder
+	mw    *Middleware
+	h     http.Handler
+	runs  atomic.Int32
+	obs   *events
+	logs  *bytes.Buffer
+}
+
+// newFixture wraps handler (nil: a payments handler answering 201 with a
+// body unique per run) with a middleware of cfg over store (nil: a fresh
+// memory store); Caller is the X-User header unless cfg sets one.
+func newFixture(t *testing.T, cfg Config, handler http.HandlerFunc) *fixture {
+	t.Helper()
+	f := &fixture{t: t, obs: &events{}, logs: &bytes.Buffer{}}
+	if cfg.Store == nil {
+		cfg.Store = newStore()
+	}
+	f.store = cfg.Store
+	if cfg.Caller == nil {
+		cfg.Caller = func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }
+	}
+	if cfg.Route == nil {
+		cfg.Route = func(*http.Request) string { return "POST /payments" }
+	}
+	cfg.Observer = f.obs
+	cfg.Logger = slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	mw, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	f.mw = mw
+	if handler == nil {
+		handler = func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Location", "/payments/1")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"run":`+strconv.Itoa(int(f.runs.Load()))+`,"echo":`+strconv.Quote(string(body))+`}`)
+		}
+	}
+	f.h = mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.runs.Add(1)
+		handler(w, r)
+	}))
+	return f
+}
+
+// req builds a request; key "" sends no key header.
+func req(method, target, user, key, body string) *http.Request {
+	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	if user != "" {
+		r.Header.Set("X-User", user)
+	}
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	r.Header.Set("Content-Type", "application/json")
+	return r
+}
+
+func (f *fixture) do(r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	f.h.ServeHTTP(w, r)
+	return w
+}
+
+func (f *fixture) post(key, body string) *httptest.ResponseRecorder {
+	return f.do(req(http.MethodPost, "/payments", "alice", key, body))
+}

@@ -1,0 +1,448 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// Middleware makes the handlers it wraps idempotent for requests that
+// carry a key: see the package documentation. It is safe for concurrent
+// use. A zero Middleware (not from [New]) answers every request 500.
+type Middleware struct {
+	p *params
+}
+
+// New returns a [Middleware] for cfg, or an error matching [ErrConfig]
+// (which is [ctoken.ErrConfig]) that names the invalid field.
+func New(cfg Config) (*Middleware, error) {
+	p, err := newParams(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Middleware{p: p}, nil
+}
+
+// Wrap returns a handler that runs next at most once per key, caller and
+// route for requests whose method [Config.Methods] covers and that carry
+// the key header, and answers their retries with the first response; see
+// the package documentation for every answer it gives instead of running
+// next. Other requests go to next untouched.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	if m == nil || m.p == nil || next == nil {
+		body := problemJSON(http.StatusInternalServerError, "The server is misconfigured.")
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			writeProblem(w, http.StatusInternalServerError, body, "")
+		})
+	}
+	p := m.p
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.serve(w, r, next)
+	})
+}
+
+// serve is the handler of Wrap.
+func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !p.covers(r.Method) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	values := r.Header[p.header]
+	if len(values) == 0 {
+		if !p.required {
+			next.ServeHTTP(w, r)
+			return
+		}
+		p.refuse(w, errKeyMissing, 0, "")
+		return
+	}
+	caller, err := p.caller(r)
+	if err != nil || caller == "" {
+		p.refuse(w, errNoCaller, 0, "")
+		return
+	}
+	if len(values) > 1 {
+		p.refuse(w, errKeyRepeated, 0, "")
+		return
+	}
+	key, err := ParseKey(values[0], p.maxKey)
+	if err != nil {
+		p.refuse(w, err, 0, "")
+		return
+	}
+	body, err := p.readBody(w, r)
+	if err != nil {
+		p.refuse(w, err, 0, "")
+		return
+	}
+	route := r.Pattern
+	if p.route != nil {
+		route = p.route(r)
+	}
+	a := &attempt{p: p, r: r, route: route, id: StoreID(caller, route, key)}
+	fp := Fingerprint(r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("Content-Type"), body)
+	a.start = time.Now()
+	rec, err := p.store.AcquireRecord(r.Context(), a.id, p.lease, fp)
+	a.acquired = max(time.Since(a.start), 1) // a store was called: never 0
+	if err != nil {
+		p.refuse(w, storeAcquireError(err), a.acquired, p.retryAfter)
+		return
+	}
+	switch rec.State {
+	case replay.LeaseAcquired:
+		if rec.Token != "" {
+			a.token = rec.Token
+			a.fp = fp
+			a.run(w, next, body)
+			return
+		}
+	case replay.LeaseBusy:
+		if len(rec.Fingerprint) > 0 && !sameFingerprint(rec.Fingerprint, fp) {
+			p.refuse(w, errMismatch, a.acquired, "")
+			return
+		}
+		wait := rec.Wait
+		if wait <= 0 || wait > p.lease {
+			wait = p.lease
+		}
+		p.refuse(w, errInProgress, a.acquired, retryAfterSeconds(wait))
+		return
+	case replay.LeaseDone:
+		a.replay(w, rec, fp)
+		return
+	}
+	p.refuse(w, storeAcquireError(errStoreAnswer), a.acquired, p.retryAfter)
+}
+
+// sameFingerprint compares two request fingerprints. They are not secret;
+// the compare is constant-time all the same.
+func sameFingerprint(stored, fp []byte) bool {
+	return subtle.ConstantTimeCompare(stored, fp) == 1
+}
+
+// readBody reads the whole request body, at most maxRequest bytes.
+func (p *params) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > p.maxRequest {
+		return nil, errBodyTooLarge
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.maxRequest))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, errBodyTooLarge
+		}
+		return nil, errBodyUnreadable
+	}
+	return body, nil
+}
+
+// refuse answers a request the handler does not run for with the status
+// and problem body of err, reports it, and logs it when it is the
+// server's fault.
+func (p *params) refuse(w http.ResponseWriter, err error, store time.Duration, retry string) {
+	p.report(err, store)
+	writeProblem(w, StatusCode(err), p.problems.body(err), retry)
+}
+
+// attempt is one request with a key, from AcquireRecord on.
+type attempt struct {
+	p        *params
+	r        *http.Request
+	route    string
+	id       string
+	token    string
+	fp       []byte
+	start    time.Time
+	acquired time.Duration // the store's latency for AcquireRecord
+}
+
+// replay answers a request whose key is done.
+func (a *attempt) replay(w http.ResponseWriter, rec replay.Record, fp []byte) {
+	p := a.p
+	if len(rec.Result) == 0 || len(rec.Fingerprint) == 0 {
+		a.log(slog.LevelError, "idempotency: key is done without a stored response (its store ID was claimed or leased by something else)", http.StatusInternalServerError, errNoRecord)
+		p.refuse(w, errNoRecord, a.acquired, "")
+		return
+	}
+	if !sameFingerprint(rec.Fingerprint, fp) {
+		p.refuse(w, errMismatch, a.acquired, "")
+		return
+	}
+	resp, err := DecodeResponse(rec.Result)
+	if err != nil {
+		a.log(slog.LevelError, "idempotency: stored response does not decode", http.StatusInternalServerError, err)
+		p.refuse(w, err, a.acquired, "")
+		return
+	}
+	if resp.TooLarge {
+		a.log(slog.LevelWarn, "idempotency: retry of a request whose response was too large to store", http.StatusInternalServerError, errResponseTooBig)
+		p.refuse(w, errResponseTooBig, a.acquired, "")
+		return
+	}
+	h := w.Header()
+	for i, kv := range resp.Header {
+		if i == 0 || resp.Header[i-1][0] != kv[0] {
+			h.Del(kv[0])
+		}
+		h.Add(kv[0], kv[1])
+	}
+	h.Set(ReplayedHeader, "true")
+	p.report(errReplayed, a.acquired)
+	w.WriteHeader(resp.Status)
+	w.Write(resp.Body)
+}
+
+// run runs next under the lease a holds and settles the key: the
+// response recorded, or the key released.
+func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
+	p := a.p
+	ctx, cancel := context.WithDeadline(a.r.Context(), a.start.Add(p.lease/4*3))
+	defer cancel()
+	r2 := a.r.WithContext(ctx)
+	r2.Body = io.NopCloser(bytes.NewReader(body))
+	r2.ContentLength = int64(len(body))
+	b := &bufferWriter{a: a, w: w}
+	defer func() {
+		if pv := recover(); pv != nil {
+			if !b.settled {
+				b.settled = true
+				a.release(errReleasedPanic)
+			}
+			panic(pv)
+		}
+	}()
+	next.ServeHTTP(b, r2)
+	if b.settled {
+		return // over the cap: settled and streamed
+	}
+	b.settled = true
+	if b.status == 0 {
+		if a.r.Context().Err() != nil {
+			a.release(errReleasedGone) // nobody to answer: let the retry run
+			return
+		}
+		b.status = http.StatusOK // what net/http sends for a handler that wrote nothing
+	}
+	if retryStatus(b.status) {
+		a.release(errReleasedRetry)
+		b.send()
+		return
+	}
+	enc, err := EncodeResponse(Response{Status: b.status, Header: storedHeader(w.Header(), p.replay), Body: b.buf.Bytes()})
+	if err != nil {
+		enc = a.tooLarge(b.status)
+	}
+	a.confirm(enc)
+	b.send()
+}
+
+// tooLarge returns the stored form of a response over the caps, and logs
+// that its retries will get 500.
+func (a *attempt) tooLarge(status int) []byte {
+	a.log(slog.LevelError, "idempotency: response over MaxResponseBytes (or its headers over MaxStoredHeaderBytes): recorded as done without a replayable response; retries get 500", status, errResponseTooBig)
+	enc, err := EncodeResponse(Response{Status: status, TooLarge: true})
+	if err != nil {
+		panic(fmt.Sprintf("idempotency: cannot encode a too-large marker for status %d", status)) // status is 200..599 here
+	}
+	return enc
+}
+
+// retryStatus reports whether a handler's status asks the client to retry
+// the request later, so its key must be released, not recorded: 5xx, 408
+// Request Timeout, 423 Locked, 425 Too Early and 429 Too Many Requests (as
+// webhook.Verifier.Middleware). Every other status, 409 Conflict included,
+// is the handler's decision and is recorded.
+func retryStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusLocked, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return code >= 500
+}
+
+// confirm records result as the key's response, retrying a failing store
+// with backoff until the lease expires (or, when that is already near, for
+// a quarter of the lease), however the client's request ends. A failure
+// is logged and observed; the handler's response is sent all the same.
+func (a *attempt) confirm(result []byte) {
+	p := a.p
+	start := time.Now()
+	err := a.confirmRetrying(result)
+	took := a.acquired + max(time.Since(start), 1)
+	if err != nil {
+		a.log(slog.LevelError, "idempotency: the response was sent but not recorded; the key runs again once its lease ends", 0, err)
+	}
+	if p.obs != nil {
+		if err == nil {
+			p.obs.Observe(observe.Event{Kind: observe.KindIdempotency, Outcome: observe.OutcomeProcessed, StoreLatency: took})
+		} else {
+			p.report(err, took)
+		}
+	}
+}
+
+func (a *attempt) confirmRetrying(result []byte) error {
+	p := a.p
+	until := time.Now().Add(p.window)
+	giveUp := a.start.Add(p.lease)
+	if late := time.Now().Add(p.lease / 4); late.After(giveUp) {
+		giveUp = late
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(a.r.Context()), giveUp)
+	defer cancel()
+	wait := 10 * time.Millisecond
+	for {
+		err := p.store.ConfirmRecord(ctx, a.id, a.token, until, a.fp, result)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, replay.ErrLeaseLost):
+			return leaseLostError(err)
+		case errors.Is(err, replay.ErrExpired), errors.Is(err, replay.ErrConfig), errors.Is(err, replay.ErrTooLarge),
+			ctx.Err() != nil, time.Now().Add(wait).After(giveUp):
+			return storeConfirmError(err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return storeConfirmError(err)
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// release frees the key after an attempt that must be retried (why says
+// which), waiting at most a quarter of the lease for the store, however
+// the client's request ends. A failure is logged and observed: the key
+// then frees itself when the lease ends.
+func (a *attempt) release(why error) {
+	p := a.p
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.r.Context()), p.lease/4)
+	defer cancel()
+	start := time.Now()
+	err := p.store.ReleaseLease(ctx, a.id, a.token)
+	took := a.acquired + max(time.Since(start), 1)
+	if err != nil {
+		err = storeReleaseError(err)
+		a.log(slog.LevelError, "idempotency: the key could not be released; a retry gets 409 until its lease ends", 0, err)
+		p.report(err, took)
+		return
+	}
+	p.report(why, took)
+}
+
+// log writes one record to the configured logger: never the key, the
+// caller or a body.
+func (a *attempt) log(level slog.Level, msg string, status int, err error) {
+	l := a.p.log
+	if l == nil || !l.Enabled(context.Background(), level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("method", a.r.Method), slog.String("route", a.route)}
+	if status != 0 {
+		attrs = append(attrs, slog.Int("status", status))
+	}
+	attrs = append(attrs, slog.String("reason", reason.Of(err)))
+	if cause := errors.Unwrap(err); cause != nil {
+		attrs = append(attrs, slog.String("error", cause.Error()))
+	}
+	l.LogAttrs(context.Background(), level, msg, attrs...)
+}
+
+// bufferWriter holds the handler's response until the key is settled,
+// so that the response is recorded before the client sees it. A response
+// over the cap settles the key at once (too large, or released for a
+// retry status) and is then streamed.
+type bufferWriter struct {
+	a       *attempt
+	w       http.ResponseWriter
+	status  int
+	late    http.Header // what Header returns once the status is set
+	buf     bytes.Buffer
+	through bool // over the cap: written straight to w
+	settled bool // the key is recorded or released
+}
+
+// Header returns the header map of the response; as with net/http, changes
+// after WriteHeader or Write are not sent.
+func (b *bufferWriter) Header() http.Header {
+	if b.status != 0 {
+		if b.late == nil {
+			b.late = b.w.Header().Clone()
+		}
+		return b.late
+	}
+	return b.w.Header()
+}
+
+// WriteHeader sets the status: the first final one counts; informational
+// ones (1xx) are dropped, since nothing is sent before the key is settled.
+// A code net/http refuses panics, as net/http does.
+func (b *bufferWriter) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	if b.status != 0 || code < 200 {
+		return
+	}
+	b.status = code
+}
+
+// Write buffers p, or streams it once the response is over the cap.
+func (b *bufferWriter) Write(p []byte) (int, error) {
+	if b.status == 0 {
+		b.WriteHeader(http.StatusOK)
+	}
+	if b.through {
+		return b.w.Write(p)
+	}
+	if b.buf.Len()+len(p) > b.a.p.maxResponse {
+		b.overflow()
+		return b.w.Write(p)
+	}
+	return b.buf.Write(p)
+}
+
+// Flush sends nothing while the response is buffered; once it streams,
+// it flushes the underlying writer.
+func (b *bufferWriter) Flush() {
+	if b.through {
+		http.NewResponseController(b.w).Flush()
+	}
+}
+
+// overflow settles the key for a response over the cap (released for a
+// retry status, else recorded as too large) and starts streaming.
+func (b *bufferWriter) overflow() {
+	b.settled = true
+	if retryStatus(b.status) {
+		b.a.release(errReleasedRetry)
+	} else {
+		b.a.confirm(b.a.tooLarge(b.status))
+	}
+	b.send()
+	b.through = true
+}
+
+// send writes the status and the buffered body to the client.
+func (b *bufferWriter) send() {
+	b.w.WriteHeader(b.status)
+	if b.buf.Len() > 0 {
+		b.w.Write(b.buf.Bytes())
+	}
+}

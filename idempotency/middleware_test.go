@@ -1,0 +1,618 @@
+package idempotency
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/observe"
+	"github.com/ctoken/ctoken/replay"
+)
+
+const key1 = `"8e03978e-40d5-43e8-bc93-6894a57f9324"`
+
+// problemOf decodes a problem+json answer and checks its framing.
+func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int) map[string]any {
+	t.Helper()
+	if w.Code != status {
+		t.Fatalf("status %d, want %d; body %s", w.Code, status, w.Body)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want application/problem+json", ct)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+		t.Fatalf("problem body %q: %v", w.Body, err)
+	}
+	if p["status"] != float64(status) || p["title"] != http.StatusText(status) || p["detail"] == "" {
+		t.Fatalf("problem %v", p)
+	}
+	return p
+}
+
+func TestMiddlewareRunsOnceAndReplays(t *testing.T) {
+	t.Run("first request runs the handler and answers its response", func(t *testing.T) {
+		f := newFixture(t, Config{}, nil)
+		w := f.post(key1, `{"amount":100}`)
+		if w.Code != http.StatusCreated || f.runs.Load() != 1 || w.Header().Get(ReplayedHeader) != "" {
+			t.Fatalf("status %d runs %d replayed %q", w.Code, f.runs.Load(), w.Header().Get(ReplayedHeader))
+		}
+		if e := f.obs.last(t); e.Kind != observe.KindIdempotency || e.Outcome != observe.OutcomeProcessed || e.StoreLatency <= 0 {
+			t.Errorf("event %+v", e)
+		}
+	})
+	t.Run("retry gets the stored response byte for byte without running the handler", func(t *testing.T) {
+		f := newFixture(t, Config{}, nil)
+		first := f.post(key1, `{"amount":100}`)
+		for range 3 {
+			again := f.post(key1, `{"amount":100}`)
+			if again.Code != first.Code || again.Body.String() != first.Body.String() {
+				t.Fatalf("replay %d %q, first %d %q", again.Code, again.Body, first.Code, first.Body)
+			}
+			if again.Header().Get(ReplayedHeader) != "true" || again.Header().Get("Location") != "/payments/1" ||
+				again.Header().Get("Content-Type") != "application/json" {
+				t.Fatalf("replay headers %v", again.Header())
+			}
+		}
+		if f.runs.Load() != 1 {
+			t.Fatalf("handler ran %d times", f.runs.Load())
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeDuplicate || e.Reason != observe.ReasonIdempotencyReplayed {
+			t.Errorf("event %+v", e)
+		}
+	})
+	t.Run("JSON body with other member order and white space is the same request", func(t *testing.T) {
+		f := newFixture(t, Config{}, nil)
+		f.post(key1, `{"amount":100,"currency":"eur"}`)
+		w := f.post(key1, " {\n \"currency\" : \"eur\", \"amount\":1e2 } ")
+		if w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "true" || f.runs.Load() != 1 {
+			t.Fatalf("status %d replayed %q runs %d", w.Code, w.Header().Get(ReplayedHeader), f.runs.Load())
+		}
+	})
+	t.Run("other callers and other routes with the same key run again", func(t *testing.T) {
+		route := "POST /payments"
+		f := newFixture(t, Config{Route: func(*http.Request) string { return route }}, nil)
+		f.post(key1, `{}`)
+		if w := f.do(req(http.MethodPost, "/payments", "bob", key1, `{}`)); w.Header().Get(ReplayedHeader) != "" {
+			t.Fatal("bob got alice's response")
+		}
+		route = "POST /refunds"
+		if w := f.post(key1, `{}`); w.Header().Get(ReplayedHeader) != "" {
+			t.Fatal("another route got the first route's response")
+		}
+		if f.runs.Load() != 3 {
+			t.Fatalf("handler ran %d times, want 3", f.runs.Load())
+		}
+	})
+	t.Run("default route is the ServeMux pattern", func(t *testing.T) {
+		store := newStore()
+		mw, err := New(Config{Store: store, Caller: func(*http.Request) (string, error) { return "alice", nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs := 0
+		h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++; w.WriteHeader(201) }))
+		mux := http.NewServeMux()
+		mux.Handle("POST /a/{id}", h)
+		mux.Handle("POST /b/{id}", h)
+		for _, target := range []string{"/a/1", "/a/1", "/b/1"} {
+			mux.ServeHTTP(httptest.NewRecorder(), req(http.MethodPost, target, "", key1, ""))
+		}
+		if runs != 2 {
+			t.Fatalf("handler ran %d times, want 2 (once per pattern)", runs)
+		}
+		if rec, _ := store.AcquireRecord(context.Background(), StoreID("alice", "POST /a/{id}", strings.Trim(key1, `"`)), time.Minute, nil); rec.State != replay.LeaseDone {
+			t.Fatalf("store ID of the pattern is %v", rec.State)
+		}
+	})
+	t.Run("handler writing nothing is recorded as 200", func(t *testing.T) {
+		f := newFixture(t, Config{}, func(http.ResponseWriter, *http.Request) {})
+		f.post(key1, `{}`)
+		w := f.post(key1, `{}`)
+		if w.Code != http.StatusOK || w.Header().Get(ReplayedHeader) != "true" || f.runs.Load() != 1 {
+			t.Fatalf("status %d replayed %q runs %d", w.Code, w.Header().Get(ReplayedHeader), f.runs.Load())
+		}
+	})
+	t.Run("the handler reads the body and gets a deadline at three quarters of the lease", func(t *testing.T) {
+		var got string
+		var left time.Duration
+		f := newFixture(t, Config{Lease: 8 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got = string(b)
+			d, ok := r.Context().Deadline()
+			if ok {
+				left = time.Until(d)
+			}
+		})
+		f.post(key1, `{"a":1}`)
+		if got != `{"a":1}` || left <= 5*time.Second || left > 6*time.Second {
+			t.Fatalf("body %q, deadline in %v (want about 6s)", got, left)
+		}
+	})
+}
+
+func TestMiddlewareReplaysOnlyNamedHeaders(t *testing.T) {
+	f := newFixture(t, Config{ReplayHeaders: []string{"content-type", "X-Payment-Id"}}, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Add("X-Payment-Id", "p1")
+		w.Header().Add("X-Payment-Id", "p2")
+		w.Header().Set("Set-Cookie", "session=secret")
+		w.Header().Set("X-Other", "x")
+		w.WriteHeader(http.StatusAccepted)
+		w.Header().Set("X-Late", "after WriteHeader")
+		io.WriteString(w, "ok")
+	})
+	first := f.post(key1, `{}`)
+	if first.Header().Get("X-Late") != "" || first.Header().Get("Set-Cookie") == "" {
+		t.Fatalf("first response headers %v (a header set after WriteHeader must not be sent)", first.Header())
+	}
+	w := f.post(key1, `{}`)
+	h := w.Header()
+	if w.Code != http.StatusAccepted || h.Get("Content-Type") != "text/plain" || strings.Join(h.Values("X-Payment-Id"), ",") != "p1,p2" {
+		t.Fatalf("replay %d %v", w.Code, h)
+	}
+	for _, n := range []string{"Set-Cookie", "X-Other", "X-Late"} {
+		if h.Get(n) != "" {
+			t.Errorf("replay carries %s", n)
+		}
+	}
+}
+
+func TestMiddlewarePassesThrough(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cfg      Config
+		method   string
+		key      string
+		wantRuns int32
+	}{
+		{"GET with a key", Config{}, http.MethodGet, key1, 2},
+		{"PUT with a key when Methods is the default", Config{}, http.MethodPut, key1, 2},
+		{"POST without a key on a route that does not require one", Config{}, http.MethodPost, "", 2},
+		{"PUT with a key when Methods names it", Config{Methods: []string{http.MethodPut}}, http.MethodPut, key1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.cfg, nil)
+			for range 2 {
+				if w := f.do(req(tc.method, "/payments", "alice", tc.key, `{}`)); w.Header().Get(ReplayedHeader) != "" && tc.wantRuns == 2 {
+					t.Fatal("pass-through request replayed")
+				}
+			}
+			if f.runs.Load() != tc.wantRuns {
+				t.Fatalf("handler ran %d times, want %d", f.runs.Load(), tc.wantRuns)
+			}
+			if tc.wantRuns == 2 && len(f.obs.all()) != 0 {
+				t.Fatalf("pass-through observed: %+v", f.obs.all())
+			}
+		})
+	}
+}
+
+func TestMiddlewareRefuses(t *testing.T) {
+	long := `"` + strings.Repeat("k", 256) + `"`
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		mod    func(r *http.Request)
+		status int
+		reason observe.RefusalReason
+		detail string // a fragment of the problem detail
+		alone  bool   // the fixture's default request cannot follow
+	}{
+		{"missing key on a route that requires one", Config{Required: true}, func(r *http.Request) { r.Header.Del("Idempotency-Key") }, 400, observe.ReasonIdempotencyKeyMissing, "requires the Idempotency-Key header", false},
+		{"missing custom key header", Config{Required: true, Header: "x-request-key"}, func(r *http.Request) {}, 400, observe.ReasonIdempotencyKeyMissing, "requires the X-Request-Key header", true},
+		{"repeated key header", Config{}, func(r *http.Request) { r.Header.Add("Idempotency-Key", key1) }, 400, observe.ReasonIdempotencyKeyRepeated, "structured-field string", false},
+		{"key as a token, not a string", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", "abc") }, 400, observe.ReasonIdempotencyKeyMalformed, "structured-field string", false},
+		{"key with a parameter", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", key1+";a=1") }, 400, observe.ReasonIdempotencyKeyMalformed, "", false},
+		{"key as a list", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", `"a", "b"`) }, 400, observe.ReasonIdempotencyKeyMalformed, "", false},
+		{"empty key", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", `""`) }, 400, observe.ReasonIdempotencyKeyLength, "", false},
+		{"key over MaxKeyBytes", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", long) }, 400, observe.ReasonIdempotencyKeyLength, "1 to 255 characters", false},
+		{"no caller", Config{}, func(r *http.Request) { r.Header.Del("X-User") }, 401, observe.ReasonIdempotencyNoCaller, "no authenticated caller", false},
+		{"caller error", Config{Caller: func(*http.Request) (string, error) { return "alice", errors.New("bad token") }}, func(r *http.Request) {}, 401, observe.ReasonIdempotencyNoCaller, "", true},
+		{"no caller before a missing key", Config{Required: true}, func(r *http.Request) { r.Header.Del("X-User"); r.Header.Del("Idempotency-Key") }, 400, observe.ReasonIdempotencyKeyMissing, "", false},
+		{"body over MaxRequestBytes", Config{MaxRequestBytes: 8}, func(r *http.Request) {}, 413, observe.ReasonIdempotencyBodyTooLarge, "over 8 bytes", false},
+		{"body over MaxRequestBytes without a Content-Length", Config{MaxRequestBytes: 8}, func(r *http.Request) { r.ContentLength = -1 }, 413, observe.ReasonIdempotencyBodyTooLarge, "", false},
+		{"unreadable body", Config{}, func(r *http.Request) {
+			r.Body = io.NopCloser(io.MultiReader(strings.NewReader("{"), errReader{}))
+			r.ContentLength = -1
+		}, 400, observe.ReasonIdempotencyBodyUnreadable, "could not be read", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.cfg, nil)
+			r := req(http.MethodPost, "/payments", "alice", key1, `{"amount":100}`)
+			tc.mod(r)
+			p := problemOf(t, f.do(r), tc.status)
+			if f.runs.Load() != 0 {
+				t.Fatal("handler ran")
+			}
+			if tc.detail != "" && !strings.Contains(p["detail"].(string), tc.detail) {
+				t.Errorf("detail %q lacks %q", p["detail"], tc.detail)
+			}
+			if e := f.obs.last(t); e.Outcome != observe.OutcomeRefused || e.Reason != tc.reason || e.StoreLatency != 0 {
+				t.Errorf("event %+v, want refused %q without a store call", e, tc.reason)
+			}
+			if tc.alone {
+				return
+			}
+			// Nothing was claimed: a good request with the key runs.
+			if w := f.post(key1, `{}`); w.Code != http.StatusCreated || f.runs.Load() != 1 {
+				t.Fatalf("good request after the refusal: %d, runs %d", w.Code, f.runs.Load())
+			}
+		})
+	}
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("connection reset") }
+
+func TestMiddlewareRefusesADifferentRequestWithTheSameKey(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    *http.Request
+	}{
+		{"other body", req(http.MethodPost, "/payments", "alice", key1, `{"amount":200}`)},
+		{"other method", req(http.MethodPatch, "/payments", "alice", key1, `{"amount":100}`)},
+		{"other path", req(http.MethodPost, "/payments/x", "alice", key1, `{"amount":100}`)},
+		{"other query", req(http.MethodPost, "/payments?dry=1", "alice", key1, `{"amount":100}`)},
+		{"same bytes under another content type", func() *http.Request {
+			r := req(http.MethodPost, "/payments", "alice", key1, `{"amount":100}`)
+			r.Header.Set("Content-Type", "text/plain")
+			return r
+		}()},
+	} {
+		t.Run(tc.name+" after completion", func(t *testing.T) {
+			f := newFixture(t, Config{}, nil)
+			f.post(key1, `{"amount":100}`)
+			p := problemOf(t, f.do(tc.r), http.StatusUnprocessableEntity)
+			if !strings.Contains(p["detail"].(string), "different request") || f.runs.Load() != 1 {
+				t.Fatalf("detail %q runs %d", p["detail"], f.runs.Load())
+			}
+			if e := f.obs.last(t); e.Outcome != observe.OutcomeRefused || e.Reason != observe.ReasonIdempotencyMismatch {
+				t.Errorf("event %+v", e)
+			}
+		})
+	}
+}
+
+func TestMiddlewareConcurrentDuplicate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		body   string
+		status int
+		reason observe.RefusalReason
+	}{
+		{"same request gets 409 with Retry-After", `{"amount":100}`, http.StatusConflict, observe.ReasonIdempotencyInProgress},
+		{"different request gets 422", `{"amount":5}`, http.StatusUnprocessableEntity, observe.ReasonIdempotencyMismatch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			entered, release := make(chan struct{}), make(chan struct{})
+			f := newFixture(t, Config{Lease: 10 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+				close(entered)
+				<-release
+				w.WriteHeader(http.StatusCreated)
+			})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); f.post(key1, `{"amount":100}`) }()
+			<-entered
+			w := f.post(key1, tc.body)
+			close(release)
+			wg.Wait()
+			problemOf(t, w, tc.status)
+			if tc.status == http.StatusConflict {
+				if ra := w.Header().Get("Retry-After"); ra != "10" && ra != "9" {
+					t.Errorf("Retry-After %q, want the lease's remaining 10 s", ra)
+				}
+			}
+			if evs := f.obs.all(); len(evs) != 2 || evs[0].Reason != tc.reason {
+				t.Errorf("events %+v, want the refusal first", evs)
+			}
+			if f.runs.Load() != 1 {
+				t.Fatalf("handler ran %d times", f.runs.Load())
+			}
+		})
+	}
+}
+
+func TestMiddlewareReleasesTheKey(t *testing.T) {
+	for _, status := range []int{500, 502, 503, 408, 423, 425, 429} {
+		t.Run("handler status "+http.StatusText(status), func(t *testing.T) {
+			fail := true
+			f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+				if fail {
+					fail = false
+					w.WriteHeader(status)
+					io.WriteString(w, "try again")
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+			})
+			if w := f.post(key1, `{}`); w.Code != status || w.Body.String() != "try again" {
+				t.Fatalf("first answer %d %q, want the handler's", w.Code, w.Body)
+			}
+			if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased || e.Reason != observe.ReasonIdempotencyHandlerRetry {
+				t.Errorf("event %+v", e)
+			}
+			if w := f.post(key1, `{}`); w.Code != http.StatusCreated || f.runs.Load() != 2 {
+				t.Fatalf("retry %d, runs %d: the key was not released", w.Code, f.runs.Load())
+			}
+		})
+	}
+	for _, status := range []int{400, 404, 409, 422} {
+		t.Run("handler status "+http.StatusText(status)+" is recorded", func(t *testing.T) {
+			f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) })
+			f.post(key1, `{}`)
+			if w := f.post(key1, `{}`); w.Code != status || w.Header().Get(ReplayedHeader) != "true" || f.runs.Load() != 1 {
+				t.Fatalf("retry %d replayed %q runs %d", w.Code, w.Header().Get(ReplayedHeader), f.runs.Load())
+			}
+		})
+	}
+	t.Run("handler panic releases the key and panics on", func(t *testing.T) {
+		panics := true
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+			if panics {
+				panics = false
+				io.WriteString(w, "partial")
+				panic("boom")
+			}
+			w.WriteHeader(http.StatusCreated)
+		})
+		func() {
+			defer func() {
+				if pv := recover(); pv != "boom" {
+					t.Fatalf("recovered %v, want the handler's panic", pv)
+				}
+			}()
+			f.post(key1, `{}`)
+		}()
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased || e.Reason != observe.ReasonIdempotencyHandlerPanic {
+			t.Errorf("event %+v", e)
+		}
+		if w := f.post(key1, `{}`); w.Code != http.StatusCreated || f.runs.Load() != 2 {
+			t.Fatalf("retry %d runs %d", w.Code, f.runs.Load())
+		}
+	})
+	t.Run("client gone before the handler wrote anything releases the key", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		first := true
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+			if first {
+				first = false
+				cancel()
+				<-r.Context().Done()
+			}
+		})
+		w := f.do(req(http.MethodPost, "/payments", "alice", key1, `{}`).WithContext(ctx))
+		if w.Body.Len() != 0 {
+			t.Fatalf("answered %q to a gone client", w.Body)
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased || e.Reason != observe.ReasonIdempotencyClientGone {
+			t.Errorf("event %+v", e)
+		}
+		f.post(key1, `{}`)
+		if f.runs.Load() != 2 {
+			t.Fatalf("retry did not run: runs %d", f.runs.Load())
+		}
+	})
+	t.Run("client gone after the handler wrote its response is recorded", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusCreated)
+			cancel()
+		})
+		f.do(req(http.MethodPost, "/payments", "alice", key1, `{}`).WithContext(ctx))
+		if w := f.post(key1, `{}`); w.Header().Get(ReplayedHeader) != "true" || f.runs.Load() != 1 {
+			t.Fatalf("retry %d runs %d", w.Code, f.runs.Load())
+		}
+	})
+}
+
+func TestMiddlewareResponseOverMaxResponseBytes(t *testing.T) {
+	big := strings.Repeat("x", 100)
+	t.Run("client gets the whole response and a retry gets 500, never a second run", func(t *testing.T) {
+		f := newFixture(t, Config{MaxResponseBytes: 64}, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			io.WriteString(w, big[:50])
+			io.WriteString(w, big[50:])
+		})
+		if w := f.post(key1, `{}`); w.Code != 200 || w.Body.String() != big || w.Header().Get("Content-Type") != "text/plain" {
+			t.Fatalf("first answer %d %q", w.Code, w.Body)
+		}
+		p := problemOf(t, f.post(key1, `{}`), http.StatusInternalServerError)
+		if !strings.Contains(p["detail"].(string), "too large") || f.runs.Load() != 1 {
+			t.Fatalf("detail %q runs %d", p["detail"], f.runs.Load())
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeRefused || e.Reason != observe.ReasonIdempotencyResponseTooLarge {
+			t.Errorf("event %+v", e)
+		}
+		if !strings.Contains(f.logs.String(), "over MaxResponseBytes") {
+			t.Errorf("not logged: %s", f.logs)
+		}
+	})
+	t.Run("a retry status over the cap releases the key", func(t *testing.T) {
+		f := newFixture(t, Config{MaxResponseBytes: 64}, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, big)
+		})
+		if w := f.post(key1, `{}`); w.Code != 503 || w.Body.String() != big {
+			t.Fatalf("first answer %d %q", w.Code, w.Body)
+		}
+		f.post(key1, `{}`)
+		if f.runs.Load() != 2 {
+			t.Fatalf("runs %d: the key was not released", f.runs.Load())
+		}
+	})
+	t.Run("headers over MaxStoredHeaderBytes are not stored", func(t *testing.T) {
+		f := newFixture(t, Config{ReplayHeaders: []string{"Link"}}, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", strings.Repeat("l", MaxStoredHeaderBytes))
+			w.WriteHeader(201)
+		})
+		if w := f.post(key1, `{}`); w.Code != 201 {
+			t.Fatalf("first answer %d", w.Code)
+		}
+		problemOf(t, f.post(key1, `{}`), http.StatusInternalServerError)
+	})
+}
+
+func TestMiddlewareStoreFaults(t *testing.T) {
+	t.Run("acquire failure is 503 with Retry-After and the handler does not run", func(t *testing.T) {
+		fs := &faultStore{Recorder: newStore(), acquireErr: errInjected}
+		f := newFixture(t, Config{Store: fs, RetryAfter: 1500 * time.Millisecond}, nil)
+		w := f.post(key1, `{}`)
+		problemOf(t, w, http.StatusServiceUnavailable)
+		if w.Header().Get("Retry-After") != "2" || f.runs.Load() != 0 {
+			t.Fatalf("Retry-After %q runs %d", w.Header().Get("Retry-After"), f.runs.Load())
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeStoreFailure || e.Reason != observe.ReasonIdempotencyStoreAcquire || e.StoreLatency <= 0 {
+			t.Errorf("event %+v", e)
+		}
+	})
+	t.Run("acquired without a token is 503", func(t *testing.T) {
+		fs := &faultStore{Recorder: newStore(), noToken: true}
+		f := newFixture(t, Config{Store: fs}, nil)
+		problemOf(t, f.post(key1, `{}`), http.StatusServiceUnavailable)
+		if f.runs.Load() != 0 {
+			t.Fatal("handler ran")
+		}
+	})
+	t.Run("a confirm that fails twice is retried and recorded", func(t *testing.T) {
+		fs := &faultStore{Recorder: newStore(), confirmErr: errInjected}
+		fs.confirmFails.Store(2)
+		f := newFixture(t, Config{Store: fs}, nil)
+		first := f.post(key1, `{}`)
+		if first.Code != 201 || fs.confirms.Load() != 3 {
+			t.Fatalf("status %d after %d confirms", first.Code, fs.confirms.Load())
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeProcessed {
+			t.Errorf("event %+v", e)
+		}
+		if w := f.post(key1, `{}`); w.Body.String() != first.Body.String() || f.runs.Load() != 1 {
+			t.Fatalf("retry %q runs %d", w.Body, f.runs.Load())
+		}
+	})
+	t.Run("a confirm that always fails still answers the handler's response, logs and observes it", func(t *testing.T) {
+		fs := &faultStore{Recorder: newStore(), confirmErr: errInjected}
+		fs.confirmFails.Store(-1)
+		f := newFixture(t, Config{Store: fs, Lease: 200 * time.Millisecond, Window: time.Hour}, nil)
+		start := time.Now()
+		w := f.post(key1, `{"amount":1}`)
+		if w.Code != 201 || !strings.Contains(w.Body.String(), `"run":1`) {
+			t.Fatalf("answer %d %q", w.Code, w.Body)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("confirm retried for %v, past the lease", took)
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeStoreFailure || e.Reason != observe.ReasonIdempotencyStoreConfirm {
+			t.Errorf("event %+v", e)
+		}
+		if !strings.Contains(f.logs.String(), "level=ERROR") || !strings.Contains(f.logs.String(), "injected store failure") {
+			t.Errorf("log %s", f.logs)
+		}
+		// The key runs again once the lease ends.
+		time.Sleep(250 * time.Millisecond)
+		fs.confirmFails.Store(0)
+		f.post(key1, `{"amount":1}`)
+		if f.runs.Load() != 2 {
+			t.Fatalf("runs %d", f.runs.Load())
+		}
+	})
+	t.Run("a lease lost while the handler ran is a store failure and the handler's response is sent", func(t *testing.T) {
+		entered, finish := make(chan struct{}), make(chan struct{})
+		fs := &faultStore{Recorder: newStore()}
+		f := newFixture(t, Config{Store: fs, Lease: 50 * time.Millisecond, Window: time.Hour}, func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Slow") != "" {
+				close(entered)
+				<-finish // past the lease
+			}
+			w.WriteHeader(201)
+		})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		slow := req(http.MethodPost, "/payments", "alice", key1, `{}`)
+		slow.Header.Set("X-Slow", "1")
+		var slowAnswer *httptest.ResponseRecorder
+		go func() { defer wg.Done(); slowAnswer = f.do(slow) }()
+		<-entered
+		time.Sleep(60 * time.Millisecond) // the slow attempt's lease has ended
+		w := f.post(key1, `{}`)
+		close(finish)
+		if w.Code != 201 || w.Header().Get(ReplayedHeader) != "" {
+			t.Fatalf("second attempt %d replayed %q, want a run of its own", w.Code, w.Header().Get(ReplayedHeader))
+		}
+		wg.Wait()
+		if slowAnswer.Code != 201 {
+			t.Fatalf("slow attempt answered %d, want its handler's 201", slowAnswer.Code)
+		}
+		var lost bool
+		for _, e := range f.obs.all() {
+			lost = lost || (e.Outcome == observe.OutcomeStoreFailure && e.Reason == observe.ReasonIdempotencyLeaseLost)
+		}
+		if !lost {
+			t.Errorf("events %+v lack a lost lease", f.obs.all())
+		}
+	})
+	t.Run("a release that fails is a store failure and the key stays busy until its lease ends", func(t *testing.T) {
+		fs := &faultStore{Recorder: newStore(), releaseErr: errInjected}
+		f := newFixture(t, Config{Store: fs}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
+		if w := f.post(key1, `{}`); w.Code != 500 {
+			t.Fatalf("answer %d", w.Code)
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeStoreFailure || e.Reason != observe.ReasonIdempotencyStoreRelease {
+			t.Errorf("event %+v", e)
+		}
+		problemOf(t, f.post(key1, `{}`), http.StatusConflict)
+	})
+	t.Run("a key claimed without a record is 500 and the handler does not run", func(t *testing.T) {
+		store := newStore()
+		f := newFixture(t, Config{Store: store}, nil)
+		if _, err := store.Claim(context.Background(), StoreID("alice", "POST /payments", strings.Trim(key1, `"`)), time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		problemOf(t, f.post(key1, `{}`), http.StatusInternalServerError)
+		if f.runs.Load() != 0 {
+			t.Fatal("handler ran")
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeStoreFailure || e.Reason != observe.ReasonIdempotencyNoRecord {
+			t.Errorf("event %+v", e)
+		}
+	})
+	t.Run("a stored response that does not decode is 500", func(t *testing.T) {
+		store := newStore()
+		f := newFixture(t, Config{Store: store}, nil)
+		id := StoreID("alice", "POST /payments", strings.Trim(key1, `"`))
+		fp := Fingerprint(http.MethodPost, "/payments", "", "application/json", []byte(`{}`))
+		rec, _ := store.AcquireRecord(context.Background(), id, time.Minute, fp)
+		if err := store.ConfirmRecord(context.Background(), id, rec.Token, time.Now().Add(time.Hour), fp, []byte{0xa0}); err != nil {
+			t.Fatal(err)
+		}
+		problemOf(t, f.post(key1, `{}`), http.StatusInternalServerError)
+		if e := f.obs.last(t); e.Reason != observe.ReasonIdempotencyRecordCorrupt || f.runs.Load() != 0 {
+			t.Errorf("event %+v runs %d", e, f.runs.Load())
+		}
+	})
+}
+
+func TestZeroMiddlewareAnswers500(t *testing.T) {
+	for name, h := range map[string]http.Handler{
+		"zero Middleware": (&Middleware{}).Wrap(http.NotFoundHandler()),
+		"nil Middleware":  (*Middleware)(nil).Wrap(http.NotFoundHandler()),
+		"nil handler": func() http.Handler {
+			mw, _ := New(Config{Store: newStore(), Caller: func(*http.Request) (string, error) { return "a", nil }})
+			return mw.Wrap(nil)
+		}(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req(http.MethodGet, "/", "", "", ""))
+			problemOf(t, w, http.StatusInternalServerError)
+		})
+	}
+}
