@@ -3,18 +3,16 @@
 package redisstore
 
 // The exactly-once fault test of issue 36 for the Redis store: an HTTP API
-// whose operation (a payment) is made idempotent by the Idempotency-Key
-// layer on this store's replay.Recorder, under 64 concurrent clients that
-// retry every key until they get a 2xx, through a failover, a SIGKILL of
-// Redis and a handler that panics.
+// whose operation (a payment) is made idempotent by the idempotency
+// middleware on this store's replay.Recorder, under 64 concurrent clients
+// that retry every key until they get a 2xx, through a failover, a SIGKILL
+// of Redis and a handler that panics.
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -27,7 +25,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/idempotency"
+	"github.com/ctoken/ctoken/observe"
 )
 
 const (
@@ -37,10 +36,11 @@ const (
 	idemClients      = 64
 	idemCopies       = 4
 	idemKeysPerGroup = 12
-	// idemLease is how long one attempt may hold a key: it must outlast
-	// the fault, so that a confirmation the store could not record during
-	// it is recorded by the retries within the lease (else the key runs
-	// again after the lease, which the test would report).
+	// idemLease is how long one attempt may hold a key (Config.Lease): it
+	// must outlast the fault, so that a confirmation the store could not
+	// record during it is recorded by the middleware's retries within the
+	// lease (else the key runs again after the lease, which the test would
+	// report).
 	idemLease = 8 * time.Second
 	// idemWork is the handler's work per operation.
 	idemWork = 15 * time.Millisecond
@@ -50,8 +50,8 @@ const (
 
 // payments is the handler of the test's API: it counts the operations it
 // completed per key and answers 201 with a body unique to the execution
-// (a fresh payment id). For every fifth key its first attempt panics
-// before completing.
+// (a fresh payment id). For a quarter of the keys (those ending in 0 or
+// 5) its first attempt panics before completing.
 type payments struct {
 	mu       sync.Mutex
 	attempts map[string]int
@@ -90,77 +90,9 @@ func (p *payments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write(body)
 }
 
-// idempotent is the Idempotency-Key layer of the test at the store level:
-// the minimal acquire → work → confirm loop on a replay.Recorder that the
-// idempotency middleware runs. The fingerprint is SHA-256 of the body; the
-// record is the response body. Busy is 409, a store error 503; a done key
-// with the same fingerprint replays the recorded body with 201. The
-// handler's panic releases the lease and panics on; a 5xx releases it.
-// The confirmation is retried with backoff within the lease (without the
-// request's cancellation), so a store fault shorter than the lease does
-// not let the key run again.
-func idempotent(store replay.Recorder, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, "read", http.StatusBadRequest)
-			return
-		}
-		sum := sha256.Sum256(body)
-		fp := sum[:]
-		id := "idem:" + r.Header.Get("Idempotency-Key")
-		start := time.Now()
-		rec, err := store.AcquireRecord(r.Context(), id, idemLease, fp)
-		switch {
-		case err != nil:
-			http.Error(w, "store unavailable", http.StatusServiceUnavailable)
-			return
-		case rec.State == replay.LeaseBusy:
-			http.Error(w, "in progress", http.StatusConflict)
-			return
-		case rec.State == replay.LeaseDone && !bytes.Equal(rec.Fingerprint, fp):
-			http.Error(w, "key reused", http.StatusUnprocessableEntity)
-			return
-		case rec.State == replay.LeaseDone && len(rec.Result) == 0:
-			http.Error(w, "done without a record", http.StatusInternalServerError)
-			return
-		case rec.State == replay.LeaseDone:
-			w.Header().Set("Idempotent-Replayed", "true")
-			w.WriteHeader(http.StatusCreated)
-			w.Write(rec.Result)
-			return
-		}
-		ctx := context.WithoutCancel(r.Context())
-		rw := httptest.NewRecorder()
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					store.ReleaseLease(ctx, id, rec.Token)
-					panic(p)
-				}
-			}()
-			next.ServeHTTP(rw, r)
-		}()
-		if rw.Code >= 500 {
-			store.ReleaseLease(ctx, id, rec.Token)
-			w.WriteHeader(rw.Code)
-			w.Write(rw.Body.Bytes())
-			return
-		}
-		for backoff := 20 * time.Millisecond; ; backoff = min(2*backoff, 250*time.Millisecond) {
-			err := store.ConfirmRecord(ctx, id, rec.Token, time.Now().Add(time.Hour), fp, rw.Body.Bytes())
-			if err == nil || errors.Is(err, replay.ErrLeaseLost) || time.Since(start)+backoff >= idemLease {
-				break
-			}
-			time.Sleep(backoff)
-		}
-		w.WriteHeader(rw.Code)
-		w.Write(rw.Body.Bytes())
-	})
-}
-
 // idemRun is one subtest's API: two instances (each its own Store on its
-// own client) behind the Idempotency-Key layer, and the clients' outcomes.
+// own client) behind the idempotency middleware, and the clients'
+// outcomes.
 type idemRun struct {
 	t        *testing.T
 	api      *payments
@@ -169,14 +101,47 @@ type idemRun struct {
 	mu       sync.Mutex
 	final    map[string][][]byte // key → every client's final 2xx body
 	statuses map[int]int
-	errs     atomic.Int64 // transport errors (an instance's handler panicked, ...)
-	progress atomic.Int64 // keys answered 2xx
+	outcomes map[observe.Outcome]int // the middleware's, for the log
+	errs     atomic.Int64            // transport errors (an instance's handler panicked, ...)
+	progress atomic.Int64            // keys answered 2xx
+	// confirmFailed counts ConfirmRecord calls that failed (and were
+	// retried by the middleware).
+	confirmFailed atomic.Int64
+}
+
+// confirmCounter is a Store that counts its failed confirmations (which the
+// middleware retries within the lease).
+type confirmCounter struct {
+	*Store
+	failed *atomic.Int64
+}
+
+func (c confirmCounter) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	err := c.Store.ConfirmRecord(ctx, id, token, until, fp, result)
+	if err != nil {
+		c.failed.Add(1)
+	}
+	return err
 }
 
 func newIdemRun(t *testing.T, stores ...*Store) *idemRun {
-	run := &idemRun{t: t, api: newPayments(), final: map[string][][]byte{}, statuses: map[int]int{}}
+	run := &idemRun{t: t, api: newPayments(), final: map[string][][]byte{}, statuses: map[int]int{}, outcomes: map[observe.Outcome]int{}}
 	for _, s := range stores {
-		srv := httptest.NewUnstartedServer(idempotent(s, run.api))
+		mw, err := idempotency.New(idempotency.Config{
+			Store:  confirmCounter{s, &run.confirmFailed},
+			Caller: func(*http.Request) (string, error) { return "merchant-1", nil },
+			Window: time.Hour,
+			Lease:  idemLease,
+			Observer: observe.ObserverFunc(func(e observe.Event) {
+				run.mu.Lock()
+				run.outcomes[e.Outcome]++
+				run.mu.Unlock()
+			}),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewUnstartedServer(mw.Wrap(run.api))
 		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handler's panics
 		srv.Start()
 		t.Cleanup(srv.Close)
@@ -293,18 +258,35 @@ func (run *idemRun) check() {
 	if panicked == 0 {
 		t.Error("no key's handler panicked and then ran")
 	}
-	t.Logf("%d keys, %d clients: statuses %v, %d transport errors, %d keys ran after their first attempt panicked", keys, idemClients, run.statuses, run.errs.Load(), panicked)
+	t.Logf("%d keys, %d clients: statuses %v, %d transport errors, %d keys ran after their first attempt panicked, %d failed confirmations retried; middleware outcomes %v",
+		keys, idemClients, run.statuses, run.errs.Load(), panicked, run.confirmFailed.Load(), run.outcomes)
+}
+
+// checkFaultMet fails unless the fault refused requests (503) and failed
+// confirmations of responses the handler had produced, which the
+// middleware then retried: else the test showed nothing about them.
+func (run *idemRun) checkFaultMet() {
+	run.t.Helper()
+	if run.statuses[http.StatusServiceUnavailable] == 0 {
+		run.t.Error("no request was refused during the fault")
+	}
+	if run.confirmFailed.Load() == 0 {
+		run.t.Error("no confirmation failed during the fault: it met no handler's response")
+	}
 }
 
 // TestIdempotencyExactlyOnceThroughStoreFaults runs an idempotent payments
-// API (two instances) on the Redis store with 64 concurrent clients, four
-// sending each key at the same time and retrying it until they get a 2xx,
-// while every fifth key's handler panics on its first attempt; and
-// through a failover with Durability{Replicas: 1}: the replication link
+// API (two instances of the idempotency middleware, lease 8 s) on the
+// Redis store with 64 concurrent clients, four sending each key at the
+// same time and retrying it until they get a 2xx, while for a quarter of
+// the keys the handler panics on its first attempt: with no store fault;
+// through a failover with Durability{Replicas: 1} (the replication link
 // cut, the primary SIGKILLed, the replica promoted and the old primary
-// back as its replica; and through a SIGKILL of a Redis with appendfsync
+// back as its replica); and through a SIGKILL of a Redis with appendfsync
 // always, started again. Every key's operation ran exactly once, and
-// every client's final answer is the first response byte for byte.
+// every client's final answer is the first response byte for byte; in
+// both faults some confirmations failed and were retried by the
+// middleware within the lease, and some requests were refused with 503.
 func TestIdempotencyExactlyOnceThroughStoreFaults(t *testing.T) {
 	t.Run("handler panics on its first attempt", func(t *testing.T) {
 		rp := newServer(t)
@@ -339,9 +321,7 @@ func TestIdempotencyExactlyOnceThroughStoreFaults(t *testing.T) {
 		rejoinAsReplica(t, primary, replica.addr())
 		wait()
 		run.check()
-		if run.statuses[http.StatusServiceUnavailable] == 0 {
-			t.Error("no request was refused during the failover: the fault met nothing")
-		}
+		run.checkFaultMet()
 	})
 
 	t.Run("SIGKILL and restart, appendfsync always", func(t *testing.T) {
@@ -358,8 +338,6 @@ func TestIdempotencyExactlyOnceThroughStoreFaults(t *testing.T) {
 		rp.restart(syscall.SIGKILL)
 		wait()
 		run.check()
-		if run.statuses[http.StatusServiceUnavailable] == 0 {
-			t.Error("no request was refused while Redis was down: the fault met nothing")
-		}
+		run.checkFaultMet()
 	})
 }
