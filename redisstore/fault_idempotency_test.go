@@ -27,6 +27,7 @@ import (
 
 	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/observe"
+	"github.com/ctoken/ctoken/replay"
 )
 
 const (
@@ -313,7 +314,7 @@ func TestIdempotencyExactlyOnceThroughStoreFaults(t *testing.T) {
 		wait := run.start()
 		run.waitProgress(idemClients)
 		cutReplication(t, primary.addr(), replica.addr())
-		time.Sleep(200 * time.Millisecond) // the primary goes on, nothing durable
+		time.Sleep(400 * time.Millisecond) // the primary goes on, nothing durable
 		primary.stop(syscall.SIGKILL)
 		promote(t, replica.addr())
 		newAddr := replica.addr()
@@ -340,4 +341,47 @@ func TestIdempotencyExactlyOnceThroughStoreFaults(t *testing.T) {
 		run.check()
 		run.checkFaultMet()
 	})
+}
+
+// TestClusterRecordsOnEveryMaster takes, confirms and replays a record
+// for each of 60 IDs on a 3-master Redis Cluster behind
+// redis.NewClusterClient (every third released and taken again first):
+// every step is one script on the marker and the entry of one slot (no
+// CROSSSLOT), and the entries land on every master.
+func TestClusterRecordsOnEveryMaster(t *testing.T) {
+	tc := clusterFromEnv(t)
+	s, c := clusterStore(t, tc)
+	ctx := context.Background()
+	for i := range 60 {
+		id := fmt.Sprint("idem-", i)
+		fp, result := []byte(fmt.Sprint("fp-", i)), []byte(fmt.Sprint(`{"payment":`, i, `}`))
+		r, err := s.AcquireRecord(ctx, id, time.Minute, fp)
+		if err == nil && i%3 == 0 {
+			if err := s.ReleaseLease(ctx, id, r.Token); err != nil {
+				t.Fatalf("ReleaseLease(%s): %v", id, err)
+			}
+			r, err = s.AcquireRecord(ctx, id, time.Minute, fp)
+		}
+		if err != nil || r.State != replay.LeaseAcquired {
+			t.Fatalf("AcquireRecord(%s) = %+v, %v", id, r, err)
+		}
+		if b, err := s.AcquireRecord(ctx, id, time.Minute, nil); err != nil || b.State != replay.LeaseBusy || !bytes.Equal(b.Fingerprint, fp) {
+			t.Fatalf("second AcquireRecord(%s) = %+v, %v; want busy with the fingerprint", id, b, err)
+		}
+		if err := s.ConfirmRecord(ctx, id, r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatalf("ConfirmRecord(%s): %v", id, err)
+		}
+		if d, err := s.AcquireRecord(ctx, id, time.Minute, nil); err != nil || d.State != replay.LeaseDone || !bytes.Equal(d.Result, result) {
+			t.Fatalf("replay of %s = %+v, %v; want done with the result", id, d, err)
+		}
+	}
+	masters := map[string]bool{}
+	for k, addr := range keyNodes(t, c, s.Prefix()) {
+		if strings.Contains(k, ":idem-") {
+			masters[addr] = true
+		}
+	}
+	if len(masters) != 3 {
+		t.Fatalf("records on %d masters, want all 3", len(masters))
+	}
 }
