@@ -1017,7 +1017,9 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		// rounds to zero.
 		return nil, errArgsInexact
 	}
-	if n > 15 || point < -300 || point > 300 {
+	if n > 15 && shortestExact(digitsValue(dig[:n]), point-n) {
+		// Shown shortest by exact integer arithmetic (shortest.go).
+	} else if n > 15 || point < -300 || point > 300 {
 		f, ok := p.tinyDouble(dig[:n], point)
 		if !ok {
 			var err error
@@ -1041,6 +1043,26 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		out = append(out, '-')
 	}
 	return appendES6Digits(out, dig[:n], point), nil
+}
+
+// digitsValue returns the integer the 16 or 17 decimal digits d spell, eight
+// at a time (parse8).
+func digitsValue(d []byte) uint64 {
+	v := parse8(binary.LittleEndian.Uint64(d[0:8]))*1e8 + parse8(binary.LittleEndian.Uint64(d[8:16]))
+	if len(d) == 17 {
+		v = v*10 + uint64(d[16]-'0')
+	}
+	return v
+}
+
+// parse8 returns the value of the eight ASCII digits packed in x, the first
+// in its lowest byte: pairs, then quadruples, then the eight are combined
+// with one multiplication each (SWAR).
+func parse8(x uint64) uint64 {
+	x -= 0x3030303030303030
+	x = x*10 + x>>8 // each even byte: two digits
+	x = ((x&0x000000ff000000ff)*(100+1000000<<32) + (x>>16&0x000000ff000000ff)*(1+10000<<32)) >> 32
+	return x
 }
 
 // tinyDouble returns the magnitude of the double nearest to the positive

@@ -1029,3 +1029,25 @@ func sameScale(short, text string) bool {
 	b, _ := strconv.Atoi(te)
 	return a+1 == b
 }
+
+// TestDigitsValueMatchesParseUint pins digitsValue, which reads 16 or 17
+// digits eight at a time, against strconv.ParseUint.
+func TestDigitsValueMatchesParseUint(t *testing.T) {
+	x := uint64(0x9e3779b97f4a7c15)
+	cases := []string{"1000000000000000", "9999999999999999", "10000000000000000", "99999999999999999", "1234567890123456", "12345678901234567"}
+	for range 10000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		cases = append(cases, strconv.FormatUint(x%9e15+1e15, 10), strconv.FormatUint(x%9e16+1e16, 10))
+	}
+	for _, s := range cases {
+		want, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := digitsValue([]byte(s)); got != want {
+			t.Fatalf("digitsValue(%q) = %d", s, got)
+		}
+	}
+}
