@@ -996,11 +996,16 @@ func (p *jcsParser) hex4() (rune, bool) {
 //
 // The literal's value is normalized to significant digits d1…dn (no
 // leading or trailing zeros) and a decimal point position: 0.d1…dn ×
-// 10^point. With n ≤ 15 and a moderate exponent the double holds the value
-// to its last digit and these are its shortest round-trip digits (any two
-// decimals of 15 significant digits or fewer are distinct normal doubles),
-// so no float arithmetic is needed. Otherwise the digits are compared with
-// the shortest round-trip digits of the parsed double.
+// 10^point. With n ≤ 15 and a value from 10^-307 to below 10^308 (point
+// from -306 to 308, all normal doubles, 2.2250738585072014e-308 to
+// 1.7976931348623157e308) the double holds the value to its last digit and
+// these are its shortest round-trip digits, so no float arithmetic is
+// needed: as 10^15 < 2^52, a decimal of 15 significant digits or fewer
+// comes back from its nearest normal double when rounded to as many digits
+// (Matula), so no two of them share a double, and no other decimal of as
+// few digits rounds to it. With 16 or 17 digits shortestExact shows most
+// to be shortest without strconv. Otherwise the digits are compared with
+// the shortest round-trip digits of the double strconv parses.
 func (p *jcsParser) number(out []byte) ([]byte, error) {
 	in, i := p.in, p.pos
 	start := i
@@ -1124,7 +1129,7 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 	}
 	if n > 15 && shortestExact(digitsValue(dig[:n]), point-n) {
 		// Shown shortest by exact integer arithmetic (shortest.go).
-	} else if n > 15 || point < -300 || point > 300 {
+	} else if n > 15 || point < -306 || point > 308 {
 		f, ok := p.tinyDouble(dig[:n], point)
 		if !ok {
 			var err error
@@ -1188,6 +1193,12 @@ func (p *jcsParser) tinyDouble(dig []byte, point int) (float64, bool) {
 	}
 	// The value is d / 10^m, the double k × 2^-1074: k = d × 2^1074 / 10^m.
 	m := len(dig) - point
+	if k, ok := tinyQuotient(d, m); ok {
+		if k > 1<<53 {
+			return 0, false
+		}
+		return math.Float64frombits(k), true
+	}
 	// The parser's big integers keep their memory across calls.
 	if p.tiny == nil {
 		p.tiny = new([2]big.Int)
@@ -1207,6 +1218,93 @@ func (p *jcsParser) tinyDouble(dig []byte, point int) (float64, bool) {
 	// For k ≤ 2^53 the bits of k are the double k × 2^-1074: a
 	// subnormal below 2^52, the exponent field 1 or 2 from there.
 	return math.Float64frombits(k.Uint64()), true
+}
+
+// tinyQuotient returns k = d × 2^1074 / 10^m rounded to nearest, for the
+// m tinyDouble divides by, from d × R / 2^s with R = ⌊2^(1074-m+s) / 5^m⌋
+// (tinyRecip: 128 bits, and 2^1074 / 10^m = 2^(1074-m) / 5^m): 192-bit
+// integer arithmetic, no math/big. R is short of the true ratio by less
+// than 1, so d × R is short of the true d × 2^(1074-m+s) / 5^m by less
+// than d: where adding d could carry into the bit that rounds (the true
+// value may lie on the other side of a half), it reports false and
+// tinyDouble divides exactly. It also reports false when k is 2^64 or
+// more (the caller refuses k over 2^53 anyway).
+func tinyQuotient(d uint64, m int) (uint64, bool) {
+	if m < tinyPow10Min || m >= tinyPow10Min+len(tinyRecip) {
+		return 0, false
+	}
+	r := &tinyRecip[m-tinyPow10Min]
+	h0, w0 := bits.Mul64(d, r.lo)
+	w2, l1 := bits.Mul64(d, r.hi)
+	w1, c := bits.Add64(l1, h0, 0)
+	w2 += c
+	t, ok := shr192(w2, w1, w0, r.shift-1) // 2k or 2k+1
+	if !ok {
+		return 0, false
+	}
+	if t&1 == 1 {
+		return t>>1 + 1, true // at least a half: round up
+	}
+	// Below a half, unless the shortfall of R could cross it.
+	v0, c := bits.Add64(w0, d, 0)
+	v1, c := bits.Add64(w1, 0, c)
+	v2 := w2 + c
+	if t2, ok := shr192(v2, v1, v0, r.shift-1); !ok || t2 != t {
+		return 0, false
+	}
+	return t >> 1, true
+}
+
+// shr192 returns w2:w1:w0 >> sh for 64 < sh < 192, or false when that is
+// 2^64 or more.
+func shr192(w2, w1, w0 uint64, sh int) (uint64, bool) {
+	if sh >= 128 {
+		return w2 >> (sh - 128), true
+	}
+	return w2<<(128-sh) | w1>>(sh-64), w2>>(sh-64) == 0
+}
+
+// tinyRecip holds, for m from tinyPow10Min to tinyPow10Min+33,
+// R = ⌊2^(1074-m+shift) / 5^m⌋ as hi:lo, with shift such that
+// 2^127 ≤ R < 2^128 (TestTinyRecip recomputes them). Read-only.
+var tinyRecip = [34]struct {
+	hi, lo uint64
+	shift  int
+}{
+	{0xe61acf033d1a45df, 0x6fb92487298e33bd, 77},  // m = 308
+	{0xb8157268fdae9e4c, 0x5960ea05bad82964, 80},  // m = 309
+	{0x93445b8731587ea3, 0x7ab3ee6afbe0211d, 83},  // m = 310
+	{0xeba09271e88d976b, 0xf7864a44c633682e, 87},  // m = 311
+	{0xbc807527ed3e12bc, 0xc605083704f5ecf2, 90},  // m = 312
+	{0x96cd2a865764dbca, 0x380406926a5e5728, 93},  // m = 313
+	{0xf148440a256e2c76, 0xc00670ea43ca250d, 97},  // m = 314
+	{0xc1069cd4eabe89f8, 0x999ec0bb696e840a, 100}, // m = 315
+	{0x9a6bb0aa55653b2d, 0x47b233c92125366e, 103}, // m = 316
+	{0xf712b443bbd52b7b, 0xa5e9ec7501d523e4, 107}, // m = 317
+	{0xc5a890362fddbc62, 0xeb2189f734aa831d, 110}, // m = 318
+	{0x9e20735e8cb16382, 0x55b46e5f5d5535b0, 113}, // m = 319
+	{0xfd00b897478238d0, 0x8920b098955522b4, 117}, // m = 320
+	{0xca66fa129f9b60a6, 0xd41a26e077774ef6, 120}, // m = 321
+	{0xa1ebfb4219491a1f, 0x1014ebe6c5f90bf8, 123}, // m = 322
+	{0x818995ce7aa0e1b2, 0x7343efebd1940993, 126}, // m = 323
+	{0xcf42894a5dce35ea, 0x52064cac828675b9, 130}, // m = 324
+	{0xa5ced43b7e3e9188, 0x419ea3bd35385e2d, 133}, // m = 325
+	{0x84a57695fe98746d, 0x014bb630f7604b57, 136}, // m = 326
+	{0xd43bf0effdc0ba48, 0x0212bd1b2566def2, 140}, // m = 327
+	{0xa9c98d8ccb009506, 0x680efdaf511f18c2, 143}, // m = 328
+	{0x87d4713d6f33aa6b, 0x8672648c40e5ad68, 146}, // m = 329
+	{0xd953e8624b85dd78, 0xd71d6dad34a2af0d, 150}, // m = 330
+	{0xaddcb9e83c6b1793, 0xdf4abe242a1bbf3d, 153}, // m = 331
+	{0x8b16fb203055ac76, 0x4c3bcb5021afcc31, 156}, // m = 332
+	{0xde8b2b66b3bc4723, 0xad2c788035e61382, 160}, // m = 333
+	{0xb208ef855c969f4f, 0xbdbd2d335e51a935, 163}, // m = 334
+	{0x8e6d8c6ab0787f72, 0xfe30f0f5e50e20f7, 166}, // m = 335
+	{0xe3e27a444d8d98b7, 0xfd1b1b2308169b25, 170}, // m = 336
+	{0xb64ec836a47146f9, 0x9748e2826cdee284, 173}, // m = 337
+	{0x91d8a02bb6c10594, 0x79071b9b8a4be869, 176}, // m = 338
+	{0xe95a99df8ace6f53, 0xf4d82c2c107973dc, 180}, // m = 339
+	{0xbaaee17fa23ebf76, 0x5d79bcf00d2df649, 183}, // m = 340
+	{0x9558b4661b6565f8, 0x4ac7ca59a424c507, 186}, // m = 341
 }
 
 // tinyPow10 returns 10^m for the m tinyDouble divides by, from

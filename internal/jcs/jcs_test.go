@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"math/bits"
 	"os"
 	"slices"
@@ -1147,5 +1148,55 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 		if p, members, keys := build(dup); p.sortKeys(members, keys) {
 			t.Fatalf("names %q: packedSort misses a duplicate", dup)
 		}
+	}
+}
+
+// TestTinyRecip recomputes tinyQuotient's table with math/big.
+func TestTinyRecip(t *testing.T) {
+	for i, r := range tinyRecip {
+		m := tinyPow10Min + i
+		p5 := new(big.Int).Exp(big.NewInt(5), big.NewInt(int64(m)), nil)
+		want := new(big.Int).Lsh(big.NewInt(1), uint(1074-m+r.shift))
+		want.Quo(want, p5)
+		got := new(big.Int).Lsh(new(big.Int).SetUint64(r.hi), 64)
+		got.Or(got, new(big.Int).SetUint64(r.lo))
+		if got.Cmp(want) != 0 || got.BitLen() != 128 {
+			t.Fatalf("tinyRecip[%d] (m = %d) = %x, want %x with 128 bits", i, m, got, want)
+		}
+	}
+}
+
+// TestTinyQuotientMatchesBig pins tinyQuotient against the exact division
+// by math/big it spares, for every m it covers and digits of every length:
+// where it answers, it answers the same k.
+func TestTinyQuotientMatchesBig(t *testing.T) {
+	x := uint64(0x9e3779b97f4a7c15)
+	answered := 0
+	for range 100000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		d := x >> (7 + x%57)
+		if d == 0 {
+			continue
+		}
+		m := tinyPow10Min + int(x>>32%uint64(len(tinyRecip)))
+		num := new(big.Int).Lsh(new(big.Int).SetUint64(d), 1074)
+		den := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(m)), nil)
+		k, r := new(big.Int).QuoRem(num, den, new(big.Int))
+		if r.Lsh(r, 1).Cmp(den) > 0 {
+			k.Add(k, big.NewInt(1))
+		}
+		got, ok := tinyQuotient(d, m)
+		if !ok {
+			continue
+		}
+		answered++
+		if !k.IsUint64() || k.Uint64() != got {
+			t.Fatalf("tinyQuotient(%d, %d) = %d, want %v", d, m, got, k)
+		}
+	}
+	if answered < 50000 {
+		t.Fatalf("tinyQuotient answered %d of 100000", answered)
 	}
 }
