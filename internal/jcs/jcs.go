@@ -1339,23 +1339,19 @@ func fewLeadingZeros(f []byte) bool {
 // shortest round-trip digits of a double, no trailing zero) as ECMAScript's
 // Number.prototype.toString does (ECMA-262, Number::toString).
 func appendES6Digits(out, d []byte, point int) []byte {
+	const zeros = "000000000000000000000" // 21: the most either case below pads
 	k := len(d)
 	switch {
 	case k <= point && point <= 21:
 		out = append(out, d...)
-		for i := k; i < point; i++ {
-			out = append(out, '0')
-		}
-		return out
+		return append(out, zeros[:point-k]...)
 	case 0 < point && point <= 21:
 		out = append(out, d[:point]...)
 		out = append(out, '.')
 		return append(out, d[point:]...)
 	case -6 < point && point <= 0:
 		out = append(out, '0', '.')
-		for i := point; i < 0; i++ {
-			out = append(out, '0')
-		}
+		out = append(out, zeros[:-point]...)
 		return append(out, d...)
 	}
 	out = append(out, d[0])
@@ -1363,13 +1359,18 @@ func appendES6Digits(out, d []byte, point int) []byte {
 		out = append(out, '.')
 		out = append(out, d[1:]...)
 	}
-	out = append(out, 'e')
-	if point-1 < 0 {
-		out = append(out, '-')
-		return strconv.AppendInt(out, int64(1-point), 10)
+	x, sign := point-1, byte('+')
+	if x < 0 {
+		x, sign = -x, '-'
 	}
-	out = append(out, '+')
-	return strconv.AppendInt(out, int64(point-1), 10)
+	// A double's decimal exponent is at most 324: three digits.
+	switch {
+	case x >= 100:
+		return append(out, 'e', sign, byte('0'+x/100), byte('0'+x/10%10), byte('0'+x%10))
+	case x >= 10:
+		return append(out, 'e', sign, byte('0'+x/10), byte('0'+x%10))
+	}
+	return append(out, 'e', sign, byte('0'+x))
 }
 
 // appendJCSString appends s as a JSON string with only the escapes RFC 8785
