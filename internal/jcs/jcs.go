@@ -1143,8 +1143,18 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		}
 		var buf [32]byte
 		short := strconv.AppendFloat(buf[:0], math.Abs(f), 'e', -1, 64) // d.ddde±x
-		e := bytes.IndexByte(short, 'e')
-		x, _ := strconv.Atoi(string(short[e+1:]))
+		// The exponent: a sign and two or three digits.
+		e := len(short) - 4
+		if short[e] != 'e' {
+			e--
+		}
+		x := 0
+		for _, c := range short[e+2:] {
+			x = x*10 + int(c-'0')
+		}
+		if short[e+1] == '-' {
+			x = -x
+		}
 		if x+1 != point || short[0] != dig[0] || (e > 1 && string(short[2:e]) != string(dig[1:n])) || (e == 1 && n != 1) {
 			return nil, errArgsInexact
 		}
