@@ -183,6 +183,20 @@ value:
 		}
 		i = p.pos
 	case c == '-' || ('0' <= c && c <= '9'):
+		if '1' <= c && c <= '9' {
+			// An integer of up to 15 digits followed by what ends a
+			// number is exactly a double, written as it is read (as
+			// number does): copied here without the call.
+			j := i + 1
+			for j < len(in) && j-i < 15 && '0' <= in[j] && in[j] <= '9' {
+				j++
+			}
+			if j < len(in) && (in[j] == ',' || in[j] == ']' || in[j] == '}' || in[j] <= ' ') {
+				out = append(out, in[i:j]...)
+				i = j
+				break
+			}
+		}
 		p.pos = i
 		var err error
 		if out, err = p.number(out); err != nil {
