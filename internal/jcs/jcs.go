@@ -546,6 +546,9 @@ func (p *jcsParser) packedSort(members []jcsMember, keys []jcsSortKey) bool {
 	first := p.name(&members[keys[0].index])
 	skip := len(first)
 	for _, k := range keys[1:] {
+		if skip == 0 {
+			break
+		}
 		name := p.name(&members[k.index])
 		n := min(skip, len(name))
 		i := 0
@@ -559,12 +562,14 @@ func (p *jcsParser) packedSort(members []jcsMember, keys []jcsSortKey) bool {
 	}
 	packed := p.packed[:0]
 	for _, k := range keys {
-		name := p.name(&members[k.index])[skip:]
-		var x uint64
-		if len(name) >= 8 {
-			x = binary.BigEndian.Uint64(name)
-		} else {
-			x = shortPrefix(name)
+		x := k.prefix // the first 8 bytes, as nameKey read them
+		if skip > 0 {
+			name := p.name(&members[k.index])[skip:]
+			if len(name) >= 8 {
+				x = binary.BigEndian.Uint64(name)
+			} else {
+				x = shortPrefix(name)
+			}
 		}
 		if x&0x8080808080808080 != 0 {
 			x = utf16Rank(x)
