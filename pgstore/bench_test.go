@@ -1,10 +1,13 @@
 package pgstore
 
 // Benchmarks against the server TestMain starts (fsync and
-// synchronous_commit on, on this machine's disk), beside the floor: the
-// same round trip without the store (SELECT 1) and a bare autocommit
-// INSERT of one key into a one-column table (the commit the store cannot
-// avoid). p50-ns and p99-ns are per-operation latencies.
+// synchronous_commit on, on this machine's disk), beside the floors: the
+// same round trip without the store (SELECT 1), a bare autocommit INSERT
+// of one key into a one-column table, and, the floors of issue 34, a bare
+// INSERT … ON CONFLICT DO NOTHING of the row a first claim writes and a
+// bare SELECT by key of a claimed row, both on the store's own table
+// (same table, pool, connection settings and key size as Claim). p50-ns
+// and p99-ns are per-operation latencies.
 
 import (
 	"slices"
@@ -54,6 +57,49 @@ func BenchmarkFloorInsert(b *testing.B) {
 		i++
 		start := time.Now()
 		if _, err := pool.Exec(bg(), `INSERT INTO bench_floor (key) VALUES ($1)`, []byte(prefix+strconv.Itoa(i))); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	quantiles(b, lat)
+}
+
+// BenchmarkFloorInsertOnConflict is the floor of a first claim: a bare
+// autocommit INSERT … ON CONFLICT DO NOTHING of the row Claim writes (key
+// of the same layout and length, state, token, until) into the store's
+// table, without the marker, layout-1 or takeover checks.
+func BenchmarkFloorInsertOnConflict(b *testing.B) {
+	s := newTestStore(b)
+	until := pgTime(time.Now().Add(time.Hour))
+	sql := `INSERT INTO ` + s.table + ` (key, state, token, until) VALUES ($1, 'c', '', $2) ON CONFLICT (key) DO NOTHING`
+	var lat []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		start := time.Now()
+		tag, err := s.pool.Exec(bg(), sql, s.key(strconv.Itoa(i)), until)
+		if err != nil || tag.RowsAffected() != 1 {
+			b.Fatal(tag, err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	quantiles(b, lat)
+}
+
+// BenchmarkFloorSelectByKey is the floor of a replayed claim: a bare
+// SELECT of a claimed row's until by its key, on the store's table.
+func BenchmarkFloorSelectByKey(b *testing.B) {
+	s := newTestStore(b)
+	if first, err := s.Claim(bg(), "taken", time.Now().Add(time.Hour)); !first || err != nil {
+		b.Fatal(first, err)
+	}
+	sql := `SELECT until FROM ` + s.table + ` WHERE key = $1`
+	key := s.key("taken")
+	var lat []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		var until time.Time
+		if err := s.pool.QueryRow(bg(), sql, key).Scan(&until); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))
@@ -164,4 +210,112 @@ func BenchmarkSweep(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(left), "rows-left")
+}
+
+// paired runs ops in turn, one of each per iteration and in an order that
+// rotates, so that each sees the same load on a shared machine, and
+// reports each op's median latency (names[i]+"-p50-ns") and each op's
+// median over the first op's, its floor (names[i]+"/floor"). ns/op is
+// the time of all ops together.
+func paired(b *testing.B, names []string, ops ...func(i int)) {
+	lat := make([][]time.Duration, len(ops))
+	i := 0
+	for b.Loop() {
+		i++
+		for k := range ops {
+			j := (k + i) % len(ops)
+			start := time.Now()
+			ops[j](i)
+			lat[j] = append(lat[j], time.Since(start))
+		}
+	}
+	p50 := make([]float64, len(ops))
+	for j := range ops {
+		slices.Sort(lat[j])
+		p50[j] = float64(lat[j][len(lat[j])/2].Nanoseconds())
+		b.ReportMetric(p50[j], names[j]+"-p50-ns")
+		if j > 0 {
+			b.ReportMetric(p50[j]/p50[0], names[j]+"/floor")
+		}
+	}
+}
+
+// BenchmarkClaimPaired measures the targets of issue 34 on a shared
+// machine: a first claim beside its floor, a bare INSERT … ON CONFLICT DO
+// NOTHING of the same row shape and key length into the same table
+// (FloorInsertOnConflict), and a replayed claim beside a bare SELECT of
+// the row by key (FloorSelectByKey), in alternation. "statement" is
+// Claim's first statement sent straight to the pool (no deadline, no
+// goroutine of its own): the difference to "claim" is what Claim spends
+// in Go around it. "takeover" is Claim's second statement sent the same
+// way, which was its only statement before issue 34: the difference to
+// "statement" is what the split saves.
+func BenchmarkClaimPaired(b *testing.B) {
+	b.Run("first", func(b *testing.B) {
+		s := newTestStore(b)
+		until := time.Now().Add(time.Hour)
+		u := pgTime(until)
+		floor := `INSERT INTO ` + s.table + ` (key, state, token, until) VALUES ($1, 'c', '', $2) ON CONFLICT (key) DO NOTHING`
+		// keys of equal length: "f", "c", "s" or "t" and ten digits
+		id := func(p string, i int) string { return p + strconv.Itoa(1_000_000_000+i) }
+		paired(b, []string{"floor", "claim", "statement", "takeover"},
+			func(i int) {
+				if tag, err := s.pool.Exec(bg(), floor, s.key(id("f", i)), u); err != nil || tag.RowsAffected() != 1 {
+					b.Fatal(tag, err)
+				}
+			},
+			func(i int) {
+				if first, err := s.Claim(bg(), id("c", i), until); !first || err != nil {
+					b.Fatal(first, err)
+				}
+			},
+			func(i int) {
+				key, legacy := s.keys(id("s", i))
+				var first, marker, future, again bool
+				if err := s.pool.QueryRow(bg(), s.claimSQL, key, u, legacy).Scan(&first, &marker, &future, &again); err != nil || !first {
+					b.Fatal(first, err)
+				}
+			},
+			func(i int) {
+				key, legacy := s.keys(id("t", i))
+				var first, marker, future, again bool
+				if err := s.pool.QueryRow(bg(), s.takeoverSQL, key, u, legacy).Scan(&marker, &future, &first, &again); err != nil || !first {
+					b.Fatal(first, err)
+				}
+			})
+	})
+	b.Run("replayed", func(b *testing.B) {
+		s := newTestStore(b)
+		until := time.Now().Add(time.Hour)
+		if first, err := s.Claim(bg(), "taken", until); !first || err != nil {
+			b.Fatal(first, err)
+		}
+		floor := `SELECT until FROM ` + s.table + ` WHERE key = $1`
+		key, legacy := s.keys("taken")
+		u := pgTime(until)
+		paired(b, []string{"floor", "claim", "statement", "takeover"},
+			func(int) {
+				var got time.Time
+				if err := s.pool.QueryRow(bg(), floor, key).Scan(&got); err != nil {
+					b.Fatal(err)
+				}
+			},
+			func(int) {
+				if first, err := s.Claim(bg(), "taken", until); first || err != nil {
+					b.Fatal(first, err)
+				}
+			},
+			func(int) {
+				var first, marker, future, again bool
+				if err := s.pool.QueryRow(bg(), s.claimSQL, key, u, legacy).Scan(&first, &marker, &future, &again); err != nil || first || again {
+					b.Fatal(first, again, err)
+				}
+			},
+			func(int) {
+				var first, marker, future, again bool
+				if err := s.pool.QueryRow(bg(), s.takeoverSQL, key, u, legacy).Scan(&marker, &future, &first, &again); err != nil || first || again {
+					b.Fatal(first, again, err)
+				}
+			})
+	})
 }
