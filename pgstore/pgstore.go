@@ -729,26 +729,29 @@ func (s *Store) prepare() {
 	// before the table was migrated, which keeps the ID taken until it
 	// expires.
 	//
-	// claimSQL inserts a free key (ins). A claim of a live row inserts
-	// nothing: ON CONFLICT DO NOTHING finds the row in the index without
-	// writing or locking it, so a flood of replays costs reads, not
-	// commits. Its last column, computed only when nothing was inserted,
-	// reports that the statement's snapshot shows no live row refusing the
-	// claim (armed table, an until in the future, no live leg, no live row
-	// of the key): the row has expired, or a concurrent statement
-	// inserted, took over or deleted it. Claim then runs takeoverSQL.
+	// claimSQL inserts a free key (ins). A claim of a live row (cur, in
+	// the statement's snapshot) does not even try to insert, and writes
+	// and locks nothing, so a flood of replays costs reads, not commits;
+	// a row committed after the snapshot is found by ON CONFLICT DO
+	// NOTHING, again without a write. The last column, computed only when
+	// nothing was inserted, reports that the snapshot shows no live row
+	// refusing the claim (armed table, an until in the future, no live leg
+	// or cur): the row has expired, or a concurrent statement inserted,
+	// took over or deleted it. Claim then runs takeoverSQL.
 	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
 leg AS (SELECT 1 FROM ` + t + ` WHERE key = $3::bytea AND until > now()),
+cur AS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
-  SELECT $1::bytea, 'c', '', $2::timestamptz FROM m WHERE $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg)
+  SELECT $1::bytea, 'c', '', $2::timestamptz FROM m
+  WHERE $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg) AND NOT EXISTS (SELECT 1 FROM cur)
   ON CONFLICT (key) DO NOTHING
   RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
   CASE WHEN EXISTS (SELECT 1 FROM ins) THEN false
     ELSE EXISTS (SELECT 1 FROM m) AND $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg)
-      AND NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until > now()) END`
+      AND NOT EXISTS (SELECT 1 FROM cur) END`
 	// takeoverSQL inserts a free key (ins) or takes over a row that has
 	// expired (upd: after waiting for its row lock, PostgreSQL checks until
 	// again on the row's newest version, so of two takeovers one wins). A
