@@ -4,10 +4,15 @@
 // delivery, idempotency key) exactly once
 // across every instance, and keep that promise through a database crash.
 //
-// Every claim and every lease step is one SQL statement on one row of one
-// table, keyed by the prefix's length, the prefix and the id (so that no
-// two prefixes share a key, even when one starts with the other): a claim
-// is
+// Every write of a claim or a lease step is one SQL statement on one row
+// of one table, keyed by the prefix's length, the prefix and the id (so
+// that no two prefixes share a key, even when one starts with the other):
+// a claim is
+//
+//	INSERT ... ON CONFLICT (key) DO NOTHING
+//
+// and, only when that statement found an expired row (or a row changed by
+// a concurrent statement), a second one that inserts or takes it over:
 //
 //	INSERT ... ON CONFLICT (key) DO NOTHING, and in the same statement
 //	UPDATE ... WHERE key = $1 AND until <= now()  (take over an expired row)
@@ -260,7 +265,7 @@ type Store struct {
 	refusal atomic.Pointer[error] // set by the recheck while a check of New fails
 	checks  checks
 
-	claimSQL, releaseSQL                           string
+	claimSQL, takeoverSQL, releaseSQL              string
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
 	sweepBatch                                     int
 	onSweep                                        func(int64, error)
@@ -728,21 +733,46 @@ func (s *Store) refused() error {
 // prepare writes the store's statements for its table.
 func (s *Store) prepare() {
 	t := s.table
-	// m is the marker row: when the table was truncated or emptied it is
-	// gone, and the statement neither inserts nor takes anything over.
-	// ins inserts a free key; upd takes over a row that has expired (after
-	// waiting for its row lock, PostgreSQL checks until again on the row's
-	// newest version, so of two takeovers one wins). A claim of a live row
-	// matches neither and writes nothing: a flood of replays costs reads,
-	// not commits. The last column reports an expired row in the
-	// statement's snapshot that the claim could have taken (armed table, an
-	// until in the future): when neither ins nor upd took it, a concurrent
-	// statement changed it first (took it over, or a sweeper or release
-	// deleted it), and the claim runs again to see which. leg is a live
-	// row of the same ID under the layout before version 2 ($3, see
-	// [Migrate]): a claim made before the table was migrated, which keeps
-	// the ID taken until it expires.
+	// A claim runs claimSQL, and takeoverSQL only when claimSQL found an
+	// expired row or lost a race. In both, m is the marker row: when the
+	// table was truncated or emptied it is gone, and the statement neither
+	// inserts nor takes anything over. leg is a live row of the same ID
+	// under the layout before version 2 ($3, see [Migrate]): a claim made
+	// before the table was migrated, which keeps the ID taken until it
+	// expires.
+	//
+	// claimSQL inserts a free key (ins). A claim of a live row (cur, in
+	// the statement's snapshot) does not even try to insert, and writes
+	// and locks nothing, so a flood of replays costs reads, not commits;
+	// a row committed after the snapshot is found by ON CONFLICT DO
+	// NOTHING, again without a write. The last column, computed only when
+	// nothing was inserted, reports that the snapshot shows no live row
+	// refusing the claim (armed table, an until in the future, no live leg
+	// or cur): the row has expired, or a concurrent statement inserted,
+	// took over or deleted it. Claim then runs takeoverSQL.
 	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+leg AS (SELECT 1 FROM ` + t + ` WHERE key = $3::bytea AND until > now()),
+cur AS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until > now()),
+ins AS (
+  INSERT INTO ` + t + ` (key, state, token, until)
+  SELECT $1::bytea, 'c', '', $2::timestamptz FROM m
+  WHERE $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg) AND NOT EXISTS (SELECT 1 FROM cur)
+  ON CONFLICT (key) DO NOTHING
+  RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
+  CASE WHEN EXISTS (SELECT 1 FROM ins) THEN false
+    ELSE EXISTS (SELECT 1 FROM m) AND $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg)
+      AND NOT EXISTS (SELECT 1 FROM cur) END`
+	// takeoverSQL inserts a free key (ins) or takes over a row that has
+	// expired (upd: after waiting for its row lock, PostgreSQL checks until
+	// again on the row's newest version, so of two takeovers one wins). A
+	// claim of a live row matches neither and writes nothing. The last
+	// column reports an expired row in the statement's snapshot that the
+	// claim could have taken: when neither ins nor upd took it, a
+	// concurrent statement changed it first (took it over, or a sweeper or
+	// release deleted it), and the claim runs again to see which.
+	s.takeoverSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
 leg AS (SELECT 1 FROM ` + t + ` WHERE key = $3::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
@@ -845,6 +875,17 @@ func (s *Store) legacyKey(id string) []byte {
 	return append(append(k, s.prefix...), id...)
 }
 
+// keys returns id's row key and its layout-1 key (see [Store.key] and
+// [Store.legacyKey]) in one allocation.
+func (s *Store) keys(id string) (key, legacy []byte) {
+	n := 2 + len(s.prefix) + len(id)
+	b := make([]byte, 0, n+len(s.prefix)+len(id))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s.prefix)))
+	b = append(append(b, s.prefix...), id...)
+	b = append(append(b, s.prefix...), id...)
+	return b[:n:n], b[n:]
+}
+
 // Claim records id until the given time and reports whether this call was
 // the first live claim of id, across every process sharing the table and
 // prefix. Exactly one of any number of concurrent claims of the same ID
@@ -870,13 +911,20 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if err := s.refused(); err != nil {
 		return false, err
 	}
-	type claimed struct{ marker, future, first bool }
+	// again: the claim must run takeoverSQL (the first statement), or
+	// run it again (a concurrent statement changed the row).
+	type claimed struct{ marker, future, first, again bool }
 	c, err := call(s, ctx, func(ctx context.Context) (claimed, error) {
-		key, u := s.key(id), pgTime(until)
+		key, legacy := s.keys(id)
+		u := pgTime(until)
 		var c claimed
+		if err := s.pool.QueryRow(ctx, s.claimSQL, key, u, legacy).Scan(&c.first, &c.marker, &c.future, &c.again); err != nil || !c.again {
+			return c, err
+		}
+		// An expired row, or a row that changed under a concurrent
+		// statement: take it over, or see who did.
 		for range maxRaces {
-			var raced bool
-			if err := s.pool.QueryRow(ctx, s.claimSQL, key, u, s.legacyKey(id)).Scan(&c.marker, &c.future, &c.first, &raced); err != nil || c.first || !raced {
+			if err := s.pool.QueryRow(ctx, s.takeoverSQL, key, u, legacy).Scan(&c.marker, &c.future, &c.first, &c.again); err != nil || c.first || !c.again {
 				return c, err
 			}
 		}
