@@ -132,7 +132,10 @@ func BenchmarkWebhookMiddleware(b *testing.B) {
 //
 // The "paired" cases alternate a floor call and a claim in one loop and
 // report both (floor-ns/op, claim-ns/op) and their ratio (x-floor): on a
-// shared machine they compare the two under the same load.
+// shared machine they compare the two under the same load. The claims run
+// under context.Background, as in the other cases, except in the
+// "cancellable-ctx" pairs, whose context can be cancelled (as an HTTP
+// request's): such a call keeps its own goroutine (see Store.direct).
 func BenchmarkClaimCost(b *testing.B) {
 	const clients = 64
 	ctx := context.Background()
@@ -179,7 +182,12 @@ func BenchmarkClaimCost(b *testing.B) {
 	script := func() error {
 		return sc.Do(ctx, "EVALSHA", setSHA, 1, "bench:"+id(), "1", until.UnixMilli()).Err()
 	}
-	claim := func(s *Store) func() error {
+	// A context that can be cancelled (as a request's can) keeps the
+	// goroutine that returns a call at once when it ends; context.Background
+	// lets a ContextTimeoutEnabled client's socket deadline bound the call.
+	cancellable, cancel := context.WithCancel(ctx)
+	b.Cleanup(cancel)
+	claimUnder := func(ctx context.Context, s *Store) func() error {
 		return func() error {
 			first, err := s.Claim(ctx, id(), until)
 			if err == nil && !first {
@@ -192,8 +200,9 @@ func BenchmarkClaimCost(b *testing.B) {
 	// both in their own line and inside the EVALSHA's time, so they are
 	// left out of redis-us/op.
 	inScripts := []string{"time", "get", "set"}
-	plain, durable := claim(provisioned(b, sc, Options{Prefix: "bench-claim:"})),
-		claim(provisioned(b, pc, Options{Prefix: "bench-wait:", Durability: Durability{Replicas: 1}}))
+	plainStore := provisioned(b, sc, Options{Prefix: "bench-claim:"})
+	durableStore := provisioned(b, pc, Options{Prefix: "bench-wait:", Durability: Durability{Replicas: 1}})
+	plain, durable := claimUnder(ctx, plainStore), claimUnder(ctx, durableStore)
 	cases := []struct {
 		name   string
 		c      *redis.Client
@@ -241,6 +250,8 @@ func BenchmarkClaimCost(b *testing.B) {
 	}{
 		{"claim-vs-set-nx-pxat", raw(sc, false), plain},
 		{"claim+wait1-vs-set-nx-pxat+wait1", raw(pc, true), durable},
+		{"claim-cancellable-ctx-vs-set-nx-pxat", raw(sc, false), claimUnder(cancellable, plainStore)},
+		{"claim+wait1-cancellable-ctx-vs-set-nx-pxat+wait1", raw(pc, true), claimUnder(cancellable, durableStore)},
 	}
 	for _, p := range pairs {
 		b.Run(p.name+"/paired", func(b *testing.B) {
