@@ -69,7 +69,11 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	var v any
 	var durErr error
 	if s.dur.on() {
-		v, err = s.pipeline(ctx, sc, *marker, c.cmd[:], direct)
+		if direct {
+			v, err = s.pipelineOn(ctx, sc, *marker, c.cmd[:], true)
+		} else {
+			v, err = s.pipeline(ctx, sc, *marker, c.cmd[:])
+		}
 		if err != nil && v != nil {
 			durErr, err = err, nil
 		}
