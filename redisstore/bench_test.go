@@ -132,8 +132,7 @@ func BenchmarkWebhookMiddleware(b *testing.B) {
 //
 // The "paired" cases alternate a floor call and a claim in one loop and
 // report both (floor-ns/op, claim-ns/op) and their ratio (x-floor): on a
-// shared machine they compare the two under the same load. The
-// "paired-64clients" cases do the same in each of 64 goroutines. The claims run
+// shared machine they compare the two under the same load. The claims run
 // under context.Background, as in the other cases, except in the
 // "cancellable-ctx" pairs, whose context can be cancelled (as an HTTP
 // request's): such a call keeps its own goroutine (see Store.direct).
@@ -261,43 +260,6 @@ func BenchmarkClaimCost(b *testing.B) {
 			b.ReportMetric(float64(floor.Nanoseconds())/float64(b.N), "floor-ns/op")
 			b.ReportMetric(float64(claim.Nanoseconds())/float64(b.N), "claim-ns/op")
 			b.ReportMetric(claim.Seconds()/floor.Seconds(), "x-floor")
-		})
-		b.Run(p.name+"/paired-64clients", func(b *testing.B) {
-			// Each goroutine alternates floor calls and claims, so both
-			// run under the same concurrent load; x-floor is a claim's
-			// mean time over a floor call's (about the inverse of their
-			// claims/s ratio with 64 clients each).
-			var floor, claim, floors, claims, starts atomic.Int64
-			b.SetParallelism((clients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
-			b.RunParallel(func(pb *testing.PB) {
-				odd := starts.Add(1)%2 == 0
-				for pb.Next() {
-					odd = !odd
-					call := p.claim
-					if odd {
-						call = p.floor
-					}
-					start := time.Now()
-					if err := call(); err != nil {
-						b.Error(err)
-						return
-					}
-					if d := time.Since(start).Nanoseconds(); odd {
-						floor.Add(d)
-						floors.Add(1)
-					} else {
-						claim.Add(d)
-						claims.Add(1)
-					}
-				}
-			})
-			if floors.Load() > 0 && claims.Load() > 0 {
-				f := float64(floor.Load()) / float64(floors.Load())
-				c := float64(claim.Load()) / float64(claims.Load())
-				b.ReportMetric(f, "floor-ns/op")
-				b.ReportMetric(c, "claim-ns/op")
-				b.ReportMetric(c/f, "x-floor")
-			}
 		})
 	}
 	for _, tc := range cases {
