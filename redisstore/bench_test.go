@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -129,6 +130,13 @@ func BenchmarkWebhookMiddleware(b *testing.B) {
 // Every case also reports redis-us/op: the microseconds per claim Redis
 // spent running its commands (INFO commandstats, summed over every command
 // the case sent, reset before it), its CPU cost per claim.
+//
+// The "paired" cases alternate a floor call and a claim in one loop and
+// report both (floor-ns/op, claim-ns/op) and their ratio (x-floor): on a
+// shared machine they compare the two under the same load. The claims run
+// under context.Background, as in the other cases, except in the
+// "cancellable-ctx" pairs, whose context can be cancelled (as an HTTP
+// request's): such a call keeps its own goroutine (see Store.direct).
 func BenchmarkClaimCost(b *testing.B) {
 	const clients = 64
 	ctx := context.Background()
@@ -175,7 +183,12 @@ func BenchmarkClaimCost(b *testing.B) {
 	script := func() error {
 		return sc.Do(ctx, "EVALSHA", setSHA, 1, "bench:"+id(), "1", until.UnixMilli()).Err()
 	}
-	claim := func(s *Store) func() error {
+	// A context that can be cancelled (as a request's can) keeps the
+	// goroutine that returns a call at once when it ends; context.Background
+	// lets a ContextTimeoutEnabled client's socket deadline bound the call.
+	cancellable, cancel := context.WithCancel(ctx)
+	b.Cleanup(cancel)
+	claimUnder := func(ctx context.Context, s *Store) func() error {
 		return func() error {
 			first, err := s.Claim(ctx, id(), until)
 			if err == nil && !first {
@@ -184,16 +197,71 @@ func BenchmarkClaimCost(b *testing.B) {
 			return err
 		}
 	}
+	// Commands that the cases' scripts call: INFO commandstats counts them
+	// both in their own line and inside the EVALSHA's time, so they are
+	// left out of redis-us/op.
+	inScripts := []string{"time", "get", "set"}
+	plainStore := provisioned(b, sc, Options{Prefix: "bench-claim:"})
+	durableStore := provisioned(b, pc, Options{Prefix: "bench-wait:", Durability: Durability{Replicas: 1}})
+	plain, durable := claimUnder(ctx, plainStore), claimUnder(ctx, durableStore)
 	cases := []struct {
-		name string
-		c    *redis.Client
-		call func() error
+		name   string
+		c      *redis.Client
+		call   func() error
+		nested []string
 	}{
-		{"set-nx-pxat", sc, raw(sc, false)},
-		{"script-set-nx", sc, script},
-		{"claim", sc, claim(provisioned(b, sc, Options{Prefix: "bench-claim:"}))},
-		{"set-nx-pxat+wait1", pc, raw(pc, true)},
-		{"claim+wait1", pc, claim(provisioned(b, pc, Options{Prefix: "bench-wait:", Durability: Durability{Replicas: 1}}))},
+		{"set-nx-pxat", sc, raw(sc, false), nil},
+		{"script-set-nx", sc, script, []string{"set"}},
+		{"claim", sc, plain, inScripts},
+		{"set-nx-pxat+wait1", pc, raw(pc, true), nil},
+		{"claim+wait1", pc, durable, inScripts},
+	}
+	// paired: each iteration makes one floor call and one claim, in
+	// alternating order, timing each, so that both see the same load (on a
+	// shared machine the load changes faster than one case runs). x-floor
+	// is the claims' total time over the floor's.
+	pairs := []struct {
+		name         string
+		floor, claim func() error
+	}{
+		{"claim-vs-set-nx-pxat", raw(sc, false), plain},
+		{"claim+wait1-vs-set-nx-pxat+wait1", raw(pc, true), durable},
+		{"claim-cancellable-ctx-vs-set-nx-pxat", raw(sc, false), claimUnder(cancellable, plainStore)},
+		{"claim+wait1-cancellable-ctx-vs-set-nx-pxat+wait1", raw(pc, true), claimUnder(cancellable, durableStore)},
+	}
+	for _, p := range pairs {
+		b.Run(p.name+"/paired", func(b *testing.B) {
+			var floor, claim time.Duration
+			odd := false
+			for b.Loop() {
+				odd = !odd
+				start := time.Now()
+				if odd {
+					if err := p.floor(); err != nil {
+						b.Fatal(err)
+					}
+				} else if err := p.claim(); err != nil {
+					b.Fatal(err)
+				}
+				mid := time.Now()
+				if odd {
+					if err := p.claim(); err != nil {
+						b.Fatal(err)
+					}
+				} else if err := p.floor(); err != nil {
+					b.Fatal(err)
+				}
+				end := time.Now()
+				if odd {
+					floor, claim = floor+mid.Sub(start), claim+end.Sub(mid)
+				} else {
+					claim, floor = claim+mid.Sub(start), floor+end.Sub(mid)
+				}
+			}
+			b.ReportMetric(float64(floor.Nanoseconds())/float64(b.N), "floor-ns/op")
+			b.ReportMetric(float64(claim.Nanoseconds())/float64(b.N), "claim-ns/op")
+			b.ReportMetric(claim.Seconds()/floor.Seconds(), "x-floor")
+		})
 	}
 	for _, tc := range cases {
 		b.Run(tc.name+"/serial", func(b *testing.B) {
@@ -203,7 +271,7 @@ func BenchmarkClaimCost(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(redisMicros(b, tc.c)/float64(b.N), "redis-us/op")
+			b.ReportMetric(redisMicros(b, tc.c, tc.nested...)/float64(b.N), "redis-us/op")
 		})
 		b.Run(tc.name+"/64clients", func(b *testing.B) {
 			resetStats(b, tc.c)
@@ -217,9 +285,10 @@ func BenchmarkClaimCost(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
-			b.ReportMetric(redisMicros(b, tc.c)/float64(b.N), "redis-us/op")
+			b.ReportMetric(redisMicros(b, tc.c, tc.nested...)/float64(b.N), "redis-us/op")
 		})
 	}
+
 }
 
 // BenchmarkRecordCost measures what one idempotent operation costs the
@@ -322,8 +391,9 @@ func resetStats(b *testing.B, c *redis.Client) {
 
 // redisMicros is the time Redis spent running commands since resetStats,
 // in µs: the usec of every cmdstat line of INFO commandstats except the
-// benchmark's own CONFIG and INFO.
-func redisMicros(b *testing.B, c *redis.Client) float64 {
+// benchmark's own CONFIG and INFO and the commands named in nested (those
+// its scripts call, whose time the script's line already holds).
+func redisMicros(b *testing.B, c *redis.Client, nested ...string) float64 {
 	b.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
@@ -332,7 +402,8 @@ func redisMicros(b *testing.B, c *redis.Client) float64 {
 	var total float64
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_config" || name == "cmdstat_info" {
+		cmd, isStat := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isStat || cmd == "config|resetstat" || cmd == "info" || slices.Contains(nested, cmd) {
 			continue
 		}
 		for _, f := range strings.Split(rest, ",") {

@@ -140,24 +140,31 @@ func (d *durability) acked(wait, waitAOF *redis.Cmd) error {
 // it) followed by WAIT and WAITAOF on one connection of the master serving
 // key. It returns the script's reply and the durability verdict.
 func (s *Store) pipeline(ctx context.Context, sc *script, key string, cmd []any) (any, error) {
+	return s.pipelineOn(ctx, sc, key, cmd, false)
+}
+
+// pipelineOn is pipeline, on the caller's goroutine when direct is set
+// (see [Store.direct]): the client itself returns by ctx's deadline.
+func (s *Store) pipelineOn(ctx context.Context, sc *script, key string, cmd []any, direct bool) (any, error) {
 	c, err := s.dur.pinned(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	done := pipePool.Get().(chan pipeResult) // buffered: the sender never blocks
-	go func() {
-		r := s.pipelined(ctx, c, sc, cmd, false)
-		if r.err != nil && isNoScript(r.err) {
-			r = s.pipelined(ctx, c, sc, cmd, true)
-		}
-		done <- r
-	}()
 	var r pipeResult
-	select {
-	case r = <-done:
-		pipePool.Put(done)
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	if direct {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		r = s.pipelineOnce(ctx, c, sc, cmd)
+	} else {
+		done := pipePool.Get().(chan pipeResult) // buffered: the sender never blocks
+		go func() { done <- s.pipelineOnce(ctx, c, sc, cmd) }()
+		select {
+		case r = <-done:
+			pipePool.Put(done)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		}
 	}
 	if r.err != nil {
 		if s.dur.cluster != nil {
@@ -180,6 +187,16 @@ type pipeResult struct {
 
 // pipePool holds the channels pipeline hands its goroutine (see donePool).
 var pipePool = sync.Pool{New: func() any { return make(chan pipeResult, 1) }}
+
+// pipelineOnce sends the pipeline of cmd, and again with EVAL when the
+// server does not know the script.
+func (s *Store) pipelineOnce(ctx context.Context, c *redis.Client, sc *script, cmd []any) pipeResult {
+	r := s.pipelined(ctx, c, sc, cmd, false)
+	if r.err != nil && isNoScript(r.err) {
+		r = s.pipelined(ctx, c, sc, cmd, true)
+	}
+	return r
+}
 
 // pipelined sends cmd (as EVAL when eval is set) and the WAIT and WAITAOF
 // of the setting in one pipeline on c.
@@ -232,7 +249,13 @@ func (s *Store) wrapErr(ctx context.Context, err error) error {
 	if errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: unexpected nil reply", ErrUnavailable)
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+	ctxErr := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && ctxErr == nil && !time.Now().Before(dl) {
+		// The socket's deadline (the context's) can pass an instant before
+		// the context's own timer fires.
+		ctxErr = context.DeadlineExceeded
+	}
+	if ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)

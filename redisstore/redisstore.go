@@ -534,8 +534,5 @@ func (s *Store) call(ctx context.Context, args ...any) (any, error) {
 	case errors.Is(r.err, redis.Nil):
 		return nil, r.err
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(r.err, ctxErr) {
-		return nil, fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, r.err)
-	}
-	return nil, fmt.Errorf("%w: %w", ErrUnavailable, r.err)
+	return nil, s.wrapErr(ctx, r.err)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
+	"github.com/redis/go-redis/v9"
 )
 
 // argBytes is a script argument built in a reused buffer. go-redis writes
@@ -44,6 +45,7 @@ type scriptCall struct {
 // become errors; code 1 (the script wrote the entry) also needs the
 // Durability verdict.
 func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg string, seq uint64) (code, val int64, err error) {
+	direct := s.direct(ctx)
 	ctx, cancel := s.deadline(ctx)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
@@ -67,12 +69,16 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	var v any
 	var durErr error
 	if s.dur.on() {
-		v, err = s.pipeline(ctx, sc, *marker, c.cmd[:])
+		if direct {
+			v, err = s.pipelineOn(ctx, sc, *marker, c.cmd[:], true)
+		} else {
+			v, err = s.pipeline(ctx, sc, *marker, c.cmd[:])
+		}
 		if err != nil && v != nil {
 			durErr, err = err, nil
 		}
 	} else {
-		v, err = s.eval(ctx, sc, c.cmd[:])
+		v, err = s.evalOn(ctx, sc, c.cmd[:], direct)
 	}
 	if err != nil {
 		return 0, 0, err
@@ -126,12 +132,65 @@ func (s *Store) verdict(sc *script, shard int, code, val int64, durErr error) (i
 // its EVAL form (which also caches the script) only when the server does
 // not know the script yet. ctx already carries the store's deadline.
 func (s *Store) eval(ctx context.Context, sc *script, cmd []any) (any, error) {
-	v, err := s.call(ctx, cmd...)
+	return s.evalOn(ctx, sc, cmd, false)
+}
+
+// evalOn is eval, on the caller's goroutine when direct is set (see
+// [Store.direct]).
+func (s *Store) evalOn(ctx context.Context, sc *script, cmd []any, direct bool) (any, error) {
+	v, err := s.callOn(ctx, direct, cmd)
 	if err != nil && isNoScript(err) {
-		v, err = s.call(ctx, asEval(*sc, cmd)...)
+		v, err = s.callOn(ctx, direct, asEval(*sc, cmd))
 	}
 	if err != nil && errors.Is(err, errNil) {
 		return nil, fmt.Errorf("%w: unexpected nil reply to a script", ErrUnavailable)
 	}
 	return v, err
+}
+
+// direct reports whether a call under parent, the caller's context before
+// the store's deadline is added, may run on the caller's goroutine instead
+// of on a goroutine of its own (see [Store.call]). That goroutine exists
+// to return at once when the caller's context ends or the store's deadline
+// passes while the client is still waiting. A context that cannot be
+// cancelled (Done returns nil) ends only at a deadline, and a go-redis
+// client with ContextTimeoutEnabled puts the context's deadline on the
+// socket (reads, writes, dials) and on its pool wait, so it returns by the
+// deadline itself: then the goroutine would only add a scheduling hop per
+// call. Any other client, or a context that can be cancelled, keeps it.
+func (s *Store) direct(parent context.Context) bool {
+	if parent == nil || parent.Done() != nil {
+		return false
+	}
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// callOn runs cmd through callDirect when direct is set, else through call.
+func (s *Store) callOn(ctx context.Context, direct bool, cmd []any) (any, error) {
+	if direct {
+		return s.callDirect(ctx, cmd...)
+	}
+	return s.call(ctx, cmd...)
+}
+
+// callDirect is [Store.call] on the caller's goroutine, for a call that
+// [Store.direct] allows: the client returns by ctx's deadline.
+func (s *Store) callDirect(ctx context.Context, args ...any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	v, err := s.client.Do(ctx, args...).Result()
+	switch {
+	case err == nil:
+		return v, nil
+	case errors.Is(err, redis.Nil):
+		return nil, err
+	}
+	return nil, s.wrapErr(ctx, err)
 }

@@ -1,0 +1,111 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runBound is how much longer than its deadline a call may take to fail
+// while Redis is paused: scheduling on a loaded 2-core machine under -race
+// (see pauseBound in fault_pause_test.go, measured there).
+const runBound = 1500 * time.Millisecond
+
+// TestPausedRedisFailsClaimsClosedOnBothPaths pauses a primary (SIGSTOP)
+// and claims with and without Durability, under a context that cannot be
+// cancelled (the call runs on the caller's goroutine and the client's
+// socket deadline ends it) and under one that can (the call runs on a
+// goroutine of its own and the store's deadline ends the wait). Every
+// claim must fail closed with ErrUnavailable matching
+// context.DeadlineExceeded within the store's timeout and runBound.
+func TestPausedRedisFailsClaimsClosedOnBothPaths(t *testing.T) {
+	t.Parallel()
+	const timeout = 200 * time.Millisecond
+	primary := newServer(t)
+	newReplica(t, primary)
+	c := primary.client()
+	stores := []struct {
+		name string
+		s    *Store
+	}{
+		{"plain", provisioned(t, c, Options{Prefix: "run-plain:", Timeout: timeout, AllowAsyncReplicas: true})},
+		{"durable", provisioned(t, c, Options{Prefix: "run-durable:", Timeout: timeout,
+			Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})},
+	}
+	for _, st := range stores {
+		if first, err := st.s.Claim(context.Background(), "before", time.Now().Add(time.Minute)); !first || err != nil {
+			t.Fatalf("%s: claim before the pause = %v, %v; want first", st.name, first, err)
+		}
+	}
+	primary.signal(syscall.SIGSTOP)
+	defer primary.signal(syscall.SIGCONT)
+	ctxs := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"uncancellable context", func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }},
+		{"cancellable context", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
+	}
+	for _, st := range stores {
+		for _, cc := range ctxs {
+			t.Run(st.name+"/"+cc.name, func(t *testing.T) {
+				ctx, cancel := cc.ctx()
+				defer cancel()
+				start := time.Now()
+				first, err := st.s.Claim(ctx, "paused-"+cc.name, time.Now().Add(time.Minute))
+				took := time.Since(start)
+				if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and DeadlineExceeded", first, err)
+				}
+				if took > timeout+runBound {
+					t.Fatalf("took %v, want at most %v", took, timeout+runBound)
+				}
+			})
+		}
+	}
+}
+
+// TestCancelledClaimReturnsBeforeItsDeadline pauses a primary and cancels
+// a claim's context while the claim waits for it: the claim returns
+// ErrUnavailable matching context.Canceled long before the store's own
+// deadline, with and without Durability.
+func TestCancelledClaimReturnsBeforeItsDeadline(t *testing.T) {
+	t.Parallel()
+	const timeout, cancelAfter = 20 * time.Second, 100 * time.Millisecond
+	primary := newServer(t)
+	newReplica(t, primary)
+	c := primary.client()
+	stores := []struct {
+		name string
+		s    *Store
+	}{
+		{"plain", provisioned(t, c, Options{Prefix: "cancel-plain:", Timeout: timeout, AllowAsyncReplicas: true})},
+		{"durable", provisioned(t, c, Options{Prefix: "cancel-durable:", Timeout: timeout,
+			Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})},
+	}
+	for _, st := range stores {
+		if first, err := st.s.Claim(context.Background(), "before", time.Now().Add(time.Minute)); !first || err != nil {
+			t.Fatalf("%s: claim before the pause = %v, %v; want first", st.name, first, err)
+		}
+	}
+	primary.signal(syscall.SIGSTOP)
+	defer primary.signal(syscall.SIGCONT)
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			timer := time.AfterFunc(cancelAfter, cancel)
+			defer timer.Stop()
+			start := time.Now()
+			first, err := st.s.Claim(ctx, "cancelled", time.Now().Add(time.Minute))
+			took := time.Since(start)
+			if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and Canceled", first, err)
+			}
+			if took > cancelAfter+runBound {
+				t.Fatalf("took %v, want at most %v", took, cancelAfter+runBound)
+			}
+		})
+	}
+}
