@@ -212,7 +212,7 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 	ctx, cancel := context.WithDeadline(a.r.Context(), a.start.Add(p.lease/4*3))
 	defer cancel()
 	r2 := a.r.WithContext(ctx)
-	r2.Body = io.NopCloser(bytes.NewReader(body))
+	r2.Body = &bodyReader{Reader: bytes.NewReader(body)}
 	r2.ContentLength = int64(len(body))
 	b := &bufferWriter{a: a, w: w}
 	defer func() {
@@ -364,6 +364,12 @@ func (a *attempt) log(level slog.Level, msg string, status int, err error) {
 	l.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
+// bodyReader gives the handler the body read for the fingerprint.
+type bodyReader struct{ *bytes.Reader }
+
+// Close does nothing: the body is in memory.
+func (bodyReader) Close() error { return nil }
+
 // bufferWriter holds the handler's response until the key is settled,
 // so that the response is recorded before the client sees it. A response
 // over the cap settles the key at once (too large, or released for a
@@ -403,10 +409,15 @@ func (b *bufferWriter) WriteHeader(code int) {
 	b.status = code
 }
 
-// Write buffers p, or streams it once the response is over the cap.
+// Write buffers p, or streams it once the response is over the cap. As
+// net/http, it refuses a body for 204 and 304 with
+// [http.ErrBodyNotAllowed].
 func (b *bufferWriter) Write(p []byte) (int, error) {
 	if b.status == 0 {
 		b.WriteHeader(http.StatusOK)
+	}
+	if b.status == http.StatusNoContent || b.status == http.StatusNotModified {
+		return 0, http.ErrBodyNotAllowed
 	}
 	if b.through {
 		return b.w.Write(p)

@@ -112,6 +112,18 @@ func TestMiddlewareRunsOnceAndReplays(t *testing.T) {
 			t.Fatalf("store ID of the pattern is %v", rec.State)
 		}
 	})
+	t.Run("a body for 204 is refused as net/http refuses it", func(t *testing.T) {
+		var werr error
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusNoContent)
+			_, werr = io.WriteString(w, "not allowed")
+		})
+		f.post(key1, `{}`)
+		w := f.post(key1, `{}`)
+		if !errors.Is(werr, http.ErrBodyNotAllowed) || w.Code != http.StatusNoContent || w.Body.Len() != 0 || w.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("write error %v; replay %d %q", werr, w.Code, w.Body)
+		}
+	})
 	t.Run("handler writing nothing is recorded as 200", func(t *testing.T) {
 		f := newFixture(t, Config{}, func(http.ResponseWriter, *http.Request) {})
 		f.post(key1, `{}`)
