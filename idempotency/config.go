@@ -88,8 +88,8 @@ type Config struct {
 	// Caller returns the authenticated caller of a request; keys are
 	// scoped to it, so two callers' keys never meet. An error, or an empty
 	// caller, is answered 401 with a problem+json body and the handler is
-	// not run. It is called only for requests that carry a key (or that
-	// Required refuses).
+	// not run. It is called only for covered requests that carry the key
+	// header.
 	Caller func(r *http.Request) (string, error)
 	// Header is the request header that carries the key; zero means
 	// [DefaultHeader].
@@ -146,10 +146,12 @@ type Config struct {
 	// documentation lists the outcomes). Nil costs nothing.
 	Observer observe.Observer
 	// Logger, if set, receives a record for every failure on the server's
-	// side (a store failure after the handler ran, a stored response that
-	// cannot be replayed, a response too large to store). Records carry
-	// the method, the route, the status and a fixed reason: never a key,
-	// a caller or a body.
+	// side: at Warn a store that could not lease a key (503) and a retry
+	// of a response too large to store; at Error a store failure after
+	// the handler ran, a stored response that cannot be replayed, a
+	// response too large to store. Records carry the method, the route,
+	// the status, a fixed reason and the store's error: never a key, a
+	// caller or a body.
 	Logger *slog.Logger
 }
 

@@ -95,7 +95,9 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	rec, err := p.store.AcquireRecord(r.Context(), a.id, p.lease, fp)
 	a.acquired = max(time.Since(a.start), 1) // a store was called: never 0
 	if err != nil {
-		p.refuse(w, storeAcquireError(err), a.acquired, p.retryAfter)
+		err = storeAcquireError(err)
+		a.log(slog.LevelWarn, "idempotency: the store could not lease the key; answered 503", http.StatusServiceUnavailable, err)
+		p.refuse(w, err, a.acquired, p.retryAfter)
 		return
 	}
 	switch rec.State {
@@ -121,7 +123,9 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		a.replay(w, rec, fp)
 		return
 	}
-	p.refuse(w, storeAcquireError(errStoreAnswer), a.acquired, p.retryAfter)
+	err = storeAcquireError(errStoreAnswer)
+	a.log(slog.LevelError, "idempotency: the store answered outside the Recorder contract; answered 503", http.StatusServiceUnavailable, err)
+	p.refuse(w, err, a.acquired, p.retryAfter)
 }
 
 // sameFingerprint compares two request fingerprints. They are not secret;

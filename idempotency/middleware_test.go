@@ -486,6 +486,9 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		if e := f.obs.last(t); e.Outcome != observe.OutcomeStoreFailure || e.Reason != observe.ReasonIdempotencyStoreAcquire || e.StoreLatency <= 0 {
 			t.Errorf("event %+v", e)
 		}
+		if !strings.Contains(f.logs.String(), "level=WARN") || !strings.Contains(f.logs.String(), "injected store failure") {
+			t.Errorf("log %s", f.logs)
+		}
 	})
 	t.Run("acquired without a token is 503", func(t *testing.T) {
 		fs := &faultStore{Recorder: newStore(), noToken: true}
