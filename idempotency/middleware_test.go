@@ -392,6 +392,20 @@ func TestMiddlewareReleasesTheKey(t *testing.T) {
 			t.Fatalf("retry %d runs %d", w.Code, f.runs.Load())
 		}
 	})
+	t.Run("an invalid status panics as net/http does and releases the key", func(t *testing.T) {
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(1000) })
+		func() {
+			defer func() {
+				if pv := recover(); pv == nil || !strings.Contains(pv.(string), "invalid WriteHeader code") {
+					t.Fatalf("recovered %v", pv)
+				}
+			}()
+			f.post(key1, `{}`)
+		}()
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased || e.Reason != observe.ReasonIdempotencyHandlerPanic {
+			t.Errorf("event %+v", e)
+		}
+	})
 	t.Run("client gone before the handler wrote anything releases the key", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		first := true
@@ -447,6 +461,22 @@ func TestMiddlewareResponseOverMaxResponseBytes(t *testing.T) {
 		}
 		if !strings.Contains(f.logs.String(), "over MaxResponseBytes") {
 			t.Errorf("not logged: %s", f.logs)
+		}
+	})
+	t.Run("a flush while buffering sends nothing; once streaming it flushes", func(t *testing.T) {
+		var flushedEarly bool
+		f := newFixture(t, Config{MaxResponseBytes: 64}, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "head")
+			w.(http.Flusher).Flush()
+			flushedEarly = w.(*bufferWriter).w.(*httptest.ResponseRecorder).Flushed
+			io.WriteString(w, big)
+			if err := http.NewResponseController(w).Flush(); err != nil {
+				t.Errorf("flush while streaming: %v", err)
+			}
+		})
+		w := f.post(key1, `{}`)
+		if flushedEarly || !w.Flushed || w.Body.String() != "head"+big {
+			t.Fatalf("flushed early %v, flushed %v, body %q", flushedEarly, w.Flushed, w.Body)
 		}
 	})
 	t.Run("a retry status over the cap releases the key", func(t *testing.T) {
@@ -597,6 +627,18 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		}
 		if e := f.obs.last(t); e.Outcome != observe.OutcomeStoreFailure || e.Reason != observe.ReasonIdempotencyNoRecord {
 			t.Errorf("event %+v", e)
+		}
+	})
+	t.Run("a key leased without a record is 409", func(t *testing.T) {
+		store := newStore()
+		f := newFixture(t, Config{Store: store}, nil)
+		if _, err := store.AcquireLease(context.Background(), StoreID("alice", "POST /payments", strings.Trim(key1, `"`)), 3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		w := f.post(key1, `{}`)
+		problemOf(t, w, http.StatusConflict)
+		if ra := w.Header().Get("Retry-After"); ra != "3" || f.runs.Load() != 0 {
+			t.Fatalf("Retry-After %q runs %d", ra, f.runs.Load())
 		}
 	})
 	t.Run("a stored response that does not decode is 500", func(t *testing.T) {
