@@ -63,13 +63,17 @@ const (
 // the value "true" (the name Stripe uses).
 const ReplayedHeader = "Idempotent-Replayed"
 
-// DefaultReplayHeaders are the response headers stored and replayed when
-// [Config.ReplayHeaders] is nil: those that describe the body or the
-// created resource. Headers of a connection or a session (Set-Cookie) are
-// never among them.
-var DefaultReplayHeaders = []string{
-	"Content-Type", "Content-Encoding", "Content-Language", "Content-Location",
-	"Location", "Link", "ETag", "Last-Modified", "Cache-Control",
+// DefaultReplayHeaders returns the response headers stored and replayed
+// when [Config.ReplayHeaders] is nil: Content-Type, Content-Encoding,
+// Content-Language, Content-Location, Location, Link, ETag, Last-Modified
+// and Cache-Control, those that describe the body or the created
+// resource. Headers of a connection or a session (Set-Cookie) are never
+// among them. The slice is the caller's.
+func DefaultReplayHeaders() []string {
+	return []string{
+		"Content-Type", "Content-Encoding", "Content-Language", "Content-Location",
+		"Location", "Link", "ETag", "Last-Modified", "Cache-Control",
+	}
 }
 
 // ErrConfig is the error of [New] for an invalid [Config]: it is
@@ -253,7 +257,7 @@ func newParams(cfg Config) (*params, error) {
 	p.maxResponse = orDefault(cfg.MaxResponseBytes, DefaultMaxResponseBytes)
 	names := cfg.ReplayHeaders
 	if names == nil {
-		names = DefaultReplayHeaders
+		names = DefaultReplayHeaders()
 	}
 	seen := map[string]bool{}
 	for _, n := range names {
