@@ -61,7 +61,7 @@ type bank struct {
 // the client goes away: the middleware records its response for the
 // client's retry.
 func (b *bank) charge(ref string) (string, error) {
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(800 * time.Millisecond)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.outages[ref] > 0 {
@@ -133,7 +133,7 @@ type client struct {
 // body, and returns the final status and body.
 func (c *client) pay(key string, p payment) (int, string, error) {
 	body, _ := json.Marshal(p)
-	for attempt := 1; attempt <= 8; attempt++ {
+	for attempt := 1; attempt <= 20; attempt++ {
 		req, err := http.NewRequest(http.MethodPost, c.base+"/payments", strings.NewReader(string(body)))
 		if err != nil {
 			return 0, "", err
@@ -170,7 +170,7 @@ func (c *client) pay(key string, p payment) (int, string, error) {
 		fmt.Fprintf(c.out, "client: attempt %d got %d %s%s: %s\n", attempt, resp.StatusCode, http.StatusText(resp.StatusCode), replayed, text)
 		return resp.StatusCode, text, nil
 	}
-	return 0, "", errors.New("gave up after 8 attempts")
+	return 0, "", errors.New("gave up after 20 attempts")
 }
 
 func run(w io.Writer) error {
