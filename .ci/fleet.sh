@@ -12,7 +12,9 @@
 #                           # docs/faults.md): failover to a lagging replica
 #                           # by hand, by redis-sentinel and in a Cluster with
 #                           # replicas; restart without persistence and
-#                           # FLUSHALL (the fence); instance clocks 2 min off.
+#                           # FLUSHALL (the fence); instance clocks 2 min off;
+#                           # Idempotency-Key exactly once through a failover,
+#                           # a SIGKILL and a panicking handler (issue 36).
 #                           # ~60 s; without -race, so the logged throughput
 #                           # ratios mean something
 #   .ci/fleet.sh load       # the sustained-load test alone
@@ -99,7 +101,7 @@ fi
 if [ "$what" = all ] || [ "$what" = failures ]; then
 	echo "--- store failures under load (issue 26, docs/faults.md; the tests start their own redis-server, replicas, redis-sentinel and Cluster)"
 	(cd redisstore && go test -tags fault -count=1 -timeout 600s -v \
-		-run '^(TestFailoverToLaggingReplica|TestSentinelFailover|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock)' .)
+		-run '^(TestFailoverToLaggingReplica|TestSentinelFailover|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock|TestIdempotencyExactlyOnce)' .)
 fi
 
 if [ "$what" = all ] || [ "$what" = load ]; then

@@ -7,7 +7,11 @@
 #                      # one stopped after New, or away with its slot), settings
 #                      # weakened after New (refused within ~1 s), key layout 1
 #                      # upgraded by Migrate, and a
-#                      # 64-client load with a server restart, 10 s)
+#                      # 64-client load with a server restart, 10 s; the
+#                      # Recorder's contract, and 64 clients retrying
+#                      # requests through the idempotency middleware while
+#                      # the server is SIGKILLed and restarted and handlers
+#                      # crash, 10-16 s)
 #   .ci/pg.sh load     # the load test alone, without -race, so that its
 #                      # throughput and latency figures mean something
 #

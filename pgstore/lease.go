@@ -22,6 +22,14 @@ import (
 // before the statement is sent, so a resend of a statement whose reply was
 // lost gets the same answer: an acquire finds its own lease, a confirm its
 // own done row, a release nothing left to do.
+//
+// The columns fingerprint and result carry the record of [Store.AcquireRecord]
+// and [Store.ConfirmRecord] (record.go). The acquire and confirm statements
+// below are shared by both interfaces: every acquire writes fingerprint
+// (NULL for AcquireLease) and clears result, and every confirm writes both
+// (NULL for ConfirmLease), so a row never carries the record of an earlier
+// holder. A claimed row (state 'c', whose statement leaves the columns
+// alone) is read as done without a record.
 
 // tokenLen is the length of a lease token: 16 random bytes in hex.
 const tokenLen = 32
@@ -43,30 +51,40 @@ func (s *Store) prepareLease() {
 	s.acquireSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
 leg AS (SELECT 1 FROM ` + t + ` WHERE key = $4::bytea AND until > now()),
 ins AS (
-  INSERT INTO ` + t + ` (key, state, token, until)
-  SELECT $1::bytea, 'l', $2::text, now() + $3::bigint * interval '1 microsecond' FROM m WHERE NOT EXISTS (SELECT 1 FROM leg)
+  INSERT INTO ` + t + ` (key, state, token, until, fingerprint)
+  SELECT $1::bytea, 'l', $2::text, now() + $3::bigint * interval '1 microsecond', $5::bytea FROM m WHERE NOT EXISTS (SELECT 1 FROM leg)
   ON CONFLICT (key) DO NOTHING
   RETURNING 1
 ),
 upd AS (
-  UPDATE ` + t + ` SET state = 'l', token = $2::text, until = now() + $3::bigint * interval '1 microsecond'
+  UPDATE ` + t + ` SET state = 'l', token = $2::text, until = now() + $3::bigint * interval '1 microsecond', fingerprint = $5::bytea, result = NULL
   WHERE key = $1::bytea AND until <= now() AND EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM ins)
     AND NOT EXISTS (SELECT 1 FROM leg)
   RETURNING 1
 ),
 cur AS (
   SELECT state, key = $1::bytea AND token = $2::text AS mine,
-    CASE WHEN state = 'l' THEN ceil(extract(epoch FROM until - now()) * 1000000)::bigint ELSE 0 END AS wait
+    CASE WHEN state = 'l' THEN ceil(extract(epoch FROM until - now()) * 1000000)::bigint ELSE 0 END AS wait,
+    CASE WHEN $6::boolean AND state IN ('l', 'd') THEN fingerprint END AS fingerprint,
+    CASE WHEN $6::boolean AND state = 'd' THEN result END AS result
   FROM ` + t + ` WHERE (key = $1::bytea OR key = $4::bytea) AND until > now()
   ORDER BY key = $1::bytea DESC LIMIT 1
 )
 SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
-  coalesce((SELECT state FROM cur), ''), coalesce((SELECT mine FROM cur), false), coalesce((SELECT wait FROM cur), 0)`
+  coalesce((SELECT state FROM cur), ''), coalesce((SELECT mine FROM cur), false), coalesce((SELECT wait FROM cur), 0),
+  (SELECT fingerprint FROM cur), (SELECT result FROM cur)`
+	// The confirm writes the done row with its record (fingerprint and
+	// result, both NULL for ConfirmLease) in the one statement that ends
+	// the lease. A resend that finds its own live done row (the first
+	// confirmation committed and its reply was lost) keeps the record the
+	// first one wrote.
 	s.confirmSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
 up AS (
-  INSERT INTO ` + t + ` AS r (key, state, token, until)
-  SELECT $1::bytea, 'd', $2::text, $3::timestamptz FROM m WHERE $3::timestamptz > now()
-  ON CONFLICT (key) DO UPDATE SET state = 'd', token = excluded.token, until = excluded.until
+  INSERT INTO ` + t + ` AS r (key, state, token, until, fingerprint, result)
+  SELECT $1::bytea, 'd', $2::text, $3::timestamptz, $4::bytea, $5::bytea FROM m WHERE $3::timestamptz > now()
+  ON CONFLICT (key) DO UPDATE SET state = 'd', token = excluded.token, until = excluded.until,
+      fingerprint = CASE WHEN r.state = 'd' AND r.until > now() THEN r.fingerprint ELSE excluded.fingerprint END,
+      result = CASE WHEN r.state = 'd' AND r.until > now() THEN r.result ELSE excluded.result END
     WHERE r.until <= now() OR (r.state IN ('l', 'd') AND r.token = excluded.token)
   RETURNING 1
 )
@@ -82,19 +100,32 @@ SELECT EXISTS (SELECT 1 FROM m), $3::timestamptz > now(), EXISTS (SELECT 1 FROM 
 // lease that is not positive, which also matches [replay.ErrExpired]. A
 // lease is rounded up to a whole microsecond.
 func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration) (replay.Lease, error) {
+	r, err := s.acquire(ctx, id, lease, nil, false)
+	return r.Lease, err
+}
+
+// acquire is AcquireLease that writes fingerprint (NULL when nil) with the
+// lease and, when record is set, reads the fingerprint of a live lease or
+// done row and the result of a done row.
+func (s *Store) acquire(ctx context.Context, id string, lease time.Duration, fingerprint []byte, record bool) (replay.Record, error) {
 	if err := checkID(id); err != nil {
-		return replay.Lease{}, err
+		return replay.Record{}, err
 	}
 	if lease <= 0 {
-		return replay.Lease{}, fmt.Errorf("%w: %w: lease is not positive", ErrInvalidClaim, replay.ErrExpired)
+		return replay.Record{}, fmt.Errorf("%w: %w: lease is not positive", ErrInvalidClaim, replay.ErrExpired)
+	}
+	if len(fingerprint) > replay.MaxFingerprintBytes {
+		return replay.Record{}, fmt.Errorf("%w: %w: fingerprint longer than %d bytes", ErrInvalidClaim, replay.ErrTooLarge, replay.MaxFingerprintBytes)
 	}
 	if err := s.refused(); err != nil {
-		return replay.Lease{}, err
+		return replay.Record{}, err
 	}
 	us := int64(lease / time.Microsecond)
 	if lease%time.Microsecond != 0 {
 		us++
 	}
+	// The token is minted before the statement is sent: a statement run
+	// again (below) finds its own lease.
 	var raw [tokenLen / 2]byte
 	rand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
@@ -102,12 +133,14 @@ func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration
 		marker, taken, mine bool
 		state               string
 		wait                int64
+		fingerprint, result []byte
 	}
 	a, err := call(s, ctx, func(ctx context.Context) (acquired, error) {
 		key := s.key(id)
 		var a acquired
 		for range maxRaces {
-			err := s.pool.QueryRow(ctx, s.acquireSQL, key, token, us, s.legacyKey(id)).Scan(&a.marker, &a.taken, &a.state, &a.mine, &a.wait)
+			err := s.pool.QueryRow(ctx, s.acquireSQL, key, token, us, s.legacyKey(id), fingerprint, record).Scan(
+				&a.marker, &a.taken, &a.state, &a.mine, &a.wait, &a.fingerprint, &a.result)
 			if err != nil || a.taken || a.state != "" || !a.marker {
 				return a, err
 			}
@@ -119,21 +152,22 @@ func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration
 	marker, taken, mine, state, wait := a.marker, a.taken, a.mine, a.state, a.wait
 	switch {
 	case err != nil:
-		return replay.Lease{}, err
+		return replay.Record{}, err
 	case !marker:
-		return replay.Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, ErrForgotten)
+		return replay.Record{}, fmt.Errorf("%w: %w", ErrUnavailable, ErrForgotten)
 	case taken || state == "l" && mine:
-		return replay.Lease{State: replay.LeaseAcquired, Token: token}, nil
+		return replay.Record{Lease: replay.Lease{State: replay.LeaseAcquired, Token: token}}, nil
 	case state == "l":
-		return replay.Lease{State: replay.LeaseBusy, Wait: time.Duration(max(wait, 0)) * time.Microsecond}, nil
+		return replay.Record{Lease: replay.Lease{State: replay.LeaseBusy, Wait: time.Duration(max(wait, 0)) * time.Microsecond},
+			Fingerprint: a.fingerprint}, nil
 	case state == "c" || state == "d":
-		return replay.Lease{State: replay.LeaseDone}, nil
+		return replay.Record{Lease: replay.Lease{State: replay.LeaseDone}, Fingerprint: a.fingerprint, Result: a.result}, nil
 	case state == "":
 		// The row kept changing under concurrent statements: busy, for
 		// how long is unknown.
-		return replay.Lease{State: replay.LeaseBusy}, nil
+		return replay.Record{Lease: replay.Lease{State: replay.LeaseBusy}}, nil
 	}
-	return replay.Lease{}, fmt.Errorf("%w: unexpected row state from the acquire statement", ErrUnavailable)
+	return replay.Record{}, fmt.Errorf("%w: unexpected row state from the acquire statement", ErrUnavailable)
 }
 
 // ConfirmLease implements [replay.Leaser]: it records id as done until the
@@ -150,6 +184,13 @@ func (s *Store) ConfirmLease(ctx context.Context, id, token string, until time.T
 	if err := checkID(id); err != nil {
 		return err
 	}
+	return s.confirm(ctx, id, token, until, nil, nil)
+}
+
+// confirm is ConfirmLease that writes fingerprint and result (NULL when
+// nil) with the done row; the caller has checked id and the record's
+// sizes.
+func (s *Store) confirm(ctx context.Context, id, token string, until time.Time, fingerprint, result []byte) error {
 	if !validToken(token) {
 		return replay.ErrLeaseLost
 	}
@@ -159,7 +200,7 @@ func (s *Store) ConfirmLease(ctx context.Context, id, token string, until time.T
 	type confirmed struct{ marker, future, done bool }
 	c, err := call(s, ctx, func(ctx context.Context) (confirmed, error) {
 		var c confirmed
-		err := s.pool.QueryRow(ctx, s.confirmSQL, s.key(id), token, pgTime(until)).Scan(&c.marker, &c.future, &c.done)
+		err := s.pool.QueryRow(ctx, s.confirmSQL, s.key(id), token, pgTime(until), fingerprint, result).Scan(&c.marker, &c.future, &c.done)
 		return c, err
 	})
 	marker, future, done := c.marker, c.future, c.done

@@ -1,12 +1,18 @@
-// Package pgstore is a [replay.Store] and [replay.Leaser] backed by
-// PostgreSQL, for fleets of servers that must accept each single-use ID
-// (one-time token, single-use request state, webhook delivery) exactly once
+// Package pgstore is a [replay.Store], [replay.Leaser] and [replay.Recorder]
+// backed by PostgreSQL, for fleets of servers that must accept each
+// single-use ID (one-time token, single-use request state, webhook
+// delivery, idempotency key) exactly once
 // across every instance, and keep that promise through a database crash.
 //
-// Every claim and every lease step is one SQL statement on one row of one
-// table, keyed by the prefix's length, the prefix and the id (so that no
-// two prefixes share a key, even when one starts with the other): a claim
-// is
+// Every write of a claim or a lease step is one SQL statement on one row
+// of one table, keyed by the prefix's length, the prefix and the id (so
+// that no two prefixes share a key, even when one starts with the other):
+// a claim is
+//
+//	INSERT ... ON CONFLICT (key) DO NOTHING
+//
+// and, only when that statement found an expired row (or a row changed by
+// a concurrent statement), a second one that inserts or takes it over:
 //
 //	INSERT ... ON CONFLICT (key) DO NOTHING, and in the same statement
 //	UPDATE ... WHERE key = $1 AND until <= now()  (take over an expired row)
@@ -119,7 +125,8 @@ var (
 	// AllowAsyncStandby, no synchronous standby with
 	// RequireSynchronousStandby, an instance clock too far behind the
 	// database's, a Prefix over MaxPrefixBytes, a table of the key layout
-	// before v2 (run [Migrate]), or a negative option.
+	// before v2 or without the record columns (run [Migrate]), or a
+	// negative option.
 	ErrConfig = errors.New("pgstore: invalid configuration")
 )
 
@@ -242,9 +249,11 @@ type Options struct {
 }
 
 // Store is a [replay.Store] backed by one PostgreSQL table. It also
-// implements the optional [replay.Releaser] (Release) and [replay.Leaser]
+// implements the optional [replay.Releaser] (Release), [replay.Leaser]
 // (AcquireLease, ConfirmLease, ReleaseLease), which the webhook middleware
-// uses to process each delivery exactly once. It is safe for concurrent
+// uses to process each delivery exactly once, and [replay.Recorder]
+// (AcquireRecord, ConfirmRecord), which the idempotency middleware uses to
+// answer every retry with the first response. It is safe for concurrent
 // use; its settings are fixed at construction. A zero Store refuses every
 // call with ErrConfig.
 type Store struct {
@@ -256,7 +265,7 @@ type Store struct {
 	refusal atomic.Pointer[error] // set by the recheck while a check of New fails
 	checks  checks
 
-	claimSQL, releaseSQL                           string
+	claimSQL, takeoverSQL, releaseSQL              string
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
 	sweepBatch                                     int
 	onSweep                                        func(int64, error)
@@ -282,11 +291,14 @@ var (
 	_ replay.Store    = (*Store)(nil)
 	_ replay.Releaser = (*Store)(nil)
 	_ replay.Leaser   = (*Store)(nil)
+	_ replay.Recorder = (*Store)(nil)
 )
 
 // New returns a Store on pool's database. It checks, in one query, that
 // the table exists and still holds its marker row (else ErrConfig or
-// ErrForgotten: run [Migrate]), that it is neither unlogged nor temporary
+// ErrForgotten: run [Migrate]) and has the record columns of
+// [replay.Recorder] (else ErrConfig: run [Migrate]), that it is neither
+// unlogged nor temporary
 // and that the session's role may SELECT, INSERT, UPDATE and DELETE it
 // (else ErrConfig), that the server is not a read-only standby (else
 // ErrUnavailable), that the session's synchronous_commit is not off (else
@@ -489,6 +501,7 @@ type serverState struct {
 	legacy           bool          // the table has the marker of key layout 1: not migrated
 	writable         bool          // the role may SELECT, INSERT, UPDATE and DELETE the table
 	permanent        bool          // the table is neither unlogged nor temporary
+	recordable       bool          // the table has the columns fingerprint and result (bytea)
 	fsync, fullPages bool          // the server's fsync and full_page_writes
 	behind           time.Duration // how far the instance's clock is behind now()
 }
@@ -523,8 +536,10 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			EXISTS (SELECT 1 FROM `+s.table+` WHERE key = `+legacyMarkerSQL+` AND state = 'm'),
 			has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND
 			has_table_privilege($1, 'UPDATE') AND has_table_privilege($1, 'DELETE'),
-			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass)`, s.table).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent)
+			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass),
+			(SELECT count(*) = 2 FROM pg_attribute WHERE attrelid = $1::regclass AND attname IN ('fingerprint', 'result')
+			  AND atttypid = 'bytea'::regtype AND attnum > 0 AND NOT attisdropped)`, s.table).Scan(
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent, &r.st.recordable)
 		return r, err
 	})
 	if err != nil {
@@ -564,6 +579,8 @@ func (c checks) judge(st serverState) ([]risk, error) {
 		return accepted, fmt.Errorf("%w: the role may not SELECT, INSERT, UPDATE and DELETE the table (GRANT them)", ErrConfig)
 	case !st.permanent:
 		return accepted, fmt.Errorf("%w: the table is unlogged or temporary: a crash (or the session's end) empties it, and a standby never has it (ALTER TABLE ... SET LOGGED)", ErrConfig)
+	case !st.recordable:
+		return accepted, fmt.Errorf("%w: the table lacks the columns fingerprint and result (bytea) of replay.Recorder: it was made by an earlier pgstore (run pgstore.Migrate)", ErrConfig)
 	case d.SynchronousCommit == "off" && !c.asyncCommit:
 		return accepted, fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
 	case !st.fsync && !c.rollback:
@@ -716,21 +733,46 @@ func (s *Store) refused() error {
 // prepare writes the store's statements for its table.
 func (s *Store) prepare() {
 	t := s.table
-	// m is the marker row: when the table was truncated or emptied it is
-	// gone, and the statement neither inserts nor takes anything over.
-	// ins inserts a free key; upd takes over a row that has expired (after
-	// waiting for its row lock, PostgreSQL checks until again on the row's
-	// newest version, so of two takeovers one wins). A claim of a live row
-	// matches neither and writes nothing: a flood of replays costs reads,
-	// not commits. The last column reports an expired row in the
-	// statement's snapshot that the claim could have taken (armed table, an
-	// until in the future): when neither ins nor upd took it, a concurrent
-	// statement changed it first (took it over, or a sweeper or release
-	// deleted it), and the claim runs again to see which. leg is a live
-	// row of the same ID under the layout before version 2 ($3, see
-	// [Migrate]): a claim made before the table was migrated, which keeps
-	// the ID taken until it expires.
+	// A claim runs claimSQL, and takeoverSQL only when claimSQL found an
+	// expired row or lost a race. In both, m is the marker row: when the
+	// table was truncated or emptied it is gone, and the statement neither
+	// inserts nor takes anything over. leg is a live row of the same ID
+	// under the layout before version 2 ($3, see [Migrate]): a claim made
+	// before the table was migrated, which keeps the ID taken until it
+	// expires.
+	//
+	// claimSQL inserts a free key (ins). A claim of a live row (cur, in
+	// the statement's snapshot) does not even try to insert, and writes
+	// and locks nothing, so a flood of replays costs reads, not commits;
+	// a row committed after the snapshot is found by ON CONFLICT DO
+	// NOTHING, again without a write. The last column, computed only when
+	// nothing was inserted, reports that the snapshot shows no live row
+	// refusing the claim (armed table, an until in the future, no live leg
+	// or cur): the row has expired, or a concurrent statement inserted,
+	// took over or deleted it. Claim then runs takeoverSQL.
 	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+leg AS (SELECT 1 FROM ` + t + ` WHERE key = $3::bytea AND until > now()),
+cur AS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until > now()),
+ins AS (
+  INSERT INTO ` + t + ` (key, state, token, until)
+  SELECT $1::bytea, 'c', '', $2::timestamptz FROM m
+  WHERE $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg) AND NOT EXISTS (SELECT 1 FROM cur)
+  ON CONFLICT (key) DO NOTHING
+  RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
+  CASE WHEN EXISTS (SELECT 1 FROM ins) THEN false
+    ELSE EXISTS (SELECT 1 FROM m) AND $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg)
+      AND NOT EXISTS (SELECT 1 FROM cur) END`
+	// takeoverSQL inserts a free key (ins) or takes over a row that has
+	// expired (upd: after waiting for its row lock, PostgreSQL checks until
+	// again on the row's newest version, so of two takeovers one wins). A
+	// claim of a live row matches neither and writes nothing. The last
+	// column reports an expired row in the statement's snapshot that the
+	// claim could have taken: when neither ins nor upd took it, a
+	// concurrent statement changed it first (took it over, or a sweeper or
+	// release deleted it), and the claim runs again to see which.
+	s.takeoverSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
 leg AS (SELECT 1 FROM ` + t + ` WHERE key = $3::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
@@ -833,6 +875,17 @@ func (s *Store) legacyKey(id string) []byte {
 	return append(append(k, s.prefix...), id...)
 }
 
+// keys returns id's row key and its layout-1 key (see [Store.key] and
+// [Store.legacyKey]) in one allocation.
+func (s *Store) keys(id string) (key, legacy []byte) {
+	n := 2 + len(s.prefix) + len(id)
+	b := make([]byte, 0, n+len(s.prefix)+len(id))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s.prefix)))
+	b = append(append(b, s.prefix...), id...)
+	b = append(append(b, s.prefix...), id...)
+	return b[:n:n], b[n:]
+}
+
 // Claim records id until the given time and reports whether this call was
 // the first live claim of id, across every process sharing the table and
 // prefix. Exactly one of any number of concurrent claims of the same ID
@@ -858,13 +911,20 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if err := s.refused(); err != nil {
 		return false, err
 	}
-	type claimed struct{ marker, future, first bool }
+	// again: the claim must run takeoverSQL (the first statement), or
+	// run it again (a concurrent statement changed the row).
+	type claimed struct{ marker, future, first, again bool }
 	c, err := call(s, ctx, func(ctx context.Context) (claimed, error) {
-		key, u := s.key(id), pgTime(until)
+		key, legacy := s.keys(id)
+		u := pgTime(until)
 		var c claimed
+		if err := s.pool.QueryRow(ctx, s.claimSQL, key, u, legacy).Scan(&c.first, &c.marker, &c.future, &c.again); err != nil || !c.again {
+			return c, err
+		}
+		// An expired row, or a row that changed under a concurrent
+		// statement: take it over, or see who did.
 		for range maxRaces {
-			var raced bool
-			if err := s.pool.QueryRow(ctx, s.claimSQL, key, u, s.legacyKey(id)).Scan(&c.marker, &c.future, &c.first, &raced); err != nil || c.first || !raced {
+			if err := s.pool.QueryRow(ctx, s.takeoverSQL, key, u, legacy).Scan(&c.marker, &c.future, &c.first, &c.again); err != nil || c.first || !c.again {
 				return c, err
 			}
 		}

@@ -79,6 +79,42 @@ func TestClaimAfterExpiryByDatabaseClockIsFirstAgain(t *testing.T) {
 	}
 }
 
+// TestClaimWaitingOnAConcurrentInsertFollowsItsOutcome: a claim that
+// meets another transaction's uncommitted insert of its key waits for it;
+// the row is then not in the claim's snapshot, so the claim's first
+// statement inserts nothing and sees no live row, and the second
+// statement decides: taken (false, nil) when the other transaction
+// committed, first when it rolled back. Under read committed, the default.
+func TestClaimWaitingOnAConcurrentInsertFollowsItsOutcome(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	s := storeOn(t, p.pool(t))
+	for _, commit := range []bool{true, false} {
+		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
+			id := fmt.Sprint("waiting-", commit)
+			finish := blockKey(t, admin, s, id)
+			type result struct {
+				first bool
+				err   error
+			}
+			done := make(chan result, 1)
+			go func() {
+				first, err := s.Claim(bg(), id, time.Now().Add(time.Minute))
+				done <- result{first, err}
+			}()
+			waitForLockWaiter(t, admin)
+			finish(commit)
+			r := <-done
+			if r.err != nil || r.first == commit {
+				t.Fatalf("Claim after the other transaction ended (commit=%v) = %v, %v; want %v, nil", commit, r.first, r.err, !commit)
+			}
+			if first, err := s.Claim(bg(), id, time.Now().Add(time.Minute)); first || err != nil {
+				t.Fatalf("resend = %v, %v; want false, nil", first, err)
+			}
+		})
+	}
+}
+
 func TestClaimRefusesUntilNotAfterDatabaseClock(t *testing.T) {
 	s := newTestStore(t)
 	for _, until := range []time.Time{{}, time.Now().Add(-time.Second), time.Unix(0, 0)} {

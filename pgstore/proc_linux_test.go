@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // procAttr runs a server as cred's user, in a process group of its own,
@@ -38,4 +39,39 @@ func children(pid int) []int {
 		}
 	}
 	return kids
+}
+
+// procCPU returns the CPU time (user and system) process pid has used, or
+// -1 if /proc cannot tell.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return -1
+	}
+	// After "pid (comm)": state is field 3; utime and stime are fields 14
+	// and 15, in clock ticks (USER_HZ, 100 on Linux).
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 13 {
+		return -1
+	}
+	u, err1 := strconv.ParseInt(fields[11], 10, 64)
+	s, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(u+s) * 10 * time.Millisecond
+}
+
+// selfCPU returns the CPU time (user and system) of this process, all
+// threads, or -1.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -31,7 +31,9 @@ const maxIdentBytes = 48
 //		key   bytea PRIMARY KEY,
 //		state text NOT NULL CHECK (state IN ('m', 'c', 'l', 'd')),
 //		token text NOT NULL,
-//		until timestamptz NOT NULL
+//		until timestamptz NOT NULL,
+//		fingerprint bytea,
+//		result      bytea
 //	) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05);
 //	CREATE INDEX "ctoken_replay_until" ON "ctoken_replay" (until);
 //	INSERT INTO "ctoken_replay" (key, state, token, until)
@@ -39,7 +41,9 @@ const maxIdentBytes = 48
 //
 // A row's key is the prefix's length in two bytes (big-endian), the
 // prefix, then the ID, so that no two prefixes share a key (key layout 2;
-// see [Migrate] for tables of earlier versions). The last statement
+// see [Migrate] for tables of earlier versions). The columns fingerprint
+// and result hold the records of [Store.AcquireRecord] and
+// [Store.ConfirmRecord] (NULL for rows without one). The last statement
 // writes the marker row (key: two zero bytes), whose until is the instant
 // from which the table accepts claims (here: always). Every statement of
 // the store checks the marker in the same snapshot as the row it decides
@@ -69,7 +73,9 @@ func schema(table string) ([]string, error) {
 	key   bytea PRIMARY KEY,
 	state text NOT NULL CHECK (state IN ('m', 'c', 'l', 'd')),
 	token text NOT NULL,
-	until timestamptz NOT NULL
+	until timestamptz NOT NULL,
+	fingerprint bytea,
+	result      bytea
 ) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05)`,
 		`CREATE INDEX ` + index + ` ON ` + t + ` (until)`,
 		`INSERT INTO ` + t + ` (key, state, token, until)
@@ -98,8 +104,20 @@ func schema(table string) ([]string, error) {
 // call with ErrForgotten (fail closed): upgrade every instance, then run
 // Migrate. A layout-1 table holding a key that starts with byte 0x00 or
 // 0x01 (a prefix starting with a control byte), which could read as a key
-// of layout 2, is refused with ErrConfig and left as it is. Running Migrate
-// again changes nothing.
+// of layout 2, is refused with ErrConfig and left as it is.
+//
+// A table without the columns fingerprint and result (made by pgstore
+// before [replay.Recorder]: [Schema] of an earlier version) gets them, as
+// nullable bytea columns, in the same transaction: its rows then read as
+// they did, a done row as done with an empty record. Adding them changes
+// only the catalog (no row is rewritten), but takes the table's exclusive
+// lock for that moment, waiting for the statements running on it (and
+// making new ones wait). Stores of the earlier version keep working on the
+// upgraded table; [New] refuses a table without the columns (ErrConfig).
+// A column of either name with another type is refused with ErrConfig.
+//
+// Running Migrate again changes nothing and takes no lock beyond a
+// read of the catalog and of the marker row.
 //
 // Dropping the table and calling Migrate again creates a fresh, armed table:
 // that forgets every claim as surely as TRUNCATE, but cannot be told apart
@@ -205,14 +223,38 @@ func upgrade(ctx context.Context, tx pgx.Tx, t, table string) error {
 	}
 	switch {
 	case marker:
-		return nil
 	case !legacy:
 		return fmt.Errorf("%w: table %s exists without its marker row (see pgstore.Rearm)", ErrForgotten, table)
 	case clash:
 		return fmt.Errorf("%w: table %s (key layout 1) holds keys starting with byte 0x00 or 0x01 (a prefix starting with a control byte), which key layout 2 could confuse with its own: delete those rows once they expired, then run Migrate", ErrConfig, table)
+	default:
+		if _, err := tx.Exec(ctx, `WITH old AS (DELETE FROM `+t+` WHERE key = `+legacyMarkerSQL+` AND state = 'm' RETURNING until)
+	INSERT INTO `+t+` (key, state, token, until) SELECT `+markerSQL+`, 'm', '', until FROM old`); err != nil {
+			return err
+		}
 	}
-	_, err := tx.Exec(ctx, `WITH old AS (DELETE FROM `+t+` WHERE key = `+legacyMarkerSQL+` AND state = 'm' RETURNING until)
-	INSERT INTO `+t+` (key, state, token, until) SELECT `+markerSQL+`, 'm', '', until FROM old`)
+	return addRecordColumns(ctx, tx, t, table)
+}
+
+// recordColumnsSQL counts the columns fingerprint and result of table $1
+// that are bytea, and those of the two names that are not.
+const recordColumnsSQL = `SELECT count(*) FILTER (WHERE atttypid = 'bytea'::regtype), count(*) FILTER (WHERE atttypid <> 'bytea'::regtype)
+	FROM pg_attribute WHERE attrelid = $1::regclass AND attname IN ('fingerprint', 'result') AND attnum > 0 AND NOT attisdropped`
+
+// addRecordColumns adds the columns of the records (schema before
+// [replay.Recorder]) to a table that lacks them, in Migrate's transaction.
+func addRecordColumns(ctx context.Context, tx pgx.Tx, t, table string) error {
+	var good, bad int
+	if err := tx.QueryRow(ctx, recordColumnsSQL, t).Scan(&good, &bad); err != nil {
+		return err
+	}
+	switch {
+	case bad > 0:
+		return fmt.Errorf("%w: table %s has a column fingerprint or result that is not bytea: rename it, then run Migrate", ErrConfig, table)
+	case good == 2:
+		return nil
+	}
+	_, err := tx.Exec(ctx, `ALTER TABLE `+t+` ADD COLUMN IF NOT EXISTS fingerprint bytea, ADD COLUMN IF NOT EXISTS result bytea`)
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/webhook"
 	"github.com/redis/go-redis/v9"
 )
@@ -217,6 +218,96 @@ func BenchmarkClaimCost(b *testing.B) {
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
 			b.ReportMetric(redisMicros(b, tc.c)/float64(b.N), "redis-us/op")
+		})
+	}
+}
+
+// BenchmarkRecordCost measures what one idempotent operation costs the
+// store on a redis-server of its own, one at a time, each beside its
+// floors, all in one run:
+//
+//	set-nx-pxat      SET NX PXAT: a bare claim, one command (the floor)
+//	lease            AcquireLease + ConfirmLease: two guarded scripts
+//	record           AcquireRecord + ConfirmRecord with a 32-byte
+//	                 fingerprint and a 256-byte result
+//	set-nx-pxat-64KiB  SET NX PXAT of a 64 KiB value: the floor of
+//	                 record-64KiB
+//	record-64KiB     the same with a 64 KiB result
+//	replay           AcquireRecord of a done ID: the retry that gets the
+//	                 256-byte result back
+//	replay-64KiB     the same for the 64 KiB result
+//
+// Every case also reports redis-us/op (see BenchmarkClaimCost).
+func BenchmarkRecordCost(b *testing.B) {
+	ctx := context.Background()
+	srv := newServer(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	b.Cleanup(func() { c.Close() })
+	s := provisioned(b, c, Options{Prefix: "bench-record:"})
+	var n atomic.Int64
+	id := func() string { return strconv.FormatInt(n.Add(1), 10) }
+	until := time.Now().Add(time.Hour)
+	fp := bytes.Repeat([]byte{0xab}, 32)
+	small, large := bytes.Repeat([]byte("r"), 256), bytes.Repeat([]byte("R"), 64<<10)
+	record := func(result []byte) func() error {
+		return func() error {
+			k := id()
+			r, err := s.AcquireRecord(ctx, k, time.Minute, fp)
+			if err != nil || r.State != replay.LeaseAcquired {
+				return fmt.Errorf("acquire: %+v, %v", r.State, err)
+			}
+			return s.ConfirmRecord(ctx, k, r.Token, until, fp, result)
+		}
+	}
+	if err := record(small)(); err != nil {
+		b.Fatal(err)
+	}
+	done := strconv.FormatInt(n.Load(), 10) // the ID record just confirmed
+	if err := record(large)(); err != nil {
+		b.Fatal(err)
+	}
+	doneLarge := strconv.FormatInt(n.Load(), 10)
+	replayOf := func(id string, size int) func() error {
+		return func() error {
+			r, err := s.AcquireRecord(ctx, id, time.Minute, fp)
+			if err != nil || r.State != replay.LeaseDone || len(r.Result) != size {
+				return fmt.Errorf("replay: %v, %v", r.State, err)
+			}
+			return nil
+		}
+	}
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"set-nx-pxat", func() error {
+			return c.Do(ctx, "SET", "bench:"+id(), "1", "NX", "PXAT", until.UnixMilli()).Err()
+		}},
+		{"set-nx-pxat-64KiB", func() error {
+			return c.Do(ctx, "SET", "bench:"+id(), large, "NX", "PXAT", until.UnixMilli()).Err()
+		}},
+		{"lease", func() error {
+			k := id()
+			l, err := s.AcquireLease(ctx, k, time.Minute)
+			if err != nil || l.State != replay.LeaseAcquired {
+				return fmt.Errorf("acquire: %+v, %v", l, err)
+			}
+			return s.ConfirmLease(ctx, k, l.Token, until)
+		}},
+		{"record", record(small)},
+		{"record-64KiB", record(large)},
+		{"replay", replayOf(done, len(small))},
+		{"replay-64KiB", replayOf(doneLarge, len(large))},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			resetStats(b, c)
+			for b.Loop() {
+				if err := tc.call(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(redisMicros(b, c)/float64(b.N), "redis-us/op")
 		})
 	}
 }

@@ -36,19 +36,11 @@ func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration
 	if err := checkID(id); err != nil {
 		return replay.Lease{}, err
 	}
-	if lease <= 0 {
-		return replay.Lease{}, fmt.Errorf("%w: %w: lease is not positive", ErrInvalidClaim, replay.ErrExpired)
+	ms, err := s.leaseMillis(lease)
+	if err != nil {
+		return replay.Lease{}, err
 	}
-	ms := lease.Milliseconds()
-	if ms == 0 {
-		return replay.Lease{}, fmt.Errorf("%w: lease under a millisecond", ErrInvalidClaim)
-	}
-	if lease > s.horizon {
-		return replay.Lease{}, refuse(ErrInvalidClaim, whyLeaseLong, nil)
-	}
-	var raw [tokenLen / 2]byte
-	rand.Read(raw[:])
-	token := hex.EncodeToString(raw[:])
+	token := newToken()
 	start := time.Now()
 	state, pttl, err := s.run(ctx, &acquireLua, id, ms, token, 0)
 	if err != nil {
@@ -128,6 +120,30 @@ func (s *Store) ReleaseLease(ctx context.Context, id, token string) error {
 		return fmt.Errorf("%w: unexpected reply to the release script", ErrUnavailable)
 	}
 	return nil
+}
+
+// leaseMillis is lease in whole milliseconds, refusing one that is not
+// positive, under a millisecond, or longer than the horizon.
+func (s *Store) leaseMillis(lease time.Duration) (int64, error) {
+	if lease <= 0 {
+		return 0, fmt.Errorf("%w: %w: lease is not positive", ErrInvalidClaim, replay.ErrExpired)
+	}
+	ms := lease.Milliseconds()
+	if ms == 0 {
+		return 0, fmt.Errorf("%w: lease under a millisecond", ErrInvalidClaim)
+	}
+	if lease > s.horizon {
+		return 0, refuse(ErrInvalidClaim, whyLeaseLong, nil)
+	}
+	return ms, nil
+}
+
+// newToken mints a lease token: 16 bytes from crypto/rand in hex, chosen
+// before the script is sent so that a resent script carries the same one.
+func newToken() string {
+	var raw [tokenLen / 2]byte
+	rand.Read(raw[:])
+	return hex.EncodeToString(raw[:])
 }
 
 // checkID refuses an ID that cannot be a key.

@@ -10,8 +10,12 @@
 // store needs no sweeper and every instance agrees on when an ID may be
 // claimed again. The store implements [replay.Leaser], which the webhook
 // middleware needs; a lease is measured by Redis's clock and ends by
-// itself. It needs Redis 6.2 or newer (PXAT, scripts replicated by their
-// effects); the tests run against Redis 7.0.
+// itself. It also implements [replay.Recorder], which an idempotent HTTP
+// API needs: the request's fingerprint is kept in the lease's entry and the
+// response is written into the done entry by the script that ends the
+// lease, so it shares the entry's slot, fence, expiry and Durability wait
+// ([Store.AcquireRecord]). It needs Redis 6.2 or newer (PXAT, scripts
+// replicated by their effects); the tests run against Redis 7.0.
 //
 // Each one-time token, single-use state and webhook delivery is accepted at
 // most once through any single fault of the store:
@@ -229,8 +233,9 @@ type Options struct {
 
 // Store is a [replay.Store] backed by Redis. It also implements the
 // optional [replay.Releaser] (Release), [replay.Leaser] (AcquireLease,
-// ConfirmLease, ReleaseLease) and [replay.Bounded] (Horizon). It is safe
-// for concurrent use; its settings are fixed at construction.
+// ConfirmLease, ReleaseLease), [replay.Recorder] (AcquireRecord,
+// ConfirmRecord) and [replay.Bounded] (Horizon). It is safe for concurrent
+// use; its settings are fixed at construction.
 type Store struct {
 	client  Client
 	prefix  string

@@ -18,10 +18,17 @@ import "strings"
 // An entry (KEYS[2]) is one of:
 //
 //	free      no key, or "X" + token (a cancel note, below)
-//	leased    "L" + token, expiring lease after it was taken (PX, Redis's clock)
-//	done      "D" + token, expiring at the confirmed until (PXAT)
+//	leased    "L" + token, expiring lease after it was taken (PX, Redis's
+//	          clock); "L" + token + fingerprint from AcquireRecord
+//	done      "D" + token, expiring at the confirmed until (PXAT);
+//	          "D" + token + n + fingerprint + result from ConfirmRecord,
+//	          n one byte, the fingerprint's length (see record.go)
 //	claimed   "1" + nonce from Claim (or "1" from older versions), which
 //	          AcquireLease reports as done
+//
+// A lease step identifies the caller's own lease by its "L" + token
+// prefix, so ConfirmLease and ReleaseLease work on a lease taken by
+// AcquireRecord too; every other step looks only at the first byte.
 //
 // The token is 32 hex digits from crypto/rand, minted per AcquireLease
 // before the script is sent, so a client that resends a script whose reply
@@ -103,27 +110,34 @@ if string.sub(v, 1, 1) == 'L' then return {2, redis.call('PTTL', KEYS[2])} end
 return {3, 0}`
 
 // Confirm: ARGV[4] until (ms), ARGV[5] token. {1, 0} recorded, {0, 0} lost.
+// The last test, reached only when the others fail, finds the token's lease
+// taken by AcquireRecord ("L" + token + fingerprint): confirmed without a
+// record.
 const confirmScript = guardLua + untilLua + `local v = redis.call('GET', KEYS[2])
-if (not v) or string.sub(v, 1, 1) == 'X' or v == 'L' .. ARGV[5] or v == 'D' .. ARGV[5] then
+if (not v) or string.sub(v, 1, 1) == 'X' or v == 'L' .. ARGV[5] or v == 'D' .. ARGV[5]
+  or (#ARGV[5] == 32 and string.sub(v, 1, 33) == 'L' .. ARGV[5]) then
   redis.call('SET', KEYS[2], 'D' .. ARGV[5], 'PXAT', ARGV[4])
   return {1, 0}
 end
 return {0, 0}`
 
-// Release: KEYS[1] the entry, ARGV[1] token. Deletes only the token's own
-// lease; needs no guard (it can only free what the caller holds).
-const releaseScript = `if redis.call('GET', KEYS[1]) == 'L' .. ARGV[1] then
+// Release: KEYS[1] the entry, ARGV[1] token (32 hex digits). Deletes only
+// the token's own lease, with or without a fingerprint; needs no guard (it
+// can only free what the caller holds).
+const releaseScript = `local v = redis.call('GET', KEYS[1])
+if #ARGV[1] == 32 and v and string.sub(v, 1, 33) == 'L' .. ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1
 end
 return 0`
 
-// Cancel: KEYS[1] the entry, ARGV[1] token, ARGV[2] note lifetime (ms). The
-// release of an acquire whose outcome is unknown: 1 freed the token's
-// lease, 2 wrote a cancel note (the acquire has not landed), 0 the ID is
-// someone else's (or already noted).
+// Cancel: KEYS[1] the entry, ARGV[1] token (32 hex digits), ARGV[2] note
+// lifetime (ms). The release of an acquire (AcquireLease or AcquireRecord)
+// whose outcome is unknown: 1 freed the token's lease, 2 wrote a cancel
+// note (the acquire has not landed), 0 the ID is someone else's (or
+// already noted).
 const cancelScript = `local v = redis.call('GET', KEYS[1])
-if v == 'L' .. ARGV[1] then
+if #ARGV[1] == 32 and v and string.sub(v, 1, 33) == 'L' .. ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1
 end
@@ -142,9 +156,9 @@ type script struct{ src, sha string }
 var (
 	claimLua   = script{claimScript, "19d45b33f880312a54dff649fdce1af468b0aee3"}
 	acquireLua = script{acquireScript, "7588db0edbf03a086ec34b7c6f2875ac385fd92b"}
-	confirmLua = script{confirmScript, "f8fa9a5b6030e9aba63c845d0467e3e598035308"}
-	releaseLua = script{releaseScript, "bf71827a537b7beaab6705f877859f07d6d0155e"}
-	cancelLua  = script{cancelScript, "3900ff61ff860fed2712e00772721f4f46ed1263"}
+	confirmLua = script{confirmScript, "4e9031259756a2bb357c75e472430c40a15e25f7"}
+	releaseLua = script{releaseScript, "ceebdb2925cc262b305c5842627a87fc430e8e06"}
+	cancelLua  = script{cancelScript, "325482a3386a4a9411b106d1d57679f91eb8a05f"}
 )
 
 func isNoScript(err error) bool { return strings.Contains(err.Error(), "NOSCRIPT") }

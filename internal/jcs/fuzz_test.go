@@ -447,3 +447,74 @@ func FuzzCompareUTF16(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPackedSort differentially tests the member order of objects of 33 to
+// 256 members (packedSort: 7 bytes after the names' shared prefix, mapped
+// by utf16Rank, sorted as integers) against utf16Order, through
+// Canonical: the fuzzer's names, cut from its input at 0xff bytes, share
+// a prefix of its choosing and are padded with generated names to an
+// object of n members, written in the input's order. The canonical form
+// must list them in UTF-16 order, and a repeated name must be refused.
+func FuzzPackedSort(f *testing.F) {
+	f.Add("", "a\xffb\xff\ue000\xff😀\xffé", uint8(40))
+	f.Add("shared_prefix_of_21_b", "x\xffy\xff\x00\xffx\x00", uint8(90))
+	f.Add("é中", "\uffff\xff\U00010000\xff\uE000\xff\U0010ffff", uint8(200))
+	f.Fuzz(func(t *testing.T, prefix, cut string, n uint8) {
+		size := maxInsertionSort + 1 + int(n)%(maxPackedSort-maxInsertionSort)
+		if !utf8.ValidString(prefix) {
+			return
+		}
+		var names []string
+		for _, s := range strings.Split(cut, "\xff") {
+			if utf8.ValidString(s) {
+				names = append(names, prefix+s)
+			}
+		}
+		for i := 0; len(names) < size; i++ {
+			names = append(names, prefix+"~"+strconv.Itoa(i*7919%100003))
+		}
+		names = names[:size]
+		var sb strings.Builder
+		sb.WriteByte('{')
+		for i, name := range names {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			q, _ := json.Marshal(name)
+			sb.Write(q)
+			sb.WriteString(":" + strconv.Itoa(i))
+		}
+		sb.WriteByte('}')
+		got, err := Canonical([]byte(sb.String()))
+		unique := map[string]bool{}
+		for _, name := range names {
+			unique[name] = true
+		}
+		if len(unique) < len(names) {
+			if err != errArgsDuplicate {
+				t.Fatalf("a repeated name among %q: got %v", names, err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("names %q: %v", names, err)
+		}
+		var back map[string]int
+		dec := json.NewDecoder(bytes.NewReader(got))
+		if err := dec.Decode(&back); err != nil || len(back) != len(names) {
+			t.Fatalf("canonical form %q does not decode to the %d members (%v)", got, len(names), err)
+		}
+		want := slices.Clone(names)
+		slices.SortFunc(want, utf16Order)
+		// The members in the canonical text, in order: decode tokens.
+		dec = json.NewDecoder(bytes.NewReader(got))
+		dec.Token() // {
+		for i := 0; dec.More(); i++ {
+			tok, _ := dec.Token()
+			if tok != want[i] {
+				t.Fatalf("member %d is %q, UTF-16 order puts %q there", i, tok, want[i])
+			}
+			dec.Token() // the value
+		}
+	})
+}

@@ -128,10 +128,10 @@ const maxPooledJCS = 64 << 10
 // release resets p and returns it to jcsScratch.
 func (p *jcsParser) release() {
 	if cap(p.out) > maxPooledJCS || cap(p.keys) > maxPooledJCS || cap(p.str) > maxPooledJCS ||
-		cap(p.tmp) > maxPooledJCS || cap(p.members) > maxPooledJCS/32 || cap(p.order) > maxPooledJCS/32 {
+		cap(p.tmp) > maxPooledJCS || cap(p.members) > maxPooledJCS/32 || cap(p.order) > maxPooledJCS/32 || cap(p.packed) > maxPackedSort {
 		return
 	}
-	*p = jcsParser{out: p.out[:0], keys: p.keys[:0], members: p.members[:0], str: p.str[:0], tmp: p.tmp[:0], order: p.order[:0], frames: p.frames[:0], tiny: p.tiny}
+	*p = jcsParser{out: p.out[:0], keys: p.keys[:0], members: p.members[:0], str: p.str[:0], tmp: p.tmp[:0], order: p.order[:0], frames: p.frames[:0], packed: p.packed[:0], tiny: p.tiny}
 	jcsScratch.Put(p)
 }
 
@@ -183,6 +183,20 @@ value:
 		}
 		i = p.pos
 	case c == '-' || ('0' <= c && c <= '9'):
+		if '1' <= c && c <= '9' {
+			// An integer of up to 15 digits followed by what ends a
+			// number is exactly a double, written as it is read (as
+			// number does): copied here without the call.
+			j := i + 1
+			for j < len(in) && j-i < 15 && '0' <= in[j] && in[j] <= '9' {
+				j++
+			}
+			if j < len(in) && (in[j] == ',' || in[j] == ']' || in[j] == '}' || in[j] <= ' ') {
+				out = append(out, in[i:j]...)
+				i = j
+				break
+			}
+		}
 		p.pos = i
 		var err error
 		if out, err = p.number(out); err != nil {
@@ -368,6 +382,7 @@ type jcsParser struct {
 	order   []jcsSortKey // sort keys of the open objects' members out of order
 	out     []byte       // Sum's canonical output, reused
 	frames  []jcsFrame   // the open arrays and objects, at most MaxJSONDepth
+	packed  []uint64     // packedSort's words, reused
 
 	// refuseFFFD refuses the escape \ufffd, which encoding/json writes
 	// for invalid UTF-8 in a Go string.
@@ -471,10 +486,10 @@ func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, erro
 // sortKeys orders the keys of members as compareKeys does, or reports
 // false if two of them stand for the same name.
 func (p *jcsParser) sortKeys(members []jcsMember, keys []jcsSortKey) bool {
+	if len(keys) > maxInsertionSort && len(keys) <= maxPackedSort {
+		return p.packedSort(members, keys)
+	}
 	if len(keys) > maxInsertionSort {
-		// The ASCII prefix comparison inline: 13 % faster on 90 shuffled
-		// ASCII names than calling compareKeys for it (interleaved runs
-		// of BenchmarkArgsFingerprintShapes/wide-shuffled).
 		slices.SortFunc(keys, func(a, b jcsSortKey) int {
 			if a.ascii && b.ascii && a.prefix != b.prefix {
 				return cmp.Compare(a.prefix, b.prefix)
@@ -512,8 +527,117 @@ func (p *jcsParser) sortKeys(members []jcsMember, keys []jcsSortKey) bool {
 }
 
 // maxInsertionSort is the most members sortKeys orders by insertion sort;
-// larger objects go to slices.SortFunc.
-const maxInsertionSort = 32
+// larger objects go to packedSort, and objects of more than maxPackedSort
+// members to slices.SortFunc.
+const (
+	maxInsertionSort = 32
+	maxPackedSort    = 256
+)
+
+// packedSort orders the keys of members, at most maxPackedSort of them,
+// as compareKeys does, or reports false if two stand for the same name.
+// The names' common prefix (skip bytes, shared by all of them) cannot
+// order them, so each member is ranked by the 7 bytes of its name after
+// it, mapped by utf16Rank so that integer order is UTF-16 order (see
+// utf16Rank), packed above its 8-bit index into one word: the words are
+// sorted as plain integers (slices.Sort, no comparison function), and
+// only runs of members whose 7 bytes tie are compared in full.
+func (p *jcsParser) packedSort(members []jcsMember, keys []jcsSortKey) bool {
+	first := p.name(&members[keys[0].index])
+	skip := len(first)
+	for _, k := range keys[1:] {
+		if skip == 0 {
+			break
+		}
+		name := p.name(&members[k.index])
+		n := min(skip, len(name))
+		i := 0
+		for i+8 <= n && binary.LittleEndian.Uint64(first[i:]) == binary.LittleEndian.Uint64(name[i:]) {
+			i += 8
+		}
+		for i < n && first[i] == name[i] {
+			i++
+		}
+		skip = i
+	}
+	packed := p.packed[:0]
+	for _, k := range keys {
+		x := k.prefix // the first 8 bytes, as nameKey read them
+		if skip > 0 {
+			name := p.name(&members[k.index])[skip:]
+			if len(name) >= 8 {
+				x = binary.BigEndian.Uint64(name)
+			} else {
+				x = shortPrefix(name)
+			}
+		}
+		if x&0x8080808080808080 != 0 {
+			x = utf16Rank(x)
+		}
+		packed = append(packed, x&^0xff|uint64(k.index))
+	}
+	p.packed = packed
+	slices.Sort(packed)
+	for i, x := range packed {
+		keys[i] = jcsSortKey{index: int(x & 0xff)}
+	}
+	// Runs that tie on their 7 bytes: insertion sort by whole names,
+	// refusing a duplicate.
+	for i := 0; i < len(packed); {
+		j := i + 1
+		for j < len(packed) && packed[j]>>8 == packed[i]>>8 {
+			j++
+		}
+		for a := i + 1; a < j; a++ {
+			k := keys[a]
+			b := a
+			for ; b > i; b-- {
+				c := compareUTF16(p.name(&members[keys[b-1].index])[skip:], p.name(&members[k.index])[skip:])
+				if c == 0 {
+					return false
+				}
+				if c < 0 {
+					break
+				}
+				keys[b] = keys[b-1]
+			}
+			keys[b] = k
+		}
+		i = j
+	}
+	return true
+}
+
+// utf16Rank maps each byte of the UTF-8 bytes x (big-endian) so that
+// comparing two such words as integers orders them as their UTF-16 code
+// units up to their first differing byte: the lead bytes of characters
+// above U+FFFF, F0–F4, become EE–F2, and the lead bytes of U+E000–U+FFFF,
+// EE–EF, become F3–F4; every other byte stays. Why that is UTF-16 order:
+// two valid UTF-8 strings that agree up to their first differing byte are
+// there in the same place of a character (UTF-8 is self-synchronizing). In
+// a continuation byte (80–BF, never mapped) the two characters have the
+// same lead byte, so the same length and the same UTF-16 form (one unit,
+// or a surrogate pair), and both byte order and UTF-16 order are code
+// point order. In a lead byte, byte order is code point order, which is
+// UTF-16 order except that characters above U+FFFF (surrogates D800–DBFF
+// first) sort below U+E000–U+FFFF: exactly the pair of ranges the map
+// swaps, each kept in its own order. A zero byte past the end of a short
+// name may tie with a name's own U+0000: only a tie, which the full
+// comparison settles. TestUTF16RankOrder checks it against UTF-16 order.
+func utf16Rank(x uint64) uint64 {
+	const (
+		lows  = 0x7f7f7f7f7f7f7f7f
+		highs = 0x8080808080808080
+	)
+	// Bit 7 set in each byte that is zero (exact: no carry between
+	// bytes), for the bytes F0–FF and EE–EF.
+	f0 := x&0xf0f0f0f0f0f0f0f0 ^ 0xf0f0f0f0f0f0f0f0
+	f0 = ^((f0&lows + lows) | f0) & highs
+	ee := x&0xfefefefefefefefe ^ 0xeeeeeeeeeeeeeeee
+	ee = ^((ee&lows + lows) | ee) & highs
+	// No byte borrows or carries: F0–F4 become EE–F2, EE–EF F3–F4.
+	return x - f0>>7*2 + ee>>7*5
+}
 
 // rewriteMembers rewrites the members of the object whose body starts at
 // out[body:] in the order of keys, with commas between them.
@@ -891,11 +1015,16 @@ func (p *jcsParser) hex4() (rune, bool) {
 //
 // The literal's value is normalized to significant digits d1…dn (no
 // leading or trailing zeros) and a decimal point position: 0.d1…dn ×
-// 10^point. With n ≤ 15 and a moderate exponent the double holds the value
-// to its last digit and these are its shortest round-trip digits (any two
-// decimals of 15 significant digits or fewer are distinct normal doubles),
-// so no float arithmetic is needed. Otherwise the digits are compared with
-// the shortest round-trip digits of the parsed double.
+// 10^point. With n ≤ 15 and a value from 10^-307 to below 10^308 (point
+// from -306 to 308, all normal doubles, 2.2250738585072014e-308 to
+// 1.7976931348623157e308) the double holds the value to its last digit and
+// these are its shortest round-trip digits, so no float arithmetic is
+// needed: as 10^15 < 2^52, a decimal of 15 significant digits or fewer
+// comes back from its nearest normal double when rounded to as many digits
+// (Matula), so no two of them share a double, and no other decimal of as
+// few digits rounds to it. With 16 or 17 digits shortestExact shows most
+// to be shortest without strconv. Otherwise the digits are compared with
+// the shortest round-trip digits of the double strconv parses.
 func (p *jcsParser) number(out []byte) ([]byte, error) {
 	in, i := p.in, p.pos
 	start := i
@@ -1017,7 +1146,9 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		// rounds to zero.
 		return nil, errArgsInexact
 	}
-	if n > 15 || point < -300 || point > 300 {
+	if n > 15 && shortestExact(digitsValue(dig[:n]), point-n) {
+		// Shown shortest by exact integer arithmetic (shortest.go).
+	} else if n > 15 || point < -306 || point > 308 {
 		f, ok := p.tinyDouble(dig[:n], point)
 		if !ok {
 			var err error
@@ -1031,8 +1162,18 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		}
 		var buf [32]byte
 		short := strconv.AppendFloat(buf[:0], math.Abs(f), 'e', -1, 64) // d.ddde±x
-		e := bytes.IndexByte(short, 'e')
-		x, _ := strconv.Atoi(string(short[e+1:]))
+		// The exponent: a sign and two or three digits.
+		e := len(short) - 4
+		if short[e] != 'e' {
+			e--
+		}
+		x := 0
+		for _, c := range short[e+2:] {
+			x = x*10 + int(c-'0')
+		}
+		if short[e+1] == '-' {
+			x = -x
+		}
 		if x+1 != point || short[0] != dig[0] || (e > 1 && string(short[2:e]) != string(dig[1:n])) || (e == 1 && n != 1) {
 			return nil, errArgsInexact
 		}
@@ -1041,6 +1182,26 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		out = append(out, '-')
 	}
 	return appendES6Digits(out, dig[:n], point), nil
+}
+
+// digitsValue returns the integer the 16 or 17 decimal digits d spell, eight
+// at a time (parse8).
+func digitsValue(d []byte) uint64 {
+	v := parse8(binary.LittleEndian.Uint64(d[0:8]))*1e8 + parse8(binary.LittleEndian.Uint64(d[8:16]))
+	if len(d) == 17 {
+		v = v*10 + uint64(d[16]-'0')
+	}
+	return v
+}
+
+// parse8 returns the value of the eight ASCII digits packed in x, the first
+// in its lowest byte: pairs, then quadruples, then the eight are combined
+// with one multiplication each (SWAR).
+func parse8(x uint64) uint64 {
+	x -= 0x3030303030303030
+	x = x*10 + x>>8 // each even byte: two digits
+	x = ((x&0x000000ff000000ff)*(100+1000000<<32) + (x>>16&0x000000ff000000ff)*(1+10000<<32)) >> 32
+	return x
 }
 
 // tinyDouble returns the magnitude of the double nearest to the positive
@@ -1061,6 +1222,12 @@ func (p *jcsParser) tinyDouble(dig []byte, point int) (float64, bool) {
 	}
 	// The value is d / 10^m, the double k × 2^-1074: k = d × 2^1074 / 10^m.
 	m := len(dig) - point
+	if k, ok := tinyQuotient(d, m); ok {
+		if k > 1<<53 {
+			return 0, false
+		}
+		return math.Float64frombits(k), true
+	}
 	// The parser's big integers keep their memory across calls.
 	if p.tiny == nil {
 		p.tiny = new([2]big.Int)
@@ -1080,6 +1247,93 @@ func (p *jcsParser) tinyDouble(dig []byte, point int) (float64, bool) {
 	// For k ≤ 2^53 the bits of k are the double k × 2^-1074: a
 	// subnormal below 2^52, the exponent field 1 or 2 from there.
 	return math.Float64frombits(k.Uint64()), true
+}
+
+// tinyQuotient returns k = d × 2^1074 / 10^m rounded to nearest, for the
+// m tinyDouble divides by, from d × R / 2^s with R = ⌊2^(1074-m+s) / 5^m⌋
+// (tinyRecip: 128 bits, and 2^1074 / 10^m = 2^(1074-m) / 5^m): 192-bit
+// integer arithmetic, no math/big. R is short of the true ratio by less
+// than 1, so d × R is short of the true d × 2^(1074-m+s) / 5^m by less
+// than d: where adding d could carry into the bit that rounds (the true
+// value may lie on the other side of a half), it reports false and
+// tinyDouble divides exactly. It also reports false when k is 2^64 or
+// more (the caller refuses k over 2^53 anyway).
+func tinyQuotient(d uint64, m int) (uint64, bool) {
+	if m < tinyPow10Min || m >= tinyPow10Min+len(tinyRecip) {
+		return 0, false
+	}
+	r := &tinyRecip[m-tinyPow10Min]
+	h0, w0 := bits.Mul64(d, r.lo)
+	w2, l1 := bits.Mul64(d, r.hi)
+	w1, c := bits.Add64(l1, h0, 0)
+	w2 += c
+	t, ok := shr192(w2, w1, w0, r.shift-1) // 2k or 2k+1
+	if !ok {
+		return 0, false
+	}
+	if t&1 == 1 {
+		return t>>1 + 1, true // at least a half: round up
+	}
+	// Below a half, unless the shortfall of R could cross it.
+	v0, c := bits.Add64(w0, d, 0)
+	v1, c := bits.Add64(w1, 0, c)
+	v2 := w2 + c
+	if t2, ok := shr192(v2, v1, v0, r.shift-1); !ok || t2 != t {
+		return 0, false
+	}
+	return t >> 1, true
+}
+
+// shr192 returns w2:w1:w0 >> sh for 64 < sh < 192, or false when that is
+// 2^64 or more.
+func shr192(w2, w1, w0 uint64, sh int) (uint64, bool) {
+	if sh >= 128 {
+		return w2 >> (sh - 128), true
+	}
+	return w2<<(128-sh) | w1>>(sh-64), w2>>(sh-64) == 0
+}
+
+// tinyRecip holds, for m from tinyPow10Min to tinyPow10Min+33,
+// R = ⌊2^(1074-m+shift) / 5^m⌋ as hi:lo, with shift such that
+// 2^127 ≤ R < 2^128 (TestTinyRecip recomputes them). Read-only.
+var tinyRecip = [34]struct {
+	hi, lo uint64
+	shift  int
+}{
+	{0xe61acf033d1a45df, 0x6fb92487298e33bd, 77},  // m = 308
+	{0xb8157268fdae9e4c, 0x5960ea05bad82964, 80},  // m = 309
+	{0x93445b8731587ea3, 0x7ab3ee6afbe0211d, 83},  // m = 310
+	{0xeba09271e88d976b, 0xf7864a44c633682e, 87},  // m = 311
+	{0xbc807527ed3e12bc, 0xc605083704f5ecf2, 90},  // m = 312
+	{0x96cd2a865764dbca, 0x380406926a5e5728, 93},  // m = 313
+	{0xf148440a256e2c76, 0xc00670ea43ca250d, 97},  // m = 314
+	{0xc1069cd4eabe89f8, 0x999ec0bb696e840a, 100}, // m = 315
+	{0x9a6bb0aa55653b2d, 0x47b233c92125366e, 103}, // m = 316
+	{0xf712b443bbd52b7b, 0xa5e9ec7501d523e4, 107}, // m = 317
+	{0xc5a890362fddbc62, 0xeb2189f734aa831d, 110}, // m = 318
+	{0x9e20735e8cb16382, 0x55b46e5f5d5535b0, 113}, // m = 319
+	{0xfd00b897478238d0, 0x8920b098955522b4, 117}, // m = 320
+	{0xca66fa129f9b60a6, 0xd41a26e077774ef6, 120}, // m = 321
+	{0xa1ebfb4219491a1f, 0x1014ebe6c5f90bf8, 123}, // m = 322
+	{0x818995ce7aa0e1b2, 0x7343efebd1940993, 126}, // m = 323
+	{0xcf42894a5dce35ea, 0x52064cac828675b9, 130}, // m = 324
+	{0xa5ced43b7e3e9188, 0x419ea3bd35385e2d, 133}, // m = 325
+	{0x84a57695fe98746d, 0x014bb630f7604b57, 136}, // m = 326
+	{0xd43bf0effdc0ba48, 0x0212bd1b2566def2, 140}, // m = 327
+	{0xa9c98d8ccb009506, 0x680efdaf511f18c2, 143}, // m = 328
+	{0x87d4713d6f33aa6b, 0x8672648c40e5ad68, 146}, // m = 329
+	{0xd953e8624b85dd78, 0xd71d6dad34a2af0d, 150}, // m = 330
+	{0xaddcb9e83c6b1793, 0xdf4abe242a1bbf3d, 153}, // m = 331
+	{0x8b16fb203055ac76, 0x4c3bcb5021afcc31, 156}, // m = 332
+	{0xde8b2b66b3bc4723, 0xad2c788035e61382, 160}, // m = 333
+	{0xb208ef855c969f4f, 0xbdbd2d335e51a935, 163}, // m = 334
+	{0x8e6d8c6ab0787f72, 0xfe30f0f5e50e20f7, 166}, // m = 335
+	{0xe3e27a444d8d98b7, 0xfd1b1b2308169b25, 170}, // m = 336
+	{0xb64ec836a47146f9, 0x9748e2826cdee284, 173}, // m = 337
+	{0x91d8a02bb6c10594, 0x79071b9b8a4be869, 176}, // m = 338
+	{0xe95a99df8ace6f53, 0xf4d82c2c107973dc, 180}, // m = 339
+	{0xbaaee17fa23ebf76, 0x5d79bcf00d2df649, 183}, // m = 340
+	{0x9558b4661b6565f8, 0x4ac7ca59a424c507, 186}, // m = 341
 }
 
 // tinyPow10 returns 10^m for the m tinyDouble divides by, from
@@ -1114,23 +1368,19 @@ func fewLeadingZeros(f []byte) bool {
 // shortest round-trip digits of a double, no trailing zero) as ECMAScript's
 // Number.prototype.toString does (ECMA-262, Number::toString).
 func appendES6Digits(out, d []byte, point int) []byte {
+	const zeros = "000000000000000000000" // 21: the most either case below pads
 	k := len(d)
 	switch {
 	case k <= point && point <= 21:
 		out = append(out, d...)
-		for i := k; i < point; i++ {
-			out = append(out, '0')
-		}
-		return out
+		return append(out, zeros[:point-k]...)
 	case 0 < point && point <= 21:
 		out = append(out, d[:point]...)
 		out = append(out, '.')
 		return append(out, d[point:]...)
 	case -6 < point && point <= 0:
 		out = append(out, '0', '.')
-		for i := point; i < 0; i++ {
-			out = append(out, '0')
-		}
+		out = append(out, zeros[:-point]...)
 		return append(out, d...)
 	}
 	out = append(out, d[0])
@@ -1138,13 +1388,18 @@ func appendES6Digits(out, d []byte, point int) []byte {
 		out = append(out, '.')
 		out = append(out, d[1:]...)
 	}
-	out = append(out, 'e')
-	if point-1 < 0 {
-		out = append(out, '-')
-		return strconv.AppendInt(out, int64(1-point), 10)
+	x, sign := point-1, byte('+')
+	if x < 0 {
+		x, sign = -x, '-'
 	}
-	out = append(out, '+')
-	return strconv.AppendInt(out, int64(point-1), 10)
+	// A double's decimal exponent is at most 324: three digits.
+	switch {
+	case x >= 100:
+		return append(out, 'e', sign, byte('0'+x/100), byte('0'+x/10%10), byte('0'+x%10))
+	case x >= 10:
+		return append(out, 'e', sign, byte('0'+x/10), byte('0'+x%10))
+	}
+	return append(out, 'e', sign, byte('0'+x))
 }
 
 // appendJCSString appends s as a JSON string with only the escapes RFC 8785

@@ -1,12 +1,14 @@
 package jcs
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"math/bits"
 	"os"
 	"slices"
@@ -1028,4 +1030,173 @@ func sameScale(short, text string) bool {
 	a, _ := strconv.Atoi(se)
 	b, _ := strconv.Atoi(te)
 	return a+1 == b
+}
+
+// TestDigitsValueMatchesParseUint pins digitsValue, which reads 16 or 17
+// digits eight at a time, against strconv.ParseUint.
+func TestDigitsValueMatchesParseUint(t *testing.T) {
+	x := uint64(0x9e3779b97f4a7c15)
+	cases := []string{"1000000000000000", "9999999999999999", "10000000000000000", "99999999999999999", "1234567890123456", "12345678901234567"}
+	for range 10000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		cases = append(cases, strconv.FormatUint(x%9e15+1e15, 10), strconv.FormatUint(x%9e16+1e16, 10))
+	}
+	for _, s := range cases {
+		want, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := digitsValue([]byte(s)); got != want {
+			t.Fatalf("digitsValue(%q) = %d", s, got)
+		}
+	}
+}
+
+// TestUTF16RankOrder pins utf16Rank's claim: two names whose first 8 bytes
+// (big-endian, zero-padded) differ order, as utf16Rank maps those words,
+// the way their UTF-16 code units do. The names mix every UTF-8 length
+// and the two ranges UTF-16 orders apart from byte order (U+E000–U+FFFF
+// and characters above U+FFFF), at every offset in the word.
+func TestUTF16RankOrder(t *testing.T) {
+	alphabet := []string{"", "\x00", "a", "\x7f", "é", "\u07ff", "\u0800", "中", "\ud7ff", "\ue000", "\uf8ff", "\uffff", "😀", "\U00010000", "\U0010ffff"}
+	word := func(s string) uint64 {
+		var x uint64
+		for i := range min(len(s), 8) {
+			x |= uint64(s[i]) << (56 - 8*i)
+		}
+		return x
+	}
+	for _, a := range alphabet {
+		for _, b := range alphabet {
+			for _, c := range alphabet {
+				for _, d := range alphabet {
+					for _, pad := range []string{"", "x", "xy", "xyz"} {
+						s, u := pad+a+b, pad+c+d
+						ws, wu := word(s), word(u)
+						if ws == wu {
+							continue
+						}
+						got := cmp.Compare(utf16Rank(ws), utf16Rank(wu))
+						if want := utf16Order(s, u); (got < 0) != (want < 0) || got == 0 {
+							t.Fatalf("utf16Rank orders %q, %q as %d; UTF-16 order is %d", s, u, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestPackedSortMatchesSortFunc pins packedSort, the sort of objects of
+// 33 to 256 members, against slices.SortFunc with compareKeys: names with
+// long shared prefixes, non-ASCII, U+E000–U+FFFF against characters above
+// U+FFFF, ties in their first 7 bytes after the shared prefix; and it
+// refuses a duplicate name wherever it is.
+func TestPackedSortMatchesSortFunc(t *testing.T) {
+	alphabet := []string{"a", "b", "z", "_", "0", "item_", "abcdefgh", "é", "\uE000", "\uFFFF", "😀", "\U00010000", "\x7f", "\x00"}
+	x := uint64(0x9e3779b97f4a7c15)
+	next := func(n int) int {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return int(x % uint64(n))
+	}
+	for round := range 600 {
+		n := maxInsertionSort + 1 + round%(maxPackedSort-maxInsertionSort)
+		prefix := []string{"", "shared_prefix_of_21_b", "é中😀"}[round%3]
+		seen := map[string]bool{}
+		var names []string
+		for len(names) < n {
+			var sb strings.Builder
+			sb.WriteString(prefix)
+			for range 1 + next(6) {
+				sb.WriteString(alphabet[next(len(alphabet))])
+			}
+			if name := sb.String(); !seen[name] {
+				seen[name] = true
+				names = append(names, name)
+			}
+		}
+		build := func(names []string) (*jcsParser, []jcsMember, []jcsSortKey) {
+			p := &jcsParser{}
+			var members []jcsMember
+			var keys []jcsSortKey
+			for i, name := range names {
+				at := len(p.keys)
+				p.keys = append(p.keys, name...)
+				members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
+				keys = append(keys, p.sortKey(members, i))
+			}
+			return p, members, keys
+		}
+		p, members, keys := build(names)
+		got := slices.Clone(keys)
+		if !p.sortKeys(members, got) {
+			t.Fatalf("names %q: packedSort reports a duplicate", names)
+		}
+		want := slices.Clone(keys)
+		slices.SortFunc(want, func(a, b jcsSortKey) int { return p.compareKeys(members, a, b) })
+		for i := range want {
+			g, w := p.name(&members[got[i].index]), p.name(&members[want[i].index])
+			if string(g) != string(w) {
+				t.Fatalf("names %q: packedSort puts %q at %d, slices.SortFunc %q", names, g, i, w)
+			}
+		}
+		dup := append(slices.Clone(names[:n-1]), names[next(n-1)])
+		if p, members, keys := build(dup); p.sortKeys(members, keys) {
+			t.Fatalf("names %q: packedSort misses a duplicate", dup)
+		}
+	}
+}
+
+// TestTinyRecip recomputes tinyQuotient's table with math/big.
+func TestTinyRecip(t *testing.T) {
+	for i, r := range tinyRecip {
+		m := tinyPow10Min + i
+		p5 := new(big.Int).Exp(big.NewInt(5), big.NewInt(int64(m)), nil)
+		want := new(big.Int).Lsh(big.NewInt(1), uint(1074-m+r.shift))
+		want.Quo(want, p5)
+		got := new(big.Int).Lsh(new(big.Int).SetUint64(r.hi), 64)
+		got.Or(got, new(big.Int).SetUint64(r.lo))
+		if got.Cmp(want) != 0 || got.BitLen() != 128 {
+			t.Fatalf("tinyRecip[%d] (m = %d) = %x, want %x with 128 bits", i, m, got, want)
+		}
+	}
+}
+
+// TestTinyQuotientMatchesBig pins tinyQuotient against the exact division
+// by math/big it spares, for every m it covers and digits of every length:
+// where it answers, it answers the same k.
+func TestTinyQuotientMatchesBig(t *testing.T) {
+	x := uint64(0x9e3779b97f4a7c15)
+	answered := 0
+	for range 100000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		d := x >> (7 + x%57)
+		if d == 0 {
+			continue
+		}
+		m := tinyPow10Min + int(x>>32%uint64(len(tinyRecip)))
+		num := new(big.Int).Lsh(new(big.Int).SetUint64(d), 1074)
+		den := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(m)), nil)
+		k, r := new(big.Int).QuoRem(num, den, new(big.Int))
+		if r.Lsh(r, 1).Cmp(den) > 0 {
+			k.Add(k, big.NewInt(1))
+		}
+		got, ok := tinyQuotient(d, m)
+		if !ok {
+			continue
+		}
+		answered++
+		if !k.IsUint64() || k.Uint64() != got {
+			t.Fatalf("tinyQuotient(%d, %d) = %d, want %v", d, m, got, k)
+		}
+	}
+	if answered < 50000 {
+		t.Fatalf("tinyQuotient answered %d of 100000", answered)
+	}
 }

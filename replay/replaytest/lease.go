@@ -192,7 +192,7 @@ func confirmWithForeignToken(t *testing.T, s Store) {
 
 func confirmedEntryExpiresAtUntil(t *testing.T, s Store) {
 	l := acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
-	until := time.Now().Add(Lease)
+	until := time.Now().Add(time.Second) // room for two calls on a loaded machine
 	confirm(t, s, "a", l.Token, until)
 	acquire(t, s, "a", time.Minute, replay.LeaseDone)
 	time.Sleep(time.Until(until.Add(50 * time.Millisecond)))

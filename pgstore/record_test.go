@@ -1,0 +1,785 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/idempotency"
+	"github.com/ctoken/ctoken/observe"
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestRecordContract: replaytest.RunRecordContract (fingerprints kept
+// with leases, records written with the done row and returned byte for
+// byte up to replay.MaxResultBytes, resends, takeovers, limits, 32
+// concurrent acquires) against real PostgreSQL.
+func TestRecordContract(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	replaytest.RunRecordContract(t, func(t *testing.T) replaytest.RecordStore { return storeOn(t, pool) })
+}
+
+// recordRow is id's row as the table holds it: its state, fingerprint and
+// result (nil when NULL), and xmin (the transaction that wrote it last).
+type recordRow struct {
+	state               string
+	fingerprint, result []byte
+	xmin                string
+}
+
+func rowOf(t *testing.T, s *Store, id string) (recordRow, bool) {
+	t.Helper()
+	var r recordRow
+	err := s.pool.QueryRow(bg(), `SELECT state, fingerprint, result, xmin::text FROM `+s.table+` WHERE key = $1`, s.key(id)).Scan(
+		&r.state, &r.fingerprint, &r.result, &r.xmin)
+	if err != nil {
+		return recordRow{}, false
+	}
+	return r, true
+}
+
+// expire moves id's row's until into the past by the database's clock.
+func expire(t *testing.T, s *Store, id string) {
+	t.Helper()
+	if _, err := s.pool.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantRecord calls AcquireRecord and checks what it reports.
+func wantRecord(t *testing.T, s *Store, id string, state replay.LeaseState, fp, result []byte) replay.Record {
+	t.Helper()
+	r, err := s.AcquireRecord(bg(), id, time.Minute, []byte("asker"))
+	if err != nil || r.State != state || !bytes.Equal(r.Fingerprint, fp) || !bytes.Equal(r.Result, result) {
+		t.Fatalf("AcquireRecord(%q) = %v %q %d bytes, %v; want %v %q %d bytes", id, r.State, r.Fingerprint, len(r.Result), err, state, fp, len(result))
+	}
+	return r
+}
+
+func TestRecordRefusalsWriteNothing(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Hour)
+	fp := bytes.Repeat([]byte{0xfe}, replay.MaxFingerprintBytes)
+	long := append(bytes.Clone(fp), 0)
+
+	t.Run("AcquireRecord", func(t *testing.T) {
+		for _, tc := range []struct {
+			name  string
+			id    string
+			lease time.Duration
+			fp    []byte
+			is    []error
+		}{
+			{"fingerprint over the limit", "a", time.Minute, long, []error{ErrInvalidClaim, replay.ErrTooLarge}},
+			{"zero lease", "a", 0, fp, []error{ErrInvalidClaim, replay.ErrExpired}},
+			{"negative lease", "a", -time.Second, fp, []error{ErrInvalidClaim, replay.ErrExpired}},
+			{"empty id", "", time.Minute, fp, []error{ErrInvalidClaim}},
+			{"id over the limit", strings.Repeat("i", MaxIDBytes+1), time.Minute, fp, []error{ErrInvalidClaim}},
+		} {
+			r, err := s.AcquireRecord(bg(), tc.id, tc.lease, tc.fp)
+			for _, want := range tc.is {
+				if !errors.Is(err, want) {
+					t.Errorf("%s: AcquireRecord = %+v, %v; want an error matching %v", tc.name, r, err, want)
+				}
+			}
+			if r.State != 0 || r.Token != "" {
+				t.Errorf("%s: AcquireRecord reported %+v with its error", tc.name, r)
+			}
+			if _, ok := rowOf(t, s, tc.id); ok {
+				t.Errorf("%s: a row was written", tc.name)
+			}
+		}
+	})
+
+	t.Run("ConfirmRecord", func(t *testing.T) {
+		l, err := s.AcquireRecord(bg(), "b", time.Minute, fp)
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatal(l, err)
+		}
+		before, _ := rowOf(t, s, "b")
+		if before.state != "l" || !bytes.Equal(before.fingerprint, fp) || before.result != nil {
+			t.Fatalf("the lease's row is %+v; want state l with the fingerprint", before)
+		}
+		for _, tc := range []struct {
+			name       string
+			id, token  string
+			until      time.Time
+			fp, result []byte
+			is         []error
+		}{
+			{"fingerprint over the limit", "b", l.Token, until, long, []byte("r"), []error{ErrInvalidClaim, replay.ErrTooLarge}},
+			{"nil result", "b", l.Token, until, fp, nil, []error{ErrInvalidClaim, replay.ErrTooLarge}},
+			{"empty result", "b", l.Token, until, fp, []byte{}, []error{ErrInvalidClaim, replay.ErrTooLarge}},
+			{"result over the limit", "b", l.Token, until, fp, make([]byte, replay.MaxResultBytes+1), []error{ErrInvalidClaim, replay.ErrTooLarge}},
+			{"until past", "b", l.Token, time.Now().Add(-time.Second), fp, []byte("r"), []error{ErrInvalidClaim, replay.ErrExpired}},
+			{"until before the year 1", "b", l.Token, time.Time{}.Add(-time.Hour), fp, []byte("r"), []error{ErrInvalidClaim, replay.ErrExpired}},
+			{"foreign token", "b", strings.Repeat("0", tokenLen), until, fp, []byte("r"), []error{replay.ErrLeaseLost}},
+			{"malformed token", "b", "not a token", until, fp, []byte("r"), []error{replay.ErrLeaseLost}},
+			{"empty id", "", l.Token, until, fp, []byte("r"), []error{ErrInvalidClaim}},
+			{"id over the limit", strings.Repeat("i", MaxIDBytes+1), l.Token, until, fp, []byte("r"), []error{ErrInvalidClaim}},
+		} {
+			err := s.ConfirmRecord(bg(), tc.id, tc.token, tc.until, tc.fp, tc.result)
+			for _, want := range tc.is {
+				if !errors.Is(err, want) {
+					t.Errorf("%s: ConfirmRecord = %v; want an error matching %v", tc.name, err, want)
+				}
+			}
+			if after, _ := rowOf(t, s, "b"); after.xmin != before.xmin || after.state != "l" {
+				t.Errorf("%s: the lease's row was written (%+v, was %+v)", tc.name, after, before)
+			}
+		}
+		// The limits themselves are accepted, and read back byte for byte.
+		result := bytes.Repeat([]byte{0, 0xff, 'x'}, replay.MaxResultBytes/3+1)[:replay.MaxResultBytes]
+		if err := s.ConfirmRecord(bg(), "b", l.Token, until, fp, result); err != nil {
+			t.Fatal(err)
+		}
+		wantRecord(t, s, "b", replay.LeaseDone, fp, result)
+	})
+}
+
+// TestRecordRefusesAForgottenOrFencedTable: without the marker row (the
+// table was emptied) or before the fence of Rearm has passed, both steps
+// refuse with ErrForgotten and write nothing; once the fence passes they
+// serve again.
+func TestRecordRefusesAForgottenOrFencedTable(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	name := uniqueTable(t, pool)
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = name })
+	until := time.Now().Add(time.Hour)
+	l, err := s.AcquireRecord(bg(), "held", time.Minute, []byte("fp"))
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
+	}
+	before, _ := rowOf(t, s, "held")
+	refuses := func(why string) {
+		t.Helper()
+		if r, err := s.AcquireRecord(bg(), "new", time.Minute, []byte("fp")); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) || r.State != 0 {
+			t.Fatalf("AcquireRecord %s = %+v, %v; want ErrForgotten", why, r, err)
+		}
+		if err := s.ConfirmRecord(bg(), "held", l.Token, until, []byte("fp"), []byte("r")); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("ConfirmRecord %s: %v; want ErrForgotten", why, err)
+		}
+		if _, ok := rowOf(t, s, "new"); ok {
+			t.Fatalf("AcquireRecord %s wrote a row", why)
+		}
+		if after, _ := rowOf(t, s, "held"); after.xmin != before.xmin {
+			t.Fatalf("ConfirmRecord %s wrote the row", why)
+		}
+	}
+	if _, err := pool.Exec(bg(), `DELETE FROM "`+name+`" WHERE key = `+markerSQL); err != nil {
+		t.Fatal(err)
+	}
+	refuses("without the marker row")
+	if err := Rearm(bg(), pool, name, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	refuses("before the fence")
+	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ConfirmRecord(bg(), "held", l.Token, until, []byte("fp"), []byte("r")); err != nil {
+		t.Fatalf("ConfirmRecord after the fence: %v", err)
+	}
+	wantRecord(t, s, "held", replay.LeaseDone, []byte("fp"), []byte("r"))
+}
+
+// TestRecordRefusedWhileARecheckRefuses: while the recheck of New's checks
+// fails, both steps refuse with its reason before sending anything.
+func TestRecordRefusedWhileARecheckRefuses(t *testing.T) {
+	s := newTestStore(t, func(o *Options) { o.RecheckInterval = time.Hour })
+	l, err := s.AcquireRecord(bg(), "held", time.Minute, []byte("fp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal := fmt.Errorf("%w: %w: synchronous_commit is off (test)", ErrUnavailable, ErrConfig)
+	s.refusal.Store(&refusal)
+	if r, err := s.AcquireRecord(bg(), "new", time.Minute, []byte("fp")); !errors.Is(err, ErrConfig) || !errors.Is(err, ErrUnavailable) || r.State != 0 {
+		t.Fatalf("AcquireRecord while refusing = %+v, %v", r, err)
+	}
+	if err := s.ConfirmRecord(bg(), "held", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); !errors.Is(err, ErrConfig) {
+		t.Fatalf("ConfirmRecord while refusing: %v", err)
+	}
+	if row, _ := rowOf(t, s, "held"); row.state != "l" {
+		t.Fatalf("the lease's row is %+v while refusing; want unchanged", row)
+	}
+	s.refusal.Store(nil)
+	if err := s.ConfirmRecord(bg(), "held", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecordOfAnEarlierHolderIsNeverReported: a row taken over after its
+// record expired (by AcquireLease, ConfirmLease or Claim, which carry no
+// record) is reported without the earlier holder's fingerprint or result.
+func TestRecordOfAnEarlierHolderIsNeverReported(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Hour)
+	recorded := func(id string) {
+		t.Helper()
+		l, err := s.AcquireRecord(bg(), id, time.Minute, []byte("old fp"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ConfirmRecord(bg(), id, l.Token, until, []byte("old fp"), []byte("old result")); err != nil {
+			t.Fatal(err)
+		}
+		expire(t, s, id)
+	}
+	t.Run("AcquireLease then ConfirmLease", func(t *testing.T) {
+		recorded("a")
+		l, err := s.AcquireLease(bg(), "a", time.Minute)
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatal(l, err)
+		}
+		wantRecord(t, s, "a", replay.LeaseBusy, nil, nil)
+		if err := s.ConfirmLease(bg(), "a", l.Token, until); err != nil {
+			t.Fatal(err)
+		}
+		wantRecord(t, s, "a", replay.LeaseDone, nil, nil)
+		if row, _ := rowOf(t, s, "a"); row.fingerprint != nil || row.result != nil {
+			t.Fatalf("row after ConfirmLease = %+v; want no record", row)
+		}
+	})
+	t.Run("ConfirmLease of an ended lease", func(t *testing.T) {
+		l, err := s.AcquireLease(bg(), "b", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recorded("b2")
+		expire(t, s, "b")
+		// The lease ended and someone recorded, then that expired too: a
+		// late ConfirmLease records afresh, without the record.
+		l2, err := s.AcquireRecord(bg(), "b", time.Minute, []byte("old fp"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ConfirmRecord(bg(), "b", l2.Token, until, []byte("old fp"), []byte("old result")); err != nil {
+			t.Fatal(err)
+		}
+		expire(t, s, "b")
+		if err := s.ConfirmLease(bg(), "b", l.Token, until); err != nil {
+			t.Fatal(err)
+		}
+		wantRecord(t, s, "b", replay.LeaseDone, nil, nil)
+	})
+	t.Run("Claim", func(t *testing.T) {
+		recorded("c")
+		if first, err := s.Claim(bg(), "c", until); !first || err != nil {
+			t.Fatal(first, err)
+		}
+		wantRecord(t, s, "c", replay.LeaseDone, nil, nil)
+	})
+	t.Run("AcquireRecord", func(t *testing.T) {
+		recorded("d")
+		wantRecord(t, s, "d", replay.LeaseAcquired, nil, nil)
+		if row, _ := rowOf(t, s, "d"); !bytes.Equal(row.fingerprint, []byte("asker")) || row.result != nil {
+			t.Fatalf("row after a takeover by AcquireRecord = %+v; want its fingerprint and no result", row)
+		}
+	})
+}
+
+// v2Table creates a table with the SQL of Schema before the record
+// columns (pgstore with key layout 2 and without replay.Recorder), and
+// rows written as that version wrote them: for each row the ID (under
+// prefix), the state and the until (SQL).
+func v2Table(t *testing.T, pool *pgxpool.Pool, prefix string, rows ...[3]string) string {
+	t.Helper()
+	name := uniqueTable(t, pool)
+	for _, q := range []string{
+		`CREATE TABLE "` + name + `" (
+	key   bytea PRIMARY KEY,
+	state text NOT NULL CHECK (state IN ('m', 'c', 'l', 'd')),
+	token text NOT NULL,
+	until timestamptz NOT NULL
+) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05)`,
+		`CREATE INDEX "` + name + `_until" ON "` + name + `" (until)`,
+		`INSERT INTO "` + name + `" (key, state, token, until) VALUES (decode('0000', 'hex'), 'm', '', '-infinity')`,
+	} {
+		if _, err := pool.Exec(bg(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := &Store{prefix: prefix}
+	for _, r := range rows {
+		if _, err := pool.Exec(bg(), `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, $2, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', `+r[2]+`)`, k.key(r[0]), r[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return name
+}
+
+// confirmV2SQL is ConfirmLease's statement before the record columns: what
+// an instance still running that version sends to an upgraded table.
+const confirmV2SQL = `WITH m AS (SELECT 1 FROM %[1]s WHERE key = decode('0000', 'hex') AND state = 'm' AND until <= now()),
+up AS (
+  INSERT INTO %[1]s AS r (key, state, token, until)
+  SELECT $1::bytea, 'd', $2::text, $3::timestamptz FROM m WHERE $3::timestamptz > now()
+  ON CONFLICT (key) DO UPDATE SET state = 'd', token = excluded.token, until = excluded.until
+    WHERE r.until <= now() OR (r.state IN ('l', 'd') AND r.token = excluded.token)
+  RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM m), $3::timestamptz > now(), EXISTS (SELECT 1 FROM up)`
+
+// TestMigrateAddsTheRecordColumns: New refuses a table made by the Schema
+// before replay.Recorder (ErrConfig, naming Migrate); Migrate adds the
+// columns, and its rows then read as before, with an empty record: a done
+// row is done, a lease busy, a claim done, an expired row free. The
+// statements of the earlier version still work on the upgraded table.
+// Migrating again takes no lock that waits for the table's traffic. A
+// column of the same name and another type is refused, and a table of key
+// layout 1 gets the columns too.
+func TestMigrateAddsTheRecordColumns(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	prefix := uniquePrefix()
+
+	t.Run("rows of the earlier version", func(t *testing.T) {
+		name := v2Table(t, pool, prefix,
+			[3]string{"done", "d", `now() + interval '1 hour'`},
+			[3]string{"leased", "l", `now() + interval '1 hour'`},
+			[3]string{"claimed", "c", `now() + interval '1 hour'`},
+			[3]string{"expired", "d", `now() - interval '1 second'`},
+		)
+		s, err := New(bg(), pool, Options{Table: name, Prefix: prefix, SweepInterval: -1})
+		if s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "pgstore.Migrate") {
+			t.Fatalf("New on a table without the record columns = %v, %v; want ErrConfig naming pgstore.Migrate", s, err)
+		}
+		for range 2 { // idempotent
+			if err := Migrate(bg(), pool, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s = storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = prefix })
+		wantRecord(t, s, "done", replay.LeaseDone, nil, nil)
+		if r := wantRecord(t, s, "leased", replay.LeaseBusy, nil, nil); r.Wait <= 0 {
+			t.Fatalf("the earlier version's lease reports Wait %v", r.Wait)
+		}
+		wantRecord(t, s, "claimed", replay.LeaseDone, nil, nil)
+		l := wantRecord(t, s, "expired", replay.LeaseAcquired, nil, nil)
+		until := time.Now().Add(time.Hour)
+		if err := s.ConfirmRecord(bg(), "expired", l.Token, until, []byte("fp"), []byte("result")); err != nil {
+			t.Fatal(err)
+		}
+		wantRecord(t, s, "expired", replay.LeaseDone, []byte("fp"), []byte("result"))
+
+		// An instance of the earlier version confirms its lease on the
+		// upgraded table.
+		var marker, future, done bool
+		if err := pool.QueryRow(bg(), fmt.Sprintf(confirmV2SQL, `"`+name+`"`), s.key("leased"), "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", pgTime(until)).Scan(&marker, &future, &done); err != nil || !done {
+			t.Fatalf("ConfirmLease of the earlier version on the upgraded table = %v, %v", done, err)
+		}
+		wantRecord(t, s, "leased", replay.LeaseDone, nil, nil)
+	})
+
+	t.Run("migrating again waits for nothing", func(t *testing.T) {
+		name := uniqueTable(t, pool)
+		if err := Migrate(bg(), pool, name); err != nil {
+			t.Fatal(err)
+		}
+		s := storeOn(t, pool, func(o *Options) { o.Table = name })
+		// An open transaction that wrote a row holds the table's ROW
+		// EXCLUSIVE lock: an ALTER TABLE would wait for it.
+		tx, err := pool.Begin(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(bg())
+		if _, err := tx.Exec(bg(), `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key("open")); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(bg(), 5*time.Second)
+		defer cancel()
+		if err := Migrate(ctx, pool, name); err != nil {
+			t.Fatalf("Migrate of an up-to-date table beside an open transaction: %v", err)
+		}
+	})
+
+	t.Run("a column of another type", func(t *testing.T) {
+		name := v2Table(t, pool, prefix)
+		if _, err := pool.Exec(bg(), `ALTER TABLE "`+name+`" ADD COLUMN result text`); err != nil {
+			t.Fatal(err)
+		}
+		if err := Migrate(bg(), pool, name); !errors.Is(err, ErrConfig) {
+			t.Fatalf("Migrate of a table whose result column is text: %v; want ErrConfig", err)
+		}
+		if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+			t.Fatalf("New on it = %v, %v; want ErrConfig", s, err)
+		}
+	})
+
+	t.Run("key layout 1", func(t *testing.T) {
+		name := layout1Table(t, pool, `'-infinity'`, [3]string{prefix + "old", "d", `now() + interval '1 hour'`})
+		if err := Migrate(bg(), pool, name); err != nil {
+			t.Fatal(err)
+		}
+		s := storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = prefix })
+		wantRecord(t, s, "old", replay.LeaseDone, nil, nil) // the layout-1 row, still honoured
+		l := wantRecord(t, s, "new", replay.LeaseAcquired, nil, nil)
+		if err := s.ConfirmRecord(bg(), "new", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
+			t.Fatal(err)
+		}
+		wantRecord(t, s, "new", replay.LeaseDone, []byte("fp"), []byte("r"))
+	})
+}
+
+// TestRecordResendAfterLostReplyIsSafe: the reply of each record step is
+// lost after the server committed it; the call fails closed, and a resend
+// gets the answer the lost call would have had: a new AcquireRecord finds
+// the lost lease busy with its fingerprint, and ConfirmRecord resent with
+// the same token succeeds and keeps the first record, even when resent
+// with other bytes.
+func TestRecordResendAfterLostReplyIsSafe(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	d := newReplyDropper(t, "127.0.0.1:"+p.port)
+	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, d.ln.Addr().String(), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// As in TestResendAfterLostReplyIsSafe: s calls through the proxy, r
+	// resends straight to the server.
+	s := storeOn(t, pool, func(o *Options) { o.Timeout = 500 * time.Millisecond; o.RecheckInterval = time.Hour })
+	r := storeOn(t, admin, func(o *Options) { o.Prefix = s.Prefix() })
+	until := time.Now().Add(time.Hour)
+	rowState := func(id, want string) {
+		t.Helper()
+		for range 500 {
+			if row, _ := rowOf(t, r, id); row.state == want {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("row %s never reached state %q", id, want)
+	}
+	warmID := 0
+	lost := func(name string, warm func(id string) error, call func() error) {
+		t.Helper()
+		for try := 0; ; try++ { // a warm-up slower than the timeout on a loaded machine is retried
+			warmID++
+			err := warm(fmt.Sprint("warm-", warmID))
+			if err == nil {
+				break
+			}
+			if try == 5 {
+				t.Fatal(err)
+			}
+		}
+		d.drop.Store(true)
+		err := call()
+		d.drop.Store(false)
+		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s with its reply lost: %v; want ErrUnavailable and DeadlineExceeded", name, err)
+		}
+	}
+
+	lost("AcquireRecord", func(id string) error {
+		_, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp"))
+		return err
+	}, func() error {
+		l, err := s.AcquireRecord(bg(), "acquire", time.Minute, []byte("lost fp"))
+		if l.State != 0 {
+			t.Fatalf("lease %+v without a reply", l)
+		}
+		return err
+	})
+	rowState("acquire", "l")
+	wantRecord(t, r, "acquire", replay.LeaseBusy, []byte("lost fp"), nil)
+
+	l, err := r.AcquireRecord(bg(), "confirm", time.Minute, []byte("fp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost("ConfirmRecord", func(id string) error {
+		w, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp"))
+		if err != nil {
+			return err
+		}
+		return s.ConfirmRecord(bg(), id, w.Token, until, []byte("fp"), []byte("r"))
+	}, func() error {
+		return s.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("first result"))
+	})
+	rowState("confirm", "d")
+	if err := r.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("first result")); err != nil {
+		t.Fatalf("resent ConfirmRecord: %v; want nil (its own done row)", err)
+	}
+	if err := r.ConfirmRecord(bg(), "confirm", l.Token, until, []byte("fp"), []byte("other result")); err != nil {
+		t.Fatalf("ConfirmRecord resent with other bytes: %v; want nil", err)
+	}
+	wantRecord(t, r, "confirm", replay.LeaseDone, []byte("fp"), []byte("first result"))
+}
+
+// opLog is the operation behind an idempotent request in the fault tests:
+// each completed execution is counted per key and returns a body unique to
+// it; the first execution attempt of every odd-numbered key panics
+// instead.
+type opLog struct {
+	mu        sync.Mutex
+	attempts  map[string]int       // executions started, per key
+	completed map[string]int       // executions completed, per key
+	first     map[string][]byte    // the body of the key's first completed execution
+	firstAt   map[string]time.Time // when it completed
+	panics    int
+}
+
+func newOpLog() *opLog {
+	return &opLog{attempts: map[string]int{}, completed: map[string]int{}, first: map[string][]byte{}, firstAt: map[string]time.Time{}}
+}
+
+// panicky reports whether key's first execution attempt panics: keys
+// whose number is odd.
+func panicky(key string) bool { return strings.ContainsAny(key[len(key)-1:], "13579") }
+
+// run executes the operation of key once (or panics, on the first attempt
+// of a panicky key) and returns its body.
+func (o *opLog) run(key string) []byte {
+	o.mu.Lock()
+	o.attempts[key]++
+	crash := o.attempts[key] == 1 && panicky(key)
+	if crash {
+		o.panics++
+	}
+	o.mu.Unlock()
+	if crash {
+		panic("the operation crashes on its first attempt")
+	}
+	time.Sleep(2 * time.Millisecond) // the work
+	var id [12]byte
+	rand.Read(id[:])
+	body := []byte(`{"key":"` + key + `","payment":"pay_` + hex.EncodeToString(id[:]) + `"}`)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.completed[key]++
+	if o.first[key] == nil {
+		o.first[key], o.firstAt[key] = body, time.Now()
+	}
+	return body
+}
+
+// idemAttempt sends one attempt of the request with key and returns the
+// status and body it got, or an error when no response came (a crashed
+// handler's aborted connection).
+type idemAttempt func(key string) (status int, body []byte, err error)
+
+// faultLease is the lease of the fault tests: longer than the server
+// takes to be killed and restarted (2-9 s measured on the loaded 2-core
+// machine; the test fails when it takes longer), so a confirmation retried
+// through the restart still finds its lease; and no longer, since a lease
+// whose holder never heard back (an acquire whose reply was lost in the
+// kill, a release that failed) keeps its key busy until it ends.
+const faultLease = 10 * time.Second
+
+// runExactlyOnceThroughAKill drives 64 clients in 16 groups of four: each
+// group works through its keys one after the other, all four clients of a
+// group sending the same key concurrently and retrying it until they get
+// a 2xx (after a 409 at once, after a 503 or an aborted attempt with a
+// backoff from 50 to 400 ms). Once 16 keys are done the server is
+// SIGKILLed and restarted (crash recovery); new keys start until 1.5 s
+// after it is back. It then checks that every key's operation completed
+// exactly once, and that every client's final response is the first
+// execution's: 201 with its body, byte for byte.
+func runExactlyOnceThroughAKill(t *testing.T, p *pgServer, ops *opLog, attempt idemAttempt) {
+	const groups, clients = 16, 4
+	start := time.Now()
+	var (
+		mu          sync.Mutex
+		finals      = map[string][][]byte{} // every client's final body, per key
+		unavailable int                     // attempts answered 503 or aborted
+		wg          sync.WaitGroup
+		// newKeysUntil and hardDeadline are Unix nanoseconds, set when
+		// the server is back.
+		newKeysUntil, hardDeadline atomic.Int64
+	)
+	newKeysUntil.Store(start.Add(time.Minute).UnixNano())
+	hardDeadline.Store(start.Add(time.Minute).UnixNano())
+	for c := range groups * clients {
+		g := c / clients
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; time.Now().UnixNano() < newKeysUntil.Load(); k++ {
+				key := fmt.Sprintf("g%d-k%d", g, k)
+				backoff := 50 * time.Millisecond
+				for {
+					if time.Now().UnixNano() > hardDeadline.Load() {
+						t.Errorf("%s: no 2xx by the deadline", key)
+						return
+					}
+					status, body, err := attempt(key)
+					switch {
+					case err != nil || status == http.StatusServiceUnavailable:
+						mu.Lock()
+						unavailable++
+						mu.Unlock()
+						time.Sleep(backoff)
+						backoff = min(2*backoff, 400*time.Millisecond)
+						continue
+					case status == http.StatusConflict:
+						time.Sleep(25 * time.Millisecond)
+						continue
+					case status != http.StatusCreated:
+						t.Errorf("%s: status %d, body %q; want 201, the first response's", key, status, body)
+						return
+					}
+					mu.Lock()
+					finals[key] = append(finals[key], body)
+					mu.Unlock()
+					break
+				}
+			}
+		}()
+	}
+	for deadline := start.Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ops.mu.Lock()
+		done := len(ops.first)
+		ops.mu.Unlock()
+		if done >= groups {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d keys done in 10 s before the kill", done)
+		}
+	}
+	killed := time.Now()
+	if err := p.restart(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	newKeysUntil.Store(back.Add(1500 * time.Millisecond).UnixNano())
+	hardDeadline.Store(back.Add(faultLease + 5*time.Second).UnixNano())
+	restarted := back.Sub(killed)
+	wg.Wait()
+	if restarted >= faultLease {
+		t.Errorf("the server took %v to restart, longer than the lease (%v): a confirmation could not outlast it", restarted, faultLease)
+	}
+
+	ops.mu.Lock()
+	defer ops.mu.Unlock()
+	after, responses := 0, 0
+	for key, bodies := range finals {
+		if n := ops.completed[key]; n != 1 {
+			t.Errorf("%s: the operation completed %d times, want once", key, n)
+		}
+		for i, b := range bodies {
+			if !bytes.Equal(b, ops.first[key]) {
+				t.Errorf("%s: client %d's final response %q is not the first response %q", key, i, b, ops.first[key])
+			}
+		}
+		if ops.firstAt[key].After(killed) {
+			after++
+		}
+		responses += len(bodies)
+	}
+	for key := range ops.completed {
+		if len(finals[key]) == 0 {
+			t.Errorf("%s: completed, but no client got its response", key)
+		}
+	}
+	if ops.panics == 0 || unavailable == 0 || after == 0 {
+		t.Errorf("%d crashed attempts, %d unavailable answers, %d keys done after the kill: the faults did not hit the load", ops.panics, unavailable, after)
+	}
+	t.Logf("%d keys (%d done after the kill), %d final responses, %d crashed attempts, %d unavailable answers; the server was killed after %v and back %v later; %v in all",
+		len(finals), after, responses, ops.panics, unavailable, killed.Sub(start).Round(time.Millisecond), restarted.Round(time.Millisecond),
+		time.Since(start).Round(time.Millisecond))
+}
+
+// TestIdempotentRequestsRunOnceThroughAKilledServer: the idempotency
+// middleware on a Store, behind a loopback HTTP server, with the handler
+// of opLog (201 with a body unique to each execution; the first attempt of
+// every odd-numbered key panics), through a SIGKILL and restart of PostgreSQL; see
+// runExactlyOnceThroughAKill. The middleware runs each key's handler
+// once, records its response with ConfirmRecord (retried through the
+// restart within the lease), releases the key when the handler panics,
+// and answers every retry with the recorded response.
+func TestIdempotentRequestsRunOnceThroughAKilledServer(t *testing.T) {
+	t.Parallel() // a server of its own
+	// syncfs: after a crash, the server syncs its data directory before
+	// recovery; one syncfs is much quicker than an fsync per file on a
+	// busy machine (1.3 s measured), and the lease must outlast the
+	// restart.
+	p := ownServer(t, "-c", "recovery_init_sync_method=syncfs")
+	// A timeout well above a commit's time on a loaded machine: a step
+	// that commits but times out (a lease taken that nobody heard of)
+	// keeps its key busy until the lease ends.
+	s := storeOn(t, p.pool(t), func(o *Options) { o.Timeout = 5 * time.Second })
+	var outcomes [16]atomic.Int64
+	mw, err := idempotency.New(idempotency.Config{
+		Store:    s,
+		Caller:   func(*http.Request) (string, error) { return "tenant-1", nil },
+		Required: true,
+		Lease:    faultLease,
+		Observer: observe.ObserverFunc(func(e observe.Event) {
+			if int(e.Outcome) < len(outcomes) {
+				outcomes[e.Outcome].Add(1)
+			}
+		}),
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := newOpLog()
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := ops.run(strings.Trim(r.Header.Get("Idempotency-Key"), `"`))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write(body)
+	})))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handler's panics
+	srv.Start()
+	t.Cleanup(srv.Close)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	t.Cleanup(client.CloseIdleConnections)
+
+	runExactlyOnceThroughAKill(t, p, ops, func(key string) (int, []byte, error) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{"amount": 1999, "currency": "eur"}`))
+		if err != nil {
+			return 0, nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", `"`+key+`"`)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, nil, err // the handler panicked: the connection was aborted
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return 0, nil, err
+		}
+		if resp.StatusCode == http.StatusCreated && resp.Header.Get("Content-Type") != "application/json" {
+			return 0, nil, fmt.Errorf("Content-Type %q", resp.Header.Get("Content-Type"))
+		}
+		return resp.StatusCode, body, nil
+	})
+	t.Logf("middleware outcomes: processed %d, duplicate %d, in progress %d, released %d, store failure %d, refused %d",
+		outcomes[observe.OutcomeProcessed].Load(), outcomes[observe.OutcomeDuplicate].Load(), outcomes[observe.OutcomeInProgress].Load(),
+		outcomes[observe.OutcomeReleased].Load(), outcomes[observe.OutcomeStoreFailure].Load(), outcomes[observe.OutcomeRefused].Load())
+}

@@ -1,0 +1,387 @@
+//go:build fault
+
+package redisstore
+
+// The exactly-once fault test of issue 36 for the Redis store: an HTTP API
+// whose operation (a payment) is made idempotent by the idempotency
+// middleware on this store's replay.Recorder, under 64 concurrent clients
+// that retry every key until they get a 2xx, through a failover, a SIGKILL
+// of Redis and a handler that panics.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/idempotency"
+	"github.com/ctoken/ctoken/observe"
+	"github.com/ctoken/ctoken/replay"
+)
+
+const (
+	// idemClients is the number of concurrent clients; idemCopies of them
+	// send each key at the same time, so idemClients/idemCopies groups work
+	// through idemKeysPerGroup keys each, one after the other.
+	idemClients      = 64
+	idemCopies       = 4
+	idemKeysPerGroup = 12
+	// idemLease is how long one attempt may hold a key (Config.Lease): it
+	// must outlast the fault, so that a confirmation the store could not
+	// record during it is recorded by the middleware's retries within the
+	// lease (else the key runs again after the lease, which the test would
+	// report).
+	idemLease = 8 * time.Second
+	// idemWork is the handler's work per operation.
+	idemWork = 15 * time.Millisecond
+	// idemDeadline bounds each subtest's clients.
+	idemDeadline = 12 * time.Second
+)
+
+// payments is the handler of the test's API: it counts the operations it
+// completed per key and answers 201 with a body unique to the execution
+// (a fresh payment id). For a quarter of the keys (those ending in 0 or
+// 5) its first attempt panics before completing.
+type payments struct {
+	mu       sync.Mutex
+	attempts map[string]int
+	done     map[string]int
+	body     map[string][]byte // the body of the key's completed execution
+}
+
+func newPayments() *payments {
+	return &payments{attempts: map[string]int{}, done: map[string]int{}, body: map[string][]byte{}}
+}
+
+// panicsFirst reports whether the handler panics on key's first attempt.
+func panicsFirst(key string) bool { return strings.HasSuffix(key, "0") || strings.HasSuffix(key, "5") }
+
+func (p *payments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("X-Test-Key")
+	p.mu.Lock()
+	p.attempts[key]++
+	n := p.attempts[key]
+	p.mu.Unlock()
+	if n == 1 && panicsFirst(key) {
+		panic("payments: first attempt crashes")
+	}
+	time.Sleep(idemWork)
+	var id [12]byte
+	rand.Read(id[:])
+	body := []byte(`{"payment":"pay_` + hex.EncodeToString(id[:]) + `","key":"` + key + `"}`)
+	p.mu.Lock()
+	p.done[key]++
+	if p.done[key] == 1 {
+		p.body[key] = body
+	}
+	p.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	w.Write(body)
+}
+
+// idemRun is one subtest's API: two instances (each its own Store on its
+// own client) behind the idempotency middleware, and the clients'
+// outcomes.
+type idemRun struct {
+	t        *testing.T
+	api      *payments
+	urls     []string
+	http     *http.Client
+	mu       sync.Mutex
+	final    map[string][][]byte // key → every client's final 2xx body
+	statuses map[int]int
+	outcomes map[observe.Outcome]int // the middleware's, for the log
+	errs     atomic.Int64            // transport errors (an instance's handler panicked, ...)
+	progress atomic.Int64            // keys answered 2xx
+	// confirmFailed counts ConfirmRecord calls that failed (and were
+	// retried by the middleware).
+	confirmFailed atomic.Int64
+}
+
+// confirmCounter is a Store that counts its failed confirmations (which the
+// middleware retries within the lease).
+type confirmCounter struct {
+	*Store
+	failed *atomic.Int64
+}
+
+func (c confirmCounter) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	err := c.Store.ConfirmRecord(ctx, id, token, until, fp, result)
+	if err != nil {
+		c.failed.Add(1)
+	}
+	return err
+}
+
+func newIdemRun(t *testing.T, stores ...*Store) *idemRun {
+	run := &idemRun{t: t, api: newPayments(), final: map[string][][]byte{}, statuses: map[int]int{}, outcomes: map[observe.Outcome]int{}}
+	for _, s := range stores {
+		mw, err := idempotency.New(idempotency.Config{
+			Store:  confirmCounter{s, &run.confirmFailed},
+			Caller: func(*http.Request) (string, error) { return "merchant-1", nil },
+			Window: time.Hour,
+			Lease:  idemLease,
+			Observer: observe.ObserverFunc(func(e observe.Event) {
+				run.mu.Lock()
+				run.outcomes[e.Outcome]++
+				run.mu.Unlock()
+			}),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewUnstartedServer(mw.Wrap(run.api))
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handler's panics
+		srv.Start()
+		t.Cleanup(srv.Close)
+		run.urls = append(run.urls, srv.URL)
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: idemClients}
+	t.Cleanup(tr.CloseIdleConnections)
+	run.http = &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	return run
+}
+
+// start runs the clients: group g's idemCopies clients send keys g-0,
+// g-1, ... in turn, each retrying its copy (on alternate instances) until
+// a 2xx. wait returns when every client is done.
+func (run *idemRun) start() (wait func()) {
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(idemDeadline)
+	for c := range idemClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g := c / idemCopies
+			for k := range idemKeysPerGroup {
+				if !run.send(c, fmt.Sprintf("g%02d-k%02d", g, k), deadline) {
+					return
+				}
+			}
+		}()
+	}
+	return wg.Wait
+}
+
+// send retries one key until a 2xx, and records the final body.
+func (run *idemRun) send(client int, key string, deadline time.Time) bool {
+	body := []byte(`{"amount":100,"currency":"EUR","key":"` + key + `"}`)
+	for try := client; ; try++ {
+		if time.Now().After(deadline) {
+			run.t.Errorf("client %d: key %s not answered 2xx within %v", client, key, idemDeadline)
+			return false
+		}
+		req, _ := http.NewRequest(http.MethodPost, run.urls[try%len(run.urls)]+"/payments", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", `"`+key+`"`)
+		req.Header.Set("X-Test-Key", key)
+		res, err := run.http.Do(req)
+		if err != nil {
+			run.errs.Add(1)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		got, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		run.mu.Lock()
+		run.statuses[res.StatusCode]++
+		run.mu.Unlock()
+		switch {
+		case err != nil:
+			run.errs.Add(1)
+		case res.StatusCode/100 == 2:
+			run.mu.Lock()
+			run.final[key] = append(run.final[key], got)
+			run.mu.Unlock()
+			run.progress.Add(1)
+			return true
+		case res.StatusCode == http.StatusConflict, res.StatusCode/100 == 5:
+		default:
+			run.t.Errorf("client %d: key %s answered %d: %s", client, key, res.StatusCode, got)
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitProgress waits until n keys were answered 2xx, so the fault meets
+// the clients mid-run.
+func (run *idemRun) waitProgress(n int64) {
+	for deadline := time.Now().Add(5 * time.Second); run.progress.Load() < n && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// check asserts that every key's operation ran exactly once and that every
+// client's final answer is that execution's body, byte for byte.
+func (run *idemRun) check() {
+	t := run.t
+	t.Helper()
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.api.mu.Lock()
+	defer run.api.mu.Unlock()
+	keys, panicked := 0, 0
+	for g := range idemClients / idemCopies {
+		for k := range idemKeysPerGroup {
+			key := fmt.Sprintf("g%02d-k%02d", g, k)
+			keys++
+			if n := run.api.done[key]; n != 1 {
+				t.Errorf("key %s: operation completed %d times, want exactly once", key, n)
+				continue
+			}
+			if panicsFirst(key) && run.api.attempts[key] >= 2 {
+				panicked++
+			}
+			finals := run.final[key]
+			if len(finals) != idemCopies {
+				t.Errorf("key %s: %d clients got a final answer, want %d", key, len(finals), idemCopies)
+			}
+			for i, b := range finals {
+				if !bytes.Equal(b, run.api.body[key]) {
+					t.Errorf("key %s: client %d's final answer %q, want the first response %q", key, i, b, run.api.body[key])
+				}
+			}
+		}
+	}
+	if panicked == 0 {
+		t.Error("no key's handler panicked and then ran")
+	}
+	t.Logf("%d keys, %d clients: statuses %v, %d transport errors, %d keys ran after their first attempt panicked, %d failed confirmations retried; middleware outcomes %v",
+		keys, idemClients, run.statuses, run.errs.Load(), panicked, run.confirmFailed.Load(), run.outcomes)
+}
+
+// checkFaultMet fails unless the fault refused requests (503) and failed
+// confirmations of responses the handler had produced, which the
+// middleware then retried: else the test showed nothing about them.
+func (run *idemRun) checkFaultMet() {
+	run.t.Helper()
+	if run.statuses[http.StatusServiceUnavailable] == 0 {
+		run.t.Error("no request was refused during the fault")
+	}
+	if run.confirmFailed.Load() == 0 {
+		run.t.Error("no confirmation failed during the fault: it met no handler's response")
+	}
+}
+
+// TestIdempotencyExactlyOnceThroughStoreFaults runs an idempotent payments
+// API (two instances of the idempotency middleware, lease 8 s) on the
+// Redis store with 64 concurrent clients, four sending each key at the
+// same time and retrying it until they get a 2xx, while for a quarter of
+// the keys the handler panics on its first attempt: with no store fault;
+// through a failover with Durability{Replicas: 1} (the replication link
+// cut, the primary SIGKILLed, the replica promoted and the old primary
+// back as its replica); and through a SIGKILL of a Redis with appendfsync
+// always, started again. Every key's operation ran exactly once, and
+// every client's final answer is the first response byte for byte; in
+// both faults some confirmations failed and were retried by the
+// middleware within the lease, and some requests were refused with 503.
+func TestIdempotencyExactlyOnceThroughStoreFaults(t *testing.T) {
+	t.Run("handler panics on its first attempt", func(t *testing.T) {
+		rp := newServer(t)
+		s1 := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
+		s2, err := New(standaloneClient(t, rp.addr()), Options{Prefix: s1.Prefix(), Timeout: 2 * time.Second, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s2.Close() })
+		run := newIdemRun(t, s1, s2)
+		run.start()()
+		run.check()
+	})
+
+	t.Run("failover with WAIT 1", func(t *testing.T) {
+		primary, replica := startPrimaryReplica(t)
+		target := new(atomic.Pointer[string])
+		addr := primary.addr()
+		target.Store(&addr)
+		prefix := randomPrefix()
+		s1 := replicatedStore(t, switchingClient(t, target), prefix, 1)
+		s2 := replicatedStore(t, switchingClient(t, target), prefix, 1)
+		run := newIdemRun(t, s1, s2)
+		wait := run.start()
+		run.waitProgress(idemClients)
+		cutReplication(t, primary.addr(), replica.addr())
+		time.Sleep(400 * time.Millisecond) // the primary goes on, nothing durable
+		primary.stop(syscall.SIGKILL)
+		promote(t, replica.addr())
+		newAddr := replica.addr()
+		target.Store(&newAddr)
+		rejoinAsReplica(t, primary, replica.addr())
+		wait()
+		run.check()
+		run.checkFaultMet()
+	})
+
+	t.Run("SIGKILL and restart, appendfsync always", func(t *testing.T) {
+		rp := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
+		s1 := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
+		s2, err := New(standaloneClient(t, rp.addr()), Options{Prefix: s1.Prefix(), Timeout: 2 * time.Second, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s2.Close() })
+		run := newIdemRun(t, s1, s2)
+		wait := run.start()
+		run.waitProgress(idemClients)
+		rp.restart(syscall.SIGKILL)
+		wait()
+		run.check()
+		run.checkFaultMet()
+	})
+}
+
+// TestClusterRecordsOnEveryMaster takes, confirms and replays a record
+// for each of 60 IDs on a 3-master Redis Cluster behind
+// redis.NewClusterClient (every third released and taken again first):
+// every step is one script on the marker and the entry of one slot (no
+// CROSSSLOT), and the entries land on every master.
+func TestClusterRecordsOnEveryMaster(t *testing.T) {
+	tc := clusterFromEnv(t)
+	s, c := clusterStore(t, tc)
+	ctx := context.Background()
+	for i := range 60 {
+		id := fmt.Sprint("idem-", i)
+		fp, result := []byte(fmt.Sprint("fp-", i)), []byte(fmt.Sprint(`{"payment":`, i, `}`))
+		r, err := s.AcquireRecord(ctx, id, time.Minute, fp)
+		if err == nil && i%3 == 0 {
+			if err := s.ReleaseLease(ctx, id, r.Token); err != nil {
+				t.Fatalf("ReleaseLease(%s): %v", id, err)
+			}
+			r, err = s.AcquireRecord(ctx, id, time.Minute, fp)
+		}
+		if err != nil || r.State != replay.LeaseAcquired {
+			t.Fatalf("AcquireRecord(%s) = %+v, %v", id, r, err)
+		}
+		if b, err := s.AcquireRecord(ctx, id, time.Minute, nil); err != nil || b.State != replay.LeaseBusy || !bytes.Equal(b.Fingerprint, fp) {
+			t.Fatalf("second AcquireRecord(%s) = %+v, %v; want busy with the fingerprint", id, b, err)
+		}
+		if err := s.ConfirmRecord(ctx, id, r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatalf("ConfirmRecord(%s): %v", id, err)
+		}
+		if d, err := s.AcquireRecord(ctx, id, time.Minute, nil); err != nil || d.State != replay.LeaseDone || !bytes.Equal(d.Result, result) {
+			t.Fatalf("replay of %s = %+v, %v; want done with the result", id, d, err)
+		}
+	}
+	masters := map[string]bool{}
+	for k, addr := range keyNodes(t, c, s.Prefix()) {
+		if strings.Contains(k, ":idem-") {
+			masters[addr] = true
+		}
+	}
+	if len(masters) != 3 {
+		t.Fatalf("records on %d masters, want all 3", len(masters))
+	}
+}

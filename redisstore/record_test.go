@@ -1,0 +1,825 @@
+package redisstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestRecordContract(t *testing.T) {
+	c := newTestClient(t)
+	replaytest.RunRecordContract(t, func(t *testing.T) replaytest.RecordStore {
+		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+	})
+}
+
+// acquireRecord is AcquireRecord failing the test on an error or a state
+// other than want.
+func acquireRecord(t *testing.T, s *Store, id string, fp []byte, want replay.LeaseState) replay.Record {
+	t.Helper()
+	r, err := s.AcquireRecord(context.Background(), id, time.Minute, fp)
+	if err != nil || r.State != want {
+		t.Fatalf("AcquireRecord(%q) = %+v, %v; want %v", id, r, err, want)
+	}
+	return r
+}
+
+func TestAcquireRecordThenBusyThenDoneCarriesTheRecord(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	fp, other, result := []byte("fp-1"), []byte("fp-2"), []byte(`{"id":"pay_1"}`)
+	l := acquireRecord(t, s, "k", fp, replay.LeaseAcquired)
+	if l.Token == "" || l.Fingerprint != nil || l.Result != nil {
+		t.Fatalf("acquired = %+v; want a token and no record", l)
+	}
+	busy := acquireRecord(t, s, "k", other, replay.LeaseBusy)
+	if !bytes.Equal(busy.Fingerprint, fp) || busy.Result != nil || busy.Token != "" || busy.Wait <= 50*time.Second || busy.Wait > time.Minute {
+		t.Fatalf("busy = %+v; want the holder's fingerprint and about a minute to wait", busy)
+	}
+	if err := s.ConfirmRecord(ctx, "k", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+		t.Fatal(err)
+	}
+	done := acquireRecord(t, s, "k", other, replay.LeaseDone)
+	if !bytes.Equal(done.Fingerprint, fp) || !bytes.Equal(done.Result, result) || done.Token != "" {
+		t.Fatalf("done = %+v; want the confirmed fingerprint and result", done)
+	}
+	// The returned slices are the caller's.
+	done.Result[0] = 'X'
+	if again := acquireRecord(t, s, "k", fp, replay.LeaseDone); !bytes.Equal(again.Result, result) {
+		t.Fatalf("result after the caller changed its copy = %q", again.Result)
+	}
+	t.Run("a resent confirmation is applied once", func(t *testing.T) {
+		if err := s.ConfirmRecord(ctx, "k", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatalf("resent ConfirmRecord = %v; want nil", err)
+		}
+	})
+	t.Run("another record under the same token is lost and changes nothing", func(t *testing.T) {
+		if err := s.ConfirmRecord(ctx, "k", l.Token, time.Now().Add(time.Hour), fp, []byte("other")); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("ConfirmRecord of another result = %v; want ErrLeaseLost", err)
+		}
+		if r := acquireRecord(t, s, "k", fp, replay.LeaseDone); !bytes.Equal(r.Result, result) {
+			t.Fatalf("result = %q, want the first", r.Result)
+		}
+	})
+	t.Run("a confirmation after a takeover is lost", func(t *testing.T) {
+		a := acquireRecord(t, s, "t", fp, replay.LeaseAcquired)
+		if err := s.ReleaseLease(ctx, "t", a.Token); err != nil {
+			t.Fatal(err)
+		}
+		b := acquireRecord(t, s, "t", other, replay.LeaseAcquired)
+		if err := s.ConfirmRecord(ctx, "t", a.Token, time.Now().Add(time.Hour), fp, result); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("ConfirmRecord after a takeover = %v; want ErrLeaseLost", err)
+		}
+		if r := acquireRecord(t, s, "t", fp, replay.LeaseBusy); !bytes.Equal(r.Fingerprint, other) {
+			t.Fatalf("busy after the lost confirmation = %+v; want the new holder's fingerprint", r)
+		}
+		if err := s.ConfirmRecord(ctx, "t", b.Token, time.Now().Add(time.Hour), other, result); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("a confirmation after the lease ended with the ID free records", func(t *testing.T) {
+		r, err := s.AcquireRecord(ctx, "e", 30*time.Millisecond, fp)
+		if err != nil || r.State != replay.LeaseAcquired {
+			t.Fatal(r, err)
+		}
+		time.Sleep(60 * time.Millisecond)
+		if err := s.ConfirmRecord(ctx, "e", r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatalf("ConfirmRecord after the lease ended = %v; want nil", err)
+		}
+		if d := acquireRecord(t, s, "e", fp, replay.LeaseDone); !bytes.Equal(d.Result, result) {
+			t.Fatalf("done = %+v", d)
+		}
+	})
+	t.Run("an empty fingerprint is kept as empty", func(t *testing.T) {
+		a := acquireRecord(t, s, "nofp", nil, replay.LeaseAcquired)
+		if b := acquireRecord(t, s, "nofp", fp, replay.LeaseBusy); len(b.Fingerprint) != 0 {
+			t.Fatalf("busy = %+v; want no fingerprint", b)
+		}
+		if err := s.ConfirmRecord(ctx, "nofp", a.Token, time.Now().Add(time.Hour), nil, result); err != nil {
+			t.Fatal(err)
+		}
+		if d := acquireRecord(t, s, "nofp", fp, replay.LeaseDone); len(d.Fingerprint) != 0 || !bytes.Equal(d.Result, result) {
+			t.Fatalf("done = %+v", d)
+		}
+	})
+}
+
+// The entry layout record.go documents, read back from Redis: the lease
+// measured by Redis (PX), the done entry at the absolute until (PXAT).
+func TestRecordEntryLayout(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	fp, result := []byte{0, 1, 2, 0xff}, []byte("res\x00ult")
+	l := acquireRecord(t, s, "k", fp, replay.LeaseAcquired)
+	if v, err := c.Get(ctx, s.key("k")).Result(); err != nil || v != "L"+l.Token+string(fp) {
+		t.Fatalf("leased entry = %q, %v; want L + token + fingerprint", v, err)
+	}
+	if p, err := c.PTTL(ctx, s.key("k")).Result(); err != nil || p <= 59*time.Second || p > time.Minute {
+		t.Fatalf("lease PTTL = %v, %v", p, err)
+	}
+	until := time.Now().Add(90 * time.Second).Truncate(time.Millisecond)
+	if err := s.ConfirmRecord(ctx, "k", l.Token, until, fp, result); err != nil {
+		t.Fatal(err)
+	}
+	want := "D" + l.Token + string(rune(len(fp))) + string(fp) + string(result)
+	if v, err := c.Get(ctx, s.key("k")).Result(); err != nil || v != want {
+		t.Fatalf("done entry = %q, %v; want %q", v, err, want)
+	}
+	if got, err := c.Do(ctx, "PEXPIRETIME", s.key("k")).Int64(); err != nil || got != until.UnixMilli() {
+		t.Fatalf("PEXPIRETIME = %d, %v; want %d", got, err, until.UnixMilli())
+	}
+}
+
+// The largest fingerprint and result the contract allows, every byte value
+// in both, go to Redis and back unchanged.
+func TestRecordAtTheLimitsRoundTrips(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	fp := make([]byte, replay.MaxFingerprintBytes)
+	result := make([]byte, replay.MaxResultBytes)
+	for i := range fp {
+		fp[i] = byte(255 - i)
+	}
+	for i := range result {
+		result[i] = byte(i * 7)
+	}
+	l := acquireRecord(t, s, "max", fp, replay.LeaseAcquired)
+	if b := acquireRecord(t, s, "max", nil, replay.LeaseBusy); !bytes.Equal(b.Fingerprint, fp) {
+		t.Fatal("busy fingerprint differs")
+	}
+	if err := s.ConfirmRecord(ctx, "max", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+		t.Fatal(err)
+	}
+	d := acquireRecord(t, s, "max", nil, replay.LeaseDone)
+	if !bytes.Equal(d.Fingerprint, fp) || !bytes.Equal(d.Result, result) {
+		t.Fatalf("done record differs: fingerprint %d bytes, result %d bytes", len(d.Fingerprint), len(d.Result))
+	}
+}
+
+// Entries written without a record — by ConfirmLease, Claim, or older
+// versions ("D" + token, "1" + nonce, "1") — read as done with an empty
+// record; a lease without one as busy with an empty fingerprint.
+func TestRecordReadsEntriesWithoutARecord(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	tok := "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		name, value string
+		want        replay.LeaseState
+	}{
+		{"older confirmation", "D" + tok, replay.LeaseDone},
+		{"claim with a nonce", "1" + "0011223344556677.1z", replay.LeaseDone},
+		{"claim of an older version", "1", replay.LeaseDone},
+		{"lease without a fingerprint", "L" + tok, replay.LeaseBusy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "old-" + tc.name
+			if err := c.Set(ctx, s.key(id), tc.value, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r := acquireRecord(t, s, id, []byte("fp"), tc.want)
+			if r.Fingerprint != nil || r.Result != nil || r.Token != "" {
+				t.Fatalf("record of %q = %+v; want empty", tc.value, r)
+			}
+		})
+	}
+	t.Run("written by this store's Claim and ConfirmLease", func(t *testing.T) {
+		if first, err := s.Claim(ctx, "claimed", time.Now().Add(time.Hour)); !first || err != nil {
+			t.Fatal(first, err)
+		}
+		if r := acquireRecord(t, s, "claimed", []byte("fp"), replay.LeaseDone); r.Fingerprint != nil || r.Result != nil {
+			t.Fatalf("claimed = %+v", r)
+		}
+		l, err := s.AcquireLease(ctx, "leased", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := acquireRecord(t, s, "leased", []byte("fp"), replay.LeaseBusy); r.Fingerprint != nil {
+			t.Fatalf("leased = %+v", r)
+		}
+		if err := s.ConfirmLease(ctx, "leased", l.Token, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if r := acquireRecord(t, s, "leased", []byte("fp"), replay.LeaseDone); r.Fingerprint != nil || r.Result != nil {
+			t.Fatalf("confirmed = %+v", r)
+		}
+	})
+}
+
+// The plain steps read record entries by their first byte, and find the
+// caller's own lease taken by AcquireRecord.
+func TestPlainStepsOnRecordEntries(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	fp, result := []byte("fp"), []byte("result")
+	a := acquireRecord(t, s, "r", fp, replay.LeaseAcquired)
+	if l, err := s.AcquireLease(ctx, "r", time.Minute); err != nil || l.State != replay.LeaseBusy {
+		t.Fatalf("AcquireLease of a record lease = %+v, %v; want busy", l, err)
+	}
+	if first, err := s.Claim(ctx, "r", time.Now().Add(time.Hour)); first || err != nil {
+		t.Fatalf("Claim of a record lease = %v, %v; want taken", first, err)
+	}
+	t.Run("ReleaseLease frees a record lease", func(t *testing.T) {
+		if err := s.ReleaseLease(ctx, "r", a.Token); err != nil {
+			t.Fatal(err)
+		}
+		acquireRecord(t, s, "r", fp, replay.LeaseAcquired)
+	})
+	t.Run("ReleaseLease of another token keeps it", func(t *testing.T) {
+		b := acquireRecord(t, s, "r2", fp, replay.LeaseAcquired)
+		if err := s.ReleaseLease(ctx, "r2", "0123456789abcdef0123456789abcdef"); err != nil {
+			t.Fatal(err)
+		}
+		acquireRecord(t, s, "r2", fp, replay.LeaseBusy)
+		// Nor does a token that is a prefix of the entry's.
+		if err := s.ReleaseLease(ctx, "r2", b.Token[:31]+"g"); err != nil {
+			t.Fatal(err)
+		}
+		acquireRecord(t, s, "r2", fp, replay.LeaseBusy)
+	})
+	t.Run("ConfirmLease of a record lease confirms it without a record", func(t *testing.T) {
+		b := acquireRecord(t, s, "r3", fp, replay.LeaseAcquired)
+		if err := s.ConfirmLease(ctx, "r3", b.Token, time.Now().Add(time.Hour)); err != nil {
+			t.Fatalf("ConfirmLease of a record lease = %v; want nil", err)
+		}
+		if d := acquireRecord(t, s, "r3", fp, replay.LeaseDone); d.Result != nil {
+			t.Fatalf("done = %+v; want no record", d)
+		}
+	})
+	t.Run("done with a record", func(t *testing.T) {
+		b := acquireRecord(t, s, "r4", fp, replay.LeaseAcquired)
+		if err := s.ConfirmRecord(ctx, "r4", b.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := s.AcquireLease(ctx, "r4", time.Minute); err != nil || l.State != replay.LeaseDone {
+			t.Fatalf("AcquireLease of a record = %+v, %v; want done", l, err)
+		}
+		if first, err := s.Claim(ctx, "r4", time.Now().Add(time.Hour)); first || err != nil {
+			t.Fatalf("Claim of a record = %v, %v; want taken", first, err)
+		}
+		if err := s.ReleaseLease(ctx, "r4", b.Token); err != nil {
+			t.Fatal(err)
+		}
+		if d := acquireRecord(t, s, "r4", fp, replay.LeaseDone); !bytes.Equal(d.Result, result) {
+			t.Fatal("ReleaseLease after ConfirmRecord changed the record")
+		}
+		// A plain confirmation of the same token is not this one: lost,
+		// and the record stays.
+		if err := s.ConfirmLease(ctx, "r4", b.Token, time.Now().Add(time.Hour)); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("ConfirmLease over a record = %v; want ErrLeaseLost", err)
+		}
+		if d := acquireRecord(t, s, "r4", fp, replay.LeaseDone); !bytes.Equal(d.Result, result) {
+			t.Fatal("ConfirmLease changed the record")
+		}
+	})
+}
+
+// A client that resends every command after a lost reply gets the same
+// answers: the acquire finds its own lease, the confirm its own record.
+func TestRecordStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
+	c := newTestClient(t)
+	s := provisioned(t, replayingClient{c}, Options{Prefix: uniquePrefix(t, c)})
+	ctx := context.Background()
+	fp, result := []byte("fp"), []byte("result")
+	l, err := s.AcquireRecord(ctx, "d", time.Minute, fp)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatalf("resent AcquireRecord = %+v, %v; want acquired", l, err)
+	}
+	if err := s.ConfirmRecord(ctx, "d", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+		t.Fatalf("resent ConfirmRecord: %v", err)
+	}
+	if d, err := s.AcquireRecord(ctx, "d", time.Minute, fp); err != nil || d.State != replay.LeaseDone || !bytes.Equal(d.Result, result) {
+		t.Fatalf("after the confirmation = %+v, %v; want done with the result", d, err)
+	}
+}
+
+// A resent acquire writes its lease again (so the WAIT after it covers
+// it), with its remaining time, not a fresh lease.
+func TestResentAcquireRecordKeepsItsRemainingLease(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	token := "0123456789abcdef0123456789abcdef"
+	if code, _, _, err := s.runRecord(ctx, &acquireRecordLua, "k", 60000, token, []byte("fp")); code != 1 || err != nil {
+		t.Fatal(code, err)
+	}
+	if err := c.PExpire(ctx, s.key("k"), 5*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _, err := s.runRecord(ctx, &acquireRecordLua, "k", 60000, token, []byte("fp")); code != 1 || err != nil {
+		t.Fatalf("resent acquire = %d, %v; want 1", code, err)
+	}
+	if p, err := c.PTTL(ctx, s.key("k")).Result(); err != nil || p > 5*time.Second || p < 4*time.Second {
+		t.Fatalf("PTTL after the resend = %v, %v; want the remaining 5 s", p, err)
+	}
+}
+
+func TestRecordRefusesInvalidArgumentsWithoutRedis(t *testing.T) {
+	var sent atomic.Int32
+	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+		sent.Add(1)
+		return redis.NewCmd(ctx, args...)
+	}), Options{Horizon: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, tok, until := context.Background(), "0123456789abcdef0123456789abcdef", time.Now().Add(time.Minute)
+	fp, result := []byte("fp"), []byte("result")
+	long := strings.Repeat("i", MaxIDBytes+1)
+	tests := []struct {
+		name string
+		call func() error
+		want []error
+	}{
+		{"fingerprint over the limit (acquire)", func() error {
+			_, err := s.AcquireRecord(ctx, "id", time.Minute, make([]byte, replay.MaxFingerprintBytes+1))
+			return err
+		}, []error{replay.ErrTooLarge, ErrInvalidClaim}},
+		{"fingerprint over the limit (confirm)", func() error {
+			return s.ConfirmRecord(ctx, "id", tok, until, make([]byte, replay.MaxFingerprintBytes+1), result)
+		}, []error{replay.ErrTooLarge, ErrInvalidClaim}},
+		{"empty result", func() error { return s.ConfirmRecord(ctx, "id", tok, until, fp, nil) }, []error{replay.ErrTooLarge, ErrInvalidClaim}},
+		{"result over the limit", func() error {
+			return s.ConfirmRecord(ctx, "id", tok, until, fp, make([]byte, replay.MaxResultBytes+1))
+		}, []error{replay.ErrTooLarge, ErrInvalidClaim}},
+		{"empty id (acquire)", func() error { _, err := s.AcquireRecord(ctx, "", time.Minute, fp); return err }, []error{ErrInvalidClaim}},
+		{"oversize id (acquire)", func() error { _, err := s.AcquireRecord(ctx, long, time.Minute, fp); return err }, []error{ErrInvalidClaim}},
+		{"empty id (confirm)", func() error { return s.ConfirmRecord(ctx, "", tok, until, fp, result) }, []error{ErrInvalidClaim}},
+		{"oversize id (confirm)", func() error { return s.ConfirmRecord(ctx, long, tok, until, fp, result) }, []error{ErrInvalidClaim}},
+		{"lease not positive", func() error { _, err := s.AcquireRecord(ctx, "id", 0, fp); return err }, []error{ErrInvalidClaim, replay.ErrExpired}},
+		{"lease under a millisecond", func() error { _, err := s.AcquireRecord(ctx, "id", time.Microsecond, fp); return err }, []error{ErrInvalidClaim}},
+		{"lease past the horizon", func() error { _, err := s.AcquireRecord(ctx, "id", 2*time.Hour, fp); return err }, []error{ErrInvalidClaim}},
+		{"until in the past", func() error { return s.ConfirmRecord(ctx, "id", tok, time.Now().Add(-time.Second), fp, result) }, []error{ErrInvalidClaim, replay.ErrExpired}},
+		{"until past the horizon", func() error { return s.ConfirmRecord(ctx, "id", tok, time.Now().Add(2*time.Hour), fp, result) }, []error{ErrInvalidClaim}},
+		{"forged token", func() error { return s.ConfirmRecord(ctx, "id", "forged", until, fp, result) }, []error{replay.ErrLeaseLost}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			for _, w := range tt.want {
+				if !errors.Is(err, w) {
+					t.Fatalf("err = %v; want it to match %v", err, w)
+				}
+			}
+			if strings.Contains(fmt.Sprint(err), long) {
+				t.Fatal("the error echoes the id")
+			}
+		})
+	}
+	if n := sent.Load(); n != 0 {
+		t.Fatalf("%d commands reached Redis", n)
+	}
+}
+
+// The guard's refusals reach the record steps as they reach the others.
+func TestRecordStepsAreGuarded(t *testing.T) {
+	ctx := context.Background()
+	fp, result, tok := []byte("fp"), []byte("result"), "0123456789abcdef0123456789abcdef"
+	t.Run("fenced", func(t *testing.T) {
+		c := newTestClient(t)
+		var ev events
+		s, err := New(c, Options{Prefix: uniquePrefix(t, c), Observer: ev.observe})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		// Never provisioned: the first step raises the shard's fence.
+		if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrFenced) || Reason(err) != whyFenceRaised || r.State != 0 {
+			t.Fatalf("AcquireRecord on a lost key space = %+v, %v; want ErrFenced", r, err)
+		}
+		if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced || r.State != 0 {
+			t.Fatalf("AcquireRecord while fenced = %+v, %v; want ErrFenced", r, err)
+		}
+		if err := s.ConfirmRecord(ctx, "a", tok, time.Now().Add(time.Minute), fp, result); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
+			t.Fatalf("ConfirmRecord while fenced = %v; want ErrFenced", err)
+		}
+		if ev.count(EventFenceRaised) != 1 || ev.count(EventFenced) != 2 {
+			t.Fatalf("events: %d fence_raised, %d fenced; want 1 and 2", ev.count(EventFenceRaised), ev.count(EventFenced))
+		}
+		if v, err := c.Get(ctx, s.key("a")).Result(); !errors.Is(err, redis.Nil) {
+			t.Fatalf("entry while fenced = %q, %v; want none", v, err)
+		}
+	})
+	t.Run("clock skew", func(t *testing.T) {
+		c := newTestClient(t)
+		good := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+		behind := func() time.Time { return time.Now().Add(-2 * time.Minute) }
+		var ev events
+		lag, err := New(c, Options{Prefix: good.Prefix(), Now: behind, Observer: ev.observe})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lag.checked.Store(true) // as if its clock had jumped back after the checks passed
+		if r, err := lag.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrClockSkew) || Reason(err) != whySkew || r.State != 0 {
+			t.Fatalf("AcquireRecord from a clock 2 min behind = %+v, %v; want ErrClockSkew", r, err)
+		}
+		if err := lag.ConfirmRecord(ctx, "a", tok, behind().Add(time.Hour), fp, result); !errors.Is(err, ErrClockSkew) {
+			t.Fatalf("ConfirmRecord from a clock 2 min behind = %v; want ErrClockSkew", err)
+		}
+		if ev.count(EventClockSkew) != 2 {
+			t.Fatalf("%d clock_skew events, want 2", ev.count(EventClockSkew))
+		}
+	})
+	t.Run("horizon by Redis's clock", func(t *testing.T) {
+		// An instance 30 s ahead passes its own check of an until 59m50s
+		// away; by Redis's clock it lies past the one-hour horizon.
+		c := newTestClient(t)
+		ahead := func() time.Time { return time.Now().Add(30 * time.Second) }
+		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: ahead, Horizon: time.Hour})
+		l, err := s.AcquireRecord(ctx, "h", time.Minute, fp)
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatal(l, err)
+		}
+		if err := s.ConfirmRecord(ctx, "h", l.Token, ahead().Add(time.Hour-10*time.Second), fp, result); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyHorizon {
+			t.Fatalf("ConfirmRecord past the horizon by Redis's clock = %v; want ErrInvalidClaim (%s)", err, whyHorizon)
+		}
+	})
+	t.Run("until past by Redis's clock", func(t *testing.T) {
+		c := newTestClient(t)
+		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: func() time.Time { return time.Now().Add(-30 * time.Second) }})
+		err := s.ConfirmRecord(ctx, "p", tok, time.Now().Add(-20*time.Second), fp, result)
+		if !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) || Reason(err) != whyPastRedis {
+			t.Fatalf("ConfirmRecord past by Redis's clock = %v; want ErrInvalidClaim and ErrExpired", err)
+		}
+	})
+}
+
+// With Durability{Replicas: 1} and the replica stopped, an acquire or a
+// confirmation the replica did not acknowledge is refused with
+// ErrNotDurable; the write stays on the primary, so a resent acquire is
+// not a second holder and a resent confirmation is applied once.
+func TestRecordWithStoppedReplicaIsNotDurable(t *testing.T) {
+	t.Parallel()
+	primary := newServer(t)
+	replica := newReplica(t, primary)
+	var ev events
+	s := provisioned(t, primary.client(), Options{Prefix: "durable:", Observer: ev.observe,
+		Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
+	ctx := context.Background()
+	fp, result := []byte("fp"), []byte("result")
+	up := acquireRecord(t, s, "up", fp, replay.LeaseAcquired)
+	replica.signal(syscall.SIGSTOP)
+	defer replica.signal(syscall.SIGCONT)
+	if r, err := s.AcquireRecord(ctx, "down", time.Minute, fp); !errors.Is(err, ErrNotDurable) || Reason(err) != whyNotDurable || r.State != 0 {
+		t.Fatalf("AcquireRecord with the replica stopped = %+v, %v; want ErrNotDurable", r, err)
+	}
+	err := s.ConfirmRecord(ctx, "up", up.Token, time.Now().Add(time.Hour), fp, result)
+	if !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("ConfirmRecord with the replica stopped = %v; want ErrNotDurable", err)
+	}
+	if ev.count(EventNotDurable) != 2 {
+		t.Fatalf("%d not_durable events, want 2", ev.count(EventNotDurable))
+	}
+	replica.signal(syscall.SIGCONT)
+	waitReplicas(t, primary, 1)
+	// The retry of the confirmation is applied once, now durably.
+	if err := s.ConfirmRecord(ctx, "up", up.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+		t.Fatalf("retried ConfirmRecord = %v", err)
+	}
+	if d := acquireRecord(t, s, "up", nil, replay.LeaseDone); !bytes.Equal(d.Result, result) {
+		t.Fatalf("done = %+v", d)
+	}
+}
+
+// recordingCommands is a scripted client answering the server checks, that
+// records every other command and answers it with reply.
+type recordingCommands struct {
+	mu    sync.Mutex
+	calls [][]any
+}
+
+func (r *recordingCommands) client(reply func(n int, args []any) (any, error)) Client {
+	return answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+		r.mu.Lock()
+		r.calls = append(r.calls, args)
+		n := len(r.calls)
+		r.mu.Unlock()
+		cmd := redis.NewCmd(ctx, args...)
+		v, err := reply(n, args)
+		cmd.SetVal(v)
+		cmd.SetErr(err)
+		return cmd
+	})
+}
+
+func (r *recordingCommands) get(i int) []any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i >= len(r.calls) {
+		return nil
+	}
+	return r.calls[i]
+}
+
+// Every record step is one script on the shard's marker and the ID's entry
+// under one hash tag (one Redis Cluster slot), loaded with EVAL after
+// NOSCRIPT; a CROSSSLOT or MOVED answer is refused as unavailable.
+func TestRecordStepsSendOneSlotScripts(t *testing.T) {
+	var rc recordingCommands
+	s, err := New(rc.client(func(n int, args []any) (any, error) {
+		if n == 1 {
+			return nil, errors.New("NOSCRIPT No matching script. Please use EVAL.")
+		}
+		return []any{int64(1), int64(0)}, nil
+	}), Options{Prefix: "p:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := s.AcquireRecord(ctx, "id", time.Minute, []byte("fp"))
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireRecord after NOSCRIPT = %+v, %v", l, err)
+	}
+	if err := s.ConfirmRecord(ctx, "id", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
+		t.Fatal(err)
+	}
+	tag := fmt.Sprintf("p:{%02d}", shardOf("id"))
+	for i, want := range []struct {
+		cmd, sha, arg6 string
+	}{
+		{"EVALSHA", acquireRecordLua.sha, "fp"},
+		{"EVAL", acquireRecordLua.src, "fp"},
+		{"EVALSHA", confirmRecordLua.sha, "D" + l.Token + "\x02fpr"},
+	} {
+		c := rc.get(i)
+		if len(c) != 11 {
+			t.Fatalf("command %d = %v; want 11 arguments", i, c)
+		}
+		got := []string{argText(t, c[0]), argText(t, c[1]), argText(t, c[2]), argText(t, c[3]), argText(t, c[4]), argText(t, c[9]), string(c[10].([]byte))}
+		if fmt.Sprint(got) != fmt.Sprint([]string{want.cmd, want.sha, "2", tag, tag + ":id", l.Token, want.arg6}) {
+			t.Fatalf("command %d = %q; want %s <script> 2 %s %s:id ... token %q", i, got, want.cmd, tag, tag, want.arg6)
+		}
+	}
+	for _, e := range []error{redis.ErrCrossSlot, errors.New("MOVED 3999 127.0.0.1:6381")} {
+		var rc recordingCommands
+		s, err := New(rc.client(func(int, []any) (any, error) { return nil, e }), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := s.AcquireRecord(ctx, "id", time.Minute, nil); !errors.Is(err, ErrUnavailable) || r.State != 0 {
+			t.Fatalf("AcquireRecord answered %v = %+v, %v; want ErrUnavailable", e, r, err)
+		}
+		if err := s.ConfirmRecord(ctx, "id", l.Token, time.Now().Add(time.Hour), nil, []byte("r")); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("ConfirmRecord answered %v = %v; want ErrUnavailable", e, err)
+		}
+		s.Close()
+	}
+}
+
+// Any reply the store does not expect — including an entry that does not
+// decode — is refused as unavailable, never read as a state.
+func TestRecordStepsFailClosed(t *testing.T) {
+	tok := "0123456789abcdef0123456789abcdef"
+	tests := []struct {
+		name string
+		val  any
+		err  error
+	}{
+		{"error reply", nil, errors.New("ERR something")},
+		{"nil", nil, redis.Nil},
+		{"string", "OK", nil},
+		{"integer", int64(1), nil},
+		{"short array", []any{int64(1)}, nil},
+		{"long array", []any{int64(3), int64(0), "1", "x"}, nil},
+		{"unknown state", []any{int64(7), int64(0)}, nil},
+		{"cancelled by a note", []any{int64(4), int64(0)}, nil},
+		{"wrong types", []any{"1", "0"}, nil},
+		{"busy without its entry", []any{int64(2), int64(10)}, nil},
+		{"done without its entry", []any{int64(3), int64(0)}, nil},
+		{"an entry with an acquisition", []any{int64(1), int64(0), "L" + tok}, nil},
+		{"entry not a string", []any{int64(3), int64(0), int64(1)}, nil},
+		{"busy with a done entry", []any{int64(2), int64(10), "D" + tok}, nil},
+		{"done with a lease", []any{int64(3), int64(0), "L" + tok}, nil},
+		{"empty entry", []any{int64(3), int64(0), ""}, nil},
+		{"short lease", []any{int64(2), int64(10), "L0123"}, nil},
+		{"lease with an oversize fingerprint", []any{int64(2), int64(10), "L" + tok + strings.Repeat("f", replay.MaxFingerprintBytes+1)}, nil},
+		{"done with a short token", []any{int64(3), int64(0), "D0123"}, nil},
+		{"done with a token not hex", []any{int64(3), int64(0), "D" + strings.Repeat("z", 32)}, nil},
+		{"done with a fingerprint length past the end", []any{int64(3), int64(0), "D" + tok + "\x05fp"}, nil},
+		{"done with an empty result", []any{int64(3), int64(0), "D" + tok + "\x02fp"}, nil},
+		{"done with an oversize fingerprint length", []any{int64(3), int64(0), "D" + tok + "\x51" + strings.Repeat("f", 81) + "r"}, nil},
+		{"unknown entry", []any{int64(3), int64(0), "Zsomething"}, nil},
+		{"a cancel note as done", []any{int64(3), int64(0), "X" + tok}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rc recordingCommands
+			s, err := New(rc.client(func(int, []any) (any, error) { return tt.val, tt.err }), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			if r, err := s.AcquireRecord(ctx, "id", time.Minute, nil); !errors.Is(err, ErrUnavailable) || r.State != 0 || r.Fingerprint != nil || r.Result != nil {
+				t.Fatalf("AcquireRecord = %+v, %v; want nothing and ErrUnavailable", r, err)
+			}
+			if err := s.ConfirmRecord(ctx, "id", tok, time.Now().Add(time.Hour), nil, []byte("r")); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("ConfirmRecord = %v; want ErrUnavailable", err)
+			}
+		})
+	}
+}
+
+// An acquire whose reply is lost (the client gave up) may still land: the
+// store sends the cancel script with the very token the acquire carried,
+// in the background, so the lease it may have taken is freed.
+func TestAcquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
+	var rc recordingCommands
+	released := make(chan struct{}, 1)
+	s, err := New(rc.client(func(n int, args []any) (any, error) {
+		if n == 1 {
+			return nil, errors.New("i/o timeout")
+		}
+		return int64(1), nil // the cancel script freed the lease
+	}), Options{Observer: func(e Event) {
+		if e.Kind == EventLeaseReleased {
+			released <- struct{}{}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if r, err := s.AcquireRecord(context.Background(), "id", time.Minute, []byte("fp")); !errors.Is(err, ErrUnavailable) || r.State != 0 {
+		t.Fatalf("AcquireRecord = %+v, %v; want ErrUnavailable", r, err)
+	}
+	select {
+	case <-released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no background release")
+	}
+	acq, cancel := rc.get(0), rc.get(1)
+	if len(cancel) != 6 || argText(t, cancel[1]) != cancelLua.sha || argText(t, cancel[3]) != argText(t, acq[4]) || argText(t, cancel[4]) != argText(t, acq[9]) {
+		t.Fatalf("release = %v; want the cancel script on the acquire's entry with its token %v", cancel, acq[9])
+	}
+	// A refusal took nothing: no release.
+	var rc2 recordingCommands
+	s2, err := New(rc2.client(func(int, []any) (any, error) { return []any{int64(-3), int64(0)}, nil }), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if _, err := s2.AcquireRecord(context.Background(), "id", time.Minute, nil); !errors.Is(err, ErrClockSkew) {
+		t.Fatalf("AcquireRecord = %v; want ErrClockSkew", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if c := rc2.get(1); c != nil {
+		t.Fatalf("a refused acquire sent %v", c)
+	}
+}
+
+// The issue's busy-Redis case for records: Redis is busy past the store's
+// timeout, the acquire lands after the caller gave up, and the store frees
+// that lease once Redis answers, so the client's retry acquires at once
+// instead of waiting out the 30 s lease.
+func TestTimedOutAcquireRecordIsReleasedOnceRedisAnswers(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	released := make(chan Event, 4)
+	// Provisioned with the default timeout (its 128 round trips can take
+	// longer than 200 ms on a loaded machine).
+	prefix := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)}).Prefix()
+	s, err := New(c, Options{Prefix: prefix, Timeout: 200 * time.Millisecond,
+		Observer: func(e Event) {
+			if e.Kind == EventLeaseReleased {
+				released <- e
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	if _, err := s.AcquireRecord(ctx, "warm-up", time.Second, nil); err != nil { // load the script
+		t.Fatal(err)
+	}
+	const lease = 30 * time.Second
+	busy := busyRedis(t, 600*time.Millisecond)
+	start := time.Now()
+	if r, err := s.AcquireRecord(ctx, "d", lease, []byte("fp")); !errors.Is(err, ErrUnavailable) || r.State != 0 {
+		t.Fatalf("AcquireRecord while Redis is busy = %+v, %v; want ErrUnavailable", r, err)
+	}
+	<-busy
+	select {
+	case <-released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the timed-out acquire was not released")
+	}
+	if r, err := s.AcquireRecord(ctx, "d", lease, []byte("fp")); err != nil || r.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireRecord after the release = %+v, %v; want acquired", r, err)
+	}
+	if el := time.Since(start); el >= lease {
+		t.Fatalf("retry acquired after %v, not before the lease ended", el)
+	}
+}
+
+// A release that reaches Redis before the late acquire leaves a note: the
+// acquire with a record takes nothing when it lands.
+func TestLateAcquireRecordFindsItsCancelNote(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	token := "0123456789abcdef0123456789abcdef"
+	done := make(chan struct{}, 1)
+	s.opts.Observer = func(e Event) {
+		if e.Kind == EventLeaseReleased {
+			done <- struct{}{}
+		}
+	}
+	s.releaseLater("n", token, time.Now().Add(10*time.Second))
+	<-done
+	code, _, _, err := s.runRecord(ctx, &acquireRecordLua, "n", 10000, token, []byte("fp"))
+	if err != nil || code != 4 {
+		t.Fatalf("late acquire = %d, %v; want 4 (cancelled)", code, err)
+	}
+	if v, err := c.Get(ctx, s.key("n")).Result(); err != nil || v != "X"+token {
+		t.Fatalf("entry = %q, %v; want the note", v, err)
+	}
+	acquireRecord(t, s, "n", []byte("fp"), replay.LeaseAcquired)
+}
+
+// Concurrent acquires with records: exactly one holds the ID, every other
+// sees its fingerprint.
+func TestConcurrentAcquireRecordsExactlyOneWins(t *testing.T) {
+	s, _ := newTestStore(t)
+	var wg sync.WaitGroup
+	var acquired, busy atomic.Int32
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.AcquireRecord(context.Background(), "race", time.Minute, []byte(fmt.Sprint("fp", i)))
+			switch {
+			case err != nil:
+				t.Error(err)
+			case r.State == replay.LeaseAcquired:
+				acquired.Add(1)
+			case r.State == replay.LeaseBusy && bytes.HasPrefix(r.Fingerprint, []byte("fp")):
+				busy.Add(1)
+			default:
+				t.Errorf("unexpected %+v", r)
+			}
+		}()
+	}
+	wg.Wait()
+	if acquired.Load() != 1 || busy.Load() != 31 {
+		t.Fatalf("%d acquired, %d busy; want 1 and 31", acquired.Load(), busy.Load())
+	}
+}
+
+func TestParseEntry(t *testing.T) {
+	tok := "0123456789abcdef0123456789abcdef"
+	tests := []struct {
+		name, v    string
+		state      replay.LeaseState
+		fp, result string
+		ok         bool
+	}{
+		{"lease", "L" + tok, replay.LeaseBusy, "", "", true},
+		{"lease with a fingerprint", "L" + tok + "fp", replay.LeaseBusy, "fp", "", true},
+		{"lease with the longest fingerprint", "L" + tok + strings.Repeat("f", 80), replay.LeaseBusy, strings.Repeat("f", 80), "", true},
+		{"confirmation", "D" + tok, replay.LeaseDone, "", "", true},
+		{"record", "D" + tok + "\x02fpresult", replay.LeaseDone, "fp", "result", true},
+		{"record without a fingerprint", "D" + tok + "\x00r", replay.LeaseDone, "", "r", true},
+		{"claim", "1abc.1", replay.LeaseDone, "", "", true},
+		{"older claim", "1", replay.LeaseDone, "", "", true},
+		{"empty", "", 0, "", "", false},
+		{"note", "X" + tok, 0, "", "", false},
+		{"unknown", "Q", 0, "", "", false},
+		{"short lease", "L" + tok[:31], 0, "", "", false},
+		{"lease token not hex", "L" + strings.ToUpper(tok), 0, "", "", false},
+		{"lease fingerprint too long", "L" + tok + strings.Repeat("f", 81), 0, "", "", false},
+		{"short confirmation", "D" + tok[:31], 0, "", "", false},
+		{"record without a result", "D" + tok + "\x02fp", 0, "", "", false},
+		{"record length past the end", "D" + tok + "\x09fp", 0, "", "", false},
+		{"record fingerprint too long", "D" + tok + "\x51" + strings.Repeat("f", 81) + "r", 0, "", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			state, fp, result, ok := parseEntry(tt.v)
+			if ok != tt.ok || state != tt.state || string(fp) != tt.fp || string(result) != tt.result {
+				t.Fatalf("parseEntry = %v, %q, %q, %v; want %v, %q, %q, %v", state, fp, result, ok, tt.state, tt.fp, tt.result, tt.ok)
+			}
+			if (tt.fp == "") != (fp == nil) || (tt.result == "") != (result == nil) {
+				t.Fatalf("empty parts = %#v, %#v; want nil", fp, result)
+			}
+		})
+	}
+	t.Run("result over the limit", func(t *testing.T) {
+		if _, _, _, ok := parseEntry("D" + tok + "\x00" + strings.Repeat("r", replay.MaxResultBytes+1)); ok {
+			t.Fatal("accepted")
+		}
+		if _, _, r, ok := parseEntry("D" + tok + "\x00" + strings.Repeat("r", replay.MaxResultBytes)); !ok || len(r) != replay.MaxResultBytes {
+			t.Fatal("refused the longest result")
+		}
+	})
+}
