@@ -98,6 +98,17 @@ func TestNewResolvesDefaults(t *testing.T) {
 				p.header, p.window, p.lease, p.maxKey, p.maxRequest, p.maxResponse, p.retryAfter, p.methods, p.replay)
 		}
 	})
+	t.Run("bounds are inclusive", func(t *testing.T) {
+		for _, cfg := range []Config{
+			{Lease: MinLease}, {Lease: MaxLease, Window: MaxWindow}, {RetryAfter: MaxRetryAfter},
+			{MaxKeyBytes: MaxKeyBytesLimit, MaxRequestBytes: MaxRequestBytesLimit, MaxResponseBytes: MaxStoredResponseBytes},
+		} {
+			cfg.Store, cfg.Caller = newStore(), caller
+			if _, err := New(cfg); err != nil {
+				t.Errorf("New(%+v): %v", cfg, err)
+			}
+		}
+	})
 	t.Run("an empty ReplayHeaders stores no header", func(t *testing.T) {
 		p, err := newParams(Config{Store: newStore(), Caller: caller, ReplayHeaders: []string{}})
 		if err != nil || len(p.replay) != 0 {

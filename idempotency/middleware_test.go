@@ -124,6 +124,12 @@ func TestMiddlewareRunsOnceAndReplays(t *testing.T) {
 			t.Fatalf("write error %v; replay %d %q", werr, w.Code, w.Body)
 		}
 	})
+	t.Run("a body of exactly MaxRequestBytes is accepted", func(t *testing.T) {
+		f := newFixture(t, Config{MaxRequestBytes: int64(len(`{"amount":100}`))}, nil)
+		if w := f.post(key1, `{"amount":100}`); w.Code != http.StatusCreated {
+			t.Fatalf("status %d", w.Code)
+		}
+	})
 	t.Run("handler writing nothing is recorded as 200", func(t *testing.T) {
 		f := newFixture(t, Config{}, func(http.ResponseWriter, *http.Request) {})
 		f.post(key1, `{}`)
@@ -229,8 +235,8 @@ func TestMiddlewareRefuses(t *testing.T) {
 		{"no caller", Config{}, func(r *http.Request) { r.Header.Del("X-User") }, 401, observe.ReasonIdempotencyNoCaller, "no authenticated caller", false},
 		{"caller error", Config{Caller: func(*http.Request) (string, error) { return "alice", errors.New("bad token") }}, func(r *http.Request) {}, 401, observe.ReasonIdempotencyNoCaller, "", true},
 		{"no caller before a missing key", Config{Required: true}, func(r *http.Request) { r.Header.Del("X-User"); r.Header.Del("Idempotency-Key") }, 400, observe.ReasonIdempotencyKeyMissing, "", false},
-		{"body over MaxRequestBytes", Config{MaxRequestBytes: 8}, func(r *http.Request) {}, 413, observe.ReasonIdempotencyBodyTooLarge, "over 8 bytes", false},
-		{"body over MaxRequestBytes without a Content-Length", Config{MaxRequestBytes: 8}, func(r *http.Request) { r.ContentLength = -1 }, 413, observe.ReasonIdempotencyBodyTooLarge, "", false},
+		{"body over MaxRequestBytes", Config{MaxRequestBytes: 13}, func(r *http.Request) {}, 413, observe.ReasonIdempotencyBodyTooLarge, "over 13 bytes", false},
+		{"body over MaxRequestBytes without a Content-Length", Config{MaxRequestBytes: 13}, func(r *http.Request) { r.ContentLength = -1 }, 413, observe.ReasonIdempotencyBodyTooLarge, "", false},
 		{"unreadable body", Config{}, func(r *http.Request) {
 			r.Body = io.NopCloser(io.MultiReader(strings.NewReader("{"), errReader{}))
 			r.ContentLength = -1
@@ -392,6 +398,27 @@ func TestMiddlewareReleasesTheKey(t *testing.T) {
 			t.Fatalf("retry %d runs %d", w.Code, f.runs.Load())
 		}
 	})
+	t.Run("the first final status counts; informational ones are dropped; 999 is valid", func(t *testing.T) {
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-999") != "" {
+				w.WriteHeader(999)
+				return
+			}
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(100)
+			w.WriteHeader(http.StatusCreated)
+			w.WriteHeader(http.StatusInternalServerError)
+		})
+		f.post(key1, `{}`)
+		if w := f.post(key1, `{}`); w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("replay %d %q", w.Code, w.Header().Get(ReplayedHeader))
+		}
+		r := req(http.MethodPost, "/payments", "alice", `"other"`, `{}`)
+		r.Header.Set("X-999", "1")
+		if w := f.do(r); w.Code != 999 {
+			t.Fatalf("status %d, want 999", w.Code)
+		}
+	})
 	t.Run("an invalid status panics as net/http does and releases the key", func(t *testing.T) {
 		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(1000) })
 		func() {
@@ -463,6 +490,16 @@ func TestMiddlewareResponseOverMaxResponseBytes(t *testing.T) {
 			t.Errorf("not logged: %s", f.logs)
 		}
 	})
+	t.Run("a response of exactly MaxResponseBytes is stored", func(t *testing.T) {
+		f := newFixture(t, Config{MaxResponseBytes: 64}, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, big[:32])
+			io.WriteString(w, big[:32])
+		})
+		f.post(key1, `{}`)
+		if w := f.post(key1, `{}`); w.Code != 200 || w.Body.String() != big[:64] || w.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("replay %d %q", w.Code, w.Body)
+		}
+	})
 	t.Run("a flush while buffering sends nothing; once streaming it flushes", func(t *testing.T) {
 		var flushedEarly bool
 		f := newFixture(t, Config{MaxResponseBytes: 64}, func(w http.ResponseWriter, r *http.Request) {
@@ -516,7 +553,7 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		if e := f.obs.last(t); e.Outcome != observe.OutcomeStoreFailure || e.Reason != observe.ReasonIdempotencyStoreAcquire || e.StoreLatency <= 0 {
 			t.Errorf("event %+v", e)
 		}
-		if !strings.Contains(f.logs.String(), "level=WARN") || !strings.Contains(f.logs.String(), "injected store failure") {
+		if !strings.Contains(f.logs.String(), "level=WARN") || !strings.Contains(f.logs.String(), "injected store failure") || !strings.Contains(f.logs.String(), "status=503") {
 			t.Errorf("log %s", f.logs)
 		}
 	})
@@ -628,6 +665,32 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		if e := f.obs.last(t); e.Outcome != observe.OutcomeStoreFailure || e.Reason != observe.ReasonIdempotencyNoRecord {
 			t.Errorf("event %+v", e)
 		}
+	})
+	t.Run("Retry-After of a busy key is the lease when the store reports no wait or a longer one", func(t *testing.T) {
+		for _, wait := range []time.Duration{0, -time.Second, time.Hour} {
+			st := stubStore{Recorder: newStore(), rec: replay.Record{Lease: replay.Lease{State: replay.LeaseBusy, Wait: wait}}}
+			f := newFixture(t, Config{Store: st, Lease: 7 * time.Second}, nil)
+			if w := f.post(key1, `{}`); w.Code != http.StatusConflict || w.Header().Get("Retry-After") != "7" {
+				t.Errorf("wait %v: %d Retry-After %q, want 409 and 7", wait, w.Code, w.Header().Get("Retry-After"))
+			}
+		}
+	})
+	t.Run("a done key with a result but no fingerprint is 500", func(t *testing.T) {
+		st := stubStore{Recorder: newStore(), rec: replay.Record{Lease: replay.Lease{State: replay.LeaseDone}, Result: []byte{0xa0}}}
+		f := newFixture(t, Config{Store: st}, nil)
+		problemOf(t, f.post(key1, `{}`), http.StatusInternalServerError)
+		if e := f.obs.last(t); e.Reason != observe.ReasonIdempotencyNoRecord {
+			t.Errorf("event %+v", e)
+		}
+	})
+	t.Run("a store failure with no Logger does not panic", func(t *testing.T) {
+		mw, err := New(Config{Store: &faultStore{Recorder: newStore(), acquireErr: errInjected}, Caller: func(*http.Request) (string, error) { return "a", nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		mw.Wrap(http.NotFoundHandler()).ServeHTTP(w, req(http.MethodPost, "/p", "", key1, `{}`))
+		problemOf(t, w, http.StatusServiceUnavailable)
 	})
 	t.Run("a key leased without a record is 409", func(t *testing.T) {
 		store := newStore()
