@@ -183,6 +183,21 @@ func TestLayeringMCPTokenImportsOnlyTheRootPackageAndTheStandardLibrary(t *testi
 	}
 }
 
+// idempotency is an HTTP middleware over the root package, replay and
+// observe: nothing of the library builds on it (the examples do).
+func TestLayeringOnlyExamplesImportIdempotency(t *testing.T) {
+	pkgs, _ := modulePackages(t)
+	const idem = modulePath + "/idempotency"
+	if _, ok := pkgs[idem]; !ok {
+		t.Fatalf("go list did not report %s", idem)
+	}
+	for path, p := range pkgs {
+		if path != idem && !strings.HasPrefix(path, modulePath+"/examples/") && slices.Contains(p.Deps, idem) {
+			t.Errorf("%s imports %s", path, idem)
+		}
+	}
+}
+
 func TestLayeringNothingInTheModuleImportsCmd(t *testing.T) {
 	pkgs, _ := modulePackages(t)
 	for path, p := range pkgs {

@@ -63,13 +63,17 @@ const (
 // the value "true" (the name Stripe uses).
 const ReplayedHeader = "Idempotent-Replayed"
 
-// DefaultReplayHeaders are the response headers stored and replayed when
-// [Config.ReplayHeaders] is nil: those that describe the body or the
-// created resource. Headers of a connection or a session (Set-Cookie) are
-// never among them.
-var DefaultReplayHeaders = []string{
-	"Content-Type", "Content-Encoding", "Content-Language", "Content-Location",
-	"Location", "Link", "ETag", "Last-Modified", "Cache-Control",
+// DefaultReplayHeaders returns the response headers stored and replayed
+// when [Config.ReplayHeaders] is nil: Content-Type, Content-Encoding,
+// Content-Language, Content-Location, Location, Link, ETag, Last-Modified
+// and Cache-Control, those that describe the body or the created
+// resource. Headers of a connection or a session (Set-Cookie) are never
+// among them. The slice is the caller's.
+func DefaultReplayHeaders() []string {
+	return []string{
+		"Content-Type", "Content-Encoding", "Content-Language", "Content-Location",
+		"Location", "Link", "ETag", "Last-Modified", "Cache-Control",
+	}
 }
 
 // ErrConfig is the error of [New] for an invalid [Config]: it is
@@ -88,8 +92,8 @@ type Config struct {
 	// Caller returns the authenticated caller of a request; keys are
 	// scoped to it, so two callers' keys never meet. An error, or an empty
 	// caller, is answered 401 with a problem+json body and the handler is
-	// not run. It is called only for requests that carry a key (or that
-	// Required refuses).
+	// not run. It is called only for covered requests that carry the key
+	// header.
 	Caller func(r *http.Request) (string, error)
 	// Header is the request header that carries the key; zero means
 	// [DefaultHeader].
@@ -146,10 +150,12 @@ type Config struct {
 	// documentation lists the outcomes). Nil costs nothing.
 	Observer observe.Observer
 	// Logger, if set, receives a record for every failure on the server's
-	// side (a store failure after the handler ran, a stored response that
-	// cannot be replayed, a response too large to store). Records carry
-	// the method, the route, the status and a fixed reason: never a key,
-	// a caller or a body.
+	// side: at Warn a store that could not lease a key (503) and a retry
+	// of a response too large to store; at Error a store failure after
+	// the handler ran, a stored response that cannot be replayed, a
+	// response too large to store. Records carry the method, the route,
+	// the status, a fixed reason and the store's error: never a key, a
+	// caller or a body.
 	Logger *slog.Logger
 }
 
@@ -251,7 +257,7 @@ func newParams(cfg Config) (*params, error) {
 	p.maxResponse = orDefault(cfg.MaxResponseBytes, DefaultMaxResponseBytes)
 	names := cfg.ReplayHeaders
 	if names == nil {
-		names = DefaultReplayHeaders
+		names = DefaultReplayHeaders()
 	}
 	seen := map[string]bool{}
 	for _, n := range names {

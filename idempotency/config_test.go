@@ -76,7 +76,7 @@ func TestNewResolvesDefaults(t *testing.T) {
 		if p.header != DefaultHeader || p.window != DefaultWindow || p.lease != DefaultLease ||
 			p.maxKey != DefaultMaxKeyBytes || p.maxRequest != DefaultMaxRequestBytes ||
 			p.maxResponse != DefaultMaxResponseBytes || p.retryAfter != "5" || p.required ||
-			!slices.Equal(p.methods, []string{"POST", "PATCH"}) || !slices.Equal(p.replay, canonical(DefaultReplayHeaders)) {
+			!slices.Equal(p.methods, []string{"POST", "PATCH"}) || !slices.Equal(p.replay, canonical(DefaultReplayHeaders())) {
 			t.Fatalf("header %q window %v lease %v maxKey %d maxRequest %d maxResponse %d retryAfter %q methods %v replay %v",
 				p.header, p.window, p.lease, p.maxKey, p.maxRequest, p.maxResponse, p.retryAfter, p.methods, p.replay)
 		}
@@ -96,6 +96,17 @@ func TestNewResolvesDefaults(t *testing.T) {
 			!slices.Equal(p.methods, []string{"PUT"}) || !slices.Equal(p.replay, []string{"X-A", "X-B"}) {
 			t.Fatalf("header %q window %v lease %v maxKey %d maxRequest %d maxResponse %d retryAfter %q methods %v replay %v",
 				p.header, p.window, p.lease, p.maxKey, p.maxRequest, p.maxResponse, p.retryAfter, p.methods, p.replay)
+		}
+	})
+	t.Run("bounds are inclusive", func(t *testing.T) {
+		for _, cfg := range []Config{
+			{Lease: MinLease}, {Lease: MaxLease, Window: MaxWindow}, {RetryAfter: MaxRetryAfter},
+			{MaxKeyBytes: MaxKeyBytesLimit, MaxRequestBytes: MaxRequestBytesLimit, MaxResponseBytes: MaxStoredResponseBytes},
+		} {
+			cfg.Store, cfg.Caller = newStore(), caller
+			if _, err := New(cfg); err != nil {
+				t.Errorf("New(%+v): %v", cfg, err)
+			}
 		}
 	})
 	t.Run("an empty ReplayHeaders stores no header", func(t *testing.T) {

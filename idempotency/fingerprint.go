@@ -46,16 +46,16 @@ func Fingerprint(method, escapedPath, rawQuery, contentType string, body []byte)
 			kind, digest = bodyJSON, fp
 		}
 	}
-	h := sha256.New()
-	h.Write([]byte(fingerprintDomain))
-	writeField(h, method)
-	writeField(h, escapedPath)
-	writeField(h, rawQuery)
-	h.Write([]byte{kind})
-	h.Write(digest[:])
-	out := make([]byte, 1, FingerprintSize)
-	out[0] = fingerprintVersion
-	return h.Sum(out)
+	var stack [256]byte
+	b := append(stack[:0], fingerprintDomain...)
+	b = appendField(b, method)
+	b = appendField(b, escapedPath)
+	b = appendField(b, rawQuery)
+	b = append(b, kind)
+	b = append(b, digest[:]...)
+	sum := sha256.Sum256(b)
+	out := make([]byte, 0, FingerprintSize)
+	return append(append(out, fingerprintVersion), sum[:]...)
 }
 
 // isJSON reports whether a Content-Type value names JSON:

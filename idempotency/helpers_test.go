@@ -166,3 +166,13 @@ func (f *fixture) do(r *http.Request) *httptest.ResponseRecorder {
 func (f *fixture) post(key, body string) *httptest.ResponseRecorder {
 	return f.do(req(http.MethodPost, "/payments", "alice", key, body))
 }
+
+// stubStore answers every AcquireRecord with rec.
+type stubStore struct {
+	replay.Recorder
+	rec replay.Record
+}
+
+func (s stubStore) AcquireRecord(context.Context, string, time.Duration, []byte) (replay.Record, error) {
+	return s.rec, nil
+}

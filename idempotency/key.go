@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
-	"hash"
 	"strings"
 )
 
@@ -76,22 +75,20 @@ const storeIDDomain = "ctoken/idempotency store id v1\x00"
 // the key can compute it. idempotency/testdata/vectors.json holds
 // known-answer cases.
 func StoreID(caller, route, key string) string {
-	h := sha256.New()
-	h.Write([]byte(storeIDDomain))
-	writeField(h, caller)
-	writeField(h, route)
-	writeField(h, key)
-	var sum [sha256.Size]byte
-	out := make([]byte, len(storeIDPrefix)+base64.RawURLEncoding.EncodedLen(sha256.Size))
-	copy(out, storeIDPrefix)
-	base64.RawURLEncoding.Encode(out[len(storeIDPrefix):], h.Sum(sum[:0]))
-	return string(out)
+	var stack [256]byte
+	b := append(stack[:0], storeIDDomain...)
+	b = appendField(b, caller)
+	b = appendField(b, route)
+	b = appendField(b, key)
+	sum := sha256.Sum256(b)
+	var out [len(storeIDPrefix) + 43]byte // 43: base64url of 32 bytes, no padding
+	copy(out[:], storeIDPrefix)
+	base64.RawURLEncoding.Encode(out[len(storeIDPrefix):], sum[:])
+	return string(out[:])
 }
 
-// writeField writes s to h preceded by its length.
-func writeField(h hash.Hash, s string) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-	h.Write(n[:])
-	h.Write([]byte(s))
+// appendField appends s to b preceded by its length as 8 bytes
+// big-endian.
+func appendField(b []byte, s string) []byte {
+	return append(binary.BigEndian.AppendUint64(b, uint64(len(s))), s...)
 }

@@ -95,7 +95,9 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	rec, err := p.store.AcquireRecord(r.Context(), a.id, p.lease, fp)
 	a.acquired = max(time.Since(a.start), 1) // a store was called: never 0
 	if err != nil {
-		p.refuse(w, storeAcquireError(err), a.acquired, p.retryAfter)
+		err = storeAcquireError(err)
+		a.log(slog.LevelWarn, "idempotency: the store could not lease the key; answered 503", http.StatusServiceUnavailable, err)
+		p.refuse(w, err, a.acquired, p.retryAfter)
 		return
 	}
 	switch rec.State {
@@ -121,7 +123,9 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		a.replay(w, rec, fp)
 		return
 	}
-	p.refuse(w, storeAcquireError(errStoreAnswer), a.acquired, p.retryAfter)
+	err = storeAcquireError(errStoreAnswer)
+	a.log(slog.LevelError, "idempotency: the store answered outside the Recorder contract; answered 503", http.StatusServiceUnavailable, err)
+	p.refuse(w, err, a.acquired, p.retryAfter)
 }
 
 // sameFingerprint compares two request fingerprints. They are not secret;
@@ -212,7 +216,7 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 	ctx, cancel := context.WithDeadline(a.r.Context(), a.start.Add(p.lease/4*3))
 	defer cancel()
 	r2 := a.r.WithContext(ctx)
-	r2.Body = io.NopCloser(bytes.NewReader(body))
+	r2.Body = &bodyReader{Reader: bytes.NewReader(body)}
 	r2.ContentLength = int64(len(body))
 	b := &bufferWriter{a: a, w: w}
 	defer func() {
@@ -364,6 +368,12 @@ func (a *attempt) log(level slog.Level, msg string, status int, err error) {
 	l.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
+// bodyReader gives the handler the body read for the fingerprint.
+type bodyReader struct{ *bytes.Reader }
+
+// Close does nothing: the body is in memory.
+func (bodyReader) Close() error { return nil }
+
 // bufferWriter holds the handler's response until the key is settled,
 // so that the response is recorded before the client sees it. A response
 // over the cap settles the key at once (too large, or released for a
@@ -403,10 +413,15 @@ func (b *bufferWriter) WriteHeader(code int) {
 	b.status = code
 }
 
-// Write buffers p, or streams it once the response is over the cap.
+// Write buffers p, or streams it once the response is over the cap. As
+// net/http, it refuses a body for 204 and 304 with
+// [http.ErrBodyNotAllowed].
 func (b *bufferWriter) Write(p []byte) (int, error) {
 	if b.status == 0 {
 		b.WriteHeader(http.StatusOK)
+	}
+	if b.status == http.StatusNoContent || b.status == http.StatusNotModified {
+		return 0, http.ErrBodyNotAllowed
 	}
 	if b.through {
 		return b.w.Write(p)

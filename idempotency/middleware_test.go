@@ -112,6 +112,24 @@ func TestMiddlewareRunsOnceAndReplays(t *testing.T) {
 			t.Fatalf("store ID of the pattern is %v", rec.State)
 		}
 	})
+	t.Run("a body for 204 is refused as net/http refuses it", func(t *testing.T) {
+		var werr error
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusNoContent)
+			_, werr = io.WriteString(w, "not allowed")
+		})
+		f.post(key1, `{}`)
+		w := f.post(key1, `{}`)
+		if !errors.Is(werr, http.ErrBodyNotAllowed) || w.Code != http.StatusNoContent || w.Body.Len() != 0 || w.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("write error %v; replay %d %q", werr, w.Code, w.Body)
+		}
+	})
+	t.Run("a body of exactly MaxRequestBytes is accepted", func(t *testing.T) {
+		f := newFixture(t, Config{MaxRequestBytes: int64(len(`{"amount":100}`))}, nil)
+		if w := f.post(key1, `{"amount":100}`); w.Code != http.StatusCreated {
+			t.Fatalf("status %d", w.Code)
+		}
+	})
 	t.Run("handler writing nothing is recorded as 200", func(t *testing.T) {
 		f := newFixture(t, Config{}, func(http.ResponseWriter, *http.Request) {})
 		f.post(key1, `{}`)
@@ -217,8 +235,8 @@ func TestMiddlewareRefuses(t *testing.T) {
 		{"no caller", Config{}, func(r *http.Request) { r.Header.Del("X-User") }, 401, observe.ReasonIdempotencyNoCaller, "no authenticated caller", false},
 		{"caller error", Config{Caller: func(*http.Request) (string, error) { return "alice", errors.New("bad token") }}, func(r *http.Request) {}, 401, observe.ReasonIdempotencyNoCaller, "", true},
 		{"no caller before a missing key", Config{Required: true}, func(r *http.Request) { r.Header.Del("X-User"); r.Header.Del("Idempotency-Key") }, 400, observe.ReasonIdempotencyKeyMissing, "", false},
-		{"body over MaxRequestBytes", Config{MaxRequestBytes: 8}, func(r *http.Request) {}, 413, observe.ReasonIdempotencyBodyTooLarge, "over 8 bytes", false},
-		{"body over MaxRequestBytes without a Content-Length", Config{MaxRequestBytes: 8}, func(r *http.Request) { r.ContentLength = -1 }, 413, observe.ReasonIdempotencyBodyTooLarge, "", false},
+		{"body over MaxRequestBytes", Config{MaxRequestBytes: 13}, func(r *http.Request) {}, 413, observe.ReasonIdempotencyBodyTooLarge, "over 13 bytes", false},
+		{"body over MaxRequestBytes without a Content-Length", Config{MaxRequestBytes: 13}, func(r *http.Request) { r.ContentLength = -1 }, 413, observe.ReasonIdempotencyBodyTooLarge, "", false},
 		{"unreadable body", Config{}, func(r *http.Request) {
 			r.Body = io.NopCloser(io.MultiReader(strings.NewReader("{"), errReader{}))
 			r.ContentLength = -1
@@ -380,6 +398,41 @@ func TestMiddlewareReleasesTheKey(t *testing.T) {
 			t.Fatalf("retry %d runs %d", w.Code, f.runs.Load())
 		}
 	})
+	t.Run("the first final status counts; informational ones are dropped; 999 is valid", func(t *testing.T) {
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-999") != "" {
+				w.WriteHeader(999)
+				return
+			}
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(100)
+			w.WriteHeader(http.StatusCreated)
+			w.WriteHeader(http.StatusInternalServerError)
+		})
+		f.post(key1, `{}`)
+		if w := f.post(key1, `{}`); w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("replay %d %q", w.Code, w.Header().Get(ReplayedHeader))
+		}
+		r := req(http.MethodPost, "/payments", "alice", `"other"`, `{}`)
+		r.Header.Set("X-999", "1")
+		if w := f.do(r); w.Code != 999 {
+			t.Fatalf("status %d, want 999", w.Code)
+		}
+	})
+	t.Run("an invalid status panics as net/http does and releases the key", func(t *testing.T) {
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(1000) })
+		func() {
+			defer func() {
+				if pv := recover(); pv == nil || !strings.Contains(pv.(string), "invalid WriteHeader code") {
+					t.Fatalf("recovered %v", pv)
+				}
+			}()
+			f.post(key1, `{}`)
+		}()
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased || e.Reason != observe.ReasonIdempotencyHandlerPanic {
+			t.Errorf("event %+v", e)
+		}
+	})
 	t.Run("client gone before the handler wrote anything releases the key", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		first := true
@@ -437,6 +490,32 @@ func TestMiddlewareResponseOverMaxResponseBytes(t *testing.T) {
 			t.Errorf("not logged: %s", f.logs)
 		}
 	})
+	t.Run("a response of exactly MaxResponseBytes is stored", func(t *testing.T) {
+		f := newFixture(t, Config{MaxResponseBytes: 64}, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, big[:32])
+			io.WriteString(w, big[:32])
+		})
+		f.post(key1, `{}`)
+		if w := f.post(key1, `{}`); w.Code != 200 || w.Body.String() != big[:64] || w.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("replay %d %q", w.Code, w.Body)
+		}
+	})
+	t.Run("a flush while buffering sends nothing; once streaming it flushes", func(t *testing.T) {
+		var flushedEarly bool
+		f := newFixture(t, Config{MaxResponseBytes: 64}, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "head")
+			w.(http.Flusher).Flush()
+			flushedEarly = w.(*bufferWriter).w.(*httptest.ResponseRecorder).Flushed
+			io.WriteString(w, big)
+			if err := http.NewResponseController(w).Flush(); err != nil {
+				t.Errorf("flush while streaming: %v", err)
+			}
+		})
+		w := f.post(key1, `{}`)
+		if flushedEarly || !w.Flushed || w.Body.String() != "head"+big {
+			t.Fatalf("flushed early %v, flushed %v, body %q", flushedEarly, w.Flushed, w.Body)
+		}
+	})
 	t.Run("a retry status over the cap releases the key", func(t *testing.T) {
 		f := newFixture(t, Config{MaxResponseBytes: 64}, func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -473,6 +552,9 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		}
 		if e := f.obs.last(t); e.Outcome != observe.OutcomeStoreFailure || e.Reason != observe.ReasonIdempotencyStoreAcquire || e.StoreLatency <= 0 {
 			t.Errorf("event %+v", e)
+		}
+		if !strings.Contains(f.logs.String(), "level=WARN") || !strings.Contains(f.logs.String(), "injected store failure") || !strings.Contains(f.logs.String(), "status=503") {
+			t.Errorf("log %s", f.logs)
 		}
 	})
 	t.Run("acquired without a token is 503", func(t *testing.T) {
@@ -582,6 +664,44 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		}
 		if e := f.obs.last(t); e.Outcome != observe.OutcomeStoreFailure || e.Reason != observe.ReasonIdempotencyNoRecord {
 			t.Errorf("event %+v", e)
+		}
+	})
+	t.Run("Retry-After of a busy key is the lease when the store reports no wait or a longer one", func(t *testing.T) {
+		for _, wait := range []time.Duration{0, -time.Second, time.Hour} {
+			st := stubStore{Recorder: newStore(), rec: replay.Record{Lease: replay.Lease{State: replay.LeaseBusy, Wait: wait}}}
+			f := newFixture(t, Config{Store: st, Lease: 7 * time.Second}, nil)
+			if w := f.post(key1, `{}`); w.Code != http.StatusConflict || w.Header().Get("Retry-After") != "7" {
+				t.Errorf("wait %v: %d Retry-After %q, want 409 and 7", wait, w.Code, w.Header().Get("Retry-After"))
+			}
+		}
+	})
+	t.Run("a done key with a result but no fingerprint is 500", func(t *testing.T) {
+		st := stubStore{Recorder: newStore(), rec: replay.Record{Lease: replay.Lease{State: replay.LeaseDone}, Result: []byte{0xa0}}}
+		f := newFixture(t, Config{Store: st}, nil)
+		problemOf(t, f.post(key1, `{}`), http.StatusInternalServerError)
+		if e := f.obs.last(t); e.Reason != observe.ReasonIdempotencyNoRecord {
+			t.Errorf("event %+v", e)
+		}
+	})
+	t.Run("a store failure with no Logger does not panic", func(t *testing.T) {
+		mw, err := New(Config{Store: &faultStore{Recorder: newStore(), acquireErr: errInjected}, Caller: func(*http.Request) (string, error) { return "a", nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		mw.Wrap(http.NotFoundHandler()).ServeHTTP(w, req(http.MethodPost, "/p", "", key1, `{}`))
+		problemOf(t, w, http.StatusServiceUnavailable)
+	})
+	t.Run("a key leased without a record is 409", func(t *testing.T) {
+		store := newStore()
+		f := newFixture(t, Config{Store: store}, nil)
+		if _, err := store.AcquireLease(context.Background(), StoreID("alice", "POST /payments", strings.Trim(key1, `"`)), 3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		w := f.post(key1, `{}`)
+		problemOf(t, w, http.StatusConflict)
+		if ra := w.Header().Get("Retry-After"); ra != "3" || f.runs.Load() != 0 {
+			t.Fatalf("Retry-After %q runs %d", ra, f.runs.Load())
 		}
 	})
 	t.Run("a stored response that does not decode is 500", func(t *testing.T) {

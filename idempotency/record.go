@@ -86,9 +86,6 @@ func EncodeResponse(r Response) ([]byte, error) {
 	}
 	w := wireResponse{Version: recordVersion, Status: uint(r.Status), Body: r.Body, TooLarge: r.TooLarge}
 	n := 0
-	if len(r.Header) > 0 {
-		w.Header = make([]string, 0, 2*len(r.Header))
-	}
 	for _, kv := range r.Header {
 		if !isToken(kv[0]) || !validFieldValue(kv[1]) {
 			return nil, errRecordCorrupt
@@ -125,17 +122,16 @@ func DecodeResponse(b []byte) (Response, error) {
 	if err := recordDec.Unmarshal(b, &w); err != nil {
 		return Response{}, errRecordCorrupt
 	}
-	if w.Version != recordVersion || w.Status > 999 || len(w.Header)%2 != 0 {
+	if w.Version != recordVersion || len(w.Header)%2 != 0 {
 		return Response{}, errRecordCorrupt
 	}
+	// A status past the int range wraps to a negative int, which
+	// checkResponse refuses like every other one outside 200..599.
 	if err := checkResponse(int(w.Status), len(w.Header)/2, w.TooLarge, len(w.Body)); err != nil {
 		return Response{}, errRecordCorrupt
 	}
 	r := Response{Status: int(w.Status), Body: w.Body, TooLarge: w.TooLarge}
 	n := 0
-	if len(w.Header) > 0 {
-		r.Header = make([][2]string, 0, len(w.Header)/2)
-	}
 	for i := 0; i < len(w.Header); i += 2 {
 		name, value := w.Header[i], w.Header[i+1]
 		if !isToken(name) || !validFieldValue(value) {
@@ -172,7 +168,7 @@ func checkResponse(status, headers int, tooLarge bool, body int) error {
 // control character but horizontal tab, no space or tab at either end.
 func validFieldValue(v string) bool {
 	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+		if isCtl(v[i]) {
 			return false
 		}
 	}
@@ -198,9 +194,13 @@ func cleanFieldValue(v string) string {
 	}
 	b := []byte(v)
 	for i, c := range b {
-		if (c < 0x20 && c != '\t') || c == 0x7f {
+		if isCtl(c) {
 			b[i] = ' '
 		}
 	}
 	return strings.Trim(string(b), " \t")
 }
+
+// isCtl reports whether c is a control character a header value cannot
+// hold: any but horizontal tab.
+func isCtl(c byte) bool { return (c < 0x20 && c != '\t') || c == 0x7f }

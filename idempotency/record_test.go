@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -51,27 +52,92 @@ func TestEncodeResponse(t *testing.T) {
 	}
 }
 
-func TestDecodeResponseRefusesOversizeBeforeDecoding(t *testing.T) {
-	b, err := EncodeResponse(Response{Status: 200, Body: make([]byte, replay.MaxResultBytes-16)})
-	if err != nil {
-		t.Fatal(err)
+func TestResponseLimits(t *testing.T) {
+	// A status-200 record with a body of n bytes encodes to 12 + n bytes
+	// near the cap: map head, version, status (2 bytes), key 4 and a
+	// 5-byte byte-string head.
+	const overhead = 12
+	raw := func(t *testing.T, w wireResponse) []byte {
+		t.Helper()
+		b, err := recordEnc.Marshal(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
-	if _, err := DecodeResponse(b); err != nil {
-		t.Fatalf("a response just under the cap: %v", err)
-	}
-	if _, err := DecodeResponse(append(b, make([]byte, 32)...)); !errors.Is(err, ErrRecord) {
-		t.Fatalf("over the cap: %v", err)
-	}
+	t.Run("exactly MaxResultBytes encodes and decodes", func(t *testing.T) {
+		b, err := EncodeResponse(Response{Status: 200, Body: make([]byte, replay.MaxResultBytes-overhead)})
+		if err != nil || len(b) != replay.MaxResultBytes {
+			t.Fatalf("%d bytes, %v", len(b), err)
+		}
+		if _, err := DecodeResponse(b); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("one byte over MaxResultBytes is refused both ways", func(t *testing.T) {
+		if _, err := EncodeResponse(Response{Status: 200, Body: make([]byte, replay.MaxResultBytes-overhead+1)}); !errors.Is(err, replay.ErrTooLarge) {
+			t.Fatalf("encode: %v", err)
+		}
+		b := raw(t, wireResponse{Version: 1, Status: 200, Body: make([]byte, replay.MaxResultBytes-overhead+1)})
+		if _, err := DecodeResponse(b); len(b) != replay.MaxResultBytes+1 || !errors.Is(err, ErrRecord) {
+			t.Fatalf("decode of %d bytes: %v", len(b), err)
+		}
+	})
+	t.Run("64 header lines decode, 65 do not", func(t *testing.T) {
+		var hdr [][2]string
+		for i := range maxStoredHeaders {
+			hdr = append(hdr, [2]string{"X-H", strconv.Itoa(i)})
+		}
+		b, err := EncodeResponse(Response{Status: 200, Header: hdr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := DecodeResponse(b); err != nil || len(r.Header) != maxStoredHeaders || r.Header[63] != hdr[63] {
+			t.Fatalf("decode: %d headers, %v", len(r.Header), err)
+		}
+		flat := []string{}
+		for range maxStoredHeaders + 1 {
+			flat = append(flat, "X-H", "v")
+		}
+		if _, err := DecodeResponse(raw(t, wireResponse{Version: 1, Status: 200, Header: flat})); !errors.Is(err, ErrRecord) {
+			t.Fatalf("65 lines: %v", err)
+		}
+	})
+	t.Run("header bytes up to MaxStoredHeaderBytes decode, one more does not", func(t *testing.T) {
+		at := func(n int) []byte {
+			return raw(t, wireResponse{Version: 1, Status: 200, Header: []string{"X-A", strings.Repeat("v", n-len("X-A"))}})
+		}
+		if _, err := DecodeResponse(at(MaxStoredHeaderBytes)); err != nil {
+			t.Fatalf("at the cap: %v", err)
+		}
+		if _, err := DecodeResponse(at(MaxStoredHeaderBytes + 1)); !errors.Is(err, ErrRecord) {
+			t.Fatalf("over the cap: %v", err)
+		}
+		if _, err := EncodeResponse(Response{Status: 200, Header: [][2]string{{"X-A", strings.Repeat("v", MaxStoredHeaderBytes-3)}}}); err != nil {
+			t.Fatalf("encode at the cap: %v", err)
+		}
+	})
+	t.Run("a status past the int range is refused", func(t *testing.T) {
+		for _, st := range []uint{600, 999, 1000, 1 << 63, ^uint(0)} {
+			if _, err := DecodeResponse(raw(t, wireResponse{Version: 1, Status: st})); !errors.Is(err, ErrRecord) {
+				t.Errorf("status %d: %v", st, err)
+			}
+		}
+	})
 }
 
 func TestStoredHeader(t *testing.T) {
 	h := http.Header{}
 	h.Add("Content-Type", "text/plain")
-	h.Add("X-A", " a\r\nb\x00 ")
+	h.Add("X-A", " a\r\nb\x00 \x7f")
 	h.Add("X-A", "c")
 	h.Add("X-Skipped", "s")
 	got := storedHeader(h, []string{"X-A", "Content-Type", "Location"})
 	want := [][2]string{{"X-A", "a  b"}, {"X-A", "c"}, {"Content-Type", "text/plain"}}
+	h.Add("X-Tab", "a\tb c")
+	if got := storedHeader(h, []string{"X-Tab"}); len(got) != 1 || got[0][1] != "a\tb c" {
+		t.Fatalf("a valid value with a tab and a space changed: %q", got)
+	}
 	if len(got) != len(want) {
 		t.Fatalf("storedHeader = %q", got)
 	}

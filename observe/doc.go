@@ -8,9 +8,10 @@
 // The root package re-exports every name of this package (ctoken.Event is
 // observe.Event, ctoken.KindCursor is observe.KindCursor), so an observer
 // written against either works with every config of the module: the root
-// package's issuers and codecs, and the webhook package's verifiers and
-// signers. The package depends on the standard library only, so that
-// webhook-only users can name these types without linking the root package.
+// package's issuers and codecs, the webhook package's verifiers and
+// signers, and the idempotency package's middleware. The package depends
+// on the standard library only, so that webhook-only users can name these
+// types without linking the root package.
 //
 // The values of these sets and their String forms are stable across minor
 // versions: a minor version may add values, never rename, renumber or drop

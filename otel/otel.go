@@ -1,7 +1,7 @@
 // Package ctokenotel records the events of ctoken's issuers, codecs and
-// handlers, and of its webhook package's verifiers and signers (kind
-// "webhook"), as OpenTelemetry metrics, through the OpenTelemetry metric
-// API.
+// handlers, of its webhook package's verifiers and signers (kind
+// "webhook") and of its idempotency middleware (kind "idempotency"), as
+// OpenTelemetry metrics, through the OpenTelemetry metric API.
 // It is a module of its own (github.com/ctoken/ctoken/otel), so the ctoken
 // module itself never depends on OpenTelemetry.
 //

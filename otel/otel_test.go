@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/idempotency"
 	ctokenotel "github.com/ctoken/ctoken/otel"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/webhook"
@@ -121,6 +124,10 @@ func TestScriptedRunExactCounts(t *testing.T) {
 	// 7. webhook deliveries, through the same observer: sign, verify under
 	//    the primary and the previous secret, forge, process, duplicate.
 	webhookRun(t, obs, clk.Now)
+	// 8. idempotent requests, through the same observer: first (processed),
+	//    retry (duplicate), changed body (refused, mismatch), a handler
+	//    failing with 503 (released).
+	idempotencyRun(t, obs)
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -163,22 +170,26 @@ func TestScriptedRunExactCounts(t *testing.T) {
 		}
 	}
 	want := map[series]int64{
-		{"cursor", "issued", "", "primary"}:                                                2,
-		{"cursor", "verified", "", "primary"}:                                              2,
-		{"cursor", "verified", "", "previous 1"}:                                           1,
-		{"cursor", "refused", "forged or wrong scope (tool, caller or arguments)", "none"}: 1,
-		{"cursor", "refused", "older than TTL", "primary"}:                                 1,
-		{"one_time", "issued", "", "primary"}:                                              1,
-		{"one_time", "verified", "", "primary"}:                                            1,
-		{"one_time", "duplicate", "already redeemed", "primary"}:                           1,
-		{"request_state", "issued", "", "primary"}:                                         1,
-		{"request_state", "store_failure", "replay store failed", "primary"}:               1,
-		{"webhook", "issued", "", "primary"}:                                               2,
-		{"webhook", "verified", "", "primary"}:                                             2,
-		{"webhook", "verified", "", "previous 1"}:                                          1,
-		{"webhook", "refused", "signature mismatch", "none"}:                               1,
-		{"webhook", "processed", "", "primary"}:                                            1,
-		{"webhook", "duplicate", "delivery already processed", "primary"}:                  1,
+		{"cursor", "issued", "", "primary"}:                                                          2,
+		{"cursor", "verified", "", "primary"}:                                                        2,
+		{"cursor", "verified", "", "previous 1"}:                                                     1,
+		{"cursor", "refused", "forged or wrong scope (tool, caller or arguments)", "none"}:           1,
+		{"cursor", "refused", "older than TTL", "primary"}:                                           1,
+		{"one_time", "issued", "", "primary"}:                                                        1,
+		{"one_time", "verified", "", "primary"}:                                                      1,
+		{"one_time", "duplicate", "already redeemed", "primary"}:                                     1,
+		{"request_state", "issued", "", "primary"}:                                                   1,
+		{"request_state", "store_failure", "replay store failed", "primary"}:                         1,
+		{"webhook", "issued", "", "primary"}:                                                         2,
+		{"webhook", "verified", "", "primary"}:                                                       2,
+		{"webhook", "verified", "", "previous 1"}:                                                    1,
+		{"webhook", "refused", "signature mismatch", "none"}:                                         1,
+		{"webhook", "processed", "", "primary"}:                                                      1,
+		{"webhook", "duplicate", "delivery already processed", "primary"}:                            1,
+		{"idempotency", "processed", "", "none"}:                                                     1,
+		{"idempotency", "duplicate", "stored response replayed", "none"}:                             1,
+		{"idempotency", "refused", "key reused with a different request", "none"}:                    1,
+		{"idempotency", "released", "handler asked for a retry (5xx, 408, 423, 425 or 429)", "none"}: 1,
 	}
 	if len(counts) != len(want) {
 		t.Errorf("%d series, want %d: %v", len(counts), len(want), counts)
@@ -194,6 +205,10 @@ func TestScriptedRunExactCounts(t *testing.T) {
 		{"request_state", "store_failure"}: 1,
 		{"webhook", "processed"}:           1,
 		{"webhook", "duplicate"}:           1,
+		{"idempotency", "processed"}:       1,
+		{"idempotency", "duplicate"}:       1,
+		{"idempotency", "refused"}:         1,
+		{"idempotency", "released"}:        1,
 	}
 	if len(storeCalls) != len(wantStore) {
 		t.Errorf("store histogram series %v, want %v", storeCalls, wantStore)
@@ -256,6 +271,42 @@ func webhookRun(t *testing.T, obs ctoken.Observer, now func() time.Time) {
 	}
 	if _, err := v.Acquire(ctx, d); !errors.Is(err, webhook.ErrDuplicate) {
 		t.Fatalf("duplicate: %v", err)
+	}
+}
+
+// idempotencyRun drives an idempotency middleware observed by obs: a
+// first request (processed), its retry (duplicate), the key with another
+// body (refused, mismatch), and another key whose handler fails with 503
+// (released); each with the store's latency.
+func idempotencyRun(t *testing.T, obs ctoken.Observer) {
+	t.Helper()
+	mw, err := idempotency.New(idempotency.Config{
+		Store:    &replay.MemoryStore{},
+		Caller:   func(*http.Request) (string, error) { return "alice", nil },
+		Observer: obs,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Idempotency-Key") == `"k2"` {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	for _, c := range []struct {
+		key, body string
+		want      int
+	}{{`"k1"`, `{"a":1}`, 201}, {`"k1"`, `{"a":1}`, 201}, {`"k1"`, `{"a":2}`, 422}, {`"k2"`, `{}`, 503}} {
+		r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(c.body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Idempotency-Key", c.key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != c.want {
+			t.Fatalf("%s %s: status %d, want %d", c.key, c.body, w.Code, c.want)
+		}
 	}
 }
 

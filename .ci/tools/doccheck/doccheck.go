@@ -65,6 +65,7 @@ import (
 var KnownPackages = map[string]string{
 	"ctoken":      "github.com/ctoken/ctoken",
 	"webhook":     "github.com/ctoken/ctoken/webhook",
+	"idempotency": "github.com/ctoken/ctoken/idempotency",
 	"replay":      "github.com/ctoken/ctoken/replay",
 	"observe":     "github.com/ctoken/ctoken/observe",
 	"mcptoken":    "github.com/ctoken/ctoken/mcptoken",
