@@ -249,7 +249,7 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 	if err != nil {
 		enc = a.tooLarge(b.status)
 	}
-	a.confirm(enc)
+	a.confirm(b.status, enc)
 	b.send()
 }
 
@@ -257,6 +257,12 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 // that its retries will get 500.
 func (a *attempt) tooLarge(status int) []byte {
 	a.log(slog.LevelError, "idempotency: response over MaxResponseBytes (or its headers over MaxStoredHeaderBytes): recorded as done without a replayable response; retries get 500", status, errResponseTooBig)
+	return tooLargeMarker(status)
+}
+
+// tooLargeMarker is the stored form of a response that was not stored:
+// a few bytes that replay as 500 [ErrRecord].
+func tooLargeMarker(status int) []byte {
 	enc, err := EncodeResponse(Response{Status: status, TooLarge: true})
 	if err != nil {
 		panic(fmt.Sprintf("idempotency: cannot encode a too-large marker for status %d", status)) // status is 200..599 here
@@ -281,12 +287,40 @@ func retryStatus(code int) bool {
 // with backoff until the lease expires (or, when that is already near, for
 // a quarter of the lease), however the client's request ends. A failure
 // is logged and observed; the handler's response is sent all the same.
-func (a *attempt) confirm(result []byte) {
+//
+// A store that refuses result for its size or its byte budget
+// ([replay.ErrTooLarge], [replay.ErrFull]) never leaves the key to run
+// again: the key is recorded as done with the few-byte marker of a
+// response that was not stored (or, if the store refuses that too, with
+// no record at all, [replay.Leaser.ConfirmLease]), so its retries get 500
+// [ErrRecord] and the handler never runs twice.
+func (a *attempt) confirm(status int, result []byte) {
 	p := a.p
 	start := time.Now()
-	err := a.confirmRetrying(result)
+	err := a.confirmRetrying(func(ctx context.Context, until time.Time) error {
+		return p.store.ConfirmRecord(ctx, a.id, a.token, until, a.fp, result)
+	})
+	notStored := refusedForSize(err)
+	if notStored {
+		marker := tooLargeMarker(status)
+		ferr := a.confirmRetrying(func(ctx context.Context, until time.Time) error {
+			return p.store.ConfirmRecord(ctx, a.id, a.token, until, a.fp, marker)
+		})
+		if refusedForSize(ferr) {
+			ferr = a.confirmRetrying(func(ctx context.Context, until time.Time) error {
+				return p.store.ConfirmLease(ctx, a.id, a.token, until)
+			})
+		}
+		if ferr != nil {
+			notStored = false
+			err = ferr
+		}
+	}
 	took := a.acquired + max(time.Since(start), 1)
-	if err != nil {
+	switch {
+	case notStored:
+		a.log(slog.LevelError, "idempotency: the store refused the response (too large for it, or its byte budget full): the response was sent and the key recorded as done without it; retries get 500", status, err)
+	case err != nil:
 		a.log(slog.LevelError, "idempotency: the response was sent but not recorded; the key runs again once its lease ends", 0, err)
 	}
 	if p.obs != nil {
@@ -298,7 +332,17 @@ func (a *attempt) confirm(result []byte) {
 	}
 }
 
-func (a *attempt) confirmRetrying(result []byte) error {
+// refusedForSize reports whether a confirm failed because the store
+// refused the record for its size or its byte budget, before writing
+// anything.
+func refusedForSize(err error) bool {
+	return err != nil && !errors.Is(err, replay.ErrLeaseLost) &&
+		(errors.Is(err, replay.ErrTooLarge) || errors.Is(err, replay.ErrFull))
+}
+
+// confirmRetrying calls try (a confirm of the lease, done until the
+// given time) until it succeeds, fails for good, or the lease is over.
+func (a *attempt) confirmRetrying(try func(ctx context.Context, until time.Time) error) error {
 	p := a.p
 	until := time.Now().Add(p.window)
 	giveUp := a.start.Add(p.lease)
@@ -309,14 +353,14 @@ func (a *attempt) confirmRetrying(result []byte) error {
 	defer cancel()
 	wait := 10 * time.Millisecond
 	for {
-		err := p.store.ConfirmRecord(ctx, a.id, a.token, until, a.fp, result)
+		err := try(ctx, until)
 		switch {
 		case err == nil:
 			return nil
 		case errors.Is(err, replay.ErrLeaseLost):
 			return leaseLostError(err)
 		case errors.Is(err, replay.ErrExpired), errors.Is(err, replay.ErrConfig), errors.Is(err, replay.ErrTooLarge),
-			ctx.Err() != nil, time.Now().Add(wait).After(giveUp):
+			errors.Is(err, replay.ErrFull), ctx.Err() != nil, time.Now().Add(wait).After(giveUp):
 			return storeConfirmError(err)
 		}
 		t := time.NewTimer(wait)
@@ -448,7 +492,7 @@ func (b *bufferWriter) overflow() {
 	if retryStatus(b.status) {
 		b.a.release(errReleasedRetry)
 	} else {
-		b.a.confirm(b.a.tooLarge(b.status))
+		b.a.confirm(b.status, b.a.tooLarge(b.status))
 	}
 	b.send()
 	b.through = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -733,6 +734,66 @@ func TestZeroMiddlewareAnswers500(t *testing.T) {
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, req(http.MethodGet, "/", "", "", ""))
 			problemOf(t, w, http.StatusInternalServerError)
+		})
+	}
+}
+
+// TestMiddlewareStoreRefusingTheResponseNeverRunsTwice pins that a store
+// refusing a response for its size or its byte budget (replay.ErrTooLarge,
+// replay.ErrFull) leaves the key done, not leased: after the lease its
+// retry gets 500, never a second run.
+func TestMiddlewareStoreRefusingTheResponseNeverRunsTwice(t *testing.T) {
+	const size = 600_000 // two of them are over the smallest byte budget
+	t.Run("memory store with its byte budget full", func(t *testing.T) {
+		now := time.Now()
+		var mu sync.Mutex
+		st := &replay.MemoryStore{MaxRecordBytes: replay.MaxFingerprintBytes + replay.MaxResultBytes, Now: func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return now
+		}}
+		f := newFixture(t, Config{Store: st, MaxResponseBytes: size + 100, Lease: time.Minute, Window: time.Hour}, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, strings.Repeat("x", size))
+		})
+		for _, k := range []string{`"k0"`, `"k1"`} {
+			if w := f.post(k, `{}`); w.Code != 200 || w.Body.Len() != size {
+				t.Fatalf("first answer for %s: %d, %d bytes", k, w.Code, w.Body.Len())
+			}
+		}
+		mu.Lock()
+		now = now.Add(2 * time.Minute) // past the lease of k1
+		mu.Unlock()
+		w := f.post(`"k1"`, `{}`)
+		if w.Code != http.StatusInternalServerError {
+			t.Fatalf("retry of k1: status %d (%d bytes), want 500; runs %d", w.Code, w.Body.Len(), f.runs.Load())
+		}
+		p := problemOf(t, w, http.StatusInternalServerError)
+		if f.runs.Load() != 2 || !strings.Contains(p["detail"].(string), "too large") {
+			t.Fatalf("runs %d (want 2: k0 and k1 once each), detail %q", f.runs.Load(), p["detail"])
+		}
+		if !strings.Contains(f.logs.String(), "level=ERROR") || !strings.Contains(f.logs.String(), "byte budget full") {
+			t.Errorf("not logged as an error: %s", f.logs)
+		}
+		if w := f.post(`"k0"`, `{}`); w.Code != 200 || w.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("k0 replay %d", w.Code)
+		}
+	})
+	for _, refusal := range []error{replay.ErrTooLarge, replay.ErrFull} {
+		t.Run("store refusing every record with "+refusal.Error()+" gets a done entry without one", func(t *testing.T) {
+			fs := &faultStore{Recorder: newStore(), confirmErr: fmt.Errorf("refused: %w", refusal)}
+			fs.confirmFails.Store(-1)
+			f := newFixture(t, Config{Store: fs, Lease: 50 * time.Millisecond, Window: time.Hour}, nil)
+			if w := f.post(key1, `{}`); w.Code != http.StatusCreated {
+				t.Fatalf("first answer %d", w.Code)
+			}
+			time.Sleep(100 * time.Millisecond) // past the lease
+			problemOf(t, f.post(key1, `{}`), http.StatusInternalServerError)
+			if f.runs.Load() != 1 {
+				t.Fatalf("handler ran %d times", f.runs.Load())
+			}
+			if e := f.obs.all(); len(e) < 2 || e[0].Outcome != observe.OutcomeStoreFailure || e[0].Reason != observe.ReasonIdempotencyStoreConfirm {
+				t.Errorf("events %+v", e)
+			}
 		})
 	}
 }
