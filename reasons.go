@@ -121,6 +121,7 @@ const (
 	ReasonIdempotencyStoreConfirm     = observe.ReasonIdempotencyStoreConfirm
 	ReasonIdempotencyStoreRelease     = observe.ReasonIdempotencyStoreRelease
 	ReasonIdempotencyLeaseLost        = observe.ReasonIdempotencyLeaseLost
+	ReasonIdempotencyHandlerDeadline  = observe.ReasonIdempotencyHandlerDeadline
 )
 
 // RefusalReasons returns every [RefusalReason] except [ReasonNone], in

@@ -238,6 +238,15 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 			a.release(errReleasedGone) // nobody to answer: let the retry run
 			return
 		}
+		if ctx.Err() != nil {
+			// The handler gave up at its deadline (three quarters of the
+			// lease) without a response: not an empty 200 to store.
+			a.log(slog.LevelWarn, "idempotency: the handler returned without a response after its deadline; key released, answered 503", http.StatusServiceUnavailable, errReleasedLate)
+			a.release(errReleasedLate)
+			clear(w.Header())
+			writeProblem(w, http.StatusServiceUnavailable, p.problems.body(errReleasedLate), p.retryAfter)
+			return
+		}
 		b.status = http.StatusOK // what net/http sends for a handler that wrote nothing
 	}
 	if retryStatus(b.status) {

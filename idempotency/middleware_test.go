@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -454,6 +455,32 @@ func TestMiddlewareReleasesTheKey(t *testing.T) {
 		f.post(key1, `{}`)
 		if f.runs.Load() != 2 {
 			t.Fatalf("retry did not run: runs %d", f.runs.Load())
+		}
+	})
+	t.Run("handler returning without a response after its deadline is 503 and releases the key", func(t *testing.T) {
+		var late atomic.Bool
+		f := newFixture(t, Config{Lease: 100 * time.Millisecond, RetryAfter: 2 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Partial", "1")
+			if !late.Load() {
+				<-r.Context().Done() // gives up silently at its deadline
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		})
+		w := f.post(key1, `{}`)
+		problemOf(t, w, http.StatusServiceUnavailable)
+		if w.Header().Get("Retry-After") != "2" || w.Header().Get("X-Partial") != "" {
+			t.Fatalf("headers %v", w.Header())
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased || e.Reason != observe.ReasonIdempotencyHandlerDeadline {
+			t.Errorf("event %+v", e)
+		}
+		if !strings.Contains(f.logs.String(), "after its deadline") {
+			t.Errorf("not logged: %s", f.logs)
+		}
+		late.Store(true)
+		if w := f.post(key1, `{}`); w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "" || f.runs.Load() != 2 {
+			t.Fatalf("retry %d replayed %q runs %d: the key was not released", w.Code, w.Header().Get(ReplayedHeader), f.runs.Load())
 		}
 	})
 	t.Run("client gone after the handler wrote its response is recorded", func(t *testing.T) {

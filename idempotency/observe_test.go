@@ -32,6 +32,7 @@ func TestReasonOf(t *testing.T) {
 		{errReleasedRetry, observe.ReasonIdempotencyHandlerRetry, observe.OutcomeReleased},
 		{errReleasedPanic, observe.ReasonIdempotencyHandlerPanic, observe.OutcomeReleased},
 		{errReleasedGone, observe.ReasonIdempotencyClientGone, observe.OutcomeReleased},
+		{errReleasedLate, observe.ReasonIdempotencyHandlerDeadline, observe.OutcomeReleased},
 		{storeAcquireError(errInjected), observe.ReasonIdempotencyStoreAcquire, observe.OutcomeStoreFailure},
 		{storeConfirmError(errInjected), observe.ReasonIdempotencyStoreConfirm, observe.OutcomeStoreFailure},
 		{storeReleaseError(errInjected), observe.ReasonIdempotencyStoreRelease, observe.OutcomeStoreFailure},
