@@ -230,9 +230,15 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 	}()
 	next.ServeHTTP(b, r2)
 	if b.settled {
-		return // over the cap: settled and streamed
+		return // over the cap: recorded as too large and streamed
 	}
 	b.settled = true
+	if b.through {
+		// A retry status over the cap, streamed: released only now that
+		// the handler has returned, so no retry runs beside it.
+		a.release(errReleasedRetry)
+		return
+	}
 	if b.status == 0 {
 		if a.r.Context().Err() != nil {
 			a.release(errReleasedGone) // nobody to answer: let the retry run
@@ -429,8 +435,8 @@ func (bodyReader) Close() error { return nil }
 
 // bufferWriter holds the handler's response until the key is settled,
 // so that the response is recorded before the client sees it. A response
-// over the cap settles the key at once (too large, or released for a
-// retry status) and is then streamed.
+// over the cap is streamed: recorded as too large at once, or, for a retry
+// status, released once the handler returns.
 type bufferWriter struct {
 	a       *attempt
 	w       http.ResponseWriter
@@ -494,13 +500,13 @@ func (b *bufferWriter) Flush() {
 	}
 }
 
-// overflow settles the key for a response over the cap (released for a
-// retry status, else recorded as too large) and starts streaming.
+// overflow starts streaming a response over the cap. A retry status
+// leaves the key leased until the handler returns (run releases it then:
+// never while the handler still runs); any other status is recorded as too
+// large at once.
 func (b *bufferWriter) overflow() {
-	b.settled = true
-	if retryStatus(b.status) {
-		b.a.release(errReleasedRetry)
-	} else {
+	if !retryStatus(b.status) {
+		b.settled = true
 		b.a.confirm(b.status, b.a.tooLarge(b.status))
 	}
 	b.send()

@@ -557,6 +557,41 @@ func TestMiddlewareResponseOverMaxResponseBytes(t *testing.T) {
 			t.Fatalf("runs %d: the key was not released", f.runs.Load())
 		}
 	})
+	t.Run("a retry status over the cap keeps the key until the handler returns", func(t *testing.T) {
+		streamed, done := make(chan struct{}), make(chan struct{})
+		var unblock sync.Once
+		defer unblock.Do(func() { close(done) })
+		f := newFixture(t, Config{MaxResponseBytes: 64}, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, big)
+			if r.Header.Get("X-First") != "" {
+				close(streamed)
+				<-done // still working after the response streamed
+			}
+		})
+		first := make(chan *httptest.ResponseRecorder)
+		go func() {
+			r := req(http.MethodPost, "/payments", "alice", key1, `{}`)
+			r.Header.Set("X-First", "1")
+			first <- f.do(r)
+		}()
+		<-streamed
+		problemOf(t, f.post(key1, `{}`), http.StatusConflict)
+		if n := f.runs.Load(); n != 1 {
+			t.Fatalf("a retry ran beside the handler: runs %d", n)
+		}
+		unblock.Do(func() { close(done) })
+		if w := <-first; w.Code != http.StatusInternalServerError || w.Body.String() != big {
+			t.Fatalf("first answer %d %q", w.Code, w.Body)
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased || e.Reason != observe.ReasonIdempotencyHandlerRetry {
+			t.Errorf("event %+v", e)
+		}
+		f.post(key1, `{}`)
+		if f.runs.Load() != 2 {
+			t.Fatalf("runs %d: the key was not released once the handler returned", f.runs.Load())
+		}
+	})
 	t.Run("headers over MaxStoredHeaderBytes are not stored", func(t *testing.T) {
 		f := newFixture(t, Config{ReplayHeaders: []string{"Link"}}, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Link", strings.Repeat("l", MaxStoredHeaderBytes))
