@@ -366,7 +366,7 @@ func TestMiddlewareReleasesTheKey(t *testing.T) {
 			}
 		})
 	}
-	for _, status := range []int{400, 404, 409, 422} {
+	for _, status := range []int{400, 401, 403, 404, 409, 422} {
 		t.Run("handler status "+http.StatusText(status)+" is recorded", func(t *testing.T) {
 			f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) })
 			f.post(key1, `{}`)
