@@ -139,8 +139,11 @@ type Config struct {
 	// ReplayHeaders are the response headers stored and replayed; nil
 	// means [DefaultReplayHeaders], a non-nil empty slice none. The first
 	// response carries every header the handler set; a replay only these.
-	// Set-Cookie, the hop-by-hop headers, Content-Length and
-	// [ReplayedHeader] are refused.
+	// Headers of a session or of authentication (Set-Cookie,
+	// Clear-Site-Data, WWW-Authenticate, Proxy-Authenticate,
+	// Authentication-Info, Proxy-Authentication-Info), the hop-by-hop
+	// headers (RFC 9110 §7.6.1), Content-Length and [ReplayedHeader] are
+	// refused.
 	ReplayHeaders []string
 	// RetryAfter is the Retry-After of the 503 answered when the store
 	// fails; zero means [DefaultRetryAfter]; at most [MaxRetryAfter].
@@ -184,7 +187,10 @@ func configError(why string) error { return reason.New(ErrConfig, why) }
 
 // refusedHeaders are response headers a stored response never carries.
 var refusedHeaders = map[string]bool{
-	"Set-Cookie": true, "Content-Length": true, "Connection": true, "Keep-Alive": true,
+	"Set-Cookie": true, "Set-Cookie2": true, "Clear-Site-Data": true,
+	"Www-Authenticate": true, "Proxy-Authenticate": true,
+	"Authentication-Info": true, "Proxy-Authentication-Info": true,
+	"Content-Length": true, "Connection": true, "Keep-Alive": true,
 	"Transfer-Encoding": true, "Te": true, "Trailer": true, "Upgrade": true,
 	"Proxy-Connection": true, ReplayedHeader: true,
 }
@@ -266,7 +272,7 @@ func newParams(cfg Config) (*params, error) {
 		}
 		n = textproto.CanonicalMIMEHeaderKey(n)
 		if refusedHeaders[n] {
-			return nil, configError("idempotency: ReplayHeaders names Set-Cookie, a hop-by-hop header, Content-Length or Idempotent-Replayed")
+			return nil, configError("idempotency: ReplayHeaders names a session or authentication header (Set-Cookie, Clear-Site-Data, *-Authenticate, *Authentication-Info), a hop-by-hop header, Content-Length or Idempotent-Replayed")
 		}
 		if !seen[n] {
 			seen[n] = true

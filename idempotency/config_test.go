@@ -52,6 +52,13 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 		{"ReplayHeaders with Set-Cookie", func(c *Config) { c.ReplayHeaders = []string{"set-cookie"} }},
 		{"ReplayHeaders with Content-Length", func(c *Config) { c.ReplayHeaders = []string{"Content-Length"} }},
 		{"ReplayHeaders with a hop-by-hop header", func(c *Config) { c.ReplayHeaders = []string{"Transfer-Encoding"} }},
+		{"ReplayHeaders with WWW-Authenticate", func(c *Config) { c.ReplayHeaders = []string{"WWW-Authenticate"} }},
+		{"ReplayHeaders with Proxy-Authenticate", func(c *Config) { c.ReplayHeaders = []string{"proxy-authenticate"} }},
+		{"ReplayHeaders with Authentication-Info", func(c *Config) { c.ReplayHeaders = []string{"Authentication-Info"} }},
+		{"ReplayHeaders with Proxy-Authentication-Info", func(c *Config) { c.ReplayHeaders = []string{"Proxy-Authentication-Info"} }},
+		{"ReplayHeaders with Clear-Site-Data", func(c *Config) { c.ReplayHeaders = []string{"Clear-Site-Data"} }},
+		{"ReplayHeaders with Set-Cookie2", func(c *Config) { c.ReplayHeaders = []string{"Set-Cookie2"} }},
+		{"ReplayHeaders with Keep-Alive", func(c *Config) { c.ReplayHeaders = []string{"Keep-Alive"} }},
 		{"ReplayHeaders with the replayed header", func(c *Config) { c.ReplayHeaders = []string{ReplayedHeader} }},
 		{"ReplayHeaders with an invalid name", func(c *Config) { c.ReplayHeaders = []string{"X:Y"} }},
 	} {
