@@ -87,7 +87,8 @@ type Config struct {
 	// Store keeps keys, fingerprints and responses: a [replay.MemoryStore]
 	// for one process, or a shared store (the redisstore and pgstore
 	// modules) for a fleet. A store that implements [replay.Bounded] must
-	// hold Window.
+	// hold Window + Lease (a record is made up to a Lease after the key
+	// was leased, and kept for Window from then).
 	Store replay.Recorder
 	// Caller returns the authenticated caller of a request; keys are
 	// scoped to it, so two callers' keys never meet. An error, or an empty
@@ -241,8 +242,8 @@ func newParams(cfg Config) (*params, error) {
 	}
 	if b, ok := cfg.Store.(replay.Bounded); ok {
 		p.bounded = true
-		if p.window > b.Horizon() {
-			return nil, configError("idempotency: Window is longer than the store's Horizon")
+		if p.window+p.lease > b.Horizon() {
+			return nil, configError("idempotency: Window + Lease is longer than the store's Horizon")
 		}
 	}
 	retry, err := duration(cfg.RetryAfter, DefaultRetryAfter, 1, MaxRetryAfter, "RetryAfter")

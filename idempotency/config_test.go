@@ -38,6 +38,9 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 		{"Window over MaxWindow", func(c *Config) { c.Window = MaxWindow + 1 }},
 		{"Window not longer than Lease", func(c *Config) { c.Window, c.Lease = time.Minute, time.Minute }},
 		{"Window over the store's Horizon", func(c *Config) { c.Store = boundedStore{newStore(), time.Hour} }},
+		{"Window equal to the store's Horizon, leaving no room for the Lease", func(c *Config) {
+			c.Store, c.Window, c.Lease = boundedStore{newStore(), time.Hour}, time.Hour, time.Minute
+		}},
 		{"negative Lease", func(c *Config) { c.Lease = -1 }},
 		{"Lease under MinLease", func(c *Config) { c.Lease = time.Microsecond }},
 		{"Lease over MaxLease", func(c *Config) { c.Lease = MaxLease + 1 }},
@@ -90,7 +93,7 @@ func TestNewResolvesDefaults(t *testing.T) {
 	})
 	t.Run("set fields are kept, header names canonical and deduplicated", func(t *testing.T) {
 		p, err := newParams(Config{
-			Store: boundedStore{newStore(), 48 * time.Hour}, Caller: caller, Header: "x-idempotency-key",
+			Store: boundedStore{newStore(), 48*time.Hour + 10*time.Second}, Caller: caller, Header: "x-idempotency-key",
 			Window: 48 * time.Hour, Lease: 10 * time.Second, MaxKeyBytes: 64, MaxRequestBytes: 10,
 			MaxResponseBytes: MaxStoredResponseBytes, RetryAfter: 1100 * time.Millisecond,
 			Methods: []string{"PUT"}, ReplayHeaders: []string{"x-a", "X-A", "x-b"},
