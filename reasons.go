@@ -122,6 +122,7 @@ const (
 	ReasonIdempotencyStoreRelease     = observe.ReasonIdempotencyStoreRelease
 	ReasonIdempotencyLeaseLost        = observe.ReasonIdempotencyLeaseLost
 	ReasonIdempotencyHandlerDeadline  = observe.ReasonIdempotencyHandlerDeadline
+	ReasonIdempotencyGoneBeforeLease  = observe.ReasonIdempotencyGoneBeforeLease
 )
 
 // RefusalReasons returns every [RefusalReason] except [ReasonNone], in

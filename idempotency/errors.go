@@ -69,7 +69,12 @@ var (
 	errReleasedGone   = reason.New(errReleased, "client gone before the handler wrote a response")
 	errReleasedLate   = reason.New(errReleased, "handler returned without a response after its deadline")
 	errStoreAnswer    = errors.New("replay store answered outside the Recorder contract")
+	errGoneAcquire    = reason.New(errGone, "client gone before the key was leased")
 )
+
+// errGone marks a request whose client went away before the key was
+// leased: neither a refusal of the request nor a store failure.
+var errGone = errors.New("idempotency: client gone")
 
 // errReplay marks a replayed response: not a refusal.
 var errReplay = errors.New("idempotency: response replayed")
@@ -107,7 +112,7 @@ func StatusCode(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrMismatch):
 		return http.StatusUnprocessableEntity
-	case errors.Is(err, ErrStore):
+	case errors.Is(err, ErrStore), errors.Is(err, errGone):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
@@ -165,7 +170,7 @@ func (ps *problems) body(err error) []byte {
 		return ps.inProgress
 	case errors.Is(err, ErrMismatch):
 		return ps.mismatch
-	case errors.Is(err, ErrStore):
+	case errors.Is(err, ErrStore), errors.Is(err, errGone):
 		return ps.store
 	case err == errResponseTooBig:
 		return ps.tooLarge

@@ -94,6 +94,12 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	a.start = time.Now()
 	rec, err := p.store.AcquireRecord(r.Context(), a.id, p.lease, fp)
 	a.acquired = max(time.Since(a.start), 1) // a store was called: never 0
+	if err != nil && r.Context().Err() != nil {
+		// The client went away while the store was asked: its cancelled
+		// context, not the store, ended the call.
+		p.refuse(w, errGoneAcquire, a.acquired, p.retryAfter)
+		return
+	}
 	if err != nil {
 		err = storeAcquireError(err)
 		a.log(slog.LevelWarn, "idempotency: the store could not lease the key; answered 503", http.StatusServiceUnavailable, err)

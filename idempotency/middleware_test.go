@@ -620,6 +620,22 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 			t.Errorf("log %s", f.logs)
 		}
 	})
+	t.Run("a client gone during the acquire is not a store failure", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		fs := &faultStore{Recorder: newStore(), acquireErr: context.Canceled}
+		f := newFixture(t, Config{Store: fs}, nil)
+		w := f.do(req(http.MethodPost, "/payments", "alice", key1, `{}`).WithContext(ctx))
+		if w.Code != http.StatusServiceUnavailable || f.runs.Load() != 0 {
+			t.Fatalf("status %d runs %d", w.Code, f.runs.Load())
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeRefused || e.Reason != observe.ReasonIdempotencyGoneBeforeLease {
+			t.Errorf("event %+v", e)
+		}
+		if f.logs.Len() != 0 {
+			t.Errorf("logged: %s", f.logs)
+		}
+	})
 	t.Run("acquired without a token is 503", func(t *testing.T) {
 		fs := &faultStore{Recorder: newStore(), noToken: true}
 		f := newFixture(t, Config{Store: fs}, nil)

@@ -33,6 +33,7 @@ func TestReasonOf(t *testing.T) {
 		{errReleasedPanic, observe.ReasonIdempotencyHandlerPanic, observe.OutcomeReleased},
 		{errReleasedGone, observe.ReasonIdempotencyClientGone, observe.OutcomeReleased},
 		{errReleasedLate, observe.ReasonIdempotencyHandlerDeadline, observe.OutcomeReleased},
+		{errGoneAcquire, observe.ReasonIdempotencyGoneBeforeLease, observe.OutcomeRefused},
 		{storeAcquireError(errInjected), observe.ReasonIdempotencyStoreAcquire, observe.OutcomeStoreFailure},
 		{storeConfirmError(errInjected), observe.ReasonIdempotencyStoreConfirm, observe.OutcomeStoreFailure},
 		{storeReleaseError(errInjected), observe.ReasonIdempotencyStoreRelease, observe.OutcomeStoreFailure},
