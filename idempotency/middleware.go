@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/ctoken/ctoken/internal/reason"
@@ -454,8 +455,13 @@ type bufferWriter struct {
 }
 
 // Header returns the header map of the response; as with net/http, changes
-// after WriteHeader or Write are not sent.
+// after WriteHeader or Write are not sent, except trailers (declared in a
+// Trailer header before WriteHeader, or with [http.TrailerPrefix]), which
+// are sent after the body. Trailers are not stored or replayed.
 func (b *bufferWriter) Header() http.Header {
+	if b.through {
+		return b.w.Header() // streaming: only trailers still count
+	}
 	if b.status != 0 {
 		if b.late == nil {
 			b.late = b.w.Header().Clone()
@@ -519,10 +525,65 @@ func (b *bufferWriter) overflow() {
 	b.through = true
 }
 
-// send writes the status and the buffered body to the client.
+// Unwrap gives [http.ResponseController] the connection controls of the
+// underlying writer: read and write deadlines and full duplex. Flush stays
+// the bufferWriter's, and Hijack is not offered: a hijacked connection
+// would bypass the recorded response.
+func (b *bufferWriter) Unwrap() http.ResponseWriter { return controls{b} }
+
+// controls is what [bufferWriter.Unwrap] returns: the bufferWriter, plus
+// the deadline controls of the writer under it.
+type controls struct{ b *bufferWriter }
+
+func (c controls) Header() http.Header         { return c.b.Header() }
+func (c controls) Write(p []byte) (int, error) { return c.b.Write(p) }
+func (c controls) WriteHeader(code int)        { c.b.WriteHeader(code) }
+
+// SetReadDeadline sets the read deadline of the underlying connection.
+func (c controls) SetReadDeadline(t time.Time) error {
+	return http.NewResponseController(c.b.w).SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the write deadline of the underlying connection.
+func (c controls) SetWriteDeadline(t time.Time) error {
+	return http.NewResponseController(c.b.w).SetWriteDeadline(t)
+}
+
+// EnableFullDuplex lets the handler read the request body while writing
+// its response.
+func (c controls) EnableFullDuplex() error {
+	return http.NewResponseController(c.b.w).EnableFullDuplex()
+}
+
+// copyTrailers sets in dst the trailers the handler set in src after
+// WriteHeader: the keys with [http.TrailerPrefix] and those dst's Trailer
+// header declares.
+func copyTrailers(dst, src http.Header) {
+	if src == nil {
+		return
+	}
+	for k, v := range src {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			dst[k] = v
+		}
+	}
+	for _, decl := range dst.Values("Trailer") {
+		for _, name := range strings.Split(decl, ",") {
+			if name = http.CanonicalHeaderKey(strings.TrimSpace(name)); name != "" {
+				if v, ok := src[name]; ok {
+					dst[name] = v
+				}
+			}
+		}
+	}
+}
+
+// send writes the status and the buffered body to the client, then the
+// trailers the handler set.
 func (b *bufferWriter) send() {
 	b.w.WriteHeader(b.status)
 	if b.buf.Len() > 0 {
 		b.w.Write(b.buf.Bytes())
 	}
+	copyTrailers(b.w.Header(), b.late)
 }

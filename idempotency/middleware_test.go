@@ -875,3 +875,51 @@ func TestMiddlewareStoreRefusingTheResponseNeverRunsTwice(t *testing.T) {
 		})
 	}
 }
+
+func TestMiddlewareTrailersAndResponseController(t *testing.T) {
+	trailing := func(body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Trailer", "X-Sum")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, body)
+			w.Header().Set("X-Sum", "42")
+			w.Header().Set(http.TrailerPrefix+"X-Late", "yes")
+		}
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"buffered response sends the handler's trailers", "short"},
+		{"streamed response over the cap sends the handler's trailers", strings.Repeat("x", 100)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, Config{MaxResponseBytes: 64}, trailing(tc.body))
+			res := f.post(key1, `{}`).Result()
+			b, _ := io.ReadAll(res.Body)
+			if res.StatusCode != http.StatusCreated || string(b) != tc.body ||
+				res.Trailer.Get("X-Sum") != "42" || res.Trailer.Get("X-Late") != "yes" {
+				t.Fatalf("status %d body %d bytes trailer %v", res.StatusCode, len(b), res.Trailer)
+			}
+		})
+	}
+	t.Run("a ResponseController sets deadlines and cannot hijack", func(t *testing.T) {
+		var deadlineErr, hijackErr error
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+			rc := http.NewResponseController(w)
+			deadlineErr = rc.SetWriteDeadline(time.Now().Add(time.Minute))
+			_, _, hijackErr = rc.Hijack()
+			w.WriteHeader(http.StatusCreated)
+		})
+		srv := httptest.NewServer(f.h)
+		defer srv.Close()
+		r, _ := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{}`))
+		r.Header.Set("X-User", "alice")
+		r.Header.Set("Idempotency-Key", key1)
+		res, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusCreated || deadlineErr != nil || !errors.Is(hijackErr, http.ErrNotSupported) {
+			t.Fatalf("status %d, SetWriteDeadline %v, Hijack %v", res.StatusCode, deadlineErr, hijackErr)
+		}
+	})
+}
