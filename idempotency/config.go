@@ -29,6 +29,9 @@ const (
 	DefaultMaxRequestBytes = 1 << 20
 	// DefaultMaxResponseBytes is the largest response body stored: 256 KiB.
 	DefaultMaxResponseBytes = 256 << 10
+	// DefaultChallenge is the WWW-Authenticate value of a 401 when
+	// [Config.Challenge] is zero: the bearer-token scheme of RFC 6750.
+	DefaultChallenge = "Bearer"
 	// DefaultRetryAfter is the Retry-After of a 503 for a store failure.
 	DefaultRetryAfter = 5 * time.Second
 )
@@ -149,6 +152,11 @@ type Config struct {
 	// RetryAfter is the Retry-After of the 503 answered when the store
 	// fails; zero means [DefaultRetryAfter]; at most [MaxRetryAfter].
 	RetryAfter time.Duration
+	// Challenge is the WWW-Authenticate value of the 401 answered when
+	// [Config.Caller] finds no caller (RFC 9110 §15.5.2 requires one);
+	// zero means [DefaultChallenge]. It must be printable ASCII (and
+	// spaces), else New refuses it.
+	Challenge string
 	// Observer, if set, is told of every request with a key as an
 	// [observe.Event] of kind [observe.KindIdempotency] (the package
 	// documentation lists the outcomes). Nil costs nothing.
@@ -179,6 +187,7 @@ type params struct {
 	maxResponse int
 	replay      []string // canonical names, no duplicates
 	retryAfter  string   // seconds
+	challenge   string   // WWW-Authenticate of a 401
 	obs         observe.Observer
 	log         *slog.Logger
 	problems    problems
@@ -251,6 +260,15 @@ func newParams(cfg Config) (*params, error) {
 		return nil, err
 	}
 	p.retryAfter = retryAfterSeconds(retry)
+	p.challenge = DefaultChallenge
+	if cfg.Challenge != "" {
+		for i := 0; i < len(cfg.Challenge); i++ {
+			if c := cfg.Challenge[i]; c < 0x20 || c > 0x7e {
+				return nil, configError("idempotency: Challenge holds a byte that is not printable ASCII")
+			}
+		}
+		p.challenge = cfg.Challenge
+	}
 	switch {
 	case cfg.MaxKeyBytes < 0 || cfg.MaxKeyBytes > MaxKeyBytesLimit:
 		return nil, configError("idempotency: MaxKeyBytes is negative or over MaxKeyBytesLimit")

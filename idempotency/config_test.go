@@ -46,6 +46,8 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 		{"Lease over MaxLease", func(c *Config) { c.Lease = MaxLease + 1 }},
 		{"negative RetryAfter", func(c *Config) { c.RetryAfter = -time.Second }},
 		{"RetryAfter over MaxRetryAfter", func(c *Config) { c.RetryAfter = MaxRetryAfter + 1 }},
+		{"Challenge with a line break", func(c *Config) { c.Challenge = "Bearer\r\nSet-Cookie: a=b" }},
+		{"Challenge not ASCII", func(c *Config) { c.Challenge = "Bearer realm=\"caf\u00e9\"" }},
 		{"negative MaxKeyBytes", func(c *Config) { c.MaxKeyBytes = -1 }},
 		{"MaxKeyBytes over its limit", func(c *Config) { c.MaxKeyBytes = MaxKeyBytesLimit + 1 }},
 		{"negative MaxRequestBytes", func(c *Config) { c.MaxRequestBytes = -1 }},

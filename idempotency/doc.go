@@ -46,7 +46,8 @@
 //	     repeated, not one structured-field string (RFC 8941), empty, or
 //	     over [Config.MaxKeyBytes]; or the body is unreadable ([ErrKey],
 //	     [ErrBodyUnreadable])
-//	401  [Config.Caller] returned an error or "" ([ErrNoCaller])
+//	401  [Config.Caller] returned an error or "" ([ErrNoCaller]), with
+//	     WWW-Authenticate: [Config.Challenge]
 //	409  a request with the key is running; Retry-After is the seconds its
 //	     lease may still run, at least 1 ([ErrInProgress])
 //	413  the body is over [Config.MaxRequestBytes]; nothing is claimed

@@ -69,6 +69,7 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	caller, err := p.caller(r)
 	if err != nil || caller == "" {
+		w.Header().Set("WWW-Authenticate", p.challenge)
 		p.refuse(w, errNoCaller, 0, "")
 		return
 	}

@@ -248,9 +248,13 @@ func TestMiddlewareRefuses(t *testing.T) {
 			f := newFixture(t, tc.cfg, nil)
 			r := req(http.MethodPost, "/payments", "alice", key1, `{"amount":100}`)
 			tc.mod(r)
-			p := problemOf(t, f.do(r), tc.status)
+			w := f.do(r)
+			p := problemOf(t, w, tc.status)
 			if f.runs.Load() != 0 {
 				t.Fatal("handler ran")
+			}
+			if got := w.Header().Get("WWW-Authenticate"); (tc.status == http.StatusUnauthorized) != (got == DefaultChallenge) {
+				t.Errorf("status %d with WWW-Authenticate %q", tc.status, got)
 			}
 			if tc.detail != "" && !strings.Contains(p["detail"].(string), tc.detail) {
 				t.Errorf("detail %q lacks %q", p["detail"], tc.detail)
@@ -266,6 +270,15 @@ func TestMiddlewareRefuses(t *testing.T) {
 				t.Fatalf("good request after the refusal: %d, runs %d", w.Code, f.runs.Load())
 			}
 		})
+	}
+}
+
+func TestMiddlewareUnauthorizedCarriesTheChallenge(t *testing.T) {
+	f := newFixture(t, Config{Challenge: `Basic realm="payments", charset="UTF-8"`}, nil)
+	w := f.do(req(http.MethodPost, "/payments", "", key1, `{}`))
+	problemOf(t, w, http.StatusUnauthorized)
+	if got := w.Header().Get("WWW-Authenticate"); got != `Basic realm="payments", charset="UTF-8"` {
+		t.Fatalf("WWW-Authenticate %q", got)
 	}
 }
 
