@@ -257,7 +257,13 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 			// lease) without a response: not an empty 200 to store.
 			a.log(slog.LevelWarn, "idempotency: the handler returned without a response after its deadline; key released, answered 503", http.StatusServiceUnavailable, errReleasedLate)
 			a.release(errReleasedLate)
-			clear(w.Header())
+			// Headers that describe the handler's body do not describe
+			// the problem; the rest (an outer middleware's) stay.
+			h := w.Header()
+			for _, k := range p.replay {
+				h.Del(k)
+			}
+			h.Del("Content-Encoding")
 			writeProblem(w, http.StatusServiceUnavailable, p.problems.body(errReleasedLate), p.retryAfter)
 			return
 		}

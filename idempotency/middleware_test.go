@@ -473,16 +473,20 @@ func TestMiddlewareReleasesTheKey(t *testing.T) {
 	t.Run("handler returning without a response after its deadline is 503 and releases the key", func(t *testing.T) {
 		var late atomic.Bool
 		f := newFixture(t, Config{Lease: 100 * time.Millisecond, RetryAfter: 2 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("X-Partial", "1")
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Header().Set("ETag", `"v1"`)
 			if !late.Load() {
 				<-r.Context().Done() // gives up silently at its deadline
 				return
 			}
 			w.WriteHeader(http.StatusCreated)
 		})
-		w := f.post(key1, `{}`)
+		w := httptest.NewRecorder()
+		w.Header().Set("X-Outer", "kept") // set by a middleware around this one
+		f.h.ServeHTTP(w, req(http.MethodPost, "/payments", "alice", key1, `{}`))
 		problemOf(t, w, http.StatusServiceUnavailable)
-		if w.Header().Get("Retry-After") != "2" || w.Header().Get("X-Partial") != "" {
+		if w.Header().Get("Retry-After") != "2" || w.Header().Get("Content-Encoding") != "" || w.Header().Get("ETag") != "" ||
+			w.Header().Get("X-Outer") != "kept" {
 			t.Fatalf("headers %v", w.Header())
 		}
 		if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased || e.Reason != observe.ReasonIdempotencyHandlerDeadline {
