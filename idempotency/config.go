@@ -162,9 +162,11 @@ type Config struct {
 	// documentation lists the outcomes). Nil costs nothing.
 	Observer observe.Observer
 	// Logger, if set, receives a record for every failure on the server's
-	// side: at Warn a store that could not lease a key (503) and a retry
-	// of a response too large to store; at Error a store failure after
-	// the handler ran, a stored response that cannot be replayed, a
+	// side: at Warn a store that could not lease a key (503), a handler
+	// that returned nothing after its deadline (503) and a retry of a
+	// response too large to store; at Error a store failure after the
+	// handler ran (a response the store refused for its size or byte
+	// budget included), a stored response that cannot be replayed, a
 	// response too large to store. Records carry the method, the route,
 	// the status, a fixed reason and the store's error: never a key, a
 	// caller or a body.
