@@ -121,6 +121,8 @@ const (
 	ReasonIdempotencyStoreConfirm     = observe.ReasonIdempotencyStoreConfirm
 	ReasonIdempotencyStoreRelease     = observe.ReasonIdempotencyStoreRelease
 	ReasonIdempotencyLeaseLost        = observe.ReasonIdempotencyLeaseLost
+	ReasonIdempotencyHandlerDeadline  = observe.ReasonIdempotencyHandlerDeadline
+	ReasonIdempotencyGoneBeforeLease  = observe.ReasonIdempotencyGoneBeforeLease
 )
 
 // RefusalReasons returns every [RefusalReason] except [ReasonNone], in

@@ -92,7 +92,8 @@ func eventLevel(e Event) slog.Level {
 	case ReasonOlderThanTTL, ReasonOtherSession, ReasonPastExp, ReasonExpired,
 		ReasonIDNotUTF8, ReasonOpaqueStateTooBig, ReasonCursorTooLarge, ReasonCursorStateNotCBOR,
 		ReasonStateNotUTF8, ReasonSubjectNUL, ReasonStateTooLarge, ReasonStateNotJSON,
-		ReasonClaimsTooLarge, ReasonExchangeRequest, ReasonAuthorizeRefused:
+		ReasonClaimsTooLarge, ReasonExchangeRequest, ReasonAuthorizeRefused,
+		ReasonIdempotencyGoneBeforeLease: // clients hang up: normal
 		return slog.LevelInfo
 	}
 	return slog.LevelWarn

@@ -153,6 +153,8 @@ func TestSlogObserver(t *testing.T) {
 			{Event{Kind: KindIdempotency, Outcome: OutcomeProcessed, StoreLatency: 1}, slog.LevelDebug},
 			{Event{Kind: KindIdempotency, Outcome: OutcomeDuplicate, Reason: ReasonIdempotencyReplayed}, slog.LevelInfo},
 			{Event{Kind: KindIdempotency, Outcome: OutcomeInProgress, Reason: ReasonIdempotencyInProgress}, slog.LevelInfo},
+			{Event{Kind: KindIdempotency, Outcome: OutcomeRefused, Reason: ReasonIdempotencyGoneBeforeLease}, slog.LevelInfo},
+			{Event{Kind: KindIdempotency, Outcome: OutcomeReleased, Reason: ReasonIdempotencyHandlerDeadline}, slog.LevelInfo},
 			{Event{Kind: KindIdempotency, Outcome: OutcomeReleased, Reason: ReasonIdempotencyHandlerPanic}, slog.LevelInfo},
 			{Event{Kind: KindIdempotency, Outcome: OutcomeRefused, Reason: ReasonIdempotencyMismatch}, slog.LevelWarn},
 			{Event{Kind: KindIdempotency, Outcome: OutcomeStoreFailure, Reason: ReasonIdempotencyStoreConfirm}, slog.LevelError},

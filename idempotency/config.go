@@ -29,6 +29,9 @@ const (
 	DefaultMaxRequestBytes = 1 << 20
 	// DefaultMaxResponseBytes is the largest response body stored: 256 KiB.
 	DefaultMaxResponseBytes = 256 << 10
+	// DefaultChallenge is the WWW-Authenticate value of a 401 when
+	// [Config.Challenge] is zero: the bearer-token scheme of RFC 6750.
+	DefaultChallenge = "Bearer"
 	// DefaultRetryAfter is the Retry-After of a 503 for a store failure.
 	DefaultRetryAfter = 5 * time.Second
 )
@@ -87,7 +90,8 @@ type Config struct {
 	// Store keeps keys, fingerprints and responses: a [replay.MemoryStore]
 	// for one process, or a shared store (the redisstore and pgstore
 	// modules) for a fleet. A store that implements [replay.Bounded] must
-	// hold Window.
+	// hold Window + Lease (a record is made up to a Lease after the key
+	// was leased, and kept for Window from then).
 	Store replay.Recorder
 	// Caller returns the authenticated caller of a request; keys are
 	// scoped to it, so two callers' keys never meet. An error, or an empty
@@ -139,20 +143,30 @@ type Config struct {
 	// ReplayHeaders are the response headers stored and replayed; nil
 	// means [DefaultReplayHeaders], a non-nil empty slice none. The first
 	// response carries every header the handler set; a replay only these.
-	// Set-Cookie, the hop-by-hop headers, Content-Length and
-	// [ReplayedHeader] are refused.
+	// Headers of a session or of authentication (Set-Cookie,
+	// Clear-Site-Data, WWW-Authenticate, Proxy-Authenticate,
+	// Authentication-Info, Proxy-Authentication-Info), the hop-by-hop
+	// headers (RFC 9110 §7.6.1), Content-Length and [ReplayedHeader] are
+	// refused.
 	ReplayHeaders []string
 	// RetryAfter is the Retry-After of the 503 answered when the store
 	// fails; zero means [DefaultRetryAfter]; at most [MaxRetryAfter].
 	RetryAfter time.Duration
+	// Challenge is the WWW-Authenticate value of the 401 answered when
+	// [Config.Caller] finds no caller (RFC 9110 §15.5.2 requires one);
+	// zero means [DefaultChallenge]. It must be printable ASCII (and
+	// spaces), else New refuses it.
+	Challenge string
 	// Observer, if set, is told of every request with a key as an
 	// [observe.Event] of kind [observe.KindIdempotency] (the package
 	// documentation lists the outcomes). Nil costs nothing.
 	Observer observe.Observer
 	// Logger, if set, receives a record for every failure on the server's
-	// side: at Warn a store that could not lease a key (503) and a retry
-	// of a response too large to store; at Error a store failure after
-	// the handler ran, a stored response that cannot be replayed, a
+	// side: at Warn a store that could not lease a key (503), a handler
+	// that returned nothing after its deadline (503) and a retry of a
+	// response too large to store; at Error a store failure after the
+	// handler ran (a response the store refused for its size or byte
+	// budget included), a stored response that cannot be replayed, a
 	// response too large to store. Records carry the method, the route,
 	// the status, a fixed reason and the store's error: never a key, a
 	// caller or a body.
@@ -175,6 +189,7 @@ type params struct {
 	maxResponse int
 	replay      []string // canonical names, no duplicates
 	retryAfter  string   // seconds
+	challenge   string   // WWW-Authenticate of a 401
 	obs         observe.Observer
 	log         *slog.Logger
 	problems    problems
@@ -184,7 +199,10 @@ func configError(why string) error { return reason.New(ErrConfig, why) }
 
 // refusedHeaders are response headers a stored response never carries.
 var refusedHeaders = map[string]bool{
-	"Set-Cookie": true, "Content-Length": true, "Connection": true, "Keep-Alive": true,
+	"Set-Cookie": true, "Set-Cookie2": true, "Clear-Site-Data": true,
+	"Www-Authenticate": true, "Proxy-Authenticate": true,
+	"Authentication-Info": true, "Proxy-Authentication-Info": true,
+	"Content-Length": true, "Connection": true, "Keep-Alive": true,
 	"Transfer-Encoding": true, "Te": true, "Trailer": true, "Upgrade": true,
 	"Proxy-Connection": true, ReplayedHeader: true,
 }
@@ -235,8 +253,8 @@ func newParams(cfg Config) (*params, error) {
 	}
 	if b, ok := cfg.Store.(replay.Bounded); ok {
 		p.bounded = true
-		if p.window > b.Horizon() {
-			return nil, configError("idempotency: Window is longer than the store's Horizon")
+		if p.window+p.lease > b.Horizon() {
+			return nil, configError("idempotency: Window + Lease is longer than the store's Horizon")
 		}
 	}
 	retry, err := duration(cfg.RetryAfter, DefaultRetryAfter, 1, MaxRetryAfter, "RetryAfter")
@@ -244,6 +262,15 @@ func newParams(cfg Config) (*params, error) {
 		return nil, err
 	}
 	p.retryAfter = retryAfterSeconds(retry)
+	p.challenge = DefaultChallenge
+	if cfg.Challenge != "" {
+		for i := 0; i < len(cfg.Challenge); i++ {
+			if c := cfg.Challenge[i]; c < 0x20 || c > 0x7e {
+				return nil, configError("idempotency: Challenge holds a byte that is not printable ASCII")
+			}
+		}
+		p.challenge = cfg.Challenge
+	}
 	switch {
 	case cfg.MaxKeyBytes < 0 || cfg.MaxKeyBytes > MaxKeyBytesLimit:
 		return nil, configError("idempotency: MaxKeyBytes is negative or over MaxKeyBytesLimit")
@@ -266,7 +293,7 @@ func newParams(cfg Config) (*params, error) {
 		}
 		n = textproto.CanonicalMIMEHeaderKey(n)
 		if refusedHeaders[n] {
-			return nil, configError("idempotency: ReplayHeaders names Set-Cookie, a hop-by-hop header, Content-Length or Idempotent-Replayed")
+			return nil, configError("idempotency: ReplayHeaders names a session or authentication header (Set-Cookie, Clear-Site-Data, *-Authenticate, *Authentication-Info), a hop-by-hop header, Content-Length or Idempotent-Replayed")
 		}
 		if !seen[n] {
 			seen[n] = true

@@ -38,11 +38,16 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 		{"Window over MaxWindow", func(c *Config) { c.Window = MaxWindow + 1 }},
 		{"Window not longer than Lease", func(c *Config) { c.Window, c.Lease = time.Minute, time.Minute }},
 		{"Window over the store's Horizon", func(c *Config) { c.Store = boundedStore{newStore(), time.Hour} }},
+		{"Window equal to the store's Horizon, leaving no room for the Lease", func(c *Config) {
+			c.Store, c.Window, c.Lease = boundedStore{newStore(), time.Hour}, time.Hour, time.Minute
+		}},
 		{"negative Lease", func(c *Config) { c.Lease = -1 }},
 		{"Lease under MinLease", func(c *Config) { c.Lease = time.Microsecond }},
 		{"Lease over MaxLease", func(c *Config) { c.Lease = MaxLease + 1 }},
 		{"negative RetryAfter", func(c *Config) { c.RetryAfter = -time.Second }},
 		{"RetryAfter over MaxRetryAfter", func(c *Config) { c.RetryAfter = MaxRetryAfter + 1 }},
+		{"Challenge with a line break", func(c *Config) { c.Challenge = "Bearer\r\nSet-Cookie: a=b" }},
+		{"Challenge not ASCII", func(c *Config) { c.Challenge = "Bearer realm=\"caf\u00e9\"" }},
 		{"negative MaxKeyBytes", func(c *Config) { c.MaxKeyBytes = -1 }},
 		{"MaxKeyBytes over its limit", func(c *Config) { c.MaxKeyBytes = MaxKeyBytesLimit + 1 }},
 		{"negative MaxRequestBytes", func(c *Config) { c.MaxRequestBytes = -1 }},
@@ -52,6 +57,13 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 		{"ReplayHeaders with Set-Cookie", func(c *Config) { c.ReplayHeaders = []string{"set-cookie"} }},
 		{"ReplayHeaders with Content-Length", func(c *Config) { c.ReplayHeaders = []string{"Content-Length"} }},
 		{"ReplayHeaders with a hop-by-hop header", func(c *Config) { c.ReplayHeaders = []string{"Transfer-Encoding"} }},
+		{"ReplayHeaders with WWW-Authenticate", func(c *Config) { c.ReplayHeaders = []string{"WWW-Authenticate"} }},
+		{"ReplayHeaders with Proxy-Authenticate", func(c *Config) { c.ReplayHeaders = []string{"proxy-authenticate"} }},
+		{"ReplayHeaders with Authentication-Info", func(c *Config) { c.ReplayHeaders = []string{"Authentication-Info"} }},
+		{"ReplayHeaders with Proxy-Authentication-Info", func(c *Config) { c.ReplayHeaders = []string{"Proxy-Authentication-Info"} }},
+		{"ReplayHeaders with Clear-Site-Data", func(c *Config) { c.ReplayHeaders = []string{"Clear-Site-Data"} }},
+		{"ReplayHeaders with Set-Cookie2", func(c *Config) { c.ReplayHeaders = []string{"Set-Cookie2"} }},
+		{"ReplayHeaders with Keep-Alive", func(c *Config) { c.ReplayHeaders = []string{"Keep-Alive"} }},
 		{"ReplayHeaders with the replayed header", func(c *Config) { c.ReplayHeaders = []string{ReplayedHeader} }},
 		{"ReplayHeaders with an invalid name", func(c *Config) { c.ReplayHeaders = []string{"X:Y"} }},
 	} {
@@ -83,7 +95,7 @@ func TestNewResolvesDefaults(t *testing.T) {
 	})
 	t.Run("set fields are kept, header names canonical and deduplicated", func(t *testing.T) {
 		p, err := newParams(Config{
-			Store: boundedStore{newStore(), 48 * time.Hour}, Caller: caller, Header: "x-idempotency-key",
+			Store: boundedStore{newStore(), 48*time.Hour + 10*time.Second}, Caller: caller, Header: "x-idempotency-key",
 			Window: 48 * time.Hour, Lease: 10 * time.Second, MaxKeyBytes: 64, MaxRequestBytes: 10,
 			MaxResponseBytes: MaxStoredResponseBytes, RetryAfter: 1100 * time.Millisecond,
 			Methods: []string{"PUT"}, ReplayHeaders: []string{"x-a", "X-A", "x-b"},

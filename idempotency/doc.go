@@ -46,7 +46,8 @@
 //	     repeated, not one structured-field string (RFC 8941), empty, or
 //	     over [Config.MaxKeyBytes]; or the body is unreadable ([ErrKey],
 //	     [ErrBodyUnreadable])
-//	401  [Config.Caller] returned an error or "" ([ErrNoCaller])
+//	401  [Config.Caller] returned an error or "" ([ErrNoCaller]), with
+//	     WWW-Authenticate: [Config.Challenge]
 //	409  a request with the key is running; Retry-After is the seconds its
 //	     lease may still run, at least 1 ([ErrInProgress])
 //	413  the body is over [Config.MaxRequestBytes]; nothing is claimed
@@ -55,7 +56,8 @@
 //	500  the key is done but its response cannot be replayed: the store
 //	     holds none for it, it does not decode, or it was too large to
 //	     store ([ErrRecord]); the handler is not run again
-//	503  the store failed; Retry-After is [Config.RetryAfter] ([ErrStore])
+//	503  the store failed; Retry-After is [Config.RetryAfter] ([ErrStore]);
+//	     or the handler returned nothing after its deadline (key released)
 //
 // and otherwise with the handler's own response (the first time) or the
 // recorded one with "Idempotent-Replayed: true" (every retry). Requests of
@@ -74,7 +76,13 @@
 //     sent;
 //   - a handler that panics releases the key, and the panic goes on;
 //   - a handler that returns without writing anything after the client
-//     went away releases the key.
+//     went away releases the key;
+//   - a handler that returns without writing anything after its own
+//     context's deadline releases the key, and the client gets 503 with a
+//     Retry-After of [Config.RetryAfter] (never an empty 200 recorded).
+//
+// A retry status over [Config.MaxResponseBytes] is streamed, and the key
+// released only once the handler has returned: never while it runs.
 //
 // A response over [Config.MaxResponseBytes] (or whose replayed headers are
 // over [MaxStoredHeaderBytes]) is not stored: the key is recorded as done
@@ -86,11 +94,29 @@
 // still sent: a record is retried with backoff until the lease expires,
 // then logged (Error) and observed as a store failure, and the key runs
 // again after its lease ends; a failed release leaves the key busy (409)
-// until its lease ends.
+// until its lease ends. A store that refuses the response for its size or
+// its byte budget ([replay.ErrTooLarge], [replay.ErrFull]) is the
+// exception: the key is recorded as done without a response, so a retry
+// gets 500 and the handler never runs twice.
 //
-// The handler's context ends at three quarters of [Config.Lease]; the rest
-// is for recording. A handler that outlives its lease may run beside a
-// retry: finish (or give up) by the context's deadline.
+// # What a handler must do
+//
+// Every releasing outcome above lets a retry run the handler again. So a
+// handler may answer 5xx, 408, 423, 425 or 429, panic, or return without
+// a response after a disconnect or its deadline, only when its operation
+// had no effect (or it undid it); once the operation took effect, answer
+// its result (2xx) or a 4xx, which are recorded. (Stripe instead records
+// 500s; this middleware releases them, as the issue asks.) A 4xx such as
+// 401, 403 or 404 is recorded for [Config.Window] like any other: a
+// retry with the same key gets it again even after its cause is fixed,
+// and needs a new key.
+//
+// The handler's context deadline (r.Context().Deadline(), three quarters
+// of [Config.Lease] after the key was leased) is the lease's fence; the
+// rest of the lease is for recording. There is no lease renewal: a
+// handler that works past its deadline may outlive its lease, and a retry
+// may then take the key and run beside it. Check the context before each
+// side effect and start none after the deadline.
 //
 // # Observability
 //

@@ -67,8 +67,14 @@ var (
 	errReleasedRetry  = reason.New(errReleased, "handler asked for a retry (5xx, 408, 423, 425 or 429)")
 	errReleasedPanic  = reason.New(errReleased, "handler panicked")
 	errReleasedGone   = reason.New(errReleased, "client gone before the handler wrote a response")
+	errReleasedLate   = reason.New(errReleased, "handler returned without a response after its deadline")
 	errStoreAnswer    = errors.New("replay store answered outside the Recorder contract")
+	errGoneAcquire    = reason.New(errGone, "client gone before the key was leased")
 )
+
+// errGone marks a request whose client went away before the key was
+// leased: neither a refusal of the request nor a store failure.
+var errGone = errors.New("idempotency: client gone")
 
 // errReplay marks a replayed response: not a refusal.
 var errReplay = errors.New("idempotency: response replayed")
@@ -106,7 +112,7 @@ func StatusCode(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrMismatch):
 		return http.StatusUnprocessableEntity
-	case errors.Is(err, ErrStore):
+	case errors.Is(err, ErrStore), errors.Is(err, errGone):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
@@ -115,7 +121,7 @@ func StatusCode(err error) int {
 // problems are the problem+json bodies of a Middleware, built once.
 type problems struct {
 	keyMissing, keyInvalid, noCaller, bodyTooLarge, bodyUnreadable,
-	inProgress, mismatch, store, record, tooLarge, internal []byte
+	inProgress, mismatch, store, record, tooLarge, late, internal []byte
 }
 
 func newProblems(p *params) problems {
@@ -131,6 +137,7 @@ func newProblems(p *params) problems {
 		store:          problemJSON(503, "The request could not be checked for a repeat: retry with the same "+h+" after the Retry-After delay."),
 		record:         problemJSON(500, "The request with this "+h+" was processed, but its response cannot be replayed."),
 		tooLarge:       problemJSON(500, "The request with this "+h+" was processed, but its response was too large to store and cannot be replayed."),
+		late:           problemJSON(503, "The request did not complete in time: retry with the same "+h+" after the Retry-After delay."),
 		internal:       problemJSON(500, "The server is misconfigured."),
 	}
 }
@@ -163,10 +170,12 @@ func (ps *problems) body(err error) []byte {
 		return ps.inProgress
 	case errors.Is(err, ErrMismatch):
 		return ps.mismatch
-	case errors.Is(err, ErrStore):
+	case errors.Is(err, ErrStore), errors.Is(err, errGone):
 		return ps.store
 	case err == errResponseTooBig:
 		return ps.tooLarge
+	case err == errReleasedLate:
+		return ps.late
 	case errors.Is(err, ErrRecord):
 		return ps.record
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/ctoken/ctoken/internal/reason"
@@ -68,6 +69,7 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	caller, err := p.caller(r)
 	if err != nil || caller == "" {
+		w.Header().Set("WWW-Authenticate", p.challenge)
 		p.refuse(w, errNoCaller, 0, "")
 		return
 	}
@@ -94,6 +96,12 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	a.start = time.Now()
 	rec, err := p.store.AcquireRecord(r.Context(), a.id, p.lease, fp)
 	a.acquired = max(time.Since(a.start), 1) // a store was called: never 0
+	if err != nil && r.Context().Err() != nil {
+		// The client went away while the store was asked: its cancelled
+		// context, not the store, ended the call.
+		p.refuse(w, errGoneAcquire, a.acquired, p.retryAfter)
+		return
+	}
 	if err != nil {
 		err = storeAcquireError(err)
 		a.log(slog.LevelWarn, "idempotency: the store could not lease the key; answered 503", http.StatusServiceUnavailable, err)
@@ -230,12 +238,33 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 	}()
 	next.ServeHTTP(b, r2)
 	if b.settled {
-		return // over the cap: settled and streamed
+		return // over the cap: recorded as too large and streamed
 	}
 	b.settled = true
+	if b.through {
+		// A retry status over the cap, streamed: released only now that
+		// the handler has returned, so no retry runs beside it.
+		a.release(errReleasedRetry)
+		return
+	}
 	if b.status == 0 {
 		if a.r.Context().Err() != nil {
 			a.release(errReleasedGone) // nobody to answer: let the retry run
+			return
+		}
+		if ctx.Err() != nil {
+			// The handler gave up at its deadline (three quarters of the
+			// lease) without a response: not an empty 200 to store.
+			a.log(slog.LevelWarn, "idempotency: the handler returned without a response after its deadline; key released, answered 503", http.StatusServiceUnavailable, errReleasedLate)
+			a.release(errReleasedLate)
+			// Headers that describe the handler's body do not describe
+			// the problem; the rest (an outer middleware's) stay.
+			h := w.Header()
+			for _, k := range p.replay {
+				h.Del(k)
+			}
+			h.Del("Content-Encoding")
+			writeProblem(w, http.StatusServiceUnavailable, p.problems.body(errReleasedLate), p.retryAfter)
 			return
 		}
 		b.status = http.StatusOK // what net/http sends for a handler that wrote nothing
@@ -249,7 +278,7 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 	if err != nil {
 		enc = a.tooLarge(b.status)
 	}
-	a.confirm(enc)
+	a.confirm(b.status, enc)
 	b.send()
 }
 
@@ -257,6 +286,12 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 // that its retries will get 500.
 func (a *attempt) tooLarge(status int) []byte {
 	a.log(slog.LevelError, "idempotency: response over MaxResponseBytes (or its headers over MaxStoredHeaderBytes): recorded as done without a replayable response; retries get 500", status, errResponseTooBig)
+	return tooLargeMarker(status)
+}
+
+// tooLargeMarker is the stored form of a response that was not stored:
+// a few bytes that replay as 500 [ErrRecord].
+func tooLargeMarker(status int) []byte {
 	enc, err := EncodeResponse(Response{Status: status, TooLarge: true})
 	if err != nil {
 		panic(fmt.Sprintf("idempotency: cannot encode a too-large marker for status %d", status)) // status is 200..599 here
@@ -281,12 +316,40 @@ func retryStatus(code int) bool {
 // with backoff until the lease expires (or, when that is already near, for
 // a quarter of the lease), however the client's request ends. A failure
 // is logged and observed; the handler's response is sent all the same.
-func (a *attempt) confirm(result []byte) {
+//
+// A store that refuses result for its size or its byte budget
+// ([replay.ErrTooLarge], [replay.ErrFull]) never leaves the key to run
+// again: the key is recorded as done with the few-byte marker of a
+// response that was not stored (or, if the store refuses that too, with
+// no record at all, [replay.Leaser.ConfirmLease]), so its retries get 500
+// [ErrRecord] and the handler never runs twice.
+func (a *attempt) confirm(status int, result []byte) {
 	p := a.p
 	start := time.Now()
-	err := a.confirmRetrying(result)
+	err := a.confirmRetrying(func(ctx context.Context, until time.Time) error {
+		return p.store.ConfirmRecord(ctx, a.id, a.token, until, a.fp, result)
+	})
+	notStored := refusedForSize(err)
+	if notStored {
+		marker := tooLargeMarker(status)
+		ferr := a.confirmRetrying(func(ctx context.Context, until time.Time) error {
+			return p.store.ConfirmRecord(ctx, a.id, a.token, until, a.fp, marker)
+		})
+		if refusedForSize(ferr) {
+			ferr = a.confirmRetrying(func(ctx context.Context, until time.Time) error {
+				return p.store.ConfirmLease(ctx, a.id, a.token, until)
+			})
+		}
+		if ferr != nil {
+			notStored = false
+			err = ferr
+		}
+	}
 	took := a.acquired + max(time.Since(start), 1)
-	if err != nil {
+	switch {
+	case notStored:
+		a.log(slog.LevelError, "idempotency: the store refused the response (too large for it, or its byte budget full): the response was sent and the key recorded as done without it; retries get 500", status, err)
+	case err != nil:
 		a.log(slog.LevelError, "idempotency: the response was sent but not recorded; the key runs again once its lease ends", 0, err)
 	}
 	if p.obs != nil {
@@ -298,7 +361,17 @@ func (a *attempt) confirm(result []byte) {
 	}
 }
 
-func (a *attempt) confirmRetrying(result []byte) error {
+// refusedForSize reports whether a confirm failed because the store
+// refused the record for its size or its byte budget, before writing
+// anything.
+func refusedForSize(err error) bool {
+	return err != nil && !errors.Is(err, replay.ErrLeaseLost) &&
+		(errors.Is(err, replay.ErrTooLarge) || errors.Is(err, replay.ErrFull))
+}
+
+// confirmRetrying calls try (a confirm of the lease, done until the
+// given time) until it succeeds, fails for good, or the lease is over.
+func (a *attempt) confirmRetrying(try func(ctx context.Context, until time.Time) error) error {
 	p := a.p
 	until := time.Now().Add(p.window)
 	giveUp := a.start.Add(p.lease)
@@ -309,14 +382,14 @@ func (a *attempt) confirmRetrying(result []byte) error {
 	defer cancel()
 	wait := 10 * time.Millisecond
 	for {
-		err := p.store.ConfirmRecord(ctx, a.id, a.token, until, a.fp, result)
+		err := try(ctx, until)
 		switch {
 		case err == nil:
 			return nil
 		case errors.Is(err, replay.ErrLeaseLost):
 			return leaseLostError(err)
 		case errors.Is(err, replay.ErrExpired), errors.Is(err, replay.ErrConfig), errors.Is(err, replay.ErrTooLarge),
-			ctx.Err() != nil, time.Now().Add(wait).After(giveUp):
+			errors.Is(err, replay.ErrFull), ctx.Err() != nil, time.Now().Add(wait).After(giveUp):
 			return storeConfirmError(err)
 		}
 		t := time.NewTimer(wait)
@@ -376,8 +449,8 @@ func (bodyReader) Close() error { return nil }
 
 // bufferWriter holds the handler's response until the key is settled,
 // so that the response is recorded before the client sees it. A response
-// over the cap settles the key at once (too large, or released for a
-// retry status) and is then streamed.
+// over the cap is streamed: recorded as too large at once, or, for a retry
+// status, released once the handler returns.
 type bufferWriter struct {
 	a       *attempt
 	w       http.ResponseWriter
@@ -389,8 +462,13 @@ type bufferWriter struct {
 }
 
 // Header returns the header map of the response; as with net/http, changes
-// after WriteHeader or Write are not sent.
+// after WriteHeader or Write are not sent, except trailers (declared in a
+// Trailer header before WriteHeader, or with [http.TrailerPrefix]), which
+// are sent after the body. Trailers are not stored or replayed.
 func (b *bufferWriter) Header() http.Header {
+	if b.through {
+		return b.w.Header() // streaming: only trailers still count
+	}
 	if b.status != 0 {
 		if b.late == nil {
 			b.late = b.w.Header().Clone()
@@ -441,23 +519,78 @@ func (b *bufferWriter) Flush() {
 	}
 }
 
-// overflow settles the key for a response over the cap (released for a
-// retry status, else recorded as too large) and starts streaming.
+// overflow starts streaming a response over the cap. A retry status
+// leaves the key leased until the handler returns (run releases it then:
+// never while the handler still runs); any other status is recorded as too
+// large at once.
 func (b *bufferWriter) overflow() {
-	b.settled = true
-	if retryStatus(b.status) {
-		b.a.release(errReleasedRetry)
-	} else {
-		b.a.confirm(b.a.tooLarge(b.status))
+	if !retryStatus(b.status) {
+		b.settled = true
+		b.a.confirm(b.status, b.a.tooLarge(b.status))
 	}
 	b.send()
 	b.through = true
 }
 
-// send writes the status and the buffered body to the client.
+// Unwrap gives [http.ResponseController] the connection controls of the
+// underlying writer: read and write deadlines and full duplex. Flush stays
+// the bufferWriter's, and Hijack is not offered: a hijacked connection
+// would bypass the recorded response.
+func (b *bufferWriter) Unwrap() http.ResponseWriter { return controls{b} }
+
+// controls is what [bufferWriter.Unwrap] returns: the bufferWriter, plus
+// the deadline controls of the writer under it.
+type controls struct{ b *bufferWriter }
+
+func (c controls) Header() http.Header         { return c.b.Header() }
+func (c controls) Write(p []byte) (int, error) { return c.b.Write(p) }
+func (c controls) WriteHeader(code int)        { c.b.WriteHeader(code) }
+
+// SetReadDeadline sets the read deadline of the underlying connection.
+func (c controls) SetReadDeadline(t time.Time) error {
+	return http.NewResponseController(c.b.w).SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the write deadline of the underlying connection.
+func (c controls) SetWriteDeadline(t time.Time) error {
+	return http.NewResponseController(c.b.w).SetWriteDeadline(t)
+}
+
+// EnableFullDuplex lets the handler read the request body while writing
+// its response.
+func (c controls) EnableFullDuplex() error {
+	return http.NewResponseController(c.b.w).EnableFullDuplex()
+}
+
+// copyTrailers sets in dst the trailers the handler set in src after
+// WriteHeader: the keys with [http.TrailerPrefix] and those dst's Trailer
+// header declares.
+func copyTrailers(dst, src http.Header) {
+	if src == nil {
+		return
+	}
+	for k, v := range src {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			dst[k] = v
+		}
+	}
+	for _, decl := range dst.Values("Trailer") {
+		for _, name := range strings.Split(decl, ",") {
+			if name = http.CanonicalHeaderKey(strings.TrimSpace(name)); name != "" {
+				if v, ok := src[name]; ok {
+					dst[name] = v
+				}
+			}
+		}
+	}
+}
+
+// send writes the status and the buffered body to the client, then the
+// trailers the handler set.
 func (b *bufferWriter) send() {
 	b.w.WriteHeader(b.status)
 	if b.buf.Len() > 0 {
 		b.w.Write(b.buf.Bytes())
 	}
+	copyTrailers(b.w.Header(), b.late)
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,9 +248,13 @@ func TestMiddlewareRefuses(t *testing.T) {
 			f := newFixture(t, tc.cfg, nil)
 			r := req(http.MethodPost, "/payments", "alice", key1, `{"amount":100}`)
 			tc.mod(r)
-			p := problemOf(t, f.do(r), tc.status)
+			w := f.do(r)
+			p := problemOf(t, w, tc.status)
 			if f.runs.Load() != 0 {
 				t.Fatal("handler ran")
+			}
+			if got := w.Header().Get("WWW-Authenticate"); (tc.status == http.StatusUnauthorized) != (got == DefaultChallenge) {
+				t.Errorf("status %d with WWW-Authenticate %q", tc.status, got)
 			}
 			if tc.detail != "" && !strings.Contains(p["detail"].(string), tc.detail) {
 				t.Errorf("detail %q lacks %q", p["detail"], tc.detail)
@@ -264,6 +270,15 @@ func TestMiddlewareRefuses(t *testing.T) {
 				t.Fatalf("good request after the refusal: %d, runs %d", w.Code, f.runs.Load())
 			}
 		})
+	}
+}
+
+func TestMiddlewareUnauthorizedCarriesTheChallenge(t *testing.T) {
+	f := newFixture(t, Config{Challenge: `Basic realm="payments", charset="UTF-8"`}, nil)
+	w := f.do(req(http.MethodPost, "/payments", "", key1, `{}`))
+	problemOf(t, w, http.StatusUnauthorized)
+	if got := w.Header().Get("WWW-Authenticate"); got != `Basic realm="payments", charset="UTF-8"` {
+		t.Fatalf("WWW-Authenticate %q", got)
 	}
 }
 
@@ -364,7 +379,7 @@ func TestMiddlewareReleasesTheKey(t *testing.T) {
 			}
 		})
 	}
-	for _, status := range []int{400, 404, 409, 422} {
+	for _, status := range []int{400, 401, 403, 404, 409, 422} {
 		t.Run("handler status "+http.StatusText(status)+" is recorded", func(t *testing.T) {
 			f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) })
 			f.post(key1, `{}`)
@@ -455,6 +470,36 @@ func TestMiddlewareReleasesTheKey(t *testing.T) {
 			t.Fatalf("retry did not run: runs %d", f.runs.Load())
 		}
 	})
+	t.Run("handler returning without a response after its deadline is 503 and releases the key", func(t *testing.T) {
+		var late atomic.Bool
+		f := newFixture(t, Config{Lease: 100 * time.Millisecond, RetryAfter: 2 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Header().Set("ETag", `"v1"`)
+			if !late.Load() {
+				<-r.Context().Done() // gives up silently at its deadline
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		})
+		w := httptest.NewRecorder()
+		w.Header().Set("X-Outer", "kept") // set by a middleware around this one
+		f.h.ServeHTTP(w, req(http.MethodPost, "/payments", "alice", key1, `{}`))
+		problemOf(t, w, http.StatusServiceUnavailable)
+		if w.Header().Get("Retry-After") != "2" || w.Header().Get("Content-Encoding") != "" || w.Header().Get("ETag") != "" ||
+			w.Header().Get("X-Outer") != "kept" {
+			t.Fatalf("headers %v", w.Header())
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased || e.Reason != observe.ReasonIdempotencyHandlerDeadline {
+			t.Errorf("event %+v", e)
+		}
+		if !strings.Contains(f.logs.String(), "after its deadline") {
+			t.Errorf("not logged: %s", f.logs)
+		}
+		late.Store(true)
+		if w := f.post(key1, `{}`); w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "" || f.runs.Load() != 2 {
+			t.Fatalf("retry %d replayed %q runs %d: the key was not released", w.Code, w.Header().Get(ReplayedHeader), f.runs.Load())
+		}
+	})
 	t.Run("client gone after the handler wrote its response is recorded", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
@@ -529,6 +574,41 @@ func TestMiddlewareResponseOverMaxResponseBytes(t *testing.T) {
 			t.Fatalf("runs %d: the key was not released", f.runs.Load())
 		}
 	})
+	t.Run("a retry status over the cap keeps the key until the handler returns", func(t *testing.T) {
+		streamed, done := make(chan struct{}), make(chan struct{})
+		var unblock sync.Once
+		defer unblock.Do(func() { close(done) })
+		f := newFixture(t, Config{MaxResponseBytes: 64}, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, big)
+			if r.Header.Get("X-First") != "" {
+				close(streamed)
+				<-done // still working after the response streamed
+			}
+		})
+		first := make(chan *httptest.ResponseRecorder)
+		go func() {
+			r := req(http.MethodPost, "/payments", "alice", key1, `{}`)
+			r.Header.Set("X-First", "1")
+			first <- f.do(r)
+		}()
+		<-streamed
+		problemOf(t, f.post(key1, `{}`), http.StatusConflict)
+		if n := f.runs.Load(); n != 1 {
+			t.Fatalf("a retry ran beside the handler: runs %d", n)
+		}
+		unblock.Do(func() { close(done) })
+		if w := <-first; w.Code != http.StatusInternalServerError || w.Body.String() != big {
+			t.Fatalf("first answer %d %q", w.Code, w.Body)
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeReleased || e.Reason != observe.ReasonIdempotencyHandlerRetry {
+			t.Errorf("event %+v", e)
+		}
+		f.post(key1, `{}`)
+		if f.runs.Load() != 2 {
+			t.Fatalf("runs %d: the key was not released once the handler returned", f.runs.Load())
+		}
+	})
 	t.Run("headers over MaxStoredHeaderBytes are not stored", func(t *testing.T) {
 		f := newFixture(t, Config{ReplayHeaders: []string{"Link"}}, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Link", strings.Repeat("l", MaxStoredHeaderBytes))
@@ -555,6 +635,22 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		}
 		if !strings.Contains(f.logs.String(), "level=WARN") || !strings.Contains(f.logs.String(), "injected store failure") || !strings.Contains(f.logs.String(), "status=503") {
 			t.Errorf("log %s", f.logs)
+		}
+	})
+	t.Run("a client gone during the acquire is not a store failure", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		fs := &faultStore{Recorder: newStore(), acquireErr: context.Canceled}
+		f := newFixture(t, Config{Store: fs}, nil)
+		w := f.do(req(http.MethodPost, "/payments", "alice", key1, `{}`).WithContext(ctx))
+		if w.Code != http.StatusServiceUnavailable || f.runs.Load() != 0 {
+			t.Fatalf("status %d runs %d", w.Code, f.runs.Load())
+		}
+		if e := f.obs.last(t); e.Outcome != observe.OutcomeRefused || e.Reason != observe.ReasonIdempotencyGoneBeforeLease {
+			t.Errorf("event %+v", e)
+		}
+		if f.logs.Len() != 0 {
+			t.Errorf("logged: %s", f.logs)
 		}
 	})
 	t.Run("acquired without a token is 503", func(t *testing.T) {
@@ -735,4 +831,112 @@ func TestZeroMiddlewareAnswers500(t *testing.T) {
 			problemOf(t, w, http.StatusInternalServerError)
 		})
 	}
+}
+
+// TestMiddlewareStoreRefusingTheResponseNeverRunsTwice pins that a store
+// refusing a response for its size or its byte budget (replay.ErrTooLarge,
+// replay.ErrFull) leaves the key done, not leased: after the lease its
+// retry gets 500, never a second run.
+func TestMiddlewareStoreRefusingTheResponseNeverRunsTwice(t *testing.T) {
+	const size = 600_000 // two of them are over the smallest byte budget
+	t.Run("memory store with its byte budget full", func(t *testing.T) {
+		now := time.Now()
+		var mu sync.Mutex
+		st := &replay.MemoryStore{MaxRecordBytes: replay.MaxFingerprintBytes + replay.MaxResultBytes, Now: func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return now
+		}}
+		f := newFixture(t, Config{Store: st, MaxResponseBytes: size + 100, Lease: time.Minute, Window: time.Hour}, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, strings.Repeat("x", size))
+		})
+		for _, k := range []string{`"k0"`, `"k1"`} {
+			if w := f.post(k, `{}`); w.Code != 200 || w.Body.Len() != size {
+				t.Fatalf("first answer for %s: %d, %d bytes", k, w.Code, w.Body.Len())
+			}
+		}
+		mu.Lock()
+		now = now.Add(2 * time.Minute) // past the lease of k1
+		mu.Unlock()
+		w := f.post(`"k1"`, `{}`)
+		if w.Code != http.StatusInternalServerError {
+			t.Fatalf("retry of k1: status %d (%d bytes), want 500; runs %d", w.Code, w.Body.Len(), f.runs.Load())
+		}
+		p := problemOf(t, w, http.StatusInternalServerError)
+		if f.runs.Load() != 2 || !strings.Contains(p["detail"].(string), "too large") {
+			t.Fatalf("runs %d (want 2: k0 and k1 once each), detail %q", f.runs.Load(), p["detail"])
+		}
+		if !strings.Contains(f.logs.String(), "level=ERROR") || !strings.Contains(f.logs.String(), "byte budget full") {
+			t.Errorf("not logged as an error: %s", f.logs)
+		}
+		if w := f.post(`"k0"`, `{}`); w.Code != 200 || w.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("k0 replay %d", w.Code)
+		}
+	})
+	for _, refusal := range []error{replay.ErrTooLarge, replay.ErrFull} {
+		t.Run("store refusing every record with "+refusal.Error()+" gets a done entry without one", func(t *testing.T) {
+			fs := &faultStore{Recorder: newStore(), confirmErr: fmt.Errorf("refused: %w", refusal)}
+			fs.confirmFails.Store(-1)
+			f := newFixture(t, Config{Store: fs, Lease: 50 * time.Millisecond, Window: time.Hour}, nil)
+			if w := f.post(key1, `{}`); w.Code != http.StatusCreated {
+				t.Fatalf("first answer %d", w.Code)
+			}
+			time.Sleep(100 * time.Millisecond) // past the lease
+			problemOf(t, f.post(key1, `{}`), http.StatusInternalServerError)
+			if f.runs.Load() != 1 {
+				t.Fatalf("handler ran %d times", f.runs.Load())
+			}
+			if e := f.obs.all(); len(e) < 2 || e[0].Outcome != observe.OutcomeStoreFailure || e[0].Reason != observe.ReasonIdempotencyStoreConfirm {
+				t.Errorf("events %+v", e)
+			}
+		})
+	}
+}
+
+func TestMiddlewareTrailersAndResponseController(t *testing.T) {
+	trailing := func(body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Trailer", "X-Sum")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, body)
+			w.Header().Set("X-Sum", "42")
+			w.Header().Set(http.TrailerPrefix+"X-Late", "yes")
+		}
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"buffered response sends the handler's trailers", "short"},
+		{"streamed response over the cap sends the handler's trailers", strings.Repeat("x", 100)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, Config{MaxResponseBytes: 64}, trailing(tc.body))
+			res := f.post(key1, `{}`).Result()
+			b, _ := io.ReadAll(res.Body)
+			if res.StatusCode != http.StatusCreated || string(b) != tc.body ||
+				res.Trailer.Get("X-Sum") != "42" || res.Trailer.Get("X-Late") != "yes" {
+				t.Fatalf("status %d body %d bytes trailer %v", res.StatusCode, len(b), res.Trailer)
+			}
+		})
+	}
+	t.Run("a ResponseController sets deadlines and cannot hijack", func(t *testing.T) {
+		var deadlineErr, hijackErr error
+		f := newFixture(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+			rc := http.NewResponseController(w)
+			deadlineErr = rc.SetWriteDeadline(time.Now().Add(time.Minute))
+			_, _, hijackErr = rc.Hijack()
+			w.WriteHeader(http.StatusCreated)
+		})
+		srv := httptest.NewServer(f.h)
+		defer srv.Close()
+		r, _ := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{}`))
+		r.Header.Set("X-User", "alice")
+		r.Header.Set("Idempotency-Key", key1)
+		res, err := srv.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusCreated || deadlineErr != nil || !errors.Is(hijackErr, http.ErrNotSupported) {
+			t.Fatalf("status %d, SetWriteDeadline %v, Hijack %v", res.StatusCode, deadlineErr, hijackErr)
+		}
+	})
 }

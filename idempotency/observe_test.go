@@ -32,6 +32,8 @@ func TestReasonOf(t *testing.T) {
 		{errReleasedRetry, observe.ReasonIdempotencyHandlerRetry, observe.OutcomeReleased},
 		{errReleasedPanic, observe.ReasonIdempotencyHandlerPanic, observe.OutcomeReleased},
 		{errReleasedGone, observe.ReasonIdempotencyClientGone, observe.OutcomeReleased},
+		{errReleasedLate, observe.ReasonIdempotencyHandlerDeadline, observe.OutcomeReleased},
+		{errGoneAcquire, observe.ReasonIdempotencyGoneBeforeLease, observe.OutcomeRefused},
 		{storeAcquireError(errInjected), observe.ReasonIdempotencyStoreAcquire, observe.OutcomeStoreFailure},
 		{storeConfirmError(errInjected), observe.ReasonIdempotencyStoreConfirm, observe.OutcomeStoreFailure},
 		{storeReleaseError(errInjected), observe.ReasonIdempotencyStoreRelease, observe.OutcomeStoreFailure},

@@ -68,6 +68,7 @@ func TestSetValuesAreStable(t *testing.T) {
 		{int(OutcomeProcessed), 7}, {int(OutcomeReleased), 8},
 		{int(ReasonArgsMarshal), 55}, {int(ReasonWebhookBodyTooLarge), 56}, {int(ReasonWebhookLeaseLost), 81},
 		{int(ReasonCursorSealedOpen), 83}, {int(ReasonIdempotencyKeyMissing), 84}, {int(ReasonIdempotencyLeaseLost), 103},
+		{int(ReasonIdempotencyHandlerDeadline), 104}, {int(ReasonIdempotencyGoneBeforeLease), 105},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("value %d, want %d: a value was renumbered", tc.got, tc.want)

@@ -165,6 +165,8 @@ const (
 	ReasonIdempotencyStoreConfirm     // "replay store could not record the response"
 	ReasonIdempotencyStoreRelease     // "replay store could not release the key"
 	ReasonIdempotencyLeaseLost        // "lease lost: another attempt took the key after the lease expired"
+	ReasonIdempotencyHandlerDeadline  // "handler returned without a response after its deadline"
+	ReasonIdempotencyGoneBeforeLease  // "client gone before the key was leased"
 
 	numRefusalReasons // not a reason: the size of the set
 )
@@ -282,6 +284,8 @@ var reasonNames = [numRefusalReasons]string{
 	ReasonIdempotencyStoreConfirm:     "replay store could not record the response",
 	ReasonIdempotencyStoreRelease:     "replay store could not release the key",
 	ReasonIdempotencyLeaseLost:        "lease lost: another attempt took the key after the lease expired",
+	ReasonIdempotencyHandlerDeadline:  "handler returned without a response after its deadline",
+	ReasonIdempotencyGoneBeforeLease:  "client gone before the key was leased",
 }
 
 // String returns the reason's stable text, the one the refusing package's
