@@ -114,8 +114,8 @@ func (s *Store) acquire(ctx context.Context, id string, lease time.Duration, fin
 	if lease <= 0 {
 		return replay.Record{}, fmt.Errorf("%w: %w: lease is not positive", ErrInvalidClaim, replay.ErrExpired)
 	}
-	if len(fingerprint) > replay.MaxFingerprintBytes {
-		return replay.Record{}, fmt.Errorf("%w: %w: fingerprint longer than %d bytes", ErrInvalidClaim, replay.ErrTooLarge, replay.MaxFingerprintBytes)
+	if err := replay.CheckFingerprint(fingerprint); err != nil {
+		return replay.Record{}, fmt.Errorf("%w: %w", ErrInvalidClaim, err)
 	}
 	if err := s.refused(); err != nil {
 		return replay.Record{}, err

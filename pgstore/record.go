@@ -55,13 +55,8 @@ func (s *Store) ConfirmRecord(ctx context.Context, id, token string, until time.
 	if err := checkID(id); err != nil {
 		return err
 	}
-	switch {
-	case len(fingerprint) > replay.MaxFingerprintBytes:
-		return fmt.Errorf("%w: %w: fingerprint longer than %d bytes", ErrInvalidClaim, replay.ErrTooLarge, replay.MaxFingerprintBytes)
-	case len(result) == 0:
-		return fmt.Errorf("%w: %w: empty result", ErrInvalidClaim, replay.ErrTooLarge)
-	case len(result) > replay.MaxResultBytes:
-		return fmt.Errorf("%w: %w: result longer than %d bytes", ErrInvalidClaim, replay.ErrTooLarge, replay.MaxResultBytes)
+	if err := replay.CheckRecord(fingerprint, result); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidClaim, err)
 	}
 	if fingerprint == nil {
 		fingerprint = []byte{}

@@ -83,8 +83,8 @@ func (s *Store) AcquireRecord(ctx context.Context, id string, lease time.Duratio
 	if err := checkID(id); err != nil {
 		return replay.Record{}, err
 	}
-	if len(fingerprint) > replay.MaxFingerprintBytes {
-		return replay.Record{}, fmt.Errorf("%w: %w: fingerprint longer than %d bytes", ErrInvalidClaim, replay.ErrTooLarge, replay.MaxFingerprintBytes)
+	if err := replay.CheckFingerprint(fingerprint); err != nil {
+		return replay.Record{}, fmt.Errorf("%w: %w", ErrInvalidClaim, err)
 	}
 	ms, err := s.leaseMillis(lease)
 	if err != nil {
@@ -130,13 +130,8 @@ func (s *Store) ConfirmRecord(ctx context.Context, id, token string, until time.
 	if err := checkID(id); err != nil {
 		return err
 	}
-	switch {
-	case len(fingerprint) > replay.MaxFingerprintBytes:
-		return fmt.Errorf("%w: %w: fingerprint longer than %d bytes", ErrInvalidClaim, replay.ErrTooLarge, replay.MaxFingerprintBytes)
-	case len(result) == 0:
-		return fmt.Errorf("%w: %w: empty result", ErrInvalidClaim, replay.ErrTooLarge)
-	case len(result) > replay.MaxResultBytes:
-		return fmt.Errorf("%w: %w: result longer than %d bytes", ErrInvalidClaim, replay.ErrTooLarge, replay.MaxResultBytes)
+	if err := replay.CheckRecord(fingerprint, result); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidClaim, err)
 	}
 	if !validToken(token) {
 		return replay.ErrLeaseLost

@@ -2,7 +2,6 @@ package replay
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 )
@@ -58,8 +57,8 @@ func (s *MemoryStore) AcquireRecord(ctx context.Context, id string, d time.Durat
 	if err := s.check(ctx); err != nil {
 		return Record{}, err
 	}
-	if len(fingerprint) > MaxFingerprintBytes {
-		return Record{}, fmt.Errorf("%w: fingerprint of %d bytes, over %d", ErrTooLarge, len(fingerprint), MaxFingerprintBytes)
+	if err := CheckFingerprint(fingerprint); err != nil {
+		return Record{}, err
 	}
 	if d <= 0 {
 		return Record{}, ErrExpired
@@ -81,7 +80,7 @@ func (s *MemoryStore) ConfirmRecord(ctx context.Context, id, token string, until
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if err := checkRecord(fingerprint, result); err != nil {
+	if err := CheckRecord(fingerprint, result); err != nil {
 		return err
 	}
 	tok, err := strconv.ParseUint(token, 10, 64)
@@ -123,20 +122,6 @@ func (s *MemoryStore) ConfirmRecord(ctx context.Context, id, token string, until
 	data = append(append(data, fingerprint...), result...)
 	s.records[k] = record{token: tok, fpLen: len(fingerprint), data: data}
 	s.held += size
-	return nil
-}
-
-// checkRecord refuses a fingerprint and result outside the limits of
-// [Recorder].
-func checkRecord(fingerprint, result []byte) error {
-	switch {
-	case len(fingerprint) > MaxFingerprintBytes:
-		return fmt.Errorf("%w: fingerprint of %d bytes, over %d", ErrTooLarge, len(fingerprint), MaxFingerprintBytes)
-	case len(result) == 0:
-		return fmt.Errorf("%w: empty result", ErrTooLarge)
-	case len(result) > MaxResultBytes:
-		return fmt.Errorf("%w: result of %d bytes, over %d", ErrTooLarge, len(result), MaxResultBytes)
-	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -73,3 +74,27 @@ const MaxResultBytes = 1 << 20
 // [Recorder], or a [MemoryStore] whose results would exceed its byte
 // budget. Nothing was written.
 var ErrTooLarge = errors.New("replay: record too large")
+
+// CheckFingerprint returns nil for a fingerprint a [Recorder] keeps, and
+// an error matching [ErrTooLarge] for one longer than
+// [MaxFingerprintBytes]. Stores call it before sending anything.
+func CheckFingerprint(fingerprint []byte) error {
+	if len(fingerprint) > MaxFingerprintBytes {
+		return fmt.Errorf("%w: fingerprint of %d bytes, over %d", ErrTooLarge, len(fingerprint), MaxFingerprintBytes)
+	}
+	return nil
+}
+
+// CheckRecord returns nil for a fingerprint and a result a [Recorder]
+// records, and an error matching [ErrTooLarge] that names the limit for a
+// fingerprint longer than [MaxFingerprintBytes] or a result that is empty
+// or longer than [MaxResultBytes]. Stores call it before sending anything.
+func CheckRecord(fingerprint, result []byte) error {
+	switch {
+	case len(result) == 0:
+		return fmt.Errorf("%w: empty result", ErrTooLarge)
+	case len(result) > MaxResultBytes:
+		return fmt.Errorf("%w: result of %d bytes, over %d", ErrTooLarge, len(result), MaxResultBytes)
+	}
+	return CheckFingerprint(fingerprint)
+}
