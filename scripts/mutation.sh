@@ -100,8 +100,9 @@ if [ ${#files[@]} -eq 0 ]; then
   default_list=1
   # The root package (cursors, request state, one-time tokens, keys and
   # whatever the webhook and replay code left behind) and the packages the
-  # split moved security code to; doc.go files hold no code.
-  for d in . webhook replay internal/b64 internal/mac internal/reason internal/cursorwire internal/jcs; do
+  # split moved security code to, and the idempotency middleware; doc.go
+  # files hold no code.
+  for d in . webhook replay idempotency internal/b64 internal/mac internal/reason internal/cursorwire internal/jcs; do
     [ -d "$d" ] || continue
     for f in "$d"/*.go; do
       case "$f" in *_test.go|*/doc.go) continue ;; esac
