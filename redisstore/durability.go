@@ -136,15 +136,11 @@ func (d *durability) acked(wait, waitAOF *redis.Cmd) error {
 	return nil
 }
 
-// pipeline runs the script (EVALSHA, or EVAL once the server does not know
-// it) followed by WAIT and WAITAOF on one connection of the master serving
-// key. It returns the script's reply and the durability verdict.
-func (s *Store) pipeline(ctx context.Context, sc *script, key string, cmd []any) (any, error) {
-	return s.pipelineOn(ctx, sc, key, cmd, false)
-}
-
-// pipelineOn is pipeline, on the caller's goroutine when direct is set
-// (see [Store.direct]): the client itself returns by ctx's deadline.
+// pipelineOn runs the script (EVALSHA, or EVAL once the server does not
+// know it) followed by WAIT and WAITAOF on one connection of the master
+// serving key, on the caller's goroutine when direct is set (see
+// [Store.direct]: the client itself returns by ctx's deadline). It returns
+// the script's reply and the durability verdict.
 func (s *Store) pipelineOn(ctx context.Context, sc *script, key string, cmd []any, direct bool) (any, error) {
 	c, err := s.dur.pinned(ctx, key)
 	if err != nil {

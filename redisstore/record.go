@@ -157,10 +157,11 @@ func (s *Store) ConfirmRecord(ctx context.Context, id, token string, until time.
 
 // runRecord runs a record script (acquireRecordLua, confirmRecordLua) for
 // id like [Store.run] runs the others: within one store deadline, after
-// the server checks, with the Durability wait pipelined after it; ARGV[4]
+// the server checks, through [Store.send]; ARGV[4]
 // is ms, ARGV[5] token, ARGV[6] data. It decodes the reply, {code, value}
 // or {code, value, entry}; the guard's refusals become errors.
 func (s *Store) runRecord(ctx context.Context, sc *script, id string, ms int64, token string, data []byte) (code, val int64, entry string, err error) {
+	direct := s.direct(ctx)
 	ctx, cancel := s.deadline(ctx)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
@@ -172,16 +173,7 @@ func (s *Store) runRecord(ctx context.Context, sc *script, id string, ms int64, 
 	// Pointers to what the Store holds, so that only the call's own
 	// values are boxed.
 	cmd := []any{"EVALSHA", &sc.sha, 2, marker, key, s.now().UnixMilli(), &s.skewArg, &s.horizonArg, ms, token, data}
-	var v any
-	var durErr error
-	if s.dur.on() {
-		v, err = s.pipeline(ctx, sc, *marker, cmd)
-		if err != nil && v != nil {
-			durErr, err = err, nil
-		}
-	} else {
-		v, err = s.eval(ctx, sc, cmd)
-	}
+	v, durErr, err := s.send(ctx, sc, *marker, cmd, direct)
 	if err != nil {
 		return 0, 0, "", err
 	}

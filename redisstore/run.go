@@ -66,20 +66,7 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	}
 	c.now, c.ms = s.now().UnixMilli(), ms
 	c.cmd = [10]any{"EVALSHA", &sc.sha, 2, marker, &c.entry, &c.now, &s.skewArg, &s.horizonArg, &c.ms, &c.val}
-	var v any
-	var durErr error
-	if s.dur.on() {
-		if direct {
-			v, err = s.pipelineOn(ctx, sc, *marker, c.cmd[:], true)
-		} else {
-			v, err = s.pipeline(ctx, sc, *marker, c.cmd[:])
-		}
-		if err != nil && v != nil {
-			durErr, err = err, nil
-		}
-	} else {
-		v, err = s.evalOn(ctx, sc, c.cmd[:], direct)
-	}
+	v, durErr, err := s.send(ctx, sc, *marker, c.cmd[:], direct)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -97,6 +84,23 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 		return 0, 0, fmt.Errorf("%w: unexpected reply to a script", ErrUnavailable)
 	}
 	return s.verdict(sc, shard, code, val, durErr)
+}
+
+// send sends cmd, a guarded script of sc on marker's shard, with the
+// Durability wait pipelined after it when one is set, on the caller's
+// goroutine when direct is set (see [Store.direct]). A durability failure
+// that came with the script's reply is returned apart, as durErr, for
+// [Store.verdict]: it matters only when the script wrote.
+func (s *Store) send(ctx context.Context, sc *script, marker string, cmd []any, direct bool) (v any, durErr, err error) {
+	if !s.dur.on() {
+		v, err = s.evalOn(ctx, sc, cmd, direct)
+		return v, nil, err
+	}
+	v, err = s.pipelineOn(ctx, sc, marker, cmd, direct)
+	if err != nil && v != nil {
+		return v, err, nil
+	}
+	return v, nil, err
 }
 
 // verdict turns a script's reply into run's result.
