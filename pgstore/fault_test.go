@@ -179,14 +179,17 @@ func (d *replyDropper) serve(c net.Conn) {
 	}
 }
 
-// TestResendAfterLostReplyIsSafe: each step's reply is lost after the
-// server committed it; the call fails closed, and resending it (a new
-// lease for an acquire, the same token for the others) never accepts an ID
-// twice.
-func TestResendAfterLostReplyIsSafe(t *testing.T) {
+// lossyStores returns a pool straight to the server (admin), a proxy that
+// drops replies on request (d), and two stores on one table and prefix:
+// s calls through the proxy on one connection and gives up after 500 ms;
+// r, straight to the server, resends. s rechecks the server only after the
+// test: a recheck on the pool's one connection while replies are dropped
+// would hold it, and the lost statement would never be sent.
+func lossyStores(t *testing.T) (admin *pgxpool.Pool, d *replyDropper, s, r *Store) {
+	t.Helper()
 	p := needServer(t)
-	admin := p.pool(t)
-	d := newReplyDropper(t, "127.0.0.1:"+p.port)
+	admin = p.pool(t)
+	d = newReplyDropper(t, "127.0.0.1:"+p.port)
 	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, d.ln.Addr().String(), 1))
 	if err != nil {
 		t.Fatal(err)
@@ -197,13 +200,17 @@ func TestResendAfterLostReplyIsSafe(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	// s calls through the proxy and gives up after 500 ms; r, a store on
-	// the same table and prefix straight to the server, resends. s
-	// rechecks the server only after the test: a recheck on the pool's one
-	// connection while replies are dropped would hold it, and the lost
-	// statement would never be sent.
-	s := storeOn(t, pool, func(o *Options) { o.Timeout = 500 * time.Millisecond; o.RecheckInterval = time.Hour })
-	r := storeOn(t, admin, func(o *Options) { o.Prefix = s.Prefix() })
+	s = storeOn(t, pool, func(o *Options) { o.Timeout = 500 * time.Millisecond; o.RecheckInterval = time.Hour })
+	r = storeOn(t, admin, func(o *Options) { o.Prefix = s.Prefix() })
+	return admin, d, s, r
+}
+
+// TestResendAfterLostReplyIsSafe: each step's reply is lost after the
+// server committed it; the call fails closed, and resending it (a new
+// lease for an acquire, the same token for the others) never accepts an ID
+// twice.
+func TestResendAfterLostReplyIsSafe(t *testing.T) {
+	admin, d, s, r := lossyStores(t)
 	until := time.Now().Add(time.Hour)
 
 	// rowState waits until the lost statement's effect is visible.
@@ -295,6 +302,7 @@ func TestResendAfterLostReplyIsSafe(t *testing.T) {
 		t.Fatalf("resent AcquireLease = %+v, %v; want busy until the lost lease ends", l, err)
 	}
 	var l replay.Lease
+	var err error
 	for deadline := time.Now().Add(10 * time.Second); l.State != replay.LeaseAcquired; time.Sleep(50 * time.Millisecond) {
 		if l, err = r.AcquireLease(bg(), "lease", time.Minute); err != nil || l.State == replay.LeaseDone || time.Now().After(deadline) {
 			t.Fatalf("AcquireLease after the lost lease ended = %+v, %v; want acquired once it ends", l, err)

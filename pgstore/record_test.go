@@ -449,23 +449,8 @@ func TestMigrateAddsTheRecordColumns(t *testing.T) {
 // the same token succeeds and keeps the first record, even when resent
 // with other bytes.
 func TestRecordResendAfterLostReplyIsSafe(t *testing.T) {
-	p := needServer(t)
-	admin := p.pool(t)
-	d := newReplyDropper(t, "127.0.0.1:"+p.port)
-	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, d.ln.Addr().String(), 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	// As in TestResendAfterLostReplyIsSafe: s calls through the proxy, r
-	// resends straight to the server.
-	s := storeOn(t, pool, func(o *Options) { o.Timeout = 500 * time.Millisecond; o.RecheckInterval = time.Hour })
-	r := storeOn(t, admin, func(o *Options) { o.Prefix = s.Prefix() })
+	// s calls through the proxy, r resends straight to the server.
+	_, d, s, r := lossyStores(t)
 	until := time.Now().Add(time.Hour)
 	rowState := func(id, want string) {
 		t.Helper()
