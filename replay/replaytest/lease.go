@@ -92,7 +92,9 @@ func confirm(t *testing.T, s Store, id, token string, until time.Time) {
 	}
 }
 
-// waitOut sleeps until a lease of d taken at start has surely ended.
+// waitOut sleeps until a lease of d has surely ended, given start, a
+// time after the store answered the acquisition (a store takes the lease
+// no later than it answers, whatever the load on the way there).
 func waitOut(start time.Time, d time.Duration) {
 	time.Sleep(time.Until(start.Add(d + 50*time.Millisecond)))
 }
@@ -117,8 +119,8 @@ func busyReportsRemainingLease(t *testing.T, s Store) {
 }
 
 func unconfirmedLeaseEnds(t *testing.T, s Store) {
-	start := time.Now()
 	acquire(t, s, "a", Lease, replay.LeaseAcquired)
+	start := time.Now() // the store took the lease before it answered
 	acquire(t, s, "a", Lease, replay.LeaseBusy)
 	waitOut(start, Lease)
 	acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
@@ -155,8 +157,8 @@ func releaseAfterConfirmKeepsDone(t *testing.T, s Store) {
 }
 
 func confirmAfterTakeoverIsLeaseLost(t *testing.T, s Store) {
-	start := time.Now()
 	l := acquire(t, s, "a", Lease, replay.LeaseAcquired)
+	start := time.Now() // the store took the lease before it answered
 	waitOut(start, Lease)
 	l2 := acquire(t, s, "a", time.Minute, replay.LeaseAcquired)
 	if l2.Token == l.Token {
@@ -173,8 +175,8 @@ func confirmAfterTakeoverIsLeaseLost(t *testing.T, s Store) {
 }
 
 func confirmAfterLeaseEndedWithIDFree(t *testing.T, s Store) {
-	start := time.Now()
 	l := acquire(t, s, "a", Lease, replay.LeaseAcquired)
+	start := time.Now() // the store took the lease before it answered
 	waitOut(start, Lease)
 	confirm(t, s, "a", l.Token, time.Now().Add(time.Hour))
 	acquire(t, s, "a", time.Minute, replay.LeaseDone)

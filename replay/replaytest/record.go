@@ -160,8 +160,8 @@ func confirmResentKeepsRecord(t *testing.T, s RecordStore) {
 func confirmRecordAfterTakeover(t *testing.T, s RecordStore) {
 	fp1, fp2 := binary(32, 10), binary(32, 11)
 	res1, res2 := binary(100, 12), binary(200, 13)
-	start := time.Now()
 	l := acquireRecord(t, s, "a", Lease, fp1, replay.LeaseAcquired, nil, nil)
+	start := time.Now() // the store took the lease before it answered
 	waitOut(start, Lease)
 	l2 := acquireRecord(t, s, "a", time.Minute, fp2, replay.LeaseAcquired, nil, nil)
 	if l2.Token == l.Token {
@@ -182,8 +182,8 @@ func confirmRecordAfterTakeover(t *testing.T, s RecordStore) {
 
 func confirmRecordAfterLeaseEnded(t *testing.T, s RecordStore) {
 	fp, result := binary(32, 14), binary(300, 15)
-	start := time.Now()
 	l := acquireRecord(t, s, "a", Lease, fp, replay.LeaseAcquired, nil, nil)
+	start := time.Now() // the store took the lease before it answered
 	waitOut(start, Lease)
 	confirmRecord(t, s, "a", l.Token, hour(), fp, result)
 	acquireRecord(t, s, "a", time.Minute, nil, replay.LeaseDone, fp, result)
