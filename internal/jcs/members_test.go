@@ -1,0 +1,166 @@
+package jcs
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestInsertionSortMatchesSortFunc checks sortKeys' insertion sort
+// against slices.SortFunc with compareKeys on random sets of distinct
+// names: ASCII with long shared prefixes, non-ASCII, characters above
+// U+FFFF against U+E000-U+FFFF (where UTF-16 order is not byte order), in
+// every size up to maxInsertionSort. It checks sortKey, which reads a
+// word past a short name when the buffer holds one, on the way.
+func TestInsertionSortMatchesSortFunc(t *testing.T) {
+	alphabet := []string{"a", "b", "z", "_", "0", "item_", "abcdefgh", "é", "\uE000", "\uFFFF", "😀", "\U00010000", "\x7f"}
+	x := uint64(0x9e3779b97f4a7c15)
+	next := func(n int) int {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return int(x % uint64(n))
+	}
+	for round := range 3000 {
+		n := 1 + round%maxInsertionSort
+		seen := map[string]bool{}
+		var names []string
+		for len(names) < n {
+			var sb strings.Builder
+			for range next(5) {
+				sb.WriteString(alphabet[next(len(alphabet))])
+			}
+			if name := sb.String(); !seen[name] {
+				seen[name] = true
+				names = append(names, name)
+			}
+		}
+		p := jcsParser{}
+		var members []jcsMember
+		var keys []jcsSortKey
+		for i, name := range names {
+			at := len(p.keys)
+			p.keys = append(p.keys, name...)
+			members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
+			k := p.sortKey(members, i)
+			var want uint64 // the first 8 bytes, big-endian, zero-padded
+			for i := range min(len(name), 8) {
+				want |= uint64(name[i]) << (56 - 8*i)
+			}
+			if k.prefix != want || k.ascii != (want&0x8080808080808080 == 0) || k.index != i {
+				t.Fatalf("sortKey(%q) = %#x, ascii %v, index %d; want %#x, index %d", name, k.prefix, k.ascii, k.index, want, i)
+			}
+			keys = append(keys, k)
+		}
+		got := slices.Clone(keys)
+		if !p.sortKeys(members, got) {
+			t.Fatalf("names %q: sortKeys reports a duplicate", names)
+		}
+		want := slices.Clone(keys)
+		slices.SortFunc(want, func(a, b jcsSortKey) int { return p.compareKeys(members, a, b) })
+		for i := range want {
+			g, w := p.name(&members[got[i].index]), p.name(&members[want[i].index])
+			if string(g) != string(w) {
+				t.Fatalf("names %q: insertion sort puts %q at %d, slices.SortFunc %q", names, g, i, w)
+			}
+		}
+	}
+}
+
+// TestUTF16RankOrder pins utf16Rank's claim: two names whose first 8 bytes
+// (big-endian, zero-padded) differ order, as utf16Rank maps those words,
+// the way their UTF-16 code units do. The names mix every UTF-8 length
+// and the two ranges UTF-16 orders apart from byte order (U+E000–U+FFFF
+// and characters above U+FFFF), at every offset in the word.
+func TestUTF16RankOrder(t *testing.T) {
+	alphabet := []string{"", "\x00", "a", "\x7f", "é", "\u07ff", "\u0800", "中", "\ud7ff", "\ue000", "\uf8ff", "\uffff", "😀", "\U00010000", "\U0010ffff"}
+	word := func(s string) uint64 {
+		var x uint64
+		for i := range min(len(s), 8) {
+			x |= uint64(s[i]) << (56 - 8*i)
+		}
+		return x
+	}
+	for _, a := range alphabet {
+		for _, b := range alphabet {
+			for _, c := range alphabet {
+				for _, d := range alphabet {
+					for _, pad := range []string{"", "x", "xy", "xyz"} {
+						s, u := pad+a+b, pad+c+d
+						ws, wu := word(s), word(u)
+						if ws == wu {
+							continue
+						}
+						got := cmp.Compare(utf16Rank(ws), utf16Rank(wu))
+						if want := utf16Order(s, u); (got < 0) != (want < 0) || got == 0 {
+							t.Fatalf("utf16Rank orders %q, %q as %d; UTF-16 order is %d", s, u, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestPackedSortMatchesSortFunc pins packedSort, the sort of objects of
+// 33 to 256 members, against slices.SortFunc with compareKeys: names with
+// long shared prefixes, non-ASCII, U+E000–U+FFFF against characters above
+// U+FFFF, ties in their first 7 bytes after the shared prefix; and it
+// refuses a duplicate name wherever it is.
+func TestPackedSortMatchesSortFunc(t *testing.T) {
+	alphabet := []string{"a", "b", "z", "_", "0", "item_", "abcdefgh", "é", "\uE000", "\uFFFF", "😀", "\U00010000", "\x7f", "\x00"}
+	x := uint64(0x9e3779b97f4a7c15)
+	next := func(n int) int {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return int(x % uint64(n))
+	}
+	for round := range 600 {
+		n := maxInsertionSort + 1 + round%(maxPackedSort-maxInsertionSort)
+		prefix := []string{"", "shared_prefix_of_21_b", "é中😀"}[round%3]
+		seen := map[string]bool{}
+		var names []string
+		for len(names) < n {
+			var sb strings.Builder
+			sb.WriteString(prefix)
+			for range 1 + next(6) {
+				sb.WriteString(alphabet[next(len(alphabet))])
+			}
+			if name := sb.String(); !seen[name] {
+				seen[name] = true
+				names = append(names, name)
+			}
+		}
+		build := func(names []string) (*jcsParser, []jcsMember, []jcsSortKey) {
+			p := &jcsParser{}
+			var members []jcsMember
+			var keys []jcsSortKey
+			for i, name := range names {
+				at := len(p.keys)
+				p.keys = append(p.keys, name...)
+				members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
+				keys = append(keys, p.sortKey(members, i))
+			}
+			return p, members, keys
+		}
+		p, members, keys := build(names)
+		got := slices.Clone(keys)
+		if !p.sortKeys(members, got) {
+			t.Fatalf("names %q: packedSort reports a duplicate", names)
+		}
+		want := slices.Clone(keys)
+		slices.SortFunc(want, func(a, b jcsSortKey) int { return p.compareKeys(members, a, b) })
+		for i := range want {
+			g, w := p.name(&members[got[i].index]), p.name(&members[want[i].index])
+			if string(g) != string(w) {
+				t.Fatalf("names %q: packedSort puts %q at %d, slices.SortFunc %q", names, g, i, w)
+			}
+		}
+		dup := append(slices.Clone(names[:n-1]), names[next(n-1)])
+		if p, members, keys := build(dup); p.sortKeys(members, keys) {
+			t.Fatalf("names %q: packedSort misses a duplicate", dup)
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package jcs
+
+import (
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestTinyNumbersMatchParseFloat pins the exact division that replaces
+// strconv.ParseFloat for values below 2^-1021 (where ParseFloat takes tens
+// of µs): for doubles across that range, each written with 1 to 17
+// significant digits and nudged a unit in the last digit either way,
+// CanonicalJSON accepts exactly the spellings whose value is the shortest
+// form of ParseFloat's double, and writes that form.
+func TestTinyNumbersMatchParseFloat(t *testing.T) {
+	bitsOf := []uint64{1, 2, 3, 10, 1 << 20, 1<<52 - 1, 1 << 52, 1<<52 + 1, 1<<53 - 1, 1 << 53}
+	x := uint64(0x9e3779b97f4a7c15)
+	for range 300 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		bitsOf = append(bitsOf, x%(1<<53+1), x%(1<<12))
+	}
+	for _, bits := range bitsOf {
+		f := math.Float64frombits(bits)
+		for prec := range 17 {
+			s := strconv.FormatFloat(f, 'e', prec, 64)
+			mant, exp, _ := strings.Cut(s, "e")
+			digits := strings.Replace(mant, ".", "", 1)
+			d, _ := strconv.ParseUint(digits, 10, 64)
+			for _, nd := range []uint64{d - 1, d, d + 1} {
+				if nd == 0 {
+					continue
+				}
+				ds := strconv.FormatUint(nd, 10)
+				text := "0." + ds + "e" + strconv.Itoa(mustAtoi(t, exp)+1)
+				// 0.ds × 10^(exp+1): s itself when nd is d.
+				t.Run(text, func(t *testing.T) {
+					got, err := Canonical([]byte(text))
+					g, perr := strconv.ParseFloat(text, 64)
+					short := strconv.FormatFloat(g, 'e', -1, 64)
+					sm, _, _ := strings.Cut(short, "e")
+					wantOK := perr == nil && g != 0 && strings.TrimRight(strings.Replace(sm, ".", "", 1), "0") == strings.TrimRight(ds, "0") &&
+						sameScale(short, text)
+					if (err == nil) != wantOK {
+						t.Fatalf("accepted %v, want %v (ParseFloat %s)", err == nil, wantOK, short)
+					}
+					if err == nil {
+						if back, _ := strconv.ParseFloat(string(got), 64); back != g {
+							t.Fatalf("canonical %s is not ParseFloat's %s", got, short)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// sameScale reports whether the shortest form short (d.ddde±x) and text
+// (0.ddd e y) put their first digit at the same decimal place.
+func sameScale(short, text string) bool {
+	_, se, _ := strings.Cut(short, "e")
+	_, te, _ := strings.Cut(text, "e")
+	a, _ := strconv.Atoi(se)
+	b, _ := strconv.Atoi(te)
+	return a+1 == b
+}
+
+// TestDigitsValueMatchesParseUint pins digitsValue, which reads 16 or 17
+// digits eight at a time, against strconv.ParseUint.
+func TestDigitsValueMatchesParseUint(t *testing.T) {
+	x := uint64(0x9e3779b97f4a7c15)
+	cases := []string{"1000000000000000", "9999999999999999", "10000000000000000", "99999999999999999", "1234567890123456", "12345678901234567"}
+	for range 10000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		cases = append(cases, strconv.FormatUint(x%9e15+1e15, 10), strconv.FormatUint(x%9e16+1e16, 10))
+	}
+	for _, s := range cases {
+		want, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := digitsValue([]byte(s)); got != want {
+			t.Fatalf("digitsValue(%q) = %d", s, got)
+		}
+	}
+}
+
+// TestTinyRecip recomputes tinyQuotient's table with math/big.
+func TestTinyRecip(t *testing.T) {
+	for i, r := range tinyRecip {
+		m := tinyPow10Min + i
+		p5 := new(big.Int).Exp(big.NewInt(5), big.NewInt(int64(m)), nil)
+		want := new(big.Int).Lsh(big.NewInt(1), uint(1074-m+r.shift))
+		want.Quo(want, p5)
+		got := new(big.Int).Lsh(new(big.Int).SetUint64(r.hi), 64)
+		got.Or(got, new(big.Int).SetUint64(r.lo))
+		if got.Cmp(want) != 0 || got.BitLen() != 128 {
+			t.Fatalf("tinyRecip[%d] (m = %d) = %x, want %x with 128 bits", i, m, got, want)
+		}
+	}
+}
+
+// TestTinyQuotientMatchesBig pins tinyQuotient against the exact division
+// by math/big it spares, for every m it covers and digits of every length:
+// where it answers, it answers the same k.
+func TestTinyQuotientMatchesBig(t *testing.T) {
+	x := uint64(0x9e3779b97f4a7c15)
+	answered := 0
+	for range 100000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		d := x >> (7 + x%57)
+		if d == 0 {
+			continue
+		}
+		m := tinyPow10Min + int(x>>32%uint64(len(tinyRecip)))
+		num := new(big.Int).Lsh(new(big.Int).SetUint64(d), 1074)
+		den := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(m)), nil)
+		k, r := new(big.Int).QuoRem(num, den, new(big.Int))
+		if r.Lsh(r, 1).Cmp(den) > 0 {
+			k.Add(k, big.NewInt(1))
+		}
+		got, ok := tinyQuotient(d, m)
+		if !ok {
+			continue
+		}
+		answered++
+		if !k.IsUint64() || k.Uint64() != got {
+			t.Fatalf("tinyQuotient(%d, %d) = %d, want %v", d, m, got, k)
+		}
+	}
+	if answered < 50000 {
+		t.Fatalf("tinyQuotient answered %d of 100000", answered)
+	}
+}
