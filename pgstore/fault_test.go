@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -333,38 +335,59 @@ func TestResendAfterLostReplyIsSafe(t *testing.T) {
 
 // TestPausedServerFailsClosedWithinTimeout: a server that stops answering
 // (SIGSTOP on every process: a frozen VM, a stalled disk) turns each call
-// into ErrUnavailable within the store's timeout; when it resumes, claims
-// are decided again.
+// into ErrUnavailable within the store's timeout, and a call whose context
+// is cancelled returns at once with context.Canceled; when the server
+// resumes, claims are decided again. Both ways a call is bounded are
+// shown: on a pool with pgx's default context watcher the call runs on the
+// caller's goroutine and the driver returns at the deadline ("direct");
+// on a pool whose watcher would wait a minute before giving up (a cancel
+// request first, then a deadline), the call runs on a goroutine of its
+// own and the store stops waiting for it ("own goroutine").
 func TestPausedServerFailsClosedWithinTimeout(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t)
 	const timeout = 500 * time.Millisecond
-	// New runs the server checks within the timeout too: on a loaded
-	// machine it may need a few tries while the server is running.
-	pool := p.pool(t)
-	var s *Store
-	for try := 0; ; try++ {
-		var err error
-		s, err = New(bg(), pool, Options{Prefix: uniquePrefix(), SweepInterval: -1, Timeout: timeout})
-		if err == nil {
-			break
+	patient := p.poolWith(t, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.CancelRequestContextWatcherHandler{Conn: c, CancelRequestDelay: time.Minute, DeadlineDelay: time.Minute}
 		}
-		if !errors.Is(err, ErrUnavailable) || try == 20 {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(s.Close)
+	})
+	stores := []struct {
+		name   string
+		pool   *pgxpool.Pool
+		direct bool
+		s      *Store
+	}{{"direct", p.pool(t), true, nil}, {"own goroutine", patient, false, nil}}
 	until := time.Now().Add(time.Hour)
-	for try := 0; ; try++ { // with the server running, on a loaded machine, within the timeout
-		first, err := s.Claim(bg(), "before", until)
-		if err == nil {
-			if !first {
-				t.Fatal("first claim of a fresh ID refused")
+	for i := range stores {
+		st := &stores[i]
+		// New runs the server checks within the timeout too: on a loaded
+		// machine it may need a few tries while the server is running.
+		for try := 0; ; try++ {
+			var err error
+			st.s, err = New(bg(), st.pool, Options{Prefix: uniquePrefix(), SweepInterval: -1, Timeout: timeout})
+			if err == nil {
+				break
 			}
-			break
+			if !errors.Is(err, ErrUnavailable) || try == 20 {
+				t.Fatal(err)
+			}
 		}
-		if !errors.Is(err, ErrUnavailable) || try == 20 {
-			t.Fatal(err)
+		t.Cleanup(st.s.Close)
+		if st.s.direct != st.direct {
+			t.Fatalf("%s: Store.direct = %v", st.name, st.s.direct)
+		}
+		for try := 0; ; try++ { // with the server running, on a loaded machine, within the timeout
+			first, err := st.s.Claim(bg(), "before", until)
+			if err == nil {
+				if !first {
+					t.Fatal("first claim of a fresh ID refused")
+				}
+				break
+			}
+			if !errors.Is(err, ErrUnavailable) || try == 20 {
+				t.Fatal(err)
+			}
 		}
 	}
 	p.signal(syscall.SIGSTOP)
@@ -374,56 +397,77 @@ func TestPausedServerFailsClosedWithinTimeout(t *testing.T) {
 			p.signal(syscall.SIGCONT)
 		}
 	}()
+	type callFunc func(ctx context.Context, s *Store) error
 	calls := []struct {
 		name string
-		call func() error
+		call callFunc
 	}{
-		{"Claim new", func() error {
-			first, err := s.Claim(bg(), "during", until)
+		{"Claim new", func(ctx context.Context, s *Store) error {
+			first, err := s.Claim(ctx, "during", until)
 			if first {
 				return errors.New("first")
 			}
 			return err
 		}},
-		{"Claim old", func() error {
-			first, err := s.Claim(bg(), "before", until)
+		{"Claim old", func(ctx context.Context, s *Store) error {
+			first, err := s.Claim(ctx, "before", until)
 			if first {
 				return errors.New("first")
 			}
 			return err
 		}},
-		{"AcquireLease", func() error {
-			l, err := s.AcquireLease(bg(), "lease", time.Minute)
+		{"AcquireLease", func(ctx context.Context, s *Store) error {
+			l, err := s.AcquireLease(ctx, "lease", time.Minute)
 			if l.State != 0 {
 				return errors.New("a lease state")
 			}
 			return err
 		}},
 	}
-	for _, c := range calls {
-		start := time.Now()
-		err := c.call()
-		if took := time.Since(start); took > timeout+time.Second {
-			t.Fatalf("%s on a paused server took %v; want about %v", c.name, took, timeout)
-		}
-		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("%s on a paused server: %v; want ErrUnavailable and DeadlineExceeded", c.name, err)
+	const cancelAfter = 100 * time.Millisecond
+	for _, st := range stores {
+		for _, c := range calls {
+			t.Run(st.name+"/"+c.name+"/deadline", func(t *testing.T) {
+				start := time.Now()
+				err := c.call(bg(), st.s)
+				if took := time.Since(start); took > timeout+time.Second {
+					t.Fatalf("took %v on a paused server; want about %v", took, timeout)
+				}
+				if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("%v on a paused server; want ErrUnavailable and DeadlineExceeded", err)
+				}
+			})
+			t.Run(st.name+"/"+c.name+"/cancelled", func(t *testing.T) {
+				ctx, cancel := context.WithCancel(bg())
+				stop := time.AfterFunc(cancelAfter, cancel)
+				defer stop.Stop()
+				start := time.Now()
+				err := c.call(ctx, st.s)
+				if took := time.Since(start); took >= timeout {
+					t.Fatalf("took %v on a paused server, cancelled after %v; want it to return at the cancellation, before the %v timeout", took, cancelAfter, timeout)
+				}
+				if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
+					t.Fatalf("%v on a paused server, cancelled; want ErrUnavailable and context.Canceled", err)
+				}
+			})
 		}
 	}
 	p.signal(syscall.SIGCONT)
 	resumed = true
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		first, err := s.Claim(bg(), "before", until)
-		if err == nil {
-			if first {
-				t.Fatal("a claim made before the pause is first after it")
+	for _, st := range stores {
+		for {
+			first, err := st.s.Claim(bg(), "before", until)
+			if err == nil {
+				if first {
+					t.Fatalf("%s: a claim made before the pause is first after it", st.name)
+				}
+				break
 			}
-			break
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: claims still failing 10 s after the server resumed: %v", st.name, err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("claims still failing 10 s after the server resumed: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

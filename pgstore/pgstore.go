@@ -261,6 +261,7 @@ type Store struct {
 	table   string // quoted, ready for SQL
 	prefix  string
 	timeout time.Duration
+	direct  bool // calls run on the caller's goroutine: see [call]
 	durable atomic.Pointer[Durability]
 	refusal atomic.Pointer[error] // set by the recheck while a check of New fails
 	checks  checks
@@ -374,6 +375,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 	if s.sweepBatch == 0 {
 		s.sweepBatch = DefaultSweepBatch
 	}
+	s.direct = honoursContext(pool)
 	s.prepare()
 
 	s.checks = checks{
@@ -795,12 +797,19 @@ SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
 	s.prepareSweep()
 }
 
-// call runs fn within the store's deadline and returns its result. It
-// returns when the deadline passes even if the driver has not, so a hung
-// server cannot hold the caller past it; the abandoned fn then writes
-// only into its own result, which nobody reads. Errors are wrapped in
-// ErrUnavailable, together with the context error when the deadline or a
-// cancellation ended the call; on error the result is T's zero value.
+// call runs fn within the store's deadline and returns its result.
+//
+// It returns when the deadline passes or ctx is cancelled even if the
+// driver has not, so a hung server cannot hold the caller past it. When
+// the pool's connections end a statement as soon as its context ends
+// (s.direct: pgconn's DeadlineContextWatcherHandler without a delay, pgx's
+// default; see [honoursContext]), fn runs on the caller's goroutine and
+// the driver itself returns at the deadline. Otherwise fn runs on a
+// goroutine of its own, and call stops waiting for it at the deadline;
+// the abandoned fn then writes only into its own result, which nobody
+// reads. Errors are wrapped in ErrUnavailable, together with the context
+// error when the deadline or a cancellation ended the call; on error the
+// result is T's zero value.
 func call[T any](s *Store, ctx context.Context, fn func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
 	if s.pool == nil {
@@ -817,28 +826,59 @@ func call[T any](s *Store, ctx context.Context, fn func(ctx context.Context) (T,
 	if err := ctx.Err(); err != nil {
 		return zero, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	type result struct {
-		v   T
-		err error
+	var v T
+	var err error
+	if s.direct {
+		v, err = fn(ctx)
+	} else {
+		type result struct {
+			v   T
+			err error
+		}
+		done := make(chan result, 1) // buffered: the sender never blocks
+		go func() {
+			v, err := fn(ctx)
+			done <- result{v, err}
+		}()
+		select {
+		case r := <-done:
+			v, err = r.v, r.err
+		case <-ctx.Done():
+			return zero, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		}
 	}
-	done := make(chan result, 1) // buffered: the sender never blocks
-	go func() {
-		v, err := fn(ctx)
-		done <- result{v, err}
+	if err == nil {
+		return v, nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return zero, fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, err)
+	}
+	return zero, fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// honoursContext reports whether pool's connections end a statement, a
+// read or a write as soon as its context ends: their context watcher is
+// pgconn's DeadlineContextWatcherHandler with no DeadlineDelay (pgx's
+// default), which sets the connection's deadline to now when the context
+// is done, so a blocked read or write returns at once. (Acquiring a
+// connection and dialing honour the context in pgx whatever the handler.)
+// Any other handler — one that sends a cancel request first, waits a
+// delay, or is the caller's own — is not trusted, and each call then runs
+// on a goroutine of its own. The handler is built on a zero PgConn, which
+// pgx's default reads no more of than its nil net.Conn; a builder that
+// panics on it is not trusted either.
+func honoursContext(pool *pgxpool.Pool) (ok bool) {
+	build := pool.Config().ConnConfig.BuildContextWatcherHandler
+	if build == nil {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
 	}()
-	var r result
-	select {
-	case r = <-done:
-	case <-ctx.Done():
-		return zero, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-	}
-	if r.err == nil {
-		return r.v, nil
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(r.err, ctxErr) {
-		return zero, fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, r.err)
-	}
-	return zero, fmt.Errorf("%w: %w", ErrUnavailable, r.err)
+	h, isDeadline := build(new(pgconn.PgConn)).(*pgconn.DeadlineContextWatcherHandler)
+	return isDeadline && h.DeadlineDelay == 0
 }
 
 // run is call for a statement without a result.

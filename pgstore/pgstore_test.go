@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func bg() context.Context { return context.Background() }
@@ -534,6 +537,54 @@ func TestConcurrentClaimsAtEveryIsolationLevelOneFirst(t *testing.T) {
 				if firsts.Load() != 1 {
 					t.Fatalf("round %d under %s: %d first claims (%d failed closed), want 1", round, level, firsts.Load(), failed.Load())
 				}
+			}
+		})
+	}
+}
+
+// TestCallsRunDirectOnlyWhenTheDriverEndsThemAtTheirDeadline: a Store
+// calls the pool on the caller's goroutine only when the pool's context
+// watcher is pgx's default (a deadline of now on the connection when the
+// context ends); any other watcher, or a builder that panics, keeps a
+// goroutine per call. (TestPausedServerFailsClosedWithinTimeout shows both
+// paths on a paused server.)
+func TestCallsRunDirectOnlyWhenTheDriverEndsThemAtTheirDeadline(t *testing.T) {
+	p := needServer(t)
+	cases := []struct {
+		name   string
+		build  func(*pgconn.PgConn) ctxwatch.Handler // nil: pgx's default
+		direct bool
+	}{
+		{"pgx's default", nil, true},
+		{"a deadline of now", func(c *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+		}, true},
+		{"a deadline after a delay", func(c *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn(), DeadlineDelay: time.Second}
+		}, false},
+		{"a cancel request", func(c *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.CancelRequestContextWatcherHandler{Conn: c}
+		}, false},
+		{"a builder that panics on a zero connection", func(c *pgconn.PgConn) ctxwatch.Handler {
+			if c.Conn() == nil {
+				panic("no connection")
+			}
+			return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+		}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pool := p.poolWith(t, func(cfg *pgxpool.Config) {
+				if c.build != nil {
+					cfg.ConnConfig.BuildContextWatcherHandler = c.build
+				}
+			})
+			s := storeOn(t, pool)
+			if s.direct != c.direct {
+				t.Fatalf("Store.direct = %v; want %v", s.direct, c.direct)
+			}
+			if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("Claim = %v, %v", first, err)
 			}
 		})
 	}

@@ -292,14 +292,21 @@ func (p *pgServer) restart() error {
 // pool returns a pool on the server, closed when t ends (or never, for a
 // nil t). params are session settings (RuntimeParams).
 func (p *pgServer) pool(t testing.TB, params ...string) *pgxpool.Pool {
+	return p.poolWith(t, func(cfg *pgxpool.Config) {
+		for i := 0; i+1 < len(params); i += 2 {
+			cfg.ConnConfig.RuntimeParams[params[i]] = params[i+1]
+		}
+	})
+}
+
+// poolWith is pool with its configuration changed by edit first.
+func (p *pgServer) poolWith(t testing.TB, edit func(*pgxpool.Config)) *pgxpool.Pool {
 	cfg, err := pgxpool.ParseConfig(p.url())
 	if err != nil {
 		panic(err)
 	}
 	cfg.MaxConns = 16
-	for i := 0; i+1 < len(params); i += 2 {
-		cfg.ConnConfig.RuntimeParams[params[i]] = params[i+1]
-	}
+	edit(cfg)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		panic(err)
