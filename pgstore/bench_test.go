@@ -345,9 +345,9 @@ func BenchmarkClaimPaired(b *testing.B) {
 				}
 			},
 			func(int) {
-				var first, marker, future, again bool
-				if err := s.pool.QueryRow(bg(), s.claimSQL, key, u, legacy).Scan(&first, &marker, &future, &again); err != nil || first || again {
-					b.Fatal(first, again, err)
+				var first, marker, live, future bool
+				if err := s.pool.QueryRow(bg(), s.claimSQL, key, u, legacy).Scan(&first, &marker, &live, &future); err != nil || first || !live {
+					b.Fatal(first, live, err)
 				}
 			},
 			func(int) {
@@ -379,8 +379,8 @@ func pairedFirst(b *testing.B, s *Store) {
 		},
 		func(i int) {
 			key, legacy := s.keys(id("s", i))
-			var first, marker, future, again bool
-			if err := s.pool.QueryRow(bg(), s.claimSQL, key, u, legacy).Scan(&first, &marker, &future, &again); err != nil || !first {
+			var first, marker, live, future bool
+			if err := s.pool.QueryRow(bg(), s.claimSQL, key, u, legacy).Scan(&first, &marker, &live, &future); err != nil || !first {
 				b.Fatal(first, err)
 			}
 		},

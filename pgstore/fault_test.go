@@ -52,7 +52,7 @@ func waitForLockWaiter(t *testing.T, pool *pgxpool.Pool) int32 {
 	t.Helper()
 	for range 200 {
 		var pid int32
-		err := pool.QueryRow(bg(), `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH m AS%' LIMIT 1`).Scan(&pid)
+		err := pool.QueryRow(bg(), `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH %' LIMIT 1`).Scan(&pid)
 		if err == nil {
 			return pid
 		}

@@ -735,37 +735,39 @@ func (s *Store) refused() error {
 // prepare writes the store's statements for its table.
 func (s *Store) prepare() {
 	t := s.table
-	// A claim runs claimSQL, and takeoverSQL only when claimSQL found an
-	// expired row or lost a race. In both, m is the marker row: when the
-	// table was truncated or emptied it is gone, and the statement neither
-	// inserts nor takes anything over. leg is a live row of the same ID
+	// A claim runs claimSQL, and takeoverSQL only when claimSQL found the
+	// marker but neither inserted nor found a live row. In both, m is the
+	// marker row: when the table was truncated or emptied it is gone, and
+	// the statement neither inserts nor takes anything over. leg is a live row of the same ID
 	// under the layout before version 2 ($3, see [Migrate]): a claim made
 	// before the table was migrated, which keeps the ID taken until it
 	// expires.
 	//
-	// claimSQL inserts a free key (ins). A claim of a live row (cur, in
-	// the statement's snapshot) does not even try to insert, and writes
-	// and locks nothing, so a flood of replays costs reads, not commits;
-	// a row committed after the snapshot is found by ON CONFLICT DO
-	// NOTHING, again without a write. The last column, computed only when
-	// nothing was inserted, reports that the snapshot shows no live row
-	// refusing the claim (armed table, an until in the future, no live leg
-	// or cur): the row has expired, or a concurrent statement inserted,
-	// took over or deleted it. Claim then runs takeoverSQL.
+	// claimSQL looks up the marker and the ID's row (cur, in the
+	// statement's snapshot). A live row refuses the claim: leg is a
+	// subquery PostgreSQL evaluates only when the insert's condition
+	// reaches it, so it is not read, and nothing is written or locked: a
+	// flood of replays costs two index lookups each, not commits.
+	// Otherwise it inserts the key when the marker row is there, until is
+	// in the future and leg is not live; a row committed after the
+	// snapshot is found by ON CONFLICT DO NOTHING, again without a write.
+	// It returns whether it inserted, whether the marker is there, whether
+	// cur was live and whether until is in the future. When the marker is
+	// there and it neither inserted nor found a live row (an expired row,
+	// a live leg, a past until, or a concurrent statement that inserted,
+	// took over or deleted the row), Claim runs takeoverSQL, which decides
+	// each of those.
 	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
-leg AS (SELECT 1 FROM ` + t + ` WHERE key = $3::bytea AND until > now()),
 cur AS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
   SELECT $1::bytea, 'c', '', $2::timestamptz FROM m
-  WHERE $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg) AND NOT EXISTS (SELECT 1 FROM cur)
+  WHERE NOT EXISTS (SELECT 1 FROM cur) AND $2::timestamptz > now()
+    AND NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $3::bytea AND until > now())
   ON CONFLICT (key) DO NOTHING
   RETURNING 1
 )
-SELECT EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
-  CASE WHEN EXISTS (SELECT 1 FROM ins) THEN false
-    ELSE EXISTS (SELECT 1 FROM m) AND $2::timestamptz > now() AND NOT EXISTS (SELECT 1 FROM leg)
-      AND NOT EXISTS (SELECT 1 FROM cur) END`
+SELECT EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM cur), $2::timestamptz > now()`
 	// takeoverSQL inserts a free key (ins) or takes over a row that has
 	// expired (upd: after waiting for its row lock, PostgreSQL checks until
 	// again on the row's newest version, so of two takeovers one wins). A
@@ -951,18 +953,20 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if err := s.refused(); err != nil {
 		return false, err
 	}
-	// again: the claim must run takeoverSQL (the first statement), or
-	// run it again (a concurrent statement changed the row).
+	// again: takeoverSQL must run again (a concurrent statement changed
+	// the row it found).
 	type claimed struct{ marker, future, first, again bool }
 	c, err := call(s, ctx, func(ctx context.Context) (claimed, error) {
 		key, legacy := s.keys(id)
 		u := pgTime(until)
 		var c claimed
-		if err := s.pool.QueryRow(ctx, s.claimSQL, key, u, legacy).Scan(&c.first, &c.marker, &c.future, &c.again); err != nil || !c.again {
+		var live bool
+		if err := s.pool.QueryRow(ctx, s.claimSQL, key, u, legacy).Scan(&c.first, &c.marker, &live, &c.future); err != nil || c.first || !c.marker || live {
 			return c, err
 		}
-		// An expired row, or a row that changed under a concurrent
-		// statement: take it over, or see who did.
+		// Neither inserted nor refused by a live row (an expired row, a
+		// row that changed under a concurrent statement, a live leg, a
+		// past until): take it over, or see why not.
 		for range maxRaces {
 			if err := s.pool.QueryRow(ctx, s.takeoverSQL, key, u, legacy).Scan(&c.marker, &c.future, &c.first, &c.again); err != nil || c.first || !c.again {
 				return c, err
