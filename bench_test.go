@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -228,6 +229,52 @@ func BenchmarkCursorVerifyParallel(b *testing.B) {
 	})
 }
 
+// BenchmarkCursorClock is BenchmarkCursorIssue and BenchmarkCursorVerify
+// with the issuer's default clock (time.Now) and with a clock that returns
+// a fixed time: the difference is what the clock read costs each call, a
+// part of the page turn no floor pays for.
+func BenchmarkCursorClock(b *testing.B) {
+	kr, err := NewKeyring(benchKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fixed := time.Now()
+	for _, c := range []struct {
+		name string
+		now  func() time.Time
+	}{{"time.Now", nil}, {"fixed", func() time.Time { return fixed }}} {
+		iss, err := NewCursorIssuer(CursorConfig{Keys: kr, Session: []byte("bench-01"), Now: c.now})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := benchPayload()
+		cursor, err := iss.Issue(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("issue/"+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				if _, err := iss.Issue(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu.done(b)
+		})
+		b.Run("verify/"+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				if _, err := iss.Verify(cursor, benchScope); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu.done(b)
+		})
+	}
+}
+
 // BenchmarkCursorVerifyRejectForged measures the cost of refusing a cursor
 // whose MAC does not match (the common attack path).
 func BenchmarkCursorVerifyRejectForged(b *testing.B) {
@@ -423,6 +470,36 @@ func BenchmarkArgsFingerprintMap(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchGoValue(b, args)
+}
+
+// BenchmarkArgsFingerprintBoxing measures ArgsFingerprint of the small
+// arguments as JSON text passed as a []byte, which boxes the slice into
+// the any parameter on every call (24 bytes, one allocation), beside the
+// same text boxed once outside the loop: the difference is what the
+// parameter's type costs a caller that holds a []byte.
+func BenchmarkArgsFingerprintBoxing(b *testing.B) {
+	text := []byte(benchSmallText)
+	var boxed any = text
+	b.Run("per-call", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			if _, err := ArgsFingerprint(text); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu.done(b)
+	})
+	b.Run("once", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			if _, err := ArgsFingerprint(boxed); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu.done(b)
+	})
 }
 
 // benchGoValue checks that v, the small arguments as a Go value, has the

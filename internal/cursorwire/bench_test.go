@@ -60,3 +60,27 @@ func BenchmarkBodyCodec(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkV2Decode measures DecodeV2 on the body of a version 2 cursor
+// with 64 bytes of state (the root benchmarks' cursor), beside decodeMap,
+// the generic reader it was before (the with/without of its straight-line
+// reading).
+func BenchmarkV2Decode(b *testing.B) {
+	enc := AppendV2(nil, &BodyV2{Version: Version, Page: 3, Issued: 1_790_000_000,
+		Session: bytes.Repeat([]byte{0x5a}, SessionTagSize), State: bytes.Repeat([]byte{0xa5}, 64)})
+	b.Run("straight", func(b *testing.B) {
+		for b.Loop() {
+			if _, ok := DecodeV2(enc); !ok {
+				b.Fatal("refused")
+			}
+		}
+	})
+	b.Run("decodeMap", func(b *testing.B) {
+		const required = 1<<KeyVersion | 1<<KeyPage | 1<<KeyIssued | 1<<KeySession
+		for b.Loop() {
+			if _, n, ok := decodeMap(enc, required|1<<KeyState, required); !ok || n != len(enc) {
+				b.Fatal("refused")
+			}
+		}
+	})
+}
