@@ -480,21 +480,18 @@ func BenchmarkArgsFingerprintMap(b *testing.B) {
 func BenchmarkArgsFingerprintBoxing(b *testing.B) {
 	text := []byte(benchSmallText)
 	var boxed any = text
-	b.Run("per-call", func(b *testing.B) {
+	benchCPUOf(b, "per-call", func() error { _, err := ArgsFingerprint(text); return err })
+	benchCPUOf(b, "once", func() error { _, err := ArgsFingerprint(boxed); return err })
+}
+
+// benchCPUOf runs fn as the sub-benchmark name, reporting its allocations
+// and CPU time (cpu-ns/op).
+func benchCPUOf(b *testing.B, name string, fn func() error) {
+	b.Run(name, func(b *testing.B) {
 		b.ReportAllocs()
 		cpu := startCPU()
 		for b.Loop() {
-			if _, err := ArgsFingerprint(text); err != nil {
-				b.Fatal(err)
-			}
-		}
-		cpu.done(b)
-	})
-	b.Run("once", func(b *testing.B) {
-		b.ReportAllocs()
-		cpu := startCPU()
-		for b.Loop() {
-			if _, err := ArgsFingerprint(boxed); err != nil {
+			if err := fn(); err != nil {
 				b.Fatal(err)
 			}
 		}

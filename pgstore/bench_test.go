@@ -309,7 +309,10 @@ func paired(b *testing.B, names []string, ops ...func(i int)) {
 // goroutine of its own): the difference to "claim" is what Claim spends
 // in Go around it. "takeover" is Claim's second statement sent the same
 // way, which was its only statement before issue 34: the difference to
-// "statement" is what the split saves.
+// "statement" is what the split saves. "read-first" is the design not
+// taken: a plain SELECT of the marker and the ID's row (readFirstSQL),
+// and for a first claim Claim's statement after it, two round trips: it
+// measures what a replay would save and a first claim would pay.
 func BenchmarkClaimPaired(b *testing.B) {
 	b.Run("first", func(b *testing.B) { pairedFirst(b, newTestStore(b)) })
 	// The same without waiting for the WAL flush (synchronous_commit off
@@ -332,7 +335,8 @@ func BenchmarkClaimPaired(b *testing.B) {
 		floor := `SELECT until FROM ` + s.table + ` WHERE key = $1`
 		key, legacy := s.keys("taken")
 		u := pgTime(until)
-		paired(b, []string{"floor", "claim", "statement", "takeover"},
+		read := readFirstSQL(s)
+		paired(b, []string{"floor", "claim", "statement", "takeover", "read-first"},
 			func(int) {
 				var got time.Time
 				if err := s.pool.QueryRow(bg(), floor, key).Scan(&got); err != nil {
@@ -355,8 +359,21 @@ func BenchmarkClaimPaired(b *testing.B) {
 				if err := s.pool.QueryRow(bg(), s.takeoverSQL, key, u, legacy).Scan(&marker, &future, &first, &again); err != nil || first || again {
 					b.Fatal(first, again, err)
 				}
+			},
+			func(int) {
+				var marker, live, future bool
+				if err := s.pool.QueryRow(bg(), read, key, u).Scan(&marker, &live, &future); err != nil || !live {
+					b.Fatal(live, err)
+				}
 			})
 	})
+}
+
+// readFirstSQL is BenchmarkClaimPaired's read-first statement: what a
+// claim that reads before it writes would send first.
+func readFirstSQL(s *Store) string {
+	return `SELECT EXISTS (SELECT 1 FROM ` + s.table + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+  EXISTS (SELECT 1 FROM ` + s.table + ` WHERE key = $1::bytea AND until > now()), $2::timestamptz > now()`
 }
 
 // pairedFirst is BenchmarkClaimPaired's first claims on s.
@@ -364,9 +381,10 @@ func pairedFirst(b *testing.B, s *Store) {
 	until := time.Now().Add(time.Hour)
 	u := pgTime(until)
 	floor := `INSERT INTO ` + s.table + ` (key, state, token, until) VALUES ($1, 'c', '', $2) ON CONFLICT (key) DO NOTHING`
-	// keys of equal length: "f", "c", "s" or "t" and ten digits
+	read := readFirstSQL(s)
+	// keys of equal length: "f", "c", "s", "t" or "r" and ten digits
 	id := func(p string, i int) string { return p + strconv.Itoa(1_000_000_000+i) }
-	paired(b, []string{"floor", "claim", "statement", "takeover"},
+	paired(b, []string{"floor", "claim", "statement", "takeover", "read-first"},
 		func(i int) {
 			if tag, err := s.pool.Exec(bg(), floor, s.key(id("f", i)), u); err != nil || tag.RowsAffected() != 1 {
 				b.Fatal(tag, err)
@@ -388,6 +406,16 @@ func pairedFirst(b *testing.B, s *Store) {
 			key, legacy := s.keys(id("t", i))
 			var first, marker, future, again bool
 			if err := s.pool.QueryRow(bg(), s.takeoverSQL, key, u, legacy).Scan(&marker, &future, &first, &again); err != nil || !first {
+				b.Fatal(first, err)
+			}
+		},
+		func(i int) {
+			key, legacy := s.keys(id("r", i))
+			var first, marker, live, future bool
+			if err := s.pool.QueryRow(bg(), read, key, u).Scan(&marker, &live, &future); err != nil || live {
+				b.Fatal(live, err)
+			}
+			if err := s.pool.QueryRow(bg(), s.claimSQL, key, u, legacy).Scan(&first, &marker, &live, &future); err != nil || !first {
 				b.Fatal(first, err)
 			}
 		})

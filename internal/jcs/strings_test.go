@@ -36,29 +36,7 @@ func TestJSONSpecial8MatchesTable(t *testing.T) {
 			t.Fatalf("jsonSpecialMask8(%q) puts the first special byte at %d, want %d", w[:], got, first(w))
 		}
 	}
-	for _, fill := range []byte{'a', ' ', '~', 0x7f, '"', '\\', 0, 0x1f, 0x80, 0xff} {
-		for pos := range 8 {
-			for c := range 256 {
-				var w [8]byte
-				for i := range w {
-					w[i] = fill
-				}
-				w[pos] = byte(c)
-				check(w)
-			}
-		}
-	}
-	x := uint64(0x9e3779b97f4a7c15)
-	for range 200000 {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		var w [8]byte
-		binary.LittleEndian.PutUint64(w[:], x&0x7f7f7f7f7f7f7f7f) // mostly ASCII
-		check(w)
-		binary.LittleEndian.PutUint64(w[:], x)
-		check(w)
-	}
+	eachTestWord([]byte{'a', ' ', '~', 0x7f, '"', '\\', 0, 0x1f, 0x80, 0xff}, check)
 }
 
 // TestStringStopMask8MatchesTable checks stringStopMask8 byte by byte
@@ -79,7 +57,14 @@ func TestStringStopMask8MatchesTable(t *testing.T) {
 			t.Fatalf("stringStopMask8(%q) = %#x, want %#x", w[:], got, want)
 		}
 	}
-	for _, fill := range []byte{'a', ' ', '~', 0x7f, '"', '\\', 0, 0x1f, 0x80, 0x9f, 0xa0, 0xa2, 0xdc, 0xff} {
+	eachTestWord([]byte{'a', ' ', '~', 0x7f, '"', '\\', 0, 0x1f, 0x80, 0x9f, 0xa0, 0xa2, 0xdc, 0xff}, check)
+}
+
+// eachTestWord calls check with every byte value in every position of a
+// word of each fill byte, then with 200 000 pseudo-random words (xorshift),
+// each also with its high bits cleared (mostly ASCII).
+func eachTestWord(fills []byte, check func(w [8]byte)) {
+	for _, fill := range fills {
 		for pos := range 8 {
 			for c := range 256 {
 				var w [8]byte
