@@ -3,7 +3,6 @@ package jcs
 import (
 	"cmp"
 	"encoding/binary"
-	"math/bits"
 	"slices"
 )
 
@@ -12,13 +11,13 @@ import (
 
 // jcsSortKey stands for members[index] while sortKeys orders an
 // object's members: prefix is the name's first 8 bytes, big-endian and
-// zero-padded, and ascii reports that they are ASCII. Two ASCII prefixes
-// that differ order as their names do. Sorting these small keys instead
-// of the members moves a third of the bytes.
+// zero-padded, mapped by utf16Rank when one of them is not ASCII, so that
+// two keys whose prefixes differ order as integers the way their names
+// do (see utf16Rank). Sorting these small keys instead of the members
+// moves a third of the bytes.
 type jcsSortKey struct {
 	prefix uint64
 	index  int
-	ascii  bool
 }
 
 // sortKey returns the sort key of members[i].
@@ -40,7 +39,17 @@ func nameKey(buf []byte, at, end, index int) jcsSortKey {
 	} else {
 		x = shortPrefix(buf[at:end])
 	}
-	return jcsSortKey{prefix: x, index: index, ascii: x&0x8080808080808080 == 0}
+	return jcsSortKey{prefix: rankPrefix(x), index: index}
+}
+
+// rankPrefix returns the sort key prefix of a name's first 8 bytes x
+// (big-endian, zero-padded): x itself when they are ASCII, else x mapped
+// by utf16Rank.
+func rankPrefix(x uint64) uint64 {
+	if x&0x8080808080808080 != 0 {
+		return utf16Rank(x)
+	}
+	return x
 }
 
 // shortPrefix returns name, under 8 bytes, big-endian and zero-padded.
@@ -84,10 +93,10 @@ func (p *jcsParser) sortKeys(members []jcsMember, keys []jcsSortKey) bool {
 	}
 	if len(keys) > maxInsertionSort {
 		slices.SortFunc(keys, func(a, b jcsSortKey) int {
-			if a.ascii && b.ascii && a.prefix != b.prefix {
+			if a.prefix != b.prefix {
 				return cmp.Compare(a.prefix, b.prefix)
 			}
-			return p.compareKeys(members, a, b)
+			return compareUTF16(p.name(&members[a.index]), p.name(&members[b.index]))
 		})
 		for i := 1; i < len(keys); i++ {
 			if p.compareKeys(members, keys[i-1], keys[i]) == 0 {
@@ -97,13 +106,13 @@ func (p *jcsParser) sortKeys(members []jcsMember, keys []jcsSortKey) bool {
 		return true
 	}
 	// Insertion sort: each key moves down past the larger keys before it,
-	// compared by their ASCII prefixes inline where those settle it.
+	// compared by their prefixes inline where those settle it.
 	for i := 1; i < len(keys); i++ {
 		k := keys[i]
 		j := i
 		for ; j > 0; j-- {
 			a := keys[j-1]
-			if a.ascii && k.ascii && a.prefix != k.prefix {
+			if a.prefix != k.prefix {
 				if a.prefix < k.prefix {
 					break
 				}
@@ -155,7 +164,7 @@ func (p *jcsParser) packedSort(members []jcsMember, keys []jcsSortKey) bool {
 	}
 	packed := p.packed[:0]
 	for _, k := range keys {
-		x := k.prefix // the first 8 bytes, as nameKey read them
+		x := k.prefix // the first 8 bytes, ranked, as nameKey read them
 		if skip > 0 {
 			name := p.name(&members[k.index])[skip:]
 			if len(name) >= 8 {
@@ -163,9 +172,7 @@ func (p *jcsParser) packedSort(members []jcsMember, keys []jcsSortKey) bool {
 			} else {
 				x = shortPrefix(name)
 			}
-		}
-		if x&0x8080808080808080 != 0 {
-			x = utf16Rank(x)
+			x = rankPrefix(x)
 		}
 		packed = append(packed, x&^0xff|uint64(k.index))
 	}
@@ -253,28 +260,12 @@ func (p *jcsParser) compareKeys(members []jcsMember, a, b jcsSortKey) int {
 	if a.prefix != b.prefix {
 		// The first differing byte of the names is within the
 		// prefixes, where the zero padding of a shorter name (a prefix
-		// of the other) orders first, as compareUTF16 orders it. Names
-		// that are not ASCII are settled here too: 18 % faster on 80
-		// shuffled names mixing ASCII, Latin, CJK, U+E000–U+FFFF and
-		// astral characters (BenchmarkArgsFingerprintShapes, interleaved
-		// runs), as most such pairs differ in their first bytes.
-		return compareUTF16Bytes(a.prefix, b.prefix)
+		// of the other) orders first, as compareUTF16 orders it, and
+		// the ranked prefixes order as the names' UTF-16 code units
+		// (utf16Rank).
+		return cmp.Compare(a.prefix, b.prefix)
 	}
 	return compareUTF16(p.name(&members[a.index]), p.name(&members[b.index]))
-}
-
-// compareUTF16Bytes orders two different name prefixes (big-endian,
-// zero-padded) by their first differing byte, with compareUTF16's rule.
-func compareUTF16Bytes(a, b uint64) int {
-	shift := 56 - bits.LeadingZeros64(a^b)&^7
-	x, y := byte(a>>shift), byte(b>>shift)
-	if x >= 0xF0 && (y == 0xEE || y == 0xEF) {
-		return -1
-	}
-	if y >= 0xF0 && (x == 0xEE || x == 0xEF) {
-		return 1
-	}
-	return int(x) - int(y)
 }
 
 // compareUTF16 compares two valid UTF-8 strings by their UTF-16 code units.
