@@ -13,11 +13,9 @@ package jcs
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math/big"
-	"math/bits"
 	"sync"
 
 	"github.com/ctoken/ctoken/internal/jsontext"
@@ -298,22 +296,18 @@ member:
 		var prefix uint64
 		inInput := false
 		start := len(out)
-		if i+9 <= len(in) {
-			// A name of up to 7 ASCII bytes without escapes, the most
-			// common kind, read with one 8-byte load that also gives
-			// its sort key prefix.
-			x := binary.LittleEndian.Uint64(in[i+1:])
-			if stop := stringStopMask8(x); stop != 0 {
-				n := bits.TrailingZeros64(stop) >> 3
-				name := x & (1<<(8*n) - 1)
-				if in[i+1+n] == '"' && name&0x8080808080808080 == 0 {
-					nameAt, nameEnd, inInput = i+1, i+1+n, true
-					prefix = bits.ReverseBytes64(name)
-					out = append(out, in[i:i+n+2]...)
-					i += n + 2
-					goto named
-				}
+		if n, x, ok := plainName(in, i); ok {
+			// The common name: no escape (plainName). When the colon
+			// follows it, both are copied at once.
+			nameAt, nameEnd, inInput, prefix = i+1, i+1+n, true, x
+			if i+n+2 < len(in) && in[i+n+2] == ':' {
+				out = append(out, in[i:i+n+3]...)
+				i = jsontext.SkipSpace(in, i+n+3)
+				goto colon
 			}
+			out = append(out, in[i:i+n+2]...)
+			i += n + 2
+			goto named
 		}
 		p.pos = i
 		if end := p.plainString(); end >= 0 {
@@ -344,6 +338,7 @@ member:
 		i++
 		i = jsontext.SkipSpace(in, i)
 		out = append(out, ':')
+	colon:
 		if n := len(p.members); n < cap(p.members) {
 			p.members = p.members[:n+1]
 		} else {

@@ -3,7 +3,9 @@ package jcs
 import (
 	"cmp"
 	"encoding/binary"
+	"math/bits"
 	"slices"
+	"unicode/utf8"
 )
 
 // Member order: RFC 8785 sorts an object's members by their names'
@@ -59,6 +61,50 @@ func shortPrefix(name []byte) uint64 {
 		x |= uint64(c) << (56 - 8*i)
 	}
 	return x
+}
+
+// plainName reads the member name whose opening quote is in[i] when it
+// is valid UTF-8 with no escape and no control character, so that its
+// canonical form is its input text, and the input holds 16 bytes after
+// the quote: it returns the name's length n (the name is
+// in[i+1:i+1+n]) and the prefix of its sort key, as nameKey computes it,
+// from the loads that find its end. Otherwise ok is false and the name is
+// left to the general path (plainString, stringInto).
+// TestPlainNameMatchesPlainString and FuzzPlainName check it against that
+// path.
+func plainName(in []byte, i int) (n int, prefix uint64, ok bool) {
+	if i+17 > len(in) {
+		return 0, 0, false
+	}
+	x := binary.LittleEndian.Uint64(in[i+1:])
+	var high uint64
+	if stop := stringStopMask8(x); stop != 0 {
+		n = bits.TrailingZeros64(stop) >> 3
+		x &= 1<<(8*n) - 1
+		high = x
+	} else if y := binary.LittleEndian.Uint64(in[i+9:]); stringStopMask8(y) != 0 {
+		m := bits.TrailingZeros64(stringStopMask8(y)) >> 3
+		n = 8 + m
+		high = x | y&(1<<(8*m)-1)
+	} else {
+		j, h := scanStringRun(in, i+17)
+		if j >= len(in) {
+			return 0, 0, false
+		}
+		n = j - i - 1
+		high = x | y | h
+	}
+	if in[i+1+n] != '"' {
+		return 0, 0, false // an escape or a control character
+	}
+	prefix = bits.ReverseBytes64(x)
+	if high&0x8080808080808080 != 0 {
+		if !utf8.Valid(in[i+1 : i+1+n]) {
+			return 0, 0, false
+		}
+		prefix = utf16Rank(prefix)
+	}
+	return n, prefix, true
 }
 
 // name returns m's unescaped name.

@@ -165,3 +165,57 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 		}
 	}
 }
+
+// checkPlainName fails unless plainName agrees with the general path on
+// the name whose opening quote starts in: where plainName reads a name,
+// plainString ends it at the same place and nameKey gives the same sort
+// key prefix; where plainName declines with 16 bytes after the quote,
+// plainString declines too (an escape, a control character, invalid
+// UTF-8, no closing quote).
+func checkPlainName(t *testing.T, in []byte) {
+	t.Helper()
+	p := jcsParser{in: in}
+	end := p.plainString()
+	n, prefix, ok := plainName(in, 0)
+	if !ok {
+		if len(in) >= 17 && end >= 0 {
+			t.Fatalf("plainName declines %q, which plainString reads", in)
+		}
+		return
+	}
+	if end != n+2 {
+		t.Fatalf("plainName(%q) reads %d bytes of name, plainString ends at %d", in, n, end)
+	}
+	if want := nameKey(in, 1, 1+n, 0).prefix; prefix != want {
+		t.Fatalf("plainName(%q) prefix %#x, nameKey %#x", in, prefix, want)
+	}
+}
+
+// TestPlainNameMatchesPlainString checks plainName, the member name fast
+// path, against plainString and nameKey: names of every length around
+// its two 8-byte loads (0 to 40 bytes), ASCII and not, with an escape, a
+// control character, a quote or invalid UTF-8 at each position, followed
+// by the end of the input or more text.
+func TestPlainNameMatchesPlainString(t *testing.T) {
+	fills := []string{"a", "é", "中", "😀", "\uffff", "\x7f"}
+	breaks := []string{"", "\\n", "\\u0041", "\\\"", "\x01", "\x1f", "\xff", "\xc3", "\xed\xa0\x80", "\xe4\xb8"}
+	tails := []string{"", ":", ":1}", `:"x","b":2,"c":3,"d":4}`, " : 1 }"}
+	for size := range 41 {
+		for _, fill := range fills {
+			var name []byte
+			for len(name) < size {
+				name = append(name, fill...)
+			}
+			for _, brk := range breaks {
+				for at := 0; at <= len(name); at += max(1, len(name)/5) {
+					body := append(append(append([]byte{}, name[:at]...), brk...), name[at:]...)
+					for _, tail := range tails {
+						in := append(append(append([]byte{'"'}, body...), '"'), tail...)
+						checkPlainName(t, in)
+						checkPlainName(t, in[:len(in)-len(tail)-1]) // unterminated
+					}
+				}
+			}
+		}
+	}
+}
