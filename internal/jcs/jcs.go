@@ -220,7 +220,7 @@ value:
 			goto value
 		}
 		f.sorted, f.body = true, len(out)
-		f.membersBase, f.keysBase, f.orderBase = len(p.members), len(p.keys), len(p.order)
+		f.membersBase, f.keysBase = len(p.members), len(p.keys)
 		goto member
 	default:
 		var lit string
@@ -274,13 +274,18 @@ after:
 		}
 		if f.object {
 			if !f.sorted {
-				members, keys := p.members[f.membersBase:], p.order[f.orderBase:]
+				members := p.members[f.membersBase:]
+				keys := p.order[:0]
+				for i := range members {
+					keys = append(keys, jcsSortKey{prefix: members[i].prefix, index: i})
+				}
+				p.order = keys
 				if !p.sortKeys(members, keys) {
 					return nil, errArgsDuplicate // I-JSON
 				}
 				out = p.rewriteMembers(out, f.body, members, keys)
 			}
-			p.keys, p.members, p.order = p.keys[:f.keysBase], p.members[:f.membersBase], p.order[:f.orderBase]
+			p.keys, p.members = p.keys[:f.keysBase], p.members[:f.membersBase]
 		}
 		out = append(out, closing)
 		stack = stack[:len(stack)-1]
@@ -344,32 +349,19 @@ member:
 		} else {
 			p.members = append(p.members, jcsMember{})
 		}
-		m := &p.members[len(p.members)-1]
-		m.nameAt, m.nameEnd, m.start, m.inInput = nameAt, nameEnd, start, inInput
-		f := &stack[len(stack)-1]
-		members := p.members[f.membersBase:]
-		idx := len(members) - 1
-		k := jcsSortKey{prefix: prefix, index: idx}
-		if f.sorted {
-			if idx > 0 {
-				a := f.last
-				if a.prefix != k.prefix {
-					f.sorted = a.prefix < k.prefix
-				} else if cmp := p.compareKeys(members, a, k); cmp == 0 {
-					return nil, errArgsDuplicate // I-JSON
-				} else {
-					f.sorted = cmp < 0
-				}
-				if !f.sorted {
-					for j := range idx {
-						p.order = append(p.order, p.sortKey(members, j))
-					}
-					p.order = append(p.order, k)
-				}
+		last := len(p.members) - 1
+		m := &p.members[last]
+		m.nameAt, m.nameEnd, m.start, m.inInput, m.prefix = nameAt, nameEnd, start, inInput, prefix
+		if f := &stack[len(stack)-1]; f.sorted && last > f.membersBase {
+			// Still in canonical order, if this name follows the last.
+			a := &p.members[last-1]
+			if a.prefix != prefix {
+				f.sorted = a.prefix < prefix
+			} else if cmp := compareUTF16(p.name(a), p.name(m)); cmp == 0 {
+				return nil, errArgsDuplicate // I-JSON
+			} else {
+				f.sorted = cmp < 0
 			}
-			f.last = k
-		} else {
-			p.order = append(p.order, k)
 		}
 		goto value
 	}
@@ -387,7 +379,7 @@ type jcsParser struct {
 	members []jcsMember  // members of the open objects
 	str     []byte       // an unescaped string value, reused
 	tmp     []byte       // members of an object being reordered, reused
-	order   []jcsSortKey // sort keys of the open objects' members out of order
+	order   []jcsSortKey // sort keys of an object's members being reordered, reused
 	out     []byte       // Sum's canonical output, reused
 	frames  []jcsFrame   // the open arrays and objects, at most MaxJSONDepth
 	packed  []uint64     // packedSort's words, reused
@@ -405,22 +397,21 @@ type jcsParser struct {
 type jcsFrame struct {
 	object bool
 	// Of an object: body is the out index just past its '{', the bases
-	// are the lengths of p.members, p.keys and p.order when it opened,
-	// and last is the key of its last member while sorted holds, that
-	// is while its members have come in canonical order. From the first
-	// member out of order on, p.order[orderBase:] holds the keys of all
-	// its members so far.
-	sorted                           bool
-	body                             int
-	membersBase, keysBase, orderBase int
-	last                             jcsSortKey
+	// are the lengths of p.members and p.keys when it opened, and sorted
+	// reports that its members have come in canonical order so far.
+	sorted                bool
+	body                  int
+	membersBase, keysBase int
 }
 
 // jcsMember is one object member: its unescaped name, p.keys[nameAt:nameEnd]
 // or, when inInput, p.in[nameAt:nameEnd], and its canonical text
-// "name":value, out[start:end].
+// "name":value, out[start:end]. canonical records prefix, the name's
+// sort key prefix (nameKey); the Go value encoders of plan.go leave it
+// zero, and sortMembers computes the keys from the names.
 type jcsMember struct {
 	nameAt, nameEnd int
 	start, end      int
+	prefix          uint64
 	inInput         bool
 }
