@@ -256,38 +256,36 @@ after:
 	i++
 	{ // a block, so that the gotos to member jump over no declaration
 		f := &stack[len(stack)-1]
-		closing := byte(']')
-		if f.object {
-			p.members[len(p.members)-1].end = len(out)
-			closing = '}'
+		if !f.object {
+			if c == ',' {
+				out = append(out, ',')
+				i = jsontext.SkipSpace(in, i)
+				goto value
+			}
+			if c != ']' {
+				return nil, errArgsSyntax
+			}
+			out = append(out, ']')
+			stack = stack[:len(stack)-1]
+			goto after
 		}
+		p.members[len(p.members)-1].end = len(out)
 		if c == ',' {
 			out = append(out, ',')
 			i = jsontext.SkipSpace(in, i)
-			if f.object {
-				goto member
-			}
-			goto value
+			goto member
 		}
-		if c != closing {
+		if c != '}' {
 			return nil, errArgsSyntax
 		}
-		if f.object {
-			if !f.sorted {
-				members := p.members[f.membersBase:]
-				keys := p.order[:0]
-				for i := range members {
-					keys = append(keys, jcsSortKey{prefix: members[i].prefix, index: i})
-				}
-				p.order = keys
-				if !p.sortKeys(members, keys) {
-					return nil, errArgsDuplicate // I-JSON
-				}
-				out = p.rewriteMembers(out, f.body, members, keys)
+		if !f.sorted {
+			var ok bool
+			if out, ok = p.reorderMembers(out, f.body, f.membersBase); !ok {
+				return nil, errArgsDuplicate // I-JSON
 			}
-			p.keys, p.members = p.keys[:f.keysBase], p.members[:f.membersBase]
 		}
-		out = append(out, closing)
+		p.keys, p.members = p.keys[:f.keysBase], p.members[:f.membersBase]
+		out = append(out, '}')
 		stack = stack[:len(stack)-1]
 		goto after
 	}

@@ -131,6 +131,23 @@ func (p *jcsParser) sortMembers(out []byte, body, membersBase int) ([]byte, erro
 	return p.rewriteMembers(out, body, members, keys), nil
 }
 
+// reorderMembers rewrites in canonical order the members
+// p.members[membersBase:], whose sort key prefixes canonical recorded, of
+// the object whose body starts at out[body:], or reports false if two
+// have the same name.
+func (p *jcsParser) reorderMembers(out []byte, body, membersBase int) ([]byte, bool) {
+	members := p.members[membersBase:]
+	keys := p.order[:0]
+	for i := range members {
+		keys = append(keys, jcsSortKey{prefix: members[i].prefix, index: i})
+	}
+	p.order = keys
+	if !p.sortKeys(members, keys) {
+		return nil, false
+	}
+	return p.rewriteMembers(out, body, members, keys), true
+}
+
 // sortKeys orders the keys of members as compareKeys does, or reports
 // false if two of them stand for the same name.
 func (p *jcsParser) sortKeys(members []jcsMember, keys []jcsSortKey) bool {
@@ -328,18 +345,25 @@ func utf16Rank(x uint64) uint64 {
 }
 
 // rewriteMembers rewrites the members of the object whose body starts at
-// out[body:] in the order of keys, with commas between them.
+// out[body:] in the order of keys, with commas between them. The body
+// holds the members' texts, with or without commas between them, so the
+// rewritten body is at most one byte a member longer: the texts are
+// copied into place, not appended.
 func (p *jcsParser) rewriteMembers(out []byte, body int, members []jcsMember, keys []jcsSortKey) []byte {
-	p.tmp = append(p.tmp[:0], out[body:]...)
-	out = out[:body]
+	tmp := append(p.tmp[:0], out[body:]...)
+	p.tmp = tmp
+	out = slices.Grow(out, len(keys))
+	buf := out[:len(out)+len(keys)]
+	w := body
 	for i, k := range keys {
 		if i > 0 {
-			out = append(out, ',')
+			buf[w] = ','
+			w++
 		}
 		m := &members[k.index]
-		out = append(out, p.tmp[m.start-body:m.end-body]...)
+		w += copy(buf[w:], tmp[m.start-body:m.end-body])
 	}
-	return out
+	return buf[:w]
 }
 
 // compareKeys orders the members two keys stand for by the UTF-16 code
