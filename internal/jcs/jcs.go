@@ -313,21 +313,40 @@ member:
 			goto named
 		}
 		p.pos = i
+		if i+17 <= len(in) {
+			goto escaped // plainName reads every plain name but near the end
+		}
 		if end := p.plainString(); end >= 0 {
 			nameAt, nameEnd, inInput = i+1, end-1, true
 			out = append(out, in[i:end]...)
 			i = end
-		} else {
-			nameAt = len(p.keys)
-			keys, ok := p.stringInto(p.keys)
-			if !ok {
+			goto keyed
+		}
+	escaped:
+		{
+			// A name with escapes is written in its canonical form as a
+			// string value is (appendString); its unescaped bytes are
+			// that form without the quotes unless the form still holds
+			// an escape (of a quote, a backslash or a control
+			// character), when stringInto reads them from the input.
+			var ok bool
+			if out, ok = p.appendString(out); !ok {
 				return nil, p.fail
 			}
-			p.keys = keys
-			nameEnd = len(keys)
-			i = p.pos
-			out = appendJCSString(out, p.keys[nameAt:])
+			nameAt = len(p.keys)
+			if canon := out[start+1 : len(out)-1]; bytes.IndexByte(canon, '\\') < 0 {
+				p.keys = append(p.keys, canon...)
+				i = p.pos
+			} else {
+				p.pos = i
+				if p.keys, ok = p.stringInto(p.keys); !ok {
+					return nil, p.fail
+				}
+				i = p.pos
+			}
+			nameEnd = len(p.keys)
 		}
+	keyed:
 		if inInput {
 			prefix = nameKey(in, nameAt, nameEnd, 0).prefix
 		} else {
