@@ -13,9 +13,11 @@ package jcs
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math/big"
+	"math/bits"
 	"sync"
 
 	"github.com/ctoken/ctoken/internal/jsontext"
@@ -299,6 +301,25 @@ member:
 		var prefix uint64
 		inInput := false
 		start := len(out)
+		if i+9 <= len(in) {
+			// plainName's first case inline: up to 7 ASCII bytes, one
+			// load.
+			x := binary.LittleEndian.Uint64(in[i+1:])
+			if stop := stringStopMask8(x); stop != 0 {
+				n := bits.TrailingZeros64(stop) >> 3
+				if x &= 1<<(8*n) - 1; in[i+1+n] == '"' && x&0x8080808080808080 == 0 {
+					nameAt, nameEnd, inInput, prefix = i+1, i+1+n, true, bits.ReverseBytes64(x)
+					if i+n+2 < len(in) && in[i+n+2] == ':' {
+						out = append(out, in[i:i+n+3]...)
+						i = jsontext.SkipSpace(in, i+n+3)
+						goto colon
+					}
+					out = append(out, in[i:i+n+2]...)
+					i += n + 2
+					goto named
+				}
+			}
+		}
 		if n, x, ok := plainName(in, i); ok {
 			// The common name: no escape (plainName). When the colon
 			// follows it, both are copied at once.
