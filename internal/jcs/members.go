@@ -307,25 +307,18 @@ func utf16Rank(x uint64) uint64 {
 }
 
 // rewriteMembers rewrites the members of the object whose body starts at
-// out[body:] in the order of keys, with commas between them. The body
-// holds the members' texts, with or without commas between them, so the
-// rewritten body is at most one byte a member longer: the texts are
-// copied into place, not appended.
+// out[body:] in the order of keys, with commas between them.
 func (p *jcsParser) rewriteMembers(out []byte, body int, members []jcsMember, keys []jcsSortKey) []byte {
-	tmp := append(p.tmp[:0], out[body:]...)
-	p.tmp = tmp
-	out = slices.Grow(out, len(keys))
-	buf := out[:len(out)+len(keys)]
-	w := body
+	p.tmp = append(p.tmp[:0], out[body:]...)
+	out = out[:body]
 	for i, k := range keys {
 		if i > 0 {
-			buf[w] = ','
-			w++
+			out = append(out, ',')
 		}
 		m := &members[k.index]
-		w += copy(buf[w:], tmp[m.start-body:m.end-body])
+		out = append(out, p.tmp[m.start-body:m.end-body]...)
 	}
-	return buf[:w]
+	return out
 }
 
 // compareKeys orders the members two keys stand for by the UTF-16 code
