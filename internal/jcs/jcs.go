@@ -352,6 +352,12 @@ member:
 			// character), when stringInto reads them from the input.
 			var ok bool
 			if out, ok = p.appendString(out); !ok {
+				// Refused with stringInto's reason, as before this
+				// path: on a name with two faults (invalid UTF-8, then
+				// the end of the input) the two check them in another
+				// order.
+				p.pos = i
+				p.stringInto(p.keys)
 				return nil, p.fail
 			}
 			nameAt = len(p.keys)

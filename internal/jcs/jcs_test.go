@@ -561,6 +561,37 @@ func TestEscapedNamesMatchGoMap(t *testing.T) {
 	}
 }
 
+// TestNameRefusalReasons pins that a member name is refused with the
+// reason stringInto gives, whichever path reads it: names with one fault,
+// and names with two (invalid UTF-8, then an escape, a control character
+// or the end of the input), near the end of the input and far from it.
+func TestNameRefusalReasons(t *testing.T) {
+	far := strings.Repeat(" ", 20)
+	for _, tc := range []struct {
+		name string
+		want error
+	}{
+		{"\"\xff", errArgsUTF8},
+		{"\"a\xff\\q", errArgsUTF8},
+		{"\"\xff\x01\"", errArgsUTF8},
+		{"\"\\q\xff\"", errArgsSyntax},
+		{"\"\\ud800\"", errArgsSurrogate},
+		{"\"\x01\"", errArgsSyntax},
+		{"\"abc", errArgsSyntax},
+	} {
+		for _, in := range []string{"{" + tc.name, "{" + tc.name + far, "{" + far + tc.name} {
+			p := jcsParser{in: []byte(in)}
+			p.pos = strings.IndexByte(in, '"')
+			if _, ok := p.stringInto(nil); ok || p.fail != tc.want {
+				t.Fatalf("stringInto(%q) = %v; the case expects %v", in, p.fail, tc.want)
+			}
+			if out, err := Canonical([]byte(in)); out != nil || err != tc.want {
+				t.Errorf("Canonical(%q) = %q, %v; want %v", in, out, err, tc.want)
+			}
+		}
+	}
+}
+
 func TestArgsFingerprint(t *testing.T) {
 	t.Run("ignores spelling", func(t *testing.T) {
 		base, err := Sum([]byte(`{"query":"is:open","limit":100,"labels":["bug","p1"],"x":-0.0}`))
