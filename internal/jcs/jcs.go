@@ -19,6 +19,7 @@ import (
 	"math/big"
 	"math/bits"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/ctoken/ctoken/internal/jsontext"
 	"github.com/ctoken/ctoken/internal/reason"
@@ -302,22 +303,31 @@ member:
 		inInput := false
 		start := len(out)
 		if i+9 <= len(in) {
-			// plainName's first case inline: up to 7 ASCII bytes, one
-			// load.
+			// plainName's first case inline: a name of up to 7 bytes,
+			// found with one load.
 			x := binary.LittleEndian.Uint64(in[i+1:])
 			if stop := stringStopMask8(x); stop != 0 {
 				n := bits.TrailingZeros64(stop) >> 3
-				if x &= 1<<(8*n) - 1; in[i+1+n] == '"' && x&0x8080808080808080 == 0 {
-					nameAt, nameEnd, inInput, prefix = i+1, i+1+n, true, bits.ReverseBytes64(x)
-					if i+n+2 < len(in) && in[i+n+2] == ':' {
-						out = append(out, in[i:i+n+3]...)
-						i = jsontext.SkipSpace(in, i+n+3)
-						goto colon
-					}
-					out = append(out, in[i:i+n+2]...)
-					i += n + 2
-					goto named
+				if in[i+1+n] != '"' {
+					goto escaped // an escape or a control character
 				}
+				x &= 1<<(8*n) - 1
+				prefix = bits.ReverseBytes64(x)
+				if x&0x8080808080808080 != 0 {
+					if !utf8.Valid(in[i+1 : i+1+n]) {
+						goto escaped // stringInto refuses it
+					}
+					prefix = utf16Rank(prefix)
+				}
+				nameAt, nameEnd, inInput = i+1, i+1+n, true
+				if i+n+2 < len(in) && in[i+n+2] == ':' {
+					out = append(out, in[i:i+n+3]...)
+					i = jsontext.SkipSpace(in, i+n+3)
+					goto colon
+				}
+				out = append(out, in[i:i+n+2]...)
+				i += n + 2
+				goto named
 			}
 		}
 		if n, x, ok := plainName(in, i); ok {
@@ -333,10 +343,10 @@ member:
 			i += n + 2
 			goto named
 		}
-		p.pos = i
 		if i+17 <= len(in) {
 			goto escaped // plainName reads every plain name but near the end
 		}
+		p.pos = i
 		if end := p.plainString(); end >= 0 {
 			nameAt, nameEnd, inInput = i+1, end-1, true
 			out = append(out, in[i:end]...)
@@ -345,33 +355,16 @@ member:
 		}
 	escaped:
 		{
-			// A name with escapes is written in its canonical form as a
-			// string value is (appendString); its unescaped bytes are
-			// that form without the quotes unless the form still holds
-			// an escape (of a quote, a backslash or a control
-			// character), when stringInto reads them from the input.
-			var ok bool
-			if out, ok = p.appendString(out); !ok {
-				// Refused with stringInto's reason, as before this
-				// path: on a name with two faults (invalid UTF-8, then
-				// the end of the input) the two check them in another
-				// order.
-				p.pos = i
-				p.stringInto(p.keys)
+			p.pos = i
+			nameAt = len(p.keys)
+			keys, ok := p.stringInto(p.keys)
+			if !ok {
 				return nil, p.fail
 			}
-			nameAt = len(p.keys)
-			if canon := out[start+1 : len(out)-1]; bytes.IndexByte(canon, '\\') < 0 {
-				p.keys = append(p.keys, canon...)
-				i = p.pos
-			} else {
-				p.pos = i
-				if p.keys, ok = p.stringInto(p.keys); !ok {
-					return nil, p.fail
-				}
-				i = p.pos
-			}
-			nameEnd = len(p.keys)
+			p.keys = keys
+			nameEnd = len(keys)
+			i = p.pos
+			out = appendJCSString(out, p.keys[nameAt:])
 		}
 	keyed:
 		if inInput {

@@ -562,9 +562,11 @@ func TestEscapedNamesMatchGoMap(t *testing.T) {
 }
 
 // TestNameRefusalReasons pins that a member name is refused with the
-// reason stringInto gives, whichever path reads it: names with one fault,
-// and names with two (invalid UTF-8, then an escape, a control character
-// or the end of the input), near the end of the input and far from it.
+// reason stringInto gives, whichever path reads it (canonical's inline
+// short name, plainName, plainString near the end of the input): names
+// with one fault, and names with two (invalid UTF-8, then an escape, a
+// control character or the end of the input), near the end of the input
+// and far from it.
 func TestNameRefusalReasons(t *testing.T) {
 	far := strings.Repeat(" ", 20)
 	for _, tc := range []struct {
@@ -572,6 +574,10 @@ func TestNameRefusalReasons(t *testing.T) {
 		want error
 	}{
 		{"\"\xff", errArgsUTF8},
+		{"\"\xff\"", errArgsUTF8},
+		{"\"a\xc3\":1", errArgsUTF8},
+		{"\"\xed\xa0\x80\":1", errArgsUTF8},
+		{"\"abcdefgh\xe4\xb8\":1", errArgsUTF8},
 		{"\"a\xff\\q", errArgsUTF8},
 		{"\"\xff\x01\"", errArgsUTF8},
 		{"\"\\q\xff\"", errArgsSyntax},
