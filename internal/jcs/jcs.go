@@ -19,7 +19,6 @@ import (
 	"math/big"
 	"math/bits"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/ctoken/ctoken/internal/jsontext"
 	"github.com/ctoken/ctoken/internal/reason"
@@ -311,15 +310,10 @@ member:
 				if in[i+1+n] != '"' {
 					goto escaped // an escape or a control character
 				}
-				x &= 1<<(8*n) - 1
-				prefix = bits.ReverseBytes64(x)
-				if x&0x8080808080808080 != 0 {
-					if !utf8.Valid(in[i+1 : i+1+n]) {
-						goto escaped // stringInto refuses it
-					}
-					prefix = utf16Rank(prefix)
+				if x &= 1<<(8*n) - 1; x&0x8080808080808080 != 0 {
+					goto long // not ASCII: plainName validates it
 				}
-				nameAt, nameEnd, inInput = i+1, i+1+n, true
+				nameAt, nameEnd, inInput, prefix = i+1, i+1+n, true, bits.ReverseBytes64(x)
 				if i+n+2 < len(in) && in[i+n+2] == ':' {
 					out = append(out, in[i:i+n+3]...)
 					i = jsontext.SkipSpace(in, i+n+3)
@@ -330,6 +324,7 @@ member:
 				goto named
 			}
 		}
+	long:
 		if n, x, ok := plainName(in, i); ok {
 			// The common name: no escape (plainName). When the colon
 			// follows it, both are copied at once.
