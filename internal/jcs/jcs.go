@@ -302,8 +302,12 @@ member:
 		inInput := false
 		start := len(out)
 		if i+9 <= len(in) {
-			// plainName's first case inline: a name of up to 7 bytes,
-			// found with one load.
+			// plainName's first case inline, for ASCII: a name of up
+			// to 7 bytes, found with one load that also gives its sort
+			// key prefix. With plainName it took deep-objects from 4.61×
+			// SHA-256 to 3.85× and wide-sorted from 3.71× to 3.19×
+			// (BenchmarkArgsFingerprintShapes, alternating runs); the
+			// inline case alone, 4.09× to 3.85× and 3.29× to 3.19×.
 			x := binary.LittleEndian.Uint64(in[i+1:])
 			if stop := stringStopMask8(x); stop != 0 {
 				n := bits.TrailingZeros64(stop) >> 3
