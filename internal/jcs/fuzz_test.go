@@ -448,6 +448,21 @@ func FuzzCompareUTF16(f *testing.F) {
 	})
 }
 
+// FuzzPlainName differentially tests plainName, the member name fast
+// path, against plainString and nameKey (checkPlainName) on a quoted name
+// followed by the fuzzer's tail, and on the same text unterminated.
+func FuzzPlainName(f *testing.F) {
+	f.Add("next", ":1}")
+	f.Add("configuration.option_042", `:true,"b":null}`)
+	f.Add("é中😀\u0041", ":")
+	f.Add("\"\x01\xff", "")
+	f.Fuzz(func(t *testing.T, name, tail string) {
+		in := []byte(`"` + name + `"` + tail)
+		checkPlainName(t, in)
+		checkPlainName(t, in[:1+len(name)])
+	})
+}
+
 // FuzzPackedSort differentially tests the member order of objects of 33 to
 // 256 members (packedSort: 7 bytes after the names' shared prefix, mapped
 // by utf16Rank, sorted as integers) against utf16Order, through

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -480,6 +481,121 @@ func TestCanonicalJSON(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestEscapedNamesMatchGoMap checks the member name paths of canonical
+// (plainName, plainString near the end of the input, and escaped names
+// read through their canonical form or, when that form keeps an escape,
+// through stringInto) against the Go value path, which writes a
+// map[string]int's names from Go strings (appendJCSString) and sorts them
+// with sortMembers: names raw, every character a \u escape, or written by
+// encoding/json with its HTML escapes; in UTF-16 order, reversed and
+// rotated; alone near the end of the input or followed by a long member.
+func TestEscapedNamesMatchGoMap(t *testing.T) {
+	names := []string{"a", "é", `"`, `\`, "\n", "\x01", `a"b`, "😀", "\uE000", `x\y`, "\u2028", "/", "<&>",
+		`long_name_with_a_quote"_and_more_after_it`, "\x7f", "abcdefgh", "abcdefghi", "中文", "\uFFFD"}
+	uEscape := func(s string) string {
+		var sb strings.Builder
+		sb.WriteByte('"')
+		for _, r := range s {
+			for _, u := range utf16.Encode([]rune{r}) {
+				fmt.Fprintf(&sb, `\u%04X`, u)
+			}
+		}
+		sb.WriteByte('"')
+		return sb.String()
+	}
+	rawEscape := func(s string) string {
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSuffix(b.String(), "\n")
+	}
+	htmlEscape := func(s string) string {
+		q, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(q)
+	}
+	sorted := slices.Clone(names)
+	slices.SortFunc(sorted, utf16Order)
+	orders := [][]string{sorted, slices.Clone(sorted), append(slices.Clone(sorted[7:]), sorted[:7]...)}
+	slices.Reverse(orders[1])
+	for _, quote := range []func(string) string{rawEscape, uEscape, htmlEscape} {
+		for _, order := range orders {
+			for _, count := range []int{1, 2, len(order)} {
+				for _, tail := range []string{"", `,"~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~":0`} {
+					m := map[string]int{}
+					var sb strings.Builder
+					sb.WriteByte('{')
+					for i, name := range order[:count] {
+						if i > 0 {
+							sb.WriteByte(',')
+						}
+						fmt.Fprintf(&sb, "%s:%d", quote(name), i+1)
+						m[name] = i + 1
+					}
+					if tail != "" {
+						sb.WriteString(tail)
+						m["~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~"] = 0
+					}
+					sb.WriteByte('}')
+					got, err := Canonical([]byte(sb.String()))
+					if err != nil {
+						t.Fatalf("Canonical(%s): %v", sb.String(), err)
+					}
+					want, err := Sum(m)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if sha256.Sum256(got) != want {
+						t.Fatalf("Canonical(%s) = %s, not the canonical form of the map %q", sb.String(), got, m)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestNameRefusalReasons pins that a member name is refused with the
+// reason stringInto gives, whichever path reads it (canonical's inline
+// short name, plainName, plainString near the end of the input): names
+// with one fault, and names with two (invalid UTF-8, then an escape, a
+// control character or the end of the input), near the end of the input
+// and far from it.
+func TestNameRefusalReasons(t *testing.T) {
+	far := strings.Repeat(" ", 20)
+	for _, tc := range []struct {
+		name string
+		want error
+	}{
+		{"\"\xff", errArgsUTF8},
+		{"\"\xff\"", errArgsUTF8},
+		{"\"a\xc3\":1", errArgsUTF8},
+		{"\"\xed\xa0\x80\":1", errArgsUTF8},
+		{"\"abcdefgh\xe4\xb8\":1", errArgsUTF8},
+		{"\"a\xff\\q", errArgsUTF8},
+		{"\"\xff\x01\"", errArgsUTF8},
+		{"\"\\q\xff\"", errArgsSyntax},
+		{"\"\\ud800\"", errArgsSurrogate},
+		{"\"\x01\"", errArgsSyntax},
+		{"\"abc", errArgsSyntax},
+	} {
+		for _, in := range []string{"{" + tc.name, "{" + tc.name + far, "{" + far + tc.name} {
+			p := jcsParser{in: []byte(in)}
+			p.pos = strings.IndexByte(in, '"')
+			if _, ok := p.stringInto(nil); ok || p.fail != tc.want {
+				t.Fatalf("stringInto(%q) = %v; the case expects %v", in, p.fail, tc.want)
+			}
+			if out, err := Canonical([]byte(in)); out != nil || err != tc.want {
+				t.Errorf("Canonical(%q) = %q, %v; want %v", in, out, err, tc.want)
+			}
+		}
+	}
 }
 
 func TestArgsFingerprint(t *testing.T) {

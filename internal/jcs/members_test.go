@@ -8,7 +8,7 @@ import (
 )
 
 // TestInsertionSortMatchesSortFunc checks sortKeys' insertion sort
-// against slices.SortFunc with compareKeys on random sets of distinct
+// against slices.SortFunc with utf16Order on random sets of distinct
 // names: ASCII with long shared prefixes, non-ASCII, characters above
 // U+FFFF against U+E000-U+FFFF (where UTF-16 order is not byte order), in
 // every size up to maxInsertionSort. It checks sortKey, which reads a
@@ -48,8 +48,11 @@ func TestInsertionSortMatchesSortFunc(t *testing.T) {
 			for i := range min(len(name), 8) {
 				want |= uint64(name[i]) << (56 - 8*i)
 			}
-			if k.prefix != want || k.ascii != (want&0x8080808080808080 == 0) || k.index != i {
-				t.Fatalf("sortKey(%q) = %#x, ascii %v, index %d; want %#x, index %d", name, k.prefix, k.ascii, k.index, want, i)
+			if want&0x8080808080808080 != 0 {
+				want = utf16Rank(want) // ranked when not ASCII
+			}
+			if k.prefix != want || k.index != i {
+				t.Fatalf("sortKey(%q) = %#x, index %d; want %#x, index %d", name, k.prefix, k.index, want, i)
 			}
 			keys = append(keys, k)
 		}
@@ -57,12 +60,11 @@ func TestInsertionSortMatchesSortFunc(t *testing.T) {
 		if !p.sortKeys(members, got) {
 			t.Fatalf("names %q: sortKeys reports a duplicate", names)
 		}
-		want := slices.Clone(keys)
-		slices.SortFunc(want, func(a, b jcsSortKey) int { return p.compareKeys(members, a, b) })
+		want := slices.Clone(names)
+		slices.SortFunc(want, utf16Order)
 		for i := range want {
-			g, w := p.name(&members[got[i].index]), p.name(&members[want[i].index])
-			if string(g) != string(w) {
-				t.Fatalf("names %q: insertion sort puts %q at %d, slices.SortFunc %q", names, g, i, w)
+			if g := p.name(&members[got[i].index]); string(g) != want[i] {
+				t.Fatalf("names %q: insertion sort puts %q at %d, UTF-16 order %q", names, g, i, want[i])
 			}
 		}
 	}
@@ -104,7 +106,7 @@ func TestUTF16RankOrder(t *testing.T) {
 }
 
 // TestPackedSortMatchesSortFunc pins packedSort, the sort of objects of
-// 33 to 256 members, against slices.SortFunc with compareKeys: names with
+// 33 to 256 members, against slices.SortFunc with utf16Order: names with
 // long shared prefixes, non-ASCII, U+E000–U+FFFF against characters above
 // U+FFFF, ties in their first 7 bytes after the shared prefix; and it
 // refuses a duplicate name wherever it is.
@@ -150,17 +152,70 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 		if !p.sortKeys(members, got) {
 			t.Fatalf("names %q: packedSort reports a duplicate", names)
 		}
-		want := slices.Clone(keys)
-		slices.SortFunc(want, func(a, b jcsSortKey) int { return p.compareKeys(members, a, b) })
+		want := slices.Clone(names)
+		slices.SortFunc(want, utf16Order)
 		for i := range want {
-			g, w := p.name(&members[got[i].index]), p.name(&members[want[i].index])
-			if string(g) != string(w) {
-				t.Fatalf("names %q: packedSort puts %q at %d, slices.SortFunc %q", names, g, i, w)
+			if g := p.name(&members[got[i].index]); string(g) != want[i] {
+				t.Fatalf("names %q: packedSort puts %q at %d, UTF-16 order %q", names, g, i, want[i])
 			}
 		}
 		dup := append(slices.Clone(names[:n-1]), names[next(n-1)])
 		if p, members, keys := build(dup); p.sortKeys(members, keys) {
 			t.Fatalf("names %q: packedSort misses a duplicate", dup)
+		}
+	}
+}
+
+// checkPlainName fails unless plainName agrees with the general path on
+// the name whose opening quote starts in: where plainName reads a name,
+// plainString ends it at the same place and nameKey gives the same sort
+// key prefix; where plainName declines with 16 bytes after the quote,
+// plainString declines too (an escape, a control character, invalid
+// UTF-8, no closing quote).
+func checkPlainName(t *testing.T, in []byte) {
+	t.Helper()
+	p := jcsParser{in: in}
+	end := p.plainString()
+	n, prefix, ok := plainName(in, 0)
+	if !ok {
+		if len(in) >= 17 && end >= 0 {
+			t.Fatalf("plainName declines %q, which plainString reads", in)
+		}
+		return
+	}
+	if end != n+2 {
+		t.Fatalf("plainName(%q) reads %d bytes of name, plainString ends at %d", in, n, end)
+	}
+	if want := nameKey(in, 1, 1+n, 0).prefix; prefix != want {
+		t.Fatalf("plainName(%q) prefix %#x, nameKey %#x", in, prefix, want)
+	}
+}
+
+// TestPlainNameMatchesPlainString checks plainName, the member name fast
+// path, against plainString and nameKey: names of every length around
+// its two 8-byte loads (0 to 40 bytes), ASCII and not, with an escape, a
+// control character, a quote or invalid UTF-8 at each position, followed
+// by the end of the input or more text.
+func TestPlainNameMatchesPlainString(t *testing.T) {
+	fills := []string{"a", "é", "中", "😀", "\uffff", "\x7f"}
+	breaks := []string{"", "\\n", "\\u0041", "\\\"", "\x01", "\x1f", "\xff", "\xc3", "\xed\xa0\x80", "\xe4\xb8"}
+	tails := []string{"", ":", ":1}", `:"x","b":2,"c":3,"d":4}`, " : 1 }"}
+	for size := range 41 {
+		for _, fill := range fills {
+			var name []byte
+			for len(name) < size {
+				name = append(name, fill...)
+			}
+			for _, brk := range breaks {
+				for at := 0; at <= len(name); at += max(1, len(name)/5) {
+					body := append(append(append([]byte{}, name[:at]...), brk...), name[at:]...)
+					for _, tail := range tails {
+						in := append(append(append([]byte{'"'}, body...), '"'), tail...)
+						checkPlainName(t, in)
+						checkPlainName(t, in[:len(in)-len(tail)-1]) // unterminated
+					}
+				}
+			}
 		}
 	}
 }
