@@ -150,9 +150,11 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		// rounds to zero.
 		return nil, errArgsInexact
 	}
-	if n > 15 && shortestExact(digitsValue(dig[:n]), point-n) {
-		// Shown shortest by exact integer arithmetic (shortest.go).
-	} else if n > 15 || point < -306 || point > 308 {
+	if n <= 15 && -306 <= point && point <= 308 {
+		// Its own shortest form (above).
+	} else if !shortestExact(digitsValue(dig[:n]), point-n) {
+		// Not shown shortest by integer arithmetic (shortest.go):
+		// strconv decides.
 		f, ok := p.tinyDouble(dig[:n], point)
 		if !ok {
 			var err error
@@ -188,9 +190,16 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 	return appendES6Digits(out, dig[:n], point), nil
 }
 
-// digitsValue returns the integer the 16 or 17 decimal digits d spell, eight
-// at a time (parse8).
+// digitsValue returns the integer the 1 to 17 decimal digits d spell, 16
+// or 17 of them eight at a time (parse8).
 func digitsValue(d []byte) uint64 {
+	if len(d) < 16 {
+		var v uint64
+		for _, c := range d {
+			v = v*10 + uint64(c-'0')
+		}
+		return v
+	}
 	v := parse8(binary.LittleEndian.Uint64(d[0:8]))*1e8 + parse8(binary.LittleEndian.Uint64(d[8:16]))
 	if len(d) == 17 {
 		v = v*10 + uint64(d[16]-'0')

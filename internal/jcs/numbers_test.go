@@ -78,15 +78,16 @@ func sameScale(short, text string) bool {
 }
 
 // TestDigitsValueMatchesParseUint pins digitsValue, which reads 16 or 17
-// digits eight at a time, against strconv.ParseUint.
+// digits eight at a time, against strconv.ParseUint, for every length from
+// 1 to 17.
 func TestDigitsValueMatchesParseUint(t *testing.T) {
 	x := uint64(0x9e3779b97f4a7c15)
-	cases := []string{"1000000000000000", "9999999999999999", "10000000000000000", "99999999999999999", "1234567890123456", "12345678901234567"}
+	cases := []string{"1", "9", "1000000000000000", "9999999999999999", "10000000000000000", "99999999999999999", "1234567890123456", "12345678901234567"}
 	for range 10000 {
 		x ^= x << 13
 		x ^= x >> 7
 		x ^= x << 17
-		cases = append(cases, strconv.FormatUint(x%9e15+1e15, 10), strconv.FormatUint(x%9e16+1e16, 10))
+		cases = append(cases, strconv.FormatUint(x%9e15+1e15, 10), strconv.FormatUint(x%9e16+1e16, 10), strconv.FormatUint(x%1e15, 10))
 	}
 	for _, s := range cases {
 		want, err := strconv.ParseUint(s, 10, 64)
