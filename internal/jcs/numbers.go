@@ -109,40 +109,36 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 	}
 
 	// Significant digits d1…dn, from the first nonzero digit to the last,
-	// at most 17 (a double's shortest form has no more), and the decimal
-	// point's position: the value is 0.d1…dn × 10^point before exp.
-	first, point := -1, 0
-	for i := intStart; i < intEnd; i++ {
-		if in[i] != '0' {
-			first, point = i, intEnd-i
-			break
+	// at most 17 (a double's shortest form has no more): a before the
+	// literal's point and b after it, either possibly empty. And the
+	// decimal point's position: the value is 0.d1…dn × 10^point before
+	// exp. JSON allows no leading zero: the integer part is 0 or starts
+	// with a nonzero digit.
+	var a, b []byte
+	point := 0
+	if in[intStart] != '0' {
+		a, b, point = in[intStart:intEnd], in[fracStart:fracEnd], intEnd-intStart
+	} else {
+		f := fracStart
+		for f < fracEnd && in[f] == '0' {
+			f++
 		}
-	}
-	if first < 0 {
-		for i := fracStart; i < fracEnd; i++ {
-			if in[i] != '0' {
-				first, point = i, fracStart-i
-				break
-			}
-		}
-		if first < 0 {
+		if f == fracEnd {
 			return append(out, '0'), nil // 0, -0, 0.000e99: all zero
 		}
+		b, point = in[f:fracEnd], fracStart-f
 	}
-	last := fracEnd - 1 // fracEnd is intEnd without a fraction
-	for in[last] == '0' || in[last] == '.' {
-		last-- // stops at in[first] at the latest
+	for len(b) > 0 && b[len(b)-1] == '0' {
+		b = b[:len(b)-1]
 	}
-	var dig [17]byte
-	n := 0
-	for i := first; i <= last; i++ {
-		if c := in[i]; c != '.' {
-			if n == len(dig) {
-				return nil, errArgsInexact // more significant digits than any double's shortest form
-			}
-			dig[n] = c
-			n++
+	if len(b) == 0 {
+		for a[len(a)-1] == '0' {
+			a = a[:len(a)-1] // stops at a's first digit, not 0
 		}
+	}
+	n := len(a) + len(b)
+	if n > 17 {
+		return nil, errArgsInexact // more significant digits than any double's shortest form
 	}
 	point += exp
 	if point <= -324 {
@@ -150,59 +146,79 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		// rounds to zero.
 		return nil, errArgsInexact
 	}
-	if n <= 15 && -306 <= point && point <= 308 {
-		// Its own shortest form (above).
-	} else if !shortestExact(digitsValue(dig[:n]), point-n) {
+	var dig [17]byte
+	if (n > 15 || point < -306 || point > 308) && !shortestExact(digitsValue(a, b), point-n) {
 		// Not shown shortest by integer arithmetic (shortest.go):
 		// strconv decides.
-		f, ok := p.tinyDouble(dig[:n], point)
-		if !ok {
-			var err error
-			f, err = strconv.ParseFloat(string(lit), 64)
-			if err != nil || math.IsInf(f, 0) {
-				return nil, errArgsRange
-			}
-		}
-		if f == 0 {
-			return nil, errArgsInexact // underflow
-		}
-		var buf [32]byte
-		short := strconv.AppendFloat(buf[:0], math.Abs(f), 'e', -1, 64) // d.ddde±x
-		// The exponent: a sign and two or three digits.
-		e := len(short) - 4
-		if short[e] != 'e' {
-			e--
-		}
-		x := 0
-		for _, c := range short[e+2:] {
-			x = x*10 + int(c-'0')
-		}
-		if short[e+1] == '-' {
-			x = -x
-		}
-		if x+1 != point || short[0] != dig[0] || (e > 1 && string(short[2:e]) != string(dig[1:n])) || (e == 1 && n != 1) {
-			return nil, errArgsInexact
+		copy(dig[copy(dig[:], a):], b)
+		if err := p.strconvShortest(dig[:n], point, lit); err != nil {
+			return nil, err
 		}
 	}
+	if i == fracEnd && (fracEnd == fracStart && point <= 21 || fracEnd > fracStart && in[fracEnd-1] != '0' && point > -6) {
+		// No exponent, no trailing zero in a fraction, at most 21
+		// digits before the point and under six zeros after it: the
+		// literal is already in ECMAScript's form (appendES6Digits).
+		return append(out, lit...), nil
+	}
+	copy(dig[copy(dig[:], a):], b)
 	if neg {
 		out = append(out, '-')
 	}
 	return appendES6Digits(out, dig[:n], point), nil
 }
 
-// digitsValue returns the integer the 1 to 17 decimal digits d spell, 16
-// or 17 of them eight at a time (parse8).
-func digitsValue(d []byte) uint64 {
-	if len(d) < 16 {
-		var v uint64
-		for _, c := range d {
-			v = v*10 + uint64(c-'0')
+// strconvShortest returns nil if the digits dig × 10^(point−len(dig)) are
+// the shortest round-trip form of the double nearest to the literal lit,
+// by strconv.ParseFloat (tinyDouble below 2^-1021) and strconv's shortest
+// formatting.
+func (p *jcsParser) strconvShortest(dig []byte, point int, lit []byte) error {
+	n := len(dig)
+	f, ok := p.tinyDouble(dig, point)
+	if !ok {
+		var err error
+		f, err = strconv.ParseFloat(string(lit), 64)
+		if err != nil || math.IsInf(f, 0) {
+			return errArgsRange
 		}
-		return v
 	}
-	v := parse8(binary.LittleEndian.Uint64(d[0:8]))*1e8 + parse8(binary.LittleEndian.Uint64(d[8:16]))
-	if len(d) == 17 {
-		v = v*10 + uint64(d[16]-'0')
+	if f == 0 {
+		return errArgsInexact // underflow
+	}
+	var buf [32]byte
+	short := strconv.AppendFloat(buf[:0], math.Abs(f), 'e', -1, 64) // d.ddde±x
+	// The exponent: a sign and two or three digits.
+	e := len(short) - 4
+	if short[e] != 'e' {
+		e--
+	}
+	x := 0
+	for _, c := range short[e+2:] {
+		x = x*10 + int(c-'0')
+	}
+	if short[e+1] == '-' {
+		x = -x
+	}
+	if x+1 != point || short[0] != dig[0] || (e > 1 && string(short[2:e]) != string(dig[1:n])) || (e == 1 && n != 1) {
+		return errArgsInexact
+	}
+	return nil
+}
+
+// digitsValue returns the integer the decimal digits a then b spell (17
+// at most), eight at a time where eight are left (parse8).
+func digitsValue(a, b []byte) uint64 {
+	return addDigits(addDigits(0, a), b)
+}
+
+// addDigits returns v followed by the decimal digits s.
+func addDigits(v uint64, s []byte) uint64 {
+	for len(s) >= 8 {
+		v = v*1e8 + parse8(binary.LittleEndian.Uint64(s))
+		s = s[8:]
+	}
+	for _, c := range s {
+		v = v*10 + uint64(c-'0')
 	}
 	return v
 }

@@ -77,9 +77,9 @@ func sameScale(short, text string) bool {
 	return a+1 == b
 }
 
-// TestDigitsValueMatchesParseUint pins digitsValue, which reads 16 or 17
-// digits eight at a time, against strconv.ParseUint, for every length from
-// 1 to 17.
+// TestDigitsValueMatchesParseUint pins digitsValue, which reads digits
+// eight at a time where it can, against strconv.ParseUint, for every
+// length from 1 to 17 and every cut into the two runs it reads.
 func TestDigitsValueMatchesParseUint(t *testing.T) {
 	x := uint64(0x9e3779b97f4a7c15)
 	cases := []string{"1", "9", "1000000000000000", "9999999999999999", "10000000000000000", "99999999999999999", "1234567890123456", "12345678901234567"}
@@ -94,8 +94,10 @@ func TestDigitsValueMatchesParseUint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := digitsValue([]byte(s)); got != want {
-			t.Fatalf("digitsValue(%q) = %d", s, got)
+		for cut := range len(s) + 1 {
+			if got := digitsValue([]byte(s[:cut]), []byte(s[cut:])); got != want {
+				t.Fatalf("digitsValue(%q, %q) = %d", s[:cut], s[cut:], got)
+			}
 		}
 	}
 }
