@@ -146,10 +146,10 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		// rounds to zero.
 		return nil, errArgsInexact
 	}
-	var dig [17]byte
 	if (n > 15 || point < -306 || point > 308) && !shortestExact(digitsValue(a, b), point-n) {
 		// Not shown shortest by integer arithmetic (shortest.go):
 		// strconv decides.
+		var dig [17]byte
 		copy(dig[copy(dig[:], a):], b)
 		if err := p.strconvShortest(dig[:n], point, lit); err != nil {
 			return nil, err
@@ -161,11 +161,10 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		// literal is already in ECMAScript's form (appendES6Digits).
 		return append(out, lit...), nil
 	}
-	copy(dig[copy(dig[:], a):], b)
 	if neg {
 		out = append(out, '-')
 	}
-	return appendES6Digits(out, dig[:n], point), nil
+	return appendES6Digits(out, a, b, point), nil
 }
 
 // strconvShortest returns nil if the digits dig × 10^(point−len(dig)) are
@@ -393,29 +392,44 @@ func fewLeadingZeros(f []byte) bool {
 	return len(f) < 6
 }
 
-// appendES6Digits appends the positive number 0.d1…dn × 10^point (d the
-// shortest round-trip digits of a double, no trailing zero) as ECMAScript's
-// Number.prototype.toString does (ECMA-262, Number::toString).
-func appendES6Digits(out, d []byte, point int) []byte {
+// appendES6Digits appends the positive number 0.d1…dn × 10^point, its
+// digits d the run a followed by the run b (the shortest round-trip digits
+// of a double, no trailing zero; runs of the literal, so no copy is
+// needed), as ECMAScript's Number.prototype.toString does (ECMA-262,
+// Number::toString).
+func appendES6Digits(out, a, b []byte, point int) []byte {
 	const zeros = "000000000000000000000" // 21: the most either case below pads
-	k := len(d)
+	k := len(a) + len(b)
 	switch {
 	case k <= point && point <= 21:
-		out = append(out, d...)
+		out = append(out, a...)
+		out = append(out, b...)
 		return append(out, zeros[:point-k]...)
 	case 0 < point && point <= 21:
-		out = append(out, d[:point]...)
+		if point <= len(a) {
+			out = append(out, a[:point]...)
+			out = append(out, '.')
+			out = append(out, a[point:]...)
+			return append(out, b...)
+		}
+		out = append(out, a...)
+		out = append(out, b[:point-len(a)]...)
 		out = append(out, '.')
-		return append(out, d[point:]...)
+		return append(out, b[point-len(a):]...)
 	case -6 < point && point <= 0:
 		out = append(out, '0', '.')
 		out = append(out, zeros[:-point]...)
-		return append(out, d...)
+		out = append(out, a...)
+		return append(out, b...)
 	}
-	out = append(out, d[0])
+	if len(a) == 0 {
+		a, b = b, nil
+	}
+	out = append(out, a[0])
 	if k > 1 {
 		out = append(out, '.')
-		out = append(out, d[1:]...)
+		out = append(out, a[1:]...)
+		out = append(out, b...)
 	}
 	x, sign := point-1, byte('+')
 	if x < 0 {
