@@ -75,8 +75,9 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		// the exponent is added, and a saturated exponent leaves it more
 		// than 300 places out, where ParseFloat decides from the text.
 		limit := len(in) + 400
+		limit10 := limit / 10
 		for i < len(in) && '0' <= in[i] && in[i] <= '9' {
-			if exp >= limit/10 {
+			if exp >= limit10 {
 				exp = limit // the true exponent is at least limit-9
 			} else {
 				exp = exp*10 + int(in[i]-'0')
@@ -398,49 +399,69 @@ func fewLeadingZeros(f []byte) bool {
 // needed), as ECMAScript's Number.prototype.toString does (ECMA-262,
 // Number::toString).
 func appendES6Digits(out, a, b []byte, point int) []byte {
-	const zeros = "000000000000000000000" // 21: the most either case below pads
+	const zeros = "0.00000000000000000000000" // "0.", then 21 zeros: the most either case below pads
+	// At most 24 bytes: 17 digits, a point and "e-324"; "0.", five
+	// zeros and 17 digits; 21 digits. Written into one window.
+	n := len(out)
+	if cap(out)-n < 24 {
+		out = append(out, zeros[:24]...)[:n]
+	}
+	w := out[n : n+24]
 	k := len(a) + len(b)
+	j := 0
 	switch {
 	case k <= point && point <= 21:
-		out = append(out, a...)
-		out = append(out, b...)
-		return append(out, zeros[:point-k]...)
+		j = copy(w, a)
+		j += copy(w[j:], b)
+		j += copy(w[j:], zeros[2:2+point-k])
+		return out[:n+j]
 	case 0 < point && point <= 21:
 		if point <= len(a) {
-			out = append(out, a[:point]...)
-			out = append(out, '.')
-			out = append(out, a[point:]...)
-			return append(out, b...)
+			j = copy(w, a[:point])
+			w[j] = '.'
+			j++
+			j += copy(w[j:], a[point:])
+		} else {
+			j = copy(w, a)
+			j += copy(w[j:], b[:point-len(a)])
+			b = b[point-len(a):]
+			w[j] = '.'
+			j++
 		}
-		out = append(out, a...)
-		out = append(out, b[:point-len(a)]...)
-		out = append(out, '.')
-		return append(out, b[point-len(a):]...)
+		j += copy(w[j:], b)
+		return out[:n+j]
 	case -6 < point && point <= 0:
-		out = append(out, '0', '.')
-		out = append(out, zeros[:-point]...)
-		out = append(out, a...)
-		return append(out, b...)
+		j = copy(w, zeros[:2-point])
+		j += copy(w[j:], a)
+		j += copy(w[j:], b)
+		return out[:n+j]
 	}
 	if len(a) == 0 {
 		a, b = b, nil
 	}
-	out = append(out, a[0])
+	w[0] = a[0]
+	j = 1
 	if k > 1 {
-		out = append(out, '.')
-		out = append(out, a[1:]...)
-		out = append(out, b...)
+		w[1] = '.'
+		j = 2 + copy(w[2:], a[1:])
+		j += copy(w[j:], b)
 	}
 	x, sign := point-1, byte('+')
 	if x < 0 {
 		x, sign = -x, '-'
 	}
 	// A double's decimal exponent is at most 324: three digits.
+	w[j], w[j+1] = 'e', sign
 	switch {
 	case x >= 100:
-		return append(out, 'e', sign, byte('0'+x/100), byte('0'+x/10%10), byte('0'+x%10))
+		w[j+2], w[j+3], w[j+4] = byte('0'+x/100), byte('0'+x/10%10), byte('0'+x%10)
+		j += 5
 	case x >= 10:
-		return append(out, 'e', sign, byte('0'+x/10), byte('0'+x%10))
+		w[j+2], w[j+3] = byte('0'+x/10), byte('0'+x%10)
+		j += 4
+	default:
+		w[j+2] = byte('0' + x)
+		j += 3
 	}
-	return append(out, 'e', sign, byte('0'+x))
+	return out[:n+j]
 }
