@@ -26,9 +26,12 @@ import (
 // needed: as 10^15 < 2^52, a decimal of 15 significant digits or fewer
 // comes back from its nearest normal double when rounded to as many digits
 // (Matula), so no two of them share a double, and no other decimal of as
-// few digits rounds to it. With 16 or 17 digits shortestExact shows most
-// to be shortest without strconv. Otherwise the digits are compared with
-// the shortest round-trip digits of the double strconv parses.
+// few digits rounds to it. With 16 or 17 digits, or outside that range
+// (subnormals, up to the largest double), shortestExact shows nearly all
+// that are shortest to be so by integer arithmetic (shortest.go); what it
+// leaves is compared with the shortest round-trip digits of the double
+// strconv parses. A literal already in ECMAScript's form is copied; any
+// other is written from its digits where they lie in the input.
 func (p *jcsParser) number(out []byte) ([]byte, error) {
 	in, i := p.in, p.pos
 	start := i
