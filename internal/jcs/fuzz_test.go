@@ -392,15 +392,18 @@ func FuzzJCSNumber(f *testing.F) {
 // FuzzShortestExact differentially tests shortestExact, which decides with
 // a 128-bit power of ten whether d × 10^q is the shortest form of its
 // double, against strconv (strconvShortest): it may leave a case to
-// strconv, never contradict it. Seeds: the last digit of a shortest form
-// nudged, powers of two, the extremes of the double range.
+// strconv, never contradict it. Each input is tried as d × 10^q and, read
+// as the bits of a double, as that double's shortest form with its last
+// digit nudged by q mod 3 − 1 (so that most tries are shortest forms, which
+// random d and q seldom are). Seeds: shortest forms and their neighbours,
+// powers of two, the extremes of the double range.
 func FuzzShortestExact(f *testing.F) {
 	for _, s := range [][2]int64{{17976931348623157, 292}, {22250738585072014, -324}, {5, -324}, {49406564584124654, -340},
 		{30000000000000004, -17}, {9007199254740992, 0}, {9007199254740993, 0}, {11102230246251565, -32}, {7120236347223045, -322},
 		{1, 23}, {12345678901234567, -24}, {89884656743115795, 291}, {2, -324}, {3, -324}, {25, -325}} {
 		f.Add(uint64(s[0]), int16(s[1]))
 	}
-	f.Fuzz(func(t *testing.T, d uint64, q int16) {
+	check := func(t *testing.T, d uint64, q int) {
 		for d%10 == 0 && d != 0 {
 			d /= 10
 			q++
@@ -408,9 +411,24 @@ func FuzzShortestExact(f *testing.F) {
 		if d == 0 || d >= 1e17 || q < pow10Min-10 || q > pow10Max+10 {
 			return
 		}
-		if shortestExact(d, int(q)) && !strconvShortest(t, d, int(q)) {
+		if shortestExact(d, q) && !strconvShortest(t, d, q) {
 			t.Fatalf("shortestExact(%d, %d) accepts what strconv refuses", d, q)
 		}
+	}
+	f.Fuzz(func(t *testing.T, d uint64, q int16) {
+		check(t, d, int(q))
+		fl := math.Abs(math.Float64frombits(d))
+		if fl == 0 || math.IsInf(fl, 0) || math.IsNaN(fl) {
+			return
+		}
+		m, e, _ := strings.Cut(strconv.FormatFloat(fl, 'e', -1, 64), "e")
+		digits := strings.Replace(m, ".", "", 1)
+		sd, err := strconv.ParseUint(digits, 10, 64)
+		x, err2 := strconv.Atoi(e)
+		if err != nil || err2 != nil {
+			t.Fatal(m, e)
+		}
+		check(t, uint64(int64(sd)+int64(q)%3-1), x-len(digits)+1)
 	})
 }
 
