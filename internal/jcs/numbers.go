@@ -165,6 +165,15 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		// literal is already in ECMAScript's form (appendES6Digits).
 		return append(out, lit...), nil
 	}
+	if i > fracEnd && (point > 21 || point <= -6) && intEnd == intStart+1 && len(a) == 1 &&
+		(fracEnd == fracStart || in[fracEnd-1] != '0') &&
+		in[fracEnd] == 'e' && (in[fracEnd+1] == '+' || in[fracEnd+1] == '-') && in[fracEnd+2] != '0' {
+		// d.ddde±x as ECMAScript writes it: one nonzero digit before
+		// the point, none of the fraction's zeros trailing, a lower-case
+		// e, a sign and no leading zero in the exponent, which is then
+		// point−1, out of the plain range (appendES6Digits).
+		return append(out, lit...), nil
+	}
 	if neg {
 		out = append(out, '-')
 	}

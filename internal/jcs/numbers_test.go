@@ -151,3 +151,58 @@ func TestTinyQuotientMatchesBig(t *testing.T) {
 		t.Fatalf("tinyQuotient answered %d of 100000", answered)
 	}
 }
+
+// TestNumberSpellingsOfOneDouble pins the paths of number that copy a
+// literal already in ECMAScript's form (plain, or d.ddde±x) against the
+// reference formatting (appendES6NumberRef): for doubles across the range,
+// their ECMAScript form and other spellings of the same value (upper-case
+// E, no sign, a leading zero in the exponent, a trailing zero in the
+// fraction, the point moved) all come out as the ECMAScript form.
+func TestNumberSpellingsOfOneDouble(t *testing.T) {
+	x := uint64(0x9e3779b97f4a7c15)
+	checked, exponentForms := 0, 0
+	for range 20000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		f := math.Float64frombits(x >> 1)
+		if math.IsInf(f, 0) || math.IsNaN(f) || f == 0 {
+			continue
+		}
+		if x%2 == 0 {
+			f = math.Round(f*1e4) / 1e4 // few digits too
+			if f == 0 || math.IsInf(f, 0) {
+				continue
+			}
+		}
+		want := string(appendES6NumberRef(nil, f))
+		m, e, _ := strings.Cut(strconv.FormatFloat(f, 'e', -1, 64), "e")
+		xp := mustAtoi(t, e)
+		digits := strings.Replace(m, ".", "", 1) // with its sign
+		spellings := []string{want, m + "E" + strconv.Itoa(xp), m + "e" + strconv.Itoa(xp), m + "e+0" + strconv.Itoa(xp),
+			digits + "e" + strconv.Itoa(xp-len(strings.TrimPrefix(digits, "-"))+1)}
+		if strings.Contains(m, ".") {
+			spellings = append(spellings, m+"0e"+strconv.Itoa(xp))
+		} else {
+			spellings = append(spellings, m+".0e"+strconv.Itoa(xp))
+		}
+		for _, lit := range spellings {
+			g, err := strconv.ParseFloat(lit, 64)
+			if err != nil || g != f {
+				continue // a spelling of another value: not this test's subject
+			}
+			p := jcsParser{in: []byte(lit)}
+			got, err := p.number(nil)
+			if err != nil || string(got) != want {
+				t.Fatalf("%q: got %q, %v; want %s", lit, got, err, want)
+			}
+			checked++
+			if lit == want && strings.Contains(lit, "e") {
+				exponentForms++
+			}
+		}
+	}
+	if checked < 50000 || exponentForms < 5000 {
+		t.Fatalf("checked %d spellings, %d of them ECMAScript's exponent form", checked, exponentForms)
+	}
+}
