@@ -218,3 +218,54 @@ func TestPow10Tab(t *testing.T) {
 		}
 	}
 }
+
+// TestShortestExactSettlesTheWholeRange pins what shortestExact covers
+// beyond 16–17-digit normal numbers (what it settles, strconv no longer
+// has to): the extremes of the double range, nearly every power of two
+// (whose rounding interval is lopsided) and nearly every subnormal,
+// written in their shortest form; and that outside its table of powers of
+// ten it leaves the decision to strconv.
+func TestShortestExactSettlesTheWholeRange(t *testing.T) {
+	shortestForm := func(f float64) (uint64, int) {
+		m, e, _ := strings.Cut(strconv.FormatFloat(f, 'e', -1, 64), "e")
+		digits := strings.Replace(m, ".", "", 1)
+		d, err := strconv.ParseUint(digits, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, mustAtoi(t, e) - len(digits) + 1
+	}
+	for _, f := range []float64{math.MaxFloat64, 0x1p-1022, math.SmallestNonzeroFloat64, 3 * math.SmallestNonzeroFloat64, 0x1p-1022 - 0x1p-1074, 0.30000000000000004} {
+		if d, q := shortestForm(f); !shortestExact(d, q) {
+			t.Errorf("shortestExact(%d, %d) does not settle %v", d, q, f)
+		}
+	}
+	count := func(name string, fs []float64, atLeast float64) {
+		settled := 0
+		for _, f := range fs {
+			d, q := shortestForm(f)
+			if shortestExact(d, q) {
+				settled++
+			}
+		}
+		if float64(settled) < atLeast*float64(len(fs)) {
+			t.Errorf("shortestExact settles %d of %d %s", settled, len(fs), name)
+		}
+		t.Logf("shortestExact settles %d of %d %s", settled, len(fs), name)
+	}
+	var powers, subnormals []float64
+	for e := -1074; e <= 1023; e++ {
+		powers = append(powers, math.Ldexp(1, e))
+	}
+	next := xorshift(0x9e3779b97f4a7c15)
+	for range 10000 {
+		subnormals = append(subnormals, math.Float64frombits(next()%(1<<52-1)+1))
+	}
+	count("powers of two", powers, 0.9)
+	count("subnormals", subnormals, 0.9)
+	for _, q := range []int{pow10Min - 1, pow10Min - 100, pow10Max + 1, pow10Max + 100} {
+		if shortestExact(1, q) || shortestExact(12345678901234567, q) {
+			t.Errorf("shortestExact settles 10^%d, outside its table", q)
+		}
+	}
+}
