@@ -206,3 +206,68 @@ func TestNumberSpellingsOfOneDouble(t *testing.T) {
 		t.Fatalf("checked %d spellings, %d of them ECMAScript's exponent form", checked, exponentForms)
 	}
 }
+
+// TestTinyDoubleMatchesParseFloat pins tinyDouble, which number reaches
+// for values below 2^-1021 that shortestExact leaves (most of those it
+// settles itself), directly against strconv.ParseFloat: for doubles across
+// that range written with 1 to 17 significant digits and nudged a unit
+// either way, where it answers it answers ParseFloat's double, and it
+// answers nearly always; outside its range of point it reports false.
+func TestTinyDoubleMatchesParseFloat(t *testing.T) {
+	x := uint64(0x2545f4914f6cdd1d)
+	var p jcsParser
+	answered, total := 0, 0
+	for range 3000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		f := math.Float64frombits(x % (1<<53 + 1))
+		if f == 0 {
+			continue
+		}
+		for prec := range 17 {
+			m, e, _ := strings.Cut(strconv.FormatFloat(f, 'e', prec, 64), "e")
+			d, _ := strconv.ParseUint(strings.Replace(m, ".", "", 1), 10, 64)
+			for _, nd := range []uint64{d - 1, d, d + 1} {
+				ds := strings.TrimRight(strconv.FormatUint(nd, 10), "0")
+				if nd == 0 || len(ds) > 17 {
+					continue
+				}
+				point := mustAtoi(t, e) + 1 + len(strconv.FormatUint(nd, 10)) - len(strconv.FormatUint(d, 10))
+				text := "0." + ds + "e" + strconv.Itoa(point)
+				want, err := strconv.ParseFloat(text, 64)
+				if err != nil || point <= -324 || point > -307 {
+					continue
+				}
+				total++
+				got, ok := p.tinyDouble([]byte(ds), point)
+				if !ok {
+					continue
+				}
+				answered++
+				if got != want {
+					t.Fatalf("tinyDouble(%s, %d) = %v, ParseFloat(%s) = %v", ds, point, got, text, want)
+				}
+			}
+		}
+	}
+	if total == 0 || answered < total*95/100 {
+		t.Fatalf("tinyDouble answered %d of %d", answered, total)
+	}
+	// At the edges of its range: point −307 and −323, and 2^-1021 itself.
+	for _, c := range []struct {
+		ds    string
+		point int
+	}{{"1", -307}, {"4450147717014403", -307}, {"5", -323}, {"25", -323}} {
+		got, ok := p.tinyDouble([]byte(c.ds), c.point)
+		want, _ := strconv.ParseFloat("0."+c.ds+"e"+strconv.Itoa(c.point), 64)
+		if !ok || got != want {
+			t.Errorf("tinyDouble(%s, %d) = %v, %v; want %v", c.ds, c.point, got, ok, want)
+		}
+	}
+	for _, point := range []int{-306, -300, -324, -330} {
+		if _, ok := p.tinyDouble([]byte("1"), point); ok {
+			t.Errorf("tinyDouble answers at point %d, outside its range", point)
+		}
+	}
+}
