@@ -355,7 +355,9 @@ func FuzzJCSNumber(f *testing.F) {
 		"1234567890123456789", "1234567890123456800", "9007199254740993", "0.10000000000000000001", "1e21", "1e20",
 		"1e-6", "1e-7", "5e-324", "3e-324", "1.7976931348623157e308", "1.7976931348623159e308", "1e-400", "0.0e400",
 		"333333333.33333329", "4.50", "2e-3", "-1.5e-300", "1e300", "1.5e301", "9.99999999999999e-301", "0.000001234e-295",
-		"2.5e-320", "1e-310", "2.225073858507201e-308", "2.2250738585072014e-308", "4.9406564584124654e-324", "4.4501477170144023e-308"} {
+		"2.5e-320", "1e-310", "2.225073858507201e-308", "2.2250738585072014e-308", "4.9406564584124654e-324", "4.4501477170144023e-308",
+		"9007199254740992", "9007199254740993", "1.1102230246251565e-16", "8.98846567431158e307", "0.30000000000000004", "1.2345678901234567e-7",
+		"-0.0012345678901234567", "123456789012345680000", "1.797693134862315708e308", "4.940656458412465441765687928682213723651e-324"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, lit string) {
@@ -384,6 +386,49 @@ func FuzzJCSNumber(f *testing.F) {
 		if err != nil || string(got) != string(want) {
 			t.Fatalf("%q: got %q, %v; want %s", lit, got, err, want)
 		}
+	})
+}
+
+// FuzzShortestExact differentially tests shortestExact, which decides with
+// a 128-bit power of ten whether d × 10^q is the shortest form of its
+// double, against strconv (strconvShortest): it may leave a case to
+// strconv, never contradict it. Each input is tried as d × 10^q and, read
+// as the bits of a double, as that double's shortest form with its last
+// digit nudged by q mod 3 − 1 (so that most tries are shortest forms, which
+// random d and q seldom are). Seeds: shortest forms and their neighbours,
+// powers of two, the extremes of the double range.
+func FuzzShortestExact(f *testing.F) {
+	for _, s := range [][2]int64{{17976931348623157, 292}, {22250738585072014, -324}, {5, -324}, {49406564584124654, -340},
+		{30000000000000004, -17}, {9007199254740992, 0}, {9007199254740993, 0}, {11102230246251565, -32}, {7120236347223045, -322},
+		{1, 23}, {12345678901234567, -24}, {89884656743115795, 291}, {2, -324}, {3, -324}, {25, -325}} {
+		f.Add(uint64(s[0]), int16(s[1]))
+	}
+	check := func(t *testing.T, d uint64, q int) {
+		for d%10 == 0 && d != 0 {
+			d /= 10
+			q++
+		}
+		if d == 0 || d >= 1e17 || q < pow10Min-10 || q > pow10Max+10 {
+			return
+		}
+		if shortestExact(d, q) && !strconvShortest(t, d, q) {
+			t.Fatalf("shortestExact(%d, %d) accepts what strconv refuses", d, q)
+		}
+	}
+	f.Fuzz(func(t *testing.T, d uint64, q int16) {
+		check(t, d, int(q))
+		fl := math.Abs(math.Float64frombits(d))
+		if fl == 0 || math.IsInf(fl, 0) || math.IsNaN(fl) {
+			return
+		}
+		m, e, _ := strings.Cut(strconv.FormatFloat(fl, 'e', -1, 64), "e")
+		digits := strings.Replace(m, ".", "", 1)
+		sd, err := strconv.ParseUint(digits, 10, 64)
+		x, err2 := strconv.Atoi(e)
+		if err != nil || err2 != nil {
+			t.Fatal(m, e)
+		}
+		check(t, uint64(int64(sd)+int64(q)%3-1), x-len(digits)+1)
 	})
 }
 

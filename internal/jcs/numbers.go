@@ -26,9 +26,12 @@ import (
 // needed: as 10^15 < 2^52, a decimal of 15 significant digits or fewer
 // comes back from its nearest normal double when rounded to as many digits
 // (Matula), so no two of them share a double, and no other decimal of as
-// few digits rounds to it. With 16 or 17 digits shortestExact shows most
-// to be shortest without strconv. Otherwise the digits are compared with
-// the shortest round-trip digits of the double strconv parses.
+// few digits rounds to it. With 16 or 17 digits, or outside that range
+// (subnormals, up to the largest double), shortestExact shows nearly all
+// that are shortest to be so by integer arithmetic (shortest.go); what it
+// leaves is compared with the shortest round-trip digits of the double
+// strconv parses. A literal already in ECMAScript's form is copied; any
+// other is written from its digits where they lie in the input.
 func (p *jcsParser) number(out []byte) ([]byte, error) {
 	in, i := p.in, p.pos
 	start := i
@@ -75,8 +78,9 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		// the exponent is added, and a saturated exponent leaves it more
 		// than 300 places out, where ParseFloat decides from the text.
 		limit := len(in) + 400
+		limit10 := limit / 10
 		for i < len(in) && '0' <= in[i] && in[i] <= '9' {
-			if exp >= limit/10 {
+			if exp >= limit10 {
 				exp = limit // the true exponent is at least limit-9
 			} else {
 				exp = exp*10 + int(in[i]-'0')
@@ -109,40 +113,36 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 	}
 
 	// Significant digits d1…dn, from the first nonzero digit to the last,
-	// at most 17 (a double's shortest form has no more), and the decimal
-	// point's position: the value is 0.d1…dn × 10^point before exp.
-	first, point := -1, 0
-	for i := intStart; i < intEnd; i++ {
-		if in[i] != '0' {
-			first, point = i, intEnd-i
-			break
+	// at most 17 (a double's shortest form has no more): a before the
+	// literal's point and b after it, either possibly empty. And the
+	// decimal point's position: the value is 0.d1…dn × 10^point before
+	// exp. JSON allows no leading zero: the integer part is 0 or starts
+	// with a nonzero digit.
+	var a, b []byte
+	point := 0
+	if in[intStart] != '0' {
+		a, b, point = in[intStart:intEnd], in[fracStart:fracEnd], intEnd-intStart
+	} else {
+		f := fracStart
+		for f < fracEnd && in[f] == '0' {
+			f++
 		}
-	}
-	if first < 0 {
-		for i := fracStart; i < fracEnd; i++ {
-			if in[i] != '0' {
-				first, point = i, fracStart-i
-				break
-			}
-		}
-		if first < 0 {
+		if f == fracEnd {
 			return append(out, '0'), nil // 0, -0, 0.000e99: all zero
 		}
+		b, point = in[f:fracEnd], fracStart-f
 	}
-	last := fracEnd - 1 // fracEnd is intEnd without a fraction
-	for in[last] == '0' || in[last] == '.' {
-		last-- // stops at in[first] at the latest
+	for len(b) > 0 && b[len(b)-1] == '0' {
+		b = b[:len(b)-1]
 	}
-	var dig [17]byte
-	n := 0
-	for i := first; i <= last; i++ {
-		if c := in[i]; c != '.' {
-			if n == len(dig) {
-				return nil, errArgsInexact // more significant digits than any double's shortest form
-			}
-			dig[n] = c
-			n++
+	if len(b) == 0 {
+		for a[len(a)-1] == '0' {
+			a = a[:len(a)-1] // stops at a's first digit, not 0
 		}
+	}
+	n := len(a) + len(b)
+	if n > 17 {
+		return nil, errArgsInexact // more significant digits than any double's shortest form
 	}
 	point += exp
 	if point <= -324 {
@@ -150,50 +150,87 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		// rounds to zero.
 		return nil, errArgsInexact
 	}
-	if n > 15 && shortestExact(digitsValue(dig[:n]), point-n) {
-		// Shown shortest by exact integer arithmetic (shortest.go).
-	} else if n > 15 || point < -306 || point > 308 {
-		f, ok := p.tinyDouble(dig[:n], point)
-		if !ok {
-			var err error
-			f, err = strconv.ParseFloat(string(lit), 64)
-			if err != nil || math.IsInf(f, 0) {
-				return nil, errArgsRange
-			}
+	if (n > 15 || point < -306 || point > 308) && !shortestExact(digitsValue(a, b), point-n) {
+		// Not shown shortest by integer arithmetic (shortest.go):
+		// strconv decides.
+		var dig [17]byte
+		copy(dig[copy(dig[:], a):], b)
+		if err := p.strconvShortest(dig[:n], point, lit); err != nil {
+			return nil, err
 		}
-		if f == 0 {
-			return nil, errArgsInexact // underflow
-		}
-		var buf [32]byte
-		short := strconv.AppendFloat(buf[:0], math.Abs(f), 'e', -1, 64) // d.ddde±x
-		// The exponent: a sign and two or three digits.
-		e := len(short) - 4
-		if short[e] != 'e' {
-			e--
-		}
-		x := 0
-		for _, c := range short[e+2:] {
-			x = x*10 + int(c-'0')
-		}
-		if short[e+1] == '-' {
-			x = -x
-		}
-		if x+1 != point || short[0] != dig[0] || (e > 1 && string(short[2:e]) != string(dig[1:n])) || (e == 1 && n != 1) {
-			return nil, errArgsInexact
-		}
+	}
+	if i == fracEnd && (fracEnd == fracStart && point <= 21 || fracEnd > fracStart && in[fracEnd-1] != '0' && point > -6) {
+		// No exponent, no trailing zero in a fraction, at most 21
+		// digits before the point and under six zeros after it: the
+		// literal is already in ECMAScript's form (appendES6Digits).
+		return append(out, lit...), nil
+	}
+	if i > fracEnd && (point > 21 || point <= -6) && intEnd == intStart+1 && len(a) == 1 &&
+		(fracEnd == fracStart || in[fracEnd-1] != '0') &&
+		in[fracEnd] == 'e' && (in[fracEnd+1] == '+' || in[fracEnd+1] == '-') && in[fracEnd+2] != '0' {
+		// d.ddde±x as ECMAScript writes it: one nonzero digit before
+		// the point, none of the fraction's zeros trailing, a lower-case
+		// e, a sign and no leading zero in the exponent, which is then
+		// point−1, out of the plain range (appendES6Digits).
+		return append(out, lit...), nil
 	}
 	if neg {
 		out = append(out, '-')
 	}
-	return appendES6Digits(out, dig[:n], point), nil
+	return appendES6Digits(out, a, b, point), nil
 }
 
-// digitsValue returns the integer the 16 or 17 decimal digits d spell, eight
-// at a time (parse8).
-func digitsValue(d []byte) uint64 {
-	v := parse8(binary.LittleEndian.Uint64(d[0:8]))*1e8 + parse8(binary.LittleEndian.Uint64(d[8:16]))
-	if len(d) == 17 {
-		v = v*10 + uint64(d[16]-'0')
+// strconvShortest returns nil if the digits dig × 10^(point−len(dig)) are
+// the shortest round-trip form of the double nearest to the literal lit,
+// by strconv.ParseFloat (tinyDouble below 2^-1021) and strconv's shortest
+// formatting.
+func (p *jcsParser) strconvShortest(dig []byte, point int, lit []byte) error {
+	n := len(dig)
+	f, ok := p.tinyDouble(dig, point)
+	if !ok {
+		var err error
+		f, err = strconv.ParseFloat(string(lit), 64)
+		if err != nil || math.IsInf(f, 0) {
+			return errArgsRange
+		}
+	}
+	if f == 0 {
+		return errArgsInexact // underflow
+	}
+	var buf [32]byte
+	short := strconv.AppendFloat(buf[:0], math.Abs(f), 'e', -1, 64) // d.ddde±x
+	// The exponent: a sign and two or three digits.
+	e := len(short) - 4
+	if short[e] != 'e' {
+		e--
+	}
+	x := 0
+	for _, c := range short[e+2:] {
+		x = x*10 + int(c-'0')
+	}
+	if short[e+1] == '-' {
+		x = -x
+	}
+	if x+1 != point || short[0] != dig[0] || (e > 1 && string(short[2:e]) != string(dig[1:n])) || (e == 1 && n != 1) {
+		return errArgsInexact
+	}
+	return nil
+}
+
+// digitsValue returns the integer the decimal digits a then b spell (17
+// at most), eight at a time where eight are left (parse8).
+func digitsValue(a, b []byte) uint64 {
+	return addDigits(addDigits(0, a), b)
+}
+
+// addDigits returns v followed by the decimal digits s.
+func addDigits(v uint64, s []byte) uint64 {
+	for len(s) >= 8 {
+		v = v*1e8 + parse8(binary.LittleEndian.Uint64(s))
+		s = s[8:]
+	}
+	for _, c := range s {
+		v = v*10 + uint64(c-'0')
 	}
 	return v
 }
@@ -368,40 +405,75 @@ func fewLeadingZeros(f []byte) bool {
 	return len(f) < 6
 }
 
-// appendES6Digits appends the positive number 0.d1…dn × 10^point (d the
-// shortest round-trip digits of a double, no trailing zero) as ECMAScript's
-// Number.prototype.toString does (ECMA-262, Number::toString).
-func appendES6Digits(out, d []byte, point int) []byte {
-	const zeros = "000000000000000000000" // 21: the most either case below pads
-	k := len(d)
+// appendES6Digits appends the positive number 0.d1…dn × 10^point, its
+// digits d the run a followed by the run b (the shortest round-trip digits
+// of a double, no trailing zero; runs of the literal, so no copy is
+// needed), as ECMAScript's Number.prototype.toString does (ECMA-262,
+// Number::toString).
+func appendES6Digits(out, a, b []byte, point int) []byte {
+	const zeros = "0.00000000000000000000000" // "0.", then 21 zeros: the most either case below pads
+	// At most 24 bytes: 17 digits, a point and "e-324"; "0.", five
+	// zeros and 17 digits; 21 digits. Written into one window.
+	n := len(out)
+	if cap(out)-n < 24 {
+		out = append(out, zeros[:24]...)[:n]
+	}
+	w := out[n : n+24]
+	k := len(a) + len(b)
+	j := 0
 	switch {
 	case k <= point && point <= 21:
-		out = append(out, d...)
-		return append(out, zeros[:point-k]...)
+		j = copy(w, a)
+		j += copy(w[j:], b)
+		j += copy(w[j:], zeros[2:2+point-k])
+		return out[:n+j]
 	case 0 < point && point <= 21:
-		out = append(out, d[:point]...)
-		out = append(out, '.')
-		return append(out, d[point:]...)
+		if point <= len(a) {
+			j = copy(w, a[:point])
+			w[j] = '.'
+			j++
+			j += copy(w[j:], a[point:])
+		} else {
+			j = copy(w, a)
+			j += copy(w[j:], b[:point-len(a)])
+			b = b[point-len(a):]
+			w[j] = '.'
+			j++
+		}
+		j += copy(w[j:], b)
+		return out[:n+j]
 	case -6 < point && point <= 0:
-		out = append(out, '0', '.')
-		out = append(out, zeros[:-point]...)
-		return append(out, d...)
+		j = copy(w, zeros[:2-point])
+		j += copy(w[j:], a)
+		j += copy(w[j:], b)
+		return out[:n+j]
 	}
-	out = append(out, d[0])
+	if len(a) == 0 {
+		a, b = b, nil
+	}
+	w[0] = a[0]
+	j = 1
 	if k > 1 {
-		out = append(out, '.')
-		out = append(out, d[1:]...)
+		w[1] = '.'
+		j = 2 + copy(w[2:], a[1:])
+		j += copy(w[j:], b)
 	}
 	x, sign := point-1, byte('+')
 	if x < 0 {
 		x, sign = -x, '-'
 	}
 	// A double's decimal exponent is at most 324: three digits.
+	w[j], w[j+1] = 'e', sign
 	switch {
 	case x >= 100:
-		return append(out, 'e', sign, byte('0'+x/100), byte('0'+x/10%10), byte('0'+x%10))
+		w[j+2], w[j+3], w[j+4] = byte('0'+x/100), byte('0'+x/10%10), byte('0'+x%10)
+		j += 5
 	case x >= 10:
-		return append(out, 'e', sign, byte('0'+x/10), byte('0'+x%10))
+		w[j+2], w[j+3] = byte('0'+x/10), byte('0'+x%10)
+		j += 4
+	default:
+		w[j+2] = byte('0' + x)
+		j += 3
 	}
-	return append(out, 'e', sign, byte('0'+x))
+	return out[:n+j]
 }

@@ -77,24 +77,27 @@ func sameScale(short, text string) bool {
 	return a+1 == b
 }
 
-// TestDigitsValueMatchesParseUint pins digitsValue, which reads 16 or 17
-// digits eight at a time, against strconv.ParseUint.
+// TestDigitsValueMatchesParseUint pins digitsValue, which reads digits
+// eight at a time where it can, against strconv.ParseUint, for every
+// length from 1 to 17 and every cut into the two runs it reads.
 func TestDigitsValueMatchesParseUint(t *testing.T) {
 	x := uint64(0x9e3779b97f4a7c15)
-	cases := []string{"1000000000000000", "9999999999999999", "10000000000000000", "99999999999999999", "1234567890123456", "12345678901234567"}
+	cases := []string{"1", "9", "1000000000000000", "9999999999999999", "10000000000000000", "99999999999999999", "1234567890123456", "12345678901234567"}
 	for range 10000 {
 		x ^= x << 13
 		x ^= x >> 7
 		x ^= x << 17
-		cases = append(cases, strconv.FormatUint(x%9e15+1e15, 10), strconv.FormatUint(x%9e16+1e16, 10))
+		cases = append(cases, strconv.FormatUint(x%9e15+1e15, 10), strconv.FormatUint(x%9e16+1e16, 10), strconv.FormatUint(x%1e15, 10))
 	}
 	for _, s := range cases {
 		want, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := digitsValue([]byte(s)); got != want {
-			t.Fatalf("digitsValue(%q) = %d", s, got)
+		for cut := range len(s) + 1 {
+			if got := digitsValue([]byte(s[:cut]), []byte(s[cut:])); got != want {
+				t.Fatalf("digitsValue(%q, %q) = %d", s[:cut], s[cut:], got)
+			}
 		}
 	}
 }
@@ -146,5 +149,125 @@ func TestTinyQuotientMatchesBig(t *testing.T) {
 	}
 	if answered < 50000 {
 		t.Fatalf("tinyQuotient answered %d of 100000", answered)
+	}
+}
+
+// TestNumberSpellingsOfOneDouble pins the paths of number that copy a
+// literal already in ECMAScript's form (plain, or d.ddde±x) against the
+// reference formatting (appendES6NumberRef): for doubles across the range,
+// their ECMAScript form and other spellings of the same value (upper-case
+// E, no sign, a leading zero in the exponent, a trailing zero in the
+// fraction, the point moved) all come out as the ECMAScript form.
+func TestNumberSpellingsOfOneDouble(t *testing.T) {
+	x := uint64(0x9e3779b97f4a7c15)
+	checked, exponentForms := 0, 0
+	for range 20000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		f := math.Float64frombits(x >> 1)
+		if math.IsInf(f, 0) || math.IsNaN(f) || f == 0 {
+			continue
+		}
+		if x%2 == 0 {
+			f = math.Round(f*1e4) / 1e4 // few digits too
+			if f == 0 || math.IsInf(f, 0) {
+				continue
+			}
+		}
+		want := string(appendES6NumberRef(nil, f))
+		m, e, _ := strings.Cut(strconv.FormatFloat(f, 'e', -1, 64), "e")
+		xp := mustAtoi(t, e)
+		digits := strings.Replace(m, ".", "", 1) // with its sign
+		spellings := []string{want, m + "E" + strconv.Itoa(xp), m + "e" + strconv.Itoa(xp), m + "e+0" + strconv.Itoa(xp),
+			digits + "e" + strconv.Itoa(xp-len(strings.TrimPrefix(digits, "-"))+1)}
+		if strings.Contains(m, ".") {
+			spellings = append(spellings, m+"0e"+strconv.Itoa(xp))
+		} else {
+			spellings = append(spellings, m+".0e"+strconv.Itoa(xp))
+		}
+		for _, lit := range spellings {
+			g, err := strconv.ParseFloat(lit, 64)
+			if err != nil || g != f {
+				continue // a spelling of another value: not this test's subject
+			}
+			p := jcsParser{in: []byte(lit)}
+			got, err := p.number(nil)
+			if err != nil || string(got) != want {
+				t.Fatalf("%q: got %q, %v; want %s", lit, got, err, want)
+			}
+			checked++
+			if lit == want && strings.Contains(lit, "e") {
+				exponentForms++
+			}
+		}
+	}
+	if checked < 50000 || exponentForms < 5000 {
+		t.Fatalf("checked %d spellings, %d of them ECMAScript's exponent form", checked, exponentForms)
+	}
+}
+
+// TestTinyDoubleMatchesParseFloat pins tinyDouble, which number reaches
+// for values below 2^-1021 that shortestExact leaves (most of those it
+// settles itself), directly against strconv.ParseFloat: for doubles across
+// that range written with 1 to 17 significant digits and nudged a unit
+// either way, where it answers it answers ParseFloat's double, and it
+// answers nearly always; outside its range of point it reports false.
+func TestTinyDoubleMatchesParseFloat(t *testing.T) {
+	x := uint64(0x2545f4914f6cdd1d)
+	var p jcsParser
+	answered, total := 0, 0
+	for range 3000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		f := math.Float64frombits(x % (1<<53 + 1))
+		if f == 0 {
+			continue
+		}
+		for prec := range 17 {
+			m, e, _ := strings.Cut(strconv.FormatFloat(f, 'e', prec, 64), "e")
+			d, _ := strconv.ParseUint(strings.Replace(m, ".", "", 1), 10, 64)
+			for _, nd := range []uint64{d - 1, d, d + 1} {
+				ds := strings.TrimRight(strconv.FormatUint(nd, 10), "0")
+				if nd == 0 || len(ds) > 17 {
+					continue
+				}
+				point := mustAtoi(t, e) + 1 + len(strconv.FormatUint(nd, 10)) - len(strconv.FormatUint(d, 10))
+				text := "0." + ds + "e" + strconv.Itoa(point)
+				want, err := strconv.ParseFloat(text, 64)
+				if err != nil || point <= -324 || point > -307 {
+					continue
+				}
+				total++
+				got, ok := p.tinyDouble([]byte(ds), point)
+				if !ok {
+					continue
+				}
+				answered++
+				if got != want {
+					t.Fatalf("tinyDouble(%s, %d) = %v, ParseFloat(%s) = %v", ds, point, got, text, want)
+				}
+			}
+		}
+	}
+	if total == 0 || answered < total*95/100 {
+		t.Fatalf("tinyDouble answered %d of %d", answered, total)
+	}
+	// At the edges of its range: point −307 and −323, and 2^-1021 itself.
+	for _, c := range []struct {
+		ds    string
+		point int
+	}{{"1", -307}, {"4450147717014403", -307}, {"5", -323}, {"25", -323}} {
+		got, ok := p.tinyDouble([]byte(c.ds), c.point)
+		want, _ := strconv.ParseFloat("0."+c.ds+"e"+strconv.Itoa(c.point), 64)
+		if !ok || got != want {
+			t.Errorf("tinyDouble(%s, %d) = %v, %v; want %v", c.ds, c.point, got, ok, want)
+		}
+	}
+	for _, point := range []int{-306, -300, -324, -330} {
+		if _, ok := p.tinyDouble([]byte("1"), point); ok {
+			t.Errorf("tinyDouble answers at point %d, outside its range", point)
+		}
 	}
 }
