@@ -1,0 +1,1 @@
+SELECT until FROM t WHERE key = '\x000e63746f6b656e3a7265706c61793a74616b656e'::bytea;

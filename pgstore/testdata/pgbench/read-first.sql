@@ -1,0 +1,1 @@
+SELECT EXISTS (SELECT 1 FROM t WHERE key = decode('0000','hex') AND state = 'm' AND until <= now()), EXISTS (SELECT 1 FROM t WHERE key = '\x000e63746f6b656e3a7265706c61793a74616b656e'::bytea AND until > now()), (now() + interval '1 hour') > now();
