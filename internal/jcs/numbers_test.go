@@ -119,7 +119,7 @@ func TestTinyRecip(t *testing.T) {
 
 // TestTinyQuotientMatchesBig pins tinyQuotient against the exact division
 // by math/big it spares, for every m it covers and digits of every length:
-// where it answers, it answers the same k.
+// it answers whenever k is under 2^64, and answers the same k.
 func TestTinyQuotientMatchesBig(t *testing.T) {
 	x := uint64(0x9e3779b97f4a7c15)
 	answered := 0
@@ -140,6 +140,9 @@ func TestTinyQuotientMatchesBig(t *testing.T) {
 		}
 		got, ok := tinyQuotient(d, m)
 		if !ok {
+			if k.BitLen() <= 63 { // k < 2^63: the 2k tinyQuotient shifts out fits in 64 bits
+				t.Fatalf("tinyQuotient(%d, %d) refused; k = %v", d, m, k)
+			}
 			continue
 		}
 		answered++
@@ -149,6 +152,99 @@ func TestTinyQuotientMatchesBig(t *testing.T) {
 	}
 	if answered < 50000 {
 		t.Fatalf("tinyQuotient answered %d of 100000", answered)
+	}
+}
+
+// TestTinyQuotientRefusesOutsideItsTable pins the bounds of tinyQuotient's
+// table: it answers at both ends (m = tinyPow10Min and the last m) and
+// refuses the m just outside them rather than read past the table.
+func TestTinyQuotientRefusesOutsideItsTable(t *testing.T) {
+	last := tinyPow10Min + len(tinyRecip) - 1
+	for _, c := range []struct {
+		d      uint64
+		m      int
+		answer bool
+	}{
+		{1, tinyPow10Min, true}, {4450147717014403, tinyPow10Min + 16, true},
+		{99999999999999999, last, true}, {1, last, true},
+		{1, tinyPow10Min - 1, false}, {1, last + 1, false}, {1, 0, false}, {1, 1000, false},
+	} {
+		got, ok := tinyQuotient(c.d, c.m)
+		if ok != c.answer {
+			t.Fatalf("tinyQuotient(%d, %d) answered %v, want %v", c.d, c.m, ok, c.answer)
+		}
+		if !ok {
+			continue
+		}
+		k, r := new(big.Int).QuoRem(new(big.Int).Lsh(new(big.Int).SetUint64(c.d), 1074),
+			new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(c.m)), nil), new(big.Int))
+		if r.Lsh(r, 1).Cmp(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(c.m)), nil)) > 0 {
+			k.Add(k, big.NewInt(1))
+		}
+		if !k.IsUint64() || k.Uint64() != got {
+			t.Fatalf("tinyQuotient(%d, %d) = %d, want %v", c.d, c.m, got, k)
+		}
+	}
+}
+
+// TestTinyQuotientTruncationIsExact shows what tinyQuotient's rounding
+// rests on: for every m of its table (R, s) and every d for which
+// ⌊d × R / 2^(s-1)⌋ < 2^64 (d ≤ D), no multiple of M = 2^(s-1) lies in
+// (d × R, d × R + d], where the exact product lies, so the truncated
+// product has the exact value's rounding bit. Such a d would make
+// e = (−d × R) mod M at most d: (d, e) would be a point of the lattice
+// spanned by (1, −R mod M) and (0, M) in the triangle 0 < e ≤ d ≤ D. The
+// test reduces that basis (Lagrange–Gauss): every point i·b1 + j·b2 of a
+// reduced basis has length at least max(|i|, |j|)·|b1|·√3/2, and a point
+// of the triangle at most √2·D, so |i|, |j| ≤ K below covers them all. It
+// visits them: none is in the triangle.
+func TestTinyQuotientTruncationIsExact(t *testing.T) {
+	dot := func(a, b [2]*big.Int) *big.Int {
+		p := new(big.Int).Mul(a[0], b[0])
+		return p.Add(p, new(big.Int).Mul(a[1], b[1]))
+	}
+	for i, r := range tinyRecip {
+		R := new(big.Int).Lsh(new(big.Int).SetUint64(r.hi), 64)
+		R.Or(R, new(big.Int).SetUint64(r.lo))
+		M := new(big.Int).Lsh(big.NewInt(1), uint(r.shift-1))
+		D := new(big.Int).Lsh(big.NewInt(1), uint(r.shift-1+64))
+		D.Sub(D, big.NewInt(1)).Quo(D, R)
+		if maxD := new(big.Int).SetUint64(math.MaxUint64); D.Cmp(maxD) > 0 {
+			D = maxD
+		}
+		negR := new(big.Int).Neg(R)
+		b1 := [2]*big.Int{big.NewInt(1), negR.Mod(negR, M)}
+		b2 := [2]*big.Int{big.NewInt(0), new(big.Int).Set(M)}
+		for {
+			if dot(b1, b1).Cmp(dot(b2, b2)) > 0 {
+				b1, b2 = b2, b1
+			}
+			// mu = round(b1·b2 / b1·b1), by floor((2·num + den) / (2·den)).
+			den := dot(b1, b1)
+			num := dot(b1, b2)
+			mu := new(big.Int).Lsh(num, 1)
+			mu.Add(mu, den).Div(mu, new(big.Int).Lsh(den, 1))
+			if mu.Sign() == 0 {
+				break
+			}
+			b2 = [2]*big.Int{new(big.Int).Sub(b2[0], new(big.Int).Mul(mu, b1[0])), new(big.Int).Sub(b2[1], new(big.Int).Mul(mu, b1[1]))}
+		}
+		// K ≥ √(8·D² / (3·|b1|²)).
+		k2 := new(big.Int).Mul(D, D)
+		k2.Mul(k2, big.NewInt(8)).Quo(k2, new(big.Int).Mul(big.NewInt(3), dot(b1, b1)))
+		K := new(big.Int).Sqrt(k2).Int64() + 1
+		if K > 200 {
+			t.Fatalf("m = %d: %d lattice points on a side to visit", tinyPow10Min+i, 2*K+1)
+		}
+		for a := -K; a <= K; a++ {
+			for b := -K; b <= K; b++ {
+				d := new(big.Int).Add(new(big.Int).Mul(big.NewInt(a), b1[0]), new(big.Int).Mul(big.NewInt(b), b2[0]))
+				e := new(big.Int).Add(new(big.Int).Mul(big.NewInt(a), b1[1]), new(big.Int).Mul(big.NewInt(b), b2[1]))
+				if e.Sign() > 0 && e.Cmp(d) <= 0 && d.Cmp(D) <= 0 {
+					t.Fatalf("m = %d: d = %v has d×R within d below a multiple of 2^%d", tinyPow10Min+i, d, r.shift-1)
+				}
+			}
+		}
 	}
 }
 
@@ -269,5 +365,35 @@ func TestTinyDoubleMatchesParseFloat(t *testing.T) {
 		if _, ok := p.tinyDouble([]byte("1"), point); ok {
 			t.Errorf("tinyDouble answers at point %d, outside its range", point)
 		}
+	}
+}
+
+// TestNumberRespellsOtherExponentForms pins what number copies as already
+// in ECMAScript's exponent form: only one nonzero digit before the point.
+// Literals that look like that form but have more integer digits (zeros
+// that the significant digits drop), or a fraction ending in zero, are
+// written afresh.
+func TestNumberRespellsOtherExponentForms(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"10e+30", "1e+31"},
+		{"-10e+30", "-1e+31"},
+		{"100e+25", "1e+27"},
+		{"10e-30", "1e-29"},
+		{"20e-10", "2e-9"},
+		{"1.50e+30", "1.5e+30"},
+		{"1e+30", "1e+30"},
+		{"1.5e-7", "1.5e-7"},
+		{"-1.5e-7", "-1.5e-7"},
+	} {
+		t.Run(c.in, func(t *testing.T) {
+			p := jcsParser{in: []byte(c.in)}
+			got, err := p.number(nil)
+			if err != nil || string(got) != c.want {
+				t.Fatalf("got %q, %v; want %s", got, err, c.want)
+			}
+			if f, _ := strconv.ParseFloat(c.in, 64); string(appendES6NumberRef(nil, f)) != c.want {
+				t.Fatalf("the reference writes %s", appendES6NumberRef(nil, f))
+			}
+		})
 	}
 }
