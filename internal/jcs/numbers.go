@@ -295,12 +295,10 @@ func (p *jcsParser) tinyDouble(dig []byte, point int) (float64, bool) {
 // (tinyRecip: 128 bits, and 2^1074 / 10^m = 2^(1074-m) / 5^m): 192-bit
 // integer arithmetic, no math/big. R is short of the true ratio by less
 // than 1, so d × R is short of the true d × 2^(1074-m+s) / 5^m by less
-// than d; for no m of the table and no d with k < 2^64 does a multiple of
-// 2^(s-1) lie in (d × R, d × R + d], so the bit that rounds is the true
-// value's (TestTinyQuotientTruncationIsExact visits every such d by
-// lattice reduction), and a value is never exactly halfway (tinyDouble).
-// It reports false when k is 2^64 or more (the caller refuses k over 2^53
-// anyway) or m is outside the table; tinyDouble then divides exactly.
+// than d: where adding d could carry into the bit that rounds (the true
+// value may lie on the other side of a half), it reports false and
+// tinyDouble divides exactly. It also reports false when k is 2^64 or
+// more (the caller refuses k over 2^53 anyway).
 func tinyQuotient(d uint64, m int) (uint64, bool) {
 	if m < tinyPow10Min || m >= tinyPow10Min+len(tinyRecip) {
 		return 0, false
@@ -316,6 +314,17 @@ func tinyQuotient(d uint64, m int) (uint64, bool) {
 	}
 	if t&1 == 1 {
 		return t>>1 + 1, true // at least a half: round up
+	}
+	// Below a half, unless the shortfall of R could cross it. For no m of
+	// the table and no d with k < 2^64 can it
+	// (TestTinyQuotientTruncationIsExact, by lattice reduction), so this
+	// check never fires; it stays as defence in depth, since a wrong bit
+	// here would change what the canonical form accepts.
+	v0, c := bits.Add64(w0, d, 0)
+	v1, c := bits.Add64(w1, 0, c)
+	v2 := w2 + c
+	if t2, ok := shr192(v2, v1, v0, r.shift-1); !ok || t2 != t {
+		return 0, false
 	}
 	return t >> 1, true
 }
