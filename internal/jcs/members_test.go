@@ -56,17 +56,7 @@ func TestInsertionSortMatchesSortFunc(t *testing.T) {
 			}
 			keys = append(keys, k)
 		}
-		got := slices.Clone(keys)
-		if !p.sortKeys(members, got) {
-			t.Fatalf("names %q: sortKeys reports a duplicate", names)
-		}
-		want := slices.Clone(names)
-		slices.SortFunc(want, utf16Order)
-		for i := range want {
-			if g := p.name(&members[got[i].index]); string(g) != want[i] {
-				t.Fatalf("names %q: insertion sort puts %q at %d, UTF-16 order %q", names, g, i, want[i])
-			}
-		}
+		checkSortKeys(t, "insertion sort", &p, members, keys, names)
 	}
 }
 
@@ -148,20 +138,28 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 			return p, members, keys
 		}
 		p, members, keys := build(names)
-		got := slices.Clone(keys)
-		if !p.sortKeys(members, got) {
-			t.Fatalf("names %q: packedSort reports a duplicate", names)
-		}
-		want := slices.Clone(names)
-		slices.SortFunc(want, utf16Order)
-		for i := range want {
-			if g := p.name(&members[got[i].index]); string(g) != want[i] {
-				t.Fatalf("names %q: packedSort puts %q at %d, UTF-16 order %q", names, g, i, want[i])
-			}
-		}
+		checkSortKeys(t, "packedSort", p, members, keys, names)
 		dup := append(slices.Clone(names[:n-1]), names[next(n-1)])
 		if p, members, keys := build(dup); p.sortKeys(members, keys) {
 			t.Fatalf("names %q: packedSort misses a duplicate", dup)
+		}
+	}
+}
+
+// checkSortKeys fails unless sortKeys, the sort named sort for these
+// names, orders a copy of keys as the distinct names sort in UTF-16 order
+// (utf16Order) and reports no duplicate.
+func checkSortKeys(t *testing.T, sort string, p *jcsParser, members []jcsMember, keys []jcsSortKey, names []string) {
+	t.Helper()
+	got := slices.Clone(keys)
+	if !p.sortKeys(members, got) {
+		t.Fatalf("names %q: %s reports a duplicate", names, sort)
+	}
+	want := slices.Clone(names)
+	slices.SortFunc(want, utf16Order)
+	for i := range want {
+		if g := p.name(&members[got[i].index]); string(g) != want[i] {
+			t.Fatalf("names %q: %s puts %q at %d, UTF-16 order %q", names, sort, g, i, want[i])
 		}
 	}
 }
