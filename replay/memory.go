@@ -221,7 +221,10 @@ func (s *MemoryStore) acquire(k entryKey, d time.Duration, fingerprint []byte) (
 // time when token's lease on id is live, or has ended with id still free
 // (then it needs room: [ErrFull] when the store is full). It fails with
 // [ErrLeaseLost] when id is held by another lease or entry, and with the
-// errors of [MemoryStore.Claim].
+// errors of [MemoryStore.Claim]. A reply is never lost in process, so
+// unlike a networked store's, a confirmation sent again after it returned
+// nil is [ErrLeaseLost]: a done entry keeps no token, which holds a
+// confirmed entry to the bytes the type's doc states.
 func (s *MemoryStore) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
 	if err := s.check(ctx); err != nil {
 		return err

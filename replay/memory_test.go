@@ -42,6 +42,26 @@ func TestMemoryStoreLease(t *testing.T) {
 		}
 	})
 
+	t.Run("confirm sent again after nil is lease lost", func(t *testing.T) {
+		clk := clocktest.New()
+		s := &replay.MemoryStore{Now: clk.Now}
+		ctx := context.Background()
+		a, err := s.AcquireLease(ctx, "a", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		until := clk.Now().Add(time.Hour)
+		if err := s.ConfirmLease(ctx, "a", a.Token, until); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ConfirmLease(ctx, "a", a.Token, until); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("second ConfirmLease with the same token: %v, want ErrLeaseLost", err)
+		}
+		if l, err := s.AcquireLease(ctx, "a", time.Minute); err != nil || l.State != replay.LeaseDone {
+			t.Fatalf("after the second confirmation: %+v, %v; want done", l, err)
+		}
+	})
+
 	t.Run("confirm after lease ended needs room", func(t *testing.T) {
 		clk := clocktest.New()
 		s := &replay.MemoryStore{Max: 1, Now: clk.Now}
