@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"slices"
-	"unicode/utf8"
 )
 
 // Member order: RFC 8785 sorts an object's members by their names'
@@ -99,12 +98,99 @@ func plainName(in []byte, i int) (n int, prefix uint64, ok bool) {
 	}
 	prefix = bits.ReverseBytes64(x)
 	if high&0x8080808080808080 != 0 {
-		if !utf8.Valid(in[i+1 : i+1+n]) {
+		if !validName(in[i+1 : i+1+n]) {
 			return 0, 0, false
 		}
 		prefix = utf16Rank(prefix)
 	}
 	return n, prefix, true
+}
+
+// validName reports whether name is valid UTF-8, as utf8.Valid does, by
+// a shift DFA (utf8Step): one table load and one shift per byte, with no
+// branch on the bytes, where utf8.Valid branches on each character's
+// length, which a mix of 1- to 4-byte characters mispredicts. On the
+// names of wide-unicode-names it took 2.6 ns a name against utf8.Valid's
+// 4.5. TestValidNameMatchesUTF8Valid checks it against utf8.Valid.
+func validName(name []byte) bool {
+	var s uint64 // the state, in its low 6 bits
+	for _, c := range name {
+		s = utf8Step[c] >> (s & 63)
+	}
+	return s&63 == utf8Accept
+}
+
+// The states of validName's DFA, each a shift amount: utf8Step[c] >> s,
+// whose low 6 bits are the next state, holds the transition on byte c
+// from state s at bits s to s+5.
+const (
+	utf8Accept  = 6 * iota // between characters
+	utf8Need1              // one continuation byte (80–BF) to come
+	utf8Need2              // two
+	utf8Need3              // three
+	utf8AfterE0            // after E0: A0–BF (no overlong form), then one
+	utf8AfterED            // after ED: 80–9F (no surrogate), then one
+	utf8AfterF0            // after F0: 90–BF (no overlong form), then two
+	utf8AfterF4            // after F4: 80–8F (nothing above U+10FFFF), then two
+	utf8Reject             // invalid: stays so
+)
+
+// utf8Step is validName's transition table (see the utf8 states), built
+// from utf8Next.
+var utf8Step = func() (t [256]uint64) {
+	for c := range t {
+		for s := uint64(utf8Accept); s <= utf8Reject; s += 6 {
+			t[c] |= utf8Next(s, byte(c)) << s
+		}
+	}
+	return t
+}()
+
+// utf8Next returns the state that follows state s on byte c: the UTF-8
+// well-formed byte sequences of the Unicode Standard, table 3-7.
+func utf8Next(s uint64, c byte) uint64 {
+	switch s {
+	case utf8Accept:
+		switch {
+		case c < 0x80:
+			return utf8Accept
+		case 0xC2 <= c && c <= 0xDF:
+			return utf8Need1
+		case c == 0xE0:
+			return utf8AfterE0
+		case c == 0xED:
+			return utf8AfterED
+		case 0xE1 <= c && c <= 0xEF:
+			return utf8Need2
+		case c == 0xF0:
+			return utf8AfterF0
+		case 0xF1 <= c && c <= 0xF3:
+			return utf8Need3
+		case c == 0xF4:
+			return utf8AfterF4
+		}
+	case utf8Need1, utf8Need2, utf8Need3:
+		if 0x80 <= c && c <= 0xBF {
+			return s - 6 // one continuation byte fewer to come
+		}
+	case utf8AfterE0:
+		if 0xA0 <= c && c <= 0xBF {
+			return utf8Need1
+		}
+	case utf8AfterED:
+		if 0x80 <= c && c <= 0x9F {
+			return utf8Need1
+		}
+	case utf8AfterF0:
+		if 0x90 <= c && c <= 0xBF {
+			return utf8Need2
+		}
+	case utf8AfterF4:
+		if 0x80 <= c && c <= 0x8F {
+			return utf8Need2
+		}
+	}
+	return utf8Reject
 }
 
 // name returns m's unescaped name.

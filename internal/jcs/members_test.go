@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestInsertionSortMatchesSortFunc checks sortKeys' insertion sort
@@ -216,4 +217,54 @@ func TestPlainNameMatchesPlainString(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestValidNameMatchesUTF8Valid checks validName, the member name UTF-8
+// check, against utf8.Valid: every sequence of up to 3 bytes, every
+// 4-byte sequence whose bytes are boundary values of the UTF-8 ranges
+// (and their neighbours), each alone, after an ASCII byte, and before one
+// or a truncated character.
+func TestValidNameMatchesUTF8Valid(t *testing.T) {
+	check := func(t *testing.T, b []byte) {
+		if got, want := validName(b), utf8.Valid(b); got != want {
+			t.Fatalf("validName(%q) = %v, utf8.Valid %v", b, got, want)
+		}
+	}
+	t.Run("up to 3 bytes", func(t *testing.T) {
+		check(t, nil)
+		b := make([]byte, 3)
+		for x := range 1 << 24 {
+			b[0], b[1], b[2] = byte(x), byte(x>>8), byte(x>>16)
+			if x < 1<<8 {
+				check(t, b[:1])
+			}
+			if x < 1<<16 {
+				check(t, b[:2])
+			}
+			check(t, b)
+		}
+	})
+	t.Run("4 bytes at range boundaries", func(t *testing.T) {
+		var edges []byte
+		for _, c := range []int{0x00, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xe1, 0xec, 0xed, 0xee, 0xef, 0xf0, 0xf1, 0xf3, 0xf4, 0xf5, 0xff} {
+			for _, d := range []int{-1, 0, 1} {
+				if e := c + d; 0 <= e && e <= 0xff {
+					edges = append(edges, byte(e))
+				}
+			}
+		}
+		for _, a := range edges {
+			for _, b := range edges {
+				for _, c := range edges {
+					for _, d := range edges {
+						s := []byte{a, b, c, d}
+						check(t, s)
+						check(t, append([]byte{'a'}, s...))
+						check(t, append(s, 'a'))
+						check(t, append(s, 0xe4, 0xb8))
+					}
+				}
+			}
+		}
+	})
 }
