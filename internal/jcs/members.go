@@ -330,35 +330,88 @@ func (p *jcsParser) packedSort(members []jcsMember, keys []jcsSortKey) bool {
 	// took 250 ns against slices.Sort's 450 on 90 shuffled short names,
 	// but only 4 % off wide-shuffled's fingerprint and 3 % more on
 	// wide-unicode-names' (BenchmarkArgsFingerprintShapes): not kept.
-	slices.Sort(packed)
-	for i, x := range packed {
-		keys[i] = jcsSortKey{index: int(x & 0xff)}
-	}
-	// Runs that tie on their 7 bytes: insertion sort by whole names,
-	// refusing a duplicate.
-	for i := 0; i < len(packed); {
-		j := i + 1
-		for j < len(packed) && packed[j]>>8 == packed[i]>>8 {
-			j++
+	sortWords(packed)
+	// The order, and runs of words that tie on their 7 bytes: sorted by
+	// whole names (insertion sort), refusing a duplicate.
+	keys[0] = jcsSortKey{index: int(packed[0] & 0xff)}
+	for i := 1; i < len(packed); i++ {
+		keys[i] = jcsSortKey{index: int(packed[i] & 0xff)}
+		if packed[i]>>8 != packed[i-1]>>8 {
+			continue
 		}
-		for a := i + 1; a < j; a++ {
-			k := keys[a]
-			b := a
-			for ; b > i; b-- {
-				c := compareUTF16(p.name(&members[keys[b-1].index])[skip:], p.name(&members[k.index])[skip:])
-				if c == 0 {
-					return false
-				}
-				if c < 0 {
-					break
-				}
-				keys[b] = keys[b-1]
+		k := keys[i]
+		b := i
+		for ; b > 0 && packed[b-1]>>8 == packed[i]>>8; b-- {
+			c := compareUTF16(p.name(&members[keys[b-1].index])[skip:], p.name(&members[k.index])[skip:])
+			if c == 0 {
+				return false
 			}
-			keys[b] = k
+			if c < 0 {
+				break
+			}
+			keys[b] = keys[b-1]
 		}
-		i = j
+		keys[b] = k
 	}
 	return true
+}
+
+// sortWords sorts words, whose values are distinct, in increasing order:
+// quicksort with a partition that does not branch on the comparisons
+// (Lomuto's, counting with the borrow of a subtraction), runs of up to
+// 12 words by insertion sort, and slices.Sort past a depth of twice
+// log2(len(words)), so that no input makes it quadratic. Branches on
+// comparisons of random keys mispredict half the time: on 80 random
+// words it took 285 ns against slices.Sort's 362.
+func sortWords(words []uint64) {
+	depth := 2 * bits.Len(uint(len(words)))
+	for len(words) > 12 {
+		if depth == 0 {
+			slices.Sort(words)
+			return
+		}
+		depth--
+		n := len(words)
+		// The median of the first, middle and last words as the pivot,
+		// moved to the end.
+		a, b, c := 0, n/2, n-1
+		if words[a] > words[b] {
+			a, b = b, a
+		}
+		if words[b] > words[c] {
+			b = c
+			if words[a] > words[b] {
+				b = a
+			}
+		}
+		words[b], words[n-1] = words[n-1], words[b]
+		pivot := words[n-1]
+		j := 0 // words[:j] are below the pivot
+		for i := range n - 1 {
+			w := words[i]
+			words[i] = words[j]
+			words[j] = w
+			_, below := bits.Sub64(w, pivot, 0)
+			j += int(below)
+		}
+		words[j], words[n-1] = words[n-1], words[j]
+		// Recurse into the smaller side, loop on the larger.
+		if j < n-1-j {
+			sortWords(words[:j])
+			words = words[j+1:]
+		} else {
+			sortWords(words[j+1:])
+			words = words[:j]
+		}
+	}
+	for i := 1; i < len(words); i++ {
+		w := words[i]
+		j := i
+		for ; j > 0 && words[j-1] > w; j-- {
+			words[j] = words[j-1]
+		}
+		words[j] = w
+	}
 }
 
 // utf16Rank maps each byte of the UTF-8 bytes x (big-endian) so that

@@ -268,3 +268,47 @@ func TestValidNameMatchesUTF8Valid(t *testing.T) {
 		}
 	})
 }
+
+// TestSortWordsMatchesSlicesSort checks sortWords, packedSort's integer
+// sort, against slices.Sort on distinct words of every size up to 300:
+// random, already sorted, reversed, organ-pipe and sawtooth (the inputs
+// that push a quicksort to its depth limit), and words that differ only
+// in their low byte or their top byte.
+func TestSortWordsMatchesSlicesSort(t *testing.T) {
+	x := uint64(0x9e3779b97f4a7c15)
+	next := func() uint64 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return x
+	}
+	shapes := map[string]func(i, n int) uint64{
+		"random":     func(i, _ int) uint64 { return next()&^0xff | uint64(i&0xff) },
+		"sorted":     func(i, _ int) uint64 { return uint64(i) << 8 },
+		"reversed":   func(i, n int) uint64 { return uint64(n-i) << 8 },
+		"organ pipe": func(i, n int) uint64 { return uint64(min(i, n-i))<<9 | uint64(i&1)<<8 },
+		"sawtooth":   func(i, _ int) uint64 { return uint64(i%7)<<20 | uint64(i) },
+		"low byte":   func(i, _ int) uint64 { return 0xabcdef<<8 | uint64(i*37&0xff) },
+		"top byte":   func(i, _ int) uint64 { return uint64(i*37&0xff)<<56 | 0x42 },
+	}
+	for name, shape := range shapes {
+		t.Run(name, func(t *testing.T) {
+			for n := range 301 {
+				seen := map[uint64]bool{}
+				var words []uint64
+				for i := range n {
+					if w := shape(i, n); !seen[w] {
+						seen[w] = true
+						words = append(words, w)
+					}
+				}
+				want := slices.Clone(words)
+				slices.Sort(want)
+				sortWords(words)
+				if !slices.Equal(words, want) {
+					t.Fatalf("%d words: sortWords gives %#x, want %#x", n, words, want)
+				}
+			}
+		})
+	}
+}
