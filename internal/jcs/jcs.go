@@ -314,10 +314,17 @@ member:
 				if in[i+1+n] != '"' {
 					goto escaped // an escape or a control character
 				}
-				if x &= 1<<(8*n) - 1; x&0x8080808080808080 != 0 {
-					goto long // not ASCII: plainName validates it
+				x &= 1<<(8*n) - 1
+				prefix = bits.ReverseBytes64(x)
+				if x&0x8080808080808080 != 0 {
+					// Not ASCII: validated and ranked here, as
+					// plainName would.
+					if !validName(in[i+1 : i+1+n]) {
+						goto escaped // stringInto reports it
+					}
+					prefix = utf16Rank(prefix)
 				}
-				nameAt, nameEnd, inInput, prefix = i+1, i+1+n, true, bits.ReverseBytes64(x)
+				nameAt, nameEnd, inInput = i+1, i+1+n, true
 				if i+n+2 < len(in) && in[i+n+2] == ':' {
 					out = append(out, in[i:i+n+3]...)
 					i = jsontext.SkipSpace(in, i+n+3)
@@ -328,7 +335,6 @@ member:
 				goto named
 			}
 		}
-	long:
 		if n, x, ok := plainName(in, i); ok {
 			// The common name: no escape (plainName). When the colon
 			// follows it, both are copied at once.
