@@ -375,7 +375,10 @@ member:
 		if inInput {
 			prefix = nameKey(in, nameAt, nameEnd, 0).prefix
 		} else {
-			prefix = nameKey(p.keys, nameAt, nameEnd, 0).prefix
+			// The name ends p.keys: nameKey may load its 8 bytes
+			// from the capacity past it (and clears those past the
+			// name) instead of reading the name a byte at a time.
+			prefix = nameKey(p.keys[:cap(p.keys)], nameAt, nameEnd, 0).prefix
 		}
 	named:
 		i = jsontext.SkipSpace(in, i)
