@@ -914,3 +914,69 @@ func TestJCSScratch(t *testing.T) {
 		}
 	})
 }
+
+// TestShortNonASCIINames pins canonical's inline path for member names of
+// up to 7 bytes that are not ASCII (validated by validName, ranked by
+// utf16Rank where they are read): every such name of one or two
+// characters from a set that mixes every UTF-8 length and the ranges
+// UTF-16 orders apart from byte order, in objects of shuffled members,
+// comes out in UTF-16 order; and a short name holding invalid UTF-8
+// (overlong, surrogate, above U+10FFFF, truncated, a stray continuation
+// byte) is refused as invalid UTF-8, with the input long enough for the
+// inline path or not.
+func TestShortNonASCIINames(t *testing.T) {
+	t.Run("UTF-16 order", func(t *testing.T) {
+		chars := []string{"a", "é", "\u07ff", "中", "\ue000", "\uffff", "😀", "\U00010000", "\U0010ffff"}
+		var names []string
+		for _, a := range chars {
+			names = append(names, a)
+			for _, b := range chars {
+				names = append(names, a+b)
+			}
+		}
+		want := slices.Clone(names)
+		slices.SortFunc(want, utf16Order)
+		for round := range 5 {
+			order := slices.Clone(names)
+			for i := range order { // a fixed shuffle per round
+				j := (i*7919 + round*104729) % len(order)
+				order[i], order[j] = order[j], order[i]
+			}
+			var sb strings.Builder
+			sb.WriteByte('{')
+			for i, name := range order {
+				if i > 0 {
+					sb.WriteByte(',')
+				}
+				fmt.Fprintf(&sb, `"%s":0`, name)
+			}
+			sb.WriteString(`}`)
+			got, err := Canonical([]byte(sb.String()))
+			if err != nil {
+				t.Fatalf("Canonical: %v", err)
+			}
+			var wb strings.Builder
+			wb.WriteByte('{')
+			for i, name := range want {
+				if i > 0 {
+					wb.WriteByte(',')
+				}
+				fmt.Fprintf(&wb, `"%s":0`, name)
+			}
+			wb.WriteByte('}')
+			if string(got) != wb.String() {
+				t.Fatalf("Canonical(%s) = %s, want %s", sb.String(), got, wb.String())
+			}
+		}
+	})
+	t.Run("invalid UTF-8 refused", func(t *testing.T) {
+		for _, bad := range []string{"\xc0\x80", "\xe0\x80\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xf0\x80\x80\x80", "\xe4\xb8", "\x80", "a\xff", "é\xc3", "\xf8\x88\x80\x80\x80"} {
+			for _, tail := range []string{":0}", `:0,"zzzzzzzzzzzzzzzz":1}`} {
+				in := `{"` + bad + `"` + tail
+				if _, err := Canonical([]byte(in)); err != errArgsUTF8 {
+					t.Errorf("Canonical(%q) = %v, want %v", in, err, errArgsUTF8)
+				}
+			}
+		}
+	})
+}
