@@ -225,20 +225,24 @@ value:
 		f.membersBase, f.keysBase = len(p.members), len(p.keys)
 		goto member
 	default:
-		var lit string
-		switch c {
-		case 't':
-			lit = "true"
-		case 'f':
-			lit = "false"
-		case 'n':
-			lit = "null"
-		}
-		if lit == "" || !bytes.HasPrefix(in[i:], []byte(lit)) {
+		// A literal: true and null are told from each other and from
+		// anything else with one 4-byte load and no branch between the
+		// two (a product of two differences under 2^32 is 0 only when
+		// one is), which values of random kinds would mispredict.
+		if i+4 > len(in) {
 			return nil, errArgsSyntax
 		}
-		out = append(out, lit...)
-		i += len(lit)
+		w := binary.LittleEndian.Uint32(in[i:])
+		if uint64(w^litTrue)*uint64(w^litNull) == 0 {
+			out = binary.LittleEndian.AppendUint32(out, w)
+			i += 4
+			break
+		}
+		if w != litFals || i+5 > len(in) || in[i+4] != 'e' {
+			return nil, errArgsSyntax
+		}
+		out = append(out, "false"...)
+		i += 5
 	}
 
 after:
@@ -360,6 +364,26 @@ member:
 		}
 	escaped:
 		{
+			// The canonical form written as appendString writes a
+			// value's; where it keeps no escape it is the name
+			// itself, copied to p.keys. Against unescaping with
+			// stringInto and escaping again with appendJCSString it
+			// took wide-unicode-names-u-escaped from 5.24× SHA-256 to
+			// 4.96× (medians of 5 alternating runs).
+			p.pos = i
+			at := len(out)
+			if o, ok := p.appendString(out); ok && bytes.IndexByte(o[at:], '\\') < 0 {
+				out = o
+				nameAt = len(p.keys)
+				p.keys = append(p.keys, out[at+1:len(out)-1]...)
+				nameEnd = len(p.keys)
+				i = p.pos
+				goto keyed
+			}
+			// A name whose canonical form keeps an escape, or a
+			// refused one (stringInto names the fault as it always
+			// has).
+			out = out[:at]
 			p.pos = i
 			nameAt = len(p.keys)
 			keys, ok := p.stringInto(p.keys)
@@ -411,6 +435,13 @@ member:
 		goto value
 	}
 }
+
+// The literals' first four bytes, little-endian.
+const (
+	litTrue = 't' | 'r'<<8 | 'u'<<16 | 'e'<<24
+	litNull = 'n' | 'u'<<8 | 'l'<<16 | 'l'<<24
+	litFals = 'f' | 'a'<<8 | 'l'<<16 | 's'<<24
+)
 
 // jcsParser reads JSON text from in. The canonicalizer writes straight into
 // one output buffer; frames, keys, members and order are stacks shared by

@@ -91,6 +91,8 @@ func TestCanonicalJSON(t *testing.T) {
 		for _, in := range []string{
 			`trux`, `tRue`, `nulL`, `fals3`, `[nulx]`, `{"a":trux}`, `[true,fa1se]`,
 			`t`, `tru`, `[tru`, `[fals`, `{"a":nul`, `{"a":[null,tr`,
+			`xrue`, `tXue`, `trXe`, `truX`, `Xull`, `nXll`, `nuXl`, `nulX`, `Xalse`, `fXlse`, `faXse`, `falXe`, `falsX`,
+			`fals`, `[fals]`, `nul`, `n`, `f`, `falsee`, `nulll`, `truee`, `{"a":fals}`,
 		} {
 			exact := make([]byte, len(in))
 			copy(exact, in)
@@ -99,6 +101,19 @@ func TestCanonicalJSON(t *testing.T) {
 				if out, err := Canonical(text); out != nil || err != errArgsSyntax {
 					t.Errorf("Canonical(%q) = %q, %v; want %v", in, out, err, errArgsSyntax)
 				}
+			}
+		}
+	})
+
+	// Pins the literals accepted where they end the input exactly, with
+	// no spare capacity to read.
+	t.Run("accepts literals", func(t *testing.T) {
+		for _, in := range []string{`true`, `false`, `null`, `[true]`, `[false,null,true]`, `{"a":false,"b":null,"c":true}`, ` null `} {
+			exact := make([]byte, len(in))
+			copy(exact, in)
+			want := strings.TrimSpace(in)
+			if out, err := Canonical(exact); err != nil || string(out) != want {
+				t.Errorf("Canonical(%q) = %q, %v; want %q", in, out, err, want)
 			}
 		}
 	})
@@ -979,4 +994,41 @@ func TestShortNonASCIINames(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestEscapedNameRefusals pins the reasons canonical gives for member
+// names that need unescaping, which it reads with appendString and, where
+// that refuses, again with stringInto so that the reason stays
+// stringInto's: a lone or reversed surrogate, a malformed escape, a raw
+// control character, invalid UTF-8 after an escape (also where the input
+// ends before the closing quote, which appendString would call a syntax
+// error), and U+FFFD escaped in a name of text that encoding/json wrote
+// (refuseFFFD).
+func TestEscapedNameRefusals(t *testing.T) {
+	cases := []struct {
+		name, in   string
+		refuseFFFD bool
+		want       error
+	}{
+		{"lone high surrogate", `{"\ud800":1}`, false, errArgsSurrogate},
+		{"lone low surrogate", `{"a\udc00":1}`, false, errArgsSurrogate},
+		{"reversed pair", `{"\ude00\ud83d":1}`, false, errArgsSurrogate},
+		{"short escape", `{"\u12":1}`, false, errArgsSyntax},
+		{"unknown escape", `{"\q":1}`, false, errArgsSyntax},
+		{"raw control character", "{\"\\n\x01\":1}", false, errArgsSyntax},
+		{"invalid UTF-8 after an escape", "{\"\\u00e9\xff\":1}", false, errArgsUTF8},
+		{"invalid UTF-8, input cut", "{\"\\u00e9\xff", false, errArgsUTF8},
+		{"unterminated", `{"\u00e9`, false, errArgsSyntax},
+		{"U+FFFD from encoding/json", `{"\ufffd":1}`, true, errArgsReplaced},
+		{"U+FFFD in JSON text", `{"\ufffd":1}`, false, nil},
+		{"escaped quote kept", `{"\u0022\u00e9":1,"\\":2}`, false, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := jcsParser{in: []byte(tc.in), refuseFFFD: tc.refuseFFFD}
+			if _, err := p.canonical(nil); err != tc.want {
+				t.Errorf("canonical(%q) = %v, want %v", tc.in, err, tc.want)
+			}
+		})
+	}
 }
