@@ -224,30 +224,23 @@ func (p *jcsParser) reorderMembers(out []byte, body, membersBase int) ([]byte, b
 	members := p.members[membersBase:]
 	keys := slices.Grow(p.order[:0], len(members))[:len(members)]
 	p.order = keys
-	if len(members) > maxInsertionSort && len(members) <= maxPackedSort {
-		// packedSort reads the prefixes from members.
-		if !p.packedSort(members, keys) {
-			return nil, false
-		}
-		return p.rewriteMembers(out, body, members, keys), true
-	}
-	for i := range members {
-		keys[i] = jcsSortKey{prefix: members[i].prefix, index: i}
-	}
 	if !p.sortKeys(members, keys) {
 		return nil, false
 	}
 	return p.rewriteMembers(out, body, members, keys), true
 }
 
-// sortKeys orders the keys of members as compareKeys does, or reports
-// false if two of them stand for the same name.
+// sortKeys writes to keys, of the length of members, the members' sort
+// keys in the order compareKeys gives them, from the prefixes recorded in
+// members, or reports false if two members have the same name. packedSort
+// reads the prefixes from members without building keys first (3 to 7 %
+// off the wide shapes of BenchmarkArgsFingerprintShapes).
 func (p *jcsParser) sortKeys(members []jcsMember, keys []jcsSortKey) bool {
 	if len(keys) > maxInsertionSort && len(keys) <= maxPackedSort {
-		for _, k := range keys {
-			members[k.index].prefix = k.prefix
-		}
 		return p.packedSort(members, keys)
+	}
+	for i := range members {
+		keys[i] = jcsSortKey{prefix: members[i].prefix, index: i}
 	}
 	if len(keys) > maxInsertionSort {
 		slices.SortFunc(keys, func(a, b jcsSortKey) int {
@@ -302,10 +295,7 @@ const (
 // utf16Rank), packed above its 8-bit index into one word: the words are
 // sorted as plain integers (sortWords, no comparison function), and
 // only runs of members whose 7 bytes tie are compared in full. It reads
-// each member's prefix from members (reorderMembers calls it on the
-// prefixes canonical recorded, without building keys first: 3 to 7 % off
-// the wide shapes of BenchmarkArgsFingerprintShapes) and writes the order
-// to keys.
+// each member's prefix from members and writes the order to keys.
 func (p *jcsParser) packedSort(members []jcsMember, keys []jcsSortKey) bool {
 	first := p.name(&members[0])
 	skip := len(first)

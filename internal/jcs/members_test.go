@@ -45,6 +45,7 @@ func TestInsertionSortMatchesSortFunc(t *testing.T) {
 			p.keys = append(p.keys, name...)
 			members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
 			k := p.sortKey(members, i)
+			members[i].prefix = k.prefix
 			var want uint64 // the first 8 bytes, big-endian, zero-padded
 			for i := range min(len(name), 8) {
 				want |= uint64(name[i]) << (56 - 8*i)
@@ -112,7 +113,11 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 	}
 	for round := range 600 {
 		n := maxInsertionSort + 1 + round%(maxPackedSort-maxInsertionSort)
-		prefix := []string{"", "shared_prefix_of_21_b", "é中😀"}[round%3]
+		prefix := []string{"", "shared_prefix_of_21_b", "é中😀", ""}[round%4]
+		// The fourth kind: names of at least 8 bytes with no common
+		// prefix, so that the shared prefix packedSort skips is 0
+		// although no name ends within the first word.
+		suffix := []string{"", "", "", "_suffix_of_9"}[round%4]
 		seen := map[string]bool{}
 		var names []string
 		for len(names) < n {
@@ -121,6 +126,7 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 			for range 1 + next(6) {
 				sb.WriteString(alphabet[next(len(alphabet))])
 			}
+			sb.WriteString(suffix)
 			if name := sb.String(); !seen[name] {
 				seen[name] = true
 				names = append(names, name)
@@ -135,6 +141,7 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 				p.keys = append(p.keys, name...)
 				members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
 				keys = append(keys, p.sortKey(members, i))
+				members[i].prefix = keys[i].prefix
 			}
 			return p, members, keys
 		}
