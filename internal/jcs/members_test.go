@@ -2,6 +2,7 @@ package jcs
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -325,6 +326,56 @@ func TestSortWordsMatchesSlicesSort(t *testing.T) {
 				if !slices.Equal(words, want) {
 					t.Fatalf("%d words: sortWords gives %#x, want %#x", n, words, want)
 				}
+			}
+		})
+	}
+}
+
+// TestSortKeysLargeObjects checks sortKeys on objects of more than
+// maxPackedSort members, which go to slices.SortFunc (packedSort's words
+// hold an 8-bit index): the names of TestPackedSortMatchesSortFunc's
+// alphabet, in UTF-16 order, and a repeated name refused.
+func TestSortKeysLargeObjects(t *testing.T) {
+	alphabet := []string{"a", "b", "z", "_", "0", "item_", "abcdefgh", "é", "\uE000", "\uFFFF", "😀", "\U00010000", "\x7f"}
+	x := uint64(0x2545f4914f6cdd1d)
+	next := func(n int) int {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return int(x % uint64(n))
+	}
+	for _, n := range []int{maxPackedSort + 1, maxPackedSort + 44, 3 * maxPackedSort} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			seen := map[string]bool{}
+			var names []string
+			for len(names) < n {
+				var sb strings.Builder
+				for range 1 + next(5) {
+					sb.WriteString(alphabet[next(len(alphabet))])
+				}
+				if name := sb.String(); !seen[name] {
+					seen[name] = true
+					names = append(names, name)
+				}
+			}
+			build := func(names []string) (*jcsParser, []jcsMember, []jcsSortKey) {
+				p := &jcsParser{}
+				var members []jcsMember
+				var keys []jcsSortKey
+				for i, name := range names {
+					at := len(p.keys)
+					p.keys = append(p.keys, name...)
+					members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
+					keys = append(keys, p.sortKey(members, i))
+					members[i].prefix = keys[i].prefix
+				}
+				return p, members, keys
+			}
+			p, members, keys := build(names)
+			checkSortKeys(t, "slices.SortFunc", p, members, keys, names)
+			dup := append(slices.Clone(names[:n-1]), names[next(n-1)])
+			if p, members, keys := build(dup); p.sortKeys(members, keys) {
+				t.Fatalf("%d names: sortKeys misses a duplicate", n)
 			}
 		})
 	}

@@ -96,7 +96,7 @@ func eachTestWord(fills []byte, check func(w [8]byte)) {
 // same reason. The strings hold surrogate pairs, lone and reversed
 // surrogates, a high surrogate before other escapes, U+FFFD with and
 // without refuseFFFD, and each of these cut at every byte, with and
-// without text after them.
+// without text after them, and unterminated.
 func TestAppendStringMatchesStringInto(t *testing.T) {
 	bodies := []string{
 		`\ud83d\ude00`, `a\ud835\udd18b`, `\udbff\udfff`, `\ud800\udc00\ud800\udc00`,
@@ -106,7 +106,7 @@ func TestAppendStringMatchesStringInto(t *testing.T) {
 	for _, refuse := range []bool{false, true} {
 		for _, body := range bodies {
 			for cut := 0; cut <= len(body); cut++ {
-				for _, tail := range []string{`"`, `":1}`, `"` + "                "} {
+				for _, tail := range []string{"", `"`, `":1}`, `"` + "                "} {
 					in := []byte(`"` + body[:cut] + tail)
 					p := jcsParser{in: in, refuseFFFD: refuse}
 					got, gotOK := p.appendString(nil)
@@ -117,7 +117,11 @@ func TestAppendStringMatchesStringInto(t *testing.T) {
 						t.Fatalf("%q (refuseFFFD %v): appendString ok %v, stringInto ok %v (%v)", in, refuse, gotOK, wantOK, q.fail)
 					}
 					if !wantOK {
-						if gotFail != q.fail {
+						// Cut short (no closing quote), both refuse, but
+						// appendString calls invalid UTF-8 before the end
+						// a syntax error; canonical keeps stringInto's
+						// reason for names (TestEscapedNameRefusals).
+						if gotFail != q.fail && tail != "" {
 							t.Fatalf("%q (refuseFFFD %v): appendString refuses with %v, stringInto with %v", in, refuse, gotFail, q.fail)
 						}
 						continue
