@@ -372,7 +372,7 @@ member:
 			// 4.96× (medians of 5 alternating runs).
 			p.pos = i
 			at := len(out)
-			if o, ok := p.appendString(out); ok && bytes.IndexByte(o[at:], '\\') < 0 {
+			if o, ok := p.appendString(out); ok && bytes.IndexByte(o[at+1:len(o)-1], '\\') < 0 {
 				out = o
 				nameAt = len(p.keys)
 				p.keys = append(p.keys, out[at+1:len(out)-1]...)
@@ -383,7 +383,6 @@ member:
 			// A name whose canonical form keeps an escape, or a
 			// refused one (stringInto names the fault as it always
 			// has).
-			out = out[:at]
 			p.pos = i
 			nameAt = len(p.keys)
 			keys, ok := p.stringInto(p.keys)

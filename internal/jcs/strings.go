@@ -117,9 +117,11 @@ func (p *jcsParser) appendString(out []byte) ([]byte, bool) {
 				// medians of 5 alternating runs). The bytes are tested
 				// first, so that other escapes (\/, \t) skip the
 				// digits; unhex4 checks the digits are in the input.
+				// r is not below U+D800 here: the path above took every
+				// other \u escape but U+FFFD, which r < 0xDC00 excludes.
 				r, ok := unhex4(in, i+2)
 				lo, lok := unhex4(in, i+8)
-				if ok && lok && 0xD800 <= r && r < 0xDC00 && 0xDC00 <= lo && lo <= 0xDFFF {
+				if ok && lok && r < 0xDC00 && 0xDC00 <= lo && lo <= 0xDFFF {
 					c := 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00)
 					out = append(out, 0xF0|byte(c>>18), 0x80|byte(c>>12)&0x3F, 0x80|byte(c>>6)&0x3F, 0x80|byte(c)&0x3F)
 					i += 12
