@@ -102,6 +102,10 @@ func TestAppendStringMatchesStringInto(t *testing.T) {
 		`\ud83d\ude00`, `a\ud835\udd18b`, `\udbff\udfff`, `\ud800\udc00\ud800\udc00`,
 		`\ud83d`, `\ude00`, `\ude00\ud83d`, `\ud83d\u0041`, `\ud83d\ud83d\ude00`, `\ud83d\n`, `\ud83d\\`, `\ud83d\uDE00`,
 		`\ud83d\ude0x`, `\ud83dx\ude00`, `\ud83d\ue000`, `\ud83d\udbff`, `\udbff\udc00`, `\ud7ff\udc00`, `\udc00\udc00`, `\ud800\udfff`, `\ufffd`, `\uFFFD\u00e9\u4e2d`, `\u0022\u005c\u001f`, `é\ud83d\ude00\u00e9`,
+		// Near-misses of the pair's shape: another escape, a bad digit or
+		// a missing backslash or u where the pair has them, with a low
+		// surrogate (or digits that read as one) after.
+		`\nABCD\udc00`, `u\nABCD\udc00`, `\ud8zz\udc00`, `\ud83dxudc00`, `\ud83d\xdc00`, `dc00xxxx\ud83d\udc01`,
 	}
 	for _, refuse := range []bool{false, true} {
 		for _, body := range bodies {
