@@ -91,6 +91,8 @@ func TestCanonicalJSON(t *testing.T) {
 		for _, in := range []string{
 			`trux`, `tRue`, `nulL`, `fals3`, `[nulx]`, `{"a":trux}`, `[true,fa1se]`,
 			`t`, `tru`, `[tru`, `[fals`, `{"a":nul`, `{"a":[null,tr`,
+			`xrue`, `tXue`, `trXe`, `truX`, `Xull`, `nXll`, `nuXl`, `nulX`, `Xalse`, `fXlse`, `faXse`, `falXe`, `falsX`,
+			`fals`, `[fals]`, `nul`, `n`, `f`, `falsee`, `nulll`, `truee`, `{"a":fals}`,
 		} {
 			exact := make([]byte, len(in))
 			copy(exact, in)
@@ -99,6 +101,19 @@ func TestCanonicalJSON(t *testing.T) {
 				if out, err := Canonical(text); out != nil || err != errArgsSyntax {
 					t.Errorf("Canonical(%q) = %q, %v; want %v", in, out, err, errArgsSyntax)
 				}
+			}
+		}
+	})
+
+	// Pins the literals accepted where they end the input exactly, with
+	// no spare capacity to read.
+	t.Run("accepts literals", func(t *testing.T) {
+		for _, in := range []string{`true`, `false`, `null`, `[true]`, `[false,null,true]`, `{"a":false,"b":null,"c":true}`, ` null `} {
+			exact := make([]byte, len(in))
+			copy(exact, in)
+			want := strings.TrimSpace(in)
+			if out, err := Canonical(exact); err != nil || string(out) != want {
+				t.Errorf("Canonical(%q) = %q, %v; want %q", in, out, err, want)
 			}
 		}
 	})
@@ -913,4 +928,107 @@ func TestJCSScratch(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestShortNonASCIINames pins canonical's inline path for member names of
+// up to 7 bytes that are not ASCII (validated by validName, ranked by
+// utf16Rank where they are read): every such name of one or two
+// characters from a set that mixes every UTF-8 length and the ranges
+// UTF-16 orders apart from byte order, in objects of shuffled members,
+// comes out in UTF-16 order; and a short name holding invalid UTF-8
+// (overlong, surrogate, above U+10FFFF, truncated, a stray continuation
+// byte) is refused as invalid UTF-8, with the input long enough for the
+// inline path or not.
+func TestShortNonASCIINames(t *testing.T) {
+	t.Run("UTF-16 order", func(t *testing.T) {
+		chars := []string{"a", "é", "\u07ff", "中", "\ue000", "\uffff", "😀", "\U00010000", "\U0010ffff"}
+		var names []string
+		for _, a := range chars {
+			names = append(names, a)
+			for _, b := range chars {
+				names = append(names, a+b)
+			}
+		}
+		want := slices.Clone(names)
+		slices.SortFunc(want, utf16Order)
+		for round := range 5 {
+			order := slices.Clone(names)
+			for i := range order { // a fixed shuffle per round
+				j := (i*7919 + round*104729) % len(order)
+				order[i], order[j] = order[j], order[i]
+			}
+			var sb strings.Builder
+			sb.WriteByte('{')
+			for i, name := range order {
+				if i > 0 {
+					sb.WriteByte(',')
+				}
+				fmt.Fprintf(&sb, `"%s":0`, name)
+			}
+			sb.WriteString(`}`)
+			got, err := Canonical([]byte(sb.String()))
+			if err != nil {
+				t.Fatalf("Canonical: %v", err)
+			}
+			var wb strings.Builder
+			wb.WriteByte('{')
+			for i, name := range want {
+				if i > 0 {
+					wb.WriteByte(',')
+				}
+				fmt.Fprintf(&wb, `"%s":0`, name)
+			}
+			wb.WriteByte('}')
+			if string(got) != wb.String() {
+				t.Fatalf("Canonical(%s) = %s, want %s", sb.String(), got, wb.String())
+			}
+		}
+	})
+	t.Run("invalid UTF-8 refused", func(t *testing.T) {
+		for _, bad := range []string{"\xc0\x80", "\xe0\x80\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xf0\x80\x80\x80", "\xe4\xb8", "\x80", "a\xff", "é\xc3", "\xf8\x88\x80\x80\x80"} {
+			for _, tail := range []string{":0}", `:0,"zzzzzzzzzzzzzzzz":1}`} {
+				in := `{"` + bad + `"` + tail
+				if _, err := Canonical([]byte(in)); err != errArgsUTF8 {
+					t.Errorf("Canonical(%q) = %v, want %v", in, err, errArgsUTF8)
+				}
+			}
+		}
+	})
+}
+
+// TestEscapedNameRefusals pins the reasons canonical gives for member
+// names that need unescaping, which it reads with appendString and, where
+// that refuses, again with stringInto so that the reason stays
+// stringInto's: a lone or reversed surrogate, a malformed escape, a raw
+// control character, invalid UTF-8 after an escape (also where the input
+// ends before the closing quote, which appendString would call a syntax
+// error), and U+FFFD escaped in a name of text that encoding/json wrote
+// (refuseFFFD).
+func TestEscapedNameRefusals(t *testing.T) {
+	cases := []struct {
+		name, in   string
+		refuseFFFD bool
+		want       error
+	}{
+		{"lone high surrogate", `{"\ud800":1}`, false, errArgsSurrogate},
+		{"lone low surrogate", `{"a\udc00":1}`, false, errArgsSurrogate},
+		{"reversed pair", `{"\ude00\ud83d":1}`, false, errArgsSurrogate},
+		{"short escape", `{"\u12":1}`, false, errArgsSyntax},
+		{"unknown escape", `{"\q":1}`, false, errArgsSyntax},
+		{"raw control character", "{\"\\n\x01\":1}", false, errArgsSyntax},
+		{"invalid UTF-8 after an escape", "{\"\\u00e9\xff\":1}", false, errArgsUTF8},
+		{"invalid UTF-8, input cut", "{\"\\u00e9\xff", false, errArgsUTF8},
+		{"unterminated", `{"\u00e9`, false, errArgsSyntax},
+		{"U+FFFD from encoding/json", `{"\ufffd":1}`, true, errArgsReplaced},
+		{"U+FFFD in JSON text", `{"\ufffd":1}`, false, nil},
+		{"escaped quote kept", `{"\u0022\u00e9":1,"\\":2}`, false, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := jcsParser{in: []byte(tc.in), refuseFFFD: tc.refuseFFFD}
+			if _, err := p.canonical(nil); err != tc.want {
+				t.Errorf("canonical(%q) = %v, want %v", tc.in, err, tc.want)
+			}
+		})
+	}
 }

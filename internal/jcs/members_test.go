@@ -2,9 +2,11 @@ package jcs
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestInsertionSortMatchesSortFunc checks sortKeys' insertion sort
@@ -44,6 +46,7 @@ func TestInsertionSortMatchesSortFunc(t *testing.T) {
 			p.keys = append(p.keys, name...)
 			members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
 			k := p.sortKey(members, i)
+			members[i].prefix = k.prefix
 			var want uint64 // the first 8 bytes, big-endian, zero-padded
 			for i := range min(len(name), 8) {
 				want |= uint64(name[i]) << (56 - 8*i)
@@ -111,7 +114,11 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 	}
 	for round := range 600 {
 		n := maxInsertionSort + 1 + round%(maxPackedSort-maxInsertionSort)
-		prefix := []string{"", "shared_prefix_of_21_b", "é中😀"}[round%3]
+		prefix := []string{"", "shared_prefix_of_21_b", "é中😀", ""}[round%4]
+		// The fourth kind: names of at least 8 bytes with no common
+		// prefix, so that the shared prefix packedSort skips is 0
+		// although no name ends within the first word.
+		suffix := []string{"", "", "", "_suffix_of_9"}[round%4]
 		seen := map[string]bool{}
 		var names []string
 		for len(names) < n {
@@ -120,6 +127,7 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 			for range 1 + next(6) {
 				sb.WriteString(alphabet[next(len(alphabet))])
 			}
+			sb.WriteString(suffix)
 			if name := sb.String(); !seen[name] {
 				seen[name] = true
 				names = append(names, name)
@@ -134,6 +142,7 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 				p.keys = append(p.keys, name...)
 				members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
 				keys = append(keys, p.sortKey(members, i))
+				members[i].prefix = keys[i].prefix
 			}
 			return p, members, keys
 		}
@@ -215,5 +224,159 @@ func TestPlainNameMatchesPlainString(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestValidNameMatchesUTF8Valid checks validName, the member name UTF-8
+// check, against utf8.Valid: every sequence of up to 3 bytes, every
+// 4-byte sequence whose bytes are boundary values of the UTF-8 ranges
+// (and their neighbours), each alone, after an ASCII byte, and before one
+// or a truncated character.
+func TestValidNameMatchesUTF8Valid(t *testing.T) {
+	check := func(t *testing.T, b []byte) {
+		if got, want := validName(b), utf8.Valid(b); got != want {
+			t.Fatalf("validName(%q) = %v, utf8.Valid %v", b, got, want)
+		}
+	}
+	// The table is built at init, which coverage tools miss; rebuilt
+	// here, so that they see utf8Next run (the checks below are what
+	// pin it).
+	for c := range utf8Step {
+		for s := uint64(utf8Accept); s <= utf8Reject; s += 6 {
+			if got := utf8Step[c] >> s & 63; got != utf8Next(s, byte(c)) {
+				t.Fatalf("utf8Step[%#x] from state %d: %d, utf8Next %d", c, s, got, utf8Next(s, byte(c)))
+			}
+		}
+	}
+	t.Run("up to 3 bytes", func(t *testing.T) {
+		check(t, nil)
+		b := make([]byte, 3)
+		for x := range 1 << 24 {
+			b[0], b[1], b[2] = byte(x), byte(x>>8), byte(x>>16)
+			if x < 1<<8 {
+				check(t, b[:1])
+			}
+			if x < 1<<16 {
+				check(t, b[:2])
+			}
+			check(t, b)
+		}
+	})
+	t.Run("4 bytes at range boundaries", func(t *testing.T) {
+		var edges []byte
+		for _, c := range []int{0x00, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xe1, 0xec, 0xed, 0xee, 0xef, 0xf0, 0xf1, 0xf3, 0xf4, 0xf5, 0xff} {
+			for _, d := range []int{-1, 0, 1} {
+				if e := c + d; 0 <= e && e <= 0xff {
+					edges = append(edges, byte(e))
+				}
+			}
+		}
+		for _, a := range edges {
+			for _, b := range edges {
+				for _, c := range edges {
+					for _, d := range edges {
+						s := []byte{a, b, c, d}
+						check(t, s)
+						check(t, append([]byte{'a'}, s...))
+						check(t, append(s, 'a'))
+						check(t, append(s, 0xe4, 0xb8))
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestSortWordsMatchesSlicesSort checks sortWords, packedSort's integer
+// sort, against slices.Sort on distinct words of every size up to 300:
+// random, already sorted, reversed, organ-pipe and sawtooth (the inputs
+// that push a quicksort to its depth limit), and words that differ only
+// in their low byte or their top byte.
+func TestSortWordsMatchesSlicesSort(t *testing.T) {
+	x := uint64(0x9e3779b97f4a7c15)
+	next := func() uint64 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return x
+	}
+	shapes := map[string]func(i, n int) uint64{
+		"random":     func(i, _ int) uint64 { return next()&^0xff | uint64(i&0xff) },
+		"sorted":     func(i, _ int) uint64 { return uint64(i) << 8 },
+		"reversed":   func(i, n int) uint64 { return uint64(n-i) << 8 },
+		"organ pipe": func(i, n int) uint64 { return uint64(min(i, n-i))<<9 | uint64(i&1)<<8 },
+		"sawtooth":   func(i, _ int) uint64 { return uint64(i%7)<<20 | uint64(i) },
+		"low byte":   func(i, _ int) uint64 { return 0xabcdef<<8 | uint64(i*37&0xff) },
+		"top byte":   func(i, _ int) uint64 { return uint64(i*37&0xff)<<56 | 0x42 },
+	}
+	for name, shape := range shapes {
+		t.Run(name, func(t *testing.T) {
+			for n := range 301 {
+				seen := map[uint64]bool{}
+				var words []uint64
+				for i := range n {
+					if w := shape(i, n); !seen[w] {
+						seen[w] = true
+						words = append(words, w)
+					}
+				}
+				want := slices.Clone(words)
+				slices.Sort(want)
+				sortWords(words)
+				if !slices.Equal(words, want) {
+					t.Fatalf("%d words: sortWords gives %#x, want %#x", n, words, want)
+				}
+			}
+		})
+	}
+}
+
+// TestSortKeysLargeObjects checks sortKeys on objects of more than
+// maxPackedSort members, which go to slices.SortFunc (packedSort's words
+// hold an 8-bit index): the names of TestPackedSortMatchesSortFunc's
+// alphabet, in UTF-16 order, and a repeated name refused.
+func TestSortKeysLargeObjects(t *testing.T) {
+	alphabet := []string{"a", "b", "z", "_", "0", "item_", "abcdefgh", "é", "\uE000", "\uFFFF", "😀", "\U00010000", "\x7f"}
+	x := uint64(0x2545f4914f6cdd1d)
+	next := func(n int) int {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		return int(x % uint64(n))
+	}
+	for _, n := range []int{maxPackedSort + 1, maxPackedSort + 44, 3 * maxPackedSort} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			seen := map[string]bool{}
+			var names []string
+			for len(names) < n {
+				var sb strings.Builder
+				for range 1 + next(5) {
+					sb.WriteString(alphabet[next(len(alphabet))])
+				}
+				if name := sb.String(); !seen[name] {
+					seen[name] = true
+					names = append(names, name)
+				}
+			}
+			build := func(names []string) (*jcsParser, []jcsMember, []jcsSortKey) {
+				p := &jcsParser{}
+				var members []jcsMember
+				var keys []jcsSortKey
+				for i, name := range names {
+					at := len(p.keys)
+					p.keys = append(p.keys, name...)
+					members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
+					keys = append(keys, p.sortKey(members, i))
+					members[i].prefix = keys[i].prefix
+				}
+				return p, members, keys
+			}
+			p, members, keys := build(names)
+			checkSortKeys(t, "slices.SortFunc", p, members, keys, names)
+			dup := append(slices.Clone(names[:n-1]), names[next(n-1)])
+			if p, members, keys := build(dup); p.sortKeys(members, keys) {
+				t.Fatalf("%d names: sortKeys misses a duplicate", n)
+			}
+		})
 	}
 }

@@ -88,3 +88,53 @@ func eachTestWord(fills []byte, check func(w [8]byte)) {
 		check(w)
 	}
 }
+
+// TestAppendStringMatchesStringInto checks appendString, which writes a
+// string's canonical form as it reads it (its \u fast paths: a character
+// of the BMP, a surrogate pair), against stringInto followed by
+// appendJCSString: the same canonical form, or the same refusal with the
+// same reason. The strings hold surrogate pairs, lone and reversed
+// surrogates, a high surrogate before other escapes, U+FFFD with and
+// without refuseFFFD, and each of these cut at every byte, with and
+// without text after them, and unterminated.
+func TestAppendStringMatchesStringInto(t *testing.T) {
+	bodies := []string{
+		`\ud83d\ude00`, `a\ud835\udd18b`, `\udbff\udfff`, `\ud800\udc00\ud800\udc00`,
+		`\ud83d`, `\ude00`, `\ude00\ud83d`, `\ud83d\u0041`, `\ud83d\ud83d\ude00`, `\ud83d\n`, `\ud83d\\`, `\ud83d\uDE00`,
+		`\ud83d\ude0x`, `\ud83dx\ude00`, `\ud83d\ue000`, `\ud83d\udbff`, `\udbff\udc00`, `\ud7ff\udc00`, `\udc00\udc00`, `\ud800\udfff`, `\ufffd`, `\uFFFD\u00e9\u4e2d`, `\u0022\u005c\u001f`, `é\ud83d\ude00\u00e9`,
+		// Near-misses of the pair's shape: another escape, a bad digit or
+		// a missing backslash or u where the pair has them, with a low
+		// surrogate (or digits that read as one) after.
+		`\nABCD\udc00`, `u\nABCD\udc00`, `\ud8zz\udc00`, `\ud83dxudc00`, `\ud83d\xdc00`, `dc00xxxx\ud83d\udc01`,
+	}
+	for _, refuse := range []bool{false, true} {
+		for _, body := range bodies {
+			for cut := 0; cut <= len(body); cut++ {
+				for _, tail := range []string{"", `"`, `":1}`, `"` + "                "} {
+					in := []byte(`"` + body[:cut] + tail)
+					p := jcsParser{in: in, refuseFFFD: refuse}
+					got, gotOK := p.appendString(nil)
+					gotPos, gotFail := p.pos, p.fail
+					q := jcsParser{in: in, refuseFFFD: refuse}
+					name, wantOK := q.stringInto(nil)
+					if gotOK != wantOK {
+						t.Fatalf("%q (refuseFFFD %v): appendString ok %v, stringInto ok %v (%v)", in, refuse, gotOK, wantOK, q.fail)
+					}
+					if !wantOK {
+						// Cut short (no closing quote), both refuse, but
+						// appendString calls invalid UTF-8 before the end
+						// a syntax error; canonical keeps stringInto's
+						// reason for names (TestEscapedNameRefusals).
+						if gotFail != q.fail && tail != "" {
+							t.Fatalf("%q (refuseFFFD %v): appendString refuses with %v, stringInto with %v", in, refuse, gotFail, q.fail)
+						}
+						continue
+					}
+					if want := appendJCSString(nil, name); string(got) != string(want) || gotPos != q.pos {
+						t.Fatalf("%q: appendString %q (to %d), stringInto then appendJCSString %q (to %d)", in, got, gotPos, want, q.pos)
+					}
+				}
+			}
+		}
+	}
+}
