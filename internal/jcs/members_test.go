@@ -133,26 +133,29 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 				names = append(names, name)
 			}
 		}
-		build := func(names []string) (*jcsParser, []jcsMember, []jcsSortKey) {
-			p := &jcsParser{}
-			var members []jcsMember
-			var keys []jcsSortKey
-			for i, name := range names {
-				at := len(p.keys)
-				p.keys = append(p.keys, name...)
-				members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
-				keys = append(keys, p.sortKey(members, i))
-				members[i].prefix = keys[i].prefix
-			}
-			return p, members, keys
-		}
-		p, members, keys := build(names)
+		p, members, keys := membersOf(names)
 		checkSortKeys(t, "packedSort", p, members, keys, names)
 		dup := append(slices.Clone(names[:n-1]), names[next(n-1)])
-		if p, members, keys := build(dup); p.sortKeys(members, keys) {
+		if p, members, keys := membersOf(dup); p.sortKeys(members, keys) {
 			t.Fatalf("names %q: packedSort misses a duplicate", dup)
 		}
 	}
+}
+
+// membersOf lays names out as the parser does: their bytes in p.keys,
+// a member each with the prefix its sort key records, and the keys.
+func membersOf(names []string) (*jcsParser, []jcsMember, []jcsSortKey) {
+	p := &jcsParser{}
+	var members []jcsMember
+	var keys []jcsSortKey
+	for i, name := range names {
+		at := len(p.keys)
+		p.keys = append(p.keys, name...)
+		members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
+		keys = append(keys, p.sortKey(members, i))
+		members[i].prefix = keys[i].prefix
+	}
+	return p, members, keys
 }
 
 // checkSortKeys fails unless sortKeys, the sort named sort for these
@@ -358,23 +361,10 @@ func TestSortKeysLargeObjects(t *testing.T) {
 					names = append(names, name)
 				}
 			}
-			build := func(names []string) (*jcsParser, []jcsMember, []jcsSortKey) {
-				p := &jcsParser{}
-				var members []jcsMember
-				var keys []jcsSortKey
-				for i, name := range names {
-					at := len(p.keys)
-					p.keys = append(p.keys, name...)
-					members = append(members, jcsMember{nameAt: at, nameEnd: len(p.keys)})
-					keys = append(keys, p.sortKey(members, i))
-					members[i].prefix = keys[i].prefix
-				}
-				return p, members, keys
-			}
-			p, members, keys := build(names)
+			p, members, keys := membersOf(names)
 			checkSortKeys(t, "slices.SortFunc", p, members, keys, names)
 			dup := append(slices.Clone(names[:n-1]), names[next(n-1)])
-			if p, members, keys := build(dup); p.sortKeys(members, keys) {
+			if p, members, keys := membersOf(dup); p.sortKeys(members, keys) {
 				t.Fatalf("%d names: sortKeys misses a duplicate", n)
 			}
 		})
