@@ -930,6 +930,21 @@ func TestJCSScratch(t *testing.T) {
 	})
 }
 
+// zeroMembers returns the object whose members are names, in that order,
+// each with the value 0.
+func zeroMembers(names []string) string {
+	var sb strings.Builder
+	sb.WriteByte('{')
+	for i, name := range names {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `"%s":0`, name)
+	}
+	sb.WriteByte('}')
+	return sb.String()
+}
+
 // TestShortNonASCIINames pins canonical's inline path for member names of
 // up to 7 bytes that are not ASCII (validated by validName, ranked by
 // utf16Rank where they are read): every such name of one or two
@@ -957,30 +972,13 @@ func TestShortNonASCIINames(t *testing.T) {
 				j := (i*7919 + round*104729) % len(order)
 				order[i], order[j] = order[j], order[i]
 			}
-			var sb strings.Builder
-			sb.WriteByte('{')
-			for i, name := range order {
-				if i > 0 {
-					sb.WriteByte(',')
-				}
-				fmt.Fprintf(&sb, `"%s":0`, name)
-			}
-			sb.WriteString(`}`)
-			got, err := Canonical([]byte(sb.String()))
+			in, wantOut := zeroMembers(order), zeroMembers(want)
+			got, err := Canonical([]byte(in))
 			if err != nil {
 				t.Fatalf("Canonical: %v", err)
 			}
-			var wb strings.Builder
-			wb.WriteByte('{')
-			for i, name := range want {
-				if i > 0 {
-					wb.WriteByte(',')
-				}
-				fmt.Fprintf(&wb, `"%s":0`, name)
-			}
-			wb.WriteByte('}')
-			if string(got) != wb.String() {
-				t.Fatalf("Canonical(%s) = %s, want %s", sb.String(), got, wb.String())
+			if string(got) != wantOut {
+				t.Fatalf("Canonical(%s) = %s, want %s", in, got, wantOut)
 			}
 		}
 	})

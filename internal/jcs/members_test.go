@@ -26,18 +26,11 @@ func TestInsertionSortMatchesSortFunc(t *testing.T) {
 	}
 	for round := range 3000 {
 		n := 1 + round%maxInsertionSort
-		seen := map[string]bool{}
-		var names []string
-		for len(names) < n {
-			var sb strings.Builder
+		names := distinctNames(n, func(sb *strings.Builder) {
 			for range next(5) {
 				sb.WriteString(alphabet[next(len(alphabet))])
 			}
-			if name := sb.String(); !seen[name] {
-				seen[name] = true
-				names = append(names, name)
-			}
-		}
+		})
 		p := jcsParser{}
 		var members []jcsMember
 		var keys []jcsSortKey
@@ -119,20 +112,13 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 		// prefix, so that the shared prefix packedSort skips is 0
 		// although no name ends within the first word.
 		suffix := []string{"", "", "", "_suffix_of_9"}[round%4]
-		seen := map[string]bool{}
-		var names []string
-		for len(names) < n {
-			var sb strings.Builder
+		names := distinctNames(n, func(sb *strings.Builder) {
 			sb.WriteString(prefix)
 			for range 1 + next(6) {
 				sb.WriteString(alphabet[next(len(alphabet))])
 			}
 			sb.WriteString(suffix)
-			if name := sb.String(); !seen[name] {
-				seen[name] = true
-				names = append(names, name)
-			}
-		}
+		})
 		p, members, keys := membersOf(names)
 		checkSortKeys(t, "packedSort", p, members, keys, names)
 		dup := append(slices.Clone(names[:n-1]), names[next(n-1)])
@@ -140,6 +126,22 @@ func TestPackedSortMatchesSortFunc(t *testing.T) {
 			t.Fatalf("names %q: packedSort misses a duplicate", dup)
 		}
 	}
+}
+
+// distinctNames returns n distinct names, each written by write (called
+// again for a name already drawn).
+func distinctNames(n int, write func(sb *strings.Builder)) []string {
+	seen := map[string]bool{}
+	var names []string
+	for len(names) < n {
+		var sb strings.Builder
+		write(&sb)
+		if name := sb.String(); !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // membersOf lays names out as the parser does: their bytes in p.keys,
@@ -349,18 +351,11 @@ func TestSortKeysLargeObjects(t *testing.T) {
 	}
 	for _, n := range []int{maxPackedSort + 1, maxPackedSort + 44, 3 * maxPackedSort} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			seen := map[string]bool{}
-			var names []string
-			for len(names) < n {
-				var sb strings.Builder
+			names := distinctNames(n, func(sb *strings.Builder) {
 				for range 1 + next(5) {
 					sb.WriteString(alphabet[next(len(alphabet))])
 				}
-				if name := sb.String(); !seen[name] {
-					seen[name] = true
-					names = append(names, name)
-				}
-			}
+			})
 			p, members, keys := membersOf(names)
 			checkSortKeys(t, "slices.SortFunc", p, members, keys, names)
 			dup := append(slices.Clone(names[:n-1]), names[next(n-1)])
