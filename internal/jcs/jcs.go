@@ -329,27 +329,25 @@ member:
 					prefix = utf16Rank(prefix)
 				}
 				nameAt, nameEnd, inInput = i+1, i+1+n, true
-				if i+n+2 < len(in) && in[i+n+2] == ':' {
-					out = append(out, in[i:i+n+3]...)
-					i = jsontext.SkipSpace(in, i+n+3)
-					goto colon
-				}
-				out = append(out, in[i:i+n+2]...)
-				i += n + 2
-				goto named
 			}
 		}
-		if n, x, ok := plainName(in, i); ok {
-			// The common name: no escape (plainName). When the colon
-			// follows it, both are copied at once.
-			nameAt, nameEnd, inInput, prefix = i+1, i+1+n, true, x
-			if i+n+2 < len(in) && in[i+n+2] == ':' {
-				out = append(out, in[i:i+n+3]...)
-				i = jsontext.SkipSpace(in, i+n+3)
+		if !inInput {
+			// The common name: no escape (plainName).
+			var n int
+			if n, prefix, inInput = plainName(in, i); inInput {
+				nameAt, nameEnd = i+1, i+1+n
+			}
+		}
+		if inInput {
+			// A name as written; when the colon follows it, both are
+			// copied at once.
+			if end := nameEnd + 1; end < len(in) && in[end] == ':' {
+				out = append(out, in[i:end+1]...)
+				i = jsontext.SkipSpace(in, end+1)
 				goto colon
 			}
-			out = append(out, in[i:i+n+2]...)
-			i += n + 2
+			out = append(out, in[i:nameEnd+1]...)
+			i = nameEnd + 1
 			goto named
 		}
 		if i+17 <= len(in) {
