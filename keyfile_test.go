@@ -101,7 +101,7 @@ func TestKeySourceFromFile(t *testing.T) {
 			// be a writer's first bytes: refused at the first read too.
 			{"no final newline", good, false, 0o600, ErrKeyFileIncomplete},
 			{"64-byte key cut after 44 characters", EncodeKey(key64(t))[:44], false, 0o600, ErrKeyFileIncomplete},
-			{"two lines", good + ",\n" + good + "\n", false, 0o600, ErrKeyFileIncomplete},
+			{"two lines", good + ",\n" + EncodeKey(RandomKey()) + "\n", false, 0o600, ErrKeyFileIncomplete},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				if tc.want == ErrKeyFileWritable && runtime.GOOS == "windows" {

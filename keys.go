@@ -4,6 +4,7 @@ import (
 	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
@@ -25,21 +26,85 @@ const MinKeyBytes = 32
 // safely serve all of them.
 type Keyring struct {
 	keys [][]byte
+	ids  []keyID // ids[i] is the key id of keys[i]
+}
+
+// keyIDSize is the length of a key id.
+const keyIDSize = 4
+
+// keyIDLabel is the HKDF info label of a key id.
+const keyIDLabel = "ctoken.key-id"
+
+// keyID names a key in every token minted under it: the first 4 bytes of
+// HKDF-SHA256(key, salt = 32 zero bytes, info = "ctoken.key-id"). It is a
+// one-way function of the key, never the key, and not secret: a verifier
+// reads it from the token and runs one MAC, with the key it names, whatever
+// the ring's size.
+type keyID [keyIDSize]byte
+
+// deriveKeyID returns the key id of key (at least [MinKeyBytes] long).
+func deriveKeyID(key []byte) (keyID, bool) {
+	sub, err := DeriveKey(key, keyIDLabel)
+	if err != nil {
+		return keyID{}, false
+	}
+	return keyID(sub[:keyIDSize]), true
+}
+
+// index returns the position in the ring of the key whose id is id, or -1.
+// Key ids are not secret, so the search need not be constant time.
+func (k *Keyring) index(id []byte) int {
+	if k == nil {
+		return -1
+	}
+	for i := range k.ids {
+		if string(k.ids[i][:]) == string(id) {
+			return i
+		}
+	}
+	return -1
+}
+
+// KeyIDs returns the key id of every key of the ring, primary first, as
+// 8 lowercase hex digits: the id every token minted under that key carries
+// (see doc.go), so a log line or `ctoken verify` can name the key that
+// signed a token without naming the key. It is nil for a nil or zero
+// [Keyring].
+func (k *Keyring) KeyIDs() []string {
+	if k == nil {
+		return nil
+	}
+	out := make([]string, len(k.ids))
+	for i, id := range k.ids {
+		out[i] = hex.EncodeToString(id[:])
+	}
+	return out
 }
 
 // NewKeyring returns a [Keyring] with primary first and then previous, in
-// order. Every key must be at least [MinKeyBytes] long, else [ErrKeyTooShort].
+// order. Every key must be at least [MinKeyBytes] long, else [ErrKeyTooShort];
+// two keys with one key id (the same key twice) are [ErrKeyInvalid].
 // The inputs are copied. NewKeyring checks only the length: the bytes are
 // the caller's to vouch for (use [RandomKey]); [ParseKeyring], which reads
 // operator input, also refuses degenerate keys.
 func NewKeyring(primary []byte, previous ...[]byte) (*Keyring, error) {
 	all := append([][]byte{primary}, previous...)
-	kr := &Keyring{keys: make([][]byte, len(all))}
+	kr := &Keyring{keys: make([][]byte, len(all)), ids: make([]keyID, len(all))}
 	for i, k := range all {
 		if len(k) < MinKeyBytes {
 			return nil, keyError(ErrKeyTooShort, i, len(all), keyShort)
 		}
+		id, ok := deriveKeyID(k)
+		if !ok {
+			return nil, keyError(ErrKeyInvalid, i, len(all), "cannot be derived from")
+		}
+		if j := kr.index(id[:]); j >= 0 && j < i {
+			// The same key twice, or (about once in 2^32 pairs) two keys
+			// whose ids collide: either way a token could not name its key.
+			return nil, keyError(ErrKeyInvalid, i, len(all), fmt.Sprintf("has the key id of key %d (the same key twice?)", j+1))
+		}
 		kr.keys[i] = append([]byte(nil), k...)
+		kr.ids[i] = id
 	}
 	return kr, nil
 }

@@ -3,6 +3,7 @@ package ctoken
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/big"
@@ -348,4 +349,50 @@ func TestKeyErrorsNamePositionAndFormNotKey(t *testing.T) {
 	if !errors.Is(err, ErrKeyTooShort) || !strings.Contains(err.Error(), "key 2 of 2") {
 		t.Fatalf("NewKeyring short previous = %v, want ErrKeyTooShort naming key 2 of 2", err)
 	}
+}
+
+func TestKeyringKeyIDs(t *testing.T) {
+	a, b := RandomKey(), RandomKey()
+	t.Run("one per key, primary first, derived and stable", func(t *testing.T) {
+		kr, err := NewKeyring(a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := kr.KeyIDs()
+		if len(ids) != 2 || ids[0] == ids[1] || len(ids[0]) != 2*keyIDSize {
+			t.Fatalf("KeyIDs() = %q", ids)
+		}
+		sub, err := DeriveKey(a, "ctoken.key-id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := hex.EncodeToString(sub[:keyIDSize]); ids[0] != want {
+			t.Fatalf("primary id %s, want the HKDF label's first 4 bytes %s", ids[0], want)
+		}
+		again, _ := NewKeyring(b, a)
+		if got := again.KeyIDs(); got[0] != ids[1] || got[1] != ids[0] {
+			t.Fatalf("ids depend on position: %q vs %q", got, ids)
+		}
+		if strings.Contains(ids[0], hex.EncodeToString(a[:keyIDSize])) {
+			t.Fatal("the key id shows the key's bytes")
+		}
+	})
+	t.Run("the same key twice is refused", func(t *testing.T) {
+		_, err := NewKeyring(a, b, a)
+		if !errors.Is(err, ErrKeyInvalid) || !strings.Contains(err.Error(), "key 3 of 3 has the key id of key 1") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("nil and zero rings have none", func(t *testing.T) {
+		var nilRing *Keyring
+		if nilRing.KeyIDs() != nil {
+			t.Fatal("nil ring has ids")
+		}
+		if got := (&Keyring{}).KeyIDs(); len(got) != 0 {
+			t.Fatalf("zero ring ids %q", got)
+		}
+		if nilRing.index([]byte{1, 2, 3, 4}) != -1 {
+			t.Fatal("nil ring found a key")
+		}
+	})
 }
