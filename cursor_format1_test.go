@@ -194,6 +194,7 @@ func TestVerifyNamesTheFieldOfAnAuthenticButUnusableCursor(t *testing.T) {
 		}
 	}
 }
+
 // ---------------------------------------------------------------------------
 // Cursors
 
@@ -535,6 +536,7 @@ func checkCursorVectors(t *testing.T) {
 	}
 	checkCursorVerify(t, f)
 }
+
 // Known-answer vectors of cursor format version 2 (signed) and 3 (sealed):
 // testdata/vectors/cursor_v2.json. Each token is built here from the
 // standard library alone (CBOR by hand, HMAC-SHA256, AES-256-GCM with the
