@@ -168,6 +168,12 @@ const (
 	ReasonIdempotencyHandlerDeadline  // "handler returned without a response after its deadline"
 	ReasonIdempotencyGoneBeforeLease  // "client gone before the key was leased"
 
+	// ReasonUnknownKey: a token (cursor, sealed cursor, page token or
+	// one-time token) names a key id that no key of the ring has: it was
+	// minted under a key since retired, or under another deployment's key
+	// (or its key id was altered). Nothing else of it is read.
+	ReasonUnknownKey // "signed by a key not in the ring: retired or foreign"
+
 	numRefusalReasons // not a reason: the size of the set
 )
 
@@ -263,6 +269,7 @@ var reasonNames = [numRefusalReasons]string{
 
 	ReasonCursorWrongScope: "forged or wrong scope (tool, caller or arguments)",
 	ReasonCursorSealedOpen: "sealed cursor does not open (tampered, other key, or other scope)",
+	ReasonUnknownKey:       "signed by a key not in the ring: retired or foreign",
 
 	ReasonIdempotencyKeyMissing:       "idempotency key header missing",
 	ReasonIdempotencyKeyRepeated:      "idempotency key header repeated",
