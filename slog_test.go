@@ -65,7 +65,7 @@ func TestSlogObserver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		codec, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(2)), Now: clock.Now, Replay: failingStore{}, Observer: obs})
+		codec, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(2)), Now: clock.Now, Replay: failingStore{}, Observer: obs})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,6 +32,15 @@ const (
 // RequestStateBinding selects what a request state is bound to: the bind
 // material whose HMAC (the bind tag) a state carries and [RequestStateCodec.Decode]
 // recomputes from its subject and tool arguments.
+//
+// Its zero value is unset, not a binding: [NewRequestStateCodec] refuses a
+// [RequestStateSecurity] without an explicit Binding with [ErrConfig]. No
+// default is safe for every caller: a subject-only default lets a state
+// minted for one tool open at another (and is refused by the MCP adapters),
+// and a subject-and-tool default silently breaks a state that one handler
+// mints and another opens. The choice is the caller's, written where it is
+// reviewed. The binding is never carried: the wire bytes of every binding
+// are those of the reference implementation.
 type RequestStateBinding uint8
 
 const (
@@ -40,7 +49,7 @@ const (
 	// [BindNone]'s, so a state sealed for "" opens for any caller that also
 	// presents "" under [BindSubject] or [BindNone]: pass the authenticated
 	// subject whenever there is one.
-	BindSubject RequestStateBinding = iota
+	BindSubject RequestStateBinding = iota + 1
 	// BindSubjectAndTool binds a state to the subject and the tool (for MCP,
 	// [MCPTarget](method, name)): the material is subject + "\x00" + tool,
 	// also when the subject is empty, so an anonymous state stays bound to
@@ -75,10 +84,10 @@ const (
 	gcmTagSize      = 16
 )
 
-// RequestStateSecurity configures a [RequestStateCodec]. Keys is required;
-// every other field has a default, chosen by its zero value: signed, bound
-// to the subject, 5-minute TTL, 16 KiB cap, time.Now. A value that is
-// neither zero nor valid (a negative TTL or MaxBytes, an unknown Mode or
+// RequestStateSecurity configures a [RequestStateCodec]. Keys (or
+// KeySource) and Binding are required; every other field has a default,
+// chosen by its zero value: signed, 5-minute TTL, 16 KiB cap, time.Now. A
+// value that is neither zero nor valid (a negative TTL or MaxBytes, an unknown Mode or
 // Binding) makes [NewRequestStateCodec] fail with [ErrConfig]; it never
 // falls back to the default.
 type RequestStateSecurity struct {
@@ -95,7 +104,10 @@ type RequestStateSecurity struct {
 	// Mode is [Signed] (the zero value) or [Encrypted]. A codec decodes only
 	// states of its own mode.
 	Mode RequestStateMode
-	// Binding is [BindSubject] (the zero value), [BindSubjectAndTool] or [BindNone].
+	// Binding is [BindSubjectAndTool], [BindSubject] or [BindNone], and has
+	// no default: left unset (zero) it is [ErrConfig], because what a state
+	// must be bound to is a security decision only the caller can make (see
+	// [RequestStateBinding]). MCP servers use [BindSubjectAndTool].
 	Binding RequestStateBinding
 	// Audience, if set, names the server or deployment a state is for (say
 	// "billing-mcp.prod"): a state opens only in a codec with the same
@@ -208,6 +220,7 @@ var (
 	errStateUnderivable  = reject(ErrNoKey, "RequestStateSecurity.Keys: a key cannot be derived from")
 	errStateConfMode     = reject(ErrConfig, "unknown RequestStateSecurity.Mode")
 	errStateConfBinding  = reject(ErrConfig, "unknown RequestStateSecurity.Binding")
+	errStateNoBinding    = reject(ErrConfig, "RequestStateSecurity.Binding is unset (choose BindSubjectAndTool, BindSubject or BindNone)")
 	errStateConfAudience = reject(ErrConfig, "RequestStateSecurity.Audience contains a NUL byte")
 	errStateConfTTL      = reject(ErrConfig, "negative RequestStateSecurity.TTL")
 	errStateConfMaxBytes = reject(ErrConfig, "negative RequestStateSecurity.MaxBytes")
@@ -234,6 +247,8 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 	switch {
 	case sec.Mode > Encrypted:
 		return nil, errStateConfMode
+	case sec.Binding == 0:
+		return nil, errStateNoBinding
 	case sec.Binding > BindNone:
 		return nil, errStateConfBinding
 	case strings.IndexByte(sec.Audience, 0) >= 0:
@@ -294,11 +309,11 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 
 // Binding returns the binding the codec was configured with
 // ([RequestStateSecurity.Binding]); a codec not made by
-// [NewRequestStateCodec] reports [BindSubject], the zero value, and opens
-// nothing (see [RequestStateCodec.Ready]).
+// [NewRequestStateCodec] reports the unset zero value, which is no binding,
+// and opens nothing (see [RequestStateCodec.Ready]).
 func (c *RequestStateCodec) Binding() RequestStateBinding {
 	if c == nil {
-		return BindSubject
+		return 0
 	}
 	return c.binding
 }

@@ -74,7 +74,7 @@ func TestScriptedRunExactCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: ring(newKey), Now: clk.Now, Replay: downStore{}, Observer: obs})
+	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Binding: ctoken.BindSubject, Keys: ring(newKey), Now: clk.Now, Replay: downStore{}, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
