@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -1625,4 +1627,84 @@ func TestStateCodecAccessors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStateSealCount pins the v1e. message budget: an Encrypted codec
+// counts the states its primary key seals and reports
+// observe.OutcomeRotateKey at the first threshold and at every doubling
+// after it (the threshold is lowered here from 2^28 to 4); a KeySource
+// swap that keeps the primary keeps its count, a new primary starts at 0,
+// and a Signed codec counts nothing.
+func TestStateSealCount(t *testing.T) {
+	var got []uint64
+	obs := observe.ObserverFunc(func(e observe.Event) {
+		if e.Outcome == observe.OutcomeRotateKey {
+			if e.Kind != observe.KindRequestState || e.Key != observe.KeyPrimary {
+				t.Errorf("event %+v", e)
+			}
+			got = append(got, e.Seals)
+		} else if e.Seals != 0 {
+			t.Errorf("Seals %d on %v", e.Seals, e.Outcome)
+		}
+	})
+	seal := func(c *RequestStateCodec, n int) {
+		t.Helper()
+		for range n {
+			if _, err := c.Encode("s", "alice", "t"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Run("thresholds", func(t *testing.T) {
+		got = nil
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(40)), Mode: Encrypted, Binding: BindSubject, Observer: obs})
+		if c.sealWarn != sealWarnFloor || sealWarnFloor != 1<<28 {
+			t.Fatalf("threshold %d, want 2^28", c.sealWarn)
+		}
+		c.sealWarn = 4
+		seal(c, 33)
+		if !slices.Equal(got, []uint64{4, 8, 16, 32}) {
+			t.Fatalf("reported at %v, want [4 8 16 32]", got)
+		}
+	})
+	t.Run("swap keeps the primary's count", func(t *testing.T) {
+		got = nil
+		a, b := mustKeyring(t, fixedKey(41)), mustKeyring(t, fixedKey(42))
+		src, err := NewKeySource(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newTestCodec(t, RequestStateSecurity{KeySource: src, Mode: Encrypted, Binding: BindSubject, Observer: obs})
+		c.sealWarn = 4
+		seal(c, 3)
+		// The same primary with a previous key behind it: the count goes on.
+		if err := src.Swap(mustKeyring(t, fixedKey(41), fixedKey(42))); err != nil {
+			t.Fatal(err)
+		}
+		seal(c, 1)
+		if !slices.Equal(got, []uint64{4}) {
+			t.Fatalf("reported at %v, want [4]", got)
+		}
+		// A new primary starts at 0.
+		if err := src.Swap(b); err != nil {
+			t.Fatal(err)
+		}
+		seal(c, 3)
+		if !slices.Equal(got, []uint64{4}) {
+			t.Fatalf("reported at %v after a new primary's 3 seals, want [4]", got)
+		}
+		seal(c, 1)
+		if !slices.Equal(got, []uint64{4, 4}) {
+			t.Fatalf("reported at %v, want [4 4]", got)
+		}
+	})
+	t.Run("signed counts nothing", func(t *testing.T) {
+		got = nil
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(43)), Binding: BindSubject, Observer: obs})
+		c.sealWarn = 1
+		seal(c, 8)
+		if len(got) != 0 {
+			t.Fatalf("signed codec reported %v", got)
+		}
+	})
 }
