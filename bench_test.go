@@ -296,7 +296,7 @@ func benchCodec(b *testing.B, mode RequestStateMode) *RequestStateCodec {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Mode: mode})
+	c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: mode})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -141,7 +141,7 @@ func TestInspectEscapesTerminalControlsInEveryField(t *testing.T) {
 	rand.Read(mac)
 	ot := "ot1." + base64.RawURLEncoding.EncodeToString(append(p, mac...))
 	// A request state whose JSON state string carries the characters.
-	w := f.state(t, ctoken.RequestStateSecurity{}, hostile, "alice", "t")
+	w := f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject}, hostile, "alice", "t")
 
 	for name, tok := range map[string]string{"one-time": ot, "request state": w} {
 		t.Run(name, func(t *testing.T) {
