@@ -88,7 +88,11 @@ func cmdInspect(args []string, e *env) int {
 		return exitUsage
 	}
 	kr, noRing := inspectRing(e, *keysEnv)
-	out.setKey(keyOf(tok, kr, noRing))
+	k := keyOf(tok, kr, noRing)
+	if k.KeyInRing == noStateKeyID {
+		k.KeyInRing = noStateKeyIDShown // inspect tries no key
+	}
+	out.setKey(k)
 	fmt.Fprintln(e.stderr, unverifiedWarning)
 	if err := writeJSON(e.stdout, out); err != nil {
 		fmt.Fprintf(e.stderr, "ctoken inspect: %v\n", err)

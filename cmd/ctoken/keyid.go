@@ -110,9 +110,6 @@ func lookupKey(id []byte, kr *ctoken.Keyring) string {
 func keyOf(tok string, kr *ctoken.Keyring, noRing string) keyReport {
 	id, note := keyIDOf(tok)
 	if id == nil {
-		if note == noStateKeyID && kr == nil {
-			note = noStateKeyIDShown
-		}
 		return keyReport{KeyInRing: note}
 	}
 	r := keyReport{KeyID: hex.EncodeToString(id)}
