@@ -29,21 +29,16 @@ const (
 	ReasonAlreadyRedeemed             = observe.ReasonAlreadyRedeemed
 	ReasonCursorOversize              = observe.ReasonCursorOversize
 	ReasonCursorMalformed             = observe.ReasonCursorMalformed
-	ReasonUnknownVersion              = observe.ReasonUnknownVersion
-	ReasonArgsLength                  = observe.ReasonArgsLength
-	ReasonWrongTool                   = observe.ReasonWrongTool
-	ReasonWrongCaller                 = observe.ReasonWrongCaller
-	ReasonWrongArguments              = observe.ReasonWrongArguments
 	ReasonOtherSession                = observe.ReasonOtherSession
-	ReasonMACOtherSession             = observe.ReasonMACOtherSession
 	ReasonOlderThanTTL                = observe.ReasonOlderThanTTL
 	ReasonCursorStateType             = observe.ReasonCursorStateType
-	ReasonIDNotUTF8                   = observe.ReasonIDNotUTF8
 	ReasonOpaqueStateTooBig           = observe.ReasonOpaqueStateTooBig
 	ReasonCursorTooLarge              = observe.ReasonCursorTooLarge
 	ReasonCursorStateNotCBOR          = observe.ReasonCursorStateNotCBOR
 	ReasonCursorWrongScope            = observe.ReasonCursorWrongScope
 	ReasonCursorSealedOpen            = observe.ReasonCursorSealedOpen
+	ReasonUnknownKey                  = observe.ReasonUnknownKey
+	ReasonWrongArguments              = observe.ReasonWrongArguments
 	ReasonStateOversize               = observe.ReasonStateOversize
 	ReasonUnknownPrefix               = observe.ReasonUnknownPrefix
 	ReasonFraming                     = observe.ReasonFraming
@@ -152,10 +147,9 @@ func ReasonOf(err error) RefusalReason {
 var rejectionReasons = func() map[error]RefusalReason {
 	all := []error{
 		errCursorEmpty, errCursorOversize, errCursorBase64, errCursorTruncated,
-		errCursorMAC, errCursorMalformed, errCursorVersion, errCursorArgsLength,
-		errCursorFuture, errCursorTool, errCursorCaller, errCursorArgs,
-		errCursorSession, errCursorForeign, errCursorAge, errCursorStateType,
-		errIDNotUTF8, errCursorStateLarge, errCursorLarge, errCursorScope, errCursorSealed,
+		errCursorMalformed, errCursorFuture, errCursorSession, errCursorUnknownKey, errCursorUnknownKeyRestart,
+		errCursorAge, errCursorStateType,
+		errCursorStateLarge, errCursorLarge, errCursorScope, errCursorSealed,
 		errStateEmpty, errStateOversize, errStateMode, errStateBase64,
 		errStateFraming, errStateMAC, errStateOpen, errStateMalformed,
 		errStateBinding, errStateSubjectAmbiguous, errStateExpired, errStateJSON,

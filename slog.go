@@ -90,7 +90,7 @@ func eventLevel(e Event) slog.Level {
 	case ReasonIssueFailed:
 		return slog.LevelError
 	case ReasonOlderThanTTL, ReasonOtherSession, ReasonPastExp, ReasonExpired,
-		ReasonIDNotUTF8, ReasonOpaqueStateTooBig, ReasonCursorTooLarge, ReasonCursorStateNotCBOR,
+		ReasonOpaqueStateTooBig, ReasonCursorTooLarge, ReasonCursorStateNotCBOR,
 		ReasonStateNotUTF8, ReasonSubjectNUL, ReasonStateTooLarge, ReasonStateNotJSON,
 		ReasonClaimsTooLarge, ReasonExchangeRequest, ReasonAuthorizeRefused,
 		ReasonIdempotencyGoneBeforeLease: // clients hang up: normal

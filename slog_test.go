@@ -136,7 +136,7 @@ func TestSlogObserver(t *testing.T) {
 			{Event{Outcome: OutcomeRefused, Reason: ReasonExpired}, slog.LevelInfo},
 			{Event{Outcome: OutcomeRefused, Reason: ReasonAuthorizeRefused}, slog.LevelInfo},
 			{Event{Outcome: OutcomeRefused, Reason: ReasonMACMismatch}, slog.LevelWarn},
-			{Event{Outcome: OutcomeRefused, Reason: ReasonMACOtherSession}, slog.LevelWarn},
+			{Event{Outcome: OutcomeRefused, Reason: ReasonUnknownKey}, slog.LevelWarn},
 			{Event{Outcome: OutcomeRefused, Reason: ReasonWrongBinding}, slog.LevelWarn},
 			{Event{Outcome: OutcomeDuplicate, Reason: ReasonAlreadyUsed}, slog.LevelWarn},
 			{Event{Outcome: OutcomeStoreFailure, Reason: ReasonStoreFailed}, slog.LevelError},
