@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/internal/cursorwire"
 	"github.com/ctoken/ctoken/observe"
 )
 
@@ -15,24 +16,17 @@ import (
 // reads the id of each kind and says which key of the ring given it names.
 
 // keyIDBytes is the length of a key id.
-const keyIDBytes = 4
+const keyIDBytes = cursorwire.KeyIDSize
 
-// Where the key id is in each kind's decoded bytes.
-const (
-	// oneTimeKeyIDAt: after the version byte of an ot1. token.
-	oneTimeKeyIDAt = 1
-	// cursorKeyIDAt: a cursor (signed, sealed, keyset or a protopage page
-	// token) starts with a CBOR map whose key 1 is the version and key 2
-	// the key id, a 4-byte byte string: map head, 0x01, version, 0x02,
-	// 0x44, then the id.
-	cursorKeyIDAt = 5
-)
+// oneTimeKeyIDAt is where the key id is in a decoded ot1. token: after its
+// version byte.
+const oneTimeKeyIDAt = 1
 
 // Notes of keyReport.KeyInRing that are not a key position.
 const (
 	noStateKeyID       = "no key id (v1 request state; tried every key)"
 	noStateKeyIDShown  = "no key id (v1 request state; verify tries every key)"
-	cursorKeyIDNotRead = "key id not read (the cursor does not start with a version and a key id)"
+	cursorKeyIDNotRead = "key id not read (not a cursor of a known layout: no version and key id at its start)"
 	unknownKeyNote     = "unknown: no key of the ring has this id (a retired key, another deployment's key, or an altered id)"
 )
 
@@ -63,16 +57,16 @@ func oneTimeKeyID(tok string) ([]byte, bool) {
 
 // cursorKeyID returns the key id a cursor carries at its fixed place, with
 // the version before it, or false for a cursor that does not start with
-// both.
+// both. Every cursor (signed, sealed, keyset, and a protopage page token)
+// starts with a CBOR map whose key 1 is the version and key 2 the key id, a
+// 4-byte byte string: map head, 0x01, version, 0x02, 0x44, then the id
+// (cursorwire.ReadPrefix, which the library's Verify reads too).
 func cursorKeyID(tok string) (version byte, id []byte, ok bool) {
 	raw, err := b64.DecodeString(tok)
-	if err != nil || len(raw) < cursorKeyIDAt+keyIDBytes {
+	if err != nil {
 		return 0, nil, false
 	}
-	if raw[0]&0xe0 != 0xa0 || raw[1] != 0x01 || raw[2] > 23 || raw[3] != 0x02 || raw[4] != 0x40|keyIDBytes {
-		return 0, nil, false
-	}
-	return raw[2], raw[cursorKeyIDAt : cursorKeyIDAt+keyIDBytes], true
+	return cursorwire.ReadPrefix(raw)
 }
 
 // keyIDOf reads the key id of tok, of any kind. For a token without one

@@ -222,3 +222,72 @@ func TestCursorKeyID(t *testing.T) {
 		})
 	}
 }
+
+// TestCursorsNameTheirKey: every cursor kind (signed, sealed, keyset; a
+// protopage page token is a signed or sealed cursor) carries the key id of
+// the key that signed it, which inspect and verify look up in the ring.
+func TestCursorsNameTheirKey(t *testing.T) {
+	f := newRingFixture(t)
+	scope := ctoken.CursorScope{ToolID: ctoken.MCPTarget("tools/call", "search"), CallerID: "alice", Args: mustFingerprint(t, searchArgs)}
+	issuer := func(key []byte, seal bool) *ctoken.CursorIssuer {
+		iss, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: mustRing(t, key), Session: f.session, Seal: seal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return iss
+	}
+	kinds := map[string]func(key []byte) string{
+		"signed": func(key []byte) string { return f.cursor(t, issuer(key, false)) },
+		"sealed": func(key []byte) string { return f.cursor(t, issuer(key, true)) },
+		"keyset": func(key []byte) string {
+			c, err := ctoken.IssueKeyset(issuer(key, false), scope, struct{ ID int }{42})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		},
+	}
+	primaryID, previousID, foreignID := keyIDOfKey(t, f.key), keyIDOfKey(t, f.oldKey), keyIDOfKey(t, f.foreign)
+	for kind, mint := range kinds {
+		for _, tc := range []struct {
+			name             string
+			key              []byte
+			keyID, keyInRing string
+		}{
+			{"primary", f.key, primaryID, "primary"},
+			{"previous", f.oldKey, previousID, "previous 1"},
+			{"unknown", f.foreign, foreignID, unknownKeyNote},
+		} {
+			t.Run(kind+"/"+tc.name, func(t *testing.T) {
+				c := mint(tc.key)
+				r := runCmd(t, "", f.env(), "inspect", c)
+				if r.code != exitOK {
+					t.Fatalf("inspect: exit %d, stderr %q", r.code, r.stderr)
+				}
+				if m := decodeJSON(t, r.stdout); m["keyId"] != tc.keyID || m["keyInRing"] != tc.keyInRing {
+					t.Errorf("inspect: keyId %v, keyInRing %v; want %s, %s", m["keyId"], m["keyInRing"], tc.keyID, tc.keyInRing)
+				}
+				r = runCmd(t, "", f.env(), append(append([]string{"verify"}, cursorFlags(f.fixture)...), c)...)
+				if tc.keyInRing == unknownKeyNote {
+					want := "key id: " + foreignID + ", " + unknownKeyNote + "; CTOKEN_KEYS holds " + primaryID + " (primary), " + previousID + " (previous 1)\n"
+					if r.code != exitRejected || !strings.Contains(r.stderr, "reason: signed by a key not in the ring: retired or foreign\n") || !strings.Contains(r.stderr, want) {
+						t.Fatalf("verify: exit %d, stderr %q; want the unknown key named", r.code, r.stderr)
+					}
+					return
+				}
+				if r.code != exitOK {
+					t.Fatalf("verify: exit %d, stderr %q", r.code, r.stderr)
+				}
+				if m := decodeJSON(t, r.stdout); m["keyId"] != tc.keyID || m["keyInRing"] != tc.keyInRing || m["verifiedBy"] != tc.keyInRing {
+					t.Errorf("verify: keyId %v, keyInRing %v, verifiedBy %v; want %s, %s", m["keyId"], m["keyInRing"], m["verifiedBy"], tc.keyID, tc.keyInRing)
+				}
+				// Another caller under a known key: the key is named, the
+				// refusal is the scope's.
+				r = runCmd(t, "", f.env(), append(append([]string{"verify"}, cursorFlags(f.fixture)...), "-caller", "bob", c)...)
+				if r.code != exitRejected || !strings.Contains(r.stderr, "key id: "+tc.keyID+", the "+tc.keyInRing+" key of CTOKEN_KEYS\n") {
+					t.Errorf("verify for bob: exit %d, stderr %q", r.code, r.stderr)
+				}
+			})
+		}
+	}
+}
