@@ -133,7 +133,7 @@ func explainKey(e *env, tok string, kr *ctoken.Keyring, keysEnv string) {
 	k := keyOf(tok, kr, "")
 	switch {
 	case k.KeyID == "":
-		fmt.Fprintf(e.stderr, "key id: %s\n", k.KeyInRing)
+		fmt.Fprintf(e.stderr, "key: %s\n", k.KeyInRing)
 	case k.KeyInRing == unknownKeyNote:
 		fmt.Fprintf(e.stderr, "key id: %s, %s; %s holds %s\n", k.KeyID, k.KeyInRing, keysEnv, ringText(kr))
 	default:

@@ -153,7 +153,7 @@ func TestVerifyNamesTheKeyOfEveryKind(t *testing.T) {
 			{"one-time tampered under the primary", tok[:len(tok)-2] + flipLast(tok), oneTime, "mac mismatch",
 				"key id: " + primaryID + ", the primary key of CTOKEN_KEYS"},
 			{"request state of a key the ring lacks", f.state(t, ctoken.RequestStateSecurity{Keys: mustRing(t, f.foreign)}, "s", "alice", ""), state, "mac mismatch",
-				"key id: " + noStateKeyID},
+				"key: " + noStateKeyID},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				r := runCmd(t, "", f.env(), append(append([]string{"verify"}, tc.flags...), tc.tok)...)
