@@ -816,6 +816,14 @@ func TestOneTimeKeyID(t *testing.T) {
 		}
 	})
 
+	t.Run("a ring whose keys have no ids is refused", func(t *testing.T) {
+		// Only NewKeyring makes a ring, and it names every key; a ring
+		// built another way (inside the package) cannot sign a token
+		// that names its key.
+		_, err := NewOneTimeIssuer(OneTimeConfig{Keys: &Keyring{keys: [][]byte{fixedKey(1)}}, Purpose: testPurpose})
+		wantErr(t, err, ErrNoKey)
+	})
+
 	t.Run("the last key of a ring of ten", func(t *testing.T) {
 		keys := make([][]byte, 10)
 		for i := range keys {
