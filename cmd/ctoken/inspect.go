@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -119,62 +118,6 @@ var inspectDecMode = func() cbor.DecMode {
 	return m
 }()
 
-// cursorReport is what inspect prints for a cursor.
-type cursorReport struct {
-	Kind     string `json:"kind"`
-	Verified bool   `json:"verified"`
-	Warning  string `json:"warning"`
-	// Bytes is the encoded length; OverCap flags one Verify refuses unread.
-	Bytes   int  `json:"bytes"`
-	OverCap bool `json:"overCap,omitempty"`
-
-	Version uint64 `json:"version"`
-	Tool    string `json:"tool"`
-	// ToolMethod and ToolName split a tool ID made by ctoken.MCPTarget.
-	ToolMethod      string   `json:"toolMethod,omitempty"`
-	ToolName        string   `json:"toolName,omitempty"`
-	Caller          string   `json:"caller"`
-	ArgsFingerprint string   `json:"argsFingerprint"`
-	Page            uint64   `json:"page"`
-	IssuedAt        string   `json:"issuedAt"`
-	IssuedAtUnix    int64    `json:"issuedAtUnix"`
-	Age             string   `json:"age"`
-	Session         string   `json:"session"`
-	SessionBase64   string   `json:"sessionBase64"`
-	State           string   `json:"state,omitempty"`
-	StateBytes      int      `json:"stateBytes"`
-	MAC             string   `json:"mac"`
-	UnknownKeys     []uint64 `json:"unknownKeys,omitempty"`
-	keyReport
-}
-
-// decodeCursorBody splits a cursor into its CBOR body and MAC and decodes
-// the body, without checking the MAC.
-func decodeCursorBody(tok string) (w v1Payload, body, mac []byte, unknown []uint64, err error) {
-	raw, err := b64.DecodeString(tok)
-	if err != nil {
-		return w, nil, nil, nil, fmt.Errorf("%w: not base64url", errNotCursor)
-	}
-	if len(raw) <= cursorwire.MACSize {
-		return w, nil, nil, nil, fmt.Errorf("%w: shorter than its %d-byte MAC", errNotCursor, cursorwire.MACSize)
-	}
-	body, mac = raw[:len(raw)-cursorwire.MACSize], raw[len(raw)-cursorwire.MACSize:]
-	if err := inspectDecMode.Unmarshal(body, &w); err != nil {
-		return w, nil, nil, nil, fmt.Errorf("%w: payload is not a cursor CBOR map", errNotCursor)
-	}
-	var keys map[uint64]cbor.RawMessage
-	if err := inspectDecMode.Unmarshal(body, &keys); err != nil {
-		return w, nil, nil, nil, fmt.Errorf("%w: payload is not a cursor CBOR map", errNotCursor)
-	}
-	for k := range keys {
-		if k < cursorwire.KeyVersion || k > cursorwire.MaxKey {
-			unknown = append(unknown, k)
-		}
-	}
-	slices.Sort(unknown)
-	return w, body, mac, unknown, nil
-}
-
 // cursorVersion returns the version a cursor's first map names (its key 1
 // sorts first), or 0 when tok does not start like a cursor.
 func cursorVersion(tok string) uint64 {
@@ -254,46 +197,19 @@ func inspectCursorV2(tok string, now time.Time) (*cursorV2Report, error) {
 }
 
 func inspectCursor(tok string, now time.Time) (interface{ setKey(keyReport) }, error) {
-	if cursorVersion(tok) >= cursorwire.Version {
-		return inspectCursorV2(tok, now)
+	raw, err := b64.DecodeString(tok)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: not base64url", errNotCursor)
+	case len(raw) <= cursorwire.MACSize:
+		return nil, fmt.Errorf("%w: shorter than its %d-byte MAC", errNotCursor, cursorwire.MACSize)
 	}
-	return inspectCursorV1(tok, now)
-}
-
-func inspectCursorV1(tok string, now time.Time) (*cursorReport, error) {
-	w, _, mac, unknown, err := decodeCursorBody(tok)
-	if err != nil {
-		return nil, err
+	if _, _, ok := cursorwire.ReadPrefix(raw); !ok {
+		// Format 1 (tool and caller in clear) and the layout before key
+		// ids were never released and no issuer reads them.
+		return nil, fmt.Errorf("%w: payload is not a cursor CBOR map of a layout this version reads", errNotCursor)
 	}
-	issued := time.Unix(w.IssuedAt, 0).UTC()
-	r := &cursorReport{
-		Kind:          "cursor",
-		Warning:       unverifiedWarning,
-		Bytes:         len(tok),
-		OverCap:       len(tok) > ctoken.MaxCursorBytes,
-		Version:       w.Version,
-		Tool:          w.Tool,
-		Caller:        w.Caller,
-		Page:          w.Page,
-		IssuedAt:      issued.Format(time.RFC3339),
-		IssuedAtUnix:  w.IssuedAt,
-		Age:           now.Sub(issued).Truncate(time.Second).String(),
-		Session:       sessionText(w.Session),
-		SessionBase64: b64.EncodeToString(w.Session),
-		State:         b64.EncodeToString(w.State),
-		StateBytes:    len(w.State),
-		MAC:           hex.EncodeToString(mac),
-		UnknownKeys:   unknown,
-	}
-	if method, name, ok := strings.Cut(w.Tool, "\x00"); ok {
-		r.ToolMethod, r.ToolName = method, name
-	}
-	if len(w.Args) == 0 {
-		r.ArgsFingerprint = "unbound"
-	} else {
-		r.ArgsFingerprint = hex.EncodeToString(w.Args)
-	}
-	return r, nil
+	return inspectCursorV2(tok, now)
 }
 
 // statePayload is the JSON payload of a request state.
@@ -402,18 +318,4 @@ func sessionText(b []byte) string {
 		return string(b)
 	}
 	return ""
-}
-
-// v1Payload is the body of a format 1 cursor (tool and caller in clear),
-// which no issuer writes or verifies any more; inspect still names one it
-// meets. Page is a uint64 so that a forged page over 2^32-1 shows.
-type v1Payload struct {
-	Version  uint64 `cbor:"1,keyasint"`
-	Tool     string `cbor:"2,keyasint"`
-	Caller   string `cbor:"3,keyasint"`
-	Args     []byte `cbor:"4,keyasint,omitempty"`
-	Page     uint64 `cbor:"5,keyasint"`
-	IssuedAt int64  `cbor:"6,keyasint"`
-	Session  []byte `cbor:"7,keyasint"`
-	State    []byte `cbor:"8,keyasint,omitempty"`
 }

@@ -61,9 +61,9 @@ func TestInspectNamesTheKeyOfEveryKind(t *testing.T) {
 		{"one-time, unknown", ot(f.foreign), f.env(), keyIDOfKey(t, f.foreign), unknownKeyNote},
 		{"one-time, no ring", ot(f.key), nil, keyIDOfKey(t, f.key), "not looked up: CTOKEN_KEYS is not set"},
 		{"one-time, ring does not parse", ot(f.key), map[string]string{"CTOKEN_KEYS": "not-a-key"}, keyIDOfKey(t, f.key), "not looked up: CTOKEN_KEYS does not parse"},
-		{"signed request state", f.state(t, ctoken.RequestStateSecurity{Keys: oldRing}, "s", "alice", "t"), f.env(), "", noStateKeyIDShown},
-		{"encrypted request state", f.state(t, ctoken.RequestStateSecurity{Keys: oldRing, Mode: ctoken.Encrypted}, "s", "alice", "t"), f.env(), "", noStateKeyIDShown},
-		{"request state, no ring", f.state(t, ctoken.RequestStateSecurity{}, "s", "alice", "t"), nil, "", noStateKeyIDShown},
+		{"signed request state", f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject, Keys: oldRing}, "s", "alice", "t"), f.env(), "", noStateKeyIDShown},
+		{"encrypted request state", f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject, Keys: oldRing, Mode: ctoken.Encrypted}, "s", "alice", "t"), f.env(), "", noStateKeyIDShown},
+		{"request state, no ring", f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject}, "s", "alice", "t"), nil, "", noStateKeyIDShown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCmd(t, "", tc.vars, "inspect", tc.tok)
@@ -110,9 +110,9 @@ func TestVerifyNamesTheKeyOfEveryKind(t *testing.T) {
 		}{
 			{"one-time, primary", ot(f.key), oneTime, primaryID, "primary", "primary"},
 			{"one-time, previous", ot(f.oldKey), oneTime, previousID, "previous 1", "previous 1"},
-			{"signed request state, previous", f.state(t, ctoken.RequestStateSecurity{Keys: oldRing}, "s", "alice", ""), state, "", noStateKeyID, "previous 1"},
-			{"encrypted request state, previous", f.state(t, ctoken.RequestStateSecurity{Keys: oldRing, Mode: ctoken.Encrypted}, "s", "alice", ""), state, "", noStateKeyID, "previous 1"},
-			{"signed request state, primary", f.state(t, ctoken.RequestStateSecurity{}, "s", "alice", ""), state, "", noStateKeyID, "primary"},
+			{"signed request state, previous", f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject, Keys: oldRing}, "s", "alice", ""), state, "", noStateKeyID, "previous 1"},
+			{"encrypted request state, previous", f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject, Keys: oldRing, Mode: ctoken.Encrypted}, "s", "alice", ""), state, "", noStateKeyID, "previous 1"},
+			{"signed request state, primary", f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject}, "s", "alice", ""), state, "", noStateKeyID, "primary"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				r := runCmd(t, "", f.env(), append(append([]string{"verify"}, tc.flags...), tc.tok)...)
@@ -152,7 +152,7 @@ func TestVerifyNamesTheKeyOfEveryKind(t *testing.T) {
 				"key id: " + previousID + ", the previous 1 key of CTOKEN_KEYS"},
 			{"one-time tampered under the primary", tok[:len(tok)-2] + flipLast(tok), oneTime, "mac mismatch",
 				"key id: " + primaryID + ", the primary key of CTOKEN_KEYS"},
-			{"request state of a key the ring lacks", f.state(t, ctoken.RequestStateSecurity{Keys: mustRing(t, f.foreign)}, "s", "alice", ""), state, "mac mismatch",
+			{"request state of a key the ring lacks", f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject, Keys: mustRing(t, f.foreign)}, "s", "alice", ""), state, "mac mismatch",
 				"key: " + noStateKeyID},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
-	"github.com/ctoken/ctoken/internal/cursorwire"
 )
 
 const verifyUsage = `Usage: ctoken verify [flags] TOKEN|-
@@ -250,33 +249,12 @@ func verifyCursor(tok string, kr *ctoken.Keyring, keysEnv string, c cursorCheck,
 	want := ctoken.CursorScope{ToolID: c.tool, CallerID: c.caller, Args: c.args}
 	var unchecked []string
 	session := c.session
-	if v := cursorVersion(tok); v >= cursorwire.Version && (!c.toolSet || !c.callerSet || session == nil) {
-		// From format version 2 the token carries nothing of the tool,
-		// caller and arguments and only a tag of the session: none of
-		// them can be read back to fill a flag.
-		fmt.Fprintf(e.stderr, "ctoken verify: a version %d cursor does not carry its tool, caller or session: give -tool, -caller and -session (and -args if it was bound)\n", v)
-		return exitUsage
-	}
 	if !c.toolSet || !c.callerSet || session == nil {
-		// Fill what was not asked for from the token. Nothing read here is
-		// trusted: Verify below checks the MAC over all of it.
-		w, _, _, _, err := decodeCursorBody(tok)
-		if err != nil {
-			// Not even a well-formed body: let Verify name the failure.
-			w = v1Payload{}
-		}
-		if !c.toolSet {
-			want.ToolID = w.Tool
-			unchecked = append(unchecked, "tool")
-		}
-		if !c.callerSet {
-			want.CallerID = w.Caller
-			unchecked = append(unchecked, "caller")
-		}
-		if session == nil {
-			session = w.Session
-			unchecked = append(unchecked, "session")
-		}
+		// A cursor carries nothing of the tool, caller and arguments and
+		// only a tag of the session: none of them can be read back to fill
+		// a flag.
+		fmt.Fprintln(e.stderr, "ctoken verify: a cursor does not carry its tool, caller or session: give -tool, -caller and -session (and -args if it was bound)")
+		return exitUsage
 	}
 	if c.args.IsZero() {
 		unchecked = append(unchecked, "args")
