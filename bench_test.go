@@ -35,6 +35,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ctoken/ctoken/internal/cursorwire"
+	"github.com/ctoken/ctoken/observe"
 )
 
 // cpuMeter measures the CPU time of a benchmark's loop on its own OS
@@ -186,7 +187,7 @@ func BenchmarkCursorVerifyObserved(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	noop := ObserverFunc(func(Event) {})
+	noop := observe.ObserverFunc(func(observe.Event) {})
 	for _, bc := range []struct {
 		name string
 		cfg  CursorConfig

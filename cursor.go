@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctoken/ctoken/internal/cursorwire"
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/fxamacker/cbor/v2"
 )
 
@@ -98,9 +99,9 @@ type CursorConfig struct {
 	Session []byte
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// Observer, if set, is told of every Issue and Verify ([KindCursor]);
-	// see [Observer]. Nil costs nothing.
-	Observer Observer
+	// Observer, if set, is told of every Issue and Verify ([observe.KindCursor]);
+	// see [observe.Observer]. Nil costs nothing.
+	Observer observe.Observer
 	// Seal, when true, issues sealed cursors (format version 3): AES-256-GCM
 	// under a subkey of each key, a random 96-bit nonce per cursor, so the
 	// page and the opaque state are unreadable too; only the version, the
@@ -125,7 +126,7 @@ type CursorIssuer struct {
 	seal    bool
 	sessTag [cursorwire.SessionTagSize]byte
 	budget  int
-	obs     Observer
+	obs     observe.Observer
 	ttl     time.Duration
 	session []byte
 	now     func() time.Time
@@ -331,7 +332,7 @@ var (
 func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	c, err := i.issue(p)
 	if i.obs != nil && err != errCursorNoKey {
-		observeIssue(i.obs, KindCursor, err)
+		observeIssue(i.obs, observe.KindCursor, err)
 	}
 	return c, err
 }
@@ -419,8 +420,8 @@ var (
 // issuer not made by [NewCursorIssuer] refuses every cursor with [ErrNoKey]. On
 // error the payload is zero. A version 2 cursor of another scope and a
 // forged one are not told apart (nothing of the scope is carried): both are
-// [ReasonCursorWrongScope], "forged or wrong scope (tool, caller or
-// arguments)"; a sealed one is [ReasonCursorSealedOpen].
+// [observe.ReasonCursorWrongScope], "forged or wrong scope (tool, caller or
+// arguments)"; a sealed one is [observe.ReasonCursorSealedOpen].
 //
 // A trade-off: a cursor whose MAC fails but whose body decodes and names
 // another non-empty session is reported as [ErrCursorExpired] (1020, "start
@@ -432,9 +433,9 @@ var (
 // body is returned, and a forged body with an empty session is
 // [ErrCursorInvalid].
 //
-// The config's [Observer], if any, is told of the outcome: [OutcomeVerified]
-// with the [KeyPosition] of the key that matched, or [OutcomeRefused] with
-// the [RefusalReason].
+// The config's [observe.Observer], if any, is told of the outcome: [observe.OutcomeVerified]
+// with the [observe.KeyPosition] of the key that matched, or [observe.OutcomeRefused] with
+// the [observe.RefusalReason].
 func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, error) {
 	keys := i.ring()
 	if len(keys.macs) == 0 {
@@ -613,7 +614,7 @@ func (i *CursorIssuer) verified(key int, want *CursorScope, args Fingerprint, pa
 		state = append(make([]byte, 0, len(st)), st...)
 	}
 	if i.obs != nil {
-		observeErr(i.obs, KindCursor, key, nil, 0)
+		observeErr(i.obs, observe.KindCursor, key, nil, 0)
 	}
 	return CursorPayload{
 		CursorScope: CursorScope{ToolID: want.ToolID, CallerID: want.CallerID, Args: args},
@@ -627,7 +628,7 @@ func (i *CursorIssuer) verified(key int, want *CursorScope, args Fingerprint, pa
 // MAC matched, or -1) to the observer, if any, and returns it.
 func (i *CursorIssuer) refuse(key int, err error) (CursorPayload, error) {
 	if i.obs != nil {
-		observeErr(i.obs, KindCursor, key, err, 0)
+		observeErr(i.obs, observe.KindCursor, key, err, 0)
 	}
 	return CursorPayload{}, err
 }

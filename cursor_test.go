@@ -103,7 +103,7 @@ func TestCursorVerify(t *testing.T) {
 				if !isZeroPayload(p) {
 					t.Fatalf("rejected verify returned data: %+v", p)
 				}
-				if Reason(err) == "" {
+				if reasonText(err) == "" {
 					t.Fatal("no reason for the log")
 				}
 			})
@@ -279,7 +279,7 @@ func TestCursorVerify(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				p, err := i.Verify(b64.EncodeToString(raw), testScope)
 				wantErr(t, err, ErrCursorInvalid)
-				if got := Reason(err); got != "truncated" {
+				if got := reasonText(err); got != "truncated" {
 					t.Fatalf("Reason = %q, want %q", got, "truncated")
 				}
 				if !isZeroPayload(p) {
@@ -574,11 +574,11 @@ func TestZeroCursorIssuer(t *testing.T) {
 		}
 		var zero CursorIssuer
 		for _, tok := range []string{c, "AAAA", "", strings.Repeat("A", MaxCursorBytes+1)} {
-			if p, err := zero.Verify(tok, CursorScope{ToolID: "t", CallerID: "c"}); !errors.Is(err, ErrNoKey) || Reason(err) == "" || p.State != nil {
+			if p, err := zero.Verify(tok, CursorScope{ToolID: "t", CallerID: "c"}); !errors.Is(err, ErrNoKey) || reasonText(err) == "" || p.State != nil {
 				t.Fatalf("zero.Verify = %v, %v; want ErrNoKey with a reason", p, err)
 			}
 		}
-		if tok, err := zero.Issue(CursorPayload{}); !errors.Is(err, ErrNoKey) || tok != "" || Reason(err) == "" {
+		if tok, err := zero.Issue(CursorPayload{}); !errors.Is(err, ErrNoKey) || tok != "" || reasonText(err) == "" {
 			t.Fatalf("zero.Issue = %q, %v; want ErrNoKey with a reason", tok, err)
 		}
 	})
@@ -690,15 +690,15 @@ func TestCursorForeignMACFailureReasonSaysMACMismatch(t *testing.T) {
 	c := mustIssue(t, before, CursorPayload{CursorScope: testScope})
 	after := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, RandomKey()), Session: []byte("new-session")})
 	_, err := after.Verify(c, testScope)
-	if !errors.Is(err, ErrCursorExpired) || ErrorCode(err) != CodeCursorExpired || Reason(err) != "mac mismatch (other session)" {
-		t.Fatalf("err = %v (code %d, reason %q), want 1020 with reason \"mac mismatch (other session)\"", err, ErrorCode(err), Reason(err))
+	if !errors.Is(err, ErrCursorExpired) || ErrorCode(err) != CodeCursorExpired || reasonText(err) != "mac mismatch (other session)" {
+		t.Fatalf("err = %v (code %d, reason %q), want 1020 with reason \"mac mismatch (other session)\"", err, ErrorCode(err), reasonText(err))
 	}
 	// An authentic cursor of another session has the other reason.
 	sameKey := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, fixedKey(1)), Session: []byte("a")})
 	otherSession := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, fixedKey(1)), Session: []byte("b")})
 	_, err = otherSession.Verify(mustIssue(t, sameKey, CursorPayload{CursorScope: testScope}), testScope)
-	if !errors.Is(err, ErrCursorExpired) || Reason(err) != "other server session" {
-		t.Fatalf("authentic other-session cursor = %v (reason %q)", err, Reason(err))
+	if !errors.Is(err, ErrCursorExpired) || reasonText(err) != "other server session" {
+		t.Fatalf("authentic other-session cursor = %v (reason %q)", err, reasonText(err))
 	}
 }
 
@@ -710,8 +710,8 @@ func TestCursorForgedWithEmptySessionIsInvalidNotExpired(t *testing.T) {
 	body := vecCursorBody(testScope.ToolID, testScope.CallerID, nil, 1, now.Unix(), []byte{}, nil)
 	forged := signCursorBody(vecKey2, body) // not our key
 	_, err := i.Verify(forged, testScope)
-	if !errors.Is(err, ErrCursorInvalid) || Reason(err) != "mac mismatch" {
-		t.Fatalf("forged empty-session cursor = %v (reason %q), want ErrCursorInvalid (mac mismatch)", err, Reason(err))
+	if !errors.Is(err, ErrCursorInvalid) || reasonText(err) != "mac mismatch" {
+		t.Fatalf("forged empty-session cursor = %v (reason %q), want ErrCursorInvalid (mac mismatch)", err, reasonText(err))
 	}
 	// The same body with a non-empty foreign session gets the hint.
 	body = vecCursorBody(testScope.ToolID, testScope.CallerID, nil, 1, now.Unix(), []byte("theirs"), nil)
@@ -731,8 +731,8 @@ func TestCursorRefusesExplicitEmptyStateField(t *testing.T) {
 		t.Fatalf("template body refused: %v", err)
 	}
 	_, err := i.Verify(signCursorBody(vecKey, vecCursorBodyWithEmpty(8, now.Unix())), scope)
-	if !errors.Is(err, ErrCursorInvalid) || Reason(err) != "malformed or non-canonical payload" {
-		t.Fatalf("empty state field = %v (reason %q), want a malformed-payload refusal", err, Reason(err))
+	if !errors.Is(err, ErrCursorInvalid) || reasonText(err) != "malformed or non-canonical payload" {
+		t.Fatalf("empty state field = %v (reason %q), want a malformed-payload refusal", err, reasonText(err))
 	}
 }
 
@@ -759,8 +759,8 @@ func TestCursorAtExactlyMaxBytesIsAcceptedAndOneMoreRefused(t *testing.T) {
 		t.Fatalf("cursor of exactly MaxCursorBytes refused: %v", err)
 	}
 	for _, over := range []string{atCap + "A", atCap + "AA"} {
-		if _, err := i.Verify(over, scope); !errors.Is(err, ErrCursorInvalid) || Reason(err) != "over MaxCursorBytes" {
-			t.Fatalf("%d-byte cursor = %v (reason %q), want over MaxCursorBytes", len(over), err, Reason(err))
+		if _, err := i.Verify(over, scope); !errors.Is(err, ErrCursorInvalid) || reasonText(err) != "over MaxCursorBytes" {
+			t.Fatalf("%d-byte cursor = %v (reason %q), want over MaxCursorBytes", len(over), err, reasonText(err))
 		}
 	}
 }
@@ -775,7 +775,7 @@ func TestCursorSessionOfMaxSessionBytes(t *testing.T) {
 		t.Fatalf("cursor with a %d-byte session refused: %v", MaxSessionBytes, err)
 	}
 	_, err := NewCursorIssuer(CursorConfig{Keys: kr, Session: append(session, 's')})
-	if !errors.Is(err, ErrConfig) || Reason(err) == "" {
+	if !errors.Is(err, ErrConfig) || reasonText(err) == "" {
 		t.Fatalf("%d-byte session = %v, want ErrConfig with a reason", MaxSessionBytes+1, err)
 	}
 }
@@ -806,7 +806,7 @@ func TestCursorEveryErrorHasAReason(t *testing.T) {
 	_, _, err := VerifyState[string](i, good, testScope)
 	errs = append(errs, err)
 	for n, err := range errs {
-		if err == nil || Reason(err) == "" {
+		if err == nil || reasonText(err) == "" {
 			t.Errorf("error %d = %v has no reason", n, err)
 		}
 	}
@@ -1052,8 +1052,8 @@ func TestVerifyNamesTheFieldOfAnAuthenticButUnusableCursor(t *testing.T) {
 	for _, c := range cases {
 		_, err := iss.Verify(signCursorBody(vecKey, c.body), CursorScope{ToolID: "t", CallerID: "c"})
 		wantErr(t, err, ErrCursorInvalid)
-		if Reason(err) != c.reason {
-			t.Errorf("%s: reason %q, want %q", c.name, Reason(err), c.reason)
+		if reasonText(err) != c.reason {
+			t.Errorf("%s: reason %q, want %q", c.name, reasonText(err), c.reason)
 		}
 	}
 }

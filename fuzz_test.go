@@ -45,7 +45,7 @@ func checkFuzzReasonError(t *testing.T, err error, sentinels ...error) {
 	if match == nil {
 		t.Fatalf("error %q matches none of the documented sentinels %v", err, sentinels)
 	}
-	r := Reason(err)
+	r := reasonText(err)
 	if r == "" || err.Error() != match.Error()+": "+r {
 		t.Fatalf("error text %q is not the sentinel plus a fixed reason (%q)", err, r)
 	}

@@ -71,7 +71,7 @@ func TestKeySourceFromFile(t *testing.T) {
 			{"nil context", nil, KeyFileReloaderConfig{Path: path}},
 		} {
 			s, err := KeySourceFromFile(tc.ctx, tc.cfg)
-			if !errors.Is(err, ErrConfig) || Reason(err) == "" || s != nil {
+			if !errors.Is(err, ErrConfig) || reasonText(err) == "" || s != nil {
 				t.Errorf("%s: %v, %v; want ErrConfig with a reason and no source", tc.name, s, err)
 			}
 		}

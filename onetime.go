@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -91,9 +92,9 @@ type OneTimeConfig struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Observer, if set, is told of every Mint, Verify and Redeem
-	// ([KindOneTime]), with the replay store's latency on Redeem; see
-	// [Observer]. Nil costs nothing.
-	Observer Observer
+	// ([observe.KindOneTime]), with the replay store's latency on Redeem; see
+	// [observe.Observer]. Nil costs nothing.
+	Observer observe.Observer
 }
 
 // OneTimeIssuer mints short-lived, HMAC-signed tokens bound to a purpose and
@@ -110,7 +111,7 @@ type OneTimeConfig struct {
 type OneTimeIssuer struct {
 	macs    macRing            // derived subkeys, primary first; nil when rot is set
 	rot     *rotating[macRing] // keys from a KeySource
-	obs     Observer
+	obs     observe.Observer
 	purpose string
 	ttl     time.Duration
 	replay  replay.Store
@@ -214,7 +215,7 @@ func (o *OneTimeIssuer) Purpose() string { return o.purpose }
 func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 	t, err := o.mint(claims)
 	if o.obs != nil && err != errOneTimeNoKey {
-		observeIssue(o.obs, KindOneTime, err)
+		observeIssue(o.obs, observe.KindOneTime, err)
 	}
 	return t, err
 }
@@ -263,7 +264,7 @@ func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
 func (o *OneTimeIssuer) Verify(token string) (OneTimeToken, error) {
 	t, key, err := o.check(token)
 	if o.obs != nil && err != errOneTimeNoKey {
-		observeErr(o.obs, KindOneTime, key, err, 0)
+		observeErr(o.obs, observe.KindOneTime, key, err, 0)
 	}
 	if err != nil {
 		return OneTimeToken{}, err
@@ -289,7 +290,7 @@ func (o *OneTimeIssuer) Verify(token string) (OneTimeToken, error) {
 func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[string]string) (map[string]string, error) {
 	claims, key, store, err := o.redeem(ctx, token, want)
 	if o.obs != nil && err != errOneTimeNoKey {
-		observeErr(o.obs, KindOneTime, key, err, store)
+		observeErr(o.obs, observe.KindOneTime, key, err, store)
 	}
 	return claims, err
 }

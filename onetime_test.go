@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -59,7 +60,7 @@ func TestOneTimeToken(t *testing.T) {
 			t.Fatalf("first redeem: %v", err)
 		}
 		_, err := o.Redeem(context.Background(), tok, runClaims)
-		if !errors.Is(err, ErrOneTimeRedeemed) || Reason(err) != "already redeemed" {
+		if !errors.Is(err, ErrOneTimeRedeemed) || reasonText(err) != "already redeemed" {
 			t.Fatalf("second redeem = %v, want ErrOneTimeRedeemed", err)
 		}
 		// Another token with the same claims is independent.
@@ -111,7 +112,7 @@ func TestOneTimeToken(t *testing.T) {
 			nil,
 		} {
 			_, err := o.Redeem(context.Background(), tok, want)
-			if !errors.Is(err, ErrOneTimeClaims) || Reason(err) != "claims mismatch" {
+			if !errors.Is(err, ErrOneTimeClaims) || reasonText(err) != "claims mismatch" {
 				t.Fatalf("redeem against %v = %v, want ErrOneTimeClaims", want, err)
 			}
 		}
@@ -159,8 +160,8 @@ func TestOneTimeToken(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				_, err := o.Redeem(context.Background(), tc.token, runClaims)
-				if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != tc.reason {
-					t.Fatalf("err = %v (reason %q), want ErrOneTimeInvalid (%q)", err, Reason(err), tc.reason)
+				if !errors.Is(err, ErrOneTimeInvalid) || reasonText(err) != tc.reason {
+					t.Fatalf("err = %v (reason %q), want ErrOneTimeInvalid (%q)", err, reasonText(err), tc.reason)
 				}
 				if strings.Contains(err.Error(), tok) {
 					t.Fatal("error text echoes the token")
@@ -199,8 +200,8 @@ func TestOneTimeToken(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				_, err := o.Redeem(context.Background(), signOneTime(o, tc.payload), nil)
-				if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != tc.reason {
-					t.Fatalf("err = %v (reason %q), want ErrOneTimeInvalid (%q)", err, Reason(err), tc.reason)
+				if !errors.Is(err, ErrOneTimeInvalid) || reasonText(err) != tc.reason {
+					t.Fatalf("err = %v (reason %q), want ErrOneTimeInvalid (%q)", err, reasonText(err), tc.reason)
 				}
 			})
 		}
@@ -268,7 +269,7 @@ func TestOneTimeToken(t *testing.T) {
 			if tc.reason == "" && err != nil {
 				t.Fatalf("token from a clock %v ahead refused: %v", tc.ahead, err)
 			}
-			if tc.reason != "" && (!errors.Is(err, ErrOneTimeInvalid) || Reason(err) != tc.reason) {
+			if tc.reason != "" && (!errors.Is(err, ErrOneTimeInvalid) || reasonText(err) != tc.reason) {
 				t.Fatalf("token from a clock %v ahead = %v, want ErrOneTimeInvalid (%s)", tc.ahead, err, tc.reason)
 			}
 		}
@@ -296,11 +297,11 @@ func TestOneTimeToken(t *testing.T) {
 			t.Fatalf("token of exactly %d bytes refused: %v", MaxOneTimeTokenBytes, err)
 		}
 		over := atCap + "A"
-		if _, err := o.Redeem(context.Background(), over, nil); !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != "oversize" {
-			t.Fatalf("%d-byte token = %v (reason %q), want oversize", len(over), err, Reason(err))
+		if _, err := o.Redeem(context.Background(), over, nil); !errors.Is(err, ErrOneTimeInvalid) || reasonText(err) != "oversize" {
+			t.Fatalf("%d-byte token = %v (reason %q), want oversize", len(over), err, reasonText(err))
 		}
 		// At exactly the cap the length check passes and decoding decides.
-		if _, err := o.Redeem(context.Background(), atCap[:len(atCap)-1]+"A", nil); Reason(err) == "oversize" {
+		if _, err := o.Redeem(context.Background(), atCap[:len(atCap)-1]+"A", nil); reasonText(err) == "oversize" {
 			t.Fatal("a token of exactly the cap was refused as oversize")
 		}
 	})
@@ -340,7 +341,7 @@ func TestOneTimeMint(t *testing.T) {
 			{"run": strings.Repeat("x", MaxOneTimeTokenBytes)},
 			{"a": strings.Repeat("x", 700)},
 		} {
-			if _, err := o.Mint(claims); !errors.Is(err, ErrOneTimeTooLarge) || Reason(err) == "" {
+			if _, err := o.Mint(claims); !errors.Is(err, ErrOneTimeTooLarge) || reasonText(err) == "" {
 				t.Fatalf("Mint = %v, want ErrOneTimeTooLarge with a reason", err)
 			}
 		}
@@ -384,8 +385,8 @@ func TestOneTimeRedeem(t *testing.T) {
 		clk.Advance(DefaultOneTimeTTL / 2)
 		tok := mint(t, o, nil)
 		_, err := o.Redeem(context.Background(), tok, nil)
-		if !errors.Is(err, replay.ErrFull) || errors.Is(err, ErrOneTimeRedeemed) || Reason(err) != "replay store failed" {
-			t.Fatalf("redeem on a full store = %v (reason %q), want replay.ErrFull, reason \"replay store failed\"", err, Reason(err))
+		if !errors.Is(err, replay.ErrFull) || errors.Is(err, ErrOneTimeRedeemed) || reasonText(err) != "replay store failed" {
+			t.Fatalf("redeem on a full store = %v (reason %q), want replay.ErrFull, reason \"replay store failed\"", err, reasonText(err))
 		}
 		// Once the first token's entry expires (the skew margin after the
 		// token) the store has room again, and tok still works: a store failure
@@ -427,10 +428,10 @@ func TestOneTimeRedeem(t *testing.T) {
 	// the zero time.
 	t.Run("reports the store's latency", func(t *testing.T) {
 		const delay = 2 * time.Millisecond
-		var events []Event
+		var events []observe.Event
 		o := newOneTime(t, OneTimeConfig{
 			Replay:   slowStore{delay: delay, inner: &replay.MemoryStore{}},
-			Observer: ObserverFunc(func(e Event) { events = append(events, e) }),
+			Observer: observe.ObserverFunc(func(e observe.Event) { events = append(events, e) }),
 		})
 		tok := mint(t, o, nil)
 		if _, err := o.Redeem(context.Background(), tok, nil); err != nil {
@@ -468,7 +469,7 @@ func TestNewOneTimeIssuer(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				o, err := NewOneTimeIssuer(tc.cfg)
-				if !errors.Is(err, tc.want) || o != nil || Reason(err) == "" {
+				if !errors.Is(err, tc.want) || o != nil || reasonText(err) == "" {
 					t.Fatalf("NewOneTimeIssuer = %v, %v; want %v with a reason", o, err, tc.want)
 				}
 			})
@@ -507,7 +508,7 @@ func FuzzOneTimeRedeem(f *testing.F) {
 		if err == nil || errors.Is(err, ErrOneTimeRedeemed) || errors.Is(err, ErrOneTimeClaims) {
 			return // a seed minted above
 		}
-		if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) == "" {
+		if !errors.Is(err, ErrOneTimeInvalid) || reasonText(err) == "" {
 			t.Fatalf("Redeem(%q) = %v", tok, err)
 		}
 	})
@@ -587,7 +588,7 @@ func TestZeroOneTimeIssuerRefusesWithoutPanic(t *testing.T) {
 	}
 	tok := mint(t, newOneTime(t, OneTimeConfig{}), runClaims)
 	for _, bad := range []string{tok, "", "ot1.AAAA"} {
-		if got, err := zero.Redeem(context.Background(), bad, runClaims); !errors.Is(err, ErrNoKey) || got != nil || Reason(err) == "" {
+		if got, err := zero.Redeem(context.Background(), bad, runClaims); !errors.Is(err, ErrNoKey) || got != nil || reasonText(err) == "" {
 			t.Fatalf("Redeem on a zero issuer = %v, %v; want ErrNoKey with a reason", got, err)
 		}
 		if got, err := zero.Verify(bad); !errors.Is(err, ErrNoKey) || got.Claims != nil {
@@ -609,7 +610,7 @@ func TestOneTimeIssuersOfDifferentPurposesRefuseEachOthersTokens(t *testing.T) {
 		minter, other := pair[0], pair[1]
 		tok := mint(t, minter, claims)
 		got, err := other.Redeem(context.Background(), tok, claims)
-		if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != "other purpose" || got != nil {
+		if !errors.Is(err, ErrOneTimeInvalid) || reasonText(err) != "other purpose" || got != nil {
 			t.Fatalf("%s redeemed a %s token: %v, %v", other.Purpose(), minter.Purpose(), got, err)
 		}
 		if _, err := other.Verify(tok); !errors.Is(err, ErrOneTimeInvalid) {
@@ -666,13 +667,13 @@ func (s slowStore) Claim(ctx context.Context, id string, until time.Time) (bool,
 }
 
 // checkStoreLatencies checks that events holds want events other than
-// OutcomeIssued, each with a StoreLatency of at least delay and at most a
+// observe.OutcomeIssued, each with a StoreLatency of at least delay and at most a
 // minute.
-func checkStoreLatencies(t *testing.T, events []Event, delay time.Duration, want int) {
+func checkStoreLatencies(t *testing.T, events []observe.Event, delay time.Duration, want int) {
 	t.Helper()
 	var n int
 	for _, e := range events {
-		if e.Outcome == OutcomeIssued {
+		if e.Outcome == observe.OutcomeIssued {
 			continue
 		}
 		n++
@@ -705,8 +706,8 @@ func TestOneTimeRefusesALengthOneBytePastTheEnd(t *testing.T) {
 			tok := signOneTime(o, payload)
 			v, err := o.Verify(tok)
 			wantErr(t, err, ErrOneTimeInvalid)
-			if Reason(err) != "malformed payload" {
-				t.Fatalf("Reason = %q, want %q", Reason(err), "malformed payload")
+			if reasonText(err) != "malformed payload" {
+				t.Fatalf("Reason = %q, want %q", reasonText(err), "malformed payload")
 			}
 			if v.Claims != nil || v.Purpose != "" {
 				t.Fatalf("Verify returned content with the error: %+v", v)

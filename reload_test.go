@@ -74,7 +74,7 @@ func TestNewKeyFileReloaderRefusesBadConfig(t *testing.T) {
 		{"negative interval", KeyFileReloaderConfig{Source: src, Path: "k", Interval: -1}, ErrConfig},
 	} {
 		_, err := NewKeyFileReloader(tc.cfg)
-		if !errors.Is(err, tc.want) || Reason(err) == "" {
+		if !errors.Is(err, tc.want) || reasonText(err) == "" {
 			t.Errorf("%s: %v, want %v with a reason", tc.name, err, tc.want)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ctoken/ctoken/internal/jcs"
 	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -133,9 +134,9 @@ type RequestStateSecurity struct {
 	// [Encrypted], whose random nonce makes every encoding distinct.
 	Replay replay.Store
 	// Observer, if set, is told of every Encode and Decode
-	// ([KindRequestState]), with the replay store's latency in single-use
-	// mode; see [Observer]. Nil costs nothing.
-	Observer Observer
+	// ([observe.KindRequestState]), with the replay store's latency in single-use
+	// mode; see [observe.Observer]. Nil costs nothing.
+	Observer observe.Observer
 }
 
 // RequestStateCodec seals and opens MCP multi-round-trip requestState
@@ -151,7 +152,7 @@ type RequestStateCodec struct {
 	maxBytes int
 	now      func() time.Time
 	replay   replay.Store // nil: states are reusable
-	obs      Observer
+	obs      observe.Observer
 
 	keys    *stateKeys            // static keys; nil when rot is set
 	rot     *rotating[*stateKeys] // keys from a KeySource
@@ -469,7 +470,7 @@ func (c *RequestStateCodec) ambiguousSubject(subject string) bool {
 func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) {
 	w, err := c.encode(state, subject, tool)
 	if err != errStateNoCodec && c.obs != nil {
-		observeIssue(c.obs, KindRequestState, err)
+		observeIssue(c.obs, observe.KindRequestState, err)
 	}
 	return w, err
 }
@@ -601,7 +602,7 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 func (c *RequestStateCodec) DecodeCheckedContext(ctx context.Context, wire, subject, tool string, check func(state string) (string, error)) (string, error) {
 	s, key, store, err := c.decode(ctx, wire, subject, tool, check)
 	if err != errStateNoCodec && c.obs != nil {
-		observeErr(c.obs, KindRequestState, key, err, store)
+		observeErr(c.obs, observe.KindRequestState, key, err, store)
 	}
 	return s, err
 }

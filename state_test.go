@@ -240,8 +240,8 @@ func TestStateAnonymousStateStaysBoundToItsTool(t *testing.T) {
 		for _, other := range []struct{ subject, tool string }{{"", "another tool"}, {"", ""}, {"alice", "t1"}} {
 			s, err := c.Decode(wire, other.subject, other.tool)
 			wantErr(t, err, ErrStateInvalid)
-			if s != "" || Reason(err) == "" {
-				t.Fatalf("mode %d: %q/%q: state %q, reason %q", mode, other.subject, other.tool, s, Reason(err))
+			if s != "" || reasonText(err) == "" {
+				t.Fatalf("mode %d: %q/%q: state %q, reason %q", mode, other.subject, other.tool, s, reasonText(err))
 			}
 		}
 	}
@@ -389,8 +389,8 @@ func TestStateSizeCap(t *testing.T) {
 	over, _ := big.Encode(strings.Repeat("a", 300), "alice", "")
 	_, err = c.Decode(over, "alice", "")
 	wantErr(t, err, ErrStateInvalid)
-	if Reason(err) != "over MaxBytes" {
-		t.Fatalf("reason = %q", Reason(err))
+	if reasonText(err) != "over MaxBytes" {
+		t.Fatalf("reason = %q", reasonText(err))
 	}
 	if _, err := c.Decode(wire, "alice", ""); err != nil {
 		t.Fatal(err)
@@ -433,8 +433,8 @@ func TestNewRequestStateCodec(t *testing.T) {
 		for _, mode := range []RequestStateMode{Signed, Encrypted} {
 			c, err := NewRequestStateCodec(RequestStateSecurity{Mode: mode, Replay: replay.NewMemoryStore(0)})
 			wantErr(t, err, ErrNoKey)
-			if c != nil || Reason(err) != "RequestStateSecurity.Keys is nil" {
-				t.Fatalf("mode %d: codec %v, reason %q", mode, c, Reason(err))
+			if c != nil || reasonText(err) != "RequestStateSecurity.Keys is nil" {
+				t.Fatalf("mode %d: codec %v, reason %q", mode, c, reasonText(err))
 			}
 		}
 	})
@@ -460,8 +460,8 @@ func TestNewRequestStateCodec(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				c, err := NewRequestStateCodec(tc.sec)
 				wantErr(t, err, ErrConfig)
-				if c != nil || Reason(err) != tc.reason {
-					t.Fatalf("codec %v, reason %q, want %q", c, Reason(err), tc.reason)
+				if c != nil || reasonText(err) != tc.reason {
+					t.Fatalf("codec %v, reason %q, want %q", c, reasonText(err), tc.reason)
 				}
 			})
 		}
@@ -500,8 +500,8 @@ func TestStateEncodeRejectsInvalidUTF8(t *testing.T) {
 	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1))})
 	w, err := c.Encode("\xff", "a", "")
 	wantErr(t, err, ErrUnencodable)
-	if w != "" || Reason(err) == "" {
-		t.Fatalf("wire %q, reason %q", w, Reason(err))
+	if w != "" || reasonText(err) == "" {
+		t.Fatalf("wire %q, reason %q", w, reasonText(err))
 	}
 }
 
@@ -530,8 +530,8 @@ func TestZeroRequestStateCodecRefusesEveryCall(t *testing.T) {
 		for call, f := range calls {
 			s, err := f()
 			wantErr(t, err, ErrNoKey)
-			if s != "" || errors.Is(err, ErrStateInvalid) || Reason(err) != "codec not made by NewRequestStateCodec" {
-				t.Fatalf("%s %s: %q, %v (reason %q)", name, call, s, err, Reason(err))
+			if s != "" || errors.Is(err, ErrStateInvalid) || reasonText(err) != "codec not made by NewRequestStateCodec" {
+				t.Fatalf("%s %s: %q, %v (reason %q)", name, call, s, err, reasonText(err))
 			}
 		}
 	}
@@ -577,8 +577,8 @@ func TestStateTypedJSON(t *testing.T) {
 	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(16))})
 	w, err := EncodeJSON(c, func() {}, "a", "")
 	var unsupported *json.UnsupportedTypeError
-	if !errors.Is(err, ErrUnencodable) || !errors.As(err, &unsupported) || w != "" || Reason(err) == "" {
-		t.Fatalf("unencodable value: %q, %v (reason %q)", w, err, Reason(err))
+	if !errors.Is(err, ErrUnencodable) || !errors.As(err, &unsupported) || w != "" || reasonText(err) == "" {
+		t.Fatalf("unencodable value: %q, %v (reason %q)", w, err, reasonText(err))
 	}
 }
 
@@ -670,8 +670,8 @@ func TestStateRefuses(t *testing.T) {
 			for _, subject := range []string{"\x00", "\x00\x00a", "\x00alice"} {
 				w, err := c.Encode("x", subject, "a\x00b")
 				wantErr(t, err, ErrUnencodable)
-				if w != "" || Reason(err) == "" {
-					t.Fatalf("mode %d: subject %q: wire %q, reason %q", mode, subject, w, Reason(err))
+				if w != "" || reasonText(err) == "" {
+					t.Fatalf("mode %d: subject %q: wire %q, reason %q", mode, subject, w, reasonText(err))
 				}
 			}
 			// A state sealed for the tool "a\x00b" (an empty subject) or "b"
@@ -687,8 +687,8 @@ func TestStateRefuses(t *testing.T) {
 				}
 				s, err := c.Decode(w, tc.subject, tc.tool)
 				wantErr(t, err, ErrStateInvalid)
-				if s != "" || Reason(err) != "subject contains NUL (ambiguous under BindSubjectAndTool)" {
-					t.Fatalf("mode %d: %q/%q: %q, reason %q", mode, tc.subject, tc.tool, s, Reason(err))
+				if s != "" || reasonText(err) != "subject contains NUL (ambiguous under BindSubjectAndTool)" {
+					t.Fatalf("mode %d: %q/%q: %q, reason %q", mode, tc.subject, tc.tool, s, reasonText(err))
 				}
 			}
 		}
@@ -766,8 +766,8 @@ func TestStateRefuses(t *testing.T) {
 				} {
 					s, err := tc.c.Decode(tc.wire, "alice", "")
 					wantErr(t, err, ErrStateInvalid)
-					if s != "" || Reason(err) != "malformed payload" {
-						t.Fatalf("payload truncated to %q: %q, reason %q", p, s, Reason(err))
+					if s != "" || reasonText(err) != "malformed payload" {
+						t.Fatalf("payload truncated to %q: %q, reason %q", p, s, reasonText(err))
 					}
 				}
 			}
@@ -1102,8 +1102,8 @@ func TestStateSignedMACTextOfWrongLengthIsMalformedFraming(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s, err := c.Decode(wire, "sub", "")
 			wantErr(t, err, ErrStateInvalid)
-			if Reason(err) != "malformed framing" {
-				t.Fatalf("Reason = %q, want %q", Reason(err), "malformed framing")
+			if reasonText(err) != "malformed framing" {
+				t.Fatalf("Reason = %q, want %q", reasonText(err), "malformed framing")
 			}
 			if s != "" {
 				t.Fatalf("state %q returned with the error", s)
@@ -1131,8 +1131,8 @@ func TestStateEncryptedShorterThanNonceAndTagIsMalformedFraming(t *testing.T) {
 			wire := encryptedPrefix + b64.EncodeToString(make([]byte, tc.n))
 			s, err := c.Decode(wire, "sub", "")
 			wantErr(t, err, ErrStateInvalid)
-			if Reason(err) != tc.reason {
-				t.Fatalf("Reason = %q, want %q", Reason(err), tc.reason)
+			if reasonText(err) != tc.reason {
+				t.Fatalf("Reason = %q, want %q", reasonText(err), tc.reason)
 			}
 			if s != "" {
 				t.Fatalf("state %q returned with the error", s)
@@ -1210,8 +1210,8 @@ func TestStateSizeCapAtExactlyMaxBytesAndOneOver(t *testing.T) {
 		}
 		s, err := under.Decode(wire, "alice", "")
 		wantErr(t, err, ErrStateInvalid)
-		if s != "" || Reason(err) != "over MaxBytes" {
-			t.Fatalf("mode %d: one over: %q, reason %q", mode, s, Reason(err))
+		if s != "" || reasonText(err) != "over MaxBytes" {
+			t.Fatalf("mode %d: one over: %q, reason %q", mode, s, reasonText(err))
 		}
 		w, err = under.Encode(state, "alice", "")
 		wantErr(t, err, ErrStateTooLarge)
@@ -1306,8 +1306,8 @@ func TestStateTamperedEncryptedReason(t *testing.T) {
 	}
 	s, err := c.Decode(string(b), "alice", "")
 	wantErr(t, err, ErrStateInvalid)
-	if s != "" || Reason(err) != "decryption failed (tampered, other key, or other subject/tool)" {
-		t.Fatalf("tampered encrypted state: %q, reason %q", s, Reason(err))
+	if s != "" || reasonText(err) != "decryption failed (tampered, other key, or other subject/tool)" {
+		t.Fatalf("tampered encrypted state: %q, reason %q", s, reasonText(err))
 	}
 }
 
@@ -1345,7 +1345,7 @@ func TestStateEveryErrorHasAReason(t *testing.T) {
 	}
 	for name, call := range calls {
 		err := call()
-		if err == nil || Reason(err) == "" {
+		if err == nil || reasonText(err) == "" {
 			t.Errorf("%s: error %v has no reason", name, err)
 		}
 	}
@@ -1547,8 +1547,8 @@ func TestStateAudience(t *testing.T) {
 	t.Run("NUL in audience is ErrConfig", func(t *testing.T) {
 		_, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Audience: "a\x00b"})
 		wantErr(t, err, ErrConfig)
-		if Reason(err) != "RequestStateSecurity.Audience contains a NUL byte" {
-			t.Fatalf("reason %q", Reason(err))
+		if reasonText(err) != "RequestStateSecurity.Audience contains a NUL byte" {
+			t.Fatalf("reason %q", reasonText(err))
 		}
 	})
 	t.Run("KeySource binds the audience too", func(t *testing.T) {

@@ -1238,7 +1238,7 @@ func genJCSVectors(t *testing.T) jcsFile {
 		add("RFC 8785 Appendix B 0x"+strconv.FormatUint(b.bits, 16), input, b.text)
 	}
 	for _, v := range jcsInvalid {
-		if _, err := CanonicalJSON(v.bytes(t)); !errors.Is(err, ErrArgsInvalid) || Reason(err) != v.Reason {
+		if _, err := CanonicalJSON(v.bytes(t)); !errors.Is(err, ErrArgsInvalid) || reasonText(err) != v.Reason {
 			t.Fatalf("%s: CanonicalJSON error %v, want ErrArgsInvalid: %s", v.Name, err, v.Reason)
 		}
 	}
@@ -1266,7 +1266,7 @@ func checkJCSVectors(t *testing.T) {
 		}
 	}
 	for _, v := range f.Invalid {
-		if got, err := CanonicalJSON(v.bytes(t)); !errors.Is(err, ErrArgsInvalid) || got != nil || Reason(err) != v.Reason {
+		if got, err := CanonicalJSON(v.bytes(t)); !errors.Is(err, ErrArgsInvalid) || got != nil || reasonText(err) != v.Reason {
 			t.Errorf("%s: CanonicalJSON = %q, %v; want ErrArgsInvalid: %s", v.Name, got, err, v.Reason)
 		}
 		if _, err := ArgsFingerprint(json.RawMessage(v.bytes(t))); !errors.Is(err, ErrArgsInvalid) {

@@ -97,3 +97,5 @@
 //
 // All types are safe for concurrent use.
 package ctokenmcp
+
+import "github.com/ctoken/ctoken"

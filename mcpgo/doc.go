@@ -101,3 +101,5 @@
 //
 // All types are safe for concurrent use.
 package ctokenmcpgo
+
+import "github.com/ctoken/ctoken"

@@ -153,7 +153,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // log only.
 func (s *Server) refuse(w http.ResponseWriter, err error) {
 	status := ctoken.CursorHTTPStatus(err)
-	s.Log.Warn("cursor refused", "instance", s.Name, "status", status, "reason", ctoken.Reason(err))
+	s.Log.Warn("cursor refused", "instance", s.Name, "status", status, "reason", ctoken.Reason(err).String())
 	switch status {
 	case http.StatusGone:
 		problem(w, status, "the cursor has expired: start over from the first page, without a cursor")
