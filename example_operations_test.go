@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/keyfile"
 )
 
 // Example_operations follows a key file (a mounted Secret) without a
@@ -37,7 +38,7 @@ func Example_operations() {
 	if err != nil {
 		panic(err)
 	}
-	reloader, err := ctoken.NewKeyFileReloader(ctoken.KeyFileReloaderConfig{
+	reloader, err := keyfile.NewReloader(keyfile.Config{
 		Source:  keys,
 		Path:    path,
 		OnError: func(err error) { slog.Error("key file refused; keeping the current keys", "err", err) },

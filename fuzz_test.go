@@ -323,7 +323,7 @@ func checkFuzzState(t *testing.T, c *RequestStateCodec, mode RequestStateMode, b
 	// by the reference construction: every seed was issued at vecNow, and
 	// only the key holder can make another token.
 	tag := vecBindTag(vecKey, binding, subject, tool)
-	payload := vecStatePayload(s, vecNow.Add(DefaultStateTTL).Unix(), tag)
+	payload := vecStatePayload(s, vecNow.Add(defaultStateTTL).Unix(), tag)
 	again := vecSignedWire(vecKey, payload)
 	if mode == Encrypted {
 		_, nonce, err := vecOpenEncrypted(t, vecKey, wire, tag)

@@ -220,7 +220,7 @@ func TestObserverSeesEvery(t *testing.T) {
 			{"sealed, primary", sealed, e1, "tool", observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeVerified, Key: observe.KeyPrimary}},
 			{"sealed, previous 1", sealed, enc(oldSealed, "x"), "tool", observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeVerified, Key: observe.KeyAt(1)}},
 			{"empty", signed, "", "tool", refused(observe.KindRequestState, observe.ReasonEmpty, observe.KeyNone)},
-			{"over MaxBytes", signed, strings.Repeat("v", DefaultStateMaxBytes+1), "tool", refused(observe.KindRequestState, observe.ReasonStateOversize, observe.KeyNone)},
+			{"over MaxBytes", signed, strings.Repeat("v", defaultStateMaxBytes+1), "tool", refused(observe.KindRequestState, observe.ReasonStateOversize, observe.KeyNone)},
 			{"other mode", signed, e1, "tool", refused(observe.KindRequestState, observe.ReasonUnknownPrefix, observe.KeyNone)},
 			{"framing", signed, "v1.abc", "tool", refused(observe.KindRequestState, observe.ReasonFraming, observe.KeyNone)},
 			{"mac mismatch", signed, forged, "tool", refused(observe.KindRequestState, observe.ReasonMACMismatch, observe.KeyNone)},
@@ -237,7 +237,7 @@ func TestObserverSeesEvery(t *testing.T) {
 				t.Errorf("%s: reasonText(%v) = %v", c.name, err, reasonText(err))
 			}
 		}
-		clock.Advance(DefaultStateTTL + 2*time.Second)
+		clock.Advance(defaultStateTTL + 2*time.Second)
 		_, err = signed.Decode(s1, "alice", "tool")
 		sameEvent(t, "past exp", rec.only(t), refused(observe.KindRequestState, observe.ReasonPastExp, observe.KeyPrimary))
 		wantErr(t, err, ErrStateExpired)
@@ -306,7 +306,7 @@ func TestObserverSeesEvery(t *testing.T) {
 				t.Errorf("%s: reasonText(%v) = %v", c.name, err, reasonText(err))
 			}
 		}
-		clock.Advance(DefaultOneTimeTTL + time.Second)
+		clock.Advance(defaultOneTimeTTL + time.Second)
 		err = verify(tok)
 		sameEvent(t, "expired", rec.only(t), refused(observe.KindOneTime, observe.ReasonExpired, observe.KeyPrimary))
 		wantErr(t, err, ErrOneTimeExpired)

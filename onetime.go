@@ -20,9 +20,9 @@ import (
 
 // One-time token limits and defaults.
 const (
-	// DefaultOneTimeTTL is the lifetime of a one-time token when
+	// defaultOneTimeTTL is the lifetime of a one-time token when
 	// [OneTimeConfig.TTL] is zero.
-	DefaultOneTimeTTL = 10 * time.Minute
+	defaultOneTimeTTL = 10 * time.Minute
 	// MaxOneTimeTokenBytes caps the encoded token, checked at mint and
 	// before any decoding at redeem.
 	MaxOneTimeTokenBytes = 1024
@@ -80,7 +80,7 @@ type OneTimeConfig struct {
 	// characters); anything else is [ErrConfig]. It is not secret: the token
 	// carries it in the clear.
 	Purpose string
-	// TTL is a token's lifetime; 0 means [DefaultOneTimeTTL]. Negative is
+	// TTL is a token's lifetime; 0 means 10 minutes. Negative is
 	// [ErrConfig]: every one-time token expires.
 	TTL time.Duration
 	// Replay records redeemed tokens until 60 s after they expire. Nil means a private
@@ -142,7 +142,7 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 		return nil, err
 	}
 	if cfg.TTL < 0 {
-		return nil, configError("OneTimeConfig.TTL is negative (0 means DefaultOneTimeTTL)")
+		return nil, configError("OneTimeConfig.TTL is negative (0 means 10 minutes)")
 	}
 	o := &OneTimeIssuer{
 		purpose: cfg.Purpose,
@@ -160,7 +160,7 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 		return nil, reject(ErrNoKey, "OneTimeConfig.Keys: a key cannot be derived from")
 	}
 	if o.ttl == 0 {
-		o.ttl = DefaultOneTimeTTL
+		o.ttl = defaultOneTimeTTL
 	}
 	if o.now == nil {
 		o.now = time.Now

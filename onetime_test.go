@@ -84,7 +84,7 @@ func TestOneTimeToken(t *testing.T) {
 		clk := newStepClock()
 		o := newOneTime(t, OneTimeConfig{Now: clk.Now})
 		tok := mint(t, o, runClaims)
-		clk.Advance(DefaultOneTimeTTL)
+		clk.Advance(defaultOneTimeTTL)
 		_, err := o.Redeem(context.Background(), tok, runClaims)
 		if !errors.Is(err, ErrOneTimeExpired) {
 			t.Fatalf("redeem at expiry = %v, want ErrOneTimeExpired", err)
@@ -382,7 +382,7 @@ func TestOneTimeRedeem(t *testing.T) {
 		if _, err := o.Redeem(context.Background(), mint(t, o, nil), nil); err != nil {
 			t.Fatal(err)
 		}
-		clk.Advance(DefaultOneTimeTTL / 2)
+		clk.Advance(defaultOneTimeTTL / 2)
 		tok := mint(t, o, nil)
 		_, err := o.Redeem(context.Background(), tok, nil)
 		if !errors.Is(err, replay.ErrFull) || errors.Is(err, ErrOneTimeRedeemed) || reasonText(err) != "replay store failed" {
@@ -391,7 +391,7 @@ func TestOneTimeRedeem(t *testing.T) {
 		// Once the first token's entry expires (the skew margin after the
 		// token) the store has room again, and tok still works: a store failure
 		// does not consume it.
-		clk.Advance(DefaultOneTimeTTL/2 + replay.SkewMargin)
+		clk.Advance(defaultOneTimeTTL/2 + replay.SkewMargin)
 		if _, err := o.Redeem(context.Background(), tok, nil); err != nil {
 			t.Fatalf("redeem after the store recovered: %v", err)
 		}

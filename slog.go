@@ -7,7 +7,7 @@ import (
 	"github.com/ctoken/ctoken/observe"
 )
 
-// SlogObserver is an [observe.Observer] that writes each [observe.Event] as one structured
+// NewSlogObserver returns an [observe.Observer] that writes each [observe.Event] as one structured
 // log/slog record, at a level chosen by what the event means:
 //
 //   - Debug: a token issued or verified, a webhook delivery signed,
@@ -35,25 +35,24 @@ import (
 //
 // The logger's handler runs on the hot path: give it one that does not
 // block (or raise its level so that Enabled filters early, which costs no
-// allocation). A [SlogObserver] is safe for concurrent use if its handler
-// is.
-type SlogObserver struct {
+// allocation). The observer is safe for concurrent use if its handler is.
+// A nil l is [ErrConfig].
+func NewSlogObserver(l *slog.Logger) (observe.Observer, error) {
+	if l == nil {
+		return nil, errSlogNil
+	}
+	return &slogObserver{log: l}, nil
+}
+
+// slogObserver is the observer [NewSlogObserver] returns.
+type slogObserver struct {
 	log *slog.Logger
 }
 
 var errSlogNil = configError("NewSlogObserver: the logger is nil")
 
-// NewSlogObserver returns a [SlogObserver] writing to l. A nil l is
-// [ErrConfig].
-func NewSlogObserver(l *slog.Logger) (*SlogObserver, error) {
-	if l == nil {
-		return nil, errSlogNil
-	}
-	return &SlogObserver{log: l}, nil
-}
-
-// Observe logs e; see [SlogObserver].
-func (s *SlogObserver) Observe(e observe.Event) {
+// Observe logs e; see [NewSlogObserver].
+func (s *slogObserver) Observe(e observe.Event) {
 	level := eventLevel(e)
 	ctx := context.Background()
 	if !s.log.Enabled(ctx, level) {
@@ -73,7 +72,7 @@ func (s *SlogObserver) Observe(e observe.Event) {
 	s.log.LogAttrs(ctx, level, "ctoken: "+e.Outcome.String(), attrs...)
 }
 
-// eventLevel is the level [SlogObserver] logs e at.
+// eventLevel is the level the [NewSlogObserver] observer logs e at.
 func eventLevel(e observe.Event) slog.Level {
 	switch e.Outcome {
 	case observe.OutcomeIssued, observe.OutcomeVerified, observe.OutcomeProcessed:

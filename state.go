@@ -55,10 +55,10 @@ const (
 )
 
 const (
-	// DefaultStateTTL is the request-state lifetime when TTL is 0.
-	DefaultStateTTL = 5 * time.Minute
-	// DefaultStateMaxBytes is the encoded size cap when MaxBytes is 0.
-	DefaultStateMaxBytes = 16 << 10
+	// defaultStateTTL is the request-state lifetime when TTL is 0.
+	defaultStateTTL = 5 * time.Minute
+	// defaultStateMaxBytes is the encoded size cap when MaxBytes is 0.
+	defaultStateMaxBytes = 16 << 10
 
 	// HKDF info labels shared with the reference implementation.
 	stateAESLabel     = "mcp.requestState aes-256-gcm key"
@@ -110,11 +110,11 @@ type RequestStateSecurity struct {
 	// with an Audience opens in no codec without one (nor in the reference
 	// implementation). An Audience containing a NUL byte is [ErrConfig].
 	Audience string
-	// TTL is the state lifetime; 0 means [DefaultStateTTL]. Negative is
+	// TTL is the state lifetime; 0 means 5 minutes. Negative is
 	// [ErrConfig]: every state expires.
 	TTL time.Duration
 	// MaxBytes caps the encoded length, checked before decoding; 0 means
-	// [DefaultStateMaxBytes]. Negative, or too small for a state holding ""
+	// 16 KiB. Negative, or too small for a state holding ""
 	// in the chosen mode, is [ErrConfig].
 	MaxBytes int
 	// Now is the clock; nil means time.Now.
@@ -266,10 +266,10 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 		obs:      sec.Observer,
 	}
 	if c.ttl == 0 {
-		c.ttl = DefaultStateTTL
+		c.ttl = defaultStateTTL
 	}
 	if c.maxBytes == 0 {
-		c.maxBytes = DefaultStateMaxBytes
+		c.maxBytes = defaultStateMaxBytes
 	}
 	if c.now == nil {
 		c.now = time.Now

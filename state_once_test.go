@@ -122,7 +122,7 @@ func TestStateSingleUse(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The last instant Decode still accepts the state by its expiry.
-		clk.Advance(DefaultStateTTL + time.Second - time.Nanosecond)
+		clk.Advance(defaultStateTTL + time.Second - time.Nanosecond)
 		if _, err := c.Decode(wire, "alice", ""); !errors.Is(err, ErrStateReplayed) {
 			t.Fatalf("replay at the expiry edge = %v, want ErrStateReplayed", err)
 		}
@@ -252,7 +252,7 @@ func TestStateSingleUse(t *testing.T) {
 				if _, err := c.Decode(wire, "alice", ""); err != nil {
 					t.Fatalf("first decode: %v", err)
 				}
-				clk.Advance(DefaultStateTTL) // still accepted by its expiry
+				clk.Advance(defaultStateTTL) // still accepted by its expiry
 				if _, err := c.Decode(wire, "alice", ""); !errors.Is(err, ErrStateReplayed) {
 					t.Fatalf("replay just before expiry, store clock %v ahead = %v, want ErrStateReplayed", skew, err)
 				}
@@ -333,7 +333,7 @@ func TestStateSingleUse(t *testing.T) {
 			if _, err := c.Decode(wire, "alice", ""); err != nil {
 				t.Fatal(err)
 			}
-			exp := clk.Now().Add(DefaultStateTTL).Unix()
+			exp := clk.Now().Add(defaultStateTTL).Unix()
 			want := time.Unix(exp+1, 0).Add(60 * time.Second)
 			if len(store.until) != 1 || !store.until[0].Equal(want) {
 				t.Fatalf("%s: claims until %v, want [%v]", m.name, store.until, want)

@@ -469,7 +469,7 @@ func TestNewRequestStateCodec(t *testing.T) {
 		clock := newTestClock()
 		for _, mode := range []RequestStateMode{Signed, Encrypted} {
 			c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Now: clock.Now})
-			if c.ttl != DefaultStateTTL || c.maxBytes != DefaultStateMaxBytes {
+			if c.ttl != defaultStateTTL || c.maxBytes != defaultStateMaxBytes {
 				t.Fatalf("mode %d: zero TTL/MaxBytes gave %v/%d", mode, c.ttl, c.maxBytes)
 			}
 			tight := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, MaxBytes: minStateWire(mode), Now: clock.Now})
@@ -1273,7 +1273,7 @@ func TestStateHeavyWithEscapesRoundTrips(t *testing.T) {
 				t.Fatalf("mode %d: round trip of %d escapes: %v", mode, len(state), err)
 			}
 			tag := vecBindTag(key, BindSubject, "alice", "")
-			want := vecStatePayload(state, clock.Now().Add(DefaultStateTTL).Unix(), tag)
+			want := vecStatePayload(state, clock.Now().Add(defaultStateTTL).Unix(), tag)
 			if mode == Signed {
 				if ref := vecSignedWire(key, want); wire != ref {
 					t.Fatalf("signed state with escapes differs from the reference")
@@ -1334,7 +1334,7 @@ func TestStateEveryErrorHasAReason(t *testing.T) {
 		"zero codec":           func() error { _, err := (&RequestStateCodec{}).Decode(wire, "alice", "t"); return err },
 		"not UTF-8":            func() error { _, err := c.Encode("\xff", "alice", "t"); return err },
 		"NUL subject":          func() error { _, err := c.Encode("x", "a\x00", "t"); return err },
-		"too large":            func() error { _, err := c.Encode(strings.Repeat("x", DefaultStateMaxBytes), "alice", "t"); return err },
+		"too large":            func() error { _, err := c.Encode(strings.Repeat("x", defaultStateMaxBytes), "alice", "t"); return err },
 		"unencodable JSON":     func() error { _, err := EncodeJSON(c, make(chan int), "alice", "t"); return err },
 		"wrong tool":           func() error { _, err := c.Decode(wire, "alice", "u"); return err },
 		"expired":              func() error { clk.Advance(time.Hour); _, err := c.Decode(wire, "alice", "t"); return err },
@@ -1403,7 +1403,7 @@ func TestDecodersAllocateBoundedMemoryWithinTheCap(t *testing.T) {
 	// The largest state that fits the default cap, in each mode.
 	wires := map[RequestStateMode]string{}
 	for mode, c := range codecs {
-		lo, hi := 0, DefaultStateMaxBytes
+		lo, hi := 0, defaultStateMaxBytes
 		for lo < hi {
 			mid := (lo + hi + 1) / 2
 			if _, err := c.Encode(strings.Repeat("x", mid), "alice", ""); err == nil {
@@ -1413,7 +1413,7 @@ func TestDecodersAllocateBoundedMemoryWithinTheCap(t *testing.T) {
 			}
 		}
 		w, err := c.Encode(strings.Repeat("x", lo), "alice", "")
-		if err != nil || len(w) < DefaultStateMaxBytes-8 {
+		if err != nil || len(w) < defaultStateMaxBytes-8 {
 			t.Fatalf("%v: largest state %d bytes, wire %d bytes: %v", mode, lo, len(w), err)
 		}
 		wires[mode] = w
@@ -1437,11 +1437,11 @@ func TestDecodersAllocateBoundedMemoryWithinTheCap(t *testing.T) {
 		{"RequestStateCodec.Decode signed", func() error {
 			_, err := codecs[Signed].Decode(wires[Signed], "alice", "")
 			return err
-		}, 6*DefaultStateMaxBytes + constant},
+		}, 6*defaultStateMaxBytes + constant},
 		{"RequestStateCodec.Decode encrypted", func() error {
 			_, err := codecs[Encrypted].Decode(wires[Encrypted], "alice", "")
 			return err
-		}, 6*DefaultStateMaxBytes + constant},
+		}, 6*defaultStateMaxBytes + constant},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.run(); err != nil {

@@ -918,7 +918,7 @@ func genStateVectors(t *testing.T) stateFile {
 		AESKey:     hex.EncodeToString(subkey(vecKey, stateAESLabel)),
 		BindKey:    hex.EncodeToString(subkey(vecKey, stateBindLabel)),
 		PayloadKey: hex.EncodeToString(subkey(vecKey, statePayloadLabel)),
-		TTLSeconds: int64(DefaultStateTTL / time.Second),
+		TTLSeconds: int64(defaultStateTTL / time.Second),
 	}
 	target := MCPTarget("tools/call", "search")
 	for _, b := range []struct {
@@ -1535,7 +1535,7 @@ func genStateAudienceVectors(t *testing.T) stateAudienceFile {
 			"audience_bind_key = HKDF-SHA256(key, salt 32 zero bytes, info \"" + stateAudienceBindLabel + "\"); payload and wire as request_state.json; see README.md",
 		Key:             hex.EncodeToString(vecKey),
 		AudienceBindKey: hex.EncodeToString(subkey(vecKey, stateAudienceBindLabel)),
-		TTLSeconds:      int64(DefaultStateTTL / time.Second),
+		TTLSeconds:      int64(defaultStateTTL / time.Second),
 	}
 	target := MCPTarget("tools/call", "search")
 	now := vecNow.Unix()

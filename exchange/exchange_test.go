@@ -240,7 +240,7 @@ func TestExchangeIssuesCredentialForValidToken(t *testing.T) {
 		if req.Token.Purpose != exchangePurpose || len(req.Token.Claims) != 3 || req.Token.Claims["run"] != "run_1" {
 			t.Fatalf("callback saw %+v", req.Token)
 		}
-		if !req.Token.ExpiresAt.Equal(f.clock.Now().Truncate(time.Second).Add(ctoken.DefaultOneTimeTTL)) {
+		if !req.Token.ExpiresAt.Equal(f.clock.Now().Truncate(time.Second).Add((10 * time.Minute))) {
 			t.Fatalf("ExpiresAt %v", req.Token.ExpiresAt)
 		}
 		if req.Audience != nil || req.Resource != nil || req.Scope != nil || req.RequestedTokenType != "" {
@@ -285,7 +285,7 @@ func TestExchangeRejects(t *testing.T) {
 	t.Run("expired token", func(t *testing.T) {
 		f := newExchangeFixture(t, nil)
 		tok := f.mint()
-		f.clock.Advance(ctoken.DefaultOneTimeTTL)
+		f.clock.Advance((10 * time.Minute))
 		r := wantRefusal(t, post(f.handler, exchangeForm(tok).Encode()), http.StatusBadRequest, "invalid_grant")
 		if r.Description != "subject_token has expired" || f.authorizedCount() != 0 || f.issuedCount() != 0 {
 			t.Fatalf("%q, authorized %d, issued %d", r.Description, f.authorizedCount(), f.issuedCount())
@@ -1093,7 +1093,7 @@ func TestExchangeRefusalLogLevelAndErrorText(t *testing.T) {
 	}
 
 	expired := f.mint()
-	f.clock.Advance(ctoken.DefaultOneTimeTTL)
+	f.clock.Advance((10 * time.Minute))
 	post(f.handler, exchangeForm(expired).Encode())
 	if r := lastRefusal(t, f); r.Level != "WARN" || r.Check != "expired" || r.Err != nil {
 		t.Fatalf("expired token: %+v, want WARN, check expired and no err", r)

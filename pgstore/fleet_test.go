@@ -110,7 +110,7 @@ func newInstance(t *testing.T, keys *ctoken.Keyring, store replay.Store) *instan
 		io.WriteString(w, tok)
 	})
 	mux.HandleFunc("POST /state/redeem", func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(io.LimitReader(r.Body, ctoken.DefaultStateMaxBytes+1))
+		body, _ := io.ReadAll(io.LimitReader(r.Body, (16 << 10)+1))
 		_, err := in.states.DecodeContext(r.Context(), string(body), r.Header.Get("X-Caller"), stateTool)
 		switch {
 		case err == nil:

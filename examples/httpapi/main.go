@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/keyfile"
 )
 
 // listItems is the cursor's ToolID: the operation or endpoint the cursor
@@ -190,7 +191,7 @@ func StartFleet(ctx context.Context, n int, keyFile string, session []byte, stor
 	var f Fleet
 	for i := range n {
 		swaps := make(chan int, 8)
-		keys, err := ctoken.KeySourceFromFile(ctx, ctoken.KeyFileReloaderConfig{
+		keys, err := keyfile.NewSource(ctx, keyfile.Config{
 			Path:     keyFile,
 			Interval: reload,
 			OnError:  func(err error) { logger.Error("key file refused; keeping the current keys", "err", err) },
