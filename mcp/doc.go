@@ -97,5 +97,3 @@
 //
 // All types are safe for concurrent use.
 package ctokenmcp
-
-import "github.com/ctoken/ctoken"

@@ -101,5 +101,3 @@
 //
 // All types are safe for concurrent use.
 package ctokenmcpgo
-
-import "github.com/ctoken/ctoken"

@@ -134,5 +134,3 @@
 // their size). A Pager is safe for concurrent use, and so is a Page once
 // returned (its methods only read it).
 package protopage
-
-import "github.com/ctoken/ctoken"

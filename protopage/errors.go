@@ -3,8 +3,6 @@ package protopage
 import (
 	"errors"
 	"log/slog"
-
-	"github.com/ctoken/ctoken/observe"
 )
 
 // The errors [Pager.Start] and [Page.Next] return. The text of the first

@@ -198,7 +198,7 @@ func (in *instance) handler() http.Handler {
 		in.reply(w, http.StatusOK, fleetResp{Token: tok})
 	})
 	mux.HandleFunc("POST /state/redeem", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, (16 << 10)+1))
+		body, err := io.ReadAll(io.LimitReader(r.Body, (16<<10)+1))
 		if err != nil {
 			in.reply(w, http.StatusBadRequest, fleetResp{Error: "unreadable body"})
 			return

@@ -10,8 +10,6 @@ import (
 	"testing"
 
 	"tools/internal/reporoot"
-
-	"github.com/ctoken/ctoken/observe"
 )
 
 // root is the repository root (see package reporoot), set by TestMain.
