@@ -1,7 +1,6 @@
 package ctoken
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"math"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/ctoken/ctoken/internal/cursorwire"
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/internal/xaes"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/fxamacker/cbor/v2"
 )
@@ -29,13 +29,11 @@ const (
 
 	// cursorKeyLabel is the HKDF info label of the cursor MAC subkey.
 	cursorKeyLabel = "ctoken.cursor hmac-sha256 key"
-	// cursorSealLabel is the HKDF info label of the AES-256-GCM subkey of
+	// cursorSealLabel is the HKDF info label of the XAES-256-GCM subkey of
 	// sealed cursors.
-	cursorSealLabel = "ctoken.cursor aes-256-gcm key"
+	cursorSealLabel = "ctoken.cursor xaes-256-gcm key"
 	// cursorSessionTagLabel prefixes the session in the SHA-256 input of
-	// the session tag of version 2 and sealed cursors. The tag is not
-	// keyed, so that a cursor MACed under another key is still classified
-	// by its session.
+	// the session tag of signed and sealed cursors.
 	cursorSessionTagLabel = "ctoken.cursor session tag\x00"
 	// maxFutureSkew is how far in the future IssuedAt may be (clock skew
 	// within a fleet) before a cursor is refused.
@@ -102,18 +100,19 @@ type CursorConfig struct {
 	// Observer, if set, is told of every Issue and Verify ([observe.KindCursor]);
 	// see [observe.Observer]. Nil costs nothing.
 	Observer observe.Observer
-	// Seal, when true, issues sealed cursors (format version 3): AES-256-GCM
-	// under a subkey of each key, a random 96-bit nonce per cursor, so the
-	// page and the opaque state are unreadable too; only the version, the
-	// issue time and the session tag stay in clear (authenticated as
-	// additional data with the scope). When false, cursors are signed
-	// (version 2): the page and the state are readable; the scope is bound
-	// inside the MAC and not carried at all. Either way the issuer
-	// verifies both kinds (and version 1 until it is removed), so the
-	// switch can be flipped on a running fleet. A
-	// sealed cursor bound to another scope does not open: it is refused as
-	// [ErrCursorInvalid] ("sealed cursor does not open"), not told apart from
-	// a forgery.
+	// Seal, when true, issues sealed cursors (format version 3):
+	// XAES-256-GCM under a subkey of each key, a random 192-bit nonce per
+	// cursor (no practical limit on the number of cursors per key), so the
+	// page and the opaque state are unreadable too, and the plaintext is
+	// padded to one of 5 length classes, so the length tells only the
+	// class; only the version, the key id, the issue time and the session
+	// tag stay in clear (authenticated as additional data with the scope).
+	// When false, cursors are signed (version 2): the page and the state
+	// are readable; the scope is bound inside the MAC and not carried at
+	// all. Either way the issuer verifies both kinds, so the switch can be
+	// flipped on a running fleet. A sealed cursor bound to another scope
+	// does not open: it is refused as [ErrCursorInvalid] ("sealed cursor
+	// does not open"), not told apart from a forgery.
 	Seal bool
 }
 
@@ -238,24 +237,42 @@ func cursorSessionTag(session []byte) (tag [cursorwire.SessionTagSize]byte) {
 	return tag
 }
 
-// cursorKeys are the subkeys of every key of a ring a cursor issuer uses,
-// primary first.
+// cursorKeys are the subkeys and key ids of every key of a ring a cursor
+// issuer uses, primary first.
 type cursorKeys struct {
-	macs  macRing  // the MAC of version 1 bodies and of version 2 body || scope
-	aeads aeadRing // sealed cursors
+	macs  macRing      // the MAC of a signed body || scope
+	aeads []*xaes.AEAD // sealed cursors
+	ids   []keyID      // the key id each cursor names
 }
 
 // deriveCursorKeys returns the cursor subkeys of kr, or false.
 func deriveCursorKeys(kr *Keyring) (cursorKeys, bool) {
 	macs, ok := deriveMACRing(kr, cursorKeyLabel)
-	if !ok {
+	if !ok || len(kr.ids) != len(macs) {
 		return cursorKeys{}, false
 	}
-	aeads, err := newAEADRing(kr, cursorSealLabel)
-	if err != nil || len(aeads) != len(macs) {
+	subs := kr.derive(cursorSealLabel)
+	if len(subs) != len(macs) {
 		return cursorKeys{}, false
 	}
-	return cursorKeys{macs: macs, aeads: aeads}, true
+	aeads := make([]*xaes.AEAD, len(subs))
+	for i, sub := range subs {
+		var err error
+		if aeads[i], err = xaes.New(sub); err != nil {
+			return cursorKeys{}, false
+		}
+	}
+	return cursorKeys{macs: macs, aeads: aeads, ids: kr.ids}, true
+}
+
+// key returns the position in the ring of the key named by id, or -1.
+func (k *cursorKeys) key(id []byte) int {
+	for i := range k.ids {
+		if string(k.ids[i][:]) == string(id) {
+			return i
+		}
+	}
+	return -1
 }
 
 // ring returns the subkeys in use now (empty for the zero value).
@@ -290,11 +307,15 @@ func (i *CursorIssuer) stateBudget() int {
 // maxRawLen returns the longest raw cursor with a state of n bytes.
 func (i *CursorIssuer) maxRawLen(n int) int {
 	const issued = math.MinInt64 // the longest integer head
+	var kid keyID
 	if i.seal {
-		return cursorwire.SealedHeaderLen(cursorwire.VersionSealed, issued, i.sessTag[:]) + gcmNonceSize +
-			cursorwire.SealedInnerLen(math.MaxUint32, make([]byte, n)) + gcmTagSize
+		padded, ok := cursorwire.PaddedLen(cursorwire.SealedInnerLen(math.MaxUint32, make([]byte, n)))
+		if !ok {
+			return math.MaxInt32
+		}
+		return cursorwire.SealedHeaderLen(cursorwire.VersionSealed, kid[:], issued, i.sessTag[:]) + xaes.Overhead + padded
 	}
-	return cursorwire.V2Len(&cursorwire.BodyV2{Version: cursorwire.Version, Page: math.MaxUint32, Issued: issued,
+	return cursorwire.V2Len(&cursorwire.BodyV2{Version: cursorwire.Version, KeyID: kid[:], Page: math.MaxUint32, Issued: issued,
 		Session: i.sessTag[:], State: make([]byte, n)}) + macSize
 }
 
@@ -318,17 +339,20 @@ func (i *CursorIssuer) Session() []byte { return append([]byte(nil), i.session..
 // Issue's refusals, allocated once.
 var (
 	errCursorNoKey      = reject(ErrNoKey, "CursorIssuer not made by NewCursorIssuer")
-	errIDNotUTF8        = reject(ErrUnencodable, "cursor tool or caller ID is not valid UTF-8")
+	errCursorNoTool     = configError("CursorScope.ToolID is empty: name the operation or endpoint the cursor belongs to")
 	errCursorStateLarge = reject(ErrOpaqueStateTooLarge, "state over MaxOpaqueStateBytes")
 	errCursorLarge      = reject(ErrCursorTooLarge, "cursor over MaxCursorBytes")
 )
 
-// Issue returns a cursor for p, stamped with the current time. It fails with
-// [ErrOpaqueStateTooLarge] when p.State is over [MaxOpaqueStateBytes] and with
-// [ErrCursorTooLarge] when the cursor would be over [MaxCursorBytes]. A ToolID
-// or CallerID that is not valid UTF-8 (CBOR text) is an error too. An
-// issuer not made by [NewCursorIssuer] has no key: Issue fails with [ErrNoKey].
-// Every error carries a [Reason].
+// Issue returns a cursor for p, stamped with the current time and naming
+// the primary key by its key id. It fails with [ErrOpaqueStateTooLarge] when
+// p.State is over [MaxOpaqueStateBytes] and with [ErrConfig] when p.ToolID is
+// empty (a cursor bound to no operation would be accepted by every
+// endpoint that verifies with an empty ToolID). An empty CallerID is
+// allowed and means "anonymous": the cursor is bound to no caller, so any
+// client that presents it with the same ToolID and Args may use it (a
+// public listing). An issuer not made by [NewCursorIssuer] has no key:
+// Issue fails with [ErrNoKey]. Every error carries a [Reason].
 func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	c, err := i.issue(p)
 	if i.obs != nil && err != errCursorNoKey {
@@ -345,15 +369,22 @@ func (i *CursorIssuer) issue(p CursorPayload) (string, error) {
 	if len(p.State) > MaxOpaqueStateBytes {
 		return "", errCursorStateLarge
 	}
+	if p.ToolID == "" {
+		return "", errCursorNoTool
+	}
 	issued := i.now().Unix()
+	kid := keys.ids[0][:]
 	// The size is known before anything is encoded, so nothing oversize
 	// ever reaches the fixed-size scratch buffer. No scope costs any of it.
 	var n int
 	if i.seal {
-		n = cursorwire.SealedHeaderLen(cursorwire.VersionSealed, issued, i.sessTag[:]) + gcmNonceSize +
-			cursorwire.SealedInnerLen(p.Page, p.State) + gcmTagSize
+		padded, ok := cursorwire.PaddedLen(cursorwire.SealedInnerLen(p.Page, p.State))
+		if !ok {
+			return "", errCursorLarge
+		}
+		n = cursorwire.SealedHeaderLen(cursorwire.VersionSealed, kid, issued, i.sessTag[:]) + xaes.Overhead + padded
 	} else {
-		n = cursorwire.V2Len(&cursorwire.BodyV2{Version: cursorwire.Version, Page: p.Page, Issued: issued,
+		n = cursorwire.V2Len(&cursorwire.BodyV2{Version: cursorwire.Version, KeyID: kid, Page: p.Page, Issued: issued,
 			Session: i.sessTag[:], State: p.State}) + macSize
 	}
 	if b64.EncodedLen(n) > MaxCursorBytes {
@@ -362,14 +393,14 @@ func (i *CursorIssuer) issue(p CursorPayload) (string, error) {
 	s := i.getScratch()
 	var raw []byte
 	if i.seal {
-		hdr := cursorwire.AppendSealedHeader(s.raw[:0], cursorwire.VersionSealed, issued, i.sessTag[:])
+		hdr := cursorwire.AppendSealedHeader(s.raw[:0], cursorwire.VersionSealed, kid, issued, i.sessTag[:])
 		s.aad = appendScope(append(s.aad[:0], hdr...), &p.CursorScope)
 		pt := cursorwire.AppendSealedInner(s.pt[:0], p.Page, p.State)
-		raw = keys.aeads[0].Seal(hdr, nil, pt, s.aad)
+		raw = keys.aeads[0].Seal(hdr, pt, s.aad)
 	} else {
 		// body || scope laid out in pooled memory and MACed in one call;
 		// the cursor is the body and the tag.
-		s.aad = cursorwire.AppendV2(s.aad[:0], &cursorwire.BodyV2{Version: cursorwire.Version, Page: p.Page, Issued: issued,
+		s.aad = cursorwire.AppendV2(s.aad[:0], &cursorwire.BodyV2{Version: cursorwire.Version, KeyID: kid, Page: p.Page, Issued: issued,
 			Session: i.sessTag[:], State: p.State})
 		raw = append(s.raw[:0], s.aad...)
 		s.aad = appendScope(s.aad, &p.CursorScope)
@@ -388,50 +419,43 @@ var (
 	errCursorOversize   = reject(ErrCursorInvalid, "over MaxCursorBytes")
 	errCursorBase64     = reject(ErrCursorInvalid, "not base64url")
 	errCursorTruncated  = reject(ErrCursorInvalid, "truncated")
-	errCursorMAC        = reject(ErrCursorInvalid, "mac mismatch")
 	errCursorMalformed  = reject(ErrCursorInvalid, "malformed or non-canonical payload")
-	errCursorVersion    = reject(ErrCursorInvalid, "unknown version")
-	errCursorArgsLength = reject(ErrCursorInvalid, "args fingerprint not 32 bytes")
 	errCursorFuture     = reject(ErrCursorInvalid, "issued in the future")
-	errCursorTool       = reject(ErrCursorInvalid, "wrong tool")
-	errCursorCaller     = reject(ErrCursorInvalid, "wrong caller")
-	errCursorArgs       = reject(ErrCursorInvalid, "wrong arguments")
 	errCursorSession    = reject(ErrCursorExpired, "other server session")
-	errCursorForeign    = reject(ErrCursorExpired, "mac mismatch (other session)")
-	errCursorAge        = reject(ErrCursorExpired, "older than TTL")
-	errCursorScope      = reject(ErrCursorInvalid, "forged or wrong scope (tool, caller or arguments)")
-	errCursorSealed     = reject(ErrCursorInvalid, "sealed cursor does not open (tampered, other key, or other scope)")
+	errCursorUnknownKey = reject(ErrCursorInvalid, "signed by a key not in the ring: retired or foreign")
+	// errCursorUnknownKeyRestart is the same refusal of a cursor that also
+	// names another session: what a restart with a fresh random key and
+	// session looks like, so the client is told to start over.
+	errCursorUnknownKeyRestart = reject(ErrCursorExpired, "signed by a key not in the ring: retired or foreign")
+	errCursorAge               = reject(ErrCursorExpired, "older than TTL")
+	errCursorScope             = reject(ErrCursorInvalid, "forged or wrong scope (tool, caller or arguments)")
+	errCursorSealed            = reject(ErrCursorInvalid, "sealed cursor does not open (tampered, other key, or other scope)")
 )
 
 // Verify checks cursor and returns its payload. Checks run in this order:
-// length cap, base64, MAC against each key of the ring (constant time),
-// strict CBOR decode, session, age. A version 2 cursor's MAC covers its
-// body and want's scope (tool, caller, and Args when non-zero), so a cursor
-// verifies only for the exact scope it was issued for: a cursor issued with
-// arguments is refused when want.Args is zero, and one issued without them
-// is refused when want.Args is set. A sealed cursor binds the same scope as
-// additional data. A version 1 cursor (tool, caller and arguments in clear)
-// is compared field by field after its MAC; its Args only when want.Args is
-// non-zero.
+// length cap, base64, the layout and key id at the cursor's fixed prefix,
+// then ONE MAC (or AEAD open) with the key that id names, whatever the
+// ring's size (constant-time compare), strict CBOR decode, session, age. A
+// signed cursor's MAC covers its body and want's scope (tool, caller, and
+// Args when non-zero), so a cursor verifies only for the exact scope it
+// was issued for: a cursor issued with arguments is refused when want.Args
+// is zero, and one issued without them is refused when want.Args is set. A
+// sealed cursor binds the same scope as additional data. An empty
+// want.ToolID is [ErrConfig] (Issue never binds one) and consumes nothing.
 //
 // Errors match [ErrCursorInvalid] (forged, tampered, malformed, truncated,
-// oversize, wrong scope, IssuedAt over 60 s ahead) or [ErrCursorExpired] (too
-// old, or from another server session), and always carry a [Reason]; an
-// issuer not made by [NewCursorIssuer] refuses every cursor with [ErrNoKey]. On
-// error the payload is zero. A version 2 cursor of another scope and a
-// forged one are not told apart (nothing of the scope is carried): both are
-// [observe.ReasonCursorWrongScope], "forged or wrong scope (tool, caller or
-// arguments)"; a sealed one is [observe.ReasonCursorSealedOpen].
-//
-// A trade-off: a cursor whose MAC fails but whose body decodes and names
-// another non-empty session is reported as [ErrCursorExpired] (1020, "start
-// over"), because that is what a cursor from before a restart or a session
-// change looks like, and a client told 1021 would not recover. Its [Reason] is
-// "mac mismatch (other session)" — not "other server session", which only
-// authentic cursors get — so server-side alerting can count it with the
-// other MAC failures as possible tampering. Nothing of the unauthenticated
-// body is returned, and a forged body with an empty session is
-// [ErrCursorInvalid].
+// oversize, wrong scope, IssuedAt over 60 s ahead, or signed by a key the
+// ring does not hold: "signed by a key not in the ring: retired or
+// foreign", its own [Reason], so the log tells a retired or foreign key
+// from tampering; retire a key only after the TTL, and no live cursor
+// names it) or [ErrCursorExpired] (too old, from another server session,
+// or signed by an unknown key and naming another session: what a restart
+// with a fresh random key looks like, so the client starts over), and
+// always carry a [Reason]; an issuer not made by [NewCursorIssuer] refuses
+// every cursor with [ErrNoKey]. On error the payload is zero. A signed
+// cursor of another scope and a forged one are not told apart (nothing of
+// the scope is carried): both are "forged or wrong scope (tool, caller or
+// arguments)"; a sealed one is "sealed cursor does not open".
 //
 // The config's [observe.Observer], if any, is told of the outcome: [observe.OutcomeVerified]
 // with the [observe.KeyPosition] of the key that matched, or [observe.OutcomeRefused] with
@@ -440,6 +464,9 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	keys := i.ring()
 	if len(keys.macs) == 0 {
 		return CursorPayload{}, errCursorNoKey
+	}
+	if want.ToolID == "" {
+		return CursorPayload{}, errCursorNoTool
 	}
 	if len(cursor) == 0 {
 		return i.refuse(-1, errCursorEmpty)
@@ -457,42 +484,31 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 		return i.refuse(-1, errCursorBase64)
 	}
 	raw := s.raw[:n]
-	// Key 1 sorts first, so the first three bytes name a sealed cursor's
-	// header: a map of 3 pairs (no signed layout has so few), version 3.
-	if n >= 3 && raw[0] == 0xa3 && raw[1] == cursorwire.KeyVersion && raw[2] == cursorwire.VersionSealed {
-		return i.verifySealed(keys, s, raw, &want)
+	// Keys 1 and 2 sort first, so the first 9 bytes name the layout and the
+	// key; the version and the key id are inside the MAC input (or the
+	// additional data), so neither can be changed without detection.
+	version, kid, ok := cursorwire.ReadPrefix(raw)
+	if !ok {
+		if n < cursorwire.PrefixLen {
+			return i.refuse(-1, errCursorTruncated)
+		}
+		return i.refuse(-1, errCursorMalformed)
 	}
-	if n <= macSize {
+	key := keys.key(kid)
+	if key < 0 {
+		return i.refuse(-1, i.unknownKey(version, raw))
+	}
+	if version == cursorwire.VersionSealed {
+		return i.verifySealed(keys, key, s, raw, &want)
+	}
+	if n <= cursorwire.PrefixLen+macSize {
 		return i.refuse(-1, errCursorTruncated)
 	}
-	body, tag := raw[:n-macSize], raw[n-macSize:]
-	// Key 1 sorts first, so bytes 1 and 2 name the version the MAC input
-	// depends on: body || scope for version 2, the body alone for version
-	// 1. The version is inside both MAC inputs, so a body cannot be moved
-	// from one to the other.
-	if raw[1] == cursorwire.KeyVersion && raw[2] == cursorwire.Version {
-		return i.verifyV2(keys, s, body, tag, &want)
-	}
-	key := keys.macs.verify(body, tag)
-	if key < 0 {
-		// A classification hint only: nothing of an unauthenticated body
-		// is ever returned.
-		if f, ok := cursorwire.DecodeBody(body); ok && len(f.Session) != 0 && !bytes.Equal(f.Session, i.session) {
-			return i.refuse(-1, errCursorForeign)
-		}
-		return i.refuse(-1, errCursorMAC)
-	}
-	// Exactly one encoding is accepted, the one Issue wrote (see
-	// internal/cursorwire).
-	f, ok := cursorwire.DecodeBody(body)
-	if !ok {
-		return i.refuse(key, errCursorMalformed)
-	}
-	return i.verifyV1(key, &f, &want)
+	return i.verifySigned(keys, key, s, raw[:n-macSize], raw[n-macSize:], &want)
 }
 
-// checkTime checks the session tag (or version 1 session) and the issue
-// time of an authentic cursor.
+// checkTime checks the session tag and the issue time of an authentic
+// cursor.
 func (i *CursorIssuer) checkTime(session, wantSession []byte, issuedUnix int64) (time.Time, error) {
 	if !equalSecret(session, wantSession) {
 		return time.Time{}, errCursorSession
@@ -508,63 +524,59 @@ func (i *CursorIssuer) checkTime(session, wantSession []byte, issuedUnix int64) 
 	return issued, nil
 }
 
-// verifyV2 checks a version 2 cursor: its MAC over body || want's scope
-// with each key, then the body. A MAC that fails with every key is a
-// forgery or a cursor of another scope, which look the same by design
-// (nothing of the scope is carried): [ErrCursorInvalid], "forged or wrong
-// scope". The one exception is a body that decodes strictly and names
-// another session tag: [ErrCursorExpired], as for version 1.
-func (i *CursorIssuer) verifyV2(keys cursorKeys, s *cursorScratch, body, tag []byte, want *CursorScope) (CursorPayload, error) {
+// unknownKey classifies a cursor whose key id no key of the ring has: one
+// that also names another session (decoded without authentication, a
+// classification hint only: nothing of it is returned) is
+// [ErrCursorExpired], as after a restart with a fresh random key and
+// session; any other is [ErrCursorInvalid]. Both have the reason "signed by
+// a key not in the ring: retired or foreign".
+func (i *CursorIssuer) unknownKey(version byte, raw []byte) error {
+	var f cursorwire.Fields
+	ok := false
+	if version == cursorwire.VersionSealed {
+		f, _, ok = cursorwire.DecodeSealedHeader(raw)
+	} else if len(raw) > macSize {
+		f, ok = cursorwire.DecodeV2(raw[:len(raw)-macSize])
+	}
+	if ok && len(f.Session) == cursorwire.SessionTagSize && !equalSecret(f.Session, i.sessTag[:]) {
+		return errCursorUnknownKeyRestart
+	}
+	return errCursorUnknownKey
+}
+
+// verifySigned checks a signed cursor: its MAC over body || want's scope
+// with the key its id names, then the body. A MAC that fails is a forgery
+// or a cursor of another scope, which look the same by design (nothing of
+// the scope is carried): [ErrCursorInvalid], "forged or wrong scope".
+func (i *CursorIssuer) verifySigned(keys cursorKeys, key int, s *cursorScratch, body, tag []byte, want *CursorScope) (CursorPayload, error) {
 	s.aad = appendScope(append(s.aad[:0], body...), want)
-	key := keys.macs.verify(s.aad, tag)
-	f, ok := cursorwire.DecodeV2(body)
-	if key < 0 {
-		switch {
-		case !ok:
-			return i.refuse(-1, errCursorMAC)
-		case len(f.Session) != 0 && !equalSecret(f.Session, i.sessTag[:]):
-			return i.refuse(-1, errCursorForeign)
-		}
+	if !keys.macs[key].Equal(s.aad, tag) {
 		return i.refuse(-1, errCursorScope)
 	}
 	// Exactly one encoding is accepted, the one Issue wrote.
-	if !ok {
-		return i.refuse(key, errCursorMalformed)
-	}
-	if len(f.Session) != cursorwire.SessionTagSize {
+	f, ok := cursorwire.DecodeV2(body)
+	if !ok || len(f.Session) != cursorwire.SessionTagSize {
 		return i.refuse(key, errCursorMalformed)
 	}
 	issued, err := i.checkTime(f.Session, i.sessTag[:], f.Issued)
 	if err != nil {
 		return i.refuse(key, err)
 	}
-	return i.verified(key, want, want.Args, f.Page, f.State, issued)
+	return i.verified(key, want, f.Page, f.State, issued)
 }
 
-// verifySealed opens a sealed cursor with each key of the ring.
-func (i *CursorIssuer) verifySealed(keys cursorKeys, s *cursorScratch, raw []byte, want *CursorScope) (CursorPayload, error) {
+// verifySealed opens a sealed cursor with the key its id names.
+func (i *CursorIssuer) verifySealed(keys cursorKeys, key int, s *cursorScratch, raw []byte, want *CursorScope) (CursorPayload, error) {
 	h, hn, ok := cursorwire.DecodeSealedHeader(raw)
 	if !ok {
 		return i.refuse(-1, errCursorMalformed)
 	}
-	if len(raw)-hn < gcmNonceSize+gcmTagSize {
+	if len(raw)-hn < xaes.Overhead {
 		return i.refuse(-1, errCursorTruncated)
 	}
 	s.aad = appendScope(append(s.aad[:0], raw[:hn]...), want)
-	key := -1
-	var pt []byte
-	for k, aead := range keys.aeads {
-		var err error
-		if pt, err = aead.Open(s.pt[:0], nil, raw[hn:], s.aad); err == nil {
-			key = k
-			break
-		}
-	}
-	if key < 0 {
-		// A classification hint, as for a signed cursor.
-		if len(h.Session) != 0 && !equalSecret(h.Session, i.sessTag[:]) {
-			return i.refuse(-1, errCursorForeign)
-		}
+	pt, err := keys.aeads[key].Open(s.pt[:0], raw[hn:], s.aad)
+	if err != nil {
 		return i.refuse(-1, errCursorSealed)
 	}
 	issued, err := i.checkTime(h.Session, i.sessTag[:], h.Issued)
@@ -575,40 +587,14 @@ func (i *CursorIssuer) verifySealed(keys cursorKeys, s *cursorScratch, raw []byt
 	if !ok {
 		return i.refuse(key, errCursorMalformed)
 	}
-	return i.verified(key, want, want.Args, f.Page, f.State, issued)
-}
-
-// verifyV1 checks an authentic version 1 body (the tool and caller IDs and
-// the arguments fingerprint in clear). Deprecated layout: see CHANGELOG.
-func (i *CursorIssuer) verifyV1(key int, f *cursorwire.Fields, want *CursorScope) (CursorPayload, error) {
-	if f.Version != cursorwire.Version1 {
-		return i.refuse(key, errCursorVersion)
-	}
-	if len(f.Args) != 0 && len(f.Args) != len(Fingerprint{}) {
-		return i.refuse(key, errCursorArgsLength)
-	}
-	issued, err := i.checkTime(f.Session, i.session, f.Issued)
-	if err != nil {
-		return i.refuse(key, err)
-	}
-	var args Fingerprint
-	copy(args[:], f.Args)
-	switch {
-	case string(f.Tool) != want.ToolID:
-		return i.refuse(key, errCursorTool)
-	case string(f.Caller) != want.CallerID:
-		return i.refuse(key, errCursorCaller)
-	case !want.Args.IsZero() && !equalSecret(args[:], want.Args[:]):
-		return i.refuse(key, errCursorArgs)
-	}
-	return i.verified(key, want, args, f.Page, f.State, issued)
+	return i.verified(key, want, f.Page, f.State, issued)
 }
 
 // verified returns the payload of a cursor that passed every check. Tool
 // and caller equal want's, so want's strings are returned rather than
 // copies. State aliases the pooled scratch and is copied: the one
 // allocation of a successful Verify, and none when there is no state.
-func (i *CursorIssuer) verified(key int, want *CursorScope, args Fingerprint, page uint32, st []byte, issued time.Time) (CursorPayload, error) {
+func (i *CursorIssuer) verified(key int, want *CursorScope, page uint32, st []byte, issued time.Time) (CursorPayload, error) {
 	var state []byte
 	if len(st) > 0 {
 		state = append(make([]byte, 0, len(st)), st...)
@@ -617,7 +603,7 @@ func (i *CursorIssuer) verified(key int, want *CursorScope, args Fingerprint, pa
 		observeErr(i.obs, observe.KindCursor, key, nil, 0)
 	}
 	return CursorPayload{
-		CursorScope: CursorScope{ToolID: want.ToolID, CallerID: want.CallerID, Args: args},
+		CursorScope: *want,
 		Page:        page,
 		State:       state,
 		IssuedAt:    issued,

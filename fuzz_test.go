@@ -25,8 +25,6 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
-
-	"github.com/ctoken/ctoken/internal/cursorwire"
 )
 
 // checkFuzzReasonError fails unless err matches exactly one of sentinels and its
@@ -54,7 +52,7 @@ func checkFuzzReasonError(t *testing.T, err error, sentinels ...error) {
 // ---------------------------------------------------------------------------
 // Cursors
 
-var fuzzScopeSeeds = [][2]string{{"search", "user:42"}, {"list_files", "alice@example.com"}, {"", ""}, {"t", "c"}}
+var fuzzScopeSeeds = [][2]string{{"search", "user:42"}, {"list_files", "alice@example.com"}, {"t", ""}, {"t", "c"}}
 
 func fuzzCursorIssuer(t testing.TB) *CursorIssuer {
 	return vecIssuer(t, vecNow, vecSession, vecKey)
@@ -64,6 +62,12 @@ func fuzzCursorIssuer(t testing.TB) *CursorIssuer {
 // checks the common properties.
 func checkFuzzCursor(t *testing.T, iss *CursorIssuer, cursor, tool, caller string) {
 	p, err := iss.Verify(cursor, CursorScope{ToolID: tool, CallerID: caller})
+	if tool == "" {
+		if !errors.Is(err, ErrConfig) || !reflect.DeepEqual(p, CursorPayload{}) {
+			t.Fatalf("an empty ToolID = %v, %+v; want ErrConfig", err, p)
+		}
+		return
+	}
 	if err != nil {
 		checkFuzzReasonError(t, err, ErrCursorInvalid, ErrCursorExpired)
 		if !reflect.DeepEqual(p, CursorPayload{}) {
@@ -84,15 +88,6 @@ func checkFuzzCursor(t *testing.T, iss *CursorIssuer, cursor, tool, caller strin
 	again, err := vecIssuer(t, p.IssuedAt, vecSession, vecKey).Issue(p)
 	if err != nil {
 		t.Fatalf("re-issuing an accepted payload: %v", err)
-	}
-	if raw, _ := b64.DecodeString(cursor); len(raw) > 2 && raw[2] == 1 {
-		// A format version 1 cursor: Issue writes version 2, so the one
-		// encoding is the hand-built version 1 body.
-		var args []byte
-		if !p.Args.IsZero() {
-			args = p.Args[:]
-		}
-		again = signCursorBody(vecKey, vecCursorBody(tool, caller, args, p.Page, p.IssuedAt.Unix(), vecSession, p.State))
 	}
 	if again != cursor {
 		t.Fatalf("accepted a second encoding:\n got  %q\n issue %q", cursor, again)
@@ -115,95 +110,6 @@ func FuzzCursorVerify(f *testing.F) {
 	f.Add("!!!!", "", "")
 	f.Fuzz(func(t *testing.T, cursor, tool, caller string) {
 		checkFuzzCursor(t, iss, cursor, tool, caller)
-	})
-}
-
-// FuzzCursorVerifySigned signs the fuzzed body with the cursor subkey, so the
-// strict CBOR decoder and every check after the MAC see hostile input.
-func FuzzCursorVerifySigned(f *testing.F) {
-	iss := fuzzCursorIssuer(f)
-	now := vecNow.Unix()
-	f.Add(vecCursorBody("t", "c", nil, 1, now, vecSession, nil), "t", "c")
-	f.Add(vecCursorBody("search", "user:42", seqBytes(1, 32), 2, now-10, vecSession, []byte("state")), "search", "user:42")
-	f.Add([]byte{0xa0}, "", "")
-	f.Add([]byte{0xbf, 0xff}, "", "")
-	// Version 2 bodies (signed with the fuzzed scope): authentic, with a
-	// short session tag, and with the removed binding field 9.
-	for _, v := range []cursorV2Vector{
-		{Tool: hex.EncodeToString([]byte("t")), Caller: hex.EncodeToString([]byte("c")), Page: 1, IssuedAt: now},
-		{Tool: hex.EncodeToString([]byte("search")), Caller: hex.EncodeToString([]byte("user:42")), Page: 2, IssuedAt: now - 10, State: "00ff"},
-	} {
-		v2Token(f, vecKey, vecSession, &v)
-		body := vecHex(f, v.CBOR)
-		tool, caller := string(vecHex(f, v.Tool)), string(vecHex(f, v.Caller))
-		f.Add(body, tool, caller)
-		f.Add(cursorwire.AppendV2(nil, &cursorwire.BodyV2{Version: cursorwire.Version, Page: v.Page, Issued: v.IssuedAt, Session: []byte{1}}), tool, caller)
-		withBind := append([]byte{body[0] + 1}, body[1:]...)
-		f.Add(append(withBind, 0x09, 0x41, 0x00), tool, caller)
-	}
-	f.Fuzz(func(t *testing.T, body []byte, tool, caller string) {
-		cursor := signCursorBody(vecKey, body)
-		if len(body) >= 3 && body[1] == cursorwire.KeyVersion && body[2] == cursorwire.Version {
-			cursor = signCursorV2Body(vecKey, body, v2Scope([]byte(tool), []byte(caller), nil))
-		}
-		if len(cursor) > MaxCursorBytes {
-			return
-		}
-		checkFuzzCursor(t, iss, cursor, tool, caller)
-	})
-}
-
-// FuzzCursorVerifySealed seals the fuzzed plaintext under the header with
-// the sealed-cursor subkey (the standard library's AES-256-GCM, a fixed
-// nonce) and the scope as additional data, so the decoder of the sealed
-// map and every check after GCM open see hostile authenticated input; the
-// raw fuzzed string is also verified as a token.
-func FuzzCursorVerifySealed(f *testing.F) {
-	iss := newTestIssuer(f, CursorConfig{Keys: vecKeyring(f, vecKey), Session: vecSession, Now: fixedClock(vecNow), Seal: true})
-	now := vecNow.Unix()
-	f.Add([]byte{0xa1, 0x05, 0x03}, now, "t", "c", "")
-	f.Add([]byte{0xa2, 0x05, 0x00, 0x08, 0x41, 0x78}, now-10, "search", "user:42", "")
-	f.Add([]byte{0xa2, 0x05, 0x00, 0x08, 0x40}, now, "t", "c", "")
-	f.Add([]byte{0xa1, 0x09, 0x00}, now+3600, "", "", "")
-	for _, s := range fuzzScopeSeeds {
-		tok, err := iss.Issue(CursorPayload{CursorScope: CursorScope{ToolID: s[0], CallerID: s[1]}, Page: 3, State: []byte("x")})
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add([]byte(nil), now, s[0], s[1], tok)
-		f.Add([]byte(nil), now, s[0], s[1], tok[:len(tok)-1])
-	}
-	key := subkey(vecKey, cursorSealLabel)
-	f.Fuzz(func(t *testing.T, inner []byte, issued int64, tool, caller, token string) {
-		scope := CursorScope{ToolID: tool, CallerID: caller}
-		if token == "" {
-			header := []byte{0xa3, 0x01, 0x03, 0x06}
-			if issued < 0 {
-				header = cborHead(header, 1, uint64(-(issued + 1)))
-			} else {
-				header = cborHead(header, 0, uint64(issued))
-			}
-			tag := cursorSessionTag(vecSession)
-			header = append(append(header, 0x07, 0x48), tag[:]...)
-			token = sealCursorFuzz(t, key, header, inner, appendScope(append([]byte(nil), header...), &scope))
-			if len(token) > MaxCursorBytes {
-				return
-			}
-		}
-		p, err := iss.Verify(token, scope)
-		if err != nil {
-			checkFuzzReasonError(t, err, ErrCursorInvalid, ErrCursorExpired)
-			if !reflect.DeepEqual(p, CursorPayload{}) {
-				t.Fatalf("rejected cursor returned a payload: %+v", p)
-			}
-			return
-		}
-		if p.ToolID != tool || p.CallerID != caller || len(p.State) > MaxOpaqueStateBytes {
-			t.Fatalf("accepted %+v for %q/%q", p, tool, caller)
-		}
-		if age := vecNow.Sub(p.IssuedAt); age > DefaultCursorTTL || age < -maxFutureSkew {
-			t.Fatalf("accepted a cursor issued at %v, now %v", p.IssuedAt, vecNow)
-		}
 	})
 }
 

@@ -146,14 +146,14 @@ func TestVerifyKeysetRefusals(t *testing.T) {
 		{"changed filter", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: scope.CallerID, Args: mustFingerprint(t, `{"status":["closed"]}`)}, 0, ErrCursorInvalid, 400, observe.ReasonCursorWrongScope},
 		// The body still decodes: a forgery and a wrong scope look the same.
 		{"tampered", func(*testing.T) string { return string(tampered) }, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorWrongScope},
-		{"truncated", func(*testing.T) string { return b64.EncodeToString(rawGood[:len(rawGood)-3]) }, scope, 0, ErrCursorInvalid, 400, observe.ReasonMACMismatch},
+		{"truncated", func(*testing.T) string { return b64.EncodeToString(rawGood[:len(rawGood)-3]) }, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorWrongScope},
 		{"truncated to the MAC", func(*testing.T) string { return good[:40] }, scope, 0, ErrCursorInvalid, 400, observe.ReasonTruncated},
 		{"not base64url", func(*testing.T) string { return good[:10] + "+" + good[11:] }, scope, 0, ErrCursorInvalid, 400, observe.ReasonNotBase64URL},
 		{"oversize", func(*testing.T) string { return strings.Repeat("A", MaxCursorBytes+1) }, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorOversize},
 		{"forged with another key", func(t *testing.T) string {
 			c, _ := IssueKeyset(keysetIssuer(t, clock, "fleet", fixedKey(2)), scope, k)
 			return c
-		}, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorWrongScope},
+		}, scope, 0, ErrCursorInvalid, 400, observe.ReasonUnknownKey},
 		{"a page cursor", func(t *testing.T) string {
 			c, _ := IssueState(iss, scope, 3, k)
 			return c
@@ -203,15 +203,15 @@ func TestCursorHTTPStatusMapsErrors(t *testing.T) {
 		{"nil", nil, 200},
 		{"expired", errCursorAge, 410},
 		{"other session", errCursorSession, 410},
-		{"mac mismatch naming another session", errCursorForeign, 410},
-		{"invalid", errCursorMAC, 400},
-		{"wrapped invalid", errors.Join(errors.New("listing"), errCursorArgs), 400},
+		{"signed by a retired key", errCursorUnknownKey, 400},
+		{"invalid", errCursorScope, 400},
+		{"wrapped invalid", errors.Join(errors.New("listing"), errCursorSealed), 400},
 		{"arguments that cannot be fingerprinted", argsErr, 400},
 		{"keyset state of another type", errCursorStateType, 400},
 		{"no key", errCursorNoKey, 500},
 		{"cursor too large to issue", errCursorLarge, 500},
 		{"state too large to issue", errCursorStateLarge, 500},
-		{"caller that cannot be encoded", errIDNotUTF8, 500},
+		{"no tool", errCursorNoTool, 500},
 		{"any other error", errors.New("database down"), 500},
 	} {
 		if got := CursorHTTPStatus(tc.err); got != tc.want {

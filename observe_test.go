@@ -93,33 +93,34 @@ func TestObserverSeesEvery(t *testing.T) {
 		}
 		good := issue(iss, CursorPayload{CursorScope: scope})
 		sameEvent(t, "issue", rec.only(t), observe.Event{Kind: observe.KindCursor, Outcome: observe.OutcomeIssued, Key: observe.KeyPrimary})
-		_, err = iss.Issue(CursorPayload{State: make([]byte, MaxOpaqueStateBytes+1)})
+		_, err = iss.Issue(CursorPayload{CursorScope: scope, State: make([]byte, MaxOpaqueStateBytes+1)})
 		sameEvent(t, "issue too large", rec.only(t), refused(observe.KindCursor, observe.ReasonOpaqueStateTooBig, observe.KeyNone))
 		wantErr(t, err, ErrOpaqueStateTooLarge)
 
-		// A body with a valid MAC that is not the canonical encoding.
-		macs := iss.ring().macs
-		body := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
-		signed := func(b []byte) string { return b64.EncodeToString(macs[0].Sum(b, b)) }
-		// A version 2 body MACed with the scope after it, as Issue does.
-		signedV2 := func(b []byte) string {
+		// Bodies MACed with the scope after them, as Issue does, under the
+		// primary key and naming it.
+		macs, kid := iss.ring().macs, iss.ring().ids[0]
+		signed := func(b []byte) string {
 			return b64.EncodeToString(macs[0].Sum(append([]byte(nil), b...), appendScope(append([]byte(nil), b...), &scope)))
 		}
-		v2 := func(session []byte) []byte {
-			return cursorwire.AppendV2(nil, &cursorwire.BodyV2{Version: cursorwire.Version, Issued: clock.Now().Unix(), Session: session})
+		body := func(session []byte, issued time.Time) []byte {
+			return cursorwire.AppendV2(nil, &cursorwire.BodyV2{Version: cursorwire.Version, KeyID: kid[:], Issued: issued.Unix(), Session: session})
 		}
 		tag := cursorSessionTag([]byte("s1"))
-		// Version 4: no layout (2 and 3 are read as their own layouts).
-		wrongVersion := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.VersionSealed + 1, Tool: "t", Caller: "c", Issued: clock.Now().Unix(), Session: []byte("s1")})
-		future := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: "t", Caller: "c", Issued: clock.Now().Add(time.Hour).Unix(), Session: []byte("s1")})
+		// A format 1 body (tool and caller in clear), never issued any more.
+		format1 := []byte{0xa6, 0x01, 0x01, 0x02, 0x61, 't', 0x03, 0x61, 'c', 0x05, 0x00, 0x06, 0x00, 0x07, 0x42, 's', '1'}
 
-		// One character of the body changed for another of the alphabet.
+		// One character past the key id changed for another of the alphabet.
 		tampered := []byte(good)
-		tampered[10] = b64Alphabet[(strings.IndexByte(b64Alphabet, good[10])+1)%len(b64Alphabet)]
-		// The map head (a5, five pairs) made a4: the body no longer decodes.
+		tampered[20] = b64Alphabet[(strings.IndexByte(b64Alphabet, good[20])+1)%len(b64Alphabet)]
 		rawGood, _ := b64.DecodeString(good)
+		// The map head (a5, five pairs) made a4: not a layout.
 		rawGood[0]--
 		tamperedHead := b64.EncodeToString(rawGood)
+		rawGood[0]++
+		// The key id's last byte changed: no key of the ring has it.
+		rawGood[cursorwire.PrefixLen-1] ^= 1
+		otherKeyID := b64.EncodeToString(rawGood)
 		cases := []struct {
 			name   string
 			cursor string
@@ -134,15 +135,15 @@ func TestObserverSeesEvery(t *testing.T) {
 			{"truncated", "AAAA", scope, refused(observe.KindCursor, observe.ReasonTruncated, observe.KeyNone)},
 			// The body still decodes: a forgery and a wrong scope look the same.
 			{"tampered", string(tampered), scope, refused(observe.KindCursor, observe.ReasonCursorWrongScope, observe.KeyNone)},
-			{"tampered so that the body does not decode", tamperedHead, scope, refused(observe.KindCursor, observe.ReasonMACMismatch, observe.KeyNone)},
-			{"forged, other session", issue(forgedOther, CursorPayload{CursorScope: scope}), scope, refused(observe.KindCursor, observe.ReasonMACOtherSession, observe.KeyNone)},
+			{"tampered so that the layout is unknown", tamperedHead, scope, refused(observe.KindCursor, observe.ReasonCursorMalformed, observe.KeyNone)},
+			{"key id altered", otherKeyID, scope, refused(observe.KindCursor, observe.ReasonUnknownKey, observe.KeyNone)},
+			{"signed by a key not in the ring", issue(forgedOther, CursorPayload{CursorScope: scope}), scope, refused(observe.KindCursor, observe.ReasonUnknownKey, observe.KeyNone)},
 			{"authentic, other session", issue(otherSession, CursorPayload{CursorScope: scope}), scope, refused(observe.KindCursor, observe.ReasonOtherSession, observe.KeyPrimary)},
-			{"malformed under a valid MAC", signed(append(body, 0)), scope, refused(observe.KindCursor, observe.ReasonCursorMalformed, observe.KeyPrimary)},
-			{"unknown version", signed(wrongVersion), scope, refused(observe.KindCursor, observe.ReasonUnknownVersion, observe.KeyPrimary)},
-			{"version 2, malformed under a valid MAC", signedV2(append(v2(tag[:]), 0)), scope, refused(observe.KindCursor, observe.ReasonCursorMalformed, observe.KeyPrimary)},
-			{"version 2, session tag not 8 bytes under a valid MAC", signedV2(v2(tag[:7])), scope, refused(observe.KindCursor, observe.ReasonCursorMalformed, observe.KeyPrimary)},
-			{"version 2, MAC of the body alone", signed(v2(tag[:])), scope, refused(observe.KindCursor, observe.ReasonCursorWrongScope, observe.KeyNone)},
-			{"issued in the future", signed(future), scope, refused(observe.KindCursor, observe.ReasonIssuedInFuture, observe.KeyPrimary)},
+			{"format 1", b64.EncodeToString(append(format1, make([]byte, macSize)...)), scope, refused(observe.KindCursor, observe.ReasonCursorMalformed, observe.KeyNone)},
+			{"malformed under a valid MAC", signed(append(body(tag[:], clock.Now()), 0)), scope, refused(observe.KindCursor, observe.ReasonCursorMalformed, observe.KeyPrimary)},
+			{"session tag not 8 bytes under a valid MAC", signed(body(tag[:7], clock.Now())), scope, refused(observe.KindCursor, observe.ReasonCursorMalformed, observe.KeyPrimary)},
+			{"MAC of the body alone", b64.EncodeToString(macs[0].Sum(body(tag[:], clock.Now()), body(tag[:], clock.Now()))), scope, refused(observe.KindCursor, observe.ReasonCursorWrongScope, observe.KeyNone)},
+			{"issued in the future", signed(body(tag[:], clock.Now().Add(time.Hour))), scope, refused(observe.KindCursor, observe.ReasonIssuedInFuture, observe.KeyPrimary)},
 			// The scope is inside the MAC: no key matches.
 			{"wrong tool", good, CursorScope{ToolID: "x", CallerID: "c"}, refused(observe.KindCursor, observe.ReasonCursorWrongScope, observe.KeyNone)},
 			{"wrong caller", good, CursorScope{ToolID: "t", CallerID: "x"}, refused(observe.KindCursor, observe.ReasonCursorWrongScope, observe.KeyNone)},

@@ -38,10 +38,9 @@ func Reason(err error) observe.RefusalReason {
 var rejectionReasons = func() map[error]observe.RefusalReason {
 	all := []error{
 		errCursorEmpty, errCursorOversize, errCursorBase64, errCursorTruncated,
-		errCursorMAC, errCursorMalformed, errCursorVersion, errCursorArgsLength,
-		errCursorFuture, errCursorTool, errCursorCaller, errCursorArgs,
-		errCursorSession, errCursorForeign, errCursorAge, errCursorStateType,
-		errIDNotUTF8, errCursorStateLarge, errCursorLarge, errCursorScope, errCursorSealed,
+		errCursorMalformed, errCursorFuture, errCursorSession, errCursorUnknownKey, errCursorUnknownKeyRestart,
+		errCursorAge, errCursorStateType,
+		errCursorStateLarge, errCursorLarge, errCursorScope, errCursorSealed,
 		errStateEmpty, errStateOversize, errStateMode, errStateBase64,
 		errStateFraming, errStateMAC, errStateOpen, errStateMalformed,
 		errStateBinding, errStateSubjectAmbiguous, errStateExpired, errStateJSON,

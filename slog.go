@@ -91,7 +91,7 @@ func eventLevel(e observe.Event) slog.Level {
 	case observe.ReasonIssueFailed:
 		return slog.LevelError
 	case observe.ReasonOlderThanTTL, observe.ReasonOtherSession, observe.ReasonPastExp, observe.ReasonExpired,
-		observe.ReasonIDNotUTF8, observe.ReasonOpaqueStateTooBig, observe.ReasonCursorTooLarge, observe.ReasonCursorStateNotCBOR,
+		observe.ReasonOpaqueStateTooBig, observe.ReasonCursorTooLarge, observe.ReasonCursorStateNotCBOR,
 		observe.ReasonStateNotUTF8, observe.ReasonSubjectNUL, observe.ReasonStateTooLarge, observe.ReasonStateNotJSON,
 		observe.ReasonClaimsTooLarge, observe.ReasonExchangeRequest, observe.ReasonAuthorizeRefused,
 		observe.ReasonIdempotencyGoneBeforeLease: // clients hang up: normal

@@ -138,7 +138,7 @@ func TestSlogObserver(t *testing.T) {
 			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonExpired}, slog.LevelInfo},
 			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonAuthorizeRefused}, slog.LevelInfo},
 			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonMACMismatch}, slog.LevelWarn},
-			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonMACOtherSession}, slog.LevelWarn},
+			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonUnknownKey}, slog.LevelWarn},
 			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonWrongBinding}, slog.LevelWarn},
 			{observe.Event{Outcome: observe.OutcomeDuplicate, Reason: observe.ReasonAlreadyUsed}, slog.LevelWarn},
 			{observe.Event{Outcome: observe.OutcomeStoreFailure, Reason: observe.ReasonStoreFailed}, slog.LevelError},

@@ -1369,8 +1369,11 @@ func TestDecodersRefuseHugeInputWithoutAllocating(t *testing.T) {
 		want   error
 		allocs int
 	}{
-		{"CursorIssuer.Verify", func() error { _, err := iss.Verify(huge, CursorScope{}); return err }, ErrCursorInvalid, 0},
-		{"VerifyState", func() error { _, _, err := VerifyState[map[string]any](iss, huge, CursorScope{}); return err }, ErrCursorInvalid, 1},
+		{"CursorIssuer.Verify", func() error { _, err := iss.Verify(huge, CursorScope{ToolID: "t"}); return err }, ErrCursorInvalid, 0},
+		{"VerifyState", func() error {
+			_, _, err := VerifyState[map[string]any](iss, huge, CursorScope{ToolID: "t"})
+			return err
+		}, ErrCursorInvalid, 1},
 		{"RequestStateCodec.Decode signed", func() error { _, err := signed.Decode(hugeSigned, "alice", ""); return err }, ErrStateInvalid, 0},
 		{"RequestStateCodec.Decode encrypted", func() error { _, err := encrypted.Decode(hugeEncrypted, "alice", ""); return err }, ErrStateInvalid, 0},
 		{"DecodeJSON", func() error { _, err := DecodeJSON[map[string]any](signed, hugeSigned, "alice", ""); return err }, ErrStateInvalid, 1},

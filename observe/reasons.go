@@ -39,24 +39,12 @@ const (
 
 	ReasonCursorOversize  // "over MaxCursorBytes"
 	ReasonCursorMalformed // "malformed or non-canonical payload"
-	ReasonUnknownVersion  // "unknown version"
-	// The next four fire for version 1 cursors only (tool, caller and
-	// arguments in clear), which verify until the version 1 path is
-	// removed (CHANGELOG); a version 2 cursor of another scope is
-	// [ReasonCursorWrongScope].
-	ReasonArgsLength     // "args fingerprint not 32 bytes"
-	ReasonWrongTool      // "wrong tool"
-	ReasonWrongCaller    // "wrong caller"
-	ReasonWrongArguments // "wrong arguments"
-
-	ReasonOtherSession    // "other server session"
-	ReasonMACOtherSession // "mac mismatch (other session)"
-	ReasonOlderThanTTL    // "older than TTL"
-	ReasonCursorStateType // "state does not decode into the requested type"
-	// ReasonIDNotUTF8 no longer fires: since cursor format version 2 a
-	// cursor carries nothing of its IDs and any bytes are accepted. Kept
-	// so that code comparing with it compiles.
-	ReasonIDNotUTF8         // "cursor tool or caller ID is not valid UTF-8"
+	// ReasonWrongArguments: a checked request state whose arguments check
+	// refused the call's arguments.
+	ReasonWrongArguments    // "wrong arguments"
+	ReasonOtherSession      // "other server session"
+	ReasonOlderThanTTL      // "older than TTL"
+	ReasonCursorStateType   // "state does not decode into the requested type"
 	ReasonOpaqueStateTooBig // "state over MaxOpaqueStateBytes"
 	// ReasonCursorTooLarge cannot fire for any cursor an issuer writes
 	// today (the longest is 428 characters: the scope costs none; Issue
@@ -168,6 +156,12 @@ const (
 	ReasonIdempotencyHandlerDeadline  // "handler returned without a response after its deadline"
 	ReasonIdempotencyGoneBeforeLease  // "client gone before the key was leased"
 
+	// ReasonUnknownKey: a token (cursor, sealed cursor, page token or
+	// one-time token) names a key id that no key of the ring has: it was
+	// minted under a key since retired, or under another deployment's key
+	// (or its key id was altered). Nothing else of it is read.
+	ReasonUnknownKey // "signed by a key not in the ring: retired or foreign"
+
 	numRefusalReasons // not a reason: the size of the set
 )
 
@@ -186,16 +180,10 @@ var reasonNames = [numRefusalReasons]string{
 
 	ReasonCursorOversize:     "over MaxCursorBytes",
 	ReasonCursorMalformed:    "malformed or non-canonical payload",
-	ReasonUnknownVersion:     "unknown version",
-	ReasonArgsLength:         "args fingerprint not 32 bytes",
-	ReasonWrongTool:          "wrong tool",
-	ReasonWrongCaller:        "wrong caller",
 	ReasonWrongArguments:     "wrong arguments",
 	ReasonOtherSession:       "other server session",
-	ReasonMACOtherSession:    "mac mismatch (other session)",
 	ReasonOlderThanTTL:       "older than TTL",
 	ReasonCursorStateType:    "state does not decode into the requested type",
-	ReasonIDNotUTF8:          "cursor tool or caller ID is not valid UTF-8",
 	ReasonOpaqueStateTooBig:  "state over MaxOpaqueStateBytes",
 	ReasonCursorTooLarge:     "cursor over MaxCursorBytes",
 	ReasonCursorStateNotCBOR: "state does not encode as CBOR",
@@ -263,6 +251,7 @@ var reasonNames = [numRefusalReasons]string{
 
 	ReasonCursorWrongScope: "forged or wrong scope (tool, caller or arguments)",
 	ReasonCursorSealedOpen: "sealed cursor does not open (tampered, other key, or other scope)",
+	ReasonUnknownKey:       "signed by a key not in the ring: retired or foreign",
 
 	ReasonIdempotencyKeyMissing:       "idempotency key header missing",
 	ReasonIdempotencyKeyRepeated:      "idempotency key header repeated",

@@ -133,7 +133,7 @@ type cursorReport struct {
 
 // decodeCursorBody splits a cursor into its CBOR body and MAC and decodes
 // the body, without checking the MAC.
-func decodeCursorBody(tok string) (w cursorwire.Payload, body, mac []byte, unknown []uint64, err error) {
+func decodeCursorBody(tok string) (w v1Payload, body, mac []byte, unknown []uint64, err error) {
 	raw, err := b64.DecodeString(tok)
 	if err != nil {
 		return w, nil, nil, nil, fmt.Errorf("%w: not base64url", errNotCursor)
@@ -382,4 +382,18 @@ func sessionText(b []byte) string {
 		return string(b)
 	}
 	return ""
+}
+
+// v1Payload is the body of a format 1 cursor (tool and caller in clear),
+// which no issuer writes or verifies any more; inspect still names one it
+// meets. Page is a uint64 so that a forged page over 2^32-1 shows.
+type v1Payload struct {
+	Version  uint64 `cbor:"1,keyasint"`
+	Tool     string `cbor:"2,keyasint"`
+	Caller   string `cbor:"3,keyasint"`
+	Args     []byte `cbor:"4,keyasint,omitempty"`
+	Page     uint64 `cbor:"5,keyasint"`
+	IssuedAt int64  `cbor:"6,keyasint"`
+	Session  []byte `cbor:"7,keyasint"`
+	State    []byte `cbor:"8,keyasint,omitempty"`
 }

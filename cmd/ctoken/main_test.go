@@ -440,7 +440,7 @@ func TestVerifyCursor(t *testing.T) {
 			{"other session", c, []string{"-session", otherSession}, "expired cursor", "other server session"},
 			{"older than TTL", old, nil, "expired cursor", "older than TTL"},
 			{"shorter TTL", c, []string{"-ttl", "1ns"}, "", ""},
-			{"foreign key", foreign, nil, "invalid cursor", "forged or wrong scope"}, // a foreign MAC and a wrong scope look the same
+			{"foreign key", foreign, nil, "invalid cursor", "signed by a key not in the ring"}, // the key id names no key of the ring
 			{"tampered", string(tampered), nil, "invalid cursor", ""},
 			{"truncated", c[:len(c)-4], nil, "invalid cursor", ""},
 			{"oversize", strings.Repeat("A", ctoken.MaxCursorBytes+1), nil, "invalid cursor", "over MaxCursorBytes"},

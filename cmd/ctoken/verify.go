@@ -245,7 +245,7 @@ func verifyCursor(tok string, kr *ctoken.Keyring, c cursorCheck, e *env) int {
 		w, _, _, _, err := decodeCursorBody(tok)
 		if err != nil {
 			// Not even a well-formed body: let Verify name the failure.
-			w = cursorwire.Payload{}
+			w = v1Payload{}
 		}
 		if !c.toolSet {
 			want.ToolID = w.Tool

@@ -1,58 +1,37 @@
 package cursorwire
 
-import "unicode/utf8"
-
-// A hand-written codec for the fixed cursor payload. It produces exactly the
-// bytes fxamacker/cbor's Core Deterministic Encoding produces for [Payload]
-// and decodes without reflection or allocation; codec_test.go checks both
-// directions against fxamacker/cbor.
-//
-// The decoder accepts exactly the canonical encodings: input that the strict
-// fxamacker DecMode (codec_test.go's decMode) decodes into a [Payload] AND that
+// The CBOR primitives of the hand-written cursor codec (codec_v2.go): minimal
+// heads, a reader of canonical heads, and decodeMap, which decodes one
+// canonical map of the cursor's integer keys. The decoders accept exactly
+// the canonical encodings: input that the strict fxamacker DecMode
+// (codec_test.go's decMode) decodes into the matching struct AND that
 // re-encodes, under Core Deterministic Encoding, to the very same bytes.
-// Concretely it refuses:
-//   - anything but one definite-length map of 6 to 8 pairs, with nothing
-//     after it (trailing bytes);
+// Concretely they refuse:
+//   - anything but one definite-length map of the layout's pairs;
 //   - indefinite lengths, tags, floats and simple values;
 //   - non-minimal heads (a length or integer that fits a shorter form);
 //   - keys out of ascending order, duplicate keys and unknown keys;
-//   - a missing key 1, 2, 3, 5, 6 or 7; keys 4 (args) and 8 (state) are
-//     optional but, when present, non-empty (the encoder omits them empty);
-//   - a value of the wrong major type (null included), a page over 2^32-1 or an issued-at
-//     outside int64;
-//   - text that is not valid UTF-8.
+//   - a missing required key; key 8 (state) is optional but, when present,
+//     non-empty (the encoder omits it empty);
+//   - a value of the wrong major type (null included), a key id that is not
+//     4 bytes, a page over 2^32-1 or an issued-at outside int64.
 //
-// Only a holder of the MAC key can produce a body the decoder ever sees on
+// Only a holder of the key can produce a body the decoder ever sees on
 // the success path, so this strictness costs nothing and leaves exactly one
-// spelling of every payload.
+// spelling of every cursor.
 
 // CBOR major types, shifted into the initial byte.
 const (
 	cborUint  = 0 << 5
 	cborNeg   = 1 << 5
 	cborBytes = 2 << 5
-	cborText  = 3 << 5
 	cborMap   = 5 << 5
 )
 
-// Body is a cursor body to encode.
-type Body struct {
-	Version uint64
-	Tool    string
-	Caller  string
-	Args    []byte // omitted when empty
-	Page    uint32
-	Issued  int64
-	Session []byte
-	State   []byte // omitted when empty
-}
-
-// Fields is a decoded cursor body. Slices alias the decoded input.
+// Fields is a decoded cursor map. Slices alias the decoded input.
 type Fields struct {
 	Version uint64
-	Tool    []byte
-	Caller  []byte
-	Args    []byte // nil when absent
+	KeyID   []byte
 	Page    uint32
 	Issued  int64
 	Session []byte
@@ -96,65 +75,6 @@ func cborIntHead(v int64) (byte, uint64) {
 		return cborNeg, uint64(-(v + 1))
 	}
 	return cborUint, uint64(v)
-}
-
-// BodyLen returns the length of the encoding of f.
-func BodyLen(f *Body) int {
-	n := 1 + // map head (at most 8 pairs)
-		1 + cborHeadLen(f.Version) +
-		1 + cborHeadLen(uint64(len(f.Tool))) + len(f.Tool) +
-		1 + cborHeadLen(uint64(len(f.Caller))) + len(f.Caller) +
-		1 + cborHeadLen(uint64(f.Page)) +
-		1 + cborHeadLen(uint64(len(f.Session))) + len(f.Session)
-	_, iv := cborIntHead(f.Issued)
-	n += 1 + cborHeadLen(iv)
-	if len(f.Args) > 0 {
-		n += 1 + cborHeadLen(uint64(len(f.Args))) + len(f.Args)
-	}
-	if len(f.State) > 0 {
-		n += 1 + cborHeadLen(uint64(len(f.State))) + len(f.State)
-	}
-	return n
-}
-
-// AppendBody appends the Core Deterministic Encoding of f: a map with
-// integer keys in ascending order, args and state omitted when empty.
-func AppendBody(dst []byte, f *Body) []byte {
-	pairs := uint64(6)
-	if len(f.Args) > 0 {
-		pairs++
-	}
-	if len(f.State) > 0 {
-		pairs++
-	}
-	dst = appendCBORHead(dst, cborMap, pairs)
-	dst = append(dst, KeyVersion)
-	dst = appendCBORHead(dst, cborUint, f.Version)
-	dst = append(dst, KeyTool)
-	dst = appendCBORHead(dst, cborText, uint64(len(f.Tool)))
-	dst = append(dst, f.Tool...)
-	dst = append(dst, KeyCaller)
-	dst = appendCBORHead(dst, cborText, uint64(len(f.Caller)))
-	dst = append(dst, f.Caller...)
-	if len(f.Args) > 0 {
-		dst = append(dst, KeyArgs)
-		dst = appendCBORHead(dst, cborBytes, uint64(len(f.Args)))
-		dst = append(dst, f.Args...)
-	}
-	dst = append(dst, KeyPage)
-	dst = appendCBORHead(dst, cborUint, uint64(f.Page))
-	dst = append(dst, KeyIssued)
-	major, n := cborIntHead(f.Issued)
-	dst = appendCBORHead(dst, major, n)
-	dst = append(dst, KeySession)
-	dst = appendCBORHead(dst, cborBytes, uint64(len(f.Session)))
-	dst = append(dst, f.Session...)
-	if len(f.State) > 0 {
-		dst = append(dst, KeyState)
-		dst = appendCBORHead(dst, cborBytes, uint64(len(f.State)))
-		dst = append(dst, f.State...)
-	}
-	return dst
 }
 
 // cborReader reads canonical CBOR heads from in.
@@ -213,28 +133,13 @@ func (r *cborReader) str(major byte) ([]byte, bool) {
 	}
 	s := r.in[r.pos : r.pos+int(n)]
 	r.pos += int(n)
-	if major == cborText && !utf8.Valid(s) {
-		return nil, false
-	}
 	return s, true
-}
-
-// DecodeBody decodes a canonical version 1 cursor body (see the top of
-// this file). The slices of f alias in. It never allocates.
-func DecodeBody(in []byte) (f Fields, ok bool) {
-	const required = 1<<KeyVersion | 1<<KeyTool | 1<<KeyCaller | 1<<KeyPage | 1<<KeyIssued | 1<<KeySession
-	const allowed = required | 1<<KeyArgs | 1<<KeyState
-	f, n, ok := decodeMap(in, allowed, required)
-	if !ok || n != len(in) {
-		return Fields{}, false
-	}
-	return f, true
 }
 
 // decodeMap decodes one canonical map at the start of in whose keys are a
 // subset of allowed holding every key of required (bit k stands for key
-// k), and returns its fields and its length. Keys 4 (args) and 8 (state),
-// when present, are non-empty. The slices of f alias in.
+// k), and returns its fields and its length. Key 2 (key id) is 4 bytes;
+// key 8 (state), when present, is non-empty. The slices of f alias in.
 func decodeMap(in []byte, allowed, required uint) (f Fields, n int, ok bool) {
 	r := cborReader{in: in}
 	pairs, ok := r.head(cborMap)
@@ -253,13 +158,9 @@ func decodeMap(in []byte, allowed, required uint) (f Fields, n int, ok bool) {
 		switch key {
 		case KeyVersion:
 			f.Version, ok = r.head(cborUint)
-		case KeyTool:
-			f.Tool, ok = r.str(cborText)
-		case KeyCaller:
-			f.Caller, ok = r.str(cborText)
-		case KeyArgs:
-			f.Args, ok = r.str(cborBytes)
-			ok = ok && len(f.Args) > 0
+		case KeyKeyID:
+			f.KeyID, ok = r.str(cborBytes)
+			ok = ok && len(f.KeyID) == KeyIDSize
 		case KeyPage:
 			var v uint64
 			v, ok = r.head(cborUint)

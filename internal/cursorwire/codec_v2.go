@@ -1,14 +1,14 @@
 package cursorwire
 
-// The codec of the version 2 body and of the two maps of a sealed cursor:
-// the same canonical CBOR as [AppendBody] and [DecodeBody] (the decoder
-// refuses everything but the one encoding fxamacker/cbor's Core
-// Deterministic Encoding writes for [PayloadV2], [SealedHeader] and
-// [SealedInner]; codec_v2_test.go checks both directions).
+// The codec of the signed body and of the two maps of a sealed cursor: the
+// canonical CBOR fxamacker/cbor's Core Deterministic Encoding writes for
+// [PayloadV2], [SealedHeader] and [SealedInner] (codec_v2_test.go checks
+// both directions), without reflection or allocation.
 
-// BodyV2 is a version 2 body to encode.
+// BodyV2 is a signed body to encode.
 type BodyV2 struct {
 	Version uint64
+	KeyID   []byte // KeyIDSize bytes
 	Page    uint32
 	Issued  int64
 	Session []byte // the session tag
@@ -16,7 +16,7 @@ type BodyV2 struct {
 }
 
 // SealedInner is the encrypted map of a sealed cursor as fxamacker/cbor
-// reads it.
+// reads it (without its padding).
 type SealedInner struct {
 	Page  uint64 `cbor:"5,keyasint"`
 	State []byte `cbor:"8,keyasint,omitempty"`
@@ -25,8 +25,9 @@ type SealedInner struct {
 // V2Len returns the length of the encoding of b.
 func V2Len(b *BodyV2) int {
 	_, iv := cborIntHead(b.Issued)
-	n := 1 + // map head (at most 5 pairs)
+	n := 1 + // map head (at most 6 pairs)
 		1 + cborHeadLen(b.Version) +
+		1 + cborHeadLen(uint64(len(b.KeyID))) + len(b.KeyID) +
 		1 + cborHeadLen(uint64(b.Page)) +
 		1 + cborHeadLen(iv) +
 		1 + cborHeadLen(uint64(len(b.Session))) + len(b.Session)
@@ -38,13 +39,12 @@ func V2Len(b *BodyV2) int {
 
 // AppendV2 appends the Core Deterministic Encoding of b.
 func AppendV2(dst []byte, b *BodyV2) []byte {
-	pairs := uint64(4)
+	pairs := uint64(5)
 	if len(b.State) > 0 {
 		pairs++
 	}
 	dst = appendCBORHead(dst, cborMap, pairs)
-	dst = append(dst, KeyVersion)
-	dst = appendCBORHead(dst, cborUint, b.Version)
+	dst = appendVersionKeyID(dst, b.Version, b.KeyID)
 	dst = append(dst, KeyPage)
 	dst = appendCBORHead(dst, cborUint, uint64(b.Page))
 	dst = appendIssuedSession(dst, b.Issued, b.Session)
@@ -54,6 +54,15 @@ func AppendV2(dst []byte, b *BodyV2) []byte {
 		dst = append(dst, b.State...)
 	}
 	return dst
+}
+
+// appendVersionKeyID appends pairs 1 and 2.
+func appendVersionKeyID(dst []byte, version uint64, keyID []byte) []byte {
+	dst = append(dst, KeyVersion)
+	dst = appendCBORHead(dst, cborUint, version)
+	dst = append(dst, KeyKeyID)
+	dst = appendCBORHead(dst, cborBytes, uint64(len(keyID)))
+	return append(dst, keyID...)
 }
 
 // appendIssuedSession appends pairs 6 and 7.
@@ -66,10 +75,10 @@ func appendIssuedSession(dst []byte, issued int64, session []byte) []byte {
 	return append(dst, session...)
 }
 
-// DecodeV2 decodes a canonical version 2 body: keys 1, 5, 6, 7 and
-// optionally 8 (non-empty), nothing after the map. It checks no value's
-// meaning (the version, the length of the session tag): the issuer does,
-// after the MAC. The slices of f alias in. It never allocates.
+// DecodeV2 decodes a canonical signed body: keys 1, 2 (4 bytes), 5, 6, 7
+// and optionally 8 (non-empty), nothing after the map. It checks no
+// value's meaning (the version, the length of the session tag): the issuer
+// does, after the MAC. The slices of f alias in. It never allocates.
 //
 // It accepts exactly what decodeMap accepts for these keys (a key below 24
 // has the one-byte head that is the key itself), read in the one order the
@@ -78,10 +87,13 @@ func appendIssuedSession(dst []byte, issued int64, session []byte) []byte {
 func DecodeV2(in []byte) (f Fields, ok bool) {
 	r := cborReader{in: in}
 	pairs, ok := r.head(cborMap)
-	if !ok || pairs < 4 || pairs > 5 || !r.key(KeyVersion) {
+	if !ok || pairs < 5 || pairs > 6 || !r.key(KeyVersion) {
 		return Fields{}, false
 	}
-	if f.Version, ok = r.head(cborUint); !ok || !r.key(KeyPage) {
+	if f.Version, ok = r.head(cborUint); !ok || !r.key(KeyKeyID) {
+		return Fields{}, false
+	}
+	if f.KeyID, ok = r.str(cborBytes); !ok || len(f.KeyID) != KeyIDSize || !r.key(KeyPage) {
 		return Fields{}, false
 	}
 	page, ok := r.head(cborUint)
@@ -95,7 +107,7 @@ func DecodeV2(in []byte) (f Fields, ok bool) {
 	if f.Session, ok = r.str(cborBytes); !ok {
 		return Fields{}, false
 	}
-	if pairs == 5 {
+	if pairs == 6 {
 		if !r.key(KeyState) {
 			return Fields{}, false
 		}
@@ -120,30 +132,32 @@ func (r *cborReader) key(k byte) bool {
 
 // SealedHeaderLen returns the length of the header AppendSealedHeader
 // writes.
-func SealedHeaderLen(version uint64, issued int64, session []byte) int {
+func SealedHeaderLen(version uint64, keyID []byte, issued int64, session []byte) int {
 	_, iv := cborIntHead(issued)
-	return 1 + 1 + cborHeadLen(version) + 1 + cborHeadLen(iv) +
+	return 1 + 1 + cborHeadLen(version) +
+		1 + cborHeadLen(uint64(len(keyID))) + len(keyID) +
+		1 + cborHeadLen(iv) +
 		1 + cborHeadLen(uint64(len(session))) + len(session)
 }
 
 // AppendSealedHeader appends the clear header of a sealed cursor: the
-// canonical map { 1: version, 6: issued, 7: session }.
-func AppendSealedHeader(dst []byte, version uint64, issued int64, session []byte) []byte {
-	dst = appendCBORHead(dst, cborMap, 3)
-	dst = append(dst, KeyVersion)
-	dst = appendCBORHead(dst, cborUint, version)
+// canonical map { 1: version, 2: key id, 6: issued, 7: session }.
+func AppendSealedHeader(dst []byte, version uint64, keyID []byte, issued int64, session []byte) []byte {
+	dst = appendCBORHead(dst, cborMap, 4)
+	dst = appendVersionKeyID(dst, version, keyID)
 	return appendIssuedSession(dst, issued, session)
 }
 
 // DecodeSealedHeader decodes the canonical header at the start of in and
-// returns it (Version, Issued and Session set) and its length; what
+// returns it (Version, KeyID, Issued and Session set) and its length; what
 // follows is the nonce and ciphertext. The slices of f alias in.
 func DecodeSealedHeader(in []byte) (f Fields, n int, ok bool) {
-	const keys = 1<<KeyVersion | 1<<KeyIssued | 1<<KeySession
+	const keys = 1<<KeyVersion | 1<<KeyKeyID | 1<<KeyIssued | 1<<KeySession
 	return decodeMap(in, keys, keys)
 }
 
-// SealedInnerLen returns the length of the map AppendSealedInner writes.
+// SealedInnerLen returns the length of the map AppendSealedInner writes,
+// before padding.
 func SealedInnerLen(page uint32, state []byte) int {
 	n := 1 + 1 + cborHeadLen(uint64(page))
 	if len(state) > 0 {
@@ -152,9 +166,35 @@ func SealedInnerLen(page uint32, state []byte) int {
 	return n
 }
 
+// PaddedLen returns the length of the plaintext of a sealed cursor whose
+// inner map is n bytes: n rounded up to the next multiple of [PadBlock],
+// or [MaxPadded] past 4 blocks; false when n is over [MaxPadded].
+func PaddedLen(n int) (int, bool) {
+	switch {
+	case n <= 4*PadBlock:
+		return (n + PadBlock - 1) / PadBlock * PadBlock, true
+	case n <= MaxPadded:
+		return MaxPadded, true
+	}
+	return 0, false
+}
+
 // AppendSealedInner appends the plaintext of a sealed cursor: the
-// canonical map { 5: page, 8: state (omitted when empty) }.
+// canonical map { 5: page, 8: state (omitted when empty) }, then zero
+// bytes up to [PaddedLen]. The caller checks first that the map is at
+// most [MaxPadded] bytes.
 func AppendSealedInner(dst []byte, page uint32, state []byte) []byte {
+	start := len(dst)
+	dst = appendInnerMap(dst, page, state)
+	padded, _ := PaddedLen(len(dst) - start)
+	for len(dst)-start < padded {
+		dst = append(dst, 0)
+	}
+	return dst
+}
+
+// appendInnerMap appends the inner map alone.
+func appendInnerMap(dst []byte, page uint32, state []byte) []byte {
 	pairs := uint64(1)
 	if len(state) > 0 {
 		pairs++
@@ -170,12 +210,27 @@ func AppendSealedInner(dst []byte, page uint32, state []byte) []byte {
 	return dst
 }
 
-// DecodeSealedInner decodes the canonical plaintext of a sealed cursor
-// (Page and State set), nothing after the map.
+// DecodeSealedInner decodes the plaintext of a sealed cursor (Page and
+// State set): the canonical inner map, then zero bytes to exactly
+// [PaddedLen] of the map's length, nothing else.
 func DecodeSealedInner(in []byte) (f Fields, ok bool) {
-	f, n, ok := decodeMap(in, 1<<KeyPage|1<<KeyState, 1<<KeyPage)
-	if !ok || n != len(in) {
+	f, n, ok := decodeInnerMap(in)
+	if !ok {
 		return Fields{}, false
 	}
+	padded, ok := PaddedLen(n)
+	if !ok || len(in) != padded {
+		return Fields{}, false
+	}
+	for _, b := range in[n:] {
+		if b != 0 {
+			return Fields{}, false
+		}
+	}
 	return f, true
+}
+
+// decodeInnerMap decodes the canonical inner map at the start of in.
+func decodeInnerMap(in []byte) (Fields, int, bool) {
+	return decodeMap(in, 1<<KeyPage|1<<KeyState, 1<<KeyPage)
 }

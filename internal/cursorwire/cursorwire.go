@@ -3,15 +3,17 @@
 // free codec the root package issues and verifies with, and the [Payload]
 // struct a generic CBOR decoder (the ctoken CLI's inspect) reads it into.
 //
-// Three layouts (the root package's doc.go states them for users). Every
+// Two layouts (the root package's doc.go states them for users). Every
 // map is Core Deterministic Encoding (RFC 8949 §4.2.1), key 1 (the version)
-// first, so the first three bytes of a decoded cursor name its layout.
+// first and key 2 (the key id) second, so the first 9 bytes of a decoded
+// cursor name its layout and its key at fixed positions ([ReadPrefix]).
 //
 // Version 2, signed (what an issuer writes unless it seals):
 //
 //	cursor = base64url_nopad( body || HMAC-SHA256(K, body || scope) )
 //	body   = CBOR map:
 //	  1: version        unsigned, 2
+//	  2: key id         byte string, 4 bytes: the id of the key K is derived from
 //	  5: page           unsigned, at most 2^32-1
 //	  6: issued at      integer, Unix seconds
 //	  7: session tag    byte string, 8 bytes: SHA-256(label || session)[:8]
@@ -28,24 +30,13 @@
 // is fixed, every string has its length first, and the last byte group is
 // told apart by its marker ([AppendScope]).
 //
-// Version 3, sealed (AES-256-GCM):
+// Version 3, sealed (XAES-256-GCM, 192-bit random nonces):
 //
-//	cursor = base64url_nopad( header || nonce || GCM-Seal(Ke, nonce, inner, header || scope) )
-//	header = CBOR map { 1: 3, 6: issued at, 7: session tag }
+//	cursor = base64url_nopad( header || nonce[24] || XAES-256-GCM-Seal(Ke, nonce, inner || padding, header || scope) )
+//	header = CBOR map { 1: 3, 2: key id, 6: issued at, 7: session tag }
 //	inner  = CBOR map { 5: page, 8: opaque state (omitted when empty) }
-//
-// Version 1 (verified, never issued any more):
-//
-//	cursor = base64url_nopad( body || HMAC-SHA256(K, body) )
-//	body   = CBOR map:
-//	  1: version        unsigned, 1
-//	  2: tool ID        text string
-//	  3: caller ID      text string
-//	  4: args           byte string, 32 bytes (omitted when not bound)
-//	  5: page           unsigned, at most 2^32-1
-//	  6: issued at      integer, Unix seconds
-//	  7: server session byte string
-//	  8: opaque state   byte string (omitted when empty)
+//	padding = zero bytes up to the next multiple of 64 bytes, or to 288
+//	          bytes past 256 ([PaddedLen])
 //
 // It imports only the standard library.
 package cursorwire
@@ -57,58 +48,72 @@ import (
 
 // The cursor versions: the value of key 1.
 const (
-	// Version1 carried the tool and caller IDs and the arguments
-	// fingerprint in clear; it is verified, never issued.
-	Version1 = 1
-	// Version is the signed layout issuers write: the scope bound inside
-	// the MAC ([AppendScope]), not carried.
+	// Version is the signed layout: the scope bound inside the MAC
+	// ([AppendScope]), not carried.
 	Version = 2
 	// VersionSealed is the sealed (AEAD) layout.
 	VersionSealed = 3
 )
 
-// SessionTagSize is the length of the session tag (key 7) of version 2 and
-// sealed cursors.
+// KeyIDSize is the length of the key id (key 2).
+const KeyIDSize = 4
+
+// SessionTagSize is the length of the session tag (key 7).
 const SessionTagSize = 8
 
-// MACSize is the length of the HMAC-SHA256 tag after the body.
+// MACSize is the length of the HMAC-SHA256 tag after a signed body.
 const MACSize = sha256.Size
 
-// The map keys of a cursor body.
+// Padding of a sealed cursor's plaintext: to a multiple of PadBlock up to 4
+// blocks, then MaxPadded, the largest plaintext (a 256-byte state and the
+// largest page take 267 bytes).
+const (
+	PadBlock  = 64
+	MaxPadded = 288
+)
+
+// The map keys of a cursor. Keys 3 and 4 are not used (they held the tool
+// and caller of a layout never released).
 const (
 	KeyVersion = 1
-	KeyTool    = 2
-	KeyCaller  = 3
-	KeyArgs    = 4
+	KeyKeyID   = 2
 	KeyPage    = 5
 	KeyIssued  = 6
 	KeySession = 7
 	KeyState   = 8
-	// MaxKey is the largest key; a body with a larger one is not a cursor.
+	// MaxKey is the largest key; a map with a larger one is not a cursor.
 	MaxKey = KeyState
 )
 
-// Payload is a cursor body as fxamacker/cbor (or any decoder honouring
-// "keyasint" tags) reads and writes it. Page is a uint64 so that a decoder
-// of untrusted input can show a forged page over 2^32-1; the issuer never
-// writes one, and [DecodeBody] refuses it. Encoding a Payload with Core
-// Deterministic Encoding gives the bytes [AppendBody] gives for the same
-// values.
-type Payload struct {
-	Version  uint64 `cbor:"1,keyasint"`
-	Tool     string `cbor:"2,keyasint"`
-	Caller   string `cbor:"3,keyasint"`
-	Args     []byte `cbor:"4,keyasint,omitempty"`
-	Page     uint64 `cbor:"5,keyasint"`
-	IssuedAt int64  `cbor:"6,keyasint"`
-	Session  []byte `cbor:"7,keyasint"`
-	State    []byte `cbor:"8,keyasint,omitempty"`
+// PrefixLen is the length of the fixed prefix [ReadPrefix] reads.
+const PrefixLen = 5 + KeyIDSize
+
+// ReadPrefix reads the fixed prefix of a decoded cursor: the map head (5
+// or 6 pairs signed, 4 sealed), key 1 and its one-byte version, key 2 and
+// the head of a 4-byte string, which it returns. It reads nothing else, so
+// a verifier can find the key before it checks a MAC; ok is false for any
+// other prefix (a cursor of an unknown layout).
+func ReadPrefix(raw []byte) (version byte, keyID []byte, ok bool) {
+	if len(raw) < PrefixLen || raw[1] != KeyVersion || raw[3] != KeyKeyID || raw[4] != cborBytes|KeyIDSize {
+		return 0, nil, false
+	}
+	switch version = raw[2]; {
+	case version == Version && (raw[0] == cborMap|5 || raw[0] == cborMap|6):
+	case version == VersionSealed && raw[0] == cborMap|4:
+	default:
+		return 0, nil, false
+	}
+	return version, raw[5:PrefixLen], true
 }
 
-// PayloadV2 is a version 2 body as fxamacker/cbor reads and writes it; like
-// [Payload], its Core Deterministic Encoding is what [AppendV2] writes.
+// PayloadV2 is a signed body as fxamacker/cbor (or any decoder honouring
+// "keyasint" tags) reads and writes it. Page is a uint64 so that a decoder
+// of untrusted input can show a forged page over 2^32-1; the issuer never
+// writes one, and [DecodeV2] refuses it. Its Core Deterministic Encoding
+// is what [AppendV2] writes.
 type PayloadV2 struct {
 	Version  uint64 `cbor:"1,keyasint"`
+	KeyID    []byte `cbor:"2,keyasint"`
 	Page     uint64 `cbor:"5,keyasint"`
 	IssuedAt int64  `cbor:"6,keyasint"`
 	Session  []byte `cbor:"7,keyasint"`
@@ -119,11 +124,12 @@ type PayloadV2 struct {
 // reads it.
 type SealedHeader struct {
 	Version  uint64 `cbor:"1,keyasint"`
+	KeyID    []byte `cbor:"2,keyasint"`
 	IssuedAt int64  `cbor:"6,keyasint"`
 	Session  []byte `cbor:"7,keyasint"`
 }
 
-// ScopeLabel starts the scope of version 2 and sealed cursors
+// ScopeLabel starts the scope of signed and sealed cursors
 // ([AppendScope]).
 const ScopeLabel = "ctoken.scope\x00"
 

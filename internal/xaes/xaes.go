@@ -1,0 +1,121 @@
+// Package xaes is XAES-256-GCM (C2SP, https://c2sp.org/XAES-256-GCM): AES-256-GCM
+// with a 192-bit nonce, from which a per-message AES-256 key is derived
+// with NIST SP 800-108r1 counter-mode KDF over CMAC-AES-256. Random nonces
+// are then safe for any number of messages a deployment can seal under one
+// key (the chance of a repeat after 2^64 messages is 2^-64), where
+// AES-256-GCM's random 96-bit nonces are limited to 2^32 by SP 800-38D.
+//
+// The sealed layout is the specification's nonce || ciphertext || tag.
+// Seal draws the first 12 bytes of the nonce itself and lets
+// cipher.NewGCMWithRandomNonce draw the last 12, so the whole construction
+// uses only what Go's FIPS 140-3 mode allows (AES block encryption and GCM
+// with random nonces).
+//
+// It imports only the standard library.
+package xaes
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"errors"
+)
+
+const (
+	// KeySize is the length of a key.
+	KeySize = 32
+	// NonceSize is the length of the nonce in front of every sealed message.
+	NonceSize = 24
+	// Overhead is the length of the nonce and the GCM tag together.
+	Overhead = NonceSize + 16
+)
+
+// AEAD is an XAES-256-GCM key. It holds no per-call state and is safe for
+// concurrent use.
+type AEAD struct {
+	block cipher.Block
+	k1    [aes.BlockSize]byte // the CMAC subkey K1
+}
+
+var errOpen = errors.New("xaes: message authentication failed")
+
+// New returns the XAES-256-GCM key for key, which must be [KeySize] bytes.
+func New(key []byte) (*AEAD, error) {
+	if len(key) != KeySize {
+		return nil, errors.New("xaes: key is not 32 bytes")
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	a := &AEAD{block: block}
+	// L = AES-256_K(0^128); K1 = L << 1, xor 0x87 into the last byte when
+	// the bit shifted out was set.
+	var l [aes.BlockSize]byte
+	block.Encrypt(l[:], l[:])
+	msb := l[0] >> 7
+	for i := range aes.BlockSize - 1 {
+		a.k1[i] = l[i]<<1 | l[i+1]>>7
+	}
+	a.k1[aes.BlockSize-1] = l[aes.BlockSize-1]<<1 ^ msb*0x87
+	return a, nil
+}
+
+// gcm returns AES-256-GCM (random 96-bit nonces) under the key derived from
+// the first 12 bytes of the nonce: K_x = AES_K(M1 ^ K1) || AES_K(M2 ^ K1),
+// M_i = 0x00 || i || "X" || 0x00 || n12. Neither constructor can fail for a
+// 32-byte key and the AES block, in FIPS 140-only mode too (TestVectors
+// runs there), so a failure is a broken standard library: it panics.
+func (a *AEAD) gcm(n12 []byte) cipher.AEAD {
+	kx := a.deriveKey(n12)
+	block, err := aes.NewCipher(kx[:])
+	if err != nil {
+		panic("xaes: " + err.Error())
+	}
+	g, err := cipher.NewGCMWithRandomNonce(block)
+	if err != nil {
+		panic("xaes: " + err.Error())
+	}
+	return g
+}
+
+// deriveKey returns K_x for the first 12 bytes of a nonce.
+func (a *AEAD) deriveKey(n12 []byte) (kx [KeySize]byte) {
+	m := kx[:aes.BlockSize]
+	m[0], m[1], m[2], m[3] = 0, 1, 'X', 0
+	copy(m[4:], n12)
+	m2 := kx[aes.BlockSize:]
+	copy(m2, m)
+	m2[1] = 2
+	for i := range aes.BlockSize {
+		m[i] ^= a.k1[i]
+		m2[i] ^= a.k1[i]
+	}
+	a.block.Encrypt(m, m)
+	a.block.Encrypt(m2, m2)
+	return kx
+}
+
+// Seal appends a fresh random 24-byte nonce, the encryption of plaintext
+// and the tag authenticating it and additionalData to dst, and returns the
+// result. dst and plaintext must not overlap. (crypto/rand.Read does not
+// return an error: since Go 1.24 it crashes the program instead.)
+func (a *AEAD) Seal(dst, plaintext, additionalData []byte) []byte {
+	var n12 [12]byte
+	rand.Read(n12[:])
+	return a.gcm(n12[:]).Seal(append(dst, n12[:]...), nil, plaintext, additionalData)
+}
+
+// Open authenticates and decrypts sealed (nonce || ciphertext || tag, as
+// Seal writes it) with additionalData, appends the plaintext to dst and
+// returns the result. On failure it returns an error and nothing else.
+func (a *AEAD) Open(dst, sealed, additionalData []byte) ([]byte, error) {
+	if len(sealed) < Overhead {
+		return nil, errOpen
+	}
+	out, err := a.gcm(sealed[:12]).Open(dst, nil, sealed[12:], additionalData)
+	if err != nil {
+		return nil, errOpen
+	}
+	return out, nil
+}
