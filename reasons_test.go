@@ -59,6 +59,7 @@ func TestReasonOfMapsEveryRejection(t *testing.T) {
 		{errOneTimeBase64, observe.ReasonBadBase64},
 		{errOneTimeTruncated, observe.ReasonTruncated},
 		{errOneTimeMAC, observe.ReasonMACMismatch},
+		{errOneTimeUnknownKey, observe.ReasonUnknownKey},
 		{errOneTimeMalformed, observe.ReasonMalformed},
 		{errOneTimeFuture, observe.ReasonIssuedInFuture},
 		{errOneTimeExpired, observe.ReasonExpired},

@@ -354,3 +354,41 @@ func fixedKey(b byte) []byte {
 
 // reasonText is the reason text err carries ("" if none).
 func reasonText(err error) string { return reason.Of(err) }
+// TestOperationsProgramRefusesAWorldWritableKeyFile runs the key handling
+// of the program at the top of docs/operations.md: its first read goes
+// through NewSource, so a world-writable key file serves no token
+// (the program once read the file with os.ReadFile and served its keys
+// until the first reload), and its SIGHUP reloader, made with the same
+// config and the source, refuses one at a reload and keeps the ring.
+func TestOperationsProgramRefusesAWorldWritableKeyFile(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("permission bits are not checked on Windows")
+	}
+	path := filepath.Join(t.TempDir(), "keys")
+	writeKeyFile(t, path, keyText(ctoken.RandomKey()), 0o666)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := Config{Path: path, OnError: func(error) {}}
+	if keys, err := NewSource(ctx, cfg); keys != nil || !errors.Is(err, ErrWritable) {
+		t.Fatalf("first read of a world-writable file: %v, %v; want ErrWritable", keys, err)
+	}
+
+	a := ctoken.RandomKey()
+	writeKeyFile(t, path, keyText(a), 0o600)
+	keys, err := NewSource(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Source = keys
+	reloader, err := NewReloader(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeKeyFile(t, path, keyText(ctoken.RandomKey(), a), 0o666)
+	if swapped, err := reloader.Reload(); swapped || !errors.Is(err, ErrWritable) {
+		t.Fatalf("SIGHUP reload of a world-writable file: %v, %v; want ErrWritable", swapped, err)
+	}
+	if primaryOf(keys) != idOf(a) {
+		t.Fatal("a world-writable file was swapped in")
+	}
+}

@@ -235,6 +235,11 @@ func TestStartRefusesServerFaults(t *testing.T) {
 			if !strings.Contains(logged, "reason=") || strings.Contains(logged, "alice") {
 				t.Fatalf("log %q: no reason, or the CallerFunc's own error text", logged)
 			}
+			// The message names the package once: ErrServer's text
+			// already begins with "protopage: ".
+			if want := `msg="protopage: ` + strings.TrimPrefix(tc.kind.Error(), "protopage: ") + `"`; !strings.Contains(logged, want) || strings.Contains(logged, "protopage: protopage:") {
+				t.Fatalf("log %q, want the message %s", logged, want)
+			}
 		})
 	}
 	var zero protopage.Pager

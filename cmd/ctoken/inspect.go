@@ -16,12 +16,21 @@ import (
 	"github.com/fxamacker/cbor/v2"
 )
 
-const inspectUsage = `Usage: ctoken inspect TOKEN|-
+const inspectUsage = `Usage: ctoken inspect [-keys-env NAME] TOKEN|-
 
 Decodes a ctoken token WITHOUT verifying it and prints its fields as JSON.
-It recognises a pagination cursor (bare base64url), a signed request state
-("v1."), an encrypted request state ("v1e."; only its framing can be read
-without the key) and a one-time token ("ot1."; purpose, claims, times).
+It recognises a pagination cursor (bare base64url; also a keyset cursor or
+a protopage page token), a signed request state ("v1."), an encrypted
+request state ("v1e."; only its framing can be read without the key) and a
+one-time token ("ot1."; purpose, claims, times).
+
+Cursors and one-time tokens name the key that signed them by a key id
+("keyId", 8 hex digits, as ctoken.Keyring.KeyIDs prints it). When the
+environment variable -keys-env (default CTOKEN_KEYS) holds a key ring,
+"keyInRing" says which of its keys the id names: primary, previous N, or
+unknown (a retired key, another deployment's key, or an altered id). A
+request state (v1./v1e., fixed by the reference D implementation) carries
+no key id.
 
 Every field is printed as JSON. DEL, C1 control characters and bidi controls
 (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069) are printed as \uXXXX
@@ -52,6 +61,7 @@ const (
 
 func cmdInspect(args []string, e *env) int {
 	fs := newFlagSet("inspect", inspectUsage, e)
+	keysEnv := fs.String("keys-env", "CTOKEN_KEYS", "environment variable holding the keys to look the key id up in (optional)")
 	if done, status := parseFlags(fs, args, e); done {
 		return status
 	}
@@ -59,7 +69,7 @@ func cmdInspect(args []string, e *env) int {
 	if err != nil {
 		return usageError(fs, e, "%v", err)
 	}
-	var out any
+	var out interface{ setKey(keyReport) }
 	switch classify(tok) {
 	case kindEncryptedState:
 		out, err = inspectEncrypted(tok)
@@ -77,6 +87,12 @@ func cmdInspect(args []string, e *env) int {
 		fmt.Fprintf(e.stderr, "ctoken inspect: %v\n", err)
 		return exitUsage
 	}
+	kr, noRing := inspectRing(e, *keysEnv)
+	k := keyOf(tok, kr, noRing)
+	if k.KeyInRing == noStateKeyID {
+		k.KeyInRing = noStateKeyIDShown // inspect tries no key
+	}
+	out.setKey(k)
 	fmt.Fprintln(e.stderr, unverifiedWarning)
 	if err := writeJSON(e.stdout, out); err != nil {
 		fmt.Fprintf(e.stderr, "ctoken inspect: %v\n", err)
@@ -129,6 +145,7 @@ type cursorReport struct {
 	StateBytes      int      `json:"stateBytes"`
 	MAC             string   `json:"mac"`
 	UnknownKeys     []uint64 `json:"unknownKeys,omitempty"`
+	keyReport
 }
 
 // decodeCursorBody splits a cursor into its CBOR body and MAC and decodes
@@ -190,6 +207,7 @@ type cursorV2Report struct {
 	StateBytes   *int    `json:"stateBytes,omitempty"`
 	SealedBytes  int     `json:"sealedBytes,omitempty"`
 	MAC          string  `json:"mac,omitempty"`
+	keyReport
 }
 
 const (
@@ -235,7 +253,7 @@ func inspectCursorV2(tok string, now time.Time) (*cursorV2Report, error) {
 	return r, nil
 }
 
-func inspectCursor(tok string, now time.Time) (any, error) {
+func inspectCursor(tok string, now time.Time) (interface{ setKey(keyReport) }, error) {
 	if cursorVersion(tok) >= cursorwire.Version {
 		return inspectCursorV2(tok, now)
 	}
@@ -320,6 +338,7 @@ type signedReport struct {
 	Expired   bool   `json:"expired"`
 	BindTag   string `json:"bindTag"`
 	MAC       string `json:"mac"`
+	keyReport
 }
 
 func inspectSigned(tok string, now time.Time) (*signedReport, error) {
@@ -353,6 +372,7 @@ type sealedReport struct {
 	SealedBytes  int    `json:"sealedBytes"`
 	PayloadBytes int    `json:"payloadBytes"`
 	Note         string `json:"note"`
+	keyReport
 }
 
 func inspectEncrypted(tok string) (*sealedReport, error) {
