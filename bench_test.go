@@ -36,6 +36,7 @@ import (
 
 	"github.com/ctoken/ctoken/internal/cursorwire"
 	"github.com/ctoken/ctoken/internal/xaes"
+	"github.com/ctoken/ctoken/observe"
 )
 
 // cpuMeter measures the CPU time of a benchmark's loop on its own OS
@@ -187,7 +188,7 @@ func BenchmarkCursorVerifyObserved(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	noop := ObserverFunc(func(Event) {})
+	noop := observe.ObserverFunc(func(observe.Event) {})
 	for _, bc := range []struct {
 		name string
 		cfg  CursorConfig

@@ -11,6 +11,7 @@ import (
 	"github.com/ctoken/ctoken/internal/cursorwire"
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/internal/xaes"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/fxamacker/cbor/v2"
 )
 
@@ -96,9 +97,9 @@ type CursorConfig struct {
 	Session []byte
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// Observer, if set, is told of every Issue and Verify ([KindCursor]);
-	// see [Observer]. Nil costs nothing.
-	Observer Observer
+	// Observer, if set, is told of every Issue and Verify ([observe.KindCursor]);
+	// see [observe.Observer]. Nil costs nothing.
+	Observer observe.Observer
 	// Seal, when true, issues sealed cursors (format version 3):
 	// XAES-256-GCM under a subkey of each key, a random 192-bit nonce per
 	// cursor (no practical limit on the number of cursors per key), so the
@@ -124,7 +125,7 @@ type CursorIssuer struct {
 	seal    bool
 	sessTag [cursorwire.SessionTagSize]byte
 	budget  int
-	obs     Observer
+	obs     observe.Observer
 	ttl     time.Duration
 	session []byte
 	now     func() time.Time
@@ -355,7 +356,7 @@ var (
 func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	c, err := i.issue(p)
 	if i.obs != nil && err != errCursorNoKey {
-		observeIssue(i.obs, KindCursor, err)
+		observeIssue(i.obs, observe.KindCursor, err)
 	}
 	return c, err
 }
@@ -456,9 +457,9 @@ var (
 // the scope is carried): both are "forged or wrong scope (tool, caller or
 // arguments)"; a sealed one is "sealed cursor does not open".
 //
-// The config's [Observer], if any, is told of the outcome: [OutcomeVerified]
-// with the [KeyPosition] of the key that matched, or [OutcomeRefused] with
-// the [RefusalReason].
+// The config's [observe.Observer], if any, is told of the outcome: [observe.OutcomeVerified]
+// with the [observe.KeyPosition] of the key that matched, or [observe.OutcomeRefused] with
+// the [observe.RefusalReason].
 func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, error) {
 	keys := i.ring()
 	if len(keys.macs) == 0 {
@@ -599,7 +600,7 @@ func (i *CursorIssuer) verified(key int, want *CursorScope, page uint32, st []by
 		state = append(make([]byte, 0, len(st)), st...)
 	}
 	if i.obs != nil {
-		observeErr(i.obs, KindCursor, key, nil, 0)
+		observeErr(i.obs, observe.KindCursor, key, nil, 0)
 	}
 	return CursorPayload{
 		CursorScope: *want,
@@ -613,7 +614,7 @@ func (i *CursorIssuer) verified(key int, want *CursorScope, page uint32, st []by
 // MAC matched, or -1) to the observer, if any, and returns it.
 func (i *CursorIssuer) refuse(key int, err error) (CursorPayload, error) {
 	if i.obs != nil {
-		observeErr(i.obs, KindCursor, key, err, 0)
+		observeErr(i.obs, observe.KindCursor, key, err, 0)
 	}
 	return CursorPayload{}, err
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/observe"
 )
 
 var testScope = CursorScope{
@@ -102,7 +104,7 @@ func TestCursorVerify(t *testing.T) {
 				if !isZeroPayload(p) {
 					t.Fatalf("rejected verify returned data: %+v", p)
 				}
-				if Reason(err) == "" {
+				if reasonText(err) == "" {
 					t.Fatal("no reason for the log")
 				}
 			})
@@ -278,7 +280,7 @@ func TestCursorVerify(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				p, err := i.Verify(b64.EncodeToString(raw), testScope)
 				wantErr(t, err, ErrCursorInvalid)
-				if got := Reason(err); got != "malformed or non-canonical payload" {
+				if got := reasonText(err); got != "malformed or non-canonical payload" {
 					t.Fatalf("Reason = %q, want %q", got, "malformed or non-canonical payload")
 				}
 				if !isZeroPayload(p) {
@@ -575,11 +577,11 @@ func TestZeroCursorIssuer(t *testing.T) {
 		}
 		var zero CursorIssuer
 		for _, tok := range []string{c, "AAAA", "", strings.Repeat("A", MaxCursorBytes+1)} {
-			if p, err := zero.Verify(tok, CursorScope{ToolID: "t", CallerID: "c"}); !errors.Is(err, ErrNoKey) || Reason(err) == "" || p.State != nil {
+			if p, err := zero.Verify(tok, CursorScope{ToolID: "t", CallerID: "c"}); !errors.Is(err, ErrNoKey) || reasonText(err) == "" || p.State != nil {
 				t.Fatalf("zero.Verify = %v, %v; want ErrNoKey with a reason", p, err)
 			}
 		}
-		if tok, err := zero.Issue(CursorPayload{}); !errors.Is(err, ErrNoKey) || tok != "" || Reason(err) == "" {
+		if tok, err := zero.Issue(CursorPayload{}); !errors.Is(err, ErrNoKey) || tok != "" || reasonText(err) == "" {
 			t.Fatalf("zero.Issue = %q, %v; want ErrNoKey with a reason", tok, err)
 		}
 	})
@@ -692,15 +694,15 @@ func TestCursorForeignMACFailureReasonSaysMACMismatch(t *testing.T) {
 	c := mustIssue(t, before, CursorPayload{CursorScope: testScope})
 	after := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, RandomKey()), Session: []byte("new-session")})
 	_, err := after.Verify(c, testScope)
-	if !errors.Is(err, ErrCursorExpired) || ErrorCode(err) != CodeCursorExpired || ReasonOf(err) != ReasonUnknownKey {
-		t.Fatalf("err = %v (code %d, reason %q), want 1020 with reason %q", err, ErrorCode(err), Reason(err), ReasonUnknownKey)
+	if !errors.Is(err, ErrCursorExpired) || ErrorCode(err) != CodeCursorExpired || Reason(err) != observe.ReasonUnknownKey {
+		t.Fatalf("err = %v (code %d, reason %q), want 1020 with reason %q", err, ErrorCode(err), reasonText(err), observe.ReasonUnknownKey)
 	}
 	// An authentic cursor of another session has the other reason.
 	sameKey := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, fixedKey(1)), Session: []byte("a")})
 	otherSession := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, fixedKey(1)), Session: []byte("b")})
 	_, err = otherSession.Verify(mustIssue(t, sameKey, CursorPayload{CursorScope: testScope}), testScope)
-	if !errors.Is(err, ErrCursorExpired) || Reason(err) != "other server session" {
-		t.Fatalf("authentic other-session cursor = %v (reason %q)", err, Reason(err))
+	if !errors.Is(err, ErrCursorExpired) || reasonText(err) != "other server session" {
+		t.Fatalf("authentic other-session cursor = %v (reason %q)", err, reasonText(err))
 	}
 }
 
@@ -714,7 +716,7 @@ func TestCursorSessionOfMaxSessionBytes(t *testing.T) {
 		t.Fatalf("cursor with a %d-byte session refused: %v", MaxSessionBytes, err)
 	}
 	_, err := NewCursorIssuer(CursorConfig{Keys: kr, Session: append(session, 's')})
-	if !errors.Is(err, ErrConfig) || Reason(err) == "" {
+	if !errors.Is(err, ErrConfig) || reasonText(err) == "" {
 		t.Fatalf("%d-byte session = %v, want ErrConfig with a reason", MaxSessionBytes+1, err)
 	}
 }

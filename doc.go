@@ -94,7 +94,7 @@
 // want.Args is zero, one issued with a zero Args when want.Args is set. A
 // cursor of another scope and a forged one cannot be told apart: both are
 // [ErrCursorInvalid], "forged or wrong scope (tool, caller or arguments)"
-// ([ReasonCursorWrongScope]; a body that does not decode is "mac
+// ([observe.ReasonCursorWrongScope]; a body that does not decode is "mac
 // mismatch"), or, sealed, "sealed cursor does not open". The session tag
 // and the issue time stay in clear so that a cursor from before a restart
 // or of another session is still [ErrCursorExpired] (a body that decodes

@@ -78,21 +78,6 @@ func ErrorCode(err error) int {
 	return 0
 }
 
-// Reason returns the fixed, log-safe description of which check rejected a
-// token or which field a constructor refused ("mac mismatch", "wrong tool",
-// "CursorConfig.Keys is nil or empty"), or "" if err carries none. Every
-// rejection and configuration error of this package carries one. A reason
-// never contains input, token text or key material.
-//
-// For a refusal of a token or an input, the text is the String of a
-// [RefusalReason], a fixed set stable across minor versions; [ReasonOf]
-// returns it typed, for metric labels.
-//
-// [Reason] reads the module's one reason-carrying error, so it also returns
-// the reason of an error from [github.com/ctoken/ctoken/webhook], whose own
-// [github.com/ctoken/ctoken/webhook.Reason] is the same function.
-func Reason(err error) string { return reason.Of(err) }
-
 // reject returns a rejection that matches sentinel with errors.Is and whose
 // [Reason] is why. Rejections without a cause are package-level variables,
 // so returning one costs no allocation.

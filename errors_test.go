@@ -14,7 +14,7 @@ func TestReasonReadsWebhookErrors(t *testing.T) {
 	if !errors.Is(err, webhook.ErrConfig) {
 		t.Fatalf("NewVerifier(zero Config) = %v, want webhook.ErrConfig", err)
 	}
-	if got, want := Reason(err), webhook.Reason(err); got == "" || got != want {
+	if got, want := reasonText(err), webhook.Reason(err); got == "" || got != want {
 		t.Fatalf("Reason = %q, webhook.Reason = %q; want the same non-empty reason", got, want)
 	}
 }
@@ -30,8 +30,8 @@ func TestReasonSurvivesAStoreFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Decode(wire, "alice", "")
-	if err == nil || Reason(err) != "replay store failed" || errors.Is(err, ErrStateReplayed) || errors.Is(err, ErrStateInvalid) {
-		t.Fatalf("decode with a failing store = %v (reason %q)", err, Reason(err))
+	if err == nil || reasonText(err) != "replay store failed" || errors.Is(err, ErrStateReplayed) || errors.Is(err, ErrStateInvalid) {
+		t.Fatalf("decode with a failing store = %v (reason %q)", err, reasonText(err))
 	}
 	if got, want := err.Error(), "ctoken: request state: replay store failed: store unreachable"; got != want {
 		t.Fatalf("error text = %q, want %q", got, want)

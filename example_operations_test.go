@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/keyfile"
 )
 
 // Example_operations follows a key file (a mounted Secret) without a
@@ -29,7 +30,7 @@ func Example_operations() {
 	// bad change keeps the current ring and is reported.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	keys, err := ctoken.KeySourceFromFile(ctx, ctoken.KeyFileReloaderConfig{
+	keys, err := keyfile.NewSource(ctx, keyfile.Config{
 		Path:    path,
 		OnError: func(err error) { slog.Error("key file refused; keeping the current keys", "err", err) },
 	}) // polls every DefaultKeyReloadInterval

@@ -43,7 +43,7 @@ func checkFuzzReasonError(t *testing.T, err error, sentinels ...error) {
 	if match == nil {
 		t.Fatalf("error %q matches none of the documented sentinels %v", err, sentinels)
 	}
-	r := Reason(err)
+	r := reasonText(err)
 	if r == "" || err.Error() != match.Error()+": "+r {
 		t.Fatalf("error text %q is not the sentinel plus a fixed reason (%q)", err, r)
 	}
@@ -229,7 +229,7 @@ func checkFuzzState(t *testing.T, c *RequestStateCodec, mode RequestStateMode, b
 	// by the reference construction: every seed was issued at vecNow, and
 	// only the key holder can make another token.
 	tag := vecBindTag(vecKey, binding, subject, tool)
-	payload := vecStatePayload(s, vecNow.Add(DefaultStateTTL).Unix(), tag)
+	payload := vecStatePayload(s, vecNow.Add(defaultStateTTL).Unix(), tag)
 	again := vecSignedWire(vecKey, payload)
 	if mode == Encrypted {
 		_, nonce, err := vecOpenEncrypted(t, vecKey, wire, tag)

@@ -10,6 +10,7 @@ import (
 	"runtime"
 
 	"github.com/ctoken/ctoken/internal/clocktest"
+	"github.com/ctoken/ctoken/internal/reason"
 )
 
 // testClock and stepClock are the shared settable test clock
@@ -107,3 +108,8 @@ func bytesPerRun(runs int, f func()) uint64 {
 	}
 	return best
 }
+
+// reasonText is the reason text err carries ("" if none): the String of
+// its [Reason] for a refusal, and the field a constructor refused for a
+// configuration or key error, which [Reason] does not classify.
+func reasonText(err error) string { return reason.Of(err) }

@@ -47,8 +47,8 @@ func TestSingleUseRefusesATTLPastTheStoresHorizon(t *testing.T) {
 			store := &boundedStore{horizon: tc.horizon}
 			o, err := NewOneTimeIssuer(OneTimeConfig{Keys: kr, Purpose: "agent-bootstrap", TTL: tc.ttl, Replay: store})
 			if tc.refused {
-				if !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "OneTimeConfig.Replay") {
-					t.Fatalf("NewOneTimeIssuer = %v (reason %q); want ErrConfig naming OneTimeConfig.Replay", err, Reason(err))
+				if !errors.Is(err, ErrConfig) || !strings.Contains(reasonText(err), "OneTimeConfig.Replay") {
+					t.Fatalf("NewOneTimeIssuer = %v (reason %q); want ErrConfig naming OneTimeConfig.Replay", err, reasonText(err))
 				}
 			} else {
 				if err != nil {
@@ -64,8 +64,8 @@ func TestSingleUseRefusesATTLPastTheStoresHorizon(t *testing.T) {
 			}
 			c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: kr, TTL: tc.ttl, Replay: store})
 			if tc.refused {
-				if !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "RequestStateSecurity.Replay") {
-					t.Fatalf("NewRequestStateCodec = %v (reason %q); want ErrConfig naming RequestStateSecurity.Replay", err, Reason(err))
+				if !errors.Is(err, ErrConfig) || !strings.Contains(reasonText(err), "RequestStateSecurity.Replay") {
+					t.Fatalf("NewRequestStateCodec = %v (reason %q); want ErrConfig naming RequestStateSecurity.Replay", err, reasonText(err))
 				}
 				return
 			}

@@ -138,8 +138,8 @@ func TestParseKeyring(t *testing.T) {
 					if !errors.Is(err, ErrKeyInvalid) || kr != nil {
 						t.Fatalf("ParseKeyring = %v, %v; want ErrKeyInvalid", kr, err)
 					}
-					if !strings.Contains(Reason(err), "degenerate") {
-						t.Fatalf("reason %q does not say degenerate", Reason(err))
+					if !strings.Contains(reasonText(err), "degenerate") {
+						t.Fatalf("reason %q does not say degenerate", reasonText(err))
 					}
 				}
 			})
@@ -174,8 +174,8 @@ func TestParseKeyring(t *testing.T) {
 					t.Fatalf("clean key refused: %v", err)
 				}
 				_, err := ParseKeyring(c.clean[:20] + c.brk + c.clean[20:])
-				if !errors.Is(err, ErrKeyInvalid) || Reason(err) != "key 1 of 1 "+keyNotBase64 {
-					t.Fatalf("key with an inner line break = %v (reason %q), want ErrKeyInvalid, %q", err, Reason(err), "key 1 of 1 "+keyNotBase64)
+				if !errors.Is(err, ErrKeyInvalid) || reasonText(err) != "key 1 of 1 "+keyNotBase64 {
+					t.Fatalf("key with an inner line break = %v (reason %q), want ErrKeyInvalid, %q", err, reasonText(err), "key 1 of 1 "+keyNotBase64)
 				}
 			})
 		}
@@ -185,8 +185,8 @@ func TestParseKeyring(t *testing.T) {
 func TestKeyringFromEnv(t *testing.T) {
 	const name = "CTOKEN_TEST_KEYS"
 	t.Setenv(name, "")
-	if _, err := KeyringFromEnv(name); !errors.Is(err, ErrNoKey) || Reason(err) != name+" is not set" {
-		t.Fatalf("empty: %v (reason %q)", err, Reason(err))
+	if _, err := KeyringFromEnv(name); !errors.Is(err, ErrNoKey) || reasonText(err) != name+" is not set" {
+		t.Fatalf("empty: %v (reason %q)", err, reasonText(err))
 	}
 	t.Setenv(name, EncodeKey(seqBytes(4, 32))+","+EncodeKey(seqBytes(5, 32)))
 	kr, err := KeyringFromEnv(name)
@@ -275,7 +275,7 @@ func TestDeriveKey(t *testing.T) {
 	t.Run("refuses short key without panic", func(t *testing.T) {
 		for _, n := range []int{0, 1, 13, 14, MinKeyBytes - 1} {
 			k, err := DeriveKey(make([]byte, n), cursorKeyLabel)
-			if !errors.Is(err, ErrKeyTooShort) || k != nil || Reason(err) == "" {
+			if !errors.Is(err, ErrKeyTooShort) || k != nil || reasonText(err) == "" {
 				t.Fatalf("DeriveKey(%d bytes) = %x, %v; want ErrKeyTooShort with a reason", n, k, err)
 			}
 		}
@@ -330,8 +330,8 @@ func TestKeyErrorsNamePositionAndFormNotKey(t *testing.T) {
 			_, err := ParseKeyring(tc.in)
 			wantErr(t, err, tc.want)
 			msg := err.Error()
-			if !strings.Contains(msg, tc.position) || !strings.HasPrefix(Reason(err), tc.position) {
-				t.Fatalf("error %q / reason %q does not name %q", msg, Reason(err), tc.position)
+			if !strings.Contains(msg, tc.position) || !strings.HasPrefix(reasonText(err), tc.position) {
+				t.Fatalf("error %q / reason %q does not name %q", msg, reasonText(err), tc.position)
 			}
 			for _, form := range []string{"comma-separated base64url", "at least 32 random bytes", "ctoken keygen", "whsec_ secrets belong in the webhook config"} {
 				if !strings.Contains(msg, form) {

@@ -26,9 +26,9 @@ func IssueKeyset[T any](i *CursorIssuer, scope CursorScope, after T) (string, er
 // sort key [IssueKeyset] put in it. A cursor that is not a keyset cursor of
 // T — issued with a page number, or whose state does not decode strictly
 // into a T — is [ErrCursorInvalid] with the [Reason] of [VerifyState]'s
-// type refusal ([ReasonCursorStateType]); every other error is Verify's
+// type refusal ([observe.ReasonCursorStateType]); every other error is Verify's
 // ([ErrCursorInvalid] or [ErrCursorExpired], with a Reason). On error the
-// key is T's zero value. Like VerifyState, the [Observer] sees the
+// key is T's zero value. Like VerifyState, the [observe.Observer] sees the
 // cursor's authentication (verified) before the type check.
 //
 // The first page has no cursor: a handler checks for the empty string

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/ctoken/ctoken/observe"
 )
 
 // itemKey is the sort key of a keyset listing ordered by (Created, ID).
@@ -87,7 +89,7 @@ func TestIssueKeysetRefusesWhatItCannotCarry(t *testing.T) {
 		{"not CBOR", make(chan int), ErrUnencodable},
 	} {
 		c, err := IssueKeyset(iss, scope, tc.key)
-		if !errors.Is(err, tc.want) || Reason(err) == "" || c != "" {
+		if !errors.Is(err, tc.want) || reasonText(err) == "" || c != "" {
 			t.Errorf("%s: %q, %v; want %v with a reason", tc.name, c, err, tc.want)
 		}
 	}
@@ -136,44 +138,44 @@ func TestVerifyKeysetRefusals(t *testing.T) {
 		advance time.Duration
 		err     error
 		status  int
-		reason  RefusalReason
+		reason  observe.RefusalReason
 	}{
-		{"empty", func(*testing.T) string { return "" }, scope, 0, ErrCursorInvalid, 400, ReasonEmpty},
-		{"another caller's", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: "user:43", Args: filter}, 0, ErrCursorInvalid, 400, ReasonCursorWrongScope},
-		{"another endpoint's", func(*testing.T) string { return good }, CursorScope{ToolID: "GET /v1/users", CallerID: scope.CallerID, Args: filter}, 0, ErrCursorInvalid, 400, ReasonCursorWrongScope},
-		{"changed filter", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: scope.CallerID, Args: mustFingerprint(t, `{"status":["closed"]}`)}, 0, ErrCursorInvalid, 400, ReasonCursorWrongScope},
+		{"empty", func(*testing.T) string { return "" }, scope, 0, ErrCursorInvalid, 400, observe.ReasonEmpty},
+		{"another caller's", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: "user:43", Args: filter}, 0, ErrCursorInvalid, 400, observe.ReasonCursorWrongScope},
+		{"another endpoint's", func(*testing.T) string { return good }, CursorScope{ToolID: "GET /v1/users", CallerID: scope.CallerID, Args: filter}, 0, ErrCursorInvalid, 400, observe.ReasonCursorWrongScope},
+		{"changed filter", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: scope.CallerID, Args: mustFingerprint(t, `{"status":["closed"]}`)}, 0, ErrCursorInvalid, 400, observe.ReasonCursorWrongScope},
 		// The body still decodes: a forgery and a wrong scope look the same.
-		{"tampered", func(*testing.T) string { return string(tampered) }, scope, 0, ErrCursorInvalid, 400, ReasonCursorWrongScope},
-		{"truncated", func(*testing.T) string { return b64.EncodeToString(rawGood[:len(rawGood)-3]) }, scope, 0, ErrCursorInvalid, 400, ReasonCursorWrongScope},
-		{"truncated to the MAC", func(*testing.T) string { return good[:40] }, scope, 0, ErrCursorInvalid, 400, ReasonTruncated},
-		{"not base64url", func(*testing.T) string { return good[:10] + "+" + good[11:] }, scope, 0, ErrCursorInvalid, 400, ReasonNotBase64URL},
-		{"oversize", func(*testing.T) string { return strings.Repeat("A", MaxCursorBytes+1) }, scope, 0, ErrCursorInvalid, 400, ReasonCursorOversize},
+		{"tampered", func(*testing.T) string { return string(tampered) }, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorWrongScope},
+		{"truncated", func(*testing.T) string { return b64.EncodeToString(rawGood[:len(rawGood)-3]) }, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorWrongScope},
+		{"truncated to the MAC", func(*testing.T) string { return good[:40] }, scope, 0, ErrCursorInvalid, 400, observe.ReasonTruncated},
+		{"not base64url", func(*testing.T) string { return good[:10] + "+" + good[11:] }, scope, 0, ErrCursorInvalid, 400, observe.ReasonNotBase64URL},
+		{"oversize", func(*testing.T) string { return strings.Repeat("A", MaxCursorBytes+1) }, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorOversize},
 		{"forged with another key", func(t *testing.T) string {
 			c, _ := IssueKeyset(keysetIssuer(t, clock, "fleet", fixedKey(2)), scope, k)
 			return c
-		}, scope, 0, ErrCursorInvalid, 400, ReasonUnknownKey},
+		}, scope, 0, ErrCursorInvalid, 400, observe.ReasonUnknownKey},
 		{"a page cursor", func(t *testing.T) string {
 			c, _ := IssueState(iss, scope, 3, k)
 			return c
-		}, scope, 0, ErrCursorInvalid, 400, ReasonCursorStateType},
+		}, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorStateType},
 		{"another sort key type", func(t *testing.T) string {
 			c, _ := IssueKeyset(iss, scope, "item-0042")
 			return c
-		}, scope, 0, ErrCursorInvalid, 400, ReasonCursorStateType},
-		{"no sort key", func(t *testing.T) string { return issue(t, iss, CursorPayload{CursorScope: scope}) }, scope, 0, ErrCursorInvalid, 400, ReasonCursorStateType},
-		{"expired", func(*testing.T) string { return good }, scope, DefaultCursorTTL + time.Second, ErrCursorExpired, 410, ReasonOlderThanTTL},
+		}, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorStateType},
+		{"no sort key", func(t *testing.T) string { return issue(t, iss, CursorPayload{CursorScope: scope}) }, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorStateType},
+		{"expired", func(*testing.T) string { return good }, scope, DefaultCursorTTL + time.Second, ErrCursorExpired, 410, observe.ReasonOlderThanTTL},
 		{"another session (a restart)", func(t *testing.T) string {
 			c, _ := IssueKeyset(keysetIssuer(t, clock, "other", key), scope, k)
 			return c
-		}, scope, 0, ErrCursorExpired, 410, ReasonOtherSession},
+		}, scope, 0, ErrCursorExpired, 410, observe.ReasonOtherSession},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cursor(t)
 			clock.Advance(tc.advance)
 			defer clock.Advance(-tc.advance)
 			got, err := VerifyKeyset[itemKey](iss, c, tc.want)
-			if !errors.Is(err, tc.err) || ReasonOf(err) != tc.reason {
-				t.Fatalf("%v (reason %q), want %v with reason %q", err, Reason(err), tc.err, tc.reason)
+			if !errors.Is(err, tc.err) || Reason(err) != tc.reason {
+				t.Fatalf("%v (reason %q), want %v with reason %q", err, reasonText(err), tc.err, tc.reason)
 			}
 			if got != (itemKey{}) {
 				t.Fatalf("refused cursor returned %+v", got)
@@ -361,7 +363,7 @@ func TestIssueKeysetRefusesATimestampItCouldNotReadBack(t *testing.T) {
 		"by pointer":     func() (string, error) { return IssueKeyset(iss, scope, ptrKey{Created: &far}) },
 		"IssueState too": func() (string, error) { return IssueState(iss, scope, 3, key{Created: far}) },
 	} {
-		if c, err := issue(); !errors.Is(err, ErrUnencodable) || ReasonOf(err) != ReasonCursorStateNotCBOR || c != "" {
+		if c, err := issue(); !errors.Is(err, ErrUnencodable) || Reason(err) != observe.ReasonCursorStateNotCBOR || c != "" {
 			t.Errorf("%s: %q, %v", name, c, err)
 		}
 	}

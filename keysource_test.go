@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/observe"
 )
 
 func mustSource(t testing.TB, kr *Keyring) *KeySource {
@@ -74,7 +76,7 @@ func TestConfigsRefuseBothKeysAndKeySourceAndAnEmptySource(t *testing.T) {
 		if err := ctor(nil, src); err != nil {
 			t.Errorf("%s: KeySource alone: %v", name, err)
 		}
-		if Reason(ctor(kr, src)) == "" {
+		if reasonText(ctor(kr, src)) == "" {
 			t.Errorf("%s: no reason for both set", name)
 		}
 	}
@@ -188,15 +190,15 @@ type rotationCounts struct {
 	refused  atomic.Int64
 }
 
-func (c *rotationCounts) Observe(e Event) {
+func (c *rotationCounts) Observe(e observe.Event) {
 	switch {
-	case e.Outcome == OutcomeIssued:
+	case e.Outcome == observe.OutcomeIssued:
 		c.issued.Add(1)
-	case e.Outcome != OutcomeVerified:
+	case e.Outcome != observe.OutcomeVerified:
 		c.refused.Add(1)
-	case e.Key == KeyPrimary:
+	case e.Key == observe.KeyPrimary:
 		c.primary.Add(1)
-	case e.Key == keyPosition(1):
+	case e.Key == observe.KeyAt(1):
 		c.previous.Add(1)
 	default:
 		c.other.Add(1)

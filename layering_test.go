@@ -21,7 +21,7 @@ import (
 // library only; observe is the event vocabulary the root package and
 // webhook share; internal/jcs is the RFC 8785 canonicalizer behind the
 // root package's fingerprints); the root package and webhook (side by side, neither
-// importing the other); mcptoken (the root package and the standard library
+// importing the other); exchange and keyfile (on the root package); mcptoken (the root package and the standard library
 // only); cmd/ctoken and the nested modules on top. Nothing imports upward.
 
 const modulePath = "github.com/ctoken/ctoken"
@@ -253,5 +253,31 @@ func TestLayeringNestedModulesNeverImportInternal(t *testing.T) {
 	}
 	if nested < 4 {
 		t.Fatalf("found %d nested modules, want mcp, mcpgo, redisstore and bench at least", nested)
+	}
+}
+
+// exchange (the RFC 8693 endpoint) and keyfile (key file reloading) are
+// built on the root package: they import it, observe, internal/reason and
+// the standard library only, and nothing of the library imports them (the
+// examples do).
+func TestLayeringExchangeAndKeyfileSitOnTheRootPackage(t *testing.T) {
+	pkgs, std := modulePackages(t)
+	for _, pkg := range []string{modulePath + "/exchange", modulePath + "/keyfile"} {
+		p, ok := pkgs[pkg]
+		if !ok {
+			t.Fatalf("go list did not report %s", pkg)
+		}
+		for _, d := range p.Imports {
+			switch {
+			case std[d], d == modulePath, d == modulePath+"/observe", d == modulePath+"/internal/reason":
+			default:
+				t.Errorf("%s imports %s: it builds on the root package, observe and internal/reason only", pkg, d)
+			}
+		}
+		for path, q := range pkgs {
+			if path != pkg && !strings.HasPrefix(path, modulePath+"/examples/") && slices.Contains(q.Deps, pkg) {
+				t.Errorf("%s imports %s", path, pkg)
+			}
+		}
 	}
 }

@@ -15,17 +15,17 @@ import (
 // recorder is an Observer that keeps every event.
 type recorder struct {
 	mu     sync.Mutex
-	events []Event
+	events []observe.Event
 }
 
-func (r *recorder) Observe(e Event) {
+func (r *recorder) Observe(e observe.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
 }
 
 // take returns and forgets the events so far.
-func (r *recorder) take() []Event {
+func (r *recorder) take() []observe.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ev := r.events
@@ -35,7 +35,7 @@ func (r *recorder) take() []Event {
 
 // only returns the one event recorded since the last call, failing
 // unless there is exactly one.
-func (r *recorder) only(t *testing.T) Event {
+func (r *recorder) only(t *testing.T) observe.Event {
 	t.Helper()
 	ev := r.take()
 	if len(ev) != 1 {
@@ -46,7 +46,7 @@ func (r *recorder) only(t *testing.T) Event {
 
 // sameEvent compares e with want, ignoring StoreLatency except for whether
 // it is set.
-func sameEvent(t *testing.T, name string, e, want Event) {
+func sameEvent(t *testing.T, name string, e, want observe.Event) {
 	t.Helper()
 	if (e.StoreLatency > 0) != (want.StoreLatency > 0) {
 		t.Errorf("%s: StoreLatency = %v, want set: %v", name, e.StoreLatency, want.StoreLatency > 0)
@@ -57,8 +57,8 @@ func sameEvent(t *testing.T, name string, e, want Event) {
 	}
 }
 
-func refused(k TokenKind, r RefusalReason, key KeyPosition) Event {
-	return Event{Kind: k, Outcome: OutcomeRefused, Reason: r, Key: key}
+func refused(k observe.TokenKind, r observe.RefusalReason, key observe.KeyPosition) observe.Event {
+	return observe.Event{Kind: k, Outcome: observe.OutcomeRefused, Reason: r, Key: key}
 }
 
 func TestObserverSeesEvery(t *testing.T) {
@@ -92,9 +92,9 @@ func TestObserverSeesEvery(t *testing.T) {
 			return c
 		}
 		good := issue(iss, CursorPayload{CursorScope: scope})
-		sameEvent(t, "issue", rec.only(t), Event{Kind: KindCursor, Outcome: OutcomeIssued, Key: KeyPrimary})
+		sameEvent(t, "issue", rec.only(t), observe.Event{Kind: observe.KindCursor, Outcome: observe.OutcomeIssued, Key: observe.KeyPrimary})
 		_, err = iss.Issue(CursorPayload{CursorScope: scope, State: make([]byte, MaxOpaqueStateBytes+1)})
-		sameEvent(t, "issue too large", rec.only(t), refused(KindCursor, ReasonOpaqueStateTooBig, KeyNone))
+		sameEvent(t, "issue too large", rec.only(t), refused(observe.KindCursor, observe.ReasonOpaqueStateTooBig, observe.KeyNone))
 		wantErr(t, err, ErrOpaqueStateTooLarge)
 
 		// Bodies MACed with the scope after them, as Issue does, under the
@@ -125,45 +125,45 @@ func TestObserverSeesEvery(t *testing.T) {
 			name   string
 			cursor string
 			want   Scope
-			event  Event
+			event  observe.Event
 		}{
-			{"verified by primary", good, scope, Event{Kind: KindCursor, Outcome: OutcomeVerified, Key: KeyPrimary}},
-			{"verified by previous 1", issue(byOld, CursorPayload{CursorScope: scope}), scope, Event{Kind: KindCursor, Outcome: OutcomeVerified, Key: keyPosition(1)}},
-			{"empty", "", scope, refused(KindCursor, ReasonEmpty, KeyNone)},
-			{"oversize", strings.Repeat("A", MaxCursorBytes+1), scope, refused(KindCursor, ReasonCursorOversize, KeyNone)},
-			{"not base64url", "!!!!", scope, refused(KindCursor, ReasonNotBase64URL, KeyNone)},
-			{"truncated", "AAAA", scope, refused(KindCursor, ReasonTruncated, KeyNone)},
+			{"verified by primary", good, scope, observe.Event{Kind: observe.KindCursor, Outcome: observe.OutcomeVerified, Key: observe.KeyPrimary}},
+			{"verified by previous 1", issue(byOld, CursorPayload{CursorScope: scope}), scope, observe.Event{Kind: observe.KindCursor, Outcome: observe.OutcomeVerified, Key: observe.KeyAt(1)}},
+			{"empty", "", scope, refused(observe.KindCursor, observe.ReasonEmpty, observe.KeyNone)},
+			{"oversize", strings.Repeat("A", MaxCursorBytes+1), scope, refused(observe.KindCursor, observe.ReasonCursorOversize, observe.KeyNone)},
+			{"not base64url", "!!!!", scope, refused(observe.KindCursor, observe.ReasonNotBase64URL, observe.KeyNone)},
+			{"truncated", "AAAA", scope, refused(observe.KindCursor, observe.ReasonTruncated, observe.KeyNone)},
 			// The body still decodes: a forgery and a wrong scope look the same.
-			{"tampered", string(tampered), scope, refused(KindCursor, ReasonCursorWrongScope, KeyNone)},
-			{"tampered so that the layout is unknown", tamperedHead, scope, refused(KindCursor, ReasonCursorMalformed, KeyNone)},
-			{"key id altered", otherKeyID, scope, refused(KindCursor, ReasonUnknownKey, KeyNone)},
-			{"signed by a key not in the ring", issue(forgedOther, CursorPayload{CursorScope: scope}), scope, refused(KindCursor, ReasonUnknownKey, KeyNone)},
-			{"authentic, other session", issue(otherSession, CursorPayload{CursorScope: scope}), scope, refused(KindCursor, ReasonOtherSession, KeyPrimary)},
-			{"format 1", b64.EncodeToString(append(format1, make([]byte, macSize)...)), scope, refused(KindCursor, ReasonCursorMalformed, KeyNone)},
-			{"malformed under a valid MAC", signed(append(body(tag[:], clock.Now()), 0)), scope, refused(KindCursor, ReasonCursorMalformed, KeyPrimary)},
-			{"session tag not 8 bytes under a valid MAC", signed(body(tag[:7], clock.Now())), scope, refused(KindCursor, ReasonCursorMalformed, KeyPrimary)},
-			{"MAC of the body alone", b64.EncodeToString(macs[0].Sum(body(tag[:], clock.Now()), body(tag[:], clock.Now()))), scope, refused(KindCursor, ReasonCursorWrongScope, KeyNone)},
-			{"issued in the future", signed(body(tag[:], clock.Now().Add(time.Hour))), scope, refused(KindCursor, ReasonIssuedInFuture, KeyPrimary)},
+			{"tampered", string(tampered), scope, refused(observe.KindCursor, observe.ReasonCursorWrongScope, observe.KeyNone)},
+			{"tampered so that the layout is unknown", tamperedHead, scope, refused(observe.KindCursor, observe.ReasonCursorMalformed, observe.KeyNone)},
+			{"key id altered", otherKeyID, scope, refused(observe.KindCursor, observe.ReasonUnknownKey, observe.KeyNone)},
+			{"signed by a key not in the ring", issue(forgedOther, CursorPayload{CursorScope: scope}), scope, refused(observe.KindCursor, observe.ReasonUnknownKey, observe.KeyNone)},
+			{"authentic, other session", issue(otherSession, CursorPayload{CursorScope: scope}), scope, refused(observe.KindCursor, observe.ReasonOtherSession, observe.KeyPrimary)},
+			{"format 1", b64.EncodeToString(append(format1, make([]byte, macSize)...)), scope, refused(observe.KindCursor, observe.ReasonCursorMalformed, observe.KeyNone)},
+			{"malformed under a valid MAC", signed(append(body(tag[:], clock.Now()), 0)), scope, refused(observe.KindCursor, observe.ReasonCursorMalformed, observe.KeyPrimary)},
+			{"session tag not 8 bytes under a valid MAC", signed(body(tag[:7], clock.Now())), scope, refused(observe.KindCursor, observe.ReasonCursorMalformed, observe.KeyPrimary)},
+			{"MAC of the body alone", b64.EncodeToString(macs[0].Sum(body(tag[:], clock.Now()), body(tag[:], clock.Now()))), scope, refused(observe.KindCursor, observe.ReasonCursorWrongScope, observe.KeyNone)},
+			{"issued in the future", signed(body(tag[:], clock.Now().Add(time.Hour))), scope, refused(observe.KindCursor, observe.ReasonIssuedInFuture, observe.KeyPrimary)},
 			// The scope is inside the MAC: no key matches.
-			{"wrong tool", good, CursorScope{ToolID: "x", CallerID: "c"}, refused(KindCursor, ReasonCursorWrongScope, KeyNone)},
-			{"wrong caller", good, CursorScope{ToolID: "t", CallerID: "x"}, refused(KindCursor, ReasonCursorWrongScope, KeyNone)},
-			{"wrong arguments", good, CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{2}}, refused(KindCursor, ReasonCursorWrongScope, KeyNone)},
+			{"wrong tool", good, CursorScope{ToolID: "x", CallerID: "c"}, refused(observe.KindCursor, observe.ReasonCursorWrongScope, observe.KeyNone)},
+			{"wrong caller", good, CursorScope{ToolID: "t", CallerID: "x"}, refused(observe.KindCursor, observe.ReasonCursorWrongScope, observe.KeyNone)},
+			{"wrong arguments", good, CursorScope{ToolID: "t", CallerID: "c", Args: Fingerprint{2}}, refused(observe.KindCursor, observe.ReasonCursorWrongScope, observe.KeyNone)},
 		}
 		for _, tc := range cases {
 			_, err := iss.Verify(tc.cursor, tc.want)
 			e := rec.only(t)
 			sameEvent(t, tc.name, e, tc.event)
-			if tc.event.Outcome == OutcomeVerified {
+			if tc.event.Outcome == observe.OutcomeVerified {
 				if err != nil {
 					t.Errorf("%s: %v", tc.name, err)
 				}
-			} else if ReasonOf(err) != tc.event.Reason {
-				t.Errorf("%s: ReasonOf(err) = %v, event %v", tc.name, ReasonOf(err), tc.event.Reason)
+			} else if Reason(err) != tc.event.Reason {
+				t.Errorf("%s: reasonText(err) = %v, event %v", tc.name, reasonText(err), tc.event.Reason)
 			}
 		}
 		clock.Advance(2 * time.Minute)
 		_, err = iss.Verify(good, scope)
-		sameEvent(t, "older than TTL", rec.only(t), refused(KindCursor, ReasonOlderThanTTL, KeyPrimary))
+		sameEvent(t, "older than TTL", rec.only(t), refused(observe.KindCursor, observe.ReasonOlderThanTTL, observe.KeyPrimary))
 		wantErr(t, err, ErrCursorExpired)
 	})
 
@@ -172,7 +172,7 @@ func TestObserverSeesEvery(t *testing.T) {
 		clock := newTestClock()
 		rec := &recorder{}
 		store := &replay.MemoryStore{Now: clock.Now}
-		codec := func(t *testing.T, mode RequestStateMode, kr *Keyring, st replay.Store, obs Observer) *RequestStateCodec {
+		codec := func(t *testing.T, mode RequestStateMode, kr *Keyring, st replay.Store, obs observe.Observer) *RequestStateCodec {
 			t.Helper()
 			c, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Mode: mode, Now: clock.Now, Replay: st, Observer: obs, Binding: BindSubjectAndTool})
 			if err != nil {
@@ -195,9 +195,9 @@ func TestObserverSeesEvery(t *testing.T) {
 			return w
 		}
 		s1 := enc(signed, "x")
-		sameEvent(t, "encode", rec.only(t), Event{Kind: KindRequestState, Outcome: OutcomeIssued, Key: KeyPrimary})
+		sameEvent(t, "encode", rec.only(t), observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeIssued, Key: observe.KeyPrimary})
 		_, err := signed.Encode("\xff", "alice", "tool")
-		sameEvent(t, "encode not UTF-8", rec.only(t), refused(KindRequestState, ReasonStateNotUTF8, KeyNone))
+		sameEvent(t, "encode not UTF-8", rec.only(t), refused(observe.KindRequestState, observe.ReasonStateNotUTF8, observe.KeyNone))
 		wantErr(t, err, ErrUnencodable)
 		e1 := enc(sealed, "x")
 		rec.take()
@@ -213,34 +213,34 @@ func TestObserverSeesEvery(t *testing.T) {
 			c     *RequestStateCodec
 			wire  string
 			tool  string
-			event Event
+			event observe.Event
 		}
 		cases := []tc{
-			{"signed, primary", signed, s1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: KeyPrimary}},
-			{"signed, previous 1", signed, enc(oldSigned, "x"), "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: keyPosition(1)}},
-			{"sealed, primary", sealed, e1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: KeyPrimary}},
-			{"sealed, previous 1", sealed, enc(oldSealed, "x"), "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: keyPosition(1)}},
-			{"empty", signed, "", "tool", refused(KindRequestState, ReasonEmpty, KeyNone)},
-			{"over MaxBytes", signed, strings.Repeat("v", DefaultStateMaxBytes+1), "tool", refused(KindRequestState, ReasonStateOversize, KeyNone)},
-			{"other mode", signed, e1, "tool", refused(KindRequestState, ReasonUnknownPrefix, KeyNone)},
-			{"framing", signed, "v1.abc", "tool", refused(KindRequestState, ReasonFraming, KeyNone)},
-			{"mac mismatch", signed, forged, "tool", refused(KindRequestState, ReasonMACMismatch, KeyNone)},
-			{"wrong tool, signed", signed, s1, "other", refused(KindRequestState, ReasonWrongBinding, KeyPrimary)},
-			{"wrong tool, sealed", sealed, e1, "other", refused(KindRequestState, ReasonDecryption, KeyNone)},
-			{"single use, first", once, o1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeVerified, Key: KeyPrimary, StoreLatency: 1}},
-			{"single use, replayed", once, o1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeDuplicate, Reason: ReasonAlreadyUsed, Key: KeyPrimary, StoreLatency: 1}},
-			{"store down", down, d1, "tool", Event{Kind: KindRequestState, Outcome: OutcomeStoreFailure, Reason: ReasonStoreFailed, Key: KeyPrimary, StoreLatency: 1}},
+			{"signed, primary", signed, s1, "tool", observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeVerified, Key: observe.KeyPrimary}},
+			{"signed, previous 1", signed, enc(oldSigned, "x"), "tool", observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeVerified, Key: observe.KeyAt(1)}},
+			{"sealed, primary", sealed, e1, "tool", observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeVerified, Key: observe.KeyPrimary}},
+			{"sealed, previous 1", sealed, enc(oldSealed, "x"), "tool", observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeVerified, Key: observe.KeyAt(1)}},
+			{"empty", signed, "", "tool", refused(observe.KindRequestState, observe.ReasonEmpty, observe.KeyNone)},
+			{"over MaxBytes", signed, strings.Repeat("v", defaultStateMaxBytes+1), "tool", refused(observe.KindRequestState, observe.ReasonStateOversize, observe.KeyNone)},
+			{"other mode", signed, e1, "tool", refused(observe.KindRequestState, observe.ReasonUnknownPrefix, observe.KeyNone)},
+			{"framing", signed, "v1.abc", "tool", refused(observe.KindRequestState, observe.ReasonFraming, observe.KeyNone)},
+			{"mac mismatch", signed, forged, "tool", refused(observe.KindRequestState, observe.ReasonMACMismatch, observe.KeyNone)},
+			{"wrong tool, signed", signed, s1, "other", refused(observe.KindRequestState, observe.ReasonWrongBinding, observe.KeyPrimary)},
+			{"wrong tool, sealed", sealed, e1, "other", refused(observe.KindRequestState, observe.ReasonDecryption, observe.KeyNone)},
+			{"single use, first", once, o1, "tool", observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeVerified, Key: observe.KeyPrimary, StoreLatency: 1}},
+			{"single use, replayed", once, o1, "tool", observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeDuplicate, Reason: observe.ReasonAlreadyUsed, Key: observe.KeyPrimary, StoreLatency: 1}},
+			{"store down", down, d1, "tool", observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeStoreFailure, Reason: observe.ReasonStoreFailed, Key: observe.KeyPrimary, StoreLatency: 1}},
 		}
 		for _, c := range cases {
 			_, err := c.c.Decode(c.wire, "alice", c.tool)
 			sameEvent(t, c.name, rec.only(t), c.event)
-			if c.event.Outcome != OutcomeVerified && ReasonOf(err) != c.event.Reason {
-				t.Errorf("%s: ReasonOf(%v) = %v", c.name, err, ReasonOf(err))
+			if c.event.Outcome != observe.OutcomeVerified && Reason(err) != c.event.Reason {
+				t.Errorf("%s: reasonText(%v) = %v", c.name, err, reasonText(err))
 			}
 		}
-		clock.Advance(DefaultStateTTL + 2*time.Second)
+		clock.Advance(defaultStateTTL + 2*time.Second)
 		_, err = signed.Decode(s1, "alice", "tool")
-		sameEvent(t, "past exp", rec.only(t), refused(KindRequestState, ReasonPastExp, KeyPrimary))
+		sameEvent(t, "past exp", rec.only(t), refused(observe.KindRequestState, observe.ReasonPastExp, observe.KeyPrimary))
 		wantErr(t, err, ErrStateExpired)
 	})
 
@@ -248,7 +248,7 @@ func TestObserverSeesEvery(t *testing.T) {
 		old, cur := fixedKey(1), fixedKey(2)
 		clock := newTestClock()
 		rec := &recorder{}
-		mk := func(kr *Keyring, purpose string, st replay.Store, obs Observer) *OneTimeIssuer {
+		mk := func(kr *Keyring, purpose string, st replay.Store, obs observe.Observer) *OneTimeIssuer {
 			t.Helper()
 			o, err := NewOneTimeIssuer(OneTimeConfig{Keys: kr, Purpose: purpose, Now: clock.Now, Replay: st, Observer: obs})
 			if err != nil {
@@ -269,9 +269,9 @@ func TestObserverSeesEvery(t *testing.T) {
 			return tok
 		}
 		tok := mint(iss, nil)
-		sameEvent(t, "mint", rec.only(t), Event{Kind: KindOneTime, Outcome: OutcomeIssued, Key: KeyPrimary})
+		sameEvent(t, "mint", rec.only(t), observe.Event{Kind: observe.KindOneTime, Outcome: observe.OutcomeIssued, Key: observe.KeyPrimary})
 		_, err := iss.Mint(map[string]string{"k": strings.Repeat("v", MaxOneTimeTokenBytes)})
-		sameEvent(t, "mint too large", rec.only(t), refused(KindOneTime, ReasonClaimsTooLarge, KeyNone))
+		sameEvent(t, "mint too large", rec.only(t), refused(observe.KindOneTime, observe.ReasonClaimsTooLarge, observe.KeyNone))
 		wantErr(t, err, ErrOneTimeTooLarge)
 		prev := mint(byOld, map[string]string{"a": "1"})
 		dtok := mint(down, nil)
@@ -285,32 +285,32 @@ func TestObserverSeesEvery(t *testing.T) {
 			name  string
 			op    func(string) error
 			tok   string
-			event Event
+			event observe.Event
 		}{
-			{"verify, primary", verify, tok, Event{Kind: KindOneTime, Outcome: OutcomeVerified, Key: KeyPrimary}},
-			{"verify, previous 1", verify, prev, Event{Kind: KindOneTime, Outcome: OutcomeVerified, Key: keyPosition(1)}},
-			{"oversize", verify, strings.Repeat("a", MaxOneTimeTokenBytes+1), refused(KindOneTime, ReasonOneTimeOversize, KeyNone)},
-			{"format", verify, "xx", refused(KindOneTime, ReasonUnknownFormat, KeyNone)},
-			{"base64", verify, oneTimePrefix + "!!", refused(KindOneTime, ReasonBadBase64, KeyNone)},
-			{"truncated", verify, oneTimePrefix + "AAAA", refused(KindOneTime, ReasonTruncated, KeyNone)},
-			{"unknown key", verify, mint(mk(mustKeyring(t, fixedKey(7)), "p", nil, nil), nil), refused(KindOneTime, observe.ReasonUnknownKey, KeyNone)},
-			{"mac mismatch", verify, withKeyID(mint(mk(mustKeyring(t, fixedKey(7)), "p", nil, nil), nil), iss.keys.ids[1]), refused(KindOneTime, ReasonMACMismatch, KeyNone)},
-			{"other purpose", verify, mint(otherPurpose, nil), refused(KindOneTime, ReasonOtherPurpose, KeyPrimary)},
-			{"claims mismatch", redeem(iss, map[string]string{"a": "2"}), prev, refused(KindOneTime, ReasonClaimsMismatch, keyPosition(1))},
-			{"redeem, previous 1", redeem(iss, map[string]string{"a": "1"}), prev, Event{Kind: KindOneTime, Outcome: OutcomeVerified, Key: keyPosition(1), StoreLatency: 1}},
-			{"redeem again", redeem(iss, map[string]string{"a": "1"}), prev, Event{Kind: KindOneTime, Outcome: OutcomeDuplicate, Reason: ReasonAlreadyRedeemed, Key: keyPosition(1), StoreLatency: 1}},
-			{"store down", redeem(down, nil), dtok, Event{Kind: KindOneTime, Outcome: OutcomeStoreFailure, Reason: ReasonStoreFailed, Key: KeyPrimary, StoreLatency: 1}},
+			{"verify, primary", verify, tok, observe.Event{Kind: observe.KindOneTime, Outcome: observe.OutcomeVerified, Key: observe.KeyPrimary}},
+			{"verify, previous 1", verify, prev, observe.Event{Kind: observe.KindOneTime, Outcome: observe.OutcomeVerified, Key: observe.KeyAt(1)}},
+			{"oversize", verify, strings.Repeat("a", MaxOneTimeTokenBytes+1), refused(observe.KindOneTime, observe.ReasonOneTimeOversize, observe.KeyNone)},
+			{"format", verify, "xx", refused(observe.KindOneTime, observe.ReasonUnknownFormat, observe.KeyNone)},
+			{"base64", verify, oneTimePrefix + "!!", refused(observe.KindOneTime, observe.ReasonBadBase64, observe.KeyNone)},
+			{"truncated", verify, oneTimePrefix + "AAAA", refused(observe.KindOneTime, observe.ReasonTruncated, observe.KeyNone)},
+			{"unknown key", verify, mint(mk(mustKeyring(t, fixedKey(7)), "p", nil, nil), nil), refused(observe.KindOneTime, observe.ReasonUnknownKey, observe.KeyNone)},
+			{"mac mismatch", verify, withKeyID(mint(mk(mustKeyring(t, fixedKey(7)), "p", nil, nil), nil), iss.keys.ids[1]), refused(observe.KindOneTime, observe.ReasonMACMismatch, observe.KeyNone)},
+			{"other purpose", verify, mint(otherPurpose, nil), refused(observe.KindOneTime, observe.ReasonOtherPurpose, observe.KeyPrimary)},
+			{"claims mismatch", redeem(iss, map[string]string{"a": "2"}), prev, refused(observe.KindOneTime, observe.ReasonClaimsMismatch, observe.KeyAt(1))},
+			{"redeem, previous 1", redeem(iss, map[string]string{"a": "1"}), prev, observe.Event{Kind: observe.KindOneTime, Outcome: observe.OutcomeVerified, Key: observe.KeyAt(1), StoreLatency: 1}},
+			{"redeem again", redeem(iss, map[string]string{"a": "1"}), prev, observe.Event{Kind: observe.KindOneTime, Outcome: observe.OutcomeDuplicate, Reason: observe.ReasonAlreadyRedeemed, Key: observe.KeyAt(1), StoreLatency: 1}},
+			{"store down", redeem(down, nil), dtok, observe.Event{Kind: observe.KindOneTime, Outcome: observe.OutcomeStoreFailure, Reason: observe.ReasonStoreFailed, Key: observe.KeyPrimary, StoreLatency: 1}},
 		}
 		for _, c := range cases {
 			err := c.op(c.tok)
 			sameEvent(t, c.name, rec.only(t), c.event)
-			if c.event.Outcome != OutcomeVerified && ReasonOf(err) != c.event.Reason {
-				t.Errorf("%s: ReasonOf(%v) = %v", c.name, err, ReasonOf(err))
+			if c.event.Outcome != observe.OutcomeVerified && Reason(err) != c.event.Reason {
+				t.Errorf("%s: reasonText(%v) = %v", c.name, err, reasonText(err))
 			}
 		}
-		clock.Advance(DefaultOneTimeTTL + time.Second)
+		clock.Advance(defaultOneTimeTTL + time.Second)
 		err = verify(tok)
-		sameEvent(t, "expired", rec.only(t), refused(KindOneTime, ReasonExpired, KeyPrimary))
+		sameEvent(t, "expired", rec.only(t), refused(observe.KindOneTime, observe.ReasonExpired, observe.KeyPrimary))
 		wantErr(t, err, ErrOneTimeExpired)
 	})
 }
@@ -346,7 +346,7 @@ func TestObserverAddsNoAllocation(t *testing.T) {
 	}
 	kr := mustKeyring(t, fixedKey(2))
 	scope := CursorScope{ToolID: "t", CallerID: "c"}
-	for _, obs := range []Observer{nil, ObserverFunc(func(Event) {})} {
+	for _, obs := range []observe.Observer{nil, observe.ObserverFunc(func(observe.Event) {})} {
 		iss, err := NewCursorIssuer(CursorConfig{Keys: kr, Session: []byte("s"), Observer: obs})
 		if err != nil {
 			t.Fatal(err)
@@ -368,15 +368,15 @@ func TestObserverAddsNoAllocation(t *testing.T) {
 }
 
 func TestObserversFansOutAndDropsNil(t *testing.T) {
-	if Observers() != nil || Observers(nil, nil) != nil {
+	if observe.Multi() != nil || observe.Multi(nil, nil) != nil {
 		t.Fatal("no observer must be nil (zero cost)")
 	}
 	a, b := &recorder{}, &recorder{}
-	if Observers(nil, a) != Observer(a) {
+	if observe.Multi(nil, a) != observe.Observer(a) {
 		t.Error("a single observer is not returned as is")
 	}
-	e := Event{Kind: KindCursor, Outcome: OutcomeVerified, Key: KeyPrimary}
-	Observers(a, nil, b).Observe(e)
+	e := observe.Event{Kind: observe.KindCursor, Outcome: observe.OutcomeVerified, Key: observe.KeyPrimary}
+	observe.Multi(a, nil, b).Observe(e)
 	if ea, eb := a.only(t), b.only(t); ea != e || eb != e {
 		t.Errorf("events %+v %+v, want %+v", ea, eb, e)
 	}
@@ -386,19 +386,19 @@ func TestObserversFansOutAndDropsNil(t *testing.T) {
 // made `<=`: the first value past the last kind or outcome (and every later
 // one) has the empty label, without panicking.
 func TestKindAndOutcomeLabelsAreEmptyPastTheSet(t *testing.T) {
-	kinds := TokenKinds()
+	kinds := observe.TokenKinds()
 	for k := kinds[len(kinds)-1] + 1; k != 0; k++ {
 		if s := k.String(); s != "" {
 			t.Fatalf("TokenKind(%d).String() = %q, want empty", k, s)
 		}
 	}
-	outcomes := Outcomes()
+	outcomes := observe.Outcomes()
 	for o := outcomes[len(outcomes)-1] + 1; o != 0; o++ {
 		if s := o.String(); s != "" {
 			t.Fatalf("Outcome(%d).String() = %q, want empty", o, s)
 		}
 	}
-	if KindExchange.String() != "exchange" || OutcomeStoreFailure.String() != "store_failure" {
+	if observe.KindExchange.String() != "exchange" || observe.OutcomeStoreFailure.String() != "store_failure" {
 		t.Fatal("the last kind or outcome lost its label")
 	}
 }

@@ -14,14 +14,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
 // One-time token limits and defaults.
 const (
-	// DefaultOneTimeTTL is the lifetime of a one-time token when
+	// defaultOneTimeTTL is the lifetime of a one-time token when
 	// [OneTimeConfig.TTL] is zero.
-	DefaultOneTimeTTL = 10 * time.Minute
+	defaultOneTimeTTL = 10 * time.Minute
 	// MaxOneTimeTokenBytes caps the encoded token, checked at mint and
 	// before any decoding at redeem.
 	MaxOneTimeTokenBytes = 1024
@@ -88,7 +89,7 @@ type OneTimeConfig struct {
 	// characters); anything else is [ErrConfig]. It is not secret: the token
 	// carries it in the clear.
 	Purpose string
-	// TTL is a token's lifetime; 0 means [DefaultOneTimeTTL]. Negative is
+	// TTL is a token's lifetime; 0 means 10 minutes. Negative is
 	// [ErrConfig]: every one-time token expires.
 	TTL time.Duration
 	// Replay records redeemed tokens until 60 s after they expire. Nil means a private
@@ -100,9 +101,9 @@ type OneTimeConfig struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Observer, if set, is told of every Mint, Verify and Redeem
-	// ([KindOneTime]), with the replay store's latency on Redeem; see
-	// [Observer]. Nil costs nothing.
-	Observer Observer
+	// ([observe.KindOneTime]), with the replay store's latency on Redeem; see
+	// [observe.Observer]. Nil costs nothing.
+	Observer observe.Observer
 }
 
 // OneTimeIssuer mints short-lived, HMAC-signed tokens bound to a purpose and
@@ -119,7 +120,7 @@ type OneTimeConfig struct {
 type OneTimeIssuer struct {
 	keys    oneTimeKeys            // derived subkeys, primary first; zero when rot is set
 	rot     *rotating[oneTimeKeys] // keys from a KeySource
-	obs     Observer
+	obs     observe.Observer
 	purpose string
 	ttl     time.Duration
 	replay  replay.Store
@@ -150,7 +151,7 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 		return nil, err
 	}
 	if cfg.TTL < 0 {
-		return nil, configError("OneTimeConfig.TTL is negative (0 means DefaultOneTimeTTL)")
+		return nil, configError("OneTimeConfig.TTL is negative (0 means 10 minutes)")
 	}
 	o := &OneTimeIssuer{
 		purpose: cfg.Purpose,
@@ -168,7 +169,7 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 		return nil, reject(ErrNoKey, "OneTimeConfig.Keys: a key cannot be derived from")
 	}
 	if o.ttl == 0 {
-		o.ttl = DefaultOneTimeTTL
+		o.ttl = defaultOneTimeTTL
 	}
 	if o.now == nil {
 		o.now = time.Now
@@ -250,7 +251,7 @@ func (o *OneTimeIssuer) Purpose() string { return o.purpose }
 func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 	t, err := o.mint(claims)
 	if o.obs != nil && err != errOneTimeNoKey {
-		observeIssue(o.obs, KindOneTime, err)
+		observeIssue(o.obs, observe.KindOneTime, err)
 	}
 	return t, err
 }
@@ -301,7 +302,7 @@ func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
 func (o *OneTimeIssuer) Verify(token string) (OneTimeToken, error) {
 	t, key, err := o.check(token)
 	if o.obs != nil && err != errOneTimeNoKey {
-		observeErr(o.obs, KindOneTime, key, err, 0)
+		observeErr(o.obs, observe.KindOneTime, key, err, 0)
 	}
 	if err != nil {
 		return OneTimeToken{}, err
@@ -327,7 +328,7 @@ func (o *OneTimeIssuer) Verify(token string) (OneTimeToken, error) {
 func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[string]string) (map[string]string, error) {
 	claims, key, store, err := o.redeem(ctx, token, want)
 	if o.obs != nil && err != errOneTimeNoKey {
-		observeErr(o.obs, KindOneTime, key, err, store)
+		observeErr(o.obs, observe.KindOneTime, key, err, store)
 	}
 	return claims, err
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -59,7 +60,7 @@ func TestOneTimeToken(t *testing.T) {
 			t.Fatalf("first redeem: %v", err)
 		}
 		_, err := o.Redeem(context.Background(), tok, runClaims)
-		if !errors.Is(err, ErrOneTimeRedeemed) || Reason(err) != "already redeemed" {
+		if !errors.Is(err, ErrOneTimeRedeemed) || reasonText(err) != "already redeemed" {
 			t.Fatalf("second redeem = %v, want ErrOneTimeRedeemed", err)
 		}
 		// Another token with the same claims is independent.
@@ -83,7 +84,7 @@ func TestOneTimeToken(t *testing.T) {
 		clk := newStepClock()
 		o := newOneTime(t, OneTimeConfig{Now: clk.Now})
 		tok := mint(t, o, runClaims)
-		clk.Advance(DefaultOneTimeTTL)
+		clk.Advance(defaultOneTimeTTL)
 		_, err := o.Redeem(context.Background(), tok, runClaims)
 		if !errors.Is(err, ErrOneTimeExpired) {
 			t.Fatalf("redeem at expiry = %v, want ErrOneTimeExpired", err)
@@ -111,7 +112,7 @@ func TestOneTimeToken(t *testing.T) {
 			nil,
 		} {
 			_, err := o.Redeem(context.Background(), tok, want)
-			if !errors.Is(err, ErrOneTimeClaims) || Reason(err) != "claims mismatch" {
+			if !errors.Is(err, ErrOneTimeClaims) || reasonText(err) != "claims mismatch" {
 				t.Fatalf("redeem against %v = %v, want ErrOneTimeClaims", want, err)
 			}
 		}
@@ -162,8 +163,8 @@ func TestOneTimeToken(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				_, err := o.Redeem(context.Background(), tc.token, runClaims)
-				if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != tc.reason {
-					t.Fatalf("err = %v (reason %q), want ErrOneTimeInvalid (%q)", err, Reason(err), tc.reason)
+				if !errors.Is(err, ErrOneTimeInvalid) || reasonText(err) != tc.reason {
+					t.Fatalf("err = %v (reason %q), want ErrOneTimeInvalid (%q)", err, reasonText(err), tc.reason)
 				}
 				if strings.Contains(err.Error(), tok) {
 					t.Fatal("error text echoes the token")
@@ -204,8 +205,8 @@ func TestOneTimeToken(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				_, err := o.Redeem(context.Background(), signOneTime(o, tc.payload), nil)
-				if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != tc.reason {
-					t.Fatalf("err = %v (reason %q), want ErrOneTimeInvalid (%q)", err, Reason(err), tc.reason)
+				if !errors.Is(err, ErrOneTimeInvalid) || reasonText(err) != tc.reason {
+					t.Fatalf("err = %v (reason %q), want ErrOneTimeInvalid (%q)", err, reasonText(err), tc.reason)
 				}
 			})
 		}
@@ -273,7 +274,7 @@ func TestOneTimeToken(t *testing.T) {
 			if tc.reason == "" && err != nil {
 				t.Fatalf("token from a clock %v ahead refused: %v", tc.ahead, err)
 			}
-			if tc.reason != "" && (!errors.Is(err, ErrOneTimeInvalid) || Reason(err) != tc.reason) {
+			if tc.reason != "" && (!errors.Is(err, ErrOneTimeInvalid) || reasonText(err) != tc.reason) {
 				t.Fatalf("token from a clock %v ahead = %v, want ErrOneTimeInvalid (%s)", tc.ahead, err, tc.reason)
 			}
 		}
@@ -301,11 +302,11 @@ func TestOneTimeToken(t *testing.T) {
 			t.Fatalf("token of exactly %d bytes refused: %v", MaxOneTimeTokenBytes, err)
 		}
 		over := atCap + "A"
-		if _, err := o.Redeem(context.Background(), over, nil); !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != "oversize" {
-			t.Fatalf("%d-byte token = %v (reason %q), want oversize", len(over), err, Reason(err))
+		if _, err := o.Redeem(context.Background(), over, nil); !errors.Is(err, ErrOneTimeInvalid) || reasonText(err) != "oversize" {
+			t.Fatalf("%d-byte token = %v (reason %q), want oversize", len(over), err, reasonText(err))
 		}
 		// At exactly the cap the length check passes and decoding decides.
-		if _, err := o.Redeem(context.Background(), atCap[:len(atCap)-1]+"A", nil); Reason(err) == "oversize" {
+		if _, err := o.Redeem(context.Background(), atCap[:len(atCap)-1]+"A", nil); reasonText(err) == "oversize" {
 			t.Fatal("a token of exactly the cap was refused as oversize")
 		}
 	})
@@ -362,7 +363,7 @@ func TestOneTimeMint(t *testing.T) {
 			{"run": strings.Repeat("x", MaxOneTimeTokenBytes)},
 			{"a": strings.Repeat("x", 700)},
 		} {
-			if _, err := o.Mint(claims); !errors.Is(err, ErrOneTimeTooLarge) || Reason(err) == "" {
+			if _, err := o.Mint(claims); !errors.Is(err, ErrOneTimeTooLarge) || reasonText(err) == "" {
 				t.Fatalf("Mint = %v, want ErrOneTimeTooLarge with a reason", err)
 			}
 		}
@@ -403,16 +404,16 @@ func TestOneTimeRedeem(t *testing.T) {
 		if _, err := o.Redeem(context.Background(), mint(t, o, nil), nil); err != nil {
 			t.Fatal(err)
 		}
-		clk.Advance(DefaultOneTimeTTL / 2)
+		clk.Advance(defaultOneTimeTTL / 2)
 		tok := mint(t, o, nil)
 		_, err := o.Redeem(context.Background(), tok, nil)
-		if !errors.Is(err, replay.ErrFull) || errors.Is(err, ErrOneTimeRedeemed) || Reason(err) != "replay store failed" {
-			t.Fatalf("redeem on a full store = %v (reason %q), want replay.ErrFull, reason \"replay store failed\"", err, Reason(err))
+		if !errors.Is(err, replay.ErrFull) || errors.Is(err, ErrOneTimeRedeemed) || reasonText(err) != "replay store failed" {
+			t.Fatalf("redeem on a full store = %v (reason %q), want replay.ErrFull, reason \"replay store failed\"", err, reasonText(err))
 		}
 		// Once the first token's entry expires (the skew margin after the
 		// token) the store has room again, and tok still works: a store failure
 		// does not consume it.
-		clk.Advance(DefaultOneTimeTTL/2 + replay.SkewMargin)
+		clk.Advance(defaultOneTimeTTL/2 + replay.SkewMargin)
 		if _, err := o.Redeem(context.Background(), tok, nil); err != nil {
 			t.Fatalf("redeem after the store recovered: %v", err)
 		}
@@ -449,10 +450,10 @@ func TestOneTimeRedeem(t *testing.T) {
 	// the zero time.
 	t.Run("reports the store's latency", func(t *testing.T) {
 		const delay = 2 * time.Millisecond
-		var events []Event
+		var events []observe.Event
 		o := newOneTime(t, OneTimeConfig{
 			Replay:   slowStore{delay: delay, inner: &replay.MemoryStore{}},
-			Observer: ObserverFunc(func(e Event) { events = append(events, e) }),
+			Observer: observe.ObserverFunc(func(e observe.Event) { events = append(events, e) }),
 		})
 		tok := mint(t, o, nil)
 		if _, err := o.Redeem(context.Background(), tok, nil); err != nil {
@@ -490,7 +491,7 @@ func TestNewOneTimeIssuer(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				o, err := NewOneTimeIssuer(tc.cfg)
-				if !errors.Is(err, tc.want) || o != nil || Reason(err) == "" {
+				if !errors.Is(err, tc.want) || o != nil || reasonText(err) == "" {
 					t.Fatalf("NewOneTimeIssuer = %v, %v; want %v with a reason", o, err, tc.want)
 				}
 			})
@@ -531,7 +532,7 @@ func FuzzOneTimeRedeem(f *testing.F) {
 		if err == nil || errors.Is(err, ErrOneTimeRedeemed) || errors.Is(err, ErrOneTimeClaims) {
 			return // a seed minted above
 		}
-		if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) == "" {
+		if !errors.Is(err, ErrOneTimeInvalid) || reasonText(err) == "" {
 			t.Fatalf("Redeem(%q) = %v", tok, err)
 		}
 	})
@@ -611,7 +612,7 @@ func TestZeroOneTimeIssuerRefusesWithoutPanic(t *testing.T) {
 	}
 	tok := mint(t, newOneTime(t, OneTimeConfig{}), runClaims)
 	for _, bad := range []string{tok, "", "ot1.AAAA"} {
-		if got, err := zero.Redeem(context.Background(), bad, runClaims); !errors.Is(err, ErrNoKey) || got != nil || Reason(err) == "" {
+		if got, err := zero.Redeem(context.Background(), bad, runClaims); !errors.Is(err, ErrNoKey) || got != nil || reasonText(err) == "" {
 			t.Fatalf("Redeem on a zero issuer = %v, %v; want ErrNoKey with a reason", got, err)
 		}
 		if got, err := zero.Verify(bad); !errors.Is(err, ErrNoKey) || got.Claims != nil {
@@ -633,7 +634,7 @@ func TestOneTimeIssuersOfDifferentPurposesRefuseEachOthersTokens(t *testing.T) {
 		minter, other := pair[0], pair[1]
 		tok := mint(t, minter, claims)
 		got, err := other.Redeem(context.Background(), tok, claims)
-		if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != "other purpose" || got != nil {
+		if !errors.Is(err, ErrOneTimeInvalid) || reasonText(err) != "other purpose" || got != nil {
 			t.Fatalf("%s redeemed a %s token: %v, %v", other.Purpose(), minter.Purpose(), got, err)
 		}
 		if _, err := other.Verify(tok); !errors.Is(err, ErrOneTimeInvalid) {
@@ -690,13 +691,13 @@ func (s slowStore) Claim(ctx context.Context, id string, until time.Time) (bool,
 }
 
 // checkStoreLatencies checks that events holds want events other than
-// OutcomeIssued, each with a StoreLatency of at least delay and at most a
+// observe.OutcomeIssued, each with a StoreLatency of at least delay and at most a
 // minute.
-func checkStoreLatencies(t *testing.T, events []Event, delay time.Duration, want int) {
+func checkStoreLatencies(t *testing.T, events []observe.Event, delay time.Duration, want int) {
 	t.Helper()
 	var n int
 	for _, e := range events {
-		if e.Outcome == OutcomeIssued {
+		if e.Outcome == observe.OutcomeIssued {
 			continue
 		}
 		n++
@@ -729,8 +730,8 @@ func TestOneTimeRefusesALengthOneBytePastTheEnd(t *testing.T) {
 			tok := signOneTime(o, payload)
 			v, err := o.Verify(tok)
 			wantErr(t, err, ErrOneTimeInvalid)
-			if Reason(err) != "malformed payload" {
-				t.Fatalf("Reason = %q, want %q", Reason(err), "malformed payload")
+			if reasonText(err) != "malformed payload" {
+				t.Fatalf("Reason = %q, want %q", reasonText(err), "malformed payload")
 			}
 			if v.Claims != nil || v.Purpose != "" {
 				t.Fatalf("Verify returned content with the error: %+v", v)
@@ -784,17 +785,17 @@ func TestOneTimeKeyID(t *testing.T) {
 		if _, err := o.Verify(tokA); err != nil {
 			t.Fatalf("token of the previous key: %v", err)
 		}
-		if e := rec.only(t); e.Key != keyPosition(1) {
+		if e := rec.only(t); e.Key != observe.KeyAt(1) {
 			t.Fatalf("event key %v, want previous 1", e.Key)
 		}
 		if err := src.Swap(mustKeyring(t, b)); err != nil {
 			t.Fatal(err)
 		}
 		_, err = o.Redeem(context.Background(), tokA, runClaims)
-		if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != "signed by a key not in the ring: retired or foreign" {
-			t.Fatalf("token of a retired key = %v (reason %q), want unknown key", err, Reason(err))
+		if !errors.Is(err, ErrOneTimeInvalid) || reasonText(err) != "signed by a key not in the ring: retired or foreign" {
+			t.Fatalf("token of a retired key = %v (reason %q), want unknown key", err, reasonText(err))
 		}
-		if e := rec.only(t); e.Key != KeyNone {
+		if e := rec.only(t); e.Key != observe.KeyNone {
 			t.Fatalf("event key %v, want none", e.Key)
 		}
 		if _, err := o.Redeem(context.Background(), tokB, runClaims); err != nil {
@@ -808,7 +809,7 @@ func TestOneTimeKeyID(t *testing.T) {
 		byA := newOneTime(t, OneTimeConfig{Keys: mustKeyring(t, a), Replay: store})
 		onlyB := newOneTime(t, OneTimeConfig{Keys: mustKeyring(t, b), Replay: store})
 		tok := mint(t, byA, runClaims)
-		if _, err := onlyB.Redeem(context.Background(), tok, runClaims); Reason(err) != "signed by a key not in the ring: retired or foreign" {
+		if _, err := onlyB.Redeem(context.Background(), tok, runClaims); reasonText(err) != "signed by a key not in the ring: retired or foreign" {
 			t.Fatalf("Redeem under a ring without the key = %v", err)
 		}
 		if _, err := byA.Redeem(context.Background(), tok, runClaims); err != nil {
@@ -836,7 +837,7 @@ func TestOneTimeKeyID(t *testing.T) {
 		if _, err := o.Redeem(context.Background(), tok, runClaims); err != nil {
 			t.Fatalf("token of the last key: %v", err)
 		}
-		if e := rec.only(t); e.Key != keyPosition(9) {
+		if e := rec.only(t); e.Key != observe.KeyAt(9) {
 			t.Fatalf("event key %v, want previous 9", e.Key)
 		}
 	})

@@ -21,74 +21,74 @@ import (
 func TestReasonOfMapsEveryRejection(t *testing.T) {
 	table := []struct {
 		err  error
-		want RefusalReason
+		want observe.RefusalReason
 	}{
-		{errCursorEmpty, ReasonEmpty},
-		{errCursorOversize, ReasonCursorOversize},
-		{errCursorBase64, ReasonNotBase64URL},
-		{errCursorTruncated, ReasonTruncated},
-		{errCursorMalformed, ReasonCursorMalformed},
-		{errCursorFuture, ReasonIssuedInFuture},
-		{errCursorSession, ReasonOtherSession},
-		{errCursorUnknownKey, ReasonUnknownKey},
-		{errCursorUnknownKeyRestart, ReasonUnknownKey},
-		{errCursorAge, ReasonOlderThanTTL},
-		{errCursorStateType, ReasonCursorStateType},
-		{errCursorStateLarge, ReasonOpaqueStateTooBig},
-		{errCursorLarge, ReasonCursorTooLarge},
-		{errCursorScope, ReasonCursorWrongScope},
-		{errCursorSealed, ReasonCursorSealedOpen},
-		{errStateEmpty, ReasonEmpty},
-		{errStateOversize, ReasonStateOversize},
-		{errStateMode, ReasonUnknownPrefix},
-		{errStateBase64, ReasonNotBase64URL},
-		{errStateFraming, ReasonFraming},
-		{errStateMAC, ReasonMACMismatch},
-		{errStateOpen, ReasonDecryption},
-		{errStateMalformed, ReasonMalformed},
-		{errStateBinding, ReasonWrongBinding},
-		{errStateSubjectAmbiguous, ReasonSubjectAmbiguous},
-		{errStateExpired, ReasonPastExp},
-		{errStateJSON, ReasonStateType},
-		{errStateNotUTF8, ReasonStateNotUTF8},
-		{errStateSubjectNUL, ReasonSubjectNUL},
-		{errStateTooLarge, ReasonStateTooLarge},
-		{errStateReplayed, ReasonAlreadyUsed},
-		{errOneTimeOversize, ReasonOneTimeOversize},
-		{errOneTimeFormat, ReasonUnknownFormat},
-		{errOneTimeBase64, ReasonBadBase64},
-		{errOneTimeTruncated, ReasonTruncated},
-		{errOneTimeMAC, ReasonMACMismatch},
+		{errCursorEmpty, observe.ReasonEmpty},
+		{errCursorOversize, observe.ReasonCursorOversize},
+		{errCursorBase64, observe.ReasonNotBase64URL},
+		{errCursorTruncated, observe.ReasonTruncated},
+		{errCursorMalformed, observe.ReasonCursorMalformed},
+		{errCursorFuture, observe.ReasonIssuedInFuture},
+		{errCursorSession, observe.ReasonOtherSession},
+		{errCursorUnknownKey, observe.ReasonUnknownKey},
+		{errCursorUnknownKeyRestart, observe.ReasonUnknownKey},
+		{errCursorAge, observe.ReasonOlderThanTTL},
+		{errCursorStateType, observe.ReasonCursorStateType},
+		{errCursorStateLarge, observe.ReasonOpaqueStateTooBig},
+		{errCursorLarge, observe.ReasonCursorTooLarge},
+		{errCursorScope, observe.ReasonCursorWrongScope},
+		{errCursorSealed, observe.ReasonCursorSealedOpen},
+		{errStateEmpty, observe.ReasonEmpty},
+		{errStateOversize, observe.ReasonStateOversize},
+		{errStateMode, observe.ReasonUnknownPrefix},
+		{errStateBase64, observe.ReasonNotBase64URL},
+		{errStateFraming, observe.ReasonFraming},
+		{errStateMAC, observe.ReasonMACMismatch},
+		{errStateOpen, observe.ReasonDecryption},
+		{errStateMalformed, observe.ReasonMalformed},
+		{errStateBinding, observe.ReasonWrongBinding},
+		{errStateSubjectAmbiguous, observe.ReasonSubjectAmbiguous},
+		{errStateExpired, observe.ReasonPastExp},
+		{errStateJSON, observe.ReasonStateType},
+		{errStateNotUTF8, observe.ReasonStateNotUTF8},
+		{errStateSubjectNUL, observe.ReasonSubjectNUL},
+		{errStateTooLarge, observe.ReasonStateTooLarge},
+		{errStateReplayed, observe.ReasonAlreadyUsed},
+		{errOneTimeOversize, observe.ReasonOneTimeOversize},
+		{errOneTimeFormat, observe.ReasonUnknownFormat},
+		{errOneTimeBase64, observe.ReasonBadBase64},
+		{errOneTimeTruncated, observe.ReasonTruncated},
+		{errOneTimeMAC, observe.ReasonMACMismatch},
 		{errOneTimeUnknownKey, observe.ReasonUnknownKey},
-		{errOneTimeMalformed, ReasonMalformed},
-		{errOneTimeFuture, ReasonIssuedInFuture},
-		{errOneTimeExpired, ReasonExpired},
-		{errOneTimeClaims, ReasonClaimsMismatch},
-		{errOneTimeRedeemed, ReasonAlreadyRedeemed},
-		{errOneTimePurpose, ReasonOtherPurpose},
-		{errOneTimeTooLarge, ReasonClaimsTooLarge},
-		{errArgsSyntax, ReasonArgsNotJSON},
-		{errArgsUTF8, ReasonArgsUTF8},
-		{errArgsSurrogate, ReasonArgsSurrogate},
-		{errArgsDuplicate, ReasonArgsDuplicate},
-		{errArgsDepth, ReasonArgsDepth},
-		{errArgsRange, ReasonArgsRange},
-		{errArgsInexact, ReasonArgsInexact},
-		{errArgsReplaced, ReasonArgsInvalidUTF8Go},
-		{errArgsMarshal, ReasonArgsMarshal},
+		{errOneTimeMalformed, observe.ReasonMalformed},
+		{errOneTimeFuture, observe.ReasonIssuedInFuture},
+		{errOneTimeExpired, observe.ReasonExpired},
+		{errOneTimeClaims, observe.ReasonClaimsMismatch},
+		{errOneTimeRedeemed, observe.ReasonAlreadyRedeemed},
+		{errOneTimePurpose, observe.ReasonOtherPurpose},
+		{errOneTimeTooLarge, observe.ReasonClaimsTooLarge},
+		{errArgsSyntax, observe.ReasonArgsNotJSON},
+		{errArgsUTF8, observe.ReasonArgsUTF8},
+		{errArgsSurrogate, observe.ReasonArgsSurrogate},
+		{errArgsDuplicate, observe.ReasonArgsDuplicate},
+		{errArgsDepth, observe.ReasonArgsDepth},
+		{errArgsRange, observe.ReasonArgsRange},
+		{errArgsInexact, observe.ReasonArgsInexact},
+		{errArgsReplaced, observe.ReasonArgsInvalidUTF8Go},
+		{errArgsMarshal, observe.ReasonArgsMarshal},
 		// Wrapped errors, built per call: the general path.
-		{reason.Wrap(errStateStore, "replay store failed", errors.New("down")), ReasonStoreFailed},
+		{reason.Wrap(errStateStore, "replay store failed", errors.New("down")), observe.ReasonStoreFailed},
 	}
 	if len(table)-1 != len(rejectionReasons) {
 		t.Errorf("table has %d rejections, rejectionReasons %d: keep them in step", len(table)-1, len(rejectionReasons))
 	}
 	for _, tc := range table {
-		got := ReasonOf(tc.err)
+		got := Reason(tc.err)
 		if got != tc.want {
-			t.Errorf("ReasonOf(%v) = %v, want %v", tc.err, got, tc.want)
+			t.Errorf("Reason(%v) = %v, want %v", tc.err, got, tc.want)
 		}
-		if got.String() != Reason(tc.err) {
-			t.Errorf("ReasonOf(%v).String() = %q, Reason = %q", tc.err, got, Reason(tc.err))
+		if got.String() != reasonText(tc.err) {
+			t.Errorf("Reason(%v).String() = %q, Reason = %q", tc.err, got, reasonText(tc.err))
 		}
 	}
 }
@@ -96,8 +96,8 @@ func TestReasonOfMapsEveryRejection(t *testing.T) {
 func TestReasonOfIsNoneForConfigurationAndForeignErrors(t *testing.T) {
 	_, cfgErr := NewCursorIssuer(CursorConfig{})
 	for _, err := range []error{nil, cfgErr, errStateConfTTL, errCursorNoKey, ErrCursorInvalid, strconv.ErrSyntax} {
-		if r := ReasonOf(err); r != ReasonNone {
-			t.Errorf("ReasonOf(%v) = %v, want ReasonNone", err, r)
+		if r := Reason(err); r != observe.ReasonNone {
+			t.Errorf("Reason(%v) = %v, want observe.ReasonNone", err, r)
 		}
 	}
 }
@@ -106,20 +106,20 @@ func TestReasonOfIsNoneForConfigurationAndForeignErrors(t *testing.T) {
 // the observe package's values (the aliases and constants), and the key
 // position helper the issuers use.
 func TestRootReExportsTheObserveSet(t *testing.T) {
-	if !slices.Equal(RefusalReasons(), observe.RefusalReasons()) || !slices.Equal(TokenKinds(), observe.TokenKinds()) ||
-		!slices.Equal(Outcomes(), observe.Outcomes()) {
+	if !slices.Equal(observe.RefusalReasons(), observe.RefusalReasons()) || !slices.Equal(observe.TokenKinds(), observe.TokenKinds()) ||
+		!slices.Equal(observe.Outcomes(), observe.Outcomes()) {
 		t.Error("RefusalReasons, TokenKinds or Outcomes differ from package observe's")
 	}
 	for _, tc := range []struct{ got, want string }{
-		{KindCursor.String(), "cursor"}, {KindRequestState.String(), "request_state"},
-		{KindOneTime.String(), "one_time"}, {KindExchange.String(), "exchange"}, {KindWebhook.String(), "webhook"},
-		{KindIdempotency.String(), "idempotency"}, {OutcomeReleased.String(), "released"},
-		{OutcomeIssued.String(), "issued"}, {OutcomeVerified.String(), "verified"}, {OutcomeRefused.String(), "refused"},
-		{OutcomeDuplicate.String(), "duplicate"}, {OutcomeStoreFailure.String(), "store_failure"},
-		{OutcomeInProgress.String(), "in_progress"}, {OutcomeProcessed.String(), "processed"},
-		{KeyNone.String(), "none"}, {KeyPrimary.String(), "primary"}, {keyPosition(1).String(), "previous 1"},
-		{keyPosition(3).String(), "previous 3"}, {keyPosition(-1).String(), "none"}, {keyPosition(1000).String(), "previous 254"},
-		{ReasonMACMismatch.String(), "mac mismatch"}, {ReasonWebhookSignatureMismatch.String(), "signature mismatch"},
+		{observe.KindCursor.String(), "cursor"}, {observe.KindRequestState.String(), "request_state"},
+		{observe.KindOneTime.String(), "one_time"}, {observe.KindExchange.String(), "exchange"}, {observe.KindWebhook.String(), "webhook"},
+		{observe.KindIdempotency.String(), "idempotency"}, {observe.OutcomeReleased.String(), "released"},
+		{observe.OutcomeIssued.String(), "issued"}, {observe.OutcomeVerified.String(), "verified"}, {observe.OutcomeRefused.String(), "refused"},
+		{observe.OutcomeDuplicate.String(), "duplicate"}, {observe.OutcomeStoreFailure.String(), "store_failure"},
+		{observe.OutcomeInProgress.String(), "in_progress"}, {observe.OutcomeProcessed.String(), "processed"},
+		{observe.KeyNone.String(), "none"}, {observe.KeyPrimary.String(), "primary"}, {observe.KeyAt(1).String(), "previous 1"},
+		{observe.KeyAt(3).String(), "previous 3"}, {observe.KeyAt(-1).String(), "none"}, {observe.KeyAt(1000).String(), "previous 254"},
+		{observe.ReasonMACMismatch.String(), "mac mismatch"}, {observe.ReasonWebhookSignatureMismatch.String(), "signature mismatch"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("String = %q, want %q", tc.got, tc.want)
@@ -145,7 +145,7 @@ var configSentinels = map[string]bool{
 // a reason of the set that neither package produces fails too.
 func TestNoReasonOutsideTheSet(t *testing.T) {
 	var files []string
-	for _, pattern := range []string{"*.go", "webhook/*.go", "idempotency/*.go", "internal/jcs/*.go"} {
+	for _, pattern := range []string{"*.go", "exchange/*.go", "webhook/*.go", "idempotency/*.go", "internal/jcs/*.go"} {
 		got, err := filepath.Glob(pattern)
 		if err != nil {
 			t.Fatal(err)
@@ -172,7 +172,7 @@ func TestNoReasonOutsideTheSet(t *testing.T) {
 			var why ast.Expr
 			switch fn := callName(call.Fun); fn {
 			case "reject", "reason.New", "reason.Wrap":
-				sentinel = exprName(call.Args[0])
+				sentinel = strings.TrimPrefix(exprName(call.Args[0]), "ctoken.")
 				why = call.Args[1]
 			case "configError":
 				sentinel, why = "ErrConfig", call.Args[0]
@@ -199,7 +199,7 @@ func TestNoReasonOutsideTheSet(t *testing.T) {
 			s, _ := strconv.Unquote(lit.Value)
 			produced[s] = true
 			if _, ok := observe.ParseReason(s); !ok {
-				t.Errorf("%s: reason %q (sentinel %s) is not in the RefusalReason set", pos, s, sentinel)
+				t.Errorf("%s: reason %q (sentinel %s) is not in the observe.RefusalReason set", pos, s, sentinel)
 			}
 			return true
 		})
@@ -219,15 +219,15 @@ func TestNoReasonOutsideTheSet(t *testing.T) {
 			src.Write(b)
 		}
 	}
-	byName := map[RefusalReason]string{
-		ReasonExchangeRequest: "ReasonExchangeRequest", ReasonAuthorizeRefused: "ReasonAuthorizeRefused",
-		ReasonIssueFailed: "ReasonIssueFailed",
+	byName := map[observe.RefusalReason]string{
+		observe.ReasonExchangeRequest: "ReasonExchangeRequest", observe.ReasonAuthorizeRefused: "ReasonAuthorizeRefused",
+		observe.ReasonIssueFailed: "ReasonIssueFailed",
 	}
-	for _, r := range RefusalReasons() {
+	for _, r := range observe.RefusalReasons() {
 		if produced[r.String()] {
 			continue
 		}
-		if name, ok := byName[r]; !ok || !strings.Contains(src.String(), "observe("+name) {
+		if name, ok := byName[r]; !ok || !strings.Contains(src.String(), "observe(observe."+name) {
 			t.Errorf("reason %q is produced nowhere", r)
 		}
 	}

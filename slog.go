@@ -3,9 +3,11 @@ package ctoken
 import (
 	"context"
 	"log/slog"
+
+	"github.com/ctoken/ctoken/observe"
 )
 
-// SlogObserver is an [Observer] that writes each [Event] as one structured
+// NewSlogObserver returns an [observe.Observer] that writes each [observe.Event] as one structured
 // log/slog record, at a level chosen by what the event means:
 //
 //   - Debug: a token issued or verified, a webhook delivery signed,
@@ -30,29 +32,28 @@ import (
 // Each record has the message "ctoken: " + the outcome and the attributes
 // kind, outcome, reason (refusals), key (when a key authenticated the
 // token) and store_latency (when a store was called): only values of the
-// fixed sets of [Event], never token text, subjects, callers or keys.
+// fixed sets of [observe.Event], never token text, subjects, callers or keys.
 //
 // The logger's handler runs on the hot path: give it one that does not
 // block (or raise its level so that Enabled filters early, which costs no
-// allocation). A [SlogObserver] is safe for concurrent use if its handler
-// is.
-type SlogObserver struct {
+// allocation). The observer is safe for concurrent use if its handler is.
+// A nil l is [ErrConfig].
+func NewSlogObserver(l *slog.Logger) (observe.Observer, error) {
+	if l == nil {
+		return nil, errSlogNil
+	}
+	return &slogObserver{log: l}, nil
+}
+
+// slogObserver is the observer [NewSlogObserver] returns.
+type slogObserver struct {
 	log *slog.Logger
 }
 
 var errSlogNil = configError("NewSlogObserver: the logger is nil")
 
-// NewSlogObserver returns a [SlogObserver] writing to l. A nil l is
-// [ErrConfig].
-func NewSlogObserver(l *slog.Logger) (*SlogObserver, error) {
-	if l == nil {
-		return nil, errSlogNil
-	}
-	return &SlogObserver{log: l}, nil
-}
-
-// Observe logs e; see [SlogObserver].
-func (s *SlogObserver) Observe(e Event) {
+// Observe logs e; see [NewSlogObserver].
+func (s *slogObserver) Observe(e observe.Event) {
 	level := eventLevel(e)
 	ctx := context.Background()
 	if !s.log.Enabled(ctx, level) {
@@ -60,10 +61,10 @@ func (s *SlogObserver) Observe(e Event) {
 	}
 	attrs := make([]slog.Attr, 0, 6)
 	attrs = append(attrs, slog.String("kind", e.Kind.String()), slog.String("outcome", e.Outcome.String()))
-	if e.Reason != ReasonNone {
+	if e.Reason != observe.ReasonNone {
 		attrs = append(attrs, slog.String("reason", e.Reason.String()))
 	}
-	if e.Key != KeyNone {
+	if e.Key != observe.KeyNone {
 		attrs = append(attrs, slog.String("key", e.Key.String()))
 	}
 	if e.StoreLatency > 0 {
@@ -75,29 +76,29 @@ func (s *SlogObserver) Observe(e Event) {
 	s.log.LogAttrs(ctx, level, "ctoken: "+e.Outcome.String(), attrs...)
 }
 
-// eventLevel is the level [SlogObserver] logs e at.
-func eventLevel(e Event) slog.Level {
+// eventLevel is the level the [NewSlogObserver] observer logs e at.
+func eventLevel(e observe.Event) slog.Level {
 	switch e.Outcome {
-	case OutcomeIssued, OutcomeVerified, OutcomeProcessed:
+	case observe.OutcomeIssued, observe.OutcomeVerified, observe.OutcomeProcessed:
 		return slog.LevelDebug
-	case OutcomeInProgress, OutcomeReleased:
+	case observe.OutcomeInProgress, observe.OutcomeReleased:
 		return slog.LevelInfo
-	case OutcomeDuplicate:
-		if e.Kind == KindWebhook || e.Kind == KindIdempotency {
+	case observe.OutcomeDuplicate:
+		if e.Kind == observe.KindWebhook || e.Kind == observe.KindIdempotency {
 			return slog.LevelInfo // senders and clients retry: a retry is normal
 		}
 		return slog.LevelWarn
-	case OutcomeStoreFailure:
+	case observe.OutcomeStoreFailure:
 		return slog.LevelError
 	}
 	switch e.Reason {
-	case ReasonIssueFailed:
+	case observe.ReasonIssueFailed:
 		return slog.LevelError
-	case ReasonOlderThanTTL, ReasonOtherSession, ReasonPastExp, ReasonExpired,
-		ReasonOpaqueStateTooBig, ReasonCursorTooLarge, ReasonCursorStateNotCBOR,
-		ReasonStateNotUTF8, ReasonSubjectNUL, ReasonStateTooLarge, ReasonStateNotJSON,
-		ReasonClaimsTooLarge, ReasonExchangeRequest, ReasonAuthorizeRefused,
-		ReasonIdempotencyGoneBeforeLease: // clients hang up: normal
+	case observe.ReasonOlderThanTTL, observe.ReasonOtherSession, observe.ReasonPastExp, observe.ReasonExpired,
+		observe.ReasonOpaqueStateTooBig, observe.ReasonCursorTooLarge, observe.ReasonCursorStateNotCBOR,
+		observe.ReasonStateNotUTF8, observe.ReasonSubjectNUL, observe.ReasonStateTooLarge, observe.ReasonStateNotJSON,
+		observe.ReasonClaimsTooLarge, observe.ReasonExchangeRequest, observe.ReasonAuthorizeRefused,
+		observe.ReasonIdempotencyGoneBeforeLease: // clients hang up: normal
 		return slog.LevelInfo
 	}
 	return slog.LevelWarn

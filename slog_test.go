@@ -127,39 +127,39 @@ func TestSlogObserver(t *testing.T) {
 	// Pins the level of each kind of event.
 	t.Run("level of every outcome", func(t *testing.T) {
 		for _, tc := range []struct {
-			e    Event
+			e    observe.Event
 			want slog.Level
 		}{
-			{Event{Outcome: OutcomeIssued}, slog.LevelDebug},
-			{Event{Outcome: OutcomeVerified}, slog.LevelDebug},
-			{Event{Outcome: OutcomeRefused, Reason: ReasonOlderThanTTL}, slog.LevelInfo},
-			{Event{Outcome: OutcomeRefused, Reason: ReasonOtherSession}, slog.LevelInfo},
-			{Event{Outcome: OutcomeRefused, Reason: ReasonPastExp}, slog.LevelInfo},
-			{Event{Outcome: OutcomeRefused, Reason: ReasonExpired}, slog.LevelInfo},
-			{Event{Outcome: OutcomeRefused, Reason: ReasonAuthorizeRefused}, slog.LevelInfo},
-			{Event{Outcome: OutcomeRefused, Reason: ReasonMACMismatch}, slog.LevelWarn},
-			{Event{Outcome: OutcomeRefused, Reason: ReasonUnknownKey}, slog.LevelWarn},
-			{Event{Outcome: OutcomeRefused, Reason: ReasonWrongBinding}, slog.LevelWarn},
-			{Event{Outcome: OutcomeDuplicate, Reason: ReasonAlreadyUsed}, slog.LevelWarn},
-			{Event{Outcome: OutcomeStoreFailure, Reason: ReasonStoreFailed}, slog.LevelError},
-			{Event{Outcome: OutcomeRefused, Reason: ReasonIssueFailed}, slog.LevelError},
-			{Event{Kind: KindWebhook, Outcome: OutcomeIssued, Key: KeyPrimary}, slog.LevelDebug},
-			{Event{Kind: KindWebhook, Outcome: OutcomeVerified, Key: KeyPrimary}, slog.LevelDebug},
-			{Event{Kind: KindWebhook, Outcome: OutcomeProcessed, StoreLatency: 1}, slog.LevelDebug},
-			{Event{Kind: KindWebhook, Outcome: OutcomeDuplicate, Reason: ReasonWebhookDuplicate}, slog.LevelInfo},
-			{Event{Kind: KindWebhook, Outcome: OutcomeInProgress, Reason: ReasonWebhookInProgress}, slog.LevelInfo},
-			{Event{Kind: KindWebhook, Outcome: OutcomeRefused, Reason: ReasonWebhookSignatureMismatch}, slog.LevelWarn},
-			{Event{Kind: KindWebhook, Outcome: OutcomeRefused, Reason: ReasonWebhookTimestampTooOld}, slog.LevelWarn},
-			{Event{Kind: KindWebhook, Outcome: OutcomeStoreFailure, Reason: ReasonWebhookStoreRecord}, slog.LevelError},
-			{Event{Kind: KindWebhook, Outcome: OutcomeStoreFailure, Reason: ReasonWebhookLeaseLost}, slog.LevelError},
-			{Event{Kind: KindIdempotency, Outcome: OutcomeProcessed, StoreLatency: 1}, slog.LevelDebug},
-			{Event{Kind: KindIdempotency, Outcome: OutcomeDuplicate, Reason: ReasonIdempotencyReplayed}, slog.LevelInfo},
-			{Event{Kind: KindIdempotency, Outcome: OutcomeInProgress, Reason: ReasonIdempotencyInProgress}, slog.LevelInfo},
-			{Event{Kind: KindIdempotency, Outcome: OutcomeRefused, Reason: ReasonIdempotencyGoneBeforeLease}, slog.LevelInfo},
-			{Event{Kind: KindIdempotency, Outcome: OutcomeReleased, Reason: ReasonIdempotencyHandlerDeadline}, slog.LevelInfo},
-			{Event{Kind: KindIdempotency, Outcome: OutcomeReleased, Reason: ReasonIdempotencyHandlerPanic}, slog.LevelInfo},
-			{Event{Kind: KindIdempotency, Outcome: OutcomeRefused, Reason: ReasonIdempotencyMismatch}, slog.LevelWarn},
-			{Event{Kind: KindIdempotency, Outcome: OutcomeStoreFailure, Reason: ReasonIdempotencyStoreConfirm}, slog.LevelError},
+			{observe.Event{Outcome: observe.OutcomeIssued}, slog.LevelDebug},
+			{observe.Event{Outcome: observe.OutcomeVerified}, slog.LevelDebug},
+			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonOlderThanTTL}, slog.LevelInfo},
+			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonOtherSession}, slog.LevelInfo},
+			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonPastExp}, slog.LevelInfo},
+			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonExpired}, slog.LevelInfo},
+			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonAuthorizeRefused}, slog.LevelInfo},
+			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonMACMismatch}, slog.LevelWarn},
+			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonUnknownKey}, slog.LevelWarn},
+			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonWrongBinding}, slog.LevelWarn},
+			{observe.Event{Outcome: observe.OutcomeDuplicate, Reason: observe.ReasonAlreadyUsed}, slog.LevelWarn},
+			{observe.Event{Outcome: observe.OutcomeStoreFailure, Reason: observe.ReasonStoreFailed}, slog.LevelError},
+			{observe.Event{Outcome: observe.OutcomeRefused, Reason: observe.ReasonIssueFailed}, slog.LevelError},
+			{observe.Event{Kind: observe.KindWebhook, Outcome: observe.OutcomeIssued, Key: observe.KeyPrimary}, slog.LevelDebug},
+			{observe.Event{Kind: observe.KindWebhook, Outcome: observe.OutcomeVerified, Key: observe.KeyPrimary}, slog.LevelDebug},
+			{observe.Event{Kind: observe.KindWebhook, Outcome: observe.OutcomeProcessed, StoreLatency: 1}, slog.LevelDebug},
+			{observe.Event{Kind: observe.KindWebhook, Outcome: observe.OutcomeDuplicate, Reason: observe.ReasonWebhookDuplicate}, slog.LevelInfo},
+			{observe.Event{Kind: observe.KindWebhook, Outcome: observe.OutcomeInProgress, Reason: observe.ReasonWebhookInProgress}, slog.LevelInfo},
+			{observe.Event{Kind: observe.KindWebhook, Outcome: observe.OutcomeRefused, Reason: observe.ReasonWebhookSignatureMismatch}, slog.LevelWarn},
+			{observe.Event{Kind: observe.KindWebhook, Outcome: observe.OutcomeRefused, Reason: observe.ReasonWebhookTimestampTooOld}, slog.LevelWarn},
+			{observe.Event{Kind: observe.KindWebhook, Outcome: observe.OutcomeStoreFailure, Reason: observe.ReasonWebhookStoreRecord}, slog.LevelError},
+			{observe.Event{Kind: observe.KindWebhook, Outcome: observe.OutcomeStoreFailure, Reason: observe.ReasonWebhookLeaseLost}, slog.LevelError},
+			{observe.Event{Kind: observe.KindIdempotency, Outcome: observe.OutcomeProcessed, StoreLatency: 1}, slog.LevelDebug},
+			{observe.Event{Kind: observe.KindIdempotency, Outcome: observe.OutcomeDuplicate, Reason: observe.ReasonIdempotencyReplayed}, slog.LevelInfo},
+			{observe.Event{Kind: observe.KindIdempotency, Outcome: observe.OutcomeInProgress, Reason: observe.ReasonIdempotencyInProgress}, slog.LevelInfo},
+			{observe.Event{Kind: observe.KindIdempotency, Outcome: observe.OutcomeRefused, Reason: observe.ReasonIdempotencyGoneBeforeLease}, slog.LevelInfo},
+			{observe.Event{Kind: observe.KindIdempotency, Outcome: observe.OutcomeReleased, Reason: observe.ReasonIdempotencyHandlerDeadline}, slog.LevelInfo},
+			{observe.Event{Kind: observe.KindIdempotency, Outcome: observe.OutcomeReleased, Reason: observe.ReasonIdempotencyHandlerPanic}, slog.LevelInfo},
+			{observe.Event{Kind: observe.KindIdempotency, Outcome: observe.OutcomeRefused, Reason: observe.ReasonIdempotencyMismatch}, slog.LevelWarn},
+			{observe.Event{Kind: observe.KindIdempotency, Outcome: observe.OutcomeStoreFailure, Reason: observe.ReasonIdempotencyStoreConfirm}, slog.LevelError},
 			{observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeRotateKey, Key: observe.KeyPrimary, Seals: 1 << 28}, slog.LevelWarn},
 		} {
 			if got := eventLevel(tc.e); got != tc.want {
@@ -197,7 +197,7 @@ func TestSlogObserver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := Event{Kind: KindCursor, Outcome: OutcomeVerified, Key: KeyPrimary}
+		e := observe.Event{Kind: observe.KindCursor, Outcome: observe.OutcomeVerified, Key: observe.KeyPrimary}
 		if n := testing.AllocsPerRun(100, func() { obs.Observe(e) }); n != 0 {
 			t.Errorf("a filtered event allocates %v times", n)
 		}

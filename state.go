@@ -70,10 +70,10 @@ const (
 )
 
 const (
-	// DefaultStateTTL is the request-state lifetime when TTL is 0.
-	DefaultStateTTL = 5 * time.Minute
-	// DefaultStateMaxBytes is the encoded size cap when MaxBytes is 0.
-	DefaultStateMaxBytes = 16 << 10
+	// defaultStateTTL is the request-state lifetime when TTL is 0.
+	defaultStateTTL = 5 * time.Minute
+	// defaultStateMaxBytes is the encoded size cap when MaxBytes is 0.
+	defaultStateMaxBytes = 16 << 10
 
 	// HKDF info labels shared with the reference implementation.
 	stateAESLabel     = "mcp.requestState aes-256-gcm key"
@@ -128,11 +128,11 @@ type RequestStateSecurity struct {
 	// with an Audience opens in no codec without one (nor in the reference
 	// implementation). An Audience containing a NUL byte is [ErrConfig].
 	Audience string
-	// TTL is the state lifetime; 0 means [DefaultStateTTL]. Negative is
+	// TTL is the state lifetime; 0 means 5 minutes. Negative is
 	// [ErrConfig]: every state expires.
 	TTL time.Duration
 	// MaxBytes caps the encoded length, checked before decoding; 0 means
-	// [DefaultStateMaxBytes]. Negative, or too small for a state holding ""
+	// 16 KiB. Negative, or too small for a state holding ""
 	// in the chosen mode, is [ErrConfig].
 	MaxBytes int
 	// Now is the clock; nil means time.Now.
@@ -152,8 +152,8 @@ type RequestStateSecurity struct {
 	// [Encrypted], whose random nonce makes every encoding distinct.
 	Replay replay.Store
 	// Observer, if set, is told of every Encode and Decode
-	// ([KindRequestState]), with the replay store's latency in single-use
-	// mode; see [Observer]. Nil costs nothing.
+	// ([observe.KindRequestState]), with the replay store's latency in single-use
+	// mode; see [observe.Observer]. Nil costs nothing.
 	//
 	// In [Encrypted] mode it is also told when the primary key should be
 	// rotated ([observe.OutcomeRotateKey], logged at Warn by
@@ -164,7 +164,7 @@ type RequestStateSecurity struct {
 	// process does, so the first report leaves room for 16 processes
 	// sealing evenly. A larger fleet sums its issued request states (for
 	// example the OpenTelemetry counter of package ctokenotel) instead.
-	Observer Observer
+	Observer observe.Observer
 }
 
 // RequestStateCodec seals and opens MCP multi-round-trip requestState
@@ -180,7 +180,7 @@ type RequestStateCodec struct {
 	maxBytes int
 	now      func() time.Time
 	replay   replay.Store // nil: states are reusable
-	obs      Observer
+	obs      observe.Observer
 
 	keys    *stateKeys            // static keys; nil when rot is set
 	rot     *rotating[*stateKeys] // keys from a KeySource
@@ -337,10 +337,10 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 		sealWarn: sealWarnFloor,
 	}
 	if c.ttl == 0 {
-		c.ttl = DefaultStateTTL
+		c.ttl = defaultStateTTL
 	}
 	if c.maxBytes == 0 {
-		c.maxBytes = DefaultStateMaxBytes
+		c.maxBytes = defaultStateMaxBytes
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -547,7 +547,7 @@ func (c *RequestStateCodec) ambiguousSubject(subject string) bool {
 func (c *RequestStateCodec) Encode(state, subject, tool string) (string, error) {
 	w, err := c.encode(state, subject, tool)
 	if err != errStateNoCodec && c.obs != nil {
-		observeIssue(c.obs, KindRequestState, err)
+		observeIssue(c.obs, observe.KindRequestState, err)
 	}
 	return w, err
 }
@@ -680,7 +680,7 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 func (c *RequestStateCodec) DecodeCheckedContext(ctx context.Context, wire, subject, tool string, check func(state string) (string, error)) (string, error) {
 	s, key, store, err := c.decode(ctx, wire, subject, tool, check)
 	if err != errStateNoCodec && c.obs != nil {
-		observeErr(c.obs, KindRequestState, key, err, store)
+		observeErr(c.obs, observe.KindRequestState, key, err, store)
 	}
 	return s, err
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"strings"
 
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -42,7 +43,7 @@ func TestStateSingleUse(t *testing.T) {
 					t.Fatalf("first decode = %q, %v", s, err)
 				}
 				s, err := c.Decode(wire, "alice", "tool")
-				if !errors.Is(err, ErrStateReplayed) || s != "" || Reason(err) != "already used" {
+				if !errors.Is(err, ErrStateReplayed) || s != "" || reasonText(err) != "already used" {
 					t.Fatalf("second decode = %q, %v; want ErrStateReplayed", s, err)
 				}
 				if errors.Is(err, ErrStateInvalid) || errors.Is(err, ErrStateExpired) {
@@ -121,7 +122,7 @@ func TestStateSingleUse(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The last instant Decode still accepts the state by its expiry.
-		clk.Advance(DefaultStateTTL + time.Second - time.Nanosecond)
+		clk.Advance(defaultStateTTL + time.Second - time.Nanosecond)
 		if _, err := c.Decode(wire, "alice", ""); !errors.Is(err, ErrStateReplayed) {
 			t.Fatalf("replay at the expiry edge = %v, want ErrStateReplayed", err)
 		}
@@ -155,23 +156,23 @@ func TestStateSingleUse(t *testing.T) {
 		if !errors.Is(err, replay.ErrFull) || s != "" || errors.Is(err, ErrStateReplayed) {
 			t.Fatalf("decode on a full store = %q, %v; want replay.ErrFull", s, err)
 		}
-		if Reason(err) != "replay store failed" || errors.Is(err, ErrStateInvalid) || errors.Is(err, ErrStateExpired) {
-			t.Fatalf("store failure %v: reason %q, or matches a state sentinel", err, Reason(err))
+		if reasonText(err) != "replay store failed" || errors.Is(err, ErrStateInvalid) || errors.Is(err, ErrStateExpired) {
+			t.Fatalf("store failure %v: reason %q, or matches a state sentinel", err, reasonText(err))
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		down := singleUseCodec(t, Signed, failingStore{}, clk, mustKeyring(t, fixedKey(20)))
 		wire, _ := down.Encode("c", "alice", "")
-		if s, err := down.DecodeContext(ctx, wire, "alice", ""); err == nil || s != "" || Reason(err) != "replay store failed" {
-			t.Fatalf("decode with the store down = %q, %v (reason %q)", s, err, Reason(err))
+		if s, err := down.DecodeContext(ctx, wire, "alice", ""); err == nil || s != "" || reasonText(err) != "replay store failed" {
+			t.Fatalf("decode with the store down = %q, %v (reason %q)", s, err, reasonText(err))
 		}
 		s, err = singleUseCodec(t, Signed, replay.NewMemoryStore(0), clk, mustKeyring(t, fixedKey(20))).DecodeContext(ctx, wire, "alice", "")
-		if !errors.Is(err, context.Canceled) || s != "" || Reason(err) != "replay store failed" {
-			t.Fatalf("decode with a cancelled context = %q, %v (reason %q)", s, err, Reason(err))
+		if !errors.Is(err, context.Canceled) || s != "" || reasonText(err) != "replay store failed" {
+			t.Fatalf("decode with a cancelled context = %q, %v (reason %q)", s, err, reasonText(err))
 		}
 		// DecodeJSONContext hands its context to the store.
 		v, err := DecodeJSONContext[string](ctx, singleUseCodec(t, Signed, replay.NewMemoryStore(0), clk, mustKeyring(t, fixedKey(20))), wire, "alice", "")
-		if !errors.Is(err, context.Canceled) || v != "" || Reason(err) != "replay store failed" {
+		if !errors.Is(err, context.Canceled) || v != "" || reasonText(err) != "replay store failed" {
 			t.Fatalf("DecodeJSONContext with a cancelled context = %q, %v", v, err)
 		}
 	})
@@ -251,7 +252,7 @@ func TestStateSingleUse(t *testing.T) {
 				if _, err := c.Decode(wire, "alice", ""); err != nil {
 					t.Fatalf("first decode: %v", err)
 				}
-				clk.Advance(DefaultStateTTL) // still accepted by its expiry
+				clk.Advance(defaultStateTTL) // still accepted by its expiry
 				if _, err := c.Decode(wire, "alice", ""); !errors.Is(err, ErrStateReplayed) {
 					t.Fatalf("replay just before expiry, store clock %v ahead = %v, want ErrStateReplayed", skew, err)
 				}
@@ -264,11 +265,11 @@ func TestStateSingleUse(t *testing.T) {
 	// the replay store took, not the time since the zero time.
 	t.Run("decode reports the store's latency", func(t *testing.T) {
 		const delay = 2 * time.Millisecond
-		var events []Event
+		var events []observe.Event
 		c := newTestCodec(t, RequestStateSecurity{
 			Keys:     mustKeyring(t, fixedKey(1)),
 			Replay:   slowStore{delay: delay, inner: &replay.MemoryStore{}},
-			Observer: ObserverFunc(func(e Event) { events = append(events, e) }),
+			Observer: observe.ObserverFunc(func(e observe.Event) { events = append(events, e) }),
 			Binding:  BindSubject,
 		})
 		w, err := c.Encode("s", "sub", "tool")
@@ -333,7 +334,7 @@ func TestStateSingleUse(t *testing.T) {
 			if _, err := c.Decode(wire, "alice", ""); err != nil {
 				t.Fatal(err)
 			}
-			exp := clk.Now().Add(DefaultStateTTL).Unix()
+			exp := clk.Now().Add(defaultStateTTL).Unix()
 			want := time.Unix(exp+1, 0).Add(60 * time.Second)
 			if len(store.until) != 1 || !store.until[0].Equal(want) {
 				t.Fatalf("%s: claims until %v, want [%v]", m.name, store.until, want)
@@ -414,8 +415,8 @@ func TestStateSingleUseNoBindingRefusalConsumes(t *testing.T) {
 				if !errors.Is(err, ErrStateInvalid) || s != "" {
 					t.Fatalf("%s: %q, %v; want ErrStateInvalid", r.name, s, err)
 				}
-				if r.also != nil && (!errors.Is(err, r.also) || Reason(err) != "wrong arguments" || ReasonOf(err) != ReasonWrongArguments) {
-					t.Fatalf("%s: %v (reason %q) does not carry the check's error", r.name, err, Reason(err))
+				if r.also != nil && (!errors.Is(err, r.also) || reasonText(err) != "wrong arguments" || Reason(err) != observe.ReasonWrongArguments) {
+					t.Fatalf("%s: %v (reason %q) does not carry the check's error", r.name, err, reasonText(err))
 				}
 				if store.Len() != 0 {
 					t.Fatalf("%s: the refused state was claimed", r.name)

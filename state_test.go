@@ -242,8 +242,8 @@ func TestStateAnonymousStateStaysBoundToItsTool(t *testing.T) {
 		for _, other := range []struct{ subject, tool string }{{"", "another tool"}, {"", ""}, {"alice", "t1"}} {
 			s, err := c.Decode(wire, other.subject, other.tool)
 			wantErr(t, err, ErrStateInvalid)
-			if s != "" || Reason(err) == "" {
-				t.Fatalf("mode %d: %q/%q: state %q, reason %q", mode, other.subject, other.tool, s, Reason(err))
+			if s != "" || reasonText(err) == "" {
+				t.Fatalf("mode %d: %q/%q: state %q, reason %q", mode, other.subject, other.tool, s, reasonText(err))
 			}
 		}
 	}
@@ -391,8 +391,8 @@ func TestStateSizeCap(t *testing.T) {
 	over, _ := big.Encode(strings.Repeat("a", 300), "alice", "")
 	_, err = c.Decode(over, "alice", "")
 	wantErr(t, err, ErrStateInvalid)
-	if Reason(err) != "over MaxBytes" {
-		t.Fatalf("reason = %q", Reason(err))
+	if reasonText(err) != "over MaxBytes" {
+		t.Fatalf("reason = %q", reasonText(err))
 	}
 	if _, err := c.Decode(wire, "alice", ""); err != nil {
 		t.Fatal(err)
@@ -435,8 +435,8 @@ func TestNewRequestStateCodec(t *testing.T) {
 		for _, mode := range []RequestStateMode{Signed, Encrypted} {
 			c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Mode: mode, Replay: replay.NewMemoryStore(0)})
 			wantErr(t, err, ErrNoKey)
-			if c != nil || Reason(err) != "RequestStateSecurity.Keys is nil" {
-				t.Fatalf("mode %d: codec %v, reason %q", mode, c, Reason(err))
+			if c != nil || reasonText(err) != "RequestStateSecurity.Keys is nil" {
+				t.Fatalf("mode %d: codec %v, reason %q", mode, c, reasonText(err))
 			}
 		}
 	})
@@ -465,8 +465,8 @@ func TestNewRequestStateCodec(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				c, err := NewRequestStateCodec(tc.sec)
 				wantErr(t, err, ErrConfig)
-				if c != nil || Reason(err) != tc.reason {
-					t.Fatalf("codec %v, reason %q, want %q", c, Reason(err), tc.reason)
+				if c != nil || reasonText(err) != tc.reason {
+					t.Fatalf("codec %v, reason %q, want %q", c, reasonText(err), tc.reason)
 				}
 			})
 		}
@@ -474,7 +474,7 @@ func TestNewRequestStateCodec(t *testing.T) {
 		clock := newTestClock()
 		for _, mode := range []RequestStateMode{Signed, Encrypted} {
 			c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: mode, Now: clock.Now})
-			if c.ttl != DefaultStateTTL || c.maxBytes != DefaultStateMaxBytes {
+			if c.ttl != defaultStateTTL || c.maxBytes != defaultStateMaxBytes {
 				t.Fatalf("mode %d: zero TTL/MaxBytes gave %v/%d", mode, c.ttl, c.maxBytes)
 			}
 			tight := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: mode, MaxBytes: minStateWire(mode), Now: clock.Now})
@@ -505,8 +505,8 @@ func TestStateEncodeRejectsInvalidUTF8(t *testing.T) {
 	c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(1))})
 	w, err := c.Encode("\xff", "a", "")
 	wantErr(t, err, ErrUnencodable)
-	if w != "" || Reason(err) == "" {
-		t.Fatalf("wire %q, reason %q", w, Reason(err))
+	if w != "" || reasonText(err) == "" {
+		t.Fatalf("wire %q, reason %q", w, reasonText(err))
 	}
 }
 
@@ -535,8 +535,8 @@ func TestZeroRequestStateCodecRefusesEveryCall(t *testing.T) {
 		for call, f := range calls {
 			s, err := f()
 			wantErr(t, err, ErrNoKey)
-			if s != "" || errors.Is(err, ErrStateInvalid) || Reason(err) != "codec not made by NewRequestStateCodec" {
-				t.Fatalf("%s %s: %q, %v (reason %q)", name, call, s, err, Reason(err))
+			if s != "" || errors.Is(err, ErrStateInvalid) || reasonText(err) != "codec not made by NewRequestStateCodec" {
+				t.Fatalf("%s %s: %q, %v (reason %q)", name, call, s, err, reasonText(err))
 			}
 		}
 	}
@@ -582,8 +582,8 @@ func TestStateTypedJSON(t *testing.T) {
 	c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(16))})
 	w, err := EncodeJSON(c, func() {}, "a", "")
 	var unsupported *json.UnsupportedTypeError
-	if !errors.Is(err, ErrUnencodable) || !errors.As(err, &unsupported) || w != "" || Reason(err) == "" {
-		t.Fatalf("unencodable value: %q, %v (reason %q)", w, err, Reason(err))
+	if !errors.Is(err, ErrUnencodable) || !errors.As(err, &unsupported) || w != "" || reasonText(err) == "" {
+		t.Fatalf("unencodable value: %q, %v (reason %q)", w, err, reasonText(err))
 	}
 }
 
@@ -675,8 +675,8 @@ func TestStateRefuses(t *testing.T) {
 			for _, subject := range []string{"\x00", "\x00\x00a", "\x00alice"} {
 				w, err := c.Encode("x", subject, "a\x00b")
 				wantErr(t, err, ErrUnencodable)
-				if w != "" || Reason(err) == "" {
-					t.Fatalf("mode %d: subject %q: wire %q, reason %q", mode, subject, w, Reason(err))
+				if w != "" || reasonText(err) == "" {
+					t.Fatalf("mode %d: subject %q: wire %q, reason %q", mode, subject, w, reasonText(err))
 				}
 			}
 			// A state sealed for the tool "a\x00b" (an empty subject) or "b"
@@ -692,8 +692,8 @@ func TestStateRefuses(t *testing.T) {
 				}
 				s, err := c.Decode(w, tc.subject, tc.tool)
 				wantErr(t, err, ErrStateInvalid)
-				if s != "" || Reason(err) != "subject contains NUL (ambiguous under BindSubjectAndTool)" {
-					t.Fatalf("mode %d: %q/%q: %q, reason %q", mode, tc.subject, tc.tool, s, Reason(err))
+				if s != "" || reasonText(err) != "subject contains NUL (ambiguous under BindSubjectAndTool)" {
+					t.Fatalf("mode %d: %q/%q: %q, reason %q", mode, tc.subject, tc.tool, s, reasonText(err))
 				}
 			}
 		}
@@ -771,8 +771,8 @@ func TestStateRefuses(t *testing.T) {
 				} {
 					s, err := tc.c.Decode(tc.wire, "alice", "")
 					wantErr(t, err, ErrStateInvalid)
-					if s != "" || Reason(err) != "malformed payload" {
-						t.Fatalf("payload truncated to %q: %q, reason %q", p, s, Reason(err))
+					if s != "" || reasonText(err) != "malformed payload" {
+						t.Fatalf("payload truncated to %q: %q, reason %q", p, s, reasonText(err))
 					}
 				}
 			}
@@ -1107,8 +1107,8 @@ func TestStateSignedMACTextOfWrongLengthIsMalformedFraming(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s, err := c.Decode(wire, "sub", "")
 			wantErr(t, err, ErrStateInvalid)
-			if Reason(err) != "malformed framing" {
-				t.Fatalf("Reason = %q, want %q", Reason(err), "malformed framing")
+			if reasonText(err) != "malformed framing" {
+				t.Fatalf("Reason = %q, want %q", reasonText(err), "malformed framing")
 			}
 			if s != "" {
 				t.Fatalf("state %q returned with the error", s)
@@ -1136,8 +1136,8 @@ func TestStateEncryptedShorterThanNonceAndTagIsMalformedFraming(t *testing.T) {
 			wire := encryptedPrefix + b64.EncodeToString(make([]byte, tc.n))
 			s, err := c.Decode(wire, "sub", "")
 			wantErr(t, err, ErrStateInvalid)
-			if Reason(err) != tc.reason {
-				t.Fatalf("Reason = %q, want %q", Reason(err), tc.reason)
+			if reasonText(err) != tc.reason {
+				t.Fatalf("Reason = %q, want %q", reasonText(err), tc.reason)
 			}
 			if s != "" {
 				t.Fatalf("state %q returned with the error", s)
@@ -1215,8 +1215,8 @@ func TestStateSizeCapAtExactlyMaxBytesAndOneOver(t *testing.T) {
 		}
 		s, err := under.Decode(wire, "alice", "")
 		wantErr(t, err, ErrStateInvalid)
-		if s != "" || Reason(err) != "over MaxBytes" {
-			t.Fatalf("mode %d: one over: %q, reason %q", mode, s, Reason(err))
+		if s != "" || reasonText(err) != "over MaxBytes" {
+			t.Fatalf("mode %d: one over: %q, reason %q", mode, s, reasonText(err))
 		}
 		w, err = under.Encode(state, "alice", "")
 		wantErr(t, err, ErrStateTooLarge)
@@ -1278,7 +1278,7 @@ func TestStateHeavyWithEscapesRoundTrips(t *testing.T) {
 				t.Fatalf("mode %d: round trip of %d escapes: %v", mode, len(state), err)
 			}
 			tag := vecBindTag(key, BindSubject, "alice", "")
-			want := vecStatePayload(state, clock.Now().Add(DefaultStateTTL).Unix(), tag)
+			want := vecStatePayload(state, clock.Now().Add(defaultStateTTL).Unix(), tag)
 			if mode == Signed {
 				if ref := vecSignedWire(key, want); wire != ref {
 					t.Fatalf("signed state with escapes differs from the reference")
@@ -1311,8 +1311,8 @@ func TestStateTamperedEncryptedReason(t *testing.T) {
 	}
 	s, err := c.Decode(string(b), "alice", "")
 	wantErr(t, err, ErrStateInvalid)
-	if s != "" || Reason(err) != "decryption failed (tampered, other key, or other subject/tool)" {
-		t.Fatalf("tampered encrypted state: %q, reason %q", s, Reason(err))
+	if s != "" || reasonText(err) != "decryption failed (tampered, other key, or other subject/tool)" {
+		t.Fatalf("tampered encrypted state: %q, reason %q", s, reasonText(err))
 	}
 }
 
@@ -1345,7 +1345,7 @@ func TestStateEveryErrorHasAReason(t *testing.T) {
 		"zero codec":           func() error { _, err := (&RequestStateCodec{}).Decode(wire, "alice", "t"); return err },
 		"not UTF-8":            func() error { _, err := c.Encode("\xff", "alice", "t"); return err },
 		"NUL subject":          func() error { _, err := c.Encode("x", "a\x00", "t"); return err },
-		"too large":            func() error { _, err := c.Encode(strings.Repeat("x", DefaultStateMaxBytes), "alice", "t"); return err },
+		"too large":            func() error { _, err := c.Encode(strings.Repeat("x", defaultStateMaxBytes), "alice", "t"); return err },
 		"unencodable JSON":     func() error { _, err := EncodeJSON(c, make(chan int), "alice", "t"); return err },
 		"wrong tool":           func() error { _, err := c.Decode(wire, "alice", "u"); return err },
 		"expired":              func() error { clk.Advance(time.Hour); _, err := c.Decode(wire, "alice", "t"); return err },
@@ -1356,7 +1356,7 @@ func TestStateEveryErrorHasAReason(t *testing.T) {
 	}
 	for name, call := range calls {
 		err := call()
-		if err == nil || Reason(err) == "" {
+		if err == nil || reasonText(err) == "" {
 			t.Errorf("%s: error %v has no reason", name, err)
 		}
 	}
@@ -1417,7 +1417,7 @@ func TestDecodersAllocateBoundedMemoryWithinTheCap(t *testing.T) {
 	// The largest state that fits the default cap, in each mode.
 	wires := map[RequestStateMode]string{}
 	for mode, c := range codecs {
-		lo, hi := 0, DefaultStateMaxBytes
+		lo, hi := 0, defaultStateMaxBytes
 		for lo < hi {
 			mid := (lo + hi + 1) / 2
 			if _, err := c.Encode(strings.Repeat("x", mid), "alice", ""); err == nil {
@@ -1427,7 +1427,7 @@ func TestDecodersAllocateBoundedMemoryWithinTheCap(t *testing.T) {
 			}
 		}
 		w, err := c.Encode(strings.Repeat("x", lo), "alice", "")
-		if err != nil || len(w) < DefaultStateMaxBytes-8 {
+		if err != nil || len(w) < defaultStateMaxBytes-8 {
 			t.Fatalf("%v: largest state %d bytes, wire %d bytes: %v", mode, lo, len(w), err)
 		}
 		wires[mode] = w
@@ -1451,11 +1451,11 @@ func TestDecodersAllocateBoundedMemoryWithinTheCap(t *testing.T) {
 		{"RequestStateCodec.Decode signed", func() error {
 			_, err := codecs[Signed].Decode(wires[Signed], "alice", "")
 			return err
-		}, 6*DefaultStateMaxBytes + constant},
+		}, 6*defaultStateMaxBytes + constant},
 		{"RequestStateCodec.Decode encrypted", func() error {
 			_, err := codecs[Encrypted].Decode(wires[Encrypted], "alice", "")
 			return err
-		}, 6*DefaultStateMaxBytes + constant},
+		}, 6*defaultStateMaxBytes + constant},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.run(); err != nil {
@@ -1561,8 +1561,8 @@ func TestStateAudience(t *testing.T) {
 	t.Run("NUL in audience is ErrConfig", func(t *testing.T) {
 		_, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: kr, Audience: "a\x00b"})
 		wantErr(t, err, ErrConfig)
-		if Reason(err) != "RequestStateSecurity.Audience contains a NUL byte" {
-			t.Fatalf("reason %q", Reason(err))
+		if reasonText(err) != "RequestStateSecurity.Audience contains a NUL byte" {
+			t.Fatalf("reason %q", reasonText(err))
 		}
 	})
 	t.Run("KeySource binds the audience too", func(t *testing.T) {

@@ -229,8 +229,8 @@ func checkOneTimeVector(t *testing.T, f oneTimeFile, v oneTimeVector) {
 	if e := oneTimeExpect(err); e != v.Expect {
 		t.Fatalf("Redeem = %v (%s), want %s", err, e, v.Expect)
 	}
-	if v.Reason != "" && Reason(err) != v.Reason {
-		t.Fatalf("reason %q, want %q", Reason(err), v.Reason)
+	if v.Reason != "" && reasonText(err) != v.Reason {
+		t.Fatalf("reason %q, want %q", reasonText(err), v.Reason)
 	}
 	if v.Expect == "ok" && !maps.Equal(got, v.Want) {
 		t.Fatalf("claims %v, want %v", got, v.Want)

@@ -534,7 +534,7 @@ func genStateVectors(t *testing.T) stateFile {
 		AESKey:     hex.EncodeToString(subkey(vecKey, stateAESLabel)),
 		BindKey:    hex.EncodeToString(subkey(vecKey, stateBindLabel)),
 		PayloadKey: hex.EncodeToString(subkey(vecKey, statePayloadLabel)),
-		TTLSeconds: int64(DefaultStateTTL / time.Second),
+		TTLSeconds: int64(defaultStateTTL / time.Second),
 	}
 	target := MCPTarget("tools/call", "search")
 	for _, b := range []struct {
@@ -854,7 +854,7 @@ func genJCSVectors(t *testing.T) jcsFile {
 		add("RFC 8785 Appendix B 0x"+strconv.FormatUint(b.bits, 16), input, b.text)
 	}
 	for _, v := range jcsInvalid {
-		if _, err := CanonicalJSON(v.bytes(t)); !errors.Is(err, ErrArgsInvalid) || Reason(err) != v.Reason {
+		if _, err := CanonicalJSON(v.bytes(t)); !errors.Is(err, ErrArgsInvalid) || reasonText(err) != v.Reason {
 			t.Fatalf("%s: CanonicalJSON error %v, want ErrArgsInvalid: %s", v.Name, err, v.Reason)
 		}
 	}
@@ -882,7 +882,7 @@ func checkJCSVectors(t *testing.T) {
 		}
 	}
 	for _, v := range f.Invalid {
-		if got, err := CanonicalJSON(v.bytes(t)); !errors.Is(err, ErrArgsInvalid) || got != nil || Reason(err) != v.Reason {
+		if got, err := CanonicalJSON(v.bytes(t)); !errors.Is(err, ErrArgsInvalid) || got != nil || reasonText(err) != v.Reason {
 			t.Errorf("%s: CanonicalJSON = %q, %v; want ErrArgsInvalid: %s", v.Name, got, err, v.Reason)
 		}
 		if _, err := ArgsFingerprint(json.RawMessage(v.bytes(t))); !errors.Is(err, ErrArgsInvalid) {
@@ -938,7 +938,7 @@ func genStateAudienceVectors(t *testing.T) stateAudienceFile {
 			"audience_bind_key = HKDF-SHA256(key, salt 32 zero bytes, info \"" + stateAudienceBindLabel + "\"); payload and wire as request_state.json; see README.md",
 		Key:             hex.EncodeToString(vecKey),
 		AudienceBindKey: hex.EncodeToString(subkey(vecKey, stateAudienceBindLabel)),
-		TTLSeconds:      int64(DefaultStateTTL / time.Second),
+		TTLSeconds:      int64(defaultStateTTL / time.Second),
 	}
 	target := MCPTarget("tools/call", "search")
 	now := vecNow.Unix()

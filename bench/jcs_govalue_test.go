@@ -59,7 +59,7 @@ func goValueDifference(v any) string {
 	case errMine == nil:
 		return "BUG: jcs refuses (" + errTheirs.Error() + "), ctoken accepts"
 	}
-	switch r := ctoken.Reason(errMine); r {
+	switch r := ctoken.Reason(errMine).String(); r {
 	case reasonInexact, reasonDepth, reasonReplaced:
 		return r
 	default:

@@ -50,7 +50,7 @@ func jcsDifference(text []byte) string {
 	case errMine == nil:
 		return "BUG: jcs refuses (" + errTheirs.Error() + "), ctoken accepts as " + string(mine)
 	}
-	switch r := ctoken.Reason(errMine); r {
+	switch r := ctoken.Reason(errMine).String(); r {
 	case reasonInexact, reasonDepth:
 		return r
 	default:

@@ -170,9 +170,10 @@ type Refusal struct {
 	// Message is the fixed text for the client. It never contains the token
 	// or the reason.
 	Message string
-	// Reason is the log-safe reason, for the server log only: ctoken's
-	// [ctoken.Reason] of the error, or "arguments differ from the sealed
-	// call" for [ErrArgsMismatch]. It never contains the token.
+	// Reason is the log-safe reason, for the server log only: the String of
+	// [ctoken.Reason] of the error, "arguments differ from the sealed call"
+	// for [ErrArgsMismatch], or the error's text for an Internal refusal
+	// (a missing key). It never contains the token.
 	Reason string
 	// StoreFailed reports that the replay store of a single-use codec could
 	// not answer (full, unreachable, context done): a server problem, not a
@@ -206,8 +207,11 @@ const (
 
 // refuseNoKey is the refusal of a token that a keyless codec or issuer could
 // not judge.
+// Its Reason is the error's text, which names the config field or key
+// position at fault (never key material): a missing key is not one of the
+// refusal reasons [ctoken.Reason] classifies.
 func refuseNoKey(err error) Refusal {
-	return Refusal{Message: msgInternal, Reason: ctoken.Reason(err), Internal: true}
+	return Refusal{Message: msgInternal, Reason: err.Error(), Internal: true}
 }
 
 // RefuseCursor returns the refusal of a cursor that [ctoken.CursorIssuer.Verify]
@@ -219,9 +223,9 @@ func RefuseCursor(err error) Refusal {
 		return refuseNoKey(err)
 	}
 	if errors.Is(err, ctoken.ErrCursorExpired) {
-		return Refusal{Code: ctoken.CodeCursorExpired, Message: msgCursorExpired, Reason: ctoken.Reason(err)}
+		return Refusal{Code: ctoken.CodeCursorExpired, Message: msgCursorExpired, Reason: ctoken.Reason(err).String()}
 	}
-	return Refusal{Code: ctoken.CodeCursorInvalid, Message: msgCursorInvalid, Reason: ctoken.Reason(err)}
+	return Refusal{Code: ctoken.CodeCursorInvalid, Message: msgCursorInvalid, Reason: ctoken.Reason(err).String()}
 }
 
 // RefuseState returns the refusal of a request state that did not open with
@@ -236,11 +240,11 @@ func RefuseState(err error) Refusal {
 	case errors.Is(err, ctoken.ErrNoKey):
 		return refuseNoKey(err)
 	case errors.Is(err, ctoken.ErrStateExpired):
-		return Refusal{Code: CodeStateExpired, Message: msgStateExpired, Reason: ctoken.Reason(err)}
+		return Refusal{Code: CodeStateExpired, Message: msgStateExpired, Reason: ctoken.Reason(err).String()}
 	case errors.Is(err, ErrArgsMismatch):
 		return Refusal{Code: CodeStateInvalid, Message: msgStateInvalid, Reason: argsMismatchReason}
 	case errors.Is(err, ctoken.ErrStateInvalid), errors.Is(err, ctoken.ErrStateReplayed):
-		return Refusal{Code: CodeStateInvalid, Message: msgStateInvalid, Reason: ctoken.Reason(err)}
+		return Refusal{Code: CodeStateInvalid, Message: msgStateInvalid, Reason: ctoken.Reason(err).String()}
 	}
 	return Refusal{Message: msgStoreFailed, StoreFailed: true}
 }

@@ -1,6 +1,8 @@
 package mcptoken
 
-import "log/slog"
+import (
+	"log/slog"
+)
 
 // CursorOptions configures the Cursors of an SDK module, whose caller
 // function has type C (ctokenmcp.CursorOptions and ctokenmcpgo.CursorOptions

@@ -5,9 +5,7 @@
 // a bounded number of label values. An Event never holds token text, a
 // delivery, a subject, a caller, a claim or key material.
 //
-// The root package re-exports every name of this package (ctoken.Event is
-// observe.Event, ctoken.KindCursor is observe.KindCursor), so an observer
-// written against either works with every config of the module: the root
+// Every config of the module takes an [Observer] of this package: the root
 // package's issuers and codecs, the webhook package's verifiers and
 // signers, and the idempotency package's middleware. The package depends
 // on the standard library only, so that webhook-only users can name these

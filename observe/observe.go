@@ -15,7 +15,7 @@ const (
 	KindRequestState
 	// KindOneTime is a one-time token (ctoken.OneTimeIssuer).
 	KindOneTime
-	// KindExchange is one token exchange request (ctoken.ExchangeHandler).
+	// KindExchange is one token exchange request (exchange.Handler).
 	KindExchange
 	// KindWebhook is one webhook delivery (webhook.Verifier and
 	// webhook.Signer).

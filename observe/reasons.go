@@ -4,7 +4,7 @@ package observe
 // refusing a token, a delivery or an input, as a small typed enum usable as
 // a metric label. Its String is exactly the text the refusing package's
 // Reason function returns for the error ("mac mismatch", "other server
-// session", "signature mismatch"), so logs and metrics agree; ctoken.ReasonOf
+// session", "signature mismatch"), so logs and metrics agree; ctoken.Reason
 // and webhook.ReasonOf return the typed value. One value may be produced for
 // several token kinds ("mac mismatch" for cursors, request states and
 // one-time tokens): label by [TokenKind] too.
@@ -12,8 +12,8 @@ package observe
 // The set and every value's String are stable across minor versions: a
 // minor version may add values, never rename, renumber or drop one.
 // Configuration errors of constructors (which name a config field or a
-// secret's position) are not in the set: the ReasonOf functions return
-// [ReasonNone] for them.
+// secret's position) are not in the set: ctoken.Reason and webhook.ReasonOf
+// return [ReasonNone] for them.
 type RefusalReason uint8
 
 // Every [RefusalReason]; the comment after each is its String (and the

@@ -8,9 +8,9 @@
 // Four instruments are recorded:
 //
 //   - ctoken.events, an Int64Counter of events, with the attributes
-//     ctoken.kind ([ctoken.TokenKind]), ctoken.outcome ([ctoken.Outcome]),
-//     ctoken.reason ([ctoken.RefusalReason]; "" when the token was not
-//     refused) and ctoken.key ([ctoken.KeyPosition]: "primary",
+//     ctoken.kind ([observe.TokenKind]), ctoken.outcome ([observe.Outcome]),
+//     ctoken.reason ([observe.RefusalReason]; "" when the token was not
+//     refused) and ctoken.key ([observe.KeyPosition]: "primary",
 //     "previous N", or "none");
 //   - ctoken.replay_store.duration, a Float64Histogram in seconds of every
 //     replay-store call, with ctoken.kind and ctoken.outcome;
@@ -34,12 +34,11 @@ package ctokenotel
 import (
 	"context"
 	"errors"
-	"math"
-	"sync"
-
-	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/observe"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"math"
+	"sync"
 )
 
 // Instrument and attribute names.
@@ -56,10 +55,10 @@ const (
 	// that should be rotated (outcome "rotate_key").
 	KeySealsName = "ctoken.key.seals"
 
-	AttrKind    = "ctoken.kind"    // a ctoken.TokenKind
-	AttrOutcome = "ctoken.outcome" // a ctoken.Outcome
-	AttrReason  = "ctoken.reason"  // a ctoken.RefusalReason, "" for none
-	AttrKey     = "ctoken.key"     // a ctoken.KeyPosition
+	AttrKind    = "ctoken.kind"    // a observe.TokenKind
+	AttrOutcome = "ctoken.outcome" // a observe.Outcome
+	AttrReason  = "ctoken.reason"  // a observe.RefusalReason, "" for none
+	AttrKey     = "ctoken.key"     // a observe.KeyPosition
 	AttrStore   = "ctoken.store"   // a replay store's package name
 	AttrOption  = "ctoken.option"  // the Allow* option that accepts a risk
 )
@@ -70,7 +69,7 @@ const ScopeName = "github.com/ctoken/ctoken/otel"
 // ErrNoMeterProvider reports a nil meter provider given to [New].
 var ErrNoMeterProvider = errors.New("ctokenotel: meter provider is nil")
 
-// Observer is a [ctoken.Observer] that records every event as metrics; set
+// Observer is a [observe.Observer] that records every event as metrics; set
 // it as the Observer of a ctoken config. It is safe for concurrent use.
 // Observe does not block beyond what the SDK's instruments do (an atomic or
 // a short lock per series in the OpenTelemetry Go SDK).
@@ -84,7 +83,7 @@ type Observer struct {
 	sets map[uint32]metric.MeasurementOption // cached attribute sets by label key
 }
 
-var _ ctoken.Observer = (*Observer)(nil)
+var _ observe.Observer = (*Observer)(nil)
 
 // New returns an [Observer] whose instruments come from a meter of mp named
 // [ScopeName]. A nil mp is [ErrNoMeterProvider]; an instrument the provider
@@ -144,7 +143,7 @@ func (o *Observer) RiskAccepted(store, option string) {
 // Observe records e: one count on ctoken.events; when a replay store
 // was called, its latency on ctoken.replay_store.duration; and for a key to
 // rotate, its count of seals on ctoken.key.seals.
-func (o *Observer) Observe(e ctoken.Event) {
+func (o *Observer) Observe(e observe.Event) {
 	ctx := context.Background()
 	o.events.Add(ctx, 1, o.attrs(e, true))
 	if e.StoreLatency > 0 {
@@ -157,7 +156,7 @@ func (o *Observer) Observe(e ctoken.Event) {
 
 // attrs returns the cached attribute set of e's labels: all four for the
 // counter (full), kind and outcome for the histogram.
-func (o *Observer) attrs(e ctoken.Event, full bool) metric.MeasurementOption {
+func (o *Observer) attrs(e observe.Event, full bool) metric.MeasurementOption {
 	k := uint32(e.Kind) | uint32(e.Outcome)<<8
 	if full {
 		k |= uint32(e.Reason)<<16 | uint32(e.Key)<<24

@@ -229,7 +229,7 @@ func TestScriptedRunExactCounts(t *testing.T) {
 // the secret the verifier holds second (verified, previous 1); one forged
 // (refused, signature mismatch, none); the first processed (processed,
 // with the store's latency) and presented again (duplicate).
-func webhookRun(t *testing.T, obs ctoken.Observer, now func() time.Time) {
+func webhookRun(t *testing.T, obs observe.Observer, now func() time.Time) {
 	t.Helper()
 	const newSecret, oldSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_3q2+7wAAAAD+ZmxvYXRpbmctcG9pbnQh"
 	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{newSecret, oldSecret}, Now: now, Observer: obs})
@@ -282,7 +282,7 @@ func webhookRun(t *testing.T, obs ctoken.Observer, now func() time.Time) {
 // first request (processed), its retry (duplicate), the key with another
 // body (refused, mismatch), and another key whose handler fails with 503
 // (released); each with the store's latency.
-func idempotencyRun(t *testing.T, obs ctoken.Observer) {
+func idempotencyRun(t *testing.T, obs observe.Observer) {
 	t.Helper()
 	mw, err := idempotency.New(idempotency.Config{
 		Store:    &replay.MemoryStore{},
@@ -336,7 +336,7 @@ func TestObserveIsSafeForConcurrentUse(t *testing.T) {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for i := range each {
-				obs.Observe(ctoken.Event{Kind: ctoken.KindCursor, Outcome: ctoken.OutcomeRefused, Reason: ctoken.RefusalReason(1 + (w+i)%3)})
+				obs.Observe(observe.Event{Kind: observe.KindCursor, Outcome: observe.OutcomeRefused, Reason: observe.RefusalReason(1 + (w+i)%3)})
 			}
 		}()
 	}

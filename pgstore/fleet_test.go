@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/exchange"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/webhook"
 )
@@ -110,7 +111,7 @@ func newInstance(t *testing.T, keys *ctoken.Keyring, store replay.Store) *instan
 		io.WriteString(w, tok)
 	})
 	mux.HandleFunc("POST /state/redeem", func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(io.LimitReader(r.Body, ctoken.DefaultStateMaxBytes+1))
+		body, _ := io.ReadAll(io.LimitReader(r.Body, (16<<10)+1))
 		_, err := in.states.DecodeContext(r.Context(), string(body), r.Header.Get("X-Caller"), stateTool)
 		switch {
 		case err == nil:
@@ -292,12 +293,12 @@ func newExchangeFleet(t *testing.T, stores []*Store) *exchangeFleet {
 	}
 	f.minter = newIssuer(stores[0])
 	for _, s := range stores {
-		h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+		h, err := exchange.NewHandler(exchange.Config{
 			Issuer:    newIssuer(s),
-			Authorize: func(context.Context, ctoken.ExchangeRequest) error { return nil },
-			Issue: func(_ context.Context, req ctoken.ExchangeRequest) (ctoken.Credential, error) {
+			Authorize: func(context.Context, exchange.Request) error { return nil },
+			Issue: func(_ context.Context, req exchange.Request) (exchange.Credential, error) {
 				f.issued.Add(1)
-				return ctoken.Credential{AccessToken: "bearer-for-" + req.Token.Claims["run"], ExpiresIn: 15 * time.Minute}, nil
+				return exchange.Credential{AccessToken: "bearer-for-" + req.Token.Claims["run"], ExpiresIn: 15 * time.Minute}, nil
 			},
 		})
 		if err != nil {
@@ -313,9 +314,9 @@ func newExchangeFleet(t *testing.T, stores []*Store) *exchangeFleet {
 
 func (f *exchangeFleet) exchange(i int, tok string) (int, string) {
 	form := url.Values{
-		"grant_type":         {ctoken.GrantTypeTokenExchange},
+		"grant_type":         {exchange.GrantTypeTokenExchange},
 		"subject_token":      {tok},
-		"subject_token_type": {ctoken.TokenTypeOneTime},
+		"subject_token_type": {exchange.TokenTypeOneTime},
 	}
 	res, err := f.client.Post(f.urls[i], "application/x-www-form-urlencoded", strings.NewReader(form.Encode()))
 	if err != nil {

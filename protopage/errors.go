@@ -10,7 +10,7 @@ import (
 // (the interceptors in grpcpage and connectpage send exactly that text):
 // it never carries the reason a token was refused, token text, the caller
 // or key material. The reason goes to the Pager's logger, and stays
-// readable on the server side with ctoken.Reason and ctoken.ReasonOf,
+// readable on the server side with ctoken.Reason,
 // since a refusal also matches ctoken's own error with errors.Is.
 var (
 	// ErrTokenInvalid refuses a page_token that is forged, tampered with,
@@ -30,7 +30,7 @@ var (
 	// MAC and do not carry them (ctoken's cursor format version 2), so a
 	// token of another caller or method is refused with it too, and so is
 	// a forged token whose body still decodes: which of these it is cannot
-	// be known (ctoken.ReasonCursorWrongScope). A version 1 token is
+	// be known (observe.ReasonCursorWrongScope). A version 1 token is
 	// compared field by field and gets it for other fields only.
 	// AIP-158: transports answer InvalidArgument.
 	ErrRequestChanged = errors.New("page_token was issued for a request with other fields: send the same fields (only page_size and skip may change), or start over without a page_token")

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/observe"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -196,7 +197,7 @@ func (p *Pager) Start(ctx context.Context, req proto.Message) (*Page, error) {
 		switch {
 		case errors.Is(err, ctoken.ErrCursorExpired):
 			kind = ErrTokenExpired
-		case ctoken.ReasonOf(err) == ctoken.ReasonWrongArguments, ctoken.ReasonOf(err) == ctoken.ReasonCursorWrongScope:
+		case ctoken.Reason(err) == observe.ReasonWrongArguments, ctoken.Reason(err) == observe.ReasonCursorWrongScope:
 			// A version 2 token binds method, caller and fields inside
 			// its MAC, so another caller or method, and a forgery whose
 			// body still decodes, look the same as changed fields; the
@@ -292,8 +293,12 @@ func isInteger(k protoreflect.Kind) bool {
 func (p *Pager) refuse(ctx context.Context, method string, kind, cause error) error {
 	level := logLevel(kind)
 	if p.log.Enabled(ctx, level) {
-		why := ctoken.Reason(cause)
-		if why == "" {
+		why := ctoken.Reason(cause).String()
+		if why == "" && errors.Is(cause, ctoken.ErrNoKey) {
+			// A missing key is no refusal reason; its text names the
+			// config field at fault, never key material.
+			why = cause.Error()
+		} else if why == "" {
 			var f fault
 			if errors.As(cause, &f) {
 				why = string(f)

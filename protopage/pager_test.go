@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/protopage"
 	"github.com/ctoken/ctoken/protopage/examples/librarypb"
 	"github.com/ctoken/ctoken/protopage/internal/fingerprintpb"
@@ -135,23 +136,23 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 		advance time.Duration
 		kind    error
 		sent    error // ctoken's sentinel it also matches
-		reason  ctoken.RefusalReason
+		reason  observe.RefusalReason
 	}{
-		{name: "changed filter", edit: func(r *librarypb.ListBooksRequest) { r.Filter = "Ada" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
-		{name: "changed order", edit: func(r *librarypb.ListBooksRequest) { r.OrderBy = "year" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
-		{name: "changed parent", edit: func(r *librarypb.ListBooksRequest) { r.Parent = "shelves/b" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
-		{name: "optional field now set to its default", edit: func(r *librarypb.ListBooksRequest) { r.MinYear = minYear(0) }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
-		{name: "another caller", caller: "mallory", kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
-		{name: "another method", method: "/ctoken.protopage.example.v1.LibraryService/ListShelves", kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
+		{name: "changed filter", edit: func(r *librarypb.ListBooksRequest) { r.Filter = "Ada" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: observe.ReasonCursorWrongScope},
+		{name: "changed order", edit: func(r *librarypb.ListBooksRequest) { r.OrderBy = "year" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: observe.ReasonCursorWrongScope},
+		{name: "changed parent", edit: func(r *librarypb.ListBooksRequest) { r.Parent = "shelves/b" }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: observe.ReasonCursorWrongScope},
+		{name: "optional field now set to its default", edit: func(r *librarypb.ListBooksRequest) { r.MinYear = minYear(0) }, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: observe.ReasonCursorWrongScope},
+		{name: "another caller", caller: "mallory", kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: observe.ReasonCursorWrongScope},
+		{name: "another method", method: "/ctoken.protopage.example.v1.LibraryService/ListShelves", kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: observe.ReasonCursorWrongScope},
 		// A token whose body still decodes but whose MAC fails is a
 		// forgery or a token of another request: they look the same.
-		{name: "tampered", token: tampered, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
-		{name: "tampered so that it does not decode", token: undecodable, kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorMalformed},
+		{name: "tampered", token: tampered, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: observe.ReasonCursorWrongScope},
+		{name: "tampered so that it does not decode", token: undecodable, kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: observe.ReasonCursorMalformed},
 		{name: "truncated", token: token[:len(token)-10], kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid},
 		{name: "not a token", token: "page-2", kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid},
-		{name: "oversize", token: strings.Repeat("A", ctoken.MaxCursorBytes+1), kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorOversize},
-		{name: "expired", advance: 2 * time.Minute, kind: protopage.ErrTokenExpired, sent: ctoken.ErrCursorExpired, reason: ctoken.ReasonOlderThanTTL},
-		{name: "another server session", token: foreign, kind: protopage.ErrTokenExpired, sent: ctoken.ErrCursorExpired, reason: ctoken.ReasonOtherSession},
+		{name: "oversize", token: strings.Repeat("A", ctoken.MaxCursorBytes+1), kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: observe.ReasonCursorOversize},
+		{name: "expired", advance: 2 * time.Minute, kind: protopage.ErrTokenExpired, sent: ctoken.ErrCursorExpired, reason: observe.ReasonOlderThanTTL},
+		{name: "another server session", token: foreign, kind: protopage.ErrTokenExpired, sent: ctoken.ErrCursorExpired, reason: observe.ReasonOtherSession},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,11 +181,11 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 			if err.Error() != tc.kind.Error() {
 				t.Fatalf("error text %q, want exactly %q", err, tc.kind)
 			}
-			why := ctoken.ReasonOf(err)
-			if tc.reason != ctoken.ReasonNone && why != tc.reason {
+			why := ctoken.Reason(err)
+			if tc.reason != observe.ReasonNone && why != tc.reason {
 				t.Fatalf("reason %q, want %q", why, tc.reason)
 			}
-			if why == ctoken.ReasonNone || strings.Contains(err.Error(), why.String()) {
+			if why == observe.ReasonNone || strings.Contains(err.Error(), why.String()) {
 				t.Fatalf("reason %q: missing, or in the error text %q", why, err)
 			}
 			logged := f.Log.String()[before:]

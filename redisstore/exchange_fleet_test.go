@@ -1,6 +1,6 @@
 package redisstore
 
-// The exchange fleet tests run three ctoken.ExchangeHandler instances on
+// The exchange fleet tests run three exchange.Handler instances on
 // loopback, each with its own OneTimeIssuer built from the same keys, all
 // redeeming through one Redis replay store: a bootstrap token is exchanged
 // for a credential by exactly one instance.
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/exchange"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -49,17 +50,17 @@ func newExchangeFleet(t *testing.T, store replay.Store) *exchangeFleet {
 	}
 	f.minter = newIssuer()
 	for range 3 {
-		h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+		h, err := exchange.NewHandler(exchange.Config{
 			Issuer: newIssuer(),
-			Authorize: func(ctx context.Context, req ctoken.ExchangeRequest) error {
+			Authorize: func(ctx context.Context, req exchange.Request) error {
 				if f.refused.Load() {
-					return ctoken.ErrExchangeUnavailable
+					return exchange.ErrUnavailable
 				}
 				return nil
 			},
-			Issue: func(ctx context.Context, req ctoken.ExchangeRequest) (ctoken.Credential, error) {
+			Issue: func(ctx context.Context, req exchange.Request) (exchange.Credential, error) {
 				f.issued.Add(1)
-				return ctoken.Credential{AccessToken: "bearer-for-" + req.Token.Claims["run"], ExpiresIn: 15 * time.Minute}, nil
+				return exchange.Credential{AccessToken: "bearer-for-" + req.Token.Claims["run"], ExpiresIn: 15 * time.Minute}, nil
 			},
 		})
 		if err != nil {
@@ -86,9 +87,9 @@ func (f *exchangeFleet) mint(run string) string {
 // code ("" on success); -1 when the request itself failed.
 func (f *exchangeFleet) exchange(i int, tok string) (int, string) {
 	form := url.Values{
-		"grant_type":         {ctoken.GrantTypeTokenExchange},
+		"grant_type":         {exchange.GrantTypeTokenExchange},
 		"subject_token":      {tok},
-		"subject_token_type": {ctoken.TokenTypeOneTime},
+		"subject_token_type": {exchange.TokenTypeOneTime},
 	}
 	res, err := f.client.Post(f.urls[i], "application/x-www-form-urlencoded", strings.NewReader(form.Encode()))
 	if err != nil {

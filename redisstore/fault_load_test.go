@@ -50,7 +50,7 @@ func bigList(in *atomic.Pointer[instance]) http.HandlerFunc {
 		var st listState
 		if c := r.URL.Query().Get("cursor"); c != "" {
 			if st, _, err = ctoken.VerifyState[listState](cfg.cursors, c, scope); err != nil {
-				ins.reply(w, http.StatusBadRequest, fleetResp{Code: ctoken.ErrorCode(err), Error: ctoken.Reason(err)})
+				ins.reply(w, http.StatusBadRequest, fleetResp{Code: ctoken.ErrorCode(err), Error: ctoken.Reason(err).String()})
 				return
 			}
 			if st.Offset == 0 || st.Offset >= loadItems || st.Offset%loadPageSize != 0 {

@@ -134,7 +134,7 @@ func (in *instance) handler() http.Handler {
 				if errors.Is(err, ctoken.ErrCursorExpired) {
 					status = http.StatusGone
 				}
-				in.reply(w, status, fleetResp{Code: ctoken.ErrorCode(err), Error: ctoken.Reason(err)})
+				in.reply(w, status, fleetResp{Code: ctoken.ErrorCode(err), Error: ctoken.Reason(err).String()})
 				return
 			}
 			if st.Offset == 0 || st.Offset >= fleetItems || st.Offset%fleetPageSize != 0 {
@@ -179,7 +179,7 @@ func (in *instance) handler() http.Handler {
 			in.reply(w, http.StatusConflict, fleetResp{Error: "already redeemed"})
 		case errors.Is(err, ctoken.ErrOneTimeInvalid), errors.Is(err, ctoken.ErrOneTimeExpired),
 			errors.Is(err, ctoken.ErrOneTimeClaims):
-			in.reply(w, http.StatusBadRequest, fleetResp{Error: ctoken.Reason(err)})
+			in.reply(w, http.StatusBadRequest, fleetResp{Error: ctoken.Reason(err).String()})
 		default: // the replay store could not decide: fail closed
 			in.reply(w, http.StatusServiceUnavailable, fleetResp{Error: "replay store unavailable"})
 		}
@@ -198,7 +198,7 @@ func (in *instance) handler() http.Handler {
 		in.reply(w, http.StatusOK, fleetResp{Token: tok})
 	})
 	mux.HandleFunc("POST /state/redeem", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, ctoken.DefaultStateMaxBytes+1))
+		body, err := io.ReadAll(io.LimitReader(r.Body, (16<<10)+1))
 		if err != nil {
 			in.reply(w, http.StatusBadRequest, fleetResp{Error: "unreadable body"})
 			return
@@ -210,7 +210,7 @@ func (in *instance) handler() http.Handler {
 		case errors.Is(err, ctoken.ErrStateReplayed):
 			in.reply(w, http.StatusConflict, fleetResp{Error: "already used"})
 		case errors.Is(err, ctoken.ErrStateInvalid), errors.Is(err, ctoken.ErrStateExpired):
-			in.reply(w, http.StatusBadRequest, fleetResp{Error: ctoken.Reason(err)})
+			in.reply(w, http.StatusBadRequest, fleetResp{Error: ctoken.Reason(err).String()})
 		default: // the replay store could not decide: fail closed
 			in.reply(w, http.StatusServiceUnavailable, fleetResp{Error: "replay store unavailable"})
 		}

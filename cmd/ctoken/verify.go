@@ -203,7 +203,7 @@ func decodeSession(s string) ([]byte, error) {
 // library's log-safe reason. Neither contains the token or a key.
 func rejected(e *env, err error) int {
 	fmt.Fprintf(e.stderr, "ctoken verify: REJECTED: %v\n", err)
-	if r := ctoken.Reason(err); r != "" {
+	if r := ctoken.Reason(err).String(); r != "" {
 		fmt.Fprintf(e.stderr, "reason: %s\n", r)
 	}
 	return exitRejected

@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/exchange"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -149,11 +150,11 @@ func newServer(out io.Writer) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	exchange, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+	exchange, err := exchange.NewHandler(exchange.Config{
 		Issuer:          s.bootstrap,
 		Authorize:       s.authorize,
 		Issue:           s.issue,
-		IssuedTokenType: ctoken.TokenTypeJWT,
+		IssuedTokenType: exchange.TokenTypeJWT,
 		// Refusals are logged with a fixed reason; never the token.
 		Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{ReplaceAttr: dropTime})),
 	})
@@ -201,14 +202,14 @@ func (s *server) finish(runID string) {
 // authorize runs before the bootstrap token is consumed: the run must
 // exist, be active and belong to the token's agent and company; the
 // credential is for this API only and carries no scopes.
-func (s *server) authorize(ctx context.Context, req ctoken.ExchangeRequest) error {
+func (s *server) authorize(ctx context.Context, req exchange.Request) error {
 	for _, aud := range append(req.Audience, req.Resource...) {
 		if aud != jwtAudience {
-			return fmt.Errorf("audience %q: %w", aud, ctoken.ErrExchangeTarget)
+			return fmt.Errorf("audience %q: %w", aud, exchange.ErrTarget)
 		}
 	}
 	if req.Scope != nil {
-		return fmt.Errorf("scopes are not issued: %w", ctoken.ErrExchangeScope)
+		return fmt.Errorf("scopes are not issued: %w", exchange.ErrScope)
 	}
 	c := req.Token.Claims
 	s.mu.Lock()
@@ -227,7 +228,7 @@ func (s *server) authorize(ctx context.Context, req ctoken.ExchangeRequest) erro
 
 // issue runs after the bootstrap token was redeemed: a bearer JWT bound to
 // the run.
-func (s *server) issue(ctx context.Context, req ctoken.ExchangeRequest) (ctoken.Credential, error) {
+func (s *server) issue(ctx context.Context, req exchange.Request) (exchange.Credential, error) {
 	now := s.clock.Now()
 	c := req.Token.Claims
 	claims := runClaims{
@@ -243,9 +244,9 @@ func (s *server) issue(ctx context.Context, req ctoken.ExchangeRequest) (ctoken.
 	}
 	signed, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(s.jwtKey)
 	if err != nil {
-		return ctoken.Credential{}, err
+		return exchange.Credential{}, err
 	}
-	return ctoken.Credential{AccessToken: signed, ExpiresIn: bearerTTL}, nil
+	return exchange.Credential{AccessToken: signed, ExpiresIn: bearerTTL}, nil
 }
 
 type ctxKey struct{}
@@ -372,9 +373,9 @@ func (a *agent) do(req *http.Request) (reply, error) {
 // exchange posts the bootstrap token to the exchange endpoint.
 func (a *agent) exchange(ctx context.Context, bootstrap string) (reply, error) {
 	form := url.Values{
-		"grant_type":         {ctoken.GrantTypeTokenExchange},
+		"grant_type":         {exchange.GrantTypeTokenExchange},
 		"subject_token":      {bootstrap},
-		"subject_token_type": {ctoken.TokenTypeOneTime},
+		"subject_token_type": {exchange.TokenTypeOneTime},
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.base+exchangePath, strings.NewReader(form.Encode()))
 	if err != nil {

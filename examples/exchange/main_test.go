@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/exchange"
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -104,7 +105,7 @@ func TestExchangeCurlSequence(t *testing.T) {
 	runID, boot := launch["run"].(string), launch["bootstrap_token"].(string)
 	status, tok := curl(t, http.MethodPost, base+exchangePath, "", exchangeValues(boot))
 	if status != http.StatusOK || tok["token_type"] != "Bearer" || tok["expires_in"] != float64(900) ||
-		tok["issued_token_type"] != ctoken.TokenTypeJWT || len(tok) != 4 {
+		tok["issued_token_type"] != exchange.TokenTypeJWT || len(tok) != 4 {
 		t.Fatalf("exchange: %d %v", status, tok)
 	}
 	bearer := tok["access_token"].(string)

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/keyfile"
 )
 
 // listItems is the cursor's ToolID: the operation or endpoint the cursor
@@ -153,7 +154,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // log only.
 func (s *Server) refuse(w http.ResponseWriter, err error) {
 	status := ctoken.CursorHTTPStatus(err)
-	s.Log.Warn("cursor refused", "instance", s.Name, "status", status, "reason", ctoken.Reason(err))
+	s.Log.Warn("cursor refused", "instance", s.Name, "status", status, "reason", ctoken.Reason(err).String())
 	switch status {
 	case http.StatusGone:
 		problem(w, status, "the cursor has expired: start over from the first page, without a cursor")
@@ -190,7 +191,7 @@ func StartFleet(ctx context.Context, n int, keyFile string, session []byte, stor
 	var f Fleet
 	for i := range n {
 		swaps := make(chan int, 8)
-		keys, err := ctoken.KeySourceFromFile(ctx, ctoken.KeyFileReloaderConfig{
+		keys, err := keyfile.NewSource(ctx, keyfile.Config{
 			Path:     keyFile,
 			Interval: reload,
 			OnError:  func(err error) { logger.Error("key file refused; keeping the current keys", "err", err) },

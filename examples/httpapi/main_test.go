@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/keyfile"
 )
 
 // syncBuffer is a log sink shared by the instances' goroutines.
@@ -210,7 +211,7 @@ func TestStartFleetRefusesABadKeyFile(t *testing.T) {
 	cases := map[string]error{
 		filepath.Join(dir, "missing"): os.ErrNotExist,
 		bad:                           ctoken.ErrKeyInvalid,
-		writable:                      ctoken.ErrKeyFileWritable,
+		writable:                      keyfile.ErrWritable,
 	}
 	if runtime.GOOS == "windows" {
 		delete(cases, writable) // permission bits are not checked there

@@ -465,7 +465,7 @@ func TestCanonicalJSON(t *testing.T) {
 			`[{"k":{"x":1,"x":`,
 		} {
 			exact := []byte(in)
-			if out, err := Canonical(exact); out != nil || err != errArgsDuplicate || reasonOf(err) != "duplicate object member name" { // ctoken.ReasonArgsDuplicate
+			if out, err := Canonical(exact); out != nil || err != errArgsDuplicate || reasonOf(err) != "duplicate object member name" { // observe.ReasonArgsDuplicate
 				t.Errorf("Canonical(%q) = %q, %v; want %v", in, out, err, errArgsDuplicate)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"log"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/observe/observetest"
 )
 
@@ -27,7 +28,7 @@ func ExampleRecorder() {
 	_, _ = issuer.Verify(cursor, ctoken.CursorScope{ToolID: "search_issues", CallerID: "user:43"})
 
 	for _, e := range rec.Take() {
-		fmt.Println(e.Outcome, e.Reason == ctoken.ReasonCursorWrongScope)
+		fmt.Println(e.Outcome, e.Reason == observe.ReasonCursorWrongScope)
 	}
 	// Output:
 	// issued false

@@ -68,6 +68,8 @@ var KnownPackages = map[string]string{
 	"idempotency": "github.com/ctoken/ctoken/idempotency",
 	"replay":      "github.com/ctoken/ctoken/replay",
 	"observe":     "github.com/ctoken/ctoken/observe",
+	"exchange":    "github.com/ctoken/ctoken/exchange",
+	"keyfile":     "github.com/ctoken/ctoken/keyfile",
 	"mcptoken":    "github.com/ctoken/ctoken/mcptoken",
 	"redisstore":  "github.com/ctoken/ctoken/redisstore",
 	"pgstore":     "github.com/ctoken/ctoken/pgstore",

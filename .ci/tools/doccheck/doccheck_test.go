@@ -133,7 +133,7 @@ func TestDocSnippetsCompile(t *testing.T) {
 // convert implicitly.
 func TestCheckCatchesAStringPassedAsBytes(t *testing.T) {
 	needWorkspace(t)
-	md := "<!-- snippet\nvar keys *ctoken.KeySource\nvar obs ctoken.Observer\n-->\n```go\n" +
+	md := "<!-- snippet\nvar keys *ctoken.KeySource\nvar obs observe.Observer\n-->\n```go\n" +
 		"session := os.Getenv(\"CTOKEN_SESSION\")\n" +
 		"issuer, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{KeySource: keys, Session: session, Observer: obs})\n" +
 		"```\n"

@@ -1,4 +1,4 @@
-package ctoken
+package keyfile
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken"
 )
 
 // secretDir lays out a directory the way a Kubernetes Secret volume does:
@@ -56,40 +58,40 @@ func (d *secretDir) publish(content string) {
 func keyText(keys ...[]byte) string {
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = EncodeKey(k)
+		parts[i] = ctoken.EncodeKey(k)
 	}
 	return strings.Join(parts, ",") + "\n"
 }
 
-func TestNewKeyFileReloaderRefusesBadConfig(t *testing.T) {
+func TestNewReloaderRefusesBadConfig(t *testing.T) {
 	src := mustSource(t, mustKeyring(t, fixedKey(1)))
 	for _, tc := range []struct {
 		name string
-		cfg  KeyFileReloaderConfig
+		cfg  Config
 		want error
 	}{
-		{"no source", KeyFileReloaderConfig{Path: "k"}, ErrNoKey},
-		{"empty source", KeyFileReloaderConfig{Source: &KeySource{}, Path: "k"}, ErrNoKey},
-		{"no path", KeyFileReloaderConfig{Source: src}, ErrConfig},
-		{"negative interval", KeyFileReloaderConfig{Source: src, Path: "k", Interval: -1}, ErrConfig},
+		{"no source", Config{Path: "k"}, ctoken.ErrNoKey},
+		{"empty source", Config{Source: &ctoken.KeySource{}, Path: "k"}, ctoken.ErrNoKey},
+		{"no path", Config{Source: src}, ctoken.ErrConfig},
+		{"negative interval", Config{Source: src, Path: "k", Interval: -1}, ctoken.ErrConfig},
 	} {
-		_, err := NewKeyFileReloader(tc.cfg)
-		if !errors.Is(err, tc.want) || Reason(err) == "" {
+		_, err := NewReloader(tc.cfg)
+		if !errors.Is(err, tc.want) || reasonText(err) == "" {
 			t.Errorf("%s: %v, want %v with a reason", tc.name, err, tc.want)
 		}
 	}
 }
 
-func TestKeyFileReloader(t *testing.T) {
+func TestReloader(t *testing.T) {
 	// Publishes three versions of a key
 	// file through atomic symlink swaps and checks each one takes effect, and
 	// that unchanged content is no swap.
 	t.Run("follows symlink swaps", func(t *testing.T) {
-		a, b := RandomKey(), RandomKey()
+		a, b := ctoken.RandomKey(), ctoken.RandomKey()
 		d := newSecretDir(t, keyText(a))
 		src := mustSource(t, mustKeyring(t, a))
 		var swaps []int
-		r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), OnSwap: func(n int) { swaps = append(swaps, n) },
+		r, err := NewReloader(Config{Source: src, Path: d.path(), OnSwap: func(n int) { swaps = append(swaps, n) },
 			OnError: func(err error) { t.Errorf("OnError: %v", err) }})
 		if err != nil {
 			t.Fatal(err)
@@ -115,7 +117,7 @@ func TestKeyFileReloader(t *testing.T) {
 				t.Fatalf("step %d: swapped %v, err %v; want %v", i, swapped, err, step.swapped)
 			}
 			kr := src.Keyring()
-			if string(kr.keys[0]) != string(step.primary) || kr.Len() != step.n {
+			if primaryID(kr) != idOf(step.primary) || kr.Len() != step.n {
 				t.Fatalf("step %d: ring of %d keys with the wrong primary", i, kr.Len())
 			}
 		}
@@ -124,15 +126,15 @@ func TestKeyFileReloader(t *testing.T) {
 		}
 	})
 
-	// TestKeyFileReloader/keeps the ring on bad content: a malformed, empty, missing
+	// TestReloader/keeps the ring on bad content: a malformed, empty, missing
 	// or oversize file leaves the ring in place and is reported once.
 	t.Run("keeps the ring on bad content", func(t *testing.T) {
-		a := RandomKey()
+		a := ctoken.RandomKey()
 		d := newSecretDir(t, keyText(a))
 		kr := mustKeyring(t, a)
 		src := mustSource(t, kr)
 		var reported []error
-		r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), OnError: func(err error) { reported = append(reported, err) }})
+		r, err := NewReloader(Config{Source: src, Path: d.path(), OnError: func(err error) { reported = append(reported, err) }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,10 +147,10 @@ func TestKeyFileReloader(t *testing.T) {
 			content string
 			want    error
 		}{
-			{"not base64", "not a key!\n", ErrKeyInvalid},
-			{"short key", EncodeKey(make([]byte, 16)), ErrKeyTooShort},
-			{"empty", "\n", ErrKeyInvalid},
-			{"oversize", strings.Repeat("A", MaxKeyFileBytes+1), ErrKeyFileTooLarge},
+			{"not base64", "not a key!\n", ctoken.ErrKeyInvalid},
+			{"short key", ctoken.EncodeKey(make([]byte, 16)), ctoken.ErrKeyTooShort},
+			{"empty", "\n", ctoken.ErrKeyInvalid},
+			{"oversize", strings.Repeat("A", MaxBytes+1), ErrTooLarge},
 		} {
 			reported = nil
 			d.publish(tc.content)
@@ -157,7 +159,7 @@ func TestKeyFileReloader(t *testing.T) {
 				if swapped || !errors.Is(err, tc.want) {
 					t.Fatalf("%s: swapped %v, err %v, want %v", tc.name, swapped, err, tc.want)
 				}
-				if strings.Contains(err.Error(), tc.content[:min(len(tc.content), 8)]) && tc.want != ErrKeyFileTooLarge {
+				if strings.Contains(err.Error(), tc.content[:min(len(tc.content), 8)]) && tc.want != ErrTooLarge {
 					t.Errorf("%s: error %q echoes the file", tc.name, err)
 				}
 			}
@@ -180,11 +182,11 @@ func TestKeyFileReloader(t *testing.T) {
 	// Runs the poll loop
 	// with a short interval and waits (bounded) for a published key.
 	t.Run("run picks up a swap within the interval", func(t *testing.T) {
-		a, b := RandomKey(), RandomKey()
+		a, b := ctoken.RandomKey(), ctoken.RandomKey()
 		d := newSecretDir(t, keyText(a))
 		src := mustSource(t, mustKeyring(t, a))
 		swapped := make(chan int, 10)
-		r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), Interval: 5 * time.Millisecond, OnSwap: func(n int) { swapped <- n }})
+		r, err := NewReloader(Config{Source: src, Path: d.path(), Interval: 5 * time.Millisecond, OnSwap: func(n int) { swapped <- n }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,20 +211,20 @@ func TestKeyFileReloader(t *testing.T) {
 		if !errors.Is(runErr, context.Canceled) {
 			t.Errorf("Run returned %v", runErr)
 		}
-		if string(src.Keyring().keys[0]) != string(b) {
+		if primaryOf(src) != idOf(b) {
 			t.Error("the published primary is not in effect")
 		}
 	})
 
-	// TestKeyFileReloader/run does not reload after its context is done: with ctx done
+	// TestReloader/run does not reload after its context is done: with ctx done
 	// (here before Run starts, so the race of a tick and ctx.Done is decided
 	// the same way every time) Run returns ctx's error and reads nothing.
 	t.Run("run does not reload after its context is done", func(t *testing.T) {
-		a := RandomKey()
+		a := ctoken.RandomKey()
 		d := newSecretDir(t, keyText(a))
 		src := mustSource(t, mustKeyring(t, a))
 		calls := 0
-		r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), Interval: time.Millisecond,
+		r, err := NewReloader(Config{Source: src, Path: d.path(), Interval: time.Millisecond,
 			OnError: func(error) { calls++ }, OnSwap: func(int) { calls++ }})
 		if err != nil {
 			t.Fatal(err)
@@ -239,30 +241,30 @@ func TestKeyFileReloader(t *testing.T) {
 		}
 	})
 
-	// Kills reload.go `len(b) > MaxKeyFileBytes` → `>=`: a key file of exactly
-	// MaxKeyFileBytes bytes (a key padded with white space, which ParseKeyring
-	// trims) is read and swapped in; one byte more is ErrKeyFileTooLarge and
+	// Kills reload.go `len(b) > MaxBytes` → `>=`: a key file of exactly
+	// MaxBytes bytes (a key padded with white space, which ParseKeyring
+	// trims) is read and swapped in; one byte more is ErrTooLarge and
 	// leaves the ring in place.
-	t.Run("reads a file of exactly MaxKeyFileBytes", func(t *testing.T) {
-		a, b := RandomKey(), RandomKey()
+	t.Run("reads a file of exactly MaxBytes", func(t *testing.T) {
+		a, b := ctoken.RandomKey(), ctoken.RandomKey()
 		pad := func(text string, n int) string { return text + strings.Repeat(" ", n-len(text)) }
 		d := newSecretDir(t, keyText(a))
 		src := mustSource(t, mustKeyring(t, a))
-		r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path()})
+		r, err := NewReloader(Config{Source: src, Path: d.path()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.publish(pad(keyText(b), MaxKeyFileBytes))
+		d.publish(pad(keyText(b), MaxBytes))
 		if swapped, err := r.Reload(); !swapped || err != nil {
-			t.Fatalf("file of MaxKeyFileBytes: swapped %v, err %v", swapped, err)
+			t.Fatalf("file of MaxBytes: swapped %v, err %v", swapped, err)
 		}
-		if string(src.Keyring().keys[0]) != string(b) {
-			t.Fatal("the key of a file of MaxKeyFileBytes is not in effect")
+		if primaryOf(src) != idOf(b) {
+			t.Fatal("the key of a file of MaxBytes is not in effect")
 		}
 		kr := src.Keyring()
-		d.publish(pad(keyText(a), MaxKeyFileBytes+1))
-		if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrKeyFileTooLarge) {
-			t.Fatalf("file of MaxKeyFileBytes+1: swapped %v, err %v", swapped, err)
+		d.publish(pad(keyText(a), MaxBytes+1))
+		if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("file of MaxBytes+1: swapped %v, err %v", swapped, err)
 		}
 		if src.Keyring() != kr {
 			t.Fatal("an oversize file replaced the ring")
@@ -303,13 +305,13 @@ func key64(t *testing.T) []byte {
 		if _, err := rand.Read(k); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := NewKeyring(k); err == nil {
+		if _, err := ctoken.NewKeyring(k); err == nil {
 			return k
 		}
 	}
 }
 
-// TestKeyFileReloaderNeverSwapsInAFileCaughtMidWrite writes each new key
+// TestReloaderNeverSwapsInAFileCaughtMidWrite writes each new key
 // file in place one byte at a time and checks at every cut point, with
 // three checks per cut (a writer stalled for longer than several polls),
 // that the ring is never replaced; the complete file then takes effect at
@@ -317,8 +319,8 @@ func key64(t *testing.T) []byte {
 // key cut after 44 of its 86 characters (33 bytes, a key ParseKeyring
 // accepts), and a rotation "new,old" cut before the comma (a ring without
 // the old key). Reload is the poll: no timing is involved.
-func TestKeyFileReloaderNeverSwapsInAFileCaughtMidWrite(t *testing.T) {
-	old, next := RandomKey(), RandomKey()
+func TestReloaderNeverSwapsInAFileCaughtMidWrite(t *testing.T) {
+	old, next := ctoken.RandomKey(), ctoken.RandomKey()
 	long := key64(t)
 	for _, tc := range []struct {
 		name    string
@@ -329,9 +331,9 @@ func TestKeyFileReloaderNeverSwapsInAFileCaughtMidWrite(t *testing.T) {
 		// terminator it would have been swapped in.
 		redTeam int
 	}{
-		{"64-byte key", EncodeKey(long) + "\n", long, 1, 44},
-		{"rotation new,old", keyText(next, old), next, 2, len(EncodeKey(next))},
-		{"rotation new,old with CRLF", strings.TrimSuffix(keyText(next, old), "\n") + "\r\n", next, 2, len(EncodeKey(next)) + 1 + len(EncodeKey(old))},
+		{"64-byte key", ctoken.EncodeKey(long) + "\n", long, 1, 44},
+		{"rotation new,old", keyText(next, old), next, 2, len(ctoken.EncodeKey(next))},
+		{"rotation new,old with CRLF", strings.TrimSuffix(keyText(next, old), "\n") + "\r\n", next, 2, len(ctoken.EncodeKey(next)) + 1 + len(ctoken.EncodeKey(old))},
 	} {
 		for _, viaSymlink := range []bool{false, true} {
 			name := tc.name
@@ -339,7 +341,7 @@ func TestKeyFileReloaderNeverSwapsInAFileCaughtMidWrite(t *testing.T) {
 				name += " through an unchanged symlink"
 			}
 			t.Run(name, func(t *testing.T) {
-				if _, err := ParseKeyring(tc.full[:tc.redTeam]); err != nil {
+				if _, err := ctoken.ParseKeyring(tc.full[:tc.redTeam]); err != nil {
 					t.Fatalf("the red team's cut does not parse (%v): the case tests nothing", err)
 				}
 				dir := t.TempDir()
@@ -354,7 +356,7 @@ func TestKeyFileReloaderNeverSwapsInAFileCaughtMidWrite(t *testing.T) {
 				writeKeyFile(t, file, keyText(old), 0o600)
 				src := mustSource(t, mustKeyring(t, old))
 				var reported []error
-				r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: path,
+				r, err := NewReloader(Config{Source: src, Path: path,
 					OnError: func(err error) { reported = append(reported, err) }})
 				if err != nil {
 					t.Fatal(err)
@@ -374,8 +376,8 @@ func TestKeyFileReloaderNeverSwapsInAFileCaughtMidWrite(t *testing.T) {
 							t.Fatalf("cut %d of %d, check %d: swapped %v, err %v, ring replaced %v",
 								cut, len(tc.full), poll, swapped, err, src.Keyring() != before)
 						}
-						if cut == tc.redTeam && !errors.Is(err, ErrKeyFileIncomplete) {
-							t.Fatalf("red team's cut %d: %v, want ErrKeyFileIncomplete", cut, err)
+						if cut == tc.redTeam && !errors.Is(err, ErrIncomplete) {
+							t.Fatalf("red team's cut %d: %v, want ErrIncomplete", cut, err)
 						}
 						if cut >= 8 && strings.Contains(err.Error(), tc.full[:8]) {
 							t.Fatalf("cut %d: the error echoes the file: %v", cut, err)
@@ -385,7 +387,7 @@ func TestKeyFileReloaderNeverSwapsInAFileCaughtMidWrite(t *testing.T) {
 				w.write(tc.full[len(tc.full)-1:])
 				swapped, err := r.Reload()
 				kr := src.Keyring()
-				if !swapped || err != nil || string(kr.keys[0]) != string(tc.primary) || kr.Len() != tc.n {
+				if !swapped || err != nil || primaryID(kr) != idOf(tc.primary) || kr.Len() != tc.n {
 					t.Fatalf("complete file: swapped %v, err %v, %d keys", swapped, err, kr.Len())
 				}
 				if len(reported) > len(tc.full) {
@@ -396,17 +398,17 @@ func TestKeyFileReloaderNeverSwapsInAFileCaughtMidWrite(t *testing.T) {
 	}
 }
 
-// TestKeyFileReloaderKeepsTheRingWhileACrashedWritersFileStays: a file a
+// TestReloaderKeepsTheRingWhileACrashedWritersFileStays: a file a
 // crashed writer left truncated (it parses, but has no final newline) is
 // never swapped in, however many checks pass, and is reported once; the
 // next complete version takes effect.
-func TestKeyFileReloaderKeepsTheRingWhileACrashedWritersFileStays(t *testing.T) {
-	old, next := RandomKey(), RandomKey()
+func TestReloaderKeepsTheRingWhileACrashedWritersFileStays(t *testing.T) {
+	old, next := ctoken.RandomKey(), ctoken.RandomKey()
 	path := filepath.Join(t.TempDir(), "keys")
 	writeKeyFile(t, path, keyText(old), 0o600)
 	src := mustSource(t, mustKeyring(t, old))
 	var reported []error
-	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: path, OnError: func(err error) { reported = append(reported, err) }})
+	r, err := NewReloader(Config{Source: src, Path: path, OnError: func(err error) { reported = append(reported, err) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,33 +417,33 @@ func TestKeyFileReloaderKeepsTheRingWhileACrashedWritersFileStays(t *testing.T) 
 	}
 	before := src.Keyring()
 	full := keyText(next, old)
-	newSlowWriter(t, path).write(full[:len(EncodeKey(next))]) // crashed before the comma
+	newSlowWriter(t, path).write(full[:len(ctoken.EncodeKey(next))]) // crashed before the comma
 	for range 50 {
-		if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrKeyFileIncomplete) {
-			t.Fatalf("swapped %v, err %v; want ErrKeyFileIncomplete", swapped, err)
+		if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrIncomplete) {
+			t.Fatalf("swapped %v, err %v; want ErrIncomplete", swapped, err)
 		}
 	}
-	if src.Keyring() != before || len(reported) != 1 || !errors.Is(reported[0], ErrKeyFileIncomplete) {
-		t.Fatalf("ring replaced %v; OnError %v, want one ErrKeyFileIncomplete", src.Keyring() != before, reported)
+	if src.Keyring() != before || len(reported) != 1 || !errors.Is(reported[0], ErrIncomplete) {
+		t.Fatalf("ring replaced %v; OnError %v, want one ErrIncomplete", src.Keyring() != before, reported)
 	}
 	writeKeyFile(t, path, full, 0o600)
-	if swapped, err := r.Reload(); !swapped || err != nil || primaryOf(src) != string(next) {
+	if swapped, err := r.Reload(); !swapped || err != nil || primaryOf(src) != idOf(next) {
 		t.Fatalf("the complete file: swapped %v, err %v", swapped, err)
 	}
 }
 
-// TestKeyFileReloaderAcceptsAPublishedFileWithoutANewline: a Kubernetes
+// TestReloaderAcceptsAPublishedFileWithoutANewline: a Kubernetes
 // Secret volume's file has no final newline when the secret was made from a
 // literal; it is published whole by the ..data symlink swap, so it is
 // loaded at the first check and at every later swap. The same content
 // written in place is refused.
-func TestKeyFileReloaderAcceptsAPublishedFileWithoutANewline(t *testing.T) {
-	a, b := RandomKey(), RandomKey()
+func TestReloaderAcceptsAPublishedFileWithoutANewline(t *testing.T) {
+	a, b := ctoken.RandomKey(), ctoken.RandomKey()
 	bare := func(keys ...[]byte) string { return strings.TrimSuffix(keyText(keys...), "\n") }
 	d := newSecretDir(t, bare(a))
 	src := mustSource(t, mustKeyring(t, b))
 	var reported []error
-	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: d.path(), OnError: func(err error) { reported = append(reported, err) }})
+	r, err := NewReloader(Config{Source: src, Path: d.path(), OnError: func(err error) { reported = append(reported, err) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,12 +454,12 @@ func TestKeyFileReloaderAcceptsAPublishedFileWithoutANewline(t *testing.T) {
 		{"", a},
 		{bare(b, a), b},
 		{bare(a, b), a},
-		{EncodeKey(b) + ",\n" + EncodeKey(a), b}, // two lines: fine when published
+		{ctoken.EncodeKey(b) + ",\n" + ctoken.EncodeKey(a), b}, // two lines: fine when published
 	} {
 		if step.content != "" {
 			d.publish(step.content)
 		}
-		if swapped, err := r.Reload(); !swapped || err != nil || primaryOf(src) != string(step.primary) || reported != nil {
+		if swapped, err := r.Reload(); !swapped || err != nil || primaryOf(src) != idOf(step.primary) || reported != nil {
 			t.Fatalf("step %d: swapped %v, err %v, OnError %v", i, swapped, err, reported)
 		}
 	}
@@ -467,12 +469,12 @@ func TestKeyFileReloaderAcceptsAPublishedFileWithoutANewline(t *testing.T) {
 		t.Fatal(err)
 	}
 	newSlowWriter(t, target).write(bare(a))
-	if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrKeyFileIncomplete) {
+	if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrIncomplete) {
 		t.Fatalf("in place through the symlink: swapped %v, err %v", swapped, err)
 	}
 }
 
-func TestKeyFileTerminatorIsOneLineEndingInANewline(t *testing.T) {
+func TestFileTerminatorIsOneLineEndingInANewline(t *testing.T) {
 	for _, tc := range []struct {
 		text string
 		want bool
@@ -481,7 +483,7 @@ func TestKeyFileTerminatorIsOneLineEndingInANewline(t *testing.T) {
 		{"k", false},
 		{"k\n", true},
 		{"k\r\n", true},
-		{"\n", true}, // refused by ParseKeyring, not here
+		{"\n", true}, // refused by ctoken.ParseKeyring, not here
 		{"k\r", false},
 		{"k1\n,k2\n", false},
 		{"k1,\nk2\n", false},

@@ -1,4 +1,4 @@
-package ctoken
+package exchange
 
 import (
 	"context"
@@ -14,64 +14,68 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 )
 
-// OAuth 2.0 Token Exchange (RFC 8693) identifiers used by [ExchangeHandler].
+// OAuth 2.0 Token Exchange (RFC 8693) identifiers used by [Handler].
 const (
 	// GrantTypeTokenExchange is the grant_type of an RFC 8693 token
 	// exchange request.
 	GrantTypeTokenExchange = "urn:ietf:params:oauth:grant-type:token-exchange"
 	// TokenTypeOneTime is the subject_token_type naming a one-time token
-	// of this package ("ot1.", minted by [OneTimeIssuer.Mint]). It is this
+	// of this package ("ot1.", minted by [ctoken.OneTimeIssuer.Mint]). It is this
 	// package's own URN, not one registered with IANA.
 	TokenTypeOneTime = "urn:ctoken:params:oauth:token-type:one-time"
 	// TokenTypeAccessToken is RFC 8693's token type for an access token
-	// (opaque or not); the issued_token_type of an [ExchangeHandler] whose
-	// [ExchangeConfig.IssuedTokenType] is empty.
+	// (opaque or not); the issued_token_type of an [Handler] whose
+	// [Config.IssuedTokenType] is empty.
 	TokenTypeAccessToken = "urn:ietf:params:oauth:token-type:access_token"
 	// TokenTypeJWT is RFC 8693's token type for a JWT, for an
-	// [ExchangeConfig.IssuedTokenType] whose credentials are JWTs.
+	// [Config.IssuedTokenType] whose credentials are JWTs.
 	TokenTypeJWT = "urn:ietf:params:oauth:token-type:jwt"
 
-	// MaxExchangeBodyBytes caps an exchange request's body. A request whose
+	// MaxBodyBytes caps an exchange request's body. A request whose
 	// Content-Length is over the cap is refused before its body is read,
 	// and a body that grows past it while being read is refused before it
 	// is parsed: 413 with the error invalid_request.
-	MaxExchangeBodyBytes = 4096
+	MaxBodyBytes = 4096
 )
 
-// Errors an [ExchangeConfig.Authorize] callback returns (wrapped or not) to
+// Errors an [Config.Authorize] callback returns (wrapped or not) to
 // choose the refusal the client sees. Any other error refuses the exchange
 // as invalid_grant. In every case the token is not consumed.
 var (
-	// ErrExchangeTarget refuses an audience or resource the server will not
+	// ErrTarget refuses an audience or resource the server will not
 	// issue a credential for: 400 invalid_target (RFC 8693 §2.2.2).
-	ErrExchangeTarget = errors.New("ctoken: exchange target refused")
-	// ErrExchangeScope refuses a requested scope: 400 invalid_scope (RFC
+	ErrTarget = errors.New("ctoken: exchange target refused")
+	// ErrScope refuses a requested scope: 400 invalid_scope (RFC
 	// 6749 §5.2).
-	ErrExchangeScope = errors.New("ctoken: exchange scope refused")
-	// ErrExchangeUnavailable reports that the callback could not decide
+	ErrScope = errors.New("ctoken: exchange scope refused")
+	// ErrUnavailable reports that the callback could not decide
 	// (its database is down, say): 503 temporarily_unavailable, so the
 	// client retries with the same, still unused, token.
-	ErrExchangeUnavailable = errors.New("ctoken: exchange temporarily unavailable")
+	ErrUnavailable = errors.New("ctoken: exchange temporarily unavailable")
 )
 
-// ExchangeRequest is what an [ExchangeHandler] hands its callbacks: the
+// Request is what an [Handler] hands its callbacks: the
 // authenticated content of the presented one-time token and the request's
 // optional RFC 8693 parameters. It never holds the token itself.
-type ExchangeRequest struct {
+type Request struct {
 	// Token is the verified content of the subject token: purpose (always
 	// the handler issuer's), claims, issue and expiry times.
-	Token OneTimeToken
+	Token ctoken.OneTimeToken
 	// Audience and Resource are the request's audience and resource
 	// parameters (RFC 8693 §2.1), each possibly repeated, in request order;
 	// nil when absent. The handler does not interpret them: a callback
 	// that does not issue for a named target refuses it with
-	// [ErrExchangeTarget].
+	// [ErrTarget].
 	Audience, Resource []string
 	// Scope is the request's scope parameter split on spaces; nil when
 	// absent. The handler does not interpret it: a callback refuses what
-	// it does not grant with [ErrExchangeScope], and sets
+	// it does not grant with [ErrScope], and sets
 	// [Credential.Scope] when it grants less than was asked.
 	Scope []string
 	// RequestedTokenType is the request's requested_token_type: empty, or
@@ -80,7 +84,7 @@ type ExchangeRequest struct {
 	RequestedTokenType string
 }
 
-// Credential is what [ExchangeConfig.Issue] returns: the bearer the client
+// Credential is what [Config.Issue] returns: the bearer the client
 // receives in exchange for its one-time token. The application chooses
 // what it is (a JWT, an opaque random string stored server-side, ...).
 type Credential struct {
@@ -95,27 +99,27 @@ type Credential struct {
 	Scope string
 }
 
-// ExchangeConfig configures an [ExchangeHandler]. Issuer, Authorize and
+// Config configures an [Handler]. Issuer, Authorize and
 // Issue are required.
-type ExchangeConfig struct {
+type Config struct {
 	// Issuer verifies and redeems the presented one-time tokens; only
 	// tokens of its purpose are accepted. Its replay store decides single
 	// use: a fleet of handlers shares one (redisstore).
-	Issuer *OneTimeIssuer
+	Issuer *ctoken.OneTimeIssuer
 	// Authorize decides, before the token is consumed, whether the exchange
 	// may happen (is the run still active? is this agent allowed? is the
 	// audience one this server issues for?). A nil error accepts. An error
 	// refuses and leaves the token unused: invalid_target for
-	// [ErrExchangeTarget], invalid_scope for [ErrExchangeScope], 503 for
-	// [ErrExchangeUnavailable] or a context error, invalid_grant for any
+	// [ErrTarget], invalid_scope for [ErrScope], 503 for
+	// [ErrUnavailable] or a context error, invalid_grant for any
 	// other. The error is logged, never sent to the client.
-	Authorize func(ctx context.Context, req ExchangeRequest) error
+	Authorize func(ctx context.Context, req Request) error
 	// Issue mints the credential, after the token has been redeemed: it
 	// runs at most once per token, fleet-wide when the replay store is
 	// shared. An error (or an invalid [Credential]) is 500 server_error
 	// and the token stays consumed: a one-time token is never accepted
 	// twice, even after a failure.
-	Issue func(ctx context.Context, req ExchangeRequest) (Credential, error)
+	Issue func(ctx context.Context, req Request) (Credential, error)
 	// IssuedTokenType is the issued_token_type of every response, an
 	// absolute URI; empty means [TokenTypeAccessToken]. A request whose
 	// requested_token_type names another type is refused.
@@ -126,25 +130,25 @@ type ExchangeConfig struct {
 	// the credential. Nil means no logging.
 	Logger *slog.Logger
 	// Observer, if set, is told of the outcome of every exchange request
-	// ([KindExchange]): [OutcomeIssued] when a credential is issued;
-	// [OutcomeRefused] with the token's [RefusalReason], or
-	// [ReasonExchangeRequest] for a malformed request,
-	// [ReasonAuthorizeRefused] when Authorize refuses and
-	// [ReasonIssueFailed] when Issue fails; [OutcomeDuplicate] for a token
-	// already redeemed; [OutcomeStoreFailure] when the replay store cannot
+	// ([observe.KindExchange]): [observe.OutcomeIssued] when a credential is issued;
+	// [observe.OutcomeRefused] with the token's [observe.RefusalReason], or
+	// [observe.ReasonExchangeRequest] for a malformed request,
+	// [observe.ReasonAuthorizeRefused] when Authorize refuses and
+	// [observe.ReasonIssueFailed] when Issue fails; [observe.OutcomeDuplicate] for a token
+	// already redeemed; [observe.OutcomeStoreFailure] when the replay store cannot
 	// answer. Redeem's store latency is reported. The Issuer's own
-	// [OneTimeConfig.Observer], if any, sees the Verify and Redeem calls
-	// too. See [Observer]; nil costs nothing.
-	Observer Observer
+	// [ctoken.OneTimeConfig.Observer], if any, sees the Verify and Redeem calls
+	// too. See [observe.Observer]; nil costs nothing.
+	Observer observe.Observer
 }
 
-// ExchangeHandler is an http.Handler that exchanges a one-time token for a
+// Handler is an http.Handler that exchanges a one-time token for a
 // credential, speaking OAuth 2.0 Token Exchange (RFC 8693) as a token
 // endpoint for public clients (it does no client authentication: the
 // one-time token is the only credential presented).
 //
 // Request: POST, Content-Type application/x-www-form-urlencoded (charset,
-// if given, UTF-8), a body of at most [MaxExchangeBodyBytes] with
+// if given, UTF-8), a body of at most [MaxBodyBytes] with
 //
 //	grant_type=urn:ietf:params:oauth:grant-type:token-exchange
 //	subject_token=<the ot1. token>
@@ -159,15 +163,15 @@ type ExchangeConfig struct {
 //
 // Order, and what it guarantees:
 //
-//  1. The request is checked and the token verified ([OneTimeIssuer.Verify]:
+//  1. The request is checked and the token verified ([ctoken.OneTimeIssuer.Verify]:
 //     MAC, purpose, expiry). The replay store is not consulted.
-//  2. [ExchangeConfig.Authorize] decides on the verified claims. A refusal
+//  2. [Config.Authorize] decides on the verified claims. A refusal
 //     leaves the token unused: the same token can be exchanged later.
-//  3. The token is redeemed ([OneTimeIssuer.Redeem]): of any number of
+//  3. The token is redeemed ([ctoken.OneTimeIssuer.Redeem]): of any number of
 //     concurrent exchanges of one token, on one instance or across a fleet
 //     sharing a replay store, at most one gets past this step. A replay
 //     store that cannot answer is 503: fail closed, the token unused.
-//  4. [ExchangeConfig.Issue] mints the credential, which is returned. It is
+//  4. [Config.Issue] mints the credential, which is returned. It is
 //     never called for a token that was not redeemed by this request, so
 //     no credential is minted for a replayed token.
 //
@@ -192,39 +196,39 @@ type ExchangeConfig struct {
 // a grant that is "invalid, expired, revoked".
 //
 // No response, log record or error text contains the presented token, and
-// the callbacks never see it. An ExchangeHandler is safe for concurrent
+// the callbacks never see it. An Handler is safe for concurrent
 // use; it prints as a description, never a key.
-type ExchangeHandler struct {
-	issuer    *OneTimeIssuer
-	authorize func(context.Context, ExchangeRequest) error
-	issue     func(context.Context, ExchangeRequest) (Credential, error)
+type Handler struct {
+	issuer    *ctoken.OneTimeIssuer
+	authorize func(context.Context, Request) error
+	issue     func(context.Context, Request) (Credential, error)
 	typ       string
 	log       *slog.Logger
-	obs       Observer
+	obs       observe.Observer
 }
 
-var _ http.Handler = (*ExchangeHandler)(nil)
+var _ http.Handler = (*Handler)(nil)
 
-// NewExchangeHandler returns a handler for cfg. A nil Issuer, or one not
-// made by [NewOneTimeIssuer], is ErrNoKey; a nil Authorize or Issue, or an
-// IssuedTokenType that is not an absolute URI, is ErrConfig.
-func NewExchangeHandler(cfg ExchangeConfig) (*ExchangeHandler, error) {
+// NewHandler returns a handler for cfg. A nil Issuer, or one not
+// made by [ctoken.NewOneTimeIssuer], is [ctoken.ErrNoKey]; a nil Authorize or Issue, or an
+// IssuedTokenType that is not an absolute URI, is [ctoken.ErrConfig].
+func NewHandler(cfg Config) (*Handler, error) {
 	if cfg.Issuer == nil || cfg.Issuer.Purpose() == "" {
-		return nil, reject(ErrNoKey, "ExchangeConfig.Issuer is nil or not made by NewOneTimeIssuer")
+		return nil, reason.New(ctoken.ErrNoKey, "exchange.Config.Issuer is nil or not made by ctoken.NewOneTimeIssuer")
 	}
 	if cfg.Authorize == nil {
-		return nil, configError("ExchangeConfig.Authorize is nil (the server decides before a token is consumed)")
+		return nil, reason.New(ctoken.ErrConfig, "exchange.Config.Authorize is nil (the server decides before a token is consumed)")
 	}
 	if cfg.Issue == nil {
-		return nil, configError("ExchangeConfig.Issue is nil")
+		return nil, reason.New(ctoken.ErrConfig, "exchange.Config.Issue is nil")
 	}
 	typ := cfg.IssuedTokenType
 	if typ == "" {
 		typ = TokenTypeAccessToken
 	} else if u, err := url.Parse(typ); err != nil || !u.IsAbs() || strings.ContainsAny(typ, " \t\r\n") {
-		return nil, configError("ExchangeConfig.IssuedTokenType is not an absolute URI")
+		return nil, reason.New(ctoken.ErrConfig, "exchange.Config.IssuedTokenType is not an absolute URI")
 	}
-	return &ExchangeHandler{issuer: cfg.Issuer, authorize: cfg.Authorize, issue: cfg.Issue, typ: typ, log: cfg.Logger, obs: cfg.Observer}, nil
+	return &Handler{issuer: cfg.Issuer, authorize: cfg.Authorize, issue: cfg.Issue, typ: typ, log: cfg.Logger, obs: cfg.Observer}, nil
 }
 
 // exchangeRefusal is one refusal: status, RFC 6749 error code and a fixed
@@ -260,27 +264,27 @@ var exchangeSingleParams = []string{
 	"scope", "actor_token", "actor_token_type",
 }
 
-// ServeHTTP handles one token exchange request; see [ExchangeHandler].
-func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP handles one token exchange request; see [Handler].
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h == nil || h.issuer == nil {
-		h.refuse(w, r, exchangeRefusal{http.StatusInternalServerError, oauthServerError, "the exchange endpoint is not configured"}, "handler not made by NewExchangeHandler", nil)
+		h.refuse(w, r, exchangeRefusal{http.StatusInternalServerError, oauthServerError, "the exchange endpoint is not configured"}, "handler not made by NewHandler", nil)
 		return
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		h.observe(ReasonExchangeRequest, 0)
+		h.observe(observe.ReasonExchangeRequest, 0)
 		h.refuse(w, r, exchangeRefusal{http.StatusMethodNotAllowed, oauthInvalidRequest, "the token endpoint accepts POST only"}, "method not POST", nil)
 		return
 	}
 	form, ref, reason := readExchangeForm(w, r)
 	if reason != "" {
-		h.observe(ReasonExchangeRequest, 0)
+		h.observe(observe.ReasonExchangeRequest, 0)
 		h.refuse(w, r, ref, reason, nil)
 		return
 	}
 	req, ref, reason := h.parse(form)
 	if reason != "" {
-		h.observe(ReasonExchangeRequest, 0)
+		h.observe(observe.ReasonExchangeRequest, 0)
 		h.refuse(w, r, ref, reason, nil)
 		return
 	}
@@ -288,7 +292,7 @@ func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	tok, err := h.issuer.Verify(subject)
 	if err != nil {
-		h.observe(ReasonOf(err), 0)
+		h.observe(ctoken.Reason(err), 0)
 		h.refuse(w, r, tokenRefusal(err), "subject_token refused", err)
 		return
 	}
@@ -298,16 +302,16 @@ func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := h.authorize(ctx, req); err != nil {
 		var ref exchangeRefusal
 		switch {
-		case errors.Is(err, ErrExchangeUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 			ref = exchangeRefusal{http.StatusServiceUnavailable, oauthUnavailable, "the server cannot decide now; retry with the same token"}
-		case errors.Is(err, ErrExchangeTarget):
+		case errors.Is(err, ErrTarget):
 			ref = exchangeRefusal{http.StatusBadRequest, oauthInvalidTarget, "the server does not issue for the requested audience or resource"}
-		case errors.Is(err, ErrExchangeScope):
+		case errors.Is(err, ErrScope):
 			ref = exchangeRefusal{http.StatusBadRequest, oauthInvalidScope, "the requested scope is not granted"}
 		default:
 			ref = badGrant("the server refused the exchange")
 		}
-		h.observe(ReasonAuthorizeRefused, 0)
+		h.observe(observe.ReasonAuthorizeRefused, 0)
 		h.refuse(w, r, ref, "Authorize refused", err)
 		return
 	}
@@ -321,7 +325,7 @@ func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		took = max(time.Since(start), 1)
 	}
 	if err != nil {
-		h.observe(ReasonOf(err), took)
+		h.observe(ctoken.Reason(err), took)
 		h.refuse(w, r, tokenRefusal(err), "redeem refused", err)
 		return
 	}
@@ -336,7 +340,7 @@ func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		h.observe(ReasonIssueFailed, took)
+		h.observe(observe.ReasonIssueFailed, took)
 		h.refuse(w, r, exchangeRefusal{http.StatusInternalServerError, oauthServerError, "the credential could not be issued; the token is spent"}, "Issue failed", err)
 		return
 	}
@@ -348,12 +352,12 @@ func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Scope:           cred.Scope,
 	})
 	if err != nil { // only strings and an integer: cannot happen
-		h.observe(ReasonIssueFailed, took)
+		h.observe(observe.ReasonIssueFailed, took)
 		h.refuse(w, r, exchangeRefusal{http.StatusInternalServerError, oauthServerError, "the credential could not be encoded"}, "encoding failed", err)
 		return
 	}
 	if h.obs != nil {
-		h.obs.Observe(Event{Kind: KindExchange, Outcome: OutcomeIssued, StoreLatency: took})
+		h.obs.Observe(observe.Event{Kind: observe.KindExchange, Outcome: observe.OutcomeIssued, StoreLatency: took})
 	}
 	if h.log != nil {
 		h.log.LogAttrs(ctx, slog.LevelInfo, "ctoken exchange: credential issued",
@@ -363,12 +367,12 @@ func (h *ExchangeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // observe reports a refused exchange to the observer, if any. A replay
-// store's failure (no reason of this package) is OutcomeStoreFailure.
-func (h *ExchangeHandler) observe(why RefusalReason, store time.Duration) {
+// store's failure (no reason of this package) is observe.OutcomeStoreFailure.
+func (h *Handler) observe(why observe.RefusalReason, store time.Duration) {
 	if h.obs == nil {
 		return
 	}
-	e := Event{Kind: KindExchange, Reason: why, Outcome: outcomeOf(why), StoreLatency: store}
+	e := observe.Event{Kind: observe.KindExchange, Reason: why, Outcome: outcomeOf(why), StoreLatency: store}
 	h.obs.Observe(e)
 }
 
@@ -391,13 +395,13 @@ type exchangeFailure struct {
 // invalid_grant; anything else (the replay store) is 503.
 func tokenRefusal(err error) exchangeRefusal {
 	switch {
-	case errors.Is(err, ErrOneTimeExpired):
+	case errors.Is(err, ctoken.ErrOneTimeExpired):
 		return badGrant("subject_token has expired")
-	case errors.Is(err, ErrOneTimeRedeemed):
+	case errors.Is(err, ctoken.ErrOneTimeRedeemed):
 		return badGrant("subject_token was already used")
-	case errors.Is(err, ErrOneTimeInvalid), errors.Is(err, ErrOneTimeClaims):
+	case errors.Is(err, ctoken.ErrOneTimeInvalid), errors.Is(err, ctoken.ErrOneTimeClaims):
 		return badGrant("subject_token is invalid")
-	case errors.Is(err, ErrNoKey):
+	case errors.Is(err, ctoken.ErrNoKey):
 		return exchangeRefusal{http.StatusInternalServerError, oauthServerError, "the exchange endpoint is not configured"}
 	}
 	return exchangeRefusal{http.StatusServiceUnavailable, oauthUnavailable, "the server cannot decide now; retry with the same token"}
@@ -415,15 +419,15 @@ func readExchangeForm(w http.ResponseWriter, r *http.Request) (url.Values, excha
 			return nil, badRequest("the only Content-Type parameter accepted is charset=UTF-8"), "wrong content type parameter"
 		}
 	}
-	tooLarge := exchangeRefusal{http.StatusRequestEntityTooLarge, oauthInvalidRequest, "request body over " + strconv.Itoa(MaxExchangeBodyBytes) + " bytes"}
-	if r.ContentLength > MaxExchangeBodyBytes {
+	tooLarge := exchangeRefusal{http.StatusRequestEntityTooLarge, oauthInvalidRequest, "request body over " + strconv.Itoa(MaxBodyBytes) + " bytes"}
+	if r.ContentLength > MaxBodyBytes {
 		return nil, tooLarge, "body over cap (Content-Length)"
 	}
 	src := r.Body
 	if src == nil { // a server never sends one, but a handler called directly may
 		src = http.NoBody
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, src, MaxExchangeBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, src, MaxBodyBytes))
 	if err != nil {
 		var over *http.MaxBytesError
 		if errors.As(err, &over) {
@@ -441,10 +445,10 @@ func readExchangeForm(w http.ResponseWriter, r *http.Request) (url.Values, excha
 	return form, exchangeRefusal{}, ""
 }
 
-// parse checks the parameters and fills an ExchangeRequest (without the
+// parse checks the parameters and fills an Request (without the
 // token's content).
-func (h *ExchangeHandler) parse(form url.Values) (ExchangeRequest, exchangeRefusal, string) {
-	var req ExchangeRequest
+func (h *Handler) parse(form url.Values) (Request, exchangeRefusal, string) {
+	var req Request
 	for _, name := range exchangeSingleParams {
 		if len(form[name]) > 1 {
 			return req, badRequest("parameter " + name + " is repeated"), "repeated parameter"
@@ -493,9 +497,9 @@ func nonEmpty(vs []string) []string {
 	return out
 }
 
-// refuse logs the refusal (reason and the error's fixed Reason, or the
+// refuse logs the refusal (reason and the error's fixed ctoken.Reason, or the
 // callback's error) and writes the RFC 6749 §5.2 body.
-func (h *ExchangeHandler) refuse(w http.ResponseWriter, r *http.Request, ref exchangeRefusal, reason string, err error) {
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, ref exchangeRefusal, reason string, err error) {
 	if h != nil && h.log != nil {
 		level := slog.LevelWarn
 		if ref.status >= 500 {
@@ -503,8 +507,8 @@ func (h *ExchangeHandler) refuse(w http.ResponseWriter, r *http.Request, ref exc
 		}
 		attrs := []slog.Attr{slog.Int("status", ref.status), slog.String("error", ref.code), slog.String("reason", reason)}
 		if err != nil {
-			if why := Reason(err); why != "" {
-				attrs = append(attrs, slog.String("check", why))
+			if why := ctoken.Reason(err); why != observe.ReasonNone {
+				attrs = append(attrs, slog.String("check", why.String()))
 			}
 			if !isOneTimeRefusal(err) {
 				// The callbacks' and the replay store's errors: they never
@@ -519,10 +523,10 @@ func (h *ExchangeHandler) refuse(w http.ResponseWriter, r *http.Request, ref exc
 }
 
 // isOneTimeRefusal reports a refusal of the token by the issuer, whose
-// Reason says everything the log needs.
+// ctoken.Reason says everything the log needs.
 func isOneTimeRefusal(err error) bool {
-	return errors.Is(err, ErrOneTimeInvalid) || errors.Is(err, ErrOneTimeExpired) ||
-		errors.Is(err, ErrOneTimeRedeemed) || errors.Is(err, ErrOneTimeClaims)
+	return errors.Is(err, ctoken.ErrOneTimeInvalid) || errors.Is(err, ctoken.ErrOneTimeExpired) ||
+		errors.Is(err, ctoken.ErrOneTimeRedeemed) || errors.Is(err, ctoken.ErrOneTimeClaims)
 }
 
 func writeExchangeJSON(w http.ResponseWriter, status int, body []byte) {
@@ -534,19 +538,42 @@ func writeExchangeJSON(w http.ResponseWriter, status int, body []byte) {
 	w.Write(body)
 }
 
-func (h ExchangeHandler) describe() string {
+func (h Handler) describe() string {
 	if h.issuer == nil {
-		return "ctoken.ExchangeHandler(not configured)"
+		return "exchange.Handler(not configured)"
 	}
-	return fmt.Sprintf("ctoken.ExchangeHandler(issuer %s, issued token type %q)", h.issuer.describe(), h.typ)
+	return fmt.Sprintf("exchange.Handler(issuer %v, issued token type %q)", h.issuer, h.typ)
 }
 
 // Format prints a description of the handler (its issuer's purpose, key
 // count and TTL, the issued token type) under every verb: never a key.
-func (h ExchangeHandler) Format(f fmt.State, verb rune) { formatRedacted(f, verb, h.describe()) }
+func (h Handler) Format(f fmt.State, verb rune) { formatRedacted(f, verb, h.describe()) }
 
 // LogValue is the handler's log/slog form: its description, never a key.
-func (h ExchangeHandler) LogValue() slog.Value { return slog.StringValue(h.describe()) }
+func (h Handler) LogValue() slog.Value { return slog.StringValue(h.describe()) }
 
 // MarshalJSON encodes the handler as its description: never a key.
-func (h ExchangeHandler) MarshalJSON() ([]byte, error) { return marshalRedacted(h.describe()) }
+func (h Handler) MarshalJSON() ([]byte, error) { return marshalRedacted(h.describe()) }
+
+// formatRedacted writes desc for verb: quoted for %q, as is otherwise.
+func formatRedacted(f fmt.State, verb rune, desc string) {
+	if verb == 'q' {
+		desc = strconv.Quote(desc)
+	}
+	io.WriteString(f, desc)
+}
+
+// marshalRedacted is desc as a JSON string.
+func marshalRedacted(desc string) ([]byte, error) { return json.Marshal(desc) }
+
+// outcomeOf is the outcome of a refused exchange with reason why: a replay
+// store's failure is a store failure, a token already redeemed a duplicate.
+func outcomeOf(why observe.RefusalReason) observe.Outcome {
+	switch why {
+	case observe.ReasonAlreadyUsed, observe.ReasonAlreadyRedeemed:
+		return observe.OutcomeDuplicate
+	case observe.ReasonStoreFailed:
+		return observe.OutcomeStoreFailure
+	}
+	return observe.OutcomeRefused
+}

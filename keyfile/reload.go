@@ -1,4 +1,4 @@
-package ctoken
+package keyfile
 
 import (
 	"bytes"
@@ -13,32 +13,35 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/internal/reason"
 )
 
 const (
-	// DefaultKeyReloadInterval is how often a [KeyFileReloader] polls its
-	// file when [KeyFileReloaderConfig.Interval] is 0.
-	DefaultKeyReloadInterval = 10 * time.Second
-	// MaxKeyFileBytes caps the size of a key file a [KeyFileReloader] reads.
-	MaxKeyFileBytes = 64 << 10
+	// DefaultInterval is how often a [Reloader] polls its
+	// file when [Config.Interval] is 0.
+	DefaultInterval = 10 * time.Second
+	// MaxBytes caps the size of a key file a [Reloader] reads.
+	MaxBytes = 64 << 10
 )
 
-// KeyFileReloaderConfig configures a [KeyFileReloader]. Source and Path are
+// Config configures a [Reloader]. Source and Path are
 // required.
-type KeyFileReloaderConfig struct {
+type Config struct {
 	// Source receives every new ring read from the file.
-	Source *KeySource
-	// Path is the key file: one [ParseKeyring] string (comma-separated
+	Source *ctoken.KeySource
+	// Path is the key file: one [ctoken.ParseKeyring] string (comma-separated
 	// keys, primary first; surrounding white space is ignored). A file
 	// written in place must be one line ending in a newline, as
 	// `ctoken keygen > file` writes it: anything else may be a writer's
-	// first bytes and is refused ([ErrKeyFileIncomplete]). When Path is a
+	// first bytes and is refused ([ErrIncomplete]). When Path is a
 	// symbolic link it is followed on every read, and a file it newly
 	// points to counts as published whole, with or without a newline: a
 	// Kubernetes Secret volume's atomic ..data symlink swap is seen.
 	Path string
-	// Interval is how often [KeyFileReloader.Run] polls; 0 means
-	// [DefaultKeyReloadInterval]; negative is [ErrConfig].
+	// Interval is how often [Reloader.Run] polls; 0 means
+	// [DefaultInterval]; negative is [ctoken.ErrConfig].
 	Interval time.Duration
 	// OnError, if set, is called with every failure to read, parse or swap
 	// in the file (the current ring is kept); it is called from the
@@ -49,22 +52,22 @@ type KeyFileReloaderConfig struct {
 	OnSwap func(keys int)
 }
 
-// KeyFileReloader keeps a [KeySource] in step with a key file. Each check
+// Reloader keeps a [ctoken.KeySource] in step with a key file. Each check
 // reads the file through any symlinks and compares the SHA-256 of its
 // content with the last one it swapped in; a change is parsed with
-// [ParseKeyring] and handed to [KeySource.Swap]. A file that cannot be read
-// or parsed, a file every user may write ([ErrKeyFileWritable]),
-// a file that may be caught mid-write ([ErrKeyFileIncomplete], below),
-// anything but a regular file ([ErrConfig]), or a ring
+// [ctoken.ParseKeyring] and handed to [ctoken.KeySource.Swap]. A file that cannot be read
+// or parsed, a file every user may write ([ErrWritable]),
+// a file that may be caught mid-write ([ErrIncomplete], below),
+// anything but a regular file ([ctoken.ErrConfig]), or a ring
 // Swap refuses, leaves the current ring in effect and
-// is reported to OnError (and returned by [KeyFileReloader.Reload]); the
+// is reported to OnError (and returned by [Reloader.Reload]); the
 // same bad content is reported once, not on every poll.
 //
-// Checks happen every Interval in [KeyFileReloader.Run], and whenever
-// [KeyFileReloader.Reload] is called (from a SIGHUP handler, say). Reading
+// Checks happen every Interval in [Reloader.Run], and whenever
+// [Reloader.Reload] is called (from a SIGHUP handler, say). Reading
 // the file on every check, rather than trusting its modification time or
 // size, catches every change, including a symlink swap to a file with the
-// same size and time stamp. A [KeyFileReloader] is safe for concurrent use.
+// same size and time stamp. A [Reloader] is safe for concurrent use.
 //
 // A file caught mid-write is never swapped in, however long its writer
 // stalls: a file written in place counts as complete only when it is one
@@ -73,10 +76,10 @@ type KeyFileReloaderConfig struct {
 // as complete when the link resolves to another file than at the previous
 // check (or at the first check): the writer published it by swapping the
 // link, as the kubelet does. A file a crashed writer left truncated is
-// refused at every check with [ErrKeyFileIncomplete] (reported once) until
+// refused at every check with [ErrIncomplete] (reported once) until
 // it is rewritten; the ring in effect stays.
-type KeyFileReloader struct {
-	src      *KeySource
+type Reloader struct {
+	src      *ctoken.KeySource
 	path     string
 	interval time.Duration
 	onError  func(error)
@@ -91,22 +94,22 @@ type KeyFileReloader struct {
 }
 
 var (
-	errReloaderSource   = reject(ErrNoKey, "KeyFileReloaderConfig.Source is nil or holds no Keyring")
-	errReloaderPath     = configError("KeyFileReloaderConfig.Path is empty")
-	errReloaderInterval = configError("KeyFileReloaderConfig.Interval is negative (0 means DefaultKeyReloadInterval)")
-	// ErrKeyFileTooLarge reports a key file over [MaxKeyFileBytes].
-	ErrKeyFileTooLarge = errors.New("ctoken: key file too large")
-	// ErrKeyFileIncomplete reports a key file that may be caught mid-write:
+	errReloaderSource   = reason.New(ctoken.ErrNoKey, "keyfile.Config.Source is nil or holds no ctoken.Keyring")
+	errReloaderPath     = reason.New(ctoken.ErrConfig, "keyfile.Config.Path is empty")
+	errReloaderInterval = reason.New(ctoken.ErrConfig, "keyfile.Config.Interval is negative (0 means DefaultInterval)")
+	// ErrTooLarge reports a key file over [MaxBytes].
+	ErrTooLarge = errors.New("ctoken: key file too large")
+	// ErrIncomplete reports a key file that may be caught mid-write:
 	// written in place (not published by a symlink swap) and not one line
 	// ending in a newline, the terminator `ctoken keygen` writes. The ring
-	// in effect is kept; see [KeyFileReloader].
-	ErrKeyFileIncomplete = errors.New("ctoken: key file is incomplete (no final newline)")
+	// in effect is kept; see [Reloader].
+	ErrIncomplete = errors.New("ctoken: key file is incomplete (no final newline)")
 )
 
-// NewKeyFileReloader returns a reloader for cfg. It does not read the file:
-// call [KeyFileReloader.Reload] to load it now (and see its error), then
-// [KeyFileReloader.Run] to follow it.
-func NewKeyFileReloader(cfg KeyFileReloaderConfig) (*KeyFileReloader, error) {
+// NewReloader returns a reloader for cfg. It does not read the file:
+// call [Reloader.Reload] to load it now (and see its error), then
+// [Reloader.Run] to follow it.
+func NewReloader(cfg Config) (*Reloader, error) {
 	switch {
 	case cfg.Source == nil || cfg.Source.Keyring() == nil:
 		return nil, errReloaderSource
@@ -115,9 +118,9 @@ func NewKeyFileReloader(cfg KeyFileReloaderConfig) (*KeyFileReloader, error) {
 	case cfg.Interval < 0:
 		return nil, errReloaderInterval
 	}
-	r := &KeyFileReloader{src: cfg.Source, path: cfg.Path, interval: cfg.Interval, onError: cfg.OnError, onSwap: cfg.OnSwap}
+	r := &Reloader{src: cfg.Source, path: cfg.Path, interval: cfg.Interval, onError: cfg.OnError, onSwap: cfg.OnSwap}
 	if r.interval == 0 {
-		r.interval = DefaultKeyReloadInterval
+		r.interval = DefaultInterval
 	}
 	return r, nil
 }
@@ -127,7 +130,7 @@ func NewKeyFileReloader(cfg KeyFileReloaderConfig) (*KeyFileReloader, error) {
 // the previous check failed with the same error (so a bad file is reported
 // once, not on every poll). Content unchanged since the previous check is
 // no swap, and the previous check's error if it had one.
-func (r *KeyFileReloader) Reload() (bool, error) {
+func (r *Reloader) Reload() (bool, error) {
 	r.mu.Lock()
 	swapped, n, err := r.check()
 	report := err != nil && (r.reported == "" || err.Error() != r.reported)
@@ -146,7 +149,7 @@ func (r *KeyFileReloader) Reload() (bool, error) {
 }
 
 // check is Reload under r.mu.
-func (r *KeyFileReloader) check() (bool, int, error) {
+func (r *Reloader) check() (bool, int, error) {
 	text, target, err := readKeyFile(r.path)
 	if err != nil {
 		return false, 0, err
@@ -161,7 +164,7 @@ func (r *KeyFileReloader) check() (bool, int, error) {
 		return false, 0, r.lastErr
 	}
 	complete := published || terminated(text)
-	kr, err := ParseKeyring(string(text))
+	kr, err := ctoken.ParseKeyring(string(text))
 	clear(text)
 	r.seen, r.last, r.lastErr = true, sum, nil
 	if err == nil && !complete {
@@ -179,7 +182,7 @@ func (r *KeyFileReloader) check() (bool, int, error) {
 
 // errKeyFileIncomplete is the error for a key file written in place that is
 // not one terminated line.
-var errKeyFileIncomplete = fmt.Errorf("%w: a key file written in place must be one line ending in a newline, as `ctoken keygen > file` writes; a writer may still be writing it, so the keys in effect are kept (or publish the file by a symlink swap, as a Kubernetes Secret volume does)", ErrKeyFileIncomplete)
+var errKeyFileIncomplete = fmt.Errorf("%w: a key file written in place must be one line ending in a newline, as `ctoken keygen > file` writes; a writer may still be writing it, so the keys in effect are kept (or publish the file by a symlink swap, as a Kubernetes Secret volume does)", ErrIncomplete)
 
 // terminated reports whether text is one line ending in a newline (a
 // "\r\n" too): the only content of a file written in place that no cut of
@@ -193,9 +196,9 @@ func terminated(text []byte) bool {
 	return bytes.IndexByte(text[:n-1], '\n') < 0
 }
 
-// readKeyFile reads path (following symlinks) up to MaxKeyFileBytes,
-// refusing a file every user may write ([ErrKeyFileWritable]) and anything
-// but a regular file ([ErrConfig]). When path itself is a symbolic link,
+// readKeyFile reads path (following symlinks) up to MaxBytes,
+// refusing a file every user may write ([ErrWritable]) and anything
+// but a regular file ([ctoken.ErrConfig]). When path itself is a symbolic link,
 // target is the file it resolves to (read through that name, so a swap
 // during the read cannot mix two versions); otherwise target is "".
 func readKeyFile(path string) (text []byte, target string, err error) {
@@ -232,22 +235,22 @@ func readKeyFile(path string) (text []byte, target string, err error) {
 	if err := checkKeyFileMode(path, fi.Mode()); err != nil {
 		return nil, "", err
 	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxKeyFileBytes+1))
+	b, err := io.ReadAll(io.LimitReader(f, MaxBytes+1))
 	if err != nil {
 		return nil, "", err
 	}
-	if len(b) > MaxKeyFileBytes {
+	if len(b) > MaxBytes {
 		clear(b)
-		return nil, "", fmt.Errorf("%w: %s is over %d bytes", ErrKeyFileTooLarge, path, MaxKeyFileBytes)
+		return nil, "", fmt.Errorf("%w: %s is over %d bytes", ErrTooLarge, path, MaxBytes)
 	}
 	return b, target, nil
 }
 
 // Run checks the file at once and then every Interval until ctx is done,
 // and returns ctx's error; no check starts after ctx is done. Errors go to OnError (see
-// [KeyFileReloader.Reload]); Run does not stop on them. Run it in its own
+// [Reloader.Reload]); Run does not stop on them. Run it in its own
 // goroutine.
-func (r *KeyFileReloader) Run(ctx context.Context) error {
+func (r *Reloader) Run(ctx context.Context) error {
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	for {

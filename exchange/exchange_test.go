@@ -1,4 +1,4 @@
-package ctoken_test
+package exchange_test
 
 import (
 	"bytes"
@@ -20,7 +20,9 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/exchange"
 	"github.com/ctoken/ctoken/internal/clocktest"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/observe/observetest"
 	"github.com/ctoken/ctoken/replay"
 )
@@ -37,16 +39,16 @@ type exchangeFixture struct {
 	keys    *ctoken.Keyring
 	clock   *clocktest.Clock
 	issuer  *ctoken.OneTimeIssuer
-	handler *ctoken.ExchangeHandler
+	handler *exchange.Handler
 	logs    *lockedBuffer
 
 	authorizeErr atomic.Pointer[error] // nil: accept
 	issueErr     atomic.Pointer[error] // nil: issue
-	badCred      atomic.Pointer[ctoken.Credential]
+	badCred      atomic.Pointer[exchange.Credential]
 
 	mu         sync.Mutex
-	authorized []ctoken.ExchangeRequest
-	issued     []ctoken.ExchangeRequest
+	authorized []exchange.Request
+	issued     []exchange.Request
 	creds      []string
 }
 
@@ -97,9 +99,9 @@ func newExchangeFixture(t testing.TB, store replay.Store) *exchangeFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.handler, err = ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+	f.handler, err = exchange.NewHandler(exchange.Config{
 		Issuer: f.issuer,
-		Authorize: func(ctx context.Context, req ctoken.ExchangeRequest) error {
+		Authorize: func(ctx context.Context, req exchange.Request) error {
 			f.mu.Lock()
 			f.authorized = append(f.authorized, req)
 			f.mu.Unlock()
@@ -108,9 +110,9 @@ func newExchangeFixture(t testing.TB, store replay.Store) *exchangeFixture {
 			}
 			return nil
 		},
-		Issue: func(ctx context.Context, req ctoken.ExchangeRequest) (ctoken.Credential, error) {
+		Issue: func(ctx context.Context, req exchange.Request) (exchange.Credential, error) {
 			if e := f.issueErr.Load(); e != nil {
-				return ctoken.Credential{}, *e
+				return exchange.Credential{}, *e
 			}
 			if c := f.badCred.Load(); c != nil {
 				return *c, nil
@@ -120,7 +122,7 @@ func newExchangeFixture(t testing.TB, store replay.Store) *exchangeFixture {
 			f.issued = append(f.issued, req)
 			f.creds = append(f.creds, cred)
 			f.mu.Unlock()
-			return ctoken.Credential{AccessToken: cred, ExpiresIn: 15*time.Minute + 999*time.Millisecond}, nil
+			return exchange.Credential{AccessToken: cred, ExpiresIn: 15*time.Minute + 999*time.Millisecond}, nil
 		},
 		Logger: slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
@@ -162,9 +164,9 @@ func (f *exchangeFixture) authorizedCount() int {
 // exchangeForm is a well-formed exchange request body for tok.
 func exchangeForm(tok string) url.Values {
 	return url.Values{
-		"grant_type":         {ctoken.GrantTypeTokenExchange},
+		"grant_type":         {exchange.GrantTypeTokenExchange},
 		"subject_token":      {tok},
-		"subject_token_type": {ctoken.TokenTypeOneTime},
+		"subject_token_type": {exchange.TokenTypeOneTime},
 	}
 }
 
@@ -230,15 +232,15 @@ func TestExchangeIssuesCredentialForValidToken(t *testing.T) {
 	if f.issuedCount() != 1 || r.AccessToken != f.creds[0] {
 		t.Fatalf("access_token %q, issued %v", r.AccessToken, f.creds)
 	}
-	if r.TokenType != "Bearer" || r.IssuedTokenType != ctoken.TokenTypeAccessToken || r.ExpiresIn != 900 || r.Scope != "" || r.Error != "" {
+	if r.TokenType != "Bearer" || r.IssuedTokenType != exchange.TokenTypeAccessToken || r.ExpiresIn != 900 || r.Scope != "" || r.Error != "" {
 		t.Fatalf("response %+v", r)
 	}
 	// Both callbacks saw the verified claims and purpose; none saw the token.
-	for _, req := range []ctoken.ExchangeRequest{f.authorized[0], f.issued[0]} {
+	for _, req := range []exchange.Request{f.authorized[0], f.issued[0]} {
 		if req.Token.Purpose != exchangePurpose || len(req.Token.Claims) != 3 || req.Token.Claims["run"] != "run_1" {
 			t.Fatalf("callback saw %+v", req.Token)
 		}
-		if !req.Token.ExpiresAt.Equal(f.clock.Now().Truncate(time.Second).Add(ctoken.DefaultOneTimeTTL)) {
+		if !req.Token.ExpiresAt.Equal(f.clock.Now().Truncate(time.Second).Add((10 * time.Minute))) {
 			t.Fatalf("ExpiresAt %v", req.Token.ExpiresAt)
 		}
 		if req.Audience != nil || req.Resource != nil || req.Scope != nil || req.RequestedTokenType != "" {
@@ -249,13 +251,13 @@ func TestExchangeIssuesCredentialForValidToken(t *testing.T) {
 
 func TestExchangePassesOptionalParametersAndReturnsScope(t *testing.T) {
 	f := newExchangeFixture(t, nil)
-	var seen ctoken.ExchangeRequest
-	h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+	var seen exchange.Request
+	h, err := exchange.NewHandler(exchange.Config{
 		Issuer:          f.issuer,
-		IssuedTokenType: ctoken.TokenTypeJWT,
-		Authorize:       func(ctx context.Context, req ctoken.ExchangeRequest) error { seen = req; return nil },
-		Issue: func(ctx context.Context, req ctoken.ExchangeRequest) (ctoken.Credential, error) {
-			return ctoken.Credential{AccessToken: "jwt", ExpiresIn: time.Minute, Scope: "runs:read"}, nil
+		IssuedTokenType: exchange.TokenTypeJWT,
+		Authorize:       func(ctx context.Context, req exchange.Request) error { seen = req; return nil },
+		Issue: func(ctx context.Context, req exchange.Request) (exchange.Credential, error) {
+			return exchange.Credential{AccessToken: "jwt", ExpiresIn: time.Minute, Scope: "runs:read"}, nil
 		},
 	})
 	if err != nil {
@@ -265,15 +267,15 @@ func TestExchangePassesOptionalParametersAndReturnsScope(t *testing.T) {
 	form["audience"] = []string{"api-b", "", "api-a"}
 	form["resource"] = []string{"https://api.example/runs"}
 	form.Set("scope", "runs:read  runs:write")
-	form.Set("requested_token_type", ctoken.TokenTypeJWT)
+	form.Set("requested_token_type", exchange.TokenTypeJWT)
 	form.Set("client_id", "ignored") // unrecognized parameters are ignored
 	w := post(h, form.Encode())
 	r := decode(t, w)
-	if w.Code != http.StatusOK || r.IssuedTokenType != ctoken.TokenTypeJWT || r.Scope != "runs:read" || r.ExpiresIn != 60 {
+	if w.Code != http.StatusOK || r.IssuedTokenType != exchange.TokenTypeJWT || r.Scope != "runs:read" || r.ExpiresIn != 60 {
 		t.Fatalf("%d %+v", w.Code, r)
 	}
 	if fmt.Sprintln(seen.Audience, seen.Resource, seen.Scope, seen.RequestedTokenType) !=
-		"[api-b api-a] [https://api.example/runs] [runs:read runs:write] "+ctoken.TokenTypeJWT+"\n" {
+		"[api-b api-a] [https://api.example/runs] [runs:read runs:write] "+exchange.TokenTypeJWT+"\n" {
 		t.Fatalf("Authorize saw %+v", seen)
 	}
 }
@@ -283,7 +285,7 @@ func TestExchangeRejects(t *testing.T) {
 	t.Run("expired token", func(t *testing.T) {
 		f := newExchangeFixture(t, nil)
 		tok := f.mint()
-		f.clock.Advance(ctoken.DefaultOneTimeTTL)
+		f.clock.Advance((10 * time.Minute))
 		r := wantRefusal(t, post(f.handler, exchangeForm(tok).Encode()), http.StatusBadRequest, "invalid_grant")
 		if r.Description != "subject_token has expired" || f.authorizedCount() != 0 || f.issuedCount() != 0 {
 			t.Fatalf("%q, authorized %d, issued %d", r.Description, f.authorizedCount(), f.issuedCount())
@@ -382,7 +384,7 @@ func TestExchangeRejects(t *testing.T) {
 	t.Run("other grant type", func(t *testing.T) {
 		f := newExchangeFixture(t, nil)
 		tok := f.mint()
-		for _, gt := range []string{"authorization_code", "refresh_token", "client_credentials", ctoken.GrantTypeTokenExchange + " ", "URN:IETF:PARAMS:OAUTH:GRANT-TYPE:TOKEN-EXCHANGE"} {
+		for _, gt := range []string{"authorization_code", "refresh_token", "client_credentials", exchange.GrantTypeTokenExchange + " ", "URN:IETF:PARAMS:OAUTH:GRANT-TYPE:TOKEN-EXCHANGE"} {
 			form := exchangeForm(tok)
 			form.Set("grant_type", gt)
 			wantRefusal(t, post(f.handler, form.Encode()), http.StatusBadRequest, "unsupported_grant_type")
@@ -407,11 +409,11 @@ func TestExchangeRejects(t *testing.T) {
 			{"no subject_token_type", without("subject_token_type")},
 			{"other subject_token_type", with("subject_token_type", "urn:ietf:params:oauth:token-type:access_token")},
 			{"repeated subject_token", good + "&subject_token=" + url.QueryEscape(tok)},
-			{"repeated grant_type", good + "&grant_type=" + url.QueryEscape(ctoken.GrantTypeTokenExchange)},
+			{"repeated grant_type", good + "&grant_type=" + url.QueryEscape(exchange.GrantTypeTokenExchange)},
 			{"repeated scope", good + "&scope=a&scope=b"},
 			{"actor_token", with("actor_token", tok)},
-			{"actor_token_type", with("actor_token_type", ctoken.TokenTypeOneTime)},
-			{"other requested_token_type", with("requested_token_type", ctoken.TokenTypeJWT)},
+			{"actor_token_type", with("actor_token_type", exchange.TokenTypeOneTime)},
+			{"other requested_token_type", with("requested_token_type", exchange.TokenTypeJWT)},
 			{"bad percent escape", good + "&x=%zz"},
 			{"semicolon separator", good + ";x=1"},
 		} {
@@ -506,7 +508,7 @@ func TestExchangeCapsBodyBeforeParsing(t *testing.T) {
 	body := &countingReader{}
 	r := httptest.NewRequest(http.MethodPost, "/x", io.LimitReader(body, 1<<20))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	r.ContentLength = ctoken.MaxExchangeBodyBytes + 1
+	r.ContentLength = exchange.MaxBodyBytes + 1
 	w := httptest.NewRecorder()
 	f.handler.ServeHTTP(w, r)
 	wantRefusal(t, w, http.StatusRequestEntityTooLarge, "invalid_request")
@@ -522,14 +524,14 @@ func TestExchangeCapsBodyBeforeParsing(t *testing.T) {
 	w = httptest.NewRecorder()
 	f.handler.ServeHTTP(w, r)
 	wantRefusal(t, w, http.StatusRequestEntityTooLarge, "invalid_request")
-	if n := body.n.Load(); n > 2*ctoken.MaxExchangeBodyBytes {
+	if n := body.n.Load(); n > 2*exchange.MaxBodyBytes {
 		t.Fatalf("read %d bytes of an endless body", n)
 	}
 
 	// A valid request padded to one byte over the cap is refused; at the cap
 	// it is accepted.
 	valid := exchangeForm(tok).Encode() + "&pad="
-	over := valid + strings.Repeat("p", ctoken.MaxExchangeBodyBytes+1-len(valid))
+	over := valid + strings.Repeat("p", exchange.MaxBodyBytes+1-len(valid))
 	r = httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(over))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	r.ContentLength = -1
@@ -539,8 +541,8 @@ func TestExchangeCapsBodyBeforeParsing(t *testing.T) {
 	if f.authorizedCount() != 0 {
 		t.Fatal("Authorize ran for an oversize body")
 	}
-	if w := post(f.handler, over[:ctoken.MaxExchangeBodyBytes]); w.Code != http.StatusOK {
-		t.Fatalf("body of exactly MaxExchangeBodyBytes: %d %s", w.Code, w.Body.String())
+	if w := post(f.handler, over[:exchange.MaxBodyBytes]); w.Code != http.StatusOK {
+		t.Fatalf("body of exactly MaxBodyBytes: %d %s", w.Code, w.Body.String())
 	}
 }
 
@@ -553,9 +555,9 @@ func TestExchangeRefusalByAuthorizeLeavesTokenUsable(t *testing.T) {
 		code   string
 	}{
 		{errors.New("run is no longer active"), http.StatusBadRequest, "invalid_grant"},
-		{fmt.Errorf("audience api-x: %w", ctoken.ErrExchangeTarget), http.StatusBadRequest, "invalid_target"},
-		{fmt.Errorf("scope admin: %w", ctoken.ErrExchangeScope), http.StatusBadRequest, "invalid_scope"},
-		{fmt.Errorf("runs db: %w", ctoken.ErrExchangeUnavailable), http.StatusServiceUnavailable, "temporarily_unavailable"},
+		{fmt.Errorf("audience api-x: %w", exchange.ErrTarget), http.StatusBadRequest, "invalid_target"},
+		{fmt.Errorf("scope admin: %w", exchange.ErrScope), http.StatusBadRequest, "invalid_scope"},
+		{fmt.Errorf("runs db: %w", exchange.ErrUnavailable), http.StatusServiceUnavailable, "temporarily_unavailable"},
 		{context.DeadlineExceeded, http.StatusServiceUnavailable, "temporarily_unavailable"},
 	} {
 		f.refuseAuthorize(tc.err)
@@ -642,11 +644,13 @@ func TestExchangeIssueFailureSpendsToken(t *testing.T) {
 			err := errors.New("signer offline")
 			f.issueErr.Store(&err)
 		},
-		"empty credential":  func(f *exchangeFixture) { f.badCred.Store(&ctoken.Credential{ExpiresIn: time.Minute}) },
-		"no lifetime":       func(f *exchangeFixture) { f.badCred.Store(&ctoken.Credential{AccessToken: "x"}) },
-		"negative lifetime": func(f *exchangeFixture) { f.badCred.Store(&ctoken.Credential{AccessToken: "x", ExpiresIn: -time.Hour}) },
+		"empty credential": func(f *exchangeFixture) { f.badCred.Store(&exchange.Credential{ExpiresIn: time.Minute}) },
+		"no lifetime":      func(f *exchangeFixture) { f.badCred.Store(&exchange.Credential{AccessToken: "x"}) },
+		"negative lifetime": func(f *exchangeFixture) {
+			f.badCred.Store(&exchange.Credential{AccessToken: "x", ExpiresIn: -time.Hour})
+		},
 		"sub-second lifetim": func(f *exchangeFixture) {
-			f.badCred.Store(&ctoken.Credential{AccessToken: "x", ExpiresIn: 999 * time.Millisecond})
+			f.badCred.Store(&exchange.Credential{AccessToken: "x", ExpiresIn: 999 * time.Millisecond})
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -744,25 +748,25 @@ func TestNewExchangeHandlerRejectsIncompleteConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	authorize := func(context.Context, ctoken.ExchangeRequest) error { return nil }
-	issue := func(context.Context, ctoken.ExchangeRequest) (ctoken.Credential, error) {
-		return ctoken.Credential{AccessToken: "x", ExpiresIn: time.Minute}, nil
+	authorize := func(context.Context, exchange.Request) error { return nil }
+	issue := func(context.Context, exchange.Request) (exchange.Credential, error) {
+		return exchange.Credential{AccessToken: "x", ExpiresIn: time.Minute}, nil
 	}
 	for _, tc := range []struct {
 		name string
-		cfg  ctoken.ExchangeConfig
+		cfg  exchange.Config
 		want error
 	}{
-		{"nil issuer", ctoken.ExchangeConfig{Authorize: authorize, Issue: issue}, ctoken.ErrNoKey},
-		{"zero issuer", ctoken.ExchangeConfig{Issuer: &ctoken.OneTimeIssuer{}, Authorize: authorize, Issue: issue}, ctoken.ErrNoKey},
-		{"nil Authorize", ctoken.ExchangeConfig{Issuer: iss, Issue: issue}, ctoken.ErrConfig},
-		{"nil Issue", ctoken.ExchangeConfig{Issuer: iss, Authorize: authorize}, ctoken.ErrConfig},
-		{"relative token type", ctoken.ExchangeConfig{Issuer: iss, Authorize: authorize, Issue: issue, IssuedTokenType: "jwt"}, ctoken.ErrConfig},
-		{"token type with space", ctoken.ExchangeConfig{Issuer: iss, Authorize: authorize, Issue: issue, IssuedTokenType: "urn:x:a b"}, ctoken.ErrConfig},
+		{"nil issuer", exchange.Config{Authorize: authorize, Issue: issue}, ctoken.ErrNoKey},
+		{"zero issuer", exchange.Config{Issuer: &ctoken.OneTimeIssuer{}, Authorize: authorize, Issue: issue}, ctoken.ErrNoKey},
+		{"nil Authorize", exchange.Config{Issuer: iss, Issue: issue}, ctoken.ErrConfig},
+		{"nil Issue", exchange.Config{Issuer: iss, Authorize: authorize}, ctoken.ErrConfig},
+		{"relative token type", exchange.Config{Issuer: iss, Authorize: authorize, Issue: issue, IssuedTokenType: "jwt"}, ctoken.ErrConfig},
+		{"token type with space", exchange.Config{Issuer: iss, Authorize: authorize, Issue: issue, IssuedTokenType: "urn:x:a b"}, ctoken.ErrConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := ctoken.NewExchangeHandler(tc.cfg)
-			if h != nil || !errors.Is(err, tc.want) || ctoken.Reason(err) == "" {
+			h, err := exchange.NewHandler(tc.cfg)
+			if h != nil || !errors.Is(err, tc.want) || !strings.Contains(fmt.Sprint(err), "Config.") {
 				t.Fatalf("got %v, %v; want %v with a reason", h, err, tc.want)
 			}
 		})
@@ -770,7 +774,7 @@ func TestNewExchangeHandlerRejectsIncompleteConfig(t *testing.T) {
 }
 
 func TestExchangeZeroHandlerRefuses(t *testing.T) {
-	for _, h := range []*ctoken.ExchangeHandler{nil, {}} {
+	for _, h := range []*exchange.Handler{nil, {}} {
 		w := post(h, exchangeForm("ot1.AAAA").Encode())
 		wantRefusal(t, w, http.StatusInternalServerError, "server_error")
 	}
@@ -784,7 +788,7 @@ func TestExchangeHandlerPrintsRedacted(t *testing.T) {
 	}
 	var logged bytes.Buffer
 	slog.New(slog.NewTextHandler(&logged, nil)).Info("h", "handler", f.handler, "value", *f.handler)
-	cfg := ctoken.ExchangeConfig{Issuer: f.issuer}
+	cfg := exchange.Config{Issuer: f.issuer}
 	outs := []string{string(js), logged.String(), fmt.Sprintf("%v %+v %#v", cfg, cfg, cfg)}
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%d"} {
 		outs = append(outs, fmt.Sprintf(verb, f.handler), fmt.Sprintf(verb, *f.handler))
@@ -800,7 +804,7 @@ func TestExchangeHandlerPrintsRedacted(t *testing.T) {
 			}
 		}
 	}
-	if got := fmt.Sprint(ctoken.ExchangeHandler{}); got != "ctoken.ExchangeHandler(not configured)" {
+	if got := fmt.Sprint(exchange.Handler{}); got != "exchange.Handler(not configured)" {
 		t.Fatalf("zero handler prints %q", got)
 	}
 }
@@ -845,15 +849,15 @@ func FuzzExchangeHandler(f *testing.F) {
 func TestExchangeIssueSeesRedeemedClaimsWhateverAuthorizeDoes(t *testing.T) {
 	f := newExchangeFixture(t, nil)
 	var issuedRun string
-	h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+	h, err := exchange.NewHandler(exchange.Config{
 		Issuer: f.issuer,
-		Authorize: func(ctx context.Context, req ctoken.ExchangeRequest) error {
+		Authorize: func(ctx context.Context, req exchange.Request) error {
 			req.Token.Claims["run"] = "run_other"
 			return nil
 		},
-		Issue: func(ctx context.Context, req ctoken.ExchangeRequest) (ctoken.Credential, error) {
+		Issue: func(ctx context.Context, req exchange.Request) (exchange.Credential, error) {
 			issuedRun = req.Token.Claims["run"]
-			return ctoken.Credential{AccessToken: "x", ExpiresIn: time.Minute}, nil
+			return exchange.Credential{AccessToken: "x", ExpiresIn: time.Minute}, nil
 		},
 	})
 	if err != nil {
@@ -909,11 +913,11 @@ func TestExchangeObserver(t *testing.T) {
 			t.Fatal(err)
 		}
 		var events observetest.Recorder
-		h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+		h, err := exchange.NewHandler(exchange.Config{
 			Issuer:    iss,
-			Authorize: func(context.Context, ctoken.ExchangeRequest) error { return nil },
-			Issue: func(context.Context, ctoken.ExchangeRequest) (ctoken.Credential, error) {
-				return ctoken.Credential{AccessToken: "cred", ExpiresIn: time.Minute}, nil
+			Authorize: func(context.Context, exchange.Request) error { return nil },
+			Issue: func(context.Context, exchange.Request) (exchange.Credential, error) {
+				return exchange.Credential{AccessToken: "cred", ExpiresIn: time.Minute}, nil
 			},
 			Observer: &events,
 		})
@@ -941,7 +945,7 @@ func TestExchangeObserver(t *testing.T) {
 	})
 
 	// Runs one exchange per outcome and
-	// checks the one KindExchange event each produces.
+	// checks the one observe.KindExchange event each produces.
 	t.Run("sees every outcome", func(t *testing.T) {
 		clock := clocktest.New()
 		kr, err := ctoken.NewKeyring(ctoken.RandomKey())
@@ -958,11 +962,11 @@ func TestExchangeObserver(t *testing.T) {
 			refuse    error
 			issueFail error
 		)
-		h, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+		h, err := exchange.NewHandler(exchange.Config{
 			Issuer:    iss,
-			Authorize: func(context.Context, ctoken.ExchangeRequest) error { return refuse },
-			Issue: func(context.Context, ctoken.ExchangeRequest) (ctoken.Credential, error) {
-				return ctoken.Credential{AccessToken: "cred", ExpiresIn: time.Minute}, issueFail
+			Authorize: func(context.Context, exchange.Request) error { return refuse },
+			Issue: func(context.Context, exchange.Request) (exchange.Credential, error) {
+				return exchange.Credential{AccessToken: "cred", ExpiresIn: time.Minute}, issueFail
 			},
 			Observer: &events,
 		})
@@ -982,17 +986,17 @@ func TestExchangeObserver(t *testing.T) {
 			body    string
 			setup   func()
 			status  int
-			outcome ctoken.Outcome
-			reason  ctoken.RefusalReason
+			outcome observe.Outcome
+			reason  observe.RefusalReason
 			store   bool
 		}{
-			{"issued", exchangeForm(used).Encode(), nil, http.StatusOK, ctoken.OutcomeIssued, ctoken.ReasonNone, true},
-			{"duplicate", exchangeForm(used).Encode(), nil, http.StatusBadRequest, ctoken.OutcomeDuplicate, ctoken.ReasonAlreadyRedeemed, true},
-			{"malformed request", "grant_type=x", nil, http.StatusBadRequest, ctoken.OutcomeRefused, ctoken.ReasonExchangeRequest, false},
-			{"forged token", exchangeForm("ot1.AAAA").Encode(), nil, http.StatusBadRequest, ctoken.OutcomeRefused, ctoken.ReasonTruncated, false},
-			{"authorize refuses", exchangeForm(mint()).Encode(), func() { refuse = errors.New("no") }, http.StatusBadRequest, ctoken.OutcomeRefused, ctoken.ReasonAuthorizeRefused, false},
-			{"store down", exchangeForm(mint()).Encode(), func() { refuse = nil; store.down.Store(true) }, http.StatusServiceUnavailable, ctoken.OutcomeStoreFailure, ctoken.ReasonStoreFailed, true},
-			{"issue fails", exchangeForm(mint()).Encode(), func() { store.down.Store(false); issueFail = errors.New("db") }, http.StatusInternalServerError, ctoken.OutcomeRefused, ctoken.ReasonIssueFailed, true},
+			{"issued", exchangeForm(used).Encode(), nil, http.StatusOK, observe.OutcomeIssued, observe.ReasonNone, true},
+			{"duplicate", exchangeForm(used).Encode(), nil, http.StatusBadRequest, observe.OutcomeDuplicate, observe.ReasonAlreadyRedeemed, true},
+			{"malformed request", "grant_type=x", nil, http.StatusBadRequest, observe.OutcomeRefused, observe.ReasonExchangeRequest, false},
+			{"forged token", exchangeForm("ot1.AAAA").Encode(), nil, http.StatusBadRequest, observe.OutcomeRefused, observe.ReasonTruncated, false},
+			{"authorize refuses", exchangeForm(mint()).Encode(), func() { refuse = errors.New("no") }, http.StatusBadRequest, observe.OutcomeRefused, observe.ReasonAuthorizeRefused, false},
+			{"store down", exchangeForm(mint()).Encode(), func() { refuse = nil; store.down.Store(true) }, http.StatusServiceUnavailable, observe.OutcomeStoreFailure, observe.ReasonStoreFailed, true},
+			{"issue fails", exchangeForm(mint()).Encode(), func() { store.down.Store(false); issueFail = errors.New("db") }, http.StatusInternalServerError, observe.OutcomeRefused, observe.ReasonIssueFailed, true},
 		}
 		for _, s := range steps {
 			if s.setup != nil {
@@ -1003,7 +1007,7 @@ func TestExchangeObserver(t *testing.T) {
 				t.Errorf("%s: status %d, want %d", s.name, w.Code, s.status)
 			}
 			e := events.Only(t, s.name)
-			if e.Kind != ctoken.KindExchange || e.Outcome != s.outcome || e.Reason != s.reason || (e.StoreLatency > 0) != s.store {
+			if e.Kind != observe.KindExchange || e.Outcome != s.outcome || e.Reason != s.reason || (e.StoreLatency > 0) != s.store {
 				t.Errorf("%s: event %+v, want outcome %v reason %q store latency %v", s.name, e, s.outcome, s.reason, s.store)
 			}
 		}
@@ -1089,7 +1093,7 @@ func TestExchangeRefusalLogLevelAndErrorText(t *testing.T) {
 	}
 
 	expired := f.mint()
-	f.clock.Advance(ctoken.DefaultOneTimeTTL)
+	f.clock.Advance((10 * time.Minute))
 	post(f.handler, exchangeForm(expired).Encode())
 	if r := lastRefusal(t, f); r.Level != "WARN" || r.Check != "expired" || r.Err != nil {
 		t.Fatalf("expired token: %+v, want WARN, check expired and no err", r)

@@ -1,4 +1,4 @@
-package ctoken_test
+package exchange_test
 
 import (
 	"context"
@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/exchange"
 )
 
 // A bootstrap exchange: the launcher mints a one-time token for an agent
 // run; the agent exchanges it once at the token endpoint for a run-scoped
 // bearer. The server refuses runs that are no longer active before the
 // token is consumed; a second exchange of the same token is refused.
-func ExampleExchangeHandler() {
+func ExampleHandler() {
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 	if err != nil {
 		panic(err)
@@ -31,9 +32,9 @@ func ExampleExchangeHandler() {
 	var mu sync.Mutex // the handler runs on the server's goroutines
 	active := map[string]bool{"run_1": true}
 	bearers := map[string]string{} // bearer → run; a real server stores these with their expiry
-	exchange, err := ctoken.NewExchangeHandler(ctoken.ExchangeConfig{
+	handler, err := exchange.NewHandler(exchange.Config{
 		Issuer: bootstrap,
-		Authorize: func(ctx context.Context, req ctoken.ExchangeRequest) error {
+		Authorize: func(ctx context.Context, req exchange.Request) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if !active[req.Token.Claims["run"]] {
@@ -41,25 +42,25 @@ func ExampleExchangeHandler() {
 			}
 			return nil
 		},
-		Issue: func(ctx context.Context, req ctoken.ExchangeRequest) (ctoken.Credential, error) {
+		Issue: func(ctx context.Context, req exchange.Request) (exchange.Credential, error) {
 			bearer := rand.Text()
 			mu.Lock()
 			defer mu.Unlock()
 			bearers[bearer] = req.Token.Claims["run"]
-			return ctoken.Credential{AccessToken: bearer, ExpiresIn: 15 * time.Minute}, nil
+			return exchange.Credential{AccessToken: bearer, ExpiresIn: 15 * time.Minute}, nil
 		},
 	})
 	if err != nil {
 		panic(err)
 	}
-	srv := httptest.NewServer(exchange)
+	srv := httptest.NewServer(handler)
 	defer srv.Close()
 
 	post := func(token string) {
 		res, err := http.PostForm(srv.URL, url.Values{
-			"grant_type":         {ctoken.GrantTypeTokenExchange},
+			"grant_type":         {exchange.GrantTypeTokenExchange},
 			"subject_token":      {token},
-			"subject_token_type": {ctoken.TokenTypeOneTime},
+			"subject_token_type": {exchange.TokenTypeOneTime},
 		})
 		if err != nil {
 			panic(err)

@@ -1,4 +1,4 @@
-package ctoken
+package keyfile
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/internal/reason"
 )
 
 // writeKeyFile replaces path with content and mode atomically (write a
@@ -28,14 +31,26 @@ func writeKeyFile(t *testing.T, path, content string, mode fs.FileMode) {
 	}
 }
 
-// primaryOf returns the primary key of src's current ring.
-func primaryOf(src *KeySource) string { return string(src.Keyring().keys[0]) }
+// primaryOf returns the key id of the primary key of src's current ring.
+func primaryOf(src *ctoken.KeySource) string { return primaryID(src.Keyring()) }
+
+// primaryID returns the key id of kr's primary key.
+func primaryID(kr *ctoken.Keyring) string { return kr.KeyIDs()[0] }
+
+// idOf returns the key id of key, which names it without naming it.
+func idOf(key []byte) string {
+	kr, err := ctoken.NewKeyring(key)
+	if err != nil {
+		panic(err)
+	}
+	return kr.KeyIDs()[0]
+}
 
 // fastFileConfig polls path every millisecond and reports swaps and errors
 // on the returned channels (buffered; the poller never blocks on them).
-func fastFileConfig(path string) (KeyFileReloaderConfig, chan int, chan error) {
+func fastFileConfig(path string) (Config, chan int, chan error) {
 	swaps, errs := make(chan int, 16), make(chan error, 16)
-	return KeyFileReloaderConfig{
+	return Config{
 		Path:     path,
 		Interval: time.Millisecond,
 		OnSwap:   func(n int) { swaps <- n },
@@ -55,24 +70,24 @@ func await[T any](t *testing.T, c <-chan T, what string) T {
 	}
 }
 
-func TestKeySourceFromFile(t *testing.T) {
+func TestNewSource(t *testing.T) {
 	t.Run("refuses bad config", func(t *testing.T) {
 		src := mustSource(t, mustKeyring(t, fixedKey(1)))
 		path := filepath.Join(t.TempDir(), "keys")
-		writeKeyFile(t, path, keyText(RandomKey()), 0o600) // a good file: the config is what is refused
+		writeKeyFile(t, path, keyText(ctoken.RandomKey()), 0o600) // a good file: the config is what is refused
 		for _, tc := range []struct {
 			name string
 			ctx  context.Context
-			cfg  KeyFileReloaderConfig
+			cfg  Config
 		}{
-			{"source set", t.Context(), KeyFileReloaderConfig{Source: src, Path: path}},
-			{"no path", t.Context(), KeyFileReloaderConfig{}},
-			{"negative interval", t.Context(), KeyFileReloaderConfig{Path: path, Interval: -1}},
-			{"nil context", nil, KeyFileReloaderConfig{Path: path}},
+			{"source set", t.Context(), Config{Source: src, Path: path}},
+			{"no path", t.Context(), Config{}},
+			{"negative interval", t.Context(), Config{Path: path, Interval: -1}},
+			{"nil context", nil, Config{Path: path}},
 		} {
-			s, err := KeySourceFromFile(tc.ctx, tc.cfg)
-			if !errors.Is(err, ErrConfig) || Reason(err) == "" || s != nil {
-				t.Errorf("%s: %v, %v; want ErrConfig with a reason and no source", tc.name, s, err)
+			s, err := NewSource(tc.ctx, tc.cfg)
+			if !errors.Is(err, ctoken.ErrConfig) || reasonText(err) == "" || s != nil {
+				t.Errorf("%s: %v, %v; want ctoken.ErrConfig with a reason and no source", tc.name, s, err)
 			}
 		}
 	})
@@ -80,7 +95,7 @@ func TestKeySourceFromFile(t *testing.T) {
 	// Checks that the first read fails
 	// loudly on every bad file, with an error that names no key material.
 	t.Run("refuses bad files", func(t *testing.T) {
-		good := EncodeKey(RandomKey())
+		good := ctoken.EncodeKey(ctoken.RandomKey())
 		for _, tc := range []struct {
 			name    string
 			content string // "" with missing: no file at all
@@ -89,22 +104,22 @@ func TestKeySourceFromFile(t *testing.T) {
 			want    error
 		}{
 			{"missing file", "", true, 0o600, fs.ErrNotExist},
-			{"empty file", "", false, 0o600, ErrKeyInvalid},
-			{"white space only", " \n", false, 0o600, ErrKeyInvalid},
-			{"malformed", "not*base64!" + strings.Repeat("x", 40), false, 0o600, ErrKeyInvalid},
-			{"empty entry", good + ",,", false, 0o600, ErrKeyInvalid},
-			{"short key", EncodeKey(RandomKey()[:31]), false, 0o600, ErrKeyTooShort},
-			{"webhook secret", "whsec_" + good, false, 0o600, ErrKeyInvalid},
-			{"too large", strings.Repeat("A", MaxKeyFileBytes+1), false, 0o600, ErrKeyFileTooLarge},
-			{"world-writable", good, false, 0o666, ErrKeyFileWritable},
+			{"empty file", "", false, 0o600, ctoken.ErrKeyInvalid},
+			{"white space only", " \n", false, 0o600, ctoken.ErrKeyInvalid},
+			{"malformed", "not*base64!" + strings.Repeat("x", 40), false, 0o600, ctoken.ErrKeyInvalid},
+			{"empty entry", good + ",,", false, 0o600, ctoken.ErrKeyInvalid},
+			{"short key", ctoken.EncodeKey(ctoken.RandomKey()[:31]), false, 0o600, ctoken.ErrKeyTooShort},
+			{"webhook secret", "whsec_" + good, false, 0o600, ctoken.ErrKeyInvalid},
+			{"too large", strings.Repeat("A", MaxBytes+1), false, 0o600, ErrTooLarge},
+			{"world-writable", good, false, 0o666, ErrWritable},
 			// A file written in place that parses but has no final newline may
 			// be a writer's first bytes: refused at the first read too.
-			{"no final newline", good, false, 0o600, ErrKeyFileIncomplete},
-			{"64-byte key cut after 44 characters", EncodeKey(key64(t))[:44], false, 0o600, ErrKeyFileIncomplete},
-			{"two lines", good + ",\n" + EncodeKey(RandomKey()) + "\n", false, 0o600, ErrKeyFileIncomplete},
+			{"no final newline", good, false, 0o600, ErrIncomplete},
+			{"64-byte key cut after 44 characters", ctoken.EncodeKey(key64(t))[:44], false, 0o600, ErrIncomplete},
+			{"two lines", good + ",\n" + ctoken.EncodeKey(ctoken.RandomKey()) + "\n", false, 0o600, ErrIncomplete},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				if tc.want == ErrKeyFileWritable && runtime.GOOS == "windows" {
+				if tc.want == ErrWritable && runtime.GOOS == "windows" {
 					t.Skip("permission bits are not checked on Windows")
 				}
 				path := filepath.Join(t.TempDir(), "keys")
@@ -112,7 +127,7 @@ func TestKeySourceFromFile(t *testing.T) {
 					writeKeyFile(t, path, tc.content, tc.mode)
 				}
 				cfg, _, errs := fastFileConfig(path)
-				src, err := KeySourceFromFile(t.Context(), cfg)
+				src, err := NewSource(t.Context(), cfg)
 				if !errors.Is(err, tc.want) || src != nil {
 					t.Fatalf("got %v, %v; want %v and no source", src, err, tc.want)
 				}
@@ -132,20 +147,20 @@ func TestKeySourceFromFile(t *testing.T) {
 	// two passes of a rotation and checks that an issuer on the source follows
 	// each one, and that cursors of the old primary still verify.
 	t.Run("picks up rotation", func(t *testing.T) {
-		a, b := RandomKey(), RandomKey()
+		a, b := ctoken.RandomKey(), ctoken.RandomKey()
 		path := filepath.Join(t.TempDir(), "keys")
 		writeKeyFile(t, path, keyText(a), 0o644) // world-readable is accepted
 		cfg, swaps, errs := fastFileConfig(path)
-		src, err := KeySourceFromFile(t.Context(), cfg)
+		src, err := NewSource(t.Context(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		iss, err := NewCursorIssuer(CursorConfig{KeySource: src, Session: []byte("s")})
+		iss, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{KeySource: src, Session: []byte("s")})
 		if err != nil {
 			t.Fatal(err)
 		}
-		scope := CursorScope{ToolID: "GET /v1/items", CallerID: "u"}
-		old, err := IssueKeyset(iss, scope, 7)
+		scope := ctoken.CursorScope{ToolID: "GET /v1/items", CallerID: "u"}
+		old, err := ctoken.IssueKeyset(iss, scope, 7)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,22 +176,22 @@ func TestKeySourceFromFile(t *testing.T) {
 			if n := await(t, swaps, "swap"); n != step.n {
 				t.Fatalf("OnSwap(%d), want %d", n, step.n)
 			}
-			if primaryOf(src) != string(step.primary) {
+			if primaryOf(src) != idOf(step.primary) {
 				t.Fatal("the ring's primary is not the file's first key")
 			}
-			if k, err := VerifyKeyset[int](iss, old, scope); err != nil || k != 7 {
+			if k, err := ctoken.VerifyKeyset[int](iss, old, scope); err != nil || k != 7 {
 				t.Fatalf("a cursor of the previous primary: %v, %v", k, err)
 			}
 		}
-		fresh, err := IssueKeyset(iss, scope, 8)
+		fresh, err := ctoken.IssueKeyset(iss, scope, 8)
 		if err != nil {
 			t.Fatal(err)
 		}
-		onlyA, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(t, a), Session: []byte("s")})
+		onlyA, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: mustKeyring(t, a), Session: []byte("s")})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := VerifyKeyset[int](onlyA, fresh, scope); !errors.Is(err, ErrCursorInvalid) {
+		if _, err := ctoken.VerifyKeyset[int](onlyA, fresh, scope); !errors.Is(err, ctoken.ErrCursorInvalid) {
 			t.Fatalf("a cursor issued after the rotation verified with the old key alone: %v", err)
 		}
 		select {
@@ -190,11 +205,11 @@ func TestKeySourceFromFile(t *testing.T) {
 	// content after the first read: each bad version is reported once and the
 	// current ring stays in effect; a good version afterwards is picked up.
 	t.Run("keeps ring when reload fails", func(t *testing.T) {
-		a, b := RandomKey(), RandomKey()
+		a, b := ctoken.RandomKey(), ctoken.RandomKey()
 		path := filepath.Join(t.TempDir(), "keys")
 		writeKeyFile(t, path, keyText(a), 0o600)
 		cfg, swaps, errs := fastFileConfig(path)
-		src, err := KeySourceFromFile(t.Context(), cfg)
+		src, err := NewSource(t.Context(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,20 +219,20 @@ func TestKeySourceFromFile(t *testing.T) {
 			mode    fs.FileMode
 			want    error
 		}{
-			{"empty", "", 0o600, ErrKeyInvalid},
-			{"malformed", "%%%", 0o600, ErrKeyInvalid},
-			{"short key", EncodeKey(b[:16]), 0o600, ErrKeyTooShort},
-			{"world-writable", keyText(b), 0o646, ErrKeyFileWritable},
+			{"empty", "", 0o600, ctoken.ErrKeyInvalid},
+			{"malformed", "%%%", 0o600, ctoken.ErrKeyInvalid},
+			{"short key", ctoken.EncodeKey(b[:16]), 0o600, ctoken.ErrKeyTooShort},
+			{"world-writable", keyText(b), 0o646, ErrWritable},
 		}
 		for _, tc := range bad {
-			if tc.want == ErrKeyFileWritable && runtime.GOOS == "windows" {
+			if tc.want == ErrWritable && runtime.GOOS == "windows" {
 				continue
 			}
 			writeKeyFile(t, path, tc.content, tc.mode)
 			if err := await(t, errs, tc.name+" error"); !errors.Is(err, tc.want) {
 				t.Fatalf("%s: OnError(%v), want %v", tc.name, err, tc.want)
 			}
-			if primaryOf(src) != string(a) || src.Keyring().Len() != 1 {
+			if primaryOf(src) != idOf(a) || src.Keyring().Len() != 1 {
 				t.Fatalf("%s: the ring changed", tc.name)
 			}
 		}
@@ -229,7 +244,7 @@ func TestKeySourceFromFile(t *testing.T) {
 			t.Fatalf("OnError(%v), want ErrNotExist", err)
 		}
 		writeKeyFile(t, path, keyText(b, a), 0o600)
-		if n := await(t, swaps, "swap"); n != 2 || primaryOf(src) != string(b) {
+		if n := await(t, swaps, "swap"); n != 2 || primaryOf(src) != idOf(b) {
 			t.Fatalf("good file after bad ones: OnSwap(%d)", n)
 		}
 		select {
@@ -242,12 +257,12 @@ func TestKeySourceFromFile(t *testing.T) {
 	// Checks that no reload happens after
 	// ctx is done.
 	t.Run("stops with context", func(t *testing.T) {
-		a, b := RandomKey(), RandomKey()
+		a, b := ctoken.RandomKey(), ctoken.RandomKey()
 		path := filepath.Join(t.TempDir(), "keys")
 		writeKeyFile(t, path, keyText(a), 0o600)
 		ctx, cancel := context.WithCancel(t.Context())
 		cfg, swaps, _ := fastFileConfig(path)
-		src, err := KeySourceFromFile(ctx, cfg)
+		src, err := NewSource(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,58 +277,86 @@ func TestKeySourceFromFile(t *testing.T) {
 		}
 		writeKeyFile(t, path, keyText(a), 0o600)
 		time.Sleep(50 * time.Millisecond) // 50 intervals
-		if len(swaps) != 0 || primaryOf(src) != string(b) {
+		if len(swaps) != 0 || primaryOf(src) != idOf(b) {
 			t.Fatal("the file was reloaded after ctx was done")
 		}
 	})
 }
 
-// TestKeyFileReloaderRefusesWorldWritableFile checks the permission check
+// TestReloaderRefusesWorldWritableFile checks the permission check
 // of the long form, which shares the file reader.
-func TestKeyFileReloaderRefusesWorldWritableFile(t *testing.T) {
+func TestReloaderRefusesWorldWritableFile(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("permission bits are not checked on Windows")
 	}
-	a := RandomKey()
+	a := ctoken.RandomKey()
 	path := filepath.Join(t.TempDir(), "keys")
-	writeKeyFile(t, path, keyText(RandomKey()), 0o666)
+	writeKeyFile(t, path, keyText(ctoken.RandomKey()), 0o666)
 	src := mustSource(t, mustKeyring(t, a))
-	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: path})
+	r, err := NewReloader(Config{Source: src, Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrKeyFileWritable) {
-		t.Fatalf("Reload: %v, %v; want ErrKeyFileWritable", swapped, err)
+	if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrWritable) {
+		t.Fatalf("Reload: %v, %v; want ErrWritable", swapped, err)
 	}
-	if primaryOf(src) != string(a) {
+	if primaryOf(src) != idOf(a) {
 		t.Fatal("a world-writable file was swapped in")
 	}
 }
 
-// TestKeyFileThatIsADirectoryIsRefused checks that a directory in the key
+// TestFileThatIsADirectoryIsRefused checks that a directory in the key
 // file's place is ErrConfig, at the first read and at a reload.
-func TestKeyFileThatIsADirectoryIsRefused(t *testing.T) {
+func TestFileThatIsADirectoryIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys")
 	if err := os.Mkdir(path, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	cfg, _, _ := fastFileConfig(path)
-	if src, err := KeySourceFromFile(t.Context(), cfg); !errors.Is(err, ErrConfig) || src != nil {
-		t.Fatalf("got %v, %v; want ErrConfig", src, err)
+	if src, err := NewSource(t.Context(), cfg); !errors.Is(err, ctoken.ErrConfig) || src != nil {
+		t.Fatalf("got %v, %v; want ctoken.ErrConfig", src, err)
 	}
 	src := mustSource(t, mustKeyring(t, fixedKey(1)))
-	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: path})
+	r, err := NewReloader(Config{Source: src, Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if swapped, err := r.Reload(); swapped || !errors.Is(err, ErrConfig) {
-		t.Fatalf("Reload: %v, %v; want ErrConfig", swapped, err)
+	if swapped, err := r.Reload(); swapped || !errors.Is(err, ctoken.ErrConfig) {
+		t.Fatalf("Reload: %v, %v; want ctoken.ErrConfig", swapped, err)
 	}
 }
 
+func mustKeyring(t testing.TB, primary []byte, previous ...[]byte) *ctoken.Keyring {
+	t.Helper()
+	kr, err := ctoken.NewKeyring(primary, previous...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kr
+}
+
+func mustSource(t testing.TB, kr *ctoken.Keyring) *ctoken.KeySource {
+	t.Helper()
+	s, err := ctoken.NewKeySource(kr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func fixedKey(b byte) []byte {
+	k := make([]byte, ctoken.MinKeyBytes)
+	for i := range k {
+		k[i] = b
+	}
+	return k
+}
+
+// reasonText is the reason text err carries ("" if none).
+func reasonText(err error) string { return reason.Of(err) }
 // TestOperationsProgramRefusesAWorldWritableKeyFile runs the key handling
 // of the program at the top of docs/operations.md: its first read goes
-// through KeySourceFromFile, so a world-writable key file serves no token
+// through NewSource, so a world-writable key file serves no token
 // (the program once read the file with os.ReadFile and served its keys
 // until the first reload), and its SIGHUP reloader, made with the same
 // config and the source, refuses one at a reload and keeps the ring.
@@ -322,30 +365,30 @@ func TestOperationsProgramRefusesAWorldWritableKeyFile(t *testing.T) {
 		t.Skip("permission bits are not checked on Windows")
 	}
 	path := filepath.Join(t.TempDir(), "keys")
-	writeKeyFile(t, path, keyText(RandomKey()), 0o666)
+	writeKeyFile(t, path, keyText(ctoken.RandomKey()), 0o666)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := KeyFileReloaderConfig{Path: path, OnError: func(error) {}}
-	if keys, err := KeySourceFromFile(ctx, cfg); keys != nil || !errors.Is(err, ErrKeyFileWritable) {
-		t.Fatalf("first read of a world-writable file: %v, %v; want ErrKeyFileWritable", keys, err)
+	cfg := Config{Path: path, OnError: func(error) {}}
+	if keys, err := NewSource(ctx, cfg); keys != nil || !errors.Is(err, ErrWritable) {
+		t.Fatalf("first read of a world-writable file: %v, %v; want ErrWritable", keys, err)
 	}
 
-	a := RandomKey()
+	a := ctoken.RandomKey()
 	writeKeyFile(t, path, keyText(a), 0o600)
-	keys, err := KeySourceFromFile(ctx, cfg)
+	keys, err := NewSource(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Source = keys
-	reloader, err := NewKeyFileReloader(cfg)
+	reloader, err := NewReloader(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeKeyFile(t, path, keyText(RandomKey(), a), 0o666)
-	if swapped, err := reloader.Reload(); swapped || !errors.Is(err, ErrKeyFileWritable) {
-		t.Fatalf("SIGHUP reload of a world-writable file: %v, %v; want ErrKeyFileWritable", swapped, err)
+	writeKeyFile(t, path, keyText(ctoken.RandomKey(), a), 0o666)
+	if swapped, err := reloader.Reload(); swapped || !errors.Is(err, ErrWritable) {
+		t.Fatalf("SIGHUP reload of a world-writable file: %v, %v; want ErrWritable", swapped, err)
 	}
-	if primaryOf(keys) != string(a) {
+	if primaryOf(keys) != idOf(a) {
 		t.Fatal("a world-writable file was swapped in")
 	}
 }

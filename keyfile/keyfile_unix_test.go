@@ -1,6 +1,6 @@
 //go:build unix
 
-package ctoken
+package keyfile
 
 import (
 	"errors"
@@ -9,13 +9,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken"
 )
 
-// TestKeyFileThatIsAFIFOIsRefusedWithoutBlocking checks that a FIFO in the
+// TestFileThatIsAFIFOIsRefusedWithoutBlocking checks that a FIFO in the
 // key file's place is refused at once: opening one for reading blocks until
 // a writer comes, which hung the first read and every later check (and
 // Reload, behind the reloader's lock).
-func TestKeyFileThatIsAFIFOIsRefusedWithoutBlocking(t *testing.T) {
+func TestFileThatIsAFIFOIsRefusedWithoutBlocking(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "keys")
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
@@ -30,20 +32,20 @@ func TestKeyFileThatIsAFIFOIsRefusedWithoutBlocking(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		cfg, _, _ := fastFileConfig(path)
-		_, err := KeySourceFromFile(t.Context(), cfg)
+		_, err := NewSource(t.Context(), cfg)
 		done <- err
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrConfig) {
-			t.Fatalf("got %v, want ErrConfig", err)
+		if !errors.Is(err, ctoken.ErrConfig) {
+			t.Fatalf("got %v, want ctoken.ErrConfig", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("KeySourceFromFile blocked on a FIFO")
+		t.Fatal("NewSource blocked on a FIFO")
 	}
 	// The same at a reload: the ring stays, and Reload returns.
 	src := mustSource(t, mustKeyring(t, fixedKey(1)))
-	r, err := NewKeyFileReloader(KeyFileReloaderConfig{Source: src, Path: path})
+	r, err := NewReloader(Config{Source: src, Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +55,8 @@ func TestKeyFileThatIsAFIFOIsRefusedWithoutBlocking(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrConfig) {
-			t.Fatalf("Reload: %v, want ErrConfig", err)
+		if !errors.Is(err, ctoken.ErrConfig) {
+			t.Fatalf("Reload: %v, want ctoken.ErrConfig", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Reload blocked on a FIFO")
