@@ -354,6 +354,7 @@ func fixedKey(b byte) []byte {
 
 // reasonText is the reason text err carries ("" if none).
 func reasonText(err error) string { return reason.Of(err) }
+
 // TestOperationsProgramRefusesAWorldWritableKeyFile runs the key handling
 // of the program at the top of docs/operations.md: its first read goes
 // through NewSource, so a world-writable key file serves no token
