@@ -867,7 +867,7 @@ func macTestBody(key, body []byte) string {
 	return vecSignCursor(key, body, vecScope("t", "c", nil))
 }
 
-// Issue 21 gap 11: an explicit empty state field (key 8 = h'') behind a
+// Issue 21 gap 11: an explicit empty state field (key 8 = h”) behind a
 // valid MAC is a second spelling of "no state" and is refused.
 func TestCursorRefusesExplicitEmptyStateField(t *testing.T) {
 	i := vecIssuer(t, vecNow, vecSession, vecKey)
