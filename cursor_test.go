@@ -1087,3 +1087,22 @@ func TestSealedCursorLengthClasses(t *testing.T) {
 	}
 	t.Logf("lengths of sealed cursors (characters: count): %v", lengths)
 }
+
+// Issue 21 gap 8: the other-session hint of an unknown key id needs an
+// 8-byte session tag; a body naming an unknown key with an empty one is
+// ErrCursorInvalid, with the same reason.
+func TestCursorForgedWithEmptySessionIsInvalidNotExpired(t *testing.T) {
+	i := vecIssuer(t, vecNow, vecSession, vecKey)
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	kid := vecKeyID(vecKey2)
+	for _, c := range []struct {
+		tag  []byte
+		want error
+	}{{[]byte{}, ErrCursorInvalid}, {vecSessionTag(vecSession), ErrCursorInvalid}, {vecSessionTag([]byte("theirs")), ErrCursorExpired}} {
+		tok := macTestBody(vecKey2, vecSignedBody(kid, 1, vecNow.Unix(), c.tag, nil))
+		_, err := i.Verify(tok, scope)
+		if !errors.Is(err, c.want) || Reason(err) != "signed by a key not in the ring: retired or foreign" {
+			t.Errorf("unknown key, session tag %x: %v (reason %q), want %v", c.tag, err, Reason(err), c.want)
+		}
+	}
+}
