@@ -35,6 +35,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ctoken/ctoken/internal/cursorwire"
+	"github.com/ctoken/ctoken/internal/xaes"
 )
 
 // cpuMeter measures the CPU time of a benchmark's loop on its own OS
@@ -295,7 +296,7 @@ func benchCodec(b *testing.B, mode RequestStateMode) *RequestStateCodec {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Mode: mode})
+	c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: mode})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -677,9 +678,11 @@ func BenchmarkFloorHMAC(b *testing.B) {
 	}
 }
 
-// BenchmarkFloorCursorGCM is the floor of a sealed cursor: AES-256-GCM
-// with a fresh crypto/rand nonce over exactly the plaintext a sealed cursor
-// of the benchmark payload encrypts, with exactly its additional data (the
+// BenchmarkFloorCursorGCM is the floor of a sealed cursor: XAES-256-GCM
+// (cursor-seal-xaes, cursor-open-xaes: the construction Issue seals with),
+// and for comparison AES-256-GCM with a fresh crypto/rand 96-bit nonce
+// (cursor-seal, cursor-open: the construction before 1.0), over exactly the
+// padded plaintext a sealed cursor of the benchmark payload encrypts, with exactly its additional data (the
 // clear header and the scope), plus base64url; buffers allocated once.
 func BenchmarkFloorCursorGCM(b *testing.B) {
 	c, err := benchSealedIssuer(b).Issue(benchPayload())
@@ -696,7 +699,7 @@ func BenchmarkFloorCursorGCM(b *testing.B) {
 	}
 	header := raw[:hn]
 	aad := appendScope(append([]byte(nil), header...), &benchScope)
-	pt := cursorwire.AppendSealedInner(nil, benchPayload().Page, benchState)
+	pt := cursorwire.AppendSealedInner(nil, benchPayload().Page, benchState) // padded, as Issue seals it
 	block, err := aes.NewCipher(subkey(benchKey, "bench floor"))
 	if err != nil {
 		b.Fatal(err)
@@ -716,6 +719,38 @@ func BenchmarkFloorCursorGCM(b *testing.B) {
 			rand.Read(nonce)
 			s = aead.Seal(s[:hn+gcmNonceSize], nonce, pt, aad)
 			_ = string(b64.AppendEncode(buf[:0], s))
+		}
+		cpu.done(b)
+	})
+	// The floor of a sealed cursor: XAES-256-GCM (internal/xaes, what
+	// Issue seals with) over the same header, padded plaintext and
+	// additional data, plus base64url.
+	xa, err := xaes.New(subkey(benchKey, "bench floor"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("cursor-seal-xaes", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			s := xa.Seal(append(sealed[:0], header...), pt, aad)
+			_ = string(b64.AppendEncode(buf[:0], s))
+		}
+		cpu.done(b)
+	})
+	xtoken := b64.EncodeToString(xa.Seal(append([]byte(nil), header...), pt, aad))
+	b.Run("cursor-open-xaes", func(b *testing.B) {
+		b.ReportAllocs()
+		xdec, xout := make([]byte, len(xtoken)), make([]byte, 0, len(pt))
+		cpu := startCPU()
+		for b.Loop() {
+			n, err := b64.Decode(xdec, []byte(xtoken))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := xa.Open(xout[:0], xdec[hn:n], aad); err != nil {
+				b.Fatal(err)
+			}
 		}
 		cpu.done(b)
 	})

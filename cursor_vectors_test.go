@@ -121,8 +121,8 @@ const (
 	vecSessTagLabel    = "ctoken.cursor session tag\x00"
 )
 
-// vecKeyID is HKDF-SHA256(key, zero salt, "ctoken.key-id")[:4].
-func vecKeyID(key []byte) []byte { return vecHKDF(key, vecKeyIDLabel)[:4] }
+// vecKeyID (vectors_onetime_test.go) is HKDF-SHA256(key, zero salt,
+// "ctoken.key-id")[:4].
 
 // vecSessionTag is SHA-256("ctoken.cursor session tag\x00" || session)[:8].
 func vecSessionTag(session []byte) []byte {

@@ -180,7 +180,9 @@
 //
 //	token   = "ot1." + base64url_nopad( payload || HMAC-SHA256(K, payload) )
 //	K       = HKDF-SHA256(key, salt = 32 zero bytes, info = "ctoken.onetime hmac key", 32)
-//	payload = version byte 2
+//	payload = version byte 3
+//	          || 4-byte key id of the signing key:
+//	             HKDF-SHA256(key, salt = 32 zero bytes, info = "ctoken.key-id")[:4]
 //	          || 16-byte random nonce (the token's ID in the replay store)
 //	          || issued-at, big-endian int64 Unix seconds
 //	          || expiry, big-endian int64 Unix seconds
@@ -188,7 +190,14 @@
 //	          || for each claim in increasing name order:
 //	             uvarint(len(name)) || name || uvarint(len(value)) || value
 //
-// Uvarints are minimal; base64 is strict as for cursors.
+// Uvarints are minimal; base64 is strict as for cursors. "ot1." with
+// version byte 3 is the one spelling of a one-time token: any other version
+// byte is refused as an unknown format before the MAC. The verifier reads
+// the key id at its fixed place (bytes 1..4 of the decoded token), right
+// after the length cap and strict base64, and runs one MAC with the key of
+// the ring it names, whatever the ring's size; an id no key of the ring has
+// is its own refusal ("signed by a key not in the ring: retired or
+// foreign"), and a MAC failure under a known id is "mac mismatch".
 //
 // A [RequestStateSecurity] needs Keys (nil is [ErrNoKey]); for TTL and
 // MaxBytes, 0 means the default and a negative value is [ErrConfig], as is

@@ -63,9 +63,10 @@ func ExampleRequestStateCodec_DecodeContext() {
 		panic(err)
 	}
 	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
-		Keys:   keys,
-		Mode:   ctoken.Encrypted,
-		Replay: replay.NewMemoryStore(0),
+		Keys:    keys,
+		Mode:    ctoken.Encrypted,
+		Replay:  replay.NewMemoryStore(0),
+		Binding: ctoken.BindSubject,
 	})
 	if err != nil {
 		panic(err)

@@ -23,31 +23,19 @@ func Example_operations() {
 		panic(err)
 	}
 
-	// The current ring, and a reloader that swaps in every change of the
-	// file; a bad file keeps the current ring and is reported.
-	text, err := os.ReadFile(path)
-	if err != nil {
-		panic(err)
-	}
-	kr, err := ctoken.ParseKeyring(string(text))
-	if err != nil {
-		panic(err)
-	}
-	keys, err := ctoken.NewKeySource(kr)
-	if err != nil {
-		panic(err)
-	}
-	reloader, err := ctoken.NewKeyFileReloader(ctoken.KeyFileReloaderConfig{
-		Source:  keys,
-		Path:    path,
-		OnError: func(err error) { slog.Error("key file refused; keeping the current keys", "err", err) },
-	})
-	if err != nil {
-		panic(err)
-	}
+	// The current ring, read through the checked path (a world-writable,
+	// incomplete or malformed file fails here, before any token is
+	// served), and a goroutine that swaps in every change of the file; a
+	// bad change keeps the current ring and is reported.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go reloader.Run(ctx) // polls every DefaultKeyReloadInterval
+	keys, err := ctoken.KeySourceFromFile(ctx, ctoken.KeyFileReloaderConfig{
+		Path:    path,
+		OnError: func(err error) { slog.Error("key file refused; keeping the current keys", "err", err) },
+	}) // polls every DefaultKeyReloadInterval
+	if err != nil {
+		panic(err)
+	}
 
 	// Refusals at Info and above, as structured records (time dropped here
 	// so the output is stable).

@@ -83,7 +83,7 @@ func ExampleEncodeJSON() {
 	// One process only: a random key, asked for explicitly. A fleet shares
 	// its keys (ctoken.KeyringFromEnv).
 	keys, _ := ctoken.NewKeyring(ctoken.RandomKey())
-	codec, _ := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keys})
+	codec, _ := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keys, Binding: ctoken.BindSubject})
 	type pending struct {
 		Question string `json:"q"`
 	}

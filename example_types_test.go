@@ -80,8 +80,9 @@ func ExampleRequestStateCodec_signed() {
 		log.Fatal(err)
 	}
 	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
-		Keys: keys,
-		Mode: ctoken.Signed,
+		Keys:    keys,
+		Mode:    ctoken.Signed,
+		Binding: ctoken.BindSubject,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -94,7 +95,7 @@ func ExampleRequestStateCodec_signed() {
 	fmt.Println(state, err)
 
 	otherKeys, _ := ctoken.NewKeyring(ctoken.RandomKey())
-	other, _ := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: otherKeys})
+	other, _ := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: otherKeys, Binding: ctoken.BindSubject})
 	_, err = other.Decode(wire, "alice", "")
 	fmt.Println(errors.Is(err, ctoken.ErrStateInvalid))
 	// Output:

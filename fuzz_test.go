@@ -372,8 +372,8 @@ func FuzzStateDecode(f *testing.F) {
 			if err != nil {
 				f.Fatal(err)
 			}
-			f.Add(mode == Encrypted, uint8(b), w, "alice", "tools/call\x00search")
-			f.Add(mode == Encrypted, uint8(b), w[:len(w)-2], "alice", "tools/call\x00search")
+			f.Add(mode == Encrypted, uint8(b-1), w, "alice", "tools/call\x00search")
+			f.Add(mode == Encrypted, uint8(b-1), w[:len(w)-2], "alice", "tools/call\x00search")
 		}
 	}
 	f.Add(false, uint8(0), "", "", "")
@@ -384,7 +384,9 @@ func FuzzStateDecode(f *testing.F) {
 		if encrypted {
 			mode = Encrypted
 		}
-		b := RequestStateBinding(binding % 3)
+		// binding%3 is the binding's index: 0 BindSubject, 1
+		// BindSubjectAndTool, 2 BindNone (the corpus predates the unset zero).
+		b := RequestStateBinding(binding%3) + 1
 		checkFuzzState(t, codecs[[2]uint8{uint8(mode), uint8(b)}], mode, b, wire, subject, tool)
 	})
 }
@@ -563,13 +565,13 @@ func writeFuzzSeedCorpora(t *testing.T) {
 			continue // FuzzStateDecode's codecs hold vecKey only
 		}
 		enc := v.Mode == "encrypted"
-		add("FuzzStateDecode", enc, uint8(parseBinding(t, v.Binding)), v.Wire, v.Subject, v.Tool)
+		add("FuzzStateDecode", enc, uint8(parseBinding(t, v.Binding)-1), v.Wire, v.Subject, v.Tool)
 		if v.Binding == "subject" {
 			add("FuzzStatePayload", enc, []byte(v.Payload), v.Subject)
 		}
 	}
 	for _, v := range sf.Decode {
-		add("FuzzStateDecode", v.Mode == "encrypted", uint8(parseBinding(t, v.Binding)), v.Wire, v.Subject, v.Tool)
+		add("FuzzStateDecode", v.Mode == "encrypted", uint8(parseBinding(t, v.Binding)-1), v.Wire, v.Subject, v.Tool)
 	}
 
 	var jf jcsFile

@@ -62,7 +62,7 @@ func TestSingleUseRefusesATTLPastTheStoresHorizon(t *testing.T) {
 					t.Fatalf("Redeem with a fitting horizon: %v", err)
 				}
 			}
-			c, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, TTL: tc.ttl, Replay: store})
+			c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: kr, TTL: tc.ttl, Replay: store})
 			if tc.refused {
 				if !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "RequestStateSecurity.Replay") {
 					t.Fatalf("NewRequestStateCodec = %v (reason %q); want ErrConfig naming RequestStateSecurity.Replay", err, Reason(err))

@@ -310,3 +310,42 @@ func TestKeyFileThatIsADirectoryIsRefused(t *testing.T) {
 		t.Fatalf("Reload: %v, %v; want ErrConfig", swapped, err)
 	}
 }
+
+// TestOperationsProgramRefusesAWorldWritableKeyFile runs the key handling
+// of the program at the top of docs/operations.md: its first read goes
+// through KeySourceFromFile, so a world-writable key file serves no token
+// (the program once read the file with os.ReadFile and served its keys
+// until the first reload), and its SIGHUP reloader, made with the same
+// config and the source, refuses one at a reload and keeps the ring.
+func TestOperationsProgramRefusesAWorldWritableKeyFile(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("permission bits are not checked on Windows")
+	}
+	path := filepath.Join(t.TempDir(), "keys")
+	writeKeyFile(t, path, keyText(RandomKey()), 0o666)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := KeyFileReloaderConfig{Path: path, OnError: func(error) {}}
+	if keys, err := KeySourceFromFile(ctx, cfg); keys != nil || !errors.Is(err, ErrKeyFileWritable) {
+		t.Fatalf("first read of a world-writable file: %v, %v; want ErrKeyFileWritable", keys, err)
+	}
+
+	a := RandomKey()
+	writeKeyFile(t, path, keyText(a), 0o600)
+	keys, err := KeySourceFromFile(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Source = keys
+	reloader, err := NewKeyFileReloader(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeKeyFile(t, path, keyText(RandomKey(), a), 0o666)
+	if swapped, err := reloader.Reload(); swapped || !errors.Is(err, ErrKeyFileWritable) {
+		t.Fatalf("SIGHUP reload of a world-writable file: %v, %v; want ErrKeyFileWritable", swapped, err)
+	}
+	if primaryOf(keys) != string(a) {
+		t.Fatal("a world-writable file was swapped in")
+	}
+}

@@ -59,7 +59,7 @@ func TestConfigsRefuseBothKeysAndKeySourceAndAnEmptySource(t *testing.T) {
 			return err
 		},
 		"state": func(k *Keyring, s *KeySource) error {
-			_, err := NewRequestStateCodec(RequestStateSecurity{Keys: k, KeySource: s})
+			_, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: k, KeySource: s})
 			return err
 		},
 		"one-time": func(k *Keyring, s *KeySource) error {
@@ -140,11 +140,11 @@ func TestRequestStateCodecFollowsKeySourceSwaps(t *testing.T) {
 	for _, mode := range []RequestStateMode{Signed, Encrypted} {
 		t.Run(map[RequestStateMode]string{Signed: "signed", Encrypted: "encrypted"}[mode], func(t *testing.T) {
 			src := mustSource(t, mustKeyring(t, a))
-			c, err := NewRequestStateCodec(RequestStateSecurity{KeySource: src, Mode: mode})
+			c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, KeySource: src, Mode: mode})
 			if err != nil {
 				t.Fatal(err)
 			}
-			fresh, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, b), Mode: mode})
+			fresh, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, b), Mode: mode})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -422,7 +422,7 @@ func TestConstructorsRefuseAKeySourceWhoseRingHoldsNoKey(t *testing.T) {
 	})
 	for _, mode := range []RequestStateMode{Signed, Encrypted} {
 		t.Run("state mode "+strconv.Itoa(int(mode)), func(t *testing.T) {
-			c, err := NewRequestStateCodec(RequestStateSecurity{KeySource: sourceHoldingEmptyRing(), Mode: mode})
+			c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, KeySource: sourceHoldingEmptyRing(), Mode: mode})
 			wantErr(t, err, ErrNoKey)
 			if c != nil {
 				t.Fatal("a codec was returned with the error")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/internal/cursorwire"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -292,7 +293,8 @@ func TestObserverSeesEvery(t *testing.T) {
 			{"format", verify, "xx", refused(KindOneTime, ReasonUnknownFormat, KeyNone)},
 			{"base64", verify, oneTimePrefix + "!!", refused(KindOneTime, ReasonBadBase64, KeyNone)},
 			{"truncated", verify, oneTimePrefix + "AAAA", refused(KindOneTime, ReasonTruncated, KeyNone)},
-			{"mac mismatch", verify, mint(mk(mustKeyring(t, fixedKey(7)), "p", nil, nil), nil), refused(KindOneTime, ReasonMACMismatch, KeyNone)},
+			{"unknown key", verify, mint(mk(mustKeyring(t, fixedKey(7)), "p", nil, nil), nil), refused(KindOneTime, observe.ReasonUnknownKey, KeyNone)},
+			{"mac mismatch", verify, withKeyID(mint(mk(mustKeyring(t, fixedKey(7)), "p", nil, nil), nil), iss.keys.ids[1]), refused(KindOneTime, ReasonMACMismatch, KeyNone)},
 			{"other purpose", verify, mint(otherPurpose, nil), refused(KindOneTime, ReasonOtherPurpose, KeyPrimary)},
 			{"claims mismatch", redeem(iss, map[string]string{"a": "2"}), prev, refused(KindOneTime, ReasonClaimsMismatch, keyPosition(1))},
 			{"redeem, previous 1", redeem(iss, map[string]string{"a": "1"}), prev, Event{Kind: KindOneTime, Outcome: OutcomeVerified, Key: keyPosition(1), StoreLatency: 1}},

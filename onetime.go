@@ -30,12 +30,21 @@ const (
 )
 
 const (
-	oneTimePrefix   = "ot1."
-	oneTimeVersion  = 2 // 1 was the layout without a purpose
+	oneTimePrefix = "ot1."
+	// oneTimeVersion is the one layout "ot1." tokens have: the version byte,
+	// then the key id. Development layouts 1 (no purpose) and 2 (no key id)
+	// were never released and are refused as an unknown format.
+	oneTimeVersion  = 3
 	oneTimeNonceLen = 16
-	// version, nonce, issued-at, expiry
-	oneTimeFixedLen = 1 + oneTimeNonceLen + 8 + 8
-	oneTimeLabel    = "ctoken.onetime hmac key"
+	// oneTimeKeyIDAt is where the key id sits in the decoded token.
+	oneTimeKeyIDAt = 1
+	// version, key id, nonce, issued-at, expiry
+	oneTimeFixedLen = 1 + keyIDSize + oneTimeNonceLen + 8 + 8
+	// oneTimeNonceAt and oneTimeTimesAt are the offsets of the nonce and of
+	// the issue time.
+	oneTimeNonceAt = oneTimeKeyIDAt + keyIDSize
+	oneTimeTimesAt = oneTimeNonceAt + oneTimeNonceLen
+	oneTimeLabel   = "ctoken.onetime hmac key"
 	// oneTimeMaxSkew is how far in the future an issue time may lie
 	// (another instance's clock) before the token is refused.
 	oneTimeMaxSkew = 60 * time.Second
@@ -108,8 +117,8 @@ type OneTimeConfig struct {
 // A [OneTimeIssuer] is safe for concurrent use. The zero value refuses every
 // call with [ErrNoKey].
 type OneTimeIssuer struct {
-	macs    macRing            // derived subkeys, primary first; nil when rot is set
-	rot     *rotating[macRing] // keys from a KeySource
+	keys    oneTimeKeys            // derived subkeys, primary first; zero when rot is set
+	rot     *rotating[oneTimeKeys] // keys from a KeySource
 	obs     Observer
 	purpose string
 	ttl     time.Duration
@@ -155,7 +164,7 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 		if o.rot, ok = newRotating(cfg.KeySource, deriveOneTimeMACs); !ok {
 			return nil, reject(ErrNoKey, "OneTimeConfig.KeySource: a key cannot be derived from")
 		}
-	} else if o.macs, _ = deriveOneTimeMACs(cfg.Keys); o.macs == nil {
+	} else if o.keys, _ = deriveOneTimeMACs(cfg.Keys); o.keys.macs == nil {
 		return nil, reject(ErrNoKey, "OneTimeConfig.Keys: a key cannot be derived from")
 	}
 	if o.ttl == 0 {
@@ -173,15 +182,42 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 	return o, nil
 }
 
-// deriveOneTimeMACs returns the one-time MAC subkeys of kr, or false.
-func deriveOneTimeMACs(kr *Keyring) (macRing, bool) { return deriveMACRing(kr, oneTimeLabel) }
+// oneTimeKeys is what a [OneTimeIssuer] signs and verifies with: the
+// one-time MAC subkey of every key of a ring and, beside it, the ring's key
+// ids (ids[i] names the key of macs[i]).
+type oneTimeKeys struct {
+	macs macRing
+	ids  []keyID
+}
 
-// ring returns the MAC subkeys in use now (empty for the zero value).
-func (o *OneTimeIssuer) ring() macRing {
+// index returns the position of the key whose id is id, or -1. Key ids are
+// not secret: the search need not be constant time.
+func (k oneTimeKeys) index(id []byte) int {
+	for i := range k.ids {
+		if string(k.ids[i][:]) == string(id) {
+			return i
+		}
+	}
+	return -1
+}
+
+// deriveOneTimeMACs returns the one-time MAC subkeys and the key ids of kr,
+// or false (also for a ring whose keys have no ids: one not made by
+// [NewKeyring]).
+func deriveOneTimeMACs(kr *Keyring) (oneTimeKeys, bool) {
+	macs, ok := deriveMACRing(kr, oneTimeLabel)
+	if !ok || len(kr.ids) != len(macs) {
+		return oneTimeKeys{}, false
+	}
+	return oneTimeKeys{macs: macs, ids: kr.ids}, true
+}
+
+// ring returns the keys in use now (empty for the zero value).
+func (o *OneTimeIssuer) ring() oneTimeKeys {
 	if o.rot != nil {
 		return o.rot.get()
 	}
-	return o.macs
+	return o.keys
 }
 
 func checkPurpose(p string) error {
@@ -220,16 +256,17 @@ func (o *OneTimeIssuer) Mint(claims map[string]string) (string, error) {
 }
 
 func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
-	macs := o.ring()
-	if len(macs) == 0 || o.now == nil {
+	keys := o.ring()
+	if len(keys.macs) == 0 || o.now == nil {
 		return "", errOneTimeNoKey
 	}
 	now := o.now()
 	payload := make([]byte, oneTimeFixedLen, 128)
 	payload[0] = oneTimeVersion
-	rand.Read(payload[1 : 1+oneTimeNonceLen]) // never fails
-	binary.BigEndian.PutUint64(payload[1+oneTimeNonceLen:], uint64(now.Unix()))
-	binary.BigEndian.PutUint64(payload[1+oneTimeNonceLen+8:], uint64(now.Add(o.ttl).Unix()))
+	copy(payload[oneTimeKeyIDAt:], keys.ids[0][:])
+	rand.Read(payload[oneTimeNonceAt : oneTimeNonceAt+oneTimeNonceLen]) // never fails
+	binary.BigEndian.PutUint64(payload[oneTimeTimesAt:], uint64(now.Unix()))
+	binary.BigEndian.PutUint64(payload[oneTimeTimesAt+8:], uint64(now.Add(o.ttl).Unix()))
 	payload = binary.AppendUvarint(payload, uint64(len(o.purpose)))
 	payload = append(payload, o.purpose...)
 	for _, name := range slices.Sorted(maps.Keys(claims)) {
@@ -245,7 +282,7 @@ func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
 	if len(oneTimePrefix)+b64.EncodedLen(len(payload)+macSize) > MaxOneTimeTokenBytes {
 		return "", errOneTimeTooLarge
 	}
-	raw := macs[0].Sum(payload, payload)
+	raw := keys.macs[0].Sum(payload, payload)
 	return oneTimePrefix + b64.EncodeToString(raw), nil
 }
 
@@ -256,10 +293,11 @@ func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
 // redeem it (an exchange endpoint checks that the run is still active,
 // then redeems).
 //
-// Checks, in order: length cap, format and base64, MAC against every key of
-// the ring (constant time), strict decoding, purpose, an issue time at most
-// 60 s in the future → [ErrOneTimeInvalid]; expiry → [ErrOneTimeExpired]. On
-// error the token is zero.
+// Checks, in order: length cap, format and base64, the key id (a key the
+// ring does not hold: [ReasonOf] is observe.ReasonUnknownKey), one MAC with
+// the key it names (constant time), strict decoding, purpose, an issue time
+// at most 60 s in the future → [ErrOneTimeInvalid]; expiry →
+// [ErrOneTimeExpired]. On error the token is zero.
 func (o *OneTimeIssuer) Verify(token string) (OneTimeToken, error) {
 	t, key, err := o.check(token)
 	if o.obs != nil && err != errOneTimeNoKey {
@@ -326,11 +364,11 @@ func (o *OneTimeIssuer) redeem(ctx context.Context, token string, want map[strin
 // check runs every check of Verify, also returning the index of the key
 // whose MAC matched (-1 if none did).
 func (o *OneTimeIssuer) check(token string) (oneTimeFields, int, error) {
-	macs := o.ring()
-	if len(macs) == 0 || o.now == nil {
+	keys := o.ring()
+	if len(keys.macs) == 0 || o.now == nil {
 		return oneTimeFields{}, -1, errOneTimeNoKey
 	}
-	t, key, err := verifyOneTime(macs, token)
+	t, key, err := verifyOneTime(keys, token)
 	if err != nil {
 		return oneTimeFields{}, key, err
 	}
@@ -349,19 +387,20 @@ func (o *OneTimeIssuer) check(token string) (oneTimeFields, int, error) {
 
 // Rejections, allocated once.
 var (
-	errOneTimeOversize  = reject(ErrOneTimeInvalid, "oversize")
-	errOneTimeFormat    = reject(ErrOneTimeInvalid, "unknown format")
-	errOneTimeBase64    = reject(ErrOneTimeInvalid, "bad base64")
-	errOneTimeTruncated = reject(ErrOneTimeInvalid, "truncated")
-	errOneTimeMAC       = reject(ErrOneTimeInvalid, "mac mismatch")
-	errOneTimeMalformed = reject(ErrOneTimeInvalid, "malformed payload")
-	errOneTimeFuture    = reject(ErrOneTimeInvalid, "issued in the future")
-	errOneTimeExpired   = reject(ErrOneTimeExpired, "expired")
-	errOneTimeClaims    = reject(ErrOneTimeClaims, "claims mismatch")
-	errOneTimeRedeemed  = reject(ErrOneTimeRedeemed, "already redeemed")
-	errOneTimePurpose   = reject(ErrOneTimeInvalid, "other purpose")
-	errOneTimeTooLarge  = reject(ErrOneTimeTooLarge, "claims over MaxOneTimeTokenBytes")
-	errOneTimeNoKey     = reject(ErrNoKey, "OneTimeIssuer not made by NewOneTimeIssuer")
+	errOneTimeOversize   = reject(ErrOneTimeInvalid, "oversize")
+	errOneTimeFormat     = reject(ErrOneTimeInvalid, "unknown format")
+	errOneTimeBase64     = reject(ErrOneTimeInvalid, "bad base64")
+	errOneTimeTruncated  = reject(ErrOneTimeInvalid, "truncated")
+	errOneTimeMAC        = reject(ErrOneTimeInvalid, "mac mismatch")
+	errOneTimeUnknownKey = reject(ErrOneTimeInvalid, "signed by a key not in the ring: retired or foreign")
+	errOneTimeMalformed  = reject(ErrOneTimeInvalid, "malformed payload")
+	errOneTimeFuture     = reject(ErrOneTimeInvalid, "issued in the future")
+	errOneTimeExpired    = reject(ErrOneTimeExpired, "expired")
+	errOneTimeClaims     = reject(ErrOneTimeClaims, "claims mismatch")
+	errOneTimeRedeemed   = reject(ErrOneTimeRedeemed, "already redeemed")
+	errOneTimePurpose    = reject(ErrOneTimeInvalid, "other purpose")
+	errOneTimeTooLarge   = reject(ErrOneTimeTooLarge, "claims over MaxOneTimeTokenBytes")
+	errOneTimeNoKey      = reject(ErrNoKey, "OneTimeIssuer not made by NewOneTimeIssuer")
 	// errOneTimeStore is the text before a replay store's failure; the
 	// error matches the store's error, not a one-time sentinel: the token
 	// was not judged.
@@ -376,10 +415,10 @@ type oneTimeFields struct {
 	claims          map[string]string
 }
 
-// verifyOneTime authenticates token with macs and decodes it without
-// consulting the purpose, the clock or the replay store. It also returns
-// the index of the key whose MAC matched, or -1.
-func verifyOneTime(macs macRing, token string) (oneTimeFields, int, error) {
+// verifyOneTime authenticates token with the key of keys it names and
+// decodes it without consulting the purpose, the clock or the replay store.
+// It also returns the index of that key when its MAC matched, or -1.
+func verifyOneTime(keys oneTimeKeys, token string) (oneTimeFields, int, error) {
 	var t oneTimeFields
 	if len(token) > MaxOneTimeTokenBytes {
 		return t, -1, errOneTimeOversize
@@ -396,9 +435,17 @@ func verifyOneTime(macs macRing, token string) (oneTimeFields, int, error) {
 	if len(raw) < oneTimeFixedLen+macSize {
 		return t, -1, errOneTimeTruncated
 	}
-	payload, tag := raw[:len(raw)-macSize], raw[len(raw)-macSize:]
-	key := macs.verify(payload, tag)
+	if raw[0] != oneTimeVersion {
+		return t, -1, errOneTimeFormat
+	}
+	// The key id, at a fixed place, names the one key to try: one MAC
+	// whatever the ring's size.
+	key := keys.index(raw[oneTimeKeyIDAt : oneTimeKeyIDAt+keyIDSize])
 	if key < 0 {
+		return t, -1, errOneTimeUnknownKey
+	}
+	payload, tag := raw[:len(raw)-macSize], raw[len(raw)-macSize:]
+	if !keys.macs[key].Equal(payload, tag) {
 		return t, -1, errOneTimeMAC
 	}
 	if t, ok = decodeOneTimePayload(payload); !ok {
@@ -407,17 +454,17 @@ func verifyOneTime(macs macRing, token string) (oneTimeFields, int, error) {
 	return t, key, nil
 }
 
-// decodeOneTimePayload strictly decodes an authenticated payload: version 2,
-// a purpose, claims in strictly increasing name order, minimal uvarints, no
-// trailing bytes.
+// decodeOneTimePayload strictly decodes an authenticated payload (whose
+// version and key id were checked): a purpose, claims in strictly increasing
+// name order, minimal uvarints, no trailing bytes.
 func decodeOneTimePayload(p []byte) (oneTimeFields, bool) {
 	var t oneTimeFields
-	if len(p) < oneTimeFixedLen || p[0] != oneTimeVersion {
+	if len(p) < oneTimeFixedLen {
 		return t, false
 	}
-	t.nonce = p[1 : 1+oneTimeNonceLen]
-	t.issued = time.Unix(int64(binary.BigEndian.Uint64(p[1+oneTimeNonceLen:])), 0)
-	t.expires = time.Unix(int64(binary.BigEndian.Uint64(p[1+oneTimeNonceLen+8:])), 0)
+	t.nonce = p[oneTimeNonceAt : oneTimeNonceAt+oneTimeNonceLen]
+	t.issued = time.Unix(int64(binary.BigEndian.Uint64(p[oneTimeTimesAt:])), 0)
+	t.expires = time.Unix(int64(binary.BigEndian.Uint64(p[oneTimeTimesAt+8:])), 0)
 	purpose, rest, ok := cutLengthPrefixed(p[oneTimeFixedLen:])
 	if !ok {
 		return t, false

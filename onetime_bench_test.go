@@ -2,6 +2,10 @@ package ctoken
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -22,4 +26,55 @@ func BenchmarkOneTimeMintAndRedeem(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkOneTimeVerify measures Verify of a token signed by the LAST key
+// of a ring of 1 and of 10 keys: the token names its key, so both cost one
+// MAC. floor is the bare work on the same token: strict base64url decoding
+// and one HMAC-SHA256 (a keyed state reused: Reset, Write, Sum) over exactly
+// the bytes Verify MACs, compared in constant time. Verify also decodes the
+// claims into a fresh map, which the floor does not.
+func BenchmarkOneTimeVerify(b *testing.B) {
+	keys := make([][]byte, 10)
+	for i := range keys {
+		keys[i] = fixedKey(byte(0x40 + i))
+	}
+	now := time.Unix(1767323045, 0)
+	for _, n := range []int{1, 10} {
+		last := keys[n-1]
+		signer := newOneTime(b, OneTimeConfig{Keys: mustKeyring(b, last), Now: fixedClock(now)})
+		o := newOneTime(b, OneTimeConfig{Keys: mustKeyring(b, keys[0], keys[1:n]...), Now: fixedClock(now)})
+		tok := mint(b, signer, runClaims)
+		b.Run("ring-"+strconv.Itoa(n), func(b *testing.B) {
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				if _, err := o.Verify(tok); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu.done(b)
+		})
+	}
+	tok := mint(b, newOneTime(b, OneTimeConfig{Keys: mustKeyring(b, keys[9]), Now: fixedClock(now)}), runClaims)
+	h := hmac.New(sha256.New, subkey(keys[9], oneTimeLabel))
+	body := strings.TrimPrefix(tok, oneTimePrefix)
+	dec := make([]byte, b64.DecodedLen(len(body)))
+	var sum [macSize]byte
+	b.Run("floor", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			n, err := b64.Decode(dec, []byte(body))
+			if err != nil || n <= macSize {
+				b.Fatal("floor token does not decode")
+			}
+			h.Reset()
+			h.Write(dec[:n-macSize])
+			if !hmac.Equal(h.Sum(sum[:0]), dec[n-macSize:n]) {
+				b.Fatal("floor MAC mismatch")
+			}
+		}
+		cpu.done(b)
+	})
 }

@@ -140,9 +140,12 @@ func TestOneTimeToken(t *testing.T) {
 			name, token, reason string
 		}{
 			{"empty", "", "unknown format"},
-			{"other key", mint(t, other, runClaims), "mac mismatch"},
-			{"flipped version", flip(0), "mac mismatch"},
-			{"flipped nonce", flip(1), "mac mismatch"},
+			{"other key", mint(t, other, runClaims), "signed by a key not in the ring: retired or foreign"},
+			{"other key under our key id", withKeyID(mint(t, other, runClaims), o.keys.ids[0]), "mac mismatch"},
+			{"flipped version", flip(0), "unknown format"},
+			{"flipped key id", flip(oneTimeKeyIDAt), "signed by a key not in the ring: retired or foreign"},
+			{"flipped last byte of the key id", flip(oneTimeNonceAt - 1), "signed by a key not in the ring: retired or foreign"},
+			{"flipped nonce", flip(oneTimeNonceAt), "mac mismatch"},
 			{"flipped expiry", flip(oneTimeFixedLen - 1), "mac mismatch"},
 			{"flipped claim", flip(oneTimeFixedLen + 2), "mac mismatch"},
 			{"flipped mac", flip(len(raw) - 1), "mac mismatch"},
@@ -181,8 +184,10 @@ func TestOneTimeToken(t *testing.T) {
 			payload []byte
 			reason  string
 		}{
-			{"version 1 (no purpose)", func() []byte { p := oneTimePayload(now, later); p[0] = 1; return p }(), "malformed payload"},
-			{"unknown version", func() []byte { p := oneTimePayload(now, later); p[0] = 3; return p }(), "malformed payload"},
+			// Versions are refused before the MAC, even signed ones.
+			{"version 1 (no purpose)", func() []byte { p := oneTimePayload(now, later); p[0] = 1; return p }(), "unknown format"},
+			{"version 2 (no key id)", func() []byte { p := oneTimePayload(now, later); p[0] = 2; return p }(), "unknown format"},
+			{"unknown version", func() []byte { p := oneTimePayload(now, later); p[0] = 4; return p }(), "unknown format"},
 			{"no purpose field", oneTimePayload(now, later)[:oneTimeFixedLen], "malformed payload"},
 			{"purpose length past end", append(oneTimePayload(now, later)[:oneTimeFixedLen], 20, 'a'), "malformed payload"},
 			{"claim name length past end", append(oneTimePayload(now, later, "a", "1"), 0x7f, 'b'), "malformed payload"},
@@ -307,9 +312,25 @@ func TestOneTimeToken(t *testing.T) {
 }
 
 // signOneTime builds a token with o's primary key from an arbitrary payload,
-// to test the decoder behind the MAC.
+// to test the decoder behind the MAC: it writes the primary's key id into
+// the payload (when there is room for one) and signs.
 func signOneTime(o *OneTimeIssuer, payload []byte) string {
-	raw := o.macs[0].Sum(append([]byte(nil), payload...), payload)
+	p := append([]byte(nil), payload...)
+	if len(p) >= oneTimeNonceAt {
+		copy(p[oneTimeKeyIDAt:], o.keys.ids[0][:])
+	}
+	raw := o.keys.macs[0].Sum(p, p)
+	return oneTimePrefix + base64.RawURLEncoding.EncodeToString(raw)
+}
+
+// withKeyID returns token with its key id replaced by id (and its MAC
+// left as it was).
+func withKeyID(token string, id keyID) string {
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(token, oneTimePrefix))
+	if err != nil || len(raw) < oneTimeNonceAt {
+		panic("withKeyID: not a one-time token")
+	}
+	copy(raw[oneTimeKeyIDAt:], id[:])
 	return oneTimePrefix + base64.RawURLEncoding.EncodeToString(raw)
 }
 
@@ -322,8 +343,9 @@ func oneTimePayload(issued, expires time.Time, claims ...string) []byte {
 func oneTimePayloadFor(purpose string, issued, expires time.Time, claims ...string) []byte {
 	p := make([]byte, oneTimeFixedLen)
 	p[0] = oneTimeVersion
-	binary.BigEndian.PutUint64(p[1+oneTimeNonceLen:], uint64(issued.Unix()))
-	binary.BigEndian.PutUint64(p[1+oneTimeNonceLen+8:], uint64(expires.Unix()))
+	// p[1:5], the key id, is written by signOneTime.
+	binary.BigEndian.PutUint64(p[oneTimeTimesAt:], uint64(issued.Unix()))
+	binary.BigEndian.PutUint64(p[oneTimeTimesAt+8:], uint64(expires.Unix()))
 	p = binary.AppendUvarint(p, uint64(len(purpose)))
 	p = append(p, purpose...)
 	for _, c := range claims {
@@ -501,6 +523,8 @@ func FuzzOneTimeRedeem(f *testing.F) {
 	f.Add(mint(f, o, nil))
 	f.Add("ot1.")
 	f.Add("ot1.AAAA")
+	f.Add(withKeyID(mint(f, o, nil), keyID{0xde, 0xad, 0xbe, 0xef})) // unknown key id
+	f.Add(mint(f, newOneTime(f, OneTimeConfig{}), runClaims))        // another ring's key
 	f.Add("")
 	f.Fuzz(func(t *testing.T, tok string) {
 		_, err := o.Redeem(context.Background(), tok, runClaims)
@@ -718,4 +742,102 @@ func TestOneTimeRefusesALengthOneBytePastTheEnd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOneTimeKeyID pins the key id every token carries: the id of the key
+// that signed it, read before the MAC to pick the one key to try.
+func TestOneTimeKeyID(t *testing.T) {
+	keyIDOf := func(t *testing.T, tok string) string {
+		t.Helper()
+		raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(tok, oneTimePrefix))
+		if err != nil || len(raw) < oneTimeNonceAt {
+			t.Fatalf("not a one-time token: %v", err)
+		}
+		return fmt.Sprintf("%x", raw[oneTimeKeyIDAt:oneTimeNonceAt])
+	}
+
+	t.Run("is the primary's", func(t *testing.T) {
+		kr := mustKeyring(t, fixedKey(1), fixedKey(2))
+		o := newOneTime(t, OneTimeConfig{Keys: kr})
+		if got, want := keyIDOf(t, mint(t, o, nil)), kr.KeyIDs()[0]; got != want {
+			t.Fatalf("key id %s, want the primary's %s", got, want)
+		}
+	})
+
+	t.Run("names the previous key after a KeySource swap", func(t *testing.T) {
+		a, b := fixedKey(1), fixedKey(2)
+		src := mustSource(t, mustKeyring(t, a))
+		rec := &recorder{}
+		o, err := NewOneTimeIssuer(OneTimeConfig{KeySource: src, Purpose: testPurpose, Observer: rec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokA := mint(t, o, runClaims)
+		if err := src.Swap(mustKeyring(t, b, a)); err != nil {
+			t.Fatal(err)
+		}
+		tokB := mint(t, o, runClaims)
+		if got, want := keyIDOf(t, tokB), src.Keyring().KeyIDs()[0]; got != want {
+			t.Fatalf("after the swap the key id is %s, want the new primary's %s", got, want)
+		}
+		rec.take()
+		if _, err := o.Verify(tokA); err != nil {
+			t.Fatalf("token of the previous key: %v", err)
+		}
+		if e := rec.only(t); e.Key != keyPosition(1) {
+			t.Fatalf("event key %v, want previous 1", e.Key)
+		}
+		if err := src.Swap(mustKeyring(t, b)); err != nil {
+			t.Fatal(err)
+		}
+		_, err = o.Redeem(context.Background(), tokA, runClaims)
+		if !errors.Is(err, ErrOneTimeInvalid) || Reason(err) != "signed by a key not in the ring: retired or foreign" {
+			t.Fatalf("token of a retired key = %v (reason %q), want unknown key", err, Reason(err))
+		}
+		if e := rec.only(t); e.Key != KeyNone {
+			t.Fatalf("event key %v, want none", e.Key)
+		}
+		if _, err := o.Redeem(context.Background(), tokB, runClaims); err != nil {
+			t.Fatalf("token of the primary: %v", err)
+		}
+	})
+
+	t.Run("a refusal for an unknown key consumes nothing", func(t *testing.T) {
+		a, b := fixedKey(1), fixedKey(2)
+		store := replay.NewMemoryStore(0)
+		byA := newOneTime(t, OneTimeConfig{Keys: mustKeyring(t, a), Replay: store})
+		onlyB := newOneTime(t, OneTimeConfig{Keys: mustKeyring(t, b), Replay: store})
+		tok := mint(t, byA, runClaims)
+		if _, err := onlyB.Redeem(context.Background(), tok, runClaims); Reason(err) != "signed by a key not in the ring: retired or foreign" {
+			t.Fatalf("Redeem under a ring without the key = %v", err)
+		}
+		if _, err := byA.Redeem(context.Background(), tok, runClaims); err != nil {
+			t.Fatalf("token consumed by a refusal: %v", err)
+		}
+	})
+
+	t.Run("a ring whose keys have no ids is refused", func(t *testing.T) {
+		// Only NewKeyring makes a ring, and it names every key; a ring
+		// built another way (inside the package) cannot sign a token
+		// that names its key.
+		_, err := NewOneTimeIssuer(OneTimeConfig{Keys: &Keyring{keys: [][]byte{fixedKey(1)}}, Purpose: testPurpose})
+		wantErr(t, err, ErrNoKey)
+	})
+
+	t.Run("the last key of a ring of ten", func(t *testing.T) {
+		keys := make([][]byte, 10)
+		for i := range keys {
+			keys[i] = fixedKey(byte(i + 1))
+		}
+		rec := &recorder{}
+		o := newOneTime(t, OneTimeConfig{Keys: mustKeyring(t, keys[0], keys[1:]...), Observer: rec})
+		tok := mint(t, newOneTime(t, OneTimeConfig{Keys: mustKeyring(t, keys[9])}), runClaims)
+		rec.take()
+		if _, err := o.Redeem(context.Background(), tok, runClaims); err != nil {
+			t.Fatalf("token of the last key: %v", err)
+		}
+		if e := rec.only(t); e.Key != keyPosition(9) {
+			t.Fatalf("event key %v, want previous 9", e.Key)
+		}
+	})
 }

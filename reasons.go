@@ -155,7 +155,7 @@ var rejectionReasons = func() map[error]RefusalReason {
 		errStateBinding, errStateSubjectAmbiguous, errStateExpired, errStateJSON,
 		errStateNotUTF8, errStateSubjectNUL, errStateTooLarge, errStateReplayed,
 		errOneTimeOversize, errOneTimeFormat, errOneTimeBase64, errOneTimeTruncated,
-		errOneTimeMAC, errOneTimeMalformed, errOneTimeFuture, errOneTimeExpired,
+		errOneTimeMAC, errOneTimeUnknownKey, errOneTimeMalformed, errOneTimeFuture, errOneTimeExpired,
 		errOneTimeClaims, errOneTimeRedeemed, errOneTimePurpose, errOneTimeTooLarge,
 		errArgsSyntax, errArgsUTF8, errArgsSurrogate, errArgsDuplicate,
 		errArgsDepth, errArgsRange, errArgsInexact, errArgsReplaced, errArgsMarshal,

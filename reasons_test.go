@@ -59,6 +59,7 @@ func TestReasonOfMapsEveryRejection(t *testing.T) {
 		{errOneTimeBase64, ReasonBadBase64},
 		{errOneTimeTruncated, ReasonTruncated},
 		{errOneTimeMAC, ReasonMACMismatch},
+		{errOneTimeUnknownKey, observe.ReasonUnknownKey},
 		{errOneTimeMalformed, ReasonMalformed},
 		{errOneTimeFuture, ReasonIssuedInFuture},
 		{errOneTimeExpired, ReasonExpired},

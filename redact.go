@@ -70,7 +70,7 @@ func (i CursorIssuer) LogValue() slog.Value { return slog.StringValue(i.describe
 func (i CursorIssuer) MarshalJSON() ([]byte, error) { return marshalRedacted(i.describe()) }
 
 func (o OneTimeIssuer) describe() string {
-	macs := o.ring()
+	macs := o.ring().macs
 	if len(macs) == 0 {
 		return "ctoken.OneTimeIssuer(no key)"
 	}

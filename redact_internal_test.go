@@ -32,7 +32,7 @@ func TestRedactedDescriptionsSayWhatIsSet(t *testing.T) {
 		{"state security, nothing set", RequestStateSecurity{},
 			"ctoken.RequestStateSecurity{Keys: nil, Mode: 0, Binding: 0, TTL: 0s, MaxBytes: 0, Now: nil, Replay: nil}"},
 		{"state security, all set", RequestStateSecurity{Keys: kr, Mode: Encrypted, Binding: BindNone, TTL: time.Minute, MaxBytes: 4096, Now: now, Replay: store},
-			"ctoken.RequestStateSecurity{Keys: ctoken.Keyring(1 keys), Mode: 1, Binding: 2, TTL: 1m0s, MaxBytes: 4096, Now: set, Replay: set}"},
+			"ctoken.RequestStateSecurity{Keys: ctoken.Keyring(1 keys), Mode: 1, Binding: 3, TTL: 1m0s, MaxBytes: 4096, Now: set, Replay: set}"},
 		{"cursor issuer", *iss, "ctoken.CursorIssuer(1 keys, TTL 5m0s, session of 3 bytes)"},
 		{"zero cursor issuer", CursorIssuer{}, "ctoken.CursorIssuer(no key)"},
 	} {

@@ -149,7 +149,7 @@ func TestSecretsNeverPrint(t *testing.T) {
 	if _, err := states.Encode("s", "alice", "tool"); err != nil {
 		t.Fatal(err)
 	}
-	signedSec := ctoken.RequestStateSecurity{Keys: kr}
+	signedSec := ctoken.RequestStateSecurity{Binding: ctoken.BindSubject, Keys: kr}
 	signed, err := ctoken.NewRequestStateCodec(signedSec)
 	if err != nil {
 		t.Fatal(err)

@@ -20,8 +20,9 @@ import (
 //     with its key runs, and a key released after a failed attempt;
 //   - Warn: every other refusal (a MAC or webhook signature mismatch, a
 //     malformed or tampered token or delivery, a stale webhook timestamp,
-//     a wrong scope, binding, purpose or claims) and a duplicate token (a
-//     single-use token replayed);
+//     a wrong scope, binding, purpose or claims), a duplicate token (a
+//     single-use token replayed), and a key to rotate
+//     ([observe.OutcomeRotateKey], with the attribute seals);
 //   - Error: a replay-store failure (for webhooks also a lease lost or a
 //     delivery that could not be confirmed or released), or an exchange
 //     whose credential could not be issued.
@@ -57,7 +58,7 @@ func (s *SlogObserver) Observe(e Event) {
 	if !s.log.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 5)
+	attrs := make([]slog.Attr, 0, 6)
 	attrs = append(attrs, slog.String("kind", e.Kind.String()), slog.String("outcome", e.Outcome.String()))
 	if e.Reason != ReasonNone {
 		attrs = append(attrs, slog.String("reason", e.Reason.String()))
@@ -67,6 +68,9 @@ func (s *SlogObserver) Observe(e Event) {
 	}
 	if e.StoreLatency > 0 {
 		attrs = append(attrs, slog.Duration("store_latency", e.StoreLatency))
+	}
+	if e.Seals > 0 {
+		attrs = append(attrs, slog.Uint64("seals", e.Seals))
 	}
 	s.log.LogAttrs(ctx, level, "ctoken: "+e.Outcome.String(), attrs...)
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/observe"
 )
 
 // captureHandler is a slog.Handler that keeps every record.
@@ -65,7 +67,7 @@ func TestSlogObserver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		codec, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(2)), Now: clock.Now, Replay: failingStore{}, Observer: obs})
+		codec, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(2)), Now: clock.Now, Replay: failingStore{}, Observer: obs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,10 +160,29 @@ func TestSlogObserver(t *testing.T) {
 			{Event{Kind: KindIdempotency, Outcome: OutcomeReleased, Reason: ReasonIdempotencyHandlerPanic}, slog.LevelInfo},
 			{Event{Kind: KindIdempotency, Outcome: OutcomeRefused, Reason: ReasonIdempotencyMismatch}, slog.LevelWarn},
 			{Event{Kind: KindIdempotency, Outcome: OutcomeStoreFailure, Reason: ReasonIdempotencyStoreConfirm}, slog.LevelError},
+			{observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeRotateKey, Key: observe.KeyPrimary, Seals: 1 << 28}, slog.LevelWarn},
 		} {
 			if got := eventLevel(tc.e); got != tc.want {
 				t.Errorf("level of %+v = %v, want %v", tc.e, got, tc.want)
 			}
+		}
+	})
+
+	// A key to rotate is a Warn record with the count of seals.
+	t.Run("rotate key", func(t *testing.T) {
+		h := &captureHandler{level: slog.LevelDebug}
+		obs, err := NewSlogObserver(slog.New(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs.Observe(observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeRotateKey, Key: observe.KeyPrimary, Seals: 1 << 28})
+		got := h.take()
+		if len(got) != 1 {
+			t.Fatalf("%d records", len(got))
+		}
+		attrs := recordAttrs(got[0])
+		if got[0].Level != slog.LevelWarn || got[0].Message != "ctoken: rotate_key" || attrs["seals"] != "268435456" || attrs["key"] != "primary" || attrs["kind"] != "request_state" {
+			t.Fatalf("%v %q %v", got[0].Level, got[0].Message, attrs)
 		}
 	})
 

@@ -3,17 +3,20 @@ package ctoken
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/ctoken/ctoken/internal/jcs"
 	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -25,13 +28,26 @@ const (
 	// read the state but not change it.
 	Signed RequestStateMode = iota
 	// Encrypted states ("v1e.") are AES-256-GCM sealed; the client can
-	// neither read nor change them.
+	// neither read nor change them. Their nonces are random and 96 bits
+	// long (the layout is the reference implementation's), so a key may
+	// seal at most 2^32 states (NIST SP 800-38D): the codec counts the
+	// states each key seals and reports [observe.OutcomeRotateKey] to its
+	// Observer from 2^28 on; see [RequestStateSecurity.Observer].
 	Encrypted
 )
 
 // RequestStateBinding selects what a request state is bound to: the bind
 // material whose HMAC (the bind tag) a state carries and [RequestStateCodec.Decode]
 // recomputes from its subject and tool arguments.
+//
+// Its zero value is unset, not a binding: [NewRequestStateCodec] refuses a
+// [RequestStateSecurity] without an explicit Binding with [ErrConfig]. No
+// default is safe for every caller: a subject-only default lets a state
+// minted for one tool open at another (and is refused by the MCP adapters),
+// and a subject-and-tool default silently breaks a state that one handler
+// mints and another opens. The choice is the caller's, written where it is
+// reviewed. The binding is never carried: the wire bytes of every binding
+// are those of the reference implementation.
 type RequestStateBinding uint8
 
 const (
@@ -40,7 +56,7 @@ const (
 	// [BindNone]'s, so a state sealed for "" opens for any caller that also
 	// presents "" under [BindSubject] or [BindNone]: pass the authenticated
 	// subject whenever there is one.
-	BindSubject RequestStateBinding = iota
+	BindSubject RequestStateBinding = iota + 1
 	// BindSubjectAndTool binds a state to the subject and the tool (for MCP,
 	// [MCPTarget](method, name)): the material is subject + "\x00" + tool,
 	// also when the subject is empty, so an anonymous state stays bound to
@@ -75,10 +91,10 @@ const (
 	gcmTagSize      = 16
 )
 
-// RequestStateSecurity configures a [RequestStateCodec]. Keys is required;
-// every other field has a default, chosen by its zero value: signed, bound
-// to the subject, 5-minute TTL, 16 KiB cap, time.Now. A value that is
-// neither zero nor valid (a negative TTL or MaxBytes, an unknown Mode or
+// RequestStateSecurity configures a [RequestStateCodec]. Keys (or
+// KeySource) and Binding are required; every other field has a default,
+// chosen by its zero value: signed, 5-minute TTL, 16 KiB cap, time.Now. A
+// value that is neither zero nor valid (a negative TTL or MaxBytes, an unknown Mode or
 // Binding) makes [NewRequestStateCodec] fail with [ErrConfig]; it never
 // falls back to the default.
 type RequestStateSecurity struct {
@@ -95,7 +111,10 @@ type RequestStateSecurity struct {
 	// Mode is [Signed] (the zero value) or [Encrypted]. A codec decodes only
 	// states of its own mode.
 	Mode RequestStateMode
-	// Binding is [BindSubject] (the zero value), [BindSubjectAndTool] or [BindNone].
+	// Binding is [BindSubjectAndTool], [BindSubject] or [BindNone], and has
+	// no default: left unset (zero) it is [ErrConfig], because what a state
+	// must be bound to is a security decision only the caller can make (see
+	// [RequestStateBinding]). MCP servers use [BindSubjectAndTool].
 	Binding RequestStateBinding
 	// Audience, if set, names the server or deployment a state is for (say
 	// "billing-mcp.prod"): a state opens only in a codec with the same
@@ -135,6 +154,16 @@ type RequestStateSecurity struct {
 	// Observer, if set, is told of every Encode and Decode
 	// ([KindRequestState]), with the replay store's latency in single-use
 	// mode; see [Observer]. Nil costs nothing.
+	//
+	// In [Encrypted] mode it is also told when the primary key should be
+	// rotated ([observe.OutcomeRotateKey], logged at Warn by
+	// [SlogObserver]): the codec counts the states each key seals, and
+	// reports the count when it reaches 2^28 and at every doubling after
+	// (2^29, 2^30, ...). The budget is 2^32 per key, across every process
+	// that shares it; the count is one process's and starts at 0 when the
+	// process does, so the first report leaves room for 16 processes
+	// sealing evenly. A larger fleet sums its issued request states (for
+	// example the OpenTelemetry counter of package ctokenotel) instead.
 	Observer Observer
 }
 
@@ -156,13 +185,52 @@ type RequestStateCodec struct {
 	keys    *stateKeys            // static keys; nil when rot is set
 	rot     *rotating[*stateKeys] // keys from a KeySource
 	scratch sync.Pool             // of *stateScratch
+
+	// seals counts, in Encrypted mode, the states sealed under each AES
+	// subkey this codec has held as primary, keyed by the SHA-256 of the
+	// subkey (so a KeySource swap that keeps the primary keeps its count);
+	// sealWarn is the first count reported (a power of two).
+	seals    sync.Map // [sha256.Size]byte -> *atomic.Uint64
+	sealWarn uint64
+}
+
+// sealWarnFloor is the first count of states sealed by one key that
+// [RequestStateCodec] reports as [observe.OutcomeRotateKey]; it reports
+// again at every doubling. 2^28 is a sixteenth of NIST SP 800-38D's budget
+// of 2^32 random 96-bit nonces per key: the count is per process, so a
+// fleet of up to 16 processes sealing evenly is told before the fleet
+// reaches the budget, and the chance of a nonce repeat at 2^28 seals per
+// key is about 2^-41.
+const sealWarnFloor = 1 << 28
+
+// sealCount returns the counter of states sealed by kr's primary
+// request-state AES subkey, shared by every ring with that primary.
+func (c *RequestStateCodec) sealCount(kr *Keyring) *atomic.Uint64 {
+	subs := kr.derive(stateAESLabel)
+	if len(subs) == 0 {
+		return new(atomic.Uint64)
+	}
+	id := sha256.Sum256(subs[0])
+	v, _ := c.seals.LoadOrStore(id, new(atomic.Uint64))
+	return v.(*atomic.Uint64)
+}
+
+// countSeal counts one state sealed under ks's primary key and reports
+// [observe.OutcomeRotateKey] when the count reaches sealWarn or a power of
+// two above it.
+func (c *RequestStateCodec) countSeal(ks *stateKeys) {
+	n := ks.seals.Add(1)
+	if n >= c.sealWarn && n&(n-1) == 0 && c.obs != nil {
+		c.obs.Observe(observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeRotateKey, Key: observe.KeyPrimary, Seals: n})
+	}
 }
 
 // stateKeys is the subkeys of one [Keyring] for request state.
 type stateKeys struct {
 	bind    macRing
-	payload macRing  // Signed
-	aead    aeadRing // Encrypted
+	payload macRing        // Signed
+	aead    aeadRing       // Encrypted
+	seals   *atomic.Uint64 // Encrypted: states sealed by aead[0]; see RequestStateCodec.countSeal
 }
 
 // deriveStateKeys returns kr's subkeys for mode, or false. A codec with an
@@ -208,6 +276,7 @@ var (
 	errStateUnderivable  = reject(ErrNoKey, "RequestStateSecurity.Keys: a key cannot be derived from")
 	errStateConfMode     = reject(ErrConfig, "unknown RequestStateSecurity.Mode")
 	errStateConfBinding  = reject(ErrConfig, "unknown RequestStateSecurity.Binding")
+	errStateNoBinding    = reject(ErrConfig, "RequestStateSecurity.Binding is unset (choose BindSubjectAndTool, BindSubject or BindNone)")
 	errStateConfAudience = reject(ErrConfig, "RequestStateSecurity.Audience contains a NUL byte")
 	errStateConfTTL      = reject(ErrConfig, "negative RequestStateSecurity.TTL")
 	errStateConfMaxBytes = reject(ErrConfig, "negative RequestStateSecurity.MaxBytes")
@@ -234,6 +303,8 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 	switch {
 	case sec.Mode > Encrypted:
 		return nil, errStateConfMode
+	case sec.Binding == 0:
+		return nil, errStateNoBinding
 	case sec.Binding > BindNone:
 		return nil, errStateConfBinding
 	case strings.IndexByte(sec.Audience, 0) >= 0:
@@ -263,6 +334,7 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 		now:      sec.Now,
 		replay:   sec.Replay,
 		obs:      sec.Observer,
+		sealWarn: sealWarnFloor,
 	}
 	if c.ttl == 0 {
 		c.ttl = DefaultStateTTL
@@ -279,7 +351,13 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 		}
 	}
 	mode, audience := c.mode, c.audience != ""
-	derive := func(kr *Keyring) (*stateKeys, bool) { return deriveStateKeys(kr, mode, audience) }
+	derive := func(kr *Keyring) (*stateKeys, bool) {
+		k, ok := deriveStateKeys(kr, mode, audience)
+		if ok && mode == Encrypted {
+			k.seals = c.sealCount(kr)
+		}
+		return k, ok
+	}
 	var ok bool
 	if sec.KeySource != nil {
 		c.rot, ok = newRotating(sec.KeySource, derive)
@@ -294,11 +372,11 @@ func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) 
 
 // Binding returns the binding the codec was configured with
 // ([RequestStateSecurity.Binding]); a codec not made by
-// [NewRequestStateCodec] reports [BindSubject], the zero value, and opens
-// nothing (see [RequestStateCodec.Ready]).
+// [NewRequestStateCodec] reports the unset zero value, which is no binding,
+// and opens nothing (see [RequestStateCodec.Ready]).
 func (c *RequestStateCodec) Binding() RequestStateBinding {
 	if c == nil {
-		return BindSubject
+		return 0
 	}
 	return c.binding
 }
@@ -534,6 +612,7 @@ func (c *RequestStateCodec) encode(state, subject, tool string) (string, error) 
 		// inside the payload is heap memory, so passing it costs nothing.
 		aad := payload[len(payload)-2-bindTagLen : len(payload)-2]
 		sealed := ks.aead[0].Seal(region(payload, off, gcmNonceSize+len(payload)+gcmTagSize), nil, payload, aad)
+		c.countSeal(ks)
 		wire := region(payload, off+len(sealed), wireLen)
 		wire = append(wire, encryptedPrefix...)
 		wire = b64.AppendEncode(wire, sealed)

@@ -15,7 +15,7 @@ import (
 
 func singleUseCodec(t testing.TB, mode RequestStateMode, store replay.Store, clk *stepClock, keys *Keyring) *RequestStateCodec {
 	t.Helper()
-	c, err := NewRequestStateCodec(RequestStateSecurity{Keys: keys, Mode: mode, Replay: store, Now: clk.Now})
+	c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: keys, Mode: mode, Replay: store, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,6 +269,7 @@ func TestStateSingleUse(t *testing.T) {
 			Keys:     mustKeyring(t, fixedKey(1)),
 			Replay:   slowStore{delay: delay, inner: &replay.MemoryStore{}},
 			Observer: ObserverFunc(func(e Event) { events = append(events, e) }),
+			Binding:  BindSubject,
 		})
 		w, err := c.Encode("s", "sub", "tool")
 		if err != nil {

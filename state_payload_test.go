@@ -414,7 +414,7 @@ func TestStringOrAliasAliasesAStringWithoutEscapes(t *testing.T) {
 func TestStatePayloadParsersAgree(t *testing.T) {
 	key := fixedKey(36)
 	clock := newTestClock()
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Now: clock.Now})
+	c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, key), Now: clock.Now})
 	tag := refBindTag(t, key, "alice")
 	exp := strconv.FormatInt(clock.Now().Unix()+60, 10)
 	canonical := `{"s":"x","exp":` + exp + `,"b":"` + tag + `"}`

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -73,7 +75,7 @@ const testState = `{"step":2,"note":"a\"b\\c\n\u0001 é 😀 </script> & /"}`
 func TestStateSignedMatchesReferenceEncoding(t *testing.T) {
 	key := fixedKey(3)
 	clock := newTestClock()
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Now: clock.Now})
+	c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, key), Now: clock.Now})
 	got, err := c.Encode(testState, "alice", "ignored-for-BindSubject")
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +273,7 @@ func TestStateEmptySubjectUnderBindSubjectIsUnbound(t *testing.T) {
 func TestStateExpiry(t *testing.T) {
 	for _, mode := range []RequestStateMode{Signed, Encrypted} {
 		clock := newTestClock()
-		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(7)), Mode: mode, TTL: time.Minute, Now: clock.Now})
+		c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(7)), Mode: mode, TTL: time.Minute, Now: clock.Now})
 		wire, _ := c.Encode("s", "alice", "")
 		clock.Advance(time.Minute)
 		if _, err := c.Decode(wire, "alice", ""); err != nil {
@@ -291,7 +293,7 @@ func TestStateExpiry(t *testing.T) {
 
 func TestStateRejectsTamperAtEveryPosition(t *testing.T) {
 	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(8)), Mode: mode})
+		c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(8)), Mode: mode})
 		wire, _ := c.Encode(`{"a":1}`, "alice", "")
 		for i := 0; i < len(wire); i++ {
 			for _, r := range []byte{'A', 'e', '_', '.', '0'} {
@@ -316,8 +318,8 @@ func TestStateRejectsTamperAtEveryPosition(t *testing.T) {
 func TestStateRejectsGarbage(t *testing.T) {
 	key := fixedKey(9)
 	clock := newTestClock()
-	signed := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Now: clock.Now})
-	encrypted := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Mode: Encrypted, Now: clock.Now})
+	signed := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, key), Now: clock.Now})
+	encrypted := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, key), Mode: Encrypted, Now: clock.Now})
 	exp := clock.Now().Unix() + 60
 	tag := refBindTag(t, key, "alice")
 	// Payloads with a valid MAC that the strict parser must still refuse.
@@ -367,8 +369,8 @@ func TestStateRejectsGarbage(t *testing.T) {
 
 func TestStateModesDoNotCross(t *testing.T) {
 	kr := mustKeyring(t, fixedKey(10))
-	signed := newTestCodec(t, RequestStateSecurity{Keys: kr})
-	encrypted := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: Encrypted})
+	signed := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr})
+	encrypted := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: Encrypted})
 	s, _ := signed.Encode("x", "a", "")
 	e, _ := encrypted.Encode("x", "a", "")
 	_, err := encrypted.Decode(s, "a", "")
@@ -378,14 +380,14 @@ func TestStateModesDoNotCross(t *testing.T) {
 }
 
 func TestStateSizeCap(t *testing.T) {
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(11)), MaxBytes: 300})
+	c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(11)), MaxBytes: 300})
 	_, err := c.Encode(strings.Repeat("a", 300), "alice", "")
 	wantErr(t, err, ErrStateTooLarge)
 	wire, err := c.Encode("small", "alice", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(11))})
+	big := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(11))})
 	over, _ := big.Encode(strings.Repeat("a", 300), "alice", "")
 	_, err = c.Decode(over, "alice", "")
 	wantErr(t, err, ErrStateInvalid)
@@ -431,7 +433,7 @@ func TestNewRequestStateCodec(t *testing.T) {
 	// a silent random key: nil Keys is ErrNoKey, in every mode.
 	t.Run("refuses nil keys", func(t *testing.T) {
 		for _, mode := range []RequestStateMode{Signed, Encrypted} {
-			c, err := NewRequestStateCodec(RequestStateSecurity{Mode: mode, Replay: replay.NewMemoryStore(0)})
+			c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Mode: mode, Replay: replay.NewMemoryStore(0)})
 			wantErr(t, err, ErrNoKey)
 			if c != nil || Reason(err) != "RequestStateSecurity.Keys is nil" {
 				t.Fatalf("mode %d: codec %v, reason %q", mode, c, Reason(err))
@@ -449,13 +451,16 @@ func TestNewRequestStateCodec(t *testing.T) {
 			sec    RequestStateSecurity
 			reason string
 		}{
-			{"unknown mode", RequestStateSecurity{Keys: kr, Mode: 2}, "unknown RequestStateSecurity.Mode"},
-			{"unknown binding", RequestStateSecurity{Keys: kr, Binding: 3}, "unknown RequestStateSecurity.Binding"},
-			{"negative TTL", RequestStateSecurity{Keys: kr, TTL: -time.Nanosecond}, "negative RequestStateSecurity.TTL"},
-			{"negative MaxBytes", RequestStateSecurity{Keys: kr, MaxBytes: -1}, "negative RequestStateSecurity.MaxBytes"},
-			{"MaxBytes below an empty signed state", RequestStateSecurity{Keys: kr, MaxBytes: minStateWire(Signed) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
-			{"MaxBytes below an empty encrypted state", RequestStateSecurity{Keys: kr, Mode: Encrypted, MaxBytes: minStateWire(Encrypted) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
-			{"unknown mode without keys", RequestStateSecurity{Mode: 7}, "unknown RequestStateSecurity.Mode"},
+			{"unknown mode", RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: 2}, "unknown RequestStateSecurity.Mode"},
+			{"unknown binding", RequestStateSecurity{Keys: kr, Binding: BindNone + 1}, "unknown RequestStateSecurity.Binding"},
+			// No binding is a default: the caller chooses (see RequestStateBinding).
+			{"unset binding", RequestStateSecurity{Keys: kr}, "RequestStateSecurity.Binding is unset (choose BindSubjectAndTool, BindSubject or BindNone)"},
+			{"unset binding, encrypted", RequestStateSecurity{Keys: kr, Mode: Encrypted}, "RequestStateSecurity.Binding is unset (choose BindSubjectAndTool, BindSubject or BindNone)"},
+			{"negative TTL", RequestStateSecurity{Binding: BindSubject, Keys: kr, TTL: -time.Nanosecond}, "negative RequestStateSecurity.TTL"},
+			{"negative MaxBytes", RequestStateSecurity{Binding: BindSubject, Keys: kr, MaxBytes: -1}, "negative RequestStateSecurity.MaxBytes"},
+			{"MaxBytes below an empty signed state", RequestStateSecurity{Binding: BindSubject, Keys: kr, MaxBytes: minStateWire(Signed) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
+			{"MaxBytes below an empty encrypted state", RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: Encrypted, MaxBytes: minStateWire(Encrypted) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
+			{"unknown mode without keys", RequestStateSecurity{Binding: BindSubject, Mode: 7}, "unknown RequestStateSecurity.Mode"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				c, err := NewRequestStateCodec(tc.sec)
@@ -468,11 +473,11 @@ func TestNewRequestStateCodec(t *testing.T) {
 		// Zero means the default; the smallest MaxBytes is exactly an empty state.
 		clock := newTestClock()
 		for _, mode := range []RequestStateMode{Signed, Encrypted} {
-			c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Now: clock.Now})
+			c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: mode, Now: clock.Now})
 			if c.ttl != DefaultStateTTL || c.maxBytes != DefaultStateMaxBytes {
 				t.Fatalf("mode %d: zero TTL/MaxBytes gave %v/%d", mode, c.ttl, c.maxBytes)
 			}
-			tight := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, MaxBytes: minStateWire(mode), Now: clock.Now})
+			tight := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: mode, MaxBytes: minStateWire(mode), Now: clock.Now})
 			w, err := tight.Encode("", "alice", "")
 			if err != nil || len(w) != minStateWire(mode) {
 				t.Fatalf("mode %d: empty state in the smallest MaxBytes: %d bytes, %v", mode, len(w), err)
@@ -487,7 +492,7 @@ func TestNewRequestStateCodec(t *testing.T) {
 	// than accepted by the constructor and panicking in Encode.
 	t.Run("refuses empty keyring", func(t *testing.T) {
 		for _, mode := range []RequestStateMode{Signed, Encrypted} {
-			c, err := NewRequestStateCodec(RequestStateSecurity{Keys: &Keyring{}, Mode: mode})
+			c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: &Keyring{}, Mode: mode})
 			wantErr(t, err, ErrNoKey)
 			if c != nil {
 				t.Fatalf("mode %d: codec returned with the error", mode)
@@ -497,7 +502,7 @@ func TestNewRequestStateCodec(t *testing.T) {
 }
 
 func TestStateEncodeRejectsInvalidUTF8(t *testing.T) {
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1))})
+	c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(1))})
 	w, err := c.Encode("\xff", "a", "")
 	wantErr(t, err, ErrUnencodable)
 	if w != "" || Reason(err) == "" {
@@ -511,7 +516,7 @@ func TestStateEncodeRejectsInvalidUTF8(t *testing.T) {
 // input ("over MaxBytes"), and never panics.
 func TestZeroRequestStateCodecRefusesEveryCall(t *testing.T) {
 	kr := mustKeyring(t, fixedKey(1))
-	wire, err := newTestCodec(t, RequestStateSecurity{Keys: kr}).Encode("x", "alice", "t")
+	wire, err := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr}).Encode("x", "alice", "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,8 +543,8 @@ func TestZeroRequestStateCodecRefusesEveryCall(t *testing.T) {
 }
 
 func TestStateErrorsNeverContainTheToken(t *testing.T) {
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(14))})
-	other := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(15))})
+	c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(14))})
+	other := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(15))})
 	wire, _ := other.Encode("private", "alice", "")
 	_, err := c.Decode(wire, "alice", "")
 	if err == nil || strings.Contains(err.Error(), wire[4:20]) || strings.Contains(err.Error(), "alice") {
@@ -553,7 +558,7 @@ func TestStateTypedJSON(t *testing.T) {
 		Answers  []string `json:"a"`
 	}
 	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(16)), Mode: mode})
+		c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(16)), Mode: mode})
 		in := step{Question: "which repo?", Answers: []string{"ctoken"}}
 		wire, err := EncodeJSON(c, in, "alice", "")
 		if err != nil {
@@ -574,7 +579,7 @@ func TestStateTypedJSON(t *testing.T) {
 			t.Fatal("mistyped decode returned data")
 		}
 	}
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(16))})
+	c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(16))})
 	w, err := EncodeJSON(c, func() {}, "a", "")
 	var unsupported *json.UnsupportedTypeError
 	if !errors.Is(err, ErrUnencodable) || !errors.As(err, &unsupported) || w != "" || Reason(err) == "" {
@@ -591,7 +596,7 @@ func TestMCPTarget(t *testing.T) {
 func TestStateConcurrentEncodeDecode(t *testing.T) {
 	kr := mustKeyring(t, fixedKey(17), fixedKey(18))
 	codecs := []*RequestStateCodec{
-		newTestCodec(t, RequestStateSecurity{Keys: kr}),
+		newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr}),
 		newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: Encrypted, Binding: BindSubjectAndTool}),
 	}
 	var wg sync.WaitGroup
@@ -650,7 +655,7 @@ func TestStateRefuses(t *testing.T) {
 			}
 		}
 		// Other bindings do not use a separator and accept such subjects.
-		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(19))})
+		c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(19))})
 		wire, err := c.Encode("x", "a\x00b", "")
 		if err != nil {
 			t.Fatal(err)
@@ -701,7 +706,7 @@ func TestStateRefuses(t *testing.T) {
 	// second accepted spelling.
 	t.Run("MAC of 42 characters and line feed", func(t *testing.T) {
 		clock := newTestClock()
-		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(31)), Now: clock.Now})
+		c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(31)), Now: clock.Now})
 		var wire string
 		for i := 0; ; i++ {
 			w, err := c.Encode(fmt.Sprint("s-", i), "alice", "")
@@ -745,8 +750,8 @@ func TestStateRefuses(t *testing.T) {
 	t.Run("truncated payloads behind a valid key", func(t *testing.T) {
 		key := fixedKey(35)
 		clock := newTestClock()
-		signed := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Now: clock.Now})
-		encrypted := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Mode: Encrypted, Now: clock.Now})
+		signed := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, key), Now: clock.Now})
+		encrypted := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, key), Mode: Encrypted, Now: clock.Now})
 		tag := refBindTag(t, key, "alice")
 		exp := clock.Now().Unix() + 60
 		for _, full := range []string{
@@ -886,11 +891,11 @@ func TestStateBindTagCache(t *testing.T) {
 				oldKey, newKey := RandomKey(), RandomKey()
 				oldRing, _ := NewKeyring(oldKey)
 				rotated, _ := NewKeyring(newKey, oldKey)
-				oldCodec, err := NewRequestStateCodec(RequestStateSecurity{Keys: oldRing, Mode: mode})
+				oldCodec, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: oldRing, Mode: mode})
 				if err != nil {
 					t.Fatal(err)
 				}
-				c, err := NewRequestStateCodec(RequestStateSecurity{Keys: rotated, Mode: mode})
+				c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: rotated, Mode: mode})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -924,7 +929,7 @@ func TestStateBindTagCache(t *testing.T) {
 	t.Run("survives reused subject memory", func(t *testing.T) {
 		for _, mode := range []RequestStateMode{Signed, Encrypted} {
 			t.Run(fmt.Sprint(mode), func(t *testing.T) {
-				c, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(21)), Mode: mode})
+				c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(21)), Mode: mode})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -962,8 +967,8 @@ func TestStateScratch(t *testing.T) {
 		state := strings.Repeat("s", 300) // Decode's scratch is over the 512-byte minimum
 		for _, mode := range []RequestStateMode{Signed, Encrypted} {
 			t.Run("mode "+strconv.Itoa(int(mode)), func(t *testing.T) {
-				enc := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
-				dec := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
+				enc := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: mode})
+				dec := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: mode})
 				w, err := enc.Encode(state, "sub", "tool")
 				if err != nil {
 					t.Fatal(err)
@@ -1003,7 +1008,7 @@ func TestStateScratch(t *testing.T) {
 			{"over maxPooledScratch", atLimit + 1, false},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1)), MaxBytes: 1 << 20})
+				c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(1)), MaxBytes: 1 << 20})
 				wire := strings.Repeat("x", tc.length)
 				var err error
 				n := testing.AllocsPerRun(20, func() { _, err = c.Decode(wire, subject, tool) })
@@ -1037,7 +1042,7 @@ func TestStateScratch(t *testing.T) {
 			for _, size := range []int{0, 100, 1000, 4000, 12000} {
 				t.Run(fmt.Sprintf("mode %d, cold Encode of %d bytes", mode, size), func(t *testing.T) {
 					state := strings.Repeat("s", size)
-					c := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode})
+					c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: mode})
 					if _, err := c.Encode(state, "sub", "tool"); err != nil {
 						t.Fatal(err)
 					}
@@ -1085,7 +1090,7 @@ func TestStateScratch(t *testing.T) {
 // a signed state whose MAC text is not exactly 43 characters is refused as
 // malformed framing, before anything is decoded.
 func TestStateSignedMACTextOfWrongLengthIsMalformedFraming(t *testing.T) {
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1))})
+	c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(1))})
 	w, err := c.Encode("state", "sub", "")
 	if err != nil {
 		t.Fatal(err)
@@ -1117,7 +1122,7 @@ func TestStateSignedMACTextOfWrongLengthIsMalformedFraming(t *testing.T) {
 // malformed framing before any key is tried, and one just long enough
 // (an empty ciphertext) reaches decryption.
 func TestStateEncryptedShorterThanNonceAndTagIsMalformedFraming(t *testing.T) {
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(1)), Mode: Encrypted})
+	c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(1)), Mode: Encrypted})
 	for _, tc := range []struct {
 		n      int
 		reason string
@@ -1144,7 +1149,7 @@ func TestStateEncryptedShorterThanNonceAndTagIsMalformedFraming(t *testing.T) {
 // TestEncodeRefusesHugeStateBeforeEncoding checks that a state too large
 // for MaxBytes is refused up front.
 func TestEncodeRefusesHugeStateBeforeEncoding(t *testing.T) {
-	c, err := NewRequestStateCodec(RequestStateSecurity{Keys: mustKeyring(t, fixedKey(21)), MaxBytes: 1024})
+	c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(21)), MaxBytes: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1193,14 +1198,14 @@ func TestStateSizeCapAtExactlyMaxBytesAndOneOver(t *testing.T) {
 	clock := newTestClock()
 	kr := mustKeyring(t, fixedKey(32))
 	for _, mode := range []RequestStateMode{Signed, Encrypted} {
-		big := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, Now: clock.Now})
+		big := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: mode, Now: clock.Now})
 		state := strings.Repeat("q", 200)
 		wire, err := big.Encode(state, "alice", "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		exact := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, MaxBytes: len(wire), Now: clock.Now})
-		under := newTestCodec(t, RequestStateSecurity{Keys: kr, Mode: mode, MaxBytes: len(wire) - 1, Now: clock.Now})
+		exact := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: mode, MaxBytes: len(wire), Now: clock.Now})
+		under := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: mode, MaxBytes: len(wire) - 1, Now: clock.Now})
 		if s, err := exact.Decode(wire, "alice", ""); err != nil || s != state {
 			t.Fatalf("mode %d: wire of exactly MaxBytes: %v", mode, err)
 		}
@@ -1264,7 +1269,7 @@ func TestStateHeavyWithEscapesRoundTrips(t *testing.T) {
 		strings.Repeat("a\x00", 1000),
 	} {
 		for _, mode := range []RequestStateMode{Signed, Encrypted} {
-			c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, key), Mode: mode, Now: clock.Now})
+			c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, key), Mode: mode, Now: clock.Now})
 			wire, err := c.Encode(state, "alice", "")
 			if err != nil {
 				t.Fatal(err)
@@ -1291,7 +1296,7 @@ func TestStateHeavyWithEscapesRoundTrips(t *testing.T) {
 // TestStateTamperedEncryptedReason pins the log reason of an encrypted
 // state that does not open.
 func TestStateTamperedEncryptedReason(t *testing.T) {
-	c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(38)), Mode: Encrypted})
+	c := newTestCodec(t, RequestStateSecurity{Binding: BindSubject, Keys: mustKeyring(t, fixedKey(38)), Mode: Encrypted})
 	wire, err := c.Encode("s", "alice", "")
 	if err != nil {
 		t.Fatal(err)
@@ -1328,9 +1333,15 @@ func TestStateEveryErrorHasAReason(t *testing.T) {
 	used, _ := once.Encode("s", "alice", "")
 	_, _ = once.Decode(used, "alice", "")
 	calls := map[string]func() error{
-		"nil keys":             func() error { _, err := NewRequestStateCodec(RequestStateSecurity{}); return err },
-		"empty keyring":        func() error { _, err := NewRequestStateCodec(RequestStateSecurity{Keys: &Keyring{}}); return err },
-		"negative TTL":         func() error { _, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, TTL: -1}); return err },
+		"nil keys": func() error { _, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject}); return err },
+		"empty keyring": func() error {
+			_, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: &Keyring{}})
+			return err
+		},
+		"negative TTL": func() error {
+			_, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: kr, TTL: -1})
+			return err
+		},
 		"zero codec":           func() error { _, err := (&RequestStateCodec{}).Decode(wire, "alice", "t"); return err },
 		"not UTF-8":            func() error { _, err := c.Encode("\xff", "alice", "t"); return err },
 		"NUL subject":          func() error { _, err := c.Encode("x", "a\x00", "t"); return err },
@@ -1548,7 +1559,7 @@ func TestStateAudience(t *testing.T) {
 		}
 	}
 	t.Run("NUL in audience is ErrConfig", func(t *testing.T) {
-		_, err := NewRequestStateCodec(RequestStateSecurity{Keys: kr, Audience: "a\x00b"})
+		_, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: kr, Audience: "a\x00b"})
 		wantErr(t, err, ErrConfig)
 		if Reason(err) != "RequestStateSecurity.Audience contains a NUL byte" {
 			t.Fatalf("reason %q", Reason(err))
@@ -1614,9 +1625,89 @@ func TestStateCodecAccessors(t *testing.T) {
 	for name, z := range map[string]*RequestStateCodec{"zero value": {}, "nil pointer": nil} {
 		t.Run(name, func(t *testing.T) {
 			wantErr(t, z.Ready(), ErrNoKey)
-			if z.Binding() != BindSubject || z.Audience() != "" {
+			if z.Binding() != 0 || z.Audience() != "" {
 				t.Fatalf("%v %q", z.Binding(), z.Audience())
 			}
 		})
 	}
+}
+
+// TestStateSealCount pins the v1e. message budget: an Encrypted codec
+// counts the states its primary key seals and reports
+// observe.OutcomeRotateKey at the first threshold and at every doubling
+// after it (the threshold is lowered here from 2^28 to 4); a KeySource
+// swap that keeps the primary keeps its count, a new primary starts at 0,
+// and a Signed codec counts nothing.
+func TestStateSealCount(t *testing.T) {
+	var got []uint64
+	obs := observe.ObserverFunc(func(e observe.Event) {
+		if e.Outcome == observe.OutcomeRotateKey {
+			if e.Kind != observe.KindRequestState || e.Key != observe.KeyPrimary {
+				t.Errorf("event %+v", e)
+			}
+			got = append(got, e.Seals)
+		} else if e.Seals != 0 {
+			t.Errorf("Seals %d on %v", e.Seals, e.Outcome)
+		}
+	})
+	seal := func(c *RequestStateCodec, n int) {
+		t.Helper()
+		for range n {
+			if _, err := c.Encode("s", "alice", "t"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Run("thresholds", func(t *testing.T) {
+		got = nil
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(40)), Mode: Encrypted, Binding: BindSubject, Observer: obs})
+		if c.sealWarn != sealWarnFloor || sealWarnFloor != 1<<28 {
+			t.Fatalf("threshold %d, want 2^28", c.sealWarn)
+		}
+		c.sealWarn = 4
+		seal(c, 33)
+		if !slices.Equal(got, []uint64{4, 8, 16, 32}) {
+			t.Fatalf("reported at %v, want [4 8 16 32]", got)
+		}
+	})
+	t.Run("swap keeps the primary's count", func(t *testing.T) {
+		got = nil
+		a, b := mustKeyring(t, fixedKey(41)), mustKeyring(t, fixedKey(42))
+		src, err := NewKeySource(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newTestCodec(t, RequestStateSecurity{KeySource: src, Mode: Encrypted, Binding: BindSubject, Observer: obs})
+		c.sealWarn = 4
+		seal(c, 3)
+		// The same primary with a previous key behind it: the count goes on.
+		if err := src.Swap(mustKeyring(t, fixedKey(41), fixedKey(42))); err != nil {
+			t.Fatal(err)
+		}
+		seal(c, 1)
+		if !slices.Equal(got, []uint64{4}) {
+			t.Fatalf("reported at %v, want [4]", got)
+		}
+		// A new primary starts at 0.
+		if err := src.Swap(b); err != nil {
+			t.Fatal(err)
+		}
+		seal(c, 3)
+		if !slices.Equal(got, []uint64{4}) {
+			t.Fatalf("reported at %v after a new primary's 3 seals, want [4]", got)
+		}
+		seal(c, 1)
+		if !slices.Equal(got, []uint64{4, 4}) {
+			t.Fatalf("reported at %v, want [4 4]", got)
+		}
+	})
+	t.Run("signed counts nothing", func(t *testing.T) {
+		got = nil
+		c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(43)), Binding: BindSubject, Observer: obs})
+		c.sealWarn = 1
+		seal(c, 8)
+		if len(got) != 0 {
+			t.Fatalf("signed codec reported %v", got)
+		}
+	})
 }

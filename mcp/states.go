@@ -24,8 +24,8 @@ type States struct {
 
 // NewStates returns States that seal with codec. opts may be nil. codec
 // must bind states to the tool (ctoken.BindSubjectAndTool), so that a state
-// sealed for one tool never opens for another: any other binding, the zero
-// value ctoken.BindSubject included, is an error matching
+// sealed for one tool never opens for another: any other binding
+// (ctoken.BindSubject or ctoken.BindNone) is an error matching
 // [mcptoken.ErrTargetUnbound] and ctoken.ErrConfig unless
 // opts.InsecureSkipToolBinding is set (logged at Warn). A codec not made by
 // ctoken.NewRequestStateCodec is an error matching ctoken.ErrConfig.

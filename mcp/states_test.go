@@ -412,16 +412,19 @@ func callDelete(cs *mcp.ClientSession, tool string, id int, state string) (*mcp.
 
 // The case, through a real go-sdk client: under the default
 // configuration a state sealed by preview_delete with {"id":5} never opens
-// for delete_now with {"id":5}. NewStates refuses the zero Binding
-// (ctoken.BindSubject), under which it would.
+// for delete_now with {"id":5}. A codec with no Binding is not made at
+// all, and NewStates refuses ctoken.BindSubject, under which it would.
 func TestStatesStateOfOneToolNeverOpensForAnother(t *testing.T) {
 	f := newFleet(t, 1, "s1")
-	zero, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keyring(t, 1)})
+	if _, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keyring(t, 1)}); !errors.Is(err, ctoken.ErrConfig) {
+		t.Fatalf("NewRequestStateCodec with no Binding: %v; want ErrConfig", err)
+	}
+	subjectOnly, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keyring(t, 1), Binding: ctoken.BindSubject})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewStates(zero, nil); !errors.Is(err, mcptoken.ErrTargetUnbound) || !errors.Is(err, ctoken.ErrConfig) {
-		t.Fatalf("NewStates with the zero Binding: %v; want ErrTargetUnbound and ErrConfig", err)
+	if _, err := NewStates(subjectOnly, nil); !errors.Is(err, mcptoken.ErrTargetUnbound) || !errors.Is(err, ctoken.ErrConfig) {
+		t.Fatalf("NewStates with BindSubject: %v; want ErrTargetUnbound and ErrConfig", err)
 	}
 	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
 	if err != nil {

@@ -27,8 +27,8 @@ type States struct {
 // NewStates returns States that seal with codec. opts may be nil; a nil
 // codec is an error. codec must bind states to the tool, prompt or resource
 // (ctoken.BindSubjectAndTool), so that a state sealed for one never opens
-// for another: any other binding, the zero value ctoken.BindSubject
-// included, is an error matching [mcptoken.ErrTargetUnbound] and
+// for another: any other binding (ctoken.BindSubject or ctoken.BindNone)
+// is an error matching [mcptoken.ErrTargetUnbound] and
 // ctoken.ErrConfig unless opts.InsecureSkipToolBinding is set (logged at
 // Warn). A codec not made by ctoken.NewRequestStateCodec is an error
 // matching ctoken.ErrConfig.

@@ -33,7 +33,7 @@ type StateOptions[C any] struct {
 	UnboundArgs bool
 	// InsecureSkipToolBinding lets the States seal with a codec that does
 	// not bind states to the tool, prompt or resource they were sealed for
-	// (ctoken.BindSubject, the zero value, or ctoken.BindNone): a state
+	// (ctoken.BindSubject or ctoken.BindNone): a state
 	// sealed by preview_delete then opens in delete_now called with the
 	// same arguments. By default such a codec is refused when the States
 	// are built ([ErrTargetUnbound], ctoken.ErrConfig); with this set it is

@@ -37,7 +37,7 @@ type StatesConfig struct {
 //
 // The codec must bind states to their target (ctoken.BindSubjectAndTool),
 // so that a state sealed for one tool never opens for another: any other
-// binding (the zero value ctoken.BindSubject included) is an error matching
+// binding (ctoken.BindSubject or ctoken.BindNone) is an error matching
 // [ErrTargetUnbound] and ctoken.ErrConfig, unless
 // cfg.InsecureSkipToolBinding is set, which is logged at Warn through in.
 // A codec not made by ctoken.NewRequestStateCodec (it has no key) matches

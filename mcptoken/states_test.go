@@ -12,8 +12,8 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// NewStates refuses a codec that does not bind the tool (the zero Binding,
-// ctoken.BindSubject, and ctoken.BindNone) with an error matching both
+// NewStates refuses a codec that does not bind the tool (ctoken.BindSubject
+// and ctoken.BindNone) with an error matching both
 // ErrTargetUnbound and ctoken.ErrConfig, unless InsecureSkipToolBinding is
 // set, which is logged at Warn.
 func TestNewStatesRefusesACodecThatDoesNotBindTheTool(t *testing.T) {

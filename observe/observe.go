@@ -89,15 +89,25 @@ const (
 	// and the client's retry runs the handler again; [Event.Reason] says
 	// which.
 	OutcomeReleased
+	// OutcomeRotateKey: the primary key has sealed so many messages under
+	// AES-256-GCM with random 96-bit nonces (ctoken's "v1e." request
+	// states) that it should be retired: past 2^32 messages per key the
+	// chance of a repeated nonce exceeds NIST SP 800-38D's bound, and a
+	// repeat lets the holder of the two states forge states. It is
+	// reported when the count of one process reaches 2^28 and again at
+	// every doubling (2^29, 2^30, ...); [Event.Seals] holds the count and
+	// [Event.Key] is [KeyPrimary]. Nothing was refused: rotate the key
+	// (put a new primary in front of the ring).
+	OutcomeRotateKey
 
 	numOutcomes // not an outcome: the size of the set
 )
 
-var outcomeNames = [numOutcomes]string{"", "issued", "verified", "refused", "duplicate", "store_failure", "in_progress", "processed", "released"}
+var outcomeNames = [numOutcomes]string{"", "issued", "verified", "refused", "duplicate", "store_failure", "in_progress", "processed", "released", "rotate_key"}
 
 // String returns the outcome's stable label: "issued", "verified",
-// "refused", "duplicate", "store_failure", "in_progress", "processed" or
-// "released" ("" outside the set).
+// "refused", "duplicate", "store_failure", "in_progress", "processed",
+// "released" or "rotate_key" ("" outside the set).
 func (o Outcome) String() string {
 	if o < numOutcomes {
 		return outcomeNames[o]
@@ -162,8 +172,8 @@ func (p KeyPosition) String() string {
 }
 
 // Event is one outcome reported to an [Observer]. It holds only values of
-// the fixed sets of this package and a duration: never token text, a
-// delivery's ID or body, a subject, a caller, a claim, a purpose or key
+// the fixed sets of this package, a duration and a count: never token text,
+// a delivery's ID or body, a subject, a caller, a claim, a purpose or key
 // material.
 type Event struct {
 	// Kind is what the event is about.
@@ -186,6 +196,10 @@ type Event struct {
 	// (single-use request state, one-time Redeem, exchange, webhook lease
 	// acquisition and confirmation); 0 otherwise.
 	StoreLatency time.Duration
+	// Seals is, for [OutcomeRotateKey], how many messages the primary key
+	// has sealed in this process (a power of two from 2^28 on); 0 for
+	// every other outcome.
+	Seals uint64
 }
 
 // Observer is told of every outcome of the issuer, codec, verifier or

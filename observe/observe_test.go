@@ -49,6 +49,7 @@ func TestSetValuesAreStable(t *testing.T) {
 		{int(OutcomeInProgress), OutcomeInProgress.String(), "in_progress"},
 		{int(OutcomeProcessed), OutcomeProcessed.String(), "processed"},
 		{int(OutcomeReleased), OutcomeReleased.String(), "released"},
+		{int(OutcomeRotateKey), OutcomeRotateKey.String(), "rotate_key"},
 		{int(ReasonEmpty), ReasonEmpty.String(), "empty"},
 		{int(ReasonMACMismatch), ReasonMACMismatch.String(), "mac mismatch"},
 		{int(ReasonArgsMarshal), ReasonArgsMarshal.String(), "value cannot be marshalled as JSON"},
@@ -65,10 +66,10 @@ func TestSetValuesAreStable(t *testing.T) {
 	}
 	for _, tc := range []struct{ got, want int }{
 		{int(KindWebhook), 5}, {int(KindIdempotency), 6}, {int(OutcomeStoreFailure), 5}, {int(OutcomeInProgress), 6},
-		{int(OutcomeProcessed), 7}, {int(OutcomeReleased), 8},
-		{int(ReasonArgsMarshal), 55}, {int(ReasonWebhookBodyTooLarge), 56}, {int(ReasonWebhookLeaseLost), 81},
-		{int(ReasonCursorSealedOpen), 83}, {int(ReasonIdempotencyKeyMissing), 84}, {int(ReasonIdempotencyLeaseLost), 103},
-		{int(ReasonIdempotencyHandlerDeadline), 104}, {int(ReasonIdempotencyGoneBeforeLease), 105},
+		{int(OutcomeProcessed), 7}, {int(OutcomeReleased), 8}, {int(OutcomeRotateKey), 9},
+		{int(ReasonArgsMarshal), 49}, {int(ReasonWebhookBodyTooLarge), 50}, {int(ReasonWebhookLeaseLost), 75},
+		{int(ReasonCursorSealedOpen), 77}, {int(ReasonIdempotencyKeyMissing), 78}, {int(ReasonIdempotencyLeaseLost), 97},
+		{int(ReasonIdempotencyHandlerDeadline), 98}, {int(ReasonIdempotencyGoneBeforeLease), 99}, {int(ReasonUnknownKey), 100},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("value %d, want %d: a value was renumbered", tc.got, tc.want)
@@ -80,7 +81,7 @@ func TestSetValuesAreStable(t *testing.T) {
 	if k := TokenKinds(); len(k) != int(numKinds)-1 || k[0] != KindCursor || k[len(k)-1] != KindIdempotency {
 		t.Errorf("TokenKinds = %v", k)
 	}
-	if o := Outcomes(); len(o) != int(numOutcomes)-1 || o[0] != OutcomeIssued || o[len(o)-1] != OutcomeReleased {
+	if o := Outcomes(); len(o) != int(numOutcomes)-1 || o[0] != OutcomeIssued || o[len(o)-1] != OutcomeRotateKey {
 		t.Errorf("Outcomes = %v", o)
 	}
 }

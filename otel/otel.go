@@ -5,7 +5,7 @@
 // It is a module of its own (github.com/ctoken/ctoken/otel), so the ctoken
 // module itself never depends on OpenTelemetry.
 //
-// Two instruments are recorded:
+// Four instruments are recorded:
 //
 //   - ctoken.events, an Int64Counter of events, with the attributes
 //     ctoken.kind ([ctoken.TokenKind]), ctoken.outcome ([ctoken.Outcome]),
@@ -17,7 +17,14 @@
 //   - ctoken.store.risk_accepted, an Int64Counter of the times a replay
 //     store found a risk that one of its Allow* options accepts, with the
 //     attributes ctoken.store and ctoken.option (see [Observer.RiskAccepted]),
-//     so a dashboard finds every weakened deployment.
+//     so a dashboard finds every weakened deployment;
+//   - ctoken.key.seals, an Int64Gauge of the messages the primary key of an
+//     AES-256-GCM request-state codec ("v1e." states, random 96-bit nonces)
+//     has sealed in this process, recorded with ctoken.kind each time the
+//     codec reports that the key should be rotated (outcome "rotate_key",
+//     from 2^28 seals on and at every doubling; ctoken.events counts the
+//     reports too). Alert on any such report: the key's budget is 2^32
+//     messages across the fleet (NIST SP 800-38D).
 //
 // Every attribute value comes from a fixed set that ctoken documents as
 // stable, so the series can be pre-registered and their number is bounded:
@@ -27,6 +34,7 @@ package ctokenotel
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 
 	"github.com/ctoken/ctoken"
@@ -43,6 +51,10 @@ const (
 
 	// RiskAcceptedName is the name of the counter of accepted store risks.
 	RiskAcceptedName = "ctoken.store.risk_accepted"
+
+	// KeySealsName is the name of the gauge of messages sealed by a key
+	// that should be rotated (outcome "rotate_key").
+	KeySealsName = "ctoken.key.seals"
 
 	AttrKind    = "ctoken.kind"    // a ctoken.TokenKind
 	AttrOutcome = "ctoken.outcome" // a ctoken.Outcome
@@ -66,6 +78,7 @@ type Observer struct {
 	events  metric.Int64Counter
 	latency metric.Float64Histogram
 	risks   metric.Int64Counter
+	seals   metric.Int64Gauge
 
 	mu   sync.RWMutex
 	sets map[uint32]metric.MeasurementOption // cached attribute sets by label key
@@ -99,7 +112,13 @@ func New(mp metric.MeterProvider) (*Observer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Observer{events: events, latency: latency, risks: risks, sets: map[uint32]metric.MeasurementOption{}}, nil
+	seals, err := m.Int64Gauge(KeySealsName,
+		metric.WithDescription("Messages sealed in this process by an AES-GCM key that ctoken reports should be rotated (budget: 2^32 per key, fleet-wide)."),
+		metric.WithUnit("{message}"))
+	if err != nil {
+		return nil, err
+	}
+	return &Observer{events: events, latency: latency, risks: risks, seals: seals, sets: map[uint32]metric.MeasurementOption{}}, nil
 }
 
 // RiskAccepted records one count on ctoken.store.risk_accepted with the
@@ -122,13 +141,17 @@ func (o *Observer) RiskAccepted(store, option string) {
 		attribute.String(AttrStore, store), attribute.String(AttrOption, option)))
 }
 
-// Observe records e: one count on ctoken.events and, when a replay store
-// was called, its latency on ctoken.replay_store.duration.
+// Observe records e: one count on ctoken.events; when a replay store
+// was called, its latency on ctoken.replay_store.duration; and for a key to
+// rotate, its count of seals on ctoken.key.seals.
 func (o *Observer) Observe(e ctoken.Event) {
 	ctx := context.Background()
 	o.events.Add(ctx, 1, o.attrs(e, true))
 	if e.StoreLatency > 0 {
 		o.latency.Record(ctx, e.StoreLatency.Seconds(), o.attrs(e, false))
+	}
+	if e.Seals > 0 {
+		o.seals.Record(ctx, int64(min(e.Seals, math.MaxInt64)), metric.WithAttributes(attribute.String(AttrKind, e.Kind.String())))
 	}
 }
 

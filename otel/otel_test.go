@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/idempotency"
+	"github.com/ctoken/ctoken/observe"
 	ctokenotel "github.com/ctoken/ctoken/otel"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/webhook"
@@ -74,7 +75,7 @@ func TestScriptedRunExactCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: ring(newKey), Now: clk.Now, Replay: downStore{}, Observer: obs})
+	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Binding: ctoken.BindSubject, Keys: ring(newKey), Now: clk.Now, Replay: downStore{}, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,5 +416,45 @@ func TestRiskAcceptedCountsEachStoreAndOption(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("%v = %d, want %d", k, got[k], v)
 		}
+	}
+}
+
+// TestKeySealsRecordsRotateKeyReports reads back a request-state codec's
+// reports that its key should be rotated: ctoken.events counts them under
+// outcome "rotate_key" and ctoken.key.seals holds the last count.
+func TestKeySealsRecordsRotateKeyReports(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	obs, err := ctokenotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []uint64{1 << 28, 1 << 29} {
+		obs.Observe(observe.Event{Kind: observe.KindRequestState, Outcome: observe.OutcomeRotateKey, Key: observe.KeyPrimary, Seals: n})
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var reports, seals int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch m.Name {
+			case ctokenotel.EventsName:
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					if get(dp.Attributes, ctokenotel.AttrOutcome) == "rotate_key" && get(dp.Attributes, ctokenotel.AttrKind) == "request_state" {
+						reports += dp.Value
+					}
+				}
+			case ctokenotel.KeySealsName:
+				g, ok := m.Data.(metricdata.Gauge[int64])
+				if !ok || len(g.DataPoints) != 1 || get(g.DataPoints[0].Attributes, ctokenotel.AttrKind) != "request_state" {
+					t.Fatalf("%s: %+v", m.Name, m.Data)
+				}
+				seals = g.DataPoints[0].Value
+			}
+		}
+	}
+	if reports != 2 || seals != 1<<29 {
+		t.Fatalf("rotate_key reports %d, seals %d; want 2 and 2^29", reports, seals)
 	}
 }

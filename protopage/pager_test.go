@@ -117,13 +117,13 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	tampered := pagetest.Tamper(token)
-	// The map head of the body changed (five pairs to four): the body no
-	// longer decodes, so the token is a forgery and nothing else.
+	// The map head of the body changed to three pairs: no layout has it, so
+	// the token is malformed and nothing else.
 	raw, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw[0]--
+	raw[0] = 0xa3
 	undecodable := base64.RawURLEncoding.EncodeToString(raw)
 
 	cases := []struct {
@@ -146,7 +146,7 @@ func TestStartRefusesAndLogsTheReasonOnly(t *testing.T) {
 		// A token whose body still decodes but whose MAC fails is a
 		// forgery or a token of another request: they look the same.
 		{name: "tampered", token: tampered, kind: protopage.ErrRequestChanged, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorWrongScope},
-		{name: "tampered so that it does not decode", token: undecodable, kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonMACMismatch},
+		{name: "tampered so that it does not decode", token: undecodable, kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorMalformed},
 		{name: "truncated", token: token[:len(token)-10], kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid},
 		{name: "not a token", token: "page-2", kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid},
 		{name: "oversize", token: strings.Repeat("A", ctoken.MaxCursorBytes+1), kind: protopage.ErrTokenInvalid, sent: ctoken.ErrCursorInvalid, reason: ctoken.ReasonCursorOversize},
@@ -233,6 +233,11 @@ func TestStartRefusesServerFaults(t *testing.T) {
 			logged := f.Log.String()[before:]
 			if !strings.Contains(logged, "reason=") || strings.Contains(logged, "alice") {
 				t.Fatalf("log %q: no reason, or the CallerFunc's own error text", logged)
+			}
+			// The message names the package once: ErrServer's text
+			// already begins with "protopage: ".
+			if want := `msg="protopage: ` + strings.TrimPrefix(tc.kind.Error(), "protopage: ") + `"`; !strings.Contains(logged, want) || strings.Contains(logged, "protopage: protopage:") {
+				t.Fatalf("log %q, want the message %s", logged, want)
 			}
 		})
 	}

@@ -50,7 +50,7 @@ func run() (string, error) {
 	if _, err := issuer.Verify(cursor, ctoken.CursorScope{ToolID: "search", CallerID: "bob"}); !errors.Is(err, ctoken.ErrCursorInvalid) {
 		return "", fmt.Errorf("another caller's cursor: %v", err)
 	}
-	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keys})
+	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keys, Binding: ctoken.BindSubjectAndTool})
 	if err != nil {
 		return "", err
 	}

@@ -44,7 +44,7 @@ func pySDKState(t *testing.T, payload string) string {
 // tokens are unaffected.
 func TestInspectNamesAnotherSDKsState(t *testing.T) {
 	f := newFixture(t)
-	own := f.state(t, ctoken.RequestStateSecurity{}, `{"step":2}`, "alice", "tools/call\x00deploy")
+	own := f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject}, `{"step":2}`, "alice", "tools/call\x00deploy")
 	for _, tc := range []struct {
 		name, tok, want string
 	}{

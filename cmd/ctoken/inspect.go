@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -16,12 +15,21 @@ import (
 	"github.com/fxamacker/cbor/v2"
 )
 
-const inspectUsage = `Usage: ctoken inspect TOKEN|-
+const inspectUsage = `Usage: ctoken inspect [-keys-env NAME] TOKEN|-
 
 Decodes a ctoken token WITHOUT verifying it and prints its fields as JSON.
-It recognises a pagination cursor (bare base64url), a signed request state
-("v1."), an encrypted request state ("v1e."; only its framing can be read
-without the key) and a one-time token ("ot1."; purpose, claims, times).
+It recognises a pagination cursor (bare base64url; also a keyset cursor or
+a protopage page token), a signed request state ("v1."), an encrypted
+request state ("v1e."; only its framing can be read without the key) and a
+one-time token ("ot1."; purpose, claims, times).
+
+Cursors and one-time tokens name the key that signed them by a key id
+("keyId", 8 hex digits, as ctoken.Keyring.KeyIDs prints it). When the
+environment variable -keys-env (default CTOKEN_KEYS) holds a key ring,
+"keyInRing" says which of its keys the id names: primary, previous N, or
+unknown (a retired key, another deployment's key, or an altered id). A
+request state (v1./v1e., fixed by the reference D implementation) carries
+no key id.
 
 Every field is printed as JSON. DEL, C1 control characters and bidi controls
 (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069) are printed as \uXXXX
@@ -52,6 +60,7 @@ const (
 
 func cmdInspect(args []string, e *env) int {
 	fs := newFlagSet("inspect", inspectUsage, e)
+	keysEnv := fs.String("keys-env", "CTOKEN_KEYS", "environment variable holding the keys to look the key id up in (optional)")
 	if done, status := parseFlags(fs, args, e); done {
 		return status
 	}
@@ -59,7 +68,7 @@ func cmdInspect(args []string, e *env) int {
 	if err != nil {
 		return usageError(fs, e, "%v", err)
 	}
-	var out any
+	var out interface{ setKey(keyReport) }
 	switch classify(tok) {
 	case kindEncryptedState:
 		out, err = inspectEncrypted(tok)
@@ -77,6 +86,12 @@ func cmdInspect(args []string, e *env) int {
 		fmt.Fprintf(e.stderr, "ctoken inspect: %v\n", err)
 		return exitUsage
 	}
+	kr, noRing := inspectRing(e, *keysEnv)
+	k := keyOf(tok, kr, noRing)
+	if k.KeyInRing == noStateKeyID {
+		k.KeyInRing = noStateKeyIDShown // inspect tries no key
+	}
+	out.setKey(k)
 	fmt.Fprintln(e.stderr, unverifiedWarning)
 	if err := writeJSON(e.stdout, out); err != nil {
 		fmt.Fprintf(e.stderr, "ctoken inspect: %v\n", err)
@@ -102,61 +117,6 @@ var inspectDecMode = func() cbor.DecMode {
 	}
 	return m
 }()
-
-// cursorReport is what inspect prints for a cursor.
-type cursorReport struct {
-	Kind     string `json:"kind"`
-	Verified bool   `json:"verified"`
-	Warning  string `json:"warning"`
-	// Bytes is the encoded length; OverCap flags one Verify refuses unread.
-	Bytes   int  `json:"bytes"`
-	OverCap bool `json:"overCap,omitempty"`
-
-	Version uint64 `json:"version"`
-	Tool    string `json:"tool"`
-	// ToolMethod and ToolName split a tool ID made by ctoken.MCPTarget.
-	ToolMethod      string   `json:"toolMethod,omitempty"`
-	ToolName        string   `json:"toolName,omitempty"`
-	Caller          string   `json:"caller"`
-	ArgsFingerprint string   `json:"argsFingerprint"`
-	Page            uint64   `json:"page"`
-	IssuedAt        string   `json:"issuedAt"`
-	IssuedAtUnix    int64    `json:"issuedAtUnix"`
-	Age             string   `json:"age"`
-	Session         string   `json:"session"`
-	SessionBase64   string   `json:"sessionBase64"`
-	State           string   `json:"state,omitempty"`
-	StateBytes      int      `json:"stateBytes"`
-	MAC             string   `json:"mac"`
-	UnknownKeys     []uint64 `json:"unknownKeys,omitempty"`
-}
-
-// decodeCursorBody splits a cursor into its CBOR body and MAC and decodes
-// the body, without checking the MAC.
-func decodeCursorBody(tok string) (w v1Payload, body, mac []byte, unknown []uint64, err error) {
-	raw, err := b64.DecodeString(tok)
-	if err != nil {
-		return w, nil, nil, nil, fmt.Errorf("%w: not base64url", errNotCursor)
-	}
-	if len(raw) <= cursorwire.MACSize {
-		return w, nil, nil, nil, fmt.Errorf("%w: shorter than its %d-byte MAC", errNotCursor, cursorwire.MACSize)
-	}
-	body, mac = raw[:len(raw)-cursorwire.MACSize], raw[len(raw)-cursorwire.MACSize:]
-	if err := inspectDecMode.Unmarshal(body, &w); err != nil {
-		return w, nil, nil, nil, fmt.Errorf("%w: payload is not a cursor CBOR map", errNotCursor)
-	}
-	var keys map[uint64]cbor.RawMessage
-	if err := inspectDecMode.Unmarshal(body, &keys); err != nil {
-		return w, nil, nil, nil, fmt.Errorf("%w: payload is not a cursor CBOR map", errNotCursor)
-	}
-	for k := range keys {
-		if k < cursorwire.KeyVersion || k > cursorwire.MaxKey {
-			unknown = append(unknown, k)
-		}
-	}
-	slices.Sort(unknown)
-	return w, body, mac, unknown, nil
-}
 
 // cursorVersion returns the version a cursor's first map names (its key 1
 // sorts first), or 0 when tok does not start like a cursor.
@@ -190,6 +150,7 @@ type cursorV2Report struct {
 	StateBytes   *int    `json:"stateBytes,omitempty"`
 	SealedBytes  int     `json:"sealedBytes,omitempty"`
 	MAC          string  `json:"mac,omitempty"`
+	keyReport
 }
 
 const (
@@ -235,47 +196,20 @@ func inspectCursorV2(tok string, now time.Time) (*cursorV2Report, error) {
 	return r, nil
 }
 
-func inspectCursor(tok string, now time.Time) (any, error) {
-	if cursorVersion(tok) >= cursorwire.Version {
-		return inspectCursorV2(tok, now)
+func inspectCursor(tok string, now time.Time) (interface{ setKey(keyReport) }, error) {
+	raw, err := b64.DecodeString(tok)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: not base64url", errNotCursor)
+	case len(raw) <= cursorwire.MACSize:
+		return nil, fmt.Errorf("%w: shorter than its %d-byte MAC", errNotCursor, cursorwire.MACSize)
 	}
-	return inspectCursorV1(tok, now)
-}
-
-func inspectCursorV1(tok string, now time.Time) (*cursorReport, error) {
-	w, _, mac, unknown, err := decodeCursorBody(tok)
-	if err != nil {
-		return nil, err
+	if _, _, ok := cursorwire.ReadPrefix(raw); !ok {
+		// Format 1 (tool and caller in clear) and the layout before key
+		// ids were never released and no issuer reads them.
+		return nil, fmt.Errorf("%w: payload is not a cursor CBOR map of a layout this version reads", errNotCursor)
 	}
-	issued := time.Unix(w.IssuedAt, 0).UTC()
-	r := &cursorReport{
-		Kind:          "cursor",
-		Warning:       unverifiedWarning,
-		Bytes:         len(tok),
-		OverCap:       len(tok) > ctoken.MaxCursorBytes,
-		Version:       w.Version,
-		Tool:          w.Tool,
-		Caller:        w.Caller,
-		Page:          w.Page,
-		IssuedAt:      issued.Format(time.RFC3339),
-		IssuedAtUnix:  w.IssuedAt,
-		Age:           now.Sub(issued).Truncate(time.Second).String(),
-		Session:       sessionText(w.Session),
-		SessionBase64: b64.EncodeToString(w.Session),
-		State:         b64.EncodeToString(w.State),
-		StateBytes:    len(w.State),
-		MAC:           hex.EncodeToString(mac),
-		UnknownKeys:   unknown,
-	}
-	if method, name, ok := strings.Cut(w.Tool, "\x00"); ok {
-		r.ToolMethod, r.ToolName = method, name
-	}
-	if len(w.Args) == 0 {
-		r.ArgsFingerprint = "unbound"
-	} else {
-		r.ArgsFingerprint = hex.EncodeToString(w.Args)
-	}
-	return r, nil
+	return inspectCursorV2(tok, now)
 }
 
 // statePayload is the JSON payload of a request state.
@@ -320,6 +254,7 @@ type signedReport struct {
 	Expired   bool   `json:"expired"`
 	BindTag   string `json:"bindTag"`
 	MAC       string `json:"mac"`
+	keyReport
 }
 
 func inspectSigned(tok string, now time.Time) (*signedReport, error) {
@@ -353,6 +288,7 @@ type sealedReport struct {
 	SealedBytes  int    `json:"sealedBytes"`
 	PayloadBytes int    `json:"payloadBytes"`
 	Note         string `json:"note"`
+	keyReport
 }
 
 func inspectEncrypted(tok string) (*sealedReport, error) {
@@ -382,18 +318,4 @@ func sessionText(b []byte) string {
 		return string(b)
 	}
 	return ""
-}
-
-// v1Payload is the body of a format 1 cursor (tool and caller in clear),
-// which no issuer writes or verifies any more; inspect still names one it
-// meets. Page is a uint64 so that a forged page over 2^32-1 shows.
-type v1Payload struct {
-	Version  uint64 `cbor:"1,keyasint"`
-	Tool     string `cbor:"2,keyasint"`
-	Caller   string `cbor:"3,keyasint"`
-	Args     []byte `cbor:"4,keyasint,omitempty"`
-	Page     uint64 `cbor:"5,keyasint"`
-	IssuedAt int64  `cbor:"6,keyasint"`
-	Session  []byte `cbor:"7,keyasint"`
-	State    []byte `cbor:"8,keyasint,omitempty"`
 }

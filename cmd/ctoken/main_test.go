@@ -293,7 +293,7 @@ func TestInspectSignedStateShowsPayload(t *testing.T) {
 		{"expired", past, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := f.state(t, ctoken.RequestStateSecurity{Now: tc.now}, `{"step":2}`, "alice", "tools/call\x00deploy")
+			w := f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject, Now: tc.now}, `{"step":2}`, "alice", "tools/call\x00deploy")
 			r := runCmd(t, "", nil, "inspect", w)
 			if r.code != exitOK {
 				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
@@ -318,7 +318,7 @@ func TestInspectSignedStateShowsPayload(t *testing.T) {
 func TestInspectEncryptedStateRevealsOnlyFraming(t *testing.T) {
 	f := newFixture(t)
 	const secret = "the-plaintext-state"
-	w := f.state(t, ctoken.RequestStateSecurity{Mode: ctoken.Encrypted}, secret, "alice", "deploy")
+	w := f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject, Mode: ctoken.Encrypted}, secret, "alice", "deploy")
 	r := runCmd(t, "", nil, "inspect", w)
 	if r.code != exitOK {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
@@ -440,7 +440,7 @@ func TestVerifyCursor(t *testing.T) {
 			{"other session", c, []string{"-session", otherSession}, "expired cursor", "other server session"},
 			{"older than TTL", old, nil, "expired cursor", "older than TTL"},
 			{"shorter TTL", c, []string{"-ttl", "1ns"}, "", ""},
-			{"foreign key", foreign, nil, "invalid cursor", "forged or wrong scope"}, // a foreign MAC and a wrong scope look the same
+			{"foreign key", foreign, nil, "invalid cursor", "signed by a key not in the ring"}, // the key id names no key of the ring
 			{"tampered", string(tampered), nil, "invalid cursor", ""},
 			{"truncated", c[:len(c)-4], nil, "invalid cursor", ""},
 			{"oversize", strings.Repeat("A", ctoken.MaxCursorBytes+1), nil, "invalid cursor", "over MaxCursorBytes"},
@@ -509,7 +509,7 @@ func TestVerifyRequestState(t *testing.T) {
 		binding string
 		mode    string
 	}{
-		{"signed, subject", ctoken.RequestStateSecurity{}, "subject", "signed"},
+		{"signed, subject", ctoken.RequestStateSecurity{Binding: ctoken.BindSubject}, "subject", "signed"},
 		{"signed, subject and tool", ctoken.RequestStateSecurity{Binding: ctoken.BindSubjectAndTool}, "subject-and-tool", "signed"},
 		{"encrypted, subject and tool", ctoken.RequestStateSecurity{Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool}, "subject-and-tool", "encrypted"},
 		{"encrypted, none", ctoken.RequestStateSecurity{Mode: ctoken.Encrypted, Binding: ctoken.BindNone}, "none", "encrypted"},
@@ -610,7 +610,7 @@ func TestTokenFromStdinIsCapped(t *testing.T) {
 func TestVerifyStateRefusesFlagsItsBindingIgnores(t *testing.T) {
 	f := newFixture(t)
 	tool := ctoken.MCPTarget("tools/call", "deploy")
-	bySubject := f.state(t, ctoken.RequestStateSecurity{}, "s", "alice", tool)
+	bySubject := f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject}, "s", "alice", tool)
 	unbound := f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindNone}, "s", "alice", tool)
 	for _, tc := range []struct {
 		name, tok string

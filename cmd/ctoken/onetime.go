@@ -12,13 +12,16 @@ import (
 	"github.com/ctoken/ctoken"
 )
 
-// The ot1. payload layout (see ctoken.OneTimeIssuer): version byte 2,
-// 16-byte nonce, issued-at and expiry as big-endian int64 Unix seconds,
-// uvarint-prefixed purpose, then uvarint-prefixed name/value pairs.
+// The ot1. payload layout (see the ctoken package documentation): version
+// byte 3, the 4-byte key id of the signing key, 16-byte nonce, issued-at and
+// expiry as big-endian int64 Unix seconds, uvarint-prefixed purpose, then
+// uvarint-prefixed name/value pairs.
 const (
-	oneTimeVersion  = 2
+	oneTimeVersion  = 3
 	oneTimeNonceLen = 16
-	oneTimeFixedLen = 1 + oneTimeNonceLen + 8 + 8
+	oneTimeNonceAt  = oneTimeKeyIDAt + keyIDBytes
+	oneTimeTimesAt  = oneTimeNonceAt + oneTimeNonceLen
+	oneTimeFixedLen = oneTimeTimesAt + 8 + 8
 )
 
 var errNotOneTime = errors.New("not a well-formed ot1. one-time token")
@@ -47,9 +50,9 @@ func parseOneTime(tok string) (w oneTimeWire, err error) {
 	if w.version != oneTimeVersion {
 		return w, fmt.Errorf("%w: unknown payload version %d", errNotOneTime, w.version)
 	}
-	w.nonce = p[1 : 1+oneTimeNonceLen]
-	w.issued = int64(binary.BigEndian.Uint64(p[1+oneTimeNonceLen:]))
-	w.expires = int64(binary.BigEndian.Uint64(p[1+oneTimeNonceLen+8:]))
+	w.nonce = p[oneTimeNonceAt : oneTimeNonceAt+oneTimeNonceLen]
+	w.issued = int64(binary.BigEndian.Uint64(p[oneTimeTimesAt:]))
+	w.expires = int64(binary.BigEndian.Uint64(p[oneTimeTimesAt+8:]))
 	purpose, rest, ok := cutUvarintString(p[oneTimeFixedLen:])
 	if !ok {
 		return w, fmt.Errorf("%w: malformed purpose", errNotOneTime)
@@ -125,6 +128,7 @@ type oneTimeReport struct {
 	Expired      bool              `json:"expired"`
 	Nonce        string            `json:"nonce"`
 	MAC          string            `json:"mac"`
+	keyReport
 }
 
 func inspectOneTime(tok string, now time.Time) (*oneTimeReport, error) {
@@ -159,20 +163,22 @@ type oneTimeResult struct {
 	IssuedAt     string            `json:"issuedAt"`
 	ExpiresAt    string            `json:"expiresAt"`
 	Redeemed     string            `json:"redeemed"`
+	keyReport
 }
 
 // notRedeemedNote says what verify cannot know about a one-time token.
 const notRedeemedNote = "not checked: verify does not consult or change the replay store, so the token may already be redeemed"
 
-func verifyOneTime(tok string, kr *ctoken.Keyring, purpose string, e *env) int {
-	iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: kr, Purpose: purpose})
+func verifyOneTime(tok string, kr *ctoken.Keyring, keysEnv, purpose string, e *env) int {
+	seen := &keySeen{}
+	iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: kr, Purpose: purpose, Observer: seen})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "ctoken verify: -purpose: %v\n", err)
 		return exitUsage
 	}
 	v, err := iss.Verify(tok)
 	if err != nil {
-		return rejected(e, err)
+		return rejectedKey(e, err, tok, kr, keysEnv)
 	}
 	names := make([]string, 0, len(v.Claims))
 	values := make([]string, 0, len(v.Claims))
@@ -186,6 +192,7 @@ func verifyOneTime(tok string, kr *ctoken.Keyring, purpose string, e *env) int {
 		IssuedAt:  v.IssuedAt.UTC().Format(time.RFC3339),
 		ExpiresAt: v.ExpiresAt.UTC().Format(time.RFC3339),
 		Redeemed:  notRedeemedNote,
+		keyReport: seen.verified(tok, kr),
 	}
 	res.Claims, res.BinaryClaims = splitClaims(names, values)
 	if err := writeJSON(e.stdout, res); err != nil {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
-	"github.com/ctoken/ctoken/internal/cursorwire"
 )
 
 var bootClaims = map[string]string{"agent": "agt_42", "run": "run_7"}
@@ -45,7 +44,7 @@ func TestInspectOneTimeShowsPurposeAndClaims(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 	}
 	m := decodeJSON(t, r.stdout)
-	if m["kind"] != "one-time" || m["verified"] != false || m["purpose"] != "agent-bootstrap" || m["expired"] != false || m["version"] != 2.0 {
+	if m["kind"] != "one-time" || m["verified"] != false || m["purpose"] != "agent-bootstrap" || m["expired"] != false || m["version"] != 3.0 {
 		t.Errorf("unexpected report: %v", m)
 	}
 	claims, _ := m["claims"].(map[string]any)
@@ -61,8 +60,9 @@ func TestInspectRejectsMalformedOneTimeTokens(t *testing.T) {
 	for _, tc := range []struct{ name, tok, want string }{
 		{"not base64", "ot1.***", "not base64url"},
 		{"short", "ot1.AAAA", "shorter than"},
-		{"old version", "ot1." + base64.RawURLEncoding.EncodeToString(append([]byte{1}, make([]byte, 80)...)), "unknown payload version 1"},
-		{"purpose past end", "ot1." + base64.RawURLEncoding.EncodeToString(append(append([]byte{2}, make([]byte, 32)...), append([]byte{9, 'a'}, make([]byte, 32)...)...)), "malformed"},
+		{"version 1", "ot1." + base64.RawURLEncoding.EncodeToString(append([]byte{1}, make([]byte, 80)...)), "unknown payload version 1"},
+		{"version 2 (no key id)", "ot1." + base64.RawURLEncoding.EncodeToString(append([]byte{2}, make([]byte, 80)...)), "unknown payload version 2"},
+		{"purpose past end", "ot1." + base64.RawURLEncoding.EncodeToString(append(append([]byte{3}, make([]byte, 36)...), append([]byte{9, 'a'}, make([]byte, 32)...)...)), "malformed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCmd(t, "", nil, "inspect", tc.tok)
@@ -103,7 +103,7 @@ func TestVerifyOneTimeChecksKeyPurposeAndExpiry(t *testing.T) {
 		name, tok, purpose, class, reason string
 	}{
 		{"other purpose", tok, "password-reset", "invalid one-time token", "other purpose"},
-		{"foreign key", foreign, "agent-bootstrap", "invalid one-time token", "mac mismatch"},
+		{"foreign key", foreign, "agent-bootstrap", "invalid one-time token", "signed by a key not in the ring: retired or foreign"},
 		{"expired", expired, "agent-bootstrap", "expired one-time token", "expired"},
 		{"tampered", tampered, "agent-bootstrap", "invalid one-time token", ""},
 	} {
@@ -128,14 +128,12 @@ const hostile = "a\x7fb\u0085c\u009bd\u202ee\u202af\u2066g\u2069h\u200ei\u200fj\
 
 func TestInspectEscapesTerminalControlsInEveryField(t *testing.T) {
 	f := newFixture(t)
-	// A forged version 1 cursor (inspect checks no MAC) with hostile tool
-	// and caller IDs: from version 2 on a cursor carries neither.
-	body := cursorwire.AppendBody(nil, &cursorwire.Body{Version: cursorwire.Version1, Tool: hostile, Caller: hostile, Session: f.session})
-	c := base64.RawURLEncoding.EncodeToString(append(body, make([]byte, cursorwire.MACSize)...))
+	// No cursor here: a cursor carries no text (its tool and caller are
+	// not in it; its state prints as base64url, its tags as hex).
 	// A forged one-time token (inspect checks no MAC) with a hostile
 	// purpose and claim.
-	p := []byte{2}
-	p = append(p, make([]byte, 16+16)...)
+	p := []byte{3}
+	p = append(p, make([]byte, 4+16+16)...)
 	for _, s := range []string{hostile, hostile, hostile} { // purpose, name, value
 		p = binary.AppendUvarint(p, uint64(len(s)))
 		p = append(p, s...)
@@ -144,9 +142,9 @@ func TestInspectEscapesTerminalControlsInEveryField(t *testing.T) {
 	rand.Read(mac)
 	ot := "ot1." + base64.RawURLEncoding.EncodeToString(append(p, mac...))
 	// A request state whose JSON state string carries the characters.
-	w := f.state(t, ctoken.RequestStateSecurity{}, hostile, "alice", "t")
+	w := f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject}, hostile, "alice", "t")
 
-	for name, tok := range map[string]string{"cursor": c, "one-time": ot, "request state": w} {
+	for name, tok := range map[string]string{"one-time": ot, "request state": w} {
 		t.Run(name, func(t *testing.T) {
 			r := runCmd(t, "", nil, "inspect", tok)
 			if r.code != exitOK {

@@ -9,15 +9,23 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
-	"github.com/ctoken/ctoken/internal/cursorwire"
 )
 
 const verifyUsage = `Usage: ctoken verify [flags] TOKEN|-
 
 Verifies a ctoken token with the keys in an environment variable (a
-comma-separated CTOKEN_KEYS list, primary first; every key is tried). On
-success it prints the verified payload as JSON and exits 0; on rejection it
-prints the reason on standard error and exits 1.
+comma-separated CTOKEN_KEYS list, primary first). On success it prints the
+verified payload as JSON and exits 0; on rejection it prints the reason on
+standard error and exits 1.
+
+Cursors and one-time tokens name the key that signed them by a key id (8 hex
+digits, as ctoken.Keyring.KeyIDs prints it): verify checks them with that
+key only, and says which key of the ring it is ("keyInRing": primary,
+previous N) or, on rejection, that no key of the ring has the id (a retired
+key, another deployment's key, or an altered id) and which ids the ring
+holds. Request states carry no key id (their v1./v1e. formats are fixed by
+the reference D implementation): every key is tried, and "verifiedBy" names
+the one that matched.
 
 Cursors (bare base64url) are checked for MAC, age (-ttl), server session
 (-session, the same text as the server's CTOKEN_SESSION) and scope (-tool,
@@ -100,7 +108,7 @@ func cmdVerify(args []string, e *env) int {
 		if !set["purpose"] {
 			return usageError(fs, e, "a one-time token needs -purpose (the issuer's OneTimeConfig.Purpose)")
 		}
-		return verifyOneTime(tok, kr, *purpose, e)
+		return verifyOneTime(tok, kr, *keysEnv, *purpose, e)
 	}
 	if set["purpose"] {
 		return usageError(fs, e, "-purpose applies to one-time tokens")
@@ -128,7 +136,7 @@ func cmdVerify(args []string, e *env) int {
 		if set["tool"] && sec.Binding != ctoken.BindSubjectAndTool {
 			return usageError(fs, e, "-tool is not checked: only -binding subject-and-tool binds the tool")
 		}
-		return verifyState(tok, sec, *subject, toolID, *binding, e)
+		return verifyState(tok, sec, *subject, toolID, *binding, *keysEnv, e)
 	}
 
 	for _, f := range []string{"subject", "mode", "binding", "audience", "max-bytes"} {
@@ -149,7 +157,7 @@ func cmdVerify(args []string, e *env) int {
 			return usageError(fs, e, "%v", err)
 		}
 	}
-	return verifyCursor(tok, kr, c, e)
+	return verifyCursor(tok, kr, *keysEnv, c, e)
 }
 
 func parseMode(s string, kind tokenKind) (ctoken.RequestStateMode, error) {
@@ -201,6 +209,14 @@ func rejected(e *env, err error) int {
 	return exitRejected
 }
 
+// rejectedKey is rejected, followed by which key of the ring in keysEnv the
+// token names (see explainKey).
+func rejectedKey(e *env, err error, tok string, kr *ctoken.Keyring, keysEnv string) int {
+	status := rejected(e, err)
+	explainKey(e, tok, kr, keysEnv)
+	return status
+}
+
 // cursorCheck is what a cursor is verified against.
 type cursorCheck struct {
 	ttl                time.Duration
@@ -226,39 +242,19 @@ type cursorResult struct {
 	State           string   `json:"state,omitempty"`
 	StateBytes      int      `json:"stateBytes"`
 	Unchecked       []string `json:"unchecked,omitempty"`
+	keyReport
 }
 
-func verifyCursor(tok string, kr *ctoken.Keyring, c cursorCheck, e *env) int {
+func verifyCursor(tok string, kr *ctoken.Keyring, keysEnv string, c cursorCheck, e *env) int {
 	want := ctoken.CursorScope{ToolID: c.tool, CallerID: c.caller, Args: c.args}
 	var unchecked []string
 	session := c.session
-	if v := cursorVersion(tok); v >= cursorwire.Version && (!c.toolSet || !c.callerSet || session == nil) {
-		// From format version 2 the token carries nothing of the tool,
-		// caller and arguments and only a tag of the session: none of
-		// them can be read back to fill a flag.
-		fmt.Fprintf(e.stderr, "ctoken verify: a version %d cursor does not carry its tool, caller or session: give -tool, -caller and -session (and -args if it was bound)\n", v)
-		return exitUsage
-	}
 	if !c.toolSet || !c.callerSet || session == nil {
-		// Fill what was not asked for from the token. Nothing read here is
-		// trusted: Verify below checks the MAC over all of it.
-		w, _, _, _, err := decodeCursorBody(tok)
-		if err != nil {
-			// Not even a well-formed body: let Verify name the failure.
-			w = v1Payload{}
-		}
-		if !c.toolSet {
-			want.ToolID = w.Tool
-			unchecked = append(unchecked, "tool")
-		}
-		if !c.callerSet {
-			want.CallerID = w.Caller
-			unchecked = append(unchecked, "caller")
-		}
-		if session == nil {
-			session = w.Session
-			unchecked = append(unchecked, "session")
-		}
+		// A cursor carries nothing of the tool, caller and arguments and
+		// only a tag of the session: none of them can be read back to fill
+		// a flag.
+		fmt.Fprintln(e.stderr, "ctoken verify: a cursor does not carry its tool, caller or session: give -tool, -caller and -session (and -args if it was bound)")
+		return exitUsage
 	}
 	if c.args.IsZero() {
 		unchecked = append(unchecked, "args")
@@ -269,14 +265,15 @@ func verifyCursor(tok string, kr *ctoken.Keyring, c cursorCheck, e *env) int {
 		// does not mint a random one and Verify reports the real failure.
 		session = []byte{0}
 	}
-	iss, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: kr, TTL: c.ttl, Session: session})
+	seen := &keySeen{}
+	iss, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: kr, TTL: c.ttl, Session: session, Observer: seen})
 	if err != nil {
 		// Only a session over the library's cap gets here.
-		return rejected(e, fmt.Errorf("%w: %v", ctoken.ErrCursorInvalid, err))
+		return rejectedKey(e, fmt.Errorf("%w: %v", ctoken.ErrCursorInvalid, err), tok, kr, keysEnv)
 	}
 	p, err := iss.Verify(tok, want)
 	if err != nil {
-		return rejected(e, err)
+		return rejectedKey(e, err, tok, kr, keysEnv)
 	}
 	res := cursorResult{
 		Kind:          "cursor",
@@ -290,6 +287,7 @@ func verifyCursor(tok string, kr *ctoken.Keyring, c cursorCheck, e *env) int {
 		State:         b64.EncodeToString(p.State),
 		StateBytes:    len(p.State),
 		Unchecked:     unchecked,
+		keyReport:     seen.verified(tok, kr),
 	}
 	if method, name, ok := strings.Cut(p.ToolID, "\x00"); ok {
 		res.ToolMethod, res.ToolName = method, name
@@ -320,9 +318,12 @@ type stateResult struct {
 	Audience  string `json:"audience,omitempty"`
 	State     string `json:"state"`
 	ExpiresAt string `json:"expiresAt,omitempty"`
+	keyReport
 }
 
-func verifyState(tok string, sec ctoken.RequestStateSecurity, subject, tool, binding string, e *env) int {
+func verifyState(tok string, sec ctoken.RequestStateSecurity, subject, tool, binding, keysEnv string, e *env) int {
+	seen := &keySeen{}
+	sec.Observer = seen
 	codec, err := ctoken.NewRequestStateCodec(sec)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "ctoken verify: %v\n", err)
@@ -333,17 +334,18 @@ func verifyState(tok string, sec ctoken.RequestStateSecurity, subject, tool, bin
 		if sdk := foreignState(tok); sdk != "" {
 			fmt.Fprintf(e.stderr, "ctoken verify: not a ctoken request state: looks like a %s state (a v1. format of its own, which ctoken does not read; see docs/wire-format.md)\n", sdk)
 		}
-		return rejected(e, err)
+		return rejectedKey(e, err, tok, sec.Keys, keysEnv)
 	}
 	res := stateResult{
-		Kind:     "request-state",
-		Mode:     "signed",
-		Verified: true,
-		Subject:  subject,
-		Tool:     tool,
-		Binding:  binding,
-		Audience: sec.Audience,
-		State:    state,
+		Kind:      "request-state",
+		Mode:      "signed",
+		Verified:  true,
+		Subject:   subject,
+		Tool:      tool,
+		Binding:   binding,
+		Audience:  sec.Audience,
+		State:     state,
+		keyReport: seen.verified(tok, sec.Keys),
 	}
 	if sec.Mode == ctoken.Encrypted {
 		res.Mode = "encrypted"

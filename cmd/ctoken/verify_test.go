@@ -12,7 +12,7 @@ import (
 // refused for a cursor.
 func TestVerifyRequestStateChecksAudience(t *testing.T) {
 	f := newFixture(t)
-	w := f.state(t, ctoken.RequestStateSecurity{Mode: ctoken.Encrypted, Audience: "billing.prod"}, `{"step":2}`, "alice", "t")
+	w := f.state(t, ctoken.RequestStateSecurity{Binding: ctoken.BindSubject, Mode: ctoken.Encrypted, Audience: "billing.prod"}, `{"step":2}`, "alice", "t")
 	for _, tc := range []struct {
 		name string
 		args []string
