@@ -1297,3 +1297,54 @@ func benchVersusSHA256(b *testing.B, text []byte) {
 
 // benchSink keeps the compiler from discarding a floor's result.
 var benchSink [32]byte
+
+// BenchmarkCursorVerifyRing shows that Verify's cost does not depend on
+// the size of the ring: the cursor names its key by id (raw[5:9]), so
+// Verify runs one MAC whatever the ring holds. The cursor is signed by the
+// LAST key of the ring (a previous key, the worst case of a verifier that
+// tried every key). floor is HMAC-SHA256 (crypto/hmac, keyed once) over
+// exactly the bytes Verify MACs, body || scope.
+func BenchmarkCursorVerifyRing(b *testing.B) {
+	keys := make([][]byte, 10)
+	for i := range keys {
+		keys[i] = bytes.Repeat([]byte{byte(i + 1)}, 32)
+	}
+	var cursor string
+	for _, n := range []int{1, 10} {
+		ring := keys[10-n:]
+		kr, err := NewKeyring(ring[0], ring[1:]...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		iss, err := NewCursorIssuer(CursorConfig{Keys: kr, Session: []byte("bench-01")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		signer, err := NewCursorIssuer(CursorConfig{Keys: mustKeyring(b, keys[9]), Session: []byte("bench-01")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if cursor, err = signer.Issue(benchPayload()); err != nil {
+			b.Fatal(err)
+		}
+		b.Run("ring="+strconv.Itoa(n), func(b *testing.B) { benchVerifyLoop(b, iss, cursor) })
+	}
+	raw, err := b64.DecodeString(cursor)
+	if err != nil {
+		b.Fatal(err)
+	}
+	msg := appendScope(append([]byte(nil), raw[:len(raw)-macSize]...), &benchScope)
+	b.Run("floor", func(b *testing.B) {
+		m := hmac.New(sha256.New, subkey(keys[9], cursorKeyLabel))
+		var sum [sha256.Size]byte
+		b.ReportAllocs()
+		for b.Loop() {
+			m.Reset()
+			m.Write(msg)
+			m.Sum(sum[:0])
+		}
+		if !hmac.Equal(sum[:], raw[len(raw)-macSize:]) {
+			b.Fatal("the floor's MAC is not the cursor's")
+		}
+	})
+}

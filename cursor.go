@@ -553,9 +553,10 @@ func (i *CursorIssuer) verifySigned(keys cursorKeys, key int, s *cursorScratch, 
 	if !keys.macs[key].Equal(s.aad, tag) {
 		return i.refuse(-1, errCursorScope)
 	}
-	// Exactly one encoding is accepted, the one Issue wrote.
+	// Exactly one encoding is accepted, the one Issue wrote (never a state
+	// over MaxOpaqueStateBytes, which Issue refuses).
 	f, ok := cursorwire.DecodeV2(body)
-	if !ok || len(f.Session) != cursorwire.SessionTagSize {
+	if !ok || len(f.Session) != cursorwire.SessionTagSize || len(f.State) > MaxOpaqueStateBytes {
 		return i.refuse(key, errCursorMalformed)
 	}
 	issued, err := i.checkTime(f.Session, i.sessTag[:], f.Issued)
@@ -584,7 +585,7 @@ func (i *CursorIssuer) verifySealed(keys cursorKeys, key int, s *cursorScratch, 
 		return i.refuse(key, err)
 	}
 	f, ok := cursorwire.DecodeSealedInner(pt)
-	if !ok {
+	if !ok || len(f.State) > MaxOpaqueStateBytes {
 		return i.refuse(key, errCursorMalformed)
 	}
 	return i.verified(key, want, f.Page, f.State, issued)

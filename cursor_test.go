@@ -852,3 +852,259 @@ func TestVerifyStateRefusesHostileState(t *testing.T) {
 		})
 	}
 }
+
+// ---------------------------------------------------------------------------
+// Hand-MACed signed bodies (the independent construction of
+// cursor_vectors_test.go): what an issuer could never write, behind a
+// valid MAC.
+
+// vecSignedTestBody is the signed body { 1: 2, 2: vecKey's id, 5: page,
+// 6: issued, 7: vecSession's tag, 8: state }.
+func vecSignedTestBody(page uint32, issued int64, state []byte) []byte {
+	return vecSignedBody(vecKeyID(vecKey), page, issued, vecSessionTag(vecSession), state)
+}
+
+// macTestBody signs body under key for the scope t / c, no arguments.
+func macTestBody(key, body []byte) string {
+	return vecSignCursor(key, body, vecScope("t", "c", nil))
+}
+
+// Issue 21 gap 11: an explicit empty state field (key 8 = h”) behind a
+// valid MAC is a second spelling of "no state" and is refused.
+func TestCursorRefusesExplicitEmptyStateField(t *testing.T) {
+	i := vecIssuer(t, vecNow, vecSession, vecKey)
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	good := vecSignedTestBody(1, vecNow.Unix(), nil)
+	if _, err := i.Verify(macTestBody(vecKey, good), scope); err != nil {
+		t.Fatalf("template body refused: %v", err)
+	}
+	empty := append(append([]byte{0xa6}, good[1:]...), 0x08, 0x40)
+	_, err := i.Verify(macTestBody(vecKey, empty), scope)
+	if !errors.Is(err, ErrCursorInvalid) || Reason(err).String() != "malformed or non-canonical payload" {
+		t.Fatalf("empty state field = %v (reason %q), want a malformed-payload refusal", err, Reason(err))
+	}
+}
+
+// Issue 21 gap 5: MaxCursorBytes is inclusive at verify, and the length
+// check runs before base64. No cursor Issue writes, nor any Verify
+// accepts, reaches MaxCursorBytes any more (the scope is not carried, the
+// state is at most MaxOpaqueStateBytes: the longest is the signed cursor
+// of the largest state, page and issue time, under 440 characters), so the
+// cap is tested with text of exactly 512 and 513 characters: a signed body
+// with a 321-byte state, MACed by hand, is exactly 512 characters. It
+// passes the length check, base64 and the MAC, and is refused by the
+// decoder for its state; one more character is refused by the length
+// check, before anything else.
+func TestCursorAtExactlyMaxBytesIsAcceptedAndOneMoreRefused(t *testing.T) {
+	i := vecIssuer(t, vecNow, vecSession, vecKey)
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	atCap := macTestBody(vecKey, vecSignedTestBody(0, vecNow.Unix(), bytes.Repeat([]byte{'s'}, 321)))
+	if len(atCap) != MaxCursorBytes {
+		t.Fatalf("hand-MACed cursor is %d characters, want %d", len(atCap), MaxCursorBytes)
+	}
+	if _, err := i.Verify(atCap, scope); !errors.Is(err, ErrCursorInvalid) || Reason(err).String() != "malformed or non-canonical payload" {
+		t.Fatalf("cursor of exactly MaxCursorBytes = %v (reason %q), want past the cap, the base64 and the MAC, refused for its state", err, Reason(err))
+	}
+	for _, over := range []string{atCap + "A", atCap + "AA", strings.Repeat("!", MaxCursorBytes+1)} {
+		if _, err := i.Verify(over, scope); !errors.Is(err, ErrCursorInvalid) || Reason(err).String() != "over MaxCursorBytes" {
+			t.Fatalf("%d-byte cursor = %v (reason %q), want over MaxCursorBytes", len(over), err, Reason(err))
+		}
+	}
+	// 512 characters that are not base64: refused by base64, not the cap.
+	if _, err := i.Verify(strings.Repeat("!", MaxCursorBytes), scope); Reason(err).String() != "not base64url" {
+		t.Fatalf("512 characters of non-base64 = %v, want not base64url", err)
+	}
+	// The longest cursors the issuers write stay under the cap.
+	for _, seal := range []bool{false, true} {
+		iss := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey), Session: bytes.Repeat([]byte{1}, MaxSessionBytes),
+			Now: fixedClock(time.Unix(math.MinInt64/2, 0)), TTL: -1, Seal: seal})
+		tok := mustIssue(t, iss, CursorPayload{CursorScope: scope, Page: math.MaxUint32, State: seqBytes(0, MaxOpaqueStateBytes)})
+		if len(tok) >= MaxCursorBytes {
+			t.Errorf("seal=%v: the longest cursor is %d characters", seal, len(tok))
+		}
+		if _, err := iss.Verify(tok, scope); err != nil {
+			t.Errorf("seal=%v: %v", seal, err)
+		}
+	}
+}
+
+// Every error Issue, Verify and the typed helpers return carries a Reason.
+func TestCursorEveryErrorHasAReason(t *testing.T) {
+	now := vecNow
+	i := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey), Session: vecSession, Now: fixedClock(now), TTL: time.Minute})
+	sealed := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey), Session: vecSession, Now: fixedClock(now), Seal: true})
+	old := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey), Session: vecSession, Now: fixedClock(now.Add(-time.Hour))})
+	foreign := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey2), Session: vecSession, Now: fixedClock(now)})
+	good := mustIssue(t, i, CursorPayload{CursorScope: testScope, State: []byte{0x01}})
+	var errs []error
+	add := func(_ any, err error) { errs = append(errs, err) }
+	addS := func(_ string, err error) { errs = append(errs, err) }
+	addS(i.Issue(CursorPayload{CursorScope: testScope, State: make([]byte, MaxOpaqueStateBytes+1)}))
+	addS(i.Issue(CursorPayload{}))
+	addS(IssueState(i, testScope, 0, func() {}))
+	scope := vecScope(testScope.ToolID, testScope.CallerID, nil)
+	for _, tok := range []string{"", "!!!", "AAAA", strings.Repeat("A", MaxCursorBytes+1), good[:len(good)-3] + "AAA", good[:8],
+		mustIssue(t, old, CursorPayload{CursorScope: testScope}),
+		mustIssue(t, foreign, CursorPayload{CursorScope: testScope}),
+		mustIssue(t, sealed, CursorPayload{CursorScope: testScope})[:60],
+		vecFormat1Token,
+		vecSignCursor(vecKey, append(vecSignedTestBody(1, now.Unix(), nil), 0x00), scope),
+		vecSignCursor(vecKey, vecSignedTestBody(1, now.Unix()+120, nil), scope),
+		vecSignCursor(vecKey, vecSignedBody(vecKeyID(vecKey), 1, now.Unix(), vecSessionTag([]byte("other")), nil), scope),
+	} {
+		add(i.Verify(tok, testScope))
+	}
+	add(i.Verify(good, CursorScope{ToolID: "other", CallerID: testScope.CallerID}))
+	add(i.Verify(good, CursorScope{CallerID: testScope.CallerID}))
+	add(i.Verify(good, CursorScope{ToolID: testScope.ToolID, CallerID: testScope.CallerID, Args: Fingerprint{1}}))
+	add(i.Verify(mustIssue(t, sealed, CursorPayload{CursorScope: testScope}), CursorScope{ToolID: "other"}))
+	_, _, err := VerifyState[string](i, good, testScope)
+	errs = append(errs, err)
+	for n, err := range errs {
+		if err == nil || reasonText(err) == "" {
+			t.Errorf("error %d = %v has no reason", n, err)
+		}
+	}
+}
+
+// hostileCursorBodies are signed bodies the cursor decoder must refuse,
+// each small enough to fit a cursor once MACed. The key id (raw[5:9]) is
+// vecKey's wherever the prefix is intact.
+func hostileCursorBodies() []struct {
+	name string
+	body []byte
+} {
+	now := vecNow.Unix()
+	good := vecSignedTestBody(1, now, nil) // a5 01 02 02 44 <kid> 05 01 06 1a .. 07 48 <tag>
+	prefix := good[1:9]                    // {1: 2, 2: kid} without the map head
+	tail := good[9:]                       // 05 01 06 ... 07 48 ...
+	with := func(n uint64, parts ...[]byte) []byte {
+		b := cborHead(nil, 5, n)
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		return b
+	}
+	nested := func(depth int, open, close byte) []byte {
+		b := bytes.Repeat([]byte{open}, depth)
+		if close != 0 {
+			b = append(b, bytes.Repeat([]byte{close}, depth)...)
+		}
+		return b
+	}
+	repl := func(old, new []byte) []byte { return bytes.Replace(good, old, new, 1) }
+	u64 := func(major byte) []byte { return []byte{major<<5 | 27, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff} }
+	return []struct {
+		name string
+		body []byte
+	}{
+		{"empty map", []byte{0xa0}},
+		{"not a map", []byte{0x80}},
+		{"map without session", with(4, good[1:17])},
+		{"deep nesting in state (300 arrays)", with(6, prefix, tail, []byte{0x08}, nested(300, 0x81, 0), []byte{0x80})},
+		{"indefinite nesting in state (150 arrays)", with(6, prefix, tail, []byte{0x08}, nested(150, 0x9f, 0xff))},
+		{"map declaring 2^63 pairs", append(u64(5), good[1:]...)},
+		{"map declaring 2^32 pairs", append([]byte{0xba, 0xff, 0xff, 0xff, 0xff}, good[1:]...)},
+		{"state declaring 2^63 bytes", with(6, prefix, tail, []byte{0x08}, u64(2))},
+		{"session declaring 2^32 bytes", repl([]byte{0x07, 0x48}, []byte{0x07, 0x5a, 0xff, 0xff, 0xff, 0xff})},
+		{"state array declaring 2^63 elements", with(6, prefix, tail, []byte{0x08}, u64(4))},
+		{"state of MaxOpaqueStateBytes+1", vecSignedTestBody(1, now, seqBytes(0, MaxOpaqueStateBytes+1))},
+		{"explicit empty state", with(6, prefix, tail, []byte{0x08, 0x40})},
+		{"duplicate key", with(6, prefix, tail, []byte{0x05, 0x02})},
+		{"duplicate key, same value", with(6, prefix, tail, []byte{0x01, 0x02})},
+		{"indefinite-length map", append(append([]byte{0xbf}, good[1:]...), 0xff)},
+		{"indefinite-length session", repl([]byte{0x07, 0x48}, []byte{0x07, 0x5f, 0x48})},
+		{"tag on issued-at", repl([]byte{0x06, 0x1a}, []byte{0x06, 0xc1, 0x1a})},
+		{"bignum page", repl([]byte{0x05, 0x01}, []byte{0x05, 0xc2, 0x41, 0x01})},
+		{"self-described CBOR tag", append([]byte{0xd9, 0xd9, 0xf7}, good...)},
+		{"embedded CBOR tag on state", with(6, prefix, tail, []byte{0x08, 0xd8, 0x18, 0x41, 0xa0})},
+		{"unknown field 9", with(6, prefix, tail, []byte{0x09, 0x00})},
+		{"removed field 3 (format 1's caller)", with(6, prefix, []byte{0x03, 0x61, 0x63}, tail)},
+		{"text key", with(6, prefix, tail, []byte{0x61, 0x78, 0x00})},
+		{"negative page", repl([]byte{0x05, 0x01}, []byte{0x05, 0x20})},
+		{"page over uint32", repl([]byte{0x05, 0x01}, []byte{0x05, 0x1b, 0, 0, 0, 1, 0, 0, 0, 0})},
+		{"float page", repl([]byte{0x05, 0x01}, []byte{0x05, 0xf9, 0x3c, 0x00})},
+		{"text key id", repl([]byte{0x02, 0x44}, []byte{0x02, 0x64})},
+		{"key id of 5 bytes", with(5, good[1:4], []byte{0x45}, good[5:9], []byte{0x00}, tail)},
+		{"session tag of 7 bytes", vecSignedBody(vecKeyID(vecKey), 1, now, vecSessionTag(vecSession)[:7], nil)},
+		{"session tag of 0 bytes", vecSignedBody(vecKeyID(vecKey), 1, now, []byte{}, nil)},
+		{"version 0", repl([]byte{0x01, 0x02}, []byte{0x01, 0x00})},
+		{"version 3 on a signed body", repl([]byte{0x01, 0x02}, []byte{0x01, 0x03})},
+		{"non-minimal integer", repl([]byte{0x05, 0x01}, []byte{0x05, 0x18, 0x01})},
+		{"non-minimal map head", append([]byte{0xb8, 0x05}, good[1:]...)},
+		{"keys out of order", with(5, good[3:9], good[1:3], tail)},
+		{"trailing byte", append(append([]byte(nil), good...), 0x00)},
+		{"two maps", append(append([]byte(nil), good...), good...)},
+		{"truncated", good[:len(good)-1]},
+		{"break outside indefinite item", append([]byte{0xff}, good...)},
+		{"reserved additional info", append([]byte{0x1c}, good...)},
+	}
+}
+
+func TestVerifyRefusesHostileCBOR(t *testing.T) {
+	iss := vecIssuer(t, vecNow, vecSession, vecKey)
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	if _, err := iss.Verify(macTestBody(vecKey, vecSignedTestBody(1, vecNow.Unix(), nil)), scope); err != nil {
+		t.Fatalf("the template body is refused: %v", err)
+	}
+	for _, h := range hostileCursorBodies() {
+		t.Run(h.name, func(t *testing.T) {
+			for _, signer := range []struct {
+				name string
+				key  []byte
+			}{{"mac-valid", vecKey}, {"unauthenticated", vecKey2}} {
+				cursor := macTestBody(signer.key, h.body)
+				if len(cursor) > MaxCursorBytes {
+					t.Fatalf("hostile cursor is %d bytes, over the cap", len(cursor))
+				}
+				p, err := iss.Verify(cursor, scope)
+				if !errors.Is(err, ErrCursorInvalid) || Reason(err).String() == "" {
+					t.Errorf("%s: error %v, want ErrCursorInvalid", signer.name, err)
+				}
+				if !isZeroPayload(p) {
+					t.Errorf("%s: rejected cursor returned %+v", signer.name, p)
+				}
+				if n := bytesPerRun(5, func() { _, _ = iss.Verify(cursor, scope) }); n > 16<<10 {
+					t.Errorf("%s: %d bytes allocated refusing a %d-byte cursor", signer.name, n, len(cursor))
+				}
+			}
+		})
+	}
+}
+
+// Sealed cursors of states of 0 to MaxOpaqueStateBytes bytes come in at
+// most 5 lengths: the plaintext is padded to 64, 128, 192, 256 or 288
+// bytes, so a cursor's length tells only its class.
+func TestSealedCursorLengthClasses(t *testing.T) {
+	iss := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey), Session: vecSession, Now: fixedClock(vecNow), Seal: true})
+	lengths := map[int]int{}
+	for _, page := range []uint32{0, 1 << 20, math.MaxUint32} {
+		for n := 0; n <= MaxOpaqueStateBytes; n++ {
+			tok := mustIssue(t, iss, CursorPayload{CursorScope: testScope, Page: page, State: seqBytes(0, n)})
+			lengths[len(tok)]++
+		}
+	}
+	if len(lengths) > 5 {
+		t.Fatalf("%d lengths of sealed cursors: %v", len(lengths), lengths)
+	}
+	t.Logf("lengths of sealed cursors (characters: count): %v", lengths)
+}
+
+// Issue 21 gap 8: the other-session hint of an unknown key id needs an
+// 8-byte session tag; a body naming an unknown key with an empty one is
+// ErrCursorInvalid, with the same reason.
+func TestCursorForgedWithEmptySessionIsInvalidNotExpired(t *testing.T) {
+	i := vecIssuer(t, vecNow, vecSession, vecKey)
+	scope := CursorScope{ToolID: "t", CallerID: "c"}
+	kid := vecKeyID(vecKey2)
+	for _, c := range []struct {
+		tag  []byte
+		want error
+	}{{[]byte{}, ErrCursorInvalid}, {vecSessionTag(vecSession), ErrCursorInvalid}, {vecSessionTag([]byte("theirs")), ErrCursorExpired}} {
+		tok := macTestBody(vecKey2, vecSignedBody(kid, 1, vecNow.Unix(), c.tag, nil))
+		_, err := i.Verify(tok, scope)
+		if !errors.Is(err, c.want) || Reason(err).String() != "signed by a key not in the ring: retired or foreign" {
+			t.Errorf("unknown key, session tag %x: %v (reason %q), want %v", c.tag, err, Reason(err), c.want)
+		}
+	}
+}

@@ -5,7 +5,7 @@
 //
 // It has two continuation token types:
 //
-//   - [CursorIssuer]: stateless HMAC-SHA256 (or, sealed, AES-256-GCM)
+//   - [CursorIssuer]: stateless HMAC-SHA256 (or, sealed, XAES-256-GCM)
 //     pagination cursors over compact CBOR, at most [MaxCursorBytes], bound
 //     inside their MAC (never carried) to an operation or endpoint
 //     (an MCP tool, an RPC, an HTTP route: [CursorScope].ToolID), a caller,
@@ -51,12 +51,14 @@
 // # Cursor wire format
 //
 // An issuer writes format version 2, signed, or with [CursorConfig.Seal]
-// version 3, sealed. Every map is Core Deterministic Encoding (RFC 8949
-// §4.2.1) with small integer keys; subkeys are HKDF-SHA256(key, salt = 32
-// zero bytes, info = label, 32) of each key of the ring.
+// version 3, sealed; it verifies both. Every map is Core Deterministic
+// Encoding (RFC 8949 §4.2.1) with small integer keys; subkeys are
+// HKDF-SHA256(key, salt = 32 zero bytes, info = label, 32) of each key of
+// the ring.
 //
 //	K      = HKDF(key, "ctoken.cursor hmac-sha256 key")
-//	Ke     = HKDF(key, "ctoken.cursor aes-256-gcm key")
+//	Ke     = HKDF(key, "ctoken.cursor xaes-256-gcm key")
+//	kid    = HKDF(key, "ctoken.key-id")[:4]   (the key id, [Keyring.KeyIDs])
 //	scope  = "ctoken.scope\x00" || uvarint(len(tool)) || tool
 //	         || uvarint(len(caller)) || caller
 //	         || 0x00                        (arguments not bound: zero Args)
@@ -68,16 +70,39 @@
 //	cursor = base64url_nopad( body || HMAC-SHA256(K, body || scope) )
 //	body   = CBOR map:
 //	  1: version        unsigned, 2
+//	  2: key id         byte string, 4 bytes: kid of the key K is derived from
 //	  5: page           unsigned, at most 2^32-1 (0 in a keyset cursor)
 //	  6: issued at      integer, Unix seconds
 //	  7: session tag    byte string, 8 bytes
-//	  8: opaque state   byte string (omitted when empty)
+//	  8: opaque state   byte string, 1 to [MaxOpaqueStateBytes] bytes (omitted when empty)
 //
-// Version 3 (sealed, AES-256-GCM with a random 96-bit nonce):
+// Version 3 (sealed, XAES-256-GCM, https://c2sp.org/XAES-256-GCM, with a
+// random 192-bit nonce, so there is no practical limit on the number of
+// cursors sealed under one key):
 //
-//	cursor = base64url_nopad( header || nonce || GCM(Ke, nonce, inner, aad = header || scope) )
-//	header = CBOR map { 1: 3, 6: issued at, 7: session tag }
-//	inner  = CBOR map { 5: page, 8: opaque state (omitted when empty) }
+//	cursor    = base64url_nopad( header || nonce[24] || XAES-256-GCM(Ke, nonce, plaintext, aad = header || scope) )
+//	header    = CBOR map { 1: 3, 2: key id, 6: issued at, 7: session tag }
+//	plaintext = inner || zero bytes up to the next multiple of 64 bytes,
+//	            or to 288 bytes past 256
+//	inner     = CBOR map { 5: page, 8: opaque state (omitted when empty) }
+//
+// The padding puts every sealed cursor of one issuer in one of 5 length
+// classes (plaintexts of 64, 128, 192, 256 and 288 bytes), so its length
+// tells only the class, not the length of the state
+// (TestSealedCursorLengthClasses); Verify refuses a plaintext padded to
+// another length or with a non-zero padding byte.
+//
+// Keys 1 (version) and 2 (key id) sort first, so the first 9 bytes of
+// every decoded cursor are at fixed positions: the map head, the version
+// at raw[2] and the key id at raw[5:9]. Verify reads them, picks the one
+// key of the ring that id names and runs ONE MAC (or one open), whatever
+// the ring's size (BenchmarkCursorVerifyRing); the version and the key id
+// are inside the MAC input (or the additional data), so neither can be
+// changed without detection. A key id no key of the ring has is its own
+// refusal, "signed by a key not in the ring: retired or foreign"
+// ([ReasonUnknownKey]): [ErrCursorInvalid], or [ErrCursorExpired] when the
+// (unauthenticated) body also names another session tag, as after a
+// restart with a fresh random key and session, so the client starts over.
 //
 // The tool and caller IDs and the arguments fingerprint are never carried,
 // not even as a digest: a version 2 cursor's MAC covers them after the body
@@ -94,33 +119,24 @@
 // want.Args is zero, one issued with a zero Args when want.Args is set. A
 // cursor of another scope and a forged one cannot be told apart: both are
 // [ErrCursorInvalid], "forged or wrong scope (tool, caller or arguments)"
-// ([observe.ReasonCursorWrongScope]; a body that does not decode is "mac
-// mismatch"), or, sealed, "sealed cursor does not open". The session tag
-// and the issue time stay in clear so that a cursor from before a restart
-// or of another session is still [ErrCursorExpired] (a body that decodes
-// and names another session tag, even when the MAC fails, as for version
-// 1), and the age is checked after the MAC.
+// ([observe.ReasonCursorWrongScope]), or, sealed, "sealed cursor does not open
+// (tampered, other key, or other scope)". The session tag and the issue
+// time are checked after the MAC: another session tag is
+// [ErrCursorExpired] ("other server session"), as is an age over the TTL.
 //
-// Version 1, which carried the IDs in clear, is still verified until it
-// is removed (see CHANGELOG.md), never beyond the TTL:
-//
-//	cursor = base64url_nopad( body || HMAC-SHA256(K, body) )
-//	body   = CBOR map:
-//	  1: version        unsigned, 1
-//	  2: tool ID        text string (the operation or endpoint)
-//	  3: caller ID      text string
-//	  4: args           byte string, 32 bytes (omitted when not bound)
-//	  5: page           unsigned, at most 2^32-1 (0 in a keyset cursor)
-//	  6: issued at      integer, Unix seconds
-//	  7: server session byte string
-//	  8: opaque state   byte string (omitted when empty)
+// Format version 1 (tool and caller in clear, no key id) and the layouts
+// of versions 2 and 3 before key ids are no longer verified: they are
+// refused as "malformed or non-canonical payload" at the fixed prefix.
+// Known-answer vectors of both layouts, built from the standard library
+// alone, are in testdata/vectors/cursor.json.
 //
 // Base64 is strict: padding, white space and non-zero unused trailing bits
 // are refused, so each token has exactly one spelling. Verification runs:
-// length cap, base64, MAC against each key of the ring (sealed: GCM open
-// with each key), strict CBOR decode (no duplicate or unknown keys, no
-// indefinite lengths, no tags, valid UTF-8, no trailing bytes), session,
-// age, scope.
+// length cap ([MaxCursorBytes], inclusive), base64, the version and key id
+// at the fixed prefix, one MAC (sealed: one XAES-256-GCM open) under the
+// key that id names, strict CBOR decode (no duplicate or unknown keys, no
+// indefinite lengths, no tags, no non-minimal heads, no trailing bytes, no
+// empty or oversize state; sealed: the exact padding), session, age.
 //
 // # Request state wire format
 //

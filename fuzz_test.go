@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -25,6 +26,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/ctoken/ctoken/internal/cursorwire"
 )
 
 // checkFuzzReasonError fails unless err matches exactly one of sentinels and its
@@ -85,6 +88,21 @@ func checkFuzzCursor(t *testing.T, iss *CursorIssuer, cursor, tool, caller strin
 	if age > DefaultCursorTTL || age < -maxFutureSkew {
 		t.Fatalf("accepted a cursor issued at %v, now %v", p.IssuedAt, vecNow)
 	}
+	if raw, _ := b64.DecodeString(cursor); len(raw) > 2 && raw[2] == cursorwire.VersionSealed {
+		// A sealed cursor (random nonce) is held to the reference: its
+		// header, and the canonical padded plaintext under its nonce.
+		hdr := vecSealedHeader(vecKeyID(vecKey), p.IssuedAt.Unix(), vecSessionTag(vecSession))
+		if len(raw) < len(hdr)+24 || !bytes.Equal(raw[:len(hdr)], hdr) {
+			t.Fatalf("accepted a sealed cursor with header %x, want %x", raw, hdr)
+		}
+		nonce := raw[len(hdr) : len(hdr)+24]
+		kx := vecXAESKey(t, vecHKDF(vecKey, vecCursorSealLabel), nonce[:12])
+		pt, err := newRefGCM(t, kx).open(nonce[12:], raw[len(hdr)+24:], append(hdr, vecScope(tool, caller, nil)...))
+		if want := vecPad(vecSealedInner(p.Page, p.State)); err != nil || !bytes.Equal(pt, want) {
+			t.Fatalf("accepted a sealed cursor whose plaintext is %x (%v), want %x", pt, err, want)
+		}
+		return
+	}
 	again, err := vecIssuer(t, p.IssuedAt, vecSession, vecKey).Issue(p)
 	if err != nil {
 		t.Fatalf("re-issuing an accepted payload: %v", err)
@@ -113,13 +131,114 @@ func FuzzCursorVerify(f *testing.F) {
 	})
 }
 
-// sealCursorFuzz seals inner under header with the reference GCM
-// (envelope_test.go, checked against crypto/cipher there), which takes a
-// fixed nonce under GODEBUG=fips140=only too.
-func sealCursorFuzz(t *testing.T, key, header, inner, aad []byte) string {
-	nonce := make([]byte, 12)
-	sealed := newRefGCM(t, key).seal(nonce, inner, aad)
+// sealCursorFuzz is header || nonce || XAES-256-GCM(seal subkey of key,
+// nonce, inner, aad) with a fixed all-zero nonce, written out: the
+// per-message key of the independent XAES (cursor_vectors_test.go) and the
+// reference GCM (envelope_test.go, checked against crypto/cipher there),
+// which takes a fixed nonce under GODEBUG=fips140=only too.
+func sealCursorFuzz(t testing.TB, key, header, inner, aad []byte) string {
+	nonce := make([]byte, 24)
+	sealKey := vecHKDF(key, vecCursorSealLabel)
+	sealed := newRefGCM(t, vecXAESKey(t, sealKey, nonce[:12])).seal(nonce[12:], inner, aad)
 	return b64.EncodeToString(append(append(append([]byte(nil), header...), nonce...), sealed...))
+}
+
+// FuzzCursorVerifySigned MACs the fuzzed body, with its key id (raw[5:9])
+// set to the key's, under the cursor MAC subkey and the fuzzed scope, so
+// the strict CBOR decoder and every check after the MAC see hostile
+// authenticated input.
+func FuzzCursorVerifySigned(f *testing.F) {
+	iss := fuzzCursorIssuer(f)
+	now := vecNow.Unix()
+	kid, tag := vecKeyID(vecKey), vecSessionTag(vecSession)
+	f.Add(vecSignedBody(kid, 1, now, tag, nil), "t", "c")
+	f.Add(vecSignedBody(kid, 2, now-10, tag, []byte("state")), "search", "user:42")
+	f.Add(vecSignedBody(kid, 2, now, tag, seqBytes(0, MaxOpaqueStateBytes)), "search", "")
+	f.Add(vecSignedBody(kid, 2, now, tag, seqBytes(0, MaxOpaqueStateBytes+1)), "search", "")
+	f.Add(vecSignedBody(kid, 0, now+3600, tag, nil), "t", "c")
+	f.Add(vecSignedBody(kid, 0, now, tag[:7], nil), "t", "c")
+	f.Add(vecSignedBody(kid, 0, now, vecSessionTag([]byte("other")), nil), "t", "c")
+	f.Add([]byte{0xa0}, "", "")
+	f.Add([]byte{0xbf, 0xff}, "t", "")
+	for _, h := range hostileCursorBodies() {
+		f.Add(h.body, "t", "c")
+	}
+	f.Fuzz(func(t *testing.T, body []byte, tool, caller string) {
+		if len(body) >= 9 {
+			body = append([]byte(nil), body...)
+			copy(body[5:9], kid)
+		}
+		cursor := vecSignCursor(vecKey, body, vecScope(tool, caller, nil))
+		if len(cursor) > MaxCursorBytes {
+			return
+		}
+		checkFuzzCursor(t, iss, cursor, tool, caller)
+	})
+}
+
+// FuzzCursorVerifySealed seals the fuzzed plaintext under a header naming
+// the key (its id, the fuzzed issue time, the session tag) with the sealed
+// cursor subkey and header || scope as additional data, so the decoder of
+// the inner map, the padding check and every check after the open see
+// hostile authenticated input; a non-empty token is verified as it is.
+// Accepted plaintexts are exactly the canonical padded encoding of what
+// Verify returns.
+func FuzzCursorVerifySealed(f *testing.F) {
+	iss := newTestIssuer(f, CursorConfig{Keys: vecKeyring(f, vecKey), Session: vecSession, Now: fixedClock(vecNow), Seal: true})
+	now := vecNow.Unix()
+	pad := vecPad
+	f.Add(pad([]byte{0xa1, 0x05, 0x03}), now, "t", "c", "")
+	f.Add(pad([]byte{0xa2, 0x05, 0x00, 0x08, 0x41, 0x78}), now-10, "search", "user:42", "")
+	f.Add(pad(vecSealedInner(math.MaxUint32, seqBytes(0, MaxOpaqueStateBytes))), now, "t", "", "")
+	f.Add(pad(vecSealedInner(1, seqBytes(0, MaxOpaqueStateBytes+1))), now, "t", "", "")
+	f.Add([]byte{0xa1, 0x05, 0x03}, now, "t", "c", "")
+	f.Add(append(pad([]byte{0xa1, 0x05, 0x03})[:63], 1), now, "t", "c", "")
+	f.Add(append(pad([]byte{0xa1, 0x05, 0x03}), make([]byte, 64)...), now, "t", "c", "")
+	f.Add(pad([]byte{0xa2, 0x05, 0x00, 0x08, 0x40}), now, "t", "c", "")
+	f.Add(pad([]byte{0xa1, 0x09, 0x00}), now+3600, "t", "", "")
+	for _, s := range fuzzScopeSeeds {
+		tok, err := iss.Issue(CursorPayload{CursorScope: CursorScope{ToolID: s[0], CallerID: s[1]}, Page: 3, State: []byte("x")})
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add([]byte(nil), now, s[0], s[1], tok)
+		f.Add([]byte(nil), now, s[0], s[1], tok[:len(tok)-1])
+	}
+	kid, tag := vecKeyID(vecKey), vecSessionTag(vecSession)
+	f.Fuzz(func(t *testing.T, inner []byte, issued int64, tool, caller, token string) {
+		scope := CursorScope{ToolID: tool, CallerID: caller}
+		built := token == ""
+		if built {
+			header := vecSealedHeader(kid, issued, tag)
+			token = sealCursorFuzz(t, vecKey, header, inner, append(header, vecScope(tool, caller, nil)...))
+			if len(token) > MaxCursorBytes {
+				return
+			}
+		}
+		p, err := iss.Verify(token, scope)
+		if tool == "" {
+			if !errors.Is(err, ErrConfig) || !reflect.DeepEqual(p, CursorPayload{}) {
+				t.Fatalf("an empty ToolID = %v, %+v; want ErrConfig", err, p)
+			}
+			return
+		}
+		if err != nil {
+			checkFuzzReasonError(t, err, ErrCursorInvalid, ErrCursorExpired)
+			if !reflect.DeepEqual(p, CursorPayload{}) {
+				t.Fatalf("rejected cursor returned a payload: %+v", p)
+			}
+			return
+		}
+		if p.ToolID != tool || p.CallerID != caller || len(p.State) > MaxOpaqueStateBytes {
+			t.Fatalf("accepted %+v for %q/%q", p, tool, caller)
+		}
+		if age := vecNow.Sub(p.IssuedAt); age > DefaultCursorTTL || age < -maxFutureSkew {
+			t.Fatalf("accepted a cursor issued at %v, now %v", p.IssuedAt, vecNow)
+		}
+		if built && !bytes.Equal(inner, pad(vecSealedInner(p.Page, p.State))) {
+			t.Fatalf("accepted plaintext %x, the canonical one of what it returned is %x", inner, pad(vecSealedInner(p.Page, p.State)))
+		}
+	})
 }
 
 // fuzzState is an application's typed cursor state.
@@ -397,6 +516,8 @@ func corpusFile(vals ...any) []byte {
 			fmt.Fprintf(&b, "bool(%v)\n", v)
 		case uint8:
 			fmt.Fprintf(&b, "byte(%q)\n", v)
+		case int64:
+			fmt.Fprintf(&b, "int64(%d)\n", v)
 		default:
 			panic(fmt.Sprintf("corpusFile: %T", v))
 		}
@@ -412,18 +533,25 @@ func writeFuzzSeedCorpora(t *testing.T) {
 
 	var cf cursorFile
 	readVectors(t, "cursor.json", &cf)
+	kid := vecKeyID(vecKey)
 	for _, v := range cf.Issue {
-		if v.Token == "" {
-			continue
-		}
 		add("FuzzCursorVerify", v.Token, v.Tool, v.Caller)
-		add("FuzzCursorVerifySigned", vecHex(t, v.CBOR), v.Tool, v.Caller)
+		if v.SignKey != cf.Key || v.Args != "" {
+			continue // the targets MAC and seal under vecKey with no arguments
+		}
+		if v.Layout == "signed" {
+			add("FuzzCursorVerifySigned", vecHex(t, v.Body), v.Tool, v.Caller)
+		} else {
+			add("FuzzCursorVerifySealed", vecHex(t, v.Plaintext), v.IssuedAt, v.Tool, v.Caller, "")
+		}
 	}
 	for _, v := range cf.Verify {
 		add("FuzzCursorVerify", v.Token, v.WantTool, v.WantCaller)
-		if raw, err := base64.RawURLEncoding.DecodeString(v.Token); err == nil && len(raw) > macSize && strings.HasPrefix(v.Name, "mac-valid") {
-			add("FuzzCursorVerifySigned", raw[:len(raw)-macSize], v.WantTool, v.WantCaller)
+		raw, err := base64.RawURLEncoding.Strict().DecodeString(v.Token)
+		if err != nil || len(raw) < 9 || raw[2] != 2 || !bytes.Equal(raw[5:9], kid) || len(raw) <= macSize {
+			continue
 		}
+		add("FuzzCursorVerifySigned", raw[:len(raw)-macSize], v.WantTool, v.WantCaller)
 	}
 
 	for _, b := range fuzzStateSeeds(t) {
@@ -502,7 +630,7 @@ func fuzzCorpusDir(target string) string {
 
 // TestFuzzSeedCorporaPresent guards against losing the committed seeds.
 func TestFuzzSeedCorporaPresent(t *testing.T) {
-	for _, target := range []string{"FuzzCursorVerify", "FuzzCursorVerifySigned", "FuzzStateDecode", "FuzzStatePayload", "FuzzVerifyState", "FuzzArgsFingerprint", "FuzzParseKeyring"} {
+	for _, target := range []string{"FuzzCursorVerify", "FuzzCursorVerifySigned", "FuzzCursorVerifySealed", "FuzzStateDecode", "FuzzStatePayload", "FuzzVerifyState", "FuzzArgsFingerprint", "FuzzParseKeyring"} {
 		entries, err := os.ReadDir(fuzzCorpusDir(target))
 		if err != nil || len(entries) == 0 {
 			t.Errorf("%s: no seed corpus (%v); regenerate with go test -run TestVectors -update-vectors", target, err)

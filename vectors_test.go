@@ -227,45 +227,6 @@ type hkdfVector struct {
 	Subkey string `json:"subkey_hex"`
 }
 
-type cursorFile struct {
-	Comment    string               `json:"comment"`
-	Key        string               `json:"key_hex"`
-	MACKey     string               `json:"mac_key_hex"`
-	Session    string               `json:"session_hex"`
-	TTLSeconds int64                `json:"ttl_seconds"`
-	Issue      []cursorIssueVector  `json:"issue"`
-	Verify     []cursorVerifyVector `json:"verify"`
-}
-
-type cursorPayloadJSON struct {
-	Tool     string `json:"tool"`
-	Caller   string `json:"caller"`
-	Args     string `json:"args_hex"`
-	Page     uint32 `json:"page"`
-	State    string `json:"state_hex"`
-	IssuedAt int64  `json:"issued_at_unix"`
-}
-
-type cursorIssueVector struct {
-	Name string `json:"name"`
-	cursorPayloadJSON
-	CBOR  string `json:"cbor_hex,omitempty"`
-	MAC   string `json:"mac_hex,omitempty"`
-	Token string `json:"token,omitempty"`
-	Error string `json:"error,omitempty"`
-}
-
-type cursorVerifyVector struct {
-	Name       string             `json:"name"`
-	Token      string             `json:"token"`
-	Now        int64              `json:"now_unix"`
-	WantTool   string             `json:"want_tool"`
-	WantCaller string             `json:"want_caller"`
-	WantArgs   string             `json:"want_args_hex"`
-	Result     string             `json:"result"`
-	Payload    *cursorPayloadJSON `json:"payload,omitempty"`
-}
-
 type stateFile struct {
 	Comment    string              `json:"comment"`
 	Key        string              `json:"key_hex"`
@@ -417,12 +378,14 @@ func writeVectors(t *testing.T, name string, v any) {
 func TestVectors(t *testing.T) {
 	if *updateVectors {
 		writeVectors(t, "hkdf.json", genHKDFVectors(t))
+		writeVectors(t, "cursor.json", genCursorVectors(t))
 		writeVectors(t, "request_state.json", genStateVectors(t))
 		writeVectors(t, "request_state_audience.json", genStateAudienceVectors(t))
 		writeVectors(t, "jcs.json", genJCSVectors(t))
 		writeFuzzSeedCorpora(t)
 	}
 	t.Run("HKDF", checkHKDFVectors)
+	t.Run("Cursor", checkCursorVectors)
 	t.Run("RequestState", checkStateVectors)
 	t.Run("RequestStateAudience", checkStateAudienceVectors)
 	t.Run("JCS", checkJCSVectors)
@@ -431,7 +394,7 @@ func TestVectors(t *testing.T) {
 // ---------------------------------------------------------------------------
 // HKDF
 
-var vectorLabels = []string{cursorKeyLabel, stateAESLabel, stateBindLabel, statePayloadLabel}
+var vectorLabels = []string{cursorKeyLabel, cursorSealLabel, keyIDLabel, stateAESLabel, stateBindLabel, statePayloadLabel}
 
 func genHKDFVectors(t *testing.T) hkdfFile {
 	f := hkdfFile{

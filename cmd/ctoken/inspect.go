@@ -155,7 +155,7 @@ type cursorV2Report struct {
 
 const (
 	scopeDigestNote = "tool, caller and arguments are not in the cursor: the MAC (HMAC-SHA256) covers them; ctoken verify -tool -caller -args -session checks them"
-	scopeSealedNote = "page, state, tool, caller and arguments are sealed (AES-256-GCM): not readable; ctoken verify -tool -caller -args -session opens it"
+	scopeSealedNote = "page, state, tool, caller and arguments are sealed (XAES-256-GCM): not readable; ctoken verify -tool -caller -args -session opens it"
 )
 
 // inspectCursorV2 reports a version 2 or sealed cursor.

@@ -29,14 +29,12 @@ the one that matched.
 
 Cursors (bare base64url) are checked for MAC, age (-ttl), server session
 (-session, the same text as the server's CTOKEN_SESSION) and scope (-tool,
--caller, -args). A cursor of format version 2 (signed) or 3 (sealed)
-carries nothing of its tool, caller and arguments (its MAC, or sealed its
-GCM tag, covers them) and only a tag of its session: -tool, -caller and
--session are required, and -args when the cursor was bound to arguments;
-a wrong one and a forged cursor give the same "forged or wrong scope". For a version 1 cursor a scope flag that is
-not given is taken from the token itself and listed under "unchecked": the
-MAC still proves the token authentic, but not that it belongs to that tool,
-caller or session.
+-caller, -args). A cursor (signed or sealed) carries nothing of its tool,
+caller and arguments (its MAC, or sealed its XAES-256-GCM tag, covers
+them) and only a tag of its session: -tool, -caller and -session are
+required, and -args when the cursor was bound to arguments; a wrong one and
+a forged cursor give the same "forged or wrong scope". The key id the
+cursor names is printed with its place in the ring.
 
 Request states ("v1." signed, "v1e." encrypted) are checked for MAC or GCM
 tag, expiry and binding; -subject and -tool must be what the server bound
