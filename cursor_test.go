@@ -1108,3 +1108,25 @@ func TestCursorForgedWithEmptySessionIsInvalidNotExpired(t *testing.T) {
 		}
 	}
 }
+
+// TestCursorMaxRawLen pins the size bound StateBudget is computed from:
+// maxRawLen(n) is exactly the decoded length of the longest cursor an
+// issuer writes with an n-byte state (the largest page, a 9-byte issue
+// time head), signed and sealed.
+func TestCursorMaxRawLen(t *testing.T) {
+	for _, seal := range []bool{false, true} {
+		i := newTestIssuer(t, CursorConfig{Now: fixedClock(time.Unix(math.MinInt64/2, 0)), TTL: -1, Seal: seal})
+		for _, n := range []int{0, 1, 50, 180, MaxOpaqueStateBytes} {
+			t.Run(fmt.Sprintf("seal=%v/state=%d", seal, n), func(t *testing.T) {
+				c := mustIssue(t, i, CursorPayload{CursorScope: testScope, Page: math.MaxUint32, State: seqBytes(1, n)})
+				raw, err := b64.DecodeString(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := i.maxRawLen(n); got != len(raw) {
+					t.Fatalf("maxRawLen(%d) = %d, want %d, the decoded length of the longest cursor", n, got, len(raw))
+				}
+			})
+		}
+	}
+}
