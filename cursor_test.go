@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/cursorwire"
+	"github.com/ctoken/ctoken/internal/xaes"
 	"github.com/ctoken/ctoken/observe"
 )
 
@@ -1129,4 +1131,69 @@ func TestCursorMaxRawLen(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestCursorVerifyLengthBoundaries pins where Verify's length checks fall:
+// the reason of a cursor at each boundary, and that the observer is told
+// of no key for a refusal before any MAC or AEAD ran.
+func TestCursorVerifyLengthBoundaries(t *testing.T) {
+	clock := newTestClock()
+	rec := &recorder{}
+	i := newTestIssuer(t, CursorConfig{Now: clock.Now, Observer: rec})
+	kid := i.ring().ids[0][:]
+	prefix := func(version byte, pairs byte) []byte {
+		return append([]byte{0xa0 | pairs, cursorwire.KeyVersion, version, cursorwire.KeyKeyID, 0x40 | cursorwire.KeyIDSize}, kid...)
+	}
+	check := func(t *testing.T, raw []byte, want string) {
+		t.Helper()
+		rec.take()
+		p, err := i.Verify(b64.EncodeToString(raw), testScope)
+		if got := reasonText(err); got != want {
+			t.Fatalf("%d-byte cursor: reason %q (%v), want %q", len(raw), got, err, want)
+		}
+		if !isZeroPayload(p) {
+			t.Fatal("payload returned with the error")
+		}
+		if e := rec.only(t); e.Key != observe.KeyNone || e.Outcome != observe.OutcomeRefused {
+			t.Fatalf("event %+v, want a refusal naming no key", e)
+		}
+	}
+	t.Run("nine bytes naming no layout are malformed, not truncated", func(t *testing.T) {
+		check(t, make([]byte, cursorwire.PrefixLen), "malformed or non-canonical payload")
+	})
+	t.Run("eight bytes are truncated", func(t *testing.T) {
+		check(t, make([]byte, cursorwire.PrefixLen-1), "truncated")
+	})
+	t.Run("a signed prefix and a MAC without body is truncated", func(t *testing.T) {
+		raw := append(prefix(cursorwire.Version, 5), make([]byte, macSize)...)
+		check(t, raw, "truncated")
+	})
+	t.Run("a signed prefix, one body byte and a MAC is checked by the MAC", func(t *testing.T) {
+		raw := append(append(prefix(cursorwire.Version, 5), 0), make([]byte, macSize)...)
+		check(t, raw, "forged or wrong scope (tool, caller or arguments)")
+	})
+	t.Run("a sealed prefix with a broken header is malformed", func(t *testing.T) {
+		raw := append(prefix(cursorwire.VersionSealed, 4), make([]byte, 60)...)
+		check(t, raw, "malformed or non-canonical payload")
+	})
+	hdr := cursorwire.AppendSealedHeader(nil, cursorwire.VersionSealed, kid, clock.Now().Unix(), i.sessTag[:])
+	t.Run("a sealed header with one byte short of the AEAD overhead is truncated", func(t *testing.T) {
+		raw := append(append([]byte(nil), hdr...), make([]byte, xaes.Overhead-1)...)
+		check(t, raw, "truncated")
+	})
+	t.Run("an authentic sealed cursor of an empty plaintext is opened, then malformed", func(t *testing.T) {
+		aad := appendScope(append([]byte(nil), hdr...), &testScope)
+		raw := i.ring().aeads[0].Seal(append([]byte(nil), hdr...), nil, aad)
+		if len(raw) != len(hdr)+xaes.Overhead {
+			t.Fatalf("sealed length %d, want header and overhead %d", len(raw), len(hdr)+xaes.Overhead)
+		}
+		rec.take()
+		_, err := i.Verify(b64.EncodeToString(raw), testScope)
+		if got := reasonText(err); got != "malformed or non-canonical payload" {
+			t.Fatalf("reason %q (%v), want the plaintext refused after opening", got, err)
+		}
+		if e := rec.only(t); e.Key != observe.KeyPrimary {
+			t.Fatalf("event %+v, want the primary key named: the AEAD opened", e)
+		}
+	})
 }
