@@ -16,6 +16,7 @@ import (
 	"github.com/ctoken/ctoken/internal/cursorwire"
 	"github.com/ctoken/ctoken/internal/xaes"
 	"github.com/ctoken/ctoken/observe"
+	"github.com/fxamacker/cbor/v2"
 )
 
 var testScope = CursorScope{
@@ -1181,6 +1182,10 @@ func TestCursorVerifyLengthBoundaries(t *testing.T) {
 		raw := append(append([]byte(nil), hdr...), make([]byte, xaes.Overhead-1)...)
 		check(t, raw, "truncated")
 	})
+	t.Run("a sealed cursor that does not open names no key", func(t *testing.T) {
+		raw := append(append([]byte(nil), hdr...), make([]byte, xaes.Overhead+64)...)
+		check(t, raw, "sealed cursor does not open (tampered, other key, or other scope)")
+	})
 	t.Run("an authentic sealed cursor of an empty plaintext is opened, then malformed", func(t *testing.T) {
 		aad := appendScope(append([]byte(nil), hdr...), &testScope)
 		raw := i.ring().aeads[0].Seal(append([]byte(nil), hdr...), nil, aad)
@@ -1196,4 +1201,25 @@ func TestCursorVerifyLengthBoundaries(t *testing.T) {
 			t.Fatalf("event %+v, want the primary key named: the AEAD opened", e)
 		}
 	})
+}
+
+// TestEncodeStateKeepsTheEncodingError pins that a state which does not
+// encode is refused with the encoder's own error as the cause, even when
+// its type could hold a time.Time (the decode-back check runs only on a
+// state that encoded).
+func TestEncodeStateKeepsTheEncodingError(t *testing.T) {
+	i := newTestIssuer(t, CursorConfig{})
+	for name, state := range map[string]any{
+		"a channel in an interface map": map[string]any{"c": make(chan int)},
+		"a function in an any":          any(func() {}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := IssueState(i, testScope, 1, state)
+			wantErr(t, err, ErrUnencodable)
+			var unsupported *cbor.UnsupportedTypeError
+			if !errors.As(err, &unsupported) {
+				t.Fatalf("error %v (%T cause), want the encoder's UnsupportedTypeError as the cause", err, errors.Unwrap(err))
+			}
+		})
+	}
 }
