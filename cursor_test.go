@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -1219,6 +1220,52 @@ func TestEncodeStateKeepsTheEncodingError(t *testing.T) {
 			var unsupported *cbor.UnsupportedTypeError
 			if !errors.As(err, &unsupported) {
 				t.Fatalf("error %v (%T cause), want the encoder's UnsupportedTypeError as the cause", err, errors.Unwrap(err))
+			}
+		})
+	}
+}
+
+// TestMayHoldTime pins which state types encodeState decodes back: those
+// that can hold a time.Time, and any nested past depth 8 (a recursive
+// type), counting every slice, pointer, map and struct level.
+func TestMayHoldTime(t *testing.T) {
+	nest := func(n int, wrap func(reflect.Type) reflect.Type) reflect.Type {
+		typ := reflect.TypeFor[int]()
+		for range n {
+			typ = wrap(typ)
+		}
+		return typ
+	}
+	structOf := func(inner reflect.Type) reflect.Type {
+		return reflect.StructOf([]reflect.StructField{{Name: "A", Type: inner}})
+	}
+	for _, tc := range []struct {
+		name string
+		typ  reflect.Type
+		want bool
+	}{
+		{"int", reflect.TypeFor[int](), false},
+		{"string", reflect.TypeFor[string](), false},
+		{"time.Time", reflect.TypeFor[time.Time](), true},
+		{"an interface", reflect.TypeFor[any](), true},
+		{"a pointer to a time", reflect.TypeFor[*time.Time](), true},
+		{"a map keyed by time", reflect.TypeFor[map[time.Time]int](), true},
+		{"a map of times", reflect.TypeFor[map[int]time.Time](), true},
+		{"a map of ints", reflect.TypeFor[map[string]int](), false},
+		{"a struct with a time field", reflect.TypeFor[struct {
+			N int
+			T time.Time
+		}](), true},
+		{"a struct without one", reflect.TypeFor[struct{ N, M int }](), false},
+		{"8 nested slices of int", nest(8, reflect.SliceOf), false},
+		{"9 nested slices of int", nest(9, reflect.SliceOf), true},
+		{"8 nested structs of int", nest(8, structOf), false},
+		{"9 nested structs of int", nest(9, structOf), true},
+		{"9 nested maps of int", nest(9, func(e reflect.Type) reflect.Type { return reflect.MapOf(reflect.TypeFor[string](), e) }), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mayHoldTime(tc.typ, 0); got != tc.want {
+				t.Fatalf("mayHoldTime(%v) = %v, want %v", tc.typ, got, tc.want)
 			}
 		})
 	}
