@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	strictb64 "github.com/ctoken/ctoken/internal/b64"
@@ -98,7 +99,8 @@ func NewKeyring(primary []byte, previous ...[]byte) (*Keyring, error) {
 		if !ok {
 			return nil, keyError(ErrKeyInvalid, i, len(all), "cannot be derived from")
 		}
-		if j := kr.index(id[:]); j >= 0 && j < i {
+		// Only the ids of the keys before i: the later slots are still zero.
+		if j := slices.Index(kr.ids[:i], id); j >= 0 {
 			// The same key twice, or (about once in 2^32 pairs) two keys
 			// whose ids collide: either way a token could not name its key.
 			return nil, keyError(ErrKeyInvalid, i, len(all), fmt.Sprintf("has the key id of key %d (the same key twice?)", j+1))
