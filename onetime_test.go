@@ -842,3 +842,50 @@ func TestOneTimeKeyID(t *testing.T) {
 		}
 	})
 }
+
+// TestOneTimeRefusalsBeforeTheMACNameNoKey pins that a token refused
+// before any MAC ran, for its layout or its key id, is reported to the
+// observer with no key, whatever the ring holds.
+func TestOneTimeRefusalsBeforeTheMACNameNoKey(t *testing.T) {
+	clock := newTestClock()
+	rec := &recorder{}
+	o := newOneTime(t, OneTimeConfig{Keys: mustKeyring(t, fixedKey(1), fixedKey(2)), Now: clock.Now, Observer: rec})
+	authentic := signOneTime(o, oneTimePayload(clock.Now(), clock.Now().Add(time.Minute), "run", "r1"))
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(authentic, oneTimePrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reencode := func(raw []byte) string { return oneTimePrefix + base64.RawURLEncoding.EncodeToString(raw) }
+	for _, tc := range []struct {
+		name, token, reason string
+	}{
+		{"other version byte", reencode(append([]byte{oneTimeVersion - 1}, raw[1:]...)), "unknown format"},
+		{"truncated", reencode(raw[:oneTimeFixedLen+macSize-1]), "truncated"},
+		{"unknown key id", withKeyID(authentic, keyID{0xde, 0xad, 0xbe, 0xef}), "signed by a key not in the ring: retired or foreign"},
+		{"MAC mismatch", reencode(append(append([]byte(nil), raw[:len(raw)-1]...), raw[len(raw)-1]^1)), "mac mismatch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec.take()
+			tok, err := o.Verify(tc.token)
+			wantErr(t, err, ErrOneTimeInvalid)
+			if got := reasonText(err); got != tc.reason {
+				t.Fatalf("reason %q, want %q", got, tc.reason)
+			}
+			if tok.Claims != nil || tok.Purpose != "" {
+				t.Fatalf("token %+v returned with the error", tok)
+			}
+			if e := rec.only(t); e.Key != observe.KeyNone || e.Outcome != observe.OutcomeRefused {
+				t.Fatalf("event %+v, want a refusal naming no key", e)
+			}
+		})
+	}
+	t.Run("the authentic token names the primary key", func(t *testing.T) {
+		rec.take()
+		if _, err := o.Verify(authentic); err != nil {
+			t.Fatal(err)
+		}
+		if e := rec.only(t); e.Key != observe.KeyPrimary || e.Outcome != observe.OutcomeVerified {
+			t.Fatalf("event %+v, want verified by the primary key", e)
+		}
+	})
+}
