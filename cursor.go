@@ -420,6 +420,7 @@ var (
 	errCursorBase64     = reject(ErrCursorInvalid, "not base64url")
 	errCursorTruncated  = reject(ErrCursorInvalid, "truncated")
 	errCursorMalformed  = reject(ErrCursorInvalid, "malformed or non-canonical payload")
+	errCursorMAC        = reject(ErrCursorInvalid, "mac mismatch")
 	errCursorFuture     = reject(ErrCursorInvalid, "issued in the future")
 	errCursorSession    = reject(ErrCursorExpired, "other server session")
 	errCursorUnknownKey = reject(ErrCursorInvalid, "signed by a key not in the ring: retired or foreign")
@@ -545,17 +546,27 @@ func (i *CursorIssuer) unknownKey(version byte, raw []byte) error {
 }
 
 // verifySigned checks a signed cursor: its MAC over body || want's scope
-// with the key its id names, then the body. A MAC that fails is a forgery
-// or a cursor of another scope, which look the same by design (nothing of
-// the scope is carried): [ErrCursorInvalid], "forged or wrong scope".
+// with the key its id names, then the body. A MAC that fails over a body
+// that decodes is a forgery or a cursor of another scope, which look the
+// same by design (nothing of the scope is carried): [ErrCursorInvalid],
+// "forged or wrong scope"; over a body that does not decode (a truncated
+// cursor, or bytes changed into a non-canonical map) it is "mac mismatch",
+// since no issuer wrote that body. The decoded body is a classification
+// hint only until the MAC has passed.
 func (i *CursorIssuer) verifySigned(keys cursorKeys, key int, s *cursorScratch, body, tag []byte, want *CursorScope) (CursorPayload, error) {
 	s.aad = appendScope(append(s.aad[:0], body...), want)
-	if !keys.macs[key].Equal(s.aad, tag) {
-		return i.refuse(-1, errCursorScope)
-	}
+	mac := keys.macs[key].Equal(s.aad, tag)
 	// Exactly one encoding is accepted, the one Issue wrote (never a state
 	// over MaxOpaqueStateBytes, which Issue refuses).
 	f, ok := cursorwire.DecodeV2(body)
+	if !mac {
+		if !ok {
+			// No issuer wrote this body (a truncated cursor, or bytes
+			// changed into a non-canonical map): not another scope's.
+			return i.refuse(-1, errCursorMAC)
+		}
+		return i.refuse(-1, errCursorScope)
+	}
 	if !ok || len(f.Session) != cursorwire.SessionTagSize || len(f.State) > MaxOpaqueStateBytes {
 		return i.refuse(key, errCursorMalformed)
 	}
