@@ -77,8 +77,9 @@
 //	  8: opaque state   byte string, 1 to [MaxOpaqueStateBytes] bytes (omitted when empty)
 //
 // Version 3 (sealed, XAES-256-GCM, https://c2sp.org/XAES-256-GCM, with a
-// random 192-bit nonce, so there is no practical limit on the number of
-// cursors sealed under one key):
+// 192-bit nonce: a random 12-byte prefix kept for 2^16 cursors, then 12
+// random bytes per cursor, so there is no practical limit on the number of
+// cursors sealed under one key; SECURITY.md gives the bound):
 //
 //	cursor    = base64url_nopad( header || nonce[24] || XAES-256-GCM(Ke, nonce, plaintext, aad = header || scope) )
 //	header    = CBOR map { 1: 3, 2: key id, 6: issued at, 7: session tag }
