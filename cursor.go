@@ -309,7 +309,7 @@ func (i *CursorIssuer) maxRawLen(n int) int {
 	const issued = math.MinInt64 // the longest integer head
 	var kid keyID
 	if i.seal {
-		padded, ok := cursorwire.PaddedLen(cursorwire.SealedInnerLen(math.MaxUint32, make([]byte, n)))
+		padded, ok := cursorwire.SealedPlaintextLen(make([]byte, n))
 		if !ok {
 			return math.MaxInt32
 		}
@@ -378,7 +378,7 @@ func (i *CursorIssuer) issue(p CursorPayload) (string, error) {
 	// ever reaches the fixed-size scratch buffer. No scope costs any of it.
 	var n int
 	if i.seal {
-		padded, ok := cursorwire.PaddedLen(cursorwire.SealedInnerLen(p.Page, p.State))
+		padded, ok := cursorwire.SealedPlaintextLen(p.State)
 		if !ok {
 			return "", errCursorLarge
 		}

@@ -185,11 +185,26 @@ func vecSealedInner(page uint32, state []byte) []byte {
 }
 
 // vecPad pads inner with zero bytes to the next multiple of 64, or to 288
-// past 256.
+// past 256, of the length inner would have with the longest page (a 5-byte
+// head), so that the padded length tells nothing of the page.
 func vecPad(inner []byte) []byte {
-	n := (len(inner) + 63) / 64 * 64
-	if len(inner) > 256 {
+	longest := len(inner)
+	if len(inner) >= 3 { // { 5: page ...: the page's head is inner[2]
+		switch h := inner[2]; {
+		case h < 24:
+			longest += 4
+		case h == 24:
+			longest += 3
+		case h == 25:
+			longest += 2
+		}
+	}
+	n := (longest + 63) / 64 * 64
+	if longest > 256 {
 		n = 288
+	}
+	if n < len(inner) {
+		n = len(inner)
 	}
 	return append(append([]byte(nil), inner...), make([]byte, n-len(inner))...)
 }
