@@ -1,9 +1,12 @@
 // Package xaes is XAES-256-GCM (C2SP, https://c2sp.org/XAES-256-GCM): AES-256-GCM
-// with a 192-bit nonce, from which a per-message AES-256 key is derived
-// with NIST SP 800-108r1 counter-mode KDF over CMAC-AES-256. Random nonces
-// are then safe for any number of messages a deployment can seal under one
-// key (the chance of a repeat after 2^64 messages is 2^-64), where
-// AES-256-GCM's random 96-bit nonces are limited to 2^32 by SP 800-38D.
+// with a 192-bit nonce; the AES-256 key is derived from the key and the
+// nonce's first 12 bytes with the NIST SP 800-108r1 counter-mode KDF over
+// CMAC-AES-256, and the last 12 bytes are the GCM nonce. Where AES-256-GCM's
+// random 96-bit nonces are limited to 2^32 messages per key by SP 800-38D,
+// XAES-256-GCM's are not limited in practice (the bound of this package's
+// nonces is below). The CMAC and the KDF are written here from AES block
+// encryptions (crypto/aes); only AES and GCM come from the standard
+// library's FIPS 140-3 module.
 //
 // The sealed layout is the specification's nonce || ciphertext || tag.
 // Seal draws the first 12 bytes of the nonce itself and lets
