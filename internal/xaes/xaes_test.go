@@ -218,17 +218,20 @@ func TestConcurrentSealOpen(t *testing.T) {
 	}
 }
 
+// FuzzOpen: only what was sealed opens. The seed is sealed in each process
+// (the fuzzing engine's workers seal their own, under other nonces), so an
+// input that opens must be a message sealed with the seed's plaintext and
+// additional data: any other plaintext or additional data is a forgery.
 func FuzzOpen(f *testing.F) {
 	a, err := New(bytes.Repeat([]byte{7}, KeySize))
 	if err != nil {
 		f.Fatal(err)
 	}
-	good := a.Seal(nil, []byte("state"), []byte("aad"))
-	f.Add(good, []byte("aad"))
+	f.Add(a.Seal(nil, []byte("state"), []byte("aad")), []byte("aad"))
 	f.Add([]byte{}, []byte{})
 	f.Fuzz(func(t *testing.T, sealed, aad []byte) {
 		pt, err := a.Open(nil, sealed, aad)
-		if err == nil && !(bytes.Equal(sealed, good) && bytes.Equal(aad, []byte("aad"))) {
+		if err == nil && (string(pt) != "state" || string(aad) != "aad" || len(sealed) != len("state")+Overhead) {
 			t.Fatalf("opened a forgery: %x", sealed)
 		}
 		if err != nil && pt != nil {
