@@ -101,11 +101,11 @@ type CursorConfig struct {
 	// see [observe.Observer]. Nil costs nothing.
 	Observer observe.Observer
 	// Seal, when true, issues sealed cursors (format version 3):
-	// XAES-256-GCM under a subkey of each key, a random 192-bit nonce per
-	// cursor (no practical limit on the number of cursors per key), so the
+	// XAES-256-GCM under a subkey of each key, a 192-bit nonce (no
+	// practical limit on the number of cursors per key; SECURITY.md), so the
 	// page and the opaque state are unreadable too, and the plaintext is
-	// padded to one of 5 length classes, so the length tells only the
-	// class; only the version, the key id, the issue time and the session
+	// padded to one of 5 length classes of the state's length, so the
+	// length tells only that class; only the version, the key id, the issue time and the session
 	// tag stay in clear (authenticated as additional data with the scope).
 	// When false, cursors are signed (version 2): the page and the state
 	// are readable; the scope is bound inside the MAC and not carried at
@@ -288,7 +288,7 @@ func (i *CursorIssuer) ring() cursorKeys {
 // fingerprint are bound inside the MAC (or, sealed, as additional data)
 // and take none of it, so a handler can check its largest state
 // against it at startup. It is [MaxOpaqueStateBytes] for every
-// configuration [NewCursorIssuer] accepts (TestCursorStateBudget), and 0
+// configuration [NewCursorIssuer] accepts (TestCursorScopeCostsNoStateBudget), and 0
 // for an issuer not made by NewCursorIssuer.
 func (i *CursorIssuer) StateBudget() int { return i.budget }
 
@@ -309,7 +309,7 @@ func (i *CursorIssuer) maxRawLen(n int) int {
 	const issued = math.MinInt64 // the longest integer head
 	var kid keyID
 	if i.seal {
-		padded, ok := cursorwire.PaddedLen(cursorwire.SealedInnerLen(math.MaxUint32, make([]byte, n)))
+		padded, ok := cursorwire.SealedPlaintextLen(make([]byte, n))
 		if !ok {
 			return math.MaxInt32
 		}
@@ -352,7 +352,8 @@ var (
 // allowed and means "anonymous": the cursor is bound to no caller, so any
 // client that presents it with the same ToolID and Args may use it (a
 // public listing). An issuer not made by [NewCursorIssuer] has no key:
-// Issue fails with [ErrNoKey]. Every error carries a [Reason].
+// Issue fails with [ErrNoKey]. Every refusal carries a [Reason]; [ErrConfig]
+// and [ErrNoKey] name what is wrong in their text.
 func (i *CursorIssuer) Issue(p CursorPayload) (string, error) {
 	c, err := i.issue(p)
 	if i.obs != nil && err != errCursorNoKey {
@@ -378,7 +379,7 @@ func (i *CursorIssuer) issue(p CursorPayload) (string, error) {
 	// ever reaches the fixed-size scratch buffer. No scope costs any of it.
 	var n int
 	if i.seal {
-		padded, ok := cursorwire.PaddedLen(cursorwire.SealedInnerLen(p.Page, p.State))
+		padded, ok := cursorwire.SealedPlaintextLen(p.State)
 		if !ok {
 			return "", errCursorLarge
 		}
@@ -420,6 +421,7 @@ var (
 	errCursorBase64     = reject(ErrCursorInvalid, "not base64url")
 	errCursorTruncated  = reject(ErrCursorInvalid, "truncated")
 	errCursorMalformed  = reject(ErrCursorInvalid, "malformed or non-canonical payload")
+	errCursorMAC        = reject(ErrCursorInvalid, "mac mismatch")
 	errCursorFuture     = reject(ErrCursorInvalid, "issued in the future")
 	errCursorSession    = reject(ErrCursorExpired, "other server session")
 	errCursorUnknownKey = reject(ErrCursorInvalid, "signed by a key not in the ring: retired or foreign")
@@ -451,7 +453,8 @@ var (
 // names it) or [ErrCursorExpired] (too old, from another server session,
 // or signed by an unknown key and naming another session: what a restart
 // with a fresh random key looks like, so the client starts over), and
-// always carry a [Reason]; an issuer not made by [NewCursorIssuer] refuses
+// always carry a [Reason] (an empty want.ToolID is [ErrConfig], whose text
+// says so); an issuer not made by [NewCursorIssuer] refuses
 // every cursor with [ErrNoKey]. On error the payload is zero. A signed
 // cursor of another scope and a forged one are not told apart (nothing of
 // the scope is carried): both are "forged or wrong scope (tool, caller or
@@ -545,17 +548,27 @@ func (i *CursorIssuer) unknownKey(version byte, raw []byte) error {
 }
 
 // verifySigned checks a signed cursor: its MAC over body || want's scope
-// with the key its id names, then the body. A MAC that fails is a forgery
-// or a cursor of another scope, which look the same by design (nothing of
-// the scope is carried): [ErrCursorInvalid], "forged or wrong scope".
+// with the key its id names, then the body. A MAC that fails over a body
+// that decodes is a forgery or a cursor of another scope, which look the
+// same by design (nothing of the scope is carried): [ErrCursorInvalid],
+// "forged or wrong scope"; over a body that does not decode (a truncated
+// cursor, or bytes changed into a non-canonical map) it is "mac mismatch",
+// since no issuer wrote that body. The decoded body is a classification
+// hint only until the MAC has passed.
 func (i *CursorIssuer) verifySigned(keys cursorKeys, key int, s *cursorScratch, body, tag []byte, want *CursorScope) (CursorPayload, error) {
 	s.aad = appendScope(append(s.aad[:0], body...), want)
-	if !keys.macs[key].Equal(s.aad, tag) {
-		return i.refuse(-1, errCursorScope)
-	}
+	mac := keys.macs[key].Equal(s.aad, tag)
 	// Exactly one encoding is accepted, the one Issue wrote (never a state
 	// over MaxOpaqueStateBytes, which Issue refuses).
 	f, ok := cursorwire.DecodeV2(body)
+	if !mac {
+		if !ok {
+			// No issuer wrote this body (a truncated cursor, or bytes
+			// changed into a non-canonical map): not another scope's.
+			return i.refuse(-1, errCursorMAC)
+		}
+		return i.refuse(-1, errCursorScope)
+	}
 	if !ok || len(f.Session) != cursorwire.SessionTagSize || len(f.State) > MaxOpaqueStateBytes {
 		return i.refuse(key, errCursorMalformed)
 	}

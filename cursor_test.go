@@ -693,7 +693,7 @@ func TestCursorConcurrentIssueAndVerify(t *testing.T) {
 // A cursor whose MAC fails but whose body names another session stays 1020
 // for the client, yet its Reason names the MAC failure, distinct from an
 // authentic cursor of another session, so alerting can count it.
-func TestCursorForeignMACFailureReasonSaysMACMismatch(t *testing.T) {
+func TestCursorOfAnotherRandomKeyAndSessionIsExpiredWithTheUnknownKeyReason(t *testing.T) {
 	before := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, RandomKey()), Session: []byte("old-session")})
 	c := mustIssue(t, before, CursorPayload{CursorScope: testScope})
 	after := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, RandomKey()), Session: []byte("new-session")})
@@ -1082,10 +1082,18 @@ func TestVerifyRefusesHostileCBOR(t *testing.T) {
 func TestSealedCursorLengthClasses(t *testing.T) {
 	iss := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey), Session: vecSession, Now: fixedClock(vecNow), Seal: true})
 	lengths := map[int]int{}
-	for _, page := range []uint32{0, 1 << 20, math.MaxUint32} {
-		for n := 0; n <= MaxOpaqueStateBytes; n++ {
+	for n := 0; n <= MaxOpaqueStateBytes; n++ {
+		first := 0
+		for _, page := range []uint32{0, 23, 24, 255, 256, 1 << 20, math.MaxUint32} {
 			tok := mustIssue(t, iss, CursorPayload{CursorScope: testScope, Page: page, State: seqBytes(0, n)})
 			lengths[len(tok)]++
+			// The page's CBOR head is 1 to 5 bytes; the length must not
+			// tell which.
+			if first == 0 {
+				first = len(tok)
+			} else if len(tok) != first {
+				t.Fatalf("state of %d bytes: page %d gives %d characters, page 0 gives %d", n, page, len(tok), first)
+			}
 		}
 	}
 	if len(lengths) > 5 {

@@ -19,8 +19,9 @@
 //
 // Beside them it offers single-use tokens ([OneTimeIssuer]), which share
 // the [Keyring], the HKDF label space and the base64url framing, and an
-// RFC 8693 endpoint that exchanges one for a credential
-// ([ExchangeHandler]). Two packages of this module stand beside the root:
+// RFC 8693 endpoint that exchanges one for a credential (package
+// [github.com/ctoken/ctoken/exchange]). Packages of this module beside the
+// root include:
 //
 //   - [github.com/ctoken/ctoken/replay]: the [replay.Store] in which
 //     single-use request state ([RequestStateSecurity.Replay]), one-time
@@ -29,6 +30,10 @@
 //   - [github.com/ctoken/ctoken/webhook]: webhook signing and verification.
 //     It does not import this package, so webhook-only users do not link
 //     the CBOR library.
+//   - [github.com/ctoken/ctoken/observe]: the events every issuer and
+//     verifier reports, and the typed refusal reasons.
+//   - [github.com/ctoken/ctoken/keyfile]: a key ring read from a file and
+//     reloaded when it changes.
 //
 // Keys come from a [Keyring]: a primary key that seals new tokens and
 // previous keys that still open old ones. Every use derives its own subkey
@@ -77,19 +82,21 @@
 //	  8: opaque state   byte string, 1 to [MaxOpaqueStateBytes] bytes (omitted when empty)
 //
 // Version 3 (sealed, XAES-256-GCM, https://c2sp.org/XAES-256-GCM, with a
-// random 192-bit nonce, so there is no practical limit on the number of
-// cursors sealed under one key):
+// 192-bit nonce: a random 12-byte prefix kept for 2^16 cursors, then 12
+// random bytes per cursor, so there is no practical limit on the number of
+// cursors sealed under one key; SECURITY.md gives the bound):
 //
 //	cursor    = base64url_nopad( header || nonce[24] || XAES-256-GCM(Ke, nonce, plaintext, aad = header || scope) )
 //	header    = CBOR map { 1: 3, 2: key id, 6: issued at, 7: session tag }
 //	plaintext = inner || zero bytes up to the next multiple of 64 bytes,
-//	            or to 288 bytes past 256
+//	            or to 288 bytes past 256, of the length inner would have
+//	            with the longest page (a 5-byte head)
 //	inner     = CBOR map { 5: page, 8: opaque state (omitted when empty) }
 //
 // The padding puts every sealed cursor of one issuer in one of 5 length
-// classes (plaintexts of 64, 128, 192, 256 and 288 bytes), so its length
-// tells only the class, not the length of the state
-// (TestSealedCursorLengthClasses); Verify refuses a plaintext padded to
+// classes (plaintexts of 64, 128, 192, 256 and 288 bytes), chosen by the
+// state's length alone, so its length tells only the class, not the length
+// of the state nor the page (TestSealedCursorLengthClasses); Verify refuses a plaintext padded to
 // another length or with a non-zero padding byte.
 //
 // Keys 1 (version) and 2 (key id) sort first, so the first 9 bytes of
@@ -100,7 +107,7 @@
 // are inside the MAC input (or the additional data), so neither can be
 // changed without detection. A key id no key of the ring has is its own
 // refusal, "signed by a key not in the ring: retired or foreign"
-// ([ReasonUnknownKey]): [ErrCursorInvalid], or [ErrCursorExpired] when the
+// ([observe.ReasonUnknownKey]): [ErrCursorInvalid], or [ErrCursorExpired] when the
 // (unauthenticated) body also names another session tag, as after a
 // restart with a fresh random key and session, so the client starts over.
 //

@@ -14,12 +14,14 @@ import (
 var (
 	// ErrConfig reports a configuration that a constructor refuses. The
 	// rule is the same for every config of this package: the zero value of
-	// a field means its documented default; a negative duration means "no
+	// a field means its documented default, except where a field has no
+	// safe default and says so ([RequestStateSecurity.Binding], a cursor's
+	// [CursorScope.ToolID]): its zero value is [ErrConfig]; a negative duration means "no
 	// limit" only where the field says so ([CursorConfig.TTL]); any other
 	// value that is not valid (a negative duration or size, an unknown mode
 	// or binding, a session over [MaxSessionBytes]) is [ErrConfig] from the
-	// constructor, never a silent fallback to the default. [Reason] names
-	// the field at fault.
+	// constructor, never a silent fallback to the default. The error's text
+	// names the field at fault ([Reason] is [observe.ReasonNone]).
 	ErrConfig = errors.New("ctoken: invalid configuration")
 
 	// ErrKeyTooShort reports a key shorter than [MinKeyBytes].
@@ -47,8 +49,9 @@ var (
 	// ErrStateExpired reports an authentic request state past its expiry.
 	ErrStateExpired = errors.New("ctoken: expired request state")
 	// ErrUnencodable reports input that Issue or Encode cannot carry
-	// faithfully: a tool or caller ID or a request state that is not valid
-	// UTF-8, or a subject containing NUL under [BindSubjectAndTool].
+	// faithfully: a request state that is not valid UTF-8, a subject
+	// containing NUL under [BindSubjectAndTool], or a cursor state that
+	// does not encode as CBOR.
 	ErrUnencodable = errors.New("ctoken: input cannot be encoded")
 	// ErrStateTooLarge reports a request state whose encoding would exceed the
 	// codec's MaxBytes at encode time.

@@ -72,7 +72,7 @@ func (k *Keyring) index(id []byte) int {
 // signed a token without naming the key. It is nil for a nil or zero
 // [Keyring].
 func (k *Keyring) KeyIDs() []string {
-	if k == nil {
+	if k == nil || len(k.ids) == 0 {
 		return nil
 	}
 	out := make([]string, len(k.ids))

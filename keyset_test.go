@@ -146,7 +146,7 @@ func TestVerifyKeysetRefusals(t *testing.T) {
 		{"changed filter", func(*testing.T) string { return good }, CursorScope{ToolID: scope.ToolID, CallerID: scope.CallerID, Args: mustFingerprint(t, `{"status":["closed"]}`)}, 0, ErrCursorInvalid, 400, observe.ReasonCursorWrongScope},
 		// The body still decodes: a forgery and a wrong scope look the same.
 		{"tampered", func(*testing.T) string { return string(tampered) }, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorWrongScope},
-		{"truncated", func(*testing.T) string { return b64.EncodeToString(rawGood[:len(rawGood)-3]) }, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorWrongScope},
+		{"truncated", func(*testing.T) string { return b64.EncodeToString(rawGood[:len(rawGood)-3]) }, scope, 0, ErrCursorInvalid, 400, observe.ReasonMACMismatch},
 		{"truncated to the MAC", func(*testing.T) string { return good[:40] }, scope, 0, ErrCursorInvalid, 400, observe.ReasonTruncated},
 		{"not base64url", func(*testing.T) string { return good[:10] + "+" + good[11:] }, scope, 0, ErrCursorInvalid, 400, observe.ReasonNotBase64URL},
 		{"oversize", func(*testing.T) string { return strings.Repeat("A", MaxCursorBytes+1) }, scope, 0, ErrCursorInvalid, 400, observe.ReasonCursorOversize},

@@ -9,7 +9,7 @@ import (
 // lets it be replaced without a restart: set it as the KeySource of a
 // [CursorConfig], [RequestStateSecurity] or [OneTimeConfig] (instead of
 // Keys), and every later call of every issuer and codec made with it uses
-// the ring most recently given to [KeySource.Swap]. A [KeyFileReloader]
+// the ring most recently given to [KeySource.Swap]. A [github.com/ctoken/ctoken/keyfile.Reloader]
 // swaps in the content of a key file when it changes.
 //
 // Reading the current ring is one atomic load; each issuer or codec
@@ -46,7 +46,7 @@ func NewKeySource(kr *Keyring) (*KeySource, error) {
 // To rotate without refusing a valid token, swap in two passes (see
 // docs/operations.md): first the new key as a previous key (every instance
 // learns to verify it), then, once every instance has it, as primary with
-// the old key previous; drop the old key when [Event.Key] shows it no longer
+// the old key previous; drop the old key when [github.com/ctoken/ctoken/observe.Event.Key] shows it no longer
 // verifies anything.
 func (s *KeySource) Swap(kr *Keyring) error {
 	switch {

@@ -295,7 +295,7 @@ func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
 // then redeems).
 //
 // Checks, in order: length cap, format and base64, the key id (a key the
-// ring does not hold: [ReasonOf] is observe.ReasonUnknownKey), one MAC with
+// ring does not hold: [Reason] is [observe.ReasonUnknownKey]), one MAC with
 // the key it names (constant time), strict decoding, purpose, an issue time
 // at most 60 s in the future → [ErrOneTimeInvalid]; expiry →
 // [ErrOneTimeExpired]. On error the token is zero.

@@ -38,7 +38,7 @@ func Reason(err error) observe.RefusalReason {
 var rejectionReasons = func() map[error]observe.RefusalReason {
 	all := []error{
 		errCursorEmpty, errCursorOversize, errCursorBase64, errCursorTruncated,
-		errCursorMalformed, errCursorFuture, errCursorSession, errCursorUnknownKey, errCursorUnknownKeyRestart,
+		errCursorMalformed, errCursorMAC, errCursorFuture, errCursorSession, errCursorUnknownKey, errCursorUnknownKeyRestart,
 		errCursorAge, errCursorStateType,
 		errCursorStateLarge, errCursorLarge, errCursorScope, errCursorSealed,
 		errStateEmpty, errStateOversize, errStateMode, errStateBase64,

@@ -28,6 +28,7 @@ func TestReasonOfMapsEveryRejection(t *testing.T) {
 		{errCursorBase64, observe.ReasonNotBase64URL},
 		{errCursorTruncated, observe.ReasonTruncated},
 		{errCursorMalformed, observe.ReasonCursorMalformed},
+		{errCursorMAC, observe.ReasonMACMismatch},
 		{errCursorFuture, observe.ReasonIssuedInFuture},
 		{errCursorSession, observe.ReasonOtherSession},
 		{errCursorUnknownKey, observe.ReasonUnknownKey},

@@ -157,12 +157,12 @@ type RequestStateSecurity struct {
 	//
 	// In [Encrypted] mode it is also told when the primary key should be
 	// rotated ([observe.OutcomeRotateKey], logged at Warn by
-	// [SlogObserver]): the codec counts the states each key seals, and
+	// [NewSlogObserver]): the codec counts the states each key seals, and
 	// reports the count when it reaches 2^28 and at every doubling after
 	// (2^29, 2^30, ...). The budget is 2^32 per key, across every process
-	// that shares it; the count is one process's and starts at 0 when the
-	// process does, so the first report leaves room for 16 processes
-	// sealing evenly. A larger fleet sums its issued request states (for
+	// that shares it; the count is this codec's (two codecs on one key
+	// count apart) and starts at 0 with it, so the first report leaves
+	// room for 16 codecs sealing evenly. A larger fleet sums its issued request states (for
 	// example the OpenTelemetry counter of package ctokenotel) instead.
 	Observer observe.Observer
 }
@@ -197,8 +197,8 @@ type RequestStateCodec struct {
 // sealWarnFloor is the first count of states sealed by one key that
 // [RequestStateCodec] reports as [observe.OutcomeRotateKey]; it reports
 // again at every doubling. 2^28 is a sixteenth of NIST SP 800-38D's budget
-// of 2^32 random 96-bit nonces per key: the count is per process, so a
-// fleet of up to 16 processes sealing evenly is told before the fleet
+// of 2^32 random 96-bit nonces per key: the count is per codec, so a
+// fleet of up to 16 codecs sealing evenly is told before the fleet
 // reaches the budget, and the chance of a nonce repeat at 2^28 seals per
 // key is about 2^-41.
 const sealWarnFloor = 1 << 28

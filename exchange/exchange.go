@@ -334,9 +334,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		switch {
 		case cred.AccessToken == "":
-			err = errors.New("Issue returned an empty AccessToken")
+			err = errors.New("exchange: Config.Issue returned an empty AccessToken")
 		case cred.ExpiresIn < time.Second:
-			err = errors.New("Issue returned an ExpiresIn under one second")
+			err = errors.New("exchange: Config.Issue returned an ExpiresIn under one second")
 		}
 	}
 	if err != nil {

@@ -47,7 +47,7 @@ const (
 	ReasonCursorStateType   // "state does not decode into the requested type"
 	ReasonOpaqueStateTooBig // "state over MaxOpaqueStateBytes"
 	// ReasonCursorTooLarge cannot fire for any cursor an issuer writes
-	// today (the longest is 428 characters: the scope costs none; Issue
+	// today (the longest is 476 characters, sealed: the scope costs none; Issue
 	// keeps the check); kept so that code comparing with it compiles.
 	ReasonCursorTooLarge     // "cursor over MaxCursorBytes"
 	ReasonCursorStateNotCBOR // "state does not encode as CBOR"
@@ -121,13 +121,14 @@ const (
 	ReasonWebhookStoreRelease       // "replay store could not release the delivery"
 	ReasonWebhookLeaseLost          // "lease lost: another attempt took the delivery after the lease expired"
 
-	// Cursor verification, format version 2 and sealed cursors.
+	// Cursor verification, signed and sealed cursors.
 
-	// ReasonCursorWrongScope: a version 2 cursor whose MAC fails with every
-	// key although its body decodes: a cursor of another tool, caller or
-	// arguments, or a forgery (or one MACed under a key the ring does not
-	// hold). The scope is inside the MAC and not carried, so these cannot
-	// be told apart; a body that does not decode is [ReasonMACMismatch].
+	// ReasonCursorWrongScope: a signed cursor whose MAC fails under the key
+	// its key id names although its body decodes: a cursor of another
+	// tool, caller or arguments, or a forgery. The scope is inside the MAC
+	// and not carried, so these cannot be told apart; a body that does not
+	// decode is [ReasonMACMismatch], a key id the ring lacks
+	// [ReasonUnknownKey].
 	ReasonCursorWrongScope // "forged or wrong scope (tool, caller or arguments)"
 	ReasonCursorSealedOpen // "sealed cursor does not open (tampered, other key, or other scope)"
 

@@ -118,16 +118,6 @@ var inspectDecMode = func() cbor.DecMode {
 	return m
 }()
 
-// cursorVersion returns the version a cursor's first map names (its key 1
-// sorts first), or 0 when tok does not start like a cursor.
-func cursorVersion(tok string) uint64 {
-	raw, err := b64.DecodeString(tok)
-	if err != nil || len(raw) < 3 || raw[0]&0xe0 != 0xa0 || raw[1] != cursorwire.KeyVersion || raw[2] > 23 {
-		return 0
-	}
-	return uint64(raw[2])
-}
-
 // cursorV2Report is what inspect prints for a version 2 or sealed cursor:
 // what it shows without the key. The tool, caller and arguments are never
 // in it, the session only as its tag.

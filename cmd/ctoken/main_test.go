@@ -475,9 +475,10 @@ func TestVerifyCursor(t *testing.T) {
 	})
 }
 
-// From format version 2 a cursor carries neither its tool, its caller nor
-// its session: verify cannot take them from the token and asks for them.
-func TestVerifyVersion2CursorNeedsItsScopeFlags(t *testing.T) {
+// A cursor carries neither its tool, its caller nor its session: verify
+// cannot take them from the token and asks for them; an empty tool is a
+// usage error too (no cursor is bound to one).
+func TestVerifyCursorNeedsItsScopeFlags(t *testing.T) {
 	f := newFixture(t)
 	c := f.cursor(t, f.issuer)
 	for name, flags := range map[string][]string{
@@ -485,6 +486,7 @@ func TestVerifyVersion2CursorNeedsItsScopeFlags(t *testing.T) {
 		"no session": {"-method", "tools/call", "-tool", "search", "-caller", "alice"},
 		"no caller":  {"-method", "tools/call", "-tool", "search", "-session", string(f.session)},
 		"no tool":    {"-caller", "alice", "-session", string(f.session)},
+		"empty tool": {"-tool", "", "-caller", "alice", "-session", string(f.session)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := runCmd(t, "", f.env(), append(append([]string{"verify"}, flags...), c)...)

@@ -254,6 +254,11 @@ func verifyCursor(tok string, kr *ctoken.Keyring, keysEnv string, c cursorCheck,
 		fmt.Fprintln(e.stderr, "ctoken verify: a cursor does not carry its tool, caller or session: give -tool, -caller and -session (and -args if it was bound)")
 		return exitUsage
 	}
+	if want.ToolID == "" {
+		// No cursor is bound to an empty tool (Issue refuses it).
+		fmt.Fprintln(e.stderr, "ctoken verify: -tool is empty: every cursor is bound to a tool, operation or route; give -tool, -caller and -session")
+		return exitUsage
+	}
 	if c.args.IsZero() {
 		unchecked = append(unchecked, "args")
 	}

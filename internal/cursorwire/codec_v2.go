@@ -179,14 +179,22 @@ func PaddedLen(n int) (int, bool) {
 	return 0, false
 }
 
+// SealedPlaintextLen returns the length of the plaintext of a sealed
+// cursor with this state: [PaddedLen] of the inner map written with the
+// longest page, so that it depends on the state's length alone and never
+// on the page; false when that is over [MaxPadded].
+func SealedPlaintextLen(state []byte) (int, bool) {
+	return PaddedLen(SealedInnerLen(0xffffffff, state))
+}
+
 // AppendSealedInner appends the plaintext of a sealed cursor: the
 // canonical map { 5: page, 8: state (omitted when empty) }, then zero
-// bytes up to [PaddedLen]. The caller checks first that the map is at
-// most [MaxPadded] bytes.
+// bytes up to [SealedPlaintextLen]. The caller checks first that
+// SealedPlaintextLen accepts the state.
 func AppendSealedInner(dst []byte, page uint32, state []byte) []byte {
 	start := len(dst)
 	dst = appendInnerMap(dst, page, state)
-	padded, _ := PaddedLen(len(dst) - start)
+	padded, _ := SealedPlaintextLen(state)
 	for len(dst)-start < padded {
 		dst = append(dst, 0)
 	}
@@ -212,13 +220,13 @@ func appendInnerMap(dst []byte, page uint32, state []byte) []byte {
 
 // DecodeSealedInner decodes the plaintext of a sealed cursor (Page and
 // State set): the canonical inner map, then zero bytes to exactly
-// [PaddedLen] of the map's length, nothing else.
+// [SealedPlaintextLen] of its state, nothing else.
 func DecodeSealedInner(in []byte) (f Fields, ok bool) {
 	f, n, ok := decodeInnerMap(in)
 	if !ok {
 		return Fields{}, false
 	}
-	padded, ok := PaddedLen(n)
+	padded, ok := SealedPlaintextLen(f.State)
 	if !ok || len(in) != padded {
 		return Fields{}, false
 	}

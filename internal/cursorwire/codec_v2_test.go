@@ -229,15 +229,21 @@ func TestCursorV2CodecMatchesFxamacker(t *testing.T) {
 }
 
 // TestSealedInnerPadding: the plaintext of a sealed cursor is its map and
-// zero bytes to exactly PaddedLen of the map, so its length says only the
-// class (the lengths of states of 0 to 256 bytes fall into 5 classes), and
-// it has one spelling.
+// zero bytes to exactly SealedPlaintextLen of its state, so its length says
+// only the class of the state's length (states of 0 to 256 bytes fall into
+// 5 classes) and nothing of the page, and it has one spelling.
 func TestSealedInnerPadding(t *testing.T) {
 	t.Run("classes", func(t *testing.T) {
 		classes := map[int]bool{}
 		for n := 0; n <= 256; n++ {
-			for _, page := range []uint32{0, 300, math.MaxUint32} {
+			var first int
+			for _, page := range []uint32{0, 23, 24, 255, 256, 65535, 65536, math.MaxUint32} {
 				pt := AppendSealedInner(nil, page, bytes.Repeat([]byte{7}, n))
+				if first == 0 {
+					first = len(pt)
+				} else if len(pt) != first {
+					t.Fatalf("state %d: page %d pads to %d bytes, page 0 to %d", n, page, len(pt), first)
+				}
 				classes[len(pt)] = true
 				f, ok := DecodeSealedInner(pt)
 				if !ok || f.Page != page || len(f.State) != n {

@@ -30,13 +30,14 @@
 // is fixed, every string has its length first, and the last byte group is
 // told apart by its marker ([AppendScope]).
 //
-// Version 3, sealed (XAES-256-GCM, 192-bit random nonces):
+// Version 3, sealed (XAES-256-GCM, 192-bit nonces):
 //
 //	cursor = base64url_nopad( header || nonce[24] || XAES-256-GCM-Seal(Ke, nonce, inner || padding, header || scope) )
 //	header = CBOR map { 1: 3, 2: key id, 6: issued at, 7: session tag }
 //	inner  = CBOR map { 5: page, 8: opaque state (omitted when empty) }
-//	padding = zero bytes up to the next multiple of 64 bytes, or to 288
-//	          bytes past 256 ([PaddedLen])
+//	padding = zero bytes up to [SealedPlaintextLen] of the state: the next
+//	          multiple of 64 bytes, or 288 past 256, of the length inner
+//	          would have with the longest page (so not the page's size)
 //
 // It imports only the standard library.
 package cursorwire

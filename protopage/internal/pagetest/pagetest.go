@@ -100,15 +100,15 @@ func Tamper(token string) string {
 	return string(b)
 }
 
-// TamperHead returns token with the map head of its body decremented (five
-// pairs to four), so that the body no longer decodes: a forgery that
-// cannot be a token of another request.
+// TamperHead returns token with the map head of its body made three pairs,
+// which no cursor layout has: a malformed token that cannot be a token of
+// another request.
 func TamperHead(token string) string {
 	raw, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil || len(raw) == 0 {
 		return token + "!"
 	}
-	raw[0]--
+	raw[0] = 0xa3
 	return base64.RawURLEncoding.EncodeToString(raw)
 }
 
