@@ -1244,6 +1244,7 @@ func TestMayHoldTime(t *testing.T) {
 		}
 		return typ
 	}
+	arrayOf := func(elem reflect.Type) reflect.Type { return reflect.ArrayOf(1, elem) }
 	structOf := func(inner reflect.Type) reflect.Type {
 		return reflect.StructOf([]reflect.StructField{{Name: "A", Type: inner}})
 	}
@@ -1270,6 +1271,8 @@ func TestMayHoldTime(t *testing.T) {
 		{"8 nested structs of int", nest(8, structOf), false},
 		{"9 nested structs of int", nest(9, structOf), true},
 		{"9 nested maps of int", nest(9, func(e reflect.Type) reflect.Type { return reflect.MapOf(reflect.TypeFor[string](), e) }), true},
+		{"a map keyed by 7 nested arrays of int", reflect.MapOf(nest(7, arrayOf), reflect.TypeFor[int]()), false},
+		{"a map keyed by 8 nested arrays of int", reflect.MapOf(nest(8, arrayOf), reflect.TypeFor[int]()), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := mayHoldTime(tc.typ, 0); got != tc.want {

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 
 	strictb64 "github.com/ctoken/ctoken/internal/b64"
@@ -90,7 +89,7 @@ func (k *Keyring) KeyIDs() []string {
 // operator input, also refuses degenerate keys.
 func NewKeyring(primary []byte, previous ...[]byte) (*Keyring, error) {
 	all := append([][]byte{primary}, previous...)
-	kr := &Keyring{keys: make([][]byte, len(all)), ids: make([]keyID, len(all))}
+	kr := &Keyring{keys: make([][]byte, 0, len(all)), ids: make([]keyID, 0, len(all))}
 	for i, k := range all {
 		if len(k) < MinKeyBytes {
 			return nil, keyError(ErrKeyTooShort, i, len(all), keyShort)
@@ -99,14 +98,14 @@ func NewKeyring(primary []byte, previous ...[]byte) (*Keyring, error) {
 		if !ok {
 			return nil, keyError(ErrKeyInvalid, i, len(all), "cannot be derived from")
 		}
-		// Only the ids of the keys before i: the later slots are still zero.
-		if j := slices.Index(kr.ids[:i], id); j >= 0 {
+		// kr holds the keys before i.
+		if j := kr.index(id[:]); j >= 0 {
 			// The same key twice, or (about once in 2^32 pairs) two keys
 			// whose ids collide: either way a token could not name its key.
 			return nil, keyError(ErrKeyInvalid, i, len(all), fmt.Sprintf("has the key id of key %d (the same key twice?)", j+1))
 		}
-		kr.keys[i] = append([]byte(nil), k...)
-		kr.ids[i] = id
+		kr.keys = append(kr.keys, append([]byte(nil), k...))
+		kr.ids = append(kr.ids, id)
 	}
 	return kr, nil
 }
