@@ -240,19 +240,18 @@ func cursorSessionTag(session []byte) (tag [cursorwire.SessionTagSize]byte) {
 // cursorKeys are the subkeys and key ids of every key of a ring a cursor
 // issuer uses, primary first.
 type cursorKeys struct {
-	macs  macRing      // the MAC of a signed body || scope
-	aeads []*xaes.AEAD // sealed cursors
-	ids   []keyID      // the key id each cursor names
+	namedMACs              // the MAC of a signed body || scope, the key ids
+	aeads     []*xaes.AEAD // sealed cursors
 }
 
 // deriveCursorKeys returns the cursor subkeys of kr, or false.
 func deriveCursorKeys(kr *Keyring) (cursorKeys, bool) {
-	macs, ok := deriveMACRing(kr, cursorKeyLabel)
-	if !ok || len(kr.ids) != len(macs) {
+	named, ok := deriveNamedMACs(kr, cursorKeyLabel)
+	if !ok {
 		return cursorKeys{}, false
 	}
 	subs := kr.derive(cursorSealLabel)
-	if len(subs) != len(macs) {
+	if len(subs) != len(named.macs) {
 		return cursorKeys{}, false
 	}
 	aeads := make([]*xaes.AEAD, len(subs))
@@ -262,17 +261,7 @@ func deriveCursorKeys(kr *Keyring) (cursorKeys, bool) {
 			return cursorKeys{}, false
 		}
 	}
-	return cursorKeys{macs: macs, aeads: aeads, ids: kr.ids}, true
-}
-
-// key returns the position in the ring of the key named by id, or -1.
-func (k *cursorKeys) key(id []byte) int {
-	for i := range k.ids {
-		if string(k.ids[i][:]) == string(id) {
-			return i
-		}
-	}
-	return -1
+	return cursorKeys{namedMACs: named, aeads: aeads}, true
 }
 
 // ring returns the subkeys in use now (empty for the zero value).
@@ -497,7 +486,7 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 		}
 		return i.refuse(-1, errCursorMalformed)
 	}
-	key := keys.key(kid)
+	key := keys.ids.index(kid)
 	if key < 0 {
 		return i.refuse(-1, i.unknownKey(version, raw))
 	}

@@ -83,6 +83,24 @@ func newAEADRing(kr *Keyring, label string) (aeadRing, error) {
 	return r, nil
 }
 
+// namedMACs is the HMAC-SHA256 subkey for one label of every key of a ring
+// beside the ring's key ids (ids[i] names the key of macs[i]): what a token
+// that names its key is signed and verified with.
+type namedMACs struct {
+	macs macRing
+	ids  keyIDs
+}
+
+// deriveNamedMACs returns kr's subkeys for label and its key ids, or false
+// (also for a ring whose keys have no ids: one not made by [NewKeyring]).
+func deriveNamedMACs(kr *Keyring, label string) (namedMACs, bool) {
+	macs, ok := deriveMACRing(kr, label)
+	if !ok || len(kr.ids) != len(macs) {
+		return namedMACs{}, false
+	}
+	return namedMACs{macs: macs, ids: kr.ids}, true
+}
+
 // deriveMACRing returns kr's HMAC-SHA256 subkeys for label, one per key of
 // kr, or false when kr is empty or a subkey cannot be derived.
 func deriveMACRing(kr *Keyring, label string) (macRing, bool) {

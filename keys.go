@@ -26,7 +26,7 @@ const MinKeyBytes = 32
 // safely serve all of them.
 type Keyring struct {
 	keys [][]byte
-	ids  []keyID // ids[i] is the key id of keys[i]
+	ids  keyIDs // ids[i] is the key id of keys[i]
 }
 
 // keyIDSize is the length of a key id.
@@ -51,14 +51,14 @@ func deriveKeyID(key []byte) (keyID, bool) {
 	return keyID(sub[:keyIDSize]), true
 }
 
-// index returns the position in the ring of the key whose id is id, or -1.
-// Key ids are not secret, so the search need not be constant time.
-func (k *Keyring) index(id []byte) int {
-	if k == nil {
-		return -1
-	}
-	for i := range k.ids {
-		if string(k.ids[i][:]) == string(id) {
+// keyIDs are the key ids of a ring's keys, primary first.
+type keyIDs []keyID
+
+// index returns the position of the key whose id is id, or -1. Key ids are
+// not secret, so the search need not be constant time.
+func (ids keyIDs) index(id []byte) int {
+	for i := range ids {
+		if string(ids[i][:]) == string(id) {
 			return i
 		}
 	}
@@ -89,7 +89,7 @@ func (k *Keyring) KeyIDs() []string {
 // operator input, also refuses degenerate keys.
 func NewKeyring(primary []byte, previous ...[]byte) (*Keyring, error) {
 	all := append([][]byte{primary}, previous...)
-	kr := &Keyring{keys: make([][]byte, 0, len(all)), ids: make([]keyID, 0, len(all))}
+	kr := &Keyring{keys: make([][]byte, 0, len(all)), ids: make(keyIDs, 0, len(all))}
 	for i, k := range all {
 		if len(k) < MinKeyBytes {
 			return nil, keyError(ErrKeyTooShort, i, len(all), keyShort)
@@ -99,7 +99,7 @@ func NewKeyring(primary []byte, previous ...[]byte) (*Keyring, error) {
 			return nil, keyError(ErrKeyInvalid, i, len(all), "cannot be derived from")
 		}
 		// kr holds the keys before i.
-		if j := kr.index(id[:]); j >= 0 {
+		if j := kr.ids.index(id[:]); j >= 0 {
 			// The same key twice, or (about once in 2^32 pairs) two keys
 			// whose ids collide: either way a token could not name its key.
 			return nil, keyError(ErrKeyInvalid, i, len(all), fmt.Sprintf("has the key id of key %d (the same key twice?)", j+1))

@@ -391,8 +391,8 @@ func TestKeyringKeyIDs(t *testing.T) {
 		if got := (&Keyring{}).KeyIDs(); len(got) != 0 {
 			t.Fatalf("zero ring ids %q", got)
 		}
-		if nilRing.index([]byte{1, 2, 3, 4}) != -1 {
-			t.Fatal("nil ring found a key")
+		if (&Keyring{}).ids.index([]byte{1, 2, 3, 4}) != -1 {
+			t.Fatal("zero ring found a key")
 		}
 	})
 }

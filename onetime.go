@@ -118,8 +118,8 @@ type OneTimeConfig struct {
 // A [OneTimeIssuer] is safe for concurrent use. The zero value refuses every
 // call with [ErrNoKey].
 type OneTimeIssuer struct {
-	keys    oneTimeKeys            // derived subkeys, primary first; zero when rot is set
-	rot     *rotating[oneTimeKeys] // keys from a KeySource
+	keys    namedMACs            // derived subkeys, primary first; zero when rot is set
+	rot     *rotating[namedMACs] // keys from a KeySource
 	obs     observe.Observer
 	purpose string
 	ttl     time.Duration
@@ -183,38 +183,12 @@ func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
 	return o, nil
 }
 
-// oneTimeKeys is what a [OneTimeIssuer] signs and verifies with: the
-// one-time MAC subkey of every key of a ring and, beside it, the ring's key
-// ids (ids[i] names the key of macs[i]).
-type oneTimeKeys struct {
-	macs macRing
-	ids  []keyID
-}
-
-// index returns the position of the key whose id is id, or -1. Key ids are
-// not secret: the search need not be constant time.
-func (k oneTimeKeys) index(id []byte) int {
-	for i := range k.ids {
-		if string(k.ids[i][:]) == string(id) {
-			return i
-		}
-	}
-	return -1
-}
-
 // deriveOneTimeMACs returns the one-time MAC subkeys and the key ids of kr,
-// or false (also for a ring whose keys have no ids: one not made by
-// [NewKeyring]).
-func deriveOneTimeMACs(kr *Keyring) (oneTimeKeys, bool) {
-	macs, ok := deriveMACRing(kr, oneTimeLabel)
-	if !ok || len(kr.ids) != len(macs) {
-		return oneTimeKeys{}, false
-	}
-	return oneTimeKeys{macs: macs, ids: kr.ids}, true
-}
+// or false.
+func deriveOneTimeMACs(kr *Keyring) (namedMACs, bool) { return deriveNamedMACs(kr, oneTimeLabel) }
 
 // ring returns the keys in use now (empty for the zero value).
-func (o *OneTimeIssuer) ring() oneTimeKeys {
+func (o *OneTimeIssuer) ring() namedMACs {
 	if o.rot != nil {
 		return o.rot.get()
 	}
@@ -419,7 +393,7 @@ type oneTimeFields struct {
 // verifyOneTime authenticates token with the key of keys it names and
 // decodes it without consulting the purpose, the clock or the replay store.
 // It also returns the index of that key when its MAC matched, or -1.
-func verifyOneTime(keys oneTimeKeys, token string) (oneTimeFields, int, error) {
+func verifyOneTime(keys namedMACs, token string) (oneTimeFields, int, error) {
 	var t oneTimeFields
 	if len(token) > MaxOneTimeTokenBytes {
 		return t, -1, errOneTimeOversize
@@ -441,7 +415,7 @@ func verifyOneTime(keys oneTimeKeys, token string) (oneTimeFields, int, error) {
 	}
 	// The key id, at a fixed place, names the one key to try: one MAC
 	// whatever the ring's size.
-	key := keys.index(raw[oneTimeKeyIDAt : oneTimeKeyIDAt+keyIDSize])
+	key := keys.ids.index(raw[oneTimeKeyIDAt : oneTimeKeyIDAt+keyIDSize])
 	if key < 0 {
 		return t, -1, errOneTimeUnknownKey
 	}
