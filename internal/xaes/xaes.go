@@ -24,8 +24,8 @@
 // 2^-65; 2^46 seals (100 000 a second for 22 years, a whole fleet on one
 // key) use 2^30 prefixes, so a repeat under any of them has probability
 // below 2^-35, and two prefixes coincide with probability below 2^-36.
-// Open keeps the K_x of the last [openCacheSize] prefixes it saw (its own
-// seals' and other instances'); a miss derives it.
+// Open keeps the K_x of the last [openCacheSize] prefixes under which a
+// message opened (other instances' seals); a miss derives it.
 //
 // It imports only the standard library.
 package xaes
@@ -153,10 +153,10 @@ func (a *AEAD) Seal(dst, plaintext, additionalData []byte) []byte {
 	return d.gcm.Seal(append(dst, d.n12[:]...), nil, plaintext, additionalData)
 }
 
-// opener returns the GCM of the prefix n12: the sealing prefix's, a
-// cached one, or a newly derived one, which it caches. A prefix is not
-// secret (every message carries its own), so it is compared plainly.
-func (a *AEAD) opener(n12 []byte) cipher.AEAD {
+// cached returns the GCM of the prefix n12 if it is the sealing prefix or
+// one Open cached, else nil. A prefix is not secret (every message carries
+// its own), so it is compared plainly.
+func (a *AEAD) cached(n12 []byte) cipher.AEAD {
 	if d := a.sealing.Load(); d != nil && string(d.n12[:]) == string(n12) {
 		return d.gcm
 	}
@@ -165,22 +165,32 @@ func (a *AEAD) opener(n12 []byte) cipher.AEAD {
 			return d.gcm
 		}
 	}
-	d := &derived{gcm: a.gcm(n12)}
-	copy(d.n12[:], n12)
-	a.opened[a.next.Add(1)%openCacheSize].Store(d)
-	return d.gcm
+	return nil
 }
 
 // Open authenticates and decrypts sealed (nonce || ciphertext || tag, as
 // Seal writes it) with additionalData, appends the plaintext to dst and
-// returns the result. On failure it returns an error and nothing else.
+// returns the result. On failure it returns an error and nothing else. The
+// key of a prefix not cached is derived, and cached only once a message
+// under it has opened, so forgeries with made-up prefixes evict nothing.
 func (a *AEAD) Open(dst, sealed, additionalData []byte) ([]byte, error) {
 	if len(sealed) < Overhead {
 		return nil, errOpen
 	}
-	out, err := a.opener(sealed[:12]).Open(dst, nil, sealed[12:], additionalData)
+	n12 := sealed[:12]
+	g := a.cached(n12)
+	var fresh *derived
+	if g == nil {
+		fresh = &derived{gcm: a.gcm(n12)}
+		copy(fresh.n12[:], n12)
+		g = fresh.gcm
+	}
+	out, err := g.Open(dst, nil, sealed[12:], additionalData)
 	if err != nil {
 		return nil, errOpen
+	}
+	if fresh != nil {
+		a.opened[a.next.Add(1)%openCacheSize].Store(fresh)
 	}
 	return out, nil
 }

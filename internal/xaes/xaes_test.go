@@ -191,6 +191,37 @@ func TestPrefixes(t *testing.T) {
 	}
 }
 
+// TestOpenCachesOnlyWhatOpened: a message under a prefix Open has not seen
+// is opened with a derived key, which is cached once it opened; forgeries
+// under made-up prefixes leave the cache as it was.
+func TestOpenCachesOnlyWhatOpened(t *testing.T) {
+	sealer, _ := New(bytes.Repeat([]byte{4}, KeySize))
+	opener, _ := New(bytes.Repeat([]byte{4}, KeySize))
+	m := sealer.Seal(nil, []byte("state"), nil)
+	if opener.cached(m[:12]) != nil {
+		t.Fatal("a prefix is cached before any Open")
+	}
+	if _, err := opener.Open(nil, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	if opener.cached(m[:12]) == nil {
+		t.Fatal("the prefix of a message that opened is not cached")
+	}
+	for i := range 2 * openCacheSize {
+		forged := append([]byte(nil), m...)
+		forged[0] ^= byte(i + 1)
+		if _, err := opener.Open(nil, forged, nil); err == nil {
+			t.Fatal("a forged prefix opened")
+		}
+		if opener.cached(forged[:12]) != nil {
+			t.Fatalf("forgery %d's prefix was cached", i)
+		}
+	}
+	if opener.cached(m[:12]) == nil {
+		t.Fatal("forgeries evicted a prefix that opened")
+	}
+}
+
 // TestConcurrentSealOpen runs Seal and Open from several goroutines across
 // prefix changes (for the race detector).
 func TestConcurrentSealOpen(t *testing.T) {
