@@ -3,7 +3,6 @@ package ctoken
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"strconv"
@@ -186,11 +185,11 @@ type RequestStateCodec struct {
 	rot     *rotating[*stateKeys] // keys from a KeySource
 	scratch sync.Pool             // of *stateScratch
 
-	// seals counts, in Encrypted mode, the states sealed under each AES
-	// subkey this codec has held as primary, keyed by the SHA-256 of the
-	// subkey (so a KeySource swap that keeps the primary keeps its count);
-	// sealWarn is the first count reported (a power of two).
-	seals    sync.Map // [sha256.Size]byte -> *atomic.Uint64
+	// seals counts, in Encrypted mode, the states sealed under each key
+	// this codec has held as primary, by the key's id (so a KeySource swap
+	// that keeps the primary keeps its count); sealWarn is the first count
+	// reported (a power of two).
+	seals    sync.Map // keyID -> *atomic.Uint64
 	sealWarn uint64
 }
 
@@ -203,15 +202,14 @@ type RequestStateCodec struct {
 // key is about 2^-41.
 const sealWarnFloor = 1 << 28
 
-// sealCount returns the counter of states sealed by kr's primary
-// request-state AES subkey, shared by every ring with that primary.
+// sealCount returns the counter of states sealed by kr's primary key,
+// shared by every ring with that primary. kr is a ring deriveStateKeys
+// accepted, whose keys have ids.
 func (c *RequestStateCodec) sealCount(kr *Keyring) *atomic.Uint64 {
-	subs := kr.derive(stateAESLabel)
-	if len(subs) == 0 {
+	if len(kr.ids) == 0 {
 		return new(atomic.Uint64)
 	}
-	id := sha256.Sum256(subs[0])
-	v, _ := c.seals.LoadOrStore(id, new(atomic.Uint64))
+	v, _ := c.seals.LoadOrStore(kr.ids[0], new(atomic.Uint64))
 	return v.(*atomic.Uint64)
 }
 
