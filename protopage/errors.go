@@ -42,7 +42,7 @@ var (
 	// in the context, a request message without the page fields, keyset
 	// state too large for a token. Transports answer Internal with a fixed
 	// message; the cause is logged and stays in the error's chain.
-	ErrServer = errors.New("protopage: server error")
+	ErrServer = errors.New("server error")
 )
 
 // refusal is an error of [Pager.Start] or [Page.Next]: its text is the

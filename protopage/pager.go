@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strings"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/observe"
@@ -308,17 +307,10 @@ func (p *Pager) refuse(ctx context.Context, method string, kind, cause error) er
 				why = "the CallerFunc returned an error"
 			}
 		}
-		p.log.LogAttrs(ctx, level, logMessage(kind),
+		p.log.LogAttrs(ctx, level, "protopage: "+kind.Error(),
 			slog.String("method", method), slog.String("reason", why))
 	}
 	return &refusal{kind, cause}
-}
-
-// logMessage is the message of the record that logs a refusal of kind:
-// the kind's text after "protopage: ", which [ErrServer]'s text already
-// begins with (it is not said twice).
-func logMessage(kind error) string {
-	return "protopage: " + strings.TrimPrefix(kind.Error(), "protopage: ")
 }
 
 // errNoPage refuses the methods of a Page not returned by Start.
