@@ -105,8 +105,9 @@ type CursorConfig struct {
 	// practical limit on the number of cursors per key; SECURITY.md), so the
 	// page and the opaque state are unreadable too, and the plaintext is
 	// padded to one of 5 length classes of the state's length, so the
-	// length tells only that class; only the version, the key id, the issue time and the session
-	// tag stay in clear (authenticated as additional data with the scope).
+	// length tells only that class; only the version, the key id, the
+	// issue time and the session tag stay in clear (authenticated as
+	// additional data with the scope).
 	// When false, cursors are signed (version 2): the page and the state
 	// are readable; the scope is bound inside the MAC and not carried at
 	// all. Either way the issuer verifies both kinds, so the switch can be
