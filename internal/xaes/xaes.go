@@ -14,8 +14,8 @@
 // uses only what Go's FIPS 140-3 mode allows (AES block encryption and GCM
 // with random nonces).
 //
-// Deriving K_x costs a key schedule and a GCM set-up per message (about a
-// microsecond, 3 allocations). So that a seal costs about what AES-256-GCM
+// Deriving K_x costs a key schedule and a GCM set-up per message (about
+// 0.5 µs and 3 allocations, BenchmarkSeal/xaes-derive). So that a seal costs about what AES-256-GCM
 // costs, an [AEAD] keeps the first 12 bytes of its nonces, and K_x with
 // them, for [PrefixSeals] seals, then draws a new prefix; the last 12 bytes
 // stay random per message. Every message is still an XAES-256-GCM message
