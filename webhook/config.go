@@ -131,6 +131,18 @@ type Config struct {
 	// instead, so every 503 the middleware sends has a Retry-After.
 	// Verifier only.
 	RetryAfter time.Duration
+	// Transactional makes [Verifier.Middleware] run each delivery's handler
+	// inside a transaction of the Replay store ([Lease.Begin]), which must
+	// implement [replay.Transactor] (pgstore does; [NewVerifier] refuses
+	// any other store, the default one included, with [ErrConfig]). The
+	// handler makes its writes in the transaction it finds in its
+	// request's context (pgstore.TxFrom(r.Context())), and they commit in
+	// the same transaction that records the delivery as processed: exactly
+	// once per delivery, even when the handler outlives its lease or the
+	// process dies before the commit. The handler's response is held until
+	// then and sent only once the commit succeeded; see [Verifier.Middleware].
+	// Verifier only.
+	Transactional bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// OnReject, if set, is called by the middleware with every refused
@@ -147,7 +159,9 @@ type Config struct {
 	// OnLeaseError, if set, is called by the middleware when, after the
 	// handler ran, the store could not record the outcome (err matches
 	// [ErrReplayStore]; see [Lease.Confirm] and [Lease.Release]). The
-	// handler's response is sent unchanged. Verifier only.
+	// handler's response is sent unchanged, except under Transactional,
+	// where a confirmation that failed discards it for a 503. Verifier
+	// only.
 	OnLeaseError func(r *http.Request, d Delivery, err error)
 	// Observer, if set, is told of every outcome as an [observe.Event] of
 	// kind [observe.KindWebhook] (see [Verifier.Verify], [Verifier.Acquire],
@@ -172,6 +186,8 @@ type params struct {
 	store                         replay.Store
 	namespace                     [sha256.Size]byte // SHA-256 of Config.Namespace
 	leaser                        replay.Leaser     // store, as a Leaser
+	transactor                    replay.Transactor // store, as a Transactor; nil if it is not one
+	transactional                 bool              // Config.Transactional
 	dedup                         time.Duration
 	dedupBy                       Dedup // resolved: never DedupDefault
 	lease                         time.Duration
@@ -195,6 +211,9 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	}
 	if signer && (cfg.Dedup != DedupDefault || cfg.Lease != 0 || cfg.RetryAfter != 0 || cfg.OnDuplicate != nil || cfg.OnLeaseError != nil) {
 		return nil, errSignerLeaseOpts
+	}
+	if signer && cfg.Transactional {
+		return nil, errSignerTx
 	}
 	switch {
 	case cfg.Lease < 0:
@@ -275,6 +294,11 @@ func newParams(cfg Config, signer bool) (*params, error) {
 		return nil, errStoreNoLease
 	}
 	p.leaser = leaser
+	p.transactor, _ = p.store.(replay.Transactor)
+	if cfg.Transactional && p.transactor == nil {
+		return nil, errNotTransactor
+	}
+	p.transactional = cfg.Transactional
 	if b, ok := p.store.(replay.Bounded); ok && !p.fitsHorizon(b.Horizon()) {
 		return nil, errStoreHorizon
 	}

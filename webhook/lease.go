@@ -20,6 +20,12 @@ import (
 // delivery can then be processed again: an unknown outcome becomes a retry,
 // never an acknowledged delivery that was not processed.
 //
+// With a store that implements [replay.Transactor] (the pgstore module),
+// [Lease.Begin] opens a transaction for the work: Confirm then commits the
+// work's writes in the same transaction that records the delivery, and
+// Release rolls them back, so the writes are kept exactly when the
+// delivery is recorded as processed.
+//
 // A Lease is used by one goroutine. Its zero value refuses every call with
 // [ErrMalformed].
 type Lease struct {
@@ -28,8 +34,22 @@ type Lease struct {
 	key, token string
 	deadline   time.Time     // the work should be done by then
 	expires    time.Time     // the store frees the delivery by then
-	acquired   time.Duration // the store's latency taking the lease, for the observer
+	acquired   time.Duration // the store's latency taking the lease (and beginning the work), for the observer
+
+	ended    bool        // Confirm or Release was called
+	work     replay.Work // the transaction Begin opened; nil without one
+	workDone workState   // how the work ended
+	workErr  error       // Confirm's result, once it ended the work
 }
+
+// workState is how a Lease's work ended.
+type workState uint8
+
+const (
+	workOpen       workState = iota // begun, not ended (or never begun)
+	workCommitting                  // Confirm asked the store to commit
+	workRolledBack                  // Release rolled it back
+)
 
 // Acquire takes the lease on an authentic delivery d (from
 // [Verifier.Verify]) for [Config.Lease]. It returns:
@@ -139,6 +159,61 @@ func (l *Lease) Expires() time.Time {
 	return l.expires
 }
 
+// Begin opens a transaction of the replay store for the work on the
+// delivery and returns ctx carrying it, where the store's accessor finds
+// it (pgstore.TxFrom): make the work's writes in that transaction, then
+// finish the lease as usual. [Lease.Confirm] commits the writes in the
+// same transaction that records the delivery as processed: either both
+// are kept or neither is, whatever happens meanwhile (a lease that ran out
+// and was taken by another attempt, a process killed before the commit).
+// [Lease.Release] rolls the writes back and frees the delivery. Once the
+// lease has ended, the transaction refuses every statement, so writes that
+// outlive it (a goroutine still running after a timeout) are never kept.
+//
+// Begin does not change the lease: other copies of the delivery stay
+// refused with [ErrInProgress] while the work runs, and the work should
+// still be done by [Lease.Deadline]. The returned context has ctx's
+// deadline; bound the work with one of your own.
+//
+// It returns an error matching [ErrConfig] when the [Config.Replay] store
+// does not implement [replay.Transactor], or when called a second time or
+// after Confirm or Release; one matching [ErrReplayStore] and the store's
+// error when the store could not open the transaction (no transaction is
+// open then; release the lease, or let it end). [ErrMalformed] for a Lease
+// not from [Verifier.Acquire].
+//
+// The [Config.Observer] is told only of a store failure
+// ([observe.OutcomeStoreFailure], with the store's latency); a begun
+// transaction's latency is reported with the outcome of Confirm.
+func (l *Lease) Begin(ctx context.Context) (context.Context, error) {
+	if l == nil || l.v == nil {
+		return ctx, errLeaseNotAcquired
+	}
+	p := l.v.p
+	if p.transactor == nil {
+		return ctx, errNotTransactor
+	}
+	if l.ended || l.work != nil {
+		return ctx, errBeginTwice
+	}
+	start := time.Now()
+	w, err := p.transactor.BeginWork(ctx, l.key, l.token)
+	took := max(time.Since(start), 1)
+	if err == nil && w == nil {
+		err = errStoreAnswer
+	}
+	if err != nil {
+		err = storeError(err)
+		if p.obs != nil {
+			p.report(observe.OutcomeStoreFailure, l.d.key, err, l.acquired+took)
+		}
+		return ctx, err
+	}
+	l.work = w
+	l.acquired += took
+	return w.Context(ctx), nil
+}
+
 // Confirm records the delivery as processed, so that every later copy is a
 // [ErrDuplicate], for the dedup window (and, for a delivery with a signed
 // timestamp, at least [replay.SkewMargin] past the last instant the
@@ -153,36 +228,95 @@ func (l *Lease) Expires() time.Time {
 // otherwise the store did not record the outcome, and after the lease
 // expires a copy of the delivery would be processed again.
 //
+// After [Lease.Begin], Confirm commits the work's writes with the record,
+// once, without retrying: nil means both were committed. An error matching
+// [replay.ErrLeaseLost] means neither was (the transaction was rolled
+// back; another attempt took, or will take, the delivery). Any other
+// store error leaves the outcome unknown — the commit may have happened:
+// do not report the work as done, and let the sender retry, which finds
+// the delivery either processed or, once the lease ends, free; Release
+// does nothing then. A Confirm after Release returns an error matching
+// [ErrConfig] and commits nothing; a second Confirm returns the first
+// one's result.
+//
 // The [Config.Observer] is told [observe.OutcomeProcessed] when the store
 // recorded the delivery, else [observe.OutcomeStoreFailure]; either with
 // the position of the secret that verified the delivery and the time spent
 // in the store for it: taking the lease ([Verifier.Acquire]) plus
-// confirming it, retries included.
+// beginning the work, if any, plus confirming it, retries included.
 func (l *Lease) Confirm(ctx context.Context) error {
 	if l == nil || l.v == nil {
 		return errLeaseNotAcquired
 	}
+	l.ended = true
+	if l.work != nil {
+		switch l.workDone {
+		case workRolledBack:
+			return errConfirmReleased
+		case workCommitting:
+			return l.workErr
+		}
+	}
 	start := time.Now()
-	err := l.confirm(ctx)
+	var err error
+	if l.work != nil {
+		l.workDone = workCommitting
+		err = l.commit(ctx)
+		l.workErr = err
+	} else {
+		err = l.confirm(ctx)
+	}
 	if p := l.v.p; p.obs != nil {
 		p.report(observe.OutcomeProcessed, l.d.key, err, l.acquired+max(time.Since(start), 1))
 	}
 	return err
 }
 
-// confirm is Confirm.
+// confirmDeadline is when Confirm gives up: when the lease expires or,
+// when called that late, a quarter of the lease from now.
+func (l *Lease) confirmDeadline() time.Time {
+	giveUp := l.expires
+	if late := time.Now().Add(l.v.p.lease / 4); late.After(giveUp) {
+		giveUp = late
+	}
+	return giveUp
+}
+
+// errConfirmFailed wraps a store error of a confirmation whose outcome is
+// not recorded (or, for the work, unknown).
+func errConfirmFailed(err error) error {
+	return reason.Wrap(ErrReplayStore, "replay store could not confirm the delivery", err)
+}
+
+// errLost wraps a [replay.ErrLeaseLost] of a confirmation.
+func errLost(err error) error {
+	return reason.Wrap(ErrReplayStore, "lease lost: another attempt took the delivery after the lease expired", err)
+}
+
+// commit is Confirm with a work begun: one commit of the work and the
+// record together. A retry could not help: the first call to Commit ends
+// the work whatever its outcome.
+func (l *Lease) commit(ctx context.Context) error {
+	ctx, cancel := context.WithDeadline(ctx, l.confirmDeadline())
+	defer cancel()
+	err := l.work.Commit(ctx, l.v.p.holdUntil(&l.d), nil, nil)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, replay.ErrLeaseLost):
+		return errLost(err)
+	}
+	return errConfirmFailed(err)
+}
+
+// confirm is Confirm without a work.
 func (l *Lease) confirm(ctx context.Context) error {
 	p := l.v.p
 	until := p.holdUntil(&l.d)
-	giveUp := l.expires
-	if late := time.Now().Add(p.lease / 4); late.After(giveUp) {
-		giveUp = late
-	}
+	giveUp := l.confirmDeadline()
 	ctx, cancel := context.WithDeadline(ctx, giveUp)
 	defer cancel()
-	failed := func(err error) error {
-		return reason.Wrap(ErrReplayStore, "replay store could not confirm the delivery", err)
-	}
+	failed := errConfirmFailed
 	wait := 10 * time.Millisecond
 	for {
 		err := p.leaser.ConfirmLease(ctx, l.key, l.token, until)
@@ -190,7 +324,7 @@ func (l *Lease) confirm(ctx context.Context) error {
 		case err == nil:
 			return nil
 		case errors.Is(err, replay.ErrLeaseLost):
-			return reason.Wrap(ErrReplayStore, "lease lost: another attempt took the delivery after the lease expired", err)
+			return errLost(err)
 		case errors.Is(err, replay.ErrExpired), errors.Is(err, replay.ErrConfig),
 			ctx.Err() != nil, time.Now().Add(wait).After(giveUp):
 			return failed(err)
@@ -213,6 +347,12 @@ func (l *Lease) confirm(ctx context.Context) error {
 // the store. A store failure matches [ErrReplayStore] and the store's
 // error; the lease then ends by itself at [Lease.Expires].
 //
+// After [Lease.Begin], Release first rolls the work's writes back. Once
+// Confirm was called on a begun work, Release does nothing and returns nil
+// (the work's outcome is Confirm's, and a release after an unknown outcome
+// could let a copy run while the commit still lands), so a deferred
+// Release is safe; so is a second Release.
+//
 // The [Config.Observer] is told only of a failure
 // ([observe.OutcomeStoreFailure], with the store's latency): a released
 // delivery is neither processed nor refused, and its retry is reported
@@ -221,11 +361,26 @@ func (l *Lease) Release(ctx context.Context) error {
 	if l == nil || l.v == nil {
 		return errLeaseNotAcquired
 	}
+	l.ended = true
+	if l.work != nil && l.workDone != workOpen {
+		return nil
+	}
 	p := l.v.p
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, p.lease/4)
 	defer cancel()
-	if err := p.leaser.ReleaseLease(ctx, l.key, l.token); err != nil {
+	var rollback error
+	if l.work != nil {
+		l.workDone = workRolledBack
+		rollback = l.work.Rollback(ctx)
+	}
+	// The lease is released even when the rollback failed: a transaction
+	// that could not be rolled back is never committed either.
+	err := p.leaser.ReleaseLease(ctx, l.key, l.token)
+	if err == nil {
+		err = rollback
+	}
+	if err != nil {
 		err = reason.Wrap(ErrReplayStore, "replay store could not release the delivery", err)
 		if p.obs != nil {
 			p.report(observe.OutcomeStoreFailure, l.d.key, err, max(time.Since(start), 1))
@@ -234,6 +389,15 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Misuses of [Lease.Begin] and [Lease.Confirm] (configuration errors: a
+// program that hits one is wrong whatever the delivery).
+var (
+	errNotTransactor   = reason.New(ErrConfig, "Replay store does not implement replay.Transactor, which Lease.Begin and Config.Transactional need")
+	errBeginTwice      = reason.New(ErrConfig, "Lease.Begin called twice, or after Confirm or Release")
+	errConfirmReleased = reason.New(ErrConfig, "Lease.Confirm after Release rolled the work back")
+	errSignerTx        = reason.New(ErrConfig, "Transactional has no effect on a Signer")
+)
 
 // errStoreAnswer is a store answer outside the [replay.Leaser] contract.
 var errStoreAnswer = errors.New("replay store answered outside the Leaser contract")

@@ -68,6 +68,26 @@ func StatusCode(err error) int {
 // unchanged: an unconfirmed delivery can be processed again only by a copy
 // arriving after its lease has expired. A zero Verifier answers every
 // request 500.
+//
+// Under [Config.Transactional] next runs inside a transaction of the
+// replay store ([Lease.Begin]): its context carries the transaction
+// (pgstore.TxFrom(r.Context())), and what next writes to the response is
+// held in memory until the delivery's outcome is recorded. A status that
+// asks for a retry, or a panic, rolls the transaction back and releases
+// the lease, and the response is then sent as next wrote it. Any other
+// status commits next's writes in the transaction that confirms the
+// delivery ([Lease.Confirm]), and the response is sent only after the
+// commit succeeded. When it did not, next's response is discarded and
+// the sender gets 503 with a Retry-After of [Config.RetryAfter], so it
+// retries, and OnLeaseError sees the error: for a lease lost to another
+// attempt ([replay.ErrLeaseLost]) nothing of next's writes was kept; for
+// any other failure the commit's outcome is unknown and the lease is not
+// released, so the retry finds the delivery processed or, once the lease
+// ends, processes it. A failure to open the transaction is refused like a
+// store failure of Acquire (503, OnReject sees it), without calling next.
+// The writer next gets does not implement [http.Flusher] (nor the
+// methods of [http.ResponseController]), since nothing can be sent before
+// the commit; informational (1xx) statuses are dropped.
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuse := func(err error) {
@@ -133,6 +153,10 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 		}
 		ctx, cancel := context.WithDeadline(context.WithValue(r.Context(), deliveryKey{}, d), lease.Deadline())
 		defer cancel()
+		if p.transactional {
+			v.serveInWork(ctx, w, r, body, lease, next, refuse)
+			return
+		}
 		r2 := r.WithContext(ctx)
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 		r2.ContentLength = int64(len(body))
@@ -158,6 +182,105 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(sw, r2)
 	})
+}
+
+// serveInWork is the Middleware's path under [Config.Transactional], from
+// an acquired lease on: next runs in the lease's work, with ctx (the
+// delivery, the lease's deadline) under the transaction.
+func (v *Verifier) serveInWork(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, lease *Lease, next http.Handler, refuse func(error)) {
+	p := v.p
+	d := lease.Delivery()
+	// The outcome is recorded even when the client has gone: the sender's
+	// retry depends on it.
+	finish := context.WithoutCancel(r.Context())
+	report := func(err error) {
+		if err != nil && p.onLeaseError != nil {
+			p.onLeaseError(r, d, err)
+		}
+	}
+	ctx, err := lease.Begin(ctx)
+	if err != nil {
+		report(lease.Release(finish))
+		refuse(err)
+		return
+	}
+	r2 := r.WithContext(ctx)
+	r2.Body = io.NopCloser(bytes.NewReader(body))
+	r2.ContentLength = int64(len(body))
+	bw := &heldResponse{header: w.Header().Clone()}
+	if bw.header == nil {
+		bw.header = http.Header{}
+	}
+	func() {
+		defer func() {
+			if pv := recover(); pv != nil {
+				report(lease.Release(finish))
+				panic(pv)
+			}
+		}()
+		next.ServeHTTP(bw, r2)
+	}()
+	if retryStatus(bw.code()) {
+		report(lease.Release(finish))
+		bw.send(w)
+		return
+	}
+	if err := lease.Confirm(finish); err != nil {
+		report(err)
+		w.Header().Set("Retry-After", p.retryAfter)
+		code := http.StatusServiceUnavailable
+		http.Error(w, http.StatusText(code), code)
+		return
+	}
+	bw.send(w)
+}
+
+// heldResponse holds a handler's response until [heldResponse.send]. It
+// has no Flush and no Unwrap: nothing reaches the client before the
+// handler's work is committed.
+type heldResponse struct {
+	header http.Header
+	status int // the first final status; 0 until one is written
+	body   bytes.Buffer
+}
+
+func (w *heldResponse) Header() http.Header { return w.header }
+
+// WriteHeader keeps the first final status; informational ones are dropped.
+func (w *heldResponse) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+}
+
+func (w *heldResponse) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.body.Write(b)
+}
+
+// code is the status the response has or, when none was written, will
+// have.
+func (w *heldResponse) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// send writes the held response to rw: its header in place of rw's, its
+// status and its body.
+func (w *heldResponse) send(rw http.ResponseWriter) {
+	h := rw.Header()
+	clear(h)
+	for k, vs := range w.header {
+		h[k] = vs
+	}
+	rw.WriteHeader(w.code())
+	if w.body.Len() > 0 {
+		rw.Write(w.body.Bytes())
+	}
 }
 
 // retryAfterSeconds is d as a Retry-After value: whole seconds, rounded
