@@ -274,6 +274,46 @@ func (f *flakyStore) ReleaseLease(ctx context.Context, id, token string) error {
 	return f.MemoryStore.ReleaseLease(ctx, id, token)
 }
 
+// TestNewVerifierTransactionalNeedsATransactor: Transactional is refused
+// with ErrConfig, naming the field, unless the Replay store implements
+// replay.Transactor (the default private store does not), and on a Signer.
+func TestNewVerifierTransactionalNeedsATransactor(t *testing.T) {
+	base := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Transactional: true}
+	for _, tc := range []struct {
+		name  string
+		store replay.Store
+		ok    bool
+	}{
+		{"default store", nil, false},
+		{"MemoryStore", replay.NewMemoryStore(0), false},
+		{"Leaser without transactions", &flakyStore{MemoryStore: replay.NewMemoryStore(0)}, false},
+		{"Transactor", newTxStore(nil), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			if tc.store != nil {
+				cfg.Replay, cfg.Namespace = tc.store, "endpoint"
+			}
+			v, err := NewVerifier(cfg)
+			if tc.ok {
+				if err != nil || v == nil {
+					t.Fatalf("NewVerifier = %v, %v", v, err)
+				}
+				return
+			}
+			if v != nil || !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "Transactional") {
+				t.Fatalf("NewVerifier = %v, %v; want ErrConfig naming Transactional", v, err)
+			}
+		})
+	}
+	t.Run("Signer", func(t *testing.T) {
+		if s, err := NewSigner(Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Transactional: true}); s != nil ||
+			!errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "Transactional") {
+			t.Fatalf("NewSigner = %v, %v; want ErrConfig naming Transactional", s, err)
+		}
+	})
+}
+
 // foreignScheme satisfies Scheme by embedding it; the constructors refuse
 // it rather than call methods that are not the package's own (or nil).
 type foreignScheme struct{ Scheme }

@@ -1,11 +1,14 @@
 package webhook
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -13,8 +16,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ctoken/ctoken/internal/clocktest"
+	"github.com/ctoken/ctoken/replay"
 )
 
 func newVerifier(t testing.TB, cfg Config) *Verifier {
@@ -148,3 +153,153 @@ const (
 	slackSecret   = "8f742231b10e8888abcd99yyyzzz85a5"
 	shopifySecret = "hush-shopify-client-secret"
 )
+
+// txStore is a [replay.Transactor] over a MemoryStore, standing in for
+// pgstore in the tests of Lease.Begin and Config.Transactional. A work's
+// writes are kept aside and become rows only when its Commit has confirmed
+// the lease (MemoryStore.ConfirmLease, which refuses a lease that is no
+// longer the holder's with replay.ErrLeaseLost); a rollback or a lost lease
+// discards them, and once the work has ended its transaction refuses every
+// write. The fault fields make BeginWork, Commit or Rollback fail.
+type txStore struct {
+	*replay.MemoryStore
+
+	mu          sync.Mutex
+	beginErr    error // BeginWork fails with it
+	nilWork     bool  // BeginWork answers no work and no error (outside the contract)
+	commitErr   error // Commit returns it, an unknown outcome ...
+	commitKeeps bool  // ... after committing the work and the record (true) or before (false)
+	rollbackErr error // Rollback returns it (the writes are discarded all the same)
+	rows        map[string]int
+	refused     int // writes refused because their work had ended
+	begins      int
+	commits     int
+	rollbacks   int
+	releases    int
+}
+
+func newTxStore(now func() time.Time) *txStore {
+	return &txStore{MemoryStore: &replay.MemoryStore{Now: now}, rows: map[string]int{}}
+}
+
+var _ replay.Transactor = (*txStore)(nil)
+
+func (s *txStore) BeginWork(ctx context.Context, id, token string) (replay.Work, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.begins++
+	switch {
+	case s.beginErr != nil:
+		return nil, s.beginErr
+	case s.nilWork:
+		return nil, nil
+	}
+	return &txWork{s: s, id: id, token: token}, nil
+}
+
+func (s *txStore) ReleaseLease(ctx context.Context, id, token string) error {
+	s.mu.Lock()
+	s.releases++
+	s.mu.Unlock()
+	return s.MemoryStore.ReleaseLease(ctx, id, token)
+}
+
+// stats returns the committed rows (a copy) and the refused writes.
+func (s *txStore) stats() (rows map[string]int, refused int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.rows), s.refused
+}
+
+// counts returns how often BeginWork, Commit, Rollback and ReleaseLease
+// were called.
+func (s *txStore) counts() (begins, commits, rollbacks, releases int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.begins, s.commits, s.rollbacks, s.releases
+}
+
+// txWork is a work of a txStore.
+type txWork struct {
+	s         *txStore
+	id, token string
+
+	mu      sync.Mutex
+	ended   bool
+	outcome error
+	writes  []string
+}
+
+type txKey struct{}
+
+var (
+	errNoTx    = errors.New("no transaction in the context")
+	errTxEnded = errors.New("transaction has ended")
+)
+
+func (w *txWork) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, txKey{}, w)
+}
+
+func (w *txWork) Commit(ctx context.Context, until time.Time, fingerprint, result []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return w.outcome
+	}
+	w.ended = true
+	s := w.s
+	s.mu.Lock()
+	s.commits++
+	fault, keeps := s.commitErr, s.commitKeeps
+	s.mu.Unlock()
+	if fault != nil && !keeps {
+		w.outcome = fault
+		return fault
+	}
+	if err := s.MemoryStore.ConfirmLease(ctx, w.id, w.token, until); err != nil {
+		w.outcome = err
+		return err
+	}
+	s.mu.Lock()
+	for _, r := range w.writes {
+		s.rows[r]++
+	}
+	s.mu.Unlock()
+	w.outcome = fault
+	return fault
+}
+
+func (w *txWork) Rollback(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return w.outcome
+	}
+	w.ended = true
+	s := w.s
+	s.mu.Lock()
+	s.rollbacks++
+	w.outcome = s.rollbackErr
+	s.mu.Unlock()
+	return w.outcome
+}
+
+// txInsert writes row in the transaction ctx carries, as a handler writes
+// through pgstore.TxFrom.
+func txInsert(ctx context.Context, row string) error {
+	w, ok := ctx.Value(txKey{}).(*txWork)
+	if !ok {
+		return errNoTx
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		w.s.mu.Lock()
+		w.s.refused++
+		w.s.mu.Unlock()
+		return errTxEnded
+	}
+	w.writes = append(w.writes, row)
+	return nil
+}

@@ -3,12 +3,15 @@ package webhook
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
 
-	"net/http"
-
+	"github.com/ctoken/ctoken/observe"
+	"github.com/ctoken/ctoken/observe/observetest"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -309,6 +312,355 @@ func TestAcquireStoreFailureHasReasonAndWrapsStoreError(t *testing.T) {
 			}
 			if StatusCode(err) != http.StatusServiceUnavailable {
 				t.Fatalf("StatusCode = %d, want 503", StatusCode(err))
+			}
+		})
+	}
+}
+
+// txLease verifies a signed delivery id through v and acquires its lease.
+func txLease(t *testing.T, v *Verifier, s *Signer, id string) *Lease {
+	t.Helper()
+	d, err := v.Verify(signed(t, s, id, "{}"), []byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := v.Acquire(context.Background(), d)
+	if err != nil {
+		t.Fatalf("Acquire(%s) = %v", id, err)
+	}
+	return l
+}
+
+// TestLeaseBeginKeepsTheWorkExactlyWhenTheDeliveryIsRecorded drives a
+// lease with a begun work through each outcome on a store whose work
+// commits with the record: the work's write is kept exactly when the
+// delivery is recorded as processed, a write after the lease ended is
+// refused, the next copy finds the delivery as the outcome left it, and the
+// observer sees the outcome.
+func TestLeaseBeginKeepsTheWorkExactlyWhenTheDeliveryIsRecorded(t *testing.T) {
+	const lease = time.Second
+	tests := []struct {
+		name     string
+		fault    func(*txStore)
+		before   func(t *testing.T, clk *stepClock, v *Verifier, s *Signer) // between the write and the finish
+		finish   func(l *Lease, ctx context.Context) error
+		wantErr  []error // the finish's error matches all of them; none: nil
+		notErr   error   // ... and not this one
+		rows     map[string]int
+		releases int   // ReleaseLease calls
+		next     error // a copy's Acquire after the finish; nil: acquired
+		event    observe.Event
+	}{
+		{
+			name:   "confirm commits the work with the record",
+			finish: (*Lease).Confirm,
+			rows:   map[string]int{"evt-1": 1},
+			next:   ErrDuplicate,
+			event:  webhookEvent(observe.OutcomeProcessed, observe.ReasonNone, observe.KeyPrimary),
+		},
+		{
+			name:     "release rolls the work back and frees the delivery",
+			finish:   (*Lease).Release,
+			rows:     map[string]int{},
+			releases: 1,
+			event:    webhookEvent(observe.OutcomeVerified, observe.ReasonNone, observe.KeyPrimary),
+		},
+		{
+			name: "a lease lost to another attempt keeps nothing of the work",
+			before: func(t *testing.T, clk *stepClock, v *Verifier, s *Signer) {
+				clk.Advance(2 * lease) // this attempt outran its lease
+				other := txLease(t, v, s, "evt-1")
+				ctx, err := other.Begin(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := txInsert(ctx, "evt-1 by the other attempt"); err != nil {
+					t.Fatal(err)
+				}
+				if err := other.Confirm(ctx); err != nil {
+					t.Fatal(err)
+				}
+			},
+			finish:  (*Lease).Confirm,
+			wantErr: []error{ErrReplayStore, replay.ErrLeaseLost},
+			rows:    map[string]int{"evt-1 by the other attempt": 1},
+			next:    ErrDuplicate,
+			event:   webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookLeaseLost, observe.KeyPrimary),
+		},
+		{
+			name:    "an unknown outcome that committed: release does nothing",
+			fault:   func(s *txStore) { s.commitErr, s.commitKeeps = errStoreDown, true },
+			finish:  confirmThenRelease,
+			wantErr: []error{ErrReplayStore, errStoreDown},
+			notErr:  replay.ErrLeaseLost,
+			rows:    map[string]int{"evt-1": 1},
+			next:    ErrDuplicate,
+			event:   webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookStoreConfirm, observe.KeyPrimary),
+		},
+		{
+			name:    "an unknown outcome that did not commit: the lease stays until it ends",
+			fault:   func(s *txStore) { s.commitErr = errStoreDown },
+			finish:  confirmThenRelease,
+			wantErr: []error{ErrReplayStore, errStoreDown},
+			notErr:  replay.ErrLeaseLost,
+			rows:    map[string]int{},
+			next:    ErrInProgress,
+			event:   webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookStoreConfirm, observe.KeyPrimary),
+		},
+		{
+			name:     "a rollback that fails still releases the lease",
+			fault:    func(s *txStore) { s.rollbackErr = errStoreDown },
+			finish:   (*Lease).Release,
+			wantErr:  []error{ErrReplayStore, errStoreDown},
+			rows:     map[string]int{},
+			releases: 1,
+			event:    webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookStoreRelease, observe.KeyPrimary),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newStepClock()
+			store := newTxStore(clk.Now)
+			log := &observetest.Recorder{}
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint",
+				Lease: lease, Now: clk.Now, Observer: log}
+			v, s := newVerifier(t, cfg), newSigner(t, cfg)
+			l := txLease(t, v, s, "evt-1")
+			ctx, err := l.Begin(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := txInsert(ctx, "evt-1"); err != nil {
+				t.Fatal(err)
+			}
+			if tc.before != nil {
+				tc.before(t, clk, v, s)
+			}
+			if tc.fault != nil {
+				tc.fault(store)
+			}
+			log.Take()
+			err = tc.finish(l, ctx)
+			if len(tc.wantErr) == 0 && err != nil {
+				t.Fatalf("finish = %v, want nil", err)
+			}
+			for _, want := range tc.wantErr {
+				if !errors.Is(err, want) || Reason(err) == "" {
+					t.Fatalf("finish = %v, want it to match %v, with a reason", err, want)
+				}
+			}
+			if tc.notErr != nil && errors.Is(err, tc.notErr) {
+				t.Fatalf("finish = %v, must not match %v", err, tc.notErr)
+			}
+			events := log.Take()
+			if tc.event.Outcome == observe.OutcomeVerified {
+				if len(events) != 0 {
+					t.Errorf("events %+v, want none", events)
+				}
+			} else if len(events) != 1 {
+				t.Errorf("events %+v, want one", events)
+			} else if e, had := hadStore(events[0]); e != tc.event || !had {
+				t.Errorf("event %+v (store latency %v), want %+v with a store latency", events[0], had, tc.event)
+			}
+			if err := txInsert(ctx, "late"); !errors.Is(err, errTxEnded) {
+				t.Fatalf("a write after the lease ended = %v, want it refused", err)
+			}
+			store.mu.Lock()
+			store.commitErr, store.rollbackErr = nil, nil
+			store.mu.Unlock()
+			rows, refused := store.stats()
+			if !maps.Equal(rows, tc.rows) || refused != 1 {
+				t.Fatalf("rows %v (%d refused), want %v (1 refused)", rows, refused, tc.rows)
+			}
+			if _, _, _, releases := store.counts(); releases != tc.releases {
+				t.Fatalf("ReleaseLease called %d times, want %d", releases, tc.releases)
+			}
+			d, err := v.Verify(signed(t, s, "evt-1", "{}"), []byte("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.Acquire(context.Background(), d); !errors.Is(err, tc.next) || (tc.next == nil && err != nil) {
+				t.Fatalf("a copy's Acquire = %v, want %v", err, tc.next)
+			}
+		})
+	}
+}
+
+// confirmThenRelease is the deferred-Release pattern: Confirm, then
+// Release whatever Confirm returned.
+func confirmThenRelease(l *Lease, ctx context.Context) error {
+	err := l.Confirm(ctx)
+	if rerr := l.Release(ctx); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+// TestLeaseBeginRefusesMisuse: Begin on a store that is not a
+// replay.Transactor, on a lease not from Acquire, twice, or after the lease
+// ended; a Confirm after Release; a store that cannot open the
+// transaction. None of them leaves work committed.
+func TestLeaseBeginRefusesMisuse(t *testing.T) {
+	bg := context.Background()
+	tests := []struct {
+		name  string
+		store func(*txStore) replay.Store
+		fault func(*txStore)
+		use   func(t *testing.T, l *Lease) error
+		want  []error
+		rows  int
+	}{
+		{
+			name:  "store without transactions",
+			store: func(*txStore) replay.Store { return replay.NewMemoryStore(0) },
+			use: func(t *testing.T, l *Lease) error {
+				_, err := l.Begin(bg)
+				return err
+			},
+			want: []error{ErrConfig},
+		},
+		{
+			name: "lease not from Acquire",
+			use: func(t *testing.T, _ *Lease) error {
+				var nilLease *Lease
+				if _, err := nilLease.Begin(bg); !errors.Is(err, ErrMalformed) {
+					return fmt.Errorf("nil lease: %w", err)
+				}
+				_, err := (&Lease{}).Begin(bg)
+				return err
+			},
+			want: []error{ErrMalformed},
+		},
+		{
+			name: "begin twice",
+			use: func(t *testing.T, l *Lease) error {
+				ctx, err := l.Begin(bg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := txInsert(ctx, "first"); err != nil {
+					t.Fatal(err)
+				}
+				_, err = l.Begin(bg)
+				if cerr := l.Confirm(bg); cerr != nil { // the first work is intact
+					t.Fatal(cerr)
+				}
+				return err
+			},
+			want: []error{ErrConfig},
+			rows: 1,
+		},
+		{
+			name: "begin after release",
+			use: func(t *testing.T, l *Lease) error {
+				if err := l.Release(bg); err != nil {
+					t.Fatal(err)
+				}
+				_, err := l.Begin(bg)
+				return err
+			},
+			want: []error{ErrConfig},
+		},
+		{
+			name: "begin after confirm",
+			use: func(t *testing.T, l *Lease) error {
+				if err := l.Confirm(bg); err != nil {
+					t.Fatal(err)
+				}
+				_, err := l.Begin(bg)
+				return err
+			},
+			want: []error{ErrConfig},
+		},
+		{
+			name: "confirm after release",
+			use: func(t *testing.T, l *Lease) error {
+				ctx, err := l.Begin(bg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := txInsert(ctx, "released"); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Release(bg); err != nil {
+					t.Fatal(err)
+				}
+				return l.Confirm(bg)
+			},
+			want: []error{ErrConfig},
+		},
+		{
+			name:  "store cannot open the transaction",
+			fault: func(s *txStore) { s.beginErr = errStoreDown },
+			use: func(t *testing.T, l *Lease) error {
+				ctx, err := l.Begin(bg)
+				if ierr := txInsert(ctx, "no tx"); !errors.Is(ierr, errNoTx) {
+					t.Fatalf("after a failed Begin the context carries a transaction: %v", ierr)
+				}
+				return err
+			},
+			want: []error{ErrReplayStore, errStoreDown},
+		},
+		{
+			name:  "store answers no transaction and no error",
+			fault: func(s *txStore) { s.nilWork = true },
+			use: func(t *testing.T, l *Lease) error {
+				_, err := l.Begin(bg)
+				return err
+			},
+			want: []error{ErrReplayStore, errStoreAnswer},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			txs := newTxStore(nil)
+			var store replay.Store = txs
+			if tc.store != nil {
+				store = tc.store(txs)
+			}
+			if tc.fault != nil {
+				tc.fault(txs)
+			}
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint"}
+			l := txLease(t, newVerifier(t, cfg), newSigner(t, cfg), "evt-1")
+			err := tc.use(t, l)
+			for _, want := range tc.want {
+				if !errors.Is(err, want) || Reason(err) == "" {
+					t.Fatalf("got %v, want it to match %v, with a reason", err, want)
+				}
+			}
+			rows, _ := txs.stats()
+			if n := len(rows); n != tc.rows {
+				t.Fatalf("rows %v, want %d", rows, tc.rows)
+			}
+		})
+	}
+}
+
+// TestLeaseSecondConfirmOfAWorkReturnsTheFirstOutcome: the work is
+// committed once; a second Confirm neither commits again nor reports.
+func TestLeaseSecondConfirmOfAWorkReturnsTheFirstOutcome(t *testing.T) {
+	for _, fault := range []error{nil, errStoreDown} {
+		t.Run(fmt.Sprint(fault), func(t *testing.T) {
+			store := newTxStore(nil)
+			store.commitErr = fault
+			log := &observetest.Recorder{}
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Observer: log}
+			l := txLease(t, newVerifier(t, cfg), newSigner(t, cfg), "evt-1")
+			if _, err := l.Begin(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			first := l.Confirm(context.Background())
+			log.Take()
+			second := l.Confirm(context.Background())
+			if second != first || errors.Is(first, errStoreDown) != (fault != nil) {
+				t.Fatalf("Confirm = %v, then %v; want the first outcome twice", first, second)
+			}
+			if _, commits, _, _ := store.counts(); commits != 1 {
+				t.Fatalf("Commit called %d times, want 1", commits)
+			}
+			if got := log.Take(); len(got) != 0 {
+				t.Fatalf("the second Confirm reported %+v", got)
 			}
 		})
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -13,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/observe"
+	"github.com/ctoken/ctoken/observe/observetest"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -940,4 +944,424 @@ func TestMiddlewareSendsRetryAfterWithEvery503(t *testing.T) {
 			t.Errorf("zero Verifier: status %d, Retry-After %q", rec.Code, rec.Header().Get("Retry-After"))
 		}
 	})
+}
+
+// TestMiddlewareTransactionalCommitsTheHandlersWritesOnce drives
+// Config.Transactional through every outcome with signed deliveries: the
+// handler's write is kept exactly when the delivery is recorded, the
+// sender gets the handler's response only when its outcome was recorded
+// (a retryable 503 otherwise), each hook and the observer see what
+// happened, and the sender's retry finds the delivery as the outcome left
+// it.
+func TestMiddlewareTransactionalCommitsTheHandlersWritesOnce(t *testing.T) {
+	const lease = time.Second
+	type env = txEnv
+	tests := []struct {
+		name    string
+		fault   func(*txStore)
+		first   func(e *env, w http.ResponseWriter, r *http.Request) // the handler's first call; later ones answer 201
+		code    int                                                  // the sender gets
+		held    bool                                                 // ... the handler's response (header and body)
+		rows    int                                                  // kept after the first attempt
+		leaseE  error                                                // OnLeaseError sees it; nil: not called
+		notE    error                                                // ... and not this
+		reject  error                                                // OnReject sees it; nil: not called
+		release int                                                  // ReleaseLease calls
+		event   observe.Event                                        // the first attempt's last event
+		copy    int                                                  // a copy sent at once gets; 0: none sent
+		expire  bool                                                 // the lease runs out before the retry
+		retry   int                                                  // the retry gets
+		calls   int                                                  // handler calls in all
+	}{
+		{
+			name: "2xx commits the writes with the record", first: answer(http.StatusCreated),
+			code: http.StatusCreated, held: true, rows: 1,
+			event: webhookEvent(observe.OutcomeProcessed, observe.ReasonNone, observe.KeyPrimary),
+			retry: http.StatusOK, calls: 1,
+		},
+		{
+			name: "a decided 4xx commits too", first: answer(http.StatusUnprocessableEntity),
+			code: http.StatusUnprocessableEntity, held: true, rows: 1,
+			event: webhookEvent(observe.OutcomeProcessed, observe.ReasonNone, observe.KeyPrimary),
+			retry: http.StatusOK, calls: 1,
+		},
+		{
+			name: "5xx rolls back and releases", first: answer(http.StatusInternalServerError),
+			code: http.StatusInternalServerError, held: true, release: 1,
+			event: webhookEvent(observe.OutcomeVerified, observe.ReasonNone, observe.KeyPrimary),
+			retry: http.StatusCreated, calls: 2,
+		},
+		{
+			name: "429 rolls back and releases", first: answer(http.StatusTooManyRequests),
+			code: http.StatusTooManyRequests, held: true, release: 1,
+			event: webhookEvent(observe.OutcomeVerified, observe.ReasonNone, observe.KeyPrimary),
+			retry: http.StatusCreated, calls: 2,
+		},
+		{
+			name: "a panic rolls back and releases",
+			first: func(_ *env, w http.ResponseWriter, r *http.Request) {
+				answer(http.StatusCreated)(nil, w, r)
+				panic(http.ErrAbortHandler)
+			},
+			code: -1, release: 1,
+			event: webhookEvent(observe.OutcomeVerified, observe.ReasonNone, observe.KeyPrimary),
+			retry: http.StatusCreated, calls: 2,
+		},
+		{
+			name: "a handler that outlives its lease keeps nothing",
+			first: func(e *env, w http.ResponseWriter, r *http.Request) {
+				if err := txInsert(r.Context(), "first attempt"); err != nil {
+					panic(err)
+				}
+				e.clk.Advance(2 * lease) // the lease runs out; the sender's copy takes it and is processed
+				if rec := e.send(); rec.Code != http.StatusCreated {
+					panic(fmt.Sprintf("the copy got %d", rec.Code))
+				}
+				w.WriteHeader(http.StatusCreated)
+			},
+			code: http.StatusServiceUnavailable, rows: 1, leaseE: replay.ErrLeaseLost,
+			event: webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookLeaseLost, observe.KeyPrimary),
+			retry: http.StatusOK, calls: 2,
+		},
+		{
+			name:  "an unknown outcome that committed: 503, not released",
+			fault: func(s *txStore) { s.commitErr, s.commitKeeps = errStoreDown, true },
+			first: answer(http.StatusCreated),
+			code:  http.StatusServiceUnavailable, rows: 1, leaseE: errStoreDown, notE: replay.ErrLeaseLost,
+			event: webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookStoreConfirm, observe.KeyPrimary),
+			retry: http.StatusOK, calls: 1,
+		},
+		{
+			name:  "an unknown outcome that did not commit: 503, processed once the lease ends",
+			fault: func(s *txStore) { s.commitErr = errStoreDown },
+			first: answer(http.StatusCreated),
+			code:  http.StatusServiceUnavailable, leaseE: errStoreDown, notE: replay.ErrLeaseLost,
+			event: webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookStoreConfirm, observe.KeyPrimary),
+			copy:  http.StatusServiceUnavailable, expire: true,
+			retry: http.StatusCreated, calls: 2,
+		},
+		{
+			name:  "a transaction that cannot be opened: 503, handler not run",
+			fault: func(s *txStore) { s.beginErr = errStoreDown },
+			first: answer(http.StatusCreated),
+			code:  http.StatusServiceUnavailable, reject: errStoreDown, release: 1,
+			event: webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookStoreRecord, observe.KeyPrimary),
+			retry: http.StatusCreated, calls: 1,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &env{clk: newStepClock()}
+			e.store = newTxStore(e.clk.Now)
+			log := &observetest.Recorder{}
+			var leaseErrs, rejects []error
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: e.store, Namespace: "endpoint",
+				Lease: lease, Now: e.clk.Now, Transactional: true, Observer: log,
+				OnLeaseError: func(_ *http.Request, _ Delivery, err error) { leaseErrs = append(leaseErrs, err) },
+				OnReject:     func(_ *http.Request, err error) { rejects = append(rejects, err) },
+			}
+			v, s := newVerifier(t, cfg), newSigner(t, cfg)
+			var calls atomic.Int32
+			e.mw = v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					tc.first(e, w, r)
+					return
+				}
+				answer(http.StatusCreated)(e, w, r)
+			}))
+			e.send = func() *httptest.ResponseRecorder {
+				req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader("{}"))
+				if err := s.Sign(req.Header, "msg_1", []byte("{}")); err != nil {
+					t.Error(err)
+				}
+				rec := httptest.NewRecorder()
+				rec.Header().Set("X-Outer", "set before the middleware")
+				e.mw.ServeHTTP(rec, req)
+				return rec
+			}
+			if tc.fault != nil {
+				tc.fault(e.store)
+			}
+
+			var rec *httptest.ResponseRecorder
+			panicked := func() (p any) {
+				defer func() { p = recover() }()
+				rec = e.send()
+				return nil
+			}()
+			if tc.code == -1 {
+				if panicked != http.ErrAbortHandler {
+					t.Fatalf("the handler's panic came out as %v", panicked)
+				}
+			} else {
+				if panicked != nil {
+					t.Fatal(panicked)
+				}
+				if rec.Code != tc.code {
+					t.Fatalf("status %d, want %d", rec.Code, tc.code)
+				}
+				got := rec.Header().Get("X-Order") != "" && rec.Body.String() == "done"
+				if got != tc.held || rec.Header().Get("X-Outer") == "" {
+					t.Fatalf("header %v, body %q: the handler's response sent: %v, want %v (and the outer header kept)", rec.Header(), rec.Body, got, tc.held)
+				}
+				if rec.Code == http.StatusServiceUnavailable && rec.Header().Get("Retry-After") != "10" {
+					t.Fatalf("503 with Retry-After %q, want the default 10", rec.Header().Get("Retry-After"))
+				}
+			}
+			wantHook(t, "OnLeaseError", leaseErrs, tc.leaseE, tc.notE)
+			wantHook(t, "OnReject", rejects, tc.reject, nil)
+			if got := log.Take(); len(got) == 0 {
+				t.Errorf("no event, want the last %+v", tc.event)
+			} else if last, _ := hadStore(got[len(got)-1]); last != tc.event {
+				t.Errorf("events %+v, want the last %+v", got, tc.event)
+			}
+			rows, _ := e.store.stats()
+			if n := rows["msg_1"] + rows["first attempt"]; n != tc.rows || len(rows) > 1 {
+				t.Fatalf("rows %v after the first attempt, want %d", rows, tc.rows)
+			}
+			if _, _, _, releases := e.store.counts(); releases != tc.release {
+				t.Fatalf("ReleaseLease called %d times, want %d", releases, tc.release)
+			}
+
+			e.store.mu.Lock()
+			e.store.beginErr, e.store.commitErr = nil, nil
+			e.store.mu.Unlock()
+			if tc.copy != 0 {
+				if rec := e.send(); rec.Code != tc.copy {
+					t.Fatalf("a copy at once: status %d, want %d", rec.Code, tc.copy)
+				}
+			}
+			if tc.expire {
+				e.clk.Advance(2 * lease)
+			}
+			if rec := e.send(); rec.Code != tc.retry {
+				t.Fatalf("the retry: status %d, want %d", rec.Code, tc.retry)
+			}
+			if n := calls.Load(); int(n) != tc.calls {
+				t.Fatalf("handler called %d times, want %d", n, tc.calls)
+			}
+			rows, _ = e.store.stats()
+			if n := rows["msg_1"] + rows["first attempt"]; n != 1 {
+				t.Fatalf("rows %v at the end, want exactly one write for the delivery", rows)
+			}
+		})
+	}
+}
+
+// txEnv is a transactional middleware under test, its store and clock,
+// and a sender of one signed delivery to it.
+type txEnv struct {
+	clk   *stepClock
+	store *txStore
+	mw    http.Handler
+	send  func() *httptest.ResponseRecorder
+}
+
+// answer is a handler that writes the delivery's row in its transaction,
+// then answers status with a header and a body.
+func answer(status int) func(*txEnv, http.ResponseWriter, *http.Request) {
+	return func(_ *txEnv, w http.ResponseWriter, r *http.Request) {
+		d, _ := DeliveryFrom(r.Context())
+		if err := txInsert(r.Context(), d.ID); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("X-Order", "1")
+		w.WriteHeader(status)
+		io.WriteString(w, "done")
+	}
+}
+
+// wantHook fails t unless a hook saw exactly one error matching want (and
+// not notE), or none when want is nil.
+func wantHook(t *testing.T, hook string, got []error, want, notE error) {
+	t.Helper()
+	switch {
+	case want == nil && len(got) != 0:
+		t.Fatalf("%s saw %v, want nothing", hook, got)
+	case want == nil:
+	case len(got) != 1 || !errors.Is(got[0], want) || (notE != nil && errors.Is(got[0], notE)):
+		t.Fatalf("%s saw %v, want one error matching %v", hook, got, want)
+	}
+}
+
+// commitWatcher is a ResponseWriter that records how many commits the
+// store had made when the status was sent.
+type commitWatcher struct {
+	*httptest.ResponseRecorder
+	store         *txStore
+	commitsAtSend int
+}
+
+func (w *commitWatcher) WriteHeader(code int) {
+	_, w.commitsAtSend, _, _ = w.store.counts()
+	w.ResponseRecorder.WriteHeader(code)
+}
+
+// TestMiddlewareTransactionalHoldsTheResponseUntilTheCommit: under
+// Transactional nothing reaches the sender before the commit: the writer
+// the handler gets cannot flush, informational statuses are dropped, and
+// the status goes out after the store committed.
+func TestMiddlewareTransactionalHoldsTheResponseUntilTheCommit(t *testing.T) {
+	store := newTxStore(nil)
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Transactional: true}
+	v, s := newVerifier(t, cfg), newSigner(t, cfg)
+	var checks []string
+	mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := w.(http.Flusher); ok {
+			checks = append(checks, "the writer is an http.Flusher")
+		}
+		if err := http.NewResponseController(w).Flush(); !errors.Is(err, http.ErrNotSupported) {
+			checks = append(checks, fmt.Sprintf("ResponseController.Flush = %v, want ErrNotSupported", err))
+		}
+		if err := txInsert(r.Context(), "row"); err != nil {
+			checks = append(checks, err.Error())
+		}
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusAccepted)
+		w.WriteHeader(http.StatusInternalServerError) // stray: changes nothing
+		io.WriteString(w, "queued")
+	}))
+	req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader("{}"))
+	if err := s.Sign(req.Header, "msg_1", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	w := &commitWatcher{ResponseRecorder: httptest.NewRecorder(), store: store}
+	mw.ServeHTTP(w, req)
+	if len(checks) != 0 {
+		t.Fatal(checks)
+	}
+	if w.Code != http.StatusAccepted || w.Body.String() != "queued" || w.commitsAtSend != 1 {
+		t.Fatalf("status %d, body %q, sent after %d commits; want 202, queued, after 1", w.Code, w.Body, w.commitsAtSend)
+	}
+	if rows, _ := store.stats(); rows["row"] != 1 {
+		t.Fatalf("rows %v", rows)
+	}
+}
+
+// TestMiddlewareTransactionalDropsWritesOfAHandlerThatOutlivesATimeout is
+// the http.TimeoutHandler composition: the wrapper answers 503
+// while the handler runs on, the middleware rolls the work back and
+// releases the delivery, and the handler's late write is refused instead
+// of committed beside the retry's.
+func TestMiddlewareTransactionalDropsWritesOfAHandlerThatOutlivesATimeout(t *testing.T) {
+	store := newTxStore(nil)
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Transactional: true}
+	v, s := newVerifier(t, cfg), newSigner(t, cfg)
+	late := make(chan struct{})
+	lateErr := make(chan error, 1)
+	var calls atomic.Int32
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			<-r.Context().Done() // TimeoutHandler gave up on it
+			<-late               // ... and the middleware has answered
+			lateErr <- txInsert(r.Context(), "charge")
+			return
+		}
+		if err := txInsert(r.Context(), "charge"); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mw := v.Middleware(http.TimeoutHandler(inner, 20*time.Millisecond, "timed out"))
+	if code := sendSigned(t, mw, s, "msg_1", []byte("{}")); code != http.StatusServiceUnavailable {
+		t.Fatalf("first attempt: status %d, want TimeoutHandler's 503", code)
+	}
+	close(late)
+	if err := <-lateErr; !errors.Is(err, errTxEnded) {
+		t.Fatalf("the late write = %v, want it refused", err)
+	}
+	if code := sendSigned(t, mw, s, "msg_1", []byte("{}")); code != http.StatusNoContent {
+		t.Fatalf("the retry: status %d, want 204", code)
+	}
+	if code := sendSigned(t, mw, s, "msg_1", []byte("{}")); code != http.StatusOK {
+		t.Fatalf("a later copy: status %d, want 200", code)
+	}
+	if rows, refused := store.stats(); rows["charge"] != 1 || refused != 1 {
+		t.Fatalf("rows %v, %d writes refused; want one charge, the late write refused", rows, refused)
+	}
+}
+
+// TestMiddlewareTransactionalConcurrentCopiesCommitOncePerDelivery sends
+// each of several deliveries as concurrent copies, each retried until it
+// is acknowledged, with a handler whose first attempt at each delivery
+// outlives its lease (on the real clock): every delivery's write is kept
+// exactly once.
+func TestMiddlewareTransactionalConcurrentCopiesCommitOncePerDelivery(t *testing.T) {
+	const (
+		deliveries = 8
+		copies     = 4
+		lease      = 40 * time.Millisecond
+	)
+	store := newTxStore(nil)
+	var slow sync.Map // delivery ID → its first attempt has started
+	var lost atomic.Int32
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint",
+		Lease: lease, Transactional: true,
+		OnLeaseError: func(_ *http.Request, _ Delivery, err error) {
+			if errors.Is(err, replay.ErrLeaseLost) {
+				lost.Add(1)
+			}
+		}}
+	v, s := newVerifier(t, cfg), newSigner(t, cfg)
+	mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := DeliveryFrom(r.Context())
+		if err := txInsert(r.Context(), d.ID); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if _, seen := slow.LoadOrStore(d.ID, true); !seen {
+			time.Sleep(2 * lease) // ignores its context: outlives the lease
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	var wg sync.WaitGroup
+	errs := make(chan error, deliveries*copies)
+	for i := range deliveries {
+		id := fmt.Sprintf("msg_%d", i)
+		for range copies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for attempt := 0; ; attempt++ {
+					req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader("{}"))
+					if err := s.Sign(req.Header, id, []byte("{}")); err != nil {
+						errs <- err
+						return
+					}
+					rec := httptest.NewRecorder()
+					mw.ServeHTTP(rec, req)
+					switch {
+					case rec.Code == http.StatusOK || rec.Code == http.StatusCreated:
+						return
+					case rec.Code != http.StatusServiceUnavailable:
+						errs <- fmt.Errorf("%s: status %d", id, rec.Code)
+						return
+					case attempt == 200:
+						errs <- fmt.Errorf("%s: still 503 after %d attempts", id, attempt)
+						return
+					}
+					time.Sleep(lease / 4)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	rows, _ := store.stats()
+	for i := range deliveries {
+		if id := fmt.Sprintf("msg_%d", i); rows[id] != 1 {
+			t.Errorf("%s: %d rows kept, want 1", id, rows[id])
+		}
+	}
+	if len(rows) != deliveries {
+		t.Errorf("rows %v, want one per delivery", rows)
+	}
+	if lost.Load() == 0 {
+		t.Error("no attempt lost its lease: the test did not exercise a handler outliving its lease")
+	}
 }
