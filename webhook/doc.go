@@ -35,6 +35,19 @@
 // by itself: the delivery is then processed by the next copy, never
 // acknowledged unprocessed.
 //
+// What "once" covers depends on the store. With [replay.MemoryStore] or
+// Redis (the redisstore module) it is at most once per lease: the lease
+// fences the store's record, not the handler's own writes, so a handler
+// that outlives its lease (or dies after its effect) can see its effect
+// repeated by the next copy. With a store that implements
+// [replay.Transactor] (the pgstore module) and [Config.Transactional] (or
+// [Lease.Begin] outside the middleware), the handler's writes in the
+// transaction it finds in its context commit exactly once, in the same
+// transaction as the delivery's record: a handler that outlived its lease,
+// a process killed before the commit, a lost commit reply — in each case
+// the writes are kept exactly when the delivery is recorded as processed,
+// and a 2xx is sent only after that commit.
+//
 // The package does not import the ctoken root package: a program that only
 // receives webhooks links neither the CBOR library nor the token code.
 //
