@@ -156,15 +156,18 @@ const (
 
 // txStore is a [replay.Transactor] over a MemoryStore, standing in for
 // pgstore in the tests of Lease.Begin and Config.Transactional. A work's
-// writes are kept aside and become rows only when its Commit has confirmed
-// the lease (MemoryStore.ConfirmLease, which refuses a lease that is no
-// longer the holder's with replay.ErrLeaseLost); a rollback or a lost lease
-// discards them, and once the work has ended its transaction refuses every
-// write. The fault fields make BeginWork, Commit or Rollback fail.
+// writes are kept aside and become rows only when its Commit has found
+// the lease still live by the store's clock and confirmed it
+// (MemoryStore.ConfirmLease, which refuses a lease that is no longer the
+// holder's with replay.ErrLeaseLost); a rollback or a lost lease discards
+// them, and once the work has ended its transaction refuses every write.
+// The fault fields make BeginWork, Commit or Rollback fail.
 type txStore struct {
 	*replay.MemoryStore
+	now func() time.Time
 
 	mu          sync.Mutex
+	expires     map[string]time.Time // each lease token's end, by the store's clock
 	beginErr    error // BeginWork fails with it
 	nilWork     bool  // BeginWork answers no work and no error (outside the contract)
 	commitErr   error // Commit returns it, an unknown outcome ...
@@ -179,7 +182,22 @@ type txStore struct {
 }
 
 func newTxStore(now func() time.Time) *txStore {
-	return &txStore{MemoryStore: &replay.MemoryStore{Now: now}, rows: map[string]int{}}
+	s := &txStore{MemoryStore: &replay.MemoryStore{Now: now}, now: now, rows: map[string]int{}, expires: map[string]time.Time{}}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	return s
+}
+
+func (s *txStore) AcquireLease(ctx context.Context, id string, lease time.Duration) (replay.Lease, error) {
+	start := s.now()
+	l, err := s.MemoryStore.AcquireLease(ctx, id, lease)
+	if err == nil && l.State == replay.LeaseAcquired {
+		s.mu.Lock()
+		s.expires[l.Token] = start.Add(lease)
+		s.mu.Unlock()
+	}
+	return l, err
 }
 
 var _ replay.Transactor = (*txStore)(nil)
@@ -252,10 +270,15 @@ func (w *txWork) Commit(ctx context.Context, until time.Time, fingerprint, resul
 	s.mu.Lock()
 	s.commits++
 	fault, keeps := s.commitErr, s.commitKeeps
+	live := s.now().Before(s.expires[w.token])
 	s.mu.Unlock()
 	if fault != nil && !keeps {
 		w.outcome = fault
 		return fault
+	}
+	if !live {
+		w.outcome = replay.ErrLeaseLost
+		return w.outcome
 	}
 	if err := s.MemoryStore.ConfirmLease(ctx, w.id, w.token, until); err != nil {
 		w.outcome = err

@@ -388,6 +388,14 @@ func TestLeaseBeginKeepsTheWorkExactlyWhenTheDeliveryIsRecorded(t *testing.T) {
 			event:   webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookLeaseLost, observe.KeyPrimary),
 		},
 		{
+			name:    "a lease that ran out keeps nothing of the work, taken or not",
+			before:  func(t *testing.T, clk *stepClock, v *Verifier, s *Signer) { clk.Advance(2 * lease) },
+			finish:  (*Lease).Confirm,
+			wantErr: []error{ErrReplayStore, replay.ErrLeaseLost},
+			rows:    map[string]int{},
+			event:   webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookLeaseLost, observe.KeyPrimary),
+		},
+		{
 			name:    "an unknown outcome that committed: release does nothing",
 			fault:   func(s *txStore) { s.commitErr, s.commitKeeps = errStoreDown, true },
 			finish:  confirmThenRelease,

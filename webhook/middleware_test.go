@@ -1024,6 +1024,19 @@ func TestMiddlewareTransactionalCommitsTheHandlersWritesOnce(t *testing.T) {
 			retry: http.StatusOK, calls: 2,
 		},
 		{
+			name: "a handler that outlives its lease with no copy arriving keeps nothing",
+			first: func(e *env, w http.ResponseWriter, r *http.Request) {
+				if err := txInsert(r.Context(), "first attempt"); err != nil {
+					panic(err)
+				}
+				e.clk.Advance(2 * lease)
+				w.WriteHeader(http.StatusCreated)
+			},
+			code: http.StatusServiceUnavailable, leaseE: replay.ErrLeaseLost,
+			event: webhookEvent(observe.OutcomeStoreFailure, observe.ReasonWebhookLeaseLost, observe.KeyPrimary),
+			retry: http.StatusCreated, calls: 2,
+		},
+		{
 			name:  "an unknown outcome that committed: 503, not released",
 			fault: func(s *txStore) { s.commitErr, s.commitKeeps = errStoreDown, true },
 			first: answer(http.StatusCreated),
