@@ -230,8 +230,10 @@ func (l *Lease) Begin(ctx context.Context) (context.Context, error) {
 //
 // After [Lease.Begin], Confirm commits the work's writes with the record,
 // once, without retrying: nil means both were committed. An error matching
-// [replay.ErrLeaseLost] means neither was (the transaction was rolled
-// back; another attempt took, or will take, the delivery). Any other
+// [replay.ErrLeaseLost] means neither was: the lease had run out, whether
+// or not another attempt took the delivery since, and the transaction was
+// rolled back (unlike a Confirm without a work, which still succeeds
+// late while no other attempt holds the delivery). Any other
 // store error leaves the outcome unknown — the commit may have happened:
 // do not report the work as done, and let the sender retry, which finds
 // the delivery either processed or, once the lease ends, free; Release
