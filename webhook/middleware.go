@@ -79,8 +79,9 @@ func StatusCode(err error) int {
 // delivery ([Lease.Confirm]), and the response is sent only after the
 // commit succeeded. When it did not, next's response is discarded and
 // the sender gets 503 with a Retry-After of [Config.RetryAfter], so it
-// retries, and OnLeaseError sees the error: for a lease lost to another
-// attempt ([replay.ErrLeaseLost]) nothing of next's writes was kept; for
+// retries, and OnLeaseError sees the error: for a lease that ran out
+// before the commit, whether or not another attempt took the delivery
+// ([replay.ErrLeaseLost]), nothing of next's writes was kept; for
 // any other failure the commit's outcome is unknown and the lease is not
 // released, so the retry finds the delivery processed or, once the lease
 // ends, processes it. A failure to open the transaction is refused like a
