@@ -168,11 +168,11 @@ type txStore struct {
 
 	mu          sync.Mutex
 	expires     map[string]time.Time // each lease token's end, by the store's clock
-	beginErr    error // BeginWork fails with it
-	nilWork     bool  // BeginWork answers no work and no error (outside the contract)
-	commitErr   error // Commit returns it, an unknown outcome ...
-	commitKeeps bool  // ... after committing the work and the record (true) or before (false)
-	rollbackErr error // Rollback returns it (the writes are discarded all the same)
+	beginErr    error                // BeginWork fails with it
+	nilWork     bool                 // BeginWork answers no work and no error (outside the contract)
+	commitErr   error                // Commit returns it, an unknown outcome ...
+	commitKeeps bool                 // ... after committing the work and the record (true) or before (false)
+	rollbackErr error                // Rollback returns it (the writes are discarded all the same)
 	rows        map[string]int
 	refused     int // writes refused because their work had ended
 	begins      int
