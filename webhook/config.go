@@ -165,7 +165,8 @@ type Config struct {
 	OnLeaseError func(r *http.Request, d Delivery, err error)
 	// Observer, if set, is told of every outcome as an [observe.Event] of
 	// kind [observe.KindWebhook] (see [Verifier.Verify], [Verifier.Acquire],
-	// [Lease.Confirm], [Lease.Release] and [Signer.Sign] for which): the
+	// [Lease.Begin], [Lease.Confirm], [Lease.Release] and [Signer.Sign] for
+	// which): the
 	// same observer type the root package's configs take, so one metrics or
 	// log adapter serves both. It is called synchronously, once per
 	// operation, and must not block. Nil costs nothing.
