@@ -45,7 +45,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		return &replay.MemoryStore{Max: n + 16, MaxRecordBytes: max(replay.DefaultMaxRecordBytes, (n+16)*512)}
 	}
 	newMW := func(b *testing.B, store replay.Recorder) http.Handler {
-		mw, err := New(Config{Store: store, Caller: func(*http.Request) (string, error) { return "alice", nil },
+		mw, err := New(Config{Store: store, Keys: testKeys, Caller: func(*http.Request) (string, error) { return "alice", nil },
 			Route: func(*http.Request) string { return "POST /payments" }})
 		if err != nil {
 			b.Fatal(err)

@@ -171,6 +171,20 @@ type Config struct {
 	// the status, a fixed reason and the store's error: never a key, a
 	// caller or a body.
 	Logger *slog.Logger
+
+	// Sealing of stored responses (issue 45).
+
+	// Keys seal every stored response, and is required: the store holds
+	// each response encrypted and authenticated (XAES-256-GCM under a
+	// subkey of the primary key, bound to the record's store ID and
+	// request fingerprint; see the package documentation), never in clear.
+	// A record that does not open — edited in the store, moved to another
+	// key or request, or sealed under a key no longer in the ring — is
+	// answered 500 ([ErrRecord]) and never replayed. Rotate as for tokens:
+	// a new primary first, the previous keys after it until
+	// [Config.Window] has passed. Nil, or a ring not made by
+	// [ctoken.NewKeyring] or [ctoken.ParseKeyring], is refused by [New].
+	Keys *ctoken.Keyring
 }
 
 // params is a validated Config.
@@ -193,6 +207,8 @@ type params struct {
 	obs         observe.Observer
 	log         *slog.Logger
 	problems    problems
+
+	seal sealer // the record subkeys of Config.Keys
 }
 
 func configError(why string) error { return reason.New(ErrConfig, why) }
@@ -217,6 +233,10 @@ func newParams(cfg Config) (*params, error) {
 	}
 	if cfg.Caller == nil {
 		return nil, configError("idempotency: Caller is nil")
+	}
+	var ok bool
+	if p.seal, ok = newSealer(cfg.Keys); !ok {
+		return nil, configError("idempotency: Keys is nil or an empty keyring (stored responses are sealed with it)")
 	}
 	p.header = DefaultHeader
 	if cfg.Header != "" {

@@ -95,7 +95,7 @@ func TestMiddlewareRunsOnceAndReplays(t *testing.T) {
 	})
 	t.Run("default route is the ServeMux pattern", func(t *testing.T) {
 		store := newStore()
-		mw, err := New(Config{Store: store, Caller: func(*http.Request) (string, error) { return "alice", nil }})
+		mw, err := New(Config{Store: store, Keys: testKeys, Caller: func(*http.Request) (string, error) { return "alice", nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -780,7 +780,7 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		}
 	})
 	t.Run("a store failure with no Logger does not panic", func(t *testing.T) {
-		mw, err := New(Config{Store: &faultStore{Recorder: newStore(), acquireErr: errInjected}, Caller: func(*http.Request) (string, error) { return "a", nil }})
+		mw, err := New(Config{Store: &faultStore{Recorder: newStore(), acquireErr: errInjected}, Keys: testKeys, Caller: func(*http.Request) (string, error) { return "a", nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -821,7 +821,7 @@ func TestZeroMiddlewareAnswers500(t *testing.T) {
 		"zero Middleware": (&Middleware{}).Wrap(http.NotFoundHandler()),
 		"nil Middleware":  (*Middleware)(nil).Wrap(http.NotFoundHandler()),
 		"nil handler": func() http.Handler {
-			mw, _ := New(Config{Store: newStore(), Caller: func(*http.Request) (string, error) { return "a", nil }})
+			mw, _ := New(Config{Store: newStore(), Keys: testKeys, Caller: func(*http.Request) (string, error) { return "a", nil }})
 			return mw.Wrap(nil)
 		}(),
 	} {
