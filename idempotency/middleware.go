@@ -94,7 +94,7 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		route = p.route(r)
 	}
 	a := &attempt{p: p, r: r, route: route, id: StoreID(caller, route, key)}
-	fp := Fingerprint(r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("Content-Type"), body)
+	fp := Fingerprint(r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header, body)
 	a.start = time.Now()
 	rec, err := p.store.AcquireRecord(r.Context(), a.id, p.lease, fp)
 	a.acquired = max(time.Since(a.start), 1) // a store was called: never 0

@@ -1,6 +1,8 @@
 package idempotency
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -374,6 +376,20 @@ func TestMiddlewareRefusesADifferentRequestWithTheSameKey(t *testing.T) {
 		{"same bytes under another content type", func() *http.Request {
 			r := req(http.MethodPost, "/payments", "alice", key1, `{"amount":100}`)
 			r.Header.Set("Content-Type", "text/plain")
+			return r
+		}()},
+		{"the body gzip-encoded", func() *http.Request {
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			io.WriteString(zw, `{"amount":100}`)
+			zw.Close()
+			r := req(http.MethodPost, "/payments", "alice", key1, gz.String())
+			r.Header.Set("Content-Encoding", "gzip")
+			return r
+		}()},
+		{"the same bytes labelled gzip", func() *http.Request {
+			r := req(http.MethodPost, "/payments", "alice", key1, `{"amount":100}`)
+			r.Header.Set("Content-Encoding", "gzip")
 			return r
 		}()},
 	} {
@@ -880,7 +896,7 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		store := newStore()
 		f := newFixture(t, Config{Store: store}, nil)
 		id := StoreID("alice", "POST /payments", strings.Trim(key1, `"`))
-		fp := Fingerprint(http.MethodPost, "/payments", "", "application/json", []byte(`{}`))
+		fp := Fingerprint(http.MethodPost, "/payments", "", http.Header{"Content-Type": {"application/json"}}, []byte(`{}`))
 		rec, _ := store.AcquireRecord(context.Background(), id, time.Minute, fp)
 		if err := store.ConfirmRecord(context.Background(), id, rec.Token, time.Now().Add(time.Hour), fp, []byte{0xa0}); err != nil {
 			t.Fatal(err)
