@@ -50,9 +50,10 @@ const (
 	// MaxRequestBytesLimit is the largest [Config.MaxRequestBytes]: 1 GiB.
 	MaxRequestBytesLimit = 1 << 30
 	// MaxStoredResponseBytes is the largest [Config.MaxResponseBytes]: a
-	// stored response (status, headers and body) must fit in
+	// stored response (status, headers and body, sealed) must fit in
 	// [replay.MaxResultBytes], and the stored headers may take up to
-	// [MaxStoredHeaderBytes] of it.
+	// [MaxStoredHeaderBytes] of it; the rest of the margin holds the
+	// encoding and the 45 bytes sealing adds.
 	MaxStoredResponseBytes = replay.MaxResultBytes - 2*MaxStoredHeaderBytes
 	// MaxStoredHeaderBytes is the most header bytes (names and values) a
 	// stored response keeps; a response whose replayed headers exceed it

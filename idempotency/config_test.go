@@ -144,6 +144,12 @@ func TestNewResolvesDefaults(t *testing.T) {
 		if err != nil || len(b) > replay.MaxResultBytes {
 			t.Fatalf("%d bytes, err %v", len(b), err)
 		}
+		// Sealed, it grows by the header, nonce and tag, and still fits.
+		s, _ := newSealer(testKeys)
+		sealed, err := s.seal(StoreID("a", "r", "k"), make([]byte, FingerprintSize), Response{Status: 200, Header: hdr, Body: make([]byte, MaxStoredResponseBytes)})
+		if err != nil || len(sealed) != len(b)+sealOverhead || len(sealed) > replay.MaxResultBytes {
+			t.Fatalf("sealed: %d bytes (encoded %d), err %v", len(sealed), len(b), err)
+		}
 	})
 }
 
