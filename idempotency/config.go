@@ -143,7 +143,9 @@ type Config struct {
 	MaxResponseBytes int
 	// ReplayHeaders are the response headers stored and replayed; nil
 	// means [DefaultReplayHeaders], a non-nil empty slice none. The first
-	// response carries every header the handler set; a replay only these.
+	// response carries every header the handler set; a replay only these,
+	// whatever its record holds (a record made under another
+	// configuration replays only the headers named now).
 	// Headers of a session or of authentication (Set-Cookie,
 	// Clear-Site-Data, WWW-Authenticate, Proxy-Authenticate,
 	// Authentication-Info, Proxy-Authentication-Info), the hop-by-hop

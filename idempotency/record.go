@@ -19,9 +19,11 @@ const recordVersion = 1
 // maxStoredHeaders is the most header lines a stored response keeps.
 const maxStoredHeaders = 64
 
-// Response is a response as the store keeps it (the result of
-// [replay.Recorder.ConfirmRecord]), encoded by [EncodeResponse] as a CBOR
-// map in Core Deterministic Encoding with small integer keys:
+// Response is a response as the store keeps it: [EncodeResponse] encodes
+// it, and that encoding, sealed (see "Stored records" in the package
+// documentation), is the result given to [replay.Recorder.ConfirmRecord].
+// The encoding is a CBOR map in Core Deterministic Encoding with small
+// integer keys:
 //
 //	1: version (unsigned, 1)
 //	2: status (unsigned, 200 to 599)
