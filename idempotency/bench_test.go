@@ -160,7 +160,7 @@ func BenchmarkRecordSeal(b *testing.B) {
 			b.Fatal(err)
 		}
 		if !sealed {
-			mw.p.seal.aeads[0] = clearAEAD{}
+			mw.p.records.aeads[0] = clearAEAD{}
 		}
 		return mw.Wrap(handler)
 	}

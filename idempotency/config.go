@@ -211,7 +211,7 @@ type params struct {
 	log         *slog.Logger
 	problems    problems
 
-	seal sealer // the record subkeys of Config.Keys
+	records sealer // seals and opens stored responses with Config.Keys
 }
 
 func configError(why string) error { return reason.New(ErrConfig, why) }
@@ -238,7 +238,7 @@ func newParams(cfg Config) (*params, error) {
 		return nil, configError("idempotency: Caller is nil")
 	}
 	var ok bool
-	if p.seal, ok = newSealer(cfg.Keys); !ok {
+	if p.records, ok = newSealer(cfg.Keys); !ok {
 		return nil, configError("idempotency: Keys is nil or an empty keyring (stored responses are sealed with it)")
 	}
 	p.header = DefaultHeader

@@ -195,7 +195,7 @@ func (a *attempt) replay(w http.ResponseWriter, rec replay.Record, fp []byte) {
 		p.refuse(w, errMismatch, a.acquired, "")
 		return
 	}
-	resp, fault := p.seal.open(a.id, fp, rec.Result)
+	resp, fault := p.records.open(a.id, fp, rec.Result)
 	if fault != openOK {
 		a.log(slog.LevelError, fault.message(), http.StatusInternalServerError, errRecordCorrupt)
 		p.refuse(w, errRecordCorrupt, a.acquired, "")
@@ -290,7 +290,7 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 		b.send()
 		return
 	}
-	enc, err := p.seal.seal(a.id, a.fp, Response{Status: b.status, Header: storedHeader(w.Header(), p.replay), Body: b.buf.Bytes()})
+	enc, err := p.records.seal(a.id, a.fp, Response{Status: b.status, Header: storedHeader(w.Header(), p.replay), Body: b.buf.Bytes()})
 	if err != nil {
 		enc = a.tooLarge(b.status)
 	}
@@ -308,7 +308,7 @@ func (a *attempt) tooLarge(status int) []byte {
 // tooLargeMarker is the stored form of a response that was not stored:
 // a few bytes, sealed like every record, that replay as 500 [ErrRecord].
 func (a *attempt) tooLargeMarker(status int) []byte {
-	enc, err := a.p.seal.seal(a.id, a.fp, Response{Status: status, TooLarge: true})
+	enc, err := a.p.records.seal(a.id, a.fp, Response{Status: status, TooLarge: true})
 	if err != nil {
 		panic(fmt.Sprintf("idempotency: cannot encode a too-large marker for status %d", status)) // status is 200..599 here
 	}

@@ -64,7 +64,7 @@ func (m *Middleware) describe() string {
 	}
 	p := m.p
 	return fmt.Sprintf("idempotency.Middleware(store %s, %d keys, header %s, window %v, lease %v)",
-		storeType(p.store), len(p.seal.aeads), p.header, p.window, p.lease)
+		storeType(p.store), len(p.records.aeads), p.header, p.window, p.lease)
 }
 
 // Format prints the middleware's main settings under every verb: never a
