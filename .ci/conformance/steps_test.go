@@ -232,8 +232,8 @@ var steps = []stepDef{
 		if err != nil {
 			return err
 		}
-		if strconv.Itoa(r.Status) != m[1] {
-			return fmt.Errorf("recorded status %d, want %s", r.Status, m[1])
+		if strconv.Itoa(r.status) != m[1] {
+			return fmt.Errorf("recorded status %d, want %s", r.status, m[1])
 		}
 		return nil
 	}),
@@ -242,8 +242,8 @@ var steps = []stepDef{
 		if err != nil {
 			return err
 		}
-		if !bytes.Contains(r.Body, []byte(arg(m, 1))) {
-			return fmt.Errorf("recorded body %.300q does not contain %q", r.Body, arg(m, 1))
+		if !bytes.Contains(r.body, []byte(arg(m, 1))) {
+			return fmt.Errorf("recorded body %.300q does not contain %q", r.body, arg(m, 1))
 		}
 		return nil
 	}),

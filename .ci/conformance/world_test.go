@@ -84,6 +84,12 @@ func (s *spyStore) ids() []string {
 	return append([]string(nil), s.recorded...)
 }
 
+// sentRequest is a keyed request the handler answered.
+type sentRequest struct {
+	method, path, key string
+	body              []byte
+}
+
 // response is one answer the scenario got.
 type response struct {
 	status int
@@ -105,6 +111,10 @@ type world struct {
 	holding sync.WaitGroup
 	entered chan struct{} // one value per held request that reached the handler
 
+	// sent maps the store ID of each key to the first request with it
+	// that the handler answered, under mu.
+	sent map[string]sentRequest
+
 	// bareKeyRefused is set when a key that is an RFC 9110 token (what
 	// the bare-key change accepts) was answered 400: the symptom
 	// of the scenarios that wait on that change.
@@ -113,7 +123,10 @@ type world struct {
 
 func newWorld(ctx context.Context) *world {
 	spy := &spyStore{Recorder: &replay.MemoryStore{}}
-	return &world{ctx: ctx, spy: spy, store: spy, held: make(chan struct{}), entered: make(chan struct{}, 8)}
+	return &world{
+		ctx: ctx, spy: spy, store: spy, sent: map[string]sentRequest{},
+		held: make(chan struct{}), entered: make(chan struct{}, 8),
+	}
 }
 
 // start (re)starts the server over the world's store.
@@ -239,6 +252,16 @@ func (w *world) do(method, path string, body []byte, key *string, extra http.Hea
 	if key != nil && res.StatusCode == http.StatusBadRequest && isBareToken(*key, idempotency.DefaultMaxKeyBytes) {
 		w.bareKeyRefused.Store(true)
 	}
+	if key != nil && res.Header.Get("Content-Type") != "application/problem+json" && res.Header.Get(idempotency.ReplayedHeader) == "" {
+		// The handler's own answer: the request that made the key's
+		// record, if any was made.
+		id := idempotency.StoreID(caller, route, *key)
+		w.mu.Lock()
+		if _, ok := w.sent[id]; !ok {
+			w.sent[id] = sentRequest{method: method, path: path, key: *key, body: body}
+		}
+		w.mu.Unlock()
+	}
 	return &response{status: res.StatusCode, header: res.Header, body: b}, nil
 }
 
@@ -282,20 +305,31 @@ func (w *world) record(key string) (replay.Record, bool, error) {
 	return rec, true, err
 }
 
-// latest returns the response stored in the most recent record.
-func (w *world) latest() (idempotency.Response, error) {
+// latest returns the response stored in the most recent record, read the
+// only way ctoken reads one: a retry of the request that made it, which
+// must be answered from the store (Idempotent-Replayed: true) without
+// running the handler. The storage steps so hold whatever form the
+// store keeps records in.
+func (w *world) latest() (*response, error) {
 	ids := w.spy.ids()
 	if len(ids) == 0 {
-		return idempotency.Response{}, errors.New("no idempotency record was made")
+		return nil, errors.New("no idempotency record was made")
 	}
-	rec, err := w.spy.AcquireRecord(w.ctx, ids[len(ids)-1], time.Second, []byte{1})
+	w.mu.Lock()
+	req, ok := w.sent[ids[len(ids)-1]]
+	w.mu.Unlock()
+	if !ok {
+		return nil, errors.New("the latest record is of no request this scenario sent")
+	}
+	before := w.orderCount()
+	resp, err := w.do(req.method, req.path, req.body, &req.key, nil)
 	if err != nil {
-		return idempotency.Response{}, err
+		return nil, err
 	}
-	if rec.State != replay.LeaseDone {
-		return idempotency.Response{}, fmt.Errorf("the latest record is %v, not done", rec.State)
+	if resp.header.Get(idempotency.ReplayedHeader) != "true" || w.orderCount() != before {
+		return nil, fmt.Errorf("a retry of the recorded request was not answered from the record (status %d)", resp.status)
 	}
-	return idempotency.DecodeResponse(rec.Result)
+	return resp, nil
 }
 
 // isBareToken reports whether key is non-empty, unquoted, at most max
