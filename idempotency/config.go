@@ -50,9 +50,10 @@ const (
 	// MaxRequestBytesLimit is the largest [Config.MaxRequestBytes]: 1 GiB.
 	MaxRequestBytesLimit = 1 << 30
 	// MaxStoredResponseBytes is the largest [Config.MaxResponseBytes]: a
-	// stored response (status, headers and body) must fit in
+	// stored response (status, headers and body, sealed) must fit in
 	// [replay.MaxResultBytes], and the stored headers may take up to
-	// [MaxStoredHeaderBytes] of it.
+	// [MaxStoredHeaderBytes] of it; the rest of the margin holds the
+	// encoding and the 45 bytes sealing adds.
 	MaxStoredResponseBytes = replay.MaxResultBytes - 2*MaxStoredHeaderBytes
 	// MaxStoredHeaderBytes is the most header bytes (names and values) a
 	// stored response keeps; a response whose replayed headers exceed it
@@ -142,7 +143,9 @@ type Config struct {
 	MaxResponseBytes int
 	// ReplayHeaders are the response headers stored and replayed; nil
 	// means [DefaultReplayHeaders], a non-nil empty slice none. The first
-	// response carries every header the handler set; a replay only these.
+	// response carries every header the handler set; a replay only these,
+	// whatever its record holds (a record made under another
+	// configuration replays only the headers named now).
 	// Headers of a session or of authentication (Set-Cookie,
 	// Clear-Site-Data, WWW-Authenticate, Proxy-Authenticate,
 	// Authentication-Info, Proxy-Authentication-Info), the hop-by-hop
@@ -171,6 +174,20 @@ type Config struct {
 	// the status, a fixed reason and the store's error: never a key, a
 	// caller or a body.
 	Logger *slog.Logger
+
+	// Sealing of stored responses (issue 45).
+
+	// Keys seal every stored response, and is required: the store holds
+	// each response encrypted and authenticated (XAES-256-GCM under a
+	// subkey of the primary key, bound to the record's store ID and
+	// request fingerprint; see the package documentation), never in clear.
+	// A record that does not open — edited in the store, moved to another
+	// key or request, or sealed under a key no longer in the ring — is
+	// answered 500 ([ErrRecord]) and never replayed. Rotate as for tokens:
+	// a new primary first, the previous keys after it until
+	// [Config.Window] has passed. Nil, or a ring not made by
+	// [ctoken.NewKeyring] or [ctoken.ParseKeyring], is refused by [New].
+	Keys *ctoken.Keyring
 }
 
 // params is a validated Config.
@@ -193,6 +210,8 @@ type params struct {
 	obs         observe.Observer
 	log         *slog.Logger
 	problems    problems
+
+	records sealer // seals and opens stored responses with Config.Keys
 }
 
 func configError(why string) error { return reason.New(ErrConfig, why) }
@@ -217,6 +236,10 @@ func newParams(cfg Config) (*params, error) {
 	}
 	if cfg.Caller == nil {
 		return nil, configError("idempotency: Caller is nil")
+	}
+	var ok bool
+	if p.records, ok = newSealer(cfg.Keys); !ok {
+		return nil, configError("idempotency: Keys is nil or an empty keyring (stored responses are sealed with it)")
 	}
 	p.header = DefaultHeader
 	if cfg.Header != "" {

@@ -30,10 +30,20 @@
 //   - Two callers' keys, or one key on two routes, never meet: the store
 //     ID is a hash of all three ([StoreID]), so the store never holds the
 //     caller or the key in clear.
-//   - The same key with a different request — method, path, query or body
+//   - The same key with a different request — method, path, query, content
+//     coding, body, and for a body that is not JSON its media type
 //     ([Fingerprint]; for JSON bodies member order and white space do not
 //     count) — is refused with 422, whether the first request is still
 //     running or done.
+//   - The store holds no response in clear: every stored response is
+//     sealed with [Config.Keys] and bound to its store ID and request
+//     fingerprint (see "Stored records" below). A record edited in the
+//     store, moved to another key or request, or sealed under a key no
+//     longer in the ring is refused with 500, never replayed, and the
+//     handler is not run again.
+//   - A replay writes only the headers [Config.ReplayHeaders] names now,
+//     never a session, authentication or hop-by-hop header, whatever the
+//     record holds.
 //   - When the store cannot decide, the request is refused (503) and the
 //     handler does not run: it fails closed.
 //
@@ -54,8 +64,10 @@
 //	     ([ErrBodyTooLarge])
 //	422  the key was used with a different request ([ErrMismatch])
 //	500  the key is done but its response cannot be replayed: the store
-//	     holds none for it, it does not decode, or it was too large to
-//	     store ([ErrRecord]); the handler is not run again
+//	     holds none for it, it does not open (edited, moved, or sealed
+//	     under a key not in [Config.Keys]) or decode, or it was too large
+//	     to store ([ErrRecord], logged at Error); the handler is not run
+//	     again
 //	503  the store failed; Retry-After is [Config.RetryAfter] ([ErrStore]);
 //	     or the handler returned nothing after its deadline (key released)
 //
@@ -117,6 +129,33 @@
 // handler that works past its deadline may outlive its lease, and a retry
 // may then take the key and run beside it. Check the context before each
 // side effect and start none after the deadline.
+//
+// # Stored records
+//
+// What [replay.Recorder.ConfirmRecord] receives as the result is a sealed
+// record:
+//
+//	record = version (1 byte, 1) || key id (4 bytes) || nonce (24 bytes) || ciphertext || tag (16 bytes)
+//
+// the [EncodeResponse] form of the response (or of the too-large marker)
+// encrypted with XAES-256-GCM (C2SP) under the subkey
+// HKDF-SHA256(key, salt = 32 zero bytes, info = "ctoken.idempotency record
+// xaes-256-gcm key") of the primary key of [Config.Keys], with a random
+// nonce, and associated data
+//
+//	version || key id || len(store ID) (8 bytes, big-endian) || store ID || request fingerprint
+//
+// The key id is the one every ctoken token carries: the first 4 bytes of
+// HKDF-SHA256(key, salt = 32 zero bytes, info = "ctoken.key-id"). A replay
+// checks the record's length (45 bytes to [replay.MaxResultBytes]) before
+// anything else, then its version, opens it with the ring's key its key id
+// names (a previous key of the ring opens what it sealed: rotation), and
+// decodes the plaintext strictly ([DecodeResponse]). An unknown key id, a
+// changed byte anywhere, another store ID or fingerprint, or a cut record
+// is [ErrRecord]: 500, logged at Error with a fixed message, the handler
+// not run. Sealing adds 45 bytes to a record; [MaxStoredResponseBytes]
+// leaves room for them. idempotency/testdata/sealed.json holds known
+// answers (written by sealed.py from this description).
 //
 // # Observability
 //

@@ -27,7 +27,7 @@ func TestStatusCode(t *testing.T) {
 }
 
 func TestProblemBodies(t *testing.T) {
-	p, err := newParams(Config{Store: newStore(), Caller: func(*http.Request) (string, error) { return "a", nil }, Header: "X-Key", MaxKeyBytes: 40, MaxRequestBytes: 99})
+	p, err := newParams(Config{Store: newStore(), Keys: testKeys, Caller: func(*http.Request) (string, error) { return "a", nil }, Header: "X-Key", MaxKeyBytes: 40, MaxRequestBytes: 99})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -67,4 +68,40 @@ func FuzzParseKey(f *testing.F) {
 			t.Fatalf("requoted %q parses as %q, %v", quoted, again, err)
 		}
 	})
+}
+
+// FuzzSealedRecordOpen feeds arbitrary records, store IDs and fingerprints
+// to the opener of sealed records: it never panics, returns nothing of a
+// record it refuses (never partial data), and what it opens is a valid
+// response that seals and opens again to itself.
+func FuzzSealedRecordOpen(f *testing.F) {
+	v, keys := loadSealedVectors(f)
+	for _, c := range v.Sealed {
+		f.Add(unhexOr(c.SealedHex), c.StoreID, unhexOr(c.FingerprintHex))
+	}
+	for _, c := range v.Rejects {
+		f.Add(unhexOr(c.SealedHex), c.StoreID, unhexOr(c.FingerprintHex))
+	}
+	s := vectorSealer(f, v, keys)
+	f.Fuzz(func(t *testing.T, b []byte, id string, fp []byte) {
+		r, fault := s.open(id, fp, b)
+		if fault != openOK {
+			if !reflect.DeepEqual(r, Response{}) {
+				t.Fatalf("refused (fault %d) but returned %+v", fault, r)
+			}
+			return
+		}
+		again, err := s.seal(id, fp, r)
+		if err != nil {
+			t.Fatalf("opened %+v does not seal again: %v", r, err)
+		}
+		if r2, fault := s.open(id, fp, again); fault != openOK || !reflect.DeepEqual(r2, r) {
+			t.Fatalf("resealed record opens as %+v, fault %d", r2, fault)
+		}
+	})
+}
+
+func unhexOr(s string) []byte {
+	b, _ := hex.DecodeString(s)
+	return b
 }

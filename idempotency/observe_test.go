@@ -82,7 +82,7 @@ func TestLogsNeverHoldTheKeyTheCallerOrABody(t *testing.T) {
 }
 
 func TestNilObserverAndLoggerAreOptional(t *testing.T) {
-	mw, err := New(Config{Store: newStore(), Caller: func(*http.Request) (string, error) { return "a", nil }})
+	mw, err := New(Config{Store: newStore(), Keys: testKeys, Caller: func(*http.Request) (string, error) { return "a", nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
