@@ -46,7 +46,8 @@
 // transaction as the delivery's record: a handler that outlived its lease,
 // a process killed before the commit, a lost commit reply — in each case
 // the writes are kept exactly when the delivery is recorded as processed,
-// and a 2xx is sent only after that commit.
+// and a 2xx is sent only after that commit. Effects outside that database
+// stay at most once per lease.
 //
 // The package does not import the ctoken root package: a program that only
 // receives webhooks links neither the CBOR library nor the token code.
