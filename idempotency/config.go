@@ -171,6 +171,17 @@ type Config struct {
 	// the status, a fixed reason and the store's error: never a key, a
 	// caller or a body.
 	Logger *slog.Logger
+
+	// Transactional runs each covered handler in a transaction of the
+	// Store, a [replay.Transactor] (the pgstore module): the handler's
+	// writes through the transaction (pgstore.TxFrom(r.Context())), the
+	// fence check of its lease and the stored response commit together or
+	// not at all. The response is held whole, whatever its size, and sent
+	// only once the commit succeeded; a commit whose lease was lost, or
+	// whose outcome is unknown, is answered 503 instead. New refuses it
+	// with a Store that is not a [replay.Transactor]. See the package
+	// documentation.
+	Transactional bool
 }
 
 // params is a validated Config.
@@ -193,6 +204,8 @@ type params struct {
 	obs         observe.Observer
 	log         *slog.Logger
 	problems    problems
+
+	transactor replay.Transactor // Transactional: the Store; else nil
 }
 
 func configError(why string) error { return reason.New(ErrConfig, why) }
@@ -299,6 +312,13 @@ func newParams(cfg Config) (*params, error) {
 			seen[n] = true
 			p.replay = append(p.replay, n)
 		}
+	}
+	if cfg.Transactional {
+		t, ok := cfg.Store.(replay.Transactor)
+		if !ok {
+			return nil, configError("idempotency: Transactional is set but Store is not a replay.Transactor (the pgstore module)")
+		}
+		p.transactor = t
 	}
 	p.problems = newProblems(p)
 	return p, nil

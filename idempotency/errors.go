@@ -66,11 +66,28 @@ var (
 	errResponseTooBig = reason.New(ErrRecord, "first response was over MaxResponseBytes and not stored")
 	errReleasedRetry  = reason.New(errReleased, "handler asked for a retry (5xx, 408, 423, 425 or 429)")
 	errReleasedPanic  = reason.New(errReleased, "handler panicked")
-	errReleasedGone   = reason.New(errReleased, "client gone before the handler wrote a response")
 	errReleasedLate   = reason.New(errReleased, "handler returned without a response after its deadline")
 	errStoreAnswer    = errors.New("replay store answered outside the Recorder contract")
 	errGoneAcquire    = reason.New(errGone, "client gone before the key was leased")
 )
+
+// The run path's errors (issue 45): a handler Wrap refuses to run, and a
+// transaction of [Config.Transactional] the store could not begin or roll
+// back.
+var (
+	errTimeoutHandler = reason.New(errMisconfigured, "handler is an http.TimeoutHandler inside the middleware")
+)
+
+// errMisconfigured marks a request refused for the server's configuration.
+var errMisconfigured = errors.New("idempotency: misconfigured")
+
+func storeBeginError(cause error) error {
+	return reason.Wrap(ErrStore, "replay store could not begin the handler's transaction", cause)
+}
+
+func storeRollbackError(cause error) error {
+	return reason.Wrap(ErrStore, "replay store could not roll back the handler's transaction", cause)
+}
 
 // errGone marks a request whose client went away before the key was
 // leased: neither a refusal of the request nor a store failure.
@@ -122,6 +139,7 @@ func StatusCode(err error) int {
 type problems struct {
 	keyMissing, keyInvalid, noCaller, bodyTooLarge, bodyUnreadable,
 	inProgress, mismatch, store, record, tooLarge, late, internal []byte
+	unsettled []byte // Transactional: the commit failed or the lease was lost
 }
 
 func newProblems(p *params) problems {
@@ -139,6 +157,7 @@ func newProblems(p *params) problems {
 		tooLarge:       problemJSON(500, "The request with this "+h+" was processed, but its response was too large to store and cannot be replayed."),
 		late:           problemJSON(503, "The request did not complete in time: retry with the same "+h+" after the Retry-After delay."),
 		internal:       problemJSON(500, "The server is misconfigured."),
+		unsettled:      problemJSON(503, "The outcome of this request could not be confirmed: retry with the same "+h+" after the Retry-After delay to get it."),
 	}
 }
 
