@@ -137,3 +137,128 @@ func TestRunHandlerContext(t *testing.T) {
 		}
 	})
 }
+
+// TestWrapTimeoutHandler pins issue 45 point 2: an http.TimeoutHandler
+// inside Wrap answers 503 while its handler goes on running, so that 503
+// would release the key to a retry running the handler beside itself.
+// Outside Transactional it is refused loudly; with Transactional the
+// handler's writes are rolled back with the 503; outside Wrap it is safe.
+func TestWrapTimeoutHandler(t *testing.T) {
+	// slowCharge charges, then takes 100 ms on its first run (past the
+	// TimeoutHandler's 50 ms) without looking at its context, and then
+	// writes the receipt.
+	slowCharge := func(charges *atomic.Int32, first *atomic.Bool, done chan<- error) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			charges.Add(1)
+			err := exec(r.Context(), "charge")
+			if first.CompareAndSwap(true, false) {
+				time.Sleep(100 * time.Millisecond)
+				err = errors.Join(err, exec(r.Context(), "receipt"))
+				defer func() { done <- err }()
+			} else if err == nil {
+				err = exec(r.Context(), "receipt")
+			}
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"id":"ch_1"}`)
+		}
+	}
+	t.Run("inside Wrap without Transactional: every covered request refused, nothing charged, logged at Error", func(t *testing.T) {
+		var charges atomic.Int32
+		f := newFixture(t, Config{}, nil)
+		inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			charges.Add(1)
+			w.WriteHeader(http.StatusCreated)
+		})
+		h := f.mw.Wrap(http.TimeoutHandler(inner, 50*time.Millisecond, "timed out"))
+		if !strings.Contains(f.logs.String(), "level=ERROR") || !strings.Contains(f.logs.String(), "TimeoutHandler") {
+			t.Errorf("Wrap did not log at Error: %q", f.logs)
+		}
+		for i, r := range []*http.Request{
+			req(http.MethodPost, "/payments", "alice", key1, `{}`),
+			req(http.MethodPost, "/payments", "alice", key1, `{}`), // the retry
+			req(http.MethodPatch, "/payments", "alice", "", `{}`), // covered, no key
+		} {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			problemOf(t, w, http.StatusInternalServerError)
+			if e := f.obs.last(t); e.Outcome != observe.OutcomeRefused || e.Reason != observe.ReasonIdempotencyTimeoutHandler {
+				t.Errorf("request %d: event %+v", i, e)
+			}
+		}
+		if n := charges.Load(); n != 0 {
+			t.Fatalf("%d charges, want none", n)
+		}
+		if got := strings.Count(f.logs.String(), "level=ERROR"); got != 4 {
+			t.Errorf("%d records at Error, want one at Wrap and one per request: %s", got, f.logs)
+		}
+		if strings.Contains(f.logs.String(), strings.Trim(key1, `"`)) || strings.Contains(f.logs.String(), "alice") {
+			t.Errorf("log holds the key or the caller: %s", f.logs)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req(http.MethodGet, "/payments", "alice", "", ""))
+		if w.Code != http.StatusCreated || charges.Load() != 1 {
+			t.Fatalf("a request Methods does not cover: status %d, runs %d; want it passed to the handler", w.Code, charges.Load())
+		}
+	})
+	t.Run("inside Wrap with Transactional: the timed-out run is rolled back, one charge committed", func(t *testing.T) {
+		var charges atomic.Int32
+		var first atomic.Bool
+		first.Store(true)
+		done := make(chan error, 1)
+		st := newFakeTransactor()
+		f := newFixture(t, Config{Store: st, Transactional: true}, nil)
+		h := f.mw.Wrap(http.TimeoutHandler(slowCharge(&charges, &first, done), 50*time.Millisecond, "timed out"))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req(http.MethodPost, "/payments", "alice", key1, `{}`))
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("first answer %d, want the TimeoutHandler's 503", w.Code)
+		}
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, req(http.MethodPost, "/payments", "alice", key1, `{}`))
+		if w.Code != http.StatusCreated || w.Body.String() != `{"id":"ch_1"}` {
+			t.Fatalf("retry %d %q, want 201", w.Code, w.Body)
+		}
+		if err := <-done; !errors.Is(err, errTxDone) {
+			t.Fatalf("the timed-out run's receipt: %v, want it refused", err)
+		}
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, req(http.MethodPost, "/payments", "alice", key1, `{}`))
+		if w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("second retry %d replayed %q", w.Code, w.Header().Get(ReplayedHeader))
+		}
+		if got := st.committedList(); strings.Join(got, ",") != "charge,receipt" || charges.Load() != 2 {
+			t.Fatalf("committed %v after %d runs, want one charge and its receipt", got, charges.Load())
+		}
+	})
+	t.Run("outside Wrap: the handler finishes under its own deadline, one charge, the retry gets it", func(t *testing.T) {
+		var charges atomic.Int32
+		f := newFixture(t, Config{Lease: 5 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+			charges.Add(1)
+			select {
+			case <-r.Context().Done():
+				http.Error(w, r.Context().Err().Error(), http.StatusInternalServerError)
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"id":"ch_1"}`)
+		})
+		h := http.TimeoutHandler(f.h, 50*time.Millisecond, "timed out")
+		var w *httptest.ResponseRecorder
+		for range 50 {
+			w = httptest.NewRecorder()
+			h.ServeHTTP(w, req(http.MethodPost, "/payments", "alice", key1, `{}`))
+			if w.Code != http.StatusServiceUnavailable && w.Code != http.StatusConflict {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if charges.Load() != 1 || w.Code != http.StatusCreated || w.Body.String() != `{"id":"ch_1"}` || w.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("%d charges; final answer %d %q replayed %q", charges.Load(), w.Code, w.Body, w.Header().Get(ReplayedHeader))
+		}
+	})
+}

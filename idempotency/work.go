@@ -77,7 +77,7 @@ func (a *attempt) runWork(ctx context.Context, w http.ResponseWriter, next http.
 	if enc == nil || err != nil {
 		enc = a.tooLarge(b.status)
 	}
-	if err := a.commit(work, b.status, enc); err != nil {
+	if err := a.commit(work, enc); err != nil {
 		restoreHeader(w.Header(), outer)
 		writeProblem(w, http.StatusServiceUnavailable, p.problems.unsettled, p.retryAfter)
 		return
@@ -89,7 +89,7 @@ func (a *attempt) runWork(ctx context.Context, w http.ResponseWriter, next http.
 // ends with its first Commit, so an error is never retried. It logs and
 // observes the outcome and returns nil only if the handler's writes and
 // the record were committed.
-func (a *attempt) commit(work replay.Work, status int, result []byte) error {
+func (a *attempt) commit(work replay.Work, result []byte) error {
 	p := a.p
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(a.r.Context()), a.confirmDeadline())
 	defer cancel()
@@ -105,10 +105,10 @@ func (a *attempt) commit(work replay.Work, status int, result []byte) error {
 		return nil
 	case errors.Is(err, replay.ErrLeaseLost):
 		err = leaseLostError(err)
-		a.log(slog.LevelError, "idempotency: the lease ran out before the commit and another attempt took the key; the handler's transaction was rolled back and its response not sent, answered 503", status, err)
+		a.log(slog.LevelError, "idempotency: the lease ran out before the commit and another attempt took the key; the handler's transaction was rolled back and its response not sent, answered 503", http.StatusServiceUnavailable, err)
 	default:
 		err = storeConfirmError(err)
-		a.log(slog.LevelError, "idempotency: the commit of the handler's transaction failed with an unknown outcome; key left leased, the handler's response not sent, answered 503", status, err)
+		a.log(slog.LevelError, "idempotency: the commit of the handler's transaction failed with an unknown outcome; key left leased, the handler's response not sent, answered 503", http.StatusServiceUnavailable, err)
 	}
 	p.report(err, took)
 	return err
