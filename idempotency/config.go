@@ -122,8 +122,9 @@ type Config struct {
 	Window time.Duration
 	// Lease is how long one attempt may hold a key: requests with the key
 	// meanwhile get 409, and an attempt whose process dies frees the key
-	// when the lease ends. The handler's context ends at three quarters of
-	// it; the rest is for recording the response. Zero means
+	// when the lease ends. It is the handler's timeout: the handler's
+	// context ends at three quarters of it (and not when the client goes
+	// away); the rest is for recording the response. Zero means
 	// [DefaultLease]; at least [MinLease], at most [MaxLease].
 	Lease time.Duration
 	// MaxKeyBytes is the longest key, in bytes of the decoded string;
@@ -162,12 +163,16 @@ type Config struct {
 	// documentation lists the outcomes). Nil costs nothing.
 	Observer observe.Observer
 	// Logger, if set, receives a record for every failure on the server's
-	// side: at Warn a store that could not lease a key (503), a handler
-	// that returned nothing after its deadline (503) and a retry of a
-	// response too large to store; at Error a store failure after the
-	// handler ran (a response the store refused for its size or byte
-	// budget included), a stored response that cannot be replayed, a
-	// response too large to store. Records carry the method, the route,
+	// side: at Warn a store that could not lease a key or begin its
+	// transaction (503), a handler that returned nothing after its
+	// deadline (503) and a retry of a response too large to store; at
+	// Error a store failure after the handler ran (a response the store
+	// refused for its size or byte budget, a commit of
+	// [Config.Transactional] that failed or found its lease lost and a
+	// rollback that failed included), a stored response that cannot be
+	// replayed, a response too large to store, and an
+	// [http.TimeoutHandler] given to [Middleware.Wrap] (once at Wrap and
+	// for every covered request). Records carry the method, the route,
 	// the status, a fixed reason and the store's error: never a key, a
 	// caller or a body.
 	Logger *slog.Logger

@@ -38,7 +38,10 @@ func New(cfg Config) (*Middleware, error) {
 // route for requests whose method [Config.Methods] covers and that carry
 // the key header, and answers their retries with the first response; see
 // the package documentation for every answer it gives instead of running
-// next. Other requests go to next untouched.
+// next. Other requests go to next untouched. Outside
+// [Config.Transactional], an [http.TimeoutHandler] as next is refused:
+// every covered request is answered 500 and logged at Error (put the
+// TimeoutHandler outside Wrap; see the package documentation).
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if m == nil || m.p == nil || next == nil {
 		body := problemJSON(http.StatusInternalServerError, "The server is misconfigured.")

@@ -180,7 +180,7 @@ func TestWrapTimeoutHandler(t *testing.T) {
 		for i, r := range []*http.Request{
 			req(http.MethodPost, "/payments", "alice", key1, `{}`),
 			req(http.MethodPost, "/payments", "alice", key1, `{}`), // the retry
-			req(http.MethodPatch, "/payments", "alice", "", `{}`), // covered, no key
+			req(http.MethodPatch, "/payments", "alice", "", `{}`),  // covered, no key
 		} {
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)

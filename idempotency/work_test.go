@@ -213,7 +213,7 @@ func TestTransactionalSettlesEveryOutcome(t *testing.T) {
 			calls: "begin,commit", status: 402, committed: 1, outcome: observe.OutcomeProcessed, retry: 402, replayed: true,
 		},
 		{
-			name: "nothing written before the deadline is an empty 200 committed",
+			name:    "nothing written before the deadline is an empty 200 committed",
 			handler: func(w http.ResponseWriter, r *http.Request) { exec(r.Context(), "charge") },
 			calls:   "begin,commit", status: 200, committed: 1, outcome: observe.OutcomeProcessed, retry: 200, replayed: true,
 		},
@@ -238,7 +238,7 @@ func TestTransactionalSettlesEveryOutcome(t *testing.T) {
 			reason: observe.ReasonIdempotencyHandlerDeadline, outcome: observe.OutcomeReleased, log: "after its deadline", retry: 503,
 		},
 		{
-			name: "a lost lease at the commit keeps nothing and answers 503 without the handler's response",
+			name:  "a lost lease at the commit keeps nothing and answers 503 without the handler's response",
 			store: func(s *fakeTransactor) { s.loseLease = true }, handler: chargeOnce, cfg: Config{RetryAfter: 2 * time.Second},
 			calls: "begin,commit", status: 503, committed: 0,
 			reason: observe.ReasonIdempotencyLeaseLost, outcome: observe.OutcomeStoreFailure, log: "lease ran out", retry: 409,
