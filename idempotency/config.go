@@ -171,6 +171,21 @@ type Config struct {
 	// the status, a fixed reason and the store's error: never a key, a
 	// caller or a body.
 	Logger *slog.Logger
+
+	// Fields added for issue 45 (real clients): keep new fields below.
+
+	// Wait, if set, makes a request whose key another request is running
+	// under a live lease wait for it, up to Wait, instead of getting 409
+	// at once: it polls the store with backoff (10 ms doubling to 250 ms)
+	// and answers the first request's recorded response as a replay, or,
+	// if the first request released the key (a retry status, a panic),
+	// takes the key and runs the handler itself, as the retry it is. A
+	// request with a different body is 422 at once; a client that leaves
+	// ends its wait. When Wait passes, the answer is the 409 of a busy
+	// key. Zero means no waiting; it must be less than Lease and at most
+	// [MaxWait]. A waiting request holds its connection: keep Wait under
+	// the server's WriteTimeout.
+	Wait time.Duration
 }
 
 // params is a validated Config.
@@ -193,6 +208,10 @@ type params struct {
 	obs         observe.Observer
 	log         *slog.Logger
 	problems    problems
+
+	// Issue 45 (real clients): wait mode and run-time estimates.
+	wait time.Duration // Config.Wait; 0: a busy key is 409 at once
+	runs runEstimates  // recorded run times per route, for Retry-After
 }
 
 func configError(why string) error { return reason.New(ErrConfig, why) }
@@ -299,6 +318,9 @@ func newParams(cfg Config) (*params, error) {
 			seen[n] = true
 			p.replay = append(p.replay, n)
 		}
+	}
+	if p.wait, err = waitOf(cfg.Wait, p.lease); err != nil {
+		return nil, err
 	}
 	p.problems = newProblems(p)
 	return p, nil
