@@ -121,12 +121,13 @@ type Config struct {
 	// [MaxWindow].
 	Window time.Duration
 	// Lease is how long one attempt may hold a key: requests with the key
-	// meanwhile get 409, and an attempt whose process dies frees the key
+	// meanwhile get 409 (or wait, with Wait), and an attempt whose process dies frees the key
 	// when the lease ends. The handler's context ends at three quarters of
 	// it; the rest is for recording the response. Zero means
 	// [DefaultLease]; at least [MinLease], at most [MaxLease].
 	Lease time.Duration
-	// MaxKeyBytes is the longest key, in bytes of the decoded string;
+	// MaxKeyBytes is the longest key, in bytes of the decoded string (a
+	// bare key: as sent);
 	// zero means [DefaultMaxKeyBytes]; at most [MaxKeyBytesLimit].
 	MaxKeyBytes int
 	// MaxRequestBytes caps the request body, which is read whole for the

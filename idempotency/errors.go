@@ -27,8 +27,8 @@ var (
 	// ErrBodyUnreadable: the request body could not be read. 400.
 	ErrBodyUnreadable = errors.New("idempotency: request body unreadable")
 	// ErrInProgress: another request with the same key is running under a
-	// live lease. 409, with a Retry-After of the seconds the lease may
-	// still run.
+	// live lease. 409, with a Retry-After of the seconds it is likely to
+	// run yet (see the package documentation).
 	ErrInProgress = errors.New("idempotency: request with this key in progress")
 	// ErrMismatch: the key was used with a different request (method,
 	// path, query or body). 422.
