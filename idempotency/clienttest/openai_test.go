@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -39,6 +41,15 @@ func openaiClient(a *api, retries int) openai.Client {
 // when ""), and returns the HTTP response openai-go got.
 func sendMessage(t *testing.T, c openai.Client, key string) *http.Response {
 	t.Helper()
+	resp, err := send(c, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// send is sendMessage for a goroutine: it returns the error.
+func send(c openai.Client, key string) (*http.Response, error) {
 	params := openai.BetaAgentSessionEventNewParams{Events: []openai.AgentSessionInputParamUnion{{
 		OfParamAgentSessionInputMessage: &openai.AgentSessionInputParamAgentSessionInputMessage{
 			Input: []openai.AgentSessionInputMessageParam{{Content: []openai.InputContentParamUnion{{
@@ -50,10 +61,8 @@ func sendMessage(t *testing.T, c openai.Client, key string) *http.Response {
 		params.IdempotencyKey = openai.String(key)
 	}
 	var resp *http.Response
-	if err := c.Beta.Agents.Sessions.Events.New(context.Background(), "sess_1", params, option.WithResponseInto(&resp)); err != nil {
-		t.Fatal(err)
-	}
-	return resp
+	err := c.Beta.Agents.Sessions.Events.New(context.Background(), "sess_1", params, option.WithResponseInto(&resp))
+	return resp, err
 }
 
 func TestOpenAIGoClientGetsTheReplay(t *testing.T) {
@@ -112,4 +121,51 @@ func TestOpenAIGoClientGetsTheReplay(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestOpenAIGoRetriesABusyKeyAfterTheEstimatedRetryAfter: openai-go
+// retries a 409 after its Retry-After. A route whose recorded run took
+// 1.1 s answers a second request under a running key with a Retry-After
+// of about 2 s (not the lease's 60), and openai-go's retry then gets the
+// first answer replayed; the handler runs once for the key.
+func TestOpenAIGoRetriesABusyKeyAfterTheEstimatedRetryAfter(t *testing.T) {
+	const run = 1100 * time.Millisecond
+	entered := make(chan struct{}, 2)
+	a := newAPI(t, func(a *api) {
+		a.handle("POST /v1/agents/sessions/{id}/events", func(w http.ResponseWriter, r *http.Request) {
+			entered <- struct{}{}
+			time.Sleep(run)
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprintf(w, `{"accepted":%d}`, a.runs.Load())
+		})
+	})
+	sendMessage(t, openaiClient(a, 0), "seed") // one recorded run of the route
+	<-entered
+	const key = "8e03978e-40d5-43e8-bc93-6894a57f9324"
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := send(openaiClient(a, 0), key); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-entered
+	resp := sendMessage(t, openaiClient(a, 1), key)
+	wg.Wait()
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("openai-go's answer: %d replayed %q", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
+	}
+	var busy []seen
+	for _, r := range a.requests() {
+		if r.status == http.StatusConflict {
+			busy = append(busy, r)
+		}
+	}
+	if len(busy) != 1 || (busy[0].retryAfter != "1" && busy[0].retryAfter != "2") {
+		t.Fatalf("409s %+v, want one with Retry-After 1 or 2", busy)
+	}
+	if a.runs.Load() != 2 {
+		t.Fatalf("handler ran %d times, want 2 (the seed and the key)", a.runs.Load())
+	}
 }

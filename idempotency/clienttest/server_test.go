@@ -22,6 +22,7 @@ type seen struct {
 	body        []byte
 	status      int
 	replayed    string // the answer's Idempotent-Replayed header
+	retryAfter  string // the answer's Retry-After header
 }
 
 // api is an httptest server that runs idempotency.Middleware (a
@@ -98,7 +99,7 @@ func (a *api) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	a.mux.ServeHTTP(sw, r)
-	s.status, s.replayed = sw.status, w.Header().Get(idempotency.ReplayedHeader)
+	s.status, s.replayed, s.retryAfter = sw.status, w.Header().Get(idempotency.ReplayedHeader), w.Header().Get("Retry-After")
 	a.record(s)
 }
 
