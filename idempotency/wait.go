@@ -31,7 +31,7 @@ func waitOf(wait, lease time.Duration) (time.Duration, error) {
 
 // busy answers a request whose key another attempt holds (rec is the
 // store's LeaseBusy answer): 422 for another request; in wait mode, the
-// first request's outcome once it is known ([params.await]); otherwise
+// first request's outcome once it is known (await); otherwise
 // 409 with a Retry-After from the route's run-time estimate.
 func (p *params) busy(w http.ResponseWriter, a *attempt, rec replay.Record, fp, body []byte, next http.Handler) {
 	if len(rec.Fingerprint) > 0 && !sameFingerprint(rec.Fingerprint, fp) {
