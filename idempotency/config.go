@@ -122,12 +122,13 @@ type Config struct {
 	// [MaxWindow].
 	Window time.Duration
 	// Lease is how long one attempt may hold a key: requests with the key
-	// meanwhile get 409, and an attempt whose process dies frees the key
+	// meanwhile get 409 (or wait, with Wait), and an attempt whose process dies frees the key
 	// when the lease ends. The handler's context ends at three quarters of
 	// it; the rest is for recording the response. Zero means
 	// [DefaultLease]; at least [MinLease], at most [MaxLease].
 	Lease time.Duration
-	// MaxKeyBytes is the longest key, in bytes of the decoded string;
+	// MaxKeyBytes is the longest key, in bytes of the decoded string (a
+	// bare key: as sent);
 	// zero means [DefaultMaxKeyBytes]; at most [MaxKeyBytesLimit].
 	MaxKeyBytes int
 	// MaxRequestBytes caps the request body, which is read whole for the
@@ -188,6 +189,21 @@ type Config struct {
 	// [Config.Window] has passed. Nil, or a ring not made by
 	// [ctoken.NewKeyring] or [ctoken.ParseKeyring], is refused by [New].
 	Keys *ctoken.Keyring
+
+	// Fields added for issue 45 (real clients): keep new fields below.
+
+	// Wait, if set, makes a request whose key another request is running
+	// under a live lease wait for it, up to Wait, instead of getting 409
+	// at once: it polls the store with backoff (10 ms doubling to 250 ms)
+	// and answers the first request's recorded response as a replay, or,
+	// if the first request released the key (a retry status, a panic),
+	// takes the key and runs the handler itself, as the retry it is. A
+	// request with a different body is 422 at once; a client that leaves
+	// ends its wait. When Wait passes, the answer is the 409 of a busy
+	// key. Zero means no waiting; it must be less than Lease and at most
+	// [MaxWait]. A waiting request holds its connection: keep Wait under
+	// the server's WriteTimeout.
+	Wait time.Duration
 }
 
 // params is a validated Config.
@@ -212,6 +228,10 @@ type params struct {
 	problems    problems
 
 	records sealer // seals and opens stored responses with Config.Keys
+
+	// Issue 45 (real clients): wait mode and run-time estimates.
+	wait time.Duration // Config.Wait; 0: a busy key is 409 at once
+	runs runEstimates  // recorded run times per route, for Retry-After
 }
 
 func configError(why string) error { return reason.New(ErrConfig, why) }
@@ -322,6 +342,9 @@ func newParams(cfg Config) (*params, error) {
 			seen[n] = true
 			p.replay = append(p.replay, n)
 		}
+	}
+	if p.wait, err = waitOf(cfg.Wait, p.lease); err != nil {
+		return nil, err
 	}
 	p.problems = newProblems(p)
 	return p, nil

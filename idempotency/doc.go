@@ -53,13 +53,17 @@
 // detail per case that never holds the key, the caller or the body):
 //
 //	400  the key header is missing on a route with [Config.Required],
-//	     repeated, not one structured-field string (RFC 8941), empty, or
-//	     over [Config.MaxKeyBytes]; or the body is unreadable ([ErrKey],
-//	     [ErrBodyUnreadable])
+//	     repeated, neither one structured-field string (RFC 8941) nor one
+//	     bare key ([ParseKey]), empty, or over [Config.MaxKeyBytes]; or the
+//	     body is unreadable ([ErrKey], [ErrBodyUnreadable])
 //	401  [Config.Caller] returned an error or "" ([ErrNoCaller]), with
 //	     WWW-Authenticate: [Config.Challenge]
-//	409  a request with the key is running; Retry-After is the seconds its
-//	     lease may still run, at least 1 ([ErrInProgress])
+//	409  a request with the key is running (with [Config.Wait], still
+//	     running when the wait is over); Retry-After is the seconds such a
+//	     run is likely to need yet: the 90th percentile of the route's
+//	     newest recorded runs less the time this one has run, at least 1
+//	     and at most its lease's remainder; the lease's remainder (at
+//	     least 1) before the route has a recorded run ([ErrInProgress])
 //	413  the body is over [Config.MaxRequestBytes]; nothing is claimed
 //	     ([ErrBodyTooLarge])
 //	422  the key was used with a different request ([ErrMismatch])
@@ -72,7 +76,16 @@
 //	     or the handler returned nothing after its deadline (key released)
 //
 // and otherwise with the handler's own response (the first time) or the
-// recorded one with "Idempotent-Replayed: true" (every retry). Requests of
+// recorded one with "Idempotent-Replayed: true" (every retry).
+//
+// The key is sent either as the draft defines it, a structured-field
+// string ("8e03978e-…"), or bare (8e03978e-…), as stripe-go and most
+// clients send it: both spellings are the same key ([ParseKey]).
+//
+// With [Config.Wait], a request that finds its key running waits for the
+// first request instead of getting 409 at once: it gets the recorded
+// response as a replay, or, if the first request released the key, runs
+// the handler itself as the retry. Requests of
 // other methods, and covered requests without the header when the route
 // does not require it, go to the handler untouched.
 //
@@ -165,5 +178,7 @@
 // key released → [observe.OutcomeReleased]; mismatch and the other
 // refusals → [observe.OutcomeRefused]; a store failure, or a done key
 // without a usable response → [observe.OutcomeStoreFailure]; each with
-// its [observe.RefusalReason] ([ReasonOf]) and the store's latency.
+// its [observe.RefusalReason] ([ReasonOf]) and the store's latency. A
+// request that waited ([Config.Wait]) is one event too: the outcome it
+// ended with, and the latency of all its store calls.
 package idempotency

@@ -119,15 +119,7 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 			return
 		}
 	case replay.LeaseBusy:
-		if len(rec.Fingerprint) > 0 && !sameFingerprint(rec.Fingerprint, fp) {
-			p.refuse(w, errMismatch, a.acquired, "")
-			return
-		}
-		wait := rec.Wait
-		if wait <= 0 || wait > p.lease {
-			wait = p.lease
-		}
-		p.refuse(w, errInProgress, a.acquired, retryAfterSeconds(wait))
+		p.busy(w, a, rec, fp, body, next) // wait.go
 		return
 	case replay.LeaseDone:
 		a.replay(w, rec, fp)
@@ -362,6 +354,9 @@ func (a *attempt) confirm(status int, result []byte) {
 		}
 	}
 	took := a.acquired + max(time.Since(start), 1)
+	if err == nil {
+		p.observeRun(a.route, time.Since(a.start)) // estimate.go: the Retry-After of a 409
+	}
 	switch {
 	case notStored:
 		a.log(slog.LevelError, "idempotency: the store refused the response (too large for it, or its byte budget full): the response was sent and the key recorded as done without it; retries get 500", status, err)

@@ -92,7 +92,7 @@ func TestNilObserverAndLoggerAreOptional(t *testing.T) {
 		key      string
 		status   int
 		replayed string
-	}{{key1, 201, ""}, {key1, 201, "true"}, {"bad", 400, ""}} {
+	}{{key1, 201, ""}, {key1, 201, "true"}, {"a b", 400, ""}} {
 		w := f.do(req(http.MethodPost, "/p", "", tc.key, `{}`))
 		if w.Code != tc.status || w.Header().Get(ReplayedHeader) != tc.replayed {
 			t.Fatalf("key %s: %d replayed %q, want %d %q", tc.key, w.Code, w.Header().Get(ReplayedHeader), tc.status, tc.replayed)
