@@ -50,9 +50,10 @@ const (
 	// MaxRequestBytesLimit is the largest [Config.MaxRequestBytes]: 1 GiB.
 	MaxRequestBytesLimit = 1 << 30
 	// MaxStoredResponseBytes is the largest [Config.MaxResponseBytes]: a
-	// stored response (status, headers and body) must fit in
+	// stored response (status, headers and body, sealed) must fit in
 	// [replay.MaxResultBytes], and the stored headers may take up to
-	// [MaxStoredHeaderBytes] of it.
+	// [MaxStoredHeaderBytes] of it; the rest of the margin holds the
+	// encoding and the 45 bytes sealing adds.
 	MaxStoredResponseBytes = replay.MaxResultBytes - 2*MaxStoredHeaderBytes
 	// MaxStoredHeaderBytes is the most header bytes (names and values) a
 	// stored response keeps; a response whose replayed headers exceed it
@@ -121,13 +122,14 @@ type Config struct {
 	// [MaxWindow].
 	Window time.Duration
 	// Lease is how long one attempt may hold a key: requests with the key
-	// meanwhile get 409, and an attempt whose process dies frees the key
-	// when the lease ends. It is the handler's timeout: the handler's
-	// context ends at three quarters of it (and not when the client goes
-	// away); the rest is for recording the response. Zero means
-	// [DefaultLease]; at least [MinLease], at most [MaxLease].
+	// meanwhile get 409 (or wait, with Wait), and an attempt whose process
+	// dies frees the key when the lease ends. It is the handler's timeout:
+	// the handler's context ends at three quarters of it (and not when the
+	// client goes away); the rest is for recording the response. Zero
+	// means [DefaultLease]; at least [MinLease], at most [MaxLease].
 	Lease time.Duration
-	// MaxKeyBytes is the longest key, in bytes of the decoded string;
+	// MaxKeyBytes is the longest key, in bytes of the decoded string (a
+	// bare key: as sent);
 	// zero means [DefaultMaxKeyBytes]; at most [MaxKeyBytesLimit].
 	MaxKeyBytes int
 	// MaxRequestBytes caps the request body, which is read whole for the
@@ -143,7 +145,9 @@ type Config struct {
 	MaxResponseBytes int
 	// ReplayHeaders are the response headers stored and replayed; nil
 	// means [DefaultReplayHeaders], a non-nil empty slice none. The first
-	// response carries every header the handler set; a replay only these.
+	// response carries every header the handler set; a replay only these,
+	// whatever its record holds (a record made under another
+	// configuration replays only the headers named now).
 	// Headers of a session or of authentication (Set-Cookie,
 	// Clear-Site-Data, WWW-Authenticate, Proxy-Authenticate,
 	// Authentication-Info, Proxy-Authentication-Info), the hop-by-hop
@@ -176,6 +180,37 @@ type Config struct {
 	// the status, a fixed reason and the store's error: never a key, a
 	// caller or a body.
 	Logger *slog.Logger
+
+	// Sealing of stored responses (issue 45).
+
+	// Keys seal every stored response, and is required: the store holds
+	// each response encrypted and authenticated (XAES-256-GCM under a
+	// subkey of the primary key, bound to the record's store ID and
+	// request fingerprint; see the package documentation), never in clear.
+	// A record that does not open — edited in the store, moved to another
+	// key or request, or sealed under a key no longer in the ring — is
+	// answered 500 ([ErrRecord]) and never replayed. Rotate as for tokens:
+	// a new primary first, the previous keys after it until
+	// [Config.Window] has passed. Nil, or a ring not made by
+	// [ctoken.NewKeyring] or [ctoken.ParseKeyring], is refused by [New].
+	Keys *ctoken.Keyring
+
+	// Fields added for issue 45 (real clients): keep new fields below.
+
+	// Wait, if set, makes a request whose key another request is running
+	// under a live lease wait for it, up to Wait, instead of getting 409
+	// at once: it polls the store with backoff (10 ms doubling to 250 ms)
+	// and answers the first request's recorded response as a replay, or,
+	// if the first request released the key (a retry status, a panic),
+	// takes the key and runs the handler itself, as the retry it is. A
+	// request with a different body is 422 at once; a client that leaves
+	// ends its wait. When Wait passes, the answer is the 409 of a busy
+	// key. Zero means no waiting; it must be less than Lease and at most
+	// [MaxWait]. A waiting request holds its connection: keep Wait under
+	// the server's WriteTimeout.
+	Wait time.Duration
+
+	// The handler's run (issue 45).
 
 	// Transactional runs each covered handler in a transaction of the
 	// Store, a [replay.Transactor] (the pgstore module): the handler's
@@ -210,6 +245,12 @@ type params struct {
 	log         *slog.Logger
 	problems    problems
 
+	records sealer // seals and opens stored responses with Config.Keys
+
+	// Issue 45 (real clients): wait mode and run-time estimates.
+	wait time.Duration // Config.Wait; 0: a busy key is 409 at once
+	runs runEstimates  // recorded run times per route, for Retry-After
+
 	transactor replay.Transactor // Transactional: the Store; else nil
 }
 
@@ -235,6 +276,10 @@ func newParams(cfg Config) (*params, error) {
 	}
 	if cfg.Caller == nil {
 		return nil, configError("idempotency: Caller is nil")
+	}
+	var ok bool
+	if p.records, ok = newSealer(cfg.Keys); !ok {
+		return nil, configError("idempotency: Keys is nil or an empty keyring (stored responses are sealed with it)")
 	}
 	p.header = DefaultHeader
 	if cfg.Header != "" {
@@ -317,6 +362,9 @@ func newParams(cfg Config) (*params, error) {
 			seen[n] = true
 			p.replay = append(p.replay, n)
 		}
+	}
+	if p.wait, err = waitOf(cfg.Wait, p.lease); err != nil {
+		return nil, err
 	}
 	if cfg.Transactional {
 		t, ok := cfg.Store.(replay.Transactor)

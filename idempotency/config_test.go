@@ -22,7 +22,7 @@ func (b boundedStore) Horizon() time.Duration { return b.horizon }
 
 func TestNewRefusesInvalidConfig(t *testing.T) {
 	caller := func(*http.Request) (string, error) { return "a", nil }
-	valid := func() Config { return Config{Store: newStore(), Caller: caller} }
+	valid := func() Config { return Config{Store: newStore(), Caller: caller, Keys: testKeys} }
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)
@@ -81,7 +81,7 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 func TestNewResolvesDefaults(t *testing.T) {
 	caller := func(*http.Request) (string, error) { return "a", nil }
 	t.Run("zero fields take the documented defaults", func(t *testing.T) {
-		p, err := newParams(Config{Store: newStore(), Caller: caller})
+		p, err := newParams(Config{Store: newStore(), Caller: caller, Keys: testKeys})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestNewResolvesDefaults(t *testing.T) {
 	})
 	t.Run("set fields are kept, header names canonical and deduplicated", func(t *testing.T) {
 		p, err := newParams(Config{
-			Store: boundedStore{newStore(), 48*time.Hour + 10*time.Second}, Caller: caller, Header: "x-idempotency-key",
+			Store: boundedStore{newStore(), 48*time.Hour + 10*time.Second}, Caller: caller, Keys: testKeys, Header: "x-idempotency-key",
 			Window: 48 * time.Hour, Lease: 10 * time.Second, MaxKeyBytes: 64, MaxRequestBytes: 10,
 			MaxResponseBytes: MaxStoredResponseBytes, RetryAfter: 1100 * time.Millisecond,
 			Methods: []string{"PUT"}, ReplayHeaders: []string{"x-a", "X-A", "x-b"},
@@ -115,14 +115,14 @@ func TestNewResolvesDefaults(t *testing.T) {
 			{Lease: MinLease}, {Lease: MaxLease, Window: MaxWindow}, {RetryAfter: MaxRetryAfter},
 			{MaxKeyBytes: MaxKeyBytesLimit, MaxRequestBytes: MaxRequestBytesLimit, MaxResponseBytes: MaxStoredResponseBytes},
 		} {
-			cfg.Store, cfg.Caller = newStore(), caller
+			cfg.Store, cfg.Caller, cfg.Keys = newStore(), caller, testKeys
 			if _, err := New(cfg); err != nil {
 				t.Errorf("New(%+v): %v", cfg, err)
 			}
 		}
 	})
 	t.Run("an empty ReplayHeaders stores no header", func(t *testing.T) {
-		p, err := newParams(Config{Store: newStore(), Caller: caller, ReplayHeaders: []string{}})
+		p, err := newParams(Config{Store: newStore(), Caller: caller, Keys: testKeys, ReplayHeaders: []string{}})
 		if err != nil || len(p.replay) != 0 {
 			t.Fatalf("replay %v, err %v", p.replay, err)
 		}
@@ -143,6 +143,12 @@ func TestNewResolvesDefaults(t *testing.T) {
 		b, err := EncodeResponse(Response{Status: 200, Header: hdr, Body: make([]byte, MaxStoredResponseBytes)})
 		if err != nil || len(b) > replay.MaxResultBytes {
 			t.Fatalf("%d bytes, err %v", len(b), err)
+		}
+		// Sealed, it grows by the header, nonce and tag, and still fits.
+		s, _ := newSealer(testKeys)
+		sealed, err := s.seal(StoreID("a", "r", "k"), make([]byte, FingerprintSize), Response{Status: 200, Header: hdr, Body: make([]byte, MaxStoredResponseBytes)})
+		if err != nil || len(sealed) != len(b)+sealOverhead || len(sealed) > replay.MaxResultBytes {
+			t.Fatalf("sealed: %d bytes (encoded %d), err %v", len(sealed), len(b), err)
 		}
 	})
 }

@@ -30,10 +30,20 @@
 //   - Two callers' keys, or one key on two routes, never meet: the store
 //     ID is a hash of all three ([StoreID]), so the store never holds the
 //     caller or the key in clear.
-//   - The same key with a different request — method, path, query or body
+//   - The same key with a different request — method, path, query, content
+//     coding, body, and for a body that is not JSON its media type
 //     ([Fingerprint]; for JSON bodies member order and white space do not
 //     count) — is refused with 422, whether the first request is still
 //     running or done.
+//   - The store holds no response in clear: every stored response is
+//     sealed with [Config.Keys] and bound to its store ID and request
+//     fingerprint (see "Stored records" below). A record edited in the
+//     store, moved to another key or request, or sealed under a key no
+//     longer in the ring is refused with 500, never replayed, and the
+//     handler is not run again.
+//   - A replay writes only the headers [Config.ReplayHeaders] names now,
+//     never a session, authentication or hop-by-hop header, whatever the
+//     record holds.
 //   - When the store cannot decide, the request is refused (503) and the
 //     handler does not run: it fails closed.
 //
@@ -43,21 +53,26 @@
 // detail per case that never holds the key, the caller or the body):
 //
 //	400  the key header is missing on a route with [Config.Required],
-//	     repeated, not one structured-field string (RFC 8941), empty, or
-//	     over [Config.MaxKeyBytes]; or the body is unreadable ([ErrKey],
-//	     [ErrBodyUnreadable])
+//	     repeated, neither one structured-field string (RFC 8941) nor one
+//	     bare key ([ParseKey]), empty, or over [Config.MaxKeyBytes]; or the
+//	     body is unreadable ([ErrKey], [ErrBodyUnreadable])
 //	401  [Config.Caller] returned an error or "" ([ErrNoCaller]), with
 //	     WWW-Authenticate: [Config.Challenge]
-//	409  a request with the key is running; Retry-After is the seconds its
-//	     lease may still run, at least 1 ([ErrInProgress])
+//	409  a request with the key is running (with [Config.Wait], still
+//	     running when the wait is over); Retry-After is the seconds such a
+//	     run is likely to need yet: the 90th percentile of the route's
+//	     newest recorded runs less the time this one has run, at least 1
+//	     and at most its lease's remainder; the lease's remainder (at
+//	     least 1) before the route has a recorded run ([ErrInProgress])
 //	413  the body is over [Config.MaxRequestBytes]; nothing is claimed
 //	     ([ErrBodyTooLarge])
 //	422  the key was used with a different request ([ErrMismatch])
 //	500  the key is done but its response cannot be replayed: the store
-//	     holds none for it, it does not decode, or it was too large to
-//	     store ([ErrRecord]); the handler is not run again; or the handler
-//	     given to Wrap is an [http.TimeoutHandler] outside
-//	     [Config.Transactional] (every covered request)
+//	     holds none for it, it does not open (edited, moved, or sealed
+//	     under a key not in [Config.Keys]) or decode, or it was too large
+//	     to store ([ErrRecord], logged at Error); the handler is not run
+//	     again; or the handler given to Wrap is an [http.TimeoutHandler]
+//	     outside [Config.Transactional] (every covered request)
 //	503  the store failed; Retry-After is [Config.RetryAfter] ([ErrStore]);
 //	     or the handler returned nothing after its deadline (key released);
 //	     or, with [Config.Transactional], the handler's transaction could
@@ -66,7 +81,16 @@
 //	     sent, the key is not released)
 //
 // and otherwise with the handler's own response (the first time) or the
-// recorded one with "Idempotent-Replayed: true" (every retry). Requests of
+// recorded one with "Idempotent-Replayed: true" (every retry).
+//
+// The key is sent either as the draft defines it, a structured-field
+// string ("8e03978e-…"), or bare (8e03978e-…), as stripe-go and most
+// clients send it: both spellings are the same key ([ParseKey]).
+//
+// With [Config.Wait], a request that finds its key running waits for the
+// first request instead of getting 409 at once: it gets the recorded
+// response as a replay, or, if the first request released the key, runs
+// the handler itself as the retry. Requests of
 // other methods, and covered requests without the header when the route
 // does not require it, go to the handler untouched.
 //
@@ -144,11 +168,11 @@
 // the first request on (and Wrap logs it at Error once). Wrap does not
 // panic, as it does not for a zero [Middleware] or a nil handler: the
 // package never panics on its input, and the first test that sends a
-// covered request fails all the same. (Only a TimeoutHandler given to Wrap itself is seen; one
-// behind another wrapper is not.) With [Config.Transactional] it is safe,
-// as far as the handler's writes go through the transaction: the 503
-// rolls the transaction back before the key is released, and the
-// transaction refuses every statement after.
+// covered request fails all the same. (Only a TimeoutHandler given to
+// Wrap itself is seen; one behind another wrapper is not.) With
+// [Config.Transactional] it is safe, as far as the handler's writes go
+// through the transaction: the 503 rolls the transaction back before the
+// key is released, and the transaction refuses every statement after.
 //
 // # Transactional mode
 //
@@ -181,6 +205,33 @@
 // Effects outside the transaction (a call to a payment provider, a
 // message sent) stay "at most once per lease" in every mode.
 //
+// # Stored records
+//
+// What [replay.Recorder.ConfirmRecord] receives as the result is a sealed
+// record:
+//
+//	record = version (1 byte, 1) || key id (4 bytes) || nonce (24 bytes) || ciphertext || tag (16 bytes)
+//
+// the [EncodeResponse] form of the response (or of the too-large marker)
+// encrypted with XAES-256-GCM (C2SP) under the subkey
+// HKDF-SHA256(key, salt = 32 zero bytes, info = "ctoken.idempotency record
+// xaes-256-gcm key") of the primary key of [Config.Keys], with a random
+// nonce, and associated data
+//
+//	version || key id || len(store ID) (8 bytes, big-endian) || store ID || request fingerprint
+//
+// The key id is the one every ctoken token carries: the first 4 bytes of
+// HKDF-SHA256(key, salt = 32 zero bytes, info = "ctoken.key-id"). A replay
+// checks the record's length (45 bytes to [replay.MaxResultBytes]) before
+// anything else, then its version, opens it with the ring's key its key id
+// names (a previous key of the ring opens what it sealed: rotation), and
+// decodes the plaintext strictly ([DecodeResponse]). An unknown key id, a
+// changed byte anywhere, another store ID or fingerprint, or a cut record
+// is [ErrRecord]: 500, logged at Error with a fixed message, the handler
+// not run. Sealing adds 45 bytes to a record; [MaxStoredResponseBytes]
+// leaves room for them. idempotency/testdata/sealed.json holds known
+// answers (written by sealed.py from this description).
+//
 // # Observability
 //
 // Every request with a key is one [observe.Event] of kind
@@ -190,5 +241,7 @@
 // refusals (an [http.TimeoutHandler] inside Wrap included) →
 // [observe.OutcomeRefused]; a store failure, or a done key
 // without a usable response → [observe.OutcomeStoreFailure]; each with
-// its [observe.RefusalReason] ([ReasonOf]) and the store's latency.
+// its [observe.RefusalReason] ([ReasonOf]) and the store's latency. A
+// request that waited ([Config.Wait]) is one event too: the outcome it
+// ended with, and the latency of all its store calls.
 package idempotency

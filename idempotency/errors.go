@@ -15,7 +15,8 @@ import (
 // the caller or the body).
 var (
 	// ErrKey: the key header is missing on a route that requires it,
-	// repeated, not one structured-field string, empty or too long. 400.
+	// repeated, neither one structured-field string nor one bare key
+	// ([ParseKey]), empty or too long. 400.
 	ErrKey = errors.New("idempotency: invalid or missing key")
 	// ErrNoCaller: [Config.Caller] returned an error or an empty caller.
 	// 401.
@@ -26,8 +27,8 @@ var (
 	// ErrBodyUnreadable: the request body could not be read. 400.
 	ErrBodyUnreadable = errors.New("idempotency: request body unreadable")
 	// ErrInProgress: another request with the same key is running under a
-	// live lease. 409, with a Retry-After of the seconds the lease may
-	// still run.
+	// live lease. 409, with a Retry-After of the seconds it is likely to
+	// run yet (see the package documentation).
 	ErrInProgress = errors.New("idempotency: request with this key in progress")
 	// ErrMismatch: the key was used with a different request (method,
 	// path, query or body). 422.
@@ -146,7 +147,7 @@ func newProblems(p *params) problems {
 	h := p.header
 	return problems{
 		keyMissing:     problemJSON(400, "This request requires the "+h+" header: send a unique value, and the same value when you retry the request."),
-		keyInvalid:     problemJSON(400, "The "+h+" header must be one structured-field string (RFC 8941): printable ASCII in double quotes, 1 to "+strconv.Itoa(p.maxKey)+" characters."),
+		keyInvalid:     problemJSON(400, "The "+h+" header must be one key of 1 to "+strconv.Itoa(p.maxKey)+" characters: a structured-field string (RFC 8941, printable ASCII in double quotes), or bare visible ASCII without '\"', '\\', ',' or ';'."),
 		noCaller:       problemJSON(401, "The request has no authenticated caller."),
 		bodyTooLarge:   problemJSON(413, "The request body is over "+strconv.FormatInt(p.maxRequest, 10)+" bytes."),
 		bodyUnreadable: problemJSON(400, "The request body could not be read."),

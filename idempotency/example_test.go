@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 
+	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/replay"
 )
@@ -16,6 +17,10 @@ import (
 // A payments endpoint made idempotent: the retry of a request gets the
 // first response, a changed request under the same key gets 422.
 func Example() {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // in production: ctoken.KeyringFromEnv, one ring for the fleet
+	if err != nil {
+		panic(err)
+	}
 	mw, err := idempotency.New(idempotency.Config{
 		Store: &replay.MemoryStore{}, // a shared store (redisstore, pgstore) for a fleet
 		Caller: func(r *http.Request) (string, error) {
@@ -25,6 +30,7 @@ func Example() {
 			return "", errors.New("not signed in")
 		},
 		Required: true,
+		Keys:     keys, // seals every stored response
 	})
 	if err != nil {
 		panic(err)
@@ -56,12 +62,14 @@ func Example() {
 	send(`"order-1"`, `{"amount":100}`)
 	send(`"order-1"`, `{ "amount": 100 }`) // a retry: replayed
 	send(`"order-1"`, `{"amount":200}`)    // another request under the same key
-	send(`order-1`, `{"amount":100}`)      // not a structured-field string
+	send(`order-1`, `{"amount":100}`)      // the same key, bare (as stripe-go sends it): replayed
+	send(`order 1`, `{"amount":100}`)      // neither a structured-field string nor a bare key
 	fmt.Println("payments made:", payments)
 	// Output:
 	// 201  {"id":"pay_1"}
 	// 201 true {"id":"pay_1"}
 	// 422  problem: Unprocessable Entity
+	// 201 true {"id":"pay_1"}
 	// 400  problem: Bad Request
 	// payments made: 1
 }

@@ -15,9 +15,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
+
+// testKeys seals the records of every test's middleware.
+var testKeys = func() *ctoken.Keyring {
+	kr, err := ctoken.NewKeyring(bytes.Repeat([]byte{0x5a}, 32))
+	if err != nil {
+		panic(err)
+	}
+	return kr
+}()
 
 // newStore returns a fresh in-memory Recorder.
 func newStore() *replay.MemoryStore { return &replay.MemoryStore{} }
@@ -117,6 +127,9 @@ func newFixture(t *testing.T, cfg Config, handler http.HandlerFunc) *fixture {
 	f.store = cfg.Store
 	if cfg.Caller == nil {
 		cfg.Caller = func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }
+	}
+	if cfg.Keys == nil {
+		cfg.Keys = testKeys
 	}
 	if cfg.Route == nil {
 		cfg.Route = func(*http.Request) string { return "POST /payments" }

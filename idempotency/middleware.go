@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/textproto"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,7 +100,7 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		route = p.route(r)
 	}
 	a := &attempt{p: p, r: r, route: route, id: StoreID(caller, route, key)}
-	fp := Fingerprint(r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("Content-Type"), body)
+	fp := Fingerprint(r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header, body)
 	a.start = time.Now()
 	rec, err := p.store.AcquireRecord(r.Context(), a.id, p.lease, fp)
 	a.acquired = max(time.Since(a.start), 1) // a store was called: never 0
@@ -123,15 +125,7 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 			return
 		}
 	case replay.LeaseBusy:
-		if len(rec.Fingerprint) > 0 && !sameFingerprint(rec.Fingerprint, fp) {
-			p.refuse(w, errMismatch, a.acquired, "")
-			return
-		}
-		wait := rec.Wait
-		if wait <= 0 || wait > p.lease {
-			wait = p.lease
-		}
-		p.refuse(w, errInProgress, a.acquired, retryAfterSeconds(wait))
+		p.busy(w, a, rec, fp, body, next) // wait.go
 		return
 	case replay.LeaseDone:
 		a.replay(w, rec, fp)
@@ -200,10 +194,10 @@ func (a *attempt) replay(w http.ResponseWriter, rec replay.Record, fp []byte) {
 		p.refuse(w, errMismatch, a.acquired, "")
 		return
 	}
-	resp, err := DecodeResponse(rec.Result)
-	if err != nil {
-		a.log(slog.LevelError, "idempotency: stored response does not decode", http.StatusInternalServerError, err)
-		p.refuse(w, err, a.acquired, "")
+	resp, fault := p.records.open(a.id, fp, rec.Result)
+	if fault != openOK {
+		a.log(slog.LevelError, fault.message(), http.StatusInternalServerError, errRecordCorrupt)
+		p.refuse(w, errRecordCorrupt, a.acquired, "")
 		return
 	}
 	if resp.TooLarge {
@@ -211,12 +205,19 @@ func (a *attempt) replay(w http.ResponseWriter, rec replay.Record, fp []byte) {
 		p.refuse(w, errResponseTooBig, a.acquired, "")
 		return
 	}
+	// Only the headers ReplayHeaders names now, never a refused one,
+	// whatever the (authentic) record holds: a record made under another
+	// configuration does not widen what is replayed.
 	h := w.Header()
-	for i, kv := range resp.Header {
-		if i == 0 || resp.Header[i-1][0] != kv[0] {
-			h.Del(kv[0])
+	for _, kv := range resp.Header {
+		if name, ok := p.replayable(kv[0]); ok {
+			h.Del(name) // the recorded values replace what an outer handler set
 		}
-		h.Add(kv[0], kv[1])
+	}
+	for _, kv := range resp.Header {
+		if name, ok := p.replayable(kv[0]); ok {
+			h.Add(name, kv[1])
+		}
 	}
 	h.Set(ReplayedHeader, "true")
 	p.report(errReplayed, a.acquired)
@@ -240,6 +241,13 @@ func (a *attempt) handlerRequest(ctx context.Context, body []byte) *http.Request
 	r2.Body = &bodyReader{Reader: bytes.NewReader(body)}
 	r2.ContentLength = int64(len(body))
 	return r2
+}
+
+// replayable returns the canonical form of a recorded header name and
+// whether a replay may write it: named by ReplayHeaders and not refused.
+func (p *params) replayable(name string) (string, bool) {
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	return name, !refusedHeaders[name] && slices.Contains(p.replay, name)
 }
 
 // run runs next under the lease a holds and settles the key: the
@@ -300,7 +308,7 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 		b.send()
 		return
 	}
-	enc, err := EncodeResponse(Response{Status: b.status, Header: storedHeader(w.Header(), p.replay), Body: b.buf.Bytes()})
+	enc, err := p.records.seal(a.id, a.fp, Response{Status: b.status, Header: storedHeader(w.Header(), p.replay), Body: b.buf.Bytes()})
 	if err != nil {
 		enc = a.tooLarge(b.status)
 	}
@@ -312,13 +320,13 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 // that its retries will get 500.
 func (a *attempt) tooLarge(status int) []byte {
 	a.log(slog.LevelError, "idempotency: response over MaxResponseBytes (or its headers over MaxStoredHeaderBytes): recorded as done without a replayable response; retries get 500", status, errResponseTooBig)
-	return tooLargeMarker(status)
+	return a.tooLargeMarker(status)
 }
 
 // tooLargeMarker is the stored form of a response that was not stored:
-// a few bytes that replay as 500 [ErrRecord].
-func tooLargeMarker(status int) []byte {
-	enc, err := EncodeResponse(Response{Status: status, TooLarge: true})
+// a few bytes, sealed like every record, that replay as 500 [ErrRecord].
+func (a *attempt) tooLargeMarker(status int) []byte {
+	enc, err := a.p.records.seal(a.id, a.fp, Response{Status: status, TooLarge: true})
 	if err != nil {
 		panic(fmt.Sprintf("idempotency: cannot encode a too-large marker for status %d", status)) // status is 200..599 here
 	}
@@ -357,7 +365,7 @@ func (a *attempt) confirm(status int, result []byte) {
 	})
 	notStored := refusedForSize(err)
 	if notStored {
-		marker := tooLargeMarker(status)
+		marker := a.tooLargeMarker(status)
 		ferr := a.confirmRetrying(func(ctx context.Context, until time.Time) error {
 			return p.store.ConfirmRecord(ctx, a.id, a.token, until, a.fp, marker)
 		})
@@ -372,6 +380,9 @@ func (a *attempt) confirm(status int, result []byte) {
 		}
 	}
 	took := a.acquired + max(time.Since(start), 1)
+	if err == nil {
+		p.observeRun(a.route, time.Since(a.start)) // estimate.go: the Retry-After of a 409
+	}
 	switch {
 	case notStored:
 		a.log(slog.LevelError, "idempotency: the store refused the response (too large for it, or its byte budget full): the response was sent and the key recorded as done without it; retries get 500", status, err)

@@ -1,6 +1,8 @@
 package idempotency
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -95,7 +97,7 @@ func TestMiddlewareRunsOnceAndReplays(t *testing.T) {
 	})
 	t.Run("default route is the ServeMux pattern", func(t *testing.T) {
 		store := newStore()
-		mw, err := New(Config{Store: store, Caller: func(*http.Request) (string, error) { return "alice", nil }})
+		mw, err := New(Config{Store: store, Keys: testKeys, Caller: func(*http.Request) (string, error) { return "alice", nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,6 +187,82 @@ func TestMiddlewareReplaysOnlyNamedHeaders(t *testing.T) {
 	}
 }
 
+// withRecord returns a fixture of cfg over a store whose record for key1
+// (alice's POST /payments of body) is resp, sealed with the fixture's keys:
+// a record made directly, as a store could hold it.
+func withRecord(t *testing.T, cfg Config, body string, resp Response) *fixture {
+	t.Helper()
+	seed := newStore()
+	newFixture(t, Config{Store: seed}, nil).post(key1, body)
+	id := StoreID("alice", "POST /payments", strings.Trim(key1, `"`))
+	rec, err := seed.AcquireRecord(context.Background(), id, time.Minute, nil)
+	if err != nil || rec.State != replay.LeaseDone {
+		t.Fatalf("seed record: %+v, %v", rec, err)
+	}
+	s, _ := newSealer(testKeys)
+	sealed, err := s.seal(id, rec.Fingerprint, resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := newStore()
+	l, _ := store.AcquireRecord(context.Background(), id, time.Minute, rec.Fingerprint)
+	if err := store.ConfirmRecord(context.Background(), id, l.Token, time.Now().Add(time.Hour), rec.Fingerprint, sealed); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store = store
+	return newFixture(t, cfg, nil)
+}
+
+// TestMiddlewareReplaysOnlyConfiguredHeadersWhateverTheRecordHolds replays
+// authentic records holding headers the configuration does not name, or
+// refuses outright: only ReplayHeaders are written.
+func TestMiddlewareReplaysOnlyConfiguredHeadersWhateverTheRecordHolds(t *testing.T) {
+	held := [][2]string{
+		{"Set-Cookie", "session=stolen"}, {"Content-Type", "application/json"}, {"Www-Authenticate", "Basic"},
+		{"Access-Control-Allow-Origin", "*"}, {"Location", "/payments/1"}, {"Set-Cookie", "b=2"},
+		{"Proxy-Authenticate", "Basic"}, {"Transfer-Encoding", "chunked"}, {"Content-Length", "99"},
+		{"Idempotent-Replayed", "false"}, {"X-Payment-Id", "p1"}, {"Clear-Site-Data", `"*"`},
+		{"Authentication-Info", "a"}, {"Connection", "close"}, {"Link", "</a>"}, {"Link", "</b>"},
+	}
+	for _, tc := range []struct {
+		name    string
+		replay  []string
+		want    map[string]string // header → values joined by ","
+		missing []string
+	}{
+		{"default ReplayHeaders", nil,
+			map[string]string{"Content-Type": "application/json", "Location": "/payments/1", "Link": "</a>,</b>", ReplayedHeader: "true"},
+			[]string{"Set-Cookie", "Www-Authenticate", "Access-Control-Allow-Origin", "Proxy-Authenticate", "Transfer-Encoding", "X-Payment-Id", "Clear-Site-Data", "Authentication-Info", "Connection"}},
+		{"ReplayHeaders naming one header", []string{"x-payment-id"},
+			map[string]string{"X-Payment-Id": "p1", ReplayedHeader: "true"},
+			[]string{"Set-Cookie", "Content-Type", "Location", "Link", "Www-Authenticate", "Access-Control-Allow-Origin"}},
+		{"empty ReplayHeaders", []string{},
+			map[string]string{ReplayedHeader: "true"},
+			[]string{"Set-Cookie", "Content-Type", "Location", "X-Payment-Id"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := withRecord(t, Config{ReplayHeaders: tc.replay}, `{}`, Response{Status: 201, Header: held, Body: []byte(`{"id":"pay_1"}`)})
+			w := f.post(key1, `{}`)
+			if w.Code != http.StatusCreated || w.Body.String() != `{"id":"pay_1"}` || f.runs.Load() != 0 {
+				t.Fatalf("replay %d %q, runs %d", w.Code, w.Body.String(), f.runs.Load())
+			}
+			for name, v := range tc.want {
+				if got := strings.Join(w.Header().Values(name), ","); got != v {
+					t.Errorf("%s = %q, want %q", name, got, v)
+				}
+			}
+			for _, name := range tc.missing {
+				if v := w.Header().Values(name); len(v) != 0 {
+					t.Errorf("replay carries %s: %q", name, v)
+				}
+			}
+			if len(w.Header()) != len(tc.want) {
+				t.Errorf("replayed headers %v, want only %v", w.Header(), tc.want)
+			}
+		})
+	}
+}
+
 func TestMiddlewarePassesThrough(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -229,7 +307,10 @@ func TestMiddlewareRefuses(t *testing.T) {
 		{"missing key on a route that requires one", Config{Required: true}, func(r *http.Request) { r.Header.Del("Idempotency-Key") }, 400, observe.ReasonIdempotencyKeyMissing, "requires the Idempotency-Key header", false},
 		{"missing custom key header", Config{Required: true, Header: "x-request-key"}, func(r *http.Request) {}, 400, observe.ReasonIdempotencyKeyMissing, "requires the X-Request-Key header", true},
 		{"repeated key header", Config{}, func(r *http.Request) { r.Header.Add("Idempotency-Key", key1) }, 400, observe.ReasonIdempotencyKeyRepeated, "structured-field string", false},
-		{"key as a token, not a string", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", "abc") }, 400, observe.ReasonIdempotencyKeyMalformed, "structured-field string", false},
+		{"bare key with an inner space", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", "a b") }, 400, observe.ReasonIdempotencyKeyMalformed, "or bare visible ASCII", false},
+		{"bare key with a parameter", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", "abc;a=1") }, 400, observe.ReasonIdempotencyKeyMalformed, "structured-field string", false},
+		{"bare key as a list", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", "a, b") }, 400, observe.ReasonIdempotencyKeyMalformed, "", false},
+		{"bare key over MaxKeyBytes", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", strings.Repeat("k", 256)) }, 400, observe.ReasonIdempotencyKeyLength, "1 to 255 characters", false},
 		{"key with a parameter", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", key1+";a=1") }, 400, observe.ReasonIdempotencyKeyMalformed, "", false},
 		{"key as a list", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", `"a", "b"`) }, 400, observe.ReasonIdempotencyKeyMalformed, "", false},
 		{"empty key", Config{}, func(r *http.Request) { r.Header.Set("Idempotency-Key", `""`) }, 400, observe.ReasonIdempotencyKeyLength, "", false},
@@ -298,6 +379,20 @@ func TestMiddlewareRefusesADifferentRequestWithTheSameKey(t *testing.T) {
 		{"same bytes under another content type", func() *http.Request {
 			r := req(http.MethodPost, "/payments", "alice", key1, `{"amount":100}`)
 			r.Header.Set("Content-Type", "text/plain")
+			return r
+		}()},
+		{"the body gzip-encoded", func() *http.Request {
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			io.WriteString(zw, `{"amount":100}`)
+			zw.Close()
+			r := req(http.MethodPost, "/payments", "alice", key1, gz.String())
+			r.Header.Set("Content-Encoding", "gzip")
+			return r
+		}()},
+		{"the same bytes labelled gzip", func() *http.Request {
+			r := req(http.MethodPost, "/payments", "alice", key1, `{"amount":100}`)
+			r.Header.Set("Content-Encoding", "gzip")
 			return r
 		}()},
 	} {
@@ -780,7 +875,7 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		}
 	})
 	t.Run("a store failure with no Logger does not panic", func(t *testing.T) {
-		mw, err := New(Config{Store: &faultStore{Recorder: newStore(), acquireErr: errInjected}, Caller: func(*http.Request) (string, error) { return "a", nil }})
+		mw, err := New(Config{Store: &faultStore{Recorder: newStore(), acquireErr: errInjected}, Keys: testKeys, Caller: func(*http.Request) (string, error) { return "a", nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -804,7 +899,7 @@ func TestMiddlewareStoreFaults(t *testing.T) {
 		store := newStore()
 		f := newFixture(t, Config{Store: store}, nil)
 		id := StoreID("alice", "POST /payments", strings.Trim(key1, `"`))
-		fp := Fingerprint(http.MethodPost, "/payments", "", "application/json", []byte(`{}`))
+		fp := Fingerprint(http.MethodPost, "/payments", "", http.Header{"Content-Type": {"application/json"}}, []byte(`{}`))
 		rec, _ := store.AcquireRecord(context.Background(), id, time.Minute, fp)
 		if err := store.ConfirmRecord(context.Background(), id, rec.Token, time.Now().Add(time.Hour), fp, []byte{0xa0}); err != nil {
 			t.Fatal(err)
@@ -821,7 +916,7 @@ func TestZeroMiddlewareAnswers500(t *testing.T) {
 		"zero Middleware": (&Middleware{}).Wrap(http.NotFoundHandler()),
 		"nil Middleware":  (*Middleware)(nil).Wrap(http.NotFoundHandler()),
 		"nil handler": func() http.Handler {
-			mw, _ := New(Config{Store: newStore(), Caller: func(*http.Request) (string, error) { return "a", nil }})
+			mw, _ := New(Config{Store: newStore(), Keys: testKeys, Caller: func(*http.Request) (string, error) { return "a", nil }})
 			return mw.Wrap(nil)
 		}(),
 	} {

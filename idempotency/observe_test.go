@@ -83,7 +83,7 @@ func TestLogsNeverHoldTheKeyTheCallerOrABody(t *testing.T) {
 }
 
 func TestNilObserverAndLoggerAreOptional(t *testing.T) {
-	mw, err := New(Config{Store: newStore(), Caller: func(*http.Request) (string, error) { return "a", nil }})
+	mw, err := New(Config{Store: newStore(), Keys: testKeys, Caller: func(*http.Request) (string, error) { return "a", nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestNilObserverAndLoggerAreOptional(t *testing.T) {
 		key      string
 		status   int
 		replayed string
-	}{{key1, 201, ""}, {key1, 201, "true"}, {"bad", 400, ""}} {
+	}{{key1, 201, ""}, {key1, 201, "true"}, {"a b", 400, ""}} {
 		w := f.do(req(http.MethodPost, "/p", "", tc.key, `{}`))
 		if w.Code != tc.status || w.Header().Get(ReplayedHeader) != tc.replayed {
 			t.Fatalf("key %s: %d replayed %q, want %d %q", tc.key, w.Code, w.Header().Get(ReplayedHeader), tc.status, tc.replayed)

@@ -2,9 +2,13 @@ package idempotency
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net/http"
 	"strings"
 
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/internal/ringkey"
+	"github.com/ctoken/ctoken/internal/xaes"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/fxamacker/cbor/v2"
 )
@@ -15,9 +19,11 @@ const recordVersion = 1
 // maxStoredHeaders is the most header lines a stored response keeps.
 const maxStoredHeaders = 64
 
-// Response is a response as the store keeps it (the result of
-// [replay.Recorder.ConfirmRecord]), encoded by [EncodeResponse] as a CBOR
-// map in Core Deterministic Encoding with small integer keys:
+// Response is a response as the store keeps it: [EncodeResponse] encodes
+// it, and that encoding, sealed (see "Stored records" in the package
+// documentation), is the result given to [replay.Recorder.ConfirmRecord].
+// The encoding is a CBOR map in Core Deterministic Encoding with small
+// integer keys:
 //
 //	1: version (unsigned, 1)
 //	2: status (unsigned, 200 to 599)
@@ -204,3 +210,151 @@ func cleanFieldValue(v string) string {
 // isCtl reports whether c is a control character a header value cannot
 // hold: any but horizontal tab.
 func isCtl(c byte) bool { return (c < 0x20 && c != '\t') || c == 0x7f }
+
+// Sealed records. The store never holds a response in clear: what
+// [replay.Recorder.ConfirmRecord] receives is the [EncodeResponse] form of
+// the response sealed with XAES-256-GCM under a subkey of [Config.Keys]'
+// primary key, and a replay opens it with the key its key id names. The
+// layout (see the package documentation):
+//
+//	sealed = version (1 byte, 1) || key id (4 bytes) || nonce (24 bytes) || ciphertext || tag (16 bytes)
+//	AD     = version || key id || store ID length (8 bytes, big-endian) || store ID || request fingerprint
+const (
+	// sealVersion is the first byte of every sealed record.
+	sealVersion = 1
+	// sealLabel is the HKDF info label of the record subkey.
+	sealLabel = "ctoken.idempotency record xaes-256-gcm key"
+	// sealHeaderSize is the version byte and the key id.
+	sealHeaderSize = 1 + ringkey.IDSize
+	// sealOverhead is what sealing adds to an encoded response: the
+	// header, the nonce and the tag.
+	sealOverhead = sealHeaderSize + xaes.Overhead
+	// maxSealedPlaintext is the longest encoded response that seals
+	// within [replay.MaxResultBytes].
+	maxSealedPlaintext = replay.MaxResultBytes - sealOverhead
+)
+
+// recordAEAD is what a sealer seals and opens with: an [xaes.AEAD] (a test
+// puts one with a fixed nonce in its place).
+type recordAEAD interface {
+	Seal(dst, plaintext, additionalData []byte) []byte
+	Open(dst, sealed, additionalData []byte) ([]byte, error)
+}
+
+// sealer seals and opens stored responses with the record subkeys of a
+// keyring, primary first.
+type sealer struct {
+	ids   [][ringkey.IDSize]byte
+	aeads []recordAEAD
+}
+
+// newSealer returns the sealer of ring, or false for a nil or zero ring
+// (or one not made by ctoken.NewKeyring).
+func newSealer(ring *ctoken.Keyring) (sealer, bool) {
+	if ring == nil {
+		return sealer{}, false
+	}
+	subs, ok := ringkey.Derive(ring, sealLabel)
+	if !ok || len(subs) == 0 {
+		return sealer{}, false
+	}
+	s := sealer{ids: make([][ringkey.IDSize]byte, len(subs)), aeads: make([]recordAEAD, len(subs))}
+	for i, sub := range subs {
+		a, err := xaes.New(sub.Key)
+		if err != nil {
+			return sealer{}, false
+		}
+		s.ids[i], s.aeads[i] = sub.ID, a
+	}
+	return s, true
+}
+
+// sealAD returns the associated data of a record: its header, the store
+// ID (length-prefixed) and the request fingerprint.
+func sealAD(dst, header []byte, id string, fp []byte) []byte {
+	dst = append(dst, header...)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(len(id)))
+	dst = append(dst, id...)
+	return append(dst, fp...)
+}
+
+// seal returns r's stored form for the key id and the request
+// fingerprint fp: [EncodeResponse], sealed under the primary key. Its
+// errors are EncodeResponse's, and [replay.ErrTooLarge] for an encoding
+// that does not fit [replay.MaxResultBytes] once sealed.
+func (s sealer) seal(id string, fp []byte, r Response) ([]byte, error) {
+	enc, err := EncodeResponse(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(enc) > maxSealedPlaintext {
+		return nil, replay.ErrTooLarge
+	}
+	if len(s.aeads) == 0 {
+		return nil, errRecordCorrupt // a zero Middleware: New never builds one
+	}
+	out := make([]byte, sealHeaderSize, sealOverhead+len(enc))
+	out[0] = sealVersion
+	copy(out[1:], s.ids[0][:])
+	var adBuf [sealHeaderSize + 8 + 128]byte
+	ad := sealAD(adBuf[:0], out[:sealHeaderSize], id, fp)
+	return s.aeads[0].Seal(out, enc, ad), nil
+}
+
+// openFault says why a stored record did not open; the zero value is
+// none.
+type openFault uint8
+
+const (
+	openOK openFault = iota
+	openMalformed
+	openUnknownKey
+	openForged
+	openUndecodable
+)
+
+// message is the fixed log message of a fault: never a byte of the record.
+func (f openFault) message() string {
+	switch f {
+	case openMalformed:
+		return "idempotency: stored response is not a sealed record (wrong length or version); answered 500, the handler not run"
+	case openUnknownKey:
+		return "idempotency: stored response was sealed under a key that is not in the keyring; answered 500, the handler not run"
+	case openForged:
+		return "idempotency: stored response fails authentication (edited in the store, or moved from another key or request); answered 500, the handler not run"
+	}
+	return "idempotency: stored response does not decode; answered 500, the handler not run"
+}
+
+// open returns the response sealed in b for the store ID id and the
+// request fingerprint fp, or why it cannot: b's length is checked
+// (sealOverhead to [replay.MaxResultBytes]) before anything else, then its
+// version; its key id picks the key of the ring that opens it; the
+// authenticated plaintext is then decoded by [DecodeResponse]. Nothing of a
+// record that fails is returned.
+func (s sealer) open(id string, fp, b []byte) (Response, openFault) {
+	if len(b) < sealOverhead || len(b) > replay.MaxResultBytes || b[0] != sealVersion {
+		return Response{}, openMalformed
+	}
+	k := -1
+	for i := range s.ids {
+		if string(s.ids[i][:]) == string(b[1:sealHeaderSize]) {
+			k = i
+			break
+		}
+	}
+	if k < 0 {
+		return Response{}, openUnknownKey
+	}
+	var adBuf [sealHeaderSize + 8 + 128]byte
+	ad := sealAD(adBuf[:0], b[:sealHeaderSize], id, fp)
+	pt, err := s.aeads[k].Open(nil, b[sealHeaderSize:], ad)
+	if err != nil {
+		return Response{}, openForged
+	}
+	r, err := DecodeResponse(pt)
+	if err != nil {
+		return Response{}, openUndecodable
+	}
+	return r, openOK
+}

@@ -2,12 +2,23 @@ package idempotency
 
 import (
 	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -148,5 +159,382 @@ func TestStoredHeader(t *testing.T) {
 	}
 	if _, err := EncodeResponse(Response{Status: 200, Header: got}); err != nil {
 		t.Fatalf("cleaned headers do not encode: %v", err)
+	}
+}
+
+// sealedVectors is testdata/sealed.json, written by testdata/sealed.py from
+// the layout in doc.go, independently of this package.
+type sealedVectors struct {
+	About   string   `json:"about"`
+	KeysHex []string `json:"keys_hex"`
+	Ring    []int    `json:"ring"`
+	Sealed  []struct {
+		Name           string `json:"name"`
+		Key            int    `json:"key"`
+		StoreID        string `json:"store_id"`
+		FingerprintHex string `json:"fingerprint_hex"`
+		NonceHex       string `json:"nonce_hex"`
+		PlaintextHex   string `json:"plaintext_hex"`
+		SealedHex      string `json:"sealed_hex"`
+	} `json:"sealed"`
+	Rejects []struct {
+		Name           string `json:"name"`
+		StoreID        string `json:"store_id"`
+		FingerprintHex string `json:"fingerprint_hex"`
+		SealedHex      string `json:"sealed_hex"`
+		Fault          string `json:"fault"`
+	} `json:"rejects"`
+}
+
+func loadSealedVectors(t testing.TB) (sealedVectors, [][]byte) {
+	t.Helper()
+	b, err := os.ReadFile("testdata/sealed.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v sealedVectors
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Sealed) == 0 || len(v.Rejects) == 0 || len(v.Ring) == 0 {
+		t.Fatal("a section of the sealed vectors is empty")
+	}
+	keys := make([][]byte, len(v.KeysHex))
+	for i, k := range v.KeysHex {
+		if keys[i], err = hex.DecodeString(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return v, keys
+}
+
+// vectorSealer is the sealer of the vectors' ring.
+func vectorSealer(t testing.TB, v sealedVectors, keys [][]byte) sealer {
+	t.Helper()
+	var ring [][]byte
+	for _, i := range v.Ring {
+		ring = append(ring, keys[i])
+	}
+	kr, err := ctoken.NewKeyring(ring[0], ring[1:]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := newSealer(kr)
+	if !ok {
+		t.Fatal("newSealer refused the vectors' ring")
+	}
+	return s
+}
+
+// fixedNonce is XAES-256-GCM under one nonce, written out from AES and GCM
+// as the C2SP specification gives it: the test seam that makes a seal
+// reproducible. It opens with the real AEAD.
+type fixedNonce struct {
+	recordAEAD
+	key, nonce []byte
+}
+
+func (f fixedNonce) Seal(dst, plaintext, ad []byte) []byte {
+	block, err := aes.NewCipher(f.key)
+	if err != nil {
+		panic(err)
+	}
+	l := make([]byte, 16)
+	block.Encrypt(l, l)
+	k1 := make([]byte, 16)
+	for i := range 16 {
+		k1[i] = l[i] << 1
+		if i < 15 {
+			k1[i] |= l[i+1] >> 7
+		}
+	}
+	if l[0]&0x80 != 0 {
+		k1[15] ^= 0x87
+	}
+	var kx []byte
+	for i := byte(1); i <= 2; i++ {
+		m := append([]byte{0, i, 'X', 0}, f.nonce[:12]...)
+		for j := range m {
+			m[j] ^= k1[j]
+		}
+		block.Encrypt(m, m)
+		kx = append(kx, m...)
+	}
+	kb, err := aes.NewCipher(kx)
+	if err != nil {
+		panic(err)
+	}
+	g, err := cipher.NewGCM(kb)
+	if err != nil {
+		return nil // FIPS 140-only mode refuses a chosen nonce
+	}
+	return g.Seal(append(dst, f.nonce...), f.nonce[12:], plaintext, ad)
+}
+
+func TestSealedRecordVectors(t *testing.T) {
+	v, keys := loadSealedVectors(t)
+	s := vectorSealer(t, v, keys)
+	for _, c := range v.Sealed {
+		t.Run(c.Name, func(t *testing.T) {
+			fp, pt, want := unhex(t, c.FingerprintHex), unhex(t, c.PlaintextHex), unhex(t, c.SealedHex)
+			wantResp, err := DecodeResponse(pt)
+			if err != nil {
+				t.Fatalf("the vector's plaintext does not decode: %v", err)
+			}
+			got, fault := s.open(c.StoreID, fp, want)
+			if fault != openOK || !reflect.DeepEqual(got, wantResp) {
+				t.Fatalf("open = %+v, fault %d; want %+v", got, fault, wantResp)
+			}
+			// Sealed under the vector's key as primary, with its nonce.
+			kr, err := ctoken.NewKeyring(keys[c.Key])
+			if err != nil {
+				t.Fatal(err)
+			}
+			one, _ := newSealer(kr)
+			sub, _ := ctoken.DeriveKey(keys[c.Key], sealLabel)
+			one.aeads[0] = fixedNonce{recordAEAD: one.aeads[0], key: sub, nonce: unhex(t, c.NonceHex)}
+			sealed, err := one.seal(c.StoreID, fp, wantResp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sealed == nil || len(sealed) == sealHeaderSize {
+				t.Skip("GCM with a chosen nonce is not available (FIPS 140-only mode)")
+			}
+			if !bytes.Equal(sealed, want) {
+				t.Fatalf("seal = %x\nwant   %x", sealed, want)
+			}
+		})
+	}
+}
+
+func TestSealedRecordOpenRefuses(t *testing.T) {
+	v, keys := loadSealedVectors(t)
+	s := vectorSealer(t, v, keys)
+	faults := map[string]openFault{"malformed": openMalformed, "unknown_key": openUnknownKey, "forged": openForged, "undecodable": openUndecodable}
+	for _, c := range v.Rejects {
+		t.Run(c.Name, func(t *testing.T) {
+			want, ok := faults[c.Fault]
+			if !ok {
+				t.Fatalf("unknown fault %q", c.Fault)
+			}
+			got, fault := s.open(c.StoreID, unhex(t, c.FingerprintHex), unhex(t, c.SealedHex))
+			if fault != want || !reflect.DeepEqual(got, Response{}) {
+				t.Fatalf("open = %+v, fault %d; want fault %d and nothing", got, fault, want)
+			}
+			if strings.Contains(fault.message(), c.StoreID) || fault.message() == "" {
+				t.Fatalf("message %q", fault.message())
+			}
+		})
+	}
+	t.Run("over replay.MaxResultBytes, before any decoding", func(t *testing.T) {
+		b := make([]byte, replay.MaxResultBytes+1)
+		b[0] = sealVersion
+		copy(b[1:], s.ids[0][:])
+		if _, fault := s.open("id", nil, b); fault != openMalformed {
+			t.Fatalf("fault %d, want malformed", fault)
+		}
+	})
+	t.Run("every single flipped bit of a sealed record", func(t *testing.T) {
+		good, err := s.seal("id", []byte("fp"), Response{Status: 201, Body: []byte("{}")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, fault := s.open("id", []byte("fp"), good); fault != openOK {
+			t.Fatalf("the unflipped record: fault %d", fault)
+		}
+		for i := range len(good) * 8 {
+			b := bytes.Clone(good)
+			b[i/8] ^= 1 << (i % 8)
+			if r, fault := s.open("id", []byte("fp"), b); fault == openOK || r.Status != 0 {
+				t.Fatalf("bit %d flipped: opened %+v", i, r)
+			}
+		}
+	})
+}
+
+func TestSealRefusesWhatDoesNotFitMaxResultBytes(t *testing.T) {
+	kr, err := ctoken.NewKeyring(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newSealer(kr)
+	// 12 bytes of CBOR around a body near the cap (TestResponseLimits).
+	fits := Response{Status: 200, Body: make([]byte, maxSealedPlaintext-12)}
+	b, err := s.seal("id", nil, fits)
+	if err != nil || len(b) != replay.MaxResultBytes {
+		t.Fatalf("the largest sealable response: %d bytes, %v", len(b), err)
+	}
+	if r, fault := s.open("id", nil, b); fault != openOK || len(r.Body) != len(fits.Body) {
+		t.Fatalf("open of the largest: fault %d", fault)
+	}
+	over := Response{Status: 200, Body: make([]byte, maxSealedPlaintext-11)}
+	if b, err := s.seal("id", nil, over); !errors.Is(err, replay.ErrTooLarge) || b != nil {
+		t.Fatalf("one byte more: %d bytes, %v", len(b), err)
+	}
+	if b, err := s.seal("id", nil, Response{Status: 99}); !errors.Is(err, ErrRecord) || b != nil {
+		t.Fatalf("an invalid response: %v", err)
+	}
+	if b, err := (sealer{}).seal("id", nil, fits); !errors.Is(err, ErrRecord) || b != nil {
+		t.Fatalf("a zero sealer: %v", err)
+	}
+}
+
+func TestSealedRecordRotation(t *testing.T) {
+	old, next, other := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32), bytes.Repeat([]byte{3}, 32)
+	ring := func(keys ...[]byte) sealer {
+		kr, err := ctoken.NewKeyring(keys[0], keys[1:]...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := newSealer(kr)
+		return s
+	}
+	b, err := ring(old).seal("id", []byte("fp"), Response{Status: 201, Body: []byte("paid")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		s    sealer
+		want openFault
+	}{
+		{"the same ring", ring(old), openOK},
+		{"a new primary with the old key after it", ring(next, old), openOK},
+		{"the old key retired from the ring", ring(next), openUnknownKey},
+		{"another ring", ring(other, next), openUnknownKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, fault := tc.s.open("id", []byte("fp"), b)
+			if fault != tc.want || (fault == openOK) != (string(r.Body) == "paid") {
+				t.Fatalf("open = %+v, fault %d; want %d", r, fault, tc.want)
+			}
+		})
+	}
+	t.Run("a new record is sealed under the new primary", func(t *testing.T) {
+		s := ring(next, old)
+		b, _ := s.seal("id", nil, Response{Status: 200})
+		if !bytes.Equal(b[1:sealHeaderSize], s.ids[0][:]) || bytes.Equal(b[1:sealHeaderSize], s.ids[1][:]) {
+			t.Fatalf("key id %x, ring %x", b[1:sealHeaderSize], s.ids)
+		}
+	})
+}
+
+func TestNewRefusesAMissingKeyring(t *testing.T) {
+	caller := func(*http.Request) (string, error) { return "a", nil }
+	for name, kr := range map[string]*ctoken.Keyring{"nil": nil, "zero": {}} {
+		t.Run(name, func(t *testing.T) {
+			m, err := New(Config{Store: newStore(), Caller: caller, Keys: kr})
+			if !errors.Is(err, ErrConfig) || m != nil || !strings.Contains(err.Error(), "Keys") {
+				t.Fatalf("New = %v, %v; want ErrConfig naming Keys", m, err)
+			}
+		})
+	}
+}
+
+// TestMiddlewareRefusesAnEditedRecord edits the stored record of a done key
+// in every way a store's holder could, and checks that each retry is a 500
+// with ErrRecord, logged at Error, the handler not run again, and nothing
+// of the record replayed.
+func TestMiddlewareRefusesAnEditedRecord(t *testing.T) {
+	other, err := ctoken.NewKeyring(bytes.Repeat([]byte{0x77}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherSealer, _ := newSealer(other)
+	for _, tc := range []struct {
+		name string
+		edit func(id string, fp, b []byte) []byte
+		want string // in the log line
+	}{
+		{"a flipped ciphertext byte", func(_ string, _, b []byte) []byte { b[len(b)/2] ^= 1; return b }, "fails authentication"},
+		{"a flipped tag byte", func(_ string, _, b []byte) []byte { b[len(b)-1] ^= 0x80; return b }, "fails authentication"},
+		{"truncated", func(_ string, _, b []byte) []byte { return b[:len(b)-1] }, "fails authentication"},
+		{"cut to its header", func(_ string, _, b []byte) []byte { return b[:sealHeaderSize] }, "not a sealed record"},
+		{"another version", func(_ string, _, b []byte) []byte { b[0] = 2; return b }, "not a sealed record"},
+		{"a flipped key id", func(_ string, _, b []byte) []byte { b[2] ^= 1; return b }, "not in the keyring"},
+		{"sealed under a key not in the ring", func(id string, fp, _ []byte) []byte {
+			b, _ := otherSealer.seal(id, fp, Response{Status: 200, Body: []byte("forged")})
+			return b
+		}, "not in the keyring"},
+		{"sealed for another store ID", func(id string, fp, _ []byte) []byte {
+			s, _ := newSealer(testKeys)
+			b, _ := s.seal(id+"x", fp, Response{Status: 200, Body: []byte("moved")})
+			return b
+		}, "fails authentication"},
+		{"the response in clear", func(string, []byte, []byte) []byte {
+			b, _ := EncodeResponse(Response{Status: 200, Body: []byte("clear")})
+			return b
+		}, "not a sealed record"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := newStore()
+			f := newFixture(t, Config{Store: store}, nil)
+			first := f.post(key1, `{"amount":100}`)
+			if first.Code != http.StatusCreated {
+				t.Fatalf("first: %d", first.Code)
+			}
+			id := StoreID("alice", "POST /payments", strings.Trim(key1, `"`))
+			rec, err := store.AcquireRecord(context.Background(), id, time.Minute, nil)
+			if err != nil || rec.State != replay.LeaseDone {
+				t.Fatalf("stored record: %+v, %v", rec, err)
+			}
+			if bytes.Contains(rec.Result, first.Body.Bytes()) || bytes.Contains(rec.Result, []byte("/payments/1")) {
+				t.Fatal("the store holds the response in clear")
+			}
+			// A fresh store holding the edited record under the same ID.
+			edited := newStore()
+			l, _ := edited.AcquireRecord(context.Background(), id, time.Minute, rec.Fingerprint)
+			if err := edited.ConfirmRecord(context.Background(), id, l.Token, time.Now().Add(time.Hour), rec.Fingerprint,
+				tc.edit(id, rec.Fingerprint, bytes.Clone(rec.Result))); err != nil {
+				t.Fatal(err)
+			}
+			g := newFixture(t, Config{Store: edited}, nil)
+			w := g.post(key1, `{"amount":100}`)
+			problemOf(t, w, http.StatusInternalServerError)
+			if g.runs.Load() != 0 || w.Header().Get(ReplayedHeader) != "" || w.Header().Get("Location") != "" {
+				t.Fatalf("runs %d, headers %v", g.runs.Load(), w.Header())
+			}
+			if e := g.obs.last(t); e.Outcome != observe.OutcomeStoreFailure || e.Reason != observe.ReasonIdempotencyRecordCorrupt {
+				t.Errorf("event %+v", e)
+			}
+			logs := g.logs.String()
+			if !strings.Contains(logs, "level=ERROR") || !strings.Contains(logs, tc.want) || !strings.Contains(logs, "status=500") {
+				t.Errorf("log %q, want an Error line with %q", logs, tc.want)
+			}
+			if strings.Contains(logs, id) || strings.Contains(logs, "amount") {
+				t.Errorf("log names the store ID or the body: %q", logs)
+			}
+		})
+	}
+}
+
+// TestMiddlewareSealsTheTooLargeMarker checks that the marker of a
+// response too large to store is sealed like any record: the store holds
+// no clear CBOR, and an edited marker is refused like any record.
+func TestMiddlewareSealsTheTooLargeMarker(t *testing.T) {
+	store := newStore()
+	f := newFixture(t, Config{Store: store, MaxResponseBytes: 8}, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "a response over eight bytes")
+	})
+	if w := f.post(key1, `{}`); w.Code != http.StatusOK {
+		t.Fatalf("first: %d", w.Code)
+	}
+	id := StoreID("alice", "POST /payments", strings.Trim(key1, `"`))
+	rec, err := store.AcquireRecord(context.Background(), id, time.Minute, nil)
+	if err != nil || rec.State != replay.LeaseDone {
+		t.Fatalf("%+v, %v", rec, err)
+	}
+	if _, err := DecodeResponse(rec.Result); err == nil {
+		t.Fatal("the marker is stored in clear")
+	}
+	s, _ := newSealer(testKeys)
+	if r, fault := s.open(id, rec.Fingerprint, rec.Result); fault != openOK || !r.TooLarge || r.Status != http.StatusOK {
+		t.Fatalf("marker opens as %+v, fault %d", r, fault)
+	}
+	problemOf(t, f.post(key1, `{}`), http.StatusInternalServerError)
+	if f.runs.Load() != 1 {
+		t.Fatalf("runs %d", f.runs.Load())
 	}
 }

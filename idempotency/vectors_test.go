@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"testing"
 )
@@ -17,12 +18,13 @@ type vectorFile struct {
 		Caller, Route, Key, ID string
 	} `json:"store_id"`
 	Fingerprint []struct {
-		Method         string `json:"method"`
-		EscapedPath    string `json:"escaped_path"`
-		RawQuery       string `json:"raw_query"`
-		ContentType    string `json:"content_type"`
-		BodyHex        string `json:"body_hex"`
-		FingerprintHex string `json:"fingerprint_hex"`
+		Method          string `json:"method"`
+		EscapedPath     string `json:"escaped_path"`
+		RawQuery        string `json:"raw_query"`
+		ContentType     string `json:"content_type"`
+		ContentEncoding string `json:"content_encoding"`
+		BodyHex         string `json:"body_hex"`
+		FingerprintHex  string `json:"fingerprint_hex"`
 	} `json:"fingerprint"`
 	Response []struct {
 		Status   int         `json:"status"`
@@ -80,9 +82,16 @@ func TestVectors(t *testing.T) {
 	})
 	t.Run("fingerprint", func(t *testing.T) {
 		for _, c := range v.Fingerprint {
-			got := Fingerprint(c.Method, c.EscapedPath, c.RawQuery, c.ContentType, unhex(t, c.BodyHex))
+			h := http.Header{}
+			if c.ContentType != "" {
+				h.Set("Content-Type", c.ContentType)
+			}
+			if c.ContentEncoding != "" {
+				h.Set("Content-Encoding", c.ContentEncoding)
+			}
+			got := Fingerprint(c.Method, c.EscapedPath, c.RawQuery, h, unhex(t, c.BodyHex))
 			if hex.EncodeToString(got) != c.FingerprintHex {
-				t.Errorf("Fingerprint(%s %s?%s, %q, %s) = %x, want %s", c.Method, c.EscapedPath, c.RawQuery, c.ContentType, c.BodyHex, got, c.FingerprintHex)
+				t.Errorf("Fingerprint(%s %s?%s, %q, %q, %s) = %x, want %s", c.Method, c.EscapedPath, c.RawQuery, c.ContentType, c.ContentEncoding, c.BodyHex, got, c.FingerprintHex)
 			}
 		}
 	})

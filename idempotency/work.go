@@ -72,7 +72,7 @@ func (a *attempt) runWork(ctx context.Context, w http.ResponseWriter, next http.
 	}
 	var enc []byte
 	if b.buf.Len() <= p.maxResponse {
-		enc, err = EncodeResponse(Response{Status: b.status, Header: storedHeader(w.Header(), p.replay), Body: b.buf.Bytes()})
+		enc, err = p.records.seal(a.id, a.fp, Response{Status: b.status, Header: storedHeader(w.Header(), p.replay), Body: b.buf.Bytes()})
 	}
 	if enc == nil || err != nil {
 		enc = a.tooLarge(b.status)
@@ -99,6 +99,7 @@ func (a *attempt) commit(work replay.Work, result []byte) error {
 	took := a.acquired + a.work
 	switch {
 	case err == nil:
+		p.observeRun(a.route, time.Since(a.start)) // estimate.go: the Retry-After of a 409
 		if p.obs != nil {
 			p.obs.Observe(observe.Event{Kind: observe.KindIdempotency, Outcome: observe.OutcomeProcessed, StoreLatency: took})
 		}

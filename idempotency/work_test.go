@@ -160,13 +160,13 @@ func chargeOnce(w http.ResponseWriter, r *http.Request) {
 func TestNewTransactional(t *testing.T) {
 	caller := func(*http.Request) (string, error) { return "a", nil }
 	t.Run("refuses a Store that is not a replay.Transactor", func(t *testing.T) {
-		_, err := New(Config{Store: newStore(), Caller: caller, Transactional: true})
+		_, err := New(Config{Store: newStore(), Caller: caller, Keys: testKeys, Transactional: true})
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "Transactional") {
 			t.Fatalf("err %v, want ErrConfig naming Transactional", err)
 		}
 	})
 	t.Run("accepts a replay.Transactor", func(t *testing.T) {
-		if _, err := New(Config{Store: newFakeTransactor(), Caller: caller, Transactional: true}); err != nil {
+		if _, err := New(Config{Store: newFakeTransactor(), Caller: caller, Keys: testKeys, Transactional: true}); err != nil {
 			t.Fatal(err)
 		}
 	})

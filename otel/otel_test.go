@@ -284,10 +284,15 @@ func webhookRun(t *testing.T, obs observe.Observer, now func() time.Time) {
 // (released); each with the store's latency.
 func idempotencyRun(t *testing.T, obs observe.Observer) {
 	t.Helper()
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
 	mw, err := idempotency.New(idempotency.Config{
 		Store:    &replay.MemoryStore{},
 		Caller:   func(*http.Request) (string, error) { return "alice", nil },
 		Observer: obs,
+		Keys:     keys,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/pgstore"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -78,9 +79,14 @@ func ExampleStore_AcquireRecord() {
 		panic(err)
 	}
 	defer store.Close()
+	keys, err := ctoken.KeyringFromEnv("CTOKEN_KEYS") // seals the stored responses; one ring for the fleet
+	if err != nil {
+		panic(err)
+	}
 	mw, err := idempotency.New(idempotency.Config{
 		Store:  store,
 		Caller: accountOf, // keys are scoped to the authenticated caller
+		Keys:   keys,
 	})
 	if err != nil {
 		panic(err)

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
@@ -715,6 +716,7 @@ func TestIdempotentRequestsRunOnceThroughAKilledServer(t *testing.T) {
 	var outcomes [16]atomic.Int64
 	mw, err := idempotency.New(idempotency.Config{
 		Store:    s,
+		Keys:     testKeys(t),
 		Caller:   func(*http.Request) (string, error) { return "tenant-1", nil },
 		Required: true,
 		Lease:    faultLease,
@@ -767,4 +769,101 @@ func TestIdempotentRequestsRunOnceThroughAKilledServer(t *testing.T) {
 	t.Logf("middleware outcomes: processed %d, duplicate %d, in progress %d, released %d, store failure %d, refused %d",
 		outcomes[observe.OutcomeProcessed].Load(), outcomes[observe.OutcomeDuplicate].Load(), outcomes[observe.OutcomeInProgress].Load(),
 		outcomes[observe.OutcomeReleased].Load(), outcomes[observe.OutcomeStoreFailure].Load(), outcomes[observe.OutcomeRefused].Load())
+}
+
+// testKeys is a fresh keyring that seals a test middleware's records.
+func testKeys(t testing.TB) *ctoken.Keyring {
+	t.Helper()
+	kr, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kr
+}
+
+// TestRecordEditedInTheTableIsRefused runs the idempotency middleware on a
+// Store, records a response, then edits the row's result column with an
+// UPDATE (a byte flipped at several places, or cut short): each retry is a
+// 500, the handler is not run again, and nothing of the edited record is
+// replayed. The column holds the response sealed, never in clear.
+func TestRecordEditedInTheTableIsRefused(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	keys := testKeys(t)
+	for _, tc := range []struct {
+		name string
+		edit string // SQL expression of the new result, from result
+	}{
+		{"untouched", ""},
+		{"version byte flipped", "set_byte(result, 0, get_byte(result, 0) # 1)"},
+		{"key id byte flipped", "set_byte(result, 2, get_byte(result, 2) # 16)"},
+		{"nonce byte flipped", "set_byte(result, 9, get_byte(result, 9) # 1)"},
+		{"ciphertext byte flipped", "set_byte(result, length(result) / 2 + 10, get_byte(result, length(result) / 2 + 10) # 128)"},
+		{"tag byte flipped", "set_byte(result, length(result) - 1, get_byte(result, length(result) - 1) # 1)"},
+		{"truncated by one byte", "substring(result from 1 for length(result) - 1)"},
+		{"a byte appended", "result || '\\x00'::bytea"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			prefix := uniquePrefix()
+			s := storeOn(t, pool, func(o *Options) { o.Prefix = prefix })
+			var runs atomic.Int32
+			mw, err := idempotency.New(idempotency.Config{
+				Store: s, Keys: keys, Window: time.Hour,
+				Caller: func(*http.Request) (string, error) { return "merchant-1", nil },
+				Route:  func(*http.Request) string { return "POST /payments" },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Set-Cookie", "session=abc")
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, `{"id":"pay_1","amount":100,"card":"4242"}`)
+			}))
+			post := func() *httptest.ResponseRecorder {
+				r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":100}`))
+				r.Header.Set("Content-Type", "application/json")
+				r.Header.Set("Idempotency-Key", `"order-1"`)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w
+			}
+			first := post()
+			if first.Code != http.StatusCreated || runs.Load() != 1 {
+				t.Fatalf("first: %d, runs %d", first.Code, runs.Load())
+			}
+			id := idempotency.StoreID("merchant-1", "POST /payments", "order-1")
+			key := append([]byte{byte(len(prefix) >> 8), byte(len(prefix))}, prefix+id...)
+			var stored []byte
+			if err := pool.QueryRow(ctx, `SELECT result FROM `+DefaultTable+` WHERE key = $1`, key).Scan(&stored); err != nil {
+				t.Fatalf("the row: %v", err)
+			}
+			if len(stored) == 0 || bytes.Contains(stored, []byte("4242")) || bytes.Contains(stored, []byte("application/json")) {
+				t.Fatalf("the result column holds %d bytes, or the response in clear", len(stored))
+			}
+			if tc.edit != "" {
+				tag, err := pool.Exec(ctx, `UPDATE `+DefaultTable+` SET result = `+tc.edit+` WHERE key = $1`, key)
+				if err != nil || tag.RowsAffected() != 1 {
+					t.Fatalf("UPDATE: %v, %v", tag, err)
+				}
+			}
+			w := post()
+			if runs.Load() != 1 {
+				t.Fatalf("the handler ran again: %d runs", runs.Load())
+			}
+			if tc.edit == "" {
+				if w.Code != http.StatusCreated || w.Body.String() != first.Body.String() || w.Header().Get("Idempotent-Replayed") != "true" || w.Header().Get("Set-Cookie") != "" {
+					t.Fatalf("replay: %d %q %v", w.Code, w.Body.String(), w.Header())
+				}
+				return
+			}
+			if w.Code != http.StatusInternalServerError || w.Header().Get("Content-Type") != "application/problem+json" ||
+				strings.Contains(w.Body.String(), "pay_1") || w.Header().Get("Idempotent-Replayed") != "" {
+				t.Fatalf("edited record answered %d %q %v; want a 500 problem", w.Code, w.Body.String(), w.Header())
+			}
+		})
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
@@ -48,6 +49,15 @@ const (
 	// idemDeadline bounds each subtest's clients.
 	idemDeadline = 12 * time.Second
 )
+
+// idemKeys seal the test API's stored responses.
+var idemKeys = func() *ctoken.Keyring {
+	kr, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		panic(err)
+	}
+	return kr
+}()
 
 // payments is the handler of the test's API: it counts the operations it
 // completed per key and answers 201 with a body unique to the execution
@@ -130,6 +140,7 @@ func newIdemRun(t *testing.T, stores ...*Store) *idemRun {
 	for _, s := range stores {
 		mw, err := idempotency.New(idempotency.Config{
 			Store:  confirmCounter{s, &run.confirmFailed},
+			Keys:   idemKeys,
 			Caller: func(*http.Request) (string, error) { return "merchant-1", nil },
 			Window: time.Hour,
 			Lease:  idemLease,

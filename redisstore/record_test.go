@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/redis/go-redis/v9"
@@ -822,4 +827,91 @@ func TestParseEntry(t *testing.T) {
 			t.Fatal("refused the longest result")
 		}
 	})
+}
+
+// TestRecordEditedInRedisIsRefused runs the idempotency middleware on a
+// Store, records a response, then edits the stored result in Redis itself
+// (a byte flipped at several places, or cut short): each retry is a 500,
+// the handler is not run again, and nothing of the edited record is
+// replayed. The entry holds the response sealed, never in clear.
+func TestRecordEditedInRedisIsRefused(t *testing.T) {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(result []byte) []byte
+	}{
+		{"untouched", nil},
+		{"version byte flipped", func(b []byte) []byte { b[0] ^= 1; return b }},
+		{"key id byte flipped", func(b []byte) []byte { b[3] ^= 0x10; return b }},
+		{"nonce byte flipped", func(b []byte) []byte { b[10] ^= 1; return b }},
+		{"ciphertext byte flipped", func(b []byte) []byte { b[len(b)/2+10] ^= 0x80; return b }},
+		{"tag byte flipped", func(b []byte) []byte { b[len(b)-1] ^= 1; return b }},
+		{"truncated by one byte", func(b []byte) []byte { return b[:len(b)-1] }},
+		{"a byte appended", func(b []byte) []byte { return append(b, 0) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, c := newTestStore(t)
+			ctx := context.Background()
+			var runs atomic.Int32
+			mw, err := idempotency.New(idempotency.Config{
+				Store: s, Keys: keys, Window: time.Hour,
+				Caller: func(*http.Request) (string, error) { return "merchant-1", nil },
+				Route:  func(*http.Request) string { return "POST /payments" },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Set-Cookie", "session=abc")
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, `{"id":"pay_1","amount":100,"card":"4242"}`)
+			}))
+			post := func() *httptest.ResponseRecorder {
+				r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":100}`))
+				r.Header.Set("Content-Type", "application/json")
+				r.Header.Set("Idempotency-Key", `"order-1"`)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w
+			}
+			first := post()
+			if first.Code != http.StatusCreated || runs.Load() != 1 {
+				t.Fatalf("first: %d, runs %d", first.Code, runs.Load())
+			}
+			entry := s.key(idempotency.StoreID("merchant-1", "POST /payments", "order-1"))
+			v, err := c.Get(ctx, entry).Bytes()
+			if err != nil || len(v) < 34 || v[0] != 'D' {
+				t.Fatalf("entry %q: %v", v, err)
+			}
+			at := 1 + 32 + 1 + int(v[33]) // "D" + token + n + fingerprint
+			if bytes.Contains(v, []byte("4242")) || bytes.Contains(v, []byte("application/json")) {
+				t.Fatal("Redis holds the response in clear")
+			}
+			if tc.edit != nil {
+				edited := append(append([]byte(nil), v[:at]...), tc.edit(append([]byte(nil), v[at:]...))...)
+				if err := c.Set(ctx, entry, edited, redis.KeepTTL).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w := post()
+			if runs.Load() != 1 {
+				t.Fatalf("the handler ran again: %d runs", runs.Load())
+			}
+			if tc.edit == nil {
+				if w.Code != http.StatusCreated || w.Body.String() != first.Body.String() || w.Header().Get("Idempotent-Replayed") != "true" || w.Header().Get("Set-Cookie") != "" {
+					t.Fatalf("replay: %d %q %v", w.Code, w.Body.String(), w.Header())
+				}
+				return
+			}
+			if w.Code != http.StatusInternalServerError || w.Header().Get("Content-Type") != "application/problem+json" ||
+				strings.Contains(w.Body.String(), "pay_1") || w.Header().Get("Idempotent-Replayed") != "" {
+				t.Fatalf("edited record answered %d %q %v; want a 500 problem", w.Code, w.Body.String(), w.Header())
+			}
+		})
+	}
 }

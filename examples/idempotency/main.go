@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/replay"
 )
@@ -83,8 +84,15 @@ type payment struct {
 // newServer returns the payments API: POST /payments, idempotent per
 // caller and Idempotency-Key.
 func newServer(out io.Writer, b *bank) (http.Handler, error) {
+	// Stored responses are sealed with this ring: one process here, so a
+	// random key when CTOKEN_KEYS is unset; a fleet shares one ring.
+	keys, _, err := ctoken.KeyringFromEnvOrRandom("CTOKEN_KEYS")
+	if err != nil {
+		return nil, err
+	}
 	mw, err := idempotency.New(idempotency.Config{
 		Store: &replay.MemoryStore{}, // in a fleet: redisstore or pgstore
+		Keys:  keys,
 		// The caller is the bearer token here; a real API authenticates it.
 		Caller: func(r *http.Request) (string, error) {
 			if c, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && c != "" {
