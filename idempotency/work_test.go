@@ -26,6 +26,7 @@ type fakeTransactor struct {
 	loseLease     bool  // Commit answers ErrLeaseLost, nothing kept
 	commitErr     error // Commit fails with it, an unknown outcome ...
 	commitApplied bool  // ... after committing all the same
+	rollbackErr   error // Rollback fails with it (after ending the transaction)
 
 	mu        sync.Mutex
 	calls     []string
@@ -140,6 +141,7 @@ func (w *fakeWork) Rollback(context.Context) error {
 	if !w.ended {
 		w.ended = true
 		w.pending = nil
+		w.outcome = w.f.rollbackErr
 	}
 	return w.outcome
 }
@@ -225,6 +227,16 @@ func TestTransactionalSettlesEveryOutcome(t *testing.T) {
 			},
 			calls: "begin,rollback,release", status: 502, body: "downstream failed\n", committed: 0,
 			reason: observe.ReasonIdempotencyHandlerRetry, outcome: observe.OutcomeReleased, retry: 502,
+		},
+		{
+			name:  "a rollback that fails is logged at Error, and the key released all the same",
+			store: func(s *fakeTransactor) { s.rollbackErr = errInjected },
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				exec(r.Context(), "charge")
+				http.Error(w, "downstream failed", http.StatusBadGateway)
+			},
+			calls: "begin,rollback,release", status: 502, body: "downstream failed\n", committed: 0,
+			reason: observe.ReasonIdempotencyHandlerRetry, outcome: observe.OutcomeReleased, log: "could not be rolled back", retry: 502,
 		},
 		{
 			name: "nothing written after the deadline rolls back, releases and answers 503",
@@ -327,7 +339,7 @@ func TestTransactionalSettlesEveryOutcome(t *testing.T) {
 			if tc.log == "" && logs != "" || tc.log != "" && !strings.Contains(logs, tc.log) {
 				t.Errorf("log %q, want %q", logs, tc.log)
 			}
-			if strings.Contains(logs, "injected") != (st.beginErr != nil || st.commitErr != nil) {
+			if strings.Contains(logs, "injected") != (st.beginErr != nil || st.commitErr != nil || st.rollbackErr != nil) {
 				t.Errorf("log %q: the store's error is missing or unexpected", logs)
 			}
 			runs := f.runs.Load()
@@ -397,6 +409,43 @@ func TestTransactionalStatementsAfterTheEndAreRefused(t *testing.T) {
 			}
 			if got := st.committedList(); len(got) != want {
 				t.Fatalf("committed %v", got)
+			}
+		})
+	}
+}
+
+// TestTransactionalLogsNeverHoldTheKeyTheCallerOrABody pins that the
+// records the transactional path logs (a transaction that cannot begin, a
+// lost lease, an unknown commit, a failed rollback) name no key, caller or
+// body.
+func TestTransactionalLogsNeverHoldTheKeyTheCallerOrABody(t *testing.T) {
+	const caller, key, reqBody, respBody = "caller-secret-7", "key-secret-9", "request-secret-3", "response-secret-5"
+	for name, fault := range map[string]func(*fakeTransactor){
+		"begin":    func(s *fakeTransactor) { s.beginErr = errInjected },
+		"lease":    func(s *fakeTransactor) { s.loseLease = true },
+		"commit":   func(s *fakeTransactor) { s.commitErr = errInjected },
+		"rollback": func(s *fakeTransactor) { s.rollbackErr = errInjected },
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := newFakeTransactor()
+			fault(st)
+			status := http.StatusCreated
+			if name == "rollback" {
+				status = http.StatusInternalServerError
+			}
+			f := newFixture(t, Config{Store: st, Transactional: true}, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(status)
+				io.WriteString(w, respBody)
+			})
+			f.do(req(http.MethodPost, "/payments", caller, `"`+key+`"`, `{"x":"`+reqBody+`"}`))
+			logs := f.logs.String()
+			if !strings.Contains(logs, "level=") {
+				t.Fatal("nothing logged")
+			}
+			for _, secret := range []string{caller, key, reqBody, respBody} {
+				if strings.Contains(logs, secret) {
+					t.Errorf("log holds %q: %s", secret, logs)
+				}
 			}
 		})
 	}
