@@ -171,6 +171,9 @@ func TestWrapTimeoutHandler(t *testing.T) {
 		f := newFixture(t, Config{}, nil)
 		inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			charges.Add(1)
+			if r.Method == http.MethodPost {
+				time.Sleep(100 * time.Millisecond) // past the TimeoutHandler's 50 ms
+			}
 			w.WriteHeader(http.StatusCreated)
 		})
 		h := f.mw.Wrap(http.TimeoutHandler(inner, 50*time.Millisecond, "timed out"))
