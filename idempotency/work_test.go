@@ -23,6 +23,7 @@ import (
 type fakeTransactor struct {
 	*replay.MemoryStore
 	beginErr      error // BeginWork fails with it
+	nilWork       bool  // BeginWork answers no Work and no error
 	loseLease     bool  // Commit answers ErrLeaseLost, nothing kept
 	commitErr     error // Commit fails with it, an unknown outcome ...
 	commitApplied bool  // ... after committing all the same
@@ -69,6 +70,9 @@ func (f *fakeTransactor) BeginWork(ctx context.Context, id, token string) (repla
 	f.call("begin")
 	if f.beginErr != nil {
 		return nil, f.beginErr
+	}
+	if f.nilWork {
+		return nil, nil
 	}
 	return &fakeWork{f: f, id: id, token: token}, nil
 }
@@ -275,6 +279,12 @@ func TestTransactionalSettlesEveryOutcome(t *testing.T) {
 			reason: observe.ReasonIdempotencyStoreBegin, outcome: observe.OutcomeStoreFailure, log: "could not begin", retry: 201,
 		},
 		{
+			name:  "a store answering BeginWork with no Work is a store failure: key released, handler not run",
+			store: func(s *fakeTransactor) { s.nilWork = true }, handler: chargeOnce, cfg: Config{RetryAfter: 2 * time.Second},
+			calls: "begin,release", status: 503, committed: 0,
+			reason: observe.ReasonIdempotencyStoreBegin, outcome: observe.OutcomeStoreFailure, log: "outside the Recorder contract", retry: 201,
+		},
+		{
 			name: "a response over MaxResponseBytes is held, committed with the too-large marker, then sent whole",
 			cfg:  Config{MaxResponseBytes: 64},
 			handler: func(w http.ResponseWriter, r *http.Request) {
@@ -343,7 +353,10 @@ func TestTransactionalSettlesEveryOutcome(t *testing.T) {
 				t.Errorf("log %q: the store's error is missing or unexpected", logs)
 			}
 			runs := f.runs.Load()
-			st.beginErr = nil
+			if ran := runs != 0; ran != (tc.calls != "begin,release") {
+				t.Errorf("handler ran %d times with store calls %q", runs, tc.calls)
+			}
+			st.beginErr, st.nilWork = nil, false
 			r := f.post(key1, `{}`)
 			if r.Code != tc.retry || (r.Header().Get(ReplayedHeader) == "true") != tc.replayed {
 				t.Fatalf("retry %d replayed %q, want %d replayed %v", r.Code, r.Header().Get(ReplayedHeader), tc.retry, tc.replayed)
