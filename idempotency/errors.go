@@ -72,16 +72,15 @@ var (
 	errGoneAcquire    = reason.New(errGone, "client gone before the key was leased")
 )
 
-// The run path's errors (issue 45): a handler Wrap refuses to run, and a
-// transaction of [Config.Transactional] the store could not begin or roll
-// back.
-var (
-	errTimeoutHandler = reason.New(errMisconfigured, "handler is an http.TimeoutHandler inside the middleware")
-)
+// errTimeoutHandler refuses the requests of a handler Wrap will not run:
+// an [http.TimeoutHandler] outside [Config.Transactional] (issue 45).
+var errTimeoutHandler = reason.New(errMisconfigured, "handler is an http.TimeoutHandler inside the middleware")
 
 // errMisconfigured marks a request refused for the server's configuration.
 var errMisconfigured = errors.New("idempotency: misconfigured")
 
+// storeBeginError and storeRollbackError are the failures of a transaction
+// of [Config.Transactional] that the store could not begin or roll back.
 func storeBeginError(cause error) error {
 	return reason.Wrap(ErrStore, "replay store could not begin the handler's transaction", cause)
 }
