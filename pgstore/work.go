@@ -174,11 +174,13 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
 	s.takeoverTxSQL = strings.ReplaceAll(s.takeoverSQL, "now()", "statement_timestamp()")
 }
 
-// BeginWork implements [replay.Transactor]: it opens a transaction (read
-// committed) on a connection of the store's pool, whose sessions [New]
-// and the recheck check, for the work guarded by token's lease on id.
-// It does not read the lease: [replay.Work]'s Commit checks it, in the
-// transaction. An empty or oversize id is refused with [ErrInvalidClaim],
+// BeginWork implements [replay.Transactor]: it takes a connection of the
+// store's pool, whose sessions [New] and the recheck check, for a
+// transaction (read committed) of the work guarded by token's lease on
+// id. BEGIN is sent in the same round trip as the work's first statement
+// (or as Commit's fence, for a work that wrote nothing), so BeginWork
+// itself sends nothing: it does not read the lease, which the Work's
+// Commit checks in the transaction. An empty or oversize id is refused with [ErrInvalidClaim],
 // a token this store never minted with [replay.ErrLeaseLost], and while a
 // recheck refuses (see [New]) the call fails with its reason; otherwise
 // errors match [ErrUnavailable]. In every error case no transaction is
@@ -208,46 +210,9 @@ func (s *Store) BeginWork(ctx context.Context, id, token string) (replay.Work, e
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	begin := func(ctx context.Context) (*pgxpool.Conn, error) {
-		pc, err := s.pool.Acquire(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := pc.Exec(ctx, "begin isolation level read committed"); err != nil {
-			pc.Release() // a connection left in a transaction is closed, not pooled
-			return nil, err
-		}
-		return pc, nil
-	}
-	var pc *pgxpool.Conn
-	var err error
-	if s.direct {
-		pc, err = begin(ctx)
-	} else {
-		// As in [call], but a transaction begun after the deadline is
-		// rolled back by the goroutine that began it, never leaked.
-		type result struct {
-			pc  *pgxpool.Conn
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			pc, err := begin(ctx)
-			done <- result{pc, err}
-		}()
-		select {
-		case r := <-done:
-			pc, err = r.pc, r.err
-		case <-ctx.Done():
-			go func() {
-				if r := <-done; r.err == nil {
-					r.pc.Exec(context.Background(), "rollback")
-					r.pc.Release()
-				}
-			}()
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-		}
-	}
+	// Only a connection is taken now (pgxpool honours ctx whatever the
+	// context watcher); BEGIN is sent with the work's first statement.
+	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 			return nil, fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, err)
@@ -273,6 +238,7 @@ type work struct {
 	pc      *pgxpool.Conn
 	conn    *pgx.Conn
 	ended   bool
+	begun   bool     // BEGIN was sent and succeeded
 	open    []cursor // Rows and BatchResults not yet closed, oldest first
 	savepts int64    // savepoints begun
 
@@ -319,13 +285,23 @@ func (w *work) Commit(ctx context.Context, until time.Time, fingerprint, result 
 func (w *work) Rollback(ctx context.Context) error {
 	w.endOnce.Do(func() {
 		w.stop()
-		w.endErr = w.s.run(ctx, func(ctx context.Context) error {
-			defer w.pc.Release()
-			_, err := w.conn.Exec(ctx, "rollback")
-			return err
-		})
+		w.endErr = w.rollback(ctx)
 	})
 	return w.endErr
+}
+
+// rollback rolls the transaction back, if it was begun, and returns the
+// connection to the pool (after stop).
+func (w *work) rollback(ctx context.Context) error {
+	if !w.begun || w.escaped() {
+		w.pc.Release()
+		return nil
+	}
+	return w.s.run(ctx, func(ctx context.Context) error {
+		defer w.pc.Release() // a connection still in a transaction is closed, not pooled
+		_, err := w.conn.Exec(ctx, "rollback")
+		return err
+	})
 }
 
 // stop ends the handler's use of the transaction: it waits for a
@@ -345,11 +321,7 @@ func (w *work) stop() {
 func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result []byte) error {
 	w.stop()
 	refuse := func(err error) error {
-		w.s.run(ctx, func(ctx context.Context) error {
-			defer w.pc.Release()
-			_, err := w.conn.Exec(ctx, "rollback")
-			return err
-		})
+		w.rollback(ctx)
 		return err
 	}
 	if fingerprint != nil || result != nil {
@@ -362,6 +334,10 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 	}
 	if err := w.s.refused(); err != nil {
 		return refuse(err)
+	}
+	if w.escaped() {
+		// The fence would run outside the work's transaction.
+		return refuse(fmt.Errorf("%w: %w", ErrUnavailable, errEscaped))
 	}
 	type outcome struct {
 		reason string // the fence's refusal, when it matched no row
@@ -376,11 +352,21 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		defer w.pc.Release() // a connection still in a transaction is closed, not pooled
 		var o outcome
 		b := &pgx.Batch{}
+		if !w.begun {
+			b.Queue(beginSQL) // a work that wrote nothing: BEGIN in the same round trip
+		}
 		b.Queue(w.s.fenceSQL, w.key, w.token, pgTime(until), fingerprint, result)
 		b.Queue("commit")
 		br := w.conn.SendBatch(ctx, b)
+		var beginErr error
+		if !w.begun {
+			_, beginErr = br.Exec()
+		}
 		var zero int
 		fenceErr := br.QueryRow().Scan(&zero)
+		if fenceErr == nil {
+			fenceErr = beginErr
+		}
 		tag, commitErr := br.Exec()
 		closeErr := br.Close()
 		o.tag = tag.String()
@@ -454,8 +440,52 @@ func (t *workTx) usable() error {
 		return pgx.ErrTxClosed
 	case len(t.w.open) > 0:
 		return errCursorOpen
+	case t.w.escaped():
+		return errEscaped
 	}
 	return nil
+}
+
+// beginSQL begins the work's transaction.
+const beginSQL = "begin isolation level read committed"
+
+// errEscaped refuses every statement of a transaction that a statement of
+// the work itself (COMMIT, ROLLBACK, END sent with Exec) has ended: what
+// follows would run outside it.
+var errEscaped = errors.New("pgstore: the work's transaction was ended by a statement of the work (COMMIT or ROLLBACK sent as SQL): nothing more runs on it")
+
+// escaped reports whether the transaction, once begun, was ended by a
+// statement of the work (under w.mu).
+func (w *work) escaped() bool {
+	return w.begun && w.conn.PgConn().TxStatus() == 'I'
+}
+
+// beginLocked sends BEGIN alone, before a statement that cannot carry it
+// in its round trip (under w.mu).
+func (w *work) beginLocked(ctx context.Context) error {
+	if w.begun {
+		return nil
+	}
+	if _, err := w.conn.Exec(ctx, beginSQL); err != nil {
+		return err
+	}
+	w.begun = true
+	return nil
+}
+
+// pipelines reports whether a statement with args can be queued in a
+// pgx.Batch behind BEGIN: not without arguments (pgx sends those with
+// the simple protocol, which allows several statements in one string)
+// nor with pgx's per-call options (an exec mode or a query rewriter).
+func pipelines(args []any) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0].(type) {
+	case pgx.QueryExecMode, pgx.QueryRewriter:
+		return false
+	}
+	return true
 }
 
 // Begin starts a savepoint in the transaction, which the handler may
@@ -465,6 +495,9 @@ func (t *workTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := t.usable(); err != nil {
+		return nil, err
+	}
+	if err := w.beginLocked(ctx); err != nil {
 		return nil, err
 	}
 	w.savepts++
@@ -510,6 +543,28 @@ func (t *workTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	if err := t.usable(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
+	if !w.begun && pipelines(args) {
+		b := &pgx.Batch{}
+		b.Queue(beginSQL)
+		b.Queue(sql, args...)
+		br := w.conn.SendBatch(ctx, b)
+		_, beginErr := br.Exec()
+		tag, err := br.Exec()
+		closeErr := br.Close()
+		// BEGIN succeeded, so the statement ran (or failed) in the
+		// transaction; had it failed, the statement was skipped.
+		w.begun = beginErr == nil
+		if beginErr != nil {
+			return pgconn.CommandTag{}, beginErr
+		}
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		return tag, closeErr
+	}
+	if err := w.beginLocked(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	return w.conn.Exec(ctx, sql, args...)
 }
 
@@ -521,6 +576,9 @@ func (t *workTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
+	if err := w.beginLocked(ctx); err != nil {
+		return nil, err
+	}
 	return w.conn.Prepare(ctx, name, sql)
 }
 
@@ -530,6 +588,9 @@ func (t *workTx) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnN
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := t.usable(); err != nil {
+		return 0, err
+	}
+	if err := w.beginLocked(ctx); err != nil {
 		return 0, err
 	}
 	return w.conn.CopyFrom(ctx, tableName, columnNames, rowSrc)
@@ -544,11 +605,33 @@ func (t *workTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	if err := t.usable(); err != nil {
 		return &workRows{w: w, closed: true, err: err}, err
 	}
-	rows, err := w.conn.Query(ctx, sql, args...)
-	r := &workRows{w: w, rows: rows}
+	var rows pgx.Rows
+	var err error
+	var owner pgx.BatchResults
+	if !w.begun && pipelines(args) {
+		b := &pgx.Batch{}
+		b.Queue(beginSQL)
+		b.Queue(sql, args...)
+		owner = w.conn.SendBatch(ctx, b)
+		if _, err := owner.Exec(); err != nil {
+			owner.Close()
+			return &workRows{w: w, closed: true, err: err}, err
+		}
+		w.begun = true
+		rows, err = owner.Query()
+	} else {
+		if err := w.beginLocked(ctx); err != nil {
+			return &workRows{w: w, closed: true, err: err}, err
+		}
+		rows, err = w.conn.Query(ctx, sql, args...)
+	}
+	r := &workRows{w: w, rows: rows, owner: owner}
 	if err != nil {
-		rows.Close()
 		r.closed, r.err = true, err
+		rows.Close()
+		if owner != nil {
+			owner.Close()
+		}
 		return r, err
 	}
 	w.open = append(w.open, r)
@@ -578,6 +661,9 @@ func (t *workTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	// FailedBatchResults tells such a batch by the Tx it carries.
 	if pgx.FailedBatchResults(b, nil).Tx() != nil {
 		return pgx.FailedBatchResults(b, errors.New("pgstore: Batch.BeginTx cannot be used within the work's transaction"))
+	}
+	if err := w.beginLocked(ctx); err != nil {
+		return pgx.FailedBatchResults(b, err)
 	}
 	br := &workBatch{w: w, br: w.conn.SendBatch(ctx, b)}
 	w.open = append(w.open, br)
@@ -622,7 +708,8 @@ var loLayoutOK = sync.OnceValue(func() bool {
 type workRows struct {
 	w      *work
 	rows   pgx.Rows
-	batch  *workBatch // the BatchResults it came from, if any
+	batch  *workBatch       // the BatchResults it came from, if any
+	owner  pgx.BatchResults // the batch that sent BEGIN with it, closed with it
 	closed bool
 	err    error
 	tag    pgconn.CommandTag
@@ -638,6 +725,11 @@ func (r *workRows) closeLocked() {
 	r.tag = r.rows.CommandTag()
 	if err := r.rows.Err(); err != nil && r.err == nil {
 		r.err = err
+	}
+	if r.owner != nil {
+		if err := r.owner.Close(); err != nil && r.err == nil {
+			r.err = err
+		}
 	}
 	if r.w.ended && r.err == nil {
 		r.err = errEnded
