@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -271,7 +272,10 @@ func (w *work) Context(ctx context.Context) context.Context {
 // matching [ErrUnavailable], when the outcome is unknown (the connection
 // was lost, or the deadline passed, while COMMIT was under way): then
 // neither release the lease nor report the work as done. fingerprint and
-// result both nil write no record, as [Store.ConfirmLease].
+// result both nil write no record, as [Store.ConfirmLease]. With a ctx
+// already done, Commit (as Rollback) closes the connection instead, which
+// ends the transaction without a commit, and returns an error matching
+// [ErrUnavailable] and the context's error.
 func (w *work) Commit(ctx context.Context, until time.Time, fingerprint, result []byte) error {
 	w.endOnce.Do(func() { w.endErr = w.commit(ctx, until, fingerprint, result) })
 	return w.endErr
@@ -297,11 +301,39 @@ func (w *work) rollback(ctx context.Context) error {
 		w.pc.Release()
 		return nil
 	}
-	return w.s.run(ctx, func(ctx context.Context) error {
+	started := w.claimEnd()
+	err := w.s.run(ctx, func(ctx context.Context) error {
+		if !started() {
+			return nil
+		}
 		defer w.pc.Release() // a connection still in a transaction is closed, not pooled
 		_, err := w.conn.Exec(ctx, "rollback")
 		return err
 	})
+	w.closeUnlessStarted(started)
+	return err
+}
+
+// claimEnd returns a func that reports true to the first of its callers
+// only: the statement that ends the work calls it when it starts, and
+// closeUnlessStarted after [call] returned, so exactly one of them
+// releases the connection, even when call returned before running the
+// statement (a context already done) or while it runs on a goroutine of
+// its own (see [call]).
+func (w *work) claimEnd() func() bool {
+	var once atomic.Bool
+	return func() bool { return once.CompareAndSwap(false, true) }
+}
+
+// closeUnlessStarted closes the work's connection, without a commit,
+// when the statement meant to end the transaction never started: a
+// session that ends rolls its transaction back.
+func (w *work) closeUnlessStarted(started func() bool) {
+	if started() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		w.pc.Hijack().Close(ctx)
+	}
 }
 
 // stop ends the handler's use of the transaction: it waits for a
@@ -348,7 +380,11 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		refused bool
 		err     error // returned in the outcome: call would drop the rest
 	}
+	started := w.claimEnd()
 	o, err := call(w.s, ctx, func(ctx context.Context) (outcome, error) {
+		if !started() {
+			return outcome{}, nil
+		}
 		defer w.pc.Release() // a connection still in a transaction is closed, not pooled
 		var o outcome
 		b := &pgx.Batch{}
@@ -387,6 +423,7 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		o.err = errors.Join(fenceErr, commitErr, closeErr)
 		return o, nil
 	})
+	w.closeUnlessStarted(started)
 	if err == nil && o.err != nil {
 		err = fmt.Errorf("%w: %w", ErrUnavailable, o.err)
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(o.err, ctxErr) {

@@ -646,6 +646,44 @@ func TestWorkTxRefusesATransactionEndedBySQL(t *testing.T) {
 	}
 }
 
+// TestWorkEndsWithADoneContext: Commit or Rollback called with a context
+// already done still ends the transaction (the connection is closed, so
+// nothing is committed) and gives the connection back to the pool.
+func TestWorkEndsWithADoneContext(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	done, cancel := context.WithCancel(bg())
+	cancel()
+	ends := []struct {
+		name string
+		end  func(w replay.Work) error
+	}{
+		{"Commit", func(w replay.Work) error { return w.Commit(done, time.Now().Add(time.Hour), nil, nil) }},
+		{"Rollback", func(w replay.Work) error { return w.Rollback(done) }},
+	}
+	for _, tt := range ends {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "done-" + tt.name
+			w, _ := acquire(t, s, id, time.Minute)
+			if err := charge(w.Context(bg()), table, id, "x"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.end(w); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s with a done context = %v, want ErrUnavailable and context.Canceled", tt.name, err)
+			}
+			if n := s.pool.Stat().AcquiredConns(); n != 0 {
+				t.Fatalf("%d connections still acquired, want the work's given back", n)
+			}
+			if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
+				t.Fatalf("charges = %q, want none", got)
+			}
+			if row, _ := rowOf(t, s, id); row.state != "l" {
+				t.Fatalf("lease row state = %q, want the lease left as it was", row.state)
+			}
+		})
+	}
+}
+
 // TestWorkFirstEndWins: the first of Commit and Rollback decides; later
 // calls return its outcome and change nothing.
 func TestWorkFirstEndWins(t *testing.T) {
