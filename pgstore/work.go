@@ -178,14 +178,16 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
 // BeginWork implements [replay.Transactor]: it takes a connection of the
 // store's pool, whose sessions [New] and the recheck check, for a
 // transaction (read committed) of the work guarded by token's lease on
-// id. BEGIN is sent in the same round trip as the work's first statement
-// (or as Commit's fence, for a work that wrote nothing), so BeginWork
-// itself sends nothing: it does not read the lease, which the Work's
-// Commit checks in the transaction. An empty or oversize id is refused with [ErrInvalidClaim],
-// a token this store never minted with [replay.ErrLeaseLost], and while a
-// recheck refuses (see [New]) the call fails with its reason; otherwise
-// errors match [ErrUnavailable]. In every error case no transaction is
-// open and the lease is left as it was.
+// id. BEGIN is sent in the round trip of the work's first statement when
+// that is an Exec or Query with arguments (on its own before any other
+// first statement, and with Commit's fence for a work that wrote
+// nothing), so BeginWork itself sends nothing: it does not read the
+// lease, which the Work's Commit checks in the transaction. An empty or
+// oversize id is refused with [ErrInvalidClaim], a token this store never
+// minted with [replay.ErrLeaseLost], and while a recheck refuses (see
+// [New]) the call fails with its reason; otherwise errors match
+// [ErrUnavailable]. In every error case no transaction is open and the
+// lease is left as it was.
 //
 // The Work holds its connection until Commit or Rollback: call Rollback
 // (a no-op after Commit) in a defer. The store's Timeout bounds BeginWork,
