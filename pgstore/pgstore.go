@@ -962,36 +962,15 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if err := s.refused(); err != nil {
 		return false, err
 	}
-	// again: takeoverSQL must run again (a concurrent statement changed
-	// the row it found).
-	type claimed struct{ marker, future, first, again bool }
-	claim := func(ctx context.Context, q querier, claimSQL, takeoverSQL string) (claimed, error) {
-		key, legacy := s.keys(id)
-		u := pgTime(until)
-		var c claimed
-		var live bool
-		if err := q.QueryRow(ctx, claimSQL, key, u, legacy).Scan(&c.first, &c.marker, &live, &c.future); err != nil || c.first || !c.marker || live {
-			return c, err
-		}
-		// Neither inserted nor refused by a live row (an expired row, a
-		// row that changed under a concurrent statement, a live leg, a
-		// past until): take it over, or see why not.
-		for range maxRaces {
-			if err := q.QueryRow(ctx, takeoverSQL, key, u, legacy).Scan(&c.marker, &c.future, &c.first, &c.again); err != nil || c.first || !c.again {
-				return c, err
-			}
-		}
-		return c, errRaced
-	}
 	var c claimed
 	var err error
 	if tx := txOf(ctx); tx != nil {
 		c, err = claimInTx(s, ctx, func(ctx context.Context) (claimed, error) {
-			return claim(ctx, tx, s.claimTxSQL, s.takeoverTxSQL)
+			return s.claim(ctx, tx, s.claimTxSQL, s.takeoverTxSQL, id, until)
 		})
 	} else {
 		c, err = call(s, ctx, func(ctx context.Context) (claimed, error) {
-			return claim(ctx, s.pool, s.claimSQL, s.takeoverSQL)
+			return s.claim(ctx, s.pool, s.claimSQL, s.takeoverSQL, id, until)
 		})
 	}
 	marker, future, first := c.marker, c.future, c.first
@@ -1006,6 +985,31 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 		return false, fmt.Errorf("%w: %w: until is not after the database's clock", ErrInvalidClaim, replay.ErrExpired)
 	}
 	return false, nil
+}
+
+// claimed is what a claim's statements reported; again: takeoverSQL must
+// run again (a concurrent statement changed the row it found).
+type claimed struct{ marker, future, first, again bool }
+
+// claim runs a claim's statements (claimSQL, then takeoverSQL when
+// needed) on q: the pool, or a caller's transaction.
+func (s *Store) claim(ctx context.Context, q querier, claimSQL, takeoverSQL, id string, until time.Time) (claimed, error) {
+	key, legacy := s.keys(id)
+	u := pgTime(until)
+	var c claimed
+	var live bool
+	if err := q.QueryRow(ctx, claimSQL, key, u, legacy).Scan(&c.first, &c.marker, &live, &c.future); err != nil || c.first || !c.marker || live {
+		return c, err
+	}
+	// Neither inserted nor refused by a live row (an expired row, a row
+	// that changed under a concurrent statement, a live leg, a past
+	// until): take it over, or see why not.
+	for range maxRaces {
+		if err := q.QueryRow(ctx, takeoverSQL, key, u, legacy).Scan(&c.marker, &c.future, &c.first, &c.again); err != nil || c.first || !c.again {
+			return c, err
+		}
+	}
+	return c, errRaced
 }
 
 // Release forgets the claim of id, so the next Claim of id is first again.
