@@ -937,6 +937,33 @@ func TestClaimInATransaction(t *testing.T) {
 		}
 	})
 
+	t.Run("refusals", func(t *testing.T) {
+		tx, err := s.pool.Begin(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(bg())
+		cancelled, cancel := context.WithCancel(WithTx(bg(), tx))
+		cancel()
+		tests := []struct {
+			name string
+			s    *Store
+			ctx  context.Context
+			want []error
+		}{
+			{"a zero Store", &Store{}, WithTx(bg(), tx), []error{ErrConfig}},
+			{"a cancelled context", s, cancelled, []error{ErrUnavailable, context.Canceled}},
+		}
+		for _, tt := range tests {
+			first, err := tt.s.Claim(tt.ctx, "refused", until)
+			for _, want := range tt.want {
+				if first || !errors.Is(err, want) {
+					t.Errorf("%s: Claim = %v, %v; want %v", tt.name, first, err, want)
+				}
+			}
+		}
+	})
+
 	t.Run("expiry by the database's clock", func(t *testing.T) {
 		tx, err := s.pool.Begin(bg())
 		if err != nil {
