@@ -413,6 +413,8 @@ func TestTransactionalChargesOnceThroughAKilledServer(t *testing.T) {
 	// executions is replaced by the charge table once the load is over.
 	ops.settle = func() {
 		got := charges(t, pool, table)
+		ops.mu.Lock()
+		defer ops.mu.Unlock()
 		clear(ops.completed)
 		clear(ops.first)
 		for key, rows := range got {
