@@ -472,22 +472,24 @@ func workTable(t testing.TB, pool *pgxpool.Pool) string {
 // (WithTx), inserts the work row of who, and commits when commit is set
 // (else rolls back). It returns the redeem's error.
 func redeemInTx(t testing.TB, pool *pgxpool.Pool, table string, who int, commit bool, redeem func(ctx context.Context) error) error {
-	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return err
 	}
 	defer tx.Rollback(ctx)
 	if err := redeem(WithTx(ctx, tx)); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (who) VALUES ($1)`, who); err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return err
 	}
 	if commit {
 		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			return err
 		}
 	}
 	return nil
