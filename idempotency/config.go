@@ -122,12 +122,14 @@ type Config struct {
 	// [MaxWindow].
 	Window time.Duration
 	// Lease is how long one attempt may hold a key: requests with the key
-	// meanwhile get 409, and an attempt whose process dies frees the key
-	// when the lease ends. The handler's context ends at three quarters of
-	// it; the rest is for recording the response. Zero means
-	// [DefaultLease]; at least [MinLease], at most [MaxLease].
+	// meanwhile get 409 (or wait, with Wait), and an attempt whose process
+	// dies frees the key when the lease ends. It is the handler's timeout:
+	// the handler's context ends at three quarters of it (and not when the
+	// client goes away); the rest is for recording the response. Zero
+	// means [DefaultLease]; at least [MinLease], at most [MaxLease].
 	Lease time.Duration
-	// MaxKeyBytes is the longest key, in bytes of the decoded string;
+	// MaxKeyBytes is the longest key, in bytes of the decoded string (a
+	// bare key: as sent);
 	// zero means [DefaultMaxKeyBytes]; at most [MaxKeyBytesLimit].
 	MaxKeyBytes int
 	// MaxRequestBytes caps the request body, which is read whole for the
@@ -165,12 +167,16 @@ type Config struct {
 	// documentation lists the outcomes). Nil costs nothing.
 	Observer observe.Observer
 	// Logger, if set, receives a record for every failure on the server's
-	// side: at Warn a store that could not lease a key (503), a handler
-	// that returned nothing after its deadline (503) and a retry of a
-	// response too large to store; at Error a store failure after the
-	// handler ran (a response the store refused for its size or byte
-	// budget included), a stored response that cannot be replayed, a
-	// response too large to store. Records carry the method, the route,
+	// side: at Warn a store that could not lease a key or begin its
+	// transaction (503), a handler that returned nothing after its
+	// deadline (503) and a retry of a response too large to store; at
+	// Error a store failure after the handler ran (a response the store
+	// refused for its size or byte budget, a commit of
+	// [Config.Transactional] that failed or found its lease lost and a
+	// rollback that failed included), a stored response that cannot be
+	// replayed, a response too large to store, and an
+	// [http.TimeoutHandler] given to [Middleware.Wrap] (once at Wrap and
+	// for every covered request). Records carry the method, the route,
 	// the status, a fixed reason and the store's error: never a key, a
 	// caller or a body.
 	Logger *slog.Logger
@@ -188,6 +194,34 @@ type Config struct {
 	// [Config.Window] has passed. Nil, or a ring not made by
 	// [ctoken.NewKeyring] or [ctoken.ParseKeyring], is refused by [New].
 	Keys *ctoken.Keyring
+
+	// Fields added for issue 45 (real clients): keep new fields below.
+
+	// Wait, if set, makes a request whose key another request is running
+	// under a live lease wait for it, up to Wait, instead of getting 409
+	// at once: it polls the store with backoff (10 ms doubling to 250 ms)
+	// and answers the first request's recorded response as a replay, or,
+	// if the first request released the key (a retry status, a panic),
+	// takes the key and runs the handler itself, as the retry it is. A
+	// request with a different body is 422 at once; a client that leaves
+	// ends its wait. When Wait passes, the answer is the 409 of a busy
+	// key. Zero means no waiting; it must be less than Lease and at most
+	// [MaxWait]. A waiting request holds its connection: keep Wait under
+	// the server's WriteTimeout.
+	Wait time.Duration
+
+	// The handler's run (issue 45).
+
+	// Transactional runs each covered handler in a transaction of the
+	// Store, a [replay.Transactor] (the pgstore module): the handler's
+	// writes through the transaction (pgstore.TxFrom(r.Context())), the
+	// fence check of its lease and the stored response commit together or
+	// not at all. The response is held whole, whatever its size, and sent
+	// only once the commit succeeded; a commit whose lease was lost, or
+	// whose outcome is unknown, is answered 503 instead. New refuses it
+	// with a Store that is not a [replay.Transactor]. See the package
+	// documentation.
+	Transactional bool
 }
 
 // params is a validated Config.
@@ -212,6 +246,12 @@ type params struct {
 	problems    problems
 
 	records sealer // seals and opens stored responses with Config.Keys
+
+	// Issue 45 (real clients): wait mode and run-time estimates.
+	wait time.Duration // Config.Wait; 0: a busy key is 409 at once
+	runs runEstimates  // recorded run times per route, for Retry-After
+
+	transactor replay.Transactor // Transactional: the Store; else nil
 }
 
 func configError(why string) error { return reason.New(ErrConfig, why) }
@@ -322,6 +362,16 @@ func newParams(cfg Config) (*params, error) {
 			seen[n] = true
 			p.replay = append(p.replay, n)
 		}
+	}
+	if p.wait, err = waitOf(cfg.Wait, p.lease); err != nil {
+		return nil, err
+	}
+	if cfg.Transactional {
+		t, ok := cfg.Store.(replay.Transactor)
+		if !ok {
+			return nil, configError("idempotency: Transactional is set but Store is not a replay.Transactor (the pgstore module)")
+		}
+		p.transactor = t
 	}
 	p.problems = newProblems(p)
 	return p, nil

@@ -53,13 +53,17 @@
 // detail per case that never holds the key, the caller or the body):
 //
 //	400  the key header is missing on a route with [Config.Required],
-//	     repeated, not one structured-field string (RFC 8941), empty, or
-//	     over [Config.MaxKeyBytes]; or the body is unreadable ([ErrKey],
-//	     [ErrBodyUnreadable])
+//	     repeated, neither one structured-field string (RFC 8941) nor one
+//	     bare key ([ParseKey]), empty, or over [Config.MaxKeyBytes]; or the
+//	     body is unreadable ([ErrKey], [ErrBodyUnreadable])
 //	401  [Config.Caller] returned an error or "" ([ErrNoCaller]), with
 //	     WWW-Authenticate: [Config.Challenge]
-//	409  a request with the key is running; Retry-After is the seconds its
-//	     lease may still run, at least 1 ([ErrInProgress])
+//	409  a request with the key is running (with [Config.Wait], still
+//	     running when the wait is over); Retry-After is the seconds such a
+//	     run is likely to need yet: the 90th percentile of the route's
+//	     newest recorded runs less the time this one has run, at least 1
+//	     and at most its lease's remainder; the lease's remainder (at
+//	     least 1) before the route has a recorded run ([ErrInProgress])
 //	413  the body is over [Config.MaxRequestBytes]; nothing is claimed
 //	     ([ErrBodyTooLarge])
 //	422  the key was used with a different request ([ErrMismatch])
@@ -67,12 +71,26 @@
 //	     holds none for it, it does not open (edited, moved, or sealed
 //	     under a key not in [Config.Keys]) or decode, or it was too large
 //	     to store ([ErrRecord], logged at Error); the handler is not run
-//	     again
+//	     again; or the handler given to Wrap is an [http.TimeoutHandler]
+//	     outside [Config.Transactional] (every covered request)
 //	503  the store failed; Retry-After is [Config.RetryAfter] ([ErrStore]);
-//	     or the handler returned nothing after its deadline (key released)
+//	     or the handler returned nothing after its deadline (key released);
+//	     or, with [Config.Transactional], the handler's transaction could
+//	     not begin (key released, handler not run) or its commit failed
+//	     (lease lost, or an unknown outcome: the handler's response is not
+//	     sent, the key is not released)
 //
 // and otherwise with the handler's own response (the first time) or the
-// recorded one with "Idempotent-Replayed: true" (every retry). Requests of
+// recorded one with "Idempotent-Replayed: true" (every retry).
+//
+// The key is sent either as the draft defines it, a structured-field
+// string ("8e03978e-…"), or bare (8e03978e-…), as stripe-go and most
+// clients send it: both spellings are the same key ([ParseKey]).
+//
+// With [Config.Wait], a request that finds its key running waits for the
+// first request instead of getting 409 at once: it gets the recorded
+// response as a replay, or, if the first request released the key, runs
+// the handler itself as the retry. Requests of
 // other methods, and covered requests without the header when the route
 // does not require it, go to the handler untouched.
 //
@@ -87,11 +105,14 @@
 //     released (so the retry runs the handler again) and the response is
 //     sent;
 //   - a handler that panics releases the key, and the panic goes on;
-//   - a handler that returns without writing anything after the client
-//     went away releases the key;
 //   - a handler that returns without writing anything after its own
 //     context's deadline releases the key, and the client gets 503 with a
-//     Retry-After of [Config.RetryAfter] (never an empty 200 recorded).
+//     Retry-After of [Config.RetryAfter] (never an empty 200 recorded);
+//     before its deadline it is an empty 200, recorded.
+//
+// The client going away changes none of this: the handler's context does
+// not end with the client's request, so a handler that took effect
+// finishes, its response is recorded, and the client's retry gets it.
 //
 // A retry status over [Config.MaxResponseBytes] is streamed, and the key
 // released only once the handler has returned: never while it runs.
@@ -115,20 +136,74 @@
 //
 // Every releasing outcome above lets a retry run the handler again. So a
 // handler may answer 5xx, 408, 423, 425 or 429, panic, or return without
-// a response after a disconnect or its deadline, only when its operation
-// had no effect (or it undid it); once the operation took effect, answer
-// its result (2xx) or a 4xx, which are recorded. (Stripe instead records
-// 500s; this middleware releases them, as the issue asks.) A 4xx such as
-// 401, 403 or 404 is recorded for [Config.Window] like any other: a
-// retry with the same key gets it again even after its cause is fixed,
-// and needs a new key.
+// a response after its deadline, only when its operation had no effect
+// (or it undid it, or, with [Config.Transactional], its writes were all
+// in the transaction, which is then rolled back); once the operation took
+// effect, answer its result (2xx) or a 4xx, which are recorded. (Stripe
+// instead records 500s; this middleware releases them, as the issue
+// asks.) A 4xx such as 401, 403 or 404 is recorded for [Config.Window]
+// like any other: a retry with the same key gets it again even after its
+// cause is fixed, and needs a new key.
 //
-// The handler's context deadline (r.Context().Deadline(), three quarters
-// of [Config.Lease] after the key was leased) is the lease's fence; the
-// rest of the lease is for recording. There is no lease renewal: a
+// The handler's context (r.Context()) keeps the request's values but not
+// its cancellation or deadline: a client that times out, or a server
+// that closes the connection, does not cancel it, so a handler that
+// charged and then writes its receipt with r.Context() does not fail
+// half-way because the client left. Its only deadline is the middleware's
+// own, three quarters of [Config.Lease] after the key was leased: the
+// lease's fence; the rest of the lease is for recording. [Config.Lease]
+// is therefore the handler's timeout. There is no lease renewal: a
 // handler that works past its deadline may outlive its lease, and a retry
 // may then take the key and run beside it. Check the context before each
 // side effect and start none after the deadline.
+//
+// Put a timeout such as [http.TimeoutHandler] outside Wrap, never inside:
+// outside, it answers the client 503 when it fires while the handler goes
+// on to its own deadline, and the response is recorded for the retry.
+// Inside, it would answer 503 while its handler still runs, the 503 would
+// release the key, and the retry would run the handler beside itself.
+// Wrap cannot see when that inner handler ends, so, outside
+// [Config.Transactional], Wrap refuses an [http.TimeoutHandler] it is
+// given: every covered request is answered 500 and logged at Error, from
+// the first request on (and Wrap logs it at Error once). Wrap does not
+// panic, as it does not for a zero [Middleware] or a nil handler: the
+// package never panics on its input, and the first test that sends a
+// covered request fails all the same. (Only a TimeoutHandler given to
+// Wrap itself is seen; one behind another wrapper is not.) With
+// [Config.Transactional] it is safe, as far as the handler's writes go
+// through the transaction: the 503 rolls the transaction back before the
+// key is released, and the transaction refuses every statement after.
+//
+// # Transactional mode
+//
+// With [Config.Transactional] and a store that is a [replay.Transactor]
+// (the pgstore module), the middleware opens a transaction once the key
+// is leased ([replay.Transactor.BeginWork]) and puts it in the handler's
+// context, where the store's accessor finds it (pgstore.TxFrom). A
+// recorded status commits the handler's writes together with the fence
+// check of the lease and the response ([replay.Work.Commit]), and only
+// then is the response sent. A releasing outcome rolls the writes back
+// before the key is released. A lease found lost at the commit keeps
+// nothing (the retry gets the other holder's outcome); a commit whose
+// outcome is unknown is not retried (the transaction is gone) and does
+// not release the key: a retry gets the committed response, or, once the
+// lease ends, runs. Both are answered 503 with a Retry-After of
+// [Config.RetryAfter] and logged at Error; the handler's response is
+// never sent unless it was committed. The whole response is held in
+// memory until the commit, even one over [Config.MaxResponseBytes]
+// (which is then committed as too large to replay).
+//
+// What runs how often, per key:
+//
+//	store                 guarantee
+//	memory, Redis         at most once per lease: the handler must check
+//	                      its context before each effect
+//	PostgreSQL, with      the handler's writes in the transaction commit
+//	Transactional         exactly once, with the record
+//	PostgreSQL, without   as memory and Redis
+//
+// Effects outside the transaction (a call to a payment provider, a
+// message sent) stay "at most once per lease" in every mode.
 //
 // # Stored records
 //
@@ -163,7 +238,10 @@
 // [observe.KindIdempotency]: first run recorded → [observe.OutcomeProcessed];
 // replayed → [observe.OutcomeDuplicate]; 409 → [observe.OutcomeInProgress];
 // key released → [observe.OutcomeReleased]; mismatch and the other
-// refusals → [observe.OutcomeRefused]; a store failure, or a done key
+// refusals (an [http.TimeoutHandler] inside Wrap included) →
+// [observe.OutcomeRefused]; a store failure, or a done key
 // without a usable response → [observe.OutcomeStoreFailure]; each with
-// its [observe.RefusalReason] ([ReasonOf]) and the store's latency.
+// its [observe.RefusalReason] ([ReasonOf]) and the store's latency. A
+// request that waited ([Config.Wait]) is one event too: the outcome it
+// ended with, and the latency of all its store calls.
 package idempotency

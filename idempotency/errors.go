@@ -15,7 +15,8 @@ import (
 // the caller or the body).
 var (
 	// ErrKey: the key header is missing on a route that requires it,
-	// repeated, not one structured-field string, empty or too long. 400.
+	// repeated, neither one structured-field string nor one bare key
+	// ([ParseKey]), empty or too long. 400.
 	ErrKey = errors.New("idempotency: invalid or missing key")
 	// ErrNoCaller: [Config.Caller] returned an error or an empty caller.
 	// 401.
@@ -26,8 +27,8 @@ var (
 	// ErrBodyUnreadable: the request body could not be read. 400.
 	ErrBodyUnreadable = errors.New("idempotency: request body unreadable")
 	// ErrInProgress: another request with the same key is running under a
-	// live lease. 409, with a Retry-After of the seconds the lease may
-	// still run.
+	// live lease. 409, with a Retry-After of the seconds it is likely to
+	// run yet (see the package documentation).
 	ErrInProgress = errors.New("idempotency: request with this key in progress")
 	// ErrMismatch: the key was used with a different request (method,
 	// path, query or body). 422.
@@ -66,11 +67,27 @@ var (
 	errResponseTooBig = reason.New(ErrRecord, "first response was over MaxResponseBytes and not stored")
 	errReleasedRetry  = reason.New(errReleased, "handler asked for a retry (5xx, 408, 423, 425 or 429)")
 	errReleasedPanic  = reason.New(errReleased, "handler panicked")
-	errReleasedGone   = reason.New(errReleased, "client gone before the handler wrote a response")
 	errReleasedLate   = reason.New(errReleased, "handler returned without a response after its deadline")
 	errStoreAnswer    = errors.New("replay store answered outside the Recorder contract")
 	errGoneAcquire    = reason.New(errGone, "client gone before the key was leased")
 )
+
+// errTimeoutHandler refuses the requests of a handler Wrap will not run:
+// an [http.TimeoutHandler] outside [Config.Transactional] (issue 45).
+var errTimeoutHandler = reason.New(errMisconfigured, "handler is an http.TimeoutHandler inside the middleware")
+
+// errMisconfigured marks a request refused for the server's configuration.
+var errMisconfigured = errors.New("idempotency: misconfigured")
+
+// storeBeginError and storeRollbackError are the failures of a transaction
+// of [Config.Transactional] that the store could not begin or roll back.
+func storeBeginError(cause error) error {
+	return reason.Wrap(ErrStore, "replay store could not begin the handler's transaction", cause)
+}
+
+func storeRollbackError(cause error) error {
+	return reason.Wrap(ErrStore, "replay store could not roll back the handler's transaction", cause)
+}
 
 // errGone marks a request whose client went away before the key was
 // leased: neither a refusal of the request nor a store failure.
@@ -122,13 +139,14 @@ func StatusCode(err error) int {
 type problems struct {
 	keyMissing, keyInvalid, noCaller, bodyTooLarge, bodyUnreadable,
 	inProgress, mismatch, store, record, tooLarge, late, internal []byte
+	unsettled []byte // Transactional: the commit failed or the lease was lost
 }
 
 func newProblems(p *params) problems {
 	h := p.header
 	return problems{
 		keyMissing:     problemJSON(400, "This request requires the "+h+" header: send a unique value, and the same value when you retry the request."),
-		keyInvalid:     problemJSON(400, "The "+h+" header must be one structured-field string (RFC 8941): printable ASCII in double quotes, 1 to "+strconv.Itoa(p.maxKey)+" characters."),
+		keyInvalid:     problemJSON(400, "The "+h+" header must be one key of 1 to "+strconv.Itoa(p.maxKey)+" characters: a structured-field string (RFC 8941, printable ASCII in double quotes), or bare visible ASCII without '\"', '\\', ',' or ';'."),
 		noCaller:       problemJSON(401, "The request has no authenticated caller."),
 		bodyTooLarge:   problemJSON(413, "The request body is over "+strconv.FormatInt(p.maxRequest, 10)+" bytes."),
 		bodyUnreadable: problemJSON(400, "The request body could not be read."),
@@ -139,6 +157,7 @@ func newProblems(p *params) problems {
 		tooLarge:       problemJSON(500, "The request with this "+h+" was processed, but its response was too large to store and cannot be replayed."),
 		late:           problemJSON(503, "The request did not complete in time: retry with the same "+h+" after the Retry-After delay."),
 		internal:       problemJSON(500, "The server is misconfigured."),
+		unsettled:      problemJSON(503, "The outcome of this request could not be confirmed: retry with the same "+h+" after the Retry-After delay to get it."),
 	}
 }
 

@@ -36,7 +36,7 @@ func TestProblemBodies(t *testing.T) {
 		detail string
 	}{
 		{errKeyMissing, "This request requires the X-Key header: send a unique value, and the same value when you retry the request."},
-		{errKeyMalformed, "The X-Key header must be one structured-field string (RFC 8941): printable ASCII in double quotes, 1 to 40 characters."},
+		{errKeyMalformed, "The X-Key header must be one key of 1 to 40 characters: a structured-field string (RFC 8941, printable ASCII in double quotes), or bare visible ASCII without '\"', '\\', ',' or ';'."},
 		{errNoCaller, "The request has no authenticated caller."},
 		{errBodyTooLarge, "The request body is over 99 bytes."},
 		{errBodyUnreadable, "The request body could not be read."},

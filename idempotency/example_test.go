@@ -62,12 +62,14 @@ func Example() {
 	send(`"order-1"`, `{"amount":100}`)
 	send(`"order-1"`, `{ "amount": 100 }`) // a retry: replayed
 	send(`"order-1"`, `{"amount":200}`)    // another request under the same key
-	send(`order-1`, `{"amount":100}`)      // not a structured-field string
+	send(`order-1`, `{"amount":100}`)      // the same key, bare (as stripe-go sends it): replayed
+	send(`order 1`, `{"amount":100}`)      // neither a structured-field string nor a bare key
 	fmt.Println("payments made:", payments)
 	// Output:
 	// 201  {"id":"pay_1"}
 	// 201 true {"id":"pay_1"}
 	// 422  problem: Unprocessable Entity
+	// 201 true {"id":"pay_1"}
 	// 400  problem: Bad Request
 	// payments made: 1
 }

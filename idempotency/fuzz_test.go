@@ -39,16 +39,28 @@ func FuzzRecordDecode(f *testing.F) {
 }
 
 // FuzzParseKey feeds arbitrary header values to ParseKey: it never
-// panics; a key it accepts is 1 to max bytes of printable ASCII, and
-// quoting it again (escaping " and \) parses back to it.
+// panics; a key it accepts is 1 to max bytes of printable ASCII; quoting it
+// again (escaping " and \) parses back to it; a value that is not quoted
+// is accepted exactly when it is a bare key (visible ASCII without '"',
+// '\', ',' or ';', spaces around it trimmed), as itself; and a key that
+// is a bare key reads the same in both spellings.
 func FuzzParseKey(f *testing.F) {
 	for _, c := range loadVectors(f).Key {
 		f.Add(c.Header, 255)
 	}
 	f.Add(`"a\"b"`, 3)
+	f.Add(`abc`, 3)
+	f.Add(` a;b `, 3)
 	f.Fuzz(func(t *testing.T, value string, max int) {
 		max = 1 + (max&0x7fffffff)%300
 		key, err := ParseKey(value, max)
+		trimmed := strings.Trim(value, " ")
+		if trimmed != "" && trimmed[0] != '"' {
+			bare := len(trimmed) <= max && bareKey(trimmed)
+			if bare != (err == nil) || bare && key != trimmed {
+				t.Fatalf("ParseKey(%q, %d) = %q, %v; bare key: %v", value, max, key, err, bare)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, ErrKey) || key != "" {
 				t.Fatalf("ParseKey(%q) = %q, %v", value, key, err)
@@ -66,6 +78,9 @@ func FuzzParseKey(f *testing.F) {
 		quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
 		if again, err := ParseKey(quoted, max); err != nil || again != key {
 			t.Fatalf("requoted %q parses as %q, %v", quoted, again, err)
+		}
+		if again, err := ParseKey(key, max); bareKey(key) && (err != nil || again != key) {
+			t.Fatalf("key %q read bare is %q, %v", key, again, err)
 		}
 	})
 }
@@ -104,4 +119,15 @@ func FuzzSealedRecordOpen(f *testing.F) {
 func unhexOr(s string) []byte {
 	b, _ := hex.DecodeString(s)
 	return b
+}
+
+// bareKey reports whether s is a bare key as ParseKey documents it: visible
+// ASCII without '"', '\', ',' or ';'.
+func bareKey(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c > '~' || c == '"' || c == '\\' || c == ',' || c == ';' {
+			return false
+		}
+	}
+	return s != ""
 }

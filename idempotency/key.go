@@ -7,19 +7,36 @@ import (
 	"strings"
 )
 
-// ParseKey returns the key carried by one Idempotency-Key header value:
-// an RFC 8941 structured-field string ("..." of printable ASCII, with \"
-// and \\ the only escapes, spaces allowed before and after the item), of 1
-// to maxBytes bytes once unescaped. Parameters after the string, a list of
-// several strings, or any other item type are refused: the draft defines
-// the header as one sf-string. The error matches [ErrKey] and never
-// contains the value.
+// ParseKey returns the key carried by one Idempotency-Key header value,
+// in one of two spellings of the same key:
+//
+//   - an RFC 8941 structured-field string, as the draft defines the header:
+//     "..." of printable ASCII (0x20–0x7E) with \" and \\ the only
+//     escapes; the key is the string once unescaped;
+//   - a bare key, as stripe-go and most clients send it (a UUID, a
+//     base64 or base64url string, "1700000000_AbCdEf"): visible ASCII
+//     (0x21–0x7E) except '"', '\', ',' and ';'; the key is the value as
+//     sent. The four excluded bytes would make the value a malformed string,
+//     an escape, a list or a parameter under RFC 8941, so no value means one
+//     key to this parser and another to a structured-field parser.
+//
+// Spaces before and after the value are ignored. The key is 1 to maxBytes
+// bytes: `"abc"` and `abc` are the same key, and a quoted key is the same
+// key as its bare spelling whenever it has one. Parameters after a string,
+// a list, or bytes outside the two forms are refused. The error matches
+// [ErrKey] and never contains the value.
 func ParseKey(value string, maxBytes int) (string, error) {
 	s := strings.Trim(value, " ")
 	if len(s) > 2*maxBytes+2 { // even all escapes cannot unescape to maxBytes
 		return "", errKeyLength
 	}
-	if len(s) < 2 || s[0] != '"' {
+	if s == "" {
+		return "", errKeyMalformed
+	}
+	if s[0] != '"' {
+		return parseBareKey(s, maxBytes)
+	}
+	if len(s) < 2 {
 		return "", errKeyMalformed
 	}
 	var b strings.Builder
@@ -59,6 +76,26 @@ func ParseKey(value string, maxBytes int) (string, error) {
 		}
 	}
 	return "", errKeyMalformed // no closing quote
+}
+
+// parseBareKey returns s, a non-empty header value without its spaces that
+// does not start with '"', if it is a bare key (see [ParseKey]).
+func parseBareKey(s string, maxBytes int) (string, error) {
+	for i := 0; i < len(s); i++ {
+		if !isBareKeyByte(s[i]) {
+			return "", errKeyMalformed
+		}
+	}
+	if len(s) > maxBytes {
+		return "", errKeyLength
+	}
+	return s, nil
+}
+
+// isBareKeyByte reports whether c may appear in a bare key: visible ASCII
+// except '"', '\', ',' and ';'.
+func isBareKeyByte(c byte) bool {
+	return c > 0x20 && c < 0x7f && c != '"' && c != '\\' && c != ',' && c != ';'
 }
 
 // storeIDPrefix starts every store ID the middleware uses.

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -23,9 +24,26 @@ func TestParseKey(t *testing.T) {
 		{"far over max: refused before parsing", `"` + strings.Repeat("k", 100) + `"`, 8, "", errKeyLength},
 		{"empty string", `""`, 255, "", errKeyLength},
 		{"empty value", ``, 255, "", errKeyMalformed},
-		{"token", `abc`, 255, "", errKeyMalformed},
-		{"byte sequence", `:YWJj:`, 255, "", errKeyMalformed},
-		{"integer", `42`, 255, "", errKeyMalformed},
+		{"bare token", `abc`, 255, "abc", nil},
+		{"bare UUID", `8e03978e-40d5-43e8-bc93-6894a57f9324`, 255, "8e03978e-40d5-43e8-bc93-6894a57f9324", nil},
+		{"bare stripe-go generated key", `1763962740123456789_AbC-d_`, 255, "1763962740123456789_AbC-d_", nil},
+		{"bare base64 with padding", `q83vEjRWeJA+/w==`, 255, "q83vEjRWeJA+/w==", nil},
+		{"bare with spaces around", `  abc  `, 255, "abc", nil},
+		{"bare byte-sequence look-alike is its text", `:YWJj:`, 255, ":YWJj:", nil},
+		{"bare integer look-alike is its text", `42`, 255, "42", nil},
+		{"bare exactly max bytes", strings.Repeat("k", 8), 8, strings.Repeat("k", 8), nil},
+		{"bare one over max bytes", strings.Repeat("k", 9), 8, "", errKeyLength},
+		{"bare far over max: refused before parsing", strings.Repeat(",", 100), 8, "", errKeyLength},
+		{"bare with a parameter", `abc;x=1`, 255, "", errKeyMalformed},
+		{"bare list", `a,b`, 255, "", errKeyMalformed},
+		{"bare list with a space", `a, b`, 255, "", errKeyMalformed},
+		{"bare with an inner space", `a b`, 255, "", errKeyMalformed},
+		{"bare with a quote", `a"b`, 255, "", errKeyMalformed},
+		{"bare with a backslash", `a\b`, 255, "", errKeyMalformed},
+		{"bare with a tab", "a\tb", 255, "", errKeyMalformed},
+		{"bare with DEL", "a\x7f", 255, "", errKeyMalformed},
+		{"bare non-ASCII", `café`, 255, "", errKeyMalformed},
+		{"only spaces", `   `, 255, "", errKeyMalformed},
 		{"no closing quote", `"abc`, 255, "", errKeyMalformed},
 		{"lone quote", `"`, 255, "", errKeyMalformed},
 		{"escape at the end", `"abc\`, 255, "", errKeyMalformed},
@@ -52,6 +70,40 @@ func TestParseKey(t *testing.T) {
 	}
 }
 
+func TestParseKeyReadsBothSpellingsOfOneKeyAsTheSameKey(t *testing.T) {
+	for _, tc := range []struct{ name, quoted, bare string }{
+		{"UUID", `"8e03978e-40d5-43e8-bc93-6894a57f9324"`, `8e03978e-40d5-43e8-bc93-6894a57f9324`},
+		{"stripe-go generated key", `"1763962740123456789_AbC-d_"`, `1763962740123456789_AbC-d_`},
+		{"every bare byte", `"!#$%&'()*+-./0123456789:<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]^_` + "`" + `abcdefghijklmnopqrstuvwxyz{|}~"`,
+			`!#$%&'()*+-./0123456789:<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]^_` + "`" + `abcdefghijklmnopqrstuvwxyz{|}~`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, qerr := ParseKey(tc.quoted, 255)
+			b, berr := ParseKey(tc.bare, 255)
+			if qerr != nil || berr != nil || q != b {
+				t.Fatalf("quoted %q, %v; bare %q, %v", q, qerr, b, berr)
+			}
+			if StoreID("alice", "POST /payments", q) != StoreID("alice", "POST /payments", b) {
+				t.Fatal("the two spellings have two store IDs")
+			}
+		})
+	}
+	t.Run("a quoted key with a byte no bare key has is not a bare key", func(t *testing.T) {
+		for _, c := range []byte{' ', '"', '\\', ',', ';'} {
+			quoted := `"a\` + string(c) + `b"`
+			if c != '"' && c != '\\' {
+				quoted = `"a` + string(c) + `b"`
+			}
+			if _, err := ParseKey(quoted, 255); err != nil {
+				t.Fatalf("quoted %q: %v", quoted, err)
+			}
+			if _, err := ParseKey("a"+string(c)+"b", 255); err != errKeyMalformed {
+				t.Fatalf("bare with %q: %v, want malformed", c, err)
+			}
+		}
+	})
+}
+
 func TestStoreID(t *testing.T) {
 	t.Run("each field is length-prefixed: shifting bytes between fields changes the ID", func(t *testing.T) {
 		ids := map[string]bool{}
@@ -69,4 +121,29 @@ func TestStoreID(t *testing.T) {
 			t.Fatalf("StoreID = %q", id)
 		}
 	})
+}
+
+func TestMiddlewareReplaysOneKeyAcrossItsTwoSpellings(t *testing.T) {
+	const bare = `8e03978e-40d5-43e8-bc93-6894a57f9324`
+	for _, tc := range []struct{ name, first, second string }{
+		{"bare then quoted", bare, `"` + bare + `"`},
+		{"quoted then bare", `"` + bare + `"`, bare},
+		{"bare then bare with spaces around", bare, "  " + bare + " "},
+		{"stripe-go generated key, bare then quoted", `1763962740123456789_AbC-d_`, `"1763962740123456789_AbC-d_"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, Config{}, nil)
+			first := f.post(tc.first, `{"amount":100}`)
+			if first.Code != http.StatusCreated || first.Header().Get(ReplayedHeader) != "" {
+				t.Fatalf("first: %d %q", first.Code, first.Header().Get(ReplayedHeader))
+			}
+			second := f.post(tc.second, `{"amount":100}`)
+			if second.Code != http.StatusCreated || second.Header().Get(ReplayedHeader) != "true" || second.Body.String() != first.Body.String() {
+				t.Fatalf("second: %d %q %q, want the replay of %q", second.Code, second.Header().Get(ReplayedHeader), second.Body, first.Body)
+			}
+			if f.runs.Load() != 1 {
+				t.Fatalf("handler ran %d times", f.runs.Load())
+			}
+		})
+	}
 }

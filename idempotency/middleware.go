@@ -40,7 +40,10 @@ func New(cfg Config) (*Middleware, error) {
 // route for requests whose method [Config.Methods] covers and that carry
 // the key header, and answers their retries with the first response; see
 // the package documentation for every answer it gives instead of running
-// next. Other requests go to next untouched.
+// next. Other requests go to next untouched. Outside
+// [Config.Transactional], an [http.TimeoutHandler] as next is refused:
+// every covered request is answered 500 and logged at Error (put the
+// TimeoutHandler outside Wrap; see the package documentation).
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	if m == nil || m.p == nil || next == nil {
 		body := problemJSON(http.StatusInternalServerError, "The server is misconfigured.")
@@ -49,6 +52,9 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		})
 	}
 	p := m.p
+	if p.transactor == nil && isTimeoutHandler(next) {
+		return p.refuseTimeoutHandler(next)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.serve(w, r, next)
 	})
@@ -119,15 +125,7 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 			return
 		}
 	case replay.LeaseBusy:
-		if len(rec.Fingerprint) > 0 && !sameFingerprint(rec.Fingerprint, fp) {
-			p.refuse(w, errMismatch, a.acquired, "")
-			return
-		}
-		wait := rec.Wait
-		if wait <= 0 || wait > p.lease {
-			wait = p.lease
-		}
-		p.refuse(w, errInProgress, a.acquired, retryAfterSeconds(wait))
+		p.busy(w, a, rec, fp, body, next) // wait.go
 		return
 	case replay.LeaseDone:
 		a.replay(w, rec, fp)
@@ -181,6 +179,7 @@ type attempt struct {
 	fp       []byte
 	start    time.Time
 	acquired time.Duration // the store's latency for AcquireRecord
+	work     time.Duration // the store's latency for BeginWork and Commit or Rollback
 }
 
 // replay answers a request whose key is done.
@@ -226,6 +225,24 @@ func (a *attempt) replay(w http.ResponseWriter, rec replay.Record, fp []byte) {
 	w.Write(resp.Body)
 }
 
+// handlerContext returns the handler's context: the request's values,
+// but neither its cancellation nor its deadline (a client that goes away,
+// or a server's per-request timeout, does not stop a handler that may
+// already have taken effect), and the middleware's own deadline, three
+// quarters of the lease after the key was leased: the lease's fence.
+func (a *attempt) handlerContext() (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.WithoutCancel(a.r.Context()), a.start.Add(a.p.lease/4*3))
+}
+
+// handlerRequest is the request the handler gets: a's request with ctx,
+// and the body read for the fingerprint.
+func (a *attempt) handlerRequest(ctx context.Context, body []byte) *http.Request {
+	r2 := a.r.WithContext(ctx)
+	r2.Body = &bodyReader{Reader: bytes.NewReader(body)}
+	r2.ContentLength = int64(len(body))
+	return r2
+}
+
 // replayable returns the canonical form of a recorded header name and
 // whether a replay may write it: named by ReplayHeaders and not refused.
 func (p *params) replayable(name string) (string, bool) {
@@ -237,11 +254,13 @@ func (p *params) replayable(name string) (string, bool) {
 // response recorded, or the key released.
 func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 	p := a.p
-	ctx, cancel := context.WithDeadline(a.r.Context(), a.start.Add(p.lease/4*3))
+	ctx, cancel := a.handlerContext()
 	defer cancel()
-	r2 := a.r.WithContext(ctx)
-	r2.Body = &bodyReader{Reader: bytes.NewReader(body)}
-	r2.ContentLength = int64(len(body))
+	if p.transactor != nil {
+		a.runWork(ctx, w, next, body)
+		return
+	}
+	r2 := a.handlerRequest(ctx, body)
 	b := &bufferWriter{a: a, w: w}
 	defer func() {
 		if pv := recover(); pv != nil {
@@ -264,10 +283,9 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 		return
 	}
 	if b.status == 0 {
-		if a.r.Context().Err() != nil {
-			a.release(errReleasedGone) // nobody to answer: let the retry run
-			return
-		}
+		// The client leaving does not count: the handler's context does
+		// not end with the client's request, so a handler that wrote
+		// nothing decided so, unless its own deadline passed.
 		if ctx.Err() != nil {
 			// The handler gave up at its deadline (three quarters of the
 			// lease) without a response: not an empty 200 to store.
@@ -362,6 +380,9 @@ func (a *attempt) confirm(status int, result []byte) {
 		}
 	}
 	took := a.acquired + max(time.Since(start), 1)
+	if err == nil {
+		p.observeRun(a.route, time.Since(a.start)) // estimate.go: the Retry-After of a 409
+	}
 	switch {
 	case notStored:
 		a.log(slog.LevelError, "idempotency: the store refused the response (too large for it, or its byte budget full): the response was sent and the key recorded as done without it; retries get 500", status, err)
@@ -390,10 +411,7 @@ func refusedForSize(err error) bool {
 func (a *attempt) confirmRetrying(try func(ctx context.Context, until time.Time) error) error {
 	p := a.p
 	until := time.Now().Add(p.window)
-	giveUp := a.start.Add(p.lease)
-	if late := time.Now().Add(p.lease / 4); late.After(giveUp) {
-		giveUp = late
-	}
+	giveUp := a.confirmDeadline()
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(a.r.Context()), giveUp)
 	defer cancel()
 	wait := 10 * time.Millisecond
@@ -425,18 +443,30 @@ func (a *attempt) confirmRetrying(try func(ctx context.Context, until time.Time)
 // then frees itself when the lease ends.
 func (a *attempt) release(why error) {
 	p := a.p
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.r.Context()), p.lease/4)
-	defer cancel()
-	start := time.Now()
-	err := p.store.ReleaseLease(ctx, a.id, a.token)
-	took := a.acquired + max(time.Since(start), 1)
+	took, err := a.releaseLease()
 	if err != nil {
-		err = storeReleaseError(err)
-		a.log(slog.LevelError, "idempotency: the key could not be released; a retry gets 409 until its lease ends", 0, err)
 		p.report(err, took)
 		return
 	}
 	p.report(why, took)
+}
+
+// releaseLease frees the key, waiting at most a quarter of the lease for
+// the store, however the client's request ends, and returns the time
+// spent in the store so far. A failure is logged and returned (not
+// observed): the key then frees itself when the lease ends.
+func (a *attempt) releaseLease() (time.Duration, error) {
+	p := a.p
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.r.Context()), p.lease/4)
+	defer cancel()
+	start := time.Now()
+	err := p.store.ReleaseLease(ctx, a.id, a.token)
+	took := a.acquired + a.work + max(time.Since(start), 1)
+	if err != nil {
+		err = storeReleaseError(err)
+		a.log(slog.LevelError, "idempotency: the key could not be released; a retry gets 409 until its lease ends", 0, err)
+	}
+	return took, err
 }
 
 // log writes one record to the configured logger: never the key, the
@@ -475,6 +505,7 @@ type bufferWriter struct {
 	buf     bytes.Buffer
 	through bool // over the cap: written straight to w
 	settled bool // the key is recorded or released
+	hold    bool // Transactional: the whole response is held until the commit, whatever its size
 }
 
 // Header returns the header map of the response; as with net/http, changes
@@ -520,7 +551,7 @@ func (b *bufferWriter) Write(p []byte) (int, error) {
 	if b.through {
 		return b.w.Write(p)
 	}
-	if b.buf.Len()+len(p) > b.a.p.maxResponse {
+	if !b.hold && b.buf.Len()+len(p) > b.a.p.maxResponse {
 		b.overflow()
 		return b.w.Write(p)
 	}

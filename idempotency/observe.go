@@ -30,7 +30,7 @@ var reasons = func() map[error]observe.RefusalReason {
 		errKeyMissing, errKeyRepeated, errKeyMalformed, errKeyLength, errNoCaller,
 		errBodyTooLarge, errBodyUnreadable, errInProgress, errMismatch, errReplayed,
 		errNoRecord, errRecordCorrupt, errResponseTooBig, errReleasedRetry,
-		errReleasedPanic, errReleasedGone, errReleasedLate, errGoneAcquire,
+		errReleasedPanic, errReleasedLate, errGoneAcquire, errTimeoutHandler,
 	}
 	m := make(map[error]observe.RefusalReason, len(all))
 	for _, e := range all {

@@ -31,13 +31,14 @@ func TestReasonOf(t *testing.T) {
 		{errResponseTooBig, observe.ReasonIdempotencyResponseTooLarge, observe.OutcomeRefused},
 		{errReleasedRetry, observe.ReasonIdempotencyHandlerRetry, observe.OutcomeReleased},
 		{errReleasedPanic, observe.ReasonIdempotencyHandlerPanic, observe.OutcomeReleased},
-		{errReleasedGone, observe.ReasonIdempotencyClientGone, observe.OutcomeReleased},
 		{errReleasedLate, observe.ReasonIdempotencyHandlerDeadline, observe.OutcomeReleased},
 		{errGoneAcquire, observe.ReasonIdempotencyGoneBeforeLease, observe.OutcomeRefused},
 		{storeAcquireError(errInjected), observe.ReasonIdempotencyStoreAcquire, observe.OutcomeStoreFailure},
 		{storeConfirmError(errInjected), observe.ReasonIdempotencyStoreConfirm, observe.OutcomeStoreFailure},
 		{storeReleaseError(errInjected), observe.ReasonIdempotencyStoreRelease, observe.OutcomeStoreFailure},
 		{leaseLostError(errInjected), observe.ReasonIdempotencyLeaseLost, observe.OutcomeStoreFailure},
+		{errTimeoutHandler, observe.ReasonIdempotencyTimeoutHandler, observe.OutcomeRefused},
+		{storeBeginError(errInjected), observe.ReasonIdempotencyStoreBegin, observe.OutcomeStoreFailure},
 	} {
 		t.Run(tc.reason.String(), func(t *testing.T) {
 			if got := ReasonOf(tc.err); got != tc.reason || got.String() != reason.Of(tc.err) {
@@ -92,7 +93,7 @@ func TestNilObserverAndLoggerAreOptional(t *testing.T) {
 		key      string
 		status   int
 		replayed string
-	}{{key1, 201, ""}, {key1, 201, "true"}, {"bad", 400, ""}} {
+	}{{key1, 201, ""}, {key1, 201, "true"}, {"a b", 400, ""}} {
 		w := f.do(req(http.MethodPost, "/p", "", tc.key, `{}`))
 		if w.Code != tc.status || w.Header().Get(ReplayedHeader) != tc.replayed {
 			t.Fatalf("key %s: %d replayed %q, want %d %q", tc.key, w.Code, w.Header().Get(ReplayedHeader), tc.status, tc.replayed)

@@ -149,7 +149,7 @@ const (
 	ReasonIdempotencyResponseTooLarge // "first response was over MaxResponseBytes and not stored"
 	ReasonIdempotencyHandlerRetry     // "handler asked for a retry (5xx, 408, 423, 425 or 429)"
 	ReasonIdempotencyHandlerPanic     // "handler panicked"
-	ReasonIdempotencyClientGone       // "client gone before the handler wrote a response"
+	ReasonIdempotencyClientGone       // "client gone before the handler wrote a response" (no longer given: the client leaving does not end the handler's context)
 	ReasonIdempotencyStoreAcquire     // "replay store could not lease the key"
 	ReasonIdempotencyStoreConfirm     // "replay store could not record the response"
 	ReasonIdempotencyStoreRelease     // "replay store could not release the key"
@@ -162,6 +162,12 @@ const (
 	// minted under a key since retired, or under another deployment's key
 	// (or its key id was altered). Nothing else of it is read.
 	ReasonUnknownKey // "signed by a key not in the ring: retired or foreign"
+
+	// Idempotent HTTP requests: the handler's run (issue 45).
+
+	ReasonIdempotencyTimeoutHandler // "handler is an http.TimeoutHandler inside the middleware"
+	ReasonIdempotencyStoreBegin     // "replay store could not begin the handler's transaction"
+	ReasonIdempotencyStoreRollback  // "replay store could not roll back the handler's transaction"
 
 	numRefusalReasons // not a reason: the size of the set
 )
@@ -276,6 +282,10 @@ var reasonNames = [numRefusalReasons]string{
 	ReasonIdempotencyLeaseLost:        "lease lost: another attempt took the key after the lease expired",
 	ReasonIdempotencyHandlerDeadline:  "handler returned without a response after its deadline",
 	ReasonIdempotencyGoneBeforeLease:  "client gone before the key was leased",
+
+	ReasonIdempotencyTimeoutHandler: "handler is an http.TimeoutHandler inside the middleware",
+	ReasonIdempotencyStoreBegin:     "replay store could not begin the handler's transaction",
+	ReasonIdempotencyStoreRollback:  "replay store could not roll back the handler's transaction",
 }
 
 // String returns the reason's stable text, the one the refusing package's

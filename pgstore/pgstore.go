@@ -268,6 +268,7 @@ type Store struct {
 
 	claimSQL, takeoverSQL, releaseSQL              string
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
+	fenceSQL, claimTxSQL, takeoverTxSQL            string // work.go
 	sweepBatch                                     int
 	onSweep                                        func(int64, error)
 	observer                                       func(Event)
@@ -797,6 +798,7 @@ SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
 	s.releaseSQL = `DELETE FROM ` + t + ` WHERE key = $1`
 	s.prepareLease()
 	s.prepareSweep()
+	s.prepareWork()
 }
 
 // call runs fn within the store's deadline and returns its result.
@@ -946,6 +948,13 @@ func (s *Store) keys(id string) (key, legacy []byte) {
 // A claim whose reply is lost may still have been committed, and a resend
 // then reports first == false: the ID is consumed and refused, never
 // accepted twice.
+//
+// When ctx carries a transaction ([WithTx], or the Context of a Work of
+// [Store.BeginWork]), Claim runs its statements in that transaction, on
+// the caller's goroutine, so first == true means the claim holds if and
+// only if the transaction commits; a concurrent claim of the same ID
+// waits for that transaction to end (docs/pgstore.md, "Transactional
+// mode").
 func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
 	if err := checkID(id); err != nil {
 		return false, err
@@ -953,27 +962,17 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	if err := s.refused(); err != nil {
 		return false, err
 	}
-	// again: takeoverSQL must run again (a concurrent statement changed
-	// the row it found).
-	type claimed struct{ marker, future, first, again bool }
-	c, err := call(s, ctx, func(ctx context.Context) (claimed, error) {
-		key, legacy := s.keys(id)
-		u := pgTime(until)
-		var c claimed
-		var live bool
-		if err := s.pool.QueryRow(ctx, s.claimSQL, key, u, legacy).Scan(&c.first, &c.marker, &live, &c.future); err != nil || c.first || !c.marker || live {
-			return c, err
-		}
-		// Neither inserted nor refused by a live row (an expired row, a
-		// row that changed under a concurrent statement, a live leg, a
-		// past until): take it over, or see why not.
-		for range maxRaces {
-			if err := s.pool.QueryRow(ctx, s.takeoverSQL, key, u, legacy).Scan(&c.marker, &c.future, &c.first, &c.again); err != nil || c.first || !c.again {
-				return c, err
-			}
-		}
-		return c, errRaced
-	})
+	var c claimed
+	var err error
+	if tx := txOf(ctx); tx != nil {
+		c, err = claimInTx(s, ctx, func(ctx context.Context) (claimed, error) {
+			return s.claim(ctx, tx, s.claimTxSQL, s.takeoverTxSQL, id, until)
+		})
+	} else {
+		c, err = call(s, ctx, func(ctx context.Context) (claimed, error) {
+			return s.claim(ctx, s.pool, s.claimSQL, s.takeoverSQL, id, until)
+		})
+	}
 	marker, future, first := c.marker, c.future, c.first
 	switch {
 	case err != nil:
@@ -986,6 +985,31 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 		return false, fmt.Errorf("%w: %w: until is not after the database's clock", ErrInvalidClaim, replay.ErrExpired)
 	}
 	return false, nil
+}
+
+// claimed is what a claim's statements reported; again: takeoverSQL must
+// run again (a concurrent statement changed the row it found).
+type claimed struct{ marker, future, first, again bool }
+
+// claim runs a claim's statements (claimSQL, then takeoverSQL when
+// needed) on q: the pool, or a caller's transaction.
+func (s *Store) claim(ctx context.Context, q querier, claimSQL, takeoverSQL, id string, until time.Time) (claimed, error) {
+	key, legacy := s.keys(id)
+	u := pgTime(until)
+	var c claimed
+	var live bool
+	if err := q.QueryRow(ctx, claimSQL, key, u, legacy).Scan(&c.first, &c.marker, &live, &c.future); err != nil || c.first || !c.marker || live {
+		return c, err
+	}
+	// Neither inserted nor refused by a live row (an expired row, a row
+	// that changed under a concurrent statement, a live leg, a past
+	// until): take it over, or see why not.
+	for range maxRaces {
+		if err := q.QueryRow(ctx, takeoverSQL, key, u, legacy).Scan(&c.marker, &c.future, &c.first, &c.again); err != nil || c.first || !c.again {
+			return c, err
+		}
+	}
+	return c, errRaced
 }
 
 // Release forgets the claim of id, so the next Claim of id is first again.

@@ -42,6 +42,9 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if spec := os.Getenv(workChildEnv); spec != "" {
+		os.Exit(workChild(spec)) // a child of TestWorkProcessKilledBeforeCommitKeepsNothing
+	}
 	// Listing tests and fuzzing (FuzzQuoteTable, in every fuzz worker)
 	// need no server.
 	for _, name := range []string{"test.list", "test.fuzz", "test.fuzzworker"} {

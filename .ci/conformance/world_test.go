@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/replay"
 )
@@ -102,6 +103,7 @@ type world struct {
 	ctx     context.Context
 	spy     *spyStore
 	store   replay.Recorder // spy, or downStore{}
+	keys    *ctoken.Keyring // seals the stored responses
 	srv     *httptest.Server
 	orders  int // orders created, under mu
 	mu      sync.Mutex
@@ -123,8 +125,12 @@ type world struct {
 
 func newWorld(ctx context.Context) *world {
 	spy := &spyStore{Recorder: &replay.MemoryStore{}}
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		panic(err) // a fresh random key always makes a ring
+	}
 	return &world{
-		ctx: ctx, spy: spy, store: spy, sent: map[string]sentRequest{},
+		ctx: ctx, spy: spy, store: spy, keys: keys, sent: map[string]sentRequest{},
 		held: make(chan struct{}), entered: make(chan struct{}, 8),
 	}
 }
@@ -136,6 +142,7 @@ func (w *world) start() error {
 		Store:    w.store,
 		Caller:   func(*http.Request) (string, error) { return caller, nil },
 		Required: true, // the feature file's first scenario: POST without a key is 400
+		Keys:     w.keys,
 	})
 	if err != nil {
 		return fmt.Errorf("idempotency.New: %w", err)

@@ -1,0 +1,607 @@
+package pgstore
+
+// The property of issue 45, end to end: the idempotency middleware in its
+// transactional mode on a real PostgreSQL, in front of a handler that
+// charges by inserting one row per execution through the middleware's
+// transaction (TxFrom). Whatever goes wrong — the handler outlives its
+// lease, the client leaves after the charge, two instances serve one key,
+// an http.TimeoutHandler answers before the handler returns, the app
+// process is SIGKILLed between the insert and the commit, PostgreSQL is
+// SIGKILLed mid-load — every key ends with exactly one charge row, and
+// every client's final response is the one recorded with that charge, byte
+// for byte.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/idempotency"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// chargeTable creates a table of charges of its own and returns its
+// name. A key has no unique constraint: a second charge would be a
+// second row, never a refused insert.
+func chargeTable(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	b := make([]byte, 6)
+	rand.Read(b)
+	name := "charges_" + hex.EncodeToString(b)
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE `+name+` (key text NOT NULL, body bytea NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// charges returns the bodies of the committed charges of every key.
+func charges(t testing.TB, pool *pgxpool.Pool, table string) map[string][][]byte {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT key, body FROM `+table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string][][]byte{}
+	for rows.Next() {
+		var k string
+		var b []byte
+		if err := rows.Scan(&k, &b); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = append(out[k], b)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// chargeHandler charges: it inserts one row through the request's
+// transaction, with a body unique to this execution, then runs after (if
+// set) and answers 201 with the body.
+type chargeHandler struct {
+	table string
+	runs  atomic.Int64 // executions started
+	after func(w http.ResponseWriter, r *http.Request) bool
+}
+
+func (h *chargeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.runs.Add(1)
+	tx, err := TxFrom(r.Context())
+	if err != nil {
+		http.Error(w, "no transaction", http.StatusInternalServerError)
+		return
+	}
+	var id [12]byte
+	rand.Read(id[:])
+	key := strings.Trim(r.Header.Get("Idempotency-Key"), `"`)
+	body := []byte(`{"key":"` + key + `","charge":"ch_` + hex.EncodeToString(id[:]) + `"}`)
+	if _, err := tx.Exec(r.Context(), `INSERT INTO `+h.table+` (key, body) VALUES ($1, $2)`, key, body); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if h.after != nil && !h.after(w, r) {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	w.Write(body)
+}
+
+// txMiddleware is the idempotency middleware in its transactional mode on
+// s, with lease.
+func txMiddleware(t testing.TB, s *Store, lease time.Duration) *idempotency.Middleware {
+	t.Helper()
+	mw, err := idempotency.New(idempotency.Config{
+		Store:         s,
+		Caller:        func(*http.Request) (string, error) { return "tenant-1", nil },
+		Required:      true,
+		Lease:         lease,
+		Transactional: true,
+		Logger:        slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
+}
+
+// postCharge sends one attempt with key to url.
+func postCharge(client *http.Client, url, key string) (int, []byte, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount": 1999, "currency": "eur"}`))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
+// chargeUntilCreated retries key at url until it gets 201 (after 409, 503
+// or no answer), for at most d, and returns the 201's body.
+func chargeUntilCreated(t testing.TB, client *http.Client, url, key string, d time.Duration) []byte {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		status, body, err := postCharge(client, url, key)
+		switch {
+		case err != nil, status == http.StatusConflict, status == http.StatusServiceUnavailable:
+			continue
+		case status != http.StatusCreated:
+			t.Fatalf("%s: status %d, body %q; want 201", key, status, body)
+		}
+		return body
+	}
+	t.Fatalf("%s: no 201 within %v", key, d)
+	return nil
+}
+
+// exactlyOneCharge checks that key has one committed charge and that
+// every final body is that charge's response.
+func exactlyOneCharge(t testing.TB, got map[string][][]byte, key string, finals ...[]byte) {
+	t.Helper()
+	rows := got[key]
+	if len(rows) != 1 {
+		t.Fatalf("%s: %d committed charges, want exactly 1", key, len(rows))
+	}
+	for i, f := range finals {
+		if !bytes.Equal(f, rows[0]) {
+			t.Errorf("%s: final response %d is %q, not the committed charge's %q", key, i, f, rows[0])
+		}
+	}
+}
+
+// serve runs h on a loopback server closed when t ends.
+func serve(t testing.TB, h http.Handler) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("POST /charges", h)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL + "/charges"
+}
+
+func TestTransactionalHandlerOutlivingItsLeaseChargesOnce(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	s := storeOn(t, pool)
+	h := &chargeHandler{table: chargeTable(t, pool)}
+	const lease = 400 * time.Millisecond
+	// The first execution charges, then stalls past its lease (a lock
+	// wait, a GC pause) and answers 201 as if nothing happened.
+	h.after = func(http.ResponseWriter, *http.Request) bool {
+		if h.runs.Load() == 1 {
+			time.Sleep(2 * lease)
+		}
+		return true
+	}
+	url := serve(t, txMiddleware(t, s, lease).Wrap(h))
+	client := &http.Client{Timeout: 10 * time.Second}
+	first := make(chan []byte, 1)
+	go func() {
+		_, body, _ := postCharge(client, url, "k1")
+		first <- body
+	}()
+	time.Sleep(lease + 100*time.Millisecond) // the first lease has ended
+	retry := chargeUntilCreated(t, client, url, "k1", 10*time.Second)
+	late := <-first
+	got := charges(t, pool, h.table)
+	exactlyOneCharge(t, got, "k1", retry)
+	if bytes.Equal(late, got["k1"][0]) {
+		t.Errorf("the stalled execution's response %q was sent although its charge was rolled back", late)
+	}
+	if final := chargeUntilCreated(t, client, url, "k1", 5*time.Second); !bytes.Equal(final, retry) {
+		t.Errorf("a later retry got %q, want the recorded %q", final, retry)
+	}
+	if n := h.runs.Load(); n != 2 {
+		t.Errorf("the handler ran %d times, want 2 (the stalled one, rolled back, and the retry)", n)
+	}
+}
+
+func TestTransactionalClientLeavingAfterTheChargeChargesOnce(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	s := storeOn(t, pool)
+	h := &chargeHandler{table: chargeTable(t, pool)}
+	// After the charge, one more context-bound step (a receipt), then an
+	// ordinary error answer if the context ended: the client's timeout
+	// must not end it.
+	h.after = func(w http.ResponseWriter, r *http.Request) bool {
+		select {
+		case <-r.Context().Done():
+			http.Error(w, r.Context().Err().Error(), http.StatusInternalServerError)
+			return false
+		case <-time.After(300 * time.Millisecond):
+			return true
+		}
+	}
+	url := serve(t, txMiddleware(t, s, 5*time.Second).Wrap(h))
+	impatient := &http.Client{Timeout: 100 * time.Millisecond}
+	if _, _, err := postCharge(impatient, url, "k1"); err == nil {
+		t.Fatal("the impatient client got an answer within 100 ms; the test needs it to give up")
+	}
+	body := chargeUntilCreated(t, &http.Client{Timeout: 10 * time.Second}, url, "k1", 10*time.Second)
+	exactlyOneCharge(t, charges(t, pool, h.table), "k1", body)
+}
+
+func TestTransactionalTwoInstancesChargeOnce(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	prefix := uniquePrefix()
+	table := chargeTable(t, pool)
+	var urls []string
+	for range 2 {
+		s := storeOn(t, p.pool(t), func(o *Options) { o.Prefix = prefix })
+		h := &chargeHandler{table: table, after: func(http.ResponseWriter, *http.Request) bool {
+			time.Sleep(20 * time.Millisecond)
+			return true
+		}}
+		urls = append(urls, serve(t, txMiddleware(t, s, 5*time.Second).Wrap(h)))
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	const keys, copies = 8, 8
+	var mu sync.Mutex
+	finals := map[string][][]byte{}
+	var wg sync.WaitGroup
+	for k := range keys {
+		for c := range copies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				key := fmt.Sprintf("k%d", k)
+				body := chargeUntilCreated(t, client, urls[c%2], key, 20*time.Second)
+				mu.Lock()
+				finals[key] = append(finals[key], body)
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	got := charges(t, pool, table)
+	for k := range keys {
+		key := fmt.Sprintf("k%d", k)
+		exactlyOneCharge(t, got, key, finals[key]...)
+	}
+}
+
+func TestTransactionalTimeoutHandlerInsideChargesOnce(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	s := storeOn(t, pool)
+	h := &chargeHandler{table: chargeTable(t, pool)}
+	// The first execution charges, then takes longer than the
+	// TimeoutHandler's 50 ms: it answers 503 while the handler runs on.
+	h.after = func(http.ResponseWriter, *http.Request) bool {
+		if h.runs.Load() == 1 {
+			time.Sleep(300 * time.Millisecond)
+		}
+		return true
+	}
+	mw := txMiddleware(t, s, 5*time.Second)
+	url := serve(t, mw.Wrap(http.TimeoutHandler(h, 50*time.Millisecond, "timeout")))
+	client := &http.Client{Timeout: 10 * time.Second}
+	body := chargeUntilCreated(t, client, url, "k1", 10*time.Second)
+	time.Sleep(400 * time.Millisecond) // the first execution has returned
+	exactlyOneCharge(t, charges(t, pool, h.table), "k1", body)
+}
+
+// effectChild is the environment variable that makes the test binary the
+// app process of TestTransactionalAppKilledBeforeCommitChargesOnce: its
+// value is "<database URL> <prefix> <charge table>".
+const effectChild = "CTOKEN_PGSTORE_EFFECT_CHILD"
+
+// runEffectChild serves the transactional middleware in front of a
+// handler that charges, says "charged" on stdout, and waits to be killed.
+// It prints the server's URL first.
+func runEffectChild(spec string) {
+	parts := strings.Fields(spec)
+	if len(parts) != 3 {
+		log.Fatalf("%s: want 3 fields", effectChild)
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, parts[0])
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := New(ctx, pool, Options{Prefix: parts[1], SweepInterval: -1, Timeout: 15 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mw, err := idempotency.New(idempotency.Config{
+		Store: s, Caller: func(*http.Request) (string, error) { return "tenant-1", nil },
+		Required: true, Lease: effectChildLease, Transactional: true, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := &chargeHandler{table: parts[2], after: func(http.ResponseWriter, *http.Request) bool {
+		fmt.Println("charged")
+		select {} // killed here, between the insert and the commit
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("http://" + ln.Addr().String() + "/charges")
+	mux := http.NewServeMux()
+	mux.Handle("POST /charges", mw.Wrap(h))
+	log.Fatal(http.Serve(ln, mux))
+}
+
+// effectChildLease is the app process's lease: the retry waits it out.
+const effectChildLease = 2 * time.Second
+
+func TestTransactionalAppKilledBeforeCommitChargesOnce(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	prefix := uniquePrefix()
+	table := chargeTable(t, pool)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), effectChild+"="+p.url()+" "+prefix+" "+table)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() {
+		t.Fatalf("the app process printed no URL: %v", lines.Err())
+	}
+	url := lines.Text()
+	go postCharge(&http.Client{Timeout: 30 * time.Second}, url, "k1")
+	if !lines.Scan() || lines.Text() != "charged" {
+		t.Fatalf("the app process did not charge: %q %v", lines.Text(), lines.Err())
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	// The killed process's transaction is rolled back by PostgreSQL when
+	// its connection drops; its lease ends by itself.
+	if got := charges(t, pool, table); len(got["k1"]) != 0 {
+		t.Fatalf("%d charges committed by a process killed before its commit", len(got["k1"]))
+	}
+	s := storeOn(t, p.pool(t), func(o *Options) { o.Prefix = prefix })
+	url2 := serve(t, txMiddleware(t, s, effectChildLease).Wrap(&chargeHandler{table: table}))
+	body := chargeUntilCreated(t, &http.Client{Timeout: 10 * time.Second}, url2, "k1", effectChildLease+10*time.Second)
+	exactlyOneCharge(t, charges(t, pool, table), "k1", body)
+}
+
+// TestTransactionalChargesOnceThroughAKilledServer: the load of
+// runExactlyOnceThroughAKill (64 clients, a SIGKILL and crash recovery of
+// PostgreSQL mid-load, the first attempt of every odd key panicking) with
+// the charge made through the middleware's transaction: every key has
+// exactly one committed charge, and every client's final response is that
+// charge's.
+func TestTransactionalChargesOnceThroughAKilledServer(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t, "-c", "recovery_init_sync_method=syncfs")
+	pool := p.pool(t)
+	s := storeOn(t, pool, func(o *Options) { o.Timeout = 5 * time.Second })
+	table := chargeTable(t, pool)
+	ops := newOpLog()
+	// What counts is what committed: the opLog's in-memory view of
+	// executions is replaced by the charge table once the load is over.
+	ops.settle = func() {
+		got := charges(t, pool, table)
+		ops.mu.Lock()
+		defer ops.mu.Unlock()
+		clear(ops.completed)
+		clear(ops.first)
+		for key, rows := range got {
+			ops.completed[key] = len(rows)
+			ops.first[key] = rows[0]
+		}
+	}
+	mw := txMiddleware(t, s, faultLease)
+	url := serve(t, mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, err := TxFrom(r.Context())
+		if err != nil {
+			http.Error(w, "no transaction", http.StatusInternalServerError)
+			return
+		}
+		key := strings.Trim(r.Header.Get("Idempotency-Key"), `"`)
+		body := ops.run(key)
+		if _, err := tx.Exec(r.Context(), `INSERT INTO `+table+` (key, body) VALUES ($1, $2)`, key, body); err != nil {
+			http.Error(w, "charge failed", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write(body)
+	})))
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	t.Cleanup(client.CloseIdleConnections)
+	runExactlyOnceThroughAKill(t, p, ops, func(key string) (int, []byte, error) {
+		return postCharge(client, url, `"`+key+`"`)
+	})
+}
+
+func init() {
+	if spec := os.Getenv(effectChild); spec != "" {
+		runEffectChild(spec)
+		os.Exit(0)
+	}
+}
+
+// workTable creates a table of the work single-use tokens authorise, and
+// returns its name.
+func workTable(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	b := make([]byte, 6)
+	rand.Read(b)
+	name := "work_" + hex.EncodeToString(b)
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE `+name+` (who int NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// redeemInTx begins a transaction on pool, redeems with its context
+// (WithTx), inserts the work row of who, and commits when commit is set
+// (else rolls back). It returns the redeem's error.
+func redeemInTx(t testing.TB, pool *pgxpool.Pool, table string, who int, commit bool, redeem func(ctx context.Context) error) error {
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Error(err)
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if err := redeem(WithTx(ctx, tx)); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (who) VALUES ($1)`, who); err != nil {
+		t.Error(err)
+		return err
+	}
+	if commit {
+		if err := tx.Commit(ctx); err != nil {
+			t.Error(err)
+			return err
+		}
+	}
+	return nil
+}
+
+func workRows(t testing.TB, pool *pgxpool.Pool, table string) []int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT who FROM `+table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var who int
+		if err := rows.Scan(&who); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, who)
+	}
+	return out
+}
+
+// TestSingleUseTokensConsumedOnlyIfTheirWorkCommits: a one-time token
+// and a single-use request state redeemed with WithTx are consumed by the
+// transaction: a rolled-back one leaves the token redeemable, a committed
+// one consumes it, and of 16 concurrent redeems, half of which roll back,
+// exactly one commits its work.
+func TestSingleUseTokensConsumedOnlyIfTheirWorkCommits(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	s := storeOn(t, pool)
+	keys := fleetKeys(t)
+	onetime, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, Purpose: "effect", TTL: time.Minute, Replay: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keys, Binding: ctoken.BindSubjectAndTool, TTL: time.Minute, Replay: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := []struct {
+		name     string
+		mint     func(t *testing.T) string
+		redeem   func(ctx context.Context, tok string) error
+		redeemed error
+	}{
+		{"one-time token", func(t *testing.T) string {
+			tok, err := onetime.Mint(map[string]string{"caller": "alice"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}, func(ctx context.Context, tok string) error {
+			_, err := onetime.Redeem(ctx, tok, map[string]string{"caller": "alice"})
+			return err
+		}, ctoken.ErrOneTimeRedeemed},
+		{"request state", func(t *testing.T) string {
+			tok, err := states.Encode("flow 1", "alice", stateTool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}, func(ctx context.Context, tok string) error {
+			_, err := states.DecodeContext(ctx, tok, "alice", stateTool)
+			return err
+		}, ctoken.ErrStateReplayed},
+	}
+	for _, k := range kinds {
+		t.Run(k.name+"/rolled back, then committed", func(t *testing.T) {
+			table := workTable(t, pool)
+			tok := k.mint(t)
+			redeem := func(ctx context.Context) error { return k.redeem(ctx, tok) }
+			if err := redeemInTx(t, pool, table, 1, false, redeem); err != nil {
+				t.Fatalf("first redeem: %v", err)
+			}
+			if err := redeemInTx(t, pool, table, 2, true, redeem); err != nil {
+				t.Fatalf("redeem after a rolled-back one: %v; want it redeemable", err)
+			}
+			if err := redeemInTx(t, pool, table, 3, true, redeem); !errors.Is(err, k.redeemed) {
+				t.Fatalf("redeem after a committed one: %v; want %v", err, k.redeemed)
+			}
+			if err := k.redeem(context.Background(), tok); !errors.Is(err, k.redeemed) {
+				t.Fatalf("redeem outside a transaction after a committed one: %v; want %v", err, k.redeemed)
+			}
+			if got := workRows(t, pool, table); len(got) != 1 || got[0] != 2 {
+				t.Fatalf("work rows %v, want [2]", got)
+			}
+		})
+		t.Run(k.name+"/concurrent", func(t *testing.T) {
+			table := workTable(t, pool)
+			tok := k.mint(t)
+			var wg sync.WaitGroup
+			var committed atomic.Int64
+			for i := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					commit := i%2 == 1
+					err := redeemInTx(t, pool, table, i, commit, func(ctx context.Context) error { return k.redeem(ctx, tok) })
+					switch {
+					case err == nil && commit:
+						committed.Add(1)
+					case err != nil && !errors.Is(err, k.redeemed):
+						t.Errorf("redeem %d: %v", i, err)
+					}
+				}()
+			}
+			wg.Wait()
+			if got := workRows(t, pool, table); len(got) != 1 || committed.Load() != 1 {
+				t.Fatalf("work rows %v, %d redeems committed; want exactly one", got, committed.Load())
+			}
+		})
+	}
+}
