@@ -1,0 +1,439 @@
+package pgstore
+
+// Webhook deliveries processed inside the consumer's transaction
+// (webhook.Config.Transactional, webhook.Lease.Begin) on a real
+// PostgreSQL: the consumer's rows live in a table with no unique key, so a
+// delivery whose writes were kept twice shows as two rows.
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/webhook"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// runsTable creates the consumer's table, one row per processed delivery
+// and no unique key, dropped when t ends.
+func runsTable(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	b := make([]byte, 6)
+	rand.Read(b)
+	name := "webhook_runs_" + hex.EncodeToString(b)
+	if _, err := pool.Exec(context.Background(), "create table "+name+" (delivery text not null, attempt int not null)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), "drop table "+name) })
+	return name
+}
+
+// rowsPerDelivery counts the consumer's rows of each delivery.
+func rowsPerDelivery(t *testing.T, pool *pgxpool.Pool, table string) map[string]int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "select delivery, count(*) from "+table+" group by delivery")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestWebhookTransactionalKeepsOneRowPerDelivery delivers each of several
+// deliveries as concurrent copies to three instances (each its own Store
+// and pool, one table), over HTTP on 127.0.0.1, each copy retried until it
+// is acknowledged; the handler inserts the consumer's row in the
+// delivery's transaction, and its first attempt at every delivery sleeps
+// past its lease before answering 201, so that a copy takes the delivery
+// over meanwhile. Every delivery ends with exactly one row.
+func TestWebhookTransactionalKeepsOneRowPerDelivery(t *testing.T) {
+	const (
+		deliveries = 8
+		copies     = 4
+		lease      = 400 * time.Millisecond
+	)
+	p := needServer(t)
+	stores := fleetStores(t, p, 15*time.Second)
+	table := runsTable(t, stores[0].pool)
+	var attempts, lost atomic.Int32
+	var slow sync.Map // delivery ID → its first attempt has started
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := webhook.DeliveryFrom(r.Context())
+		tx, err := TxFrom(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		n := attempts.Add(1)
+		if _, err := tx.Exec(r.Context(), "insert into "+table+" values ($1, $2)", d.ID, n); err != nil {
+			http.Error(w, "insert failed", http.StatusServiceUnavailable)
+			return
+		}
+		if _, seen := slow.LoadOrStore(d.ID, true); !seen {
+			time.Sleep(2 * lease) // ignores its context: outlives its lease
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	var servers []*httptest.Server
+	for _, s := range stores {
+		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
+			Replay: s, Namespace: "runs", Lease: lease, Transactional: true,
+			OnLeaseError: func(_ *http.Request, _ webhook.Delivery, err error) {
+				if errors.Is(err, replay.ErrLeaseLost) {
+					lost.Add(1)
+				} else {
+					t.Errorf("OnLeaseError: %v", err)
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(v.Middleware(handler))
+		t.Cleanup(srv.Close)
+		servers = append(servers, srv)
+	}
+	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	deadline := time.Now().Add(60 * time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan error, deliveries*copies)
+	for i := range deliveries {
+		id := fmt.Sprintf("msg_run_%d", i)
+		body := `{"run":"` + id + `"}`
+		for c := range copies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 0; ; k++ {
+					srv := servers[(c+k)%len(servers)]
+					req, err := http.NewRequest(http.MethodPost, srv.URL+"/hook", strings.NewReader(body))
+					if err != nil {
+						errs <- err
+						return
+					}
+					if err := signer.Sign(req.Header, id, []byte(body)); err != nil {
+						errs <- err
+						return
+					}
+					resp, err := client.Do(req)
+					if err != nil {
+						errs <- fmt.Errorf("%s: %w", id, err)
+						return
+					}
+					resp.Body.Close()
+					switch {
+					case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated:
+						return
+					case resp.StatusCode != http.StatusServiceUnavailable:
+						errs <- fmt.Errorf("%s: status %d", id, resp.StatusCode)
+						return
+					case time.Now().After(deadline):
+						errs <- fmt.Errorf("%s: still 503 after %d attempts", id, k+1)
+						return
+					}
+					time.Sleep(lease / 4)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	got := rowsPerDelivery(t, stores[0].pool, table)
+	for i := range deliveries {
+		if id := fmt.Sprintf("msg_run_%d", i); got[id] != 1 {
+			t.Errorf("%s: %d rows, want exactly 1", id, got[id])
+		}
+	}
+	if len(got) != deliveries {
+		t.Errorf("rows for %d deliveries, want %d: %v", len(got), deliveries, got)
+	}
+	if lost.Load() == 0 || int(attempts.Load()) <= deliveries {
+		t.Errorf("%d attempts, %d leases lost: the test did not exercise a handler outliving its lease", attempts.Load(), lost.Load())
+	}
+	t.Logf("%d deliveries × %d copies: %d handler runs, %d commits refused for a lost lease", deliveries, copies, attempts.Load(), lost.Load())
+}
+
+// TestWebhookLeaseBeginOnPostgreSQL drives webhook.Lease.Begin through each
+// outcome a real PostgreSQL can give: Confirm commits the consumer's row
+// with the record (a copy is a duplicate); Release rolls it back (a copy
+// is processed); a Confirm after the lease ran out is refused with
+// replay.ErrLeaseLost and keeps nothing, whether another attempt took the
+// delivery or not; and a write after the lease ended is refused.
+func TestWebhookLeaseBeginOnPostgreSQL(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	tests := []struct {
+		name    string
+		between func(t *testing.T, v *webhook.Verifier, d webhook.Delivery, table string) // after the write, before finishing
+		finish  func(l *webhook.Lease, ctx context.Context) error
+		lost    bool
+		rows    int
+		next    error // a copy's Acquire afterwards; nil: acquired
+	}{
+		{name: "confirm commits the row with the record", finish: (*webhook.Lease).Confirm, rows: 1, next: webhook.ErrDuplicate},
+		{name: "release rolls the row back", finish: (*webhook.Lease).Release, rows: 0},
+		{
+			name:    "a lease that ran out keeps nothing",
+			between: func(*testing.T, *webhook.Verifier, webhook.Delivery, string) { time.Sleep(lease + 100*time.Millisecond) },
+			finish:  (*webhook.Lease).Confirm, lost: true, rows: 0,
+		},
+		{
+			name: "a lease taken over keeps only the other attempt's row",
+			between: func(t *testing.T, v *webhook.Verifier, d webhook.Delivery, table string) {
+				time.Sleep(lease + 100*time.Millisecond)
+				other, err := v.Acquire(context.Background(), d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, err := other.Begin(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				tx, err := TxFrom(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 2)", d.ID); err != nil {
+					t.Fatal(err)
+				}
+				if err := other.Confirm(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			},
+			finish: (*webhook.Lease).Confirm, lost: true, rows: 1, next: webhook.ErrDuplicate,
+		},
+	}
+	p := needServer(t)
+	store := storeOn(t, p.pool(t))
+	table := runsTable(t, store.pool)
+	cfg := webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "runs", Lease: lease}
+	v, err := webhook.NewVerifier(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			bg := context.Background()
+			id := fmt.Sprintf("msg_lease_%d", i)
+			h := http.Header{}
+			if err := signer.Sign(h, id, []byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+			d, err := v.Verify(h, []byte("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := v.Acquire(bg, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, err := l.Begin(bg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx, err := TxFrom(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 1)", id); err != nil {
+				t.Fatal(err)
+			}
+			if tc.between != nil {
+				tc.between(t, v, d, table)
+			}
+			err = tc.finish(l, bg)
+			if lost := errors.Is(err, replay.ErrLeaseLost) && errors.Is(err, webhook.ErrReplayStore); lost != tc.lost || (!tc.lost && err != nil) {
+				t.Fatalf("finish = %v, want lease lost: %v", err, tc.lost)
+			}
+			if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 3)", id); err == nil {
+				t.Fatal("a write after the lease ended was accepted")
+			}
+			if n := rowsPerDelivery(t, store.pool, table)[id]; n != tc.rows {
+				t.Fatalf("%d rows, want %d", n, tc.rows)
+			}
+			if _, err := v.Acquire(bg, d); !errors.Is(err, tc.next) || (tc.next == nil && err != nil) {
+				t.Fatalf("a copy's Acquire = %v, want %v", err, tc.next)
+			}
+		})
+	}
+}
+
+// TestWebhookTransactionalReceiverKilledBeforeCommitKeepsNothing runs a
+// transactional receiver as a subprocess (testdata/webhookchild), lets its
+// handler insert the consumer's row, and SIGKILLs it before the commit.
+// Nothing of it is kept: a copy is refused while the dead attempt's lease
+// lasts, the first copy after it is processed here, and the delivery ends
+// with exactly the one row of that attempt.
+func TestWebhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
+	const lease = 2 * time.Second
+	p := needServer(t)
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command to build the receiver: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "webhookchild")
+	if out, err := exec.Command(goBin, "build", "-o", bin, "./testdata/webhookchild").CombinedOutput(); err != nil {
+		t.Fatalf("building the receiver: %v\n%s", err, out)
+	}
+	prefix := uniquePrefix()
+	store := storeOn(t, p.pool(t), func(o *Options) { o.Prefix = prefix })
+	table := runsTable(t, store.pool)
+
+	child := exec.Command(bin)
+	child.Env = append(os.Environ(), "WH_PG_URL="+p.url(), "WH_PREFIX="+prefix, "WH_TABLE="+table,
+		"WH_SECRET="+whSecret, "WH_LEASE="+lease.String())
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	lines := make(chan string, 2)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the receiver exited before %s", what)
+			}
+			return l
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the receiver did not report %s within 30 s", what)
+		}
+		return ""
+	}
+	addr := next("its address")
+
+	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id, body = "msg_killed", `{"run":"killed"}`
+	send := func(h http.Handler, url string) int {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body))
+		if url != "" {
+			req, err = http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := signer.Sign(req.Header, id, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		if url != "" {
+			resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+			if err != nil {
+				return 0 // the receiver was killed mid-request
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	killed := make(chan int, 1)
+	go func() { killed <- send(nil, "http://"+addr+"/hook") }()
+	if l := next("the insert"); l != "inserted" {
+		t.Fatalf("the receiver said %q, want inserted", l)
+	}
+	start := time.Now()
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
+	if code := <-killed; code != 0 {
+		t.Fatalf("the killed receiver answered %d", code)
+	}
+
+	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
+		Replay: store, Namespace: "runs", Lease: lease, Transactional: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, err := TxFrom(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if _, err := tx.Exec(r.Context(), "insert into "+table+" values ($1, $2)", id, runs.Add(1)); err != nil {
+			http.Error(w, "insert failed", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	if code := send(mw, ""); code != http.StatusServiceUnavailable && time.Since(start) < lease {
+		t.Fatalf("a copy during the dead attempt's lease: status %d, want 503", code)
+	}
+	time.Sleep(time.Until(start.Add(lease + 200*time.Millisecond)))
+	if code := send(mw, ""); code != http.StatusCreated {
+		t.Fatalf("the first copy after the lease: status %d, want 201", code)
+	}
+	if code := send(mw, ""); code != http.StatusOK {
+		t.Fatalf("a later copy: status %d, want 200", code)
+	}
+	var attempts []int
+	rows, err := store.pool.Query(context.Background(), "select attempt from "+table+" where delivery = $1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a int
+		if err := rows.Scan(&a); err != nil {
+			t.Fatal(err)
+		}
+		attempts = append(attempts, a)
+	}
+	if len(attempts) != 1 || attempts[0] != 1 {
+		t.Fatalf("rows of attempts %v, want only this process's first attempt (1): the killed receiver's (0) rolled back", attempts)
+	}
+}
