@@ -204,9 +204,11 @@ func TestWebhookLeaseBeginOnPostgreSQL(t *testing.T) {
 		{name: "confirm commits the row with the record", finish: (*webhook.Lease).Confirm, rows: 1, next: webhook.ErrDuplicate},
 		{name: "release rolls the row back", finish: (*webhook.Lease).Release, rows: 0},
 		{
-			name:    "a lease that ran out keeps nothing",
-			between: func(*testing.T, *webhook.Verifier, webhook.Delivery, string) { time.Sleep(lease + 100*time.Millisecond) },
-			finish:  (*webhook.Lease).Confirm, lost: true, rows: 0,
+			name: "a lease that ran out keeps nothing",
+			between: func(*testing.T, *webhook.Verifier, webhook.Delivery, string) {
+				time.Sleep(lease + 100*time.Millisecond)
+			},
+			finish: (*webhook.Lease).Confirm, lost: true, rows: 0,
 		},
 		{
 			name: "a lease taken over keeps only the other attempt's row",
