@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -438,4 +439,94 @@ func TestWebhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T
 	if len(attempts) != 1 || attempts[0] != 1 {
 		t.Fatalf("rows of attempts %v, want only this process's first attempt (1): the killed receiver's (0) rolled back", attempts)
 	}
+}
+
+// BenchmarkWebhookTransactional is a new delivery through the webhook
+// middleware in its transactional mode (verify, the lease, the handler's
+// insert in the delivery's transaction, the fence and the commit), served
+// in process, beside its floor in the same run: the same insert in the
+// handler's own transaction (BEGIN, INSERT, COMMIT) without the
+// middleware; and beside the middleware without Transactional in front of
+// that handler. Signing each delivery is inside the loop of all three.
+func BenchmarkWebhookTransactional(b *testing.B) {
+	p := needServer(b)
+	pool := p.pool(b)
+	store := storeOn(b, pool)
+	rnd := make([]byte, 6)
+	rand.Read(rnd)
+	table := "webhook_bench_" + hex.EncodeToString(rnd)
+	if _, err := pool.Exec(context.Background(), "create table "+table+" (delivery text not null, attempt int not null)"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pool.Exec(context.Background(), "drop table "+table) })
+	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const body = `{"run":"bench"}`
+	var n atomic.Int64 // every delivery is new
+	serve := func(b *testing.B, h http.Handler) {
+		for b.Loop() {
+			req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body))
+			if err := signer.Sign(req.Header, "msg_bench_"+strconv.FormatInt(n.Add(1), 10), []byte(body)); err != nil {
+				b.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusCreated {
+				b.Fatalf("status %d", rec.Code)
+			}
+		}
+	}
+	// own is the handler in its own transaction.
+	own := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "insert into "+table+" values ($1, 1)", r.Header.Get("webhook-id")); err != nil {
+			b.Error(err)
+			return
+		}
+		if err := tx.Commit(ctx); err != nil {
+			b.Error(err)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	b.Run("floor", func(b *testing.B) { serve(b, own) })
+	// The middleware without Transactional, the handler in its own
+	// transaction: the lease, the handler's commit and the confirmation
+	// are three commits.
+	b.Run("middleware-own-tx", func(b *testing.B) {
+		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
+			Replay: store, Namespace: "bench-own", Lease: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		serve(b, v.Middleware(own))
+	})
+	b.Run("middleware", func(b *testing.B) {
+		v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret},
+			Replay: store, Namespace: "bench", Lease: time.Minute, Transactional: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		serve(b, v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tx, err := TxFrom(r.Context())
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			d, _ := webhook.DeliveryFrom(r.Context())
+			if _, err := tx.Exec(r.Context(), "insert into "+table+" values ($1, 1)", d.ID); err != nil {
+				b.Error(err)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		})))
+	})
 }
