@@ -173,7 +173,9 @@ func (l *Lease) Expires() time.Time {
 // Begin does not change the lease: other copies of the delivery stay
 // refused with [ErrInProgress] while the work runs, and the work should
 // still be done by [Lease.Deadline]. The returned context has ctx's
-// deadline; bound the work with one of your own.
+// deadline; bound the work with one of your own. The transaction holds a
+// resource of the store (a pgstore connection) until Confirm or Release:
+// end every lease whose work was begun (a deferred Release does).
 //
 // It returns an error matching [ErrConfig] when the [Config.Replay] store
 // does not implement [replay.Transactor], or when called a second time or
