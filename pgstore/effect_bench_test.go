@@ -25,7 +25,7 @@ func BenchmarkTransactionalFirstRequest(b *testing.B) {
 			p := needServer(b)
 			pool := p.pool(b)
 			s := storeOn(b, pool)
-			table := chargeTable(b, pool)
+			table := newChargeTable(b, pool)
 			body := []byte(strings.Repeat("x", size))
 			mw := txMiddleware(b, s, time.Minute)
 			h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -53,7 +53,7 @@ func BenchmarkTransactionalFloor(b *testing.B) {
 		b.Run(fmt.Sprintf("response=%dB", size), func(b *testing.B) {
 			p := needServer(b)
 			pool := p.pool(b)
-			table := chargeTable(b, pool)
+			table := newChargeTable(b, pool)
 			body := []byte(strings.Repeat("x", size))
 			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				ctx := r.Context()

@@ -39,10 +39,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// chargeTable creates a table of charges of its own and returns its
+// newChargeTable creates a table of charges of its own and returns its
 // name. A key has no unique constraint: a second charge would be a
 // second row, never a refused insert.
-func chargeTable(t testing.TB, pool *pgxpool.Pool) string {
+func newChargeTable(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
 	b := make([]byte, 6)
 	rand.Read(b)
@@ -108,12 +108,26 @@ func (h *chargeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write(body)
 }
 
+// effectKey is the key of every middleware of these tests, the app
+// process's included (passed in its environment), so that each opens the
+// records the others sealed.
+var effectKey = ctoken.EncodeKey(ctoken.RandomKey())
+
+func effectKeys() *ctoken.Keyring {
+	keys, err := ctoken.ParseKeyring(effectKey)
+	if err != nil {
+		panic(err) // a key from EncodeKey always parses
+	}
+	return keys
+}
+
 // txMiddleware is the idempotency middleware in its transactional mode on
 // s, with lease.
 func txMiddleware(t testing.TB, s *Store, lease time.Duration) *idempotency.Middleware {
 	t.Helper()
 	mw, err := idempotency.New(idempotency.Config{
 		Store:         s,
+		Keys:          effectKeys(),
 		Caller:        func(*http.Request) (string, error) { return "tenant-1", nil },
 		Required:      true,
 		Lease:         lease,
@@ -192,7 +206,7 @@ func TestTransactionalHandlerOutlivingItsLeaseChargesOnce(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool)
-	h := &chargeHandler{table: chargeTable(t, pool)}
+	h := &chargeHandler{table: newChargeTable(t, pool)}
 	const lease = 400 * time.Millisecond
 	// The first execution charges, then stalls past its lease (a lock
 	// wait, a GC pause) and answers 201 as if nothing happened.
@@ -229,7 +243,7 @@ func TestTransactionalClientLeavingAfterTheChargeChargesOnce(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool)
-	h := &chargeHandler{table: chargeTable(t, pool)}
+	h := &chargeHandler{table: newChargeTable(t, pool)}
 	// After the charge, one more context-bound step (a receipt), then an
 	// ordinary error answer if the context ended: the client's timeout
 	// must not end it.
@@ -255,7 +269,7 @@ func TestTransactionalTwoInstancesChargeOnce(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	prefix := uniquePrefix()
-	table := chargeTable(t, pool)
+	table := newChargeTable(t, pool)
 	var urls []string
 	for range 2 {
 		s := storeOn(t, p.pool(t), func(o *Options) { o.Prefix = prefix })
@@ -295,7 +309,7 @@ func TestTransactionalTimeoutHandlerInsideChargesOnce(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool)
-	h := &chargeHandler{table: chargeTable(t, pool)}
+	h := &chargeHandler{table: newChargeTable(t, pool)}
 	// The first execution charges, then takes longer than the
 	// TimeoutHandler's 50 ms: it answers 503 while the handler runs on.
 	h.after = func(http.ResponseWriter, *http.Request) bool {
@@ -314,7 +328,7 @@ func TestTransactionalTimeoutHandlerInsideChargesOnce(t *testing.T) {
 
 // effectChild is the environment variable that makes the test binary the
 // app process of TestTransactionalAppKilledBeforeCommitChargesOnce: its
-// value is "<database URL> <prefix> <charge table>".
+// value is "<database URL> <prefix> <charge table> <key>".
 const effectChild = "CTOKEN_PGSTORE_EFFECT_CHILD"
 
 // runEffectChild serves the transactional middleware in front of a
@@ -322,9 +336,10 @@ const effectChild = "CTOKEN_PGSTORE_EFFECT_CHILD"
 // It prints the server's URL first.
 func runEffectChild(spec string) {
 	parts := strings.Fields(spec)
-	if len(parts) != 3 {
-		log.Fatalf("%s: want 3 fields", effectChild)
+	if len(parts) != 4 {
+		log.Fatalf("%s: want 4 fields", effectChild)
 	}
+	effectKey = parts[3]
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, parts[0])
 	if err != nil {
@@ -335,7 +350,7 @@ func runEffectChild(spec string) {
 		log.Fatal(err)
 	}
 	mw, err := idempotency.New(idempotency.Config{
-		Store: s, Caller: func(*http.Request) (string, error) { return "tenant-1", nil },
+		Store: s, Keys: effectKeys(), Caller: func(*http.Request) (string, error) { return "tenant-1", nil },
 		Required: true, Lease: effectChildLease, Transactional: true, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -362,9 +377,9 @@ func TestTransactionalAppKilledBeforeCommitChargesOnce(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	prefix := uniquePrefix()
-	table := chargeTable(t, pool)
+	table := newChargeTable(t, pool)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), effectChild+"="+p.url()+" "+prefix+" "+table)
+	cmd.Env = append(os.Environ(), effectChild+"="+p.url()+" "+prefix+" "+table+" "+effectKey)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -409,7 +424,7 @@ func TestTransactionalChargesOnceThroughAKilledServer(t *testing.T) {
 	p := ownServer(t, "-c", "recovery_init_sync_method=syncfs")
 	pool := p.pool(t)
 	s := storeOn(t, pool, func(o *Options) { o.Timeout = 5 * time.Second })
-	table := chargeTable(t, pool)
+	table := newChargeTable(t, pool)
 	ops := newOpLog()
 	// What counts is what committed: the opLog's in-memory view of
 	// executions is replaced by the charge table once the load is over.
@@ -495,7 +510,7 @@ func redeemInTx(t testing.TB, pool *pgxpool.Pool, table string, who int, commit 
 	return nil
 }
 
-func workRows(t testing.TB, pool *pgxpool.Pool, table string) []int {
+func committedWork(t testing.TB, pool *pgxpool.Pool, table string) []int {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT who FROM `+table)
 	if err != nil {
@@ -548,7 +563,11 @@ func TestSingleUseTokensConsumedOnlyIfTheirWorkCommits(t *testing.T) {
 			return err
 		}, ctoken.ErrOneTimeRedeemed},
 		{"request state", func(t *testing.T) string {
-			tok, err := states.Encode("flow 1", "alice", stateTool)
+			// A payload of its own: a state's single-use ID is a function
+			// of what it holds and when it was made.
+			flow := make([]byte, 8)
+			rand.Read(flow)
+			tok, err := states.Encode("flow "+hex.EncodeToString(flow), "alice", stateTool)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -575,7 +594,7 @@ func TestSingleUseTokensConsumedOnlyIfTheirWorkCommits(t *testing.T) {
 			if err := k.redeem(context.Background(), tok); !errors.Is(err, k.redeemed) {
 				t.Fatalf("redeem outside a transaction after a committed one: %v; want %v", err, k.redeemed)
 			}
-			if got := workRows(t, pool, table); len(got) != 1 || got[0] != 2 {
+			if got := committedWork(t, pool, table); len(got) != 1 || got[0] != 2 {
 				t.Fatalf("work rows %v, want [2]", got)
 			}
 		})
@@ -599,7 +618,7 @@ func TestSingleUseTokensConsumedOnlyIfTheirWorkCommits(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			if got := workRows(t, pool, table); len(got) != 1 || committed.Load() != 1 {
+			if got := committedWork(t, pool, table); len(got) != 1 || committed.Load() != 1 {
 				t.Fatalf("work rows %v, %d redeems committed; want exactly one", got, committed.Load())
 			}
 		})
