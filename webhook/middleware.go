@@ -54,7 +54,9 @@ func StatusCode(err error) int {
 //     these is next called.
 //   - otherwise next is called with the body readable again from r.Body,
 //     the delivery available through [DeliveryFrom], and a context that
-//     ends at [Lease.Deadline].
+//     keeps the request's values and ends at [Lease.Deadline] — not when
+//     the sender disconnects, so that a sender's timeout never turns a
+//     processed delivery into a released one.
 //
 // The status next sends is the first it writes with WriteHeader, Write or
 // Flush (a later stray WriteHeader changes nothing). If it asks the sender
@@ -152,7 +154,12 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 			refuse(err)
 			return
 		}
-		ctx, cancel := context.WithDeadline(context.WithValue(r.Context(), deliveryKey{}, d), lease.Deadline())
+		// The handler's context keeps the request's values but not its
+		// cancellation: a sender that gives up while the handler works
+		// must not make a context-bound step after the effect fail, and
+		// with it the delivery be released and run again. It ends at the
+		// lease's deadline, the fence of the delivery's lease.
+		ctx, cancel := context.WithDeadline(context.WithValue(context.WithoutCancel(r.Context()), deliveryKey{}, d), lease.Deadline())
 		defer cancel()
 		if p.transactional {
 			v.serveInWork(ctx, w, r, body, lease, next, refuse)

@@ -1378,3 +1378,56 @@ func TestMiddlewareTransactionalConcurrentCopiesCommitOncePerDelivery(t *testing
 		t.Error("no attempt lost its lease: the test did not exercise a handler outliving its lease")
 	}
 }
+
+// TestMiddlewareSenderLeavingDoesNotEndTheHandlersContext: a sender that
+// times out while the handler works (it processes the delivery, then
+// takes one more context-bound step) does not cancel the handler's
+// context, so the delivery is confirmed, not released, and the sender's
+// retry is acknowledged as a duplicate without running the handler again.
+func TestMiddlewareSenderLeavingDoesNotEndTheHandlersContext(t *testing.T) {
+	cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: &replay.MemoryStore{}, Namespace: "endpoint"}
+	var processed atomic.Int64
+	done := make(chan int, 1)
+	mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		processed.Add(1)
+		select {
+		case <-r.Context().Done():
+			http.Error(w, r.Context().Err().Error(), http.StatusInternalServerError)
+			done <- http.StatusInternalServerError
+		case <-time.After(300 * time.Millisecond): // the receipt
+			w.WriteHeader(http.StatusNoContent)
+			done <- http.StatusNoContent
+		}
+	}))
+	srv := httptest.NewServer(mw)
+	defer srv.Close()
+	signer := newSigner(t, cfg)
+	send := func(client *http.Client) (int, error) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := signer.Sign(req.Header, "evt-1", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if _, err := send(&http.Client{Timeout: 100 * time.Millisecond}); err == nil {
+		t.Fatal("the impatient sender got an answer within 100 ms; the test needs it to give up")
+	}
+	if status := <-done; status != http.StatusNoContent {
+		t.Fatalf("the handler answered %d after the sender left; want 204 (its context not ended)", status)
+	}
+	status, err := send(srv.Client())
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("the sender's retry: %d, %v; want 200, the duplicate's acknowledgement", status, err)
+	}
+	if n := processed.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want once", n)
+	}
+}
