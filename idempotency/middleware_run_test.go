@@ -144,15 +144,21 @@ func TestRunHandlerContext(t *testing.T) {
 // Outside Transactional it is refused loudly; with Transactional the
 // handler's writes are rolled back with the 503; outside Wrap it is safe.
 func TestWrapTimeoutHandler(t *testing.T) {
-	// slowCharge charges, then takes 100 ms on its first run (past the
-	// TimeoutHandler's 50 ms) without looking at its context, and then
-	// writes the receipt.
-	slowCharge := func(charges *atomic.Int32, first *atomic.Bool, done chan<- error) http.HandlerFunc {
+	// slowCharge charges; on the first request (the one carrying the
+	// X-First-Run header, which the fingerprint does not cover) it then
+	// waits, without looking at its context, until resume is closed (the
+	// test closes it once the TimeoutHandler's 503 was answered), and then
+	// writes the receipt. Waiting on resume rather than sleeping keeps the
+	// order charge, 503, receipt however slowly goroutines are scheduled.
+	slowCharge := func(charges *atomic.Int32, resume <-chan struct{}, done chan<- error) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			charges.Add(1)
 			err := exec(r.Context(), "charge")
-			if first.CompareAndSwap(true, false) {
-				time.Sleep(100 * time.Millisecond)
+			if r.Header.Get("X-First-Run") != "" {
+				select {
+				case <-resume:
+				case <-time.After(10 * time.Second):
+				}
 				err = errors.Join(err, exec(r.Context(), "receipt"))
 				defer func() { done <- err }()
 			} else if err == nil {
@@ -209,14 +215,16 @@ func TestWrapTimeoutHandler(t *testing.T) {
 	})
 	t.Run("inside Wrap with Transactional: the timed-out run is rolled back, one charge committed", func(t *testing.T) {
 		var charges atomic.Int32
-		var first atomic.Bool
-		first.Store(true)
+		resume := make(chan struct{})
 		done := make(chan error, 1)
 		st := newFakeTransactor()
 		f := newFixture(t, Config{Store: st, Transactional: true}, nil)
-		h := f.mw.Wrap(http.TimeoutHandler(slowCharge(&charges, &first, done), 50*time.Millisecond, "timed out"))
+		h := f.mw.Wrap(http.TimeoutHandler(slowCharge(&charges, resume, done), 50*time.Millisecond, "timed out"))
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, req(http.MethodPost, "/payments", "alice", key1, `{}`))
+		r := req(http.MethodPost, "/payments", "alice", key1, `{}`)
+		r.Header.Set("X-First-Run", "1")
+		h.ServeHTTP(w, r)
+		close(resume) // the 503 was answered: the first run writes its receipt now
 		if w.Code != http.StatusServiceUnavailable {
 			t.Fatalf("first answer %d, want the TimeoutHandler's 503", w.Code)
 		}

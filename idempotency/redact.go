@@ -33,10 +33,10 @@ func isSet(set bool) string {
 func (c Config) describe() string {
 	return fmt.Sprintf("idempotency.Config{Store: %s, Keys: %s, Caller: %s, Header: %q, Required: %t, Methods: %q, Route: %s, "+
 		"Window: %v, Lease: %v, MaxKeyBytes: %d, MaxRequestBytes: %d, MaxResponseBytes: %d, ReplayHeaders: %q, "+
-		"RetryAfter: %v, Challenge: %q, Observer: %s, Logger: %s}",
+		"RetryAfter: %v, Challenge: %q, Observer: %s, Logger: %s, Wait: %v, Transactional: %t}",
 		storeType(c.Store), c.Keys.String(), isSet(c.Caller != nil), c.Header, c.Required, c.Methods, isSet(c.Route != nil),
 		c.Window, c.Lease, c.MaxKeyBytes, c.MaxRequestBytes, c.MaxResponseBytes, c.ReplayHeaders,
-		c.RetryAfter, c.Challenge, isSet(c.Observer != nil), isSet(c.Logger != nil))
+		c.RetryAfter, c.Challenge, isSet(c.Observer != nil), isSet(c.Logger != nil), c.Wait, c.Transactional)
 }
 
 // storeType names a store by its type only: a store's own printing is not

@@ -78,10 +78,14 @@ func TestConfigAndMiddlewarePrintNoRecordedBytes(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"Store: *replay.MemoryStore", "Keys: ctoken.Keyring(1 keys)", "Caller: set", "Observer: nil"} {
+	for _, want := range []string{"Store: *replay.MemoryStore", "Keys: ctoken.Keyring(1 keys)", "Caller: set", "Observer: nil", "Wait: 0s", "Transactional: false"} {
 		if !strings.Contains(fmt.Sprint(cfg), want) {
 			t.Errorf("%v lacks %q", cfg, want)
 		}
+	}
+	// Every setting is described, the issue 45 ones included.
+	if got := fmt.Sprint(Config{Wait: 2 * time.Second, Transactional: true}); !strings.Contains(got, "Wait: 2s, Transactional: true}") {
+		t.Errorf("config with Wait and Transactional prints %q", got)
 	}
 	if got, want := fmt.Sprint(mw), "idempotency.Middleware(store *replay.MemoryStore, 1 keys, header Idempotency-Key, window 24h0m0s, lease 1m0s)"; got != want {
 		t.Errorf("middleware prints %q, want %q", got, want)

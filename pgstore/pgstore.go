@@ -950,11 +950,13 @@ func (s *Store) keys(id string) (key, legacy []byte) {
 // accepted twice.
 //
 // When ctx carries a transaction ([WithTx], or the Context of a Work of
-// [Store.BeginWork]), Claim runs its statements in that transaction, on
-// the caller's goroutine, so first == true means the claim holds if and
-// only if the transaction commits; a concurrent claim of the same ID
-// waits for that transaction to end (docs/pgstore.md, "Transactional
-// mode").
+// [Store.BeginWork] of a Store on the same pool), Claim runs its
+// statements in that transaction, on the caller's goroutine, so first ==
+// true means the claim holds if and only if the transaction commits; a
+// concurrent claim of the same ID waits for that transaction to end
+// (docs/pgstore.md, "Transactional mode"). The Work of a Store on another
+// pool, which may be another database, is not used: the claim then runs
+// on this Store's pool, as without a transaction.
 func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
 	if err := checkID(id); err != nil {
 		return false, err
@@ -964,7 +966,7 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	}
 	var c claimed
 	var err error
-	if tx := txOf(ctx); tx != nil {
+	if tx := s.claimTx(ctx); tx != nil {
 		c, err = claimInTx(s, ctx, func(ctx context.Context) (claimed, error) {
 			return s.claim(ctx, tx, s.claimTxSQL, s.takeoverTxSQL, id, until)
 		})

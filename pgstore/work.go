@@ -108,6 +108,19 @@ func txOf(ctx context.Context) pgx.Tx {
 	return tx
 }
 
+// claimTx is the transaction ctx carries for s's claims: one placed with
+// [WithTx], or a Work's of a Store on s's pool. The Work of a Store on
+// another pool is not s's: its context reaches every Store a handler
+// uses, and its connection may be to another database, where s's claim
+// would be written in a table s never reads.
+func (s *Store) claimTx(ctx context.Context) pgx.Tx {
+	tx := txOf(ctx)
+	if wt, ok := tx.(*workTx); ok && wt.w.s.pool != s.pool {
+		return nil
+	}
+	return tx
+}
+
 var _ replay.Transactor = (*Store)(nil)
 
 // querier is what a claim needs of a pool or a transaction.

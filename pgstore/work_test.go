@@ -1312,3 +1312,55 @@ func benchWork(b *testing.B, s *Store) {
 			}
 		})
 }
+
+// TestClaimIgnoresTheWorkOfAStoreOnAnotherPool: a Work's context reaches
+// every Store a handler uses, not only the one that began it. A Store on
+// another pool (here another database, with a table of the same name)
+// must not write its claim in that Work's transaction, where its own
+// database would never see it: it claims on its own pool, as without the
+// transactional mode, so the claim holds there and a second claim of the
+// ID is refused. A Store on the Work's own pool still claims in the Work.
+func TestClaimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
+	p := needServer(t)
+	work := newTestStore(t)
+	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
+	if _, err := work.pool.Exec(bg(), `CREATE DATABASE "`+db+`"`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { work.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
+	otherPool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
+	if err := Migrate(bg(), otherPool, DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour)
+	tests := []struct {
+		name      string
+		store     *Store
+		commit    bool
+		wantAfter bool // a claim of the ID after the work ended is first
+	}{
+		{"another pool, the work committed", storeOn(t, otherPool), true, false},
+		{"another pool, the work rolled back", storeOn(t, otherPool), false, false},
+		{"the work's pool, the work committed", storeOn(t, work.pool), true, false},
+		{"the work's pool, the work rolled back", storeOn(t, work.pool), false, true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, _ := acquire(t, work, "pool-"+strconv.Itoa(i), time.Minute)
+			id := "token-" + strconv.Itoa(i)
+			if first, err := tt.store.Claim(w.Context(bg()), id, until); !first || err != nil {
+				t.Fatalf("Claim in the work's context = %v, %v; want first", first, err)
+			}
+			if tt.commit {
+				if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := w.Rollback(bg()); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := tt.store.Claim(bg(), id, until); first != tt.wantAfter || err != nil {
+				t.Fatalf("Claim after the work = %v, %v; want %v", first, err, tt.wantAfter)
+			}
+		})
+	}
+}

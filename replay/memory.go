@@ -61,7 +61,17 @@ type MemoryStore struct {
 	// the expiry times passed to Claim.
 	Now func() time.Time
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// The store's state is behind a pointer, set by the first call (under
+	// mu): fmt follows a pointer only at the top of what it prints, so a
+	// MemoryStore held by value in a struct that is printed (%+v of a
+	// pointer to it, which go vet does not flag) shows an address, never
+	// an ID, a token or a recorded byte.
+	st *memState
+}
+
+// memState is what a MemoryStore holds.
+type memState struct {
 	entries map[entryKey]int64  // claimed and confirmed ids: hashed id → expiry (unix nanoseconds)
 	byTime  expiryHeap          // the entries ordered by expiry, plus stale leftovers
 	leases  map[entryKey]*lease // ids under a lease, which are not in entries
@@ -69,6 +79,14 @@ type MemoryStore struct {
 	tokens  uint64              // the last lease token handed out
 	records map[entryKey]record // the records of entries confirmed with ConfirmRecord
 	held    int                 // bytes of fingerprints and results in leases and records
+}
+
+// lockState locks s and sets its state on first use.
+func (s *MemoryStore) lockState() {
+	s.mu.Lock()
+	if s.st == nil {
+		s.st = &memState{}
+	}
 }
 
 // lease is a live lease: its token, its end (unix nanoseconds) and its
@@ -135,7 +153,7 @@ func (s *MemoryStore) Claim(ctx context.Context, id string, until time.Time) (bo
 		return false, err
 	}
 	k := keyOf(id)
-	s.mu.Lock()
+	s.lockState()
 	defer s.mu.Unlock()
 	now := s.now()
 	if !until.After(now) {
@@ -160,7 +178,7 @@ func (s *MemoryStore) Release(ctx context.Context, id string) error {
 		return err
 	}
 	k := keyOf(id)
-	s.mu.Lock()
+	s.lockState()
 	defer s.mu.Unlock()
 	s.deleteLocked(k)
 	return nil
@@ -183,19 +201,19 @@ func (s *MemoryStore) AcquireLease(ctx context.Context, id string, d time.Durati
 // acquire is AcquireLease keeping fingerprint (a copy the caller made)
 // with an acquired lease, reporting the fingerprint and result it finds.
 func (s *MemoryStore) acquire(k entryKey, d time.Duration, fingerprint []byte) (Record, error) {
-	s.mu.Lock()
+	s.lockState()
 	defer s.mu.Unlock()
 	now := unixNano(s.now())
 	s.evictLocked(now)
-	if l, leased := s.leases[k]; leased {
+	if l, leased := s.st.leases[k]; leased {
 		return Record{
 			Lease:       Lease{State: LeaseBusy, Wait: time.Duration(l.end - now)},
 			Fingerprint: clone(l.fingerprint),
 		}, nil
 	}
-	if _, live := s.entries[k]; live {
+	if _, live := s.st.entries[k]; live {
 		r := Record{Lease: Lease{State: LeaseDone}}
-		if rec, ok := s.records[k]; ok {
+		if rec, ok := s.st.records[k]; ok {
 			r.Fingerprint, r.Result = rec.copies()
 		}
 		return r, nil
@@ -203,17 +221,17 @@ func (s *MemoryStore) acquire(k entryKey, d time.Duration, fingerprint []byte) (
 	if s.lenLocked() >= s.max() {
 		return Record{}, ErrFull
 	}
-	if s.held+len(fingerprint) > s.maxRecordBytes() {
+	if s.st.held+len(fingerprint) > s.maxRecordBytes() {
 		return Record{}, errRecordBytes
 	}
-	s.tokens++
-	l := &lease{key: k, token: s.tokens, end: addSat(now, d), fingerprint: fingerprint}
-	if s.leases == nil {
-		s.leases = make(map[entryKey]*lease)
+	s.st.tokens++
+	l := &lease{key: k, token: s.st.tokens, end: addSat(now, d), fingerprint: fingerprint}
+	if s.st.leases == nil {
+		s.st.leases = make(map[entryKey]*lease)
 	}
-	s.leases[k] = l
-	s.held += len(fingerprint)
-	heap.Push(&s.byEnd, l)
+	s.st.leases[k] = l
+	s.st.held += len(fingerprint)
+	heap.Push(&s.st.byEnd, l)
 	return Record{Lease: Lease{State: LeaseAcquired, Token: strconv.FormatUint(l.token, 10)}}, nil
 }
 
@@ -234,19 +252,19 @@ func (s *MemoryStore) ConfirmLease(ctx context.Context, id, token string, until 
 		return ErrLeaseLost // not a token of this store: never a lease on id
 	}
 	k := keyOf(id)
-	s.mu.Lock()
+	s.lockState()
 	defer s.mu.Unlock()
 	now := s.now()
 	if !until.After(now) {
 		return ErrExpired
 	}
 	s.evictLocked(unixNano(now))
-	if l, leased := s.leases[k]; leased {
+	if l, leased := s.st.leases[k]; leased {
 		if l.token != tok {
 			return ErrLeaseLost
 		}
 		s.dropLeaseLocked(l)
-	} else if _, live := s.entries[k]; live {
+	} else if _, live := s.st.entries[k]; live {
 		return ErrLeaseLost
 	}
 	return s.insertLocked(k, unixNano(until))
@@ -264,10 +282,10 @@ func (s *MemoryStore) ReleaseLease(ctx context.Context, id, token string) error 
 		return nil
 	}
 	k := keyOf(id)
-	s.mu.Lock()
+	s.lockState()
 	defer s.mu.Unlock()
 	s.evictLocked(unixNano(s.now()))
-	if l, leased := s.leases[k]; leased && l.token == tok {
+	if l, leased := s.st.leases[k]; leased && l.token == tok {
 		s.dropLeaseLocked(l)
 	}
 	return nil
@@ -276,27 +294,27 @@ func (s *MemoryStore) ReleaseLease(ctx context.Context, id, token string) error 
 // Len returns the number of live entries (claims, leases and confirmed
 // leases not yet evicted as expired), for metrics.
 func (s *MemoryStore) Len() int {
-	s.mu.Lock()
+	s.lockState()
 	defer s.mu.Unlock()
 	s.evictLocked(unixNano(s.now()))
 	return s.lenLocked()
 }
 
-func (s *MemoryStore) lenLocked() int { return len(s.entries) + len(s.leases) }
+func (s *MemoryStore) lenLocked() int { return len(s.st.entries) + len(s.st.leases) }
 
 // liveLocked reports whether k is claimed, confirmed or leased.
 func (s *MemoryStore) liveLocked(k entryKey) bool {
-	if _, ok := s.entries[k]; ok {
+	if _, ok := s.st.entries[k]; ok {
 		return true
 	}
-	_, ok := s.leases[k]
+	_, ok := s.st.leases[k]
 	return ok
 }
 
 func (s *MemoryStore) dropLeaseLocked(l *lease) {
-	delete(s.leases, l.key)
-	s.held -= len(l.fingerprint)
-	heap.Remove(&s.byEnd, l.index)
+	delete(s.st.leases, l.key)
+	s.st.held -= len(l.fingerprint)
+	heap.Remove(&s.st.byEnd, l.index)
 }
 
 // check refuses a done ctx and a negative Max.
@@ -336,11 +354,11 @@ func (s *MemoryStore) insertLocked(k entryKey, until int64) error {
 	if s.lenLocked() >= s.max() {
 		return ErrFull
 	}
-	if s.entries == nil {
-		s.entries = make(map[entryKey]int64)
+	if s.st.entries == nil {
+		s.st.entries = make(map[entryKey]int64)
 	}
-	s.entries[k] = until
-	heap.Push(&s.byTime, expiryEntry{key: k, until: until})
+	s.st.entries[k] = until
+	heap.Push(&s.st.byTime, expiryEntry{key: k, until: until})
 	return nil
 }
 
@@ -349,44 +367,44 @@ func (s *MemoryStore) insertLocked(k entryKey, until int64) error {
 // proportional to Max.
 func (s *MemoryStore) deleteLocked(k entryKey) {
 	s.dropEntryLocked(k)
-	if l, leased := s.leases[k]; leased {
+	if l, leased := s.st.leases[k]; leased {
 		s.dropLeaseLocked(l)
 	}
-	if len(s.byTime) > 2*len(s.entries)+64 {
+	if len(s.st.byTime) > 2*len(s.st.entries)+64 {
 		s.rebuildLocked()
 	}
 }
 
 // evictLocked removes every entry and lease whose end is not after now.
 func (s *MemoryStore) evictLocked(now int64) {
-	for len(s.byTime) > 0 && s.byTime[0].until <= now {
-		e := heap.Pop(&s.byTime).(expiryEntry)
+	for len(s.st.byTime) > 0 && s.st.byTime[0].until <= now {
+		e := heap.Pop(&s.st.byTime).(expiryEntry)
 		// Only delete the entry this heap entry describes: the id may have
 		// been released and claimed again with a later expiry.
-		if u, ok := s.entries[e.key]; ok && u == e.until {
+		if u, ok := s.st.entries[e.key]; ok && u == e.until {
 			s.dropEntryLocked(e.key)
 		}
 	}
-	for len(s.byEnd) > 0 && s.byEnd[0].end <= now {
-		s.dropLeaseLocked(s.byEnd[0])
+	for len(s.st.byEnd) > 0 && s.st.byEnd[0].end <= now {
+		s.dropLeaseLocked(s.st.byEnd[0])
 	}
 }
 
 // dropEntryLocked forgets a claimed or confirmed entry and its record.
 func (s *MemoryStore) dropEntryLocked(k entryKey) {
-	delete(s.entries, k)
-	if r, ok := s.records[k]; ok {
-		s.held -= len(r.data)
-		delete(s.records, k)
+	delete(s.st.entries, k)
+	if r, ok := s.st.records[k]; ok {
+		s.st.held -= len(r.data)
+		delete(s.st.records, k)
 	}
 }
 
 func (s *MemoryStore) rebuildLocked() {
-	s.byTime = s.byTime[:0]
-	for k, until := range s.entries {
-		s.byTime = append(s.byTime, expiryEntry{key: k, until: until})
+	s.st.byTime = s.st.byTime[:0]
+	for k, until := range s.st.entries {
+		s.st.byTime = append(s.st.byTime, expiryEntry{key: k, until: until})
 	}
-	heap.Init(&s.byTime)
+	heap.Init(&s.st.byTime)
 }
 
 type expiryEntry struct {

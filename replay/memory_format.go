@@ -18,8 +18,8 @@ func (s *MemoryStore) describe() string {
 	if s == nil {
 		return "replay.MemoryStore(nil)"
 	}
-	s.mu.Lock()
-	live, records, held := s.lenLocked(), len(s.records), s.held
+	s.lockState()
+	live, records, held := s.lenLocked(), len(s.st.records), s.st.held
 	s.mu.Unlock()
 	return fmt.Sprintf("replay.MemoryStore(%d live entries, %d records of %d bytes; Max %d, MaxRecordBytes %d)",
 		live, records, held, s.max(), s.maxRecordBytes())

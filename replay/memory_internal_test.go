@@ -61,7 +61,7 @@ func TestMemoryStoreBytesPerEntryBounded(t *testing.T) {
 	}
 }
 
-// Kills memory.go `len(s.byTime) > 2*len(s.entries)+64` (→ `>=`, negated,
+// Kills memory.go `len(s.st.byTime) > 2*len(s.st.entries)+64` (→ `>=`, negated,
 // and `+ 64` made `- 64`): the expiry heap is rebuilt only once its stale
 // leftovers make it longer than twice the live entries plus 64, so a
 // Release costs O(log n) amortized rather than a rebuild each time, and
@@ -74,7 +74,7 @@ func TestMemoryStoreRebuildsTheHeapOnlyPastTheThreshold(t *testing.T) {
 	heapLen := func() int {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return len(s.byTime)
+		return len(s.st.byTime)
 	}
 	// No live entry: the threshold is 64 heap entries.
 	for i := range 64 {

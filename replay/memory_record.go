@@ -89,39 +89,39 @@ func (s *MemoryStore) ConfirmRecord(ctx context.Context, id, token string, until
 	}
 	k := keyOf(id)
 	size := len(fingerprint) + len(result)
-	s.mu.Lock()
+	s.lockState()
 	defer s.mu.Unlock()
 	now := s.now()
 	if !until.After(now) {
 		return ErrExpired
 	}
 	s.evictLocked(unixNano(now))
-	if l, leased := s.leases[k]; leased {
+	if l, leased := s.st.leases[k]; leased {
 		if l.token != tok {
 			return ErrLeaseLost
 		}
-		if s.held-len(l.fingerprint)+size > s.maxRecordBytes() {
+		if s.st.held-len(l.fingerprint)+size > s.maxRecordBytes() {
 			return errRecordBytes
 		}
 		s.dropLeaseLocked(l)
-	} else if _, live := s.entries[k]; live {
-		if r, ok := s.records[k]; ok && r.token == tok {
+	} else if _, live := s.st.entries[k]; live {
+		if r, ok := s.st.records[k]; ok && r.token == tok {
 			return nil // this confirmation, resent
 		}
 		return ErrLeaseLost
-	} else if s.held+size > s.maxRecordBytes() {
+	} else if s.st.held+size > s.maxRecordBytes() {
 		return errRecordBytes
 	}
 	if err := s.insertLocked(k, unixNano(until)); err != nil {
 		return err
 	}
-	if s.records == nil {
-		s.records = make(map[entryKey]record)
+	if s.st.records == nil {
+		s.st.records = make(map[entryKey]record)
 	}
 	data := make([]byte, 0, size)
 	data = append(append(data, fingerprint...), result...)
-	s.records[k] = record{token: tok, fpLen: len(fingerprint), data: data}
-	s.held += size
+	s.st.records[k] = record{token: tok, fpLen: len(fingerprint), data: data}
+	s.st.held += size
 	return nil
 }
 

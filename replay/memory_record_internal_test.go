@@ -20,8 +20,8 @@ func TestMemoryStoreRecordBytesReturnToZero(t *testing.T) {
 	want := 0
 	check := func(step string) {
 		t.Helper()
-		if s.held != want {
-			t.Fatalf("after %s: %d bytes held, want %d", step, s.held, want)
+		if s.st.held != want {
+			t.Fatalf("after %s: %d bytes held, want %d", step, s.st.held, want)
 		}
 	}
 	acq := func(id string, d time.Duration) string {
@@ -76,7 +76,7 @@ func TestMemoryStoreRecordBytesReturnToZero(t *testing.T) {
 	s.Len()
 	want = 0
 	check("an expired record")
-	if len(s.records) != 0 {
-		t.Fatalf("%d records left, want none", len(s.records))
+	if len(s.st.records) != 0 {
+		t.Fatalf("%d records left, want none", len(s.st.records))
 	}
 }

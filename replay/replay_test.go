@@ -163,7 +163,7 @@ func TestMemoryStore(t *testing.T) {
 			}
 		}
 		s.mu.Lock()
-		n := len(s.byTime)
+		n := len(s.st.byTime)
 		s.mu.Unlock()
 		if n > 2*4+64 {
 			t.Fatalf("expiry heap holds %d entries after release churn", n)

@@ -1431,3 +1431,61 @@ func TestMiddlewareSenderLeavingDoesNotEndTheHandlersContext(t *testing.T) {
 		t.Fatalf("the handler ran %d times, want once", n)
 	}
 }
+
+// TestMiddlewareTimeoutHandlerComposition pins what docs/webhooks.md says
+// of http.TimeoutHandler without Transactional: inside the middleware its
+// 503 releases the delivery while the handler still runs, so the sender's
+// retry runs the handler beside itself (two runs); outside, the handler
+// runs on under its own deadline, the delivery is recorded, and the retry
+// is acknowledged without a second run.
+func TestMiddlewareTimeoutHandlerComposition(t *testing.T) {
+	tests := []struct {
+		name     string
+		compose  func(v *Verifier, h http.Handler) http.Handler
+		wantRuns int32
+		wantLast int // the status of the copy sent once the first run ended
+	}{
+		{"inside the middleware: two runs", func(v *Verifier, h http.Handler) http.Handler {
+			return v.Middleware(http.TimeoutHandler(h, 20*time.Millisecond, "timed out"))
+		}, 2, http.StatusOK},
+		{"outside the middleware: one run", func(v *Verifier, h http.Handler) http.Handler {
+			return http.TimeoutHandler(v.Middleware(h), 20*time.Millisecond, "timed out")
+		}, 1, http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: &replay.MemoryStore{}, Namespace: "endpoint", Lease: 10 * time.Second}
+			v, s := newVerifier(t, cfg), newSigner(t, cfg)
+			var runs atomic.Int32
+			release := make(chan struct{})
+			firstDone := make(chan struct{})
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if runs.Add(1) == 1 {
+					defer close(firstDone)
+					select { // outlives the TimeoutHandler, ignoring its context
+					case <-release:
+					case <-time.After(10 * time.Second):
+					}
+				}
+				w.WriteHeader(http.StatusNoContent)
+			})
+			mw := tt.compose(v, h)
+			if code := sendSigned(t, mw, s, "msg_1", []byte("{}")); code != http.StatusServiceUnavailable {
+				t.Fatalf("first copy: status %d, want the TimeoutHandler's 503", code)
+			}
+			retry := sendSigned(t, mw, s, "msg_1", []byte("{}")) // while the first run still runs
+			close(release)
+			<-firstDone
+			var last int
+			for range 100 { // the first run's outcome is recorded just after it returns
+				if last = sendSigned(t, mw, s, "msg_1", []byte("{}")); last == tt.wantLast {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if got := runs.Load(); got != tt.wantRuns || last != tt.wantLast {
+				t.Fatalf("%d runs (the retry during the first run got %d), last copy %d; want %d runs, last %d", got, retry, last, tt.wantRuns, tt.wantLast)
+			}
+		})
+	}
+}
