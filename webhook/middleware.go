@@ -6,9 +6,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/observe"
 )
 
@@ -91,7 +93,18 @@ func StatusCode(err error) int {
 // The writer next gets does not implement [http.Flusher] (nor the
 // methods of [http.ResponseController]), since nothing can be sent before
 // the commit; informational (1xx) statuses are dropped.
+//
+// next must not be an [http.TimeoutHandler] unless [Config.Transactional]
+// is set: it answers 503 while the handler it wraps goes on running, the
+// 503 releases the delivery, and the sender's retry would run the handler
+// beside itself. Such a Middleware refuses every request with 500
+// (OnReject sees an error matching [ErrConfig]) and calls nothing. Put the
+// timeout outside the Middleware, or rely on the lease's deadline, which
+// ends the handler's context. Under Transactional the composition is safe:
+// the 503 rolls the work back, and the late handler's statements are
+// refused.
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
+	timeoutInside := isTimeoutHandler(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuse := func(err error) {
 			if v != nil && v.p != nil && v.p.onReject != nil {
@@ -108,6 +121,10 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		p := v.p
+		if timeoutInside && !p.transactional {
+			refuse(errTimeoutHandler)
+			return
+		}
 		// Body refusals come before Verify, which reports the others.
 		refuseBody := func(err error) {
 			if p.obs != nil {
@@ -289,6 +306,19 @@ func (w *heldResponse) send(rw http.ResponseWriter) {
 	if w.body.Len() > 0 {
 		rw.Write(w.body.Bytes())
 	}
+}
+
+// errTimeoutHandler refuses every request of a Middleware whose next is an
+// [http.TimeoutHandler] outside [Config.Transactional].
+var errTimeoutHandler = reason.New(ErrConfig, "next is an http.TimeoutHandler, which answers 503 while its handler runs on: the sender's retry would run it again (put the timeout outside the middleware, or set Config.Transactional)")
+
+// timeoutHandlerType is the type of the handler [http.TimeoutHandler]
+// returns.
+var timeoutHandlerType = reflect.TypeOf(http.TimeoutHandler(http.NotFoundHandler(), time.Second, ""))
+
+// isTimeoutHandler reports whether h is an [http.TimeoutHandler].
+func isTimeoutHandler(h http.Handler) bool {
+	return h != nil && reflect.TypeOf(h) == timeoutHandlerType
 }
 
 // retryAfterSeconds is d as a Retry-After value: whole seconds, rounded
