@@ -107,6 +107,14 @@ func (a *attempt) commit(work replay.Work, result []byte) error {
 	case errors.Is(err, replay.ErrLeaseLost):
 		err = leaseLostError(err)
 		a.log(slog.LevelError, "idempotency: the lease ran out before the commit and another attempt took the key; the handler's transaction was rolled back and its response not sent, answered 503", http.StatusServiceUnavailable, err)
+	case errors.Is(err, replay.ErrRolledBack):
+		// Nothing was kept (a statement of the handler had failed, the
+		// record was refused): the key is released, so the retry runs
+		// the handler again at once instead of waiting out the lease.
+		err = storeConfirmError(err)
+		a.log(slog.LevelError, "idempotency: the store rolled the handler's transaction back (a statement of it failed, or the record was refused); nothing was kept, key released, the handler's response not sent, answered 503", http.StatusServiceUnavailable, err)
+		releaseTook, _ := a.releaseLease()
+		took = releaseTook
 	default:
 		err = storeConfirmError(err)
 		a.log(slog.LevelError, "idempotency: the commit of the handler's transaction failed with an unknown outcome; key left leased, the handler's response not sent, answered 503", http.StatusServiceUnavailable, err)

@@ -25,6 +25,7 @@ type fakeTransactor struct {
 	beginErr      error // BeginWork fails with it
 	nilWork       bool  // BeginWork answers no Work and no error
 	loseLease     bool  // Commit answers ErrLeaseLost, nothing kept
+	rollBack      bool  // Commit answers ErrRolledBack, nothing kept
 	commitErr     error // Commit fails with it, an unknown outcome ...
 	commitApplied bool  // ... after committing all the same
 	rollbackErr   error // Rollback fails with it (after ending the transaction)
@@ -122,6 +123,9 @@ func (w *fakeWork) Commit(ctx context.Context, until time.Time, fp, result []byt
 	switch {
 	case w.f.loseLease:
 		w.outcome = replay.ErrLeaseLost
+		return w.outcome
+	case w.f.rollBack:
+		w.outcome = fmt.Errorf("%w: a statement of the work failed", replay.ErrRolledBack)
 		return w.outcome
 	case w.f.commitErr != nil && !w.f.commitApplied:
 		w.outcome = w.f.commitErr
@@ -258,6 +262,14 @@ func TestTransactionalSettlesEveryOutcome(t *testing.T) {
 			store: func(s *fakeTransactor) { s.loseLease = true }, handler: chargeOnce, cfg: Config{RetryAfter: 2 * time.Second},
 			calls: "begin,commit", status: 503, committed: 0,
 			reason: observe.ReasonIdempotencyLeaseLost, outcome: observe.OutcomeStoreFailure, log: "lease ran out", retry: 409,
+		},
+		{
+			// The retry runs the handler at once (and is rolled back again
+			// by this store): not the 409 of a key left leased.
+			name:  "a commit the store rolled back keeps nothing, releases the key and answers 503",
+			store: func(s *fakeTransactor) { s.rollBack = true }, handler: chargeOnce, cfg: Config{RetryAfter: 2 * time.Second},
+			calls: "begin,commit,release", status: 503, committed: 0,
+			reason: observe.ReasonIdempotencyStoreConfirm, outcome: observe.OutcomeStoreFailure, log: "rolled the handler's transaction back", retry: 503,
 		},
 		{
 			name:  "a commit with an unknown outcome that did not apply answers 503 and leaves the key leased",

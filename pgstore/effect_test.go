@@ -624,3 +624,36 @@ func TestSingleUseTokensConsumedOnlyIfTheirWorkCommits(t *testing.T) {
 		})
 	}
 }
+
+// TestTransactionalFailedStatementReleasesTheKey: a handler that ignores
+// a failed statement of its transaction and answers 201 has its work
+// rolled back by the store (replay.ErrRolledBack): the client gets 503,
+// never the 201, and the key is released at once, so the retry runs the
+// handler again within seconds, not after the one-minute lease; one
+// charge in the end.
+func TestTransactionalFailedStatementReleasesTheKey(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	s := storeOn(t, pool)
+	h := &chargeHandler{table: newChargeTable(t, pool)}
+	h.after = func(w http.ResponseWriter, r *http.Request) bool {
+		if h.runs.Load() == 1 {
+			tx, _ := TxFrom(r.Context())
+			tx.Exec(r.Context(), `SELECT 1/0`) // fails, and the handler carries on
+		}
+		return true
+	}
+	url := serve(t, txMiddleware(t, s, time.Minute).Wrap(h))
+	client := &http.Client{Timeout: 10 * time.Second}
+	if status, body, err := postCharge(client, url, "k1"); err != nil || status != http.StatusServiceUnavailable {
+		t.Fatalf("first attempt: %d %q %v; want 503", status, body, err)
+	}
+	if got := charges(t, pool, h.table); len(got["k1"]) != 0 {
+		t.Fatalf("%d charges committed by the rolled-back attempt", len(got["k1"]))
+	}
+	body := chargeUntilCreated(t, client, url, "k1", 5*time.Second)
+	exactlyOneCharge(t, charges(t, pool, h.table), "k1", body)
+	if n := h.runs.Load(); n != 2 {
+		t.Errorf("the handler ran %d times, want 2", n)
+	}
+}

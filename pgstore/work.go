@@ -373,14 +373,14 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 	}
 	if fingerprint != nil || result != nil {
 		if err := replay.CheckRecord(fingerprint, result); err != nil {
-			return refuse(fmt.Errorf("%w: %w", ErrInvalidClaim, err))
+			return refuse(fmt.Errorf("%w: %w: %w", ErrInvalidClaim, replay.ErrRolledBack, err))
 		}
 		if fingerprint == nil {
 			fingerprint = []byte{}
 		}
 	}
 	if err := w.s.refused(); err != nil {
-		return refuse(err)
+		return refuse(fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
 	}
 	if w.escaped() {
 		// The fence would run outside the work's transaction.
@@ -449,20 +449,20 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 	case o.reason == "lost":
 		return replay.ErrLeaseLost
 	case o.reason == "forgotten":
-		return fmt.Errorf("%w: %w", ErrUnavailable, ErrForgotten)
+		return fmt.Errorf("%w: %w: %w", ErrUnavailable, replay.ErrRolledBack, ErrForgotten)
 	case o.reason == "expired":
-		return fmt.Errorf("%w: %w: until is not after the database's clock", ErrInvalidClaim, replay.ErrExpired)
+		return fmt.Errorf("%w: %w: %w: until is not after the database's clock", ErrInvalidClaim, replay.ErrRolledBack, replay.ErrExpired)
 	case o.reason != "":
-		return fmt.Errorf("%w: unexpected refusal from the fence statement", ErrUnavailable)
+		return fmt.Errorf("%w: %w: unexpected refusal from the fence statement", ErrUnavailable, replay.ErrRolledBack)
 	case err != nil && o.refused:
 		// The server answered with an error (the fence, refused because a
 		// statement of the work had failed, or COMMIT, refused by a
 		// deferred constraint): nothing was committed.
-		return fmt.Errorf("%w: %w", err, pgx.ErrTxCommitRollback)
+		return fmt.Errorf("%w: %w: %w", err, replay.ErrRolledBack, pgx.ErrTxCommitRollback)
 	case err != nil:
 		return err // the outcome is unknown
 	case o.tag == "ROLLBACK":
-		return fmt.Errorf("%w: %w", ErrUnavailable, pgx.ErrTxCommitRollback)
+		return fmt.Errorf("%w: %w: %w", ErrUnavailable, replay.ErrRolledBack, pgx.ErrTxCommitRollback)
 	case o.tag != "COMMIT" || o.state != 'I':
 		return fmt.Errorf("%w: unexpected answer to COMMIT", ErrUnavailable)
 	}

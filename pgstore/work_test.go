@@ -535,20 +535,20 @@ func TestWorkRefusals(t *testing.T) {
 			wantLease   string // the lease row's state afterwards
 			unavailable bool
 		}{
-			{name: "an empty result", until: until, fp: []byte("fp"), result: []byte{}, want: []error{ErrInvalidClaim, replay.ErrTooLarge}, wantLease: "l"},
-			{name: "an oversize result", until: until, result: make([]byte, replay.MaxResultBytes+1), want: []error{ErrInvalidClaim, replay.ErrTooLarge}, wantLease: "l"},
-			{name: "an oversize fingerprint", until: until, fp: make([]byte, replay.MaxFingerprintBytes+1), result: []byte("r"), want: []error{ErrInvalidClaim, replay.ErrTooLarge}, wantLease: "l"},
-			{name: "an until already past", until: time.Now().Add(-time.Second), want: []error{ErrInvalidClaim, replay.ErrExpired}, wantLease: "l"},
+			{name: "an empty result", until: until, fp: []byte("fp"), result: []byte{}, want: []error{ErrInvalidClaim, replay.ErrTooLarge, replay.ErrRolledBack}, wantLease: "l"},
+			{name: "an oversize result", until: until, result: make([]byte, replay.MaxResultBytes+1), want: []error{ErrInvalidClaim, replay.ErrTooLarge, replay.ErrRolledBack}, wantLease: "l"},
+			{name: "an oversize fingerprint", until: until, fp: make([]byte, replay.MaxFingerprintBytes+1), result: []byte("r"), want: []error{ErrInvalidClaim, replay.ErrTooLarge, replay.ErrRolledBack}, wantLease: "l"},
+			{name: "an until already past", until: time.Now().Add(-time.Second), want: []error{ErrInvalidClaim, replay.ErrExpired, replay.ErrRolledBack}, wantLease: "l"},
 			{name: "a statement of the work failed", until: until, handler: func(ctx context.Context) {
 				tx, _ := TxFrom(ctx)
 				if _, err := tx.Exec(ctx, `SELECT 1/0`); err == nil {
 					t.Error("1/0 succeeded")
 				}
-			}, want: []error{ErrUnavailable, pgx.ErrTxCommitRollback}, wantLease: "l"},
+			}, want: []error{ErrUnavailable, pgx.ErrTxCommitRollback, replay.ErrRolledBack}, wantLease: "l"},
 			{name: "a recheck refusing", until: until, prepare: func(s *Store, _ string) {
 				refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
 				s.refusal.Store(&refusal)
-			}, want: []error{ErrUnavailable}, wantLease: "l"},
+			}, want: []error{ErrUnavailable, replay.ErrRolledBack}, wantLease: "l"},
 			{name: "the lease released", until: until, prepare: func(s *Store, id string) {
 				if _, err := s.pool.Exec(bg(), `DELETE FROM `+s.table+` WHERE key = $1`, s.key(id)); err != nil {
 					t.Fatal(err)

@@ -2,8 +2,16 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrRolledBack reports a [Work.Commit] that the store rolled back for a
+// reason it knows, other than a lost lease: a statement of the work had
+// failed, the record was refused, the store refused to serve. Nothing of
+// the work was kept and the lease was left as it was, so the holder may
+// release it at once and let a retry run the work again.
+var ErrRolledBack = errors.New("replay: work rolled back")
 
 // Transactor is an optional interface of a [Leaser] whose entries live in
 // the same database as the work a lease guards (the pgstore module): the
@@ -44,7 +52,9 @@ type Work interface {
 	// is kept. Any other error leaves the outcome unknown (the commit may
 	// have happened): the caller must neither release the lease nor
 	// report the work as done, and a retry finds the ID either done or,
-	// once the lease ends, free.
+	// once the lease ends, free — except an error matching
+	// [ErrRolledBack], which says that nothing was kept and the lease
+	// may be released.
 	Commit(ctx context.Context, until time.Time, fingerprint, result []byte) error
 
 	// Rollback discards the work's writes. The lease is left as it is:

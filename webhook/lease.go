@@ -309,6 +309,14 @@ func (l *Lease) commit(ctx context.Context) error {
 		return nil
 	case errors.Is(err, replay.ErrLeaseLost):
 		return errLost(err)
+	case errors.Is(err, replay.ErrRolledBack):
+		// Nothing was kept (a statement of the work had failed): the
+		// lease is released, so the sender's retry processes the delivery
+		// at once instead of waiting out the lease. A failed release
+		// leaves the lease to end by itself.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.v.p.lease/4)
+		l.v.p.leaser.ReleaseLease(rctx, l.key, l.token)
+		rcancel()
 	}
 	return errConfirmFailed(err)
 }

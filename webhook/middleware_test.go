@@ -1507,3 +1507,42 @@ func TestMiddlewareTimeoutHandlerComposition(t *testing.T) {
 		})
 	}
 }
+
+// TestMiddlewareTransactionalRolledBackCommitReleasesTheDelivery: a
+// commit the store rolled back for a reason it knows (a statement of the
+// handler's work had failed: replay.ErrRolledBack) kept nothing, so the
+// delivery is released and the sender's retry processes it at once,
+// instead of being told it is in progress until the lease ends.
+func TestMiddlewareTransactionalRolledBackCommitReleasesTheDelivery(t *testing.T) {
+	store := newTxStore(nil)
+	store.commitErr = fmt.Errorf("%w: a statement of the work failed", replay.ErrRolledBack)
+	var leaseErr error
+	cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Transactional: true, Lease: time.Minute,
+		OnLeaseError: func(_ *http.Request, _ Delivery, err error) { leaseErr = err }}
+	v, s := newVerifier(t, cfg), newSigner(t, cfg)
+	mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := txInsert(r.Context(), "charge"); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	if code := sendSigned(t, mw, s, "msg_1", []byte("{}")); code != http.StatusServiceUnavailable {
+		t.Fatalf("first copy: status %d, want 503", code)
+	}
+	if !errors.Is(leaseErr, ErrReplayStore) || !errors.Is(leaseErr, replay.ErrRolledBack) {
+		t.Fatalf("OnLeaseError saw %v; want ErrReplayStore and replay.ErrRolledBack", leaseErr)
+	}
+	if _, _, _, releases := store.counts(); releases != 1 {
+		t.Fatalf("%d releases, want 1: the rolled-back delivery released", releases)
+	}
+	store.mu.Lock()
+	store.commitErr = nil
+	store.mu.Unlock()
+	if code := sendSigned(t, mw, s, "msg_1", []byte("{}")); code != http.StatusNoContent {
+		t.Fatalf("the sender's retry: status %d, want 204 (processed at once)", code)
+	}
+	if rows, _ := store.stats(); rows["charge"] != 1 {
+		t.Fatalf("rows %v, want one charge", rows)
+	}
+}
