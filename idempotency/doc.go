@@ -104,7 +104,8 @@
 //   - 5xx, 408, 423, 425 and 429 ask the client to retry: the key is
 //     released (so the retry runs the handler again) and the response is
 //     sent;
-//   - a handler that panics releases the key, and the panic goes on;
+//   - a handler that panics, or ends its goroutine with runtime.Goexit,
+//     releases the key (a panic goes on);
 //   - a handler that returns without writing anything after its own
 //     context's deadline releases the key, and the client gets 503 with a
 //     Retry-After of [Config.RetryAfter] (never an empty 200 recorded);

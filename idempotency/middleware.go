@@ -263,11 +263,14 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 	r2 := a.handlerRequest(ctx, body)
 	b := &bufferWriter{a: a, w: w}
 	defer func() {
-		if pv := recover(); pv != nil {
-			if !b.settled {
-				b.settled = true
-				a.release(errReleasedPanic)
-			}
+		// A handler that panics, or ends its goroutine with
+		// runtime.Goexit, returns nothing: release the key.
+		pv := recover()
+		if !b.settled {
+			b.settled = true
+			a.release(errReleasedPanic)
+		}
+		if pv != nil {
 			panic(pv)
 		}
 	}()

@@ -42,12 +42,15 @@ func (a *attempt) runWork(ctx context.Context, w http.ResponseWriter, next http.
 	outer := w.Header().Clone() // an outer middleware's headers, kept on a 503
 	b := &bufferWriter{a: a, w: w, hold: true}
 	defer func() {
-		if pv := recover(); pv != nil {
-			if !b.settled {
-				b.settled = true
-				a.rollback(work)
-				a.release(errReleasedPanic)
-			}
+		// A handler that panics, or ends its goroutine with
+		// runtime.Goexit, returns nothing: roll back and release.
+		pv := recover()
+		if !b.settled {
+			b.settled = true
+			a.rollback(work)
+			a.release(errReleasedPanic)
+		}
+		if pv != nil {
 			panic(pv)
 		}
 	}()

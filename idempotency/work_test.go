@@ -7,8 +7,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -471,6 +473,41 @@ func TestTransactionalLogsNeverHoldTheKeyTheCallerOrABody(t *testing.T) {
 				if strings.Contains(logs, secret) {
 					t.Errorf("log holds %q: %s", secret, logs)
 				}
+			}
+		})
+	}
+}
+
+// TestHandlerGoexitReleasesTheKey: a handler that ends its goroutine with
+// runtime.Goexit (t.FailNow, a library's) returns no response, as a panic
+// does: the key is released (and, in the transactional mode, the work
+// rolled back first), so the retry runs the handler, never leaving the
+// key leased or a transaction open.
+func TestHandlerGoexitReleasesTheKey(t *testing.T) {
+	for _, transactional := range []bool{false, true} {
+		t.Run(fmt.Sprint("transactional=", transactional), func(t *testing.T) {
+			st := newFakeTransactor()
+			var runs atomic.Int32
+			f := newFixture(t, Config{Store: st, Transactional: transactional}, func(w http.ResponseWriter, r *http.Request) {
+				if runs.Add(1) == 1 {
+					if transactional {
+						exec(r.Context(), "charge")
+					}
+					runtime.Goexit()
+				}
+				w.WriteHeader(http.StatusCreated)
+			})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				f.post(key1, `{}`)
+			}()
+			<-done
+			if transactional && (st.callList() != "begin,rollback,release" || len(st.committedList()) != 0) {
+				t.Fatalf("calls %q, committed %v; want the work rolled back and the key released", st.callList(), st.committedList())
+			}
+			if w := f.post(key1, `{}`); w.Code != http.StatusCreated || runs.Load() != 2 {
+				t.Fatalf("retry: %d after %d runs; want 201 from a second run", w.Code, runs.Load())
 			}
 		})
 	}

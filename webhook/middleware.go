@@ -63,7 +63,7 @@ func StatusCode(err error) int {
 // The status next sends is the first it writes with WriteHeader, Write or
 // Flush (a later stray WriteHeader changes nothing). If it asks the sender
 // to retry — 5xx, 408 Request Timeout, 423 Locked, 425 Too Early or 429
-// Too Many Requests — or next panics, the lease is released
+// Too Many Requests — or next panics (or ends its goroutine with runtime.Goexit), the lease is released
 // ([Lease.Release]) so the sender's retry is processed; any other status
 // (2xx, and also the other 4xx, 409 Conflict included: the handler has
 // decided) confirms the delivery as processed ([Lease.Confirm]) before the
@@ -194,18 +194,25 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 				p.onLeaseError(r, d, err)
 			}
 		}
+		returned := false
 		defer func() {
-			if pv := recover(); pv != nil {
+			// A handler that panics, or ends its goroutine with
+			// runtime.Goexit, did not finish: release, never confirm.
+			pv := recover()
+			switch {
+			case !returned:
 				report(lease.Release(finish))
+			case retryStatus(sw.status):
+				report(lease.Release(finish))
+			default:
+				report(lease.Confirm(finish))
+			}
+			if pv != nil {
 				panic(pv)
 			}
-			if retryStatus(sw.status) {
-				report(lease.Release(finish))
-				return
-			}
-			report(lease.Confirm(finish))
 		}()
 		next.ServeHTTP(sw, r2)
+		returned = true
 	})
 }
 
@@ -237,13 +244,20 @@ func (v *Verifier) serveInWork(ctx context.Context, w http.ResponseWriter, r *ht
 		bw.header = http.Header{}
 	}
 	func() {
+		returned := false
 		defer func() {
-			if pv := recover(); pv != nil {
+			// A handler that panics, or ends its goroutine with
+			// runtime.Goexit, did not finish: roll back and release.
+			pv := recover()
+			if !returned {
 				report(lease.Release(finish))
+			}
+			if pv != nil {
 				panic(pv)
 			}
 		}()
 		next.ServeHTTP(bw, r2)
+		returned = true
 	}()
 	if retryStatus(bw.code()) {
 		report(lease.Release(finish))

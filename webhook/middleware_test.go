@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -1544,5 +1545,44 @@ func TestMiddlewareTransactionalRolledBackCommitReleasesTheDelivery(t *testing.T
 	}
 	if rows, _ := store.stats(); rows["charge"] != 1 {
 		t.Fatalf("rows %v, want one charge", rows)
+	}
+}
+
+// TestMiddlewareHandlerGoexitReleasesTheDelivery: a handler that ends its
+// goroutine with runtime.Goexit did not finish, as a panic: the delivery
+// is released (under Transactional, its work rolled back), never
+// confirmed, so the sender's retry processes it.
+func TestMiddlewareHandlerGoexitReleasesTheDelivery(t *testing.T) {
+	for _, transactional := range []bool{false, true} {
+		t.Run(fmt.Sprint("transactional=", transactional), func(t *testing.T) {
+			store := newTxStore(nil)
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Transactional: transactional}
+			v, s := newVerifier(t, cfg), newSigner(t, cfg)
+			var runs atomic.Int32
+			mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if runs.Add(1) == 1 {
+					if transactional {
+						txInsert(r.Context(), "charge")
+					}
+					runtime.Goexit()
+				}
+				if transactional {
+					txInsert(r.Context(), "charge")
+				}
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				sendSigned(t, mw, s, "msg_1", []byte("{}"))
+			}()
+			<-done
+			if code := sendSigned(t, mw, s, "msg_1", []byte("{}")); code != http.StatusNoContent || runs.Load() != 2 {
+				t.Fatalf("the sender's retry: %d after %d runs; want 204 from a second run", code, runs.Load())
+			}
+			if rows, _ := store.stats(); transactional && rows["charge"] != 1 {
+				t.Fatalf("rows %v, want one charge", rows)
+			}
+		})
 	}
 }
