@@ -63,8 +63,9 @@ func StatusCode(err error) int {
 // The status next sends is the first it writes with WriteHeader, Write or
 // Flush (a later stray WriteHeader changes nothing). If it asks the sender
 // to retry — 5xx, 408 Request Timeout, 423 Locked, 425 Too Early or 429
-// Too Many Requests — or next panics (or ends its goroutine with runtime.Goexit), the lease is released
-// ([Lease.Release]) so the sender's retry is processed; any other status
+// Too Many Requests — or next panics (or ends its goroutine with
+// runtime.Goexit), the lease is released ([Lease.Release]) so the
+// sender's retry is processed; any other status
 // (2xx, and also the other 4xx, 409 Conflict included: the handler has
 // decided) confirms the delivery as processed ([Lease.Confirm]) before the
 // response is finished, unless next flushed it earlier. When the store cannot record
