@@ -151,7 +151,7 @@ func newProblems(p *params) problems {
 		bodyTooLarge:   problemJSON(413, "The request body is over "+strconv.FormatInt(p.maxRequest, 10)+" bytes."),
 		bodyUnreadable: problemJSON(400, "The request body could not be read."),
 		inProgress:     problemJSON(409, "A request with this "+h+" is still being processed: retry after the Retry-After delay."),
-		mismatch:       problemJSON(422, "This "+h+" was already used with a different request (method, path, query or body): use a new key for a new request."),
+		mismatch:       problemJSON(422, "This "+h+" was already used with a different request (method, path, query, body or its content coding): use a new key for a new request."),
 		store:          problemJSON(503, "The request could not be checked for a repeat: retry with the same "+h+" after the Retry-After delay."),
 		record:         problemJSON(500, "The request with this "+h+" was processed, but its response cannot be replayed."),
 		tooLarge:       problemJSON(500, "The request with this "+h+" was processed, but its response was too large to store and cannot be replayed."),
