@@ -371,6 +371,12 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		w.rollback(ctx)
 		return err
 	}
+	if w.escaped() {
+		// The fence would run outside the work's transaction. Checked
+		// first: the writes before the COMMIT sent as SQL are kept, so
+		// no refusal below may report the work as rolled back.
+		return refuse(fmt.Errorf("%w: %w", ErrUnavailable, errEscaped))
+	}
 	if fingerprint != nil || result != nil {
 		if err := replay.CheckRecord(fingerprint, result); err != nil {
 			return refuse(fmt.Errorf("%w: %w: %w", ErrInvalidClaim, replay.ErrRolledBack, err))
@@ -381,10 +387,6 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 	}
 	if err := w.s.refused(); err != nil {
 		return refuse(fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
-	}
-	if w.escaped() {
-		// The fence would run outside the work's transaction.
-		return refuse(fmt.Errorf("%w: %w", ErrUnavailable, errEscaped))
 	}
 	type outcome struct {
 		reason string // the fence's refusal, when it matched no row

@@ -646,6 +646,60 @@ func TestWorkTxRefusesATransactionEndedBySQL(t *testing.T) {
 	}
 }
 
+// TestWorkCommitAfterAnEscapeIsNeverRolledBack: a handler that sent
+// COMMIT as SQL committed its writes before it, so whatever else Commit
+// then finds wrong (a record over the limits, a recheck refusing), its
+// error must not match replay.ErrRolledBack, which would let the holder
+// release the key at once and a retry run the work again beside the
+// committed writes: it reports the escape, and the lease stays.
+func TestWorkCommitAfterAnEscapeIsNeverRolledBack(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	tests := []struct {
+		name    string
+		result  []byte
+		prepare func(s *Store)
+	}{
+		{name: "an oversize result", result: make([]byte, replay.MaxResultBytes+1)},
+		{name: "a recheck refusing", prepare: func(s *Store) {
+			refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
+			s.refusal.Store(&refusal)
+		}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := storeOn(t, s.pool)
+			id := "escape-" + strconv.Itoa(i)
+			w, _ := acquire(t, s, id, time.Minute)
+			ctx := w.Context(bg())
+			if err := charge(ctx, table, id, "before"); err != nil {
+				t.Fatal(err)
+			}
+			tx, _ := TxFrom(ctx)
+			if _, err := tx.Exec(ctx, "commit"); err != nil {
+				t.Fatal(err)
+			}
+			if tt.prepare != nil {
+				tt.prepare(s)
+			}
+			var fp []byte
+			if tt.result != nil {
+				fp = []byte("fp")
+			}
+			err := w.Commit(bg(), time.Now().Add(time.Hour), fp, tt.result)
+			if errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, errEscaped) {
+				t.Fatalf("Commit = %v, want the escape reported, not ErrRolledBack", err)
+			}
+			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
+				t.Fatalf("charges = %q, want the one committed by the SQL COMMIT", got)
+			}
+			if row, _ := rowOf(t, s, id); row.state != "l" {
+				t.Fatalf("lease row state = %q, want the lease left as it was", row.state)
+			}
+		})
+	}
+}
+
 // TestWorkEndsWithADoneContext: Commit or Rollback called with a context
 // already done still ends the transaction (the connection is closed, so
 // nothing is committed) and gives the connection back to the pool.
