@@ -436,7 +436,7 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			o.reason = strings.TrimRightFunc(pgErr.Message[i:], func(r rune) bool { return r < 'a' || r > 'z' })
 			return o, nil
 		}
-		o.refused = errors.As(fenceErr, &pgErr) || errors.As(commitErr, &pgErr)
+		o.refused = commitRefused(fenceErr, commitErr)
 		o.err = errors.Join(fenceErr, commitErr, closeErr)
 		return o, nil
 	})
@@ -469,6 +469,32 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		return fmt.Errorf("%w: unexpected answer to COMMIT", ErrUnavailable)
 	}
 	return nil
+}
+
+// commitRefused reports whether the errors of the fence and of COMMIT, in
+// the pipeline that ends a work, prove that nothing was committed. Any
+// error the server answered to the fence (or to the BEGIN before it) does:
+// the fence's results come before COMMIT runs, so the transaction was
+// aborted, or the session ended, before COMMIT. Of COMMIT, only an ERROR
+// does (a deferred constraint, a statement of the work that had failed):
+// PostgreSQL turns any error after the commit record into a PANIC, and a
+// FATAL or PANIC ends the session at a moment the message does not tell
+// (before version 14 a server's crash or immediate shutdown sends FATAL to
+// every session, also one whose commit was already written), so the commit
+// may have happened.
+func commitRefused(fenceErr, commitErr error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(fenceErr, &pgErr) {
+		return true
+	}
+	if !errors.As(commitErr, &pgErr) {
+		return false
+	}
+	severity := pgErr.SeverityUnlocalized
+	if severity == "" {
+		severity = pgErr.Severity // a server before 9.6
+	}
+	return severity == "ERROR"
 }
 
 // errEnded refuses a statement after the Work's end.

@@ -22,6 +22,7 @@ import (
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -695,6 +696,41 @@ func TestWorkCommitAfterAnEscapeIsNeverRolledBack(t *testing.T) {
 			}
 			if row, _ := rowOf(t, s, id); row.state != "l" {
 				t.Fatalf("lease row state = %q, want the lease left as it was", row.state)
+			}
+		})
+	}
+}
+
+// TestCommitRefusedOnlyWhenNothingWasCommitted: the pipeline's errors
+// that make Commit report replay.ErrRolledBack. A server error to the
+// fence (or BEGIN) proves COMMIT never ran; of COMMIT's, only an ERROR
+// proves it rolled back: a FATAL or PANIC may come after the commit was
+// written, and an error without a server answer (the connection lost)
+// leaves the outcome unknown.
+func TestCommitRefusedOnlyWhenNothingWasCommitted(t *testing.T) {
+	pgErr := func(severity string) error {
+		return fmt.Errorf("wrapped: %w", &pgconn.PgError{Severity: severity, SeverityUnlocalized: severity, Code: "57P01", Message: "m"})
+	}
+	lost := errors.New("unexpected EOF")
+	tests := []struct {
+		name                string
+		fenceErr, commitErr error
+		want                bool
+	}{
+		{"no error", nil, nil, false},
+		{"the fence answered an ERROR", pgErr("ERROR"), nil, true},
+		{"the fence answered a FATAL", pgErr("FATAL"), lost, true},
+		{"COMMIT answered an ERROR", nil, pgErr("ERROR"), true},
+		{"COMMIT answered a FATAL", nil, pgErr("FATAL"), false},
+		{"COMMIT answered a PANIC", nil, pgErr("PANIC"), false},
+		{"COMMIT answered an ERROR, localized severity only", nil, &pgconn.PgError{Severity: "ERROR"}, true},
+		{"COMMIT answered a FATAL, localized severity only", nil, &pgconn.PgError{Severity: "FATAL"}, false},
+		{"the connection lost during COMMIT", nil, lost, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := commitRefused(tt.fenceErr, tt.commitErr); got != tt.want {
+				t.Fatalf("commitRefused(%v, %v) = %v, want %v", tt.fenceErr, tt.commitErr, got, tt.want)
 			}
 		})
 	}
