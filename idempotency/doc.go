@@ -78,7 +78,8 @@
 //	     or, with [Config.Transactional], the handler's transaction could
 //	     not begin (key released, handler not run) or its commit failed
 //	     (lease lost, or an unknown outcome: the handler's response is not
-//	     sent, the key is not released)
+//	     sent, the key is not released; or rolled back by the store,
+//	     [replay.ErrRolledBack]: nothing kept, the key released)
 //
 // and otherwise with the handler's own response (the first time) or the
 // recorded one with "Idempotent-Replayed: true" (every retry).
@@ -188,7 +189,10 @@
 // nothing (the retry gets the other holder's outcome); a commit whose
 // outcome is unknown is not retried (the transaction is gone) and does
 // not release the key: a retry gets the committed response, or, once the
-// lease ends, runs. Both are answered 503 with a Retry-After of
+// lease ends, runs. A commit the store rolled back for a reason it knows
+// ([replay.ErrRolledBack]: a statement of the handler had failed, the
+// record was refused) kept nothing and releases the key at once. All are
+// answered 503 with a Retry-After of
 // [Config.RetryAfter] and logged at Error; the handler's response is
 // never sent unless it was committed. The whole response is held in
 // memory until the commit, even one over [Config.MaxResponseBytes]

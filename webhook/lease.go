@@ -235,7 +235,11 @@ func (l *Lease) Begin(ctx context.Context) (context.Context, error) {
 // [replay.ErrLeaseLost] means neither was: the lease had run out, whether
 // or not another attempt took the delivery since, and the transaction was
 // rolled back (unlike a Confirm without a work, which still succeeds
-// late while no other attempt holds the delivery). Any other
+// late while no other attempt holds the delivery). An error matching
+// [replay.ErrRolledBack] means the store rolled the work back for a
+// reason it knows (a statement of the work had failed): nothing was
+// kept, and Confirm has released the lease, so the sender's retry
+// processes the delivery at once. Any other
 // store error leaves the outcome unknown — the commit may have happened:
 // do not report the work as done, and let the sender retry, which finds
 // the delivery either processed or, once the lease ends, free; Release

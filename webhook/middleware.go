@@ -86,10 +86,12 @@ func StatusCode(err error) int {
 // the sender gets 503 with a Retry-After of [Config.RetryAfter], so it
 // retries, and OnLeaseError sees the error: for a lease that ran out
 // before the commit, whether or not another attempt took the delivery
-// ([replay.ErrLeaseLost]), nothing of next's writes was kept; for
-// any other failure the commit's outcome is unknown and the lease is not
-// released, so the retry finds the delivery processed or, once the lease
-// ends, processes it. A failure to open the transaction is refused like a
+// ([replay.ErrLeaseLost]), nothing of next's writes was kept; for one
+// the store rolled back for a reason it knows ([replay.ErrRolledBack]: a
+// statement of next's work had failed), nothing was kept and the lease is
+// released at once; for any other failure the commit's outcome is unknown
+// and the lease is not released, so the retry finds the delivery
+// processed or, once the lease ends, processes it. A failure to open the transaction is refused like a
 // store failure of Acquire (503, OnReject sees it), without calling next.
 // The writer next gets does not implement [http.Flusher] (nor the
 // methods of [http.ResponseController]), since nothing can be sent before
