@@ -102,38 +102,69 @@ func (p *params) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	a := &attempt{p: p, r: r, route: route, id: StoreID(caller, route, key)}
 	fp := Fingerprint(r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header, body)
 	a.start = time.Now()
-	rec, err := p.store.AcquireRecord(r.Context(), a.id, p.lease, fp)
-	a.acquired = max(time.Since(a.start), 1) // a store was called: never 0
-	if err != nil && r.Context().Err() != nil {
+	rec, ok := a.acquire(w, fp)
+	if ok && a.answer(w, rec, fp, body, next) {
+		p.busy(w, a, rec, fp, body, next) // wait.go
+	}
+}
+
+// acquire asks the store for a's key, adding the call's latency to
+// a.acquired; an acquired lease starts a's attempt (a.start). When the
+// store fails, or the client left while it was asked, it answers the
+// request (503) and reports false.
+func (a *attempt) acquire(w http.ResponseWriter, fp []byte) (replay.Record, bool) {
+	p := a.p
+	ctx := a.r.Context()
+	start := time.Now()
+	rec, err := p.store.AcquireRecord(ctx, a.id, p.lease, fp)
+	a.acquired += max(time.Since(start), 1) // a store was called: never 0
+	switch {
+	case err != nil && ctx.Err() != nil:
 		// The client went away while the store was asked: its cancelled
 		// context, not the store, ended the call.
 		p.refuse(w, errGoneAcquire, a.acquired, p.retryAfter)
-		return
-	}
-	if err != nil {
+		return rec, false
+	case err != nil:
 		err = storeAcquireError(err)
 		a.log(slog.LevelWarn, "idempotency: the store could not lease the key; answered 503", http.StatusServiceUnavailable, err)
 		p.refuse(w, err, a.acquired, p.retryAfter)
-		return
+		return rec, false
 	}
+	if rec.State == replay.LeaseAcquired {
+		a.start = start // the lease, and the handler's deadline, start now
+	}
+	return rec, true
+}
+
+// answer answers the request for the store's answer rec: it runs next
+// under an acquired lease, replays a done key, refuses another request
+// holding the key (422) or an answer outside the Recorder contract (503).
+// It reports true, having answered nothing, when the same request holds
+// the key: busy.
+func (a *attempt) answer(w http.ResponseWriter, rec replay.Record, fp, body []byte, next http.Handler) (busy bool) {
+	p := a.p
 	switch rec.State {
 	case replay.LeaseAcquired:
 		if rec.Token != "" {
 			a.token = rec.Token
 			a.fp = fp
 			a.run(w, next, body)
-			return
+			return false
 		}
 	case replay.LeaseBusy:
-		p.busy(w, a, rec, fp, body, next) // wait.go
-		return
+		if len(rec.Fingerprint) > 0 && !sameFingerprint(rec.Fingerprint, fp) {
+			p.refuse(w, errMismatch, a.acquired, "")
+			return false
+		}
+		return true
 	case replay.LeaseDone:
 		a.replay(w, rec, fp)
-		return
+		return false
 	}
-	err = storeAcquireError(errStoreAnswer)
+	err := storeAcquireError(errStoreAnswer)
 	a.log(slog.LevelError, "idempotency: the store answered outside the Recorder contract; answered 503", http.StatusServiceUnavailable, err)
 	p.refuse(w, err, a.acquired, p.retryAfter)
+	return false
 }
 
 // sameFingerprint compares two request fingerprints. They are not secret;

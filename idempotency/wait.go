@@ -1,7 +1,6 @@
 package idempotency
 
 import (
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -29,15 +28,11 @@ func waitOf(wait, lease time.Duration) (time.Duration, error) {
 	return wait, nil
 }
 
-// busy answers a request whose key another attempt holds (rec is the
-// store's LeaseBusy answer): 422 for another request; in wait mode, the
-// first request's outcome once it is known (await); otherwise
-// 409 with a Retry-After from the route's run-time estimate.
+// busy answers a request whose key another attempt of the same request
+// holds (rec is the store's LeaseBusy answer): in wait mode, the first
+// request's outcome once it is known (await); otherwise 409 with a
+// Retry-After from the route's run-time estimate.
 func (p *params) busy(w http.ResponseWriter, a *attempt, rec replay.Record, fp, body []byte, next http.Handler) {
-	if len(rec.Fingerprint) > 0 && !sameFingerprint(rec.Fingerprint, fp) {
-		p.refuse(w, errMismatch, a.acquired, "")
-		return
-	}
 	if p.wait > 0 {
 		p.await(w, a, rec, fp, body, next)
 		return
@@ -70,44 +65,10 @@ func (p *params) await(w http.ResponseWriter, a *attempt, rec replay.Record, fp,
 		case <-t.C:
 		}
 		pause = min(2*pause, waitMaxPoll)
-		start := time.Now()
-		got, err := p.store.AcquireRecord(ctx, a.id, p.lease, fp)
-		a.acquired += max(time.Since(start), 1)
-		if err != nil && ctx.Err() != nil {
-			p.refuse(w, errGoneAcquire, a.acquired, p.retryAfter)
-			return
-		}
-		if err != nil {
-			err = storeAcquireError(err)
-			a.log(slog.LevelWarn, "idempotency: the store could not lease the key; answered 503", http.StatusServiceUnavailable, err)
-			p.refuse(w, err, a.acquired, p.retryAfter)
+		got, ok := a.acquire(w, fp)
+		if !ok || !a.answer(w, got, fp, body, next) {
 			return
 		}
 		rec = got
-		switch rec.State {
-		case replay.LeaseBusy:
-			if len(rec.Fingerprint) > 0 && !sameFingerprint(rec.Fingerprint, fp) {
-				p.refuse(w, errMismatch, a.acquired, "")
-				return
-			}
-			continue
-		case replay.LeaseDone:
-			a.replay(w, rec, fp)
-			return
-		case replay.LeaseAcquired:
-			if rec.Token != "" {
-				// The first request released the key: this one is its
-				// retry, and its lease (and handler deadline) starts now.
-				a.start = start
-				a.token = rec.Token
-				a.fp = fp
-				a.run(w, next, body)
-				return
-			}
-		}
-		err = storeAcquireError(errStoreAnswer)
-		a.log(slog.LevelError, "idempotency: the store answered outside the Recorder contract; answered 503", http.StatusServiceUnavailable, err)
-		p.refuse(w, err, a.acquired, p.retryAfter)
-		return
 	}
 }
