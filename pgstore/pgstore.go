@@ -815,6 +815,12 @@ SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
 // error when the deadline or a cancellation ended the call; on error the
 // result is T's zero value.
 func call[T any](s *Store, ctx context.Context, fn func(ctx context.Context) (T, error)) (T, error) {
+	return callIn(s, ctx, s.direct, fn)
+}
+
+// callIn is [call], with fn run on the caller's goroutine when direct is
+// set, else on a goroutine of its own.
+func callIn[T any](s *Store, ctx context.Context, direct bool, fn func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
 	if s.pool == nil {
 		return zero, fmt.Errorf("%w: zero Store (use pgstore.New)", ErrConfig)
@@ -832,7 +838,7 @@ func call[T any](s *Store, ctx context.Context, fn func(ctx context.Context) (T,
 	}
 	var v T
 	var err error
-	if s.direct {
+	if direct {
 		v, err = fn(ctx)
 	} else {
 		type result struct {

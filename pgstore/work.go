@@ -141,26 +141,7 @@ type querier interface {
 // it if it rolled back. A statement that fails aborts the caller's
 // transaction.
 func claimInTx[T any](s *Store, ctx context.Context, fn func(ctx context.Context) (T, error)) (T, error) {
-	var zero T
-	if s.pool == nil {
-		return zero, fmt.Errorf("%w: zero Store (use pgstore.New)", ErrConfig)
-	}
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	if err := ctx.Err(); err != nil {
-		return zero, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	v, err := fn(ctx)
-	if err == nil {
-		return v, nil
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-		return zero, fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, err)
-	}
-	return zero, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return callIn(s, ctx, true, fn)
 }
 
 // prepareWork writes the fence statement and the claim statements run
