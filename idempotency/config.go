@@ -4,10 +4,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/textproto"
-	"strconv"
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/internal/httpx"
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
@@ -324,7 +324,7 @@ func newParams(cfg Config) (*params, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.retryAfter = retryAfterSeconds(retry)
+	p.retryAfter = httpx.RetryAfterSeconds(retry)
 	p.challenge = DefaultChallenge
 	if cfg.Challenge != "" {
 		for i := 0; i < len(cfg.Challenge); i++ {
@@ -420,12 +420,6 @@ func isTchar(c byte) bool {
 		return true
 	}
 	return false
-}
-
-// retryAfterSeconds is d as a Retry-After value: whole seconds, rounded
-// up, at least 1.
-func retryAfterSeconds(d time.Duration) string {
-	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
 }
 
 // covers reports whether requests with method m are covered.

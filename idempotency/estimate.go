@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/ctoken/ctoken/internal/httpx"
 )
 
 // Bounds of the run-time estimates a Middleware keeps for the Retry-After
@@ -100,8 +102,8 @@ func (p *params) busyRetryAfter(route string, wait time.Duration) string {
 	}
 	est, ok := p.estimate(route)
 	if !ok {
-		return retryAfterSeconds(wait)
+		return httpx.RetryAfterSeconds(wait)
 	}
 	left := est - (p.lease - wait)
-	return retryAfterSeconds(min(max(left, time.Second), wait))
+	return httpx.RetryAfterSeconds(min(max(left, time.Second), wait))
 }

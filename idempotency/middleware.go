@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/httpx"
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
@@ -52,7 +53,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		})
 	}
 	p := m.p
-	if p.transactor == nil && isTimeoutHandler(next) {
+	if p.transactor == nil && httpx.IsTimeoutHandler(next) {
 		return p.refuseTimeoutHandler(next)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -337,7 +338,7 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 		}
 		b.status = http.StatusOK // what net/http sends for a handler that wrote nothing
 	}
-	if retryStatus(b.status) {
+	if httpx.RetryStatus(b.status) {
 		a.release(errReleasedRetry)
 		b.send()
 		return
@@ -365,19 +366,6 @@ func (a *attempt) tooLargeMarker(status int) []byte {
 		panic(fmt.Sprintf("idempotency: cannot encode a too-large marker for status %d", status)) // status is 200..599 here
 	}
 	return enc
-}
-
-// retryStatus reports whether a handler's status asks the client to retry
-// the request later, so its key must be released, not recorded: 5xx, 408
-// Request Timeout, 423 Locked, 425 Too Early and 429 Too Many Requests (as
-// webhook.Verifier.Middleware). Every other status, 409 Conflict included,
-// is the handler's decision and is recorded.
-func retryStatus(code int) bool {
-	switch code {
-	case http.StatusRequestTimeout, http.StatusLocked, http.StatusTooEarly, http.StatusTooManyRequests:
-		return true
-	}
-	return code >= 500
 }
 
 // confirm records result as the key's response, retrying a failing store
@@ -605,7 +593,7 @@ func (b *bufferWriter) Flush() {
 // never while the handler still runs); any other status is recorded as too
 // large at once.
 func (b *bufferWriter) overflow() {
-	if !retryStatus(b.status) {
+	if !httpx.RetryStatus(b.status) {
 		b.settled = true
 		b.a.confirm(b.status, b.a.tooLarge(b.status))
 	}

@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"reflect"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/httpx"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
@@ -67,7 +67,7 @@ func (a *attempt) runWork(ctx context.Context, w http.ResponseWriter, next http.
 		}
 		b.status = http.StatusOK // what net/http sends for a handler that wrote nothing
 	}
-	if retryStatus(b.status) {
+	if httpx.RetryStatus(b.status) {
 		a.rollback(work)
 		a.release(errReleasedRetry)
 		b.send()
@@ -156,16 +156,6 @@ func (a *attempt) confirmDeadline() time.Time {
 func restoreHeader(h, outer http.Header) {
 	clear(h)
 	maps.Copy(h, outer)
-}
-
-// timeoutHandlerType is the type of the handler [http.TimeoutHandler]
-// returns.
-var timeoutHandlerType = reflect.TypeOf(http.TimeoutHandler(http.NotFoundHandler(), time.Second, ""))
-
-// isTimeoutHandler reports whether h is an [http.TimeoutHandler], which
-// answers 503 while the handler it wraps goes on running.
-func isTimeoutHandler(h http.Handler) bool {
-	return reflect.TypeOf(h) == timeoutHandlerType
 }
 
 // refuseTimeoutHandler is what Wrap returns for an [http.TimeoutHandler]

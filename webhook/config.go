@@ -15,6 +15,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/ctoken/ctoken/internal/httpx"
 	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
@@ -280,7 +281,7 @@ func newParams(cfg Config, signer bool) (*params, error) {
 	if p.lease == 0 {
 		p.lease = DefaultLease
 	}
-	p.retryAfter = retryAfterSeconds(cmp.Or(cfg.RetryAfter, DefaultRetryAfter))
+	p.retryAfter = httpx.RetryAfterSeconds(cmp.Or(cfg.RetryAfter, DefaultRetryAfter))
 	if signer {
 		return p, nil
 	}

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"reflect"
-	"strconv"
-	"time"
 
+	"github.com/ctoken/ctoken/internal/httpx"
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/observe"
 )
@@ -107,7 +105,7 @@ func StatusCode(err error) int {
 // the 503 rolls the work back, and the late handler's statements are
 // refused.
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
-	timeoutInside := isTimeoutHandler(next)
+	timeoutInside := httpx.IsTimeoutHandler(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuse := func(err error) {
 			if v != nil && v.p != nil && v.p.onReject != nil {
@@ -167,7 +165,7 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 			w.WriteHeader(http.StatusOK)
 			return
 		case errors.Is(err, ErrInProgress):
-			w.Header().Set("Retry-After", retryAfterSeconds(wait))
+			w.Header().Set("Retry-After", httpx.RetryAfterSeconds(wait))
 			refuse(err)
 			return
 		case err != nil:
@@ -205,7 +203,7 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 			switch {
 			case !returned:
 				report(lease.Release(finish))
-			case retryStatus(sw.status):
+			case httpx.RetryStatus(sw.status):
 				report(lease.Release(finish))
 			default:
 				report(lease.Confirm(finish))
@@ -262,7 +260,7 @@ func (v *Verifier) serveInWork(ctx context.Context, w http.ResponseWriter, r *ht
 		next.ServeHTTP(bw, r2)
 		returned = true
 	}()
-	if retryStatus(bw.code()) {
+	if httpx.RetryStatus(bw.code()) {
 		report(lease.Release(finish))
 		bw.send(w)
 		return
@@ -328,31 +326,6 @@ func (w *heldResponse) send(rw http.ResponseWriter) {
 // errTimeoutHandler refuses every request of a Middleware whose next is an
 // [http.TimeoutHandler] outside [Config.Transactional].
 var errTimeoutHandler = reason.New(ErrConfig, "next is an http.TimeoutHandler, which answers 503 while its handler runs on: the sender's retry would run it again (put the timeout outside the middleware, or set Config.Transactional)")
-
-// timeoutHandlerType is the type of the handler [http.TimeoutHandler]
-// returns.
-var timeoutHandlerType = reflect.TypeOf(http.TimeoutHandler(http.NotFoundHandler(), time.Second, ""))
-
-// isTimeoutHandler reports whether h is an [http.TimeoutHandler].
-func isTimeoutHandler(h http.Handler) bool {
-	return h != nil && reflect.TypeOf(h) == timeoutHandlerType
-}
-
-// retryAfterSeconds is d as a Retry-After value: whole seconds, rounded
-// up, at least 1.
-func retryAfterSeconds(d time.Duration) string {
-	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
-}
-
-// retryStatus reports whether a handler's status asks the sender to retry
-// the delivery later, so it must not be confirmed as processed.
-func retryStatus(code int) bool {
-	switch code {
-	case http.StatusRequestTimeout, http.StatusLocked, http.StatusTooEarly, http.StatusTooManyRequests:
-		return true
-	}
-	return code >= 500
-}
 
 // statusWriter records the first final status a handler sends.
 type statusWriter struct {
