@@ -44,13 +44,7 @@ import (
 // second row, never a refused insert.
 func newChargeTable(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
-	b := make([]byte, 6)
-	rand.Read(b)
-	name := "charges_" + hex.EncodeToString(b)
-	if _, err := pool.Exec(context.Background(), `CREATE TABLE `+name+` (key text NOT NULL, body bytea NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	return name
+	return newTable(t, pool, "charges_", "key text NOT NULL, body bytea NOT NULL")
 }
 
 // charges returns the bodies of the committed charges of every key.
@@ -474,13 +468,7 @@ func init() {
 // returns its name.
 func workTable(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
-	b := make([]byte, 6)
-	rand.Read(b)
-	name := "work_" + hex.EncodeToString(b)
-	if _, err := pool.Exec(context.Background(), `CREATE TABLE `+name+` (who int NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	return name
+	return newTable(t, pool, "work_", "who int NOT NULL")
 }
 
 // redeemInTx begins a transaction on pool, redeems with its context

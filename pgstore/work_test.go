@@ -30,17 +30,24 @@ import (
 // table of its own beside the store's, written through the Work's
 // transaction.
 
-// chargeTable creates a table of charges on pool, dropped when t ends.
-func chargeTable(t testing.TB, pool *pgxpool.Pool) string {
+// newTable creates a table named prefix and random hex, with columns, on
+// pool, dropped when t ends, and returns its name.
+func newTable(t testing.TB, pool *pgxpool.Pool, prefix, columns string) string {
 	t.Helper()
 	b := make([]byte, 6)
 	rand.Read(b)
-	name := "charges_" + hex.EncodeToString(b)
-	if _, err := pool.Exec(bg(), `CREATE TABLE `+name+` (key text NOT NULL, holder text NOT NULL)`); err != nil {
+	name := prefix + hex.EncodeToString(b)
+	if _, err := pool.Exec(bg(), `CREATE TABLE `+name+` (`+columns+`)`); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+name) })
 	return name
+}
+
+// chargeTable creates a table of charges on pool, dropped when t ends.
+func chargeTable(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	return newTable(t, pool, "charges_", "key text NOT NULL, holder text NOT NULL")
 }
 
 // charge inserts a charge of key by holder in the transaction ctx carries.
