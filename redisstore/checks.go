@@ -99,6 +99,7 @@ func (s *Store) checkServer(ctx context.Context) error {
 		}
 	}
 	s.noteRisks(found)
+	s.decideLocalAOF(ctx, masters) // durability.go: the implied WAITAOF (issue 46)
 	return nil
 }
 

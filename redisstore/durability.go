@@ -1,11 +1,13 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,9 +44,42 @@ type durability struct {
 	waitAOF []any // WAITAOF l n ms, or nil
 	single  *redis.Client
 	cluster *redis.ClusterClient
+	// implied is the local AOF wait the server checks turn on by
+	// themselves (see [Store.decideLocalAOF]); nil when Durability already
+	// waits for the local fsync or no connection can be pinned.
+	implied *impliedAOF
 }
 
+// impliedAOF is the WAITAOF 1 n ms every write sends, without
+// Durability.LocalAOF, while the checked server runs AOF with appendfsync
+// always and knows WAITAOF (Redis 7.2 or newer, Valkey 8). Such a server
+// has fsynced each write before it replies, so the wait costs a round
+// trip on the same pipeline and no fsync; what it buys is the refusal of
+// every write once AOF is switched off at run time (the server answers
+// WAITAOF with an error when appendonly is no), before the next recheck
+// finds the change.
+type impliedAOF struct {
+	on  atomic.Bool
+	cmd []any // WAITAOF 1 ReplicaAOF ms
+}
+
+// on reports whether Durability asks for a wait.
 func (d *durability) on() bool { return d.wait != nil || d.waitAOF != nil }
+
+// waits reports whether a write must be followed by WAIT or WAITAOF now:
+// Durability asks for it, or the implied local AOF wait is on.
+func (d *durability) waits() bool {
+	return d.on() || (d.implied != nil && d.implied.on.Load())
+}
+
+// aofWait returns the WAITAOF command a write sends now (nil for none)
+// and whether it asks for the local fsync.
+func (d *durability) aofWait() ([]any, bool) {
+	if d.implied != nil && d.implied.on.Load() {
+		return d.implied.cmd, true
+	}
+	return d.waitAOF, d.LocalAOF
+}
 
 func newDurability(client Client, d Durability, timeout time.Duration) (durability, error) {
 	out := durability{Durability: d}
@@ -54,10 +89,31 @@ func newDurability(client Client, d Durability, timeout time.Duration) (durabili
 	case d.Timeout < 0:
 		return out, refuse(ErrConfig, "negative Durability.Timeout", nil)
 	}
-	if d.Replicas == 0 && d.ReplicaAOF == 0 && !d.LocalAOF {
-		if d.Timeout != 0 {
-			return out, refuse(ErrConfig, "Durability.Timeout without anything to wait for", nil)
+	asked := d.Replicas > 0 || d.ReplicaAOF > 0 || d.LocalAOF
+	if !asked && d.Timeout != 0 {
+		return out, refuse(ErrConfig, "Durability.Timeout without anything to wait for", nil)
+	}
+	switch c := client.(type) {
+	case *redis.Client:
+		out.single = c
+	case *redis.ClusterClient:
+		out.cluster = c
+	default:
+		if asked {
+			return out, refuse(ErrConfig, "Durability needs a *redis.Client or *redis.ClusterClient (WAIT runs on the connection that wrote)", nil)
 		}
+	}
+	if !d.LocalAOF && (out.single != nil || out.cluster != nil) {
+		// The implied local AOF wait: Durability.Timeout when set, else
+		// DefaultDurabilityTimeout, kept under Options.Timeout. With
+		// appendfsync always it returns at once.
+		wait := cmp.Or(d.Timeout, DefaultDurabilityTimeout)
+		if timeout > 0 && wait >= timeout {
+			wait = max(timeout/2, time.Millisecond)
+		}
+		out.implied = &impliedAOF{cmd: []any{"WAITAOF", "1", strconv.Itoa(d.ReplicaAOF), strconv.FormatInt(max(wait.Milliseconds(), 1), 10)}}
+	}
+	if !asked {
 		return out, nil
 	}
 	if out.Timeout == 0 {
@@ -80,15 +136,75 @@ func newDurability(client Client, d Durability, timeout time.Duration) (durabili
 		}
 		out.waitAOF = []any{"WAITAOF", local, strconv.Itoa(d.ReplicaAOF), ms}
 	}
-	switch c := client.(type) {
-	case *redis.Client:
-		out.single = c
-	case *redis.ClusterClient:
-		out.cluster = c
-	default:
-		return out, refuse(ErrConfig, "Durability needs a *redis.Client or *redis.ClusterClient (WAIT runs on the connection that wrote)", nil)
-	}
 	return out, nil
+}
+
+// decideLocalAOF turns the implied local AOF wait (see [impliedAOF]) on
+// when every master of masters runs AOF with appendfsync always and
+// answers WAITAOF, and off when one does not (Redis older than 7.2, AOF
+// off, appendfsync weaker, CONFIG GET refused, or a failover to such a
+// server). The server checks call it after each check that passed, so it
+// follows the server behind the client: on Redis 7.0 the wait stays off
+// and AOF switched off at run time is found only by the next recheck
+// (within Options.RecheckInterval). A master that cannot answer leaves
+// the setting as it was.
+func (s *Store) decideLocalAOF(ctx context.Context, masters []doer) {
+	im := s.dur.implied
+	if im == nil || len(masters) == 0 {
+		return
+	}
+	on := true
+	for _, m := range masters {
+		ok, known := localAOFWaits(ctx, m)
+		if !known {
+			return
+		}
+		if !ok {
+			on = false
+			break
+		}
+	}
+	if im.on.Swap(on) != on {
+		if on {
+			s.log.Info("redisstore: the server runs AOF with appendfsync always and knows WAITAOF: every write now waits for its local fsync", "prefix", s.prefix)
+		} else {
+			s.log.Info("redisstore: the server does not run AOF with appendfsync always, or does not know WAITAOF: writes no longer wait for the local fsync", "prefix", s.prefix)
+		}
+	}
+}
+
+// localAOFWaits reports whether m runs AOF with appendfsync always and
+// accepts WAITAOF 1 0; known is false when m could not answer.
+func localAOFWaits(ctx context.Context, m doer) (ok, known bool) {
+	for _, want := range [...][2]string{{"appendonly", "yes"}, {"appendfsync", "always"}} {
+		name := want[0]
+		v, err := m.Do(ctx, "CONFIG", "GET", name).Result()
+		switch {
+		case err != nil && isServerError(err):
+			return false, true
+		case err != nil:
+			return false, false
+		}
+		value, found := configValue(v, name)
+		if !found || value != want[1] {
+			return false, true
+		}
+	}
+	_, err := m.Do(ctx, "WAITAOF", "1", "0", "1").Result()
+	switch {
+	case err == nil:
+		return true, true
+	case isServerError(err):
+		return false, true // unknown command (Redis 7.0), or refused
+	}
+	return false, false
+}
+
+// isServerError reports an error reply of the server (as opposed to a
+// transport failure or a deadline).
+func isServerError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
 }
 
 // pinned returns the client of the master that serves key, whose
@@ -107,6 +223,12 @@ func (d *durability) pinned(ctx context.Context, key string) (*redis.Client, err
 // acked reports whether the WAIT and WAITAOF replies of a pipeline meet
 // the setting.
 func (d *durability) acked(wait, waitAOF *redis.Cmd) error {
+	return d.ackedAOF(wait, waitAOF, d.LocalAOF)
+}
+
+// ackedAOF is acked, with localAOF saying whether waitAOF asked for the
+// local fsync.
+func (d *durability) ackedAOF(wait, waitAOF *redis.Cmd, localAOF bool) error {
 	if wait != nil {
 		n, err := wait.Int64()
 		if err != nil {
@@ -118,7 +240,12 @@ func (d *durability) acked(wait, waitAOF *redis.Cmd) error {
 	}
 	if waitAOF != nil {
 		v, err := waitAOF.Slice()
-		if err != nil {
+		switch {
+		case err != nil && isServerError(err):
+			// Refused by the server: AOF switched off since (appendonly
+			// no), or the server no longer knows WAITAOF.
+			return refuse(ErrNotDurable, whyNotDurable, fmt.Errorf("%w: WAITAOF: %w", ErrUnavailable, err))
+		case err != nil:
 			return fmt.Errorf("%w: WAITAOF: %w", ErrUnavailable, err)
 		}
 		if len(v) != 2 {
@@ -129,7 +256,7 @@ func (d *durability) acked(wait, waitAOF *redis.Cmd) error {
 		if !ok1 || !ok2 {
 			return fmt.Errorf("%w: unexpected reply to WAITAOF", ErrUnavailable)
 		}
-		if (d.LocalAOF && local < 1) || reps < int64(d.ReplicaAOF) {
+		if (localAOF && local < 1) || reps < int64(d.ReplicaAOF) {
 			return refuse(ErrNotDurable, whyNotDurable, fmt.Errorf("%w: AOF fsync acknowledged locally %d, by %d of %d replicas", ErrUnavailable, local, reps, d.ReplicaAOF))
 		}
 	}
@@ -206,15 +333,16 @@ func (s *Store) pipelined(ctx context.Context, c *redis.Client, sc *script, cmd 
 	if s.dur.wait != nil {
 		w = p.Do(ctx, s.dur.wait...)
 	}
-	if s.dur.waitAOF != nil {
-		wa = p.Do(ctx, s.dur.waitAOF...)
+	waitAOF, localAOF := s.dur.aofWait()
+	if waitAOF != nil {
+		wa = p.Do(ctx, waitAOF...)
 	}
 	p.Exec(ctx) // errors are read per command
 	v, err := sv.Result()
 	if err != nil {
 		return pipeResult{err: err}
 	}
-	return pipeResult{v: v, durErr: s.dur.acked(w, wa)}
+	return pipeResult{v: v, durErr: s.dur.ackedAOF(w, wa, localAOF)}
 }
 
 // command is the EVALSHA command of sc on keys with args.

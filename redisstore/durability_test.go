@@ -341,3 +341,104 @@ func TestWAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 		}
 	}
 }
+
+// AOF switched off at run time (CONFIG SET appendonly no) on a server
+// that runs AOF with appendfsync always: on a server with WAITAOF (Valkey
+// 8, Redis 7.2+) every write waits for its local fsync without
+// Durability.LocalAOF, which the server refuses once AOF is off, so no
+// claim after the switch is reported first (ErrNotDurable until the
+// recheck refuses with ErrConfig), and a crash before the recheck, then a
+// start with the configuration's AOF, accepts none of the IDs again. On
+// Redis 7.0 the window of one RecheckInterval stays: the test measures it
+// and skips the assertion that it is closed.
+func TestAOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		recheck time.Duration // RecheckInterval; an hour: the crash comes first
+		crash   bool          // kill -9 inside the window, before the recheck
+	}{
+		{"until the recheck refuses", 0, false},
+		{"crash inside the recheck window", time.Hour, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
+			c := srv.client()
+			info, err := c.Info(ctx, "server").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed := versionAtLeast(info, 7, 2)
+			s := provisioned(t, c, Options{Prefix: "window:", Logger: quietLogger(), Timeout: 5 * time.Second, RecheckInterval: tt.recheck})
+			before := claimUntilRefusedOrN(t, s, "before", 200)
+			if got := s.dur.implied.on.Load(); got != closed {
+				t.Fatalf("implied local AOF wait on %s = %v; want %v", serverVersion(info), got, closed)
+			}
+			if err := c.ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
+				t.Fatal(err)
+			}
+			var after, accepted []string
+			notDurable := 0
+			for i, deadline := 0, time.Now().Add(5*time.Second); ; i++ {
+				id := fmt.Sprint("after-", i)
+				first, err := s.Claim(ctx, id, time.Now().Add(10*time.Minute))
+				after = append(after, id)
+				switch {
+				case errors.Is(err, ErrConfig), errors.Is(err, ErrFenced):
+				case errors.Is(err, ErrNotDurable):
+					notDurable++
+				case err != nil:
+					t.Fatalf("claim after the switch: %v", err)
+				case first:
+					accepted = append(accepted, id)
+				}
+				if err != nil && !errors.Is(err, ErrNotDurable) {
+					break // refused by the recheck
+				}
+				if tt.crash && len(after) == 500 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no refusal within 5 s of AOF switched off (%d claims accepted)", len(accepted))
+				}
+			}
+			if tt.crash {
+				srv.kill()
+			} else {
+				s.cancels.wg.Wait() // the fence, and its AOF rewrite
+				waitRewrite(t, c)
+				srv.kill()
+			}
+			if err := srv.start(); err != nil { // loads the AOF of its command line
+				t.Fatal(err)
+			}
+			s2, err := New(srv.client(), Options{Prefix: "window:", Logger: quietLogger(), Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s2.Close()
+			twice := 0
+			for _, id := range append(before, accepted...) {
+				first, err := s2.Claim(ctx, id, time.Now().Add(10*time.Minute))
+				if first {
+					twice++
+				}
+				if err != nil && !errors.Is(err, ErrFenced) {
+					t.Fatalf("claim after the restart: %v", err)
+				}
+			}
+			t.Logf("%s: %d claims after the switch, %d reported first, %d ErrNotDurable; after kill -9 and restart %d of %d accepted twice",
+				serverVersion(info), len(after), len(accepted), notDurable, twice, len(before)+len(accepted))
+			if !closed {
+				t.Skipf("redis %s has no WAITAOF (7.2 added it): AOF switched off at run time is found only by the recheck, a window of RecheckInterval; %d of %d accepted claims came back after the crash",
+					serverVersion(info), twice, len(accepted))
+			}
+			if len(accepted) != 0 || twice != 0 {
+				t.Fatalf("%d claims reported first after AOF was switched off, %d IDs accepted twice; want 0 and 0", len(accepted), twice)
+			}
+		})
+	}
+}
