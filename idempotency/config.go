@@ -155,7 +155,8 @@ type Config struct {
 	// refused.
 	ReplayHeaders []string
 	// RetryAfter is the Retry-After of the 503 answered when the store
-	// fails; zero means [DefaultRetryAfter]; at most [MaxRetryAfter].
+	// fails and does not say when its refusal ends ([replay.RetryAt]);
+	// zero means [DefaultRetryAfter]; at most [MaxRetryAfter].
 	RetryAfter time.Duration
 	// Challenge is the WWW-Authenticate value of the 401 answered when
 	// [Config.Caller] finds no caller (RFC 9110 §15.5.2 requires one);

@@ -73,7 +73,11 @@
 //	     to store ([ErrRecord], logged at Error); the handler is not run
 //	     again; or the handler given to Wrap is an [http.TimeoutHandler]
 //	     outside [Config.Transactional] (every covered request)
-//	503  the store failed; Retry-After is [Config.RetryAfter] ([ErrStore]);
+//	503  the store failed ([ErrStore]); Retry-After is the seconds until
+//	     the store's refusal ends when the store says ([replay.RetryAt]:
+//	     a fenced shard's end), else [Config.RetryAfter]; none for a
+//	     refusal only an operator can lift ([replay.ErrConfig]: the
+//	     problem detail says so);
 //	     or the handler returned nothing after its deadline (key released);
 //	     or, with [Config.Transactional], the handler's transaction could
 //	     not begin (key released, handler not run) or its commit failed

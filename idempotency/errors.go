@@ -3,6 +3,7 @@ package idempotency
 import (
 	"encoding/json"
 	"errors"
+	"github.com/ctoken/ctoken/replay"
 	"net/http"
 	"strconv"
 
@@ -34,9 +35,12 @@ var (
 	// path, query or body). 422.
 	ErrMismatch = errors.New("idempotency: key reused with a different request")
 	// ErrStore: the replay store failed. Before the handler ran, the
-	// request is answered 503 with a Retry-After of [Config.RetryAfter];
-	// after it, the handler's response is sent and the failure is only
-	// logged and observed.
+	// request is answered 503 with a Retry-After of the seconds until the
+	// store's refusal ends when the store says ([replay.RetryAt]: a fenced
+	// shard), of [Config.RetryAfter] otherwise, and without Retry-After
+	// (the problem detail says the service needs its operator) when the
+	// refusal matches [replay.ErrConfig]; after it, the handler's response
+	// is sent and the failure is only logged and observed.
 	ErrStore = errors.New("idempotency: replay store failed")
 	// ErrRecord: the key is done but its response cannot be replayed: the
 	// store holds no response for it (the ID was claimed by something
@@ -139,6 +143,7 @@ func StatusCode(err error) int {
 type problems struct {
 	keyMissing, keyInvalid, noCaller, bodyTooLarge, bodyUnreadable,
 	inProgress, mismatch, store, record, tooLarge, late, internal []byte
+	operator  []byte // a store refusal only an operator can lift
 	unsettled []byte // Transactional: the commit failed or the lease was lost
 }
 
@@ -153,6 +158,7 @@ func newProblems(p *params) problems {
 		inProgress:     problemJSON(409, "A request with this "+h+" is still being processed: retry after the Retry-After delay."),
 		mismatch:       problemJSON(422, "This "+h+" was already used with a different request (method, path, query, body or its content coding): use a new key for a new request."),
 		store:          problemJSON(503, "The request could not be checked for a repeat: retry with the same "+h+" after the Retry-After delay."),
+		operator:       problemJSON(503, "The service cannot check requests for repeats until its operator repairs its replay store: the request was not processed; keep it, and retry with the same "+h+" once the service is back."),
 		record:         problemJSON(500, "The request with this "+h+" was processed, but its response cannot be replayed."),
 		tooLarge:       problemJSON(500, "The request with this "+h+" was processed, but its response was too large to store and cannot be replayed."),
 		late:           problemJSON(503, "The request did not complete in time: retry with the same "+h+" after the Retry-After delay."),
@@ -189,6 +195,8 @@ func (ps *problems) body(err error) []byte {
 		return ps.inProgress
 	case errors.Is(err, ErrMismatch):
 		return ps.mismatch
+	case errors.Is(err, ErrStore) && errors.Is(err, replay.ErrConfig):
+		return ps.operator
 	case errors.Is(err, ErrStore), errors.Is(err, errGone):
 		return ps.store
 	case err == errResponseTooBig:

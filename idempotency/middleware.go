@@ -196,9 +196,29 @@ func (p *params) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 // refuse answers a request the handler does not run for with the status
 // and problem body of err, reports it, and logs it when it is the
 // server's fault.
+// A store's refusal (ErrStore) gets the Retry-After of storeRetryAfter
+// instead of retry.
 func (p *params) refuse(w http.ResponseWriter, err error, store time.Duration, retry string) {
 	p.report(err, store)
+	if errors.Is(err, ErrStore) {
+		retry = storeRetryAfter(err, retry)
+	}
 	writeProblem(w, StatusCode(err), p.problems.body(err), retry)
+}
+
+// storeRetryAfter is the Retry-After of a 503 for the store's refusal
+// err: none ("") when only an operator can lift it (it matches
+// [replay.ErrConfig]), the seconds until it ends when the store says
+// ([replay.RetryAt]: a fenced shard's end, rounded up, at least 1), else
+// def ([Config.RetryAfter]).
+func storeRetryAfter(err error, def string) string {
+	if errors.Is(err, replay.ErrConfig) {
+		return ""
+	}
+	if at, ok := replay.RetryAt(err); ok {
+		return httpx.RetryAfterSeconds(time.Until(at))
+	}
+	return def
 }
 
 // attempt is one request with a key, from AcquireRecord on.

@@ -1035,3 +1035,49 @@ func TestMiddlewareTrailersAndResponseController(t *testing.T) {
 		}
 	})
 }
+
+// fencedError is a store refusal that knows when it ends (as redisstore's
+// fenced shard does).
+type fencedError struct{ at time.Time }
+
+func (e fencedError) Error() string      { return "store: shard fenced" }
+func (e fencedError) RetryAt() time.Time { return e.at }
+
+// A store refusal is answered 503 with a Retry-After of the seconds until
+// it ends when the store says (replay.RetryAt), Config.RetryAfter when it
+// does not, and without Retry-After, with a detail naming the operator,
+// when only an operator can lift it (replay.ErrConfig).
+func TestMiddlewareStoreRefusalRetryAfterTellsWhenItEnds(t *testing.T) {
+	tests := []struct {
+		name     string
+		err      error
+		want     string // Retry-After; "" for none
+		operator bool
+	}{
+		{"fence ends in 30 s", fmt.Errorf("claim: %w", fencedError{time.Now().Add(30 * time.Second)}), "30", false},
+		{"fence ends in 1.2 s: rounded up", fencedError{time.Now().Add(1200 * time.Millisecond)}, "2", false},
+		{"fence already over: at least 1", fencedError{time.Now().Add(-time.Minute)}, "1", false},
+		{"end unknown: RetryAfter", fencedError{}, "7", false},
+		{"store down: RetryAfter", errInjected, "7", false},
+		{"operator only", fmt.Errorf("store: %w", replay.ErrConfig), "", true},
+		{"operator only, even with an end", errors.Join(replay.ErrConfig, fencedError{time.Now().Add(time.Hour)}), "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := &faultStore{Recorder: newStore(), acquireErr: tt.err}
+			f := newFixture(t, Config{Store: fs, RetryAfter: 7 * time.Second}, nil)
+			w := f.post(key1, `{}`)
+			p := problemOf(t, w, http.StatusServiceUnavailable)
+			if got := w.Header().Values("Retry-After"); (tt.want == "" && len(got) != 0) || (tt.want != "" && (len(got) != 1 || got[0] != tt.want)) {
+				t.Fatalf("Retry-After %q; want %q", got, tt.want)
+			}
+			detail, _ := p["detail"].(string)
+			if strings.Contains(detail, "operator") != tt.operator {
+				t.Fatalf("detail %q; operator named %v, want %v", detail, !tt.operator, tt.operator)
+			}
+			if f.runs.Load() != 0 {
+				t.Fatalf("the handler ran %d times", f.runs.Load())
+			}
+		})
+	}
+}

@@ -418,3 +418,106 @@ func redisMicros(b *testing.B, c *redis.Client, nested ...string) float64 {
 	}
 	return total
 }
+
+// BenchmarkImpliedAOFWait measures what the implied local AOF wait costs
+// (the WAITAOF 1 0 every write sends while the server runs AOF with
+// appendfsync always and knows WAITAOF, see durability.go), on a server of
+// its own with that configuration, all in one run:
+//
+//	set-nx-pxat         SET NX PXAT on the same server (the floor)
+//	claim-without-wait  Claim with the implied wait switched off
+//	claim-with-wait     Claim with it: the script and WAITAOF 1 0 in one
+//	                    pipeline
+//
+// "serial" is one claim at a time; "64clients" 64 goroutines on one pool
+// of 64 connections. Each reports redis-us/op (see BenchmarkClaimCost).
+// The "paired" case alternates a claim with and one without the wait. On
+// a server without WAITAOF (Redis 7.0) there is nothing to measure.
+func BenchmarkImpliedAOFWait(b *testing.B) {
+	const clients = 64
+	ctx := context.Background()
+	until := time.Now().Add(time.Hour)
+	var n atomic.Int64
+	id := func() string { return strconv.FormatInt(n.Add(1), 10) }
+	srv := newServer(b, "--appendonly", "yes", "--appendfsync", "always")
+	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialerRetries: 1, PoolSize: clients, MinIdleConns: clients})
+	b.Cleanup(func() { c.Close() })
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !versionAtLeast(info, 7, 2) {
+		b.Skipf("redis %s has no WAITAOF: the implied wait stays off", serverVersion(info))
+	}
+	// RecheckInterval of an hour: no recheck turns the wait back on.
+	with := provisioned(b, c, Options{Prefix: "bench-aof-wait:", RecheckInterval: time.Hour, Timeout: 5 * time.Second})
+	without := provisioned(b, c, Options{Prefix: "bench-aof-nowait:", RecheckInterval: time.Hour, Timeout: 5 * time.Second})
+	without.dur.implied.on.Store(false)
+	if !with.dur.implied.on.Load() {
+		b.Fatal("the implied wait is off on a server with AOF always and WAITAOF")
+	}
+	claim := func(s *Store) func() error {
+		return func() error {
+			first, err := s.Claim(ctx, id(), until)
+			if err == nil && !first {
+				err = errors.New("not first")
+			}
+			return err
+		}
+	}
+	inScripts := []string{"time", "get", "set"}
+	cases := []struct {
+		name   string
+		call   func() error
+		nested []string
+	}{
+		{"set-nx-pxat", func() error {
+			return c.Do(ctx, "SET", "bench:"+id(), "1", "NX", "PXAT", until.UnixMilli()).Err()
+		}, nil},
+		{"claim-without-wait", claim(without), inScripts},
+		{"claim-with-wait", claim(with), inScripts},
+	}
+	b.Run("with-vs-without/paired", func(b *testing.B) {
+		var w, wo time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if err := claim(with)(); err != nil {
+				b.Fatal(err)
+			}
+			mid := time.Now()
+			if err := claim(without)(); err != nil {
+				b.Fatal(err)
+			}
+			w, wo = w+mid.Sub(start), wo+time.Since(mid)
+		}
+		b.ReportMetric(float64(wo.Nanoseconds())/float64(b.N), "without-ns/op")
+		b.ReportMetric(float64(w.Nanoseconds())/float64(b.N), "with-ns/op")
+		b.ReportMetric(w.Seconds()/wo.Seconds(), "x-without")
+	})
+	for _, tc := range cases {
+		b.Run(tc.name+"/serial", func(b *testing.B) {
+			resetStats(b, c)
+			for b.Loop() {
+				if err := tc.call(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(redisMicros(b, c, tc.nested...)/float64(b.N), "redis-us/op")
+		})
+		b.Run(tc.name+"/64clients", func(b *testing.B) {
+			resetStats(b, c)
+			b.SetParallelism((clients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := tc.call(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
+			b.ReportMetric(redisMicros(b, c, tc.nested...)/float64(b.N), "redis-us/op")
+		})
+	}
+}

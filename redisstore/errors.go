@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"errors"
+	"time"
 
 	"github.com/ctoken/ctoken/replay"
 )
@@ -85,7 +86,16 @@ type refusal struct {
 	sentinel error
 	why      string
 	cause    error
+	// retryAt is when the refusal ends by itself (a fence's end, by
+	// Redis's clock); zero when unknown.
+	retryAt time.Time
 }
+
+// RetryAt returns when the refusal ends by itself: for [ErrFenced], when
+// the shard's fence opens (one horizon after it was raised, by Redis's
+// clock). It is the zero time for every other refusal. [replay.RetryAt]
+// finds it through wrapping.
+func (r *refusal) RetryAt() time.Time { return r.retryAt }
 
 func (r *refusal) Error() string {
 	s := r.sentinel.Error() + ": " + r.why

@@ -109,11 +109,11 @@ func (s *Store) verdict(sc *script, shard int, code, val int64, durErr error) (i
 	case -1:
 		until := time.UnixMilli(val)
 		s.emit(Event{Kind: EventFenceRaised, Shard: shard, Until: until})
-		return code, val, refuse(ErrFenced, whyFenceRaised, fmt.Errorf("%w: shard %d fenced until %s", ErrUnavailable, shard, until.UTC().Format(time.RFC3339)))
+		return code, val, fenced(whyFenceRaised, shard, until)
 	case -2:
 		until := time.UnixMilli(val)
 		s.emit(Event{Kind: EventFenced, Shard: shard, Until: until})
-		return code, val, refuse(ErrFenced, whyFenced, fmt.Errorf("%w: shard %d fenced until %s", ErrUnavailable, shard, until.UTC().Format(time.RFC3339)))
+		return code, val, fenced(whyFenced, shard, until)
 	case -3:
 		s.emit(Event{Kind: EventClockSkew, Shard: shard})
 		return code, val, refuse(ErrClockSkew, whySkew, fmt.Errorf("%w: behind by %v", ErrUnavailable,
@@ -130,6 +130,13 @@ func (s *Store) verdict(sc *script, shard int, code, val int64, durErr error) (i
 		return 0, 0, durErr
 	}
 	return code, val, nil
+}
+
+// fenced is the refusal of a call on shard, fenced until (Redis's
+// clock): ErrFenced, with RetryAt until.
+func fenced(why string, shard int, until time.Time) error {
+	return &refusal{sentinel: ErrFenced, why: why, retryAt: until,
+		cause: fmt.Errorf("%w: shard %d fenced until %s", ErrUnavailable, shard, until.UTC().Format(time.RFC3339))}
 }
 
 // eval runs an EVALSHA command of sc (see [command]) on the client, and

@@ -178,3 +178,19 @@ var (
 	// call refuses until it is fixed.
 	ErrConfig = errors.New("replay: invalid store configuration")
 )
+
+// RetryAt reports when a store's refusal err ends by itself, when the
+// store knows: it finds, through wrapping (errors.As), an error with a
+// method RetryAt() time.Time returning a non-zero time. redisstore's
+// refusal of a fenced shard has one (when the fence opens). ok is false
+// for every other error, a refusal whose end is unknown included. A
+// refusal matching [ErrConfig] lasts until an operator acts, whatever the
+// time says.
+func RetryAt(err error) (t time.Time, ok bool) {
+	var r interface{ RetryAt() time.Time }
+	if err == nil || !errors.As(err, &r) {
+		return time.Time{}, false
+	}
+	t = r.RetryAt()
+	return t, !t.IsZero()
+}

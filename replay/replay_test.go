@@ -273,3 +273,35 @@ func TestLeaseStateString(t *testing.T) {
 		}
 	}
 }
+
+// retryAtError is a refusal that knows when it ends.
+type retryAtError struct{ at time.Time }
+
+func (e retryAtError) Error() string      { return "fenced" }
+func (e retryAtError) RetryAt() time.Time { return e.at }
+
+func TestRetryAtFindsTheEndOfAWrappedRefusal(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		name   string
+		err    error
+		want   time.Time
+		wantOK bool
+	}{
+		{"nil", nil, time.Time{}, false},
+		{"no end", errors.New("down"), time.Time{}, false},
+		{"config", ErrConfig, time.Time{}, false},
+		{"direct", retryAtError{at}, at, true},
+		{"wrapped", fmt.Errorf("store: %w", fmt.Errorf("claim: %w", retryAtError{at})), at, true},
+		{"joined", errors.Join(errors.New("a"), retryAtError{at}), at, true},
+		{"zero end", fmt.Errorf("store: %w", retryAtError{}), time.Time{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := RetryAt(tt.err)
+			if ok != tt.wantOK || !got.Equal(tt.want) {
+				t.Fatalf("RetryAt = %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}

@@ -126,11 +126,16 @@ type Config struct {
 	Lease time.Duration
 	// RetryAfter is the Retry-After header, in whole seconds (rounded up),
 	// of the 503 [Verifier.Middleware] sends when the replay store fails
-	// ([ErrReplayStore]); zero means [DefaultRetryAfter]; negative or over
-	// [MaxRetryAfter] is [ErrConfig]. A 503 for a copy of a delivery in
-	// progress ([ErrInProgress]) says the seconds its lease may still run
-	// instead, so every 503 the middleware sends has a Retry-After.
-	// Verifier only.
+	// ([ErrReplayStore]) without saying when its refusal ends; zero means
+	// [DefaultRetryAfter]; negative or over [MaxRetryAfter] is
+	// [ErrConfig]. A store refusal that says when it ends
+	// ([replay.RetryAt]: a fenced shard) gets the seconds until then
+	// instead, and a 503 for a copy of a delivery in progress
+	// ([ErrInProgress]) the seconds its lease may still run. The one 503
+	// without Retry-After is a store refusal only an operator can lift
+	// (one matching [replay.ErrConfig]): its body says the receiver needs
+	// its operator, and it is never a 4xx, so the sender keeps the
+	// delivery. Verifier only.
 	RetryAfter time.Duration
 	// Transactional makes [Verifier.Middleware] run each delivery's handler
 	// inside a transaction of the Replay store ([Lease.Begin]), which must

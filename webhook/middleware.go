@@ -6,10 +6,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/ctoken/ctoken/internal/httpx"
 	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/observe"
+	"github.com/ctoken/ctoken/replay"
 )
 
 // StatusCode is the HTTP status [Verifier.Middleware] answers a refused
@@ -50,8 +52,11 @@ func StatusCode(err error) int {
 //     it; a copy of a delivery in progress (its lease is live) gets 503 with
 //     a Retry-After header of the seconds the lease may still run, and
 //     OnReject sees [ErrInProgress]; a store failure gets 503 with a
-//     Retry-After of [Config.RetryAfter] and OnReject sees it. In none of
-//     these is next called.
+//     Retry-After of the seconds until the store's refusal ends when the
+//     store says ([replay.RetryAt]: a fenced shard), else of
+//     [Config.RetryAfter], and without Retry-After for a refusal only an
+//     operator can lift ([replay.ErrConfig]; the body says so), and
+//     OnReject sees it. In none of these is next called.
 //   - otherwise next is called with the body readable again from r.Body,
 //     the delivery available through [DeliveryFrom], and a context that
 //     keeps the request's values and ends at [Lease.Deadline] — not when
@@ -81,8 +86,8 @@ func StatusCode(err error) int {
 // status commits next's writes in the transaction that confirms the
 // delivery ([Lease.Confirm]), and the response is sent only after the
 // commit succeeded. When it did not, next's response is discarded and
-// the sender gets 503 with a Retry-After of [Config.RetryAfter], so it
-// retries, and OnLeaseError sees the error: for a lease that ran out
+// the sender gets 503 with a Retry-After as for a store failure of
+// Acquire, so it retries, and OnLeaseError sees the error: for a lease that ran out
 // before the commit, whether or not another attempt took the delivery
 // ([replay.ErrLeaseLost]), nothing of next's writes was kept; for one
 // the store rolled back for a reason it knows ([replay.ErrRolledBack]: a
@@ -112,8 +117,13 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 				v.p.onReject(r, err)
 			}
 			code := StatusCode(err)
+			if code == http.StatusServiceUnavailable && errors.Is(err, ErrReplayStore) && errors.Is(err, replay.ErrConfig) {
+				w.Header().Del("Retry-After")
+				http.Error(w, operatorText, code)
+				return
+			}
 			if code == http.StatusServiceUnavailable && v != nil && v.p != nil && len(w.Header()["Retry-After"]) == 0 {
-				w.Header().Set("Retry-After", v.p.retryAfter)
+				w.Header().Set("Retry-After", storeRetryAfter(err, v.p.retryAfter))
 			}
 			http.Error(w, http.StatusText(code), code)
 		}
@@ -267,12 +277,33 @@ func (v *Verifier) serveInWork(ctx context.Context, w http.ResponseWriter, r *ht
 	}
 	if err := lease.Confirm(finish); err != nil {
 		report(err)
-		w.Header().Set("Retry-After", p.retryAfter)
 		code := http.StatusServiceUnavailable
+		if errors.Is(err, replay.ErrConfig) {
+			w.Header().Del("Retry-After")
+			http.Error(w, operatorText, code)
+			return
+		}
+		w.Header().Set("Retry-After", storeRetryAfter(err, p.retryAfter))
 		http.Error(w, http.StatusText(code), code)
 		return
 	}
 	bw.send(w)
+}
+
+// operatorText is the body of the 503 for a replay store refusal only an
+// operator can lift (it matches [replay.ErrConfig]): sent without
+// Retry-After, and never a 4xx, so the sender keeps the delivery.
+const operatorText = "Service Unavailable: the receiver's replay store needs its operator; the delivery was not processed, keep it and retry later"
+
+// storeRetryAfter is the Retry-After of a 503 for the replay store's
+// refusal err: the seconds until it ends when the store says
+// ([replay.RetryAt]: a fenced shard's end, rounded up, at least 1), else
+// def ([Config.RetryAfter]).
+func storeRetryAfter(err error, def string) string {
+	if at, ok := replay.RetryAt(err); ok {
+		return httpx.RetryAfterSeconds(time.Until(at))
+	}
+	return def
 }
 
 // heldResponse holds a handler's response until [heldResponse.send]. It

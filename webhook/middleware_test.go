@@ -1586,3 +1586,64 @@ func TestMiddlewareHandlerGoexitReleasesTheDelivery(t *testing.T) {
 		})
 	}
 }
+
+// refusingStore refuses every call with err.
+type refusingStore struct{ err error }
+
+func (s refusingStore) Claim(context.Context, string, time.Time) (bool, error) { return false, s.err }
+func (s refusingStore) AcquireLease(context.Context, string, time.Duration) (replay.Lease, error) {
+	return replay.Lease{}, s.err
+}
+func (s refusingStore) ConfirmLease(context.Context, string, string, time.Time) error { return s.err }
+func (s refusingStore) ReleaseLease(context.Context, string, string) error            { return s.err }
+
+// fencedError is a store refusal that knows when it ends (as redisstore's
+// fenced shard does).
+type fencedError struct{ at time.Time }
+
+func (e fencedError) Error() string      { return "store: shard fenced" }
+func (e fencedError) RetryAt() time.Time { return e.at }
+
+// A store refusal is answered 503 (never a 4xx: the sender keeps the
+// delivery) with a Retry-After of the seconds until it ends when the store
+// says (replay.RetryAt), Config.RetryAfter when it does not, and without
+// Retry-After, with a body naming the operator, when only an operator can
+// lift it (replay.ErrConfig).
+func TestMiddlewareStoreRefusalRetryAfterTellsWhenItEnds(t *testing.T) {
+	clk := newStepClock()
+	tests := []struct {
+		name     string
+		err      error
+		want     string // Retry-After; "" for none
+		operator bool
+	}{
+		{"fence ends in 30 s", fmt.Errorf("claim: %w", fencedError{time.Now().Add(30 * time.Second)}), "30", false},
+		{"fence ends in 1.2 s: rounded up", fencedError{time.Now().Add(1200 * time.Millisecond)}, "2", false},
+		{"fence already over: at least 1", fencedError{time.Now().Add(-time.Minute)}, "1", false},
+		{"end unknown: RetryAfter", fencedError{}, "7", false},
+		{"store down: RetryAfter", errStoreDown, "7", false},
+		{"operator only", fmt.Errorf("store: %w", replay.ErrConfig), "", true},
+		{"operator only, even with an end", errors.Join(replay.ErrConfig, fencedError{time.Now().Add(time.Hour)}), "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rejected error
+			cfg := Config{Scheme: HMACSHA256(), Secrets: []string{hmacSecret}, Replay: refusingStore{tt.err}, Namespace: "endpoint",
+				RetryAfter: 7 * time.Second, Now: clk.Now, OnReject: func(_ *http.Request, err error) { rejected = err }}
+			next := &recordingHandler{}
+			rec := deliver(newVerifier(t, cfg).Middleware(next), signed(t, newSigner(t, cfg), "evt", "b"), "b")
+			if rec.Code != http.StatusServiceUnavailable || next.calls.Load() != 0 {
+				t.Fatalf("status %d, handler calls %d; want 503, 0", rec.Code, next.calls.Load())
+			}
+			if got := rec.Header().Values("Retry-After"); (tt.want == "" && len(got) != 0) || (tt.want != "" && (len(got) != 1 || got[0] != tt.want)) {
+				t.Fatalf("Retry-After %q; want %q", got, tt.want)
+			}
+			if strings.Contains(rec.Body.String(), "operator") != tt.operator {
+				t.Fatalf("body %q; operator named: want %v", rec.Body, tt.operator)
+			}
+			if !errors.Is(rejected, ErrReplayStore) {
+				t.Fatalf("OnReject saw %v; want ErrReplayStore", rejected)
+			}
+		})
+	}
+}

@@ -1,0 +1,92 @@
+package redisstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/webhook"
+)
+
+// A fenced shard's refusal says when the fence opens (replay.RetryAt), and
+// the webhook middleware in front of the store answers 503 with a
+// Retry-After of the seconds until then: one horizon, not its configured
+// RetryAfter. Every shard's marker is deleted on a real redis-server, so
+// the next call of each shard finds the loss and fences it.
+func TestFencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const horizon = 2 * time.Hour
+	srv := newServer(t)
+	c := srv.client()
+	s := provisioned(t, c, Options{Prefix: "retry-at:", Horizon: horizon, Logger: quietLogger()})
+	for _, m := range s.tags {
+		if err := c.Del(ctx, m).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Redis's clock and this one agree on loopback to well under a second.
+	near := func(t *testing.T, at time.Time, want time.Time) {
+		t.Helper()
+		if d := at.Sub(want); d < -5*time.Second || d > 5*time.Second {
+			t.Fatalf("RetryAt %v; want about %v (one horizon from now)", at, want)
+		}
+	}
+	t.Run("Claim", func(t *testing.T) {
+		for _, id := range []string{"raised", "raised"} { // the fence raised, then kept
+			want := time.Now().Add(horizon)
+			first, err := s.Claim(ctx, id, time.Now().Add(time.Minute))
+			if first || !errors.Is(err, ErrFenced) {
+				t.Fatalf("claim = %v, %v; want ErrFenced", first, err)
+			}
+			at, ok := replay.RetryAt(err)
+			if !ok {
+				t.Fatalf("RetryAt(%v) not known", err)
+			}
+			near(t, at, want)
+		}
+	})
+	t.Run("not fenced: unknown", func(t *testing.T) {
+		if _, ok := replay.RetryAt(refuse(ErrClockSkew, whySkew, nil)); ok {
+			t.Fatal("RetryAt of a clock skew refusal is known")
+		}
+	})
+	t.Run("webhook middleware", func(t *testing.T) {
+		cfg := webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: s, Namespace: "endpoint",
+			DedupWindow: 30 * time.Minute, RetryAfter: 7 * time.Second}
+		v, err := webhook.NewVerifier(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := 0
+		mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls++ }))
+		body := []byte(`{"type":"fenced"}`)
+		r := httptest.NewRequest(http.MethodPost, "/hook", bytes.NewReader(body))
+		if err := signer.Sign(r.Header, "msg_fenced", body); err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		mw.ServeHTTP(rec, r)
+		if rec.Code != http.StatusServiceUnavailable || calls != 0 {
+			t.Fatalf("status %d, handler calls %d; want 503, 0", rec.Code, calls)
+		}
+		secs, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+		if err != nil {
+			t.Fatalf("Retry-After %q: %v", rec.Header().Get("Retry-After"), err)
+		}
+		if want := int(horizon / time.Second); secs < want-5 || secs > want+5 {
+			t.Fatalf("Retry-After %d; want about %d (the fence's end), not RetryAfter's 7", secs, want)
+		}
+		t.Logf("fenced shard: 503, Retry-After %d", secs)
+	})
+}
