@@ -592,3 +592,46 @@ func TestNewRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
 		s.Close()
 	}
 }
+
+// New's refusal of a standby that commits do not wait for names how to
+// cover it: what WaitsForStandby accepts (synchronous_standby_names with
+// synchronous_commit on, remote_write or remote_apply), a physical
+// replication slot for every standby (one without a slot that is away is
+// invisible), and the option that accepts the risk.
+func TestJudgeStandbyRefusalNamesHowToCoverIt(t *testing.T) {
+	base := serverState{writable: true, permanent: true, recordable: true, fsync: true, fullPages: true, marker: true}
+	tests := []struct {
+		name string
+		st   func(serverState) serverState
+	}{
+		{"streaming", func(st serverState) serverState { st.durable.Standbys = 1; return st }},
+		{"away with a slot", func(st serverState) serverState { st.durable.StandbySlots = 1; return st }},
+		{"seen before", func(st serverState) serverState { st.sawStandby = true; return st }},
+		{"names set, commit local", func(st serverState) serverState {
+			st.durable.Standbys, st.durable.SynchronousStandbyNames, st.durable.SynchronousCommit = 1, "standby1", "local"
+			return st
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := base
+			st.durable.SynchronousCommit = "on"
+			_, err := checks{}.judge(tt.st(st))
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("judge = %v; want ErrConfig", err)
+			}
+			for _, want := range []string{"synchronous_standby_names", "synchronous_commit on, remote_write or remote_apply", "physical replication slot", "primary_slot_name", "AllowAsyncStandby"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %q", err, want)
+				}
+			}
+		})
+	}
+	t.Run("covered", func(t *testing.T) {
+		st := base
+		st.durable = Durability{SynchronousCommit: "on", SynchronousStandbyNames: "FIRST 1 (standby1)", Standbys: 1, StandbySlots: 1}
+		if _, err := (checks{}).judge(st); err != nil {
+			t.Fatalf("judge of a covered standby = %v", err)
+		}
+	})
+}

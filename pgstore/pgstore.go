@@ -591,8 +591,8 @@ func (c checks) judge(st serverState) ([]risk, error) {
 	case !st.fullPages && !c.rollback:
 		return accepted, fmt.Errorf("%w: full_page_writes is off: a crash of the machine can tear pages that recovery cannot repair, losing acknowledged claims (set full_page_writes on, or Options.AllowRollback)", ErrConfig)
 	case standby && !c.asyncStandby:
-		return accepted, fmt.Errorf("%w: the server streams to %d standby(s) and has %d physical replication slot(s) (a standby seen since the store started counts until synchronous replication covers it), but commits wait for no standby: a failover could accept acknowledged claims again (set synchronous_standby_names, or Options.AllowAsyncStandby)",
-			ErrConfig, d.Standbys, d.StandbySlots)
+		return accepted, fmt.Errorf("%w: the server streams to %d standby(s) and has %d physical replication slot(s) (a standby seen since the store started counts until synchronous replication covers it), but commits wait for no standby: a failover could accept acknowledged claims again. %s",
+			ErrConfig, d.Standbys, d.StandbySlots, howToCoverStandby)
 	case c.requireStandby && !d.WaitsForStandby():
 		return accepted, fmt.Errorf("%w: commits do not wait for a synchronous standby (synchronous_commit %s, synchronous_standby_names %q)",
 			ErrConfig, d.SynchronousCommit, d.SynchronousStandbyNames)
@@ -601,6 +601,15 @@ func (c checks) judge(st serverState) ([]risk, error) {
 	}
 	return accepted, nil
 }
+
+// howToCoverStandby is what New's refusal of a standby that commits do
+// not wait for says to do: what the checks accept as covered.
+const howToCoverStandby = "To cover the standbys, make commits wait for them: set synchronous_standby_names to name them " +
+	"(their application_name, e.g. 'FIRST 1 (standby1)'; every standby a failover may promote must be synchronous) " +
+	"and keep synchronous_commit on, remote_write or remote_apply (not local or off), then reload; " +
+	"and give every standby a physical replication slot (primary_slot_name, or pg_basebackup -C -S <slot>), " +
+	"since a standby without a slot that is not streaming when a Store starts cannot be seen and is not covered. " +
+	"Or set Options.AllowAsyncStandby to accept the risk"
 
 // newSessionCommit reads synchronous_commit in a new session, opened with
 // the pool's connection settings and closed at once: what the next
