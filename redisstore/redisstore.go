@@ -41,7 +41,14 @@
 //     [Options.AllowAsyncReplicas].
 //   - Persistence weakened after Open (appendfsync, or AOF switched off at
 //     run time) is found within [Options.RecheckInterval] and refused, and
-//     the key space is fenced for one horizon.
+//     the key space is fenced for one horizon. While the server runs AOF
+//     with appendfsync always and knows WAITAOF (Redis 7.2 or newer,
+//     Valkey 8), every write also waits for WAITAOF 1 0, which the server
+//     refuses once AOF is off, so no claim made after the switch is
+//     reported first. On an older Redis (7.0: Debian bookworm's
+//     redis-server) the claims of up to one RecheckInterval after the
+//     switch are reported first, and a crash before the recheck accepts
+//     them again.
 //   - An instance clock behind Redis's by more than [Options.MaxSkew] is
 //     refused ([ErrClockSkew]).
 //
@@ -133,13 +140,21 @@ type Options struct {
 	// further is refused with [ErrInvalidClaim]. It is also how long a
 	// shard stays fenced after the store finds it lost data ([ErrFenced]),
 	// which is what makes the fence safe: every claim made before the loss
-	// has expired when the fence opens. Set it to the longest lifetime you
-	// hand the store plus MaxSkew: ctoken one-time tokens and single-use
-	// request states hold a claim for their TTL plus [replay.SkewMargin];
-	// the webhook middleware holds a delivery for its DedupWindow (default
-	// 24 h). Zero means DefaultHorizon. Lower it only once the claims made
-	// under the higher value have expired: a fence lasts the horizon of the
-	// store that raises it.
+	// has expired when the fence opens. A fence therefore costs one
+	// Horizon of refusals (503s) for every call of its shards: size it to
+	// the work, not larger. Set it to the longest lifetime you hand the
+	// store: ctoken one-time tokens and single-use request states hold a
+	// claim for their TTL + 1 s + [replay.SkewMargin] (a store used only
+	// for 5-minute tokens needs about 6 minutes, not a day); the webhook
+	// middleware holds a delivery for the longer of its DedupWindow
+	// (default 24 h) and twice its Tolerance + replay.SkewMargin, plus
+	// replay.SkewMargin; the Idempotency-Key middleware for its Window +
+	// Lease. Those constructors refuse a store whose
+	// horizon is shorter ([replay.Bounded]). Zero means DefaultHorizon
+	// (25 h, for the webhook default). Lower it only once the claims made
+	// under the higher value have expired: a fence lasts the horizon of
+	// the store that raises it. docs/fleet.md ("What a fence costs") lists
+	// each cause of a fence and its cost.
 	Horizon time.Duration
 
 	// MaxSkew is how far this instance's clock may be behind Redis's before
@@ -162,9 +177,17 @@ type Options struct {
 	// a Redis that has replicas (or had: a replica whose link is down still
 	// counts, see [Open]). Without it such a store refuses to run
 	// ([ErrConfig]): a failover to a replica that missed acknowledged
-	// writes accepts those IDs again. The check still runs: when the risk
-	// is present it is logged (one Warn line per appearance) and reported
-	// as [EventRiskAccepted].
+	// writes accepts those IDs again. A split brain (the old primary still
+	// taking writes after a replica was promoted, two primaries coexisting)
+	// accepts every ID claimed on both sides again, for as long as they
+	// coexist: nothing waits for a replica, so nothing refuses (an
+	// independent review measured 28 225 IDs accepted twice in 10 s).
+	// With Durability.Replicas instead, every claim waits for WAIT, which
+	// a primary whose replicas are gone answers with too few
+	// acknowledgements: [ErrNotDurable], as
+	// TestClaimWithStoppedReplicaIsNotDurable shows for a stopped replica.
+	// The check still runs: when the risk is present it is logged (one
+	// Warn line per appearance) and reported as [EventRiskAccepted].
 	AllowAsyncReplicas bool
 
 	// AllowEviction lets the store run on a Redis whose maxmemory-policy is
@@ -202,6 +225,21 @@ type Options struct {
 	// key space for one horizon: claims acknowledged since may come back
 	// without their entries. Each recheck is a few commands on every
 	// master. Zero means DefaultRecheckInterval (1 s); negative is refused.
+	//
+	// AOF switched off at run time (CONFIG SET appendonly no) has no window
+	// on a server that runs AOF with appendfsync always and knows WAITAOF
+	// (Redis 7.2 or newer, Valkey 8): the checks find it so and from then
+	// on every write waits for WAITAOF 1 0 (with Durability's ReplicaAOF
+	// and Timeout, or DefaultDurabilityTimeout), which the server refuses
+	// once AOF is off, so every claim from the switch to the recheck fails
+	// with [ErrNotDurable]. The checks decide this per server, at every
+	// check: a failover to a server without WAITAOF, AOF or appendfsync
+	// always ends it. On a server without WAITAOF (Redis 7.0), or a client
+	// other than *redis.Client and *redis.ClusterClient (the wait must run
+	// on the connection that wrote), the window is one RecheckInterval:
+	// the claims reported first between the switch and the recheck are
+	// accepted again after a crash that restarts Redis from its old AOF
+	// (TestAOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck measures both).
 	RecheckInterval time.Duration
 
 	// AllowFewerReplicas lets Durability.Replicas (or ReplicaAOF) be lower
