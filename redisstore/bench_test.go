@@ -439,7 +439,9 @@ func BenchmarkImpliedAOFWait(b *testing.B) {
 	until := time.Now().Add(time.Hour)
 	var n atomic.Int64
 	id := func() string { return strconv.FormatInt(n.Add(1), 10) }
-	srv := newServer(b, "--appendonly", "yes", "--appendfsync", "always")
+	// No automatic AOF rewrite: one running under a later case would slow
+	// its fsyncs.
+	srv := newServer(b, "--appendonly", "yes", "--appendfsync", "always", "--auto-aof-rewrite-percentage", "0")
 	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
 		DialerRetries: 1, PoolSize: clients, MinIdleConns: clients})
 	b.Cleanup(func() { c.Close() })
