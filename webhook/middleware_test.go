@@ -1647,3 +1647,46 @@ func TestMiddlewareStoreRefusalRetryAfterTellsWhenItEnds(t *testing.T) {
 		})
 	}
 }
+
+// Under Transactional, a commit the store refused is answered like a
+// refusal of Acquire: Retry-After the seconds until the refusal ends when
+// the store says, RetryAfter when it does not, and none (a body naming
+// the operator, still 503) when only an operator can lift it.
+func TestMiddlewareTransactionalCommitRefusalRetryAfterTellsWhenItEnds(t *testing.T) {
+	tests := []struct {
+		name     string
+		err      error
+		want     string
+		operator bool
+	}{
+		{"fenced", fencedError{time.Now().Add(90 * time.Second)}, "90", false},
+		{"end unknown", errStoreDown, "7", false},
+		{"operator only", fmt.Errorf("store: %w", replay.ErrConfig), "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := newTxStore(nil)
+			store.commitErr = tt.err
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint",
+				Transactional: true, Lease: time.Minute, RetryAfter: 7 * time.Second,
+				OnLeaseError: func(*http.Request, Delivery, error) {}}
+			mw := newVerifier(t, cfg).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+			body := []byte("{}")
+			req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+			if err := newSigner(t, cfg).Sign(req.Header, "msg_1", body); err != nil {
+				t.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			mw.ServeHTTP(rec, req)
+			if rec.Code != http.StatusServiceUnavailable {
+				t.Fatalf("status %d; want 503", rec.Code)
+			}
+			if got := rec.Header().Values("Retry-After"); (tt.want == "" && len(got) != 0) || (tt.want != "" && (len(got) != 1 || got[0] != tt.want)) {
+				t.Fatalf("Retry-After %q; want %q", got, tt.want)
+			}
+			if strings.Contains(rec.Body.String(), "operator") != tt.operator {
+				t.Fatalf("body %q; operator named: want %v", rec.Body, tt.operator)
+			}
+		})
+	}
+}
