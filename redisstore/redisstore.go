@@ -275,6 +275,13 @@ type Store struct {
 	nonceBase string
 	nonces    atomic.Uint64
 
+	// spaceOK is set once the key-space check passed (see readySpace);
+	// spaceCheck serializes it; spaceErr, at spaceAt, is its last refusal.
+	spaceOK    atomic.Bool
+	spaceCheck chan struct{}
+	spaceErr   error
+	spaceAt    time.Time
+
 	logged  [numEventKinds]atomic.Int64 // unix ms of the last log line per kind
 	cancels cancels
 }
@@ -314,7 +321,7 @@ func New(client Client, opts Options) (*Store, error) {
 	}
 	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, now: opts.Now,
 		horizon: opts.Horizon, maxSkew: opts.MaxSkew, opts: opts, log: opts.Logger,
-		check: make(chan struct{}, 1)}
+		check: make(chan struct{}, 1), spaceCheck: make(chan struct{}, 1)}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -388,6 +395,10 @@ func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.checkKeySpace(ctx); err != nil {
+		return nil, err
+	}
+	s.spaceOK.Store(true)
 	return s, nil
 }
 
