@@ -39,6 +39,21 @@ func (e *events) count(k EventKind) int {
 	return n
 }
 
+// provisionFirst provisions the key space of opts on c, as the deployment
+// step does before applications Open it (events and log lines dropped).
+func provisionFirst(t testing.TB, c Client, opts Options) {
+	t.Helper()
+	opts.Observer, opts.Logger = nil, quietLogger()
+	s, err := New(c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Provision(context.Background()); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+}
+
 func TestForgetContractFlushAll(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t)
@@ -71,12 +86,19 @@ func TestClaimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	// Never provisioned: the first call of a shard finds no marker, fences
-	// the shard and refuses; so does every call until the fence opens.
+	if _, err := s.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A partial loss: the shard of "a" lost its marker. Its first call
+	// finds no marker, fences the shard and refuses; so does every call
+	// until the fence opens.
+	if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	first, err := s.Claim(ctx, "a", time.Now().Add(time.Second))
 	if first || !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("first call on an unprovisioned key space = %v, %v; want ErrFenced", first, err)
+		t.Fatalf("first call on a shard that lost its marker = %v, %v; want ErrFenced", first, err)
 	}
 	if Reason(err) != whyFenceRaised {
 		t.Fatalf("Reason = %q, want %q", Reason(err), whyFenceRaised)
@@ -196,43 +218,45 @@ func TestClaimsBeyondTheHorizonAreRefused(t *testing.T) {
 }
 
 // ReprovisionNeverUsed opens a key space fenced only because claims came
-// before Provision, and refuses (changing nothing) whenever the key space
-// or the server shows it served claims or lost data. Each case runs on a
-// fresh real redis-server.
+// before Provision (by a store that did not refuse them at Open), and
+// refuses (changing nothing) whenever the key space or the server shows a
+// previous life: served claims, lost data, a restart of a server without
+// persistence, a SWAPDB. Each case runs on a fresh real redis-server.
 func TestReprovisionNeverUsed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	until := func() time.Time { return time.Now().Add(time.Minute) }
-	// fenceAll claims until every shard has been fenced by a claim.
+	// fenceAll claims, as a store before the key-space check of Open
+	// would, until every shard has been fenced by a claim.
 	fenceAll := func(t *testing.T, s *Store) {
 		t.Helper()
+		s.spaceOK.Store(true)
 		for i := 0; i < 2000; i++ {
 			s.Claim(ctx, fmt.Sprint("early-", i), until())
 		}
 	}
+	persistent := []string{"--appendonly", "yes", "--appendfsync", "always"}
 	tests := []struct {
 		name  string
-		setup func(t *testing.T, s *Store, c *redis.Client)
+		args  []string // the server's; nil: no persistence
+		setup func(t *testing.T, s *Store, srv *server, c *redis.Client)
 		want  error // nil: it opens
 	}{
-		{"claims before Provision", func(t *testing.T, s *Store, c *redis.Client) {
-			_, err := s.Claim(ctx, "first", until())
-			if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "Provision") {
-				t.Fatalf("claim before Provision = %v; want ErrFenced naming Provision", err)
-			}
+		{"claims before Provision", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
 			fenceAll(t, s)
-			if _, err := s.Provision(ctx); !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "ReprovisionNeverUsed") {
-				t.Fatalf("Provision of a fenced key space = %v; want ErrFenced naming ReprovisionNeverUsed", err)
+			if _, err := s.Provision(ctx); !errors.Is(err, ErrFenced) || !strings.Contains(Reason(err), "ctoken-store reopen") {
+				t.Fatalf("Provision of a fenced key space = %v; want ErrFenced naming ctoken-store reopen", err)
 			}
 		}, nil},
-		{"one shard fenced, the rest never touched", func(t *testing.T, s *Store, c *redis.Client) {
+		{"one shard fenced, the rest never touched", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
+			s.spaceOK.Store(true)
 			s.Claim(ctx, "first", until())
 		}, nil},
-		{"a shard open", func(t *testing.T, s *Store, c *redis.Client) {
+		{"a shard open", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
 			fenceAll(t, s)
 			c.Set(ctx, s.tags[3], "O", 0)
 		}, ErrConfig},
-		{"an entry left (a partial loss)", func(t *testing.T, s *Store, c *redis.Client) {
+		{"an entry left (a partial loss)", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
 			if _, err := s.Provision(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -244,10 +268,17 @@ func TestReprovisionNeverUsed(t *testing.T) {
 					c.Del(ctx, m)
 				}
 			}
+			c.Del(ctx, s.ledgerKey())
 			c.Set(ctx, s.tags[shardOf("kept")], "F1", 0)
 			fenceAll(t, s)
 		}, ErrConfig},
-		{"FLUSHALL after serving", func(t *testing.T, s *Store, c *redis.Client) {
+		{"the ledger holds an entry", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
+			if err := s.note(ctx, ledgerLoss, "test: a loss was seen"); err != nil {
+				t.Fatal(err)
+			}
+			fenceAll(t, s)
+		}, ErrConfig},
+		{"FLUSHALL after serving", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
 			if _, err := s.Provision(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -255,18 +286,36 @@ func TestReprovisionNeverUsed(t *testing.T) {
 			c.FlushAll(ctx)
 			fenceAll(t, s)
 		}, ErrConfig},
+		{"SWAPDB after serving", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
+			if _, err := s.Provision(ctx); err != nil {
+				t.Fatal(err)
+			}
+			s.Claim(ctx, "lost", until())
+			if err := c.Do(ctx, "SWAPDB", 0, 1).Err(); err != nil {
+				t.Fatal(err)
+			}
+			fenceAll(t, s)
+		}, ErrConfig},
+		{"restart without persistence after serving", nil, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
+			if _, err := s.Provision(ctx); err != nil {
+				t.Fatal(err)
+			}
+			s.Claim(ctx, "lost", until())
+			srv.restart(syscall.SIGKILL)
+			fenceAll(t, s)
+		}, ErrConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			srv := newServer(t)
+			srv := newServer(t, tt.args...)
 			c := srv.client()
-			s, err := Open(ctx, c, Options{Prefix: "app:", Logger: quietLogger()})
+			s, err := New(c, Options{Prefix: "app:", Logger: quietLogger(), Timeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			tt.setup(t, s, c)
+			tt.setup(t, s, srv, c)
 			markers := func() []any {
 				v, err := c.MGet(ctx, s.tags[:]...).Result()
 				if err != nil {
@@ -277,8 +326,8 @@ func TestReprovisionNeverUsed(t *testing.T) {
 			before := fmt.Sprint(markers())
 			n, err := s.ReprovisionNeverUsed(ctx)
 			if tt.want != nil {
-				if !errors.Is(err, tt.want) || Reason(err) == "" || n != 0 {
-					t.Fatalf("ReprovisionNeverUsed = %d, %v; want 0, %v with a reason", n, err, tt.want)
+				if !errors.Is(err, tt.want) || !strings.Contains(Reason(err), "ctoken-store reopen") || n != 0 {
+					t.Fatalf("ReprovisionNeverUsed = %d, %v; want 0, %v naming ctoken-store reopen", n, err, tt.want)
 				}
 				if after := fmt.Sprint(markers()); after != before {
 					t.Fatal("a refused ReprovisionNeverUsed changed the markers")
@@ -298,33 +347,37 @@ func TestReprovisionNeverUsed(t *testing.T) {
 	}
 }
 
-// Each refusal of ReprovisionNeverUsed on a scripted server whose shards
-// are all fenced (never provisioned): the server's counters show a loss,
-// an entry exists, or Redis cannot answer; with none of these it opens
-// every shard.
+// Each refusal of ReprovisionNeverUsed on a scripted server with AOF whose
+// shards are all fenced (never provisioned): the server's counters show a
+// loss, an entry exists, the ledger holds an entry, the server has no
+// persistence, or Redis cannot answer; with none of these it opens every
+// shard.
 func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 	tests := []struct {
 		name        string
 		stats, cmds string // INFO stats, INFO commandstats
 		scanKeys    []any
+		ledger      []any
+		noAOF       bool
 		infoErr     error
 		want        error // nil: opens every shard
 	}{
-		{"clean", "evicted_keys:0\r\n", "cmdstat_get:calls=3\r\n", nil, nil, nil},
-		{"keys evicted", "evicted_keys:17\r\n", "", nil, nil, ErrConfig},
-		{"FLUSHALL ran", "evicted_keys:0\r\n", "cmdstat_flushall:calls=1,usec=5\r\n", nil, nil, ErrConfig},
-		{"FLUSHDB ran", "evicted_keys:0\r\n", "cmdstat_flushdb:calls=1,usec=5\r\n", nil, nil, ErrConfig},
-		{"an entry left", "evicted_keys:0\r\n", "", []any{"app:{07}:x"}, nil, ErrConfig},
-		{"INFO fails", "", "", nil, errors.New("i/o timeout"), ErrUnavailable},
+		{"clean", "evicted_keys:0\r\n", "cmdstat_get:calls=3\r\n", nil, nil, false, nil, nil},
+		{"keys evicted", "evicted_keys:17\r\n", "", nil, nil, false, nil, ErrConfig},
+		{"FLUSHALL ran", "evicted_keys:0\r\n", "cmdstat_flushall:calls=1,usec=5\r\n", nil, nil, false, nil, ErrConfig},
+		{"FLUSHDB ran", "evicted_keys:0\r\n", "cmdstat_flushdb:calls=1,usec=5\r\n", nil, nil, false, nil, ErrConfig},
+		{"SWAPDB ran", "evicted_keys:0\r\n", "cmdstat_swapdb:calls=1,usec=5\r\n", nil, nil, false, nil, ErrConfig},
+		{"an entry left", "evicted_keys:0\r\n", "", []any{"app:{07}:x"}, nil, false, nil, ErrConfig},
+		{"the ledger holds an entry", "evicted_keys:0\r\n", "", nil, []any{"1700000000000 reopened by x"}, false, nil, ErrConfig},
+		{"no persistence", "evicted_keys:0\r\n", "", nil, nil, true, nil, ErrConfig},
+		{"INFO fails", "", "", nil, nil, false, errors.New("i/o timeout"), ErrUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sets := 0
-			c := answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+			inner := answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 				cmd := redis.NewCmd(ctx, args...)
 				switch args[0] {
-				case "GET":
-					cmd.SetVal("F1900000000000")
 				case "INFO":
 					if tt.infoErr != nil {
 						cmd.SetErr(tt.infoErr)
@@ -333,6 +386,12 @@ func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 					} else {
 						cmd.SetVal(tt.cmds)
 					}
+				case "LRANGE":
+					ledger := tt.ledger
+					if ledger == nil {
+						ledger = []any{}
+					}
+					cmd.SetVal(ledger)
 				case "SCAN":
 					keys := tt.scanKeys
 					if keys == nil {
@@ -342,8 +401,24 @@ func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 				case "EVAL":
 					sets++
 					cmd.SetVal(int64(1))
+				case "RPUSH", "LTRIM":
+					cmd.SetVal(int64(1))
 				default:
 					cmd.SetErr(fmt.Errorf("unexpected %v", args[0]))
+				}
+				return cmd
+			})
+			c := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+				cmd := redis.NewCmd(ctx, args...)
+				switch name, _ := args[len(args)-1].(string); {
+				case args[0] == "GET":
+					cmd.SetVal("F1900000000000") // every shard fenced
+				case args[0] == "CONFIG" && name == "appendonly" && !tt.noAOF:
+					cmd.SetVal([]any{name, "yes"})
+				case args[0] == "CONFIG" && name == "appendfsync":
+					cmd.SetVal([]any{name, "always"})
+				default:
+					return inner(ctx, args...)
 				}
 				return cmd
 			})
