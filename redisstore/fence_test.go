@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"syscall"
@@ -432,6 +433,214 @@ func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 				t.Fatalf("ReprovisionNeverUsed = %d, %v (%d writes); want %d, nil", n, err, sets, Shards)
 			case tt.want != nil && (!errors.Is(err, tt.want) || n != 0 || sets != 0):
 				t.Fatalf("ReprovisionNeverUsed = %d, %v (%d writes); want 0, %v and no write", n, err, sets, tt.want)
+			}
+		})
+	}
+}
+
+// setMarkers writes each shard's marker as mark(i) says: "" deletes it.
+func setMarkers(t *testing.T, c *redis.Client, s *Store, mark func(i int) string) {
+	t.Helper()
+	ctx := context.Background()
+	for i, m := range s.tags {
+		var err error
+		if v := mark(i); v == "" {
+			err = c.Del(ctx, m).Err()
+		} else {
+			err = c.Set(ctx, m, v, 0).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Open reads the shard markers after the server checks: with no open
+// shard it refuses, naming the next step (ErrConfig when no marker is
+// there, ErrFenced with the fence's end when fences are); with some shards
+// open it serves, and logs and reports the others once.
+func TestOpenRefusesAKeySpaceWithoutAnOpenShard(t *testing.T) {
+	c := newTestClient(t)
+	ctx := context.Background()
+	later := time.Now().Add(time.Hour).UnixMilli()
+	fence := fmt.Sprintf("F%d", later)
+	untilText := time.UnixMilli(later).UTC().Format(time.RFC3339)
+	tests := []struct {
+		name   string
+		mark   func(i int) string
+		ledger bool
+		want   error  // nil: Open serves
+		reason string // wanted Reason
+		text   string // in the error's text
+		events int    // EventFenced reported by an Open that serves
+		log    string // the level of its one log line, "" for none
+	}{
+		{"never provisioned", func(int) string { return "" }, false, ErrConfig, whyNotProvisioned, "no shard marker", 0, ""},
+		{"lost after provisioning", func(int) string { return "" }, true, ErrConfig, whyNotProvisioned, "ledger", 0, ""},
+		{"every shard fenced", func(int) string { return fence }, false, ErrFenced, whyKeySpaceFenced, untilText, 0, ""},
+		{"fenced and missing", func(i int) string { return map[bool]string{true: fence}[i%2 == 0] }, false, ErrFenced, whyKeySpaceFenced, "32 missing", 0, ""},
+		{"every fence ended", func(int) string { return "F1" }, false, nil, "", "", 0, ""},
+		{"every shard open", func(int) string { return "O" }, false, nil, "", "", 0, ""},
+		{"some open, some fenced", func(i int) string { return map[bool]string{true: fence, false: "O"}[i < 3] }, false, nil, "", "", 3, "WARN"},
+		{"some open, some missing", func(i int) string { return map[bool]string{true: "", false: "O"}[i < 2] }, false, nil, "", "", 2, "ERROR"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prefix := uniquePrefix(t, c)
+			var ev events
+			var logs syncBuffer
+			opts := Options{Prefix: prefix, Observer: ev.observe, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+			probe, err := New(c, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			setMarkers(t, c, probe, tt.mark)
+			if tt.ledger {
+				if err := probe.note(ctx, ledgerProvisioned, "test"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := Open(ctx, c, opts)
+			if tt.want != nil {
+				if s != nil || !errors.Is(err, tt.want) || Reason(err) != tt.reason || !strings.Contains(err.Error(), tt.text) {
+					t.Fatalf("Open = %v, %v; want %v with Reason %q and %q in the text", s, err, tt.want, tt.reason, tt.text)
+				}
+				if errors.Is(tt.want, ErrFenced) != errors.Is(err, ErrUnavailable) {
+					t.Fatalf("Open = %v: only a fenced refusal matches ErrUnavailable", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open = %v; want it to serve", err)
+			}
+			defer s.Close()
+			if n := ev.count(EventFenced); n != tt.events {
+				t.Fatalf("%d EventFenced; want %d", n, tt.events)
+			}
+			if lines := strings.Count(logs.String(), "\n"); (tt.log == "") != (lines == 0) || lines > 1 || !strings.Contains(logs.String(), tt.log) {
+				t.Fatalf("log %q; want one %s line", logs.String(), tt.log)
+			}
+		})
+	}
+}
+
+// A Store from New checks the key space before its first call and refuses
+// like Open, writing nothing (no fence); the refusal is not permanent: once
+// an operator provisions the prefix, the waiting store serves.
+func TestNewStoreServesOnceItsKeySpaceIsProvisioned(t *testing.T) {
+	c := newTestClient(t)
+	ctx := context.Background()
+	prefix := uniquePrefix(t, c)
+	s, err := New(c, Options{Prefix: prefix, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for range 3 {
+		if first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) || Reason(err) != whyNotProvisioned {
+			t.Fatalf("claim before Provision = %v, %v; want ErrConfig (%q)", first, err, whyNotProvisioned)
+		}
+	}
+	if n, err := c.Exists(ctx, s.tags[:]...).Result(); n != 0 || err != nil {
+		t.Fatalf("a refused claim wrote %d markers (%v); want none", n, err)
+	}
+	provisionFirst(t, c, Options{Prefix: prefix})
+	deadline := time.Now().Add(keySpaceRetry + 2*time.Second)
+	for {
+		first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute))
+		if first && err == nil {
+			break
+		}
+		if !errors.Is(err, ErrConfig) || time.Now().After(deadline) {
+			t.Fatalf("claim after Provision = %v, %v; want first within %v", first, err, keySpaceRetry)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Provision opens a new key space once, records it in the ledger, and
+// refuses (writing nothing) whenever the prefix or the server shows a
+// previous life. Each case runs on a fresh real redis-server (the loss
+// counters are the server's).
+func TestProvisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		setup  func(t *testing.T, s *Store, c *redis.Client)
+		want   error // nil: it provisions
+		reason string
+	}{
+		{"a new prefix", func(*testing.T, *Store, *redis.Client) {}, nil, ""},
+		{"the ledger holds an entry", func(t *testing.T, s *Store, c *redis.Client) {
+			if err := s.note(ctx, ledgerLoss, "test: restart without persistence"); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrConfig, whyPreviousLife},
+		{"an entry under the prefix", func(t *testing.T, s *Store, c *redis.Client) {
+			c.Set(ctx, s.tags[5]+":left", "1x", 0)
+		}, ErrConfig, whyPreviousLife},
+		{"a shard fenced", func(t *testing.T, s *Store, c *redis.Client) {
+			c.Set(ctx, s.tags[9], fmt.Sprintf("F%d", time.Now().Add(time.Hour).UnixMilli()), 0)
+		}, ErrFenced, whyProvisionFenced},
+		{"FLUSHDB ran", func(t *testing.T, s *Store, c *redis.Client) { c.FlushDB(ctx) }, ErrConfig, whyPreviousLife},
+		{"FLUSHALL ran", func(t *testing.T, s *Store, c *redis.Client) { c.FlushAll(ctx) }, ErrConfig, whyPreviousLife},
+		{"SWAPDB ran", func(t *testing.T, s *Store, c *redis.Client) { c.Do(ctx, "SWAPDB", 0, 1) }, ErrConfig, whyPreviousLife},
+		{"keys evicted", func(t *testing.T, s *Store, c *redis.Client) {
+			for _, kv := range [][2]string{{"maxmemory-policy", "allkeys-random"}, {"maxmemory", "1"}} {
+				if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Set(ctx, "other-app:a", "x", 0) // evicts what it can, then is refused
+			for _, kv := range [][2]string{{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}} {
+				if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Set(ctx, "other-app:b", "x", 0)
+		}, ErrConfig, whyPreviousLife},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			if tt.name == "keys evicted" {
+				c.Set(ctx, "other-app:0", "x", 0) // something to evict
+			}
+			s, err := New(c, Options{Prefix: "app:", Logger: quietLogger(), Horizon: 2 * time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			tt.setup(t, s, c)
+			before, _ := c.MGet(ctx, s.tags[:]...).Result()
+			ledgerBefore, _ := s.readLedger(ctx)
+			n, err := s.Provision(ctx)
+			if tt.want != nil {
+				if n != 0 || !errors.Is(err, tt.want) || Reason(err) != tt.reason || !strings.Contains(Reason(err), "ctoken-store") {
+					t.Fatalf("Provision = %d, %v; want 0, %v (%q)", n, err, tt.want, tt.reason)
+				}
+				after, _ := c.MGet(ctx, s.tags[:]...).Result()
+				ledgerAfter, _ := s.readLedger(ctx)
+				if fmt.Sprint(after) != fmt.Sprint(before) || len(ledgerAfter) != len(ledgerBefore) {
+					t.Fatal("a refused Provision wrote")
+				}
+				return
+			}
+			if n != Shards || err != nil {
+				t.Fatalf("Provision = %d, %v; want %d, nil", n, err, Shards)
+			}
+			ledger, err := s.readLedger(ctx)
+			if err != nil || len(ledger) != 1 || ledger[0].Kind != ledgerProvisioned || !strings.Contains(ledger[0].Detail, "horizon 2h0m0s") {
+				t.Fatalf("ledger after Provision = %+v, %v; want one provisioned entry naming the horizon", ledger, err)
+			}
+			if n, err := s.Provision(ctx); n != 0 || err != nil {
+				t.Fatalf("Provision again = %d, %v; want 0, nil", n, err)
+			}
+			if again, _ := s.readLedger(ctx); len(again) != 1 {
+				t.Fatalf("Provision again wrote to the ledger: %+v", again)
 			}
 		})
 	}
