@@ -43,9 +43,11 @@ import (
 
 	"github.com/ctoken/ctoken/redisstore"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 )
 
 func main() {
+	logging.Disable() // go-redis's own dial logs; run prints each failure once
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
