@@ -121,6 +121,9 @@ func TestOpenRefusesWAITAOFWithoutServerSupport(t *testing.T) {
 		t.Fatal(err)
 	}
 	has := versionAtLeast(info, 7, 2)
+	if has {
+		provisionFirst(t, c, Options{Durability: Durability{LocalAOF: true}})
+	}
 	for _, d := range []Durability{{LocalAOF: true}, {ReplicaAOF: 1}} {
 		_, err := Open(ctx, c, Options{Durability: d})
 		switch {
