@@ -166,6 +166,9 @@ func TestOpenRefusesPersistenceThatCanRollBack(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t, tt.args...)
 			tt.opts.Logger = quietLogger()
+			if tt.want == nil {
+				provisionFirst(t, srv.client(), tt.opts)
+			}
 			_, err := Open(context.Background(), srv.client(), tt.opts)
 			switch {
 			case tt.want == nil && err != nil:
@@ -277,6 +280,7 @@ func TestAllowOptionsReportTheRiskTheyAccept(t *testing.T) {
 			opts.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 			opts.Observer = ev.observe
 			opts.RecheckInterval = time.Hour // the test runs the rechecks
+			provisionFirst(t, srv.client(), opts)
 			s, err := Open(context.Background(), srv.client(), opts)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
@@ -413,9 +417,13 @@ func TestPersistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
 			} else if err := c.ConfigSet(ctx, tt.set[0], "always").Err(); err != nil {
 				t.Fatal(err)
 			}
-			s2, err := Open(ctx, srv.client(), Options{Prefix: "drift:", Logger: quietLogger()})
+			// The fences refuse at Open; a Store from New refuses each call.
+			if _, err := Open(ctx, srv.client(), Options{Prefix: "drift:", Logger: quietLogger()}); !errors.Is(err, ErrFenced) {
+				t.Fatalf("Open after the change was undone = %v; want ErrFenced", err)
+			}
+			s2, err := New(srv.client(), Options{Prefix: "drift:", Logger: quietLogger()})
 			if err != nil {
-				t.Fatalf("Open after the change was undone: %v", err)
+				t.Fatal(err)
 			}
 			defer s2.Close()
 			twice := 0
@@ -498,6 +506,7 @@ func TestReplicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 			t.Fatalf("Open with Replicas: 1 of 2 = %v; want ErrConfig naming AllowFewerReplicas", err)
 		}
 		var ev events
+		provisionFirst(t, c, Options{Prefix: "two:", Durability: Durability{Replicas: 1}, AllowFewerReplicas: true})
 		s, err := Open(ctx, c, Options{Prefix: "two:", Logger: quietLogger(), Observer: ev.observe, Durability: Durability{Replicas: 1}, AllowFewerReplicas: true})
 		if err != nil {
 			t.Fatalf("Open with AllowFewerReplicas: %v", err)
@@ -557,6 +566,7 @@ func TestReplicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		if !errors.Is(err, ErrConfig) || !strings.Contains(Reason(err), "AllowAsyncReplicas") {
 			t.Fatalf("Open without Durability while the replica is away = %v; want ErrConfig", err)
 		}
+		provisionFirst(t, c, Options{Prefix: "away:", Durability: Durability{Replicas: 1, Timeout: 50 * time.Millisecond}})
 		if _, err := Open(ctx, c, Options{Prefix: "away:", Logger: quietLogger(), Durability: Durability{Replicas: 1, Timeout: 50 * time.Millisecond}}); err != nil {
 			t.Fatalf("Open with Durability covering the away replica: %v", err)
 		}

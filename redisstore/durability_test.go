@@ -21,6 +21,7 @@ func TestDurabilityContractStoppedReplica(t *testing.T) {
 	replica := newReplica(t, primary)
 	c := primary.client()
 	var ev events
+	provisionFirst(t, c, Options{Prefix: "durable:", Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
 	s, err := Open(context.Background(), c, Options{Prefix: "durable:", Timeout: time.Second, Observer: ev.observe,
 		Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
 	if err != nil {
@@ -94,6 +95,7 @@ func TestOpenRefusesReplicasWithoutDurability(t *testing.T) {
 		{AllowAsyncReplicas: true},
 		{Durability: Durability{Replicas: 1}},
 	} {
+		provisionFirst(t, c, opts)
 		if _, err := Open(ctx, c, opts); err != nil {
 			t.Fatalf("Open with %+v: %v", opts, err)
 		}
@@ -119,6 +121,9 @@ func TestOpenRefusesWAITAOFWithoutServerSupport(t *testing.T) {
 		t.Fatal(err)
 	}
 	has := versionAtLeast(info, 7, 2)
+	if has {
+		provisionFirst(t, c, Options{Durability: Durability{LocalAOF: true}})
+	}
 	for _, d := range []Durability{{LocalAOF: true}, {ReplicaAOF: 1}} {
 		_, err := Open(ctx, c, Options{Durability: d})
 		switch {
@@ -160,6 +165,9 @@ func TestOpenRefusesEvictionPolicies(t *testing.T) {
 		t.Run(policy, func(t *testing.T) {
 			if err := c.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
 				t.Fatal(err)
+			}
+			if policy == "noeviction" {
+				provisionFirst(t, c, Options{})
 			}
 			_, err := Open(ctx, c, Options{})
 			if policy == "noeviction" {

@@ -33,11 +33,12 @@ var (
 	// ErrFenced reports that the key space's shard holding the ID is fenced:
 	// its marker was missing, so Redis lost data it had acknowledged
 	// (restart without persistence, FLUSHALL, eviction, a replica promoted
-	// with an empty data set) or the key space was never provisioned
-	// ([Store.Provision]). The store refuses every claim and lease step of
-	// that shard until every claim made before the loss has expired (one
-	// [Options.Horizon] by Redis's clock), then opens it by itself. It
-	// matches [ErrUnavailable].
+	// with an empty data set). The store refuses every claim and lease step
+	// of that shard until every claim made before the loss has expired (one
+	// [Options.Horizon] by Redis's clock), then opens it by itself, or until
+	// an operator accepts the risk with [Store.Reopen]. [Open] returns it
+	// when no shard is open and some are fenced. It matches
+	// [ErrUnavailable].
 	ErrFenced error = &unavailableError{"redisstore: replay store fenced"}
 
 	// ErrClockSkew reports that this instance's clock (Options.Now) is
@@ -54,11 +55,12 @@ var (
 	ErrNotDurable error = &unavailableError{"redisstore: write not acknowledged by enough replicas"}
 
 	// ErrConfig reports a store that must not run as configured: invalid
-	// Options (found by [New] and [Open]), or a server that does not fit
+	// Options (found by [New] and [Open]), a server that does not fit
 	// them (found by [Open], or by the first call of a Store from [New]):
 	// replicas without a durability setting, an eviction policy that can
-	// drop claims, WAITAOF on a server older than Redis 7.2. It is
-	// [replay.ErrConfig].
+	// drop claims, WAITAOF on a server older than Redis 7.2; or a key space
+	// with no shard marker (never provisioned, or lost; see
+	// [Store.Provision]). It is [replay.ErrConfig].
 	ErrConfig = replay.ErrConfig
 )
 
@@ -117,8 +119,8 @@ func refuse(sentinel error, why string, cause error) error {
 
 // Fixed reasons.
 const (
-	whyFenced      = "replay store fenced after losing data, or because the prefix was never provisioned (run Store.Provision once when deploying a new prefix; see Store.ReprovisionNeverUsed)"
-	whyFenceRaised = "replay store lost data, or the prefix was never provisioned (run Store.Provision once when deploying a new prefix; see Store.ReprovisionNeverUsed): shard fenced for one horizon"
+	whyFenced      = "replay store fenced after losing data: the shard refuses until its fence ends; see `ctoken-store status`; to serve before then, an operator who accepts the risk runs `ctoken-store reopen`"
+	whyFenceRaised = "replay store lost data (the shard's marker is missing): shard fenced for one horizon; see `ctoken-store status`; to serve before then, an operator who accepts the risk runs `ctoken-store reopen`"
 	whyBadMarker   = "replay store fence marker holds an unknown value"
 	whySkew        = "instance clock behind Redis by more than MaxSkew"
 	whyNotDurable  = "fewer replicas acknowledged the write than Durability requires"

@@ -10,12 +10,14 @@ type EventKind uint8
 
 const (
 	// EventFenceRaised: a call found its shard's fence marker missing —
-	// Redis lost data, or the key space was never provisioned — and fenced
-	// the shard until [Event.Until]. Exactly one call per loss and shard
-	// reports it (the one whose script wrote the fence).
+	// Redis lost data — and fenced the shard until [Event.Until]. Exactly
+	// one call per loss and shard reports it (the one whose script wrote
+	// the fence).
 	EventFenceRaised EventKind = iota + 1
 	// EventFenced: a call was refused because its shard is fenced until
-	// [Event.Until].
+	// [Event.Until]; or [Open] (or the first call of a Store from [New])
+	// found the shard fenced, or its marker missing (Until zero: its next
+	// call fences it), while other shards are open.
 	EventFenced
 	// EventClockSkew: a call was refused because this instance's clock is
 	// behind Redis's by more than MaxSkew.
@@ -30,11 +32,12 @@ const (
 	// answer within the lease, or too many were pending); the lease, if it
 	// was taken, ends by itself.
 	EventLeaseAbandoned
-	// EventRiskAccepted: a server check found a risk that an Allow* option
-	// of [Options] accepts (RDB snapshots or AOF without fsync on every
-	// write under AllowRollback, an evicting maxmemory-policy under
-	// AllowEviction, replicas no Durability setting covers under
-	// AllowAsyncReplicas or AllowFewerReplicas). [Event.Option] names the
+	// EventRiskAccepted: an operator reopened a fenced key space
+	// ([Store.Reopen]; Option "Reopen"), or a server check found a risk
+	// that an Allow* option of [Options] accepts (RDB snapshots or AOF
+	// without fsync on every write under AllowRollback, an evicting
+	// maxmemory-policy under AllowEviction, replicas no Durability setting
+	// covers under AllowAsyncReplicas or AllowFewerReplicas). [Event.Option] names the
 	// option and [Event.Risk] the risk. It is reported by Open (or the
 	// first call of a Store from New) and by a recheck when the risk
 	// appears, once per appearance, together with one Warn line: a
@@ -74,7 +77,7 @@ type Event struct {
 	Until time.Time
 	// Option is, for EventRiskAccepted, the Options field that accepts the
 	// risk ("AllowRollback", "AllowEviction", "AllowAsyncReplicas",
-	// "AllowFewerReplicas"); "" otherwise.
+	// "AllowFewerReplicas"), or "Reopen" for [Store.Reopen]; "" otherwise.
 	Option string
 	// Risk is, for EventRiskAccepted, a fixed description of the risk; ""
 	// otherwise.
@@ -103,7 +106,7 @@ func (s *Store) emit(e Event) {
 	}
 	switch e.Kind {
 	case EventFenceRaised:
-		s.log.Error("redisstore: Redis lost acknowledged data, or the prefix was never provisioned (run Store.Provision once per new prefix; for a prefix that never served, see Store.ReprovisionNeverUsed); the shard refuses every claim until the fence opens", attrs...)
+		s.log.Error("redisstore: Redis lost acknowledged data (a shard marker is missing); the shard refuses every claim until the fence opens; see `ctoken-store status`, and `ctoken-store reopen` to accept the risk and serve before then", attrs...)
 	case EventFenced:
 		s.log.Warn("redisstore: refusing claims of a fenced shard", attrs...)
 	case EventClockSkew:

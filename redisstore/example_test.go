@@ -29,16 +29,16 @@ func ExampleStore_Claim() {
 	//   redis-server --save "" --appendonly no
 	// or with every write fsynced:
 	//   redis-server --appendonly yes --appendfsync always
+	// The prefix was provisioned once when it was deployed:
+	//   ctoken-store provision -addr "$REDIS_ADDR" -prefix myapp:webhooks:
 	store, err := redisstore.Open(context.Background(), client, redisstore.Options{Prefix: "myapp:webhooks:"})
 	if err != nil {
-		panic(err) // ErrConfig: the server does not fit the options; ErrUnavailable: Redis down
-	}
-	defer store.Close()
-	// Once per new prefix, before its first claim (later calls return 0,
-	// nil). Without it every shard is fenced for one Horizon (25 h).
-	if _, err := store.Provision(context.Background()); err != nil {
+		// ErrConfig: the server does not fit the options, or the prefix is
+		// not provisioned (or was lost); ErrFenced: fenced after a loss;
+		// ErrUnavailable: Redis down. Reason names the next step.
 		panic(err)
 	}
+	defer store.Close()
 
 	deliveryID := "evt_123"
 	// Remember the ID for as long as the delivery's signature is accepted.
@@ -59,7 +59,10 @@ func ExampleStore_Claim() {
 // A primary with a replica (Sentinel, or a managed service): every write
 // waits for the replica, so a failover cannot lose a claim that was
 // reported first. Durability.Replicas must cover every replica the primary
-// has (Open refuses fewer, unless AllowFewerReplicas). A new prefix is provisioned once, when it is deployed.
+// has (Open refuses fewer, unless AllowFewerReplicas). The prefix is
+// provisioned once, as a deployment step before the applications start
+// (ctoken-store provision -sentinel "$SENTINEL_ADDR" -master mymaster
+// -prefix myapp:replay: -replicas 1); Open refuses it until then.
 func ExampleOpen() {
 	client := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:            "mymaster",
@@ -78,13 +81,9 @@ func ExampleOpen() {
 		},
 	})
 	if err != nil {
-		panic(err)
+		panic(err) // Reason(err) names the next step (docs/fleet.md, "When the store refuses")
 	}
 	defer store.Close()
-	// Only for a prefix that has never held claims, never after a loss.
-	if _, err := store.Provision(ctx); err != nil {
-		panic(err)
-	}
 }
 
 // An idempotent operation (a payment) keyed by the client's Idempotency-Key:
@@ -96,11 +95,19 @@ func ExampleStore_AcquireRecord() {
 	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer client.Close()
 	ctx := context.Background()
-	store, err := redisstore.Open(ctx, client, redisstore.Options{Prefix: "myapp:idem:"})
+	// A throwaway prefix of a test or a demo may be provisioned by the
+	// program itself (New, then Provision); a deployed prefix is
+	// provisioned by the deployment (ctoken-store provision), never at
+	// start-up: after a loss, Provision would be asked to call the lost key
+	// space new.
+	store, err := redisstore.New(client, redisstore.Options{Prefix: "demo:idem:"})
 	if err != nil {
 		panic(err)
 	}
 	defer store.Close()
+	if _, err := store.Provision(ctx); err != nil {
+		panic(err) // it refuses anything with a previous life; Reason says what
+	}
 
 	id := "idem:caller-route-key"              // derived from caller, route and key
 	fingerprint := []byte("sha256-of-request") // at most replay.MaxFingerprintBytes

@@ -489,7 +489,7 @@ func TestClusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 	c := tc.client(t)
 	ctx := context.Background()
 	prefix := fmt.Sprintf("ctoken-fault:durable-%d:", time.Now().UnixNano())
-	s, err := Open(ctx, c, Options{Prefix: prefix, Durability: Durability{Replicas: 1, Timeout: 20 * time.Millisecond}})
+	s, err := New(c, Options{Prefix: prefix, Durability: Durability{Replicas: 1, Timeout: 20 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

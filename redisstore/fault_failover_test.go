@@ -48,7 +48,7 @@ func replicatedStore(t *testing.T, c Client, prefix string, replicas int) *Store
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := Open(ctx, c, opts)
+	s, err := New(c, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestStoreThatForgetsAcceptsNothingTwice(t *testing.T) {
 			var stores []*Store
 			for range 2 {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				s, err := Open(ctx, standaloneClient(t, rp.addr()), Options{
+				s, err := New(standaloneClient(t, rp.addr()), Options{
 					Prefix: prefix, Timeout: 2 * time.Second, Horizon: fenceHorizon, Logger: quietLogger(),
 					Observer: func(e Event) {
 						switch e.Kind {

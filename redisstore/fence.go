@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Shards is the number of shards of a store's key space. Each shard is one
@@ -56,53 +59,48 @@ func (s *Store) key(id string) string {
 }
 
 // Provision opens a brand-new key space: it writes an "open" fence marker
-// into every shard, so the store serves at once instead of fencing every
-// shard for one horizon on first use. It is for a prefix that has never
-// held claims, never for one that lost data: a store that finds a marker
-// missing cannot tell a new key space from one whose data was lost, and
-// Provision tells it "new". Run it once, when deploying a new prefix (or
-// after upgrading from the key layout before fences; see CHANGELOG.md).
+// into every shard, so that [Open] accepts the prefix and the store serves.
+// It is a deployment step, run once per new prefix by an operator (the
+// ctoken-store command: ctoken-store provision), never at application
+// start-up: a key space whose data Redis lost looks like one that was never
+// provisioned, and Provision tells the store "new".
 //
-// Provision writes only when no shard has a marker. When every shard has
-// one it changes nothing and returns 0: with a nil error when every shard
-// is open (provisioned already), with an error matching [ErrFenced] when
-// some are fenced (data lost, or claims were tried before Provision). When some have and some do not — a partial loss, or a Provision
-// that was interrupted — it changes nothing and returns an error matching
-// [ErrConfig]: wait out the fence of the missing shards (one horizon; the
-// store opens them by itself) or use a new prefix; or, when the prefix
-// never served a claim (claims were tried before Provision), see
-// [Store.ReprovisionNeverUsed]. It returns how many
-// markers it wrote. Concurrent Provision calls on one new key space are
-// safe (each marker is written with SET NX).
+// It runs the server checks of [Open] first, and writes nothing when any
+// evidence shows the prefix or the server had a previous life: an entry in
+// the key space's ledger (provisioned, loss or reopened before), a fence
+// marker, an entry under the prefix (found with SCAN on every master), or
+// counters of the server showing loss since it started (INFO stats
+// evicted_keys, or FLUSHALL, FLUSHDB or SWAPDB in INFO commandstats). Then
+// it returns an error matching [ErrConfig] (or [ErrFenced] when markers are
+// fenced) whose [Reason] names the way on: wait out the fence, use a new
+// prefix, or have an operator accept the risk with [Store.Reopen]
+// (ctoken-store reopen).
+//
+// When every shard is open already it changes nothing and returns 0, nil:
+// running it again is safe. Otherwise it writes the markers (SET NX, so
+// concurrent Provision calls on one new key space are safe), records a
+// "provisioned" entry in the ledger, and returns how many markers it wrote.
 func (s *Store) Provision(ctx context.Context) (opened int, err error) {
-	ctx, cancel := s.deadline(ctx)
+	ctx, cancel := adminDeadline(ctx)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
-	present, fenced := 0, 0
-	for _, m := range s.tags {
-		v, err := s.call(ctx, "GET", m)
-		switch {
-		case errors.Is(err, errNil):
-		case err != nil:
-			return 0, err
-		default:
-			present++
-			if str, _ := v.(string); str != "O" {
-				fenced++
-			}
-		}
+	ks, err := s.readKeySpace(ctx)
+	if err != nil {
+		return 0, err
 	}
 	switch {
-	case present == Shards && fenced > 0:
-		return 0, refuse(ErrFenced, whyProvisionFenced, fmt.Errorf("%w: %d of %d shards fenced", ErrUnavailable, fenced, Shards))
-	case present == Shards:
+	case ks.open == Shards:
+		s.spaceOK.Store(true)
 		return 0, nil
-	case present == 0:
-	default:
-		return 0, refuse(ErrConfig, "key space partly provisioned: a shard may have lost data",
-			fmt.Errorf("%d of %d shard markers present; wait out the fence, use a new prefix, or (only if this prefix never served a claim) ReprovisionNeverUsed", present, Shards))
+	case ks.fenced > 0:
+		return 0, refuse(ErrFenced, whyProvisionFenced, fmt.Errorf("%w: %s", ErrUnavailable, ks))
+	case ks.open > 0:
+		return 0, refuse(ErrConfig, whyPartlyProvisioned, errors.New(ks.String()))
+	}
+	if err := s.previousLife(ctx, whyPreviousLife); err != nil {
+		return 0, err
 	}
 	for _, m := range s.tags {
 		v, err := s.call(ctx, "SET", m, "O", "NX")
@@ -114,76 +112,111 @@ func (s *Store) Provision(ctx context.Context) (opened int, err error) {
 			opened++
 		}
 	}
+	if err := s.note(ctx, ledgerProvisioned, fmt.Sprintf("opened %d of %d shards; horizon %s", opened, Shards, s.horizon)); err != nil {
+		return opened, err
+	}
+	s.spaceOK.Store(true)
+	s.log.Info("redisstore: key space provisioned", "prefix", s.prefix, "opened", opened, "horizon", s.horizon)
 	return opened, nil
 }
 
+// previousLife refuses, with reason why, when the ledger holds any entry,
+// or a master shows loss since it started or holds an entry under the
+// prefix.
+func (s *Store) previousLife(ctx context.Context, why string) error {
+	ledger, err := s.readLedger(ctx)
+	if err != nil {
+		return err
+	}
+	if len(ledger) > 0 {
+		last := ledger[len(ledger)-1]
+		return refuse(ErrConfig, why, fmt.Errorf("the key space's ledger holds %d entries, the last %q at %s", len(ledger), last.Kind, last.At.UTC().Format(time.RFC3339)))
+	}
+	masters, err := s.mastersErr(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range masters {
+		if err := s.lossEvidence(ctx, m, why); err != nil {
+			return err
+		}
+		if err := s.scanEntries(ctx, m, why); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanEntries refuses, with reason why, when m holds an entry (a claim,
+// lease or note) under the prefix.
+func (s *Store) scanEntries(ctx context.Context, m doer, why string) error {
+	pattern := globEscape(s.prefix) + "{[0-9][0-9]}:*"
+	var cursor any = "0"
+	for {
+		v, err := m.Do(ctx, "SCAN", cursor, "MATCH", pattern, "COUNT", 1000).Result()
+		if err != nil {
+			return s.wrapErr(ctx, err)
+		}
+		r, ok := v.([]any)
+		if !ok || len(r) != 2 {
+			return fmt.Errorf("%w: unexpected reply to SCAN", ErrUnavailable)
+		}
+		if keys, _ := r[1].([]any); len(keys) > 0 {
+			return refuse(ErrConfig, why, errors.New("the key space holds entries"))
+		}
+		cursor = r[0]
+		if c, _ := cursor.(string); c == "0" {
+			return nil
+		}
+	}
+}
+
 // ReprovisionNeverUsed opens a key space that is fenced only because
-// claims were tried before [Store.Provision] was run: for development and
-// first deploys, where waiting one horizon (or choosing a new prefix) is
-// the alternative.
+// claims were tried before [Store.Provision] was run (by a version of the
+// store that did not refuse them at [Open]): for development, where
+// waiting one horizon (or choosing a new prefix) is the alternative.
 //
 // DANGER: a key space whose data Redis lost looks the same as one that
-// was never provisioned — fence markers written by the first claims after
-// the loss, and no entries. Calling this after a restart without
-// persistence, a FLUSHALL or FLUSHDB (before a CONFIG RESETSTAT or a
-// restart hid it), eviction, or a failover to a replica that missed writes
-// opens the key space at once, and every ID claimed before the loss and
-// not yet expired is accepted a second time. Never call it after an
-// incident, from automation, or on a prefix that served traffic; only an
-// operator who knows the prefix never held a claim may.
+// was never provisioned. Calling this after a loss opens the key space at
+// once, and every ID claimed before the loss and not yet expired is
+// accepted a second time. Never call it after an incident or from
+// automation; after a loss, an operator who accepts that risk uses
+// [Store.Reopen] (ctoken-store reopen), which records who accepted it.
 //
-// It refuses with [ErrConfig], changing nothing, when any evidence says the
-// prefix served or data was lost: a shard marker that is open ("O": the
-// prefix was provisioned, or a fence ran out), any entry under the prefix
-// (a claim, lease or note; found with SCAN on every master), keys evicted
-// (INFO stats evicted_keys) or FLUSHALL/FLUSHDB run (INFO commandstats)
-// since the server started. Otherwise it opens every marker that is
-// missing or fenced and returns how many it opened; TestReprovisionNeverUsed
-// shows each case.
+// It refuses with [ErrConfig], changing nothing, whenever any evidence of
+// a previous life exists: an entry in the ledger (provisioned, loss or
+// reopened), a shard marker that is open ("O": the prefix was provisioned,
+// or a fence ran out), any entry under the prefix (found with SCAN on every
+// master), keys evicted (INFO stats evicted_keys) or FLUSHALL, FLUSHDB or
+// SWAPDB run (INFO commandstats) since the server started, and a server
+// without persistence (appendonly no and save ""), whose restart looks
+// exactly like a key space that was never provisioned. Each refusal's
+// [Reason] names Reopen as the way. Otherwise it opens every marker that is
+// missing or fenced, records a "provisioned" entry in the ledger, and
+// returns how many it opened; TestReprovisionNeverUsed shows each case.
 func (s *Store) ReprovisionNeverUsed(ctx context.Context) (opened int, err error) {
-	ctx, cancel := s.deadline(ctx)
+	ctx, cancel := adminDeadline(ctx)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
-	for _, m := range s.tags {
-		v, err := s.call(ctx, "GET", m)
-		switch {
-		case errors.Is(err, errNil):
-		case err != nil:
-			return 0, err
-		default:
-			if str, _ := v.(string); !strings.HasPrefix(str, "F") {
-				return 0, refuse(ErrConfig, whyServed, errors.New("a shard marker is open: the prefix was provisioned or has served"))
-			}
-		}
+	ks, err := s.readKeySpace(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if ks.markedOpen > 0 {
+		return 0, refuse(ErrConfig, whyServed, errors.New("a shard marker is open: the prefix was provisioned or has served"))
+	}
+	if err := s.previousLife(ctx, whyServed); err != nil {
+		return 0, err
 	}
 	masters, err := s.mastersErr(ctx)
 	if err != nil {
 		return 0, err
 	}
-	pattern := globEscape(s.prefix) + "{[0-9][0-9]}:*"
 	for _, m := range masters {
-		if err := s.lossEvidence(ctx, m); err != nil {
+		if err := s.persistent(ctx, m); err != nil {
 			return 0, err
-		}
-		var cursor any = "0"
-		for {
-			v, err := m.Do(ctx, "SCAN", cursor, "MATCH", pattern, "COUNT", 1000).Result()
-			if err != nil {
-				return 0, s.wrapErr(ctx, err)
-			}
-			r, ok := v.([]any)
-			if !ok || len(r) != 2 {
-				return 0, fmt.Errorf("%w: unexpected reply to SCAN", ErrUnavailable)
-			}
-			if keys, _ := r[1].([]any); len(keys) > 0 {
-				return 0, refuse(ErrConfig, whyServed, errors.New("the key space holds entries"))
-			}
-			cursor = r[0]
-			if c, _ := cursor.(string); c == "0" {
-				break
-			}
 		}
 	}
 	for _, m := range s.tags {
@@ -195,15 +228,285 @@ func (s *Store) ReprovisionNeverUsed(ctx context.Context) (opened int, err error
 			opened++
 		}
 	}
+	if err := s.note(ctx, ledgerProvisioned, fmt.Sprintf("ReprovisionNeverUsed opened %d of %d shards; horizon %s", opened, Shards, s.horizon)); err != nil {
+		return opened, err
+	}
+	s.spaceOK.Store(true)
 	s.log.Warn("redisstore: ReprovisionNeverUsed opened a fenced key space; had it lost data, IDs claimed before the loss would be accepted again", "prefix", s.prefix, "opened", opened)
 	return opened, nil
 }
 
-// whyProvisionFenced is Provision's refusal of a fenced key space.
-const whyProvisionFenced = "key space fenced: it lost data, or claims were tried before Provision; wait out the fence, use a new prefix, or (only if this prefix never served a claim) ReprovisionNeverUsed"
+// persistent refuses a master without persistence (appendonly no and save
+// ""), or whose persistence cannot be read: its restart empties the key
+// space and leaves nothing that tells a loss from a key space never
+// provisioned.
+func (s *Store) persistent(ctx context.Context, m doer) error {
+	get := func(name string) (string, error) {
+		v, err := m.Do(ctx, "CONFIG", "GET", name).Result()
+		if err != nil {
+			if isRefused(err) {
+				return "", refuse(ErrConfig, whyServed, fmt.Errorf("cannot read %s: a restart without persistence cannot be ruled out", name))
+			}
+			return "", s.wrapErr(ctx, err)
+		}
+		value, ok := configValue(v, name)
+		if !ok {
+			return "", refuse(ErrConfig, whyServed, fmt.Errorf("cannot read %s: a restart without persistence cannot be ruled out", name))
+		}
+		return value, nil
+	}
+	aof, err := get("appendonly")
+	if err != nil || aof == "yes" {
+		return err
+	}
+	save, err := get("save")
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(save) == "" {
+		return refuse(ErrConfig, whyServed, errors.New("the server runs without persistence (appendonly no, save \"\"): its restart looks like a key space never provisioned"))
+	}
+	return nil
+}
 
-// whyServed is ReprovisionNeverUsed's refusal.
-const whyServed = "the key space shows it served claims or lost data: ReprovisionNeverUsed refuses; wait out the fence or use a new prefix"
+// adminBound bounds an operator's call (Provision, ReprovisionNeverUsed,
+// Status, Reopen) whose context has no deadline.
+const adminBound = time.Minute
+
+// adminDeadline bounds ctx by adminBound when it has no deadline: an
+// operator's call reads every shard and may SCAN every master, more than
+// one Options.Timeout allows.
+func adminDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, adminBound)
+}
+
+// keySpace is what the shard markers said when read together.
+type keySpace struct {
+	// open counts the shards that serve: marker "O" (markedOpen of them)
+	// or a fence that has ended (the next call opens it).
+	open, markedOpen int
+	// fenced counts fences that have not ended, and markers holding a
+	// value the store does not know; until is the latest fence end.
+	fenced  int
+	missing int
+	until   time.Time
+	// fenceEnds are the ends of the fences that have not ended, by shard
+	// (zero for the others).
+	fenceEnds [Shards]time.Time
+}
+
+// String summarizes ks for an error or a log line.
+func (ks keySpace) String() string {
+	s := fmt.Sprintf("%d of %d shards open, %d fenced, %d missing", ks.open, Shards, ks.fenced, ks.missing)
+	if !ks.until.IsZero() {
+		s += "; fenced until " + ks.until.UTC().Format(time.RFC3339)
+	}
+	return s
+}
+
+// pipeliner is a client that can send commands in one pipeline
+// (*redis.Client, *redis.ClusterClient, *redis.Ring).
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// readKeySpace reads every shard marker and Redis's clock: in one pipeline
+// when the client has them (on Cluster, go-redis sends one per master),
+// else with one command per shard.
+func (s *Store) readKeySpace(ctx context.Context) (keySpace, error) {
+	var ks keySpace
+	v, err := s.call(ctx, "TIME")
+	if err != nil {
+		return ks, err
+	}
+	now, ok := parseTime(v)
+	if !ok {
+		return ks, fmt.Errorf("%w: unexpected reply to TIME", ErrUnavailable)
+	}
+	values, err := s.getMarkers(ctx)
+	if err != nil {
+		return ks, err
+	}
+	for i, m := range values {
+		switch {
+		case m == nil:
+			ks.missing++
+		case *m == "O":
+			ks.open++
+			ks.markedOpen++
+		default:
+			ms, err := strconv.ParseInt(strings.TrimPrefix(*m, "F"), 10, 64)
+			switch {
+			case err != nil || !strings.HasPrefix(*m, "F"):
+				ks.fenced++
+			case ms <= now.UnixMilli():
+				ks.open++
+			default:
+				ks.fenced++
+				ks.fenceEnds[i] = time.UnixMilli(ms)
+				if ks.fenceEnds[i].After(ks.until) {
+					ks.until = ks.fenceEnds[i]
+				}
+			}
+		}
+	}
+	return ks, nil
+}
+
+// getMarkers returns each shard's marker, nil when it is missing.
+func (s *Store) getMarkers(ctx context.Context) ([Shards]*string, error) {
+	var out [Shards]*string
+	set := func(i int, v any, err error) error {
+		switch {
+		case errors.Is(err, errNil):
+		case err != nil:
+			return s.wrapErr(ctx, err)
+		default:
+			str, ok := v.(string)
+			if !ok {
+				return fmt.Errorf("%w: unexpected reply to GET", ErrUnavailable)
+			}
+			out[i] = &str
+		}
+		return nil
+	}
+	p, ok := s.client.(pipeliner)
+	if !ok {
+		for i, m := range s.tags {
+			v, err := s.call(ctx, "GET", m)
+			if errors.Is(err, errNil) {
+				continue
+			}
+			if err := set(i, v, err); err != nil {
+				return out, err
+			}
+		}
+		return out, nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		pipe := p.Pipeline()
+		cmds := make([]*redis.Cmd, Shards)
+		for i, m := range s.tags {
+			cmds[i] = pipe.Do(ctx, "GET", m)
+		}
+		pipe.Exec(ctx) // each command carries its own error
+		for i, c := range cmds {
+			if err := set(i, c.Val(), c.Err()); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		return out, err
+	case <-ctx.Done():
+		return [Shards]*string{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+// checkKeySpace refuses a key space with no open shard: no marker at all
+// (never provisioned, or Redis lost it) with [ErrConfig], fences with
+// [ErrFenced]. Shards fenced or missing beside open ones are logged
+// (Error when a marker is missing, else Warn) and reported to the
+// Observer (EventFenced, with Until zero for a missing marker).
+func (s *Store) checkKeySpace(ctx context.Context) error {
+	ks, err := s.readKeySpace(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case ks.open == 0 && ks.fenced == 0:
+		cause := errors.New("no shard marker")
+		if ledger, err := s.readLedger(ctx); err == nil && len(ledger) > 0 {
+			last := ledger[len(ledger)-1]
+			cause = fmt.Errorf("no shard marker, but the ledger's last entry is %q at %s: Redis lost the key space", last.Kind, last.At.UTC().Format(time.RFC3339))
+		}
+		return refuse(ErrConfig, whyNotProvisioned, cause)
+	case ks.open == 0:
+		return refuse(ErrFenced, whyKeySpaceFenced, fmt.Errorf("%w: %s", ErrUnavailable, ks))
+	case ks.open == Shards:
+		return nil
+	}
+	if s.opts.Observer != nil {
+		for i := range s.tags {
+			if !ks.fenceEnds[i].IsZero() {
+				s.opts.Observer(Event{Kind: EventFenced, Shard: i, Until: ks.fenceEnds[i]})
+			}
+		}
+	}
+	if ks.missing > 0 {
+		if s.opts.Observer != nil {
+			values, _ := s.getMarkers(ctx)
+			for i, v := range values {
+				if v == nil {
+					s.opts.Observer(Event{Kind: EventFenced, Shard: i})
+				}
+			}
+		}
+		s.log.Error("redisstore: shard markers missing: Redis lost part of the key space; those shards fence at their next claim (see ctoken-store status)", "prefix", s.prefix, "shards", ks.String())
+		return nil
+	}
+	s.log.Warn("redisstore: some shards are fenced and refuse claims until their fence ends (see ctoken-store status)", "prefix", s.prefix, "shards", ks.String())
+	return nil
+}
+
+// keySpaceRetry is how long a Store from New keeps the refusal of its
+// key-space check before checking again.
+const keySpaceRetry = 250 * time.Millisecond
+
+// readySpace runs the server checks ([Store.ready]) and, until it passes
+// once, the key-space check of [Open]: a Store from New refuses while the
+// key space has no open shard, and checks again at most every
+// keySpaceRetry, so provisioning while applications wait lets them serve.
+func (s *Store) readySpace(ctx context.Context) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if s.spaceOK.Load() {
+		return nil
+	}
+	select {
+	case s.spaceCheck <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+	defer func() { <-s.spaceCheck }()
+	if s.spaceOK.Load() {
+		return nil
+	}
+	if s.spaceErr != nil && time.Since(s.spaceAt) < keySpaceRetry {
+		return s.spaceErr
+	}
+	err := s.checkKeySpace(ctx)
+	switch {
+	case err == nil:
+		s.spaceOK.Store(true)
+		s.spaceErr = nil
+	case errors.Is(err, ErrConfig) || errors.Is(err, ErrFenced):
+		s.spaceErr, s.spaceAt = err, time.Now()
+	}
+	return err
+}
+
+// Fixed reasons of the key-space refusals. Each names the next step, with
+// the ctoken-store command (redisstore/cmd/ctoken-store) that takes it.
+const (
+	whyNotProvisioned    = "key space not provisioned, or Redis lost it: run `ctoken-store status`; a new prefix: `ctoken-store provision`"
+	whyKeySpaceFenced    = "key space fenced after a loss: every shard refuses until its fence ends; see `ctoken-store status`; to serve before then, an operator who accepts that IDs claimed before the loss are accepted again runs `ctoken-store reopen`"
+	whyProvisionFenced   = "key space fenced: it lost data (or claims were tried before Provision); Provision refuses: see `ctoken-store status`; wait out the fence, use a new prefix, or accept the risk with `ctoken-store reopen`"
+	whyPartlyProvisioned = "key space partly provisioned: a shard may have lost data, or a Provision was interrupted; Provision refuses: see `ctoken-store status`; wait out the fence, use a new prefix, or accept the risk with `ctoken-store reopen`"
+	whyPreviousLife      = "the prefix or the server shows a previous life (ledger entries, entries, or keys evicted, flushed or swapped since the server started); Provision refuses: see `ctoken-store status`; use a new prefix, or accept the risk with `ctoken-store reopen`"
+	whyServed            = "the key space or the server shows it served claims or may have lost data: ReprovisionNeverUsed refuses; see `ctoken-store status`; wait out the fence, use a new prefix, or accept the risk with `ctoken-store reopen`"
+)
 
 // openNeverUsedScript opens KEYS[1] when it is missing or fenced: 1
 // opened, 0 left as it was (open already).
@@ -212,9 +515,10 @@ if m and string.sub(m, 1, 1) ~= 'F' then return 0 end
 redis.call('SET', KEYS[1], 'O')
 return 1`
 
-// lossEvidence refuses when the master's counters show keys evicted or a
-// flush since it started (or since CONFIG RESETSTAT).
-func (s *Store) lossEvidence(ctx context.Context, m doer) error {
+// lossEvidence refuses, with reason why, when the master's counters show
+// keys evicted, or a FLUSHALL, FLUSHDB or SWAPDB, since it started (or
+// since CONFIG RESETSTAT).
+func (s *Store) lossEvidence(ctx context.Context, m doer, why string) error {
 	for _, section := range []string{"stats", "commandstats"} {
 		v, err := m.Do(ctx, "INFO", section).Result()
 		if err != nil {
@@ -225,9 +529,9 @@ func (s *Store) lossEvidence(ctx context.Context, m doer) error {
 			k, val, _ := strings.Cut(strings.TrimSpace(line), ":")
 			switch {
 			case k == "evicted_keys" && val != "0":
-				return refuse(ErrConfig, whyServed, errors.New("the server evicted keys"))
-			case k == "cmdstat_flushall" || k == "cmdstat_flushdb":
-				return refuse(ErrConfig, whyServed, fmt.Errorf("%s ran", strings.TrimPrefix(k, "cmdstat_")))
+				return refuse(ErrConfig, why, fmt.Errorf("the server evicted %s keys", val))
+			case k == "cmdstat_flushall" || k == "cmdstat_flushdb" || k == "cmdstat_swapdb":
+				return refuse(ErrConfig, why, fmt.Errorf("%s ran since the server started", strings.ToUpper(strings.TrimPrefix(k, "cmdstat_"))))
 			}
 		}
 	}

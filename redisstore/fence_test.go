@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,6 +41,21 @@ func (e *events) count(k EventKind) int {
 	return n
 }
 
+// provisionFirst provisions the key space of opts on c, as the deployment
+// step does before applications Open it (events and log lines dropped).
+func provisionFirst(t testing.TB, c Client, opts Options) {
+	t.Helper()
+	opts.Observer, opts.Logger = nil, quietLogger()
+	s, err := New(c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Provision(context.Background()); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+}
+
 func TestForgetContractFlushAll(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t)
@@ -71,12 +88,19 @@ func TestClaimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	// Never provisioned: the first call of a shard finds no marker, fences
-	// the shard and refuses; so does every call until the fence opens.
+	if _, err := s.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A partial loss: the shard of "a" lost its marker. Its first call
+	// finds no marker, fences the shard and refuses; so does every call
+	// until the fence opens.
+	if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	first, err := s.Claim(ctx, "a", time.Now().Add(time.Second))
 	if first || !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("first call on an unprovisioned key space = %v, %v; want ErrFenced", first, err)
+		t.Fatalf("first call on a shard that lost its marker = %v, %v; want ErrFenced", first, err)
 	}
 	if Reason(err) != whyFenceRaised {
 		t.Fatalf("Reason = %q, want %q", Reason(err), whyFenceRaised)
@@ -196,43 +220,45 @@ func TestClaimsBeyondTheHorizonAreRefused(t *testing.T) {
 }
 
 // ReprovisionNeverUsed opens a key space fenced only because claims came
-// before Provision, and refuses (changing nothing) whenever the key space
-// or the server shows it served claims or lost data. Each case runs on a
-// fresh real redis-server.
+// before Provision (by a store that did not refuse them at Open), and
+// refuses (changing nothing) whenever the key space or the server shows a
+// previous life: served claims, lost data, a restart of a server without
+// persistence, a SWAPDB. Each case runs on a fresh real redis-server.
 func TestReprovisionNeverUsed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	until := func() time.Time { return time.Now().Add(time.Minute) }
-	// fenceAll claims until every shard has been fenced by a claim.
+	// fenceAll claims, as a store before the key-space check of Open
+	// would, until every shard has been fenced by a claim.
 	fenceAll := func(t *testing.T, s *Store) {
 		t.Helper()
+		s.spaceOK.Store(true)
 		for i := 0; i < 2000; i++ {
 			s.Claim(ctx, fmt.Sprint("early-", i), until())
 		}
 	}
+	persistent := []string{"--appendonly", "yes", "--appendfsync", "always"}
 	tests := []struct {
 		name  string
-		setup func(t *testing.T, s *Store, c *redis.Client)
+		args  []string // the server's; nil: no persistence
+		setup func(t *testing.T, s *Store, srv *server, c *redis.Client)
 		want  error // nil: it opens
 	}{
-		{"claims before Provision", func(t *testing.T, s *Store, c *redis.Client) {
-			_, err := s.Claim(ctx, "first", until())
-			if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "Provision") {
-				t.Fatalf("claim before Provision = %v; want ErrFenced naming Provision", err)
-			}
+		{"claims before Provision", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
 			fenceAll(t, s)
-			if _, err := s.Provision(ctx); !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "ReprovisionNeverUsed") {
-				t.Fatalf("Provision of a fenced key space = %v; want ErrFenced naming ReprovisionNeverUsed", err)
+			if _, err := s.Provision(ctx); !errors.Is(err, ErrFenced) || !strings.Contains(Reason(err), "ctoken-store reopen") {
+				t.Fatalf("Provision of a fenced key space = %v; want ErrFenced naming ctoken-store reopen", err)
 			}
 		}, nil},
-		{"one shard fenced, the rest never touched", func(t *testing.T, s *Store, c *redis.Client) {
+		{"one shard fenced, the rest never touched", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
+			s.spaceOK.Store(true)
 			s.Claim(ctx, "first", until())
 		}, nil},
-		{"a shard open", func(t *testing.T, s *Store, c *redis.Client) {
+		{"a shard open", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
 			fenceAll(t, s)
 			c.Set(ctx, s.tags[3], "O", 0)
 		}, ErrConfig},
-		{"an entry left (a partial loss)", func(t *testing.T, s *Store, c *redis.Client) {
+		{"an entry left (a partial loss)", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
 			if _, err := s.Provision(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -244,10 +270,17 @@ func TestReprovisionNeverUsed(t *testing.T) {
 					c.Del(ctx, m)
 				}
 			}
+			c.Del(ctx, s.ledgerKey())
 			c.Set(ctx, s.tags[shardOf("kept")], "F1", 0)
 			fenceAll(t, s)
 		}, ErrConfig},
-		{"FLUSHALL after serving", func(t *testing.T, s *Store, c *redis.Client) {
+		{"the ledger holds an entry", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
+			if err := s.note(ctx, ledgerLoss, "test: a loss was seen"); err != nil {
+				t.Fatal(err)
+			}
+			fenceAll(t, s)
+		}, ErrConfig},
+		{"FLUSHALL after serving", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
 			if _, err := s.Provision(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -255,18 +288,36 @@ func TestReprovisionNeverUsed(t *testing.T) {
 			c.FlushAll(ctx)
 			fenceAll(t, s)
 		}, ErrConfig},
+		{"SWAPDB after serving", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
+			if _, err := s.Provision(ctx); err != nil {
+				t.Fatal(err)
+			}
+			s.Claim(ctx, "lost", until())
+			if err := c.Do(ctx, "SWAPDB", 0, 1).Err(); err != nil {
+				t.Fatal(err)
+			}
+			fenceAll(t, s)
+		}, ErrConfig},
+		{"restart without persistence after serving", nil, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
+			if _, err := s.Provision(ctx); err != nil {
+				t.Fatal(err)
+			}
+			s.Claim(ctx, "lost", until())
+			srv.restart(syscall.SIGKILL)
+			fenceAll(t, s)
+		}, ErrConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			srv := newServer(t)
+			srv := newServer(t, tt.args...)
 			c := srv.client()
-			s, err := Open(ctx, c, Options{Prefix: "app:", Logger: quietLogger()})
+			s, err := New(c, Options{Prefix: "app:", Logger: quietLogger(), Timeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			tt.setup(t, s, c)
+			tt.setup(t, s, srv, c)
 			markers := func() []any {
 				v, err := c.MGet(ctx, s.tags[:]...).Result()
 				if err != nil {
@@ -277,8 +328,8 @@ func TestReprovisionNeverUsed(t *testing.T) {
 			before := fmt.Sprint(markers())
 			n, err := s.ReprovisionNeverUsed(ctx)
 			if tt.want != nil {
-				if !errors.Is(err, tt.want) || Reason(err) == "" || n != 0 {
-					t.Fatalf("ReprovisionNeverUsed = %d, %v; want 0, %v with a reason", n, err, tt.want)
+				if !errors.Is(err, tt.want) || !strings.Contains(Reason(err), "ctoken-store reopen") || n != 0 {
+					t.Fatalf("ReprovisionNeverUsed = %d, %v; want 0, %v naming ctoken-store reopen", n, err, tt.want)
 				}
 				if after := fmt.Sprint(markers()); after != before {
 					t.Fatal("a refused ReprovisionNeverUsed changed the markers")
@@ -298,33 +349,37 @@ func TestReprovisionNeverUsed(t *testing.T) {
 	}
 }
 
-// Each refusal of ReprovisionNeverUsed on a scripted server whose shards
-// are all fenced (never provisioned): the server's counters show a loss,
-// an entry exists, or Redis cannot answer; with none of these it opens
-// every shard.
+// Each refusal of ReprovisionNeverUsed on a scripted server with AOF whose
+// shards are all fenced (never provisioned): the server's counters show a
+// loss, an entry exists, the ledger holds an entry, the server has no
+// persistence, or Redis cannot answer; with none of these it opens every
+// shard.
 func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 	tests := []struct {
 		name        string
 		stats, cmds string // INFO stats, INFO commandstats
 		scanKeys    []any
+		ledger      []any
+		noAOF       bool
 		infoErr     error
 		want        error // nil: opens every shard
 	}{
-		{"clean", "evicted_keys:0\r\n", "cmdstat_get:calls=3\r\n", nil, nil, nil},
-		{"keys evicted", "evicted_keys:17\r\n", "", nil, nil, ErrConfig},
-		{"FLUSHALL ran", "evicted_keys:0\r\n", "cmdstat_flushall:calls=1,usec=5\r\n", nil, nil, ErrConfig},
-		{"FLUSHDB ran", "evicted_keys:0\r\n", "cmdstat_flushdb:calls=1,usec=5\r\n", nil, nil, ErrConfig},
-		{"an entry left", "evicted_keys:0\r\n", "", []any{"app:{07}:x"}, nil, ErrConfig},
-		{"INFO fails", "", "", nil, errors.New("i/o timeout"), ErrUnavailable},
+		{"clean", "evicted_keys:0\r\n", "cmdstat_get:calls=3\r\n", nil, nil, false, nil, nil},
+		{"keys evicted", "evicted_keys:17\r\n", "", nil, nil, false, nil, ErrConfig},
+		{"FLUSHALL ran", "evicted_keys:0\r\n", "cmdstat_flushall:calls=1,usec=5\r\n", nil, nil, false, nil, ErrConfig},
+		{"FLUSHDB ran", "evicted_keys:0\r\n", "cmdstat_flushdb:calls=1,usec=5\r\n", nil, nil, false, nil, ErrConfig},
+		{"SWAPDB ran", "evicted_keys:0\r\n", "cmdstat_swapdb:calls=1,usec=5\r\n", nil, nil, false, nil, ErrConfig},
+		{"an entry left", "evicted_keys:0\r\n", "", []any{"app:{07}:x"}, nil, false, nil, ErrConfig},
+		{"the ledger holds an entry", "evicted_keys:0\r\n", "", nil, []any{"1700000000000 reopened by x"}, false, nil, ErrConfig},
+		{"no persistence", "evicted_keys:0\r\n", "", nil, nil, true, nil, ErrConfig},
+		{"INFO fails", "", "", nil, nil, false, errors.New("i/o timeout"), ErrUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sets := 0
-			c := answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+			inner := answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
 				cmd := redis.NewCmd(ctx, args...)
 				switch args[0] {
-				case "GET":
-					cmd.SetVal("F1900000000000")
 				case "INFO":
 					if tt.infoErr != nil {
 						cmd.SetErr(tt.infoErr)
@@ -333,6 +388,12 @@ func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 					} else {
 						cmd.SetVal(tt.cmds)
 					}
+				case "LRANGE":
+					ledger := tt.ledger
+					if ledger == nil {
+						ledger = []any{}
+					}
+					cmd.SetVal(ledger)
 				case "SCAN":
 					keys := tt.scanKeys
 					if keys == nil {
@@ -342,8 +403,24 @@ func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 				case "EVAL":
 					sets++
 					cmd.SetVal(int64(1))
+				case "RPUSH", "LTRIM":
+					cmd.SetVal(int64(1))
 				default:
 					cmd.SetErr(fmt.Errorf("unexpected %v", args[0]))
+				}
+				return cmd
+			})
+			c := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+				cmd := redis.NewCmd(ctx, args...)
+				switch name, _ := args[len(args)-1].(string); {
+				case args[0] == "GET":
+					cmd.SetVal("F1900000000000") // every shard fenced
+				case args[0] == "CONFIG" && name == "appendonly" && !tt.noAOF:
+					cmd.SetVal([]any{name, "yes"})
+				case args[0] == "CONFIG" && name == "appendfsync":
+					cmd.SetVal([]any{name, "always"})
+				default:
+					return inner(ctx, args...)
 				}
 				return cmd
 			})
@@ -360,4 +437,237 @@ func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 			}
 		})
 	}
+}
+
+// setMarkers writes each shard's marker as mark(i) says: "" deletes it.
+func setMarkers(t *testing.T, c *redis.Client, s *Store, mark func(i int) string) {
+	t.Helper()
+	ctx := context.Background()
+	for i, m := range s.tags {
+		var err error
+		if v := mark(i); v == "" {
+			err = c.Del(ctx, m).Err()
+		} else {
+			err = c.Set(ctx, m, v, 0).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Open reads the shard markers after the server checks: with no open
+// shard it refuses, naming the next step (ErrConfig when no marker is
+// there, ErrFenced with the fence's end when fences are); with some shards
+// open it serves, and logs and reports the others once.
+func TestOpenRefusesAKeySpaceWithoutAnOpenShard(t *testing.T) {
+	c := newTestClient(t)
+	ctx := context.Background()
+	later := time.Now().Add(time.Hour).UnixMilli()
+	fence := fmt.Sprintf("F%d", later)
+	untilText := time.UnixMilli(later).UTC().Format(time.RFC3339)
+	tests := []struct {
+		name   string
+		mark   func(i int) string
+		ledger bool
+		want   error  // nil: Open serves
+		reason string // wanted Reason
+		text   string // in the error's text
+		events int    // EventFenced reported by an Open that serves
+		log    string // the level of its one log line, "" for none
+	}{
+		{"never provisioned", func(int) string { return "" }, false, ErrConfig, whyNotProvisioned, "no shard marker", 0, ""},
+		{"lost after provisioning", func(int) string { return "" }, true, ErrConfig, whyNotProvisioned, "ledger", 0, ""},
+		{"every shard fenced", func(int) string { return fence }, false, ErrFenced, whyKeySpaceFenced, untilText, 0, ""},
+		{"fenced and missing", func(i int) string { return map[bool]string{true: fence}[i%2 == 0] }, false, ErrFenced, whyKeySpaceFenced, "32 missing", 0, ""},
+		{"every fence ended", func(int) string { return "F1" }, false, nil, "", "", 0, ""},
+		{"every shard open", func(int) string { return "O" }, false, nil, "", "", 0, ""},
+		{"some open, some fenced", func(i int) string { return map[bool]string{true: fence, false: "O"}[i < 3] }, false, nil, "", "", 3, "WARN"},
+		{"some open, some missing", func(i int) string { return map[bool]string{true: "", false: "O"}[i < 2] }, false, nil, "", "", 2, "ERROR"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prefix := uniquePrefix(t, c)
+			var ev events
+			var logs syncBuffer
+			opts := Options{Prefix: prefix, Observer: ev.observe, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+			probe, err := New(c, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			setMarkers(t, c, probe, tt.mark)
+			if tt.ledger {
+				if err := probe.note(ctx, ledgerProvisioned, "test"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := Open(ctx, c, opts)
+			if tt.want != nil {
+				if s != nil || !errors.Is(err, tt.want) || Reason(err) != tt.reason || !strings.Contains(err.Error(), tt.text) {
+					t.Fatalf("Open = %v, %v; want %v with Reason %q and %q in the text", s, err, tt.want, tt.reason, tt.text)
+				}
+				if errors.Is(tt.want, ErrFenced) != errors.Is(err, ErrUnavailable) {
+					t.Fatalf("Open = %v: only a fenced refusal matches ErrUnavailable", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open = %v; want it to serve", err)
+			}
+			defer s.Close()
+			if n := ev.count(EventFenced); n != tt.events {
+				t.Fatalf("%d EventFenced; want %d", n, tt.events)
+			}
+			if lines := strings.Count(logs.String(), "\n"); (tt.log == "") != (lines == 0) || lines > 1 || !strings.Contains(logs.String(), tt.log) {
+				t.Fatalf("log %q; want one %s line", logs.String(), tt.log)
+			}
+		})
+	}
+}
+
+// A Store from New checks the key space before its first call and refuses
+// like Open, writing nothing (no fence); the refusal is not permanent: once
+// an operator provisions the prefix, the waiting store serves.
+func TestNewStoreServesOnceItsKeySpaceIsProvisioned(t *testing.T) {
+	c := newTestClient(t)
+	ctx := context.Background()
+	prefix := uniquePrefix(t, c)
+	s, err := New(c, Options{Prefix: prefix, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for range 3 {
+		if first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) || Reason(err) != whyNotProvisioned {
+			t.Fatalf("claim before Provision = %v, %v; want ErrConfig (%q)", first, err, whyNotProvisioned)
+		}
+	}
+	if n, err := c.Exists(ctx, s.tags[:]...).Result(); n != 0 || err != nil {
+		t.Fatalf("a refused claim wrote %d markers (%v); want none", n, err)
+	}
+	provisionFirst(t, c, Options{Prefix: prefix})
+	deadline := time.Now().Add(keySpaceRetry + 2*time.Second)
+	for {
+		first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute))
+		if first && err == nil {
+			break
+		}
+		if !errors.Is(err, ErrConfig) || time.Now().After(deadline) {
+			t.Fatalf("claim after Provision = %v, %v; want first within %v", first, err, keySpaceRetry)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Provision opens a new key space once, records it in the ledger, and
+// refuses (writing nothing) whenever the prefix or the server shows a
+// previous life. Each case runs on a fresh real redis-server (the loss
+// counters are the server's).
+func TestProvisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		setup  func(t *testing.T, s *Store, c *redis.Client)
+		want   error // nil: it provisions
+		reason string
+	}{
+		{"a new prefix", func(*testing.T, *Store, *redis.Client) {}, nil, ""},
+		{"the ledger holds an entry", func(t *testing.T, s *Store, c *redis.Client) {
+			if err := s.note(ctx, ledgerLoss, "test: restart without persistence"); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrConfig, whyPreviousLife},
+		{"an entry under the prefix", func(t *testing.T, s *Store, c *redis.Client) {
+			c.Set(ctx, s.tags[5]+":left", "1x", 0)
+		}, ErrConfig, whyPreviousLife},
+		{"a shard fenced", func(t *testing.T, s *Store, c *redis.Client) {
+			c.Set(ctx, s.tags[9], fmt.Sprintf("F%d", time.Now().Add(time.Hour).UnixMilli()), 0)
+		}, ErrFenced, whyProvisionFenced},
+		{"FLUSHDB ran", func(t *testing.T, s *Store, c *redis.Client) { c.FlushDB(ctx) }, ErrConfig, whyPreviousLife},
+		{"FLUSHALL ran", func(t *testing.T, s *Store, c *redis.Client) { c.FlushAll(ctx) }, ErrConfig, whyPreviousLife},
+		{"SWAPDB ran", func(t *testing.T, s *Store, c *redis.Client) { c.Do(ctx, "SWAPDB", 0, 1) }, ErrConfig, whyPreviousLife},
+		{"keys evicted", func(t *testing.T, s *Store, c *redis.Client) {
+			for _, kv := range [][2]string{{"maxmemory-policy", "allkeys-random"}, {"maxmemory", "1"}} {
+				if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Set(ctx, "other-app:a", "x", 0) // evicts what it can, then is refused
+			for _, kv := range [][2]string{{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}} {
+				if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Set(ctx, "other-app:b", "x", 0)
+		}, ErrConfig, whyPreviousLife},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			if tt.name == "keys evicted" {
+				c.Set(ctx, "other-app:0", "x", 0) // something to evict
+			}
+			s, err := New(c, Options{Prefix: "app:", Logger: quietLogger(), Horizon: 2 * time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			tt.setup(t, s, c)
+			before, _ := c.MGet(ctx, s.tags[:]...).Result()
+			ledgerBefore, _ := s.readLedger(ctx)
+			n, err := s.Provision(ctx)
+			if tt.want != nil {
+				if n != 0 || !errors.Is(err, tt.want) || Reason(err) != tt.reason || !strings.Contains(Reason(err), "ctoken-store") {
+					t.Fatalf("Provision = %d, %v; want 0, %v (%q)", n, err, tt.want, tt.reason)
+				}
+				after, _ := c.MGet(ctx, s.tags[:]...).Result()
+				ledgerAfter, _ := s.readLedger(ctx)
+				if fmt.Sprint(after) != fmt.Sprint(before) || len(ledgerAfter) != len(ledgerBefore) {
+					t.Fatal("a refused Provision wrote")
+				}
+				return
+			}
+			if n != Shards || err != nil {
+				t.Fatalf("Provision = %d, %v; want %d, nil", n, err, Shards)
+			}
+			ledger, err := s.readLedger(ctx)
+			if err != nil || len(ledger) != 1 || ledger[0].Kind != ledgerProvisioned || !strings.Contains(ledger[0].Detail, "horizon 2h0m0s") {
+				t.Fatalf("ledger after Provision = %+v, %v; want one provisioned entry naming the horizon", ledger, err)
+			}
+			if n, err := s.Provision(ctx); n != 0 || err != nil {
+				t.Fatalf("Provision again = %d, %v; want 0, nil", n, err)
+			}
+			if again, _ := s.readLedger(ctx); len(again) != 1 {
+				t.Fatalf("Provision again wrote to the ledger: %+v", again)
+			}
+		})
+	}
+}
+
+// BenchmarkOpenKeySpaceCheck measures what Open adds to its server checks
+// on a provisioned key space (TIME and the 64 markers in one pipeline),
+// beside one claim on the same server as the floor.
+func BenchmarkOpenKeySpaceCheck(b *testing.B) {
+	s, _ := newTestStore(b)
+	ctx := context.Background()
+	b.Run("claim", func(b *testing.B) {
+		until := time.Now().Add(time.Hour)
+		i := 0
+		for b.Loop() {
+			i++
+			if _, err := s.Claim(ctx, strconv.Itoa(i), until); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("key space check", func(b *testing.B) {
+		for b.Loop() {
+			if err := s.checkKeySpace(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -164,7 +164,7 @@ func (s *Store) runRecord(ctx context.Context, sc *script, id string, ms int64, 
 	direct := s.direct(ctx)
 	ctx, cancel := s.deadline(ctx)
 	defer cancel()
-	if err := s.ready(ctx); err != nil {
+	if err := s.readySpace(ctx); err != nil {
 		return 0, 0, "", err
 	}
 	shard := shardOf(id)

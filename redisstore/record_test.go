@@ -398,7 +398,13 @@ func TestRecordStepsAreGuarded(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		// Never provisioned: the first step raises the shard's fence.
+		// The shard of "a" lost its marker: the first step raises its fence.
+		if _, err := s.Provision(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {
+			t.Fatal(err)
+		}
 		if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrFenced) || Reason(err) != whyFenceRaised || r.State != 0 {
 			t.Fatalf("AcquireRecord on a lost key space = %+v, %v; want ErrFenced", r, err)
 		}

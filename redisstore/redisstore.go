@@ -58,10 +58,20 @@
 // never delete entries; delete the markers too, or FLUSHDB, and the fence
 // covers it.
 //
-// A new prefix is opened once with [Store.Provision]. The store fails
-// closed: when Redis is down, slow, or answers anything unexpected, Claim
-// returns first == false and an error matching ErrUnavailable. Callers
-// must treat every error as "refuse the request".
+// A new prefix is provisioned once, as a deployment step before the
+// applications start: the command ctoken-store provision (in
+// redisstore/cmd/ctoken-store), or [Store.Provision]. [Open] refuses a key
+// space with no open shard and names the next step: never provisioned, or
+// lost ([ErrConfig]), or fenced after a loss ([ErrFenced]). After a loss an
+// operator sees what the store knows with ctoken-store status
+// ([Store.Status]: shards, fences, the key space's ledger, what each server
+// shows) and either waits for the fences to end or accepts the risk with
+// ctoken-store reopen ([Store.Reopen]), which is recorded. Provision
+// refuses wherever anything shows a previous life; docs/fleet.md ("When
+// the store refuses") is the runbook. The store fails closed: when Redis
+// is down, slow, or answers anything unexpected, Claim returns first ==
+// false and an error matching ErrUnavailable. Callers must treat every
+// error as "refuse the request".
 package redisstore
 
 import (
@@ -313,6 +323,13 @@ type Store struct {
 	nonceBase string
 	nonces    atomic.Uint64
 
+	// spaceOK is set once the key-space check passed (see readySpace);
+	// spaceCheck serializes it; spaceErr, at spaceAt, is its last refusal.
+	spaceOK    atomic.Bool
+	spaceCheck chan struct{}
+	spaceErr   error
+	spaceAt    time.Time
+
 	logged  [numEventKinds]atomic.Int64 // unix ms of the last log line per kind
 	cancels cancels
 }
@@ -344,15 +361,17 @@ var (
 // resent lease script finds its own lease or done entry. Retries only
 // lengthen a call; the store's deadline still bounds it.
 //
-// A new prefix must be opened once with [Store.Provision]; until then (and
-// after Redis lost data) every shard is fenced for one horizon.
+// A Store from New runs the key-space check of [Open] before its first
+// call too: while no shard is open every call refuses like Open (writing
+// nothing), and it checks again at most every 250 ms, so a store that
+// starts before its prefix is provisioned serves once it is.
 func New(client Client, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, refuse(ErrConfig, "nil client", nil)
 	}
 	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, now: opts.Now,
 		horizon: opts.Horizon, maxSkew: opts.MaxSkew, opts: opts, log: opts.Logger,
-		check: make(chan struct{}, 1)}
+		check: make(chan struct{}, 1), spaceCheck: make(chan struct{}, 1)}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -418,6 +437,14 @@ func New(client Client, opts Options) (*Store, error) {
 // more than MaxSkew. A server that does not fit is refused with an error
 // matching [ErrConfig]; a lagging clock with [ErrClockSkew]; a Redis that
 // cannot answer with [ErrUnavailable]. ctx bounds the checks.
+//
+// Then it reads the shard markers: with no marker at all (a prefix never
+// provisioned, or a Redis that lost the key space) it refuses with
+// [ErrConfig], with no open shard but fences with [ErrFenced] (naming when
+// the last fence ends); each error's [Reason] names the next step
+// (ctoken-store status, provision, reopen). With some shards open it
+// serves, and logs the fenced or missing ones once and reports them to the
+// Observer ([EventFenced]).
 func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
 	s, err := New(client, opts)
 	if err != nil {
@@ -426,6 +453,10 @@ func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.checkKeySpace(ctx); err != nil {
+		return nil, err
+	}
+	s.spaceOK.Store(true)
 	return s, nil
 }
 

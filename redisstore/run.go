@@ -48,7 +48,7 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	direct := s.direct(ctx)
 	ctx, cancel := s.deadline(ctx)
 	defer cancel()
-	if err := s.ready(ctx); err != nil {
+	if err := s.readySpace(ctx); err != nil {
 		return 0, 0, err
 	}
 	shard := shardOf(id)

@@ -1,0 +1,287 @@
+// Command ctoken-store provisions, inspects and reopens the key space of a
+// redisstore store: the deployment and recovery steps that do not belong in
+// application start-up (docs/fleet.md, "When the store refuses").
+//
+//	ctoken-store provision -addr 127.0.0.1:6379 -prefix myapp:replay:
+//	ctoken-store status    -addr 127.0.0.1:6379 -prefix myapp:replay: [-json]
+//	ctoken-store reopen    -addr 127.0.0.1:6379 -prefix myapp:replay: \
+//	    -accepted-by "alice (on call)" -reason "INC-123: Redis restarted without persistence"
+//
+// The server is named by exactly one of -addr host:port, -url
+// redis://[user:password@]host:port/db (rediss:// for TLS), -sentinel
+// a,b,c with -master name, or -cluster a,b,c. A password comes only from
+// the URL or the CTOKEN_REDIS_PASSWORD environment variable, and is never
+// printed. -prefix and -horizon must be the applications' own
+// (Options.Prefix, Options.Horizon), and so must the durability flags
+// (-replicas, -replica-aof, -local-aof and the -allow-* flags mirror
+// Options): provision and reopen run the server checks the applications'
+// Open runs, and refuse a server it would refuse.
+//
+// provision opens a new prefix (redisstore.Store.Provision) and refuses
+// when anything shows the prefix or the server had a previous life. status
+// prints what the store knows: shards open, fenced (until when) and
+// missing, the key space's ledger, and each master's identity,
+// persistence, eviction settings and loss counters. reopen opens every
+// fenced or missing shard at once (redisstore.Store.Reopen): IDs claimed
+// before the loss and not yet expired are accepted again, so it needs
+// -accepted-by (who) and -reason (why), which go into the ledger.
+//
+// Exit status: 0 done, 1 refused or failed, 2 usage error.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ctoken/ctoken/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+)
+
+func main() {
+	logging.Disable() // go-redis's own dial logs; run prints each failure once
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// passwordEnv names the environment variable a password may come from.
+const passwordEnv = "CTOKEN_REDIS_PASSWORD"
+
+const usage = `usage: ctoken-store provision|status|reopen [flags]
+
+  provision   open a new prefix (a deployment step, once per prefix)
+  status      what the store knows: shards, fences, ledger, servers
+  reopen      open a fenced or lost key space now (needs -accepted-by, -reason)
+
+Run "ctoken-store <command> -h" for the flags.
+`
+
+// config is what the flags say.
+type config struct {
+	addr, url, sentinel, master, cluster string
+	opts                                 redisstore.Options
+	timeout                              time.Duration
+	jsonOut                              bool
+	acceptedBy, reason                   string
+}
+
+// run runs the command line args and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd := args[0]
+	switch cmd {
+	case "provision", "status", "reopen":
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "ctoken-store: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	var c config
+	fs := flag.NewFlagSet("ctoken-store "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.addr, "addr", "", "Redis `host:port`")
+	fs.StringVar(&c.url, "url", "", "Redis `URL`, redis://[user:password@]host:port/db or rediss://")
+	fs.StringVar(&c.sentinel, "sentinel", "", "Sentinel addresses, `a,b,c` (with -master)")
+	fs.StringVar(&c.master, "master", "", "Sentinel master `name`")
+	fs.StringVar(&c.cluster, "cluster", "", "Redis Cluster node addresses, `a,b,c`")
+	fs.StringVar(&c.opts.Prefix, "prefix", redisstore.DefaultPrefix, "the applications' Options.Prefix")
+	fs.DurationVar(&c.opts.Horizon, "horizon", redisstore.DefaultHorizon, "the applications' Options.Horizon")
+	fs.IntVar(&c.opts.Durability.Replicas, "replicas", 0, "the applications' Durability.Replicas")
+	fs.IntVar(&c.opts.Durability.ReplicaAOF, "replica-aof", 0, "the applications' Durability.ReplicaAOF")
+	fs.BoolVar(&c.opts.Durability.LocalAOF, "local-aof", false, "the applications' Durability.LocalAOF")
+	fs.BoolVar(&c.opts.AllowAsyncReplicas, "allow-async-replicas", false, "the applications' AllowAsyncReplicas")
+	fs.BoolVar(&c.opts.AllowFewerReplicas, "allow-fewer-replicas", false, "the applications' AllowFewerReplicas")
+	fs.BoolVar(&c.opts.AllowEviction, "allow-eviction", false, "the applications' AllowEviction")
+	fs.BoolVar(&c.opts.AllowRollback, "allow-rollback", false, "the applications' AllowRollback")
+	fs.DurationVar(&c.timeout, "timeout", time.Minute, "bound on the whole command")
+	if cmd == "status" {
+		fs.BoolVar(&c.jsonOut, "json", false, "print the status as JSON")
+	}
+	if cmd == "reopen" {
+		fs.StringVar(&c.acceptedBy, "accepted-by", "", "who accepts that IDs claimed before the loss are accepted again (required)")
+		fs.StringVar(&c.reason, "reason", "", "why, e.g. an incident number (required)")
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ctoken-store %s: unexpected argument %q\n", cmd, fs.Arg(0))
+		return 2
+	}
+	if cmd == "reopen" && (strings.TrimSpace(c.acceptedBy) == "" || strings.TrimSpace(c.reason) == "") {
+		fmt.Fprintln(stderr, "ctoken-store reopen: -accepted-by and -reason are required: reopening accepts again every ID claimed before the loss that has not expired")
+		return 2
+	}
+	client, err := c.client()
+	if err != nil {
+		fmt.Fprintf(stderr, "ctoken-store %s: %v\n", cmd, err)
+		return 2
+	}
+	defer client.Close()
+	c.opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	c.opts.Timeout = c.timeout
+	store, err := redisstore.New(client, c.opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "ctoken-store %s: %v\n", cmd, err)
+		return 2
+	}
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	switch cmd {
+	case "provision":
+		n, err := store.Provision(ctx)
+		if err != nil {
+			return fail(stderr, cmd, err)
+		}
+		if n == 0 {
+			fmt.Fprintf(stdout, "prefix %s: already provisioned, every shard open; nothing written\n", store.Prefix())
+		} else {
+			fmt.Fprintf(stdout, "prefix %s: provisioned, %d of %d shards opened; applications can Open it now\n", store.Prefix(), n, redisstore.Shards)
+		}
+	case "status":
+		st, err := store.Status(ctx)
+		if err != nil {
+			return fail(stderr, cmd, err)
+		}
+		if c.jsonOut {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(st); err != nil {
+				return fail(stderr, cmd, err)
+			}
+			return 0
+		}
+		printStatus(stdout, st, time.Now())
+	case "reopen":
+		n, err := store.Reopen(ctx, c.acceptedBy, c.reason)
+		if err != nil {
+			return fail(stderr, cmd, err)
+		}
+		if n == 0 {
+			fmt.Fprintf(stdout, "prefix %s: every shard was open; nothing written\n", store.Prefix())
+		} else {
+			fmt.Fprintf(stdout, "prefix %s: reopened %d of %d shards, accepted by %q (recorded in the ledger); running applications serve again at their next call\n",
+				store.Prefix(), n, redisstore.Shards, c.acceptedBy)
+		}
+	}
+	return 0
+}
+
+// fail prints err with its reason and returns 1.
+func fail(stderr io.Writer, cmd string, err error) int {
+	fmt.Fprintf(stderr, "ctoken-store %s: refused or failed: %v\n", cmd, err)
+	return 1
+}
+
+// client connects as the flags say: exactly one of -addr, -url, -sentinel
+// (with -master) and -cluster.
+func (c *config) client() (redis.UniversalClient, error) {
+	n := 0
+	for _, v := range []string{c.addr, c.url, c.sentinel, c.cluster} {
+		if v != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, errors.New("name the server with exactly one of -addr, -url, -sentinel (with -master) or -cluster")
+	}
+	if (c.sentinel != "") != (c.master != "") {
+		return nil, errors.New("-sentinel and -master go together")
+	}
+	password := os.Getenv(passwordEnv)
+	switch {
+	case c.addr != "":
+		return redis.NewClient(&redis.Options{Addr: c.addr, Password: password, ContextTimeoutEnabled: true}), nil
+	case c.url != "":
+		o, err := redis.ParseURL(c.url)
+		if err != nil {
+			return nil, errors.New("-url is not a valid redis:// or rediss:// URL") // never echo it: it may hold a password
+		}
+		if o.Password == "" {
+			o.Password = password
+		}
+		o.ContextTimeoutEnabled = true
+		return redis.NewClient(o), nil
+	case c.sentinel != "":
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: c.master, SentinelAddrs: split(c.sentinel),
+			Password: password, ContextTimeoutEnabled: true}), nil
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: split(c.cluster), Password: password, ContextTimeoutEnabled: true}), nil
+}
+
+// split splits a,b,c, dropping empty parts.
+func split(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// printStatus prints st for a person: the verdict and next step first.
+func printStatus(w io.Writer, st redisstore.Status, now time.Time) {
+	fmt.Fprintf(w, "prefix   %s\nhorizon  %s\n", st.Prefix, st.Horizon)
+	fmt.Fprintf(w, "shards   %d open, %d fenced, %d missing (of %d)\n", st.Open, st.Fenced, st.Missing, redisstore.Shards)
+	if !st.FencedUntil.IsZero() {
+		fmt.Fprintf(w, "fenced until %s (in %s)\n", st.FencedUntil.UTC().Format(time.RFC3339), st.FencedUntil.Sub(now).Round(time.Second))
+	}
+	fmt.Fprintf(w, "verdict  %s\n", verdict(st))
+	fmt.Fprintln(w, "ledger (oldest first):")
+	if len(st.Ledger) == 0 {
+		fmt.Fprintln(w, "  (empty)")
+	}
+	for _, e := range st.Ledger {
+		at := "?"
+		if !e.At.IsZero() {
+			at = e.At.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "  %s  %-11s  %s\n", at, e.Kind, e.Detail)
+	}
+	fmt.Fprintln(w, "servers:")
+	for _, s := range st.Servers {
+		fmt.Fprintf(w, "  run_id %s  role %s\n", s.RunID, s.Role)
+		fmt.Fprintf(w, "    persistence  appendonly %s, appendfsync %s, save %q\n", orUnknown(s.AppendOnly), orUnknown(s.AppendFsync), s.Save)
+		fmt.Fprintf(w, "    eviction     maxmemory-policy %s, maxmemory %s\n", orUnknown(s.MaxmemoryPolicy), orUnknown(s.Maxmemory))
+		fmt.Fprintf(w, "    since start  evicted_keys %d, FLUSHALL %d, FLUSHDB %d, SWAPDB %d\n", s.EvictedKeys, s.Flushall, s.Flushdb, s.Swapdb)
+	}
+}
+
+// verdict says what applications do with the key space and the next step.
+func verdict(st redisstore.Status) string {
+	switch {
+	case st.Open == redisstore.Shards:
+		return "serving"
+	case st.Open == 0 && st.Fenced == 0 && len(st.Ledger) == 0:
+		return "not provisioned: Open refuses; a new prefix: ctoken-store provision"
+	case st.Open == 0 && st.Fenced == 0:
+		return "LOST: no shard marker, but the ledger shows a previous life; Open refuses. Wait for every ID claimed before the loss to expire, or accept the risk: ctoken-store reopen -accepted-by ... -reason ..."
+	case st.Open == 0:
+		return "FENCED: Open refuses until the fences end; to serve before then, accept the risk: ctoken-store reopen -accepted-by ... -reason ..."
+	}
+	return "partly fenced: the open shards serve; the others refuse until their fence ends (missing ones fence at their next claim), or ctoken-store reopen"
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/redisstore"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+)
+
+// TestMain silences go-redis's logger, as main does.
+func TestMain(m *testing.M) {
+	logging.Disable()
+	os.Exit(m.Run())
+}
+
+// redisServer is a redis-server of the test's own on a loopback port,
+// without persistence unless args say otherwise, killed when the test ends.
+type redisServer struct {
+	t    *testing.T
+	bin  string
+	addr string
+	args []string
+	cmd  *exec.Cmd
+}
+
+// startRedis starts a redis-server (CTOKEN_REDIS_SERVER, else redis-server
+// on PATH); without one the test is skipped, except under CI=true.
+func startRedis(t *testing.T, args ...string) *redisServer {
+	t.Helper()
+	bin := os.Getenv("CTOKEN_REDIS_SERVER")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatal("redis-server not found but CI=true")
+			}
+			t.Skip("redis-server not found; run under .ci/redis.sh")
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s := &redisServer{t: t, bin: bin, addr: addr, args: args}
+	t.Cleanup(s.kill)
+	s.start()
+	return s
+}
+
+func (s *redisServer) start() {
+	s.t.Helper()
+	_, port, _ := net.SplitHostPort(s.addr)
+	args := append([]string{"--bind", "127.0.0.1", "--port", port, "--dir", s.t.TempDir(), "--save", "", "--appendonly", "no"}, s.args...)
+	s.cmd = exec.Command(s.bin, args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	password := ""
+	for i, a := range s.args {
+		if a == "--requirepass" {
+			password = s.args[i+1]
+		}
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.addr, Password: password, MaxRetries: -1})
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			s.t.Fatal("redis-server did not answer PING")
+		}
+	}
+}
+
+func (s *redisServer) kill() {
+	if s.cmd != nil {
+		s.cmd.Process.Signal(syscall.SIGKILL)
+		s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// client is an application's client of the server.
+func (s *redisServer) client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	s.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// ctokenStore runs the command line and returns its exit status and output.
+func ctokenStore(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// Usage errors exit 2 before talking to any server.
+func TestUsageErrorsExitTwo(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"no command", nil, 2},
+		{"unknown command", []string{"frobnicate"}, 2},
+		{"help", []string{"help"}, 0},
+		{"no server", []string{"status"}, 2},
+		{"two servers", []string{"status", "-addr", "127.0.0.1:1", "-cluster", "127.0.0.1:2"}, 2},
+		{"sentinel without master", []string{"status", "-sentinel", "127.0.0.1:1"}, 2},
+		{"master without sentinel", []string{"status", "-addr", "127.0.0.1:1", "-master", "m"}, 2},
+		{"unknown flag", []string{"provision", "-addr", "127.0.0.1:1", "-json"}, 2},
+		{"an argument left", []string{"status", "-addr", "127.0.0.1:1", "extra"}, 2},
+		{"reopen without who", []string{"reopen", "-addr", "127.0.0.1:1", "-reason", "INC-1"}, 2},
+		{"reopen without why", []string{"reopen", "-addr", "127.0.0.1:1", "-accepted-by", "alice"}, 2},
+		{"a prefix with a brace", []string{"status", "-addr", "127.0.0.1:1", "-prefix", "a{b"}, 2},
+		{"a malformed URL", []string{"status", "-url", "redis://:hunter2@[::1"}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := ctokenStore(tt.args...)
+			if code != tt.want {
+				t.Fatalf("ctoken-store %q = %d (%s); want %d", tt.args, code, stderr, tt.want)
+			}
+			if strings.Contains(stderr, "hunter2") {
+				t.Fatalf("stderr shows the password: %s", stderr)
+			}
+		})
+	}
+}
+
+// A server that cannot be reached is a failure: exit 1.
+func TestUnreachableServerExitsOne(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	for _, cmd := range []string{"provision", "status"} {
+		if code, _, stderr := ctokenStore(cmd, "-addr", addr, "-timeout", "2s"); code != 1 {
+			t.Fatalf("%s against a closed port = %d (%s); want 1", cmd, code, stderr)
+		}
+	}
+}
+
+// The first deploy: Open refuses the prefix, naming provision; provision
+// opens it; Open serves; provision again changes nothing.
+func TestFirstDeployProvisionThenOpenServes(t *testing.T) {
+	srv := startRedis(t)
+	ctx := context.Background()
+	opts := redisstore.Options{Prefix: "pay:", Logger: quiet()}
+	if _, err := redisstore.Open(ctx, srv.client(), opts); !errors.Is(err, redisstore.ErrConfig) || !strings.Contains(redisstore.Reason(err), "ctoken-store provision") {
+		t.Fatalf("Open before provision = %v; want ErrConfig naming ctoken-store provision", err)
+	}
+	code, stdout, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:")
+	if code != 0 || !strings.Contains(stdout, "provisioned, 64 of 64") {
+		t.Fatalf("provision = %d, %q, %q", code, stdout, stderr)
+	}
+	s, err := redisstore.Open(ctx, srv.client(), opts)
+	if err != nil {
+		t.Fatalf("Open after provision: %v", err)
+	}
+	defer s.Close()
+	if first, err := s.Claim(ctx, "tok-1", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("claim = %v, %v; want first", first, err)
+	}
+	if code, stdout, _ := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:"); code != 0 || !strings.Contains(stdout, "already provisioned") {
+		t.Fatalf("provision again = %d, %q; want 0, already provisioned", code, stdout)
+	}
+	code, stdout, _ = ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:")
+	for _, want := range []string{"64 open, 0 fenced, 0 missing", "verdict  serving", "provisioned", "appendonly no"} {
+		if code != 0 || !strings.Contains(stdout, want) {
+			t.Fatalf("status = %d, %q; want %q", code, stdout, want)
+		}
+	}
+}
+
+// A restart of a Redis without persistence while a store runs: the
+// store's claims fence the shards; a new Open refuses naming the way back;
+// provision refuses; status shows the fences; reopen with the risk
+// accepted opens the key space, the running store and a new Open serve,
+// and the risk is reported and recorded.
+func TestRestartWithoutPersistenceReopenServes(t *testing.T) {
+	srv := startRedis(t)
+	ctx := context.Background()
+	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:"); code != 0 {
+		t.Fatalf("provision = %d: %s", code, stderr)
+	}
+	opts := redisstore.Options{Prefix: "pay:", Logger: quiet()}
+	running, err := redisstore.Open(ctx, srv.client(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Close()
+	until := time.Now().Add(time.Minute)
+	for i := range 20 {
+		if first, err := running.Claim(ctx, fmt.Sprint("before-", i), until); !first || err != nil {
+			t.Fatal(first, err)
+		}
+	}
+	srv.kill()
+	srv.start()
+	fenced := 0
+	for i := 0; i < 400; i++ {
+		if _, err := running.Claim(ctx, fmt.Sprint("after-", i), until); errors.Is(err, redisstore.ErrFenced) {
+			fenced++
+		}
+	}
+	if fenced == 0 {
+		t.Fatal("no claim fenced after the restart")
+	}
+	_, err = redisstore.Open(ctx, srv.client(), opts)
+	if !errors.Is(err, redisstore.ErrFenced) || !strings.Contains(redisstore.Reason(err), "ctoken-store reopen") || !strings.Contains(err.Error(), "fenced until") {
+		t.Fatalf("Open after the loss = %v; want ErrFenced naming the fence's end and ctoken-store reopen", err)
+	}
+	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:"); code != 1 || !strings.Contains(stderr, "ctoken-store reopen") {
+		t.Fatalf("provision after the loss = %d, %q; want 1 naming ctoken-store reopen", code, stderr)
+	}
+	code, stdout, _ := ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:")
+	for _, want := range []string{"FENCED", "fenced until", "0 open"} {
+		if code != 0 || !strings.Contains(stdout, want) {
+			t.Fatalf("status = %d, %q; want %q", code, stdout, want)
+		}
+	}
+	t.Logf("status after the loss:\n%s", stdout)
+	code, stdout, stderr := ctokenStore("reopen", "-addr", srv.addr, "-prefix", "pay:", "-accepted-by", "alice (on call)", "-reason", "INC-7: Redis restarted without persistence")
+	if code != 0 || !strings.Contains(stdout, "reopened 64 of 64") || !strings.Contains(stderr, "risk_accepted") {
+		t.Fatalf("reopen = %d, %q, %q; want 0, 64 shards reopened and the risk_accepted event logged", code, stdout, stderr)
+	}
+	if first, err := running.Claim(ctx, "fresh", until); !first || err != nil {
+		t.Fatalf("claim of the running store after reopen = %v, %v; want first", first, err)
+	}
+	s, err := redisstore.Open(ctx, srv.client(), opts)
+	if err != nil {
+		t.Fatalf("Open after reopen: %v", err)
+	}
+	s.Close()
+	code, stdout, _ = ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:", "-json")
+	var st redisstore.Status
+	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
+		t.Fatalf("status -json = %d, %v: %s", code, err, stdout)
+	}
+	last := st.Ledger[len(st.Ledger)-1]
+	if st.Open != redisstore.Shards || last.Kind != "reopened" || !strings.Contains(last.Detail, "alice (on call)") || !strings.Contains(last.Detail, "INC-7") {
+		t.Fatalf("status after reopen: %+v; want every shard open and the reopened entry", st)
+	}
+}
+
+// A password comes from the URL or CTOKEN_REDIS_PASSWORD, and is never
+// printed, also when it is wrong.
+func TestPasswordIsNeverPrinted(t *testing.T) {
+	const pw = "s3cret-pw-123"
+	srv := startRedis(t, "--requirepass", pw)
+	tests := []struct {
+		name string
+		env  string
+		args []string
+		want int
+	}{
+		{"in the URL", "", []string{"status", "-url", "redis://:" + pw + "@" + srv.addr + "/0"}, 0},
+		{"from the environment", pw, []string{"status", "-addr", srv.addr}, 0},
+		{"wrong, in the URL", "", []string{"status", "-url", "redis://:" + pw + "-wrong@" + srv.addr}, 1},
+		{"wrong, from the environment", pw + "-wrong", []string{"status", "-addr", srv.addr}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(passwordEnv, tt.env)
+			code, stdout, stderr := ctokenStore(tt.args...)
+			if code != tt.want {
+				t.Fatalf("= %d (%s); want %d", code, stderr, tt.want)
+			}
+			if strings.Contains(stdout+stderr, pw) {
+				t.Fatalf("the output shows the password:\n%s\n%s", stdout, stderr)
+			}
+		})
+	}
+}
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,233 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Status is what a store knows of its key space and servers, for an
+// operator deciding how to bring it back (the ctoken-store command prints
+// it). It holds no ID, token or key, and no password.
+type Status struct {
+	// Prefix and Horizon are the store's.
+	Prefix  string
+	Horizon time.Duration
+	// Open, Fenced and Missing count the shards by marker: open (or a
+	// fence that has ended), fenced (a fence not yet ended, or a marker
+	// holding a value the store does not know), missing (never
+	// provisioned, or lost).
+	Open, Fenced, Missing int
+	// FencedUntil is when the last fence ends, by Redis's clock; zero when
+	// no shard is fenced.
+	FencedUntil time.Time
+	// Ledger is the key space's history, oldest first.
+	Ledger []LedgerEntry
+	// Servers is what each master shows now, one entry per master.
+	Servers []ServerStatus
+}
+
+// ServerStatus is what one master shows now: its identity and what tells
+// of loss (see docs/fleet.md, "When the store refuses").
+type ServerStatus struct {
+	// RunID is the server's run_id (INFO server): a new one means the
+	// server restarted, or another server answers.
+	RunID string
+	// Role is "master", or what ROLE answered.
+	Role string
+	// AppendOnly, AppendFsync and Save are the persistence settings
+	// (CONFIG GET); "" when the server refuses CONFIG GET.
+	AppendOnly, AppendFsync, Save string
+	// MaxmemoryPolicy and Maxmemory are the eviction settings; "" when
+	// the server refuses CONFIG GET.
+	MaxmemoryPolicy, Maxmemory string
+	// EvictedKeys is INFO stats evicted_keys; Flushall, Flushdb and
+	// Swapdb are how often each command ran (INFO commandstats): each
+	// counts since the server started or CONFIG RESETSTAT.
+	EvictedKeys, Flushall, Flushdb, Swapdb int64
+}
+
+// Status reads the shard markers, the ledger and what every master shows
+// now. It writes nothing and runs no server check, so it answers also for
+// a store that refuses. ctx bounds it (one minute when ctx has no
+// deadline).
+func (s *Store) Status(ctx context.Context) (Status, error) {
+	ctx, cancel := adminDeadline(ctx)
+	defer cancel()
+	st := Status{Prefix: s.prefix, Horizon: s.horizon}
+	ks, err := s.readKeySpace(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.Open, st.Fenced, st.Missing, st.FencedUntil = ks.open, ks.fenced, ks.missing, ks.until
+	if st.Ledger, err = s.readLedger(ctx); err != nil {
+		return st, err
+	}
+	masters, err := s.mastersErr(ctx)
+	if err != nil {
+		return st, err
+	}
+	for _, m := range masters {
+		ss, err := s.serverStatus(ctx, m)
+		if err != nil {
+			return st, err
+		}
+		st.Servers = append(st.Servers, ss)
+	}
+	return st, nil
+}
+
+// serverStatus reads one master's ServerStatus.
+func (s *Store) serverStatus(ctx context.Context, m doer) (ServerStatus, error) {
+	var ss ServerStatus
+	info := func(section string) (map[string]string, error) {
+		v, err := m.Do(ctx, "INFO", section).Result()
+		if err != nil {
+			return nil, s.wrapErr(ctx, err)
+		}
+		text, _ := v.(string)
+		out := map[string]string{}
+		for _, line := range strings.Split(text, "\n") {
+			if k, val, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+				out[k] = val
+			}
+		}
+		return out, nil
+	}
+	server, err := info("server")
+	if err != nil {
+		return ss, err
+	}
+	ss.RunID = server["run_id"]
+	stats, err := info("stats")
+	if err != nil {
+		return ss, err
+	}
+	ss.EvictedKeys, _ = strconv.ParseInt(stats["evicted_keys"], 10, 64)
+	cmds, err := info("commandstats")
+	if err != nil {
+		return ss, err
+	}
+	ss.Flushall, ss.Flushdb, ss.Swapdb = calls(cmds["cmdstat_flushall"]), calls(cmds["cmdstat_flushdb"]), calls(cmds["cmdstat_swapdb"])
+	if v, err := m.Do(ctx, "ROLE").Result(); err == nil {
+		ss.Role, _, _ = parseRole(v)
+	} else if !isRefused(err) {
+		return ss, s.wrapErr(ctx, err)
+	}
+	for _, c := range []struct {
+		name string
+		dst  *string
+	}{{"appendonly", &ss.AppendOnly}, {"appendfsync", &ss.AppendFsync}, {"save", &ss.Save}, {"maxmemory-policy", &ss.MaxmemoryPolicy}, {"maxmemory", &ss.Maxmemory}} {
+		v, err := m.Do(ctx, "CONFIG", "GET", c.name).Result()
+		if err != nil {
+			if isRefused(err) {
+				continue
+			}
+			return ss, s.wrapErr(ctx, err)
+		}
+		*c.dst, _ = configValue(v, c.name)
+	}
+	return ss, nil
+}
+
+// calls reads the calls= field of an INFO commandstats value.
+func calls(v string) int64 {
+	for _, f := range strings.Split(v, ",") {
+		if n, ok := strings.CutPrefix(f, "calls="); ok {
+			c, _ := strconv.ParseInt(n, 10, 64)
+			return c
+		}
+	}
+	return 0
+}
+
+// maxAcceptLen bounds Reopen's acceptedBy and reason.
+const maxAcceptLen = 200
+
+// Reopen opens every shard that is fenced or missing, at once: the way
+// back to service after a loss, before the fences end by themselves (one
+// horizon). It is an operator's decision (ctoken-store reopen), never
+// automation's: every ID claimed before the loss and not yet expired is
+// accepted again. acceptedBy (who decided) and reason (why) are required,
+// one line each of at most 200 bytes, else it refuses with [ErrConfig];
+// they are written to the key space's ledger, so they must name no ID,
+// token or key.
+//
+// It runs the server checks of [Open] first and refuses a server Open
+// would refuse. It writes a "reopened" ledger entry naming who, why, how
+// many shards it opened and when the fences it cut short would have
+// ended, reports [EventRiskAccepted] (Option "Reopen") to the Observer and
+// logs one Warn line. Running stores serve the reopened shards at their
+// next call. It returns how many shards it opened; 0, with nothing
+// written, when every shard was open.
+func (s *Store) Reopen(ctx context.Context, acceptedBy, reason string) (opened int, err error) {
+	for _, f := range []struct{ name, v string }{{"acceptedBy", acceptedBy}, {"reason", reason}} {
+		if err := checkAccept(f.v); err != nil {
+			return 0, refuse(ErrConfig, "Reopen needs who accepts the risk and why", fmt.Errorf("%s: %w", f.name, err))
+		}
+	}
+	ctx, cancel := adminDeadline(ctx)
+	defer cancel()
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
+	ks, err := s.readKeySpace(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if ks.markedOpen == Shards {
+		s.spaceOK.Store(true)
+		return 0, nil
+	}
+	for _, m := range s.tags {
+		v, err := s.call(ctx, "EVAL", reopenScript, 1, m)
+		if err != nil {
+			return opened, err
+		}
+		if n, _ := v.(int64); n == 1 {
+			opened++
+		}
+	}
+	cut := "none"
+	if !ks.until.IsZero() {
+		cut = fmt.Sprintf("%d until %s", ks.fenced, ks.until.UTC().Format(time.RFC3339))
+	}
+	detail := fmt.Sprintf("by %q because %q: opened %d of %d shards (fences cut short: %s; missing: %d)", acceptedBy, reason, opened, Shards, cut, ks.missing)
+	if err := s.note(ctx, ledgerReopened, detail); err != nil {
+		return opened, err
+	}
+	s.spaceOK.Store(true)
+	if s.opts.Observer != nil {
+		s.opts.Observer(Event{Kind: EventRiskAccepted, Shard: -1, Option: "Reopen", Risk: riskReopen})
+	}
+	s.log.Warn("redisstore: key space reopened by an operator; "+riskReopen, slog.String("event", EventRiskAccepted.String()),
+		slog.String("prefix", s.prefix), slog.Int("opened", opened), slog.String("fences_cut", cut), slog.Int("missing", ks.missing),
+		slog.String("accepted_by", acceptedBy), slog.String("reason", reason))
+	return opened, nil
+}
+
+// riskReopen is the Risk of Reopen's EventRiskAccepted.
+const riskReopen = "IDs claimed before the loss and not yet expired are accepted again"
+
+// checkAccept refuses an empty, long or multi-line acceptedBy or reason.
+func checkAccept(v string) error {
+	switch {
+	case strings.TrimSpace(v) == "":
+		return errors.New("empty")
+	case len(v) > maxAcceptLen:
+		return fmt.Errorf("longer than %d bytes", maxAcceptLen)
+	case strings.IndexFunc(v, unicode.IsControl) >= 0:
+		return errors.New("not one line of text")
+	}
+	return nil
+}
+
+// reopenScript opens KEYS[1] unless it is open: 1 opened, 0 open already.
+const reopenScript = `if redis.call('GET', KEYS[1]) == 'O' then return 0 end
+redis.call('SET', KEYS[1], 'O')
+return 1`
