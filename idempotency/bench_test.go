@@ -260,11 +260,12 @@ func BenchmarkRecordSeal(b *testing.B) {
 // (the handler's response buffered, encoded, sealed and recorded in a
 // replay.MemoryStore) and replayed request (the record copied out of the
 // store, opened, decoded and written) at response bodies of 256 B, 4 KiB,
-// 64 KiB and 256 KiB, each beside its floor in the same run: one-copy is
+// 64 KiB and 256 KiB, each beside its floors in the same run: one-copy is
 // one copy of the body into a new slice, the least a stored response can
-// cost. The headers cases hold the body at 4 KiB and store 1, 8 or 32
-// header lines (ReplayHeaders), to show what the lines cost in time and
-// allocations.
+// cost, and bare the handler alone (what it allocates itself, setting
+// its headers). The headers cases hold the body at 4 KiB and store 1, 8
+// or 32 header lines (ReplayHeaders), to show what the lines cost in time
+// and allocations.
 func BenchmarkMiddlewareResponseSizes(b *testing.B) {
 	reqBody := []byte(`{"amount":100,"currency":"eur","to":"x"}`)
 	run := func(b *testing.B, size, lines int) {
@@ -317,6 +318,9 @@ func BenchmarkMiddlewareResponseSizes(b *testing.B) {
 		})
 		b.Run("replayed", func(b *testing.B) {
 			serve(b, newMW(b, 1), func(int) string { return `"k"` })
+		})
+		b.Run("bare", func(b *testing.B) {
+			serve(b, handler, func(int) string { return "" })
 		})
 		b.Run("one-copy", func(b *testing.B) {
 			b.SetBytes(int64(size))
