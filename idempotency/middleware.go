@@ -266,11 +266,7 @@ func (a *attempt) replay(w http.ResponseWriter, rec replay.Record, fp []byte) {
 			h.Del(name) // the recorded values replace what an outer handler set
 		}
 	}
-	for _, kv := range resp.Header {
-		if name, ok := p.replayable(kv[0]); ok {
-			h.Add(name, kv[1])
-		}
-	}
+	addReplayed(h, resp.Header, p.replayable)
 	h.Set(ReplayedHeader, "true")
 	p.report(errReplayed, a.acquired)
 	w.WriteHeader(resp.Status)
@@ -300,6 +296,34 @@ func (a *attempt) handlerRequest(ctx context.Context, body []byte) *http.Request
 func (p *params) replayable(name string) (string, bool) {
 	name = textproto.CanonicalMIMEHeaderKey(name)
 	return name, !refusedHeaders[name] && slices.Contains(p.replay, name)
+}
+
+// addReplayed adds to h the values of lines whose names replayable
+// accepts, under the name it returns, in order, as h.Add would, with
+// every value in one array: a name's lines follow each other in a record
+// (see [storedHeader]), so each name's values are one run of it, and the
+// allocations do not grow with the number of lines. A name whose lines
+// are not one run gets the rest of its values appended.
+func addReplayed(h http.Header, lines [][2]string, replayable func(string) (string, bool)) {
+	values := make([]string, 0, len(lines))
+	prev, run := "", 0
+	for _, kv := range lines {
+		name, ok := replayable(kv[0])
+		if !ok {
+			continue
+		}
+		values = append(values, kv[1])
+		if name == prev && len(h[name]) == len(values)-1-run {
+			h[name] = values[run:len(values):len(values)]
+			continue
+		}
+		if len(h[name]) > 0 {
+			h[name] = append(h[name], kv[1])
+			continue
+		}
+		prev, run = name, len(values)-1
+		h[name] = values[run:len(values):len(values)]
+	}
 }
 
 // run runs next under the lease a holds and settles the key: the
@@ -363,7 +387,7 @@ func (a *attempt) run(w http.ResponseWriter, next http.Handler, body []byte) {
 		b.send()
 		return
 	}
-	enc, err := p.records.seal(a.id, a.fp, Response{Status: b.status, Header: storedHeader(w.Header(), p.replay), Body: b.buf.Bytes()})
+	enc, err := p.records.sealBuffered(a.id, a.fp, b.status, storedHeader(w.Header(), p.replay), &b.buf)
 	if err != nil {
 		enc = a.tooLarge(b.status)
 	}
@@ -544,7 +568,7 @@ type bufferWriter struct {
 	w       http.ResponseWriter
 	status  int
 	late    http.Header // what Header returns once the status is set
-	buf     bytes.Buffer
+	buf     respBuffer
 	through bool // over the cap: written straight to w
 	settled bool // the key is recorded or released
 	hold    bool // Transactional: the whole response is held until the commit, whatever its size

@@ -5,12 +5,12 @@ import (
 	"encoding/binary"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/internal/ringkey"
 	"github.com/ctoken/ctoken/internal/xaes"
 	"github.com/ctoken/ctoken/replay"
-	"github.com/fxamacker/cbor/v2"
 )
 
 // recordVersion is the only version of the stored response encoding.
@@ -46,40 +46,47 @@ type Response struct {
 	TooLarge bool
 }
 
-// wireResponse is the CBOR form of Response.
-type wireResponse struct {
-	Version  uint     `cbor:"1,keyasint"`
-	Status   uint     `cbor:"2,keyasint"`
-	Header   []string `cbor:"3,keyasint,omitempty"`
-	Body     []byte   `cbor:"4,keyasint,omitempty"`
-	TooLarge bool     `cbor:"5,keyasint,omitempty"`
+// The CBOR of a stored response, written and read by hand: one map head,
+// then the keys in order, each value with the shortest head (Core
+// Deterministic Encoding). Major types and simple values used:
+const (
+	cborUint  = 0 << 5
+	cborBytes = 2 << 5
+	cborText  = 3 << 5
+	cborArray = 4 << 5
+	cborMap   = 5 << 5
+	cborTrue  = 0xf5
+)
+
+// headSize is the length of a CBOR head carrying v.
+func headSize(v int) int {
+	switch {
+	case v < 24:
+		return 1
+	case v <= 0xff:
+		return 2
+	case v <= 0xffff:
+		return 3
+	case v <= 0xffffffff:
+		return 5
+	}
+	return 9
 }
 
-var (
-	recordEnc = func() cbor.EncMode {
-		m, err := cbor.CoreDetEncOptions().EncMode()
-		if err != nil {
-			panic(err)
-		}
-		return m
-	}()
-	recordDec = func() cbor.DecMode {
-		m, err := cbor.DecOptions{
-			DupMapKey:         cbor.DupMapKeyEnforcedAPF,
-			IndefLength:       cbor.IndefLengthForbidden,
-			TagsMd:            cbor.TagsForbidden,
-			ExtraReturnErrors: cbor.ExtraDecErrorUnknownField,
-			MaxNestedLevels:   4,
-			MaxArrayElements:  2 * maxStoredHeaders,
-			MaxMapPairs:       16,
-			UTF8:              cbor.UTF8RejectInvalid,
-		}.DecMode()
-		if err != nil {
-			panic(err)
-		}
-		return m
-	}()
-)
+// appendHead appends the shortest CBOR head of major type major carrying v.
+func appendHead(dst []byte, major byte, v int) []byte {
+	switch {
+	case v < 24:
+		return append(dst, major|byte(v))
+	case v <= 0xff:
+		return append(dst, major|24, byte(v))
+	case v <= 0xffff:
+		return append(dst, major|25, byte(v>>8), byte(v))
+	case v <= 0xffffffff:
+		return binary.BigEndian.AppendUint32(append(dst, major|26), uint32(v))
+	}
+	return binary.BigEndian.AppendUint64(append(dst, major|27), uint64(v))
+}
 
 // EncodeResponse returns the stored form of r, or an error matching
 // [replay.ErrTooLarge] when it would exceed [replay.MaxResultBytes], has
@@ -87,29 +94,81 @@ var (
 // and [ErrRecord] for a status outside 200 to 599, an invalid header, or
 // a TooLarge response with headers or a body.
 func EncodeResponse(r Response) ([]byte, error) {
-	if err := checkResponse(r.Status, len(r.Header), r.TooLarge, len(r.Body)); err != nil {
+	n, err := encodedSize(r)
+	if err != nil {
 		return nil, err
 	}
-	w := wireResponse{Version: recordVersion, Status: uint(r.Status), Body: r.Body, TooLarge: r.TooLarge}
-	n := 0
+	return appendResponse(make([]byte, 0, n), r), nil
+}
+
+// encodedSize checks r as [EncodeResponse] does and returns the length of
+// its encoding.
+func encodedSize(r Response) (int, error) {
+	if err := checkResponse(r.Status, len(r.Header), r.TooLarge, len(r.Body)); err != nil {
+		return 0, err
+	}
+	n := 1 + 2 + 1 + headSize(r.Status) // map head, key 1 and version, key 2 and status
+	text := 0
 	for _, kv := range r.Header {
 		if !isToken(kv[0]) || !validFieldValue(kv[1]) {
-			return nil, errRecordCorrupt
+			return 0, errRecordCorrupt
 		}
-		n += len(kv[0]) + len(kv[1])
-		w.Header = append(w.Header, kv[0], kv[1])
+		text += len(kv[0]) + len(kv[1])
+		n += headSize(len(kv[0])) + len(kv[0]) + headSize(len(kv[1])) + len(kv[1])
 	}
-	if n > MaxStoredHeaderBytes || len(r.Header) > maxStoredHeaders {
-		return nil, replay.ErrTooLarge
+	if text > MaxStoredHeaderBytes || len(r.Header) > maxStoredHeaders {
+		return 0, replay.ErrTooLarge
 	}
-	b, err := recordEnc.Marshal(w)
-	if err != nil {
-		return nil, errRecordCorrupt
+	if len(r.Header) > 0 {
+		n += 1 + headSize(2*len(r.Header))
 	}
-	if len(b) > replay.MaxResultBytes {
-		return nil, replay.ErrTooLarge
+	if len(r.Body) > 0 {
+		n += 1 + headSize(len(r.Body)) + len(r.Body)
 	}
-	return b, nil
+	if r.TooLarge {
+		n += 2
+	}
+	if n > replay.MaxResultBytes {
+		return 0, replay.ErrTooLarge
+	}
+	return n, nil
+}
+
+// appendResponse appends the encoding of r, which [encodedSize] accepted.
+func appendResponse(dst []byte, r Response) []byte {
+	return append(appendResponseHead(dst, r), r.Body...)
+}
+
+// appendResponseHead appends all of r's encoding but the body's bytes,
+// which come last: a response with a body is never TooLarge, so key 5
+// never follows it.
+func appendResponseHead(dst []byte, r Response) []byte {
+	fields := 2
+	if len(r.Header) > 0 {
+		fields++
+	}
+	if len(r.Body) > 0 {
+		fields++
+	}
+	if r.TooLarge {
+		fields++
+	}
+	dst = append(dst, cborMap|byte(fields), 1, cborUint|recordVersion, 2)
+	dst = appendHead(dst, cborUint, r.Status)
+	if len(r.Header) > 0 {
+		dst = appendHead(append(dst, 3), cborArray, 2*len(r.Header))
+		for _, kv := range r.Header {
+			dst = append(appendHead(dst, cborText, len(kv[0])), kv[0]...)
+			dst = append(appendHead(dst, cborText, len(kv[1])), kv[1]...)
+		}
+	}
+	if len(r.Body) > 0 {
+		dst = appendHead(append(dst, 4), cborBytes, len(r.Body))
+	}
+	if r.TooLarge {
+		dst = append(dst, 5, cborTrue)
+	}
+	return dst
 }
 
 // DecodeResponse decodes a stored response strictly: at most
@@ -119,41 +178,159 @@ func EncodeResponse(r Response) ([]byte, error) {
 // length, valid UTF-8; version 1, a status of 200 to 599, header names
 // that are tokens and values without control characters, at most 64
 // lines and [MaxStoredHeaderBytes]. Any other input is an error matching
-// [ErrRecord]; it never panics.
+// [ErrRecord]; it never panics. The Body it returns is a copy.
 func DecodeResponse(b []byte) (Response, error) {
+	r, err := decodeResponse(b)
+	r.Body = bytes.Clone(r.Body)
+	return r, err
+}
+
+// decodeResponse is [DecodeResponse] with a Body that is b's own bytes.
+// It accepts exactly what [EncodeResponse] writes: every head the
+// shortest, the keys in order, the optional ones present only when not
+// empty (TooLarge only when true), nothing after the map.
+func decodeResponse(b []byte) (Response, error) {
 	if len(b) == 0 || len(b) > replay.MaxResultBytes {
 		return Response{}, errRecordCorrupt
 	}
-	var w wireResponse
-	if err := recordDec.Unmarshal(b, &w); err != nil {
+	d := cborReader{b: b}
+	fields := d.head(cborMap)
+	if fields < 2 || fields > 5 || d.byte() != 1 || d.head(cborUint) != recordVersion || d.byte() != 2 {
 		return Response{}, errRecordCorrupt
 	}
-	if w.Version != recordVersion || len(w.Header)%2 != 0 {
-		return Response{}, errRecordCorrupt
-	}
-	// A status past the int range wraps to a negative int, which
-	// checkResponse refuses like every other one outside 200..599.
-	if err := checkResponse(int(w.Status), len(w.Header)/2, w.TooLarge, len(w.Body)); err != nil {
-		return Response{}, errRecordCorrupt
-	}
-	r := Response{Status: int(w.Status), Body: w.Body, TooLarge: w.TooLarge}
-	n := 0
-	for i := 0; i < len(w.Header); i += 2 {
-		name, value := w.Header[i], w.Header[i+1]
-		if !isToken(name) || !validFieldValue(value) {
+	r := Response{Status: d.head(cborUint)}
+	// Header item i (names and values alternating) is b[at[i]:at[i]+size[i]].
+	var at, size [2 * maxStoredHeaders]int
+	items, textLen := 0, 0
+	last := byte(2)
+	for range fields - 2 {
+		key := d.byte()
+		if key <= last {
+			d.bad = true // out of order, repeated, or not a key
+		}
+		last = key
+		switch key {
+		case 3:
+			items = d.head(cborArray)
+			if items == 0 || items%2 != 0 || items > len(at) {
+				return Response{}, errRecordCorrupt
+			}
+			for i := range items {
+				size[i] = d.head(cborText)
+				at[i] = d.off
+				d.skip(size[i])
+				textLen += size[i]
+			}
+		case 4:
+			n := d.head(cborBytes)
+			d.bad = d.bad || n == 0
+			r.Body = d.skip(n)
+		case 5:
+			r.TooLarge = d.byte() == cborTrue
+			d.bad = d.bad || !r.TooLarge
+		default:
+			d.bad = true
+		}
+		if d.bad {
 			return Response{}, errRecordCorrupt
 		}
-		n += len(name) + len(value)
-		r.Header = append(r.Header, [2]string{name, value})
 	}
-	if n > MaxStoredHeaderBytes {
+	if d.off != len(b) {
 		return Response{}, errRecordCorrupt
 	}
-	again, err := recordEnc.Marshal(w)
-	if err != nil || !bytes.Equal(again, b) {
-		return Response{}, errRecordCorrupt // not canonical: not ours
+	if err := checkResponse(r.Status, items/2, r.TooLarge, len(r.Body)); err != nil {
+		return Response{}, errRecordCorrupt
+	}
+	if items > 0 {
+		if textLen > MaxStoredHeaderBytes {
+			return Response{}, errRecordCorrupt
+		}
+		// One string holds every name and value.
+		var sb strings.Builder
+		sb.Grow(textLen)
+		for i := range items {
+			sb.Write(b[at[i] : at[i]+size[i]])
+		}
+		all := sb.String()
+		if !utf8.ValidString(all) {
+			return Response{}, errRecordCorrupt
+		}
+		r.Header = make([][2]string, items/2)
+		start := 0
+		for i := range items {
+			r.Header[i/2][i%2] = all[start : start+size[i]]
+			start += size[i]
+		}
+		for _, kv := range r.Header {
+			if !isToken(kv[0]) || !validFieldValue(kv[1]) {
+				return Response{}, errRecordCorrupt
+			}
+		}
 	}
 	return r, nil
+}
+
+// cborReader reads the heads and items of a stored response. Any head
+// that is not the shortest, of another major type, indefinite, or past
+// the end sets bad, after which every read returns zero.
+type cborReader struct {
+	b   []byte
+	off int
+	bad bool
+}
+
+// byte reads one byte.
+func (d *cborReader) byte() byte {
+	if d.bad || d.off >= len(d.b) {
+		d.bad = true
+		return 0
+	}
+	c := d.b[d.off]
+	d.off++
+	return c
+}
+
+// head reads a head of major type major and returns its value, at most
+// [replay.MaxResultBytes] (no item of a stored response is longer).
+func (d *cborReader) head(major byte) int {
+	c := d.byte()
+	if c&0xe0 != major {
+		d.bad = true
+		return 0
+	}
+	info := c & 0x1f
+	var v uint64
+	switch {
+	case info < 24:
+		return int(info)
+	case info == 24:
+		v = uint64(d.byte())
+		d.bad = d.bad || v < 24
+	case info == 25:
+		v = uint64(d.byte())<<8 | uint64(d.byte())
+		d.bad = d.bad || v <= 0xff
+	case info == 26:
+		v = uint64(d.byte())<<24 | uint64(d.byte())<<16 | uint64(d.byte())<<8 | uint64(d.byte())
+		d.bad = d.bad || v <= 0xffff
+	default: // 27 needs a value over 32 bits; 28 to 31 are reserved or indefinite
+		d.bad = true
+	}
+	if d.bad || v > replay.MaxResultBytes {
+		d.bad = true
+		return 0
+	}
+	return int(v)
+}
+
+// skip returns the next n bytes and moves past them.
+func (d *cborReader) skip(n int) []byte {
+	if d.bad || n > len(d.b)-d.off {
+		d.bad = true
+		return nil
+	}
+	s := d.b[d.off : d.off+n : d.off+n]
+	d.off += n
+	return s
 }
 
 // checkResponse checks the fields every stored response must satisfy.
@@ -185,7 +362,14 @@ func validFieldValue(v string) bool {
 // values in order, each as net/http would send it: control characters
 // (CR and LF among them) as spaces, no space or tab at either end.
 func storedHeader(h http.Header, names []string) [][2]string {
-	var out [][2]string
+	lines := 0
+	for _, n := range names {
+		lines += len(h[n])
+	}
+	if lines == 0 {
+		return nil
+	}
+	out := make([][2]string, 0, lines)
 	for _, n := range names {
 		for _, v := range h[n] {
 			out = append(out, [2]string{n, cleanFieldValue(v)})
@@ -283,15 +467,38 @@ func sealAD(dst, header []byte, id string, fp []byte) []byte {
 // errors are EncodeResponse's, and [replay.ErrTooLarge] for an encoding
 // that does not fit [replay.MaxResultBytes] once sealed.
 func (s sealer) seal(id string, fp []byte, r Response) ([]byte, error) {
-	enc, err := EncodeResponse(r)
+	return s.sealIn(id, fp, r, nil)
+}
+
+// sealBuffered is seal of the response with status, header and the body
+// held in buf, whose room in front of the body it writes the start of the
+// encoding into, so the body is sealed where the handler wrote it.
+func (s sealer) sealBuffered(id string, fp []byte, status int, header [][2]string, buf *respBuffer) ([]byte, error) {
+	return s.sealIn(id, fp, Response{Status: status, Header: header, Body: buf.Bytes()}, buf.b)
+}
+
+// sealIn is seal. When whole is not nil, r.Body is whole[respRoom:] and
+// whole[:respRoom] may be overwritten: if what comes before the body in
+// the encoding fits there, it is written there and sealed with the body
+// in place; otherwise the encoding is put together in a new slice, with
+// one copy of the body.
+func (s sealer) sealIn(id string, fp []byte, r Response, whole []byte) ([]byte, error) {
+	n, err := encodedSize(r)
 	if err != nil {
 		return nil, err
 	}
-	if len(enc) > maxSealedPlaintext {
+	if n > maxSealedPlaintext {
 		return nil, replay.ErrTooLarge
 	}
 	if len(s.aeads) == 0 {
 		return nil, errRecordCorrupt // a zero Middleware: New never builds one
+	}
+	var enc []byte
+	if head := n - len(r.Body); len(r.Body) > 0 && head <= respRoom && len(whole) == respRoom+len(r.Body) {
+		enc = whole[respRoom-head:]
+		appendResponseHead(enc[:0], r)
+	} else {
+		enc = appendResponse(make([]byte, 0, n), r)
 	}
 	out := make([]byte, sealHeaderSize, sealOverhead+len(enc))
 	out[0] = sealVersion
@@ -299,6 +506,40 @@ func (s sealer) seal(id string, fp []byte, r Response) ([]byte, error) {
 	var adBuf [sealHeaderSize + 8 + 128]byte
 	ad := sealAD(adBuf[:0], out[:sealHeaderSize], id, fp)
 	return s.aeads[0].Seal(out, enc, ad), nil
+}
+
+// respRoom is the room a [respBuffer] keeps in front of the body for the
+// start of the stored encoding: the map head, version, status and the
+// body's head, and a few short header lines (Content-Type, Location).
+const respRoom = 256
+
+// respBuffer holds a handler's response body with [respRoom] bytes in
+// front of it, once it has one, for [sealer.sealBuffered].
+type respBuffer struct {
+	b []byte // b[:respRoom] the room, b[respRoom:] the body; nil while empty
+}
+
+// Len returns the length of the body.
+func (r *respBuffer) Len() int { return max(len(r.b)-respRoom, 0) }
+
+// Bytes returns the body, nil when empty.
+func (r *respBuffer) Bytes() []byte {
+	if len(r.b) == 0 {
+		return nil
+	}
+	return r.b[respRoom:]
+}
+
+// Write appends p to the body.
+func (r *respBuffer) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if r.b == nil {
+		r.b = make([]byte, respRoom, respRoom+max(len(p), 512))
+	}
+	r.b = append(r.b, p...)
+	return len(p), nil
 }
 
 // openFault says why a stored record did not open; the zero value is
@@ -352,7 +593,7 @@ func (s sealer) open(id string, fp, b []byte) (Response, openFault) {
 	if err != nil {
 		return Response{}, openForged
 	}
-	r, err := DecodeResponse(pt)
+	r, err := decodeResponse(pt) // pt is ours: the body stays in it
 	if err != nil {
 		return Response{}, openUndecodable
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -305,8 +306,74 @@ func TestSealedRecordVectors(t *testing.T) {
 			if !bytes.Equal(sealed, want) {
 				t.Fatalf("seal = %x\nwant   %x", sealed, want)
 			}
+			if wantResp.TooLarge {
+				return // the marker is never a buffered response
+			}
+			// The same response buffered as a handler writes it seals to
+			// the same bytes, and its body is left as written.
+			var buf respBuffer
+			buf.Write(wantResp.Body)
+			sealed, err = one.sealBuffered(c.StoreID, fp, wantResp.Status, wantResp.Header, &buf)
+			if err != nil || !bytes.Equal(sealed, want) {
+				t.Fatalf("sealBuffered = %x, %v\nwant           %x", sealed, err, want)
+			}
+			if !bytes.Equal(buf.Bytes(), wantResp.Body) {
+				t.Fatal("sealBuffered changed the buffered body")
+			}
 		})
 	}
+}
+
+// TestSealBufferedMatchesSeal seals responses whose encoding before the
+// body fits the buffer's room and responses whose headers do not: both
+// open to the response given, and the buffered body is left as written.
+func TestSealBufferedMatchesSeal(t *testing.T) {
+	s, _ := newSealer(testKeys)
+	fp := bytes.Repeat([]byte{7}, FingerprintSize)
+	long := [][2]string{{"Content-Type", "application/json"}, {"Link", strings.Repeat("l", respRoom)}}
+	cases := []struct {
+		name string
+		r    Response
+	}{
+		{"no body", Response{Status: 204}},
+		{"small body, no header", Response{Status: 201, Body: []byte("{}")}},
+		{"body and a header", Response{Status: 201, Header: [][2]string{{"Content-Type", "application/json"}}, Body: bytes.Repeat([]byte("b"), 70000)}},
+		{"headers past the room", Response{Status: 200, Header: long, Body: []byte("body")}},
+		{"headers that just fit", Response{Status: 200, Header: [][2]string{{"X", strings.Repeat("v", respRoom-14)}}, Body: []byte("b")}},
+		{"headers one byte past", Response{Status: 200, Header: [][2]string{{"X", strings.Repeat("v", respRoom-13)}}, Body: []byte("b")}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf respBuffer
+			for chunk := range slices.Chunk(tc.r.Body, 1000) {
+				buf.Write(chunk)
+			}
+			if buf.Len() != len(tc.r.Body) {
+				t.Fatalf("Len = %d, want %d", buf.Len(), len(tc.r.Body))
+			}
+			sealed, err := s.sealBuffered("id", fp, tc.r.Status, tc.r.Header, &buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, fault := s.open("id", fp, sealed)
+			want, _ := DecodeResponse(must(EncodeResponse(tc.r)))
+			if fault != openOK || !reflect.DeepEqual(got, want) {
+				t.Fatalf("open = %+v, fault %d; want %+v", got, fault, want)
+			}
+			if !bytes.Equal(buf.Bytes(), tc.r.Body) {
+				t.Fatal("sealBuffered changed the buffered body")
+			}
+		})
+	}
+}
+
+// must returns b, failing the program for a non-nil err (test inputs
+// that are valid by construction).
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 func TestSealedRecordOpenRefuses(t *testing.T) {
@@ -536,5 +603,57 @@ func TestMiddlewareSealsTheTooLargeMarker(t *testing.T) {
 	problemOf(t, f.post(key1, `{}`), http.StatusInternalServerError)
 	if f.runs.Load() != 1 {
 		t.Fatalf("runs %d", f.runs.Load())
+	}
+}
+
+// TestAddReplayedAddsLinesInOrderLikeHeaderAdd checks addReplayed against
+// http.Header.Add: the same values under the same names in the same order,
+// for names in one run, names whose lines are interleaved, names left out,
+// and names already holding values; and that a later append to one name
+// does not change another's values.
+func TestAddReplayedAddsLinesInOrderLikeHeaderAdd(t *testing.T) {
+	only := func(names ...string) func(string) (string, bool) {
+		return func(n string) (string, bool) {
+			n = http.CanonicalHeaderKey(n)
+			return n, slices.Contains(names, n)
+		}
+	}
+	cases := []struct {
+		name   string
+		before http.Header
+		lines  [][2]string
+		accept func(string) (string, bool)
+	}{
+		{"one line", nil, [][2]string{{"Content-Type", "a/b"}}, only("Content-Type")},
+		{"runs", nil, [][2]string{{"Link", "1"}, {"Link", "2"}, {"Vary", "x"}, {"Link-Extra", "3"}}, only("Link", "Vary", "Link-Extra")},
+		{"interleaved", nil, [][2]string{{"Link", "1"}, {"Vary", "x"}, {"Link", "2"}, {"Vary", "y"}, {"Link", "3"}}, only("Link", "Vary")},
+		{"some refused", nil, [][2]string{{"Set-Cookie", "s"}, {"Link", "1"}, {"Set-Cookie", "t"}, {"Link", "2"}}, only("Link")},
+		{"lower-case names", nil, [][2]string{{"link", "1"}, {"LINK", "2"}}, only("Link")},
+		{"name already set", http.Header{"Link": {"outer"}}, [][2]string{{"Link", "1"}, {"Link", "2"}}, only("Link")},
+		{"none", nil, nil, only("Link")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, want := tc.before.Clone(), tc.before.Clone()
+			if got == nil {
+				got, want = http.Header{}, http.Header{}
+			}
+			addReplayed(got, tc.lines, tc.accept)
+			for _, kv := range tc.lines {
+				if name, ok := tc.accept(kv[0]); ok {
+					want.Add(name, kv[1])
+				}
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("addReplayed = %v, Header.Add %v", got, want)
+			}
+			for name := range got {
+				got[name] = append(got[name], "appended")
+				want[name] = append(want[name], "appended")
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("after appending to each name: %v, want %v", got, want)
+			}
+		})
 	}
 }

@@ -75,7 +75,7 @@ func (a *attempt) runWork(ctx context.Context, w http.ResponseWriter, next http.
 	}
 	var enc []byte
 	if b.buf.Len() <= p.maxResponse {
-		enc, err = p.records.seal(a.id, a.fp, Response{Status: b.status, Header: storedHeader(w.Header(), p.replay), Body: b.buf.Bytes()})
+		enc, err = p.records.sealBuffered(a.id, a.fp, b.status, storedHeader(w.Header(), p.replay), &b.buf)
 	}
 	if enc == nil || err != nil {
 		enc = a.tooLarge(b.status)

@@ -164,13 +164,15 @@ func (s *Store) evalOn(ctx context.Context, sc *script, cmd []any, direct bool) 
 // of on a goroutine of its own (see [Store.call]). That goroutine exists
 // to return at once when the caller's context ends or the store's deadline
 // passes while the client is still waiting. A context that cannot be
-// cancelled (Done returns nil) ends only at a deadline, and a go-redis
-// client with ContextTimeoutEnabled puts the context's deadline on the
-// socket (reads, writes, dials) and on its pool wait, so it returns by the
-// deadline itself: then the goroutine would only add a scheduling hop per
-// call. Any other client, or a context that can be cancelled, keeps it.
+// cancelled (Done returns nil), or one from [replay.WithDeadlineOnly]
+// (the webhook middleware's lease steps), ends only at a deadline, and a
+// go-redis client with ContextTimeoutEnabled puts the context's deadline
+// on the socket (reads, writes, dials) and on its pool wait, so it returns
+// by the deadline itself: then the goroutine would only add a scheduling
+// hop per call. Any other client, or a context that can be cancelled
+// otherwise, keeps it.
 func (s *Store) direct(parent context.Context) bool {
-	if parent == nil || parent.Done() != nil {
+	if parent == nil || (parent.Done() != nil && !replay.EndsOnlyAtDeadline(parent)) {
 		return false
 	}
 	switch c := s.client.(type) {

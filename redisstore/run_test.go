@@ -3,9 +3,13 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/redis/go-redis/v9"
 )
 
 // runBound is how much longer than its deadline a call may take to fail
@@ -107,5 +111,48 @@ func TestCancelledClaimReturnsBeforeItsDeadline(t *testing.T) {
 				t.Fatalf("took %v, want at most %v", took, cancelAfter+runBound)
 			}
 		})
+	}
+}
+
+// TestDirectRunsOnlyCallsThatEndAtADeadlineOnTheCallersGoroutine checks
+// which calls skip the goroutine of Store.call: those under a context that
+// only a deadline ends (one that cannot be cancelled, or one from
+// replay.WithDeadlineOnly), through a client that puts the deadline on
+// its socket.
+func TestDirectRunsOnlyCallsThatEndAtADeadlineOnTheCallersGoroutine(t *testing.T) {
+	deadlineOnly, cancel := replay.WithDeadlineOnly(context.Background(), time.Now().Add(time.Minute))
+	defer cancel()
+	cancellable, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	timed, cancel3 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel3()
+	underMarked, cancel4 := context.WithCancel(deadlineOnly)
+	defer cancel4()
+	ctxs := []struct {
+		name   string
+		ctx    context.Context
+		direct bool // with a client that honours deadlines on the socket
+	}{
+		{"Background", context.Background(), true},
+		{"WithoutCancel", context.WithoutCancel(cancellable), true},
+		{"WithDeadlineOnly", deadlineOnly, true},
+		{"cancellable", cancellable, false},
+		{"WithTimeout", timed, false},
+		{"cancellable under WithDeadlineOnly", underMarked, false},
+	}
+	for _, enabled := range []bool{true, false} {
+		c := redis.NewClient(&redis.Options{Addr: closedAddr(t), ContextTimeoutEnabled: enabled})
+		defer c.Close()
+		s, err := New(c, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range ctxs {
+			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v", tc.name, enabled), func(t *testing.T) {
+				if got, want := s.direct(tc.ctx), tc.direct && enabled; got != want {
+					t.Fatalf("direct = %v, want %v", got, want)
+				}
+			})
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"time"
@@ -118,8 +119,7 @@ func (s *MemoryStore) ConfirmRecord(ctx context.Context, id, token string, until
 	if s.st.records == nil {
 		s.st.records = make(map[entryKey]record)
 	}
-	data := make([]byte, 0, size)
-	data = append(append(data, fingerprint...), result...)
+	data := bytes.Join([][]byte{fingerprint, result}, nil) // one copy, into memory it does not clear first
 	s.st.records[k] = record{token: tok, fpLen: len(fingerprint), data: data}
 	s.st.held += size
 	return nil

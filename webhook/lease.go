@@ -330,7 +330,15 @@ func (l *Lease) confirm(ctx context.Context) error {
 	p := l.v.p
 	until := p.holdUntil(&l.d)
 	giveUp := l.confirmDeadline()
-	ctx, cancel := context.WithDeadline(ctx, giveUp)
+	var cancel context.CancelFunc
+	if ctx.Done() == nil {
+		// Nothing but giveUp ends the confirmation (the middleware's
+		// case): a store whose client enforces the deadline itself needs
+		// no goroutine to watch for a cancellation.
+		ctx, cancel = replay.WithDeadlineOnly(ctx, giveUp)
+	} else {
+		ctx, cancel = context.WithDeadline(ctx, giveUp)
+	}
 	defer cancel()
 	failed := errConfirmFailed
 	wait := 10 * time.Millisecond

@@ -47,7 +47,11 @@ func StatusCode(err error) int {
 //     the cap (the body is read through http.MaxBytesReader);
 //   - an unreadable body, or any error of [Verifier.Verify], maps through
 //     [StatusCode] and OnReject sees it;
-//   - the delivery's lease is acquired ([Verifier.Acquire]). A delivery
+//   - the delivery's lease is acquired ([Verifier.Acquire]), under a
+//     context that keeps the request's values but not its cancellation
+//     and ends after a quarter of [Config.Lease] ([replay.WithDeadlineOnly]):
+//     a sender that disconnects then does not turn a lease the store took
+//     into an unknown outcome. A delivery
 //     already processed gets 200 OK with an empty body and OnDuplicate sees
 //     it; a copy of a delivery in progress (its lease is live) gets 503 with
 //     a Retry-After header of the seconds the lease may still run, and
@@ -166,7 +170,14 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 			refuse(err)
 			return
 		}
-		lease, wait, err := v.acquire(r.Context(), d)
+		// The lease is taken under the request's values but not its
+		// cancellation, within a quarter of the lease: a sender that
+		// gives up meanwhile would only turn a taken lease into an
+		// unknown outcome, and the store then runs the call on the
+		// caller's goroutine (see replay.WithDeadlineOnly).
+		actx, acancel := replay.WithDeadlineOnly(r.Context(), time.Now().Add(p.lease/4))
+		lease, wait, err := v.acquire(actx, d)
+		acancel()
 		switch {
 		case errors.Is(err, ErrDuplicate):
 			if p.onDuplicate != nil {

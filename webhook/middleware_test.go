@@ -1690,3 +1690,84 @@ func TestMiddlewareTransactionalCommitRefusalRetryAfterTellsWhenItEnds(t *testin
 		})
 	}
 }
+
+// ctxStore is a MemoryStore that records, for each lease step, whether
+// its context is one only a deadline ends (replay.EndsOnlyAtDeadline),
+// whether it was already done, and its deadline.
+type ctxStore struct {
+	*replay.MemoryStore
+	mu    sync.Mutex
+	steps []ctxStep
+}
+
+type ctxStep struct {
+	method       string
+	deadlineOnly bool
+	err          error
+	deadline     time.Time
+}
+
+func (s *ctxStore) record(method string, ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, _ := ctx.Deadline()
+	s.steps = append(s.steps, ctxStep{method, replay.EndsOnlyAtDeadline(ctx), ctx.Err(), d})
+}
+
+func (s *ctxStore) AcquireLease(ctx context.Context, id string, lease time.Duration) (replay.Lease, error) {
+	s.record("AcquireLease", ctx)
+	return s.MemoryStore.AcquireLease(ctx, id, lease)
+}
+
+func (s *ctxStore) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
+	s.record("ConfirmLease", ctx)
+	return s.MemoryStore.ConfirmLease(ctx, id, token, until)
+}
+
+// TestMiddlewareLeaseStepsIgnoreTheSendersCancellation sends a delivery
+// whose request context is already cancelled (the sender disconnected):
+// the middleware still takes the lease, runs the handler and confirms,
+// under contexts that only their deadlines end (replay.WithDeadlineOnly),
+// the acquire's a quarter of the lease from the request and the
+// confirm's at most the lease's expiry.
+func TestMiddlewareLeaseStepsIgnoreTheSendersCancellation(t *testing.T) {
+	const lease = 40 * time.Second
+	store := &ctxStore{MemoryStore: replay.NewMemoryStore(16)}
+	v := newVerifier(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Lease: lease})
+	s := newSigner(t, Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}})
+	next := &recordingHandler{status: http.StatusNoContent}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/hook", strings.NewReader(benchBody))
+	for k, vs := range signed(t, s, "msg_gone", benchBody) {
+		req.Header[k] = vs
+	}
+	start := time.Now()
+	rec := httptest.NewRecorder()
+	v.Middleware(next).ServeHTTP(rec, req)
+	end := time.Now()
+	if rec.Code != http.StatusNoContent || next.calls.Load() != 1 {
+		t.Fatalf("status %d, handler calls %d; want 204 and 1", rec.Code, next.calls.Load())
+	}
+	want := []struct {
+		method         string
+		earliest, last time.Time
+	}{
+		{"AcquireLease", start.Add(lease / 4), end.Add(lease / 4)},
+		{"ConfirmLease", start, end.Add(lease)},
+	}
+	if len(store.steps) != len(want) {
+		t.Fatalf("store steps = %+v, want AcquireLease then ConfirmLease", store.steps)
+	}
+	for i, w := range want {
+		t.Run(w.method, func(t *testing.T) {
+			got := store.steps[i]
+			if got.method != w.method || !got.deadlineOnly || got.err != nil {
+				t.Fatalf("step = %+v; want %s under a live context only its deadline ends", got, w.method)
+			}
+			if got.deadline.Before(w.earliest) || got.deadline.After(w.last) {
+				t.Fatalf("deadline %v, want within [%v, %v]", got.deadline, w.earliest, w.last)
+			}
+		})
+	}
+}
