@@ -320,7 +320,7 @@ func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sets := 0
-			c := answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+			c := answerChecksInfo(func(ctx context.Context, args ...any) *redis.Cmd {
 				cmd := redis.NewCmd(ctx, args...)
 				switch args[0] {
 				case "GET":
@@ -346,7 +346,7 @@ func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 					cmd.SetErr(fmt.Errorf("unexpected %v", args[0]))
 				}
 				return cmd
-			})
+			}, true)
 			s, err := New(c, Options{Prefix: "app:", Logger: quietLogger()})
 			if err != nil {
 				t.Fatal(err)

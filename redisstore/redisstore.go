@@ -254,20 +254,15 @@ type Store struct {
 	// checked is set once the server checks passed; check serializes them.
 	checked      atomic.Bool
 	recheckEvery time.Duration
-	// seen is what the checks saw of each master's persistence (see
-	// persistenceSeen).
-	seenMu    sync.Mutex
-	seen      map[string]*persistence
+	// srv is what the checks know of each server (by run_id), and the
+	// refusal they left (see server.go).
+	srv       servers
 	warned    atomic.Uint32 // what warnOnce has logged
 	lastCheck atomic.Int64  // unix ms of the last server check
 	check     chan struct{}
-	// checkErr is a permanent refusal found by the server checks.
-	checkErr atomic.Pointer[error]
 
-	// risks is the riskSet of the last server check; seenReplicas the
-	// most replicas one master reported to this store.
-	risks        atomic.Uint32
-	seenReplicas atomic.Int64
+	// risks is the riskSet of the last server check.
+	risks atomic.Uint32
 
 	// nonceBase (random, per Store) and nonces make each Claim's nonce,
 	// which is also its entry's value: "1" + 16 hex digits + "." + the
