@@ -171,7 +171,7 @@ func (s *Store) identify(ctx context.Context, do func(args ...any) (any, error),
 	case err != nil:
 		return "", false, baseline{}, false, false, s.wrapErr(ctx, err)
 	default:
-		run = infoField(v, "run_id")
+		run = infoValue(v, "run_id")
 	}
 	if run == "" {
 		s.warnOnce(warnRunID, "redisstore: cannot read the server's run_id (INFO server refused or unexpected); the store tells servers apart by address and keeps what it saw in memory only")
@@ -222,7 +222,7 @@ func (s *Store) readCounters(ctx context.Context, do func(args ...any) (any, err
 	case err != nil:
 		return c, false, s.wrapErr(ctx, err)
 	}
-	ev := infoField(stats, "evicted_keys")
+	ev := infoValue(stats, "evicted_keys")
 	if ev == "" {
 		return c, false, nil
 	}
@@ -249,7 +249,7 @@ func (s *Store) readCounters(ctx context.Context, do func(args ...any) (any, err
 // cmdCalls reads calls=N of cmdstat_<name> in INFO commandstats; 0 when
 // the command never ran.
 func cmdCalls(text, name string) int64 {
-	v := infoField(text, "cmdstat_"+name)
+	v := infoValue(text, "cmdstat_"+name)
 	for _, kv := range strings.Split(v, ",") {
 		if k, n, _ := strings.Cut(kv, "="); k == "calls" {
 			c, _ := strconv.ParseInt(n, 10, 64)
@@ -259,8 +259,8 @@ func cmdCalls(text, name string) int64 {
 	return 0
 }
 
-// infoField reads one field of an INFO reply; "" when absent.
-func infoField(info any, field string) string {
+// infoValue reads one field of an INFO reply; "" when absent.
+func infoValue(info any, field string) string {
 	text, ok := info.(string)
 	if !ok {
 		return ""
