@@ -286,7 +286,10 @@ func (s *Store) countMarkers(ctx context.Context, do func(args ...any) (any, err
 		args = append(args, t)
 	}
 	v, err := do(args...)
-	if err != nil {
+	switch {
+	case err != nil && strings.Contains(err.Error(), "CROSSSLOT"):
+		return -1, nil // a Cluster behind a client of another type
+	case err != nil:
 		return -1, s.wrapErr(ctx, err)
 	}
 	n, ok := v.(int64)
