@@ -178,21 +178,6 @@ func replayAfter(t *testing.T, c Client, prefix string, ids []string) (twice, re
 	return twice, refused, openErr
 }
 
-// lossNoted reports whether the key space's ledger holds a loss entry.
-func lossNoted(t *testing.T, s *Store) bool {
-	t.Helper()
-	l, err := s.readLedger(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range l {
-		if e.Kind == ledgerLoss {
-			return true
-		}
-	}
-	return false
-}
-
 // Eviction switched on at run time (every evicting policy, maxmemory
 // below the data) on a server the store opened with noeviction: the
 // store refuses within about RecheckInterval and fences the key space;

@@ -138,4 +138,3 @@ func TestSentinelFailoverToAnotherPersistenceIsCheckedAsOpen(t *testing.T) {
 		})
 	}
 }
-
