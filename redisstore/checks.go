@@ -112,15 +112,14 @@ func (s *Store) checkServer(ctx context.Context) error {
 		return fail
 	}
 	s.settle(ctx, obs)
-	s.srv.mu.Lock()
-	old := s.srv.cond
+	var old *error
 	if cond != nil {
-		s.srv.cond = &cond
+		old = s.srv.cond.Swap(&cond)
 	} else {
-		s.srv.cond = nil
+		old = s.srv.cond.Swap(nil)
 	}
-	s.srv.mu.Unlock()
 	switch {
+	case !s.checked.Load(): // the first check: its caller gets the error
 	case cond != nil && old == nil:
 		s.log.Error("redisstore: the server does not fit the store's Options; every call refuses until it does", "prefix", s.prefix, "reason", Reason(cond))
 	case cond == nil && old != nil:
@@ -146,10 +145,7 @@ func hasEvidence(obs []observation) bool {
 // settleLoss tries again to fence evidence an earlier check found, when
 // this check cannot judge.
 func (s *Store) settleLoss(ctx context.Context) {
-	s.srv.mu.Lock()
-	loss := s.srv.loss
-	s.srv.mu.Unlock()
-	if loss != nil {
+	if s.srv.loss.Load() != nil {
 		s.settle(ctx, nil)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -128,22 +129,21 @@ type servers struct {
 	// write failed): the next check writes them again.
 	unsaved map[string]bool
 	// loss, when not nil, is evidence not yet fenced: every call refuses.
-	loss *string
+	// It is changed under mu and read without it.
+	loss atomic.Pointer[string]
 	// cond is the refusal of the last check for a condition (a server
 	// Open would refuse); nil when the last check passed.
-	cond *error
+	cond atomic.Pointer[error]
 }
 
 // refusal is what every call returns while evidence of loss waits for its
 // fence, or while the server does not fit the Options; nil otherwise.
 func (s *Store) refusal() error {
-	s.srv.mu.Lock()
-	defer s.srv.mu.Unlock()
-	if s.srv.loss != nil {
-		return refuse(ErrFenced, whyLossSeen, errors.New(*s.srv.loss))
+	if p := s.srv.loss.Load(); p != nil {
+		return refuse(ErrFenced, whyLossSeen, errors.New(*p))
 	}
-	if s.srv.cond != nil {
-		return *s.srv.cond
+	if p := s.srv.cond.Load(); p != nil {
+		return *p
 	}
 	return nil
 }
@@ -358,22 +358,20 @@ func (s *Store) settle(ctx context.Context, obs []observation) bool {
 	s.srv.mu.Lock()
 	if len(evidence) > 0 {
 		what := strings.Join(evidence, "; ")
-		if s.srv.loss != nil && !strings.Contains(*s.srv.loss, what) {
-			what = *s.srv.loss + "; " + what
-		} else if s.srv.loss != nil {
-			what = *s.srv.loss
+		if old := s.srv.loss.Load(); old != nil && !strings.Contains(*old, what) {
+			what = *old + "; " + what
+		} else if old != nil {
+			what = *old
 		}
-		s.srv.loss = &what
+		s.srv.loss.Store(&what)
 	}
-	loss := s.srv.loss
+	loss := s.srv.loss.Load()
 	s.srv.mu.Unlock()
 	if loss != nil {
 		if !s.fenceAll(ctx, s.rewriteAfter(obs), *loss) {
 			return false
 		}
-		s.srv.mu.Lock()
-		s.srv.loss = nil
-		s.srv.mu.Unlock()
+		s.srv.loss.CompareAndSwap(loss, nil)
 	}
 	s.commit(ctx, obs)
 	return true
@@ -389,9 +387,8 @@ func (s *Store) rewriteAfter(obs []observation) bool {
 			}
 		}
 	}
-	s.srv.mu.Lock()
-	defer s.srv.mu.Unlock()
-	return s.srv.loss != nil && strings.Contains(*s.srv.loss, "AOF switched off")
+	loss := s.srv.loss.Load()
+	return loss != nil && strings.Contains(*loss, "AOF switched off")
 }
 
 // commit takes the observations as the baselines of their servers, in
