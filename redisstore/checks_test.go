@@ -656,3 +656,48 @@ func lossNoted(t *testing.T, s *Store) bool {
 	}
 	return false
 }
+
+// A server that stops fitting the Options after Open (an eviction policy
+// without maxmemory, RDB snapshots, a replica Durability does not cover)
+// is refused only while it does not fit, on a real redis-server: once
+// the setting is undone the same Store serves again, and nothing is
+// fenced (it lost nothing).
+func TestRefusalForAConditionEndsWithIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name      string
+		set, undo [2]string
+	}{
+		{"eviction policy without maxmemory", [2]string{"maxmemory-policy", "allkeys-lru"}, [2]string{"maxmemory-policy", "noeviction"}},
+		{"RDB snapshots", [2]string{"save", "60 1"}, [2]string{"save", ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			var ev events
+			s := provisioned(t, c, Options{Prefix: "cond:", Logger: quietLogger(), Observer: ev.observe, RecheckInterval: time.Hour})
+			if err := c.ConfigSet(ctx, tt.set[0], tt.set[1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			recheckNow(t, s)
+			for i := range 3 {
+				if first, err := s.Claim(ctx, fmt.Sprint("while-", i), time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
+					t.Fatalf("claim while %s = %v, %v; want ErrConfig", tt.name, first, err)
+				}
+			}
+			if err := c.ConfigSet(ctx, tt.undo[0], tt.undo[1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			recheckNow(t, s)
+			if first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("claim once the setting was undone = %v, %v; want first", first, err)
+			}
+			if n := ev.count(EventFenceRaised); n != 0 {
+				t.Fatalf("%d shards fenced for a condition", n)
+			}
+		})
+	}
+}
