@@ -394,7 +394,20 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 		was = &old
 	}
 	ob := &observation{master: master, run: run, persist: persist, next: next}
-	ob.evidence = judge(was, next, countersOK, s.previous(master, run), history, s.opts.AllowEviction)
+	prev := s.previous(master, run)
+	ob.evidence = judge(was, next, countersOK, prev, history, s.opts.AllowEviction)
+	if len(ob.evidence) > 0 && known && persist {
+		// Another Store of the fleet may have fenced this evidence
+		// already and kept what it saw: then it is consumed (an operator
+		// may have reopened the key space since).
+		b, _, readable, err := s.loadBaseline(ctx, run)
+		if err != nil {
+			return nil, nil, err
+		}
+		if readable && len(judge(&b, next, countersOK, prev, history, s.opts.AllowEviction)) == 0 {
+			ob.evidence = nil
+		}
+	}
 	if !countersOK && known {
 		ob.next.counters = old.counters
 	}

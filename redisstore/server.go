@@ -18,11 +18,13 @@ import (
 // A Redis server is recognised by its run_id (INFO server), which changes
 // with every start and stays the same across a change of role, never by
 // the client's address: a Sentinel failover client keeps its address
-// across a failover. What the checks saw of a server (its persistence, the
-// most replicas it had, and the counters that report loss) is kept per
-// run_id, in memory and in the hash <prefix>servers (field: run_id), so a
-// Store opened after an app restart compares a server with what the
-// previous Store saw of it.
+// across a failover. What the checks saw of a server (its persistence,
+// whether eviction could act, and the counters that report loss) is kept
+// per run_id, in memory and in the hash <prefix>servers (field: run_id;
+// at most maxServers run_ids, the oldest dropped), so a Store opened after
+// an app restart compares a server with what the previous Store saw of it.
+// The most replicas a server had is kept in memory only, per run_id: a
+// new primary is checked for the replicas it has, as Open checks it.
 //
 // Evidence of loss, on a run_id seen before (by this Store or, through
 // <prefix>servers, by another):
@@ -59,7 +61,9 @@ import (
 // EventFenceRaised per shard) and takes what it saw as the new baseline;
 // the fences then refuse, until they open or an operator reopens the key
 // space. When the fence cannot be written, every call keeps refusing and
-// the next check tries again.
+// the next check tries again; the baseline is not updated until it is, so
+// a new Store compares with the old one and finds the evidence again (lost
+// only when the server restarts too before any fence was written).
 
 // counters are the loss counters of one server.
 type counters struct {
@@ -189,16 +193,13 @@ func (s *Store) identify(ctx context.Context, do func(args ...any) (any, error),
 	if ok || !persist {
 		return run, persist, b, ok, false, nil
 	}
-	v, err = s.call(ctx, "HGET", s.serversKey(), run)
+	b, found, readable, err := s.loadBaseline(ctx, run)
 	switch {
-	case errors.Is(err, errNil):
 	case err != nil:
 		return "", false, baseline{}, false, false, err
-	default:
-		str, _ := v.(string)
-		if b, _, ok := decodeBaseline(str); ok {
-			return run, true, b, true, false, nil
-		}
+	case readable:
+		return run, true, b, true, false, nil
+	case found:
 		return run, true, baseline{markers: -1}, false, true, nil // unreadable: as unknown, with history
 	}
 	v, err = s.call(ctx, "HLEN", s.serversKey())
@@ -207,6 +208,21 @@ func (s *Store) identify(ctx context.Context, do func(args ...any) (any, error),
 	}
 	n, _ := v.(int64)
 	return run, true, baseline{markers: -1}, false, n > 0, nil
+}
+
+// loadBaseline reads the baseline of run from <prefix>servers: found
+// reports an entry, readable one that could be read.
+func (s *Store) loadBaseline(ctx context.Context, run string) (b baseline, found, readable bool, err error) {
+	v, err := s.call(ctx, "HGET", s.serversKey(), run)
+	switch {
+	case errors.Is(err, errNil):
+		return baseline{}, false, false, nil
+	case err != nil:
+		return baseline{}, false, false, err
+	}
+	str, _ := v.(string)
+	b, _, ok := decodeBaseline(str)
+	return b, true, ok, nil
 }
 
 // serversKey is the key of the hash of server baselines.

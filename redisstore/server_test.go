@@ -473,3 +473,30 @@ func TestBaselineEncodingRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// Two Stores of a fleet watching one server: the first to see the loss
+// fences it and keeps what it saw in <prefix>servers; the other finds the
+// evidence consumed there and fences nothing more (one fence, one ledger
+// entry), so an operator's reopen is not undone by a slower instance.
+func TestLossFencedByAnotherStoreIsConsumed(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	var stores []*Store
+	for range 2 {
+		s, err := Open(ctx, f, Options{Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, s)
+	}
+	f.set(func(f *fakeServer) { f.evicted += 10 })
+	for _, s := range stores {
+		s.checkServer(ctx)
+		if err := s.refusal(); err != nil {
+			t.Fatalf("refusal after the check = %v; want none (the fences refuse)", err)
+		}
+	}
+	if f.fences != Shards || len(f.ledger) != 1 {
+		t.Fatalf("%d fences, %d ledger entries; want %d and 1", f.fences, len(f.ledger), Shards)
+	}
+}
