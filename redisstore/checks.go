@@ -51,22 +51,40 @@ func (s *Store) ready(ctx context.Context) error {
 	return s.refusal()
 }
 
-// recheck runs the server checks in the background.
+// recheck runs the server checks in the background, one round at a
+// time: asked while a round runs, it runs one more after it.
 func (s *Store) recheck() {
+	if !s.srv.running.CompareAndSwap(false, true) {
+		s.srv.again.Store(true)
+		return
+	}
 	if !s.cancels.start() {
+		s.srv.running.Store(false)
 		return
 	}
 	go func() {
 		defer s.cancels.wg.Done()
+		defer s.srv.running.Store(false)
 		timeout := s.timeout
 		if timeout <= 0 {
 			timeout = DefaultTimeout
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*timeout)
-		defer cancel()
-		s.checkServer(ctx)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*timeout)
+			s.checkServer(ctx)
+			cancel()
+			if !s.srv.again.Swap(false) {
+				return
+			}
+		}
 	}()
 }
+
+// checkSoon has the next call run the server checks at once: a claim
+// found its shard's marker missing, so Redis lost data, and its counters
+// may say more (a flush, eviction) than that one shard: the whole key
+// space is then fenced without waiting for RecheckInterval.
+func (s *Store) checkSoon() { s.lastCheck.Store(0) }
 
 // doer is one master to check.
 type doer interface {

@@ -138,6 +138,9 @@ type servers struct {
 	// cond is the refusal of the last check for a condition (a server
 	// Open would refuse); nil when the last check passed.
 	cond atomic.Pointer[error]
+	// running is set while a background round of checks runs; again asks
+	// it for one more round.
+	running, again atomic.Bool
 }
 
 // refusal is what every call returns while evidence of loss waits for its
