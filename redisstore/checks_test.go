@@ -701,3 +701,33 @@ func TestRefusalForAConditionEndsWithIt(t *testing.T) {
 		})
 	}
 }
+
+// A claim that finds its shard's marker missing has the store check the
+// server at once, not after RecheckInterval: after a FLUSHALL the whole
+// key space is fenced and the loss noted by the next call, on a real
+// redis-server (RecheckInterval one hour).
+func TestMissingMarkerChecksTheServerAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := newServer(t)
+	c := srv.client()
+	var ev events
+	s := provisioned(t, c, Options{Prefix: "soon:", Logger: quietLogger(), Observer: ev.observe, RecheckInterval: time.Hour})
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("claim = %v, %v", first, err)
+	}
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
+		t.Fatalf("claim after FLUSHALL = %v, %v; want ErrFenced", first, err)
+	}
+	s.Claim(ctx, "before", time.Now().Add(time.Minute)) // starts the check (its shard is fenced already)
+	s.cancels.wg.Wait()
+	if n := ev.count(EventFenceRaised); n != 1+Shards {
+		t.Fatalf("%d EventFenceRaised; want the claim's and one per shard (%d)", n, 1+Shards)
+	}
+	if !lossNoted(t, s) {
+		t.Fatal("no loss entry in the ledger")
+	}
+}

@@ -50,11 +50,13 @@
 //     persistence weakened on the same server (appendfsync no longer
 //     always, AOF switched off), a restart that lost markers. The store
 //     refuses every call at once, fences every shard for one horizon and
-//     writes a loss entry in the key space's ledger. Claims answered
-//     between the change and that check are not covered: an ID whose
-//     entry was evicted in that window and claimed again in it is accepted
-//     twice (about 1 s; TestEvictionAtRunTimeAcceptsNothingTwiceAfterIt
-//     measures it); none after.
+//     writes a loss entry in the key space's ledger (at once when a claim
+//     finds its shard's marker missing). Claims answered between the change
+//     and that check are not covered: an ID whose entry was evicted in that
+//     window and claimed again in it is accepted twice (up to
+//     RecheckInterval for a volatile-* policy, which evicts no marker;
+//     TestEvictionAtRunTimeAcceptsNothingTwiceAfterIt measures it); none
+//     after.
 //   - A failover or restart (a new run_id behind the client) is checked
 //     as Open checks a server: refused ([ErrConfig]) while it does not fit
 //     the Options, served once it does, and fenced only for loss it shows
@@ -231,10 +233,12 @@ type Options struct {
 	// markers, makes every call refuse at once ([ErrFenced]) and fences
 	// the key space for one horizon (one ledger entry, one
 	// [EventFenceRaised] per shard); the fences then refuse, until they
-	// open or an operator reopens the key space. This interval is the
-	// window: claims answered between the change and the check are not
-	// covered (an entry evicted and claimed again inside it is accepted
-	// twice), and it can only be shortened, not closed, by a lower value.
+	// open or an operator reopens the key space. A claim that finds its
+	// shard's marker missing has the next call run the checks at once.
+	// Otherwise this interval is the window: claims answered between the
+	// change and the check are not covered (an entry evicted by a
+	// volatile-* policy and claimed again inside it is accepted twice), and
+	// it can only be shortened, not closed, by a lower value.
 	// Each recheck is a few commands on every master (ROLE, INFO server,
 	// stats and commandstats, CONFIG GET, TIME, one EXISTS). Zero means
 	// DefaultRecheckInterval (1 s); negative is refused.
