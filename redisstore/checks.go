@@ -536,6 +536,7 @@ const (
 	warnRunID
 	warnCounters
 	warnEvictedBefore
+	warnServersKey
 )
 
 // warnOnce logs msg once until the condition is cleared from s.warned.

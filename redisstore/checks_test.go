@@ -731,3 +731,57 @@ func TestMissingMarkerChecksTheServerAtOnce(t *testing.T) {
 		t.Fatal("no loss entry in the ledger")
 	}
 }
+
+// Under the ACL docs/fleet.md documents (no hash commands, no EXISTS, no
+// CONFIG), on a real redis-server, the store opens and serves, keeping
+// what it saw of the server in memory only; with the hash commands and
+// EXISTS allowed too, it keeps its baselines in <prefix>servers.
+func TestChecksRunUnderTheDocumentedACL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name  string
+		extra []string
+		kept  bool
+	}{
+		{"documented", nil, false},
+		{"with the hash commands and EXISTS", []string{"+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel"}, true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			admin := srv.client()
+			user := fmt.Sprint("fleet", i)
+			rules := append([]any{"ACL", "SETUSER", user, "on", ">pw", "-@all", "+get", "+set", "+del", "+pttl", "+eval", "+evalsha", "+time", "+role", "+info", "~acl:*"}, anySlice(tt.extra)...)
+			if err := admin.Do(ctx, rules...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			c := redis.NewClient(&redis.Options{Addr: srv.addr(), Username: user, Password: "pw"})
+			t.Cleanup(func() { c.Close() })
+			s := provisioned(t, c, Options{Prefix: "acl:", Logger: quietLogger()})
+			if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("claim under the ACL = %v, %v", first, err)
+			}
+			recheckNow(t, s)
+			if first, err := s.Claim(ctx, "y", time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("claim after a recheck under the ACL = %v, %v", first, err)
+			}
+			n, err := admin.HLen(ctx, s.serversKey()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kept := n > 0; kept != tt.kept {
+				t.Fatalf("%d baselines in <prefix>servers; want kept %v", n, tt.kept)
+			}
+		})
+	}
+}
+
+func anySlice(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}

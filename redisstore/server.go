@@ -198,6 +198,9 @@ func (s *Store) identify(ctx context.Context, do func(args ...any) (any, error),
 	}
 	b, found, readable, err := s.loadBaseline(ctx, run)
 	switch {
+	case err != nil && isRefused(err):
+		s.warnOnce(warnServersKey, "redisstore: cannot read or write the key space's server baselines (HGET, HSET, HLEN refused); the store keeps what it saw of each server in memory only, so a new Open does not compare with it")
+		return run, false, baseline{}, false, false, nil
 	case err != nil:
 		return "", false, baseline{}, false, false, err
 	case readable:
@@ -206,7 +209,11 @@ func (s *Store) identify(ctx context.Context, do func(args ...any) (any, error),
 		return run, true, baseline{markers: -1}, false, true, nil // unreadable: as unknown, with history
 	}
 	v, err = s.call(ctx, "HLEN", s.serversKey())
-	if err != nil {
+	switch {
+	case err != nil && isRefused(err):
+		s.warnOnce(warnServersKey, "redisstore: cannot read or write the key space's server baselines (HGET, HSET, HLEN refused); the store keeps what it saw of each server in memory only, so a new Open does not compare with it")
+		return run, false, baseline{}, false, false, nil
+	case err != nil:
 		return "", false, baseline{}, false, false, err
 	}
 	n, _ := v.(int64)
@@ -306,8 +313,8 @@ func (s *Store) countMarkers(ctx context.Context, do func(args ...any) (any, err
 	}
 	v, err := do(args...)
 	switch {
-	case err != nil && strings.Contains(err.Error(), "CROSSSLOT"):
-		return -1, nil // a Cluster behind a client of another type
+	case err != nil && (strings.Contains(err.Error(), "CROSSSLOT") || isRefused(err)):
+		return -1, nil // a Cluster behind a client of another type, or EXISTS refused
 	case err != nil:
 		return -1, s.wrapErr(ctx, err)
 	}
