@@ -267,6 +267,7 @@ func TestReprovisionNeverUsed(t *testing.T) {
 			}
 			defer s.Close()
 			tt.setup(t, s, c)
+			s.cancels.wg.Wait() // a check a missing marker started (it fences the key space) has ended
 			markers := func() []any {
 				v, err := c.MGet(ctx, s.tags[:]...).Result()
 				if err != nil {
