@@ -300,10 +300,12 @@ func infoValue(info any, field string) string {
 }
 
 // countMarkers counts the fence markers present, with one EXISTS on the
-// client's one server; -1 on a Cluster (a master holds only some shards,
-// and the scripts fence each shard whose marker is missing).
+// client's one server (standalone or Sentinel); -1 for a Cluster or a
+// Ring (each server holds only some shards, and the scripts fence each
+// shard whose marker is missing).
 func (s *Store) countMarkers(ctx context.Context, do func(args ...any) (any, error)) (int, error) {
-	if _, ok := s.client.(*redis.ClusterClient); ok {
+	switch s.client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
 		return -1, nil
 	}
 	args := make([]any, 0, Shards+1)
