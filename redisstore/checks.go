@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,19 +17,19 @@ const DefaultRecheckInterval = time.Second
 
 // ready runs the server checks once (Open runs them at construction; a
 // Store from New before its first call), and again in the background of
-// the first call after each Options.RecheckInterval. A failed check that is a misconfiguration is
-// remembered and returned by every later call; one that is not (Redis
-// unreachable, clock skew) is tried again next call.
+// the first call after each Options.RecheckInterval. It returns the
+// refusal the last check left: a server that does not fit the Options
+// ([ErrConfig]) is refused for as long as it does not, re-checked every
+// interval; evidence of loss ([ErrFenced]) until the key space is fenced,
+// after which the fences refuse. A first check that fails otherwise
+// (Redis unreachable, clock skew) is tried again next call.
 func (s *Store) ready(ctx context.Context) error {
-	if p := s.checkErr.Load(); p != nil {
-		return *p
-	}
 	if s.checked.Load() {
 		if last := s.lastCheck.Load(); time.Now().UnixMilli()-last >= s.recheckEvery.Milliseconds() &&
 			s.lastCheck.CompareAndSwap(last, time.Now().UnixMilli()) {
 			s.recheck()
 		}
-		return nil
+		return s.refusal()
 	}
 	select {
 	case s.check <- struct{}{}:
@@ -39,68 +38,135 @@ func (s *Store) ready(ctx context.Context) error {
 	}
 	defer func() { <-s.check }()
 	if s.checked.Load() {
-		return nil
-	}
-	if p := s.checkErr.Load(); p != nil {
-		return *p
+		return s.refusal()
 	}
 	err := s.checkServer(ctx)
-	switch {
-	case err == nil:
+	if err == nil || errors.Is(err, ErrConfig) || s.refusal() != nil {
 		s.lastCheck.Store(time.Now().UnixMilli())
 		s.checked.Store(true)
-	case errors.Is(err, ErrConfig):
-		s.checkErr.Store(&err)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return s.refusal()
 }
 
-// recheck runs the server checks in the background; a misconfiguration it
-// finds makes every later call refuse.
+// recheck runs the server checks in the background, one round at a
+// time: asked while a round runs, it runs one more after it.
 func (s *Store) recheck() {
+	if !s.srv.running.CompareAndSwap(false, true) {
+		s.srv.again.Store(true)
+		return
+	}
 	if !s.cancels.start() {
+		s.srv.running.Store(false)
 		return
 	}
 	go func() {
 		defer s.cancels.wg.Done()
+		defer s.srv.running.Store(false)
 		timeout := s.timeout
 		if timeout <= 0 {
 			timeout = DefaultTimeout
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*timeout)
-		defer cancel()
-		if err := s.checkServer(ctx); errors.Is(err, ErrConfig) {
-			s.checkErr.Store(&err)
-			s.log.Error("redisstore: the server no longer fits the store's Options; every call refuses", "prefix", s.prefix, "reason", Reason(err))
-			if errors.Is(err, errDrift) {
-				s.fenceAll(ctx, s.anySawAOF())
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*timeout)
+			s.checkServer(ctx)
+			cancel()
+			if !s.srv.again.Swap(false) {
+				return
 			}
 		}
 	}()
 }
+
+// checkSoon has the next call run the server checks at once: a claim
+// found its shard's marker missing, so Redis lost data, and its counters
+// may say more (a flush, eviction) than that one shard: the whole key
+// space is then fenced without waiting for RecheckInterval.
+func (s *Store) checkSoon() { s.lastCheck.Store(0) }
 
 // doer is one master to check.
 type doer interface {
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
-// checkServer checks every master: its role and replicas against the
-// Durability setting, WAITAOF when asked for, maxmemory-policy, the
-// persistence settings, and the clock.
+// checkServer checks every master: its identity (run_id), role and
+// replicas against the Durability setting, WAITAOF when asked for,
+// maxmemory-policy, the loss counters, the persistence settings, and the
+// clock. Evidence of loss is acted on ([Store.settle]) before it returns;
+// a server that does not fit the Options is remembered as the refusal of
+// every call (see [Store.refusal]) until a check finds it fits.
 func (s *Store) checkServer(ctx context.Context) error {
 	masters, err := s.mastersErr(ctx)
 	if err != nil {
+		s.settleLoss(ctx)
 		return err
 	}
 	var found riskSet
+	var obs []observation
+	var cond, fail error
 	for _, m := range masters {
-		if err := s.checkMaster(ctx, m, &found); err != nil {
-			return err
+		o, c, err := s.checkMaster(ctx, m, &found)
+		if o != nil {
+			obs = append(obs, *o)
 		}
+		if cond == nil {
+			cond = c
+		}
+		if err != nil {
+			fail = err
+			break
+		}
+	}
+	if fail != nil {
+		// Evidence found on the masters checked is acted on; the rest is
+		// judged by the next check.
+		if hasEvidence(obs) {
+			s.settle(ctx, obs)
+		} else {
+			s.settleLoss(ctx)
+		}
+		return fail
+	}
+	s.settle(ctx, obs)
+	var old *error
+	if cond != nil {
+		old = s.srv.cond.Swap(&cond)
+	} else {
+		old = s.srv.cond.Swap(nil)
+	}
+	switch {
+	case !s.checked.Load(): // the first check: its caller gets the error
+	case cond != nil && old == nil:
+		s.log.Error("redisstore: the server does not fit the store's Options; every call refuses until it does", "prefix", s.prefix, "reason", Reason(cond))
+	case cond == nil && old != nil:
+		s.log.Info("redisstore: the server fits the store's Options again; calls are served", "prefix", s.prefix)
+	}
+	if cond != nil {
+		return cond
 	}
 	s.noteRisks(found)
 	s.decideLocalAOF(ctx, masters) // durability.go: the implied WAITAOF (issue 46)
 	return nil
+}
+
+// hasEvidence reports whether an observation shows a loss.
+func hasEvidence(obs []observation) bool {
+	for _, o := range obs {
+		if len(o.evidence) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// settleLoss tries again to fence evidence an earlier check found, when
+// this check cannot judge.
+func (s *Store) settleLoss(ctx context.Context) {
+	if s.srv.loss.Load() != nil {
+		s.settle(ctx, nil)
+	}
 }
 
 // mastersErr lists the masters to check: the Cluster's, or the client.
@@ -169,7 +235,12 @@ func (s *Store) noteRisks(found riskSet) {
 	}
 }
 
-func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) error {
+// checkMaster checks one master. It returns what it observed (nil when
+// it could not tell: not a primary, or an error), the first condition
+// that makes the server unfit for the Options (cond, ErrConfig), and an
+// error when the checks could not run (ErrUnavailable) or the clock is
+// behind (ErrClockSkew).
+func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *observation, cond, err error) {
 	do := func(args ...any) (any, error) {
 		type result struct {
 			v   any
@@ -187,25 +258,39 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) error {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
 	}
-	// Role and replicas: those connected now (ROLE), the most this store
-	// saw before, and one when the replication backlog shows a replica was
-	// attached and none is connected now (its link is down, or it is
-	// paused: it can still be promoted).
+	setCond := func(err error) {
+		if cond == nil {
+			cond = err
+		}
+	}
+	// Identity: the run_id, and what was seen of it before.
+	run, persist, old, known, history, err := s.identify(ctx, do, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	next := baseline{markers: -1}
+	if known {
+		next = old
+	}
+	// Role and replicas: those connected now (ROLE), the most this run
+	// had while this store watched it, and one when the replication
+	// backlog shows a replica was attached and none is connected now (its
+	// link is down, or it is paused: it can still be promoted).
 	v, err := do("ROLE")
 	switch {
 	case err != nil && isRefused(err):
 		if !s.dur.on() && !s.opts.AllowAsyncReplicas {
-			return refuse(ErrConfig, "cannot read ROLE to check for replicas; set Durability or AllowAsyncReplicas", fmt.Errorf("%w", err))
+			setCond(refuse(ErrConfig, "cannot read ROLE to check for replicas; set Durability or AllowAsyncReplicas", fmt.Errorf("%w", err)))
 		}
 	case err != nil:
-		return s.wrapErr(ctx, err)
+		return nil, nil, s.wrapErr(ctx, err)
 	default:
 		role, replicas, ok := parseRole(v)
 		if !ok {
-			return fmt.Errorf("%w: unexpected reply to ROLE", ErrUnavailable)
+			return nil, nil, fmt.Errorf("%w: unexpected reply to ROLE", ErrUnavailable)
 		}
 		if role != "master" {
-			return refuse(ErrConfig, "client points at a Redis that is not a primary", fmt.Errorf("ROLE %s", role))
+			return nil, refuse(ErrConfig, "client points at a Redis that is not a primary", fmt.Errorf("ROLE %s", role)), nil
 		}
 		away := false
 		if replicas == 0 {
@@ -213,18 +298,13 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) error {
 			switch {
 			case err != nil && isRefused(err):
 			case err != nil:
-				return s.wrapErr(ctx, err)
+				return nil, nil, s.wrapErr(ctx, err)
 			default:
 				away = replicaAway(info)
 			}
 		}
-		for {
-			seen := s.seenReplicas.Load()
-			if int64(replicas) <= seen || s.seenReplicas.CompareAndSwap(seen, int64(replicas)) {
-				break
-			}
-		}
-		n := max(replicas, int(s.seenReplicas.Load()))
+		next.replicas = max(next.replicas, replicas)
+		n := next.replicas
 		if away && n == 0 {
 			n = 1
 		}
@@ -234,13 +314,13 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) error {
 		case covered == 0 && s.opts.AllowAsyncReplicas:
 			found.add(riskAsyncReplicas)
 		case covered == 0:
-			return refuse(ErrConfig, "Redis has (or had) replicas but Durability waits for none (Replicas or ReplicaAOF): a failover could accept IDs twice; set Durability.Replicas or AllowAsyncReplicas",
-				fmt.Errorf("%d replicas connected, %d seen, away %v", replicas, s.seenReplicas.Load(), away))
+			setCond(refuse(ErrConfig, "Redis has (or had) replicas but Durability waits for none (Replicas or ReplicaAOF): a failover could accept IDs twice; set Durability.Replicas or AllowAsyncReplicas",
+				fmt.Errorf("%d replicas connected, %d seen, away %v", replicas, next.replicas, away)))
 		case covered < n && s.opts.AllowFewerReplicas:
 			found.add(riskFewerReplicas)
 		case covered < n:
-			return refuse(ErrConfig, "Redis has (or had) more replicas than Durability waits for: promoting one that missed writes accepts IDs twice; set Durability.Replicas to every replica, or AllowFewerReplicas",
-				fmt.Errorf("%d replicas connected, %d seen, Durability covers %d", replicas, s.seenReplicas.Load(), covered))
+			setCond(refuse(ErrConfig, "Redis has (or had) more replicas than Durability waits for: promoting one that missed writes accepts IDs twice; set Durability.Replicas to every replica, or AllowFewerReplicas",
+				fmt.Errorf("%d replicas connected, %d seen, Durability covers %d", replicas, next.replicas, covered)))
 		}
 	}
 	// WAITAOF exists (Redis 7.2) and can do what is asked.
@@ -250,62 +330,134 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) error {
 			msg := strings.ToLower(err.Error())
 			switch {
 			case strings.Contains(msg, "unknown command"):
-				return refuse(ErrConfig, "Durability asks for WAITAOF, which needs Redis 7.2 or newer", err)
+				setCond(refuse(ErrConfig, "Durability asks for WAITAOF, which needs Redis 7.2 or newer", err))
 			case strings.HasPrefix(msg, "err"):
-				return refuse(ErrConfig, "Durability asks for WAITAOF, which the server refuses", err)
+				setCond(refuse(ErrConfig, "Durability asks for WAITAOF, which the server refuses", err))
+			default:
+				return nil, nil, s.wrapErr(ctx, err)
 			}
-			return s.wrapErr(ctx, err)
 		}
 	}
-	// Eviction.
+	// Eviction: the policy, and whether it can act (maxmemory set).
 	v, err = do("CONFIG", "GET", "maxmemory-policy")
 	switch {
 	case err != nil && isRefused(err):
 		s.warnOnce(warnPolicy, "redisstore: cannot read maxmemory-policy (CONFIG GET refused); make sure it is noeviction")
 	case err != nil:
-		return s.wrapErr(ctx, err)
+		return nil, nil, s.wrapErr(ctx, err)
 	default:
 		policy, ok := configValue(v, "maxmemory-policy")
 		if !ok {
 			s.warnOnce(warnPolicy, "redisstore: cannot read maxmemory-policy (unexpected CONFIG GET reply); make sure it is noeviction")
-		} else if s.warned.And(^uint32(warnPolicy)); policy != "noeviction" && s.opts.AllowEviction {
-			found.add(riskEviction)
-		} else if policy != "noeviction" {
-			return refuse(ErrConfig, "maxmemory-policy is not noeviction: eviction could drop claims unnoticed; set it, or AllowEviction", fmt.Errorf("maxmemory-policy %s", policy))
+			break
+		}
+		s.warned.And(^uint32(warnPolicy))
+		next.evictable = false
+		if policy != "noeviction" {
+			v, err := do("CONFIG", "GET", "maxmemory")
+			switch {
+			case err != nil && !isRefused(err):
+				return nil, nil, s.wrapErr(ctx, err)
+			case err != nil:
+				next.evictable = true // cannot tell: assume it can act
+			default:
+				mm, ok := configValue(v, "maxmemory")
+				next.evictable = !ok || (mm != "0" && mm != "")
+			}
+			if s.opts.AllowEviction {
+				found.add(riskEviction)
+			} else {
+				setCond(refuse(ErrConfig, "maxmemory-policy is not noeviction: eviction could drop claims unnoticed; set it, or AllowEviction", fmt.Errorf("maxmemory-policy %s", policy)))
+			}
 		}
 	}
-	// Persistence.
-	if err := s.checkPersistence(ctx, do, masterKey(m)); err != nil {
-		if !errors.Is(err, ErrConfig) || !s.opts.AllowRollback || errors.Is(err, errDrift) {
-			return err
+	// Loss counters.
+	now, countersOK, err := s.readCounters(ctx, do)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !countersOK {
+		s.warnOnce(warnCounters, "redisstore: cannot read INFO stats or commandstats; eviction, FLUSHALL, FLUSHDB and SWAPDB after Open cannot be detected")
+	} else {
+		s.warned.And(^uint32(warnCounters))
+		if !known && !history && now.evicted > 0 && !s.opts.AllowEviction {
+			s.warnOnce(warnEvictedBefore, "redisstore: the server evicted keys before this key space knew it (INFO stats evicted_keys); if they were claims of this prefix, they may be accepted again")
 		}
-		found.add(riskRollback)
+		next.counters = now
+	}
+	// Persistence.
+	aof, fsyncAlways, read, c, err := s.checkPersistence(ctx, do)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c != nil {
+		if s.opts.AllowRollback {
+			found.add(riskRollback)
+		} else {
+			setCond(c)
+		}
+	}
+	if read {
+		next.aof, next.fsyncAlways = aof, fsyncAlways
+		if s.dur.LocalAOF && aof && known && old.aof {
+			next.fsyncAlways = old.fsyncAlways // not read: WAITAOF waits for the fsync
+		}
+	}
+	// Fence markers (the client's one server).
+	master := masterKey(m)
+	if next.markers, err = s.countMarkers(ctx, do); err != nil {
+		return nil, nil, err
+	}
+	var was *baseline
+	if known {
+		was = &old
+	}
+	ob := &observation{master: master, run: run, persist: persist, next: next}
+	prev := s.previous(master, run)
+	ob.evidence = judge(was, next, countersOK, prev, history, s.opts.AllowEviction)
+	if len(ob.evidence) > 0 && known && persist {
+		// Another Store of the fleet may have fenced this evidence
+		// already and kept what it saw: then it is consumed (an operator
+		// may have reopened the key space since).
+		b, _, readable, err := s.loadBaseline(ctx, run)
+		if err != nil {
+			return nil, nil, err
+		}
+		if readable && len(judge(&b, next, countersOK, prev, history, s.opts.AllowEviction)) == 0 {
+			ob.evidence = nil
+		}
+	}
+	if !countersOK && known {
+		ob.next.counters = old.counters
 	}
 	// Clock.
 	v, err = do("TIME")
 	if err != nil {
-		return s.wrapErr(ctx, err)
+		return ob, cond, s.wrapErr(ctx, err)
 	}
 	redisNow, ok := parseTime(v)
 	if !ok {
-		return fmt.Errorf("%w: unexpected reply to TIME", ErrUnavailable)
+		return ob, cond, fmt.Errorf("%w: unexpected reply to TIME", ErrUnavailable)
 	}
 	if behind := redisNow.Sub(s.now()); behind > s.maxSkew {
-		return refuse(ErrClockSkew, whySkew, fmt.Errorf("%w: behind by %v", ErrUnavailable, behind.Round(time.Millisecond)))
+		return ob, cond, refuse(ErrClockSkew, whySkew, fmt.Errorf("%w: behind by %v", ErrUnavailable, behind.Round(time.Millisecond)))
 	}
-	return nil
+	return ob, cond, nil
 }
 
-// checkPersistence refuses a master whose restart can bring back older
-// data: the fence markers survive such a rollback while the newest claims
-// do not, so the loss is not seen. A restart must bring back everything
-// acknowledged (AOF with appendfsync always, or with Durability.LocalAOF,
-// which waits for the fsync) or nothing (no AOF and no RDB snapshots: the
-// markers are gone too, and the shard is fenced).
-func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any, error), master string) error {
-	seen := s.persistenceSeen(master)
+// checkPersistence reads the persistence settings and refuses (cond) a
+// master whose restart can bring back older data: the fence markers
+// survive such a rollback while the newest claims do not, so the loss is
+// not seen. A restart must bring back everything acknowledged (AOF with
+// appendfsync always, or with Durability.LocalAOF, which waits for the
+// fsync) or nothing (no AOF and no RDB snapshots: the markers are gone
+// too, and the shard is fenced). read is false when the settings cannot
+// be read (CONFIG GET refused: managed services); the store then runs and
+// says it could not check. Persistence weakened on a server that had it
+// is judged as evidence of loss (see judge), not here.
+func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any, error)) (aof, fsyncAlways, read bool, cond, err error) {
 	// errUnread: CONFIG GET refused (managed services) or answered
-	// unexpectedly; the store runs and says it could not check.
+	// unexpectedly.
 	errUnread := errors.New("unread")
 	get := func(name string) (string, error) {
 		v, err := do("CONFIG", "GET", name)
@@ -321,86 +473,56 @@ func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any,
 		}
 		return value, nil
 	}
-	err := func() error {
-		aof, err := get("appendonly")
+	err = func() error {
+		ao, err := get("appendonly")
 		if err != nil {
 			return err
 		}
-		switch aof {
+		switch ao {
 		case "yes":
-			seen.aof.Store(true)
+			aof = true
 			if s.dur.LocalAOF {
 				return nil // every write waits for WAITAOF's local fsync
 			}
 			fsync, err := get("appendfsync")
 			switch {
-			case err == nil && fsync == "always":
-				seen.fsyncAlways.Store(true)
-			case err == nil && seen.fsyncAlways.Load():
-				err = refuse(ErrConfig, "appendfsync weakened after Open: claims acknowledged since may be lost by a machine crash while the fence markers stay; the key space is fenced for one horizon",
-					fmt.Errorf("%w: appendfsync %s", errDrift, fsync))
-			case err == nil:
-				err = refuse(ErrConfig, "AOF with appendfsync not always: a machine crash restarts Redis without the last claims and with the fence markers, so those IDs are accepted again; set appendfsync always, Durability.LocalAOF, or AllowRollback",
+			case err != nil:
+				return err
+			case fsync == "always":
+				fsyncAlways = true
+			default:
+				cond = refuse(ErrConfig, "AOF with appendfsync not always: a machine crash restarts Redis without the last claims and with the fence markers, so those IDs are accepted again; set appendfsync always, Durability.LocalAOF, or AllowRollback",
 					fmt.Errorf("appendfsync %s", fsync))
 			}
-			return err
+			return nil
 		case "no":
-			if seen.aof.Load() {
-				// CONFIG SET appendonly no leaves the old AOF on disk,
-				// and a start with the configuration file loads it.
-				return refuse(ErrConfig, "AOF switched off after Open: the next start may load the old AOF, with the fence markers and without the later claims; the key space is fenced for one horizon",
-					fmt.Errorf("%w: appendonly no", errDrift))
-			}
 			save, err := get("save")
-			if err == nil && strings.TrimSpace(save) != "" {
-				err = refuse(ErrConfig, "RDB snapshots without AOF: a restart loads a snapshot with the fence markers and without the later claims, so those IDs are accepted again; turn snapshots off (save \"\"), use AOF with appendfsync always, or AllowRollback",
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(save) != "" {
+				cond = refuse(ErrConfig, "RDB snapshots without AOF: a restart loads a snapshot with the fence markers and without the later claims, so those IDs are accepted again; turn snapshots off (save \"\"), use AOF with appendfsync always, or AllowRollback",
 					fmt.Errorf("save %q", save))
 			}
-			return err
+			return nil
 		}
 		return errUnread
 	}()
 	if err == errUnread {
 		s.warnOnce(warnPersistence, "redisstore: cannot read the persistence settings (CONFIG GET refused or unexpected); make sure a restart cannot bring back older data: AOF with appendfsync always, or no persistence")
-		return nil
+		return false, false, false, nil, nil
+	}
+	if err != nil {
+		return false, false, false, nil, err
 	}
 	s.warned.And(^uint32(warnPersistence))
-	return err
+	return aof, fsyncAlways, true, cond, nil
 }
 
-// persistence is what the checks saw of one master's persistence: a
-// later check that sees less is a drift.
-type persistence struct{ aof, fsyncAlways atomic.Bool }
-
-// persistenceSeen returns what the checks saw of the master named key.
-func (s *Store) persistenceSeen(key string) *persistence {
-	s.seenMu.Lock()
-	defer s.seenMu.Unlock()
-	if s.seen == nil {
-		s.seen = map[string]*persistence{}
-	}
-	p, ok := s.seen[key]
-	if !ok {
-		p = new(persistence)
-		s.seen[key] = p
-	}
-	return p
-}
-
-// anySawAOF reports whether a check saw AOF on any master.
-func (s *Store) anySawAOF() bool {
-	s.seenMu.Lock()
-	defer s.seenMu.Unlock()
-	for _, p := range s.seen {
-		if p.aof.Load() {
-			return true
-		}
-	}
-	return false
-}
-
-// masterKey names a master for persistenceSeen: its address when known
-// (a Cluster's masters), else "" (the one server of the client).
+// masterKey names a master behind the client: its address when known
+// (a Cluster's masters), else "" (the one server of the client). It is
+// not the server's identity (see identify): a Sentinel failover client
+// keeps its address across a failover.
 func masterKey(m doer) string {
 	if c, ok := m.(*redis.Client); ok && c.Options() != nil {
 		return c.Options().Addr
@@ -408,14 +530,14 @@ func masterKey(m doer) string {
 	return ""
 }
 
-// errDrift marks a refusal for a persistence setting weakened after the
-// store first checked the server: the key space is fenced as well.
-var errDrift = errors.New("persistence weakened after Open")
-
 // What warnOnce has warned about.
 const (
 	warnPersistence = 1 << iota
 	warnPolicy
+	warnRunID
+	warnCounters
+	warnEvictedBefore
+	warnServersKey
 )
 
 // warnOnce logs msg once until the condition is cleared from s.warned.
@@ -426,18 +548,19 @@ func (s *Store) warnOnce(bit uint32, msg string) {
 }
 
 // fenceAll fences every shard of the key space for one horizon from
-// Redis's clock (a later fence already there is kept) and, when AOF was
+// Redis's clock (a later fence already there is kept), after evidence of
+// loss (what, for the ledger and the log: no ID or key) and, when AOF was
 // switched off, has each master rewrite its AOF (BGREWRITEAOF) so the
 // file the next start may load holds the fences and every claim so far.
-// It reports each shard to the Observer and logs one line.
-func (s *Store) fenceAll(ctx context.Context, rewrite bool) {
+// It reports each shard to the Observer, writes one ledger entry and logs
+// one Error line, and reports whether every shard was fenced.
+func (s *Store) fenceAll(ctx context.Context, rewrite bool, what string) bool {
 	fenced := 0
 	var until time.Time
 	for i, m := range s.tags {
 		v, err := s.call(ctx, "EVAL", fenceScript, 1, m, s.horizonArg)
 		ms, ok := v.(int64)
 		if err != nil || !ok {
-			s.log.Error("redisstore: could not fence the key space after its persistence was weakened", "prefix", s.prefix, "shard", i)
 			continue
 		}
 		fenced++
@@ -446,6 +569,10 @@ func (s *Store) fenceAll(ctx context.Context, rewrite bool) {
 			s.opts.Observer(Event{Kind: EventFenceRaised, Shard: i, Until: until})
 		}
 	}
+	if fenced < Shards {
+		s.log.Error("redisstore: the server reported a loss of data and the key space could not be fenced; every call of this store refuses until it is", "prefix", s.prefix, "evidence", what, "shards", fenced)
+		return false
+	}
 	if rewrite {
 		for _, m := range s.masters(ctx) {
 			if err := m.Do(ctx, "BGREWRITEAOF").Err(); err != nil && !strings.Contains(strings.ToLower(err.Error()), "already in progress") {
@@ -453,7 +580,11 @@ func (s *Store) fenceAll(ctx context.Context, rewrite bool) {
 			}
 		}
 	}
-	s.log.Error("redisstore: persistence weakened after Open: the key space is fenced for one horizon and every call of this store refuses", "prefix", s.prefix, "shards", fenced, "until", until)
+	if err := s.note(ctx, ledgerLoss, what); err != nil {
+		s.log.Error("redisstore: could not write the loss to the key space's ledger", "prefix", s.prefix, "error", err)
+	}
+	s.log.Error("redisstore: the server reported a loss of data: the key space is fenced for one horizon (or until an operator reopens it)", "prefix", s.prefix, "evidence", what, "shards", fenced, "until", until)
+	return true
 }
 
 // fenceScript fences one shard: KEYS[1] the marker, ARGV[1] the horizon

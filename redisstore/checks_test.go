@@ -581,3 +581,220 @@ func TestReplicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		awaitRecheckRefusal(t, s, "a second replica attached")
 	})
 }
+
+// Loss while no store ran (between an app's stop and its next start) is
+// found by the next Open, on a real redis-server: it compares the server
+// with the baseline the last store kept in <prefix>servers, fences the
+// key space and notes the loss; with nothing in between, it serves.
+func TestLossWhileNoStoreRanIsFencedAtOpen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		change func(t *testing.T, c *redis.Client)
+		fenced bool
+	}{
+		{"nothing happened", func(t *testing.T, c *redis.Client) {}, false},
+		{"SWAPDB of two other databases", func(t *testing.T, c *redis.Client) {
+			if err := c.Do(ctx, "SWAPDB", "1", "2").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"eviction of the claims (volatile-ttl) switched on and off", func(t *testing.T, c *redis.Client) {
+			// Only keys with an expiry are evicted: every claim, no
+			// marker, nothing the checks keep.
+			for _, kv := range [][2]string{{"maxmemory-policy", "volatile-ttl"}, {"maxmemory", "1"}} {
+				if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Get(ctx, "any") // evicts
+			if n, _ := c.Exists(ctx, "restart:{"+fmt.Sprintf("%02d", shardOf("before"))+"}:before").Result(); n != 0 {
+				t.Fatal("the claim was not evicted")
+			}
+			for _, kv := range [][2]string{{"maxmemory", "0"}, {"maxmemory-policy", "noeviction"}} {
+				if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			opts := Options{Prefix: "restart:", Logger: quietLogger()}
+			s := provisioned(t, c, opts)
+			if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("claim = %v, %v", first, err)
+			}
+			s.Close()
+			tt.change(t, c)
+			var ev events
+			opts.Observer = ev.observe
+			s2, err := Open(ctx, c, opts)
+			if err != nil && !errors.Is(err, ErrFenced) {
+				t.Fatalf("Open after the app restart = %v", err)
+			}
+			if s2 == nil {
+				s2, _ = New(c, opts)
+			}
+			defer s2.Close()
+			first, err := s2.Claim(ctx, "after", time.Now().Add(time.Minute))
+			switch {
+			case tt.fenced && (first || !errors.Is(err, ErrFenced) || ev.count(EventFenceRaised) != Shards || !lossNoted(t, s2)):
+				t.Fatalf("claim after the loss = %v, %v (%d fences raised); want ErrFenced, every shard fenced, a loss in the ledger", first, err, ev.count(EventFenceRaised))
+			case !tt.fenced && (!first || err != nil || ev.count(EventFenceRaised) != 0):
+				t.Fatalf("claim with nothing lost = %v, %v (%d fences raised); want first", first, err, ev.count(EventFenceRaised))
+			}
+			if first, _ := s2.Claim(ctx, "before", time.Now().Add(time.Minute)); first {
+				t.Fatal("the ID claimed before the restart was accepted again")
+			}
+		})
+	}
+}
+
+// lossNoted reports whether the key space's ledger holds a loss entry.
+func lossNoted(t *testing.T, s *Store) bool {
+	t.Helper()
+	l, err := s.readLedger(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range l {
+		if e.Kind == ledgerLoss {
+			return true
+		}
+	}
+	return false
+}
+
+// A server that stops fitting the Options after Open (an eviction policy
+// without maxmemory, RDB snapshots, a replica Durability does not cover)
+// is refused only while it does not fit, on a real redis-server: once
+// the setting is undone the same Store serves again, and nothing is
+// fenced (it lost nothing).
+func TestRefusalForAConditionEndsWithIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name      string
+		set, undo [2]string
+	}{
+		{"eviction policy without maxmemory", [2]string{"maxmemory-policy", "allkeys-lru"}, [2]string{"maxmemory-policy", "noeviction"}},
+		{"RDB snapshots", [2]string{"save", "60 1"}, [2]string{"save", ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			var ev events
+			s := provisioned(t, c, Options{Prefix: "cond:", Logger: quietLogger(), Observer: ev.observe, RecheckInterval: time.Hour})
+			if err := c.ConfigSet(ctx, tt.set[0], tt.set[1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			recheckNow(t, s)
+			for i := range 3 {
+				if first, err := s.Claim(ctx, fmt.Sprint("while-", i), time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
+					t.Fatalf("claim while %s = %v, %v; want ErrConfig", tt.name, first, err)
+				}
+			}
+			if err := c.ConfigSet(ctx, tt.undo[0], tt.undo[1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			recheckNow(t, s)
+			if first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("claim once the setting was undone = %v, %v; want first", first, err)
+			}
+			if n := ev.count(EventFenceRaised); n != 0 {
+				t.Fatalf("%d shards fenced for a condition", n)
+			}
+		})
+	}
+}
+
+// A claim that finds its shard's marker missing has the store check the
+// server at once, not after RecheckInterval: after a FLUSHALL the whole
+// key space is fenced and the loss noted by the next call, on a real
+// redis-server (RecheckInterval one hour).
+func TestMissingMarkerChecksTheServerAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := newServer(t)
+	c := srv.client()
+	var ev events
+	s := provisioned(t, c, Options{Prefix: "soon:", Logger: quietLogger(), Observer: ev.observe, RecheckInterval: time.Hour})
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("claim = %v, %v", first, err)
+	}
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
+		t.Fatalf("claim after FLUSHALL = %v, %v; want ErrFenced", first, err)
+	}
+	s.Claim(ctx, "before", time.Now().Add(time.Minute)) // starts the check (its shard is fenced already)
+	s.cancels.wg.Wait()
+	if n := ev.count(EventFenceRaised); n != 1+Shards {
+		t.Fatalf("%d EventFenceRaised; want the claim's and one per shard (%d)", n, 1+Shards)
+	}
+	if !lossNoted(t, s) {
+		t.Fatal("no loss entry in the ledger")
+	}
+}
+
+// Under the ACL docs/fleet.md documents (no hash commands, no EXISTS, no
+// CONFIG), on a real redis-server, the store opens and serves, keeping
+// what it saw of the server in memory only; with the hash commands and
+// EXISTS allowed too, it keeps its baselines in <prefix>servers.
+func TestChecksRunUnderTheDocumentedACL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name  string
+		extra []string
+		kept  bool
+	}{
+		{"documented", nil, false},
+		{"with the hash commands and EXISTS", []string{"+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel"}, true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			admin := srv.client()
+			user := fmt.Sprint("fleet", i)
+			rules := append([]any{"ACL", "SETUSER", user, "on", ">pw", "-@all", "+get", "+set", "+del", "+pttl", "+eval", "+evalsha", "+time", "+role", "+info", "~acl:*"}, anySlice(tt.extra)...)
+			if err := admin.Do(ctx, rules...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			c := redis.NewClient(&redis.Options{Addr: srv.addr(), Username: user, Password: "pw"})
+			t.Cleanup(func() { c.Close() })
+			s := provisioned(t, c, Options{Prefix: "acl:", Logger: quietLogger()})
+			if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("claim under the ACL = %v, %v", first, err)
+			}
+			recheckNow(t, s)
+			if first, err := s.Claim(ctx, "y", time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("claim after a recheck under the ACL = %v, %v", first, err)
+			}
+			n, err := admin.HLen(ctx, s.serversKey()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kept := n > 0; kept != tt.kept {
+				t.Fatalf("%d baselines in <prefix>servers; want kept %v", n, tt.kept)
+			}
+		})
+	}
+}
+
+func anySlice(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}

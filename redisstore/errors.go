@@ -55,8 +55,9 @@ var (
 	ErrNotDurable error = &unavailableError{"redisstore: write not acknowledged by enough replicas"}
 
 	// ErrConfig reports a store that must not run as configured: invalid
-	// Options (found by [New] and [Open]), a server that does not fit
-	// them (found by [Open], or by the first call of a Store from [New]):
+	// Options (found by [New] and [Open]), or a server that does not fit
+	// them (found by [Open], by the first call of a Store from [New], or by
+	// a later check, refused for as long as it does not fit):
 	// replicas without a durability setting, an eviction policy that can
 	// drop claims, WAITAOF on a server older than Redis 7.2; or a key space
 	// with no shard marker (never provisioned, or lost; see

@@ -318,6 +318,7 @@ func TestReprovisionNeverUsed(t *testing.T) {
 			}
 			defer s.Close()
 			tt.setup(t, s, srv, c)
+			s.cancels.wg.Wait() // a check a missing marker started (it fences the key space) has ended
 			markers := func() []any {
 				v, err := c.MGet(ctx, s.tags[:]...).Result()
 				if err != nil {
@@ -377,7 +378,7 @@ func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sets := 0
-			inner := answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+			inner := answerChecksInfo(func(ctx context.Context, args ...any) *redis.Cmd {
 				cmd := redis.NewCmd(ctx, args...)
 				switch args[0] {
 				case "INFO":
@@ -409,7 +410,7 @@ func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 					cmd.SetErr(fmt.Errorf("unexpected %v", args[0]))
 				}
 				return cmd
-			})
+			}, true)
 			c := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
 				cmd := redis.NewCmd(ctx, args...)
 				switch name, _ := args[len(args)-1].(string); {

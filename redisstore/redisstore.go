@@ -20,8 +20,9 @@
 // Each one-time token, single-use state and webhook delivery is accepted at
 // most once through any single fault of the store:
 //
-//   - Redis that lost data (a restart without persistence, FLUSHALL,
-//     eviction) has lost markers too: the script fences the shard for one
+//   - Redis that lost data with its markers (a restart without
+//     persistence, FLUSHALL, an LRU policy that evicted a marker): the
+//     script fences the shard for one
 //     [Options.Horizon] ([ErrFenced]), until everything claimed before the
 //     loss has expired, and the horizon bounds every claim. A restart that
 //     rolls back to older data (an RDB snapshot, AOF everysec after a
@@ -39,16 +40,35 @@
 //     [Options.AllowFewerReplicas] (right only when every failover promotes
 //     the most up-to-date replica) or, without Durability,
 //     [Options.AllowAsyncReplicas].
-//   - Persistence weakened after Open (appendfsync, or AOF switched off at
-//     run time) is found within [Options.RecheckInterval] and refused, and
-//     the key space is fenced for one horizon. While the server runs AOF
-//     with appendfsync always and knows WAITAOF (Redis 7.2 or newer,
-//     Valkey 8), every write also waits for WAITAOF 1 0, which the server
-//     refuses once AOF is off, so no claim made after the switch is
-//     reported first. On an older Redis (7.0: Debian bookworm's
-//     redis-server) the claims of up to one RecheckInterval after the
-//     switch are reported first, and a crash before the recheck accepts
-//     them again.
+//   - Loss the server reports, found by the checks that run every
+//     [Options.RecheckInterval] (1 s by default) and compared with what
+//     the store saw of the same server before (a server is recognised by
+//     its run_id, kept per key space in <prefix>servers, so an app restart
+//     compares too): keys evicted or eviction made possible (a
+//     maxmemory-policy other than noeviction with maxmemory set), SWAPDB,
+//     FLUSHALL or FLUSHDB run, those counters reset (CONFIG RESETSTAT),
+//     persistence weakened on the same server (appendfsync no longer
+//     always, AOF switched off), a restart that lost markers. The store
+//     refuses every call at once, fences every shard for one horizon and
+//     writes a loss entry in the key space's ledger (at once when a claim
+//     finds its shard's marker missing). Claims answered between the change
+//     and that check are not covered: an ID whose entry was evicted in that
+//     window and claimed again in it is accepted twice (up to
+//     RecheckInterval for a volatile-* policy, which evicts no marker;
+//     TestEvictionAtRunTimeAcceptsNothingTwiceAfterIt measures it); none
+//     after.
+//   - A failover or restart (a new run_id behind the client) is checked
+//     as Open checks a server: refused ([ErrConfig]) while it does not fit
+//     the Options, served once it does, and fenced only for loss it shows
+//     itself (keys it evicted, fence markers it lacks), never for settings
+//     that differ from the old server's.
+//   - AOF switched off at run time: while the server runs AOF with
+//     appendfsync always and knows WAITAOF (Redis 7.2 or newer, Valkey 8),
+//     every write also waits for WAITAOF 1 0, which the server refuses
+//     once AOF is off, so no claim made after the switch is reported
+//     first. On an older Redis (7.0: Debian bookworm's redis-server) the
+//     claims of up to one RecheckInterval after the switch are reported
+//     first, and a crash before the recheck accepts them again.
 //   - An instance clock behind Redis's by more than [Options.MaxSkew] is
 //     refused ([ErrClockSkew]).
 //
@@ -201,14 +221,19 @@ type Options struct {
 	AllowAsyncReplicas bool
 
 	// AllowEviction lets the store run on a Redis whose maxmemory-policy is
-	// not noeviction. Without it such a store refuses to run ([ErrConfig]):
-	// an LRU or LFU policy evicts cold claims and keeps the fence markers
-	// every call touches, so the loss goes unnoticed; a volatile-* policy
-	// evicts only keys with an expiry, which every claim has and no marker
-	// has. A Redis that refuses CONFIG GET (managed services) cannot be
-	// checked: the store runs, and logs that it could not check. The check
-	// still runs with AllowEviction: when the risk is present it is logged
-	// (one Warn line per appearance) and reported as [EventRiskAccepted].
+	// not noeviction. Without it such a store refuses to run ([ErrConfig])
+	// for as long as the policy stays: an LRU or LFU policy evicts cold
+	// claims and keeps the fence markers every call touches, so the script
+	// cannot see the loss; a volatile-* policy evicts only keys with an
+	// expiry, which every claim has and no marker has. Without
+	// AllowEviction, eviction made possible after the store saw the server
+	// (the policy with maxmemory set) or evicted_keys growing is evidence
+	// of loss and fences the key space (see RecheckInterval); with it,
+	// evictions are the accepted risk and fence nothing. A Redis that
+	// refuses CONFIG GET or INFO (managed services) cannot be checked: the
+	// store runs, and logs that it could not check. The check still runs
+	// with AllowEviction: when the risk is present it is logged (one Warn
+	// line per appearance) and reported as [EventRiskAccepted].
 	AllowEviction bool
 
 	// AllowRollback lets the store run on a Redis whose restart can bring
@@ -221,20 +246,35 @@ type Options struct {
 	// CONFIG GET cannot be checked: the store runs, and logs that it
 	// could not check. The check still runs with AllowRollback: when the
 	// risk is present it is logged (one Warn line per appearance) and
-	// reported as [EventRiskAccepted]. Persistence weakened after Open is
-	// refused and fenced even with AllowRollback (see RecheckInterval).
+	// reported as [EventRiskAccepted]. Persistence weakened on a server
+	// the store saw is fenced even with AllowRollback (see
+	// RecheckInterval).
 	AllowRollback bool
 
 	// RecheckInterval is how often the store runs the server checks of
 	// [Open] again, in the background of the first call after each
-	// interval: a replica attached, an eviction policy set, or persistence
-	// weakened after Open is found within about this long, and from then
-	// on every call refuses with [ErrConfig]. Persistence weakened after
-	// Open (appendfsync no longer always, or AOF switched off at run time,
-	// which leaves the old AOF for the next start to load) also fences the
-	// key space for one horizon: claims acknowledged since may come back
-	// without their entries. Each recheck is a few commands on every
-	// master. Zero means DefaultRecheckInterval (1 s); negative is refused.
+	// interval. A server that no longer fits the Options (a replica
+	// attached, an eviction policy, RDB snapshots, a failover to a primary
+	// with weaker persistence) is found within about this long and every
+	// call refuses with [ErrConfig] for as long as it does not fit: the
+	// store serves again by itself once a check finds it fits. Evidence of
+	// loss on a server the store saw before (same run_id): keys evicted,
+	// eviction made possible (policy with maxmemory set), SWAPDB, FLUSHALL
+	// or FLUSHDB run, those counters reset by CONFIG RESETSTAT,
+	// appendfsync no longer always, AOF switched off (which leaves the old
+	// AOF for the next start to load), or a restart that lost fence
+	// markers, makes every call refuse at once ([ErrFenced]) and fences
+	// the key space for one horizon (one ledger entry, one
+	// [EventFenceRaised] per shard); the fences then refuse, until they
+	// open or an operator reopens the key space. A claim that finds its
+	// shard's marker missing has the next call run the checks at once.
+	// Otherwise this interval is the window: claims answered between the
+	// change and the check are not covered (an entry evicted by a
+	// volatile-* policy and claimed again inside it is accepted twice), and
+	// it can only be shortened, not closed, by a lower value.
+	// Each recheck is a few commands on every master (ROLE, INFO server,
+	// stats and commandstats, CONFIG GET, TIME, one EXISTS). Zero means
+	// DefaultRecheckInterval (1 s); negative is refused.
 	//
 	// AOF switched off at run time (CONFIG SET appendonly no) has no window
 	// on a server that runs AOF with appendfsync always and knows WAITAOF
@@ -302,20 +342,15 @@ type Store struct {
 	// checked is set once the server checks passed; check serializes them.
 	checked      atomic.Bool
 	recheckEvery time.Duration
-	// seen is what the checks saw of each master's persistence (see
-	// persistenceSeen).
-	seenMu    sync.Mutex
-	seen      map[string]*persistence
+	// srv is what the checks know of each server (by run_id), and the
+	// refusal they left (see server.go).
+	srv       servers
 	warned    atomic.Uint32 // what warnOnce has logged
 	lastCheck atomic.Int64  // unix ms of the last server check
 	check     chan struct{}
-	// checkErr is a permanent refusal found by the server checks.
-	checkErr atomic.Pointer[error]
 
-	// risks is the riskSet of the last server check; seenReplicas the
-	// most replicas one master reported to this store.
-	risks        atomic.Uint32
-	seenReplicas atomic.Int64
+	// risks is the riskSet of the last server check.
+	risks atomic.Uint32
 
 	// nonceBase (random, per Store) and nonces make each Claim's nonce,
 	// which is also its entry's value: "1" + 16 hex digits + "." + the
@@ -483,7 +518,8 @@ func (s *Store) Horizon() time.Duration { return s.horizon }
 // claims of the same ID returns true, and once it has, no later call
 // returns true for id before until (by Redis's clock) through any single
 // fault of the store: a restart without persistence, FLUSHALL or eviction
-// (the shard is fenced: [ErrFenced]), a failover to a replica that missed
+// (the shard is fenced: [ErrFenced]; eviction switched on at run time
+// only from the store's next check, see [Options.RecheckInterval]), a failover to a replica that missed
 // the write (with a [Durability] setting: [ErrNotDurable] instead of true),
 // or a lagging instance clock ([ErrClockSkew]).
 //

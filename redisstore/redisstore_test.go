@@ -97,8 +97,15 @@ func provisioned(t testing.TB, c Client, opts Options) *Store {
 // of the store's first call (ROLE, INFO, CONFIG GET, TIME) like a lone primary
 // with noeviction and the real clock, and its key-space check (GET of each
 // shard marker) like a provisioned key space, and passes every other command
-// to f.
-func answerChecks(f clientFunc) clientFunc {
+// to f. scriptedRunID is the run_id answerChecks gives.
+const scriptedRunID = "0123456789abcdef0123456789abcdef01234567"
+
+func answerChecks(f clientFunc) clientFunc { return answerChecksInfo(f, false) }
+
+// answerChecksInfo is answerChecks; with info, INFO stats and INFO
+// commandstats go to f (a test of the loss counters), else they answer a
+// clean server.
+func answerChecksInfo(f clientFunc, info bool) clientFunc {
 	return func(ctx context.Context, args ...any) *redis.Cmd {
 		cmd := redis.NewCmd(ctx, args...)
 		switch args[0] {
@@ -111,17 +118,46 @@ func answerChecks(f clientFunc) clientFunc {
 				return f(ctx, args...)
 			}
 			cmd.SetVal([]any{name, value})
-		case "INFO": // replication: never had a replica
-			if section, _ := args[len(args)-1].(string); section != "replication" {
+		case "INFO": // replication: never had a replica; server: a fixed run_id
+			switch section, _ := args[len(args)-1].(string); section {
+			case "replication":
+				cmd.SetVal("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n")
+			case "server":
+				cmd.SetVal("# Server\r\nrun_id:" + scriptedRunID + "\r\n")
+			case "stats":
+				if info {
+					return f(ctx, args...)
+				}
+				cmd.SetVal("# Stats\r\nevicted_keys:0\r\n")
+			case "commandstats":
+				if info {
+					return f(ctx, args...)
+				}
+				cmd.SetVal("# Commandstats\r\ncmdstat_get:calls=1,usec=1\r\n")
+			default:
 				return f(ctx, args...)
 			}
-			cmd.SetVal("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\nrepl_backlog_active:0\r\n")
 		case "GET": // a shard marker: open
 			key, _ := args[1].(string)
 			if !isMarkerKey(key) {
 				return f(ctx, args...)
 			}
 			cmd.SetVal("O")
+		case "EXISTS": // the checks' count of the markers: all there
+			if len(args) != Shards+1 {
+				return f(ctx, args...)
+			}
+			cmd.SetVal(int64(Shards))
+		case "HGET", "HSET", "HLEN": // <prefix>servers: empty
+			if key, _ := args[1].(string); !strings.HasSuffix(key, "servers") {
+				return f(ctx, args...)
+			}
+			switch args[0] {
+			case "HGET":
+				cmd.SetErr(redis.Nil)
+			default:
+				cmd.SetVal(int64(0))
+			}
 		case "TIME":
 			now := time.Now()
 			cmd.SetVal([]any{strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond() / 1000)})
@@ -820,8 +856,8 @@ func TestNestedPrefixesNeverShareKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, k := range keys {
-			if k == outer.ledgerKey() || k == inner.ledgerKey() {
-				continue // the ledger: the one key without '{', "<prefix>ledger"
+			if k == outer.serversKey() || k == inner.serversKey() || k == outer.ledgerKey() || k == inner.ledgerKey() {
+				continue // each store's metadata, at <prefix> + a lowercase word
 			}
 			p, _, ok := strings.Cut(k, "{")
 			if !ok || (p != outer.Prefix() && p != inner.Prefix()) {

@@ -109,6 +109,7 @@ func (s *Store) verdict(sc *script, shard int, code, val int64, durErr error) (i
 	case -1:
 		until := time.UnixMilli(val)
 		s.emit(Event{Kind: EventFenceRaised, Shard: shard, Until: until})
+		s.checkSoon()
 		return code, val, fenced(whyFenceRaised, shard, until)
 	case -2:
 		until := time.UnixMilli(val)

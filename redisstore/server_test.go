@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -215,5 +217,286 @@ func waitReplicas(t testing.TB, primary *server, n int) {
 			t.Fatalf("%d replicas not in sync within 15s (WAIT: %d, %v)", n, got, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// fakeServer is a scripted Redis for the decisions of the server checks:
+// its identity, counters and settings are fields the test changes, and it
+// records the fences, ledger entries and AOF rewrites the store asks for.
+type fakeServer struct {
+	mu                                 sync.Mutex
+	runID                              string // "": INFO server gives none
+	evicted, swapdb, flushall, flushdb int64
+	policy, maxmemory                  string
+	appendonly, appendfsync, save      string
+	markers                            int64
+	servers                            map[string]string // <prefix>servers
+	fences, rewrites                   int
+	ledger                             []string
+	fenceErr                           error // the fence script's answer, when set
+}
+
+func newFake() *fakeServer {
+	return &fakeServer{runID: "run-a", policy: "noeviction", maxmemory: "0", appendonly: "no", appendfsync: "everysec",
+		markers: Shards, servers: map[string]string{}}
+}
+
+func (f *fakeServer) set(change func(f *fakeServer)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(f)
+}
+
+func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cmd := redis.NewCmd(ctx, args...)
+	arg := func(i int) string { s, _ := args[i].(string); return s }
+	switch arg(0) {
+	case "ROLE":
+		cmd.SetVal([]any{"master", int64(0), []any{}})
+	case "INFO":
+		switch arg(1) {
+		case "server":
+			if f.runID != "" {
+				cmd.SetVal("# Server\r\nredis_version:7.0.15\r\nrun_id:" + f.runID + "\r\n")
+			} else {
+				cmd.SetVal("# Server\r\nredis_version:7.0.15\r\n")
+			}
+		case "replication":
+			cmd.SetVal("role:master\r\nconnected_slaves:0\r\nrepl_backlog_active:0\r\n")
+		case "stats":
+			cmd.SetVal(fmt.Sprintf("# Stats\r\nexpired_keys:3\r\nevicted_keys:%d\r\n", f.evicted))
+		case "commandstats":
+			var b strings.Builder
+			b.WriteString("# Commandstats\r\ncmdstat_get:calls=9,usec=1\r\n")
+			for name, n := range map[string]int64{"swapdb": f.swapdb, "flushall": f.flushall, "flushdb": f.flushdb} {
+				if n > 0 {
+					fmt.Fprintf(&b, "cmdstat_%s:calls=%d,usec=3,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n", name, n)
+				}
+			}
+			cmd.SetVal(b.String())
+		}
+	case "CONFIG":
+		v := map[string]string{"maxmemory-policy": f.policy, "maxmemory": f.maxmemory, "appendonly": f.appendonly, "appendfsync": f.appendfsync, "save": f.save}[arg(2)]
+		cmd.SetVal([]any{arg(2), v})
+	case "TIME":
+		now := time.Now()
+		cmd.SetVal([]any{strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond() / 1000)})
+	case "EXISTS":
+		cmd.SetVal(f.markers)
+	case "HGET":
+		if v, ok := f.servers[arg(2)]; ok {
+			cmd.SetVal(v)
+		} else {
+			cmd.SetErr(redis.Nil)
+		}
+	case "HSET":
+		f.servers[arg(2)] = arg(3)
+		cmd.SetVal(int64(1))
+	case "HLEN":
+		cmd.SetVal(int64(len(f.servers)))
+	case "EVAL":
+		if f.fenceErr != nil {
+			cmd.SetErr(f.fenceErr)
+			break
+		}
+		f.fences++
+		cmd.SetVal(time.Now().Add(time.Hour).UnixMilli())
+	case "RPUSH":
+		f.ledger = append(f.ledger, arg(2))
+		cmd.SetVal(int64(len(f.ledger)))
+	case "LTRIM", "BGREWRITEAOF":
+		if arg(0) == "BGREWRITEAOF" {
+			f.rewrites++
+		}
+		cmd.SetVal("OK")
+	case "EVALSHA":
+		cmd.SetVal(int64(1)) // a claim: first
+	default:
+		cmd.SetErr(fmt.Errorf("ERR unexpected %v", args[0]))
+	}
+	return cmd
+}
+
+// The decisions of the server checks, on a scripted server: what is
+// evidence of loss (fence every shard once, one ledger entry), what is a
+// condition (refused while it lasts, no fence), and what is neither.
+func TestServerChecksTellLossFromConditions(t *testing.T) {
+	aofAlways := func(f *fakeServer) { f.appendonly, f.appendfsync = "yes", "always" }
+	tests := []struct {
+		name   string
+		before func(f *fakeServer) // before Open
+		opts   Options
+		change func(f *fakeServer) // then one recheck (or, with reopen, a new Store's Open)
+		reopen bool
+		fenced bool // every shard fenced, once, with one ledger entry
+		cond   bool // the check refuses with ErrConfig
+		undo   func(f *fakeServer)
+	}{
+		{"nothing changed", nil, Options{}, func(f *fakeServer) {}, false, false, false, nil},
+		{"evicted_keys grew", nil, Options{}, func(f *fakeServer) { f.evicted += 3 }, false, true, false, nil},
+		{"evicted_keys grew, AllowEviction", nil, Options{AllowEviction: true}, func(f *fakeServer) { f.evicted += 3 }, false, false, false, nil},
+		{"eviction became possible", nil, Options{}, func(f *fakeServer) { f.policy, f.maxmemory = "volatile-ttl", "1000000" }, false, true, true, func(f *fakeServer) { f.policy, f.maxmemory = "noeviction", "0" }},
+		{"evicting policy without maxmemory", nil, Options{}, func(f *fakeServer) { f.policy = "allkeys-lru" }, false, false, true, func(f *fakeServer) { f.policy = "noeviction" }},
+		{"SWAPDB ran", nil, Options{}, func(f *fakeServer) { f.swapdb++ }, false, true, false, nil},
+		{"FLUSHALL ran", func(f *fakeServer) { f.flushall = 2 }, Options{}, func(f *fakeServer) { f.flushall++ }, false, true, false, nil},
+		{"FLUSHDB ran", nil, Options{}, func(f *fakeServer) { f.flushdb++ }, false, true, false, nil},
+		{"CONFIG RESETSTAT hid a window", func(f *fakeServer) { f.flushdb = 2 }, Options{}, func(f *fakeServer) { f.flushdb = 0 }, false, true, false, nil},
+		{"AOF switched off", aofAlways, Options{}, func(f *fakeServer) { f.appendonly = "no" }, false, true, false, nil},
+		{"appendfsync weakened", aofAlways, Options{}, func(f *fakeServer) { f.appendfsync = "everysec" }, false, true, true, func(f *fakeServer) { f.appendfsync = "always" }},
+		{"appendfsync weakened, AllowRollback", aofAlways, Options{AllowRollback: true}, func(f *fakeServer) { f.appendfsync = "everysec" }, false, true, false, nil},
+		{"failover to a server without AOF", aofAlways, Options{}, func(f *fakeServer) { f.runID, f.appendonly = "run-b", "no" }, false, false, false, nil},
+		{"failover to a server with everysec", aofAlways, Options{}, func(f *fakeServer) { f.runID, f.appendfsync = "run-b", "everysec" }, false, false, true, func(f *fakeServer) { f.appendfsync = "always" }},
+		{"failover to a server that replicated flushes", nil, Options{}, func(f *fakeServer) { f.runID, f.flushall, f.swapdb = "run-b", 4, 1 }, false, false, false, nil},
+		{"failover to a server that evicted", nil, Options{}, func(f *fakeServer) { f.runID, f.evicted = "run-b", 5 }, false, true, false, nil},
+		{"restart without persistence (markers gone)", nil, Options{}, func(f *fakeServer) { f.runID, f.markers = "run-b", 2 }, false, true, false, nil},
+		{"restart that loaded every marker", nil, Options{}, func(f *fakeServer) { f.runID = "run-b" }, false, false, false, nil},
+		{"app restart, then evicted_keys grew", nil, Options{}, func(f *fakeServer) { f.evicted += 3 }, true, true, false, nil},
+		{"app restart, then AOF switched off", aofAlways, Options{}, func(f *fakeServer) { f.appendonly = "no" }, true, true, false, nil},
+		{"app restart, nothing changed", func(f *fakeServer) { f.evicted, f.flushall = 7, 1 }, Options{}, func(f *fakeServer) {}, true, false, false, nil},
+		{"no run_id: by address, in memory", func(f *fakeServer) { f.runID = "" }, Options{}, func(f *fakeServer) { f.evicted++ }, false, true, false, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newFake()
+			if tt.before != nil {
+				f.set(tt.before)
+			}
+			opts := tt.opts
+			opts.Logger = quietLogger()
+			s, err := Open(ctx, f, opts)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			f.set(tt.change)
+			var checkErr error
+			if tt.reopen {
+				s, checkErr = Open(ctx, f, opts)
+				if s == nil {
+					s, _ = New(f, opts)
+				}
+			} else {
+				checkErr = s.checkServer(ctx)
+			}
+			f.mu.Lock()
+			fences, ledger := f.fences, len(f.ledger)
+			f.mu.Unlock()
+			switch {
+			case tt.fenced && (fences != Shards || ledger != 1):
+				t.Fatalf("%d fences, %d ledger entries; want %d and 1", fences, ledger, Shards)
+			case tt.fenced && !strings.Contains(f.ledger[0], " loss "):
+				t.Fatalf("ledger entry %q; want a loss", f.ledger[0])
+			case !tt.fenced && (fences != 0 || ledger != 0):
+				t.Fatalf("%d fences, %d ledger entries; want none", fences, ledger)
+			case tt.cond != errors.Is(checkErr, ErrConfig):
+				t.Fatalf("check = %v; want ErrConfig %v", checkErr, tt.cond)
+			case !tt.cond && checkErr != nil:
+				t.Fatalf("check = %v", checkErr)
+			}
+			if rf := s.refusal(); tt.cond != (rf != nil) {
+				t.Fatalf("refusal after the check = %v; want one %v", rf, tt.cond)
+			}
+			// The evidence was consumed: another check fences nothing more.
+			s.checkServer(ctx)
+			if f.fences != fences {
+				t.Fatalf("a second check fenced again (%d fences)", f.fences-fences)
+			}
+			if tt.undo != nil {
+				f.set(tt.undo)
+				if err := s.checkServer(ctx); err != nil || s.refusal() != nil {
+					t.Fatalf("check after the condition ended = %v, refusal %v; want served", err, s.refusal())
+				}
+				if f.fences != fences {
+					t.Fatal("ending the condition fenced")
+				}
+			}
+		})
+	}
+}
+
+// Evidence of loss refuses every call before the fence is written, and
+// keeps refusing while the fence cannot be written; once it is, the store
+// serves (the fences refuse, not the store).
+func TestLossRefusesUntilTheFenceIsWritten(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	s, err := Open(ctx, f, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.set(func(f *fakeServer) {
+		f.evicted, f.fenceErr = 1, errors.New("OOM command not allowed when used memory > 'maxmemory'")
+	})
+	for range 2 {
+		s.checkServer(ctx)
+		if err := s.ready(ctx); !errors.Is(err, ErrFenced) || Reason(err) != whyLossSeen {
+			t.Fatalf("call while the fence cannot be written = %v; want ErrFenced (%q)", err, whyLossSeen)
+		}
+		if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
+			t.Fatalf("claim while the fence cannot be written = %v, %v", first, err)
+		}
+	}
+	f.set(func(f *fakeServer) { f.fenceErr = nil })
+	s.checkServer(ctx)
+	if f.fences != Shards || len(f.ledger) != 1 {
+		t.Fatalf("%d fences, %d ledger entries after the fence could be written; want %d, 1", f.fences, len(f.ledger), Shards)
+	}
+	if err := s.refusal(); err != nil {
+		t.Fatalf("refusal once fenced = %v; want none (the fences refuse)", err)
+	}
+}
+
+// The baselines kept in <prefix>servers round-trip, and an unreadable one
+// is refused.
+func TestBaselineEncodingRoundTrips(t *testing.T) {
+	tests := []struct {
+		name string
+		b    baseline
+	}{
+		{"zero", baseline{markers: -1}},
+		{"counters and flags", baseline{counters: counters{1, 2, 3, 4}, evictable: true, aof: true, fsyncAlways: true, markers: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			at := time.UnixMilli(1700000000123)
+			got, ms, ok := decodeBaseline(tt.b.encode(at))
+			if !ok || got != tt.b || ms != at.UnixMilli() {
+				t.Fatalf("decode(encode(%+v)) = %+v, %d, %v", tt.b, got, ms, ok)
+			}
+		})
+	}
+	for _, bad := range []string{"", "1 2 3", "2 0 0 0 0 0 0 0 5", "1 -1 0 0 0 0 0 0 5", "1 x 0 0 0 0 0 0 5"} {
+		if _, _, ok := decodeBaseline(bad); ok {
+			t.Fatalf("decodeBaseline(%q) accepted", bad)
+		}
+	}
+}
+
+// Two Stores of a fleet watching one server: the first to see the loss
+// fences it and keeps what it saw in <prefix>servers; the other finds the
+// evidence consumed there and fences nothing more (one fence, one ledger
+// entry), so an operator's reopen is not undone by a slower instance.
+func TestLossFencedByAnotherStoreIsConsumed(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	var stores []*Store
+	for range 2 {
+		s, err := Open(ctx, f, Options{Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, s)
+	}
+	f.set(func(f *fakeServer) { f.evicted += 10 })
+	for _, s := range stores {
+		s.checkServer(ctx)
+		if err := s.refusal(); err != nil {
+			t.Fatalf("refusal after the check = %v; want none (the fences refuse)", err)
+		}
+	}
+	if f.fences != Shards || len(f.ledger) != 1 {
+		t.Fatalf("%d fences, %d ledger entries; want %d and 1", f.fences, len(f.ledger), Shards)
 	}
 }

@@ -1,0 +1,339 @@
+//go:build fault
+
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// evictPolicies are every maxmemory-policy that evicts.
+var evictPolicies = []string{"allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}
+
+// evictOld is how many IDs each eviction run claims before the change.
+const evictOld = 3000
+
+// windowReport is what claims saw between a change on the server and the
+// store's refusal.
+type windowReport struct {
+	mu          sync.Mutex
+	acceptedNew []string      // new IDs reported first (checked again afterwards)
+	doubles     int           // old IDs reported first again: accepted twice inside the window
+	lateFirst   int           // claims reported first after the worker saw the store refuse
+	refusedAt   time.Duration // first refusal after the change (0: none), by the store or a shard's fence
+	storeAt     time.Duration // first refusal by the store's check (evidence of loss, or ErrConfig)
+	lossAt      time.Duration // when the ledger's loss entry was written
+	refusals    int
+	otherErrs   map[string]int
+	changedAt   time.Time
+}
+
+// detected is how long after the change the store's check acted: its
+// first refusal seen, else the ledger entry of the fence it wrote.
+func (r *windowReport) detected() time.Duration {
+	if r.storeAt != 0 {
+		return r.storeAt
+	}
+	return r.lossAt
+}
+
+// claimThroughChange runs workers that claim new IDs and claim old ones
+// again, from before the change until limit after it; change runs the
+// change and returns when it is done.
+func claimThroughChange(t *testing.T, s *Store, old []string, change func(), limit time.Duration) *windowReport {
+	t.Helper()
+	r := &windowReport{otherErrs: map[string]int{}}
+	var changedAt atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	until := time.Now().Add(10 * time.Minute)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			refused := false
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, id := range []string{fmt.Sprintf("new-%d-%d", w, i), old[rand.IntN(len(old))]} {
+					first, err := s.Claim(ctx, id, until)
+					isNew := strings.HasPrefix(id, "new-")
+					r.mu.Lock()
+					switch {
+					case errors.Is(err, ErrFenced) || errors.Is(err, ErrConfig):
+						at := changedAt.Load()
+						if at != 0 && r.refusedAt == 0 {
+							r.refusedAt = time.Duration(time.Now().UnixNano() - at)
+						}
+						if errors.Is(err, ErrConfig) || Reason(err) == whyLossSeen {
+							if at != 0 && r.storeAt == 0 {
+								r.storeAt = time.Duration(time.Now().UnixNano() - at)
+							}
+							refused = true
+						}
+						r.refusals++
+					case err != nil:
+						r.otherErrs[Reason(err)+" "+strings.SplitN(err.Error(), ":", 3)[len(strings.SplitN(err.Error(), ":", 3))-1]]++
+					case first && refused:
+						r.lateFirst++
+						if isNew {
+							r.acceptedNew = append(r.acceptedNew, id)
+						}
+					case first && isNew:
+						r.acceptedNew = append(r.acceptedNew, id)
+					case first:
+						r.doubles++
+					}
+					r.mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	r.changedAt = time.Now()
+	changedAt.Store(r.changedAt.UnixNano())
+	change()
+	time.Sleep(limit)
+	close(stop)
+	wg.Wait()
+	return r
+}
+
+// noteLossAt sets r.lossAt from the ledger's first loss entry.
+func (r *windowReport) noteLossAt(t *testing.T, s *Store) {
+	t.Helper()
+	l, err := s.readLedger(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range l {
+		if e.Kind == ledgerLoss {
+			r.lossAt = e.At.Sub(r.changedAt)
+			return
+		}
+	}
+}
+
+// claimOld claims n fresh IDs, every one of which must be first.
+func claimOld(t *testing.T, s *Store, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	until := time.Now().Add(10 * time.Minute)
+	for i := range ids {
+		ids[i] = "old-" + strconv.Itoa(i)
+		if first, err := s.Claim(context.Background(), ids[i], until); !first || err != nil {
+			t.Fatalf("claim %d before the change = %v, %v", i, first, err)
+		}
+	}
+	return ids
+}
+
+// replayAfter claims every ID again through a new Store on c (Open, or New
+// when Open refuses), and returns how many were accepted twice and how
+// many refused; a new ID must be refused too (the key space is fenced).
+func replayAfter(t *testing.T, c Client, prefix string, ids []string) (twice, refused int, openErr error) {
+	t.Helper()
+	ctx := context.Background()
+	opts := Options{Prefix: prefix, Logger: quietLogger()}
+	s, openErr := Open(ctx, c, opts)
+	if openErr != nil {
+		if !errors.Is(openErr, ErrFenced) && !errors.Is(openErr, ErrConfig) {
+			t.Fatalf("Open after the revert = %v; want it to serve or refuse (ErrFenced, ErrConfig)", openErr)
+		}
+		var err error
+		if s, err = New(c, opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer s.Close()
+	until := time.Now().Add(10 * time.Minute)
+	for _, id := range ids {
+		first, err := s.Claim(ctx, id, until)
+		switch {
+		case first:
+			twice++
+		case errors.Is(err, ErrFenced) || errors.Is(err, ErrConfig):
+			refused++
+		case err != nil:
+			t.Fatalf("claim after the revert: %v", err)
+		}
+	}
+	if first, err := s.Claim(ctx, "brand-new-after-revert", until); first || (!errors.Is(err, ErrFenced) && !errors.Is(err, ErrConfig)) {
+		t.Fatalf("claim of a new ID after the revert = %v, %v; want refused: the key space lost data", first, err)
+	}
+	return twice, refused, openErr
+}
+
+// Eviction switched on at run time (every evicting policy, maxmemory
+// below the data) on a server the store opened with noeviction: the
+// store refuses within about RecheckInterval and fences the key space;
+// after the revert a new Store accepts none of the IDs twice. IDs
+// claimed again inside the window between the change and the store's
+// check are reported (they are the documented window); none is reported
+// first after a worker saw the first refusal.
+func TestEvictionAtRunTimeAcceptsNothingTwiceAfterIt(t *testing.T) {
+	for _, policy := range evictPolicies {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			ctx := context.Background()
+			var ev events
+			prefix := "evict:"
+			s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger(), Observer: ev.observe})
+			old := claimOld(t, s, evictOld)
+			var evicted int64
+			r := claimThroughChange(t, s, old, func() {
+				used, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "memory"), "used_memory"), 10, 64)
+				data, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "memory"), "used_memory_dataset"), 10, 64)
+				if err := c.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
+					t.Error(err)
+				}
+				if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-data/2, 10)).Err(); err != nil {
+					t.Error(err)
+				}
+			}, 2500*time.Millisecond)
+			evicted, _ = strconv.ParseInt(infoValue(mustInfo(t, c, "stats"), "evicted_keys"), 10, 64)
+			if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+				t.Fatal(err)
+			}
+			recheckAll(s) // a fence an OOM refused is written now
+			r.noteLossAt(t, s)
+			t.Logf("%s: %d keys evicted; first refusal %v after the change (a shard's fence or the store), the store's %v, the key space fenced %v after it; inside the window %d old IDs accepted twice, %d new accepted; %d refusals, other errors %v",
+				policy, evicted, r.refusedAt.Round(time.Millisecond), r.storeAt.Round(time.Millisecond), r.lossAt.Round(time.Millisecond), r.doubles, len(r.acceptedNew), r.refusals, r.otherErrs)
+			if evicted == 0 {
+				t.Fatal("nothing was evicted: the test did not test eviction")
+			}
+			if d := r.detected(); d <= 0 || d > 3*time.Second {
+				t.Fatalf("the store acted %v after the change; want within about RecheckInterval (1 s)", d)
+			}
+			if r.lateFirst != 0 {
+				t.Fatalf("%d claims reported first after their worker saw the store refuse", r.lateFirst)
+			}
+			if n := ev.count(EventFenceRaised); n < Shards {
+				t.Fatalf("%d EventFenceRaised; want every shard (%d)", n, Shards)
+			}
+			if !lossNoted(t, s) {
+				t.Fatal("no loss entry in the ledger")
+			}
+			twice, refused, openErr := replayAfter(t, c, prefix, append(old, r.acceptedNew...))
+			t.Logf("%s: after the revert Open = %v; %d of %d IDs refused, %d accepted twice", policy, openErr, refused, len(old)+len(r.acceptedNew), twice)
+			if twice != 0 {
+				t.Fatalf("%d IDs accepted twice after the revert", twice)
+			}
+		})
+	}
+}
+
+// recheckAll runs the periodic recheck at once, whatever the claim that
+// starts it answers, and waits for it to end.
+func recheckAll(s *Store) {
+	s.lastCheck.Store(0)
+	s.Claim(context.Background(), fmt.Sprint("recheck-", time.Now().UnixNano()), time.Now().Add(time.Minute))
+	s.cancels.wg.Wait()
+}
+
+// mustInfo returns one INFO section of c.
+func mustInfo(t *testing.T, c *redis.Client, section string) string {
+	t.Helper()
+	v, err := c.Info(context.Background(), section).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// SWAPDB, FLUSHALL from another client and CONFIG RESETSTAT (after a flush
+// of another database the store's baseline counted) on a server the store
+// watches are evidence of loss: the store refuses, fences every shard and
+// notes the loss; none of the IDs claimed before is accepted twice by a
+// new Store; and a key space an operator reopens afterwards (markers
+// rewritten to "O") is served again by the same Store: the evidence was
+// consumed by the fence.
+func TestLossTheServerReportsIsFenced(t *testing.T) {
+	tests := []struct {
+		name   string
+		before []any // run before Open
+		change []any // run by another client while the store serves
+	}{
+		{"SWAPDB", nil, []any{"SWAPDB", "0", "1"}},
+		{"FLUSHALL", nil, []any{"FLUSHALL"}},
+		{"FLUSHDB", nil, []any{"FLUSHDB"}},
+		{"CONFIG RESETSTAT", []any{"FLUSHALL"}, []any{"CONFIG", "RESETSTAT"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			ctx := context.Background()
+			if tt.before != nil {
+				if err := c.Do(ctx, tt.before...).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var ev events
+			prefix := "lost:"
+			s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger(), Observer: ev.observe})
+			old := claimOld(t, s, 500)
+			r := claimThroughChange(t, s, old, func() {
+				if err := srv.client().Do(ctx, tt.change...).Err(); err != nil {
+					t.Error(err)
+				}
+			}, 1500*time.Millisecond)
+			s.cancels.wg.Wait()
+			r.noteLossAt(t, s)
+			t.Logf("%s: first refusal %v after it, the store's %v, the key space fenced %v after it; inside the window %d old IDs accepted twice, %d new accepted; other errors %v",
+				tt.name, r.refusedAt.Round(time.Millisecond), r.storeAt.Round(time.Millisecond), r.lossAt.Round(time.Millisecond), r.doubles, len(r.acceptedNew), r.otherErrs)
+			if d := r.detected(); d <= 0 || d > 3*time.Second {
+				t.Fatalf("the store acted %v after %s; want within about RecheckInterval (1 s)", d, tt.name)
+			}
+			if r.lateFirst != 0 {
+				t.Fatalf("%d claims reported first after their worker saw the store refuse", r.lateFirst)
+			}
+			if n := ev.count(EventFenceRaised); n < Shards {
+				t.Fatalf("%d EventFenceRaised; want every shard", n)
+			}
+			if !lossNoted(t, s) {
+				t.Fatal("no loss entry in the ledger")
+			}
+			twice, _, _ := replayAfter(t, c, prefix, append(old, r.acceptedNew...))
+			if twice != 0 {
+				t.Fatalf("%d IDs accepted twice after %s", twice, tt.name)
+			}
+			// An operator reopens the key space (what Reopen writes): the
+			// same Store serves again, and rechecks do not fence again.
+			for _, m := range s.tags {
+				if err := c.Set(ctx, m, "O", 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			raised := ev.count(EventFenceRaised)
+			recheckAll(s)
+			recheckAll(s)
+			if first, err := s.Claim(ctx, "after-reopen", time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("claim after the key space was reopened = %v, %v; want first", first, err)
+			}
+			if n := ev.count(EventFenceRaised); n != raised {
+				t.Fatalf("%d more fences after the reopen: the evidence was not consumed", n-raised)
+			}
+		})
+	}
+}

@@ -1,0 +1,508 @@
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Redis server is recognised by its run_id (INFO server), which changes
+// with every start and stays the same across a change of role, never by
+// the client's address: a Sentinel failover client keeps its address
+// across a failover. What the checks saw of a server (its persistence,
+// whether eviction could act, and the counters that report loss) is kept
+// per run_id, in memory and in the hash <prefix>servers (field: run_id;
+// at most maxServers run_ids, the oldest dropped), so a Store opened after
+// an app restart compares a server with what the previous Store saw of it.
+// The most replicas a server had is kept in memory only, per run_id: a
+// new primary is checked for the replicas it has, as Open checks it.
+//
+// Evidence of loss, on a run_id seen before (by this Store or, through
+// <prefix>servers, by another):
+//
+//   - evicted_keys grew (INFO stats), unless AllowEviction;
+//   - eviction became possible (maxmemory-policy not noeviction, with
+//     maxmemory > 0), unless AllowEviction;
+//   - SWAPDB, FLUSHALL or FLUSHDB ran (their calls in INFO commandstats
+//     grew);
+//   - any of these counters went down (CONFIG RESETSTAT: the window it
+//     covers is hidden);
+//   - AOF switched off, or appendfsync no longer always, on the same server
+//     (the next start may load the old AOF, or a machine crash lose the
+//     last second, with the fence markers and without the later claims).
+//
+// And behind one client (not a Cluster): a new run_id with fewer fence
+// markers than the previous run had (a restart without persistence).
+//
+// A run_id never seen before (a restart, a failover, a first Open) is
+// checked as Open checks a server; its counters are taken as they are,
+// except that keys it evicted count as loss when the key space already
+// knows another server (<prefix>servers is not empty): a restarted server
+// evicted after it loaded our data, and a promoted replica does not evict
+// by itself (replica-ignore-maxmemory), so either evicted claims. Its
+// FLUSHALL, FLUSHDB and SWAPDB calls are not: a promoted replica counts
+// the ones it replicated, which the store watching the old primary saw, and
+// a flush since a restart leaves markers missing, which fences. A key
+// space that knows no server (first deploy, or an upgrade) takes every
+// counter as it is: a Redis that evicted other applications' keys long ago
+// must not fence a new prefix; a Warn line says it.
+//
+// On evidence the store refuses every call at once (ErrFenced), then
+// fences every shard ([Store.fenceAll]: one ledger entry, one
+// EventFenceRaised per shard) and takes what it saw as the new baseline;
+// the fences then refuse, until they open or an operator reopens the key
+// space. When the fence cannot be written, every call keeps refusing and
+// the next check tries again; the baseline is not updated until it is, so
+// a new Store compares with the old one and finds the evidence again (lost
+// only when the server restarts too before any fence was written).
+
+// counters are the loss counters of one server.
+type counters struct {
+	evicted, swapdb, flushall, flushdb int64
+}
+
+// baseline is what the checks saw of one server (one run_id).
+type baseline struct {
+	counters
+	evictable        bool // eviction possible: policy not noeviction, maxmemory > 0
+	aof, fsyncAlways bool // persistence seen
+	replicas         int  // the most replicas it had
+	markers          int  // fence markers present (-1: not counted)
+}
+
+// maxServers bounds <prefix>servers: older run_ids are dropped.
+const maxServers = 32
+
+// encode writes b for <prefix>servers, with the time it was written.
+func (b baseline) encode(now time.Time) string {
+	bit := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	return fmt.Sprintf("1 %d %d %d %d %d %d %d %d", b.evicted, b.swapdb, b.flushall, b.flushdb,
+		bit(b.evictable), bit(b.aof), bit(b.fsyncAlways), now.UnixMilli())
+}
+
+// kept is the part of b that <prefix>servers keeps: the most replicas and
+// the markers are this Store's own (another Store's count of replicas
+// would outlive the replicas themselves).
+func (b baseline) kept() baseline {
+	b.replicas, b.markers = 0, -1
+	return b
+}
+
+// decodeBaseline reads what encode wrote, and when it was written.
+func decodeBaseline(s string) (baseline, int64, bool) {
+	f := strings.Fields(s)
+	if len(f) != 9 || f[0] != "1" {
+		return baseline{}, 0, false
+	}
+	var n [8]int64
+	for i := range n {
+		v, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil || v < 0 {
+			return baseline{}, 0, false
+		}
+		n[i] = v
+	}
+	return baseline{counters: counters{n[0], n[1], n[2], n[3]}, evictable: n[4] == 1, aof: n[5] == 1,
+		fsyncAlways: n[6] == 1, markers: -1}, n[7], true
+}
+
+// servers is what a Store knows of the servers behind its client.
+type servers struct {
+	mu sync.Mutex
+	// runs is the baseline of each run_id seen (key "addr:<address>" for a
+	// server whose INFO server does not give one).
+	runs map[string]*baseline
+	// current is the run_id last seen behind each master key (the Cluster
+	// master's address, or "" for the client's one server).
+	current map[string]string
+	// unsaved are the run_ids whose baseline <prefix>servers lacks (a
+	// write failed): the next check writes them again.
+	unsaved map[string]bool
+	// loss, when not nil, is evidence not yet fenced: every call refuses.
+	// It is changed under mu and read without it.
+	loss atomic.Pointer[string]
+	// cond is the refusal of the last check for a condition (a server
+	// Open would refuse); nil when the last check passed.
+	cond atomic.Pointer[error]
+	// running is set while a background round of checks runs; again asks
+	// it for one more round.
+	running, again atomic.Bool
+}
+
+// refusal is what every call returns while evidence of loss waits for its
+// fence, or while the server does not fit the Options; nil otherwise.
+func (s *Store) refusal() error {
+	if p := s.srv.loss.Load(); p != nil {
+		return refuse(ErrFenced, whyLossSeen, errors.New(*p))
+	}
+	if p := s.srv.cond.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// whyLossSeen is the refusal of a store that found evidence of loss and
+// has not yet fenced the key space.
+const whyLossSeen = "the server reported a loss of data (eviction, a flush, SWAPDB, persistence weakened, or a restart without persistence): the key space is being fenced for one horizon"
+
+// observation is what one check of one master read and judged.
+type observation struct {
+	master   string // master key (see servers.current)
+	run      string // run_id, or "addr:<address>"
+	persist  bool   // a real run_id: kept in <prefix>servers
+	next     baseline
+	evidence []string // what shows a loss, for the log and the ledger
+}
+
+// identify reads the server's run_id and its baseline: from memory, else
+// from <prefix>servers. known reports a baseline found; history that
+// <prefix>servers knows some server (only asked when not known).
+func (s *Store) identify(ctx context.Context, do func(args ...any) (any, error), m doer) (run string, persist bool, b baseline, known, history bool, err error) {
+	v, err := do("INFO", "server")
+	switch {
+	case err != nil && isRefused(err):
+	case err != nil:
+		return "", false, baseline{}, false, false, s.wrapErr(ctx, err)
+	default:
+		run = infoValue(v, "run_id")
+	}
+	if run == "" {
+		s.warnOnce(warnRunID, "redisstore: cannot read the server's run_id (INFO server refused or unexpected); the store tells servers apart by address and keeps what it saw in memory only")
+		run = "addr:" + masterKey(m)
+	} else {
+		s.warned.And(^uint32(warnRunID))
+		persist = true
+	}
+	s.srv.mu.Lock()
+	p, ok := s.srv.runs[run]
+	if ok {
+		b = *p
+	}
+	s.srv.mu.Unlock()
+	if ok || !persist {
+		return run, persist, b, ok, false, nil
+	}
+	b, found, readable, err := s.loadBaseline(ctx, run)
+	switch {
+	case err != nil && isRefused(err):
+		s.warnOnce(warnServersKey, "redisstore: cannot read or write the key space's server baselines (HGET, HSET, HLEN refused); the store keeps what it saw of each server in memory only, so a new Open does not compare with it")
+		return run, false, baseline{}, false, false, nil
+	case err != nil:
+		return "", false, baseline{}, false, false, err
+	case readable:
+		return run, true, b, true, false, nil
+	case found:
+		return run, true, baseline{markers: -1}, false, true, nil // unreadable: as unknown, with history
+	}
+	v, err = s.call(ctx, "HLEN", s.serversKey())
+	switch {
+	case err != nil && isRefused(err):
+		s.warnOnce(warnServersKey, "redisstore: cannot read or write the key space's server baselines (HGET, HSET, HLEN refused); the store keeps what it saw of each server in memory only, so a new Open does not compare with it")
+		return run, false, baseline{}, false, false, nil
+	case err != nil:
+		return "", false, baseline{}, false, false, err
+	}
+	n, _ := v.(int64)
+	return run, true, baseline{markers: -1}, false, n > 0, nil
+}
+
+// loadBaseline reads the baseline of run from <prefix>servers: found
+// reports an entry, readable one that could be read.
+func (s *Store) loadBaseline(ctx context.Context, run string) (b baseline, found, readable bool, err error) {
+	v, err := s.call(ctx, "HGET", s.serversKey(), run)
+	switch {
+	case errors.Is(err, errNil):
+		return baseline{}, false, false, nil
+	case err != nil:
+		return baseline{}, false, false, err
+	}
+	str, _ := v.(string)
+	b, _, ok := decodeBaseline(str)
+	return b, true, ok, nil
+}
+
+// serversKey is the key of the hash of server baselines.
+func (s *Store) serversKey() string { return s.prefix + "servers" }
+
+// readCounters reads the loss counters (INFO stats, INFO commandstats);
+// ok is false when the server refuses INFO or answers unexpectedly.
+func (s *Store) readCounters(ctx context.Context, do func(args ...any) (any, error)) (c counters, ok bool, err error) {
+	stats, err := do("INFO", "stats")
+	switch {
+	case err != nil && isRefused(err):
+		return c, false, nil
+	case err != nil:
+		return c, false, s.wrapErr(ctx, err)
+	}
+	ev := infoValue(stats, "evicted_keys")
+	if ev == "" {
+		return c, false, nil
+	}
+	if c.evicted, err = strconv.ParseInt(ev, 10, 64); err != nil {
+		return c, false, nil
+	}
+	cmds, err := do("INFO", "commandstats")
+	switch {
+	case err != nil && isRefused(err):
+		return c, false, nil
+	case err != nil:
+		return c, false, s.wrapErr(ctx, err)
+	}
+	text, isText := cmds.(string)
+	if !isText {
+		return c, false, nil
+	}
+	c.swapdb = cmdCalls(text, "swapdb")
+	c.flushall = cmdCalls(text, "flushall")
+	c.flushdb = cmdCalls(text, "flushdb")
+	return c, true, nil
+}
+
+// cmdCalls reads calls=N of cmdstat_<name> in INFO commandstats; 0 when
+// the command never ran.
+func cmdCalls(text, name string) int64 {
+	v := infoValue(text, "cmdstat_"+name)
+	for _, kv := range strings.Split(v, ",") {
+		if k, n, _ := strings.Cut(kv, "="); k == "calls" {
+			c, _ := strconv.ParseInt(n, 10, 64)
+			return c
+		}
+	}
+	return 0
+}
+
+// infoValue reads one field of an INFO reply; "" when absent.
+func infoValue(info any, field string) string {
+	text, ok := info.(string)
+	if !ok {
+		return ""
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if k, v, _ := strings.Cut(strings.TrimSpace(line), ":"); k == field {
+			return v
+		}
+	}
+	return ""
+}
+
+// countMarkers counts the fence markers present, with one EXISTS on the
+// client's one server (standalone or Sentinel); -1 for a Cluster or a
+// Ring (each server holds only some shards, and the scripts fence each
+// shard whose marker is missing).
+func (s *Store) countMarkers(ctx context.Context, do func(args ...any) (any, error)) (int, error) {
+	switch s.client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		return -1, nil
+	}
+	args := make([]any, 0, Shards+1)
+	args = append(args, "EXISTS")
+	for _, t := range s.tags {
+		args = append(args, t)
+	}
+	v, err := do(args...)
+	switch {
+	case err != nil && (strings.Contains(err.Error(), "CROSSSLOT") || isRefused(err)):
+		return -1, nil // a Cluster behind a client of another type, or EXISTS refused
+	case err != nil:
+		return -1, s.wrapErr(ctx, err)
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return -1, nil
+	}
+	return int(n), nil
+}
+
+// judge compares what a check read of a server (now) with what was seen
+// of it before (old, when known) and returns the evidence of loss it
+// shows. prev is the baseline of the run that was behind the same client
+// before, when it was another run (nil otherwise); history that the key
+// space knows another server.
+func judge(old *baseline, now baseline, countersOK bool, prev *baseline, history, allowEviction bool) []string {
+	var ev []string
+	if old == nil {
+		if countersOK && history && now.evicted > 0 && !allowEviction {
+			ev = append(ev, fmt.Sprintf("a server new to the key space had evicted %d keys", now.evicted))
+		}
+		if prev != nil && prev.markers > 0 && now.markers >= 0 && now.markers < prev.markers {
+			ev = append(ev, fmt.Sprintf("a new server run holds %d of the %d fence markers the previous run held (a restart without persistence)", now.markers, prev.markers))
+		}
+		return ev
+	}
+	if countersOK {
+		for _, c := range []struct {
+			name     string
+			was, now int64
+			allowed  bool
+		}{
+			{"evicted_keys", old.evicted, now.evicted, allowEviction},
+			{"SWAPDB calls", old.swapdb, now.swapdb, false},
+			{"FLUSHALL calls", old.flushall, now.flushall, false},
+			{"FLUSHDB calls", old.flushdb, now.flushdb, false},
+		} {
+			switch {
+			case c.now < c.was:
+				ev = append(ev, fmt.Sprintf("%s went down from %d to %d (CONFIG RESETSTAT hides what ran before it)", c.name, c.was, c.now))
+			case c.now > c.was && !c.allowed:
+				ev = append(ev, fmt.Sprintf("%s grew from %d to %d", c.name, c.was, c.now))
+			}
+		}
+	}
+	if now.evictable && !old.evictable && !allowEviction {
+		ev = append(ev, "eviction became possible (maxmemory-policy not noeviction, maxmemory set)")
+	}
+	if old.aof && !now.aof {
+		ev = append(ev, "AOF switched off (the next start may load the old AOF)")
+	} else if old.fsyncAlways && now.aof && !now.fsyncAlways {
+		ev = append(ev, "appendfsync no longer always (a machine crash loses the last claims)")
+	}
+	return ev
+}
+
+// settle acts on what one round of checks observed: with evidence of loss
+// (or evidence an earlier round could not fence) it refuses every call at
+// once, fences every shard and notes it in the ledger, and only then takes
+// the observations as the new baselines; without, it takes them at once.
+// It reports whether the store may serve (no loss waiting for a fence).
+func (s *Store) settle(ctx context.Context, obs []observation) bool {
+	var evidence []string
+	for _, o := range obs {
+		evidence = append(evidence, o.evidence...)
+	}
+	s.srv.mu.Lock()
+	if len(evidence) > 0 {
+		what := strings.Join(evidence, "; ")
+		if old := s.srv.loss.Load(); old != nil && !strings.Contains(*old, what) {
+			what = *old + "; " + what
+		} else if old != nil {
+			what = *old
+		}
+		s.srv.loss.Store(&what)
+	}
+	loss := s.srv.loss.Load()
+	s.srv.mu.Unlock()
+	if loss != nil {
+		if !s.fenceAll(ctx, s.rewriteAfter(obs), *loss) {
+			return false
+		}
+		s.srv.loss.CompareAndSwap(loss, nil)
+	}
+	s.commit(ctx, obs)
+	return true
+}
+
+// rewriteAfter reports whether an observation saw AOF switched off: the
+// fence then asks for an AOF rewrite.
+func (s *Store) rewriteAfter(obs []observation) bool {
+	for _, o := range obs {
+		for _, e := range o.evidence {
+			if strings.HasPrefix(e, "AOF switched off") {
+				return true
+			}
+		}
+	}
+	loss := s.srv.loss.Load()
+	return loss != nil && strings.Contains(*loss, "AOF switched off")
+}
+
+// commit takes the observations as the baselines of their servers, in
+// memory and, for changed ones, in <prefix>servers (best effort: a
+// baseline that could not be written is written by a later check).
+func (s *Store) commit(ctx context.Context, obs []observation) {
+	s.srv.mu.Lock()
+	if s.srv.runs == nil {
+		s.srv.runs, s.srv.current, s.srv.unsaved = map[string]*baseline{}, map[string]string{}, map[string]bool{}
+	}
+	var write []observation
+	for _, o := range obs {
+		b := o.next
+		if p, ok := s.srv.runs[o.run]; !ok || p.kept() != b.kept() || s.srv.unsaved[o.run] {
+			if o.persist {
+				write = append(write, o)
+			}
+		}
+		s.srv.runs[o.run] = &b
+		s.srv.current[o.master] = o.run
+	}
+	s.srv.mu.Unlock()
+	for _, o := range write {
+		_, err := s.call(ctx, "HSET", s.serversKey(), o.run, o.next.encode(time.Now()))
+		s.srv.mu.Lock()
+		if err != nil {
+			s.srv.unsaved[o.run] = true
+		} else {
+			delete(s.srv.unsaved, o.run)
+		}
+		s.srv.mu.Unlock()
+		if err == nil {
+			s.pruneServers(ctx)
+		}
+	}
+}
+
+// pruneServers keeps the maxServers newest entries of <prefix>servers.
+func (s *Store) pruneServers(ctx context.Context) {
+	v, err := s.call(ctx, "HLEN", s.serversKey())
+	if n, _ := v.(int64); err != nil || n <= maxServers {
+		return
+	}
+	v, err = s.call(ctx, "HGETALL", s.serversKey())
+	if err != nil {
+		return
+	}
+	type entry struct {
+		run string
+		at  int64
+	}
+	var all []entry
+	add := func(k, val any) {
+		ks, _ := k.(string)
+		vs, _ := val.(string)
+		_, at, _ := decodeBaseline(vs)
+		all = append(all, entry{ks, at})
+	}
+	switch r := v.(type) {
+	case map[any]any:
+		for k, val := range r {
+			add(k, val)
+		}
+	case []any:
+		for i := 0; i+1 < len(r); i += 2 {
+			add(r[i], r[i+1])
+		}
+	}
+	slices.SortFunc(all, func(a, b entry) int { return cmp.Compare(b.at, a.at) })
+	for _, e := range all[min(maxServers, len(all)):] {
+		s.call(ctx, "HDEL", s.serversKey(), e.run)
+	}
+}
+
+// previous returns the baseline of the run that was behind master before,
+// when it is not run; nil otherwise.
+func (s *Store) previous(master, run string) *baseline {
+	s.srv.mu.Lock()
+	defer s.srv.mu.Unlock()
+	cur, ok := s.srv.current[master]
+	if !ok || cur == run {
+		return nil
+	}
+	if b, ok := s.srv.runs[cur]; ok {
+		c := *b
+		return &c
+	}
+	return nil
+}
