@@ -772,7 +772,19 @@ func TestChecksRunUnderTheDocumentedACL(t *testing.T) {
 			}
 			c := redis.NewClient(&redis.Options{Addr: srv.addr(), Username: user, Password: "pw"})
 			t.Cleanup(func() { c.Close() })
-			s := provisioned(t, c, Options{Prefix: "acl:", Logger: quietLogger()})
+			// Provisioning is the operator's deploy step, under its own user
+			// (ctoken-store provision); the fleet's user opens and claims.
+			op := provisioned(t, admin, Options{Prefix: "acl:", Logger: quietLogger()})
+			// What the operator's checks kept of the server is not the
+			// fleet's: drop it, so the count below is the fleet user's.
+			if err := admin.Del(ctx, op.serversKey()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(ctx, c, Options{Prefix: "acl:", Logger: quietLogger()})
+			if err != nil {
+				t.Fatalf("Open under the ACL: %v", err)
+			}
+			t.Cleanup(func() { s.Close() })
 			if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); !first || err != nil {
 				t.Fatalf("claim under the ACL = %v, %v", first, err)
 			}

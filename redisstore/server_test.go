@@ -285,6 +285,12 @@ func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
 		cmd.SetVal([]any{strconv.FormatInt(now.Unix(), 10), strconv.Itoa(now.Nanosecond() / 1000)})
 	case "EXISTS":
 		cmd.SetVal(f.markers)
+	case "GET": // Open's key-space check: every shard open
+		if key, _ := args[1].(string); !isMarkerKey(key) {
+			cmd.SetErr(fmt.Errorf("ERR unexpected GET"))
+			break
+		}
+		cmd.SetVal("O")
 	case "HGET":
 		if v, ok := f.servers[arg(2)]; ok {
 			cmd.SetVal(v)
