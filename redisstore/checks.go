@@ -130,6 +130,7 @@ func (s *Store) checkServer(ctx context.Context) error {
 		return fail
 	}
 	s.settle(ctx, obs)
+	s.decidePolicyProbe(obs) // durability.go: CONFIG GET maxmemory-policy after each script
 	var old *error
 	if cond != nil {
 		old = s.srv.cond.Swap(&cond)
@@ -339,18 +340,22 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 		}
 	}
 	// Eviction: the policy, and whether it can act (maxmemory set).
+	// policyRead tells the policy probe (durability.go) that this master
+	// answers CONFIG GET maxmemory-policy.
+	policyRead := false
 	v, err = do("CONFIG", "GET", "maxmemory-policy")
 	switch {
 	case err != nil && isRefused(err):
-		s.warnOnce(warnPolicy, "redisstore: cannot read maxmemory-policy (CONFIG GET refused); make sure it is noeviction")
+		s.warnOnce(warnPolicy, "redisstore: cannot read maxmemory-policy (CONFIG GET refused); make sure it is noeviction: eviction switched on at run time is then found only by evicted_keys at the next check")
 	case err != nil:
 		return nil, nil, s.wrapErr(ctx, err)
 	default:
 		policy, ok := configValue(v, "maxmemory-policy")
 		if !ok {
-			s.warnOnce(warnPolicy, "redisstore: cannot read maxmemory-policy (unexpected CONFIG GET reply); make sure it is noeviction")
+			s.warnOnce(warnPolicy, "redisstore: cannot read maxmemory-policy (unexpected CONFIG GET reply); make sure it is noeviction: eviction switched on at run time is then found only by evicted_keys at the next check")
 			break
 		}
+		policyRead = true
 		s.warned.And(^uint32(warnPolicy))
 		next.evictable = false
 		if policy != "noeviction" {
@@ -412,7 +417,7 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 	if known {
 		was = &old
 	}
-	ob := &observation{master: master, run: run, persist: persist, next: next}
+	ob := &observation{master: master, run: run, persist: persist, next: next, policyRead: policyRead}
 	prev := s.previous(master, run)
 	ob.evidence = judge(was, next, countersOK, prev, history, s.opts.AllowEviction)
 	if len(ob.evidence) > 0 && known && persist {

@@ -48,6 +48,10 @@ type durability struct {
 	// themselves (see [Store.decideLocalAOF]); nil when Durability already
 	// waits for the local fsync or no connection can be pinned.
 	implied *impliedAOF
+	// probe is the CONFIG GET maxmemory-policy pipelined after every
+	// guarded script (see [policyProbe]); nil when no connection can be
+	// pinned or Options.AllowEviction accepts eviction.
+	probe *policyProbe
 }
 
 // impliedAOF is the WAITAOF 1 n ms every write sends, without
@@ -63,14 +67,42 @@ type impliedAOF struct {
 	cmd []any // WAITAOF 1 ReplicaAOF ms
 }
 
+// policyProbe is the CONFIG GET maxmemory-policy every guarded script
+// (claim, lease and record steps) is followed by, in the same pipeline on
+// the connection that ran it, while the server checks found that every
+// master answers it (see [Store.decidePolicyProbe]). Redis runs a
+// connection's commands in order, and eviction needs an evicting policy
+// set before it: so an eviction that happened before the script ran was
+// caused by a policy the probe reads after it, unless that policy was
+// switched back to noeviction before the probe ran. A policy other than
+// noeviction turns the call's answer into a refusal ([ErrUnavailable],
+// Reason [whyEvictionOn]; the script may have written, and what it wrote
+// stays) and has the store check the server at once, which fences the
+// key space when eviction became possible. What the probe cannot see is
+// an evicting policy set and switched back between two of the store's
+// scripts (or between a script and its probe): that eviction is found by
+// evicted_keys at the next server check (within
+// Options.RecheckInterval), and the claims answered until then may accept
+// an evicted ID again.
+type policyProbe struct {
+	on atomic.Bool
+}
+
+// probeCmd is the probe's command.
+var probeCmd = []any{"CONFIG", "GET", "maxmemory-policy"}
+
 // on reports whether Durability asks for a wait.
 func (d *durability) on() bool { return d.wait != nil || d.waitAOF != nil }
 
-// waits reports whether a write must be followed by WAIT or WAITAOF now:
-// Durability asks for it, or the implied local AOF wait is on.
-func (d *durability) waits() bool {
-	return d.on() || (d.implied != nil && d.implied.on.Load())
+// pipelines reports whether a guarded script must be pipelined with more
+// commands now: Durability asks for a wait, the implied local AOF wait is
+// on, or the policy probe is.
+func (d *durability) pipelines() bool {
+	return d.on() || (d.implied != nil && d.implied.on.Load()) || d.probing()
 }
+
+// probing reports whether the policy probe is on.
+func (d *durability) probing() bool { return d.probe != nil && d.probe.on.Load() }
 
 // aofWait returns the WAITAOF command a write sends now (nil for none)
 // and whether it asks for the local fsync.
@@ -112,6 +144,9 @@ func newDurability(client Client, d Durability, timeout time.Duration) (durabili
 			wait = max(timeout/2, time.Millisecond)
 		}
 		out.implied = &impliedAOF{cmd: []any{"WAITAOF", "1", strconv.Itoa(d.ReplicaAOF), strconv.FormatInt(max(wait.Milliseconds(), 1), 10)}}
+	}
+	if out.single != nil || out.cluster != nil {
+		out.probe = new(policyProbe)
 	}
 	if !asked {
 		return out, nil
@@ -171,6 +206,50 @@ func (s *Store) decideLocalAOF(ctx context.Context, masters []doer) {
 			s.log.Info("redisstore: the server does not run AOF with appendfsync always, or does not know WAITAOF: writes no longer wait for the local fsync", "prefix", s.prefix)
 		}
 	}
+}
+
+// decidePolicyProbe turns the policy probe (see [policyProbe]) on when
+// every master observed answered CONFIG GET maxmemory-policy, and off when
+// one refused it (a managed service, an ACL without +config) or answered
+// something unexpected: then no claim sends a command the server refuses,
+// and eviction switched on at run time is found by the next check (the
+// checks warn once). The server checks call it after each round that
+// reached every master.
+func (s *Store) decidePolicyProbe(obs []observation) {
+	p := s.dur.probe
+	if p == nil || len(obs) == 0 {
+		return
+	}
+	on := true
+	for _, o := range obs {
+		on = on && o.policyRead
+	}
+	if p.on.Swap(on) != on && !on {
+		s.log.Info("redisstore: maxmemory-policy cannot be read: claims no longer read it after each script", "prefix", s.prefix)
+	}
+}
+
+// probed returns the refusal the probe's reply (nil when not sent) asks
+// for: nil when the policy is noeviction.
+func probed(pc *redis.Cmd) error {
+	if pc == nil {
+		return nil
+	}
+	v, err := pc.Result()
+	switch {
+	case err != nil && (isServerError(err) || isRefused(err)):
+		return refuse(ErrUnavailable, whyPolicyUnread, fmt.Errorf("%w: CONFIG GET maxmemory-policy: %w", ErrUnavailable, err))
+	case err != nil:
+		return fmt.Errorf("%w: CONFIG GET maxmemory-policy: %w", ErrUnavailable, err)
+	}
+	policy, ok := configValue(v, "maxmemory-policy")
+	switch {
+	case !ok:
+		return refuse(ErrUnavailable, whyPolicyUnread, fmt.Errorf("%w: unexpected reply to CONFIG GET maxmemory-policy", ErrUnavailable))
+	case policy != "noeviction":
+		return refuse(ErrUnavailable, whyEvictionOn, fmt.Errorf("%w: maxmemory-policy %s", ErrUnavailable, policy))
+	}
+	return nil
 }
 
 // localAOFWaits reports whether m runs AOF with appendfsync always and
@@ -289,6 +368,14 @@ func (s *Store) pipelineOn(ctx context.Context, sc *script, key string, cmd []an
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
 	}
+	if r.probeErr != nil {
+		// Eviction may be on (or the policy could not be read): whatever
+		// the script answered is refused, and the checks run at once.
+		s.checkSoon()
+		if r.err == nil {
+			return nil, r.probeErr
+		}
+	}
 	if r.err != nil {
 		if s.dur.cluster != nil {
 			s.dur.cluster.ReloadState(context.WithoutCancel(ctx))
@@ -301,11 +388,11 @@ func (s *Store) pipelineOn(ctx context.Context, sc *script, key string, cmd []an
 	return r.v, nil
 }
 
-// pipeResult is a pipeline's script reply, its error, and the durability
-// verdict.
+// pipeResult is a pipeline's script reply, its error, the durability
+// verdict, and the policy probe's.
 type pipeResult struct {
-	v           any
-	err, durErr error
+	v                     any
+	err, durErr, probeErr error
 }
 
 // pipePool holds the channels pipeline hands its goroutine (see donePool).
@@ -321,7 +408,8 @@ func (s *Store) pipelineOnce(ctx context.Context, c *redis.Client, sc *script, c
 	return r
 }
 
-// pipelined sends cmd (as EVAL when eval is set) and the WAIT and WAITAOF
+// pipelined sends cmd (as EVAL when eval is set), the policy probe when
+// on (right after the script: see [policyProbe]), and the WAIT and WAITAOF
 // of the setting in one pipeline on c.
 func (s *Store) pipelined(ctx context.Context, c *redis.Client, sc *script, cmd []any, eval bool) pipeResult {
 	p := c.Pipeline()
@@ -329,6 +417,10 @@ func (s *Store) pipelined(ctx context.Context, c *redis.Client, sc *script, cmd 
 		cmd = asEval(*sc, cmd)
 	}
 	sv := p.Do(ctx, cmd...)
+	var pc *redis.Cmd
+	if s.dur.probing() {
+		pc = p.Do(ctx, probeCmd...)
+	}
 	var w, wa *redis.Cmd
 	if s.dur.wait != nil {
 		w = p.Do(ctx, s.dur.wait...)
@@ -340,9 +432,9 @@ func (s *Store) pipelined(ctx context.Context, c *redis.Client, sc *script, cmd 
 	p.Exec(ctx) // errors are read per command
 	v, err := sv.Result()
 	if err != nil {
-		return pipeResult{err: err}
+		return pipeResult{err: err, probeErr: probed(pc)}
 	}
-	return pipeResult{v: v, durErr: s.dur.ackedAOF(w, wa, localAOF)}
+	return pipeResult{v: v, durErr: s.dur.ackedAOF(w, wa, localAOF), probeErr: probed(pc)}
 }
 
 // command is the EVALSHA command of sc on keys with args.

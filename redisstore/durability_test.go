@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -446,6 +447,209 @@ func TestAOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck(t *testing.T) {
 			}
 			if len(accepted) != 0 || twice != 0 {
 				t.Fatalf("%d claims reported first after AOF was switched off, %d IDs accepted twice; want 0 and 0", len(accepted), twice)
+			}
+		})
+	}
+}
+
+// scriptHook answers every command of a *redis.Client, single or
+// pipelined, with f, so that a test scripts the replies of a client whose
+// pipelines the store pins (the policy probe needs one). It never dials.
+// It records each pipeline's command names.
+type scriptHook struct {
+	f         clientFunc
+	mu        sync.Mutex
+	pipelines [][]string
+}
+
+func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptHook) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { return h.answer(ctx, cmd) }
+}
+
+func (h *scriptHook) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var names []string
+		var first error
+		for _, cmd := range cmds {
+			names = append(names, strings.ToUpper(strings.TrimSpace(fmt.Sprintln(cmd.Args()...))))
+			if err := h.answer(ctx, cmd); err != nil && first == nil {
+				first = err
+			}
+		}
+		h.mu.Lock()
+		h.pipelines = append(h.pipelines, names)
+		h.mu.Unlock()
+		return first
+	}
+}
+
+func (h *scriptHook) answer(ctx context.Context, cmd redis.Cmder) error {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		err := fmt.Errorf("unscripted command type %T", cmd)
+		cmd.SetErr(err)
+		return err
+	}
+	v, err := h.f(ctx, cmd.Args()...).Result()
+	if err != nil {
+		c.SetErr(err)
+		return err
+	}
+	c.SetVal(v)
+	return nil
+}
+
+// probes returns how many pipelines sent the policy probe, and how many
+// sent it right after a script.
+func (h *scriptHook) probes() (sent, afterScript int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.pipelines {
+		for i, c := range p {
+			if c == "CONFIG GET MAXMEMORY-POLICY" {
+				sent++
+				if i > 0 && strings.HasPrefix(p[i-1], "EVAL") {
+					afterScript++
+				}
+			}
+		}
+	}
+	return sent, afterScript
+}
+
+// policyServer is a scripted lone primary for the policy probe: the claim
+// script answers "first", CONFIG GET maxmemory-policy answers policy (or
+// refused), maxmemory is 1gb, fences and the ledger answer as Redis would.
+type policyServer struct {
+	mu      sync.Mutex
+	policy  string
+	refused bool // CONFIG GET answers NOPERM
+	gets    int  // CONFIG GET maxmemory-policy asked, in pipelines or not
+}
+
+func (p *policyServer) client(t *testing.T) (*redis.Client, *scriptHook) {
+	t.Helper()
+	var h *scriptHook
+	inner := answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+		cmd := redis.NewCmd(ctx, args...)
+		switch strings.ToUpper(fmt.Sprint(args[0])) {
+		case "EVALSHA":
+			cmd.SetVal(int64(1))
+		case "EVAL": // fenceScript
+			cmd.SetVal(time.Now().Add(time.Hour).UnixMilli())
+		case "RPUSH", "LTRIM", "LPUSH", "HSET":
+			cmd.SetVal(int64(1))
+		default:
+			cmd.SetErr(fmt.Errorf("ERR unscripted %v", args))
+		}
+		return cmd
+	})
+	h = &scriptHook{f: func(ctx context.Context, args ...any) *redis.Cmd {
+		if len(args) == 3 && args[0] == "CONFIG" && (args[2] == "maxmemory-policy" || args[2] == "maxmemory") {
+			cmd := redis.NewCmd(ctx, args...)
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			switch {
+			case p.refused:
+				cmd.SetErr(errors.New("NOPERM User fleet has no permissions to run the 'config|get' command"))
+			case args[2] == "maxmemory":
+				cmd.SetVal([]any{"maxmemory", "1073741824"})
+			default:
+				cmd.SetVal([]any{"maxmemory-policy", p.policy})
+			}
+			if args[2] == "maxmemory-policy" {
+				p.gets++
+			}
+			return cmd
+		}
+		return inner(ctx, args...)
+	}}
+	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
+	c.AddHook(h)
+	t.Cleanup(func() { c.Close() })
+	return c, h
+}
+
+// A claim whose pipeline reads an evicting maxmemory-policy after the
+// script is refused (the script may have written) and has the store check
+// the server at once, which then refuses every call; a policy that can no
+// longer be read is refused the same way once, and the check then turns
+// the probe off. The probe is never sent with AllowEviction, nor when the
+// checks found CONFIG GET refused.
+func TestPolicyProbeRefusesAClaimAnsweredWhileEvictionIsOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	until := func() time.Time { return time.Now().Add(time.Minute) }
+	tests := []struct {
+		name   string
+		policy string // at the first check
+		refuse bool   // CONFIG GET answers NOPERM from the start
+		opts   Options
+		flip   func(p *policyServer) // after the first claim
+		why    string                // the next claim's Reason; "" for served
+		after  error                 // a claim once the check ran; nil for served
+		probes int                   // policy probes sent in pipelines (the claims until the check ran)
+		gets   int                   // CONFIG GET maxmemory-policy answered in all
+	}{
+		{"noeviction throughout", "noeviction", false, Options{}, nil, "", nil, 2, 3},
+		{"volatile-lru at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "volatile-lru" }, whyEvictionOn, ErrConfig, 3, 5},
+		{"allkeys-lru at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "allkeys-lru" }, whyEvictionOn, ErrConfig, 3, 5},
+		{"volatile-ttl at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "volatile-ttl" }, whyEvictionOn, ErrConfig, 3, 5},
+		{"CONFIG GET refused at run time", "noeviction", false, Options{}, func(p *policyServer) { p.refused = true }, whyPolicyUnread, nil, 3, 5},
+		{"AllowEviction", "allkeys-lru", false, Options{AllowEviction: true}, func(p *policyServer) { p.policy = "volatile-lru" }, "", nil, 0, 1},
+		{"CONFIG GET refused", "noeviction", true, Options{}, func(p *policyServer) { p.policy = "volatile-lru" }, "", nil, 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := &policyServer{policy: tt.policy, refused: tt.refuse}
+			c, h := srv.client(t)
+			opts := tt.opts
+			opts.Logger, opts.RecheckInterval = quietLogger(), time.Hour
+			s, err := New(c, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first, err := s.Claim(ctx, "a", until()); !first || err != nil {
+				t.Fatalf("first claim = %v, %v", first, err)
+			}
+			if tt.flip != nil {
+				srv.mu.Lock()
+				tt.flip(srv)
+				srv.mu.Unlock()
+			}
+			first, err := s.Claim(ctx, "b", until())
+			if tt.why == "" {
+				if !first || err != nil {
+					t.Fatalf("claim after the change = %v, %v; want first", first, err)
+				}
+			} else {
+				if first || !errors.Is(err, ErrUnavailable) || Reason(err) != tt.why {
+					t.Fatalf("claim after the change = %v, %v (reason %q); want ErrUnavailable, %q", first, err, Reason(err), tt.why)
+				}
+				// The refusal asked for a check at once (RecheckInterval is
+				// an hour): the next call starts it.
+				s.Claim(ctx, "c", until())
+				s.cancels.wg.Wait()
+				first, err := s.Claim(ctx, "d", until())
+				switch {
+				case tt.after == nil && (!first || err != nil):
+					t.Fatalf("claim after the check = %v, %v; want first", first, err)
+				case tt.after != nil && (first || !errors.Is(err, tt.after)):
+					t.Fatalf("claim after the check = %v, %v; want %v", first, err, tt.after)
+				}
+			}
+			sent, after := h.probes()
+			if sent != tt.probes || after != sent {
+				t.Fatalf("probe sent %d times in pipelines, %d right after a script; want %d, each after a script", sent, after, tt.probes)
+			}
+			srv.mu.Lock()
+			gets := srv.gets
+			srv.mu.Unlock()
+			if gets != tt.gets {
+				t.Fatalf("CONFIG GET maxmemory-policy answered %d times; want %d", gets, tt.gets)
 			}
 		})
 	}

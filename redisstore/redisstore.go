@@ -453,6 +453,9 @@ func New(client Client, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.AllowEviction {
+		d.probe = nil // eviction accepted: nothing to probe for
+	}
 	s.dur = d
 	var b [8]byte
 	rand.Read(b[:])

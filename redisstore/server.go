@@ -166,6 +166,9 @@ type observation struct {
 	persist  bool   // a real run_id: kept in <prefix>servers
 	next     baseline
 	evidence []string // what shows a loss, for the log and the ledger
+	// policyRead: the master answered CONFIG GET maxmemory-policy (see
+	// [Store.decidePolicyProbe]).
+	policyRead bool
 }
 
 // identify reads the server's run_id and its baseline: from memory, else
