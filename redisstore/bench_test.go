@@ -523,3 +523,113 @@ func BenchmarkImpliedAOFWait(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPolicyProbe measures what the policy probe costs (the CONFIG
+// GET maxmemory-policy pipelined after every guarded script, see
+// policyProbe in durability.go), on a redis-server of its own (noeviction,
+// no persistence: without the probe a claim is one EVALSHA, not a
+// pipeline), all in one run:
+//
+//	set-nx-pxat          SET NX PXAT on the same server (the floor)
+//	claim-without-probe  Claim with the probe switched off
+//	claim-with-probe     Claim with it: the script and CONFIG GET in one
+//	                     pipeline
+//
+// "serial" is one claim at a time; "64clients" 64 goroutines on one pool
+// of 64 connections. Each reports redis-us/op (see BenchmarkClaimCost;
+// the probe's CONFIG GET is counted). The "paired" case alternates a
+// claim with and one without the probe.
+func BenchmarkPolicyProbe(b *testing.B) {
+	const clients = 64
+	ctx := context.Background()
+	until := time.Now().Add(time.Hour)
+	var n atomic.Int64
+	id := func() string { return strconv.FormatInt(n.Add(1), 10) }
+	srv := newServer(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialerRetries: 1, PoolSize: clients, MinIdleConns: clients})
+	b.Cleanup(func() { c.Close() })
+	// RecheckInterval of an hour: no recheck turns the probe back on (and
+	// CONFIG RESETSTAT between cases is not judged).
+	with := provisioned(b, c, Options{Prefix: "bench-probe:", RecheckInterval: time.Hour})
+	without := provisioned(b, c, Options{Prefix: "bench-noprobe:", RecheckInterval: time.Hour})
+	without.dur.probe.on.Store(false)
+	if !with.dur.probing() {
+		b.Fatal("the policy probe is off on a server that answers CONFIG GET")
+	}
+	claim := func(s *Store) func() error {
+		return func() error {
+			first, err := s.Claim(ctx, id(), until)
+			if err == nil && !first {
+				err = errors.New("not first")
+			}
+			return err
+		}
+	}
+	inScripts := []string{"time", "get", "set"}
+	cases := []struct {
+		name   string
+		call   func() error
+		nested []string
+	}{
+		{"set-nx-pxat", func() error {
+			return c.Do(ctx, "SET", "bench:"+id(), "1", "NX", "PXAT", until.UnixMilli()).Err()
+		}, nil},
+		{"claim-without-probe", claim(without), inScripts},
+		{"claim-with-probe", claim(with), inScripts},
+	}
+	b.Run("with-vs-without/paired", func(b *testing.B) {
+		var w, wo time.Duration
+		odd := false
+		for b.Loop() {
+			odd = !odd
+			first, second := claim(with), claim(without)
+			if !odd {
+				first, second = second, first
+			}
+			start := time.Now()
+			if err := first(); err != nil {
+				b.Fatal(err)
+			}
+			mid := time.Now()
+			if err := second(); err != nil {
+				b.Fatal(err)
+			}
+			if odd {
+				w, wo = w+mid.Sub(start), wo+time.Since(mid)
+			} else {
+				wo, w = wo+mid.Sub(start), w+time.Since(mid)
+			}
+		}
+		b.ReportMetric(float64(wo.Nanoseconds())/float64(b.N), "without-ns/op")
+		b.ReportMetric(float64(w.Nanoseconds())/float64(b.N), "with-ns/op")
+		b.ReportMetric(w.Seconds()/wo.Seconds(), "x-without")
+	})
+	for _, tc := range cases {
+		b.Run(tc.name+"/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			resetStats(b, c)
+			for b.Loop() {
+				if err := tc.call(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(redisMicros(b, c, tc.nested...)/float64(b.N), "redis-us/op")
+		})
+		b.Run(tc.name+"/64clients", func(b *testing.B) {
+			b.ReportAllocs()
+			resetStats(b, c)
+			b.SetParallelism((clients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := tc.call(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
+			b.ReportMetric(redisMicros(b, c, tc.nested...)/float64(b.N), "redis-us/op")
+		})
+	}
+}

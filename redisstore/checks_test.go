@@ -756,9 +756,11 @@ func TestChecksRunUnderTheDocumentedACL(t *testing.T) {
 		name  string
 		extra []string
 		kept  bool
+		probe bool // the policy probe is on: CONFIG GET is allowed
 	}{
-		{"documented", nil, false},
-		{"with the hash commands and EXISTS", []string{"+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel"}, true},
+		{"documented", nil, false, false},
+		{"with the hash commands and EXISTS", []string{"+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel"}, true, false},
+		{"with CONFIG GET", []string{"+config|get"}, false, true},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -798,6 +800,9 @@ func TestChecksRunUnderTheDocumentedACL(t *testing.T) {
 			}
 			if kept := n > 0; kept != tt.kept {
 				t.Fatalf("%d baselines in <prefix>servers; want kept %v", n, tt.kept)
+			}
+			if on := s.dur.probing(); on != tt.probe {
+				t.Fatalf("policy probe on = %v; want %v (a refused CONFIG GET is never sent per claim)", on, tt.probe)
 			}
 		})
 	}

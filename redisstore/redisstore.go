@@ -51,12 +51,27 @@
 //     always, AOF switched off), a restart that lost markers. The store
 //     refuses every call at once, fences every shard for one horizon and
 //     writes a loss entry in the key space's ledger (at once when a claim
-//     finds its shard's marker missing). Claims answered between the change
-//     and that check are not covered: an ID whose entry was evicted in that
-//     window and claimed again in it is accepted twice (up to
-//     RecheckInterval for a volatile-* policy, which evicts no marker;
-//     TestEvictionAtRunTimeAcceptsNothingTwiceAfterIt measures it); none
-//     after.
+//     finds its shard's marker missing).
+//   - Eviction switched on at run time: every guarded script (claim, lease
+//     and record steps) is followed, in the same pipeline on the same
+//     connection, by CONFIG GET maxmemory-policy; when it answers anything
+//     but noeviction the call is refused ([ErrUnavailable], with a
+//     [Reason] naming the policy; the script may have written, and its
+//     claim is never reported first) and the store checks the
+//     server at once, which fences the key space. Redis runs a
+//     connection's commands in order and evicts only under a policy set
+//     before, so no claim answered after an eviction is reported first,
+//     except when the policy was set and switched back to noeviction
+//     between two of the store's scripts on that server (or in the
+//     instant between a script and its probe): that eviction is found by
+//     evicted_keys at the next check, and an evicted ID claimed again
+//     before it is accepted twice. Measured by
+//     TestEvictionAtRunTimeAcceptsNothingTwiceAfterIt: 0 IDs twice for
+//     every policy on Redis 7 and Valkey 8. The probe runs only on a
+//     *redis.Client or *redis.ClusterClient whose server answers CONFIG GET
+//     (the checks find out, and warn once when it does not), and not with
+//     [Options.AllowEviction]; where it does not run, claims answered
+//     until the next check (up to RecheckInterval) are not covered.
 //   - A failover or restart (a new run_id behind the client) is checked
 //     as Open checks a server: refused ([ErrConfig]) while it does not fit
 //     the Options, served once it does, and fenced only for loss it shows
@@ -228,10 +243,13 @@ type Options struct {
 	// expiry, which every claim has and no marker has. Without
 	// AllowEviction, eviction made possible after the store saw the server
 	// (the policy with maxmemory set) or evicted_keys growing is evidence
-	// of loss and fences the key space (see RecheckInterval); with it,
-	// evictions are the accepted risk and fence nothing. A Redis that
-	// refuses CONFIG GET or INFO (managed services) cannot be checked: the
-	// store runs, and logs that it could not check. The check still runs
+	// of loss and fences the key space (see RecheckInterval), and every
+	// guarded script is followed by CONFIG GET maxmemory-policy on its
+	// connection, which refuses the call's answer while the policy evicts
+	// (see the package doc); with it, evictions are the accepted risk,
+	// fence nothing, and no probe is sent. A Redis that refuses CONFIG GET
+	// or INFO (managed services) cannot be checked: the store runs, sends
+	// no probe, and logs that it could not check. The check still runs
 	// with AllowEviction: when the risk is present it is logged (one Warn
 	// line per appearance) and reported as [EventRiskAccepted].
 	AllowEviction bool
@@ -267,11 +285,16 @@ type Options struct {
 	// the key space for one horizon (one ledger entry, one
 	// [EventFenceRaised] per shard); the fences then refuse, until they
 	// open or an operator reopens the key space. A claim that finds its
-	// shard's marker missing has the next call run the checks at once.
-	// Otherwise this interval is the window: claims answered between the
-	// change and the check are not covered (an entry evicted by a
-	// volatile-* policy and claimed again inside it is accepted twice), and
-	// it can only be shortened, not closed, by a lower value.
+	// shard's marker missing, or a claim whose policy probe reads an
+	// evicting maxmemory-policy (see AllowEviction), has the next call run
+	// the checks at once. Otherwise this interval is the window: claims
+	// answered between the change and the check are not covered, and it
+	// can only be shortened, not closed, by a lower value. For eviction it
+	// is left only where the probe cannot run (CONFIG GET refused, a
+	// client other than *redis.Client or *redis.ClusterClient: an entry
+	// evicted by a volatile-* policy and claimed again inside it is
+	// accepted twice), and after a policy switched on and back off between
+	// two of the store's scripts.
 	// Each recheck is a few commands on every master (ROLE, INFO server,
 	// stats and commandstats, CONFIG GET, TIME, one EXISTS). Zero means
 	// DefaultRecheckInterval (1 s); negative is refused.
@@ -522,7 +545,9 @@ func (s *Store) Horizon() time.Duration { return s.horizon }
 // returns true for id before until (by Redis's clock) through any single
 // fault of the store: a restart without persistence, FLUSHALL or eviction
 // (the shard is fenced: [ErrFenced]; eviction switched on at run time
-// only from the store's next check, see [Options.RecheckInterval]), a failover to a replica that missed
+// refuses the claim by the policy probe, see [Options.AllowEviction], or
+// where the probe cannot run from the store's next check, see
+// [Options.RecheckInterval]), a failover to a replica that missed
 // the write (with a [Durability] setting: [ErrNotDurable] instead of true),
 // or a lagging instance clock ([ErrClockSkew]).
 //
