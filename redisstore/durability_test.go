@@ -594,10 +594,10 @@ func TestPolicyProbeRefusesAClaimAnsweredWhileEvictionIsOn(t *testing.T) {
 		gets   int                   // CONFIG GET maxmemory-policy answered in all
 	}{
 		{"noeviction throughout", "noeviction", false, Options{}, nil, "", nil, 2, 3},
-		{"volatile-lru at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "volatile-lru" }, whyEvictionOn, ErrConfig, 3, 5},
-		{"allkeys-lru at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "allkeys-lru" }, whyEvictionOn, ErrConfig, 3, 5},
-		{"volatile-ttl at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "volatile-ttl" }, whyEvictionOn, ErrConfig, 3, 5},
-		{"CONFIG GET refused at run time", "noeviction", false, Options{}, func(p *policyServer) { p.refused = true }, whyPolicyUnread, nil, 3, 5},
+		{"volatile-lru at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "volatile-lru" }, whyEvictionOn, ErrConfig, 3, 6},
+		{"allkeys-lru at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "allkeys-lru" }, whyEvictionOn, ErrConfig, 3, 6},
+		{"volatile-ttl at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "volatile-ttl" }, whyEvictionOn, ErrConfig, 3, 6},
+		{"CONFIG GET refused at run time", "noeviction", false, Options{}, func(p *policyServer) { p.refused = true }, whyPolicyUnread, nil, 3, 6},
 		{"AllowEviction", "allkeys-lru", false, Options{AllowEviction: true}, func(p *policyServer) { p.policy = "volatile-lru" }, "", nil, 0, 1},
 		{"CONFIG GET refused", "noeviction", true, Options{}, func(p *policyServer) { p.policy = "volatile-lru" }, "", nil, 0, 1},
 	}
@@ -633,7 +633,10 @@ func TestPolicyProbeRefusesAClaimAnsweredWhileEvictionIsOn(t *testing.T) {
 				// an hour): the next call starts it.
 				s.Claim(ctx, "c", until())
 				s.cancels.wg.Wait()
+				// "c" was refused by the probe too, after its check had
+				// started: "d" starts one more check.
 				first, err := s.Claim(ctx, "d", until())
+				s.cancels.wg.Wait()
 				switch {
 				case tt.after == nil && (!first || err != nil):
 					t.Fatalf("claim after the check = %v, %v; want first", first, err)
