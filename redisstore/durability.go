@@ -368,13 +368,14 @@ func (s *Store) pipelineOn(ctx context.Context, sc *script, key string, cmd []an
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
 	}
-	if r.probeErr != nil {
+	if r.probeErr != nil && r.err == nil {
 		// Eviction may be on (or the policy could not be read): whatever
 		// the script answered is refused, and the checks run at once.
 		s.checkSoon()
-		if r.err == nil {
-			return nil, r.probeErr
-		}
+		return nil, r.probeErr
+	}
+	if r.probeErr != nil && Reason(r.probeErr) == whyEvictionOn {
+		s.checkSoon() // the script failed (OOM?) under an evicting policy
 	}
 	if r.err != nil {
 		if s.dur.cluster != nil {
