@@ -519,20 +519,21 @@ return 1`
 // keys evicted, or a FLUSHALL, FLUSHDB or SWAPDB, since it started (or
 // since CONFIG RESETSTAT).
 func (s *Store) lossEvidence(ctx context.Context, m doer, why string) error {
-	for _, section := range []string{"stats", "commandstats"} {
-		v, err := m.Do(ctx, "INFO", section).Result()
-		if err != nil {
-			return s.wrapErr(ctx, err)
-		}
-		text, _ := v.(string)
-		for _, line := range strings.Split(text, "\n") {
-			k, val, _ := strings.Cut(strings.TrimSpace(line), ":")
-			switch {
-			case k == "evicted_keys" && val != "0":
-				return refuse(ErrConfig, why, fmt.Errorf("the server evicted %s keys", val))
-			case k == "cmdstat_flushall" || k == "cmdstat_flushdb" || k == "cmdstat_swapdb":
-				return refuse(ErrConfig, why, fmt.Errorf("%s ran since the server started", strings.ToUpper(strings.TrimPrefix(k, "cmdstat_"))))
-			}
+	c, ok, err := s.readCounters(ctx, func(args ...any) (any, error) { return m.Do(ctx, args...).Result() })
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return refuse(ErrConfig, why, errors.New("cannot read the server's loss counters (INFO stats and commandstats refused or unexpected)"))
+	case c.evicted > 0:
+		return refuse(ErrConfig, why, fmt.Errorf("the server evicted %d keys", c.evicted))
+	}
+	for _, r := range [...]struct {
+		name  string
+		calls int64
+	}{{"FLUSHALL", c.flushall}, {"FLUSHDB", c.flushdb}, {"SWAPDB", c.swapdb}} {
+		if r.calls > 0 {
+			return refuse(ErrConfig, why, fmt.Errorf("%s ran since the server started", r.name))
 		}
 	}
 	return nil
