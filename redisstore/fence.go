@@ -269,6 +269,37 @@ func (s *Store) persistent(ctx context.Context, m doer) error {
 	return nil
 }
 
+// restartHint says, for a key space with no marker on a server without
+// persistence, that a restart of it loses every marker and when it last
+// started: a restart looks exactly like a prefix never provisioned, and
+// the operator must tell which (ctoken-store status). "" when the server
+// persists, is a Cluster, or cannot say.
+func (s *Store) restartHint(ctx context.Context) string {
+	masters, err := s.mastersErr(ctx)
+	if err != nil || len(masters) != 1 {
+		return ""
+	}
+	m := masters[0]
+	for name, want := range map[string]string{"appendonly": "no", "save": ""} {
+		v, err := m.Do(ctx, "CONFIG", "GET", name).Result()
+		if err != nil {
+			return ""
+		}
+		if value, ok := configValue(v, name); !ok || strings.TrimSpace(value) != want {
+			return ""
+		}
+	}
+	v, err := m.Do(ctx, "INFO", "server").Result()
+	if err != nil {
+		return ""
+	}
+	up, err := strconv.ParseInt(infoValue(v, "uptime_in_seconds"), 10, 64)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("the server keeps no data across a restart and started %v ago: if this prefix served before, that restart lost it (then `ctoken-store reopen`, not provision)", (time.Duration(up) * time.Second).String())
+}
+
 // adminBound bounds an operator's call (Provision, ReprovisionNeverUsed,
 // Status, Reopen) whose context has no deadline.
 const adminBound = time.Minute
@@ -429,6 +460,8 @@ func (s *Store) checkKeySpace(ctx context.Context) error {
 		if ledger, err := s.readLedger(ctx); err == nil && len(ledger) > 0 {
 			last := ledger[len(ledger)-1]
 			cause = fmt.Errorf("no shard marker, but the ledger's last entry is %q at %s: Redis lost the key space", last.Kind, last.At.UTC().Format(time.RFC3339))
+		} else if hint := s.restartHint(ctx); hint != "" {
+			cause = errors.New("no shard marker; " + hint)
 		}
 		return refuse(ErrConfig, whyNotProvisioned, cause)
 	case ks.open == 0:
