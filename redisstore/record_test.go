@@ -3,8 +3,10 @@ package redisstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -120,8 +122,10 @@ func TestAcquireRecordThenBusyThenDoneCarriesTheRecord(t *testing.T) {
 	})
 }
 
-// The entry layout record.go documents, read back from Redis: the lease
-// measured by Redis (PX), the done entry at the absolute until (PXAT).
+// The layout record.go documents, read back from Redis: the lease
+// measured by Redis (PX); the done entry, a header of token, fingerprint,
+// size and CRC-32C, and the side key, token + result, both at the
+// absolute until (PXAT); no staging key left behind.
 func TestRecordEntryLayout(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
@@ -137,13 +141,29 @@ func TestRecordEntryLayout(t *testing.T) {
 	if err := s.ConfirmRecord(ctx, "k", l.Token, until, fp, result); err != nil {
 		t.Fatal(err)
 	}
-	want := "D" + l.Token + string(rune(len(fp))) + string(fp) + string(result)
-	if v, err := c.Get(ctx, s.key("k")).Result(); err != nil || v != want {
-		t.Fatalf("done entry = %q, %v; want %q", v, err, want)
+	want := "D" + l.Token + "\x84" + string(fp) + "\x00\x00\x00\x07" + string(binary.BigEndian.AppendUint32(nil, crc32.Checksum(result, crc32.MakeTable(crc32.Castagnoli))))
+	side := s.tags[shardOf("k")] + "r:k"
+	for _, k := range []struct{ key, want string }{{s.key("k"), want}, {side, l.Token + string(result)}} {
+		if v, err := c.Get(ctx, k.key).Result(); err != nil || v != k.want {
+			t.Fatalf("%s = %q, %v; want %q", k.key, v, err, k.want)
+		}
+		if got, err := c.Do(ctx, "PEXPIRETIME", k.key).Int64(); err != nil || got != until.UnixMilli() {
+			t.Fatalf("PEXPIRETIME %s = %d, %v; want %d", k.key, got, err, until.UnixMilli())
+		}
 	}
-	if got, err := c.Do(ctx, "PEXPIRETIME", s.key("k")).Int64(); err != nil || got != until.UnixMilli() {
-		t.Fatalf("PEXPIRETIME = %d, %v; want %d", got, err, until.UnixMilli())
+	if keys := keysOf(t, c, s); len(keys) != 2+Shards {
+		t.Fatalf("keys under the prefix: %q; want the markers, the entry and the side key", keys)
 	}
+}
+
+// keysOf lists every key under s's prefix.
+func keysOf(t *testing.T, c *redis.Client, s *Store) []string {
+	t.Helper()
+	keys, err := c.Keys(context.Background(), s.Prefix()+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
 
 // The largest fingerprint and result the contract allows, every byte value
@@ -315,13 +335,13 @@ func TestResentAcquireRecordKeepsItsRemainingLease(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	token := "0123456789abcdef0123456789abcdef"
-	if code, _, _, err := s.runRecord(ctx, &acquireRecordLua, "k", 60000, token, []byte("fp")); code != 1 || err != nil {
+	if code, _, _, _, err := s.acquireRecord(ctx, "k", 60000, token, []byte("fp")); code != 1 || err != nil {
 		t.Fatal(code, err)
 	}
 	if err := c.PExpire(ctx, s.key("k"), 5*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, _, err := s.runRecord(ctx, &acquireRecordLua, "k", 60000, token, []byte("fp")); code != 1 || err != nil {
+	if code, _, _, _, err := s.acquireRecord(ctx, "k", 60000, token, []byte("fp")); code != 1 || err != nil {
 		t.Fatalf("resent acquire = %d, %v; want 1", code, err)
 	}
 	if p, err := c.PTTL(ctx, s.key("k")).Result(); err != nil || p > 5*time.Second || p < 4*time.Second {
@@ -527,13 +547,21 @@ func (r *recordingCommands) get(i int) []any {
 }
 
 // Every record step is one script on the shard's marker and the ID's entry
-// under one hash tag (one Redis Cluster slot), loaded with EVAL after
-// NOSCRIPT; a CROSSSLOT or MOVED answer is refused as unavailable.
+// (and, for a confirmation, the staging and side keys), with a plain SET or
+// GET of the record's bytes beside it, every key under one hash tag (one
+// Redis Cluster slot); the script is loaded with EVAL after NOSCRIPT, and
+// no script argument carries the result. A CROSSSLOT or MOVED answer is
+// refused as unavailable.
 func TestRecordStepsSendOneSlotScripts(t *testing.T) {
 	var rc recordingCommands
 	s, err := New(rc.client(func(n int, args []any) (any, error) {
-		if n == 1 {
+		switch {
+		case n == 1:
 			return nil, errors.New("NOSCRIPT No matching script. Please use EVAL.")
+		case args[0] == "GET":
+			return nil, redis.Nil
+		case args[0] == "SET":
+			return "OK", nil
 		}
 		return []any{int64(1), int64(0)}, nil
 	}), Options{Prefix: "p:"})
@@ -545,25 +573,35 @@ func TestRecordStepsSendOneSlotScripts(t *testing.T) {
 	if err != nil || l.State != replay.LeaseAcquired {
 		t.Fatalf("AcquireRecord after NOSCRIPT = %+v, %v", l, err)
 	}
-	if err := s.ConfirmRecord(ctx, "id", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
+	result := []byte("the-result")
+	if err := s.ConfirmRecord(ctx, "id", l.Token, time.Now().Add(time.Hour), []byte("fp"), result); err != nil {
 		t.Fatal(err)
 	}
 	tag := fmt.Sprintf("p:{%02d}", shardOf("id"))
-	for i, want := range []struct {
-		cmd, sha, arg6 string
-	}{
-		{"EVALSHA", acquireRecordLua.sha, "fp"},
-		{"EVAL", acquireRecordLua.src, "fp"},
-		{"EVALSHA", confirmRecordLua.sha, "D" + l.Token + "\x02fpr"},
+	header := "D" + l.Token + "\x82fp" + "\x00\x00\x00\x0a" + string(binary.BigEndian.AppendUint32(nil, crc32.Checksum(result, crc32.MakeTable(crc32.Castagnoli))))
+	staging := recordArg(t, rc.get(3)[1])
+	if !strings.HasPrefix(staging, tag+"s:") || len(staging) != len(tag)+2+32 {
+		t.Fatalf("staging key %q; want %ss: + a nonce", staging, tag)
+	}
+	for i, want := range [][]string{
+		{"EVALSHA", acquireRecordLua.sha, "2", tag, tag + ":id", "*", "*", "*", "60000", l.Token, "fp"},
+		{"EVAL", acquireRecordLua.src, "2", tag, tag + ":id", "*", "*", "*", "60000", l.Token, "fp"},
+		{"GET", tag + "r:id"},
+		{"SET", staging, l.Token + string(result), "PX", "2000"},
+		{"EVALSHA", confirmRecordLua.sha, "4", tag, tag + ":id", staging, tag + "r:id", "*", "*", "*", "*", l.Token, header},
 	} {
 		c := rc.get(i)
-		if len(c) != 11 {
-			t.Fatalf("command %d = %v; want 11 arguments", i, c)
+		if len(c) != len(want) {
+			t.Fatalf("command %d = %v; want %d arguments", i, c, len(want))
 		}
-		got := []string{argText(t, c[0]), argText(t, c[1]), argText(t, c[2]), argText(t, c[3]), argText(t, c[4]), argText(t, c[9]), string(c[10].([]byte))}
-		if fmt.Sprint(got) != fmt.Sprint([]string{want.cmd, want.sha, "2", tag, tag + ":id", l.Token, want.arg6}) {
-			t.Fatalf("command %d = %q; want %s <script> 2 %s %s:id ... token %q", i, got, want.cmd, tag, tag, want.arg6)
+		for j, w := range want {
+			if got := recordArg(t, c[j]); w != "*" && got != w {
+				t.Fatalf("command %d argument %d = %q; want %q", i, j, got, w)
+			}
 		}
+	}
+	if c := rc.get(5); c != nil {
+		t.Fatalf("a sixth command %v", c)
 	}
 	for _, e := range []error{redis.ErrCrossSlot, errors.New("MOVED 3999 127.0.0.1:6381")} {
 		var rc recordingCommands
@@ -581,45 +619,79 @@ func TestRecordStepsSendOneSlotScripts(t *testing.T) {
 	}
 }
 
+// recordArg is argText that also reads the []byte and int64 arguments of
+// the record steps.
+func recordArg(t *testing.T, a any) string {
+	t.Helper()
+	switch v := a.(type) {
+	case []byte:
+		return string(v)
+	case int64:
+		return fmt.Sprint(v)
+	}
+	return argText(t, a)
+}
+
 // Any reply the store does not expect — including an entry that does not
 // decode — is refused as unavailable, never read as a state.
 func TestRecordStepsFailClosed(t *testing.T) {
 	tok := "0123456789abcdef0123456789abcdef"
+	sideHdr := "D" + tok + "\x82fp\x00\x00\x00\x06crc!"
 	tests := []struct {
 		name string
 		val  any
 		err  error
+		side any // the GET of the side key; nil is a nil reply
 	}{
-		{"error reply", nil, errors.New("ERR something")},
-		{"nil", nil, redis.Nil},
-		{"string", "OK", nil},
-		{"integer", int64(1), nil},
-		{"short array", []any{int64(1)}, nil},
-		{"long array", []any{int64(3), int64(0), "1", "x"}, nil},
-		{"unknown state", []any{int64(7), int64(0)}, nil},
-		{"cancelled by a note", []any{int64(4), int64(0)}, nil},
-		{"wrong types", []any{"1", "0"}, nil},
-		{"busy without its entry", []any{int64(2), int64(10)}, nil},
-		{"done without its entry", []any{int64(3), int64(0)}, nil},
-		{"an entry with an acquisition", []any{int64(1), int64(0), "L" + tok}, nil},
-		{"entry not a string", []any{int64(3), int64(0), int64(1)}, nil},
-		{"busy with a done entry", []any{int64(2), int64(10), "D" + tok}, nil},
-		{"done with a lease", []any{int64(3), int64(0), "L" + tok}, nil},
-		{"empty entry", []any{int64(3), int64(0), ""}, nil},
-		{"short lease", []any{int64(2), int64(10), "L0123"}, nil},
-		{"lease with an oversize fingerprint", []any{int64(2), int64(10), "L" + tok + strings.Repeat("f", replay.MaxFingerprintBytes+1)}, nil},
-		{"done with a short token", []any{int64(3), int64(0), "D0123"}, nil},
-		{"done with a token not hex", []any{int64(3), int64(0), "D" + strings.Repeat("z", 32)}, nil},
-		{"done with a fingerprint length past the end", []any{int64(3), int64(0), "D" + tok + "\x05fp"}, nil},
-		{"done with an empty result", []any{int64(3), int64(0), "D" + tok + "\x02fp"}, nil},
-		{"done with an oversize fingerprint length", []any{int64(3), int64(0), "D" + tok + "\x51" + strings.Repeat("f", 81) + "r"}, nil},
-		{"unknown entry", []any{int64(3), int64(0), "Zsomething"}, nil},
-		{"a cancel note as done", []any{int64(3), int64(0), "X" + tok}, nil},
+		{"error reply", nil, errors.New("ERR something"), nil},
+		{"nil", nil, redis.Nil, nil},
+		{"string", "OK", nil, nil},
+		{"integer", int64(1), nil, nil},
+		{"short array", []any{int64(1)}, nil, nil},
+		{"long array", []any{int64(3), int64(0), "1", "x"}, nil, nil},
+		{"unknown state", []any{int64(7), int64(0)}, nil, nil},
+		{"cancelled by a note", []any{int64(4), int64(0)}, nil, nil},
+		{"wrong types", []any{"1", "0"}, nil, nil},
+		{"busy without its entry", []any{int64(2), int64(10)}, nil, nil},
+		{"done without its entry", []any{int64(3), int64(0)}, nil, nil},
+		{"an entry with an acquisition", []any{int64(1), int64(0), "L" + tok}, nil, nil},
+		{"entry not a string", []any{int64(3), int64(0), int64(1)}, nil, nil},
+		{"busy with a done entry", []any{int64(2), int64(10), "D" + tok}, nil, nil},
+		{"done with a lease", []any{int64(3), int64(0), "L" + tok}, nil, nil},
+		{"empty entry", []any{int64(3), int64(0), ""}, nil, nil},
+		{"short lease", []any{int64(2), int64(10), "L0123"}, nil, nil},
+		{"lease with an oversize fingerprint", []any{int64(2), int64(10), "L" + tok + strings.Repeat("f", replay.MaxFingerprintBytes+1)}, nil, nil},
+		{"done with a short token", []any{int64(3), int64(0), "D0123"}, nil, nil},
+		{"done with a token not hex", []any{int64(3), int64(0), "D" + strings.Repeat("z", 32)}, nil, nil},
+		{"done with a fingerprint length past the end", []any{int64(3), int64(0), "D" + tok + "\x05fp"}, nil, nil},
+		{"done with an empty result", []any{int64(3), int64(0), "D" + tok + "\x02fp"}, nil, nil},
+		{"done with an oversize fingerprint length", []any{int64(3), int64(0), "D" + tok + "\x51" + strings.Repeat("f", 81) + "r"}, nil, nil},
+		{"unknown entry", []any{int64(3), int64(0), "Zsomething"}, nil, nil},
+		{"a cancel note as done", []any{int64(3), int64(0), "X" + tok}, nil, nil},
+		{"recorded, its side key missing", []any{int64(3), int64(0), sideHdr}, nil, nil},
+		{"recorded, the side key another lease's", []any{int64(3), int64(0), sideHdr}, nil, strings.Repeat("a", 32) + "result"},
+		{"recorded, the side key without a result", []any{int64(3), int64(0), sideHdr}, nil, tok},
+		{"recorded, the side key over the limit", []any{int64(3), int64(0), sideHdr}, nil, tok + strings.Repeat("r", replay.MaxResultBytes+1)},
+		{"side key not a string", []any{int64(2), int64(10), "L" + tok + "fp"}, nil, []any{"x"}},
+		{"recorded with a size of zero", []any{int64(3), int64(0), "D" + tok + "\x82fp\x00\x00\x00\x00crc!"}, nil, tok + "result"},
+		{"recorded with a short trailer", []any{int64(3), int64(0), "D" + tok + "\x82fp\x00\x00\x00\x06"}, nil, tok + "result"},
+		{"recorded with a fingerprint length past the end", []any{int64(3), int64(0), "D" + tok + "\x89fp\x00\x00\x00\x06crc!"}, nil, tok + "result"},
+		{"recorded with an oversize fingerprint", []any{int64(3), int64(0), "D" + tok + "\xd1" + strings.Repeat("f", 81) + "\x00\x00\x00\x06crc!"}, nil, tok + "result"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var rc recordingCommands
-			s, err := New(rc.client(func(int, []any) (any, error) { return tt.val, tt.err }), Options{})
+			s, err := New(rc.client(func(_ int, args []any) (any, error) {
+				switch {
+				case args[0] == "GET" && tt.side == nil:
+					return nil, redis.Nil
+				case args[0] == "GET":
+					return tt.side, nil
+				case args[0] == "SET":
+					return "OK", nil
+				}
+				return tt.val, tt.err
+			}), Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -629,6 +701,36 @@ func TestRecordStepsFailClosed(t *testing.T) {
 				t.Fatalf("AcquireRecord = %+v, %v; want nothing and ErrUnavailable", r, err)
 			}
 			if err := s.ConfirmRecord(ctx, "id", tok, time.Now().Add(time.Hour), nil, []byte("r")); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("ConfirmRecord = %v; want ErrUnavailable", err)
+			}
+		})
+	}
+	// The bytes' SET answered anything but OK, or the script finding its
+	// staging key gone: the confirmation is refused.
+	for _, tt := range []struct {
+		name   string
+		set    any
+		setErr error
+		script any
+	}{
+		{"SET error", nil, errors.New("OOM command not allowed"), []any{int64(1), int64(0)}},
+		{"SET nil", nil, redis.Nil, []any{int64(1), int64(0)}},
+		{"SET integer", int64(1), nil, []any{int64(1), int64(0)}},
+		{"staging key gone", "OK", nil, []any{int64(-7), int64(0)}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var rc recordingCommands
+			s, err := New(rc.client(func(_ int, args []any) (any, error) {
+				if args[0] == "SET" {
+					return tt.set, tt.setErr
+				}
+				return tt.script, nil
+			}), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.ConfirmRecord(context.Background(), "id", tok, time.Now().Add(time.Hour), nil, []byte("r")); !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("ConfirmRecord = %v; want ErrUnavailable", err)
 			}
 		})
@@ -669,7 +771,12 @@ func TestAcquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 	}
 	// A refusal took nothing: no release.
 	var rc2 recordingCommands
-	s2, err := New(rc2.client(func(int, []any) (any, error) { return []any{int64(-3), int64(0)}, nil }), Options{})
+	s2, err := New(rc2.client(func(_ int, args []any) (any, error) {
+		if args[0] == "GET" {
+			return nil, redis.Nil
+		}
+		return []any{int64(-3), int64(0)}, nil
+	}), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -678,8 +785,8 @@ func TestAcquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 		t.Fatalf("AcquireRecord = %v; want ErrClockSkew", err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if c := rc2.get(1); c != nil {
-		t.Fatalf("a refused acquire sent %v", c)
+	if c := rc2.get(2); c != nil {
+		t.Fatalf("a refused acquire sent %v after its GET", c)
 	}
 }
 
@@ -742,7 +849,7 @@ func TestLateAcquireRecordFindsItsCancelNote(t *testing.T) {
 	}
 	s.releaseLater("n", token, time.Now().Add(10*time.Second))
 	<-done
-	code, _, _, err := s.runRecord(ctx, &acquireRecordLua, "n", 10000, token, []byte("fp"))
+	code, _, _, _, err := s.acquireRecord(ctx, "n", 10000, token, []byte("fp"))
 	if err != nil || code != 4 {
 		t.Fatalf("late acquire = %d, %v; want 4 (cancelled)", code, err)
 	}
@@ -883,18 +990,21 @@ func TestRecordEditedInRedisIsRefused(t *testing.T) {
 			if first.Code != http.StatusCreated || runs.Load() != 1 {
 				t.Fatalf("first: %d, runs %d", first.Code, runs.Load())
 			}
-			entry := s.key(idempotency.StoreID("merchant-1", "POST /payments", "order-1"))
-			v, err := c.Get(ctx, entry).Bytes()
-			if err != nil || len(v) < 34 || v[0] != 'D' {
-				t.Fatalf("entry %q: %v", v, err)
+			id := idempotency.StoreID("merchant-1", "POST /payments", "order-1")
+			side := sideKey(s.tags[shardOf(id)], id)
+			v, err := c.Get(ctx, side).Bytes()
+			if err != nil || len(v) <= tokenLen {
+				t.Fatalf("side key %q: %v", v, err)
 			}
-			at := 1 + 32 + 1 + int(v[33]) // "D" + token + n + fingerprint
-			if bytes.Contains(v, []byte("4242")) || bytes.Contains(v, []byte("application/json")) {
-				t.Fatal("Redis holds the response in clear")
+			at := tokenLen // token + result
+			for _, k := range []string{side, s.key(id)} {
+				if w, _ := c.Get(ctx, k).Bytes(); bytes.Contains(w, []byte("4242")) || bytes.Contains(w, []byte("application/json")) {
+					t.Fatal("Redis holds the response in clear")
+				}
 			}
 			if tc.edit != nil {
 				edited := append(append([]byte(nil), v[:at]...), tc.edit(append([]byte(nil), v[at:]...))...)
-				if err := c.Set(ctx, entry, edited, redis.KeepTTL).Err(); err != nil {
+				if err := c.Set(ctx, side, edited, redis.KeepTTL).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -459,14 +459,16 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 // It is for a caller that claimed id and then failed to act on it (a webhook
 // handler that errored, so the sender's retry must be processed); one-time
 // tokens must never be released. Releasing an ID that is not claimed is not
-// an error. Release deletes the key whoever claimed it, so release only IDs
-// you claimed, before their until. Errors match ErrUnavailable or, for an
+// an error. Release deletes the entry (and the record
+// [Store.ConfirmRecord] wrote beside it) whoever claimed it, so release
+// only IDs you claimed, before their until. Errors match ErrUnavailable or, for an
 // empty or oversize id, ErrInvalidClaim; the claim then stays in force.
 func (s *Store) Release(ctx context.Context, id string) error {
 	if id == "" || len(id) > MaxIDBytes {
 		return fmt.Errorf("%w: empty or oversize id", ErrInvalidClaim)
 	}
-	v, err := s.do(ctx, "DEL", s.key(id))
+	marker, entry, _ := s.keys(id)
+	v, err := s.do(ctx, "DEL", entry, sideKey(marker, id)) // an entry and its record
 	if err != nil {
 		return err
 	}
