@@ -47,11 +47,13 @@ var _ replay.Recorder = (*Store)(nil)
 
 // A confirmation with a record is two commands on one connection, in one
 // pipeline: SET of a staging key <prefix>{NN}s:<nonce> holding token +
-// result (nonce fresh per ConfirmRecord call, so no other call ever writes
-// it; it expires after stagingTTL), then confirmRecordLua, which decides
-// on the entry alone and, when it records, RENAMEs the staging key to the
-// side key (no bytes pass through Lua) and gives it the entry's PXAT. It
-// deletes the staging key whatever it decides. A resend of the pipeline
+// result, expiring at until (PXAT; nonce fresh per ConfirmRecord call, so
+// no other call ever writes it), then confirmRecordLua, which decides on
+// the entry alone and, when it records, RENAMEs the staging key to the
+// side key (no bytes pass through Lua; RENAME keeps the PXAT, the entry's).
+// Whatever else it decides, it deletes the staging key. Only a client that
+// dies between sending the two commands leaves a staging key behind, until
+// its until. A resend of the pipeline
 // after a lost reply stages the same bytes under the same name, finds its
 // own done entry (the header compares token, fingerprint, size and CRC)
 // and writes only the entry again, so the Durability wait after it covers
@@ -87,15 +89,17 @@ return {3, 0, v}`
 // Confirm with a record: KEYS[3] the staging key, KEYS[4] the side key;
 // ARGV[4] until (ms), ARGV[5] token, ARGV[6] the done entry, "D" + token +
 // (0x80|n) + fingerprint + size + crc, built by the client. {1, 0}
-// recorded, {0, 0} lost, {-7, 0} the staging key is gone (it outlived its
-// TTL before the script ran). Like the confirm script, it records when the
-// token's lease (with or without a fingerprint) is live or when the ID is
-// free; when this very entry is there already (a resent script), it writes
-// the entry again for the WAIT after it and moves the side key's expiry to
+// recorded, {0, 0} lost, {-7, 0} the staging key is missing. Like the
+// confirm script, it records when the token's lease (with or without a
+// fingerprint) is live or when the ID is free: it RENAMEs the staging key,
+// which expires at until already, to the side key, and writes the entry.
+// When this very entry is there already (a resent script), it writes the
+// entry again for the WAIT after it and moves the side key's expiry to
 // the entry's, leaving the recorded bytes as they are. The guard runs in a
-// function so that the staging key is deleted after every answer,
+// function so that the staging key is deleted after every other answer,
 // refusals included.
-const confirmRecordScript = `local function decide()
+const confirmRecordScript = `local moved = false
+local function decide()
 ` + guardLua + untilLua + `local v = redis.call('GET', KEYS[2])
 if v == ARGV[6] then
   redis.call('SET', KEYS[2], v, 'PXAT', ARGV[4])
@@ -103,21 +107,20 @@ if v == ARGV[6] then
   return {1, 0}
 end
 if (not v) or string.sub(v, 1, 1) == 'X' or (#ARGV[5] == 32 and string.sub(v, 1, 33) == 'L' .. ARGV[5]) then
-  if redis.call('EXISTS', KEYS[3]) == 0 then return {-7, 0} end
-  redis.call('RENAME', KEYS[3], KEYS[4])
-  redis.call('PEXPIREAT', KEYS[4], ARGV[4])
+  if redis.pcall('RENAME', KEYS[3], KEYS[4])['err'] then return {-7, 0} end
+  moved = true
   redis.call('SET', KEYS[2], ARGV[6], 'PXAT', ARGV[4])
   return {1, 0}
 end
 return {0, 0}
 end
 local r = decide()
-redis.call('DEL', KEYS[3])
+if not moved then redis.call('DEL', KEYS[3]) end
 return r`
 
 var (
 	acquireRecordLua = script{acquireRecordScript, "c419c1ccbee1e4aeacca8ae0c6ef9ef3ffb7d155"}
-	confirmRecordLua = script{confirmRecordScript, "e0195e8b2df9e697bddb93a2587fd4e1b4a6a4a9"}
+	confirmRecordLua = script{confirmRecordScript, "3771ce14e48a81019f4d97af3fa2e887d614d95e"}
 )
 
 // AcquireRecord implements [replay.Recorder]: it is [Store.AcquireLease]
@@ -283,16 +286,6 @@ func sideKey(marker, id string) string { return marker + "r:" + id }
 // stagingKey is a confirmation's staging key: <prefix>{NN}s:<nonce>.
 func stagingKey(marker, nonce string) string { return marker + "s:" + nonce }
 
-// stagingTTL is how long a staging key outlives a confirmation that never
-// ran its script (a connection lost between the two commands): the
-// store's timeout bounds the call, so the script has run or never will.
-func (s *Store) stagingTTL() int64 {
-	if s.timeout > 0 {
-		return max(s.timeout.Milliseconds(), 1) + 1000
-	}
-	return 60000
-}
-
 // acquireRecord runs the acquire script for id with a GET of its side key
 // in the same pipeline: the script's reply {code, value} or {code, value,
 // entry}, and the side key's value (a string, or nil).
@@ -351,7 +344,7 @@ func (s *Store) confirmRecord(ctx context.Context, id string, ms int64, token st
 	marker := &s.tags[shard]
 	staging := stagingKey(*marker, nonce)
 	cmds := [][]any{
-		{"SET", staging, side, "PX", s.stagingTTL()},
+		{"SET", staging, side, "PXAT", ms},
 		{"EVALSHA", &confirmRecordLua.sha, 4, marker, *marker + ":" + id, staging, sideKey(*marker, id),
 			s.now().UnixMilli(), &s.skewArg, &s.horizonArg, ms, token, header},
 	}

@@ -587,7 +587,7 @@ func TestRecordStepsSendOneSlotScripts(t *testing.T) {
 		{"EVALSHA", acquireRecordLua.sha, "2", tag, tag + ":id", "*", "*", "*", "60000", l.Token, "fp"},
 		{"EVAL", acquireRecordLua.src, "2", tag, tag + ":id", "*", "*", "*", "60000", l.Token, "fp"},
 		{"GET", tag + "r:id"},
-		{"SET", staging, l.Token + string(result), "PX", "2000"},
+		{"SET", staging, l.Token + string(result), "PXAT", "*"},
 		{"EVALSHA", confirmRecordLua.sha, "4", tag, tag + ":id", staging, tag + "r:id", "*", "*", "*", "*", l.Token, header},
 	} {
 		c := rc.get(i)
@@ -1021,6 +1021,296 @@ func TestRecordEditedInRedisIsRefused(t *testing.T) {
 			if w.Code != http.StatusInternalServerError || w.Header().Get("Content-Type") != "application/problem+json" ||
 				strings.Contains(w.Body.String(), "pay_1") || w.Header().Get("Idempotent-Replayed") != "" {
 				t.Fatalf("edited record answered %d %q %v; want a 500 problem", w.Code, w.Body.String(), w.Header())
+			}
+		})
+	}
+}
+
+// A record written by the layout before side keys ("D" + token + n +
+// fingerprint + result, all in the entry) still replays byte for byte, for
+// AcquireRecord, and is done for the plain steps.
+func TestRecordOfTheEarlierLayoutStillReplays(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	tok := "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		name       string
+		fp, result []byte
+	}{
+		{"small", []byte("fp"), []byte(`{"id":"pay_1"}`)},
+		{"no fingerprint", nil, []byte{0}},
+		{"the largest", bytes.Repeat([]byte{0xfe}, replay.MaxFingerprintBytes), bytes.Repeat([]byte{0x80}, replay.MaxResultBytes)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "earlier-" + tc.name
+			old := append(append(append([]byte("D"+tok), byte(len(tc.fp))), tc.fp...), tc.result...)
+			if err := c.Set(ctx, s.key(id), old, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			d := acquireRecord(t, s, id, []byte("other"), replay.LeaseDone)
+			if !bytes.Equal(d.Fingerprint, tc.fp) || !bytes.Equal(d.Result, tc.result) {
+				t.Fatalf("replay of an earlier record = %d-byte fingerprint, %d-byte result; want %d and %d", len(d.Fingerprint), len(d.Result), len(tc.fp), len(tc.result))
+			}
+			if l, err := s.AcquireLease(ctx, id, time.Minute); err != nil || l.State != replay.LeaseDone {
+				t.Fatalf("AcquireLease = %+v, %v; want done", l, err)
+			}
+			if err := s.ConfirmRecord(ctx, id, tok, time.Now().Add(time.Hour), tc.fp, []byte("x")); !errors.Is(err, replay.ErrLeaseLost) {
+				t.Fatalf("ConfirmRecord over an earlier record = %v; want ErrLeaseLost", err)
+			}
+			if d := acquireRecord(t, s, id, nil, replay.LeaseDone); !bytes.Equal(d.Result, tc.result) {
+				t.Fatal("the earlier record changed")
+			}
+		})
+	}
+}
+
+// Whatever a confirmation decides — recorded, resent, lost, refused by
+// the fence or by Redis's clock — its staging key is gone when it returns,
+// and a lost or refused one leaves no side key.
+func TestConfirmRecordLeavesNoStagingKey(t *testing.T) {
+	ctx := context.Background()
+	fp, result := []byte("fp"), bytes.Repeat([]byte("r"), 4096)
+	staged := func(t *testing.T, c *redis.Client, s *Store) []string {
+		t.Helper()
+		var out []string
+		for _, k := range keysOf(t, c, s) {
+			if strings.Contains(k, "}s:") {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	t.Run("recorded, resent, lost", func(t *testing.T) {
+		s, c := newTestStore(t)
+		l := acquireRecord(t, s, "a", fp, replay.LeaseAcquired)
+		for _, want := range []error{nil, nil} { // recorded, then resent
+			if err := s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, result); !errors.Is(err, want) {
+				t.Fatalf("ConfirmRecord = %v; want %v", err, want)
+			}
+		}
+		if err := s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, []byte("other")); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("ConfirmRecord of another result = %v; want ErrLeaseLost", err)
+		}
+		if err := s.ConfirmRecord(ctx, "b", newToken(), time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatalf("ConfirmRecord of a free ID = %v; want nil", err)
+		}
+		m := acquireRecord(t, s, "c", fp, replay.LeaseAcquired)
+		if err := s.ConfirmRecord(ctx, "c", newToken(), time.Now().Add(time.Hour), fp, result); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("ConfirmRecord with a foreign token = %v; want ErrLeaseLost", err)
+		}
+		if got := staged(t, c, s); len(got) != 0 {
+			t.Fatalf("staging keys left: %q", got)
+		}
+		if n, err := c.Exists(ctx, sideKey(s.tags[shardOf("c")], "c")).Result(); err != nil || n != 0 {
+			t.Fatalf("a lost confirmation left a side key: %d, %v", n, err)
+		}
+		if err := s.ConfirmRecord(ctx, "c", m.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("fenced", func(t *testing.T) {
+		c := newTestClient(t)
+		s, err := New(c, Options{Prefix: uniquePrefix(t, c), Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		for range 2 { // raises the fence, then finds it
+			if err := s.ConfirmRecord(ctx, "a", newToken(), time.Now().Add(time.Hour), fp, result); !errors.Is(err, ErrFenced) {
+				t.Fatalf("ConfirmRecord on a fenced shard = %v; want ErrFenced", err)
+			}
+		}
+		for _, k := range keysOf(t, c, s) {
+			if k != s.tags[shardOf("a")] {
+				t.Fatalf("key %q left beside the fence marker", k)
+			}
+		}
+	})
+	t.Run("until past by Redis's clock", func(t *testing.T) {
+		c := newTestClient(t)
+		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: func() time.Time { return time.Now().Add(-30 * time.Second) }})
+		if err := s.ConfirmRecord(ctx, "p", newToken(), time.Now().Add(-20*time.Second), fp, result); !errors.Is(err, replay.ErrExpired) {
+			t.Fatalf("ConfirmRecord = %v; want ErrExpired", err)
+		}
+		if keys := keysOf(t, c, s); len(keys) != Shards {
+			t.Fatalf("keys beside the markers: %d", len(keys)-Shards)
+		}
+	})
+}
+
+// A side key is returned only under the done entry that names its token:
+// one left by another lease (or edited to another token) is refused as
+// unavailable, never replayed; Release deletes the entry and its side key
+// together, so nothing of the record is left for a later holder.
+func TestReplayReturnsOnlyItsOwnLeasesSideKey(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	fp, result := []byte("fp"), []byte("result-1")
+	l := acquireRecord(t, s, "a", fp, replay.LeaseAcquired)
+	if err := s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+		t.Fatal(err)
+	}
+	side := sideKey(s.tags[shardOf("a")], "a")
+	other := newToken()
+	if err := c.Set(ctx, side, other+"result-2", redis.KeepTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrUnavailable) || r.Result != nil {
+		t.Fatalf("replay under another lease's side key = %+v, %v; want ErrUnavailable", r, err)
+	}
+	if err := c.Del(ctx, side).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrUnavailable) || r.Result != nil {
+		t.Fatalf("replay without its side key = %+v, %v; want ErrUnavailable", r, err)
+	}
+
+	b := acquireRecord(t, s, "b", fp, replay.LeaseAcquired)
+	if err := s.ConfirmRecord(ctx, "b", b.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, s.key("b"), sideKey(s.tags[shardOf("b")], "b")).Result(); err != nil || n != 0 {
+		t.Fatalf("after Release %d of the entry and side key remain, %v", n, err)
+	}
+	acquireRecord(t, s, "b", fp, replay.LeaseAcquired)
+}
+
+// A confirmation resent with a later until (the idempotency middleware
+// computes until again per attempt) moves the entry's and the side key's
+// expiry together, and leaves the recorded bytes as they were.
+func TestResentConfirmRecordKeepsSideKeyAndEntryExpiringTogether(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	fp, result := []byte("fp"), []byte("result")
+	l := acquireRecord(t, s, "a", fp, replay.LeaseAcquired)
+	first := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	if err := s.ConfirmRecord(ctx, "a", l.Token, first, fp, result); err != nil {
+		t.Fatal(err)
+	}
+	later := first.Add(time.Minute)
+	if err := s.ConfirmRecord(ctx, "a", l.Token, later, fp, result); err != nil {
+		t.Fatalf("resent ConfirmRecord = %v", err)
+	}
+	side := sideKey(s.tags[shardOf("a")], "a")
+	for _, k := range []string{s.key("a"), side} {
+		if got, err := c.Do(ctx, "PEXPIRETIME", k).Int64(); err != nil || got != later.UnixMilli() {
+			t.Fatalf("PEXPIRETIME %s = %d, %v; want %d", k, got, err, later.UnixMilli())
+		}
+	}
+	if v, err := c.Get(ctx, side).Result(); err != nil || v != l.Token+string(result) {
+		t.Fatalf("side key = %q, %v", v, err)
+	}
+}
+
+// scriptSizes is a go-redis hook that records, for every script command
+// the store sends (alone or in a pipeline), the bytes of its arguments
+// and of its reply.
+type scriptSizes struct {
+	mu             sync.Mutex
+	args, replies  []int
+	plainArgsBytes int
+}
+
+func (h *scriptSizes) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptSizes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.note(cmd)
+		return err
+	}
+}
+
+func (h *scriptSizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			h.note(c)
+		}
+		return err
+	}
+}
+
+func (h *scriptSizes) note(cmd redis.Cmder) {
+	args := cmd.Args()
+	name := strings.ToUpper(fmt.Sprint(args[0]))
+	size := 0
+	for i, a := range args[1:] {
+		if name == "EVAL" && i == 0 {
+			continue // the script's source
+		}
+		switch v := a.(type) {
+		case []byte:
+			size += len(v)
+		case *string:
+			size += len(*v)
+		default:
+			size += len(fmt.Sprint(v))
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if name != "EVALSHA" && name != "EVAL" {
+		h.plainArgsBytes += size
+		return
+	}
+	h.args = append(h.args, size)
+	reply := 0
+	if c, ok := cmd.(*redis.Cmd); ok {
+		reply = len(fmt.Sprint(c.Val()))
+	}
+	h.replies = append(h.replies, reply)
+}
+
+// The issue's point: a record write and a replay never hand the result to
+// Lua. Every script the store sends for a 64 KiB record carries and
+// returns a few hundred bytes at most; the result travels in plain
+// commands.
+func TestRecordBytesNeverPassThroughLua(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprint("durable=", durable), func(t *testing.T) {
+			var c *redis.Client
+			opts := Options{}
+			if durable {
+				t.Parallel()
+				primary := newServer(t)
+				newReplica(t, primary)
+				c = primary.client()
+				opts.Durability = Durability{Replicas: 1}
+			} else {
+				c = newTestClient(t)
+			}
+			opts.Prefix = uniquePrefix(t, c)
+			hook := new(scriptSizes)
+			c.AddHook(hook)
+			s := provisioned(t, c, opts)
+			ctx := context.Background()
+			fp, result := bytes.Repeat([]byte{1}, replay.MaxFingerprintBytes), bytes.Repeat([]byte("R"), 64<<10)
+			hook.mu.Lock()
+			hook.args, hook.replies, hook.plainArgsBytes = nil, nil, 0
+			hook.mu.Unlock()
+			l := acquireRecord(t, s, "big", fp, replay.LeaseAcquired)
+			if err := s.ConfirmRecord(ctx, "big", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+				t.Fatal(err)
+			}
+			if d := acquireRecord(t, s, "big", nil, replay.LeaseDone); !bytes.Equal(d.Result, result) {
+				t.Fatal("replay differs")
+			}
+			hook.mu.Lock()
+			defer hook.mu.Unlock()
+			if len(hook.args) < 3 {
+				t.Fatalf("%d scripts seen; want at least acquire, confirm and replay", len(hook.args))
+			}
+			for i := range hook.args {
+				if hook.args[i] > 512 || hook.replies[i] > 512 {
+					t.Fatalf("script %d: %d bytes of arguments, %d of reply; want a few hundred at most", i, hook.args[i], hook.replies[i])
+				}
+			}
+			if hook.plainArgsBytes < len(result) {
+				t.Fatalf("plain commands carried %d bytes; want the %d-byte result", hook.plainArgsBytes, len(result))
 			}
 		})
 	}
