@@ -11,10 +11,11 @@
 // claimed again. The store implements [replay.Leaser], which the webhook
 // middleware needs; a lease is measured by Redis's clock and ends by
 // itself. It also implements [replay.Recorder], which an idempotent HTTP
-// API needs: the request's fingerprint is kept in the lease's entry and the
-// response is written into the done entry by the script that ends the
-// lease, so it shares the entry's slot, fence, expiry and Durability wait
-// ([Store.AcquireRecord]). It needs Redis 6.2 or newer (PXAT, scripts
+// API needs: the request's fingerprint is kept in the lease's entry, and
+// the script that ends the lease records the response in a side key of
+// the entry's hash slot, under the entry's fence, expiry and Durability
+// wait; the response's bytes travel in plain SET and GET commands, never
+// through Lua ([Store.AcquireRecord]). It needs Redis 6.2 or newer (PXAT, scripts
 // replicated by their effects); the tests run against Redis 7.0.
 //
 // Each one-time token, single-use state and webhook delivery is accepted at
