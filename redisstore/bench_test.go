@@ -435,8 +435,10 @@ func redisMicros(b *testing.B, c *redis.Client, nested ...string) float64 {
 // redis-cpu-us/op is the server process's CPU (user + system, INFO cpu,
 // read before and after the case) per operation: everything Redis spent,
 // reading the request, running the commands and scripts, writing the
-// reply. The keys a case wrote are deleted after it, outside what it
-// measures.
+// reply. redis-B/op, for the cases that write, is the growth of the
+// server's used_memory (INFO memory) per operation: what Redis holds per
+// record, keys and allocator rounding included. The keys a case wrote are
+// deleted after it, outside what it measures.
 func BenchmarkRecordBytes(b *testing.B) {
 	ctx := context.Background()
 	srv := newServer(b)
@@ -501,13 +503,16 @@ func BenchmarkRecordBytes(b *testing.B) {
 		}
 		for _, tc := range cases {
 			b.Run(fmt.Sprintf("%s/%s", sizeName(size), tc.name), func(b *testing.B) {
-				before := serverCPU(b, c)
+				before, mem := serverCPU(b, c), usedMemory(b, c)
 				for b.Loop() {
 					if err := tc.call(); err != nil {
 						b.Fatal(err)
 					}
 				}
 				b.ReportMetric(float64((serverCPU(b, c)-before).Microseconds())/float64(b.N), "redis-cpu-us/op")
+				if len(written) > 0 {
+					b.ReportMetric(float64(usedMemory(b, c)-mem)/float64(b.N), "redis-B/op")
+				}
 				b.StopTimer()
 				for len(written) > 0 {
 					batch := written[:min(len(written), 256)]
@@ -519,6 +524,26 @@ func BenchmarkRecordBytes(b *testing.B) {
 			})
 		}
 	}
+}
+
+// usedMemory is the server's used_memory (INFO memory), in bytes.
+func usedMemory(b *testing.B, c *redis.Client) int64 {
+	b.Helper()
+	info, err := c.Info(context.Background(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatalf("INFO memory %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	b.Fatal("INFO memory without used_memory")
+	return 0
 }
 
 // sizeName is 256B, 4KiB, 64KiB or 256KiB.

@@ -1315,3 +1315,46 @@ func TestRecordBytesNeverPassThroughLua(t *testing.T) {
 		})
 	}
 }
+
+// parseSide reads back every header doneHeader writes, and refuses what
+// is not one: the earlier layout, a plain confirmation, a short or long
+// header, a size of zero or over the limit, a fingerprint over the limit.
+func TestParseSide(t *testing.T) {
+	tok := "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		fp     []byte
+		result []byte
+	}{
+		{nil, []byte{0}},
+		{[]byte("fp"), []byte("result")},
+		{bytes.Repeat([]byte{0xff}, replay.MaxFingerprintBytes), make([]byte, replay.MaxResultBytes)},
+	} {
+		h := string(doneHeader(tok, tc.fp, tc.result))
+		gotTok, fp, ok := parseSide(h)
+		if !ok || gotTok != tok || !bytes.Equal(fp, tc.fp) || (fp == nil) != (len(tc.fp) == 0) {
+			t.Fatalf("parseSide(doneHeader(%d-byte fingerprint)) = %q, %q, %v", len(tc.fp), gotTok, fp, ok)
+		}
+		if _, _, _, ok := parseEntry(h); ok {
+			t.Fatalf("parseEntry accepted the header %q as an entry of the earlier layout", h)
+		}
+	}
+	size := func(n uint32) string { return string(binary.BigEndian.AppendUint32(nil, n)) }
+	for _, tc := range []struct{ name, v string }{
+		{"empty", ""},
+		{"plain confirmation", "D" + tok},
+		{"earlier layout", "D" + tok + "\x02fpresult"},
+		{"lease", "L" + tok + "\x82fp" + size(6) + "crc!"},
+		{"token not hex", "D" + strings.Repeat("z", 32) + "\x82fp" + size(6) + "crc!"},
+		{"short", "D" + tok + "\x82fp" + size(6) + "crc"},
+		{"long", "D" + tok + "\x82fp" + size(6) + "crc!!"},
+		{"size zero", "D" + tok + "\x82fp" + size(0) + "crc!"},
+		{"size over the limit", "D" + tok + "\x82fp" + size(replay.MaxResultBytes+1) + "crc!"},
+		{"fingerprint over the limit", "D" + tok + "\xd1" + strings.Repeat("f", 81) + size(6) + "crc!"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tok, fp, ok := parseSide(tc.v); ok || tok != "" || fp != nil {
+				t.Fatalf("parseSide(%q) = %q, %q, %v; want refused", tc.v, tok, fp, ok)
+			}
+		})
+	}
+}
