@@ -341,8 +341,10 @@ func (ks keySpace) String() string {
 	return s
 }
 
-// pipeliner is a client that can send commands in one pipeline
-// (*redis.Client, *redis.ClusterClient, *redis.Ring).
+// pipeliner is a client that sends pipelines: *redis.Client,
+// *redis.ClusterClient (which routes a pipeline of one slot to its master,
+// and splits one of many slots per master), *redis.Ring and
+// redis.UniversalClient.
 type pipeliner interface {
 	Pipeline() redis.Pipeliner
 }
