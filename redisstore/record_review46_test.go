@@ -1,0 +1,51 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// The implied WAITAOF (durability.go) is documented as covering "every
+// write" (SECURITY.md, docs/fleet.md): once AOF is switched off at run
+// time, the server refuses WAITAOF and the write is refused before the
+// recheck fences. A record's steps (AcquireRecord, ConfirmRecord) must be
+// refused like a Claim; the recheck is held off (RecheckInterval one
+// minute) so only the wait can refuse. Needs WAITAOF (Redis 7.2+, Valkey 8).
+func TestRecordStepsWaitForTheImpliedAOFWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	c := srv.client()
+	s := provisioned(t, c, Options{Prefix: "implied-rec:", Logger: quietLogger(), Timeout: 5 * time.Second, RecheckInterval: time.Minute})
+	if s.dur.implied == nil || !s.dur.implied.on.Load() {
+		t.Skip("the implied local AOF wait is off (no WAITAOF on this server)")
+	}
+	leased, err := s.AcquireRecord(ctx, "rec-1", time.Minute, []byte("fp"))
+	if err != nil || leased.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireRecord before the switch = %+v, %v", leased, err)
+	}
+	if err := c.ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("Claim", func(t *testing.T) {
+		if first, err := s.Claim(ctx, "claim-after", time.Now().Add(time.Minute)); !errors.Is(err, ErrNotDurable) {
+			t.Fatalf("Claim after appendonly no = %v, %v; want ErrNotDurable", first, err)
+		}
+	})
+	t.Run("ConfirmRecord", func(t *testing.T) {
+		err := s.ConfirmRecord(ctx, "rec-1", leased.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result"))
+		if !errors.Is(err, ErrNotDurable) {
+			t.Fatalf("ConfirmRecord after appendonly no = %v; want ErrNotDurable", err)
+		}
+	})
+	t.Run("AcquireRecord", func(t *testing.T) {
+		r, err := s.AcquireRecord(ctx, "rec-2", time.Minute, []byte("fp"))
+		if !errors.Is(err, ErrNotDurable) {
+			t.Fatalf("AcquireRecord after appendonly no = %+v, %v; want ErrNotDurable", r.State, err)
+		}
+	})
+}
