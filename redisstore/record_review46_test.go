@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
+	"github.com/redis/go-redis/v9"
 )
 
 // The implied WAITAOF (durability.go) is documented as covering "every
@@ -48,4 +49,39 @@ func TestRecordStepsWaitForTheImpliedAOFWait(t *testing.T) {
 			t.Fatalf("AcquireRecord after appendonly no = %+v, %v; want ErrNotDurable", r.State, err)
 		}
 	})
+}
+
+// Under the ACL docs/fleet.md documents for the fleet's user (with the
+// hash commands and EXISTS it recommends), an idempotency record is
+// written and replayed: the confirm script's RENAME and PEXPIREAT run
+// under the same ACL as the script's caller.
+func TestRecordStepsRunUnderTheDocumentedACL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := newServer(t)
+	admin := srv.client()
+	rules := []any{"ACL", "SETUSER", "fleetrec", "on", ">pw", "-@all", "+get", "+set", "+del", "+pttl", "+eval", "+evalsha",
+		"+time", "+role", "+info", "+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel", "+rpush", "+ltrim", "~aclrec:*"}
+	if err := admin.Do(ctx, rules...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.addr(), Username: "fleetrec", Password: "pw"})
+	t.Cleanup(func() { c.Close() })
+	provisioned(t, admin, Options{Prefix: "aclrec:", Logger: quietLogger()})
+	s, err := Open(ctx, c, Options{Prefix: "aclrec:", Logger: quietLogger()})
+	if err != nil {
+		t.Fatalf("Open under the ACL: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	r, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp"))
+	if err != nil || r.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
+	}
+	if err := s.ConfirmRecord(ctx, "k", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result")); err != nil {
+		t.Fatalf("ConfirmRecord under the documented ACL: %v", err)
+	}
+	got, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp"))
+	if err != nil || got.State != replay.LeaseDone || string(got.Result) != "result" {
+		t.Fatalf("replay under the ACL = %+v, %v", got, err)
+	}
 }
