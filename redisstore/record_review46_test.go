@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,31 @@ func TestRecordStepsRunUnderTheDocumentedACL(t *testing.T) {
 	got, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp"))
 	if err != nil || got.State != replay.LeaseDone || string(got.Result) != "result" {
 		t.Fatalf("replay under the ACL = %+v, %v", got, err)
+	}
+}
+
+// TestConfirmRecordLeavesNoStagingKey's "fenced" case predates the
+// key-space check (a Store from New on a key space never provisioned now
+// refuses before anything is sent); the same check on a provisioned key
+// space whose shard marker is lost: the confirm raises the fence, then
+// finds it, and leaves no staging or side key.
+func TestConfirmRecordOnALostShardLeavesNoStagingKey(t *testing.T) {
+	ctx := context.Background()
+	c := newTestClient(t)
+	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Logger: quietLogger()})
+	marker := s.tags[shardOf("a")]
+	if err := c.Del(ctx, marker).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		err := s.ConfirmRecord(ctx, "a", newToken(), time.Now().Add(time.Hour), []byte("fp"), []byte("result"))
+		if !errors.Is(err, ErrFenced) {
+			t.Fatalf("ConfirmRecord on a lost shard = %v; want ErrFenced", err)
+		}
+	}
+	for _, k := range keysOf(t, c, s) {
+		if strings.Contains(k, "}s:") || strings.Contains(k, "}r:") {
+			t.Fatalf("key %q left beside the fence marker", k)
+		}
 	}
 }
