@@ -467,7 +467,9 @@ func (s *Store) checkKeySpace(ctx context.Context) error {
 		}
 		return refuse(ErrConfig, whyNotProvisioned, cause)
 	case ks.open == 0:
-		return refuse(ErrFenced, whyKeySpaceFenced, fmt.Errorf("%w: %s", ErrUnavailable, ks))
+		// The refusal carries the last fence's end (replay.RetryAt), so a
+		// middleware's Retry-After tells when a Store from New may serve.
+		return &refusal{sentinel: ErrFenced, why: whyKeySpaceFenced, retryAt: ks.until, cause: fmt.Errorf("%w: %s", ErrUnavailable, ks)}
 	case ks.open == Shards:
 		return nil
 	}

@@ -89,7 +89,8 @@ return {3, 0, v}`
 // Confirm with a record: KEYS[3] the staging key, KEYS[4] the side key;
 // ARGV[4] until (ms), ARGV[5] token, ARGV[6] the done entry, "D" + token +
 // (0x80|n) + fingerprint + size + crc, built by the client. {1, 0}
-// recorded, {0, 0} lost, {-7, 0} the staging key is missing. Like the
+// recorded, {0, 0} lost, {-7, 0} the staging key is missing (any other error of the RENAME,
+// such as an ACL refusal, is the script's error reply). Like the
 // confirm script, it records when the token's lease (with or without a
 // fingerprint) is live or when the ID is free: it RENAMEs the staging key,
 // which expires at until already, to the side key, and writes the entry.
@@ -107,7 +108,11 @@ if v == ARGV[6] then
   return {1, 0}
 end
 if (not v) or string.sub(v, 1, 1) == 'X' or (#ARGV[5] == 32 and string.sub(v, 1, 33) == 'L' .. ARGV[5]) then
-  if redis.pcall('RENAME', KEYS[3], KEYS[4])['err'] then return {-7, 0} end
+  local r = redis.pcall('RENAME', KEYS[3], KEYS[4])
+  if type(r) == 'table' and r['err'] then
+    if string.find(r['err'], 'no such key', 1, true) then return {-7, 0} end
+    return r
+  end
   moved = true
   redis.call('SET', KEYS[2], ARGV[6], 'PXAT', ARGV[4])
   return {1, 0}
@@ -120,7 +125,7 @@ return r`
 
 var (
 	acquireRecordLua = script{acquireRecordScript, "c419c1ccbee1e4aeacca8ae0c6ef9ef3ffb7d155"}
-	confirmRecordLua = script{confirmRecordScript, "3771ce14e48a81019f4d97af3fa2e887d614d95e"}
+	confirmRecordLua = script{confirmRecordScript, "52fbe8b9261b85bc109a0d427588812dde2019dd"}
 )
 
 // AcquireRecord implements [replay.Recorder]: it is [Store.AcquireLease]
@@ -408,7 +413,7 @@ func (s *Store) sendRecord(ctx context.Context, sc *script, marker string, cmds 
 // sendRecordOnce is sendRecord on the calling goroutine.
 func (s *Store) sendRecordOnce(ctx context.Context, sc *script, marker string, cmds [][]any, at int) ([]any, error, error) {
 	var p pipeliner
-	if s.dur.on() {
+	if s.dur.waits() {
 		c, err := s.dur.pinned(ctx, marker)
 		if err != nil {
 			return nil, nil, err
@@ -466,8 +471,9 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 	if s.dur.wait != nil {
 		w = pipe.Do(ctx, s.dur.wait...)
 	}
-	if s.dur.waitAOF != nil {
-		wa = pipe.Do(ctx, s.dur.waitAOF...)
+	waitAOF, localAOF := s.dur.aofWait()
+	if waitAOF != nil {
+		wa = pipe.Do(ctx, waitAOF...)
 	}
 	pipe.Exec(ctx) // errors are read per command
 	// The script's error first: NOSCRIPT sends the pipeline again.
@@ -481,10 +487,10 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 		}
 		replies[i] = v
 	}
-	if !s.dur.on() {
+	if w == nil && wa == nil {
 		return replies, nil, nil
 	}
-	return replies, s.dur.acked(w, wa), nil
+	return replies, s.dur.ackedAOF(w, wa, localAOF), nil
 }
 
 // parseEntry decodes an entry that holds an ID, as the record scripts

@@ -62,7 +62,7 @@ func TestRecordStepsRunUnderTheDocumentedACL(t *testing.T) {
 	srv := newServer(t)
 	admin := srv.client()
 	rules := []any{"ACL", "SETUSER", "fleetrec", "on", ">pw", "-@all", "+get", "+set", "+del", "+pttl", "+eval", "+evalsha",
-		"+time", "+role", "+info", "+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel", "+rpush", "+ltrim", "~aclrec:*"}
+		"+time", "+role", "+info", "+exists", "+hget", "+hset", "+hlen", "+hgetall", "+hdel", "+rpush", "+ltrim", "+rename", "+pexpireat", "~aclrec:*"}
 	if err := admin.Do(ctx, rules...).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +84,20 @@ func TestRecordStepsRunUnderTheDocumentedACL(t *testing.T) {
 	got, err := s.AcquireRecord(ctx, "k", time.Minute, []byte("fp"))
 	if err != nil || got.State != replay.LeaseDone || string(got.Result) != "result" {
 		t.Fatalf("replay under the ACL = %+v, %v", got, err)
+	}
+	// Without +rename the confirm fails closed, and says why: the ACL,
+	// not a staged record that expired.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "fleetrec", "-rename").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, err = s.AcquireRecord(ctx, "k2", time.Minute, []byte("fp"))
+	if err != nil || r.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireRecord under the ACL = %+v, %v", r, err)
+	}
+	err = s.ConfirmRecord(ctx, "k2", r.Token, time.Now().Add(time.Minute), []byte("fp"), []byte("result"))
+	if !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "expired") ||
+		!(strings.Contains(strings.ToLower(err.Error()), "permission") || strings.Contains(err.Error(), "can't run this command")) {
+		t.Fatalf("ConfirmRecord without +rename = %v; want ErrUnavailable naming the ACL", err)
 	}
 }
 

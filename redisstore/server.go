@@ -327,6 +327,36 @@ func (s *Store) countMarkers(ctx context.Context, do func(args ...any) (any, err
 	return int(n), nil
 }
 
+// livedBefore reports whether the key space shows a life before this
+// check although <prefix>servers knows no server: a shard marker present
+// (markers, as countMarkers counted them; read from every shard when it
+// could not count), or an entry in the ledger. A Provision writes both
+// and the first check a baseline, so a key space with markers and no
+// baseline lost its baselines (evicted, deleted) and is not new.
+func (s *Store) livedBefore(ctx context.Context, markers int) (bool, error) {
+	if markers > 0 {
+		return true, nil
+	}
+	if markers < 0 {
+		ks, err := s.readKeySpace(ctx)
+		if err != nil {
+			return false, err
+		}
+		if ks.open+ks.fenced > 0 {
+			return true, nil
+		}
+	}
+	v, err := s.call(ctx, "LLEN", s.ledgerKey())
+	switch {
+	case err != nil && isRefused(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	n, _ := v.(int64)
+	return n > 0, nil
+}
+
 // judge compares what a check read of a server (now) with what was seen
 // of it before (old, when known) and returns the evidence of loss it
 // shows. prev is the baseline of the run that was behind the same client

@@ -360,7 +360,17 @@ func TestServerChecksTellLossFromConditions(t *testing.T) {
 		{"restart that loaded every marker", nil, Options{}, func(f *fakeServer) { f.runID = "run-b" }, false, false, false, nil},
 		{"app restart, then evicted_keys grew", nil, Options{}, func(f *fakeServer) { f.evicted += 3 }, true, true, false, nil},
 		{"app restart, then AOF switched off", aofAlways, Options{}, func(f *fakeServer) { f.appendonly = "no" }, true, true, false, nil},
-		{"app restart, nothing changed", func(f *fakeServer) { f.evicted, f.flushall = 7, 1 }, Options{}, func(f *fakeServer) {}, true, false, false, nil},
+		{"app restart, nothing changed", func(f *fakeServer) {
+			// Counters from before the key space was provisioned, which the
+			// check of its Provision kept.
+			f.evicted, f.flushall = 7, 1
+			f.servers["run-a"] = baseline{counters: counters{evicted: 7, flushall: 1}, markers: -1}.encode(time.Now())
+		}, Options{}, func(f *fakeServer) {}, true, false, false, nil},
+		{"baselines lost, markers kept, keys evicted", nil, Options{}, func(f *fakeServer) {
+			// An LRU eviction took <prefix>servers (read only at start)
+			// and claims: a new Store sees markers and no baseline.
+			f.evicted, f.servers = 40, map[string]string{}
+		}, true, true, false, nil},
 		{"no run_id: by address, in memory", func(f *fakeServer) { f.runID = "" }, Options{}, func(f *fakeServer) { f.evicted++ }, false, true, false, nil},
 	}
 	for _, tt := range tests {
