@@ -433,7 +433,7 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 			return nil, nil, err
 		}
 		if readable && len(judge(&b, next, countersOK, prev, history, s.opts.AllowEviction)) == 0 {
-			ob.evidence = nil
+			ob.evidence, ob.consumed = nil, true
 		}
 	}
 	if !countersOK && known {

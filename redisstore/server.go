@@ -166,6 +166,10 @@ type observation struct {
 	persist  bool   // a real run_id: kept in <prefix>servers
 	next     baseline
 	evidence []string // what shows a loss, for the log and the ledger
+	// consumed: the evidence this check found was fenced by another Store
+	// (or an operator's ctoken-store), whose baseline in <prefix>servers
+	// covers it.
+	consumed bool
 }
 
 // identify reads the server's run_id and its baseline: from memory, else
@@ -414,6 +418,12 @@ func (s *Store) settle(ctx context.Context, obs []observation) bool {
 		evidence = append(evidence, o.evidence...)
 	}
 	s.srv.mu.Lock()
+	if len(evidence) == 0 && consumedElsewhere(obs) {
+		// The loss this store could not fence yet was fenced by another,
+		// which kept what it saw: fencing again now would undo an
+		// operator's Reopen made since.
+		s.srv.loss.Store(nil)
+	}
 	if len(evidence) > 0 {
 		what := strings.Join(evidence, "; ")
 		if old := s.srv.loss.Load(); old != nil && !strings.Contains(*old, what) {
@@ -433,6 +443,17 @@ func (s *Store) settle(ctx context.Context, obs []observation) bool {
 	}
 	s.commit(ctx, obs)
 	return true
+}
+
+// consumedElsewhere reports whether an observation's evidence was fenced
+// by another Store.
+func consumedElsewhere(obs []observation) bool {
+	for _, o := range obs {
+		if o.consumed {
+			return true
+		}
+	}
+	return false
 }
 
 // rewriteAfter reports whether an observation saw AOF switched off: the

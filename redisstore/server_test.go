@@ -516,3 +516,41 @@ func TestLossFencedByAnotherStoreIsConsumed(t *testing.T) {
 		t.Fatalf("%d fences, %d ledger entries; want %d and 1", f.fences, len(f.ledger), Shards)
 	}
 }
+
+// A store that found a loss and could not fence it yet (the fence script
+// failed) does not fence again once another store fenced the same loss
+// and kept what it saw: an operator's Reopen made in between would be
+// undone by that second fence.
+func TestPendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	a, err := Open(ctx, f, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(ctx, f, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.set(func(f *fakeServer) { f.evicted += 10; f.fenceErr = errors.New("OOM command not allowed") })
+	a.checkServer(ctx)
+	if err := a.refusal(); !errors.Is(err, ErrFenced) {
+		t.Fatalf("refusal of the store whose fence failed = %v; want ErrFenced until it is written", err)
+	}
+	f.set(func(f *fakeServer) { f.fenceErr = nil })
+	b.checkServer(ctx)
+	f.mu.Lock()
+	fences, ledger := f.fences, len(f.ledger)
+	f.mu.Unlock()
+	if fences != Shards || ledger != 1 {
+		t.Fatalf("%d fences, %d ledger entries after the other store's check; want %d and 1", fences, ledger, Shards)
+	}
+	// An operator reopens here; then the first store checks again.
+	a.checkServer(ctx)
+	f.mu.Lock()
+	fences, ledger = f.fences, len(f.ledger)
+	f.mu.Unlock()
+	if err := a.refusal(); err != nil || fences != Shards || ledger != 1 {
+		t.Fatalf("after the other store fenced: refusal %v, %d fences, %d ledger entries; want none, %d, 1", err, fences, ledger, Shards)
+	}
+}
