@@ -51,9 +51,10 @@ var _ replay.Recorder = (*Store)(nil)
 // no other call ever writes it), then confirmRecordLua, which decides on
 // the entry alone and, when it records, RENAMEs the staging key to the
 // side key (no bytes pass through Lua; RENAME keeps the PXAT, the entry's).
-// Whatever else it decides, it deletes the staging key. Only a client that
-// dies between sending the two commands leaves a staging key behind, until
-// its until. A resend of the pipeline
+// Whatever else it decides, it deletes the staging key. A staging key is
+// left behind, until its until, when the script does not run after it (a
+// client that dies between the two commands, a NOSCRIPT whose EVAL resend
+// fails) or ends in an error (an ACL refusal of its RENAME). A resend of the pipeline
 // after a lost reply stages the same bytes under the same name, finds its
 // own done entry (the header compares token, fingerprint, size and CRC)
 // and writes only the entry again, so the Durability wait after it covers
