@@ -491,7 +491,16 @@ func (s *Store) commit(ctx context.Context, obs []observation) {
 	}
 	s.srv.mu.Unlock()
 	for _, o := range write {
-		_, err := s.call(ctx, "HSET", s.serversKey(), o.run, o.next.encode(time.Now()))
+		kept := o.next
+		if s.opts.AllowEviction {
+			// Evictions are this store's accepted risk, not another's:
+			// the shared baseline keeps the count it had, so a store of
+			// the key space without AllowEviction still finds them.
+			if b, _, readable, err := s.loadBaseline(ctx, o.run); err == nil && readable && b.evicted < kept.evicted {
+				kept.evicted = b.evicted
+			}
+		}
+		_, err := s.call(ctx, "HSET", s.serversKey(), o.run, kept.encode(time.Now()))
 		s.srv.mu.Lock()
 		if err != nil {
 			s.srv.unsaved[o.run] = true

@@ -554,3 +554,35 @@ func TestPendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 		t.Fatalf("after the other store fenced: refusal %v, %d fences, %d ledger entries; want none, %d, 1", err, fences, ledger, Shards)
 	}
 }
+
+// A store with AllowEviction does not consume the evidence of evictions
+// for a store of the same key space without it: the baseline it shares
+// keeps the evicted count it had.
+func TestAllowEvictionDoesNotConsumeAnotherStoresEvidence(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	strict, err := Open(ctx, f, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lax, err := Open(ctx, f, Options{Logger: quietLogger(), AllowEviction: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.set(func(f *fakeServer) { f.evicted += 5 })
+	lax.checkServer(ctx)
+	if f.fences != 0 {
+		t.Fatalf("%d fences after the AllowEviction store's check; want none (its accepted risk)", f.fences)
+	}
+	// A new strict store (an app restart) compares with the shared
+	// baseline, as does the running one.
+	restarted, err := New(f, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted.checkServer(ctx)
+	strict.checkServer(ctx)
+	if f.fences != Shards || len(f.ledger) != 1 {
+		t.Fatalf("%d fences, %d ledger entries; want the evictions fenced once", f.fences, len(f.ledger))
+	}
+}
