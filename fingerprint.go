@@ -1,6 +1,10 @@
 package ctoken
 
-import "github.com/ctoken/ctoken/internal/jcs"
+import (
+	"encoding/json"
+
+	"github.com/ctoken/ctoken/internal/jcs"
+)
 
 // A fingerprint is the SHA-256 of the RFC 8785 (JCS) canonical JSON of a
 // call's arguments: what a cursor or a request state binds to, so that a
@@ -56,9 +60,23 @@ var (
 // json.RawMessage inside it) is refused too; a U+FFFD character written as
 // itself is accepted.
 //
-// ArgsFingerprint is safe for concurrent use.
-func ArgsFingerprint(args any) (Fingerprint, error) {
-	fp, err := jcs.Sum(args)
+// ArgsFingerprint is safe for concurrent use. It is generic so that JSON
+// text passed as a []byte or json.RawMessage is read where it is, without
+// being boxed into an interface (an allocation on every call); a value of
+// any other type is taken exactly as an any holding it would be.
+func ArgsFingerprint[T any](args T) (Fingerprint, error) {
+	// &args does not escape (the cases only read through it), so args
+	// stays on the stack; any(args) below boxes it only on the Go-value
+	// path, as the call of a func(any) always did.
+	switch p := any(&args).(type) {
+	case *[]byte:
+		fp, err := jcs.SumText(*p)
+		return Fingerprint(fp), err
+	case *json.RawMessage:
+		fp, err := jcs.SumText(*p)
+		return Fingerprint(fp), err
+	}
+	fp, err := jcs.Sum(any(args))
 	return Fingerprint(fp), err
 }
 

@@ -86,7 +86,7 @@ if [ "${CTOKEN_REDIS_FLAVOR:-redis}" = valkey ]; then
 	export CTOKEN_REDIS_SENTINEL="$sentinel_dir/valkey-sentinel"
 	echo "--- store failures under load against $("$CTOKEN_REDIS_SERVER" --version | awk '{print $1, $3}')"
 	(cd redisstore && go test -tags fault -count=1 -timeout 600s -v \
-		-run '^(TestFailoverToLaggingReplica|TestStoreThatForgets|TestLaggingInstanceClock|TestEvictionAtRunTime|TestLossTheServerReports|TestSentinelFailoverToAnotherPersistence)' .)
+		-run '^(TestFailoverToLaggingReplica|TestStoreThatForgets|TestLaggingInstanceClock|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports|TestSentinelFailoverToAnotherPersistence)' .)
 	echo "--- fleet fault tests passed (valkey)"
 	exit 0
 fi
@@ -112,7 +112,7 @@ fi
 if [ "$what" = all ] || [ "$what" = failures ]; then
 	echo "--- store failures under load (issue 26, docs/faults.md; the tests start their own redis-server, replicas, redis-sentinel and Cluster)"
 	(cd redisstore && go test -tags fault -count=1 -timeout 600s -v \
-		-run '^(TestFailoverToLaggingReplica|TestSentinelFailover|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock|TestIdempotencyExactlyOnce|TestEvictionAtRunTime|TestLossTheServerReports)' .)
+		-run '^(TestFailoverToLaggingReplica|TestSentinelFailover|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock|TestIdempotencyExactlyOnce|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports)' .)
 fi
 
 if [ "$what" = all ] || [ "$what" = load ]; then

@@ -633,3 +633,165 @@ func BenchmarkPolicyProbe(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRecordBytes measures what a record costs Redis as its size
+// grows, at 256 B, 4 KiB, 64 KiB and 256 KiB, each beside its floor, all
+// on one redis-server of its own in one run (issue 47):
+//
+//	warm-up the set case, not compared: the first case of a size makes
+//	        the server take the memory the others reuse (page faults are
+//	        system CPU)
+//	set     SET key bytes NX PXAT until: a plain write of the same bytes
+//	        (the floor of a record write)
+//	record  ConfirmRecord of a free ID: the record write alone (the
+//	        staging SET and the confirm script)
+//	first   AcquireRecord + ConfirmRecord: a first request's two steps
+//	get     GET of a key holding the same bytes (the floor of a replay)
+//	replay  AcquireRecord of a recorded ID: the acquire script and the GET
+//	        of the side key
+//
+// redis-cpu-us/op is the server process's CPU (user + system, INFO cpu,
+// read before and after the case) per operation: everything Redis spent,
+// reading the request, running the commands and scripts, writing the
+// reply. redis-B/op, for the cases that write, is the growth of the
+// server's used_memory (INFO memory) per operation: what Redis holds per
+// record, keys and allocator rounding included. The keys a case wrote are
+// deleted after it, outside what it measures.
+func BenchmarkRecordBytes(b *testing.B) {
+	ctx := context.Background()
+	srv := newServer(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	b.Cleanup(func() { c.Close() })
+	s := provisioned(b, c, Options{Prefix: "bench-bytes:"})
+	var n atomic.Int64
+	id := func() string { return strconv.FormatInt(n.Add(1), 10) }
+	until := time.Now().Add(time.Hour)
+	fp := bytes.Repeat([]byte{0xab}, 32)
+	for _, size := range []int{256, 4 << 10, 64 << 10, 256 << 10} {
+		value := bytes.Repeat([]byte("R"), size)
+		var written []string // keys to delete after the case
+		recorded := func(k string) {
+			written = append(written, s.key(k), sideKey(s.tags[shardOf(k)], k))
+		}
+		getKey := "bench-get:" + strconv.Itoa(size)
+		if err := c.Set(ctx, getKey, value, 0).Err(); err != nil {
+			b.Fatal(err)
+		}
+		done := id()
+		if err := s.ConfirmRecord(ctx, done, newToken(), until, fp, value); err != nil {
+			b.Fatal(err)
+		}
+		set := func() error {
+			k := "bench-set:" + id()
+			written = append(written, k)
+			return c.Do(ctx, "SET", k, value, "NX", "PXAT", until.UnixMilli()).Err()
+		}
+		cases := []struct {
+			name string
+			call func() error
+		}{
+			{"warm-up", set},
+			{"set", set},
+			{"record", func() error {
+				k := id()
+				recorded(k)
+				return s.ConfirmRecord(ctx, k, newToken(), until, fp, value)
+			}},
+			{"first", func() error {
+				k := id()
+				recorded(k)
+				r, err := s.AcquireRecord(ctx, k, time.Minute, fp)
+				if err != nil || r.State != replay.LeaseAcquired {
+					return fmt.Errorf("acquire: %v, %v", r.State, err)
+				}
+				return s.ConfirmRecord(ctx, k, r.Token, until, fp, value)
+			}},
+			{"get", func() error {
+				v, err := c.Get(ctx, getKey).Result()
+				if err == nil && len(v) != size {
+					err = fmt.Errorf("GET: %d bytes", len(v))
+				}
+				return err
+			}},
+			{"replay", func() error {
+				r, err := s.AcquireRecord(ctx, done, time.Minute, fp)
+				if err != nil || r.State != replay.LeaseDone || len(r.Result) != size {
+					return fmt.Errorf("replay: %v, %d bytes, %v", r.State, len(r.Result), err)
+				}
+				return nil
+			}},
+		}
+		for _, tc := range cases {
+			b.Run(fmt.Sprintf("%s/%s", sizeName(size), tc.name), func(b *testing.B) {
+				before, mem := serverCPU(b, c), usedMemory(b, c)
+				for b.Loop() {
+					if err := tc.call(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64((serverCPU(b, c)-before).Microseconds())/float64(b.N), "redis-cpu-us/op")
+				if len(written) > 0 {
+					b.ReportMetric(float64(usedMemory(b, c)-mem)/float64(b.N), "redis-B/op")
+				}
+				b.StopTimer()
+				for len(written) > 0 {
+					batch := written[:min(len(written), 256)]
+					written = written[len(batch):]
+					if err := c.Del(ctx, batch...).Err(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// usedMemory is the server's used_memory (INFO memory), in bytes.
+func usedMemory(b *testing.B, c *redis.Client) int64 {
+	b.Helper()
+	info, err := c.Info(context.Background(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatalf("INFO memory %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	b.Fatal("INFO memory without used_memory")
+	return 0
+}
+
+// sizeName is 256B, 4KiB, 64KiB or 256KiB.
+func sizeName(n int) string {
+	if n < 1<<10 {
+		return strconv.Itoa(n) + "B"
+	}
+	return strconv.Itoa(n>>10) + "KiB"
+}
+
+// serverCPU is the CPU time (user + system) the server process has used,
+// from INFO cpu (microsecond resolution).
+func serverCPU(b *testing.B, c *redis.Client) time.Duration {
+	b.Helper()
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %q: %v", line, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}

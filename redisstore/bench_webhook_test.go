@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
@@ -157,28 +156,4 @@ func BenchmarkWebhookDeliveryCost(b *testing.B) {
 			b.ReportMetric(perOp(1)/perOp(0), "x-floor-cpu")
 		})
 	}
-}
-
-// serverCPU is the CPU time (user + system) the Redis server behind c has
-// used since it started, from INFO cpu.
-func serverCPU(b *testing.B, c *redis.Client) time.Duration {
-	b.Helper()
-	info, err := c.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		name, val, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		if !ok || (name != "used_cpu_sys" && name != "used_cpu_user") {
-			continue
-		}
-		f, err := strconv.ParseFloat(val, 64)
-		if err != nil {
-			b.Fatalf("INFO cpu %s: %v", name, err)
-		}
-		total += f
-	}
-	return time.Duration(total * float64(time.Second))
 }

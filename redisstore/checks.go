@@ -385,9 +385,6 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 		s.warnOnce(warnCounters, "redisstore: cannot read INFO stats or commandstats; eviction, FLUSHALL, FLUSHDB and SWAPDB after Open cannot be detected")
 	} else {
 		s.warned.And(^uint32(warnCounters))
-		if !known && !history && now.evicted > 0 && !s.opts.AllowEviction {
-			s.warnOnce(warnEvictedBefore, "redisstore: the server evicted keys before this key space knew it (INFO stats evicted_keys); if they were claims of this prefix, they may be accepted again")
-		}
 		next.counters = now
 	}
 	// Persistence.
@@ -413,6 +410,18 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 	if next.markers, err = s.countMarkers(ctx, do); err != nil {
 		return nil, nil, err
 	}
+	if !known && !history {
+		// <prefix>servers knows no server, yet the key space may have
+		// lived: its markers (or ledger) say so. An LRU eviction takes the
+		// coldest keys first, and the baselines are read only when a Store
+		// starts: a key space that lost them is not a new one.
+		if history, err = s.livedBefore(ctx, next.markers); err != nil {
+			return nil, nil, err
+		}
+	}
+	if countersOK && !known && !history && now.evicted > 0 && !s.opts.AllowEviction {
+		s.warnOnce(warnEvictedBefore, "redisstore: the server evicted keys before this key space knew it (INFO stats evicted_keys); if they were claims of this prefix, they may be accepted again")
+	}
 	var was *baseline
 	if known {
 		was = &old
@@ -429,7 +438,7 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 			return nil, nil, err
 		}
 		if readable && len(judge(&b, next, countersOK, prev, history, s.opts.AllowEviction)) == 0 {
-			ob.evidence = nil
+			ob.evidence, ob.consumed = nil, true
 		}
 	}
 	if !countersOK && known {

@@ -770,7 +770,7 @@ func TestChecksRunUnderTheDocumentedACL(t *testing.T) {
 			srv := newServer(t)
 			admin := srv.client()
 			user := fmt.Sprint("fleet", i)
-			rules := append([]any{"ACL", "SETUSER", user, "on", ">pw", "-@all", "+get", "+set", "+del", "+pttl", "+eval", "+evalsha", "+time", "+role", "+info", "~acl:*"}, anySlice(tt.extra)...)
+			rules := append([]any{"ACL", "SETUSER", user, "on", ">pw", "-@all", "+get", "+set", "+del", "+pttl", "+eval", "+evalsha", "+time", "+role", "+info", "+rename", "+pexpireat", "~acl:*"}, anySlice(tt.extra)...)
 			if err := admin.Do(ctx, rules...).Err(); err != nil {
 				t.Fatal(err)
 			}

@@ -657,3 +657,49 @@ func TestPolicyProbeRefusesAClaimAnsweredWhileEvictionIsOn(t *testing.T) {
 		})
 	}
 }
+
+// On a real server, every guarded step (a claim, a lease's acquisition,
+// an idempotency record's acquisition) answered after maxmemory-policy
+// was switched to an evicting policy at run time is refused by the policy
+// probe (maxmemory 0: nothing is evicted, the policy alone refuses).
+func TestPolicyProbeRefusesEveryGuardedStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		step func(s *Store) error
+	}{
+		{"Claim", func(s *Store) error {
+			first, err := s.Claim(ctx, "claim", time.Now().Add(time.Minute))
+			if first && err == nil {
+				return errors.New("reported first")
+			}
+			return err
+		}},
+		{"AcquireLease", func(s *Store) error {
+			_, err := s.AcquireLease(ctx, "lease", time.Minute)
+			return err
+		}},
+		{"AcquireRecord", func(s *Store) error {
+			_, err := s.AcquireRecord(ctx, "record", time.Minute, []byte("fingerprint"))
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			s := provisioned(t, c, Options{Prefix: "probe:", Logger: quietLogger(), RecheckInterval: time.Hour})
+			if !s.dur.probing() {
+				t.Fatal("the policy probe is off on a server that answers CONFIG GET")
+			}
+			if err := c.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.step(s); !errors.Is(err, ErrUnavailable) || Reason(err) != whyEvictionOn {
+				t.Fatalf("%s while the policy evicts = %v (reason %q); want ErrUnavailable, %q", tt.name, err, Reason(err), whyEvictionOn)
+			}
+		})
+	}
+}

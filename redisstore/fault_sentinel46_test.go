@@ -52,14 +52,7 @@ func TestSentinelFailoverToAnotherPersistenceIsCheckedAsOpen(t *testing.T) {
 			prefix := randomPrefix()
 			opts := Options{Prefix: prefix, Timeout: 2 * time.Second, Logger: quietLogger(), Observer: ev.observe,
 				Durability: Durability{Replicas: 1, Timeout: time.Second}}
-			s, err := Open(ctx, client(), opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if _, err := s.Provision(ctx); err != nil {
-				t.Fatal(err)
-			}
+			s := provisioned(t, client(), opts)
 			old := claimOld(t, s, 300)
 			waitInSync(t, primary.addr(), 1)
 			primary.stop(syscall.SIGKILL)

@@ -269,6 +269,37 @@ func (s *Store) persistent(ctx context.Context, m doer) error {
 	return nil
 }
 
+// restartHint says, for a key space with no marker on a server without
+// persistence, that a restart of it loses every marker and when it last
+// started: a restart looks exactly like a prefix never provisioned, and
+// the operator must tell which (ctoken-store status). "" when the server
+// persists, is a Cluster, or cannot say.
+func (s *Store) restartHint(ctx context.Context) string {
+	masters, err := s.mastersErr(ctx)
+	if err != nil || len(masters) != 1 {
+		return ""
+	}
+	m := masters[0]
+	for name, want := range map[string]string{"appendonly": "no", "save": ""} {
+		v, err := m.Do(ctx, "CONFIG", "GET", name).Result()
+		if err != nil {
+			return ""
+		}
+		if value, ok := configValue(v, name); !ok || strings.TrimSpace(value) != want {
+			return ""
+		}
+	}
+	v, err := m.Do(ctx, "INFO", "server").Result()
+	if err != nil {
+		return ""
+	}
+	up, err := strconv.ParseInt(infoValue(v, "uptime_in_seconds"), 10, 64)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("the server keeps no data across a restart and started %v ago: if this prefix served before, that restart lost it (then `ctoken-store reopen`, not provision)", (time.Duration(up) * time.Second).String())
+}
+
 // adminBound bounds an operator's call (Provision, ReprovisionNeverUsed,
 // Status, Reopen) whose context has no deadline.
 const adminBound = time.Minute
@@ -310,8 +341,10 @@ func (ks keySpace) String() string {
 	return s
 }
 
-// pipeliner is a client that can send commands in one pipeline
-// (*redis.Client, *redis.ClusterClient, *redis.Ring).
+// pipeliner is a client that sends pipelines: *redis.Client,
+// *redis.ClusterClient (which routes a pipeline of one slot to its master,
+// and splits one of many slots per master), *redis.Ring and
+// redis.UniversalClient.
 type pipeliner interface {
 	Pipeline() redis.Pipeliner
 }
@@ -429,10 +462,14 @@ func (s *Store) checkKeySpace(ctx context.Context) error {
 		if ledger, err := s.readLedger(ctx); err == nil && len(ledger) > 0 {
 			last := ledger[len(ledger)-1]
 			cause = fmt.Errorf("no shard marker, but the ledger's last entry is %q at %s: Redis lost the key space", last.Kind, last.At.UTC().Format(time.RFC3339))
+		} else if hint := s.restartHint(ctx); hint != "" {
+			cause = errors.New("no shard marker; " + hint)
 		}
 		return refuse(ErrConfig, whyNotProvisioned, cause)
 	case ks.open == 0:
-		return refuse(ErrFenced, whyKeySpaceFenced, fmt.Errorf("%w: %s", ErrUnavailable, ks))
+		// The refusal carries the last fence's end (replay.RetryAt), so a
+		// middleware's Retry-After tells when a Store from New may serve.
+		return &refusal{sentinel: ErrFenced, why: whyKeySpaceFenced, retryAt: ks.until, cause: fmt.Errorf("%w: %s", ErrUnavailable, ks)}
 	case ks.open == Shards:
 		return nil
 	}
@@ -519,20 +556,21 @@ return 1`
 // keys evicted, or a FLUSHALL, FLUSHDB or SWAPDB, since it started (or
 // since CONFIG RESETSTAT).
 func (s *Store) lossEvidence(ctx context.Context, m doer, why string) error {
-	for _, section := range []string{"stats", "commandstats"} {
-		v, err := m.Do(ctx, "INFO", section).Result()
-		if err != nil {
-			return s.wrapErr(ctx, err)
-		}
-		text, _ := v.(string)
-		for _, line := range strings.Split(text, "\n") {
-			k, val, _ := strings.Cut(strings.TrimSpace(line), ":")
-			switch {
-			case k == "evicted_keys" && val != "0":
-				return refuse(ErrConfig, why, fmt.Errorf("the server evicted %s keys", val))
-			case k == "cmdstat_flushall" || k == "cmdstat_flushdb" || k == "cmdstat_swapdb":
-				return refuse(ErrConfig, why, fmt.Errorf("%s ran since the server started", strings.ToUpper(strings.TrimPrefix(k, "cmdstat_"))))
-			}
+	c, ok, err := s.readCounters(ctx, func(args ...any) (any, error) { return m.Do(ctx, args...).Result() })
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return refuse(ErrConfig, why, errors.New("cannot read the server's loss counters (INFO stats and commandstats refused or unexpected)"))
+	case c.evicted > 0:
+		return refuse(ErrConfig, why, fmt.Errorf("the server evicted %d keys", c.evicted))
+	}
+	for _, r := range [...]struct {
+		name  string
+		calls int64
+	}{{"FLUSHALL", c.flushall}, {"FLUSHDB", c.flushdb}, {"SWAPDB", c.swapdb}} {
+		if r.calls > 0 {
+			return refuse(ErrConfig, why, fmt.Errorf("%s ran since the server started", r.name))
 		}
 	}
 	return nil

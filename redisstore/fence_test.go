@@ -402,7 +402,9 @@ func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 					}
 					cmd.SetVal([]any{"0", keys})
 				case "EVAL":
-					sets++
+					if args[1] == openNeverUsedScript { // not the fence a check raises
+						sets++
+					}
 					cmd.SetVal(int64(1))
 				case "RPUSH", "LTRIM":
 					cmd.SetVal(int64(1))
@@ -671,4 +673,26 @@ func BenchmarkOpenKeySpaceCheck(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A server without persistence that restarted while no store ran looks
+// exactly like a prefix never provisioned: Open refuses, and its error
+// says that this server loses every marker in a restart and when it last
+// started, so the operator can tell a lost key space from a new one.
+func TestOpenAfterAnUnwatchedRestartNamesIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := newServer(t)
+	c := srv.client()
+	opts := Options{Prefix: "pay:", Logger: quietLogger()}
+	s := provisioned(t, c, opts)
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	s.Close()
+	srv.restart(syscall.SIGKILL)
+	_, err := Open(ctx, c, opts)
+	if !errors.Is(err, ErrConfig) || Reason(err) != whyNotProvisioned || !strings.Contains(err.Error(), "keeps no data across a restart and started") {
+		t.Fatalf("Open after the restart = %v; want ErrConfig naming the restart", err)
+	}
 }

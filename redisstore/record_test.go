@@ -3,8 +3,10 @@ package redisstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -120,8 +122,10 @@ func TestAcquireRecordThenBusyThenDoneCarriesTheRecord(t *testing.T) {
 	})
 }
 
-// The entry layout record.go documents, read back from Redis: the lease
-// measured by Redis (PX), the done entry at the absolute until (PXAT).
+// The layout record.go documents, read back from Redis: the lease
+// measured by Redis (PX); the done entry, a header of token, fingerprint,
+// size and CRC-32C, and the side key, token + result, both at the
+// absolute until (PXAT); no staging key left behind.
 func TestRecordEntryLayout(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
@@ -137,13 +141,35 @@ func TestRecordEntryLayout(t *testing.T) {
 	if err := s.ConfirmRecord(ctx, "k", l.Token, until, fp, result); err != nil {
 		t.Fatal(err)
 	}
-	want := "D" + l.Token + string(rune(len(fp))) + string(fp) + string(result)
-	if v, err := c.Get(ctx, s.key("k")).Result(); err != nil || v != want {
-		t.Fatalf("done entry = %q, %v; want %q", v, err, want)
+	want := "D" + l.Token + "\x84" + string(fp) + "\x00\x00\x00\x07" + string(binary.BigEndian.AppendUint32(nil, crc32.Checksum(result, crc32.MakeTable(crc32.Castagnoli))))
+	side := s.tags[shardOf("k")] + "r:k"
+	for _, k := range []struct{ key, want string }{{s.key("k"), want}, {side, l.Token + string(result)}} {
+		if v, err := c.Get(ctx, k.key).Result(); err != nil || v != k.want {
+			t.Fatalf("%s = %q, %v; want %q", k.key, v, err, k.want)
+		}
+		if got, err := c.Do(ctx, "PEXPIRETIME", k.key).Int64(); err != nil || got != until.UnixMilli() {
+			t.Fatalf("PEXPIRETIME %s = %d, %v; want %d", k.key, got, err, until.UnixMilli())
+		}
 	}
-	if got, err := c.Do(ctx, "PEXPIRETIME", s.key("k")).Int64(); err != nil || got != until.UnixMilli() {
-		t.Fatalf("PEXPIRETIME = %d, %v; want %d", got, err, until.UnixMilli())
+	n := 0
+	for _, k := range keysOf(t, c, s) {
+		if strings.Contains(k, "{") { // not the store's ledger or servers
+			n++
+		}
 	}
+	if n != 2+Shards {
+		t.Fatalf("%d keys of shards under the prefix; want the markers, the entry and the side key", n)
+	}
+}
+
+// keysOf lists every key under s's prefix.
+func keysOf(t *testing.T, c *redis.Client, s *Store) []string {
+	t.Helper()
+	keys, err := c.Keys(context.Background(), s.Prefix()+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
 
 // The largest fingerprint and result the contract allows, every byte value
@@ -315,13 +341,13 @@ func TestResentAcquireRecordKeepsItsRemainingLease(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	token := "0123456789abcdef0123456789abcdef"
-	if code, _, _, err := s.runRecord(ctx, &acquireRecordLua, "k", 60000, token, []byte("fp")); code != 1 || err != nil {
+	if code, _, _, _, err := s.acquireRecord(ctx, "k", 60000, token, []byte("fp")); code != 1 || err != nil {
 		t.Fatal(code, err)
 	}
 	if err := c.PExpire(ctx, s.key("k"), 5*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, _, err := s.runRecord(ctx, &acquireRecordLua, "k", 60000, token, []byte("fp")); code != 1 || err != nil {
+	if code, _, _, _, err := s.acquireRecord(ctx, "k", 60000, token, []byte("fp")); code != 1 || err != nil {
 		t.Fatalf("resent acquire = %d, %v; want 1", code, err)
 	}
 	if p, err := c.PTTL(ctx, s.key("k")).Result(); err != nil || p > 5*time.Second || p < 4*time.Second {
@@ -533,13 +559,21 @@ func (r *recordingCommands) get(i int) []any {
 }
 
 // Every record step is one script on the shard's marker and the ID's entry
-// under one hash tag (one Redis Cluster slot), loaded with EVAL after
-// NOSCRIPT; a CROSSSLOT or MOVED answer is refused as unavailable.
+// (and, for a confirmation, the staging and side keys), with a plain SET or
+// GET of the record's bytes beside it, every key under one hash tag (one
+// Redis Cluster slot); the script is loaded with EVAL after NOSCRIPT, and
+// no script argument carries the result. A CROSSSLOT or MOVED answer is
+// refused as unavailable.
 func TestRecordStepsSendOneSlotScripts(t *testing.T) {
 	var rc recordingCommands
 	s, err := New(rc.client(func(n int, args []any) (any, error) {
-		if n == 1 {
+		switch {
+		case n == 1:
 			return nil, errors.New("NOSCRIPT No matching script. Please use EVAL.")
+		case args[0] == "GET":
+			return nil, redis.Nil
+		case args[0] == "SET":
+			return "OK", nil
 		}
 		return []any{int64(1), int64(0)}, nil
 	}), Options{Prefix: "p:"})
@@ -551,25 +585,35 @@ func TestRecordStepsSendOneSlotScripts(t *testing.T) {
 	if err != nil || l.State != replay.LeaseAcquired {
 		t.Fatalf("AcquireRecord after NOSCRIPT = %+v, %v", l, err)
 	}
-	if err := s.ConfirmRecord(ctx, "id", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
+	result := []byte("the-result")
+	if err := s.ConfirmRecord(ctx, "id", l.Token, time.Now().Add(time.Hour), []byte("fp"), result); err != nil {
 		t.Fatal(err)
 	}
 	tag := fmt.Sprintf("p:{%02d}", shardOf("id"))
-	for i, want := range []struct {
-		cmd, sha, arg6 string
-	}{
-		{"EVALSHA", acquireRecordLua.sha, "fp"},
-		{"EVAL", acquireRecordLua.src, "fp"},
-		{"EVALSHA", confirmRecordLua.sha, "D" + l.Token + "\x02fpr"},
+	header := "D" + l.Token + "\x82fp" + "\x00\x00\x00\x0a" + string(binary.BigEndian.AppendUint32(nil, crc32.Checksum(result, crc32.MakeTable(crc32.Castagnoli))))
+	staging := recordArg(t, rc.get(3)[1])
+	if !strings.HasPrefix(staging, tag+"s:") || len(staging) != len(tag)+2+32 {
+		t.Fatalf("staging key %q; want %ss: + a nonce", staging, tag)
+	}
+	for i, want := range [][]string{
+		{"EVALSHA", acquireRecordLua.sha, "2", tag, tag + ":id", "*", "*", "*", "60000", l.Token, "fp"},
+		{"EVAL", acquireRecordLua.src, "2", tag, tag + ":id", "*", "*", "*", "60000", l.Token, "fp"},
+		{"GET", tag + "r:id"},
+		{"SET", staging, l.Token + string(result), "PXAT", "*"},
+		{"EVALSHA", confirmRecordLua.sha, "4", tag, tag + ":id", staging, tag + "r:id", "*", "*", "*", "*", l.Token, header},
 	} {
 		c := rc.get(i)
-		if len(c) != 11 {
-			t.Fatalf("command %d = %v; want 11 arguments", i, c)
+		if len(c) != len(want) {
+			t.Fatalf("command %d = %v; want %d arguments", i, c, len(want))
 		}
-		got := []string{argText(t, c[0]), argText(t, c[1]), argText(t, c[2]), argText(t, c[3]), argText(t, c[4]), argText(t, c[9]), string(c[10].([]byte))}
-		if fmt.Sprint(got) != fmt.Sprint([]string{want.cmd, want.sha, "2", tag, tag + ":id", l.Token, want.arg6}) {
-			t.Fatalf("command %d = %q; want %s <script> 2 %s %s:id ... token %q", i, got, want.cmd, tag, tag, want.arg6)
+		for j, w := range want {
+			if got := recordArg(t, c[j]); w != "*" && got != w {
+				t.Fatalf("command %d argument %d = %q; want %q", i, j, got, w)
+			}
 		}
+	}
+	if c := rc.get(5); c != nil {
+		t.Fatalf("a sixth command %v", c)
 	}
 	for _, e := range []error{redis.ErrCrossSlot, errors.New("MOVED 3999 127.0.0.1:6381")} {
 		var rc recordingCommands
@@ -587,45 +631,79 @@ func TestRecordStepsSendOneSlotScripts(t *testing.T) {
 	}
 }
 
+// recordArg is argText that also reads the []byte and int64 arguments of
+// the record steps.
+func recordArg(t *testing.T, a any) string {
+	t.Helper()
+	switch v := a.(type) {
+	case []byte:
+		return string(v)
+	case int64:
+		return fmt.Sprint(v)
+	}
+	return argText(t, a)
+}
+
 // Any reply the store does not expect — including an entry that does not
 // decode — is refused as unavailable, never read as a state.
 func TestRecordStepsFailClosed(t *testing.T) {
 	tok := "0123456789abcdef0123456789abcdef"
+	sideHdr := "D" + tok + "\x82fp\x00\x00\x00\x06crc!"
 	tests := []struct {
 		name string
 		val  any
 		err  error
+		side any // the GET of the side key; nil is a nil reply
 	}{
-		{"error reply", nil, errors.New("ERR something")},
-		{"nil", nil, redis.Nil},
-		{"string", "OK", nil},
-		{"integer", int64(1), nil},
-		{"short array", []any{int64(1)}, nil},
-		{"long array", []any{int64(3), int64(0), "1", "x"}, nil},
-		{"unknown state", []any{int64(7), int64(0)}, nil},
-		{"cancelled by a note", []any{int64(4), int64(0)}, nil},
-		{"wrong types", []any{"1", "0"}, nil},
-		{"busy without its entry", []any{int64(2), int64(10)}, nil},
-		{"done without its entry", []any{int64(3), int64(0)}, nil},
-		{"an entry with an acquisition", []any{int64(1), int64(0), "L" + tok}, nil},
-		{"entry not a string", []any{int64(3), int64(0), int64(1)}, nil},
-		{"busy with a done entry", []any{int64(2), int64(10), "D" + tok}, nil},
-		{"done with a lease", []any{int64(3), int64(0), "L" + tok}, nil},
-		{"empty entry", []any{int64(3), int64(0), ""}, nil},
-		{"short lease", []any{int64(2), int64(10), "L0123"}, nil},
-		{"lease with an oversize fingerprint", []any{int64(2), int64(10), "L" + tok + strings.Repeat("f", replay.MaxFingerprintBytes+1)}, nil},
-		{"done with a short token", []any{int64(3), int64(0), "D0123"}, nil},
-		{"done with a token not hex", []any{int64(3), int64(0), "D" + strings.Repeat("z", 32)}, nil},
-		{"done with a fingerprint length past the end", []any{int64(3), int64(0), "D" + tok + "\x05fp"}, nil},
-		{"done with an empty result", []any{int64(3), int64(0), "D" + tok + "\x02fp"}, nil},
-		{"done with an oversize fingerprint length", []any{int64(3), int64(0), "D" + tok + "\x51" + strings.Repeat("f", 81) + "r"}, nil},
-		{"unknown entry", []any{int64(3), int64(0), "Zsomething"}, nil},
-		{"a cancel note as done", []any{int64(3), int64(0), "X" + tok}, nil},
+		{"error reply", nil, errors.New("ERR something"), nil},
+		{"nil", nil, redis.Nil, nil},
+		{"string", "OK", nil, nil},
+		{"integer", int64(1), nil, nil},
+		{"short array", []any{int64(1)}, nil, nil},
+		{"long array", []any{int64(3), int64(0), "1", "x"}, nil, nil},
+		{"unknown state", []any{int64(7), int64(0)}, nil, nil},
+		{"cancelled by a note", []any{int64(4), int64(0)}, nil, nil},
+		{"wrong types", []any{"1", "0"}, nil, nil},
+		{"busy without its entry", []any{int64(2), int64(10)}, nil, nil},
+		{"done without its entry", []any{int64(3), int64(0)}, nil, nil},
+		{"an entry with an acquisition", []any{int64(1), int64(0), "L" + tok}, nil, nil},
+		{"entry not a string", []any{int64(3), int64(0), int64(1)}, nil, nil},
+		{"busy with a done entry", []any{int64(2), int64(10), "D" + tok}, nil, nil},
+		{"done with a lease", []any{int64(3), int64(0), "L" + tok}, nil, nil},
+		{"empty entry", []any{int64(3), int64(0), ""}, nil, nil},
+		{"short lease", []any{int64(2), int64(10), "L0123"}, nil, nil},
+		{"lease with an oversize fingerprint", []any{int64(2), int64(10), "L" + tok + strings.Repeat("f", replay.MaxFingerprintBytes+1)}, nil, nil},
+		{"done with a short token", []any{int64(3), int64(0), "D0123"}, nil, nil},
+		{"done with a token not hex", []any{int64(3), int64(0), "D" + strings.Repeat("z", 32)}, nil, nil},
+		{"done with a fingerprint length past the end", []any{int64(3), int64(0), "D" + tok + "\x05fp"}, nil, nil},
+		{"done with an empty result", []any{int64(3), int64(0), "D" + tok + "\x02fp"}, nil, nil},
+		{"done with an oversize fingerprint length", []any{int64(3), int64(0), "D" + tok + "\x51" + strings.Repeat("f", 81) + "r"}, nil, nil},
+		{"unknown entry", []any{int64(3), int64(0), "Zsomething"}, nil, nil},
+		{"a cancel note as done", []any{int64(3), int64(0), "X" + tok}, nil, nil},
+		{"recorded, its side key missing", []any{int64(3), int64(0), sideHdr}, nil, nil},
+		{"recorded, the side key another lease's", []any{int64(3), int64(0), sideHdr}, nil, strings.Repeat("a", 32) + "result"},
+		{"recorded, the side key without a result", []any{int64(3), int64(0), sideHdr}, nil, tok},
+		{"recorded, the side key over the limit", []any{int64(3), int64(0), sideHdr}, nil, tok + strings.Repeat("r", replay.MaxResultBytes+1)},
+		{"side key not a string", []any{int64(2), int64(10), "L" + tok + "fp"}, nil, []any{"x"}},
+		{"recorded with a size of zero", []any{int64(3), int64(0), "D" + tok + "\x82fp\x00\x00\x00\x00crc!"}, nil, tok + "result"},
+		{"recorded with a short trailer", []any{int64(3), int64(0), "D" + tok + "\x82fp\x00\x00\x00\x06"}, nil, tok + "result"},
+		{"recorded with a fingerprint length past the end", []any{int64(3), int64(0), "D" + tok + "\x89fp\x00\x00\x00\x06crc!"}, nil, tok + "result"},
+		{"recorded with an oversize fingerprint", []any{int64(3), int64(0), "D" + tok + "\xd1" + strings.Repeat("f", 81) + "\x00\x00\x00\x06crc!"}, nil, tok + "result"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var rc recordingCommands
-			s, err := New(rc.client(func(int, []any) (any, error) { return tt.val, tt.err }), Options{})
+			s, err := New(rc.client(func(_ int, args []any) (any, error) {
+				switch {
+				case args[0] == "GET" && tt.side == nil:
+					return nil, redis.Nil
+				case args[0] == "GET":
+					return tt.side, nil
+				case args[0] == "SET":
+					return "OK", nil
+				}
+				return tt.val, tt.err
+			}), Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -635,6 +713,36 @@ func TestRecordStepsFailClosed(t *testing.T) {
 				t.Fatalf("AcquireRecord = %+v, %v; want nothing and ErrUnavailable", r, err)
 			}
 			if err := s.ConfirmRecord(ctx, "id", tok, time.Now().Add(time.Hour), nil, []byte("r")); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("ConfirmRecord = %v; want ErrUnavailable", err)
+			}
+		})
+	}
+	// The bytes' SET answered anything but OK, or the script finding its
+	// staging key gone: the confirmation is refused.
+	for _, tt := range []struct {
+		name   string
+		set    any
+		setErr error
+		script any
+	}{
+		{"SET error", nil, errors.New("OOM command not allowed"), []any{int64(1), int64(0)}},
+		{"SET nil", nil, redis.Nil, []any{int64(1), int64(0)}},
+		{"SET integer", int64(1), nil, []any{int64(1), int64(0)}},
+		{"staging key gone", "OK", nil, []any{int64(-7), int64(0)}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var rc recordingCommands
+			s, err := New(rc.client(func(_ int, args []any) (any, error) {
+				if args[0] == "SET" {
+					return tt.set, tt.setErr
+				}
+				return tt.script, nil
+			}), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.ConfirmRecord(context.Background(), "id", tok, time.Now().Add(time.Hour), nil, []byte("r")); !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("ConfirmRecord = %v; want ErrUnavailable", err)
 			}
 		})
@@ -675,7 +783,12 @@ func TestAcquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 	}
 	// A refusal took nothing: no release.
 	var rc2 recordingCommands
-	s2, err := New(rc2.client(func(int, []any) (any, error) { return []any{int64(-3), int64(0)}, nil }), Options{})
+	s2, err := New(rc2.client(func(_ int, args []any) (any, error) {
+		if args[0] == "GET" {
+			return nil, redis.Nil
+		}
+		return []any{int64(-3), int64(0)}, nil
+	}), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -684,8 +797,8 @@ func TestAcquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 		t.Fatalf("AcquireRecord = %v; want ErrClockSkew", err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if c := rc2.get(1); c != nil {
-		t.Fatalf("a refused acquire sent %v", c)
+	if c := rc2.get(2); c != nil {
+		t.Fatalf("a refused acquire sent %v after its GET", c)
 	}
 }
 
@@ -748,7 +861,7 @@ func TestLateAcquireRecordFindsItsCancelNote(t *testing.T) {
 	}
 	s.releaseLater("n", token, time.Now().Add(10*time.Second))
 	<-done
-	code, _, _, err := s.runRecord(ctx, &acquireRecordLua, "n", 10000, token, []byte("fp"))
+	code, _, _, _, err := s.acquireRecord(ctx, "n", 10000, token, []byte("fp"))
 	if err != nil || code != 4 {
 		t.Fatalf("late acquire = %d, %v; want 4 (cancelled)", code, err)
 	}
@@ -889,18 +1002,21 @@ func TestRecordEditedInRedisIsRefused(t *testing.T) {
 			if first.Code != http.StatusCreated || runs.Load() != 1 {
 				t.Fatalf("first: %d, runs %d", first.Code, runs.Load())
 			}
-			entry := s.key(idempotency.StoreID("merchant-1", "POST /payments", "order-1"))
-			v, err := c.Get(ctx, entry).Bytes()
-			if err != nil || len(v) < 34 || v[0] != 'D' {
-				t.Fatalf("entry %q: %v", v, err)
+			id := idempotency.StoreID("merchant-1", "POST /payments", "order-1")
+			side := sideKey(s.tags[shardOf(id)], id)
+			v, err := c.Get(ctx, side).Bytes()
+			if err != nil || len(v) <= tokenLen {
+				t.Fatalf("side key %q: %v", v, err)
 			}
-			at := 1 + 32 + 1 + int(v[33]) // "D" + token + n + fingerprint
-			if bytes.Contains(v, []byte("4242")) || bytes.Contains(v, []byte("application/json")) {
-				t.Fatal("Redis holds the response in clear")
+			at := tokenLen // token + result
+			for _, k := range []string{side, s.key(id)} {
+				if w, _ := c.Get(ctx, k).Bytes(); bytes.Contains(w, []byte("4242")) || bytes.Contains(w, []byte("application/json")) {
+					t.Fatal("Redis holds the response in clear")
+				}
 			}
 			if tc.edit != nil {
 				edited := append(append([]byte(nil), v[:at]...), tc.edit(append([]byte(nil), v[at:]...))...)
-				if err := c.Set(ctx, entry, edited, redis.KeepTTL).Err(); err != nil {
+				if err := c.Set(ctx, side, edited, redis.KeepTTL).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -917,6 +1033,324 @@ func TestRecordEditedInRedisIsRefused(t *testing.T) {
 			if w.Code != http.StatusInternalServerError || w.Header().Get("Content-Type") != "application/problem+json" ||
 				strings.Contains(w.Body.String(), "pay_1") || w.Header().Get("Idempotent-Replayed") != "" {
 				t.Fatalf("edited record answered %d %q %v; want a 500 problem", w.Code, w.Body.String(), w.Header())
+			}
+		})
+	}
+}
+
+// A record written by the layout before side keys ("D" + token + n +
+// fingerprint + result, all in the entry) still replays byte for byte, for
+// AcquireRecord, and is done for the plain steps.
+func TestRecordOfTheEarlierLayoutStillReplays(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	tok := "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		name       string
+		fp, result []byte
+	}{
+		{"small", []byte("fp"), []byte(`{"id":"pay_1"}`)},
+		{"no fingerprint", nil, []byte{0}},
+		{"the largest", bytes.Repeat([]byte{0xfe}, replay.MaxFingerprintBytes), bytes.Repeat([]byte{0x80}, replay.MaxResultBytes)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "earlier-" + tc.name
+			old := append(append(append([]byte("D"+tok), byte(len(tc.fp))), tc.fp...), tc.result...)
+			if err := c.Set(ctx, s.key(id), old, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			d := acquireRecord(t, s, id, []byte("other"), replay.LeaseDone)
+			if !bytes.Equal(d.Fingerprint, tc.fp) || !bytes.Equal(d.Result, tc.result) {
+				t.Fatalf("replay of an earlier record = %d-byte fingerprint, %d-byte result; want %d and %d", len(d.Fingerprint), len(d.Result), len(tc.fp), len(tc.result))
+			}
+			if l, err := s.AcquireLease(ctx, id, time.Minute); err != nil || l.State != replay.LeaseDone {
+				t.Fatalf("AcquireLease = %+v, %v; want done", l, err)
+			}
+			if err := s.ConfirmRecord(ctx, id, tok, time.Now().Add(time.Hour), tc.fp, []byte("x")); !errors.Is(err, replay.ErrLeaseLost) {
+				t.Fatalf("ConfirmRecord over an earlier record = %v; want ErrLeaseLost", err)
+			}
+			if d := acquireRecord(t, s, id, nil, replay.LeaseDone); !bytes.Equal(d.Result, tc.result) {
+				t.Fatal("the earlier record changed")
+			}
+		})
+	}
+}
+
+// Whatever a confirmation decides — recorded, resent, lost, refused by
+// the fence or by Redis's clock — its staging key is gone when it returns,
+// and a lost or refused one leaves no side key.
+func TestConfirmRecordLeavesNoStagingKey(t *testing.T) {
+	ctx := context.Background()
+	fp, result := []byte("fp"), bytes.Repeat([]byte("r"), 4096)
+	staged := func(t *testing.T, c *redis.Client, s *Store) []string {
+		t.Helper()
+		var out []string
+		for _, k := range keysOf(t, c, s) {
+			if strings.Contains(k, "}s:") {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	t.Run("recorded, resent, lost", func(t *testing.T) {
+		s, c := newTestStore(t)
+		l := acquireRecord(t, s, "a", fp, replay.LeaseAcquired)
+		for _, want := range []error{nil, nil} { // recorded, then resent
+			if err := s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, result); !errors.Is(err, want) {
+				t.Fatalf("ConfirmRecord = %v; want %v", err, want)
+			}
+		}
+		if err := s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, []byte("other")); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("ConfirmRecord of another result = %v; want ErrLeaseLost", err)
+		}
+		if err := s.ConfirmRecord(ctx, "b", newToken(), time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatalf("ConfirmRecord of a free ID = %v; want nil", err)
+		}
+		m := acquireRecord(t, s, "c", fp, replay.LeaseAcquired)
+		if err := s.ConfirmRecord(ctx, "c", newToken(), time.Now().Add(time.Hour), fp, result); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("ConfirmRecord with a foreign token = %v; want ErrLeaseLost", err)
+		}
+		if got := staged(t, c, s); len(got) != 0 {
+			t.Fatalf("staging keys left: %q", got)
+		}
+		if n, err := c.Exists(ctx, sideKey(s.tags[shardOf("c")], "c")).Result(); err != nil || n != 0 {
+			t.Fatalf("a lost confirmation left a side key: %d, %v", n, err)
+		}
+		if err := s.ConfirmRecord(ctx, "c", m.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// A fenced shard: TestConfirmRecordOnALostShardLeavesNoStagingKey.
+	t.Run("until past by Redis's clock", func(t *testing.T) {
+		c := newTestClient(t)
+		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: func() time.Time { return time.Now().Add(-30 * time.Second) }})
+		if err := s.ConfirmRecord(ctx, "p", newToken(), time.Now().Add(-20*time.Second), fp, result); !errors.Is(err, replay.ErrExpired) {
+			t.Fatalf("ConfirmRecord = %v; want ErrExpired", err)
+		}
+		for _, k := range keysOf(t, c, s) {
+			if strings.Contains(k, "}s:") || strings.Contains(k, "}r:") {
+				t.Fatalf("staging or side key %q left", k)
+			}
+		}
+	})
+}
+
+// A side key is returned only under the done entry that names its token:
+// one left by another lease (or edited to another token) is refused as
+// unavailable, never replayed; Release deletes the entry and its side key
+// together, so nothing of the record is left for a later holder.
+func TestReplayReturnsOnlyItsOwnLeasesSideKey(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	fp, result := []byte("fp"), []byte("result-1")
+	l := acquireRecord(t, s, "a", fp, replay.LeaseAcquired)
+	if err := s.ConfirmRecord(ctx, "a", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+		t.Fatal(err)
+	}
+	side := sideKey(s.tags[shardOf("a")], "a")
+	other := newToken()
+	if err := c.Set(ctx, side, other+"result-2", redis.KeepTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrUnavailable) || r.Result != nil {
+		t.Fatalf("replay under another lease's side key = %+v, %v; want ErrUnavailable", r, err)
+	}
+	if err := c.Del(ctx, side).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.AcquireRecord(ctx, "a", time.Minute, fp); !errors.Is(err, ErrUnavailable) || r.Result != nil {
+		t.Fatalf("replay without its side key = %+v, %v; want ErrUnavailable", r, err)
+	}
+
+	b := acquireRecord(t, s, "b", fp, replay.LeaseAcquired)
+	if err := s.ConfirmRecord(ctx, "b", b.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, s.key("b"), sideKey(s.tags[shardOf("b")], "b")).Result(); err != nil || n != 0 {
+		t.Fatalf("after Release %d of the entry and side key remain, %v", n, err)
+	}
+	acquireRecord(t, s, "b", fp, replay.LeaseAcquired)
+}
+
+// A confirmation resent with a later until (the idempotency middleware
+// computes until again per attempt) moves the entry's and the side key's
+// expiry together, and leaves the recorded bytes as they were.
+func TestResentConfirmRecordKeepsSideKeyAndEntryExpiringTogether(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	fp, result := []byte("fp"), []byte("result")
+	l := acquireRecord(t, s, "a", fp, replay.LeaseAcquired)
+	first := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	if err := s.ConfirmRecord(ctx, "a", l.Token, first, fp, result); err != nil {
+		t.Fatal(err)
+	}
+	later := first.Add(time.Minute)
+	if err := s.ConfirmRecord(ctx, "a", l.Token, later, fp, result); err != nil {
+		t.Fatalf("resent ConfirmRecord = %v", err)
+	}
+	side := sideKey(s.tags[shardOf("a")], "a")
+	for _, k := range []string{s.key("a"), side} {
+		if got, err := c.Do(ctx, "PEXPIRETIME", k).Int64(); err != nil || got != later.UnixMilli() {
+			t.Fatalf("PEXPIRETIME %s = %d, %v; want %d", k, got, err, later.UnixMilli())
+		}
+	}
+	if v, err := c.Get(ctx, side).Result(); err != nil || v != l.Token+string(result) {
+		t.Fatalf("side key = %q, %v", v, err)
+	}
+}
+
+// scriptSizes is a go-redis hook that records, for every script command
+// the store sends (alone or in a pipeline), the bytes of its arguments
+// and of its reply.
+type scriptSizes struct {
+	mu             sync.Mutex
+	args, replies  []int
+	plainArgsBytes int
+}
+
+func (h *scriptSizes) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptSizes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.note(cmd)
+		return err
+	}
+}
+
+func (h *scriptSizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			h.note(c)
+		}
+		return err
+	}
+}
+
+func (h *scriptSizes) note(cmd redis.Cmder) {
+	args := cmd.Args()
+	name := strings.ToUpper(fmt.Sprint(args[0]))
+	size := 0
+	for i, a := range args[1:] {
+		if name == "EVAL" && i == 0 {
+			continue // the script's source
+		}
+		switch v := a.(type) {
+		case []byte:
+			size += len(v)
+		case *string:
+			size += len(*v)
+		default:
+			size += len(fmt.Sprint(v))
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if name != "EVALSHA" && name != "EVAL" {
+		h.plainArgsBytes += size
+		return
+	}
+	h.args = append(h.args, size)
+	reply := 0
+	if c, ok := cmd.(*redis.Cmd); ok {
+		reply = len(fmt.Sprint(c.Val()))
+	}
+	h.replies = append(h.replies, reply)
+}
+
+// The issue's point: a record write and a replay never hand the result to
+// Lua. Every script the store sends for a 64 KiB record carries and
+// returns a few hundred bytes at most; the result travels in plain
+// commands.
+func TestRecordBytesNeverPassThroughLua(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprint("durable=", durable), func(t *testing.T) {
+			var c *redis.Client
+			opts := Options{}
+			if durable {
+				t.Parallel()
+				primary := newServer(t)
+				newReplica(t, primary)
+				c = primary.client()
+				opts.Durability = Durability{Replicas: 1}
+			} else {
+				c = newTestClient(t)
+			}
+			opts.Prefix = uniquePrefix(t, c)
+			hook := new(scriptSizes)
+			c.AddHook(hook)
+			s := provisioned(t, c, opts)
+			ctx := context.Background()
+			fp, result := bytes.Repeat([]byte{1}, replay.MaxFingerprintBytes), bytes.Repeat([]byte("R"), 64<<10)
+			hook.mu.Lock()
+			hook.args, hook.replies, hook.plainArgsBytes = nil, nil, 0
+			hook.mu.Unlock()
+			l := acquireRecord(t, s, "big", fp, replay.LeaseAcquired)
+			if err := s.ConfirmRecord(ctx, "big", l.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+				t.Fatal(err)
+			}
+			if d := acquireRecord(t, s, "big", nil, replay.LeaseDone); !bytes.Equal(d.Result, result) {
+				t.Fatal("replay differs")
+			}
+			hook.mu.Lock()
+			defer hook.mu.Unlock()
+			if len(hook.args) < 3 {
+				t.Fatalf("%d scripts seen; want at least acquire, confirm and replay", len(hook.args))
+			}
+			for i := range hook.args {
+				if hook.args[i] > 512 || hook.replies[i] > 512 {
+					t.Fatalf("script %d: %d bytes of arguments, %d of reply; want a few hundred at most", i, hook.args[i], hook.replies[i])
+				}
+			}
+			if hook.plainArgsBytes < len(result) {
+				t.Fatalf("plain commands carried %d bytes; want the %d-byte result", hook.plainArgsBytes, len(result))
+			}
+		})
+	}
+}
+
+// parseSide reads back every header doneHeader writes, and refuses what
+// is not one: the earlier layout, a plain confirmation, a short or long
+// header, a size of zero or over the limit, a fingerprint over the limit.
+func TestParseSide(t *testing.T) {
+	tok := "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		fp     []byte
+		result []byte
+	}{
+		{nil, []byte{0}},
+		{[]byte("fp"), []byte("result")},
+		{bytes.Repeat([]byte{0xff}, replay.MaxFingerprintBytes), make([]byte, replay.MaxResultBytes)},
+	} {
+		h := string(doneHeader(tok, tc.fp, tc.result))
+		gotTok, fp, ok := parseSide(h)
+		if !ok || gotTok != tok || !bytes.Equal(fp, tc.fp) || (fp == nil) != (len(tc.fp) == 0) {
+			t.Fatalf("parseSide(doneHeader(%d-byte fingerprint)) = %q, %q, %v", len(tc.fp), gotTok, fp, ok)
+		}
+		if _, _, _, ok := parseEntry(h); ok {
+			t.Fatalf("parseEntry accepted the header %q as an entry of the earlier layout", h)
+		}
+	}
+	size := func(n uint32) string { return string(binary.BigEndian.AppendUint32(nil, n)) }
+	for _, tc := range []struct{ name, v string }{
+		{"empty", ""},
+		{"plain confirmation", "D" + tok},
+		{"earlier layout", "D" + tok + "\x02fpresult"},
+		{"lease", "L" + tok + "\x82fp" + size(6) + "crc!"},
+		{"token not hex", "D" + strings.Repeat("z", 32) + "\x82fp" + size(6) + "crc!"},
+		{"short", "D" + tok + "\x82fp" + size(6) + "crc"},
+		{"long", "D" + tok + "\x82fp" + size(6) + "crc!!"},
+		{"size zero", "D" + tok + "\x82fp" + size(0) + "crc!"},
+		{"size over the limit", "D" + tok + "\x82fp" + size(replay.MaxResultBytes+1) + "crc!"},
+		{"fingerprint over the limit", "D" + tok + "\xd1" + strings.Repeat("f", 81) + size(6) + "crc!"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tok, fp, ok := parseSide(tc.v); ok || tok != "" || fp != nil {
+				t.Fatalf("parseSide(%q) = %q, %q, %v; want refused", tc.v, tok, fp, ok)
 			}
 		})
 	}

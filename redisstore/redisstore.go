@@ -11,10 +11,11 @@
 // claimed again. The store implements [replay.Leaser], which the webhook
 // middleware needs; a lease is measured by Redis's clock and ends by
 // itself. It also implements [replay.Recorder], which an idempotent HTTP
-// API needs: the request's fingerprint is kept in the lease's entry and the
-// response is written into the done entry by the script that ends the
-// lease, so it shares the entry's slot, fence, expiry and Durability wait
-// ([Store.AcquireRecord]). It needs Redis 6.2 or newer (PXAT, scripts
+// API needs: the request's fingerprint is kept in the lease's entry, and
+// the script that ends the lease records the response in a side key of
+// the entry's hash slot, under the entry's fence, expiry and Durability
+// wait; the response's bytes travel in plain SET and GET commands, never
+// through Lua ([Store.AcquireRecord]). It needs Redis 6.2 or newer (PXAT, scripts
 // replicated by their effects); the tests run against Redis 7.0.
 //
 // Each one-time token, single-use state and webhook delivery is accepted at
@@ -592,14 +593,16 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 // It is for a caller that claimed id and then failed to act on it (a webhook
 // handler that errored, so the sender's retry must be processed); one-time
 // tokens must never be released. Releasing an ID that is not claimed is not
-// an error. Release deletes the key whoever claimed it, so release only IDs
-// you claimed, before their until. Errors match ErrUnavailable or, for an
+// an error. Release deletes the entry (and the record
+// [Store.ConfirmRecord] wrote beside it) whoever claimed it, so release
+// only IDs you claimed, before their until. Errors match ErrUnavailable or, for an
 // empty or oversize id, ErrInvalidClaim; the claim then stays in force.
 func (s *Store) Release(ctx context.Context, id string) error {
 	if id == "" || len(id) > MaxIDBytes {
 		return fmt.Errorf("%w: empty or oversize id", ErrInvalidClaim)
 	}
-	v, err := s.do(ctx, "DEL", s.key(id))
+	marker, entry, _ := s.keys(id)
+	v, err := s.do(ctx, "DEL", entry, sideKey(marker, id)) // an entry and its record
 	if err != nil {
 		return err
 	}

@@ -90,3 +90,39 @@ func TestFencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
 		t.Logf("fenced shard: 503, Retry-After %d", secs)
 	})
 }
+
+// A Store made with New on a key space whose every shard is fenced (the
+// state after a loss, while applications restart) refuses at the
+// key-space check; that refusal must say when the fences end too, not
+// leave the middlewares to answer Retry-After: RetryAfter (5 s) for a
+// whole horizon.
+func TestKeySpaceFencedRefusalCarriesTheFenceEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const horizon = 2 * time.Hour
+	srv := newServer(t)
+	c := srv.client()
+	prefix := "retry-at-space:"
+	s := provisioned(t, c, Options{Prefix: prefix, Horizon: horizon, Logger: quietLogger()})
+	want := time.Now().Add(horizon)
+	if !s.fenceAll(ctx, false, "review: every shard fenced") {
+		t.Fatal("fenceAll failed")
+	}
+	s.Close()
+	n, err := New(c, Options{Prefix: prefix, Horizon: horizon, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	first, err := n.Claim(ctx, "any", time.Now().Add(time.Minute))
+	if first || !errors.Is(err, ErrFenced) {
+		t.Fatalf("claim = %v, %v; want ErrFenced", first, err)
+	}
+	at, ok := replay.RetryAt(err)
+	if !ok {
+		t.Fatalf("RetryAt(%v) not known; the fences end at about %v", err, want)
+	}
+	if d := at.Sub(want); d < -5*time.Second || d > 5*time.Second {
+		t.Fatalf("RetryAt %v; want about %v", at, want)
+	}
+}

@@ -21,8 +21,8 @@ import "strings"
 //	leased    "L" + token, expiring lease after it was taken (PX, Redis's
 //	          clock); "L" + token + fingerprint from AcquireRecord
 //	done      "D" + token, expiring at the confirmed until (PXAT);
-//	          "D" + token + n + fingerprint + result from ConfirmRecord,
-//	          n one byte, the fingerprint's length (see record.go)
+//	          "D" + token + (0x80|n) + fingerprint + size + crc from
+//	          ConfirmRecord, whose result is in a side key (record.go)
 //	claimed   "1" + nonce from Claim (or "1" from older versions), which
 //	          AcquireLease reports as done
 //

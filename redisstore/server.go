@@ -169,6 +169,10 @@ type observation struct {
 	// policyRead: the master answered CONFIG GET maxmemory-policy (see
 	// [Store.decidePolicyProbe]).
 	policyRead bool
+	// consumed: the evidence this check found was fenced by another Store
+	// (or an operator's ctoken-store), whose baseline in <prefix>servers
+	// covers it.
+	consumed bool
 }
 
 // identify reads the server's run_id and its baseline: from memory, else
@@ -330,6 +334,36 @@ func (s *Store) countMarkers(ctx context.Context, do func(args ...any) (any, err
 	return int(n), nil
 }
 
+// livedBefore reports whether the key space shows a life before this
+// check although <prefix>servers knows no server: a shard marker present
+// (markers, as countMarkers counted them; read from every shard when it
+// could not count), or an entry in the ledger. A Provision writes both
+// and the first check a baseline, so a key space with markers and no
+// baseline lost its baselines (evicted, deleted) and is not new.
+func (s *Store) livedBefore(ctx context.Context, markers int) (bool, error) {
+	if markers > 0 {
+		return true, nil
+	}
+	if markers < 0 {
+		ks, err := s.readKeySpace(ctx)
+		if err != nil {
+			return false, err
+		}
+		if ks.open+ks.fenced > 0 {
+			return true, nil
+		}
+	}
+	v, err := s.call(ctx, "LLEN", s.ledgerKey())
+	switch {
+	case err != nil && isRefused(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	n, _ := v.(int64)
+	return n > 0, nil
+}
+
 // judge compares what a check read of a server (now) with what was seen
 // of it before (old, when known) and returns the evidence of loss it
 // shows. prev is the baseline of the run that was behind the same client
@@ -387,6 +421,12 @@ func (s *Store) settle(ctx context.Context, obs []observation) bool {
 		evidence = append(evidence, o.evidence...)
 	}
 	s.srv.mu.Lock()
+	if len(evidence) == 0 && consumedElsewhere(obs) {
+		// The loss this store could not fence yet was fenced by another,
+		// which kept what it saw: fencing again now would undo an
+		// operator's Reopen made since.
+		s.srv.loss.Store(nil)
+	}
 	if len(evidence) > 0 {
 		what := strings.Join(evidence, "; ")
 		if old := s.srv.loss.Load(); old != nil && !strings.Contains(*old, what) {
@@ -406,6 +446,17 @@ func (s *Store) settle(ctx context.Context, obs []observation) bool {
 	}
 	s.commit(ctx, obs)
 	return true
+}
+
+// consumedElsewhere reports whether an observation's evidence was fenced
+// by another Store.
+func consumedElsewhere(obs []observation) bool {
+	for _, o := range obs {
+		if o.consumed {
+			return true
+		}
+	}
+	return false
 }
 
 // rewriteAfter reports whether an observation saw AOF switched off: the
@@ -443,7 +494,16 @@ func (s *Store) commit(ctx context.Context, obs []observation) {
 	}
 	s.srv.mu.Unlock()
 	for _, o := range write {
-		_, err := s.call(ctx, "HSET", s.serversKey(), o.run, o.next.encode(time.Now()))
+		kept := o.next
+		if s.opts.AllowEviction {
+			// Evictions are this store's accepted risk, not another's:
+			// the shared baseline keeps the count it had, so a store of
+			// the key space without AllowEviction still finds them.
+			if b, _, readable, err := s.loadBaseline(ctx, o.run); err == nil && readable && b.evicted < kept.evicted {
+				kept.evicted = b.evicted
+			}
+		}
+		_, err := s.call(ctx, "HSET", s.serversKey(), o.run, kept.encode(time.Now()))
 		s.srv.mu.Lock()
 		if err != nil {
 			s.srv.unsaved[o.run] = true

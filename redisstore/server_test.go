@@ -360,7 +360,17 @@ func TestServerChecksTellLossFromConditions(t *testing.T) {
 		{"restart that loaded every marker", nil, Options{}, func(f *fakeServer) { f.runID = "run-b" }, false, false, false, nil},
 		{"app restart, then evicted_keys grew", nil, Options{}, func(f *fakeServer) { f.evicted += 3 }, true, true, false, nil},
 		{"app restart, then AOF switched off", aofAlways, Options{}, func(f *fakeServer) { f.appendonly = "no" }, true, true, false, nil},
-		{"app restart, nothing changed", func(f *fakeServer) { f.evicted, f.flushall = 7, 1 }, Options{}, func(f *fakeServer) {}, true, false, false, nil},
+		{"app restart, nothing changed", func(f *fakeServer) {
+			// Counters from before the key space was provisioned, which the
+			// check of its Provision kept.
+			f.evicted, f.flushall = 7, 1
+			f.servers["run-a"] = baseline{counters: counters{evicted: 7, flushall: 1}, markers: -1}.encode(time.Now())
+		}, Options{}, func(f *fakeServer) {}, true, false, false, nil},
+		{"baselines lost, markers kept, keys evicted", nil, Options{}, func(f *fakeServer) {
+			// An LRU eviction took <prefix>servers (read only at start)
+			// and claims: a new Store sees markers and no baseline.
+			f.evicted, f.servers = 40, map[string]string{}
+		}, true, true, false, nil},
 		{"no run_id: by address, in memory", func(f *fakeServer) { f.runID = "" }, Options{}, func(f *fakeServer) { f.evicted++ }, false, true, false, nil},
 	}
 	for _, tt := range tests {
@@ -504,5 +514,75 @@ func TestLossFencedByAnotherStoreIsConsumed(t *testing.T) {
 	}
 	if f.fences != Shards || len(f.ledger) != 1 {
 		t.Fatalf("%d fences, %d ledger entries; want %d and 1", f.fences, len(f.ledger), Shards)
+	}
+}
+
+// A store that found a loss and could not fence it yet (the fence script
+// failed) does not fence again once another store fenced the same loss
+// and kept what it saw: an operator's Reopen made in between would be
+// undone by that second fence.
+func TestPendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	a, err := Open(ctx, f, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(ctx, f, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.set(func(f *fakeServer) { f.evicted += 10; f.fenceErr = errors.New("OOM command not allowed") })
+	a.checkServer(ctx)
+	if err := a.refusal(); !errors.Is(err, ErrFenced) {
+		t.Fatalf("refusal of the store whose fence failed = %v; want ErrFenced until it is written", err)
+	}
+	f.set(func(f *fakeServer) { f.fenceErr = nil })
+	b.checkServer(ctx)
+	f.mu.Lock()
+	fences, ledger := f.fences, len(f.ledger)
+	f.mu.Unlock()
+	if fences != Shards || ledger != 1 {
+		t.Fatalf("%d fences, %d ledger entries after the other store's check; want %d and 1", fences, ledger, Shards)
+	}
+	// An operator reopens here; then the first store checks again.
+	a.checkServer(ctx)
+	f.mu.Lock()
+	fences, ledger = f.fences, len(f.ledger)
+	f.mu.Unlock()
+	if err := a.refusal(); err != nil || fences != Shards || ledger != 1 {
+		t.Fatalf("after the other store fenced: refusal %v, %d fences, %d ledger entries; want none, %d, 1", err, fences, ledger, Shards)
+	}
+}
+
+// A store with AllowEviction does not consume the evidence of evictions
+// for a store of the same key space without it: the baseline it shares
+// keeps the evicted count it had.
+func TestAllowEvictionDoesNotConsumeAnotherStoresEvidence(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	strict, err := Open(ctx, f, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lax, err := Open(ctx, f, Options{Logger: quietLogger(), AllowEviction: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.set(func(f *fakeServer) { f.evicted += 5 })
+	lax.checkServer(ctx)
+	if f.fences != 0 {
+		t.Fatalf("%d fences after the AllowEviction store's check; want none (its accepted risk)", f.fences)
+	}
+	// A new strict store (an app restart) compares with the shared
+	// baseline, as does the running one.
+	restarted, err := New(f, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted.checkServer(ctx)
+	strict.checkServer(ctx)
+	if f.fences != Shards || len(f.ledger) != 1 {
+		t.Fatalf("%d fences, %d ledger entries; want the evictions fenced once", f.fences, len(f.ledger))
 	}
 }

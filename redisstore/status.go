@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -85,35 +84,17 @@ func (s *Store) Status(ctx context.Context) (Status, error) {
 // serverStatus reads one master's ServerStatus.
 func (s *Store) serverStatus(ctx context.Context, m doer) (ServerStatus, error) {
 	var ss ServerStatus
-	info := func(section string) (map[string]string, error) {
-		v, err := m.Do(ctx, "INFO", section).Result()
-		if err != nil {
-			return nil, s.wrapErr(ctx, err)
-		}
-		text, _ := v.(string)
-		out := map[string]string{}
-		for _, line := range strings.Split(text, "\n") {
-			if k, val, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-				out[k] = val
-			}
-		}
-		return out, nil
+	do := func(args ...any) (any, error) { return m.Do(ctx, args...).Result() }
+	v, err := do("INFO", "server")
+	if err != nil {
+		return ss, s.wrapErr(ctx, err)
 	}
-	server, err := info("server")
+	ss.RunID = infoValue(v, "run_id")
+	c, _, err := s.readCounters(ctx, do)
 	if err != nil {
 		return ss, err
 	}
-	ss.RunID = server["run_id"]
-	stats, err := info("stats")
-	if err != nil {
-		return ss, err
-	}
-	ss.EvictedKeys, _ = strconv.ParseInt(stats["evicted_keys"], 10, 64)
-	cmds, err := info("commandstats")
-	if err != nil {
-		return ss, err
-	}
-	ss.Flushall, ss.Flushdb, ss.Swapdb = calls(cmds["cmdstat_flushall"]), calls(cmds["cmdstat_flushdb"]), calls(cmds["cmdstat_swapdb"])
+	ss.EvictedKeys, ss.Flushall, ss.Flushdb, ss.Swapdb = c.evicted, c.flushall, c.flushdb, c.swapdb
 	if v, err := m.Do(ctx, "ROLE").Result(); err == nil {
 		ss.Role, _, _ = parseRole(v)
 	} else if !isRefused(err) {
@@ -133,17 +114,6 @@ func (s *Store) serverStatus(ctx context.Context, m doer) (ServerStatus, error) 
 		*c.dst, _ = configValue(v, c.name)
 	}
 	return ss, nil
-}
-
-// calls reads the calls= field of an INFO commandstats value.
-func calls(v string) int64 {
-	for _, f := range strings.Split(v, ",") {
-		if n, ok := strings.CutPrefix(f, "calls="); ok {
-			c, _ := strconv.ParseInt(n, 10, 64)
-			return c
-		}
-	}
-	return 0
 }
 
 // maxAcceptLen bounds Reopen's acceptedBy and reason.

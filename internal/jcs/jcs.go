@@ -87,6 +87,11 @@ func Sum(args any) (Fingerprint, error) {
 	return fingerprintMarshalled(args)
 }
 
+// SumText is [Sum] of JSON text held in a []byte, without boxing the
+// slice into Sum's any parameter (an allocation on every call): the
+// entry point of ctoken.ArgsFingerprint for []byte and json.RawMessage.
+func SumText(text []byte) (Fingerprint, error) { return fingerprintText(text, false) }
+
 // fingerprintMarshalled is Sum's plain path for a Go value:
 // json.Marshal, then the canonical form of the text, refusing the escape
 // \ufffd that stands for invalid UTF-8 in a Go string.
