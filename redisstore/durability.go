@@ -368,14 +368,14 @@ func (s *Store) pipelineOn(ctx context.Context, sc *script, key string, cmd []an
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
 	}
+	if r.probeErr != nil && Reason(r.probeErr) == whyEvictionOn {
+		s.holdForCheck(r.probeErr)
+	}
 	if r.probeErr != nil && r.err == nil {
 		// Eviction may be on (or the policy could not be read): whatever
 		// the script answered is refused, and the checks run at once.
 		s.checkSoon()
 		return nil, r.probeErr
-	}
-	if r.probeErr != nil && Reason(r.probeErr) == whyEvictionOn {
-		s.checkSoon() // the script failed (OOM?) under an evicting policy
 	}
 	if r.err != nil {
 		if s.dur.cluster != nil {
@@ -476,4 +476,14 @@ func (s *Store) wrapErr(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %w (%w)", ErrUnavailable, ctxErr, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// holdForCheck has every call refuse with err, an evicting policy the
+// probe read, until a check has judged the server: the check acts on the
+// evictions (settle) before it replaces the refusal, so a policy switched
+// back to noeviction meanwhile does not let a claim be answered first
+// before evicted_keys is judged.
+func (s *Store) holdForCheck(err error) {
+	s.srv.cond.CompareAndSwap(nil, &err)
+	s.checkSoon()
 }

@@ -594,9 +594,9 @@ func TestPolicyProbeRefusesAClaimAnsweredWhileEvictionIsOn(t *testing.T) {
 		gets   int                   // CONFIG GET maxmemory-policy answered in all
 	}{
 		{"noeviction throughout", "noeviction", false, Options{}, nil, "", nil, 2, 3},
-		{"volatile-lru at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "volatile-lru" }, whyEvictionOn, ErrConfig, 3, 6},
-		{"allkeys-lru at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "allkeys-lru" }, whyEvictionOn, ErrConfig, 3, 6},
-		{"volatile-ttl at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "volatile-ttl" }, whyEvictionOn, ErrConfig, 3, 6},
+		{"volatile-lru at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "volatile-lru" }, whyEvictionOn, ErrConfig, 2, 4},
+		{"allkeys-lru at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "allkeys-lru" }, whyEvictionOn, ErrConfig, 2, 4},
+		{"volatile-ttl at run time", "noeviction", false, Options{}, func(p *policyServer) { p.policy = "volatile-ttl" }, whyEvictionOn, ErrConfig, 2, 4},
 		{"CONFIG GET refused at run time", "noeviction", false, Options{}, func(p *policyServer) { p.refused = true }, whyPolicyUnread, nil, 3, 6},
 		{"AllowEviction", "allkeys-lru", false, Options{AllowEviction: true}, func(p *policyServer) { p.policy = "volatile-lru" }, "", nil, 0, 1},
 		{"CONFIG GET refused", "noeviction", true, Options{}, func(p *policyServer) { p.policy = "volatile-lru" }, "", nil, 0, 1},

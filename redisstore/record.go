@@ -484,10 +484,10 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 	pipe.Exec(ctx) // errors are read per command
 	// The script's error first: NOSCRIPT sends the pipeline again.
 	probeErr := probed(pc)
+	if Reason(probeErr) == whyEvictionOn {
+		s.holdForCheck(probeErr)
+	}
 	if err := sent[at].Err(); err != nil {
-		if Reason(probeErr) == whyEvictionOn {
-			s.checkSoon()
-		}
 		return nil, nil, err
 	}
 	if probeErr != nil {
