@@ -368,13 +368,13 @@ func (s *Store) pipelineOn(ctx context.Context, sc *script, key string, cmd []an
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
 	}
-	if r.probeErr != nil && Reason(r.probeErr) == whyEvictionOn {
-		s.holdForCheck(r.probeErr)
-	}
 	if r.probeErr != nil && r.err == nil {
 		// Eviction may be on (or the policy could not be read): whatever
-		// the script answered is refused, and the checks run at once.
-		s.checkSoon()
+		// the script answered is refused, and the checks run at once (not
+		// for a transport error of the probe, as in exchange).
+		if Reason(r.probeErr) != "" {
+			s.checkSoon()
+		}
 		return nil, r.probeErr
 	}
 	if r.err != nil {
@@ -405,6 +405,11 @@ func (s *Store) pipelineOnce(ctx context.Context, c *redis.Client, sc *script, c
 	r := s.pipelined(ctx, c, sc, cmd, false)
 	if r.err != nil && isNoScript(r.err) {
 		r = s.pipelined(ctx, c, sc, cmd, true)
+	}
+	if Reason(r.probeErr) == whyEvictionOn {
+		// Here, not in pipelineOn: an answer that comes after the
+		// caller's deadline still holds every call for the check.
+		s.holdForCheck(r.probeErr)
 	}
 	return r
 }

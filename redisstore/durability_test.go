@@ -665,24 +665,43 @@ func TestPolicyProbeRefusesAClaimAnsweredWhileEvictionIsOn(t *testing.T) {
 func TestPolicyProbeRefusesEveryGuardedStep(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	until := func() time.Time { return time.Now().Add(time.Minute) }
+	leased := func(t *testing.T, s *Store, fingerprint []byte) string {
+		t.Helper()
+		r, err := s.AcquireRecord(ctx, "held", time.Minute, fingerprint)
+		if err != nil || r.State != replay.LeaseAcquired {
+			t.Fatalf("AcquireRecord before the policy change = %+v, %v", r, err)
+		}
+		return r.Token
+	}
 	tests := []struct {
 		name string
-		step func(s *Store) error
+		// step runs after the policy change; before (when set) before it,
+		// and gives step its lease token.
+		before func(t *testing.T, s *Store) string
+		step   func(s *Store, token string) error
 	}{
-		{"Claim", func(s *Store) error {
-			first, err := s.Claim(ctx, "claim", time.Now().Add(time.Minute))
+		{"Claim", nil, func(s *Store, _ string) error {
+			first, err := s.Claim(ctx, "claim", until())
 			if first && err == nil {
 				return errors.New("reported first")
 			}
 			return err
 		}},
-		{"AcquireLease", func(s *Store) error {
+		{"AcquireLease", nil, func(s *Store, _ string) error {
 			_, err := s.AcquireLease(ctx, "lease", time.Minute)
 			return err
 		}},
-		{"AcquireRecord", func(s *Store) error {
+		{"AcquireRecord", nil, func(s *Store, _ string) error {
 			_, err := s.AcquireRecord(ctx, "record", time.Minute, []byte("fingerprint"))
 			return err
+		}},
+		{"ConfirmLease", func(t *testing.T, s *Store) string { return leased(t, s, nil) }, func(s *Store, token string) error {
+			return s.ConfirmLease(ctx, "held", token, until())
+		}},
+		{"ConfirmRecord", func(t *testing.T, s *Store) string { return leased(t, s, []byte("fp")) }, func(s *Store, token string) error {
+			// The probe follows the script, which follows the staging SET.
+			return s.ConfirmRecord(ctx, "held", token, until(), []byte("fp"), []byte("result"))
 		}},
 	}
 	for _, tt := range tests {
@@ -694,10 +713,14 @@ func TestPolicyProbeRefusesEveryGuardedStep(t *testing.T) {
 			if !s.dur.probing() {
 				t.Fatal("the policy probe is off on a server that answers CONFIG GET")
 			}
+			var token string
+			if tt.before != nil {
+				token = tt.before(t, s)
+			}
 			if err := c.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := tt.step(s); !errors.Is(err, ErrUnavailable) || Reason(err) != whyEvictionOn {
+			if err := tt.step(s, token); !errors.Is(err, ErrUnavailable) || Reason(err) != whyEvictionOn {
 				t.Fatalf("%s while the policy evicts = %v (reason %q); want ErrUnavailable, %q", tt.name, err, Reason(err), whyEvictionOn)
 			}
 		})

@@ -461,6 +461,14 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 		}
 		return replies, nil, nil
 	}
+	// The probe and the waits are keyless: they go only on one server's
+	// connection (the pinned master, or the client's one server), never
+	// through a Cluster client that would send them to a node of its
+	// choosing (a recheck may turn them on after sendRecordOnce chose p).
+	_, one := p.(*redis.Client)
+	if !one && s.dur.on() {
+		return nil, nil, fmt.Errorf("%w: a Durability wait needs the connection that wrote", ErrUnavailable)
+	}
 	pipe := p.Pipeline()
 	sent := make([]*redis.Cmd, len(cmds))
 	var pc *redis.Cmd
@@ -469,16 +477,16 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 			cmd = asEval(*sc, cmd)
 		}
 		sent[i] = pipe.Do(ctx, cmd...)
-		if i == at && s.dur.probing() {
+		if i == at && one && s.dur.probing() {
 			pc = pipe.Do(ctx, probeCmd...) // right after the script: see policyProbe
 		}
 	}
 	var w, wa *redis.Cmd
-	if s.dur.wait != nil {
+	if one && s.dur.wait != nil {
 		w = pipe.Do(ctx, s.dur.wait...)
 	}
 	waitAOF, localAOF := s.dur.aofWait()
-	if waitAOF != nil {
+	if one && waitAOF != nil {
 		wa = pipe.Do(ctx, waitAOF...)
 	}
 	pipe.Exec(ctx) // errors are read per command

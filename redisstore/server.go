@@ -495,15 +495,24 @@ func (s *Store) commit(ctx context.Context, obs []observation) {
 	s.srv.mu.Unlock()
 	for _, o := range write {
 		kept := o.next
+		var err error
 		if s.opts.AllowEviction {
 			// Evictions are this store's accepted risk, not another's:
-			// the shared baseline keeps the count it had, so a store of
-			// the key space without AllowEviction still finds them.
-			if b, _, readable, err := s.loadBaseline(ctx, o.run); err == nil && readable && b.evicted < kept.evicted {
-				kept.evicted = b.evicted
+			// the shared baseline keeps the count it had (none for a
+			// server it did not have), so a store of the key space
+			// without AllowEviction still finds them.
+			var b baseline
+			var readable bool
+			if b, _, readable, err = s.loadBaseline(ctx, o.run); err == nil {
+				kept.evicted = 0
+				if readable {
+					kept.evicted = min(b.evicted, o.next.evicted)
+				}
 			}
 		}
-		_, err := s.call(ctx, "HSET", s.serversKey(), o.run, kept.encode(time.Now()))
+		if err == nil {
+			_, err = s.call(ctx, "HSET", s.serversKey(), o.run, kept.encode(time.Now()))
+		}
 		s.srv.mu.Lock()
 		if err != nil {
 			s.srv.unsaved[o.run] = true
