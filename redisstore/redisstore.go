@@ -58,8 +58,10 @@
 //     connection, by CONFIG GET maxmemory-policy; when it answers anything
 //     but noeviction the call is refused ([ErrUnavailable], with a
 //     [Reason] naming the policy; the script may have written, and its
-//     claim is never reported first) and the store checks the
-//     server at once, which fences the key space. Redis runs a
+//     claim is never reported first), and every call refuses until a
+//     check of the server has run, which fences the key space when keys
+//     were evicted or eviction is possible (TestPolicyProbeRefusalHoldsUntilTheCheckJudgesEvictions).
+//     Redis runs a
 //     connection's commands in order and evicts only under a policy set
 //     before, so no claim answered after an eviction is reported first,
 //     except when the policy was set and switched back to noeviction
