@@ -148,7 +148,7 @@ func (s *Store) checkServer(ctx context.Context) error {
 		return cond
 	}
 	s.noteRisks(found)
-	s.decideLocalAOF(ctx, masters) // durability.go: the implied WAITAOF (issue 46)
+	s.decideLocalAOF(ctx, masters, obs) // durability.go: the implied WAITAOF (issue 46)
 	return nil
 }
 
@@ -426,7 +426,8 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 	if known {
 		was = &old
 	}
-	ob := &observation{master: master, run: run, persist: persist, next: next, policyRead: policyRead}
+	ob := &observation{master: master, run: run, persist: persist, next: next, policyRead: policyRead,
+		aofAlways: read && aof && fsyncAlways}
 	prev := s.previous(master, run)
 	ob.evidence = judge(was, next, countersOK, prev, history, s.opts.AllowEviction)
 	if len(ob.evidence) > 0 && known && persist {
@@ -474,18 +475,11 @@ func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any,
 	// unexpectedly.
 	errUnread := errors.New("unread")
 	get := func(name string) (string, error) {
-		v, err := do("CONFIG", "GET", name)
-		switch {
-		case err != nil && isRefused(err):
-			return "", errUnread
-		case err != nil:
-			return "", s.wrapErr(ctx, err)
+		value, read, err := s.configGet(ctx, do, name)
+		if err == nil && !read {
+			err = errUnread
 		}
-		value, ok := configValue(v, name)
-		if !ok {
-			return "", errUnread
-		}
-		return value, nil
+		return value, err
 	}
 	err = func() error {
 		ao, err := get("appendonly")
@@ -658,6 +652,26 @@ func parseRole(v any) (role string, replicas int, ok bool) {
 		return "", 0, false
 	}
 	return role, len(reps), true
+}
+
+// configGet reads one setting with CONFIG GET through do: read is false
+// when the server refuses the command or answers unexpectedly (managed
+// services, ACLs); err is a transport failure (ErrUnavailable).
+func (s *Store) configGet(ctx context.Context, do func(args ...any) (any, error), name string) (value string, read bool, err error) {
+	v, err := do("CONFIG", "GET", name)
+	switch {
+	case err != nil && isRefused(err):
+		return "", false, nil
+	case err != nil:
+		return "", false, s.wrapErr(ctx, err)
+	}
+	value, read = configValue(v, name)
+	return value, read, nil
+}
+
+// doOn is m's Do as the checks call it.
+func doOn(ctx context.Context, m doer) func(args ...any) (any, error) {
+	return func(args ...any) (any, error) { return m.Do(ctx, args...).Result() }
 }
 
 // configValue reads CONFIG GET's reply (a map in RESP3, a flat list in RESP2).

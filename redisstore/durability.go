@@ -182,15 +182,20 @@ func newDurability(client Client, d Durability, timeout time.Duration) (durabili
 // follows the server behind the client: on Redis 7.0 the wait stays off
 // and AOF switched off at run time is found only by the next recheck
 // (within Options.RecheckInterval). A master that cannot answer leaves
-// the setting as it was.
-func (s *Store) decideLocalAOF(ctx context.Context, masters []doer) {
+// the setting as it was. obs are the check's observations of masters, in
+// order: their persistence settings are not read again.
+func (s *Store) decideLocalAOF(ctx context.Context, masters []doer, obs []observation) {
 	im := s.dur.implied
-	if im == nil || len(masters) == 0 {
+	if im == nil || len(masters) == 0 || len(obs) != len(masters) {
 		return
 	}
 	on := true
-	for _, m := range masters {
-		ok, known := localAOFWaits(ctx, m)
+	for i, m := range masters {
+		if !obs[i].aofAlways {
+			on = false
+			break
+		}
+		ok, known := waitsForAOF(ctx, m)
 		if !known {
 			return
 		}
@@ -252,23 +257,9 @@ func probed(pc *redis.Cmd) error {
 	return nil
 }
 
-// localAOFWaits reports whether m runs AOF with appendfsync always and
+// waitsForAOF reports whether m, which runs AOF with appendfsync always,
 // accepts WAITAOF 1 0; known is false when m could not answer.
-func localAOFWaits(ctx context.Context, m doer) (ok, known bool) {
-	for _, want := range [...][2]string{{"appendonly", "yes"}, {"appendfsync", "always"}} {
-		name := want[0]
-		v, err := m.Do(ctx, "CONFIG", "GET", name).Result()
-		switch {
-		case err != nil && isServerError(err):
-			return false, true
-		case err != nil:
-			return false, false
-		}
-		value, found := configValue(v, name)
-		if !found || value != want[1] {
-			return false, true
-		}
-	}
+func waitsForAOF(ctx context.Context, m doer) (ok, known bool) {
 	_, err := m.Do(ctx, "WAITAOF", "1", "0", "1").Result()
 	switch {
 	case err == nil:

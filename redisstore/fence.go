@@ -242,18 +242,11 @@ func (s *Store) ReprovisionNeverUsed(ctx context.Context) (opened int, err error
 // provisioned.
 func (s *Store) persistent(ctx context.Context, m doer) error {
 	get := func(name string) (string, error) {
-		v, err := m.Do(ctx, "CONFIG", "GET", name).Result()
-		if err != nil {
-			if isRefused(err) {
-				return "", refuse(ErrConfig, whyServed, fmt.Errorf("cannot read %s: a restart without persistence cannot be ruled out", name))
-			}
-			return "", s.wrapErr(ctx, err)
+		value, read, err := s.configGet(ctx, doOn(ctx, m), name)
+		if err == nil && !read {
+			err = refuse(ErrConfig, whyServed, fmt.Errorf("cannot read %s: a restart without persistence cannot be ruled out", name))
 		}
-		value, ok := configValue(v, name)
-		if !ok {
-			return "", refuse(ErrConfig, whyServed, fmt.Errorf("cannot read %s: a restart without persistence cannot be ruled out", name))
-		}
-		return value, nil
+		return value, err
 	}
 	aof, err := get("appendonly")
 	if err != nil || aof == "yes" {
@@ -281,11 +274,7 @@ func (s *Store) restartHint(ctx context.Context) string {
 	}
 	m := masters[0]
 	for name, want := range map[string]string{"appendonly": "no", "save": ""} {
-		v, err := m.Do(ctx, "CONFIG", "GET", name).Result()
-		if err != nil {
-			return ""
-		}
-		if value, ok := configValue(v, name); !ok || strings.TrimSpace(value) != want {
+		if value, read, err := s.configGet(ctx, doOn(ctx, m), name); err != nil || !read || strings.TrimSpace(value) != want {
 			return ""
 		}
 	}
@@ -556,7 +545,7 @@ return 1`
 // keys evicted, or a FLUSHALL, FLUSHDB or SWAPDB, since it started (or
 // since CONFIG RESETSTAT).
 func (s *Store) lossEvidence(ctx context.Context, m doer, why string) error {
-	c, ok, err := s.readCounters(ctx, func(args ...any) (any, error) { return m.Do(ctx, args...).Result() })
+	c, ok, err := s.readCounters(ctx, doOn(ctx, m))
 	switch {
 	case err != nil:
 		return err

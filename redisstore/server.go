@@ -169,6 +169,9 @@ type observation struct {
 	// policyRead: the master answered CONFIG GET maxmemory-policy (see
 	// [Store.decidePolicyProbe]).
 	policyRead bool
+	// aofAlways: the check read appendonly yes and appendfsync always
+	// (see [Store.decideLocalAOF]).
+	aofAlways bool
 	// consumed: the evidence this check found was fenced by another Store
 	// (or an operator's ctoken-store), whose baseline in <prefix>servers
 	// covers it.

@@ -84,7 +84,7 @@ func (s *Store) Status(ctx context.Context) (Status, error) {
 // serverStatus reads one master's ServerStatus.
 func (s *Store) serverStatus(ctx context.Context, m doer) (ServerStatus, error) {
 	var ss ServerStatus
-	do := func(args ...any) (any, error) { return m.Do(ctx, args...).Result() }
+	do := doOn(ctx, m)
 	v, err := do("INFO", "server")
 	if err != nil {
 		return ss, s.wrapErr(ctx, err)
@@ -104,14 +104,11 @@ func (s *Store) serverStatus(ctx context.Context, m doer) (ServerStatus, error) 
 		name string
 		dst  *string
 	}{{"appendonly", &ss.AppendOnly}, {"appendfsync", &ss.AppendFsync}, {"save", &ss.Save}, {"maxmemory-policy", &ss.MaxmemoryPolicy}, {"maxmemory", &ss.Maxmemory}} {
-		v, err := m.Do(ctx, "CONFIG", "GET", c.name).Result()
+		v, _, err := s.configGet(ctx, do, c.name)
 		if err != nil {
-			if isRefused(err) {
-				continue
-			}
-			return ss, s.wrapErr(ctx, err)
+			return ss, err
 		}
-		*c.dst, _ = configValue(v, c.name)
+		*c.dst = v
 	}
 	return ss, nil
 }
