@@ -1,0 +1,413 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// synchronous levels as PRAGMA synchronous reports them.
+const (
+	syncOff    = 0
+	syncNormal = 1
+	syncFull   = 2
+	syncExtra  = 3
+)
+
+var syncNames = map[int]string{syncOff: "OFF", syncNormal: "NORMAL", syncFull: "FULL", syncExtra: "EXTRA"}
+
+// settings are a connection's settings that decide what a commit
+// survives.
+type settings struct {
+	journal     string // lower case
+	synchronous int
+	busyTimeout int
+	queryOnly   bool
+	path        string // the main database's file; "" for :memory: or temporary
+}
+
+func (c settings) wal() bool { return c.journal == "wal" }
+
+func readSettings(ctx context.Context, conn interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) (settings, error) {
+	var c settings
+	var queryOnly int
+	for _, p := range []struct {
+		pragma string
+		dst    any
+	}{
+		{"journal_mode", &c.journal},
+		{"synchronous", &c.synchronous},
+		{"busy_timeout", &c.busyTimeout},
+		{"query_only", &queryOnly},
+	} {
+		if err := conn.QueryRowContext(ctx, `PRAGMA `+p.pragma).Scan(p.dst); err != nil {
+			return settings{}, unavailable(ctx, fmt.Errorf("PRAGMA %s: %w", p.pragma, err))
+		}
+	}
+	c.journal = strings.ToLower(c.journal)
+	c.queryOnly = queryOnly != 0
+	rows, err := conn.QueryContext(ctx, `PRAGMA database_list`)
+	if err != nil {
+		return settings{}, unavailable(ctx, fmt.Errorf("PRAGMA database_list: %w", err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int
+		var name string
+		var file sql.NullString
+		if err := rows.Scan(&seq, &name, &file); err != nil {
+			return settings{}, unavailable(ctx, fmt.Errorf("PRAGMA database_list: %w", err))
+		}
+		if name == "main" {
+			c.path = file.String
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return settings{}, unavailable(ctx, fmt.Errorf("PRAGMA database_list: %w", err))
+	}
+	return c, nil
+}
+
+// check refuses settings that lose acknowledged claims or cannot work.
+func (c settings) check(allowNormal bool) error {
+	const how = " (set it on every connection, in the DSN: see the package documentation)"
+	switch {
+	case c.path == "":
+		return fmt.Errorf("%w: an in-memory or temporary database forgets every claim when it closes: open a file", ErrConfig)
+	case c.journal == "off" || c.journal == "memory":
+		return fmt.Errorf("%w: journal_mode=%s loses or corrupts commits in a crash: use WAL"+how, ErrConfig, strings.ToUpper(c.journal))
+	case c.synchronous == syncOff:
+		return fmt.Errorf("%w: synchronous=OFF acknowledges commits that a crash of the machine loses: use FULL"+how, ErrConfig)
+	case c.synchronous < syncFull && !c.wal():
+		return fmt.Errorf("%w: synchronous=%s with journal_mode=%s can lose or corrupt commits in a power cut: use FULL"+how, ErrConfig, syncNames[c.synchronous], strings.ToUpper(c.journal))
+	case c.synchronous < syncFull && !allowNormal:
+		return fmt.Errorf("%w: synchronous=NORMAL in WAL mode acknowledges commits before they are on the disk, so a power cut forgets the last claims: use FULL"+how+", or accept the risk with Options.AllowNormalSync", ErrConfig)
+	case c.busyTimeout <= 0:
+		return fmt.Errorf("%w: busy_timeout=0 fails every call that meets another connection's write at once: set it, e.g. 5000 ms"+how, ErrConfig)
+	case c.queryOnly:
+		return fmt.Errorf("%w: the connection is query_only", ErrConfig)
+	}
+	return nil
+}
+
+// guard keeps the evidence that the database still holds what the store
+// acknowledged: the marker row's incarnation and sequence, the file's
+// identity, and a refusal set when any of them fails.
+type guard struct {
+	incarnation string
+	seq         atomic.Int64 // the highest sequence seen
+	info        os.FileInfo  // the database file as New found it
+	refusal     atomic.Pointer[error]
+	sticky      atomic.Bool // the refusal is a loss: only a new Store after Rearm lifts it
+
+	mu        sync.Mutex // persist
+	persisted int64
+	logged    string
+}
+
+func (g *guard) refused() error {
+	if p := g.refusal.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// refuse makes every call return err; a loss (ErrForgotten) is never
+// lifted by a later check.
+func (g *guard) refuse(err error) {
+	if errors.Is(err, ErrForgotten) {
+		g.sticky.Store(true)
+	} else if g.sticky.Load() {
+		return
+	}
+	g.refusal.Store(&err)
+}
+
+func (g *guard) clear() {
+	if !g.sticky.Load() {
+		g.refusal.Store(nil)
+	}
+}
+
+// sidecar is what the store records beside the database file (its path
+// plus "-ctoken"): which database it is, and the highest sequence any
+// store saw in it. A database at the path that is another one, or older,
+// has forgotten claims.
+type sidecar struct {
+	Incarnation string `json:"incarnation"`
+	Seq         int64  `json:"seq"`
+}
+
+func sidecarPath(db string) string { return db + "-ctoken" }
+
+func readSidecar(db string) (sidecar, bool, error) {
+	b, err := os.ReadFile(sidecarPath(db))
+	if errors.Is(err, os.ErrNotExist) {
+		return sidecar{}, false, nil
+	}
+	if err != nil {
+		return sidecar{}, false, fmt.Errorf("%w: reading %s: %w", ErrUnavailable, sidecarPath(db), err)
+	}
+	var c sidecar
+	if err := json.Unmarshal(b, &c); err != nil || c.Incarnation == "" || c.Seq < 0 {
+		return sidecar{}, false, fmt.Errorf("%w: %s is not a sidecar of this store (remove it only if the database beside it is known to be complete)", ErrForgotten, sidecarPath(db))
+	}
+	return c, true, nil
+}
+
+// writeSidecar records c unless the file already holds a higher sequence
+// of the same incarnation (another process's store saw more). The write
+// is atomic (a renamed temporary file) and synced.
+func writeSidecar(db string, c sidecar, force bool) error {
+	if !force {
+		if old, ok, err := readSidecar(db); err == nil && ok && old.Incarnation == c.Incarnation && old.Seq >= c.Seq {
+			return nil
+		}
+	}
+	b, _ := json.Marshal(c)
+	dir := filepath.Dir(db)
+	f, err := os.CreateTemp(dir, filepath.Base(db)+"-ctoken.*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err = f.Write(append(b, '\n')); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, sidecarPath(db)); err != nil {
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// marker reads the marker row: the incarnation, the fence's end, the
+// sequence.
+func (s *Store) marker(q querier) (inc string, fence, seq int64, err error) {
+	err = q.queryRow(`SELECT token, until, seq FROM `+s.table+` WHERE key = `+markerKey+` AND state = 'm'`).Scan(&inc, &fence, &seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, 0, fmt.Errorf("%w: the table's marker row is missing (the table was emptied)", ErrForgotten)
+	}
+	if err != nil && isNoTable(err) {
+		return "", 0, 0, errNoTable
+	}
+	return inc, fence, seq, err
+}
+
+var errNoTable = errors.New("no such table")
+
+func isNoTable(err error) bool { return strings.Contains(err.Error(), "no such table") }
+
+// open is New's check of the database: the table and its marker, the
+// sidecar, one write.
+func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
+	q := connQuerier{ctx, conn}
+	side, haveSide, err := readSidecar(s.path)
+	if err != nil {
+		return err
+	}
+	inc, _, seq, err := s.marker(q)
+	switch {
+	case errors.Is(err, errNoTable) && haveSide:
+		return fmt.Errorf("%w: the table %s is missing from %s, which a store used before (the file was deleted or replaced): run Rearm once you have decided", ErrForgotten, unquote(s.table), s.path)
+	case errors.Is(err, errNoTable):
+		return fmt.Errorf("%w: the table %s does not exist: run Migrate", ErrConfig, unquote(s.table))
+	case err != nil:
+		return unavailable(ctx, err)
+	}
+	if haveSide && side.Incarnation != inc {
+		return fmt.Errorf("%w: %s is not the database the store used at this path before (deleted and made again, or replaced): run Rearm once you have decided", ErrForgotten, s.path)
+	}
+	if haveSide && seq < side.Seq {
+		return fmt.Errorf("%w: %s is older than the database the store last saw at this path (sequence %d, last seen %d: a restored backup or copy): run Rearm once you have decided", ErrForgotten, s.path, seq, side.Seq)
+	}
+	g.incarnation = inc
+	g.seq.Store(seq)
+	if g.info, err = os.Stat(s.path); err != nil {
+		return unavailable(ctx, err)
+	}
+	// One write, so a read-only file or a full disk fails here.
+	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+		return unavailable(ctx, err)
+	}
+	seq, err = g.step(q, s, s.now().UnixNano())
+	if err == nil {
+		_, err = q.exec(`COMMIT`)
+	}
+	if err == nil {
+		g.saw(seq)
+	}
+	if err != nil {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+		if errors.Is(err, ErrForgotten) {
+			return err
+		}
+		return unavailable(ctx, fmt.Errorf("a first write: %w", err))
+	}
+	g.refusal.Store(nil)
+	g.persist(s)
+	return nil
+}
+
+// step is the first statement of every write transaction: it advances
+// the marker's sequence and checks, in the same transaction, that the
+// marker is there, of the store's incarnation, not fenced, and not behind
+// what the store saw. It returns the new sequence, for [guard.saw] once
+// the transaction committed.
+func (g *guard) step(q querier, s *Store, now int64) (int64, error) {
+	var seq, fence int64
+	err := q.queryRow(`UPDATE `+s.table+` SET seq = seq + 1 WHERE key = `+markerKey+` AND state = 'm' AND token = ? RETURNING seq, until`,
+		g.incarnation).Scan(&seq, &fence)
+	if errors.Is(err, sql.ErrNoRows) {
+		err := fmt.Errorf("%w: the table's marker row is missing or was re-armed (the table was emptied, or the file replaced)", ErrForgotten)
+		g.refuse(err)
+		return 0, err
+	}
+	if err != nil {
+		return 0, err
+	}
+	if fence > now {
+		return 0, fenced{time.Unix(0, fence)}
+	}
+	if last := g.seq.Load(); seq <= last {
+		err := fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, last, seq)
+		g.refuse(err)
+		return 0, err
+	}
+	return seq, nil
+}
+
+// saw records a sequence committed by this store.
+func (g *guard) saw(seq int64) {
+	for {
+		last := g.seq.Load()
+		if seq <= last || g.seq.CompareAndSwap(last, seq) {
+			return
+		}
+	}
+}
+
+// fenced refuses calls while a fence set by Rearm lasts.
+type fenced struct{ end time.Time }
+
+func (f fenced) Error() string {
+	return "sqlitestore: replay store unavailable: the table is fenced after a loss until " + f.end.UTC().Format(time.RFC3339)
+}
+func (f fenced) Unwrap() error      { return ErrUnavailable }
+func (f fenced) RetryAt() time.Time { return f.end }
+
+// persist records the highest sequence seen in the sidecar, when it grew.
+func (g *guard) persist(s *Store) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	seq := g.seq.Load()
+	if seq <= g.persisted || g.sticky.Load() || g.incarnation == "" {
+		return
+	}
+	if err := writeSidecar(s.path, sidecar{g.incarnation, seq}, false); err != nil {
+		s.log.Warn("sqlitestore: recording the database's sequence beside it failed; a restored older copy made now would not be found", "path", sidecarPath(s.path), "err", err)
+		return
+	}
+	g.persisted = seq
+}
+
+// checker repeats New's checks every RecheckInterval.
+func (s *Store) checker(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.recheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.check(ctx)
+		}
+	}
+}
+
+// check is one recheck: the settings of a pooled connection, the marker,
+// the file's identity; then the sidecar.
+func (s *Store) check(parent context.Context) {
+	ctx, cancel := s.bound(parent)
+	defer cancel()
+	err := s.checkOnce(ctx)
+	if parent.Err() != nil {
+		return
+	}
+	g := &s.guard
+	switch {
+	case err != nil:
+		g.refuse(err)
+	default:
+		g.clear()
+		g.persist(s)
+	}
+	msg := ""
+	if err := g.refused(); err != nil {
+		msg = err.Error()
+	}
+	if msg != g.logged {
+		if msg != "" {
+			s.log.Warn("sqlitestore: refusing every call", "table", unquote(s.table), "reason", msg)
+		} else {
+			s.log.Info("sqlitestore: the checks hold again; serving", "table", unquote(s.table))
+		}
+		g.logged = msg
+	}
+}
+
+func (s *Store) checkOnce(ctx context.Context) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return unavailable(ctx, err)
+	}
+	defer conn.Close()
+	set, err := readSettings(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if err := set.check(s.allowNormal); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if set.path != s.path {
+		return fmt.Errorf("%w: a connection of the pool opened %s, not %s", ErrUnavailable, set.path, s.path)
+	}
+	info, err := os.Stat(s.path)
+	if err != nil || !os.SameFile(info, s.guard.info) {
+		return fmt.Errorf("%w: the database file at %s was deleted or replaced while the store ran", ErrForgotten, s.path)
+	}
+	inc, _, seq, err := s.marker(connQuerier{ctx, conn})
+	switch {
+	case errors.Is(err, errNoTable):
+		return fmt.Errorf("%w: the table %s was dropped", ErrForgotten, unquote(s.table))
+	case err != nil:
+		return unavailable(ctx, err)
+	case inc != s.guard.incarnation:
+		return fmt.Errorf("%w: the table's marker is of another incarnation (re-armed, or another database): build a new Store", ErrForgotten)
+	case seq < s.guard.seq.Load():
+		return fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, s.guard.seq.Load(), seq)
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+// Package sqlitestore is a [replay.Store] on one SQLite database, for a
+// server that runs on one machine (one process, or a few sharing the
+// file) and must accept each single-use ID — one-time token, single-use
+// request state, webhook delivery, idempotency key — exactly once, across
+// restarts of the process and of the machine. It keeps the contracts of
+// the other stores ([replay.Releaser], [replay.Leaser], [replay.Recorder],
+// [replay.Bounded], [replay.Transactor]) with no server to run.
+//
+// It takes a *sql.DB and imports no driver: pick one (modernc.org/sqlite
+// and github.com/ncruces/go-sqlite3 are pure Go, github.com/mattn/go-sqlite3
+// needs cgo; the tests run on all three). Open a file with these settings
+// on every connection, in the DSN:
+//
+//	journal_mode=WAL     (DELETE, TRUNCATE and PERSIST work too; WAL lets readers run beside the writer)
+//	synchronous=FULL     (a commit is on the disk before it is acknowledged)
+//	busy_timeout=5000    (other processes' writes are waited for, not failed)
+//
+// For modernc.org/sqlite (driver "sqlite"):
+//
+//	db, err := sql.Open("sqlite", "file:replay.db?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)")
+//	if err != nil { ... }
+//	if err := sqlitestore.Migrate(ctx, db, ""); err != nil { ... }
+//	store, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
+//	if err != nil { ... }
+//	defer store.Close()
+//
+// A PRAGMA run with db.Exec after sql.Open reaches one connection of the
+// pool, not the others: set them in the DSN. [New] refuses settings that
+// lose acknowledged claims or cannot work (ErrConfig, naming the fix): an
+// in-memory or temporary database, journal_mode OFF or MEMORY,
+// synchronous OFF, synchronous NORMAL outside WAL, synchronous NORMAL in
+// WAL without [Options.AllowNormalSync] (safe across a crash of the
+// process, not a power cut), busy_timeout 0, a query_only connection, and
+// db.SetMaxOpenConns(1). Every write re-reads synchronous on its
+// connection, and the checker re-reads all of them every second.
+//
+// # Writes
+//
+// Every claim and lease step reads its row and writes it in a transaction
+// of the store's writer, so it is atomic per ID. Calls that arrive while
+// a transaction commits wait for the next one, which carries all of them
+// (group commit): a durable commit costs one fsync whatever it carries.
+// A claim, a confirmation and a release are answered only after their
+// commit; a batch of lease acquisitions alone commits in WAL mode without
+// waiting for the disk (a lease forgotten by a power cut ends early, and
+// the work it guarded was not recorded as done either). Several processes
+// on one file share SQLite's write lock (busy_timeout); an error
+// (SQLITE_BUSY past the timeout included) is ErrUnavailable, never "first".
+//
+// The clock is the machine's: every until is compared with time.Now() of
+// the process that writes, so processes sharing the file must run on one
+// machine (SQLite over a network file system is unsafe anyway).
+//
+// # Table
+//
+//	key    BLOB PRIMARY KEY   prefix length (2 bytes, big-endian) | prefix | id
+//	state  TEXT               'm' marker, 'c' claimed, 'l' leased, 'w' in a Work, 'd' done
+//	token  TEXT               lease token (16 random bytes, hex); the marker: the incarnation
+//	until  INTEGER            Unix nanoseconds; int64's end for a time past 2262
+//	fingerprint, result BLOB  the record of AcquireRecord and ConfirmRecord
+//	seq    INTEGER            the marker: how many write transactions the store made
+//
+// [Schema] has the SQL, [Migrate] runs it.
+//
+// # Loss is loud
+//
+// The marker row carries the database's incarnation (random, made by
+// Migrate) and a sequence that every write transaction advances, checked
+// in that same transaction. The store records the incarnation and the
+// highest sequence it saw in a file beside the database (its path plus
+// "-ctoken"), once a second and at Close. So:
+//
+//   - a table emptied or dropped, or its marker deleted, refuses every call
+//     at the next write or check ([ErrForgotten]);
+//   - the database file deleted or replaced while the store runs is found
+//     by the checker (the path's file is not the one New opened);
+//   - a database file deleted while no store runs makes [Migrate] and [New]
+//     refuse (the sidecar names an incarnation; the table is missing);
+//   - a database replaced by an older copy (a restored backup) makes New
+//     refuse (its sequence is below the sidecar's), and a running store
+//     refuse at its next write.
+//
+// A refusal for a loss lasts until an operator runs [Rearm], which fences
+// the table for as long as the lost claims could live, and the store is
+// built again. What is not found: a copy restored that is newer than the
+// sidecar's last write (at most RecheckInterval older than the moment the
+// process stopped, or as new as Close), and the database and its sidecar
+// deleted or restored together. Keep the two together, and restore them
+// together only from the same moment.
+//
+// # Transactional mode
+//
+// [Store.BeginWork] opens the handler's transaction ([replay.Transactor]):
+// the idempotency and webhook middlewares' Transactional mode run the
+// handler in it, the handler writes through [TxFrom], and the work's
+// writes, the done row and its record commit together, once. While a
+// Work is open the store's writer waits for it (SQLite has one writer):
+// keep handlers short.
+package sqlitestore

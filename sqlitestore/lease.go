@@ -1,0 +1,195 @@
+package sqlitestore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// A lease is one row, and every step reads it and writes it in one
+// transaction of the writer (or of a Work):
+//
+//	free      no row, or a row whose until has passed
+//	leased    state 'l', token, until = now + lease when it was taken
+//	working   state 'w': a leased row inside the transaction of a Work
+//	          (never seen by others unless the work's transaction
+//	          escaped: see work.go)
+//	done      state 'd', token, until = the confirmed until
+//	claimed   state 'c' from Claim, which AcquireLease reports as done
+//
+// Every acquire writes fingerprint (NULL for AcquireLease) and clears
+// result, and every confirm writes both (NULL for ConfirmLease), so a row
+// never carries the record of an earlier holder.
+
+// errEscaped reports a row left in state 'w' by a Work whose transaction
+// committed without its Commit: the work's outcome is unknown, so the ID
+// is refused until an operator releases it.
+var errEscaped = errors.New("sqlitestore: the work guarded by this ID committed outside its Work (its transaction escaped); its outcome is unknown: refused until an operator runs Release for the ID")
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// AcquireLease takes id for the given lease if nobody holds it
+// ([replay.Leaser]). The lease is committed before it is answered; in WAL
+// mode without waiting for the disk (see the package documentation).
+func (s *Store) AcquireLease(ctx context.Context, id string, lease time.Duration) (replay.Lease, error) {
+	r, err := s.acquire(ctx, id, lease, nil, false)
+	return r.Lease, err
+}
+
+// AcquireRecord is AcquireLease that keeps fingerprint with the lease
+// ([replay.Recorder]).
+func (s *Store) AcquireRecord(ctx context.Context, id string, lease time.Duration, fingerprint []byte) (replay.Record, error) {
+	if err := replay.CheckFingerprint(fingerprint); err != nil {
+		return replay.Record{}, err
+	}
+	return s.acquire(ctx, id, lease, fingerprint, true)
+}
+
+func (s *Store) acquire(ctx context.Context, id string, lease time.Duration, fp []byte, record bool) (replay.Record, error) {
+	if err := s.ready(); err != nil {
+		return replay.Record{}, err
+	}
+	if err := checkID(id); err != nil {
+		return replay.Record{}, err
+	}
+	if err := s.checkLease(lease); err != nil {
+		return replay.Record{}, err
+	}
+	token := newToken()
+	var out replay.Record
+	err := s.do(ctx, false, func(q querier, now int64) error {
+		r, err := s.acquireStep(q, now, id, token, lease, fp, record)
+		out = r
+		return err
+	})
+	if err != nil {
+		return replay.Record{}, err
+	}
+	return out, nil
+}
+
+func (s *Store) acquireStep(q querier, now int64, id, token string, lease time.Duration, fp []byte, record bool) (replay.Record, error) {
+	key := s.key(id)
+	e, err := s.row(q, key, now)
+	if err != nil {
+		return replay.Record{}, err
+	}
+	if e.found && e.state == "w" && !e.live {
+		return replay.Record{}, errEscaped
+	}
+	if e.live {
+		var r replay.Record
+		switch e.state {
+		case "l", "w":
+			r.State, r.Wait = replay.LeaseBusy, time.Duration(e.until-now)
+			if record {
+				r.Fingerprint = e.fingerprint
+			}
+		default:
+			r.State = replay.LeaseDone
+			if record && e.state == "d" {
+				r.Fingerprint, r.Result = e.fingerprint, e.result
+			}
+		}
+		return r, nil
+	}
+	if fp == nil {
+		fp = []byte{} // non-NULL only for a record: NULL below
+	}
+	var fpArg any
+	if record {
+		fpArg = append([]byte{}, fp...)
+	}
+	if _, err := q.exec(`INSERT OR REPLACE INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'l', ?, ?, ?, NULL)`,
+		key, token, now+int64(lease), fpArg); err != nil {
+		return replay.Record{}, err
+	}
+	return replay.Record{Lease: replay.Lease{State: replay.LeaseAcquired, Token: token}}, nil
+}
+
+// ConfirmLease records id as done until the given time, ending the
+// caller's lease ([replay.Leaser]). It is answered once the done row is on
+// the disk.
+func (s *Store) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
+	return s.confirm(ctx, id, token, until, nil, nil)
+}
+
+// ConfirmRecord is ConfirmLease that stores fingerprint and result with
+// the done row ([replay.Recorder]).
+func (s *Store) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fingerprint, result []byte) error {
+	if err := replay.CheckRecord(fingerprint, result); err != nil {
+		return err
+	}
+	return s.confirm(ctx, id, token, until, fingerprint, result)
+}
+
+func (s *Store) confirm(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if token == "" {
+		return fmt.Errorf("%w: empty lease token", replay.ErrLeaseLost)
+	}
+	u := nanos(until)
+	return s.do(ctx, true, func(q querier, now int64) error {
+		return s.confirmStep(q, now, id, token, u, fp, result, "l")
+	})
+}
+
+// confirmStep turns token's lease (state from: 'l', or 'w' inside a
+// Work) into a done row. A done row of the same token is a resend: nil,
+// keeping what the first confirmation wrote.
+func (s *Store) confirmStep(q querier, now int64, id, token string, until int64, fp, result []byte, from string) error {
+	if err := s.checkUntil(now, until); err != nil {
+		return err
+	}
+	key := s.key(id)
+	e, err := s.row(q, key, now)
+	if err != nil {
+		return err
+	}
+	switch {
+	case e.found && e.token == token && e.state == "d" && e.live:
+		return nil // a resend after a lost reply
+	case e.found && e.token == token && e.state == from:
+		// The caller's lease, live or ended with nobody taking the ID.
+	case !e.found:
+		// Ended and swept: recorded afresh.
+	default:
+		return fmt.Errorf("%w: id is held by another holder, done or claimed", replay.ErrLeaseLost)
+	}
+	var fpArg, resArg any
+	if result != nil {
+		fpArg, resArg = append([]byte{}, fp...), append([]byte{}, result...)
+	}
+	_, err = q.exec(`INSERT OR REPLACE INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'd', ?, ?, ?, ?)`,
+		key, token, until, fpArg, resArg)
+	return err
+}
+
+// ReleaseLease frees id if the caller's lease on it is still live
+// ([replay.Leaser]); otherwise it changes nothing and returns nil.
+func (s *Store) ReleaseLease(ctx context.Context, id, token string) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	if err := checkID(id); err != nil {
+		return err
+	}
+	return s.do(ctx, false, func(q querier, now int64) error {
+		_, err := q.exec(`DELETE FROM `+s.table+` WHERE key = ? AND state = 'l' AND token = ? AND until > ?`, s.key(id), token, now)
+		return err
+	})
+}

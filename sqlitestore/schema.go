@@ -1,0 +1,210 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// markerKey is the marker row's key: two zero bytes, the length of an
+// empty prefix, which no store has.
+const markerKey = `x'0000'`
+
+// maxIdentBytes bounds a table name, so that its index's name stays short.
+const maxIdentBytes = 48
+
+// Schema returns the SQL that creates the store's table (DefaultTable when
+// table is empty), for teams that run their own migrations:
+//
+//	CREATE TABLE "ctoken_replay" (
+//		key   BLOB PRIMARY KEY,
+//		state TEXT NOT NULL CHECK (state IN ('m', 'c', 'l', 'w', 'd')),
+//		token TEXT NOT NULL,
+//		until INTEGER NOT NULL,
+//		fingerprint BLOB,
+//		result      BLOB,
+//		seq   INTEGER NOT NULL DEFAULT 0
+//	) WITHOUT ROWID;
+//	CREATE INDEX "ctoken_replay_until" ON "ctoken_replay" (until);
+//	INSERT INTO "ctoken_replay" (key, state, token, until)
+//		VALUES (x'0000', 'm', '<incarnation>', 0);
+//
+// A row's key is the prefix's length in two bytes (big-endian), the
+// prefix, then the ID. until is in Unix nanoseconds by the machine's
+// clock. The last statement writes the marker row: its token is the
+// database's incarnation (random, made once), its until the instant from
+// which the table accepts claims (0: always), and its seq counts the
+// store's write transactions. Schema writes the incarnation in the SQL it
+// returns, so run its SQL once per database, in one transaction; [Migrate]
+// does that for you and also records the incarnation beside the file.
+func Schema(table string) (string, error) {
+	stmts, err := schema(table, newToken(), 0)
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(stmts, ";\n") + ";\n", nil
+}
+
+func schema(table, incarnation string, fence int64) ([]string, error) {
+	t, err := quoteTable(table)
+	if err != nil {
+		return nil, err
+	}
+	index := `"` + unquote(t) + `_until"`
+	return []string{
+		`CREATE TABLE ` + t + ` (
+	key   BLOB PRIMARY KEY,
+	state TEXT NOT NULL CHECK (state IN ('m', 'c', 'l', 'w', 'd')),
+	token TEXT NOT NULL,
+	until INTEGER NOT NULL,
+	fingerprint BLOB,
+	result      BLOB,
+	seq   INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID`,
+		`CREATE INDEX ` + index + ` ON ` + t + ` (until)`,
+		fmt.Sprintf(`INSERT INTO %s (key, state, token, until) VALUES (%s, 'm', '%s', %d)`, t, markerKey, incarnation, fence),
+	}, nil
+}
+
+// quoteTable validates a table name and quotes it.
+func quoteTable(table string) (string, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if len(table) > maxIdentBytes {
+		return "", fmt.Errorf("%w: table name of %d bytes, over %d", ErrConfig, len(table), maxIdentBytes)
+	}
+	for i, c := range table {
+		if !(c == '_' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return "", fmt.Errorf("%w: table name %q is not a lower-case identifier ([a-z_][a-z0-9_]*)", ErrConfig, table)
+		}
+	}
+	if strings.HasPrefix(table, "sqlite_") {
+		return "", fmt.Errorf("%w: table name %q is reserved by SQLite", ErrConfig, table)
+	}
+	return `"` + table + `"`, nil
+}
+
+func unquote(t string) string { return strings.Trim(t, `"`) }
+
+// Migrate creates the store's table (DefaultTable when table is empty)
+// with its marker row if it does not exist, in one IMMEDIATE transaction,
+// so processes starting together may all call it, and records the
+// database's incarnation beside the file (its path plus "-ctoken"). It
+// leaves an existing table alone, but refuses with [ErrForgotten]: a table
+// without its marker row (it was emptied), and a missing table in a
+// database beside whose file a store recorded an incarnation (the file
+// was deleted, or replaced by another one). Re-arming after a loss is an
+// operator's decision ([Rearm]), never a side effect of a deployment. A
+// Store never calls Migrate itself.
+func Migrate(ctx context.Context, db *sql.DB, table string) error {
+	return migrate(ctx, db, table, false, 0)
+}
+
+// Rearm makes the table serve again after a loss ([ErrForgotten]): it
+// creates the table if it is missing, or writes a new marker row, with a
+// new incarnation, whose fence refuses every claim until fence from now,
+// and records it beside the file. Choose fence at least as long as the
+// longest claim the lost data could have held (the stores' Horizon, by
+// default 25 hours); zero accepts at once whatever the lost claims were.
+// Stores that were running refuse until they are built again with [New].
+// It keeps every row still in the table.
+func Rearm(ctx context.Context, db *sql.DB, table string, fence time.Duration) error {
+	if fence < 0 {
+		return fmt.Errorf("%w: negative fence", ErrConfig)
+	}
+	return migrate(ctx, db, table, true, fence)
+}
+
+func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence time.Duration) error {
+	if db == nil {
+		return fmt.Errorf("%w: nil *sql.DB", ErrConfig)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	t, err := quoteTable(table)
+	if err != nil {
+		return err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return unavailable(ctx, err)
+	}
+	defer conn.Close()
+	set, err := readSettings(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if set.path == "" {
+		return fmt.Errorf("%w: an in-memory or temporary database forgets every claim when it closes: open a file", ErrConfig)
+	}
+	side, haveSide, err := readSidecar(set.path)
+	if err != nil && !rearm {
+		return err
+	}
+	q := connQuerier{ctx, conn}
+	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+		return unavailable(ctx, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+		}
+	}()
+	s := &Store{table: t}
+	inc, _, seq, err := s.marker(q)
+	missing := errors.Is(err, errNoTable)
+	if err != nil && !missing && !(rearm && errors.Is(err, ErrForgotten)) {
+		if errors.Is(err, ErrForgotten) {
+			return fmt.Errorf("%w: run Rearm once you have decided", err)
+		}
+		return unavailable(ctx, err)
+	}
+	var stmts []string
+	switch {
+	case rearm:
+		inc = newToken()
+		until := time.Now().Add(fence).UnixNano()
+		if missing {
+			stmts, _ = schema(unquote(t), inc, until)
+		} else {
+			stmts = []string{
+				`DELETE FROM ` + t + ` WHERE key = ` + markerKey,
+				fmt.Sprintf(`INSERT INTO %s (key, state, token, until, seq) VALUES (%s, 'm', '%s', %d, %d)`, t, markerKey, inc, until, max(seq, side.Seq)+1),
+			}
+		}
+	case missing && haveSide:
+		return fmt.Errorf("%w: the table %s is missing from %s, which a store used before (the file was deleted or replaced): run Rearm once you have decided", ErrForgotten, unquote(t), set.path)
+	case missing:
+		inc = newToken()
+		stmts, _ = schema(unquote(t), inc, 0)
+	case haveSide && side.Incarnation != inc:
+		return fmt.Errorf("%w: %s is not the database a store used at this path before: run Rearm once you have decided", ErrForgotten, set.path)
+	case haveSide && seq < side.Seq:
+		return fmt.Errorf("%w: %s is older than the database a store last saw at this path (a restored backup or copy): run Rearm once you have decided", ErrForgotten, set.path)
+	}
+	for _, stmt := range stmts {
+		if _, err := q.exec(stmt); err != nil {
+			return unavailable(ctx, err)
+		}
+	}
+	if _, err := q.exec(`COMMIT`); err != nil {
+		return unavailable(ctx, err)
+	}
+	done = true
+	if !haveSide || rearm || side.Incarnation != inc {
+		var seqNow int64
+		if _, _, seqNow, err = s.marker(q); err != nil {
+			return unavailable(ctx, err)
+		}
+		if err := writeSidecar(set.path, sidecar{inc, seqNow}, true); err != nil {
+			return fmt.Errorf("%w: recording the incarnation beside the database: %w", ErrUnavailable, err)
+		}
+	}
+	return nil
+}

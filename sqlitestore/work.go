@@ -1,0 +1,389 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// The transactional mode ([replay.Transactor]). BeginWork takes the
+// store's writer (no group commit runs while a Work is open: SQLite has
+// one writer) and a connection of the pool, begins an IMMEDIATE
+// transaction, advances the marker (as every write transaction does) and
+// turns the holder's lease row into state 'w' inside it. The handler
+// writes through [TxFrom]'s [Tx]. Commit turns the 'w' row into the done
+// row, with its record, and commits once: the handler's writes and the
+// end of the lease are one commit, one fsync.
+//
+// The 'w' row proves, at Commit, that the transaction is still the one
+// BeginWork opened. If a statement of the handler rolled it back (a
+// ROLLBACK in a string of several statements), the row reads 'l' again:
+// Commit rolls back whatever came after and reports [replay.ErrRolledBack]
+// (nothing was kept). If a statement committed it (a COMMIT), another
+// connection sees the 'w' row: Commit rolls back whatever came after and
+// reports an error that is not ErrRolledBack (part of the work was kept),
+// and the ID, left in state 'w', is refused until an operator releases it:
+// its outcome is unknown, so it is never run again by itself.
+
+// txKey is the context key of a transaction.
+type txKey struct{}
+
+// stepper runs a claim's or a lease step's statements in a caller's
+// transaction.
+type stepper interface {
+	step(ctx context.Context, s *Store, fn func(q querier, now int64) error) error
+	store() *Store
+}
+
+// txOf is the transaction ctx carries for s, or nil. A Work of another
+// Store is not s's, even on the same file: the context reaches every
+// Store a handler uses.
+func (s *Store) txOf(ctx context.Context) stepper {
+	t, _ := ctx.Value(txKey{}).(stepper)
+	if t == nil {
+		return nil
+	}
+	if w, ok := t.(*Tx); ok && w.w.s != s {
+		return nil
+	}
+	return t
+}
+
+// ErrNoTx reports a context that carries no transaction of a Work:
+// [TxFrom] was called outside a [replay.Work]'s context (a handler wired
+// without the transactional mode). It is returned rather than a
+// connection of the pool, so the work is never written outside the
+// transaction it must commit with.
+var ErrNoTx = errors.New("sqlitestore: the context carries no transaction (use the transactional mode)")
+
+// errTxOwned refuses a statement that would end the work's transaction
+// from the handler.
+var errTxOwned = errors.New("sqlitestore: the work's transaction is committed or rolled back by its Work (the middleware), not by the handler: answer a retry status (5xx, 429, 408) to roll it back")
+
+// Tx is the transaction of a [replay.Work], as the handler sees it:
+// statements only. It has no Commit or Rollback (its Work ends it), runs
+// one statement at a time (a goroutine that outlived the handler cannot
+// race the Work's end), and refuses every statement, with an error
+// matching [sql.ErrTxDone] (for QueryRowContext, [sql.ErrConnDone] from
+// Scan), once the Work has ended. Its methods are safe for concurrent use.
+type Tx struct {
+	w *work
+}
+
+// TxFrom returns the transaction of the [replay.Work] ctx carries (from
+// the Work's Context, as the idempotency and webhook middlewares pass it
+// to the handler). Without one it returns an error matching [ErrNoTx],
+// never a connection of its own.
+func TxFrom(ctx context.Context) (*Tx, error) {
+	if ctx != nil {
+		if t, ok := ctx.Value(txKey{}).(*Tx); ok {
+			return t, nil
+		}
+	}
+	return nil, ErrNoTx
+}
+
+// WithTx returns ctx carrying tx, a transaction of the caller's on the
+// store's database, where [Store.Claim] and the lease steps find it: a
+// Claim with this context (a one-time token or request state redeemed
+// through a ctoken issuer on this store) is written in tx, and holds only
+// if tx commits. Each step first checks, in tx, that tx is on the store's
+// database (the marker row of the store's incarnation) and refuses
+// otherwise. Begin tx with BEGIN IMMEDIATE semantics where your driver
+// offers it (a deferred transaction that read first may fail to write
+// with SQLITE_BUSY: reported as ErrUnavailable).
+func WithTx(ctx context.Context, tx *sql.Tx) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithValue(ctx, txKey{}, callerTx{tx})
+}
+
+// callerTx is a transaction placed with WithTx.
+type callerTx struct{ tx *sql.Tx }
+
+func (c callerTx) store() *Store { return nil }
+
+func (c callerTx) step(ctx context.Context, s *Store, fn func(q querier, now int64) error) error {
+	if c.tx == nil {
+		return fmt.Errorf("%w: WithTx with a nil *sql.Tx", ErrConfig)
+	}
+	q := connQuerier{ctx, c.tx}
+	now := s.now().UnixNano()
+	inc, fence, _, err := s.marker(q)
+	switch {
+	case errors.Is(err, errNoTable):
+		return fmt.Errorf("%w: the transaction of WithTx is not on the store's database (no table %s)", ErrConfig, unquote(s.table))
+	case err != nil:
+		return unavailable(ctx, err)
+	case inc != s.guard.incarnation:
+		return fmt.Errorf("%w: the transaction of WithTx is not on the store's database (another incarnation)", ErrConfig)
+	case fence > now:
+		return fenced{time.Unix(0, fence)}
+	}
+	if err := fn(q, now); err != nil && !decided(err) {
+		return unavailable(ctx, err)
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// work is a Work of the store.
+type work struct {
+	s         *Store
+	id, token string
+	conn      *sql.Conn
+	seq       int64 // the marker's sequence this transaction wrote
+
+	mu     sync.Mutex
+	ended  bool
+	result error
+}
+
+func (t *Tx) store() *Store { return t.w.s }
+
+func (t *Tx) step(ctx context.Context, s *Store, fn func(q querier, now int64) error) error {
+	w := t.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return fmt.Errorf("%w: %w", ErrUnavailable, sql.ErrTxDone)
+	}
+	if err := fn(connQuerier{ctx, w.conn}, s.now().UnixNano()); err != nil && !decided(err) {
+		return unavailable(ctx, err)
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// ExecContext runs a statement in the work's transaction.
+func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	w := t.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return nil, sql.ErrTxDone
+	}
+	return w.conn.ExecContext(ctx, query, args...)
+}
+
+// QueryContext runs a query in the work's transaction. Close the Rows
+// before the handler returns.
+func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	w := t.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return nil, sql.ErrTxDone
+	}
+	return w.conn.QueryContext(ctx, query, args...)
+}
+
+// QueryRowContext runs a query expected to return at most one row in the
+// work's transaction.
+func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	w := t.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// After the end the connection is closed: the Row's Scan reports
+	// sql.ErrConnDone.
+	return w.conn.QueryRowContext(ctx, query, args...)
+}
+
+// BeginWork opens the transaction for the holder of token's lease on id
+// ([replay.Transactor]). It holds the store's writer until the Work ends:
+// other calls of the store wait for it (keep the handler short), and
+// other processes wait up to their busy_timeout. An error means no
+// transaction is open; the lease is left as it was: [replay.ErrLeaseLost]
+// when id is no longer token's lease.
+func (s *Store) BeginWork(ctx context.Context, id, token string) (replay.Work, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	bctx, cancel := s.bound(ctx)
+	defer cancel()
+	select {
+	case s.writeMu <- struct{}{}:
+	case <-bctx.Done():
+		return nil, unavailable(bctx, errors.New("waiting for the store's writer"))
+	}
+	w, err := s.beginWork(bctx, id, token)
+	if err != nil {
+		<-s.writeMu
+		return nil, err
+	}
+	return w, nil
+}
+
+func (s *Store) beginWork(ctx context.Context, id, token string) (*work, error) {
+	if err := s.guard.refused(); err != nil {
+		return nil, err
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, unavailable(ctx, err)
+	}
+	var level int
+	if err := conn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&level); err != nil {
+		conn.Close()
+		return nil, unavailable(ctx, err)
+	}
+	if level < syncFull && !s.allowNormal {
+		conn.Close()
+		err := fmt.Errorf("%w: %w: a connection of the pool runs synchronous=%s: set FULL in the DSN, for every connection", ErrUnavailable, ErrConfig, syncNames[level])
+		return nil, err
+	}
+	q := connQuerier{ctx, conn}
+	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+		conn.Close()
+		return nil, unavailable(ctx, err)
+	}
+	w := &work{s: s, id: id, token: token, conn: conn}
+	fail := func(err error) (*work, error) {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+		conn.Close()
+		return nil, err
+	}
+	if w.seq, err = s.guard.step(q, s, s.now().UnixNano()); err != nil {
+		if errors.Is(err, ErrForgotten) || errors.As(err, new(fenced)) {
+			return fail(err)
+		}
+		return fail(unavailable(ctx, err))
+	}
+	res, err := q.exec(`UPDATE `+s.table+` SET state = 'w' WHERE key = ? AND state = 'l' AND token = ?`, s.key(id), token)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil {
+		return fail(unavailable(ctx, err))
+	}
+	if n != 1 {
+		return fail(fmt.Errorf("%w: id is not the holder's lease", replay.ErrLeaseLost))
+	}
+	return w, nil
+}
+
+// Context returns ctx carrying the work's [Tx], for [TxFrom] and the
+// store's Claim.
+func (w *work) Context(ctx context.Context) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithValue(ctx, txKey{}, &Tx{w})
+}
+
+// Commit ends the lease in the work's transaction and commits once
+// ([replay.Work]).
+func (w *work) Commit(ctx context.Context, until time.Time, fingerprint, result []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return w.result
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := w.s.bound(ctx)
+	defer cancel()
+	w.result = w.commit(ctx, until, fingerprint, result)
+	return w.result
+}
+
+func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) error {
+	s := w.s
+	if result != nil || fp != nil {
+		if err := replay.CheckRecord(fp, result); err != nil {
+			return w.end(ctx, fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
+		}
+	}
+	q := connQuerier{ctx, w.conn}
+	now := s.now().UnixNano()
+	e, err := s.row(q, s.key(w.id), now)
+	if err != nil {
+		return w.end(ctx, unavailable(ctx, err))
+	}
+	if e.state != "w" || e.token != w.token {
+		// The handler's statements rolled the transaction back (and
+		// perhaps began another): nothing of the work before it is kept,
+		// and what came after is rolled back now.
+		return w.end(ctx, fmt.Errorf("%w: a statement of the handler ended the work's transaction (ROLLBACK); nothing was kept", replay.ErrRolledBack))
+	}
+	// A statement of the handler that committed the transaction left the
+	// 'w' row committed: another connection sees it.
+	var committed string
+	err = s.db.QueryRowContext(ctx, `SELECT state FROM `+s.table+` WHERE key = ? AND token = ?`, s.key(w.id), w.token).Scan(&committed)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return w.end(ctx, unavailable(ctx, err))
+	}
+	if committed == "w" {
+		return w.end(ctx, fmt.Errorf("%w: a statement of the handler committed the work's transaction (COMMIT): part of the work was kept; %w", ErrUnavailable, errEscaped))
+	}
+	if err := s.confirmStep(q, now, w.id, w.token, nanos(until), fp, result, "w"); err != nil {
+		if decided(err) {
+			return w.end(ctx, fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
+		}
+		return w.end(ctx, unavailable(ctx, err))
+	}
+	if _, err := q.exec(`COMMIT`); err != nil {
+		w.drop(false)
+		return unavailable(ctx, fmt.Errorf("commit: %w", err))
+	}
+	s.guard.saw(w.seq)
+	w.drop(true)
+	return nil
+}
+
+// end rolls the transaction back and returns err.
+func (w *work) end(ctx context.Context, err error) error {
+	_, rerr := w.conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+	if rerr != nil && errors.Is(err, replay.ErrRolledBack) {
+		err = unavailable(ctx, fmt.Errorf("rollback: %w", rerr))
+	}
+	w.drop(rerr == nil)
+	return err
+}
+
+// drop ends the Work: the connection goes back to the pool (or, when its
+// transaction is in doubt, is discarded) and the store's writer is free.
+func (w *work) drop(clean bool) {
+	w.ended = true
+	if clean {
+		w.conn.Close()
+	} else {
+		discard(w.conn)
+	}
+	<-w.s.writeMu
+}
+
+// Rollback discards the work's writes; the lease is left as it is
+// ([replay.Work]).
+func (w *work) Rollback(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	_, err := w.conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+	w.drop(err == nil)
+	if err != nil {
+		return unavailable(ctx, err)
+	}
+	return nil
+}

@@ -1,0 +1,300 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// The group commit. SQLite has one writer per database, and a durable
+// commit costs one fsync of the journal whatever it carries, so the store
+// does not give every call a transaction of its own: calls queue for the
+// store's writer goroutine, which takes every call waiting (up to
+// maxBatch) into one IMMEDIATE transaction on its own connection, runs
+// their steps one after the other (each step reads its row and writes it,
+// alone in the transaction, so each is atomic per ID), commits once, and
+// only then answers each call. While one batch commits, the next one
+// gathers, so 64 concurrent callers share a handful of fsyncs instead of
+// queueing for 64.
+//
+// A step refused for a reason of its own (an expired until, a lost lease)
+// wrote nothing and is answered with its error; the others commit. A step
+// that failed in SQLite aborts the whole batch: every call in it gets
+// ErrUnavailable, and nothing of the batch is kept.
+//
+// A batch holding only lease acquisitions and releases commits without
+// waiting for the disk in WAL mode (synchronous=NORMAL for that commit):
+// a lease lost in a power cut ends early, which is safe, since the work it
+// guarded was not recorded as done either (a later durable commit writes
+// the WAL up to and including it). Every claim and confirmation commits
+// with FULL.
+
+// op is one call waiting for the writer.
+type op struct {
+	ctx     context.Context
+	durable bool
+	fn      func(q querier, now int64) error
+	err     error
+	done    chan struct{}
+}
+
+// querier runs a step's statements on the writer's connection or in a
+// caller's transaction.
+type querier interface {
+	exec(query string, args ...any) (sql.Result, error)
+	queryRow(query string, args ...any) *sql.Row
+}
+
+type connQuerier struct {
+	ctx  context.Context
+	conn interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}
+}
+
+func (q connQuerier) exec(query string, args ...any) (sql.Result, error) {
+	return q.conn.ExecContext(q.ctx, query, args...)
+}
+
+func (q connQuerier) queryRow(query string, args ...any) *sql.Row {
+	return q.conn.QueryRowContext(q.ctx, query, args...)
+}
+
+// do runs fn as one step: in the transaction ctx carries for this store,
+// or else in the writer's next group commit. durable says whether the
+// step must be on the disk before it is answered.
+func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int64) error) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if tx := s.txOf(ctx); tx != nil {
+		return tx.step(ctx, s, fn)
+	}
+	o := &op{ctx: ctx, durable: durable, fn: fn, done: make(chan struct{})}
+	select {
+	case s.ops <- o:
+	case <-ctx.Done():
+		return unavailable(ctx, errors.New("the writer's queue is full"))
+	case <-s.done:
+		return fmt.Errorf("%w: store closed", ErrUnavailable)
+	}
+	select {
+	case <-o.done:
+		return o.err
+	case <-ctx.Done():
+		// The step may still run: its outcome is unknown, as after a lost
+		// reply.
+		return unavailable(ctx, errors.New("no answer from the writer"))
+	}
+}
+
+// writer is the store's one goroutine that writes outside transactions
+// of callers.
+func (s *Store) writer(ctx context.Context) {
+	defer s.wg.Done()
+	for {
+		var batch []*op
+		select {
+		case <-ctx.Done():
+			s.drainOps()
+			return
+		case o := <-s.ops:
+			batch = append(batch, o)
+		}
+	gather:
+		for len(batch) < maxBatch {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break gather
+			}
+		}
+		s.run(ctx, batch)
+	}
+}
+
+// drainOps answers every call still queued when the store closes.
+func (s *Store) drainOps() {
+	for {
+		select {
+		case o := <-s.ops:
+			o.err = fmt.Errorf("%w: store closed", ErrUnavailable)
+			close(o.done)
+		default:
+			return
+		}
+	}
+}
+
+// run commits one batch and answers its calls.
+func (s *Store) run(parent context.Context, batch []*op) {
+	live := batch[:0:0]
+	for _, o := range batch {
+		if o.ctx.Err() != nil {
+			o.err = unavailable(o.ctx, errors.New("deadline passed before the step ran"))
+			close(o.done)
+			continue
+		}
+		live = append(live, o)
+	}
+	if len(live) == 0 {
+		return
+	}
+	err := s.commit(parent, live)
+	for _, o := range live {
+		if err != nil {
+			o.err = err
+		}
+		close(o.done)
+	}
+}
+
+// commit runs the batch in one transaction on a connection of the pool.
+// It returns an error for the whole batch; a step's own refusal is left
+// in its op.
+func (s *Store) commit(parent context.Context, batch []*op) (err error) {
+	ctx, cancel := s.bound(parent)
+	defer cancel()
+	select {
+	case s.writeMu <- struct{}{}:
+	case <-ctx.Done():
+		return unavailable(ctx, errors.New("waiting for the store's writer"))
+	}
+	defer func() { <-s.writeMu }()
+	if err := s.guard.refused(); err != nil {
+		return err
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return unavailable(ctx, err)
+	}
+	clean := false // the connection is as the pool gave it, no transaction open
+	defer func() {
+		if clean {
+			conn.Close()
+		} else {
+			discard(conn)
+		}
+	}()
+	var level int
+	if err := conn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&level); err != nil {
+		return unavailable(ctx, err)
+	}
+	if level < syncFull && !s.allowNormal {
+		clean = true
+		return fmt.Errorf("%w: %w: a connection of the pool runs synchronous=%s: set FULL in the DSN, for every connection", ErrUnavailable, ErrConfig, syncNames[level])
+	}
+	durable := !s.wal
+	for _, o := range batch {
+		durable = durable || o.durable
+	}
+	q := connQuerier{ctx, conn}
+	// In WAL mode a batch of lease steps alone commits without an fsync
+	// (see above), and the connection gets its own setting back after.
+	if !durable && level > syncNormal {
+		if _, err := q.exec(`PRAGMA synchronous = NORMAL`); err != nil {
+			return unavailable(ctx, err)
+		}
+		defer func() {
+			if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = `+syncNames[level]); rerr != nil {
+				clean = false
+			}
+		}()
+	}
+	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+		return unavailable(ctx, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_, rerr := conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+			clean = rerr == nil
+		}
+	}()
+	now := s.now().UnixNano()
+	seq, err := s.guard.step(q, s, now)
+	if err != nil {
+		if errors.Is(err, ErrForgotten) || errors.As(err, new(fenced)) {
+			return err
+		}
+		return unavailable(ctx, err)
+	}
+	for _, o := range batch {
+		if err := o.fn(q, now); err != nil {
+			if !decided(err) {
+				return unavailable(ctx, err)
+			}
+			o.err = err
+		}
+	}
+	committed = true
+	if _, err := q.exec(`COMMIT`); err != nil {
+		// The outcome is unknown to the callers; the connection is
+		// discarded so no transaction is left open on it.
+		return unavailable(ctx, fmt.Errorf("commit: %w", err))
+	}
+	clean = true
+	s.guard.saw(seq)
+	return nil
+}
+
+// discard closes conn and makes the pool drop it rather than reuse it: a
+// connection whose transaction or settings are in doubt never serves
+// another caller.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	conn.Close()
+}
+
+// decided reports a step's refusal that wrote nothing and leaves the rest
+// of the batch to commit.
+func decided(err error) bool {
+	return errors.Is(err, ErrInvalidClaim) || errors.Is(err, replay.ErrLeaseLost) ||
+		errors.Is(err, replay.ErrTooLarge) || errors.Is(err, errEscaped)
+}
+
+// sweeper deletes expired rows every SweepInterval.
+func (s *Store) sweeper(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.sweepInt)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("sqlitestore: sweeping expired rows failed", "table", unquote(s.table), "err", err)
+			}
+		}
+	}
+}
+
+// Sweep deletes up to 1 000 expired rows in one step of the writer and
+// returns how many it deleted. An expired row is already free for every
+// operation; sweeping only reclaims its space. The store's own sweeper
+// calls it every Options.SweepInterval.
+func (s *Store) Sweep(ctx context.Context) (int64, error) {
+	if err := s.ready(); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := s.do(context.WithoutCancel(ctx), false, func(q querier, now int64) error {
+		res, err := q.exec(`DELETE FROM `+s.table+` WHERE key IN (SELECT key FROM `+s.table+
+			` WHERE until <= ? AND state <> 'm' AND state <> 'w' LIMIT 1000)`, now)
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		return err
+	})
+	return n, err
+}
