@@ -1,0 +1,191 @@
+package sqlitestore
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSettingsCheck(t *testing.T) {
+	safe := settings{journal: "wal", synchronous: syncFull, busyTimeout: 5000, path: "/x/replay.db"}
+	tests := []struct {
+		name        string
+		edit        func(*settings)
+		allowNormal bool
+		fix         string // in the error; "" for accepted
+	}{
+		{"wal full", func(*settings) {}, false, ""},
+		{"wal extra", func(c *settings) { c.synchronous = syncExtra }, false, ""},
+		{"delete full", func(c *settings) { c.journal = "delete" }, false, ""},
+		{"truncate full", func(c *settings) { c.journal = "truncate" }, false, ""},
+		{"wal normal allowed", func(c *settings) { c.synchronous = syncNormal }, true, ""},
+		{"memory database", func(c *settings) { c.path = "" }, false, "open a file"},
+		{"journal memory", func(c *settings) { c.journal = "memory" }, false, "use WAL"},
+		{"journal off", func(c *settings) { c.journal = "off" }, false, "use WAL"},
+		{"synchronous off", func(c *settings) { c.synchronous = syncOff }, true, "use FULL"},
+		{"wal normal", func(c *settings) { c.synchronous = syncNormal }, false, "AllowNormalSync"},
+		{"delete normal", func(c *settings) { c.journal, c.synchronous = "delete", syncNormal }, true, "use FULL"},
+		{"busy timeout zero", func(c *settings) { c.busyTimeout = 0 }, false, "busy_timeout"},
+		{"query only", func(c *settings) { c.queryOnly = true }, false, "query_only"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := safe
+			tc.edit(&c)
+			err := c.check(tc.allowNormal)
+			if tc.fix == "" {
+				if err != nil {
+					t.Fatalf("check = %v; want accepted", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.fix) {
+				t.Fatalf("check = %v; want ErrConfig naming %q", err, tc.fix)
+			}
+		})
+	}
+}
+
+func TestQuoteTable(t *testing.T) {
+	for _, ok := range []string{"", "ctoken_replay", "_t", "a1"} {
+		if _, err := quoteTable(ok); err != nil {
+			t.Errorf("quoteTable(%q) = %v; want accepted", ok, err)
+		}
+	}
+	for _, bad := range []string{"1a", "A", "a-b", `a"b`, "a.b", "sqlite_master", strings.Repeat("a", maxIdentBytes+1), "é"} {
+		if _, err := quoteTable(bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("quoteTable(%q) = %v; want ErrConfig", bad, err)
+		}
+	}
+}
+
+func TestNanosHoldsTheEnds(t *testing.T) {
+	for _, tc := range []struct {
+		t    time.Time
+		want int64
+	}{
+		{time.Unix(0, 42), 42},
+		{time.Unix(1<<62, 0), math.MaxInt64},
+		{time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), math.MaxInt64},
+		{time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC), math.MinInt64},
+		{time.Unix(0, math.MaxInt64), math.MaxInt64},
+	} {
+		if got := nanos(tc.t); got != tc.want {
+			t.Errorf("nanos(%v) = %d; want %d", tc.t, got, tc.want)
+		}
+	}
+}
+
+func TestSidecar(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "replay.db")
+	t.Run("missing", func(t *testing.T) {
+		if _, ok, err := readSidecar(db); ok || err != nil {
+			t.Fatalf("readSidecar = %v, %v; want none", ok, err)
+		}
+	})
+	t.Run("written and read back", func(t *testing.T) {
+		if err := writeSidecar(db, sidecar{"inc", 7}, false); err != nil {
+			t.Fatal(err)
+		}
+		c, ok, err := readSidecar(db)
+		if !ok || err != nil || c != (sidecar{"inc", 7}) {
+			t.Fatalf("readSidecar = %+v, %v, %v", c, ok, err)
+		}
+	})
+	t.Run("a lower sequence never replaces a higher one", func(t *testing.T) {
+		if err := writeSidecar(db, sidecar{"inc", 3}, false); err != nil {
+			t.Fatal(err)
+		}
+		if c, _, _ := readSidecar(db); c.Seq != 7 {
+			t.Fatalf("sequence %d after writing 3 over 7; want 7", c.Seq)
+		}
+	})
+	t.Run("force replaces it", func(t *testing.T) {
+		if err := writeSidecar(db, sidecar{"other", 1}, true); err != nil {
+			t.Fatal(err)
+		}
+		if c, _, _ := readSidecar(db); c != (sidecar{"other", 1}) {
+			t.Fatalf("sidecar %+v after a forced write", c)
+		}
+	})
+	t.Run("no temporary file is left", func(t *testing.T) {
+		entries, _ := os.ReadDir(dir)
+		if len(entries) != 1 {
+			t.Fatalf("directory holds %d entries; want the sidecar alone", len(entries))
+		}
+	})
+	for _, junk := range []string{"", "{}", `{"incarnation":"x","seq":-1}`, "not json", `{"incarnation":""}`} {
+		t.Run("refuses "+junk, func(t *testing.T) {
+			if err := os.WriteFile(sidecarPath(db), []byte(junk), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := readSidecar(db); ok || !errors.Is(err, ErrForgotten) {
+				t.Fatalf("readSidecar(%q) = %v, %v; want ErrForgotten", junk, ok, err)
+			}
+		})
+	}
+}
+
+// FuzzReadSidecar: no input panics, and an accepted sidecar has an
+// incarnation and a sequence that is not negative.
+func FuzzReadSidecar(f *testing.F) {
+	f.Add([]byte(`{"incarnation":"0123","seq":5}`))
+	f.Add([]byte(`{"incarnation":"a","seq":9223372036854775807}`))
+	f.Add([]byte(`[]`))
+	db := filepath.Join(f.TempDir(), "replay.db")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if err := os.WriteFile(sidecarPath(db), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, ok, err := readSidecar(db)
+		if ok != (err == nil) {
+			t.Fatalf("ok %v with err %v", ok, err)
+		}
+		if ok && (c.Incarnation == "" || c.Seq < 0) {
+			t.Fatalf("accepted %+v", c)
+		}
+	})
+}
+
+func TestSchemaNamesTheTable(t *testing.T) {
+	sql, err := Schema("my_table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`CREATE TABLE "my_table"`, `CREATE INDEX "my_table_until" ON "my_table"`, `VALUES (x'0000', 'm', '`} {
+		if !strings.Contains(sql, want) {
+			t.Errorf("Schema lacks %q:\n%s", want, sql)
+		}
+	}
+	if _, err := Schema("Bad"); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Schema(Bad) = %v; want ErrConfig", err)
+	}
+}
+
+func TestZeroStoreRefuses(t *testing.T) {
+	var s Store
+	if _, err := s.Claim(t.Context(), "a", time.Now().Add(time.Minute)); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Claim on a zero Store = %v; want ErrConfig", err)
+	}
+	if _, err := s.AcquireLease(t.Context(), "a", time.Minute); !errors.Is(err, ErrConfig) {
+		t.Fatalf("AcquireLease on a zero Store = %v; want ErrConfig", err)
+	}
+	if _, err := s.BeginWork(t.Context(), "a", "t"); !errors.Is(err, ErrConfig) {
+		t.Fatalf("BeginWork on a zero Store = %v; want ErrConfig", err)
+	}
+	s.Close() // no panic
+}
+
+func TestNewRefusesNilDB(t *testing.T) {
+	if _, err := New(t.Context(), nil, Options{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("New(nil) = %v; want ErrConfig", err)
+	}
+	if err := Migrate(t.Context(), nil, ""); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Migrate(nil) = %v; want ErrConfig", err)
+	}
+}
