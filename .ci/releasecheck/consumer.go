@@ -25,6 +25,7 @@ import (
 	"github.com/ctoken/ctoken/protopage/grpcpage"
 	"github.com/ctoken/ctoken/pgstore"
 	"github.com/ctoken/ctoken/redisstore"
+	"github.com/ctoken/ctoken/sqlitestore"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric/noop"
 )
@@ -88,7 +89,10 @@ func run() (string, error) {
 	if sql, err := pgstore.Schema(""); err != nil || sql == "" {
 		return "", fmt.Errorf("pgstore.Schema: %v", err)
 	}
-	return "cursor, request state, mcp, mcpgo, otel, protopage, redisstore and pgstore ok", nil
+	if sql, err := sqlitestore.Schema(""); err != nil || sql == "" {
+		return "", fmt.Errorf("sqlitestore.Schema: %v", err)
+	}
+	return "cursor, request state, mcp, mcpgo, otel, protopage, redisstore, pgstore and sqlitestore ok", nil
 }
 
 func main() {
@@ -110,7 +114,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg != "cursor, request state, mcp, mcpgo, otel, protopage, redisstore and pgstore ok" {
+	if msg != "cursor, request state, mcp, mcpgo, otel, protopage, redisstore, pgstore and sqlitestore ok" {
 		t.Fatalf("run() = %q", msg)
 	}
 }

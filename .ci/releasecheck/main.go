@@ -65,7 +65,7 @@ var verbose = os.Getenv("RELEASE_CHECK_VERBOSE") != ""
 
 // consumerImports are the modules the consumer program imports.
 var consumerImports = []string{rootPath, rootPath + "/mcp", rootPath + "/mcpgo", rootPath + "/otel",
-	rootPath + "/protopage", rootPath + "/protopage/connectpage", rootPath + "/protopage/grpcpage", rootPath + "/redisstore", rootPath + "/pgstore"}
+	rootPath + "/protopage", rootPath + "/protopage/connectpage", rootPath + "/protopage/grpcpage", rootPath + "/redisstore", rootPath + "/pgstore", rootPath + "/sqlitestore"}
 
 func main() {
 	rev := flag.String("rev", "HEAD", "git revision to pack")

@@ -24,8 +24,8 @@ const APIDir = "api"
 // Modules returns the directories (slash-separated, relative to root, "."
 // for root itself) of the published modules under root: every directory
 // holding a go.mod, skipping testdata, vendor, directories whose names
-// start with "." or "_" (so .ci) and any path with an element named bench
-// or examples. The result is sorted.
+// start with "." or "_" (so .ci) and any path with an element named bench,
+// examples or drivertest (a test-only module). The result is sorted.
 func Modules(root string) ([]string, error) {
 	var mods []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -34,7 +34,7 @@ func Modules(root string) ([]string, error) {
 		}
 		if d.IsDir() && p != root {
 			n := d.Name()
-			if n == "testdata" || n == "vendor" || n == "bench" || n == "examples" ||
+			if n == "testdata" || n == "vendor" || n == "bench" || n == "examples" || n == "drivertest" ||
 				strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") {
 				return filepath.SkipDir
 			}
