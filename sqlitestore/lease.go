@@ -102,10 +102,7 @@ func (s *Store) acquireStep(q querier, now int64, id, token string, lease time.D
 		}
 		return r, nil
 	}
-	if fp == nil {
-		fp = []byte{} // non-NULL only for a record: NULL below
-	}
-	var fpArg any
+	var fpArg any // NULL for AcquireLease
 	if record {
 		fpArg = append([]byte{}, fp...)
 	}

@@ -89,6 +89,8 @@ func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int
 	select {
 	case <-o.done:
 		return o.err
+	case <-s.done:
+		return fmt.Errorf("%w: store closed", ErrUnavailable)
 	case <-ctx.Done():
 		// The step may still run: its outcome is unknown, as after a lost
 		// reply.
