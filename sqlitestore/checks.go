@@ -251,7 +251,7 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
 		return unavailable(ctx, err)
 	}
-	seq, err = g.step(q, s, s.now().UnixNano())
+	seq, err = g.step(q, s, s.now().UnixNano(), true)
 	if err == nil {
 		_, err = q.exec(`COMMIT`)
 	}
@@ -270,15 +270,21 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	return nil
 }
 
-// step is the first statement of every write transaction: it advances
-// the marker's sequence and checks, in the same transaction, that the
-// marker is there, of the store's incarnation, not fenced, and not behind
-// what the store saw. It returns the new sequence, for [guard.saw] once
-// the transaction committed.
-func (g *guard) step(q querier, s *Store, now int64) (int64, error) {
+// step is the first statement of every write transaction: it checks, in
+// the same transaction, that the marker is there, of the store's
+// incarnation, not fenced, and not behind what the store saw. A durable
+// transaction (bump) also advances the marker's sequence and returns the
+// new one, for [guard.saw] once the transaction committed; a transaction
+// that commits without waiting for the disk (a batch of lease steps)
+// leaves it, so a power cut that takes such a commit back never looks
+// like an older copy of the file.
+func (g *guard) step(q querier, s *Store, now int64, bump bool) (int64, error) {
 	var seq, fence int64
-	err := q.queryRow(`UPDATE `+s.table+` SET seq = seq + 1 WHERE key = `+markerKey+` AND state = 'm' AND token = ? RETURNING seq, until`,
-		g.incarnation).Scan(&seq, &fence)
+	query := `SELECT seq, until FROM ` + s.table + ` WHERE key = ` + markerKey + ` AND state = 'm' AND token = ?`
+	if bump {
+		query = `UPDATE ` + s.table + ` SET seq = seq + 1 WHERE key = ` + markerKey + ` AND state = 'm' AND token = ? RETURNING seq, until`
+	}
+	err := q.queryRow(query, g.incarnation).Scan(&seq, &fence)
 	if errors.Is(err, sql.ErrNoRows) {
 		err := fmt.Errorf("%w: the table's marker row is missing or was re-armed (the table was emptied, or the file replaced)", ErrForgotten)
 		g.refuse(err)
@@ -290,10 +296,13 @@ func (g *guard) step(q querier, s *Store, now int64) (int64, error) {
 	if fence > now {
 		return 0, fenced{time.Unix(0, fence)}
 	}
-	if last := g.seq.Load(); seq <= last {
+	if last := g.seq.Load(); seq < last || bump && seq == last {
 		err := fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, last, seq)
 		g.refuse(err)
 		return 0, err
+	}
+	if !bump {
+		return 0, nil
 	}
 	return seq, nil
 }

@@ -111,8 +111,10 @@ type Options struct {
 	// nothing, but a power cut or a crash of the machine forgets the last
 	// acknowledged claims, which may then be accepted again. Without it
 	// New refuses synchronous below FULL with ErrConfig. While it is in
-	// force, New logs a Warn naming this option, and every recheck that
-	// finds it again logs once more when it reappears.
+	// force, New logs a Warn naming this option. A power cut that takes
+	// back commits the store recorded beside the file (see the package
+	// documentation) is then found as a loss: New refuses with
+	// ErrForgotten until an operator runs Rearm.
 	AllowNormalSync bool
 
 	// RecheckInterval is how often the store repeats New's checks (the

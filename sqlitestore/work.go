@@ -257,7 +257,7 @@ func (s *Store) beginWork(ctx context.Context, id, token string) (*work, error) 
 		conn.Close()
 		return nil, err
 	}
-	if w.seq, err = s.guard.step(q, s, s.now().UnixNano()); err != nil {
+	if w.seq, err = s.guard.step(q, s, s.now().UnixNano(), true); err != nil {
 		if errors.Is(err, ErrForgotten) || errors.As(err, new(fenced)) {
 			return fail(err)
 		}

@@ -223,7 +223,7 @@ func (s *Store) commit(parent context.Context, batch []*op) (err error) {
 		}
 	}()
 	now := s.now().UnixNano()
-	seq, err := s.guard.step(q, s, now)
+	seq, err := s.guard.step(q, s, now, durable)
 	if err != nil {
 		if errors.Is(err, ErrForgotten) || errors.As(err, new(fenced)) {
 			return err

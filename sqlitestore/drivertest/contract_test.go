@@ -1,0 +1,109 @@
+package drivertest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
+	"github.com/ctoken/ctoken/sqlitestore"
+)
+
+// openMigrated opens a new database file in a temporary directory with
+// the safe settings and runs Migrate on it. It returns the pool and the
+// file's path.
+func openMigrated(t testing.TB, d Driver) (*sql.DB, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "replay.db")
+	db := d.Open(t, path)
+	if err := sqlitestore.Migrate(context.Background(), db, ""); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return db, path
+}
+
+// mustStore builds a Store on db and closes it when the test ends.
+func mustStore(t testing.TB, db *sql.DB, opts sqlitestore.Options) *sqlitestore.Store {
+	t.Helper()
+	s, err := sqlitestore.New(context.Background(), db, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestContracts runs replaytest's lease, record and request-state
+// contracts on a store over a real file, on the test binary's driver.
+func TestContracts(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			store := func(t *testing.T) *sqlitestore.Store {
+				db, _ := openMigrated(t, d)
+				return mustStore(t, db, sqlitestore.Options{})
+			}
+			t.Run("lease", func(t *testing.T) {
+				t.Parallel()
+				replaytest.RunLeaseContract(t, func(t *testing.T) replaytest.Store { return store(t) })
+			})
+			t.Run("record", func(t *testing.T) {
+				t.Parallel()
+				replaytest.RunRecordContract(t, func(t *testing.T) replaytest.RecordStore { return store(t) })
+			})
+			t.Run("request state", func(t *testing.T) {
+				t.Parallel()
+				replaytest.RunRequestStateContract(t, func(t *testing.T) replay.Store { return store(t) })
+			})
+		})
+	}
+}
+
+// forgetHorizon is the horizon of the stores the forget contract runs
+// on: above replaytest.ForgetHorizonMax, since a store that lost its data
+// refuses until an operator re-arms it, and never serves again by itself
+// (the contract's check that service comes back applies to stores that
+// do). The contract then checks for the horizon less two seconds that no
+// ID claimed, confirmed or leased before the loss is accepted again.
+const forgetHorizon = replaytest.ForgetHorizonMax + time.Second
+
+// TestForgetContract runs replaytest's forget contract for each way the
+// table can lose what it held while a store runs on it: the table
+// emptied, dropped, or only its marker row deleted.
+func TestForgetContract(t *testing.T) {
+	ways := []struct {
+		name, sql string
+	}{
+		{"table emptied", `DELETE FROM ctoken_replay`},
+		{"table dropped", `DROP TABLE ctoken_replay`},
+		{"marker row deleted", `DELETE FROM ctoken_replay WHERE key = x'0000'`},
+	}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, w := range ways {
+				t.Run(w.name, func(t *testing.T) {
+					t.Parallel()
+					db, _ := openMigrated(t, d)
+					var s *sqlitestore.Store
+					replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
+						s = mustStore(t, db, sqlitestore.Options{Horizon: forgetHorizon, SweepInterval: -1})
+						return s
+					}, func(t *testing.T) {
+						if _, err := db.ExecContext(context.Background(), w.sql); err != nil {
+							t.Fatalf("%s: %v", w.sql, err)
+						}
+					})
+					// The refusal is the loss's, not a passing error.
+					if _, err := s.Claim(context.Background(), "after-the-contract", time.Now().Add(time.Second)); !errors.Is(err, sqlitestore.ErrForgotten) {
+						t.Fatalf("Claim after the loss = %v; want ErrForgotten", err)
+					}
+				})
+			}
+		})
+	}
+}
