@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,23 +86,30 @@ func TestForgetContract(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
+			// The ways run at once, each for the contract's ~9 s of
+			// mostly waiting, in goroutines rather than as parallel
+			// subtests, so they do not hold -parallel's slots (GOMAXPROCS)
+			// from the rest of the package.
+			var wg sync.WaitGroup
+			defer wg.Wait()
 			for _, w := range ways {
-				t.Run(w.name, func(t *testing.T) {
-					t.Parallel()
-					db, _ := openMigrated(t, d)
-					var s *sqlitestore.Store
-					replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
-						s = mustStore(t, db, sqlitestore.Options{Horizon: forgetHorizon, SweepInterval: -1})
-						return s
-					}, func(t *testing.T) {
-						if _, err := db.ExecContext(context.Background(), w.sql); err != nil {
-							t.Fatalf("%s: %v", w.sql, err)
+				wg.Go(func() {
+					t.Run(w.name, func(t *testing.T) {
+						db, _ := openMigrated(t, d)
+						var s *sqlitestore.Store
+						replaytest.RunForgetContract(t, func(t *testing.T) replaytest.Store {
+							s = mustStore(t, db, sqlitestore.Options{Horizon: forgetHorizon, SweepInterval: -1})
+							return s
+						}, func(t *testing.T) {
+							if _, err := db.ExecContext(context.Background(), w.sql); err != nil {
+								t.Fatalf("%s: %v", w.sql, err)
+							}
+						})
+						// The refusal is the loss's, not a passing error.
+						if _, err := s.Claim(context.Background(), "after-the-contract", time.Now().Add(time.Second)); !errors.Is(err, sqlitestore.ErrForgotten) {
+							t.Fatalf("Claim after the loss = %v; want ErrForgotten", err)
 						}
 					})
-					// The refusal is the loss's, not a passing error.
-					if _, err := s.Claim(context.Background(), "after-the-contract", time.Now().Add(time.Second)); !errors.Is(err, sqlitestore.ErrForgotten) {
-						t.Fatalf("Claim after the loss = %v; want ErrForgotten", err)
-					}
 				})
 			}
 		})

@@ -1,0 +1,480 @@
+package drivertest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/sqlitestore"
+)
+
+// snapshot writes a consistent copy of db's database to dst (VACUUM
+// INTO: one read transaction, whatever the WAL holds).
+func snapshot(t *testing.T, db *sql.DB, dst string) {
+	t.Helper()
+	if _, err := db.ExecContext(context.Background(), `VACUUM INTO '`+strings.ReplaceAll(dst, "'", "''")+`'`); err != nil {
+		t.Fatalf("VACUUM INTO: %v", err)
+	}
+}
+
+// removeDatabase deletes the database file at path with its WAL and
+// shared-memory files, and keeps the sidecar.
+func removeDatabase(t *testing.T, path string) {
+	t.Helper()
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(path + "-ctoken"); err != nil {
+		t.Fatalf("the sidecar is gone: %v", err)
+	}
+}
+
+// restoreCopy puts copy in place of the database at path (its WAL and
+// shared-memory files removed), as an operator restoring a backup does.
+func restoreCopy(t *testing.T, path, copy string) {
+	t.Helper()
+	removeDatabase(t, path)
+	if err := os.Rename(copy, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func claimAll(t *testing.T, s *sqlitestore.Store, ids []string, until time.Time) {
+	t.Helper()
+	for _, id := range ids {
+		if first, err := s.Claim(context.Background(), id, until); !first || err != nil {
+			t.Fatalf("Claim(%s) = %v, %v; want first", id, first, err)
+		}
+	}
+}
+
+func idList(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprint(prefix, i)
+	}
+	return out
+}
+
+// TestOlderCopyRestoredWhileStopped: the database file replaced by an
+// older copy while no store runs makes Migrate and New refuse with
+// ErrForgotten, so no ID claimed after the copy is accepted again. After
+// the operator's Rearm with a fence, claims are refused until the fence
+// has passed (the refusal says when, replay.RetryAt); then the IDs the
+// copy holds are still claimed, and those it lost are accepted: the
+// operator chose that when re-arming.
+func TestOlderCopyRestoredWhileStopped(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			dir := t.TempDir()
+			path, copy := filepath.Join(dir, "replay.db"), filepath.Join(dir, "copy.db")
+			until := time.Now().Add(time.Hour)
+			a, b := idList("a-", 8), idList("b-", 8)
+
+			db := d.Open(t, path)
+			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+				t.Fatal(err)
+			}
+			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			claimAll(t, s, a, until)
+			s.Close()
+			snapshot(t, db, copy)
+			s, err = sqlitestore.New(ctx, db, sqlitestore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			claimAll(t, s, b, until)
+			s.Close()
+			db.Close()
+
+			restoreCopy(t, path, copy)
+			db = d.Open(t, path)
+			if err := sqlitestore.Migrate(ctx, db, ""); !errors.Is(err, sqlitestore.ErrForgotten) {
+				t.Fatalf("Migrate on the older copy = %v; want ErrForgotten", err)
+			}
+			if s, err := sqlitestore.New(ctx, db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrForgotten) {
+				if err == nil {
+					s.Close()
+				}
+				t.Fatalf("New on the older copy = %v; want ErrForgotten", err)
+			}
+
+			const fence = time.Second
+			if err := sqlitestore.Rearm(ctx, db, "", fence); err != nil {
+				t.Fatalf("Rearm: %v", err)
+			}
+			rearmed := time.Now()
+			s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+			if err != nil {
+				// The fence refuses claims, not the store: a server
+				// restarted during it must come up (as pgstore's does).
+				at, ok := replay.RetryAt(err)
+				t.Errorf("New during the fence = %v (RetryAt %v, %v); want a store whose calls refuse until the fence passes", err, at, ok)
+				if !ok {
+					t.FailNow()
+				}
+				time.Sleep(time.Until(at) + 10*time.Millisecond)
+				if s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); err != nil {
+					t.Fatalf("New after the fence = %v", err)
+				}
+			} else {
+				for _, id := range append(append([]string{}, a...), b...) {
+					first, err := s.Claim(ctx, id, until)
+					if first || err == nil {
+						t.Fatalf("Claim(%s) during the fence = %v, %v; want refused", id, first, err)
+					}
+					at, ok := replay.RetryAt(err)
+					if !ok || at.Before(rearmed) || at.After(time.Now().Add(fence)) {
+						t.Fatalf("Claim(%s) during the fence: RetryAt = %v, %v; want the fence's end, about %v after Rearm", id, at, ok, fence)
+					}
+					if l, err := s.AcquireLease(ctx, id, time.Minute); err == nil || l.State == replay.LeaseAcquired {
+						t.Fatalf("AcquireLease(%s) during the fence = %+v, %v; want refused", id, l, err)
+					}
+				}
+				time.Sleep(time.Until(rearmed.Add(fence)) + 10*time.Millisecond)
+			}
+			defer s.Close()
+			for _, id := range a {
+				if first, err := s.Claim(ctx, id, until); first || err != nil {
+					t.Fatalf("Claim(%s), held in the copy, after the fence = %v, %v; want not first", id, first, err)
+				}
+			}
+			claimAll(t, s, b, until) // the operator's decision: Rearm accepts what the copy lost
+		})
+	}
+}
+
+// TestDeletedWhileStopped: the database file deleted (with its WAL and
+// shared memory, the sidecar kept) while no store runs makes Migrate and
+// New refuse with ErrForgotten: a new empty file is not taken for the
+// store's database.
+func TestDeletedWhileStopped(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db, path := openMigrated(t, d)
+			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			claimAll(t, s, idList("a-", 4), time.Now().Add(time.Hour))
+			s.Close()
+			db.Close()
+			removeDatabase(t, path)
+
+			db = d.Open(t, path)
+			if err := sqlitestore.Migrate(ctx, db, ""); !errors.Is(err, sqlitestore.ErrForgotten) {
+				t.Fatalf("Migrate on a new file at the path = %v; want ErrForgotten", err)
+			}
+			if s, err := sqlitestore.New(ctx, db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrForgotten) {
+				if err == nil {
+					s.Close()
+				}
+				t.Fatalf("New on a new file at the path = %v; want ErrForgotten", err)
+			}
+		})
+	}
+}
+
+// everyCallRefuses checks that each method of s refuses with want.
+func everyCallRefuses(t *testing.T, s *sqlitestore.Store, id string, want error) {
+	t.Helper()
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	first, err := s.Claim(ctx, id, until)
+	if first {
+		t.Fatalf("Claim(%s) was first", id)
+	}
+	l, lerr := s.AcquireLease(ctx, id, time.Minute)
+	if l.State == replay.LeaseAcquired {
+		t.Fatalf("AcquireLease(%s) acquired", id)
+	}
+	r, rerr := s.AcquireRecord(ctx, id, time.Minute, []byte("fp"))
+	if r.State == replay.LeaseAcquired {
+		t.Fatalf("AcquireRecord(%s) acquired", id)
+	}
+	w, werr := s.BeginWork(ctx, id, "token")
+	if w != nil {
+		w.Rollback(ctx)
+		t.Fatalf("BeginWork(%s) opened a Work", id)
+	}
+	_, serr := s.Sweep(ctx)
+	for name, err := range map[string]error{
+		"Claim":         err,
+		"Release":       s.Release(ctx, id),
+		"AcquireLease":  lerr,
+		"AcquireRecord": rerr,
+		"ConfirmLease":  s.ConfirmLease(ctx, id, "token", until),
+		"ConfirmRecord": s.ConfirmRecord(ctx, id, "token", until, []byte("fp"), []byte("result")),
+		"ReleaseLease":  s.ReleaseLease(ctx, id, "token"),
+		"BeginWork":     werr,
+		"Sweep":         serr,
+	} {
+		if !errors.Is(err, want) {
+			t.Errorf("%s = %v; want %v", name, err, want)
+		}
+	}
+}
+
+// TestLostWhileRunning: the database file deleted, or replaced by an
+// older copy, while a store runs on it: no ID claimed before is accepted
+// again, and within two RecheckIntervals and a margin every call refuses
+// with ErrForgotten (which also matches ErrUnavailable, as its
+// documentation states). Both with a pool that keeps its connections
+// (they still reach the old file) and one that opens a new connection
+// for every call (which reaches the new file).
+func TestLostWhileRunning(t *testing.T) {
+	ways := []struct {
+		name string
+		lose func(t *testing.T, path, copy string)
+	}{
+		{"file deleted", func(t *testing.T, path, _ string) { removeDatabase(t, path) }},
+		{"file replaced by an older copy", restoreCopy},
+	}
+	pools := []struct {
+		name    string
+		maxIdle int
+	}{{"connections kept", 2}, {"new connection each call", 0}}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, w := range ways {
+				for _, p := range pools {
+					t.Run(w.name+"/"+p.name, func(t *testing.T) {
+						t.Parallel()
+						ctx := context.Background()
+						db, path := openMigrated(t, d)
+						db.SetMaxIdleConns(p.maxIdle)
+						copy := filepath.Join(filepath.Dir(path), "copy.db")
+						s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+						snapshot(t, db, copy)
+						until := time.Now().Add(time.Hour)
+						before := idList("before-", 8)
+						claimAll(t, s, before, until)
+
+						w.lose(t, path, copy)
+						lost := time.Now()
+						deadline := lost.Add(2*sqlitestore.DefaultRecheckInterval + time.Second)
+						var refusedAt time.Time
+						fresh := 0
+						for i := 0; ; i++ {
+							for _, id := range before {
+								first, err := s.Claim(ctx, id, until)
+								if first {
+									t.Fatalf("Claim(%s), claimed before the loss, was first %v after it", id, time.Since(lost))
+								}
+								if errors.Is(err, sqlitestore.ErrForgotten) && refusedAt.IsZero() {
+									refusedAt = time.Now()
+								}
+							}
+							if first, _ := s.Claim(ctx, fmt.Sprint("fresh-", i), until); first {
+								fresh++
+							}
+							if !refusedAt.IsZero() || time.Now().After(deadline) {
+								break
+							}
+							time.Sleep(20 * time.Millisecond)
+						}
+						if refusedAt.IsZero() {
+							t.Fatalf("no call refused with ErrForgotten %v after the loss", time.Since(lost))
+						}
+						t.Logf("ErrForgotten %v after the loss; %d fresh IDs accepted before", refusedAt.Sub(lost).Round(time.Millisecond), fresh)
+						for _, id := range append(before, "fresh-after") {
+							everyCallRefuses(t, s, id, sqlitestore.ErrForgotten)
+						}
+						// ErrForgotten's documentation: "Every call then
+						// refuses (the error also matches ErrUnavailable)".
+						if _, err := s.Claim(ctx, "fresh-after", until); !errors.Is(err, sqlitestore.ErrUnavailable) {
+							t.Errorf("Claim after the loss = %v; want an error that also matches ErrUnavailable", err)
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+// TestReadOnlyFile: a database New cannot write is refused by New (an
+// error, never a store), and a store whose file becomes read-only while
+// it runs refuses every claim with ErrUnavailable, never first.
+func TestReadOnlyFile(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("New refuses", func(t *testing.T) {
+				t.Parallel()
+				tests := []struct {
+					name string
+					open func(t *testing.T, path string) *sql.DB
+				}{
+					{"mode=ro", func(t *testing.T, path string) *sql.DB {
+						db, err := sql.Open(d.SQLName, d.DSN(path, Safe)+"&mode=ro")
+						if err != nil {
+							t.Fatal(err)
+						}
+						t.Cleanup(func() { db.Close() })
+						return db
+					}},
+					{"query_only", func(t *testing.T, path string) *sql.DB { return d.OpenWith(t, path, With("query_only", "1")) }},
+					{"read-only bind mount", func(t *testing.T, path string) *sql.DB {
+						ro := readOnlyMount(t, filepath.Dir(path))
+						return d.Open(t, filepath.Join(ro, filepath.Base(path)))
+					}},
+					{"chmod 0444", func(t *testing.T, path string) *sql.DB {
+						chmodReadOnly(t, path)
+						return d.Open(t, path)
+					}},
+				}
+				for _, tc := range tests {
+					t.Run(tc.name, func(t *testing.T) {
+						ctx := context.Background()
+						safe, path := openMigrated(t, d)
+						safe.Close()
+						db := tc.open(t, path)
+						s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
+						if err == nil {
+							first, cerr := s.Claim(ctx, "a", time.Now().Add(time.Minute))
+							s.Close()
+							t.Fatalf("New on a read-only database returned a store (its Claim: %v, %v); want an error", first, cerr)
+						}
+						t.Logf("New: %v", err)
+					})
+				}
+			})
+			t.Run("store running", func(t *testing.T) {
+				t.Parallel()
+				tests := []struct {
+					name string
+					// open opens the migrated database in dir and returns
+					// the pool and a function that makes it read-only.
+					setup func(t *testing.T, dir string) (*sql.DB, func())
+				}{
+					{"read-only bind mount", func(t *testing.T, dir string) (*sql.DB, func()) {
+						mnt := bindMount(t, dir)
+						db := d.Open(t, filepath.Join(mnt, "replay.db"))
+						return db, func() { remountReadOnly(t, mnt) }
+					}},
+					{"chmod 0444", func(t *testing.T, dir string) (*sql.DB, func()) {
+						if os.Geteuid() == 0 {
+							t.Skip("chmod does not stop root's writes; the read-only bind mount case covers root")
+						}
+						path := filepath.Join(dir, "replay.db")
+						return d.Open(t, path), func() { chmodReadOnly(t, path) }
+					}},
+				}
+				for _, tc := range tests {
+					t.Run(tc.name, func(t *testing.T) {
+						ctx := context.Background()
+						db, makeReadOnly := tc.setup(t, t.TempDir())
+						// Every connection is closed when the store gives it
+						// back, so the file can become read-only (Linux
+						// refuses a read-only remount while a file is open
+						// for writing) and the next connection finds it so.
+						db.SetMaxIdleConns(0)
+						if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+							t.Fatal(err)
+						}
+						s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+						until := time.Now().Add(time.Hour)
+						before := idList("before-", 4)
+						claimAll(t, s, before, until)
+						makeReadOnly()
+						for i := range 20 {
+							for _, id := range append([]string{fmt.Sprint("fresh-", i)}, before...) {
+								first, err := s.Claim(ctx, id, until)
+								if first || !errors.Is(err, sqlitestore.ErrUnavailable) {
+									t.Fatalf("Claim(%s) on a read-only file = %v, %v; want ErrUnavailable", id, first, err)
+								}
+								if i == 0 && id == before[0] {
+									t.Logf("Claim: %v", err)
+								}
+							}
+							if l, err := s.AcquireLease(ctx, fmt.Sprint("lease-", i), time.Minute); l.State == replay.LeaseAcquired || !errors.Is(err, sqlitestore.ErrUnavailable) {
+								t.Fatalf("AcquireLease on a read-only file = %+v, %v; want ErrUnavailable", l, err)
+							}
+						}
+					})
+				}
+			})
+		})
+	}
+}
+
+// chmodReadOnly makes path and its directory read-only (restored when
+// the test ends, so TempDir can remove them). It skips as root, whom
+// permissions do not stop.
+func chmodReadOnly(t *testing.T, path string) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		t.Skip("chmod does not stop root's writes; the read-only bind mount case covers root")
+	}
+	dir := filepath.Dir(path)
+	if err := os.Chmod(path, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.Chmod(dir, 0o755)
+		os.Chmod(path, 0o644)
+	})
+}
+
+// bindMount bind-mounts dir on a new directory and returns it; the mount
+// is removed when the test ends. It skips where mount is not permitted.
+func bindMount(t *testing.T, dir string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a bind mount needs root; the chmod case covers other users")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "--bind", dir, mnt).CombinedOutput(); err != nil {
+		t.Skipf("mount --bind is not permitted here (%v: %s); the read-only case for root needs it", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	return mnt
+}
+
+// remountReadOnly makes the bind mount mnt read-only. Linux refuses
+// (EBUSY) while a file on it is open for writing, so it retries for a
+// few seconds.
+func remountReadOnly(t *testing.T, mnt string) {
+	t.Helper()
+	var out []byte
+	var err error
+	for range 100 {
+		if out, err = exec.Command("mount", "-o", "remount,ro,bind", mnt).CombinedOutput(); err == nil {
+			return
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	t.Skipf("mount -o remount,ro,bind is not permitted here (%v: %s)", err, out)
+}
+
+// readOnlyMount returns a read-only bind mount of dir.
+func readOnlyMount(t *testing.T, dir string) string {
+	mnt := bindMount(t, dir)
+	remountReadOnly(t, mnt)
+	return mnt
+}

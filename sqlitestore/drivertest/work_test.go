@@ -1,0 +1,516 @@
+package drivertest
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/sqlitestore"
+)
+
+// workStore opens a migrated database with an app table (app: id TEXT
+// PRIMARY KEY) beside the store's, and a store on it.
+func workStore(t *testing.T, d Driver, opts sqlitestore.Options) (*sqlitestore.Store, *sql.DB) {
+	t.Helper()
+	db, _ := openMigrated(t, d)
+	if _, err := db.ExecContext(context.Background(), `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	opts.SweepInterval = -1
+	return mustStore(t, db, opts), db
+}
+
+// appRows counts the app table's rows for id, read outside any Work.
+func appRows(t *testing.T, db *sql.DB, id string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM app WHERE id = ?`, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func mustLease(t *testing.T, s *sqlitestore.Store, id string, lease time.Duration) replay.Lease {
+	t.Helper()
+	l, err := s.AcquireLease(context.Background(), id, lease)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireLease(%s) = %+v, %v; want acquired", id, l, err)
+	}
+	return l
+}
+
+func wantLease(t *testing.T, s *sqlitestore.Store, id string, want replay.LeaseState) {
+	t.Helper()
+	l, err := s.AcquireLease(context.Background(), id, time.Minute)
+	if err != nil || l.State != want {
+		t.Fatalf("AcquireLease(%s) = %+v, %v; want state %v", id, l, err, want)
+	}
+}
+
+// begin opens a Work on id's lease and returns it with its Tx.
+func begin(t *testing.T, s *sqlitestore.Store, id, token string) (replay.Work, *sqlitestore.Tx, context.Context) {
+	t.Helper()
+	ctx := context.Background()
+	w, err := s.BeginWork(ctx, id, token)
+	if err != nil {
+		t.Fatalf("BeginWork(%s) = %v", id, err)
+	}
+	t.Cleanup(func() { w.Rollback(ctx) })
+	wctx := w.Context(ctx)
+	tx, err := sqlitestore.TxFrom(wctx)
+	if err != nil {
+		t.Fatalf("TxFrom(the work's context) = %v", err)
+	}
+	return w, tx, wctx
+}
+
+func insertApp(t *testing.T, tx *sqlitestore.Tx, id string) {
+	t.Helper()
+	if _, err := tx.ExecContext(context.Background(), `INSERT INTO app (id) VALUES (?)`, id); err != nil {
+		t.Fatalf("INSERT in the work's transaction: %v", err)
+	}
+}
+
+// TestWork: the transactional mode used directly, as the middlewares use
+// it: the handler's writes through TxFrom and the end of the lease
+// commit together, or not at all.
+func TestWork(t *testing.T) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, d Driver)
+	}{
+		{"commit keeps the app row and the done row", workCommit},
+		{"commit with a record keeps it", workCommitRecord},
+		{"rollback keeps neither and the lease stays busy", workRollback},
+		{"BeginWork after a takeover is ErrLeaseLost", workAfterTakeover},
+		{"lease ending during the work is not taken before its commit", workOutlivesLease},
+		{"claim in the work commits and rolls back with it", workClaim},
+		{"WithTx writes the claim in the caller's transaction", withTx},
+		{"WithTx on another database is ErrConfig", withTxOtherDatabase},
+		{"handler's ROLLBACK is ErrRolledBack and nothing is kept", workEscapedRollback},
+		{"handler's COMMIT is an error and the ID is never run again", workEscapedCommit},
+		{"TxFrom without a work is ErrNoTx", txFromPlainContext},
+		{"Tx refuses every statement after the work ends", txAfterEnd},
+		{"concurrent works and claims", workConcurrent},
+	}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.fn(t, d)
+				})
+			}
+		})
+	}
+}
+
+func workCommit(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{})
+	l := mustLease(t, s, "job", time.Minute)
+	w, tx, _ := begin(t, s, "job", l.Token)
+	insertApp(t, tx, "job")
+	if n := appRows(t, db, "job"); n != 0 {
+		t.Fatalf("the app row is visible outside the work before its commit (%d rows)", n)
+	}
+	if err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
+		t.Fatalf("Commit = %v", err)
+	}
+	if n := appRows(t, db, "job"); n != 1 {
+		t.Fatalf("app rows after Commit = %d; want 1", n)
+	}
+	wantLease(t, s, "job", replay.LeaseDone)
+	if err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
+		t.Fatalf("a second Commit = %v; want the first outcome (nil)", err)
+	}
+	if err := w.Rollback(ctx); err != nil {
+		t.Fatalf("Rollback after Commit = %v; want nil", err)
+	}
+	if n := appRows(t, db, "job"); n != 1 {
+		t.Fatalf("app rows after Rollback of a committed work = %d; want 1", n)
+	}
+}
+
+func workCommitRecord(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{})
+	fp, result := []byte("fingerprint"), []byte("the response")
+	r, err := s.AcquireRecord(ctx, "job", time.Minute, fp)
+	if err != nil || r.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireRecord = %+v, %v", r, err)
+	}
+	w, tx, _ := begin(t, s, "job", r.Token)
+	insertApp(t, tx, "job")
+	if err := w.Commit(ctx, time.Now().Add(time.Hour), fp, result); err != nil {
+		t.Fatalf("Commit = %v", err)
+	}
+	got, err := s.AcquireRecord(ctx, "job", time.Minute, fp)
+	if err != nil || got.State != replay.LeaseDone || !bytes.Equal(got.Fingerprint, fp) || !bytes.Equal(got.Result, result) {
+		t.Fatalf("AcquireRecord after Commit = %+v, %v; want done with the record", got, err)
+	}
+	if n := appRows(t, db, "job"); n != 1 {
+		t.Fatalf("app rows = %d; want 1", n)
+	}
+}
+
+func workRollback(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{})
+	l := mustLease(t, s, "job", time.Minute)
+	w, tx, _ := begin(t, s, "job", l.Token)
+	insertApp(t, tx, "job")
+	if err := w.Rollback(ctx); err != nil {
+		t.Fatalf("Rollback = %v", err)
+	}
+	if n := appRows(t, db, "job"); n != 0 {
+		t.Fatalf("app rows after Rollback = %d; want 0", n)
+	}
+	wantLease(t, s, "job", replay.LeaseBusy)
+	// The holder releases its lease and a retry runs the work.
+	if err := s.ReleaseLease(ctx, "job", l.Token); err != nil {
+		t.Fatal(err)
+	}
+	mustLease(t, s, "job", time.Minute)
+}
+
+func workAfterTakeover(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{})
+	const lease = 50 * time.Millisecond
+	l := mustLease(t, s, "job", lease)
+	time.Sleep(lease + 20*time.Millisecond)
+	other := mustLease(t, s, "job", time.Minute)
+	w, err := s.BeginWork(ctx, "job", l.Token)
+	if w != nil || !errors.Is(err, replay.ErrLeaseLost) {
+		t.Fatalf("BeginWork with the taken-over lease = %v, %v; want ErrLeaseLost and no Work", w, err)
+	}
+	if n := appRows(t, db, "job"); n != 0 {
+		t.Fatalf("app rows = %d; want 0", n)
+	}
+	// The new holder's work runs, and commits alone.
+	w2, tx, _ := begin(t, s, "job", other.Token)
+	insertApp(t, tx, "job")
+	if err := w2.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
+		t.Fatalf("the new holder's Commit = %v", err)
+	}
+	if n := appRows(t, db, "job"); n != 1 {
+		t.Fatalf("app rows = %d; want 1", n)
+	}
+}
+
+// workOutlivesLease: a Work holds the store's writer, so a lease that
+// ends while the work runs is not taken by another holder before the
+// work commits; the other holder then finds the ID done.
+func workOutlivesLease(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{Timeout: 10 * time.Second})
+	const lease = 50 * time.Millisecond
+	l := mustLease(t, s, "job", lease)
+	w, tx, _ := begin(t, s, "job", l.Token)
+	insertApp(t, tx, "job")
+	time.Sleep(lease + 20*time.Millisecond)
+	other := make(chan replay.Lease, 1)
+	errc := make(chan error, 1)
+	go func() {
+		l, err := s.AcquireLease(ctx, "job", time.Minute)
+		other <- l
+		errc <- err
+	}()
+	if err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
+		t.Fatalf("Commit after the lease's time, nobody having taken the ID = %v", err)
+	}
+	if l, err := <-other, <-errc; err != nil || l.State != replay.LeaseDone {
+		t.Fatalf("AcquireLease racing the work = %+v, %v; want done", l, err)
+	}
+	if n := appRows(t, db, "job"); n != 1 {
+		t.Fatalf("app rows = %d; want 1", n)
+	}
+}
+
+func workClaim(t *testing.T, d Driver) {
+	for _, commit := range []bool{false, true} {
+		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
+			ctx := context.Background()
+			s, _ := workStore(t, d, sqlitestore.Options{})
+			until := time.Now().Add(time.Hour)
+			l := mustLease(t, s, "job", time.Minute)
+			w, _, wctx := begin(t, s, "job", l.Token)
+			if first, err := s.Claim(wctx, "token-1", until); !first || err != nil {
+				t.Fatalf("Claim in the work = %v, %v; want first", first, err)
+			}
+			if first, err := s.Claim(wctx, "token-1", until); first || err != nil {
+				t.Fatalf("second Claim in the work = %v, %v; want not first", first, err)
+			}
+			if commit {
+				if err := w.Commit(ctx, until, nil, nil); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := w.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			first, err := s.Claim(ctx, "token-1", until)
+			if err != nil || first == commit {
+				t.Fatalf("Claim after the work ended (committed: %v) = %v, %v; want first only if rolled back", commit, first, err)
+			}
+		})
+	}
+}
+
+func withTx(t *testing.T, d Driver) {
+	for _, commit := range []bool{false, true} {
+		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
+			ctx := context.Background()
+			s, db := workStore(t, d, sqlitestore.Options{})
+			until := time.Now().Add(time.Hour)
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			if _, err := tx.ExecContext(ctx, `INSERT INTO app (id) VALUES ('job')`); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "token-1", until); !first || err != nil {
+				t.Fatalf("Claim in the caller's transaction = %v, %v; want first", first, err)
+			}
+			if commit {
+				err = tx.Commit()
+			} else {
+				err = tx.Rollback()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := s.Claim(ctx, "token-1", until)
+			if err != nil || first == commit {
+				t.Fatalf("Claim after the transaction (committed: %v) = %v, %v; want first only if rolled back", commit, first, err)
+			}
+			if n, want := appRows(t, db, "job"), map[bool]int{false: 0, true: 1}[commit]; n != want {
+				t.Fatalf("app rows = %d; want %d", n, want)
+			}
+		})
+	}
+}
+
+func withTxOtherDatabase(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, _ := workStore(t, d, sqlitestore.Options{})
+	migratedOther, _ := openMigrated(t, d)
+	bare := d.Open(t, filepath.Join(t.TempDir(), "bare.db"))
+	for name, other := range map[string]*sql.DB{"migrated": migratedOther, "without the table": bare} {
+		t.Run(name, func(t *testing.T) {
+			tx, err := other.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "token-1", time.Now().Add(time.Hour))
+			if first || !errors.Is(err, sqlitestore.ErrConfig) {
+				t.Fatalf("Claim with a transaction on another database = %v, %v; want ErrConfig", first, err)
+			}
+		})
+	}
+}
+
+func workEscapedRollback(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{})
+	l := mustLease(t, s, "job", time.Minute)
+	w, tx, _ := begin(t, s, "job", l.Token)
+	insertApp(t, tx, "before")
+	if _, err := tx.ExecContext(ctx, `ROLLBACK; BEGIN`); err != nil {
+		t.Fatalf("ROLLBACK; BEGIN: %v", err)
+	}
+	insertApp(t, tx, "after")
+	err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil)
+	if !errors.Is(err, replay.ErrRolledBack) {
+		t.Fatalf("Commit after the handler's ROLLBACK = %v; want ErrRolledBack", err)
+	}
+	for _, id := range []string{"before", "after"} {
+		if n := appRows(t, db, id); n != 0 {
+			t.Fatalf("app row %q kept (%d)", id, n)
+		}
+	}
+	// Nothing was kept: the lease is as it was, and its holder may
+	// release it.
+	wantLease(t, s, "job", replay.LeaseBusy)
+	if err := s.ReleaseLease(ctx, "job", l.Token); err != nil {
+		t.Fatal(err)
+	}
+	mustLease(t, s, "job", time.Minute)
+}
+
+func workEscapedCommit(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{})
+	const lease = 200 * time.Millisecond
+	l := mustLease(t, s, "job", lease)
+	leaseEnd := time.Now().Add(lease)
+	w, tx, _ := begin(t, s, "job", l.Token)
+	insertApp(t, tx, "before")
+	if _, err := tx.ExecContext(ctx, `COMMIT; BEGIN`); err != nil {
+		t.Fatalf("COMMIT; BEGIN: %v", err)
+	}
+	insertApp(t, tx, "after")
+	err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil)
+	if err == nil || errors.Is(err, replay.ErrRolledBack) {
+		t.Fatalf("Commit after the handler's COMMIT = %v; want an error that is not ErrRolledBack (part of the work was kept)", err)
+	}
+	if n := appRows(t, db, "before"); n != 1 {
+		t.Fatalf("app row committed by the handler: %d rows; want 1", n)
+	}
+	if n := appRows(t, db, "after"); n != 0 {
+		t.Fatalf("app row written after the handler's COMMIT: %d rows; want 0 (rolled back)", n)
+	}
+	// The work's outcome is unknown: the ID is never run again by itself,
+	// not while the lease lasts, and not after.
+	for time.Now().Before(leaseEnd.Add(300 * time.Millisecond)) {
+		if l, err := s.AcquireLease(ctx, "job", time.Minute); err == nil && l.State == replay.LeaseAcquired {
+			t.Fatal("the ID of a work whose transaction escaped was acquired again")
+		}
+		if r, err := s.AcquireRecord(ctx, "job", time.Minute, []byte("fp")); err == nil && r.State == replay.LeaseAcquired {
+			t.Fatal("the ID of a work whose transaction escaped was acquired again (AcquireRecord)")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := s.AcquireLease(ctx, "job", time.Minute); err == nil {
+		t.Fatal("AcquireLease after the lease's time = nil error; want the escaped work's refusal")
+	}
+	if first, err := s.Claim(ctx, "job", time.Now().Add(time.Hour)); first {
+		t.Errorf("Claim of the ID of a work whose transaction escaped = first (%v); want refused or not first", err)
+	}
+	// An operator's Release frees it.
+	if err := s.Release(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	mustLease(t, s, "job", time.Minute)
+}
+
+func txFromPlainContext(t *testing.T, _ Driver) {
+	for name, ctx := range map[string]context.Context{
+		"background": context.Background(),
+		"WithTx":     sqlitestore.WithTx(context.Background(), nil),
+	} {
+		if tx, err := sqlitestore.TxFrom(ctx); tx != nil || !errors.Is(err, sqlitestore.ErrNoTx) {
+			t.Errorf("TxFrom(%s) = %v, %v; want ErrNoTx", name, tx, err)
+		}
+	}
+}
+
+func txAfterEnd(t *testing.T, d Driver) {
+	for _, commit := range []bool{false, true} {
+		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
+			ctx := context.Background()
+			s, db := workStore(t, d, sqlitestore.Options{})
+			l := mustLease(t, s, "job", time.Minute)
+			w, tx, wctx := begin(t, s, "job", l.Token)
+			var err error
+			if commit {
+				err = w.Commit(ctx, time.Now().Add(time.Hour), nil, nil)
+			} else {
+				err = w.Rollback(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO app (id) VALUES ('late')`); !errors.Is(err, sql.ErrTxDone) {
+				t.Errorf("ExecContext after the work ended = %v; want sql.ErrTxDone", err)
+			}
+			rows, err := tx.QueryContext(ctx, `SELECT id FROM app`)
+			if !errors.Is(err, sql.ErrTxDone) {
+				t.Errorf("QueryContext after the work ended = %v; want sql.ErrTxDone", err)
+			}
+			if rows != nil {
+				rows.Close()
+			}
+			var id string
+			if err := tx.QueryRowContext(ctx, `SELECT 'x'`).Scan(&id); !errors.Is(err, sql.ErrConnDone) {
+				t.Errorf("QueryRowContext(...).Scan after the work ended = %v; want sql.ErrConnDone", err)
+			}
+			if first, err := s.Claim(wctx, "token-late", time.Now().Add(time.Hour)); first || !errors.Is(err, sql.ErrTxDone) {
+				t.Errorf("Claim with the ended work's context = %v, %v; want sql.ErrTxDone", first, err)
+			}
+			if n := appRows(t, db, "late"); n != 0 {
+				t.Errorf("app rows written after the end = %d", n)
+			}
+			if first, err := s.Claim(ctx, "token-late", time.Now().Add(time.Hour)); !first || err != nil {
+				t.Errorf("Claim after the refused one = %v, %v; want first (nothing was written)", first, err)
+			}
+		})
+	}
+}
+
+func workConcurrent(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{Timeout: 20 * time.Second})
+	const n = 16
+	until := time.Now().Add(time.Hour)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprint("job-", i)
+			l, err := s.AcquireLease(ctx, id, time.Minute)
+			if err != nil || l.State != replay.LeaseAcquired {
+				errs <- fmt.Errorf("AcquireLease(%s) = %+v, %v", id, l, err)
+				return
+			}
+			w, err := s.BeginWork(ctx, id, l.Token)
+			if err != nil {
+				errs <- fmt.Errorf("BeginWork(%s) = %v", id, err)
+				return
+			}
+			tx, err := sqlitestore.TxFrom(w.Context(ctx))
+			if err == nil {
+				_, err = tx.ExecContext(ctx, `INSERT INTO app (id) VALUES (?)`, id)
+			}
+			if err != nil {
+				w.Rollback(ctx)
+				errs <- fmt.Errorf("the work of %s: %v", id, err)
+				return
+			}
+			if err := w.Commit(ctx, until, nil, nil); err != nil {
+				errs <- fmt.Errorf("Commit(%s) = %v", id, err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprint("claim-", i)
+			if first, err := s.Claim(ctx, id, until); !first || err != nil {
+				errs <- fmt.Errorf("Claim(%s) = %v, %v", id, first, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var total int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM app`).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if total != n {
+		t.Fatalf("app rows = %d; want %d", total, n)
+	}
+	for i := range n {
+		if c := appRows(t, db, fmt.Sprint("job-", i)); c != 1 {
+			t.Fatalf("app rows of job-%d = %d; want 1", i, c)
+		}
+		wantLease(t, s, fmt.Sprint("job-", i), replay.LeaseDone)
+		if first, err := s.Claim(ctx, fmt.Sprint("claim-", i), until); first || err != nil {
+			t.Fatalf("second Claim(claim-%d) = %v, %v; want not first", i, first, err)
+		}
+	}
+}
