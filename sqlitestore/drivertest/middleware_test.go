@@ -1,0 +1,484 @@
+package drivertest
+
+// The idempotency middleware and the webhook middleware on a store over a
+// real file, in their plain mode and in their transactional mode (the
+// handler writes through sqlitestore.TxFrom(r.Context())). The handler
+// charges: it inserts one row in a charges table with no unique key, so a
+// second execution whose writes were kept shows as a second row.
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/idempotency"
+	"github.com/ctoken/ctoken/sqlitestore"
+	"github.com/ctoken/ctoken/webhook"
+)
+
+// chargesSchema is the app's table: one row per kept execution.
+const chargesSchema = `CREATE TABLE IF NOT EXISTS charges (ref TEXT NOT NULL, body TEXT NOT NULL)`
+
+// chargeStore opens a migrated database with the charges table and a
+// store on it.
+func chargeStore(t *testing.T, d Driver) (*sqlitestore.Store, *sql.DB) {
+	t.Helper()
+	db, _ := openMigrated(t, d)
+	if _, err := db.ExecContext(context.Background(), chargesSchema); err != nil {
+		t.Fatal(err)
+	}
+	return mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), db
+}
+
+// charges returns the committed charges' bodies by reference.
+func charges(t testing.TB, db *sql.DB) map[string][]string {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), `SELECT ref, body FROM charges`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var ref, body string
+		if err := rows.Scan(&ref, &body); err != nil {
+			t.Fatal(err)
+		}
+		out[ref] = append(out[ref], body)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// refHeader names the charge a request makes; approvalHeader carries a
+// one-time token the handler redeems before it charges.
+const (
+	refHeader      = "Charge-Ref"
+	approvalHeader = "Approval"
+)
+
+// approvalClaims are the claims of every approval token.
+var approvalClaims = map[string]string{"tenant": "tenant-1"}
+
+// chargeApp is the handler: it redeems the request's approval (if
+// approvals is set), inserts one charge (through the request's
+// transaction when tx, else through the pool), and answers 201 with a
+// body unique to this execution. failNext makes the next execution fail
+// with 500: after its insert when tx (the rollback must undo it), before
+// it otherwise (a plain handler may answer 5xx only when it had no
+// effect).
+type chargeApp struct {
+	db        *sql.DB
+	tx        bool
+	approvals *ctoken.OneTimeIssuer
+	runs      atomic.Int32
+	failNext  atomic.Bool
+	// hold, if set, runs before the insert: the execution waits in it.
+	hold func()
+}
+
+func (a *chargeApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.runs.Add(1)
+	ctx := r.Context()
+	ref := r.Header.Get(refHeader)
+	if a.approvals != nil {
+		if _, err := a.approvals.Redeem(ctx, r.Header.Get(approvalHeader), approvalClaims); errors.Is(err, ctoken.ErrOneTimeRedeemed) {
+			http.Error(w, "approval already used", http.StatusConflict)
+			return
+		} else if err != nil {
+			http.Error(w, "approval: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	fail := a.failNext.CompareAndSwap(true, false)
+	if fail && !a.tx {
+		http.Error(w, "charge failed", http.StatusInternalServerError)
+		return
+	}
+	if a.hold != nil {
+		a.hold()
+	}
+	var id [8]byte
+	rand.Read(id[:])
+	body := fmt.Sprintf(`{"charge":%q,"id":"ch_%x"}`, ref, id)
+	insert := a.db.ExecContext
+	if a.tx {
+		tx, err := sqlitestore.TxFrom(ctx)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		insert = tx.ExecContext
+	}
+	if _, err := insert(ctx, `INSERT INTO charges (ref, body) VALUES (?, ?)`, ref, body); err != nil {
+		http.Error(w, "insert: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if fail {
+		http.Error(w, "charge failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	io.WriteString(w, body)
+}
+
+// answer is one attempt's response.
+type answer struct {
+	status   int
+	body     string
+	replayed bool // Idempotent-Replayed: true
+}
+
+// front is one middleware in front of a chargeApp, served on 127.0.0.1:
+// send makes one attempt of the operation ref (an idempotency key, a
+// webhook delivery ID) with the extra header h. arrived, if set, is
+// called by the server with every request, before the middleware sees it.
+type front struct {
+	name string
+	wrap func(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler, arrived func()) (send func(ref string, h http.Header) answer)
+}
+
+var fronts = []front{
+	{"idempotency", idempotencyFront},
+	{"webhook", webhookFront},
+}
+
+var middlewareKeys = func() *ctoken.Keyring {
+	k, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+// loopback serves h on 127.0.0.1 until t ends, calling arrived (if set)
+// with every request first.
+func loopback(t *testing.T, h http.Handler, arrived func()) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if arrived != nil {
+			arrived()
+		}
+		h.ServeHTTP(w, r)
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func do(t *testing.T, client *http.Client, req *http.Request) answer {
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Errorf("%s %s: %v", req.Method, req.URL, err)
+		return answer{}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Errorf("reading the response: %v", err)
+	}
+	return answer{resp.StatusCode, string(b), resp.Header.Get(idempotency.ReplayedHeader) == "true"}
+}
+
+// idempotencyFront: POST /charges behind the idempotency middleware, with
+// Wait, so concurrent retries wait for the first instead of getting 409.
+func idempotencyFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler, arrived func()) func(string, http.Header) answer {
+	mw, err := idempotency.New(idempotency.Config{
+		Store:         s,
+		Keys:          middlewareKeys,
+		Caller:        func(*http.Request) (string, error) { return "tenant-1", nil },
+		Required:      true,
+		Lease:         20 * time.Second,
+		Wait:          15 * time.Second,
+		Transactional: tx,
+		Logger:        slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /charges", mw.Wrap(h))
+	srv := loopback(t, mux, arrived)
+	return func(ref string, extra http.Header) answer {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{"amount":1999,"currency":"eur"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range extra {
+			req.Header[k] = v
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", ref)
+		req.Header.Set(refHeader, ref)
+		return do(t, srv.Client(), req)
+	}
+}
+
+const webhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// webhookFront: POST /hook behind a Standard Webhooks verifier; ref is
+// the delivery's ID.
+func webhookFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler, arrived func()) func(string, http.Header) answer {
+	v, err := webhook.NewVerifier(webhook.Config{
+		Scheme: webhook.StandardWebhooks(), Secrets: []string{webhookSecret},
+		Replay: s, Namespace: "charges", Lease: 20 * time.Second, Transactional: tx,
+		OnLeaseError: func(_ *http.Request, _ webhook.Delivery, err error) { t.Errorf("OnLeaseError: %v", err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{webhookSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := loopback(t, v.Middleware(h), arrived)
+	return func(ref string, extra http.Header) answer {
+		body := `{"type":"charge.requested","charge":"` + ref + `"}`
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/hook", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range extra {
+			req.Header[k] = v
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(refHeader, ref)
+		if err := signer.Sign(req.Header, ref, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		return do(t, srv.Client(), req)
+	}
+}
+
+var modes = []struct {
+	name string
+	tx   bool
+}{{"plain", false}, {"transactional", true}}
+
+// TestMiddlewaresOnSQLite runs both middlewares on the store, in both
+// modes, on the test binary's driver.
+func TestMiddlewaresOnSQLite(t *testing.T) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, d Driver, f front, tx bool)
+	}{
+		{"concurrent retries of one operation charge once", concurrentRetriesChargeOnce},
+		{"a failed attempt keeps no charge and the retry charges once", failedAttemptKeepsNothing},
+		{"a one-time token redeemed in the handler", oneTimeTokenInHandler},
+	}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, f := range fronts {
+				t.Run(f.name, func(t *testing.T) {
+					t.Parallel()
+					for _, m := range modes {
+						t.Run(m.name, func(t *testing.T) {
+							t.Parallel()
+							for _, tc := range tests {
+								t.Run(tc.name, func(t *testing.T) {
+									t.Parallel()
+									tc.fn(t, d, f, m.tx)
+								})
+							}
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+// concurrentRetriesChargeOnce sends 16 copies of one operation at once,
+// each retried while the middleware answers 503 (a webhook copy of a
+// delivery in progress); the execution waits until every copy has
+// reached the server, so all of them meet it running (inside its
+// transaction, in the transactional mode): one execution, one charge. Every idempotency
+// response is the first one, byte for byte, all but one replayed; every
+// webhook copy but the first is acknowledged as a duplicate (200).
+func concurrentRetriesChargeOnce(t *testing.T, d Driver, f front, tx bool) {
+	const copies = 16
+	s, db := chargeStore(t, d)
+	var arrivals atomic.Int32
+	all := make(chan struct{})
+	arrived := func() {
+		if arrivals.Add(1) == copies {
+			close(all)
+		}
+	}
+	app := &chargeApp{db: db, tx: tx, hold: func() {
+		select {
+		case <-all:
+		case <-time.After(10 * time.Second):
+			t.Errorf("only %d of %d copies reached the server while the first ran", arrivals.Load(), copies)
+		}
+	}}
+	send := f.wrap(t, s, tx, app, arrived)
+	start := make(chan struct{})
+	answers := make([]answer, copies)
+	var wg sync.WaitGroup
+	for i := range copies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				a := send("ref_concurrent", nil)
+				if a.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+					answers[i] = a
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	got := charges(t, db)["ref_concurrent"]
+	if len(got) != 1 || app.runs.Load() != 1 {
+		t.Fatalf("%d charges, %d executions; want exactly 1 of each", len(got), app.runs.Load())
+	}
+	firsts, replays, duplicates := 0, 0, 0
+	for i, a := range answers {
+		switch {
+		case a.status == http.StatusCreated && a.body == got[0] && !a.replayed:
+			firsts++
+		case a.status == http.StatusCreated && a.body == got[0] && a.replayed && f.name == "idempotency":
+			replays++
+		case a.status == http.StatusOK && f.name == "webhook":
+			duplicates++
+		default:
+			t.Errorf("copy %d: %d %q (replayed %v); want 201 with the charge %q", i, a.status, a.body, a.replayed, got[0])
+		}
+	}
+	if firsts != 1 || replays+duplicates != copies-1 {
+		t.Errorf("%d first responses, %d replays, %d duplicates; want 1 and %d", firsts, replays, duplicates, copies-1)
+	}
+}
+
+// failedAttemptKeepsNothing: the first execution answers 500 (after its
+// insert in the transactional mode, which the rollback undoes; before it
+// otherwise). No charge is kept, and the retry executes once more and
+// charges once; a further retry is answered without an execution.
+func failedAttemptKeepsNothing(t *testing.T, d Driver, f front, tx bool) {
+	s, db := chargeStore(t, d)
+	app := &chargeApp{db: db, tx: tx}
+	app.failNext.Store(true)
+	send := f.wrap(t, s, tx, app, nil)
+	if a := send("ref_failed", nil); a.status != http.StatusInternalServerError {
+		t.Fatalf("the failing attempt: %d %q; want 500", a.status, a.body)
+	}
+	if n := len(charges(t, db)["ref_failed"]); n != 0 {
+		t.Fatalf("%d charges kept after the failed attempt; want 0", n)
+	}
+	retry := send("ref_failed", nil)
+	got := charges(t, db)["ref_failed"]
+	if retry.status != http.StatusCreated || retry.replayed || len(got) != 1 || retry.body != got[0] || app.runs.Load() != 2 {
+		t.Fatalf("the retry: %d %q (replayed %v), charges %q, %d executions; want 201 with the one charge, 2 executions",
+			retry.status, retry.body, retry.replayed, got, app.runs.Load())
+	}
+	again := send("ref_failed", nil)
+	want := answer{http.StatusCreated, retry.body, true}
+	if f.name == "webhook" {
+		want = answer{status: http.StatusOK, body: again.body}
+	}
+	if again != want || app.runs.Load() != 2 || len(charges(t, db)["ref_failed"]) != 1 {
+		t.Fatalf("a further retry: %+v, %d executions; want %+v and no execution", again, app.runs.Load(), want)
+	}
+}
+
+// oneTimeTokenInHandler: the handler redeems a one-time token, with the
+// request's context, before it charges, and its first execution fails
+// (500). In the transactional mode the redemption is rolled back with the
+// charge: the retry redeems the same token and charges, and that
+// redemption commits with it, so the token is refused afterwards, to
+// another operation and to a direct Redeem. In the plain mode the failed
+// execution's redemption stays: the retry is refused (409), nothing is
+// charged.
+func oneTimeTokenInHandler(t *testing.T, d Driver, f front, tx bool) {
+	s, db := chargeStore(t, d)
+	issuer, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: middlewareKeys, Purpose: "charge-approval", Replay: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := &chargeApp{db: db, tx: tx, approvals: issuer}
+	app.failNext.Store(true)
+	send := f.wrap(t, s, tx, app, nil)
+	tok, err := issuer.Mint(approvalClaims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	approval := http.Header{approvalHeader: {tok}}
+	if a := send("ref_approved", approval); a.status != http.StatusInternalServerError {
+		t.Fatalf("the failing attempt: %d %q; want 500", a.status, a.body)
+	}
+	retry := send("ref_approved", approval)
+	got := charges(t, db)["ref_approved"]
+	if !tx {
+		if retry.status != http.StatusConflict || len(got) != 0 {
+			t.Fatalf("the retry: %d %q, %d charges; want 409 (the failed execution's redemption stayed) and none", retry.status, retry.body, len(got))
+		}
+		return
+	}
+	if retry.status != http.StatusCreated || len(got) != 1 || retry.body != got[0] {
+		t.Fatalf("the retry: %d %q, charges %q; want 201 with the one charge (the failed execution's redemption rolled back)", retry.status, retry.body, got)
+	}
+	// The same token for another operation: the handler runs, and its
+	// redemption is refused.
+	if a := send("ref_approved_again", approval); a.status != http.StatusConflict {
+		t.Fatalf("the token for another operation: %d %q; want 409 (already used)", a.status, a.body)
+	}
+	if _, err := issuer.Redeem(context.Background(), tok, approvalClaims); !errors.Is(err, ctoken.ErrOneTimeRedeemed) {
+		t.Fatalf("Redeem after the committed execution = %v; want ErrOneTimeRedeemed", err)
+	}
+	if n := len(charges(t, db)); n != 1 || app.runs.Load() != 3 {
+		t.Fatalf("charges for %d refs, %d executions; want 1 and 3", n, app.runs.Load())
+	}
+}
+
+// TestTxFromInPlainModeIsErrNoTx: a handler behind a middleware in the
+// plain mode finds no transaction (ErrNoTx), rather than a connection of
+// its own, so a handler written for the transactional mode does not
+// silently write outside it.
+func TestTxFromInPlainModeIsErrNoTx(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, f := range fronts {
+				t.Run(f.name, func(t *testing.T) {
+					t.Parallel()
+					s, _ := chargeStore(t, d)
+					var got error
+					send := f.wrap(t, s, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						_, got = sqlitestore.TxFrom(r.Context())
+						w.WriteHeader(http.StatusNoContent)
+					}), nil)
+					if a := send("ref_plain", nil); a.status != http.StatusNoContent {
+						t.Fatalf("status %d %q; want 204", a.status, a.body)
+					}
+					if !errors.Is(got, sqlitestore.ErrNoTx) {
+						t.Fatalf("TxFrom in the plain mode = %v; want ErrNoTx", got)
+					}
+				})
+			}
+		})
+	}
+}
