@@ -183,7 +183,7 @@ func loopback(t *testing.T, h http.Handler, arrived func()) *httptest.Server {
 	return srv
 }
 
-func do(t *testing.T, client *http.Client, req *http.Request) answer {
+func attempt(t *testing.T, client *http.Client, req *http.Request) answer {
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Errorf("%s %s: %v", req.Method, req.URL, err)
@@ -227,7 +227,7 @@ func idempotencyFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handle
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", ref)
 		req.Header.Set(refHeader, ref)
-		return do(t, srv.Client(), req)
+		return attempt(t, srv.Client(), req)
 	}
 }
 
@@ -263,11 +263,11 @@ func webhookFront(t *testing.T, s *sqlitestore.Store, tx bool, h http.Handler, a
 		if err := signer.Sign(req.Header, ref, []byte(body)); err != nil {
 			t.Fatal(err)
 		}
-		return do(t, srv.Client(), req)
+		return attempt(t, srv.Client(), req)
 	}
 }
 
-var modes = []struct {
+var middlewareModes = []struct {
 	name string
 	tx   bool
 }{{"plain", false}, {"transactional", true}}
@@ -289,7 +289,7 @@ func TestMiddlewaresOnSQLite(t *testing.T) {
 			for _, f := range fronts {
 				t.Run(f.name, func(t *testing.T) {
 					t.Parallel()
-					for _, m := range modes {
+					for _, m := range middlewareModes {
 						t.Run(m.name, func(t *testing.T) {
 							t.Parallel()
 							for _, tc := range tests {
