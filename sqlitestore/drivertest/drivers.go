@@ -10,7 +10,6 @@ package drivertest
 
 import (
 	"database/sql"
-	"net/url"
 	"strings"
 	"testing"
 )
@@ -36,38 +35,6 @@ type Driver struct {
 // package documentation), as a list so tests read the same whichever it
 // is.
 func Drivers() []Driver { return []Driver{driver} }
-
-// pragmaDSN is the form of modernc.org/sqlite and ncruces/go-sqlite3:
-// file:path?_pragma=name(value)&...
-func pragmaDSN(path string, pragmas []Pragma) string {
-	q := url.Values{}
-	for _, p := range pragmas {
-		q.Add("_pragma", p.Name+"("+p.Value+")")
-	}
-	return "file:" + path + "?" + q.Encode()
-}
-
-// mattnDSN is mattn/go-sqlite3's form: file:path?_name=value&...
-func mattnDSN(path string, pragmas []Pragma) string {
-	q := url.Values{}
-	for _, p := range pragmas {
-		name := p.Name
-		switch name {
-		case "journal_mode":
-			name = "_journal_mode"
-		case "synchronous":
-			name = "_synchronous"
-		case "busy_timeout":
-			name = "_busy_timeout"
-		case "query_only":
-			name = "_query_only"
-		default:
-			name = "_" + name
-		}
-		q.Add(name, p.Value)
-	}
-	return "file:" + path + "?" + q.Encode()
-}
 
 // Open opens path with the safe settings and closes the pool when the
 // test ends.
