@@ -5,16 +5,19 @@
 # pgstore, the contract and fleet tests (lease tokens, one-time tokens,
 # states, webhooks; the fault tests add no cryptography), against the
 # servers its tests start (.ci/pg.sh, which runs before this, installed
-# PostgreSQL if it was missing). Tests that exercise what the mode
-# forbids (short HMAC secrets, caller-chosen GCM nonces) assert the refusal
-# under the mode instead of skipping. Called from .ci/run.
+# PostgreSQL if it was missing); sqlitestore's own tests and, on the
+# default driver (modernc: the mode concerns Go's cryptography, not the
+# driver), its drivertest contracts on a real file. Tests that exercise
+# what the mode forbids (short HMAC secrets, caller-chosen GCM nonces)
+# assert the refusal under the mode instead of skipping. Called from
+# .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # FIPS_MODES: the modes to run, "only on" by default; .ci/run passes "only",
 # the stricter one (every non-approved use fails), to stay within its time.
 for mode in ${FIPS_MODES:-only on}; do
-	echo "--- GODEBUG=fips140=$mode: root, mcp, mcpgo, protopage, redisstore, pgstore (contract and fleet)"
+	echo "--- GODEBUG=fips140=$mode: root, mcp, mcpgo, protopage, redisstore, pgstore (contract and fleet), sqlitestore (its tests, drivertest contracts)"
 	# Every root package: the static scans (constant-time compares, doc
 	# snippets, mutation reports) live in the tools module, .ci/tools.
 	GODEBUG=fips140=$mode go test -count=1 ./...
@@ -25,4 +28,6 @@ for mode in ${FIPS_MODES:-only on}; do
 	done
 	CI=true bash .ci/redis.sh sh -c "cd redisstore && GODEBUG=fips140=$mode go test -count=1 ./..."
 	(cd pgstore && CI=true GODEBUG=fips140=$mode go test -count=1 -run '^(TestLeaseContract|TestFleet)' .)
+	(cd sqlitestore && GODEBUG=fips140=$mode go test -count=1 ./...)
+	(cd sqlitestore/drivertest && GODEBUG=fips140=$mode go test -count=1 -run '^TestContracts$' .)
 done
