@@ -13,9 +13,10 @@
 // # Which packages are published
 //
 // A module is published when its directory holds a go.mod and no element
-// of its path is testdata, vendor, bench or examples, nor starts with "."
-// or "_" (so .ci/releasecheck and .ci/tools are not): the root module, mcp,
-// mcpgo, otel, pgstore, redisstore, protopage and its grpcpage and
+// of its path is testdata, vendor, bench, examples or drivertest (the
+// test-only sqlitestore/drivertest), nor starts with "." or "_" (so
+// .ci/releasecheck and .ci/tools are not): the root module, mcp, mcpgo,
+// otel, pgstore, redisstore, sqlitestore, protopage and its grpcpage and
 // connectpage. In a published module, every package go list ./... reports
 // (which leaves out testdata and directories starting with "." or "_") is
 // published except a main package (cmd/ctoken, the examples' servers) and
