@@ -1,0 +1,244 @@
+package drivertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/sqlitestore"
+)
+
+// smallDisk mounts a tmpfs of size (e.g. "2m") on a directory of the
+// test's and unmounts it when the test ends (after the databases on it
+// are closed: cleanups run last first). Mounting needs root: without it
+// the test is skipped.
+func smallDisk(t *testing.T, size string) string {
+	t.Helper()
+	mnt := filepath.Join(t.TempDir(), "disk")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("a disk that fills up needs a small tmpfs, and mounting one needs root: mount: %v: %s", err, bytes.TrimSpace(out))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s (unmounting lazily)", mnt, err, bytes.TrimSpace(out))
+			exec.Command("umount", "-l", mnt).Run()
+		}
+	})
+	return mnt
+}
+
+// fillDisk writes the file filler on dir's file system until free bytes
+// are left (0: until the file system refuses with ENOSPC).
+func fillDisk(t *testing.T, filler string, free int64) {
+	t.Helper()
+	f, err := os.OpenFile(filler, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 64<<10)
+	for {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(filepath.Dir(filler), &st); err != nil {
+			t.Fatal(err)
+		}
+		avail := int64(st.Bavail) * st.Bsize
+		if free > 0 && avail <= free {
+			return
+		}
+		n := int64(len(chunk))
+		if free > 0 {
+			n = min(n, avail-free)
+		}
+		if _, err := f.Write(chunk[:n]); err != nil {
+			if free == 0 && errors.Is(err, syscall.ENOSPC) {
+				return
+			}
+			t.Fatalf("filling the disk: %v", err)
+		}
+	}
+}
+
+// wantUnavailable checks that err is ErrUnavailable and not ErrForgotten:
+// a full disk is a failure to write, not a loss.
+func wantUnavailable(err error) error {
+	switch {
+	case err == nil:
+		return errors.New("no error")
+	case errors.Is(err, sqlitestore.ErrForgotten):
+		return fmt.Errorf("ErrForgotten (a full disk is not a loss): %w", err)
+	case !errors.Is(err, sqlitestore.ErrUnavailable):
+		return fmt.Errorf("not ErrUnavailable: %w", err)
+	}
+	return nil
+}
+
+// TestFullDisk: the database on a 2 MiB tmpfs, the space taken by another
+// file until a little is left, then records of 100 KiB confirmed (and a
+// small claim after each) until the disk is full. Every call that fails
+// fails with ErrUnavailable (not ErrForgotten), never first or
+// acquired. Once the disk is full to the last byte every write fails
+// with ErrUnavailable — a claim of a fresh ID, an acquisition, New on a
+// second pool — while every ID acknowledged before is still refused.
+// After the other file is deleted the same store serves again, without a
+// new New, and every ID acknowledged before the disk filled is still
+// refused, its record intact.
+func TestFullDisk(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) { fullDisk(t, d) })
+	}
+}
+
+func fullDisk(t *testing.T, d Driver) {
+	ctx := context.Background()
+	mnt := smallDisk(t, "2m")
+	path, filler := filepath.Join(mnt, "replay.db"), filepath.Join(mnt, "filler")
+	db := d.Open(t, path)
+	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	result := bytes.Repeat([]byte("0123456789abcdef"), 100<<10/16)
+	fp := []byte("fingerprint")
+	until := time.Now().Add(time.Hour)
+	records, claims := map[string]bool{}, map[string]bool{} // acknowledged
+	var failures []string                                   // calls that failed with the right error
+	check := func(call, id string, err error) bool {
+		t.Helper()
+		if err == nil {
+			return true
+		}
+		if werr := wantUnavailable(err); werr != nil {
+			t.Errorf("%s(%s) = %v", call, id, werr)
+		}
+		failures = append(failures, call+": "+err.Error())
+		return false
+	}
+	// step confirms a 100 KiB record of "r"+n, then claims "c"+n; it
+	// returns whether the disk refused the record, and the claim.
+	step := func(n string) (recordRefused, claimRefused bool) {
+		t.Helper()
+		id := "r" + n
+		r, err := s.AcquireRecord(ctx, id, time.Minute, fp)
+		if check("AcquireRecord", id, err) {
+			if r.State != replay.LeaseAcquired {
+				t.Fatalf("AcquireRecord(%s) = %v; want acquired (a fresh ID)", id, r.State)
+			}
+			err = s.ConfirmRecord(ctx, id, r.Token, until, fp, result)
+			if check("ConfirmRecord", id, err) {
+				records[id] = true
+			}
+		}
+		recordRefused = err != nil
+		id = "c" + n
+		first, err := s.Claim(ctx, id, until)
+		if check("Claim", id, err) {
+			if !first {
+				t.Fatalf("Claim(%s) not first: a fresh ID", id)
+			}
+			claims[id] = true
+		} else if first {
+			t.Errorf("Claim(%s) = first with an error", id)
+		}
+		return recordRefused, err != nil
+	}
+	// refusesAcknowledged checks that no ID acknowledged so far is
+	// accepted again; full says writes fail, so a refusal may come as
+	// ErrUnavailable.
+	refusesAcknowledged := func(when string, full bool) {
+		t.Helper()
+		for id := range claims {
+			first, err := s.Claim(ctx, id, until)
+			if first || err != nil && (!full || wantUnavailable(err) != nil) {
+				t.Errorf("%s: Claim(%s) of an acknowledged claim = %v, %v; want not first", when, id, first, err)
+			}
+		}
+		for id := range records {
+			r, err := s.AcquireRecord(ctx, id, time.Minute, fp)
+			switch {
+			case err != nil && full && wantUnavailable(err) == nil:
+			case err != nil || r.State != replay.LeaseDone:
+				t.Errorf("%s: AcquireRecord(%s) of a confirmed record = %v, %v; want done", when, id, r.State, err)
+			case !bytes.Equal(r.Result, result):
+				t.Errorf("%s: AcquireRecord(%s)'s result has %d bytes; want the %d confirmed", when, id, len(r.Result), len(result))
+			}
+		}
+	}
+
+	// Nearly full: 600 KiB left, room for a few records. Once a record
+	// is refused, small claims still fit for a while in the space the file
+	// system gave SQLite's WAL for the refused commit (they commit and are
+	// acknowledged, rightly): go on until a claim is refused too.
+	fillDisk(t, filler, 600<<10)
+	recordFull, claimFull := -1, -1
+	for n := 0; n < 40 && claimFull < 0; n++ {
+		rr, cr := step(strconv.Itoa(n))
+		if rr && recordFull < 0 {
+			recordFull = n
+		}
+		if cr {
+			claimFull = n
+		}
+	}
+	if len(records) == 0 || recordFull < 0 || claimFull < 0 {
+		t.Fatalf("%d records confirmed, the first refused at step %d, the first claim refused at step %d; want a few records, then refusals", len(records), recordFull, claimFull)
+	}
+	refusesAcknowledged("the disk nearly full", true)
+
+	recordsBefore, claimsBefore := len(records), len(claims)
+	nearlyFull := failures
+
+	// Full to the last byte: every write fails.
+	fillDisk(t, filler, 0)
+	for n := range 5 {
+		id := "x" + strconv.Itoa(n)
+		if first, err := s.Claim(ctx, id, until); first || wantUnavailable(err) != nil {
+			t.Errorf("the disk full: Claim(%s) = %v, %v; want ErrUnavailable", id, first, err)
+		}
+		if l, err := s.AcquireLease(ctx, id, time.Minute); l.State == replay.LeaseAcquired || wantUnavailable(err) != nil {
+			t.Errorf("the disk full: AcquireLease(%s) = %v, %v; want ErrUnavailable", id, l.State, err)
+		}
+	}
+	refusesAcknowledged("the disk full", true)
+	db2 := d.Open(t, path)
+	s2, err := sqlitestore.New(ctx, db2, sqlitestore.Options{})
+	if werr := wantUnavailable(err); werr != nil {
+		if err == nil {
+			s2.Close()
+		}
+		t.Errorf("the disk full: New on a second pool = %v; want ErrUnavailable", werr)
+	}
+	db2.Close()
+
+	// Room again: the same store serves.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	failures = nil
+	for n := range 3 {
+		if rr, cr := step("again" + strconv.Itoa(n)); rr || cr {
+			t.Errorf("with room again, the same store refused: %s", failures[len(failures)-1])
+		}
+	}
+	refusesAcknowledged("room again", false)
+	t.Logf("nearly full: %d records of %d KiB and %d claims acknowledged, the first record refused at step %d, the first claim at step %d (%d calls refused: %s); full: New refused with %v; room again: %d records and %d claims acknowledged",
+		recordsBefore, len(result)>>10, claimsBefore, recordFull, claimFull, len(nearlyFull), strings.Join(nearlyFull[:min(2, len(nearlyFull))], "; "), err, len(records)-recordsBefore, len(claims)-claimsBefore)
+}
