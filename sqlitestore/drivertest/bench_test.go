@@ -1,0 +1,410 @@
+package drivertest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/sqlitestore"
+)
+
+// The benchmarks time the store against floors measured in the same run,
+// on the same kind of file with the same settings (Safe: WAL,
+// synchronous=FULL, busy_timeout=5000), in a temporary directory of the
+// disk (not a tmpfs): every call that commits costs an fsync there.
+// BENCHMARKS.md has the numbers, the targets and the command lines;
+// fsyncs.sh counts the fsyncs per claim.
+//
+//	BenchmarkClaim                 Store.Claim of fresh IDs, one caller
+//	BenchmarkClaimFloor            the same rows by a plain autocommit INSERT … ON CONFLICT DO NOTHING
+//	BenchmarkClaimConcurrent       Store.Claim from 1, 8 and 64 goroutines (claims/s)
+//	BenchmarkClaimFloorConcurrent  the plain INSERT from 1, 8 and 64 goroutines (inserts/s)
+//	BenchmarkTransactional         AcquireRecord + BeginWork + the handler's INSERT through TxFrom + Commit
+//	BenchmarkTransactionalFloor    the handler's own transaction: BEGIN IMMEDIATE; the same INSERT; COMMIT
+//	BenchmarkClaimVsFloor          a claim and a floor INSERT in turn, each timed: x-floor is their ratio
+//	BenchmarkTransactionalVsFloor  a transactional request and its floor in turn: x-floor is their ratio
+//
+// A disk's fsync latency drifts (on a shared virtual disk, by 2x within
+// seconds), so a store and its floor timed seconds apart compare badly:
+// the VsFloor benchmarks run them in turn, each call beside the other,
+// on two files of one directory, and report the ratio of their sums.
+
+// benchFloorTable is a table of the store's table's shape (the same
+// columns, key and index), without the store: the floor's INSERT writes
+// key and until, the others take their defaults.
+const benchFloorTable = `CREATE TABLE floor (
+	key   BLOB PRIMARY KEY,
+	state TEXT NOT NULL DEFAULT 'c',
+	token TEXT NOT NULL DEFAULT '',
+	until INTEGER NOT NULL,
+	fingerprint BLOB,
+	result      BLOB,
+	seq   INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID`
+
+// benchFloorIndex is the store's index on until, on the floor table.
+const benchFloorIndex = `CREATE INDEX floor_until ON floor (until)`
+
+// benchAppTable is the handler's table in the transactional benchmarks.
+const benchAppTable = `CREATE TABLE app (id TEXT PRIMARY KEY, body BLOB NOT NULL)`
+
+// benchFloorInsert is the floor of a claim: one autocommit INSERT.
+const benchFloorInsert = `INSERT INTO floor (key, until) VALUES (?, ?) ON CONFLICT DO NOTHING`
+
+// benchAppInsert is the handler's write.
+const benchAppInsert = `INSERT INTO app (id, body) VALUES (?, ?)`
+
+var (
+	benchFingerprint = []byte("0123456789abcdef0123456789abcdef")                                                            // 32 bytes, a hash's size
+	benchResult      = []byte(`{"status":200,"header":{"Content-Type":["application/json"]},"body":"eyJpZCI6ImNoXzEifQ=="}`) // a small stored response
+	benchBody        = []byte(`{"amount":1000,"currency":"eur","customer":"cus_1"}`)                                         // the handler's row
+)
+
+// benchDB opens a fresh database in a temporary directory of b's with the
+// safe settings: the store's table (Migrate), the floor table and the
+// handler's table, so the store and its floors write to files made alike.
+func benchDB(b *testing.B, d Driver) *sql.DB {
+	b.Helper()
+	ctx := context.Background()
+	db := d.Open(b, filepath.Join(b.TempDir(), "bench.db"))
+	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+		b.Fatalf("Migrate: %v", err)
+	}
+	for _, stmt := range []string{benchFloorTable, benchFloorIndex, benchAppTable} {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			b.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	return db
+}
+
+// benchStore is a store on db with the default options (its checker
+// runs, as in production), closed when the benchmark's run ends.
+func benchStore(b *testing.B, db *sql.DB) *sqlitestore.Store {
+	b.Helper()
+	s, err := sqlitestore.New(context.Background(), db, sqlitestore.Options{})
+	if err != nil {
+		b.Fatalf("New: %v", err)
+	}
+	b.Cleanup(s.Close)
+	return s
+}
+
+// benchIDs returns n distinct IDs, made before the timer starts so that
+// neither the store nor its floor pays for them.
+func benchIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = "req_" + strconv.Itoa(i) + "_4f3a9c1e2b7d"
+	}
+	return ids
+}
+
+// benchKeys returns the row keys the store writes for ids (the default
+// prefix's length, the prefix, the ID), so the floor's rows are the
+// store's rows.
+func benchKeys(ids []string) [][]byte {
+	keys := make([][]byte, len(ids))
+	p := sqlitestore.DefaultPrefix
+	for i, id := range ids {
+		keys[i] = append([]byte{byte(len(p) >> 8), byte(len(p))}, p+id...)
+	}
+	return keys
+}
+
+// benchFloorRow inserts one floor row and fails unless it was new.
+func benchFloorRow(db *sql.DB, key []byte, until int64) error {
+	res, err := db.ExecContext(context.Background(), benchFloorInsert, key, until)
+	if err != nil {
+		return fmt.Errorf("floor INSERT: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("floor INSERT of a fresh key affected %d rows, %v; want 1", n, err)
+	}
+	return nil
+}
+
+// benchClaim claims id and fails unless it was first.
+func benchClaim(s *sqlitestore.Store, id string, until time.Time) error {
+	first, err := s.Claim(context.Background(), id, until)
+	if err != nil || !first {
+		return fmt.Errorf("Claim of a fresh ID = %v, %v; want true, nil", first, err)
+	}
+	return nil
+}
+
+// benchMust fails b with err unless it is nil.
+func benchMust(b *testing.B, err error) {
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkClaim: Store.Claim of fresh IDs, one at a time.
+func BenchmarkClaim(b *testing.B) {
+	for _, d := range Drivers() {
+		b.Run(d.Name, func(b *testing.B) {
+			s := benchStore(b, benchDB(b, d))
+			ids := benchIDs(b.N)
+			until := time.Now().Add(time.Hour)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				benchMust(b, benchClaim(s, ids[i], until))
+			}
+		})
+	}
+}
+
+// BenchmarkClaimFloor: the floor of BenchmarkClaim, the same rows written
+// by a plain autocommit INSERT … ON CONFLICT DO NOTHING.
+func BenchmarkClaimFloor(b *testing.B) {
+	for _, d := range Drivers() {
+		b.Run(d.Name, func(b *testing.B) {
+			db := benchDB(b, d)
+			keys := benchKeys(benchIDs(b.N))
+			until := time.Now().Add(time.Hour).UnixNano()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				benchMust(b, benchFloorRow(db, keys[i], until))
+			}
+		})
+	}
+}
+
+// benchConcurrency is the number of concurrent callers the concurrent
+// benchmarks run.
+var benchConcurrency = []int{1, 8, 64}
+
+// benchParallel runs b.N calls of fn (given the call's index) from n
+// goroutines and reports their throughput as unit (per second). The
+// first error stops every goroutine and fails b.
+func benchParallel(b *testing.B, n int, unit string, fn func(i int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N || failed.Load() != nil {
+					return
+				}
+				if err := fn(i); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), unit)
+}
+
+// BenchmarkClaimConcurrent: Store.Claim of fresh IDs from 1, 8 and 64
+// goroutines; claims/s is the throughput (ns/op is the wall time per
+// claim, not a claim's latency).
+func BenchmarkClaimConcurrent(b *testing.B) {
+	for _, d := range Drivers() {
+		for _, n := range benchConcurrency {
+			b.Run(fmt.Sprintf("%s/claimers=%d", d.Name, n), func(b *testing.B) {
+				s := benchStore(b, benchDB(b, d))
+				ids := benchIDs(b.N)
+				until := time.Now().Add(time.Hour)
+				benchParallel(b, n, "claims/s", func(i int) error { return benchClaim(s, ids[i], until) })
+			})
+		}
+	}
+}
+
+// BenchmarkClaimFloorConcurrent: the plain INSERT from 1, 8 and 64
+// goroutines through database/sql (its default pool: a connection per
+// goroutine, each waiting for SQLite's write lock in its busy handler).
+func BenchmarkClaimFloorConcurrent(b *testing.B) {
+	for _, d := range Drivers() {
+		for _, n := range benchConcurrency {
+			b.Run(fmt.Sprintf("%s/writers=%d", d.Name, n), func(b *testing.B) {
+				db := benchDB(b, d)
+				keys := benchKeys(benchIDs(b.N))
+				until := time.Now().Add(time.Hour).UnixNano()
+				benchParallel(b, n, "inserts/s", func(i int) error { return benchFloorRow(db, keys[i], until) })
+			})
+		}
+	}
+}
+
+// BenchmarkTransactional: a first request in the transactional mode, as
+// the idempotency middleware runs it: AcquireRecord (with a fingerprint),
+// BeginWork, the handler's INSERT through TxFrom, Commit with the
+// fingerprint and a small result.
+func BenchmarkTransactional(b *testing.B) {
+	for _, d := range Drivers() {
+		b.Run(d.Name, func(b *testing.B) {
+			db := benchDB(b, d)
+			s := benchStore(b, db)
+			ids := benchIDs(b.N)
+			until := time.Now().Add(time.Hour)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				benchRequest(b, s, ids[i], until)
+			}
+			b.StopTimer()
+			benchAppRows(b, db, b.N)
+		})
+	}
+}
+
+// BenchmarkTransactionalFloor: the floor of BenchmarkTransactional, the
+// handler's own transaction on a connection of the pool: BEGIN
+// IMMEDIATE; the same INSERT; COMMIT.
+func BenchmarkTransactionalFloor(b *testing.B) {
+	for _, d := range Drivers() {
+		b.Run(d.Name, func(b *testing.B) {
+			db := benchDB(b, d)
+			ids := benchIDs(b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				benchHandlerTx(b, db, ids[i])
+			}
+			b.StopTimer()
+			benchAppRows(b, db, b.N)
+		})
+	}
+}
+
+// benchAppRows fails b unless the handler's table holds want rows: every
+// request's effect committed once.
+func benchAppRows(b *testing.B, db *sql.DB, want int) {
+	b.Helper()
+	var n int
+	if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM app`).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	if n != want {
+		b.Fatalf("app rows = %d; want %d", n, want)
+	}
+}
+
+// benchPaired runs b.N rounds of store then floor, times each, and
+// reports their mean times (store-ns, floor-ns) and the ratio of the
+// store's to the floor's (x-floor). ns/op is a round: both together.
+func benchPaired(b *testing.B, store, floor func(i int)) {
+	var inStore, inFloor time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		store(i)
+		t1 := time.Now()
+		floor(i)
+		inStore += t1.Sub(t0)
+		inFloor += time.Since(t1)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(inStore.Nanoseconds())/float64(b.N), "store-ns")
+	b.ReportMetric(float64(inFloor.Nanoseconds())/float64(b.N), "floor-ns")
+	b.ReportMetric(float64(inStore)/float64(inFloor), "x-floor")
+}
+
+// BenchmarkClaimVsFloor: BenchmarkClaim and BenchmarkClaimFloor in turn,
+// a claim then an INSERT, each on a file of its own in one directory.
+func BenchmarkClaimVsFloor(b *testing.B) {
+	for _, d := range Drivers() {
+		b.Run(d.Name, func(b *testing.B) {
+			s := benchStore(b, benchDB(b, d))
+			floor := benchDB(b, d)
+			ids := benchIDs(b.N)
+			keys := benchKeys(ids)
+			until := time.Now().Add(time.Hour)
+			benchPaired(b,
+				func(i int) { benchMust(b, benchClaim(s, ids[i], until)) },
+				func(i int) { benchMust(b, benchFloorRow(floor, keys[i], until.UnixNano())) })
+		})
+	}
+}
+
+// BenchmarkTransactionalVsFloor: BenchmarkTransactional and
+// BenchmarkTransactionalFloor in turn, each on a file of its own in one
+// directory.
+func BenchmarkTransactionalVsFloor(b *testing.B) {
+	for _, d := range Drivers() {
+		b.Run(d.Name, func(b *testing.B) {
+			db := benchDB(b, d)
+			s := benchStore(b, db)
+			floor := benchDB(b, d)
+			ids := benchIDs(b.N)
+			until := time.Now().Add(time.Hour)
+			benchPaired(b,
+				func(i int) { benchRequest(b, s, ids[i], until) },
+				func(i int) { benchHandlerTx(b, floor, ids[i]) })
+			benchAppRows(b, db, b.N)
+			benchAppRows(b, floor, b.N)
+		})
+	}
+}
+
+// benchRequest is a first request in the transactional mode, as the
+// idempotency middleware runs it: AcquireRecord (with a fingerprint),
+// BeginWork, the handler's INSERT through TxFrom, Commit with the
+// fingerprint and a small result.
+func benchRequest(b *testing.B, s *sqlitestore.Store, id string, until time.Time) {
+	ctx := context.Background()
+	r, err := s.AcquireRecord(ctx, id, time.Minute, benchFingerprint)
+	if err != nil || r.State != replay.LeaseAcquired {
+		b.Fatalf("AcquireRecord of a fresh ID = %+v, %v; want acquired", r, err)
+	}
+	w, err := s.BeginWork(ctx, id, r.Token)
+	if err != nil {
+		b.Fatalf("BeginWork: %v", err)
+	}
+	tx, err := sqlitestore.TxFrom(w.Context(ctx))
+	if err != nil {
+		b.Fatalf("TxFrom: %v", err)
+	}
+	if _, err := tx.ExecContext(ctx, benchAppInsert, id, benchBody); err != nil {
+		b.Fatalf("the handler's INSERT: %v", err)
+	}
+	if err := w.Commit(ctx, until, benchFingerprint, benchResult); err != nil {
+		b.Fatalf("Commit: %v", err)
+	}
+}
+
+// benchHandlerTx is the handler's own transaction on a connection of
+// db's pool: BEGIN IMMEDIATE; the handler's INSERT; COMMIT.
+func benchHandlerTx(b *testing.B, db *sql.DB, id string) {
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		b.Fatalf("BEGIN IMMEDIATE: %v", err)
+	}
+	if _, err := conn.ExecContext(ctx, benchAppInsert, id, benchBody); err != nil {
+		b.Fatalf("the handler's INSERT: %v", err)
+	}
+	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+		b.Fatalf("COMMIT: %v", err)
+	}
+}
