@@ -151,6 +151,16 @@ type sidecar struct {
 
 func sidecarPath(db string) string { return db + "-ctoken" }
 
+// sideBase is the name the sidecar of table in the database file path is
+// made from: path for DefaultTable ("<path>-ctoken"), path-table for
+// another table, so tables sharing a file keep a sidecar each.
+func sideBase(path, table string) string {
+	if t := unquote(table); t != DefaultTable {
+		return path + "-" + t
+	}
+	return path
+}
+
 func readSidecar(db string) (sidecar, bool, error) {
 	b, err := os.ReadFile(sidecarPath(db))
 	if errors.Is(err, os.ErrNotExist) {
@@ -223,7 +233,7 @@ func isNoTable(err error) bool { return strings.Contains(err.Error(), "no such t
 // sidecar, one write.
 func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	q := connQuerier{ctx, conn}
-	side, haveSide, err := readSidecar(s.path)
+	side, haveSide, err := readSidecar(sideBase(s.path, s.table))
 	if err != nil {
 		return err
 	}
@@ -252,6 +262,11 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 		return unavailable(ctx, err)
 	}
 	seq, err = g.step(q, s, s.now().UnixNano(), true)
+	if f := new(fenced); errors.As(err, f) {
+		// A fence set by Rearm: the store is built and its calls refuse
+		// until the fence ends.
+		seq, err = f.seq, nil
+	}
 	if err == nil {
 		_, err = q.exec(`COMMIT`)
 	}
@@ -294,7 +309,7 @@ func (g *guard) step(q querier, s *Store, now int64, bump bool) (int64, error) {
 		return 0, err
 	}
 	if fence > now {
-		return 0, fenced{time.Unix(0, fence)}
+		return 0, fenced{time.Unix(0, fence), seq}
 	}
 	if last := g.seq.Load(); seq < last || bump && seq == last {
 		err := fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, last, seq)
@@ -318,7 +333,10 @@ func (g *guard) saw(seq int64) {
 }
 
 // fenced refuses calls while a fence set by Rearm lasts.
-type fenced struct{ end time.Time }
+type fenced struct {
+	end time.Time
+	seq int64 // the sequence the fenced step read or wrote
+}
 
 func (f fenced) Error() string {
 	return "sqlitestore: replay store unavailable: the table is fenced after a loss until " + f.end.UTC().Format(time.RFC3339)
@@ -334,8 +352,8 @@ func (g *guard) persist(s *Store) {
 	if seq <= g.persisted || g.sticky.Load() || g.incarnation == "" {
 		return
 	}
-	if err := writeSidecar(s.path, sidecar{g.incarnation, seq}, false); err != nil {
-		s.log.Warn("sqlitestore: recording the database's sequence beside it failed; a restored older copy made now would not be found", "path", sidecarPath(s.path), "err", err)
+	if err := writeSidecar(sideBase(s.path, s.table), sidecar{g.incarnation, seq}, false); err != nil {
+		s.log.Warn("sqlitestore: recording the database's sequence beside it failed; a restored older copy made now would not be found", "path", sidecarPath(sideBase(s.path, s.table)), "err", err)
 		return
 	}
 	g.persisted = seq
@@ -407,6 +425,7 @@ func (s *Store) checkOnce(ctx context.Context) error {
 	if err != nil || !os.SameFile(info, s.guard.info) {
 		return fmt.Errorf("%w: the database file at %s was deleted or replaced while the store ran", ErrForgotten, s.path)
 	}
+	last := s.guard.seq.Load()
 	inc, _, seq, err := s.marker(connQuerier{ctx, conn})
 	switch {
 	case errors.Is(err, errNoTable):
@@ -415,8 +434,8 @@ func (s *Store) checkOnce(ctx context.Context) error {
 		return unavailable(ctx, err)
 	case inc != s.guard.incarnation:
 		return fmt.Errorf("%w: the table's marker is of another incarnation (re-armed, or another database): build a new Store", ErrForgotten)
-	case seq < s.guard.seq.Load():
-		return fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, s.guard.seq.Load(), seq)
+	case seq < last:
+		return fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, last, seq)
 	}
 	return nil
 }

@@ -142,7 +142,7 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	if set.path == "" {
 		return fmt.Errorf("%w: an in-memory or temporary database forgets every claim when it closes: open a file", ErrConfig)
 	}
-	side, haveSide, err := readSidecar(set.path)
+	side, haveSide, err := readSidecar(sideBase(set.path, t))
 	if err != nil && !rearm {
 		return err
 	}
@@ -202,7 +202,7 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 		if _, _, seqNow, err = s.marker(q); err != nil {
 			return unavailable(ctx, err)
 		}
-		if err := writeSidecar(set.path, sidecar{inc, seqNow}, true); err != nil {
+		if err := writeSidecar(sideBase(set.path, t), sidecar{inc, seqNow}, true); err != nil {
 			return fmt.Errorf("%w: recording the incarnation beside the database: %w", ErrUnavailable, err)
 		}
 	}

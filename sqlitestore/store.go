@@ -69,7 +69,7 @@ var (
 	// replaced by an older copy (a restored backup). Every call then
 	// refuses (the error also matches ErrUnavailable) until an operator
 	// runs [Rearm] and its fence has passed.
-	ErrForgotten = errors.New("sqlitestore: the database has forgotten claims it acknowledged")
+	ErrForgotten = fmt.Errorf("%w: the database has forgotten claims it acknowledged", ErrUnavailable)
 
 	// ErrConfig reports a store that cannot be built as configured: a nil
 	// database, an in-memory or temporary database, a journal that loses
@@ -408,7 +408,10 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 		first, err = s.claim(q, now, id, nanos(until))
 		return err
 	})
-	return first && err == nil, err
+	if err != nil {
+		return false, err
+	}
+	return first, nil
 }
 
 // claim is Claim's step in the writer's (or a caller's) transaction.
@@ -419,6 +422,9 @@ func (s *Store) claim(q querier, now int64, id string, until int64) (bool, error
 	r, err := s.row(q, s.key(id), now)
 	if err != nil || r.live {
 		return false, err
+	}
+	if r.found && r.state == "w" {
+		return false, errEscaped
 	}
 	_, err = q.exec(`INSERT OR REPLACE INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'c', '', ?, NULL, NULL)`, s.key(id), until)
 	return err == nil, err

@@ -61,10 +61,6 @@ func (s *Store) txOf(ctx context.Context) stepper {
 // transaction it must commit with.
 var ErrNoTx = errors.New("sqlitestore: the context carries no transaction (use the transactional mode)")
 
-// errTxOwned refuses a statement that would end the work's transaction
-// from the handler.
-var errTxOwned = errors.New("sqlitestore: the work's transaction is committed or rolled back by its Work (the middleware), not by the handler: answer a retry status (5xx, 429, 408) to roll it back")
-
 // Tx is the transaction of a [replay.Work], as the handler sees it:
 // statements only. It has no Commit or Rollback (its Work ends it), runs
 // one statement at a time (a goroutine that outlived the handler cannot
@@ -124,7 +120,7 @@ func (c callerTx) step(ctx context.Context, s *Store, fn func(q querier, now int
 	case inc != s.guard.incarnation:
 		return fmt.Errorf("%w: the transaction of WithTx is not on the store's database (another incarnation)", ErrConfig)
 	case fence > now:
-		return fenced{time.Unix(0, fence)}
+		return fenced{time.Unix(0, fence), 0}
 	}
 	if err := fn(q, now); err != nil && !decided(err) {
 		return unavailable(ctx, err)
@@ -241,7 +237,7 @@ func (s *Store) beginWork(ctx context.Context, id, token string) (*work, error) 
 		conn.Close()
 		return nil, unavailable(ctx, err)
 	}
-	if level < syncFull && !s.allowNormal {
+	if level < syncNormal || level < syncFull && !s.allowNormal {
 		conn.Close()
 		err := fmt.Errorf("%w: %w: a connection of the pool runs synchronous=%s: set FULL in the DSN, for every connection", ErrUnavailable, ErrConfig, syncNames[level])
 		return nil, err

@@ -191,7 +191,7 @@ func (s *Store) commit(parent context.Context, batch []*op) (err error) {
 	if err := conn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&level); err != nil {
 		return unavailable(ctx, err)
 	}
-	if level < syncFull && !s.allowNormal {
+	if level < syncNormal || level < syncFull && !s.allowNormal {
 		clean = true
 		return fmt.Errorf("%w: %w: a connection of the pool runs synchronous=%s: set FULL in the DSN, for every connection", ErrUnavailable, ErrConfig, syncNames[level])
 	}
@@ -298,5 +298,8 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 		}
 		return err
 	})
-	return n, err
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }

@@ -1,6 +1,6 @@
 module github.com/ctoken/ctoken/sqlitestore/drivertest
 
-go 1.25.5
+go 1.26.0
 
 require (
 	github.com/ctoken/ctoken v0.1.0
