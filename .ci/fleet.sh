@@ -72,9 +72,8 @@ if [ "${CTOKEN_REDIS_FLAVOR:-redis}" = valkey ]; then
 		sudo=""
 		if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
 		echo "fleet.sh: installing valkey-server from bookworm-backports" >&2
-		if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
-			echo "deb http://deb.debian.org/debian bookworm-backports main" | $sudo tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
-		fi
+		. "$root/.ci/backports.sh"
+		ensure_backports
 		$sudo apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq -t bookworm-backports valkey-server >/dev/null
 	fi

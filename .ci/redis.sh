@@ -33,9 +33,8 @@ redis)
 valkey)
 	if ! command -v valkey-server >/dev/null 2>&1; then
 		echo "redis.sh: installing valkey-server from bookworm-backports" >&2
-		if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
-			echo "deb http://deb.debian.org/debian bookworm-backports main" | $sudo tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
-		fi
+		. "$root/.ci/backports.sh"
+		ensure_backports
 		$sudo apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq -t bookworm-backports valkey-server >/dev/null
 	fi
