@@ -15,11 +15,14 @@
 #
 # The build fails on any failure the suite does not find in the fixture's
 # expected failures (.ci/mcp-conformance/<fixture>-expected.yml, each with
-# the SDK's upstream issue and the ctoken test of the same property), on a
-# listed failure that passes (a stale list), on a required scenario that did
-# not run, and when the fixture's states are not ctoken's (a v1e. state on
-# the wire, a refused tampered state naming its ctokenCode). The suite
-# checks no expiry, caller binding or single use: ctoken's own tests do.
+# its reason in the SDK, the SDK's upstream issue and the ctoken test of the
+# same property), on a listed failure that passes (a stale list), on a
+# required scenario that did not run, and when the fixture's states are not
+# ctoken's (a v1e. state on the wire, a refused tampered state naming its
+# ctokenCode). A scenario listed in <fixture>-flaky.txt (a known
+# intermittent failure of the SDK) that fails is run again alone, up to 4
+# times, and fails the build only if every run fails. The suite checks no
+# expiry, caller binding or single use: ctoken's own tests do.
 #
 #   bash .ci/mcp-conformance.sh            # both fixtures
 #   bash .ci/mcp-conformance.sh mcpgo      # one
@@ -123,23 +126,58 @@ for f in "${fixtures[@]}"; do
 	fi
 	url="http://$(cat "$addr")$path"
 
-	args=(server --url "$url" --requirements "$REQUIREMENTS" -o "$tmp/$f.results")
+	# The baseline (every fixture has one, if empty) also makes the suite
+	# count a warning as a failure.
 	expected=".ci/mcp-conformance/$f-expected.yml"
-	[ -f "$expected" ] && args+=(--expected-failures "$root/$expected")
+	flaky=".ci/mcp-conformance/$f-flaky.txt"
 	out="$tmp/$f.suite.txt"
 	rc=0
-	(cd "$tmp" && timeout 600 "${suite[@]}" "${args[@]}" >"$out" 2>&1) || rc=$?
+	(cd "$tmp" && timeout 600 "${suite[@]}" server --url "$url" --requirements "$REQUIREMENTS" \
+		--expected-failures "$root/$expected" -o "$tmp/$f.results" >"$out" 2>&1) || rc=$?
+
+	problems=()
+	retried=()
+	if [ "$rc" -ne 0 ]; then
+		# A stale entry fails at once; an unexpected failure passes only if
+		# its scenario is listed as flaky and passes when run again alone.
+		if grep -q '^Stale baseline entries' <(sed 's/\x1b\[[0-9;]*m//g' "$out"); then
+			problems+=("a listed expected failure now passes: remove it from $expected")
+		fi
+		mapfile -t unexpected < <(sed 's/\x1b\[[0-9;]*m//g' "$out" |
+			sed -n '/^Unexpected failures (not in baseline):/,/^$/s/^  ✗ //p')
+		[ ${#unexpected[@]} -gt 0 ] || [ ${#problems[@]} -gt 0 ] ||
+			problems+=("the suite exited with $rc")
+		for u in "${unexpected[@]}"; do
+			s=${u%%:*}
+			if ! [ -f "$flaky" ] || ! grep -qx "$s" <(grep -v '^#' "$flaky"); then
+				problems+=("$u failed")
+				continue
+			fi
+			ok=""
+			for try in 1 2 3 4; do
+				if (cd "$tmp" && timeout 120 "${suite[@]}" server --url "$url" --spec-version "$REQUIREMENTS" --scenario "$s" \
+					--expected-failures "$root/$expected" -o "$tmp/$f.retry$try" >"$tmp/$f.retry$try.txt" 2>&1); then
+					ok=$try
+					break
+				fi
+			done
+			if [ -n "$ok" ]; then
+				echo "$f: $s failed, then passed when run again alone (run $ok of 4; listed in $flaky)"
+				retried+=("$s")
+			else
+				problems+=("$u failed, and again in 4 runs alone")
+			fi
+		done
+	fi
 	kill "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
 	pid=""
 
-	problems=()
-	[ "$rc" -eq 0 ] || problems+=("the suite exited with $rc (an unexpected failure, or a stale expected failure)")
 	passed=0
 	for s in "${required[@]}"; do
-		if grep -Eq "^✓ $s: [1-9][0-9]* passed, 0 failed" "$out"; then
+		if grep -Eq "^✓ $s: [1-9][0-9]* passed, 0 failed" "$out" || [[ " ${retried[*]} " == *" $s "* ]]; then
 			passed=$((passed + 1))
-		elif [ -f "$expected" ] && grep -Eq "^  - $s(:|\$)" "$expected"; then
+		elif grep -Eq "^  - $s:" "$expected"; then
 			grep -Eq "^✗ $s: " "$out" || problems+=("$s did not run")
 		else
 			problems+=("$s did not pass")
@@ -153,10 +191,14 @@ for f in "${fixtures[@]}"; do
 		problems+=("the tampered state was not refused by ctoken (no ctokenCode in the answer)")
 
 	grep -E '^(✓|✗) ' "$out" | sed -n "1,${#required[@]}p"
-	echo "$f: $passed/${#required[@]} required scenarios passed$([ -f "$expected" ] && echo ", the rest as listed in $expected")"
+	rest=""
+	[ "$passed" -eq ${#required[@]} ] || rest=", the other checks as listed in $expected"
+	echo "$f: $passed/${#required[@]} required scenarios passed in full$rest"
 	if [ ${#problems[@]} -gt 0 ]; then
 		cat "$out"
-		printf 'mcp-conformance.sh: %s: %s\n' "$f" "${problems[@]}" >&2
+		for p in "${problems[@]}"; do
+			echo "mcp-conformance.sh: $f: $p" >&2
+		done
 		failed=1
 	fi
 done

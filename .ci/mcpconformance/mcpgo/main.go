@@ -4,7 +4,8 @@
 // ctokenmcpgo.SecureRequestState and serves on a free loopback port,
 // writing the address it got to CONFORMANCE_ADDR_FILE (ctoken.go); the
 // tools and prompt the 2026-07-28 requirements add (multi round-trip
-// requests, SEP-2322) are in mrtr.go, ported from go-sdk's fixture.
+// requests, SEP-2322) are in mrtr.go, ported from go-sdk's fixture; the
+// progress tool waits after its last notification (see there).
 
 // conformance starts the MCP server used by the official conformance suite.
 package main
@@ -215,6 +216,12 @@ func registerTools(mcpServer *server.MCPServer) {
 						return nil, err
 					}
 				}
+				// ctoken: wait after the last notification too, as go-sdk's
+				// fixture does: mcp-go v1.2.1 may write the result before
+				// the last notification queued for the request's stream
+				// (intermittent, mcp-go's own baseline lists this scenario:
+				// mark3labs/mcp-go#969).
+				time.Sleep(50 * time.Millisecond)
 			}
 			return mcp.NewToolResultText("progress reported"), nil
 		})
