@@ -8,6 +8,8 @@
 // progress tool waits after its last notification (see there).
 
 // conformance starts the MCP server used by the official conformance suite.
+//
+//lint:file-ignore SA1019 the conformance server exercises the deprecated SEP-2577 sampling API, as mcp-go's does.
 package main
 
 import (
