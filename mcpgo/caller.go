@@ -106,7 +106,9 @@ const MetaTokenCode = "ctokenCode"
 
 // Rejection is a cursor or request state that did not verify. Its text is a
 // fixed message that never contains the token or the reason; the reason goes
-// to the logger. Turn it into the result the client sees with [ToolResult].
+// to the logger. In a handler, turn it into the result the client sees
+// with [ToolResult]; [SecureRequestState] sends a refused requestState as a
+// JSON-RPC error -32603 whose message is the rejection's text.
 type Rejection struct {
 	// Code is ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid,
 	// StateExpired or StateInvalid.
@@ -157,7 +159,13 @@ func rejection(r mcptoken.Refusal) *Rejection {
 // mcp-go (v1.2.1) sends every error a handler returns as -32603 and offers no
 // way to choose the code, so a refused token cannot be the -32602 that
 // package ctokenmcp sends; a tool error result is how mcp-go tells a client
-// (and the model) that its input was wrong.
+// (and the model) that its input was wrong. Use it for cursors, which are
+// tool arguments a model can correct. [SecureRequestState] does not use it
+// for a refused requestState: it sends a JSON-RPC error, since a client
+// must not take a refused state for the tool's answer (the official MCP
+// conformance suite's input-required-result-tampered-state accepts only an
+// error); a handler of [States.OpenTool] can do the same by returning the
+// error unwrapped.
 func ToolResult(err error) (*mcp.CallToolResult, error) {
 	var r *Rejection
 	if !errors.As(err, &r) {

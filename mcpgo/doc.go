@@ -75,12 +75,15 @@
 //   - Refusals: mcp-go sends every error a tool, prompt or resource handler
 //     returns as JSON-RPC -32603 and offers no way to choose the code or the
 //     data member, so a refused cursor or state cannot be the -32602 with
-//     {"ctokenCode":N} in data that ctokenmcp sends. For a tool it is a tool
-//     error result (isError, the fixed message, _meta {"ctokenCode":N}; read
-//     it with [TokenCode]), the form the MCP specification gives input errors
-//     a model can correct. A prompt or resource state refusal is -32603 with
-//     the fixed message ("invalid requestState (ctokenCode 1023)"). mcp-go's
-//     client drops the data member of every error anyway.
+//     {"ctokenCode":N} in data that ctokenmcp sends. A requestState refused
+//     by [SecureRequestState], for a tool, a prompt or a resource, is a
+//     JSON-RPC error -32603 with the fixed message, which carries the code
+//     ("invalid requestState (ctokenCode 1023)"): an error and not a result,
+//     as ctokenmcp's, and as the official conformance suite requires. A
+//     refused cursor, a tool argument a model can correct, is a tool error
+//     result made by [ToolResult] (isError, the fixed message, _meta
+//     {"ctokenCode":N}; read it with [TokenCode]). mcp-go's client drops the
+//     data member of every error anyway.
 //   - No caller, or a replay store that cannot answer: -32603 in both.
 //   - Caller: ctokenmcp reads the go-sdk's auth.TokenInfo; mcp-go has none,
 //     so the caller comes from the context ([WithCaller]).

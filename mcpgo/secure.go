@@ -27,12 +27,17 @@ import (
 //     return contents, not results, so they cannot ask for input and there
 //     is nothing to seal.
 //
-// A state that does not open is, for a tool, a tool error result made by
-// [ToolResult] (its _meta carries ctokenCode 1022 or 1023); for a prompt or
-// a resource, whose results have no error form, a JSON-RPC error -32603 with
-// the same fixed message. A request without a caller ([ErrNoCaller]) or a
-// replay store that cannot answer ([ErrStoreUnavailable]) is -32603. The
-// reason goes to the logger only.
+// A state that does not open never reaches the handler: for a tool, a
+// prompt and a resource alike the client gets a JSON-RPC error, -32603 with
+// the fixed message "invalid requestState (ctokenCode 1023)" or "expired
+// requestState (ctokenCode 1022)", never a result. It is -32603 and not the
+// -32602 with {"ctokenCode":N} in data that package ctokenmcp sends because
+// mcp-go v1.2.1 sends every error of a tool, prompt or resource handler as
+// -32603 with the error's text as the message and no data member; the code
+// is in the message, and the error mcp-go hands to its OnError hooks wraps
+// the [*Rejection] (errors.As). A request without a caller ([ErrNoCaller])
+// or a replay store that cannot answer ([ErrStoreUnavailable]) is -32603
+// too, with their own messages. The reason goes to the logger only.
 //
 // A handler that returns an already sealed state (one that begins with "v1."
 // or "v1e.") is refused with -32603 and logged, so a state is never sealed
@@ -142,7 +147,10 @@ func (st *States) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandler
 		if wire := req.Params.RequestState; wire != "" {
 			plain, err := st.open(ctx, method, req.Params.Name, args, wire)
 			if err != nil {
-				return ToolResult(err)
+				// A JSON-RPC error, not a tool result: a client (and the
+				// conformance suite) must not take a refused state for
+				// the tool's answer.
+				return nil, err
 			}
 			req.Params.RequestState = plain
 		}

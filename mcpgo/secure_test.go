@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ctoken/ctoken"
@@ -155,8 +157,9 @@ func TestOlderClientWithElicitationIsBridged(t *testing.T) {
 }
 
 // mcp-go sends every error a tool handler returns as -32603: this is why a
-// refused token is a tool error result here and not the -32602 of package
-// ctokenmcp. If mcp-go ever honours a handler's code, this test fails.
+// refused state is -32603 here (and a refused cursor a tool error result)
+// and not the -32602 of package ctokenmcp. If mcp-go ever honours a
+// handler's code, this test fails.
 func TestMCPGoSendsHandlerErrorsAsInternalError(t *testing.T) {
 	s := server.NewMCPServer("pin", "v0")
 	s.AddTool(mcp.NewTool("fail"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -236,5 +239,58 @@ func TestSecureRequestStateFailsClosedForACodecThatDoesNotBindTheTool(t *testing
 	}
 	if msg := handleRaw(bare, "alice", "echo", askState); !strings.Contains(msg, `"code":-32603`) {
 		t.Errorf("nil States, a state: %s; want -32603", msg)
+	}
+}
+
+// A state SecureRequestState refuses is a JSON-RPC error, and the error
+// mcp-go hands to the server's OnError hooks wraps the *Rejection, so a
+// server can count refusals by code without parsing a message; the
+// handler never runs.
+func TestRefusedStateReachesOnErrorHooksAsRejection(t *testing.T) {
+	f := newFleet(t, 1, "s1", nil)
+	states, err := NewStates(f.codec, &StateOptions{Logger: newTextLogger(f.log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		codes []int
+	)
+	hooks := &server.Hooks{}
+	hooks.AddOnError(func(_ context.Context, _ any, method mcp.MCPMethod, _ any, err error) {
+		var r *Rejection
+		if method == mcp.MethodToolsCall && errors.As(err, &r) {
+			mu.Lock()
+			codes = append(codes, r.Code)
+			mu.Unlock()
+		}
+	})
+	var ran atomic.Int32
+	s := server.NewMCPServer("hooks", "v0", SecureRequestState(states), server.WithHooks(hooks), server.WithToolCapabilities(false))
+	s.AddTool(mcp.NewTool("echo"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ran.Add(1)
+		return mcp.NewToolResultText("ran"), nil
+	})
+	for _, tc := range []struct {
+		name, state string
+	}{
+		{"not sealed", "plaintext"},
+		{"forged", "v1e.AAAA"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := handleRaw(s, "alice", "echo", tc.state)
+			want := `"error":{"code":-32603,"message":"invalid requestState (ctokenCode 1023)"}`
+			if !strings.Contains(msg, want) || strings.Contains(msg, `"result"`) {
+				t.Errorf("response %s; want %s", msg, want)
+			}
+		})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(codes) != 2 || codes[0] != StateInvalid || codes[1] != StateInvalid {
+		t.Errorf("OnError saw codes %v; want [%d %d]", codes, StateInvalid, StateInvalid)
+	}
+	if ran.Load() != 0 {
+		t.Errorf("the handler ran %d time(s) on a refused state", ran.Load())
 	}
 }

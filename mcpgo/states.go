@@ -110,8 +110,10 @@ func (s *States) SealTool(ctx context.Context, req mcp.CallToolRequest, state st
 // A state that does not open, including one sealed for another caller, for
 // another tool, for other arguments, with another key, edited, expired or
 // (single-use codec) presented again, is a [*Rejection] with code 1022
-// (expired) or 1023 (invalid), and no part of it is returned; hand the error
-// to [ToolResult]. A request without a caller is [ErrNoCaller]; a replay
+// (expired) or 1023 (invalid), and no part of it is returned. Hand the error
+// to [ToolResult] for a tool error result carrying the code in its _meta, or
+// return it unwrapped for the JSON-RPC error -32603 that [SecureRequestState]
+// sends (its message carries the code). A request without a caller is [ErrNoCaller]; a replay
 // store that cannot answer is [ErrStoreUnavailable] and leaves the state
 // unconsumed. Every binding (caller, tool, arguments, the codec's audience)
 // is checked before a single-use codec's claim, so a refused state is not

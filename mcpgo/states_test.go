@@ -19,14 +19,27 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 )
 
-// refused checks a tool result refusing a state with code.
-func refused(t *testing.T, res *mcp.CallToolResult, err error, code int) {
+// refused checks that SecureRequestState refused a state with code: the
+// client got no result but JSON-RPC error -32603 (the only code mcp-go
+// v1.2.1 gives a handler's error) whose message is the rejection's fixed
+// text, carrying code, as it came over p's wire.
+func refused(t *testing.T, p *peer, res *mcp.CallToolResult, err error, code int) {
 	t.Helper()
-	if err != nil {
-		t.Fatalf("err = %v, want a tool error result", err)
+	if res != nil {
+		t.Fatalf("a result (isError %v, %q); want a JSON-RPC error", res.IsError, text(res))
 	}
-	if !res.IsError || TokenCode(res) != code {
-		t.Fatalf("isError %v, TokenCode %d (%q); want code %d", res.IsError, TokenCode(res), text(res), code)
+	if !errors.Is(err, mcp.ErrInternalError) {
+		t.Fatalf("err = %v; want mcp.ErrInternalError (-32603)", err)
+	}
+	p.wire.mu.Lock()
+	got := p.wire.lastErr
+	p.wire.mu.Unlock()
+	want := stateInvalid.Error()
+	if code == StateExpired {
+		want = stateExpired.Error()
+	}
+	if got == nil || got.Code != mcp.INTERNAL_ERROR || got.Message != want || got.Data != nil {
+		t.Fatalf("wire error %+v; want code %d, message %q, no data", got, mcp.INTERNAL_ERROR, want)
 	}
 }
 
@@ -61,14 +74,14 @@ func TestStateRefusals(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				use(tc.p, tc.state)
 				res, err := tc.p.call(tc.tool, map[string]any{"target": tc.target})
-				refused(t, res, err, StateInvalid)
+				refused(t, tc.p, res, err, StateInvalid)
 			})
 		}
 		t.Run("expired", func(t *testing.T) {
 			p := connect(s, "alice", yes())
 			p.wire.setSwap(func(s string) string { f.clock.advance(time.Hour); return s })
 			res, err := p.call("ask", map[string]any{"target": "prod"})
-			refused(t, res, err, StateExpired)
+			refused(t, p, res, err, StateExpired)
 		})
 		logged := f.log.String()
 		for _, reason := range []string{"decryption failed", "arguments differ from the sealed call", "past exp"} {
@@ -101,7 +114,7 @@ func TestSingleUseStateRefusedTheSecondTime(t *testing.T) {
 		// Present the (already used) first-round state again.
 		p.wire.setSwap(func(string) string { return results[0] })
 		res, err = p.call("ask", map[string]any{"target": "prod"})
-		refused(t, res, err, StateInvalid)
+		refused(t, p, res, err, StateInvalid)
 		if !strings.Contains(f.log.String(), "already used") {
 			t.Errorf("log lacks the replay: %s", f.log.String())
 		}
@@ -169,7 +182,7 @@ func TestStatesWorkAcrossInstancesWithSameKeys(t *testing.T) {
 	tr = &alternate{ts: []transport.Interface{transport.NewInProcessTransport(one), transport.NewInProcessTransport(other)}}
 	p = start(t, tr, WithCaller(context.Background(), "alice"), &elicitor{answer: true})
 	res, err = p.call("ask", map[string]any{"target": "prod"})
-	refused(t, res, err, StateInvalid)
+	refused(t, p, res, err, StateInvalid)
 }
 
 // swapOnce returns a swap that replaces the first requestState sent with
@@ -224,7 +237,7 @@ func TestStatesStateOfOneToolNeverOpensForAnother(t *testing.T) {
 	results, _ := p.wire.states()
 	p.wire.setSwap(swapOnce(results[0]))
 	res, err := p.call("delete_now", map[string]any{"id": 5})
-	refused(t, res, err, StateInvalid)
+	refused(t, p, res, err, StateInvalid)
 	if len(ran) != 1 || ran[0] != "preview_delete 5" {
 		t.Fatalf("handlers that ran on a confirmed state: %q", ran)
 	}
@@ -253,7 +266,7 @@ func TestStatesNoRefusalConsumesASingleUseState(t *testing.T) {
 	alice := inProcess(t, s, "alice", yes())
 	alice.wire.setSwap(swapOnce("v1e.not-a-state"))
 	res, err := alice.call("ask", map[string]any{"target": "prod"})
-	refused(t, res, err, StateInvalid)
+	refused(t, alice, res, err, StateInvalid)
 	results, _ := alice.wire.states()
 	st := results[0]
 
@@ -269,7 +282,7 @@ func TestStatesNoRefusalConsumesASingleUseState(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			r.p.wire.setSwap(swapOnce(st))
 			res, err := r.p.call(r.tool, map[string]any{"target": r.target})
-			refused(t, res, err, StateInvalid)
+			refused(t, r.p, res, err, StateInvalid)
 			if store.Len() != 0 {
 				t.Fatal("the refused state was claimed")
 			}
@@ -283,7 +296,7 @@ func TestStatesNoRefusalConsumesASingleUseState(t *testing.T) {
 	again := inProcess(t, s, "alice", yes())
 	again.wire.setSwap(swapOnce(st))
 	res, err = again.call("ask", map[string]any{"target": "prod"})
-	refused(t, res, err, StateInvalid)
+	refused(t, again, res, err, StateInvalid)
 }
 
 // A codec or issuer not made by its constructor has no key: NewStates and

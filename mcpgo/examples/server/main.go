@@ -12,7 +12,8 @@
 //     option, ctokenmcpgo.SecureRequestState, seals every requestState on
 //     the way out (AES-256-GCM, bound to the caller, the tool and the
 //     arguments) and opens it on the way back. An edited state, or one
-//     presented by another user or for other arguments, is refused.
+//     presented by another user or for other arguments, is refused with a
+//     JSON-RPC error (-32603, its message carrying the ctokenCode).
 //   - a client on protocol 2025-11-25 that cannot elicit is told so.
 //
 // Run it with "go run ./examples/server" from the mcpgo module. Keys come

@@ -41,7 +41,9 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	const invalidCursor = `tool error "invalid cursor (ctokenCode 1021)" (ctokenCode 1021)`
-	const invalidState = `tool error "invalid requestState (ctokenCode 1023)" (ctokenCode 1023)`
+	// A refused state is a JSON-RPC error (-32603, which mcp-go's client
+	// reports as "internal error"), not a tool result.
+	const invalidState = `error: internal error: invalid requestState (ctokenCode 1023)`
 	for step, want := range map[string]string{
 		`alice search query "s", first page (Page 0, no cursor)`: `{"items":["red shoes","red socks","red scarf","red gloves","red boots"],"nextCursor":"(ctoken cursor, `,
 		`alice search query "s", her cursor (Page 1)`:            `{"items":["green shoes","green socks","green scarf","green gloves","green boots"],"nextCursor"`,
