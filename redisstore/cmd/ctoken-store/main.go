@@ -14,11 +14,15 @@
 // -password-file (one line; a final newline is dropped), never from the
 // command line, which every user of the machine can read (ps,
 // /proc/PID/cmdline): a -url that carries one is refused, and so is a
-// password given both ways. It is never printed. -prefix and -horizon must be the applications' own
-// (Options.Prefix, Options.Horizon), and so must the durability flags
-// (-replicas, -replica-aof, -local-aof and the -allow-* flags mirror
-// Options): provision and reopen run the server checks the applications'
-// Open runs, and refuse a server it would refuse.
+// password given both ways. It is never printed.
+//
+// -prefix and -horizon must be the applications' own (Options.Prefix,
+// Options.Horizon), and so must the durability flags (-replicas,
+// -replica-aof, -local-aof and the -allow-* flags mirror Options):
+// provision and reopen run the server checks the applications' Open runs,
+// and refuse a server it would refuse. status without -horizon shows the
+// key space's horizon as provisioned (read from its ledger), or says it is
+// unknown, never the flag's default; its -json Horizon is then 0.
 //
 // provision opens a new prefix (redisstore.Store.Provision) and refuses
 // when anything shows the prefix or the server had a previous life. status
@@ -76,6 +80,7 @@ type config struct {
 	opts                                 redisstore.Options
 	timeout                              time.Duration
 	jsonOut                              bool
+	horizonGiven                         bool // -horizon was on the command line
 	acceptedBy, reason                   string
 }
 
@@ -127,6 +132,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	fs.Visit(func(f *flag.Flag) { c.horizonGiven = c.horizonGiven || f.Name == "horizon" })
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ctoken-store %s: unexpected argument %q\n", cmd, fs.Arg(0))
 		return 2
@@ -166,6 +172,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		st, err := store.Status(ctx)
 		if err != nil {
 			return fail(stderr, cmd, err)
+		}
+		if !c.horizonGiven {
+			st.Horizon = 0 // the flag's default, not the key space's: see ProvisionedHorizon
 		}
 		if c.jsonOut {
 			enc := json.NewEncoder(stdout)
@@ -283,7 +292,7 @@ func split(s string) []string {
 
 // printStatus prints st for a person: the verdict and next step first.
 func printStatus(w io.Writer, st redisstore.Status, now time.Time) {
-	fmt.Fprintf(w, "prefix   %s\nhorizon  %s\n", st.Prefix, st.Horizon)
+	fmt.Fprintf(w, "prefix   %s\nhorizon  %s\n", st.Prefix, horizonLine(st))
 	fmt.Fprintf(w, "shards   %d open, %d fenced, %d missing (of %d)\n", st.Open, st.Fenced, st.Missing, redisstore.Shards)
 	if !st.FencedUntil.IsZero() {
 		fmt.Fprintf(w, "fenced until %s (in %s)\n", st.FencedUntil.UTC().Format(time.RFC3339), st.FencedUntil.Sub(now).Round(time.Second))
@@ -307,6 +316,23 @@ func printStatus(w io.Writer, st redisstore.Status, now time.Time) {
 		fmt.Fprintf(w, "    eviction     maxmemory-policy %s, maxmemory %s\n", orUnknown(s.MaxmemoryPolicy), orUnknown(s.Maxmemory))
 		fmt.Fprintf(w, "    since start  evicted_keys %d, FLUSHALL %d, FLUSHDB %d, SWAPDB %d\n", s.EvictedKeys, s.Flushall, s.Flushdb, s.Swapdb)
 	}
+}
+
+// horizonLine says which horizon status knows and where it comes from:
+// the key space's as provisioned (st.ProvisionedHorizon), and -horizon
+// when given (st.Horizon, zero when not).
+func horizonLine(st redisstore.Status) string {
+	switch {
+	case st.Horizon == 0 && st.ProvisionedHorizon == 0:
+		return "unknown: the ledger records none (trimmed or lost) and -horizon was not given; the key space's is the applications' Options.Horizon"
+	case st.Horizon == 0:
+		return st.ProvisionedHorizon.String() + " (as provisioned, from the ledger)"
+	case st.ProvisionedHorizon == 0:
+		return st.Horizon.String() + " (-horizon; the ledger records none)"
+	case st.ProvisionedHorizon != st.Horizon:
+		return st.Horizon.String() + " (-horizon; provisioned with " + st.ProvisionedHorizon.String() + ")"
+	}
+	return st.Horizon.String() + " (-horizon, as provisioned)"
 }
 
 // verdict says what applications do with the key space and the next step.

@@ -188,6 +188,56 @@ func TestFirstDeployProvisionThenOpenServes(t *testing.T) {
 	}
 }
 
+// status shows the key space's horizon, as provisioned, when -horizon is
+// not given, and says it is unknown when the ledger records none; never
+// the flag's default. -json's Horizon is then 0.
+func TestStatusShowsTheKeySpacesHorizonNotTheFlagsDefault(t *testing.T) {
+	srv := startRedis(t)
+	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "otp:", "-horizon", "10m"); code != 0 {
+		t.Fatalf("provision = %d: %s", code, stderr)
+	}
+	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "lost:", "-horizon", "2h"); code != 0 {
+		t.Fatalf("provision = %d: %s", code, stderr)
+	}
+	if err := srv.client().Del(context.Background(), "lost:ledger").Err(); err != nil {
+		t.Fatal(err)
+	}
+	def := redisstore.DefaultHorizon.String()
+	tests := []struct {
+		name   string
+		args   []string
+		want   string
+		absent string
+	}{
+		{"without -horizon: as provisioned", []string{"-prefix", "otp:"}, "horizon  10m0s (as provisioned, from the ledger)", def},
+		{"with the same -horizon", []string{"-prefix", "otp:", "-horizon", "10m"}, "horizon  10m0s (-horizon, as provisioned)", def},
+		{"with another -horizon: both", []string{"-prefix", "otp:", "-horizon", "1h"}, "horizon  1h0m0s (-horizon; provisioned with 10m0s)", def},
+		{"without -horizon, the ledger lost: unknown", []string{"-prefix", "lost:"}, "horizon  unknown: the ledger records none", def},
+		{"with -horizon, the ledger lost", []string{"-prefix", "lost:", "-horizon", "2h"}, "horizon  2h0m0s (-horizon; the ledger records none)", def},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := ctokenStore(append([]string{"status", "-addr", srv.addr}, tt.args...)...)
+			if code != 0 || !strings.Contains(stdout, tt.want) {
+				t.Fatalf("status = %d, %q (%s); want %q", code, stdout, stderr, tt.want)
+			}
+			if strings.Contains(stdout, tt.absent) {
+				t.Fatalf("status shows %s, the flag's default:\n%s", tt.absent, stdout)
+			}
+		})
+	}
+	t.Run("-json without -horizon: Horizon 0, ProvisionedHorizon the key space's", func(t *testing.T) {
+		code, stdout, _ := ctokenStore("status", "-addr", srv.addr, "-prefix", "otp:", "-json")
+		var st redisstore.Status
+		if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
+			t.Fatalf("status -json = %d, %v: %s", code, err, stdout)
+		}
+		if st.Horizon != 0 || st.ProvisionedHorizon != 10*time.Minute {
+			t.Fatalf("Horizon %v, ProvisionedHorizon %v; want 0, 10m", st.Horizon, st.ProvisionedHorizon)
+		}
+	})
+}
+
 // A restart of a Redis without persistence while a store runs: the
 // store's claims fence the shards; a new Open refuses naming the way back;
 // provision refuses; status shows the fences; reopen with the risk
