@@ -319,11 +319,11 @@ func storeRetryAfter(err error, def string, now time.Time) string {
 }
 
 // unavailableText is the body of a refusal with status code for err: the
-// status text, and for a replay store refusal that says when it ends
-// ([replay.RetryAt]), that instant, which its Retry-After (at most
-// [MaxFenceRetryAfter]) does not give.
+// status text, and for a 503 whose replay store refusal says when it ends
+// ([replay.RetryAt]: only a store's error does), that instant, which its
+// Retry-After (at most [MaxFenceRetryAfter]) does not give.
 func unavailableText(err error, code int) string {
-	if code != http.StatusServiceUnavailable || !errors.Is(err, ErrReplayStore) {
+	if code != http.StatusServiceUnavailable {
 		return http.StatusText(code)
 	}
 	at, ok := replay.RetryAt(err)

@@ -1708,6 +1708,9 @@ func TestMiddlewareTransactionalCommitRefusalRetryAfterTellsWhenItEnds(t *testin
 			if strings.Contains(rec.Body.String(), "operator") != tt.operator {
 				t.Fatalf("body %q; operator named: want %v", rec.Body, tt.operator)
 			}
+			if fe, ok := tt.err.(fencedError); ok && !strings.Contains(rec.Body.String(), httpx.FenceEnd(fe.at)) {
+				t.Fatalf("body %q; want the fence's end %s", rec.Body, httpx.FenceEnd(fe.at))
+			}
 		})
 	}
 }
