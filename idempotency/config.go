@@ -61,6 +61,13 @@ const (
 	MaxStoredHeaderBytes = 16 << 10
 	// MaxRetryAfter is the largest [Config.RetryAfter]: an hour.
 	MaxRetryAfter = time.Hour
+	// MaxFenceRetryAfter is the longest Retry-After of a 503 for a store
+	// refusal that says when it ends ([replay.RetryAt]: a fenced shard,
+	// whose end may be a day away): 30 seconds, so that a client that
+	// sleeps for the header (go-retryablehttp, the Stainless SDKs) is
+	// back within a minute of an operator reopening the store. The body
+	// and the log still give the instant the refusal ends.
+	MaxFenceRetryAfter = httpx.MaxFenceRetryAfter
 )
 
 // ReplayedHeader is the response header a replayed response carries, with
@@ -156,7 +163,9 @@ type Config struct {
 	ReplayHeaders []string
 	// RetryAfter is the Retry-After of the 503 answered when the store
 	// fails and does not say when its refusal ends ([replay.RetryAt]);
-	// zero means [DefaultRetryAfter]; at most [MaxRetryAfter].
+	// zero means [DefaultRetryAfter]; at most [MaxRetryAfter]. A refusal
+	// that says when it ends gets the seconds until then, at most
+	// [MaxFenceRetryAfter], and a problem body stating the instant.
 	RetryAfter time.Duration
 	// Challenge is the WWW-Authenticate value of the 401 answered when
 	// [Config.Caller] finds no caller (RFC 9110 §15.5.2 requires one);

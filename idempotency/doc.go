@@ -75,7 +75,8 @@
 //	     outside [Config.Transactional] (every covered request)
 //	503  the store failed ([ErrStore]); Retry-After is the seconds until
 //	     the store's refusal ends when the store says ([replay.RetryAt]:
-//	     a fenced shard's end), else [Config.RetryAfter]; none for a
+//	     a fenced shard's end; at most [MaxFenceRetryAfter], the detail
+//	     and the Warn log giving the end), else [Config.RetryAfter]; none for a
 //	     refusal only an operator can lift ([replay.ErrConfig]: the
 //	     problem detail says so);
 //	     or the handler returned nothing after its deadline (key released);

@@ -3,17 +3,20 @@ package idempotency
 import (
 	"encoding/json"
 	"errors"
-	"github.com/ctoken/ctoken/replay"
 	"net/http"
 	"strconv"
+	"time"
 
+	"github.com/ctoken/ctoken/internal/httpx"
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/replay"
 )
 
 // The refusals of a [Middleware], for errors.Is. Each request the
 // middleware refuses is answered with [StatusCode] of its error and an RFC
 // 9457 problem+json body whose detail is fixed per error (never the key,
-// the caller or the body).
+// the caller or the body), but for a store refusal that says when it ends
+// ([replay.RetryAt]), whose detail states that instant.
 var (
 	// ErrKey: the key header is missing on a route that requires it,
 	// repeated, neither one structured-field string nor one bare key
@@ -37,7 +40,8 @@ var (
 	// ErrStore: the replay store failed. Before the handler ran, the
 	// request is answered 503 with a Retry-After of the seconds until the
 	// store's refusal ends when the store says ([replay.RetryAt]: a fenced
-	// shard), of [Config.RetryAfter] otherwise, and without Retry-After
+	// shard; at most [MaxFenceRetryAfter], the problem detail stating the
+	// end), of [Config.RetryAfter] otherwise, and without Retry-After
 	// (the problem detail says the service needs its operator) when the
 	// refusal matches [replay.ErrConfig]; after it, the handler's response
 	// is sent and the failure is only logged and observed.
@@ -145,6 +149,7 @@ type problems struct {
 	inProgress, mismatch, store, record, tooLarge, late, internal []byte
 	operator  []byte // a store refusal only an operator can lift
 	unsettled []byte // Transactional: the commit failed or the lease was lost
+	header    string // the key's header name, for bodies built per refusal
 }
 
 func newProblems(p *params) problems {
@@ -164,7 +169,15 @@ func newProblems(p *params) problems {
 		late:           problemJSON(503, "The request did not complete in time: retry with the same "+h+" after the Retry-After delay."),
 		internal:       problemJSON(500, "The server is misconfigured."),
 		unsettled:      problemJSON(503, "The outcome of this request could not be confirmed: retry with the same "+h+" after the Retry-After delay to get it."),
+		header:         h,
 	}
+}
+
+// fenced is the problem body of a store refusal that ends by itself at
+// end (a fenced shard): it states the instant, which the Retry-After
+// (at most [MaxFenceRetryAfter]) does not.
+func (ps *problems) fenced(end time.Time) []byte {
+	return problemJSON(503, "The service cannot check requests for repeats until "+httpx.FenceEnd(end)+" at the latest (its replay store is fenced after losing data; it may serve sooner): the request was not processed; retry with the same "+ps.header+" after the Retry-After delay.")
 }
 
 // problemJSON is an RFC 9457 problem document of type about:blank.

@@ -197,28 +197,41 @@ func (p *params) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 // and problem body of err, reports it, and logs it when it is the
 // server's fault.
 // A store's refusal (ErrStore) gets the Retry-After of storeRetryAfter
-// instead of retry.
+// instead of retry and, when it says when it ends, a body stating when.
 func (p *params) refuse(w http.ResponseWriter, err error, store time.Duration, retry string) {
 	p.report(err, store)
+	body := p.problems.body(err)
 	if errors.Is(err, ErrStore) {
-		retry = storeRetryAfter(err, retry)
+		retry = storeRetryAfter(err, retry, time.Now())
+		if end, ok := fenceEnd(err); ok {
+			body = p.problems.fenced(end)
+		}
 	}
-	writeProblem(w, StatusCode(err), p.problems.body(err), retry)
+	writeProblem(w, StatusCode(err), body, retry)
 }
 
 // storeRetryAfter is the Retry-After of a 503 for the store's refusal
-// err: none ("") when only an operator can lift it (it matches
+// err at now: none ("") when only an operator can lift it (it matches
 // [replay.ErrConfig]), the seconds until it ends when the store says
-// ([replay.RetryAt]: a fenced shard's end, rounded up, at least 1), else
-// def ([Config.RetryAfter]).
-func storeRetryAfter(err error, def string) string {
+// ([replay.RetryAt]: a fenced shard's end, rounded up, at least 1, at most
+// [MaxFenceRetryAfter]), else def ([Config.RetryAfter]).
+func storeRetryAfter(err error, def string, now time.Time) string {
 	if errors.Is(err, replay.ErrConfig) {
 		return ""
 	}
 	if at, ok := replay.RetryAt(err); ok {
-		return httpx.RetryAfterSeconds(time.Until(at))
+		return httpx.FenceRetryAfter(at, now)
 	}
 	return def
+}
+
+// fenceEnd reports when the store's refusal err ends by itself, when the
+// store says so and an operator is not needed (see storeRetryAfter).
+func fenceEnd(err error) (time.Time, bool) {
+	if errors.Is(err, replay.ErrConfig) {
+		return time.Time{}, false
+	}
+	return replay.RetryAt(err)
 }
 
 // attempt is one request with a key, from AcquireRecord on.
@@ -547,6 +560,9 @@ func (a *attempt) log(level slog.Level, msg string, status int, err error) {
 		attrs = append(attrs, slog.Int("status", status))
 	}
 	attrs = append(attrs, slog.String("reason", reason.Of(err)))
+	if end, ok := fenceEnd(err); ok {
+		attrs = append(attrs, slog.String("store_refuses_until", httpx.FenceEnd(end)))
+	}
 	if cause := errors.Unwrap(err); cause != nil {
 		attrs = append(attrs, slog.String("error", cause.Error()))
 	}

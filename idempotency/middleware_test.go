@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/httpx"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
@@ -1044,23 +1045,29 @@ func (e fencedError) Error() string      { return "store: shard fenced" }
 func (e fencedError) RetryAt() time.Time { return e.at }
 
 // A store refusal is answered 503 with a Retry-After of the seconds until
-// it ends when the store says (replay.RetryAt), Config.RetryAfter when it
-// does not, and without Retry-After, with a detail naming the operator,
-// when only an operator can lift it (replay.ErrConfig).
+// it ends when the store says (replay.RetryAt), at most MaxFenceRetryAfter
+// however far the end is, with a detail and a log record stating the end;
+// Config.RetryAfter when it does not say; and without Retry-After, with a
+// detail naming the operator, when only an operator can lift it
+// (replay.ErrConfig).
 func TestMiddlewareStoreRefusalRetryAfterTellsWhenItEnds(t *testing.T) {
+	day := time.Now().Add(25 * time.Hour)
 	tests := []struct {
 		name     string
 		err      error
-		want     string // Retry-After; "" for none
+		want     string    // Retry-After; "" for none
+		end      time.Time // the end the detail and the log state; zero for none
 		operator bool
 	}{
-		{"fence ends in 30 s", fmt.Errorf("claim: %w", fencedError{time.Now().Add(30 * time.Second)}), "30", false},
-		{"fence ends in 1.2 s: rounded up", fencedError{time.Now().Add(1200 * time.Millisecond)}, "2", false},
-		{"fence already over: at least 1", fencedError{time.Now().Add(-time.Minute)}, "1", false},
-		{"end unknown: RetryAfter", fencedError{}, "7", false},
-		{"store down: RetryAfter", errInjected, "7", false},
-		{"operator only", fmt.Errorf("store: %w", replay.ErrConfig), "", true},
-		{"operator only, even with an end", errors.Join(replay.ErrConfig, fencedError{time.Now().Add(time.Hour)}), "", true},
+		{"fence ends in 30 s", fmt.Errorf("claim: %w", fencedError{time.Now().Add(30 * time.Second)}), "30", time.Time{}, false},
+		{"fence ends in 1.2 s: rounded up", fencedError{time.Now().Add(1200 * time.Millisecond)}, "2", time.Time{}, false},
+		{"fence already over: at least 1", fencedError{time.Now().Add(-time.Minute)}, "1", time.Time{}, false},
+		{"fence ends in 25 h: capped at MaxFenceRetryAfter, the end in the detail", fencedError{day}, "30", day, false},
+		{"fence ends in 90 000 s: capped", fmt.Errorf("claim: %w", fencedError{day.Add(time.Hour)}), "30", day.Add(time.Hour), false},
+		{"end unknown: RetryAfter", fencedError{}, "7", time.Time{}, false},
+		{"store down: RetryAfter", errInjected, "7", time.Time{}, false},
+		{"operator only", fmt.Errorf("store: %w", replay.ErrConfig), "", time.Time{}, true},
+		{"operator only, even with an end", errors.Join(replay.ErrConfig, fencedError{time.Now().Add(time.Hour)}), "", time.Time{}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1074,6 +1081,15 @@ func TestMiddlewareStoreRefusalRetryAfterTellsWhenItEnds(t *testing.T) {
 			detail, _ := p["detail"].(string)
 			if strings.Contains(detail, "operator") != tt.operator {
 				t.Fatalf("detail %q; operator named %v, want %v", detail, !tt.operator, tt.operator)
+			}
+			if !tt.end.IsZero() {
+				when := httpx.FenceEnd(tt.end)
+				if !strings.Contains(detail, when) {
+					t.Fatalf("detail %q; want the fence's end %s", detail, when)
+				}
+				if !strings.Contains(f.logs.String(), "store_refuses_until="+when) {
+					t.Fatalf("log %s; want store_refuses_until=%s", f.logs, when)
+				}
 			}
 			if f.runs.Load() != 0 {
 				t.Fatalf("the handler ran %d times", f.runs.Load())

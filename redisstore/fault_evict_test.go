@@ -419,3 +419,100 @@ func TestEvictionWhileIdleThenRestartAcceptsNothingTwice(t *testing.T) {
 		t.Fatalf("%d IDs accepted twice after eviction while the app was idle and a restart", twice)
 	}
 }
+
+// evictWhileIdle makes c's server evict keys while no store calls it:
+// volatile-lru (claims expire, the markers, ledger and baselines do not)
+// with maxmemory under the data, another application's writes, then the
+// settings reverted. It returns how many keys were evicted.
+func evictWhileIdle(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	ctx := context.Background()
+	used, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "memory"), "used_memory"), 10, 64)
+	data, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "memory"), "used_memory_dataset"), 10, 64)
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-data/2, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 { // another application's writes, which make Redis evict
+		c.Set(ctx, "other:"+strconv.Itoa(i), strings.Repeat("x", 64), 0)
+	}
+	evicted, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "stats"), "evicted_keys"), 10, 64)
+	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if evicted == 0 {
+		t.Fatal("nothing was evicted: the test did not test eviction")
+	}
+	return evicted
+}
+
+// Eviction switched on while the store is idle or the app is down, then
+// reverted, then CONFIG RESETSTAT: evicted_keys is back at its baseline
+// (0), and only total_commands_processed, below what the last check read,
+// shows the reset. The store's next recheck, or a new Open, fences the key
+// space: none of the IDs claimed before is accepted twice (before this
+// check, 4 176–9 546 of 20 000 were, issue 56).
+func TestEvictionWhileIdleThenResetStatAcceptsNothingTwice(t *testing.T) {
+	tests := []struct {
+		name    string
+		appDown bool // the app is down during the change: a new Open judges it
+	}{
+		{"the store idle, then its recheck", false},
+		{"the app down, then a new Open", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newServer(t)
+			c := srv.client()
+			ctx := context.Background()
+			prefix := "reset:"
+			s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger()})
+			old := claimOld(t, s, evictOld)
+			recheckAll(s) // the baseline holds every claim's commands
+			if tt.appDown {
+				s.Close()
+			}
+			evicted := evictWhileIdle(t, c)
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			after, _ := strconv.ParseInt(infoValue(mustInfo(t, c, "stats"), "evicted_keys"), 10, 64)
+			if after != 0 {
+				t.Fatalf("evicted_keys after CONFIG RESETSTAT = %d; want 0, its baseline", after)
+			}
+			if n := c.Exists(ctx, s.tags[:]...).Val(); n != Shards {
+				t.Fatalf("%d of %d markers left; want every one: only the counters may show this loss", n, Shards)
+			}
+			if !tt.appDown {
+				recheckAll(s)
+				twice := 0
+				until := time.Now().Add(10 * time.Minute)
+				for _, id := range old {
+					first, err := s.Claim(ctx, id, until)
+					if first {
+						twice++
+					} else if err != nil && !errors.Is(err, ErrFenced) {
+						t.Fatalf("claim after the reset: %v", err)
+					}
+				}
+				if twice != 0 {
+					t.Fatalf("%d of %d IDs accepted twice by the idle store after eviction and CONFIG RESETSTAT", twice, len(old))
+				}
+			}
+			twice, refused, openErr := replayAfter(t, c, prefix, old)
+			ledger := c.LRange(ctx, prefix+"ledger", 0, -1).Val()
+			t.Logf("%d keys evicted; Open = %v; %d of %d refused, %d accepted twice; ledger %q", evicted, openErr, refused, len(old), twice, ledger)
+			if twice != 0 {
+				t.Fatalf("%d of %d IDs accepted twice after eviction and CONFIG RESETSTAT", twice, len(old))
+			}
+			if !strings.Contains(strings.Join(ledger, "\n"), "total_commands_processed went down") {
+				t.Fatalf("ledger %q; want the loss named by total_commands_processed", ledger)
+			}
+		})
+	}
+}

@@ -84,3 +84,22 @@ func parseLedgerEntry(text string) LedgerEntry {
 	}
 	return LedgerEntry{At: time.UnixMilli(n), Kind: kind, Detail: detail}
 }
+
+// provisionedHorizon is the Horizon the newest "provisioned" entry of
+// ledger records ("...; horizon 25h0m0s"), zero when none does.
+func provisionedHorizon(ledger []LedgerEntry) time.Duration {
+	for i := len(ledger) - 1; i >= 0; i-- {
+		e := ledger[i]
+		if e.Kind != ledgerProvisioned {
+			continue
+		}
+		_, h, ok := strings.Cut(e.Detail, "; horizon ")
+		if !ok {
+			continue
+		}
+		if d, err := time.ParseDuration(h); err == nil && d > 0 {
+			return d
+		}
+	}
+	return 0
+}

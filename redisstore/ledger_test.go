@@ -26,6 +26,36 @@ func TestParseLedgerEntry(t *testing.T) {
 	}
 }
 
+// The key space's horizon is the one its newest "provisioned" entry
+// records; other entries, and provisioned entries that record none or an
+// unreadable one, say nothing.
+func TestProvisionedHorizonIsTheNewestRecorded(t *testing.T) {
+	at := time.UnixMilli(1700000000000)
+	provisioned := func(detail string) LedgerEntry { return LedgerEntry{At: at, Kind: ledgerProvisioned, Detail: detail} }
+	for _, tc := range []struct {
+		name   string
+		ledger []LedgerEntry
+		want   time.Duration
+	}{
+		{"empty", nil, 0},
+		{"one provisioned entry", []LedgerEntry{provisioned("opened 64 of 64 shards; horizon 25h0m0s")}, 25 * time.Hour},
+		{"the newest of two wins", []LedgerEntry{provisioned("opened 64 of 64 shards; horizon 25h0m0s"), {At: at, Kind: ledgerLoss, Detail: "restart"},
+			provisioned("ReprovisionNeverUsed opened 64 of 64 shards; horizon 10m0s")}, 10 * time.Minute},
+		{"a loss or reopened entry naming a horizon says nothing", []LedgerEntry{{At: at, Kind: ledgerLoss, Detail: "x; horizon 1h0m0s"},
+			{At: at, Kind: ledgerReopened, Detail: "y; horizon 2h0m0s"}}, 0},
+		{"a provisioned entry without a horizon", []LedgerEntry{provisioned("opened 64 of 64 shards")}, 0},
+		{"an unreadable horizon falls back to an older entry", []LedgerEntry{provisioned("opened 64 of 64 shards; horizon 3h0m0s"),
+			provisioned("opened 64 of 64 shards; horizon soon")}, 3 * time.Hour},
+		{"a negative horizon is not one", []LedgerEntry{provisioned("opened 64 of 64 shards; horizon -1h")}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := provisionedHorizon(tc.ledger); got != tc.want {
+				t.Errorf("provisionedHorizon = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestLedgerKeepsTheNewestEntriesInOrder(t *testing.T) {
 	s, _ := newTestStore(t)
 	ctx := context.Background()

@@ -47,7 +47,9 @@
 //     its run_id, kept per key space in <prefix>servers, so an app restart
 //     compares too): keys evicted or eviction made possible (a
 //     maxmemory-policy other than noeviction with maxmemory set), SWAPDB,
-//     FLUSHALL or FLUSHDB run, those counters reset (CONFIG RESETSTAT),
+//     FLUSHALL or FLUSHDB run, those counters reset (CONFIG RESETSTAT:
+//     also seen by total_commands_processed going down, unless the server
+//     ran more commands after the reset than before the last check),
 //     persistence weakened on the same server (appendfsync no longer
 //     always, AOF switched off), a restart that lost markers. The store
 //     refuses every call at once, fences every shard for one horizon and
@@ -281,7 +283,8 @@ type Options struct {
 	// store serves again by itself once a check finds it fits. Evidence of
 	// loss on a server the store saw before (same run_id): keys evicted,
 	// eviction made possible (policy with maxmemory set), SWAPDB, FLUSHALL
-	// or FLUSHDB run, those counters reset by CONFIG RESETSTAT,
+	// or FLUSHDB run, those counters reset by CONFIG RESETSTAT (or
+	// total_commands_processed, which only a reset brings down),
 	// appendfsync no longer always, AOF switched off (which leaves the old
 	// AOF for the next start to load), or a restart that lost fence
 	// markers, makes every call refuse at once ([ErrFenced]) and fences

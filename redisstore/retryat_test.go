@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -15,9 +16,9 @@ import (
 )
 
 // A fenced shard's refusal says when the fence opens (replay.RetryAt), and
-// the webhook middleware in front of the store answers 503 with a
-// Retry-After of the seconds until then: one horizon, not its configured
-// RetryAfter. Every shard's marker is deleted on a real redis-server, so
+// the webhook middleware in front of the store answers 503 with a body
+// stating that instant (one horizon away) and a Retry-After of
+// MaxFenceRetryAfter, not its configured RetryAfter. Every shard's marker is deleted on a real redis-server, so
 // the next call of each shard finds the loss and fences it.
 func TestFencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
 	t.Parallel()
@@ -84,10 +85,16 @@ func TestFencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Retry-After %q: %v", rec.Header().Get("Retry-After"), err)
 		}
-		if want := int(horizon / time.Second); secs < want-5 || secs > want+5 {
-			t.Fatalf("Retry-After %d; want about %d (the fence's end), not RetryAfter's 7", secs, want)
+		if want := int(webhook.MaxFenceRetryAfter / time.Second); secs != want {
+			t.Fatalf("Retry-After %d; want %d (MaxFenceRetryAfter: the fence ends in 2 h, an operator may reopen sooner), not RetryAfter's 7", secs, want)
 		}
-		t.Logf("fenced shard: 503, Retry-After %d", secs)
+		end := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`).FindString(rec.Body.String())
+		at, err := time.Parse(time.RFC3339, end)
+		if err != nil {
+			t.Fatalf("body %q; want the fence's end: %v", rec.Body, err)
+		}
+		near(t, at, time.Now().Add(horizon))
+		t.Logf("fenced shard: 503, Retry-After %d, body %q", secs, rec.Body)
 	})
 }
 

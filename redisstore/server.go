@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,8 +35,13 @@ import (
 //     maxmemory > 0), unless AllowEviction;
 //   - SWAPDB, FLUSHALL or FLUSHDB ran (their calls in INFO commandstats
 //     grew);
-//   - any of these counters went down (CONFIG RESETSTAT: the window it
-//     covers is hidden);
+//   - any of these counters went down, or total_commands_processed (INFO
+//     stats) did, which only CONFIG RESETSTAT does to a running server: it
+//     zeroes the loss counters, so the evictions and flushes between the
+//     last check and the reset are hidden, and nothing proves there were
+//     none. A reset is missed when the server processed more commands
+//     after it than before the last check read it (a young server under
+//     load): see docs/fleet.md;
 //   - AOF switched off, or appendfsync no longer always, on the same server
 //     (the next start may load the old AOF, or a machine crash lose the
 //     last second, with the fence markers and without the later claims).
@@ -65,9 +71,13 @@ import (
 // a new Store compares with the old one and finds the evidence again (lost
 // only when the server restarts too before any fence was written).
 
-// counters are the loss counters of one server.
+// counters are the loss counters of one server, and commands, its
+// total_commands_processed: it grows with every command (the checks' own
+// included) and only CONFIG RESETSTAT brings it down, so it shows a reset
+// that left every loss counter at its baseline. 0 when not read.
 type counters struct {
 	evicted, swapdb, flushall, flushdb int64
+	commands                           int64
 }
 
 // baseline is what the checks saw of one server (one run_id).
@@ -82,7 +92,8 @@ type baseline struct {
 // maxServers bounds <prefix>servers: older run_ids are dropped.
 const maxServers = 32
 
-// encode writes b for <prefix>servers, with the time it was written.
+// encode writes b for <prefix>servers, with the time it was written
+// (version 2: version 1 had no commands).
 func (b baseline) encode(now time.Time) string {
 	bit := func(v bool) int {
 		if v {
@@ -90,33 +101,41 @@ func (b baseline) encode(now time.Time) string {
 		}
 		return 0
 	}
-	return fmt.Sprintf("1 %d %d %d %d %d %d %d %d", b.evicted, b.swapdb, b.flushall, b.flushdb,
-		bit(b.evictable), bit(b.aof), bit(b.fsyncAlways), now.UnixMilli())
+	return fmt.Sprintf("2 %d %d %d %d %d %d %d %d %d", b.evicted, b.swapdb, b.flushall, b.flushdb,
+		bit(b.evictable), bit(b.aof), bit(b.fsyncAlways), now.UnixMilli(), b.commands)
 }
 
-// kept is the part of b that <prefix>servers keeps: the most replicas and
-// the markers are this Store's own (another Store's count of replicas
-// would outlive the replicas themselves).
+// kept is the part of b that <prefix>servers keeps, as commit compares
+// it: the most replicas and the markers are this Store's own (another
+// Store's count of replicas would outlive the replicas themselves), and
+// commands counts only to its highest power of two, so the baseline is
+// written again when it doubled, not at every check (a stored commands
+// lower than the server's is still a sound witness: only a reset brings
+// the server's below it).
 func (b baseline) kept() baseline {
 	b.replicas, b.markers = 0, -1
+	if b.commands > 0 {
+		b.commands = 1 << (bits.Len64(uint64(b.commands)) - 1)
+	}
 	return b
 }
 
-// decodeBaseline reads what encode wrote, and when it was written.
+// decodeBaseline reads what encode wrote (version 2, or version 1 without
+// commands), and when it was written.
 func decodeBaseline(s string) (baseline, int64, bool) {
 	f := strings.Fields(s)
-	if len(f) != 9 || f[0] != "1" {
+	if len(f) == 0 || !(f[0] == "1" && len(f) == 9 || f[0] == "2" && len(f) == 10) {
 		return baseline{}, 0, false
 	}
-	var n [8]int64
-	for i := range n {
+	var n [9]int64
+	for i := range f[1:] {
 		v, err := strconv.ParseInt(f[i+1], 10, 64)
 		if err != nil || v < 0 {
 			return baseline{}, 0, false
 		}
 		n[i] = v
 	}
-	return baseline{counters: counters{n[0], n[1], n[2], n[3]}, evictable: n[4] == 1, aof: n[5] == 1,
+	return baseline{counters: counters{n[0], n[1], n[2], n[3], n[8]}, evictable: n[4] == 1, aof: n[5] == 1,
 		fsyncAlways: n[6] == 1, markers: -1}, n[7], true
 }
 
@@ -276,6 +295,10 @@ func (s *Store) readCounters(ctx context.Context, do func(args ...any) (any, err
 	if !isText {
 		return c, false, nil
 	}
+	// total_commands_processed is not a loss counter: without it (a
+	// server that does not report it) a reset is seen only by the others.
+	c.commands, _ = strconv.ParseInt(infoValue(stats, "total_commands_processed"), 10, 64)
+	c.commands = max(c.commands, 0)
 	c.swapdb = cmdCalls(text, "swapdb")
 	c.flushall = cmdCalls(text, "flushall")
 	c.flushdb = cmdCalls(text, "flushdb")
@@ -400,6 +423,9 @@ func judge(old *baseline, now baseline, countersOK bool, prev *baseline, history
 			case c.now > c.was && !c.allowed:
 				ev = append(ev, fmt.Sprintf("%s grew from %d to %d", c.name, c.was, c.now))
 			}
+		}
+		if old.commands > 0 && now.commands > 0 && now.commands < old.commands {
+			ev = append(ev, fmt.Sprintf("total_commands_processed went down from %d to %d: CONFIG RESETSTAT zeroed the loss counters, hiding any eviction or flush before it", old.commands, now.commands))
 		}
 	}
 	if now.evictable && !old.evictable && !allowEviction {

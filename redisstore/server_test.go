@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -227,6 +228,7 @@ type fakeServer struct {
 	mu                                 sync.Mutex
 	runID                              string // "": INFO server gives none
 	evicted, swapdb, flushall, flushdb int64
+	commands                           int64 // total_commands_processed: every Do counts
 	policy, maxmemory                  string
 	appendonly, appendfsync, save      string
 	markers                            int64
@@ -251,6 +253,7 @@ func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	cmd := redis.NewCmd(ctx, args...)
+	f.commands++
 	arg := func(i int) string { s, _ := args[i].(string); return s }
 	switch arg(0) {
 	case "ROLE":
@@ -266,7 +269,11 @@ func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
 		case "replication":
 			cmd.SetVal("role:master\r\nconnected_slaves:0\r\nrepl_backlog_active:0\r\n")
 		case "stats":
-			cmd.SetVal(fmt.Sprintf("# Stats\r\nexpired_keys:3\r\nevicted_keys:%d\r\n", f.evicted))
+			total := fmt.Sprintf("total_commands_processed:%d\r\n", f.commands)
+			if f.commands < 0 { // a server that does not report it
+				total = ""
+			}
+			cmd.SetVal(fmt.Sprintf("# Stats\r\n%sexpired_keys:3\r\nevicted_keys:%d\r\n", total, f.evicted))
 		case "commandstats":
 			var b strings.Builder
 			b.WriteString("# Commandstats\r\ncmdstat_get:calls=9,usec=1\r\n")
@@ -349,6 +356,9 @@ func TestServerChecksTellLossFromConditions(t *testing.T) {
 		{"FLUSHALL ran", func(f *fakeServer) { f.flushall = 2 }, Options{}, func(f *fakeServer) { f.flushall++ }, false, true, false, nil},
 		{"FLUSHDB ran", nil, Options{}, func(f *fakeServer) { f.flushdb++ }, false, true, false, nil},
 		{"CONFIG RESETSTAT hid a window", func(f *fakeServer) { f.flushdb = 2 }, Options{}, func(f *fakeServer) { f.flushdb = 0 }, false, true, false, nil},
+		{"CONFIG RESETSTAT with every loss counter at zero", nil, Options{}, func(f *fakeServer) { f.commands = 0 }, false, true, false, nil},
+		{"app restart, then CONFIG RESETSTAT with every loss counter at zero", nil, Options{}, func(f *fakeServer) { f.commands = 0 }, true, true, false, nil},
+		{"a server that does not report total_commands_processed", nil, Options{}, func(f *fakeServer) { f.commands = math.MinInt64 / 2 }, false, false, false, nil},
 		{"AOF switched off", aofAlways, Options{}, func(f *fakeServer) { f.appendonly = "no" }, false, true, false, nil},
 		{"appendfsync weakened", aofAlways, Options{}, func(f *fakeServer) { f.appendfsync = "everysec" }, false, true, true, func(f *fakeServer) { f.appendfsync = "always" }},
 		{"appendfsync weakened, AllowRollback", aofAlways, Options{AllowRollback: true}, func(f *fakeServer) { f.appendfsync = "everysec" }, false, true, false, nil},
@@ -472,7 +482,7 @@ func TestBaselineEncodingRoundTrips(t *testing.T) {
 		b    baseline
 	}{
 		{"zero", baseline{markers: -1}},
-		{"counters and flags", baseline{counters: counters{1, 2, 3, 4}, evictable: true, aof: true, fsyncAlways: true, markers: -1}},
+		{"counters and flags", baseline{counters: counters{1, 2, 3, 4, 5}, evictable: true, aof: true, fsyncAlways: true, markers: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -483,7 +493,14 @@ func TestBaselineEncodingRoundTrips(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"", "1 2 3", "2 0 0 0 0 0 0 0 5", "1 -1 0 0 0 0 0 0 5", "1 x 0 0 0 0 0 0 5"} {
+	t.Run("version 1, without commands", func(t *testing.T) {
+		want := baseline{counters: counters{1, 2, 3, 4, 0}, evictable: true, aof: true, markers: -1}
+		if got, ms, ok := decodeBaseline("1 1 2 3 4 1 1 0 1700000000123"); !ok || got != want || ms != 1700000000123 {
+			t.Fatalf("decode = %+v, %d, %v; want %+v", got, ms, ok, want)
+		}
+	})
+	for _, bad := range []string{"", "1 2 3", "2 0 0 0 0 0 0 0 5", "1 0 0 0 0 0 0 0 5 9", "2 0 0 0 0 0 0 0 5 -1", "3 0 0 0 0 0 0 0 5 9",
+		"1 -1 0 0 0 0 0 0 5", "1 x 0 0 0 0 0 0 5"} {
 		if _, _, ok := decodeBaseline(bad); ok {
 			t.Fatalf("decodeBaseline(%q) accepted", bad)
 		}

@@ -14,9 +14,16 @@ import (
 // operator deciding how to bring it back (the ctoken-store command prints
 // it). It holds no ID, token or key, and no password.
 type Status struct {
-	// Prefix and Horizon are the store's.
+	// Prefix and Horizon are the store's: Horizon is the Options.Horizon
+	// of the store that asked, not necessarily the key space's.
 	Prefix  string
 	Horizon time.Duration
+	// ProvisionedHorizon is the key space's own Horizon as far as it
+	// knows: the one its newest "provisioned" ledger entry records
+	// ([Store.Provision] and [Store.ReprovisionNeverUsed] write it). It is
+	// zero when the ledger records none (the entry was trimmed, lost with
+	// the data, or written by a version that did not record it).
+	ProvisionedHorizon time.Duration
 	// Open, Fenced and Missing count the shards by marker: open (or a
 	// fence that has ended), fenced (a fence not yet ended, or a marker
 	// holding a value the store does not know), missing (never
@@ -67,6 +74,7 @@ func (s *Store) Status(ctx context.Context) (Status, error) {
 	if st.Ledger, err = s.readLedger(ctx); err != nil {
 		return st, err
 	}
+	st.ProvisionedHorizon = provisionedHorizon(st.Ledger)
 	masters, err := s.mastersErr(ctx)
 	if err != nil {
 		return st, err

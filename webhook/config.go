@@ -48,6 +48,13 @@ const (
 	MaxNamespaceBytes = 128
 	// MaxRetryAfter is the largest [Config.RetryAfter]: an hour.
 	MaxRetryAfter = time.Hour
+	// MaxFenceRetryAfter is the longest Retry-After of a 503 for a replay
+	// store refusal that says when it ends ([replay.RetryAt]: a fenced
+	// shard, whose end may be a day away): 30 seconds, so that a sender
+	// that sleeps for the header is back within a minute of an operator
+	// reopening the store. The body still gives the instant the refusal
+	// ends, and [Config.OnReject] gets the error, which carries it.
+	MaxFenceRetryAfter = httpx.MaxFenceRetryAfter
 )
 
 // DefaultRetryAfter is the Retry-After of a 503 for a replay store failure
@@ -130,7 +137,8 @@ type Config struct {
 	// [DefaultRetryAfter]; negative or over [MaxRetryAfter] is
 	// [ErrConfig]. A store refusal that says when it ends
 	// ([replay.RetryAt]: a fenced shard) gets the seconds until then
-	// instead, and a 503 for a copy of a delivery in progress
+	// instead, at most [MaxFenceRetryAfter], and a body stating the
+	// instant, and a 503 for a copy of a delivery in progress
 	// ([ErrInProgress]) the seconds its lease may still run. The one 503
 	// without Retry-After is a store refusal only an operator can lift
 	// (one matching [replay.ErrConfig]): its body says the receiver needs

@@ -57,7 +57,8 @@ func StatusCode(err error) int {
 //     a Retry-After header of the seconds the lease may still run, and
 //     OnReject sees [ErrInProgress]; a store failure gets 503 with a
 //     Retry-After of the seconds until the store's refusal ends when the
-//     store says ([replay.RetryAt]: a fenced shard), else of
+//     store says ([replay.RetryAt]: a fenced shard; at most
+//     [MaxFenceRetryAfter], the body giving the end), else of
 //     [Config.RetryAfter], and without Retry-After for a refusal only an
 //     operator can lift ([replay.ErrConfig]; the body says so), and
 //     OnReject sees it. In none of these is next called.
@@ -127,9 +128,9 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 				return
 			}
 			if code == http.StatusServiceUnavailable && v != nil && v.p != nil && len(w.Header()["Retry-After"]) == 0 {
-				w.Header().Set("Retry-After", storeRetryAfter(err, v.p.retryAfter))
+				w.Header().Set("Retry-After", storeRetryAfter(err, v.p.retryAfter, time.Now()))
 			}
-			http.Error(w, http.StatusText(code), code)
+			http.Error(w, unavailableText(err, code), code)
 		}
 		if v == nil || v.p == nil {
 			refuse(errZeroVerifier)
@@ -294,8 +295,8 @@ func (v *Verifier) serveInWork(ctx context.Context, w http.ResponseWriter, r *ht
 			http.Error(w, operatorText, code)
 			return
 		}
-		w.Header().Set("Retry-After", storeRetryAfter(err, p.retryAfter))
-		http.Error(w, http.StatusText(code), code)
+		w.Header().Set("Retry-After", storeRetryAfter(err, p.retryAfter, time.Now()))
+		http.Error(w, unavailableText(err, code), code)
 		return
 	}
 	bw.send(w)
@@ -307,14 +308,29 @@ func (v *Verifier) serveInWork(ctx context.Context, w http.ResponseWriter, r *ht
 const operatorText = "Service Unavailable: the receiver's replay store needs its operator; the delivery was not processed, keep it and retry later"
 
 // storeRetryAfter is the Retry-After of a 503 for the replay store's
-// refusal err: the seconds until it ends when the store says
-// ([replay.RetryAt]: a fenced shard's end, rounded up, at least 1), else
-// def ([Config.RetryAfter]).
-func storeRetryAfter(err error, def string) string {
+// refusal err at now: the seconds until it ends when the store says
+// ([replay.RetryAt]: a fenced shard's end, rounded up, at least 1, at most
+// [MaxFenceRetryAfter]), else def ([Config.RetryAfter]).
+func storeRetryAfter(err error, def string, now time.Time) string {
 	if at, ok := replay.RetryAt(err); ok {
-		return httpx.RetryAfterSeconds(time.Until(at))
+		return httpx.FenceRetryAfter(at, now)
 	}
 	return def
+}
+
+// unavailableText is the body of a refusal with status code for err: the
+// status text, and for a 503 whose replay store refusal says when it ends
+// ([replay.RetryAt]: only a store's error does), that instant, which its
+// Retry-After (at most [MaxFenceRetryAfter]) does not give.
+func unavailableText(err error, code int) string {
+	if code != http.StatusServiceUnavailable {
+		return http.StatusText(code)
+	}
+	at, ok := replay.RetryAt(err)
+	if !ok {
+		return http.StatusText(code)
+	}
+	return "Service Unavailable: the receiver's replay store is fenced after losing data until " + httpx.FenceEnd(at) + " at the latest (it may serve sooner); the delivery was not processed, keep it and retry after the Retry-After delay"
 }
 
 // heldResponse holds a handler's response until [heldResponse.send]. It

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/httpx"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/observe/observetest"
 	"github.com/ctoken/ctoken/replay"
@@ -1616,24 +1617,29 @@ func (e fencedError) RetryAt() time.Time { return e.at }
 
 // A store refusal is answered 503 (never a 4xx: the sender keeps the
 // delivery) with a Retry-After of the seconds until it ends when the store
-// says (replay.RetryAt), Config.RetryAfter when it does not, and without
-// Retry-After, with a body naming the operator, when only an operator can
-// lift it (replay.ErrConfig).
+// says (replay.RetryAt), at most MaxFenceRetryAfter however far the end
+// is, with a body stating the end; Config.RetryAfter when it does not say;
+// and without Retry-After, with a body naming the operator, when only an
+// operator can lift it (replay.ErrConfig).
 func TestMiddlewareStoreRefusalRetryAfterTellsWhenItEnds(t *testing.T) {
 	clk := newStepClock()
+	day := time.Now().Add(25 * time.Hour)
 	tests := []struct {
 		name     string
 		err      error
-		want     string // Retry-After; "" for none
+		want     string    // Retry-After; "" for none
+		end      time.Time // the end the body states; zero for none
 		operator bool
 	}{
-		{"fence ends in 30 s", fmt.Errorf("claim: %w", fencedError{time.Now().Add(30 * time.Second)}), "30", false},
-		{"fence ends in 1.2 s: rounded up", fencedError{time.Now().Add(1200 * time.Millisecond)}, "2", false},
-		{"fence already over: at least 1", fencedError{time.Now().Add(-time.Minute)}, "1", false},
-		{"end unknown: RetryAfter", fencedError{}, "7", false},
-		{"store down: RetryAfter", errStoreDown, "7", false},
-		{"operator only", fmt.Errorf("store: %w", replay.ErrConfig), "", true},
-		{"operator only, even with an end", errors.Join(replay.ErrConfig, fencedError{time.Now().Add(time.Hour)}), "", true},
+		{"fence ends in 30 s", fmt.Errorf("claim: %w", fencedError{time.Now().Add(30 * time.Second)}), "30", time.Time{}, false},
+		{"fence ends in 1.2 s: rounded up", fencedError{time.Now().Add(1200 * time.Millisecond)}, "2", time.Time{}, false},
+		{"fence already over: at least 1", fencedError{time.Now().Add(-time.Minute)}, "1", time.Time{}, false},
+		{"fence ends in 25 h: capped at MaxFenceRetryAfter, the end in the body", fencedError{day}, "30", day, false},
+		{"fence ends in 90 000 s: capped", fmt.Errorf("claim: %w", fencedError{day.Add(time.Hour)}), "30", day.Add(time.Hour), false},
+		{"end unknown: RetryAfter", fencedError{}, "7", time.Time{}, false},
+		{"store down: RetryAfter", errStoreDown, "7", time.Time{}, false},
+		{"operator only", fmt.Errorf("store: %w", replay.ErrConfig), "", time.Time{}, true},
+		{"operator only, even with an end", errors.Join(replay.ErrConfig, fencedError{time.Now().Add(time.Hour)}), "", time.Time{}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1651,6 +1657,9 @@ func TestMiddlewareStoreRefusalRetryAfterTellsWhenItEnds(t *testing.T) {
 			if strings.Contains(rec.Body.String(), "operator") != tt.operator {
 				t.Fatalf("body %q; operator named: want %v", rec.Body, tt.operator)
 			}
+			if !tt.end.IsZero() && !strings.Contains(rec.Body.String(), httpx.FenceEnd(tt.end)) {
+				t.Fatalf("body %q; want the fence's end %s", rec.Body, httpx.FenceEnd(tt.end))
+			}
 			if !errors.Is(rejected, ErrReplayStore) {
 				t.Fatalf("OnReject saw %v; want ErrReplayStore", rejected)
 			}
@@ -1660,7 +1669,8 @@ func TestMiddlewareStoreRefusalRetryAfterTellsWhenItEnds(t *testing.T) {
 
 // Under Transactional, a commit the store refused is answered like a
 // refusal of Acquire: Retry-After the seconds until the refusal ends when
-// the store says, RetryAfter when it does not, and none (a body naming
+// the store says (at most MaxFenceRetryAfter, the end in the body),
+// RetryAfter when it does not, and none (a body naming
 // the operator, still 503) when only an operator can lift it.
 func TestMiddlewareTransactionalCommitRefusalRetryAfterTellsWhenItEnds(t *testing.T) {
 	tests := []struct {
@@ -1669,7 +1679,8 @@ func TestMiddlewareTransactionalCommitRefusalRetryAfterTellsWhenItEnds(t *testin
 		want     string
 		operator bool
 	}{
-		{"fenced", fencedError{time.Now().Add(90 * time.Second)}, "90", false},
+		{"fenced for 20 s", fencedError{time.Now().Add(20 * time.Second)}, "20", false},
+		{"fenced for 90 s: capped", fencedError{time.Now().Add(90 * time.Second)}, "30", false},
 		{"end unknown", errStoreDown, "7", false},
 		{"operator only", fmt.Errorf("store: %w", replay.ErrConfig), "", true},
 	}
@@ -1696,6 +1707,9 @@ func TestMiddlewareTransactionalCommitRefusalRetryAfterTellsWhenItEnds(t *testin
 			}
 			if strings.Contains(rec.Body.String(), "operator") != tt.operator {
 				t.Fatalf("body %q; operator named: want %v", rec.Body, tt.operator)
+			}
+			if fe, ok := tt.err.(fencedError); ok && !strings.Contains(rec.Body.String(), httpx.FenceEnd(fe.at)) {
+				t.Fatalf("body %q; want the fence's end %s", rec.Body, httpx.FenceEnd(fe.at))
 			}
 		})
 	}

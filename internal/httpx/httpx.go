@@ -29,6 +29,29 @@ func RetryAfterSeconds(d time.Duration) string {
 	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
 }
 
+// MaxFenceRetryAfter is the longest Retry-After sent for a store refusal
+// that says when it ends (a fenced shard): an operator may end the fence
+// long before then, and a client that sleeps for the header (go-retryablehttp,
+// the Stainless SDKs) must come back within a minute of the store serving
+// again.
+const MaxFenceRetryAfter = 30 * time.Second
+
+// FenceRetryAfter is the Retry-After of a refusal that ends by itself at
+// end, asked at now: the seconds until end, rounded up, at least 1 and at
+// most [MaxFenceRetryAfter].
+func FenceRetryAfter(end, now time.Time) string {
+	return RetryAfterSeconds(min(end.Sub(now), MaxFenceRetryAfter))
+}
+
+// FenceEnd is end as the body and logs state it: UTC, RFC 3339, rounded
+// up to the second, so a client that waits until then is not early.
+func FenceEnd(end time.Time) string {
+	if t := end.Truncate(time.Second); t.Before(end) {
+		end = t.Add(time.Second)
+	}
+	return end.UTC().Format(time.RFC3339)
+}
+
 // timeoutHandlerType is the type of the handler [http.TimeoutHandler]
 // returns.
 var timeoutHandlerType = reflect.TypeOf(http.TimeoutHandler(http.NotFoundHandler(), time.Second, ""))

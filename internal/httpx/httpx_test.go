@@ -27,6 +27,46 @@ func TestRetryAfterSeconds(t *testing.T) {
 	}
 }
 
+func TestFenceRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		end  time.Time
+		want string
+	}{
+		{"a fence ending in 25 hours is capped at 30 s", now.Add(25 * time.Hour), "30"},
+		{"a fence ending in 90 000 s is capped at 30 s", now.Add(90000 * time.Second), "30"},
+		{"just over the cap is capped", now.Add(MaxFenceRetryAfter + time.Millisecond), "30"},
+		{"at the cap", now.Add(MaxFenceRetryAfter), "30"},
+		{"a fence ending in 12.2 s: its seconds, rounded up", now.Add(12200 * time.Millisecond), "13"},
+		{"a fence ended: 1", now.Add(-time.Minute), "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := FenceRetryAfter(tc.end, now); got != tc.want {
+				t.Errorf("FenceRetryAfter = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFenceEndIsUTCRoundedUp(t *testing.T) {
+	paris := time.FixedZone("CET", 3600)
+	for _, tc := range []struct {
+		name string
+		end  time.Time
+		want string
+	}{
+		{"a whole second, in another zone", time.Date(2026, 11, 26, 2, 0, 0, 0, paris), "2026-11-26T01:00:00Z"},
+		{"a fraction rounds up", time.Date(2026, 11, 26, 1, 0, 0, 1, time.UTC), "2026-11-26T01:00:01Z"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := FenceEnd(tc.end); got != tc.want {
+				t.Errorf("FenceEnd = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestIsTimeoutHandler(t *testing.T) {
 	h := http.NotFoundHandler()
 	for _, tc := range []struct {

@@ -8,14 +8,21 @@
 //	    -accepted-by "alice (on call)" -reason "INC-123: Redis restarted without persistence"
 //
 // The server is named by exactly one of -addr host:port, -url
-// redis://[user:password@]host:port/db (rediss:// for TLS), -sentinel
-// a,b,c with -master name, or -cluster a,b,c. A password comes only from
-// the URL or the CTOKEN_REDIS_PASSWORD environment variable, and is never
-// printed. -prefix and -horizon must be the applications' own
-// (Options.Prefix, Options.Horizon), and so must the durability flags
-// (-replicas, -replica-aof, -local-aof and the -allow-* flags mirror
-// Options): provision and reopen run the server checks the applications'
-// Open runs, and refuse a server it would refuse.
+// redis://[user@]host:port/db (rediss:// for TLS), -sentinel a,b,c with
+// -master name, or -cluster a,b,c. A password comes only from the
+// CTOKEN_REDIS_PASSWORD environment variable or from the file named by
+// -password-file (one line; a final newline is dropped), never from the
+// command line, which every user of the machine can read (ps,
+// /proc/PID/cmdline): a -url that carries one is refused, and so is a
+// password given both ways. It is never printed.
+//
+// -prefix and -horizon must be the applications' own (Options.Prefix,
+// Options.Horizon), and so must the durability flags (-replicas,
+// -replica-aof, -local-aof and the -allow-* flags mirror Options):
+// provision and reopen run the server checks the applications' Open runs,
+// and refuse a server it would refuse. status without -horizon shows the
+// key space's horizon as provisioned (read from its ledger), or says it is
+// unknown, never the flag's default; its -json Horizon is then 0.
 //
 // provision opens a new prefix (redisstore.Store.Provision) and refuses
 // when anything shows the prefix or the server had a previous life. status
@@ -54,6 +61,9 @@ func main() {
 // passwordEnv names the environment variable a password may come from.
 const passwordEnv = "CTOKEN_REDIS_PASSWORD"
 
+// maxPasswordFileBytes bounds what -password-file reads.
+const maxPasswordFileBytes = 4096
+
 const usage = `usage: ctoken-store provision|status|reopen [flags]
 
   provision   open a new prefix (a deployment step, once per prefix)
@@ -66,9 +76,11 @@ Run "ctoken-store <command> -h" for the flags.
 // config is what the flags say.
 type config struct {
 	addr, url, sentinel, master, cluster string
+	passwordFile                         string
 	opts                                 redisstore.Options
 	timeout                              time.Duration
 	jsonOut                              bool
+	horizonGiven                         bool // -horizon was on the command line
 	acceptedBy, reason                   string
 }
 
@@ -92,7 +104,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ctoken-store "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.addr, "addr", "", "Redis `host:port`")
-	fs.StringVar(&c.url, "url", "", "Redis `URL`, redis://[user:password@]host:port/db or rediss://")
+	fs.StringVar(&c.url, "url", "", "Redis `URL`, redis://[user@]host:port/db or rediss://, without a password")
+	fs.StringVar(&c.passwordFile, "password-file", "", "read the Redis password from this `file` (else from "+passwordEnv+"; never from the command line)")
 	fs.StringVar(&c.sentinel, "sentinel", "", "Sentinel addresses, `a,b,c` (with -master)")
 	fs.StringVar(&c.master, "master", "", "Sentinel master `name`")
 	fs.StringVar(&c.cluster, "cluster", "", "Redis Cluster node addresses, `a,b,c`")
@@ -119,6 +132,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	fs.Visit(func(f *flag.Flag) { c.horizonGiven = c.horizonGiven || f.Name == "horizon" })
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ctoken-store %s: unexpected argument %q\n", cmd, fs.Arg(0))
 		return 2
@@ -158,6 +172,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		st, err := store.Status(ctx)
 		if err != nil {
 			return fail(stderr, cmd, err)
+		}
+		if !c.horizonGiven {
+			st.Horizon = 0 // the flag's default, not the key space's: see ProvisionedHorizon
 		}
 		if c.jsonOut {
 			enc := json.NewEncoder(stdout)
@@ -204,7 +221,10 @@ func (c *config) client() (redis.UniversalClient, error) {
 	if (c.sentinel != "") != (c.master != "") {
 		return nil, errors.New("-sentinel and -master go together")
 	}
-	password := os.Getenv(passwordEnv)
+	password, err := c.password()
+	if err != nil {
+		return nil, err
+	}
 	switch {
 	case c.addr != "":
 		return redis.NewClient(&redis.Options{Addr: c.addr, Password: password, ContextTimeoutEnabled: true}), nil
@@ -213,9 +233,10 @@ func (c *config) client() (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, errors.New("-url is not a valid redis:// or rediss:// URL") // never echo it: it may hold a password
 		}
-		if o.Password == "" {
-			o.Password = password
+		if o.Password != "" {
+			return nil, errors.New("-url carries a password, which every user of this machine can read in the process table: give it in " + passwordEnv + " or a -password-file, and the URL without it")
 		}
+		o.Password = password
 		o.ContextTimeoutEnabled = true
 		return redis.NewClient(o), nil
 	case c.sentinel != "":
@@ -223,6 +244,39 @@ func (c *config) client() (redis.UniversalClient, error) {
 			Password: password, ContextTimeoutEnabled: true}), nil
 	}
 	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: split(c.cluster), Password: password, ContextTimeoutEnabled: true}), nil
+}
+
+// password is the server's password: from -password-file or
+// CTOKEN_REDIS_PASSWORD (not both), "" when neither is set. Its errors
+// never hold the password.
+func (c *config) password() (string, error) {
+	env := os.Getenv(passwordEnv)
+	if c.passwordFile == "" {
+		return env, nil
+	}
+	if env != "" {
+		return "", errors.New("the password is given twice: use " + passwordEnv + " or -password-file, not both")
+	}
+	f, err := os.Open(c.passwordFile)
+	if err != nil {
+		return "", fmt.Errorf("-password-file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxPasswordFileBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("-password-file: %w", err)
+	}
+	if len(b) > maxPasswordFileBytes {
+		return "", fmt.Errorf("-password-file %s: over %d bytes; it must hold the password alone", c.passwordFile, maxPasswordFileBytes)
+	}
+	pw := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	switch {
+	case pw == "":
+		return "", fmt.Errorf("-password-file %s is empty", c.passwordFile)
+	case strings.ContainsAny(pw, "\r\n"):
+		return "", fmt.Errorf("-password-file %s holds more than one line; it must hold the password alone", c.passwordFile)
+	}
+	return pw, nil
 }
 
 // split splits a,b,c, dropping empty parts.
@@ -238,7 +292,7 @@ func split(s string) []string {
 
 // printStatus prints st for a person: the verdict and next step first.
 func printStatus(w io.Writer, st redisstore.Status, now time.Time) {
-	fmt.Fprintf(w, "prefix   %s\nhorizon  %s\n", st.Prefix, st.Horizon)
+	fmt.Fprintf(w, "prefix   %s\nhorizon  %s\n", st.Prefix, horizonLine(st))
 	fmt.Fprintf(w, "shards   %d open, %d fenced, %d missing (of %d)\n", st.Open, st.Fenced, st.Missing, redisstore.Shards)
 	if !st.FencedUntil.IsZero() {
 		fmt.Fprintf(w, "fenced until %s (in %s)\n", st.FencedUntil.UTC().Format(time.RFC3339), st.FencedUntil.Sub(now).Round(time.Second))
@@ -262,6 +316,23 @@ func printStatus(w io.Writer, st redisstore.Status, now time.Time) {
 		fmt.Fprintf(w, "    eviction     maxmemory-policy %s, maxmemory %s\n", orUnknown(s.MaxmemoryPolicy), orUnknown(s.Maxmemory))
 		fmt.Fprintf(w, "    since start  evicted_keys %d, FLUSHALL %d, FLUSHDB %d, SWAPDB %d\n", s.EvictedKeys, s.Flushall, s.Flushdb, s.Swapdb)
 	}
+}
+
+// horizonLine says which horizon status knows and where it comes from:
+// the key space's as provisioned (st.ProvisionedHorizon), and -horizon
+// when given (st.Horizon, zero when not).
+func horizonLine(st redisstore.Status) string {
+	switch {
+	case st.Horizon == 0 && st.ProvisionedHorizon == 0:
+		return "unknown: the ledger records none (trimmed or lost) and -horizon was not given; the key space's is the applications' Options.Horizon"
+	case st.Horizon == 0:
+		return st.ProvisionedHorizon.String() + " (as provisioned, from the ledger)"
+	case st.ProvisionedHorizon == 0:
+		return st.Horizon.String() + " (-horizon; the ledger records none)"
+	case st.ProvisionedHorizon != st.Horizon:
+		return st.Horizon.String() + " (-horizon; provisioned with " + st.ProvisionedHorizon.String() + ")"
+	}
+	return st.Horizon.String() + " (-horizon, as provisioned)"
 }
 
 // verdict says what applications do with the key space and the next step.

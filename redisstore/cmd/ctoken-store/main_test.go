@@ -188,6 +188,56 @@ func TestFirstDeployProvisionThenOpenServes(t *testing.T) {
 	}
 }
 
+// status shows the key space's horizon, as provisioned, when -horizon is
+// not given, and says it is unknown when the ledger records none; never
+// the flag's default. -json's Horizon is then 0.
+func TestStatusShowsTheKeySpacesHorizonNotTheFlagsDefault(t *testing.T) {
+	srv := startRedis(t)
+	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "otp:", "-horizon", "10m"); code != 0 {
+		t.Fatalf("provision = %d: %s", code, stderr)
+	}
+	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "lost:", "-horizon", "2h"); code != 0 {
+		t.Fatalf("provision = %d: %s", code, stderr)
+	}
+	if err := srv.client().Del(context.Background(), "lost:ledger").Err(); err != nil {
+		t.Fatal(err)
+	}
+	def := redisstore.DefaultHorizon.String()
+	tests := []struct {
+		name   string
+		args   []string
+		want   string
+		absent string
+	}{
+		{"without -horizon: as provisioned", []string{"-prefix", "otp:"}, "horizon  10m0s (as provisioned, from the ledger)", def},
+		{"with the same -horizon", []string{"-prefix", "otp:", "-horizon", "10m"}, "horizon  10m0s (-horizon, as provisioned)", def},
+		{"with another -horizon: both", []string{"-prefix", "otp:", "-horizon", "1h"}, "horizon  1h0m0s (-horizon; provisioned with 10m0s)", def},
+		{"without -horizon, the ledger lost: unknown", []string{"-prefix", "lost:"}, "horizon  unknown: the ledger records none", def},
+		{"with -horizon, the ledger lost", []string{"-prefix", "lost:", "-horizon", "2h"}, "horizon  2h0m0s (-horizon; the ledger records none)", def},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := ctokenStore(append([]string{"status", "-addr", srv.addr}, tt.args...)...)
+			if code != 0 || !strings.Contains(stdout, tt.want) {
+				t.Fatalf("status = %d, %q (%s); want %q", code, stdout, stderr, tt.want)
+			}
+			if strings.Contains(stdout, tt.absent) {
+				t.Fatalf("status shows %s, the flag's default:\n%s", tt.absent, stdout)
+			}
+		})
+	}
+	t.Run("-json without -horizon: Horizon 0, ProvisionedHorizon the key space's", func(t *testing.T) {
+		code, stdout, _ := ctokenStore("status", "-addr", srv.addr, "-prefix", "otp:", "-json")
+		var st redisstore.Status
+		if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
+			t.Fatalf("status -json = %d, %v: %s", code, err, stdout)
+		}
+		if st.Horizon != 0 || st.ProvisionedHorizon != 10*time.Minute {
+			t.Fatalf("Horizon %v, ProvisionedHorizon %v; want 0, 10m", st.Horizon, st.ProvisionedHorizon)
+		}
+	})
+}
+
 // A restart of a Redis without persistence while a store runs: the
 // store's claims fence the shards; a new Open refuses naming the way back;
 // provision refuses; status shows the fences; reopen with the risk
@@ -259,21 +309,32 @@ func TestRestartWithoutPersistenceReopenServes(t *testing.T) {
 	}
 }
 
-// A password comes from the URL or CTOKEN_REDIS_PASSWORD, and is never
-// printed, also when it is wrong.
+// A password comes from CTOKEN_REDIS_PASSWORD or -password-file, and is
+// never printed, also when it is wrong.
 func TestPasswordIsNeverPrinted(t *testing.T) {
 	const pw = "s3cret-pw-123"
 	srv := startRedis(t, "--requirepass", pw)
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	tests := []struct {
 		name string
 		env  string
 		args []string
 		want int
 	}{
-		{"in the URL", "", []string{"status", "-url", "redis://:" + pw + "@" + srv.addr + "/0"}, 0},
 		{"from the environment", pw, []string{"status", "-addr", srv.addr}, 0},
-		{"wrong, in the URL", "", []string{"status", "-url", "redis://:" + pw + "-wrong@" + srv.addr}, 1},
+		{"from the environment, with a URL naming the user", pw, []string{"status", "-url", "redis://default@" + srv.addr + "/0"}, 0},
+		{"from a file", "", []string{"status", "-addr", srv.addr, "-password-file", file("pw", pw)}, 0},
+		{"from a file ending in a newline", "", []string{"status", "-addr", srv.addr, "-password-file", file("pw-nl", pw+"\n")}, 0},
+		{"from a file ending in CRLF", "", []string{"status", "-addr", srv.addr, "-password-file", file("pw-crlf", pw+"\r\n")}, 0},
 		{"wrong, from the environment", pw + "-wrong", []string{"status", "-addr", srv.addr}, 1},
+		{"wrong, from a file", "", []string{"status", "-addr", srv.addr, "-password-file", file("pw-wrong", pw+"-wrong\n")}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -281,6 +342,51 @@ func TestPasswordIsNeverPrinted(t *testing.T) {
 			code, stdout, stderr := ctokenStore(tt.args...)
 			if code != tt.want {
 				t.Fatalf("= %d (%s); want %d", code, stderr, tt.want)
+			}
+			if strings.Contains(stdout+stderr, pw) {
+				t.Fatalf("the output shows the password:\n%s\n%s", stdout, stderr)
+			}
+		})
+	}
+}
+
+// A password on the command line is refused before any server is asked
+// (exit 2), naming where it goes instead and without echoing it: a -url
+// that carries one, whatever its scheme or user, and a password given
+// twice or a -password-file that is not one password.
+func TestPasswordOnTheCommandLineIsRefused(t *testing.T) {
+	const pw = "hunter2-on-the-cmdline"
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name  string
+		env   string
+		args  []string
+		names string // what the error must name
+	}{
+		{"redis:// with a password", "", []string{"status", "-url", "redis://:" + pw + "@127.0.0.1:1/0"}, passwordEnv},
+		{"redis:// with a user and a password", "", []string{"status", "-url", "redis://alice:" + pw + "@127.0.0.1:1"}, "-password-file"},
+		{"rediss:// with a password", "", []string{"provision", "-url", "rediss://:" + pw + "@127.0.0.1:1"}, passwordEnv},
+		{"unix:// with a password", "", []string{"reopen", "-url", "unix://:" + pw + "@/tmp/redis.sock", "-accepted-by", "a", "-reason", "r"}, passwordEnv},
+		{"a URL with a password and the environment too", pw, []string{"status", "-url", "redis://:" + pw + "@127.0.0.1:1"}, passwordEnv},
+		{"the environment and a file both", pw, []string{"status", "-addr", "127.0.0.1:1", "-password-file", file("both", pw)}, "not both"},
+		{"an empty file", "", []string{"status", "-addr", "127.0.0.1:1", "-password-file", file("empty", "\n")}, "empty"},
+		{"a file of two lines", "", []string{"status", "-addr", "127.0.0.1:1", "-password-file", file("two", pw+"\n"+pw+"\n")}, "more than one line"},
+		{"a file too large", "", []string{"status", "-addr", "127.0.0.1:1", "-password-file", file("large", strings.Repeat(pw, 400))}, "over 4096 bytes"},
+		{"a file that does not exist", "", []string{"status", "-addr", "127.0.0.1:1", "-password-file", dir + "/absent"}, "no such file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(passwordEnv, tt.env)
+			code, stdout, stderr := ctokenStore(tt.args...)
+			if code != 2 || !strings.Contains(stderr, tt.names) {
+				t.Fatalf("= %d, %q; want 2 naming %q", code, stderr, tt.names)
 			}
 			if strings.Contains(stdout+stderr, pw) {
 				t.Fatalf("the output shows the password:\n%s\n%s", stdout, stderr)
