@@ -25,7 +25,9 @@ import (
 // method and the caller only, and a cursor handed out on one such
 // connection is accepted for the same caller on another. A cursor issued in
 // a session is refused outside it, and one issued without a session is
-// refused in any session.
+// refused in any session. After a restart, a cursor of a session is
+// refused by the SDK (the session is gone); one without a session is
+// expired (1020) when the issuer's session was random.
 //
 // A cursor that does not open (another caller's, another session's,
 // another list method's, a tampered, forged or expired one, or one from
