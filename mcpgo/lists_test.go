@@ -152,7 +152,7 @@ func TestSecureListCursorsPagesEveryListUnchanged(t *testing.T) {
 			return inProcess(t, listServer(t, listPageSize, issuer, nil), "alice", nil)
 		}},
 		{"streamable HTTP with sessions (protocol 2025-11-25)", func(t *testing.T) *peer {
-			p := overHTTP(t, serveHTTP(t, listServer(t, listPageSize, issuer, nil)), "alice", nil, client.WithLegacyProtocolOnly())
+			p := overHTTP(t, serveHTTP(t, listServer(t, listPageSize, issuer, nil)), "alice", nil, client.WithProtocolVersion("2025-11-25"))
 			if p.c.GetSessionId() == "" {
 				t.Fatal("no session over streamable HTTP at protocol 2025-11-25")
 			}
@@ -216,7 +216,7 @@ func TestSecureListCursorsRefuseForeignCursors(t *testing.T) {
 		{"in-process", func(user string) *peer { return inProcess(t, s, user, nil) }},
 		{"streamable HTTP", func() func(user string) *peer {
 			endpoint := serveHTTP(t, s)
-			return func(user string) *peer { return overHTTP(t, endpoint, user, nil, client.WithLegacyProtocolOnly()) }
+			return func(user string) *peer { return overHTTP(t, endpoint, user, nil, client.WithProtocolVersion("2025-11-25")) }
 		}()},
 	} {
 		alice, alice2, bob := tr.dial("alice"), tr.dial("alice"), tr.dial("bob")
