@@ -173,6 +173,25 @@ func TestListCursorsRefuseAnotherScope(t *testing.T) {
 	})
 }
 
+// An authentic cursor of a list's scope whose state is not a list cursor's
+// (written by other code sharing the issuer) is refused as invalid, and the
+// SDK gets nothing of it.
+func TestListCursorsRefuseAnAuthenticCursorThatIsNotAListCursor(t *testing.T) {
+	var log bytes.Buffer
+	l := testListCursors(t, &log, &clock{now: time.Unix(1e9, 0)})
+	for _, state := range [][]byte{nil, {innerText}, {9, 'x'}} {
+		wire, err := l.issuer.Issue(ctoken.CursorPayload{CursorScope: listScope("alice", "s", MethodListTools), State: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, err := l.Open(context.Background(), "alice", "s", MethodListTools, wire)
+		var re *refusedErr
+		if inner != "" || !errors.As(err, &re) || re.r.Code != ctoken.CodeCursorInvalid {
+			t.Errorf("state %q: Open = %q, %v", state, inner, err)
+		}
+	}
+}
+
 // An SDK cursor longer than a cursor's state is an error, logged with its
 // length; one that fits the budget exactly seals.
 func TestListCursorsSealRefusesAnSDKCursorOverTheBudget(t *testing.T) {
