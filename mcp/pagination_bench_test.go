@@ -322,7 +322,9 @@ func benchListServer(b *testing.B, issuer *ctoken.CursorIssuer) *mcp.ClientSessi
 // core is the work SecureListCursors adds, mcptoken.ListCursors Open and
 // Seal of the same SDK cursor, and its floor aes-gcm is one AES-256-GCM
 // seal and one open of the same state bytes under a fixed key, with a
-// random nonce, in the same run.
+// random nonce, in the same run. overhead alternates the two page turns
+// (each goes first in every other round) and reports how much longer the
+// secured one takes, in percent of the SDK's, by wall time.
 func BenchmarkListPageTurn(b *testing.B) {
 	f := newFleet(b, 1, "s1")
 	issuer := sealingIssuer(b, f, 1, "s1")
@@ -344,8 +346,32 @@ func BenchmarkListPageTurn(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	secured := benchListServer(b, issuer)
 	b.Run("sdk", func(b *testing.B) { turn(b, plain) })
-	b.Run("SecureListCursors", func(b *testing.B) { turn(b, benchListServer(b, issuer)) })
+	b.Run("SecureListCursors", func(b *testing.B) { turn(b, secured) })
+	b.Run("overhead", func(b *testing.B) {
+		var first [2]string
+		sessions := [2]*mcp.ClientSession{secured, plain}
+		for i, cs := range sessions {
+			if _, first[i], err = listPage(ctx, cs, mcptoken.MethodListTools, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var wall [2]time.Duration
+		round := 0
+		for b.Loop() {
+			round++
+			for j := range sessions {
+				i := (j + round) % 2 // alternate which goes first
+				t0 := time.Now()
+				if _, _, err := listPage(ctx, sessions[i], mcptoken.MethodListTools, first[i]); err != nil {
+					b.Fatal(err)
+				}
+				wall[i] += time.Since(t0)
+			}
+		}
+		b.ReportMetric(100*float64(wall[0]-wall[1])/float64(wall[1]), "overhead-%")
+	})
 
 	core, err := mcptoken.NewListCursors(issuer, integration(nil))
 	if err != nil {
