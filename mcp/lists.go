@@ -3,6 +3,8 @@ package ctokenmcp
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
@@ -125,27 +127,37 @@ func withListCursor(req mcp.Request, cursor string) mcp.Request {
 
 // nextCursor returns the next cursor of a list result and a function
 // returning a copy of the result carrying another one (the SDK may keep
-// the result it returned).
-func nextCursor(res mcp.Result) (string, func(string) mcp.Result) {
+// the result it returned); known is false for a result of another type,
+// whose cursor cannot be found.
+func nextCursor(res mcp.Result) (cursor string, replace func(string) mcp.Result, known bool) {
 	switch r := res.(type) {
 	case *mcp.ListToolsResult:
 		if r != nil && r.NextCursor != "" {
-			return r.NextCursor, func(c string) mcp.Result { cp := *r; cp.NextCursor = c; return &cp }
+			return r.NextCursor, func(c string) mcp.Result { cp := *r; cp.NextCursor = c; return &cp }, true
 		}
 	case *mcp.ListPromptsResult:
 		if r != nil && r.NextCursor != "" {
-			return r.NextCursor, func(c string) mcp.Result { cp := *r; cp.NextCursor = c; return &cp }
+			return r.NextCursor, func(c string) mcp.Result { cp := *r; cp.NextCursor = c; return &cp }, true
 		}
 	case *mcp.ListResourcesResult:
 		if r != nil && r.NextCursor != "" {
-			return r.NextCursor, func(c string) mcp.Result { cp := *r; cp.NextCursor = c; return &cp }
+			return r.NextCursor, func(c string) mcp.Result { cp := *r; cp.NextCursor = c; return &cp }, true
 		}
 	case *mcp.ListResourceTemplatesResult:
 		if r != nil && r.NextCursor != "" {
-			return r.NextCursor, func(c string) mcp.Result { cp := *r; cp.NextCursor = c; return &cp }
+			return r.NextCursor, func(c string) mcp.Result { cp := *r; cp.NextCursor = c; return &cp }, true
 		}
+	default:
+		return "", nil, res == nil
 	}
-	return "", nil
+	return "", nil, true
+}
+
+// unknown logs a list request or result of a type the middleware does not
+// know, at Error.
+func (l *listCursors) unknown(ctx context.Context, method, what string, v any) {
+	l.core.Integration().Logger().LogAttrs(ctx, slog.LevelError, "ctokenmcp: list "+what+" of an unknown type: refused",
+		slog.String("method", method), slog.String("type", fmt.Sprintf("%T", v)))
 }
 
 // sessionOf returns the ID of the server session req arrived on, "" when
@@ -170,7 +182,11 @@ func (l *listCursors) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		wire, ok := listCursor(req)
 		if !ok {
-			return next(ctx, method, req)
+			// A list method whose request is not one of the SDK's list
+			// requests (not in go-sdk v1.8.0): its cursors could not be
+			// sealed, so nothing of it is served.
+			l.unknown(ctx, method, "request", req)
+			return nil, errListSealing()
 		}
 		caller, err := callerOf(ctx, l.core.Integration(), l.caller, req)
 		if err != nil {
@@ -188,7 +204,11 @@ func (l *listCursors) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if err != nil {
 			return res, err
 		}
-		sdk, replace := nextCursor(res)
+		sdk, replace, known := nextCursor(res)
+		if !known {
+			l.unknown(ctx, method, "result", res)
+			return nil, errListSealing()
+		}
 		if sdk == "" {
 			return res, nil
 		}

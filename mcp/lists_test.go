@@ -431,3 +431,51 @@ func TestSecureListCursorsRefusesMisconfiguration(t *testing.T) {
 		})
 	}
 }
+
+// A list method whose request or result is not one of the SDK's list types
+// is refused with -32603 and logged at Error, never passed through with its
+// cursor unsealed.
+func TestSecureListCursorsRefuseUnknownListTypes(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	var log bytes.Buffer
+	core, err := mcptoken.NewListCursors(sealingIssuer(t, f, 1, "s1"), integration(slog.New(slog.NewTextHandler(&log, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &listCursors{core: core, caller: FixedCaller("alice")}
+	called := false
+	next := func(res mcp.Result) mcp.MethodHandler {
+		return func(context.Context, string, mcp.Request) (mcp.Result, error) {
+			called = true
+			return res, nil
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		req     mcp.Request
+		res     mcp.Result
+		handler bool
+	}{
+		{"request", &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "x"}}, &mcp.ListToolsResult{NextCursor: "c"}, false},
+		{"result", &mcp.ListToolsRequest{}, &mcp.CallToolResult{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log.Reset()
+			called = false
+			res, err := l.middleware(next(tc.res))(context.Background(), mcptoken.MethodListTools, tc.req)
+			if res != nil || called != tc.handler {
+				t.Errorf("result %v, handler called %v", res, called)
+			}
+			wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+			if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "unknown type") {
+				t.Errorf("log %q", log.String())
+			}
+		})
+	}
+	t.Run("no result", func(t *testing.T) {
+		res, err := l.middleware(next(nil))(context.Background(), mcptoken.MethodListTools, &mcp.ListToolsRequest{})
+		if res != nil || err != nil {
+			t.Errorf("%v, %v", res, err)
+		}
+	})
+}
