@@ -45,6 +45,14 @@
 // Turn.Next issues the next cursor without fingerprinting the arguments
 // again. [Cursors.Resume] and [Cursors.Next] do the same in two calls.
 //
+// # List cursors
+//
+// [SecureListCursors] seals the SDK's own cursors of tools/list,
+// prompts/list, resources/list and resources/templates/list, bound to the
+// list method, the caller and the session (the caller alone on a transport
+// without sessions), without changing what the lists return. A refused
+// list cursor is -32602 with the same data member.
+//
 // # Request state
 //
 // [SecureRequestState] installs go-sdk receiving middleware covering

@@ -10,6 +10,9 @@ package ctokenmcp
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -18,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -292,4 +296,124 @@ func BenchmarkStatesSealAndOpen(b *testing.B) {
 		}
 		req.Params.RequestState = ""
 	}
+}
+
+// benchListServer returns a server of 100 tools, 10 a page, secured with
+// issuer unless issuer is nil, and a client connected to it as alice.
+func benchListServer(b *testing.B, issuer *ctoken.CursorIssuer) *mcp.ClientSession {
+	s := mcp.NewServer(&mcp.Implementation{Name: "bench", Version: "v0"}, &mcp.ServerOptions{PageSize: benchPerPage})
+	for i := range 100 {
+		mcp.AddTool(s, &mcp.Tool{Name: fmt.Sprintf("tool-%03d", i)}, func(context.Context, *mcp.CallToolRequest, stepIn) (*mcp.CallToolResult, stepOut, error) {
+			return nil, stepOut{}, nil
+		})
+	}
+	if issuer != nil {
+		if err := SecureListCursors(s, issuer, &CursorOptions{Caller: FixedCaller("alice")}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return connect(b, s, nil)
+}
+
+// BenchmarkListPageTurn measures one tools/list page turn of go-sdk's
+// client over in-memory transports (page 2 of 10 tools, presenting the
+// page-1 cursor and receiving the page-2 cursor): sdk is the server without
+// ctoken, SecureListCursors the same server with its list cursors sealed.
+// core is the work SecureListCursors adds, mcptoken.ListCursors Open and
+// Seal of the same SDK cursor, and its floor aes-gcm is one AES-256-GCM
+// seal and one open of the same state bytes under a fixed key, with a
+// random nonce, in the same run. overhead alternates the two page turns
+// (each goes first in every other round) and reports how much longer the
+// secured one takes, in percent of the SDK's, by wall time.
+func BenchmarkListPageTurn(b *testing.B) {
+	f := newFleet(b, 1, "s1")
+	issuer := sealingIssuer(b, f, 1, "s1")
+	ctx := context.Background()
+	turn := func(b *testing.B, cs *mcp.ClientSession) {
+		_, first, err := listPage(ctx, cs, mcptoken.MethodListTools, "")
+		if err != nil || first == "" {
+			b.Fatal(first, err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if names, next, err := listPage(ctx, cs, mcptoken.MethodListTools, first); err != nil || next == "" || len(names) != benchPerPage {
+				b.Fatal(names, next, err)
+			}
+		}
+	}
+	plain := benchListServer(b, nil)
+	_, sdkCursor, err := listPage(ctx, plain, mcptoken.MethodListTools, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	secured := benchListServer(b, issuer)
+	b.Run("sdk", func(b *testing.B) { turn(b, plain) })
+	b.Run("SecureListCursors", func(b *testing.B) { turn(b, secured) })
+	b.Run("overhead", func(b *testing.B) {
+		var first [2]string
+		sessions := [2]*mcp.ClientSession{secured, plain}
+		for i, cs := range sessions {
+			if _, first[i], err = listPage(ctx, cs, mcptoken.MethodListTools, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var wall [2]time.Duration
+		round := 0
+		for b.Loop() {
+			round++
+			for j := range sessions {
+				i := (j + round) % 2 // alternate which goes first
+				t0 := time.Now()
+				if _, _, err := listPage(ctx, sessions[i], mcptoken.MethodListTools, first[i]); err != nil {
+					b.Fatal(err)
+				}
+				wall[i] += time.Since(t0)
+			}
+		}
+		b.ReportMetric(100*float64(wall[0]-wall[1])/float64(wall[1]), "overhead-%")
+	})
+
+	core, err := mcptoken.NewListCursors(issuer, integration(nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	wire, err := core.Seal(ctx, "alice", "", mcptoken.MethodListTools, sdkCursor)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("SDK cursor %d bytes, sealed cursor %d bytes", len(sdkCursor), len(wire))
+	b.Run("core", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			inner, err := core.Open(ctx, "alice", "", mcptoken.MethodListTools, wire)
+			if err != nil || inner != sdkCursor {
+				b.Fatal(inner, err)
+			}
+			if _, err := core.Seal(ctx, "alice", "", mcptoken.MethodListTools, inner); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("floor-aes-gcm", func(b *testing.B) {
+		state, err := base64.URLEncoding.DecodeString(sdkCursor)
+		if err != nil {
+			b.Fatal(err)
+		}
+		block, err := aes.NewCipher(make([]byte, 32))
+		if err != nil {
+			b.Fatal(err)
+		}
+		aead, err := cipher.NewGCMWithRandomNonce(block)
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf := make([]byte, 0, len(state)+aead.Overhead())
+		b.ReportAllocs()
+		for b.Loop() {
+			sealed := aead.Seal(buf[:0], nil, state, nil)
+			if _, err := aead.Open(nil, nil, sealed, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -2,10 +2,15 @@ package ctokenmcpgo
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
@@ -155,4 +160,73 @@ func BenchmarkSealToolAndOpenTool(b *testing.B) {
 		}
 		req.Params.RequestState = ""
 	}
+}
+
+// BenchmarkListPageTurn measures one tools/list page turn of mcp-go's
+// in-process client (page 2 of 10 tools, presenting the page-1 cursor and
+// receiving the page-2 cursor): mcp-go is the server without ctoken,
+// SecureListCursors the same server with its list cursors sealed, and
+// floor-aes-gcm one AES-256-GCM seal and one open, with a random nonce, of
+// the bytes of mcp-go's cursor, in the same run.
+func BenchmarkListPageTurn(b *testing.B) {
+	f := newFleet(b, 1, "s1", nil)
+	build := func(b *testing.B, secure bool) *peer {
+		var opts []server.ServerOption
+		if secure {
+			lists, err := SecureListCursors(sealingIssuer(b, f, 1, "s1"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			opts = append(opts, lists)
+		}
+		s := server.NewMCPServer("bench", "v0", append(opts, server.WithPaginationLimit(10), server.WithToolCapabilities(false))...)
+		for i := range 100 {
+			s.AddTool(mcp.NewTool(fmt.Sprintf("tool-%03d", i)), oneRound)
+		}
+		return inProcess(b, s, "alice", nil)
+	}
+	var sdkCursor string
+	for _, tc := range []struct {
+		name   string
+		secure bool
+	}{{"mcp-go", false}, {"SecureListCursors", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			p := build(b, tc.secure)
+			_, first, err := listPage(p, mcptoken.MethodListTools, "")
+			if err != nil || first == "" {
+				b.Fatal(first, err)
+			}
+			if !tc.secure {
+				sdkCursor = first
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if names, next, err := listPage(p, mcptoken.MethodListTools, first); err != nil || next == "" || len(names) != 10 {
+					b.Fatal(names, next, err)
+				}
+			}
+		})
+	}
+	b.Run("floor-aes-gcm", func(b *testing.B) {
+		state, err := base64.StdEncoding.DecodeString(sdkCursor)
+		if err != nil || len(state) == 0 {
+			b.Fatal(sdkCursor, err)
+		}
+		block, err := aes.NewCipher(make([]byte, 32))
+		if err != nil {
+			b.Fatal(err)
+		}
+		aead, err := cipher.NewGCMWithRandomNonce(block)
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf := make([]byte, 0, len(state)+aead.Overhead())
+		b.ReportAllocs()
+		for b.Loop() {
+			sealed := aead.Seal(buf[:0], nil, state, nil)
+			if _, err := aead.Open(nil, nil, sealed, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

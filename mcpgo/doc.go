@@ -34,6 +34,16 @@
 // Turn.Next issues the next cursor without fingerprinting the arguments
 // again. [Cursors.Resume] and [Cursors.Next] do the same in two calls.
 //
+// # List cursors
+//
+// [SecureListCursors] is one server option that seals mcp-go's own cursors
+// of tools/list, prompts/list, resources/list and
+// resources/templates/list, bound to the list method, the caller and the
+// session (the caller alone without a session), without changing what the
+// lists return. mcp-go lets only hooks see a list, and a hook cannot fail a
+// request: a refused list cursor is mcp-go's own -32602, without ctoken's
+// code, which goes to the log.
+//
 // # Request state
 //
 // [SecureRequestState] is one server option that seals requestState in

@@ -20,6 +20,13 @@
 // retried call and returns the state. A client that keeps a state but
 // changes the arguments is refused with [ErrArgsMismatch].
 //
+// # List cursors
+//
+// [ListCursors] seal an SDK's own cursors of the four list methods
+// ([IsListMethod]) into sealed ctoken cursors bound to the method, the
+// caller and the session, and open them back into the SDK's cursor; both
+// integrations' SecureListCursors build on it.
+//
 // # Codes
 //
 // A refused cursor carries the reference protocol's codes

@@ -1,0 +1,165 @@
+package ctokenmcpgo
+
+import (
+	"context"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// SecureListCursors returns one server option that seals the cursors of the
+// four list methods (tools/list, prompts/list, resources/list and
+// resources/templates/list) with issuer, so that every list cursor the
+// server hands out is ctoken's: sealed (mcp-go's own cursor, the base64 of
+// the last item's name, travels inside, encrypted) and bound to the list
+// method, to the authenticated caller (opts.Caller, ContextCaller when nil)
+// and to the client session (the SessionID of
+// server.ClientSessionFromContext). The lists themselves are unchanged:
+// mcp-go pages as before (server.WithPaginationLimit), with its own cursor,
+// and returns the same items in the same pages.
+//
+// A request without a session (stateless streamable HTTP, and protocol
+// 2026-07-28, which has no sessions) has the empty session ID: its list
+// cursors are bound to the method and the caller only, and a cursor handed
+// out on one such connection is accepted for the same caller on another. A
+// cursor issued in a session is refused outside it, and one issued without
+// a session is refused in any session.
+//
+// mcp-go v1.2.1 lets a list be changed only through hooks, which cannot
+// fail a request. A cursor that does not open (another caller's, another
+// session's, another list method's, a tampered, forged or expired one), and
+// a list request without an authenticated caller, are therefore handed to
+// mcp-go as a cursor it cannot decode, and mcp-go answers JSON-RPC error
+// -32602 (invalid params, its own message "illegal base64 data at input
+// byte 0"): nothing of the client's cursor reaches mcp-go. The client
+// cannot tell an expired cursor from a forged one (there is no data
+// member); the log tells, with ctoken's reason, never the cursor. Package
+// ctokenmcp sends the same refusals with {"ctokenCode":1020|1021}. A page
+// whose cursor cannot be sealed (an item name of more than the issuer's
+// StateBudget less one bytes) is logged at Error and carries a cursor that
+// is refused on the next page.
+//
+// issuer must seal (ctoken.CursorConfig.Seal): an issuer that signs only
+// would show mcp-go's cursor, and is an error matching ctoken.ErrConfig; so
+// is an issuer not made by ctoken.NewCursorIssuer (ctoken.ErrNoKey too),
+// and a nil issuer is an error. opts may be nil.
+//
+// The option adds hooks to the server's hooks (server.Hooks), keeping any
+// already there. server.WithHooks replaces the server's hooks, these
+// included, so pass SecureListCursors after any server.WithHooks:
+// server.NewMCPServer(name, version, server.WithHooks(h), list, ...).
+func SecureListCursors(issuer *ctoken.CursorIssuer, opts *CursorOptions) (server.ServerOption, error) {
+	var o CursorOptions
+	if opts != nil {
+		o = *opts
+	}
+	core, err := mcptoken.NewListCursors(issuer, integration(o.Logger))
+	if err != nil {
+		return nil, err
+	}
+	l := &listCursors{core: core, caller: callerOr(o.Caller)}
+	return l.install, nil
+}
+
+// listCursors are the hooks of SecureListCursors.
+type listCursors struct {
+	core   *mcptoken.ListCursors
+	caller CallerFunc
+}
+
+// refusedCursor is what mcp-go is handed for a cursor that does not open:
+// not base64, so mcp-go answers -32602 and lists nothing.
+const refusedCursor mcp.Cursor = "!"
+
+// unsealable is the next cursor of a page whose cursor cannot be sealed: it
+// is refused (as not base64url) when it comes back.
+const unsealable mcp.Cursor = "ctoken:unsealable"
+
+// install adds the hooks to s.
+func (l *listCursors) install(s *server.MCPServer) {
+	h := s.GetHooks()
+	if h == nil {
+		h = &server.Hooks{}
+		server.WithHooks(h)(s)
+	}
+	h.AddBeforeListTools(func(ctx context.Context, _ any, r *mcp.ListToolsRequest) {
+		l.open(ctx, mcptoken.MethodListTools, &r.Params.Cursor)
+	})
+	h.AddAfterListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {
+		if res != nil {
+			l.seal(ctx, mcptoken.MethodListTools, &res.NextCursor)
+		}
+	})
+	h.AddBeforeListPrompts(func(ctx context.Context, _ any, r *mcp.ListPromptsRequest) {
+		l.open(ctx, mcptoken.MethodListPrompts, &r.Params.Cursor)
+	})
+	h.AddAfterListPrompts(func(ctx context.Context, _ any, _ *mcp.ListPromptsRequest, res *mcp.ListPromptsResult) {
+		if res != nil {
+			l.seal(ctx, mcptoken.MethodListPrompts, &res.NextCursor)
+		}
+	})
+	h.AddBeforeListResources(func(ctx context.Context, _ any, r *mcp.ListResourcesRequest) {
+		l.open(ctx, mcptoken.MethodListResources, &r.Params.Cursor)
+	})
+	h.AddAfterListResources(func(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
+		if res != nil {
+			l.seal(ctx, mcptoken.MethodListResources, &res.NextCursor)
+		}
+	})
+	h.AddBeforeListResourceTemplates(func(ctx context.Context, _ any, r *mcp.ListResourceTemplatesRequest) {
+		l.open(ctx, mcptoken.MethodListResourceTemplates, &r.Params.Cursor)
+	})
+	h.AddAfterListResourceTemplates(func(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
+		if res != nil {
+			l.seal(ctx, mcptoken.MethodListResourceTemplates, &res.NextCursor)
+		}
+	})
+}
+
+// sessionOf returns the ID of the client session of ctx, "" when there is
+// none.
+func sessionOf(ctx context.Context) string {
+	if s := server.ClientSessionFromContext(ctx); s != nil {
+		return s.SessionID()
+	}
+	return ""
+}
+
+// open replaces the client's cursor with mcp-go's own, or with
+// refusedCursor when it does not open or the request has no caller.
+func (l *listCursors) open(ctx context.Context, method string, cursor *mcp.Cursor) {
+	id, err := l.caller(ctx)
+	caller, err := l.core.Integration().Caller(ctx, id, err)
+	if err != nil {
+		*cursor = refusedCursor
+		return
+	}
+	inner, err := l.core.Open(ctx, caller, sessionOf(ctx), method, string(*cursor))
+	if err != nil {
+		*cursor = refusedCursor
+		return
+	}
+	*cursor = mcp.Cursor(inner)
+}
+
+// seal replaces mcp-go's next cursor with the sealed one, or with
+// unsealable when it cannot be sealed (logged by the core).
+func (l *listCursors) seal(ctx context.Context, method string, cursor *mcp.Cursor) {
+	if *cursor == "" {
+		return
+	}
+	id, err := l.caller(ctx)
+	caller, err := l.core.Integration().Caller(ctx, id, err)
+	if err != nil {
+		*cursor = unsealable
+		return
+	}
+	out, err := l.core.Seal(ctx, caller, sessionOf(ctx), method, string(*cursor))
+	if err != nil {
+		*cursor = unsealable
+		return
+	}
+	*cursor = mcp.Cursor(out)
+}
