@@ -91,14 +91,23 @@ func callerOf(ctx context.Context, in *mcptoken.Integration, f CallerFunc, req m
 //
 // Cursors use ctoken.CodeCursorExpired (1020) and ctoken.CodeCursorInvalid
 // (1021), the codes of the reference protocol. StateExpired (1022) and
-// StateInvalid (1023) are local to ctoken: the reference protocol defines no
-// code for a refused requestState, and no other implementation is known to
-// send or understand them.
+// StateInvalid (1023), StateUsed (1024) and StateBusy (1025) are local to
+// ctoken: the reference protocol defines no code for a refused
+// requestState, and no other implementation is known to send or understand
+// them.
 const (
 	// StateExpired tells the client to call again without the state.
 	StateExpired = mcptoken.CodeStateExpired
-	// StateInvalid reports a state that was refused as invalid.
+	// StateInvalid reports a state that was refused as invalid: forged,
+	// edited, or presented by another caller or with other arguments.
 	StateInvalid = mcptoken.CodeStateInvalid
+	// StateUsed reports an authentic state of this very call that was
+	// already used and whose round's result cannot be answered again
+	// ([mcptoken.CodeStateUsed]): call again without it.
+	StateUsed = mcptoken.CodeStateUsed
+	// StateBusy reports that the round of the state is still running
+	// ([mcptoken.CodeStateBusy]): retry the same call later.
+	StateBusy = mcptoken.CodeStateBusy
 )
 
 // errorData is the data member of the -32602 errors this package returns.

@@ -34,7 +34,7 @@ func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, er
 	if opts != nil {
 		o = *opts
 	}
-	core, err := mcptoken.NewStates(codec, mcptoken.StatesConfig{UnboundArgs: o.UnboundArgs, InsecureSkipToolBinding: o.InsecureSkipToolBinding}, integration(o.Logger))
+	core, err := mcptoken.NewStates(codec, mcptoken.StatesConfig{UnboundArgs: o.UnboundArgs, InsecureSkipToolBinding: o.InsecureSkipToolBinding, AnswerRetries: o.AnswerRetries}, integration(o.Logger))
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package ctokenmcpgo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -139,6 +140,9 @@ func (st *States) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandler
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		const method = "tools/call"
 		args := toolArgs(req.Params)
+		if wire := req.Params.RequestState; wire != "" && st.core.AnswersRetries() {
+			return st.answerRetry(ctx, req, args, wire, next)
+		}
 		if wire := req.Params.RequestState; wire != "" {
 			plain, err := st.open(ctx, method, req.Params.Name, args, wire)
 			if err != nil {
@@ -146,24 +150,70 @@ func (st *States) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandler
 			}
 			req.Params.RequestState = plain
 		}
-		res, err := next(ctx, req)
-		if err != nil || !res.NeedsInput() {
-			return res, err
-		}
-		wire, err := st.outgoing(ctx, method, req.Params.Name, args, req.Header, res.MultiRoundTripResult)
-		var refusal *mcptoken.InputRefusal
-		switch {
-		case errors.As(err, &refusal):
-			return mcp.NewToolResultError(refusal.Error()), nil
-		case err != nil:
-			return nil, err
-		case wire == "":
-			return res, nil
-		}
-		out := *res // the handler's result may be shared
-		out.RequestState = wire
-		return &out, nil
+		return st.runTool(ctx, req, args, next)
 	}
+}
+
+// runTool runs next for req and seals the requestState of its result, if
+// it asks for input.
+func (st *States) runTool(ctx context.Context, req mcp.CallToolRequest, args any, next server.ToolHandlerFunc) (*mcp.CallToolResult, error) {
+	const method = "tools/call"
+	res, err := next(ctx, req)
+	if err != nil || !res.NeedsInput() {
+		return res, err
+	}
+	wire, err := st.outgoing(ctx, method, req.Params.Name, args, req.Header, res.MultiRoundTripResult)
+	var refusal *mcptoken.InputRefusal
+	switch {
+	case errors.As(err, &refusal):
+		return mcp.NewToolResultError(refusal.Error()), nil
+	case err != nil:
+		return nil, err
+	case wire == "":
+		return res, nil
+	}
+	out := *res // the handler's result may be shared
+	out.RequestState = wire
+	return &out, nil
+}
+
+// answerRetry handles a tools/call that carries a requestState for States
+// that answer retries ([mcptoken.States.Answer]): the round runs once, and
+// its result, as JSON, is recorded; the client gets that JSON decoded
+// again, the first time and on every honest retry, so both are the same
+// bytes on the wire. A refusal is a tool result made by [ToolResult], as
+// without AnswerRetries.
+func (st *States) answerRetry(ctx context.Context, req mcp.CallToolRequest, args any, wire string, next server.ToolHandlerFunc) (*mcp.CallToolResult, error) {
+	const method = "tools/call"
+	subject, err := st.callerOf(ctx)
+	if err != nil {
+		return ToolResult(err)
+	}
+	out, err := st.core.Answer(ctx, subject, method, req.Params.Name, args, wire, func(ctx context.Context, plain string) ([]byte, error) {
+		req.Params.RequestState = plain
+		res, err := st.runTool(ctx, req, args, next)
+		if err != nil {
+			return nil, err
+		}
+		if res == nil {
+			return nil, errors.New("ctokenmcpgo: the tool handler returned no result")
+		}
+		b, err := json.Marshal(res)
+		if err != nil {
+			return nil, fmt.Errorf("ctokenmcpgo: encoding the tool result: %w", err)
+		}
+		return b, nil
+	})
+	if err != nil {
+		return ToolResult(err)
+	}
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		st.core.Integration().Logger().LogAttrs(ctx, slog.LevelError, "ctokenmcpgo: a recorded tool result does not decode",
+			mcptoken.NameAttr(method, req.Params.Name), slog.String("error", err.Error()))
+		return nil, ErrInternal
+	}
+	return &res, nil
 }
 
 func (st *States) promptMiddleware(next server.PromptHandlerFunc) server.PromptHandlerFunc {

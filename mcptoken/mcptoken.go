@@ -48,16 +48,30 @@ import (
 const (
 	// CodeStateExpired tells a client to call again without the state.
 	CodeStateExpired = 1022
-	// CodeStateInvalid tells a client its state was refused as invalid.
+	// CodeStateInvalid tells a client its state was refused as invalid:
+	// forged, edited, sealed with another key, or presented by another
+	// caller, for another tool or with other arguments.
 	CodeStateInvalid = 1023
+	// CodeStateUsed tells a client its state is authentic and bound to
+	// this very call (caller, target, arguments) but was already used, and
+	// the result of its round cannot be answered again: the round failed,
+	// its record expired or was too large, or the States do not record
+	// rounds (StatesConfig.AnswerRetries off). Start the call over; nothing
+	// is wrong with the client.
+	CodeStateUsed = 1024
+	// CodeStateBusy tells a client that the round of its state is still
+	// running (a retry that overtook the first attempt): retry the same
+	// call later, with the same state. Only States that answer retries
+	// (StatesConfig.AnswerRetries) send it.
+	CodeStateBusy = 1025
 )
 
-// KnownCode reports whether code is one of the four codes a refusal carries:
-// [ctoken.CodeCursorExpired], [ctoken.CodeCursorInvalid], [CodeStateExpired]
-// or [CodeStateInvalid].
+// KnownCode reports whether code is one of the six codes a refusal carries:
+// [ctoken.CodeCursorExpired], [ctoken.CodeCursorInvalid], [CodeStateExpired],
+// [CodeStateInvalid], [CodeStateUsed] or [CodeStateBusy].
 func KnownCode(code int) bool {
 	switch code {
-	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid:
+	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid, CodeStateUsed, CodeStateBusy:
 		return true
 	}
 	return false
@@ -164,8 +178,8 @@ func UnwrapArgs(args any, sealed string) (string, error) {
 // not verify or open, and what the server logs about it.
 type Refusal struct {
 	// Code is the ctoken code for the client: ctoken.CodeCursorExpired,
-	// ctoken.CodeCursorInvalid, CodeStateExpired or CodeStateInvalid; 0
-	// when StoreFailed or Internal.
+	// ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid,
+	// CodeStateUsed or CodeStateBusy; 0 when StoreFailed or Internal.
 	Code int
 	// Message is the fixed text for the client. It never contains the token
 	// or the reason.
@@ -195,12 +209,18 @@ func (r Refusal) Expired() bool {
 	return r.Code == ctoken.CodeCursorExpired || r.Code == CodeStateExpired
 }
 
+// Busy reports whether the client should retry the same call later with
+// the same state: Code is [CodeStateBusy].
+func (r Refusal) Busy() bool { return r.Code == CodeStateBusy }
+
 // Messages of the refusals, fixed texts.
 const (
 	msgCursorExpired = "expired cursor: call again without a cursor"
 	msgCursorInvalid = "invalid cursor"
 	msgStateExpired  = "expired requestState: call again without it"
 	msgStateInvalid  = "invalid requestState"
+	msgStateUsed     = "requestState already used: its result cannot be answered again; call again without it"
+	msgStateBusy     = "requestState busy: its round is still running; retry the same call later"
 	msgStoreFailed   = "request state store unavailable"
 	msgInternal      = "internal error"
 )
@@ -229,9 +249,12 @@ func RefuseCursor(err error) Refusal {
 }
 
 // RefuseState returns the refusal of a request state that did not open with
-// err, from [ctoken.RequestStateCodec.DecodeContext] or [UnwrapArgs]: code
-// 1022 for [ctoken.ErrStateExpired]; 1023 for [ctoken.ErrStateInvalid],
-// [ctoken.ErrStateReplayed] and [ErrArgsMismatch]; Internal, with code 0,
+// err, from [ctoken.RequestStateCodec.DecodeContext], [UnwrapArgs] or
+// [States.Answer]: code 1022 for [ctoken.ErrStateExpired]; 1024
+// ([CodeStateUsed]) for [ctoken.ErrStateReplayed] (which a codec reports
+// only once every binding has passed) and [ErrStateUsed]; 1025
+// ([CodeStateBusy]) for [ErrStateBusy]; 1023 for [ctoken.ErrStateInvalid]
+// and [ErrArgsMismatch]; Internal, with code 0,
 // for ctoken.ErrNoKey (a codec without a key judged nothing); any other
 // error comes from the replay store of a single-use codec and is
 // StoreFailed, with code 0 (so is nil, which is no refusal to map).
@@ -243,7 +266,13 @@ func RefuseState(err error) Refusal {
 		return Refusal{Code: CodeStateExpired, Message: msgStateExpired, Reason: ctoken.Reason(err).String()}
 	case errors.Is(err, ErrArgsMismatch):
 		return Refusal{Code: CodeStateInvalid, Message: msgStateInvalid, Reason: argsMismatchReason}
-	case errors.Is(err, ctoken.ErrStateInvalid), errors.Is(err, ctoken.ErrStateReplayed):
+	case errors.Is(err, ErrStateBusy):
+		return Refusal{Code: CodeStateBusy, Message: msgStateBusy, Reason: "round still running"}
+	case errors.Is(err, ErrStateUsed):
+		return Refusal{Code: CodeStateUsed, Message: msgStateUsed, Reason: err.Error()}
+	case errors.Is(err, ctoken.ErrStateReplayed):
+		return Refusal{Code: CodeStateUsed, Message: msgStateUsed, Reason: ctoken.Reason(err).String()}
+	case errors.Is(err, ctoken.ErrStateInvalid):
 		return Refusal{Code: CodeStateInvalid, Message: msgStateInvalid, Reason: ctoken.Reason(err).String()}
 	}
 	return Refusal{Message: msgStoreFailed, StoreFailed: true}
