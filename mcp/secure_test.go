@@ -464,6 +464,8 @@ func TestSecuredExpiredStateTellsClientToStartOver(t *testing.T) {
 	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateExpired)
 }
 
+// Without AnswerRetries an authentic state presented again is refused as
+// already used (1024), which a client tells from a forged one (1023).
 func TestSecuredSingleUseStateIsRefusedTheSecondTime(t *testing.T) {
 	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
 		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, Replay: replay.NewMemoryStore(0),
@@ -484,7 +486,7 @@ func TestSecuredSingleUseStateIsRefusedTheSecondTime(t *testing.T) {
 		t.Fatalf("first use: %v, %+v", err, second)
 	}
 	_, err = cs.CallTool(ctx, retry)
-	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateInvalid)
+	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateUsed)
 }
 
 func TestSecuredStoreFailureIsInternalError(t *testing.T) {

@@ -101,7 +101,7 @@ func TestSingleUseStateRefusedTheSecondTime(t *testing.T) {
 		// Present the (already used) first-round state again.
 		p.wire.setSwap(func(string) string { return results[0] })
 		res, err = p.call("ask", map[string]any{"target": "prod"})
-		refused(t, res, err, StateInvalid)
+		refused(t, res, err, StateUsed)
 		if !strings.Contains(f.log.String(), "already used") {
 			t.Errorf("log lacks the replay: %s", f.log.String())
 		}
