@@ -64,8 +64,8 @@ func claimUntil(exp int64) time.Time { return time.Unix(exp+1, 0).Add(replay.Ske
 func init() { stateclaim.Register(openUnclaimed, replayStoreOf) }
 
 // replayStoreOf is the store function of package stateclaim.
-func replayStoreOf(codec any) replay.Store {
-	if c, _ := codec.(*RequestStateCodec); c != nil {
+func replayStoreOf(codec any) any {
+	if c, _ := codec.(*RequestStateCodec); c != nil && c.replay != nil {
 		return c.replay
 	}
 	return nil
@@ -88,6 +88,9 @@ func openUnclaimed(ctx context.Context, codec any, wire, subject, tool string, c
 	if err != nil {
 		return stateclaim.Opened{}, err
 	}
-	o.State, o.Store = s, c.replay
+	o.State = s
+	if c.replay != nil {
+		o.Store = c.replay
+	}
 	return o, nil
 }

@@ -212,7 +212,7 @@ func sameFingerprint(a, b []byte) bool {
 // recorderOf returns the replay store of codec as a [replay.Recorder], or
 // an error matching [ErrNoRecorder] and ctoken.ErrConfig.
 func recorderOf(codec *ctoken.RequestStateCodec) (replay.Recorder, error) {
-	store := stateclaim.Store(codec)
+	store, _ := stateclaim.Store(codec).(replay.Store)
 	if store == nil {
 		return nil, fmt.Errorf("%w: %w: the codec is not single-use", ctoken.ErrConfig, ErrNoRecorder)
 	}

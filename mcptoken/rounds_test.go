@@ -204,7 +204,11 @@ func TestAnswerConcurrentRetryIsBusy(t *testing.T) {
 	var wg sync.WaitGroup
 	var first []byte
 	var firstErr error
-	wg.Go(func() { first, firstErr = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, slow) })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		first, firstErr = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, slow)
+	}()
 	<-started
 	out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round)
 	var re *refusedErr
@@ -283,13 +287,15 @@ func TestAnswerAlreadyUsedWithoutARecordIsCode1024(t *testing.T) {
 		wire, _ := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
 		started, release := make(chan struct{}), make(chan struct{})
 		var wg sync.WaitGroup
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			_, _ = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) ([]byte, error) {
 				close(started)
 				<-release
 				return []byte("{}"), nil
 			})
-		})
+		}()
 		<-started
 		_, err := s.Answer(ctx, "alice", "tools/call", "deploy", []byte(`{"target":"staging"}`), wire, (&counted{}).round)
 		close(release)

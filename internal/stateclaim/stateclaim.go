@@ -17,8 +17,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/ctoken/ctoken/replay"
 )
 
 // Opened is a state that passed every check of its codec and is not yet
@@ -32,9 +30,10 @@ type Opened struct {
 	// Until is how long a claim of ID must last: the end of the state's
 	// expiry second plus replay.SkewMargin.
 	Until time.Time
-	// Store is the codec's replay store, nil for a codec that is not
-	// single-use.
-	Store replay.Store
+	// Store is the codec's replay store (a replay.Store), nil for a codec
+	// that is not single-use. It is an any because this package, the
+	// bottom layer, imports only the standard library.
+	Store any
 }
 
 // ErrNotLinked reports a program in which the root package did not
@@ -43,18 +42,19 @@ var ErrNotLinked = errors.New("ctoken: request-state opener not registered")
 
 var (
 	opener  func(ctx context.Context, codec any, wire, subject, tool string, check func(string) (string, error)) (Opened, error)
-	storeOf func(codec any) replay.Store
+	storeOf func(codec any) any
 )
 
 // Register sets the opener [Open] uses and the function [Store] asks. The
 // root package calls it from its init.
-func Register(open func(ctx context.Context, codec any, wire, subject, tool string, check func(string) (string, error)) (Opened, error), store func(codec any) replay.Store) {
+func Register(open func(ctx context.Context, codec any, wire, subject, tool string, check func(string) (string, error)) (Opened, error), store func(codec any) any) {
 	opener, storeOf = open, store
 }
 
-// Store returns the replay store of codec, a *ctoken.RequestStateCodec:
-// nil for a codec that is not single-use, a nil codec, or any other value.
-func Store(codec any) replay.Store {
+// Store returns the replay store of codec, a *ctoken.RequestStateCodec, as
+// a replay.Store in an any: nil for a codec that is not single-use, a nil
+// codec, or any other value.
+func Store(codec any) any {
 	if storeOf == nil {
 		return nil
 	}
