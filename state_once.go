@@ -89,6 +89,9 @@ func openUnclaimed(ctx context.Context, codec any, wire, subject, tool string, c
 		return stateclaim.Opened{}, err
 	}
 	o.State = s
+	if !o.Until.IsZero() {
+		o.Lease = o.Until.Sub(c.now())
+	}
 	if c.replay != nil {
 		o.Store = c.replay
 	}

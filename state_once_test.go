@@ -485,6 +485,9 @@ func TestStateOpenUnclaimedChecksEverythingAndClaimsNothing(t *testing.T) {
 			if _, err := c.DecodeContext(ctx, wire, "alice", "deploy"); err != nil {
 				t.Fatal(err)
 			}
+			if o.Lease != o.Until.Sub(clk.Now()) || o.Lease <= replay.SkewMargin {
+				t.Fatalf("lease %v to %v from %v", o.Lease, o.Until, clk.Now())
+			}
 			if len(store.ids) != 1 || store.ids[0] != o.ID || !store.until[0].Equal(o.Until) {
 				t.Fatalf("the codec claimed %v until %v; the opener reported %q until %v", store.ids, store.until, o.ID, o.Until)
 			}

@@ -117,8 +117,7 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 		// fail closed all the same.
 		return nil, s.refuse(ctx, method, name, ErrArgsMismatch)
 	}
-	lease := time.Until(o.Until)
-	rec, err := s.recorder.AcquireRecord(ctx, o.ID, lease, fp)
+	rec, err := s.recorder.AcquireRecord(ctx, o.ID, o.Lease, fp)
 	if err != nil {
 		return nil, s.refuse(ctx, method, name, err)
 	}

@@ -30,6 +30,9 @@ type Opened struct {
 	// Until is how long a claim of ID must last: the end of the state's
 	// expiry second plus replay.SkewMargin.
 	Until time.Time
+	// Lease is Until less the codec's current time: how long a lease
+	// taken now must run to last until Until by the codec's clock.
+	Lease time.Duration
 	// Store is the codec's replay store (a replay.Store), nil for a codec
 	// that is not single-use. It is an any because this package, the
 	// bottom layer, imports only the standard library.
