@@ -283,7 +283,7 @@ func TestStatesNoRefusalConsumesASingleUseState(t *testing.T) {
 	again := inProcess(t, s, "alice", yes())
 	again.wire.setSwap(swapOnce(st))
 	res, err = again.call("ask", map[string]any{"target": "prod"})
-	refused(t, res, err, StateInvalid)
+	refused(t, res, err, StateUsed)
 }
 
 // A codec or issuer not made by its constructor has no key: NewStates and
