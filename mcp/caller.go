@@ -113,7 +113,8 @@ const (
 // errorData is the data member of the -32602 errors this package returns.
 type errorData struct {
 	// Code is ctoken.CodeCursorExpired or ctoken.CodeCursorInvalid for a
-	// cursor; StateExpired or StateInvalid for a request state.
+	// cursor; StateExpired, StateInvalid, StateUsed or StateBusy for a
+	// request state.
 	Code int `json:"ctokenCode"`
 }
 
@@ -126,7 +127,7 @@ func invalidParams(message string, code int) *jsonrpc.Error {
 // TokenErrorCode returns the ctoken code in the data member of a JSON-RPC
 // error returned by this package (for example as seen by a client from
 // ClientSession.CallTool): ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid,
-// StateExpired or StateInvalid; 0 for any other error.
+// StateExpired, StateInvalid, StateUsed or StateBusy; 0 for any other error.
 func TokenErrorCode(err error) int {
 	var we *jsonrpc.Error
 	if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || len(we.Data) == 0 {

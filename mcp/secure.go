@@ -37,9 +37,22 @@ const (
 // The handler then sees the plaintext in its params' RequestState. A state
 // that does not open never reaches the handler: the client gets JSON-RPC
 // error -32602 with {"ctokenCode":1022} ([StateExpired]) or
-// {"ctokenCode":1023} ([StateInvalid]) in data, and the reason goes to
-// opts.Logger only. A request without an authenticated caller, and a
-// replay store (single-use codec) that cannot answer, are -32603.
+// {"ctokenCode":1023} ([StateInvalid]) in data, or, for an authentic state
+// of this very call that a single-use codec already accepted,
+// {"ctokenCode":1024} ([StateUsed]); the reason goes to opts.Logger only.
+// A request without an authenticated caller, and a replay store
+// (single-use codec) that cannot answer, are -32603.
+//
+// With opts.AnswerRetries (a single-use codec whose store is a
+// replay.Recorder; any other codec is refused here, matching
+// [mcptoken.ErrNoRecorder]), a tools/call round runs at most once per
+// state and its result is recorded: the honest retry of a round whose
+// response was lost (same caller, tool, arguments and state) gets that
+// result again, the same JSON on the wire, instead of 1024; a retry while
+// the round still runs gets {"ctokenCode":1025} ([StateBusy]): retry later.
+// Anyone else, and any change, is refused as without it. See
+// [mcptoken.States.Answer] for every outcome. prompts/get and
+// resources/read keep plain single use.
 //
 // On the way out, a non-empty RequestState of the handler's result is
 // sealed with the same binding (to the arguments of the call that produced

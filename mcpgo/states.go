@@ -108,9 +108,10 @@ func (s *States) SealTool(ctx context.Context, req mcp.CallToolRequest, state st
 // round of the call.
 //
 // A state that does not open, including one sealed for another caller, for
-// another tool, for other arguments, with another key, edited, expired or
-// (single-use codec) presented again, is a [*Rejection] with code 1022
-// (expired) or 1023 (invalid), and no part of it is returned; hand the error
+// another tool, for other arguments, with another key, edited or expired, is
+// a [*Rejection] with code 1022 (expired) or 1023 (invalid); a single-use
+// codec's state presented again is 1024 ([StateUsed]: authentic, already
+// used). No part of a refused state is returned; hand the error
 // to [ToolResult]. A request without a caller is [ErrNoCaller]; a replay
 // store that cannot answer is [ErrStoreUnavailable] and leaves the state
 // unconsumed. Every binding (caller, tool, arguments, the codec's audience)

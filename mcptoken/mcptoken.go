@@ -25,7 +25,9 @@
 // A refused cursor carries the reference protocol's codes
 // [ctoken.CodeCursorExpired] (1020) and [ctoken.CodeCursorInvalid] (1021). A
 // refused request state carries [CodeStateExpired] (1022) or
-// [CodeStateInvalid] (1023), which are local to ctoken: the reference
+// [CodeStateInvalid] (1023), and, for an authentic state already used,
+// [CodeStateUsed] (1024) or, while its round runs, [CodeStateBusy] (1025),
+// which are local to ctoken: the reference
 // protocol defines no code for a refused requestState, and no other
 // implementation is known to send or understand them.
 package mcptoken
