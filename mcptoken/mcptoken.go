@@ -7,7 +7,8 @@
 // (github.com/ctoken/ctoken/mcpgo) both build on it, so both seal the same
 // text for a state and tell a client the same codes.
 //
-// It imports only package ctoken and the standard library. Applications
+// It imports only package ctoken, package replay (a round's record,
+// [States.Answer]) and the standard library. Applications
 // normally use it through an integration; use it directly to wire ctoken
 // into another MCP server framework the same way.
 //
