@@ -219,11 +219,22 @@ func (st *States) answerRetry(ctx context.Context, req mcp.CallToolRequest, args
 	if err != nil {
 		return ToolResult(err)
 	}
-	var res mcp.CallToolResult
-	if err := json.Unmarshal(out, &res); err != nil {
+	res, err := toolResultOf(out)
+	if err != nil {
 		st.core.Integration().Logger().LogAttrs(ctx, slog.LevelError, "ctokenmcpgo: a recorded tool result does not decode",
 			mcptoken.NameAttr(method, req.Params.Name), slog.String("error", err.Error()))
 		return nil, ErrInternal
+	}
+	return res, nil
+}
+
+// toolResultOf decodes the JSON of a tool result so that mcp-go encodes it
+// again to the same bytes (mcp-go keeps structuredContent as the JSON text
+// it was).
+func toolResultOf(b []byte) (*mcp.CallToolResult, error) {
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, err
 	}
 	return &res, nil
 }

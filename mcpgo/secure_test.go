@@ -485,3 +485,31 @@ func TestNewStatesAnswerRetriesRefusesACodecWithoutRecorder(t *testing.T) {
 		})
 	}
 }
+
+// FuzzToolResultOf: the decoder of a recorded round's result never panics,
+// and what it decodes encodes to a fixed point: decoded and encoded again,
+// it is the same bytes, so every retry is answered alike.
+func FuzzToolResultOf(f *testing.F) {
+	f.Add([]byte(`{"content":[{"type":"text","text":"deployed"}],"structuredContent":{"zone":"eu","app":"shop","deploy":1}}`))
+	f.Add([]byte(`{"content":[],"inputRequests":{"q":{"method":"elicitation/create","params":{"message":"?","requestedSchema":{"type":"object"}}}},"requestState":"v1e.x","resultType":"input_required"}`))
+	f.Add([]byte(`{"_meta":{"a":1},"content":[{"type":"text","text":"x"}],"isError":true}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		res, err := toolResultOf(b)
+		if err != nil {
+			return
+		}
+		once, err := json.Marshal(res)
+		if err != nil {
+			return
+		}
+		again, err := toolResultOf(once)
+		if err != nil {
+			t.Fatalf("%s decoded, encoded to %s, which does not decode: %v", b, once, err)
+		}
+		twice, err := json.Marshal(again)
+		if err != nil || string(twice) != string(once) {
+			t.Fatalf("not a fixed point: %s, then %s (%v)", once, twice, err)
+		}
+	})
+}
