@@ -367,3 +367,50 @@ func TestAnswerRefusesZeroStatesAndAnonymousCallers(t *testing.T) {
 		t.Fatalf("second presentation without AnswerRetries: %v, %d runs", err, c.runs.Load())
 	}
 }
+
+// FuzzStatesAnswer: whatever the wire, caller and arguments, Answer never
+// panics, refuses with NoCaller or a coded refusal, and runs or answers a
+// round only for the sealed caller and arguments, always with the one
+// result the round first returned.
+func FuzzStatesAnswer(f *testing.F) {
+	var log bytes.Buffer
+	s, err := NewStates(codec(f, &clock{now: time.Now()}, replay.NewMemoryStore(0)), StatesConfig{AnswerRetries: true}, testIntegration(&log))
+	if err != nil {
+		f.Fatal(err)
+	}
+	const sealedArgs = `{"target":"prod"}`
+	wire, err := s.Seal("alice", "tools/call", "deploy", []byte(sealedArgs), "step1")
+	if err != nil {
+		f.Fatal(err)
+	}
+	want, _ := ctoken.ArgsFingerprint([]byte(sealedArgs))
+	f.Add(wire, "alice", sealedArgs)
+	f.Add(wire, "alice", ` { "target" : "prod" } `)
+	f.Add(wire, "bob", sealedArgs)
+	f.Add(wire, "", sealedArgs)
+	f.Add(retail(wire), "alice", sealedArgs)
+	f.Add("v1e.", "alice", "")
+	var runs atomic.Int32
+	round := func(_ context.Context, state string) ([]byte, error) {
+		if state != "step1" {
+			return nil, errors.New("round ran with " + state)
+		}
+		runs.Add(1)
+		return []byte(`{"ran":"step1"}`), nil
+	}
+	f.Fuzz(func(t *testing.T, wire, caller, args string) {
+		log.Reset()
+		out, err := s.Answer(context.Background(), caller, "tools/call", "deploy", []byte(args), wire, round)
+		if err != nil {
+			var re *refusedErr
+			if out != nil || (err != errTestNoCaller && (!errors.As(err, &re) || !KnownCode(re.r.Code))) {
+				t.Fatalf("refusal %q, %v is neither NoCaller nor a coded refusal", out, err)
+			}
+			return
+		}
+		fp, ferr := ctoken.ArgsFingerprint([]byte(args))
+		if string(out) != `{"ran":"step1"}` || caller != "alice" || ferr != nil || fp != want || runs.Load() != 1 {
+			t.Fatalf("answered %q for caller %q and arguments %q after %d runs", out, caller, args, runs.Load())
+		}
+	})
+}
