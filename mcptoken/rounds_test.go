@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -411,6 +412,74 @@ func FuzzStatesAnswer(f *testing.F) {
 		fp, ferr := ctoken.ArgsFingerprint([]byte(args))
 		if string(out) != `{"ran":"step1"}` || caller != "alice" || ferr != nil || fp != want || runs.Load() != 1 {
 			t.Fatalf("answered %q for caller %q and arguments %q after %d runs", out, caller, args, runs.Load())
+		}
+	})
+}
+
+// BenchmarkStatesAnswer measures a round under AnswerRetries against its
+// floor, the same round under plain single use, on a MemoryStore: "open"
+// is Seal and Open of a single-use state (the claim); "first" is Seal and
+// Answer (the lease, the round, the record); "retry" is Answer of a state
+// whose round is recorded (the lookup and the fingerprint compare).
+func BenchmarkStatesAnswer(b *testing.B) {
+	ctx := context.Background()
+	args := []byte(`{"target":"prod","replicas":3}`)
+	result := bytes.Repeat([]byte("r"), 512)
+	round := func(context.Context, string) ([]byte, error) { return result, nil }
+	newStates := func(b *testing.B, answer bool) *States {
+		var log bytes.Buffer
+		s, err := NewStates(codec(b, &clock{now: time.Now()}, &replay.MemoryStore{Max: 1 << 22, MaxRecordBytes: 1 << 30}), StatesConfig{AnswerRetries: answer}, testIntegration(&log))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	// The codec signs, which is deterministic: each iteration seals a
+	// state of its own.
+	b.Run("open", func(b *testing.B) {
+		s := newStates(b, false)
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			n++
+			wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed "+strconv.Itoa(n))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.Open(ctx, "alice", "tools/call", "deploy", args, wire); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("first", func(b *testing.B) {
+		s := newStates(b, true)
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			n++
+			wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed "+strconv.Itoa(n))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("retry", func(b *testing.B) {
+		s := newStates(b, true)
+		wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round); err != nil || len(out) != len(result) {
+				b.Fatal(err)
+			}
 		}
 	})
 }
