@@ -264,7 +264,9 @@ func (s *States) runRound(ctx context.Context, method string, req mcp.Request, c
 // that answer retries ([mcptoken.States.Answer]): the round runs once, and
 // its result, as JSON, is recorded; the client gets that JSON decoded
 // again ([toolResultOf]), the first time and on every honest retry, so
-// both are the same bytes on the wire.
+// both are the same bytes on the wire. The error a handler's result
+// carries for sending middleware (CallToolResult.GetError) is kept on the
+// first answer; a retry's answer has none, as it was never sent.
 func (s *States) answerRetry(ctx context.Context, method string, req mcp.Request, call mrtrCall, next mcp.MethodHandler) (mcp.Result, error) {
 	subject, err := callerOf(ctx, s.core.Integration(), s.caller, req)
 	if err != nil {
@@ -274,10 +276,14 @@ func (s *States) answerRetry(ctx context.Context, method string, req mcp.Request
 	if err != nil {
 		return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
 	}
+	var ranErr error // the error a handler's result carries (SetError), for sending middleware
 	out, err := s.core.Answer(ctx, subject, method, call.name, args, call.state, func(ctx context.Context, plain string) ([]byte, error) {
 		res, err := s.runRound(ctx, method, withState(req, plain), call, subject, args, next)
 		if err != nil {
 			return nil, err
+		}
+		if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
+			ranErr = r.GetError()
 		}
 		b, err := json.Marshal(res)
 		if err != nil {
@@ -293,6 +299,10 @@ func (s *States) answerRetry(ctx context.Context, method string, req mcp.Request
 		s.core.Integration().Logger().LogAttrs(ctx, slog.LevelError, "ctokenmcp: a recorded tool result does not decode",
 			mcptoken.NameAttr(method, call.name), slog.String("error", err.Error()))
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "server error answering requestState"}
+	}
+	if ranErr != nil && res.IsError {
+		// Not encoded: the content and isError are already the handler's.
+		res.SetError(ranErr)
 	}
 	return res, nil
 }

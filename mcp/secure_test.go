@@ -1071,6 +1071,10 @@ type deployOut struct {
 	Deploy int32  `json:"deploy"`
 }
 
+// errDeployRefused is what deploy_refused's second round returns: go-sdk
+// makes it a tool error result carrying the error (GetError).
+var errDeployRefused = errors.New("deploy refused by policy")
+
 // holdRound holds the second round of deployServer's tool: it closes
 // entered, then waits for release.
 type holdRound struct{ entered, release chan struct{} }
@@ -1104,8 +1108,15 @@ func deployServer(t testing.TB, codec *ctoken.RequestStateCodec, who CallerFunc,
 		}
 		return res, err
 	}
+	refuse := func(ctx context.Context, req *mcp.CallToolRequest, in deployIn) (*mcp.CallToolResult, deployOut, error) {
+		if req.Params.RequestState == "" {
+			return tool(ctx, req, in)
+		}
+		return nil, deployOut{}, errDeployRefused
+	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "deploy", Version: "v0"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "deploy"}, tool)
+	mcp.AddTool(s, &mcp.Tool{Name: "deploy_refused"}, refuse)
 	s.AddTool(&mcp.Tool{Name: "deploy_raw", InputSchema: map[string]any{"type": "object"}}, raw)
 	o := StateOptions{Caller: who, AnswerRetries: true}
 	if log != nil {
@@ -1392,4 +1403,49 @@ func FuzzToolResultOf(f *testing.F) {
 			t.Fatalf("not a fixed point: %s, then %s (%v)", once, twice, err)
 		}
 	})
+}
+
+// A tool error result keeps the error its handler returned (GetError) for
+// middleware outside SecureRequestState on the first answer; its retry is
+// answered with the same bytes, and the handler does not run again.
+func TestSecuredRetryKeepsTheToolErrorForOuterMiddleware(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	var effects atomic.Int32
+	s := deployServer(t, retryCodec(t, f, replay.NewMemoryStore(0)), FixedCaller("alice"), &effects, nil, nil)
+	var mu sync.Mutex
+	var seen []error
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if r, ok := res.(*mcp.CallToolResult); ok && r.IsError {
+				mu.Lock()
+				seen = append(seen, r.GetError())
+				mu.Unlock()
+			}
+			return res, err
+		}
+	})
+	cs, lt := connectLossy(t, s)
+	ctx := context.Background()
+	first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy_refused", Arguments: deployIn{Target: "shop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	round2 := &mcp.CallToolParams{Name: "deploy_refused", Arguments: deployIn{Target: "shop"}, RequestState: first.RequestState, InputResponses: answers("confirm")}
+	for range 2 {
+		if res, err := cs.CallTool(ctx, round2); err != nil || !res.IsError {
+			t.Fatalf("%v, %+v; want a tool error result", err, res)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || !errors.Is(seen[0], errDeployRefused) || seen[1] != nil {
+		t.Fatalf("outer middleware saw %v; want the handler's error, then none (a retry)", seen)
+	}
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	// initialize, round one, round two, its retry
+	if n := len(lt.sent); n != 4 || string(lt.sent[2]) != string(lt.sent[3]) {
+		t.Fatalf("%d results; the retry's differs from the first", n)
+	}
 }
