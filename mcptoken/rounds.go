@@ -87,10 +87,15 @@ func (s *States) AnswersRetries() bool { return s != nil && s.recorder != nil }
 // expires.
 //
 // States that do not answer retries (AnswerRetries off) open the state with
-// Open (claiming it, once) and run round. Answer is safe for concurrent use.
+// Open (claiming it, once) and run round. A nil round, and States not made
+// by [NewStates], are an error before anything is opened. Answer is safe
+// for concurrent use.
 func (s *States) Answer(ctx context.Context, caller, method, name string, args any, wire string, round func(ctx context.Context, state string) ([]byte, error)) ([]byte, error) {
 	if s == nil || s.in == nil || s.codec == nil {
 		return nil, errors.New("mcptoken: Answer: States not made by NewStates")
+	}
+	if round == nil {
+		return nil, errors.New("mcptoken: Answer: nil round")
 	}
 	if s.recorder == nil {
 		plain, err := s.Open(ctx, caller, method, name, args, wire)

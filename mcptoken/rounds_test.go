@@ -337,8 +337,8 @@ func TestAnswerStoreFailureRunsNothing(t *testing.T) {
 	}
 }
 
-// Answer refuses rather than panics: States not made by NewStates, and an
-// empty caller (NoCaller, before the state is looked at). States that do
+// Answer refuses rather than panics: States not made by NewStates, a nil
+// round, and an empty caller (NoCaller, before the state is looked at). States that do
 // not answer retries open (and claim) the state as Open does.
 func TestAnswerRefusesZeroStatesAndAnonymousCallers(t *testing.T) {
 	ctx := context.Background()
@@ -352,6 +352,9 @@ func TestAnswerRefusesZeroStatesAndAnonymousCallers(t *testing.T) {
 	}
 	s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
 	wire, _ := s.Seal("alice", "tools/call", "deploy", nil, "s")
+	if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", nil, wire, nil); err == nil {
+		t.Fatal("nil round answered")
+	}
 	if _, err := s.Answer(ctx, "", "tools/call", "deploy", nil, wire, c.round); !errors.Is(err, errTestNoCaller) {
 		t.Fatalf("anonymous: %v", err)
 	}
