@@ -91,7 +91,7 @@ func callerOf(ctx context.Context, in *mcptoken.Integration, f CallerFunc, req m
 //
 // Cursors use ctoken.CodeCursorExpired (1020) and ctoken.CodeCursorInvalid
 // (1021), the codes of the reference protocol. StateExpired (1022) and
-// StateInvalid (1023), StateUsed (1024) and StateBusy (1025) are local to
+// StateInvalid (1023), StateUsed (1026) and StateBusy (1027) are local to
 // ctoken: the reference protocol defines no code for a refused
 // requestState, and no other implementation is known to send or understand
 // them.

@@ -88,10 +88,10 @@
 // [SecureRequestState] records the result of each tools/call round with
 // the state and answers the honest retry (same caller, tool, arguments and
 // state) with it, the same JSON on the wire, without running the round
-// again; a retry while the round runs is -32602 with {"ctokenCode":1025}
+// again; a retry while the round runs is -32602 with {"ctokenCode":1027}
 // ([StateBusy]), to retry later. Everywhere the result cannot be answered
 // (the round failed, the record is gone, AnswerRetries is off) an
-// authentic state of the same call is {"ctokenCode":1024} ([StateUsed]),
+// authentic state of the same call is {"ctokenCode":1026} ([StateUsed]),
 // which a client tells from a forged or misdirected state (1023).
 //
 // With the argument binding (the default), the text States (and the

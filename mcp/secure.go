@@ -39,7 +39,7 @@ const (
 // error -32602 with {"ctokenCode":1022} ([StateExpired]) or
 // {"ctokenCode":1023} ([StateInvalid]) in data, or, for an authentic state
 // of this very call that a single-use codec already accepted,
-// {"ctokenCode":1024} ([StateUsed]); the reason goes to opts.Logger only.
+// {"ctokenCode":1026} ([StateUsed]); the reason goes to opts.Logger only.
 // A request without an authenticated caller, and a replay store
 // (single-use codec) that cannot answer, are -32603.
 //
@@ -48,8 +48,8 @@ const (
 // [mcptoken.ErrNoRecorder]), a tools/call round runs at most once per
 // state and its result is recorded: the honest retry of a round whose
 // response was lost (same caller, tool, arguments and state) gets that
-// result again, the same JSON on the wire, instead of 1024; a retry while
-// the round still runs gets {"ctokenCode":1025} ([StateBusy]): retry later.
+// result again, the same JSON on the wire, instead of 1026; a retry while
+// the round still runs gets {"ctokenCode":1027} ([StateBusy]): retry later.
 // Anyone else, and any change, is refused as without it. See
 // [mcptoken.States.Answer] for every outcome. prompts/get and
 // resources/read keep plain single use.

@@ -467,7 +467,7 @@ func TestSecuredExpiredStateTellsClientToStartOver(t *testing.T) {
 }
 
 // Without AnswerRetries an authentic state presented again is refused as
-// already used (1024), which a client tells from a forged one (1023).
+// already used (1026), which a client tells from a forged one (1023).
 func TestSecuredSingleUseStateIsRefusedTheSecondTime(t *testing.T) {
 	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
 		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, Replay: replay.NewMemoryStore(0),
@@ -1262,7 +1262,7 @@ func testRetryOfALostRound(t *testing.T, tool, structured string) {
 // Anyone else with the state, or the same caller with anything changed, is
 // refused as without AnswerRetries (1023 invalid, 1022 expired), before and
 // after the round ran, and runs nothing; an authentic state whose round
-// failed is "already used" (1024), which the client tells from "invalid".
+// failed is "already used" (1026), which the client tells from "invalid".
 func TestSecuredRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	codec := retryCodec(t, f, replay.NewMemoryStore(0))
@@ -1309,7 +1309,7 @@ func TestSecuredRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
 }
 
 // A retry that overtakes the first attempt while its round runs is told
-// busy (1025): retry later. It runs nothing; the retry after the round
+// busy (1027): retry later. It runs nothing; the retry after the round
 // gets its result.
 func TestSecuredConcurrentRetryIsBusy(t *testing.T) {
 	f := newFleet(t, 1, "s1")

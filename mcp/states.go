@@ -73,7 +73,7 @@ func (s *States) Seal(ctx context.Context, req *mcp.CallToolRequest, state strin
 //
 // With a single-use codec (ctoken.RequestStateSecurity.Replay set), Open
 // claims the state in the replay store with ctx, and a state presented
-// again is {"ctokenCode":1024} ([StateUsed]): authentic, already used (Open
+// again is {"ctokenCode":1026} ([StateUsed]): authentic, already used (Open
 // records no result; [SecureRequestState] with StateOptions.AnswerRetries
 // answers such a retry). A store failure (full, unreachable, ctx done) is -32603
 // (internal error) and leaves the state unconsumed. Every binding (caller,

@@ -30,7 +30,7 @@ import (
 //
 // A state that does not open is, for a tool, a tool error result made by
 // [ToolResult] (its _meta carries ctokenCode 1022, 1023 or, for an authentic
-// state a single-use codec already accepted, 1024); for a prompt or
+// state a single-use codec already accepted, 1026); for a prompt or
 // a resource, whose results have no error form, a JSON-RPC error -32603 with
 // the same fixed message. A request without a caller ([ErrNoCaller]) or a
 // replay store that cannot answer ([ErrStoreUnavailable]) is -32603. The
@@ -41,8 +41,8 @@ import (
 // [mcptoken.ErrNoRecorder]), a tools/call round runs at most once per
 // state and its result is recorded: the honest retry of a round whose
 // response was lost (same caller, tool, arguments and state) gets that
-// result again, the same JSON, instead of 1024; a retry while the round
-// still runs gets a tool error result with ctokenCode 1025 ([StateBusy]):
+// result again, the same JSON, instead of 1026; a retry while the round
+// still runs gets a tool error result with ctokenCode 1027 ([StateBusy]):
 // retry later. Anyone else, and any change, is refused as without it. See
 // [mcptoken.States.Answer] for every outcome. prompts/get keeps plain
 // single use.

@@ -381,7 +381,7 @@ func TestSecuredRetryOfALostRoundGetsItsResultWithOneEffect(t *testing.T) {
 // Anyone else with the state, or the same caller with anything changed, is
 // refused as without AnswerRetries (1023 invalid, 1022 expired) after the
 // round ran, and runs nothing; a state whose round failed is "already
-// used" (1024).
+// used" (1026).
 func TestSecuredRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
 	f := newFleet(t, 1, "s1", replay.NewMemoryStore(0))
 	var effects atomic.Int32
@@ -435,7 +435,7 @@ func TestSecuredRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
 }
 
 // A retry that overtakes the first attempt while its round runs is told
-// busy (1025) and runs nothing; the retry after the round gets its result.
+// busy (1027) and runs nothing; the retry after the round gets its result.
 func TestSecuredConcurrentRetryIsBusy(t *testing.T) {
 	f := newFleet(t, 1, "s1", replay.NewMemoryStore(0))
 	var effects atomic.Int32

@@ -110,7 +110,7 @@ func (s *States) SealTool(ctx context.Context, req mcp.CallToolRequest, state st
 // A state that does not open, including one sealed for another caller, for
 // another tool, for other arguments, with another key, edited or expired, is
 // a [*Rejection] with code 1022 (expired) or 1023 (invalid); a single-use
-// codec's state presented again is 1024 ([StateUsed]: authentic, already
+// codec's state presented again is 1026 ([StateUsed]: authentic, already
 // used). No part of a refused state is returned; hand the error
 // to [ToolResult]. A request without a caller is [ErrNoCaller]; a replay
 // store that cannot answer is [ErrStoreUnavailable] and leaves the state

@@ -27,7 +27,7 @@
 // [ctoken.CodeCursorExpired] (1020) and [ctoken.CodeCursorInvalid] (1021). A
 // refused request state carries [CodeStateExpired] (1022) or
 // [CodeStateInvalid] (1023), and, for an authentic state already used,
-// [CodeStateUsed] (1024) or, while its round runs, [CodeStateBusy] (1025),
+// [CodeStateUsed] (1026) or, while its round runs, [CodeStateBusy] (1027),
 // which are local to ctoken: the reference
 // protocol defines no code for a refused requestState, and no other
 // implementation is known to send or understand them.
@@ -55,18 +55,20 @@ const (
 	// forged, edited, sealed with another key, or presented by another
 	// caller, for another tool or with other arguments.
 	CodeStateInvalid = 1023
+	// 1024 and 1025 are left to the codes of idempotent tool calls.
+
 	// CodeStateUsed tells a client its state is authentic and bound to
 	// this very call (caller, target, arguments) but was already used, and
 	// the result of its round cannot be answered again: the round failed,
 	// its record expired or was too large, or the States do not record
 	// rounds (StatesConfig.AnswerRetries off). Start the call over; nothing
 	// is wrong with the client.
-	CodeStateUsed = 1024
+	CodeStateUsed = 1026
 	// CodeStateBusy tells a client that the round of its state is still
 	// running (a retry that overtook the first attempt): retry the same
 	// call later, with the same state. Only States that answer retries
 	// (StatesConfig.AnswerRetries) send it.
-	CodeStateBusy = 1025
+	CodeStateBusy = 1027
 )
 
 // KnownCode reports whether code is one of the six codes a refusal carries:
@@ -253,9 +255,9 @@ func RefuseCursor(err error) Refusal {
 
 // RefuseState returns the refusal of a request state that did not open with
 // err, from [ctoken.RequestStateCodec.DecodeContext], [UnwrapArgs] or
-// [States.Answer]: code 1022 for [ctoken.ErrStateExpired]; 1024
+// [States.Answer]: code 1022 for [ctoken.ErrStateExpired]; 1026
 // ([CodeStateUsed]) for [ctoken.ErrStateReplayed] (which a codec reports
-// only once every binding has passed) and [ErrStateUsed]; 1025
+// only once every binding has passed) and [ErrStateUsed]; 1027
 // ([CodeStateBusy]) for [ErrStateBusy]; 1023 for [ctoken.ErrStateInvalid]
 // and [ErrArgsMismatch]; Internal, with code 0,
 // for ctoken.ErrNoKey (a codec without a key judged nothing); any other

@@ -151,7 +151,7 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 	defer cancel()
 	if runErr != nil {
 		// The round may have had effects before it failed: consumed, as a
-		// single-use state always was, and the retry is told so (1024).
+		// single-use state always was, and the retry is told so (1026).
 		if err := s.recorder.ConfirmLease(cctx, o.ID, rec.Token, o.Until); err != nil {
 			s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: recording a failed round failed; the state stays busy until it expires",
 				NameAttr(method, name), slog.String("error", err.Error()))

@@ -188,7 +188,7 @@ func flip(c byte) string {
 }
 
 // A retry that overtakes the first attempt, while its round still runs, is
-// busy (1025, retry later) and runs nothing; once the round is done, the
+// busy (1027, retry later) and runs nothing; once the round is done, the
 // retry gets its result.
 func TestAnswerConcurrentRetryIsBusy(t *testing.T) {
 	s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
@@ -228,10 +228,10 @@ func TestAnswerConcurrentRetryIsBusy(t *testing.T) {
 }
 
 // An authentic state whose result cannot be answered again is "already
-// used" (1024), never "invalid": the round failed; its result was too large
+// used" (1026), never "invalid": the round failed; its result was too large
 // to record; the codec claimed it without a record (a handler's own Open);
 // with UnboundArgs, another call under the same state ran or runs it.
-func TestAnswerAlreadyUsedWithoutARecordIsCode1024(t *testing.T) {
+func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
 	ctx := context.Background()
 	args := []byte(`{"target":"prod"}`)
 	errDeploy := errors.New("deploy failed")
@@ -276,7 +276,7 @@ func TestAnswerAlreadyUsedWithoutARecordIsCode1024(t *testing.T) {
 			var c counted
 			out, err := s.Answer(ctx, "alice", "tools/call", "deploy", tc.second, wire, c.round)
 			if out != nil || refusalCode(err) != CodeStateUsed || c.runs.Load() != 0 {
-				t.Fatalf("%q, %v, %d runs; want code 1024 and no run", out, err, c.runs.Load())
+				t.Fatalf("%q, %v, %d runs; want code 1026 and no run", out, err, c.runs.Load())
 			}
 			if !strings.Contains(log.String(), "already used") || strings.Contains(log.String(), wire) {
 				t.Fatalf("log %q", log.String())
@@ -302,7 +302,7 @@ func TestAnswerAlreadyUsedWithoutARecordIsCode1024(t *testing.T) {
 		close(release)
 		wg.Wait()
 		if refusalCode(err) != CodeStateUsed {
-			t.Fatalf("%v; want code 1024", err)
+			t.Fatalf("%v; want code 1026", err)
 		}
 	})
 }

@@ -694,10 +694,10 @@ func answerCode(err error) int {
 // on three instances whose single-use codecs share the keys and the
 // replay stores given (mcptoken.States with AnswerRetries, the engine of
 // both MCP integrations): the round runs on instance 0 and is held; the
-// same call on instance 1 is busy (1025); the round ends (its response
+// same call on instance 1 is busy (1027); the round ends (its response
 // lost); the retry on instance 2 gets the same bytes without a second
 // run; another caller and a changed argument are refused as invalid
-// (1023) on every instance; a round that failed is already used (1024).
+// (1023) on every instance; a round that failed is already used (1026).
 func testFleetAnswersTheRetryOfALostRound(t *testing.T, keys *ctoken.Keyring, stores []replay.Store) {
 	var states []*mcptoken.States
 	for _, s := range stores {

@@ -160,7 +160,7 @@ func deploys(t *testing.T, db *sql.DB) int {
 // rounds of the deploy tool (one deploy), the server restarts on the
 // same file with the same keys, and the client sends the used state
 // again. On the SQLite store it is refused as already used (-32602,
-// ctoken code 1024, which a client tells from a forged state's 1023) and
+// ctoken code 1026, which a client tells from a forged state's 1023) and
 // nothing is deployed again; on a MemoryStore (the
 // contrast, the finding) the restarted server has forgotten it
 // and deploys a second time.
@@ -249,7 +249,7 @@ func resultOf(t *testing.T, body []byte) string {
 // the lost result, the same bytes, read back from the file: one deploy.
 // A changed argument and a tampered state are
 // refused as invalid (1023), and a retry without AnswerRetries is already
-// used (1024).
+// used (1026).
 func TestMCPRetryOfALostRoundAcrossARestart(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
