@@ -86,6 +86,10 @@ func (s *States) AnswersRetries() bool { return s != nil && s.recorder != nil }
 // fresh result is still returned; the state then stays busy until it
 // expires.
 //
+// The codec's observer, if any, sees the state verified once every check
+// has passed, before the store is asked; what Answer decides after that
+// (busy, already used, answered from the record) is logged, not observed.
+//
 // States that do not answer retries (AnswerRetries off) open the state with
 // Open (claiming it, once) and run round. A nil round, and States not made
 // by [NewStates], are an error before anything is opened. Answer is safe

@@ -486,3 +486,50 @@ func BenchmarkStatesAnswer(b *testing.B) {
 		}
 	})
 }
+
+// confirmFailing is a Recorder whose confirmations fail: the store went
+// away while the round ran.
+type confirmFailing struct{ *replay.MemoryStore }
+
+func (confirmFailing) ConfirmRecord(context.Context, string, string, time.Time, []byte, []byte) error {
+	return errStoreDown
+}
+
+func (confirmFailing) ConfirmLease(context.Context, string, string, time.Time) error {
+	return errStoreDown
+}
+
+// A round that ran but whose outcome the store could not record: its
+// result (or error) is still returned, the failure is logged at Error,
+// and the state stays busy (the lease lasts until the state expires), so
+// the round never runs twice.
+func TestAnswerRecordingFailureReturnsTheOutcomeAndNeverRunsTwice(t *testing.T) {
+	ctx := context.Background()
+	args := []byte(`{}`)
+	errDeploy := errors.New("deploy failed")
+	for _, tc := range []struct {
+		name    string
+		round   func(context.Context, string) ([]byte, error)
+		wantOut string
+		wantErr error
+	}{
+		{"result not recorded", func(context.Context, string) ([]byte, error) { return []byte(`{"ok":1}`), nil }, `{"ok":1}`, nil},
+		{"failure not recorded", func(context.Context, string) ([]byte, error) { return nil, errDeploy }, "", errDeploy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, log := retryStates(t, confirmFailing{replay.NewMemoryStore(0)}, StatesConfig{})
+			wire, _ := s.Seal("alice", "tools/call", "deploy", args, "s")
+			out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, tc.round)
+			if string(out) != tc.wantOut || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("%q, %v; want %q, %v", out, err, tc.wantOut, tc.wantErr)
+			}
+			if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "stays busy until it expires") || strings.Contains(log.String(), wire) {
+				t.Fatalf("log %q", log.String())
+			}
+			var c counted
+			if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round); refusalCode(err) != CodeStateBusy || c.runs.Load() != 0 {
+				t.Fatalf("retry: %v, %d runs; want busy and no run", err, c.runs.Load())
+			}
+		})
+	}
+}
