@@ -21,6 +21,14 @@
 // retried call and returns the state. A client that keeps a state but
 // changes the arguments is refused with [ErrArgsMismatch].
 //
+// # Retries of a round
+//
+// [States.Answer], for States built with StatesConfig.AnswerRetries over a
+// single-use codec whose store is a replay.Recorder, runs the round of a
+// state at most once and answers the honest retry (same caller, target,
+// arguments and state) with the result that round returned, so a client
+// whose response was lost is not made to start over and act twice.
+//
 // # Codes
 //
 // A refused cursor carries the reference protocol's codes
