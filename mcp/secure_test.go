@@ -1449,3 +1449,34 @@ func TestSecuredRetryKeepsTheToolErrorForOuterMiddleware(t *testing.T) {
 		t.Fatalf("%d results; the retry's differs from the first", n)
 	}
 }
+
+// garblingStore records every result as bytes that are not JSON: a store
+// whose record was damaged.
+type garblingStore struct{ *replay.MemoryStore }
+
+func (g garblingStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, _ []byte) error {
+	return g.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, []byte("\x00not json"))
+}
+
+// A recorded result that does not decode is answered with -32603 and
+// logged at Error; nothing runs again.
+func TestSecuredRetryOfADamagedRecordIsAnInternalError(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	var effects atomic.Int32
+	log := &syncBuffer{}
+	cs := connect(t, deployServer(t, retryCodec(t, f, garblingStore{replay.NewMemoryStore(0)}), FixedCaller("alice"), &effects, nil, log), manual)
+	ctx := context.Background()
+	first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Target: "shop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	round2 := &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Target: "shop"}, RequestState: first.RequestState, InputResponses: answers("confirm")}
+	if res, err := cs.CallTool(ctx, round2); err != nil || res.IsError {
+		t.Fatalf("round two: %v, %+v", err, res)
+	}
+	_, err = cs.CallTool(ctx, round2)
+	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+	if effects.Load() != 1 || !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "does not decode") {
+		t.Fatalf("%d deploys, log %q", effects.Load(), log.String())
+	}
+}

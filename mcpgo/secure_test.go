@@ -513,3 +513,32 @@ func FuzzToolResultOf(f *testing.F) {
 		}
 	})
 }
+
+// garblingStore records every result as bytes that are not JSON: a store
+// whose record was damaged.
+type garblingStore struct{ *replay.MemoryStore }
+
+func (g garblingStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, _ []byte) error {
+	return g.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, []byte("\x00not json"))
+}
+
+// A recorded result that does not decode is answered with -32603
+// (ErrInternal) and logged at Error; nothing runs again.
+func TestSecuredRetryOfADamagedRecordIsAnInternalError(t *testing.T) {
+	f := newFleet(t, 1, "s1", garblingStore{replay.NewMemoryStore(0)})
+	var effects atomic.Int32
+	s := deployServer(t, f, &effects, nil)
+	p := inProcess(t, s, "alice", &elicitor{answer: true})
+	if res, err := p.call("deploy", map[string]any{"target": "shop"}); err != nil || res.IsError {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	results, _ := p.wire.states()
+	retry := inProcess(t, s, "alice", &elicitor{answer: true})
+	retry.wire.setSwap(func(string) string { return results[0] })
+	if _, err := retry.call("deploy", map[string]any{"target": "shop"}); err == nil || !strings.Contains(err.Error(), ErrInternal.Error()) {
+		t.Fatalf("%v; want ErrInternal", err)
+	}
+	if effects.Load() != 1 || !strings.Contains(f.log.String(), "level=ERROR") || !strings.Contains(f.log.String(), "does not decode") {
+		t.Fatalf("%d deploys, log %q", effects.Load(), f.log.String())
+	}
+}
