@@ -15,6 +15,7 @@ import (
 	"github.com/ctoken/ctoken/internal/jcs"
 	"github.com/ctoken/ctoken/internal/mac"
 	"github.com/ctoken/ctoken/internal/reason"
+	"github.com/ctoken/ctoken/internal/stateclaim"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
@@ -676,7 +677,7 @@ func (c *RequestStateCodec) DecodeContext(ctx context.Context, wire, subject, to
 // error (errors.Is), with the [Reason] "wrong arguments", and no state. A
 // nil check is DecodeContext.
 func (c *RequestStateCodec) DecodeCheckedContext(ctx context.Context, wire, subject, tool string, check func(state string) (string, error)) (string, error) {
-	s, key, store, err := c.decode(ctx, wire, subject, tool, check)
+	s, key, store, err := c.decode(ctx, wire, subject, tool, check, nil)
 	if err != errStateNoCodec && c.obs != nil {
 		observeErr(c.obs, observe.KindRequestState, key, err, store)
 	}
@@ -685,8 +686,9 @@ func (c *RequestStateCodec) DecodeCheckedContext(ctx context.Context, wire, subj
 
 // decode is DecodeContext, also returning the index of the key that opened
 // the state (-1 if none did) and, when an observer is set, how long the
-// replay store took.
-func (c *RequestStateCodec) decode(ctx context.Context, wire, subject, tool string, check func(string) (string, error)) (_ string, key int, store time.Duration, _ error) {
+// replay store took. With a non-nil deferred, a single-use codec does not
+// claim the state: it fills in deferred's ID and Until instead.
+func (c *RequestStateCodec) decode(ctx context.Context, wire, subject, tool string, check func(string) (string, error), deferred *stateclaim.Opened) (_ string, key int, store time.Duration, _ error) {
 	key = -1
 	ks := c.ring()
 	if ks == nil {
@@ -709,14 +711,14 @@ func (c *RequestStateCodec) decode(ctx context.Context, wire, subject, tool stri
 	// Not deferred: decode has too many returns for an open-coded defer,
 	// and decodeScratch copies the state out of sc before it returns (a
 	// panic only costs the pool this scratch).
-	s, key, store, err := c.decodeScratch(ctx, ks, sc, wire, subject, tool, check)
+	s, key, store, err := c.decodeScratch(ctx, ks, sc, wire, subject, tool, check, deferred)
 	c.putScratch(sc)
 	return s, key, store, err
 }
 
 // decodeScratch is decode after its length checks, working in sc, whose
 // buffer has room for every region decode lists.
-func (c *RequestStateCodec) decodeScratch(ctx context.Context, ks *stateKeys, sc *stateScratch, wire, subject, tool string, check func(string) (string, error)) (_ string, key int, store time.Duration, _ error) {
+func (c *RequestStateCodec) decodeScratch(ctx context.Context, ks *stateKeys, sc *stateScratch, wire, subject, tool string, check func(string) (string, error), deferred *stateclaim.Opened) (_ string, key int, store time.Duration, _ error) {
 	key = -1
 	matLen := c.materialCap(subject, tool)
 	buf := sc.buf
@@ -802,7 +804,9 @@ func (c *RequestStateCodec) decodeScratch(ctx context.Context, ks *stateKeys, sc
 			return "", key, 0, reason.Wrap(ErrStateInvalid, "wrong arguments", err)
 		}
 	}
-	if c.replay != nil {
+	if c.replay != nil && deferred != nil {
+		deferred.ID, deferred.Until = c.claimID(id), claimUntil(exp)
+	} else if c.replay != nil {
 		var err error
 		if store, err = c.claimOnce(ctx, id, exp); err != nil {
 			return "", key, store, err

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"strings"
 
+	"github.com/ctoken/ctoken/internal/stateclaim"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
@@ -430,4 +431,83 @@ func TestStateSingleUseNoBindingRefusalConsumes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStateOpenUnclaimedChecksEverythingAndClaimsNothing pins the opener
+// package stateclaim hands to mcptoken: every check of DecodeCheckedContext
+// (authenticity, caller, tool, expiry, the caller's check), then no claim;
+// it reports the ID and deadline the codec's own claim uses, so a lease
+// taken under that ID is what the codec's claim then finds.
+func TestStateOpenUnclaimedChecksEverythingAndClaimsNothing(t *testing.T) {
+	errArgs := errors.New("other arguments")
+	ctx := context.Background()
+	for _, m := range stateModes {
+		t.Run(m.name, func(t *testing.T) {
+			clk := newStepClock()
+			store := &claimRecorder{MemoryStore: replay.MemoryStore{Now: clk.Now}}
+			c := newTestCodec(t, RequestStateSecurity{Keys: mustKeyring(t, fixedKey(22)), Mode: m.mode, Binding: BindSubjectAndTool, Replay: store, Now: clk.Now})
+			wire, err := c.Encode("s", "alice", "deploy")
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := "A"
+			if wire[len(wire)-2] == 'A' {
+				last = "B"
+			}
+			tampered := wire[:len(wire)-2] + last + wire[len(wire)-1:]
+			for _, r := range []struct {
+				name, wire, subject, tool string
+				check                     func(string) (string, error)
+				want                      error
+			}{
+				{"caller", wire, "mallory", "deploy", nil, ErrStateInvalid},
+				{"tool", wire, "alice", "rollback", nil, ErrStateInvalid},
+				{"tampered", tampered, "alice", "deploy", nil, ErrStateInvalid},
+				{"check", wire, "alice", "deploy", func(string) (string, error) { return "", errArgs }, errArgs},
+			} {
+				t.Run(r.name, func(t *testing.T) {
+					o, err := stateclaim.Open(ctx, c, r.wire, r.subject, r.tool, r.check)
+					if !errors.Is(err, r.want) || o != (stateclaim.Opened{}) {
+						t.Fatalf("%+v, %v; want %v", o, err, r.want)
+					}
+				})
+			}
+			for range 2 { // claims nothing: opens again
+				o, err := stateclaim.Open(ctx, c, wire, "alice", "deploy", nil)
+				if err != nil || o.State != "s" || o.Store != any(store) || o.ID == "" || strings.Contains(o.ID, wire) {
+					t.Fatalf("%+v, %v", o, err)
+				}
+			}
+			if len(store.ids) != 0 {
+				t.Fatalf("claimed %v", store.ids)
+			}
+			o, _ := stateclaim.Open(ctx, c, wire, "alice", "deploy", nil)
+			if _, err := c.DecodeContext(ctx, wire, "alice", "deploy"); err != nil {
+				t.Fatal(err)
+			}
+			if o.Lease != o.Until.Sub(clk.Now()) || o.Lease <= replay.SkewMargin {
+				t.Fatalf("lease %v to %v from %v", o.Lease, o.Until, clk.Now())
+			}
+			if len(store.ids) != 1 || store.ids[0] != o.ID || !store.until[0].Equal(o.Until) {
+				t.Fatalf("the codec claimed %v until %v; the opener reported %q until %v", store.ids, store.until, o.ID, o.Until)
+			}
+			if stateclaim.Store(c) != any(store) {
+				t.Fatal("Store does not report the codec's store")
+			}
+			clk.Advance(2 * time.Hour)
+			if _, err := stateclaim.Open(ctx, c, wire, "alice", "deploy", nil); !errors.Is(err, ErrStateExpired) {
+				t.Fatalf("expired: %v", err)
+			}
+		})
+	}
+	t.Run("no codec", func(t *testing.T) {
+		for _, codec := range []any{nil, (*RequestStateCodec)(nil), "codec", &RequestStateCodec{}} {
+			if _, err := stateclaim.Open(ctx, codec, "v1.x", "alice", "deploy", nil); !errors.Is(err, ErrNoKey) {
+				t.Fatalf("%T: %v; want ErrNoKey", codec, err)
+			}
+			if codec != nil && stateclaim.Store(codec) != nil {
+				t.Fatalf("%T has a store", codec)
+			}
+		}
+	})
 }

@@ -91,20 +91,30 @@ func callerOf(ctx context.Context, in *mcptoken.Integration, f CallerFunc, req m
 //
 // Cursors use ctoken.CodeCursorExpired (1020) and ctoken.CodeCursorInvalid
 // (1021), the codes of the reference protocol. StateExpired (1022) and
-// StateInvalid (1023) are local to ctoken: the reference protocol defines no
-// code for a refused requestState, and no other implementation is known to
-// send or understand them.
+// StateInvalid (1023), StateUsed (1026) and StateBusy (1027) are local to
+// ctoken: the reference protocol defines no code for a refused
+// requestState, and no other implementation is known to send or understand
+// them.
 const (
 	// StateExpired tells the client to call again without the state.
 	StateExpired = mcptoken.CodeStateExpired
-	// StateInvalid reports a state that was refused as invalid.
+	// StateInvalid reports a state that was refused as invalid: forged,
+	// edited, or presented by another caller or with other arguments.
 	StateInvalid = mcptoken.CodeStateInvalid
+	// StateUsed reports an authentic state of this very call that was
+	// already used and whose round's result cannot be answered again
+	// ([mcptoken.CodeStateUsed]): call again without it.
+	StateUsed = mcptoken.CodeStateUsed
+	// StateBusy reports that the round of the state is still running
+	// ([mcptoken.CodeStateBusy]): retry the same call later.
+	StateBusy = mcptoken.CodeStateBusy
 )
 
 // errorData is the data member of the -32602 errors this package returns.
 type errorData struct {
 	// Code is ctoken.CodeCursorExpired or ctoken.CodeCursorInvalid for a
-	// cursor; StateExpired or StateInvalid for a request state.
+	// cursor; StateExpired, StateInvalid, StateUsed or StateBusy for a
+	// request state.
 	Code int `json:"ctokenCode"`
 }
 
@@ -117,7 +127,7 @@ func invalidParams(message string, code int) *jsonrpc.Error {
 // TokenErrorCode returns the ctoken code in the data member of a JSON-RPC
 // error returned by this package (for example as seen by a client from
 // ClientSession.CallTool): ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid,
-// StateExpired or StateInvalid; 0 for any other error.
+// StateExpired, StateInvalid, StateUsed or StateBusy; 0 for any other error.
 func TokenErrorCode(err error) int {
 	var we *jsonrpc.Error
 	if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || len(we.Data) == 0 {

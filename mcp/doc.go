@@ -86,6 +86,22 @@
 // audience). [NewStates] refuses a codec that does not bind the tool unless
 // StateOptions.InsecureSkipToolBinding.
 //
+// # Retries of a continuation
+//
+// A single-use state is accepted once, so the client of a two-round tool
+// whose second response was lost (the deploy ran) used to be told its retry
+// was invalid, and its user had to confirm and deploy again. With
+// StateOptions.AnswerRetries (and a single-use codec whose store is a
+// replay.Recorder: replay.MemoryStore, redisstore, pgstore, sqlitestore),
+// [SecureRequestState] records the result of each tools/call round with
+// the state and answers the honest retry (same caller, tool, arguments and
+// state) with it, the same JSON on the wire, without running the round
+// again; a retry while the round runs is -32602 with {"ctokenCode":1027}
+// ([StateBusy]), to retry later. Everywhere the result cannot be answered
+// (the round failed, the record is gone, AnswerRetries is off) an
+// authentic state of the same call is {"ctokenCode":1026} ([StateUsed]),
+// which a client tells from a forged or misdirected state (1023).
+//
 // With the argument binding (the default), the text States (and the
 // middleware) hands the codec
 // is the JSON object {"a":<hex SHA-256 ArgsFingerprint of the call's

@@ -37,9 +37,22 @@ const (
 // The handler then sees the plaintext in its params' RequestState. A state
 // that does not open never reaches the handler: the client gets JSON-RPC
 // error -32602 with {"ctokenCode":1022} ([StateExpired]) or
-// {"ctokenCode":1023} ([StateInvalid]) in data, and the reason goes to
-// opts.Logger only. A request without an authenticated caller, and a
-// replay store (single-use codec) that cannot answer, are -32603.
+// {"ctokenCode":1023} ([StateInvalid]) in data, or, for an authentic state
+// of this very call that a single-use codec already accepted,
+// {"ctokenCode":1026} ([StateUsed]); the reason goes to opts.Logger only.
+// A request without an authenticated caller, and a replay store
+// (single-use codec) that cannot answer, are -32603.
+//
+// With opts.AnswerRetries (a single-use codec whose store is a
+// replay.Recorder; any other codec is refused here, matching
+// [mcptoken.ErrNoRecorder]), a tools/call round runs at most once per
+// state and its result is recorded: the honest retry of a round whose
+// response was lost (same caller, tool, arguments and state) gets that
+// result again, the same JSON on the wire, instead of 1026; a retry while
+// the round still runs gets {"ctokenCode":1027} ([StateBusy]): retry later.
+// Anyone else, and any change, is refused as without it. See
+// [mcptoken.States.Answer] for every outcome. prompts/get and
+// resources/read keep plain single use.
 //
 // On the way out, a non-empty RequestState of the handler's result is
 // sealed with the same binding (to the arguments of the call that produced
@@ -201,6 +214,9 @@ func (s *States) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			args    []byte
 			err     error
 		)
+		if call.state != "" && method == methodCallTool && s.core.AnswersRetries() {
+			return s.answerRetry(ctx, method, req, call, next)
+		}
 		if call.state != "" {
 			if subject, err = callerOf(ctx, s.core.Integration(), s.caller, req); err != nil {
 				return nil, err
@@ -214,28 +230,101 @@ func (s *States) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 			req = withState(req, plain)
 		}
-		res, err := next(ctx, method, req)
-		if err != nil {
-			return res, s.olderClientError(ctx, method, call.name, req, err)
-		}
-		state, replace := resultState(res)
-		if state == "" {
-			return res, nil
-		}
-		if subject == "" {
-			if subject, err = callerOf(ctx, s.core.Integration(), s.caller, req); err != nil {
-				return nil, err
-			}
-			if args, err = call.argsJSON(); err != nil {
-				return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
-			}
-		}
-		wire, err := s.core.SealResult(ctx, subject, method, call.name, args, state)
-		if err != nil {
-			return nil, errSealing()
-		}
-		return replace(wire), nil
+		return s.runRound(ctx, method, req, call, subject, args, next)
 	}
+}
+
+// runRound runs next for req and seals the requestState of its result, if
+// any, for subject and args (found when empty).
+func (s *States) runRound(ctx context.Context, method string, req mcp.Request, call mrtrCall, subject string, args []byte, next mcp.MethodHandler) (mcp.Result, error) {
+	res, err := next(ctx, method, req)
+	if err != nil {
+		return res, s.olderClientError(ctx, method, call.name, req, err)
+	}
+	state, replace := resultState(res)
+	if state == "" {
+		return res, nil
+	}
+	if subject == "" {
+		if subject, err = callerOf(ctx, s.core.Integration(), s.caller, req); err != nil {
+			return nil, err
+		}
+		if args, err = call.argsJSON(); err != nil {
+			return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
+		}
+	}
+	wire, err := s.core.SealResult(ctx, subject, method, call.name, args, state)
+	if err != nil {
+		return nil, errSealing()
+	}
+	return replace(wire), nil
+}
+
+// answerRetry handles a tools/call that carries a requestState for States
+// that answer retries ([mcptoken.States.Answer]): the round runs once, and
+// its result, as JSON, is recorded; the client gets that JSON decoded
+// again ([toolResultOf]), the first time and on every honest retry, so
+// both are the same bytes on the wire. The error a handler's result
+// carries for sending middleware (CallToolResult.GetError) is kept on the
+// first answer; a retry's answer has none, as it was never sent.
+func (s *States) answerRetry(ctx context.Context, method string, req mcp.Request, call mrtrCall, next mcp.MethodHandler) (mcp.Result, error) {
+	subject, err := callerOf(ctx, s.core.Integration(), s.caller, req)
+	if err != nil {
+		return nil, err
+	}
+	args, err := call.argsJSON()
+	if err != nil {
+		return nil, fmt.Errorf("ctokenmcp: encoding arguments: %w", err)
+	}
+	var ranErr error // the error a handler's result carries (SetError), for sending middleware
+	out, err := s.core.Answer(ctx, subject, method, call.name, args, call.state, func(ctx context.Context, plain string) ([]byte, error) {
+		res, err := s.runRound(ctx, method, withState(req, plain), call, subject, args, next)
+		if err != nil {
+			return nil, err
+		}
+		if r, ok := res.(*mcp.CallToolResult); ok && r != nil {
+			ranErr = r.GetError()
+		}
+		b, err := json.Marshal(res)
+		if err != nil {
+			return nil, fmt.Errorf("ctokenmcp: encoding the tool result: %w", err)
+		}
+		return b, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res, err := toolResultOf(out)
+	if err != nil {
+		s.core.Integration().Logger().LogAttrs(ctx, slog.LevelError, "ctokenmcp: a recorded tool result does not decode",
+			mcptoken.NameAttr(method, call.name), slog.String("error", err.Error()))
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "server error answering requestState"}
+	}
+	if ranErr != nil && res.IsError {
+		// Not encoded: the content and isError are already the handler's.
+		res.SetError(ranErr)
+	}
+	return res, nil
+}
+
+// toolResultOf decodes the JSON of a tool result so that the SDK encodes
+// it again to the same bytes: its structuredContent is kept as the JSON
+// text it was (decoded into an any, an object's members would be sorted).
+func toolResultOf(b []byte) (*mcp.CallToolResult, error) {
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, err
+	}
+	var raw struct {
+		Structured json.RawMessage `json:"structuredContent"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, err
+	}
+	if len(raw.Structured) > 0 {
+		res.StructuredContent = raw.Structured
+	}
+	return &res, nil
 }
 
 // sdkMRTRPrefix begins every error of go-sdk's own (v1.8.0) multi

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -464,6 +466,8 @@ func TestSecuredExpiredStateTellsClientToStartOver(t *testing.T) {
 	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateExpired)
 }
 
+// Without AnswerRetries an authentic state presented again is refused as
+// already used (1026), which a client tells from a forged one (1023).
 func TestSecuredSingleUseStateIsRefusedTheSecondTime(t *testing.T) {
 	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
 		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, Replay: replay.NewMemoryStore(0),
@@ -484,7 +488,7 @@ func TestSecuredSingleUseStateIsRefusedTheSecondTime(t *testing.T) {
 		t.Fatalf("first use: %v, %+v", err, second)
 	}
 	_, err = cs.CallTool(ctx, retry)
-	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateInvalid)
+	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateUsed)
 }
 
 func TestSecuredStoreFailureIsInternalError(t *testing.T) {
@@ -1048,5 +1052,431 @@ func TestSDKFailsOlderClientsWithCodeZero(t *testing.T) {
 	var we *jsonrpc.Error
 	if !errors.As(err, &we) || we.Code != 0 || !strings.HasPrefix(we.Message, sdkMRTRPrefix) {
 		t.Errorf("go-sdk now answers %v; revisit olderClientError", err)
+	}
+}
+
+// A two-round tool with an effect in its second round, for the retry of a
+// continuation (StateOptions.AnswerRetries).
+
+type deployIn struct {
+	Target string `json:"target"`
+}
+
+// deployOut's members are not in alphabetical order: the untyped tool
+// "deploy_raw" returns it as is, so its result decoded into a map and
+// encoded again would not be the same bytes.
+type deployOut struct {
+	Zone   string `json:"zone"`
+	App    string `json:"app"`
+	Deploy int32  `json:"deploy"`
+}
+
+// errDeployRefused is what deploy_refused's second round returns: go-sdk
+// makes it a tool error result carrying the error (GetError).
+var errDeployRefused = errors.New("deploy refused by policy")
+
+// holdRound holds the second round of deployServer's tool: it closes
+// entered, then waits for release.
+type holdRound struct{ entered, release chan struct{} }
+
+// deployServer returns a server with the tool "deploy": its first round
+// asks for confirmation, its second deploys (counted in effects; held by
+// hold first when hold is not nil). Secured with codec for who.
+func deployServer(t testing.TB, codec *ctoken.RequestStateCodec, who CallerFunc, effects *atomic.Int32, hold *holdRound, log io.Writer) *mcp.Server {
+	t.Helper()
+	tool := func(ctx context.Context, req *mcp.CallToolRequest, in deployIn) (*mcp.CallToolResult, deployOut, error) {
+		switch req.Params.RequestState {
+		case "":
+			return &mcp.CallToolResult{InputRequests: question("confirm"), RequestState: "confirm|" + in.Target}, deployOut{}, nil
+		case "confirm|" + in.Target:
+			if hold != nil {
+				close(hold.entered)
+				<-hold.release
+			}
+			return nil, deployOut{Zone: "eu-" + answerOf(req.Params.InputResponses, "confirm"), App: in.Target, Deploy: effects.Add(1)}, nil
+		}
+		return nil, deployOut{}, errors.New("unexpected state")
+	}
+	raw := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in deployIn
+		if err := json.Unmarshal(req.Params.Arguments, &in); err != nil {
+			return nil, err
+		}
+		res, out, err := tool(ctx, req, in)
+		if res == nil && err == nil {
+			res = &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "deployed"}}, StructuredContent: out}
+		}
+		return res, err
+	}
+	refuse := func(ctx context.Context, req *mcp.CallToolRequest, in deployIn) (*mcp.CallToolResult, deployOut, error) {
+		if req.Params.RequestState == "" {
+			return tool(ctx, req, in)
+		}
+		return nil, deployOut{}, errDeployRefused
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "deploy", Version: "v0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "deploy"}, tool)
+	mcp.AddTool(s, &mcp.Tool{Name: "deploy_refused"}, refuse)
+	s.AddTool(&mcp.Tool{Name: "deploy_raw", InputSchema: map[string]any{"type": "object"}}, raw)
+	o := StateOptions{Caller: who, AnswerRetries: true}
+	if log != nil {
+		o.Logger = slog.New(slog.NewTextHandler(log, nil))
+	}
+	if err := SecureRequestState(s, codec, &o); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// lossyTransport is a server transport that keeps the JSON of every result
+// it sends and, while armed, loses the next one instead (closing lost):
+// the response of a round that ran.
+type lossyTransport struct {
+	mcp.Transport
+	armed atomic.Bool
+	lost  chan []byte
+
+	mu   sync.Mutex
+	sent [][]byte
+}
+
+type lossyConn struct {
+	mcp.Connection
+	t *lossyTransport
+}
+
+func (l *lossyTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := l.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &lossyConn{c, l}, nil
+}
+
+func (c *lossyConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if r, ok := msg.(*jsonrpc.Response); ok && r.Result != nil {
+		if c.t.armed.CompareAndSwap(true, false) {
+			c.t.lost <- append([]byte(nil), r.Result...)
+			return nil
+		}
+		c.t.mu.Lock()
+		c.t.sent = append(c.t.sent, append([]byte(nil), r.Result...))
+		c.t.mu.Unlock()
+	}
+	return c.Connection.Write(ctx, msg)
+}
+
+// last returns the JSON of the last result sent.
+func (l *lossyTransport) last() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sent[len(l.sent)-1]
+}
+
+// connectLossy joins go-sdk's client to s over in-memory transports whose
+// server side is lossy.
+func connectLossy(t testing.TB, s *mcp.Server) (*mcp.ClientSession, *lossyTransport) {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	lt := &lossyTransport{Transport: st, lost: make(chan []byte, 1)}
+	ctx := context.Background()
+	ss, err := s.Connect(ctx, lt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "v0"}, manual).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs, lt
+}
+
+// retryCodec is a single-use codec over store with the fleet's clock.
+func retryCodec(t testing.TB, f *fleet, store replay.Store) *ctoken.RequestStateCodec {
+	t.Helper()
+	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
+		Keys: keyring(t, 7), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, Now: f.clock.now, Replay: store,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return codec
+}
+
+// The issue's case, driven by go-sdk's client: the second round deploys,
+// its response is lost, and the client's retry of the same call with the
+// same state gets the first result, the same bytes on the wire, with one
+// deploy.
+func TestSecuredRetryOfALostRoundGetsItsResultWithOneEffect(t *testing.T) {
+	for _, tc := range []struct{ tool, structured string }{
+		{"deploy", `"structuredContent":{"app":"shop","deploy":1,"zone":"eu-A-confirm"}`},
+		{"deploy_raw", `"structuredContent":{"zone":"eu-A-confirm","app":"shop","deploy":1}`},
+	} {
+		t.Run(tc.tool, func(t *testing.T) { testRetryOfALostRound(t, tc.tool, tc.structured) })
+	}
+}
+
+func testRetryOfALostRound(t *testing.T, tool, structured string) {
+	f := newFleet(t, 1, "s1")
+	var effects atomic.Int32
+	log := &syncBuffer{}
+	cs, lt := connectLossy(t, deployServer(t, retryCodec(t, f, replay.NewMemoryStore(0)), FixedCaller("alice"), &effects, nil, log))
+	ctx := context.Background()
+	first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: deployIn{Target: "shop"}})
+	if err != nil || !first.NeedsInput() {
+		t.Fatalf("round one: %v, %+v", err, first)
+	}
+	round2 := &mcp.CallToolParams{Name: tool, Arguments: deployIn{Target: "shop"}, RequestState: first.RequestState, InputResponses: answers("confirm")}
+	lt.armed.Store(true)
+	lostCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := cs.CallTool(lostCtx, round2); done <- err }()
+	lost := <-lt.lost
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the call whose response was lost returned")
+	}
+	retry, err := cs.CallTool(ctx, round2)
+	if err != nil || retry.IsError {
+		t.Fatalf("retry: %v, %+v", err, retry)
+	}
+	if got := lt.last(); string(got) != string(lost) {
+		t.Fatalf("retry's result on the wire:\n%s\nthe lost one:\n%s", got, lost)
+	}
+	if n := effects.Load(); n != 1 {
+		t.Fatalf("%d deploys", n)
+	}
+	if !strings.Contains(string(lost), structured) {
+		t.Fatalf("lost result %s", lost)
+	}
+	if again, err := cs.CallTool(ctx, round2); err != nil || string(lt.last()) != string(lost) || effects.Load() != 1 {
+		t.Fatalf("second retry: %v, %+v", err, again)
+	}
+	if strings.Contains(log.String(), first.RequestState) {
+		t.Fatal("the log holds the state")
+	}
+}
+
+// Anyone else with the state, or the same caller with anything changed, is
+// refused as without AnswerRetries (1023 invalid, 1022 expired), before and
+// after the round ran, and runs nothing; an authentic state whose round
+// failed is "already used" (1026), which the client tells from "invalid".
+func TestSecuredRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	codec := retryCodec(t, f, replay.NewMemoryStore(0))
+	var effects atomic.Int32
+	alice := connect(t, deployServer(t, codec, FixedCaller("alice"), &effects, nil, nil), manual)
+	bob := connect(t, deployServer(t, codec, FixedCaller("bob"), &effects, nil, nil), manual)
+	ctx := context.Background()
+	first, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Target: "shop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := first.RequestState
+	tampered := st[:len(st)-2] + flip(st[len(st)-2]) + st[len(st)-1:]
+	for _, ran := range []bool{false, true} {
+		if ran {
+			if _, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Target: "shop"}, RequestState: st, InputResponses: answers("confirm")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, tc := range []struct {
+			name  string
+			cs    *mcp.ClientSession
+			args  deployIn
+			state string
+			later time.Duration
+			code  int
+		}{
+			{"another caller", bob, deployIn{Target: "shop"}, st, 0, StateInvalid},
+			{"changed argument", alice, deployIn{Target: "bank"}, st, 0, StateInvalid},
+			{"tampered state", alice, deployIn{Target: "shop"}, tampered, 0, StateInvalid},
+			{"expired state", alice, deployIn{Target: "shop"}, st, time.Hour, StateExpired},
+		} {
+			t.Run(fmt.Sprintf("%s, round ran %v", tc.name, ran), func(t *testing.T) {
+				f.clock.advance(tc.later)
+				defer f.clock.advance(-tc.later)
+				_, err := tc.cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: tc.args, RequestState: tc.state, InputResponses: answers("confirm")})
+				wantRPCError(t, err, jsonrpc.CodeInvalidParams, tc.code)
+			})
+		}
+	}
+	if n := effects.Load(); n != 1 {
+		t.Fatalf("%d deploys", n)
+	}
+}
+
+// A retry that overtakes the first attempt while its round runs is told
+// busy (1027): retry later. It runs nothing; the retry after the round
+// gets its result.
+func TestSecuredConcurrentRetryIsBusy(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	var effects atomic.Int32
+	hold := &holdRound{entered: make(chan struct{}), release: make(chan struct{})}
+	cs := connect(t, deployServer(t, retryCodec(t, f, replay.NewMemoryStore(0)), FixedCaller("alice"), &effects, hold, nil), manual)
+	ctx := context.Background()
+	first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Target: "shop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	round2 := &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Target: "shop"}, RequestState: first.RequestState, InputResponses: answers("confirm")}
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() { res, err := cs.CallTool(ctx, round2); done <- answer{res, err} }()
+	<-hold.entered
+	_, err = cs.CallTool(ctx, round2)
+	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateBusy)
+	close(hold.release)
+	a := <-done
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	again, err := cs.CallTool(ctx, round2)
+	if err != nil || effects.Load() != 1 {
+		t.Fatalf("retry after the round: %v, %d deploys", err, effects.Load())
+	}
+	want, _ := json.Marshal(a.res)
+	got, _ := json.Marshal(again)
+	if string(got) != string(want) {
+		t.Fatalf("retry %s, first %s", got, want)
+	}
+}
+
+// AnswerRetries needs a single-use codec whose store records results:
+// anything else is refused when the server is secured.
+func TestSecureRequestStateAnswerRetriesRefusesACodecWithoutRecorder(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	for _, tc := range []struct {
+		name  string
+		codec *ctoken.RequestStateCodec
+	}{
+		{"not single-use", f.codec},
+		{"store without records", retryCodec(t, f, failingStore{})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mcp.NewServer(&mcp.Implementation{Name: "x", Version: "v0"}, nil)
+			err := SecureRequestState(s, tc.codec, &StateOptions{AnswerRetries: true})
+			if !errors.Is(err, mcptoken.ErrNoRecorder) || !errors.Is(err, ctoken.ErrConfig) {
+				t.Fatalf("%v; want ErrNoRecorder", err)
+			}
+		})
+	}
+}
+
+// flip returns a base64url letter other than c.
+func flip(c byte) string {
+	if c == 'A' {
+		return "B"
+	}
+	return "A"
+}
+
+// FuzzToolResultOf: the decoder of a recorded round's result never panics,
+// and what it decodes encodes to a fixed point: decoded and encoded again,
+// it is the same bytes, so every retry is answered alike.
+func FuzzToolResultOf(f *testing.F) {
+	f.Add([]byte(`{"content":[{"type":"text","text":"deployed"}],"structuredContent":{"zone":"eu","app":"shop","deploy":1},"resultType":"complete"}`))
+	f.Add([]byte(`{"content":[],"inputRequests":{"q":{"method":"elicitation/create","params":{"message":"?","requestedSchema":{"type":"object"}}}},"requestState":"v1e.x","resultType":"input_required"}`))
+	f.Add([]byte(`{"_meta":{"a":1},"content":[{"type":"image","data":"AA==","mimeType":"image/png"}],"isError":true}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`{"structuredContent":[1,2,{"b":1,"a":2}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		res, err := toolResultOf(b)
+		if err != nil {
+			return
+		}
+		once, err := json.Marshal(res)
+		if err != nil {
+			return // a result the SDK could not send either
+		}
+		again, err := toolResultOf(once)
+		if err != nil {
+			t.Fatalf("%s decoded, encoded to %s, which does not decode: %v", b, once, err)
+		}
+		twice, err := json.Marshal(again)
+		if err != nil || string(twice) != string(once) {
+			t.Fatalf("not a fixed point: %s, then %s (%v)", once, twice, err)
+		}
+	})
+}
+
+// A tool error result keeps the error its handler returned (GetError) for
+// middleware outside SecureRequestState on the first answer; its retry is
+// answered with the same bytes, and the handler does not run again.
+func TestSecuredRetryKeepsTheToolErrorForOuterMiddleware(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	var effects atomic.Int32
+	s := deployServer(t, retryCodec(t, f, replay.NewMemoryStore(0)), FixedCaller("alice"), &effects, nil, nil)
+	var mu sync.Mutex
+	var seen []error
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if r, ok := res.(*mcp.CallToolResult); ok && r.IsError {
+				mu.Lock()
+				seen = append(seen, r.GetError())
+				mu.Unlock()
+			}
+			return res, err
+		}
+	})
+	cs, lt := connectLossy(t, s)
+	ctx := context.Background()
+	first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy_refused", Arguments: deployIn{Target: "shop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	round2 := &mcp.CallToolParams{Name: "deploy_refused", Arguments: deployIn{Target: "shop"}, RequestState: first.RequestState, InputResponses: answers("confirm")}
+	for range 2 {
+		if res, err := cs.CallTool(ctx, round2); err != nil || !res.IsError {
+			t.Fatalf("%v, %+v; want a tool error result", err, res)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || !errors.Is(seen[0], errDeployRefused) || seen[1] != nil {
+		t.Fatalf("outer middleware saw %v; want the handler's error, then none (a retry)", seen)
+	}
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	// initialize, round one, round two, its retry
+	if n := len(lt.sent); n != 4 || string(lt.sent[2]) != string(lt.sent[3]) {
+		t.Fatalf("%d results; the retry's differs from the first", n)
+	}
+}
+
+// garblingStore records every result as bytes that are not JSON: a store
+// whose record was damaged.
+type garblingStore struct{ *replay.MemoryStore }
+
+func (g garblingStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, _ []byte) error {
+	return g.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, []byte("\x00not json"))
+}
+
+// A recorded result that does not decode is answered with -32603 and
+// logged at Error; nothing runs again.
+func TestSecuredRetryOfADamagedRecordIsAnInternalError(t *testing.T) {
+	f := newFleet(t, 1, "s1")
+	var effects atomic.Int32
+	log := &syncBuffer{}
+	cs := connect(t, deployServer(t, retryCodec(t, f, garblingStore{replay.NewMemoryStore(0)}), FixedCaller("alice"), &effects, nil, log), manual)
+	ctx := context.Background()
+	first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Target: "shop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	round2 := &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Target: "shop"}, RequestState: first.RequestState, InputResponses: answers("confirm")}
+	if res, err := cs.CallTool(ctx, round2); err != nil || res.IsError {
+		t.Fatalf("round two: %v, %+v", err, res)
+	}
+	_, err = cs.CallTool(ctx, round2)
+	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+	if effects.Load() != 1 || !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "does not decode") {
+		t.Fatalf("%d deploys, log %q", effects.Load(), log.String())
 	}
 }

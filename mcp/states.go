@@ -34,7 +34,7 @@ func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, er
 	if opts != nil {
 		o = *opts
 	}
-	core, err := mcptoken.NewStates(codec, mcptoken.StatesConfig{UnboundArgs: o.UnboundArgs, InsecureSkipToolBinding: o.InsecureSkipToolBinding}, integration(o.Logger))
+	core, err := mcptoken.NewStates(codec, mcptoken.StatesConfig{UnboundArgs: o.UnboundArgs, InsecureSkipToolBinding: o.InsecureSkipToolBinding, AnswerRetries: o.AnswerRetries}, integration(o.Logger))
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +73,9 @@ func (s *States) Seal(ctx context.Context, req *mcp.CallToolRequest, state strin
 //
 // With a single-use codec (ctoken.RequestStateSecurity.Replay set), Open
 // claims the state in the replay store with ctx, and a state presented
-// again is invalid. A store failure (full, unreachable, ctx done) is -32603
+// again is {"ctokenCode":1026} ([StateUsed]): authentic, already used (Open
+// records no result; [SecureRequestState] with StateOptions.AnswerRetries
+// answers such a retry). A store failure (full, unreachable, ctx done) is -32603
 // (internal error) and leaves the state unconsumed. Every binding (caller,
 // tool, arguments, the codec's audience) is checked before the claim, so a
 // refused state is not consumed: the honest retry still opens it, once.

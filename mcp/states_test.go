@@ -331,7 +331,7 @@ func TestOpenClaimsSingleUseStateWithRequestContext(t *testing.T) {
 		t.Fatalf("first Open = %q, %v, %v", s, ok, err)
 	}
 	_, _, err := states.Open(ctx, req)
-	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateInvalid)
+	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateUsed)
 }
 
 // A replay store that cannot decide is the server's failure, not the
@@ -492,7 +492,7 @@ func TestStatesNoRefusalConsumesASingleUseState(t *testing.T) {
 		t.Fatalf("the right request after the refusals: %v", err)
 	}
 	_, err = callDelete(alice, "preview_delete", 5, st)
-	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateInvalid)
+	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateUsed)
 }
 
 // A codec or issuer not made by its constructor has no key: NewStates and

@@ -98,6 +98,13 @@ const (
 	StateExpired = mcptoken.CodeStateExpired
 	// StateInvalid reports a state that was refused as invalid.
 	StateInvalid = mcptoken.CodeStateInvalid
+	// StateUsed reports an authentic state of this very call that was
+	// already used and whose round's result cannot be answered again
+	// ([mcptoken.CodeStateUsed]): call again without it.
+	StateUsed = mcptoken.CodeStateUsed
+	// StateBusy reports that the round of the state is still running
+	// ([mcptoken.CodeStateBusy]): retry the same call later.
+	StateBusy = mcptoken.CodeStateBusy
 )
 
 // MetaTokenCode is the _meta key of a refusal's tool result that carries its
@@ -111,7 +118,7 @@ const MetaTokenCode = "ctokenCode"
 // JSON-RPC error -32603 whose message is the rejection's text.
 type Rejection struct {
 	// Code is ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid,
-	// StateExpired or StateInvalid.
+	// StateExpired, StateInvalid, StateUsed or StateBusy.
 	Code    int
 	message string
 }
@@ -123,13 +130,19 @@ func (r *Rejection) Error() string { return r.message }
 // the token) rather than treat the token as forged.
 func (r *Rejection) Expired() bool { return mcptoken.Refusal{Code: r.Code}.Expired() }
 
-// The four rejections, built once: the message of [mcptoken.Refusal]
+// Busy reports whether the client should retry the same call later with the
+// same state ([StateBusy]).
+func (r *Rejection) Busy() bool { return mcptoken.Refusal{Code: r.Code}.Busy() }
+
+// The six rejections, built once: the message of [mcptoken.Refusal]
 // followed by its code.
 var (
 	cursorExpired = newRejection(mcptoken.RefuseCursor(ctoken.ErrCursorExpired))
 	cursorInvalid = newRejection(mcptoken.RefuseCursor(ctoken.ErrCursorInvalid))
 	stateExpired  = newRejection(mcptoken.RefuseState(ctoken.ErrStateExpired))
 	stateInvalid  = newRejection(mcptoken.RefuseState(ctoken.ErrStateInvalid))
+	stateUsed     = newRejection(mcptoken.RefuseState(mcptoken.ErrStateUsed))
+	stateBusy     = newRejection(mcptoken.RefuseState(mcptoken.ErrStateBusy))
 )
 
 func newRejection(r mcptoken.Refusal) *Rejection {
@@ -137,7 +150,7 @@ func newRejection(r mcptoken.Refusal) *Rejection {
 }
 
 // rejection returns the Rejection of a refused token (r is not a store
-// failure); anything but the three other codes is invalid state.
+// failure); anything but the five other codes is invalid state.
 func rejection(r mcptoken.Refusal) *Rejection {
 	switch r.Code {
 	case ctoken.CodeCursorExpired:
@@ -146,6 +159,10 @@ func rejection(r mcptoken.Refusal) *Rejection {
 		return cursorInvalid
 	case StateExpired:
 		return stateExpired
+	case StateUsed:
+		return stateUsed
+	case StateBusy:
+		return stateBusy
 	}
 	return stateInvalid
 }

@@ -53,7 +53,12 @@
 // [StateOptions.UnboundArgs], to the fingerprint of the call's arguments.
 // With a single-use codec (ctoken.RequestStateSecurity.Replay) a state opens
 // once, and a state refused for its caller, tool, arguments or audience is
-// not consumed. [NewStates] refuses a codec that does not bind the tool
+// not consumed; presented again, an authentic state of the same call is
+// 1026 ([StateUsed]), not 1023. With [StateOptions.AnswerRetries] a
+// tools/call round runs once per state and its honest retry (same caller,
+// tool, arguments and state, after a lost response) gets the recorded
+// result, the same JSON; a retry while the round runs is 1027
+// ([StateBusy]). [NewStates] refuses a codec that does not bind the tool
 // unless [StateOptions.InsecureSkipToolBinding]. The per-handler form is [States.SealTool] and [States.OpenTool].
 //
 // With the argument binding (the default) the text sealed is the JSON object
@@ -103,8 +108,9 @@
 //     ctokenmcp also seals resources/read results; here resources/read is
 //     opened only (see Coverage above).
 //
-// The codes 1022 ([StateExpired]) and 1023 ([StateInvalid]) are local to
-// ctoken; 1020 and 1021 are the reference protocol's cursor codes.
+// The codes 1022 ([StateExpired]), 1023 ([StateInvalid]), 1026
+// ([StateUsed]) and 1027 ([StateBusy]) are local to ctoken; 1020 and 1021
+// are the reference protocol's cursor codes.
 // Everything that does not touch an mcp-go type (the cursor scope and page
 // turn, sealing and opening states, the argument wrapper, the codes and the
 // mapping of ctoken's errors to them, the caller check, the older-client

@@ -2,6 +2,7 @@ package ctokenmcpgo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,8 +30,10 @@ import (
 //
 // A state that does not open never reaches the handler: for a tool, a
 // prompt and a resource alike the client gets a JSON-RPC error, -32603 with
-// the fixed message "invalid requestState (ctokenCode 1023)" or "expired
-// requestState (ctokenCode 1022)", never a result. It is -32603 and not the
+// a fixed message naming the code: "invalid requestState (ctokenCode
+// 1023)", "expired requestState (ctokenCode 1022)", or, for an authentic
+// state a single-use codec already accepted, ctokenCode 1026 ([StateUsed]);
+// never a result. It is -32603 and not the
 // -32602 with {"ctokenCode":N} in data that package ctokenmcp sends because
 // mcp-go v1.2.1 sends every error of a tool, prompt or resource handler as
 // -32603 with the error's text as the message and no data member; the code
@@ -38,6 +41,17 @@ import (
 // the [*Rejection] (errors.As). A request without a caller ([ErrNoCaller])
 // or a replay store that cannot answer ([ErrStoreUnavailable]) is -32603
 // too, with their own messages. The reason goes to the logger only.
+//
+// With [StateOptions.AnswerRetries] (a single-use codec whose store is a
+// replay.Recorder; [NewStates] refuses any other codec, matching
+// [mcptoken.ErrNoRecorder]), a tools/call round runs at most once per
+// state and its result is recorded: the honest retry of a round whose
+// response was lost (same caller, tool, arguments and state) gets that
+// result again, the same JSON, instead of 1026; a retry while the round
+// still runs gets the JSON-RPC error -32603 with ctokenCode 1027 ([StateBusy]):
+// retry later. Anyone else, and any change, is refused as without it. See
+// [mcptoken.States.Answer] for every outcome. prompts/get keeps plain
+// single use.
 //
 // A handler that returns an already sealed state (one that begins with "v1."
 // or "v1e.") is refused with -32603 and logged, so a state is never sealed
@@ -144,6 +158,9 @@ func (st *States) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandler
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		const method = "tools/call"
 		args := toolArgs(req.Params)
+		if wire := req.Params.RequestState; wire != "" && st.core.AnswersRetries() {
+			return st.answerRetry(ctx, req, args, wire, next)
+		}
 		if wire := req.Params.RequestState; wire != "" {
 			plain, err := st.open(ctx, method, req.Params.Name, args, wire)
 			if err != nil {
@@ -154,24 +171,81 @@ func (st *States) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandler
 			}
 			req.Params.RequestState = plain
 		}
-		res, err := next(ctx, req)
-		if err != nil || !res.NeedsInput() {
-			return res, err
-		}
-		wire, err := st.outgoing(ctx, method, req.Params.Name, args, req.Header, res.MultiRoundTripResult)
-		var refusal *mcptoken.InputRefusal
-		switch {
-		case errors.As(err, &refusal):
-			return mcp.NewToolResultError(refusal.Error()), nil
-		case err != nil:
-			return nil, err
-		case wire == "":
-			return res, nil
-		}
-		out := *res // the handler's result may be shared
-		out.RequestState = wire
-		return &out, nil
+		return st.runTool(ctx, req, args, next)
 	}
+}
+
+// runTool runs next for req and seals the requestState of its result, if
+// it asks for input.
+func (st *States) runTool(ctx context.Context, req mcp.CallToolRequest, args any, next server.ToolHandlerFunc) (*mcp.CallToolResult, error) {
+	const method = "tools/call"
+	res, err := next(ctx, req)
+	if err != nil || !res.NeedsInput() {
+		return res, err
+	}
+	wire, err := st.outgoing(ctx, method, req.Params.Name, args, req.Header, res.MultiRoundTripResult)
+	var refusal *mcptoken.InputRefusal
+	switch {
+	case errors.As(err, &refusal):
+		return mcp.NewToolResultError(refusal.Error()), nil
+	case err != nil:
+		return nil, err
+	case wire == "":
+		return res, nil
+	}
+	out := *res // the handler's result may be shared
+	out.RequestState = wire
+	return &out, nil
+}
+
+// answerRetry handles a tools/call that carries a requestState for States
+// that answer retries ([mcptoken.States.Answer]): the round runs once, and
+// its result, as JSON, is recorded; the client gets that JSON decoded
+// again, the first time and on every honest retry, so both are the same
+// bytes on the wire. A refusal is a JSON-RPC error, as without
+// AnswerRetries.
+func (st *States) answerRetry(ctx context.Context, req mcp.CallToolRequest, args any, wire string, next server.ToolHandlerFunc) (*mcp.CallToolResult, error) {
+	const method = "tools/call"
+	subject, err := st.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := st.core.Answer(ctx, subject, method, req.Params.Name, args, wire, func(ctx context.Context, plain string) ([]byte, error) {
+		req.Params.RequestState = plain
+		res, err := st.runTool(ctx, req, args, next)
+		if err != nil {
+			return nil, err
+		}
+		if res == nil {
+			return nil, errors.New("ctokenmcpgo: the tool handler returned no result")
+		}
+		b, err := json.Marshal(res)
+		if err != nil {
+			return nil, fmt.Errorf("ctokenmcpgo: encoding the tool result: %w", err)
+		}
+		return b, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res, err := toolResultOf(out)
+	if err != nil {
+		st.core.Integration().Logger().LogAttrs(ctx, slog.LevelError, "ctokenmcpgo: a recorded tool result does not decode",
+			mcptoken.NameAttr(method, req.Params.Name), slog.String("error", err.Error()))
+		return nil, ErrInternal
+	}
+	return res, nil
+}
+
+// toolResultOf decodes the JSON of a tool result so that mcp-go encodes it
+// again to the same bytes (mcp-go keeps structuredContent as the JSON text
+// it was).
+func toolResultOf(b []byte) (*mcp.CallToolResult, error) {
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
 }
 
 func (st *States) promptMiddleware(next server.PromptHandlerFunc) server.PromptHandlerFunc {

@@ -2,16 +2,20 @@ package ctokenmcpgo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
+	"github.com/ctoken/ctoken/replay"
 	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
@@ -292,5 +296,303 @@ func TestRefusedStateReachesOnErrorHooksAsRejection(t *testing.T) {
 	}
 	if ran.Load() != 0 {
 		t.Errorf("the handler ran %d time(s) on a refused state", ran.Load())
+	}
+}
+
+// A two-round tool with an effect in its second round, for the retry of a
+// continuation (StateOptions.AnswerRetries).
+
+// deployOut's members are not in alphabetical order: a result decoded into
+// a map and encoded again would not be the same bytes.
+type deployOut struct {
+	Zone   string `json:"zone"`
+	App    string `json:"app"`
+	Deploy int32  `json:"deploy"`
+}
+
+// holdRound holds the second round of deployServer's tool: it closes
+// entered, then waits for release.
+type holdRound struct{ entered, release chan struct{} }
+
+var errDeployFailed = errors.New("deploy failed")
+
+// deployServer returns an mcp-go server with the tool "deploy", whose first
+// round asks for confirmation and whose second deploys (counted in
+// effects; held by hold first when hold is not nil), and "deploy_fails",
+// whose second round fails with an error. Secured with f's codec and
+// AnswerRetries.
+func deployServer(t testing.TB, f *fleet, effects *atomic.Int32, hold *holdRound) *server.MCPServer {
+	t.Helper()
+	states, err := NewStates(f.codec, &StateOptions{Caller: ContextCaller, AnswerRetries: true, Logger: newTextLogger(f.log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploy := func(fail bool) server.ToolHandlerFunc {
+		return func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			target := req.GetString("target", "")
+			switch req.Params.RequestState {
+			case "":
+				return server.NewInputRequestBuilder("confirm:"+target).Elicit("ok", mcp.ElicitationParams{Message: "deploy " + target + "?", RequestedSchema: confirmSchema}).ToolResult(), nil
+			case "confirm:" + target:
+				if hold != nil {
+					close(hold.entered)
+					<-hold.release
+				}
+				if fail {
+					return nil, errDeployFailed
+				}
+				n := effects.Add(1)
+				return mcp.NewToolResultStructured(deployOut{Zone: "eu", App: target, Deploy: n}, fmt.Sprintf("deployed %s (%d)", target, n)), nil
+			}
+			return mcp.NewToolResultError("handler saw an unexpected state"), nil
+		}
+	}
+	s := server.NewMCPServer("deploy", "v0", SecureRequestState(states), server.WithToolCapabilities(false), server.WithElicitation())
+	s.AddTool(mcp.NewTool("deploy"), deploy(false))
+	s.AddTool(mcp.NewTool("deploy_fails"), deploy(true))
+	return s
+}
+
+// lossyTransport is a client transport that, while armed, loses the
+// response of the next tools/call carrying a requestState after the
+// server answered it: it keeps the request and the result's JSON, and
+// the client gets an error.
+type lossyTransport struct {
+	transport.Interface
+	armed atomic.Bool
+
+	mu   sync.Mutex
+	req  transport.JSONRPCRequest
+	lost []byte
+}
+
+func (l *lossyTransport) SetRequestHandler(h transport.RequestHandler) {
+	if b, ok := l.Interface.(transport.BidirectionalInterface); ok {
+		b.SetRequestHandler(h)
+	}
+}
+
+func (l *lossyTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	resp, err := l.Interface.SendRequest(ctx, req)
+	if err != nil || req.Method != "tools/call" || resp == nil || len(resp.Result) == 0 {
+		return resp, err
+	}
+	b, _ := json.Marshal(req.Params)
+	if !strings.Contains(string(b), `"requestState":"v1`) || !l.armed.CompareAndSwap(true, false) {
+		return resp, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.req, l.lost = req, append([]byte(nil), resp.Result...)
+	return nil, errors.New("test: response lost")
+}
+
+// resend sends the lost request again, unchanged, over the client's own
+// transport: the retry of the same call with the same state. It returns
+// the lost result's JSON and the retry's.
+func (l *lossyTransport) resend(t *testing.T, ctx context.Context) (lost, again []byte) {
+	t.Helper()
+	l.mu.Lock()
+	req, lost := l.req, l.lost
+	l.mu.Unlock()
+	if lost == nil {
+		t.Fatal("no response was lost")
+	}
+	resp, err := l.Interface.SendRequest(ctx, req)
+	if err != nil || resp.Error != nil {
+		t.Fatalf("retry: %v, %+v", err, resp)
+	}
+	return lost, resp.Result
+}
+
+// The issue's case, driven by mcp-go's client: the second round deploys,
+// its response is lost, and the retry of the same call with the same state
+// gets the first result, the same bytes, with one deploy.
+func TestSecuredRetryOfALostRoundGetsItsResultWithOneEffect(t *testing.T) {
+	f := newFleet(t, 1, "s1", replay.NewMemoryStore(0))
+	var effects atomic.Int32
+	s := deployServer(t, f, &effects, nil)
+	lt := &lossyTransport{Interface: transport.NewInProcessTransport(s)}
+	p := start(t, lt, WithCaller(context.Background(), "alice"), &elicitor{answer: true})
+	lt.armed.Store(true)
+	if _, err := p.call("deploy", map[string]any{"target": "shop"}); err == nil {
+		t.Fatal("the call whose response was lost returned")
+	}
+	for i := range 2 {
+		lost, again := lt.resend(t, p.ctx)
+		if string(again) != string(lost) {
+			t.Fatalf("retry %d:\n%s\nthe lost result:\n%s", i, again, lost)
+		}
+		if !strings.Contains(string(lost), `"structuredContent":{"zone":"eu","app":"shop","deploy":1}`) {
+			t.Fatalf("lost result %s", lost)
+		}
+	}
+	if n := effects.Load(); n != 1 {
+		t.Fatalf("%d deploys", n)
+	}
+}
+
+// Anyone else with the state, or the same caller with anything changed, is
+// refused as without AnswerRetries (1023 invalid, 1022 expired) after the
+// round ran, and runs nothing; a state whose round failed is "already
+// used" (1026).
+func TestSecuredRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
+	f := newFleet(t, 1, "s1", replay.NewMemoryStore(0))
+	var effects atomic.Int32
+	s := deployServer(t, f, &effects, nil)
+	alice := inProcess(t, s, "alice", &elicitor{answer: true})
+	if res, err := alice.call("deploy", map[string]any{"target": "shop"}); err != nil || res.IsError {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	results, _ := alice.wire.states()
+	st := results[0] // the state the deploy ran with
+	for _, tc := range []struct {
+		name   string
+		who    string
+		tool   string
+		target string
+		state  string
+		later  time.Duration
+		code   int
+	}{
+		{"another caller", "bob", "deploy", "shop", st, 0, StateInvalid},
+		{"changed argument", "alice", "deploy", "bank", st, 0, StateInvalid},
+		{"tampered state", "alice", "deploy", "shop", st[:len(st)-2] + flip(st[len(st)-2]) + st[len(st)-1:], 0, StateInvalid},
+		{"expired state", "alice", "deploy", "shop", st, time.Hour, StateExpired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.clock.advance(tc.later)
+			defer f.clock.advance(-tc.later)
+			p := inProcess(t, s, tc.who, &elicitor{answer: true})
+			p.wire.setSwap(func(string) string { return tc.state })
+			res, err := p.call(tc.tool, map[string]any{"target": tc.target})
+			refused(t, p, res, err, tc.code)
+		})
+	}
+	if n := effects.Load(); n != 1 {
+		t.Fatalf("%d deploys", n)
+	}
+	t.Run("round failed", func(t *testing.T) {
+		p := inProcess(t, s, "alice", &elicitor{answer: true})
+		if _, err := p.call("deploy_fails", map[string]any{"target": "shop"}); err == nil {
+			t.Fatal("the failing round succeeded")
+		}
+		results, _ := p.wire.states()
+		p.wire.setSwap(func(string) string { return results[0] })
+		res, err := p.call("deploy_fails", map[string]any{"target": "shop"})
+		refused(t, p, res, err, StateUsed)
+		var r *Rejection
+		if !errors.As(stateUsed, &r) || r.Expired() || r.Busy() {
+			t.Fatalf("used: %+v", r)
+		}
+	})
+}
+
+// A retry that overtakes the first attempt while its round runs is told
+// busy (1027) and runs nothing; the retry after the round gets its result.
+func TestSecuredConcurrentRetryIsBusy(t *testing.T) {
+	f := newFleet(t, 1, "s1", replay.NewMemoryStore(0))
+	var effects atomic.Int32
+	hold := &holdRound{entered: make(chan struct{}), release: make(chan struct{})}
+	s := deployServer(t, f, &effects, hold)
+	first := inProcess(t, s, "alice", &elicitor{answer: true})
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, _ := first.call("deploy", map[string]any{"target": "shop"})
+		done <- res
+	}()
+	<-hold.entered
+	results, _ := first.wire.states()
+	retry := inProcess(t, s, "alice", &elicitor{answer: true})
+	retry.wire.setSwap(func(string) string { return results[0] })
+	res, err := retry.call("deploy", map[string]any{"target": "shop"})
+	refused(t, retry, res, err, StateBusy)
+	if !stateBusy.Busy() || stateBusy.Expired() {
+		t.Fatal("a busy rejection does not say so")
+	}
+	close(hold.release)
+	got := <-done
+	if got == nil || got.IsError {
+		t.Fatalf("first attempt: %+v", got)
+	}
+	res, err = retry.call("deploy", map[string]any{"target": "shop"})
+	if err != nil || res.IsError || text(res) != text(got) || effects.Load() != 1 {
+		t.Fatalf("retry after the round: %v, %q, %d deploys", err, text(res), effects.Load())
+	}
+}
+
+// AnswerRetries needs a single-use codec whose store records results.
+func TestNewStatesAnswerRetriesRefusesACodecWithoutRecorder(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store replay.Store
+	}{
+		{"not single-use", nil},
+		{"store without records", failingStore{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFleet(t, 1, "s1", tc.store)
+			st, err := NewStates(f.codec, &StateOptions{AnswerRetries: true})
+			if st != nil || !errors.Is(err, mcptoken.ErrNoRecorder) || !errors.Is(err, ctoken.ErrConfig) {
+				t.Fatalf("%v, %v; want ErrNoRecorder", st, err)
+			}
+		})
+	}
+}
+
+// FuzzToolResultOf: the decoder of a recorded round's result never panics,
+// and what it decodes encodes to a fixed point: decoded and encoded again,
+// it is the same bytes, so every retry is answered alike.
+func FuzzToolResultOf(f *testing.F) {
+	f.Add([]byte(`{"content":[{"type":"text","text":"deployed"}],"structuredContent":{"zone":"eu","app":"shop","deploy":1}}`))
+	f.Add([]byte(`{"content":[],"inputRequests":{"q":{"method":"elicitation/create","params":{"message":"?","requestedSchema":{"type":"object"}}}},"requestState":"v1e.x","resultType":"input_required"}`))
+	f.Add([]byte(`{"_meta":{"a":1},"content":[{"type":"text","text":"x"}],"isError":true}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		res, err := toolResultOf(b)
+		if err != nil {
+			return
+		}
+		once, err := json.Marshal(res)
+		if err != nil {
+			return
+		}
+		again, err := toolResultOf(once)
+		if err != nil {
+			t.Fatalf("%s decoded, encoded to %s, which does not decode: %v", b, once, err)
+		}
+		twice, err := json.Marshal(again)
+		if err != nil || string(twice) != string(once) {
+			t.Fatalf("not a fixed point: %s, then %s (%v)", once, twice, err)
+		}
+	})
+}
+
+// garblingStore records every result as bytes that are not JSON: a store
+// whose record was damaged.
+type garblingStore struct{ *replay.MemoryStore }
+
+func (g garblingStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, _ []byte) error {
+	return g.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, []byte("\x00not json"))
+}
+
+// A recorded result that does not decode is answered with -32603
+// (ErrInternal) and logged at Error; nothing runs again.
+func TestSecuredRetryOfADamagedRecordIsAnInternalError(t *testing.T) {
+	f := newFleet(t, 1, "s1", garblingStore{replay.NewMemoryStore(0)})
+	var effects atomic.Int32
+	s := deployServer(t, f, &effects, nil)
+	p := inProcess(t, s, "alice", &elicitor{answer: true})
+	if res, err := p.call("deploy", map[string]any{"target": "shop"}); err != nil || res.IsError {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	results, _ := p.wire.states()
+	retry := inProcess(t, s, "alice", &elicitor{answer: true})
+	retry.wire.setSwap(func(string) string { return results[0] })
+	if _, err := retry.call("deploy", map[string]any{"target": "shop"}); err == nil || !strings.Contains(err.Error(), ErrInternal.Error()) {
+		t.Fatalf("%v; want ErrInternal", err)
+	}
+	if effects.Load() != 1 || !strings.Contains(f.log.String(), "level=ERROR") || !strings.Contains(f.log.String(), "does not decode") {
+		t.Fatalf("%d deploys, log %q", effects.Load(), f.log.String())
 	}
 }

@@ -37,7 +37,7 @@ func NewStates(codec *ctoken.RequestStateCodec, opts *StateOptions) (*States, er
 	if opts != nil {
 		o = *opts
 	}
-	core, err := mcptoken.NewStates(codec, mcptoken.StatesConfig{UnboundArgs: o.UnboundArgs, InsecureSkipToolBinding: o.InsecureSkipToolBinding}, integration(o.Logger))
+	core, err := mcptoken.NewStates(codec, mcptoken.StatesConfig{UnboundArgs: o.UnboundArgs, InsecureSkipToolBinding: o.InsecureSkipToolBinding, AnswerRetries: o.AnswerRetries}, integration(o.Logger))
 	if err != nil {
 		return nil, err
 	}
@@ -108,10 +108,11 @@ func (s *States) SealTool(ctx context.Context, req mcp.CallToolRequest, state st
 // round of the call.
 //
 // A state that does not open, including one sealed for another caller, for
-// another tool, for other arguments, with another key, edited, expired or
-// (single-use codec) presented again, is a [*Rejection] with code 1022
-// (expired) or 1023 (invalid), and no part of it is returned. Hand the error
-// to [ToolResult] for a tool error result carrying the code in its _meta, or
+// another tool, for other arguments, with another key, edited or expired, is
+// a [*Rejection] with code 1022 (expired) or 1023 (invalid); a single-use
+// codec's state presented again is 1026 ([StateUsed]: authentic, already
+// used). No part of a refused state is returned. Hand the error to
+// [ToolResult] for a tool error result carrying the code in its _meta, or
 // return it unwrapped for the JSON-RPC error -32603 that [SecureRequestState]
 // sends (its message carries the code). A request without a caller is [ErrNoCaller]; a replay
 // store that cannot answer is [ErrStoreUnavailable] and leaves the state

@@ -34,9 +34,13 @@ func refused(t *testing.T, p *peer, res *mcp.CallToolResult, err error, code int
 	p.wire.mu.Lock()
 	got := p.wire.lastErr
 	p.wire.mu.Unlock()
-	want := stateInvalid.Error()
-	if code == StateExpired {
-		want = stateExpired.Error()
+	want := map[int]string{
+		StateExpired: stateExpired.Error(),
+		StateUsed:    stateUsed.Error(),
+		StateBusy:    stateBusy.Error(),
+	}[code]
+	if want == "" {
+		want = stateInvalid.Error()
 	}
 	if got == nil || got.Code != mcp.INTERNAL_ERROR || got.Message != want || got.Data != nil {
 		t.Fatalf("wire error %+v; want code %d, message %q, no data", got, mcp.INTERNAL_ERROR, want)
@@ -114,7 +118,7 @@ func TestSingleUseStateRefusedTheSecondTime(t *testing.T) {
 		// Present the (already used) first-round state again.
 		p.wire.setSwap(func(string) string { return results[0] })
 		res, err = p.call("ask", map[string]any{"target": "prod"})
-		refused(t, p, res, err, StateInvalid)
+		refused(t, p, res, err, StateUsed)
 		if !strings.Contains(f.log.String(), "already used") {
 			t.Errorf("log lacks the replay: %s", f.log.String())
 		}
@@ -296,7 +300,7 @@ func TestStatesNoRefusalConsumesASingleUseState(t *testing.T) {
 	again := inProcess(t, s, "alice", yes())
 	again.wire.setSwap(swapOnce(st))
 	res, err = again.call("ask", map[string]any{"target": "prod"})
-	refused(t, again, res, err, StateInvalid)
+	refused(t, again, res, err, StateUsed)
 }
 
 // A codec or issuer not made by its constructor has no key: NewStates and

@@ -7,7 +7,8 @@
 // (github.com/ctoken/ctoken/mcpgo) both build on it, so both seal the same
 // text for a state and tell a client the same codes.
 //
-// It imports only package ctoken and the standard library. Applications
+// It imports only package ctoken, package replay (a round's record,
+// [States.Answer]) and the standard library. Applications
 // normally use it through an integration; use it directly to wire ctoken
 // into another MCP server framework the same way.
 //
@@ -27,12 +28,22 @@
 // caller and the session, and open them back into the SDK's cursor; both
 // integrations' SecureListCursors build on it.
 //
+// # Retries of a round
+//
+// [States.Answer], for States built with StatesConfig.AnswerRetries over a
+// single-use codec whose store is a replay.Recorder, runs the round of a
+// state at most once and answers the honest retry (same caller, target,
+// arguments and state) with the result that round returned, so a client
+// whose response was lost is not made to start over and act twice.
+//
 // # Codes
 //
 // A refused cursor carries the reference protocol's codes
 // [ctoken.CodeCursorExpired] (1020) and [ctoken.CodeCursorInvalid] (1021). A
 // refused request state carries [CodeStateExpired] (1022) or
-// [CodeStateInvalid] (1023), which are local to ctoken: the reference
+// [CodeStateInvalid] (1023), and, for an authentic state already used,
+// [CodeStateUsed] (1026) or, while its round runs, [CodeStateBusy] (1027),
+// which are local to ctoken: the reference
 // protocol defines no code for a refused requestState, and no other
 // implementation is known to send or understand them.
 package mcptoken
@@ -55,16 +66,32 @@ import (
 const (
 	// CodeStateExpired tells a client to call again without the state.
 	CodeStateExpired = 1022
-	// CodeStateInvalid tells a client its state was refused as invalid.
+	// CodeStateInvalid tells a client its state was refused as invalid:
+	// forged, edited, sealed with another key, or presented by another
+	// caller, for another tool or with other arguments.
 	CodeStateInvalid = 1023
+	// 1024 and 1025 are left to the codes of idempotent tool calls.
+
+	// CodeStateUsed tells a client its state is authentic and bound to
+	// this very call (caller, target, arguments) but was already used, and
+	// the result of its round cannot be answered again: the round failed,
+	// its record expired or was too large, or the States do not record
+	// rounds (StatesConfig.AnswerRetries off). Start the call over; nothing
+	// is wrong with the client.
+	CodeStateUsed = 1026
+	// CodeStateBusy tells a client that the round of its state is still
+	// running (a retry that overtook the first attempt): retry the same
+	// call later, with the same state. Only States that answer retries
+	// (StatesConfig.AnswerRetries) send it.
+	CodeStateBusy = 1027
 )
 
-// KnownCode reports whether code is one of the four codes a refusal carries:
-// [ctoken.CodeCursorExpired], [ctoken.CodeCursorInvalid], [CodeStateExpired]
-// or [CodeStateInvalid].
+// KnownCode reports whether code is one of the six codes a refusal carries:
+// [ctoken.CodeCursorExpired], [ctoken.CodeCursorInvalid], [CodeStateExpired],
+// [CodeStateInvalid], [CodeStateUsed] or [CodeStateBusy].
 func KnownCode(code int) bool {
 	switch code {
-	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid:
+	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid, CodeStateUsed, CodeStateBusy:
 		return true
 	}
 	return false
@@ -171,8 +198,8 @@ func UnwrapArgs(args any, sealed string) (string, error) {
 // not verify or open, and what the server logs about it.
 type Refusal struct {
 	// Code is the ctoken code for the client: ctoken.CodeCursorExpired,
-	// ctoken.CodeCursorInvalid, CodeStateExpired or CodeStateInvalid; 0
-	// when StoreFailed or Internal.
+	// ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid,
+	// CodeStateUsed or CodeStateBusy; 0 when StoreFailed or Internal.
 	Code int
 	// Message is the fixed text for the client. It never contains the token
 	// or the reason.
@@ -202,12 +229,18 @@ func (r Refusal) Expired() bool {
 	return r.Code == ctoken.CodeCursorExpired || r.Code == CodeStateExpired
 }
 
+// Busy reports whether the client should retry the same call later with
+// the same state: Code is [CodeStateBusy].
+func (r Refusal) Busy() bool { return r.Code == CodeStateBusy }
+
 // Messages of the refusals, fixed texts.
 const (
 	msgCursorExpired = "expired cursor: call again without a cursor"
 	msgCursorInvalid = "invalid cursor"
 	msgStateExpired  = "expired requestState: call again without it"
 	msgStateInvalid  = "invalid requestState"
+	msgStateUsed     = "requestState already used: its result cannot be answered again; call again without it"
+	msgStateBusy     = "requestState busy: its round is still running; retry the same call later"
 	msgStoreFailed   = "request state store unavailable"
 	msgInternal      = "internal error"
 )
@@ -236,9 +269,12 @@ func RefuseCursor(err error) Refusal {
 }
 
 // RefuseState returns the refusal of a request state that did not open with
-// err, from [ctoken.RequestStateCodec.DecodeContext] or [UnwrapArgs]: code
-// 1022 for [ctoken.ErrStateExpired]; 1023 for [ctoken.ErrStateInvalid],
-// [ctoken.ErrStateReplayed] and [ErrArgsMismatch]; Internal, with code 0,
+// err, from [ctoken.RequestStateCodec.DecodeContext], [UnwrapArgs] or
+// [States.Answer]: code 1022 for [ctoken.ErrStateExpired]; 1026
+// ([CodeStateUsed]) for [ctoken.ErrStateReplayed] (which a codec reports
+// only once every binding has passed) and [ErrStateUsed]; 1027
+// ([CodeStateBusy]) for [ErrStateBusy]; 1023 for [ctoken.ErrStateInvalid]
+// and [ErrArgsMismatch]; Internal, with code 0,
 // for ctoken.ErrNoKey (a codec without a key judged nothing); any other
 // error comes from the replay store of a single-use codec and is
 // StoreFailed, with code 0 (so is nil, which is no refusal to map).
@@ -250,7 +286,13 @@ func RefuseState(err error) Refusal {
 		return Refusal{Code: CodeStateExpired, Message: msgStateExpired, Reason: ctoken.Reason(err).String()}
 	case errors.Is(err, ErrArgsMismatch):
 		return Refusal{Code: CodeStateInvalid, Message: msgStateInvalid, Reason: argsMismatchReason}
-	case errors.Is(err, ctoken.ErrStateInvalid), errors.Is(err, ctoken.ErrStateReplayed):
+	case errors.Is(err, ErrStateBusy):
+		return Refusal{Code: CodeStateBusy, Message: msgStateBusy, Reason: "round still running"}
+	case errors.Is(err, ErrStateUsed):
+		return Refusal{Code: CodeStateUsed, Message: msgStateUsed, Reason: err.Error()}
+	case errors.Is(err, ctoken.ErrStateReplayed):
+		return Refusal{Code: CodeStateUsed, Message: msgStateUsed, Reason: ctoken.Reason(err).String()}
+	case errors.Is(err, ctoken.ErrStateInvalid):
 		return Refusal{Code: CodeStateInvalid, Message: msgStateInvalid, Reason: ctoken.Reason(err).String()}
 	}
 	return Refusal{Message: msgStoreFailed, StoreFailed: true}

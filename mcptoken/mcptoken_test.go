@@ -213,7 +213,9 @@ func TestRefuseStateMapsCodecErrorsToCodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			return decode(once, w, "alice")
-		}, CodeStateInvalid, "invalid requestState", "already used", false},
+		}, CodeStateUsed, "requestState already used: its result cannot be answered again; call again without it", "already used", false},
+		{"used, no record", func(t *testing.T) error { return errUsedNoRecord }, CodeStateUsed, "requestState already used: its result cannot be answered again; call again without it", errUsedNoRecord.Error(), false},
+		{"busy", func(t *testing.T) error { return ErrStateBusy }, CodeStateBusy, "requestState busy: its round is still running; retry the same call later", "round still running", false},
 		{"other arguments", func(t *testing.T) error { return mismatch }, CodeStateInvalid, "invalid requestState", "arguments differ from the sealed call", false},
 		{"store failed", func(t *testing.T) error {
 			return decode(codec(t, c, failingStore{}), wire, "alice")
@@ -237,6 +239,9 @@ func TestRefuseStateMapsCodecErrorsToCodes(t *testing.T) {
 			}
 			if r.Expired() != (tc.code == CodeStateExpired) {
 				t.Errorf("Expired() = %v", r.Expired())
+			}
+			if r.Busy() != (tc.code == CodeStateBusy) {
+				t.Errorf("Busy() = %v", r.Busy())
 			}
 			if strings.Contains(r.Message, wire) || strings.Contains(r.Reason, wire) {
 				t.Error("the refusal echoes the state")
@@ -304,14 +309,14 @@ func TestRefuseStateOfNilIsNoTokenRefusal(t *testing.T) {
 	}
 }
 
-func TestKnownCodeAcceptsOnlyTheFourCodes(t *testing.T) {
+func TestKnownCodeAcceptsOnlyTheSixCodes(t *testing.T) {
 	for code := -1; code < 2000; code++ {
-		want := code == 1020 || code == 1021 || code == 1022 || code == 1023
+		want := code == 1020 || code == 1021 || code == 1022 || code == 1023 || code == 1026 || code == 1027
 		if KnownCode(code) != want {
 			t.Errorf("KnownCode(%d) = %v", code, !want)
 		}
 	}
-	if CodeStateExpired != 1022 || CodeStateInvalid != 1023 {
+	if CodeStateExpired != 1022 || CodeStateInvalid != 1023 || CodeStateUsed != 1026 || CodeStateBusy != 1027 {
 		t.Fatal("the state codes changed; clients depend on them")
 	}
 }

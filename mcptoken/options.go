@@ -44,6 +44,21 @@ type StateOptions[C any] struct {
 	// alone, and never with SecureRequestState, which refuses such a codec
 	// whatever this says.
 	InsecureSkipToolBinding bool
+	// AnswerRetries makes SecureRequestState answer the retry of a
+	// tools/call round with the result that round returned, instead of
+	// refusing the already used state: the client whose response was lost
+	// after the round ran (a deploy, a payment) gets its result again, and
+	// the round never runs twice. The retry must be the same call: same
+	// caller, tool, arguments and state; anyone else, and any change, is
+	// refused as without it. See mcptoken.States.Answer for every outcome.
+	// It needs a single-use codec whose replay store is a replay.Recorder
+	// (replay.MemoryStore, redisstore, pgstore, sqlitestore); any other
+	// codec is refused when the States are built ([ErrNoRecorder]). The
+	// store keeps each round's result (the JSON of the tool result, with
+	// the next sealed state if it asks for more input) for as long as the
+	// state could be presented: its expiry plus replay.SkewMargin.
+	// prompts/get and resources/read keep plain single use.
+	AnswerRetries bool
 	// Logger receives one record per rejected state, with the tool, prompt
 	// or resource and ctoken's log-safe reason (never the state). Nil
 	// discards them.

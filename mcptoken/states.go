@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
 )
 
 // States seals and opens the requestState of multi round-trip requests
@@ -18,6 +19,8 @@ type States struct {
 	codec       *ctoken.RequestStateCodec
 	unboundArgs bool
 	in          *Integration
+	// recorder is the codec's store when the States answer retries.
+	recorder replay.Recorder
 }
 
 // StatesConfig is what [NewStates] reads of an SDK module's
@@ -27,6 +30,8 @@ type StatesConfig struct {
 	UnboundArgs bool
 	// InsecureSkipToolBinding: see [StateOptions].InsecureSkipToolBinding.
 	InsecureSkipToolBinding bool
+	// AnswerRetries: see [StateOptions].AnswerRetries.
+	AnswerRetries bool
 }
 
 // NewStates returns States that seal with codec and report through in.
@@ -42,7 +47,9 @@ type StatesConfig struct {
 // cfg.InsecureSkipToolBinding is set, which is logged at Warn through in.
 // A codec not made by ctoken.NewRequestStateCodec (it has no key) matches
 // ctoken.ErrConfig and ctoken.ErrNoKey. A nil codec or an incomplete in is
-// an error.
+// an error. With cfg.AnswerRetries, a codec that is not single-use or whose
+// replay store is not a replay.Recorder is an error matching
+// [ErrNoRecorder] and ctoken.ErrConfig.
 func NewStates(codec *ctoken.RequestStateCodec, cfg StatesConfig, in *Integration) (*States, error) {
 	if err := in.check("NewStates"); err != nil {
 		return nil, err
@@ -61,7 +68,15 @@ func NewStates(codec *ctoken.RequestStateCodec, cfg StatesConfig, in *Integratio
 			in.Name+": InsecureSkipToolBinding: the request-state codec does not bind states to the tool; a state sealed for one tool, prompt or resource opens for another",
 			slog.String("binding", bindingName(codec.Binding())))
 	}
-	return &States{codec: codec, unboundArgs: cfg.UnboundArgs, in: in}, nil
+	st := &States{codec: codec, unboundArgs: cfg.UnboundArgs, in: in}
+	if cfg.AnswerRetries {
+		rec, err := recorderOf(codec)
+		if err != nil {
+			return nil, fmt.Errorf("%s: NewStates: %w", in.Name, err)
+		}
+		st.recorder = rec
+	}
+	return st, nil
 }
 
 // bindingName names a binding for the log.

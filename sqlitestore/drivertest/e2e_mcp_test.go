@@ -13,9 +13,11 @@ package drivertest
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ctoken/ctoken"
@@ -32,6 +34,7 @@ type deployIn struct {
 
 type deployOut struct {
 	Deployed string `json:"deployed"`
+	Deploy   int64  `json:"deploy,omitempty"` // the deploy's row
 }
 
 // mcpServer is one run of the tool server.
@@ -39,6 +42,12 @@ type mcpServer struct {
 	srv   *httptest.Server
 	store *sqlitestore.Store // nil for a MemoryStore
 	db    *sql.DB
+	// lose, when set, loses the next response after the server wrote it:
+	// the client gets 502 instead. lost is the body it lost.
+	lose atomic.Bool
+	lost []byte
+	// sent is the body of the last response the client got.
+	sent []byte
 }
 
 // stop stops the server as a deploy does: the listener, the store, the
@@ -54,8 +63,8 @@ func (m *mcpServer) stop() {
 // startMCP starts the tool server on the database at path with keys:
 // single-use states recorded in a sqlitestore on the file (store
 // "sqlite") or in a new replay.MemoryStore ("memory"), deploys written to
-// the file's deploys table.
-func startMCP(t *testing.T, d Driver, path, store string, keys *ctoken.Keyring) *mcpServer {
+// the file's deploys table; with answer, StateOptions.AnswerRetries.
+func startMCP(t *testing.T, d Driver, path, store string, keys *ctoken.Keyring, answer bool) *mcpServer {
 	t.Helper()
 	ctx := context.Background()
 	m := &mcpServer{db: d.Open(t, path)}
@@ -77,7 +86,7 @@ func startMCP(t *testing.T, d Driver, path, store string, keys *ctoken.Keyring) 
 		t.Fatal(err)
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "deployer", Version: "v0"}, nil)
-	if err := ctokenmcp.SecureRequestState(s, codec, &ctokenmcp.StateOptions{Caller: ctokenmcp.FixedCaller("alice")}); err != nil {
+	if err := ctokenmcp.SecureRequestState(s, codec, &ctokenmcp.StateOptions{Caller: ctokenmcp.FixedCaller("alice"), AnswerRetries: answer}); err != nil {
 		t.Fatal(err)
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "deploy"}, func(ctx context.Context, req *mcp.CallToolRequest, in deployIn) (*mcp.CallToolResult, deployOut, error) {
@@ -93,13 +102,33 @@ func startMCP(t *testing.T, d Driver, path, store string, keys *ctoken.Keyring) 
 		if r, _ := req.Params.InputResponses["ok"].(*mcp.ElicitResult); r == nil || r.Content["ok"] != true {
 			return nil, deployOut{Deployed: "nothing"}, nil
 		}
-		if _, err := m.db.ExecContext(ctx, `INSERT INTO deploys (service, plan) VALUES (?, ?)`, in.Service, req.Params.RequestState); err != nil {
+		res, err := m.db.ExecContext(ctx, `INSERT INTO deploys (service, plan) VALUES (?, ?)`, in.Service, req.Params.RequestState)
+		if err != nil {
 			return nil, deployOut{}, err
 		}
-		return nil, deployOut{Deployed: in.Service}, nil
+		id, err := res.LastInsertId()
+		if err != nil {
+			return nil, deployOut{}, err
+		}
+		return nil, deployOut{Deployed: in.Service, Deploy: id}, nil
 	})
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true})
-	m.srv = loopback(t, h, nil)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
+	m.srv = loopback(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		body := rec.Body.Bytes()
+		if m.lose.CompareAndSwap(true, false) {
+			m.lost = body
+			http.Error(w, "response lost", http.StatusBadGateway)
+			return
+		}
+		m.sent = body
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		w.Write(body)
+	}), nil)
 	t.Cleanup(m.stop)
 	return m
 }
@@ -130,8 +159,9 @@ func deploys(t *testing.T, db *sql.DB) int {
 // TestMCPSingleUseStateAcrossARestart: go-sdk's client runs the two
 // rounds of the deploy tool (one deploy), the server restarts on the
 // same file with the same keys, and the client sends the used state
-// again. On the SQLite store it is refused as invalid (-32602, ctoken
-// code 1023) and nothing is deployed again; on a MemoryStore (the
+// again. On the SQLite store it is refused as already used (-32602,
+// ctoken code 1026, which a client tells from a forged state's 1023) and
+// nothing is deployed again; on a MemoryStore (the
 // contrast, the issue's finding) the restarted server has forgotten it
 // and deploys a second time.
 func TestMCPSingleUseStateAcrossARestart(t *testing.T) {
@@ -160,7 +190,7 @@ func TestMCPSingleUseStateAcrossARestart(t *testing.T) {
 						t.Fatal(err)
 					}
 
-					before := startMCP(t, d, path, tc.store, keys)
+					before := startMCP(t, d, path, tc.store, keys, false)
 					cs := connectMCP(t, before)
 					first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "api"}})
 					if err != nil || !first.NeedsInput() || first.RequestState == "" {
@@ -180,12 +210,12 @@ func TestMCPSingleUseStateAcrossARestart(t *testing.T) {
 					cs.Close()
 					before.stop()
 
-					after := startMCP(t, d, path, tc.store, keys)
+					after := startMCP(t, d, path, tc.store, keys, false)
 					replayed, err := connectMCP(t, after).CallTool(ctx, use)
 					if tc.refused {
 						var we *jsonrpc.Error
-						if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateInvalid {
-							t.Fatalf("the used state after the restart: %v, %+v; want -32602 with ctoken code %d", err, replayed, ctokenmcp.StateInvalid)
+						if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateUsed {
+							t.Fatalf("the used state after the restart: %v, %+v; want -32602 with ctoken code %d", err, replayed, ctokenmcp.StateUsed)
 						}
 					} else if err != nil || replayed.StructuredContent.(map[string]any)["deployed"] != "api" {
 						t.Fatalf("the used state after the restart: %v, %+v; want api deployed again", err, replayed)
@@ -194,6 +224,103 @@ func TestMCPSingleUseStateAcrossARestart(t *testing.T) {
 						t.Fatalf("%d deploys after the replay; want %d", n, tc.deploys)
 					}
 				})
+			}
+		})
+	}
+}
+
+// resultOf returns the JSON-RPC result member of a response body.
+func resultOf(t *testing.T, body []byte) string {
+	t.Helper()
+	var r struct {
+		Result json.RawMessage `json:"result"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil || len(r.Result) == 0 {
+		t.Fatalf("response %q: %v", body, err)
+	}
+	return string(r.Result)
+}
+
+// TestMCPRetryOfALostRoundAcrossARestart: the continuation of issue 54 on
+// the SQLite store. go-sdk's client runs round one of the deploy tool;
+// round two deploys (one row) but its response is lost (502 after the
+// server wrote it); the server restarts on the same file with the same
+// keys; the client sends the same call with the same state again and gets
+// the lost result, the same bytes, read back from the file: one deploy.
+// A changed argument and a tampered state are
+// refused as invalid (1023), and a retry without AnswerRetries is already
+// used (1026).
+func TestMCPRetryOfALostRoundAcrossARestart(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db, path := openMigrated(t, d)
+			if _, err := db.ExecContext(ctx, `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			before := startMCP(t, d, path, "sqlite", keys, true)
+			cs := connectMCP(t, before)
+			first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "api"}})
+			if err != nil || !first.NeedsInput() || first.RequestState == "" {
+				t.Fatalf("round one: %v, %+v; want an input-required result with a state", err, first)
+			}
+			use := &mcp.CallToolParams{
+				Name: "deploy", Arguments: deployIn{Service: "api"}, RequestState: first.RequestState,
+				InputResponses: mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}},
+			}
+			before.lose.Store(true)
+			if _, err := cs.CallTool(ctx, use); err == nil {
+				t.Fatal("round two returned although its response was lost")
+			}
+			if n := deploys(t, before.db); n != 1 {
+				t.Fatalf("%d deploys after round two; want 1", n)
+			}
+			lost := resultOf(t, before.lost)
+			cs.Close()
+			before.stop()
+
+			after := startMCP(t, d, path, "sqlite", keys, true)
+			cs = connectMCP(t, after)
+			for i := range 2 {
+				retry, err := cs.CallTool(ctx, use)
+				if err != nil || retry.IsError {
+					t.Fatalf("retry %d after the restart: %v, %+v", i, err, retry)
+				}
+				if got := resultOf(t, after.sent); got != lost {
+					t.Fatalf("retry %d's result:\n%s\nthe lost one:\n%s", i, got, lost)
+				}
+			}
+			if n := deploys(t, after.db); n != 1 {
+				t.Fatalf("%d deploys after the retries; want 1", n)
+			}
+			var we *jsonrpc.Error
+			for _, tc := range []struct {
+				name string
+				p    *mcp.CallToolParams
+			}{
+				{"changed argument", &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "db"}, RequestState: use.RequestState, InputResponses: use.InputResponses}},
+				{"tampered state", &mcp.CallToolParams{Name: "deploy", Arguments: use.Arguments, RequestState: use.RequestState[:len(use.RequestState)-3] + "AAA", InputResponses: use.InputResponses}},
+			} {
+				if _, err := cs.CallTool(ctx, tc.p); !errors.As(err, &we) || ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateInvalid {
+					t.Fatalf("%s: %v; want ctoken code %d", tc.name, err, ctokenmcp.StateInvalid)
+				}
+			}
+			cs.Close()
+			after.stop()
+
+			plain := startMCP(t, d, path, "sqlite", keys, false)
+			if _, err := connectMCP(t, plain).CallTool(ctx, use); !errors.As(err, &we) || ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateUsed {
+				t.Fatalf("without AnswerRetries: %v; want ctoken code %d", err, ctokenmcp.StateUsed)
+			}
+			if n := deploys(t, plain.db); n != 1 {
+				t.Fatalf("%d deploys; want 1", n)
 			}
 		})
 	}

@@ -1,0 +1,232 @@
+package mcptoken
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/internal/stateclaim"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// ErrStateUsed reports an authentic request state, bound to the call that
+// presents it (caller, target, arguments), that was already used and whose
+// round's result cannot be answered again: the round ended in an error, its
+// result was not recorded (too large, or the store failed while recording
+// it), or another call under the same state (possible only with
+// UnboundArgs) took it. [RefuseState] maps it to [CodeStateUsed].
+var ErrStateUsed = errors.New("mcptoken: request state already used; its result cannot be answered again")
+
+// ErrStateBusy reports an authentic request state, bound to the call that
+// presents it, whose round is still running: the same call presented the
+// same state while the first attempt had not finished. Retry later.
+// [RefuseState] maps it to [CodeStateBusy].
+var ErrStateBusy = errors.New("mcptoken: request state busy: its round is still running")
+
+// ErrNoRecorder reports States configured to answer retries
+// (StatesConfig.AnswerRetries) whose codec is not single-use, or whose
+// replay store is not a [replay.Recorder]: nothing could record a round's
+// result. It matches ctoken.ErrConfig too.
+var ErrNoRecorder = errors.New("mcptoken: AnswerRetries needs a single-use codec (ctoken.RequestStateSecurity.Replay) whose store is a replay.Recorder")
+
+// Reasons logged (never sent) for an already used state.
+var (
+	errUsedNoRecord   = fmt.Errorf("%w (no record of its result)", ErrStateUsed)
+	errUsedOtherCall  = fmt.Errorf("%w (by another call)", ErrStateUsed)
+	errUsedOtherRound = fmt.Errorf("%w (running for another call)", ErrStateUsed)
+)
+
+// confirmTimeout bounds the store call that records a round's result once
+// the round has run, whatever happened to the request's context meanwhile.
+const confirmTimeout = 10 * time.Second
+
+// AnswersRetries reports whether s answers the retry of a round with its
+// recorded result ([StatesConfig].AnswerRetries).
+func (s *States) AnswersRetries() bool { return s != nil && s.recorder != nil }
+
+// Answer opens the state wire of a request to ctoken.MCPTarget(method, name)
+// by caller exactly as [States.Open] does, runs round with the opened state
+// at most once per state, and returns round's result; the honest retry of
+// the same call (same caller, target, arguments and state) gets the result
+// recorded for the first, byte for byte, without running round again.
+// round returns the bytes of the result the client is sent (for example
+// its JSON text), or an error that Answer returns unchanged.
+//
+// Every binding (caller, target, audience, expiry, and the arguments) is
+// checked before the state is taken, so a refused state is not consumed;
+// such a refusal is what Open returns (codes 1022 and 1023). Once every
+// check has passed, the state's round is taken in the codec's replay store
+// (a [replay.Recorder]) under the ID the codec claims it under, keyed by a
+// fingerprint of caller, target, arguments and state, for as long as the
+// codec would accept the state (its expiry second plus
+// replay.SkewMargin):
+//
+//   - the first presentation runs round and records its result with the
+//     fingerprint, in the step that ends the lease;
+//   - a presentation while round runs is refused with the Integration's
+//     Refused error for [CodeStateBusy] (retry later);
+//   - a presentation after it ran gets the recorded result when its
+//     fingerprint matches, and otherwise [CodeStateUsed];
+//   - a round that returned an error, or whose result the store refused
+//     (larger than replay.MaxResultBytes, or its budget), is recorded done
+//     without a result: the retry gets [CodeStateUsed], as a single-use
+//     state is refused today, but never "invalid";
+//   - a round whose server stopped before recording (a crash) is never run
+//     again: the state stays busy until it expires, then 1022.
+//
+// A store that cannot answer is the StoreFailed refusal and consumes
+// nothing. A failure to record after round ran is logged at Error and the
+// fresh result is still returned; the state then stays busy until it
+// expires.
+//
+// The codec's observer, if any, sees the state verified once every check
+// has passed, before the store is asked; what Answer decides after that
+// (busy, already used, answered from the record) is logged, not observed.
+//
+// States that do not answer retries (AnswerRetries off) open the state with
+// Open (claiming it, once) and run round. A nil round, and States not made
+// by [NewStates], are an error before anything is opened. Answer is safe
+// for concurrent use.
+func (s *States) Answer(ctx context.Context, caller, method, name string, args any, wire string, round func(ctx context.Context, state string) ([]byte, error)) ([]byte, error) {
+	if s == nil || s.in == nil || s.codec == nil {
+		return nil, errors.New("mcptoken: Answer: States not made by NewStates")
+	}
+	if round == nil {
+		return nil, errors.New("mcptoken: Answer: nil round")
+	}
+	if s.recorder == nil {
+		plain, err := s.Open(ctx, caller, method, name, args, wire)
+		if err != nil {
+			return nil, err
+		}
+		return round(ctx, plain)
+	}
+	if err := s.in.anonymous(ctx, caller); err != nil {
+		return nil, err
+	}
+	target := ctoken.MCPTarget(method, name)
+	var check func(string) (string, error)
+	if !s.unboundArgs {
+		check = func(plain string) (string, error) { return UnwrapArgs(args, plain) }
+	}
+	o, err := stateclaim.Open(ctx, s.codec, wire, caller, target, check)
+	if err != nil {
+		return nil, s.refuse(ctx, method, name, err)
+	}
+	fp, err := roundFingerprint(caller, target, args, o.ID)
+	if err != nil {
+		// The arguments passed the codec's check, so they fingerprint;
+		// fail closed all the same.
+		return nil, s.refuse(ctx, method, name, ErrArgsMismatch)
+	}
+	rec, err := s.recorder.AcquireRecord(ctx, o.ID, o.Lease, fp)
+	if err != nil {
+		return nil, s.refuse(ctx, method, name, err)
+	}
+	switch rec.State {
+	case replay.LeaseBusy:
+		if !sameFingerprint(rec.Fingerprint, fp) {
+			return nil, s.refuse(ctx, method, name, errUsedOtherRound)
+		}
+		return nil, s.refuse(ctx, method, name, ErrStateBusy)
+	case replay.LeaseDone:
+		switch {
+		case len(rec.Fingerprint) == 0 || len(rec.Result) == 0:
+			return nil, s.refuse(ctx, method, name, errUsedNoRecord)
+		case !sameFingerprint(rec.Fingerprint, fp):
+			return nil, s.refuse(ctx, method, name, errUsedOtherCall)
+		}
+		s.in.Logger().LogAttrs(ctx, slog.LevelInfo, s.in.Name+": request state retried: answered with the recorded result of its round",
+			NameAttr(method, name))
+		return rec.Result, nil
+	case replay.LeaseAcquired:
+	default:
+		return nil, s.refuse(ctx, method, name, fmt.Errorf("replay store answered lease state %v", rec.State))
+	}
+	res, runErr := round(ctx, o.State)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	defer cancel()
+	if runErr != nil {
+		// The round may have had effects before it failed: consumed, as a
+		// single-use state always was, and the retry is told so (1026).
+		if err := s.recorder.ConfirmLease(cctx, o.ID, rec.Token, o.Until); err != nil {
+			s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: recording a failed round failed; the state stays busy until it expires",
+				NameAttr(method, name), slog.String("error", err.Error()))
+		}
+		return nil, runErr
+	}
+	err = s.recorder.ConfirmRecord(cctx, o.ID, rec.Token, o.Until, fp, res)
+	if errors.Is(err, replay.ErrTooLarge) || errors.Is(err, replay.ErrFull) {
+		s.in.Logger().LogAttrs(ctx, slog.LevelWarn, s.in.Name+": request state: the round's result cannot be recorded; a retry will be told the state was already used",
+			NameAttr(method, name), slog.Int("bytes", len(res)), slog.String("error", err.Error()))
+		err = s.recorder.ConfirmLease(cctx, o.ID, rec.Token, o.Until)
+	}
+	if err != nil {
+		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: recording the round's result failed; the state stays busy until it expires",
+			NameAttr(method, name), slog.String("error", err.Error()))
+	}
+	return res, nil
+}
+
+// refuse logs the refusal of err as Open does and returns the
+// Integration's Refused error for it.
+func (s *States) refuse(ctx context.Context, method, name string, err error) error {
+	r := RefuseState(err)
+	switch {
+	case r.Internal:
+		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state codec has no key (not made by ctoken.NewRequestStateCodec)",
+			NameAttr(method, name), slog.String("reason", r.Reason))
+	case r.StoreFailed:
+		s.in.Logger().LogAttrs(ctx, slog.LevelWarn, s.in.Name+": request state store failed",
+			NameAttr(method, name), slog.String("error", err.Error()))
+	default:
+		s.in.Logger().LogAttrs(ctx, slog.LevelInfo, s.in.Name+": request state rejected",
+			NameAttr(method, name), slog.String("reason", r.Reason))
+	}
+	return s.in.Refused(r)
+}
+
+// roundFingerprint is what a round's record is bound to: SHA-256 of a
+// domain label and the length-prefixed caller, target, hex fingerprint of
+// the arguments (as [WrapArgs] takes them) and the state's claim ID.
+func roundFingerprint(caller, target string, args any, id string) ([]byte, error) {
+	afp, err := argsDigest(args)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	h.Write([]byte("ctoken.mcp-round.v1"))
+	for _, part := range []string{caller, target, hex.EncodeToString(afp[:]), id} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write([]byte(part))
+	}
+	return h.Sum(nil), nil
+}
+
+// sameFingerprint compares two round fingerprints in constant time.
+func sameFingerprint(a, b []byte) bool {
+	return len(a) == len(b) && subtle.ConstantTimeCompare(a, b) == 1
+}
+
+// recorderOf returns the replay store of codec as a [replay.Recorder], or
+// an error matching [ErrNoRecorder] and ctoken.ErrConfig.
+func recorderOf(codec *ctoken.RequestStateCodec) (replay.Recorder, error) {
+	store, _ := stateclaim.Store(codec).(replay.Store)
+	if store == nil {
+		return nil, fmt.Errorf("%w: %w: the codec is not single-use", ctoken.ErrConfig, ErrNoRecorder)
+	}
+	rec, ok := store.(replay.Recorder)
+	if !ok {
+		return nil, fmt.Errorf("%w: %w: its store (%T) is not a replay.Recorder", ctoken.ErrConfig, ErrNoRecorder, store)
+	}
+	return rec, nil
+}

@@ -1,0 +1,535 @@
+package mcptoken
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// retryStates returns States that answer retries over a single-use codec
+// (real time: the memory store keeps it) whose store is store.
+func retryStates(t *testing.T, store replay.Store, cfg StatesConfig) (*States, *bytes.Buffer) {
+	t.Helper()
+	var log bytes.Buffer
+	cfg.AnswerRetries = true
+	s, err := NewStates(codec(t, &clock{now: time.Now()}, store), cfg, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, &log
+}
+
+// counted is a round that counts its runs and answers its state back.
+type counted struct{ runs atomic.Int32 }
+
+func (c *counted) round(_ context.Context, state string) ([]byte, error) {
+	n := c.runs.Add(1)
+	return []byte(`{"deployed":"` + state + `","run":` + string(rune('0'+n)) + `}`), nil
+}
+
+// refusalCode returns the code of the test integration's refusal err, or
+// -1 when err is not one.
+func refusalCode(err error) int {
+	var re *refusedErr
+	if !errors.As(err, &re) {
+		return -1
+	}
+	return re.r.Code
+}
+
+// claimOnlyStore is a replay.Store that is not a replay.Recorder.
+type claimOnlyStore struct{ replay.Store }
+
+// NewStates with AnswerRetries refuses, as a configuration error, a codec
+// that is not single-use and one whose store cannot record; a Recorder is
+// accepted.
+func TestNewStatesAnswerRetriesNeedsARecorder(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store replay.Store
+		ok    bool
+	}{
+		{"not single-use", nil, false},
+		{"store without records", claimOnlyStore{replay.NewMemoryStore(0)}, false},
+		{"memory store", replay.NewMemoryStore(0), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log bytes.Buffer
+			s, err := NewStates(codec(t, &clock{now: time.Now()}, tc.store), StatesConfig{AnswerRetries: true}, testIntegration(&log))
+			if tc.ok {
+				if err != nil || !s.AnswersRetries() {
+					t.Fatalf("%v, answers retries %v", err, s.AnswersRetries())
+				}
+				return
+			}
+			if s != nil || !errors.Is(err, ErrNoRecorder) || !errors.Is(err, ctoken.ErrConfig) {
+				t.Fatalf("%v, %v; want ErrNoRecorder and ErrConfig", s, err)
+			}
+		})
+	}
+	t.Run("off", func(t *testing.T) {
+		var log bytes.Buffer
+		s, err := NewStates(codec(t, &clock{now: time.Now()}, nil), StatesConfig{}, testIntegration(&log))
+		if err != nil || s.AnswersRetries() {
+			t.Fatalf("%v, answers retries %v", err, s.AnswersRetries())
+		}
+	})
+}
+
+// The issue's case: the round ran, its response was lost, and the honest
+// retry (same caller, tool, arguments and state) gets the first result,
+// byte for byte, without a second run.
+func TestAnswerRetryGetsTheRecordedResultWithoutASecondRun(t *testing.T) {
+	s, log := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
+	ctx := context.Background()
+	args := []byte(`{"target":"prod"}`)
+	wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c counted
+	first, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		again, err := s.Answer(ctx, "alice", "tools/call", "deploy", []byte(`{ "target" : "prod" }`), wire, c.round)
+		if err != nil || !bytes.Equal(again, first) {
+			t.Fatalf("retry %d: %q, %v; want %q", i, again, err, first)
+		}
+	}
+	if n := c.runs.Load(); n != 1 {
+		t.Fatalf("the round ran %d times", n)
+	}
+	if !strings.Contains(log.String(), "answered with the recorded result") || strings.Contains(log.String(), wire) {
+		t.Fatalf("log %q", log.String())
+	}
+}
+
+// Every binding is checked before the round is taken: another caller,
+// other arguments, another tool, a tampered state and an expired one are
+// refused as Open refuses them (1023, 1022), before and after the round
+// ran, and consume nothing.
+func TestAnswerRefusesAnyoneElseAndAnyChangeAsOpenDoes(t *testing.T) {
+	args := []byte(`{"target":"prod"}`)
+	for _, ran := range []bool{false, true} {
+		name := "before the round"
+		if ran {
+			name = "after the round"
+		}
+		t.Run(name, func(t *testing.T) {
+			now := time.Now()
+			var log bytes.Buffer
+			store := replay.NewMemoryStore(0)
+			s, err := NewStates(codec(t, &clock{now: now}, store), StatesConfig{AnswerRetries: true}, testIntegration(&log))
+			if err != nil {
+				t.Fatal(err)
+			}
+			later, err := NewStates(codec(t, &clock{now: now.Add(2 * time.Minute)}, store), StatesConfig{AnswerRetries: true}, testIntegration(&log))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			wire, _ := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
+			var c counted
+			var first []byte
+			if ran {
+				if first, err = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, tc := range []struct {
+				name string
+				st   *States
+				who  string
+				tool string
+				args []byte
+				wire string
+				code int
+			}{
+				{"another caller", s, "bob", "deploy", args, wire, CodeStateInvalid},
+				{"changed argument", s, "alice", "deploy", []byte(`{"target":"staging"}`), wire, CodeStateInvalid},
+				{"another tool", s, "alice", "rollback", args, wire, CodeStateInvalid},
+				{"tampered state", s, "alice", "deploy", args, wire[:len(wire)-2] + flip(wire[len(wire)-2]) + wire[len(wire)-1:], CodeStateInvalid},
+				{"expired state", later, "alice", "deploy", args, wire, CodeStateExpired},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					out, err := tc.st.Answer(ctx, tc.who, "tools/call", tc.tool, tc.args, tc.wire, c.round)
+					if out != nil || refusalCode(err) != tc.code {
+						t.Fatalf("%q, %v; want code %d", out, err, tc.code)
+					}
+				})
+			}
+			out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round)
+			if err != nil || (ran && !bytes.Equal(out, first)) {
+				t.Fatalf("honest presentation after the refusals: %q, %v", out, err)
+			}
+			if n := c.runs.Load(); n != 1 {
+				t.Fatalf("the round ran %d times", n)
+			}
+		})
+	}
+}
+
+func flip(c byte) string {
+	if c == 'A' {
+		return "B"
+	}
+	return "A"
+}
+
+// A retry that overtakes the first attempt, while its round still runs, is
+// busy (1027, retry later) and runs nothing; once the round is done, the
+// retry gets its result.
+func TestAnswerConcurrentRetryIsBusy(t *testing.T) {
+	s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
+	ctx := context.Background()
+	args := []byte(`{"target":"prod"}`)
+	wire, _ := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
+	started, release := make(chan struct{}), make(chan struct{})
+	var c counted
+	slow := func(ctx context.Context, state string) ([]byte, error) {
+		close(started)
+		<-release
+		return c.round(ctx, state)
+	}
+	var wg sync.WaitGroup
+	var first []byte
+	var firstErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		first, firstErr = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, slow)
+	}()
+	<-started
+	out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round)
+	var re *refusedErr
+	if out != nil || !errors.As(err, &re) || re.r.Code != CodeStateBusy || !re.r.Busy() {
+		t.Fatalf("concurrent retry: %q, %v; want busy", out, err)
+	}
+	close(release)
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+	out, err = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round)
+	if err != nil || !bytes.Equal(out, first) || c.runs.Load() != 1 {
+		t.Fatalf("retry after the round: %q, %v, %d runs", out, err, c.runs.Load())
+	}
+}
+
+// An authentic state whose result cannot be answered again is "already
+// used" (1026), never "invalid": the round failed; its result was too large
+// to record; the codec claimed it without a record (a handler's own Open);
+// with UnboundArgs, another call under the same state ran or runs it.
+func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
+	ctx := context.Background()
+	args := []byte(`{"target":"prod"}`)
+	errDeploy := errors.New("deploy failed")
+	for _, tc := range []struct {
+		name  string
+		store *replay.MemoryStore
+		cfg   StatesConfig
+		// first uses the state once; second presents it again.
+		first  func(s *States, wire string) error
+		second []byte
+	}{
+		{"round failed", replay.NewMemoryStore(0), StatesConfig{}, func(s *States, wire string) error {
+			_, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) ([]byte, error) { return nil, errDeploy })
+			if !errors.Is(err, errDeploy) {
+				return errors.New("the round's error was not returned unchanged")
+			}
+			return nil
+		}, args},
+		{"result too large to record", replay.NewMemoryStore(0), StatesConfig{}, func(s *States, wire string) error {
+			big := bytes.Repeat([]byte("x"), replay.MaxResultBytes+1)
+			out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) ([]byte, error) { return big, nil })
+			if err != nil || !bytes.Equal(out, big) {
+				return errors.New("the fresh result was not returned")
+			}
+			return nil
+		}, args},
+		{"claimed by Open", replay.NewMemoryStore(0), StatesConfig{}, func(s *States, wire string) error {
+			_, err := s.Open(ctx, "alice", "tools/call", "deploy", args, wire)
+			return err
+		}, args},
+		{"another call ran it (UnboundArgs)", replay.NewMemoryStore(0), StatesConfig{UnboundArgs: true}, func(s *States, wire string) error {
+			_, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, (&counted{}).round)
+			return err
+		}, []byte(`{"target":"staging"}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, log := retryStates(t, tc.store, tc.cfg)
+			wire, _ := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
+			if err := tc.first(s, wire); err != nil {
+				t.Fatal(err)
+			}
+			var c counted
+			out, err := s.Answer(ctx, "alice", "tools/call", "deploy", tc.second, wire, c.round)
+			if out != nil || refusalCode(err) != CodeStateUsed || c.runs.Load() != 0 {
+				t.Fatalf("%q, %v, %d runs; want code 1026 and no run", out, err, c.runs.Load())
+			}
+			if !strings.Contains(log.String(), "already used") || strings.Contains(log.String(), wire) {
+				t.Fatalf("log %q", log.String())
+			}
+		})
+	}
+	t.Run("another call runs it (UnboundArgs)", func(t *testing.T) {
+		s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{UnboundArgs: true})
+		wire, _ := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
+		started, release := make(chan struct{}), make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) ([]byte, error) {
+				close(started)
+				<-release
+				return []byte("{}"), nil
+			})
+		}()
+		<-started
+		_, err := s.Answer(ctx, "alice", "tools/call", "deploy", []byte(`{"target":"staging"}`), wire, (&counted{}).round)
+		close(release)
+		wg.Wait()
+		if refusalCode(err) != CodeStateUsed {
+			t.Fatalf("%v; want code 1026", err)
+		}
+	})
+}
+
+// failingRecorder is a Recorder whose every call fails.
+type failingRecorder struct{ *replay.MemoryStore }
+
+func (failingRecorder) AcquireRecord(context.Context, string, time.Duration, []byte) (replay.Record, error) {
+	return replay.Record{}, errStoreDown
+}
+
+// A store that cannot answer is StoreFailed, logged, runs nothing and
+// consumes nothing.
+func TestAnswerStoreFailureRunsNothing(t *testing.T) {
+	mem := replay.NewMemoryStore(0)
+	down, log := retryStates(t, failingRecorder{mem}, StatesConfig{})
+	ctx := context.Background()
+	args := []byte(`{}`)
+	wire, _ := down.Seal("alice", "tools/call", "deploy", args, "s")
+	var c counted
+	_, err := down.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round)
+	var re *refusedErr
+	if !errors.As(err, &re) || !re.r.StoreFailed || c.runs.Load() != 0 {
+		t.Fatalf("%v, %d runs; want StoreFailed and no run", err, c.runs.Load())
+	}
+	if !strings.Contains(log.String(), "request state store failed") {
+		t.Fatalf("log %q", log.String())
+	}
+	up, _ := retryStates(t, mem, StatesConfig{})
+	if _, err := up.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round); err != nil || c.runs.Load() != 1 {
+		t.Fatalf("after the outage: %v, %d runs", err, c.runs.Load())
+	}
+}
+
+// Answer refuses rather than panics: States not made by NewStates, a nil
+// round, and an empty caller (NoCaller, before the state is looked at). States that do
+// not answer retries open (and claim) the state as Open does.
+func TestAnswerRefusesZeroStatesAndAnonymousCallers(t *testing.T) {
+	ctx := context.Background()
+	var c counted
+	if _, err := new(States).Answer(ctx, "alice", "tools/call", "deploy", nil, "v1.x", c.round); err == nil {
+		t.Fatal("zero States answered")
+	}
+	var nilStates *States
+	if _, err := nilStates.Answer(ctx, "alice", "tools/call", "deploy", nil, "v1.x", c.round); err == nil || nilStates.AnswersRetries() {
+		t.Fatal("nil States answered")
+	}
+	s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
+	wire, _ := s.Seal("alice", "tools/call", "deploy", nil, "s")
+	if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", nil, wire, nil); err == nil {
+		t.Fatal("nil round answered")
+	}
+	if _, err := s.Answer(ctx, "", "tools/call", "deploy", nil, wire, c.round); !errors.Is(err, errTestNoCaller) {
+		t.Fatalf("anonymous: %v", err)
+	}
+	var log bytes.Buffer
+	plain, err := NewStates(codec(t, &clock{now: time.Now()}, replay.NewMemoryStore(0)), StatesConfig{}, testIntegration(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, _ = plain.Seal("alice", "tools/call", "deploy", nil, "s")
+	if _, err := plain.Answer(ctx, "alice", "tools/call", "deploy", nil, wire, c.round); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Answer(ctx, "alice", "tools/call", "deploy", nil, wire, c.round); refusalCode(err) != CodeStateUsed || c.runs.Load() != 1 {
+		t.Fatalf("second presentation without AnswerRetries: %v, %d runs", err, c.runs.Load())
+	}
+}
+
+// FuzzStatesAnswer: whatever the wire, caller and arguments, Answer never
+// panics, refuses with NoCaller or a coded refusal, and runs or answers a
+// round only for the sealed caller and arguments, always with the one
+// result the round first returned.
+func FuzzStatesAnswer(f *testing.F) {
+	var log bytes.Buffer
+	s, err := NewStates(codec(f, &clock{now: time.Now()}, replay.NewMemoryStore(0)), StatesConfig{AnswerRetries: true}, testIntegration(&log))
+	if err != nil {
+		f.Fatal(err)
+	}
+	const sealedArgs = `{"target":"prod"}`
+	wire, err := s.Seal("alice", "tools/call", "deploy", []byte(sealedArgs), "step1")
+	if err != nil {
+		f.Fatal(err)
+	}
+	want, _ := ctoken.ArgsFingerprint([]byte(sealedArgs))
+	f.Add(wire, "alice", sealedArgs)
+	f.Add(wire, "alice", ` { "target" : "prod" } `)
+	f.Add(wire, "bob", sealedArgs)
+	f.Add(wire, "", sealedArgs)
+	f.Add(retail(wire), "alice", sealedArgs)
+	f.Add("v1e.", "alice", "")
+	var runs atomic.Int32
+	round := func(_ context.Context, state string) ([]byte, error) {
+		if state != "step1" {
+			return nil, errors.New("round ran with " + state)
+		}
+		runs.Add(1)
+		return []byte(`{"ran":"step1"}`), nil
+	}
+	f.Fuzz(func(t *testing.T, wire, caller, args string) {
+		log.Reset()
+		out, err := s.Answer(context.Background(), caller, "tools/call", "deploy", []byte(args), wire, round)
+		if err != nil {
+			var re *refusedErr
+			if out != nil || (err != errTestNoCaller && (!errors.As(err, &re) || !KnownCode(re.r.Code))) {
+				t.Fatalf("refusal %q, %v is neither NoCaller nor a coded refusal", out, err)
+			}
+			return
+		}
+		fp, ferr := ctoken.ArgsFingerprint([]byte(args))
+		if string(out) != `{"ran":"step1"}` || caller != "alice" || ferr != nil || fp != want || runs.Load() != 1 {
+			t.Fatalf("answered %q for caller %q and arguments %q after %d runs", out, caller, args, runs.Load())
+		}
+	})
+}
+
+// BenchmarkStatesAnswer measures a round under AnswerRetries against its
+// floor, the same round under plain single use, on a MemoryStore: "open"
+// is Seal and Open of a single-use state (the claim); "first" is Seal and
+// Answer (the lease, the round, the record); "retry" is Answer of a state
+// whose round is recorded (the lookup and the fingerprint compare).
+func BenchmarkStatesAnswer(b *testing.B) {
+	ctx := context.Background()
+	args := []byte(`{"target":"prod","replicas":3}`)
+	result := bytes.Repeat([]byte("r"), 512)
+	round := func(context.Context, string) ([]byte, error) { return result, nil }
+	newStates := func(b *testing.B, answer bool) *States {
+		var log bytes.Buffer
+		s, err := NewStates(codec(b, &clock{now: time.Now()}, &replay.MemoryStore{Max: 1 << 22, MaxRecordBytes: 1 << 30}), StatesConfig{AnswerRetries: answer}, testIntegration(&log))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	// The codec signs, which is deterministic: each iteration seals a
+	// state of its own.
+	b.Run("open", func(b *testing.B) {
+		s := newStates(b, false)
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			n++
+			wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed "+strconv.Itoa(n))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.Open(ctx, "alice", "tools/call", "deploy", args, wire); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("first", func(b *testing.B) {
+		s := newStates(b, true)
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			n++
+			wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed "+strconv.Itoa(n))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("retry", func(b *testing.B) {
+		s := newStates(b, true)
+		wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round); err != nil || len(out) != len(result) {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// confirmFailing is a Recorder whose confirmations fail: the store went
+// away while the round ran.
+type confirmFailing struct{ *replay.MemoryStore }
+
+func (confirmFailing) ConfirmRecord(context.Context, string, string, time.Time, []byte, []byte) error {
+	return errStoreDown
+}
+
+func (confirmFailing) ConfirmLease(context.Context, string, string, time.Time) error {
+	return errStoreDown
+}
+
+// A round that ran but whose outcome the store could not record: its
+// result (or error) is still returned, the failure is logged at Error,
+// and the state stays busy (the lease lasts until the state expires), so
+// the round never runs twice.
+func TestAnswerRecordingFailureReturnsTheOutcomeAndNeverRunsTwice(t *testing.T) {
+	ctx := context.Background()
+	args := []byte(`{}`)
+	errDeploy := errors.New("deploy failed")
+	for _, tc := range []struct {
+		name    string
+		round   func(context.Context, string) ([]byte, error)
+		wantOut string
+		wantErr error
+	}{
+		{"result not recorded", func(context.Context, string) ([]byte, error) { return []byte(`{"ok":1}`), nil }, `{"ok":1}`, nil},
+		{"failure not recorded", func(context.Context, string) ([]byte, error) { return nil, errDeploy }, "", errDeploy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, log := retryStates(t, confirmFailing{replay.NewMemoryStore(0)}, StatesConfig{})
+			wire, _ := s.Seal("alice", "tools/call", "deploy", args, "s")
+			out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, tc.round)
+			if string(out) != tc.wantOut || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("%q, %v; want %q, %v", out, err, tc.wantOut, tc.wantErr)
+			}
+			if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "stays busy until it expires") || strings.Contains(log.String(), wire) {
+				t.Fatalf("log %q", log.String())
+			}
+			var c counted
+			if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round); refusalCode(err) != CodeStateBusy || c.runs.Load() != 0 {
+				t.Fatalf("retry: %v, %d runs; want busy and no run", err, c.runs.Load())
+			}
+		})
+	}
+}
