@@ -52,12 +52,12 @@ const (
 	CodeStateInvalid = 1023
 )
 
-// KnownCode reports whether code is one of the four codes a refusal carries:
-// [ctoken.CodeCursorExpired], [ctoken.CodeCursorInvalid], [CodeStateExpired]
-// or [CodeStateInvalid].
+// KnownCode reports whether code is one of the codes a refusal carries:
+// [ctoken.CodeCursorExpired], [ctoken.CodeCursorInvalid], [CodeStateExpired],
+// [CodeStateInvalid], [CodeKeyReused] or [CodeInProgress].
 func KnownCode(code int) bool {
 	switch code {
-	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid:
+	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid, CodeKeyReused, CodeInProgress:
 		return true
 	}
 	return false

@@ -304,14 +304,14 @@ func TestRefuseStateOfNilIsNoTokenRefusal(t *testing.T) {
 	}
 }
 
-func TestKnownCodeAcceptsOnlyTheFourCodes(t *testing.T) {
+func TestKnownCodeAcceptsOnlyCtokenCodes(t *testing.T) {
 	for code := -1; code < 2000; code++ {
-		want := code == 1020 || code == 1021 || code == 1022 || code == 1023
+		want := code >= 1020 && code <= 1025
 		if KnownCode(code) != want {
 			t.Errorf("KnownCode(%d) = %v", code, !want)
 		}
 	}
-	if CodeStateExpired != 1022 || CodeStateInvalid != 1023 {
+	if CodeStateExpired != 1022 || CodeStateInvalid != 1023 || CodeKeyReused != 1024 || CodeInProgress != 1025 {
 		t.Fatal("the state codes changed; clients depend on them")
 	}
 }

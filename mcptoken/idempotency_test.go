@@ -1,0 +1,385 @@
+package mcptoken
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// testIdempotency returns an Idempotency on a fresh memory store with key
+// argument "key" and _meta keys accepted, changed by edit.
+func testIdempotency(t testing.TB, log *bytes.Buffer, edit func(*IdempotencyConfig)) *Idempotency {
+	t.Helper()
+	cfg := IdempotencyConfig{Store: replay.NewMemoryStore(1000), KeyArgument: "key", KeyFromMeta: true, Lease: 2 * time.Second}
+	if edit != nil {
+		edit(&cfg)
+	}
+	i, err := NewIdempotency(cfg, testIntegration(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+// counted returns a RunFunc answering a result that names how many times
+// it ran, and the counter.
+func counted() (RunFunc, *atomic.Int32) {
+	var n atomic.Int32
+	return func(context.Context) ([]byte, error) {
+		return []byte(fmt.Sprintf(`{"content":[{"type":"text","text":"run %d"}]}`, n.Add(1))), nil
+	}, &n
+}
+
+func TestIdempotencyReplaysTheFirstResultToTheSameCaller(t *testing.T) {
+	cases := []struct {
+		name          string
+		first, second string
+		meta1, meta2  any
+	}{
+		{"key argument", `{"key":"k-1","amount":5}`, `{"amount":5,"key":"k-1"}`, nil, nil},
+		{"key in _meta", `{"amount":5}`, ` { "amount" : 5 } `, "k-1", "k-1"},
+		{"same key in both", `{"key":"k-1","amount":5}`, `{"amount":5}`, "k-1", "k-1"},
+		{"argument then _meta", `{"key":"k-1","amount":5}`, `{"amount":5}`, nil, "k-1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			i := testIdempotency(t, &bytes.Buffer{}, nil)
+			run, n := counted()
+			r1, err := i.Call(context.Background(), "alice", "pay", []byte(c.first), c.meta1, run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r2, err := i.Call(context.Background(), "alice", "pay", []byte(c.second), c.meta2, run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.Load() != 1 || !bytes.Equal(r1, r2) {
+				t.Fatalf("ran %d times; first %q, retry %q", n.Load(), r1, r2)
+			}
+		})
+	}
+}
+
+func TestIdempotencyRefusesAChangedCallUnderAUsedKey(t *testing.T) {
+	i := testIdempotency(t, &bytes.Buffer{}, nil)
+	run, n := counted()
+	if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k","amount":5}`), nil, run); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range []string{`{"key":"k","amount":6}`, `{"key":"k"}`, `{"key":"k","amount":5,"to":"bob"}`} {
+		t.Run(args, func(t *testing.T) {
+			_, err := i.Call(context.Background(), "alice", "pay", []byte(args), nil, run)
+			if !errors.Is(err, ErrKeyReused) {
+				t.Fatalf("err = %v, want ErrKeyReused", err)
+			}
+		})
+	}
+	if n.Load() != 1 {
+		t.Fatalf("ran %d times", n.Load())
+	}
+}
+
+func TestIdempotencyScopesKeysToTheCallerAndTheTool(t *testing.T) {
+	i := testIdempotency(t, &bytes.Buffer{}, nil)
+	run, n := counted()
+	args := []byte(`{"key":"k","amount":5}`)
+	for _, c := range []struct{ caller, tool string }{{"alice", "pay"}, {"bob", "pay"}, {"alice", "refund"}, {"alice\x00", "pay"}} {
+		t.Run(c.caller+"/"+c.tool, func(t *testing.T) {
+			before := n.Load()
+			if _, err := i.Call(context.Background(), c.caller, c.tool, args, nil, run); err != nil {
+				t.Fatal(err)
+			}
+			if n.Load() != before+1 {
+				t.Fatal("another caller's or tool's key did not run the tool")
+			}
+		})
+	}
+	if StoreIDOfCall("a", "bc", "k") == StoreIDOfCall("ab", "c", "k") {
+		t.Fatal("store IDs of different triples collide")
+	}
+}
+
+func TestIdempotencyAnswersAConcurrentDuplicate(t *testing.T) {
+	for _, wait := range []time.Duration{0, time.Second} {
+		t.Run(fmt.Sprintf("wait %v", wait), func(t *testing.T) {
+			i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Wait = wait })
+			started, finish := make(chan struct{}), make(chan struct{})
+			var n atomic.Int32
+			run := func(context.Context) ([]byte, error) {
+				n.Add(1)
+				close(started)
+				<-finish
+				return []byte(`{"content":[]}`), nil
+			}
+			args := []byte(`{"key":"k"}`)
+			var wg sync.WaitGroup
+			wg.Add(1)
+			var first []byte
+			go func() {
+				defer wg.Done()
+				first, _ = i.Call(context.Background(), "alice", "pay", args, nil, run)
+			}()
+			<-started
+			if wait == 0 {
+				_, err := i.Call(context.Background(), "alice", "pay", args, nil, run)
+				d, ok := RetryAfter(err)
+				if !errors.Is(err, ErrInProgress) || !ok || d <= 0 || d > time.Second {
+					t.Fatalf("err = %v, retry after %v", err, d)
+				}
+				close(finish)
+				wg.Wait()
+			} else {
+				time.AfterFunc(50*time.Millisecond, func() { close(finish) })
+				got, err := i.Call(context.Background(), "alice", "pay", args, nil, run)
+				wg.Wait()
+				if err != nil || !bytes.Equal(got, first) {
+					t.Fatalf("waiting duplicate got %q, %v; first %q", got, err, first)
+				}
+			}
+			if n.Load() != 1 {
+				t.Fatalf("ran %d times", n.Load())
+			}
+		})
+	}
+}
+
+func TestIdempotencyReleasesTheKeyWhenTheToolFails(t *testing.T) {
+	i := testIdempotency(t, &bytes.Buffer{}, nil)
+	boom := errors.New("boom")
+	var n atomic.Int32
+	run := func(context.Context) ([]byte, error) {
+		if n.Add(1) == 1 {
+			return nil, boom
+		}
+		return []byte(`{"content":[]}`), nil
+	}
+	args := []byte(`{"key":"k"}`)
+	if _, err := i.Call(context.Background(), "alice", "pay", args, nil, run); !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the tool's", err)
+	}
+	if _, err := i.Call(context.Background(), "alice", "pay", args, nil, run); err != nil {
+		t.Fatal(err)
+	}
+	if n.Load() != 2 {
+		t.Fatalf("ran %d times, want 2 (the failure released the key)", n.Load())
+	}
+	t.Run("panic", func(t *testing.T) {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the panic was swallowed")
+			}
+			if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"p"}`), nil, run); err != nil {
+				t.Fatalf("the key was not released after a panic: %v", err)
+			}
+		}()
+		i.Call(context.Background(), "alice", "pay", []byte(`{"key":"p"}`), nil, func(context.Context) ([]byte, error) { panic("tool") })
+	})
+}
+
+func TestIdempotencyRefusesMissingAndMalformedKeys(t *testing.T) {
+	cases := []struct {
+		name string
+		args string
+		meta any
+	}{
+		{"no key", `{"amount":5}`, nil},
+		{"no arguments", ``, nil},
+		{"empty key", `{"key":""}`, nil},
+		{"too long", `{"key":"` + strings.Repeat("z", 256) + `"}`, nil},
+		{"space", `{"key":"zz zz"}`, nil},
+		{"comma", `{"key":"zz,zz"}`, nil},
+		{"non-ASCII", `{"key":"zzé"}`, nil},
+		{"control byte", `{"key":"zz\u0001"}`, nil},
+		{"number", `{"key":5}`, nil},
+		{"meta not a string", `{}`, 5},
+		{"argument and meta differ", `{"key":"a"}`, "b"},
+		{"arguments not an object", `[1]`, nil},
+		{"arguments not JSON", `{`, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var log bytes.Buffer
+			i := testIdempotency(t, &log, nil)
+			run, n := counted()
+			_, err := i.Call(context.Background(), "alice", "pay", []byte(c.args), c.meta, run)
+			if !errors.Is(err, ErrIdempotencyKey) || n.Load() != 0 {
+				t.Fatalf("err = %v, ran %d", err, n.Load())
+			}
+			if strings.Contains(err.Error(), "zz") {
+				t.Fatal("the error holds the key")
+			}
+		})
+	}
+	t.Run("NonIdempotentWithoutKey runs an unkeyed call each time", func(t *testing.T) {
+		var log bytes.Buffer
+		i := testIdempotency(t, &log, func(c *IdempotencyConfig) { c.NonIdempotentWithoutKey = true })
+		run, n := counted()
+		for range 2 {
+			if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"amount":5}`), nil, run); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n.Load() != 2 || strings.Count(log.String(), "NonIdempotentWithoutKey") != 3 {
+			t.Fatalf("ran %d times; log %s", n.Load(), log.String())
+		}
+		if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":""}`), nil, run); !errors.Is(err, ErrIdempotencyKey) {
+			t.Fatalf("a malformed key ran: %v", err)
+		}
+	})
+	t.Run("meta ignored unless KeyFromMeta", func(t *testing.T) {
+		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.KeyFromMeta = false })
+		run, n := counted()
+		if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{}`), "k", run); !errors.Is(err, ErrIdempotencyKey) || n.Load() != 0 {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestIdempotencyRefusesAnEmptyCaller(t *testing.T) {
+	i := testIdempotency(t, &bytes.Buffer{}, nil)
+	run, n := counted()
+	if _, err := i.Call(context.Background(), "", "pay", []byte(`{"key":"k"}`), nil, run); !errors.Is(err, errTestNoCaller) || n.Load() != 0 {
+		t.Fatalf("err = %v, ran %d", err, n.Load())
+	}
+}
+
+func TestNewIdempotencyRefusesBadConfig(t *testing.T) {
+	mem := replay.NewMemoryStore(10)
+	cases := []struct {
+		name string
+		cfg  IdempotencyConfig
+	}{
+		{"no store", IdempotencyConfig{KeyArgument: "key"}},
+		{"no key source", IdempotencyConfig{Store: mem}},
+		{"negative lease", IdempotencyConfig{Store: mem, KeyArgument: "key", Lease: -1}},
+		{"negative wait", IdempotencyConfig{Store: mem, KeyArgument: "key", Wait: -1}},
+		{"window not over lease", IdempotencyConfig{Store: mem, KeyArgument: "key", Window: time.Minute}},
+		{"wait not under lease", IdempotencyConfig{Store: mem, KeyArgument: "key", Wait: time.Minute}},
+		{"key cap too large", IdempotencyConfig{Store: mem, KeyArgument: "key", MaxKeyBytes: 5000}},
+		{"transactional memory store", IdempotencyConfig{Store: mem, KeyArgument: "key", Transactional: true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := NewIdempotency(c.cfg, testIntegration(&bytes.Buffer{})); !errors.Is(err, ctoken.ErrConfig) {
+				t.Fatalf("err = %v, want ErrConfig", err)
+			}
+		})
+	}
+	t.Run("incomplete integration", func(t *testing.T) {
+		if _, err := NewIdempotency(IdempotencyConfig{Store: mem, KeyArgument: "key"}, &Integration{}); err == nil {
+			t.Fatal("accepted")
+		}
+	})
+	t.Run("zero Idempotency refuses", func(t *testing.T) {
+		run, n := counted()
+		if _, err := new(Idempotency).Call(context.Background(), "a", "t", nil, "k", run); !errors.Is(err, ErrIdempotencyStore) || n.Load() != 0 {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+// failingRecorder fails every call with err.
+type failingRecorder struct {
+	replay.Recorder
+	acquire, confirm error
+}
+
+func (s failingRecorder) AcquireRecord(ctx context.Context, id string, d time.Duration, fp []byte) (replay.Record, error) {
+	if s.acquire != nil {
+		return replay.Record{}, s.acquire
+	}
+	return s.Recorder.AcquireRecord(ctx, id, d, fp)
+}
+
+func (s failingRecorder) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	if s.confirm != nil {
+		return s.confirm
+	}
+	return s.Recorder.ConfirmRecord(ctx, id, token, until, fp, result)
+}
+
+func TestIdempotencyStoreFailures(t *testing.T) {
+	t.Run("acquire fails: nothing runs, nothing taken", func(t *testing.T) {
+		mem := replay.NewMemoryStore(10)
+		var log bytes.Buffer
+		i := testIdempotency(t, &log, func(c *IdempotencyConfig) { c.Store = failingRecorder{Recorder: mem, acquire: errors.New("down")} })
+		run, n := counted()
+		if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run); !errors.Is(err, ErrIdempotencyStore) || n.Load() != 0 {
+			t.Fatalf("err = %v, ran %d", err, n.Load())
+		}
+		if mem.Len() != 0 || strings.Contains(log.String(), `"k"`) {
+			t.Fatalf("store holds %d entries; log %s", mem.Len(), log.String())
+		}
+	})
+	t.Run("result too large: retries refused, never run again", func(t *testing.T) {
+		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store = failingRecorder{Recorder: replay.NewMemoryStore(10), confirm: replay.ErrTooLarge} })
+		// The first confirm is refused for its size; the marker is refused
+		// too by this store, so the key stays leased: busy, not run.
+		run, n := counted()
+		if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run); !errors.Is(err, ErrInProgress) || n.Load() != 1 {
+			t.Fatalf("err = %v, ran %d", err, n.Load())
+		}
+	})
+	t.Run("result over MaxResultBytes: retries get ErrNotRecorded", func(t *testing.T) {
+		i := testIdempotency(t, &bytes.Buffer{}, nil)
+		var n atomic.Int32
+		big := func(context.Context) ([]byte, error) {
+			n.Add(1)
+			return bytes.Repeat([]byte(" "), replay.MaxResultBytes+1), nil
+		}
+		if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, big); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, big); !errors.Is(err, ErrNotRecorded) || n.Load() != 1 {
+			t.Fatalf("err = %v, ran %d", err, n.Load())
+		}
+	})
+}
+
+// FuzzIdempotencyExtract: no input panics; a key that is accepted is one
+// CheckIdempotencyKey accepts, and the arguments without it fingerprint.
+func FuzzIdempotencyExtract(f *testing.F) {
+	f.Add([]byte(`{"key":"k-1","amount":5}`), "")
+	f.Add([]byte(`{"amount":5}`), "k")
+	f.Add([]byte(`{"key":"a","key":"b"}`), "b")
+	f.Add([]byte(`[]`), "")
+	f.Add([]byte(`{"key":null}`), "")
+	i := testIdempotency(f, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.NonIdempotentWithoutKey = true })
+	f.Fuzz(func(t *testing.T, args []byte, meta string) {
+		var m any
+		if meta != "" {
+			m = meta
+		}
+		key, rest, err := i.extract(args, m)
+		if err != nil {
+			if !errors.Is(err, ErrIdempotencyKey) {
+				t.Fatalf("err = %v, want ErrIdempotencyKey", err)
+			}
+			return
+		}
+		if key != "" {
+			if CheckIdempotencyKey(key, DefaultMaxIdempotencyKeyBytes) != nil {
+				t.Fatalf("accepted key %q", key)
+			}
+			var obj map[string]json.RawMessage
+			if json.Unmarshal(rest, &obj) == nil {
+				if _, ok := obj["key"]; ok {
+					t.Fatalf("rest %q still holds the key argument", rest)
+				}
+			}
+		}
+	})
+}
