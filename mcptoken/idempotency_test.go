@@ -322,7 +322,9 @@ func TestIdempotencyStoreFailures(t *testing.T) {
 		}
 	})
 	t.Run("result too large: retries refused, never run again", func(t *testing.T) {
-		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store = failingRecorder{Recorder: replay.NewMemoryStore(10), confirm: replay.ErrTooLarge} })
+		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) {
+			c.Store = failingRecorder{Recorder: replay.NewMemoryStore(10), confirm: replay.ErrTooLarge}
+		})
 		// The first confirm is refused for its size; the marker is refused
 		// too by this store, so the key stays leased: busy, not run.
 		run, n := counted()
