@@ -210,9 +210,6 @@ func NewIdempotency(cfg IdempotencyConfig, in *Integration) (*Idempotency, error
 	return &Idempotency{e: e, arg: cfg.KeyArgument, meta: cfg.KeyFromMeta, optional: cfg.NonIdempotentWithoutKey, maxKey: maxKey, in: in}, nil
 }
 
-// Integration returns the Integration i reports through.
-func (i *Idempotency) Integration() *Integration { return i.in }
-
 // RunFunc runs a tool call and returns its result as the JSON text the
 // client is sent, or an error, which records nothing: the key is released
 // and a retry runs the tool again. ctx carries the store's transaction
@@ -255,7 +252,7 @@ func (i *Idempotency) Call(ctx context.Context, caller, tool string, args []byte
 		return nil, fmt.Errorf("%w: arguments: %w", ErrIdempotencyKey, err)
 	}
 	stored := append([]byte{idemFingerprintVersion}, fp[:]...)
-	res, _, err := i.e.do(ctx, StoreIDOfCall(caller, tool, key), stored, runFunc(run))
+	res, _, err := i.e.do(ctx, storeIDOfCall(caller, tool, key), stored, runFunc(run))
 	if err == nil {
 		return res, nil
 	}
@@ -331,17 +328,17 @@ func (i *Idempotency) extract(args []byte, metaKey any) (key string, rest []byte
 	default:
 		return "", nil, fmt.Errorf("%w: the call carries no key", ErrIdempotencyKey)
 	}
-	if err := CheckIdempotencyKey(key, i.maxKey); err != nil {
+	if err := checkIdempotencyKey(key, i.maxKey); err != nil {
 		return "", nil, err
 	}
 	return key, rest, nil
 }
 
-// CheckIdempotencyKey returns nil for a key of 1 to maxBytes bytes of
+// checkIdempotencyKey returns nil for a key of 1 to maxBytes bytes of
 // visible ASCII other than '"', '\', ',' and ';' (the bare keys
 // idempotency.ParseKey accepts), and an error matching
 // [ErrIdempotencyKey] that never contains the key otherwise.
-func CheckIdempotencyKey(key string, maxBytes int) error {
+func checkIdempotencyKey(key string, maxBytes int) error {
 	if key == "" || len(key) > maxBytes {
 		return fmt.Errorf("%w: the key is empty or over %d bytes", ErrIdempotencyKey, maxBytes)
 	}
@@ -357,13 +354,13 @@ func CheckIdempotencyKey(key string, maxBytes int) error {
 // from every other SHA-256 use (the HTTP middleware's has its own).
 const storeIDDomain = "ctoken/mcp idempotent tool call v1\x00"
 
-// StoreIDOfCall returns the replay-store ID of an idempotent call of tool
+// storeIDOfCall returns the replay-store ID of an idempotent call of tool
 // by caller with key: "mcpidem:" + base64url (no padding) of SHA-256 over a
 // domain label and the three strings, each preceded by its length as 8
 // bytes big-endian, so no two triples share an ID, no ID is shared with
 // the HTTP middleware's, and the store never holds the caller or the key
 // in clear. It is not a secret.
-func StoreIDOfCall(caller, tool, key string) string {
+func storeIDOfCall(caller, tool, key string) string {
 	b := []byte(storeIDDomain)
 	for _, s := range [...]string{caller, tool, key} {
 		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))

@@ -104,7 +104,7 @@ func TestIdempotencyScopesKeysToTheCallerAndTheTool(t *testing.T) {
 			}
 		})
 	}
-	if StoreIDOfCall("a", "bc", "k") == StoreIDOfCall("ab", "c", "k") {
+	if storeIDOfCall("a", "bc", "k") == storeIDOfCall("ab", "c", "k") {
 		t.Fatal("store IDs of different triples collide")
 	}
 }
@@ -352,7 +352,7 @@ func TestIdempotencyStoreFailures(t *testing.T) {
 }
 
 // FuzzIdempotencyExtract: no input panics; a key that is accepted is one
-// CheckIdempotencyKey accepts, and the arguments without it fingerprint.
+// checkIdempotencyKey accepts, and the arguments without it fingerprint.
 func FuzzIdempotencyExtract(f *testing.F) {
 	f.Add([]byte(`{"key":"k-1","amount":5}`), "")
 	f.Add([]byte(`{"amount":5}`), "k")
@@ -373,7 +373,7 @@ func FuzzIdempotencyExtract(f *testing.F) {
 			return
 		}
 		if key != "" {
-			if CheckIdempotencyKey(key, DefaultMaxIdempotencyKeyBytes) != nil {
+			if checkIdempotencyKey(key, DefaultMaxIdempotencyKeyBytes) != nil {
 				t.Fatalf("accepted key %q", key)
 			}
 			var obj map[string]json.RawMessage

@@ -8,6 +8,7 @@ package mcptoken
 // can drive it the same way.
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -110,7 +111,7 @@ func (e *engine) do(ctx context.Context, id string, fp []byte, run runFunc) (res
 			if !sameFingerprint(rec.Fingerprint, fp) {
 				return nil, false, errFingerprint
 			}
-			if subtle.ConstantTimeCompare(rec.Result, notRecorded) == 1 {
+			if bytes.Equal(rec.Result, notRecorded) { // a marker, not a secret
 				return nil, false, errNoResult
 			}
 			return rec.Result, true, nil
@@ -142,8 +143,8 @@ func (e *engine) do(ctx context.Context, id string, fp []byte, run runFunc) (res
 
 // sameFingerprint compares two fingerprints in constant time. They are
 // not secret; the compare is constant-time all the same.
-func sameFingerprint(a, b []byte) bool {
-	return subtle.ConstantTimeCompare(a, b) == 1
+func sameFingerprint(storedFP, fp []byte) bool {
+	return subtle.ConstantTimeCompare(storedFP, fp) == 1
 }
 
 // run runs the work under the lease token holds on id (taken at start)
