@@ -151,7 +151,7 @@ func BenchmarkMCPIdempotentCall(b *testing.B) {
 				_, err := pool.Exec(ctx, "insert into "+table+" values (5)")
 				return []byte(`{"content":[]}`), err
 			}
-			i := 0
+			prefix, i := uniquePrefix(), 0 // a fresh key per call, in every run
 			for b.Loop() {
 				i++
 				if mode == "plain" {
@@ -160,7 +160,7 @@ func BenchmarkMCPIdempotentCall(b *testing.B) {
 					}
 					continue
 				}
-				if _, err := idem.Call(context.Background(), "alice", "pay", []byte(fmt.Sprintf(`{"key":"k%d","amount":5}`, i)), nil, pay); err != nil {
+				if _, err := idem.Call(context.Background(), "alice", "pay", []byte(fmt.Sprintf(`{"key":"%s%d","amount":5}`, prefix, i)), nil, pay); err != nil {
 					b.Fatal(err)
 				}
 			}
