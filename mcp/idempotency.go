@@ -48,7 +48,8 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 // Wrap returns a tool handler that runs h at most once per authenticated
 // caller, tool and idempotency key, and answers a retry with the first
 // result, byte for byte (a result with IsError set is a result, recorded
-// and replayed). Register it with mcp.Server.AddTool. The key comes from
+// and replayed). Register it with mcp.Server.AddTool; a typed handler
+// (mcp.AddTool) is wrapped with [WrapFor]. The key comes from
 // the argument named by KeyArgument (declare it in the tool's input schema;
 // h sees it among the arguments) and/or from _meta
 // [mcptoken.MetaIdempotencyKey]; the other arguments are fingerprinted.
@@ -70,19 +71,11 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 // are -32603. A zero Idempotency refuses every call with -32603.
 func (i *Idempotency) Wrap(h mcp.ToolHandler) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if i == nil || i.core == nil || h == nil || req == nil || req.Params == nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "idempotent tool misconfigured"}
-		}
-		caller, err := i.caller(ctx, req)
-		if err != nil {
-			caller = "" // refused by the core, and logged, when the call carries a key
-		}
-		var metaKey any
-		if req.Params.Meta != nil {
-			metaKey = req.Params.Meta[mcptoken.MetaIdempotencyKey]
+		if h == nil {
+			return nil, errMisconfigured()
 		}
 		var first *mcp.CallToolResult
-		b, err := i.core.Call(ctx, caller, req.Params.Name, req.Params.Arguments, metaKey, func(hctx context.Context) ([]byte, error) {
+		b, err := i.call(ctx, req, func(hctx context.Context) ([]byte, error) {
 			res, err := h(hctx, req)
 			if err != nil {
 				return nil, err
@@ -94,7 +87,7 @@ func (i *Idempotency) Wrap(h mcp.ToolHandler) mcp.ToolHandler {
 			return json.Marshal(res)
 		})
 		if err != nil {
-			return nil, idempotencyError(err)
+			return nil, err
 		}
 		// The first call and every retry send the recorded bytes decoded
 		// the same way, so the client sees the same result each time.
@@ -107,6 +100,70 @@ func (i *Idempotency) Wrap(h mcp.ToolHandler) mcp.ToolHandler {
 		}
 		return &out, nil
 	}
+}
+
+// typedRecord is what [WrapFor] records: the handler's result and output.
+type typedRecord[Out any] struct {
+	Result *mcp.CallToolResult `json:"r,omitempty"`
+	Output Out                 `json:"o"`
+}
+
+// WrapFor is [Idempotency.Wrap] for a typed handler, registered with
+// mcp.AddTool: it records the handler's result and output (which must
+// survive a JSON round trip: a struct, a map, a slice) and returns the
+// recorded ones to the first call and every retry, from which the SDK
+// builds the same CallToolResult each time. A refusal is a *jsonrpc.Error,
+// which the SDK sends as it is; an error from h is, as the SDK does with
+// any error of a typed handler, a tool error result, not recorded: the key
+// is released.
+func WrapFor[In, Out any](i *Idempotency, h mcp.ToolHandlerFor[In, Out]) mcp.ToolHandlerFor[In, Out] {
+	return func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		var zero Out
+		if h == nil {
+			return nil, zero, errMisconfigured()
+		}
+		b, err := i.call(ctx, req, func(hctx context.Context) ([]byte, error) {
+			res, out, err := h(hctx, req, in)
+			if err != nil {
+				return nil, err
+			}
+			return json.Marshal(typedRecord[Out]{Result: res, Output: out})
+		})
+		if err != nil {
+			return nil, zero, err
+		}
+		var rec typedRecord[Out]
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return nil, zero, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "recorded result unreadable"}
+		}
+		return rec.Result, rec.Output, nil
+	}
+}
+
+// errMisconfigured is the error of a zero Idempotency or a nil handler.
+func errMisconfigured() error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "idempotent tool misconfigured"}
+}
+
+// call runs run for req under i: the recorded result's bytes, or the error
+// the client is sent.
+func (i *Idempotency) call(ctx context.Context, req *mcp.CallToolRequest, run mcptoken.RunFunc) ([]byte, error) {
+	if i == nil || i.core == nil || req == nil || req.Params == nil {
+		return nil, errMisconfigured()
+	}
+	caller, err := i.caller(ctx, req)
+	if err != nil {
+		caller = "" // refused by the core, and logged, when the call carries a key
+	}
+	var metaKey any
+	if req.Params.Meta != nil {
+		metaKey = req.Params.Meta[mcptoken.MetaIdempotencyKey]
+	}
+	b, err := i.core.Call(ctx, caller, req.Params.Name, req.Params.Arguments, metaKey, run)
+	if err != nil {
+		return nil, idempotencyError(err)
+	}
+	return b, nil
 }
 
 // idempotencyData is the data member of an idempotent tool's refusal.

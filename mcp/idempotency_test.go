@@ -349,3 +349,59 @@ func BenchmarkIdempotentToolCall(b *testing.B) {
 		})
 	}
 }
+
+type transferIn struct {
+	Key   string `json:"key"`
+	Cents int    `json:"cents"`
+}
+
+type transferOut struct {
+	Transfer int   `json:"transfer"`
+	At       int64 `json:"at"`
+}
+
+func TestWrapForTypedToolReplaysResultAndOutput(t *testing.T) {
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var effects atomic.Int32
+	s := mcp.NewServer(&mcp.Implementation{Name: "bank", Version: "v0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "pay"}, WrapFor(idem, func(ctx context.Context, req *mcp.CallToolRequest, in transferIn) (*mcp.CallToolResult, transferOut, error) {
+		n := effects.Add(1)
+		if in.Cents == 0 {
+			return nil, transferOut{}, errors.New("zero transfer")
+		}
+		return nil, transferOut{Transfer: int(n), At: time.Now().UnixNano()}, nil
+	}))
+	drop := &dropFirstCall{}
+	s.AddReceivingMiddleware(drop.middleware)
+	cs := connect(t, s, nil)
+	args := map[string]any{"key": "t-1", "cents": 500}
+	if _, err := callPay(cs, "alice", args, nil); err == nil {
+		t.Fatal("the first response was not lost")
+	}
+	t.Run("the retry gets the first result", func(t *testing.T) {
+		res, err := callPay(cs, "alice", args, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Meta = nil
+		got, _ := json.Marshal(res)
+		if effects.Load() != 1 || !bytes.Equal(got, drop.result) {
+			t.Fatalf("%d effects; retry %s, lost %s", effects.Load(), got, drop.result)
+		}
+	})
+	t.Run("changed arguments are refused", func(t *testing.T) {
+		_, err := callPay(cs, "alice", map[string]any{"key": "t-1", "cents": 600}, nil)
+		wantRPCError(t, err, jsonrpc.CodeInvalidParams, KeyReused)
+	})
+	t.Run("a handler error is a tool error result and releases the key", func(t *testing.T) {
+		for want := int32(2); want <= 3; want++ {
+			res, err := callPay(cs, "alice", map[string]any{"key": "t-0", "cents": 0}, nil)
+			if err != nil || !res.IsError || effects.Load() != want {
+				t.Fatalf("%v, %+v; %d effects", err, res, effects.Load())
+			}
+		}
+	})
+}
