@@ -385,3 +385,127 @@ func FuzzIdempotencyExtract(f *testing.F) {
 		}
 	})
 }
+
+// fakeTx is a replay.Transactor over a memory store whose BeginWork and
+// Commit fail as told; a Commit that does not fail confirms the record.
+type fakeTx struct {
+	*replay.MemoryStore
+	begin, commit error
+	rolledBack    atomic.Int32
+}
+
+type fakeWork struct {
+	tx        *fakeTx
+	id, token string
+}
+
+type fakeTxKey struct{}
+
+func (f *fakeTx) BeginWork(ctx context.Context, id, token string) (replay.Work, error) {
+	if f.begin != nil {
+		return nil, f.begin
+	}
+	return &fakeWork{tx: f, id: id, token: token}, nil
+}
+
+func (w *fakeWork) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, fakeTxKey{}, w)
+}
+
+func (w *fakeWork) Commit(ctx context.Context, until time.Time, fp, result []byte) error {
+	if w.tx.commit != nil {
+		return w.tx.commit
+	}
+	return w.tx.ConfirmRecord(ctx, w.id, w.token, until, fp, result)
+}
+
+func (w *fakeWork) Rollback(context.Context) error {
+	w.tx.rolledBack.Add(1)
+	return nil
+}
+
+func TestIdempotencyTransactionalOutcomes(t *testing.T) {
+	cases := []struct {
+		name       string
+		begin      error
+		commit     error
+		toolErr    bool
+		wantErr    error
+		retryRuns  bool // the key was released: a retry runs the tool
+		rolledBack int32
+	}{
+		{"committed: the retry is replayed", nil, nil, false, nil, false, 0},
+		{"begin fails: nothing runs, key released", errors.New("down"), nil, false, ErrIdempotencyStore, true, 0},
+		{"tool fails: rolled back, key released", nil, nil, true, nil, true, 1},
+		{"rolled back by the store: key released", nil, fmt.Errorf("x: %w", replay.ErrRolledBack), false, ErrIdempotencyStore, true, 0},
+		{"lease lost: refused, result not returned", nil, replay.ErrLeaseLost, false, ErrIdempotencyStore, false, 0},
+		{"unknown outcome: key left leased", nil, errors.New("connection lost during COMMIT"), false, ErrIdempotencyStore, false, 0},
+	}
+	boom := errors.New("tool")
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tx := &fakeTx{MemoryStore: replay.NewMemoryStore(100), begin: c.begin, commit: c.commit}
+			i := testIdempotency(t, &bytes.Buffer{}, func(cfg *IdempotencyConfig) { cfg.Store = tx; cfg.Transactional = true })
+			var runs atomic.Int32
+			run := func(ctx context.Context) ([]byte, error) {
+				runs.Add(1)
+				if ctx.Value(fakeTxKey{}) == nil {
+					t.Error("the tool's context carries no transaction")
+				}
+				if c.toolErr && runs.Load() == 1 {
+					return nil, boom
+				}
+				return []byte(`{"content":[]}`), nil
+			}
+			res, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run)
+			switch {
+			case c.toolErr && !errors.Is(err, boom):
+				t.Fatalf("err = %v, want the tool's", err)
+			case !c.toolErr && c.wantErr == nil && err != nil:
+				t.Fatal(err)
+			case c.wantErr != nil && (!errors.Is(err, c.wantErr) || res != nil):
+				t.Fatalf("err = %v, result %q", err, res)
+			}
+			tx.begin, tx.commit = nil, nil
+			before := runs.Load()
+			_, err = i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run)
+			ran := runs.Load() > before
+			if ran != c.retryRuns {
+				t.Fatalf("the retry ran: %v (err %v), want %v", ran, err, c.retryRuns)
+			}
+			if !ran && c.wantErr != nil && !errors.Is(err, ErrInProgress) {
+				t.Fatalf("the retry of a leased key: %v, want ErrInProgress", err)
+			}
+			if tx.rolledBack.Load() != c.rolledBack {
+				t.Fatalf("%d rollbacks, want %d", tx.rolledBack.Load(), c.rolledBack)
+			}
+		})
+	}
+}
+
+func TestIdempotencyAnswersOfStoresOutsideTheContract(t *testing.T) {
+	t.Run("done without a record", func(t *testing.T) {
+		mem := replay.NewMemoryStore(10)
+		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store = mem })
+		if _, err := mem.Claim(context.Background(), storeIDOfCall("alice", "pay", "k"), time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		run, n := counted()
+		if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run); !errors.Is(err, ErrNotRecorded) || n.Load() != 0 {
+			t.Fatalf("err = %v, ran %d", err, n.Load())
+		}
+	})
+	t.Run("confirm fails: the result is returned, the key runs again after its lease", func(t *testing.T) {
+		var log bytes.Buffer
+		i := testIdempotency(t, &log, func(c *IdempotencyConfig) {
+			c.Store = failingRecorder{Recorder: replay.NewMemoryStore(10), confirm: replay.ErrExpired}
+		})
+		run, n := counted()
+		if res, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run); err != nil || res == nil || n.Load() != 1 {
+			t.Fatalf("%q, %v", res, err)
+		}
+		if !strings.Contains(log.String(), "not recorded") {
+			t.Fatalf("not logged: %s", log.String())
+		}
+	})
+}
