@@ -59,7 +59,11 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 // effect), ending three quarters of the Lease after the key was taken;
 // with Transactional it carries the store's transaction (pgstore.TxFrom,
 // sqlitestore.TxFrom). An error from h is sent as it is, records nothing
-// and releases the key.
+// and releases the key. A result that asks the client for input (a round
+// of a multi round-trip call, with InputRequests) is sent as it is and
+// not recorded either: the key is released, and the round that completes
+// the call is the one recorded and replayed (with a transactional store,
+// the writes of a round that asks for input are rolled back).
 //
 // Refusals, which run nothing and consume nothing: a missing (unless
 // NonIdempotentWithoutKey) or malformed key is -32602; a key used with
@@ -84,8 +88,14 @@ func (i *Idempotency) Wrap(h mcp.ToolHandler) mcp.ToolHandler {
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "tool returned no result"}
 			}
 			first = res
+			if needsInput(res) {
+				return nil, errInputRequired
+			}
 			return json.Marshal(res)
 		})
+		if errors.Is(err, errInputRequired) {
+			return first, nil
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -122,13 +132,21 @@ func WrapFor[In, Out any](i *Idempotency, h mcp.ToolHandlerFor[In, Out]) mcp.Too
 		if h == nil {
 			return nil, zero, errMisconfigured()
 		}
+		var first typedRecord[Out]
 		b, err := i.call(ctx, req, func(hctx context.Context) ([]byte, error) {
 			res, out, err := h(hctx, req, in)
 			if err != nil {
 				return nil, err
 			}
+			if res != nil && needsInput(res) {
+				first = typedRecord[Out]{Result: res, Output: out}
+				return nil, errInputRequired
+			}
 			return json.Marshal(typedRecord[Out]{Result: res, Output: out})
 		})
+		if errors.Is(err, errInputRequired) {
+			return first.Result, first.Output, nil
+		}
 		if err != nil {
 			return nil, zero, err
 		}
@@ -138,6 +156,17 @@ func WrapFor[In, Out any](i *Idempotency, h mcp.ToolHandlerFor[In, Out]) mcp.Too
 		}
 		return rec.Result, rec.Output, nil
 	}
+}
+
+// errInputRequired tells the engine that the tool asked for input: a
+// round of a multi round-trip call, sent as it is and not recorded (the
+// key is released), so that the round that completes the call is the one
+// recorded and replayed.
+var errInputRequired = errors.New("input required: not recorded")
+
+// needsInput reports whether res asks the client for input.
+func needsInput(res *mcp.CallToolResult) bool {
+	return len(res.InputRequests) > 0 || res.NeedsInput()
 }
 
 // errMisconfigured is the error of a zero Idempotency or a nil handler.

@@ -405,3 +405,42 @@ func TestWrapForTypedToolReplaysResultAndOutput(t *testing.T) {
 		}
 	})
 }
+
+func TestIdempotencyRecordsTheRoundThatCompletesAMultiRoundTripCall(t *testing.T) {
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked, effects atomic.Int32
+	s := mcp.NewServer(&mcp.Implementation{Name: "deployer", Version: "v0"}, nil)
+	s.AddTool(&mcp.Tool{Name: "pay", InputSchema: payInput}, idem.Wrap(func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.RequestState == "" {
+			asked.Add(1)
+			return &mcp.CallToolResult{
+				InputRequests: mcp.InputRequestMap{"ok": &mcp.ElicitParams{Message: "Pay?", RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}}}},
+				RequestState:  "confirm",
+			}, nil
+		}
+		n := effects.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("paid (payment %d)", n)}}}, nil
+	}))
+	cs := connect(t, s, manual)
+	args := map[string]any{"key": "k", "amount": 5}
+	meta := mcp.Meta{"test/caller": "alice"}
+	round1, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "pay", Arguments: args, Meta: meta})
+	if err != nil || !round1.NeedsInput() {
+		t.Fatalf("round one: %v, %+v", err, round1)
+	}
+	round2 := &mcp.CallToolParams{Name: "pay", Arguments: args, Meta: meta, RequestState: round1.RequestState,
+		InputResponses: mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}}}
+	first, err := cs.CallTool(context.Background(), round2)
+	if err != nil || first.NeedsInput() {
+		t.Fatalf("round two: %v, %+v", err, first)
+	}
+	again, err := cs.CallTool(context.Background(), round2) // the retry of a lost round two
+	b1, _ := json.Marshal(first)
+	b2, _ := json.Marshal(again)
+	if err != nil || !bytes.Equal(b1, b2) || effects.Load() != 1 || asked.Load() != 1 {
+		t.Fatalf("%v; %s then %s; %d effects, asked %d times", err, b1, b2, effects.Load(), asked.Load())
+	}
+}

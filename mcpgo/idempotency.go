@@ -66,7 +66,11 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 // ending three quarters of the Lease after the key was taken; with
 // Transactional it carries the store's transaction (pgstore.TxFrom,
 // sqlitestore.TxFrom). An error from h is returned as it is, records
-// nothing and releases the key.
+// nothing and releases the key. A result that asks the client for input (a
+// round of a multi round-trip call) is returned as it is and not recorded
+// either: the key is released, and the round that completes the call is
+// the one recorded and replayed (with a transactional store, the writes of
+// a round that asks for input are rolled back).
 //
 // mcp-go (v1.2.1) sends every handler error as -32603, so the refusals that
 // are the client's to act on are tool error results, as [ToolResult] makes
@@ -107,8 +111,14 @@ func (i *Idempotency) Wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 				return nil, errors.New("tool returned no result")
 			}
 			first = res
+			if len(res.InputRequests) > 0 || res.NeedsInput() {
+				return nil, errInputRequired
+			}
 			return json.Marshal(res)
 		})
+		if errors.Is(err, errInputRequired) {
+			return first, nil
+		}
 		if err != nil {
 			return idempotencyResult(err)
 		}
@@ -122,6 +132,12 @@ func (i *Idempotency) Wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 		return &out, nil
 	}
 }
+
+// errInputRequired tells the engine that the tool asked for input: a
+// round of a multi round-trip call, returned as it is and not recorded
+// (the key is released), so that the round that completes the call is the
+// one recorded and replayed.
+var errInputRequired = errors.New("input required: not recorded")
 
 // idempotencyResult maps an error of mcptoken.Idempotency.Call to what
 // the handler returns.

@@ -335,3 +335,33 @@ func BenchmarkIdempotentToolCall(b *testing.B) {
 		})
 	}
 }
+
+func TestIdempotencyRecordsTheRoundThatCompletesAMultiRoundTripCall(t *testing.T) {
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Store: replay.NewMemoryStore(100), KeyArgument: "key"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var effects atomic.Int32
+	s := server.NewMCPServer("deployer", "v0")
+	s.AddTool(mcp.NewTool("pay", mcp.WithString("key", mcp.Required())), idem.Wrap(func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.RequestState == "" {
+			return server.NewInputRequestBuilder("confirm").Elicit("ok", mcp.ElicitationParams{Message: "pay?", RequestedSchema: confirmSchema}).ToolResult(), nil
+		}
+		if !accepted(server.ElicitationResponse(req.Params.InputResponses, "ok")) {
+			return mcp.NewToolResultText("cancelled"), nil
+		}
+		return mcp.NewToolResultText(fmt.Sprintf("paid (payment %d)", effects.Add(1))), nil
+	}))
+	e := &elicitor{answer: true}
+	cl := inProcess(t, s, "alice", e)
+	first, err := payCall(cl, map[string]any{"key": "k"}, nil) // the client answers the input request and retries
+	if err != nil || text(first) != "paid (payment 1)" {
+		t.Fatalf("%v, %q", err, text(first))
+	}
+	again, err := payCall(cl, map[string]any{"key": "k"}, nil) // a retry of the whole call
+	b1, _ := json.Marshal(first)
+	b2, _ := json.Marshal(again)
+	if err != nil || !bytes.Equal(b1, b2) || effects.Load() != 1 || e.asked.Load() != 1 {
+		t.Fatalf("%v; %s then %s; %d effects, asked %d times", err, b1, b2, effects.Load(), e.asked.Load())
+	}
+}
