@@ -21,8 +21,8 @@ import (
 // library only; observe is the event vocabulary the root package and
 // webhook share; internal/jcs is the RFC 8785 canonicalizer behind the
 // root package's fingerprints); the root package and webhook (side by side, neither
-// importing the other); exchange and keyfile (on the root package); mcptoken (the root package, replay and the standard
-// library only); cmd/ctoken and the nested modules on top. Nothing imports upward.
+// importing the other); exchange and keyfile (on the root package); mcptoken (the root package, replay, internal/ringkey and
+// internal/xaes, and the standard library only); cmd/ctoken and the nested modules on top. Nothing imports upward.
 
 const modulePath = "github.com/ctoken/ctoken"
 
@@ -167,14 +167,16 @@ func TestLayeringOnlyTheRootPackageImportsTheCanonicalizer(t *testing.T) {
 }
 
 // mcptoken is the SDK-independent part of the MCP integrations; it builds on
-// the root package and replay (the store of idempotent tool calls) alone, so
-// that the nested modules can share it without reaching into internal/, and
+// the root package, replay (the store of idempotent tool calls) and the
+// sealing of recorded results (internal/ringkey, internal/xaes, as the
+// idempotency middleware seals its responses) alone, so that the nested
+// modules can share it without reaching into internal/ themselves, and
 // nothing below it imports it.
-func TestLayeringMCPTokenImportsOnlyTheRootPackageReplayAndTheStandardLibrary(t *testing.T) {
+func TestLayeringMCPTokenImportsOnlyTheRootPackageReplaySealingAndTheStandardLibrary(t *testing.T) {
 	pkgs, std := modulePackages(t)
 	for _, d := range pkgs[modulePath+"/mcptoken"].Imports {
-		if d != modulePath && d != modulePath+"/replay" && !std[d] {
-			t.Errorf("mcptoken imports %s: it may import only the root package, replay and the standard library", d)
+		if d != modulePath && d != modulePath+"/replay" && d != modulePath+"/internal/ringkey" && d != modulePath+"/internal/xaes" && !std[d] {
+			t.Errorf("mcptoken imports %s: it may import only the root package, replay, the record sealing of internal/ (ringkey, xaes) and the standard library", d)
 		}
 	}
 	for path, p := range pkgs {

@@ -21,6 +21,15 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// idemKeys seal the recorded results of the tests' idempotent tools.
+var idemKeys = func() *ctoken.Keyring {
+	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		panic(err)
+	}
+	return kr
+}()
+
 // metaCaller is the test's CallerFunc: the caller named in the call's
 // _meta "test/caller" (a stand-in for an authenticated identity).
 func metaCaller(_ context.Context, req mcp.Request) (string, error) {
@@ -71,7 +80,7 @@ func (p *payTool) handler(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 // Idempotency on store, changed by edit.
 func idemServer(t testing.TB, p *payTool, store replay.Recorder, edit func(*IdempotencyOptions)) *mcp.Server {
 	t.Helper()
-	opts := IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Store: store, KeyArgument: "key", KeyFromMeta: true, Lease: 5 * time.Second}, Caller: metaCaller}
+	opts := IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", KeyFromMeta: true, Lease: 5 * time.Second}, Caller: metaCaller}
 	if edit != nil {
 		edit(&opts)
 	}
@@ -284,9 +293,9 @@ func TestIdempotencyConcurrentDuplicate(t *testing.T) {
 
 func TestNewIdempotencyRefusesBadOptions(t *testing.T) {
 	cases := map[string]IdempotencyOptions{
-		"no store":                   {IdempotencyConfig: mcptoken.IdempotencyConfig{KeyArgument: "key"}},
-		"no key source":              {IdempotencyConfig: mcptoken.IdempotencyConfig{Store: replay.NewMemoryStore(1)}},
-		"transactional memory store": {IdempotencyConfig: mcptoken.IdempotencyConfig{Store: replay.NewMemoryStore(1), KeyArgument: "key", Transactional: true}},
+		"no store":                   {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, KeyArgument: "key"}},
+		"no key source":              {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(1)}},
+		"transactional memory store": {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(1), KeyArgument: "key", Transactional: true}},
 	}
 	for name, o := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -361,7 +370,7 @@ type transferOut struct {
 }
 
 func TestWrapForTypedToolReplaysResultAndOutput(t *testing.T) {
-	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +416,7 @@ func TestWrapForTypedToolReplaysResultAndOutput(t *testing.T) {
 }
 
 func TestIdempotencyRecordsTheRoundThatCompletesAMultiRoundTripCall(t *testing.T) {
-	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
 	if err != nil {
 		t.Fatal(err)
 	}

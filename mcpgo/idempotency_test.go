@@ -21,6 +21,15 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 )
 
+// idemKeys seal the recorded results of the tests' idempotent tools.
+var idemKeys = func() *ctoken.Keyring {
+	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		panic(err)
+	}
+	return kr
+}()
+
 // payTool is a tool with an effect: each run of it moves money once.
 type payTool struct {
 	effects atomic.Int32
@@ -50,7 +59,7 @@ func (p *payTool) handler(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 // Idempotency on store, changed by edit.
 func payServer(t testing.TB, p *payTool, store replay.Recorder, edit func(*IdempotencyOptions)) *server.MCPServer {
 	t.Helper()
-	opts := IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Store: store, KeyArgument: "key", KeyFromMeta: true, Lease: 5 * time.Second}}
+	opts := IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", KeyFromMeta: true, Lease: 5 * time.Second}}
 	if edit != nil {
 		edit(&opts)
 	}
@@ -271,9 +280,9 @@ func TestIdempotencyConcurrentDuplicate(t *testing.T) {
 
 func TestNewIdempotencyRefusesBadOptions(t *testing.T) {
 	cases := map[string]IdempotencyOptions{
-		"no store":                   {IdempotencyConfig: mcptoken.IdempotencyConfig{KeyArgument: "key"}},
-		"no key source":              {IdempotencyConfig: mcptoken.IdempotencyConfig{Store: replay.NewMemoryStore(1)}},
-		"transactional memory store": {IdempotencyConfig: mcptoken.IdempotencyConfig{Store: replay.NewMemoryStore(1), KeyArgument: "key", Transactional: true}},
+		"no store":                   {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, KeyArgument: "key"}},
+		"no key source":              {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(1)}},
+		"transactional memory store": {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(1), KeyArgument: "key", Transactional: true}},
 	}
 	for name, o := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -337,7 +346,7 @@ func BenchmarkIdempotentToolCall(b *testing.B) {
 }
 
 func TestIdempotencyRecordsTheRoundThatCompletesAMultiRoundTripCall(t *testing.T) {
-	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Store: replay.NewMemoryStore(100), KeyArgument: "key"}})
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}})
 	if err != nil {
 		t.Fatal(err)
 	}

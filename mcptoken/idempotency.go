@@ -68,8 +68,10 @@ var (
 	// then busy, then replayed or run, never run beside the first).
 	ErrIdempotencyStore = errors.New("mcptoken: idempotency store failed")
 	// ErrNotRecorded reports a retry of a call that completed but whose
-	// result could not be recorded (too large for the store), or whose
-	// store ID is taken by something else: the tool does not run again.
+	// result could not be recorded (too large for the store), whose
+	// record does not open (edited in the store, moved to another call,
+	// sealed under a key no longer in Keys), or whose store ID is taken by
+	// something else: the tool does not run again.
 	ErrNotRecorded = errors.New("mcptoken: the first result of this call was not recorded")
 )
 
@@ -86,6 +88,14 @@ func RetryAfter(err error) (time.Duration, bool) {
 // IdempotencyConfig configures [NewIdempotency]. Zero durations and sizes
 // mean the documented defaults; negative ones are refused.
 type IdempotencyConfig struct {
+	// Keys seal every recorded result, and is required: the store holds
+	// each result encrypted and authenticated (XAES-256-GCM under a
+	// subkey of the primary key, bound to the call's store ID and
+	// fingerprint), never in clear, as the idempotency middleware holds
+	// its responses. A record that does not open is never replayed
+	// ([ErrNotRecorded]). Rotate as for tokens: a new primary first, the
+	// previous keys after it until Window has passed.
+	Keys *ctoken.Keyring
 	// Store records each call's result. Required. Every replay.Recorder
 	// serves: replay.MemoryStore (one process, forgotten on restart),
 	// redisstore, pgstore, sqlitestore.
@@ -155,7 +165,7 @@ type Idempotency struct {
 
 // NewIdempotency returns an Idempotency for cfg, reporting through in, or
 // an error matching ctoken.ErrConfig that names the invalid field: no
-// Store, neither KeyArgument nor KeyFromMeta, a negative or inconsistent
+// Keys, no Store, neither KeyArgument nor KeyFromMeta, a negative or inconsistent
 // duration, a MaxKeyBytes out of range, Transactional with a Store that
 // is not a replay.Transactor.
 func NewIdempotency(cfg IdempotencyConfig, in *Integration) (*Idempotency, error) {
@@ -167,6 +177,10 @@ func NewIdempotency(cfg IdempotencyConfig, in *Integration) (*Idempotency, error
 	}
 	if cfg.Store == nil {
 		return nil, bad("Store is nil")
+	}
+	seal, ok := newRecordSealer(cfg.Keys)
+	if !ok {
+		return nil, bad("Keys is nil or an empty keyring (recorded results are sealed with it)")
 	}
 	if cfg.KeyArgument == "" && !cfg.KeyFromMeta {
 		return nil, bad("neither KeyArgument nor KeyFromMeta is set: no call could carry a key")
@@ -195,7 +209,7 @@ func NewIdempotency(cfg IdempotencyConfig, in *Integration) (*Idempotency, error
 	if maxKey < 0 || maxKey > MaxIdempotencyKeyBytes {
 		return nil, bad("MaxKeyBytes is negative or over MaxIdempotencyKeyBytes")
 	}
-	e := &engine{store: cfg.Store, lease: lease, window: window, wait: cfg.Wait, name: in.Name, log: in.Log}
+	e := &engine{store: cfg.Store, lease: lease, window: window, wait: cfg.Wait, name: in.Name, log: in.Log, seal: seal}
 	if cfg.Transactional {
 		tx, ok := cfg.Store.(replay.Transactor)
 		if !ok {
@@ -275,6 +289,9 @@ func (i *Idempotency) refusal(ctx context.Context, tool string, err error) error
 		return ErrKeyReused
 	case errors.Is(err, errNoResult):
 		log("retry of an idempotent call whose result was not recorded (too large, or its store ID taken by something else)")
+		return ErrNotRecorded
+	case errors.Is(err, errRecordForged):
+		log("the recorded result does not open (edited in the store, moved to another call, or sealed under a key no longer in Keys): not replayed, and the tool not run again")
 		return ErrNotRecorded
 	case errors.Is(err, errEngineStore), errors.Is(err, errUnknownOutcome):
 		log("idempotency store failed")

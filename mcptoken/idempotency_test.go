@@ -16,11 +16,20 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
+// idemKeys seal the recorded results of the tests' idempotent tools.
+var idemKeys = func() *ctoken.Keyring {
+	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		panic(err)
+	}
+	return kr
+}()
+
 // testIdempotency returns an Idempotency on a fresh memory store with key
 // argument "key" and _meta keys accepted, changed by edit.
 func testIdempotency(t testing.TB, log *bytes.Buffer, edit func(*IdempotencyConfig)) *Idempotency {
 	t.Helper()
-	cfg := IdempotencyConfig{Store: replay.NewMemoryStore(1000), KeyArgument: "key", KeyFromMeta: true, Lease: 2 * time.Second}
+	cfg := IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(1000), KeyArgument: "key", KeyFromMeta: true, Lease: 2 * time.Second}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -259,14 +268,16 @@ func TestNewIdempotencyRefusesBadConfig(t *testing.T) {
 		name string
 		cfg  IdempotencyConfig
 	}{
-		{"no store", IdempotencyConfig{KeyArgument: "key"}},
-		{"no key source", IdempotencyConfig{Store: mem}},
-		{"negative lease", IdempotencyConfig{Store: mem, KeyArgument: "key", Lease: -1}},
-		{"negative wait", IdempotencyConfig{Store: mem, KeyArgument: "key", Wait: -1}},
-		{"window not over lease", IdempotencyConfig{Store: mem, KeyArgument: "key", Window: time.Minute}},
-		{"wait not under lease", IdempotencyConfig{Store: mem, KeyArgument: "key", Wait: time.Minute}},
-		{"key cap too large", IdempotencyConfig{Store: mem, KeyArgument: "key", MaxKeyBytes: 5000}},
-		{"transactional memory store", IdempotencyConfig{Store: mem, KeyArgument: "key", Transactional: true}},
+		{"no keys", IdempotencyConfig{Store: mem, KeyArgument: "key"}},
+		{"zero keyring", IdempotencyConfig{Keys: &ctoken.Keyring{}, Store: mem, KeyArgument: "key"}},
+		{"no store", IdempotencyConfig{Keys: idemKeys, KeyArgument: "key"}},
+		{"no key source", IdempotencyConfig{Keys: idemKeys, Store: mem}},
+		{"negative lease", IdempotencyConfig{Keys: idemKeys, Store: mem, KeyArgument: "key", Lease: -1}},
+		{"negative wait", IdempotencyConfig{Keys: idemKeys, Store: mem, KeyArgument: "key", Wait: -1}},
+		{"window not over lease", IdempotencyConfig{Keys: idemKeys, Store: mem, KeyArgument: "key", Window: time.Minute}},
+		{"wait not under lease", IdempotencyConfig{Keys: idemKeys, Store: mem, KeyArgument: "key", Wait: time.Minute}},
+		{"key cap too large", IdempotencyConfig{Keys: idemKeys, Store: mem, KeyArgument: "key", MaxKeyBytes: 5000}},
+		{"transactional memory store", IdempotencyConfig{Keys: idemKeys, Store: mem, KeyArgument: "key", Transactional: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -276,7 +287,7 @@ func TestNewIdempotencyRefusesBadConfig(t *testing.T) {
 		})
 	}
 	t.Run("incomplete integration", func(t *testing.T) {
-		if _, err := NewIdempotency(IdempotencyConfig{Store: mem, KeyArgument: "key"}, &Integration{}); err == nil {
+		if _, err := NewIdempotency(IdempotencyConfig{Keys: idemKeys, Store: mem, KeyArgument: "key"}, &Integration{}); err == nil {
 			t.Fatal("accepted")
 		}
 	})
@@ -508,4 +519,94 @@ func TestIdempotencyAnswersOfStoresOutsideTheContract(t *testing.T) {
 			t.Fatalf("not logged: %s", log.String())
 		}
 	})
+}
+
+// recordingStore keeps the last result confirmed, and can replace what
+// AcquireRecord reports as the result of a done ID.
+type recordingStore struct {
+	replay.Recorder
+	mu      sync.Mutex
+	last    []byte
+	replace func([]byte) []byte
+}
+
+func (s *recordingStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	s.mu.Lock()
+	s.last = append([]byte(nil), result...)
+	s.mu.Unlock()
+	return s.Recorder.ConfirmRecord(ctx, id, token, until, fp, result)
+}
+
+func (s *recordingStore) AcquireRecord(ctx context.Context, id string, d time.Duration, fp []byte) (replay.Record, error) {
+	rec, err := s.Recorder.AcquireRecord(ctx, id, d, fp)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && rec.State == replay.LeaseDone && s.replace != nil {
+		rec.Result = s.replace(rec.Result)
+	}
+	return rec, err
+}
+
+func TestIdempotencySealsRecordedResults(t *testing.T) {
+	secret := `{"content":[{"type":"text","text":"card 4242 4242 4242 4242"}]}`
+	other, err := ctoken.NewKeyring([]byte("fedcba9876543210fedcba9876543210"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		replace func(stored []byte) []byte
+		keys    *ctoken.Keyring // the keys of the retry's server
+		want    error
+	}{
+		{"authentic record: replayed", nil, idemKeys, nil},
+		{"rotated: the previous key still opens", nil, nil, nil},
+		{"one bit flipped", func(b []byte) []byte { c := bytes.Clone(b); c[len(c)-1] ^= 1; return c }, idemKeys, ErrNotRecorded},
+		{"in clear", func([]byte) []byte { return []byte(secret) }, idemKeys, ErrNotRecorded},
+		{"truncated", func(b []byte) []byte { return b[:10] }, idemKeys, ErrNotRecorded},
+		{"another call's record", func([]byte) []byte { return nil }, idemKeys, ErrNotRecorded},
+		{"sealed under a key no longer in the ring", nil, other, ErrNotRecorded},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			store := &recordingStore{Recorder: replay.NewMemoryStore(100)}
+			i := testIdempotency(t, &bytes.Buffer{}, func(cfg *IdempotencyConfig) { cfg.Store = store })
+			var n atomic.Int32
+			run := func(context.Context) ([]byte, error) { n.Add(1); return []byte(secret), nil }
+			if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run); err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(store.last, []byte("4242")) {
+				t.Fatal("the store holds the result in clear")
+			}
+			if c.name == "another call's record" {
+				// the record of another caller's call, moved under this ID
+				i.Call(context.Background(), "bob", "pay", []byte(`{"key":"k"}`), nil, run)
+				moved := store.last
+				c.replace = func([]byte) []byte { return moved }
+			}
+			store.replace = c.replace
+			keys := c.keys
+			if keys == nil {
+				if keys, err = ctoken.NewKeyring([]byte("fedcba9876543210fedcba9876543210"), []byte("0123456789abcdef0123456789abcdef")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			retry := testIdempotency(t, &bytes.Buffer{}, func(cfg *IdempotencyConfig) { cfg.Store = store; cfg.Keys = keys })
+			before := n.Load()
+			res, err := retry.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run)
+			if n.Load() != before {
+				t.Fatal("the tool ran again")
+			}
+			if c.want == nil {
+				if err != nil || string(res) != secret {
+					t.Fatalf("%q, %v", res, err)
+				}
+				return
+			}
+			if !errors.Is(err, c.want) || res != nil {
+				t.Fatalf("%q, %v; want %v", res, err, c.want)
+			}
+		})
+	}
 }

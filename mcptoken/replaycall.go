@@ -51,6 +51,9 @@ type engine struct {
 	wait time.Duration
 	name string // begins every log message
 	log  *slog.Logger
+	// seal, when set, seals every record and opens it before a replay
+	// (recordseal.go); nil records results in clear.
+	seal *recordSealer
 }
 
 // errors of the engine, wrapped by its users.
@@ -111,10 +114,16 @@ func (e *engine) do(ctx context.Context, id string, fp []byte, run runFunc) (res
 			if !sameFingerprint(rec.Fingerprint, fp) {
 				return nil, false, errFingerprint
 			}
-			if bytes.Equal(rec.Result, notRecorded) { // a marker, not a secret
+			res := rec.Result
+			if e.seal != nil {
+				if res, err = e.seal.open(id, fp, rec.Result); err != nil {
+					return nil, false, err
+				}
+			}
+			if bytes.Equal(res, notRecorded) { // a marker, not a secret
 				return nil, false, errNoResult
 			}
-			return rec.Result, true, nil
+			return res, true, nil
 		case replay.LeaseBusy:
 			if len(rec.Fingerprint) > 0 && !sameFingerprint(rec.Fingerprint, fp) {
 				return nil, false, errFingerprint
@@ -169,13 +178,10 @@ func (e *engine) run(ctx context.Context, id, token string, fp []byte, start tim
 		e.release(ctx, id, token, "the work returned an error")
 		return nil, err
 	}
-	record, stored := result, true
-	if len(record) == 0 || len(record) > replay.MaxResultBytes {
-		record, stored = notRecorded, false
-	}
+	record, stored := e.recordOf(id, fp, result)
 	cerr := e.confirm(ctx, id, token, fp, start, record)
 	if cerr != nil && refusedForSize(cerr) {
-		cerr = e.confirm(ctx, id, token, fp, start, notRecorded)
+		cerr = e.confirm(ctx, id, token, fp, start, e.marker(id, fp))
 		stored = false
 	}
 	switch {
@@ -216,9 +222,8 @@ func (e *engine) runWork(ctx, hctx context.Context, id, token string, fp []byte,
 		e.release(ctx, id, token, "the work returned an error")
 		return nil, err
 	}
-	record := result
-	if len(record) == 0 || len(record) > replay.MaxResultBytes {
-		record = notRecorded
+	record, stored := e.recordOf(id, fp, result)
+	if !stored {
 		e.logf(ctx, slog.LevelError, "the result was too large to record: the call is recorded as done without it; its retries are refused", nil)
 	}
 	err = work.Commit(wctx, time.Now().Add(e.window), fp, record)
@@ -234,6 +239,39 @@ func (e *engine) runWork(ctx, hctx context.Context, id, token string, fp []byte,
 		e.logf(ctx, slog.LevelError, "the commit failed with an unknown outcome; key left leased, the result not returned", err)
 	}
 	return nil, fmt.Errorf("%w: %w", errUnknownOutcome, err)
+}
+
+// recordOf returns what is recorded for result: the result (sealed when
+// the engine seals), or, for a result that cannot be recorded (empty, or
+// too large), the marker of a result not recorded, and stored false.
+func (e *engine) recordOf(id string, fp, result []byte) (record []byte, stored bool) {
+	if len(result) == 0 {
+		return e.marker(id, fp), false
+	}
+	if e.seal == nil {
+		if len(result) > replay.MaxResultBytes {
+			return notRecorded, false
+		}
+		return result, true
+	}
+	sealed, err := e.seal.seal(id, fp, result)
+	if err != nil {
+		return e.marker(id, fp), false
+	}
+	return sealed, true
+}
+
+// marker is the record of a result not recorded, sealed when the engine
+// seals.
+func (e *engine) marker(id string, fp []byte) []byte {
+	if e.seal == nil {
+		return notRecorded
+	}
+	m, err := e.seal.seal(id, fp, notRecorded)
+	if err != nil {
+		panic("mcptoken: the not-recorded marker does not seal") // a few bytes: never too large
+	}
+	return m
 }
 
 // confirmDeadline is how long a record of a lease taken at start may be

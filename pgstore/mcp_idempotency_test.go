@@ -14,12 +14,22 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/ctoken/ctoken"
 	"sync/atomic"
 	"testing"
 
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// idemKeys seal the recorded results of the tests' idempotent tools.
+var idemKeys = func() *ctoken.Keyring {
+	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		panic(err)
+	}
+	return kr
+}()
 
 // mcpIntegration is a minimal mcptoken.Integration for the tests.
 func mcpIntegration() *mcptoken.Integration {
@@ -60,7 +70,7 @@ func TestMCPIdempotencyOnPostgreSQL(t *testing.T) {
 			pool := p.pool(t)
 			store := storeOn(t, pool)
 			table := paymentsTable(t, pool)
-			idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Store: store, KeyArgument: "key", Transactional: transactional}, mcpIntegration())
+			idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", Transactional: transactional}, mcpIntegration())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +149,7 @@ func BenchmarkMCPIdempotentCall(b *testing.B) {
 	table := paymentsTable(b, pool)
 	for _, mode := range []string{"plain", "idempotent", "transactional"} {
 		b.Run(mode, func(b *testing.B) {
-			idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Store: store, KeyArgument: "key", Transactional: mode == "transactional"}, mcpIntegration())
+			idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", Transactional: mode == "transactional"}, mcpIntegration())
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ctoken/ctoken"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,9 +19,18 @@ import (
 	"github.com/ctoken/ctoken/mcptoken"
 )
 
+// idemKeys seal the recorded results of the tests' idempotent tools.
+var idemKeys = func() *ctoken.Keyring {
+	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		panic(err)
+	}
+	return kr
+}()
+
 func TestMCPIdempotencyOnRedis(t *testing.T) {
 	store, _ := newTestStore(t)
-	idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Store: store, KeyArgument: "key", Lease: 5 * time.Second}, &mcptoken.Integration{
+	idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", Lease: 5 * time.Second}, &mcptoken.Integration{
 		Name:     "test",
 		NoCaller: func() error { return errors.New("no caller") },
 		Refused:  func(mcptoken.Refusal) error { return errors.New("refused") },

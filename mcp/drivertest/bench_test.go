@@ -63,7 +63,7 @@ func BenchmarkIdempotentToolCall(b *testing.B) {
 				}
 				if m.idempotent {
 					idem, err := ctokenmcp.NewIdempotency(ctokenmcp.IdempotencyOptions{
-						IdempotencyConfig: mcptoken.IdempotencyConfig{Store: store, KeyArgument: "key", Transactional: m.transactional},
+						IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", Transactional: m.transactional},
 						Caller:            ctokenmcp.FixedCaller("alice"),
 					})
 					if err != nil {

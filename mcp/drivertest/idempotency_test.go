@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ctoken/ctoken"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -37,6 +38,15 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
+
+// idemKeys seal the recorded results of the tests' idempotent tools.
+var idemKeys = func() *ctoken.Keyring {
+	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		panic(err)
+	}
+	return kr
+}()
 
 // backend is one store under test and the tool's effect on it.
 type backend struct {
@@ -119,7 +129,7 @@ const userHeader = "X-Test-User"
 
 // options are the Idempotency options of a backend.
 func options(b backend, wait time.Duration) mcptoken.IdempotencyConfig {
-	return mcptoken.IdempotencyConfig{Store: b.store, KeyArgument: "key", KeyFromMeta: true, Transactional: b.transactional, Lease: 10 * time.Second, Wait: wait}
+	return mcptoken.IdempotencyConfig{Keys: idemKeys, Store: b.store, KeyArgument: "key", KeyFromMeta: true, Transactional: b.transactional, Lease: 10 * time.Second, Wait: wait}
 }
 
 // gate holds the tool while a test makes a concurrent duplicate.

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ctoken/ctoken"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -24,6 +25,15 @@ import (
 	"github.com/ctoken/ctoken/sqlitestore"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
+
+// idemKeys seal the recorded results of the tests' idempotent tools.
+var idemKeys = func() *ctoken.Keyring {
+	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		panic(err)
+	}
+	return kr
+}()
 
 // loseFirstToolsCall is an http.RoundTripper that lets the first
 // tools/call POST reach the server, reads its whole response, and
@@ -56,7 +66,7 @@ func TestMCPIdempotentToolOnSQLite(t *testing.T) {
 				}
 				store := mustStore(t, db, sqlitestore.Options{})
 				idem, err := ctokenmcp.NewIdempotency(ctokenmcp.IdempotencyOptions{
-					IdempotencyConfig: mcptoken.IdempotencyConfig{Store: store, KeyArgument: "key", Transactional: transactional},
+					IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", Transactional: transactional},
 					Caller:            ctokenmcp.FixedCaller("alice"),
 				})
 				if err != nil {
