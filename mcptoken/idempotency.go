@@ -293,6 +293,9 @@ func (i *Idempotency) refusal(ctx context.Context, tool string, err error) error
 	case errors.Is(err, errRecordForged):
 		log("the recorded result does not open (edited in the store, moved to another call, or sealed under a key no longer in Keys): not replayed, and the tool not run again")
 		return ErrNotRecorded
+	case errors.Is(err, errEngineStore) && ctx.Err() != nil:
+		// The caller went away before the tool ran: nothing was taken.
+		return fmt.Errorf("%w: %w", ErrIdempotencyStore, err)
 	case errors.Is(err, errEngineStore), errors.Is(err, errUnknownOutcome):
 		log("idempotency store failed")
 		return fmt.Errorf("%w: %w", ErrIdempotencyStore, err)

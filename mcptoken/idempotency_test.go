@@ -640,3 +640,25 @@ func FuzzRecordOpen(f *testing.F) {
 		}
 	})
 }
+
+func TestIdempotencyWaitEndsWhenTheCallerGoesAway(t *testing.T) {
+	var log bytes.Buffer
+	i := testIdempotency(t, &log, func(c *IdempotencyConfig) { c.Wait = time.Second })
+	started, finish := make(chan struct{}), make(chan struct{})
+	defer close(finish)
+	go i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, func(context.Context) ([]byte, error) {
+		close(started)
+		<-finish
+		return []byte(`{"content":[]}`), nil
+	})
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	run, n := counted()
+	if _, err := i.Call(ctx, "alice", "pay", []byte(`{"key":"k"}`), nil, run); !errors.Is(err, ErrIdempotencyStore) || n.Load() != 0 {
+		t.Fatalf("err = %v, ran %d", err, n.Load())
+	}
+	if strings.Contains(log.String(), "level=ERROR") {
+		t.Fatalf("a caller going away was logged as a store failure: %s", log.String())
+	}
+}
