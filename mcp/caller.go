@@ -127,17 +127,22 @@ func invalidParams(message string, code int) *jsonrpc.Error {
 // TokenErrorCode returns the ctoken code in the data member of a JSON-RPC
 // error returned by this package (for example as seen by a client from
 // ClientSession.CallTool): ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid,
-// StateExpired, StateInvalid, StateUsed or StateBusy; 0 for any other error.
+// StateExpired, StateInvalid, StateUsed, StateBusy or KeyReused (sent in a
+// -32602 error), InProgress (sent in a -32603 error); 0 for any other
+// error.
 func TokenErrorCode(err error) int {
 	var we *jsonrpc.Error
-	if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || len(we.Data) == 0 {
+	if !errors.As(err, &we) || len(we.Data) == 0 {
+		return 0
+	}
+	if we.Code != jsonrpc.CodeInvalidParams && we.Code != jsonrpc.CodeInternalError {
 		return 0
 	}
 	var d errorData
 	if json.Unmarshal(we.Data, &d) != nil {
 		return 0
 	}
-	if !mcptoken.KnownCode(d.Code) {
+	if !mcptoken.KnownCode(d.Code) || (d.Code == InProgress) != (we.Code == jsonrpc.CodeInternalError) {
 		return 0
 	}
 	return d.Code

@@ -90,7 +90,7 @@ func FuzzTokenErrorCode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		code := TokenErrorCode(&jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Data: data})
 		switch code {
-		case 0, ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, StateExpired, StateInvalid:
+		case 0, ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, StateExpired, StateInvalid, StateUsed, StateBusy, KeyReused:
 		default:
 			t.Fatalf("TokenErrorCode = %d", code)
 		}

@@ -86,12 +86,13 @@ const (
 	CodeStateBusy = 1027
 )
 
-// KnownCode reports whether code is one of the six codes a refusal carries:
+// KnownCode reports whether code is one of the codes a refusal carries:
 // [ctoken.CodeCursorExpired], [ctoken.CodeCursorInvalid], [CodeStateExpired],
-// [CodeStateInvalid], [CodeStateUsed] or [CodeStateBusy].
+// [CodeStateInvalid], [CodeKeyReused], [CodeInProgress], [CodeStateUsed] or
+// [CodeStateBusy].
 func KnownCode(code int) bool {
 	switch code {
-	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid, CodeStateUsed, CodeStateBusy:
+	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid, CodeKeyReused, CodeInProgress, CodeStateUsed, CodeStateBusy:
 		return true
 	}
 	return false

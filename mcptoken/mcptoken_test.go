@@ -309,14 +309,14 @@ func TestRefuseStateOfNilIsNoTokenRefusal(t *testing.T) {
 	}
 }
 
-func TestKnownCodeAcceptsOnlyTheSixCodes(t *testing.T) {
+func TestKnownCodeAcceptsOnlyCtokenCodes(t *testing.T) {
 	for code := -1; code < 2000; code++ {
-		want := code == 1020 || code == 1021 || code == 1022 || code == 1023 || code == 1026 || code == 1027
+		want := code >= 1020 && code <= 1027
 		if KnownCode(code) != want {
 			t.Errorf("KnownCode(%d) = %v", code, !want)
 		}
 	}
-	if CodeStateExpired != 1022 || CodeStateInvalid != 1023 || CodeStateUsed != 1026 || CodeStateBusy != 1027 {
+	if CodeStateExpired != 1022 || CodeStateInvalid != 1023 || CodeKeyReused != 1024 || CodeInProgress != 1025 || CodeStateUsed != 1026 || CodeStateBusy != 1027 {
 		t.Fatal("the state codes changed; clients depend on them")
 	}
 }

@@ -3,7 +3,6 @@ package mcptoken
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -210,11 +209,6 @@ func roundFingerprint(caller, target string, args any, id string) ([]byte, error
 		h.Write([]byte(part))
 	}
 	return h.Sum(nil), nil
-}
-
-// sameFingerprint compares two round fingerprints in constant time.
-func sameFingerprint(a, b []byte) bool {
-	return len(a) == len(b) && subtle.ConstantTimeCompare(a, b) == 1
 }
 
 // recorderOf returns the replay store of codec as a [replay.Recorder], or

@@ -28,10 +28,10 @@ func retryStates(t *testing.T, store replay.Store, cfg StatesConfig) (*States, *
 	return s, &log
 }
 
-// counted is a round that counts its runs and answers its state back.
-type counted struct{ runs atomic.Int32 }
+// countedRound is a round that counts its runs and answers its state back.
+type countedRound struct{ runs atomic.Int32 }
 
-func (c *counted) round(_ context.Context, state string) ([]byte, error) {
+func (c *countedRound) round(_ context.Context, state string) ([]byte, error) {
 	n := c.runs.Add(1)
 	return []byte(`{"deployed":"` + state + `","run":` + string(rune('0'+n)) + `}`), nil
 }
@@ -96,7 +96,7 @@ func TestAnswerRetryGetsTheRecordedResultWithoutASecondRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c counted
+	var c countedRound
 	first, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func TestAnswerRefusesAnyoneElseAndAnyChangeAsOpenDoes(t *testing.T) {
 			}
 			ctx := context.Background()
 			wire, _ := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
-			var c counted
+			var c countedRound
 			var first []byte
 			if ran {
 				if first, err = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round); err != nil {
@@ -196,7 +196,7 @@ func TestAnswerConcurrentRetryIsBusy(t *testing.T) {
 	args := []byte(`{"target":"prod"}`)
 	wire, _ := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
 	started, release := make(chan struct{}), make(chan struct{})
-	var c counted
+	var c countedRound
 	slow := func(ctx context.Context, state string) ([]byte, error) {
 		close(started)
 		<-release
@@ -263,7 +263,7 @@ func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
 			return err
 		}, args},
 		{"another call ran it (UnboundArgs)", replay.NewMemoryStore(0), StatesConfig{UnboundArgs: true}, func(s *States, wire string) error {
-			_, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, (&counted{}).round)
+			_, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, (&countedRound{}).round)
 			return err
 		}, []byte(`{"target":"staging"}`)},
 	} {
@@ -273,7 +273,7 @@ func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
 			if err := tc.first(s, wire); err != nil {
 				t.Fatal(err)
 			}
-			var c counted
+			var c countedRound
 			out, err := s.Answer(ctx, "alice", "tools/call", "deploy", tc.second, wire, c.round)
 			if out != nil || refusalCode(err) != CodeStateUsed || c.runs.Load() != 0 {
 				t.Fatalf("%q, %v, %d runs; want code 1026 and no run", out, err, c.runs.Load())
@@ -298,7 +298,7 @@ func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
 			})
 		}()
 		<-started
-		_, err := s.Answer(ctx, "alice", "tools/call", "deploy", []byte(`{"target":"staging"}`), wire, (&counted{}).round)
+		_, err := s.Answer(ctx, "alice", "tools/call", "deploy", []byte(`{"target":"staging"}`), wire, (&countedRound{}).round)
 		close(release)
 		wg.Wait()
 		if refusalCode(err) != CodeStateUsed {
@@ -307,10 +307,10 @@ func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
 	})
 }
 
-// failingRecorder is a Recorder whose every call fails.
-type failingRecorder struct{ *replay.MemoryStore }
+// downRecorder is a Recorder whose every call fails.
+type downRecorder struct{ *replay.MemoryStore }
 
-func (failingRecorder) AcquireRecord(context.Context, string, time.Duration, []byte) (replay.Record, error) {
+func (downRecorder) AcquireRecord(context.Context, string, time.Duration, []byte) (replay.Record, error) {
 	return replay.Record{}, errStoreDown
 }
 
@@ -318,11 +318,11 @@ func (failingRecorder) AcquireRecord(context.Context, string, time.Duration, []b
 // consumes nothing.
 func TestAnswerStoreFailureRunsNothing(t *testing.T) {
 	mem := replay.NewMemoryStore(0)
-	down, log := retryStates(t, failingRecorder{mem}, StatesConfig{})
+	down, log := retryStates(t, downRecorder{mem}, StatesConfig{})
 	ctx := context.Background()
 	args := []byte(`{}`)
 	wire, _ := down.Seal("alice", "tools/call", "deploy", args, "s")
-	var c counted
+	var c countedRound
 	_, err := down.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round)
 	var re *refusedErr
 	if !errors.As(err, &re) || !re.r.StoreFailed || c.runs.Load() != 0 {
@@ -342,7 +342,7 @@ func TestAnswerStoreFailureRunsNothing(t *testing.T) {
 // not answer retries open (and claim) the state as Open does.
 func TestAnswerRefusesZeroStatesAndAnonymousCallers(t *testing.T) {
 	ctx := context.Background()
-	var c counted
+	var c countedRound
 	if _, err := new(States).Answer(ctx, "alice", "tools/call", "deploy", nil, "v1.x", c.round); err == nil {
 		t.Fatal("zero States answered")
 	}
@@ -526,7 +526,7 @@ func TestAnswerRecordingFailureReturnsTheOutcomeAndNeverRunsTwice(t *testing.T) 
 			if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "stays busy until it expires") || strings.Contains(log.String(), wire) {
 				t.Fatalf("log %q", log.String())
 			}
-			var c counted
+			var c countedRound
 			if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round); refusalCode(err) != CodeStateBusy || c.runs.Load() != 0 {
 				t.Fatalf("retry: %v, %d runs; want busy and no run", err, c.runs.Load())
 			}

@@ -1,0 +1,236 @@
+package ctokenmcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/ctoken/ctoken/mcptoken"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// IdempotencyOptions configures [NewIdempotency]: the store, where the key
+// comes from, the durations and Transactional, as documented at
+// [mcptoken.IdempotencyConfig]; Caller (nil means TokenUserID) and Logger.
+type IdempotencyOptions = mcptoken.IdempotencyOptions[CallerFunc]
+
+// Codes in the data member of the errors an idempotent tool sends (beside
+// [StateExpired] and [StateInvalid]), local to ctoken.
+const (
+	// KeyReused (1024) is in the -32602 error of a call whose idempotency
+	// key this caller used for this tool with other arguments.
+	KeyReused = mcptoken.CodeKeyReused
+	// InProgress (1025) is in the -32603 error of a call whose key's first
+	// call still runs; data also holds "retryAfterMs".
+	InProgress = mcptoken.CodeInProgress
+)
+
+// Idempotency makes the tool handlers it wraps idempotent: see [NewIdempotency].
+// It is safe for concurrent use.
+type Idempotency struct {
+	core   *mcptoken.Idempotency
+	caller CallerFunc
+}
+
+// NewIdempotency returns an Idempotency for opts, or an error matching
+// ctoken.ErrConfig that names the invalid field (see
+// [mcptoken.NewIdempotency]).
+func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
+	core, err := mcptoken.NewIdempotency(opts.IdempotencyConfig, integration(opts.Logger))
+	if err != nil {
+		return nil, err
+	}
+	return &Idempotency{core: core, caller: callerOr(opts.Caller)}, nil
+}
+
+// Wrap returns a tool handler that runs h at most once per authenticated
+// caller, tool and idempotency key, and answers a retry with the first
+// result, byte for byte (a result with IsError set is a result, recorded
+// and replayed). Register it with mcp.Server.AddTool; a typed handler
+// (mcp.AddTool) is wrapped with [WrapFor]. The key comes from
+// the argument named by KeyArgument (declare it in the tool's input schema;
+// h sees it among the arguments) and/or from _meta
+// [mcptoken.MetaIdempotencyKey]; the other arguments are fingerprinted.
+//
+// h runs with a context that keeps ctx's values but not its cancellation
+// (a client that goes away does not stop work that may have taken
+// effect), ending three quarters of the Lease after the key was taken;
+// with Transactional it carries the store's transaction (pgstore.TxFrom,
+// sqlitestore.TxFrom). An error from h is sent as it is, records nothing
+// and releases the key. A result that asks the client for input (a round
+// of a multi round-trip call, with InputRequests) is sent as it is and
+// not recorded either: the key is released, and the round that completes
+// the call is the one recorded and replayed (with a transactional store,
+// the writes of a round that asks for input are rolled back).
+//
+// Refusals, which run nothing and consume nothing: a missing (unless
+// NonIdempotentWithoutKey) or malformed key is -32602; a key used with
+// other arguments is -32602 with data {"ctokenCode":1024} ([KeyReused]);
+// a key whose first call still runs is, after waiting up to Wait, -32603
+// with data {"ctokenCode":1025,"retryAfterMs":N} ([InProgress]; read it
+// with [RetryAfter]); a request without an authenticated caller, a store
+// failure, and the retry of a call whose result was too large to record
+// are -32603. A zero Idempotency refuses every call with -32603.
+func (i *Idempotency) Wrap(h mcp.ToolHandler) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if h == nil {
+			return nil, errMisconfigured()
+		}
+		var first *mcp.CallToolResult
+		b, err := i.call(ctx, req, func(hctx context.Context) ([]byte, error) {
+			res, err := h(hctx, req)
+			if err != nil {
+				return nil, err
+			}
+			if res == nil {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "tool returned no result"}
+			}
+			first = res
+			if needsInput(res) {
+				return nil, errInputRequired
+			}
+			return json.Marshal(res)
+		})
+		if errors.Is(err, errInputRequired) {
+			return first, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		// The first call and every retry send the recorded bytes decoded
+		// the same way, so the client sees the same result each time.
+		var out mcp.CallToolResult
+		if err := json.Unmarshal(b, &out); err != nil {
+			if first != nil {
+				return first, nil // an unkeyed call of a result the SDK cannot decode
+			}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "recorded result unreadable"}
+		}
+		return &out, nil
+	}
+}
+
+// typedRecord is what [WrapFor] records: the handler's result and output.
+type typedRecord[Out any] struct {
+	Result *mcp.CallToolResult `json:"r,omitempty"`
+	Output Out                 `json:"o"`
+}
+
+// WrapFor is [Idempotency.Wrap] for a typed handler, registered with
+// mcp.AddTool: it records the handler's result and output (which must
+// survive a JSON round trip: a struct, a map, a slice) and returns the
+// recorded ones to the first call and every retry, from which the SDK
+// builds the same CallToolResult each time. A refusal is a *jsonrpc.Error,
+// which the SDK sends as it is; an error from h is, as the SDK does with
+// any error of a typed handler, a tool error result, not recorded: the key
+// is released.
+func WrapFor[In, Out any](i *Idempotency, h mcp.ToolHandlerFor[In, Out]) mcp.ToolHandlerFor[In, Out] {
+	return func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		var zero Out
+		if h == nil {
+			return nil, zero, errMisconfigured()
+		}
+		var first typedRecord[Out]
+		b, err := i.call(ctx, req, func(hctx context.Context) ([]byte, error) {
+			res, out, err := h(hctx, req, in)
+			if err != nil {
+				return nil, err
+			}
+			if res != nil && needsInput(res) {
+				first = typedRecord[Out]{Result: res, Output: out}
+				return nil, errInputRequired
+			}
+			return json.Marshal(typedRecord[Out]{Result: res, Output: out})
+		})
+		if errors.Is(err, errInputRequired) {
+			return first.Result, first.Output, nil
+		}
+		if err != nil {
+			return nil, zero, err
+		}
+		var rec typedRecord[Out]
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return nil, zero, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "recorded result unreadable"}
+		}
+		return rec.Result, rec.Output, nil
+	}
+}
+
+// errInputRequired tells the engine that the tool asked for input: a
+// round of a multi round-trip call, sent as it is and not recorded (the
+// key is released), so that the round that completes the call is the one
+// recorded and replayed.
+var errInputRequired = errors.New("input required: not recorded")
+
+// needsInput reports whether res asks the client for input.
+func needsInput(res *mcp.CallToolResult) bool {
+	return len(res.InputRequests) > 0 || res.NeedsInput()
+}
+
+// errMisconfigured is the error of a zero Idempotency or a nil handler.
+func errMisconfigured() error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "idempotent tool misconfigured"}
+}
+
+// call runs run for req under i: the recorded result's bytes, or the error
+// the client is sent.
+func (i *Idempotency) call(ctx context.Context, req *mcp.CallToolRequest, run mcptoken.RunFunc) ([]byte, error) {
+	if i == nil || i.core == nil || req == nil || req.Params == nil {
+		return nil, errMisconfigured()
+	}
+	caller, err := i.caller(ctx, req)
+	if err != nil {
+		caller = "" // refused by the core, and logged, when the call carries a key
+	}
+	var metaKey any
+	if req.Params.Meta != nil {
+		metaKey = req.Params.Meta[mcptoken.MetaIdempotencyKey]
+	}
+	b, err := i.core.Call(ctx, caller, req.Params.Name, req.Params.Arguments, metaKey, run)
+	if err != nil {
+		return nil, idempotencyError(err)
+	}
+	return b, nil
+}
+
+// idempotencyData is the data member of an idempotent tool's refusal.
+type idempotencyData struct {
+	Code         int   `json:"ctokenCode"`
+	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
+}
+
+// idempotencyError maps an error of mcptoken.Idempotency.Call to what the
+// client is sent.
+func idempotencyError(err error) error {
+	switch {
+	case errors.Is(err, mcptoken.ErrIdempotencyKey):
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+	case errors.Is(err, mcptoken.ErrKeyReused):
+		return invalidParams("idempotency key reused with other arguments", KeyReused)
+	case errors.Is(err, mcptoken.ErrInProgress):
+		d, _ := mcptoken.RetryAfter(err)
+		data, _ := json.Marshal(idempotencyData{Code: InProgress, RetryAfterMs: max(d.Milliseconds(), 1)})
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "a call with this idempotency key is in progress: retry later", Data: data}
+	case errors.Is(err, mcptoken.ErrIdempotencyStore):
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "idempotency store unavailable: retry later"}
+	case errors.Is(err, mcptoken.ErrNotRecorded):
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "this call completed but its result was not recorded"}
+	}
+	return err
+}
+
+// RetryAfter returns the retry hint of an [InProgress] error as a client
+// sees it (from ClientSession.CallTool), and false for any other error.
+func RetryAfter(err error) (time.Duration, bool) {
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || len(we.Data) == 0 {
+		return 0, false
+	}
+	var d idempotencyData
+	if json.Unmarshal(we.Data, &d) != nil || d.Code != InProgress || d.RetryAfterMs <= 0 {
+		return 0, false
+	}
+	return time.Duration(d.RetryAfterMs) * time.Millisecond, true
+}

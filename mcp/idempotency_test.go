@@ -1,0 +1,455 @@
+package ctokenmcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
+	"github.com/ctoken/ctoken/replay"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// idemKeys seal the recorded results of the tests' idempotent tools.
+var idemKeys = func() *ctoken.Keyring {
+	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		panic(err)
+	}
+	return kr
+}()
+
+// metaCaller is the test's CallerFunc: the caller named in the call's
+// _meta "test/caller" (a stand-in for an authenticated identity).
+func metaCaller(_ context.Context, req mcp.Request) (string, error) {
+	if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil && r.Params.Meta != nil {
+		if s, ok := r.Params.Meta["test/caller"].(string); ok && s != "" {
+			return s, nil
+		}
+	}
+	return "", ErrNoCaller
+}
+
+// payTool is a tool with an effect: each run of it moves money once.
+type payTool struct {
+	effects atomic.Int32
+	gate    chan struct{} // when set, a run waits for it to close
+	started chan struct{} // when set, closed when the first run starts
+}
+
+var payInput = json.RawMessage(`{"type":"object","properties":{"key":{"type":"string","description":"idempotency key: a fresh UUID per payment, the same on every retry"},"amount":{"type":"integer"}},"required":["key","amount"]}`)
+
+func (p *payTool) handler(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	n := p.effects.Add(1)
+	if p.started != nil && n == 1 {
+		close(p.started)
+	}
+	if p.gate != nil {
+		<-p.gate
+	}
+	var in struct {
+		Amount int `json:"amount"`
+	}
+	if err := json.Unmarshal(req.Params.Arguments, &in); err != nil {
+		return nil, err
+	}
+	if in.Amount < 0 {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "negative amount"}}}, nil
+	}
+	if in.Amount == 0 {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "zero amount"}
+	}
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("paid %d (payment %d)", in.Amount, n)}},
+		StructuredContent: map[string]any{"payment": n, "amount": in.Amount, "at": time.Now().UnixNano()},
+	}, nil
+}
+
+// idemServer returns a server whose tool "pay" is p wrapped by an
+// Idempotency on store, changed by edit.
+func idemServer(t testing.TB, p *payTool, store replay.Recorder, edit func(*IdempotencyOptions)) *mcp.Server {
+	t.Helper()
+	opts := IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", KeyFromMeta: true, Lease: 5 * time.Second}, Caller: metaCaller}
+	if edit != nil {
+		edit(&opts)
+	}
+	idem, err := NewIdempotency(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "pay", Version: "v0"}, nil)
+	s.AddTool(&mcp.Tool{Name: "pay", InputSchema: payInput}, idem.Wrap(p.handler))
+	return s
+}
+
+// dropFirstCall is receiving middleware that loses the response of the
+// first tools/call after the handler ran (the client gets an error, as
+// when a connection drops), keeping the result it dropped.
+type dropFirstCall struct {
+	dropped atomic.Bool
+	result  []byte
+}
+
+func (d *dropFirstCall) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		if method == "tools/call" && err == nil && d.dropped.CompareAndSwap(false, true) {
+			d.result, _ = json.Marshal(res)
+			return nil, errors.New("response lost")
+		}
+		return res, err
+	}
+}
+
+func callPay(cs *mcp.ClientSession, caller string, args map[string]any, meta mcp.Meta) (*mcp.CallToolResult, error) {
+	m := mcp.Meta{"test/caller": caller}
+	for k, v := range meta {
+		m[k] = v
+	}
+	return cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "pay", Arguments: args, Meta: m})
+}
+
+func TestIdempotencyLostResponseRetryGetsTheFirstResult(t *testing.T) {
+	cases := []struct {
+		name string
+		args map[string]any
+		meta mcp.Meta
+	}{
+		{"key argument", map[string]any{"key": "pay-1", "amount": 5}, nil},
+		{"key in _meta", map[string]any{"amount": 5}, mcp.Meta{mcptoken.MetaIdempotencyKey: "pay-1"}},
+		{"tool error result", map[string]any{"key": "pay-1", "amount": -5}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := &payTool{}
+			s := idemServer(t, p, replay.NewMemoryStore(100), nil)
+			drop := &dropFirstCall{}
+			s.AddReceivingMiddleware(drop.middleware)
+			cs := connect(t, s, nil)
+			if _, err := callPay(cs, "alice", c.args, c.meta); err == nil {
+				t.Fatal("the first response was not lost")
+			}
+			res, err := callPay(cs, "alice", c.args, c.meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Meta = nil // the SDK's own _meta (serverInfo), added after every middleware
+			got, _ := json.Marshal(res)
+			if p.effects.Load() != 1 || !bytes.Equal(got, drop.result) {
+				t.Fatalf("%d effects; retry got %s, the lost response was %s", p.effects.Load(), got, drop.result)
+			}
+		})
+	}
+}
+
+// dropFirstToolsCall is an http.RoundTripper that lets the first
+// tools/call POST reach the server, reads its whole response, and
+// reports a broken connection instead.
+type dropFirstToolsCall struct {
+	dropped atomic.Bool
+}
+
+func (d *dropFirstToolsCall) RoundTrip(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil {
+		body, _ = io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil && bytes.Contains(body, []byte(`"tools/call"`)) && d.dropped.CompareAndSwap(false, true) {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return nil, errors.New("connection reset after the request was served")
+	}
+	return resp, err
+}
+
+func TestIdempotencyLostResponseOverStreamableHTTP(t *testing.T) {
+	p := &payTool{}
+	s := idemServer(t, p, replay.NewMemoryStore(100), nil)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	rt := &dropFirstToolsCall{}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "v0"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: &http.Client{Transport: rt}, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	args := map[string]any{"key": "pay-http", "amount": 7}
+	if _, err := callPay(cs, "alice", args, nil); err == nil {
+		t.Fatal("the first response was not lost")
+	}
+	if p.effects.Load() != 1 {
+		t.Fatalf("the first call ran %d times", p.effects.Load())
+	}
+	res, err := callPay(cs, "alice", args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := callPay(cs, "alice", args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1, _ := json.Marshal(res)
+	b2, _ := json.Marshal(again)
+	if p.effects.Load() != 1 || !bytes.Equal(b1, b2) || !bytes.Contains(b1, []byte("payment 1")) {
+		t.Fatalf("%d effects; %s then %s", p.effects.Load(), b1, b2)
+	}
+}
+
+func TestIdempotencyAnswers(t *testing.T) {
+	p := &payTool{}
+	cs := connect(t, idemServer(t, p, replay.NewMemoryStore(100), nil), nil)
+	if _, err := callPay(cs, "alice", map[string]any{"key": "k", "amount": 5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name        string
+		caller      string
+		args        map[string]any
+		meta        mcp.Meta
+		code        int64
+		tokenCode   int
+		wantEffects int32
+	}{
+		{"changed argument under the same key", "alice", map[string]any{"key": "k", "amount": 6}, nil, jsonrpc.CodeInvalidParams, KeyReused, 1},
+		{"another caller's same key runs", "bob", map[string]any{"key": "k", "amount": 5}, nil, 0, 0, 2},
+		{"missing key", "alice", map[string]any{"amount": 5}, nil, jsonrpc.CodeInvalidParams, 0, 2},
+		{"malformed key", "alice", map[string]any{"key": "a b", "amount": 5}, nil, jsonrpc.CodeInvalidParams, 0, 2},
+		{"two different keys", "alice", map[string]any{"key": "k", "amount": 5}, mcp.Meta{mcptoken.MetaIdempotencyKey: "other"}, jsonrpc.CodeInvalidParams, 0, 2},
+		{"no caller", "", map[string]any{"key": "k", "amount": 5}, nil, jsonrpc.CodeInternalError, 0, 2},
+		{"handler error releases the key", "alice", map[string]any{"key": "z", "amount": 0}, nil, jsonrpc.CodeInvalidParams, 0, 3},
+		{"the released key runs again", "alice", map[string]any{"key": "z", "amount": 0}, nil, jsonrpc.CodeInvalidParams, 0, 4},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := callPay(cs, c.caller, c.args, c.meta)
+			if c.code == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				wantRPCError(t, err, c.code, c.tokenCode)
+			}
+			if got := p.effects.Load(); got != c.wantEffects {
+				t.Fatalf("%d effects, want %d", got, c.wantEffects)
+			}
+		})
+	}
+}
+
+func TestIdempotencyConcurrentDuplicate(t *testing.T) {
+	for _, wait := range []time.Duration{0, 2 * time.Second} {
+		t.Run(fmt.Sprintf("wait %v", wait), func(t *testing.T) {
+			p := &payTool{gate: make(chan struct{}), started: make(chan struct{})}
+			cs := connect(t, idemServer(t, p, replay.NewMemoryStore(100), func(o *IdempotencyOptions) { o.Wait = wait }), nil)
+			args := map[string]any{"key": "dup", "amount": 5}
+			var wg sync.WaitGroup
+			var first *mcp.CallToolResult
+			var firstErr error
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				first, firstErr = callPay(cs, "alice", args, nil)
+			}()
+			<-p.started
+			if wait == 0 {
+				_, err := callPay(cs, "alice", args, nil)
+				wantRPCError(t, err, jsonrpc.CodeInternalError, InProgress)
+				if d, ok := RetryAfter(err); !ok || d <= 0 || d > time.Second {
+					t.Fatalf("retry after %v, %v", d, ok)
+				}
+				close(p.gate)
+				wg.Wait()
+			} else {
+				time.AfterFunc(50*time.Millisecond, func() { close(p.gate) })
+				second, err := callPay(cs, "alice", args, nil)
+				wg.Wait()
+				b1, _ := json.Marshal(first)
+				b2, _ := json.Marshal(second)
+				if err != nil || !bytes.Equal(b1, b2) {
+					t.Fatalf("waiting duplicate: %s, %v; first %s", b2, err, b1)
+				}
+			}
+			if firstErr != nil || p.effects.Load() != 1 {
+				t.Fatalf("first: %v; %d effects", firstErr, p.effects.Load())
+			}
+		})
+	}
+}
+
+func TestNewIdempotencyRefusesBadOptions(t *testing.T) {
+	cases := map[string]IdempotencyOptions{
+		"no store":                   {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, KeyArgument: "key"}},
+		"no key source":              {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(1)}},
+		"transactional memory store": {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(1), KeyArgument: "key", Transactional: true}},
+	}
+	for name, o := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := NewIdempotency(o); !errors.Is(err, ctoken.ErrConfig) {
+				t.Fatalf("err = %v", err)
+			}
+		})
+	}
+	t.Run("zero Idempotency refuses", func(t *testing.T) {
+		p := &payTool{}
+		_, err := new(Idempotency).Wrap(p.handler)(context.Background(), &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "pay"}})
+		var we *jsonrpc.Error
+		if !errors.As(err, &we) || we.Code != jsonrpc.CodeInternalError || p.effects.Load() != 0 {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestRetryAfterReadsOnlyInProgress(t *testing.T) {
+	cases := map[string]error{
+		"nil":        nil,
+		"plain":      errors.New("x"),
+		"key reused": invalidParams("m", KeyReused),
+		"bad data":   &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Data: json.RawMessage(`{`)},
+		"no hint":    &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Data: json.RawMessage(`{"ctokenCode":1025}`)},
+	}
+	for name, err := range cases {
+		t.Run(name, func(t *testing.T) {
+			if d, ok := RetryAfter(err); ok {
+				t.Fatalf("RetryAfter = %v", d)
+			}
+		})
+	}
+	t.Run("in progress", func(t *testing.T) {
+		err := &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Data: json.RawMessage(`{"ctokenCode":1025,"retryAfterMs":250}`)}
+		if d, ok := RetryAfter(err); !ok || d != 250*time.Millisecond {
+			t.Fatalf("RetryAfter = %v, %v", d, ok)
+		}
+	})
+}
+
+func BenchmarkIdempotentToolCall(b *testing.B) {
+	for _, mode := range []string{"plain", "idempotent"} {
+		b.Run(mode, func(b *testing.B) {
+			p := &payTool{}
+			s := mcp.NewServer(&mcp.Implementation{Name: "pay", Version: "v0"}, nil)
+			if mode == "plain" {
+				s.AddTool(&mcp.Tool{Name: "pay", InputSchema: payInput}, p.handler)
+			} else {
+				s = idemServer(b, p, replay.NewMemoryStore(1<<20), nil)
+			}
+			cs := connect(b, s, nil)
+			i := 0
+			for b.Loop() {
+				i++
+				if _, err := callPay(cs, "alice", map[string]any{"key": fmt.Sprint("k", i), "amount": 5}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+type transferIn struct {
+	Key   string `json:"key"`
+	Cents int    `json:"cents"`
+}
+
+type transferOut struct {
+	Transfer int   `json:"transfer"`
+	At       int64 `json:"at"`
+}
+
+func TestWrapForTypedToolReplaysResultAndOutput(t *testing.T) {
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var effects atomic.Int32
+	s := mcp.NewServer(&mcp.Implementation{Name: "bank", Version: "v0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "pay"}, WrapFor(idem, func(ctx context.Context, req *mcp.CallToolRequest, in transferIn) (*mcp.CallToolResult, transferOut, error) {
+		n := effects.Add(1)
+		if in.Cents == 0 {
+			return nil, transferOut{}, errors.New("zero transfer")
+		}
+		return nil, transferOut{Transfer: int(n), At: time.Now().UnixNano()}, nil
+	}))
+	drop := &dropFirstCall{}
+	s.AddReceivingMiddleware(drop.middleware)
+	cs := connect(t, s, nil)
+	args := map[string]any{"key": "t-1", "cents": 500}
+	if _, err := callPay(cs, "alice", args, nil); err == nil {
+		t.Fatal("the first response was not lost")
+	}
+	t.Run("the retry gets the first result", func(t *testing.T) {
+		res, err := callPay(cs, "alice", args, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Meta = nil
+		got, _ := json.Marshal(res)
+		if effects.Load() != 1 || !bytes.Equal(got, drop.result) {
+			t.Fatalf("%d effects; retry %s, lost %s", effects.Load(), got, drop.result)
+		}
+	})
+	t.Run("changed arguments are refused", func(t *testing.T) {
+		_, err := callPay(cs, "alice", map[string]any{"key": "t-1", "cents": 600}, nil)
+		wantRPCError(t, err, jsonrpc.CodeInvalidParams, KeyReused)
+	})
+	t.Run("a handler error is a tool error result and releases the key", func(t *testing.T) {
+		for want := int32(2); want <= 3; want++ {
+			res, err := callPay(cs, "alice", map[string]any{"key": "t-0", "cents": 0}, nil)
+			if err != nil || !res.IsError || effects.Load() != want {
+				t.Fatalf("%v, %+v; %d effects", err, res, effects.Load())
+			}
+		}
+	})
+}
+
+func TestIdempotencyRecordsTheRoundThatCompletesAMultiRoundTripCall(t *testing.T) {
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked, effects atomic.Int32
+	s := mcp.NewServer(&mcp.Implementation{Name: "deployer", Version: "v0"}, nil)
+	s.AddTool(&mcp.Tool{Name: "pay", InputSchema: payInput}, idem.Wrap(func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.RequestState == "" {
+			asked.Add(1)
+			return &mcp.CallToolResult{
+				InputRequests: mcp.InputRequestMap{"ok": &mcp.ElicitParams{Message: "Pay?", RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}}}},
+				RequestState:  "confirm",
+			}, nil
+		}
+		n := effects.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("paid (payment %d)", n)}}}, nil
+	}))
+	cs := connect(t, s, manual)
+	args := map[string]any{"key": "k", "amount": 5}
+	meta := mcp.Meta{"test/caller": "alice"}
+	round1, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "pay", Arguments: args, Meta: meta})
+	if err != nil || !round1.NeedsInput() {
+		t.Fatalf("round one: %v, %+v", err, round1)
+	}
+	round2 := &mcp.CallToolParams{Name: "pay", Arguments: args, Meta: meta, RequestState: round1.RequestState,
+		InputResponses: mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}}}
+	first, err := cs.CallTool(context.Background(), round2)
+	if err != nil || first.NeedsInput() {
+		t.Fatalf("round two: %v, %+v", err, first)
+	}
+	again, err := cs.CallTool(context.Background(), round2) // the retry of a lost round two
+	b1, _ := json.Marshal(first)
+	b2, _ := json.Marshal(again)
+	if err != nil || !bytes.Equal(b1, b2) || effects.Load() != 1 || asked.Load() != 1 {
+		t.Fatalf("%v; %s then %s; %d effects, asked %d times", err, b1, b2, effects.Load(), asked.Load())
+	}
+}

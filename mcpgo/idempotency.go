@@ -1,0 +1,182 @@
+package ctokenmcpgo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/ctoken/ctoken/mcptoken"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// IdempotencyOptions configures [NewIdempotency]: the store, where the key
+// comes from, the durations and Transactional, as documented at
+// [mcptoken.IdempotencyConfig]; Caller (nil means ContextCaller) and Logger.
+type IdempotencyOptions = mcptoken.IdempotencyOptions[CallerFunc]
+
+// Codes in the _meta of the tool error results an idempotent tool answers
+// with (beside [StateExpired] and [StateInvalid]), local to ctoken.
+const (
+	// KeyReused (1024): the idempotency key was used by this caller for
+	// this tool with other arguments.
+	KeyReused = mcptoken.CodeKeyReused
+	// InProgress (1025): the key's first call still runs; _meta also
+	// holds [MetaRetryAfterMs].
+	InProgress = mcptoken.CodeInProgress
+)
+
+// MetaRetryAfterMs is the _meta member of an [InProgress] tool error
+// result: the milliseconds after which to retry.
+const MetaRetryAfterMs = "retryAfterMs"
+
+// ErrIdempotencyStore is the error (sent as JSON-RPC -32603) of an
+// idempotent call whose store failed, or that retries a call whose result
+// was not recorded.
+var ErrIdempotencyStore = errors.New("ctokenmcpgo: idempotency store unavailable, or the first result was not recorded")
+
+// Idempotency makes the tool handlers it wraps idempotent: see
+// [Idempotency.Wrap]. It is safe for concurrent use.
+type Idempotency struct {
+	core   *mcptoken.Idempotency
+	caller CallerFunc
+}
+
+// NewIdempotency returns an Idempotency for opts, or an error matching
+// ctoken.ErrConfig that names the invalid field (see
+// [mcptoken.NewIdempotency]).
+func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
+	core, err := mcptoken.NewIdempotency(opts.IdempotencyConfig, integration(opts.Logger))
+	if err != nil {
+		return nil, err
+	}
+	return &Idempotency{core: core, caller: callerOr(opts.Caller)}, nil
+}
+
+// Wrap returns a tool handler that runs h at most once per authenticated
+// caller, tool and idempotency key, and answers a retry with the first
+// result, byte for byte (a result with IsError set is a result, recorded
+// and replayed). The key comes from the argument named by KeyArgument
+// (declare it in the tool's input schema; h sees it among the arguments)
+// and/or from _meta [mcptoken.MetaIdempotencyKey]; the other arguments are
+// fingerprinted.
+//
+// h runs with a context that keeps ctx's values but not its cancellation,
+// ending three quarters of the Lease after the key was taken; with
+// Transactional it carries the store's transaction (pgstore.TxFrom,
+// sqlitestore.TxFrom). An error from h is returned as it is, records
+// nothing and releases the key. A result that asks the client for input (a
+// round of a multi round-trip call) is returned as it is and not recorded
+// either: the key is released, and the round that completes the call is
+// the one recorded and replayed (with a transactional store, the writes of
+// a round that asks for input are rolled back).
+//
+// mcp-go (v1.2.1) sends every handler error as -32603, so the refusals that
+// are the client's to act on are tool error results, as [ToolResult] makes
+// them: a missing (unless NonIdempotentWithoutKey) or malformed key (no
+// code); a key used with other arguments (_meta ctokenCode [KeyReused]); a
+// key whose first call still runs after waiting up to Wait (_meta
+// ctokenCode [InProgress] and [MetaRetryAfterMs]). None runs h or consumes
+// the key. A request without an authenticated caller is [ErrNoCaller]; a
+// store failure and the retry of a call whose result was too large to
+// record are [ErrIdempotencyStore]. A zero Idempotency answers every call
+// with ErrIdempotencyStore.
+func (i *Idempotency) Wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if i == nil || i.core == nil || h == nil {
+			return nil, ErrIdempotencyStore
+		}
+		caller, err := i.caller(ctx)
+		if err != nil {
+			caller = "" // refused by the core, and logged, when the call carries a key
+		}
+		var metaKey any
+		if req.Params.Meta != nil {
+			metaKey = req.Params.Meta.AdditionalFields[mcptoken.MetaIdempotencyKey]
+		}
+		args := []byte(req.Params.RawArguments)
+		if len(args) == 0 && req.Params.Arguments != nil {
+			if args, err = json.Marshal(req.Params.Arguments); err != nil {
+				return mcp.NewToolResultError("arguments cannot be encoded"), nil
+			}
+		}
+		var first *mcp.CallToolResult
+		b, err := i.core.Call(ctx, caller, req.Params.Name, args, metaKey, func(hctx context.Context) ([]byte, error) {
+			res, err := h(hctx, req)
+			if err != nil {
+				return nil, err
+			}
+			if res == nil {
+				return nil, errors.New("tool returned no result")
+			}
+			first = res
+			if len(res.InputRequests) > 0 || res.NeedsInput() {
+				return nil, errInputRequired
+			}
+			return json.Marshal(res)
+		})
+		if errors.Is(err, errInputRequired) {
+			return first, nil
+		}
+		if err != nil {
+			return idempotencyResult(err)
+		}
+		var out mcp.CallToolResult
+		if err := json.Unmarshal(b, &out); err != nil {
+			if first != nil {
+				return first, nil
+			}
+			return nil, ErrIdempotencyStore
+		}
+		return &out, nil
+	}
+}
+
+// errInputRequired tells the engine that the tool asked for input: a
+// round of a multi round-trip call, returned as it is and not recorded
+// (the key is released), so that the round that completes the call is the
+// one recorded and replayed.
+var errInputRequired = errors.New("input required: not recorded")
+
+// idempotencyResult maps an error of mcptoken.Idempotency.Call to what
+// the handler returns.
+func idempotencyResult(err error) (*mcp.CallToolResult, error) {
+	switch {
+	case errors.Is(err, mcptoken.ErrIdempotencyKey):
+		return mcp.NewToolResultError(err.Error()), nil
+	case errors.Is(err, mcptoken.ErrKeyReused):
+		res := mcp.NewToolResultError("idempotency key reused with other arguments (ctokenCode 1024)")
+		res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: KeyReused})
+		return res, nil
+	case errors.Is(err, mcptoken.ErrInProgress):
+		d, _ := mcptoken.RetryAfter(err)
+		res := mcp.NewToolResultError("a call with this idempotency key is in progress: retry later (ctokenCode 1025)")
+		res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: InProgress, MetaRetryAfterMs: max(d.Milliseconds(), 1)})
+		return res, nil
+	case errors.Is(err, mcptoken.ErrIdempotencyStore), errors.Is(err, mcptoken.ErrNotRecorded):
+		return nil, ErrIdempotencyStore
+	}
+	return nil, err
+}
+
+// RetryAfter returns the retry hint of an [InProgress] tool error result
+// as a client sees it, and false for any other result.
+func RetryAfter(res *mcp.CallToolResult) (time.Duration, bool) {
+	if TokenCode(res) != InProgress {
+		return 0, false
+	}
+	var ms float64
+	switch v := res.Meta.AdditionalFields[MetaRetryAfterMs].(type) {
+	case float64:
+		ms = v
+	case int64:
+		ms = float64(v)
+	case int:
+		ms = float64(v)
+	}
+	if ms < 1 || ms > float64(time.Hour/time.Millisecond) {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}

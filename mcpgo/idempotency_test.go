@@ -1,0 +1,376 @@
+package ctokenmcpgo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
+	"github.com/ctoken/ctoken/replay"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// idemKeys seal the recorded results of the tests' idempotent tools.
+var idemKeys = func() *ctoken.Keyring {
+	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		panic(err)
+	}
+	return kr
+}()
+
+// payTool is a tool with an effect: each run of it moves money once.
+type payTool struct {
+	effects atomic.Int32
+	gate    chan struct{} // when set, a run waits for it to close
+	started chan struct{} // when set, closed when the first run starts
+}
+
+func (p *payTool) handler(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	n := p.effects.Add(1)
+	if p.started != nil && n == 1 {
+		close(p.started)
+	}
+	if p.gate != nil {
+		<-p.gate
+	}
+	amount := req.GetFloat("amount", 0)
+	if amount < 0 {
+		return mcp.NewToolResultError("negative amount"), nil
+	}
+	if amount == 0 {
+		return nil, errors.New("zero amount")
+	}
+	return mcp.NewToolResultStructured(map[string]any{"payment": n, "amount": amount, "at": time.Now().UnixNano()}, fmt.Sprintf("paid %v (payment %d)", amount, n)), nil
+}
+
+// payServer returns a server whose tool "pay" is p wrapped by an
+// Idempotency on store, changed by edit.
+func payServer(t testing.TB, p *payTool, store replay.Recorder, edit func(*IdempotencyOptions)) *server.MCPServer {
+	t.Helper()
+	opts := IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", KeyFromMeta: true, Lease: 5 * time.Second}}
+	if edit != nil {
+		edit(&opts)
+	}
+	idem, err := NewIdempotency(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := server.NewMCPServer("pay", "v0")
+	s.AddTool(mcp.NewTool("pay",
+		mcp.WithString("key", mcp.Required(), mcp.Description("idempotency key: a fresh UUID per payment, the same on every retry")),
+		mcp.WithNumber("amount", mcp.Required())), idem.Wrap(p.handler))
+	return s
+}
+
+// dropFirst is a client transport that loses the response of the first
+// tools/call after the server answered it.
+type dropFirst struct {
+	transport.Interface
+	dropped atomic.Bool
+}
+
+func (d *dropFirst) SetRequestHandler(h transport.RequestHandler) {
+	if b, ok := d.Interface.(transport.BidirectionalInterface); ok {
+		b.SetRequestHandler(h)
+	}
+}
+
+func (d *dropFirst) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	resp, err := d.Interface.SendRequest(ctx, req)
+	if err == nil && req.Method == "tools/call" && d.dropped.CompareAndSwap(false, true) {
+		return nil, errors.New("connection reset after the request was served")
+	}
+	return resp, err
+}
+
+func payCall(p *peer, args map[string]any, meta map[string]any) (*mcp.CallToolResult, error) {
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "pay"
+	req.Params.Arguments = args
+	if meta != nil {
+		req.Params.Meta = mcp.NewMetaFromMap(meta)
+	}
+	return p.c.CallTool(p.ctx, req)
+}
+
+func TestIdempotencyLostResponseRetryGetsTheFirstResult(t *testing.T) {
+	cases := []struct {
+		name string
+		args map[string]any
+		meta map[string]any
+	}{
+		{"key argument", map[string]any{"key": "pay-1", "amount": 5}, nil},
+		{"key in _meta", map[string]any{"amount": 5}, map[string]any{mcptoken.MetaIdempotencyKey: "pay-1"}},
+		{"tool error result", map[string]any{"key": "pay-1", "amount": -5}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := &payTool{}
+			s := payServer(t, p, replay.NewMemoryStore(100), nil)
+			cl := start(t, &dropFirst{Interface: transport.NewInProcessTransport(s)}, WithCaller(context.Background(), "alice"), nil)
+			if _, err := payCall(cl, c.args, c.meta); err == nil {
+				t.Fatal("the first response was not lost")
+			}
+			r1, err := payCall(cl, c.args, c.meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r2, err := payCall(cl, c.args, c.meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b1, _ := json.Marshal(r1)
+			b2, _ := json.Marshal(r2)
+			if p.effects.Load() != 1 || !bytes.Equal(b1, b2) || !bytes.Contains(b1, []byte("payment 1")) && !r1.IsError {
+				t.Fatalf("%d effects; %s then %s", p.effects.Load(), b1, b2)
+			}
+		})
+	}
+}
+
+// dropFirstToolsCall is an http.RoundTripper that lets the first
+// tools/call POST reach the server, reads its whole response, and reports
+// a broken connection instead.
+type dropFirstToolsCall struct{ dropped atomic.Bool }
+
+func (d *dropFirstToolsCall) RoundTrip(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil {
+		body, _ = io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil && bytes.Contains(body, []byte(`"tools/call"`)) && d.dropped.CompareAndSwap(false, true) {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return nil, errors.New("connection reset after the request was served")
+	}
+	return resp, err
+}
+
+func TestIdempotencyLostResponseOverStreamableHTTP(t *testing.T) {
+	p := &payTool{}
+	endpoint := serveHTTP(t, payServer(t, p, replay.NewMemoryStore(100), nil))
+	tr, err := transport.NewStreamableHTTP(endpoint,
+		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer alice"}),
+		transport.WithHTTPBasicClient(&http.Client{Transport: &dropFirstToolsCall{}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := start(t, tr, context.Background(), nil)
+	args := map[string]any{"key": "pay-http", "amount": 7}
+	if _, err := payCall(cl, args, nil); err == nil {
+		t.Fatal("the first response was not lost")
+	}
+	r1, err := payCall(cl, args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := payCall(cl, args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1, _ := json.Marshal(r1)
+	b2, _ := json.Marshal(r2)
+	if p.effects.Load() != 1 || !bytes.Equal(b1, b2) || !bytes.Contains(b1, []byte("payment 1")) {
+		t.Fatalf("%d effects; %s then %s", p.effects.Load(), b1, b2)
+	}
+}
+
+func TestIdempotencyAnswers(t *testing.T) {
+	p := &payTool{}
+	s := payServer(t, p, replay.NewMemoryStore(100), nil)
+	alice, bob, nobody := inProcess(t, s, "alice", nil), inProcess(t, s, "bob", nil), inProcess(t, s, "", nil)
+	if _, err := payCall(alice, map[string]any{"key": "k", "amount": 5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name        string
+		peer        *peer
+		args        map[string]any
+		meta        map[string]any
+		isError     bool
+		code        int
+		rpcError    bool
+		wantEffects int32
+	}{
+		{"changed argument under the same key", alice, map[string]any{"key": "k", "amount": 6}, nil, true, KeyReused, false, 1},
+		{"another caller's same key runs", bob, map[string]any{"key": "k", "amount": 5}, nil, false, 0, false, 2},
+		{"missing key", alice, map[string]any{"amount": 5}, nil, true, 0, false, 2},
+		{"malformed key", alice, map[string]any{"key": "a b", "amount": 5}, nil, true, 0, false, 2},
+		{"two different keys", alice, map[string]any{"key": "k", "amount": 5}, map[string]any{mcptoken.MetaIdempotencyKey: "other"}, true, 0, false, 2},
+		{"no caller", nobody, map[string]any{"key": "k", "amount": 5}, nil, false, 0, true, 2},
+		{"handler error releases the key", alice, map[string]any{"key": "z", "amount": 0}, nil, false, 0, true, 3},
+		{"the released key runs again", alice, map[string]any{"key": "z", "amount": 0}, nil, false, 0, true, 4},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := payCall(c.peer, c.args, c.meta)
+			switch {
+			case c.rpcError:
+				if err == nil {
+					t.Fatalf("no JSON-RPC error: %+v", res)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case res.IsError != c.isError || TokenCode(res) != c.code:
+				t.Fatalf("isError %v, code %d: %s", res.IsError, TokenCode(res), text(res))
+			}
+			if got := p.effects.Load(); got != c.wantEffects {
+				t.Fatalf("%d effects, want %d", got, c.wantEffects)
+			}
+		})
+	}
+}
+
+func TestIdempotencyConcurrentDuplicate(t *testing.T) {
+	for _, wait := range []time.Duration{0, 2 * time.Second} {
+		t.Run(fmt.Sprintf("wait %v", wait), func(t *testing.T) {
+			p := &payTool{gate: make(chan struct{}), started: make(chan struct{})}
+			s := payServer(t, p, replay.NewMemoryStore(100), func(o *IdempotencyOptions) { o.Wait = wait })
+			c1, c2 := inProcess(t, s, "alice", nil), inProcess(t, s, "alice", nil)
+			args := map[string]any{"key": "dup", "amount": 5}
+			var wg sync.WaitGroup
+			var first *mcp.CallToolResult
+			var firstErr error
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				first, firstErr = payCall(c1, args, nil)
+			}()
+			<-p.started
+			if wait == 0 {
+				res, err := payCall(c2, args, nil)
+				if err != nil || TokenCode(res) != InProgress {
+					t.Fatalf("%v, %+v", err, res)
+				}
+				if d, ok := RetryAfter(res); !ok || d <= 0 || d > time.Second {
+					t.Fatalf("retry after %v, %v", d, ok)
+				}
+				close(p.gate)
+				wg.Wait()
+			} else {
+				time.AfterFunc(50*time.Millisecond, func() { close(p.gate) })
+				second, err := payCall(c2, args, nil)
+				wg.Wait()
+				b1, _ := json.Marshal(first)
+				b2, _ := json.Marshal(second)
+				if err != nil || !bytes.Equal(b1, b2) {
+					t.Fatalf("waiting duplicate: %s, %v; first %s", b2, err, b1)
+				}
+			}
+			if firstErr != nil || p.effects.Load() != 1 {
+				t.Fatalf("first: %v; %d effects", firstErr, p.effects.Load())
+			}
+		})
+	}
+}
+
+func TestNewIdempotencyRefusesBadOptions(t *testing.T) {
+	cases := map[string]IdempotencyOptions{
+		"no store":                   {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, KeyArgument: "key"}},
+		"no key source":              {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(1)}},
+		"transactional memory store": {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(1), KeyArgument: "key", Transactional: true}},
+	}
+	for name, o := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := NewIdempotency(o); !errors.Is(err, ctoken.ErrConfig) {
+				t.Fatalf("err = %v", err)
+			}
+		})
+	}
+	t.Run("zero Idempotency refuses", func(t *testing.T) {
+		p := &payTool{}
+		if _, err := new(Idempotency).Wrap(p.handler)(context.Background(), mcp.CallToolRequest{}); !errors.Is(err, ErrIdempotencyStore) || p.effects.Load() != 0 {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestRetryAfterReadsOnlyInProgress(t *testing.T) {
+	inProgress := func(ms any) *mcp.CallToolResult {
+		res := mcp.NewToolResultError("busy")
+		res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: float64(InProgress), MetaRetryAfterMs: ms})
+		return res
+	}
+	cases := map[string]*mcp.CallToolResult{
+		"nil":          nil,
+		"plain result": mcp.NewToolResultText("ok"),
+		"no hint":      inProgress(nil),
+		"zero hint":    inProgress(0.0),
+		"huge hint":    inProgress(1e12),
+	}
+	for name, res := range cases {
+		t.Run(name, func(t *testing.T) {
+			if d, ok := RetryAfter(res); ok {
+				t.Fatalf("RetryAfter = %v", d)
+			}
+		})
+	}
+	if d, ok := RetryAfter(inProgress(250.0)); !ok || d != 250*time.Millisecond {
+		t.Fatalf("RetryAfter = %v, %v", d, ok)
+	}
+}
+
+func BenchmarkIdempotentToolCall(b *testing.B) {
+	for _, mode := range []string{"plain", "idempotent"} {
+		b.Run(mode, func(b *testing.B) {
+			p := &payTool{}
+			s := payServer(b, p, replay.NewMemoryStore(1<<20), nil)
+			if mode == "plain" {
+				s = server.NewMCPServer("pay", "v0")
+				s.AddTool(mcp.NewTool("pay", mcp.WithString("key"), mcp.WithNumber("amount")), p.handler)
+			}
+			cl := inProcess(b, s, "alice", nil)
+			i := 0
+			for b.Loop() {
+				i++
+				if _, err := payCall(cl, map[string]any{"key": fmt.Sprint("k", i), "amount": 5}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestIdempotencyRecordsTheRoundThatCompletesAMultiRoundTripCall(t *testing.T) {
+	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var effects atomic.Int32
+	s := server.NewMCPServer("deployer", "v0")
+	s.AddTool(mcp.NewTool("pay", mcp.WithString("key", mcp.Required())), idem.Wrap(func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.RequestState == "" {
+			return server.NewInputRequestBuilder("confirm").Elicit("ok", mcp.ElicitationParams{Message: "pay?", RequestedSchema: confirmSchema}).ToolResult(), nil
+		}
+		if !accepted(server.ElicitationResponse(req.Params.InputResponses, "ok")) {
+			return mcp.NewToolResultText("cancelled"), nil
+		}
+		return mcp.NewToolResultText(fmt.Sprintf("paid (payment %d)", effects.Add(1))), nil
+	}))
+	e := &elicitor{answer: true}
+	cl := inProcess(t, s, "alice", e)
+	first, err := payCall(cl, map[string]any{"key": "k"}, nil) // the client answers the input request and retries
+	if err != nil || text(first) != "paid (payment 1)" {
+		t.Fatalf("%v, %q", err, text(first))
+	}
+	again, err := payCall(cl, map[string]any{"key": "k"}, nil) // a retry of the whole call
+	b1, _ := json.Marshal(first)
+	b2, _ := json.Marshal(again)
+	if err != nil || !bytes.Equal(b1, b2) || effects.Load() != 1 || e.asked.Load() != 1 {
+		t.Fatalf("%v; %s then %s; %d effects, asked %d times", err, b1, b2, effects.Load(), e.asked.Load())
+	}
+}

@@ -1,0 +1,391 @@
+package mcptoken
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
+)
+
+// Codes of a refused idempotent tool call, local to ctoken like
+// [CodeStateExpired] and [CodeStateInvalid].
+const (
+	// CodeKeyReused tells a client that its idempotency key was used by
+	// this caller for this tool with other arguments: [ErrKeyReused].
+	CodeKeyReused = 1024
+	// CodeInProgress tells a client that a call with its key is still
+	// running: retry it after the hint ([ErrInProgress]).
+	CodeInProgress = 1025
+)
+
+// MetaIdempotencyKey is the _meta member of a tools/call that may carry the
+// idempotency key ([IdempotencyConfig].KeyFromMeta). SEP-3182 proposed an
+// idempotencyKey member of the tools/call params themselves; it was closed
+// unmerged, and neither SDK reads such a member, so ctoken reads a _meta
+// member under its own prefix instead.
+const MetaIdempotencyKey = "ctoken/idempotencyKey"
+
+// Defaults and limits of an [IdempotencyConfig], as the idempotency
+// package's.
+const (
+	// DefaultIdempotencyWindow is how long a completed call is remembered.
+	DefaultIdempotencyWindow = 24 * time.Hour
+	// DefaultIdempotencyLease is how long one call may hold its key.
+	DefaultIdempotencyLease = time.Minute
+	// DefaultMaxIdempotencyKeyBytes is the longest key.
+	DefaultMaxIdempotencyKeyBytes = 255
+	// MaxIdempotencyKeyBytes is the largest MaxKeyBytes.
+	MaxIdempotencyKeyBytes = 4096
+)
+
+// Errors of an idempotent tool call (match with errors.Is).
+var (
+	// ErrIdempotencyKey reports a call without a key that must carry one,
+	// or whose key is malformed (not a string of 1 to MaxKeyBytes visible
+	// ASCII bytes other than '"', '\', ',' and ';'), or that carries two
+	// different keys (argument and _meta). The tool did not run.
+	ErrIdempotencyKey = errors.New("mcptoken: missing or malformed idempotency key")
+	// ErrKeyReused reports a key this caller used for this tool with
+	// other arguments: the tool did not run (code [CodeKeyReused]).
+	ErrKeyReused = errors.New("mcptoken: idempotency key reused with other arguments")
+	// ErrInProgress reports a key whose first call still runs: the tool
+	// did not run again; [RetryAfter] tells when to retry (code
+	// [CodeInProgress]).
+	ErrInProgress = errors.New("mcptoken: a call with this idempotency key is in progress")
+	// ErrIdempotencyStore reports a replay store that could not answer,
+	// or a transactional call whose commit failed: the client should
+	// retry. Before the tool ran nothing was taken; after, the key is
+	// released, or left leased when the outcome is unknown (a retry is
+	// then busy, then replayed or run, never run beside the first).
+	ErrIdempotencyStore = errors.New("mcptoken: idempotency store failed")
+	// ErrNotRecorded reports a retry of a call that completed but whose
+	// result could not be recorded (too large for the store), whose
+	// record does not open (edited in the store, moved to another call,
+	// sealed under a key no longer in Keys), or whose store ID is taken by
+	// something else: the tool does not run again.
+	ErrNotRecorded = errors.New("mcptoken: the first result of this call was not recorded")
+)
+
+// RetryAfter returns the retry hint of an [ErrInProgress] error of
+// [Idempotency.Call], and false for any other error.
+func RetryAfter(err error) (time.Duration, bool) {
+	var b *busyError
+	if errors.As(err, &b) {
+		return b.retryAfter, true
+	}
+	return 0, false
+}
+
+// IdempotencyConfig configures [NewIdempotency]. Zero durations and sizes
+// mean the documented defaults; negative ones are refused.
+type IdempotencyConfig struct {
+	// Keys seal every recorded result, and is required: the store holds
+	// each result encrypted and authenticated (XAES-256-GCM under a
+	// subkey of the primary key, bound to the call's store ID and
+	// fingerprint), never in clear, as the idempotency middleware holds
+	// its responses. A record that does not open is never replayed
+	// ([ErrNotRecorded]). Rotate as for tokens: a new primary first, the
+	// previous keys after it until Window has passed.
+	Keys *ctoken.Keyring
+	// Store records each call's result. Required. Every replay.Recorder
+	// serves: replay.MemoryStore (one process, forgotten on restart),
+	// redisstore, pgstore, sqlitestore.
+	Store replay.Recorder
+	// KeyArgument names the tool argument that carries the key, a JSON
+	// string; declare it in the tool's input schema so that every client,
+	// a model included, can fill it. It is removed from the arguments
+	// before they are fingerprinted. Empty: keys come from _meta only.
+	KeyArgument string
+	// KeyFromMeta accepts the key in the call's _meta member
+	// [MetaIdempotencyKey]. A call that carries the key both there and in
+	// KeyArgument must carry the same key. At least one of KeyArgument
+	// and KeyFromMeta is required.
+	KeyFromMeta bool
+	// NonIdempotentWithoutKey runs a call that carries no key as a plain,
+	// non-idempotent call (logged at Warn per call, and when built). By
+	// default such a call is refused with [ErrIdempotencyKey].
+	NonIdempotentWithoutKey bool
+	// Window is how long a completed call is remembered: its retries get
+	// its result. Zero means [DefaultIdempotencyWindow]; it must be longer
+	// than Lease.
+	Window time.Duration
+	// Lease is how long one call may hold its key; the tool's context
+	// ends after three quarters of it. Zero means
+	// [DefaultIdempotencyLease].
+	Lease time.Duration
+	// Wait makes a duplicate of a running call wait up to this long for
+	// its result instead of being refused with [ErrInProgress] at once.
+	// Zero: no wait; it must be less than Lease.
+	Wait time.Duration
+	// MaxKeyBytes is the longest key. Zero means
+	// [DefaultMaxIdempotencyKeyBytes]; at most [MaxIdempotencyKeyBytes].
+	MaxKeyBytes int
+	// Transactional runs the tool in a transaction of Store, which must
+	// be a replay.Transactor (pgstore, sqlitestore): the tool's writes,
+	// made through the transaction its context carries
+	// (pgstore.TxFrom, sqlitestore.TxFrom), commit with the record, or
+	// not at all.
+	Transactional bool
+}
+
+// IdempotencyOptions configures the Idempotency of an SDK module, whose
+// caller function has type C (ctokenmcp.IdempotencyOptions and
+// ctokenmcpgo.IdempotencyOptions are this type for their CallerFunc).
+type IdempotencyOptions[C any] struct {
+	IdempotencyConfig
+	// Caller finds the authenticated caller, the scope of every key; nil
+	// means the module's default.
+	Caller C
+	// Logger receives store failures and refusals (never a key, a caller
+	// or a result). Nil discards them.
+	Logger *slog.Logger
+}
+
+// Idempotency runs tool calls at most once per caller, tool and key, and
+// answers the retries of a call with its first result. It is safe for
+// concurrent use. A zero Idempotency refuses every call with
+// [ErrIdempotencyStore].
+type Idempotency struct {
+	e        *engine
+	arg      string
+	meta     bool
+	optional bool
+	maxKey   int
+	in       *Integration
+}
+
+// NewIdempotency returns an Idempotency for cfg, reporting through in, or
+// an error matching ctoken.ErrConfig that names the invalid field: no
+// Keys, no Store, neither KeyArgument nor KeyFromMeta, a negative or inconsistent
+// duration, a MaxKeyBytes out of range, Transactional with a Store that
+// is not a replay.Transactor.
+func NewIdempotency(cfg IdempotencyConfig, in *Integration) (*Idempotency, error) {
+	if err := in.check("NewIdempotency"); err != nil {
+		return nil, err
+	}
+	bad := func(msg string) error {
+		return fmt.Errorf("%s: NewIdempotency: %w: %s", in.Name, ctoken.ErrConfig, msg)
+	}
+	if cfg.Store == nil {
+		return nil, bad("Store is nil")
+	}
+	seal, ok := newRecordSealer(cfg.Keys)
+	if !ok {
+		return nil, bad("Keys is nil or an empty keyring (recorded results are sealed with it)")
+	}
+	if cfg.KeyArgument == "" && !cfg.KeyFromMeta {
+		return nil, bad("neither KeyArgument nor KeyFromMeta is set: no call could carry a key")
+	}
+	window, lease := cfg.Window, cfg.Lease
+	if window == 0 {
+		window = DefaultIdempotencyWindow
+	}
+	if lease == 0 {
+		lease = DefaultIdempotencyLease
+	}
+	switch {
+	case window < 0 || lease < 0 || cfg.Wait < 0:
+		return nil, bad("Window, Lease or Wait is negative")
+	case lease < time.Millisecond:
+		return nil, bad("Lease is under a millisecond")
+	case window <= lease:
+		return nil, bad("Window is not longer than Lease")
+	case cfg.Wait >= lease:
+		return nil, bad("Wait is not less than Lease")
+	}
+	maxKey := cfg.MaxKeyBytes
+	if maxKey == 0 {
+		maxKey = DefaultMaxIdempotencyKeyBytes
+	}
+	if maxKey < 0 || maxKey > MaxIdempotencyKeyBytes {
+		return nil, bad("MaxKeyBytes is negative or over MaxIdempotencyKeyBytes")
+	}
+	e := &engine{store: cfg.Store, lease: lease, window: window, wait: cfg.Wait, name: in.Name, log: in.Log, seal: seal}
+	if cfg.Transactional {
+		tx, ok := cfg.Store.(replay.Transactor)
+		if !ok {
+			return nil, bad("Transactional is set but Store is not a replay.Transactor (pgstore, sqlitestore)")
+		}
+		e.tx = tx
+	}
+	if cfg.NonIdempotentWithoutKey {
+		in.Logger().LogAttrs(context.Background(), slog.LevelWarn,
+			in.Name+": NonIdempotentWithoutKey: a tool call without an idempotency key runs without protection; a retry of it runs the tool again")
+	}
+	return &Idempotency{e: e, arg: cfg.KeyArgument, meta: cfg.KeyFromMeta, optional: cfg.NonIdempotentWithoutKey, maxKey: maxKey, in: in}, nil
+}
+
+// RunFunc runs a tool call and returns its result as the JSON text the
+// client is sent, or an error, which records nothing: the key is released
+// and a retry runs the tool again. ctx carries the store's transaction
+// when the Idempotency is Transactional.
+type RunFunc func(ctx context.Context) ([]byte, error)
+
+// Call runs run for the call of tool by caller with the arguments args
+// (JSON text of an object; nil or blank is {}) and metaKey, the value of
+// the call's _meta member [MetaIdempotencyKey] (nil when absent), at most
+// once per caller, tool and key, and returns its result: the one run
+// returned, or, for a retry of a call that completed, the one it
+// recorded, byte for byte. The key is taken from args[KeyArgument] and
+// metaKey and validated before anything else.
+//
+// Refusals, none of which runs the tool or consumes the key:
+// [ErrIdempotencyKey] (no key where one is required, a malformed key, two
+// different keys, arguments that are not a JSON object); the error of
+// in.NoCaller for an empty caller; [ErrKeyReused] for a key used with
+// other arguments; [ErrInProgress] for a key whose call still runs (after
+// waiting up to Wait); [ErrIdempotencyStore] for a store that failed;
+// [ErrNotRecorded] for a retry of a call whose result was not recorded.
+// The error of run is returned as it is.
+func (i *Idempotency) Call(ctx context.Context, caller, tool string, args []byte, metaKey any, run RunFunc) ([]byte, error) {
+	if i == nil || i.e == nil || run == nil {
+		return nil, ErrIdempotencyStore
+	}
+	key, rest, err := i.extract(args, metaKey)
+	if err != nil {
+		return nil, err
+	}
+	if key == "" {
+		i.in.Logger().LogAttrs(ctx, slog.LevelWarn, i.in.Name+": NonIdempotentWithoutKey: a tool call without an idempotency key runs unprotected", slog.String("tool", tool))
+		return run(ctx)
+	}
+	if err := i.in.anonymous(ctx, caller); err != nil {
+		return nil, err
+	}
+	fp, err := ctoken.ArgsFingerprint(json.RawMessage(rest))
+	if err != nil {
+		return nil, fmt.Errorf("%w: arguments: %w", ErrIdempotencyKey, err)
+	}
+	stored := append([]byte{idemFingerprintVersion}, fp[:]...)
+	res, _, err := i.e.do(ctx, storeIDOfCall(caller, tool, key), stored, runFunc(run))
+	if err == nil {
+		return res, nil
+	}
+	return nil, i.refusal(ctx, tool, err)
+}
+
+// idemFingerprintVersion begins every fingerprint an Idempotency stores.
+const idemFingerprintVersion = 1
+
+// refusal maps an engine error to Call's documented errors, logging the
+// server's faults.
+func (i *Idempotency) refusal(ctx context.Context, tool string, err error) error {
+	log := func(msg string) {
+		i.in.Logger().LogAttrs(ctx, slog.LevelError, i.in.Name+": "+msg, slog.String("tool", tool), slog.String("error", err.Error()))
+	}
+	switch {
+	case errors.Is(err, errBusy):
+		return fmt.Errorf("%w: %w", ErrInProgress, err)
+	case errors.Is(err, errFingerprint):
+		return ErrKeyReused
+	case errors.Is(err, errNoResult):
+		log("retry of an idempotent call whose result was not recorded (too large, or its store ID taken by something else)")
+		return ErrNotRecorded
+	case errors.Is(err, errRecordForged):
+		log("the recorded result does not open (edited in the store, moved to another call, or sealed under a key no longer in Keys): not replayed, and the tool not run again")
+		return ErrNotRecorded
+	case errors.Is(err, errEngineStore) && ctx.Err() != nil:
+		// The caller went away before the tool ran: nothing was taken.
+		return fmt.Errorf("%w: %w", ErrIdempotencyStore, err)
+	case errors.Is(err, errEngineStore), errors.Is(err, errUnknownOutcome):
+		log("idempotency store failed")
+		return fmt.Errorf("%w: %w", ErrIdempotencyStore, err)
+	}
+	return err // run's own error
+}
+
+// extract returns the key of a call (empty when it carries none and may
+// run without) and its arguments without the key argument, as JSON text.
+func (i *Idempotency) extract(args []byte, metaKey any) (key string, rest []byte, err error) {
+	rest = args
+	if len(bytes.TrimSpace(args)) == 0 {
+		rest = []byte("{}")
+	}
+	var argKey, mKey string
+	var haveArg, haveMeta bool
+	if i.arg != "" {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(rest, &obj) != nil || obj == nil {
+			return "", nil, fmt.Errorf("%w: the arguments are not a JSON object", ErrIdempotencyKey)
+		}
+		if raw, ok := obj[i.arg]; ok {
+			var s string
+			if json.Unmarshal(raw, &s) != nil {
+				return "", nil, fmt.Errorf("%w: the key argument is not a string", ErrIdempotencyKey)
+			}
+			argKey, haveArg = s, true
+			delete(obj, i.arg)
+			if rest, err = json.Marshal(obj); err != nil {
+				return "", nil, fmt.Errorf("%w: %w", ErrIdempotencyKey, err)
+			}
+		}
+	}
+	if i.meta && metaKey != nil {
+		s, ok := metaKey.(string)
+		if !ok {
+			return "", nil, fmt.Errorf("%w: _meta %s is not a string", ErrIdempotencyKey, MetaIdempotencyKey)
+		}
+		mKey, haveMeta = s, true
+	}
+	switch {
+	case haveArg && haveMeta && argKey != mKey:
+		return "", nil, fmt.Errorf("%w: the key argument and _meta %s differ", ErrIdempotencyKey, MetaIdempotencyKey)
+	case haveArg:
+		key = argKey
+	case haveMeta:
+		key = mKey
+	case i.optional:
+		return "", rest, nil
+	default:
+		return "", nil, fmt.Errorf("%w: the call carries no key", ErrIdempotencyKey)
+	}
+	if err := checkIdempotencyKey(key, i.maxKey); err != nil {
+		return "", nil, err
+	}
+	return key, rest, nil
+}
+
+// checkIdempotencyKey returns nil for a key of 1 to maxBytes bytes of
+// visible ASCII other than '"', '\', ',' and ';' (the bare keys
+// idempotency.ParseKey accepts), and an error matching
+// [ErrIdempotencyKey] that never contains the key otherwise.
+func checkIdempotencyKey(key string, maxBytes int) error {
+	if key == "" || len(key) > maxBytes {
+		return fmt.Errorf("%w: the key is empty or over %d bytes", ErrIdempotencyKey, maxBytes)
+	}
+	for j := 0; j < len(key); j++ {
+		if c := key[j]; c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == ',' || c == ';' {
+			return fmt.Errorf("%w: the key holds a byte outside visible ASCII, or one of \" \\ , ;", ErrIdempotencyKey)
+		}
+	}
+	return nil
+}
+
+// storeIDDomain separates the store-ID hash of an idempotent tool call
+// from every other SHA-256 use (the HTTP middleware's has its own).
+const storeIDDomain = "ctoken/mcp idempotent tool call v1\x00"
+
+// storeIDOfCall returns the replay-store ID of an idempotent call of tool
+// by caller with key: "mcpidem:" + base64url (no padding) of SHA-256 over a
+// domain label and the three strings, each preceded by its length as 8
+// bytes big-endian, so no two triples share an ID, no ID is shared with
+// the HTTP middleware's, and the store never holds the caller or the key
+// in clear. It is not a secret.
+func storeIDOfCall(caller, tool, key string) string {
+	b := []byte(storeIDDomain)
+	for _, s := range [...]string{caller, tool, key} {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	sum := sha256.Sum256(b)
+	return "mcpidem:" + base64.RawURLEncoding.EncodeToString(sum[:])
+}

@@ -1,0 +1,179 @@
+package pgstore
+
+// Idempotent MCP tool calls (mcptoken.Idempotency, the engine under
+// ctokenmcp's and ctokenmcpgo's Idempotency.Wrap) on a real PostgreSQL:
+// the tool's effect is a row in a table with no unique key, so an effect
+// kept twice shows as two rows. The SDK wrappers are driven by the SDKs'
+// own clients in their modules; here the retry of a lost response is the
+// same call made again.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"github.com/ctoken/ctoken"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ctoken/ctoken/mcptoken"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// idemKeys seal the recorded results of the tests' idempotent tools.
+var idemKeys = func() *ctoken.Keyring {
+	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		panic(err)
+	}
+	return kr
+}()
+
+// mcpIntegration is a minimal mcptoken.Integration for the tests.
+func mcpIntegration() *mcptoken.Integration {
+	return &mcptoken.Integration{
+		Name:     "test",
+		NoCaller: func() error { return errors.New("no caller") },
+		Refused:  func(mcptoken.Refusal) error { return errors.New("refused") },
+	}
+}
+
+// paymentsTable creates the tool's table, one row per payment kept and no
+// unique key, dropped when t ends.
+func paymentsTable(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	b := make([]byte, 6)
+	rand.Read(b)
+	name := "mcp_payments_" + hex.EncodeToString(b)
+	if _, err := pool.Exec(context.Background(), "create table "+name+" (amount int not null)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), "drop table "+name) })
+	return name
+}
+
+func paymentRows(t testing.TB, pool *pgxpool.Pool, table string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "select count(*) from "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestMCPIdempotencyOnPostgreSQL(t *testing.T) {
+	for _, transactional := range []bool{false, true} {
+		t.Run(fmt.Sprintf("transactional %v", transactional), func(t *testing.T) {
+			p := needServer(t)
+			pool := p.pool(t)
+			store := storeOn(t, pool)
+			table := paymentsTable(t, pool)
+			idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", Transactional: transactional}, mcpIntegration())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int32
+			fail := atomic.Bool{}
+			pay := func(ctx context.Context) ([]byte, error) {
+				n := runs.Add(1)
+				if transactional {
+					tx, err := TxFrom(ctx)
+					if err != nil {
+						return nil, err
+					}
+					if _, err := tx.Exec(ctx, "insert into "+table+" values (5)"); err != nil {
+						return nil, err
+					}
+				} else if _, err := pool.Exec(ctx, "insert into "+table+" values (5)"); err != nil {
+					return nil, err
+				}
+				if fail.Load() {
+					return nil, errors.New("the tool failed after its write")
+				}
+				return []byte(fmt.Sprintf(`{"content":[{"type":"text","text":"payment %d"}]}`, n)), nil
+			}
+			ctx := context.Background()
+			args := []byte(`{"key":"pay-1","amount":5}`)
+			first, err := idem.Call(ctx, "alice", "pay", args, nil, pay) // the response is lost
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Run("the retry gets the first result", func(t *testing.T) {
+				again, err := idem.Call(ctx, "alice", "pay", args, nil, pay)
+				if err != nil || !bytes.Equal(again, first) || runs.Load() != 1 || paymentRows(t, pool, table) != 1 {
+					t.Fatalf("%q, %v; %d runs, %d rows", again, err, runs.Load(), paymentRows(t, pool, table))
+				}
+			})
+			t.Run("changed arguments are refused", func(t *testing.T) {
+				if _, err := idem.Call(ctx, "alice", "pay", []byte(`{"key":"pay-1","amount":6}`), nil, pay); !errors.Is(err, mcptoken.ErrKeyReused) {
+					t.Fatalf("err = %v", err)
+				}
+			})
+			t.Run("another caller's key is its own", func(t *testing.T) {
+				if _, err := idem.Call(ctx, "bob", "pay", args, nil, pay); err != nil || runs.Load() != 2 {
+					t.Fatalf("%v; %d runs", err, runs.Load())
+				}
+			})
+			if !transactional {
+				return
+			}
+			t.Run("a tool failure keeps neither its write nor a record", func(t *testing.T) {
+				fail.Store(true)
+				before := paymentRows(t, pool, table)
+				if _, err := idem.Call(ctx, "alice", "pay", []byte(`{"key":"pay-2","amount":5}`), nil, pay); err == nil {
+					t.Fatal("the failure was not returned")
+				}
+				if paymentRows(t, pool, table) != before {
+					t.Fatal("the failed tool's write was kept")
+				}
+				fail.Store(false)
+				if _, err := idem.Call(ctx, "alice", "pay", []byte(`{"key":"pay-2","amount":5}`), nil, pay); err != nil {
+					t.Fatalf("the released key did not run again: %v", err)
+				}
+				if paymentRows(t, pool, table) != before+1 {
+					t.Fatal("the retry's write and record did not commit together")
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkMCPIdempotentCall is an idempotent tool call against the same
+// tool without it, on PostgreSQL: the tool writes one row in both.
+func BenchmarkMCPIdempotentCall(b *testing.B) {
+	p := needServer(b)
+	pool := p.pool(b)
+	store := storeOn(b, pool)
+	table := paymentsTable(b, pool)
+	for _, mode := range []string{"plain", "idempotent", "transactional"} {
+		b.Run(mode, func(b *testing.B) {
+			idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", Transactional: mode == "transactional"}, mcpIntegration())
+			if err != nil {
+				b.Fatal(err)
+			}
+			pay := func(ctx context.Context) ([]byte, error) {
+				if tx, err := TxFrom(ctx); err == nil {
+					_, err = tx.Exec(ctx, "insert into "+table+" values (5)")
+					return []byte(`{"content":[]}`), err
+				}
+				_, err := pool.Exec(ctx, "insert into "+table+" values (5)")
+				return []byte(`{"content":[]}`), err
+			}
+			prefix, i := uniquePrefix(), 0 // a fresh key per call, in every run
+			for b.Loop() {
+				i++
+				if mode == "plain" {
+					if _, err := pay(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+					continue
+				}
+				if _, err := idem.Call(context.Background(), "alice", "pay", []byte(fmt.Sprintf(`{"key":"%s%d","amount":5}`, prefix, i)), nil, pay); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
