@@ -262,6 +262,7 @@ type Store struct {
 	prefix  string
 	timeout time.Duration
 	direct  bool // calls run on the caller's goroutine: see [call]
+	simple  bool // the pool's DefaultQueryExecMode is the simple protocol (work.go)
 	durable atomic.Pointer[Durability]
 	refusal atomic.Pointer[error] // set by the recheck while a check of New fails
 	checks  checks
@@ -377,6 +378,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 		s.sweepBatch = DefaultSweepBatch
 	}
 	s.direct = honoursContext(pool)
+	s.simple = pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol
 	s.prepare()
 
 	s.checks = checks{

@@ -81,6 +81,22 @@ type txKey struct{}
 // refuses every statement, with an error matching [pgx.ErrTxClosed], once
 // the Work has ended. Its Conn returns nil: a statement sent on the
 // connection itself would escape that lock and that end.
+//
+// It is the only transaction the handler can write in: every statement is
+// sent with the extended protocol, one statement per string (the server
+// refuses "COMMIT; BEGIN"; a pool whose DefaultQueryExecMode is the simple
+// protocol has its statements sent with [pgx.QueryExecModeExec], and its
+// batches refused), and a statement that would end, replace or outlive the
+// transaction (COMMIT, ROLLBACK, SAVEPOINT as SQL, SET other than SET
+// LOCAL, DISCARD, PREPARE, ...) is refused unsent; the Work's Commit then
+// rolls back, with an error matching [replay.ErrRolledBack]. Behind that,
+// the Work's Commit checks in its fence statement that it runs in the
+// transaction the work began (by its transaction id): if SQL sent some
+// other way ended it, Commit never succeeds, reports neither
+// [replay.ErrRolledBack] nor [replay.ErrLeaseLost] (writes before the end
+// may be committed), and records the key as done without a record, so the
+// work is never run again. The Work's COMMIT runs with the
+// synchronous_commit [New] accepted, whatever SET LOCAL the handler sent.
 func TxFrom(ctx context.Context) (pgx.Tx, error) {
 	if tx := txOf(ctx); tx != nil {
 		return tx, nil
@@ -154,17 +170,29 @@ func (s *Store) prepareWork() {
 	// reason that applies is reported: the table forgot its claims, until
 	// is not after the database's clock, the lease is no longer live and
 	// the holder's.
-	s.fenceSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp()),
+	//
+	// $6 is the transaction id the work's BEGIN read (NULL when BEGIN is
+	// sent in the fence's own pipeline): a fence that runs in any other
+	// transaction (the handler's SQL ended the work's and began another)
+	// matches no row and fails as escaped, checked first, in the same
+	// statement. $7 is the synchronous_commit New and the recheck
+	// accepted, set for the rest of the transaction (its COMMIT), so a
+	// handler's SET LOCAL synchronous_commit = off cannot make the commit
+	// the middleware acknowledges one a crash forgets.
+	s.fenceSQL = `WITH x AS (SELECT $6::bigint IS NULL OR txid_current() = $6::bigint AS same),
+m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp()),
 up AS (
   UPDATE ` + t + ` SET state = 'd', until = $3::timestamptz, fingerprint = $4::bytea, result = $5::bytea
   WHERE key = $1::bytea AND state = 'l' AND token = $2::text AND until > statement_timestamp()
-    AND $3::timestamptz > statement_timestamp() AND EXISTS (SELECT 1 FROM m)
+    AND $3::timestamptz > statement_timestamp() AND EXISTS (SELECT 1 FROM m) AND (SELECT same FROM x)
   RETURNING 1
 )
 SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
-  ELSE (CASE WHEN NOT EXISTS (SELECT 1 FROM m) THEN '` + errFence + `forgotten'
+  ELSE (CASE WHEN NOT (SELECT same FROM x) THEN '` + errFence + `escaped'
+    WHEN NOT EXISTS (SELECT 1 FROM m) THEN '` + errFence + `forgotten'
     WHEN $3::timestamptz <= statement_timestamp() THEN '` + errFence + `expired'
-    ELSE '` + errFence + `lost' END)::int END`
+    ELSE '` + errFence + `lost' END)::int END,
+  set_config('synchronous_commit', $7::text, true)`
 	s.claimTxSQL = strings.ReplaceAll(s.claimSQL, "now()", "statement_timestamp()")
 	s.takeoverTxSQL = strings.ReplaceAll(s.takeoverSQL, "now()", "statement_timestamp()")
 }
@@ -236,6 +264,8 @@ type work struct {
 	conn    *pgx.Conn
 	ended   bool
 	begun   bool     // BEGIN was sent and succeeded
+	xid     int64    // the transaction id BEGIN's round trip read (when begun)
+	refusal error    // the first statement of the handler refused unsent (see refusedStatement)
 	open    []cursor // Rows and BatchResults not yet closed, oldest first
 	savepts int64    // savepoints begun
 
@@ -349,6 +379,18 @@ func (w *work) stop() {
 func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result []byte) error {
 	w.stop()
 	refuse := func(err error) error {
+		// A refusal before the fence reports the work rolled back only
+		// once the transaction is the one the work began: had the
+		// handler's SQL replaced it, the writes before may be committed.
+		if w.begun && !w.escaped() && w.conn.PgConn().TxStatus() == 'T' {
+			var same bool
+			if qerr := w.s.run(ctx, func(ctx context.Context) error {
+				return w.conn.QueryRow(ctx, "select txid_current() = $1::bigint", w.xid).Scan(&same)
+			}); qerr == nil && !same {
+				w.rollback(ctx)
+				return w.spend(ctx, until)
+			}
+		}
 		w.rollback(ctx)
 		return err
 	}
@@ -356,7 +398,13 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		// The fence would run outside the work's transaction. Checked
 		// first: the writes before the COMMIT sent as SQL are kept, so
 		// no refusal below may report the work as rolled back.
-		return refuse(fmt.Errorf("%w: %w", ErrUnavailable, errEscaped))
+		refuse(nil)
+		return w.spend(ctx, until)
+	}
+	if w.refusal != nil {
+		// A statement of the handler was refused before it was sent:
+		// nothing escaped, and the transaction is rolled back.
+		return refuse(fmt.Errorf("%w: %w: %w", ErrUnavailable, replay.ErrRolledBack, w.refusal))
 	}
 	if fingerprint != nil || result != nil {
 		if err := replay.CheckRecord(fingerprint, result); err != nil {
@@ -386,10 +434,13 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		defer w.pc.Release() // a connection still in a transaction is closed, not pooled
 		var o outcome
 		b := &pgx.Batch{}
+		var xid *int64 // NULL: BEGIN is in this pipeline, just before the fence
 		if !w.begun {
 			b.Queue(beginSQL) // a work that wrote nothing: BEGIN in the same round trip
+		} else {
+			xid = &w.xid
 		}
-		b.Queue(w.s.fenceSQL, w.key, w.token, pgTime(until), fingerprint, result)
+		b.Queue(w.s.fenceSQL, w.key, w.token, pgTime(until), fingerprint, result, xid, w.s.commitSetting())
 		b.Queue("commit")
 		br := w.conn.SendBatch(ctx, b)
 		var beginErr error
@@ -397,7 +448,8 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			_, beginErr = br.Exec()
 		}
 		var zero int
-		fenceErr := br.QueryRow().Scan(&zero)
+		var setting string
+		fenceErr := br.QueryRow().Scan(&zero, &setting)
 		if fenceErr == nil {
 			fenceErr = beginErr
 		}
@@ -429,6 +481,12 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		}
 	}
 	switch {
+	case o.reason == "escaped":
+		// The fence ran in another transaction than the one the work
+		// began: the handler's SQL ended the work's (its writes before
+		// that may be committed) and began another (rolled back with the
+		// fence).
+		return w.spend(ctx, until)
 	case o.reason == "lost":
 		return replay.ErrLeaseLost
 	case o.reason == "forgotten":
@@ -450,6 +508,46 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		return fmt.Errorf("%w: unexpected answer to COMMIT", ErrUnavailable)
 	}
 	return nil
+}
+
+// spend ends a work whose transaction the handler's SQL ended (see
+// [errEscaped]): the writes it sent before may be committed, without the
+// done row. So that the work never runs again beside them, it records the
+// key as done without a record, in a transaction of its own, while the
+// lease is still token's (or has ended untaken): a retry of an idempotency
+// key is then answered as a request whose response was not stored, a
+// retried webhook delivery as done. The error it returns matches
+// [ErrUnavailable] and errEscaped, never [replay.ErrRolledBack] or
+// [replay.ErrLeaseLost]: the holder must neither release the key nor run
+// the work again. When the key could not be recorded (the lease was taken
+// over, the store unreachable) the error says so as well.
+func (w *work) spend(ctx context.Context, until time.Time) error {
+	escaped := fmt.Errorf("%w: %w", ErrUnavailable, errEscaped)
+	if ctx != nil && ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	type confirmed struct{ marker, future, done bool }
+	c, err := call(w.s, ctx, func(ctx context.Context) (confirmed, error) {
+		var c confirmed
+		err := w.s.pool.QueryRow(ctx, w.s.confirmSQL, w.key, w.token, pgTime(until), nil, nil).Scan(&c.marker, &c.future, &c.done)
+		return c, err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w; recording the key as done failed: %w", escaped, err)
+	case !c.done:
+		return fmt.Errorf("%w; the key could not be recorded as done (the lease was taken over, the table forgot its claims, or until has passed)", escaped)
+	}
+	return fmt.Errorf("%w; the key is recorded as done without a record", escaped)
+}
+
+// commitSetting is the synchronous_commit a work's COMMIT runs with: the
+// one New or the last recheck read and accepted.
+func (s *Store) commitSetting() string {
+	if c := s.Durability().SynchronousCommit; c != "" {
+		return c
+	}
+	return "on"
 }
 
 // commitRefused reports whether the errors of the fence and of COMMIT, in
@@ -511,9 +609,10 @@ func (t *workTx) usable() error {
 const beginSQL = "begin isolation level read committed"
 
 // errEscaped refuses every statement of a transaction that a statement of
-// the work itself (COMMIT, ROLLBACK, END sent with Exec) has ended: what
-// follows would run outside it.
-var errEscaped = errors.New("pgstore: the work's transaction was ended by a statement of the work (COMMIT or ROLLBACK sent as SQL): nothing more runs on it")
+// the work itself has ended (SQL sent past the Tx's refusals, see
+// [TxFrom]): what follows would run outside it. Commit reports it when the
+// fence finds itself in another transaction than the work's.
+var errEscaped = errors.New("pgstore: the work's transaction was ended by a statement of the work (COMMIT or ROLLBACK sent as SQL): its writes may be committed without the done row")
 
 // escaped reports whether the transaction, once begun, was ended by a
 // statement of the work (under w.mu).
@@ -521,25 +620,110 @@ func (w *work) escaped() bool {
 	return w.begun && w.conn.PgConn().TxStatus() == 'I'
 }
 
+// xidSQL reads the transaction's id in BEGIN's round trip: the fence
+// checks it (see [Store.prepareWork]).
+const xidSQL = "select txid_current()"
+
 // beginLocked sends BEGIN alone, before a statement that cannot carry it
 // in its round trip (under w.mu).
 func (w *work) beginLocked(ctx context.Context) error {
 	if w.begun {
 		return nil
 	}
-	if _, err := w.conn.Exec(ctx, beginSQL); err != nil {
-		return err
+	b := &pgx.Batch{}
+	b.Queue(beginSQL)
+	b.Queue(xidSQL)
+	br := w.conn.SendBatch(ctx, b)
+	_, beginErr := br.Exec()
+	err := br.QueryRow().Scan(&w.xid)
+	closeErr := br.Close()
+	// BEGIN succeeded: the transaction is open (aborted, should the read
+	// of its id have failed, so the fence cannot pass).
+	w.begun = beginErr == nil
+	return errors.Join(beginErr, err, closeErr)
+}
+
+// refuseLocked returns why sql may not be sent in the transaction (see
+// [refusedStatement]), and keeps the first such refusal, which makes
+// Commit roll the work back (under w.mu).
+func (w *work) refuseLocked(sql string) error {
+	err := refusedStatement(sql)
+	if err != nil && w.refusal == nil {
+		w.refusal = err
 	}
-	w.begun = true
-	return nil
+	return err
+}
+
+// simpleProtocol reports whether the connection's default exec mode is
+// the simple protocol, which sends a batch's statements, and a
+// statement's interpolated arguments, as one string that may hold
+// several statements.
+func (w *work) simpleProtocol() bool {
+	return w.s.simple
+}
+
+// extended returns args with pgx's exec mode set to one of the extended
+// protocol, which sends one statement per string (the server refuses a
+// string of several), and plain: the statement has neither arguments nor
+// per-call options, so pgx would send it with the simple protocol
+// whatever the mode (Exec then sends it with [pgconn.PgConn.ExecParams]).
+func (w *work) extended(args []any) (out []any, plain bool) {
+	simple := w.simpleProtocol()
+	n := 0 // the leading options
+options:
+	for _, a := range args {
+		switch a := a.(type) {
+		case pgx.QueryExecMode:
+			simple = a == pgx.QueryExecModeSimpleProtocol
+		case pgx.QueryRewriter:
+		default:
+			break options
+		}
+		n++
+	}
+	plain = n == len(args)
+	if !simple {
+		return args, plain
+	}
+	out = append(make([]any, 0, len(args)+1), pgx.QueryExecModeExec)
+	for i, a := range args {
+		if _, isMode := a.(pgx.QueryExecMode); !isMode || i >= n {
+			out = append(out, a)
+		}
+	}
+	return out, plain
+}
+
+// rewrite applies the query rewriters among args's leading options (as
+// pgx would, for example [pgx.NamedArgs]) and returns the statement and
+// the arguments that remain, with the exec modes among the options.
+func (w *work) rewrite(ctx context.Context, sql string, args []any) (string, []any, error) {
+	var opts []any
+	for len(args) > 0 {
+		switch a := args[0].(type) {
+		case pgx.QueryExecMode:
+			opts = append(opts, a)
+		case pgx.QueryRewriter:
+			var err error
+			if sql, args, err = a.RewriteQuery(ctx, w.conn, sql, args[1:]); err != nil {
+				return "", nil, fmt.Errorf("rewrite query failed: %w", err)
+			}
+			continue
+		default:
+			return sql, append(opts, args...), nil
+		}
+		args = args[1:]
+	}
+	return sql, opts, nil
 }
 
 // pipelines reports whether a statement with args can be queued in a
 // pgx.Batch behind BEGIN: not without arguments (pgx sends those with
-// the simple protocol, which allows several statements in one string)
-// nor with pgx's per-call options (an exec mode or a query rewriter).
-func pipelines(args []any) bool {
-	if len(args) == 0 {
+// the simple protocol, which allows several statements in one string),
+// nor with pgx's per-call options (an exec mode or a query rewriter), nor
+// on a connection whose batches use the simple protocol.
+func (w *work) pipelines(args []any) bool {
+	if len(args) == 0 || w.simpleProtocol() {
 		return false
 	}
 	switch args[0].(type) {
@@ -596,7 +780,10 @@ func (t *workTx) end(ctx context.Context, sql string) error {
 	return err
 }
 
-// Exec runs sql in the transaction.
+// Exec runs sql in the transaction, with the extended protocol (one
+// statement per string). A statement that would end, replace or outlive
+// the transaction is refused unsent, and the Work then rolls back at its
+// Commit (see [TxFrom]).
 func (t *workTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	w := t.w
 	w.mu.Lock()
@@ -604,19 +791,24 @@ func (t *workTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	if err := t.usable(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	if !w.begun && pipelines(args) {
+	if err := w.refuseLocked(sql); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	if !w.begun && w.pipelines(args) {
 		b := &pgx.Batch{}
 		b.Queue(beginSQL)
+		b.Queue(xidSQL)
 		b.Queue(sql, args...)
 		br := w.conn.SendBatch(ctx, b)
 		_, beginErr := br.Exec()
+		xidErr := br.QueryRow().Scan(&w.xid)
 		tag, err := br.Exec()
 		closeErr := br.Close()
 		// BEGIN succeeded, so the statement ran (or failed) in the
 		// transaction; had it failed, the statement was skipped.
 		w.begun = beginErr == nil
-		if beginErr != nil {
-			return pgconn.CommandTag{}, beginErr
+		if err := errors.Join(beginErr, xidErr); err != nil {
+			return pgconn.CommandTag{}, err
 		}
 		if err != nil {
 			return pgconn.CommandTag{}, err
@@ -625,6 +817,20 @@ func (t *workTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	}
 	if err := w.beginLocked(ctx); err != nil {
 		return pgconn.CommandTag{}, err
+	}
+	// pgx sends a statement left without arguments by its rewriter with
+	// the simple protocol: rewritten here, it is sent as one statement.
+	sql, args, err := w.rewrite(ctx, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	if err := w.refuseLocked(sql); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	args, plain := w.extended(args)
+	if plain {
+		r := w.conn.PgConn().ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+		return r.CommandTag, r.Err
 	}
 	return w.conn.Exec(ctx, sql, args...)
 }
@@ -635,6 +841,9 @@ func (t *workTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := t.usable(); err != nil {
+		return nil, err
+	}
+	if err := w.refuseLocked(sql); err != nil {
 		return nil, err
 	}
 	if err := w.beginLocked(ctx); err != nil {
@@ -666,12 +875,16 @@ func (t *workTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	if err := t.usable(); err != nil {
 		return &workRows{w: w, closed: true, err: err}, err
 	}
+	if err := w.refuseLocked(sql); err != nil {
+		return &workRows{w: w, closed: true, err: err}, err
+	}
 	var rows pgx.Rows
 	var err error
 	var owner pgx.BatchResults
-	if !w.begun && pipelines(args) {
+	if !w.begun && w.pipelines(args) {
 		b := &pgx.Batch{}
 		b.Queue(beginSQL)
+		b.Queue(xidSQL)
 		b.Queue(sql, args...)
 		owner = w.conn.SendBatch(ctx, b)
 		if _, err := owner.Exec(); err != nil {
@@ -679,11 +892,16 @@ func (t *workTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 			return &workRows{w: w, closed: true, err: err}, err
 		}
 		w.begun = true
+		if err := owner.QueryRow().Scan(&w.xid); err != nil {
+			owner.Close()
+			return &workRows{w: w, closed: true, err: err}, err
+		}
 		rows, err = owner.Query()
 	} else {
 		if err := w.beginLocked(ctx); err != nil {
 			return &workRows{w: w, closed: true, err: err}, err
 		}
+		args, _ = w.extended(args)
 		rows, err = w.conn.Query(ctx, sql, args...)
 	}
 	r := &workRows{w: w, rows: rows, owner: owner}
@@ -722,6 +940,16 @@ func (t *workTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	// FailedBatchResults tells such a batch by the Tx it carries.
 	if pgx.FailedBatchResults(b, nil).Tx() != nil {
 		return pgx.FailedBatchResults(b, errors.New("pgstore: Batch.BeginTx cannot be used within the work's transaction"))
+	}
+	// The simple protocol would send the batch as one string, where one
+	// queued statement may hold several.
+	if w.simpleProtocol() {
+		return pgx.FailedBatchResults(b, errors.New("pgstore: a batch cannot be sent in the work's transaction on a connection whose DefaultQueryExecMode is the simple protocol"))
+	}
+	for _, q := range b.QueuedQueries {
+		if err := w.refuseLocked(q.SQL); err != nil {
+			return pgx.FailedBatchResults(b, err)
+		}
 	}
 	if err := w.beginLocked(ctx); err != nil {
 		return pgx.FailedBatchResults(b, err)

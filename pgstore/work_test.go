@@ -623,89 +623,280 @@ func TestWorkRefusals(t *testing.T) {
 	})
 }
 
-// TestWorkTxRefusesATransactionEndedBySQL: a handler that sends COMMIT
-// or ROLLBACK as SQL ends the transaction under the Work: every later
-// statement is refused, and Commit never runs its fence outside the
-// transaction (the lease is left as it was).
-func TestWorkTxRefusesATransactionEndedBySQL(t *testing.T) {
+// handlerStatements are statements a handler can send in the work's
+// transaction that would end, replace or outlive it: each is refused (by
+// the Tx before sending, or by the server, which takes one statement per
+// string of the extended protocol), and the work then rolls back.
+var handlerStatements = []string{
+	"commit", "rollback", "end", "abort", "COMMIT AND CHAIN", "rollback and chain",
+	"ROLLBACK; BEGIN", "COMMIT; BEGIN", "commit;begin", "select 1; commit; begin", "select 1; rollback",
+	"/* a comment */ commit", "-- a comment\ncommit", "  (commit", "begin", "start transaction",
+	"savepoint a", "rollback to savepoint a", "release savepoint a",
+	"prepare transaction 'ctoken'", "commit prepared 'ctoken'",
+	"discard all", "discard temp", "reset all", "reset synchronous_commit",
+	"set synchronous_commit = off", "SET SESSION synchronous_commit = off", "set session authorization default",
+	"set role none", "set search_path = pg_temp, public", "set time zone 'UTC'",
+	"set session characteristics as transaction isolation level serializable",
+	"prepare p as select 1", "deallocate all", "listen ctoken", "load 'plpgsql'",
+}
+
+// TestWorkTxRefusesStatementsThatEscapeTheTransaction: every statement of
+// handlerStatements, sent with Exec or Query (with and without
+// arguments) after a charge, fails; Commit then rolls the work back
+// (ErrRolledBack: nothing escaped), the charge is not committed, and the
+// lease is left for the holder to release. Never Commit = nil.
+func TestWorkTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
-	for _, sql := range []string{"commit", "rollback", "end"} {
+	sends := []struct {
+		name string
+		send func(ctx context.Context, tx pgx.Tx, sql string) error
+	}{
+		{"Exec", func(ctx context.Context, tx pgx.Tx, sql string) error { _, err := tx.Exec(ctx, sql); return err }},
+		{"Exec in the simple protocol", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			_, err := tx.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol)
+			return err
+		}},
+		{"Query", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			rows, err := tx.Query(ctx, sql)
+			if err == nil {
+				rows.Close()
+				err = rows.Err()
+			}
+			return err
+		}},
+		{"SendBatch", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			b := &pgx.Batch{}
+			b.Queue("select 1")
+			b.Queue(sql)
+			return tx.SendBatch(ctx, b).Close()
+		}},
+	}
+	n := 0
+	for _, send := range sends {
+		for _, sql := range handlerStatements {
+			t.Run(send.name+"/"+sql, func(t *testing.T) {
+				n++
+				id := "stmt-" + strconv.Itoa(n)
+				w, _ := acquire(t, s, id, time.Minute)
+				ctx := w.Context(bg())
+				if err := charge(ctx, table, id, "before"); err != nil {
+					t.Fatal(err)
+				}
+				tx, _ := TxFrom(ctx)
+				if err := send.send(ctx, tx, sql); err == nil {
+					t.Fatalf("%q was accepted", sql)
+				}
+				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+				if err == nil || !errors.Is(err, replay.ErrRolledBack) {
+					t.Fatalf("Commit = %v, want ErrRolledBack", err)
+				}
+				if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
+					t.Fatalf("charges = %q, want none", got)
+				}
+				if row, _ := rowOf(t, s, id); row.state != "l" {
+					t.Fatalf("lease row state = %q, want the lease left for the holder to release", row.state)
+				}
+			})
+		}
+	}
+}
+
+// TestWorkTxAllowsStatementsThatEndWithIt: what ends with the
+// transaction (SET LOCAL, SET TRANSACTION, SET CONSTRAINTS, a savepoint
+// through Begin) is sent, and the work commits.
+func TestWorkTxAllowsStatementsThatEndWithIt(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	for i, sql := range []string{"set local statement_timeout = 10000", "SET LOCAL synchronous_commit = on",
+		"set constraints all deferred", "/* commit */ select 1", "select 'commit'", "-- rollback\nselect 1"} {
 		t.Run(sql, func(t *testing.T) {
-			w, _ := acquire(t, s, "sql-"+sql, time.Minute)
+			id := "allowed-" + strconv.Itoa(i)
+			w, _ := acquire(t, s, id, time.Minute)
 			ctx := w.Context(bg())
 			tx, _ := TxFrom(ctx)
 			if _, err := tx.Exec(ctx, sql); err != nil {
 				t.Fatal(err)
 			}
-			if err := charge(ctx, table, "sql-"+sql, "after"); !errors.Is(err, errEscaped) {
-				t.Fatalf("statement after %s = %v, want refused", sql, err)
+			if err := charge(ctx, table, id, "after"); err != nil {
+				t.Fatal(err)
 			}
-			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); !errors.Is(err, ErrUnavailable) || !errors.Is(err, errEscaped) {
-				t.Fatalf("Commit = %v, want ErrUnavailable", err)
+			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
+				t.Fatal(err)
 			}
-			if got := chargesOf(t, s.pool, table, "sql-"+sql); len(got) != 0 {
-				t.Fatalf("charges = %q, want none", got)
-			}
-			if row, _ := rowOf(t, s, "sql-"+sql); row.state != "l" {
-				t.Fatalf("lease row state = %q, want the lease left as it was", row.state)
+			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
+				t.Fatalf("charges = %q, want one", got)
 			}
 		})
 	}
 }
 
-// TestWorkCommitAfterAnEscapeIsNeverRolledBack: a handler that sent
-// COMMIT as SQL committed its writes before it, so whatever else Commit
-// then finds wrong (a record over the limits, a recheck refusing), its
-// error must not match replay.ErrRolledBack, which would let the holder
-// release the key at once and a retry run the work again beside the
-// committed writes: it reports the escape, and the lease stays.
-func TestWorkCommitAfterAnEscapeIsNeverRolledBack(t *testing.T) {
+// sendRaw sends sql on the work's connection in the simple protocol,
+// past the Tx's refusals: what a path this package does not know of
+// could send. It begins the transaction first, as the Tx would.
+func sendRaw(t *testing.T, w replay.Work, sql string) {
+	t.Helper()
+	wk := w.(*work)
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	if err := wk.beginLocked(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wk.conn.PgConn().Exec(bg(), sql).ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWorkCommitAfterAnEscapeIsNeverASuccess: SQL that ended the work's
+// transaction past the Tx's refusals (sent on its connection directly)
+// is caught by the fence's transaction id, or by the session found idle:
+// Commit fails with ErrUnavailable and errEscaped, never nil, never
+// ErrRolledBack or ErrLeaseLost (the writes before the escape may be
+// committed), and the key is recorded as done without a record, so the
+// work never runs a second time: a retry's AcquireRecord finds it done.
+// A one-time token claimed in the work is accepted at most once.
+func TestWorkCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	tests := []struct {
-		name    string
-		result  []byte
-		prepare func(s *Store)
+		sql        string
+		maxCharges int // charges the escape may have committed
 	}{
-		{name: "an oversize result", result: make([]byte, replay.MaxResultBytes+1)},
-		{name: "a recheck refusing", prepare: func(s *Store) {
-			refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
-			s.refusal.Store(&refusal)
-		}},
+		{"commit; begin", 1},
+		{"rollback; begin", 0},
+		{"commit and chain", 1},
+		{"commit", 1},
+		{"rollback", 0},
+		{"select 1; commit; begin; select 2", 1},
 	}
 	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := storeOn(t, s.pool)
-			id := "escape-" + strconv.Itoa(i)
-			w, _ := acquire(t, s, id, time.Minute)
-			ctx := w.Context(bg())
-			if err := charge(ctx, table, id, "before"); err != nil {
-				t.Fatal(err)
-			}
+		for j, prepare := range []struct {
+			name string
+			fn   func(s *Store)
+		}{
+			{"", nil},
+			{" with a recheck refusing", func(s *Store) {
+				refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
+				s.refusal.Store(&refusal)
+			}},
+		} {
+			t.Run(tt.sql+prepare.name, func(t *testing.T) {
+				s := storeOn(t, s.pool)
+				id := fmt.Sprintf("escape-%d-%d", i, j)
+				token := fmt.Sprintf("once-%d-%d", i, j)
+				w, _ := acquire(t, s, id, time.Minute)
+				ctx := w.Context(bg())
+				if first, err := s.Claim(ctx, token, time.Now().Add(time.Hour)); !first || err != nil {
+					t.Fatalf("Claim = %v, %v", first, err)
+				}
+				if err := charge(ctx, table, id, "before"); err != nil {
+					t.Fatal(err)
+				}
+				sendRaw(t, w, tt.sql)
+				accepted := 1
+				if s.claimTx(ctx) != nil {
+					if first, _ := s.Claim(ctx, token, time.Now().Add(time.Hour)); first {
+						accepted++
+					}
+				}
+				if prepare.fn != nil {
+					prepare.fn(s)
+				}
+				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+				if err == nil || errors.Is(err, replay.ErrRolledBack) || errors.Is(err, replay.ErrLeaseLost) ||
+					!errors.Is(err, ErrUnavailable) || !errors.Is(err, errEscaped) {
+					t.Fatalf("Commit = %v, want the escape reported, not success, ErrRolledBack or ErrLeaseLost", err)
+				}
+				if prepare.fn != nil {
+					s.refusal.Store(nil)
+				}
+				if got := chargesOf(t, s.pool, table, id); len(got) > tt.maxCharges {
+					t.Fatalf("charges = %q, want at most %d", got, tt.maxCharges)
+				}
+				r, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp-"+id))
+				if err != nil || r.State != replay.LeaseDone || r.Result != nil {
+					t.Fatalf("retry's AcquireRecord = %+v, %v; want done without a record", r, err)
+				}
+				if first, _ := s.Claim(bg(), token, time.Now().Add(time.Hour)); first {
+					accepted++
+				}
+				// The escape kept the first claim (commit) or lost it
+				// (rollback): either way the work never succeeded, so a
+				// claim of the token after it is the token's only
+				// acknowledged accept at most.
+				if tt.maxCharges == 1 && accepted > 1 {
+					t.Fatalf("the token was accepted %d times", accepted)
+				}
+			})
+		}
+	}
+}
+
+// TestWorkEscapeWithTheLeaseLostKeepsOneCharge: a handler that tries
+// to commit its charge with SQL while its lease runs out and a second
+// holder runs the same key: the first holder's Commit is never nil, and
+// only the second holder's charge is committed (one effect), whether the
+// escape was refused by the Tx or, sent past it, caught by the fence
+// (then reported as escaped, not as ErrLeaseLost, since the raw COMMIT
+// kept the charge it wrote before).
+func TestWorkEscapeWithTheLeaseLostKeepsOneCharge(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	until := time.Now().Add(time.Hour)
+	for i, sql := range []string{"COMMIT; BEGIN", "ROLLBACK; BEGIN", "commit and chain", "savepoint a"} {
+		t.Run(sql, func(t *testing.T) {
+			id := "lost-" + strconv.Itoa(i)
+			w1, _ := acquire(t, s, id, time.Minute)
+			ctx := w1.Context(bg())
 			tx, _ := TxFrom(ctx)
-			if _, err := tx.Exec(ctx, "commit"); err != nil {
+			if _, err := tx.Exec(ctx, sql); err == nil {
+				t.Fatalf("%q accepted", sql)
+			}
+			charge(ctx, table, id, "first")
+			expire(t, s, id)
+			w2, _ := acquire(t, s, id, time.Minute)
+			if err := charge(w2.Context(bg()), table, id, "second"); err != nil {
 				t.Fatal(err)
 			}
-			if tt.prepare != nil {
-				tt.prepare(s)
+			if err := w2.Commit(bg(), until, []byte("fp"), []byte("second")); err != nil {
+				t.Fatal(err)
 			}
-			var fp []byte
-			if tt.result != nil {
-				fp = []byte("fp")
+			if err := w1.Commit(bg(), until, []byte("fp"), []byte("first")); err == nil {
+				t.Fatal("first holder's Commit = nil")
 			}
-			err := w.Commit(bg(), time.Now().Add(time.Hour), fp, tt.result)
-			if errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, errEscaped) {
-				t.Fatalf("Commit = %v, want the escape reported, not ErrRolledBack", err)
-			}
-			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
-				t.Fatalf("charges = %q, want the one committed by the SQL COMMIT", got)
-			}
-			if row, _ := rowOf(t, s, id); row.state != "l" {
-				t.Fatalf("lease row state = %q, want the lease left as it was", row.state)
+			if got := chargesOf(t, s.pool, table, id); len(got) != 1 || got[0] != "second" {
+				t.Fatalf("charges = %q, want only the second holder's", got)
 			}
 		})
 	}
+	t.Run("past the Tx", func(t *testing.T) {
+		id := "lost-raw"
+		w1, _ := acquire(t, s, id, time.Minute)
+		ctx := w1.Context(bg())
+		if err := charge(ctx, table, id, "first"); err != nil {
+			t.Fatal(err)
+		}
+		sendRaw(t, w1, "rollback; begin")
+		if err := charge(ctx, table, id, "first-again"); err != nil {
+			t.Fatal(err)
+		}
+		expire(t, s, id)
+		w2, _ := acquire(t, s, id, time.Minute)
+		if err := charge(w2.Context(bg()), table, id, "second"); err != nil {
+			t.Fatal(err)
+		}
+		if err := w2.Commit(bg(), until, []byte("fp"), []byte("second")); err != nil {
+			t.Fatal(err)
+		}
+		err := w1.Commit(bg(), until, []byte("fp"), []byte("first"))
+		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, errEscaped) {
+			t.Fatalf("first holder's Commit = %v, want the escape reported", err)
+		}
+		if got := chargesOf(t, s.pool, table, id); len(got) != 1 || got[0] != "second" {
+			t.Fatalf("charges = %q, want only the second holder's", got)
+		}
+		wantRecord(t, s, id, replay.LeaseDone, []byte("fp"), []byte("second"))
+	})
 }
 
 // TestCommitRefusedOnlyWhenNothingWasCommitted: the pipeline's errors
