@@ -60,6 +60,17 @@ var errTxOwned = errors.New("pgstore: the work's transaction is committed or rol
 // same transaction is open, as pgx refuses one on a busy connection.
 var errCursorOpen = errors.New("pgstore: a Rows or BatchResults of the work's transaction is still open: close it first")
 
+// errForeign refuses a [Store.Claim] whose context carries a transaction
+// ([WithTx]) on another database or another server than the store's: the
+// claim would be written where the store never reads it. The claim's
+// statement fails, aborting that transaction; nothing is claimed. It
+// matches [ErrConfig].
+var errForeign = fmt.Errorf("%w: the transaction of the context (pgstore.WithTx) is on another database or server than the store's", ErrConfig)
+
+// errForeignTx is the text a claim's statement fails with in a
+// transaction on another database or server.
+const errForeignTx = "ctoken_foreign_tx"
+
 // errFence is the text the fence statement fails with when it matched no
 // row: the reason follows it.
 const errFence = "ctoken_fence_"
@@ -107,7 +118,13 @@ func TxFrom(ctx context.Context) (pgx.Tx, error) {
 // WithTx returns ctx carrying tx, where [TxFrom] and [Store.Claim] find
 // it: a Claim with this context (one-time tokens and request states
 // redeemed through a ctoken issuer on this store) writes its claim in tx,
-// so the claim holds only if tx commits.
+// so the claim holds only if tx commits. tx must be on the store's
+// database of the store's server (any pool): the claim's statement checks
+// the database's name, the server's system identifier and its port, and
+// on another fails with an error matching [ErrConfig], claiming nothing
+// (and aborting tx). The store's statements name its table with its
+// schema, so tx's search_path or a temporary table of the same name
+// cannot take the claim.
 func WithTx(ctx context.Context, tx pgx.Tx) context.Context {
 	if ctx == nil {
 		ctx = context.Background()
@@ -193,8 +210,18 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
     WHEN $3::timestamptz <= statement_timestamp() THEN '` + errFence + `expired'
     ELSE '` + errFence + `lost' END)::int END,
   set_config('synchronous_commit', $7::text, true)`
-	s.claimTxSQL = strings.ReplaceAll(s.claimSQL, "now()", "statement_timestamp()")
-	s.takeoverTxSQL = strings.ReplaceAll(s.takeoverSQL, "now()", "statement_timestamp()")
+	// A claim in a caller's transaction also checks, in its own
+	// statement, that the transaction is on the store's database ($4) of
+	// the store's server ($5, its system identifier, and $6, its port): on
+	// another, the
+	// statement fails (aborting the caller's transaction) instead of
+	// writing the claim into a table the store never reads.
+	guard := `,
+  (CASE WHEN current_database() = $4::text AND (SELECT system_identifier FROM pg_control_system()) = $5::bigint
+      AND inet_server_port() IS NOT DISTINCT FROM $6::int
+    THEN '0' ELSE '` + errForeignTx + `' END)::int`
+	s.claimTxSQL = strings.ReplaceAll(s.claimSQL, "now()", "statement_timestamp()") + guard
+	s.takeoverTxSQL = strings.ReplaceAll(s.takeoverSQL, "now()", "statement_timestamp()") + guard
 }
 
 // BeginWork implements [replay.Transactor]: it takes a connection of the

@@ -1652,3 +1652,116 @@ func TestClaimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 		})
 	}
 }
+
+// TestWithTxOnlyTheStoresDatabaseAndServer: a Claim in a transaction of
+// WithTx runs only on the store's database of the store's server
+// (checked in the claim's statement): on another database, or on a copy
+// of the server's data directory running beside it (same system
+// identifier), it fails with ErrConfig and claims nothing. On the store's
+// database, another pool, a search_path that finds another schema's table
+// of the store's name first, or a temporary table of that name, change
+// nothing: the claim is written in the store's table.
+func TestWithTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
+	p := needServer(t)
+	s := newTestStore(t)
+	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
+	if _, err := s.pool.Exec(bg(), `CREATE DATABASE "`+db+`"`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
+	otherDB := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
+	if err := Migrate(bg(), otherDB, DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	copyOfServer := ownServer(t).pool(t) // a copy of the same template: the same system identifier
+	schema := "other_schema_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := s.pool.Exec(bg(), `CREATE SCHEMA `+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) })
+	if err := Migrate(bg(), s.pool, schema+"."+DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour)
+	tests := []struct {
+		name    string
+		pool    *pgxpool.Pool
+		prepare string // sent in the transaction before the claim
+		foreign bool
+	}{
+		{"another database", otherDB, "", true},
+		{"a copy of the server", copyOfServer, "", true},
+		{"another pool on the store's database", p.pool(t), "", false},
+		{"another schema first on the search_path", s.pool, "set local search_path = " + schema + ", public", false},
+		{"a temporary table of the store's name", s.pool, `CREATE TEMP TABLE ` + DefaultTable + ` (LIKE public.` + DefaultTable + ` INCLUDING ALL) ON COMMIT DROP;
+			INSERT INTO pg_temp.` + DefaultTable + ` (key, state, token, until) VALUES (decode('0000', 'hex'), 'm', '', '-infinity')`, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "withtx-" + strconv.Itoa(i)
+			tx, err := tt.pool.Begin(bg())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(bg())
+			if tt.prepare != "" {
+				if _, err := tx.Exec(bg(), tt.prepare); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, err := s.Claim(WithTx(bg(), tx), id, until)
+			if tt.foreign {
+				if first || !errors.Is(err, ErrConfig) {
+					t.Fatalf("Claim = %v, %v; want ErrConfig", first, err)
+				}
+				tx.Rollback(bg())
+				if first, err := s.Claim(bg(), id, until); !first || err != nil {
+					t.Fatalf("the store's Claim after the refusal = %v, %v; want first (nothing claimed)", first, err)
+				}
+				return
+			}
+			if !first || err != nil {
+				t.Fatalf("Claim = %v, %v; want first", first, err)
+			}
+			if err := tx.Commit(bg()); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := s.Claim(bg(), id, until); first || err != nil {
+				t.Fatalf("the store's Claim after the commit = %v, %v; want taken", first, err)
+			}
+		})
+	}
+}
+
+// TestWorkTempTableOfTheStoresNameTakesNothing: a handler that creates a
+// temporary table of the store's name (with a marker row) in the work
+// receives neither the fence nor the record: Commit writes the done row
+// in the store's table, and a retry finds the key done.
+func TestWorkTempTableOfTheStoresNameTakesNothing(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	for _, onCommit := range []string{" ON COMMIT DROP", ""} {
+		t.Run("temp table"+onCommit, func(t *testing.T) {
+			id := "temp" + strings.ReplaceAll(onCommit, " ", "-")
+			w, _ := acquire(t, s, id, time.Minute)
+			ctx := w.Context(bg())
+			tx, _ := TxFrom(ctx)
+			if _, err := tx.Exec(ctx, `CREATE TEMP TABLE `+DefaultTable+` (LIKE public.`+DefaultTable+` INCLUDING ALL)`+onCommit); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+DefaultTable+` (key, state, token, until) SELECT key, state, token, until FROM public.`+DefaultTable+` WHERE key = $1 OR key = decode('0000', 'hex')`, s.key(id)); err != nil {
+				t.Fatal(err)
+			}
+			if err := charge(ctx, table, id, "first"); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
+				t.Fatal(err)
+			}
+			wantRecord(t, s, id, replay.LeaseDone, []byte("fp"), []byte("r"))
+			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
+				t.Fatalf("charges = %q, want one", got)
+			}
+		})
+	}
+}
