@@ -286,15 +286,16 @@ type work struct {
 	// mu serialises every use of conn by the handler's transaction
 	// (workTx, its savepoints, Rows and BatchResults) and the Work's end:
 	// once ended is set, nothing but the end touches conn.
-	mu      sync.Mutex
-	pc      *pgxpool.Conn
-	conn    *pgx.Conn
-	ended   bool
-	begun   bool     // BEGIN was sent and succeeded
-	xid     int64    // the transaction id BEGIN's round trip read (when begun)
-	refusal error    // the first statement of the handler refused unsent (see refusedStatement)
-	open    []cursor // Rows and BatchResults not yet closed, oldest first
-	savepts int64    // savepoints begun
+	mu       sync.Mutex
+	pc       *pgxpool.Conn
+	conn     *pgx.Conn
+	ended    bool
+	begun    bool     // BEGIN was sent and succeeded
+	xid      int64    // the transaction id BEGIN's round trip read (when begun)
+	refusal  error    // the first statement of the handler refused unsent (see refusedStatement)
+	prepared []string // the names the handler prepared (Prepare), deallocated at the end
+	open     []cursor // Rows and BatchResults not yet closed, oldest first
+	savepts  int64    // savepoints begun
 
 	endOnce sync.Once
 	endErr  error
@@ -350,21 +351,62 @@ func (w *work) Rollback(ctx context.Context) error {
 // rollback rolls the transaction back, if it was begun, and returns the
 // connection to the pool (after stop).
 func (w *work) rollback(ctx context.Context) error {
-	if !w.begun || w.escaped() {
+	if !w.begun {
 		w.pc.Release()
 		return nil
+	}
+	sql := "rollback;" + resetSQL
+	if w.escaped() {
+		sql = resetSQL // the handler's SQL ended the transaction
 	}
 	started := w.claimEnd()
 	err := w.s.run(ctx, func(ctx context.Context) error {
 		if !started() {
 			return nil
 		}
-		defer w.pc.Release() // a connection still in a transaction is closed, not pooled
-		_, err := w.conn.Exec(ctx, "rollback")
+		_, err := w.conn.PgConn().Exec(ctx, sql).ReadAll()
+		w.put(ctx, err == nil)
 		return err
 	})
 	w.closeUnlessStarted(started)
 	return err
+}
+
+// resetSQL ends, on the work's connection, whatever of the session the
+// handler's statements may have changed (through what the Tx does not
+// refuse, such as a function's set_config or a temporary table), so that
+// nothing of it reaches the next user of the pooled connection: settings
+// back to the session's defaults (those of the connection's startup, such
+// as the pool's RuntimeParams; a SET sent by the pool's AfterConnect is
+// undone too), role and session authorization, cursors WITH HOLD, LISTEN
+// registrations, session advisory locks, temporary tables and sequence
+// state. Each statement may run in a transaction block (unlike DISCARD
+// ALL), so it follows COMMIT or ROLLBACK in the same round trip.
+const resetSQL = "reset all; set session authorization default; close all; unlisten *; select pg_advisory_unlock_all(); discard temp; discard sequences"
+
+// resetStatements are resetSQL's statements, queued one by one behind the
+// fence and COMMIT.
+var resetStatements = strings.Split(resetSQL, "; ")
+
+// put returns the work's connection to the pool when its session was
+// reset (clean), and closes it otherwise: a session whose state the
+// handler may have changed is never pooled. The handler's named prepared
+// statements ([workTx.Prepare]) are deallocated first (through pgx, which
+// keeps their names).
+func (w *work) put(ctx context.Context, clean bool) {
+	for _, name := range w.prepared {
+		if !clean || w.conn.PgConn().TxStatus() != 'I' {
+			break
+		}
+		clean = w.conn.Deallocate(ctx, name) == nil
+	}
+	if clean {
+		w.pc.Release() // a connection still in a transaction is closed, not pooled
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	w.pc.Hijack().Close(cctx)
 }
 
 // claimEnd returns a func that reports true to the first of its callers
@@ -458,7 +500,6 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		if !started() {
 			return outcome{}, nil
 		}
-		defer w.pc.Release() // a connection still in a transaction is closed, not pooled
 		var o outcome
 		b := &pgx.Batch{}
 		var xid *int64 // NULL: BEGIN is in this pipeline, just before the fence
@@ -469,6 +510,13 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		}
 		b.Queue(w.s.fenceSQL, w.key, w.token, pgTime(until), fingerprint, result, xid, w.s.commitSetting())
 		b.Queue("commit")
+		if w.begun {
+			// The handler ran statements: its session is reset in the
+			// same round trip, after COMMIT.
+			for _, sql := range resetStatements {
+				b.Queue(sql)
+			}
+		}
 		br := w.conn.SendBatch(ctx, b)
 		var beginErr error
 		if !w.begun {
@@ -481,15 +529,27 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			fenceErr = beginErr
 		}
 		tag, commitErr := br.Exec()
+		var resetErr error
+		if w.begun {
+			for range resetStatements {
+				if _, err := br.Exec(); err != nil && resetErr == nil {
+					resetErr = err
+				}
+			}
+		}
 		closeErr := br.Close()
 		o.tag = tag.String()
 		o.state = w.conn.PgConn().TxStatus()
+		clean := resetErr == nil && closeErr == nil
 		if o.state == 'E' {
 			// The server refused a statement (the fence, or one of the
-			// work before it) and skipped COMMIT: the transaction is
-			// aborted. Roll it back so the connection can be pooled.
-			w.conn.Exec(ctx, "rollback")
+			// work before it) and skipped the rest: the transaction is
+			// aborted. Roll it back, and reset the session, so the
+			// connection can be pooled.
+			_, err := w.conn.PgConn().Exec(ctx, "rollback;"+resetSQL).ReadAll()
+			clean = err == nil
 		}
+		w.put(ctx, clean)
 		var pgErr *pgconn.PgError
 		if errors.As(fenceErr, &pgErr) && strings.Contains(pgErr.Message, errFence) {
 			i := strings.Index(pgErr.Message, errFence) + len(errFence)
@@ -876,7 +936,11 @@ func (t *workTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 	if err := w.beginLocked(ctx); err != nil {
 		return nil, err
 	}
-	return w.conn.Prepare(ctx, name, sql)
+	sd, err := w.conn.Prepare(ctx, name, sql)
+	if err == nil && name != "" {
+		w.prepared = append(w.prepared, name)
+	}
+	return sd, err
 }
 
 // CopyFrom copies rows into tableName in the transaction.
