@@ -1842,3 +1842,47 @@ func TestWorkSessionStateDoesNotOutliveTheWork(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkCommitRunsWithTheAcceptedSynchronousCommit: a handler's SET
+// LOCAL synchronous_commit = off does not reach the work's COMMIT, which
+// runs with the setting New accepted; a deferred trigger, which fires at
+// COMMIT, reads it.
+func TestWorkCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
+	s := newTestStore(t)
+	seen := newTable(t, s.pool, "seen_", "setting text NOT NULL")
+	fn := seen + "_f"
+	if _, err := s.pool.Exec(bg(), `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO `+seen+` VALUES (current_setting('synchronous_commit')); RETURN NULL; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+fn+`() CASCADE`) })
+	table := chargeTable(t, s.pool)
+	if _, err := s.pool.Exec(bg(), `CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT ON `+table+`
+		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+fn+`()`); err != nil {
+		t.Fatal(err)
+	}
+	for i, sql := range []string{"set local synchronous_commit = off", "select set_config('synchronous_commit', 'off', true)"} {
+		t.Run(sql, func(t *testing.T) {
+			id := "sync-" + strconv.Itoa(i)
+			w, _ := acquire(t, s, id, time.Minute)
+			ctx := w.Context(bg())
+			tx, _ := TxFrom(ctx)
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				t.Fatal(err)
+			}
+			if err := charge(ctx, table, id, "h"); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			if err := s.pool.QueryRow(bg(), `SELECT setting FROM `+seen+` ORDER BY ctid DESC LIMIT 1`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if want := s.Durability().SynchronousCommit; got != want {
+				t.Fatalf("COMMIT ran with synchronous_commit %q, want %q", got, want)
+			}
+		})
+	}
+}
