@@ -451,6 +451,8 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		// A refusal before the fence reports the work rolled back only
 		// once the transaction is the one the work began: had the
 		// handler's SQL replaced it, the writes before may be committed.
+		// In a transaction that is not aborted the session's own id
+		// says so; in an aborted one, whether the work's committed.
 		if w.begun && !w.escaped() && w.conn.PgConn().TxStatus() == 'T' {
 			var same bool
 			if qerr := w.s.run(ctx, func(ctx context.Context) error {
@@ -460,7 +462,15 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 				return w.spend(ctx, until)
 			}
 		}
+		aborted := w.begun && w.conn.PgConn().TxStatus() == 'E'
 		w.rollback(ctx)
+		if aborted {
+			if escaped, cerr := w.committedBefore(ctx); cerr != nil {
+				return fmt.Errorf("%w: whether the work's transaction was committed by SQL before is unknown: %w", ErrUnavailable, cerr)
+			} else if escaped {
+				return w.spend(ctx, until)
+			}
+		}
 		return err
 	}
 	if w.escaped() {
@@ -585,7 +595,16 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 	case err != nil && o.refused:
 		// The server answered with an error (the fence, refused because a
 		// statement of the work had failed, or COMMIT, refused by a
-		// deferred constraint): nothing was committed.
+		// deferred constraint): nothing was committed by this pipeline.
+		// Unless the work's transaction itself was committed by SQL
+		// before (an escape followed by a failed statement, which the
+		// fence cannot tell from a failed statement of the work).
+		if escaped, cerr := w.committedBefore(ctx); cerr != nil || escaped {
+			if cerr != nil {
+				return fmt.Errorf("%w; whether the work's transaction was committed by SQL before is unknown: %w", err, cerr)
+			}
+			return w.spend(ctx, until)
+		}
 		return fmt.Errorf("%w: %w: %w", err, replay.ErrRolledBack, pgx.ErrTxCommitRollback)
 	case err != nil:
 		return err // the outcome is unknown
@@ -626,6 +645,28 @@ func (w *work) spend(ctx context.Context, until time.Time) error {
 		return fmt.Errorf("%w; the key could not be recorded as done (the lease was taken over, the table forgot its claims, or until has passed)", escaped)
 	}
 	return fmt.Errorf("%w; the key is recorded as done without a record", escaped)
+}
+
+// committedBefore reports whether the transaction the work began was
+// committed (by SQL of the handler sent past the Tx's refusals): its id's
+// status, read on the pool, is committed. Asked only when the work failed
+// in an aborted transaction, where the session cannot tell its own id.
+func (w *work) committedBefore(ctx context.Context) (bool, error) {
+	if !w.begun {
+		return false, nil
+	}
+	if ctx != nil && ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	status, err := call(w.s, ctx, func(ctx context.Context) (string, error) {
+		var status *string
+		err := w.s.pool.QueryRow(ctx, "select txid_status($1::bigint)", w.xid).Scan(&status)
+		if status == nil {
+			return "", err
+		}
+		return *status, err
+	})
+	return status == "committed", err
 }
 
 // commitSetting is the synchronous_commit a work's COMMIT runs with: the
