@@ -258,10 +258,11 @@ type Options struct {
 // call with ErrConfig.
 type Store struct {
 	pool    *pgxpool.Pool
-	table   string // schema-qualified and quoted, ready for SQL (see [Store.resolve])
-	dbName  string // current_database() at New: a caller's transaction must be on it
-	sysID   int64  // the server's system identifier at New: likewise
-	port    *int32 // inet_server_port() at New (nil on a Unix socket): likewise
+	table   string  // schema-qualified and quoted, ready for SQL (see [Store.resolve])
+	dbName  string  // current_database() at New: a caller's transaction must be on it
+	sysID   int64   // the server's system identifier at New: likewise
+	port    *int32  // inet_server_port() at New (nil on a Unix socket): likewise
+	addr    *string // inet_server_addr() at New (nil on a Unix socket): likewise
 	prefix  string
 	timeout time.Duration
 	direct  bool // calls run on the caller's goroutine: see [call]
@@ -523,10 +524,10 @@ type serverState struct {
 // schema-qualified name, which every statement of the store then uses: a
 // temporary table of the same name, which an unqualified name would find
 // first in a session that created one, cannot take the store's statements.
-// It also reads the database's name, the server's system identifier and
-// its port, which a transaction of [WithTx] must share (a copy of the data
-// directory running beside it has the same identifier, not the same
-// port). A table that does not exist
+// It also reads the database's name, the server's system identifier,
+// address and port, which a transaction of [WithTx] must share (a copy of
+// the data directory, such as a promoted standby, has the same identifier,
+// not the same address and port). A table that does not exist
 // is refused with ErrConfig.
 func (s *Store) resolve(ctx context.Context, name string) error {
 	type resolved struct {
@@ -534,12 +535,13 @@ func (s *Store) resolve(ctx context.Context, name string) error {
 		db            string
 		sysID         int64
 		port          *int32
+		addr          *string
 	}
 	r, err := call(s, ctx, func(ctx context.Context) (resolved, error) {
 		var r resolved
 		err := s.pool.QueryRow(ctx, `SELECT n.nspname, c.relname, current_database(), (SELECT system_identifier FROM pg_control_system()),
-			inet_server_port() FROM (SELECT to_regclass($1) AS oid) t LEFT JOIN pg_class c ON c.oid = t.oid LEFT JOIN pg_namespace n ON n.oid = c.relnamespace`, name).Scan(
-			&r.schema, &r.table, &r.db, &r.sysID, &r.port)
+			inet_server_port(), inet_server_addr()::text FROM (SELECT to_regclass($1) AS oid) t LEFT JOIN pg_class c ON c.oid = t.oid LEFT JOIN pg_namespace n ON n.oid = c.relnamespace`, name).Scan(
+			&r.schema, &r.table, &r.db, &r.sysID, &r.port, &r.addr)
 		return r, err
 	})
 	switch {
@@ -549,7 +551,7 @@ func (s *Store) resolve(ctx context.Context, name string) error {
 		return fmt.Errorf("%w: table %s does not exist: run pgstore.Migrate or the SQL of pgstore.Schema", ErrConfig, strings.ReplaceAll(name, `"`, ""))
 	}
 	s.table = pgx.Identifier{*r.schema, *r.table}.Sanitize()
-	s.dbName, s.sysID, s.port = r.db, r.sysID, r.port
+	s.dbName, s.sysID, s.port, s.addr = r.db, r.sysID, r.port, r.addr
 	return nil
 }
 
@@ -1027,7 +1029,7 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	var err error
 	if tx := s.claimTx(ctx); tx != nil {
 		c, err = claimInTx(s, ctx, func(ctx context.Context) (claimed, error) {
-			return s.claim(ctx, tx, s.claimTxSQL, s.takeoverTxSQL, id, until, s.dbName, s.sysID, s.port)
+			return s.claim(ctx, tx, s.claimTxSQL, s.takeoverTxSQL, id, until, s.dbName, s.sysID, s.port, s.addr)
 		})
 	} else {
 		c, err = call(s, ctx, func(ctx context.Context) (claimed, error) {
@@ -1059,7 +1061,7 @@ type claimed struct{ marker, future, first, again bool }
 // needed) on q: the pool, or a caller's transaction.
 //
 // guard, in a caller's transaction, is the database's name, the server's
-// system identifier and port (the statements' $4 to $6, checked in the
+// system identifier, port and address (the statements' $4 to $7, checked in the
 // statement itself, see [Store.prepareWork]), read back as one more
 // column.
 func (s *Store) claim(ctx context.Context, q querier, claimSQL, takeoverSQL, id string, until time.Time, guard ...any) (claimed, error) {

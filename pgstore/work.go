@@ -120,7 +120,9 @@ func TxFrom(ctx context.Context) (pgx.Tx, error) {
 // redeemed through a ctoken issuer on this store) writes its claim in tx,
 // so the claim holds only if tx commits. tx must be on the store's
 // database of the store's server (any pool): the claim's statement checks
-// the database's name, the server's system identifier and its port, and
+// the database's name, the server's system identifier, address and port
+// (as the server sees the connection: over a Unix socket, or to another
+// of the server's addresses than New's, it is refused), and
 // on another fails with an error matching [ErrConfig], claiming nothing
 // (and aborting tx). The store's statements name its table with its
 // schema, so tx's search_path or a temporary table of the same name
@@ -212,13 +214,13 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
   set_config('synchronous_commit', $7::text, true)`
 	// A claim in a caller's transaction also checks, in its own
 	// statement, that the transaction is on the store's database ($4) of
-	// the store's server ($5, its system identifier, and $6, its port): on
-	// another, the
+	// the store's server ($5, its system identifier, $6 and $7, its port
+	// and address): on another, the
 	// statement fails (aborting the caller's transaction) instead of
 	// writing the claim into a table the store never reads.
 	guard := `,
   (CASE WHEN current_database() = $4::text AND (SELECT system_identifier FROM pg_control_system()) = $5::bigint
-      AND inet_server_port() IS NOT DISTINCT FROM $6::int
+      AND inet_server_port() IS NOT DISTINCT FROM $6::int AND inet_server_addr()::text IS NOT DISTINCT FROM $7::text
     THEN '0' ELSE '` + errForeignTx + `' END)::int`
 	s.claimTxSQL = strings.ReplaceAll(s.claimSQL, "now()", "statement_timestamp()") + guard
 	s.takeoverTxSQL = strings.ReplaceAll(s.takeoverSQL, "now()", "statement_timestamp()") + guard
