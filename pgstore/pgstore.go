@@ -301,7 +301,11 @@ var (
 	_ replay.Recorder = (*Store)(nil)
 )
 
-// New returns a Store on pool's database. It checks, in one query, that
+// New returns a Store on pool's database. It resolves the table's schema
+// (an unqualified name along the session's search_path), and every
+// statement of the Store names the table with it, so a temporary table or
+// another schema's table of the same name never takes its statements. It
+// checks, in one query, that
 // the table exists and still holds its marker row (else ErrConfig or
 // ErrForgotten: run [Migrate]) and has the record columns of
 // [replay.Recorder] (else ErrConfig: run [Migrate]), that it is neither
@@ -1017,7 +1021,9 @@ func (s *Store) keys(id string) (key, legacy []byte) {
 // concurrent claim of the same ID waits for that transaction to end
 // (docs/pgstore.md, "Transactional mode"). The Work of a Store on another
 // pool, which may be another database, is not used: the claim then runs
-// on this Store's pool, as without a transaction.
+// on this Store's pool, as without a transaction. A transaction of
+// [WithTx] on another database or server fails the claim with an error
+// matching [ErrConfig].
 func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
 	if err := checkID(id); err != nil {
 		return false, err
