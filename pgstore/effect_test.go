@@ -645,3 +645,46 @@ func TestTransactionalFailedStatementReleasesTheKey(t *testing.T) {
 		t.Errorf("the handler ran %d times, want 2", n)
 	}
 }
+
+// TestTransactionalHandlerEscapeChargesOnce: through the idempotency
+// middleware over HTTP, a handler that tries to leave its transaction
+// after its charge ("COMMIT; BEGIN", "ROLLBACK; BEGIN", COMMIT AND CHAIN,
+// a SET of the session) and answers 201 all the same: the statement is
+// refused, the client gets 503, never that 201, nothing is committed, and
+// the key is released, so the retry charges exactly once and every later
+// retry gets its response.
+func TestTransactionalHandlerEscapeChargesOnce(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	s := storeOn(t, pool)
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i, sql := range []string{"COMMIT; BEGIN", "ROLLBACK; BEGIN", "commit and chain", "SET synchronous_commit = off"} {
+		t.Run(sql, func(t *testing.T) {
+			h := &chargeHandler{table: newChargeTable(t, pool)}
+			h.after = func(w http.ResponseWriter, r *http.Request) bool {
+				if h.runs.Load() == 1 {
+					tx, _ := TxFrom(r.Context())
+					tx.Exec(r.Context(), sql) // refused, and the handler carries on
+				}
+				return true
+			}
+			url := serve(t, txMiddleware(t, s, time.Minute).Wrap(h))
+			key := fmt.Sprintf("escape-%d", i)
+			if status, body, err := postCharge(client, url, key); err != nil || status != http.StatusServiceUnavailable {
+				t.Fatalf("first attempt: %d %q %v; want 503", status, body, err)
+			}
+			if got := charges(t, pool, h.table); len(got[key]) != 0 {
+				t.Fatalf("%d charges committed by the refused attempt", len(got[key]))
+			}
+			body := chargeUntilCreated(t, client, url, key, 5*time.Second)
+			status, replayed, err := postCharge(client, url, key)
+			if err != nil || status != http.StatusCreated {
+				t.Fatalf("replay: %d %v", status, err)
+			}
+			exactlyOneCharge(t, charges(t, pool, h.table), key, body, replayed)
+			if n := h.runs.Load(); n != 2 {
+				t.Errorf("the handler ran %d times, want 2", n)
+			}
+		})
+	}
+}

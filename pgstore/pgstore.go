@@ -258,10 +258,15 @@ type Options struct {
 // call with ErrConfig.
 type Store struct {
 	pool    *pgxpool.Pool
-	table   string // quoted, ready for SQL
+	table   string  // schema-qualified and quoted, ready for SQL (see [Store.resolve])
+	dbName  string  // current_database() at New: a caller's transaction must be on it
+	sysID   int64   // the server's system identifier at New: likewise
+	port    *int32  // inet_server_port() at New (nil on a Unix socket): likewise
+	addr    *string // inet_server_addr() at New (nil on a Unix socket): likewise
 	prefix  string
 	timeout time.Duration
 	direct  bool // calls run on the caller's goroutine: see [call]
+	simple  bool // the pool's DefaultQueryExecMode is the simple protocol (work.go)
 	durable atomic.Pointer[Durability]
 	refusal atomic.Pointer[error] // set by the recheck while a check of New fails
 	checks  checks
@@ -296,7 +301,11 @@ var (
 	_ replay.Recorder = (*Store)(nil)
 )
 
-// New returns a Store on pool's database. It checks, in one query, that
+// New returns a Store on pool's database. It resolves the table's schema
+// (an unqualified name along the session's search_path), and every
+// statement of the Store names the table with it, so a temporary table or
+// another schema's table of the same name never takes its statements. It
+// checks, in one query, that
 // the table exists and still holds its marker row (else ErrConfig or
 // ErrForgotten: run [Migrate]) and has the record columns of
 // [replay.Recorder] (else ErrConfig: run [Migrate]), that it is neither
@@ -377,6 +386,10 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 		s.sweepBatch = DefaultSweepBatch
 	}
 	s.direct = honoursContext(pool)
+	s.simple = pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol
+	if err := s.resolve(ctx, opts.Table); err != nil {
+		return nil, err
+	}
 	s.prepare()
 
 	s.checks = checks{
@@ -507,6 +520,43 @@ type serverState struct {
 	recordable       bool          // the table has the columns fingerprint and result (bytea)
 	fsync, fullPages bool          // the server's fsync and full_page_writes
 	behind           time.Duration // how far the instance's clock is behind now()
+}
+
+// resolve finds, at New, the schema of the table named name (quoted, as
+// [quoteTable] returns it; an unqualified name is looked up along the
+// session's search_path, as PostgreSQL does) and sets s.table to the
+// schema-qualified name, which every statement of the store then uses: a
+// temporary table of the same name, which an unqualified name would find
+// first in a session that created one, cannot take the store's statements.
+// It also reads the database's name, the server's system identifier,
+// address and port, which a transaction of [WithTx] must share (a copy of
+// the data directory, such as a promoted standby, has the same identifier,
+// not the same address and port). A table that does not exist
+// is refused with ErrConfig.
+func (s *Store) resolve(ctx context.Context, name string) error {
+	type resolved struct {
+		schema, table *string
+		db            string
+		sysID         int64
+		port          *int32
+		addr          *string
+	}
+	r, err := call(s, ctx, func(ctx context.Context) (resolved, error) {
+		var r resolved
+		err := s.pool.QueryRow(ctx, `SELECT n.nspname, c.relname, current_database(), (SELECT system_identifier FROM pg_control_system()),
+			inet_server_port(), inet_server_addr()::text FROM (SELECT to_regclass($1) AS oid) t LEFT JOIN pg_class c ON c.oid = t.oid LEFT JOIN pg_namespace n ON n.oid = c.relnamespace`, name).Scan(
+			&r.schema, &r.table, &r.db, &r.sysID, &r.port, &r.addr)
+		return r, err
+	})
+	switch {
+	case err != nil:
+		return err
+	case r.schema == nil || r.table == nil:
+		return fmt.Errorf("%w: table %s does not exist: run pgstore.Migrate or the SQL of pgstore.Schema", ErrConfig, strings.ReplaceAll(name, `"`, ""))
+	}
+	s.table = pgx.Identifier{*r.schema, *r.table}.Sanitize()
+	s.dbName, s.sysID, s.port, s.addr = r.db, r.sysID, r.port, r.addr
+	return nil
 }
 
 // readServer reads the session's settings, the standbys, the server's
@@ -971,7 +1021,9 @@ func (s *Store) keys(id string) (key, legacy []byte) {
 // concurrent claim of the same ID waits for that transaction to end
 // (docs/pgstore.md, "Transactional mode"). The Work of a Store on another
 // pool, which may be another database, is not used: the claim then runs
-// on this Store's pool, as without a transaction.
+// on this Store's pool, as without a transaction. A transaction of
+// [WithTx] on another database or server fails the claim with an error
+// matching [ErrConfig].
 func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
 	if err := checkID(id); err != nil {
 		return false, err
@@ -983,7 +1035,7 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	var err error
 	if tx := s.claimTx(ctx); tx != nil {
 		c, err = claimInTx(s, ctx, func(ctx context.Context) (claimed, error) {
-			return s.claim(ctx, tx, s.claimTxSQL, s.takeoverTxSQL, id, until)
+			return s.claim(ctx, tx, s.claimTxSQL, s.takeoverTxSQL, id, until, s.dbName, s.sysID, s.port, s.addr)
 		})
 	} else {
 		c, err = call(s, ctx, func(ctx context.Context) (claimed, error) {
@@ -991,7 +1043,10 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 		})
 	}
 	marker, future, first := c.marker, c.future, c.first
+	var pgErr *pgconn.PgError
 	switch {
+	case errors.As(err, &pgErr) && strings.Contains(pgErr.Message, errForeignTx):
+		return false, errForeign
 	case err != nil:
 		return false, err
 	case first:
@@ -1010,19 +1065,32 @@ type claimed struct{ marker, future, first, again bool }
 
 // claim runs a claim's statements (claimSQL, then takeoverSQL when
 // needed) on q: the pool, or a caller's transaction.
-func (s *Store) claim(ctx context.Context, q querier, claimSQL, takeoverSQL, id string, until time.Time) (claimed, error) {
+//
+// guard, in a caller's transaction, is the database's name, the server's
+// system identifier, port and address (the statements' $4 to $7, checked in the
+// statement itself, see [Store.prepareWork]), read back as one more
+// column.
+func (s *Store) claim(ctx context.Context, q querier, claimSQL, takeoverSQL, id string, until time.Time, guard ...any) (claimed, error) {
 	key, legacy := s.keys(id)
 	u := pgTime(until)
 	var c claimed
 	var live bool
-	if err := q.QueryRow(ctx, claimSQL, key, u, legacy).Scan(&c.first, &c.marker, &live, &c.future); err != nil || c.first || !c.marker || live {
+	var g int
+	args := append([]any{key, u, legacy}, guard...)
+	scan := func(dest ...any) []any {
+		if len(guard) > 0 {
+			dest = append(dest, &g)
+		}
+		return dest
+	}
+	if err := q.QueryRow(ctx, claimSQL, args...).Scan(scan(&c.first, &c.marker, &live, &c.future)...); err != nil || c.first || !c.marker || live {
 		return c, err
 	}
 	// Neither inserted nor refused by a live row (an expired row, a row
 	// that changed under a concurrent statement, a live leg, a past
 	// until): take it over, or see why not.
 	for range maxRaces {
-		if err := q.QueryRow(ctx, takeoverSQL, key, u, legacy).Scan(&c.marker, &c.future, &c.first, &c.again); err != nil || c.first || !c.again {
+		if err := q.QueryRow(ctx, takeoverSQL, args...).Scan(scan(&c.marker, &c.future, &c.first, &c.again)...); err != nil || c.first || !c.again {
 			return c, err
 		}
 	}

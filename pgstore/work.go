@@ -60,6 +60,17 @@ var errTxOwned = errors.New("pgstore: the work's transaction is committed or rol
 // same transaction is open, as pgx refuses one on a busy connection.
 var errCursorOpen = errors.New("pgstore: a Rows or BatchResults of the work's transaction is still open: close it first")
 
+// errForeign refuses a [Store.Claim] whose context carries a transaction
+// ([WithTx]) on another database or another server than the store's: the
+// claim would be written where the store never reads it. The claim's
+// statement fails, aborting that transaction; nothing is claimed. It
+// matches [ErrConfig].
+var errForeign = fmt.Errorf("%w: the transaction of the context (pgstore.WithTx) is on another database or server than the store's", ErrConfig)
+
+// errForeignTx is the text a claim's statement fails with in a
+// transaction on another database or server.
+const errForeignTx = "ctoken_foreign_tx"
+
 // errFence is the text the fence statement fails with when it matched no
 // row: the reason follows it.
 const errFence = "ctoken_fence_"
@@ -81,6 +92,22 @@ type txKey struct{}
 // refuses every statement, with an error matching [pgx.ErrTxClosed], once
 // the Work has ended. Its Conn returns nil: a statement sent on the
 // connection itself would escape that lock and that end.
+//
+// It is the only transaction the handler can write in: every statement is
+// sent with the extended protocol, one statement per string (the server
+// refuses "COMMIT; BEGIN"; a pool whose DefaultQueryExecMode is the simple
+// protocol has its statements sent with [pgx.QueryExecModeExec], and its
+// batches refused), and a statement that would end, replace or outlive the
+// transaction (COMMIT, ROLLBACK, SAVEPOINT as SQL, SET other than SET
+// LOCAL, DISCARD, PREPARE, ...) is refused unsent; the Work's Commit then
+// rolls back, with an error matching [replay.ErrRolledBack]. Behind that,
+// the Work's Commit checks in its fence statement that it runs in the
+// transaction the work began (by its transaction id): if SQL sent some
+// other way ended it, Commit never succeeds, reports neither
+// [replay.ErrRolledBack] nor [replay.ErrLeaseLost] (writes before the end
+// may be committed), and records the key as done without a record, so the
+// work is never run again. The Work's COMMIT runs with the
+// synchronous_commit [New] accepted, whatever SET LOCAL the handler sent.
 func TxFrom(ctx context.Context) (pgx.Tx, error) {
 	if tx := txOf(ctx); tx != nil {
 		return tx, nil
@@ -91,7 +118,15 @@ func TxFrom(ctx context.Context) (pgx.Tx, error) {
 // WithTx returns ctx carrying tx, where [TxFrom] and [Store.Claim] find
 // it: a Claim with this context (one-time tokens and request states
 // redeemed through a ctoken issuer on this store) writes its claim in tx,
-// so the claim holds only if tx commits.
+// so the claim holds only if tx commits. tx must be on the store's
+// database of the store's server (any pool): the claim's statement checks
+// the database's name, the server's system identifier, address and port
+// (as the server sees the connection: over a Unix socket, or to another
+// of the server's addresses than New's, it is refused), and
+// on another fails with an error matching [ErrConfig], claiming nothing
+// (and aborting tx). The store's statements name its table with its
+// schema, so tx's search_path or a temporary table of the same name
+// cannot take the claim.
 func WithTx(ctx context.Context, tx pgx.Tx) context.Context {
 	if ctx == nil {
 		ctx = context.Background()
@@ -154,19 +189,41 @@ func (s *Store) prepareWork() {
 	// reason that applies is reported: the table forgot its claims, until
 	// is not after the database's clock, the lease is no longer live and
 	// the holder's.
-	s.fenceSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp()),
+	//
+	// $6 is the transaction id the work's BEGIN read (NULL when BEGIN is
+	// sent in the fence's own pipeline): a fence that runs in any other
+	// transaction (the handler's SQL ended the work's and began another)
+	// matches no row and fails as escaped, checked first, in the same
+	// statement. $7 is the synchronous_commit New and the recheck
+	// accepted, set for the rest of the transaction (its COMMIT), so a
+	// handler's SET LOCAL synchronous_commit = off cannot make the commit
+	// the middleware acknowledges one a crash forgets.
+	s.fenceSQL = `WITH x AS (SELECT $6::bigint IS NULL OR txid_current() = $6::bigint AS same),
+m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp()),
 up AS (
   UPDATE ` + t + ` SET state = 'd', until = $3::timestamptz, fingerprint = $4::bytea, result = $5::bytea
   WHERE key = $1::bytea AND state = 'l' AND token = $2::text AND until > statement_timestamp()
-    AND $3::timestamptz > statement_timestamp() AND EXISTS (SELECT 1 FROM m)
+    AND $3::timestamptz > statement_timestamp() AND EXISTS (SELECT 1 FROM m) AND (SELECT same FROM x)
   RETURNING 1
 )
 SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
-  ELSE (CASE WHEN NOT EXISTS (SELECT 1 FROM m) THEN '` + errFence + `forgotten'
+  ELSE (CASE WHEN NOT (SELECT same FROM x) THEN '` + errFence + `escaped'
+    WHEN NOT EXISTS (SELECT 1 FROM m) THEN '` + errFence + `forgotten'
     WHEN $3::timestamptz <= statement_timestamp() THEN '` + errFence + `expired'
-    ELSE '` + errFence + `lost' END)::int END`
-	s.claimTxSQL = strings.ReplaceAll(s.claimSQL, "now()", "statement_timestamp()")
-	s.takeoverTxSQL = strings.ReplaceAll(s.takeoverSQL, "now()", "statement_timestamp()")
+    ELSE '` + errFence + `lost' END)::int END,
+  set_config('synchronous_commit', $7::text, true)`
+	// A claim in a caller's transaction also checks, in its own
+	// statement, that the transaction is on the store's database ($4) of
+	// the store's server ($5, its system identifier, $6 and $7, its port
+	// and address): on another, the
+	// statement fails (aborting the caller's transaction) instead of
+	// writing the claim into a table the store never reads.
+	guard := `,
+  (CASE WHEN current_database() = $4::text AND (SELECT system_identifier FROM pg_control_system()) = $5::bigint
+      AND inet_server_port() IS NOT DISTINCT FROM $6::int AND inet_server_addr()::text IS NOT DISTINCT FROM $7::text
+    THEN '0' ELSE '` + errForeignTx + `' END)::int`
+	s.claimTxSQL = strings.ReplaceAll(s.claimSQL, "now()", "statement_timestamp()") + guard
+	s.takeoverTxSQL = strings.ReplaceAll(s.takeoverSQL, "now()", "statement_timestamp()") + guard
 }
 
 // BeginWork implements [replay.Transactor]: it takes a connection of the
@@ -231,13 +288,16 @@ type work struct {
 	// mu serialises every use of conn by the handler's transaction
 	// (workTx, its savepoints, Rows and BatchResults) and the Work's end:
 	// once ended is set, nothing but the end touches conn.
-	mu      sync.Mutex
-	pc      *pgxpool.Conn
-	conn    *pgx.Conn
-	ended   bool
-	begun   bool     // BEGIN was sent and succeeded
-	open    []cursor // Rows and BatchResults not yet closed, oldest first
-	savepts int64    // savepoints begun
+	mu       sync.Mutex
+	pc       *pgxpool.Conn
+	conn     *pgx.Conn
+	ended    bool
+	begun    bool     // BEGIN was sent and succeeded
+	xid      int64    // the transaction id BEGIN's round trip read (when begun)
+	refusal  error    // the first statement of the handler refused unsent (see refusedStatement)
+	prepared []string // the names the handler prepared (Prepare), deallocated at the end
+	open     []cursor // Rows and BatchResults not yet closed, oldest first
+	savepts  int64    // savepoints begun
 
 	endOnce sync.Once
 	endErr  error
@@ -293,21 +353,62 @@ func (w *work) Rollback(ctx context.Context) error {
 // rollback rolls the transaction back, if it was begun, and returns the
 // connection to the pool (after stop).
 func (w *work) rollback(ctx context.Context) error {
-	if !w.begun || w.escaped() {
+	if !w.begun {
 		w.pc.Release()
 		return nil
+	}
+	sql := "rollback;" + resetSQL
+	if w.escaped() {
+		sql = resetSQL // the handler's SQL ended the transaction
 	}
 	started := w.claimEnd()
 	err := w.s.run(ctx, func(ctx context.Context) error {
 		if !started() {
 			return nil
 		}
-		defer w.pc.Release() // a connection still in a transaction is closed, not pooled
-		_, err := w.conn.Exec(ctx, "rollback")
+		_, err := w.conn.PgConn().Exec(ctx, sql).ReadAll()
+		w.put(ctx, err == nil)
 		return err
 	})
 	w.closeUnlessStarted(started)
 	return err
+}
+
+// resetSQL ends, on the work's connection, whatever of the session the
+// handler's statements may have changed (through what the Tx does not
+// refuse, such as a function's set_config or a temporary table), so that
+// nothing of it reaches the next user of the pooled connection: settings
+// back to the session's defaults (those of the connection's startup, such
+// as the pool's RuntimeParams; a SET sent by the pool's AfterConnect is
+// undone too), role and session authorization, cursors WITH HOLD, LISTEN
+// registrations, session advisory locks, temporary tables and sequence
+// state. Each statement may run in a transaction block (unlike DISCARD
+// ALL), so it follows COMMIT or ROLLBACK in the same round trip.
+const resetSQL = "reset all; set session authorization default; close all; unlisten *; select pg_advisory_unlock_all(); discard temp; discard sequences"
+
+// resetStatements are resetSQL's statements, queued one by one behind the
+// fence and COMMIT.
+var resetStatements = strings.Split(resetSQL, "; ")
+
+// put returns the work's connection to the pool when its session was
+// reset (clean), and closes it otherwise: a session whose state the
+// handler may have changed is never pooled. The handler's named prepared
+// statements ([workTx.Prepare]) are deallocated first (through pgx, which
+// keeps their names).
+func (w *work) put(ctx context.Context, clean bool) {
+	for _, name := range w.prepared {
+		if !clean || w.conn.PgConn().TxStatus() != 'I' {
+			break
+		}
+		clean = w.conn.Deallocate(ctx, name) == nil
+	}
+	if clean {
+		w.pc.Release() // a connection still in a transaction is closed, not pooled
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	w.pc.Hijack().Close(cctx)
 }
 
 // claimEnd returns a func that reports true to the first of its callers
@@ -349,14 +450,46 @@ func (w *work) stop() {
 func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result []byte) error {
 	w.stop()
 	refuse := func(err error) error {
+		// A refusal before the fence reports the work rolled back only
+		// once the transaction is the one the work began: had the
+		// handler's SQL replaced it, the writes before may be committed.
+		// In a transaction that is not aborted the session's own id
+		// says so; in an aborted one, whether the work's committed.
+		if w.begun && !w.escaped() && w.conn.PgConn().TxStatus() == 'T' {
+			// On the caller's goroutine: the rollback below uses the
+			// same connection, which must not still be in use.
+			same, qerr := callIn(w.s, ctx, true, func(ctx context.Context) (bool, error) {
+				var same bool
+				err := w.conn.QueryRow(ctx, "select txid_current() = $1::bigint", w.xid).Scan(&same)
+				return same, err
+			})
+			if qerr == nil && !same {
+				w.rollback(ctx)
+				return w.spend(ctx, until)
+			}
+		}
+		aborted := w.begun && w.conn.PgConn().TxStatus() == 'E'
 		w.rollback(ctx)
+		if aborted {
+			if escaped, cerr := w.committedBefore(ctx); cerr != nil {
+				return fmt.Errorf("%w: whether the work's transaction was committed by SQL before is unknown: %w", ErrUnavailable, cerr)
+			} else if escaped {
+				return w.spend(ctx, until)
+			}
+		}
 		return err
 	}
 	if w.escaped() {
 		// The fence would run outside the work's transaction. Checked
 		// first: the writes before the COMMIT sent as SQL are kept, so
 		// no refusal below may report the work as rolled back.
-		return refuse(fmt.Errorf("%w: %w", ErrUnavailable, errEscaped))
+		refuse(nil)
+		return w.spend(ctx, until)
+	}
+	if w.refusal != nil {
+		// A statement of the handler was refused before it was sent:
+		// nothing escaped, and the transaction is rolled back.
+		return refuse(fmt.Errorf("%w: %w: %w", ErrUnavailable, replay.ErrRolledBack, w.refusal))
 	}
 	if fingerprint != nil || result != nil {
 		if err := replay.CheckRecord(fingerprint, result); err != nil {
@@ -383,34 +516,56 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		if !started() {
 			return outcome{}, nil
 		}
-		defer w.pc.Release() // a connection still in a transaction is closed, not pooled
 		var o outcome
 		b := &pgx.Batch{}
+		var xid *int64 // NULL: BEGIN is in this pipeline, just before the fence
 		if !w.begun {
 			b.Queue(beginSQL) // a work that wrote nothing: BEGIN in the same round trip
+		} else {
+			xid = &w.xid
 		}
-		b.Queue(w.s.fenceSQL, w.key, w.token, pgTime(until), fingerprint, result)
+		b.Queue(w.s.fenceSQL, w.key, w.token, pgTime(until), fingerprint, result, xid, w.s.commitSetting())
 		b.Queue("commit")
+		if w.begun {
+			// The handler ran statements: its session is reset in the
+			// same round trip, after COMMIT.
+			for _, sql := range resetStatements {
+				b.Queue(sql)
+			}
+		}
 		br := w.conn.SendBatch(ctx, b)
 		var beginErr error
 		if !w.begun {
 			_, beginErr = br.Exec()
 		}
 		var zero int
-		fenceErr := br.QueryRow().Scan(&zero)
+		var setting string
+		fenceErr := br.QueryRow().Scan(&zero, &setting)
 		if fenceErr == nil {
 			fenceErr = beginErr
 		}
 		tag, commitErr := br.Exec()
+		var resetErr error
+		if w.begun {
+			for range resetStatements {
+				if _, err := br.Exec(); err != nil && resetErr == nil {
+					resetErr = err
+				}
+			}
+		}
 		closeErr := br.Close()
 		o.tag = tag.String()
 		o.state = w.conn.PgConn().TxStatus()
+		clean := resetErr == nil && closeErr == nil
 		if o.state == 'E' {
 			// The server refused a statement (the fence, or one of the
-			// work before it) and skipped COMMIT: the transaction is
-			// aborted. Roll it back so the connection can be pooled.
-			w.conn.Exec(ctx, "rollback")
+			// work before it) and skipped the rest: the transaction is
+			// aborted. Roll it back, and reset the session, so the
+			// connection can be pooled.
+			_, err := w.conn.PgConn().Exec(ctx, "rollback;"+resetSQL).ReadAll()
+			clean = err == nil
 		}
+		w.put(ctx, clean)
 		var pgErr *pgconn.PgError
 		if errors.As(fenceErr, &pgErr) && strings.Contains(pgErr.Message, errFence) {
 			i := strings.Index(pgErr.Message, errFence) + len(errFence)
@@ -429,6 +584,12 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		}
 	}
 	switch {
+	case o.reason == "escaped":
+		// The fence ran in another transaction than the one the work
+		// began: the handler's SQL ended the work's (its writes before
+		// that may be committed) and began another (rolled back with the
+		// fence).
+		return w.spend(ctx, until)
 	case o.reason == "lost":
 		return replay.ErrLeaseLost
 	case o.reason == "forgotten":
@@ -440,7 +601,16 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 	case err != nil && o.refused:
 		// The server answered with an error (the fence, refused because a
 		// statement of the work had failed, or COMMIT, refused by a
-		// deferred constraint): nothing was committed.
+		// deferred constraint): nothing was committed by this pipeline.
+		// Unless the work's transaction itself was committed by SQL
+		// before (an escape followed by a failed statement, which the
+		// fence cannot tell from a failed statement of the work).
+		if escaped, cerr := w.committedBefore(ctx); cerr != nil || escaped {
+			if cerr != nil {
+				return fmt.Errorf("%w; whether the work's transaction was committed by SQL before is unknown: %w", err, cerr)
+			}
+			return w.spend(ctx, until)
+		}
 		return fmt.Errorf("%w: %w: %w", err, replay.ErrRolledBack, pgx.ErrTxCommitRollback)
 	case err != nil:
 		return err // the outcome is unknown
@@ -450,6 +620,68 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		return fmt.Errorf("%w: unexpected answer to COMMIT", ErrUnavailable)
 	}
 	return nil
+}
+
+// spend ends a work whose transaction the handler's SQL ended (see
+// [errEscaped]): the writes it sent before may be committed, without the
+// done row. So that the work never runs again beside them, it records the
+// key as done without a record, in a transaction of its own, while the
+// lease is still token's (or has ended untaken): a retry of an idempotency
+// key is then answered as a request whose response was not stored, a
+// retried webhook delivery as done. The error it returns matches
+// [ErrUnavailable] and errEscaped, never [replay.ErrRolledBack] or
+// [replay.ErrLeaseLost]: the holder must neither release the key nor run
+// the work again. When the key could not be recorded (the lease was taken
+// over, the store unreachable) the error says so as well.
+func (w *work) spend(ctx context.Context, until time.Time) error {
+	escaped := fmt.Errorf("%w: %w", ErrUnavailable, errEscaped)
+	if ctx != nil && ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	type confirmed struct{ marker, future, done bool }
+	c, err := call(w.s, ctx, func(ctx context.Context) (confirmed, error) {
+		var c confirmed
+		err := w.s.pool.QueryRow(ctx, w.s.confirmSQL, w.key, w.token, pgTime(until), nil, nil).Scan(&c.marker, &c.future, &c.done)
+		return c, err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w; recording the key as done failed: %w", escaped, err)
+	case !c.done:
+		return fmt.Errorf("%w; the key could not be recorded as done (the lease was taken over, the table forgot its claims, or until has passed)", escaped)
+	}
+	return fmt.Errorf("%w; the key is recorded as done without a record", escaped)
+}
+
+// committedBefore reports whether the transaction the work began was
+// committed (by SQL of the handler sent past the Tx's refusals): its id's
+// status, read on the pool, is committed. Asked only when the work failed
+// in an aborted transaction, where the session cannot tell its own id.
+func (w *work) committedBefore(ctx context.Context) (bool, error) {
+	if !w.begun {
+		return false, nil
+	}
+	if ctx != nil && ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	status, err := call(w.s, ctx, func(ctx context.Context) (string, error) {
+		var status *string
+		err := w.s.pool.QueryRow(ctx, "select txid_status($1::bigint)", w.xid).Scan(&status)
+		if status == nil {
+			return "", err
+		}
+		return *status, err
+	})
+	return status == "committed", err
+}
+
+// commitSetting is the synchronous_commit a work's COMMIT runs with: the
+// one New or the last recheck read and accepted.
+func (s *Store) commitSetting() string {
+	if c := s.Durability().SynchronousCommit; c != "" {
+		return c
+	}
+	return "on"
 }
 
 // commitRefused reports whether the errors of the fence and of COMMIT, in
@@ -511,9 +743,10 @@ func (t *workTx) usable() error {
 const beginSQL = "begin isolation level read committed"
 
 // errEscaped refuses every statement of a transaction that a statement of
-// the work itself (COMMIT, ROLLBACK, END sent with Exec) has ended: what
-// follows would run outside it.
-var errEscaped = errors.New("pgstore: the work's transaction was ended by a statement of the work (COMMIT or ROLLBACK sent as SQL): nothing more runs on it")
+// the work itself has ended (SQL sent past the Tx's refusals, see
+// [TxFrom]): what follows would run outside it. Commit reports it when the
+// fence finds itself in another transaction than the work's.
+var errEscaped = errors.New("pgstore: the work's transaction was ended by a statement of the work (COMMIT or ROLLBACK sent as SQL): its writes may be committed without the done row")
 
 // escaped reports whether the transaction, once begun, was ended by a
 // statement of the work (under w.mu).
@@ -521,25 +754,110 @@ func (w *work) escaped() bool {
 	return w.begun && w.conn.PgConn().TxStatus() == 'I'
 }
 
+// xidSQL reads the transaction's id in BEGIN's round trip: the fence
+// checks it (see [Store.prepareWork]).
+const xidSQL = "select txid_current()"
+
 // beginLocked sends BEGIN alone, before a statement that cannot carry it
 // in its round trip (under w.mu).
 func (w *work) beginLocked(ctx context.Context) error {
 	if w.begun {
 		return nil
 	}
-	if _, err := w.conn.Exec(ctx, beginSQL); err != nil {
-		return err
+	b := &pgx.Batch{}
+	b.Queue(beginSQL)
+	b.Queue(xidSQL)
+	br := w.conn.SendBatch(ctx, b)
+	_, beginErr := br.Exec()
+	err := br.QueryRow().Scan(&w.xid)
+	closeErr := br.Close()
+	// BEGIN succeeded: the transaction is open (aborted, should the read
+	// of its id have failed, so the fence cannot pass).
+	w.begun = beginErr == nil
+	return errors.Join(beginErr, err, closeErr)
+}
+
+// refuseLocked returns why sql may not be sent in the transaction (see
+// [refusedStatement]), and keeps the first such refusal, which makes
+// Commit roll the work back (under w.mu).
+func (w *work) refuseLocked(sql string) error {
+	err := refusedStatement(sql)
+	if err != nil && w.refusal == nil {
+		w.refusal = err
 	}
-	w.begun = true
-	return nil
+	return err
+}
+
+// simpleProtocol reports whether the connection's default exec mode is
+// the simple protocol, which sends a batch's statements, and a
+// statement's interpolated arguments, as one string that may hold
+// several statements.
+func (w *work) simpleProtocol() bool {
+	return w.s.simple
+}
+
+// extended returns args with pgx's exec mode set to one of the extended
+// protocol, which sends one statement per string (the server refuses a
+// string of several), and plain: the statement has neither arguments nor
+// per-call options, so pgx would send it with the simple protocol
+// whatever the mode (Exec then sends it with [pgconn.PgConn.ExecParams]).
+func (w *work) extended(args []any) (out []any, plain bool) {
+	simple := w.simpleProtocol()
+	n := 0 // the leading options
+options:
+	for _, a := range args {
+		switch a := a.(type) {
+		case pgx.QueryExecMode:
+			simple = a == pgx.QueryExecModeSimpleProtocol
+		case pgx.QueryRewriter:
+		default:
+			break options
+		}
+		n++
+	}
+	plain = n == len(args)
+	if !simple {
+		return args, plain
+	}
+	out = append(make([]any, 0, len(args)+1), pgx.QueryExecModeExec)
+	for i, a := range args {
+		if _, isMode := a.(pgx.QueryExecMode); !isMode || i >= n {
+			out = append(out, a)
+		}
+	}
+	return out, plain
+}
+
+// rewrite applies the query rewriters among args's leading options (as
+// pgx would, for example [pgx.NamedArgs]) and returns the statement and
+// the arguments that remain, with the exec modes among the options.
+func (w *work) rewrite(ctx context.Context, sql string, args []any) (string, []any, error) {
+	var opts []any
+	for len(args) > 0 {
+		switch a := args[0].(type) {
+		case pgx.QueryExecMode:
+			opts = append(opts, a)
+		case pgx.QueryRewriter:
+			var err error
+			if sql, args, err = a.RewriteQuery(ctx, w.conn, sql, args[1:]); err != nil {
+				return "", nil, fmt.Errorf("rewrite query failed: %w", err)
+			}
+			continue
+		default:
+			return sql, append(opts, args...), nil
+		}
+		args = args[1:]
+	}
+	return sql, opts, nil
 }
 
 // pipelines reports whether a statement with args can be queued in a
 // pgx.Batch behind BEGIN: not without arguments (pgx sends those with
-// the simple protocol, which allows several statements in one string)
-// nor with pgx's per-call options (an exec mode or a query rewriter).
-func pipelines(args []any) bool {
-	if len(args) == 0 {
+// the simple protocol, which allows several statements in one string),
+// nor with pgx's per-call options (an exec mode or a query rewriter), nor
+// on a connection whose batches use the simple protocol.
+func (w *work) pipelines(args []any) bool {
+	if len(args) == 0 || w.simpleProtocol() {
 		return false
 	}
 	switch args[0].(type) {
@@ -596,7 +914,10 @@ func (t *workTx) end(ctx context.Context, sql string) error {
 	return err
 }
 
-// Exec runs sql in the transaction.
+// Exec runs sql in the transaction, with the extended protocol (one
+// statement per string). A statement that would end, replace or outlive
+// the transaction is refused unsent, and the Work then rolls back at its
+// Commit (see [TxFrom]).
 func (t *workTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	w := t.w
 	w.mu.Lock()
@@ -604,19 +925,24 @@ func (t *workTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	if err := t.usable(); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	if !w.begun && pipelines(args) {
+	if err := w.refuseLocked(sql); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	if !w.begun && w.pipelines(args) {
 		b := &pgx.Batch{}
 		b.Queue(beginSQL)
+		b.Queue(xidSQL)
 		b.Queue(sql, args...)
 		br := w.conn.SendBatch(ctx, b)
 		_, beginErr := br.Exec()
+		xidErr := br.QueryRow().Scan(&w.xid)
 		tag, err := br.Exec()
 		closeErr := br.Close()
 		// BEGIN succeeded, so the statement ran (or failed) in the
 		// transaction; had it failed, the statement was skipped.
 		w.begun = beginErr == nil
-		if beginErr != nil {
-			return pgconn.CommandTag{}, beginErr
+		if err := errors.Join(beginErr, xidErr); err != nil {
+			return pgconn.CommandTag{}, err
 		}
 		if err != nil {
 			return pgconn.CommandTag{}, err
@@ -625,6 +951,20 @@ func (t *workTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	}
 	if err := w.beginLocked(ctx); err != nil {
 		return pgconn.CommandTag{}, err
+	}
+	// pgx sends a statement left without arguments by its rewriter with
+	// the simple protocol: rewritten here, it is sent as one statement.
+	sql, args, err := w.rewrite(ctx, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	if err := w.refuseLocked(sql); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	args, plain := w.extended(args)
+	if plain {
+		r := w.conn.PgConn().ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+		return r.CommandTag, r.Err
 	}
 	return w.conn.Exec(ctx, sql, args...)
 }
@@ -637,10 +977,17 @@ func (t *workTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
+	if err := w.refuseLocked(sql); err != nil {
+		return nil, err
+	}
 	if err := w.beginLocked(ctx); err != nil {
 		return nil, err
 	}
-	return w.conn.Prepare(ctx, name, sql)
+	sd, err := w.conn.Prepare(ctx, name, sql)
+	if err == nil && name != "" {
+		w.prepared = append(w.prepared, name)
+	}
+	return sd, err
 }
 
 // CopyFrom copies rows into tableName in the transaction.
@@ -666,12 +1013,16 @@ func (t *workTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	if err := t.usable(); err != nil {
 		return &workRows{w: w, closed: true, err: err}, err
 	}
+	if err := w.refuseLocked(sql); err != nil {
+		return &workRows{w: w, closed: true, err: err}, err
+	}
 	var rows pgx.Rows
 	var err error
 	var owner pgx.BatchResults
-	if !w.begun && pipelines(args) {
+	if !w.begun && w.pipelines(args) {
 		b := &pgx.Batch{}
 		b.Queue(beginSQL)
+		b.Queue(xidSQL)
 		b.Queue(sql, args...)
 		owner = w.conn.SendBatch(ctx, b)
 		if _, err := owner.Exec(); err != nil {
@@ -679,11 +1030,16 @@ func (t *workTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 			return &workRows{w: w, closed: true, err: err}, err
 		}
 		w.begun = true
+		if err := owner.QueryRow().Scan(&w.xid); err != nil {
+			owner.Close()
+			return &workRows{w: w, closed: true, err: err}, err
+		}
 		rows, err = owner.Query()
 	} else {
 		if err := w.beginLocked(ctx); err != nil {
 			return &workRows{w: w, closed: true, err: err}, err
 		}
+		args, _ = w.extended(args)
 		rows, err = w.conn.Query(ctx, sql, args...)
 	}
 	r := &workRows{w: w, rows: rows, owner: owner}
@@ -722,6 +1078,16 @@ func (t *workTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	// FailedBatchResults tells such a batch by the Tx it carries.
 	if pgx.FailedBatchResults(b, nil).Tx() != nil {
 		return pgx.FailedBatchResults(b, errors.New("pgstore: Batch.BeginTx cannot be used within the work's transaction"))
+	}
+	// The simple protocol would send the batch as one string, where one
+	// queued statement may hold several.
+	if w.simpleProtocol() {
+		return pgx.FailedBatchResults(b, errors.New("pgstore: a batch cannot be sent in the work's transaction on a connection whose DefaultQueryExecMode is the simple protocol"))
+	}
+	for _, q := range b.QueuedQueries {
+		if err := w.refuseLocked(q.SQL); err != nil {
+			return pgx.FailedBatchResults(b, err)
+		}
 	}
 	if err := w.beginLocked(ctx); err != nil {
 		return pgx.FailedBatchResults(b, err)

@@ -623,89 +623,291 @@ func TestWorkRefusals(t *testing.T) {
 	})
 }
 
-// TestWorkTxRefusesATransactionEndedBySQL: a handler that sends COMMIT
-// or ROLLBACK as SQL ends the transaction under the Work: every later
-// statement is refused, and Commit never runs its fence outside the
-// transaction (the lease is left as it was).
-func TestWorkTxRefusesATransactionEndedBySQL(t *testing.T) {
+// handlerStatements are statements a handler can send in the work's
+// transaction that would end, replace or outlive it: each is refused (by
+// the Tx before sending, or by the server, which takes one statement per
+// string of the extended protocol), and the work then rolls back.
+var handlerStatements = []string{
+	"commit", "rollback", "end", "abort", "COMMIT AND CHAIN", "rollback and chain",
+	"ROLLBACK; BEGIN", "COMMIT; BEGIN", "commit;begin", "select 1; commit; begin", "select 1; rollback",
+	"/* a comment */ commit", "-- a comment\ncommit", "  (commit", "begin", "start transaction",
+	"savepoint a", "rollback to savepoint a", "release savepoint a",
+	"prepare transaction 'ctoken'", "commit prepared 'ctoken'",
+	"discard all", "discard temp", "reset all", "reset synchronous_commit",
+	"set synchronous_commit = off", "SET SESSION synchronous_commit = off", "set session authorization default",
+	"set role none", "set search_path = pg_temp, public", "set time zone 'UTC'",
+	"set session characteristics as transaction isolation level serializable",
+	"prepare p as select 1", "deallocate all", "listen ctoken", "load 'plpgsql'",
+}
+
+// TestWorkTxRefusesStatementsThatEscapeTheTransaction: every statement of
+// handlerStatements, sent with Exec or Query (with and without
+// arguments) after a charge, fails; Commit then rolls the work back
+// (ErrRolledBack: nothing escaped), the charge is not committed, and the
+// lease is left for the holder to release. Never Commit = nil.
+func TestWorkTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
-	for _, sql := range []string{"commit", "rollback", "end"} {
+	sends := []struct {
+		name string
+		send func(ctx context.Context, tx pgx.Tx, sql string) error
+	}{
+		{"Exec", func(ctx context.Context, tx pgx.Tx, sql string) error { _, err := tx.Exec(ctx, sql); return err }},
+		{"Exec in the simple protocol", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			_, err := tx.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol)
+			return err
+		}},
+		{"Query", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			rows, err := tx.Query(ctx, sql)
+			if err == nil {
+				rows.Close()
+				err = rows.Err()
+			}
+			return err
+		}},
+		{"SendBatch", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			b := &pgx.Batch{}
+			b.Queue("select 1")
+			b.Queue(sql)
+			return tx.SendBatch(ctx, b).Close()
+		}},
+	}
+	n := 0
+	for _, send := range sends {
+		for _, sql := range handlerStatements {
+			t.Run(send.name+"/"+sql, func(t *testing.T) {
+				n++
+				id := "stmt-" + strconv.Itoa(n)
+				w, _ := acquire(t, s, id, time.Minute)
+				ctx := w.Context(bg())
+				if err := charge(ctx, table, id, "before"); err != nil {
+					t.Fatal(err)
+				}
+				tx, _ := TxFrom(ctx)
+				if err := send.send(ctx, tx, sql); err == nil {
+					t.Fatalf("%q was accepted", sql)
+				}
+				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+				if err == nil || !errors.Is(err, replay.ErrRolledBack) {
+					t.Fatalf("Commit = %v, want ErrRolledBack", err)
+				}
+				if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
+					t.Fatalf("charges = %q, want none", got)
+				}
+				if row, _ := rowOf(t, s, id); row.state != "l" {
+					t.Fatalf("lease row state = %q, want the lease left for the holder to release", row.state)
+				}
+			})
+		}
+	}
+}
+
+// TestWorkTxAllowsStatementsThatEndWithIt: what ends with the
+// transaction (SET LOCAL, SET TRANSACTION, SET CONSTRAINTS, a savepoint
+// through Begin) is sent, and the work commits.
+func TestWorkTxAllowsStatementsThatEndWithIt(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	for i, sql := range []string{"set local statement_timeout = 10000", "SET LOCAL synchronous_commit = on",
+		"set constraints all deferred", "/* commit */ select 1", "select 'commit'", "-- rollback\nselect 1"} {
 		t.Run(sql, func(t *testing.T) {
-			w, _ := acquire(t, s, "sql-"+sql, time.Minute)
+			id := "allowed-" + strconv.Itoa(i)
+			w, _ := acquire(t, s, id, time.Minute)
 			ctx := w.Context(bg())
 			tx, _ := TxFrom(ctx)
 			if _, err := tx.Exec(ctx, sql); err != nil {
 				t.Fatal(err)
 			}
-			if err := charge(ctx, table, "sql-"+sql, "after"); !errors.Is(err, errEscaped) {
-				t.Fatalf("statement after %s = %v, want refused", sql, err)
+			if err := charge(ctx, table, id, "after"); err != nil {
+				t.Fatal(err)
 			}
-			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); !errors.Is(err, ErrUnavailable) || !errors.Is(err, errEscaped) {
-				t.Fatalf("Commit = %v, want ErrUnavailable", err)
+			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
+				t.Fatal(err)
 			}
-			if got := chargesOf(t, s.pool, table, "sql-"+sql); len(got) != 0 {
-				t.Fatalf("charges = %q, want none", got)
-			}
-			if row, _ := rowOf(t, s, "sql-"+sql); row.state != "l" {
-				t.Fatalf("lease row state = %q, want the lease left as it was", row.state)
+			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
+				t.Fatalf("charges = %q, want one", got)
 			}
 		})
 	}
 }
 
-// TestWorkCommitAfterAnEscapeIsNeverRolledBack: a handler that sent
-// COMMIT as SQL committed its writes before it, so whatever else Commit
-// then finds wrong (a record over the limits, a recheck refusing), its
-// error must not match replay.ErrRolledBack, which would let the holder
-// release the key at once and a retry run the work again beside the
-// committed writes: it reports the escape, and the lease stays.
-func TestWorkCommitAfterAnEscapeIsNeverRolledBack(t *testing.T) {
+// sendRaw sends sql on the work's connection in the simple protocol,
+// past the Tx's refusals: what a path this package does not know of
+// could send. It begins the transaction first, as the Tx would.
+func sendRaw(t *testing.T, w replay.Work, sql string) {
+	t.Helper()
+	wk := w.(*work)
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	if err := wk.beginLocked(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wk.conn.PgConn().Exec(bg(), sql).ReadAll(); err != nil {
+		t.Logf("%s: %v", sql, err)
+	}
+}
+
+// TestWorkCommitAfterAnEscapeIsNeverASuccess: SQL that ended the work's
+// transaction past the Tx's refusals (sent on its connection directly)
+// is caught by the fence's transaction id, or by the session found idle:
+// Commit fails with ErrUnavailable and errEscaped, never nil, never
+// ErrRolledBack or ErrLeaseLost (the writes before the escape may be
+// committed), and the key is recorded as done without a record, so the
+// work never runs a second time: a retry's AcquireRecord finds it done.
+// A one-time token claimed in the work is accepted at most once.
+func TestWorkCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	tests := []struct {
-		name    string
-		result  []byte
-		prepare func(s *Store)
+		sql        string
+		maxCharges int // charges the escape may have committed
 	}{
-		{name: "an oversize result", result: make([]byte, replay.MaxResultBytes+1)},
-		{name: "a recheck refusing", prepare: func(s *Store) {
-			refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
-			s.refusal.Store(&refusal)
-		}},
+		{"commit; begin", 1},
+		{"rollback; begin", 0},
+		{"commit and chain", 1},
+		{"commit", 1},
+		{"rollback", 0},
+		{"select 1; commit; begin; select 2", 1},
+		{"commit; begin; select 1/0", 1},
+		{"rollback; begin; select 1/0", 0},
 	}
 	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := storeOn(t, s.pool)
-			id := "escape-" + strconv.Itoa(i)
-			w, _ := acquire(t, s, id, time.Minute)
-			ctx := w.Context(bg())
-			if err := charge(ctx, table, id, "before"); err != nil {
-				t.Fatal(err)
-			}
+		for j, prepare := range []struct {
+			name string
+			fn   func(s *Store)
+		}{
+			{"", nil},
+			{" with a recheck refusing", func(s *Store) {
+				refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
+				s.refusal.Store(&refusal)
+			}},
+		} {
+			t.Run(tt.sql+prepare.name, func(t *testing.T) {
+				s := storeOn(t, s.pool)
+				id := fmt.Sprintf("escape-%d-%d", i, j)
+				token := fmt.Sprintf("once-%d-%d", i, j)
+				w, _ := acquire(t, s, id, time.Minute)
+				ctx := w.Context(bg())
+				if first, err := s.Claim(ctx, token, time.Now().Add(time.Hour)); !first || err != nil {
+					t.Fatalf("Claim = %v, %v", first, err)
+				}
+				if err := charge(ctx, table, id, "before"); err != nil {
+					t.Fatal(err)
+				}
+				sendRaw(t, w, tt.sql)
+				accepted := 1
+				if s.claimTx(ctx) != nil {
+					if first, _ := s.Claim(ctx, token, time.Now().Add(time.Hour)); first {
+						accepted++
+					}
+				}
+				if prepare.fn != nil {
+					prepare.fn(s)
+				}
+				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+				if tt.maxCharges == 0 && strings.HasSuffix(tt.sql, "1/0") && errors.Is(err, replay.ErrRolledBack) {
+					// The work's transaction was rolled back by the
+					// escape and the next one aborted: nothing was
+					// committed, which ErrRolledBack says truly.
+					if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
+						t.Fatalf("Commit = %v but charges = %q", err, got)
+					}
+					return
+				}
+				if err == nil || errors.Is(err, replay.ErrRolledBack) || errors.Is(err, replay.ErrLeaseLost) ||
+					!errors.Is(err, ErrUnavailable) || !errors.Is(err, errEscaped) {
+					t.Fatalf("Commit = %v, want the escape reported, not success, ErrRolledBack or ErrLeaseLost", err)
+				}
+				if prepare.fn != nil {
+					s.refusal.Store(nil)
+				}
+				if got := chargesOf(t, s.pool, table, id); len(got) > tt.maxCharges {
+					t.Fatalf("charges = %q, want at most %d", got, tt.maxCharges)
+				}
+				r, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp-"+id))
+				if err != nil || r.State != replay.LeaseDone || r.Result != nil {
+					t.Fatalf("retry's AcquireRecord = %+v, %v; want done without a record", r, err)
+				}
+				if first, _ := s.Claim(bg(), token, time.Now().Add(time.Hour)); first {
+					accepted++
+				}
+				// The escape kept the first claim (commit) or lost it
+				// (rollback): either way the work never succeeded, so a
+				// claim of the token after it is the token's only
+				// acknowledged accept at most.
+				if tt.maxCharges == 1 && accepted > 1 {
+					t.Fatalf("the token was accepted %d times", accepted)
+				}
+			})
+		}
+	}
+}
+
+// TestWorkEscapeWithTheLeaseLostKeepsOneCharge: a handler that tries
+// to commit its charge with SQL while its lease runs out and a second
+// holder runs the same key: the first holder's Commit is never nil, and
+// only the second holder's charge is committed (one effect), whether the
+// escape was refused by the Tx or, sent past it, caught by the fence
+// (then reported as escaped, not as ErrLeaseLost, since the raw COMMIT
+// kept the charge it wrote before).
+func TestWorkEscapeWithTheLeaseLostKeepsOneCharge(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	until := time.Now().Add(time.Hour)
+	for i, sql := range []string{"COMMIT; BEGIN", "ROLLBACK; BEGIN", "commit and chain", "savepoint a"} {
+		t.Run(sql, func(t *testing.T) {
+			id := "lost-" + strconv.Itoa(i)
+			w1, _ := acquire(t, s, id, time.Minute)
+			ctx := w1.Context(bg())
 			tx, _ := TxFrom(ctx)
-			if _, err := tx.Exec(ctx, "commit"); err != nil {
+			if _, err := tx.Exec(ctx, sql); err == nil {
+				t.Fatalf("%q accepted", sql)
+			}
+			charge(ctx, table, id, "first")
+			expire(t, s, id)
+			w2, _ := acquire(t, s, id, time.Minute)
+			if err := charge(w2.Context(bg()), table, id, "second"); err != nil {
 				t.Fatal(err)
 			}
-			if tt.prepare != nil {
-				tt.prepare(s)
+			if err := w2.Commit(bg(), until, []byte("fp"), []byte("second")); err != nil {
+				t.Fatal(err)
 			}
-			var fp []byte
-			if tt.result != nil {
-				fp = []byte("fp")
+			if err := w1.Commit(bg(), until, []byte("fp"), []byte("first")); err == nil {
+				t.Fatal("first holder's Commit = nil")
 			}
-			err := w.Commit(bg(), time.Now().Add(time.Hour), fp, tt.result)
-			if errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, errEscaped) {
-				t.Fatalf("Commit = %v, want the escape reported, not ErrRolledBack", err)
-			}
-			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
-				t.Fatalf("charges = %q, want the one committed by the SQL COMMIT", got)
-			}
-			if row, _ := rowOf(t, s, id); row.state != "l" {
-				t.Fatalf("lease row state = %q, want the lease left as it was", row.state)
+			if got := chargesOf(t, s.pool, table, id); len(got) != 1 || got[0] != "second" {
+				t.Fatalf("charges = %q, want only the second holder's", got)
 			}
 		})
 	}
+	t.Run("past the Tx", func(t *testing.T) {
+		id := "lost-raw"
+		w1, _ := acquire(t, s, id, time.Minute)
+		ctx := w1.Context(bg())
+		if err := charge(ctx, table, id, "first"); err != nil {
+			t.Fatal(err)
+		}
+		sendRaw(t, w1, "rollback; begin")
+		if err := charge(ctx, table, id, "first-again"); err != nil {
+			t.Fatal(err)
+		}
+		expire(t, s, id)
+		w2, _ := acquire(t, s, id, time.Minute)
+		if err := charge(w2.Context(bg()), table, id, "second"); err != nil {
+			t.Fatal(err)
+		}
+		if err := w2.Commit(bg(), until, []byte("fp"), []byte("second")); err != nil {
+			t.Fatal(err)
+		}
+		err := w1.Commit(bg(), until, []byte("fp"), []byte("first"))
+		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, errEscaped) {
+			t.Fatalf("first holder's Commit = %v, want the escape reported", err)
+		}
+		if got := chargesOf(t, s.pool, table, id); len(got) != 1 || got[0] != "second" {
+			t.Fatalf("charges = %q, want only the second holder's", got)
+		}
+		wantRecord(t, s, id, replay.LeaseDone, []byte("fp"), []byte("second"))
+	})
 }
 
 // TestCommitRefusedOnlyWhenNothingWasCommitted: the pipeline's errors
@@ -1457,6 +1659,240 @@ func TestClaimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 			}
 			if first, err := tt.store.Claim(bg(), id, until); first != tt.wantAfter || err != nil {
 				t.Fatalf("Claim after the work = %v, %v; want %v", first, err, tt.wantAfter)
+			}
+		})
+	}
+}
+
+// TestWithTxOnlyTheStoresDatabaseAndServer: a Claim in a transaction of
+// WithTx runs only on the store's database of the store's server
+// (checked in the claim's statement): on another database, or on a copy
+// of the server's data directory running beside it (same system
+// identifier), it fails with ErrConfig and claims nothing. On the store's
+// database, another pool, a search_path that finds another schema's table
+// of the store's name first, or a temporary table of that name, change
+// nothing: the claim is written in the store's table.
+func TestWithTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
+	p := needServer(t)
+	s := newTestStore(t)
+	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
+	if _, err := s.pool.Exec(bg(), `CREATE DATABASE "`+db+`"`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
+	otherDB := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
+	if err := Migrate(bg(), otherDB, DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	copyOfServer := ownServer(t).pool(t) // a copy of the same template: the same system identifier
+	schema := "other_schema_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := s.pool.Exec(bg(), `CREATE SCHEMA `+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) })
+	if err := Migrate(bg(), s.pool, schema+"."+DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour)
+	tests := []struct {
+		name    string
+		pool    *pgxpool.Pool
+		prepare string // sent in the transaction before the claim
+		foreign bool
+	}{
+		{"another database", otherDB, "", true},
+		{"a copy of the server", copyOfServer, "", true},
+		{"another pool on the store's database", p.pool(t), "", false},
+		{"another schema first on the search_path", s.pool, "set local search_path = " + schema + ", public", false},
+		{"a temporary table of the store's name", s.pool, `CREATE TEMP TABLE ` + DefaultTable + ` (LIKE public.` + DefaultTable + ` INCLUDING ALL) ON COMMIT DROP;
+			INSERT INTO pg_temp.` + DefaultTable + ` (key, state, token, until) VALUES (decode('0000', 'hex'), 'm', '', '-infinity')`, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "withtx-" + strconv.Itoa(i)
+			tx, err := tt.pool.Begin(bg())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(bg())
+			if tt.prepare != "" {
+				if _, err := tx.Exec(bg(), tt.prepare); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, err := s.Claim(WithTx(bg(), tx), id, until)
+			if tt.foreign {
+				if first || !errors.Is(err, ErrConfig) {
+					t.Fatalf("Claim = %v, %v; want ErrConfig", first, err)
+				}
+				tx.Rollback(bg())
+				if first, err := s.Claim(bg(), id, until); !first || err != nil {
+					t.Fatalf("the store's Claim after the refusal = %v, %v; want first (nothing claimed)", first, err)
+				}
+				return
+			}
+			if !first || err != nil {
+				t.Fatalf("Claim = %v, %v; want first", first, err)
+			}
+			if err := tx.Commit(bg()); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := s.Claim(bg(), id, until); first || err != nil {
+				t.Fatalf("the store's Claim after the commit = %v, %v; want taken", first, err)
+			}
+		})
+	}
+}
+
+// TestWorkTempTableOfTheStoresNameTakesNothing: a handler that creates a
+// temporary table of the store's name (with a marker row) in the work
+// receives neither the fence nor the record: Commit writes the done row
+// in the store's table, and a retry finds the key done.
+func TestWorkTempTableOfTheStoresNameTakesNothing(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	for _, onCommit := range []string{" ON COMMIT DROP", ""} {
+		t.Run("temp table"+onCommit, func(t *testing.T) {
+			id := "temp" + strings.ReplaceAll(onCommit, " ", "-")
+			w, _ := acquire(t, s, id, time.Minute)
+			ctx := w.Context(bg())
+			tx, _ := TxFrom(ctx)
+			if _, err := tx.Exec(ctx, `CREATE TEMP TABLE `+DefaultTable+` (LIKE public.`+DefaultTable+` INCLUDING ALL)`+onCommit); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+DefaultTable+` (key, state, token, until) SELECT key, state, token, until FROM public.`+DefaultTable+` WHERE key = $1 OR key = decode('0000', 'hex')`, s.key(id)); err != nil {
+				t.Fatal(err)
+			}
+			if err := charge(ctx, table, id, "first"); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
+				t.Fatal(err)
+			}
+			wantRecord(t, s, id, replay.LeaseDone, []byte("fp"), []byte("r"))
+			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
+				t.Fatalf("charges = %q, want one", got)
+			}
+		})
+	}
+}
+
+// TestWorkSessionStateDoesNotOutliveTheWork: what a handler changes in
+// its session through statements the Tx lets through (a function's
+// set_config, a temporary table, a cursor WITH HOLD, a session advisory
+// lock, LISTEN through a function, a prepared statement) is gone for the
+// next work on the same pooled connection, whether the work committed,
+// rolled back, or was refused; the settings of the connection's startup
+// (the pool's RuntimeParams) stay.
+func TestWorkSessionStateDoesNotOutliveTheWork(t *testing.T) {
+	p := needServer(t)
+	pool := p.poolWith(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 1 // every work on the same connection
+		cfg.ConnConfig.RuntimeParams["application_name"] = "ctoken-reset-test"
+	})
+	s := storeOn(t, pool)
+	var pid uint32
+	ends := []struct {
+		name string
+		end  func(w replay.Work) error
+	}{
+		{"committed", func(w replay.Work) error { return w.Commit(bg(), time.Now().Add(time.Hour), nil, nil) }},
+		{"rolled back", func(w replay.Work) error { return w.Rollback(bg()) }},
+		{"refused (a statement failed)", func(w replay.Work) error {
+			tx, _ := TxFrom(w.Context(bg()))
+			tx.Exec(bg(), "select 1/0")
+			return w.Commit(bg(), time.Now().Add(time.Hour), nil, nil)
+		}},
+	}
+	for i, end := range ends {
+		t.Run(end.name, func(t *testing.T) {
+			id := "reset-" + strconv.Itoa(i)
+			w, _ := acquire(t, s, id, time.Minute)
+			ctx := w.Context(bg())
+			tx, _ := TxFrom(ctx)
+			for _, sql := range []string{
+				"select set_config('synchronous_commit', 'off', false)",
+				"select set_config('statement_timeout', '1234', false)",
+				"select set_config('application_name', 'changed', false)",
+				"create temp table ctoken_leak (x int)",
+				"declare ctoken_cursor cursor with hold for select 1",
+				"select pg_advisory_lock(55)",
+			} {
+				if _, err := tx.Exec(ctx, sql); err != nil {
+					t.Fatalf("%s: %v", sql, err)
+				}
+			}
+			if _, err := tx.Prepare(ctx, "ctoken_prepared", "select 1"); err != nil {
+				t.Fatal(err)
+			}
+			end.end(w)
+
+			c, err := pool.Acquire(bg())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Release()
+			if pid != 0 && c.Conn().PgConn().PID() != pid {
+				t.Logf("the pool opened a new connection (the previous one was closed)")
+			}
+			pid = c.Conn().PgConn().PID()
+			var commit, timeout, app string
+			var temp, cursors, locks, prepared int
+			if err := c.QueryRow(bg(), `SELECT current_setting('synchronous_commit'), current_setting('statement_timeout'),
+				current_setting('application_name'),
+				(SELECT count(*) FROM pg_class WHERE relname = 'ctoken_leak' AND relpersistence = 't'),
+				(SELECT count(*) FROM pg_cursors WHERE name = 'ctoken_cursor'), (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()),
+				(SELECT count(*) FROM pg_prepared_statements WHERE name = 'ctoken_prepared')`).Scan(
+				&commit, &timeout, &app, &temp, &cursors, &locks, &prepared); err != nil {
+				t.Fatal(err)
+			}
+			if commit != "on" || timeout != "0" || app != "ctoken-reset-test" || temp != 0 || cursors != 0 || locks != 0 || prepared != 0 {
+				t.Fatalf("the next user of the connection sees synchronous_commit %s, statement_timeout %s, application_name %q, %d temp tables, %d cursors, %d advisory locks, %d prepared statements",
+					commit, timeout, app, temp, cursors, locks, prepared)
+			}
+		})
+	}
+}
+
+// TestWorkCommitRunsWithTheAcceptedSynchronousCommit: a handler's SET
+// LOCAL synchronous_commit = off does not reach the work's COMMIT, which
+// runs with the setting New accepted; a deferred trigger, which fires at
+// COMMIT, reads it.
+func TestWorkCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
+	s := newTestStore(t)
+	seen := newTable(t, s.pool, "seen_", "setting text NOT NULL")
+	fn := seen + "_f"
+	if _, err := s.pool.Exec(bg(), `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO `+seen+` VALUES (current_setting('synchronous_commit')); RETURN NULL; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+fn+`() CASCADE`) })
+	table := chargeTable(t, s.pool)
+	if _, err := s.pool.Exec(bg(), `CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT ON `+table+`
+		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+fn+`()`); err != nil {
+		t.Fatal(err)
+	}
+	for i, sql := range []string{"set local synchronous_commit = off", "select set_config('synchronous_commit', 'off', true)"} {
+		t.Run(sql, func(t *testing.T) {
+			id := "sync-" + strconv.Itoa(i)
+			w, _ := acquire(t, s, id, time.Minute)
+			ctx := w.Context(bg())
+			tx, _ := TxFrom(ctx)
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				t.Fatal(err)
+			}
+			if err := charge(ctx, table, id, "h"); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			if err := s.pool.QueryRow(bg(), `SELECT setting FROM `+seen+` ORDER BY ctid DESC LIMIT 1`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if want := s.Durability().SynchronousCommit; got != want {
+				t.Fatalf("COMMIT ran with synchronous_commit %q, want %q", got, want)
 			}
 		})
 	}
