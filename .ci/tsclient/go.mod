@@ -1,0 +1,9 @@
+module tsclient
+
+go 1.26.0
+
+require (
+	github.com/ctoken/ctoken v0.1.0
+	github.com/ctoken/ctoken/mcp v0.1.0
+	github.com/modelcontextprotocol/go-sdk v1.8.0
+)
