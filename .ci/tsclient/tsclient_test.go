@@ -404,6 +404,16 @@ func structured(t *testing.T, o outcome) map[string]any {
 	return r.S
 }
 
+// isInputRequired reports whether o is an input_required result with a
+// ctoken-sealed state.
+func isInputRequired(o outcome) bool {
+	var r struct {
+		Type  string `json:"resultType"`
+		State string `json:"requestState"`
+	}
+	return o.Error == nil && json.Unmarshal(o.Result, &r) == nil && r.Type == "input_required" && strings.HasPrefix(r.State, "v1e.")
+}
+
 // A quick self-check that the lossy server really loses a response that
 // ran, so the script's "lost" calls mean what they say.
 func TestLossyServerRunsTheHandlerAndAnswersNothing(t *testing.T) {
@@ -564,6 +574,18 @@ func TestTypeScriptClientDrivesCtokenMCP(t *testing.T) {
 			{"the typed callTool of a tool with an output schema rejects input_required with -32600", func(t *testing.T) {
 				o := get[outcome](t, obs, "typedManualWithOutputSchema")
 				if o.code() != -32600 || !strings.Contains(o.Error.Message, "output schema but did not return structured content") {
+					t.Fatalf("%v", o)
+				}
+			}},
+			{"the same typed callTool before listTools has cached the output schema returns input_required", func(t *testing.T) {
+				o := get[outcome](t, obs, "typedManualNoListTools")
+				if !isInputRequired(o) {
+					t.Fatalf("%v", o)
+				}
+			}},
+			{"an untyped request of the same tool returns input_required", func(t *testing.T) {
+				o := get[outcome](t, obs, "typedManualViaRequest")
+				if !isInputRequired(o) {
 					t.Fatalf("%v", o)
 				}
 			}},

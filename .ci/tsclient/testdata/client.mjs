@@ -91,8 +91,11 @@ async function main() {
 
     // The typed callTool, with the tool's output schema known from tools/list:
     // manual mode's input_required result has no structured content.
+    obs.typedManualNoListTools = await outcome(() => bobManual.callTool({ name: 'deploy', arguments: { target: 'typed-manual' } }, { allowInputRequired: true }));
     await aliceManual.listTools();
     obs.typedManualWithOutputSchema = await outcome(() => aliceManual.callTool({ name: 'deploy', arguments: { target: 'typed-manual' } }, { allowInputRequired: true }));
+    // The untyped request has no output validation: round one comes back.
+    obs.typedManualViaRequest = await outcome(() => aliceManual.request({ method: 'tools/call', params: { name: 'deploy', arguments: { target: 'typed-request' } } }, { allowInputRequired: true }));
     await alice.listTools();
     obs.typedAutoWithOutputSchema = await outcome(() => alice.callTool({ name: 'deploy', arguments: { target: 'typed' } }));
 
