@@ -168,6 +168,13 @@ func (f *fixture) Write(p []byte) (int, error) {
 	return f.log.Write(p)
 }
 
+// logged is what the server logged so far.
+func (f *fixture) logged() string {
+	f.logMu.Lock()
+	defer f.logMu.Unlock()
+	return f.log.String()
+}
+
 // question asks the client to confirm, as an elicitation.
 func question() mcp.InputRequestMap {
 	return mcp.InputRequestMap{"confirm": &mcp.ElicitParams{
@@ -653,7 +660,7 @@ func TestTypeScriptClientDrivesCtokenMCP(t *testing.T) {
 		}
 	})
 
-	if strings.Contains(f.log.String(), "level=ERROR") {
-		t.Errorf("server logged an error:\n%s", f.log.String())
+	if log := f.logged(); strings.Contains(log, "level=ERROR") {
+		t.Errorf("server logged an error:\n%s", log)
 	}
 }
