@@ -2,6 +2,13 @@
 // strings a server hands a client ("here is page 2", "here is where we
 // were") and must be able to trust when the untrusted client echoes them
 // back.
+// For a paginated list, most users start with [CursorIssuer]
+// (ExampleCursorIssuer; sealed: ExampleCursorIssuer_sealed); to carry state
+// across an MCP multi-round-trip request, with [RequestStateCodec]
+// (ExampleRequestStateCodec; single use:
+// ExampleRequestStateCodec_DecodeContext); for an MCP tool server, with the
+// ctokenmcp or ctokenmcpgo module, which wrap both. Every use needs a
+// [Keyring] (ExampleKeyring).
 //
 // It has two continuation token types:
 //

@@ -14,7 +14,7 @@ import (
 // as an MCP integration seals it; the retried call with other arguments is
 // refused with code 1023, and the reason goes to the server log only.
 func Example() {
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -3,6 +3,11 @@
 // single-use ID (one-time token, single-use request state, webhook
 // delivery, idempotency key) exactly once
 // across every instance, and keep that promise through a database crash.
+// Most users need one [Store], from [New] with a pgxpool and [Schema]
+// applied (ExampleSchema, ExampleStore_Claim); its operator path (schema,
+// health, limits) is in ExampleStore_operator, and the transactional mode of
+// webhook and idempotency in Example_webhookTransactional and
+// Example_idempotencyTransactional.
 //
 // Every write of a claim or a lease step is one SQL statement on one row
 // of one table, keyed by the prefix's length, the prefix and the id (so
