@@ -7,7 +7,8 @@
 // [replay.Bounded], [replay.Transactor]) with no server to run.
 // Most users need one [Store], from [New] on an open *sql.DB of their
 // chosen driver; ExampleNew shows the set-up behind an idempotency
-// middleware.
+// middleware. The drivertest module's examples run the set-up across a
+// restart and the operator's path after a loss ([Rearm]).
 //
 // It takes a *sql.DB and imports no driver: pick one (modernc.org/sqlite
 // and github.com/ncruces/go-sqlite3 are pure Go, github.com/mattn/go-sqlite3
