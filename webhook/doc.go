@@ -4,8 +4,8 @@
 // sender's [Scheme], wrapped around their handler with
 // [Verifier.Middleware]; ExampleVerifier_Middleware is that path, and
 // ExampleVerifier_Verify (GitHub), ExampleStripe, ExampleSlack,
-// ExampleShopify, ExampleCursor and ExampleStandardWebhooksEd25519 show
-// each sender's configuration. The pgstore module's examples show the
+// ExampleShopify, ExampleSvix, ExampleCursor, ExampleHMACSHA256 and
+// ExampleStandardWebhooksEd25519 show each sender's configuration. The pgstore module's examples show the
 // transactional mode ([Config.Transactional]).
 //
 // A [Scheme] says how a sender signs: [Cursor] (Cursor's agent webhooks),
