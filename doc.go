@@ -2,6 +2,16 @@
 // strings a server hands a client ("here is page 2", "here is where we
 // were") and must be able to trust when the untrusted client echoes them
 // back.
+// Where to start: for an MCP tool server, the ctokenmcp module (go-sdk)
+// or ctokenmcpgo (mcp-go), which wrap this package; for a paginated HTTP
+// or RPC list, [CursorIssuer] (ExampleCursorIssuer; sealed:
+// ExampleCursorIssuer_sealed); for state carried across an MCP
+// multi-round-trip request, [RequestStateCodec] (ExampleRequestStateCodec;
+// single use: ExampleRequestStateCodec_DecodeContext); for a one-time
+// bootstrap token, [OneTimeIssuer] (ExampleOneTimeIssuer). Every use needs
+// a [Keyring] (ExampleKeyring). An HTTP API made idempotent and webhooks
+// signed and verified are packages of their own (idempotency, webhook),
+// listed below.
 //
 // It has two continuation token types:
 //

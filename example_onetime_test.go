@@ -6,14 +6,13 @@ import (
 	"fmt"
 
 	"github.com/ctoken/ctoken"
-	"github.com/ctoken/ctoken/replay"
 )
 
 // A one-time bootstrap token: minted for one agent run, looked at, then
 // exchanged exactly once. An issuer of another purpose on the same keys
 // refuses it.
 func ExampleOneTimeIssuer() {
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
 	if err != nil {
 		panic(err)
 	}
@@ -52,34 +51,5 @@ func ExampleOneTimeIssuer() {
 	// true other purpose
 	// true
 	// agt_42 run_1 <nil>
-	// true
-}
-
-// Single-use request state: with a replay store configured, a state is
-// accepted once; a replayed copy is refused.
-func ExampleRequestStateCodec_DecodeContext() {
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		panic(err)
-	}
-	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
-		Keys:    keys,
-		Mode:    ctoken.Encrypted,
-		Replay:  replay.NewMemoryStore(0),
-		Binding: ctoken.BindSubject,
-	})
-	if err != nil {
-		panic(err)
-	}
-	wire, err := codec.Encode(`{"step":2}`, "alice", "")
-	if err != nil {
-		panic(err)
-	}
-	ctx := context.Background()
-	fmt.Println(codec.DecodeContext(ctx, wire, "alice", ""))
-	_, err = codec.DecodeContext(ctx, wire, "alice", "")
-	fmt.Println(errors.Is(err, ctoken.ErrStateReplayed))
-	// Output:
-	// {"step":2} <nil>
 	// true
 }

@@ -3,6 +3,12 @@
 // uses it): a client sends a unique key with a request, and sends the same
 // key when it retries after a timeout; the server runs the operation once
 // and answers every retry with the first response.
+// Most users need one [Middleware], from [New]: Example_memory is the
+// path for one process (its memory store forgets every key at a restart;
+// give a durable store — sqlitestore on one machine, redisstore or pgstore
+// for a fleet), and Example_wait sets the [Config.Wait] a generic retrying
+// client needs, since most do not retry a 409. The pgstore module's
+// examples show the transactional mode.
 //
 // A [Middleware] from [New] wraps handlers ([Middleware.Wrap]). It keeps
 // keys, request fingerprints and responses in a [replay.Recorder] — the

@@ -2,6 +2,9 @@
 // (github.com/modelcontextprotocol/go-sdk): a sealed requestState for multi
 // round-trip requests (MRTR, SEP-2322), and signed continuation cursors for
 // paginated tools.
+// Most servers need two calls, [SecureRequestState] and
+// [SecureListCursors] (ExampleSecureRequestState, ExampleSecureListCursors);
+// a tool that pages its own results adds [Cursors] (ExampleCursors).
 //
 // One call secures the requestState of a whole server:
 //

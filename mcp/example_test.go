@@ -37,7 +37,7 @@ type ListOut struct {
 // arguments. Over streamable HTTP with auth.RequireBearerToken, leave
 // CursorOptions.Caller nil to bind to the bearer token's user.
 func ExampleCursors() {
-	kr, _ := ctoken.NewKeyring(ctoken.RandomKey())
+	kr, _ := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
 	issuer, _ := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: kr})
 	cursors, _ := ctokenmcp.NewCursors(issuer, &ctokenmcp.CursorOptions{Caller: ctokenmcp.FixedCaller("alice")})
 
@@ -94,7 +94,7 @@ type DeployOut struct {
 // requestState is sealed by ctoken, bound to the caller, the tool and the
 // arguments.
 func ExampleStates() {
-	kr, _ := ctoken.NewKeyring(ctoken.RandomKey())
+	kr, _ := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
 	codec, _ := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
 		Keys: kr, Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool,
 	})
@@ -147,7 +147,7 @@ func ExampleStates() {
 // the client only ever holds it sealed (encrypted, bound to the caller,
 // the tool and the arguments).
 func ExampleSecureRequestState() {
-	kr, _ := ctoken.NewKeyring(ctoken.RandomKey())
+	kr, _ := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
 	codec, _ := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
 		Keys: kr, Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool,
 	})
@@ -200,7 +200,7 @@ func ExampleSecureRequestState() {
 // it was handed to. Over streamable HTTP with auth.RequireBearerToken,
 // leave CursorOptions.Caller nil to bind to the bearer token's user.
 func ExampleSecureListCursors() {
-	kr, _ := ctoken.NewKeyring(ctoken.RandomKey())
+	kr, _ := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
 	issuer, _ := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: kr, Seal: true})
 
 	s := mcp.NewServer(&mcp.Implementation{Name: "server", Version: "v0"}, &mcp.ServerOptions{PageSize: 2})

@@ -2,6 +2,9 @@
 // (github.com/mark3labs/mcp-go, built and tested against v1.2.1): signed
 // continuation cursors for paginated tools, and a sealed requestState for
 // multi round-trip requests (MRTR, SEP-2322, protocol 2026-07-28).
+// Most servers need two server options, [SecureRequestState] and
+// [SecureListCursors] (ExampleSecureListCursors); a tool that pages its own
+// results adds [Cursors].
 //
 // It lives in the nested module github.com/ctoken/ctoken/mcpgo so that the
 // root ctoken module does not depend on mcp-go. It mirrors package ctokenmcp

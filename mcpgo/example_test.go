@@ -17,7 +17,7 @@ import (
 // was handed to. Over streamable HTTP, name the caller with
 // ctokenmcpgo.WithCaller in a server.WithHTTPContextFunc.
 func ExampleSecureListCursors() {
-	kr, _ := ctoken.NewKeyring(ctoken.RandomKey())
+	kr, _ := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
 	issuer, _ := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: kr, Seal: true})
 	lists, err := ctokenmcpgo.SecureListCursors(issuer, nil)
 	if err != nil {

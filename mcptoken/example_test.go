@@ -13,8 +13,8 @@ import (
 // A request state bound to the caller, the tool and the call's arguments,
 // as an MCP integration seals it; the retried call with other arguments is
 // refused with code 1023, and the reason goes to the server log only.
-func Example() {
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+func ExampleWrapArgs() {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,6 +6,10 @@
 // (github.com/ctoken/ctoken/mcp) and for mark3labs/mcp-go
 // (github.com/ctoken/ctoken/mcpgo) both build on it, so both seal the same
 // text for a state and tell a client the same codes.
+// Most users start with the SDK module instead (ctokenmcp or
+// ctokenmcpgo); a server on another SDK starts with [NewStates] or
+// [NewCursors] and an [Integration]. ExampleWrapArgs binds a state to the
+// call's arguments as both integrations do.
 //
 // It imports only package ctoken, package replay (a round's record,
 // [States.Answer]) and the standard library. Applications

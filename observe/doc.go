@@ -4,6 +4,10 @@
 // [RefusalReason], [KeyPosition]) so that metrics can be pre-registered with
 // a bounded number of label values. An Event never holds token text, a
 // delivery, a subject, a caller, a claim or key material.
+// Most users never build an Event: they give an [Observer] (ctokenotel's, or
+// their own) to a config, and read a refusal's reason with
+// [RefusalReason.String]; ExampleRefusalReason shows the reason of a refused
+// cursor.
 //
 // Every config of the module takes an [Observer] of this package: the root
 // package's issuers and codecs, the webhook package's verifiers and

@@ -4,6 +4,8 @@
 // OpenTelemetry metrics, through the OpenTelemetry metric API.
 // It is a module of its own (github.com/ctoken/ctoken/otel), so the ctoken
 // module itself never depends on OpenTelemetry.
+// Most users need one call: [New] with their meter provider, given as the
+// Observer of each config; ExampleNew shows it.
 //
 // Four instruments are recorded:
 //

@@ -3,6 +3,13 @@
 // single-use ID (one-time token, single-use request state, webhook
 // delivery, idempotency key) exactly once
 // across every instance, and keep that promise through a database crash.
+// Most users need one [Store], from [New] on a pgxpool, its table made by
+// [Migrate] at deployment (ExampleStore_Claim, ExampleSchema; the
+// idempotency middleware's store: ExampleStore_AcquireRecord). The
+// operator's path (Migrate, and [Rearm] after a loss) is ExampleRearm; the
+// transactional mode of webhook and idempotency, whose handler's writes
+// commit with the record, Example_webhookTransactional and
+// Example_idempotencyTransactional.
 //
 // Every write of a claim or a lease step is one SQL statement on one row
 // of one table, keyed by the prefix's length, the prefix and the id (so

@@ -6,6 +6,8 @@
 // client that changes the filter, the order or the parent between pages is
 // refused with InvalidArgument, as AIP-158 asks, and a changed page_size or
 // skip (which AIP-158 defines relative to the page token) is honored.
+// Most users need one [Pager], from [New], and the interceptor of their
+// transport (grpcpage, connectpage); ExamplePager_Start shows a List method.
 //
 // It is the nested module github.com/ctoken/ctoken/protopage and depends
 // on google.golang.org/protobuf and ctoken only. The transports live in

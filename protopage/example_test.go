@@ -15,7 +15,7 @@ import (
 // Paging without an interceptor: a transport of its own (here, none) puts
 // the Call in the context itself.
 func ExamplePager_Start() {
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
 	if err != nil {
 		log.Fatal(err)
 	}

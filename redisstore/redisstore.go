@@ -1,6 +1,10 @@
 // Package redisstore is a [replay.Store] backed by Redis, for fleets of
 // servers that must accept each single-use ID (one-time token, single-use
 // request state, webhook delivery) exactly once across every instance.
+// Most users need one [Store], from [Open] on a go-redis client
+// (ExampleOpen), given as the Replay or Store of a config
+// (ExampleStore_Claim, ExampleStore_AcquireRecord); the operator provisions
+// its prefix once, before ([Store.Provision], ExampleStore_Provision).
 //
 // Each claim and each lease step is one atomic Lua script (EVALSHA) on two
 // keys of one hash slot: the ID's entry <prefix>{NN}:<id> and its shard's

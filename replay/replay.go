@@ -1,5 +1,9 @@
 // Package replay records single-use IDs — webhook deliveries, one-time
 // tokens, single-use request states — so that each is accepted once.
+// Most users need no code of their own here: they give a store —
+// [MemoryStore] for one process (ExampleMemoryStore), the redisstore,
+// pgstore or sqlitestore module for a fleet or a restart — to the config
+// that consumes IDs.
 //
 // A [Store] claims an ID until a time; [MemoryStore] is the bounded
 // in-process implementation, and the redisstore module offers one shared by

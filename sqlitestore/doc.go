@@ -5,6 +5,10 @@
 // restarts of the process and of the machine. It keeps the contracts of
 // the other stores ([replay.Releaser], [replay.Leaser], [replay.Recorder],
 // [replay.Bounded], [replay.Transactor]) with no server to run.
+// Most users need one [Store], from [New] on an open *sql.DB of their
+// chosen driver; ExampleNew shows the set-up behind an idempotency
+// middleware. The drivertest module's examples run the set-up across a
+// restart and the operator's path after a loss ([Rearm]).
 //
 // It takes a *sql.DB and imports no driver: pick one (modernc.org/sqlite
 // and github.com/ncruces/go-sqlite3 are pure Go, github.com/mattn/go-sqlite3

@@ -1,5 +1,12 @@
 // Package webhook signs and verifies webhook deliveries and admits each
 // authentic delivery to a handler once.
+// Most receivers need one [Verifier], from [NewVerifier] with their
+// sender's [Scheme], wrapped around their handler with
+// [Verifier.Middleware]; ExampleVerifier_Middleware is that path, and
+// ExampleVerifier_Verify (GitHub), ExampleStripe, ExampleSlack,
+// ExampleShopify, ExampleSvix, ExampleCursor, ExampleHMACSHA256 and
+// ExampleStandardWebhooksEd25519 show each sender's configuration. The pgstore module's examples show the
+// transactional mode ([Config.Transactional]).
 //
 // A [Scheme] says how a sender signs: [Cursor] (Cursor's agent webhooks),
 // [HMACSHA256] (the same format, header names configurable), [GitHub] (the

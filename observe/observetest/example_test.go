@@ -13,7 +13,7 @@ import (
 // refused and reported with the reason it expects.
 func ExampleRecorder() {
 	var rec observetest.Recorder
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package observetest records what ctoken reports to an [observe.Observer],
 // for tests: ctoken's own, and those of a server checking its wiring (that
 // a refused cursor or webhook delivery is reported with the reason it
-// expects).
+// expects). Most tests need one [Recorder] given as the Observer of a
+// config, as ExampleRecorder shows.
 package observetest
 
 import (

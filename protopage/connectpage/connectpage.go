@@ -3,6 +3,8 @@
 // which caller a request is, and turns protopage's errors into Connect
 // errors, for every protocol a Connect handler serves (Connect with binary
 // or JSON bodies, gRPC, gRPC-Web).
+// Most users add [NewInterceptor] to their handler's options, as
+// ExampleNewInterceptor shows.
 //
 // It lives in its own module, github.com/ctoken/ctoken/protopage/connectpage,
 // so that protopage itself does not depend on Connect.

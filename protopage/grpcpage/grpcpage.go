@@ -1,6 +1,8 @@
 // Package grpcpage connects protopage to grpc-go: a unary server
 // interceptor that tells [protopage.Pager.Start] which RPC and which caller
 // a request is, and turns protopage's errors into gRPC statuses.
+// Most users install [UnaryServerInterceptor] on their grpc.Server, as
+// ExampleUnaryServerInterceptor shows.
 //
 // It lives in its own module, github.com/ctoken/ctoken/protopage/grpcpage,
 // so that protopage itself does not depend on grpc-go.

@@ -6,6 +6,8 @@
 // same for a [replay.Recorder], whose leases carry a fingerprint and whose
 // confirmations write a result (the memory store, redisstore and pgstore
 // run it).
+// A store author starts with [RunRecordContract]; ExampleRunLeaseContract
+// shows the call from a test.
 //
 // Two more contracts are for stores whose backend can fail on its own:
 // [RunForgetContract] (the backend loses everything it held: no ID is ever

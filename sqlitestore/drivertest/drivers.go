@@ -2,6 +2,9 @@
 // driver the module supports: modernc.org/sqlite and
 // github.com/ncruces/go-sqlite3 (pure Go) and github.com/mattn/go-sqlite3
 // (cgo). It is a test-only module: sqlitestore itself imports no driver.
+// Its tests run [Drivers]; Example_modernc shows a store on the modernc
+// driver across a restart, and Example_rearm the operator's path after a
+// loss.
 //
 // ncruces and mattn both register the database/sql name "sqlite3", so one
 // test binary holds one driver, chosen by a build tag: none for modernc,

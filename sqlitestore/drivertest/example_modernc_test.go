@@ -14,11 +14,11 @@ import (
 	"github.com/ctoken/ctoken/sqlitestore"
 )
 
-// Example shows the store on modernc.org/sqlite: the settings on every
+// Example_modernc shows the store on modernc.org/sqlite: the settings on every
 // connection in the DSN, Migrate once, New at every start. The second
 // store, opened on the same file as a restarted process would, still
 // refuses the ID the first one claimed.
-func Example() {
+func Example_modernc() {
 	dir, err := os.MkdirTemp("", "replay")
 	if err != nil {
 		log.Fatal(err)

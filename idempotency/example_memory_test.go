@@ -14,10 +14,12 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// A payments endpoint made idempotent: the retry of a request gets the
-// first response, a changed request under the same key gets 422.
-func Example() {
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // in production: ctoken.KeyringFromEnv, one ring for the fleet
+// A payments endpoint made idempotent in one process: the retry of a
+// request gets the first response, a changed request under the same key
+// gets 422. The memory store forgets every key when the process restarts:
+// one machine gives sqlitestore's Store, a fleet redisstore's or pgstore's.
+func Example_memory() {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; in production: ctoken.KeyringFromEnv, one ring for the fleet
 	if err != nil {
 		panic(err)
 	}

@@ -21,7 +21,7 @@ import (
 // bearer. The server refuses runs that are no longer active before the
 // token is consumed; a second exchange of the same token is refused.
 func ExampleHandler() {
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
 	if err != nil {
 		panic(err)
 	}
