@@ -61,10 +61,11 @@ func Example_wait() {
 	}
 	var wg sync.WaitGroup
 	var first *httptest.ResponseRecorder
-	wg.Go(func() { first = send() })
+	wg.Add(2)
+	go func() { defer wg.Done(); first = send() }()
 	<-started
 	var retry *httptest.ResponseRecorder
-	wg.Go(func() { retry = send() }) // the client timed out and retried
+	go func() { defer wg.Done(); retry = send() }() // the client timed out and retried
 	time.Sleep(50 * time.Millisecond)
 	close(release)
 	wg.Wait()
