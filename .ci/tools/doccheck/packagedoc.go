@@ -28,13 +28,15 @@ type Package struct {
 }
 
 // skippedDirs are the directory names under which no published package
-// lives: tools and CI, generated or demonstration code, and internals.
-var skippedDirs = []string{".git", "testdata", "examples", "internal", "cmd", "bench", "node_modules", "vendor"}
+// lives: tools and CI, generated or demonstration code, internals, and the
+// test-only drivertest modules (unpublished, as apicheck and the release
+// check treat them).
+var skippedDirs = []string{".git", "testdata", "examples", "internal", "cmd", "bench", "node_modules", "vendor", "drivertest"}
 
 // Packages reads every published package under root: each directory with
 // non-test Go files whose package is not main, outside directories whose
 // name begins with a dot or is one of testdata, examples, internal, cmd,
-// bench, node_modules or vendor.
+// bench, node_modules, vendor or drivertest.
 func Packages(root string) ([]*Package, error) {
 	var out []*Package
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
