@@ -373,3 +373,28 @@ func TestSecureListCursorsRefusesMisconfiguration(t *testing.T) {
 		})
 	}
 }
+
+// server.WithHooks after SecureListCursors replaces its hooks: the option
+// cannot fail, so the first tools/list or prompts/list logs the
+// misconfiguration at Error and fails closed, withholding every tool and
+// prompt, rather than hand out mcp-go's own cursors unsealed.
+func TestSecureListCursorsReplacedByLaterWithHooksFailClosed(t *testing.T) {
+	f := newFleet(t, 1, "s1", nil)
+	var log syncBuffer
+	secure, err := SecureListCursors(sealingIssuer(t, f, 1, "s1"), &CursorOptions{Logger: newTextLogger(&log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := inProcess(t, listServer(t, listPageSize, nil, nil, secure, server.WithHooks(&server.Hooks{})), "alice", nil)
+	for _, method := range []string{mcptoken.MethodListTools, mcptoken.MethodListPrompts} {
+		t.Run(method, func(t *testing.T) {
+			names, next, err := listPage(p, method, "")
+			if err != nil || len(names) != 0 || next != "" {
+				t.Fatalf("items %q, next cursor %q, %v: served with the signing hooks replaced", names, next, err)
+			}
+		})
+	}
+	if got := strings.Count(log.String(), "level=ERROR"); got != 1 || !strings.Contains(log.String(), "server.WithHooks") {
+		t.Errorf("%d errors logged; log %q", got, log.String())
+	}
+}
