@@ -2,6 +2,8 @@ package ctokenmcpgo
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
@@ -50,6 +52,12 @@ import (
 // already there. server.WithHooks replaces the server's hooks, these
 // included, so pass SecureListCursors after any server.WithHooks:
 // server.NewMCPServer(name, version, server.WithHooks(h), list, ...).
+// Passed before it, the option cannot fail at construction: it also adds
+// a tool filter and a prompt filter (server.WithToolFilter,
+// server.WithPromptFilter) that see the hooks replaced, log that at Error
+// once, and fail closed: every tool and prompt is withheld from its list
+// and its calls. mcp-go has no filter for resources, so a server that
+// serves resources and no tools or prompts gets no such check.
 func SecureListCursors(issuer *ctoken.CursorIssuer, opts *CursorOptions) (server.ServerOption, error) {
 	var o CursorOptions
 	if opts != nil {
@@ -67,6 +75,8 @@ func SecureListCursors(issuer *ctoken.CursorIssuer, opts *CursorOptions) (server
 type listCursors struct {
 	core   *mcptoken.ListCursors
 	caller CallerFunc
+	// replaced logs, once, hooks replaced after install.
+	replaced sync.Once
 }
 
 // refusedCursor is what mcp-go is handed for a cursor that does not open:
@@ -77,13 +87,26 @@ const refusedCursor mcp.Cursor = "!"
 // is refused (as not base64url) when it comes back.
 const unsealable mcp.Cursor = "ctoken:unsealable"
 
-// install adds the hooks to s.
+// install adds the hooks to s, and a tool filter and a prompt filter that
+// fail closed when they are replaced later ([listCursors.intact]).
 func (l *listCursors) install(s *server.MCPServer) {
 	h := s.GetHooks()
 	if h == nil {
 		h = &server.Hooks{}
 		server.WithHooks(h)(s)
 	}
+	server.WithToolFilter(func(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+		if !l.intact(ctx, s, h) {
+			return nil
+		}
+		return tools
+	})(s)
+	server.WithPromptFilter(func(ctx context.Context, prompts []mcp.Prompt) []mcp.Prompt {
+		if !l.intact(ctx, s, h) {
+			return nil
+		}
+		return prompts
+	})(s)
 	h.AddBeforeListTools(func(ctx context.Context, _ any, r *mcp.ListToolsRequest) {
 		l.open(ctx, mcptoken.MethodListTools, &r.Params.Cursor)
 	})
@@ -116,6 +139,20 @@ func (l *listCursors) install(s *server.MCPServer) {
 			l.seal(ctx, mcptoken.MethodListResourceTemplates, &res.NextCursor)
 		}
 	})
+}
+
+// intact reports whether s still runs the hooks h that install added to;
+// server.WithHooks after SecureListCursors replaces them, and mcp-go would
+// hand out its own cursors unsealed. That is logged at Error, once.
+func (l *listCursors) intact(ctx context.Context, s *server.MCPServer, h *server.Hooks) bool {
+	if s.GetHooks() == h {
+		return true
+	}
+	l.replaced.Do(func() {
+		l.core.Integration().Logger().LogAttrs(ctx, slog.LevelError,
+			"ctokenmcpgo: SecureListCursors: the server's hooks were replaced after it (server.WithHooks after SecureListCursors): its list cursors would be mcp-go's own, unsealed; every tool and prompt is withheld until server.WithHooks comes first")
+	})
+	return false
 }
 
 // sessionOf returns the ID of the client session of ctx, "" when there is
