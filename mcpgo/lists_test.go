@@ -216,7 +216,9 @@ func TestSecureListCursorsRefuseForeignCursors(t *testing.T) {
 		{"in-process", func(user string) *peer { return inProcess(t, s, user, nil) }},
 		{"streamable HTTP", func() func(user string) *peer {
 			endpoint := serveHTTP(t, s)
-			return func(user string) *peer { return overHTTP(t, endpoint, user, nil, client.WithProtocolVersion("2025-11-25")) }
+			return func(user string) *peer {
+				return overHTTP(t, endpoint, user, nil, client.WithProtocolVersion("2025-11-25"))
+			}
 		}()},
 	} {
 		alice, alice2, bob := tr.dial("alice"), tr.dial("alice"), tr.dial("bob")
