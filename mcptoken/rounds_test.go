@@ -138,6 +138,16 @@ func TestAnswerRefusesAnyoneElseAndAnyChangeAsOpenDoes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Servers that share the store (and, for the audience, the
+			// key) but not the state's audience or key.
+			otherAudience, err := NewStates(codecFor(t, &clock{now: now}, store, 0, "billing"), StatesConfig{AnswerRetries: true}, testIntegration(&log))
+			if err != nil {
+				t.Fatal(err)
+			}
+			otherKey, err := NewStates(codecFor(t, &clock{now: now}, store, 7, ""), StatesConfig{AnswerRetries: true}, testIntegration(&log))
+			if err != nil {
+				t.Fatal(err)
+			}
 			ctx := context.Background()
 			wire, _ := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
 			var c counted
@@ -161,6 +171,8 @@ func TestAnswerRefusesAnyoneElseAndAnyChangeAsOpenDoes(t *testing.T) {
 				{"another tool", s, "alice", "rollback", args, wire, CodeStateInvalid},
 				{"tampered state", s, "alice", "deploy", args, wire[:len(wire)-2] + flip(wire[len(wire)-2]) + wire[len(wire)-1:], CodeStateInvalid},
 				{"expired state", later, "alice", "deploy", args, wire, CodeStateExpired},
+				{"another audience", otherAudience, "alice", "deploy", args, wire, CodeStateInvalid},
+				{"another key", otherKey, "alice", "deploy", args, wire, CodeStateInvalid},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					out, err := tc.st.Answer(ctx, tc.who, "tools/call", tc.tool, tc.args, tc.wire, c.round)
@@ -178,6 +190,22 @@ func TestAnswerRefusesAnyoneElseAndAnyChangeAsOpenDoes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// codecFor is codec with the key of 32 bytes of key and audience.
+func codecFor(t testing.TB, c *clock, store replay.Store, key byte, audience string) *ctoken.RequestStateCodec {
+	t.Helper()
+	kr, err := ctoken.NewKeyring(bytes.Repeat([]byte{key}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
+		Keys: kr, Binding: ctoken.BindSubjectAndTool, TTL: time.Minute, Now: c.Now, Replay: store, Audience: audience,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return codec
 }
 
 func flip(c byte) string {
