@@ -213,8 +213,8 @@ func roundFingerprint(caller, target string, args any, id string) ([]byte, error
 }
 
 // sameFingerprint compares two round fingerprints in constant time.
-func sameFingerprint(a, b []byte) bool {
-	return len(a) == len(b) && subtle.ConstantTimeCompare(a, b) == 1
+func sameFingerprint(gotFP, wantFP []byte) bool {
+	return len(gotFP) == len(wantFP) && subtle.ConstantTimeCompare(gotFP, wantFP) == 1
 }
 
 // recorderOf returns the replay store of codec as a [replay.Recorder], or
