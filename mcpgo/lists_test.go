@@ -333,7 +333,8 @@ func TestSecureListCursorsMarkAnSDKCursorTooLongToSeal(t *testing.T) {
 }
 
 // The option keeps hooks that server.WithHooks installed before it, and
-// those hooks see the sealed cursor.
+// their after-list hooks see the sealed cursor the client gets, never
+// mcp-go's own.
 func TestSecureListCursorsKeepEarlierHooks(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	hooks := &server.Hooks{}
@@ -343,7 +344,7 @@ func TestSecureListCursorsKeepEarlierHooks(t *testing.T) {
 	})
 	p := inProcess(t, listServer(t, listPageSize, sealingIssuer(t, f, 1, "s1"), nil, server.WithHooks(hooks)), "alice", nil)
 	_, next, err := listPage(p, mcptoken.MethodListTools, "")
-	if err != nil || len(seen) != 1 || seen[0] == "" {
+	if err != nil || len(seen) != 1 || seen[0] != next {
 		t.Fatalf("next %q, %v; the earlier hook saw %q", next, err, seen)
 	}
 	if _, _, err := listPage(p, mcptoken.MethodListTools, next); err != nil {
