@@ -49,7 +49,10 @@ import (
 // and a nil issuer is an error. opts may be nil.
 //
 // The option adds hooks to the server's hooks (server.Hooks), keeping any
-// already there. server.WithHooks replaces the server's hooks, these
+// already there: its after-list hooks run before theirs, so every
+// OnAfterList hook sees the sealed cursor the client gets; the OnSuccess
+// hooks, which mcp-go runs before any of them, and OnBeforeList hooks
+// added after the option, see mcp-go's own cursor. server.WithHooks replaces the server's hooks, these
 // included, so pass SecureListCursors after any server.WithHooks:
 // server.NewMCPServer(name, version, server.WithHooks(h), list, ...).
 // Passed before it, the option cannot fail at construction: it also adds
@@ -87,8 +90,10 @@ const refusedCursor mcp.Cursor = "!"
 // is refused (as not base64url) when it comes back.
 const unsealable mcp.Cursor = "ctoken:unsealable"
 
-// install adds the hooks to s, and a tool filter and a prompt filter that
-// fail closed when they are replaced later ([listCursors.intact]).
+// install adds the hooks to s (its after-list hooks first, so that every
+// after-list hook already there sees the sealed cursor), and a tool filter
+// and a prompt filter that fail closed when they are replaced later
+// ([listCursors.intact]).
 func (l *listCursors) install(s *server.MCPServer) {
 	h := s.GetHooks()
 	if h == nil {
@@ -110,35 +115,35 @@ func (l *listCursors) install(s *server.MCPServer) {
 	h.AddBeforeListTools(func(ctx context.Context, _ any, r *mcp.ListToolsRequest) {
 		l.open(ctx, mcptoken.MethodListTools, &r.Params.Cursor)
 	})
-	h.AddAfterListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {
+	h.OnAfterListTools = append([]server.OnAfterListToolsFunc{func(ctx context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {
 		if res != nil {
 			l.seal(ctx, mcptoken.MethodListTools, &res.NextCursor)
 		}
-	})
+	}}, h.OnAfterListTools...)
 	h.AddBeforeListPrompts(func(ctx context.Context, _ any, r *mcp.ListPromptsRequest) {
 		l.open(ctx, mcptoken.MethodListPrompts, &r.Params.Cursor)
 	})
-	h.AddAfterListPrompts(func(ctx context.Context, _ any, _ *mcp.ListPromptsRequest, res *mcp.ListPromptsResult) {
+	h.OnAfterListPrompts = append([]server.OnAfterListPromptsFunc{func(ctx context.Context, _ any, _ *mcp.ListPromptsRequest, res *mcp.ListPromptsResult) {
 		if res != nil {
 			l.seal(ctx, mcptoken.MethodListPrompts, &res.NextCursor)
 		}
-	})
+	}}, h.OnAfterListPrompts...)
 	h.AddBeforeListResources(func(ctx context.Context, _ any, r *mcp.ListResourcesRequest) {
 		l.open(ctx, mcptoken.MethodListResources, &r.Params.Cursor)
 	})
-	h.AddAfterListResources(func(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
+	h.OnAfterListResources = append([]server.OnAfterListResourcesFunc{func(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
 		if res != nil {
 			l.seal(ctx, mcptoken.MethodListResources, &res.NextCursor)
 		}
-	})
+	}}, h.OnAfterListResources...)
 	h.AddBeforeListResourceTemplates(func(ctx context.Context, _ any, r *mcp.ListResourceTemplatesRequest) {
 		l.open(ctx, mcptoken.MethodListResourceTemplates, &r.Params.Cursor)
 	})
-	h.AddAfterListResourceTemplates(func(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
+	h.OnAfterListResourceTemplates = append([]server.OnAfterListResourceTemplatesFunc{func(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
 		if res != nil {
 			l.seal(ctx, mcptoken.MethodListResourceTemplates, &res.NextCursor)
 		}
-	})
+	}}, h.OnAfterListResourceTemplates...)
 }
 
 // intact reports whether s still runs the hooks h that install added to;
