@@ -20,7 +20,10 @@ import (
 // and to the client session (the SessionID of
 // server.ClientSessionFromContext). The lists themselves are unchanged:
 // mcp-go pages as before (server.WithPaginationLimit), with its own cursor,
-// and returns the same items in the same pages.
+// and returns the same items in the same pages. mcp-go v1.2.1 pages a
+// fifth list, tasks/list (the tasks of AddTaskTool, which this module does
+// not cover): its cursors stay mcp-go's own, the base64 of a task ID,
+// unsealed and bound to no one.
 //
 // A request without a session (stateless streamable HTTP, and protocol
 // 2026-07-28, which has no sessions) has the empty session ID: its list
