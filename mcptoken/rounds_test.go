@@ -256,7 +256,7 @@ func TestAnswerConcurrentRetryIsBusy(t *testing.T) {
 }
 
 // An authentic state whose result cannot be answered again is "already
-// used" (1026), never "invalid": the round failed; its result was too large
+// used" (1026), never "invalid": the round failed or panicked; its result was too large
 // to record; the codec claimed it without a record (a handler's own Open);
 // with UnboundArgs, another call under the same state ran or runs it.
 func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
@@ -276,6 +276,17 @@ func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
 			if !errors.Is(err, errDeploy) {
 				return errors.New("the round's error was not returned unchanged")
 			}
+			return nil
+		}, args},
+		{"round panicked", replay.NewMemoryStore(0), StatesConfig{}, func(s *States, wire string) (err error) {
+			// The panic goes on to the caller (an SDK's recovery, or the
+			// process); the state is used, not left busy until it expires.
+			defer func() {
+				if recover() == nil {
+					err = errors.New("the round's panic did not reach the caller")
+				}
+			}()
+			_, _ = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) ([]byte, error) { panic("deploy panicked") })
 			return nil
 		}, args},
 		{"result too large to record", replay.NewMemoryStore(0), StatesConfig{}, func(s *States, wire string) error {
