@@ -81,7 +81,9 @@ func (s *States) AnswersRetries() bool { return s != nil && s.recorder != nil }
 //   - a round that panicked is recorded done without a result, as one
 //     that returned an error, and the panic goes on to the caller;
 //   - a round whose server stopped before recording (a crash) is never run
-//     again: the state stays busy until it expires, then 1022.
+//     again by a store that outlives the server: the state stays busy
+//     until it expires, then 1022 (replay.MemoryStore forgets the lease
+//     with the process, and after a restart runs the round again).
 //
 // A store that cannot answer is the StoreFailed refusal and consumes
 // nothing. A failure to record after round ran is logged at Error and the
