@@ -380,7 +380,8 @@ func TestSecureListCursorsRefusesMisconfiguration(t *testing.T) {
 // server.WithHooks after SecureListCursors replaces its hooks: the option
 // cannot fail, so the first tools/list or prompts/list logs the
 // misconfiguration at Error and fails closed, withholding every tool and
-// prompt, rather than hand out mcp-go's own cursors unsealed.
+// prompt from its list and its calls, rather than hand out mcp-go's own
+// cursors unsealed.
 func TestSecureListCursorsReplacedByLaterWithHooksFailClosed(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	var log syncBuffer
@@ -397,6 +398,16 @@ func TestSecureListCursorsReplacedByLaterWithHooksFailClosed(t *testing.T) {
 			}
 		})
 	}
+	t.Run("tools/call", func(t *testing.T) {
+		if res, err := p.call("tool-00", nil); err == nil {
+			t.Fatalf("a withheld tool answered: %+v", res)
+		}
+	})
+	t.Run("prompts/get", func(t *testing.T) {
+		if res, err := p.prompt("prompt-00", nil); err == nil {
+			t.Fatalf("a withheld prompt answered: %+v", res)
+		}
+	})
 	if got := strings.Count(log.String(), "level=ERROR"); got != 1 || !strings.Contains(log.String(), "server.WithHooks") {
 		t.Errorf("%d errors logged; log %q", got, log.String())
 	}
