@@ -39,9 +39,10 @@ import (
 // see [TokenErrorCode]; the reason goes to opts.Logger only. Every list
 // request needs an authenticated caller, also when the list fits one page:
 // one without is -32603. A page whose SDK cursor does not fit a cursor's
-// state (ctoken.StateBudget bytes, less one, after base64 is undone: a
-// go-sdk cursor of a tool or prompt name, or a resource URI, of about 190
-// bytes) is -32603 and logged at Error, rather than sent as a last page.
+// state (the issuer's ctoken.CursorIssuer.StateBudget, 256 bytes by
+// default, less one, after base64 is undone: a go-sdk cursor of a tool or
+// prompt name, or a resource URI, of more than 212 bytes) is -32603 and
+// logged at Error, rather than sent as a last page.
 //
 // issuer must seal (ctoken.CursorConfig.Seal): an issuer that signs only
 // would show the SDK's cursor, and is an error matching ctoken.ErrConfig;

@@ -404,6 +404,43 @@ func TestSecureListCursorsRefuseAnSDKCursorTooLongToSeal(t *testing.T) {
 	}
 }
 
+// The longest go-sdk item ID a sealed list cursor carries, with the
+// default cursor issuer (StateBudget 256): 212 bytes (go-sdk's cursor is
+// the gob of the ID, 43 bytes more, and the state takes one byte); 213 is
+// refused as too long.
+func TestSecureListCursorsCarryA212ByteSDKItemID(t *testing.T) {
+	for _, tc := range []struct {
+		n  int
+		ok bool
+	}{{212, true}, {213, false}} {
+		t.Run(fmt.Sprint(tc.n), func(t *testing.T) {
+			f := newFleet(t, 1, "s1")
+			s := mcp.NewServer(&mcp.Implementation{Name: "lists", Version: "v0"}, &mcp.ServerOptions{PageSize: 1})
+			read := func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return &mcp.ReadResourceResult{}, nil
+			}
+			long := "test://a/" + strings.Repeat("x", tc.n-len("test://a/"))
+			s.AddResource(&mcp.Resource{Name: "long", URI: long}, read)
+			s.AddResource(&mcp.Resource{Name: "short", URI: "test://b"}, read)
+			if err := SecureListCursors(s, sealingIssuer(t, f, 1, "s1"), &CursorOptions{Caller: FixedCaller("alice")}); err != nil {
+				t.Fatal(err)
+			}
+			cs := connect(t, s, nil)
+			names, next, err := listPage(context.Background(), cs, mcptoken.MethodListResources, "")
+			if !tc.ok {
+				wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
+				return
+			}
+			if err != nil || len(names) != 1 || names[0] != long || next == "" {
+				t.Fatalf("first page %d items, next %q, %v", len(names), next, err)
+			}
+			if names, _, err = listPage(context.Background(), cs, mcptoken.MethodListResources, next); err != nil || len(names) != 1 || names[0] != "test://b" {
+				t.Fatalf("second page %q, %v", names, err)
+			}
+		})
+	}
+}
+
 func TestSecureListCursorsRefusesMisconfiguration(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	s := mcp.NewServer(&mcp.Implementation{Name: "lists", Version: "v0"}, nil)

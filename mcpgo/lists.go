@@ -2,6 +2,8 @@ package ctokenmcpgo
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
@@ -18,7 +20,10 @@ import (
 // and to the client session (the SessionID of
 // server.ClientSessionFromContext). The lists themselves are unchanged:
 // mcp-go pages as before (server.WithPaginationLimit), with its own cursor,
-// and returns the same items in the same pages.
+// and returns the same items in the same pages. mcp-go v1.2.1 pages a
+// fifth list, tasks/list (the tasks of AddTaskTool, which this module does
+// not cover): its cursors stay mcp-go's own, the base64 of a task ID,
+// unsealed and bound to no one.
 //
 // A request without a session (stateless streamable HTTP, and protocol
 // 2026-07-28, which has no sessions) has the empty session ID: its list
@@ -47,9 +52,18 @@ import (
 // and a nil issuer is an error. opts may be nil.
 //
 // The option adds hooks to the server's hooks (server.Hooks), keeping any
-// already there. server.WithHooks replaces the server's hooks, these
+// already there: its after-list hooks run before theirs, so every
+// OnAfterList hook sees the sealed cursor the client gets; the OnSuccess
+// hooks, which mcp-go runs before any of them, and OnBeforeList hooks
+// added after the option, see mcp-go's own cursor. server.WithHooks replaces the server's hooks, these
 // included, so pass SecureListCursors after any server.WithHooks:
 // server.NewMCPServer(name, version, server.WithHooks(h), list, ...).
+// Passed before it, the option cannot fail at construction: it also adds
+// a tool filter and a prompt filter (server.WithToolFilter,
+// server.WithPromptFilter) that see the hooks replaced, log that at Error
+// once, and fail closed: every tool and prompt is withheld from its list
+// and its calls. mcp-go has no filter for resources, so a server that
+// serves resources and no tools or prompts gets no such check.
 func SecureListCursors(issuer *ctoken.CursorIssuer, opts *CursorOptions) (server.ServerOption, error) {
 	var o CursorOptions
 	if opts != nil {
@@ -67,6 +81,8 @@ func SecureListCursors(issuer *ctoken.CursorIssuer, opts *CursorOptions) (server
 type listCursors struct {
 	core   *mcptoken.ListCursors
 	caller CallerFunc
+	// replaced logs, once, hooks replaced after install.
+	replaced sync.Once
 }
 
 // refusedCursor is what mcp-go is handed for a cursor that does not open:
@@ -77,45 +93,74 @@ const refusedCursor mcp.Cursor = "!"
 // is refused (as not base64url) when it comes back.
 const unsealable mcp.Cursor = "ctoken:unsealable"
 
-// install adds the hooks to s.
+// install adds the hooks to s (its after-list hooks first, so that every
+// after-list hook already there sees the sealed cursor), and a tool filter
+// and a prompt filter that fail closed when they are replaced later
+// ([listCursors.intact]).
 func (l *listCursors) install(s *server.MCPServer) {
 	h := s.GetHooks()
 	if h == nil {
 		h = &server.Hooks{}
 		server.WithHooks(h)(s)
 	}
+	server.WithToolFilter(func(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+		if !l.intact(ctx, s, h) {
+			return nil
+		}
+		return tools
+	})(s)
+	server.WithPromptFilter(func(ctx context.Context, prompts []mcp.Prompt) []mcp.Prompt {
+		if !l.intact(ctx, s, h) {
+			return nil
+		}
+		return prompts
+	})(s)
 	h.AddBeforeListTools(func(ctx context.Context, _ any, r *mcp.ListToolsRequest) {
 		l.open(ctx, mcptoken.MethodListTools, &r.Params.Cursor)
 	})
-	h.AddAfterListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {
+	h.OnAfterListTools = append([]server.OnAfterListToolsFunc{func(ctx context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {
 		if res != nil {
 			l.seal(ctx, mcptoken.MethodListTools, &res.NextCursor)
 		}
-	})
+	}}, h.OnAfterListTools...)
 	h.AddBeforeListPrompts(func(ctx context.Context, _ any, r *mcp.ListPromptsRequest) {
 		l.open(ctx, mcptoken.MethodListPrompts, &r.Params.Cursor)
 	})
-	h.AddAfterListPrompts(func(ctx context.Context, _ any, _ *mcp.ListPromptsRequest, res *mcp.ListPromptsResult) {
+	h.OnAfterListPrompts = append([]server.OnAfterListPromptsFunc{func(ctx context.Context, _ any, _ *mcp.ListPromptsRequest, res *mcp.ListPromptsResult) {
 		if res != nil {
 			l.seal(ctx, mcptoken.MethodListPrompts, &res.NextCursor)
 		}
-	})
+	}}, h.OnAfterListPrompts...)
 	h.AddBeforeListResources(func(ctx context.Context, _ any, r *mcp.ListResourcesRequest) {
 		l.open(ctx, mcptoken.MethodListResources, &r.Params.Cursor)
 	})
-	h.AddAfterListResources(func(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
+	h.OnAfterListResources = append([]server.OnAfterListResourcesFunc{func(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
 		if res != nil {
 			l.seal(ctx, mcptoken.MethodListResources, &res.NextCursor)
 		}
-	})
+	}}, h.OnAfterListResources...)
 	h.AddBeforeListResourceTemplates(func(ctx context.Context, _ any, r *mcp.ListResourceTemplatesRequest) {
 		l.open(ctx, mcptoken.MethodListResourceTemplates, &r.Params.Cursor)
 	})
-	h.AddAfterListResourceTemplates(func(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
+	h.OnAfterListResourceTemplates = append([]server.OnAfterListResourceTemplatesFunc{func(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
 		if res != nil {
 			l.seal(ctx, mcptoken.MethodListResourceTemplates, &res.NextCursor)
 		}
+	}}, h.OnAfterListResourceTemplates...)
+}
+
+// intact reports whether s still runs the hooks h that install added to;
+// server.WithHooks after SecureListCursors replaces them, and mcp-go would
+// hand out its own cursors unsealed. That is logged at Error, once.
+func (l *listCursors) intact(ctx context.Context, s *server.MCPServer, h *server.Hooks) bool {
+	if s.GetHooks() == h {
+		return true
+	}
+	l.replaced.Do(func() {
+		l.core.Integration().Logger().LogAttrs(ctx, slog.LevelError,
+			"ctokenmcpgo: SecureListCursors: the server's hooks were replaced after it (server.WithHooks after SecureListCursors): its list cursors would be mcp-go's own, unsealed; every tool and prompt is withheld until server.WithHooks comes first")
 	})
+	return false
 }
 
 // sessionOf returns the ID of the client session of ctx, "" when there is

@@ -333,7 +333,8 @@ func TestSecureListCursorsMarkAnSDKCursorTooLongToSeal(t *testing.T) {
 }
 
 // The option keeps hooks that server.WithHooks installed before it, and
-// those hooks see the sealed cursor.
+// their after-list hooks see the sealed cursor the client gets, never
+// mcp-go's own.
 func TestSecureListCursorsKeepEarlierHooks(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	hooks := &server.Hooks{}
@@ -343,7 +344,7 @@ func TestSecureListCursorsKeepEarlierHooks(t *testing.T) {
 	})
 	p := inProcess(t, listServer(t, listPageSize, sealingIssuer(t, f, 1, "s1"), nil, server.WithHooks(hooks)), "alice", nil)
 	_, next, err := listPage(p, mcptoken.MethodListTools, "")
-	if err != nil || len(seen) != 1 || seen[0] == "" {
+	if err != nil || len(seen) != 1 || seen[0] != next {
 		t.Fatalf("next %q, %v; the earlier hook saw %q", next, err, seen)
 	}
 	if _, _, err := listPage(p, mcptoken.MethodListTools, next); err != nil {
@@ -373,5 +374,41 @@ func TestSecureListCursorsRefusesMisconfiguration(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// server.WithHooks after SecureListCursors replaces its hooks: the option
+// cannot fail, so the first tools/list or prompts/list logs the
+// misconfiguration at Error and fails closed, withholding every tool and
+// prompt from its list and its calls, rather than hand out mcp-go's own
+// cursors unsealed.
+func TestSecureListCursorsReplacedByLaterWithHooksFailClosed(t *testing.T) {
+	f := newFleet(t, 1, "s1", nil)
+	var log syncBuffer
+	secure, err := SecureListCursors(sealingIssuer(t, f, 1, "s1"), &CursorOptions{Logger: newTextLogger(&log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := inProcess(t, listServer(t, listPageSize, nil, nil, secure, server.WithHooks(&server.Hooks{})), "alice", nil)
+	for _, method := range []string{mcptoken.MethodListTools, mcptoken.MethodListPrompts} {
+		t.Run(method, func(t *testing.T) {
+			names, next, err := listPage(p, method, "")
+			if err != nil || len(names) != 0 || next != "" {
+				t.Fatalf("items %q, next cursor %q, %v: served with the signing hooks replaced", names, next, err)
+			}
+		})
+	}
+	t.Run("tools/call", func(t *testing.T) {
+		if res, err := p.call("tool-00", nil); err == nil {
+			t.Fatalf("a withheld tool answered: %+v", res)
+		}
+	})
+	t.Run("prompts/get", func(t *testing.T) {
+		if res, err := p.prompt("prompt-00", nil); err == nil {
+			t.Fatalf("a withheld prompt answered: %+v", res)
+		}
+	})
+	if got := strings.Count(log.String(), "level=ERROR"); got != 1 || !strings.Contains(log.String(), "server.WithHooks") {
+		t.Errorf("%d errors logged; log %q", got, log.String())
 	}
 }

@@ -40,7 +40,8 @@ func IsListMethod(method string) bool {
 // the SDK's cursor travels inside it, encrypted. It is safe for concurrent
 // use. An SDK integration resolves the caller and the session and calls
 // [ListCursors.Seal] on a list result's next cursor and [ListCursors.Open]
-// on a list request's cursor.
+// on a list request's cursor. A zero or nil ListCursors refuses every
+// call with an error.
 type ListCursors struct {
 	issuer *ctoken.CursorIssuer
 	in     *Integration
@@ -94,8 +95,21 @@ func seals(issuer *ctoken.CursorIssuer) (bool, error) {
 	return !bytes.Contains(raw, marker[:]), nil
 }
 
-// Integration returns the Integration l reports through.
-func (l *ListCursors) Integration() *Integration { return l.in }
+// Integration returns the Integration l reports through, nil for
+// ListCursors not made by [NewListCursors].
+func (l *ListCursors) Integration() *Integration {
+	if l == nil {
+		return nil
+	}
+	return l.in
+}
+
+// errListCursorsZero is the error of every method of ListCursors not made
+// by [NewListCursors] (a zero or nil value).
+var errListCursorsZero = errors.New("mcptoken: ListCursors not made by NewListCursors")
+
+// made reports whether l was made by [NewListCursors].
+func (l *ListCursors) made() bool { return l != nil && l.issuer != nil && l.in.check("") == nil }
 
 // The first byte of a list cursor's state says how the SDK's cursor is
 // stored after it: its text as is, or the bytes of its padded base64 (the
@@ -171,7 +185,11 @@ func errNotList(name, method string) error {
 // base64 is undone) is logged at Error, with its length only, and is the
 // issuer's error matching ctoken.ErrOpaqueStateTooLarge: the page cannot be
 // continued, and the integration must not send it as the last.
+// ListCursors not made by [NewListCursors] return an error.
 func (l *ListCursors) Seal(ctx context.Context, caller, session, method, inner string) (string, error) {
+	if !l.made() {
+		return "", errListCursorsZero
+	}
 	if !IsListMethod(method) {
 		return "", errNotList(l.in.Name, method)
 	}
@@ -202,8 +220,12 @@ func (l *ListCursors) Seal(ctx context.Context, caller, session, method, inner s
 // for any other. Nothing of a refused cursor reaches the SDK. An empty
 // caller is logged and refused with the Integration's NoCaller error, also
 // for the first page; a method that is not a list method matches
-// ctoken.ErrConfig.
+// ctoken.ErrConfig. ListCursors not made by [NewListCursors] return an
+// error, also for the first page.
 func (l *ListCursors) Open(ctx context.Context, caller, session, method, wire string) (string, error) {
+	if !l.made() {
+		return "", errListCursorsZero
+	}
 	if !IsListMethod(method) {
 		return "", errNotList(l.in.Name, method)
 	}

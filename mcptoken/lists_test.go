@@ -265,3 +265,30 @@ func FuzzListCursorsOpen(f *testing.F) {
 		}
 	})
 }
+
+// A zero or nil ListCursors (not made by NewListCursors) refuses every
+// call with an error, as a zero States does, and never panics.
+func TestListCursorsZeroValueRefuses(t *testing.T) {
+	ctx := context.Background()
+	var nilCursors *ListCursors
+	for _, tc := range []struct {
+		name string
+		l    *ListCursors
+	}{{"zero", new(ListCursors)}, {"nil", nilCursors}} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, wire := range []string{"", "x"} {
+				if inner, err := tc.l.Open(ctx, "alice", "s1", MethodListTools, wire); err == nil || inner != "" {
+					t.Fatalf("Open(%q) = %q, %v", wire, inner, err)
+				}
+			}
+			for _, inner := range []string{"", "x"} {
+				if out, err := tc.l.Seal(ctx, "alice", "s1", MethodListTools, inner); err == nil || out != "" {
+					t.Fatalf("Seal(%q) = %q, %v", inner, out, err)
+				}
+			}
+			if tc.l.Integration() != nil {
+				t.Fatal("an Integration of a ListCursors not made by NewListCursors")
+			}
+		})
+	}
+}

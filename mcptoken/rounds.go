@@ -77,8 +77,12 @@ func (s *States) AnswersRetries() bool { return s != nil && s.recorder != nil }
 //     (larger than replay.MaxResultBytes, or its budget), is recorded done
 //     without a result: the retry gets [CodeStateUsed], as a single-use
 //     state is refused today, but never "invalid";
+//   - a round that panicked is recorded done without a result, as one
+//     that returned an error, and the panic goes on to the caller;
 //   - a round whose server stopped before recording (a crash) is never run
-//     again: the state stays busy until it expires, then 1022.
+//     again by a store that outlives the server: the state stays busy
+//     until it expires, then 1022 (replay.MemoryStore forgets the lease
+//     with the process, and after a restart runs the round again).
 //
 // A store that cannot answer is the StoreFailed refusal and consumes
 // nothing. A failure to record after round ran is logged at Error and the
@@ -149,7 +153,7 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 	default:
 		return nil, s.refuse(ctx, method, name, fmt.Errorf("replay store answered lease state %v", rec.State))
 	}
-	res, runErr := round(ctx, o.State)
+	res, runErr := s.run(ctx, method, name, o, rec.Token, round)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
 	defer cancel()
 	if runErr != nil {
@@ -172,6 +176,30 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 			NameAttr(method, name), slog.String("error", err.Error()))
 	}
 	return res, nil
+}
+
+// run runs round with the opened state. A round that panics may have had
+// effects, as a failed one: its lease is ended without a result (a retry
+// is told 1026, not busy until the state expires), logged at Error, and
+// the panic goes on.
+func (s *States) run(ctx context.Context, method, name string, o stateclaim.Opened, token string, round func(context.Context, string) ([]byte, error)) (_ []byte, err error) {
+	panicked := true
+	defer func() {
+		if !panicked {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+		defer cancel()
+		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: the round panicked; a retry will be told the state was already used",
+			NameAttr(method, name))
+		if err := s.recorder.ConfirmLease(cctx, o.ID, token, o.Until); err != nil {
+			s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: recording a panicked round failed; the state stays busy until it expires",
+				NameAttr(method, name), slog.String("error", err.Error()))
+		}
+	}()
+	res, err := round(ctx, o.State)
+	panicked = false
+	return res, err
 }
 
 // refuse logs the refusal of err as Open does and returns the

@@ -138,6 +138,16 @@ func TestAnswerRefusesAnyoneElseAndAnyChangeAsOpenDoes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Servers that share the store (and, for the audience, the
+			// key) but not the state's audience or key.
+			otherAudience, err := NewStates(codecFor(t, &clock{now: now}, store, 0, "billing"), StatesConfig{AnswerRetries: true}, testIntegration(&log))
+			if err != nil {
+				t.Fatal(err)
+			}
+			otherKey, err := NewStates(codecFor(t, &clock{now: now}, store, 7, ""), StatesConfig{AnswerRetries: true}, testIntegration(&log))
+			if err != nil {
+				t.Fatal(err)
+			}
 			ctx := context.Background()
 			wire, _ := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
 			var c countedRound
@@ -161,6 +171,8 @@ func TestAnswerRefusesAnyoneElseAndAnyChangeAsOpenDoes(t *testing.T) {
 				{"another tool", s, "alice", "rollback", args, wire, CodeStateInvalid},
 				{"tampered state", s, "alice", "deploy", args, wire[:len(wire)-2] + flip(wire[len(wire)-2]) + wire[len(wire)-1:], CodeStateInvalid},
 				{"expired state", later, "alice", "deploy", args, wire, CodeStateExpired},
+				{"another audience", otherAudience, "alice", "deploy", args, wire, CodeStateInvalid},
+				{"another key", otherKey, "alice", "deploy", args, wire, CodeStateInvalid},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					out, err := tc.st.Answer(ctx, tc.who, "tools/call", tc.tool, tc.args, tc.wire, c.round)
@@ -178,6 +190,22 @@ func TestAnswerRefusesAnyoneElseAndAnyChangeAsOpenDoes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// codecFor is codec with the key of 32 bytes of key and audience.
+func codecFor(t testing.TB, c *clock, store replay.Store, key byte, audience string) *ctoken.RequestStateCodec {
+	t.Helper()
+	kr, err := ctoken.NewKeyring(bytes.Repeat([]byte{key}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
+		Keys: kr, Binding: ctoken.BindSubjectAndTool, TTL: time.Minute, Now: c.Now, Replay: store, Audience: audience,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return codec
 }
 
 func flip(c byte) string {
@@ -228,7 +256,7 @@ func TestAnswerConcurrentRetryIsBusy(t *testing.T) {
 }
 
 // An authentic state whose result cannot be answered again is "already
-// used" (1026), never "invalid": the round failed; its result was too large
+// used" (1026), never "invalid": the round failed or panicked; its result was too large
 // to record; the codec claimed it without a record (a handler's own Open);
 // with UnboundArgs, another call under the same state ran or runs it.
 func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
@@ -248,6 +276,17 @@ func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
 			if !errors.Is(err, errDeploy) {
 				return errors.New("the round's error was not returned unchanged")
 			}
+			return nil
+		}, args},
+		{"round panicked", replay.NewMemoryStore(0), StatesConfig{}, func(s *States, wire string) (err error) {
+			// The panic goes on to the caller (an SDK's recovery, or the
+			// process); the state is used, not left busy until it expires.
+			defer func() {
+				if recover() == nil {
+					err = errors.New("the round's panic did not reach the caller")
+				}
+			}()
+			_, _ = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) ([]byte, error) { panic("deploy panicked") })
 			return nil
 		}, args},
 		{"result too large to record", replay.NewMemoryStore(0), StatesConfig{}, func(s *States, wire string) error {

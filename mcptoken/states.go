@@ -14,7 +14,8 @@ import (
 // States seals and opens the requestState of multi round-trip requests
 // (SEP-2322) for an SDK integration, which resolves the caller and converts
 // its request and result types; everything else happens here. It is safe
-// for concurrent use.
+// for concurrent use. A zero or nil States refuses every seal and open with
+// an error.
 type States struct {
 	codec       *ctoken.RequestStateCodec
 	unboundArgs bool
@@ -93,16 +94,36 @@ func bindingName(b ctoken.RequestStateBinding) string {
 }
 
 // Integration returns the Integration s reports through.
-func (s *States) Integration() *Integration { return s.in }
+func (s *States) Integration() *Integration {
+	if s == nil {
+		return nil
+	}
+	return s.in
+}
 
 // Codec returns the request-state codec the States seal and open with.
-func (s *States) Codec() *ctoken.RequestStateCodec { return s.codec }
+func (s *States) Codec() *ctoken.RequestStateCodec {
+	if s == nil {
+		return nil
+	}
+	return s.codec
+}
+
+// errStatesZero is the error of the methods of States not made by
+// [NewStates] (a zero or nil value).
+var errStatesZero = errors.New("mcptoken: States not made by NewStates")
+
+// made reports whether s was made by [NewStates].
+func (s *States) made() bool { return s != nil && s.codec != nil && s.in.check("") == nil }
 
 // Seal seals state for caller and ctoken.MCPTarget(method, name), bound to
 // args (taken as by [WrapArgs]) unless the States are unbound. A state that
 // is not valid UTF-8 is an error matching ctoken.ErrUnencodable. An empty
 // caller is logged and refused with the Integration's NoCaller error.
 func (s *States) Seal(caller, method, name string, args any, state string) (string, error) {
+	if !s.made() {
+		return "", errStatesZero
+	}
 	if err := s.in.anonymous(context.Background(), caller); err != nil {
 		return "", err
 	}
@@ -134,6 +155,9 @@ func (s *States) Seal(caller, method, name string, args any, state string) (stri
 // retry still opens it, once. An empty caller is logged and refused with
 // the Integration's NoCaller error before the state is looked at.
 func (s *States) Open(ctx context.Context, caller, method, name string, args any, wire string) (string, error) {
+	if !s.made() {
+		return "", errStatesZero
+	}
 	if err := s.in.anonymous(ctx, caller); err != nil {
 		return "", err
 	}
@@ -204,6 +228,9 @@ func LooksSealed(state string) bool {
 // that seals every outgoing state. A state that [LooksSealed] is
 // [ErrAlreadySealed]; that and any failure of Seal are logged.
 func (s *States) SealResult(ctx context.Context, caller, method, name string, args any, state string) (string, error) {
+	if !s.made() {
+		return "", errStatesZero
+	}
 	if LooksSealed(state) {
 		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": handler returned a sealed requestState (already sealed, or it begins with v1. or v1e.); refusing to seal it twice",
 			NameAttr(method, name))

@@ -370,3 +370,29 @@ func TestSealRefusesArgumentsThatCannotBeFingerprinted(t *testing.T) {
 		t.Errorf("unbound: %v", err)
 	}
 }
+
+// A zero or nil States (not made by NewStates) refuses Seal, Open and
+// SealResult with an error, as its Answer does, and never panics.
+func TestStatesZeroValueRefuses(t *testing.T) {
+	ctx := context.Background()
+	var nilStates *States
+	for _, tc := range []struct {
+		name string
+		s    *States
+	}{{"zero", new(States)}, {"nil", nilStates}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if wire, err := tc.s.Seal("alice", "tools/call", "deploy", nil, "s"); err == nil || wire != "" {
+				t.Fatalf("Seal = %q, %v", wire, err)
+			}
+			if plain, err := tc.s.Open(ctx, "alice", "tools/call", "deploy", nil, "v1.x"); err == nil || plain != "" {
+				t.Fatalf("Open = %q, %v", plain, err)
+			}
+			if wire, err := tc.s.SealResult(ctx, "alice", "tools/call", "deploy", nil, "s"); err == nil || wire != "" {
+				t.Fatalf("SealResult = %q, %v", wire, err)
+			}
+			if tc.s.Integration() != nil || tc.s.Codec() != nil {
+				t.Fatal("a States not made by NewStates has an Integration or a codec")
+			}
+		})
+	}
+}
