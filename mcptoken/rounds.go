@@ -178,7 +178,8 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 	return res, nil
 }
 
-// run runs round with the opened state. A round that panics may have had
+// run runs round with the opened state, detached from ctx's cancellation
+// and ending before the state's lease does. A round that panics may have had
 // effects, as a failed one: its lease is ended without a result (a retry
 // is told 1026, not busy until the state expires), logged at Error, and
 // the panic goes on.
@@ -197,7 +198,15 @@ func (s *States) run(ctx context.Context, method, name string, o stateclaim.Open
 				NameAttr(method, name), slog.String("error", err.Error()))
 		}
 	}()
-	res, err := round(ctx, o.State)
+	// The round keeps the request's values but not its cancellation: a
+	// client that goes away (often the very loss its retry recovers from)
+	// must not cut short a round that may already have had effects, which
+	// would use the state up (1026) instead of recording the result its
+	// retry is answered with. It ends before the lease does, with time
+	// left to record.
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), o.Until.Add(-confirmTimeout))
+	defer cancel()
+	res, err := round(rctx, o.State)
 	panicked = false
 	return res, err
 }

@@ -115,6 +115,40 @@ func TestAnswerRetryGetsTheRecordedResultWithoutASecondRun(t *testing.T) {
 	}
 }
 
+// A client that goes away while its round runs (the loss its retry then
+// recovers from) does not cut the round short: the round sees no
+// cancellation, its result is recorded, and the retry is answered with it.
+func TestAnswerRoundOutlivesTheClientsCancellation(t *testing.T) {
+	s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
+	args := []byte(`{"target":"prod"}`)
+	wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var c countedRound
+	var sawDeadline bool
+	round := func(rctx context.Context, state string) ([]byte, error) {
+		cancel() // the client disconnects mid-round
+		_, sawDeadline = rctx.Deadline()
+		if err := rctx.Err(); err != nil {
+			return nil, err // a round that honours its context gives up
+		}
+		return c.round(rctx, state)
+	}
+	first, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round)
+	if err != nil {
+		t.Fatalf("the round was cut short by the client's cancellation: %v", err)
+	}
+	if !sawDeadline {
+		t.Fatal("the round's context has no deadline: it could outlive the state's lease")
+	}
+	again, err := s.Answer(context.Background(), "alice", "tools/call", "deploy", args, wire, c.round)
+	if err != nil || !bytes.Equal(again, first) || c.runs.Load() != 1 {
+		t.Fatalf("retry: %q, %v, %d runs; want %q once", again, err, c.runs.Load(), first)
+	}
+}
+
 // Every binding is checked before the round is taken: another caller,
 // other arguments, another tool, a tampered state and an expired one are
 // refused as Open refuses them (1023, 1022), before and after the round
