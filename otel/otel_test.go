@@ -341,7 +341,7 @@ func TestObserveIsSafeForConcurrentUse(t *testing.T) {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for i := range each {
-				obs.Observe(observe.Event{Kind: observe.KindCursor, Outcome: observe.OutcomeRefused, Reason: observe.RefusalReason(1 + (w+i)%3)})
+				obs.Observe(observe.Event{Kind: observe.KindCursor, Outcome: observe.OutcomeRefused, Reason: observe.RefusalReasons()[(w+i)%3]})
 			}
 		}()
 	}
