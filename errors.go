@@ -2,8 +2,6 @@ package ctoken
 
 import (
 	"errors"
-	"strconv"
-	"strings"
 
 	"github.com/ctoken/ctoken/internal/reason"
 )
@@ -92,43 +90,6 @@ func reject(sentinel error, why string) error { return reason.New(sentinel, why)
 // naming the field.
 func configError(why string) error { return reason.New(ErrConfig, why) }
 
-// configFaults is a constructor's refusal of a config with several faults:
-// its text names every one, and errors.Is matches every fault's sentinel
-// ([ErrConfig], [ErrNoKey]), so a user fixes the config in one pass instead
-// of meeting the next missing field after each fix.
-// It is used through a pointer, so that it is comparable and hashable like
-// every other error of the package.
-type configFaults struct{ errs []error }
-
-func (f *configFaults) Error() string {
-	var b strings.Builder
-	b.WriteString(strconv.Itoa(len(f.errs)))
-	b.WriteString(" configuration faults: ")
-	for i, e := range f.errs {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteString(e.Error())
-	}
-	return b.String()
-}
-
-func (f *configFaults) Unwrap() []error { return f.errs }
-
-// configErrors returns nil when every fault is nil, the fault when one is
-// not, and a [configFaults] naming each when several are not.
-func configErrors(faults ...error) error {
-	var got []error
-	for _, e := range faults {
-		if e != nil {
-			got = append(got, e)
-		}
-	}
-	switch len(got) {
-	case 0:
-		return nil
-	case 1:
-		return got[0]
-	}
-	return &configFaults{errs: got}
-}
+// configErrors is a constructor's refusal of every fault of its config at
+// once (see [reason.Faults]): nil when every fault is nil.
+func configErrors(faults ...error) error { return reason.Faults(faults...) }
