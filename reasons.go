@@ -8,9 +8,10 @@ import (
 // Reason returns the [observe.RefusalReason] of err: which check refused a
 // token or an input ("mac mismatch", "wrong tool", "other server session"),
 // one value of a fixed set stable across minor versions, to compare with
-// the observe.Reason constants, to print (its String is fixed, log-safe
-// text) or to use as a metric label. It never contains input, token text
-// or key material.
+// the observe.Reason constants (== or switch), to print (its value is its
+// fixed, log-safe text: string(r), %s and String give the same words) or
+// to use as a metric label. It never contains input, token text or key
+// material.
 //
 // Reason returns [observe.ReasonNone] for nil, for an error of another
 // package, and for a constructor's configuration or key error

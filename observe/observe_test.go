@@ -57,8 +57,8 @@ func TestRefusalReasonPrintsItsWordsHoweverConverted(t *testing.T) {
 			want := r.String()
 			for _, tc := range []struct{ how, got string }{
 				{"string(r)", string(r)},
-				{"%s", fmt.Sprintf("%s", r)},
-				{"%v", fmt.Sprintf("%v", r)},
+				{"%s", strings.TrimPrefix(fmt.Sprintf("reason %s", r), "reason ")},
+				{"%v", strings.TrimPrefix(fmt.Sprintf("reason %v", r), "reason ")},
 				{"Sprint", fmt.Sprint(r)},
 				{"%q", strings.Trim(fmt.Sprintf("%q", r), `"`)},
 			} {
