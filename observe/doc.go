@@ -23,7 +23,7 @@
 // small integers that print their label only through String (%s and %v
 // call it), never through string(k) or %d.
 //
-// New values need a review: the set of every constant is in the module's
-// API file (api/ctoken.txt), which its check keeps in step with the code,
-// so a feature cannot add a reason unseen.
+// New values need a review: the module's API file (api/ctoken.txt) lists
+// every constant with its text, and its check keeps the file in step with
+// the code, so a feature cannot add or reword a reason unseen.
 package observe
