@@ -287,6 +287,57 @@ func BenchmarkCursorVerifyRejectForged(b *testing.B) {
 	cpu.done(b)
 }
 
+// BenchmarkRefusalReason measures what a refusal costs a caller that
+// labels it: Reason of a forged cursor's error and its String (the log and
+// metric text), and the forged cursor's Verify with an observer that reads
+// the event's reason. The floor is BenchmarkCursorVerifyRejectForged, which
+// refuses the same cursor with no observer and no reason read.
+func BenchmarkRefusalReason(b *testing.B) {
+	iss := benchIssuer(b)
+	c, err := iss.Issue(benchPayload())
+	if err != nil {
+		b.Fatal(err)
+	}
+	forged := []byte(c)
+	forged[len(forged)-3] ^= 'A' ^ 'B'
+	fc := string(forged)
+	_, refusal := iss.Verify(fc, benchScope)
+	if refusal == nil {
+		b.Fatal("forged cursor verified")
+	}
+	var sink string
+	b.Run("Reason+String", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			sink = Reason(refusal).String()
+		}
+		cpu.done(b)
+	})
+	kr, err := NewKeyring(benchKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	obs := observe.ObserverFunc(func(e observe.Event) { sink = e.Reason.String() })
+	observed, err := NewCursorIssuer(CursorConfig{Keys: kr, Session: []byte("bench-01"), Observer: obs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("verify-forged+observer", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			if _, err := observed.Verify(fc, benchScope); err == nil {
+				b.Fatal("forged cursor verified")
+			}
+		}
+		cpu.done(b)
+	})
+	if sink == "" {
+		b.Fatal("no reason read")
+	}
+}
+
 var benchModes = []struct {
 	name string
 	mode RequestStateMode

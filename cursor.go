@@ -181,19 +181,27 @@ func mustDecMode(o cbor.DecOptions) cbor.DecMode {
 	return m
 }
 
+// errCursorSessionEmpty refuses an empty, non-nil CursorConfig.Session:
+// what []byte(os.Getenv("CTOKEN_SESSION")) gives when the variable is unset.
+var errCursorSessionEmpty = configError("CursorConfig.Session is empty: set it to a short name (not secret) that every instance shares " +
+	"and keeps across restarts, e.g. CTOKEN_SESSION=search-1; a nil Session is a random session per issuer, " +
+	"so every restart breaks the cursors clients hold (right only for tests and throwaway processes)")
+
 // NewCursorIssuer returns an issuer for cfg. It fails with [ErrNoKey] when
 // cfg.Keys is nil or holds no key (a zero [Keyring]), and with [ErrConfig] when
 // cfg.Session is longer than [MaxSessionBytes] or empty but not nil. Every TTL is valid: 0 means
-// [DefaultCursorTTL] and a negative TTL means no age limit.
+// [DefaultCursorTTL] and a negative TTL means no age limit. A config with
+// both faults is refused with one error naming each.
 func NewCursorIssuer(cfg CursorConfig) (*CursorIssuer, error) {
-	if err := keysFrom(cfg.Keys, cfg.KeySource, "CursorConfig"); err != nil {
+	var session error
+	switch {
+	case len(cfg.Session) > MaxSessionBytes:
+		session = configError("CursorConfig.Session is longer than MaxSessionBytes")
+	case cfg.Session != nil && len(cfg.Session) == 0:
+		session = errCursorSessionEmpty
+	}
+	if err := configErrors(keysFrom(cfg.Keys, cfg.KeySource, "CursorConfig"), session); err != nil {
 		return nil, err
-	}
-	if len(cfg.Session) > MaxSessionBytes {
-		return nil, configError("CursorConfig.Session is longer than MaxSessionBytes")
-	}
-	if cfg.Session != nil && len(cfg.Session) == 0 {
-		return nil, configError("CursorConfig.Session is empty but not nil (nil means a random per-issuer session)")
 	}
 	i := &CursorIssuer{
 		ttl:     cfg.TTL,

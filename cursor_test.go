@@ -554,6 +554,41 @@ func TestNewCursorIssuer(t *testing.T) {
 		if i, err := NewCursorIssuer(CursorConfig{Keys: kr}); err != nil || len(i.Session()) != sessionBytes {
 			t.Fatalf("nil session = %v; want a random %d-byte session", err, sessionBytes)
 		}
+		// The error says what to set, not that nil would do: nil breaks
+		// every cursor a client holds at each restart.
+		_, err := NewCursorIssuer(CursorConfig{Keys: kr, Session: []byte("")})
+		for _, want := range []string{"set it to a short name", "CTOKEN_SESSION=", "every restart breaks the cursors"} {
+			if !strings.Contains(reasonText(err), want) {
+				t.Errorf("empty session error %q does not say %q", reasonText(err), want)
+			}
+		}
+	})
+
+	// Checks that a config with several faults is refused with one error
+	// naming each, matching each fault's sentinel.
+	t.Run("names every fault at once", func(t *testing.T) {
+		for _, tc := range []struct {
+			name  string
+			cfg   CursorConfig
+			names []string
+		}{
+			{"no keys, empty session", CursorConfig{Session: []byte("")}, []string{"2 configuration faults", "CursorConfig.Keys is nil or empty (set Keys", "CursorConfig.Session is empty"}},
+			{"empty keyring, oversize session", CursorConfig{Keys: &Keyring{}, Session: make([]byte, MaxSessionBytes+1)}, []string{"CursorConfig.Keys is nil or empty", "longer than MaxSessionBytes"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				i, err := NewCursorIssuer(tc.cfg)
+				wantErr(t, err, ErrNoKey)
+				wantErr(t, err, ErrConfig)
+				if i != nil {
+					t.Fatal("issuer returned with the error")
+				}
+				for _, name := range tc.names {
+					if !strings.Contains(err.Error(), name) {
+						t.Errorf("error %q does not name %q", err, name)
+					}
+				}
+			})
+		}
 	})
 }
 

@@ -89,3 +89,7 @@ func reject(sentinel error, why string) error { return reason.New(sentinel, why)
 // configError is a constructor's refusal of cfg: [ErrConfig] with a reason
 // naming the field.
 func configError(why string) error { return reason.New(ErrConfig, why) }
+
+// configErrors is a constructor's refusal of every fault of its config at
+// once (see [reason.Faults]): nil when every fault is nil.
+func configErrors(faults ...error) error { return reason.Faults(faults...) }

@@ -140,7 +140,7 @@ func keysFrom(keys *Keyring, src *KeySource, cfg string) error {
 	case src != nil && src.Keyring() == nil:
 		return reject(ErrNoKey, cfg+".KeySource holds no Keyring (use NewKeySource)")
 	case src == nil && (keys == nil || keys.Len() == 0):
-		return reject(ErrNoKey, cfg+".Keys is nil or empty")
+		return reject(ErrNoKey, cfg+".Keys is nil or empty (set Keys, e.g. from KeyringFromEnv, or KeySource)")
 	}
 	return nil
 }

@@ -142,16 +142,16 @@ type OneTimeToken struct {
 // NewOneTimeIssuer returns an issuer for cfg. A nil or empty cfg.Keys is
 // [ErrNoKey]; an empty or invalid Purpose, a negative TTL, or a TTL whose
 // claims (TTL + 1 s + [replay.SkewMargin]) reach past the horizon of a
-// [replay.Bounded] Replay store is [ErrConfig].
+// [replay.Bounded] Replay store is [ErrConfig]. Faults of several fields
+// (an all-zero config: no Keys and no Purpose) are refused with one error
+// naming each, which errors.Is matches against each fault's sentinel.
 func NewOneTimeIssuer(cfg OneTimeConfig) (*OneTimeIssuer, error) {
-	if err := keysFrom(cfg.Keys, cfg.KeySource, "OneTimeConfig"); err != nil {
-		return nil, err
-	}
-	if err := checkPurpose(cfg.Purpose); err != nil {
-		return nil, err
-	}
+	var ttl error
 	if cfg.TTL < 0 {
-		return nil, configError("OneTimeConfig.TTL is negative (0 means 10 minutes)")
+		ttl = configError("OneTimeConfig.TTL is negative (0 means 10 minutes)")
+	}
+	if err := configErrors(keysFrom(cfg.Keys, cfg.KeySource, "OneTimeConfig"), checkPurpose(cfg.Purpose), ttl); err != nil {
+		return nil, err
 	}
 	o := &OneTimeIssuer{
 		purpose: cfg.Purpose,

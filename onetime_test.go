@@ -472,6 +472,33 @@ func TestNewOneTimeIssuer(t *testing.T) {
 		}
 	})
 
+	// Checks that a config with several faults is refused with one error
+	// naming each, matching each fault's sentinel.
+	t.Run("names every fault at once", func(t *testing.T) {
+		for _, tc := range []struct {
+			name  string
+			cfg   OneTimeConfig
+			names []string
+		}{
+			{"all zero", OneTimeConfig{}, []string{"2 configuration faults", "OneTimeConfig.Keys is nil or empty (set Keys", "OneTimeConfig.Purpose is empty"}},
+			{"every field wrong", OneTimeConfig{Keys: &Keyring{}, Purpose: "a\n", TTL: -1}, []string{"3 configuration faults", "OneTimeConfig.Keys", "OneTimeConfig.Purpose", "OneTimeConfig.TTL is negative"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				o, err := NewOneTimeIssuer(tc.cfg)
+				wantErr(t, err, ErrNoKey)
+				wantErr(t, err, ErrConfig)
+				if o != nil {
+					t.Fatal("issuer returned with the error")
+				}
+				for _, name := range tc.names {
+					if !strings.Contains(err.Error(), name) {
+						t.Errorf("error %q does not name %q", err, name)
+					}
+				}
+			})
+		}
+	})
+
 	t.Run("refuses invalid config", func(t *testing.T) {
 		kr := mustKeyring(t, RandomKey())
 		for _, tc := range []struct {

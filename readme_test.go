@@ -25,7 +25,7 @@ func TestREADMESnippets(t *testing.T) {
 		}
 		return ctoken.NewCursorIssuer(ctoken.CursorConfig{
 			Keys:    keys,
-			Session: []byte(os.Getenv("CTOKEN_SESSION")), // unset: ErrConfig (nil would be a random session per process)
+			Session: []byte(os.Getenv("CTOKEN_SESSION")), // unset: ErrConfig; never nil here (a random session per process: every restart breaks the cursors clients hold)
 		})
 	}
 	scope := ctoken.CursorScope{ToolID: "search_issues", CallerID: "alice"}

@@ -8,9 +8,10 @@ import (
 // Reason returns the [observe.RefusalReason] of err: which check refused a
 // token or an input ("mac mismatch", "wrong tool", "other server session"),
 // one value of a fixed set stable across minor versions, to compare with
-// the observe.Reason constants, to print (its String is fixed, log-safe
-// text) or to use as a metric label. It never contains input, token text
-// or key material.
+// the observe.Reason constants (== or switch), to print (its value is its
+// fixed, log-safe text: string(r), %s and String give the same words) or
+// to use as a metric label. It never contains input, token text or key
+// material.
 //
 // Reason returns [observe.ReasonNone] for nil, for an error of another
 // package, and for a constructor's configuration or key error
@@ -25,8 +26,12 @@ func Reason(err error) observe.RefusalReason {
 	if err == nil {
 		return observe.ReasonNone
 	}
-	if r, ok := rejectionReasons[err]; ok {
-		return r
+	// Only a *reason.Error is looked up: a map lookup hashes its key, and
+	// a caller's error of an unhashable type would panic.
+	if re, ok := err.(*reason.Error); ok {
+		if r, ok := rejectionReasons[re]; ok {
+			return r
+		}
 	}
 	got, _ := observe.ParseReason(reason.Of(err))
 	return got
@@ -35,7 +40,7 @@ func Reason(err error) observe.RefusalReason {
 // rejectionReasons maps each package-level rejection value to its reason,
 // so that reporting a refusal costs a map lookup and no allocation (a
 // wrapped replay-store error takes reason.Of's path).
-var rejectionReasons = func() map[error]observe.RefusalReason {
+var rejectionReasons = func() map[*reason.Error]observe.RefusalReason {
 	all := []error{
 		errCursorEmpty, errCursorOversize, errCursorBase64, errCursorTruncated,
 		errCursorMalformed, errCursorMAC, errCursorFuture, errCursorSession, errCursorUnknownKey, errCursorUnknownKeyRestart,
@@ -51,9 +56,11 @@ var rejectionReasons = func() map[error]observe.RefusalReason {
 		errArgsSyntax, errArgsUTF8, errArgsSurrogate, errArgsDuplicate,
 		errArgsDepth, errArgsRange, errArgsInexact, errArgsReplaced, errArgsMarshal,
 	}
-	m := make(map[error]observe.RefusalReason, len(all))
+	m := make(map[*reason.Error]observe.RefusalReason, len(all))
 	for _, e := range all {
-		m[e], _ = observe.ParseReason(reason.Of(e))
+		if re, ok := e.(*reason.Error); ok {
+			m[re], _ = observe.ParseReason(reason.Of(e))
+		}
 	}
 	return m
 }()

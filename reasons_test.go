@@ -2,6 +2,7 @@ package ctoken
 
 import (
 	"errors"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -261,4 +262,37 @@ func exprName(e ast.Expr) string {
 		return id.Name
 	}
 	return callName(e)
+}
+
+// unhashableErr is an error whose dynamic type cannot be a map key.
+type unhashableErr []string
+
+func (e unhashableErr) Error() string { return "unhashable" }
+
+// TestReasonIsNoneForAnyOtherError pins that Reason answers every error a
+// caller may hold without panicking (a map lookup of an unhashable error
+// would), and that every entry of its table of rejection values maps to a
+// reason.
+func TestReasonIsNoneForAnyOtherError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"nil", nil},
+		{"unhashable", unhashableErr{"a"}},
+		{"unhashable, wrapped", fmt.Errorf("x: %w", unhashableErr{"a"})},
+		{"joined with an unhashable", errors.Join(errors.New("a"), unhashableErr{"b"})},
+		{"plain", errors.New("mac mismatch")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := Reason(tc.err); r != observe.ReasonNone {
+				t.Errorf("Reason = %q, want ReasonNone", r)
+			}
+		})
+	}
+	for re, r := range rejectionReasons {
+		if r == observe.ReasonNone || Reason(re) != r {
+			t.Errorf("rejection %q maps to %q", re.Error(), r)
+		}
+	}
 }

@@ -269,8 +269,8 @@ func (c *RequestStateCodec) ring() *stateKeys {
 
 // Configuration errors of [NewRequestStateCodec], allocated once.
 var (
-	errStateNilKeys      = reject(ErrNoKey, "RequestStateSecurity.Keys is nil")
-	errStateEmptyKeys    = reject(ErrNoKey, "RequestStateSecurity.Keys holds no key")
+	errStateNilKeys      = reject(ErrNoKey, "RequestStateSecurity.Keys is nil (set Keys, e.g. from KeyringFromEnv, or KeySource)")
+	errStateEmptyKeys    = reject(ErrNoKey, "RequestStateSecurity.Keys holds no key (make it with NewKeyring or KeyringFromEnv)")
 	errStateNoCodec      = reject(ErrNoKey, "codec not made by NewRequestStateCodec")
 	errStateUnderivable  = reject(ErrNoKey, "RequestStateSecurity.Keys: a key cannot be derived from")
 	errStateConfMode     = reject(ErrConfig, "unknown RequestStateSecurity.Mode")
@@ -284,6 +284,45 @@ var (
 	errStateEmptySource  = reject(ErrNoKey, "RequestStateSecurity.KeySource holds no Keyring (use NewKeySource)")
 )
 
+// faults returns one error per field of sec that is at fault (nil where
+// none), in field order: every missing or invalid field at once.
+func (sec RequestStateSecurity) faults() []error {
+	var mode, binding, audience, ttl, maxBytes, keys error
+	if sec.Mode > Encrypted {
+		mode = errStateConfMode
+	}
+	switch {
+	case sec.Binding == 0:
+		binding = errStateNoBinding
+	case sec.Binding > BindNone:
+		binding = errStateConfBinding
+	}
+	if strings.IndexByte(sec.Audience, 0) >= 0 {
+		audience = errStateConfAudience
+	}
+	if sec.TTL < 0 {
+		ttl = errStateConfTTL
+	}
+	switch {
+	case sec.MaxBytes < 0:
+		maxBytes = errStateConfMaxBytes
+	case sec.MaxBytes > 0 && sec.MaxBytes < minStateWire(sec.Mode):
+		maxBytes = errStateConfTooSmall
+	}
+	switch {
+	case sec.Keys != nil && sec.KeySource != nil:
+		keys = errStateBothKeys
+	case sec.KeySource != nil && sec.KeySource.Keyring() == nil:
+		keys = errStateEmptySource
+	case sec.KeySource != nil:
+	case sec.Keys == nil:
+		keys = errStateNilKeys
+	case sec.Keys.Len() == 0:
+		keys = errStateEmptyKeys
+	}
+	return []error{keys, mode, binding, audience, ttl, maxBytes}
+}
+
 // minStateWire is the length of the wire form of the state "" with a
 // 10-digit expiry in mode: a MaxBytes below it refuses every state.
 func minStateWire(mode RequestStateMode) int {
@@ -296,33 +335,13 @@ func minStateWire(mode RequestStateMode) int {
 
 // NewRequestStateCodec returns a codec for sec. A nil sec.Keys, or one that
 // holds no key (a zero [Keyring]), is [ErrNoKey]; a field that is neither
-// zero nor valid is [ErrConfig] (see [RequestStateSecurity]). [Reason] names
-// the field at fault.
+// zero nor valid is [ErrConfig] (see [RequestStateSecurity]). The error's
+// text names the field at fault and how to fix it. A config with several faults (an all-zero one: no
+// Keys and no Binding) is refused with one error naming every one, which
+// errors.Is matches against each fault's sentinel.
 func NewRequestStateCodec(sec RequestStateSecurity) (*RequestStateCodec, error) {
-	switch {
-	case sec.Mode > Encrypted:
-		return nil, errStateConfMode
-	case sec.Binding == 0:
-		return nil, errStateNoBinding
-	case sec.Binding > BindNone:
-		return nil, errStateConfBinding
-	case strings.IndexByte(sec.Audience, 0) >= 0:
-		return nil, errStateConfAudience
-	case sec.TTL < 0:
-		return nil, errStateConfTTL
-	case sec.MaxBytes < 0:
-		return nil, errStateConfMaxBytes
-	case sec.MaxBytes > 0 && sec.MaxBytes < minStateWire(sec.Mode):
-		return nil, errStateConfTooSmall
-	case sec.Keys != nil && sec.KeySource != nil:
-		return nil, errStateBothKeys
-	case sec.KeySource != nil && sec.KeySource.Keyring() == nil:
-		return nil, errStateEmptySource
-	case sec.KeySource != nil:
-	case sec.Keys == nil:
-		return nil, errStateNilKeys
-	case sec.Keys.Len() == 0:
-		return nil, errStateEmptyKeys
+	if err := configErrors(sec.faults()...); err != nil {
+		return nil, err
 	}
 	c := &RequestStateCodec{
 		mode:     sec.Mode,

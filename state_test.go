@@ -435,7 +435,7 @@ func TestNewRequestStateCodec(t *testing.T) {
 		for _, mode := range []RequestStateMode{Signed, Encrypted} {
 			c, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Mode: mode, Replay: replay.NewMemoryStore(0)})
 			wantErr(t, err, ErrNoKey)
-			if c != nil || reasonText(err) != "RequestStateSecurity.Keys is nil" {
+			if c != nil || reasonText(err) != "RequestStateSecurity.Keys is nil (set Keys, e.g. from KeyringFromEnv, or KeySource)" {
 				t.Fatalf("mode %d: codec %v, reason %q", mode, c, reasonText(err))
 			}
 		}
@@ -460,7 +460,6 @@ func TestNewRequestStateCodec(t *testing.T) {
 			{"negative MaxBytes", RequestStateSecurity{Binding: BindSubject, Keys: kr, MaxBytes: -1}, "negative RequestStateSecurity.MaxBytes"},
 			{"MaxBytes below an empty signed state", RequestStateSecurity{Binding: BindSubject, Keys: kr, MaxBytes: minStateWire(Signed) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
 			{"MaxBytes below an empty encrypted state", RequestStateSecurity{Binding: BindSubject, Keys: kr, Mode: Encrypted, MaxBytes: minStateWire(Encrypted) - 1}, "RequestStateSecurity.MaxBytes too small for any state"},
-			{"unknown mode without keys", RequestStateSecurity{Binding: BindSubject, Mode: 7}, "unknown RequestStateSecurity.Mode"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				c, err := NewRequestStateCodec(tc.sec)
@@ -484,6 +483,45 @@ func TestNewRequestStateCodec(t *testing.T) {
 			}
 			_, err = tight.Encode("x", "alice", "")
 			wantErr(t, err, ErrStateTooLarge)
+		}
+	})
+
+	// Checks that a config with several faults is refused with one error
+	// naming every one (the user who fixes Binding does not meet the
+	// missing keys next), matching each fault's sentinel.
+	t.Run("names every fault at once", func(t *testing.T) {
+		for _, tc := range []struct {
+			name  string
+			sec   RequestStateSecurity
+			is    []error
+			names []string
+		}{
+			{"all zero", RequestStateSecurity{}, []error{ErrNoKey, ErrConfig},
+				[]string{"Keys is nil (set Keys", "Binding is unset (choose BindSubjectAndTool"}},
+			{"unknown mode without keys", RequestStateSecurity{Binding: BindSubject, Mode: 7}, []error{ErrNoKey, ErrConfig},
+				[]string{"Keys is nil", "unknown RequestStateSecurity.Mode"}},
+			{"every field wrong", RequestStateSecurity{Keys: &Keyring{}, Mode: 9, Binding: BindNone + 1, Audience: "a\x00", TTL: -1, MaxBytes: -1},
+				[]error{ErrNoKey, ErrConfig},
+				[]string{"6 configuration faults", "Keys holds no key", "unknown RequestStateSecurity.Mode", "unknown RequestStateSecurity.Binding",
+					"Audience contains a NUL", "negative RequestStateSecurity.TTL", "negative RequestStateSecurity.MaxBytes"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				c, err := NewRequestStateCodec(tc.sec)
+				if c != nil || err == nil {
+					t.Fatalf("codec %v, err %v", c, err)
+				}
+				for _, want := range tc.is {
+					wantErr(t, err, want)
+				}
+				for _, name := range tc.names {
+					if !strings.Contains(err.Error(), name) {
+						t.Errorf("error %q does not name %q", err, name)
+					}
+				}
+				if r := Reason(err); r != observe.ReasonNone {
+					t.Errorf("Reason = %q: a configuration error is not a refusal of an input", r)
+				}
+			})
 		}
 	})
 

@@ -281,76 +281,85 @@ func newParams(cfg Config) (*params, error) {
 		store: cfg.Store, caller: cfg.Caller, required: cfg.Required, route: cfg.Route,
 		obs: cfg.Observer, log: cfg.Logger,
 	}
+	// Every fault is collected, so that one error names them all.
+	var faults []error
+	fault := func(err error) { faults = append(faults, err) }
 	if cfg.Store == nil {
-		return nil, configError("idempotency: Store is nil")
+		fault(configError("idempotency: Store is nil (set a durable store: redisstore, pgstore or sqlitestore; replay.NewMemoryStore forgets every key at a restart)"))
 	}
 	if cfg.Caller == nil {
-		return nil, configError("idempotency: Caller is nil")
+		fault(configError("idempotency: Caller is nil (set a function returning the authenticated caller of a request)"))
 	}
 	var ok bool
 	if p.records, ok = newSealer(cfg.Keys); !ok {
-		return nil, configError("idempotency: Keys is nil or an empty keyring (stored responses are sealed with it)")
+		fault(configError("idempotency: Keys is nil or an empty keyring (set Keys, e.g. from ctoken.KeyringFromEnv: stored responses are sealed with it)"))
 	}
 	p.header = DefaultHeader
 	if cfg.Header != "" {
 		if !isToken(cfg.Header) {
-			return nil, configError("idempotency: Header is not a valid header name")
+			fault(configError("idempotency: Header is not a valid header name"))
 		}
 		p.header = textproto.CanonicalMIMEHeaderKey(cfg.Header)
 	}
 	if p.header == ReplayedHeader {
-		return nil, configError("idempotency: Header is the replayed-response header")
+		fault(configError("idempotency: Header is the replayed-response header"))
 	}
 	p.methods = []string{http.MethodPost, http.MethodPatch}
 	if cfg.Methods != nil {
 		if len(cfg.Methods) == 0 {
-			return nil, configError("idempotency: Methods is empty (nil means POST and PATCH)")
+			fault(configError("idempotency: Methods is empty (nil means POST and PATCH)"))
 		}
 		p.methods = make([]string, 0, len(cfg.Methods))
 		for _, m := range cfg.Methods {
 			if !isToken(m) {
-				return nil, configError("idempotency: a method of Methods is not a valid method token")
+				fault(configError("idempotency: a method of Methods is not a valid method token"))
+				break
 			}
 			p.methods = append(p.methods, m)
 		}
 	}
+	// Checks relating two durations run only when both are valid, so that
+	// one bad field is named once.
 	var err error
-	if p.lease, err = duration(cfg.Lease, DefaultLease, MinLease, MaxLease, "Lease"); err != nil {
-		return nil, err
+	var leaseErr, windowErr error
+	if p.lease, leaseErr = duration(cfg.Lease, DefaultLease, MinLease, MaxLease, "Lease"); leaseErr != nil {
+		fault(leaseErr)
 	}
-	if p.window, err = duration(cfg.Window, DefaultWindow, 1, MaxWindow, "Window"); err != nil {
-		return nil, err
+	if p.window, windowErr = duration(cfg.Window, DefaultWindow, 1, MaxWindow, "Window"); windowErr != nil {
+		fault(windowErr)
 	}
-	if p.window <= p.lease {
-		return nil, configError("idempotency: Window is not longer than Lease")
+	if leaseErr == nil && windowErr == nil && p.window <= p.lease {
+		fault(configError("idempotency: Window is not longer than Lease"))
 	}
 	if b, ok := cfg.Store.(replay.Bounded); ok {
 		p.bounded = true
-		if p.window+p.lease > b.Horizon() {
-			return nil, configError("idempotency: Window + Lease is longer than the store's Horizon")
+		if leaseErr == nil && windowErr == nil && p.window+p.lease > b.Horizon() {
+			fault(configError("idempotency: Window + Lease is longer than the store's Horizon"))
 		}
 	}
 	retry, err := duration(cfg.RetryAfter, DefaultRetryAfter, 1, MaxRetryAfter, "RetryAfter")
 	if err != nil {
-		return nil, err
+		fault(err)
 	}
 	p.retryAfter = httpx.RetryAfterSeconds(retry)
 	p.challenge = DefaultChallenge
 	if cfg.Challenge != "" {
 		for i := 0; i < len(cfg.Challenge); i++ {
 			if c := cfg.Challenge[i]; c < 0x20 || c > 0x7e {
-				return nil, configError("idempotency: Challenge holds a byte that is not printable ASCII")
+				fault(configError("idempotency: Challenge holds a byte that is not printable ASCII"))
+				break
 			}
 		}
 		p.challenge = cfg.Challenge
 	}
-	switch {
-	case cfg.MaxKeyBytes < 0 || cfg.MaxKeyBytes > MaxKeyBytesLimit:
-		return nil, configError("idempotency: MaxKeyBytes is negative or over MaxKeyBytesLimit")
-	case cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > MaxRequestBytesLimit:
-		return nil, configError("idempotency: MaxRequestBytes is negative or over MaxRequestBytesLimit")
-	case cfg.MaxResponseBytes < 0 || cfg.MaxResponseBytes > MaxStoredResponseBytes:
-		return nil, configError("idempotency: MaxResponseBytes is negative or over MaxStoredResponseBytes")
+	if cfg.MaxKeyBytes < 0 || cfg.MaxKeyBytes > MaxKeyBytesLimit {
+		fault(configError("idempotency: MaxKeyBytes is negative or over MaxKeyBytesLimit"))
+	}
+	if cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > MaxRequestBytesLimit {
+		fault(configError("idempotency: MaxRequestBytes is negative or over MaxRequestBytesLimit"))
+	}
+	if cfg.MaxResponseBytes < 0 || cfg.MaxResponseBytes > MaxStoredResponseBytes {
+		fault(configError("idempotency: MaxResponseBytes is negative or over MaxStoredResponseBytes"))
 	}
 	p.maxKey = orDefault(cfg.MaxKeyBytes, DefaultMaxKeyBytes)
 	p.maxRequest = orDefault(cfg.MaxRequestBytes, DefaultMaxRequestBytes)
@@ -362,26 +371,35 @@ func newParams(cfg Config) (*params, error) {
 	seen := map[string]bool{}
 	for _, n := range names {
 		if !isToken(n) {
-			return nil, configError("idempotency: a name of ReplayHeaders is not a valid header name")
+			fault(configError("idempotency: a name of ReplayHeaders is not a valid header name"))
+			break
 		}
 		n = textproto.CanonicalMIMEHeaderKey(n)
 		if refusedHeaders[n] {
-			return nil, configError("idempotency: ReplayHeaders names a session or authentication header (Set-Cookie, Clear-Site-Data, *-Authenticate, *Authentication-Info), a hop-by-hop header, Content-Length or Idempotent-Replayed")
+			fault(configError("idempotency: ReplayHeaders names a session or authentication header (Set-Cookie, Clear-Site-Data, *-Authenticate, *Authentication-Info), a hop-by-hop header, Content-Length or Idempotent-Replayed"))
+			break
 		}
 		if !seen[n] {
 			seen[n] = true
 			p.replay = append(p.replay, n)
 		}
 	}
-	if p.wait, err = waitOf(cfg.Wait, p.lease); err != nil {
-		return nil, err
+	lease := p.lease
+	if leaseErr != nil {
+		lease = MaxLease // check Wait's own bounds; Lease is named already
+	}
+	if p.wait, err = waitOf(cfg.Wait, lease); err != nil {
+		fault(err)
 	}
 	if cfg.Transactional {
 		t, ok := cfg.Store.(replay.Transactor)
 		if !ok {
-			return nil, configError("idempotency: Transactional is set but Store is not a replay.Transactor (the pgstore module)")
+			fault(configError("idempotency: Transactional is set but Store is not a replay.Transactor (the pgstore module)"))
 		}
 		p.transactor = t
+	}
+	if err := reason.Faults(faults...); err != nil {
+		return nil, err
 	}
 	p.problems = newProblems(p)
 	return p, nil

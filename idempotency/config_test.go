@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +74,40 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 			m, err := New(cfg)
 			if !errors.Is(err, ErrConfig) || !errors.Is(err, ctoken.ErrConfig) || m != nil {
 				t.Fatalf("New = %v, %v; want ErrConfig", m, err)
+			}
+		})
+	}
+}
+
+// TestNewNamesEveryFaultAtOnce pins that a config with several faults is
+// refused with one error naming each (the user who sets Store does not meet
+// the missing Caller and Keys next), and that a field two checks depend on
+// is named once.
+func TestNewNamesEveryFaultAtOnce(t *testing.T) {
+	caller := func(*http.Request) (string, error) { return "a", nil }
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		count string
+		names []string
+	}{
+		{"all zero", Config{}, "3 configuration faults", []string{"Store is nil (set a durable store", "Caller is nil (set a function", "Keys is nil or an empty keyring (set Keys"}},
+		{"bad Lease and Wait", Config{Store: newStore(), Caller: caller, Keys: testKeys, Lease: -1, Wait: -1}, "2 configuration faults",
+			[]string{"Lease is negative or outside its bounds", "Wait is negative or over MaxWait"}},
+		{"every group", Config{Caller: caller, Keys: testKeys, Header: "a b", Methods: []string{}, Window: -1, RetryAfter: -1,
+			Challenge: "\n", MaxKeyBytes: -1, MaxRequestBytes: -1, MaxResponseBytes: -1, ReplayHeaders: []string{"Set-Cookie"}},
+			"10 configuration faults", []string{"Store is nil", "Header is not a valid header name", "Methods is empty", "Window is negative",
+				"RetryAfter is negative", "Challenge holds", "MaxKeyBytes", "MaxRequestBytes", "MaxResponseBytes", "ReplayHeaders names"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := New(tc.cfg)
+			if !errors.Is(err, ErrConfig) || m != nil {
+				t.Fatalf("New = %v, %v; want ErrConfig", m, err)
+			}
+			for _, want := range append([]string{tc.count}, tc.names...) {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %q", err, want)
+				}
 			}
 		})
 	}

@@ -28,7 +28,9 @@ type Middleware struct {
 }
 
 // New returns a [Middleware] for cfg, or an error matching [ErrConfig]
-// (which is [ctoken.ErrConfig]) that names the invalid field.
+// (which is [ctoken.ErrConfig]) that names the invalid field and what to
+// set; a config with several invalid fields (an all-zero one: no Store,
+// Caller or Keys) is refused with one error naming each.
 func New(cfg Config) (*Middleware, error) {
 	p, err := newParams(cfg)
 	if err != nil {

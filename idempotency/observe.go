@@ -16,8 +16,12 @@ func ReasonOf(err error) observe.RefusalReason {
 	if err == nil {
 		return observe.ReasonNone
 	}
-	if r, ok := reasons[err]; ok {
-		return r
+	// Only a *reason.Error is looked up: a map lookup hashes its key, and
+	// a caller's error of an unhashable type would panic.
+	if re, ok := err.(*reason.Error); ok {
+		if r, ok := reasons[re]; ok {
+			return r
+		}
 	}
 	r, _ := observe.ParseReason(reason.Of(err))
 	return r
@@ -25,16 +29,18 @@ func ReasonOf(err error) observe.RefusalReason {
 
 // reasons maps each package-level rejection value to its reason, so that
 // reporting one costs a map lookup and no allocation.
-var reasons = func() map[error]observe.RefusalReason {
+var reasons = func() map[*reason.Error]observe.RefusalReason {
 	all := []error{
 		errKeyMissing, errKeyRepeated, errKeyMalformed, errKeyLength, errNoCaller,
 		errBodyTooLarge, errBodyUnreadable, errInProgress, errMismatch, errReplayed,
 		errNoRecord, errRecordCorrupt, errResponseTooBig, errReleasedRetry,
 		errReleasedPanic, errReleasedLate, errGoneAcquire, errTimeoutHandler,
 	}
-	m := make(map[error]observe.RefusalReason, len(all))
+	m := make(map[*reason.Error]observe.RefusalReason, len(all))
 	for _, e := range all {
-		m[e], _ = observe.ParseReason(reason.Of(e))
+		if re, ok := e.(*reason.Error); ok {
+			m[re], _ = observe.ParseReason(reason.Of(e))
+		}
 	}
 	return m
 }()

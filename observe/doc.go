@@ -15,7 +15,19 @@
 // on the standard library only, so that webhook-only users can name these
 // types without linking the root package.
 //
-// The values of these sets and their String forms are stable across minor
-// versions: a minor version may add values, never rename, renumber or drop
-// one.
+// # Stable names and labels
+//
+// Stable across minor versions (a minor version may add a value, never
+// rename, renumber or drop one): the Go name of every exported constant,
+// the number of every [TokenKind], [Outcome] and [KeyPosition], and the text
+// of every value. The texts are the labels: a metric or a log line records
+// String's text ("cursor", "refused", "primary", "previous 2", "mac
+// mismatch"), never a number. A [RefusalReason] is its text (its kind is
+// string), so string(r) and fmt print the words too; the other three are
+// small integers that print their label only through String (%s and %v
+// call it), never through string(k) or %d.
+//
+// New values need a review: the module's API file (api/ctoken.txt) lists
+// every constant with its text, and its check keeps the file in step with
+// the code, so a feature cannot add or reword a reason unseen.
 package observe

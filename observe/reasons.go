@@ -1,125 +1,130 @@
 package observe
 
 // RefusalReason is the fixed set of reasons ctoken's packages give for
-// refusing a token, a delivery or an input, as a small typed enum usable as
-// a metric label. Its String is exactly the text the refusing package's
-// Reason function returns for the error ("mac mismatch", "other server
-// session", "signature mismatch"), so logs and metrics agree; ctoken.Reason
-// and webhook.ReasonOf return the typed value. One value may be produced for
-// several token kinds ("mac mismatch" for cursors, request states and
-// one-time tokens): label by [TokenKind] too.
+// refusing a token, a delivery or an input. Its value is its text ("mac
+// mismatch", "other server session", "signature mismatch"): the text the
+// refusing package's error names, so logs and metrics agree, and a
+// conversion cannot print it wrong (string(r), fmt's %s and %v, and String
+// all give the words). ctoken.Reason, webhook.ReasonOf and
+// idempotency.ReasonOf return one of the constants below; compare with
+// them (==, switch) as with an errors.Is sentinel. One value may be
+// produced for several token kinds ("mac mismatch" for cursors, request
+// states and one-time tokens): label by [TokenKind] too.
 //
-// The set and every value's String are stable across minor versions: a
-// minor version may add values, never rename, renumber or drop one.
-// Configuration errors of constructors (which name a config field or a
-// secret's position) are not in the set: ctoken.Reason and webhook.ReasonOf
-// return [ReasonNone] for them.
-type RefusalReason uint8
+// The Go names of the constants and their texts are stable across minor
+// versions: a minor version may add a value, never rename or drop one or
+// change its text. Configuration errors of constructors (which name a
+// config field or a secret's position) are not in the set: ctoken.Reason
+// and webhook.ReasonOf return [ReasonNone] for them.
+//
+// The zero value is [ReasonNone]. A RefusalReason converted from any other
+// string is outside the set: its String is "", so a metric label stays
+// bounded.
+type RefusalReason string
 
-// Every [RefusalReason]; the comment after each is its String (and the
-// refusing package's Reason text).
+// Every [RefusalReason], each with its text.
 const (
 	// ReasonNone: no refusal (or an error that is not a refusal of one of
 	// ctoken's packages).
-	ReasonNone RefusalReason = iota
+	ReasonNone RefusalReason = ""
 
 	// Refusals shared by several token kinds.
 
-	ReasonEmpty           // "empty"
-	ReasonTruncated       // "truncated"
-	ReasonMACMismatch     // "mac mismatch"
-	ReasonMalformed       // "malformed payload"
-	ReasonIssuedInFuture  // "issued in the future"
-	ReasonNotBase64URL    // "not base64url"
-	ReasonAlreadyUsed     // "already used" (single-use request state: a duplicate)
-	ReasonStoreFailed     // "replay store failed"
-	ReasonAlreadyRedeemed // "already redeemed" (one-time token: a duplicate)
+	ReasonEmpty           RefusalReason = "empty"
+	ReasonTruncated       RefusalReason = "truncated"
+	ReasonMACMismatch     RefusalReason = "mac mismatch"
+	ReasonMalformed       RefusalReason = "malformed payload"
+	ReasonIssuedInFuture  RefusalReason = "issued in the future"
+	ReasonNotBase64URL    RefusalReason = "not base64url"
+	ReasonAlreadyUsed     RefusalReason = "already used" // single-use request state: a duplicate
+	ReasonStoreFailed     RefusalReason = "replay store failed"
+	ReasonAlreadyRedeemed RefusalReason = "already redeemed" // one-time token: a duplicate
 
 	// Cursor verification.
 
-	ReasonCursorOversize  // "over MaxCursorBytes"
-	ReasonCursorMalformed // "malformed or non-canonical payload"
+	ReasonCursorOversize  RefusalReason = "over MaxCursorBytes"
+	ReasonCursorMalformed RefusalReason = "malformed or non-canonical payload"
 	// ReasonWrongArguments: a checked request state whose arguments check
 	// refused the call's arguments.
-	ReasonWrongArguments    // "wrong arguments"
-	ReasonOtherSession      // "other server session"
-	ReasonOlderThanTTL      // "older than TTL"
-	ReasonCursorStateType   // "state does not decode into the requested type"
-	ReasonOpaqueStateTooBig // "state over MaxOpaqueStateBytes"
+	ReasonWrongArguments    RefusalReason = "wrong arguments"
+	ReasonOtherSession      RefusalReason = "other server session"
+	ReasonOlderThanTTL      RefusalReason = "older than TTL"
+	ReasonCursorStateType   RefusalReason = "state does not decode into the requested type"
+	ReasonOpaqueStateTooBig RefusalReason = "state over MaxOpaqueStateBytes"
 	// ReasonCursorTooLarge cannot fire for any cursor an issuer writes
 	// today (the longest is 476 characters, sealed: the scope costs none; Issue
 	// keeps the check); kept so that code comparing with it compiles.
-	ReasonCursorTooLarge     // "cursor over MaxCursorBytes"
-	ReasonCursorStateNotCBOR // "state does not encode as CBOR"
+	ReasonCursorTooLarge     RefusalReason = "cursor over MaxCursorBytes"
+	ReasonCursorStateNotCBOR RefusalReason = "state does not encode as CBOR"
 
 	// Request state.
 
-	ReasonStateOversize    // "over MaxBytes"
-	ReasonUnknownPrefix    // "unknown prefix or other mode"
-	ReasonFraming          // "malformed framing"
-	ReasonDecryption       // "decryption failed (tampered, other key, or other subject/tool)"
-	ReasonWrongBinding     // "bound to another subject or tool"
-	ReasonSubjectAmbiguous // "subject contains NUL (ambiguous under BindSubjectAndTool)"
-	ReasonPastExp          // "past exp"
-	ReasonStateType        // "state is not JSON of the requested type"
-	ReasonStateNotUTF8     // "request state is not valid UTF-8"
-	ReasonSubjectNUL       // "subject contains a NUL byte, which BindSubjectAndTool cannot bind unambiguously"
-	ReasonStateTooLarge    // "encoding over MaxBytes"
-	ReasonStateNotJSON     // "encoding/json cannot encode the state"
+	ReasonStateOversize    RefusalReason = "over MaxBytes"
+	ReasonUnknownPrefix    RefusalReason = "unknown prefix or other mode"
+	ReasonFraming          RefusalReason = "malformed framing"
+	ReasonDecryption       RefusalReason = "decryption failed (tampered, other key, or other subject/tool)"
+	ReasonWrongBinding     RefusalReason = "bound to another subject or tool"
+	ReasonSubjectAmbiguous RefusalReason = "subject contains NUL (ambiguous under BindSubjectAndTool)"
+	ReasonPastExp          RefusalReason = "past exp"
+	ReasonStateType        RefusalReason = "state is not JSON of the requested type"
+	ReasonStateNotUTF8     RefusalReason = "request state is not valid UTF-8"
+	ReasonSubjectNUL       RefusalReason = "subject contains a NUL byte, which BindSubjectAndTool cannot bind unambiguously"
+	ReasonStateTooLarge    RefusalReason = "encoding over MaxBytes"
+	ReasonStateNotJSON     RefusalReason = "encoding/json cannot encode the state"
 
 	// One-time tokens.
 
-	ReasonOneTimeOversize  // "oversize"
-	ReasonUnknownFormat    // "unknown format"
-	ReasonBadBase64        // "bad base64"
-	ReasonExpired          // "expired"
-	ReasonClaimsMismatch   // "claims mismatch"
-	ReasonOtherPurpose     // "other purpose"
-	ReasonClaimsTooLarge   // "claims over MaxOneTimeTokenBytes"
-	ReasonExchangeRequest  // "malformed exchange request"
-	ReasonAuthorizeRefused // "refused by Authorize"
-	ReasonIssueFailed      // "credential not issued"
+	ReasonOneTimeOversize  RefusalReason = "oversize"
+	ReasonUnknownFormat    RefusalReason = "unknown format"
+	ReasonBadBase64        RefusalReason = "bad base64"
+	ReasonExpired          RefusalReason = "expired"
+	ReasonClaimsMismatch   RefusalReason = "claims mismatch"
+	ReasonOtherPurpose     RefusalReason = "other purpose"
+	ReasonClaimsTooLarge   RefusalReason = "claims over MaxOneTimeTokenBytes"
+	ReasonExchangeRequest  RefusalReason = "malformed exchange request"
+	ReasonAuthorizeRefused RefusalReason = "refused by Authorize"
+	ReasonIssueFailed      RefusalReason = "credential not issued"
 
 	// Arguments (ctoken.ArgsFingerprint, ctoken.CanonicalJSON).
 
-	ReasonArgsNotJSON       // "not JSON"
-	ReasonArgsUTF8          // "invalid UTF-8"
-	ReasonArgsSurrogate     // "lone surrogate escape"
-	ReasonArgsDuplicate     // "duplicate object member name"
-	ReasonArgsDepth         // "nested deeper than MaxJSONDepth"
-	ReasonArgsRange         // "number outside double range"
-	ReasonArgsInexact       // "number whose canonical form has another value (send it as a string)"
-	ReasonArgsInvalidUTF8Go // "Go string with invalid UTF-8 (encoding/json writes \ufffd; send bytes as []byte)"
-	ReasonArgsMarshal       // "value cannot be marshalled as JSON"
+	ReasonArgsNotJSON       RefusalReason = "not JSON"
+	ReasonArgsUTF8          RefusalReason = "invalid UTF-8"
+	ReasonArgsSurrogate     RefusalReason = "lone surrogate escape"
+	ReasonArgsDuplicate     RefusalReason = "duplicate object member name"
+	ReasonArgsDepth         RefusalReason = "nested deeper than MaxJSONDepth"
+	ReasonArgsRange         RefusalReason = "number outside double range"
+	ReasonArgsInexact       RefusalReason = "number whose canonical form has another value (send it as a string)"
+	ReasonArgsInvalidUTF8Go RefusalReason = "Go string with invalid UTF-8 (encoding/json writes \\ufffd; send bytes as []byte)"
+	ReasonArgsMarshal       RefusalReason = "value cannot be marshalled as JSON"
 
 	// Webhook deliveries (webhook.Verifier, webhook.Signer, webhook.Lease).
 
-	ReasonWebhookBodyTooLarge       // "body over cap"
-	ReasonWebhookBodyUnreadable     // "body unreadable"
-	ReasonWebhookIDHeader           // "delivery id header missing or repeated"
-	ReasonWebhookIDLength           // "delivery id empty or too long"
-	ReasonWebhookIDChar             // "delivery id has a forbidden character"
-	ReasonWebhookNilHeader          // "nil header"
-	ReasonWebhookNotVerified        // "delivery not verified"
-	ReasonWebhookTimestampHeader    // "timestamp header missing or repeated"
-	ReasonWebhookTimestampMalformed // "timestamp malformed"
-	ReasonWebhookSignatureHeader    // "signature header missing or repeated"
-	ReasonWebhookSignatureMalformed // "signature header malformed"
-	ReasonWebhookSignatureMismatch  // "signature mismatch"
-	ReasonWebhookTimestampTooOld    // "timestamp too old"
-	ReasonWebhookTimestampFuture    // "timestamp in the future"
-	ReasonWebhookStripeBody         // "body is not a JSON object with one string id of 1 to 256 printable ASCII characters"
-	ReasonWebhookStripeID           // "id is not the id of the event in the body"
-	ReasonWebhookStripeT            // "signature header has no t= item or more than one"
-	ReasonWebhookSlackBody          // "JSON body malformed or its event_id not a string of 1 to 256 printable ASCII characters"
-	ReasonWebhookSlackID            // "id is not the event_id of the body"
-	ReasonWebhookDuplicate          // "delivery already processed" (a duplicate)
-	ReasonWebhookInProgress         // "delivery in progress under a live lease"
-	ReasonWebhookLeaseNotAcquired   // "lease not from Verifier.Acquire"
-	ReasonWebhookStoreRecord        // "replay store could not record the delivery"
-	ReasonWebhookStoreConfirm       // "replay store could not confirm the delivery"
-	ReasonWebhookStoreRelease       // "replay store could not release the delivery"
-	ReasonWebhookLeaseLost          // "lease lost: another attempt took the delivery after the lease expired"
+	ReasonWebhookBodyTooLarge       RefusalReason = "body over cap"
+	ReasonWebhookBodyUnreadable     RefusalReason = "body unreadable"
+	ReasonWebhookIDHeader           RefusalReason = "delivery id header missing or repeated"
+	ReasonWebhookIDLength           RefusalReason = "delivery id empty or too long"
+	ReasonWebhookIDChar             RefusalReason = "delivery id has a forbidden character"
+	ReasonWebhookNilHeader          RefusalReason = "nil header"
+	ReasonWebhookNotVerified        RefusalReason = "delivery not verified"
+	ReasonWebhookTimestampHeader    RefusalReason = "timestamp header missing or repeated"
+	ReasonWebhookTimestampMalformed RefusalReason = "timestamp malformed"
+	ReasonWebhookSignatureHeader    RefusalReason = "signature header missing or repeated"
+	ReasonWebhookSignatureMalformed RefusalReason = "signature header malformed"
+	ReasonWebhookSignatureMismatch  RefusalReason = "signature mismatch"
+	ReasonWebhookTimestampTooOld    RefusalReason = "timestamp too old"
+	ReasonWebhookTimestampFuture    RefusalReason = "timestamp in the future"
+	ReasonWebhookStripeBody         RefusalReason = "body is not a JSON object with one string id of 1 to 256 printable ASCII characters"
+	ReasonWebhookStripeID           RefusalReason = "id is not the id of the event in the body"
+	ReasonWebhookStripeT            RefusalReason = "signature header has no t= item or more than one"
+	ReasonWebhookSlackBody          RefusalReason = "JSON body malformed or its event_id not a string of 1 to 256 printable ASCII characters"
+	ReasonWebhookSlackID            RefusalReason = "id is not the event_id of the body"
+	ReasonWebhookDuplicate          RefusalReason = "delivery already processed" // a duplicate
+	ReasonWebhookInProgress         RefusalReason = "delivery in progress under a live lease"
+	ReasonWebhookLeaseNotAcquired   RefusalReason = "lease not from Verifier.Acquire"
+	ReasonWebhookStoreRecord        RefusalReason = "replay store could not record the delivery"
+	ReasonWebhookStoreConfirm       RefusalReason = "replay store could not confirm the delivery"
+	ReasonWebhookStoreRelease       RefusalReason = "replay store could not release the delivery"
+	ReasonWebhookLeaseLost          RefusalReason = "lease lost: another attempt took the delivery after the lease expired"
 
 	// Cursor verification, signed and sealed cursors.
 
@@ -129,196 +134,181 @@ const (
 	// and not carried, so these cannot be told apart; a body that does not
 	// decode is [ReasonMACMismatch], a key id the ring lacks
 	// [ReasonUnknownKey].
-	ReasonCursorWrongScope // "forged or wrong scope (tool, caller or arguments)"
-	ReasonCursorSealedOpen // "sealed cursor does not open (tampered, other key, or other scope)"
+	ReasonCursorWrongScope RefusalReason = "forged or wrong scope (tool, caller or arguments)"
+	ReasonCursorSealedOpen RefusalReason = "sealed cursor does not open (tampered, other key, or other scope)"
 
 	// Idempotent HTTP requests (idempotency.Middleware).
 
-	ReasonIdempotencyKeyMissing       // "idempotency key header missing"
-	ReasonIdempotencyKeyRepeated      // "idempotency key header repeated"
-	ReasonIdempotencyKeyMalformed     // "idempotency key not a structured-field string"
-	ReasonIdempotencyKeyLength        // "idempotency key empty or over MaxKeyBytes"
-	ReasonIdempotencyNoCaller         // "no authenticated caller"
-	ReasonIdempotencyBodyTooLarge     // "request body over MaxRequestBytes"
-	ReasonIdempotencyBodyUnreadable   // "request body unreadable"
-	ReasonIdempotencyInProgress       // "request with this key in progress under a live lease"
-	ReasonIdempotencyMismatch         // "key reused with a different request"
-	ReasonIdempotencyReplayed         // "stored response replayed"
-	ReasonIdempotencyNoRecord         // "key done without a stored response"
-	ReasonIdempotencyRecordCorrupt    // "stored response does not decode"
-	ReasonIdempotencyResponseTooLarge // "first response was over MaxResponseBytes and not stored"
-	ReasonIdempotencyHandlerRetry     // "handler asked for a retry (5xx, 408, 423, 425 or 429)"
-	ReasonIdempotencyHandlerPanic     // "handler panicked"
-	ReasonIdempotencyClientGone       // "client gone before the handler wrote a response" (no longer given: the client leaving does not end the handler's context)
-	ReasonIdempotencyStoreAcquire     // "replay store could not lease the key"
-	ReasonIdempotencyStoreConfirm     // "replay store could not record the response"
-	ReasonIdempotencyStoreRelease     // "replay store could not release the key"
-	ReasonIdempotencyLeaseLost        // "lease lost: another attempt took the key after the lease expired"
-	ReasonIdempotencyHandlerDeadline  // "handler returned without a response after its deadline"
-	ReasonIdempotencyGoneBeforeLease  // "client gone before the key was leased"
+	ReasonIdempotencyKeyMissing       RefusalReason = "idempotency key header missing"
+	ReasonIdempotencyKeyRepeated      RefusalReason = "idempotency key header repeated"
+	ReasonIdempotencyKeyMalformed     RefusalReason = "idempotency key not a structured-field string"
+	ReasonIdempotencyKeyLength        RefusalReason = "idempotency key empty or over MaxKeyBytes"
+	ReasonIdempotencyNoCaller         RefusalReason = "no authenticated caller"
+	ReasonIdempotencyBodyTooLarge     RefusalReason = "request body over MaxRequestBytes"
+	ReasonIdempotencyBodyUnreadable   RefusalReason = "request body unreadable"
+	ReasonIdempotencyInProgress       RefusalReason = "request with this key in progress under a live lease"
+	ReasonIdempotencyMismatch         RefusalReason = "key reused with a different request"
+	ReasonIdempotencyReplayed         RefusalReason = "stored response replayed"
+	ReasonIdempotencyNoRecord         RefusalReason = "key done without a stored response"
+	ReasonIdempotencyRecordCorrupt    RefusalReason = "stored response does not decode"
+	ReasonIdempotencyResponseTooLarge RefusalReason = "first response was over MaxResponseBytes and not stored"
+	ReasonIdempotencyHandlerRetry     RefusalReason = "handler asked for a retry (5xx, 408, 423, 425 or 429)"
+	ReasonIdempotencyHandlerPanic     RefusalReason = "handler panicked"
+	ReasonIdempotencyClientGone       RefusalReason = "client gone before the handler wrote a response" // no longer given: the client leaving does not end the handler's context
+	ReasonIdempotencyStoreAcquire     RefusalReason = "replay store could not lease the key"
+	ReasonIdempotencyStoreConfirm     RefusalReason = "replay store could not record the response"
+	ReasonIdempotencyStoreRelease     RefusalReason = "replay store could not release the key"
+	ReasonIdempotencyLeaseLost        RefusalReason = "lease lost: another attempt took the key after the lease expired"
+	ReasonIdempotencyHandlerDeadline  RefusalReason = "handler returned without a response after its deadline"
+	ReasonIdempotencyGoneBeforeLease  RefusalReason = "client gone before the key was leased"
 
 	// ReasonUnknownKey: a token (cursor, sealed cursor, page token or
 	// one-time token) names a key id that no key of the ring has: it was
 	// minted under a key since retired, or under another deployment's key
 	// (or its key id was altered). Nothing else of it is read.
-	ReasonUnknownKey // "signed by a key not in the ring: retired or foreign"
+	ReasonUnknownKey RefusalReason = "signed by a key not in the ring: retired or foreign"
 
 	// Idempotent HTTP requests: the handler's run (issue 45).
 
-	ReasonIdempotencyTimeoutHandler // "handler is an http.TimeoutHandler inside the middleware"
-	ReasonIdempotencyStoreBegin     // "replay store could not begin the handler's transaction"
-	ReasonIdempotencyStoreRollback  // "replay store could not roll back the handler's transaction"
-
-	numRefusalReasons // not a reason: the size of the set
+	ReasonIdempotencyTimeoutHandler RefusalReason = "handler is an http.TimeoutHandler inside the middleware"
+	ReasonIdempotencyStoreBegin     RefusalReason = "replay store could not begin the handler's transaction"
+	ReasonIdempotencyStoreRollback  RefusalReason = "replay store could not roll back the handler's transaction"
 )
 
-// reasonNames is every reason's String, indexed by value.
-var reasonNames = [numRefusalReasons]string{
-	ReasonNone:            "",
-	ReasonEmpty:           "empty",
-	ReasonTruncated:       "truncated",
-	ReasonMACMismatch:     "mac mismatch",
-	ReasonMalformed:       "malformed payload",
-	ReasonIssuedInFuture:  "issued in the future",
-	ReasonNotBase64URL:    "not base64url",
-	ReasonAlreadyUsed:     "already used",
-	ReasonStoreFailed:     "replay store failed",
-	ReasonAlreadyRedeemed: "already redeemed",
-
-	ReasonCursorOversize:     "over MaxCursorBytes",
-	ReasonCursorMalformed:    "malformed or non-canonical payload",
-	ReasonWrongArguments:     "wrong arguments",
-	ReasonOtherSession:       "other server session",
-	ReasonOlderThanTTL:       "older than TTL",
-	ReasonCursorStateType:    "state does not decode into the requested type",
-	ReasonOpaqueStateTooBig:  "state over MaxOpaqueStateBytes",
-	ReasonCursorTooLarge:     "cursor over MaxCursorBytes",
-	ReasonCursorStateNotCBOR: "state does not encode as CBOR",
-
-	ReasonStateOversize:    "over MaxBytes",
-	ReasonUnknownPrefix:    "unknown prefix or other mode",
-	ReasonFraming:          "malformed framing",
-	ReasonDecryption:       "decryption failed (tampered, other key, or other subject/tool)",
-	ReasonWrongBinding:     "bound to another subject or tool",
-	ReasonSubjectAmbiguous: "subject contains NUL (ambiguous under BindSubjectAndTool)",
-	ReasonPastExp:          "past exp",
-	ReasonStateType:        "state is not JSON of the requested type",
-	ReasonStateNotUTF8:     "request state is not valid UTF-8",
-	ReasonSubjectNUL:       "subject contains a NUL byte, which BindSubjectAndTool cannot bind unambiguously",
-	ReasonStateTooLarge:    "encoding over MaxBytes",
-	ReasonStateNotJSON:     "encoding/json cannot encode the state",
-
-	ReasonOneTimeOversize:  "oversize",
-	ReasonUnknownFormat:    "unknown format",
-	ReasonBadBase64:        "bad base64",
-	ReasonExpired:          "expired",
-	ReasonClaimsMismatch:   "claims mismatch",
-	ReasonOtherPurpose:     "other purpose",
-	ReasonClaimsTooLarge:   "claims over MaxOneTimeTokenBytes",
-	ReasonExchangeRequest:  "malformed exchange request",
-	ReasonAuthorizeRefused: "refused by Authorize",
-	ReasonIssueFailed:      "credential not issued",
-
-	ReasonArgsNotJSON:       "not JSON",
-	ReasonArgsUTF8:          "invalid UTF-8",
-	ReasonArgsSurrogate:     "lone surrogate escape",
-	ReasonArgsDuplicate:     "duplicate object member name",
-	ReasonArgsDepth:         "nested deeper than MaxJSONDepth",
-	ReasonArgsRange:         "number outside double range",
-	ReasonArgsInexact:       "number whose canonical form has another value (send it as a string)",
-	ReasonArgsInvalidUTF8Go: "Go string with invalid UTF-8 (encoding/json writes \\ufffd; send bytes as []byte)",
-	ReasonArgsMarshal:       "value cannot be marshalled as JSON",
-
-	ReasonWebhookBodyTooLarge:       "body over cap",
-	ReasonWebhookBodyUnreadable:     "body unreadable",
-	ReasonWebhookIDHeader:           "delivery id header missing or repeated",
-	ReasonWebhookIDLength:           "delivery id empty or too long",
-	ReasonWebhookIDChar:             "delivery id has a forbidden character",
-	ReasonWebhookNilHeader:          "nil header",
-	ReasonWebhookNotVerified:        "delivery not verified",
-	ReasonWebhookTimestampHeader:    "timestamp header missing or repeated",
-	ReasonWebhookTimestampMalformed: "timestamp malformed",
-	ReasonWebhookSignatureHeader:    "signature header missing or repeated",
-	ReasonWebhookSignatureMalformed: "signature header malformed",
-	ReasonWebhookSignatureMismatch:  "signature mismatch",
-	ReasonWebhookTimestampTooOld:    "timestamp too old",
-	ReasonWebhookTimestampFuture:    "timestamp in the future",
-	ReasonWebhookStripeBody:         "body is not a JSON object with one string id of 1 to 256 printable ASCII characters",
-	ReasonWebhookStripeID:           "id is not the id of the event in the body",
-	ReasonWebhookStripeT:            "signature header has no t= item or more than one",
-	ReasonWebhookSlackBody:          "JSON body malformed or its event_id not a string of 1 to 256 printable ASCII characters",
-	ReasonWebhookSlackID:            "id is not the event_id of the body",
-	ReasonWebhookDuplicate:          "delivery already processed",
-	ReasonWebhookInProgress:         "delivery in progress under a live lease",
-	ReasonWebhookLeaseNotAcquired:   "lease not from Verifier.Acquire",
-	ReasonWebhookStoreRecord:        "replay store could not record the delivery",
-	ReasonWebhookStoreConfirm:       "replay store could not confirm the delivery",
-	ReasonWebhookStoreRelease:       "replay store could not release the delivery",
-	ReasonWebhookLeaseLost:          "lease lost: another attempt took the delivery after the lease expired",
-
-	ReasonCursorWrongScope: "forged or wrong scope (tool, caller or arguments)",
-	ReasonCursorSealedOpen: "sealed cursor does not open (tampered, other key, or other scope)",
-	ReasonUnknownKey:       "signed by a key not in the ring: retired or foreign",
-
-	ReasonIdempotencyKeyMissing:       "idempotency key header missing",
-	ReasonIdempotencyKeyRepeated:      "idempotency key header repeated",
-	ReasonIdempotencyKeyMalformed:     "idempotency key not a structured-field string",
-	ReasonIdempotencyKeyLength:        "idempotency key empty or over MaxKeyBytes",
-	ReasonIdempotencyNoCaller:         "no authenticated caller",
-	ReasonIdempotencyBodyTooLarge:     "request body over MaxRequestBytes",
-	ReasonIdempotencyBodyUnreadable:   "request body unreadable",
-	ReasonIdempotencyInProgress:       "request with this key in progress under a live lease",
-	ReasonIdempotencyMismatch:         "key reused with a different request",
-	ReasonIdempotencyReplayed:         "stored response replayed",
-	ReasonIdempotencyNoRecord:         "key done without a stored response",
-	ReasonIdempotencyRecordCorrupt:    "stored response does not decode",
-	ReasonIdempotencyResponseTooLarge: "first response was over MaxResponseBytes and not stored",
-	ReasonIdempotencyHandlerRetry:     "handler asked for a retry (5xx, 408, 423, 425 or 429)",
-	ReasonIdempotencyHandlerPanic:     "handler panicked",
-	ReasonIdempotencyClientGone:       "client gone before the handler wrote a response",
-	ReasonIdempotencyStoreAcquire:     "replay store could not lease the key",
-	ReasonIdempotencyStoreConfirm:     "replay store could not record the response",
-	ReasonIdempotencyStoreRelease:     "replay store could not release the key",
-	ReasonIdempotencyLeaseLost:        "lease lost: another attempt took the key after the lease expired",
-	ReasonIdempotencyHandlerDeadline:  "handler returned without a response after its deadline",
-	ReasonIdempotencyGoneBeforeLease:  "client gone before the key was leased",
-
-	ReasonIdempotencyTimeoutHandler: "handler is an http.TimeoutHandler inside the middleware",
-	ReasonIdempotencyStoreBegin:     "replay store could not begin the handler's transaction",
-	ReasonIdempotencyStoreRollback:  "replay store could not roll back the handler's transaction",
+// reasonList is every reason except [ReasonNone], in the order of the
+// declarations above: the order [RefusalReasons] returns.
+var reasonList = [...]RefusalReason{
+	ReasonEmpty,
+	ReasonTruncated,
+	ReasonMACMismatch,
+	ReasonMalformed,
+	ReasonIssuedInFuture,
+	ReasonNotBase64URL,
+	ReasonAlreadyUsed,
+	ReasonStoreFailed,
+	ReasonAlreadyRedeemed,
+	ReasonCursorOversize,
+	ReasonCursorMalformed,
+	ReasonWrongArguments,
+	ReasonOtherSession,
+	ReasonOlderThanTTL,
+	ReasonCursorStateType,
+	ReasonOpaqueStateTooBig,
+	ReasonCursorTooLarge,
+	ReasonCursorStateNotCBOR,
+	ReasonStateOversize,
+	ReasonUnknownPrefix,
+	ReasonFraming,
+	ReasonDecryption,
+	ReasonWrongBinding,
+	ReasonSubjectAmbiguous,
+	ReasonPastExp,
+	ReasonStateType,
+	ReasonStateNotUTF8,
+	ReasonSubjectNUL,
+	ReasonStateTooLarge,
+	ReasonStateNotJSON,
+	ReasonOneTimeOversize,
+	ReasonUnknownFormat,
+	ReasonBadBase64,
+	ReasonExpired,
+	ReasonClaimsMismatch,
+	ReasonOtherPurpose,
+	ReasonClaimsTooLarge,
+	ReasonExchangeRequest,
+	ReasonAuthorizeRefused,
+	ReasonIssueFailed,
+	ReasonArgsNotJSON,
+	ReasonArgsUTF8,
+	ReasonArgsSurrogate,
+	ReasonArgsDuplicate,
+	ReasonArgsDepth,
+	ReasonArgsRange,
+	ReasonArgsInexact,
+	ReasonArgsInvalidUTF8Go,
+	ReasonArgsMarshal,
+	ReasonWebhookBodyTooLarge,
+	ReasonWebhookBodyUnreadable,
+	ReasonWebhookIDHeader,
+	ReasonWebhookIDLength,
+	ReasonWebhookIDChar,
+	ReasonWebhookNilHeader,
+	ReasonWebhookNotVerified,
+	ReasonWebhookTimestampHeader,
+	ReasonWebhookTimestampMalformed,
+	ReasonWebhookSignatureHeader,
+	ReasonWebhookSignatureMalformed,
+	ReasonWebhookSignatureMismatch,
+	ReasonWebhookTimestampTooOld,
+	ReasonWebhookTimestampFuture,
+	ReasonWebhookStripeBody,
+	ReasonWebhookStripeID,
+	ReasonWebhookStripeT,
+	ReasonWebhookSlackBody,
+	ReasonWebhookSlackID,
+	ReasonWebhookDuplicate,
+	ReasonWebhookInProgress,
+	ReasonWebhookLeaseNotAcquired,
+	ReasonWebhookStoreRecord,
+	ReasonWebhookStoreConfirm,
+	ReasonWebhookStoreRelease,
+	ReasonWebhookLeaseLost,
+	ReasonCursorWrongScope,
+	ReasonCursorSealedOpen,
+	ReasonIdempotencyKeyMissing,
+	ReasonIdempotencyKeyRepeated,
+	ReasonIdempotencyKeyMalformed,
+	ReasonIdempotencyKeyLength,
+	ReasonIdempotencyNoCaller,
+	ReasonIdempotencyBodyTooLarge,
+	ReasonIdempotencyBodyUnreadable,
+	ReasonIdempotencyInProgress,
+	ReasonIdempotencyMismatch,
+	ReasonIdempotencyReplayed,
+	ReasonIdempotencyNoRecord,
+	ReasonIdempotencyRecordCorrupt,
+	ReasonIdempotencyResponseTooLarge,
+	ReasonIdempotencyHandlerRetry,
+	ReasonIdempotencyHandlerPanic,
+	ReasonIdempotencyClientGone,
+	ReasonIdempotencyStoreAcquire,
+	ReasonIdempotencyStoreConfirm,
+	ReasonIdempotencyStoreRelease,
+	ReasonIdempotencyLeaseLost,
+	ReasonIdempotencyHandlerDeadline,
+	ReasonIdempotencyGoneBeforeLease,
+	ReasonUnknownKey,
+	ReasonIdempotencyTimeoutHandler,
+	ReasonIdempotencyStoreBegin,
+	ReasonIdempotencyStoreRollback,
 }
 
-// String returns the reason's stable text, the one the refusing package's
-// Reason function returns ("" for [ReasonNone] and for a value outside the
-// set).
+// String returns the reason's text, the one the refusing package's
+// error names ("" for [ReasonNone] and for a value outside the set).
 func (r RefusalReason) String() string {
-	if r < numRefusalReasons {
-		return reasonNames[r]
+	if _, ok := reasonByText[string(r)]; ok {
+		return string(r)
 	}
 	return ""
 }
 
 // RefusalReasons returns every [RefusalReason] except [ReasonNone], in
-// order: the label values to pre-register.
+// order of declaration: the label values to pre-register.
 func RefusalReasons() []RefusalReason {
-	out := make([]RefusalReason, 0, numRefusalReasons-1)
-	for r := ReasonNone + 1; r < numRefusalReasons; r++ {
-		out = append(out, r)
-	}
-	return out
+	return append([]RefusalReason(nil), reasonList[:]...)
 }
 
 // reasonByText maps every reason's text back to it.
 var reasonByText = func() map[string]RefusalReason {
-	m := make(map[string]RefusalReason, numRefusalReasons)
-	for r := ReasonNone + 1; r < numRefusalReasons; r++ {
-		m[reasonNames[r]] = r
+	m := make(map[string]RefusalReason, len(reasonList))
+	for _, r := range reasonList {
+		m[string(r)] = r
 	}
 	return m
 }()
 
-// ParseReason returns the [RefusalReason] whose String is text, and
-// whether there is one; text "" is [ReasonNone] and false.
+// ParseReason returns the [RefusalReason] whose text is text, and whether
+// there is one; text "" is [ReasonNone] and false.
 func ParseReason(text string) (RefusalReason, bool) {
 	r, ok := reasonByText[text]
 	return r, ok

@@ -82,7 +82,7 @@ type Observer struct {
 	seals   metric.Int64Gauge
 
 	mu   sync.RWMutex
-	sets map[uint32]metric.MeasurementOption // cached attribute sets by label key
+	sets map[setKey]metric.MeasurementOption // cached attribute sets by label key
 }
 
 var _ observe.Observer = (*Observer)(nil)
@@ -119,7 +119,7 @@ func New(mp metric.MeterProvider) (*Observer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Observer{events: events, latency: latency, risks: risks, seals: seals, sets: map[uint32]metric.MeasurementOption{}}, nil
+	return &Observer{events: events, latency: latency, risks: risks, seals: seals, sets: map[setKey]metric.MeasurementOption{}}, nil
 }
 
 // RiskAccepted records one count on ctoken.store.risk_accepted with the
@@ -156,14 +156,24 @@ func (o *Observer) Observe(e observe.Event) {
 	}
 }
 
+// setKey is the label key of a cached attribute set: kind, outcome and
+// key position packed in labels (0xff in its third byte for a histogram's
+// set of kind and outcome only), and the reason's text ("" for none, for a
+// histogram, and for a value outside the set, so the cache stays bounded).
+type setKey struct {
+	labels uint32
+	reason string
+}
+
 // attrs returns the cached attribute set of e's labels: all four for the
 // counter (full), kind and outcome for the histogram.
 func (o *Observer) attrs(e observe.Event, full bool) metric.MeasurementOption {
-	k := uint32(e.Kind) | uint32(e.Outcome)<<8
+	k := setKey{labels: uint32(e.Kind) | uint32(e.Outcome)<<8}
 	if full {
-		k |= uint32(e.Reason)<<16 | uint32(e.Key)<<24
+		k.labels |= uint32(e.Key) << 24
+		k.reason = e.Reason.String()
 	} else {
-		k |= 0xff << 16 // distinct from every full key: reasons stay below 255
+		k.labels |= 0xff << 16 // distinct from every full key
 	}
 	o.mu.RLock()
 	opt, ok := o.sets[k]
@@ -176,7 +186,7 @@ func (o *Observer) attrs(e observe.Event, full bool) metric.MeasurementOption {
 		attribute.String(AttrOutcome, e.Outcome.String()),
 	}
 	if full {
-		kv = append(kv, attribute.String(AttrReason, e.Reason.String()), attribute.String(AttrKey, e.Key.String()))
+		kv = append(kv, attribute.String(AttrReason, k.reason), attribute.String(AttrKey, e.Key.String()))
 	}
 	opt = metric.WithAttributeSet(attribute.NewSet(kv...))
 	o.mu.Lock()

@@ -341,7 +341,7 @@ func TestObserveIsSafeForConcurrentUse(t *testing.T) {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for i := range each {
-				obs.Observe(observe.Event{Kind: observe.KindCursor, Outcome: observe.OutcomeRefused, Reason: observe.RefusalReason(1 + (w+i)%3)})
+				obs.Observe(observe.Event{Kind: observe.KindCursor, Outcome: observe.OutcomeRefused, Reason: observe.RefusalReasons()[(w+i)%3]})
 			}
 		}()
 	}
@@ -364,6 +364,48 @@ func TestObserveIsSafeForConcurrentUse(t *testing.T) {
 	}
 	if total != workers*each {
 		t.Errorf("total %d, want %d", total, workers*each)
+	}
+}
+
+// TestReasonLabelIsAReasonOfTheSetOrEmpty pins that ctoken.reason records
+// a reason's text, and that a RefusalReason converted from any other string
+// (never one ctoken's packages give) is recorded as "": the label's values
+// stay the bounded set, and no text a caller put there reaches a metric.
+func TestReasonLabelIsAReasonOfTheSetOrEmpty(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		reason observe.RefusalReason
+		want   string
+	}{
+		{"a reason of the set", observe.ReasonMACMismatch, "mac mismatch"},
+		{"none", observe.ReasonNone, ""},
+		{"a string outside the set", observe.RefusalReason("token abc.def"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			obs, err := ctokenotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			obs.Observe(observe.Event{Kind: observe.KindCursor, Outcome: observe.OutcomeRefused, Reason: tc.reason})
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(context.Background(), &rm); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == ctokenotel.EventsName {
+						for _, dp := range sum.DataPoints {
+							got = append(got, get(dp.Attributes, ctokenotel.AttrReason))
+						}
+					}
+				}
+			}
+			if len(got) != 1 || got[0] != tc.want {
+				t.Errorf("reason labels %q, want [%q]", got, tc.want)
+			}
+		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ctoken/ctoken/internal/httpx"
 	"github.com/ctoken/ctoken/internal/mac"
+	"github.com/ctoken/ctoken/internal/reason"
 	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
@@ -215,48 +216,68 @@ type params struct {
 
 // newParams validates cfg for a verifier or, when signer, for a signer.
 func newParams(cfg Config, signer bool) (*params, error) {
-	if cfg.Scheme == nil {
-		return nil, errNoScheme
-	}
-	if !ownScheme(cfg.Scheme) { // a type embedding Scheme: its methods are not ours
-		return nil, errForeignScheme
+	// Every fault of the fields checked before the scheme configures is
+	// collected, so that one error names them all (an all-zero Config: no
+	// scheme and no secret).
+	var faults []error
+	switch {
+	case cfg.Scheme == nil:
+		faults = append(faults, errNoScheme)
+	case !ownScheme(cfg.Scheme): // a type embedding Scheme: its methods are not ours
+		faults = append(faults, errForeignScheme)
 	}
 	if signer && (cfg.Tolerance != 0 || cfg.MaxBody != 0 || cfg.Replay != nil || cfg.Namespace != "" || cfg.DedupWindow != 0 || cfg.OnReject != nil) {
-		return nil, errSignerOption
+		faults = append(faults, errSignerOption)
 	}
 	if signer && (cfg.Dedup != DedupDefault || cfg.Lease != 0 || cfg.RetryAfter != 0 || cfg.OnDuplicate != nil || cfg.OnLeaseError != nil) {
-		return nil, errSignerLeaseOpts
+		faults = append(faults, errSignerLeaseOpts)
 	}
 	if signer && cfg.Transactional {
-		return nil, errSignerTx
+		faults = append(faults, errSignerTx)
 	}
 	switch {
 	case cfg.Lease < 0:
-		return nil, errNegLease
+		faults = append(faults, errNegLease)
 	case cfg.Lease > 0 && cfg.Lease < time.Millisecond:
-		return nil, errShortLease
-	case cfg.Tolerance < 0:
-		return nil, errNegTolerance
-	case cfg.MaxBody < 0:
-		return nil, errNegMaxBody
-	case cfg.DedupWindow < 0:
-		return nil, errNegDedup
+		faults = append(faults, errShortLease)
 	case cfg.Lease > MaxLease:
-		return nil, errLongLease
-	case cfg.RetryAfter < 0:
-		return nil, errNegRetryAfter
-	case cfg.RetryAfter > MaxRetryAfter:
-		return nil, errLongRetryAfter
+		faults = append(faults, errLongLease)
+	}
+	switch {
+	case cfg.Tolerance < 0:
+		faults = append(faults, errNegTolerance)
 	case cfg.Tolerance > MaxTolerance:
-		return nil, errLongTolerance
+		faults = append(faults, errLongTolerance)
+	}
+	if cfg.MaxBody < 0 {
+		faults = append(faults, errNegMaxBody)
+	}
+	switch {
+	case cfg.DedupWindow < 0:
+		faults = append(faults, errNegDedup)
 	case cfg.DedupWindow > MaxDedupWindow:
-		return nil, errLongDedup
+		faults = append(faults, errLongDedup)
+	}
+	switch {
+	case cfg.RetryAfter < 0:
+		faults = append(faults, errNegRetryAfter)
+	case cfg.RetryAfter > MaxRetryAfter:
+		faults = append(faults, errLongRetryAfter)
 	}
 	if err := checkNamespace(cfg.Namespace, cfg.Replay != nil && !signer); err != nil {
-		return nil, err
+		faults = append(faults, err)
 	}
-	ks, err := loadSecrets(cfg.Scheme, cfg.Secrets, signer)
+	var ks *keySet
+	var err error
+	if cfg.Scheme != nil && ownScheme(cfg.Scheme) {
+		ks, err = loadSecrets(cfg.Scheme, cfg.Secrets, signer)
+	} else if len(cfg.Secrets) == 0 {
+		err = errNoSecrets
+	}
 	if err != nil {
+		faults = append(faults, err)
+	}
+	if err := reason.Faults(faults...); err != nil {
 		return nil, err
 	}
 	p := &params{

@@ -14,6 +14,7 @@ import (
 
 	"log/slog"
 
+	"github.com/ctoken/ctoken/observe"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -62,6 +63,48 @@ func TestNewVerifierRefusesOptionsWithoutEffect(t *testing.T) {
 			}
 			if s, err := NewSigner(tc.cfg); s != nil || !errors.Is(err, ErrConfig) {
 				t.Fatalf("NewSigner = %v, %v; want ErrConfig", s, err)
+			}
+		})
+	}
+}
+
+// TestConstructorsNameEveryFaultAtOnce pins that a config with several
+// faults is refused with one error naming each (the user who sets Scheme
+// does not meet the missing secret next), matching each fault's sentinel.
+func TestConstructorsNameEveryFaultAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		signer bool
+		cfg    Config
+		is     []error
+		names  []string
+	}{
+		{"verifier, all zero", false, Config{}, []error{ErrConfig, ErrNoSecret}, []string{"2 configuration faults", "no scheme (set Config.Scheme", "no secret"}},
+		{"signer, all zero", true, Config{}, []error{ErrConfig, ErrNoSecret}, []string{"2 configuration faults", "no scheme", "no secret"}},
+		{"verifier, every duration negative", false, Config{Scheme: HMACSHA256(), Lease: -1, Tolerance: -1, MaxBody: -1, DedupWindow: -1, RetryAfter: -1},
+			[]error{ErrConfig, ErrNoSecret}, []string{"6 configuration faults", "no secret"}},
+		{"signer with receiving options and a foreign scheme", true, Config{Scheme: foreignScheme{HMACSHA256()}, Secrets: []string{hmacSecret}, MaxBody: 1, Lease: time.Second, Transactional: true},
+			[]error{ErrConfig}, []string{"4 configuration faults", "scheme not from this package"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if tc.signer {
+				_, err = NewSigner(tc.cfg)
+			} else {
+				_, err = NewVerifier(tc.cfg)
+			}
+			for _, want := range tc.is {
+				if !errors.Is(err, want) {
+					t.Errorf("error %v does not match %v", err, want)
+				}
+			}
+			for _, name := range tc.names {
+				if err == nil || !strings.Contains(err.Error(), name) {
+					t.Errorf("error %v does not name %q", err, name)
+				}
+			}
+			if r := ReasonOf(err); r != observe.ReasonNone {
+				t.Errorf("ReasonOf = %q: a configuration error is not a refusal", r)
 			}
 		})
 	}

@@ -70,7 +70,7 @@ var (
 	errSecretBase64    = reason.New(ErrSecretInvalid, "secret not standard base64 after whsec_")
 	errSecretShort     = reason.New(ErrSecretInvalid, "secret shorter than 24 bytes")
 	errSecretFIPS      = reason.New(ErrSecretInvalid, "secret shorter than 112 bits, not allowed in FIPS 140-3 mode (GODEBUG=fips140)")
-	errNoScheme        = reason.New(ErrConfig, "no scheme")
+	errNoScheme        = reason.New(ErrConfig, "no scheme (set Config.Scheme to the sender's: StandardWebhooks(), Svix(), Stripe(), Slack(), GitHub(), Shopify() or another Scheme of this package)")
 	errForeignScheme   = reason.New(ErrConfig, "scheme not from this package")
 	errNegTolerance    = reason.New(ErrConfig, "Tolerance is negative")
 	errNegMaxBody      = reason.New(ErrConfig, "MaxBody is negative")

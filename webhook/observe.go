@@ -19,8 +19,12 @@ func ReasonOf(err error) observe.RefusalReason {
 	if err == nil {
 		return observe.ReasonNone
 	}
-	if r, ok := rejectionReasons[err]; ok {
-		return r
+	// Only a *reason.Error is looked up: a map lookup hashes its key, and
+	// a caller's error of an unhashable type would panic.
+	if re, ok := err.(*reason.Error); ok {
+		if r, ok := rejectionReasons[re]; ok {
+			return r
+		}
 	}
 	r, _ := observe.ParseReason(reason.Of(err))
 	return r
@@ -29,7 +33,7 @@ func ReasonOf(err error) observe.RefusalReason {
 // rejectionReasons maps each package-level rejection value to its reason,
 // so that reporting a refusal costs a map lookup and no allocation (a
 // wrapped replay-store error takes reason.Of's path).
-var rejectionReasons = func() map[error]observe.RefusalReason {
+var rejectionReasons = func() map[*reason.Error]observe.RefusalReason {
 	all := []error{
 		errBodyTooLarge, errBodyUnreadable, errIDHeader, errIDLength, errIDChar,
 		errNilHeader, errNotVerified, errTSHeader, errTSMalformed, errSigHeader,
@@ -37,9 +41,11 @@ var rejectionReasons = func() map[error]observe.RefusalReason {
 		errStripeEventID, errStripeSignID, errStripeT, errSlackBody, errSlackSignID,
 		errDup, errBusy, errLeaseNotAcquired,
 	}
-	m := make(map[error]observe.RefusalReason, len(all))
+	m := make(map[*reason.Error]observe.RefusalReason, len(all))
 	for _, e := range all {
-		m[e], _ = observe.ParseReason(reason.Of(e))
+		if re, ok := e.(*reason.Error); ok {
+			m[re], _ = observe.ParseReason(reason.Of(e))
+		}
 	}
 	return m
 }()

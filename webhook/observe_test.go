@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"errors"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -376,6 +377,39 @@ func TestOutcomeOfEveryWebhookReason(t *testing.T) {
 		}
 		if got := outcomeOf(r); got != want {
 			t.Errorf("outcomeOf(%q) = %v, want %v", r, got, want)
+		}
+	}
+}
+
+// unhashableErr is an error whose dynamic type cannot be a map key.
+type unhashableErr []string
+
+func (e unhashableErr) Error() string { return "unhashable" }
+
+// TestReasonOfIsNoneForAnyOtherError pins that ReasonOf answers every error a
+// caller may hold without panicking (a map lookup of an unhashable error
+// would), and that every entry of its table of rejection values maps to a
+// reason.
+func TestReasonOfIsNoneForAnyOtherError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"nil", nil},
+		{"unhashable", unhashableErr{"a"}},
+		{"unhashable, wrapped", fmt.Errorf("x: %w", unhashableErr{"a"})},
+		{"joined with an unhashable", errors.Join(errors.New("a"), unhashableErr{"b"})},
+		{"plain", errors.New("mac mismatch")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := ReasonOf(tc.err); r != observe.ReasonNone {
+				t.Errorf("ReasonOf = %q, want ReasonNone", r)
+			}
+		})
+	}
+	for re, r := range rejectionReasons {
+		if r == observe.ReasonNone || ReasonOf(re) != r {
+			t.Errorf("rejection %q maps to %q", re.Error(), r)
 		}
 	}
 }

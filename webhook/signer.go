@@ -19,7 +19,8 @@ type Signer struct {
 // NewSigner validates cfg and returns a signer. Only Scheme, Secrets, the
 // header names, Now and Observer apply to a signer; the receiving options
 // (Tolerance, MaxBody, Replay, DedupWindow, OnReject) are refused with
-// [ErrConfig], as are the errors of [NewVerifier].
+// [ErrConfig], as are the errors of [NewVerifier], several faults in one
+// error as there.
 func NewSigner(cfg Config) (*Signer, error) {
 	p, err := newParams(cfg, true)
 	if err != nil {

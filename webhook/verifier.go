@@ -22,7 +22,10 @@ type Verifier struct {
 // the scheme does not use, a [Dedup] policy the scheme refuses, or a Replay
 // store that does not implement [replay.Leaser]; [ErrNoSecret] when there is no secret; and
 // [ErrSecretInvalid] for a malformed secret or, in FIPS 140-3 mode, one too
-// short for the mode.
+// short for the mode. The faults of the scheme, the options and the secrets
+// are reported together (an all-zero Config: no scheme and no secret) in
+// one error that errors.Is matches against each fault's sentinel; the
+// scheme's own checks of its options run once those pass.
 func NewVerifier(cfg Config) (*Verifier, error) {
 	p, err := newParams(cfg, false)
 	if err != nil {

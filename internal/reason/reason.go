@@ -8,7 +8,11 @@
 // it costs no allocation.
 package reason
 
-import "errors"
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
 
 // Error is a rejection: Is(Sentinel) holds, and [Of] returns its reason.
 type Error struct {
@@ -53,3 +57,43 @@ func Of(err error) string {
 	}
 	return ""
 }
+
+// Faults returns nil when every fault is nil, the fault when one is not,
+// and when several are not one error naming each in order ("2
+// configuration faults: a; b"), which errors.Is and errors.As match
+// against each. Constructors use it so that a user fixes a config in one
+// pass instead of meeting the next missing field after each fix.
+func Faults(faults ...error) error {
+	var got []error
+	for _, e := range faults {
+		if e != nil {
+			got = append(got, e)
+		}
+	}
+	switch len(got) {
+	case 0:
+		return nil
+	case 1:
+		return got[0]
+	}
+	return &faultList{errs: got}
+}
+
+// faultList is the error of several faults. It is used through a pointer,
+// so that it is comparable and hashable like the package's other errors.
+type faultList struct{ errs []error }
+
+func (f *faultList) Error() string {
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(len(f.errs)))
+	b.WriteString(" configuration faults: ")
+	for i, e := range f.errs {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+func (f *faultList) Unwrap() []error { return f.errs }

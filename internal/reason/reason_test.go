@@ -59,3 +59,43 @@ func TestReturningAPreallocatedRejectionDoesNotAllocate(t *testing.T) {
 		t.Fatalf("errors.Is allocates %v times", n)
 	}
 }
+
+func TestFaultsNamesEveryFaultAndMatchesEach(t *testing.T) {
+	other := errors.New("other: sentinel")
+	a, b := New(errSentinel, "field A is unset"), New(other, "field B is negative")
+	for _, tc := range []struct {
+		name   string
+		faults []error
+		want   error  // nil: Faults returns nil; else errors.Is must hold
+		same   error  // non-nil: Faults returns this very error
+		text   string // "": not checked
+	}{
+		{"none", nil, nil, nil, ""},
+		{"all nil", []error{nil, nil}, nil, nil, ""},
+		{"one", []error{nil, a, nil}, errSentinel, a, ""},
+		{"two", []error{a, nil, b}, other, nil, "2 configuration faults: pkg: invalid thing: field A is unset; other: sentinel: field B is negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Faults(tc.faults...)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("Faults = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || !errors.Is(err, errSentinel) {
+				t.Errorf("Faults = %v: errors.Is does not match every fault", err)
+			}
+			if tc.same != nil && err != tc.same {
+				t.Errorf("one fault came back as %#v, not itself", err)
+			}
+			if tc.text != "" && err.Error() != tc.text {
+				t.Errorf("text %q, want %q", err.Error(), tc.text)
+			}
+			if Of(err) != "field A is unset" {
+				t.Errorf("Of = %q, want the first fault's reason", Of(err))
+			}
+			_ = map[error]bool{err: true} // hashable: a map of errors does not panic
+		})
+	}
+}
