@@ -12,6 +12,7 @@ import (
 // test in its prose fails TestUserPagesNameTestsOnlyInTestedByLists.
 var TestedByPages = []string{
 	"README.md",
+	"docs/benchmarks.md",
 	"docs/cli.md",
 	"docs/cursors.md",
 	"docs/exchange.md",
