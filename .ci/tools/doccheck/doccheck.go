@@ -4,6 +4,9 @@
 // the API it shows (TestDocSnippetsCompile), and it refuses a backticked
 // test, example, fuzz target or benchmark name that no _test.go of the
 // repository declares (TestDocsCiteOnlyExistingTests; see [Citations]).
+// On the user-facing pages of [TestedByPages] a test name stands only in
+// a section's "Tested by:" list, never in the prose
+// (TestUserPagesNameTestsOnlyInTestedByLists; see [Inline]).
 // It lives in the tools module (.ci/tools), outside the library: `.ci/run`
 // runs its tests, the root module's `go test ./...` does not.
 //

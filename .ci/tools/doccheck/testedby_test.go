@@ -1,0 +1,95 @@
+package doccheck
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestUserPagesNameTestsOnlyInTestedByLists fails on every test name that
+// a page of [TestedByPages] cites outside its "Tested by" lists, at its
+// file and line.
+func TestUserPagesNameTestsOnlyInTestedByLists(t *testing.T) {
+	cited := 0
+	for _, f := range TestedByPages {
+		md, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cited += len(Citations(f, md))
+		for _, n := range Inline(f, md) {
+			t.Error(n)
+		}
+	}
+	if cited < 100 {
+		t.Fatalf("the converted pages cite %d test names: the extraction is broken", cited)
+	}
+}
+
+// TestInlineRefusesNamesOutsideTestedByLists pins what counts as a
+// "Tested by" list and what is prose.
+func TestInlineRefusesNamesOutsideTestedByLists(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		md     string
+		inline []int // the lines of the names reported
+	}{
+		{
+			name:   "a name in the prose fails",
+			md:     "# Page\n\nA cursor is refused (`TestCursorVerify`).\n",
+			inline: []int{3},
+		},
+		{
+			name: "a Tested by paragraph passes",
+			md:   "# Page\n\nA cursor is refused.\n\nTested by: `TestCursorVerify`,\n`TestStateRoundTrip/expired`.\n",
+		},
+		{
+			name: "a Tested by: line and the list after it pass",
+			md:   "Tested by:\n\n- expiry: `TestA`;\n- scope:\n  `TestB`;\n\n- replay: `TestC`.\n",
+		},
+		{
+			name:   "a paragraph after the list is prose again",
+			md:     "Tested by:\n\n- expiry: `TestA`.\n\nThen `TestB` in the prose.\n",
+			inline: []int{5},
+		},
+		{
+			name:   "a list after a Tested by paragraph with names is prose",
+			md:     "Tested by: `TestA`.\n\n- and `TestB`\n",
+			inline: []int{3},
+		},
+		{
+			name:   "a heading ends the list",
+			md:     "Tested by:\n- `TestA`\n## Next\n- `TestB`\n",
+			inline: []int{4},
+		},
+		{
+			name:   "Tested by in the middle of a paragraph is prose",
+			md:     "It holds.\nTested by: `TestA`.\n",
+			inline: []int{2},
+		},
+		{
+			name: "names in fenced code are not citations",
+			md:   "```sh\ngo test -run TestA ./...\n```\n",
+		},
+		{
+			name:   "a name in a table fails",
+			md:     "| case | test |\n|---|---|\n| expiry | `TestA` |\n",
+			inline: []int{3},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []int
+			for _, n := range Inline("x.md", []byte(tc.md)) {
+				got = append(got, n.Line)
+				if s := n.String(); !strings.HasPrefix(s, "x.md:") || !strings.Contains(s, n.Name) || !strings.Contains(s, "Tested by:") {
+					t.Errorf("String() = %q: want file:line, the name and the fix", s)
+				}
+			}
+			if !reflect.DeepEqual(got, tc.inline) {
+				t.Errorf("Inline lines = %v, want %v", got, tc.inline)
+			}
+		})
+	}
+}
