@@ -19,8 +19,8 @@ import (
 	"github.com/ctoken/ctoken/mcptoken"
 )
 
-// idemKeys seal the recorded results of the tests' idempotent tools.
-var idemKeys = func() *ctoken.Keyring {
+// mcpIdemKeys seal the recorded results of the tests' idempotent tools.
+var mcpIdemKeys = func() *ctoken.Keyring {
 	kr, err := ctoken.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
 	if err != nil {
 		panic(err)
@@ -30,7 +30,7 @@ var idemKeys = func() *ctoken.Keyring {
 
 func TestMCPIdempotencyOnRedis(t *testing.T) {
 	store, _ := newTestStore(t)
-	idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", Lease: 5 * time.Second}, &mcptoken.Integration{
+	idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Keys: mcpIdemKeys, Store: store, KeyArgument: "key", Lease: 5 * time.Second}, &mcptoken.Integration{
 		Name:     "test",
 		NoCaller: func() error { return errors.New("no caller") },
 		Refused:  func(mcptoken.Refusal) error { return errors.New("refused") },
