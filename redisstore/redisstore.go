@@ -394,6 +394,14 @@ type Store struct {
 	spaceErr   error
 	spaceAt    time.Time
 
+	// life is the longest lifetime (ms) the store knows the key space's
+	// steps to have, 0 none yet; boundArg is what the guarded scripts take
+	// as their bound and fence (ARGV[3]): life, or the horizon while life
+	// is 0. lifeMu serializes their updates (see lifetime.go).
+	life     atomic.Int64
+	boundArg atomic.Pointer[string]
+	lifeMu   sync.Mutex
+
 	logged  [numEventKinds]atomic.Int64 // unix ms of the last log line per kind
 	cancels cancels
 }
@@ -478,6 +486,7 @@ func New(client Client, opts Options) (*Store, error) {
 	}
 	s.skewArg = strconv.FormatInt(s.maxSkew.Milliseconds(), 10)
 	s.horizonArg = strconv.FormatInt(s.horizon.Milliseconds(), 10)
+	s.boundArg.Store(&s.horizonArg)
 	d, err := newDurability(client, opts.Durability, s.timeout)
 	if err != nil {
 		return nil, err
