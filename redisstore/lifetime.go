@@ -107,11 +107,22 @@ func (s *Store) readLifetime(ctx context.Context) (time.Duration, error) {
 
 // learnRecordedLifetime learns the key space's recorded lifetime, for the
 // server checks: another application's longer lifetime lengthens the
-// fences this store raises. A record that cannot be read teaches nothing;
-// the store's own lifetime still bounds its fences.
+// fences this store raises. A record shorter than what the store knows
+// (lost with the data, as in a restart without persistence) is written
+// again, so that ctoken-store status shows it. A record that cannot be
+// read teaches nothing; the store's own lifetime still bounds its fences.
 func (s *Store) learnRecordedLifetime(ctx context.Context) {
-	if l, err := s.readLifetime(ctx); err == nil && l > 0 {
+	l, err := s.readLifetime(ctx)
+	if err != nil {
+		return
+	}
+	if l > 0 {
 		s.learnLifetime(l.Milliseconds())
+	}
+	if own := s.life.Load(); own > l.Milliseconds() {
+		if _, err := s.call(ctx, "EVAL", lifetimeScript, 1, s.lifetimeKey(), own); err != nil {
+			s.log.Warn("redisstore: could not record the key space's lifetime again", "prefix", s.prefix, "error", err)
+		}
 	}
 }
 

@@ -332,3 +332,57 @@ func TestRecordedLifetimeHoldingAnUnexpectedValueIsRefused(t *testing.T) {
 		})
 	}
 }
+
+func TestStatusShowsWhenReopeningAcceptsNothingTwice(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	c := srv.client()
+	ctx := context.Background()
+	s := provisioned(t, c, lifetimeOpts("status-life:", 100*time.Millisecond))
+	before := claimedBefore{}
+	for i := range 20 {
+		id, until := fmt.Sprint("id-", i), time.Now().Add(3*time.Second)
+		if first, err := s.Claim(ctx, id, until); !first || err != nil {
+			t.Fatalf("Claim: %v, %v", first, err)
+		}
+		before[id] = until
+	}
+	lost := time.Now()
+	srv.restart(syscall.SIGKILL)
+	fenceEnd(t, s, "fresh")
+	cases := []struct {
+		name  string
+		check func(st Status) error
+	}{
+		{"the lifetime, recorded again after the restart lost it", func(st Status) error {
+			if st.Lifetime != s.Lifetime() {
+				return fmt.Errorf("Lifetime %v; want the store's %v", st.Lifetime, s.Lifetime())
+			}
+			return nil
+		}},
+		{"reopening is safe once every claim before the loss has expired", func(st Status) error {
+			if st.ReopenSafeAt.Before(before.latest()) || st.ReopenSafeAt.Before(st.FencedUntil) {
+				return fmt.Errorf("ReopenSafeAt %v; want after the last claim's expiry %v and the fence's end %v", st.ReopenSafeAt, before.latest(), st.FencedUntil)
+			}
+			if limit := lost.Add(s.Lifetime() + time.Second); st.ReopenSafeAt.After(limit) {
+				return fmt.Errorf("ReopenSafeAt %v after the loss; want within the lifetime %v", st.ReopenSafeAt.Sub(lost), s.Lifetime())
+			}
+			return nil
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				s.Claim(ctx, "poll", time.Now().Add(time.Second)) // a call runs the due check
+				var st Status
+				if st, err = s.Status(ctx); err == nil {
+					if err = tc.check(st); err == nil {
+						return
+					}
+				}
+			}
+			t.Fatal(err)
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -32,6 +33,19 @@ type Status struct {
 	// FencedUntil is when the last fence ends, by Redis's clock; zero when
 	// no shard is fenced.
 	FencedUntil time.Time
+	// Lifetime is the longest lifetime any store of the key space has
+	// recorded for its claims, leases and records ([Store.Lifetime]); zero
+	// when none is recorded (no claim yet, or Redis lost the record with
+	// the data). A fence lasts this long from when it was raised.
+	Lifetime time.Duration
+	// ReopenSafeAt is, for a fenced key space, the instant from which
+	// reopening it ([Store.Reopen]) accepts nothing twice: when the last
+	// claim that could have been lost has expired. It is the later of
+	// FencedUntil and, for each fenced shard whose raise time is known,
+	// that time plus Lifetime (a record longer than the fence, written
+	// after it was raised). Zero when no shard is fenced. Missing markers
+	// are not counted: their fence starts at the next claim.
+	ReopenSafeAt time.Time
 	// Ledger is the key space's history, oldest first.
 	Ledger []LedgerEntry
 	// Servers is what each master shows now, one entry per master.
@@ -71,6 +85,12 @@ func (s *Store) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	st.Open, st.Fenced, st.Missing, st.FencedUntil = ks.open, ks.fenced, ks.missing, ks.until
+	if st.Lifetime, err = s.readLifetime(ctx); err != nil {
+		return st, err
+	}
+	if st.ReopenSafeAt, err = s.reopenSafeAt(ctx, ks, st.Lifetime); err != nil {
+		return st, err
+	}
 	if st.Ledger, err = s.readLedger(ctx); err != nil {
 		return st, err
 	}
@@ -125,9 +145,10 @@ func (s *Store) serverStatus(ctx context.Context, m doer) (ServerStatus, error) 
 const maxAcceptLen = 200
 
 // Reopen opens every shard that is fenced or missing, at once: the way
-// back to service after a loss, before the fences end by themselves (one
-// horizon). It is an operator's decision (ctoken-store reopen), never
-// automation's: every ID claimed before the loss and not yet expired is
+// back to service after a loss, before the fences end by themselves (the
+// key space's lifetime after the loss: [Status] ReopenSafeAt). It is an
+// operator's decision (ctoken-store reopen), never automation's: before
+// ReopenSafeAt every ID claimed before the loss and not yet expired is
 // accepted again. acceptedBy (who decided) and reason (why) are required,
 // one line each of at most 200 bytes, else it refuses with [ErrConfig];
 // they are written to the key space's ledger, so they must name no ID,
@@ -206,3 +227,30 @@ func checkAccept(v string) error {
 const reopenScript = `if redis.call('GET', KEYS[1]) == 'O' then return 0 end
 redis.call('SET', KEYS[1], 'O')
 return 1`
+
+// reopenSafeAt is Status.ReopenSafeAt: for each fenced shard, the later
+// of its fence's end and its raise time (<marker>f) plus life.
+func (s *Store) reopenSafeAt(ctx context.Context, ks keySpace, life time.Duration) (time.Time, error) {
+	safe := ks.until
+	for i, end := range ks.fenceEnds {
+		if end.IsZero() || life == 0 {
+			continue
+		}
+		v, err := s.call(ctx, "GET", s.tags[i]+"f")
+		switch {
+		case errors.Is(err, errNil):
+			continue
+		case err != nil:
+			return time.Time{}, err
+		}
+		str, _ := v.(string)
+		ms, perr := strconv.ParseInt(str, 10, 64)
+		if perr != nil {
+			return time.Time{}, fmt.Errorf("%w: a fence's raise time holds an unexpected value", ErrUnavailable)
+		}
+		if at := time.UnixMilli(ms).Add(life); at.After(safe) {
+			safe = at
+		}
+	}
+	return safe, nil
+}
