@@ -97,13 +97,30 @@ func (s *Store) readLifetime(ctx context.Context) (time.Duration, error) {
 	case err != nil:
 		return 0, err
 	}
-	str, _ := v.(string)
-	ms, perr := strconv.ParseInt(str, 10, 64)
-	if perr != nil || ms <= 0 {
-		return 0, fmt.Errorf("%w: the key space's lifetime record holds an unexpected value", ErrUnavailable)
+	l, ok := parseLifetime(v)
+	if !ok {
+		return 0, fmt.Errorf("%w: %w", ErrUnavailable, errBadLifetime)
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return l, nil
 }
+
+// errBadLifetime is a lifetime record the store cannot decode.
+var errBadLifetime = errors.New("the key space's lifetime record holds an unexpected value")
+
+// parseLifetime decodes the lifetime record's value: a positive number
+// of milliseconds, at most a year (no store's Horizon is longer in
+// practice; a larger value is taken as corrupt rather than overflowing).
+func parseLifetime(v any) (time.Duration, bool) {
+	str, _ := v.(string)
+	ms, err := strconv.ParseInt(str, 10, 64)
+	if err != nil || ms <= 0 || ms > maxLifetimeMs {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
+// maxLifetimeMs bounds a decoded lifetime record: one year.
+const maxLifetimeMs = int64(365 * 24 * time.Hour / time.Millisecond)
 
 // learnRecordedLifetime learns the key space's recorded lifetime, for the
 // server checks: another application's longer lifetime lengthens the

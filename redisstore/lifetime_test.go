@@ -315,7 +315,7 @@ func TestStepPastTheKeySpaceLifetimeByRedisClockIsRefused(t *testing.T) {
 func TestRecordedLifetimeHoldingAnUnexpectedValueIsRefused(t *testing.T) {
 	t.Parallel()
 	c := newTestClient(t)
-	for _, v := range []string{"x", "-5", "0", ""} {
+	for _, v := range []string{"x", "-5", "0", "", "99999999999999999999", "31536000001"} {
 		t.Run(fmt.Sprintf("%q", v), func(t *testing.T) {
 			prefix := uniquePrefix(t, c)
 			s := provisioned(t, c, lifetimeOpts(prefix, 0))
@@ -328,6 +328,9 @@ func TestRecordedLifetimeHoldingAnUnexpectedValueIsRefused(t *testing.T) {
 			s.learnRecordedLifetime(context.Background())
 			if s.Lifetime() != s.Horizon() {
 				t.Fatalf("learned %v from a bad record; want nothing (the Horizon)", s.Lifetime())
+			}
+			if st, err := s.Status(context.Background()); err != nil || st.Lifetime != 0 {
+				t.Fatalf("Status: Lifetime %v, %v; want 0 (unknown) and the rest of the status", st.Lifetime, err)
 			}
 		})
 	}
@@ -385,4 +388,22 @@ func TestStatusShowsWhenReopeningAcceptsNothingTwice(t *testing.T) {
 			t.Fatal(err)
 		})
 	}
+}
+
+func FuzzParseLifetime(f *testing.F) {
+	for _, v := range []string{"76000", "0", "-1", "x", "", "31536000000", "31536000001", "9223372036854775807"} {
+		f.Add(v)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		l, ok := parseLifetime(v)
+		if ok && (l <= 0 || l > time.Duration(maxLifetimeMs)*time.Millisecond) {
+			t.Fatalf("parseLifetime(%q) = %v, true; want a positive lifetime of at most a year", v, l)
+		}
+		if !ok && l != 0 {
+			t.Fatalf("parseLifetime(%q) refused with %v; want 0", v, l)
+		}
+		if _, ok := parseLifetime([]byte(v)); ok {
+			t.Fatalf("parseLifetime of a non-string accepted")
+		}
+	})
 }

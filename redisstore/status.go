@@ -36,7 +36,7 @@ type Status struct {
 	// Lifetime is the longest lifetime any store of the key space has
 	// recorded for its claims, leases and records ([Store.Lifetime]); zero
 	// when none is recorded (no claim yet, or Redis lost the record with
-	// the data). A fence lasts this long from when it was raised.
+	// the data) or the record cannot be decoded. A fence lasts this long from when it was raised.
 	Lifetime time.Duration
 	// ReopenSafeAt is, for a fenced key space, the instant from which
 	// reopening it ([Store.Reopen]) accepts nothing twice: when the last
@@ -85,7 +85,9 @@ func (s *Store) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	st.Open, st.Fenced, st.Missing, st.FencedUntil = ks.open, ks.fenced, ks.missing, ks.until
-	if st.Lifetime, err = s.readLifetime(ctx); err != nil {
+	// A record that cannot be decoded is shown as unknown (0), not as a
+	// failed Status: the operator still sees the rest.
+	if st.Lifetime, err = s.readLifetime(ctx); err != nil && !errors.Is(err, errBadLifetime) {
 		return st, err
 	}
 	if st.ReopenSafeAt, err = s.reopenSafeAt(ctx, ks, st.Lifetime); err != nil {
