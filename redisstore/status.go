@@ -158,8 +158,9 @@ const maxAcceptLen = 200
 //
 // It runs the server checks of [Open] first and refuses a server Open
 // would refuse. It writes a "reopened" ledger entry naming who, why, how
-// many shards it opened and when the fences it cut short would have
-// ended, reports [EventRiskAccepted] (Option "Reopen") to the Observer and
+// many shards it opened, when the fences it cut short would have ended
+// and from when reopening would have accepted nothing twice (Status
+// ReopenSafeAt), reports [EventRiskAccepted] (Option "Reopen") to the Observer and
 // logs one Warn line. Running stores serve the reopened shards at their
 // next call. It returns how many shards it opened; 0, with nothing
 // written, when every shard was open.
@@ -191,11 +192,20 @@ func (s *Store) Reopen(ctx context.Context, acceptedBy, reason string) (opened i
 			opened++
 		}
 	}
-	cut := "none"
+	cut, safeFrom := "none", "-"
 	if !ks.until.IsZero() {
 		cut = fmt.Sprintf("%d until %s", ks.fenced, ks.until.UTC().Format(time.RFC3339))
+		// When reopening would have accepted nothing twice (Status
+		// ReopenSafeAt), for the ledger and the log: a record that cannot
+		// be read leaves the fences' end.
+		life, _ := s.readLifetime(ctx)
+		safe, err := s.reopenSafeAt(ctx, ks, life)
+		if err != nil {
+			safe = ks.until
+		}
+		safeFrom = safe.UTC().Format(time.RFC3339)
 	}
-	detail := fmt.Sprintf("by %q because %q: opened %d of %d shards (fences cut short: %s; missing: %d)", acceptedBy, reason, opened, Shards, cut, ks.missing)
+	detail := fmt.Sprintf("by %q because %q: opened %d of %d shards (fences cut short: %s; safe to reopen from %s; missing: %d)", acceptedBy, reason, opened, Shards, cut, safeFrom, ks.missing)
 	if err := s.note(ctx, ledgerReopened, detail); err != nil {
 		return opened, err
 	}
@@ -204,7 +214,7 @@ func (s *Store) Reopen(ctx context.Context, acceptedBy, reason string) (opened i
 		s.opts.Observer(Event{Kind: EventRiskAccepted, Shard: -1, Option: "Reopen", Risk: riskReopen})
 	}
 	s.log.Warn("redisstore: key space reopened by an operator; "+riskReopen, slog.String("event", EventRiskAccepted.String()),
-		slog.String("prefix", s.prefix), slog.Int("opened", opened), slog.String("fences_cut", cut), slog.Int("missing", ks.missing),
+		slog.String("prefix", s.prefix), slog.Int("opened", opened), slog.String("fences_cut", cut), slog.String("safe_from", safeFrom), slog.Int("missing", ks.missing),
 		slog.String("accepted_by", acceptedBy), slog.String("reason", reason))
 	return opened, nil
 }
