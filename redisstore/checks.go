@@ -129,6 +129,7 @@ func (s *Store) checkServer(ctx context.Context) error {
 		}
 		return fail
 	}
+	s.learnRecordedLifetime(ctx) // lifetime.go: another application's longer lifetime
 	s.settle(ctx, obs)
 	s.decidePolicyProbe(obs) // durability.go: CONFIG GET maxmemory-policy after each script
 	var old *error
@@ -555,7 +556,8 @@ func (s *Store) warnOnce(bit uint32, msg string) {
 	}
 }
 
-// fenceAll fences every shard of the key space for one horizon from
+// fenceAll fences every shard of the key space for the key space's
+// lifetime ([Store.Lifetime]; the Horizon when none is known) from
 // Redis's clock (a later fence already there is kept), after evidence of
 // loss (what, for the ledger and the log: no ID or key) and, when AOF was
 // switched off, has each master rewrite its AOF (BGREWRITEAOF) so the
@@ -566,7 +568,7 @@ func (s *Store) fenceAll(ctx context.Context, rewrite bool, what string) bool {
 	fenced := 0
 	var until time.Time
 	for i, m := range s.tags {
-		v, err := s.call(ctx, "EVAL", fenceScript, 1, m, s.horizonArg)
+		v, err := s.call(ctx, "EVAL", fenceScript, 1, m, *s.boundArg.Load())
 		ms, ok := v.(int64)
 		if err != nil || !ok {
 			continue
@@ -591,12 +593,14 @@ func (s *Store) fenceAll(ctx context.Context, rewrite bool, what string) bool {
 	if err := s.note(ctx, ledgerLoss, what); err != nil {
 		s.log.Error("redisstore: could not write the loss to the key space's ledger", "prefix", s.prefix, "error", err)
 	}
-	s.log.Error("redisstore: the server reported a loss of data: the key space is fenced for one horizon (or until an operator reopens it)", "prefix", s.prefix, "evidence", what, "shards", fenced, "until", until)
+	s.log.Error("redisstore: the server reported a loss of data: the key space is fenced until every claim that could have been lost has expired (or until an operator reopens it)", "prefix", s.prefix, "evidence", what, "shards", fenced, "until", until, "lifetime", s.Lifetime())
 	return true
 }
 
-// fenceScript fences one shard: KEYS[1] the marker, ARGV[1] the horizon
-// (ms). It returns when the fence opens (ms, Redis's clock).
+// fenceScript fences one shard: KEYS[1] the marker, ARGV[1] the key
+// space's lifetime (ms, see lifetime.go), and records when (<marker>f),
+// so that a store knowing a longer lifetime lengthens it. It returns when
+// the fence opens (ms, Redis's clock).
 const fenceScript = `local t = redis.call('TIME')
 local f = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
 local m = redis.call('GET', KEYS[1])
@@ -604,6 +608,7 @@ if m and string.sub(m, 1, 1) == 'F' and tonumber(string.sub(m, 2)) and tonumber(
   return tonumber(string.sub(m, 2))
 end
 redis.call('SET', KEYS[1], string.format('F%.0f', f))
+redis.call('SET', KEYS[1] .. 'f', string.format('%.0f', f - tonumber(ARGV[1])))
 return f`
 
 // replicaAway reports whether INFO replication shows that a replica was

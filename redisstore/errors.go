@@ -38,8 +38,9 @@ var (
 	// its marker was missing, so Redis lost data it had acknowledged
 	// (restart without persistence, FLUSHALL, eviction, a replica promoted
 	// with an empty data set). The store refuses every claim and lease step
-	// of that shard until every claim made before the loss has expired (one
-	// [Options.Horizon] by Redis's clock), then opens it by itself, or until
+	// of that shard until every claim made before the loss has expired (the key
+	// space's longest lifetime, [Store.Lifetime], at most one
+	// [Options.Horizon], by Redis's clock), then opens it by itself, or until
 	// an operator accepts the risk with [Store.Reopen]. [Open] returns it
 	// when no shard is open and some are fenced. It matches
 	// [ErrUnavailable].
@@ -99,8 +100,8 @@ type refusal struct {
 }
 
 // RetryAt returns when the refusal ends by itself: for [ErrFenced], when
-// the shard's fence opens (one horizon after it was raised, by Redis's
-// clock). It is the zero time for every other refusal. [replay.RetryAt]
+// the shard's fence opens (the key space's lifetime after it was
+// raised, by Redis's clock). It is the zero time for every other refusal. [replay.RetryAt]
 // finds it through wrapping.
 func (r *refusal) RetryAt() time.Time { return r.retryAt }
 
@@ -125,7 +126,7 @@ func refuse(sentinel error, why string, cause error) error {
 // Fixed reasons.
 const (
 	whyFenced       = "replay store fenced after losing data: the shard refuses until its fence ends; see `ctoken-store status`; to serve before then, an operator who accepts the risk runs `ctoken-store reopen`"
-	whyFenceRaised  = "replay store lost data (the shard's marker is missing): shard fenced for one horizon; see `ctoken-store status`; to serve before then, an operator who accepts the risk runs `ctoken-store reopen`"
+	whyFenceRaised  = "replay store lost data (the shard's marker is missing): shard fenced until every claim made before the loss has expired; see `ctoken-store status`; to serve before then, an operator who accepts the risk runs `ctoken-store reopen`"
 	whyBadMarker    = "replay store fence marker holds an unknown value"
 	whySkew         = "instance clock behind Redis by more than MaxSkew"
 	whyNotDurable   = "fewer replicas acknowledged the write than Durability requires"

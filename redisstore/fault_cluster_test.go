@@ -546,3 +546,73 @@ func minKey(m map[string]int) string {
 	}
 	return best
 }
+
+// TestClusterTheLongerLifetimeLengthensAFenceOnEveryMaster runs the
+// fence's lifetime (lifetime.go) on a 3-master Cluster: a store of 1 s
+// claims meets the loss of every marker and of the lifetime record first
+// and fences every shard for its own lifetime; a store of 4 s claims on the same key space, which had
+// not been read by the first (RecheckInterval an hour), then lengthens
+// each shard's fence to its own lifetime from when the fence was raised
+// (the raise time is kept in the shard's slot, <prefix>{NN}f): on every
+// master, no fence ends before the longer claims expire.
+func TestClusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
+	tc := clusterFromEnv(t)
+	c := tc.client(t)
+	ctx := context.Background()
+	opts := lifetimeOpts(fmt.Sprintf("cl-life-%d:", time.Now().UnixNano()), time.Hour)
+	provisionFirst(t, c, opts)
+	short, err := New(c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
+	long, err := New(c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Close()
+	if first, err := short.Claim(ctx, "short-0", time.Now().Add(time.Second)); !first || err != nil {
+		t.Fatalf("short claim: %v, %v", first, err)
+	}
+	// One ID per shard for the long store, claimed before the loss.
+	var ids [Shards]string
+	latest := time.Now().Add(4 * time.Second)
+	for i, n := 0, 0; n < Shards; i++ {
+		id := fmt.Sprint("long-", i)
+		if ids[shardOf(id)] != "" {
+			continue
+		}
+		ids[shardOf(id)] = id
+		n++
+		if first, err := long.Claim(ctx, id, latest); !first || err != nil {
+			t.Fatalf("long claim: %v, %v", first, err)
+		}
+	}
+	// The loss takes every marker and the lifetime record, as a restart
+	// without persistence does.
+	for _, k := range append(short.tags[:], short.lifetimeKey()) {
+		if err := c.Del(ctx, k).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for shard, id := range ids {
+		_, err := short.Claim(ctx, id, time.Now().Add(time.Second))
+		if at, ok := replay.RetryAt(err); !ok || !at.Before(latest) {
+			t.Fatalf("shard %d: short store's claim after the loss = %v; want fenced for its own lifetime, before %v", shard, err, latest)
+		}
+	}
+	for shard, id := range ids {
+		_, err := long.Claim(ctx, id, latest)
+		at, ok := replay.RetryAt(err)
+		if !ok || at.Before(latest) {
+			t.Fatalf("shard %d: long store's claim = %v; want a fence lengthened past %v", shard, err, latest)
+		}
+	}
+	perMaster := map[string]int{}
+	for _, addr := range keyNodes(t, c, opts.Prefix) {
+		perMaster[addr]++
+	}
+	if len(perMaster) != 3 {
+		t.Fatalf("keys on %d masters (%v), want all 3", len(perMaster), perMaster)
+	}
+}

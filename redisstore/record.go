@@ -125,8 +125,8 @@ if not moved then redis.call('DEL', KEYS[3]) end
 return r`
 
 var (
-	acquireRecordLua = script{acquireRecordScript, "c419c1ccbee1e4aeacca8ae0c6ef9ef3ffb7d155"}
-	confirmRecordLua = script{confirmRecordScript, "52fbe8b9261b85bc109a0d427588812dde2019dd"}
+	acquireRecordLua = script{acquireRecordScript, "fa3a6e4fb7711a48698cc45734e9e08c95097d47"}
+	confirmRecordLua = script{confirmRecordScript, "b08e96566da11a18b24910ecd9dad1c14944f943"}
 )
 
 // AcquireRecord implements [replay.Recorder]: it is [Store.AcquireLease]
@@ -305,8 +305,12 @@ func (s *Store) acquireRecord(ctx context.Context, id string, ms int64, token st
 	shard := shardOf(id)
 	marker := &s.tags[shard]
 	key := *marker + ":" + id
+	bound, err := s.boundFor(ctx, ms)
+	if err != nil {
+		return 0, 0, "", nil, err
+	}
 	cmds := [][]any{
-		{"EVALSHA", &acquireRecordLua.sha, 2, marker, key, s.now().UnixMilli(), &s.skewArg, &s.horizonArg, ms, token, fingerprint},
+		{"EVALSHA", &acquireRecordLua.sha, 2, marker, key, s.now().UnixMilli(), &s.skewArg, bound, ms, token, fingerprint},
 		{"GET", sideKey(*marker, id)},
 	}
 	replies, durErr, err := s.sendRecord(ctx, &acquireRecordLua, *marker, cmds, 0, direct)
@@ -349,10 +353,15 @@ func (s *Store) confirmRecord(ctx context.Context, id string, ms int64, token st
 	shard := shardOf(id)
 	marker := &s.tags[shard]
 	staging := stagingKey(*marker, nonce)
+	now := s.now().UnixMilli()
+	bound, err := s.boundFor(ctx, ms-now)
+	if err != nil {
+		return 0, err
+	}
 	cmds := [][]any{
 		{"SET", staging, side, "PXAT", ms},
 		{"EVALSHA", &confirmRecordLua.sha, 4, marker, *marker + ":" + id, staging, sideKey(*marker, id),
-			s.now().UnixMilli(), &s.skewArg, &s.horizonArg, ms, token, header},
+			now, &s.skewArg, bound, ms, token, header},
 	}
 	replies, durErr, err := s.sendRecord(ctx, &confirmRecordLua, *marker, cmds, 1, direct)
 	if err != nil {

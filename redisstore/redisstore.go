@@ -27,9 +27,12 @@
 //
 //   - Redis that lost data with its markers (a restart without
 //     persistence, FLUSHALL, an LRU policy that evicted a marker): the
-//     script fences the shard for one
-//     [Options.Horizon] ([ErrFenced]), until everything claimed before the
-//     loss has expired, and the horizon bounds every claim. A restart that
+//     script fences the shard ([ErrFenced]) until everything claimed
+//     before the loss has expired: the key space's longest lifetime
+//     ([Store.Lifetime]), recorded by every store before it claims for
+//     longer and sent with every script, which refuses a step outliving
+//     it by Redis's clock; the longer of two applications' lifetimes
+//     wins, and [Options.Horizon] bounds them all. A restart that
 //     rolls back to older data (an RDB snapshot, AOF everysec after a
 //     machine crash) keeps its markers and could not be detected, so a
 //     Redis configured for it is refused ([ErrConfig], unless
@@ -56,7 +59,8 @@
 //     ran more commands after the reset than before the last check),
 //     persistence weakened on the same server (appendfsync no longer
 //     always, AOF switched off), a restart that lost markers. The store
-//     refuses every call at once, fences every shard for one horizon and
+//     refuses every call at once, fences every shard for the key space's
+//     lifetime and
 //     writes a loss entry in the key space's ledger (at once when a claim
 //     finds its shard's marker missing).
 //   - Eviction switched on at run time: every guarded script (claim, lease
@@ -206,8 +210,10 @@ type Options struct {
 	// Lease. Those constructors refuse a store whose
 	// horizon is shorter ([replay.Bounded]). Zero means DefaultHorizon
 	// (25 h, for the webhook default). Lower it only once the claims made
-	// under the higher value have expired: a fence lasts the horizon of
-	// the store that raises it. docs/fleet.md ("What a fence costs") lists
+	// under the higher value have expired. A fence lasts the key space's
+	// longest lifetime ([Store.Lifetime]: what its stores claim for, with
+	// headroom), at most this Horizon; a store that has claimed nothing
+	// and read no record fences for the Horizon. docs/fleet.md ("What a fence costs") lists
 	// each cause of a fence and its cost.
 	Horizon time.Duration
 
@@ -398,6 +404,14 @@ type Store struct {
 	spaceErr   error
 	spaceAt    time.Time
 
+	// life is the longest lifetime (ms) the store knows the key space's
+	// steps to have, 0 none yet; boundArg is what the guarded scripts take
+	// as their bound and fence (ARGV[3]): life, or the horizon while life
+	// is 0. lifeMu serializes their updates (see lifetime.go).
+	life     atomic.Int64
+	boundArg atomic.Pointer[string]
+	lifeMu   sync.Mutex
+
 	logged  [numEventKinds]atomic.Int64 // unix ms of the last log line per kind
 	cancels cancels
 }
@@ -482,6 +496,7 @@ func New(client Client, opts Options) (*Store, error) {
 	}
 	s.skewArg = strconv.FormatInt(s.maxSkew.Milliseconds(), 10)
 	s.horizonArg = strconv.FormatInt(s.horizon.Milliseconds(), 10)
+	s.boundArg.Store(&s.horizonArg)
 	d, err := newDurability(client, opts.Durability, s.timeout)
 	if err != nil {
 		return nil, err

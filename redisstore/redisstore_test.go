@@ -137,12 +137,22 @@ func answerChecksInfo(f clientFunc, info bool) clientFunc {
 			default:
 				return f(ctx, args...)
 			}
-		case "GET": // a shard marker: open
+		case "GET": // a shard marker: open; no lifetime recorded
 			key, _ := args[1].(string)
-			if !isMarkerKey(key) {
+			switch {
+			case strings.HasSuffix(key, "lifetime"):
+				cmd.SetErr(redis.Nil)
+			case !isMarkerKey(key):
+				return f(ctx, args...)
+			default:
+				cmd.SetVal("O")
+			}
+		case "EVAL": // the lifetime record (lifetime.go): recorded as asked
+			if src, _ := args[1].(string); src != lifetimeScript {
 				return f(ctx, args...)
 			}
-			cmd.SetVal("O")
+			want, _ := args[4].(int64)
+			cmd.SetVal(want)
 		case "EXISTS": // the checks' count of the markers: all there
 			if len(args) != Shards+1 {
 				return f(ctx, args...)
@@ -602,8 +612,10 @@ func TestClaimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
 	}
 	tag := fmt.Sprintf("p:{%02d}", shardOf("the-id"))
 	// The marker and the entry share one hash tag: one slot in Redis Cluster.
+	// ARGV[3] is the bound and fence: the one-hour claim's lifetime
+	// recorded before it (lifetime.go).
 	want := []any{"EVALSHA", claimLua.sha, 2, tag, tag + ":the-id",
-		strconv.FormatInt(now.UnixMilli(), 10), "60000", strconv.FormatInt(DefaultHorizon.Milliseconds(), 10), "1900000000123"}
+		strconv.FormatInt(now.UnixMilli(), 10), "60000", strconv.FormatInt(s.lifetimeOf(time.Hour).Milliseconds(), 10), "1900000000123"}
 	// The arguments may be pointers (run builds the command without
 	// allocating): compare what go-redis writes.
 	text := make([]string, len(got))
@@ -856,7 +868,8 @@ func TestNestedPrefixesNeverShareKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, k := range keys {
-			if k == outer.serversKey() || k == inner.serversKey() || k == outer.ledgerKey() || k == inner.ledgerKey() {
+			if k == outer.serversKey() || k == inner.serversKey() || k == outer.ledgerKey() || k == inner.ledgerKey() ||
+				k == outer.lifetimeKey() || k == inner.lifetimeKey() {
 				continue // each store's metadata, at <prefix> + a lowercase word
 			}
 			p, _, ok := strings.Cut(k, "{")

@@ -17,7 +17,7 @@ import (
 
 // A fenced shard's refusal says when the fence opens (replay.RetryAt), and
 // the webhook middleware in front of the store answers 503 with a body
-// stating that instant (one horizon away) and a Retry-After of
+// stating that instant (one key space lifetime away, lifetime.go) and a Retry-After of
 // MaxFenceRetryAfter, not its configured RetryAfter. Every shard's marker is deleted on a real redis-server, so
 // the next call of each shard finds the loss and fences it.
 func TestFencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
@@ -36,12 +36,14 @@ func TestFencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
 	near := func(t *testing.T, at time.Time, want time.Time) {
 		t.Helper()
 		if d := at.Sub(want); d < -5*time.Second || d > 5*time.Second {
-			t.Fatalf("RetryAt %v; want about %v (one horizon from now)", at, want)
+			t.Fatalf("RetryAt %v; want about %v (one key space lifetime from now)", at, want)
 		}
 	}
 	t.Run("Claim", func(t *testing.T) {
 		for _, id := range []string{"raised", "raised"} { // the fence raised, then kept
-			want := time.Now().Add(horizon)
+			// The fence lasts the key space's lifetime (lifetime.go): this
+			// store's one-minute claims, with their headroom.
+			want := time.Now().Add(s.lifetimeOf(time.Minute))
 			first, err := s.Claim(ctx, id, time.Now().Add(time.Minute))
 			if first || !errors.Is(err, ErrFenced) {
 				t.Fatalf("claim = %v, %v; want ErrFenced", first, err)
@@ -93,7 +95,9 @@ func TestFencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
 		if err != nil {
 			t.Fatalf("body %q; want the fence's end: %v", rec.Body, err)
 		}
-		near(t, at, time.Now().Add(horizon))
+		// The middleware's first step is a lease, shorter than the fence
+		// the one-minute claims raised: the fence stays as it is.
+		near(t, at, time.Now().Add(s.lifetimeOf(time.Minute)))
 		t.Logf("fenced shard: 503, Retry-After %d, body %q", secs, rec.Body)
 	})
 }

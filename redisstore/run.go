@@ -23,7 +23,7 @@ func (a *argBytes) MarshalBinary() ([]byte, error) { return *a, nil }
 func (a *argBytes) String() string { return string(*a) }
 
 // scriptCall is the command of one guarded script: EVALSHA sha 2 marker
-// entry now skew horizon ARGV[4] ARGV[5]. The constant arguments point
+// entry now skew bound ARGV[4] ARGV[5] (bound: see lifetime.go). The constant arguments point
 // into the Store and the script, the rest into the scriptCall (the entry
 // key and ARGV[5] share one buffer, inside the scriptCall when they fit),
 // so a command is one allocation. It is not reused: a client hook may keep
@@ -65,7 +65,15 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 		c.val = strconv.AppendUint(c.val, seq, 36)
 	}
 	c.now, c.ms = s.now().UnixMilli(), ms
-	c.cmd = [10]any{"EVALSHA", &sc.sha, 2, marker, &c.entry, &c.now, &s.skewArg, &s.horizonArg, &c.ms, &c.val}
+	life := ms // a lease
+	if sc != &acquireLua {
+		life = ms - c.now // an until
+	}
+	bound, err := s.boundFor(ctx, life)
+	if err != nil {
+		return 0, 0, err
+	}
+	c.cmd = [10]any{"EVALSHA", &sc.sha, 2, marker, &c.entry, &c.now, &s.skewArg, bound, &c.ms, &c.val}
 	v, durErr, err := s.send(ctx, sc, *marker, c.cmd[:], direct)
 	if err != nil {
 		return 0, 0, err

@@ -11,8 +11,13 @@ import "strings"
 // the marker:
 //
 //	absent        Redis lost data (or the key space is new): write
-//	              "F<now + horizon>" (ARGV[3] ms) and refuse
-//	"F<ms>"       fenced: refuse until Redis's clock reaches ms, then "O"
+//	              "F<now + bound>" (ARGV[3] ms: the key space's lifetime,
+//	              see lifetime.go) and, in <marker>f, when it was raised;
+//	              refuse
+//	"F<ms>"       fenced: refuse until Redis's clock reaches ms, then "O";
+//	              a caller whose bound reaches past ms from when the
+//	              fence was raised lengthens it to that (the longer
+//	              lifetime wins)
 //	"O"           open
 //
 // An entry (KEYS[2]) is one of:
@@ -46,7 +51,7 @@ import "strings"
 //	-3 caller's clock behind, value = Redis's now (ms)
 //	-4 marker holds an unknown value
 //	-5 until not after Redis's now, value = Redis's now (ms)
-//	-6 until or lease past Redis's now + horizon, value = Redis's now (ms)
+//	-6 until or lease past Redis's now + bound, value = Redis's now (ms)
 const guardLua = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if tonumber(ARGV[1]) < now - tonumber(ARGV[2]) then return {-3, now} end
@@ -54,18 +59,26 @@ local m = redis.call('GET', KEYS[1])
 if not m then
   local f = now + tonumber(ARGV[3])
   redis.call('SET', KEYS[1], string.format('F%.0f', f))
+  redis.call('SET', KEYS[1] .. 'f', string.format('%.0f', now))
   return {-1, f}
 end
 if m ~= 'O' then
   local f = tonumber(string.sub(m, 2))
   if string.sub(m, 1, 1) ~= 'F' or not f then return {-4, 0} end
-  if now < f then return {-2, f} end
+  if now < f then
+    local r = tonumber(redis.call('GET', KEYS[1] .. 'f'))
+    if r and r + tonumber(ARGV[3]) > f then
+      f = r + tonumber(ARGV[3])
+      redis.call('SET', KEYS[1], string.format('F%.0f', f))
+    end
+    return {-2, f}
+  end
   redis.call('SET', KEYS[1], 'O')
 end
 `
 
 // untilLua checks ARGV[4], an absolute expiry in Unix ms, against Redis's
-// clock and the horizon.
+// clock and the bound (ARGV[3]).
 const untilLua = `local u = tonumber(ARGV[4])
 if u <= now then return {-5, now} end
 if u > now + tonumber(ARGV[3]) then return {-6, now} end
@@ -154,9 +167,9 @@ return 0`
 type script struct{ src, sha string }
 
 var (
-	claimLua   = script{claimScript, "19d45b33f880312a54dff649fdce1af468b0aee3"}
-	acquireLua = script{acquireScript, "7588db0edbf03a086ec34b7c6f2875ac385fd92b"}
-	confirmLua = script{confirmScript, "4e9031259756a2bb357c75e472430c40a15e25f7"}
+	claimLua   = script{claimScript, "770c77ae15e8afd900faf3ea52a58ba815203074"}
+	acquireLua = script{acquireScript, "81aea957451a11d06caa54c2e1b0b9279734ea73"}
+	confirmLua = script{confirmScript, "9b667f8a9715193799d28602b578e8e6a4aa56b1"}
 	releaseLua = script{releaseScript, "ceebdb2925cc262b305c5842627a87fc430e8e06"}
 	cancelLua  = script{cancelScript, "325482a3386a4a9411b106d1d57679f91eb8a05f"}
 )

@@ -176,7 +176,7 @@ func (s *Store) refusal() error {
 
 // whyLossSeen is the refusal of a store that found evidence of loss and
 // has not yet fenced the key space.
-const whyLossSeen = "the server reported a loss of data (eviction, a flush, SWAPDB, persistence weakened, or a restart without persistence): the key space is being fenced for one horizon"
+const whyLossSeen = "the server reported a loss of data (eviction, a flush, SWAPDB, persistence weakened, or a restart without persistence): the key space is being fenced until every claim made before the loss has expired"
 
 // observation is what one check of one master read and judged.
 type observation struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -32,6 +33,19 @@ type Status struct {
 	// FencedUntil is when the last fence ends, by Redis's clock; zero when
 	// no shard is fenced.
 	FencedUntil time.Time
+	// Lifetime is the longest lifetime any store of the key space has
+	// recorded for its claims, leases and records ([Store.Lifetime]); zero
+	// when none is recorded (no claim yet, or Redis lost the record with
+	// the data) or the record cannot be decoded. A fence lasts this long from when it was raised.
+	Lifetime time.Duration
+	// ReopenSafeAt is, for a fenced key space, the instant from which
+	// reopening it ([Store.Reopen]) accepts nothing twice: when the last
+	// claim that could have been lost has expired. It is the later of
+	// FencedUntil and, for each fenced shard whose raise time is known,
+	// that time plus Lifetime (a record longer than the fence, written
+	// after it was raised). Zero when no shard is fenced. Missing markers
+	// are not counted: their fence starts at the next claim.
+	ReopenSafeAt time.Time
 	// Ledger is the key space's history, oldest first.
 	Ledger []LedgerEntry
 	// Servers is what each master shows now, one entry per master.
@@ -71,6 +85,14 @@ func (s *Store) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	st.Open, st.Fenced, st.Missing, st.FencedUntil = ks.open, ks.fenced, ks.missing, ks.until
+	// A record that cannot be decoded is shown as unknown (0), not as a
+	// failed Status: the operator still sees the rest.
+	if st.Lifetime, err = s.readLifetime(ctx); err != nil && !errors.Is(err, errBadLifetime) {
+		return st, err
+	}
+	if st.ReopenSafeAt, err = s.reopenSafeAt(ctx, ks, st.Lifetime); err != nil {
+		return st, err
+	}
 	if st.Ledger, err = s.readLedger(ctx); err != nil {
 		return st, err
 	}
@@ -125,9 +147,10 @@ func (s *Store) serverStatus(ctx context.Context, m doer) (ServerStatus, error) 
 const maxAcceptLen = 200
 
 // Reopen opens every shard that is fenced or missing, at once: the way
-// back to service after a loss, before the fences end by themselves (one
-// horizon). It is an operator's decision (ctoken-store reopen), never
-// automation's: every ID claimed before the loss and not yet expired is
+// back to service after a loss, before the fences end by themselves (the
+// key space's lifetime after the loss: [Status] ReopenSafeAt). It is an
+// operator's decision (ctoken-store reopen), never automation's: before
+// ReopenSafeAt every ID claimed before the loss and not yet expired is
 // accepted again. acceptedBy (who decided) and reason (why) are required,
 // one line each of at most 200 bytes, else it refuses with [ErrConfig];
 // they are written to the key space's ledger, so they must name no ID,
@@ -135,8 +158,9 @@ const maxAcceptLen = 200
 //
 // It runs the server checks of [Open] first and refuses a server Open
 // would refuse. It writes a "reopened" ledger entry naming who, why, how
-// many shards it opened and when the fences it cut short would have
-// ended, reports [EventRiskAccepted] (Option "Reopen") to the Observer and
+// many shards it opened, when the fences it cut short would have ended
+// and from when reopening would have accepted nothing twice (Status
+// ReopenSafeAt), reports [EventRiskAccepted] (Option "Reopen") to the Observer and
 // logs one Warn line. Running stores serve the reopened shards at their
 // next call. It returns how many shards it opened; 0, with nothing
 // written, when every shard was open.
@@ -168,11 +192,20 @@ func (s *Store) Reopen(ctx context.Context, acceptedBy, reason string) (opened i
 			opened++
 		}
 	}
-	cut := "none"
+	cut, safeFrom := "none", "-"
 	if !ks.until.IsZero() {
 		cut = fmt.Sprintf("%d until %s", ks.fenced, ks.until.UTC().Format(time.RFC3339))
+		// When reopening would have accepted nothing twice (Status
+		// ReopenSafeAt), for the ledger and the log: a record that cannot
+		// be read leaves the fences' end.
+		life, _ := s.readLifetime(ctx)
+		safe, err := s.reopenSafeAt(ctx, ks, life)
+		if err != nil {
+			safe = ks.until
+		}
+		safeFrom = safe.UTC().Format(time.RFC3339)
 	}
-	detail := fmt.Sprintf("by %q because %q: opened %d of %d shards (fences cut short: %s; missing: %d)", acceptedBy, reason, opened, Shards, cut, ks.missing)
+	detail := fmt.Sprintf("by %q because %q: opened %d of %d shards (fences cut short: %s; safe to reopen from %s; missing: %d)", acceptedBy, reason, opened, Shards, cut, safeFrom, ks.missing)
 	if err := s.note(ctx, ledgerReopened, detail); err != nil {
 		return opened, err
 	}
@@ -181,7 +214,7 @@ func (s *Store) Reopen(ctx context.Context, acceptedBy, reason string) (opened i
 		s.opts.Observer(Event{Kind: EventRiskAccepted, Shard: -1, Option: "Reopen", Risk: riskReopen})
 	}
 	s.log.Warn("redisstore: key space reopened by an operator; "+riskReopen, slog.String("event", EventRiskAccepted.String()),
-		slog.String("prefix", s.prefix), slog.Int("opened", opened), slog.String("fences_cut", cut), slog.Int("missing", ks.missing),
+		slog.String("prefix", s.prefix), slog.Int("opened", opened), slog.String("fences_cut", cut), slog.String("safe_from", safeFrom), slog.Int("missing", ks.missing),
 		slog.String("accepted_by", acceptedBy), slog.String("reason", reason))
 	return opened, nil
 }
@@ -206,3 +239,30 @@ func checkAccept(v string) error {
 const reopenScript = `if redis.call('GET', KEYS[1]) == 'O' then return 0 end
 redis.call('SET', KEYS[1], 'O')
 return 1`
+
+// reopenSafeAt is Status.ReopenSafeAt: for each fenced shard, the later
+// of its fence's end and its raise time (<marker>f) plus life.
+func (s *Store) reopenSafeAt(ctx context.Context, ks keySpace, life time.Duration) (time.Time, error) {
+	safe := ks.until
+	for i, end := range ks.fenceEnds {
+		if end.IsZero() || life == 0 {
+			continue
+		}
+		v, err := s.call(ctx, "GET", s.tags[i]+"f")
+		switch {
+		case errors.Is(err, errNil):
+			continue
+		case err != nil:
+			return time.Time{}, err
+		}
+		str, _ := v.(string)
+		ms, perr := strconv.ParseInt(str, 10, 64)
+		if perr != nil {
+			return time.Time{}, fmt.Errorf("%w: a fence's raise time holds an unexpected value", ErrUnavailable)
+		}
+		if at := time.UnixMilli(ms).Add(life); at.After(safe) {
+			safe = at
+		}
+	}
+	return safe, nil
+}

@@ -163,7 +163,8 @@ func TestReopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
 		t.Fatalf("ledger = %+v, %v; want provisioned and reopened", ledger, err)
 	}
 	last := ledger[1]
-	for _, want := range []string{"alice (on call)", "INC-42", "opened 64 of 64", "32 until " + time.UnixMilli(end.UnixMilli()).UTC().Format(time.RFC3339), "missing: 32"} {
+	endText := time.UnixMilli(end.UnixMilli()).UTC().Format(time.RFC3339)
+	for _, want := range []string{"alice (on call)", "INC-42", "opened 64 of 64", "32 until " + endText, "safe to reopen from " + endText, "missing: 32"} {
 		if last.Kind != ledgerReopened || !strings.Contains(last.Detail, want) {
 			t.Fatalf("ledger entry %+v; want a reopened entry naming %q", last, want)
 		}

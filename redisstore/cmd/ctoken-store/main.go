@@ -294,8 +294,17 @@ func split(s string) []string {
 func printStatus(w io.Writer, st redisstore.Status, now time.Time) {
 	fmt.Fprintf(w, "prefix   %s\nhorizon  %s\n", st.Prefix, horizonLine(st))
 	fmt.Fprintf(w, "shards   %d open, %d fenced, %d missing (of %d)\n", st.Open, st.Fenced, st.Missing, redisstore.Shards)
+	if st.Lifetime > 0 {
+		fmt.Fprintf(w, "lifetime %s (the longest any application of the key space claims for: a fence lasts this long)\n", st.Lifetime)
+	} else {
+		fmt.Fprintln(w, "lifetime unknown (none recorded: no claim yet, or lost with the data)")
+	}
 	if !st.FencedUntil.IsZero() {
 		fmt.Fprintf(w, "fenced until %s (in %s)\n", st.FencedUntil.UTC().Format(time.RFC3339), st.FencedUntil.Sub(now).Round(time.Second))
+	}
+	if !st.ReopenSafeAt.IsZero() {
+		fmt.Fprintf(w, "safe to reopen from %s (in %s): from then `reopen` accepts nothing twice; before then it accepts IDs claimed before the loss again\n",
+			st.ReopenSafeAt.UTC().Format(time.RFC3339), st.ReopenSafeAt.Sub(now).Round(time.Second))
 	}
 	fmt.Fprintf(w, "verdict  %s\n", verdict(st))
 	fmt.Fprintln(w, "ledger (oldest first):")

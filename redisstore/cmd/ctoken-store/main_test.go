@@ -280,7 +280,7 @@ func TestRestartWithoutPersistenceReopenServes(t *testing.T) {
 		t.Fatalf("provision after the loss = %d, %q; want 1 naming ctoken-store reopen", code, stderr)
 	}
 	code, stdout, _ := ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:")
-	for _, want := range []string{"FENCED", "fenced until", "0 open"} {
+	for _, want := range []string{"FENCED", "fenced until", "0 open", "safe to reopen from"} {
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Fatalf("status = %d, %q; want %q", code, stdout, want)
 		}

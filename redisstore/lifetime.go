@@ -1,0 +1,166 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// A fence lasts as long as what it protects (issue 56). Each store knows
+// the longest lifetime it has claimed for: an until's distance from
+// Options.Now, or a lease. Before it sends the first claim, lease or
+// record step whose lifetime is longer than the one it knows, it records
+// the key space's lifetime, the larger of what <prefix>lifetime holds and
+// lifetimeOf(the step's lifetime), with lifetimeScript: one round trip,
+// only when the lifetime grows (once per store and lifetime in the common
+// case). Every guarded script then takes the known lifetime as its bound
+// (ARGV[3], the Horizon before issue 56): a step reaching past it by
+// Redis's clock is refused ([ErrInvalidClaim]), and a fence raised by the
+// script or by the checks ([Store.fenceAll]) lasts exactly that long. So
+// every claim accepted before a loss has expired when its fence ends: the
+// fence costs the key space's longest lifetime, not one Horizon. A store
+// that has claimed nothing yet, and knows no record, bounds and fences
+// with its Horizon, the upper bound.
+//
+// Stores of other applications on the key space learn the record at each
+// server check (RecheckInterval) and fence for the longest lifetime any of
+// them recorded; a store that raised a shorter fence than another store
+// knows (it had not read the record yet, or a restart lost it) has it
+// lengthened by that store's next guarded step on the shard, which reads
+// when the fence was raised (the key <prefix>{NN}f, written with it) and
+// fences until then plus its own lifetime: the longer wins.
+
+// lifetimeKey is the key of the key space's recorded lifetime.
+func (s *Store) lifetimeKey() string { return s.prefix + "lifetime" }
+
+// lifetimeOf is the lifetime recorded for a step of lifetime d: a quarter
+// more, plus MaxSkew (an instance's clock may be ahead of Redis's by that
+// much and its untils reach that much further by Redis's clock), rounded
+// up to a second, at most the Horizon. The headroom keeps later steps of
+// the same work (an until measured a little later) from recording again.
+func (s *Store) lifetimeOf(d time.Duration) time.Duration {
+	l := d + d/4 + s.maxSkew
+	if r := l % time.Second; r != 0 {
+		l += time.Second - r
+	}
+	if l > s.horizon || l <= 0 {
+		return s.horizon
+	}
+	return l
+}
+
+// boundFor returns the bound (ms, as text) to send with a guarded step of
+// lifetime ms, after recording a longer lifetime when the step needs one.
+// The common case is one atomic load.
+func (s *Store) boundFor(ctx context.Context, ms int64) (*string, error) {
+	if ms <= s.life.Load() {
+		return s.boundArg.Load(), nil
+	}
+	want := s.lifetimeOf(time.Duration(ms) * time.Millisecond).Milliseconds()
+	v, err := s.call(ctx, "EVAL", lifetimeScript, 1, s.lifetimeKey(), want)
+	if err != nil {
+		return nil, err
+	}
+	n, ok := v.(int64)
+	if !ok || n < want {
+		return nil, fmt.Errorf("%w: unexpected reply to the lifetime script", ErrUnavailable)
+	}
+	s.learnLifetime(n)
+	return s.boundArg.Load(), nil
+}
+
+// learnLifetime raises the lifetime the store knows to ms (at most the
+// Horizon), never lowers it.
+func (s *Store) learnLifetime(ms int64) {
+	if h := s.horizon.Milliseconds(); ms > h {
+		ms = h
+	}
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	if ms <= s.life.Load() {
+		return
+	}
+	arg := strconv.FormatInt(ms, 10)
+	s.boundArg.Store(&arg)
+	s.life.Store(ms)
+}
+
+// readLifetime reads the key space's recorded lifetime: 0 when none is
+// recorded.
+func (s *Store) readLifetime(ctx context.Context) (time.Duration, error) {
+	v, err := s.call(ctx, "GET", s.lifetimeKey())
+	switch {
+	case errors.Is(err, errNil):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	l, ok := parseLifetime(v)
+	if !ok {
+		return 0, fmt.Errorf("%w: %w", ErrUnavailable, errBadLifetime)
+	}
+	return l, nil
+}
+
+// errBadLifetime is a lifetime record the store cannot decode.
+var errBadLifetime = errors.New("the key space's lifetime record holds an unexpected value")
+
+// parseLifetime decodes the lifetime record's value: a positive number
+// of milliseconds, at most a year (no store's Horizon is longer in
+// practice; a larger value is taken as corrupt rather than overflowing).
+func parseLifetime(v any) (time.Duration, bool) {
+	str, _ := v.(string)
+	ms, err := strconv.ParseInt(str, 10, 64)
+	if err != nil || ms <= 0 || ms > maxLifetimeMs {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
+// maxLifetimeMs bounds a decoded lifetime record: one year.
+const maxLifetimeMs = int64(365 * 24 * time.Hour / time.Millisecond)
+
+// learnRecordedLifetime learns the key space's recorded lifetime, for the
+// server checks: another application's longer lifetime lengthens the
+// fences this store raises. A record shorter than what the store knows
+// (lost with the data, as in a restart without persistence) is written
+// again, so that ctoken-store status shows it. A record that cannot be
+// read teaches nothing; the store's own lifetime still bounds its fences.
+func (s *Store) learnRecordedLifetime(ctx context.Context) {
+	l, err := s.readLifetime(ctx)
+	if err != nil {
+		return
+	}
+	if l > 0 {
+		s.learnLifetime(l.Milliseconds())
+	}
+	if own := s.life.Load(); own > l.Milliseconds() {
+		if _, err := s.call(ctx, "EVAL", lifetimeScript, 1, s.lifetimeKey(), own); err != nil {
+			s.log.Warn("redisstore: could not record the key space's lifetime again", "prefix", s.prefix, "error", err)
+		}
+	}
+}
+
+// Lifetime is the longest lifetime this store knows the key space's
+// claims, leases and records to have (its own, and what the key space
+// records for other stores, read at each server check): how long a fence
+// it raises lasts. It is the Horizon until the store has claimed anything
+// or read a record. Safe for concurrent use.
+func (s *Store) Lifetime() time.Duration {
+	if ms := s.life.Load(); ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return s.horizon
+}
+
+// lifetimeScript records KEYS[1], the key space's lifetime, as ARGV[1]
+// (ms) when it holds less or nothing, and returns what it holds after.
+const lifetimeScript = `local v = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local w = tonumber(ARGV[1])
+if w > v then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return w
+end
+return v`

@@ -1,0 +1,409 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/redis/go-redis/v9"
+)
+
+// lifetimeOpts are the Options of the lifetime tests: the default Horizon
+// (25 h), a small MaxSkew so that a fence of seconds is seconds, and no
+// background check unless recheck is set.
+func lifetimeOpts(prefix string, recheck time.Duration) Options {
+	return Options{Prefix: prefix, MaxSkew: 200 * time.Millisecond, RecheckInterval: recheck, Logger: quietLogger()}
+}
+
+// fenceEnd claims a fresh ID on s and returns when the fence that
+// refuses it ends; it fails the test when the claim is not fenced.
+// A refusal of the checks while they fence (ErrFenced without a RetryAt)
+// is retried for up to 3 s.
+func fenceEnd(t *testing.T, s *Store, id string) time.Time {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		first, err := s.Claim(context.Background(), id, time.Now().Add(time.Second))
+		if first || !errors.Is(err, ErrFenced) {
+			t.Fatalf("claim after the loss: first = %v, err = %v; want ErrFenced", first, err)
+		}
+		if until, ok := replay.RetryAt(err); ok {
+			return until
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fenced without a RetryAt: %v", err)
+		}
+	}
+}
+
+// waitUntil sleeps until t has passed (the tests' fences last seconds).
+func waitUntil(t time.Time) { time.Sleep(time.Until(t) + 50*time.Millisecond) }
+
+// claimedBefore is what was accepted before a loss: each ID's until.
+type claimedBefore map[string]time.Time
+
+// latest is the last until of c.
+func (c claimedBefore) latest() time.Time {
+	var l time.Time
+	for _, u := range c {
+		if u.After(l) {
+			l = u
+		}
+	}
+	return l
+}
+
+// acceptedTwice claims every ID of c again on s and counts those accepted
+// while their first claim had not expired: IDs accepted twice. A claim
+// accepted after its first until is harmless (the token had expired).
+func (c claimedBefore) acceptedTwice(t *testing.T, s *Store, life time.Duration) int {
+	t.Helper()
+	twice := 0
+	for id, until := range c {
+		first, err := s.Claim(context.Background(), id, time.Now().Add(life))
+		if retry, ok := replay.RetryAt(err); ok && errors.Is(err, ErrFenced) {
+			// Another shard's fence, raised when the loss was met there:
+			// it too ends within the key space's lifetime.
+			if limit := time.Now().Add(s.Lifetime() + time.Second); retry.After(limit) {
+				t.Fatalf("a shard fenced until %v; want within the key space's lifetime %v", retry, s.Lifetime())
+			}
+			waitUntil(retry)
+			first, err = s.Claim(context.Background(), id, time.Now().Add(life))
+		}
+		if err != nil {
+			t.Fatalf("claim after the fence: %v", err)
+		}
+		if first && time.Now().Before(until) {
+			twice++
+		}
+	}
+	return twice
+}
+
+func TestFenceEndsWhenTheKeySpaceLongestClaimHasExpired(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// life is the work's lifetime: a token's TTL, or an idempotency
+		// key's window (its lease is shorter).
+		life time.Duration
+		// record claims through AcquireRecord and ConfirmRecord
+		// (idempotency keys) instead of Claim (tokens).
+		record bool
+		loss   func(t *testing.T, srv *server, c *redis.Client)
+	}{
+		{"tokens, a restart without persistence", 2 * time.Second, false, func(t *testing.T, srv *server, c *redis.Client) { srv.restart(syscall.SIGKILL) }},
+		{"tokens, FLUSHALL", 2 * time.Second, false, func(t *testing.T, srv *server, c *redis.Client) {
+			if err := c.FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"idempotency keys, a restart without persistence", 3 * time.Second, true, func(t *testing.T, srv *server, c *redis.Client) { srv.restart(syscall.SIGKILL) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			opts := lifetimeOpts("life:", 0)
+			s := provisioned(t, c, opts)
+			if s.Horizon() != DefaultHorizon {
+				t.Fatalf("Horizon %v; the test is of the default %v", s.Horizon(), DefaultHorizon)
+			}
+			ctx := context.Background()
+			before := claimedBefore{}
+			for i := range 50 {
+				id := fmt.Sprintf("id-%d", i)
+				until := time.Now().Add(tc.life)
+				if tc.record {
+					rec, err := s.AcquireRecord(ctx, id, time.Second, []byte("fingerprint-of-the-request-0123"))
+					if err != nil || rec.State != replay.LeaseAcquired {
+						t.Fatalf("AcquireRecord: %+v, %v", rec, err)
+					}
+					if err := s.ConfirmRecord(ctx, id, rec.Token, until, []byte("fingerprint-of-the-request-0123"), []byte("response")); err != nil {
+						t.Fatalf("ConfirmRecord: %v", err)
+					}
+				} else if first, err := s.Claim(ctx, id, until); !first || err != nil {
+					t.Fatalf("Claim: %v, %v", first, err)
+				}
+				before[id] = until
+			}
+			if got, want := s.Lifetime(), s.lifetimeOf(tc.life); got != want {
+				t.Fatalf("Lifetime() = %v; want %v (the work's %v with its headroom)", got, want, tc.life)
+			}
+			lost := time.Now()
+			tc.loss(t, srv, c)
+			until := fenceEnd(t, s, "fresh")
+			if until.Before(before.latest()) {
+				t.Fatalf("fence ends at %v, before the last claim made before the loss expires (%v)", until, before.latest())
+			}
+			if limit := lost.Add(s.Lifetime() + time.Second); until.After(limit) {
+				t.Fatalf("fence ends %v after the loss; want at most the key space's lifetime %v (not the Horizon %v)", until.Sub(lost), s.Lifetime(), s.Horizon())
+			}
+			waitUntil(until) // unattended: nobody reopens
+			if n := before.acceptedTwice(t, s, tc.life); n != 0 {
+				t.Fatalf("%d of %d IDs accepted twice after the fence ended", n, len(before))
+			}
+			t.Logf("fence lasted %v after the loss for work of %v (Horizon %v)", until.Sub(lost).Round(time.Millisecond), tc.life, s.Horizon())
+		})
+	}
+}
+
+func TestTwoApplicationsOnOneKeySpaceTheLongerLifetimeWins(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// recheck is the short-lived application's RecheckInterval: 1 s
+		// reads the long one's record before the loss; an hour never does,
+		// so its fence is lengthened by the long one's next claim.
+		recheck time.Duration
+	}{
+		{"the short application read the record", 100 * time.Millisecond},
+		{"the long application lengthens the short fence", time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			ctx := context.Background()
+			short := provisioned(t, c, lifetimeOpts("two:", tc.recheck))
+			long, err := New(c, lifetimeOpts("two:", time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer long.Close()
+			if first, err := short.Claim(ctx, "short-0", time.Now().Add(time.Second)); !first || err != nil {
+				t.Fatalf("short claim: %v, %v", first, err)
+			}
+			before := claimedBefore{}
+			for i := range 20 {
+				id, until := fmt.Sprintf("long-%d", i), time.Now().Add(4*time.Second)
+				if first, err := long.Claim(ctx, id, until); !first || err != nil {
+					t.Fatalf("long claim: %v, %v", first, err)
+				}
+				before[id] = until
+			}
+			if tc.recheck < time.Second {
+				deadline := time.Now().Add(5 * time.Second)
+				for short.Lifetime() < long.Lifetime() && time.Now().Before(deadline) {
+					time.Sleep(150 * time.Millisecond)
+					short.Claim(ctx, "short-poll", time.Now().Add(time.Second)) // a call runs the due check
+				}
+				if short.Lifetime() != long.Lifetime() {
+					t.Fatalf("short application knows %v; want the record's %v", short.Lifetime(), long.Lifetime())
+				}
+			} else if short.Lifetime() >= long.Lifetime() {
+				t.Fatalf("short application knows %v before the loss; the case needs it shorter than %v", short.Lifetime(), long.Lifetime())
+			}
+			lost := time.Now()
+			srv.restart(syscall.SIGKILL)
+			// The short application meets the loss first on every shard.
+			var met [Shards]bool
+			for i, n := 0, 0; n < Shards; i++ {
+				id := fmt.Sprintf("after-%d", i)
+				if !met[shardOf(id)] {
+					met[shardOf(id)] = true
+					n++
+					short.Claim(ctx, id, time.Now().Add(time.Second))
+				}
+			}
+			shortEnd := fenceEnd(t, short, "long-0")
+			if tc.recheck >= time.Second && !shortEnd.Before(before.latest()) {
+				t.Fatalf("the short application's fence ends at %v; the case needs it before %v", shortEnd, before.latest())
+			}
+			until := fenceEnd(t, long, "long-0")
+			if until.Before(before.latest()) {
+				t.Fatalf("fence ends at %v, before the long application's claims expire (%v)", until, before.latest())
+			}
+			if again := fenceEnd(t, short, "long-0"); !again.Equal(until) {
+				t.Fatalf("the short application sees the fence end at %v; want the longer %v", again, until)
+			}
+			if limit := lost.Add(long.Lifetime() + time.Second); until.After(limit) {
+				t.Fatalf("fence ends %v after the loss; want at most the longer lifetime %v", until.Sub(lost), long.Lifetime())
+			}
+			waitUntil(until)
+			if n := before.acceptedTwice(t, short, time.Second); n != 0 {
+				t.Fatalf("%d of %d IDs accepted twice after the fence ended", n, len(before))
+			}
+		})
+	}
+}
+
+func TestLifetimeIsRecordedOnlyWhenItGrows(t *testing.T) {
+	t.Parallel()
+	c := newTestClient(t)
+	var evals atomic.Int64
+	counting := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+		if len(args) > 1 && args[0] == "EVAL" && args[1] == lifetimeScript {
+			evals.Add(1)
+		}
+		return c.Do(ctx, args...)
+	})
+	prefix := uniquePrefix(t, c)
+	s := provisioned(t, counting, lifetimeOpts(prefix, 0))
+	ctx := context.Background()
+	if s.Lifetime() != s.Horizon() {
+		t.Fatalf("Lifetime() before any claim = %v; want the Horizon", s.Lifetime())
+	}
+	steps := []struct {
+		name  string
+		step  func() error
+		evals int64
+		life  time.Duration
+	}{
+		{"first one-minute claim records", func() error {
+			_, err := s.Claim(ctx, "a", time.Now().Add(time.Minute))
+			return err
+		}, 1, s.lifetimeOf(time.Minute)},
+		{"more one-minute claims record nothing", func() error {
+			for i := range 100 {
+				if _, err := s.Claim(ctx, fmt.Sprint("b", i), time.Now().Add(time.Minute)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, 1, s.lifetimeOf(time.Minute)},
+		{"a shorter lease records nothing", func() error {
+			_, err := s.AcquireLease(ctx, "c", 10*time.Second)
+			return err
+		}, 1, s.lifetimeOf(time.Minute)},
+		{"a ten-minute claim records again", func() error {
+			_, err := s.Claim(ctx, "d", time.Now().Add(10*time.Minute))
+			return err
+		}, 2, s.lifetimeOf(10 * time.Minute)},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			if err := st.step(); err != nil {
+				t.Fatal(err)
+			}
+			if n := evals.Load(); n != st.evals {
+				t.Fatalf("%d lifetime records; want %d", n, st.evals)
+			}
+			if s.Lifetime() != st.life {
+				t.Fatalf("Lifetime() = %v; want %v", s.Lifetime(), st.life)
+			}
+			got, err := s.readLifetime(ctx)
+			if err != nil || got != st.life {
+				t.Fatalf("recorded %v, %v; want %v", got, err, st.life)
+			}
+		})
+	}
+}
+
+func TestStepPastTheKeySpaceLifetimeByRedisClockIsRefused(t *testing.T) {
+	t.Parallel()
+	c := newTestClient(t)
+	prefix := uniquePrefix(t, c)
+	ahead := 10 * time.Second
+	opts := lifetimeOpts(prefix, 0)
+	opts.Now = func() time.Time { return time.Now().Add(ahead) }
+	s := provisioned(t, c, opts)
+	ctx := context.Background()
+	// By this instance's clock the claim lives 1 s; by Redis's 11 s, past
+	// the 2 s recorded: the fence would end before it expires.
+	first, err := s.Claim(ctx, "ahead", opts.Now().Add(time.Second))
+	if first || !errors.Is(err, ErrInvalidClaim) {
+		t.Fatalf("first = %v, err = %v; want ErrInvalidClaim", first, err)
+	}
+	if n, err := c.Exists(ctx, s.key("ahead")).Result(); err != nil || n != 0 {
+		t.Fatalf("the refused claim left an entry: %d, %v", n, err)
+	}
+}
+
+func TestRecordedLifetimeHoldingAnUnexpectedValueIsRefused(t *testing.T) {
+	t.Parallel()
+	c := newTestClient(t)
+	for _, v := range []string{"x", "-5", "0", "", "99999999999999999999", "31536000001"} {
+		t.Run(fmt.Sprintf("%q", v), func(t *testing.T) {
+			prefix := uniquePrefix(t, c)
+			s := provisioned(t, c, lifetimeOpts(prefix, 0))
+			if err := c.Set(context.Background(), s.lifetimeKey(), v, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.readLifetime(context.Background()); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("readLifetime: %v; want ErrUnavailable", err)
+			}
+			s.learnRecordedLifetime(context.Background())
+			if s.Lifetime() != s.Horizon() {
+				t.Fatalf("learned %v from a bad record; want nothing (the Horizon)", s.Lifetime())
+			}
+			if st, err := s.Status(context.Background()); err != nil || st.Lifetime != 0 {
+				t.Fatalf("Status: Lifetime %v, %v; want 0 (unknown) and the rest of the status", st.Lifetime, err)
+			}
+		})
+	}
+}
+
+func TestStatusShowsWhenReopeningAcceptsNothingTwice(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	c := srv.client()
+	ctx := context.Background()
+	s := provisioned(t, c, lifetimeOpts("status-life:", 100*time.Millisecond))
+	before := claimedBefore{}
+	for i := range 20 {
+		id, until := fmt.Sprint("id-", i), time.Now().Add(3*time.Second)
+		if first, err := s.Claim(ctx, id, until); !first || err != nil {
+			t.Fatalf("Claim: %v, %v", first, err)
+		}
+		before[id] = until
+	}
+	lost := time.Now()
+	srv.restart(syscall.SIGKILL)
+	fenceEnd(t, s, "fresh")
+	cases := []struct {
+		name  string
+		check func(st Status) error
+	}{
+		{"the lifetime, recorded again after the restart lost it", func(st Status) error {
+			if st.Lifetime != s.Lifetime() {
+				return fmt.Errorf("Lifetime %v; want the store's %v", st.Lifetime, s.Lifetime())
+			}
+			return nil
+		}},
+		{"reopening is safe once every claim before the loss has expired", func(st Status) error {
+			if st.ReopenSafeAt.Before(before.latest()) || st.ReopenSafeAt.Before(st.FencedUntil) {
+				return fmt.Errorf("ReopenSafeAt %v; want after the last claim's expiry %v and the fence's end %v", st.ReopenSafeAt, before.latest(), st.FencedUntil)
+			}
+			if limit := lost.Add(s.Lifetime() + time.Second); st.ReopenSafeAt.After(limit) {
+				return fmt.Errorf("ReopenSafeAt %v after the loss; want within the lifetime %v", st.ReopenSafeAt.Sub(lost), s.Lifetime())
+			}
+			return nil
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				s.Claim(ctx, "poll", time.Now().Add(time.Second)) // a call runs the due check
+				var st Status
+				if st, err = s.Status(ctx); err == nil {
+					if err = tc.check(st); err == nil {
+						return
+					}
+				}
+			}
+			t.Fatal(err)
+		})
+	}
+}
+
+func FuzzParseLifetime(f *testing.F) {
+	for _, v := range []string{"76000", "0", "-1", "x", "", "31536000000", "31536000001", "9223372036854775807"} {
+		f.Add(v)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		l, ok := parseLifetime(v)
+		if ok && (l <= 0 || l > time.Duration(maxLifetimeMs)*time.Millisecond) {
+			t.Fatalf("parseLifetime(%q) = %v, true; want a positive lifetime of at most a year", v, l)
+		}
+		if !ok && l != 0 {
+			t.Fatalf("parseLifetime(%q) refused with %v; want 0", v, l)
+		}
+		if _, ok := parseLifetime([]byte(v)); ok {
+			t.Fatalf("parseLifetime of a non-string accepted")
+		}
+	})
+}
