@@ -211,24 +211,6 @@ func (s *States) run(ctx context.Context, method, name string, o stateclaim.Open
 	return res, err
 }
 
-// refuse logs the refusal of err as Open does and returns the
-// Integration's Refused error for it.
-func (s *States) refuse(ctx context.Context, method, name string, err error) error {
-	r := RefuseState(err)
-	switch {
-	case r.Internal:
-		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state codec has no key (not made by ctoken.NewRequestStateCodec)",
-			NameAttr(method, name), slog.String("reason", r.Reason))
-	case r.StoreFailed:
-		s.in.Logger().LogAttrs(ctx, slog.LevelWarn, s.in.Name+": request state store failed",
-			NameAttr(method, name), slog.String("error", err.Error()))
-	default:
-		s.in.Logger().LogAttrs(ctx, slog.LevelInfo, s.in.Name+": request state rejected",
-			NameAttr(method, name), slog.String("reason", r.Reason))
-	}
-	return s.in.Refused(r)
-}
-
 // roundFingerprint is what a round's record is bound to: SHA-256 of a
 // domain label and the length-prefixed caller, target, hex fingerprint of
 // the arguments (as [WrapArgs] takes them) and the state's claim ID.

@@ -166,9 +166,16 @@ func (s *States) Open(ctx context.Context, caller, method, name string, args any
 		check = func(plain string) (string, error) { return UnwrapArgs(args, plain) }
 	}
 	plain, err := s.codec.DecodeCheckedContext(ctx, wire, caller, ctoken.MCPTarget(method, name), check)
-	if err == nil {
-		return plain, nil
+	if err != nil {
+		return "", s.refuse(ctx, method, name, err)
 	}
+	return plain, nil
+}
+
+// refuse logs the refusal of err (the reason, never the state; a store
+// failure at Warn, a keyless codec at Error) and returns the
+// Integration's Refused error for it. Open and Answer refuse through it.
+func (s *States) refuse(ctx context.Context, method, name string, err error) error {
 	r := RefuseState(err)
 	switch {
 	case r.Internal:
@@ -181,7 +188,7 @@ func (s *States) Open(ctx context.Context, caller, method, name string, args any
 		s.in.Logger().LogAttrs(ctx, slog.LevelInfo, s.in.Name+": request state rejected",
 			NameAttr(method, name), slog.String("reason", r.Reason))
 	}
-	return "", s.in.Refused(r)
+	return s.in.Refused(r)
 }
 
 // ErrTargetUnbound reports a request-state codec that does not bind a state
