@@ -57,6 +57,7 @@ package pgstore
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -427,7 +428,13 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 		return nil, err
 	}
 	s.durable.Store(&st.durable)
-	s.report(accepted, nil)
+	// A fence of unknown history does not fail New: the Store refuses
+	// until it has passed, and then serves without a restart.
+	fenced := s.keepHistory(ctx, st, judgeHistory(st))
+	if fenced != nil {
+		s.refusal.Store(&fenced)
+	}
+	s.report(accepted, fenced)
 
 	interval := opts.SweepInterval
 	if interval == 0 {
@@ -527,6 +534,18 @@ type serverState struct {
 	recordable       bool          // the table has the columns fingerprint and result (bytea)
 	fsync, fullPages bool          // the server's fsync and full_page_writes
 	behind           time.Duration // how far the instance's clock is behind now()
+
+	// The server's history (see [judgeHistory]): its timeline (0 in
+	// recovery), the marker row's record, the physical standbys
+	// streaming, the name it streamed under if it was a standby, the
+	// longest remaining lifetime of a live row (seconds), and how long
+	// the marker's fence still lasts (0: none).
+	timeline  int64
+	record    string
+	standbys  []standby
+	self      self
+	longest   float64
+	fencedFor time.Duration
 }
 
 // resolve finds, at New, the schema of the table named name (quoted, as
@@ -570,8 +589,12 @@ func (s *Store) resolve(ctx context.Context, name string) error {
 // clock and the marker row in one query.
 func (s *Store) readServer(ctx context.Context) (serverState, error) {
 	type read struct {
-		st    serverState
-		dbNow time.Time
+		st                 serverState
+		dbNow              time.Time
+		record, conninfo   *string
+		standbys           string
+		slot, cluster      string
+		longest, fencedFor *float64
 	}
 	// The instance's clock is read before the query: a slow answer (a
 	// lock wait, a loaded server) then makes the instance look further
@@ -598,14 +621,39 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			has_table_privilege($1, 'UPDATE') AND has_table_privilege($1, 'DELETE'),
 			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass),
 			(SELECT count(*) = 2 FROM pg_attribute WHERE attrelid = $1::regclass AND attname IN ('fingerprint', 'result')
-			  AND atttypid = 'bytea'::regtype AND attnum > 0 AND NOT attisdropped)`, s.table).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent, &r.st.recordable)
+			  AND atttypid = 'bytea'::regtype AND attnum > 0 AND NOT attisdropped),
+			CASE WHEN pg_is_in_recovery() THEN 0 ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END,
+			(SELECT token FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm'),
+			(SELECT coalesce(json_agg(json_build_object('app', r.application_name, 'slot', l.slot_name, 'sync', r.sync_state = 'sync') ORDER BY r.application_name, l.slot_name, r.pid), '[]')::text
+			  FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
+			  WHERE l.slot_type IS DISTINCT FROM 'logical' AND r.state IS DISTINCT FROM 'backup'
+			    AND r.application_name IS DISTINCT FROM 'pg_basebackup'),
+			current_setting('primary_slot_name'), current_setting('cluster_name'),
+			CASE WHEN pg_has_role('pg_read_all_settings', 'USAGE') THEN current_setting('primary_conninfo') END,
+			(SELECT extract(epoch FROM max(until) - now())::float8 FROM `+s.table+` WHERE until > now() AND until < 'infinity' AND state <> 'm'),
+			(SELECT CASE WHEN until = 'infinity' THEN 'Infinity'::float8 WHEN until > now() THEN extract(epoch FROM until - now())::float8 ELSE 0 END
+			  FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm')`, s.table).Scan(
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent, &r.st.recordable,
+			&r.st.timeline, &r.record, &r.standbys, &r.slot, &r.cluster, &r.conninfo, &r.longest, &r.fencedFor)
 		return r, err
 	})
 	if err != nil {
 		return serverState{}, err
 	}
 	r.st.behind = r.dbNow.Sub(before)
+	if r.record != nil {
+		r.st.record = *r.record
+	}
+	if r.longest != nil {
+		r.st.longest = *r.longest
+	}
+	if r.fencedFor != nil {
+		r.st.fencedFor = time.Duration(min(*r.fencedFor, maxFence.Seconds()) * float64(time.Second))
+	}
+	if json.Unmarshal([]byte(r.standbys), &r.st.standbys) != nil {
+		r.st.standbys = nil
+	}
+	r.st.self = selfFrom(r.slot, r.cluster, r.conninfo)
 	return r.st, nil
 }
 
@@ -728,6 +776,11 @@ func (s *Store) recheck(ctx context.Context) {
 	st.sawStandby = s.sawStandby.Load()
 	s.durable.Store(&st.durable)
 	accepted, err := s.checks.judge(st)
+	// The history is kept whatever the other checks say: a fence is the
+	// table's, for every Store on it, and the one reason that counts.
+	if fenced := s.keepHistory(ctx, st, judgeHistory(st)); fenced != nil {
+		err = fenced
+	}
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
