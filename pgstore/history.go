@@ -168,7 +168,7 @@ func judgeHistory(st serverState) verdict {
 		v.why = fmt.Sprintf("the server is primary on timeline %d, and the last state it received (timeline %d) does not name it a synchronous standby", st.timeline, old.TL)
 	}
 	if ok {
-		now.Longest = max(now.Longest, old.Longest)
+		now.Longest = min(max(now.Longest, old.Longest), int64(maxFence/time.Second))
 		if old.TL == st.timeline {
 			now.Fence = old.Fence
 		}

@@ -49,6 +49,7 @@ func TestJudgeHistory(t *testing.T) {
 		{"new timeline, another name: fenced", serverState{timeline: 2, record: rec(syncA), self: self{app: "b"}}, true, 64*time.Second + replay.SkewMargin, true},
 		{"new timeline, its name twice in the record: fenced", serverState{timeline: 2, record: rec(twoA), self: self{app: "a"}}, true, 64*time.Second + replay.SkewMargin, true},
 		{"new timeline, longer live rows than recorded: the longer wins", serverState{timeline: 2, record: rec(none), longest: 1000}, true, 1024*time.Second + replay.SkewMargin, true},
+		{"a recorded lifetime past any fence: the longest fence", serverState{timeline: 2, record: rec(history{V: 1, TL: 1, Longest: 1 << 60})}, true, maxFence, true},
 		{"unreadable record: fenced", serverState{timeline: 1, record: "{not json"}, true, replay.SkewMargin, true},
 		{"a record of another version: fenced", serverState{timeline: 1, record: `{"v":2,"tl":1}`}, true, replay.SkewMargin, true},
 	}
