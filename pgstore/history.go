@@ -25,6 +25,23 @@ import (
 // [replay.SkewMargin] (docs/pgstore.md, "Unknown history").
 var ErrFenced = errors.New("pgstore: fenced: the server's history is unknown (promoted from a standby that was not synchronous)")
 
+// timelineSQL is the server's timeline: the first eight hex digits of the
+// name of the WAL file being written (it fails in recovery, where claims
+// fail anyway).
+const timelineSQL = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`
+
+// historyGuardSQL, in the statements' lookup of the marker row, makes the
+// marker count only on the timeline its history record was written on (or
+// without a record): on a promoted server, every claim, lease and record
+// step finds no marker, and refuses, until a Store's check has judged the
+// server's history and written a record for its timeline (and the fence,
+// if its history is unknown). Without it a running Store would accept
+// claims on the promoted server until its next recheck there.
+// The record's text starts with its version and timeline ([history.encode]
+// writes the fields in order), so the guard compares a prefix rather than
+// parsing JSON.
+const historyGuardSQL = `(token = '' OR starts_with(token, '{"v":1,"tl":' || ` + timelineSQL + ` || ','))`
+
 // maxFence bounds a fence (100 years): a claim held longer (or forever)
 // keeps its table fenced that long.
 const maxFence = 100 * 365 * 24 * time.Hour

@@ -198,14 +198,19 @@ func claimLoad(s *Store, n int, until time.Time) (stop func() []string) {
 }
 
 // acceptedAgain claims every ID of acked on s and counts those accepted as
-// first; any other error than ErrFenced fails the test.
-func acceptedAgain(t *testing.T, s *Store, acked []string, until time.Time) (twice, fenced int) {
+// first, and those refused as fenced; any other error than ErrFenced fails
+// the test, unless refusals is set: then any refusal (ErrUnavailable) is
+// counted as one (a running Store's claims on a promoted server before its
+// recheck there: the marker is not found, or the refusal of the previous
+// recheck stands).
+func acceptedAgain(t *testing.T, s *Store, acked []string, until time.Time, refusals bool) (twice, fenced int) {
 	t.Helper()
 	for _, id := range acked {
 		first, err := s.Claim(bg(), id, until)
 		switch {
 		case errors.Is(err, ErrFenced) && errors.Is(err, ErrUnavailable):
 			fenced++
+		case refusals && errors.Is(err, ErrUnavailable):
 		case err != nil:
 			t.Fatalf("Claim on the promoted server: %v", err)
 		case first:
@@ -275,12 +280,18 @@ func TestPromotedAsyncStandbyIsFenced(t *testing.T) {
 
 			var p *Store
 			if running {
+				// At once, before the store's recheck on the promoted
+				// server: the marker counts only on the timeline of its
+				// record, so every claim finds none and is refused.
 				p = s
+				if twice, _ := acceptedAgain(t, p, acked, until, true); twice != 0 {
+					t.Fatalf("%d of %d acknowledged claims accepted twice before the recheck; want 0", twice, len(acked))
+				}
 				waitFenced(t, s, 10*time.Second)
 			} else {
 				p = storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix(); o.Observer = observe })
 			}
-			twice, fenced := acceptedAgain(t, p, acked, until)
+			twice, fenced := acceptedAgain(t, p, acked, until, false)
 			fence := markerFence(t, standby.pool(t))
 			t.Logf("%d claims acknowledged on the primary; on the promoted server %d accepted twice, %d refused as fenced; fence %v left for claims of %v",
 				len(acked), twice, fenced, fence.Round(time.Second), lifetime)
@@ -386,7 +397,7 @@ func TestPlannedFailoverToSynchronousStandbyIsNotFenced(t *testing.T) {
 	// now only because no standby is synchronous any more
 	// (RequireSynchronousStandby): a new store without it serves.
 	p := storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
-	twice, fenced := acceptedAgain(t, p, acked, until)
+	twice, fenced := acceptedAgain(t, p, acked, until, false)
 	if twice != 0 || fenced != 0 || len(acked) == 0 {
 		t.Fatalf("after a planned failover: %d of %d acknowledged claims accepted twice, %d fenced; want 0 and 0", twice, len(acked), fenced)
 	}
@@ -404,5 +415,67 @@ func TestPlannedFailoverToSynchronousStandbyIsNotFenced(t *testing.T) {
 		if errors.Is(err, ErrConfig) || time.Now().After(deadline) {
 			break // refused for RequireSynchronousStandby, as it should
 		}
+	}
+}
+
+// TestClaimOnAnotherTimelineThanTheRecordIsRefused: every statement that
+// decides on a claim, a lease or a record finds the marker only on the
+// timeline its history record names, so a running Store refuses on a
+// promoted server from its first claim there, before any recheck
+// (RecheckInterval is an hour here); New then judges the history (the
+// record names no standby: fenced) and the Store refuses with ErrFenced.
+func TestClaimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	pool := p.pool(t)
+	s := storeOn(t, pool, func(o *Options) { o.RecheckInterval = time.Hour })
+	if first, err := s.Claim(bg(), "before", time.Now().Add(time.Minute)); err != nil || !first {
+		t.Fatalf("Claim on the timeline of the record = %v, %v", first, err)
+	}
+	// The record of a timeline this server is not on: as a promoted
+	// server holds the old primary's.
+	if _, err := pool.Exec(bg(), `UPDATE ctoken_replay SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode()); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Minute)
+	steps := []struct {
+		name string
+		run  func() error
+	}{
+		{"Claim", func() error {
+			first, err := s.Claim(bg(), "after", until)
+			if first {
+				return errors.New("accepted")
+			}
+			return err
+		}},
+		{"AcquireLease", func() error {
+			l, err := s.AcquireLease(bg(), "lease", time.Minute)
+			if l.State == replay.LeaseAcquired {
+				return errors.New("acquired")
+			}
+			return err
+		}},
+		{"AcquireRecord", func() error {
+			r, err := s.AcquireRecord(bg(), "record", time.Minute, []byte("fp"))
+			if r.State == replay.LeaseAcquired {
+				return errors.New("acquired")
+			}
+			return err
+		}},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			if err := st.run(); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("%s on another timeline than the record's = %v; want ErrForgotten (refused)", st.name, err)
+			}
+		})
+	}
+	n := storeOn(t, pool)
+	if _, err := n.Claim(bg(), "fresh", until); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Claim on a store made after = %v; want ErrFenced", err)
+	}
+	if f := markerFence(t, pool); f < 64*time.Second+replay.SkewMargin-10*time.Second || f > 64*time.Second+replay.SkewMargin {
+		t.Fatalf("fence = %v; want the recorded 64 s plus SkewMargin", f)
 	}
 }

@@ -622,7 +622,7 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass),
 			(SELECT count(*) = 2 FROM pg_attribute WHERE attrelid = $1::regclass AND attname IN ('fingerprint', 'result')
 			  AND atttypid = 'bytea'::regtype AND attnum > 0 AND NOT attisdropped),
-			CASE WHEN pg_is_in_recovery() THEN 0 ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END,
+			CASE WHEN pg_is_in_recovery() THEN 0 ELSE `+timelineSQL+` END,
 			(SELECT token FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm'),
 			(SELECT coalesce(json_agg(json_build_object('app', r.application_name, 'slot', l.slot_name, 'sync', r.sync_state = 'sync') ORDER BY r.application_name, l.slot_name, r.pid), '[]')::text
 			  FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
@@ -877,7 +877,7 @@ func (s *Store) prepare() {
 	// a live leg, a past until, or a concurrent statement that inserted,
 	// took over or deleted the row), Claim runs takeoverSQL, which decides
 	// each of those.
-	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now() AND ` + historyGuardSQL + `),
 cur AS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
@@ -896,7 +896,7 @@ SELECT EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FR
 	// claim could have taken: when neither ins nor upd took it, a
 	// concurrent statement changed it first (took it over, or a sweeper or
 	// release deleted it), and the claim runs again to see which.
-	s.takeoverSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+	s.takeoverSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now() AND ` + historyGuardSQL + `),
 leg AS (SELECT 1 FROM ` + t + ` WHERE key = $3::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
