@@ -350,6 +350,17 @@ var (
 // or the Store is replaced: its disconnect does not make a failover to it
 // safe. Each change is reported as an [Event] and logged once.
 //
+// New and the checker also keep the table's history record (in the
+// marker row: the server's timeline and which standbys were synchronous),
+// and judge a server that is primary on another timeline than the record
+// names: unless the record names it a confirmed synchronous standby of
+// the old primary, its history is unknown and the table is fenced
+// ([ErrFenced]) for the longest lifetime of a claim the Stores saw, plus
+// [replay.SkewMargin]; New then returns a Store that refuses until the
+// fence has passed, and serves after it. Until a check has judged such a
+// server, every claim, lease and record step on it refuses
+// (docs/pgstore.md, "Unknown history").
+//
 // Every session the pool opens should have the settings of the one New
 // checks: set synchronous_commit per role or database (ALTER ROLE ... SET),
 // or in the pool's RuntimeParams, not per connection afterwards.
