@@ -375,27 +375,27 @@ func promoteStandby(t *testing.T, standby *pgServer) {
 
 // TestPlannedFailoverToSynchronousStandbyIsNotFenced: a running store
 // (its pool follows the primary), claimers, a synchronous standby; the
-// primary is shut down cleanly and the standby promoted. The store, and a
-// new store on the promoted server, serve at once: the last state the
-// standby received names it the synchronous standby, so its history is
-// known (no false fence), and every acknowledged claim is still refused.
+// primary is shut down cleanly and the standby promoted. A new store on
+// the promoted server serves at once, the running store after its first
+// recheck there: the last state the standby received names it the
+// synchronous standby, so its history is known (no false fence), and
+// every acknowledged claim is still refused.
 func TestPlannedFailoverToSynchronousStandbyIsNotFenced(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary, standby := syncPair(t)
 	s := storeOn(t, multiHostPoolPorts(t, primary.port, standby.port), func(o *Options) {
 		o.Timeout = 2 * time.Second
 		o.RecheckInterval = 100 * time.Millisecond
-		o.RequireSynchronousStandby = true
 	})
+	if !s.Durability().WaitsForStandby() {
+		t.Fatalf("Durability() = %+v; want a synchronous standby", s.Durability())
+	}
 	until := time.Now().Add(time.Hour)
 	stopLoad := claimLoad(s, 8, until)
 	time.Sleep(time.Second)
 	shutdown(t, primary) // fast shutdown: every WAL record reaches the standby
 	acked := stopLoad()
 	promoteStandby(t, standby)
-	// The running store reaches the promoted server; it would refuse
-	// now only because no standby is synchronous any more
-	// (RequireSynchronousStandby): a new store without it serves.
 	p := storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
 	twice, fenced := acceptedAgain(t, p, acked, until, false)
 	if twice != 0 || fenced != 0 || len(acked) == 0 {
@@ -407,14 +407,22 @@ func TestPlannedFailoverToSynchronousStandbyIsNotFenced(t *testing.T) {
 	if f := markerFence(t, standby.pool(t)); f != 0 {
 		t.Fatalf("the promoted server's table is fenced for %v; want no fence", f)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		_, err := s.Claim(bg(), "running-probe", until)
+	// The running store reaches the promoted server and serves again
+	// after its recheck there, never fenced.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		first, err := s.Claim(bg(), "running-probe", until)
 		if errors.Is(err, ErrFenced) {
 			t.Fatalf("the running store is fenced after a planned failover: %v", err)
 		}
-		if errors.Is(err, ErrConfig) || time.Now().After(deadline) {
-			break // refused for RequireSynchronousStandby, as it should
+		if err == nil && first {
+			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the running store does not serve 10 s after a planned failover: %v, %v", first, err)
+		}
+	}
+	if twice, fenced := acceptedAgain(t, s, acked, until, false); twice != 0 || fenced != 0 {
+		t.Fatalf("the running store after a planned failover: %d accepted twice, %d fenced; want 0 and 0", twice, fenced)
 	}
 }
 
