@@ -15,8 +15,8 @@ import (
 
 // ErrFenced reports that the table is fenced because the server's history
 // is unknown: it is now a primary on another timeline than the one the
-// table's history record was written on (a promoted standby, a
-// point-in-time restore), and the last record it received from the old
+// table's history record was written on (a promoted standby), and the
+// last record it received from the old
 // primary does not name it a confirmed synchronous standby, so claims the
 // old primary acknowledged may be missing from it. Claim, AcquireLease,
 // ConfirmLease and transactional work refuse (the error also matches

@@ -639,7 +639,7 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			  FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
 			  WHERE l.slot_type IS DISTINCT FROM 'logical' AND r.state IS DISTINCT FROM 'backup'
 			    AND r.application_name IS DISTINCT FROM 'pg_basebackup'),
-			current_setting('primary_slot_name'), current_setting('cluster_name'),
+			coalesce(current_setting('primary_slot_name', true), ''), current_setting('cluster_name'),
 			CASE WHEN pg_has_role('pg_read_all_settings', 'USAGE') THEN current_setting('primary_conninfo') END,
 			(SELECT extract(epoch FROM max(until) - now())::float8 FROM `+s.table+` WHERE until > now() AND until < 'infinity' AND state <> 'm'),
 			(SELECT CASE WHEN until = 'infinity' THEN 'Infinity'::float8 WHEN until > now() THEN extract(epoch FROM until - now())::float8 ELSE 0 END
