@@ -16,9 +16,9 @@ import (
 // ErrFenced reports that the table is fenced because the server's history
 // is unknown: it is now a primary on another timeline than the one the
 // table's history record was written on (a promoted standby), and the
-// last record it received from the old
-// primary does not name it a confirmed synchronous standby, so claims the
-// old primary acknowledged may be missing from it. Claim, AcquireLease,
+// last record it received from the old primary does not name it a
+// confirmed synchronous standby, so claims the old primary acknowledged
+// may be missing from it. Claim, AcquireLease,
 // ConfirmLease and transactional work refuse (the error also matches
 // [ErrUnavailable]) until the fence has passed by the database's clock:
 // as long as the longest claim the table's users made, plus
