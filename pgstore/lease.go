@@ -48,7 +48,7 @@ func (s *Store) prepareLease() {
 	// keeps changing. A live row of id under the layout before version 2
 	// (leg, $4: see [Store.legacyKey]) is never taken over and is reported
 	// as it is (a lease of an older instance: busy; a claim: done).
-	s.acquireSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+	s.acquireSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now() AND ` + historyGuardSQL + `),
 leg AS (SELECT 1 FROM ` + t + ` WHERE key = $4::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until, fingerprint)
@@ -78,7 +78,7 @@ SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 
 	// the lease. A resend that finds its own live done row (the first
 	// confirmation committed and its reply was lost) keeps the record the
 	// first one wrote.
-	s.confirmSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+	s.confirmSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now() AND ` + historyGuardSQL + `),
 up AS (
   INSERT INTO ` + t + ` AS r (key, state, token, until, fingerprint, result)
   SELECT $1::bytea, 'd', $2::text, $3::timestamptz, $4::bytea, $5::bytea FROM m WHERE $3::timestamptz > now()

@@ -57,6 +57,7 @@ package pgstore
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -349,6 +350,17 @@ var (
 // or the Store is replaced: its disconnect does not make a failover to it
 // safe. Each change is reported as an [Event] and logged once.
 //
+// New and the checker also keep the table's history record (in the
+// marker row: the server's timeline and which standbys were synchronous),
+// and judge a server that is primary on another timeline than the record
+// names: unless the record names it a confirmed synchronous standby of
+// the old primary, its history is unknown and the table is fenced
+// ([ErrFenced]) for the longest lifetime of a claim the Stores saw, plus
+// [replay.SkewMargin]; New then returns a Store that refuses until the
+// fence has passed, and serves after it. Until a check has judged such a
+// server, every claim, lease and record step on it refuses
+// (docs/pgstore.md, "Unknown history").
+//
 // Every session the pool opens should have the settings of the one New
 // checks: set synchronous_commit per role or database (ALTER ROLE ... SET),
 // or in the pool's RuntimeParams, not per connection afterwards.
@@ -427,7 +439,13 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 		return nil, err
 	}
 	s.durable.Store(&st.durable)
-	s.report(accepted, nil)
+	// A fence of unknown history does not fail New: the Store refuses
+	// until it has passed, and then serves without a restart.
+	fenced := s.keepHistory(ctx, st, judgeHistory(st))
+	if fenced != nil {
+		s.refusal.Store(&fenced)
+	}
+	s.report(accepted, fenced)
 
 	interval := opts.SweepInterval
 	if interval == 0 {
@@ -527,6 +545,18 @@ type serverState struct {
 	recordable       bool          // the table has the columns fingerprint and result (bytea)
 	fsync, fullPages bool          // the server's fsync and full_page_writes
 	behind           time.Duration // how far the instance's clock is behind now()
+
+	// The server's history (see [judgeHistory]): its timeline (0 in
+	// recovery), the marker row's record, the physical standbys
+	// streaming, the name it streamed under if it was a standby, the
+	// longest remaining lifetime of a live row (seconds), and how long
+	// the marker's fence still lasts (0: none).
+	timeline  int64
+	record    string
+	standbys  []standby
+	self      self
+	longest   float64
+	fencedFor time.Duration
 }
 
 // resolve finds, at New, the schema of the table named name (quoted, as
@@ -570,8 +600,12 @@ func (s *Store) resolve(ctx context.Context, name string) error {
 // clock and the marker row in one query.
 func (s *Store) readServer(ctx context.Context) (serverState, error) {
 	type read struct {
-		st    serverState
-		dbNow time.Time
+		st                 serverState
+		dbNow              time.Time
+		record, conninfo   *string
+		standbys           string
+		slot, cluster      string
+		longest, fencedFor *float64
 	}
 	// The instance's clock is read before the query: a slow answer (a
 	// lock wait, a loaded server) then makes the instance look further
@@ -598,14 +632,39 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			has_table_privilege($1, 'UPDATE') AND has_table_privilege($1, 'DELETE'),
 			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass),
 			(SELECT count(*) = 2 FROM pg_attribute WHERE attrelid = $1::regclass AND attname IN ('fingerprint', 'result')
-			  AND atttypid = 'bytea'::regtype AND attnum > 0 AND NOT attisdropped)`, s.table).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent, &r.st.recordable)
+			  AND atttypid = 'bytea'::regtype AND attnum > 0 AND NOT attisdropped),
+			CASE WHEN pg_is_in_recovery() THEN 0 ELSE `+timelineSQL+` END,
+			(SELECT token FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm'),
+			(SELECT coalesce(json_agg(json_build_object('app', r.application_name, 'slot', l.slot_name, 'sync', r.sync_state = 'sync') ORDER BY r.application_name, l.slot_name, r.pid), '[]')::text
+			  FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
+			  WHERE l.slot_type IS DISTINCT FROM 'logical' AND r.state IS DISTINCT FROM 'backup'
+			    AND r.application_name IS DISTINCT FROM 'pg_basebackup'),
+			coalesce(current_setting('primary_slot_name', true), ''), current_setting('cluster_name'),
+			CASE WHEN pg_has_role('pg_read_all_settings', 'USAGE') THEN current_setting('primary_conninfo') END,
+			(SELECT extract(epoch FROM max(until) - now())::float8 FROM `+s.table+` WHERE until > now() AND until < 'infinity' AND state <> 'm'),
+			(SELECT CASE WHEN until = 'infinity' THEN 'Infinity'::float8 WHEN until > now() THEN extract(epoch FROM until - now())::float8 ELSE 0 END
+			  FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm')`, s.table).Scan(
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent, &r.st.recordable,
+			&r.st.timeline, &r.record, &r.standbys, &r.slot, &r.cluster, &r.conninfo, &r.longest, &r.fencedFor)
 		return r, err
 	})
 	if err != nil {
 		return serverState{}, err
 	}
 	r.st.behind = r.dbNow.Sub(before)
+	if r.record != nil {
+		r.st.record = *r.record
+	}
+	if r.longest != nil {
+		r.st.longest = *r.longest
+	}
+	if r.fencedFor != nil {
+		r.st.fencedFor = time.Duration(min(*r.fencedFor, maxFence.Seconds()) * float64(time.Second))
+	}
+	if json.Unmarshal([]byte(r.standbys), &r.st.standbys) != nil {
+		r.st.standbys = nil
+	}
+	r.st.self = selfFrom(r.slot, r.cluster, r.conninfo)
 	return r.st, nil
 }
 
@@ -728,6 +787,11 @@ func (s *Store) recheck(ctx context.Context) {
 	st.sawStandby = s.sawStandby.Load()
 	s.durable.Store(&st.durable)
 	accepted, err := s.checks.judge(st)
+	// The history is kept whatever the other checks say: a fence is the
+	// table's, for every Store on it, and the one reason that counts.
+	if fenced := s.keepHistory(ctx, st, judgeHistory(st)); fenced != nil {
+		err = fenced
+	}
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -824,7 +888,7 @@ func (s *Store) prepare() {
 	// a live leg, a past until, or a concurrent statement that inserted,
 	// took over or deleted the row), Claim runs takeoverSQL, which decides
 	// each of those.
-	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+	s.claimSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now() AND ` + historyGuardSQL + `),
 cur AS (SELECT 1 FROM ` + t + ` WHERE key = $1::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)
@@ -843,7 +907,7 @@ SELECT EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FR
 	// claim could have taken: when neither ins nor upd took it, a
 	// concurrent statement changed it first (took it over, or a sweeper or
 	// release deleted it), and the claim runs again to see which.
-	s.takeoverSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
+	s.takeoverSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now() AND ` + historyGuardSQL + `),
 leg AS (SELECT 1 FROM ` + t + ` WHERE key = $3::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until)

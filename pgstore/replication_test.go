@@ -46,6 +46,12 @@ func addStandby(t *testing.T, primary *pgServer, sync bool) (standby *pgServer) 
 // given name (none when empty), created by pg_basebackup and streamed from.
 func addStandbySlot(t *testing.T, primary *pgServer, sync bool, slot string) (standby *pgServer) {
 	t.Helper()
+	return addStandbyAt(t, primary, sync, slot, freePort())
+}
+
+// addStandbyAt is addStandbySlot with the standby listening on port.
+func addStandbyAt(t *testing.T, primary *pgServer, sync bool, slot, port string) (standby *pgServer) {
+	t.Helper()
 	bin, err := pgBin()
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +71,7 @@ func addStandbySlot(t *testing.T, primary *pgServer, sync bool, slot string) (st
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("pg_basebackup: %v\n%s", err, out)
 	}
-	standby = &pgServer{dir: dir, port: freePort()}
+	standby = &pgServer{dir: dir, port: port}
 	if err := standby.start(); err != nil {
 		t.Fatal(err)
 	}

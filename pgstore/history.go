@@ -1,0 +1,320 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// ErrFenced reports that the table is fenced because the server's history
+// is unknown: it is now a primary on another timeline than the one the
+// table's history record was written on (a promoted standby), and the
+// last record it received from the old primary does not name it a
+// confirmed synchronous standby, so claims the old primary acknowledged
+// may be missing from it. Claim, AcquireLease,
+// ConfirmLease and transactional work refuse (the error also matches
+// [ErrUnavailable]) until the fence has passed by the database's clock:
+// as long as the longest claim the table's users made, plus
+// [replay.SkewMargin] (docs/pgstore.md, "Unknown history").
+var ErrFenced = errors.New("pgstore: fenced: the server's history is unknown (promoted from a standby that was not synchronous)")
+
+// timelineSQL is the server's timeline: the first eight hex digits of the
+// name of the WAL file being written (it fails in recovery, where claims
+// fail anyway).
+const timelineSQL = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`
+
+// historyGuardSQL, in the statements' lookup of the marker row, makes the
+// marker count only on the timeline its history record was written on (or
+// without a record): on a promoted server, every claim, lease and record
+// step finds no marker, and refuses, until a Store's check has judged the
+// server's history and written a record for its timeline (and the fence,
+// if its history is unknown). Without it a running Store would accept
+// claims on the promoted server until its next recheck there.
+// The record's text starts with its version and timeline ([history.encode]
+// writes the fields in order), so the guard compares a prefix rather than
+// parsing JSON.
+const historyGuardSQL = `(token = '' OR starts_with(token, '{"v":1,"tl":' || ` + timelineSQL + ` || ','))`
+
+// maxFence bounds a fence (100 years): a claim held longer (or forever)
+// keeps its table fenced that long.
+const maxFence = 100 * 365 * 24 * time.Hour
+
+// history is the record of the server's replication that Stores keep in
+// the marker row's token column (JSON), written on the primary whenever
+// it changes and replicated with everything else: a standby that is
+// promoted reads in it the last state it received. TL is the timeline it
+// was written on; Sync the physical standbys whose sync_state was "sync"
+// (every commit waited for each of them), Other every other standby then
+// streaming; Longest the longest remaining lifetime of a live row seen on
+// the primary, in seconds, rounded up to a power of two (it only grows);
+// Fence, when the record was written by a fence, says why.
+type history struct {
+	V       int      `json:"v"`
+	TL      int64    `json:"tl"`
+	Longest int64    `json:"longest"`
+	Sync    []member `json:"sync,omitempty"`
+	Other   []member `json:"other,omitempty"`
+	Fence   string   `json:"fence,omitempty"`
+}
+
+// member is one standby of a record: the application_name its walsender
+// reported, and the slot it streamed from ("" without one).
+type member struct {
+	App  string `json:"app"`
+	Slot string `json:"slot,omitempty"`
+}
+
+// standby is one row of pg_stat_replication as readServer reads it.
+type standby struct {
+	App  *string `json:"app"`
+	Slot *string `json:"slot"`
+	Sync bool    `json:"sync"`
+}
+
+// self is what a server knows of the name it streamed under as a standby
+// (after a promotion these settings remain): its primary_slot_name, and
+// the application_name of its primary_conninfo (when the role may read
+// it), else its cluster_name, else "walreceiver", as the walreceiver
+// chooses.
+type self struct {
+	slot, app string
+}
+
+// parseHistory decodes a record; ok is false for text that is not one
+// (which a fence treats as no evidence).
+func parseHistory(s string) (h history, ok bool) {
+	if err := json.Unmarshal([]byte(s), &h); err != nil || h.V != 1 || h.TL <= 0 || h.Longest < 0 {
+		return history{}, false
+	}
+	return h, true
+}
+
+// encode returns the record's text.
+func (h history) encode() string {
+	b, _ := json.Marshal(h) // strings, numbers and slices of them: cannot fail
+	return string(b)
+}
+
+// names reports whether the record names the server me as a confirmed
+// synchronous standby, unambiguously: a sync member with its slot (when
+// it streamed from one: slots are unique on a primary), or else with its
+// application name, and no other member of the record under that name.
+func (h history) names(me self) bool {
+	found := false
+	for _, m := range h.Sync {
+		switch {
+		case m.Slot != "" && m.Slot == me.slot:
+			return true
+		case m.Slot == "" && me.slot == "" && m.App == me.app:
+			found = true
+		}
+	}
+	if !found {
+		return false
+	}
+	n := 0
+	for _, m := range append(append([]member(nil), h.Sync...), h.Other...) {
+		if m.App == me.app {
+			n++
+		}
+	}
+	return n == 1
+}
+
+// ceilPow2 rounds seconds up to a power of two (at least 1).
+func ceilPow2(seconds float64) int64 {
+	if seconds > maxFence.Seconds() || math.IsNaN(seconds) {
+		return int64(maxFence / time.Second)
+	}
+	p := int64(1)
+	for float64(p) < seconds {
+		p *= 2
+	}
+	return p
+}
+
+// verdict is what [judgeHistory] decides.
+type verdict struct {
+	write string        // the record to write ("" when unchanged)
+	fence time.Duration // > 0: fence the table this long (with write)
+	why   string        // why the fence
+}
+
+// judgeHistory decides, for a primary in state st, whether its history is
+// known: the record it holds was written on its own timeline, or the
+// record names it a confirmed synchronous standby of the old primary. It
+// returns the record to write, and the fence when the history is unknown.
+func judgeHistory(st serverState) verdict {
+	if st.recovery || st.timeline <= 0 {
+		return verdict{}
+	}
+	longest := int64(0)
+	if st.longest > 0 {
+		longest = ceilPow2(st.longest)
+	}
+	now := history{V: 1, TL: st.timeline, Longest: longest}
+	for _, sb := range st.standbys {
+		m := member{}
+		if sb.App != nil {
+			m.App = *sb.App
+		}
+		if sb.Slot != nil {
+			m.Slot = *sb.Slot
+		}
+		if sb.Sync && sb.App != nil {
+			now.Sync = append(now.Sync, m)
+		} else {
+			now.Other = append(now.Other, m)
+		}
+	}
+	old, ok := parseHistory(st.record)
+	var v verdict
+	switch {
+	case st.record == "":
+		// No record: a table no Store of this version has run on.
+	case !ok:
+		v.why = "the table's history record is unreadable"
+	case old.TL != st.timeline && !old.names(st.self):
+		v.why = fmt.Sprintf("the server is primary on timeline %d, and the last state it received (timeline %d) does not name it a synchronous standby", st.timeline, old.TL)
+	}
+	if ok {
+		now.Longest = min(max(now.Longest, old.Longest), int64(maxFence/time.Second))
+		if old.TL == st.timeline {
+			now.Fence = old.Fence
+		}
+	}
+	if v.why != "" {
+		now.Fence = v.why
+		v.fence = time.Duration(now.Longest)*time.Second + replay.SkewMargin
+		v.fence = min(v.fence, maxFence)
+	}
+	if w := now.encode(); w != st.record {
+		v.write = w
+	}
+	return v
+}
+
+// keepHistory applies a verdict of [judgeHistory]: it writes the record
+// (and the fence) only if the marker row still holds the record st read
+// (another Store that wrote first decided already), and reports the fence
+// the table has after it (if any).
+func (s *Store) keepHistory(ctx context.Context, st serverState, v verdict) (fenced error) {
+	if v.write != "" {
+		secs := v.fence.Seconds()
+		n, err := call(s, ctx, func(ctx context.Context) (int64, error) {
+			tag, err := s.pool.Exec(ctx, `UPDATE `+s.table+` SET token = $1,
+	until = CASE WHEN $2::float8 > 0 THEN GREATEST(until, now() + $2::float8 * interval '1 second') ELSE until END
+	WHERE key = `+markerSQL+` AND state = 'm' AND token = $3`, v.write, secs, st.record)
+			return tag.RowsAffected(), err
+		})
+		switch {
+		case err != nil && v.fence > 0:
+			// The fence could not be written: refuse until a recheck
+			// writes it (a server that cannot be written refuses
+			// claims anyway).
+			return fmt.Errorf("%w: %w: %s; writing the fence failed", ErrUnavailable, ErrFenced, v.why)
+		case err == nil && n == 1 && v.fence > 0:
+			s.log.Error("pgstore: the server's history is unknown: fencing the table", "table", strings.ReplaceAll(s.table, `"`, ""),
+				"reason", v.why, "fence", v.fence.String())
+			return fmt.Errorf("%w: %w: %s; fenced for %v", ErrUnavailable, ErrFenced, v.why, v.fence)
+		case err == nil && n == 0:
+			// Another Store changed the record first: the next check
+			// reads what it wrote.
+			if v.fence > 0 {
+				return fmt.Errorf("%w: %w: %s", ErrUnavailable, ErrFenced, v.why)
+			}
+		}
+	}
+	if old, ok := parseHistory(st.record); ok && old.Fence != "" && st.fencedFor > 0 {
+		return fmt.Errorf("%w: %w: %s; %v left", ErrUnavailable, ErrFenced, old.Fence, st.fencedFor.Round(time.Second))
+	}
+	return nil
+}
+
+// selfFrom is the name the server streamed under as a standby: see
+// [self].
+func selfFrom(slot, cluster string, conninfo *string) self {
+	me := self{slot: slot, app: "walreceiver"}
+	if cluster != "" {
+		me.app = cluster
+	}
+	if conninfo != nil {
+		if app, ok := conninfoApp(*conninfo); ok {
+			me.app = app
+		}
+	}
+	return me
+}
+
+// conninfoApp returns the application_name of a libpq connection string
+// (key=value pairs, values optionally single-quoted with backslash
+// escapes, or a postgres:// URI), and whether it has one.
+func conninfoApp(s string) (string, bool) {
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
+		_, q, ok := strings.Cut(s, "?")
+		if !ok {
+			return "", false
+		}
+		v, err := url.ParseQuery(q)
+		if err != nil || !v.Has("application_name") {
+			return "", false
+		}
+		return v.Get("application_name"), true
+	}
+	app, found := "", false
+	for i := 0; i < len(s); {
+		for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+			i++
+		}
+		if i == len(s) {
+			break
+		}
+		k := i
+		for i < len(s) && s[i] != '=' && s[i] != ' ' {
+			i++
+		}
+		key := s[k:i]
+		for i < len(s) && s[i] == ' ' {
+			i++
+		}
+		if i == len(s) || s[i] != '=' {
+			return "", false
+		}
+		i++
+		for i < len(s) && s[i] == ' ' {
+			i++
+		}
+		var val strings.Builder
+		if i < len(s) && s[i] == '\'' {
+			i++
+			for ; i < len(s) && s[i] != '\''; i++ {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+				}
+				val.WriteByte(s[i])
+			}
+			if i == len(s) {
+				return "", false // unterminated quote
+			}
+			i++
+		} else {
+			for ; i < len(s) && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r'; i++ {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+				}
+				val.WriteByte(s[i])
+			}
+		}
+		if key == "application_name" {
+			app, found = val.String(), true
+		}
+	}
+	return app, found
+}

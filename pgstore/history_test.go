@@ -1,0 +1,489 @@
+package pgstore
+
+// A promoted standby whose history is unknown is fenced (issue 56): the
+// record of the primary's synchronous standbys that Stores keep in the
+// marker row, the verdict on a server that is primary on a new timeline,
+// and the fault tests on real servers (an asynchronous standby attached at
+// run time and promoted; a planned failover to a synchronous standby,
+// which is not fenced).
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func strp(s string) *string { return &s }
+
+func TestJudgeHistory(t *testing.T) {
+	rec := func(h history) string { return h.encode() }
+	syncA := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "a"}}}
+	syncSlot := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "walreceiver", Slot: "s1"}}, Other: []member{{App: "walreceiver", Slot: "s2"}}}
+	twoA := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "a"}}, Other: []member{{App: "a"}}}
+	none := history{V: 1, TL: 1, Longest: 2}
+	cases := []struct {
+		name      string
+		st        serverState
+		fence     bool
+		wantFence time.Duration
+		write     bool
+	}{
+		{"a standby writes nothing", serverState{recovery: true, record: rec(none)}, false, 0, false},
+		{"no record: written, not fenced", serverState{timeline: 3, self: self{app: "a"}}, false, 0, true},
+		{"same timeline, same state: nothing", serverState{timeline: 1, record: rec(none), longest: 1.5}, false, 0, false},
+		{"same timeline, a synchronous standby appears: rewritten", serverState{timeline: 1, record: rec(none),
+			standbys: []standby{{App: strp("a"), Sync: true}}}, false, 0, true},
+		{"same timeline, a longer claim: rewritten", serverState{timeline: 1, record: rec(none), longest: 3}, false, 0, true},
+		{"new timeline, named synchronous: not fenced", serverState{timeline: 2, record: rec(syncA), self: self{app: "a"}}, false, 0, true},
+		{"new timeline, named by its slot: not fenced", serverState{timeline: 2, record: rec(syncSlot), self: self{app: "walreceiver", slot: "s1"}}, false, 0, true},
+		{"new timeline, the other slot: fenced", serverState{timeline: 2, record: rec(syncSlot), self: self{app: "walreceiver", slot: "s2"}}, true, 64*time.Second + replay.SkewMargin, true},
+		{"new timeline, no standby in the record: fenced", serverState{timeline: 2, record: rec(none), self: self{app: "walreceiver"}}, true, 2*time.Second + replay.SkewMargin, true},
+		{"new timeline, another name: fenced", serverState{timeline: 2, record: rec(syncA), self: self{app: "b"}}, true, 64*time.Second + replay.SkewMargin, true},
+		{"new timeline, its name twice in the record: fenced", serverState{timeline: 2, record: rec(twoA), self: self{app: "a"}}, true, 64*time.Second + replay.SkewMargin, true},
+		{"new timeline, longer live rows than recorded: the longer wins", serverState{timeline: 2, record: rec(none), longest: 1000}, true, 1024*time.Second + replay.SkewMargin, true},
+		{"a recorded lifetime past any fence: the longest fence", serverState{timeline: 2, record: rec(history{V: 1, TL: 1, Longest: 1 << 60})}, true, maxFence, true},
+		{"unreadable record: fenced", serverState{timeline: 1, record: "{not json"}, true, replay.SkewMargin, true},
+		{"a record of another version: fenced", serverState{timeline: 1, record: `{"v":2,"tl":1}`}, true, replay.SkewMargin, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := judgeHistory(c.st)
+			if (v.fence > 0) != c.fence || c.fence && v.fence != c.wantFence || (v.write != "") != c.write {
+				t.Fatalf("judgeHistory = fence %v (%q), write %q; want fence %v %v, write %v", v.fence, v.why, v.write, c.fence, c.wantFence, c.write)
+			}
+			if v.write == "" {
+				return
+			}
+			h, ok := parseHistory(v.write)
+			if !ok || h.TL != c.st.timeline || (h.Fence != "") != c.fence {
+				t.Fatalf("record written = %q (%v); want timeline %d, fence %v", v.write, ok, c.st.timeline, c.fence)
+			}
+		})
+	}
+}
+
+func TestConninfoApp(t *testing.T) {
+	cases := []struct {
+		in, app string
+		ok      bool
+	}{
+		{"user=postgres host=127.0.0.1 port=5432", "", false},
+		{"user=postgres application_name=standby1 host=h", "standby1", true},
+		{"application_name = 'my standby' port=1", "my standby", true},
+		{`application_name='it\'s'`, "it's", true},
+		{"application_name='unterminated", "", false},
+		{"host", "", false},
+		{"postgres://u@h:5432/db?application_name=s2&sslmode=disable", "s2", true},
+		{"postgresql://u@h/db", "", false},
+		{"postgres://h/db?application_name=%zz", "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.in, func(t *testing.T) {
+			if app, ok := conninfoApp(c.in); app != c.app || ok != c.ok {
+				t.Fatalf("conninfoApp(%q) = %q, %v; want %q, %v", c.in, app, ok, c.app, c.ok)
+			}
+		})
+	}
+}
+
+func TestSelfNameFollowsTheWalreceiver(t *testing.T) {
+	cases := []struct {
+		name, cluster string
+		conninfo      *string
+		want          string
+	}{
+		{"nothing set", "", nil, "walreceiver"},
+		{"cluster_name", "node2", nil, "node2"},
+		{"conninfo wins", "node2", strp("host=h application_name=standby2"), "standby2"},
+		{"conninfo without a name", "node2", strp("host=h"), "node2"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := selfFrom("", c.cluster, c.conninfo); got.app != c.want {
+				t.Fatalf("selfFrom = %+v; want app %q", got, c.want)
+			}
+		})
+	}
+}
+
+func FuzzParseHistory(f *testing.F) {
+	f.Add(history{V: 1, TL: 2, Longest: 8, Sync: []member{{App: "a", Slot: "s"}}}.encode())
+	f.Add("")
+	f.Add(`{"v":1,"tl":-1}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		h, ok := parseHistory(s)
+		if !ok {
+			return
+		}
+		if h.V != 1 || h.TL <= 0 || h.Longest < 0 {
+			t.Fatalf("parseHistory accepted %+v", h)
+		}
+		h.names(self{app: "a", slot: "s"})
+		if again, ok := parseHistory(h.encode()); !ok || again.TL != h.TL || again.Longest != h.Longest {
+			t.Fatalf("a record does not survive encoding: %+v", h)
+		}
+	})
+}
+
+func FuzzConninfoApp(f *testing.F) {
+	f.Add("host=h application_name='a b\\' c'")
+	f.Add("postgres://h/db?application_name=x")
+	f.Fuzz(func(t *testing.T, s string) {
+		app, ok := conninfoApp(s)
+		if !ok && app != "" {
+			t.Fatalf("conninfoApp(%q) = %q without a name", s, app)
+		}
+	})
+}
+
+// multiHostPoolPorts is a pool on whichever of the servers on 127.0.0.1
+// at these ports accepts writes (target_session_attrs=read-write), as a
+// failover-aware application configures it: after a promotion its new
+// connections reach the new primary.
+func multiHostPoolPorts(t *testing.T, ports ...string) *pgxpool.Pool {
+	t.Helper()
+	hosts := strings.TrimSuffix(strings.Repeat("127.0.0.1,", len(ports)), ",")
+	cfg, err := pgxpool.ParseConfig(fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=5 target_session_attrs=read-write",
+		hosts, strings.Join(ports, ",")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// claimLoad runs n claimers of fresh IDs on s until stop is called, and
+// returns the IDs acknowledged as first.
+func claimLoad(s *Store, n int, until time.Time) (stop func() []string) {
+	var (
+		mu    sync.Mutex
+		acked []string
+		done  atomic.Bool
+		wg    sync.WaitGroup
+	)
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !done.Load(); i++ {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				if first, err := s.Claim(bg(), id, until); err == nil && first {
+					mu.Lock()
+					acked = append(acked, id)
+					mu.Unlock()
+				} else if err != nil {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	return func() []string {
+		done.Store(true)
+		wg.Wait()
+		return acked
+	}
+}
+
+// acceptedAgain claims every ID of acked on s and counts those accepted as
+// first, and those refused as fenced; any other error than ErrFenced fails
+// the test, unless refusals is set: then any refusal (ErrUnavailable) is
+// counted as one (a running Store's claims on a promoted server before its
+// recheck there: the marker is not found, or the refusal of the previous
+// recheck stands).
+func acceptedAgain(t *testing.T, s *Store, acked []string, until time.Time, refusals bool) (twice, fenced int) {
+	t.Helper()
+	for _, id := range acked {
+		first, err := s.Claim(bg(), id, until)
+		switch {
+		case errors.Is(err, ErrFenced) && errors.Is(err, ErrUnavailable):
+			fenced++
+		case refusals && errors.Is(err, ErrUnavailable):
+		case err != nil:
+			t.Fatalf("Claim on the promoted server: %v", err)
+		case first:
+			twice++
+		}
+	}
+	return twice, fenced
+}
+
+// markerFence is how long the marker row's fence still lasts on pool.
+func markerFence(t *testing.T, pool *pgxpool.Pool) time.Duration {
+	t.Helper()
+	var secs float64
+	if err := pool.QueryRow(bg(), `SELECT CASE WHEN until > now() THEN extract(epoch FROM until - now())::float8 ELSE 0 END FROM ctoken_replay WHERE key = `+markerSQL).Scan(&secs); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(secs * float64(time.Second))
+}
+
+// TestPromotedAsyncStandbyIsFenced is issue 56's shape: a store on a
+// primary with no standby, 16 claimers; an asynchronous standby is
+// attached at run time, cut off half a second later (the primary is
+// killed: nothing more reaches it) and promoted. A new store on the
+// promoted server and the running store (whose pool follows the primary)
+// both find it primary on a new timeline that the last state it received
+// does not name a synchronous standby: the table is fenced for the
+// longest claim's lifetime (rounded up) plus replay.SkewMargin, every
+// replay is refused with ErrFenced: 0 accepted twice.
+func TestPromotedAsyncStandbyIsFenced(t *testing.T) {
+	t.Parallel() // servers of its own
+	for _, running := range []bool{false, true} {
+		t.Run(fmt.Sprintf("running store %v", running), func(t *testing.T) {
+			primary := ownServer(t)
+			standby := &pgServer{} // attached below
+			var events atomic.Int32
+			observe := func(e Event) {
+				if e.Kind == EventRefusing && errors.Is(e.Reason, ErrFenced) {
+					events.Add(1)
+				}
+			}
+			const lifetime = 10 * time.Minute
+			until := time.Now().Add(lifetime)
+			var s *Store
+			var stopLoad func() []string
+			if !running {
+				s = storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = 2 * time.Second })
+				stopLoad = claimLoad(s, 16, until)
+				time.Sleep(500 * time.Millisecond)
+				standby = addStandby(t, primary, false)
+			} else {
+				// The running store's pool names both servers; the
+				// standby's port is chosen before it exists.
+				standby.port = freePort()
+				s = storeOn(t, multiHostPoolPorts(t, primary.port, standby.port), func(o *Options) {
+					o.Timeout = 2 * time.Second
+					o.RecheckInterval = 100 * time.Millisecond
+					o.Observer = observe
+				})
+				stopLoad = claimLoad(s, 16, until)
+				time.Sleep(500 * time.Millisecond)
+				standby = addStandbyAt(t, primary, false, "", standby.port)
+			}
+			time.Sleep(500 * time.Millisecond)
+			primary.kill()
+			acked := stopLoad()
+			promoteStandby(t, standby)
+
+			var p *Store
+			if running {
+				// At once, before the store's recheck on the promoted
+				// server: the marker counts only on the timeline of its
+				// record, so every claim finds none and is refused.
+				p = s
+				if twice, _ := acceptedAgain(t, p, acked, until, true); twice != 0 {
+					t.Fatalf("%d of %d acknowledged claims accepted twice before the recheck; want 0", twice, len(acked))
+				}
+				waitFenced(t, s, 10*time.Second)
+			} else {
+				p = storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix(); o.Observer = observe })
+			}
+			twice, fenced := acceptedAgain(t, p, acked, until, false)
+			fence := markerFence(t, standby.pool(t))
+			t.Logf("%d claims acknowledged on the primary; on the promoted server %d accepted twice, %d refused as fenced; fence %v left for claims of %v",
+				len(acked), twice, fenced, fence.Round(time.Second), lifetime)
+			if twice != 0 || len(acked) == 0 || fenced != len(acked) {
+				t.Fatalf("%d of %d acknowledged claims accepted twice (%d fenced); want 0 and all fenced", twice, len(acked), fenced)
+			}
+			// 10 min rounds up to 1024 s; the fence ends then plus the margin
+			// (less the seconds this test took), never earlier.
+			if want := 1024*time.Second + replay.SkewMargin; fence > want || fence < want-time.Minute {
+				t.Fatalf("fence lasts %v; want about %v (the longest claim's lifetime rounded up, plus SkewMargin)", fence, want)
+			}
+			if events.Load() == 0 {
+				t.Fatalf("no EventRefusing with ErrFenced")
+			}
+			if _, err := p.Claim(bg(), "fresh", time.Now().Add(time.Minute)); !errors.Is(err, ErrFenced) {
+				t.Fatalf("Claim of a fresh ID while fenced = %v; want ErrFenced", err)
+			}
+			// The fence's end (simulated: the marker's until moved to now)
+			// lets the store serve again without a restart, and the
+			// record written on the new timeline does not fence again.
+			// (The running store saw the asynchronous standby, which
+			// counts until the store is replaced: a new store serves.)
+			if _, err := standby.pool(t).Exec(bg(), `UPDATE ctoken_replay SET until = now() WHERE key = `+markerSQL); err != nil {
+				t.Fatal(err)
+			}
+			if running {
+				p = storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				first, err := p.Claim(bg(), "after-the-fence", time.Now().Add(time.Minute))
+				if err == nil && first {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("Claim after the fence ended = %v, %v; want first", first, err)
+				}
+			}
+		})
+	}
+}
+
+// waitFenced waits until s refuses a claim with ErrFenced.
+func waitFenced(t *testing.T, s *Store, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		_, err := s.Claim(bg(), "probe", time.Now().Add(time.Minute))
+		if errors.Is(err, ErrFenced) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the running store does not refuse with ErrFenced after %v: %v", within, err)
+		}
+	}
+}
+
+// shutdown stops p as an operator's switchover does (SIGINT to the
+// postmaster alone: a fast shutdown, which sends the standbys every WAL
+// record before it exits; a SIGINT to a backend would cancel a commit's
+// wait for the synchronous standby, which PostgreSQL then acknowledges
+// locally) and waits for it to exit.
+func shutdown(t *testing.T, p *pgServer) {
+	t.Helper()
+	p.mu.Lock()
+	pid, exited := p.cmd.Process.Pid, p.exited
+	p.mu.Unlock()
+	syscall.Kill(pid, syscall.SIGINT)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the primary did not shut down within 30 s")
+	}
+}
+
+// promoteStandby promotes standby and waits for it.
+func promoteStandby(t *testing.T, standby *pgServer) {
+	t.Helper()
+	if _, err := standby.pool(t).Exec(bg(), `SELECT pg_promote(wait => true)`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPlannedFailoverToSynchronousStandbyIsNotFenced: a running store
+// (its pool follows the primary), claimers, a synchronous standby; the
+// primary is shut down cleanly and the standby promoted. A new store on
+// the promoted server serves at once, the running store after its first
+// recheck there: the last state the standby received names it the
+// synchronous standby, so its history is known (no false fence), and
+// every acknowledged claim is still refused.
+func TestPlannedFailoverToSynchronousStandbyIsNotFenced(t *testing.T) {
+	t.Parallel() // servers of its own
+	primary, standby := syncPair(t)
+	s := storeOn(t, multiHostPoolPorts(t, primary.port, standby.port), func(o *Options) {
+		o.Timeout = 2 * time.Second
+		o.RecheckInterval = 100 * time.Millisecond
+	})
+	if !s.Durability().WaitsForStandby() {
+		t.Fatalf("Durability() = %+v; want a synchronous standby", s.Durability())
+	}
+	until := time.Now().Add(time.Hour)
+	stopLoad := claimLoad(s, 8, until)
+	time.Sleep(time.Second)
+	shutdown(t, primary) // fast shutdown: every WAL record reaches the standby
+	acked := stopLoad()
+	promoteStandby(t, standby)
+	p := storeOn(t, standby.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
+	twice, fenced := acceptedAgain(t, p, acked, until, false)
+	if twice != 0 || fenced != 0 || len(acked) == 0 {
+		t.Fatalf("after a planned failover: %d of %d acknowledged claims accepted twice, %d fenced; want 0 and 0", twice, len(acked), fenced)
+	}
+	if first, err := p.Claim(bg(), "fresh", until); err != nil || !first {
+		t.Fatalf("Claim of a fresh ID after a planned failover = %v, %v; want first", first, err)
+	}
+	if f := markerFence(t, standby.pool(t)); f != 0 {
+		t.Fatalf("the promoted server's table is fenced for %v; want no fence", f)
+	}
+	// The running store reaches the promoted server and serves again
+	// after its recheck there, never fenced.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		first, err := s.Claim(bg(), "running-probe", until)
+		if errors.Is(err, ErrFenced) {
+			t.Fatalf("the running store is fenced after a planned failover: %v", err)
+		}
+		if err == nil && first {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the running store does not serve 10 s after a planned failover: %v, %v", first, err)
+		}
+	}
+	if twice, fenced := acceptedAgain(t, s, acked, until, false); twice != 0 || fenced != 0 {
+		t.Fatalf("the running store after a planned failover: %d accepted twice, %d fenced; want 0 and 0", twice, fenced)
+	}
+}
+
+// TestClaimOnAnotherTimelineThanTheRecordIsRefused: every statement that
+// decides on a claim, a lease or a record finds the marker only on the
+// timeline its history record names, so a running Store refuses on a
+// promoted server from its first claim there, before any recheck
+// (RecheckInterval is an hour here); New then judges the history (the
+// record names no standby: fenced) and the Store refuses with ErrFenced.
+func TestClaimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	pool := p.pool(t)
+	s := storeOn(t, pool, func(o *Options) { o.RecheckInterval = time.Hour })
+	if first, err := s.Claim(bg(), "before", time.Now().Add(time.Minute)); err != nil || !first {
+		t.Fatalf("Claim on the timeline of the record = %v, %v", first, err)
+	}
+	// The record of a timeline this server is not on: as a promoted
+	// server holds the old primary's.
+	if _, err := pool.Exec(bg(), `UPDATE ctoken_replay SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode()); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Minute)
+	steps := []struct {
+		name string
+		run  func() error
+	}{
+		{"Claim", func() error {
+			first, err := s.Claim(bg(), "after", until)
+			if first {
+				return errors.New("accepted")
+			}
+			return err
+		}},
+		{"AcquireLease", func() error {
+			l, err := s.AcquireLease(bg(), "lease", time.Minute)
+			if l.State == replay.LeaseAcquired {
+				return errors.New("acquired")
+			}
+			return err
+		}},
+		{"AcquireRecord", func() error {
+			r, err := s.AcquireRecord(bg(), "record", time.Minute, []byte("fp"))
+			if r.State == replay.LeaseAcquired {
+				return errors.New("acquired")
+			}
+			return err
+		}},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			if err := st.run(); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("%s on another timeline than the record's = %v; want ErrForgotten (refused)", st.name, err)
+			}
+		})
+	}
+	n := storeOn(t, pool)
+	if _, err := n.Claim(bg(), "fresh", until); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Claim on a store made after = %v; want ErrFenced", err)
+	}
+	if f := markerFence(t, pool); f < 64*time.Second+replay.SkewMargin-10*time.Second || f > 64*time.Second+replay.SkewMargin {
+		t.Fatalf("fence = %v; want the recorded 64 s plus SkewMargin", f)
+	}
+}
