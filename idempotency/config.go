@@ -262,6 +262,9 @@ type params struct {
 	runs runEstimates  // recorded run times per route, for Retry-After
 
 	transactor replay.Transactor // Transactional: the Store; else nil
+	// Transactional with a Store that takes the lease in the handler's
+	// transaction (replay.WorkAcquirer): the Store; else nil.
+	acquirer replay.WorkAcquirer
 }
 
 func configError(why string) error { return reason.New(ErrConfig, why) }
@@ -382,6 +385,7 @@ func newParams(cfg Config) (*params, error) {
 			return nil, configError("idempotency: Transactional is set but Store is not a replay.Transactor (the pgstore module)")
 		}
 		p.transactor = t
+		p.acquirer, _ = t.(replay.WorkAcquirer)
 	}
 	p.problems = newProblems(p)
 	return p, nil

@@ -156,7 +156,10 @@ func (s *Store) claimTx(ctx context.Context) pgx.Tx {
 	return tx
 }
 
-var _ replay.Transactor = (*Store)(nil)
+var (
+	_ replay.Transactor   = (*Store)(nil)
+	_ replay.WorkAcquirer = (*Store)(nil)
+)
 
 // querier is what a claim needs of a pool or a transaction.
 type querier interface {
@@ -292,6 +295,7 @@ type work struct {
 	pc       *pgxpool.Conn
 	conn     *pgx.Conn
 	ended    bool
+	locked   bool     // of AcquireWork: the lease is the transaction's advisory lock, no row
 	begun    bool     // BEGIN was sent and succeeded
 	xid      int64    // the transaction id BEGIN's round trip read (when begun)
 	refusal  error    // the first statement of the handler refused unsent (see refusedStatement)
@@ -524,7 +528,11 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		} else {
 			xid = &w.xid
 		}
-		b.Queue(w.s.fenceSQL, w.key, w.token, pgTime(until), fingerprint, result, xid, w.s.commitSetting())
+		fence := w.s.fenceSQL
+		if w.locked {
+			fence = w.s.lockedFenceSQL
+		}
+		b.Queue(fence, w.key, w.token, pgTime(until), fingerprint, result, xid, w.s.commitSetting())
 		b.Queue("commit")
 		if w.begun {
 			// The handler ran statements: its session is reset in the
