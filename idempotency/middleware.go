@@ -123,7 +123,7 @@ func (a *attempt) acquire(w http.ResponseWriter, fp []byte) (replay.Record, bool
 		// The lease is the handler's transaction (work.go): one durable
 		// commit for the request.
 		var held replay.Work
-		rec, held, err = p.acquirer.AcquireWork(ctx, a.id, fp)
+		rec, held, err = p.acquirer.AcquireWork(ctx, a.id, p.lease, fp)
 		if held != nil && (err != nil || rec.State != replay.LeaseAcquired) {
 			a.rollback(held) // outside the contract: hold nothing
 			held = nil

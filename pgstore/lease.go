@@ -49,14 +49,16 @@ func (s *Store) prepareLease() {
 	// (leg, $4: see [Store.legacyKey]) is never taken over and is reported
 	// as it is (a lease of an older instance: busy; a claim: done).
 	//
-	// lk tries the ID's advisory locks (lockedwork.go) for the length of
-	// the statement: 0 taken, so no Work of [Store.AcquireWork] holds the
-	// ID and none can take it before this statement commits; 1 or 2, a
-	// Work holds the ID (1: for a request of another fingerprint), and
-	// nothing is written.
+	// lk tries the request's lock, then the ID's, shared (lockedwork.go),
+	// for the length of the statement: 0, the ID's taken, so no Work of
+	// [Store.AcquireWork] holds the ID and none can take it before this
+	// statement commits (acquire statements do not exclude each other:
+	// the row does); 1 or 2, a Work holds the ID (1: for a request of
+	// another fingerprint), and nothing is written.
 	s.acquireSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now()),
-lk AS MATERIALIZED (SELECT CASE WHEN pg_try_advisory_xact_lock($7::bigint) THEN CASE WHEN pg_try_advisory_xact_lock($8::int, $9::int) THEN 0 ELSE 0 END
-  WHEN pg_try_advisory_xact_lock($8::int, $9::int) THEN 1 ELSE 2 END AS v),
+lk AS MATERIALIZED (SELECT CASE WHEN NOT pg_try_advisory_xact_lock($8::int, $9::int)
+    THEN CASE WHEN pg_try_advisory_xact_lock_shared($7::bigint) THEN 0 ELSE 2 END
+  WHEN pg_try_advisory_xact_lock_shared($7::bigint) THEN 0 ELSE 1 END AS v),
 leg AS (SELECT 1 FROM ` + t + ` WHERE key = $4::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until, fingerprint)

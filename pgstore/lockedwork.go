@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
@@ -23,16 +24,22 @@ import (
 // Two locks of the database's advisory lock space, both computed from
 // SHA-256 of the table's name and the row's key:
 //
-//	idLock    (one bigint)   held for the whole work by its holder; every
-//	          acquire statement of the store on the table (AcquireLease,
-//	          AcquireRecord, with or without the transactional mode) tries
-//	          it in its own statement and, failing, takes nothing
-//	fpLock    (two int4s)    of the key and the request's fingerprint, held
-//	          by the holder of idLock and, for the length of its statement,
-//	          by an acquire statement: a caller that cannot take idLock
-//	          tries it to tell a holder of the same request (fpLock taken:
-//	          busy, 409) from one of another (fpLock free: a different
-//	          request, 422)
+//	idLock    (one bigint)   held, exclusive, for the whole work by its
+//	          holder; every acquire statement of the store on the table
+//	          (AcquireLease, AcquireRecord, with or without the
+//	          transactional mode) tries it shared in its own statement
+//	          and, failing, takes nothing (acquire statements do not
+//	          exclude each other: the row does, as without Works)
+//	fpLock    (two int4s)    of the key and the request's fingerprint,
+//	          taken (exclusive, never waited for) before idLock by every
+//	          caller, held by a Work for its whole length and by an
+//	          acquire statement for its own: a caller that cannot take
+//	          fpLock is answered busy with the same request in flight
+//	          (409); one that takes fpLock but not idLock, busy with a
+//	          different request (422). Two acquire statements of one
+//	          request that overlap a Work's AcquireWork of the same
+//	          request may make the latter answer 422 for 409 (the second
+//	          statement holds idLock shared without fpLock)
 //
 // Why at most one work commits for an ID, whatever the hashes: a work's
 // Commit writes the done row only where the table holds no live row of
@@ -69,16 +76,22 @@ func (s *Store) fpLock(key, fingerprint []byte) (int32, int32) {
 	return int32(binary.BigEndian.Uint32(sum)), int32(binary.BigEndian.Uint32(sum[4:]))
 }
 
-// lockSQL tries the locks of an AcquireWork, in BEGIN's round trip: 0,
-// both taken (the caller holds the ID); 1, the ID is held by a request
-// of another fingerprint (fpLock was free: taken, and released with the
-// rollback that follows); 2, by one that may be the same; 3, the ID taken
-// but fpLock held for a moment by another caller of the same request,
-// which is answered busy as well (and rolled back). CASE evaluates its
-// branches in order, and only as far as needed.
-const lockSQL = `SELECT txid_current(), CASE WHEN pg_try_advisory_xact_lock($1::bigint)
-    THEN CASE WHEN pg_try_advisory_xact_lock($2::int, $3::int) THEN 0 ELSE 3 END
-  WHEN pg_try_advisory_xact_lock($2::int, $3::int) THEN 1 ELSE 2 END`
+// lockSQL takes the locks of an AcquireWork, in BEGIN's round trip,
+// fpLock first, so that a holder of idLock always holds its fpLock: 2,
+// fpLock is held by another caller of the same request (a holder, or one
+// about to find out), so the ID is busy with a request that may be the
+// same; 0, both taken (the caller holds the ID); 1, fpLock taken but the
+// ID held by another request, whose fingerprint therefore differs. Both
+// locks are released with the rollback that follows a busy answer. No
+// lock is waited for. CASE evaluates its branches in order, and only as
+// far as needed.
+//
+// It also ends the session should it stay idle in the transaction for the
+// lease ($4, in milliseconds): a holder stalled outside the database
+// frees the ID with nothing kept.
+const lockSQL = `SELECT txid_current(), set_config('idle_in_transaction_session_timeout', $4::text, true) IS NULL, CASE
+  WHEN NOT pg_try_advisory_xact_lock($2::int, $3::int) THEN 2
+  WHEN pg_try_advisory_xact_lock($1::bigint) THEN 0 ELSE 1 END`
 
 // prepareLockedWork writes the statements of AcquireWork and of its
 // Work's Commit.
@@ -102,15 +115,18 @@ SELECT EXISTS (SELECT 1 FROM m), coalesce((SELECT state FROM cur), ''), coalesce
 	// takes over a row that has expired, never a live one (a lease an
 	// acquire statement took while the work held nothing, a Claim of the
 	// ID). Parameters and refusals as the fence of [Store.prepareWork].
+	// $8 is the lease in microseconds: a fence after it has passed since
+	// the transaction began (now(), BEGIN's time) is lost.
 	s.lockedFenceSQL = `WITH x AS (SELECT txid_current() = $6::bigint AS same),
 m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp()),
 up AS (
   INSERT INTO ` + t + ` AS r (key, state, token, until, fingerprint, result)
   SELECT $1::bytea, 'd', $2::text, $3::timestamptz, $4::bytea, $5::bytea FROM m
   WHERE $3::timestamptz > statement_timestamp() AND (SELECT same FROM x)
+    AND statement_timestamp() < now() + $8::bigint * interval '1 microsecond'
   ON CONFLICT (key) DO UPDATE SET state = 'd', token = excluded.token, until = excluded.until,
       fingerprint = excluded.fingerprint, result = excluded.result
-    WHERE r.until <= statement_timestamp()
+    WHERE r.until <= statement_timestamp() AND statement_timestamp() < now() + $8::bigint * interval '1 microsecond'
   RETURNING 1
 )
 SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
@@ -143,9 +159,12 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
 // until its Commit: [replay.ErrLeaseLost] then means a live row of the
 // ID appeared meanwhile (a Claim, or a lease taken while the locks were
 // not held), and nothing of the work was kept.
-func (s *Store) AcquireWork(ctx context.Context, id string, fingerprint []byte) (replay.Record, replay.Work, error) {
+func (s *Store) AcquireWork(ctx context.Context, id string, lease time.Duration, fingerprint []byte) (replay.Record, replay.Work, error) {
 	if err := checkID(id); err != nil {
 		return replay.Record{}, nil, err
+	}
+	if lease <= 0 {
+		return replay.Record{}, nil, fmt.Errorf("%w: %w: lease is not positive", ErrInvalidClaim, replay.ErrExpired)
 	}
 	if err := replay.CheckFingerprint(fingerprint); err != nil {
 		return replay.Record{}, nil, fmt.Errorf("%w: %w", ErrInvalidClaim, err)
@@ -174,7 +193,11 @@ func (s *Store) AcquireWork(ctx context.Context, id string, fingerprint []byte) 
 	var raw [tokenLen / 2]byte
 	rand.Read(raw[:])
 	key := s.key(id)
-	w := &work{s: s, key: key, token: hex.EncodeToString(raw[:]), pc: pc, conn: pc.Conn(), locked: true}
+	us := int64(lease / time.Microsecond)
+	if lease%time.Microsecond != 0 {
+		us++
+	}
+	w := &work{s: s, key: key, token: hex.EncodeToString(raw[:]), pc: pc, conn: pc.Conn(), locked: true, leaseUS: us}
 	w.tx = &workTx{w: w}
 	fp1, fp2 := s.fpLock(key, fingerprint)
 	type read struct {
@@ -194,11 +217,12 @@ func (s *Store) AcquireWork(ctx context.Context, id string, fingerprint []byte) 
 		var r read
 		b := &pgx.Batch{}
 		b.Queue(beginSQL)
-		b.Queue(lockSQL, s.idLock(key), fp1, fp2)
+		b.Queue(lockSQL, s.idLock(key), fp1, fp2, strconv.FormatInt(max((us+999)/1000, 1), 10))
 		b.Queue(s.lockedReadSQL, key, s.legacyKey(id))
 		br := w.conn.SendBatch(ctx, b)
 		_, beginErr := br.Exec()
-		lockErr := br.QueryRow().Scan(&w.xid, &r.lock)
+		var unset bool
+		lockErr := br.QueryRow().Scan(&w.xid, &unset, &r.lock)
 		readErr := br.QueryRow().Scan(&r.marker, &r.state, &r.wait, &r.fingerprint, &r.result)
 		closeErr := br.Close()
 		w.begun = beginErr == nil

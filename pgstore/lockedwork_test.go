@@ -24,7 +24,7 @@ func twinStores(t *testing.T) (a, b *Store) {
 // the Work is rolled back when t ends.
 func acquireWork(t *testing.T, s *Store, id string, fp []byte) replay.Work {
 	t.Helper()
-	r, w, err := s.AcquireWork(bg(), id, fp)
+	r, w, err := s.AcquireWork(bg(), id, time.Minute, fp)
 	if err != nil || r.State != replay.LeaseAcquired || w == nil || !validToken(r.Token) {
 		t.Fatalf("AcquireWork(%q) = %+v, %v, %v; want acquired with a Work", id, r, w, err)
 	}
@@ -64,7 +64,7 @@ func TestAcquireWorkAgreesWithEveryAcquire(t *testing.T) {
 			acquire func(fp []byte) (replay.Record, error)
 		}{
 			{"AcquireWork", func(fp []byte) (replay.Record, error) {
-				r, w, err := b.AcquireWork(bg(), id, fp)
+				r, w, err := b.AcquireWork(bg(), id, time.Minute, fp)
 				if w != nil {
 					t.Error("a busy AcquireWork returned a Work")
 				}
@@ -107,7 +107,7 @@ func TestAcquireWorkAgreesWithEveryAcquire(t *testing.T) {
 			fp   []byte
 			want string
 		}{{fp, "same"}, {other, "other"}} {
-			r, w, err := a.AcquireWork(bg(), id, c.fp)
+			r, w, err := a.AcquireWork(bg(), id, time.Minute, c.fp)
 			if err != nil || w != nil {
 				t.Fatalf("AcquireWork = %v, %v; want busy, no Work", w, err)
 			}
@@ -125,7 +125,7 @@ func TestAcquireWorkAgreesWithEveryAcquire(t *testing.T) {
 		if err := w.Commit(bg(), time.Now().Add(time.Hour), fp, []byte("result")); err != nil {
 			t.Fatal(err)
 		}
-		r, w2, err := b.AcquireWork(bg(), id, fp)
+		r, w2, err := b.AcquireWork(bg(), id, time.Minute, fp)
 		if err != nil || w2 != nil || r.State != replay.LeaseDone || !bytes.Equal(r.Fingerprint, fp) || string(r.Result) != "result" {
 			t.Fatalf("AcquireWork after Commit = %+v, %v, %v; want done with the record", r, w2, err)
 		}
@@ -146,7 +146,8 @@ func TestAcquireWorkAgreesWithEveryAcquire(t *testing.T) {
 // TestAcquireWorkCommitsAtMostOnce: a Work whose ID was taken meanwhile
 // by a live row it did not write (a Claim, which does not wait for the
 // Work's lock) commits nothing and reports ErrLeaseLost; and of two
-// instances racing for one ID, at most one Work commits.
+// instances racing for one ID with one request, at most one Work
+// commits, and the loser is told busy with the same request.
 func TestAcquireWorkCommitsAtMostOnce(t *testing.T) {
 	a, b := twinStores(t)
 	table := chargeTable(t, a.pool)
@@ -172,7 +173,10 @@ func TestAcquireWorkCommitsAtMostOnce(t *testing.T) {
 			results := make(chan error, 2)
 			for _, s := range []*Store{a, b} {
 				go func() {
-					r, w, err := s.AcquireWork(bg(), id, []byte("fp"))
+					r, w, err := s.AcquireWork(bg(), id, time.Minute, []byte("fp"))
+					if err == nil && w == nil && r.State == replay.LeaseBusy && len(r.Fingerprint) > 0 {
+						err = errors.New("the loser of a race of one request told it is another (422 for 409)")
+					}
 					if err != nil || w == nil {
 						results <- err
 						return
@@ -194,8 +198,8 @@ func TestAcquireWorkCommitsAtMostOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if got := chargesOf(t, a.pool, table, id); len(got) != 1 {
-				t.Fatalf("%s: charges = %q; want exactly one", id, got)
+			if got := chargesOf(t, a.pool, table, id); len(got) > 1 {
+				t.Fatalf("%s: charges = %q; want at most one", id, got)
 			}
 		}
 	})
@@ -244,25 +248,85 @@ func TestAcquireWorkRefusals(t *testing.T) {
 	cancelled, cancel := context.WithCancel(bg())
 	cancel()
 	tests := []struct {
-		name string
-		s    *Store
-		ctx  context.Context
-		id   string
-		fp   []byte
-		want error
+		name  string
+		s     *Store
+		ctx   context.Context
+		id    string
+		lease time.Duration
+		fp    []byte
+		want  error
 	}{
-		{"empty id", s, bg(), "", nil, ErrInvalidClaim},
-		{"oversize fingerprint", s, bg(), "x", make([]byte, replay.MaxFingerprintBytes+1), replay.ErrTooLarge},
-		{"zero Store", &Store{}, bg(), "x", nil, ErrConfig},
-		{"cancelled context", s, cancelled, "x", nil, ErrUnavailable},
+		{"empty id", s, bg(), "", time.Minute, nil, ErrInvalidClaim},
+		{"zero lease", s, bg(), "x", 0, nil, replay.ErrExpired},
+		{"negative lease", s, bg(), "x", -time.Second, nil, ErrInvalidClaim},
+		{"oversize fingerprint", s, bg(), "x", time.Minute, make([]byte, replay.MaxFingerprintBytes+1), replay.ErrTooLarge},
+		{"zero Store", &Store{}, bg(), "x", time.Minute, nil, ErrConfig},
+		{"cancelled context", s, cancelled, "x", time.Minute, nil, ErrUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, w, err := tt.s.AcquireWork(tt.ctx, tt.id, tt.fp)
+			r, w, err := tt.s.AcquireWork(tt.ctx, tt.id, tt.lease, tt.fp)
 			if !errors.Is(err, tt.want) || w != nil || r.State != 0 {
 				t.Fatalf("AcquireWork = %+v, %v, %v; want %v and no Work", r, w, err, tt.want)
 			}
 		})
 	}
 	acquireWork(t, s, "x", nil) // nothing was left held
+}
+
+// TestAcquireWorkLeaseBoundsTheWork: a Work whose lease has passed since
+// it began commits nothing (ErrLeaseLost), and a session left idle in the
+// Work's transaction for its lease is ended by the server, which frees
+// the ID with nothing kept.
+func TestAcquireWorkLeaseBoundsTheWork(t *testing.T) {
+	a, b := twinStores(t)
+	table := chargeTable(t, a.pool)
+	const lease = 300 * time.Millisecond
+	tests := []struct {
+		name string
+		// busy: statements keep the session busy past the lease, so the
+		// server's idle timeout never fires and the fence refuses.
+		busy bool
+	}{
+		{"commit after the lease", true},
+		{"idle past the lease", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := tt.name
+			r, w, err := a.AcquireWork(bg(), id, lease, []byte("fp"))
+			if err != nil || w == nil {
+				t.Fatalf("AcquireWork = %+v, %v, %v", r, w, err)
+			}
+			defer w.Rollback(bg())
+			ctx := w.Context(bg())
+			if err := charge(ctx, table, id, "late"); err != nil {
+				t.Fatal(err)
+			}
+			if tt.busy {
+				tx, _ := TxFrom(ctx)
+				if _, err := tx.Exec(ctx, "select pg_sleep($1::float8)", (lease + 100*time.Millisecond).Seconds()); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				time.Sleep(lease + 300*time.Millisecond)
+				// The server ended the idle session: the ID is free.
+				r2, w2, err := b.AcquireWork(bg(), id, time.Minute, []byte("fp"))
+				if err != nil || w2 == nil {
+					t.Fatalf("AcquireWork while the stalled Work's session is idle past its lease = %+v, %v; want acquired", r2, err)
+				}
+				w2.Rollback(bg())
+			}
+			err = w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+			if tt.busy && !errors.Is(err, replay.ErrLeaseLost) || !tt.busy && err == nil {
+				t.Fatalf("Commit = %v", err)
+			}
+			if got := chargesOf(t, a.pool, table, id); len(got) != 0 {
+				t.Fatalf("charges = %q; want none", got)
+			}
+			if _, ok := rowOf(t, a, id); ok {
+				t.Fatal("a row of the ID was written")
+			}
+		})
+	}
 }

@@ -296,6 +296,7 @@ type work struct {
 	conn     *pgx.Conn
 	ended    bool
 	locked   bool     // of AcquireWork: the lease is the transaction's advisory lock, no row
+	leaseUS  int64    // of AcquireWork: the lease, in microseconds from BEGIN
 	begun    bool     // BEGIN was sent and succeeded
 	xid      int64    // the transaction id BEGIN's round trip read (when begun)
 	refusal  error    // the first statement of the handler refused unsent (see refusedStatement)
@@ -532,7 +533,11 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		if w.locked {
 			fence = w.s.lockedFenceSQL
 		}
-		b.Queue(fence, w.key, w.token, pgTime(until), fingerprint, result, xid, w.s.commitSetting())
+		args := []any{w.key, w.token, pgTime(until), fingerprint, result, xid, w.s.commitSetting()}
+		if w.locked {
+			args = append(args, w.leaseUS)
+		}
+		b.Queue(fence, args...)
 		b.Queue("commit")
 		if w.begun {
 			// The handler ran statements: its session is reset in the

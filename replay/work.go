@@ -84,13 +84,16 @@ type WorkAcquirer interface {
 	// caller until its Commit or Rollback (Rollback frees id: no
 	// [Leaser.ReleaseLease] is needed, and one with the returned Token
 	// changes nothing); Commit records id as done with fingerprint and
-	// result in the work's transaction. For [LeaseBusy] and [LeaseDone]
+	// result in the work's transaction, and fails with [ErrLeaseLost],
+	// keeping nothing, once lease has passed since the transaction
+	// began, by the store's clock. For [LeaseBusy] and [LeaseDone]
 	// it returns no Work and the Record AcquireRecord would, except that
 	// for a holder whose own work has not committed, Fingerprint cannot
 	// be read: it is then empty when the holder's request may be the
 	// same one, and a value that differs from fingerprint when the holder's
 	// is known to differ (hash collisions of the store's locks may turn
-	// the one answer into the other, never into an acquired lease). An
-	// error means no transaction is open and nothing was taken.
-	AcquireWork(ctx context.Context, id string, fingerprint []byte) (Record, Work, error)
+	// the one answer into the other, never into an acquired lease);
+	// [Recorder.AcquireRecord] reports a Work's holder in the same way.
+	// An error means no transaction is open and nothing was taken.
+	AcquireWork(ctx context.Context, id string, lease time.Duration, fingerprint []byte) (Record, Work, error)
 }
