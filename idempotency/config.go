@@ -229,8 +229,10 @@ type Config struct {
 	// not at all. The response is held whole, whatever its size, and sent
 	// only once the commit succeeded; a commit whose lease was lost, or
 	// whose outcome is unknown, is answered 503 instead. New refuses it
-	// with a Store that is not a [replay.Transactor]. See the package
-	// documentation.
+	// with a Store that is not a [replay.Transactor]. With a Store that is
+	// also a [replay.WorkAcquirer] (pgstore), the lease is taken inside
+	// that transaction ([replay.WorkAcquirer.AcquireWork]): one durable
+	// commit per first request. See the package documentation.
 	Transactional bool
 }
 
