@@ -105,7 +105,8 @@ SELECT EXISTS (SELECT 1 FROM m), $3::timestamptz > now(), EXISTS (SELECT 1 FROM 
 
 // AcquireLease implements [replay.Leaser]: it takes id for lease, measured
 // by the database's clock (until = now() + lease), unless a live row holds
-// id. A row written by [Store.Claim] counts as done. Errors match
+// id, and reports id busy while a Work of [Store.AcquireWork] holds it. A
+// row written by [Store.Claim] counts as done. Errors match
 // [ErrUnavailable] (the lease may or may not have been taken; if it was,
 // it ends by itself) or [ErrInvalidClaim] for an empty or oversize id or a
 // lease that is not positive, which also matches [replay.ErrExpired]. A

@@ -23,7 +23,8 @@ import (
 // runs in a transaction on one of the store's connections, and Commit
 // ends the lease in that transaction. The lease row itself was written
 // and committed by AcquireLease or AcquireRecord, so other holders see it
-// live (busy) while the work runs.
+// live (busy) while the work runs. (A Work of AcquireWork has no lease row
+// until its Commit: see lockedwork.go.)
 //
 // Commit sends, in one round trip (a pipeline), the fence statement and
 // COMMIT. The fence updates the lease row to done only where it is still
