@@ -824,3 +824,49 @@ func TestTransactionalAndPlainInstancesAgreeWhileTheFirstRuns(t *testing.T) {
 		})
 	}
 }
+
+// TestTransactionalTerminatedBackendMidHandlerChargesOnce: the backend of
+// a first request's transaction is terminated (pg_terminate_backend)
+// while its handler runs, after its charge: the client gets 503, nothing
+// of that run is kept, and the retries charge exactly once, each final
+// answer being the committed charge's response.
+func TestTransactionalTerminatedBackendMidHandlerChargesOnce(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	admin := p.pool(t)
+	s := storeOn(t, p.pool(t))
+	charged, resume := make(chan struct{}, 1), make(chan struct{}, 1)
+	h := &chargeHandler{table: newChargeTable(t, pool), after: func(http.ResponseWriter, *http.Request) bool {
+		select {
+		case charged <- struct{}{}:
+			<-resume // the first run only
+		default:
+		}
+		return true
+	}}
+	url := serve(t, txMiddleware(t, s, 10*time.Second).Wrap(h))
+	client := &http.Client{Timeout: 10 * time.Second}
+	first := make(chan int, 1)
+	go func() {
+		status, _, _ := postCharge(client, url, "k1")
+		first <- status
+	}()
+	<-charged
+	// The only ID lock held on the server is the work's.
+	tag, err := admin.Exec(bg(), `SELECT pg_terminate_backend(pid) FROM pg_locks
+		WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid <> pg_backend_pid()`)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("terminating the work's backend: %v, %d rows", err, tag.RowsAffected())
+	}
+	charged <- struct{}{} // no other run waits
+	resume <- struct{}{}
+	if status := <-first; status != http.StatusServiceUnavailable {
+		t.Fatalf("the terminated run answered %d; want 503", status)
+	}
+	if got := charges(t, pool, h.table)["k1"]; len(got) != 0 {
+		t.Fatalf("%d charges kept from the terminated run; want none", len(got))
+	}
+	retry := chargeUntilCreated(t, client, url, "k1", 10*time.Second)
+	final := chargeUntilCreated(t, client, url, "k1", 5*time.Second)
+	exactlyOneCharge(t, charges(t, pool, h.table), "k1", retry, final)
+}
