@@ -229,8 +229,10 @@ type Config struct {
 	// not at all. The response is held whole, whatever its size, and sent
 	// only once the commit succeeded; a commit whose lease was lost, or
 	// whose outcome is unknown, is answered 503 instead. New refuses it
-	// with a Store that is not a [replay.Transactor]. See the package
-	// documentation.
+	// with a Store that is not a [replay.Transactor]. With a Store that is
+	// also a [replay.WorkAcquirer] (pgstore), the lease is taken inside
+	// that transaction ([replay.WorkAcquirer.AcquireWork]): one durable
+	// commit per first request. See the package documentation.
 	Transactional bool
 }
 
@@ -262,6 +264,9 @@ type params struct {
 	runs runEstimates  // recorded run times per route, for Retry-After
 
 	transactor replay.Transactor // Transactional: the Store; else nil
+	// Transactional with a Store that takes the lease in the handler's
+	// transaction (replay.WorkAcquirer): the Store; else nil.
+	acquirer replay.WorkAcquirer
 }
 
 func configError(why string) error { return reason.New(ErrConfig, why) }
@@ -397,6 +402,7 @@ func newParams(cfg Config) (*params, error) {
 			fault(configError("idempotency: Transactional is set but Store is not a replay.Transactor (the pgstore module)"))
 		}
 		p.transactor = t
+		p.acquirer, _ = t.(replay.WorkAcquirer)
 	}
 	if err := reason.Faults(faults...); err != nil {
 		return nil, err

@@ -192,7 +192,10 @@
 // With [Config.Transactional] and a store that is a [replay.Transactor]
 // (the pgstore module), the middleware opens a transaction once the key
 // is leased ([replay.Transactor.BeginWork]) and puts it in the handler's
-// context, where the store's accessor finds it (pgstore.TxFrom). A
+// context, where the store's accessor finds it (pgstore.TxFrom); with a
+// store that is also a [replay.WorkAcquirer], the key is leased inside
+// that transaction ([replay.WorkAcquirer.AcquireWork]), so that nothing
+// is committed before the handler's writes and their record. A
 // recorded status commits the handler's writes together with the fence
 // check of the lease and the response ([replay.Work.Commit]), and only
 // then is the response sent. A releasing outcome rolls the writes back

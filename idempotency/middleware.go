@@ -119,7 +119,21 @@ func (a *attempt) acquire(w http.ResponseWriter, fp []byte) (replay.Record, bool
 	p := a.p
 	ctx := a.r.Context()
 	start := time.Now()
-	rec, err := p.store.AcquireRecord(ctx, a.id, p.lease, fp)
+	var rec replay.Record
+	var err error
+	if p.acquirer != nil {
+		// The lease is the handler's transaction (work.go): one durable
+		// commit for the request.
+		var held replay.Work
+		rec, held, err = p.acquirer.AcquireWork(ctx, a.id, p.lease, fp)
+		if held != nil && (err != nil || rec.State != replay.LeaseAcquired) {
+			a.rollback(held) // outside the contract: hold nothing
+			held = nil
+		}
+		a.held = held
+	} else {
+		rec, err = p.store.AcquireRecord(ctx, a.id, p.lease, fp)
+	}
 	a.acquired += max(time.Since(start), 1) // a store was called: never 0
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -148,7 +162,7 @@ func (a *attempt) answer(w http.ResponseWriter, rec replay.Record, fp, body []by
 	p := a.p
 	switch rec.State {
 	case replay.LeaseAcquired:
-		if rec.Token != "" {
+		if rec.Token != "" && (p.acquirer == nil || a.held != nil) {
 			a.token = rec.Token
 			a.fp = fp
 			a.run(w, next, body)
@@ -245,6 +259,7 @@ type attempt struct {
 	token    string
 	fp       []byte
 	start    time.Time
+	held     replay.Work   // the Work holding the lease, from AcquireWork; else nil
 	acquired time.Duration // the store's latency for AcquireRecord
 	work     time.Duration // the store's latency for BeginWork and Commit or Rollback
 }
@@ -541,7 +556,14 @@ func (a *attempt) releaseLease() (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.r.Context()), p.lease/4)
 	defer cancel()
 	start := time.Now()
-	err := p.store.ReleaseLease(ctx, a.id, a.token)
+	var err error
+	if a.held != nil {
+		// The lease is the Work's transaction: its end (a no-op when it
+		// has ended already) frees the key.
+		err = a.held.Rollback(ctx)
+	} else {
+		err = p.store.ReleaseLease(ctx, a.id, a.token)
+	}
 	took := a.acquired + a.work + max(time.Since(start), 1)
 	if err != nil {
 		err = storeReleaseError(err)

@@ -26,7 +26,13 @@ func (a *attempt) runWork(ctx context.Context, w http.ResponseWriter, next http.
 	wctx, wcancel := context.WithDeadline(context.WithoutCancel(a.r.Context()), a.start.Add(p.lease+p.lease/4))
 	defer wcancel()
 	start := time.Now()
-	work, err := p.transactor.BeginWork(wctx, a.id, a.token)
+	var work replay.Work
+	var err error
+	if a.held != nil {
+		work = a.held // AcquireWork began it, holding the lease
+	} else {
+		work, err = p.transactor.BeginWork(wctx, a.id, a.token)
+	}
 	a.work = max(time.Since(start), 1)
 	if err == nil && work == nil {
 		err = errStoreAnswer

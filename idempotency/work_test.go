@@ -512,3 +512,127 @@ func TestHandlerGoexitReleasesTheKey(t *testing.T) {
 		})
 	}
 }
+
+// fakeAcquirer is a fakeTransactor that is also a replay.WorkAcquirer:
+// AcquireWork takes the MemoryStore's record lease and returns a Work
+// whose Rollback releases it, as a store whose lease is the transaction.
+type fakeAcquirer struct {
+	*fakeTransactor
+	noWork    bool // AcquireWork answers acquired without a Work
+	extraWork bool // AcquireWork answers busy or done with a Work
+	extra     *fakeWork
+}
+
+func (f *fakeAcquirer) AcquireWork(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, replay.Work, error) {
+	f.call("acquirework")
+	rec, err := f.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+	if err != nil {
+		return rec, nil, err
+	}
+	if rec.State != replay.LeaseAcquired {
+		if f.extraWork {
+			f.extra = &fakeWork{f: f.fakeTransactor, id: id}
+			return rec, f.extra, nil
+		}
+		return rec, nil, nil
+	}
+	if f.noWork {
+		return rec, nil, nil
+	}
+	return rec, &acquiredWork{fakeWork: fakeWork{f: f.fakeTransactor, id: id, token: rec.Token}}, nil
+}
+
+// acquiredWork is the Work of fakeAcquirer: its Rollback frees the key.
+type acquiredWork struct{ fakeWork }
+
+func (w *acquiredWork) Context(ctx context.Context) context.Context {
+	return w.fakeWork.Context(ctx)
+}
+
+func (w *acquiredWork) Commit(ctx context.Context, until time.Time, fp, result []byte) error {
+	err := w.fakeWork.Commit(ctx, until, fp, result)
+	if errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, replay.ErrRolledBack) {
+		w.f.MemoryStore.ReleaseLease(ctx, w.id, w.token) // the transaction ended: the key is free
+	}
+	return err
+}
+
+func (w *acquiredWork) Rollback(ctx context.Context) error {
+	err := w.fakeWork.Rollback(ctx)
+	w.f.MemoryStore.ReleaseLease(ctx, w.id, w.token)
+	return err
+}
+
+// TestTransactionalWithAWorkAcquirer: with a store that takes the lease
+// in the handler's transaction (replay.WorkAcquirer), the middleware asks
+// it for the Work instead of AcquireRecord and BeginWork, commits the
+// record with the charge, frees the key by the Work's Rollback (no
+// ReleaseLease), and answers 503 for an answer outside the contract,
+// holding nothing.
+func TestTransactionalWithAWorkAcquirer(t *testing.T) {
+	tests := []struct {
+		name      string
+		store     func(*fakeAcquirer)
+		handler   http.HandlerFunc
+		calls     string
+		status    int
+		committed int
+		retry     int
+	}{
+		{
+			name: "2xx commits the charge with the record", handler: chargeOnce,
+			calls: "acquirework,commit", status: 201, committed: 1, retry: 201,
+		},
+		{
+			name: "a retry status rolls back, which frees the key",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				exec(r.Context(), "charge")
+				http.Error(w, "downstream failed", http.StatusBadGateway)
+			},
+			// The release is the Work's Rollback again: a no-op.
+			calls: "acquirework,rollback,rollback", status: 502, committed: 0, retry: 502,
+		},
+		{
+			name: "a lost lease keeps nothing; the retry runs once the Work ended", store: func(f *fakeAcquirer) { f.loseLease = true },
+			handler: chargeOnce, calls: "acquirework,commit", status: 503, committed: 0, retry: 201,
+		},
+		{
+			name: "acquired without a Work is refused", store: func(f *fakeAcquirer) { f.noWork = true },
+			handler: chargeOnce, calls: "acquirework", status: 503, committed: 0, retry: 409,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &fakeAcquirer{fakeTransactor: newFakeTransactor()}
+			if tt.store != nil {
+				tt.store(st)
+			}
+			f := newFixture(t, Config{Store: st, Transactional: true}, tt.handler)
+			if r := f.post(key1, `{}`); r.Code != tt.status {
+				t.Fatalf("status %d (%s), want %d", r.Code, r.Body, tt.status)
+			}
+			if got := st.callList(); got != tt.calls {
+				t.Errorf("store calls %q, want %q", got, tt.calls)
+			}
+			if got := len(st.committedList()); got != tt.committed {
+				t.Errorf("%d statements committed, want %d", got, tt.committed)
+			}
+			st.loseLease, st.noWork = false, false
+			if r := f.post(key1, `{}`); r.Code != tt.retry {
+				t.Errorf("retry: status %d (%s), want %d", r.Code, r.Body, tt.retry)
+			}
+		})
+	}
+	t.Run("a done answer with a Work rolls that Work back", func(t *testing.T) {
+		st := &fakeAcquirer{fakeTransactor: newFakeTransactor()}
+		f := newFixture(t, Config{Store: st, Transactional: true}, chargeOnce)
+		first := f.post(key1, `{}`)
+		st.extraWork = true
+		if r := f.post(key1, `{}`); r.Code != first.Code || r.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("retry %d (%s), want the replay of %d", r.Code, r.Body, first.Code)
+		}
+		if st.extra == nil || !st.extra.ended {
+			t.Fatal("the Work returned with a done answer was not rolled back")
+		}
+	})
+}

@@ -216,6 +216,7 @@ func NewIdempotency(cfg IdempotencyConfig, in *Integration) (*Idempotency, error
 			return nil, bad("Transactional is set but Store is not a replay.Transactor (pgstore, sqlitestore)")
 		}
 		e.tx = tx
+		e.acq, _ = tx.(replay.WorkAcquirer)
 	}
 	if cfg.NonIdempotentWithoutKey {
 		in.Logger().LogAttrs(context.Background(), slog.LevelWarn,

@@ -662,3 +662,105 @@ func TestIdempotencyWaitEndsWhenTheCallerGoesAway(t *testing.T) {
 		t.Fatalf("a caller going away was logged as a store failure: %s", log.String())
 	}
 }
+
+// fakeAcquirer is a fakeTx that is also a replay.WorkAcquirer: AcquireWork
+// takes the memory store's lease and returns a Work whose Rollback frees
+// it, as a store whose lease is the transaction.
+type fakeAcquirer struct {
+	*fakeTx
+	noWork    bool // acquired without a Work
+	extraWork bool // a Work with a busy or done answer
+	extra     atomic.Int32
+	releases  atomic.Int32
+}
+
+type heldWork struct{ fakeWork }
+
+func (w *heldWork) Rollback(ctx context.Context) error {
+	w.tx.rolledBack.Add(1)
+	return w.tx.MemoryStore.ReleaseLease(ctx, w.id, w.token)
+}
+
+func (f *fakeAcquirer) ReleaseLease(ctx context.Context, id, token string) error {
+	f.releases.Add(1)
+	return f.MemoryStore.ReleaseLease(ctx, id, token)
+}
+
+func (f *fakeAcquirer) AcquireWork(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, replay.Work, error) {
+	rec, err := f.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+	switch {
+	case err != nil:
+		return rec, nil, err
+	case rec.State != replay.LeaseAcquired && f.extraWork:
+		f.extra.Add(1)
+		return rec, &heldWork{fakeWork{tx: f.fakeTx, id: id}}, nil
+	case rec.State != replay.LeaseAcquired || f.noWork:
+		return rec, nil, nil
+	}
+	return rec, &heldWork{fakeWork{tx: f.fakeTx, id: id, token: rec.Token}}, nil
+}
+
+// TestIdempotencyTransactionalWithAWorkAcquirer: with a store that takes
+// the lease in the work's transaction, the call runs in the Work
+// AcquireWork returned (never BeginWork), a failed tool frees the ID by
+// the Work's Rollback alone (no ReleaseLease), an acquired answer without
+// a Work is refused without running the tool, and a Work given with a
+// done answer is rolled back.
+func TestIdempotencyTransactionalWithAWorkAcquirer(t *testing.T) {
+	boom := errors.New("tool")
+	tests := []struct {
+		name       string
+		store      func(*fakeAcquirer)
+		toolErr    bool
+		wantErr    error
+		runs       int32 // of the call and its retry
+		rolledBack int32
+	}{
+		{"committed: the retry is replayed", nil, false, nil, 1, 0},
+		{"tool fails: rolled back, which frees the ID", nil, true, boom, 2, 1},
+		{"acquired without a Work: refused, nothing runs", func(f *fakeAcquirer) { f.noWork = true }, false, ErrIdempotencyStore, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &fakeAcquirer{fakeTx: &fakeTx{MemoryStore: replay.NewMemoryStore(100), begin: errors.New("BeginWork must not be called")}}
+			if tt.store != nil {
+				tt.store(st)
+			}
+			i := testIdempotency(t, &bytes.Buffer{}, func(cfg *IdempotencyConfig) { cfg.Store = st; cfg.Transactional = true })
+			var runs atomic.Int32
+			run := func(ctx context.Context) ([]byte, error) {
+				if runs.Add(1) == 1 && tt.toolErr {
+					return nil, boom
+				}
+				if ctx.Value(fakeTxKey{}) == nil {
+					t.Error("the tool's context carries no transaction")
+				}
+				return []byte(`{"content":[]}`), nil
+			}
+			if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run); !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run)
+			if runs.Load() != tt.runs || st.rolledBack.Load() != tt.rolledBack || st.releases.Load() != 0 {
+				t.Fatalf("runs %d, rollbacks %d, releases %d; want %d, %d, 0", runs.Load(), st.rolledBack.Load(), st.releases.Load(), tt.runs, tt.rolledBack)
+			}
+		})
+	}
+	t.Run("a Work given with a done answer is rolled back", func(t *testing.T) {
+		st := &fakeAcquirer{fakeTx: &fakeTx{MemoryStore: replay.NewMemoryStore(100)}}
+		i := testIdempotency(t, &bytes.Buffer{}, func(cfg *IdempotencyConfig) { cfg.Store = st; cfg.Transactional = true })
+		run, n := counted()
+		first, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.extraWork = true
+		again, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run)
+		if err != nil || !bytes.Equal(again, first) || n.Load() != 1 {
+			t.Fatalf("retry = %q, %v (runs %d); want the replay", again, err, n.Load())
+		}
+		if st.extra.Load() != 1 || st.rolledBack.Load() != 1 {
+			t.Fatalf("%d Works given, %d rolled back; want 1 and 1", st.extra.Load(), st.rolledBack.Load())
+		}
+	})
+}

@@ -44,6 +44,9 @@ var notRecorded = []byte("\x00ctoken: result not recorded")
 type engine struct {
 	store replay.Recorder
 	tx    replay.Transactor // nil unless the work runs in the store's transaction
+	// acq is tx when it takes the lease in the work's transaction
+	// (replay.WorkAcquirer: one durable commit per call); else nil.
+	acq   replay.WorkAcquirer
 	lease time.Duration
 	// window is how long a done ID keeps its result.
 	window time.Duration
@@ -96,16 +99,26 @@ func (e *engine) do(ctx context.Context, id string, fp []byte, run runFunc) (res
 	pause := engineFirstPoll
 	for {
 		acquiredAt := time.Now()
-		rec, err := e.store.AcquireRecord(ctx, id, e.lease, fp)
+		var rec replay.Record
+		var held replay.Work // the Work holding the lease, from AcquireWork
+		if e.acq != nil {
+			rec, held, err = e.acq.AcquireWork(ctx, id, e.lease, fp)
+			if held != nil && (err != nil || rec.State != replay.LeaseAcquired) {
+				e.rollback(ctx, held) // outside the contract: hold nothing
+				held = nil
+			}
+		} else {
+			rec, err = e.store.AcquireRecord(ctx, id, e.lease, fp)
+		}
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: %w", errEngineStore, err)
 		}
 		switch rec.State {
 		case replay.LeaseAcquired:
-			if rec.Token == "" {
+			if rec.Token == "" || e.acq != nil && held == nil {
 				break
 			}
-			res, err := e.run(ctx, id, rec.Token, fp, acquiredAt, run)
+			res, err := e.run(ctx, id, rec.Token, fp, acquiredAt, held, run)
 			return res, false, err
 		case replay.LeaseDone:
 			if len(rec.Result) == 0 || len(rec.Fingerprint) == 0 {
@@ -158,11 +171,11 @@ func sameFingerprint(storedFP, fp []byte) bool {
 
 // run runs the work under the lease token holds on id (taken at start)
 // and settles the ID: the result recorded, or the ID released.
-func (e *engine) run(ctx context.Context, id, token string, fp []byte, start time.Time, run runFunc) (result []byte, err error) {
+func (e *engine) run(ctx context.Context, id, token string, fp []byte, start time.Time, held replay.Work, run runFunc) (result []byte, err error) {
 	hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(e.lease/4*3))
 	defer cancel()
 	if e.tx != nil {
-		return e.runWork(ctx, hctx, id, token, fp, start, run)
+		return e.runWork(ctx, hctx, id, token, fp, start, held, run)
 	}
 	settled := false
 	defer func() {
@@ -196,30 +209,41 @@ func (e *engine) run(ctx context.Context, id, token string, fp []byte, start tim
 // runWork is run for a transactional engine: the work runs in the
 // store's transaction (in the context hctx), and its writes commit with
 // the record, or not at all. Nothing of the result is returned before the
-// commit succeeded.
-func (e *engine) runWork(ctx, hctx context.Context, id, token string, fp []byte, start time.Time, run runFunc) ([]byte, error) {
+// commit succeeded. held is the Work of AcquireWork, which holds the
+// lease itself (its Rollback frees the ID), or nil.
+func (e *engine) runWork(ctx, hctx context.Context, id, token string, fp []byte, start time.Time, held replay.Work, run runFunc) ([]byte, error) {
 	wctx, wcancel := context.WithDeadline(context.WithoutCancel(ctx), e.confirmDeadline(start))
 	defer wcancel()
-	work, err := e.tx.BeginWork(wctx, id, token)
+	work, err := held, error(nil)
+	release := func(why string) {
+		// A held Work's end (its Rollback, or a Commit that kept
+		// nothing) is what frees the ID: nothing more to release.
+		if held == nil {
+			e.release(ctx, id, token, why)
+		}
+	}
+	if held == nil {
+		work, err = e.tx.BeginWork(wctx, id, token)
+	}
 	if err == nil && work == nil {
 		err = errors.New("BeginWork returned no Work")
 	}
 	if err != nil {
-		e.release(ctx, id, token, "the store could not begin the transaction")
+		release("the store could not begin the transaction")
 		return nil, fmt.Errorf("%w: %w", errEngineStore, err)
 	}
 	settled := false
 	defer func() {
 		if !settled {
 			e.rollback(ctx, work)
-			e.release(ctx, id, token, "the work panicked")
+			release("the work panicked")
 		}
 	}()
 	result, err := run(work.Context(hctx))
 	settled = true
 	if err != nil {
 		e.rollback(ctx, work)
-		e.release(ctx, id, token, "the work returned an error")
+		release("the work returned an error")
 		return nil, err
 	}
 	record, stored := e.recordOf(id, fp, result)
@@ -233,7 +257,7 @@ func (e *engine) runWork(ctx, hctx context.Context, id, token string, fp []byte,
 	case errors.Is(err, replay.ErrLeaseLost):
 		e.logf(ctx, slog.LevelError, "the lease ran out before the commit and another call took the key; the transaction was rolled back and the result not returned", err)
 	case errors.Is(err, replay.ErrRolledBack):
-		e.release(ctx, id, token, "the store rolled the transaction back")
+		release("the store rolled the transaction back")
 		e.logf(ctx, slog.LevelError, "the store rolled the transaction back (a statement failed, or the record was refused); nothing was kept, key released", err)
 	default:
 		e.logf(ctx, slog.LevelError, "the commit failed with an unknown outcome; key left leased, the result not returned", err)

@@ -688,3 +688,185 @@ func TestTransactionalHandlerEscapeChargesOnce(t *testing.T) {
 		})
 	}
 }
+
+// plainMiddleware is the idempotency middleware on s without the
+// transactional mode (a lease committed before the handler, its record
+// after), with lease.
+func plainMiddleware(t testing.TB, s *Store, lease time.Duration) *idempotency.Middleware {
+	t.Helper()
+	mw, err := idempotency.New(idempotency.Config{
+		Store:    s,
+		Keys:     effectKeys(),
+		Caller:   func(*http.Request) (string, error) { return "tenant-1", nil },
+		Required: true,
+		Lease:    lease,
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
+}
+
+// postBody sends one attempt with key and body to url.
+func postBody(t *testing.T, url, key, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// TestTransactionalAndPlainInstancesAgreeWhileTheFirstRuns: two instances
+// on one table, one with the transactional mode (whose lease is its
+// uncommitted transaction's lock) and one without (whose lease is a
+// committed row): while either runs a key's first request, both answer
+// the same request 409 and a changed one 422; once it is done, both
+// replay its response, and the key has one charge.
+func TestTransactionalAndPlainInstancesAgreeWhileTheFirstRuns(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	prefix := uniquePrefix()
+	table := newChargeTable(t, pool)
+	same := func(o *Options) { o.Prefix = prefix }
+	const request, changed = `{"amount": 1999, "currency": "eur"}`, `{"amount": 2999, "currency": "eur"}`
+	started, release := make(chan struct{}, 1), make(chan struct{}, 1)
+	block := func(http.ResponseWriter, *http.Request) bool {
+		started <- struct{}{}
+		<-release
+		return true
+	}
+	txH := &chargeHandler{table: table, after: block}
+	txURL := serve(t, txMiddleware(t, storeOn(t, p.pool(t), same), 10*time.Second).Wrap(txH))
+	plainURL := serve(t, plainMiddleware(t, storeOn(t, p.pool(t), same), 10*time.Second).Wrap(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// The plain instance's handler charges in its own autocommit
+			// statement, before its record.
+			key := r.Header.Get("Idempotency-Key")
+			body := []byte(`{"key":"` + key + `","charge":"plain"}`)
+			if _, err := pool.Exec(r.Context(), `INSERT INTO `+table+` (key, body) VALUES ($1, $2)`, key, body); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			block(w, r)
+			w.WriteHeader(http.StatusCreated)
+			w.Write(body)
+		})))
+	tests := []struct {
+		name  string
+		first string // the instance running the first request
+	}{
+		{"transactional-first", txURL},
+		{"plain-first", plainURL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := tt.name
+			type answer struct {
+				status int
+				body   []byte
+			}
+			first := make(chan answer, 1)
+			go func() {
+				req, _ := http.NewRequest(http.MethodPost, tt.first, strings.NewReader(request))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Idempotency-Key", key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					first <- answer{}
+					return
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				first <- answer{resp.StatusCode, b}
+			}()
+			select {
+			case <-started:
+			case a := <-first:
+				t.Fatalf("the first request ended before its handler ran: %d %s", a.status, a.body)
+			}
+			for _, url := range []string{txURL, plainURL} {
+				if status, body := postBody(t, url, key, request); status != http.StatusConflict {
+					t.Errorf("the same request while the first runs: %d %s; want 409", status, body)
+				}
+				if status, body := postBody(t, url, key, changed); status != http.StatusUnprocessableEntity {
+					t.Errorf("a changed request while the first runs: %d %s; want 422", status, body)
+				}
+			}
+			release <- struct{}{}
+			got := <-first
+			if got.status != http.StatusCreated {
+				t.Fatalf("first request: %d %s; want 201", got.status, got.body)
+			}
+			for _, url := range []string{txURL, plainURL} {
+				if status, body := postBody(t, url, key, request); status != http.StatusCreated || !bytes.Equal(body, got.body) {
+					t.Errorf("the same request after the first: %d %s; want 201 with the first's response", status, body)
+				}
+				if status, body := postBody(t, url, key, changed); status != http.StatusUnprocessableEntity {
+					t.Errorf("a changed request after the first: %d %s; want 422", status, body)
+				}
+			}
+			if rows := charges(t, pool, table)[key]; len(rows) != 1 {
+				t.Fatalf("%d charges; want exactly 1", len(rows))
+			}
+		})
+	}
+}
+
+// TestTransactionalTerminatedBackendMidHandlerChargesOnce: the backend of
+// a first request's transaction is terminated (pg_terminate_backend)
+// while its handler runs, after its charge: the client gets 503, nothing
+// of that run is kept, and the retries charge exactly once, each final
+// answer being the committed charge's response.
+func TestTransactionalTerminatedBackendMidHandlerChargesOnce(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	admin := p.pool(t)
+	s := storeOn(t, p.pool(t))
+	charged, resume := make(chan struct{}, 1), make(chan struct{}, 1)
+	h := &chargeHandler{table: newChargeTable(t, pool), after: func(http.ResponseWriter, *http.Request) bool {
+		select {
+		case charged <- struct{}{}:
+			<-resume // the first run only
+		default:
+		}
+		return true
+	}}
+	url := serve(t, txMiddleware(t, s, 10*time.Second).Wrap(h))
+	client := &http.Client{Timeout: 10 * time.Second}
+	first := make(chan int, 1)
+	go func() {
+		status, _, _ := postCharge(client, url, "k1")
+		first <- status
+	}()
+	<-charged
+	// The only ID lock held on the server is the work's.
+	tag, err := admin.Exec(bg(), `SELECT pg_terminate_backend(pid) FROM pg_locks
+		WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid <> pg_backend_pid()`)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("terminating the work's backend: %v, %d rows", err, tag.RowsAffected())
+	}
+	charged <- struct{}{} // no other run waits
+	resume <- struct{}{}
+	if status := <-first; status != http.StatusServiceUnavailable {
+		t.Fatalf("the terminated run answered %d; want 503", status)
+	}
+	if got := charges(t, pool, h.table)["k1"]; len(got) != 0 {
+		t.Fatalf("%d charges kept from the terminated run; want none", len(got))
+	}
+	retry := chargeUntilCreated(t, client, url, "k1", 10*time.Second)
+	final := chargeUntilCreated(t, client, url, "k1", 5*time.Second)
+	exactlyOneCharge(t, charges(t, pool, h.table), "k1", retry, final)
+}

@@ -440,10 +440,32 @@ func TestClaimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 	if first, err := s.Claim(bg(), "before", time.Now().Add(time.Minute)); err != nil || !first {
 		t.Fatalf("Claim on the timeline of the record = %v, %v", first, err)
 	}
+	// Works whose lease was taken on the timeline of the record: their
+	// commits come after the promotion below (the old path, a committed
+	// lease then BeginWork, and AcquireWork, the lease inside the work).
+	rec, err := s.AcquireRecord(bg(), "work-before", time.Minute, []byte("fp"))
+	if err != nil || rec.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireRecord before = %+v, %v", rec, err)
+	}
+	begun, err := s.BeginWork(bg(), "work-before", rec.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, locked, err := s.AcquireWork(bg(), "locked-before", time.Minute, []byte("fp"))
+	if err != nil || locked == nil {
+		t.Fatalf("AcquireWork before = %v, %v", locked, err)
+	}
 	// The record of a timeline this server is not on: as a promoted
 	// server holds the old primary's.
 	if _, err := pool.Exec(bg(), `UPDATE ctoken_replay SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode()); err != nil {
 		t.Fatal(err)
+	}
+	for name, w := range map[string]replay.Work{"BeginWork's commit": begun, "AcquireWork's commit": locked} {
+		t.Run(name, func(t *testing.T) {
+			if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err == nil {
+				t.Fatalf("%s on another timeline than the record's succeeded", name)
+			}
+		})
 	}
 	until := time.Now().Add(time.Minute)
 	steps := []struct {

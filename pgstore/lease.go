@@ -48,18 +48,29 @@ func (s *Store) prepareLease() {
 	// keeps changing. A live row of id under the layout before version 2
 	// (leg, $4: see [Store.legacyKey]) is never taken over and is reported
 	// as it is (a lease of an older instance: busy; a claim: done).
+	//
+	// lk tries the request's lock, then the ID's, shared (lockedwork.go),
+	// for the length of the statement: 0, the ID's taken, so no Work of
+	// [Store.AcquireWork] holds the ID and none can take it before this
+	// statement commits (acquire statements do not exclude each other:
+	// the row does); 1 or 2, a Work holds the ID (1: for a request of
+	// another fingerprint), and nothing is written.
 	s.acquireSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now() AND ` + historyGuardSQL + `),
+lk AS MATERIALIZED (SELECT CASE WHEN NOT pg_try_advisory_xact_lock($8::int, $9::int)
+    THEN CASE WHEN pg_try_advisory_xact_lock_shared($7::bigint) THEN 0 ELSE 2 END
+  WHEN pg_try_advisory_xact_lock_shared($7::bigint) THEN 0 ELSE 1 END AS v),
 leg AS (SELECT 1 FROM ` + t + ` WHERE key = $4::bytea AND until > now()),
 ins AS (
   INSERT INTO ` + t + ` (key, state, token, until, fingerprint)
   SELECT $1::bytea, 'l', $2::text, now() + $3::bigint * interval '1 microsecond', $5::bytea FROM m WHERE NOT EXISTS (SELECT 1 FROM leg)
+    AND (SELECT v FROM lk) = 0
   ON CONFLICT (key) DO NOTHING
   RETURNING 1
 ),
 upd AS (
   UPDATE ` + t + ` SET state = 'l', token = $2::text, until = now() + $3::bigint * interval '1 microsecond', fingerprint = $5::bytea, result = NULL
   WHERE key = $1::bytea AND until <= now() AND EXISTS (SELECT 1 FROM m) AND NOT EXISTS (SELECT 1 FROM ins)
-    AND NOT EXISTS (SELECT 1 FROM leg)
+    AND NOT EXISTS (SELECT 1 FROM leg) AND (SELECT v FROM lk) = 0
   RETURNING 1
 ),
 cur AS (
@@ -72,7 +83,7 @@ cur AS (
 )
 SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
   coalesce((SELECT state FROM cur), ''), coalesce((SELECT mine FROM cur), false), coalesce((SELECT wait FROM cur), 0),
-  (SELECT fingerprint FROM cur), (SELECT result FROM cur)`
+  (SELECT fingerprint FROM cur), (SELECT result FROM cur), (SELECT v FROM lk)`
 	// The confirm writes the done row with its record (fingerprint and
 	// result, both NULL for ConfirmLease) in the one statement that ends
 	// the lease. A resend that finds its own live done row (the first
@@ -94,7 +105,8 @@ SELECT EXISTS (SELECT 1 FROM m), $3::timestamptz > now(), EXISTS (SELECT 1 FROM 
 
 // AcquireLease implements [replay.Leaser]: it takes id for lease, measured
 // by the database's clock (until = now() + lease), unless a live row holds
-// id. A row written by [Store.Claim] counts as done. Errors match
+// id, and reports id busy while a Work of [Store.AcquireWork] holds it. A
+// row written by [Store.Claim] counts as done. Errors match
 // [ErrUnavailable] (the lease may or may not have been taken; if it was,
 // it ends by itself) or [ErrInvalidClaim] for an empty or oversize id or a
 // lease that is not positive, which also matches [replay.ErrExpired]. A
@@ -133,15 +145,18 @@ func (s *Store) acquire(ctx context.Context, id string, lease time.Duration, fin
 		marker, taken, mine bool
 		state               string
 		wait                int64
+		lock                int
 		fingerprint, result []byte
 	}
 	a, err := call(s, ctx, func(ctx context.Context) (acquired, error) {
 		key := s.key(id)
+		idLock := s.idLock(key)
+		fp1, fp2 := s.fpLock(key, fingerprint)
 		var a acquired
 		for range maxRaces {
-			err := s.pool.QueryRow(ctx, s.acquireSQL, key, token, us, s.legacyKey(id), fingerprint, record).Scan(
-				&a.marker, &a.taken, &a.state, &a.mine, &a.wait, &a.fingerprint, &a.result)
-			if err != nil || a.taken || a.state != "" || !a.marker {
+			err := s.pool.QueryRow(ctx, s.acquireSQL, key, token, us, s.legacyKey(id), fingerprint, record, idLock, fp1, fp2).Scan(
+				&a.marker, &a.taken, &a.state, &a.mine, &a.wait, &a.fingerprint, &a.result, &a.lock)
+			if err != nil || a.taken || a.state != "" || !a.marker || a.lock != 0 {
 				return a, err
 			}
 			// No live row in the snapshot and nothing taken: a concurrent
@@ -162,9 +177,13 @@ func (s *Store) acquire(ctx context.Context, id string, lease time.Duration, fin
 			Fingerprint: a.fingerprint}, nil
 	case state == "c" || state == "d":
 		return replay.Record{Lease: replay.Lease{State: replay.LeaseDone}, Fingerprint: a.fingerprint, Result: a.result}, nil
+	case state == "" && a.lock == 1 && record && len(fingerprint) > 0:
+		// A Work of AcquireWork holds the ID for a request of another
+		// fingerprint, which is not committed yet.
+		return replay.Record{Lease: replay.Lease{State: replay.LeaseBusy}, Fingerprint: otherFingerprint(fingerprint)}, nil
 	case state == "":
-		// The row kept changing under concurrent statements: busy, for
-		// how long is unknown.
+		// A Work of AcquireWork holds the ID, or the row kept changing
+		// under concurrent statements: busy, for how long is unknown.
 		return replay.Record{Lease: replay.Lease{State: replay.LeaseBusy}}, nil
 	}
 	return replay.Record{}, fmt.Errorf("%w: unexpected row state from the acquire statement", ErrUnavailable)

@@ -282,6 +282,7 @@ type Store struct {
 	claimSQL, takeoverSQL, releaseSQL              string
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
 	fenceSQL, claimTxSQL, takeoverTxSQL            string // work.go
+	lockedReadSQL, lockedFenceSQL                  string // lockedwork.go
 	sweepBatch                                     int
 	onSweep                                        func(int64, error)
 	observer                                       func(Event)
@@ -929,6 +930,7 @@ SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
 	s.prepareLease()
 	s.prepareSweep()
 	s.prepareWork()
+	s.prepareLockedWork()
 }
 
 // call runs fn within the store's deadline and returns its result.

@@ -26,7 +26,11 @@ import (
 // [replay.LeaseDone] the fingerprint and result written by
 // [Store.ConfirmRecord]; both are empty for a row written without a record
 // (by AcquireLease, ConfirmLease or Claim, or before [Migrate] added the
-// columns). A fingerprint over [replay.MaxFingerprintBytes] is refused
+// columns). While a Work of [Store.AcquireWork] holds the ID, whose
+// fingerprint is not committed, it returns busy with an empty fingerprint
+// when the Work's request may be the same one, and one that differs from
+// fingerprint when it is known to differ (see [replay.WorkAcquirer]). A
+// fingerprint over [replay.MaxFingerprintBytes] is refused
 // with an error matching [ErrInvalidClaim] and [replay.ErrTooLarge] before
 // anything is sent; the other errors are those of AcquireLease.
 func (s *Store) AcquireRecord(ctx context.Context, id string, lease time.Duration, fingerprint []byte) (replay.Record, error) {

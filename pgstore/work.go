@@ -23,7 +23,8 @@ import (
 // runs in a transaction on one of the store's connections, and Commit
 // ends the lease in that transaction. The lease row itself was written
 // and committed by AcquireLease or AcquireRecord, so other holders see it
-// live (busy) while the work runs.
+// live (busy) while the work runs. (A Work of AcquireWork has no lease row
+// until its Commit: see lockedwork.go.)
 //
 // Commit sends, in one round trip (a pipeline), the fence statement and
 // COMMIT. The fence updates the lease row to done only where it is still
@@ -156,7 +157,10 @@ func (s *Store) claimTx(ctx context.Context) pgx.Tx {
 	return tx
 }
 
-var _ replay.Transactor = (*Store)(nil)
+var (
+	_ replay.Transactor   = (*Store)(nil)
+	_ replay.WorkAcquirer = (*Store)(nil)
+)
 
 // querier is what a claim needs of a pool or a transaction.
 type querier interface {
@@ -199,7 +203,7 @@ func (s *Store) prepareWork() {
 	// handler's SET LOCAL synchronous_commit = off cannot make the commit
 	// the middleware acknowledges one a crash forgets.
 	s.fenceSQL = `WITH x AS (SELECT $6::bigint IS NULL OR txid_current() = $6::bigint AS same),
-m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp()),
+m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
 up AS (
   UPDATE ` + t + ` SET state = 'd', until = $3::timestamptz, fingerprint = $4::bytea, result = $5::bytea
   WHERE key = $1::bytea AND state = 'l' AND token = $2::text AND until > statement_timestamp()
@@ -292,6 +296,8 @@ type work struct {
 	pc       *pgxpool.Conn
 	conn     *pgx.Conn
 	ended    bool
+	locked   bool     // of AcquireWork: the lease is the transaction's advisory lock, no row
+	leaseUS  int64    // of AcquireWork: the lease, in microseconds from BEGIN
 	begun    bool     // BEGIN was sent and succeeded
 	xid      int64    // the transaction id BEGIN's round trip read (when begun)
 	refusal  error    // the first statement of the handler refused unsent (see refusedStatement)
@@ -524,7 +530,15 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		} else {
 			xid = &w.xid
 		}
-		b.Queue(w.s.fenceSQL, w.key, w.token, pgTime(until), fingerprint, result, xid, w.s.commitSetting())
+		fence := w.s.fenceSQL
+		if w.locked {
+			fence = w.s.lockedFenceSQL
+		}
+		args := []any{w.key, w.token, pgTime(until), fingerprint, result, xid, w.s.commitSetting()}
+		if w.locked {
+			args = append(args, w.leaseUS)
+		}
+		b.Queue(fence, args...)
 		b.Queue("commit")
 		if w.begun {
 			// The handler ran statements: its session is reset in the

@@ -61,3 +61,39 @@ type Work interface {
 	// release it with [Leaser.ReleaseLease], or let it end.
 	Rollback(ctx context.Context) error
 }
+
+// WorkAcquirer is an optional interface of a [Transactor] that is also a
+// [Recorder] and can take a lease inside the work's own transaction, so
+// that a first request costs one durable commit (the work's, with its
+// record) instead of two (the lease's, then the work's). The lease is
+// held by the open transaction itself, not by a committed entry: it lasts
+// until the Work ends, whatever its duration, and ends with the
+// transaction when the holder's process or connection dies, with nothing
+// of the work kept.
+//
+// Implementations agree with [Recorder.AcquireRecord] and
+// [Leaser.AcquireLease] on the same store: while a Work of AcquireWork
+// holds id, those report id busy, and while their lease is live
+// AcquireWork does; at most one holder's work is ever committed for id.
+type WorkAcquirer interface {
+	Transactor
+	Recorder
+
+	// AcquireWork is [Recorder.AcquireRecord] whose lease is a Work: for
+	// [LeaseAcquired] it returns the Work, open, holding id for the
+	// caller until its Commit or Rollback (Rollback frees id: no
+	// [Leaser.ReleaseLease] is needed, and one with the returned Token
+	// changes nothing); Commit records id as done with fingerprint and
+	// result in the work's transaction, and fails with [ErrLeaseLost],
+	// keeping nothing, once lease has passed since the transaction
+	// began, by the store's clock. For [LeaseBusy] and [LeaseDone]
+	// it returns no Work and the Record AcquireRecord would, except that
+	// for a holder whose own work has not committed, Fingerprint cannot
+	// be read: it is then empty when the holder's request may be the
+	// same one, and a value that differs from fingerprint when the holder's
+	// is known to differ (hash collisions of the store's locks may turn
+	// the one answer into the other, never into an acquired lease);
+	// [Recorder.AcquireRecord] reports a Work's holder in the same way.
+	// An error means no transaction is open and nothing was taken.
+	AcquireWork(ctx context.Context, id string, lease time.Duration, fingerprint []byte) (Record, Work, error)
+}
