@@ -20,6 +20,7 @@ var TestedByPages = []string{
 	"docs/fips.md",
 	"docs/keyfile.md",
 	"docs/keys.md",
+	"docs/mcp.md",
 	"docs/one-time.md",
 	"docs/operations.md",
 	"docs/pagination.md",
