@@ -18,6 +18,7 @@ var TestedByPages = []string{
 	"docs/exchange.md",
 	"docs/faults.md",
 	"docs/fips.md",
+	"docs/fleet.md",
 	"docs/keyfile.md",
 	"docs/keys.md",
 	"docs/mcp.md",
