@@ -362,6 +362,7 @@ func (w *work) end(ctx context.Context, err error) error {
 // transaction is in doubt, is discarded) and the store's writer is free.
 func (w *work) drop(clean bool) {
 	w.ended = true
+	w.wc.level = 0 // the handler's statements may have changed it
 	if !clean && w.s.wc == w.wc {
 		w.s.dropWriter()
 	}

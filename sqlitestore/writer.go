@@ -79,7 +79,21 @@ func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int
 	if tx := s.txOf(ctx); tx != nil {
 		return tx.step(ctx, s, fn)
 	}
-	o := &op{ctx: ctx, durable: durable, fn: fn, done: make(chan struct{})}
+	o := &op{ctx: ctx, durable: durable, fn: fn}
+	// An idle writer: the step commits on the caller's goroutine, saving
+	// the two hand-offs to the writer goroutine and back. A step that
+	// finds others queued, or a commit under way, queues, so concurrent
+	// steps still share a commit.
+	if len(s.ops) == 0 {
+		select {
+		case s.writeMu <- struct{}{}:
+			err := s.direct(ctx, o)
+			<-s.writeMu
+			return err
+		default:
+		}
+	}
+	o.done = make(chan struct{})
 	select {
 	case s.ops <- o:
 	case <-ctx.Done():
@@ -161,10 +175,25 @@ func (s *Store) run(parent context.Context, batch []*op) {
 	}
 }
 
+// direct commits o alone on the caller's goroutine, as the writer would.
+// Like the writer's, its statements run to their end even if the caller's
+// context ends (within the store's timeout). The caller holds writeMu.
+func (s *Store) direct(ctx context.Context, o *op) error {
+	select {
+	case <-s.done:
+		return fmt.Errorf("%w: store closed", ErrUnavailable)
+	default:
+	}
+	if err := s.commitLocked(context.WithoutCancel(ctx), []*op{o}); err != nil {
+		return err
+	}
+	return o.err
+}
+
 // commit runs the batch in one transaction on the writer's connection.
 // It returns an error for the whole batch; a step's own refusal is left
 // in its op.
-func (s *Store) commit(parent context.Context, batch []*op) (err error) {
+func (s *Store) commit(parent context.Context, batch []*op) error {
 	ctx, cancel := s.bound(parent)
 	defer cancel()
 	select {
@@ -173,6 +202,13 @@ func (s *Store) commit(parent context.Context, batch []*op) (err error) {
 		return unavailable(ctx, errors.New("waiting for the store's writer"))
 	}
 	defer func() { <-s.writeMu }()
+	return s.commitLocked(parent, batch)
+}
+
+// commitLocked is commit with writeMu held.
+func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
+	ctx, cancel := s.bound(parent)
+	defer cancel()
 	if err := s.guard.refused(); err != nil {
 		return err
 	}
@@ -247,10 +283,11 @@ func (s *Store) commit(parent context.Context, batch []*op) (err error) {
 // that the store holds for its life, with its statements prepared once,
 // so a commit neither checks a connection out of the pool nor compiles
 // its statements again. It is opened at the first write (and again after
-// a commit or a Work left it in doubt, which closes it). Every use reads
-// its synchronous setting (a prepared statement: a lowered setting, by a
-// handler's PRAGMA in a Work, refuses the write and closes the
-// connection, so nothing is ever committed on it). The caller holds
+// a commit or a Work left it in doubt, which closes it). Its synchronous
+// setting is read when it is opened and again at the first use after
+// each Work (a handler's statements are the only ones but the store's
+// that reach it): a lowered setting refuses the write and closes the
+// connection, so nothing is ever committed on it. The caller holds
 // writeMu.
 func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
 	if s.wc == nil {
@@ -259,6 +296,9 @@ func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
 			return nil, 0, unavailable(ctx, err)
 		}
 		s.wc = &wconn{conn: conn, stmts: make(map[string]*sql.Stmt)}
+	}
+	if s.wc.level != 0 {
+		return s.wc, s.wc.level, nil
 	}
 	var level int
 	if err := (stmtQuerier{ctx, s.wc}).queryRow(`PRAGMA synchronous`).Scan(&level); err != nil {
@@ -269,6 +309,7 @@ func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
 		s.dropWriter()
 		return nil, 0, fmt.Errorf("%w: %w: the store's connection runs synchronous=%s: set FULL in the DSN, for every connection, and never lower it in a handler", ErrUnavailable, ErrConfig, syncNames[level])
 	}
+	s.wc.level = level
 	return s.wc, level, nil
 }
 
@@ -304,6 +345,7 @@ func (s *Store) closeWriter() {
 type wconn struct {
 	conn  *sql.Conn
 	stmts map[string]*sql.Stmt
+	level int // synchronous as last read; 0: to be read (new, or after a Work)
 }
 
 // stmtQuerier runs the store's statements on the writer's connection,
