@@ -184,6 +184,9 @@ func (s *Store) direct(ctx context.Context, o *op) error {
 		return fmt.Errorf("%w: store closed", ErrUnavailable)
 	default:
 	}
+	if ctx.Err() != nil {
+		return unavailable(ctx, errors.New("deadline passed before the step ran"))
+	}
 	if err := s.commitLocked(context.WithoutCancel(ctx), []*op{o}); err != nil {
 		return err
 	}
