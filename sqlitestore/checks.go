@@ -107,6 +107,8 @@ func (c settings) check(allowNormal bool) error {
 type guard struct {
 	incarnation string
 	seq         atomic.Int64 // the highest sequence seen
+	gen         atomic.Int64 // checks run: a durable commit advances the sequence once per check
+	bumpedGen   int64        // gen when the sequence last advanced (under writeMu)
 	info        os.FileInfo  // the database file as New found it
 	refusal     atomic.Pointer[error]
 	sticky      atomic.Bool // the refusal is a loss: only a new Store after Rearm lifts it
@@ -322,6 +324,25 @@ func (g *guard) step(q querier, s *Store, now int64, bump bool) (int64, error) {
 	return seq, nil
 }
 
+// wantBump reports whether a durable transaction must advance the
+// marker's sequence: the first after each check (every RecheckInterval),
+// and after New's own write. The other durable commits only read the
+// marker, so they write no page of it: a copy of the file that misses a
+// commit is found as older as long as it also misses the advance made in
+// the first durable commit after a check. gen is for [guard.bumped]. The
+// caller holds writeMu.
+func (g *guard) wantBump(durable bool) (bool, int64) {
+	gen := g.gen.Load()
+	return durable && gen != g.bumpedGen, gen
+}
+
+// bumped records a committed advance of the sequence to seq, made for the
+// check gen. The caller holds writeMu.
+func (g *guard) bumped(seq, gen int64) {
+	g.bumpedGen = gen
+	g.saw(seq)
+}
+
 // saw records a sequence committed by this store.
 func (g *guard) saw(seq int64) {
 	for {
@@ -391,6 +412,9 @@ func (s *Store) check(parent context.Context) {
 		g.clear()
 		g.persist(s)
 	}
+	// The next durable commit advances the sequence, so a copy taken
+	// before it is found older than the database (see wantBump).
+	g.gen.Add(1)
 	msg := ""
 	if err := g.refused(); err != nil {
 		msg = err.Error()

@@ -35,8 +35,11 @@
 // synchronous OFF, synchronous NORMAL outside WAL, synchronous NORMAL in
 // WAL without [Options.AllowNormalSync] (safe across a crash of the
 // process, not a power cut), busy_timeout 0, a query_only connection, and
-// db.SetMaxOpenConns(1). Every write re-reads synchronous on its
-// connection, and the checker re-reads all of them every second.
+// db.SetMaxOpenConns(1). The store's writer holds one connection of the
+// pool for the store's life (its statements prepared once); every write
+// re-reads synchronous on it (a lowered one refuses the write and is
+// closed), and the checker re-reads the settings on a connection of the
+// pool every second.
 //
 // # Writes
 //
@@ -69,10 +72,12 @@
 // # Loss is loud
 //
 // The marker row carries the database's incarnation (random, made by
-// Migrate) and a sequence that every write transaction advances, checked
-// in that same transaction. The store records the incarnation and the
-// highest sequence it saw in a file beside the database (its path plus
-// "-ctoken"), once a second and at Close. So:
+// Migrate) and a sequence, checked in every write transaction. The
+// sequence advances in New's write and then in the first durable commit
+// after each check (once a second at most, so the other commits write no
+// page of the marker). The store records the incarnation and the highest
+// sequence it saw in a file beside the database (its path plus
+// "-ctoken"), at each check and at Close. So:
 //
 //   - a table emptied or dropped, or its marker deleted, refuses every call
 //     at the next write or check ([ErrForgotten]);
@@ -82,13 +87,18 @@
 //     refuse (the sidecar names an incarnation; the table is missing);
 //   - a database replaced by an older copy (a restored backup) makes New
 //     refuse (its sequence is below the sidecar's), and a running store
-//     refuse at its next write.
+//     refuse at its next write when the copy misses the store's latest
+//     advance of the sequence.
 //
 // A refusal for a loss lasts until an operator runs [Rearm], which fences
 // the table for as long as the lost claims could live, and the store is
-// built again. What is not found: a copy restored that is newer than the
-// sidecar's last write (at most RecheckInterval older than the moment the
-// process stopped, or as new as Close), and the database and its sidecar
+// built again. What is not found: a copy restored that holds the sequence
+// the sidecar last recorded (taken after the first durable commit
+// following the check before the last one: at most two RecheckIntervals
+// older than the moment the process stopped, or since the last advance
+// before Close), a copy written over the file in place while a store runs
+// that holds the store's latest advance (taken less than about one
+// RecheckInterval earlier), and the database and its sidecar
 // deleted or restored together. Keep the two together, and restore them
 // together only from the same moment.
 //

@@ -149,14 +149,20 @@ func (s *Store) confirm(ctx context.Context, id, token string, until time.Time, 
 // Work) into a done row. A done row of the same token is a resend: nil,
 // keeping what the first confirmation wrote.
 func (s *Store) confirmStep(q querier, now int64, id, token string, until int64, fp, result []byte, from string) error {
+	e, err := s.row(q, s.key(id), now)
+	if err != nil {
+		return err
+	}
+	return s.confirmRow(q, e, now, id, token, until, fp, result, from)
+}
+
+// confirmRow is confirmStep on e, id's row as read at now in the same
+// transaction.
+func (s *Store) confirmRow(q querier, e entry, now int64, id, token string, until int64, fp, result []byte, from string) error {
 	if err := s.checkUntil(now, until); err != nil {
 		return err
 	}
 	key := s.key(id)
-	e, err := s.row(q, key, now)
-	if err != nil {
-		return err
-	}
 	switch {
 	case e.found && e.token == token && e.state == "d" && e.live:
 		return nil // a resend after a lost reply
@@ -171,7 +177,7 @@ func (s *Store) confirmStep(q querier, now int64, id, token string, until int64,
 	if result != nil {
 		fpArg, resArg = append([]byte{}, fp...), append([]byte{}, result...)
 	}
-	_, err = q.exec(`INSERT OR REPLACE INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'd', ?, ?, ?, ?)`,
+	_, err := q.exec(`INSERT OR REPLACE INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'd', ?, ?, ?, ?)`,
 		key, token, until, fpArg, resArg)
 	return err
 }

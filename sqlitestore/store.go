@@ -160,6 +160,13 @@ type Store struct {
 	// handler for each other (busy_timeout is left to other processes).
 	writeMu chan struct{}
 	ops     chan *op
+	wc      *wconn // the writer's connection, under writeMu (writer.go)
+	// closedConn is a closed connection: a Tx's statement after its Work
+	// ended runs on it and fails with sql.ErrConnDone.
+	closedConn *sql.Conn
+	// savepoint is the name of the savepoint a Work opens inside its
+	// transaction (random per store, so no handler's statement names it).
+	savepoint string
 
 	guard guard // marker, file identity, refusal (checks.go)
 
@@ -252,9 +259,11 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	if err := s.guard.open(ctx, s, conn); err != nil {
 		return nil, err
 	}
+	s.closedConn = conn // closed when New returns
 	if s.normal {
 		s.log.Warn("sqlitestore: synchronous=NORMAL accepted by Options.AllowNormalSync: a power cut or a crash of the machine forgets the last acknowledged claims, which may then be accepted again", "table", unquote(s.table))
 	}
+	s.savepoint = "ctoken_work_" + newToken()
 	s.writeMu = make(chan struct{}, 1)
 	s.ops = make(chan *op, maxBatch)
 	bg, stop := context.WithCancel(context.Background())
@@ -288,6 +297,19 @@ func (s *Store) Close() {
 		s.wg.Wait()
 		close(s.done)
 		s.guard.persist(s)
+		// The writer's connection goes back to the pool now, or, while a
+		// Work is open, when it ends.
+		select {
+		case s.writeMu <- struct{}{}:
+			s.closeWriter()
+			<-s.writeMu
+		default:
+			go func() {
+				s.writeMu <- struct{}{}
+				s.closeWriter()
+				<-s.writeMu
+			}()
+		}
 	})
 }
 
@@ -414,20 +436,34 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	return first, nil
 }
 
-// claim is Claim's step in the writer's (or a caller's) transaction.
+// claim is Claim's step in the writer's (or a caller's) transaction: one
+// statement for a first claim. The upsert writes only when id has no row,
+// or an expired row that is not a Work's ('w'); otherwise it changes
+// nothing, and the row is read to tell a live row (not first) from an
+// expired Work's (errEscaped).
 func (s *Store) claim(q querier, now int64, id string, until int64) (bool, error) {
 	if err := s.checkUntil(now, until); err != nil {
 		return false, err
 	}
-	r, err := s.row(q, s.key(id), now)
+	key := s.key(id)
+	res, err := q.exec(`INSERT INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'c', '', ?, NULL, NULL)`+
+		` ON CONFLICT (key) DO UPDATE SET state = 'c', token = '', until = excluded.until, fingerprint = NULL, result = NULL`+
+		` WHERE until <= ? AND state <> 'w'`, key, until, now)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 1 {
+		return n == 1, err
+	}
+	r, err := s.row(q, key, now)
 	if err != nil || r.live {
 		return false, err
 	}
 	if r.found && r.state == "w" {
 		return false, errEscaped
 	}
-	_, err = q.exec(`INSERT OR REPLACE INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'c', '', ?, NULL, NULL)`, s.key(id), until)
-	return err == nil, err
+	return false, fmt.Errorf("a claim's upsert changed %d rows of a free id", n)
 }
 
 // Release forgets a claim of id, so a later Claim of id is first again

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,23 +13,26 @@ import (
 )
 
 // The transactional mode ([replay.Transactor]). BeginWork takes the
-// store's writer (no group commit runs while a Work is open: SQLite has
-// one writer) and a connection of the pool, begins an IMMEDIATE
-// transaction, advances the marker (as every write transaction does) and
-// turns the holder's lease row into state 'w' inside it. The handler
+// store's writer and its connection (no group commit runs while a Work is
+// open: SQLite has one writer), begins an IMMEDIATE transaction, checks
+// the marker (as every write transaction does), opens a savepoint of a
+// name random to the store, and turns the holder's lease row into state
+// 'w' inside it. The handler
 // writes through [TxFrom]'s [Tx]. Commit turns the 'w' row into the done
 // row, with its record, and commits once: the handler's writes and the
 // end of the lease are one commit, one fsync.
 //
-// The 'w' row proves, at Commit, that the transaction is still the one
-// BeginWork opened. If a statement of the handler rolled it back (a
-// ROLLBACK in a string of several statements), the row reads 'l' again:
-// Commit rolls back whatever came after and reports [replay.ErrRolledBack]
-// (nothing was kept). If a statement committed it (a COMMIT), another
-// connection sees the 'w' row: Commit rolls back whatever came after and
-// reports an error that is not ErrRolledBack (part of the work was kept),
-// and the ID, left in state 'w', is refused until an operator releases it:
-// its outcome is unknown, so it is never run again by itself.
+// The 'w' row and the savepoint prove, at Commit, that the transaction is
+// still the one BeginWork opened. If a statement of the handler rolled it
+// back (a ROLLBACK in a string of several statements), the row reads 'l'
+// again: Commit rolls back whatever came after and reports
+// [replay.ErrRolledBack] (nothing was kept). If a statement committed it
+// (a COMMIT), the row reads 'w' but the savepoint is gone (a COMMIT ends
+// every savepoint, and no handler knows its name to release it): Commit
+// rolls back whatever came after and reports an error that is not
+// ErrRolledBack (part of the work was kept), and the ID, left in state
+// 'w', is refused until an operator releases it: its outcome is unknown,
+// so it is never run again by itself.
 
 // txKey is the context key of a transaction.
 type txKey struct{}
@@ -134,8 +138,11 @@ func (c callerTx) step(ctx context.Context, s *Store, fn func(q querier, now int
 type work struct {
 	s         *Store
 	id, token string
-	conn      *sql.Conn
-	seq       int64 // the marker's sequence this transaction wrote
+	wc        *wconn    // the writer's connection
+	conn      *sql.Conn // wc's, for the handler's statements
+	seq       int64     // the marker's sequence this transaction wrote, if bump
+	bump      bool
+	gen       int64
 
 	mu     sync.Mutex
 	ended  bool
@@ -151,7 +158,7 @@ func (t *Tx) step(ctx context.Context, s *Store, fn func(q querier, now int64) e
 	if w.ended {
 		return fmt.Errorf("%w: %w", ErrUnavailable, sql.ErrTxDone)
 	}
-	if err := fn(connQuerier{ctx, w.conn}, s.now().UnixNano()); err != nil && !decided(err) {
+	if err := fn(stmtQuerier{ctx, w.wc}, s.now().UnixNano()); err != nil && !decided(err) {
 		return unavailable(ctx, err)
 	} else if err != nil {
 		return err
@@ -188,8 +195,11 @@ func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sq
 	w := t.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	// After the end the connection is closed: the Row's Scan reports
-	// sql.ErrConnDone.
+	if w.ended {
+		// The connection is the store's writer's again: the query runs on
+		// a closed connection, whose Row's Scan reports sql.ErrConnDone.
+		return w.s.closedConn.QueryRowContext(ctx, query, args...)
+	}
 	return w.conn.QueryRowContext(ctx, query, args...)
 }
 
@@ -228,35 +238,30 @@ func (s *Store) beginWork(ctx context.Context, id, token string) (*work, error) 
 	if err := s.guard.refused(); err != nil {
 		return nil, err
 	}
-	conn, err := s.db.Conn(ctx)
+	wc, _, err := s.writerConn(ctx)
 	if err != nil {
-		return nil, unavailable(ctx, err)
-	}
-	var level int
-	if err := conn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&level); err != nil {
-		conn.Close()
-		return nil, unavailable(ctx, err)
-	}
-	if level < syncNormal || level < syncFull && !s.allowNormal {
-		conn.Close()
-		err := fmt.Errorf("%w: %w: a connection of the pool runs synchronous=%s: set FULL in the DSN, for every connection", ErrUnavailable, ErrConfig, syncNames[level])
 		return nil, err
 	}
-	q := connQuerier{ctx, conn}
+	q := stmtQuerier{ctx, wc}
 	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
-		conn.Close()
+		s.dropWriter()
 		return nil, unavailable(ctx, err)
 	}
-	w := &work{s: s, id: id, token: token, conn: conn}
+	w := &work{s: s, id: id, token: token, wc: wc, conn: wc.conn}
 	fail := func(err error) (*work, error) {
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
-		conn.Close()
+		if _, rerr := (stmtQuerier{context.WithoutCancel(ctx), wc}).exec(`ROLLBACK`); rerr != nil {
+			s.dropWriter()
+		}
 		return nil, err
 	}
-	if w.seq, err = s.guard.step(q, s, s.now().UnixNano(), true); err != nil {
+	w.bump, w.gen = s.guard.wantBump(true)
+	if w.seq, err = s.guard.step(q, s, s.now().UnixNano(), w.bump); err != nil {
 		if errors.Is(err, ErrForgotten) || errors.As(err, new(fenced)) {
 			return fail(err)
 		}
+		return fail(unavailable(ctx, err))
+	}
+	if _, err := q.exec(`SAVEPOINT ` + s.savepoint); err != nil {
 		return fail(unavailable(ctx, err))
 	}
 	res, err := q.exec(`UPDATE `+s.table+` SET state = 'w' WHERE key = ? AND state = 'l' AND token = ?`, s.key(id), token)
@@ -306,7 +311,7 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 			return w.end(ctx, fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
 		}
 	}
-	q := connQuerier{ctx, w.conn}
+	q := stmtQuerier{ctx, w.wc}
 	now := s.now().UnixNano()
 	e, err := s.row(q, s.key(w.id), now)
 	if err != nil {
@@ -318,17 +323,15 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 		// and what came after is rolled back now.
 		return w.end(ctx, fmt.Errorf("%w: a statement of the handler ended the work's transaction (ROLLBACK); nothing was kept", replay.ErrRolledBack))
 	}
-	// A statement of the handler that committed the transaction left the
-	// 'w' row committed: another connection sees it.
-	var committed string
-	err = s.db.QueryRowContext(ctx, `SELECT state FROM `+s.table+` WHERE key = ? AND token = ?`, s.key(w.id), w.token).Scan(&committed)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return w.end(ctx, unavailable(ctx, err))
-	}
-	if committed == "w" {
+	// A statement of the handler that committed the transaction ended the
+	// savepoint with it (and left the 'w' row committed): RELEASE fails.
+	// Released, the transaction is still BeginWork's.
+	if _, err := q.exec(`RELEASE ` + s.savepoint); err != nil && !strings.Contains(err.Error(), "no such savepoint") {
+		return w.end(ctx, unavailable(ctx, fmt.Errorf("release: %w", err)))
+	} else if err != nil {
 		return w.end(ctx, fmt.Errorf("%w: a statement of the handler committed the work's transaction (COMMIT): part of the work was kept; %w", ErrUnavailable, errEscaped))
 	}
-	if err := s.confirmStep(q, now, w.id, w.token, nanos(until), fp, result, "w"); err != nil {
+	if err := s.confirmRow(q, e, now, w.id, w.token, nanos(until), fp, result, "w"); err != nil {
 		if decided(err) {
 			return w.end(ctx, fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
 		}
@@ -338,14 +341,16 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 		w.drop(false)
 		return unavailable(ctx, fmt.Errorf("commit: %w", err))
 	}
-	s.guard.saw(w.seq)
+	if w.bump {
+		s.guard.bumped(w.seq, w.gen)
+	}
 	w.drop(true)
 	return nil
 }
 
 // end rolls the transaction back and returns err.
 func (w *work) end(ctx context.Context, err error) error {
-	_, rerr := w.conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+	_, rerr := (stmtQuerier{context.WithoutCancel(ctx), w.wc}).exec(`ROLLBACK`)
 	if rerr != nil && errors.Is(err, replay.ErrRolledBack) {
 		err = unavailable(ctx, fmt.Errorf("rollback: %w", rerr))
 	}
@@ -353,14 +358,13 @@ func (w *work) end(ctx context.Context, err error) error {
 	return err
 }
 
-// drop ends the Work: the connection goes back to the pool (or, when its
+// drop ends the Work: the connection stays the writer's (or, when its
 // transaction is in doubt, is discarded) and the store's writer is free.
 func (w *work) drop(clean bool) {
 	w.ended = true
-	if clean {
-		w.conn.Close()
-	} else {
-		discard(w.conn)
+	w.wc.level = 0 // the handler's statements may have changed it
+	if !clean && w.s.wc == w.wc {
+		w.s.dropWriter()
 	}
 	<-w.s.writeMu
 }
@@ -376,7 +380,7 @@ func (w *work) Rollback(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	_, err := w.conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+	_, err := (stmtQuerier{context.WithoutCancel(ctx), w.wc}).exec(`ROLLBACK`)
 	w.drop(err == nil)
 	if err != nil {
 		return unavailable(ctx, err)

@@ -15,7 +15,8 @@ import (
 // commit costs one fsync of the journal whatever it carries, so the store
 // does not give every call a transaction of its own: calls queue for the
 // store's writer goroutine, which takes every call waiting (up to
-// maxBatch) into one IMMEDIATE transaction on its own connection, runs
+// maxBatch) into one IMMEDIATE transaction on the store's own connection
+// (see writerConn), runs
 // their steps one after the other (each step reads its row and writes it,
 // alone in the transaction, so each is atomic per ID), commits once, and
 // only then answers each call. While one batch commits, the next one
@@ -78,7 +79,21 @@ func (s *Store) do(ctx context.Context, durable bool, fn func(q querier, now int
 	if tx := s.txOf(ctx); tx != nil {
 		return tx.step(ctx, s, fn)
 	}
-	o := &op{ctx: ctx, durable: durable, fn: fn, done: make(chan struct{})}
+	o := &op{ctx: ctx, durable: durable, fn: fn}
+	// An idle writer: the step commits on the caller's goroutine, saving
+	// the two hand-offs to the writer goroutine and back. A step that
+	// finds others queued, or a commit under way, queues, so concurrent
+	// steps still share a commit.
+	if len(s.ops) == 0 {
+		select {
+		case s.writeMu <- struct{}{}:
+			err := s.direct(ctx, o)
+			<-s.writeMu
+			return err
+		default:
+		}
+	}
+	o.done = make(chan struct{})
 	select {
 	case s.ops <- o:
 	case <-ctx.Done():
@@ -160,10 +175,28 @@ func (s *Store) run(parent context.Context, batch []*op) {
 	}
 }
 
-// commit runs the batch in one transaction on a connection of the pool.
+// direct commits o alone on the caller's goroutine, as the writer would.
+// Like the writer's, its statements run to their end even if the caller's
+// context ends (within the store's timeout). The caller holds writeMu.
+func (s *Store) direct(ctx context.Context, o *op) error {
+	select {
+	case <-s.done:
+		return fmt.Errorf("%w: store closed", ErrUnavailable)
+	default:
+	}
+	if ctx.Err() != nil {
+		return unavailable(ctx, errors.New("deadline passed before the step ran"))
+	}
+	if err := s.commitLocked(context.WithoutCancel(ctx), []*op{o}); err != nil {
+		return err
+	}
+	return o.err
+}
+
+// commit runs the batch in one transaction on the writer's connection.
 // It returns an error for the whole batch; a step's own refusal is left
 // in its op.
-func (s *Store) commit(parent context.Context, batch []*op) (err error) {
+func (s *Store) commit(parent context.Context, batch []*op) error {
 	ctx, cancel := s.bound(parent)
 	defer cancel()
 	select {
@@ -172,34 +205,31 @@ func (s *Store) commit(parent context.Context, batch []*op) (err error) {
 		return unavailable(ctx, errors.New("waiting for the store's writer"))
 	}
 	defer func() { <-s.writeMu }()
+	return s.commitLocked(parent, batch)
+}
+
+// commitLocked is commit with writeMu held.
+func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
+	ctx, cancel := s.bound(parent)
+	defer cancel()
 	if err := s.guard.refused(); err != nil {
 		return err
 	}
-	conn, err := s.db.Conn(ctx)
+	wc, level, err := s.writerConn(ctx)
 	if err != nil {
-		return unavailable(ctx, err)
+		return err
 	}
-	clean := false // the connection is as the pool gave it, no transaction open
+	clean := false // no transaction open, settings as the connection was opened
 	defer func() {
-		if clean {
-			conn.Close()
-		} else {
-			discard(conn)
+		if !clean {
+			s.dropWriter()
 		}
 	}()
-	var level int
-	if err := conn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&level); err != nil {
-		return unavailable(ctx, err)
-	}
-	if level < syncNormal || level < syncFull && !s.allowNormal {
-		clean = true
-		return fmt.Errorf("%w: %w: a connection of the pool runs synchronous=%s: set FULL in the DSN, for every connection", ErrUnavailable, ErrConfig, syncNames[level])
-	}
 	durable := !s.wal
 	for _, o := range batch {
 		durable = durable || o.durable
 	}
-	q := connQuerier{ctx, conn}
+	q := stmtQuerier{ctx, wc}
 	// In WAL mode a batch of lease steps alone commits without an fsync
 	// (see above), and the connection gets its own setting back after.
 	if !durable && level > syncNormal {
@@ -207,7 +237,7 @@ func (s *Store) commit(parent context.Context, batch []*op) (err error) {
 			return unavailable(ctx, err)
 		}
 		defer func() {
-			if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = `+syncNames[level]); rerr != nil {
+			if _, rerr := (stmtQuerier{context.WithoutCancel(ctx), wc}).exec(`PRAGMA synchronous = ` + syncNames[level]); rerr != nil {
 				clean = false
 			}
 		}()
@@ -218,12 +248,13 @@ func (s *Store) commit(parent context.Context, batch []*op) (err error) {
 	committed := false
 	defer func() {
 		if !committed {
-			_, rerr := conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+			_, rerr := (stmtQuerier{context.WithoutCancel(ctx), wc}).exec(`ROLLBACK`)
 			clean = rerr == nil
 		}
 	}()
 	now := s.now().UnixNano()
-	seq, err := s.guard.step(q, s, now, durable)
+	bump, gen := s.guard.wantBump(durable)
+	seq, err := s.guard.step(q, s, now, bump)
 	if err != nil {
 		if errors.Is(err, ErrForgotten) || errors.As(err, new(fenced)) {
 			return err
@@ -245,8 +276,113 @@ func (s *Store) commit(parent context.Context, batch []*op) (err error) {
 		return unavailable(ctx, fmt.Errorf("commit: %w", err))
 	}
 	clean = true
-	s.guard.saw(seq)
+	if bump {
+		s.guard.bumped(seq, gen)
+	}
 	return nil
+}
+
+// writerConn is the store's writer connection: one connection of the pool
+// that the store holds for its life, with its statements prepared once,
+// so a commit neither checks a connection out of the pool nor compiles
+// its statements again. It is opened at the first write (and again after
+// a commit or a Work left it in doubt, which closes it). Its synchronous
+// setting is read when it is opened and again at the first use after
+// each Work (a handler's statements are the only ones but the store's
+// that reach it): a lowered setting refuses the write and closes the
+// connection, so nothing is ever committed on it. The caller holds
+// writeMu.
+func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
+	if s.wc == nil {
+		conn, err := s.db.Conn(ctx)
+		if err != nil {
+			return nil, 0, unavailable(ctx, err)
+		}
+		s.wc = &wconn{conn: conn, stmts: make(map[string]*sql.Stmt)}
+	}
+	if s.wc.level != 0 {
+		return s.wc, s.wc.level, nil
+	}
+	var level int
+	if err := (stmtQuerier{ctx, s.wc}).queryRow(`PRAGMA synchronous`).Scan(&level); err != nil {
+		s.dropWriter()
+		return nil, 0, unavailable(ctx, err)
+	}
+	if level < syncNormal || level < syncFull && !s.allowNormal {
+		s.dropWriter()
+		return nil, 0, fmt.Errorf("%w: %w: the store's connection runs synchronous=%s: set FULL in the DSN, for every connection, and never lower it in a handler", ErrUnavailable, ErrConfig, syncNames[level])
+	}
+	s.wc.level = level
+	return s.wc, level, nil
+}
+
+// dropWriter closes the writer's connection and its statements, and makes
+// the pool drop the connection rather than reuse it. The caller holds
+// writeMu.
+func (s *Store) dropWriter() {
+	if s.wc == nil {
+		return
+	}
+	for _, st := range s.wc.stmts {
+		st.Close()
+	}
+	discard(s.wc.conn)
+	s.wc = nil
+}
+
+// closeWriter gives the writer's connection back to the pool when the
+// store closes. The caller holds writeMu.
+func (s *Store) closeWriter() {
+	if s.wc == nil {
+		return
+	}
+	for _, st := range s.wc.stmts {
+		st.Close()
+	}
+	s.wc.conn.Close()
+	s.wc = nil
+}
+
+// wconn is the writer's connection and its prepared statements, keyed by
+// their text (the store's own statements: a bounded set).
+type wconn struct {
+	conn  *sql.Conn
+	stmts map[string]*sql.Stmt
+	level int // synchronous as last read; 0: to be read (new, or after a Work)
+}
+
+// stmtQuerier runs the store's statements on the writer's connection,
+// each prepared at its first use.
+type stmtQuerier struct {
+	ctx context.Context
+	wc  *wconn
+}
+
+func (q stmtQuerier) stmt(query string) *sql.Stmt {
+	st, ok := q.wc.stmts[query]
+	if !ok {
+		var err error
+		if st, err = q.wc.conn.PrepareContext(q.ctx, query); err != nil {
+			return nil
+		}
+		q.wc.stmts[query] = st
+	}
+	return st
+}
+
+func (q stmtQuerier) exec(query string, args ...any) (sql.Result, error) {
+	if st := q.stmt(query); st != nil {
+		return st.ExecContext(q.ctx, args...)
+	}
+	// Not prepared: run it unprepared, which reports the error.
+	return q.wc.conn.ExecContext(q.ctx, query, args...)
+}
+
+func (q stmtQuerier) queryRow(query string, args ...any) *sql.Row {
+	if st := q.stmt(query); st != nil {
+		return st.QueryRowContext(q.ctx, args...)
+	}
+	return q.wc.conn.QueryRowContext(q.ctx, query, args...)
 }
 
 // discard closes conn and makes the pool drop it rather than reuse it: a

@@ -201,16 +201,16 @@ func TestAllowNormalSync(t *testing.T) {
 	}
 }
 
-// heldPool fills db's pool (limited to size connections) with
-// connections held by the test, runs PRAGMA synchronous = level on one of
-// them and gives that one back, so the store's next writes, and its
-// checker, get that connection and no other. release gives back the
-// others.
+// heldPool fills what is left of db's pool (limited to size connections,
+// one of which the store holds for its writer) with connections held by
+// the test, runs PRAGMA synchronous = level on one of them and gives that
+// one back, so the store's checker gets that connection and no other.
+// release gives back the others.
 func heldPool(t *testing.T, db *sql.DB, size int, level string) (release func()) {
 	t.Helper()
 	ctx := context.Background()
 	db.SetMaxOpenConns(size)
-	conns := make([]*sql.Conn, size)
+	conns := make([]*sql.Conn, size-1)
 	for i := range conns {
 		c, err := db.Conn(ctx)
 		if err != nil {
@@ -234,10 +234,40 @@ func heldPool(t *testing.T, db *sql.DB, size int, level string) (release func())
 	return release
 }
 
-// TestLoweredConnectionRefuses: a connection of the pool whose
-// synchronous was lowered after New (PRAGMA run on one pooled connection)
-// makes every write that reaches it refuse, before the next recheck;
-// none is accepted.
+// lowerWriter lowers the synchronous setting of the store's writer
+// connection the only way a caller can reach it: a handler's statements in
+// a Work (SQLite refuses the PRAGMA inside a transaction, so the handler
+// ends it first and begins another), then the Work rolled back.
+func lowerWriter(t *testing.T, s *sqlitestore.Store, id, level string) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := s.AcquireLease(ctx, id, time.Minute)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireLease(%s) = %+v, %v", id, l, err)
+	}
+	w, err := s.BeginWork(ctx, id, l.Token)
+	if err != nil {
+		t.Fatalf("BeginWork(%s): %v", id, err)
+	}
+	tx, err := sqlitestore.TxFrom(w.Context(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `ROLLBACK; PRAGMA synchronous = `+level+`; BEGIN`); err != nil {
+		t.Fatalf("PRAGMA synchronous = %s in the Work: %v", level, err)
+	}
+	if err := w.Rollback(ctx); err != nil {
+		t.Fatalf("Rollback: %v", err)
+	}
+}
+
+// TestLoweredConnectionRefuses: no write is committed on a connection
+// whose synchronous was lowered after New. The store's writer connection,
+// lowered by a handler's statements inside a Work, refuses the next write of
+// every kind with an error naming synchronous, before any recheck, and is
+// closed: the write after it runs on a fresh connection of the DSN's
+// settings, and finds nothing of the refused one. A connection of the
+// pool lowered is found by the next recheck, which refuses every call.
 func TestLoweredConnectionRefuses(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -253,16 +283,14 @@ func TestLoweredConnectionRefuses(t *testing.T) {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
 			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
+				t.Run(tc.name+"/the writer's connection", func(t *testing.T) {
 					t.Parallel()
 					ctx := context.Background()
 					safe, path := openMigrated(t, d)
 					safe.Close()
 					db := d.OpenWith(t, path, With("synchronous", tc.opened))
-					// No recheck runs during the test (it would refuse
-					// every call once it met the connection): what is
-					// checked is that every write reads its connection's
-					// setting.
+					// No recheck runs during the test: what is checked is
+					// that every write reads its connection's setting.
 					s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: tc.allowNormal, SweepInterval: -1,
 						RecheckInterval: time.Hour, Logger: slog.New(&logRecords{})})
 					until := time.Now().Add(time.Minute)
@@ -270,21 +298,78 @@ func TestLoweredConnectionRefuses(t *testing.T) {
 					if err != nil || lease.State != replay.LeaseAcquired {
 						t.Fatalf("AcquireLease before the change = %+v, %v", lease, err)
 					}
-					heldPool(t, db, 4, tc.lowered)
-					for i := range 20 {
+					calls := []struct {
+						name string
+						call func(id string) error
+					}{
+						{"Claim", func(id string) error {
+							if first, err := s.Claim(ctx, id, until); first || err == nil {
+								return fmt.Errorf("= %v, %v", first, err)
+							} else {
+								return err
+							}
+						}},
+						{"AcquireLease", func(id string) error {
+							if l, err := s.AcquireLease(ctx, id, time.Minute); l.State == replay.LeaseAcquired || err == nil {
+								return fmt.Errorf("= %+v, %v", l, err)
+							} else {
+								return err
+							}
+						}},
+						{"ConfirmLease", func(string) error {
+							if err := s.ConfirmLease(ctx, "leased", lease.Token, until); err == nil {
+								return errors.New("succeeded")
+							} else {
+								return err
+							}
+						}},
+						{"BeginWork", func(string) error {
+							if w, err := s.BeginWork(ctx, "leased", lease.Token); err == nil {
+								w.Rollback(ctx)
+								return errors.New("succeeded")
+							} else {
+								return err
+							}
+						}},
+					}
+					for i, c := range calls {
 						id := fmt.Sprint("fresh-", i)
-						if first, err := s.Claim(ctx, id, until); first || err == nil || !strings.Contains(err.Error(), "synchronous") {
-							t.Fatalf("Claim on a connection with synchronous=%s = %v, %v; want an error naming synchronous", tc.lowered, first, err)
+						lowerWriter(t, s, fmt.Sprint("lower-", i), tc.lowered)
+						if err := c.call(id); !strings.Contains(err.Error(), "synchronous") {
+							t.Fatalf("%s on the writer's connection with synchronous=%s: %v; want an error naming synchronous", c.name, tc.lowered, err)
 						}
-						if l, err := s.AcquireLease(ctx, id, time.Minute); l.State == replay.LeaseAcquired || err == nil {
-							t.Fatalf("AcquireLease on a connection with synchronous=%s = %+v, %v; want an error", tc.lowered, l, err)
+						if first, err := s.Claim(ctx, id, until); !first || err != nil {
+							t.Fatalf("Claim(%s) after the refused %s = %v, %v; want first, on a fresh connection", id, c.name, first, err)
 						}
-						if err := s.ConfirmLease(ctx, "leased", lease.Token, until); err == nil {
-							t.Fatalf("ConfirmLease on a connection with synchronous=%s succeeded; want an error", tc.lowered)
+					}
+				})
+				t.Run(tc.name+"/a connection of the pool", func(t *testing.T) {
+					t.Parallel()
+					ctx := context.Background()
+					safe, path := openMigrated(t, d)
+					safe.Close()
+					db := d.OpenWith(t, path, With("synchronous", tc.opened))
+					s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: tc.allowNormal, SweepInterval: -1,
+						RecheckInterval: 20 * time.Millisecond, Logger: slog.New(&logRecords{})})
+					until := time.Now().Add(time.Minute)
+					if first, err := s.Claim(ctx, "before", until); !first || err != nil {
+						t.Fatalf("Claim before the change = %v, %v", first, err)
+					}
+					heldPool(t, db, 4, tc.lowered)
+					deadline := time.Now().Add(5 * time.Second)
+					for i := 0; ; i++ {
+						first, err := s.Claim(ctx, fmt.Sprint("fresh-", i), until)
+						if err != nil && strings.Contains(err.Error(), "synchronous") && !first {
+							break
 						}
-						if w, err := s.BeginWork(ctx, "leased", lease.Token); err == nil {
-							w.Rollback(ctx)
-							t.Fatalf("BeginWork on a connection with synchronous=%s succeeded; want an error", tc.lowered)
+						if err != nil || time.Now().After(deadline) {
+							t.Fatalf("Claim %v after a pool connection was lowered to synchronous=%s = %v, %v; want the recheck's refusal naming synchronous", time.Since(deadline.Add(-5*time.Second)), tc.lowered, first, err)
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+					for i := range 5 {
+						if first, err := s.Claim(ctx, fmt.Sprint("refused-", i), until); first || !strings.Contains(fmt.Sprint(err), "synchronous") {
+							t.Fatalf("Claim after the recheck's refusal = %v, %v; want an error naming synchronous", first, err)
 						}
 					}
 				})

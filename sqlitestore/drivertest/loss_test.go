@@ -159,6 +159,52 @@ func TestOlderCopyRestoredWhileStopped(t *testing.T) {
 	}
 }
 
+// TestOlderCopyRestoredAfterACrash: the sequence advances once per
+// recheck (in the first durable commit after it), not in every commit; a
+// copy taken before claims that spanned a few rechecks, restored after the
+// process died without Close (the sidecar holds what the last check
+// recorded), still makes New refuse with ErrForgotten.
+func TestOlderCopyRestoredAfterACrash(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			dir := t.TempDir()
+			path, copy := filepath.Join(dir, "replay.db"), filepath.Join(dir, "copy.db")
+			until := time.Now().Add(time.Hour)
+			db := d.Open(t, path)
+			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+				t.Fatal(err)
+			}
+			const recheck = 20 * time.Millisecond
+			s, err := sqlitestore.New(ctx, db, sqlitestore.Options{RecheckInterval: recheck, SweepInterval: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			claimAll(t, s, idList("a-", 8), until)
+			snapshot(t, db, copy)
+			// Claims across several rechecks: each recheck records the
+			// sequence, and the first claim after it advances it.
+			for i, end := 0, time.Now().Add(8*recheck); time.Now().Before(end); i++ {
+				claimAll(t, s, []string{fmt.Sprint("b-", i)}, until)
+				time.Sleep(recheck / 4)
+			}
+			// The process dies: no Close, so the sidecar keeps what the
+			// last recheck recorded. Closing db stops every later check.
+			db.Close()
+			restoreCopy(t, path, copy)
+			db = d.Open(t, path)
+			if s2, err := sqlitestore.New(ctx, db, sqlitestore.Options{}); !errors.Is(err, sqlitestore.ErrForgotten) {
+				if err == nil {
+					s2.Close()
+				}
+				t.Fatalf("New on the older copy after a crash = %v; want ErrForgotten", err)
+			}
+		})
+	}
+}
+
 // TestDeletedWhileStopped: the database file deleted (with its WAL and
 // shared memory, the sidecar kept) while no store runs makes Migrate and
 // New refuse with ErrForgotten: a new empty file is not taken for the
