@@ -19,6 +19,7 @@ var TestedByPages = []string{
 	"docs/faults.md",
 	"docs/fips.md",
 	"docs/fleet.md",
+	"docs/idempotency.md",
 	"docs/keyfile.md",
 	"docs/keys.md",
 	"docs/mcp.md",
