@@ -26,6 +26,7 @@ var TestedByPages = []string{
 	"docs/one-time.md",
 	"docs/operations.md",
 	"docs/pagination.md",
+	"docs/pgstore.md",
 	"docs/request-state.md",
 	"docs/webhooks.md",
 	"docs/wire-format.md",
