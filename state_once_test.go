@@ -2,13 +2,13 @@ package ctoken
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
-
-	"encoding/hex"
-	"strings"
 
 	"github.com/ctoken/ctoken/internal/stateclaim"
 	"github.com/ctoken/ctoken/observe"
@@ -508,6 +508,38 @@ func TestStateOpenUnclaimedChecksEverythingAndClaimsNothing(t *testing.T) {
 			if codec != nil && stateclaim.Store(codec) != nil {
 				t.Fatalf("%T has a store", codec)
 			}
+		}
+	})
+	// The observer hears every unclaimed open as it hears Decode: a state
+	// that opens is verified, one that does not is refused, and neither
+	// reports a store latency (the store is the caller's to call).
+	t.Run("observed", func(t *testing.T) {
+		var events []observe.Event
+		c := newTestCodec(t, RequestStateSecurity{
+			Keys:     mustKeyring(t, fixedKey(23)),
+			Binding:  BindSubjectAndTool,
+			Replay:   replay.NewMemoryStore(0),
+			Observer: observe.ObserverFunc(func(e observe.Event) { events = append(events, e) }),
+		})
+		wire, err := c.Encode("s", "alice", "deploy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stateclaim.Open(ctx, c, wire, "alice", "deploy", nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stateclaim.Open(ctx, c, wire, "mallory", "deploy", nil); !errors.Is(err, ErrStateInvalid) {
+			t.Fatalf("another caller: %v", err)
+		}
+		var outcomes []observe.Outcome
+		for _, e := range events {
+			if e.Kind != observe.KindRequestState || e.StoreLatency != 0 {
+				t.Fatalf("event %+v", e)
+			}
+			outcomes = append(outcomes, e.Outcome)
+		}
+		if want := []observe.Outcome{observe.OutcomeIssued, observe.OutcomeVerified, observe.OutcomeRefused}; !slices.Equal(outcomes, want) {
+			t.Fatalf("outcomes %v; want %v", outcomes, want)
 		}
 	})
 }
