@@ -2,6 +2,7 @@ package ctokenmcpgo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -312,4 +313,100 @@ func TestConstructorsRefuseKeylessCodecAndIssuer(t *testing.T) {
 	if _, err := NewCursors(&ctoken.CursorIssuer{}, nil); !errors.Is(err, ctoken.ErrConfig) {
 		t.Errorf("NewCursors(zero issuer): %v; want ErrConfig", err)
 	}
+}
+
+func TestSealToolAndOpenTool(t *testing.T) {
+	f := newFleet(t, 1, "s1", nil)
+	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "ask"
+	req.Params.Arguments = map[string]any{"b": []any{true, nil}, "a": 1}
+	if s, ok, err := states.OpenTool(ctx, req); s != "" || ok || err != nil {
+		t.Fatalf("OpenTool without a state = %q, %v, %v", s, ok, err)
+	}
+	st, err := states.SealTool(ctx, req, "step")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The arguments as they arrive from the wire, in another order and
+	// spacing: the same fingerprint.
+	req.Params.RequestState = st
+	req.Params.RawArguments = json.RawMessage(`{ "a": 1.0, "b": [true, null] }`)
+	if s, ok, err := states.OpenTool(ctx, req); s != "step" || !ok || err != nil {
+		t.Errorf("OpenTool = %q, %v, %v", s, ok, err)
+	}
+	req.Params.RawArguments = json.RawMessage(`{"a":2,"b":[true,null]}`)
+	var r *Rejection
+	if _, ok, err := states.OpenTool(ctx, req); ok || !errors.As(err, &r) || r.Code != StateInvalid || r.Expired() {
+		t.Errorf("OpenTool with other arguments: %v, %v", ok, err)
+	}
+	if _, err := states.SealTool(ctx, req, "step\xff"); err == nil {
+		t.Error("SealTool sealed a state that is not UTF-8")
+	}
+	nobody, err := NewStates(f.codec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nobody.SealTool(ctx, req, "x"); !errors.Is(err, ErrNoCaller) {
+		t.Errorf("SealTool without a caller: %v", err)
+	}
+	if _, _, err := nobody.OpenTool(ctx, req); !errors.Is(err, ErrNoCaller) {
+		t.Errorf("OpenTool without a caller: %v", err)
+	}
+}
+
+// FuzzOpenTool feeds arbitrary requestState and arguments to OpenTool:
+// nothing but an error may come back, and nothing may panic.
+func FuzzOpenTool(f *testing.F) {
+	fl := newFleet(f, 1, "s1", nil)
+	states, err := NewStates(fl.codec, &StateOptions{Caller: FixedCaller("alice")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx := context.Background()
+	seedReq := mcp.CallToolRequest{}
+	seedReq.Params.Name = "ask"
+	seedReq.Params.RawArguments = json.RawMessage(`{"target":"x"}`)
+	seed, err := states.SealTool(ctx, seedReq, "state")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed, `{"target":"y"}`)
+	f.Add("v1e.AAAA", `{}`)
+	f.Add("v1.e30.AAAA", `null`)
+	// Every fuzzing process seals its own seed (a fresh nonce) under the
+	// fleet's fixed keys, so a worker may meet another process's seed: an
+	// accepted input must be a state this fleet sealed, opened with the
+	// arguments it was sealed with.
+	sealedArgs, err := ctoken.ArgsFingerprint(json.RawMessage(`{"target":"x"}`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, wire, args string) {
+		if wire == "" {
+			return
+		}
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "ask"
+		req.Params.RawArguments = json.RawMessage(args)
+		req.Params.RequestState = wire
+		s, ok, err := states.OpenTool(ctx, req)
+		if err == nil {
+			if fp, ferr := ctoken.ArgsFingerprint(json.RawMessage(args)); s != "state" || !ok || ferr != nil || fp != sealedArgs {
+				t.Fatalf("OpenTool accepted fuzz input: %q, %v (args %q)", s, ok, args)
+			}
+			return
+		}
+		if ok || s != "" {
+			t.Fatalf("OpenTool returned data with its error: %q, %v, %v", s, ok, err)
+		}
+		var r *Rejection
+		if !errors.As(err, &r) {
+			t.Fatalf("error is not a Rejection: %v", err)
+		}
+	})
 }
