@@ -453,10 +453,14 @@ func TestWebhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T
 // BenchmarkWebhookTransactional is a new delivery through the webhook
 // middleware in its transactional mode (verify, the lease, the handler's
 // insert in the delivery's transaction, the fence and the commit), served
-// in process, beside its floor in the same run: the same insert in the
+// in process, beside its floors in the same run: the same insert in the
 // handler's own transaction (BEGIN, INSERT, COMMIT) without the
-// middleware; and beside the middleware without Transactional in front of
-// that handler. Signing each delivery is inside the loop of all three.
+// middleware ("floor"), and as one autocommit statement ("autocommit");
+// and beside the middleware without Transactional in front of the
+// handler's own transaction. Signing each delivery is inside the loop of
+// all four. Each reports the durable commits, the WAL bytes and the
+// client's and the server's CPU per delivery (walPerOp, cpuPerOp): the
+// loop must be the server's only writer.
 func BenchmarkWebhookTransactional(b *testing.B) {
 	p := needServer(b)
 	pool := p.pool(b)
@@ -475,6 +479,7 @@ func BenchmarkWebhookTransactional(b *testing.B) {
 	const body = `{"run":"bench"}`
 	var n atomic.Int64 // every delivery is new
 	serve := func(b *testing.B, h http.Handler) {
+		cpu, wal := cpuPerOp(b, pool), walPerOp(b, pool)
 		for b.Loop() {
 			req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body))
 			if err := signer.Sign(req.Header, "msg_bench_"+strconv.FormatInt(n.Add(1), 10), []byte(body)); err != nil {
@@ -486,6 +491,8 @@ func BenchmarkWebhookTransactional(b *testing.B) {
 				b.Fatalf("status %d", rec.Code)
 			}
 		}
+		cpu()
+		wal()
 	}
 	// own is the handler in its own transaction.
 	own := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -507,6 +514,15 @@ func BenchmarkWebhookTransactional(b *testing.B) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	b.Run("floor", func(b *testing.B) { serve(b, own) })
+	b.Run("autocommit", func(b *testing.B) {
+		serve(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := pool.Exec(r.Context(), "insert into "+table+" values ($1, 1)", r.Header.Get("webhook-id")); err != nil {
+				b.Error(err)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		}))
+	})
 	// The middleware without Transactional, the handler in its own
 	// transaction: the lease, the handler's commit and the confirmation
 	// are three commits.
