@@ -683,11 +683,18 @@ func TestLeaseSecondConfirmOfAWorkReturnsTheFirstOutcome(t *testing.T) {
 type heldTxStore struct {
 	*txStore
 	acquires int // AcquireWork calls that acquired
+
+	// answer, when set, replaces AcquireWork's answer (outside the
+	// contract, or a failure); it is given a work it may return.
+	answer func(w replay.Work) (replay.Record, replay.Work, error)
 }
 
 var _ replay.WorkAcquirer = (*heldTxStore)(nil)
 
 func (s *heldTxStore) AcquireWork(ctx context.Context, id string, lease time.Duration, fingerprint []byte) (replay.Record, replay.Work, error) {
+	if s.answer != nil {
+		return s.answer(&heldWork{txWork: &txWork{s: s.txStore, id: id}})
+	}
 	l, err := s.AcquireLease(ctx, id, lease)
 	if err != nil || l.State != replay.LeaseAcquired {
 		return replay.Record{Lease: l}, nil, err
@@ -906,6 +913,57 @@ func TestTransactionalMiddlewareOnAWorkAcquirerTakesNoCommittedLease(t *testing.
 			}
 			if runs != tc.runs {
 				t.Fatalf("handler ran %d times, want %d", runs, tc.runs)
+			}
+		})
+	}
+}
+
+// TestTransactionalAcquireWorkOutsideTheContractHoldsNothing: an
+// AcquireWork answer outside the replay.WorkAcquirer contract, or a
+// failure, is refused with ErrReplayStore and the store's error, and any
+// Work it returned is rolled back, so nothing is held.
+func TestTransactionalAcquireWorkOutsideTheContractHoldsNothing(t *testing.T) {
+	acquired := replay.Record{Lease: replay.Lease{State: replay.LeaseAcquired, Token: "tok"}}
+	tests := []struct {
+		name      string
+		answer    func(w replay.Work) (replay.Record, replay.Work, error)
+		want      error
+		rollbacks int
+	}{
+		{"a failure", func(replay.Work) (replay.Record, replay.Work, error) {
+			return replay.Record{}, nil, errStoreDown
+		}, errStoreDown, 0},
+		{"a failure with a Work", func(w replay.Work) (replay.Record, replay.Work, error) {
+			return acquired, w, errStoreDown
+		}, errStoreDown, 1},
+		{"acquired without a Work", func(replay.Work) (replay.Record, replay.Work, error) {
+			return acquired, nil, nil
+		}, errStoreAnswer, 0},
+		{"acquired without a token", func(w replay.Work) (replay.Record, replay.Work, error) {
+			return replay.Record{Lease: replay.Lease{State: replay.LeaseAcquired}}, w, nil
+		}, errStoreAnswer, 1},
+		{"busy with a Work", func(w replay.Work) (replay.Record, replay.Work, error) {
+			return replay.Record{Lease: replay.Lease{State: replay.LeaseBusy}}, w, nil
+		}, errStoreAnswer, 1},
+		{"an unknown state", func(replay.Work) (replay.Record, replay.Work, error) {
+			return replay.Record{Lease: replay.Lease{State: replay.LeaseState(99)}}, nil, nil
+		}, errStoreAnswer, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &heldTxStore{txStore: newTxStore(nil), answer: tc.answer}
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Transactional: true}
+			v, s := newVerifier(t, cfg), newSigner(t, cfg)
+			d, err := v.Verify(signed(t, s, "evt-1", "{}"), []byte("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := v.Acquire(context.Background(), d)
+			if l != nil || !errors.Is(err, ErrReplayStore) || !errors.Is(err, tc.want) || Reason(err) == "" {
+				t.Fatalf("Acquire = %v, %v; want no Lease and ErrReplayStore matching %v, with a reason", l, err, tc.want)
+			}
+			if _, _, rollbacks, _ := store.counts(); rollbacks != tc.rollbacks {
+				t.Fatalf("%d rollbacks, want %d", rollbacks, tc.rollbacks)
 			}
 		})
 	}
