@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -333,5 +334,74 @@ func TestWebhookWorkRedeemsSingleUseTokensInItsCommit(t *testing.T) {
 				t.Fatalf("%d rows of %s, want %d", n, st.id, st.rows)
 			}
 		})
+	}
+}
+
+// TestWebhookWorkCopyWhileItRunsIsRefusedBusy: while a delivery's handler
+// runs in its work (the lease is the work's transaction), a copy sent to
+// the same transactional instance, to another one, or to an instance
+// without Transactional is answered 503 with Retry-After: 1 and runs no
+// handler; once the work committed, each answers a copy 200.
+func TestWebhookWorkCopyWhileItRunsIsRefusedBusy(t *testing.T) {
+	p := needServer(t)
+	stores := fleetStores(t, p, 10*time.Second)
+	table := runsTable(t, stores[0].pool)
+	signer := whSigner(t)
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	var runs atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			started <- struct{}{}
+			<-release
+		}
+		insertRun(t, table).ServeHTTP(w, r)
+	})
+	first := whVerifier(t, stores[0], time.Minute, true).Middleware(h)
+	instances := []struct {
+		name string
+		h    http.Handler
+	}{
+		{"the same instance", first},
+		{"another transactional instance", whVerifier(t, stores[1], time.Minute, true).Middleware(h)},
+		{"an instance without Transactional", whVerifier(t, stores[2], time.Minute, false).Middleware(h)},
+	}
+	const id = "msg_busy"
+	done := make(chan int, 1)
+	go func() { done <- deliverTo(t, first, signer, id, "{}") }()
+	<-started
+	send := func(t *testing.T, h http.Handler) *httptest.ResponseRecorder {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader("{}"))
+		if err := signer.Sign(req.Header, id, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, in := range instances {
+		t.Run(in.name+" while it runs", func(t *testing.T) {
+			rec := send(t, in.h)
+			if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "1" {
+				t.Fatalf("status %d, Retry-After %q; want 503, 1", rec.Code, rec.Header().Get("Retry-After"))
+			}
+		})
+	}
+	close(release)
+	if code := <-done; code != http.StatusCreated {
+		t.Fatalf("the first delivery: status %d, want 201", code)
+	}
+	for _, in := range instances {
+		t.Run(in.name+" after it committed", func(t *testing.T) {
+			if rec := send(t, in.h); rec.Code != http.StatusOK {
+				t.Fatalf("status %d, want 200", rec.Code)
+			}
+		})
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1", n)
+	}
+	if rows := rowsPerDelivery(t, stores[0].pool, table)[id]; rows != 1 {
+		t.Fatalf("%d rows, want 1", rows)
 	}
 }
