@@ -37,9 +37,11 @@ import (
 // same store, with or without Transactional. Such a lease holds a store
 // connection from Acquire on: end every one with Confirm or Release. It
 // ends by itself, with nothing kept, when the holder's connection or
-// process dies, or when the transaction stays idle for [Config.Lease];
-// Confirm fails with [replay.ErrLeaseLost], keeping nothing, once
-// Config.Lease has passed since Acquire.
+// process dies (the delivery is then free at once, not at
+// [Lease.Expires]), and once [Config.Lease] has passed since Acquire:
+// Confirm then fails, keeping nothing, with [replay.ErrLeaseLost], or
+// with [replay.ErrRolledBack] when the store ended the transaction after
+// it sat idle that long.
 //
 // A Lease is used by one goroutine. Its zero value refuses every call with
 // [ErrMalformed].
