@@ -156,7 +156,12 @@ type Config struct {
 	// once per delivery, even when the handler outlives its lease or the
 	// process dies before the commit. The handler's response is held until
 	// then and sent only once the commit succeeded; see [Verifier.Middleware].
-	// Verifier only.
+	// With a Replay store that is also a [replay.WorkAcquirer] (pgstore),
+	// the delivery's lease is taken inside that transaction
+	// ([replay.WorkAcquirer.AcquireWork]): [Verifier.Acquire] opens the
+	// work, and a first delivery costs one durable commit (the work's,
+	// with the delivery's record) instead of two; see [Lease]. Verifier
+	// only.
 	Transactional bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -200,10 +205,11 @@ type params struct {
 	tolerance                     time.Duration
 	maxBody                       int64
 	store                         replay.Store
-	namespace                     [sha256.Size]byte // SHA-256 of Config.Namespace
-	leaser                        replay.Leaser     // store, as a Leaser
-	transactor                    replay.Transactor // store, as a Transactor; nil if it is not one
-	transactional                 bool              // Config.Transactional
+	namespace                     [sha256.Size]byte   // SHA-256 of Config.Namespace
+	leaser                        replay.Leaser       // store, as a Leaser
+	transactor                    replay.Transactor   // store, as a Transactor; nil if it is not one
+	acquirer                      replay.WorkAcquirer // under Transactional, store as a WorkAcquirer; else nil
+	transactional                 bool                // Config.Transactional
 	dedup                         time.Duration
 	dedupBy                       Dedup // resolved: never DedupDefault
 	lease                         time.Duration
@@ -335,6 +341,9 @@ func newParams(cfg Config, signer bool) (*params, error) {
 		return nil, errNotTransactor
 	}
 	p.transactional = cfg.Transactional
+	if p.transactional {
+		p.acquirer, _ = p.store.(replay.WorkAcquirer)
+	}
 	if b, ok := p.store.(replay.Bounded); ok && !p.fitsHorizon(b.Horizon()) {
 		return nil, errStoreHorizon
 	}

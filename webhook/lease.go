@@ -26,6 +26,23 @@ import (
 // Release rolls them back, so the writes are kept exactly when the
 // delivery is recorded as processed.
 //
+// Under [Config.Transactional] with a store that also implements
+// [replay.WorkAcquirer] (pgstore), the lease is that transaction
+// ([replay.WorkAcquirer.AcquireWork]): Acquire opens it, taking the
+// delivery with a lock the transaction holds, and commits nothing;
+// Begin returns it; Confirm commits the work and the delivery's record
+// together, one durable commit for the delivery; Release rolls it back,
+// which frees the delivery. Other copies are refused with
+// [ErrInProgress] meanwhile, by this Verifier and by any other on the
+// same store, with or without Transactional. Such a lease holds a store
+// connection from Acquire on: end every one with Confirm or Release. It
+// ends by itself, with nothing kept, when the holder's connection or
+// process dies (the delivery is then free at once, not at
+// [Lease.Expires]), and once [Config.Lease] has passed since Acquire:
+// Confirm then fails, keeping nothing, with [replay.ErrLeaseLost], or
+// with [replay.ErrRolledBack] when the store ended the transaction after
+// it sat idle that long.
+//
 // A Lease is used by one goroutine. Its zero value refuses every call with
 // [ErrMalformed].
 type Lease struct {
@@ -37,7 +54,9 @@ type Lease struct {
 	acquired   time.Duration // the store's latency taking the lease (and beginning the work), for the observer
 
 	ended    bool        // Confirm or Release was called
-	work     replay.Work // the transaction Begin opened; nil without one
+	begun    bool        // Begin returned the work's context
+	held     bool        // the lease is work, from AcquireWork: no committed lease entry
+	work     replay.Work // the transaction Begin (or, held, Acquire) opened; nil without one
 	workDone workState   // how the work ended
 	workErr  error       // Confirm's result, once it ended the work
 }
@@ -66,6 +85,11 @@ const (
 // Which deliveries count as one is set by [Config.Dedup]; each delivery
 // takes one store entry.
 //
+// Under [Config.Transactional] with a store that implements
+// [replay.WorkAcquirer], the returned Lease holds the work's open
+// transaction, and a store connection with it (see [Lease]): end it with
+// [Lease.Confirm] or [Lease.Release].
+//
 // The [Config.Observer] is told of every call but a successful one (whose
 // store latency is reported with [observe.OutcomeProcessed] by
 // [Lease.Confirm]): [observe.OutcomeDuplicate], [observe.OutcomeInProgress]
@@ -92,8 +116,15 @@ func (v *Verifier) acquire(ctx context.Context, d Delivery) (*Lease, time.Durati
 	}
 	start := time.Now()
 	key := p.storeKey(&d)
-	got, err := p.leaser.AcquireLease(ctx, key, p.lease)
-	l, wait, err := v.leaseFrom(d, key, start, got, err)
+	var l *Lease
+	var wait time.Duration
+	var err error
+	if p.acquirer != nil {
+		l, wait, err = v.acquireWork(ctx, d, key, start)
+	} else {
+		got, aerr := p.leaser.AcquireLease(ctx, key, p.lease)
+		l, wait, err = v.leaseFrom(d, key, start, got, aerr)
+	}
 	if p.obs != nil {
 		took := max(time.Since(start), 1) // a store was called: never 0
 		if err == nil {
@@ -101,6 +132,32 @@ func (v *Verifier) acquire(ctx context.Context, d Delivery) (*Lease, time.Durati
 		} else {
 			p.report(observe.OutcomeRefused, d.key, err, took)
 		}
+	}
+	return l, wait, err
+}
+
+// acquireWork is acquire's store call under Config.Transactional on a
+// WorkAcquirer: the lease is the work's transaction. Every copy of a
+// delivery asks with the same (empty) fingerprint: a holder is always
+// reported busy, never a different request.
+func (v *Verifier) acquireWork(ctx context.Context, d Delivery, key string, start time.Time) (*Lease, time.Duration, error) {
+	rec, w, err := v.p.acquirer.AcquireWork(ctx, key, v.p.lease, nil)
+	if w != nil && (err != nil || rec.State != replay.LeaseAcquired || rec.Token == "") {
+		// Outside the contract: hold nothing.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.p.lease/4)
+		w.Rollback(rctx)
+		cancel()
+		w = nil
+		if err == nil {
+			err = errStoreAnswer
+		}
+	}
+	if err == nil && rec.State == replay.LeaseAcquired && w == nil {
+		err = errStoreAnswer
+	}
+	l, wait, err := v.leaseFrom(d, key, start, rec.Lease, err)
+	if l != nil {
+		l.work, l.held = w, true
 	}
 	return l, wait, err
 }
@@ -170,6 +227,9 @@ func (l *Lease) Expires() time.Time {
 // lease has ended, the transaction refuses every statement, so writes that
 // outlive it (a goroutine still running after a timeout) are never kept.
 //
+// Under [Config.Transactional] with a [replay.WorkAcquirer] store,
+// Begin returns the transaction Acquire opened and calls no store.
+//
 // Begin does not change the lease: other copies of the delivery stay
 // refused with [ErrInProgress] while the work runs, and the work should
 // still be done by [Lease.Deadline]. The returned context has ctx's
@@ -195,8 +255,13 @@ func (l *Lease) Begin(ctx context.Context) (context.Context, error) {
 	if p.transactor == nil {
 		return ctx, errNotTransactor
 	}
-	if l.ended || l.work != nil {
+	if l.ended || l.begun {
 		return ctx, errBeginTwice
+	}
+	if l.held {
+		// Acquire opened the work, holding the lease.
+		l.begun = true
+		return l.work.Context(ctx), nil
 	}
 	start := time.Now()
 	w, err := p.transactor.BeginWork(ctx, l.key, l.token)
@@ -211,7 +276,7 @@ func (l *Lease) Begin(ctx context.Context) (context.Context, error) {
 		}
 		return ctx, err
 	}
-	l.work = w
+	l.work, l.begun = w, true
 	l.acquired += took
 	return w.Context(ctx), nil
 }
@@ -230,8 +295,9 @@ func (l *Lease) Begin(ctx context.Context) (context.Context, error) {
 // otherwise the store did not record the outcome, and after the lease
 // expires a copy of the delivery would be processed again.
 //
-// After [Lease.Begin], Confirm commits the work's writes with the record,
-// once, without retrying: nil means both were committed. An error matching
+// After [Lease.Begin], or on a lease that is the work's transaction (see
+// [Lease]), Confirm commits the work's writes with the record, once,
+// without retrying: nil means both were committed. An error matching
 // [replay.ErrLeaseLost] means neither was: the lease had run out, whether
 // or not another attempt took the delivery since, and the transaction was
 // rolled back (unlike a Confirm without a work, which still succeeds
@@ -318,9 +384,12 @@ func (l *Lease) commit(ctx context.Context) error {
 		// lease is released, so the sender's retry processes the delivery
 		// at once instead of waiting out the lease. A failed release
 		// leaves the lease to end by itself.
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.v.p.lease/4)
-		l.v.p.leaser.ReleaseLease(rctx, l.key, l.token)
-		rcancel()
+		// A held lease ended with its transaction: nothing to release.
+		if !l.held {
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.v.p.lease/4)
+			l.v.p.leaser.ReleaseLease(rctx, l.key, l.token)
+			rcancel()
+		}
 	}
 	return errConfirmFailed(err)
 }
@@ -371,7 +440,9 @@ func (l *Lease) confirm(ctx context.Context) error {
 // the store. A store failure matches [ErrReplayStore] and the store's
 // error; the lease then ends by itself at [Lease.Expires].
 //
-// After [Lease.Begin], Release first rolls the work's writes back. Once
+// After [Lease.Begin], Release first rolls the work's writes back (for a
+// lease that is the work's transaction, see [Lease], that alone frees
+// the delivery). Once
 // Confirm was called on a begun work, Release does nothing and returns nil
 // (the work's outcome is Confirm's, and a release after an unknown outcome
 // could let a copy run while the commit still lands), so a deferred
@@ -399,10 +470,13 @@ func (l *Lease) Release(ctx context.Context) error {
 		rollback = l.work.Rollback(ctx)
 	}
 	// The lease is released even when the rollback failed: a transaction
-	// that could not be rolled back is never committed either.
-	err := p.leaser.ReleaseLease(ctx, l.key, l.token)
-	if err == nil {
-		err = rollback
+	// that could not be rolled back is never committed either. A held
+	// lease is the transaction's: its end released it.
+	err := rollback
+	if !l.held {
+		if err = p.leaser.ReleaseLease(ctx, l.key, l.token); err == nil {
+			err = rollback
+		}
 	}
 	if err != nil {
 		err = reason.Wrap(ErrReplayStore, "replay store could not release the delivery", err)

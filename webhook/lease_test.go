@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -669,6 +671,299 @@ func TestLeaseSecondConfirmOfAWorkReturnsTheFirstOutcome(t *testing.T) {
 			}
 			if got := log.Take(); len(got) != 0 {
 				t.Fatalf("the second Confirm reported %+v", got)
+			}
+		})
+	}
+}
+
+// heldTxStore is a txStore that is also a [replay.WorkAcquirer], standing
+// in for pgstore's one-commit mode: AcquireWork takes the lease as
+// AcquireLease does and returns it as a work, whose Rollback ends the
+// lease as pgstore's transaction-held lock ends with its transaction.
+type heldTxStore struct {
+	*txStore
+	acquires int // AcquireWork calls that acquired
+
+	// answer, when set, replaces AcquireWork's answer (outside the
+	// contract, or a failure); it is given a work it may return.
+	answer func(w replay.Work) (replay.Record, replay.Work, error)
+}
+
+var _ replay.WorkAcquirer = (*heldTxStore)(nil)
+
+func (s *heldTxStore) AcquireWork(ctx context.Context, id string, lease time.Duration, fingerprint []byte) (replay.Record, replay.Work, error) {
+	if s.answer != nil {
+		return s.answer(&heldWork{txWork: &txWork{s: s.txStore, id: id}})
+	}
+	l, err := s.AcquireLease(ctx, id, lease)
+	if err != nil || l.State != replay.LeaseAcquired {
+		return replay.Record{Lease: l}, nil, err
+	}
+	s.mu.Lock()
+	s.acquires++
+	s.mu.Unlock()
+	return replay.Record{Lease: l}, &heldWork{txWork: &txWork{s: s.txStore, id: id, token: l.Token}}, nil
+}
+
+// heldWork is a work of a heldTxStore: its lease ends with it.
+type heldWork struct{ *txWork }
+
+func (w *heldWork) Rollback(ctx context.Context) error {
+	w.mu.Lock()
+	ended := w.ended
+	w.mu.Unlock()
+	err := w.txWork.Rollback(ctx)
+	if !ended {
+		w.s.MemoryStore.ReleaseLease(ctx, w.id, w.token)
+	}
+	return err
+}
+
+// TestTransactionalLeaseIsTheWorkOnAWorkAcquirer: under Transactional on
+// a replay.WorkAcquirer, Acquire takes the lease as the work's
+// transaction: no BeginWork and no ReleaseLease is ever called, Begin
+// returns the held work (once), Confirm commits the work with the record
+// (one commit), Release and a rolled-back commit free the delivery by
+// ending the work; a copy is refused in progress while the work is held
+// and a duplicate once it committed. Without Transactional the same store
+// takes a committed lease.
+func TestTransactionalLeaseIsTheWorkOnAWorkAcquirer(t *testing.T) {
+	type counts struct{ acquires, begins, commits, rollbacks, releases int }
+	tests := []struct {
+		name    string
+		plain   bool // the Verifier without Transactional
+		run     func(t *testing.T, store *heldTxStore, l *Lease) error
+		wantErr error
+		rows    map[string]int
+		next    error // a copy's Acquire afterwards
+		counts  counts
+	}{
+		{
+			name: "Begin then Confirm commits the work with the record",
+			run: func(t *testing.T, store *heldTxStore, l *Lease) error {
+				ctx, err := l.Begin(context.Background())
+				if err != nil {
+					return err
+				}
+				if err := txInsert(ctx, "evt-1"); err != nil {
+					return err
+				}
+				if _, err := l.Begin(context.Background()); !errors.Is(err, ErrConfig) {
+					t.Errorf("a second Begin = %v, want ErrConfig", err)
+				}
+				return l.Confirm(ctx)
+			},
+			rows:   map[string]int{"evt-1": 1},
+			next:   ErrDuplicate,
+			counts: counts{acquires: 1, commits: 1},
+		},
+		{
+			name:   "Confirm without Begin records the delivery",
+			run:    func(t *testing.T, store *heldTxStore, l *Lease) error { return l.Confirm(context.Background()) },
+			rows:   map[string]int{},
+			next:   ErrDuplicate,
+			counts: counts{acquires: 1, commits: 1},
+		},
+		{
+			name: "Release rolls the work back and frees the delivery",
+			run: func(t *testing.T, store *heldTxStore, l *Lease) error {
+				ctx, err := l.Begin(context.Background())
+				if err != nil {
+					return err
+				}
+				if err := txInsert(ctx, "evt-1"); err != nil {
+					return err
+				}
+				return l.Release(context.Background())
+			},
+			rows:   map[string]int{},
+			counts: counts{acquires: 1, rollbacks: 1},
+		},
+		{
+			name: "Release without Begin frees the delivery",
+			run:  func(t *testing.T, store *heldTxStore, l *Lease) error { return l.Release(context.Background()) },
+			rows: map[string]int{}, counts: counts{acquires: 1, rollbacks: 1},
+		},
+		{
+			name: "a commit the store rolled back calls no ReleaseLease",
+			run: func(t *testing.T, store *heldTxStore, l *Lease) error {
+				store.mu.Lock()
+				store.commitErr = fmt.Errorf("statement failed: %w", replay.ErrRolledBack)
+				store.mu.Unlock()
+				err := l.Confirm(context.Background())
+				store.mu.Lock()
+				store.commitErr = nil
+				store.mu.Unlock()
+				return err
+			},
+			wantErr: replay.ErrRolledBack,
+			rows:    map[string]int{},
+			next:    ErrInProgress, // the fake's lease outlives a failed commit; pgstore's ends with it
+			counts:  counts{acquires: 1, commits: 1},
+		},
+		{
+			name:   "a copy while the work is held is in progress",
+			run:    func(t *testing.T, store *heldTxStore, l *Lease) error { return nil },
+			rows:   map[string]int{},
+			next:   ErrInProgress,
+			counts: counts{acquires: 1},
+		},
+		{
+			name:  "without Transactional the lease is committed before Begin",
+			plain: true,
+			run: func(t *testing.T, store *heldTxStore, l *Lease) error {
+				ctx, err := l.Begin(context.Background())
+				if err != nil {
+					return err
+				}
+				if err := txInsert(ctx, "evt-1"); err != nil {
+					return err
+				}
+				return l.Confirm(ctx)
+			},
+			rows:   map[string]int{"evt-1": 1},
+			next:   ErrDuplicate,
+			counts: counts{begins: 1, commits: 1},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &heldTxStore{txStore: newTxStore(nil)}
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint",
+				Lease: time.Minute, Transactional: !tc.plain}
+			v, s := newVerifier(t, cfg), newSigner(t, cfg)
+			l := txLease(t, v, s, "evt-1")
+			if err := tc.run(t, store, l); !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("run = %v, want %v", err, tc.wantErr)
+			}
+			if rows, _ := store.stats(); !maps.Equal(rows, tc.rows) {
+				t.Fatalf("rows %v, want %v", rows, tc.rows)
+			}
+			begins, commits, rollbacks, releases := store.counts()
+			store.mu.Lock()
+			got := counts{store.acquires, begins, commits, rollbacks, releases}
+			store.mu.Unlock()
+			if got != tc.counts {
+				t.Fatalf("store calls %+v, want %+v", got, tc.counts)
+			}
+			d, err := v.Verify(signed(t, s, "evt-1", "{}"), []byte("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			copyLease, err := v.Acquire(context.Background(), d)
+			if !errors.Is(err, tc.next) || (tc.next == nil && err != nil) {
+				t.Fatalf("a copy's Acquire = %v, want %v", err, tc.next)
+			}
+			if copyLease != nil {
+				copyLease.Release(context.Background())
+			}
+		})
+	}
+}
+
+// TestTransactionalMiddlewareOnAWorkAcquirerTakesNoCommittedLease: the
+// middleware's first delivery on a replay.WorkAcquirer runs the handler
+// in the work Acquire took (no BeginWork, no ReleaseLease) and commits
+// once; its copy is acknowledged as a duplicate without running the
+// handler; a handler's retry status rolls the work back, which frees the
+// delivery for the sender's retry.
+func TestTransactionalMiddlewareOnAWorkAcquirerTakesNoCommittedLease(t *testing.T) {
+	tests := []struct {
+		name       string
+		status     int
+		wantStatus []int // the first delivery's, then its copy's
+		rows       map[string]int
+		runs       int // of the handler
+		commits    int
+		rollbacks  int
+	}{
+		{"processed", http.StatusCreated, []int{http.StatusCreated, http.StatusOK}, map[string]int{"msg_1": 1}, 1, 1, 0},
+		{"retry status", http.StatusServiceUnavailable, []int{http.StatusServiceUnavailable, http.StatusServiceUnavailable}, map[string]int{}, 2, 0, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &heldTxStore{txStore: newTxStore(nil)}
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Transactional: true}
+			v, s := newVerifier(t, cfg), newSigner(t, cfg)
+			runs := 0
+			mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs++
+				if err := txInsert(r.Context(), "msg_1"); err != nil {
+					t.Error(err)
+				}
+				w.WriteHeader(tc.status)
+			}))
+			for i, want := range tc.wantStatus {
+				req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader("{}"))
+				if err := s.Sign(req.Header, "msg_1", []byte("{}")); err != nil {
+					t.Fatal(err)
+				}
+				rec := httptest.NewRecorder()
+				mw.ServeHTTP(rec, req)
+				if rec.Code != want {
+					t.Fatalf("delivery %d: status %d, want %d", i, rec.Code, want)
+				}
+			}
+			if rows, _ := store.stats(); !maps.Equal(rows, tc.rows) {
+				t.Fatalf("rows %v, want %v", rows, tc.rows)
+			}
+			begins, commits, rollbacks, releases := store.counts()
+			if begins != 0 || releases != 0 || commits != tc.commits || rollbacks != tc.rollbacks {
+				t.Fatalf("BeginWork %d, Commit %d, Rollback %d, ReleaseLease %d; want 0, %d, %d, 0", begins, commits, rollbacks, releases, tc.commits, tc.rollbacks)
+			}
+			if runs != tc.runs {
+				t.Fatalf("handler ran %d times, want %d", runs, tc.runs)
+			}
+		})
+	}
+}
+
+// TestTransactionalAcquireWorkOutsideTheContractHoldsNothing: an
+// AcquireWork answer outside the replay.WorkAcquirer contract, or a
+// failure, is refused with ErrReplayStore and the store's error, and any
+// Work it returned is rolled back, so nothing is held.
+func TestTransactionalAcquireWorkOutsideTheContractHoldsNothing(t *testing.T) {
+	acquired := replay.Record{Lease: replay.Lease{State: replay.LeaseAcquired, Token: "tok"}}
+	tests := []struct {
+		name      string
+		answer    func(w replay.Work) (replay.Record, replay.Work, error)
+		want      error
+		rollbacks int
+	}{
+		{"a failure", func(replay.Work) (replay.Record, replay.Work, error) {
+			return replay.Record{}, nil, errStoreDown
+		}, errStoreDown, 0},
+		{"a failure with a Work", func(w replay.Work) (replay.Record, replay.Work, error) {
+			return acquired, w, errStoreDown
+		}, errStoreDown, 1},
+		{"acquired without a Work", func(replay.Work) (replay.Record, replay.Work, error) {
+			return acquired, nil, nil
+		}, errStoreAnswer, 0},
+		{"acquired without a token", func(w replay.Work) (replay.Record, replay.Work, error) {
+			return replay.Record{Lease: replay.Lease{State: replay.LeaseAcquired}}, w, nil
+		}, errStoreAnswer, 1},
+		{"busy with a Work", func(w replay.Work) (replay.Record, replay.Work, error) {
+			return replay.Record{Lease: replay.Lease{State: replay.LeaseBusy}}, w, nil
+		}, errStoreAnswer, 1},
+		{"an unknown state", func(replay.Work) (replay.Record, replay.Work, error) {
+			return replay.Record{Lease: replay.Lease{State: replay.LeaseState(99)}}, nil, nil
+		}, errStoreAnswer, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &heldTxStore{txStore: newTxStore(nil), answer: tc.answer}
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Transactional: true}
+			v, s := newVerifier(t, cfg), newSigner(t, cfg)
+			d, err := v.Verify(signed(t, s, "evt-1", "{}"), []byte("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := v.Acquire(context.Background(), d)
+			if l != nil || !errors.Is(err, ErrReplayStore) || !errors.Is(err, tc.want) || Reason(err) == "" {
+				t.Fatalf("Acquire = %v, %v; want no Lease and ErrReplayStore matching %v, with a reason", l, err, tc.want)
+			}
+			if _, _, rollbacks, _ := store.counts(); rollbacks != tc.rollbacks {
+				t.Fatalf("%d rollbacks, want %d", rollbacks, tc.rollbacks)
 			}
 		})
 	}
