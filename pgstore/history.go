@@ -17,13 +17,15 @@ import (
 // is unknown: it is now a primary on another timeline than the one the
 // table's history record was written on (a promoted standby), and the
 // last record it received from the old primary does not name it a
-// confirmed synchronous standby, so claims the old primary acknowledged
-// may be missing from it. Claim, AcquireLease,
+// confirmed synchronous standby (see docs/pgstore.md for what confirms
+// one, quorum commit included), or it is on a timeline after a promotion
+// and the table has no record at all; so claims the old primary
+// acknowledged may be missing from it. Claim, AcquireLease,
 // ConfirmLease and transactional work refuse (the error also matches
 // [ErrUnavailable]) until the fence has passed by the database's clock:
 // as long as the longest claim the table's users made, plus
 // [replay.SkewMargin] (docs/pgstore.md, "Unknown history").
-var ErrFenced = errors.New("pgstore: fenced: the server's history is unknown (promoted from a standby that was not synchronous)")
+var ErrFenced = errors.New("pgstore: fenced: the server's history is unknown (promoted from a standby that was not a confirmed synchronous one)")
 
 // timelineSQL is the server's timeline: the first eight hex digits of the
 // name of the WAL file being written (it fails in recovery, where claims
@@ -42,6 +44,12 @@ const timelineSQL = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)
 // parsing JSON.
 const historyGuardSQL = `(token = '' OR starts_with(token, '{"v":1,"tl":' || ` + timelineSQL + ` || ','))`
 
+// freshRecordSQL is the first record of a table, written with its marker
+// by [Migrate], [Schema] and [Rearm]: the timeline of the server that
+// writes it, no standby and no lifetime yet (the text [history.encode]
+// writes for it).
+const freshRecordSQL = `'{"v":1,"tl":' || ` + timelineSQL + ` || ',"longest":0}'`
+
 // maxFence bounds a fence (100 years): a claim held longer (or forever)
 // keeps its table fenced that long.
 const maxFence = 100 * 365 * 24 * time.Hour
@@ -49,19 +57,27 @@ const maxFence = 100 * 365 * 24 * time.Hour
 // history is the record of the server's replication that Stores keep in
 // the marker row's token column (JSON), written on the primary whenever
 // it changes and replicated with everything else: a standby that is
-// promoted reads in it the last state it received. TL is the timeline it
-// was written on; Sync the physical standbys whose sync_state was "sync"
-// (every commit waited for each of them), Other every other standby then
-// streaming; Longest the longest remaining lifetime of a live row seen on
-// the primary, in seconds, rounded up to a power of two (it only grows);
-// Fence, when the record was written by a fence, says why.
+// promoted reads in it the last state it received. [Migrate], [Schema]
+// and [Rearm] write the first record, of the timeline the marker is
+// written on. TL is the timeline it was written on; Sync the physical
+// standbys whose sync_state was "sync" or "quorum", Other every other
+// standby then streaming; Potential how many of those were "potential"
+// (under priority commit, a standby that takes the synchronous role when
+// a synchronous one disconnects); Quorum the number of standbys each
+// commit waited for under quorum commit (synchronous_standby_names
+// "ANY n (...)", 0 otherwise); Longest the longest remaining lifetime of a
+// live row seen on the primary, in seconds, rounded up to a power of two
+// (it only grows); Fence, when the record was written by a fence, says
+// why.
 type history struct {
-	V       int      `json:"v"`
-	TL      int64    `json:"tl"`
-	Longest int64    `json:"longest"`
-	Sync    []member `json:"sync,omitempty"`
-	Other   []member `json:"other,omitempty"`
-	Fence   string   `json:"fence,omitempty"`
+	V         int      `json:"v"`
+	TL        int64    `json:"tl"`
+	Longest   int64    `json:"longest"`
+	Sync      []member `json:"sync,omitempty"`
+	Other     []member `json:"other,omitempty"`
+	Potential int      `json:"potential,omitempty"`
+	Quorum    int      `json:"quorum,omitempty"`
+	Fence     string   `json:"fence,omitempty"`
 }
 
 // member is one standby of a record: the application_name its walsender
@@ -71,11 +87,13 @@ type member struct {
 	Slot string `json:"slot,omitempty"`
 }
 
-// standby is one row of pg_stat_replication as readServer reads it.
+// standby is one row of pg_stat_replication as readServer reads it:
+// State is its sync_state ("sync", "quorum", "potential", "async"; NULL
+// for a role without pg_read_all_stats).
 type standby struct {
-	App  *string `json:"app"`
-	Slot *string `json:"slot"`
-	Sync bool    `json:"sync"`
+	App   *string `json:"app"`
+	Slot  *string `json:"slot"`
+	State *string `json:"state"`
 }
 
 // self is what a server knows of the name it streamed under as a standby
@@ -90,7 +108,7 @@ type self struct {
 // parseHistory decodes a record; ok is false for text that is not one
 // (which a fence treats as no evidence).
 func parseHistory(s string) (h history, ok bool) {
-	if err := json.Unmarshal([]byte(s), &h); err != nil || h.V != 1 || h.TL <= 0 || h.Longest < 0 {
+	if err := json.Unmarshal([]byte(s), &h); err != nil || h.V != 1 || h.TL <= 0 || h.Longest < 0 || h.Potential < 0 || h.Quorum < 0 {
 		return history{}, false
 	}
 	return h, true
@@ -103,10 +121,23 @@ func (h history) encode() string {
 }
 
 // names reports whether the record names the server me as a confirmed
-// synchronous standby, unambiguously: a sync member with its slot (when
-// it streamed from one: slots are unique on a primary), or else with its
-// application name, and no other member of the record under that name.
+// synchronous standby: one whose every acknowledged commit it received,
+// for as long as the configuration the record saw stood. It must be a
+// sync member of the record, unambiguously (by its slot when it streamed
+// from one: slots are unique on a primary; else by its application name,
+// with no other member of the record under that name), and no other
+// standby of the record could have acknowledged a commit in its place:
+// under priority commit no standby was "potential" (one would take the
+// synchronous role, and acknowledge commits this one never received, the
+// moment this one disconnected), and under quorum commit every quorum
+// member was waited for by every commit (as many members as the quorum,
+// "ANY 2 (a, b)" with both streaming; under "ANY 1 (a, b)" a commit
+// acknowledged by b alone is missing from a, and a cannot show it was
+// not).
 func (h history) names(me self) bool {
+	if h.Quorum > 0 && len(h.Sync) > h.Quorum || h.Quorum == 0 && h.Potential > 0 {
+		return false
+	}
 	found := false
 	for _, m := range h.Sync {
 		switch {
@@ -126,6 +157,33 @@ func (h history) names(me self) bool {
 		}
 	}
 	return n == 1
+}
+
+// quorumOf returns n of a synchronous_standby_names of quorum commit,
+// "ANY n (names)" (ANY in any case), and 0 for any other value (priority
+// commit, or none).
+func quorumOf(names string) int {
+	s := strings.TrimSpace(names)
+	if len(s) < 3 || !strings.EqualFold(s[:3], "any") {
+		return 0
+	}
+	s = s[3:]
+	t := strings.TrimLeft(s, " \t\n\r")
+	if len(t) == len(s) {
+		return 0 // a standby named "any...": priority commit
+	}
+	n := 0
+	i := 0
+	for ; i < len(t) && t[i] >= '0' && t[i] <= '9'; i++ {
+		if n > 1<<20 {
+			return 0
+		}
+		n = n*10 + int(t[i]-'0')
+	}
+	if i == 0 || !strings.HasPrefix(strings.TrimLeft(t[i:], " \t\n\r"), "(") {
+		return 0
+	}
+	return n
 }
 
 // ceilPow2 rounds seconds up to a power of two (at least 1).
@@ -168,17 +226,41 @@ func judgeHistory(st serverState) verdict {
 		if sb.Slot != nil {
 			m.Slot = *sb.Slot
 		}
-		if sb.Sync && sb.App != nil {
+		state := ""
+		if sb.State != nil {
+			state = *sb.State
+		}
+		quorum := 0
+		if state == "quorum" {
+			quorum = quorumOf(st.durable.SynchronousStandbyNames)
+		}
+		switch {
+		case sb.App != nil && (state == "sync" || state == "quorum" && quorum > 0):
+			// (A quorum member whose quorum cannot be read is no
+			// confirmed one: it goes with the others.)
 			now.Sync = append(now.Sync, m)
-		} else {
+			now.Quorum = max(now.Quorum, quorum)
+		case state == "potential":
+			now.Potential++
+			now.Other = append(now.Other, m)
+		default:
 			now.Other = append(now.Other, m)
 		}
 	}
 	old, ok := parseHistory(st.record)
 	var v verdict
 	switch {
+	case st.record == "" && st.timeline == 1:
+		// No record (a table of an earlier version, or a marker
+		// written by hand) on the timeline of initdb: no server of
+		// this one's history was ever promoted.
 	case st.record == "":
-		// No record: a table no Store of this version has run on.
+		// No record on a server that was promoted (or restored to a
+		// point in time) at some instant: nothing shows that the
+		// table's history began after it. Migrate, Schema and Rearm
+		// write a record with the marker, so a table made on this
+		// server has one.
+		v.why = fmt.Sprintf("the server is primary on timeline %d, and the table has no history record", st.timeline)
 	case !ok:
 		v.why = "the table's history record is unreadable"
 	case old.TL != st.timeline && !old.names(st.self):

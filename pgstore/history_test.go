@@ -29,6 +29,9 @@ func TestJudgeHistory(t *testing.T) {
 	syncSlot := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "walreceiver", Slot: "s1"}}, Other: []member{{App: "walreceiver", Slot: "s2"}}}
 	twoA := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "a"}}, Other: []member{{App: "a"}}}
 	none := history{V: 1, TL: 1, Longest: 2}
+	syncPotential := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "a"}}, Other: []member{{App: "b"}}, Potential: 1}
+	quorum2 := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "a"}, {App: "b"}}, Quorum: 2}
+	quorum1 := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "a"}, {App: "b"}}, Quorum: 1}
 	cases := []struct {
 		name      string
 		st        serverState
@@ -37,10 +40,15 @@ func TestJudgeHistory(t *testing.T) {
 		write     bool
 	}{
 		{"a standby writes nothing", serverState{recovery: true, record: rec(none)}, false, 0, false},
-		{"no record: written, not fenced", serverState{timeline: 3, self: self{app: "a"}}, false, 0, true},
+		{"no record on timeline 1: written, not fenced", serverState{timeline: 1, self: self{app: "a"}}, false, 0, true},
+		{"no record on a later timeline: fenced", serverState{timeline: 3, self: self{app: "a"}, longest: 100}, true, 128*time.Second + replay.SkewMargin, true},
+		{"a fresh record of another timeline: fenced", serverState{timeline: 2, record: `{"v":1,"tl":1,"longest":0}`}, true, replay.SkewMargin, true},
+		{"new timeline, named sync beside a potential one: fenced", serverState{timeline: 2, record: rec(syncPotential), self: self{app: "a"}}, true, 64*time.Second + replay.SkewMargin, true},
+		{"new timeline, named in a quorum as large as ANY n: not fenced", serverState{timeline: 2, record: rec(quorum2), self: self{app: "a"}}, false, 0, true},
+		{"new timeline, named in a quorum larger than ANY n: fenced", serverState{timeline: 2, record: rec(quorum1), self: self{app: "a"}}, true, 64*time.Second + replay.SkewMargin, true},
 		{"same timeline, same state: nothing", serverState{timeline: 1, record: rec(none), longest: 1.5}, false, 0, false},
 		{"same timeline, a synchronous standby appears: rewritten", serverState{timeline: 1, record: rec(none),
-			standbys: []standby{{App: strp("a"), Sync: true}}}, false, 0, true},
+			standbys: []standby{{App: strp("a"), State: strp("sync")}}}, false, 0, true},
 		{"same timeline, a longer claim: rewritten", serverState{timeline: 1, record: rec(none), longest: 3}, false, 0, true},
 		{"new timeline, named synchronous: not fenced", serverState{timeline: 2, record: rec(syncA), self: self{app: "a"}}, false, 0, true},
 		{"new timeline, named by its slot: not fenced", serverState{timeline: 2, record: rec(syncSlot), self: self{app: "walreceiver", slot: "s1"}}, false, 0, true},
@@ -68,6 +76,72 @@ func TestJudgeHistory(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestHistoryRecordsWhoCouldAcknowledge(t *testing.T) {
+	any2 := Durability{SynchronousCommit: "on", SynchronousStandbyNames: "ANY 2 (a, b)"}
+	first1 := Durability{SynchronousCommit: "on", SynchronousStandbyNames: "FIRST 1 (a, b)"}
+	cases := []struct {
+		name   string
+		st     serverState
+		want   history
+		namesA bool // the record read back names a
+	}{
+		{"priority: sync and potential", serverState{timeline: 1, durable: first1, standbys: []standby{
+			{App: strp("a"), State: strp("sync")}, {App: strp("b"), State: strp("potential")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}}, Other: []member{{App: "b"}}, Potential: 1}, false},
+		{"priority: one sync, one async not listed", serverState{timeline: 1, durable: Durability{SynchronousCommit: "on", SynchronousStandbyNames: "a"},
+			standbys: []standby{{App: strp("a"), State: strp("sync")}, {App: strp("c"), State: strp("async")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}}, Other: []member{{App: "c"}}}, true},
+		{"quorum of two, both streaming", serverState{timeline: 1, durable: any2, standbys: []standby{
+			{App: strp("a"), State: strp("quorum")}, {App: strp("b"), State: strp("quorum")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}, {App: "b"}}, Quorum: 2}, true},
+		{"quorum whose n cannot be read: no member counts", serverState{timeline: 1, durable: Durability{SynchronousStandbyNames: "ANY x (a)"},
+			standbys: []standby{{App: strp("a"), State: strp("quorum")}}},
+			history{V: 1, TL: 1, Other: []member{{App: "a"}}}, false},
+		{"a role that may not read the states: no member counts", serverState{timeline: 1, durable: any2, standbys: []standby{{}}},
+			history{V: 1, TL: 1, Other: []member{{}}}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := judgeHistory(c.st)
+			if v.write != c.want.encode() {
+				t.Fatalf("record = %s; want %s", v.write, c.want.encode())
+			}
+			h, ok := parseHistory(v.write)
+			if !ok || h.names(self{app: "a"}) != c.namesA {
+				t.Fatalf("the record read back (%v) names a: %v; want %v", ok, h.names(self{app: "a"}), c.namesA)
+			}
+		})
+	}
+}
+
+func TestQuorumOf(t *testing.T) {
+	cases := []struct {
+		in   string
+		want int
+	}{
+		{"", 0}, {"*", 0}, {"a, b", 0}, {"FIRST 2 (a, b)", 0}, {"2 (a, b)", 0},
+		{"ANY 2 (a, b)", 2}, {"any 1(a,b)", 1}, {"  Any\t3  ( \"x\", y, z )", 3},
+		{"anyone", 0}, {"ANY (a)", 0}, {"ANY 2 a", 0}, {"ANY 99999999999999999999 (a)", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.in, func(t *testing.T) {
+			if got := quorumOf(c.in); got != c.want {
+				t.Fatalf("quorumOf(%q) = %d; want %d", c.in, got, c.want)
+			}
+		})
+	}
+}
+
+func FuzzQuorumOf(f *testing.F) {
+	f.Add("ANY 2 (a, b)")
+	f.Add("FIRST 1 (*)")
+	f.Fuzz(func(t *testing.T, s string) {
+		if n := quorumOf(s); n < 0 || n > 1<<24 {
+			t.Fatalf("quorumOf(%q) = %d", s, n)
+		}
+	})
 }
 
 func TestConninfoApp(t *testing.T) {
