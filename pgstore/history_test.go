@@ -583,3 +583,172 @@ func TestClaimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 		t.Fatalf("fence = %v; want the recorded 64 s plus SkewMargin", f)
 	}
 }
+
+// waitStates waits until the primary's pg_stat_replication shows exactly
+// the standbys of want (application_name: sync_state).
+func waitStates(t *testing.T, admin *pgxpool.Pool, want map[string]string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got := map[string]string{}
+		rows, err := admin.Query(bg(), `SELECT application_name, sync_state FROM pg_stat_replication`)
+		if err == nil {
+			for rows.Next() {
+				var app, state string
+				if rows.Scan(&app, &state) == nil {
+					got[app] = state
+				}
+			}
+			rows.Close()
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pg_stat_replication shows %v after 30 s; want %v", got, want)
+		}
+	}
+}
+
+// missingOn counts the IDs of acked that s's table on server p does not
+// hold.
+func missingOn(t *testing.T, p *pgServer, s *Store, acked []string) int {
+	t.Helper()
+	keys := make([][]byte, len(acked))
+	for i, id := range acked {
+		keys[i] = s.key(id)
+	}
+	var n int
+	if err := p.pool(t).QueryRow(bg(), `SELECT count(*) FROM unnest($1::bytea[]) k WHERE NOT EXISTS (SELECT 1 FROM ctoken_replay WHERE key = k)`, keys).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestPromotionUnderQuorumAndPriorityCommit: a primary with two standbys,
+// a and b (cluster_name), under a synchronous_standby_names; a running
+// store with 8 claimers; the primary killed mid-load and a promoted. Where
+// every commit waited for a (ANY 2 (a, b), FIRST 2 (a, b)) the promoted
+// server holds every acknowledged claim and serves at once: no false
+// fence. Where another standby could acknowledge in a's place (ANY 1
+// (a, b); FIRST 1 (a, b), b potential), a is cut off first and claims go
+// on acknowledged by b alone (missing from a, counted on a): the promoted
+// a cannot show it had them and is fenced, 0 accepted twice.
+func TestPromotionUnderQuorumAndPriorityCommit(t *testing.T) {
+	t.Parallel() // servers of its own
+	cases := []struct {
+		names  string
+		states map[string]string
+		cut    bool // a is cut off before the primary dies (then fenced)
+	}{
+		{"ANY 2 (a, b)", map[string]string{"a": "quorum", "b": "quorum"}, false},
+		{"FIRST 2 (a, b)", map[string]string{"a": "sync", "b": "sync"}, false},
+		{"ANY 1 (a, b)", map[string]string{"a": "quorum", "b": "quorum"}, true},
+		{"FIRST 1 (a, b)", map[string]string{"a": "sync", "b": "potential"}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.names, func(t *testing.T) {
+			primary := ownServer(t)
+			admin := primary.pool(t)
+			a := startStandby(t, primary, "", freePort(), "-c", "cluster_name=a")
+			startStandby(t, primary, "", freePort(), "-c", "cluster_name=b")
+			for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '` + c.names + `'`, `SELECT pg_reload_conf()`} {
+				if _, err := admin.Exec(bg(), q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitStates(t, admin, c.states)
+			s := storeOn(t, primary.pool(t), func(o *Options) {
+				o.Timeout = 2 * time.Second
+				o.RecheckInterval = 100 * time.Millisecond
+			})
+			const lifetime = 10 * time.Minute
+			until := time.Now().Add(lifetime)
+			stopLoad := claimLoad(s, 8, until)
+			time.Sleep(time.Second)
+			if c.cut {
+				a.kill() // cut off: b acknowledges alone from now on
+				time.Sleep(time.Second)
+			}
+			primary.kill()
+			acked := stopLoad()
+			if c.cut {
+				if err := a.restart(); err != nil { // a standby again, its primary gone
+					t.Fatal(err)
+				}
+			}
+			promoteStandby(t, a)
+			missing := missingOn(t, a, s, acked)
+			p := storeOn(t, a.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
+			twice, fenced := acceptedAgain(t, p, acked, until, false)
+			fence := markerFence(t, a.pool(t))
+			t.Logf("%s: %d claims acknowledged, %d missing from the promoted a; %d accepted twice, %d refused as fenced; fence %v",
+				c.names, len(acked), missing, twice, fenced, fence.Round(time.Second))
+			switch {
+			case len(acked) == 0:
+				t.Fatal("no claim acknowledged")
+			case twice != 0:
+				t.Fatalf("%d of %d acknowledged claims accepted twice; want 0", twice, len(acked))
+			case c.cut && (missing == 0 || fenced != len(acked) || fence < 1024*time.Second):
+				t.Fatalf("a cut off: %d missing, %d of %d fenced, fence %v; want some missing, all fenced for the claims' lifetime", missing, fenced, len(acked), fence)
+			case !c.cut && (missing != 0 || fenced != 0 || fence != 0):
+				t.Fatalf("every commit waited for a: %d missing, %d fenced, fence %v; want 0, 0, none", missing, fenced, fence)
+			}
+			if first, err := p.Claim(bg(), "fresh", until); c.cut && !errors.Is(err, ErrFenced) || !c.cut && (err != nil || !first) {
+				t.Fatalf("Claim of a fresh ID on the promoted a = %v, %v; want fenced: %v", first, err, c.cut)
+			}
+		})
+	}
+}
+
+// TestPromotedTableWithoutRecordIsFenced: a table whose marker holds no
+// history record (a table of an earlier version, or a marker written by
+// hand), an asynchronous standby cut off while claims go on, the primary
+// killed and the standby promoted: the promoted server is on a timeline
+// after a promotion and nothing shows the table's history, so a new store
+// there is fenced (0 accepted twice). A table made on the promoted server
+// by Migrate carries the record of its timeline and serves at once.
+func TestPromotedTableWithoutRecordIsFenced(t *testing.T) {
+	t.Parallel() // servers of its own
+	primary := ownServer(t)
+	standby := addStandby(t, primary, false)
+	s := storeOn(t, primary.pool(t), func(o *Options) {
+		o.AllowAsyncStandby = true
+		o.RecheckInterval = time.Hour // no recheck writes a record below
+	})
+	if _, err := primary.pool(t).Exec(bg(), `UPDATE ctoken_replay SET token = '' WHERE key = `+markerSQL); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(10 * time.Minute)
+	stopLoad := claimLoad(s, 8, until)
+	time.Sleep(500 * time.Millisecond)
+	standby.kill() // cut off: the claims from now on are the primary's alone
+	time.Sleep(500 * time.Millisecond)
+	primary.kill()
+	acked := stopLoad()
+	if err := standby.restart(); err != nil {
+		t.Fatal(err)
+	}
+	promoteStandby(t, standby)
+	pool := standby.pool(t)
+	var token string
+	if err := pool.QueryRow(bg(), `SELECT token FROM ctoken_replay WHERE key = `+markerSQL).Scan(&token); err != nil || token != "" {
+		t.Fatalf("the promoted server's marker holds %q (%v); want no record", token, err)
+	}
+	missing := missingOn(t, standby, s, acked)
+	p := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
+	twice, fenced := acceptedAgain(t, p, acked, until, false)
+	fence := markerFence(t, pool)
+	t.Logf("%d claims acknowledged, %d missing from the promoted server; %d accepted twice, %d fenced; fence %v", len(acked), missing, twice, fenced, fence.Round(time.Second))
+	if len(acked) == 0 || missing == 0 || twice != 0 || fenced != len(acked) || fence < 1024*time.Second {
+		t.Fatalf("%d of %d acknowledged claims accepted twice (%d missing, %d fenced, fence %v); want 0, all fenced for the claims' lifetime", twice, len(acked), missing, fenced, fence)
+	}
+	t.Run("a table made after the promotion serves", func(t *testing.T) {
+		if err := Migrate(bg(), pool, "made_after_promotion"); err != nil {
+			t.Fatal(err)
+		}
+		n := storeOn(t, pool, func(o *Options) { o.Table = "made_after_promotion" })
+		if first, err := n.Claim(bg(), "fresh", until); err != nil || !first {
+			t.Fatalf("Claim on a table made on the promoted server = %v, %v; want first", first, err)
+		}
+	})
+}
