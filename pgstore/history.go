@@ -65,7 +65,9 @@ const maxFence = 100 * 365 * 24 * time.Hour
 // (under priority commit, a standby that takes the synchronous role when
 // a synchronous one disconnects); Quorum the number of standbys each
 // commit waited for under quorum commit (synchronous_standby_names
-// "ANY n (...)", 0 otherwise); Longest the longest remaining lifetime of a
+// "ANY n (...)", 0 otherwise); Away how many standbys not streaming then
+// could take a sync member's place ([away]); Longest the longest
+// remaining lifetime of a
 // live row seen on the primary, in seconds, rounded up to a power of two
 // (it only grows); Fence, when the record was written by a fence, says
 // why.
@@ -77,6 +79,7 @@ type history struct {
 	Other     []member `json:"other,omitempty"`
 	Potential int      `json:"potential,omitempty"`
 	Quorum    int      `json:"quorum,omitempty"`
+	Away      int      `json:"away,omitempty"`
 	Fence     string   `json:"fence,omitempty"`
 }
 
@@ -108,7 +111,7 @@ type self struct {
 // parseHistory decodes a record; ok is false for text that is not one
 // (which a fence treats as no evidence).
 func parseHistory(s string) (h history, ok bool) {
-	if err := json.Unmarshal([]byte(s), &h); err != nil || h.V != 1 || h.TL <= 0 || h.Longest < 0 || h.Potential < 0 || h.Quorum < 0 {
+	if err := json.Unmarshal([]byte(s), &h); err != nil || h.V != 1 || h.TL <= 0 || h.Longest < 0 || h.Potential < 0 || h.Quorum < 0 || h.Away < 0 {
 		return history{}, false
 	}
 	return h, true
@@ -133,9 +136,9 @@ func (h history) encode() string {
 // member was waited for by every commit (as many members as the quorum,
 // "ANY 2 (a, b)" with both streaming; under "ANY 1 (a, b)" a commit
 // acknowledged by b alone is missing from a, and a cannot show it was
-// not).
+// not); and no standby away then could come back and do so ([away]).
 func (h history) names(me self) bool {
-	if h.Quorum > 0 && len(h.Sync) > h.Quorum || h.Quorum == 0 && h.Potential > 0 {
+	if h.Quorum > 0 && len(h.Sync) > h.Quorum || h.Quorum == 0 && h.Potential > 0 || h.Away > 0 {
 		return false
 	}
 	found := false
@@ -159,31 +162,146 @@ func (h history) names(me self) bool {
 	return n == 1
 }
 
-// quorumOf returns n of a synchronous_standby_names of quorum commit,
-// "ANY n (names)" (ANY in any case), and 0 for any other value (priority
-// commit, or none).
-func quorumOf(names string) int {
-	s := strings.TrimSpace(names)
-	if len(s) < 3 || !strings.EqualFold(s[:3], "any") {
-		return 0
+// syncConfig is a synchronous_standby_names as PostgreSQL parses it
+// (syncrep_gram.y): priority commit (FIRST n, or n, or a bare list: FIRST
+// 1) or quorum commit (ANY n) over a list of standby names, "*" matching
+// any.
+type syncConfig struct {
+	quorum bool
+	n      int
+	names  []string // as written, without quotes
+}
+
+// parseSyncNames parses a synchronous_standby_names; ok is false for an
+// empty value and for text it does not read as PostgreSQL would (a
+// caller then counts no standby as confirmed).
+func parseSyncNames(s string) (c syncConfig, ok bool) {
+	type token struct {
+		text        string
+		num, quoted bool
+		punct       byte
 	}
-	s = s[3:]
-	t := strings.TrimLeft(s, " \t\n\r")
-	if len(t) == len(s) {
-		return 0 // a standby named "any...": priority commit
-	}
-	n := 0
-	i := 0
-	for ; i < len(t) && t[i] >= '0' && t[i] <= '9'; i++ {
-		if n > 1<<20 {
-			return 0
+	var toks []token
+	isStart := func(b byte) bool { return b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b == '_' || b >= 0x80 }
+	for i := 0; i < len(s); {
+		b := s[i]
+		switch {
+		case b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\f' || b == '\v':
+			i++
+		case b == ',' || b == '(' || b == ')':
+			toks = append(toks, token{punct: b})
+			i++
+		case b == '*':
+			toks = append(toks, token{text: "*"})
+			i++
+		case b >= '0' && b <= '9':
+			j := i
+			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+				j++
+			}
+			toks = append(toks, token{text: s[i:j], num: true})
+			i = j
+		case isStart(b):
+			j := i
+			for j < len(s) && (isStart(s[j]) || s[j] >= '0' && s[j] <= '9' || s[j] == '$') {
+				j++
+			}
+			toks = append(toks, token{text: s[i:j]})
+			i = j
+		case b == '"':
+			var name strings.Builder
+			j := i + 1
+			for {
+				if j == len(s) {
+					return syncConfig{}, false // unterminated
+				}
+				if s[j] == '"' {
+					if j+1 < len(s) && s[j+1] == '"' {
+						name.WriteByte('"')
+						j += 2
+						continue
+					}
+					break
+				}
+				name.WriteByte(s[j])
+				j++
+			}
+			if name.Len() == 0 {
+				return syncConfig{}, false
+			}
+			toks = append(toks, token{text: name.String(), quoted: true})
+			i = j + 1
+		default:
+			return syncConfig{}, false
 		}
-		n = n*10 + int(t[i]-'0')
 	}
-	if i == 0 || !strings.HasPrefix(strings.TrimLeft(t[i:], " \t\n\r"), "(") {
-		return 0
+	keyword := func(t token, k string) bool { return !t.quoted && t.punct == 0 && strings.EqualFold(t.text, k) }
+	// list parses names separated by commas up to the end of toks.
+	list := func(toks []token) ([]string, bool) {
+		var names []string
+		for i, t := range toks {
+			if i%2 == 1 {
+				if t.punct != ',' {
+					return nil, false
+				}
+				continue
+			}
+			if t.punct != 0 || keyword(t, "any") || keyword(t, "first") {
+				return nil, false
+			}
+			names = append(names, t.text)
+		}
+		return names, len(toks)%2 == 1
 	}
-	return n
+	c.n = 1
+	switch {
+	case len(toks) == 0:
+		return syncConfig{}, false
+	case len(toks) >= 4 && (keyword(toks[0], "any") || keyword(toks[0], "first")) && toks[1].num && toks[2].punct == '(' && toks[len(toks)-1].punct == ')':
+		c.quorum = keyword(toks[0], "any")
+		c.n, ok = atoiSmall(toks[1].text)
+		if !ok {
+			return syncConfig{}, false
+		}
+		c.names, ok = list(toks[3 : len(toks)-1])
+	case len(toks) >= 3 && toks[0].num && toks[1].punct == '(' && toks[len(toks)-1].punct == ')':
+		c.n, ok = atoiSmall(toks[0].text)
+		if !ok {
+			return syncConfig{}, false
+		}
+		c.names, ok = list(toks[2 : len(toks)-1])
+	default:
+		c.names, ok = list(toks)
+	}
+	if !ok || c.n < 1 {
+		return syncConfig{}, false
+	}
+	return c, true
+}
+
+// atoiSmall reads a count of standbys (digits only, at most 1 << 20).
+func atoiSmall(s string) (int, bool) {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' || n > 1<<20 {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, s != ""
+}
+
+// foldASCII is name folded as PostgreSQL compares standby names
+// (pg_strcasecmp: ASCII letters only; a name it folds further is then a
+// different one here, which confirms no standby: the safe side).
+func foldASCII(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // ceilPow2 rounds seconds up to a power of two (at least 1).
@@ -196,6 +314,46 @@ func ceilPow2(seconds float64) int64 {
 		p *= 2
 	}
 	return p
+}
+
+// away counts the standbys that could take a sync member's place without
+// streaming now, as far as the primary can see: each name the
+// configuration lists under which no standby streams (a standby that
+// reconnects under it takes part in commits at once), and, when it lists
+// "*" (any name), each permanent physical slot no streaming standby uses
+// (a standby that was stopped with its slot kept). A standby with no slot
+// attached later under "*" is invisible here.
+func away(cfg syncConfig, h history, slots int) int {
+	n, star := 0, false
+	seen := map[string]bool{}
+	for _, name := range cfg.names {
+		if name == "*" {
+			star = true
+			continue
+		}
+		f := foldASCII(name)
+		if seen[f] {
+			continue
+		}
+		seen[f] = true
+		streams := false
+		for _, m := range append(append([]member(nil), h.Sync...), h.Other...) {
+			streams = streams || foldASCII(m.App) == f
+		}
+		if !streams {
+			n++
+		}
+	}
+	if star {
+		used := 0
+		for _, m := range append(append([]member(nil), h.Sync...), h.Other...) {
+			if m.Slot != "" {
+				used++
+			}
+		}
+		n += max(0, slots-used)
+	}
+	return n
 }
 
 // verdict is what [judgeHistory] decides.
@@ -218,6 +376,7 @@ func judgeHistory(st serverState) verdict {
 		longest = ceilPow2(st.longest)
 	}
 	now := history{V: 1, TL: st.timeline, Longest: longest}
+	cfg, cfgOK := parseSyncNames(st.durable.SynchronousStandbyNames)
 	for _, sb := range st.standbys {
 		m := member{}
 		if sb.App != nil {
@@ -230,22 +389,23 @@ func judgeHistory(st serverState) verdict {
 		if sb.State != nil {
 			state = *sb.State
 		}
-		quorum := 0
-		if state == "quorum" {
-			quorum = quorumOf(st.durable.SynchronousStandbyNames)
-		}
 		switch {
-		case sb.App != nil && (state == "sync" || state == "quorum" && quorum > 0):
-			// (A quorum member whose quorum cannot be read is no
-			// confirmed one: it goes with the others.)
+		case sb.App != nil && cfgOK && (state == "sync" || state == "quorum" && cfg.quorum):
 			now.Sync = append(now.Sync, m)
-			now.Quorum = max(now.Quorum, quorum)
 		case state == "potential":
 			now.Potential++
 			now.Other = append(now.Other, m)
 		default:
+			// (A sync member of a configuration this code does not
+			// read is no confirmed one: it goes with the others.)
 			now.Other = append(now.Other, m)
 		}
+	}
+	if len(now.Sync) > 0 {
+		if cfg.quorum {
+			now.Quorum = cfg.n
+		}
+		now.Away = away(cfg, now, st.durable.StandbySlots)
 	}
 	old, ok := parseHistory(st.record)
 	var v verdict

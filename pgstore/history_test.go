@@ -85,22 +85,36 @@ func TestHistoryRecordsWhoCouldAcknowledge(t *testing.T) {
 		name   string
 		st     serverState
 		want   history
-		namesA bool // the record read back names a
+		namesA bool // the record read back names a (or me)
+		me     self // {app: "a"} when zero
 	}{
 		{"priority: sync and potential", serverState{timeline: 1, durable: first1, standbys: []standby{
 			{App: strp("a"), State: strp("sync")}, {App: strp("b"), State: strp("potential")}}},
-			history{V: 1, TL: 1, Sync: []member{{App: "a"}}, Other: []member{{App: "b"}}, Potential: 1}, false},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}}, Other: []member{{App: "b"}}, Potential: 1}, false, self{}},
 		{"priority: one sync, one async not listed", serverState{timeline: 1, durable: Durability{SynchronousCommit: "on", SynchronousStandbyNames: "a"},
 			standbys: []standby{{App: strp("a"), State: strp("sync")}, {App: strp("c"), State: strp("async")}}},
-			history{V: 1, TL: 1, Sync: []member{{App: "a"}}, Other: []member{{App: "c"}}}, true},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}}, Other: []member{{App: "c"}}}, true, self{}},
+		{"priority: one listed name away", serverState{timeline: 1, durable: first1, standbys: []standby{{App: strp("a"), State: strp("sync")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}}, Away: 1}, false, self{}},
+		{"priority over *: a slot no standby streams from", serverState{timeline: 1,
+			durable:  Durability{SynchronousCommit: "on", SynchronousStandbyNames: "*", StandbySlots: 2},
+			standbys: []standby{{App: strp("walreceiver"), Slot: strp("s1"), State: strp("sync")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "walreceiver", Slot: "s1"}}, Away: 1}, false, self{app: "walreceiver", slot: "s1"}},
+		{"priority over *: every slot streamed from", serverState{timeline: 1,
+			durable:  Durability{SynchronousCommit: "on", SynchronousStandbyNames: "*", StandbySlots: 1},
+			standbys: []standby{{App: strp("walreceiver"), Slot: strp("s1"), State: strp("sync")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "walreceiver", Slot: "s1"}}}, true, self{app: "walreceiver", slot: "s1"}},
+		{"names compared as PostgreSQL does, case aside", serverState{timeline: 1, durable: Durability{SynchronousCommit: "on", SynchronousStandbyNames: `FIRST 1 ("A")`},
+			standbys: []standby{{App: strp("a"), State: strp("sync")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}}}, true, self{}},
 		{"quorum of two, both streaming", serverState{timeline: 1, durable: any2, standbys: []standby{
 			{App: strp("a"), State: strp("quorum")}, {App: strp("b"), State: strp("quorum")}}},
-			history{V: 1, TL: 1, Sync: []member{{App: "a"}, {App: "b"}}, Quorum: 2}, true},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}, {App: "b"}}, Quorum: 2}, true, self{}},
 		{"quorum whose n cannot be read: no member counts", serverState{timeline: 1, durable: Durability{SynchronousStandbyNames: "ANY x (a)"},
 			standbys: []standby{{App: strp("a"), State: strp("quorum")}}},
-			history{V: 1, TL: 1, Other: []member{{App: "a"}}}, false},
+			history{V: 1, TL: 1, Other: []member{{App: "a"}}}, false, self{}},
 		{"a role that may not read the states: no member counts", serverState{timeline: 1, durable: any2, standbys: []standby{{}}},
-			history{V: 1, TL: 1, Other: []member{{}}}, false},
+			history{V: 1, TL: 1, Other: []member{{}}}, false, self{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -108,38 +122,66 @@ func TestHistoryRecordsWhoCouldAcknowledge(t *testing.T) {
 			if v.write != c.want.encode() {
 				t.Fatalf("record = %s; want %s", v.write, c.want.encode())
 			}
+			me := c.me
+			if me == (self{}) {
+				me = self{app: "a"}
+			}
 			h, ok := parseHistory(v.write)
-			if !ok || h.names(self{app: "a"}) != c.namesA {
-				t.Fatalf("the record read back (%v) names a: %v; want %v", ok, h.names(self{app: "a"}), c.namesA)
+			if !ok || h.names(me) != c.namesA {
+				t.Fatalf("the record read back (%v) names %+v: %v; want %v", ok, me, h.names(me), c.namesA)
 			}
 		})
 	}
 }
 
-func TestQuorumOf(t *testing.T) {
+func TestParseSyncNames(t *testing.T) {
 	cases := []struct {
-		in   string
-		want int
+		in     string
+		ok     bool
+		quorum bool
+		n      int
+		names  string
 	}{
-		{"", 0}, {"*", 0}, {"a, b", 0}, {"FIRST 2 (a, b)", 0}, {"2 (a, b)", 0},
-		{"ANY 2 (a, b)", 2}, {"any 1(a,b)", 1}, {"  Any\t3  ( \"x\", y, z )", 3},
-		{"anyone", 0}, {"ANY (a)", 0}, {"ANY 2 a", 0}, {"ANY 99999999999999999999 (a)", 0},
+		{"", false, false, 0, ""},
+		{"*", true, false, 1, "[*]"},
+		{"a, b", true, false, 1, "[a b]"},
+		{"FIRST 2 (a, b)", true, false, 2, "[a b]"},
+		{"2 (a, b)", true, false, 2, "[a b]"},
+		{"ANY 2 (a, b)", true, true, 2, "[a b]"},
+		{"any 1(a,\"B c\")", true, true, 1, "[a B c]"},
+		{`  Any` + "\t" + `3  ( "x""y", y$1, 7 )`, true, true, 3, `[x"y y$1 7]`},
+		{"first 1 (*)", true, false, 1, "[*]"},
+		{"ANY (a)", false, false, 0, ""},
+		{"ANY 2 a", false, false, 0, ""},
+		{"ANY 0 (a)", false, false, 0, ""},
+		{"ANY 99999999999999999999 (a)", false, false, 0, ""},
+		{"a,", false, false, 0, ""},
+		{"a b", false, false, 0, ""},
+		{`"unterminated`, false, false, 0, ""},
+		{`""`, false, false, 0, ""},
+		{"a; b", false, false, 0, ""},
+		{"ANY 1 (any)", false, false, 0, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.in, func(t *testing.T) {
-			if got := quorumOf(c.in); got != c.want {
-				t.Fatalf("quorumOf(%q) = %d; want %d", c.in, got, c.want)
+			got, ok := parseSyncNames(c.in)
+			if ok != c.ok || ok && (got.quorum != c.quorum || got.n != c.n || fmt.Sprint(got.names) != c.names) {
+				t.Fatalf("parseSyncNames(%q) = %+v, %v; want quorum %v, n %d, names %s, ok %v", c.in, got, ok, c.quorum, c.n, c.names, c.ok)
 			}
 		})
 	}
 }
 
-func FuzzQuorumOf(f *testing.F) {
+func FuzzParseSyncNames(f *testing.F) {
 	f.Add("ANY 2 (a, b)")
-	f.Add("FIRST 1 (*)")
+	f.Add(`FIRST 1 ("a""b", *)`)
 	f.Fuzz(func(t *testing.T, s string) {
-		if n := quorumOf(s); n < 0 || n > 1<<24 {
-			t.Fatalf("quorumOf(%q) = %d", s, n)
+		c, ok := parseSyncNames(s)
+		if ok && (c.n < 1 || len(c.names) == 0) {
+			t.Fatalf("parseSyncNames(%q) = %+v", s, c)
+		}
+		if !ok && (c.n != 0 || c.names != nil) {
+			t.Fatalf("parseSyncNames(%q) refused with %+v", s, c)
 		}
 	})
 }
@@ -630,31 +672,38 @@ func missingOn(t *testing.T, p *pgServer, s *Store, acked []string) int {
 // every commit waited for a (ANY 2 (a, b), FIRST 2 (a, b)) the promoted
 // server holds every acknowledged claim and serves at once: no false
 // fence. Where another standby could acknowledge in a's place (ANY 1
-// (a, b); FIRST 1 (a, b), b potential), a is cut off first and claims go
-// on acknowledged by b alone (missing from a, counted on a): the promoted
-// a cannot show it had them and is fenced, 0 accepted twice.
+// (a, b); FIRST 1 (a, b) with b potential, or with b stopped when the
+// store wrote its record and started again after a was cut off), a is
+// cut off and claims go on acknowledged by b alone (missing from a,
+// counted on a): the promoted a cannot show it had them and is fenced,
+// 0 accepted twice.
 func TestPromotionUnderQuorumAndPriorityCommit(t *testing.T) {
 	t.Parallel() // servers of its own
 	cases := []struct {
-		names  string
-		states map[string]string
-		cut    bool // a is cut off before the primary dies (then fenced)
+		name, names string
+		states      map[string]string // pg_stat_replication when the store starts
+		bAway       bool              // b is stopped before the store starts
+		cut         bool              // a is cut off before the primary dies (then fenced)
 	}{
-		{"ANY 2 (a, b)", map[string]string{"a": "quorum", "b": "quorum"}, false},
-		{"FIRST 2 (a, b)", map[string]string{"a": "sync", "b": "sync"}, false},
-		{"ANY 1 (a, b)", map[string]string{"a": "quorum", "b": "quorum"}, true},
-		{"FIRST 1 (a, b)", map[string]string{"a": "sync", "b": "potential"}, true},
+		{"ANY 2 of a and b", "ANY 2 (a, b)", map[string]string{"a": "quorum", "b": "quorum"}, false, false},
+		{"FIRST 2 of a and b", "FIRST 2 (a, b)", map[string]string{"a": "sync", "b": "sync"}, false, false},
+		{"ANY 1 of a and b, a cut off", "ANY 1 (a, b)", map[string]string{"a": "quorum", "b": "quorum"}, false, true},
+		{"FIRST 1 of a and b, a cut off", "FIRST 1 (a, b)", map[string]string{"a": "sync", "b": "potential"}, false, true},
+		{"FIRST 1 of a and b, b back after a was cut off", "FIRST 1 (a, b)", map[string]string{"a": "sync"}, true, true},
 	}
 	for _, c := range cases {
-		t.Run(c.names, func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			primary := ownServer(t)
 			admin := primary.pool(t)
 			a := startStandby(t, primary, "", freePort(), "-c", "cluster_name=a")
-			startStandby(t, primary, "", freePort(), "-c", "cluster_name=b")
+			b := startStandby(t, primary, "", freePort(), "-c", "cluster_name=b")
 			for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '` + c.names + `'`, `SELECT pg_reload_conf()`} {
 				if _, err := admin.Exec(bg(), q); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if c.bAway {
+				b.kill()
 			}
 			waitStates(t, admin, c.states)
 			s := storeOn(t, primary.pool(t), func(o *Options) {
@@ -667,6 +716,12 @@ func TestPromotionUnderQuorumAndPriorityCommit(t *testing.T) {
 			time.Sleep(time.Second)
 			if c.cut {
 				a.kill() // cut off: b acknowledges alone from now on
+				if c.bAway {
+					if err := b.restart(); err != nil {
+						t.Fatal(err)
+					}
+					waitStates(t, admin, map[string]string{"b": "sync"})
+				}
 				time.Sleep(time.Second)
 			}
 			primary.kill()
@@ -682,7 +737,7 @@ func TestPromotionUnderQuorumAndPriorityCommit(t *testing.T) {
 			twice, fenced := acceptedAgain(t, p, acked, until, false)
 			fence := markerFence(t, a.pool(t))
 			t.Logf("%s: %d claims acknowledged, %d missing from the promoted a; %d accepted twice, %d refused as fenced; fence %v",
-				c.names, len(acked), missing, twice, fenced, fence.Round(time.Second))
+				c.name, len(acked), missing, twice, fenced, fence.Round(time.Second))
 			switch {
 			case len(acked) == 0:
 				t.Fatal("no claim acknowledged")
