@@ -33,8 +33,9 @@ var ErrFenced = errors.New("pgstore: fenced: the server's history is unknown (pr
 const timelineSQL = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`
 
 // historyGuardSQL, in the statements' lookup of the marker row, makes the
-// marker count only on the timeline its history record was written on (or
-// without a record): on a promoted server, every claim, lease and record
+// marker count only on the timeline its history record was written on
+// (without a record, only on timeline 1, where [judgeHistory] accepts a
+// table without one): on a promoted server, every claim, lease and record
 // step finds no marker, and refuses, until a Store's check has judged the
 // server's history and written a record for its timeline (and the fence,
 // if its history is unknown). Without it a running Store would accept
@@ -42,7 +43,7 @@ const timelineSQL = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)
 // The record's text starts with its version and timeline ([history.encode]
 // writes the fields in order), so the guard compares a prefix rather than
 // parsing JSON.
-const historyGuardSQL = `(token = '' OR starts_with(token, '{"v":1,"tl":' || ` + timelineSQL + ` || ','))`
+const historyGuardSQL = `(starts_with(token, '{"v":1,"tl":' || ` + timelineSQL + ` || ',') OR token = '' AND ` + timelineSQL + ` = 1)`
 
 // freshRecordSQL is the first record of a table, written with its marker
 // by [Migrate], [Schema] and [Rearm]: the timeline of the server that

@@ -759,14 +759,18 @@ func TestPromotionUnderQuorumAndPriorityCommit(t *testing.T) {
 // history record (a table of an earlier version, or a marker written by
 // hand), an asynchronous standby cut off while claims go on, the primary
 // killed and the standby promoted: the promoted server is on a timeline
-// after a promotion and nothing shows the table's history, so a new store
-// there is fenced (0 accepted twice). A table made on the promoted server
-// by Migrate carries the record of its timeline and serves at once.
+// after a promotion and nothing shows the table's history. The running
+// store (its pool follows the primary; no recheck within the test)
+// accepts nothing there: the marker without a record counts on timeline
+// 1 only. A new store there is fenced (0 accepted twice). A table made on
+// the promoted server by Migrate carries the record of its timeline and
+// serves at once.
 func TestPromotedTableWithoutRecordIsFenced(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary := ownServer(t)
-	standby := addStandby(t, primary, false)
-	s := storeOn(t, primary.pool(t), func(o *Options) {
+	port := freePort()
+	standby := addStandbyAt(t, primary, false, "", port)
+	s := storeOn(t, multiHostPoolPorts(t, primary.port, port), func(o *Options) {
 		o.AllowAsyncStandby = true
 		o.RecheckInterval = time.Hour // no recheck writes a record below
 	})
@@ -788,6 +792,12 @@ func TestPromotedTableWithoutRecordIsFenced(t *testing.T) {
 	var token string
 	if err := pool.QueryRow(bg(), `SELECT token FROM ctoken_replay WHERE key = `+markerSQL).Scan(&token); err != nil || token != "" {
 		t.Fatalf("the promoted server's marker holds %q (%v); want no record", token, err)
+	}
+	if twice, _ := acceptedAgain(t, s, acked, until, true); twice != 0 {
+		t.Fatalf("the running store accepted %d of %d acknowledged claims twice on the promoted server; want 0", twice, len(acked))
+	}
+	if first, err := s.Claim(bg(), "fresh-running", until); first || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("the running store's Claim of a fresh ID on the promoted server = %v, %v; want refused", first, err)
 	}
 	missing := missingOn(t, standby, s, acked)
 	p := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
