@@ -180,7 +180,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 }
 
 // Rearm writes the marker row of a table that lost it (truncated or
-// emptied), fenced for the given duration: Stores refuse every call with
+// emptied), with a history record of the server's timeline (as [Schema]
+// does), fenced for the given duration: Stores refuse every call with
 // [ErrForgotten] until fence has passed by the database's clock, and then
 // accept claims again. The table has forgotten which IDs were claimed, so
 // fence must cover every claim it could have held: the longest until your
