@@ -17,13 +17,15 @@ import (
 // is unknown: it is now a primary on another timeline than the one the
 // table's history record was written on (a promoted standby), and the
 // last record it received from the old primary does not name it a
-// confirmed synchronous standby, so claims the old primary acknowledged
-// may be missing from it. Claim, AcquireLease,
+// confirmed synchronous standby (see docs/pgstore.md for what confirms
+// one, quorum commit included), or it is on a timeline after a promotion
+// and the table has no record at all; so claims the old primary
+// acknowledged may be missing from it. Claim, AcquireLease,
 // ConfirmLease and transactional work refuse (the error also matches
 // [ErrUnavailable]) until the fence has passed by the database's clock:
 // as long as the longest claim the table's users made, plus
 // [replay.SkewMargin] (docs/pgstore.md, "Unknown history").
-var ErrFenced = errors.New("pgstore: fenced: the server's history is unknown (promoted from a standby that was not synchronous)")
+var ErrFenced = errors.New("pgstore: fenced: the server's history is unknown (promoted from a standby that was not a confirmed synchronous one)")
 
 // timelineSQL is the server's timeline: the first eight hex digits of the
 // name of the WAL file being written (it fails in recovery, where claims
@@ -31,8 +33,9 @@ var ErrFenced = errors.New("pgstore: fenced: the server's history is unknown (pr
 const timelineSQL = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`
 
 // historyGuardSQL, in the statements' lookup of the marker row, makes the
-// marker count only on the timeline its history record was written on (or
-// without a record): on a promoted server, every claim, lease and record
+// marker count only on the timeline its history record was written on
+// (without a record, only on timeline 1, where [judgeHistory] accepts a
+// table without one): on a promoted server, every claim, lease and record
 // step finds no marker, and refuses, until a Store's check has judged the
 // server's history and written a record for its timeline (and the fence,
 // if its history is unknown). Without it a running Store would accept
@@ -40,7 +43,13 @@ const timelineSQL = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)
 // The record's text starts with its version and timeline ([history.encode]
 // writes the fields in order), so the guard compares a prefix rather than
 // parsing JSON.
-const historyGuardSQL = `(token = '' OR starts_with(token, '{"v":1,"tl":' || ` + timelineSQL + ` || ','))`
+const historyGuardSQL = `(starts_with(token, '{"v":1,"tl":' || ` + timelineSQL + ` || ',') OR token = '' AND ` + timelineSQL + ` = 1)`
+
+// freshRecordSQL is the first record of a table, written with its marker
+// by [Migrate], [Schema] and [Rearm]: the timeline of the server that
+// writes it, no standby and no lifetime yet (the text [history.encode]
+// writes for it).
+const freshRecordSQL = `'{"v":1,"tl":' || ` + timelineSQL + ` || ',"longest":0}'`
 
 // maxFence bounds a fence (100 years): a claim held longer (or forever)
 // keeps its table fenced that long.
@@ -49,19 +58,30 @@ const maxFence = 100 * 365 * 24 * time.Hour
 // history is the record of the server's replication that Stores keep in
 // the marker row's token column (JSON), written on the primary whenever
 // it changes and replicated with everything else: a standby that is
-// promoted reads in it the last state it received. TL is the timeline it
-// was written on; Sync the physical standbys whose sync_state was "sync"
-// (every commit waited for each of them), Other every other standby then
-// streaming; Longest the longest remaining lifetime of a live row seen on
-// the primary, in seconds, rounded up to a power of two (it only grows);
-// Fence, when the record was written by a fence, says why.
+// promoted reads in it the last state it received. [Migrate], [Schema]
+// and [Rearm] write the first record, of the timeline the marker is
+// written on. TL is the timeline it was written on; Sync the physical
+// standbys whose sync_state was "sync" or "quorum", Other every other
+// standby then streaming; Potential how many of those were "potential"
+// (under priority commit, a standby that takes the synchronous role when
+// a synchronous one disconnects); Quorum the number of standbys each
+// commit waited for under quorum commit (synchronous_standby_names
+// "ANY n (...)", 0 otherwise); Away how many standbys not streaming then
+// could take a sync member's place ([away]); Longest the longest
+// remaining lifetime of a
+// live row seen on the primary, in seconds, rounded up to a power of two
+// (it only grows); Fence, when the record was written by a fence, says
+// why.
 type history struct {
-	V       int      `json:"v"`
-	TL      int64    `json:"tl"`
-	Longest int64    `json:"longest"`
-	Sync    []member `json:"sync,omitempty"`
-	Other   []member `json:"other,omitempty"`
-	Fence   string   `json:"fence,omitempty"`
+	V         int      `json:"v"`
+	TL        int64    `json:"tl"`
+	Longest   int64    `json:"longest"`
+	Sync      []member `json:"sync,omitempty"`
+	Other     []member `json:"other,omitempty"`
+	Potential int      `json:"potential,omitempty"`
+	Quorum    int      `json:"quorum,omitempty"`
+	Away      int      `json:"away,omitempty"`
+	Fence     string   `json:"fence,omitempty"`
 }
 
 // member is one standby of a record: the application_name its walsender
@@ -71,11 +91,13 @@ type member struct {
 	Slot string `json:"slot,omitempty"`
 }
 
-// standby is one row of pg_stat_replication as readServer reads it.
+// standby is one row of pg_stat_replication as readServer reads it:
+// State is its sync_state ("sync", "quorum", "potential", "async"; NULL
+// for a role without pg_read_all_stats).
 type standby struct {
-	App  *string `json:"app"`
-	Slot *string `json:"slot"`
-	Sync bool    `json:"sync"`
+	App   *string `json:"app"`
+	Slot  *string `json:"slot"`
+	State *string `json:"state"`
 }
 
 // self is what a server knows of the name it streamed under as a standby
@@ -90,7 +112,7 @@ type self struct {
 // parseHistory decodes a record; ok is false for text that is not one
 // (which a fence treats as no evidence).
 func parseHistory(s string) (h history, ok bool) {
-	if err := json.Unmarshal([]byte(s), &h); err != nil || h.V != 1 || h.TL <= 0 || h.Longest < 0 {
+	if err := json.Unmarshal([]byte(s), &h); err != nil || h.V != 1 || h.TL <= 0 || h.Longest < 0 || h.Potential < 0 || h.Quorum < 0 || h.Away < 0 {
 		return history{}, false
 	}
 	return h, true
@@ -103,10 +125,23 @@ func (h history) encode() string {
 }
 
 // names reports whether the record names the server me as a confirmed
-// synchronous standby, unambiguously: a sync member with its slot (when
-// it streamed from one: slots are unique on a primary), or else with its
-// application name, and no other member of the record under that name.
+// synchronous standby: one whose every acknowledged commit it received,
+// for as long as the configuration the record saw stood. It must be a
+// sync member of the record, unambiguously (by its slot when it streamed
+// from one: slots are unique on a primary; else by its application name,
+// with no other member of the record under that name), and no other
+// standby of the record could have acknowledged a commit in its place:
+// under priority commit no standby was "potential" (one would take the
+// synchronous role, and acknowledge commits this one never received, the
+// moment this one disconnected), and under quorum commit every quorum
+// member was waited for by every commit (as many members as the quorum,
+// "ANY 2 (a, b)" with both streaming; under "ANY 1 (a, b)" a commit
+// acknowledged by b alone is missing from a, and a cannot show it was
+// not); and no standby away then could come back and do so ([away]).
 func (h history) names(me self) bool {
+	if h.Quorum > 0 && len(h.Sync) > h.Quorum || h.Quorum == 0 && h.Potential > 0 || h.Away > 0 {
+		return false
+	}
 	found := false
 	for _, m := range h.Sync {
 		switch {
@@ -128,6 +163,148 @@ func (h history) names(me self) bool {
 	return n == 1
 }
 
+// syncConfig is a synchronous_standby_names as PostgreSQL parses it
+// (syncrep_gram.y): priority commit (FIRST n, or n, or a bare list: FIRST
+// 1) or quorum commit (ANY n) over a list of standby names, "*" matching
+// any.
+type syncConfig struct {
+	quorum bool
+	n      int
+	names  []string // as written, without quotes
+}
+
+// parseSyncNames parses a synchronous_standby_names; ok is false for an
+// empty value and for text it does not read as PostgreSQL would (a
+// caller then counts no standby as confirmed).
+func parseSyncNames(s string) (c syncConfig, ok bool) {
+	type token struct {
+		text        string
+		num, quoted bool
+		punct       byte
+	}
+	var toks []token
+	isStart := func(b byte) bool { return b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b == '_' || b >= 0x80 }
+	for i := 0; i < len(s); {
+		b := s[i]
+		switch {
+		case b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\f' || b == '\v':
+			i++
+		case b == ',' || b == '(' || b == ')':
+			toks = append(toks, token{punct: b})
+			i++
+		case b == '*':
+			toks = append(toks, token{text: "*"})
+			i++
+		case b >= '0' && b <= '9':
+			j := i
+			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+				j++
+			}
+			toks = append(toks, token{text: s[i:j], num: true})
+			i = j
+		case isStart(b):
+			j := i
+			for j < len(s) && (isStart(s[j]) || s[j] >= '0' && s[j] <= '9' || s[j] == '$') {
+				j++
+			}
+			toks = append(toks, token{text: s[i:j]})
+			i = j
+		case b == '"':
+			var name strings.Builder
+			j := i + 1
+			for {
+				if j == len(s) {
+					return syncConfig{}, false // unterminated
+				}
+				if s[j] == '"' {
+					if j+1 < len(s) && s[j+1] == '"' {
+						name.WriteByte('"')
+						j += 2
+						continue
+					}
+					break
+				}
+				name.WriteByte(s[j])
+				j++
+			}
+			if name.Len() == 0 {
+				return syncConfig{}, false
+			}
+			toks = append(toks, token{text: name.String(), quoted: true})
+			i = j + 1
+		default:
+			return syncConfig{}, false
+		}
+	}
+	keyword := func(t token, k string) bool { return !t.quoted && t.punct == 0 && strings.EqualFold(t.text, k) }
+	// list parses names separated by commas up to the end of toks.
+	list := func(toks []token) ([]string, bool) {
+		var names []string
+		for i, t := range toks {
+			if i%2 == 1 {
+				if t.punct != ',' {
+					return nil, false
+				}
+				continue
+			}
+			if t.punct != 0 || keyword(t, "any") || keyword(t, "first") {
+				return nil, false
+			}
+			names = append(names, t.text)
+		}
+		return names, len(toks)%2 == 1
+	}
+	c.n = 1
+	switch {
+	case len(toks) == 0:
+		return syncConfig{}, false
+	case len(toks) >= 4 && (keyword(toks[0], "any") || keyword(toks[0], "first")) && toks[1].num && toks[2].punct == '(' && toks[len(toks)-1].punct == ')':
+		c.quorum = keyword(toks[0], "any")
+		c.n, ok = atoiSmall(toks[1].text)
+		if !ok {
+			return syncConfig{}, false
+		}
+		c.names, ok = list(toks[3 : len(toks)-1])
+	case len(toks) >= 3 && toks[0].num && toks[1].punct == '(' && toks[len(toks)-1].punct == ')':
+		c.n, ok = atoiSmall(toks[0].text)
+		if !ok {
+			return syncConfig{}, false
+		}
+		c.names, ok = list(toks[2 : len(toks)-1])
+	default:
+		c.names, ok = list(toks)
+	}
+	if !ok || c.n < 1 {
+		return syncConfig{}, false
+	}
+	return c, true
+}
+
+// atoiSmall reads a count of standbys (digits only, at most 1 << 20).
+func atoiSmall(s string) (int, bool) {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' || n > 1<<20 {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, s != ""
+}
+
+// foldASCII is name folded as PostgreSQL compares standby names
+// (pg_strcasecmp: ASCII letters only; a name it folds further is then a
+// different one here, which confirms no standby: the safe side).
+func foldASCII(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
 // ceilPow2 rounds seconds up to a power of two (at least 1).
 func ceilPow2(seconds float64) int64 {
 	if seconds > maxFence.Seconds() || math.IsNaN(seconds) {
@@ -138,6 +315,46 @@ func ceilPow2(seconds float64) int64 {
 		p *= 2
 	}
 	return p
+}
+
+// away counts the standbys that could take a sync member's place without
+// streaming now, as far as the primary can see: each name the
+// configuration lists under which no standby streams (a standby that
+// reconnects under it takes part in commits at once), and, when it lists
+// "*" (any name), each permanent physical slot no streaming standby uses
+// (a standby that was stopped with its slot kept). A standby with no slot
+// attached later under "*" is invisible here.
+func away(cfg syncConfig, h history, slots int) int {
+	n, star := 0, false
+	seen := map[string]bool{}
+	for _, name := range cfg.names {
+		if name == "*" {
+			star = true
+			continue
+		}
+		f := foldASCII(name)
+		if seen[f] {
+			continue
+		}
+		seen[f] = true
+		streams := false
+		for _, m := range append(append([]member(nil), h.Sync...), h.Other...) {
+			streams = streams || foldASCII(m.App) == f
+		}
+		if !streams {
+			n++
+		}
+	}
+	if star {
+		used := 0
+		for _, m := range append(append([]member(nil), h.Sync...), h.Other...) {
+			if m.Slot != "" {
+				used++
+			}
+		}
+		n += max(0, slots-used)
+	}
+	return n
 }
 
 // verdict is what [judgeHistory] decides.
@@ -160,6 +377,7 @@ func judgeHistory(st serverState) verdict {
 		longest = ceilPow2(st.longest)
 	}
 	now := history{V: 1, TL: st.timeline, Longest: longest}
+	cfg, cfgOK := parseSyncNames(st.durable.SynchronousStandbyNames)
 	for _, sb := range st.standbys {
 		m := member{}
 		if sb.App != nil {
@@ -168,17 +386,42 @@ func judgeHistory(st serverState) verdict {
 		if sb.Slot != nil {
 			m.Slot = *sb.Slot
 		}
-		if sb.Sync && sb.App != nil {
+		state := ""
+		if sb.State != nil {
+			state = *sb.State
+		}
+		switch {
+		case sb.App != nil && cfgOK && (state == "sync" || state == "quorum" && cfg.quorum):
 			now.Sync = append(now.Sync, m)
-		} else {
+		case state == "potential":
+			now.Potential++
+			now.Other = append(now.Other, m)
+		default:
+			// (A sync member of a configuration this code does not
+			// read is no confirmed one: it goes with the others.)
 			now.Other = append(now.Other, m)
 		}
+	}
+	if len(now.Sync) > 0 {
+		if cfg.quorum {
+			now.Quorum = cfg.n
+		}
+		now.Away = away(cfg, now, st.durable.StandbySlots)
 	}
 	old, ok := parseHistory(st.record)
 	var v verdict
 	switch {
+	case st.record == "" && st.timeline == 1:
+		// No record (a table of an earlier version, or a marker
+		// written by hand) on the timeline of initdb: no server of
+		// this one's history was ever promoted.
 	case st.record == "":
-		// No record: a table no Store of this version has run on.
+		// No record on a server that was promoted (or restored to a
+		// point in time) at some instant: nothing shows that the
+		// table's history began after it. Migrate, Schema and Rearm
+		// write a record with the marker, so a table made on this
+		// server has one.
+		v.why = fmt.Sprintf("the server is primary on timeline %d, and the table has no history record", st.timeline)
 	case !ok:
 		v.why = "the table's history record is unreadable"
 	case old.TL != st.timeline && !old.names(st.self):

@@ -29,6 +29,9 @@ func TestJudgeHistory(t *testing.T) {
 	syncSlot := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "walreceiver", Slot: "s1"}}, Other: []member{{App: "walreceiver", Slot: "s2"}}}
 	twoA := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "a"}}, Other: []member{{App: "a"}}}
 	none := history{V: 1, TL: 1, Longest: 2}
+	syncPotential := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "a"}}, Other: []member{{App: "b"}}, Potential: 1}
+	quorum2 := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "a"}, {App: "b"}}, Quorum: 2}
+	quorum1 := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "a"}, {App: "b"}}, Quorum: 1}
 	cases := []struct {
 		name      string
 		st        serverState
@@ -37,10 +40,15 @@ func TestJudgeHistory(t *testing.T) {
 		write     bool
 	}{
 		{"a standby writes nothing", serverState{recovery: true, record: rec(none)}, false, 0, false},
-		{"no record: written, not fenced", serverState{timeline: 3, self: self{app: "a"}}, false, 0, true},
+		{"no record on timeline 1: written, not fenced", serverState{timeline: 1, self: self{app: "a"}}, false, 0, true},
+		{"no record on a later timeline: fenced", serverState{timeline: 3, self: self{app: "a"}, longest: 100}, true, 128*time.Second + replay.SkewMargin, true},
+		{"a fresh record of another timeline: fenced", serverState{timeline: 2, record: `{"v":1,"tl":1,"longest":0}`}, true, replay.SkewMargin, true},
+		{"new timeline, named sync beside a potential one: fenced", serverState{timeline: 2, record: rec(syncPotential), self: self{app: "a"}}, true, 64*time.Second + replay.SkewMargin, true},
+		{"new timeline, named in a quorum as large as ANY n: not fenced", serverState{timeline: 2, record: rec(quorum2), self: self{app: "a"}}, false, 0, true},
+		{"new timeline, named in a quorum larger than ANY n: fenced", serverState{timeline: 2, record: rec(quorum1), self: self{app: "a"}}, true, 64*time.Second + replay.SkewMargin, true},
 		{"same timeline, same state: nothing", serverState{timeline: 1, record: rec(none), longest: 1.5}, false, 0, false},
 		{"same timeline, a synchronous standby appears: rewritten", serverState{timeline: 1, record: rec(none),
-			standbys: []standby{{App: strp("a"), Sync: true}}}, false, 0, true},
+			standbys: []standby{{App: strp("a"), State: strp("sync")}}}, false, 0, true},
 		{"same timeline, a longer claim: rewritten", serverState{timeline: 1, record: rec(none), longest: 3}, false, 0, true},
 		{"new timeline, named synchronous: not fenced", serverState{timeline: 2, record: rec(syncA), self: self{app: "a"}}, false, 0, true},
 		{"new timeline, named by its slot: not fenced", serverState{timeline: 2, record: rec(syncSlot), self: self{app: "walreceiver", slot: "s1"}}, false, 0, true},
@@ -68,6 +76,114 @@ func TestJudgeHistory(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestHistoryRecordsWhoCouldAcknowledge(t *testing.T) {
+	any2 := Durability{SynchronousCommit: "on", SynchronousStandbyNames: "ANY 2 (a, b)"}
+	first1 := Durability{SynchronousCommit: "on", SynchronousStandbyNames: "FIRST 1 (a, b)"}
+	cases := []struct {
+		name   string
+		st     serverState
+		want   history
+		namesA bool // the record read back names a (or me)
+		me     self // {app: "a"} when zero
+	}{
+		{"priority: sync and potential", serverState{timeline: 1, durable: first1, standbys: []standby{
+			{App: strp("a"), State: strp("sync")}, {App: strp("b"), State: strp("potential")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}}, Other: []member{{App: "b"}}, Potential: 1}, false, self{}},
+		{"priority: one sync, one async not listed", serverState{timeline: 1, durable: Durability{SynchronousCommit: "on", SynchronousStandbyNames: "a"},
+			standbys: []standby{{App: strp("a"), State: strp("sync")}, {App: strp("c"), State: strp("async")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}}, Other: []member{{App: "c"}}}, true, self{}},
+		{"priority: one listed name away", serverState{timeline: 1, durable: first1, standbys: []standby{{App: strp("a"), State: strp("sync")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}}, Away: 1}, false, self{}},
+		{"priority over *: a slot no standby streams from", serverState{timeline: 1,
+			durable:  Durability{SynchronousCommit: "on", SynchronousStandbyNames: "*", StandbySlots: 2},
+			standbys: []standby{{App: strp("walreceiver"), Slot: strp("s1"), State: strp("sync")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "walreceiver", Slot: "s1"}}, Away: 1}, false, self{app: "walreceiver", slot: "s1"}},
+		{"priority over *: every slot streamed from", serverState{timeline: 1,
+			durable:  Durability{SynchronousCommit: "on", SynchronousStandbyNames: "*", StandbySlots: 1},
+			standbys: []standby{{App: strp("walreceiver"), Slot: strp("s1"), State: strp("sync")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "walreceiver", Slot: "s1"}}}, true, self{app: "walreceiver", slot: "s1"}},
+		{"names compared as PostgreSQL does, case aside", serverState{timeline: 1, durable: Durability{SynchronousCommit: "on", SynchronousStandbyNames: `FIRST 1 ("A")`},
+			standbys: []standby{{App: strp("a"), State: strp("sync")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}}}, true, self{}},
+		{"quorum of two, both streaming", serverState{timeline: 1, durable: any2, standbys: []standby{
+			{App: strp("a"), State: strp("quorum")}, {App: strp("b"), State: strp("quorum")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}, {App: "b"}}, Quorum: 2}, true, self{}},
+		{"quorum whose n cannot be read: no member counts", serverState{timeline: 1, durable: Durability{SynchronousStandbyNames: "ANY x (a)"},
+			standbys: []standby{{App: strp("a"), State: strp("quorum")}}},
+			history{V: 1, TL: 1, Other: []member{{App: "a"}}}, false, self{}},
+		{"a role that may not read the states: no member counts", serverState{timeline: 1, durable: any2, standbys: []standby{{}}},
+			history{V: 1, TL: 1, Other: []member{{}}}, false, self{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := judgeHistory(c.st)
+			if v.write != c.want.encode() {
+				t.Fatalf("record = %s; want %s", v.write, c.want.encode())
+			}
+			me := c.me
+			if me == (self{}) {
+				me = self{app: "a"}
+			}
+			h, ok := parseHistory(v.write)
+			if !ok || h.names(me) != c.namesA {
+				t.Fatalf("the record read back (%v) names %+v: %v; want %v", ok, me, h.names(me), c.namesA)
+			}
+		})
+	}
+}
+
+func TestParseSyncNames(t *testing.T) {
+	cases := []struct {
+		in     string
+		ok     bool
+		quorum bool
+		n      int
+		names  string
+	}{
+		{"", false, false, 0, ""},
+		{"*", true, false, 1, "[*]"},
+		{"a, b", true, false, 1, "[a b]"},
+		{"FIRST 2 (a, b)", true, false, 2, "[a b]"},
+		{"2 (a, b)", true, false, 2, "[a b]"},
+		{"ANY 2 (a, b)", true, true, 2, "[a b]"},
+		{"any 1(a,\"B c\")", true, true, 1, "[a B c]"},
+		{`  Any` + "\t" + `3  ( "x""y", y$1, 7 )`, true, true, 3, `[x"y y$1 7]`},
+		{"first 1 (*)", true, false, 1, "[*]"},
+		{"ANY (a)", false, false, 0, ""},
+		{"ANY 2 a", false, false, 0, ""},
+		{"ANY 0 (a)", false, false, 0, ""},
+		{"ANY 99999999999999999999 (a)", false, false, 0, ""},
+		{"a,", false, false, 0, ""},
+		{"a b", false, false, 0, ""},
+		{`"unterminated`, false, false, 0, ""},
+		{`""`, false, false, 0, ""},
+		{"a; b", false, false, 0, ""},
+		{"ANY 1 (any)", false, false, 0, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.in, func(t *testing.T) {
+			got, ok := parseSyncNames(c.in)
+			if ok != c.ok || ok && (got.quorum != c.quorum || got.n != c.n || fmt.Sprint(got.names) != c.names) {
+				t.Fatalf("parseSyncNames(%q) = %+v, %v; want quorum %v, n %d, names %s, ok %v", c.in, got, ok, c.quorum, c.n, c.names, c.ok)
+			}
+		})
+	}
+}
+
+func FuzzParseSyncNames(f *testing.F) {
+	f.Add("ANY 2 (a, b)")
+	f.Add(`FIRST 1 ("a""b", *)`)
+	f.Fuzz(func(t *testing.T, s string) {
+		c, ok := parseSyncNames(s)
+		if ok && (c.n < 1 || len(c.names) == 0) {
+			t.Fatalf("parseSyncNames(%q) = %+v", s, c)
+		}
+		if !ok && (c.n != 0 || c.names != nil) {
+			t.Fatalf("parseSyncNames(%q) refused with %+v", s, c)
+		}
+	})
 }
 
 func TestConninfoApp(t *testing.T) {
@@ -508,4 +624,196 @@ func TestClaimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 	if f := markerFence(t, pool); f < 64*time.Second+replay.SkewMargin-10*time.Second || f > 64*time.Second+replay.SkewMargin {
 		t.Fatalf("fence = %v; want the recorded 64 s plus SkewMargin", f)
 	}
+}
+
+// waitStates waits until the primary's pg_stat_replication shows exactly
+// the standbys of want (application_name: sync_state).
+func waitStates(t *testing.T, admin *pgxpool.Pool, want map[string]string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got := map[string]string{}
+		rows, err := admin.Query(bg(), `SELECT application_name, sync_state FROM pg_stat_replication`)
+		if err == nil {
+			for rows.Next() {
+				var app, state string
+				if rows.Scan(&app, &state) == nil {
+					got[app] = state
+				}
+			}
+			rows.Close()
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pg_stat_replication shows %v after 30 s; want %v", got, want)
+		}
+	}
+}
+
+// missingOn counts the IDs of acked that s's table on server p does not
+// hold.
+func missingOn(t *testing.T, p *pgServer, s *Store, acked []string) int {
+	t.Helper()
+	keys := make([][]byte, len(acked))
+	for i, id := range acked {
+		keys[i] = s.key(id)
+	}
+	var n int
+	if err := p.pool(t).QueryRow(bg(), `SELECT count(*) FROM unnest($1::bytea[]) k WHERE NOT EXISTS (SELECT 1 FROM ctoken_replay WHERE key = k)`, keys).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestPromotionUnderQuorumAndPriorityCommit: a primary with two standbys,
+// a and b (cluster_name), under a synchronous_standby_names; a running
+// store with 8 claimers; the primary killed mid-load and a promoted. Where
+// every commit waited for a (ANY 2 (a, b), FIRST 2 (a, b)) the promoted
+// server holds every acknowledged claim and serves at once: no false
+// fence. Where another standby could acknowledge in a's place (ANY 1
+// (a, b); FIRST 1 (a, b) with b potential, or with b stopped when the
+// store wrote its record and started again after a was cut off), a is
+// cut off and claims go on acknowledged by b alone (missing from a,
+// counted on a): the promoted a cannot show it had them and is fenced,
+// 0 accepted twice.
+func TestPromotionUnderQuorumAndPriorityCommit(t *testing.T) {
+	t.Parallel() // servers of its own
+	cases := []struct {
+		name, names string
+		states      map[string]string // pg_stat_replication when the store starts
+		bAway       bool              // b is stopped before the store starts
+		cut         bool              // a is cut off before the primary dies (then fenced)
+	}{
+		{"ANY 2 of a and b", "ANY 2 (a, b)", map[string]string{"a": "quorum", "b": "quorum"}, false, false},
+		{"FIRST 2 of a and b", "FIRST 2 (a, b)", map[string]string{"a": "sync", "b": "sync"}, false, false},
+		{"ANY 1 of a and b, a cut off", "ANY 1 (a, b)", map[string]string{"a": "quorum", "b": "quorum"}, false, true},
+		{"FIRST 1 of a and b, a cut off", "FIRST 1 (a, b)", map[string]string{"a": "sync", "b": "potential"}, false, true},
+		{"FIRST 1 of a and b, b back after a was cut off", "FIRST 1 (a, b)", map[string]string{"a": "sync"}, true, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			primary := ownServer(t)
+			admin := primary.pool(t)
+			a := startStandby(t, primary, "", freePort(), "-c", "cluster_name=a")
+			b := startStandby(t, primary, "", freePort(), "-c", "cluster_name=b")
+			for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '` + c.names + `'`, `SELECT pg_reload_conf()`} {
+				if _, err := admin.Exec(bg(), q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.bAway {
+				b.kill()
+			}
+			waitStates(t, admin, c.states)
+			s := storeOn(t, primary.pool(t), func(o *Options) {
+				o.Timeout = 2 * time.Second
+				o.RecheckInterval = 100 * time.Millisecond
+			})
+			const lifetime = 10 * time.Minute
+			until := time.Now().Add(lifetime)
+			stopLoad := claimLoad(s, 8, until)
+			time.Sleep(time.Second)
+			if c.cut {
+				a.kill() // cut off: b acknowledges alone from now on
+				if c.bAway {
+					if err := b.restart(); err != nil {
+						t.Fatal(err)
+					}
+					waitStates(t, admin, map[string]string{"b": "sync"})
+				}
+				time.Sleep(time.Second)
+			}
+			primary.kill()
+			acked := stopLoad()
+			if c.cut {
+				if err := a.restart(); err != nil { // a standby again, its primary gone
+					t.Fatal(err)
+				}
+			}
+			promoteStandby(t, a)
+			missing := missingOn(t, a, s, acked)
+			p := storeOn(t, a.pool(t), func(o *Options) { o.Prefix = s.Prefix() })
+			twice, fenced := acceptedAgain(t, p, acked, until, false)
+			fence := markerFence(t, a.pool(t))
+			t.Logf("%s: %d claims acknowledged, %d missing from the promoted a; %d accepted twice, %d refused as fenced; fence %v",
+				c.name, len(acked), missing, twice, fenced, fence.Round(time.Second))
+			switch {
+			case len(acked) == 0:
+				t.Fatal("no claim acknowledged")
+			case twice != 0:
+				t.Fatalf("%d of %d acknowledged claims accepted twice; want 0", twice, len(acked))
+			case c.cut && (missing == 0 || fenced != len(acked) || fence < 1024*time.Second):
+				t.Fatalf("a cut off: %d missing, %d of %d fenced, fence %v; want some missing, all fenced for the claims' lifetime", missing, fenced, len(acked), fence)
+			case !c.cut && (missing != 0 || fenced != 0 || fence != 0):
+				t.Fatalf("every commit waited for a: %d missing, %d fenced, fence %v; want 0, 0, none", missing, fenced, fence)
+			}
+			if first, err := p.Claim(bg(), "fresh", until); c.cut && !errors.Is(err, ErrFenced) || !c.cut && (err != nil || !first) {
+				t.Fatalf("Claim of a fresh ID on the promoted a = %v, %v; want fenced: %v", first, err, c.cut)
+			}
+		})
+	}
+}
+
+// TestPromotedTableWithoutRecordIsFenced: a table whose marker holds no
+// history record (a table of an earlier version, or a marker written by
+// hand), an asynchronous standby cut off while claims go on, the primary
+// killed and the standby promoted: the promoted server is on a timeline
+// after a promotion and nothing shows the table's history. The running
+// store (its pool follows the primary; no recheck within the test)
+// accepts nothing there: the marker without a record counts on timeline
+// 1 only. A new store there is fenced (0 accepted twice). A table made on
+// the promoted server by Migrate carries the record of its timeline and
+// serves at once.
+func TestPromotedTableWithoutRecordIsFenced(t *testing.T) {
+	t.Parallel() // servers of its own
+	primary := ownServer(t)
+	port := freePort()
+	standby := addStandbyAt(t, primary, false, "", port)
+	s := storeOn(t, multiHostPoolPorts(t, primary.port, port), func(o *Options) {
+		o.AllowAsyncStandby = true
+		o.RecheckInterval = time.Hour // no recheck writes a record below
+	})
+	if _, err := primary.pool(t).Exec(bg(), `UPDATE ctoken_replay SET token = '' WHERE key = `+markerSQL); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(10 * time.Minute)
+	stopLoad := claimLoad(s, 8, until)
+	time.Sleep(500 * time.Millisecond)
+	standby.kill() // cut off: the claims from now on are the primary's alone
+	time.Sleep(500 * time.Millisecond)
+	primary.kill()
+	acked := stopLoad()
+	if err := standby.restart(); err != nil {
+		t.Fatal(err)
+	}
+	promoteStandby(t, standby)
+	pool := standby.pool(t)
+	var token string
+	if err := pool.QueryRow(bg(), `SELECT token FROM ctoken_replay WHERE key = `+markerSQL).Scan(&token); err != nil || token != "" {
+		t.Fatalf("the promoted server's marker holds %q (%v); want no record", token, err)
+	}
+	if twice, _ := acceptedAgain(t, s, acked, until, true); twice != 0 {
+		t.Fatalf("the running store accepted %d of %d acknowledged claims twice on the promoted server; want 0", twice, len(acked))
+	}
+	if first, err := s.Claim(bg(), "fresh-running", until); first || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("the running store's Claim of a fresh ID on the promoted server = %v, %v; want refused", first, err)
+	}
+	missing := missingOn(t, standby, s, acked)
+	p := storeOn(t, pool, func(o *Options) { o.Prefix = s.Prefix() })
+	twice, fenced := acceptedAgain(t, p, acked, until, false)
+	fence := markerFence(t, pool)
+	t.Logf("%d claims acknowledged, %d missing from the promoted server; %d accepted twice, %d fenced; fence %v", len(acked), missing, twice, fenced, fence.Round(time.Second))
+	if len(acked) == 0 || missing == 0 || twice != 0 || fenced != len(acked) || fence < 1024*time.Second {
+		t.Fatalf("%d of %d acknowledged claims accepted twice (%d missing, %d fenced, fence %v); want 0, all fenced for the claims' lifetime", twice, len(acked), missing, fenced, fence)
+	}
+	t.Run("a table made after the promotion serves", func(t *testing.T) {
+		if err := Migrate(bg(), pool, "made_after_promotion"); err != nil {
+			t.Fatal(err)
+		}
+		n := storeOn(t, pool, func(o *Options) { o.Table = "made_after_promotion" })
+		if first, err := n.Claim(bg(), "fresh", until); err != nil || !first {
+			t.Fatalf("Claim on a table made on the promoted server = %v, %v; want first", first, err)
+		}
+	})
 }

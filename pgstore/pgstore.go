@@ -636,7 +636,7 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			  AND atttypid = 'bytea'::regtype AND attnum > 0 AND NOT attisdropped),
 			CASE WHEN pg_is_in_recovery() THEN 0 ELSE `+timelineSQL+` END,
 			(SELECT token FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm'),
-			(SELECT coalesce(json_agg(json_build_object('app', r.application_name, 'slot', l.slot_name, 'sync', r.sync_state = 'sync') ORDER BY r.application_name, l.slot_name, r.pid), '[]')::text
+			(SELECT coalesce(json_agg(json_build_object('app', r.application_name, 'slot', l.slot_name, 'state', r.sync_state) ORDER BY r.application_name, l.slot_name, r.pid), '[]')::text
 			  FROM pg_stat_replication r LEFT JOIN pg_replication_slots l ON l.active_pid = r.pid
 			  WHERE l.slot_type IS DISTINCT FROM 'logical' AND r.state IS DISTINCT FROM 'backup'
 			    AND r.application_name IS DISTINCT FROM 'pg_basebackup'),

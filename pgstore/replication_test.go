@@ -52,30 +52,7 @@ func addStandbySlot(t *testing.T, primary *pgServer, sync bool, slot string) (st
 // addStandbyAt is addStandbySlot with the standby listening on port.
 func addStandbyAt(t *testing.T, primary *pgServer, sync bool, slot, port string) (standby *pgServer) {
 	t.Helper()
-	bin, err := pgBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	dir := filepath.Join(tmpRoot, "standby-"+hex.EncodeToString(b))
-	if err := mkdirOwned(dir); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"-h", "127.0.0.1", "-p", primary.port, "-U", "postgres", "-D", dir, "-R", "-X", "stream", "--no-sync", "-c", "fast"}
-	if slot != "" {
-		args = append(args, "-C", "-S", slot)
-	}
-	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), args...)
-	runAs(cmd)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pg_basebackup: %v\n%s", err, out)
-	}
-	standby = &pgServer{dir: dir, port: port}
-	if err := standby.start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(standby.kill)
+	standby = startStandby(t, primary, slot, port)
 	admin := primary.pool(t)
 	want := "sync"
 	if !sync {
@@ -100,6 +77,39 @@ func addStandbyAt(t *testing.T, primary *pgServer, sync bool, slot, port string)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return standby
+}
+
+// startStandby makes a streaming standby of primary with pg_basebackup
+// (streaming from a new physical slot of that name unless slot is empty),
+// listening on port, started with the extra settings ("-c", "name=value"),
+// and killed when t ends.
+func startStandby(t *testing.T, primary *pgServer, slot, port string, extra ...string) (standby *pgServer) {
+	t.Helper()
+	bin, err := pgBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	dir := filepath.Join(tmpRoot, "standby-"+hex.EncodeToString(b))
+	if err := mkdirOwned(dir); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-h", "127.0.0.1", "-p", primary.port, "-U", "postgres", "-D", dir, "-R", "-X", "stream", "--no-sync", "-c", "fast"}
+	if slot != "" {
+		args = append(args, "-C", "-S", slot)
+	}
+	cmd := exec.Command(filepath.Join(bin, "pg_basebackup"), args...)
+	runAs(cmd)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pg_basebackup: %v\n%s", err, out)
+	}
+	standby = &pgServer{dir: dir, port: port, extra: extra}
+	if err := standby.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(standby.kill)
 	return standby
 }
 

@@ -37,7 +37,9 @@ const maxIdentBytes = 48
 //	) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05);
 //	CREATE INDEX "ctoken_replay_until" ON "ctoken_replay" (until);
 //	INSERT INTO "ctoken_replay" (key, state, token, until)
-//		VALUES (decode('0000', 'hex'), 'm', '', '-infinity');
+//		VALUES (decode('0000', 'hex'), 'm', '{"v":1,"tl":' ||
+//		  ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+//		  || ',"longest":0}', '-infinity');
 //
 // A row's key is the prefix's length in two bytes (big-endian), the
 // prefix, then the ID, so that no two prefixes share a key (key layout 2;
@@ -45,7 +47,10 @@ const maxIdentBytes = 48
 // and result hold the records of [Store.AcquireRecord] and
 // [Store.ConfirmRecord] (NULL for rows without one). The last statement
 // writes the marker row (key: two zero bytes), whose until is the instant
-// from which the table accepts claims (here: always). Every statement of
+// from which the table accepts claims (here: always), and whose token is
+// the table's history record, here the timeline of the server it is
+// written on (a promoted standby's Store judges by it whether the table's
+// history is known: docs/pgstore.md, "Unknown history"). Every statement of
 // the store checks the marker in the same snapshot as the row it decides
 // on, so a table that was truncated or emptied refuses everything. Run all
 // three in one transaction: a table without its marker is refused as
@@ -79,7 +84,7 @@ func schema(table string) ([]string, error) {
 ) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05)`,
 		`CREATE INDEX ` + index + ` ON ` + t + ` (until)`,
 		`INSERT INTO ` + t + ` (key, state, token, until)
-	VALUES (` + markerSQL + `, 'm', '', '-infinity')`,
+	VALUES (` + markerSQL + `, 'm', ` + freshRecordSQL + `, '-infinity')`,
 	}, nil
 }
 
@@ -175,7 +180,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 }
 
 // Rearm writes the marker row of a table that lost it (truncated or
-// emptied), fenced for the given duration: Stores refuse every call with
+// emptied), with a history record of the server's timeline (as [Schema]
+// does), fenced for the given duration: Stores refuse every call with
 // [ErrForgotten] until fence has passed by the database's clock, and then
 // accept claims again. The table has forgotten which IDs were claimed, so
 // fence must cover every claim it could have held: the longest until your
@@ -203,7 +209,7 @@ func Rearm(ctx context.Context, pool *pgxpool.Pool, table string, fence time.Dur
 	us := int64(fence / time.Microsecond)
 	// A table of key layout 1 that has its marker is left to Migrate.
 	_, err = pool.Exec(ctx, `INSERT INTO `+t+` (key, state, token, until)
-	SELECT `+markerSQL+`, 'm', '', now() + $1::bigint * interval '1 microsecond'
+	SELECT `+markerSQL+`, 'm', `+freshRecordSQL+`, now() + $1::bigint * interval '1 microsecond'
 	WHERE NOT EXISTS (SELECT 1 FROM `+t+` WHERE key = `+legacyMarkerSQL+` AND state = 'm')
 	ON CONFLICT (key) DO NOTHING`, us)
 	if err != nil {
