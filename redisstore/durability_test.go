@@ -196,37 +196,6 @@ func TestOpenFailsWhenRedisIsDown(t *testing.T) {
 	}
 }
 
-func TestNewRefusesInvalidOptions(t *testing.T) {
-	ok := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd { return redis.NewCmd(ctx, args...) })
-	tests := []struct {
-		name   string
-		client Client
-		opts   Options
-	}{
-		{"nil client", nil, Options{}},
-		{"negative Horizon", ok, Options{Horizon: -time.Second}},
-		{"Horizon under a millisecond", ok, Options{Horizon: time.Microsecond}},
-		{"negative MaxSkew", ok, Options{MaxSkew: -time.Second}},
-		{"negative RecheckInterval", ok, Options{RecheckInterval: -time.Second}},
-		{"MaxSkew over SkewMargin", ok, Options{MaxSkew: replay.SkewMargin + time.Second}},
-		{"negative replicas", ok, Options{Durability: Durability{Replicas: -1}}},
-		{"negative replica AOF", ok, Options{Durability: Durability{ReplicaAOF: -1}}},
-		{"negative durability timeout", ok, Options{Durability: Durability{Replicas: 1, Timeout: -1}}},
-		{"durability timeout alone", ok, Options{Durability: Durability{Timeout: time.Second}}},
-		{"durability timeout not under Timeout", ok, Options{Timeout: time.Second, Durability: Durability{Replicas: 1, Timeout: time.Second}}},
-		{"durability timeout under a millisecond", ok, Options{Durability: Durability{Replicas: 1, Timeout: time.Microsecond}}},
-		{"durability on a client without one connection", ok, Options{Durability: Durability{Replicas: 1}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(tt.client, tt.opts)
-			if s != nil || !errors.Is(err, ErrConfig) || Reason(err) == "" {
-				t.Fatalf("New = %v, %v; want ErrConfig with a reason", s, err)
-			}
-		})
-	}
-}
-
 // A replica attached after the store started without a durability setting
 // is found by the periodic recheck: from then on every call refuses.
 func TestReplicaAttachedLaterIsFoundByTheRecheck(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -181,7 +182,23 @@ func isMarkerKey(key string) bool {
 	return n >= 4 && key[n-4] == '{' && key[n-1] == '}' && key[n-3] >= '0' && key[n-3] <= '9' && key[n-2] >= '0' && key[n-2] <= '9'
 }
 
-func TestPrefixIsolatesStores(t *testing.T) {
+// TestPrefix pins the key prefix: stores under different prefixes never
+// share a key.
+func TestPrefix(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"isolates stores", prefixIsolatesStores},
+		{"zero options use the default", zeroOptionsUseDefaultPrefix},
+		{"braces are refused", prefixWithBracesIsRefused},
+		{"nested prefixes never share keys", nestedPrefixesNeverShareKeys},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func prefixIsolatesStores(t *testing.T) {
 	c := newTestClient(t)
 	a := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
 	b := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
@@ -199,7 +216,7 @@ func TestPrefixIsolatesStores(t *testing.T) {
 	}
 }
 
-func TestZeroOptionsUseDefaultPrefix(t *testing.T) {
+func zeroOptionsUseDefaultPrefix(t *testing.T) {
 	c := newTestClient(t)
 	s := provisioned(t, c, Options{})
 	if s.Prefix() != DefaultPrefix {
@@ -303,7 +320,21 @@ func argText(t *testing.T, a any) string {
 	return ""
 }
 
-func TestNewRejectsNilClient(t *testing.T) {
+// TestNew pins [New]: a nil client and invalid options are refused at
+// construction.
+func TestNew(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"rejects nil client", newRejectsNilClient},
+		{"refuses invalid options", newRefusesInvalidOptions},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func newRejectsNilClient(t *testing.T) {
 	if _, err := New(nil, Options{}); err == nil {
 		t.Fatal("New(nil) succeeded")
 	}
@@ -376,7 +407,7 @@ var (
 // A prefix holding a brace is refused: with braces refused, the first '{'
 // of every key ends its prefix, so two stores whose prefixes nest never
 // share a key.
-func TestPrefixWithBracesIsRefused(t *testing.T) {
+func prefixWithBracesIsRefused(t *testing.T) {
 	for _, p := range []string{"app{02}:", "app}", "{", "a{b}:", "}{"} {
 		t.Run(p, func(t *testing.T) {
 			if _, err := New(clientFunc(nil), Options{Prefix: p}); !errors.Is(err, ErrConfig) || Reason(err) == "" {
@@ -388,7 +419,7 @@ func TestPrefixWithBracesIsRefused(t *testing.T) {
 
 // Two stores whose prefixes nest ("<p>" and "<p>webhooks:") on one real
 // redis-server never see each other's claims, releases or fence markers.
-func TestNestedPrefixesNeverShareKeys(t *testing.T) {
+func nestedPrefixesNeverShareKeys(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t)
 	c := srv.client()
@@ -462,4 +493,35 @@ func TestNestedPrefixesNeverShareKeys(t *testing.T) {
 			}
 		}
 	})
+}
+
+func newRefusesInvalidOptions(t *testing.T) {
+	ok := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd { return redis.NewCmd(ctx, args...) })
+	tests := []struct {
+		name   string
+		client Client
+		opts   Options
+	}{
+		{"nil client", nil, Options{}},
+		{"negative Horizon", ok, Options{Horizon: -time.Second}},
+		{"Horizon under a millisecond", ok, Options{Horizon: time.Microsecond}},
+		{"negative MaxSkew", ok, Options{MaxSkew: -time.Second}},
+		{"negative RecheckInterval", ok, Options{RecheckInterval: -time.Second}},
+		{"MaxSkew over SkewMargin", ok, Options{MaxSkew: replay.SkewMargin + time.Second}},
+		{"negative replicas", ok, Options{Durability: Durability{Replicas: -1}}},
+		{"negative replica AOF", ok, Options{Durability: Durability{ReplicaAOF: -1}}},
+		{"negative durability timeout", ok, Options{Durability: Durability{Replicas: 1, Timeout: -1}}},
+		{"durability timeout alone", ok, Options{Durability: Durability{Timeout: time.Second}}},
+		{"durability timeout not under Timeout", ok, Options{Timeout: time.Second, Durability: Durability{Replicas: 1, Timeout: time.Second}}},
+		{"durability timeout under a millisecond", ok, Options{Durability: Durability{Replicas: 1, Timeout: time.Microsecond}}},
+		{"durability on a client without one connection", ok, Options{Durability: Durability{Replicas: 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(tt.client, tt.opts)
+			if s != nil || !errors.Is(err, ErrConfig) || Reason(err) == "" {
+				t.Fatalf("New = %v, %v; want ErrConfig with a reason", s, err)
+			}
+		})
+	}
 }
