@@ -340,62 +340,6 @@ func newRejectsNilClient(t *testing.T) {
 	}
 }
 
-func TestReleaseMakesNextClaimFirst(t *testing.T) {
-	s, _ := newTestStore(t)
-	ctx := context.Background()
-	until := time.Now().Add(time.Minute)
-	if first, err := s.Claim(ctx, "retry-me", until); err != nil || !first {
-		t.Fatalf("claim: first = %v, err = %v", first, err)
-	}
-	if err := s.Release(ctx, "retry-me"); err != nil {
-		t.Fatalf("release: %v", err)
-	}
-	if first, err := s.Claim(ctx, "retry-me", until); err != nil || !first {
-		t.Fatalf("claim after release: first = %v, err = %v; want true, nil", first, err)
-	}
-	if err := s.Release(ctx, "never-claimed"); err != nil {
-		t.Fatalf("release of an unclaimed id: %v", err)
-	}
-}
-
-func TestReleaseRejectsInvalidIDs(t *testing.T) {
-	s, err := New(clientFunc(func(context.Context, ...any) *redis.Cmd {
-		t.Error("invalid release reached Redis")
-		return redis.NewCmd(context.Background())
-	}), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"", strings.Repeat("z", MaxIDBytes+1)} {
-		if err := s.Release(context.Background(), id); !errors.Is(err, ErrInvalidClaim) {
-			t.Fatalf("Release(len %d) = %v, want ErrInvalidClaim", len(id), err)
-		}
-	}
-}
-
-func TestReleaseFailsWhenRedisDownOrOdd(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
-	defer c.Close()
-	s, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Release with Redis down = %v, want ErrUnavailable", err)
-	}
-	odd, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
-		cmd := redis.NewCmd(ctx, args...)
-		cmd.SetVal("OK")
-		return cmd
-	}), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := odd.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Release with a non-integer reply = %v, want ErrUnavailable", err)
-	}
-}
-
 // The client types the Client documentation names satisfy it.
 var (
 	_ Client = (*redis.Client)(nil)
