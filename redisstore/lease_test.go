@@ -35,7 +35,25 @@ func (r replayingClient) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return r.c.Do(ctx, args...)
 }
 
-func TestLeaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
+// TestLease pins the lease steps (AcquireLease, ConfirmLease, ReleaseLease)
+// against the test Redis.
+func TestLease(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"resent after a lost reply", leaseStepsResentAfterLostReplyAnswerTheSame},
+		{"acquire sees a claim as done", acquireLeaseSeesClaimAsDone},
+		{"measured by redis, absolute expiry", leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry},
+		{"one key scripts", leaseStepsSendOneKeyScripts},
+		{"fail closed", leaseStepsFailClosed},
+		{"invalid arguments without redis", leaseStepsRefuseInvalidArgumentsWithoutRedis},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func leaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	c := newTestClient(t)
 	s := provisioned(t, replayingClient{c}, Options{Prefix: uniquePrefix(t, c)})
 	ctx := context.Background()
@@ -61,7 +79,7 @@ func TestLeaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	}
 }
 
-func TestAcquireLeaseSeesClaimAsDone(t *testing.T) {
+func acquireLeaseSeesClaimAsDone(t *testing.T) {
 	s, _ := newTestStore(t)
 	ctx := context.Background()
 	if first, err := s.Claim(ctx, "tok", time.Now().Add(time.Hour)); !first || err != nil {
@@ -72,7 +90,7 @@ func TestAcquireLeaseSeesClaimAsDone(t *testing.T) {
 	}
 }
 
-func TestLeaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
+func leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	l, err := s.AcquireLease(ctx, "d", 30*time.Second)
@@ -93,7 +111,7 @@ func TestLeaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
 	}
 }
 
-func TestLeaseStepsSendOneKeyScripts(t *testing.T) {
+func leaseStepsSendOneKeyScripts(t *testing.T) {
 	var calls [][]any
 	reply := []any{int64(1), int64(0)}
 	s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
@@ -150,7 +168,7 @@ func TestLeaseStepsSendOneKeyScripts(t *testing.T) {
 	}
 }
 
-func TestLeaseStepsFailClosed(t *testing.T) {
+func leaseStepsFailClosed(t *testing.T) {
 	tests := []struct {
 		name string
 		val  any
@@ -192,7 +210,7 @@ func TestLeaseStepsFailClosed(t *testing.T) {
 	}
 }
 
-func TestLeaseStepsRefuseInvalidArgumentsWithoutRedis(t *testing.T) {
+func leaseStepsRefuseInvalidArgumentsWithoutRedis(t *testing.T) {
 	var sent atomic.Int32
 	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
 		sent.Add(1)
