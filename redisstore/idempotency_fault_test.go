@@ -286,7 +286,7 @@ func (run *idemRun) checkFaultMet() {
 	}
 }
 
-// TestIdempotencyExactlyOnceThroughStoreFaults runs an idempotent payments
+// TestIdempotencyExactlyOnce runs an idempotent payments
 // API (two instances of the idempotency middleware, lease 8 s) on the
 // Redis store with 64 concurrent clients, four sending each key at the
 // same time and retrying it until they get a 2xx, while for a quarter of
@@ -298,7 +298,7 @@ func (run *idemRun) checkFaultMet() {
 // every client's final answer is the first response byte for byte; in
 // both faults some confirmations failed and were retried by the
 // middleware within the lease, and some requests were refused with 503.
-func TestIdempotencyExactlyOnceThroughStoreFaults(t *testing.T) {
+func TestIdempotencyExactlyOnce(t *testing.T) {
 	t.Run("handler panics on its first attempt", func(t *testing.T) {
 		rp := newServer(t)
 		s1 := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
