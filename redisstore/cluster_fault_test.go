@@ -49,7 +49,7 @@ func TestCluster(t *testing.T) {
 }
 
 // clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance runs
-// TestFleetSingleUseTokensAreRefusedOnEveryOtherInstance (fleet_test.go),
+// TestFleet/single use on every other instance (fleet_test.go),
 // the same function, with the fleet's store on a 3-master Redis Cluster
 // behind redis.NewClusterClient instead of one redis-server.
 func clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {

@@ -298,7 +298,7 @@ func resentAcquireWritesItsLeaseAgain(t *testing.T) {
 }
 
 // WAITAOF end to end on a server that has it (Valkey 8, Redis 7.2+; on
-// Redis 7.0 Open refuses, as TestOpenRefusesWAITAOFWithoutServerSupport
+// Redis 7.0 Open refuses, as TestOpen/WAITAOF without server support
 // shows): LocalAOF opens on appendfsync everysec and claims once; with
 // ReplicaAOF a replica that stops writing its AOF turns every claim into
 // ErrNotDurable, never first.

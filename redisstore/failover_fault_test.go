@@ -193,7 +193,7 @@ func randomPrefix() string {
 }
 
 // TestSentinelFailover is
-// TestFailoverToLaggingReplicaAcceptsNothingTwice with the failover driven
+// TestFailoverToLaggingReplica with the failover driven
 // by a real redis-sentinel (quorum 1, down-after 1 s) and each instance's
 // client a go-redis failover client asking the sentinel for the primary:
 // the replication link is cut, the primary acknowledges for 400 ms more and

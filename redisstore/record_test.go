@@ -1158,7 +1158,7 @@ func confirmRecordLeavesNoStagingKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	// A fenced shard: TestConfirmRecordOnALostShardLeavesNoStagingKey.
+	// A fenced shard: TestRecord/confirm on a lost shard, no staging key.
 	t.Run("until past by Redis's clock", func(t *testing.T) {
 		c := newTestClient(t)
 		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: func() time.Time { return time.Now().Add(-30 * time.Second) }})
@@ -1484,7 +1484,7 @@ func recordStepsRunUnderTheDocumentedACL(t *testing.T) {
 	}
 }
 
-// TestConfirmRecordLeavesNoStagingKey's "fenced" case predates the
+// The "fenced" case of TestRecord/confirm leaves no staging key predates the
 // key-space check (a Store from New on a key space never provisioned now
 // refuses before anything is sent); the same check on a provisioned key
 // space whose shard marker is lost: the confirm raises the fence, then
