@@ -597,7 +597,7 @@ func fleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
 // once across the fleet: refused to another caller, refused on every
 // instance after its first redeem, and won by exactly one of concurrent
 // redeems on all instances. It runs on one redis-server here and on a Redis
-// Cluster in fault_cluster_test.go.
+// Cluster in cluster_fault_test.go.
 func testFleetSingleUse(t *testing.T, newStore func(t *testing.T) replay.Store) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")

@@ -14,7 +14,7 @@ import (
 
 // runBound is how much longer than its deadline a call may take to fail
 // while Redis is paused: scheduling on a loaded 2-core machine under -race
-// (see pauseBound in fault_pause_test.go, measured there).
+// (see pauseBound in pause_fault_test.go, measured there).
 const runBound = 1500 * time.Millisecond
 
 // TestRun pins how a step runs against Redis: paused Redis fails closed on
