@@ -4,17 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
-	"github.com/ctoken/ctoken/webhook"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -252,158 +247,4 @@ func leaseStepsRefuseInvalidArgumentsWithoutRedis(t *testing.T) {
 	if n := sent.Load(); n != 0 {
 		t.Fatalf("%d commands reached Redis", n)
 	}
-}
-
-const whSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-// whFleet is n webhook receivers (verifiers) sharing one Redis store, and a
-// sender.
-type whFleet struct {
-	t       *testing.T
-	store   *Store
-	mws     []http.Handler
-	signer  *webhook.Signer
-	rejects atomic.Int32
-	dups    atomic.Int32
-}
-
-func newWHFleet(t *testing.T, store *Store, n int, lease time.Duration, next http.Handler) *whFleet {
-	t.Helper()
-	f := &whFleet{t: t, store: store}
-	for range n {
-		v, err := webhook.NewVerifier(webhook.Config{
-			Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "endpoint", Lease: lease,
-			OnReject:    func(*http.Request, error) { f.rejects.Add(1) },
-			OnDuplicate: func(*http.Request, webhook.Delivery) { f.dups.Add(1) },
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.mws = append(f.mws, v.Middleware(next))
-	}
-	s, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.signer = s
-	return f
-}
-
-// send delivers a copy of delivery id to instance i and returns the
-// status and body.
-func (f *whFleet) send(i int, id string) (int, string) {
-	body := `{"event":"` + id + `"}`
-	req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body))
-	if err := f.signer.Sign(req.Header, id, []byte(body)); err != nil {
-		f.t.Error(err)
-		return 0, ""
-	}
-	rec := httptest.NewRecorder()
-	f.mws[i%len(f.mws)].ServeHTTP(rec, req)
-	return rec.Code, rec.Body.String()
-}
-
-// sendUntilAcknowledged plays a sender: it retries every interval until a
-// 2xx, failing on any answer but 2xx and 503, and returns the statuses.
-func (f *whFleet) sendUntilAcknowledged(i int, id string, interval, limit time.Duration) []int {
-	f.t.Helper()
-	var codes []int
-	for deadline := time.Now().Add(limit); time.Now().Before(deadline); i++ {
-		code, _ := f.send(i, id)
-		codes = append(codes, code)
-		switch {
-		case code/100 == 2:
-			return codes
-		case code != http.StatusServiceUnavailable:
-			f.t.Fatalf("delivery %s: status %d, want 2xx or 503", id, code)
-		}
-		time.Sleep(interval)
-	}
-	f.t.Fatalf("delivery %s not acknowledged within %v: statuses %v", id, limit, codes)
-	return nil
-}
-
-// countingHandler counts processed deliveries by ID and answers 204.
-type countingHandler struct {
-	mu    sync.Mutex
-	count map[string]int
-	delay time.Duration
-	fail  func(id string, n int) bool // answer 500 to the nth processing of id
-}
-
-func (h *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	d, _ := webhook.DeliveryFrom(r.Context())
-	h.mu.Lock()
-	if h.count == nil {
-		h.count = map[string]int{}
-	}
-	h.count[d.ID]++
-	n := h.count[d.ID]
-	h.mu.Unlock()
-	if h.delay > 0 {
-		select {
-		case <-time.After(h.delay):
-		case <-r.Context().Done():
-			http.Error(w, "gave up", http.StatusServiceUnavailable)
-			return
-		}
-	}
-	if h.fail != nil && h.fail(d.ID, n) {
-		http.Error(w, "failed", http.StatusInternalServerError)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (h *countingHandler) processed(id string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.count[id]
-}
-
-// busyRedis keeps the test Redis busy in a Lua loop for d (under Redis's
-// busy-reply threshold, so other clients' commands wait rather than fail)
-// and returns a channel closed when it is done. It returns once the loop
-// runs.
-func busyRedis(t *testing.T, d time.Duration) <-chan struct{} {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ReadTimeout: 10 * time.Second, MaxRetries: -1})
-	// Valkey (8.0) freezes TIME for the length of a script, so a loop on
-	// TIME would spin until the busy-reply threshold there; it has
-	// os.clock (CPU time, which a spinning script spends at least as fast
-	// as wall time), which Redis 7.0 lacks.
-	const spin = `local ok, c0 = pcall(function() return os.clock() end)
-if ok then
-  repeat until os.clock() - c0 >= tonumber(ARGV[1]) / 1000000
-  return 1
-end
-local t = redis.call('TIME')
-local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1])
-repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
-return 1`
-	done := make(chan struct{})
-	started := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer c.Close()
-		close(started)
-		if err := c.Eval(context.Background(), spin, nil, d.Microseconds()).Err(); err != nil {
-			t.Errorf("busy loop: %v", err)
-		}
-	}()
-	<-started
-	// Let the script reach the server and start spinning.
-	probe := redis.NewClient(&redis.Options{Addr: redisAddr(t), MaxRetries: -1, ContextTimeoutEnabled: true})
-	defer probe.Close()
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		err := probe.Ping(ctx).Err()
-		cancel()
-		if err != nil { // the ping waits behind the script: it is running
-			return done
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("the busy loop never started")
-	return nil
 }
