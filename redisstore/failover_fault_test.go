@@ -4,7 +4,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -242,124 +241,6 @@ func TestSentinelFailover(t *testing.T) {
 			logReasons(t, r)
 			checkRecheck(t, r)
 			checkDurable(t, d, r)
-		})
-	}
-}
-
-// A Sentinel failover is not a configuration change: the store recognises
-// the new primary by its run_id, checks it as Open would, and never
-// compares it with the old one. The primary runs AOF with appendfsync
-// always; the replica Sentinel promotes runs without AOF (served), with
-// AOF and appendfsync everysec (refused while it stays so, served once it
-// is set to always, with no fence written), or with the primary's
-// settings (served). No ID claimed before the failover is accepted again,
-// no fence is written, and a Store opened after the failover (an app
-// restart) serves.
-func TestSentinelFailoverToNewPersistence(t *testing.T) {
-	tests := []struct {
-		name    string
-		replica []string // the replica's persistence
-		refused bool     // refused until appendfsync always
-	}{
-		{"replica without AOF", []string{"--save", "", "--appendonly", "no"}, false},
-		{"replica with appendfsync everysec", []string{"--appendonly", "yes", "--appendfsync", "everysec"}, true},
-		{"replica with the primary's settings", []string{"--appendonly", "yes", "--appendfsync", "always"}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx := context.Background()
-			primary := newServer(t, append(slices.Clone(replArgs), "--appendonly", "yes", "--appendfsync", "always")...)
-			replica := newServer(t, append(append(slices.Clone(replArgs), tt.replica...), "--replicaof", "127.0.0.1", primary.port)...)
-			waitInSync(t, primary.addr(), 1)
-			sp := startSentinel(t, primary.addr(), 1)
-			client := func() *redis.Client {
-				c := redis.NewFailoverClient(&redis.FailoverOptions{
-					MasterName: sentinelMaster, SentinelAddrs: []string{sp.addr},
-					ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
-				})
-				t.Cleanup(func() { c.Close() })
-				return c
-			}
-			var ev events
-			prefix := randomPrefix()
-			opts := Options{Prefix: prefix, Timeout: 2 * time.Second, Logger: quietLogger(), Observer: ev.observe,
-				Durability: Durability{Replicas: 1, Timeout: time.Second}}
-			s := provisioned(t, client(), opts)
-			old := claimOld(t, s, 300)
-			waitInSync(t, primary.addr(), 1)
-			primary.stop(syscall.SIGKILL)
-			newAddr := sp.waitFailover(t, primary.addr(), 15*time.Second)
-			if newAddr != replica.addr() {
-				t.Fatalf("sentinel promoted %s, want the replica %s", newAddr, replica.addr())
-			}
-			rejoinAsReplica(t, primary, newAddr)
-			until := time.Now().Add(10 * time.Minute)
-			twice := 0
-			// claimUntil claims new IDs (and one old ID each round) until
-			// want says stop, at most limit; it returns the last error.
-			claimUntil := func(st *Store, tag string, limit time.Duration, want func(first bool, err error) bool) error {
-				var last error
-				for i, deadline := 0, time.Now().Add(limit); time.Now().Before(deadline); i++ {
-					if first, _ := st.Claim(ctx, old[i%len(old)], until); first {
-						twice++
-					}
-					first, err := st.Claim(ctx, fmt.Sprintf("%s-%d", tag, i), until)
-					if want(first, err) {
-						return nil
-					}
-					last = err
-					time.Sleep(10 * time.Millisecond)
-				}
-				return fmt.Errorf("not within %v: last %v", limit, last)
-			}
-			served := func(first bool, err error) bool { return first && err == nil }
-			if tt.refused {
-				if err := claimUntil(s, "until-refused", 10*time.Second, func(_ bool, err error) bool { return errors.Is(err, ErrConfig) }); err != nil {
-					t.Fatalf("the promoted replica with appendfsync everysec was not refused: %v", err)
-				}
-				for i := range 100 { // refused while it stays so
-					if first, err := s.Claim(ctx, fmt.Sprint("while-everysec-", i), until); first || !errors.Is(err, ErrConfig) {
-						t.Fatalf("claim while the primary runs appendfsync everysec = %v, %v; want ErrConfig", first, err)
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
-				mustDo(t, newAddr, "CONFIG", "SET", "appendfsync", "always")
-			}
-			start := time.Now()
-			if err := claimUntil(s, "after", 10*time.Second, served); err != nil {
-				t.Fatalf("the store did not serve after the failover: %v", err)
-			}
-			t.Logf("%s: served %v after the failover (or the fix)", tt.name, time.Since(start).Round(time.Millisecond))
-			// An app restart: a new client and Store.
-			s2, err := Open(ctx, client(), opts)
-			if err != nil {
-				t.Fatalf("Open after the failover: %v", err)
-			}
-			defer s2.Close()
-			if err := claimUntil(s2, "restarted", 5*time.Second, served); err != nil {
-				t.Fatalf("a Store opened after the failover does not serve: %v", err)
-			}
-			for _, st := range []*Store{s, s2} {
-				for _, id := range old {
-					if first, _ := st.Claim(ctx, id, until); first {
-						twice++
-					}
-				}
-			}
-			if twice != 0 {
-				t.Fatalf("%d IDs claimed before the failover accepted twice", twice)
-			}
-			if n := ev.count(EventFenceRaised); n != 0 {
-				t.Fatalf("%d shards fenced by a failover", n)
-			}
-			for _, m := range s.tags {
-				if v, _ := adminDo(newAddr, "GET", m); v != "O" {
-					t.Fatalf("marker %v after the failover; want open (O)", v)
-				}
-			}
-			if lossNoted(t, s) {
-				t.Fatal("the ledger notes a loss after a failover")
-			}
 		})
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -233,115 +232,5 @@ func TestRollbackAcceptsTwiceWhenAllowed(t *testing.T) {
 	}
 	if _, err := Open(ctx, c, Options{Prefix: s.Prefix(), Logger: quietLogger()}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("Open without AllowRollback = %v; want ErrConfig", err)
-	}
-}
-
-// fenceHorizon is the store horizon of the fence tests: short, so a test
-// waits the fence out, and longer than every claim (ttl + directMargin).
-const fenceHorizon = 3 * time.Second
-
-// fenceCfg is the fence tests' workload: IDs living 2 s, held 0.5 s more.
-var fenceCfg = wlConfig{workers: 24, ttl: 2 * time.Second, lease: time.Second, timeout: 2 * time.Second}
-
-// TestStoreThatForgets runs issue 26's workload, on
-// direct nodes (fenceCfg: lifetimes that fit a 3 s horizon), against one
-// Redis without persistence, and makes Redis lose everything mid-load: a
-// SIGKILL and restart, or FLUSHALL. Right after the loss every token is
-// redeemed again and every delivery sent again, while the workers go on;
-// the load runs until the fence has opened. No token is accepted twice and
-// no delivery processed twice; the store reports the loss (EventFenceRaised)
-// and refuses (ErrFenced) for at most one horizon from the first fenced
-// refusal, and accepts new tokens again after that. (After the restart the
-// clients also fail for up to a second on their own: go-redis's pool, after
-// as many failed dials as its size, returns the last dial error until a
-// background probe, once a second, connects again.)
-func TestStoreThatForgets(t *testing.T) {
-	tests := []struct {
-		name    string
-		disrupt func(t *testing.T, rp *server)
-	}{
-		{"restart without persistence", func(t *testing.T, rp *server) { rp.restart(syscall.SIGKILL) }},
-		{"FLUSHALL", func(t *testing.T, rp *server) { mustDo(t, rp.addr(), "FLUSHALL") }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rp := newServer(t)
-			prefix := randomPrefix()
-			var raised, fenced atomic.Int64
-			var stores []*Store
-			for range 2 {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				s, err := New(standaloneClient(t, rp.addr()), Options{
-					Prefix: prefix, Timeout: 2 * time.Second, Horizon: fenceHorizon, Logger: quietLogger(),
-					Observer: func(e Event) {
-						switch e.Kind {
-						case EventFenceRaised:
-							raised.Add(1)
-						case EventFenced:
-							fenced.Add(1)
-						}
-					},
-				})
-				if err != nil {
-					cancel()
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { s.Close() })
-				if _, err := s.Provision(ctx); err != nil {
-					cancel()
-					t.Fatal(err)
-				}
-				cancel()
-				stores = append(stores, s)
-			}
-			wl := newDirectWorkload(t, fenceCfg, stores)
-			wl.start()
-			time.Sleep(time.Second)
-			m0 := wl.mark()
-			before := time.Now()
-			tt.disrupt(t, rp)
-			lost := time.Now()
-			for deadline := lost.Add(5 * time.Second); raised.Load() == 0; time.Sleep(5 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("no fence raised within 5 s of the loss")
-				}
-			}
-			raisedAt := time.Now()
-			during := wl.recheck(0) // one pass, no retry: inside the fence
-			inFence := time.Now()
-			time.Sleep(time.Until(raisedAt.Add(fenceHorizon + 1500*time.Millisecond)))
-			wl.stop()
-			r := wl.recheck(5 * time.Second)
-			first, last, back := wl.fenceWindow(before)
-			t.Logf("%s: %d tokens accepted before the loss; Redis lost everything at +%v, fence raised %v later; recheck inside the fence took %v: %d of %d token redeems and delivery copies refused",
-				tt.name, m0.accepts, lost.Sub(wl.began).Round(time.Millisecond), raisedAt.Sub(lost).Round(time.Millisecond),
-				inFence.Sub(raisedAt).Round(time.Millisecond), during.undecided, 2*(during.tokens+during.deliveries))
-			t.Logf("%s: fenced refusals from +%v to +%v after the loss, %v apart (horizon %v); service back (a token accepted) %v after the loss; %d fences raised, %d fenced refusals",
-				tt.name, first.Sub(lost).Round(time.Millisecond), last.Sub(lost).Round(time.Millisecond), last.Sub(first).Round(time.Millisecond),
-				fenceHorizon, back.Sub(lost).Round(time.Millisecond), raised.Load(), fenced.Load())
-			t.Logf("%s: %v", tt.name, r)
-			logReasons(t, r)
-			if r.acceptedTwice != 0 || r.processedTwice != 0 {
-				t.Fatalf("%d tokens accepted twice, %d deliveries processed twice; want 0", r.acceptedTwice, r.processedTwice)
-			}
-			if raised.Load() == 0 || fenced.Load() == 0 {
-				t.Fatalf("the store reported %d fences raised and %d fenced refusals, want both > 0", raised.Load(), fenced.Load())
-			}
-			if during.undecided == 0 {
-				t.Fatal("the recheck inside the fence was never refused: it ran after the fence, or the loss was not seen")
-			}
-			if n := wl.refusedBefore(before); n != 0 {
-				t.Fatalf("%d redeems refused before the loss", n)
-			}
-			if first.IsZero() {
-				t.Fatal("no redeem refused as fenced")
-			}
-			if slack := fenceHorizon + time.Second; last.Sub(first) > slack {
-				t.Fatalf("fenced refusals for %v, want within one horizon (%v, + 1 s for a loaded machine)", last.Sub(first), fenceHorizon)
-			}
-			if back.IsZero() {
-				t.Fatal("no token accepted after the fence opened")
-			}
-		})
 	}
 }
