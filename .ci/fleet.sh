@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # .ci/fleet.sh — the fleet fault tests: redisstore's files with the build tag
-# "fault" (redisstore/fault_*_test.go), against real redis-server processes
+# "fault" (redisstore/*_fault_test.go), against real redis-server processes
 # on 127.0.0.1 that the tests and .ci/redis-cluster.sh start and stop.
 #
 #   .ci/fleet.sh            # vet, then faults (with -race), failures, then
@@ -85,7 +85,7 @@ if [ "${CTOKEN_REDIS_FLAVOR:-redis}" = valkey ]; then
 	export CTOKEN_REDIS_SENTINEL="$sentinel_dir/valkey-sentinel"
 	echo "--- store failures under load against $("$CTOKEN_REDIS_SERVER" --version | awk '{print $1, $3}')"
 	(cd redisstore && go test -tags fault -count=1 -timeout 600s -v \
-		-run '^(TestFailoverToLaggingReplica|TestStoreThatForgets|TestLaggingInstanceClock|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports|TestSentinelFailoverToAnotherPersistence)' .)
+		-run '^(TestFailoverToLaggingReplica|TestStoreThatForgets|TestLaggingInstanceClock|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports|TestSentinelFailoverToNewPersistence)' .)
 	echo "--- fleet fault tests passed (valkey)"
 	exit 0
 fi

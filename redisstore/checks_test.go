@@ -54,7 +54,31 @@ func aof(fsync string) map[string]*redis.Cmd {
 	}
 }
 
-func TestServerChecksRefuseWhatDoesNotFit(t *testing.T) {
+// TestChecks pins the server checks at Open and at each recheck: what does
+// not fit is refused, weakened persistence is refused and fenced, and each
+// refusal names its risk and ends with its condition.
+func TestChecks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"refuse what does not fit", serverChecksRefuseWhatDoesNotFit},
+		{"acked refuses too few acks", ackedRefusesTooFewAcknowledgements},
+		{"persistence that can roll back", openRefusesPersistenceThatCanRollBack},
+		{"snapshots turned on later", snapshotsTurnedOnLaterAreFoundByTheRecheck},
+		{"allow options report their risk", allowOptionsReportTheRiskTheyAccept},
+		{"persistence weakened after open", persistenceWeakenedAfterOpenIsRefusedAndFenced},
+		{"replicas durability does not cover", replicasDurabilityDoesNotCoverAreRefused},
+		{"loss while no store ran", lossWhileNoStoreRanIsFencedAtOpen},
+		{"refusal ends with its condition", refusalForAConditionEndsWithIt},
+		{"missing marker checks at once", missingMarkerChecksTheServerAtOnce},
+		{"run under the documented ACL", checksRunUnderTheDocumentedACL},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func serverChecksRefuseWhatDoesNotFit(t *testing.T) {
 	noperm := errors.New("NOPERM this user has no permissions to run the 'role' command")
 	now := time.Now()
 	tests := []struct {
@@ -115,7 +139,7 @@ func TestServerChecksRefuseWhatDoesNotFit(t *testing.T) {
 	}
 }
 
-func TestAckedRefusesTooFewAcknowledgements(t *testing.T) {
+func ackedRefusesTooFewAcknowledgements(t *testing.T) {
 	d := durability{Durability: Durability{Replicas: 2, LocalAOF: true, ReplicaAOF: 1}}
 	tests := []struct {
 		name          string
@@ -145,7 +169,7 @@ func TestAckedRefusesTooFewAcknowledgements(t *testing.T) {
 // A real redis-server whose restart can bring back older data (RDB
 // snapshots without AOF, AOF without fsync on every write) is refused at
 // Open; one that brings back all of it or none of it is not.
-func TestOpenRefusesPersistenceThatCanRollBack(t *testing.T) {
+func openRefusesPersistenceThatCanRollBack(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
@@ -184,7 +208,7 @@ func TestOpenRefusesPersistenceThatCanRollBack(t *testing.T) {
 
 // Snapshots turned on after the store started are found by the periodic
 // recheck: from then on every call refuses.
-func TestSnapshotsTurnedOnLaterAreFoundByTheRecheck(t *testing.T) {
+func snapshotsTurnedOnLaterAreFoundByTheRecheck(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t)
 	c := srv.client()
@@ -255,7 +279,7 @@ func recheckNow(t *testing.T, s *Store) {
 // the risk it accepts, Open logs one Warn line naming the option and emits
 // one EventRiskAccepted; rechecks do not repeat it while the risk stays,
 // and report it again once it comes back after going away.
-func TestAllowOptionsReportTheRiskTheyAccept(t *testing.T) {
+func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		option     string
@@ -375,7 +399,7 @@ func claimUntilRefused(t *testing.T, s *Store, tag string, limit time.Duration) 
 // switched off at run time and the server restarted with its own
 // configuration (loading the AOF), none of the IDs claimed after the
 // switch is accepted again.
-func TestPersistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
+func persistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {
@@ -493,7 +517,7 @@ func connectedReplicas(t *testing.T, c *redis.Client) int {
 // Replicas: 2 opens, and while one replica is cut every claim is refused
 // (ErrNotDurable), so promoting that replica accepts no ID twice; a store
 // without Durability opened while the only replica is away is refused.
-func TestReplicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
+func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	t.Run("two replicas", func(t *testing.T) {
@@ -588,7 +612,7 @@ func TestReplicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 // found by the next Open, on a real redis-server: it compares the server
 // with the baseline the last store kept in <prefix>servers, fences the
 // key space and notes the loss; with nothing in between, it serves.
-func TestLossWhileNoStoreRanIsFencedAtOpen(t *testing.T) {
+func lossWhileNoStoreRanIsFencedAtOpen(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {
@@ -677,7 +701,7 @@ func lossNoted(t *testing.T, s *Store) bool {
 // is refused only while it does not fit, on a real redis-server: once
 // the setting is undone the same Store serves again, and nothing is
 // fenced (it lost nothing).
-func TestRefusalForAConditionEndsWithIt(t *testing.T) {
+func refusalForAConditionEndsWithIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {
@@ -721,7 +745,7 @@ func TestRefusalForAConditionEndsWithIt(t *testing.T) {
 // server at once, not after RecheckInterval: after a FLUSHALL the whole
 // key space is fenced and the loss noted by the next call, on a real
 // redis-server (RecheckInterval one hour).
-func TestMissingMarkerChecksTheServerAtOnce(t *testing.T) {
+func missingMarkerChecksTheServerAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := newServer(t)
@@ -751,7 +775,7 @@ func TestMissingMarkerChecksTheServerAtOnce(t *testing.T) {
 // CONFIG), on a real redis-server, the store opens and serves, keeping
 // what it saw of the server in memory only; with the hash commands and
 // EXISTS allowed too, it keeps its baselines in <prefix>servers.
-func TestChecksRunUnderTheDocumentedACL(t *testing.T) {
+func checksRunUnderTheDocumentedACL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {

@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func TestDurabilityContractStoppedReplica(t *testing.T) {
+func TestDurabilityContract(t *testing.T) {
 	t.Parallel()
 	primary := newServer(t)
 	replica := newReplica(t, primary)
@@ -40,7 +40,24 @@ func TestDurabilityContractStoppedReplica(t *testing.T) {
 	}
 }
 
-func TestClaimWithStoppedReplicaIsNotDurable(t *testing.T) {
+// TestDurability pins the durability contract: a step is answered only once
+// its write is on the replicas or the AOF the store was opened with.
+func TestDurability(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"claim with a stopped replica", claimWithStoppedReplicaIsNotDurable},
+		{"replica attached later", replicaAttachedLaterIsFoundByTheRecheck},
+		{"resent acquire writes its lease again", resentAcquireWritesItsLeaseAgain},
+		{"WAITAOF, replica stops fsyncing", wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing},
+		{"AOF switched off at run time", aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func claimWithStoppedReplicaIsNotDurable(t *testing.T) {
 	t.Parallel()
 	primary := newServer(t)
 	replica := newReplica(t, primary)
@@ -67,7 +84,24 @@ func TestClaimWithStoppedReplicaIsNotDurable(t *testing.T) {
 	}
 }
 
-func TestOpenRefusesReplicasWithoutDurability(t *testing.T) {
+// TestOpen pins [Open]'s refusals: replicas without durability, a replica,
+// WAITAOF without server support, eviction policies, and Redis down.
+func TestOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"replicas without durability", openRefusesReplicasWithoutDurability},
+		{"a replica", openRefusesAReplica},
+		{"WAITAOF without server support", openRefusesWAITAOFWithoutServerSupport},
+		{"eviction policies", openRefusesEvictionPolicies},
+		{"redis down", openFailsWhenRedisIsDown},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func openRefusesReplicasWithoutDurability(t *testing.T) {
 	primary := newServer(t)
 	newReplica(t, primary)
 	c := primary.client()
@@ -103,7 +137,7 @@ func TestOpenRefusesReplicasWithoutDurability(t *testing.T) {
 	}
 }
 
-func TestOpenRefusesAReplica(t *testing.T) {
+func openRefusesAReplica(t *testing.T) {
 	primary := newServer(t)
 	replica := newReplica(t, primary)
 	if _, err := Open(context.Background(), replica.client(), Options{}); !errors.Is(err, ErrConfig) {
@@ -113,7 +147,7 @@ func TestOpenRefusesAReplica(t *testing.T) {
 
 // Redis 7.0 has no WAITAOF (7.2 added it): a Durability asking for it is
 // refused at construction, not at the first claim.
-func TestOpenRefusesWAITAOFWithoutServerSupport(t *testing.T) {
+func openRefusesWAITAOFWithoutServerSupport(t *testing.T) {
 	srv := newServer(t, "--appendonly", "yes")
 	c := srv.client()
 	ctx := context.Background()
@@ -158,7 +192,7 @@ func versionAtLeast(info string, major, minor int) bool {
 	return ma > major || ma == major && mi >= minor
 }
 
-func TestOpenRefusesEvictionPolicies(t *testing.T) {
+func openRefusesEvictionPolicies(t *testing.T) {
 	srv := newServer(t)
 	c := srv.client()
 	ctx := context.Background()
@@ -187,7 +221,7 @@ func TestOpenRefusesEvictionPolicies(t *testing.T) {
 	}
 }
 
-func TestOpenFailsWhenRedisIsDown(t *testing.T) {
+func openFailsWhenRedisIsDown(t *testing.T) {
 	c := newServer(t)
 	cl := c.client()
 	c.kill()
@@ -196,40 +230,9 @@ func TestOpenFailsWhenRedisIsDown(t *testing.T) {
 	}
 }
 
-func TestNewRefusesInvalidOptions(t *testing.T) {
-	ok := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd { return redis.NewCmd(ctx, args...) })
-	tests := []struct {
-		name   string
-		client Client
-		opts   Options
-	}{
-		{"nil client", nil, Options{}},
-		{"negative Horizon", ok, Options{Horizon: -time.Second}},
-		{"Horizon under a millisecond", ok, Options{Horizon: time.Microsecond}},
-		{"negative MaxSkew", ok, Options{MaxSkew: -time.Second}},
-		{"negative RecheckInterval", ok, Options{RecheckInterval: -time.Second}},
-		{"MaxSkew over SkewMargin", ok, Options{MaxSkew: replay.SkewMargin + time.Second}},
-		{"negative replicas", ok, Options{Durability: Durability{Replicas: -1}}},
-		{"negative replica AOF", ok, Options{Durability: Durability{ReplicaAOF: -1}}},
-		{"negative durability timeout", ok, Options{Durability: Durability{Replicas: 1, Timeout: -1}}},
-		{"durability timeout alone", ok, Options{Durability: Durability{Timeout: time.Second}}},
-		{"durability timeout not under Timeout", ok, Options{Timeout: time.Second, Durability: Durability{Replicas: 1, Timeout: time.Second}}},
-		{"durability timeout under a millisecond", ok, Options{Durability: Durability{Replicas: 1, Timeout: time.Microsecond}}},
-		{"durability on a client without one connection", ok, Options{Durability: Durability{Replicas: 1}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(tt.client, tt.opts)
-			if s != nil || !errors.Is(err, ErrConfig) || Reason(err) == "" {
-				t.Fatalf("New = %v, %v; want ErrConfig with a reason", s, err)
-			}
-		})
-	}
-}
-
 // A replica attached after the store started without a durability setting
 // is found by the periodic recheck: from then on every call refuses.
-func TestReplicaAttachedLaterIsFoundByTheRecheck(t *testing.T) {
+func replicaAttachedLaterIsFoundByTheRecheck(t *testing.T) {
 	t.Parallel()
 	primary := newServer(t)
 	s := provisioned(t, primary.client(), Options{Prefix: "later:"})
@@ -247,7 +250,7 @@ func TestReplicaAttachedLaterIsFoundByTheRecheck(t *testing.T) {
 // wrote nothing would have its WAIT answer at once while the lease had not
 // reached the replica. Redis's count of SET calls (scripts' included)
 // shows the second write.
-func TestResentAcquireWritesItsLeaseAgain(t *testing.T) {
+func resentAcquireWritesItsLeaseAgain(t *testing.T) {
 	t.Parallel()
 	primary := newServer(t)
 	newReplica(t, primary)
@@ -295,11 +298,11 @@ func TestResentAcquireWritesItsLeaseAgain(t *testing.T) {
 }
 
 // WAITAOF end to end on a server that has it (Valkey 8, Redis 7.2+; on
-// Redis 7.0 Open refuses, as TestOpenRefusesWAITAOFWithoutServerSupport
+// Redis 7.0 Open refuses, as TestOpen/WAITAOF without server support
 // shows): LocalAOF opens on appendfsync everysec and claims once; with
 // ReplicaAOF a replica that stops writing its AOF turns every claim into
 // ErrNotDurable, never first.
-func TestWAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
+func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 	t.Parallel()
 	primary := newServer(t, "--appendonly", "yes", "--appendfsync", "everysec")
 	c := primary.client()
@@ -360,7 +363,7 @@ func TestWAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 // start with the configuration's AOF, accepts none of the IDs again. On
 // Redis 7.0 the window of one RecheckInterval stays: the test measures it
 // and skips the assertion that it is closed.
-func TestAOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck(t *testing.T) {
+func aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
@@ -572,13 +575,28 @@ func (p *policyServer) client(t *testing.T) (*redis.Client, *scriptHook) {
 	return c, h
 }
 
+// TestPolicyProbe pins the eviction policy probe: a step answered while
+// eviction is on is refused until the check has judged the evictions.
+func TestPolicyProbe(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"claim answered while eviction is on", policyProbeRefusesAClaimAnsweredWhileEvictionIsOn},
+		{"every guarded step", policyProbeRefusesEveryGuardedStep},
+		{"refusal holds until the check", policyProbeRefusalHoldsUntilTheCheckJudgesEvictions},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // A claim whose pipeline reads an evicting maxmemory-policy after the
 // script is refused (the script may have written) and has the store check
 // the server at once, which then refuses every call; a policy that can no
 // longer be read is refused the same way once, and the check then turns
 // the probe off. The probe is never sent with AllowEviction, nor when the
 // checks found CONFIG GET refused.
-func TestPolicyProbeRefusesAClaimAnsweredWhileEvictionIsOn(t *testing.T) {
+func policyProbeRefusesAClaimAnsweredWhileEvictionIsOn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	until := func() time.Time { return time.Now().Add(time.Minute) }
@@ -662,7 +680,7 @@ func TestPolicyProbeRefusesAClaimAnsweredWhileEvictionIsOn(t *testing.T) {
 // an idempotency record's acquisition) answered after maxmemory-policy
 // was switched to an evicting policy at run time is refused by the policy
 // probe (maxmemory 0: nothing is evicted, the policy alone refuses).
-func TestPolicyProbeRefusesEveryGuardedStep(t *testing.T) {
+func policyProbeRefusesEveryGuardedStep(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	until := func() time.Time { return time.Now().Add(time.Minute) }
@@ -734,7 +752,7 @@ func TestPolicyProbeRefusesEveryGuardedStep(t *testing.T) {
 // between (the evictions already done), the next claim reads noeviction
 // in its probe and is reported first before the fence: an evicted ID is
 // accepted again.
-func TestPolicyProbeRefusalHoldsUntilTheCheckJudgesEvictions(t *testing.T) {
+func policyProbeRefusalHoldsUntilTheCheckJudgesEvictions(t *testing.T) {
 	ctx := context.Background()
 	until := func() time.Time { return time.Now().Add(time.Minute) }
 	var mu sync.Mutex

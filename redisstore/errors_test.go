@@ -8,7 +8,7 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-func TestRefusalsMatchUnavailableAndCarryAReason(t *testing.T) {
+func TestRefusalsCarryAReason(t *testing.T) {
 	for _, sentinel := range []error{ErrFenced, ErrClockSkew, ErrNotDurable} {
 		if !errors.Is(sentinel, ErrUnavailable) {
 			t.Errorf("%v does not match ErrUnavailable", sentinel)

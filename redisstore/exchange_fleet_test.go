@@ -109,7 +109,21 @@ func (f *exchangeFleet) exchange(i int, tok string) (int, string) {
 	return res.StatusCode, body.Error
 }
 
-func TestFleetExchangeOneInstanceWins(t *testing.T) {
+// TestFleetExchange pins one-time exchange across a fleet: one instance
+// wins, and a Redis that dies fails closed.
+func TestFleetExchange(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"one instance wins", fleetExchangeOneInstanceWins},
+		{"fails closed when redis dies", fleetExchangeFailsClosedWhenRedisDies},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func fleetExchangeOneInstanceWins(t *testing.T) {
 	f := newExchangeFleet(t, newFleetStore(t, redisAddr(t)))
 
 	// Sequential: the first exchange wins; every instance refuses a second.
@@ -160,7 +174,7 @@ func TestFleetExchangeOneInstanceWins(t *testing.T) {
 	}
 }
 
-func TestFleetExchangeFailsClosedWhenRedisDies(t *testing.T) {
+func fleetExchangeFailsClosedWhenRedisDies(t *testing.T) {
 	srv := newServer(t)
 	f := newExchangeFleet(t, newFleetStore(t, srv.addr()))
 	used, fresh := f.mint("run_1"), f.mint("run_2")

@@ -193,7 +193,7 @@ func (s *Store) scanEntries(ctx context.Context, m doer, why string) error {
 // exactly like a key space that was never provisioned. Each refusal's
 // [Reason] names Reopen as the way. Otherwise it opens every marker that is
 // missing or fenced, records a "provisioned" entry in the ledger, and
-// returns how many it opened; TestReprovisionNeverUsed shows each case.
+// returns how many it opened; TestProvision/reprovision never used shows each case.
 func (s *Store) ReprovisionNeverUsed(ctx context.Context) (opened int, err error) {
 	ctx, cancel := adminDeadline(ctx)
 	defer cancel()

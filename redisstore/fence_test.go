@@ -56,7 +56,21 @@ func provisionFirst(t testing.TB, c Client, opts Options) {
 	}
 }
 
-func TestForgetContractFlushAll(t *testing.T) {
+// TestForgetContract pins ctoken's contract for a store that forgets
+// (FLUSHALL, a restart without persistence): nothing is accepted twice.
+func TestForgetContract(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"flushall", forgetContractFlushAll},
+		{"restart without persistence", forgetContractRestartWithoutPersistence},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func forgetContractFlushAll(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t)
 	c := srv.client()
@@ -69,7 +83,7 @@ func TestForgetContractFlushAll(t *testing.T) {
 	})
 }
 
-func TestForgetContractRestartWithoutPersistence(t *testing.T) {
+func forgetContractRestartWithoutPersistence(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t)
 	c := srv.client()
@@ -78,7 +92,23 @@ func TestForgetContractRestartWithoutPersistence(t *testing.T) {
 	}, func(t *testing.T) { srv.restart(syscall.SIGKILL) })
 }
 
-func TestClaimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
+// TestFence pins the fence: after evidence of loss a shard or the key space
+// refuses until the horizon has passed.
+func TestFence(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"claim refused until the horizon", claimRefusesWhileFencedThenServesAfterHorizon},
+		{"unknown marker value refuses", unknownMarkerValueRefuses},
+		{"claims beyond the horizon refused", claimsBeyondTheHorizonAreRefused},
+		{"open after an unwatched restart", openAfterAnUnwatchedRestartNamesIt},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func claimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
 	t.Parallel()
 	c := newTestClient(t)
 	var ev events
@@ -134,7 +164,25 @@ func TestClaimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
 	}
 }
 
-func TestProvisionOpensOnlyANewKeySpace(t *testing.T) {
+// TestProvision pins [Store.Provision]: it opens only a new key space and
+// refuses on evidence of a previous life.
+func TestProvision(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"opens only a new key space", provisionOpensOnlyANewKeySpace},
+		{"reprovision never used", reprovisionNeverUsed},
+		{"reprovision refuses on evidence of loss", reprovisionNeverUsedRefusesOnEvidenceOfLoss},
+		{"open refuses an unopened key space", openRefusesAKeySpaceWithoutAnOpenShard},
+		{"store serves once provisioned", newStoreServesOnceItsKeySpaceIsProvisioned},
+		{"refuses on evidence of a previous life", provisionRefusesOnEvidenceOfAPreviousLife},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func provisionOpensOnlyANewKeySpace(t *testing.T) {
 	c := newTestClient(t)
 	prefix := uniquePrefix(t, c)
 	s, err := New(c, Options{Prefix: prefix})
@@ -174,7 +222,7 @@ func TestProvisionOpensOnlyANewKeySpace(t *testing.T) {
 	}
 }
 
-func TestUnknownMarkerValueRefuses(t *testing.T) {
+func unknownMarkerValueRefuses(t *testing.T) {
 	s, c := newTestStore(t)
 	marker, _, _ := s.keys("m")
 	if err := c.Set(context.Background(), marker, "garbage", 0).Err(); err != nil {
@@ -186,7 +234,7 @@ func TestUnknownMarkerValueRefuses(t *testing.T) {
 	}
 }
 
-func TestClaimsBeyondTheHorizonAreRefused(t *testing.T) {
+func claimsBeyondTheHorizonAreRefused(t *testing.T) {
 	c := newTestClient(t)
 	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Horizon: time.Hour})
 	ctx := context.Background()
@@ -224,7 +272,7 @@ func TestClaimsBeyondTheHorizonAreRefused(t *testing.T) {
 // refuses (changing nothing) whenever the key space or the server shows a
 // previous life: served claims, lost data, a restart of a server without
 // persistence, a SWAPDB. Each case runs on a fresh real redis-server.
-func TestReprovisionNeverUsed(t *testing.T) {
+func reprovisionNeverUsed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	until := func() time.Time { return time.Now().Add(time.Minute) }
@@ -355,7 +403,7 @@ func TestReprovisionNeverUsed(t *testing.T) {
 // loss, an entry exists, the ledger holds an entry, the server has no
 // persistence, or Redis cannot answer; with none of these it opens every
 // shard.
-func TestReprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
+func reprovisionNeverUsedRefusesOnEvidenceOfLoss(t *testing.T) {
 	tests := []struct {
 		name        string
 		stats, cmds string // INFO stats, INFO commandstats
@@ -463,7 +511,7 @@ func setMarkers(t *testing.T, c *redis.Client, s *Store, mark func(i int) string
 // shard it refuses, naming the next step (ErrConfig when no marker is
 // there, ErrFenced with the fence's end when fences are); with some shards
 // open it serves, and logs and reports the others once.
-func TestOpenRefusesAKeySpaceWithoutAnOpenShard(t *testing.T) {
+func openRefusesAKeySpaceWithoutAnOpenShard(t *testing.T) {
 	c := newTestClient(t)
 	ctx := context.Background()
 	later := time.Now().Add(time.Hour).UnixMilli()
@@ -531,7 +579,7 @@ func TestOpenRefusesAKeySpaceWithoutAnOpenShard(t *testing.T) {
 // A Store from New checks the key space before its first call and refuses
 // like Open, writing nothing (no fence); the refusal is not permanent: once
 // an operator provisions the prefix, the waiting store serves.
-func TestNewStoreServesOnceItsKeySpaceIsProvisioned(t *testing.T) {
+func newStoreServesOnceItsKeySpaceIsProvisioned(t *testing.T) {
 	c := newTestClient(t)
 	ctx := context.Background()
 	prefix := uniquePrefix(t, c)
@@ -566,7 +614,7 @@ func TestNewStoreServesOnceItsKeySpaceIsProvisioned(t *testing.T) {
 // refuses (writing nothing) whenever the prefix or the server shows a
 // previous life. Each case runs on a fresh real redis-server (the loss
 // counters are the server's).
-func TestProvisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
+func provisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {
@@ -679,7 +727,7 @@ func BenchmarkOpenKeySpaceCheck(b *testing.B) {
 // exactly like a prefix never provisioned: Open refuses, and its error
 // says that this server loses every marker in a restart and when it last
 // started, so the operator can tell a lost key space from a new one.
-func TestOpenAfterAnUnwatchedRestartNamesIt(t *testing.T) {
+func openAfterAnUnwatchedRestartNamesIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := newServer(t)

@@ -400,7 +400,27 @@ func (l *lister) checkComplete() {
 
 func fleetKey() string { return ctoken.EncodeKey(ctoken.RandomKey()) }
 
-func TestFleetPagesEveryItemExactlyOnce(t *testing.T) {
+// TestFleet pins a fleet of instances sharing one Redis: paging, key
+// rotation, restarts with a new session, single-use tokens and lost rounds,
+// each exactly once, failing closed when Redis dies.
+func TestFleet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"pages every item exactly once", fleetPagesEveryItemExactlyOnce},
+		{"key rotation loses nothing", fleetKeyRotationLosesNothing},
+		{"unknown key breaks a mixed fleet", fleetPromotingUnknownKeyBreaksMixedFleet},
+		{"restart with a new session", fleetRestartWithNewSessionStartsOverCleanly},
+		{"single use on every other instance", fleetSingleUseTokensAreRefusedOnEveryOtherInstance},
+		{"redeems fail closed when redis dies", fleetRedeemsFailClosedWhenRedisDies},
+		{"answers the retry of a lost round", fleetAnswersTheRetryOfALostRound},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func fleetPagesEveryItemExactlyOnce(t *testing.T) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
 	f := newFleet(t, 3, nil)
@@ -430,7 +450,7 @@ func TestFleetPagesEveryItemExactlyOnce(t *testing.T) {
 	}
 }
 
-func TestFleetKeyRotationLosesNothing(t *testing.T) {
+func fleetKeyRotationLosesNothing(t *testing.T) {
 	k1, k2 := fleetKey(), fleetKey()
 	t.Setenv(envFleetKeys, k1)
 	t.Setenv(envFleetSession, "fleet-session-1")
@@ -479,7 +499,7 @@ func TestFleetKeyRotationLosesNothing(t *testing.T) {
 // Promoting a new key on one instance before the others know it splits the
 // fleet: its cursors are forgeries to the rest. This is why rotation takes
 // the two rolling steps above.
-func TestFleetPromotingUnknownKeyBreaksMixedFleet(t *testing.T) {
+func fleetPromotingUnknownKeyBreaksMixedFleet(t *testing.T) {
 	k1, k2 := fleetKey(), fleetKey()
 	t.Setenv(envFleetKeys, k1)
 	t.Setenv(envFleetSession, "fleet-session-1")
@@ -497,7 +517,7 @@ func TestFleetPromotingUnknownKeyBreaksMixedFleet(t *testing.T) {
 	}
 }
 
-func TestFleetRestartWithNewSessionStartsOverCleanly(t *testing.T) {
+func fleetRestartWithNewSessionStartsOverCleanly(t *testing.T) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
 	f := newFleet(t, 3, nil)
@@ -568,7 +588,7 @@ func (f *fleet) issueSingleUse(i int, kind, caller string) string {
 	return r.Token
 }
 
-func TestFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
+func fleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
 	testFleetSingleUse(t, func(t *testing.T) replay.Store { return newFleetStore(t, redisAddr(t)) })
 }
 
@@ -577,7 +597,7 @@ func TestFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
 // once across the fleet: refused to another caller, refused on every
 // instance after its first redeem, and won by exactly one of concurrent
 // redeems on all instances. It runs on one redis-server here and on a Redis
-// Cluster in fault_cluster_test.go.
+// Cluster in cluster_fault_test.go.
 func testFleetSingleUse(t *testing.T, newStore func(t *testing.T) replay.Store) {
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
@@ -641,7 +661,7 @@ func testFleetSingleUse(t *testing.T, newStore func(t *testing.T) replay.Store) 
 	}
 }
 
-func TestFleetRedeemsFailClosedWhenRedisDies(t *testing.T) {
+func fleetRedeemsFailClosedWhenRedisDies(t *testing.T) {
 	srv := newServer(t)
 	t.Setenv(envFleetKeys, fleetKey())
 	t.Setenv(envFleetSession, "fleet-session-1")
@@ -772,9 +792,9 @@ func testFleetAnswersTheRetryOfALostRound(t *testing.T, keys *ctoken.Keyring, st
 	}
 }
 
-// TestFleetAnswersTheRetryOfALostRound: three instances sharing one Redis
+// fleetAnswersTheRetryOfALostRound: three instances sharing one Redis
 // store.
-func TestFleetAnswersTheRetryOfALostRound(t *testing.T) {
+func fleetAnswersTheRetryOfALostRound(t *testing.T) {
 	s := newFleetStore(t, redisAddr(t))
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 	if err != nil {

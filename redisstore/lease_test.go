@@ -4,17 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
-	"github.com/ctoken/ctoken/webhook"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -35,7 +30,25 @@ func (r replayingClient) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return r.c.Do(ctx, args...)
 }
 
-func TestLeaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
+// TestLease pins the lease steps (AcquireLease, ConfirmLease, ReleaseLease)
+// against the test Redis.
+func TestLease(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"resent after a lost reply", leaseStepsResentAfterLostReplyAnswerTheSame},
+		{"acquire sees a claim as done", acquireLeaseSeesClaimAsDone},
+		{"measured by redis, absolute expiry", leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry},
+		{"one key scripts", leaseStepsSendOneKeyScripts},
+		{"fail closed", leaseStepsFailClosed},
+		{"invalid arguments without redis", leaseStepsRefuseInvalidArgumentsWithoutRedis},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func leaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	c := newTestClient(t)
 	s := provisioned(t, replayingClient{c}, Options{Prefix: uniquePrefix(t, c)})
 	ctx := context.Background()
@@ -61,7 +74,7 @@ func TestLeaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	}
 }
 
-func TestAcquireLeaseSeesClaimAsDone(t *testing.T) {
+func acquireLeaseSeesClaimAsDone(t *testing.T) {
 	s, _ := newTestStore(t)
 	ctx := context.Background()
 	if first, err := s.Claim(ctx, "tok", time.Now().Add(time.Hour)); !first || err != nil {
@@ -72,7 +85,7 @@ func TestAcquireLeaseSeesClaimAsDone(t *testing.T) {
 	}
 }
 
-func TestLeaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
+func leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	l, err := s.AcquireLease(ctx, "d", 30*time.Second)
@@ -93,7 +106,7 @@ func TestLeaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry(t *testing.T) {
 	}
 }
 
-func TestLeaseStepsSendOneKeyScripts(t *testing.T) {
+func leaseStepsSendOneKeyScripts(t *testing.T) {
 	var calls [][]any
 	reply := []any{int64(1), int64(0)}
 	s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
@@ -150,7 +163,7 @@ func TestLeaseStepsSendOneKeyScripts(t *testing.T) {
 	}
 }
 
-func TestLeaseStepsFailClosed(t *testing.T) {
+func leaseStepsFailClosed(t *testing.T) {
 	tests := []struct {
 		name string
 		val  any
@@ -192,7 +205,7 @@ func TestLeaseStepsFailClosed(t *testing.T) {
 	}
 }
 
-func TestLeaseStepsRefuseInvalidArgumentsWithoutRedis(t *testing.T) {
+func leaseStepsRefuseInvalidArgumentsWithoutRedis(t *testing.T) {
 	var sent atomic.Int32
 	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
 		sent.Add(1)
@@ -233,360 +246,5 @@ func TestLeaseStepsRefuseInvalidArgumentsWithoutRedis(t *testing.T) {
 	}
 	if n := sent.Load(); n != 0 {
 		t.Fatalf("%d commands reached Redis", n)
-	}
-}
-
-const whSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-// whFleet is n webhook receivers (verifiers) sharing one Redis store, and a
-// sender.
-type whFleet struct {
-	t       *testing.T
-	store   *Store
-	mws     []http.Handler
-	signer  *webhook.Signer
-	rejects atomic.Int32
-	dups    atomic.Int32
-}
-
-func newWHFleet(t *testing.T, store *Store, n int, lease time.Duration, next http.Handler) *whFleet {
-	t.Helper()
-	f := &whFleet{t: t, store: store}
-	for range n {
-		v, err := webhook.NewVerifier(webhook.Config{
-			Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "endpoint", Lease: lease,
-			OnReject:    func(*http.Request, error) { f.rejects.Add(1) },
-			OnDuplicate: func(*http.Request, webhook.Delivery) { f.dups.Add(1) },
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.mws = append(f.mws, v.Middleware(next))
-	}
-	s, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.signer = s
-	return f
-}
-
-// send delivers a copy of delivery id to instance i and returns the
-// status and body.
-func (f *whFleet) send(i int, id string) (int, string) {
-	body := `{"event":"` + id + `"}`
-	req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body))
-	if err := f.signer.Sign(req.Header, id, []byte(body)); err != nil {
-		f.t.Error(err)
-		return 0, ""
-	}
-	rec := httptest.NewRecorder()
-	f.mws[i%len(f.mws)].ServeHTTP(rec, req)
-	return rec.Code, rec.Body.String()
-}
-
-// sendUntilAcknowledged plays a sender: it retries every interval until a
-// 2xx, failing on any answer but 2xx and 503, and returns the statuses.
-func (f *whFleet) sendUntilAcknowledged(i int, id string, interval, limit time.Duration) []int {
-	f.t.Helper()
-	var codes []int
-	for deadline := time.Now().Add(limit); time.Now().Before(deadline); i++ {
-		code, _ := f.send(i, id)
-		codes = append(codes, code)
-		switch {
-		case code/100 == 2:
-			return codes
-		case code != http.StatusServiceUnavailable:
-			f.t.Fatalf("delivery %s: status %d, want 2xx or 503", id, code)
-		}
-		time.Sleep(interval)
-	}
-	f.t.Fatalf("delivery %s not acknowledged within %v: statuses %v", id, limit, codes)
-	return nil
-}
-
-// countingHandler counts processed deliveries by ID and answers 204.
-type countingHandler struct {
-	mu    sync.Mutex
-	count map[string]int
-	delay time.Duration
-	fail  func(id string, n int) bool // answer 500 to the nth processing of id
-}
-
-func (h *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	d, _ := webhook.DeliveryFrom(r.Context())
-	h.mu.Lock()
-	if h.count == nil {
-		h.count = map[string]int{}
-	}
-	h.count[d.ID]++
-	n := h.count[d.ID]
-	h.mu.Unlock()
-	if h.delay > 0 {
-		select {
-		case <-time.After(h.delay):
-		case <-r.Context().Done():
-			http.Error(w, "gave up", http.StatusServiceUnavailable)
-			return
-		}
-	}
-	if h.fail != nil && h.fail(d.ID, n) {
-		http.Error(w, "failed", http.StatusInternalServerError)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (h *countingHandler) processed(id string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.count[id]
-}
-
-// The issue's busy-Redis case: Redis is busy for 600 ms, the store's
-// timeout is 200 ms, the lease 5 s. The delivery is refused (503), and the
-// acquire the store sent is executed when Redis recovers; the store then
-// releases that lease in the background (its token was chosen before
-// sending), so the sender's next retry is processed — exactly once, never
-// acknowledged without processing — instead of waiting out the lease.
-func TestWebhookBusyRedisLateLeaseIsReleasedAndRetryProcessed(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
-	released := make(chan struct{}, 16)
-	store := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Timeout: 200 * time.Millisecond,
-		Observer: func(e Event) {
-			if e.Kind == EventLeaseReleased {
-				released <- struct{}{}
-			}
-		}})
-	next := &countingHandler{}
-	const lease = 5 * time.Second
-	f := newWHFleet(t, store, 2, lease, next)
-	// Load the scripts first, so the busy period meets the one command.
-	if code, _ := f.send(0, "warm-up"); code != http.StatusNoContent {
-		t.Fatalf("warm-up: status %d", code)
-	}
-
-	for round := range 2 {
-		id := "busy-" + string(rune('a'+round))
-		busy := busyRedis(t, 600*time.Millisecond)
-		start := time.Now()
-		code, _ := f.send(0, id)
-		if code != http.StatusServiceUnavailable {
-			t.Fatalf("round %d: delivery while Redis is busy: status %d, want 503", round, code)
-		}
-		if el := time.Since(start); el > 450*time.Millisecond {
-			t.Fatalf("round %d: the refusal took %v, want about the 200ms store timeout", round, el)
-		}
-		<-busy
-		select {
-		case <-released:
-		case <-time.After(3 * time.Second):
-			t.Fatalf("round %d: the late lease was not released", round)
-		}
-		if time.Since(start) >= lease {
-			t.Fatalf("round %d: released after %v, not before the lease ended", round, time.Since(start))
-		}
-		// The late acquire's lease is gone: the first retry is processed.
-		if code, _ := f.send(1, id); code != http.StatusNoContent || next.processed(id) != 1 {
-			t.Fatalf("round %d: retry after the release: status %d, processed %d times; want 204 after processing once", round, code, next.processed(id))
-		}
-		if code, _ := f.send(0, id); code != http.StatusOK || next.processed(id) != 1 {
-			t.Fatalf("round %d: copy after processing: status %d, processed %d", round, code, next.processed(id))
-		}
-	}
-}
-
-// busyRedis keeps the test Redis busy in a Lua loop for d (under Redis's
-// busy-reply threshold, so other clients' commands wait rather than fail)
-// and returns a channel closed when it is done. It returns once the loop
-// runs.
-func busyRedis(t *testing.T, d time.Duration) <-chan struct{} {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ReadTimeout: 10 * time.Second, MaxRetries: -1})
-	// Valkey (8.0) freezes TIME for the length of a script, so a loop on
-	// TIME would spin until the busy-reply threshold there; it has
-	// os.clock (CPU time, which a spinning script spends at least as fast
-	// as wall time), which Redis 7.0 lacks.
-	const spin = `local ok, c0 = pcall(function() return os.clock() end)
-if ok then
-  repeat until os.clock() - c0 >= tonumber(ARGV[1]) / 1000000
-  return 1
-end
-local t = redis.call('TIME')
-local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1])
-repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
-return 1`
-	done := make(chan struct{})
-	started := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer c.Close()
-		close(started)
-		if err := c.Eval(context.Background(), spin, nil, d.Microseconds()).Err(); err != nil {
-			t.Errorf("busy loop: %v", err)
-		}
-	}()
-	<-started
-	// Let the script reach the server and start spinning.
-	probe := redis.NewClient(&redis.Options{Addr: redisAddr(t), MaxRetries: -1, ContextTimeoutEnabled: true})
-	defer probe.Close()
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		err := probe.Ping(ctx).Err()
-		cancel()
-		if err != nil { // the ping waits behind the script: it is running
-			return done
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("the busy loop never started")
-	return nil
-}
-
-// A slow handler while the sender (and a second sender's copy) keeps
-// retrying on every instance: processed once; copies get 503 until it is
-// done, and 200 afterwards.
-func TestWebhookSlowHandlerWithConcurrentRetriesProcessedOnce(t *testing.T) {
-	store, _ := newTestStore(t)
-	next := &countingHandler{delay: 400 * time.Millisecond}
-	f := newWHFleet(t, store, 3, 2*time.Second, next)
-	var wg sync.WaitGroup
-	codes := make([][]int, 6)
-	for i := range codes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			codes[i] = f.sendUntilAcknowledged(i, "slow-1", 50*time.Millisecond, 5*time.Second)
-		}()
-	}
-	wg.Wait()
-	if n := next.processed("slow-1"); n != 1 {
-		t.Fatalf("processed %d times, want 1 (statuses %v)", n, codes)
-	}
-	acked := map[int]int{}
-	for _, cs := range codes {
-		acked[cs[len(cs)-1]]++
-	}
-	if acked[http.StatusNoContent] != 1 || acked[http.StatusOK] != len(codes)-1 {
-		t.Fatalf("final statuses %v, want one 204 (the processing) and 200 for the rest", acked)
-	}
-	if f.rejects.Load() == 0 || int(f.dups.Load()) < len(codes)-1 {
-		t.Fatalf("OnReject saw %d, OnDuplicate %d: every copy refused or acknowledged is seen", f.rejects.Load(), f.dups.Load())
-	}
-}
-
-// A handler that fails (5xx) and then succeeds: the failure releases the
-// lease, so the retry is processed at once.
-func TestWebhookHandlerFailsThenSucceedsIsProcessedOnRetry(t *testing.T) {
-	store, _ := newTestStore(t)
-	next := &countingHandler{fail: func(_ string, n int) bool { return n == 1 }}
-	f := newWHFleet(t, store, 2, time.Minute, next)
-	if code, _ := f.send(0, "flaky-1"); code != http.StatusInternalServerError {
-		t.Fatalf("first attempt: status %d, want the handler's 500", code)
-	}
-	// A minute-long lease: only the release lets the retry through now.
-	if code, _ := f.send(1, "flaky-1"); code != http.StatusNoContent {
-		t.Fatalf("retry: status %d, want 204", code)
-	}
-	if code, _ := f.send(0, "flaky-1"); code != http.StatusOK {
-		t.Fatalf("copy after success: status %d, want 200", code)
-	}
-	if n := next.processed("flaky-1"); n != 2 {
-		t.Fatalf("handler ran %d times, want 2 (failure, success)", n)
-	}
-}
-
-// An instance killed mid-handler holds a lease it never confirms nor
-// releases (simulated: its Acquire, and nothing more). Copies on the
-// survivors get 503 until the lease ends; then one is processed.
-func TestWebhookInstanceKilledMidHandlerLeaseExpiresAndRetryIsProcessed(t *testing.T) {
-	store, _ := newTestStore(t)
-	const lease = 500 * time.Millisecond
-	crashed, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "endpoint", Lease: lease})
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := &countingHandler{}
-	f := newWHFleet(t, store, 2, lease, next)
-	body := `{"event":"crash-1"}`
-	h := http.Header{}
-	if err := f.signer.Sign(h, "crash-1", []byte(body)); err != nil {
-		t.Fatal(err)
-	}
-	d, err := crashed.Verify(h, []byte(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if _, err := crashed.Acquire(context.Background(), d); err != nil {
-		t.Fatal(err)
-	}
-	// The instance dies here.
-	codes := f.sendUntilAcknowledged(0, "crash-1", 50*time.Millisecond, 5*time.Second)
-	if el := time.Since(start); el < lease {
-		t.Fatalf("processed after %v, before the dead instance's %v lease ended", el, lease)
-	}
-	if len(codes) < 2 || next.processed("crash-1") != 1 {
-		t.Fatalf("statuses %v, processed %d; want 503s, then processing once", codes, next.processed("crash-1"))
-	}
-	if code, _ := f.send(1, "crash-1"); code != http.StatusOK {
-		t.Fatalf("copy after processing: status %d, want 200", code)
-	}
-}
-
-// 32 concurrent copies across three instances: the handler runs once.
-func TestWebhookConcurrentCopiesAcrossInstancesProcessedOnce(t *testing.T) {
-	store, _ := newTestStore(t)
-	next := &countingHandler{delay: 50 * time.Millisecond}
-	f := newWHFleet(t, store, 3, 5*time.Second, next)
-	for round := range 5 {
-		id := "copies-" + string(rune('a'+round))
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		var mu sync.Mutex
-		count := map[int]int{}
-		for i := range 32 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				code, _ := f.send(i, id)
-				mu.Lock()
-				count[code]++
-				mu.Unlock()
-			}()
-		}
-		close(start)
-		wg.Wait()
-		if next.processed(id) != 1 || count[http.StatusNoContent] != 1 || count[http.StatusNoContent]+count[http.StatusOK]+count[http.StatusServiceUnavailable] != 32 {
-			t.Fatalf("round %d: processed %d times, statuses %v; want once, one 204, the rest 200 or 503", round, next.processed(id), count)
-		}
-	}
-}
-
-// A Redis that is down refuses every delivery with 503 and never calls the
-// handler.
-func TestWebhookRedisDownRefusesWithoutProcessing(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { c.Close() })
-	store, err := New(c, Options{Timeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var seen error
-	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}, Replay: store, Namespace: "endpoint",
-		OnReject: func(_ *http.Request, err error) { seen = err }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := &countingHandler{}
-	f := &whFleet{t: t, mws: []http.Handler{v.Middleware(next)}}
-	f.signer, _ = webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{whSecret}})
-	if code, _ := f.send(0, "down-1"); code != http.StatusServiceUnavailable || next.processed("down-1") != 0 {
-		t.Fatalf("status %d, processed %d; want 503 and not processed", code, next.processed("down-1"))
-	}
-	if !errors.Is(seen, webhook.ErrReplayStore) || !errors.Is(seen, ErrUnavailable) {
-		t.Fatalf("OnReject saw %v, want ErrReplayStore and ErrUnavailable", seen)
 	}
 }

@@ -26,10 +26,24 @@ func TestParseLedgerEntry(t *testing.T) {
 	}
 }
 
+// TestLedger pins the provisioning ledger: the newest entries kept in order
+// and the provisioned horizon read from them.
+func TestLedger(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"horizon is the newest recorded", provisionedHorizonIsTheNewestRecorded},
+		{"keeps the newest entries in order", ledgerKeepsTheNewestEntriesInOrder},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // The key space's horizon is the one its newest "provisioned" entry
 // records; other entries, and provisioned entries that record none or an
 // unreadable one, say nothing.
-func TestProvisionedHorizonIsTheNewestRecorded(t *testing.T) {
+func provisionedHorizonIsTheNewestRecorded(t *testing.T) {
 	at := time.UnixMilli(1700000000000)
 	provisioned := func(detail string) LedgerEntry { return LedgerEntry{At: at, Kind: ledgerProvisioned, Detail: detail} }
 	for _, tc := range []struct {
@@ -56,7 +70,7 @@ func TestProvisionedHorizonIsTheNewestRecorded(t *testing.T) {
 	}
 }
 
-func TestLedgerKeepsTheNewestEntriesInOrder(t *testing.T) {
+func ledgerKeepsTheNewestEntriesInOrder(t *testing.T) {
 	s, _ := newTestStore(t)
 	ctx := context.Background()
 	for i := range ledgerMax + 5 {

@@ -115,7 +115,25 @@ func (c claimedBefore) acceptedTwice(t *testing.T, s *Store, life time.Duration)
 	return twice
 }
 
-func TestFenceEndsWhenTheKeySpaceLongestClaimHasExpired(t *testing.T) {
+// TestLifetime pins the key space's recorded lifetime: the fence it ends,
+// the longer lifetime winning, and steps past it refused by Redis's clock.
+func TestLifetime(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"fence ends after the longest claim", fenceEndsWhenTheKeySpaceLongestClaimHasExpired},
+		{"longer lifetime of two applications wins", twoApplicationsOnOneKeySpaceTheLongerLifetimeWins},
+		{"recorded only when it grows", lifetimeIsRecordedOnlyWhenItGrows},
+		{"step past it by redis clock refused", stepPastTheKeySpaceLifetimeByRedisClockIsRefused},
+		{"unexpected recorded value refused", recordedLifetimeHoldingAnUnexpectedValueIsRefused},
+		{"status shows when reopening is safe", statusShowsWhenReopeningAcceptsNothingTwice},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func fenceEndsWhenTheKeySpaceLongestClaimHasExpired(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// life is the work's lifetime: a token's TTL, or an idempotency
@@ -182,7 +200,7 @@ func TestFenceEndsWhenTheKeySpaceLongestClaimHasExpired(t *testing.T) {
 	}
 }
 
-func TestTwoApplicationsOnOneKeySpaceTheLongerLifetimeWins(t *testing.T) {
+func twoApplicationsOnOneKeySpaceTheLongerLifetimeWins(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// recheck is the short-lived application's RecheckInterval: 1 s
@@ -261,7 +279,7 @@ func TestTwoApplicationsOnOneKeySpaceTheLongerLifetimeWins(t *testing.T) {
 	}
 }
 
-func TestLifetimeIsRecordedOnlyWhenItGrows(t *testing.T) {
+func lifetimeIsRecordedOnlyWhenItGrows(t *testing.T) {
 	t.Parallel()
 	c := newTestClient(t)
 	var evals atomic.Int64
@@ -323,7 +341,7 @@ func TestLifetimeIsRecordedOnlyWhenItGrows(t *testing.T) {
 	}
 }
 
-func TestStepPastTheKeySpaceLifetimeByRedisClockIsRefused(t *testing.T) {
+func stepPastTheKeySpaceLifetimeByRedisClockIsRefused(t *testing.T) {
 	t.Parallel()
 	c := newTestClient(t)
 	prefix := uniquePrefix(t, c)
@@ -343,7 +361,7 @@ func TestStepPastTheKeySpaceLifetimeByRedisClockIsRefused(t *testing.T) {
 	}
 }
 
-func TestRecordedLifetimeHoldingAnUnexpectedValueIsRefused(t *testing.T) {
+func recordedLifetimeHoldingAnUnexpectedValueIsRefused(t *testing.T) {
 	t.Parallel()
 	c := newTestClient(t)
 	for _, v := range []string{"x", "-5", "0", "", "99999999999999999999", "31536000001"} {
@@ -367,7 +385,7 @@ func TestRecordedLifetimeHoldingAnUnexpectedValueIsRefused(t *testing.T) {
 	}
 }
 
-func TestStatusShowsWhenReopeningAcceptsNothingTwice(t *testing.T) {
+func statusShowsWhenReopeningAcceptsNothingTwice(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t)
 	c := srv.client()

@@ -42,7 +42,45 @@ func acquireRecord(t *testing.T, s *Store, id string, fp []byte, want replay.Lea
 	return r
 }
 
-func TestAcquireRecordThenBusyThenDoneCarriesTheRecord(t *testing.T) {
+// TestRecord pins the record steps (AcquireRecord, ConfirmRecord, Replay)
+// against the test Redis: the entry layout, resent steps, guards, releases
+// and the staging and side keys they leave.
+func TestRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"acquire, busy, done carries the record", acquireRecordThenBusyThenDoneCarriesTheRecord},
+		{"entry layout", recordEntryLayout},
+		{"at the limits round trips", recordAtTheLimitsRoundTrips},
+		{"reads entries without a record", recordReadsEntriesWithoutARecord},
+		{"plain steps on record entries", plainStepsOnRecordEntries},
+		{"resent after a lost reply", recordStepsResentAfterLostReplyAnswerTheSame},
+		{"resent acquire keeps its lease", resentAcquireRecordKeepsItsRemainingLease},
+		{"invalid arguments without redis", recordRefusesInvalidArgumentsWithoutRedis},
+		{"steps are guarded", recordStepsAreGuarded},
+		{"stopped replica is not durable", recordWithStoppedReplicaIsNotDurable},
+		{"one slot scripts", recordStepsSendOneSlotScripts},
+		{"fail closed", recordStepsFailClosed},
+		{"unknown outcome released with its token", acquireRecordWithUnknownOutcomeIsReleasedWithItsToken},
+		{"timed out acquire released later", timedOutAcquireRecordIsReleasedOnceRedisAnswers},
+		{"late acquire finds its cancel note", lateAcquireRecordFindsItsCancelNote},
+		{"concurrent acquires, one wins", concurrentAcquireRecordsExactlyOneWins},
+		{"edited in redis is refused", recordEditedInRedisIsRefused},
+		{"earlier layout still replays", recordOfTheEarlierLayoutStillReplays},
+		{"confirm leaves no staging key", confirmRecordLeavesNoStagingKey},
+		{"replay returns only its own side key", replayReturnsOnlyItsOwnLeasesSideKey},
+		{"resent confirm keeps keys together", resentConfirmRecordKeepsSideKeyAndEntryExpiringTogether},
+		{"bytes never pass through lua", recordBytesNeverPassThroughLua},
+		{"steps wait for the implied AOF wait", recordStepsWaitForTheImpliedAOFWait},
+		{"steps run under the documented ACL", recordStepsRunUnderTheDocumentedACL},
+		{"confirm on a lost shard, no staging key", confirmRecordOnALostShardLeavesNoStagingKey},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func acquireRecordThenBusyThenDoneCarriesTheRecord(t *testing.T) {
 	s, _ := newTestStore(t)
 	ctx := context.Background()
 	fp, other, result := []byte("fp-1"), []byte("fp-2"), []byte(`{"id":"pay_1"}`)
@@ -126,7 +164,7 @@ func TestAcquireRecordThenBusyThenDoneCarriesTheRecord(t *testing.T) {
 // measured by Redis (PX); the done entry, a header of token, fingerprint,
 // size and CRC-32C, and the side key, token + result, both at the
 // absolute until (PXAT); no staging key left behind.
-func TestRecordEntryLayout(t *testing.T) {
+func recordEntryLayout(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	fp, result := []byte{0, 1, 2, 0xff}, []byte("res\x00ult")
@@ -174,7 +212,7 @@ func keysOf(t *testing.T, c *redis.Client, s *Store) []string {
 
 // The largest fingerprint and result the contract allows, every byte value
 // in both, go to Redis and back unchanged.
-func TestRecordAtTheLimitsRoundTrips(t *testing.T) {
+func recordAtTheLimitsRoundTrips(t *testing.T) {
 	s, _ := newTestStore(t)
 	ctx := context.Background()
 	fp := make([]byte, replay.MaxFingerprintBytes)
@@ -201,7 +239,7 @@ func TestRecordAtTheLimitsRoundTrips(t *testing.T) {
 // Entries written without a record — by ConfirmLease, Claim, or older
 // versions ("D" + token, "1" + nonce, "1") — read as done with an empty
 // record; a lease without one as busy with an empty fingerprint.
-func TestRecordReadsEntriesWithoutARecord(t *testing.T) {
+func recordReadsEntriesWithoutARecord(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	tok := "0123456789abcdef0123456789abcdef"
@@ -250,7 +288,7 @@ func TestRecordReadsEntriesWithoutARecord(t *testing.T) {
 
 // The plain steps read record entries by their first byte, and find the
 // caller's own lease taken by AcquireRecord.
-func TestPlainStepsOnRecordEntries(t *testing.T) {
+func plainStepsOnRecordEntries(t *testing.T) {
 	s, _ := newTestStore(t)
 	ctx := context.Background()
 	fp, result := []byte("fp"), []byte("result")
@@ -318,7 +356,7 @@ func TestPlainStepsOnRecordEntries(t *testing.T) {
 
 // A client that resends every command after a lost reply gets the same
 // answers: the acquire finds its own lease, the confirm its own record.
-func TestRecordStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
+func recordStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	c := newTestClient(t)
 	s := provisioned(t, replayingClient{c}, Options{Prefix: uniquePrefix(t, c)})
 	ctx := context.Background()
@@ -337,7 +375,7 @@ func TestRecordStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 
 // A resent acquire writes its lease again (so the WAIT after it covers
 // it), with its remaining time, not a fresh lease.
-func TestResentAcquireRecordKeepsItsRemainingLease(t *testing.T) {
+func resentAcquireRecordKeepsItsRemainingLease(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	token := "0123456789abcdef0123456789abcdef"
@@ -355,7 +393,7 @@ func TestResentAcquireRecordKeepsItsRemainingLease(t *testing.T) {
 	}
 }
 
-func TestRecordRefusesInvalidArgumentsWithoutRedis(t *testing.T) {
+func recordRefusesInvalidArgumentsWithoutRedis(t *testing.T) {
 	var sent atomic.Int32
 	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
 		sent.Add(1)
@@ -413,7 +451,7 @@ func TestRecordRefusesInvalidArgumentsWithoutRedis(t *testing.T) {
 }
 
 // The guard's refusals reach the record steps as they reach the others.
-func TestRecordStepsAreGuarded(t *testing.T) {
+func recordStepsAreGuarded(t *testing.T) {
 	ctx := context.Background()
 	fp, result, tok := []byte("fp"), []byte("result"), "0123456789abcdef0123456789abcdef"
 	t.Run("fenced", func(t *testing.T) {
@@ -495,7 +533,7 @@ func TestRecordStepsAreGuarded(t *testing.T) {
 // confirmation the replica did not acknowledge is refused with
 // ErrNotDurable; the write stays on the primary, so a resent acquire is
 // not a second holder and a resent confirmation is applied once.
-func TestRecordWithStoppedReplicaIsNotDurable(t *testing.T) {
+func recordWithStoppedReplicaIsNotDurable(t *testing.T) {
 	t.Parallel()
 	primary := newServer(t)
 	replica := newReplica(t, primary)
@@ -564,7 +602,7 @@ func (r *recordingCommands) get(i int) []any {
 // Redis Cluster slot); the script is loaded with EVAL after NOSCRIPT, and
 // no script argument carries the result. A CROSSSLOT or MOVED answer is
 // refused as unavailable.
-func TestRecordStepsSendOneSlotScripts(t *testing.T) {
+func recordStepsSendOneSlotScripts(t *testing.T) {
 	var rc recordingCommands
 	s, err := New(rc.client(func(n int, args []any) (any, error) {
 		switch {
@@ -646,7 +684,7 @@ func recordArg(t *testing.T, a any) string {
 
 // Any reply the store does not expect — including an entry that does not
 // decode — is refused as unavailable, never read as a state.
-func TestRecordStepsFailClosed(t *testing.T) {
+func recordStepsFailClosed(t *testing.T) {
 	tok := "0123456789abcdef0123456789abcdef"
 	sideHdr := "D" + tok + "\x82fp\x00\x00\x00\x06crc!"
 	tests := []struct {
@@ -752,7 +790,7 @@ func TestRecordStepsFailClosed(t *testing.T) {
 // An acquire whose reply is lost (the client gave up) may still land: the
 // store sends the cancel script with the very token the acquire carried,
 // in the background, so the lease it may have taken is freed.
-func TestAcquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
+func acquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 	var rc recordingCommands
 	released := make(chan struct{}, 1)
 	s, err := New(rc.client(func(n int, args []any) (any, error) {
@@ -806,7 +844,7 @@ func TestAcquireRecordWithUnknownOutcomeIsReleasedWithItsToken(t *testing.T) {
 // timeout, the acquire lands after the caller gave up, and the store frees
 // that lease once Redis answers, so the client's retry acquires at once
 // instead of waiting out the 30 s lease.
-func TestTimedOutAcquireRecordIsReleasedOnceRedisAnswers(t *testing.T) {
+func timedOutAcquireRecordIsReleasedOnceRedisAnswers(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	released := make(chan Event, 4)
@@ -849,7 +887,7 @@ func TestTimedOutAcquireRecordIsReleasedOnceRedisAnswers(t *testing.T) {
 
 // A release that reaches Redis before the late acquire leaves a note: the
 // acquire with a record takes nothing when it lands.
-func TestLateAcquireRecordFindsItsCancelNote(t *testing.T) {
+func lateAcquireRecordFindsItsCancelNote(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	token := "0123456789abcdef0123456789abcdef"
@@ -873,7 +911,7 @@ func TestLateAcquireRecordFindsItsCancelNote(t *testing.T) {
 
 // Concurrent acquires with records: exactly one holds the ID, every other
 // sees its fingerprint.
-func TestConcurrentAcquireRecordsExactlyOneWins(t *testing.T) {
+func concurrentAcquireRecordsExactlyOneWins(t *testing.T) {
 	s, _ := newTestStore(t)
 	var wg sync.WaitGroup
 	var acquired, busy atomic.Int32
@@ -948,12 +986,12 @@ func TestParseEntry(t *testing.T) {
 	})
 }
 
-// TestRecordEditedInRedisIsRefused runs the idempotency middleware on a
+// recordEditedInRedisIsRefused runs the idempotency middleware on a
 // Store, records a response, then edits the stored result in Redis itself
 // (a byte flipped at several places, or cut short): each retry is a 500,
 // the handler is not run again, and nothing of the edited record is
 // replayed. The entry holds the response sealed, never in clear.
-func TestRecordEditedInRedisIsRefused(t *testing.T) {
+func recordEditedInRedisIsRefused(t *testing.T) {
 	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
 	if err != nil {
 		t.Fatal(err)
@@ -1041,7 +1079,7 @@ func TestRecordEditedInRedisIsRefused(t *testing.T) {
 // A record written by the layout before side keys ("D" + token + n +
 // fingerprint + result, all in the entry) still replays byte for byte, for
 // AcquireRecord, and is done for the plain steps.
-func TestRecordOfTheEarlierLayoutStillReplays(t *testing.T) {
+func recordOfTheEarlierLayoutStillReplays(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	tok := "0123456789abcdef0123456789abcdef"
@@ -1079,7 +1117,7 @@ func TestRecordOfTheEarlierLayoutStillReplays(t *testing.T) {
 // Whatever a confirmation decides — recorded, resent, lost, refused by
 // the fence or by Redis's clock — its staging key is gone when it returns,
 // and a lost or refused one leaves no side key.
-func TestConfirmRecordLeavesNoStagingKey(t *testing.T) {
+func confirmRecordLeavesNoStagingKey(t *testing.T) {
 	ctx := context.Background()
 	fp, result := []byte("fp"), bytes.Repeat([]byte("r"), 4096)
 	staged := func(t *testing.T, c *redis.Client, s *Store) []string {
@@ -1120,7 +1158,7 @@ func TestConfirmRecordLeavesNoStagingKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	// A fenced shard: TestConfirmRecordOnALostShardLeavesNoStagingKey.
+	// A fenced shard: TestRecord/confirm on a lost shard, no staging key.
 	t.Run("until past by Redis's clock", func(t *testing.T) {
 		c := newTestClient(t)
 		s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: func() time.Time { return time.Now().Add(-30 * time.Second) }})
@@ -1139,7 +1177,7 @@ func TestConfirmRecordLeavesNoStagingKey(t *testing.T) {
 // one left by another lease (or edited to another token) is refused as
 // unavailable, never replayed; Release deletes the entry and its side key
 // together, so nothing of the record is left for a later holder.
-func TestReplayReturnsOnlyItsOwnLeasesSideKey(t *testing.T) {
+func replayReturnsOnlyItsOwnLeasesSideKey(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	fp, result := []byte("fp"), []byte("result-1")
@@ -1178,7 +1216,7 @@ func TestReplayReturnsOnlyItsOwnLeasesSideKey(t *testing.T) {
 // A confirmation resent with a later until (the idempotency middleware
 // computes until again per attempt) moves the entry's and the side key's
 // expiry together, and leaves the recorded bytes as they were.
-func TestResentConfirmRecordKeepsSideKeyAndEntryExpiringTogether(t *testing.T) {
+func resentConfirmRecordKeepsSideKeyAndEntryExpiringTogether(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	fp, result := []byte("fp"), []byte("result")
@@ -1266,7 +1304,7 @@ func (h *scriptSizes) note(cmd redis.Cmder) {
 // Lua. Every script the store sends for a 64 KiB record carries and
 // returns a few hundred bytes at most; the result travels in plain
 // commands.
-func TestRecordBytesNeverPassThroughLua(t *testing.T) {
+func recordBytesNeverPassThroughLua(t *testing.T) {
 	for _, durable := range []bool{false, true} {
 		t.Run(fmt.Sprint("durable=", durable), func(t *testing.T) {
 			var c *redis.Client
@@ -1362,7 +1400,7 @@ func TestParseSide(t *testing.T) {
 // recheck fences. A record's steps (AcquireRecord, ConfirmRecord) must be
 // refused like a Claim; the recheck is held off (RecheckInterval one
 // minute) so only the wait can refuse. Needs WAITAOF (Redis 7.2+, Valkey 8).
-func TestRecordStepsWaitForTheImpliedAOFWait(t *testing.T) {
+func recordStepsWaitForTheImpliedAOFWait(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
@@ -1401,7 +1439,7 @@ func TestRecordStepsWaitForTheImpliedAOFWait(t *testing.T) {
 // hash commands and EXISTS it recommends), an idempotency record is
 // written and replayed: the confirm script's RENAME and PEXPIREAT run
 // under the same ACL as the script's caller.
-func TestRecordStepsRunUnderTheDocumentedACL(t *testing.T) {
+func recordStepsRunUnderTheDocumentedACL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := newServer(t)
@@ -1446,12 +1484,12 @@ func TestRecordStepsRunUnderTheDocumentedACL(t *testing.T) {
 	}
 }
 
-// TestConfirmRecordLeavesNoStagingKey's "fenced" case predates the
+// The "fenced" case of TestRecord/confirm leaves no staging key predates the
 // key-space check (a Store from New on a key space never provisioned now
 // refuses before anything is sent); the same check on a provisioned key
 // space whose shard marker is lost: the confirm raises the fence, then
 // finds it, and leaves no staging or side key.
-func TestConfirmRecordOnALostShardLeavesNoStagingKey(t *testing.T) {
+func confirmRecordOnALostShardLeavesNoStagingKey(t *testing.T) {
 	ctx := context.Background()
 	c := newTestClient(t)
 	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Logger: quietLogger()})

@@ -70,7 +70,7 @@
 //     [Reason] naming the policy; the script may have written, and its
 //     claim is never reported first), and every call refuses until a
 //     check of the server has run, which fences the key space when keys
-//     were evicted or eviction is possible (TestPolicyProbeRefusalHoldsUntilTheCheckJudgesEvictions).
+//     were evicted or eviction is possible (TestPolicyProbe/refusal holds until the check).
 //     Redis runs a
 //     connection's commands in order and evicts only under a policy set
 //     before, so no claim answered after an eviction is reported first,
@@ -79,7 +79,7 @@
 //     instant between a script and its probe): that eviction is found by
 //     evicted_keys at the next check, and an evicted ID claimed again
 //     before it is accepted twice. Measured by
-//     TestEvictionAtRunTimeAcceptsNothingTwiceAfterIt: 0 IDs twice for
+//     TestEvictionAtRunTime: 0 IDs twice for
 //     every policy on Redis 7 and Valkey 8. The probe runs only on a
 //     *redis.Client or *redis.ClusterClient whose server answers CONFIG GET
 //     (the checks find out, and warn once when it does not), and not with
@@ -245,7 +245,7 @@ type Options struct {
 	// With Durability.Replicas instead, every claim waits for WAIT, which
 	// a primary whose replicas are gone answers with too few
 	// acknowledgements: [ErrNotDurable], as
-	// TestClaimWithStoppedReplicaIsNotDurable shows for a stopped replica.
+	// TestDurability/claim with a stopped replica shows for a stopped replica.
 	// The check still runs: when the risk is present it is logged (one
 	// Warn line per appearance) and reported as [EventRiskAccepted].
 	AllowAsyncReplicas bool
@@ -328,7 +328,7 @@ type Options struct {
 	// on the connection that wrote), the window is one RecheckInterval:
 	// the claims reported first between the switch and the recheck are
 	// accepted again after a crash that restarts Redis from its old AOF
-	// (TestAOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck measures both).
+	// (TestDurability/AOF switched off at run time measures both).
 	RecheckInterval time.Duration
 
 	// AllowFewerReplicas lets Durability.Replicas (or ReplicaAOF) be lower

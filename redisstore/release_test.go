@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,10 +11,28 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// TestRelease pins [Store.Release] and the background releases of acquires
+// whose outcome is unknown.
+func TestRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"next claim is first", releaseMakesNextClaimFirst},
+		{"rejects invalid IDs", releaseRejectsInvalidIDs},
+		{"fails when redis is down or odd", releaseFailsWhenRedisDownOrOdd},
+		{"timed out acquire released later", timedOutAcquireIsReleasedOnceRedisAnswers},
+		{"before the late acquire leaves a note", releaseBeforeTheLateAcquireLeavesANote},
+		{"background releases are bounded", backgroundReleasesAreBounded},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // An acquire that times out but reaches Redis later would hold the ID for
 // the whole lease; the store releases it once Redis answers again, so the
 // next acquire (the sender's retry) gets it long before the lease ends.
-func TestTimedOutAcquireIsReleasedOnceRedisAnswers(t *testing.T) {
+func timedOutAcquireIsReleasedOnceRedisAnswers(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: redisAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	released := make(chan Event, 4)
@@ -50,7 +69,7 @@ func TestTimedOutAcquireIsReleasedOnceRedisAnswers(t *testing.T) {
 // The release of an acquire whose outcome is unknown may reach Redis first:
 // it leaves a note that makes that acquire take nothing when it lands, and
 // that every other call treats as free.
-func TestReleaseBeforeTheLateAcquireLeavesANote(t *testing.T) {
+func releaseBeforeTheLateAcquireLeavesANote(t *testing.T) {
 	s, c := newTestStore(t)
 	ctx := context.Background()
 	token := "0123456789abcdef0123456789abcdef"
@@ -94,7 +113,7 @@ func TestReleaseBeforeTheLateAcquireLeavesANote(t *testing.T) {
 // Background releases are bounded per Store and end with Close; beyond the
 // bound, or when Redis does not answer within the lease, the lease is left
 // to end by itself and an event says so.
-func TestBackgroundReleasesAreBounded(t *testing.T) {
+func backgroundReleasesAreBounded(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: silentServer(t), ContextTimeoutEnabled: true, MaxRetries: -1, Protocol: 2})
 	t.Cleanup(func() { c.Close() })
 	var ev events
@@ -121,5 +140,61 @@ func TestBackgroundReleasesAreBounded(t *testing.T) {
 	s.releaseLater("id", "0123456789abcdef0123456789abcdef", time.Now().Add(time.Minute))
 	if n := ev.count(EventLeaseAbandoned); n != maxPendingReleases+5 {
 		t.Fatal("a release started after Close")
+	}
+}
+
+func releaseMakesNextClaimFirst(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	if first, err := s.Claim(ctx, "retry-me", until); err != nil || !first {
+		t.Fatalf("claim: first = %v, err = %v", first, err)
+	}
+	if err := s.Release(ctx, "retry-me"); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if first, err := s.Claim(ctx, "retry-me", until); err != nil || !first {
+		t.Fatalf("claim after release: first = %v, err = %v; want true, nil", first, err)
+	}
+	if err := s.Release(ctx, "never-claimed"); err != nil {
+		t.Fatalf("release of an unclaimed id: %v", err)
+	}
+}
+
+func releaseRejectsInvalidIDs(t *testing.T) {
+	s, err := New(clientFunc(func(context.Context, ...any) *redis.Cmd {
+		t.Error("invalid release reached Redis")
+		return redis.NewCmd(context.Background())
+	}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"", strings.Repeat("z", MaxIDBytes+1)} {
+		if err := s.Release(context.Background(), id); !errors.Is(err, ErrInvalidClaim) {
+			t.Fatalf("Release(len %d) = %v, want ErrInvalidClaim", len(id), err)
+		}
+	}
+}
+
+func releaseFailsWhenRedisDownOrOdd(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	s, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Release with Redis down = %v, want ErrUnavailable", err)
+	}
+	odd, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+		cmd := redis.NewCmd(ctx, args...)
+		cmd.SetVal("OK")
+		return cmd
+	}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := odd.Release(context.Background(), "id"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Release with a non-integer reply = %v, want ErrUnavailable", err)
 	}
 }

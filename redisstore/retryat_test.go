@@ -15,12 +15,26 @@ import (
 	"github.com/ctoken/ctoken/webhook"
 )
 
+// TestRetryAt pins that a fenced refusal carries the end of its fence, for a
+// shard and for the key space.
+func TestRetryAt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"fenced shard", fencedShardRefusalCarriesTheFenceEnd},
+		{"fenced key space", keySpaceFencedRefusalCarriesTheFenceEnd},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // A fenced shard's refusal says when the fence opens (replay.RetryAt), and
 // the webhook middleware in front of the store answers 503 with a body
 // stating that instant (one key space lifetime away, lifetime.go) and a Retry-After of
 // MaxFenceRetryAfter, not its configured RetryAfter. Every shard's marker is deleted on a real redis-server, so
 // the next call of each shard finds the loss and fences it.
-func TestFencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
+func fencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const horizon = 2 * time.Hour
@@ -107,7 +121,7 @@ func TestFencedShardRefusalCarriesTheFenceEnd(t *testing.T) {
 // key-space check; that refusal must say when the fences end too, not
 // leave the middlewares to answer Retry-After: RetryAfter (5 s) for a
 // whole horizon.
-func TestKeySpaceFencedRefusalCarriesTheFenceEnd(t *testing.T) {
+func keySpaceFencedRefusalCarriesTheFenceEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const horizon = 2 * time.Hour

@@ -14,17 +14,33 @@ import (
 
 // runBound is how much longer than its deadline a call may take to fail
 // while Redis is paused: scheduling on a loaded 2-core machine under -race
-// (see pauseBound in fault_pause_test.go, measured there).
+// (see pauseBound in pause_fault_test.go, measured there).
 const runBound = 1500 * time.Millisecond
 
-// TestPausedRedisFailsClaimsClosedOnBothPaths pauses a primary (SIGSTOP)
+// TestRun pins how a step runs against Redis: paused Redis fails closed on
+// both paths, a cancelled claim returns by its deadline, and only calls with
+// a deadline run on the caller's goroutine.
+func TestRun(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"paused redis fails closed on both paths", pausedRedisFailsClaimsClosedOnBothPaths},
+		{"cancelled claim returns by its deadline", cancelledClaimReturnsBeforeItsDeadline},
+		{"direct only with a deadline", directRunsOnlyCallsThatEndAtADeadlineOnTheCallersGoroutine},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// pausedRedisFailsClaimsClosedOnBothPaths pauses a primary (SIGSTOP)
 // and claims with and without Durability, under a context that cannot be
 // cancelled (the call runs on the caller's goroutine and the client's
 // socket deadline ends it) and under one that can (the call runs on a
 // goroutine of its own and the store's deadline ends the wait). Every
 // claim must fail closed with ErrUnavailable matching
 // context.DeadlineExceeded within the store's timeout and runBound.
-func TestPausedRedisFailsClaimsClosedOnBothPaths(t *testing.T) {
+func pausedRedisFailsClaimsClosedOnBothPaths(t *testing.T) {
 	t.Parallel()
 	const timeout = 200 * time.Millisecond
 	primary := newServer(t)
@@ -71,11 +87,11 @@ func TestPausedRedisFailsClaimsClosedOnBothPaths(t *testing.T) {
 	}
 }
 
-// TestCancelledClaimReturnsBeforeItsDeadline pauses a primary and cancels
+// cancelledClaimReturnsBeforeItsDeadline pauses a primary and cancels
 // a claim's context while the claim waits for it: the claim returns
 // ErrUnavailable matching context.Canceled long before the store's own
 // deadline, with and without Durability.
-func TestCancelledClaimReturnsBeforeItsDeadline(t *testing.T) {
+func cancelledClaimReturnsBeforeItsDeadline(t *testing.T) {
 	t.Parallel()
 	const timeout, cancelAfter = 20 * time.Second, 100 * time.Millisecond
 	primary := newServer(t)
@@ -114,12 +130,12 @@ func TestCancelledClaimReturnsBeforeItsDeadline(t *testing.T) {
 	}
 }
 
-// TestDirectRunsOnlyCallsThatEndAtADeadlineOnTheCallersGoroutine checks
+// directRunsOnlyCallsThatEndAtADeadlineOnTheCallersGoroutine checks
 // which calls skip the goroutine of Store.call: those under a context that
 // only a deadline ends (one that cannot be cancelled, or one from
 // replay.WithDeadlineOnly), through a client that puts the deadline on
 // its socket.
-func TestDirectRunsOnlyCallsThatEndAtADeadlineOnTheCallersGoroutine(t *testing.T) {
+func directRunsOnlyCallsThatEndAtADeadlineOnTheCallersGoroutine(t *testing.T) {
 	deadlineOnly, cancel := replay.WithDeadlineOnly(context.Background(), time.Now().Add(time.Minute))
 	defer cancel()
 	cancellable, cancel2 := context.WithCancel(context.Background())

@@ -163,7 +163,7 @@ return 0`
 // script is a Lua script and its SHA-1, which names it to EVALSHA. The
 // digests are constants rather than computed with crypto/sha1, which panics
 // under GODEBUG=fips140=only (SHA-1 here only names a script to Redis; it
-// protects nothing). TestScriptDigestsAreTheScriptsSHA1 checks them.
+// protects nothing). TestScriptDigestsAreSHA1 checks them.
 type script struct{ src, sha string }
 
 var (

@@ -12,10 +12,10 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// TestScriptDigestsAreTheScriptsSHA1 checks the EVALSHA names against the
+// TestScriptDigestsAreSHA1 checks the EVALSHA names against the
 // scripts. Under GODEBUG=fips140=only crypto/sha1 refuses to run (the reason
 // the digests are constants), so there the test asserts that refusal instead.
-func TestScriptDigestsAreTheScriptsSHA1(t *testing.T) {
+func TestScriptDigestsAreSHA1(t *testing.T) {
 	for _, s := range []script{claimLua, acquireLua, confirmLua, releaseLua, cancelLua, acquireRecordLua, confirmRecordLua} {
 		got, refused := sha1Hex(s.src)
 		if refused {
@@ -40,11 +40,25 @@ func sha1Hex(src string) (digest string, refused bool) {
 	return hex.EncodeToString(sum[:]), false
 }
 
+// TestRedisClock pins that expiry is judged by Redis's clock, not the
+// instance's.
+func TestRedisClock(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"instance two minutes behind", instanceTwoMinutesBehindRefusesAndNeverAcceptsTwice},
+		{"until past by redis clock", untilPastByRedisClockIsRefusedAsExpired},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // An instance whose clock runs 2 minutes behind Redis's would accept a
 // token whose claim Redis has already let expire (it still thinks the
 // token live). It is refused — at Open, and at every claim and lease step
 // of a Store from New — and never accepts an ID twice.
-func TestInstanceTwoMinutesBehindRefusesAndNeverAcceptsTwice(t *testing.T) {
+func instanceTwoMinutesBehindRefusesAndNeverAcceptsTwice(t *testing.T) {
 	c := newTestClient(t)
 	good := provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
 	behind := func() time.Time { return time.Now().Add(-2 * time.Minute) }
@@ -89,7 +103,7 @@ func TestInstanceTwoMinutesBehindRefusesAndNeverAcceptsTwice(t *testing.T) {
 // An instance behind by less than MaxSkew is served, but an until that has
 // already passed by Redis's clock is refused as expired, never recorded
 // as first (Redis would record nothing for it).
-func TestUntilPastByRedisClockIsRefusedAsExpired(t *testing.T) {
+func untilPastByRedisClockIsRefusedAsExpired(t *testing.T) {
 	c := newTestClient(t)
 	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c),
 		Now: func() time.Time { return time.Now().Add(-30 * time.Second) }})

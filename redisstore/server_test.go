@@ -332,10 +332,28 @@ func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return cmd
 }
 
+// TestLoss pins evidence of loss on the server: told from conditions,
+// refused until the fence is written, and consumed once, by one store.
+func TestLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"told from conditions", serverChecksTellLossFromConditions},
+		{"refused until the fence is written", lossRefusesUntilTheFenceIsWritten},
+		{"fenced by another store is consumed", lossFencedByAnotherStoreIsConsumed},
+		{"pending loss not fenced again", pendingLossFencedByAnotherStoreIsNotFencedAgain},
+		{"allow eviction keeps others' evidence", allowEvictionDoesNotConsumeAnotherStoresEvidence},
+		{"allow eviction hides no new evictions", allowEvictionStoreDoesNotHideANewServersEvictions},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // The decisions of the server checks, on a scripted server: what is
 // evidence of loss (fence every shard once, one ledger entry), what is a
 // condition (refused while it lasts, no fence), and what is neither.
-func TestServerChecksTellLossFromConditions(t *testing.T) {
+func serverChecksTellLossFromConditions(t *testing.T) {
 	aofAlways := func(f *fakeServer) { f.appendonly, f.appendfsync = "yes", "always" }
 	tests := []struct {
 		name   string
@@ -445,7 +463,7 @@ func TestServerChecksTellLossFromConditions(t *testing.T) {
 // Evidence of loss refuses every call before the fence is written, and
 // keeps refusing while the fence cannot be written; once it is, the store
 // serves (the fences refuse, not the store).
-func TestLossRefusesUntilTheFenceIsWritten(t *testing.T) {
+func lossRefusesUntilTheFenceIsWritten(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
 	s, err := Open(ctx, f, Options{Logger: quietLogger()})
@@ -511,7 +529,7 @@ func TestBaselineEncodingRoundTrips(t *testing.T) {
 // fences it and keeps what it saw in <prefix>servers; the other finds the
 // evidence consumed there and fences nothing more (one fence, one ledger
 // entry), so an operator's reopen is not undone by a slower instance.
-func TestLossFencedByAnotherStoreIsConsumed(t *testing.T) {
+func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
 	var stores []*Store
@@ -538,7 +556,7 @@ func TestLossFencedByAnotherStoreIsConsumed(t *testing.T) {
 // failed) does not fence again once another store fenced the same loss
 // and kept what it saw: an operator's Reopen made in between would be
 // undone by that second fence.
-func TestPendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
+func pendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
 	a, err := Open(ctx, f, Options{Logger: quietLogger()})
@@ -575,7 +593,7 @@ func TestPendingLossFencedByAnotherStoreIsNotFencedAgain(t *testing.T) {
 // A store with AllowEviction does not consume the evidence of evictions
 // for a store of the same key space without it: the baseline it shares
 // keeps the evicted count it had.
-func TestAllowEvictionDoesNotConsumeAnotherStoresEvidence(t *testing.T) {
+func allowEvictionDoesNotConsumeAnotherStoresEvidence(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
 	strict, err := Open(ctx, f, Options{Logger: quietLogger()})
@@ -611,7 +629,7 @@ func TestAllowEvictionDoesNotConsumeAnotherStoresEvidence(t *testing.T) {
 // with the evicted count it read (it had no baseline to keep the count
 // from), and the store without AllowEviction then compares with it and
 // finds nothing: the evictions are never fenced.
-func TestAllowEvictionStoreDoesNotHideANewServersEvictions(t *testing.T) {
+func allowEvictionStoreDoesNotHideANewServersEvictions(t *testing.T) {
 	ctx := context.Background()
 	until := time.Now().Add(time.Minute)
 	var mu sync.Mutex

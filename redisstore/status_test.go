@@ -13,9 +13,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// TestStatus pins [Store.Status]: shards, ledger, server and the provisioned
+// horizon.
+func TestStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"shards, ledger and server", statusReportsShardsLedgerAndServer},
+		{"provisioned horizon", statusReportsTheProvisionedHorizon},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // Status reports the shards by marker, the latest fence end, the ledger
 // and what the server shows now, and writes nothing.
-func TestStatusReportsShardsLedgerAndServer(t *testing.T) {
+func statusReportsShardsLedgerAndServer(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t)
 	c := srv.client()
@@ -60,7 +74,7 @@ func TestStatusReportsShardsLedgerAndServer(t *testing.T) {
 // Status reports the key space's own horizon, as provisioned, beside the
 // Horizon of the store that asks: a store with another Horizon (ctoken-store
 // without -horizon) does not pass its own off as the key space's.
-func TestStatusReportsTheProvisionedHorizon(t *testing.T) {
+func statusReportsTheProvisionedHorizon(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t)
 	c := srv.client()
@@ -98,9 +112,24 @@ func TestStatusReportsTheProvisionedHorizon(t *testing.T) {
 	}
 }
 
+// TestReopen pins [Store.Reopen]: it names who accepted the risk and why,
+// and refuses a server Open refuses.
+func TestReopen(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"refuses without who and why", reopenRefusesWithoutWhoAndWhy},
+		{"opens and records who accepted", reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk},
+		{"refuses a server open refuses", reopenRefusesAServerOpenRefuses},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // Reopen refuses, before talking to Redis, without who accepts the risk
 // and why, each one line of at most 200 bytes.
-func TestReopenRefusesWithoutWhoAndWhy(t *testing.T) {
+func reopenRefusesWithoutWhoAndWhy(t *testing.T) {
 	s, err := New(clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
 		t.Errorf("Reopen sent %v", args)
 		return redis.NewCmd(ctx, args...)
@@ -129,7 +158,7 @@ func TestReopenRefusesWithoutWhoAndWhy(t *testing.T) {
 // risk and why in the ledger, reports EventRiskAccepted and one Warn line;
 // a store that was running serves again without a restart, and Open
 // serves. Run again, it changes nothing.
-func TestReopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
+func reopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t)
 	c := srv.client()
@@ -193,7 +222,7 @@ func TestReopenOpensTheKeySpaceAndRecordsWhoAcceptedTheRisk(t *testing.T) {
 
 // Reopen runs the server checks of Open first: a server Open refuses is
 // refused, and nothing is written.
-func TestReopenRefusesAServerOpenRefuses(t *testing.T) {
+func reopenRefusesAServerOpenRefuses(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, "--maxmemory-policy", "allkeys-lru")
 	c := srv.client()

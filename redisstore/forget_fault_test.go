@@ -17,7 +17,7 @@ const fenceHorizon = 3 * time.Second
 // fenceCfg is the fence tests' workload: IDs living 2 s, held 0.5 s more.
 var fenceCfg = wlConfig{workers: 24, ttl: 2 * time.Second, lease: time.Second, timeout: 2 * time.Second}
 
-// TestStoreThatForgetsAcceptsNothingTwice runs issue 26's workload, on
+// TestStoreThatForgets runs issue 26's workload, on
 // direct nodes (fenceCfg: lifetimes that fit a 3 s horizon), against one
 // Redis without persistence, and makes Redis lose everything mid-load: a
 // SIGKILL and restart, or FLUSHALL. Right after the loss every token is
@@ -29,7 +29,7 @@ var fenceCfg = wlConfig{workers: 24, ttl: 2 * time.Second, lease: time.Second, t
 // clients also fail for up to a second on their own: go-redis's pool, after
 // as many failed dials as its size, returns the last dial error until a
 // background probe, once a second, connects again.)
-func TestStoreThatForgetsAcceptsNothingTwice(t *testing.T) {
+func TestStoreThatForgets(t *testing.T) {
 	tests := []struct {
 		name    string
 		disrupt func(t *testing.T, rp *server)

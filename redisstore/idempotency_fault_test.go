@@ -28,7 +28,6 @@ import (
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/observe"
-	"github.com/ctoken/ctoken/replay"
 )
 
 const (
@@ -287,7 +286,7 @@ func (run *idemRun) checkFaultMet() {
 	}
 }
 
-// TestIdempotencyExactlyOnceThroughStoreFaults runs an idempotent payments
+// TestIdempotencyExactlyOnce runs an idempotent payments
 // API (two instances of the idempotency middleware, lease 8 s) on the
 // Redis store with 64 concurrent clients, four sending each key at the
 // same time and retrying it until they get a 2xx, while for a quarter of
@@ -299,7 +298,7 @@ func (run *idemRun) checkFaultMet() {
 // every client's final answer is the first response byte for byte; in
 // both faults some confirmations failed and were retried by the
 // middleware within the lease, and some requests were refused with 503.
-func TestIdempotencyExactlyOnceThroughStoreFaults(t *testing.T) {
+func TestIdempotencyExactlyOnce(t *testing.T) {
 	t.Run("handler panics on its first attempt", func(t *testing.T) {
 		rp := newServer(t)
 		s1 := faultStore(t, standaloneClient(t, rp.addr()), 2*time.Second)
@@ -352,63 +351,4 @@ func TestIdempotencyExactlyOnceThroughStoreFaults(t *testing.T) {
 		run.check()
 		run.checkFaultMet()
 	})
-}
-
-// TestClusterRecordsOnEveryMaster takes, confirms and replays a record
-// for each of 60 IDs on a 3-master Redis Cluster behind
-// redis.NewClusterClient (every third released and taken again first):
-// every step is one script on the marker and the entry of one slot (no
-// CROSSSLOT), and the entries land on every master.
-func TestClusterRecordsOnEveryMaster(t *testing.T) {
-	tc := clusterFromEnv(t)
-	s, c := clusterStore(t, tc)
-	ctx := context.Background()
-	for i := range 60 {
-		id := fmt.Sprint("idem-", i)
-		fp, result := []byte(fmt.Sprint("fp-", i)), []byte(fmt.Sprint(`{"payment":`, i, `}`))
-		r, err := s.AcquireRecord(ctx, id, time.Minute, fp)
-		if err == nil && i%3 == 0 {
-			if err := s.ReleaseLease(ctx, id, r.Token); err != nil {
-				t.Fatalf("ReleaseLease(%s): %v", id, err)
-			}
-			r, err = s.AcquireRecord(ctx, id, time.Minute, fp)
-		}
-		if err != nil || r.State != replay.LeaseAcquired {
-			t.Fatalf("AcquireRecord(%s) = %+v, %v", id, r, err)
-		}
-		if b, err := s.AcquireRecord(ctx, id, time.Minute, nil); err != nil || b.State != replay.LeaseBusy || !bytes.Equal(b.Fingerprint, fp) {
-			t.Fatalf("second AcquireRecord(%s) = %+v, %v; want busy with the fingerprint", id, b, err)
-		}
-		if err := s.ConfirmRecord(ctx, id, r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
-			t.Fatalf("ConfirmRecord(%s): %v", id, err)
-		}
-		if d, err := s.AcquireRecord(ctx, id, time.Minute, nil); err != nil || d.State != replay.LeaseDone || !bytes.Equal(d.Result, result) {
-			t.Fatalf("replay of %s = %+v, %v; want done with the result", id, d, err)
-		}
-	}
-	// Each record is on the master that serves its slot, and the records
-	// span every master that serves one of their slots: all three on a
-	// fresh cluster (an earlier test of the suite may have migrated slots).
-	want := map[string]bool{}
-	for i := range 60 {
-		m, err := c.MasterForKey(ctx, s.key(fmt.Sprint("idem-", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[m.Options().Addr] = true
-	}
-	masters := map[string]bool{}
-	for k, addr := range keyNodes(t, c, s.Prefix()) {
-		if strings.Contains(k, ":idem-") {
-			masters[addr] = true
-		}
-	}
-	if len(masters) != len(want) || len(want) < 2 {
-		t.Fatalf("records on %d masters (%v); their slots are served by %v", len(masters), masters, want)
-	}
-	for addr := range masters {
-		if !want[addr] {
-			t.Fatalf("a record on %s, which serves none of their slots (%v)", addr, want)
-		}
-	}
 }

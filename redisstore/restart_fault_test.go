@@ -186,7 +186,7 @@ func TestRestartNeverAcceptsTwice(t *testing.T) {
 }
 
 // TestRollbackAcceptsTwiceWhenAllowed shows what Open refuses RDB save
-// points for (TestOpenRefusesPersistenceThatCanRollBack): a snapshot taken
+// points for (TestChecks/persistence that can roll back): a snapshot taken
 // after provisioning, claims, a crash, and a restart from the snapshot
 // bring the fence markers back without the claims, and with AllowRollback
 // every one of those IDs is accepted again. Without AllowRollback the same

@@ -198,7 +198,7 @@ func replayAfter(t *testing.T, c Client, prefix string, ids []string) (twice, re
 // space; no ID is accepted twice, neither inside the window between the
 // change and the check nor, after the revert, by a new Store; none is
 // reported first after a worker saw the first refusal.
-func TestEvictionAtRunTimeAcceptsNothingTwiceAfterIt(t *testing.T) {
+func TestEvictionAtRunTime(t *testing.T) {
 	for _, policy := range evictPolicies {
 		t.Run(policy, func(t *testing.T) {
 			t.Parallel()
@@ -380,7 +380,7 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 // first; a Store opened afterwards then finds no baseline for the run_id
 // and no history, takes evicted_keys as it is, and serves, although the
 // ledger says the key space was provisioned and its markers are there.
-func TestEvictionWhileIdleThenRestartAcceptsNothingTwice(t *testing.T) {
+func TestEvictionWhileIdleThenRestart(t *testing.T) {
 	srv := newServer(t)
 	c := srv.client()
 	ctx := context.Background()
@@ -457,7 +457,7 @@ func evictWhileIdle(t *testing.T, c *redis.Client) int64 {
 // shows the reset. The store's next recheck, or a new Open, fences the key
 // space: none of the IDs claimed before is accepted twice (before this
 // check, 4 176–9 546 of 20 000 were, issue 56).
-func TestEvictionWhileIdleThenResetStatAcceptsNothingTwice(t *testing.T) {
+func TestEvictionWhileIdleThenResetStat(t *testing.T) {
 	tests := []struct {
 		name    string
 		appDown bool // the app is down during the change: a new Open judges it

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,11 +26,33 @@ func clusterStore(t *testing.T, tc *testCluster) (*Store, *redis.ClusterClient) 
 	return faultStore(t, c, 2*time.Second), c
 }
 
-// TestClusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance runs
-// TestFleetSingleUseTokensAreRefusedOnEveryOtherInstance (fleet_test.go),
+// TestCluster pins the store on the Redis Cluster that .ci/redis-cluster.sh
+// starts: single use on every instance, one slot per command, no loss
+// through a slot migration or a master restart, durability and the lifetime
+// on each key's master, and records on every master.
+func TestCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"single use on every other instance", clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance},
+		{"claims once on every master", clusterClaimsExactlyOnceOnEveryMaster},
+		{"every command in one slot", clusterEveryStoreCommandStaysInOneSlot},
+		{"slot migration loses nothing", clusterSlotMigrationDuringRedeemsLosesNothing},
+		{"master restart loses nothing", clusterMasterRestartDuringRedeemsLosesNothing},
+		{"durability waits on the key's master", clusterDurabilityWaitsOnTheKeysMaster},
+		{"longer lifetime on every master", clusterTheLongerLifetimeLengthensAFenceOnEveryMaster},
+		{"records on every master", clusterRecordsOnEveryMaster},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance runs
+// TestFleet/single use on every other instance (fleet_test.go),
 // the same function, with the fleet's store on a 3-master Redis Cluster
 // behind redis.NewClusterClient instead of one redis-server.
-func TestClusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
+func clusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
 	tc := clusterFromEnv(t)
 	testFleetSingleUse(t, func(t *testing.T) replay.Store {
 		store, _ := clusterStore(t, tc)
@@ -37,11 +60,11 @@ func TestClusterFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T)
 	})
 }
 
-// TestClusterClaimsExactlyOnceOnEveryMaster races 16 claims of each of 60
+// clusterClaimsExactlyOnceOnEveryMaster races 16 claims of each of 60
 // IDs, whose keys land on all three masters: exactly one claim of each is
 // first. The expiry is the absolute until on whichever master holds the
 // key, and Release makes the next claim first.
-func TestClusterClaimsExactlyOnceOnEveryMaster(t *testing.T) {
+func clusterClaimsExactlyOnceOnEveryMaster(t *testing.T) {
 	tc := clusterFromEnv(t)
 	s, c := clusterStore(t, tc)
 	ctx := context.Background()
@@ -110,7 +133,7 @@ func (r *recordingClient) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return r.Client.Do(ctx, args...)
 }
 
-// TestClusterEveryStoreCommandStaysInOneSlot runs every store operation —
+// clusterEveryStoreCommandStaysInOneSlot runs every store operation —
 // Claim, Release, and the webhook lease steps AcquireLease, ConfirmLease and
 // ReleaseLease — on the cluster and asks the cluster itself (COMMAND
 // GETKEYS) which keys each command sent names: the ID's entry (and, for the
@@ -119,7 +142,7 @@ func (r *recordingClient) Do(ctx context.Context, args ...any) *redis.Cmd {
 // fail with CROSSSLOT. It also pins the constraint the layout meets: a
 // script naming two keys in different slots is refused with CROSSSLOT,
 // while two keys sharing a hash tag run on one master.
-func TestClusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
+func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 	tc := clusterFromEnv(t)
 	c := tc.client(t)
 	rec := &recordingClient{Client: c}
@@ -378,14 +401,14 @@ func churnDuring(t *testing.T, store *Store, disrupt func()) churnResult {
 	return res
 }
 
-// TestClusterSlotMigrationDuringRedeemsLosesNothing migrates every slot
+// clusterSlotMigrationDuringRedeemsLosesNothing migrates every slot
 // that holds one of the test's claims on the master holding the most of
 // them (up to 100 slots) to another master while the fleet redeems: the
 // slots stay half-migrated (MIGRATING/IMPORTING, claims redirected with
 // ASK) for a second, then their keys move with MIGRATE and the target takes
 // the slots. No token is accepted twice or lost (churnDuring's assertions),
 // and after the migration the other master holds the moved claims.
-func TestClusterSlotMigrationDuringRedeemsLosesNothing(t *testing.T) {
+func clusterSlotMigrationDuringRedeemsLosesNothing(t *testing.T) {
 	tc := clusterFromEnv(t)
 	store, c := clusterStore(t, tc)
 	ctx := context.Background()
@@ -439,7 +462,7 @@ func TestClusterSlotMigrationDuringRedeemsLosesNothing(t *testing.T) {
 		slotCount, moved, took.Round(time.Millisecond), res.tokens, res.refusals, res.burned, res.deliveries, res.hookRetries)
 }
 
-// TestClusterMasterRestartDuringRedeemsLosesNothing SIGKILLs the master
+// clusterMasterRestartDuringRedeemsLosesNothing SIGKILLs the master
 // holding the most of the test's claims while the fleet redeems, keeps it
 // down for a second (below cluster-node-timeout, so the cluster does not
 // fail over), and starts it again from its AOF (appendfsync always): no
@@ -447,7 +470,7 @@ func TestClusterSlotMigrationDuringRedeemsLosesNothing(t *testing.T) {
 // restarted master has an empty script cache: EVALSHA of a script loaded
 // before answers NOSCRIPT, so a Lua-based store step must fall back to
 // EVAL (go-redis's Script.Run does).
-func TestClusterMasterRestartDuringRedeemsLosesNothing(t *testing.T) {
+func clusterMasterRestartDuringRedeemsLosesNothing(t *testing.T) {
 	tc := clusterFromEnv(t)
 	store, c := clusterStore(t, tc)
 	ctx := context.Background()
@@ -482,12 +505,12 @@ func TestClusterMasterRestartDuringRedeemsLosesNothing(t *testing.T) {
 	}
 }
 
-// TestClusterDurabilityWaitsOnTheKeysMaster runs a store with a Durability
+// clusterDurabilityWaitsOnTheKeysMaster runs a store with a Durability
 // setting on the cluster (whose masters have no replica): every claim is
 // pipelined with WAIT on the master that holds its key (MasterForKey), so
 // each one, on every master holding a shard, is applied there and reported
 // ErrNotDurable, never first, and a resend is refused. WAITAOF is refused at Open on Redis 7.0.
-func TestClusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
+func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 	tc := clusterFromEnv(t)
 	c := tc.client(t)
 	ctx := context.Background()
@@ -550,7 +573,7 @@ func minKey(m map[string]int) string {
 	return best
 }
 
-// TestClusterTheLongerLifetimeLengthensAFenceOnEveryMaster runs the
+// clusterTheLongerLifetimeLengthensAFenceOnEveryMaster runs the
 // fence's lifetime (lifetime.go) on a 3-master Cluster: a store of 1 s
 // claims meets the loss of every marker and of the lifetime record first
 // and fences every shard for its own lifetime; a store of 4 s claims on the same key space, which had
@@ -558,7 +581,7 @@ func minKey(m map[string]int) string {
 // each shard's fence to its own lifetime from when the fence was raised
 // (the raise time is kept in the shard's slot, <prefix>{NN}f): on every
 // master, no fence ends before the longer claims expire.
-func TestClusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
+func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	tc := clusterFromEnv(t)
 	c := tc.client(t)
 	ctx := context.Background()
@@ -620,5 +643,64 @@ func TestClusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	// may leave one master without any of the 64 shard slots.
 	if len(perMaster) < 2 {
 		t.Fatalf("keys on %d masters (%v), want the shards spread over several", len(perMaster), perMaster)
+	}
+}
+
+// clusterRecordsOnEveryMaster takes, confirms and replays a record
+// for each of 60 IDs on a 3-master Redis Cluster behind
+// redis.NewClusterClient (every third released and taken again first):
+// every step is one script on the marker and the entry of one slot (no
+// CROSSSLOT), and the entries land on every master.
+func clusterRecordsOnEveryMaster(t *testing.T) {
+	tc := clusterFromEnv(t)
+	s, c := clusterStore(t, tc)
+	ctx := context.Background()
+	for i := range 60 {
+		id := fmt.Sprint("idem-", i)
+		fp, result := []byte(fmt.Sprint("fp-", i)), []byte(fmt.Sprint(`{"payment":`, i, `}`))
+		r, err := s.AcquireRecord(ctx, id, time.Minute, fp)
+		if err == nil && i%3 == 0 {
+			if err := s.ReleaseLease(ctx, id, r.Token); err != nil {
+				t.Fatalf("ReleaseLease(%s): %v", id, err)
+			}
+			r, err = s.AcquireRecord(ctx, id, time.Minute, fp)
+		}
+		if err != nil || r.State != replay.LeaseAcquired {
+			t.Fatalf("AcquireRecord(%s) = %+v, %v", id, r, err)
+		}
+		if b, err := s.AcquireRecord(ctx, id, time.Minute, nil); err != nil || b.State != replay.LeaseBusy || !bytes.Equal(b.Fingerprint, fp) {
+			t.Fatalf("second AcquireRecord(%s) = %+v, %v; want busy with the fingerprint", id, b, err)
+		}
+		if err := s.ConfirmRecord(ctx, id, r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
+			t.Fatalf("ConfirmRecord(%s): %v", id, err)
+		}
+		if d, err := s.AcquireRecord(ctx, id, time.Minute, nil); err != nil || d.State != replay.LeaseDone || !bytes.Equal(d.Result, result) {
+			t.Fatalf("replay of %s = %+v, %v; want done with the result", id, d, err)
+		}
+	}
+	// Each record is on the master that serves its slot, and the records
+	// span every master that serves one of their slots: all three on a
+	// fresh cluster (an earlier test of the suite may have migrated slots).
+	want := map[string]bool{}
+	for i := range 60 {
+		m, err := c.MasterForKey(ctx, s.key(fmt.Sprint("idem-", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[m.Options().Addr] = true
+	}
+	masters := map[string]bool{}
+	for k, addr := range keyNodes(t, c, s.Prefix()) {
+		if strings.Contains(k, ":idem-") {
+			masters[addr] = true
+		}
+	}
+	if len(masters) != len(want) || len(want) < 2 {
+		t.Fatalf("records on %d masters (%v); their slots are served by %v", len(masters), masters, want)
+	}
+	for addr := range masters {
+		if !want[addr] {
+			t.Fatalf("a record on %s, which serves none of their slots (%v)", addr, want)
+		}
 	}
 }

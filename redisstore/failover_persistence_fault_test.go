@@ -23,7 +23,7 @@ import (
 // settings (served). No ID claimed before the failover is accepted again,
 // no fence is written, and a Store opened after the failover (an app
 // restart) serves.
-func TestSentinelFailoverToAnotherPersistenceIsCheckedAsOpen(t *testing.T) {
+func TestSentinelFailoverToNewPersistence(t *testing.T) {
 	tests := []struct {
 		name    string
 		replica []string // the replica's persistence

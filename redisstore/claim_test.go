@@ -1,0 +1,478 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestRequestStateContract: no refusal (caller, tool, arguments, audience)
+// consumes a single-use request state held in Redis; the right request
+// opens it afterwards exactly once (replaytest.RunRequestStateContract).
+func TestRequestStateContract(t *testing.T) {
+	replaytest.RunRequestStateContract(t, func(t *testing.T) replay.Store {
+		s, _ := newTestStore(t)
+		return s
+	})
+}
+
+// TestClaim pins [Store.Claim] against the test Redis: first once, refused
+// after, expiry and the keys it leaves.
+func TestClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"first once then refused", claimIsFirstOnceThenRefused},
+		{"over each entry state", claimOverEachEntryState},
+		{"stores absolute expiry", claimStoresAbsoluteExpiry},
+		{"first again after expiry", claimAfterExpiryIsFirstAgain},
+		{"concurrent claims, one first", concurrentClaimsExactlyOneFirst},
+		{"rejects invalid claims", claimRejectsInvalidClaims},
+		{"accepts max length ID", claimAcceptsMaxLengthID},
+		{"past until leaves nothing", pastUntilLeavesNothingInRedis},
+		{"one guarded script, absolute expiry", claimSendsOneGuardedScriptWithAbsoluteExpiry},
+		{"resent claim finds its own entry", resentClaimFindsItsOwnEntry},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func claimIsFirstOnceThenRefused(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	for i, want := range []bool{true, false, false} {
+		first, err := s.Claim(ctx, "delivery-1", until)
+		if err != nil {
+			t.Fatalf("claim %d: %v", i+1, err)
+		}
+		if first != want {
+			t.Fatalf("claim %d: first = %v, want %v", i+1, first, want)
+		}
+	}
+	// Another ID is independent.
+	if first, err := s.Claim(ctx, "delivery-2", until); err != nil || !first {
+		t.Fatalf("other id: first = %v, err = %v; want true, nil", first, err)
+	}
+}
+
+// The claim script writes with one SET NX and reads the entry only when
+// that fails: each state an entry can be in gets its answer, and only a
+// free ID (none, or a lease's cancel note) is taken. Real redis-server.
+func claimOverEachEntryState(t *testing.T) {
+	srv := newServer(t)
+	c := srv.client()
+	s := provisioned(t, c, Options{Prefix: "states:", Logger: quietLogger()})
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	token := strings.Repeat("ab", tokenLen/4)
+	tests := []struct {
+		name  string
+		entry string // "" for no entry
+		first bool
+	}{
+		{"free", "", true},
+		{"cancel note", "X" + token, true},
+		{"leased", "L" + token, false},
+		{"done", "D" + token, false},
+		{"claimed by another store", "1" + "0123456789abcdef.1", false},
+		{"claimed by a version without nonces", "1", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "state-" + tt.name
+			if tt.entry != "" {
+				if err := c.Set(ctx, s.key(id), tt.entry, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, err := s.Claim(ctx, id, until)
+			if err != nil || first != tt.first {
+				t.Fatalf("Claim = %v, %v; want %v", first, err, tt.first)
+			}
+			v, err := c.Get(ctx, s.key(id)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tt.first && (!strings.HasPrefix(v, s.nonceBase) || !strings.HasPrefix(v, "1")):
+				t.Fatalf("entry %q after a first claim; want \"1\" + the claim's nonce", v)
+			case !tt.first && v != tt.entry:
+				t.Fatalf("entry %q after a refused claim; want %q unchanged", v, tt.entry)
+			}
+			if tt.first {
+				if got, err := c.Do(ctx, "PEXPIRETIME", s.key(id)).Int64(); err != nil || got != until.UnixMilli() {
+					t.Fatalf("PEXPIRETIME = %v, %v; want until", got, err)
+				}
+			}
+		})
+	}
+}
+
+func claimStoresAbsoluteExpiry(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	until := time.Now().Add(90 * time.Second).Truncate(time.Millisecond)
+	if first, err := s.Claim(ctx, "abs", until); err != nil || !first {
+		t.Fatalf("first = %v, err = %v", first, err)
+	}
+	got, err := c.Do(ctx, "PEXPIRETIME", s.key("abs")).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != until.UnixMilli() {
+		t.Fatalf("PEXPIRETIME = %d, want until = %d", got, until.UnixMilli())
+	}
+	// A sub-millisecond until is rounded up, never down.
+	until2 := until.Add(400 * time.Microsecond)
+	if first, err := s.Claim(ctx, "abs2", until2); err != nil || !first {
+		t.Fatalf("first = %v, err = %v", first, err)
+	}
+	got2, err := c.Do(ctx, "PEXPIRETIME", s.key("abs2")).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got2 != until.UnixMilli()+1 {
+		t.Fatalf("PEXPIRETIME = %d, want %d (rounded up)", got2, until.UnixMilli()+1)
+	}
+}
+
+func claimAfterExpiryIsFirstAgain(t *testing.T) {
+	s, c := newTestStore(t)
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	if first, err := s.Claim(ctx, "short", until); err != nil || !first {
+		t.Fatalf("first claim: first = %v, err = %v", first, err)
+	}
+	if first, err := s.Claim(ctx, "short", until); err != nil || first {
+		t.Fatalf("replay before expiry: first = %v, err = %v; want false, nil", first, err)
+	}
+	// Let the key's absolute expiry pass on Redis's clock (instead of
+	// sleeping through a short until, which a loaded machine can overrun).
+	if err := c.PExpireAt(ctx, s.key("short"), time.Now().Add(-time.Second)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if first, err := s.Claim(ctx, "short", time.Now().Add(time.Minute)); err != nil || !first {
+		t.Fatalf("claim after expiry: first = %v, err = %v; want true, nil", first, err)
+	}
+}
+
+func concurrentClaimsExactlyOneFirst(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	const ids, racers = 20, 16
+	for i := range ids {
+		id := "race-" + string(rune('a'+i))
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make(chan error, racers)
+		for range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				first, err := s.Claim(ctx, id, until)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if first {
+					wins.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("id %s: %v", id, err)
+		}
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("id %s: %d of %d concurrent claims were first, want exactly 1", id, n, racers)
+		}
+	}
+}
+
+// claimRejectsInvalidClaims needs no Redis: invalid claims never reach
+// the client, which here fails the test if called.
+func claimRejectsInvalidClaims(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	s, err := New(clientFunc(func(context.Context, ...any) *redis.Cmd {
+		t.Error("invalid claim reached Redis")
+		return redis.NewCmd(context.Background())
+	}), Options{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		id    string
+		until time.Time
+	}{
+		{"empty id", "", now.Add(time.Minute)},
+		{"oversize id", strings.Repeat("x", MaxIDBytes+1), now.Add(time.Minute)},
+		{"until in the past", "id", now.Add(-time.Second)},
+		{"until is now", "id", now},
+		{"until within the current millisecond", "id", now.Add(-500 * time.Microsecond)},
+		{"zero until", "id", time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			first, err := s.Claim(context.Background(), tt.id, tt.until)
+			if first || !errors.Is(err, ErrInvalidClaim) {
+				t.Fatalf("first = %v, err = %v; want false, ErrInvalidClaim", first, err)
+			}
+			if tt.id != "" && strings.Contains(err.Error(), tt.id) && len(tt.id) > 2 {
+				t.Fatalf("error text echoes the id: %q", err)
+			}
+		})
+	}
+}
+
+func claimAcceptsMaxLengthID(t *testing.T) {
+	s, _ := newTestStore(t)
+	first, err := s.Claim(context.Background(), strings.Repeat("y", MaxIDBytes), time.Now().Add(time.Minute))
+	if err != nil || !first {
+		t.Fatalf("first = %v, err = %v; want true, nil", first, err)
+	}
+}
+
+func pastUntilLeavesNothingInRedis(t *testing.T) {
+	s, c := newTestStore(t)
+	first, err := s.Claim(context.Background(), "late", time.Now().Add(-time.Minute))
+	if first || !errors.Is(err, ErrInvalidClaim) {
+		t.Fatalf("first = %v, err = %v; want false, ErrInvalidClaim", first, err)
+	}
+	if n, err := c.Exists(context.Background(), s.key("late")).Result(); err != nil || n != 0 {
+		t.Fatalf("past claim wrote a key (exists=%d, err=%v)", n, err)
+	}
+}
+
+func claimSendsOneGuardedScriptWithAbsoluteExpiry(t *testing.T) {
+	until := time.UnixMilli(1_900_000_000_123)
+	now := until.Add(-time.Hour)
+	var got []any
+	s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+		got = args
+		cmd := redis.NewCmd(ctx, args...)
+		cmd.SetVal([]any{int64(1), int64(0)})
+		return cmd
+	}), Options{Prefix: "p:", Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Claim(context.Background(), "the-id", until)
+	if err != nil || !first {
+		t.Fatalf("first = %v, err = %v; want true, nil", first, err)
+	}
+	tag := fmt.Sprintf("p:{%02d}", shardOf("the-id"))
+	// The marker and the entry share one hash tag: one slot in Redis Cluster.
+	// ARGV[3] is the bound and fence: the one-hour claim's lifetime
+	// recorded before it (lifetime.go).
+	want := []any{"EVALSHA", claimLua.sha, 2, tag, tag + ":the-id",
+		strconv.FormatInt(now.UnixMilli(), 10), "60000", strconv.FormatInt(s.lifetimeOf(time.Hour).Milliseconds(), 10), "1900000000123"}
+	// The arguments may be pointers (run builds the command without
+	// allocating): compare what go-redis writes.
+	text := make([]string, len(got))
+	for i, a := range got {
+		text[i] = argText(t, a)
+	}
+	if len(text) != len(want)+1 || fmt.Sprint(text[:len(want)]) != fmt.Sprint(want) {
+		t.Fatalf("command = %v, want %v and a nonce", text, want)
+	}
+	if nonce := text[len(want)]; len(nonce) < 18 || !strings.HasPrefix(nonce, s.nonceBase) || !strings.HasPrefix(nonce, "1") {
+		t.Fatalf("nonce %v; want \"1\", the store's base and a counter", nonce)
+	}
+}
+
+// A claim whose reply is lost and which the client resends (go-redis
+// retries by default) is first, not refused as its own replay: the claim's
+// nonce identifies its own entry, and EventClaimResent reports it. Other
+// claims of the ID stay refused. Real redis-server.
+func resentClaimFindsItsOwnEntry(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	real := srv.client()
+	var ev events
+	resend := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd {
+		if name, _ := args[0].(string); name == "EVALSHA" || name == "EVAL" {
+			real.Do(ctx, args...) // this reply is lost
+		}
+		return real.Do(ctx, args...)
+	})
+	s := provisioned(t, real, Options{Prefix: "resend:", Logger: quietLogger()})
+	r, err := New(resend, Options{Prefix: "resend:", Logger: quietLogger(), Observer: ev.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	for i := range 10 {
+		id := fmt.Sprint("lost-reply-", i)
+		if first, err := r.Claim(ctx, id, until); !first || err != nil {
+			t.Fatalf("resent claim = %v, %v; want first", first, err)
+		}
+		for _, st := range []*Store{r, s} {
+			if first, err := st.Claim(ctx, id, until); first || err != nil {
+				t.Fatalf("replay after a resent claim = %v, %v; want taken", first, err)
+			}
+		}
+	}
+	if n := ev.count(EventClaimResent); n != 10 {
+		t.Fatalf("%d EventClaimResent; want 10", n)
+	}
+}
+
+// TestClaimFailsClosed pins that [Store.Claim] refuses, never answers first,
+// when Redis is down, slow, odd or full.
+func TestClaimFailsClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"redis down", claimFailsClosedWhenRedisDown},
+		{"redis slow", claimFailsClosedWhenRedisSlow},
+		{"unexpected replies", claimFailsClosedOnUnexpectedReplies},
+		{"redis full", claimFailsClosedWhenRedisIsFull},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func claimFailsClosedWhenRedisDown(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	s, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
+	if first || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("first = %v, err = %v; want false, ErrUnavailable", first, err)
+	}
+	if strings.Contains(err.Error(), "\"id\"") {
+		t.Fatalf("error text echoes the id: %q", err)
+	}
+}
+
+func claimFailsClosedWhenRedisSlow(t *testing.T) {
+	addr := silentServer(t)
+	// The client's own timeouts are far longer than the store's deadline, and
+	// it ignores context deadlines: only the store can end the call early,
+	// and the error says which deadline ended it.
+	c := redis.NewClient(&redis.Options{
+		Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute,
+		DialTimeout: time.Minute, MaxRetries: -1, Protocol: 2,
+	})
+	defer c.Close()
+
+	t.Run("store timeout", func(t *testing.T) {
+		s, err := New(c, Options{Timeout: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
+		if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and DeadlineExceeded", first, err)
+		}
+	})
+	t.Run("caller deadline", func(t *testing.T) {
+		s, err := New(c, Options{Timeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute))
+		if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and DeadlineExceeded", first, err)
+		}
+	})
+	t.Run("caller cancelled", func(t *testing.T) {
+		s, err := New(c, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		first, err := s.Claim(ctx, "id", time.Now().Add(time.Minute))
+		if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("first = %v, err = %v; want false, ErrUnavailable and Canceled", first, err)
+		}
+	})
+}
+
+func claimFailsClosedOnUnexpectedReplies(t *testing.T) {
+	tests := []struct {
+		name string
+		val  any
+		err  error
+	}{
+		{"error reply", nil, errors.New("ERR invalid expire time in 'set' command")},
+		{"readonly replica", nil, errors.New("READONLY You can't write against a read only replica.")},
+		{"cross slot", nil, redis.ErrCrossSlot},
+		{"queued", "QUEUED", nil},
+		{"integer", int64(7), nil},
+		{"negative integer", int64(-1), nil},
+		{"empty string", "", nil},
+		{"nil value", nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(answerChecks(func(ctx context.Context, args ...any) *redis.Cmd {
+				cmd := redis.NewCmd(ctx, args...)
+				cmd.SetVal(tt.val)
+				cmd.SetErr(tt.err)
+				return cmd
+			}), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := s.Claim(context.Background(), "id", time.Now().Add(time.Minute))
+			if first || !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("first = %v, err = %v; want false, ErrUnavailable", first, err)
+			}
+		})
+	}
+}
+
+// With maxmemory-policy noeviction (the setting docs/fleet.md asks for), a
+// full Redis refuses writes rather than evicting live claims, and the store
+// turns the refusal into ErrUnavailable.
+func claimFailsClosedWhenRedisIsFull(t *testing.T) {
+	srv := newServer(t, "--maxmemory-policy", "noeviction")
+	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx := context.Background()
+	s := provisioned(t, c, Options{})
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); err != nil || !first {
+		t.Fatalf("claim with room: first = %v, err = %v", first, err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Claim(ctx, "after", time.Now().Add(time.Minute))
+	if first || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("claim on a full Redis: first = %v, err = %v; want false, ErrUnavailable", first, err)
+	}
+	if !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("claim on a full Redis failed for another reason: %v", err)
+	}
+	// The live claim was not evicted to make room.
+	if first, err := s.Claim(ctx, "before", time.Now().Add(time.Minute)); first {
+		t.Fatalf("replay of a live claim on a full Redis: first = true (err = %v)", err)
+	}
+}
