@@ -169,6 +169,7 @@ type Store struct {
 	savepoint string
 
 	guard guard // marker, file identity, refusal (checks.go)
+	holds holds // IDs held by Works of AcquireWork (acquirework.go)
 
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
@@ -423,6 +424,14 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	}
 	if err := checkID(id); err != nil {
 		return false, err
+	}
+	// An ID a Work of AcquireWork holds is not first, at once, as a live
+	// lease is.
+	if _, _, ok := s.holds.busy(s.key(id)); ok {
+		if err := s.checkUntil(s.now().UnixNano(), nanos(until)); err != nil {
+			return false, err
+		}
+		return false, nil
 	}
 	var first bool
 	err := s.do(ctx, true, func(q querier, now int64) error {
