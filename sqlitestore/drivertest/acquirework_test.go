@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
+	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -448,5 +451,75 @@ func acquireWorkRefusals(t *testing.T, d Driver) {
 	for _, id := range []string{"a", "held"} {
 		w, _, _ := acquire(t, s, id, time.Minute, workFP)
 		w.Rollback(ctx)
+	}
+}
+
+// walCommits counts the commits in the WAL file of the database at path:
+// frames whose header carries the database's size (a commit's last
+// frame) and the WAL header's salts (frames of the current generation).
+// The WAL must not have been reset (checkpointed to its start) between
+// two counts compared: salts reports the generation.
+func walCommits(t *testing.T, path string) (commits int, salts uint64) {
+	t.Helper()
+	b, err := os.ReadFile(path + "-wal")
+	if err != nil || len(b) < 32 {
+		t.Fatalf("reading the WAL: %d bytes, %v", len(b), err)
+	}
+	page := int(binary.BigEndian.Uint32(b[8:]))
+	salts = binary.BigEndian.Uint64(b[16:])
+	for off := 32; off+24+page <= len(b); off += 24 + page {
+		h := b[off : off+24]
+		if binary.BigEndian.Uint64(h[8:]) != salts {
+			break
+		}
+		if binary.BigEndian.Uint32(h[4:]) != 0 {
+			commits++
+		}
+	}
+	return commits, salts
+}
+
+// TestTransactionalRequestCommitsOnce: a first request through the
+// idempotency middleware in the transactional mode, with a handler that
+// redeems nothing and inserts one row through TxFrom, costs one write
+// transaction (one commit in the WAL, one fsync): AcquireWork's, which
+// carries the lease, the handler's row and the record. A retry of it is
+// answered from the record and commits nothing.
+func TestTransactionalRequestCommitsOnce(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			db, path := openMigrated(t, d)
+			if _, err := db.ExecContext(context.Background(), chargesSchema); err != nil {
+				t.Fatal(err)
+			}
+			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+			send := idempotencyFront(t, s, true, &chargeApp{db: db, tx: true}, nil)
+			send("ref_warm", nil) // the writer's connection opened, its statements prepared
+			for _, tc := range []struct {
+				name    string
+				ref     string
+				status  int
+				commits int
+			}{
+				{"first request", "ref_once", http.StatusCreated, 1},
+				{"retry", "ref_once", http.StatusCreated, 0},
+				{"another first request", "ref_twice", http.StatusCreated, 1},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					before, salts := walCommits(t, path)
+					a := send(tc.ref, nil)
+					after, salts2 := walCommits(t, path)
+					if a.status != tc.status {
+						t.Fatalf("status %d %q; want %d", a.status, a.body, tc.status)
+					}
+					if salts2 != salts {
+						t.Skip("the WAL was reset by a checkpoint between the counts")
+					}
+					if after-before != tc.commits {
+						t.Errorf("%d commits in the WAL for the request; want %d", after-before, tc.commits)
+					}
+				})
+			}
+		})
 	}
 }
