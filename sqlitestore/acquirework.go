@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -220,9 +221,22 @@ func (s *Store) acquireWork(ctx context.Context, id string, key []byte, lease ti
 		}
 		return fail(replay.Record{}, unavailable(ctx, err))
 	}
-	e, err := s.row(q, key, now)
-	if err != nil {
+	// The row, and the connection's count of changed rows before the
+	// Work's own write (one more after it: see rolledBack).
+	var (
+		e       entry
+		state   sql.NullString
+		token   sql.NullString
+		until   sql.NullInt64
+		changes int64
+	)
+	if err := q.queryRow(`SELECT total_changes(), r.state, r.token, r.until, r.fingerprint, r.result FROM (SELECT 1) LEFT JOIN `+s.table+` AS r ON r.key = ?`, key).
+		Scan(&changes, &state, &token, &until, &e.fingerprint, &e.result); err != nil {
 		return fail(replay.Record{}, unavailable(ctx, err))
+	}
+	if state.Valid {
+		e.found, e.state, e.token, e.until = true, state.String, token.String, until.Int64
+		e.live = e.until > now
 	}
 	switch {
 	case e.found && e.state == "w" && !e.live:
@@ -242,9 +256,9 @@ func (s *Store) acquireWork(ctx context.Context, id string, key []byte, lease ti
 		key, w.token, w.deadline, h.fp); err != nil {
 		return fail(replay.Record{}, unavailable(ctx, err))
 	}
-	if err := q.queryRow(`SELECT total_changes()`).Scan(&w.changes); err != nil {
-		return fail(replay.Record{}, unavailable(ctx, err))
-	}
+	// The INSERT counts one change (a REPLACE's deletion of an expired
+	// row counts none).
+	w.changes = changes + 1
 	s.holds.mu.Lock()
 	h.end = w.deadline
 	s.holds.mu.Unlock()
@@ -348,4 +362,69 @@ func (w *work) rolledBack(ctx context.Context) error {
 	}
 	s.log.Warn("sqlitestore: a statement of a handler ended its Work's transaction (ROLLBACK) and rows changed after AcquireWork: the ID is refused until an operator releases it", "table", unquote(s.table))
 	return fmt.Errorf("%w: a statement of the handler ended the work's transaction (ROLLBACK) and rows changed: statements after it may have committed on their own; %w", ErrUnavailable, errEscaped)
+}
+
+// commitAcquired is Commit of a Work of AcquireWork: RELEASE proves the
+// transaction is still the Work's (a handler's COMMIT or ROLLBACK ended
+// the savepoint), then the 'w' row becomes the done row and the
+// transaction commits: three statements.
+func (w *work) commitAcquired(ctx context.Context, until time.Time, fp, result []byte) error {
+	s := w.s
+	q := stmtQuerier{ctx, w.wc}
+	if _, err := q.exec(`RELEASE ` + s.savepoint); err != nil {
+		if !strings.Contains(err.Error(), "no such savepoint") {
+			return w.end(ctx, unavailable(ctx, fmt.Errorf("release: %w", err)))
+		}
+		return w.escaped(ctx)
+	}
+	now := s.now().UnixNano()
+	if now >= w.deadline {
+		return w.end(ctx, fmt.Errorf("%w: the lease ran out before Commit: nothing was kept", replay.ErrLeaseLost))
+	}
+	u := nanos(until)
+	if err := s.checkUntil(now, u); err != nil {
+		return w.end(ctx, fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
+	}
+	var fpArg, resArg any
+	if result != nil {
+		fpArg, resArg = append([]byte{}, fp...), append([]byte{}, result...)
+	}
+	res, err := q.exec(`UPDATE `+s.table+` SET state = 'd', until = ?, fingerprint = ?, result = ? WHERE key = ? AND state = 'w' AND token = ?`,
+		u, fpArg, resArg, w.key, w.token)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil {
+		return w.end(ctx, unavailable(ctx, err))
+	}
+	if n != 1 {
+		// A statement of the handler changed the store's row inside the
+		// transaction, which is still the Work's: all of it is rolled back.
+		return w.end(ctx, fmt.Errorf("%w: a statement of the handler changed the ID's row in the store's table; nothing was kept", replay.ErrRolledBack))
+	}
+	if _, err := q.exec(`COMMIT`); err != nil {
+		w.drop(false)
+		return unavailable(ctx, fmt.Errorf("commit: %w", err))
+	}
+	if w.bump {
+		s.guard.bumped(w.seq, w.gen)
+	}
+	w.drop(true)
+	return nil
+}
+
+// escaped ends a Work of AcquireWork whose savepoint a statement of the
+// handler ended: by a COMMIT (the 'w' row is committed: the ID stays
+// refused) or a ROLLBACK (see rolledBack).
+func (w *work) escaped(ctx context.Context) error {
+	s := w.s
+	e, err := s.row(stmtQuerier{ctx, w.wc}, w.key, s.now().UnixNano())
+	if err != nil {
+		return w.end(ctx, unavailable(ctx, err))
+	}
+	if e.state == "w" && e.token == w.token {
+		return w.end(ctx, fmt.Errorf("%w: a statement of the handler committed the work's transaction (COMMIT): part of the work was kept; %w", ErrUnavailable, errEscaped))
+	}
+	return w.rolledBack(ctx)
 }

@@ -318,13 +318,13 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 			return w.end(ctx, fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
 		}
 	}
+	if w.acquired {
+		return w.commitAcquired(ctx, until, fp, result)
+	}
 	q := stmtQuerier{ctx, w.wc}
 	now := s.now().UnixNano()
 	if err := w.intact(ctx); err != nil {
 		return err
-	}
-	if w.acquired && now >= w.deadline {
-		return w.end(ctx, fmt.Errorf("%w: the lease ran out before Commit: nothing was kept", replay.ErrLeaseLost))
 	}
 	e := entry{found: true, live: true, state: "w", token: w.token}
 	if err := s.confirmRow(q, e, now, w.id, w.token, nanos(until), fp, result, "w"); err != nil {

@@ -72,6 +72,7 @@ func TestAcquireWork(t *testing.T) {
 		{"handler's ROLLBACK then a write refuses the ID", acquireWorkRollbackThenWrite},
 		{"handler's COMMIT refuses the ID", acquireWorkEscapedCommit},
 		{"refusals take nothing", acquireWorkRefusals},
+		{"a refused Commit keeps nothing", acquireWorkCommitRefused},
 	}
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
@@ -310,21 +311,33 @@ func acquireWorkClaim(t *testing.T, d Driver) {
 }
 
 func acquireWorkRollbackNoWrite(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{})
-	w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
-	if _, err := tx.ExecContext(ctx, `ROLLBACK; BEGIN`); err != nil {
-		t.Fatalf("ROLLBACK; BEGIN: %v", err)
+	for _, expired := range []bool{false, true} {
+		name := "fresh ID"
+		if expired {
+			name = "over an expired lease's row"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s, db := workStore(t, d, sqlitestore.Options{})
+			if expired {
+				mustLease(t, s, "job", time.Millisecond)
+				time.Sleep(5 * time.Millisecond)
+			}
+			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
+			if _, err := tx.ExecContext(ctx, `ROLLBACK; BEGIN`); err != nil {
+				t.Fatalf("ROLLBACK; BEGIN: %v", err)
+			}
+			err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
+			if !errors.Is(err, replay.ErrRolledBack) {
+				t.Fatalf("Commit after the handler's ROLLBACK = %v; want ErrRolledBack", err)
+			}
+			if n := appRows(t, db, "job"); n != 0 {
+				t.Fatalf("app rows = %d; want 0", n)
+			}
+			// Nothing was kept: the ID is free.
+			acquire(t, s, "job", time.Minute, workFP)
+		})
 	}
-	err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
-	if !errors.Is(err, replay.ErrRolledBack) {
-		t.Fatalf("Commit after the handler's ROLLBACK = %v; want ErrRolledBack", err)
-	}
-	if n := appRows(t, db, "job"); n != 0 {
-		t.Fatalf("app rows = %d; want 0", n)
-	}
-	// Nothing was kept: the ID is free.
-	acquire(t, s, "job", time.Minute, workFP)
 }
 
 // acquireWorkRollbackThenWrite: a handler's ROLLBACK followed by a write
@@ -520,6 +533,42 @@ func TestTransactionalRequestCommitsOnce(t *testing.T) {
 					}
 				})
 			}
+		})
+	}
+}
+
+// acquireWorkCommitRefused: a Commit the store refuses for a reason it
+// knows rolls everything back and reports ErrRolledBack; the ID is free
+// for the retry.
+func acquireWorkCommitRefused(t *testing.T, d Driver) {
+	for _, tc := range []struct {
+		name    string
+		handler string // a statement of the handler, after its insert
+		until   time.Duration
+		result  []byte
+	}{
+		{"oversize result", "", time.Hour, make([]byte, replay.MaxResultBytes+1)},
+		{"until already passed", "", -time.Second, []byte("r")},
+		{"handler deleted the store's row", `DELETE FROM ctoken_replay WHERE state = 'w'`, time.Hour, []byte("r")},
+		{"handler changed the store's row", `UPDATE ctoken_replay SET token = 'x' WHERE state = 'w'`, time.Hour, []byte("r")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s, db := workStore(t, d, sqlitestore.Options{})
+			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
+			insertApp(t, tx, "job")
+			if tc.handler != "" {
+				if _, err := tx.ExecContext(ctx, tc.handler); err != nil {
+					t.Fatalf("%s: %v", tc.handler, err)
+				}
+			}
+			if err := w.Commit(ctx, time.Now().Add(tc.until), workFP, tc.result); !errors.Is(err, replay.ErrRolledBack) {
+				t.Fatalf("Commit = %v; want ErrRolledBack", err)
+			}
+			if n := appRows(t, db, "job"); n != 0 {
+				t.Fatalf("app rows = %d; want 0", n)
+			}
+			acquire(t, s, "job", time.Minute, workFP)
 		})
 	}
 }
