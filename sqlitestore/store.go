@@ -138,8 +138,8 @@ type Options struct {
 // machine (one process or several sharing the file) that must accept each
 // single-use ID exactly once, across restarts of the process and of the
 // machine. It implements [replay.Releaser], [replay.Leaser],
-// [replay.Recorder], [replay.Bounded] and [replay.Transactor]. It is safe
-// for concurrent use. A zero Store refuses every call with ErrConfig.
+// [replay.Recorder], [replay.Bounded], [replay.Transactor] and
+// [replay.WorkAcquirer]. It is safe for concurrent use. A zero Store refuses every call with ErrConfig.
 type Store struct {
 	db          *sql.DB
 	table       string // quoted
