@@ -4,7 +4,8 @@
 // request state, webhook delivery, idempotency key — exactly once, across
 // restarts of the process and of the machine. It keeps the contracts of
 // the other stores ([replay.Releaser], [replay.Leaser], [replay.Recorder],
-// [replay.Bounded], [replay.Transactor]) with no server to run.
+// [replay.Bounded], [replay.Transactor], [replay.WorkAcquirer]) with no
+// server to run.
 // Most users need one [Store], from [New] on an open *sql.DB of their
 // chosen driver; ExampleNew shows the set-up behind an idempotency
 // middleware. The drivertest module's examples run the set-up across a
@@ -104,10 +105,20 @@
 //
 // # Transactional mode
 //
-// [Store.BeginWork] opens the handler's transaction ([replay.Transactor]):
-// the idempotency and webhook middlewares' Transactional mode run the
-// handler in it, the handler writes through [TxFrom], and the work's
-// writes, the done row and its record commit together, once. While a
-// Work is open the store's writer waits for it (SQLite has one writer):
-// keep handlers short.
+// [Store.AcquireWork] takes an idempotency key or a webhook delivery in
+// the handler's own transaction ([replay.WorkAcquirer]); the idempotency
+// middleware's Transactional mode and mcptoken's idempotent tools use it
+// when the store offers it. The handler writes through [TxFrom], and the
+// lease, the work's writes, the done row and its record are one write
+// transaction, one fsync. Rollback, a refused Commit or a crash leaves
+// nothing; the retry runs the work again. [Store.BeginWork]
+// ([replay.Transactor]) opens the same transaction for a lease already
+// committed by AcquireRecord or AcquireLease.
+//
+// A Work holds the store's writer until it ends (SQLite has one writer):
+// the store's other writes wait for it, and other processes up to their
+// busy_timeout, so keep handlers short. Calls of the same Store for an ID
+// a Work holds do not wait: they answer busy (or, for Claim, not first)
+// at once. A Work still open when its lease has passed is rolled back by
+// the store, and its Commit reports [replay.ErrLeaseLost].
 package sqlitestore

@@ -64,6 +64,11 @@ func (s *Store) acquire(ctx context.Context, id string, lease time.Duration, fp 
 	if err := s.checkLease(lease); err != nil {
 		return replay.Record{}, err
 	}
+	// An ID a Work of AcquireWork holds is busy at once: the writer is
+	// the Work's until it ends.
+	if r, ok := s.heldRecord(s.key(id), record); ok {
+		return r, nil
+	}
 	token := newToken()
 	var out replay.Record
 	err := s.do(ctx, false, func(q querier, now int64) error {

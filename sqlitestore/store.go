@@ -138,8 +138,8 @@ type Options struct {
 // machine (one process or several sharing the file) that must accept each
 // single-use ID exactly once, across restarts of the process and of the
 // machine. It implements [replay.Releaser], [replay.Leaser],
-// [replay.Recorder], [replay.Bounded] and [replay.Transactor]. It is safe
-// for concurrent use. A zero Store refuses every call with ErrConfig.
+// [replay.Recorder], [replay.Bounded], [replay.Transactor] and
+// [replay.WorkAcquirer]. It is safe for concurrent use. A zero Store refuses every call with ErrConfig.
 type Store struct {
 	db          *sql.DB
 	table       string // quoted
@@ -169,6 +169,7 @@ type Store struct {
 	savepoint string
 
 	guard guard // marker, file identity, refusal (checks.go)
+	holds holds // IDs held by Works of AcquireWork (acquirework.go)
 
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
@@ -423,6 +424,22 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	}
 	if err := checkID(id); err != nil {
 		return false, err
+	}
+	// An ID a Work of AcquireWork holds is not first, at once, as a live
+	// lease is.
+	if _, _, ok := s.holds.busy(s.key(id)); ok {
+		if err := s.checkUntil(s.now().UnixNano(), nanos(until)); err != nil {
+			return false, err
+		}
+		return false, nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if s.txOf(ctx) == nil {
+		if first, ok, err := s.claimAlone(ctx, id, nanos(until)); ok {
+			return first, err
+		}
 	}
 	var first bool
 	err := s.do(ctx, true, func(q querier, now int64) error {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -143,6 +142,14 @@ type work struct {
 	seq       int64     // the marker's sequence this transaction wrote, if bump
 	bump      bool
 	gen       int64
+
+	// Of AcquireWork (acquirework.go): the transaction holds the lease.
+	acquired bool
+	key      []byte
+	hold     *hold
+	deadline int64       // the lease's end, by the store's clock
+	changes  int64       // total_changes() once the 'w' row was written
+	timer    *time.Timer // rolls the Work back at deadline
 
 	mu     sync.Mutex
 	ended  bool
@@ -311,26 +318,15 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 			return w.end(ctx, fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
 		}
 	}
+	if w.acquired {
+		return w.commitAcquired(ctx, until, fp, result)
+	}
 	q := stmtQuerier{ctx, w.wc}
 	now := s.now().UnixNano()
-	e, err := s.row(q, s.key(w.id), now)
-	if err != nil {
-		return w.end(ctx, unavailable(ctx, err))
+	if err := w.intact(ctx); err != nil {
+		return err
 	}
-	if e.state != "w" || e.token != w.token {
-		// The handler's statements rolled the transaction back (and
-		// perhaps began another): nothing of the work before it is kept,
-		// and what came after is rolled back now.
-		return w.end(ctx, fmt.Errorf("%w: a statement of the handler ended the work's transaction (ROLLBACK); nothing was kept", replay.ErrRolledBack))
-	}
-	// A statement of the handler that committed the transaction ended the
-	// savepoint with it (and left the 'w' row committed): RELEASE fails.
-	// Released, the transaction is still BeginWork's.
-	if _, err := q.exec(`RELEASE ` + s.savepoint); err != nil && !strings.Contains(err.Error(), "no such savepoint") {
-		return w.end(ctx, unavailable(ctx, fmt.Errorf("release: %w", err)))
-	} else if err != nil {
-		return w.end(ctx, fmt.Errorf("%w: a statement of the handler committed the work's transaction (COMMIT): part of the work was kept; %w", ErrUnavailable, errEscaped))
-	}
+	e := entry{found: true, live: true, state: "w", token: w.token}
 	if err := s.confirmRow(q, e, now, w.id, w.token, nanos(until), fp, result, "w"); err != nil {
 		if decided(err) {
 			return w.end(ctx, fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
@@ -362,6 +358,12 @@ func (w *work) end(ctx context.Context, err error) error {
 // transaction is in doubt, is discarded) and the store's writer is free.
 func (w *work) drop(clean bool) {
 	w.ended = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if w.hold != nil {
+		w.s.holds.drop(w.key, w.hold)
+	}
 	w.wc.level = 0 // the handler's statements may have changed it
 	if !clean && w.s.wc == w.wc {
 		w.s.dropWriter()

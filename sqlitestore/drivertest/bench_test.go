@@ -26,7 +26,7 @@ import (
 //	BenchmarkClaimFloor            the same rows by a plain autocommit INSERT … ON CONFLICT DO NOTHING
 //	BenchmarkClaimConcurrent       Store.Claim from 1, 8 and 64 goroutines (claims/s)
 //	BenchmarkClaimFloorConcurrent  the plain INSERT from 1, 8 and 64 goroutines (inserts/s)
-//	BenchmarkTransactional         AcquireRecord + BeginWork + the handler's INSERT through TxFrom + Commit
+//	BenchmarkTransactional         a first transactional request: AcquireWork (work) or AcquireRecord + BeginWork (lease), the handler's INSERT through TxFrom, Commit
 //	BenchmarkTransactionalFloor    the handler's own transaction: BEGIN IMMEDIATE; the same INSERT; COMMIT
 //	BenchmarkClaimVsFloor          a claim and a floor INSERT in turn, each timed: x-floor is their ratio
 //	BenchmarkTransactionalVsFloor  a transactional request and its floor in turn: x-floor is their ratio
@@ -251,26 +251,40 @@ func BenchmarkClaimFloorConcurrent(b *testing.B) {
 	}
 }
 
-// BenchmarkTransactional: a first request in the transactional mode, as
-// the idempotency middleware runs it: AcquireRecord (with a fingerprint),
-// BeginWork, the handler's INSERT through TxFrom, Commit with the
-// fingerprint and a small result.
+// BenchmarkTransactional: a first request in the transactional mode, in
+// each of benchModes: the lease (with a fingerprint), the handler's
+// INSERT through TxFrom, Commit with the fingerprint and a small result.
 func BenchmarkTransactional(b *testing.B) {
 	for _, d := range Drivers() {
-		b.Run(d.Name, func(b *testing.B) {
-			db := benchDB(b, d)
-			s := benchStore(b, db)
-			ids := benchIDs(b.N)
-			until := time.Now().Add(time.Hour)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				benchRequest(b, s, ids[i], until)
-			}
-			b.StopTimer()
-			benchAppRows(b, db, b.N)
-		})
+		for _, m := range benchModes {
+			b.Run(d.Name+"/"+m.name, func(b *testing.B) {
+				db := benchDB(b, d)
+				s := benchStore(b, db)
+				ids := benchIDs(b.N)
+				until := time.Now().Add(time.Hour)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					m.request(b, s, ids[i], until)
+				}
+				b.StopTimer()
+				benchAppRows(b, db, b.N)
+			})
+		}
 	}
+}
+
+// benchModes are the two ways the middlewares run a transactional
+// request: acquire=work, the lease taken in the work's transaction
+// (AcquireWork: one write transaction), as they do on this store;
+// acquire=lease, the lease committed first (AcquireRecord, then
+// BeginWork: two), as on a Transactor without AcquireWork.
+var benchModes = []struct {
+	name    string
+	request func(b *testing.B, s *sqlitestore.Store, id string, until time.Time)
+}{
+	{"acquire=work", benchWorkRequest},
+	{"acquire=lease", benchRequest},
 }
 
 // BenchmarkTransactionalFloor: the floor of BenchmarkTransactional, the
@@ -348,23 +362,48 @@ func BenchmarkClaimVsFloor(b *testing.B) {
 // directory.
 func BenchmarkTransactionalVsFloor(b *testing.B) {
 	for _, d := range Drivers() {
-		b.Run(d.Name, func(b *testing.B) {
-			db := benchDB(b, d)
-			s := benchStore(b, db)
-			floor := benchDB(b, d)
-			ids := benchIDs(b.N)
-			until := time.Now().Add(time.Hour)
-			benchPaired(b,
-				func(i int) { benchRequest(b, s, ids[i], until) },
-				func(i int) { benchHandlerTx(b, floor, ids[i]) })
-			benchAppRows(b, db, b.N)
-			benchAppRows(b, floor, b.N)
-		})
+		for _, m := range benchModes {
+			b.Run(d.Name+"/"+m.name, func(b *testing.B) {
+				db := benchDB(b, d)
+				s := benchStore(b, db)
+				floor := benchDB(b, d)
+				ids := benchIDs(b.N)
+				until := time.Now().Add(time.Hour)
+				benchPaired(b,
+					func(i int) { m.request(b, s, ids[i], until) },
+					func(i int) { benchHandlerTx(b, floor, ids[i]) })
+				benchAppRows(b, db, b.N)
+				benchAppRows(b, floor, b.N)
+			})
+		}
+	}
+}
+
+// benchWorkRequest is a first request in the transactional mode, as the
+// idempotency middleware runs it on this store: AcquireWork (with a
+// fingerprint), the handler's INSERT through TxFrom, Commit with the
+// fingerprint and a small result.
+func benchWorkRequest(b *testing.B, s *sqlitestore.Store, id string, until time.Time) {
+	ctx := context.Background()
+	r, w, err := s.AcquireWork(ctx, id, time.Minute, benchFingerprint)
+	if err != nil || r.State != replay.LeaseAcquired || w == nil {
+		b.Fatalf("AcquireWork of a fresh ID = %+v, %v; want acquired", r, err)
+	}
+	tx, err := sqlitestore.TxFrom(w.Context(ctx))
+	if err != nil {
+		b.Fatalf("TxFrom: %v", err)
+	}
+	if _, err := tx.ExecContext(ctx, benchAppInsert, id, benchBody); err != nil {
+		b.Fatalf("the handler's INSERT: %v", err)
+	}
+	if err := w.Commit(ctx, until, benchFingerprint, benchResult); err != nil {
+		b.Fatalf("Commit: %v", err)
 	}
 }
 
 // benchRequest is a first request in the transactional mode, as the
-// idempotency middleware runs it: AcquireRecord (with a fingerprint),
+// idempotency middleware runs it on a Transactor without AcquireWork:
+// AcquireRecord (with a fingerprint),
 // BeginWork, the handler's INSERT through TxFrom, Commit with the
 // fingerprint and a small result.
 func benchRequest(b *testing.B, s *sqlitestore.Store, id string, until time.Time) {

@@ -77,6 +77,7 @@ var faultModes = map[string]faultStep{
 	"claim":         claimStep,
 	"lease":         leaseStep,
 	"transactional": transactionalStep,
+	"acquirework":   acquireWorkStep,
 }
 
 func init() {
@@ -240,6 +241,30 @@ func transactionalStep(ctx context.Context, s *sqlitestore.Store, id string, say
 		faultErr(say, id, "BeginWork", err)
 		return
 	}
+	workStep(ctx, w, id, say)
+}
+
+// acquireWorkStep is transactionalStep in one transaction: AcquireWork
+// (its lease dies with the process, so "working", not "acquired", which
+// counts leases that must not be granted twice), the insert into effects,
+// Commit: "committed".
+func acquireWorkStep(ctx context.Context, s *sqlitestore.Store, id string, say func(verb, id, extra string)) {
+	r, w, err := s.AcquireWork(ctx, id, faultLease, faultFingerprint(id))
+	if err != nil {
+		faultErr(say, id, "AcquireWork", err)
+		return
+	}
+	if w == nil {
+		say(r.State.String(), id, "")
+		return
+	}
+	say("working", id, "")
+	workStep(ctx, w, id, say)
+}
+
+// workStep inserts id into effects in w's transaction and commits it:
+// "committed", or "duplicate" when effects already held id.
+func workStep(ctx context.Context, w replay.Work, id string, say func(verb, id, extra string)) {
 	wctx := w.Context(ctx)
 	tx, err := sqlitestore.TxFrom(wctx)
 	if err == nil {
@@ -521,7 +546,8 @@ func faultDB(t *testing.T, d Driver) string {
 
 // TestSIGKILLKeepsEveryAcknowledgedStep: a child process runs a workload
 // with 8 goroutines (claims; leases acquired and confirmed; transactional
-// works inserting into the app's table effects) and is SIGKILLed at a
+// works inserting into the app's table effects, begun with BeginWork or
+// in one transaction with AcquireWork) and is SIGKILLed at a
 // random moment, 5 rounds on the same file. Each round, the child takes
 // fresh IDs and attempts again every ID of the rounds before. After each
 // kill, New on the file succeeds (a killed process is not a loss), and
@@ -536,7 +562,7 @@ func TestSIGKILLKeepsEveryAcknowledgedStep(t *testing.T) {
 	t.Logf("seed %d", seed)
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
-			for i, mode := range []string{"claim", "lease", "transactional"} {
+			for i, mode := range []string{"claim", "lease", "transactional", "acquirework"} {
 				t.Run(mode, func(t *testing.T) {
 					sigkillRounds(t, d, mode, rand.New(rand.NewPCG(seed, uint64(i))))
 				})
@@ -641,7 +667,7 @@ func sigkillCheck(t *testing.T, d Driver, path, mode string, tally *faultTally, 
 			}
 			return nil
 		}))
-	case "transactional":
+	case "transactional", "acquirework":
 		effects := map[string]int{}
 		rows, err := db.QueryContext(ctx, `SELECT id FROM effects`)
 		if err != nil {

@@ -60,7 +60,8 @@ for tag in "${tags[@]}"; do
 		ClaimConcurrent/claimers=8      ^BenchmarkClaimConcurrent$/./^claimers=8$           500  5500
 		ClaimConcurrent/claimers=64     ^BenchmarkClaimConcurrent$/./^claimers=64$          1000 11000
 		ClaimFloorConcurrent/writers=64 ^BenchmarkClaimFloorConcurrent$/./^writers=64$      100  600
-		Transactional                   ^BenchmarkTransactional$/                           100  600
+		Transactional/acquire=work      ^BenchmarkTransactional$/./^acquire=work$           100  600
+		Transactional/acquire=lease     ^BenchmarkTransactional$/./^acquire=lease$          100  600
 		TransactionalFloor              ^BenchmarkTransactionalFloor$/                      100  600
 	EOF
 done

@@ -28,6 +28,7 @@ var TestedByPages = []string{
 	"docs/pagination.md",
 	"docs/pgstore.md",
 	"docs/request-state.md",
+	"docs/sqlitestore.md",
 	"docs/webhooks.md",
 	"docs/wire-format.md",
 }

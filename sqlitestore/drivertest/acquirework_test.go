@@ -1,0 +1,574 @@
+package drivertest
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/sqlitestore"
+)
+
+// acquire takes id with AcquireWork (fingerprint fp) and returns the
+// Work with its Tx; the Work is rolled back when the test ends.
+func acquire(t *testing.T, s *sqlitestore.Store, id string, lease time.Duration, fp []byte) (replay.Work, *sqlitestore.Tx, context.Context) {
+	t.Helper()
+	ctx := context.Background()
+	r, w, err := s.AcquireWork(ctx, id, lease, fp)
+	if err != nil || r.State != replay.LeaseAcquired || r.Token == "" || w == nil {
+		t.Fatalf("AcquireWork(%s) = %+v, %v, %v; want acquired with a Work", id, r, w, err)
+	}
+	t.Cleanup(func() { w.Rollback(ctx) })
+	wctx := w.Context(ctx)
+	tx, err := sqlitestore.TxFrom(wctx)
+	if err != nil {
+		t.Fatalf("TxFrom(the work's context) = %v", err)
+	}
+	return w, tx, wctx
+}
+
+// wantWork asks AcquireWork for id and fails t unless it answers state,
+// with no Work and no error.
+func wantWork(t *testing.T, s *sqlitestore.Store, id string, fp []byte, want replay.LeaseState) replay.Record {
+	t.Helper()
+	r, w, err := s.AcquireWork(context.Background(), id, time.Minute, fp)
+	if w != nil {
+		w.Rollback(context.Background())
+	}
+	if err != nil || r.State != want || w != nil {
+		t.Fatalf("AcquireWork(%s) = %+v, Work %v, %v; want %v and no Work", id, r, w, err, want)
+	}
+	return r
+}
+
+var (
+	workFP    = []byte("fingerprint-of-the-request")
+	workOther = []byte("fingerprint-of-another-one")
+)
+
+// TestAcquireWork: the one-commit transactional mode
+// (replay.WorkAcquirer): the lease is the Work's own transaction.
+func TestAcquireWork(t *testing.T) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, d Driver)
+	}{
+		{"commit keeps the app row and the record", acquireWorkCommit},
+		{"rollback keeps nothing and frees the ID", acquireWorkRollback},
+		{"a held ID is busy at once for every call", acquireWorkHeldIsBusy},
+		{"concurrent duplicates: one holder", acquireWorkDuplicates},
+		{"agrees with AcquireRecord's lease", acquireWorkAfterLease},
+		{"lease running out rolls the work back", acquireWorkLeaseEnds},
+		{"claim in the work commits with it", acquireWorkClaim},
+		{"handler's ROLLBACK before writes is ErrRolledBack", acquireWorkRollbackNoWrite},
+		{"handler's ROLLBACK then a write refuses the ID", acquireWorkRollbackThenWrite},
+		{"handler's COMMIT refuses the ID", acquireWorkEscapedCommit},
+		{"refusals take nothing", acquireWorkRefusals},
+		{"a refused Commit keeps nothing", acquireWorkCommitRefused},
+	}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.fn(t, d)
+				})
+			}
+		})
+	}
+}
+
+func acquireWorkCommit(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{})
+	w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
+	insertApp(t, tx, "job")
+	if n := appRows(t, db, "job"); n != 0 {
+		t.Fatalf("the app row is visible outside the work before its commit (%d rows)", n)
+	}
+	if err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("result")); err != nil {
+		t.Fatalf("Commit = %v", err)
+	}
+	if err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("result")); err != nil {
+		t.Fatalf("a second Commit = %v; want the first's outcome (nil)", err)
+	}
+	if n := appRows(t, db, "job"); n != 1 {
+		t.Fatalf("app rows after Commit = %d; want 1", n)
+	}
+	for name, get := range map[string]func() (replay.Record, error){
+		"AcquireWork": func() (replay.Record, error) { return wantWork(t, s, "job", workFP, replay.LeaseDone), nil },
+		"AcquireRecord": func() (replay.Record, error) {
+			return s.AcquireRecord(ctx, "job", time.Minute, workFP)
+		},
+	} {
+		r, err := get()
+		if err != nil || r.State != replay.LeaseDone || !bytes.Equal(r.Fingerprint, workFP) || string(r.Result) != "result" {
+			t.Errorf("%s after Commit = %+v, %v; want done with the record", name, r, err)
+		}
+	}
+	wantLease(t, s, "job", replay.LeaseDone)
+}
+
+func acquireWorkRollback(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{})
+	w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
+	insertApp(t, tx, "job")
+	if err := w.Rollback(ctx); err != nil {
+		t.Fatalf("Rollback = %v", err)
+	}
+	if err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
+		t.Fatalf("Commit after Rollback = %v; want nil (a no-op)", err)
+	}
+	if n := appRows(t, db, "job"); n != 0 {
+		t.Fatalf("app rows after Rollback = %d; want 0", n)
+	}
+	// Free at once, without ReleaseLease: the lease was the transaction.
+	w2, tx2, _ := acquire(t, s, "job", time.Minute, workFP)
+	insertApp(t, tx2, "job")
+	if err := w2.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
+		t.Fatalf("the retry's Commit = %v", err)
+	}
+	if n := appRows(t, db, "job"); n != 1 {
+		t.Fatalf("app rows after the retry = %d; want 1", n)
+	}
+}
+
+// acquireWorkHeldIsBusy: while a Work holds the ID (and the store's
+// writer), every call of the store for that ID answers without waiting
+// for the writer: each would otherwise fail with ErrUnavailable when
+// Options.Timeout passes, the Work being still open.
+func acquireWorkHeldIsBusy(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, _ := workStore(t, d, sqlitestore.Options{Timeout: 300 * time.Millisecond})
+	w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
+	insertApp(t, tx, "job")
+	t.Run("AcquireWork of the same request", func(t *testing.T) {
+		r := wantWork(t, s, "job", workFP, replay.LeaseBusy)
+		if !bytes.Equal(r.Fingerprint, workFP) || r.Wait <= 0 {
+			t.Errorf("busy answer = %+v; want the holder's fingerprint and a positive Wait", r)
+		}
+	})
+	t.Run("AcquireWork of another request", func(t *testing.T) {
+		if r := wantWork(t, s, "job", workOther, replay.LeaseBusy); bytes.Equal(r.Fingerprint, workOther) || len(r.Fingerprint) == 0 {
+			t.Errorf("busy answer's fingerprint = %q; want one that differs from the caller's", r.Fingerprint)
+		}
+	})
+	t.Run("AcquireRecord", func(t *testing.T) {
+		r, err := s.AcquireRecord(ctx, "job", time.Minute, workOther)
+		if err != nil || r.State != replay.LeaseBusy || !bytes.Equal(r.Fingerprint, workFP) {
+			t.Errorf("AcquireRecord = %+v, %v; want busy with the holder's fingerprint", r, err)
+		}
+	})
+	t.Run("AcquireLease", func(t *testing.T) { wantLease(t, s, "job", replay.LeaseBusy) })
+	t.Run("Claim", func(t *testing.T) {
+		if first, err := s.Claim(ctx, "job", time.Now().Add(time.Hour)); first || err != nil {
+			t.Errorf("Claim = %v, %v; want not first", first, err)
+		}
+	})
+	if err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
+		t.Fatalf("Commit = %v", err)
+	}
+	wantWork(t, s, "job", workFP, replay.LeaseDone)
+}
+
+func acquireWorkDuplicates(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{Timeout: 10 * time.Second})
+	const callers = 16
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		works []replay.Work
+		busy  int
+		errs  []error
+	)
+	start := make(chan struct{})
+	for range callers {
+		wg.Go(func() {
+			<-start
+			r, w, err := s.AcquireWork(ctx, "job", time.Minute, workFP)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				errs = append(errs, err)
+			case w != nil:
+				works = append(works, w)
+			case r.State == replay.LeaseBusy:
+				busy++
+			default:
+				errs = append(errs, errors.New("answered "+r.State.String()))
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(works) != 1 || busy != callers-1 || len(errs) > 0 {
+		t.Fatalf("%d concurrent AcquireWork of one ID: %d Works, %d busy, errors %v; want 1 Work and %d busy", callers, len(works), busy, errs, callers-1)
+	}
+	tx, err := sqlitestore.TxFrom(works[0].Context(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertApp(t, tx, "job")
+	if err := works[0].Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
+		t.Fatalf("Commit = %v", err)
+	}
+	if n := appRows(t, db, "job"); n != 1 {
+		t.Fatalf("app rows = %d; want 1", n)
+	}
+}
+
+func acquireWorkAfterLease(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, _ := workStore(t, d, sqlitestore.Options{})
+	r, err := s.AcquireRecord(ctx, "job", time.Minute, workFP)
+	if err != nil || r.State != replay.LeaseAcquired {
+		t.Fatalf("AcquireRecord = %+v, %v", r, err)
+	}
+	if got := wantWork(t, s, "job", workOther, replay.LeaseBusy); !bytes.Equal(got.Fingerprint, workFP) {
+		t.Errorf("AcquireWork beside a live lease = %+v; want busy with the lease's fingerprint", got)
+	}
+	if err := s.ConfirmRecord(ctx, "job", r.Token, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
+		t.Fatal(err)
+	}
+	if got := wantWork(t, s, "job", workFP, replay.LeaseDone); string(got.Result) != "r" {
+		t.Errorf("AcquireWork after ConfirmRecord = %+v; want done with the result", got)
+	}
+}
+
+// acquireWorkLeaseEnds: a Work still open when its lease has passed is
+// rolled back by the store, which frees its writer; Commit then reports
+// ErrLeaseLost and nothing of the work is kept.
+func acquireWorkLeaseEnds(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{Timeout: 10 * time.Second})
+	const lease = 100 * time.Millisecond
+	w, tx, _ := acquire(t, s, "job", lease, workFP)
+	insertApp(t, tx, "job")
+	// Waits for the writer, which the timer frees.
+	if first, err := s.Claim(ctx, "other", time.Now().Add(time.Hour)); !first || err != nil {
+		t.Fatalf("Claim of another ID behind the expiring Work = %v, %v; want first", first, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO app (id) VALUES ('late')`); !errors.Is(err, sql.ErrTxDone) {
+		t.Errorf("a statement after the lease ran out = %v; want sql.ErrTxDone", err)
+	}
+	if err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); !errors.Is(err, replay.ErrLeaseLost) {
+		t.Fatalf("Commit after the lease ran out = %v; want ErrLeaseLost", err)
+	}
+	for _, id := range []string{"job", "late"} {
+		if n := appRows(t, db, id); n != 0 {
+			t.Fatalf("app row %q kept after ErrLeaseLost (%d)", id, n)
+		}
+	}
+	w2, _, _ := acquire(t, s, "job", time.Minute, workFP)
+	if err := w2.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
+		t.Fatalf("the retry's Commit = %v", err)
+	}
+}
+
+func acquireWorkClaim(t *testing.T, d Driver) {
+	for _, commit := range []bool{false, true} {
+		name := "rollback"
+		if commit {
+			name = "commit"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s, _ := workStore(t, d, sqlitestore.Options{})
+			w, _, wctx := acquire(t, s, "job", time.Minute, workFP)
+			if first, err := s.Claim(wctx, "token-1", time.Now().Add(time.Hour)); !first || err != nil {
+				t.Fatalf("Claim in the work = %v, %v; want first", first, err)
+			}
+			if first, err := s.Claim(wctx, "token-1", time.Now().Add(time.Hour)); first || err != nil {
+				t.Fatalf("a second Claim in the work = %v, %v; want not first", first, err)
+			}
+			var err error
+			if commit {
+				err = w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
+			} else {
+				err = w.Rollback(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := s.Claim(ctx, "token-1", time.Now().Add(time.Hour))
+			if err != nil || first == commit {
+				t.Fatalf("Claim after the work's %s = %v, %v; want first=%v", name, first, err, !commit)
+			}
+		})
+	}
+}
+
+func acquireWorkRollbackNoWrite(t *testing.T, d Driver) {
+	for _, expired := range []bool{false, true} {
+		name := "fresh ID"
+		if expired {
+			name = "over an expired lease's row"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s, db := workStore(t, d, sqlitestore.Options{})
+			if expired {
+				mustLease(t, s, "job", time.Millisecond)
+				time.Sleep(5 * time.Millisecond)
+			}
+			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
+			if _, err := tx.ExecContext(ctx, `ROLLBACK; BEGIN`); err != nil {
+				t.Fatalf("ROLLBACK; BEGIN: %v", err)
+			}
+			err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
+			if !errors.Is(err, replay.ErrRolledBack) {
+				t.Fatalf("Commit after the handler's ROLLBACK = %v; want ErrRolledBack", err)
+			}
+			if n := appRows(t, db, "job"); n != 0 {
+				t.Fatalf("app rows = %d; want 0", n)
+			}
+			// Nothing was kept: the ID is free.
+			acquire(t, s, "job", time.Minute, workFP)
+		})
+	}
+}
+
+// acquireWorkRollbackThenWrite: a handler's ROLLBACK followed by a write
+// in the same string: the write may have committed by itself (here it
+// did), so Commit never reports ErrRolledBack or success, and the ID is
+// never run again until an operator releases it.
+func acquireWorkRollbackThenWrite(t *testing.T, d Driver) {
+	for _, stmt := range []string{
+		`ROLLBACK; INSERT INTO app (id) VALUES ('after')`,
+		`ROLLBACK; BEGIN; INSERT INTO app (id) VALUES ('after')`,
+	} {
+		t.Run(stmt, func(t *testing.T) {
+			ctx := context.Background()
+			s, db := workStore(t, d, sqlitestore.Options{})
+			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
+			insertApp(t, tx, "before")
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
+			}
+			err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
+			if err == nil || errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, sqlitestore.ErrUnavailable) {
+				t.Fatalf("Commit after %q = %v; want ErrUnavailable, not ErrRolledBack", stmt, err)
+			}
+			if n := appRows(t, db, "before"); n != 0 {
+				t.Fatalf("app row before the ROLLBACK kept (%d)", n)
+			}
+			wantRefused(t, s, "job")
+			if err := s.Release(ctx, "job"); err != nil {
+				t.Fatal(err)
+			}
+			acquire(t, s, "job", time.Minute, workFP)
+		})
+	}
+}
+
+// wantRefused fails t if any call of s acquires or first-claims id.
+func wantRefused(t *testing.T, s *sqlitestore.Store, id string) {
+	t.Helper()
+	ctx := context.Background()
+	if r, w, err := s.AcquireWork(ctx, id, time.Minute, workFP); w != nil || err == nil && r.State == replay.LeaseAcquired {
+		t.Fatalf("AcquireWork of an escaped work's ID = %+v, %v; want refused", r, err)
+	}
+	if r, err := s.AcquireRecord(ctx, id, time.Minute, workFP); err == nil && r.State == replay.LeaseAcquired {
+		t.Fatalf("AcquireRecord of an escaped work's ID = %+v; want refused", r)
+	}
+	if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); first {
+		t.Fatalf("Claim of an escaped work's ID = first (%v)", err)
+	}
+}
+
+func acquireWorkEscapedCommit(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, db := workStore(t, d, sqlitestore.Options{})
+	const lease = 200 * time.Millisecond
+	w, tx, _ := acquire(t, s, "job", lease, workFP)
+	leaseEnd := time.Now().Add(lease)
+	insertApp(t, tx, "before")
+	if _, err := tx.ExecContext(ctx, `COMMIT; BEGIN`); err != nil {
+		t.Fatalf("COMMIT; BEGIN: %v", err)
+	}
+	insertApp(t, tx, "after")
+	err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
+	if err == nil || errors.Is(err, replay.ErrRolledBack) {
+		t.Fatalf("Commit after the handler's COMMIT = %v; want an error that is not ErrRolledBack", err)
+	}
+	if n := appRows(t, db, "before"); n != 1 {
+		t.Fatalf("app row committed by the handler: %d rows; want 1", n)
+	}
+	if n := appRows(t, db, "after"); n != 0 {
+		t.Fatalf("app row written after the handler's COMMIT: %d rows; want 0", n)
+	}
+	wantRefused(t, s, "job")
+	time.Sleep(time.Until(leaseEnd.Add(50 * time.Millisecond)))
+	wantRefused(t, s, "job")
+	if err := s.Release(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, s, "job", time.Minute, workFP)
+}
+
+func acquireWorkRefusals(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, _ := workStore(t, d, sqlitestore.Options{Horizon: time.Hour})
+	w, _, wctx := acquire(t, s, "held", time.Minute, workFP)
+	db := d.Open(t, t.TempDir()+"/other.db")
+	otx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otx.Rollback()
+	closed, _ := workStore(t, d, sqlitestore.Options{})
+	closed.Close()
+	tests := []struct {
+		name  string
+		s     *sqlitestore.Store
+		ctx   context.Context
+		id    string
+		lease time.Duration
+		fp    []byte
+		want  error
+	}{
+		{"empty id", s, ctx, "", time.Minute, workFP, sqlitestore.ErrInvalidClaim},
+		{"oversize id", s, ctx, strings.Repeat("x", sqlitestore.MaxIDBytes+1), time.Minute, workFP, sqlitestore.ErrInvalidClaim},
+		{"zero lease", s, ctx, "a", 0, workFP, replay.ErrExpired},
+		{"lease over the horizon", s, ctx, "a", 2 * time.Hour, workFP, sqlitestore.ErrInvalidClaim},
+		{"oversize fingerprint", s, ctx, "a", time.Minute, make([]byte, replay.MaxFingerprintBytes+1), replay.ErrTooLarge},
+		{"in a Work's context", s, wctx, "a", time.Minute, workFP, sqlitestore.ErrConfig},
+		{"in WithTx's context", s, sqlitestore.WithTx(ctx, otx), "a", time.Minute, workFP, sqlitestore.ErrConfig},
+		{"zero Store", &sqlitestore.Store{}, ctx, "a", time.Minute, workFP, sqlitestore.ErrConfig},
+		{"closed Store", closed, ctx, "a", time.Minute, workFP, sqlitestore.ErrUnavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, got, err := tc.s.AcquireWork(tc.ctx, tc.id, tc.lease, tc.fp)
+			if got != nil || r.State != 0 || !errors.Is(err, tc.want) {
+				t.Fatalf("AcquireWork = %+v, %v, %v; want no Work and an error matching %v", r, got, err, tc.want)
+			}
+		})
+	}
+	if err := w.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing was taken by the refused calls.
+	for _, id := range []string{"a", "held"} {
+		w, _, _ := acquire(t, s, id, time.Minute, workFP)
+		w.Rollback(ctx)
+	}
+}
+
+// walCommits counts the commits in the WAL file of the database at path:
+// frames whose header carries the database's size (a commit's last
+// frame) and the WAL header's salts (frames of the current generation).
+// The WAL must not have been reset (checkpointed to its start) between
+// two counts compared: salts reports the generation.
+func walCommits(t *testing.T, path string) (commits int, salts uint64) {
+	t.Helper()
+	b, err := os.ReadFile(path + "-wal")
+	if err != nil || len(b) < 32 {
+		t.Fatalf("reading the WAL: %d bytes, %v", len(b), err)
+	}
+	page := int(binary.BigEndian.Uint32(b[8:]))
+	salts = binary.BigEndian.Uint64(b[16:])
+	for off := 32; off+24+page <= len(b); off += 24 + page {
+		h := b[off : off+24]
+		if binary.BigEndian.Uint64(h[8:]) != salts {
+			break
+		}
+		if binary.BigEndian.Uint32(h[4:]) != 0 {
+			commits++
+		}
+	}
+	return commits, salts
+}
+
+// TestTransactionalRequestCommitsOnce: a first request through the
+// idempotency middleware in the transactional mode, with a handler that
+// redeems nothing and inserts one row through TxFrom, costs one write
+// transaction (one commit in the WAL, one fsync): AcquireWork's, which
+// carries the lease, the handler's row and the record. A retry of it is
+// answered from the record and commits nothing.
+func TestTransactionalRequestCommitsOnce(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			db, path := openMigrated(t, d)
+			if _, err := db.ExecContext(context.Background(), chargesSchema); err != nil {
+				t.Fatal(err)
+			}
+			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+			send := idempotencyFront(t, s, true, &chargeApp{db: db, tx: true}, nil)
+			send("ref_warm", nil) // the writer's connection opened, its statements prepared
+			for _, tc := range []struct {
+				name    string
+				ref     string
+				status  int
+				commits int
+			}{
+				{"first request", "ref_once", http.StatusCreated, 1},
+				{"retry", "ref_once", http.StatusCreated, 0},
+				{"another first request", "ref_twice", http.StatusCreated, 1},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					before, salts := walCommits(t, path)
+					a := send(tc.ref, nil)
+					after, salts2 := walCommits(t, path)
+					if a.status != tc.status {
+						t.Fatalf("status %d %q; want %d", a.status, a.body, tc.status)
+					}
+					if salts2 != salts {
+						t.Skip("the WAL was reset by a checkpoint between the counts")
+					}
+					if after-before != tc.commits {
+						t.Errorf("%d commits in the WAL for the request; want %d", after-before, tc.commits)
+					}
+				})
+			}
+		})
+	}
+}
+
+// acquireWorkCommitRefused: a Commit the store refuses for a reason it
+// knows rolls everything back and reports ErrRolledBack; the ID is free
+// for the retry.
+func acquireWorkCommitRefused(t *testing.T, d Driver) {
+	for _, tc := range []struct {
+		name    string
+		handler string // a statement of the handler, after its insert
+		until   time.Duration
+		result  []byte
+	}{
+		{"oversize result", "", time.Hour, make([]byte, replay.MaxResultBytes+1)},
+		{"until already passed", "", -time.Second, []byte("r")},
+		{"handler deleted the store's row", `DELETE FROM ctoken_replay WHERE state = 'w'`, time.Hour, []byte("r")},
+		{"handler changed the store's row", `UPDATE ctoken_replay SET token = 'x' WHERE state = 'w'`, time.Hour, []byte("r")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s, db := workStore(t, d, sqlitestore.Options{})
+			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
+			insertApp(t, tx, "job")
+			if tc.handler != "" {
+				if _, err := tx.ExecContext(ctx, tc.handler); err != nil {
+					t.Fatalf("%s: %v", tc.handler, err)
+				}
+			}
+			if err := w.Commit(ctx, time.Now().Add(tc.until), workFP, tc.result); !errors.Is(err, replay.ErrRolledBack) {
+				t.Fatalf("Commit = %v; want ErrRolledBack", err)
+			}
+			if n := appRows(t, db, "job"); n != 0 {
+				t.Fatalf("app rows = %d; want 0", n)
+			}
+			acquire(t, s, "job", time.Minute, workFP)
+		})
+	}
+}

@@ -1,0 +1,57 @@
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/sqlitestore"
+)
+
+// TestLoneClaimChecksTheMarker: a claim that finds the writer idle runs
+// as one autocommit statement (claimalone.go) that checks the marker row
+// itself. With the marker tampered with after the store's first durable
+// commit (so no check or sequence advance is due), the claim is refused
+// with ErrUnavailable and is not first, as in a write transaction.
+func TestLoneClaimChecksTheMarker(t *testing.T) {
+	tests := []struct {
+		name, tamper string
+	}{
+		{"marker deleted", `DELETE FROM ctoken_replay WHERE key = x'0000'`},
+		{"another incarnation", `UPDATE ctoken_replay SET token = 'another' WHERE key = x'0000'`},
+		{"fenced", `UPDATE ctoken_replay SET until = 9223372036854775807 WHERE key = x'0000'`},
+		{"sequence gone back", `UPDATE ctoken_replay SET seq = 0 WHERE key = x'0000'`},
+		{"marker's state", `UPDATE ctoken_replay SET state = 'c' WHERE key = x'0000'`},
+	}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					ctx := context.Background()
+					db, _ := openMigrated(t, d)
+					s := mustStore(t, db, sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1})
+					for _, id := range []string{"a", "b"} { // the second takes the one-statement path
+						if first, err := s.Claim(ctx, id, time.Now().Add(time.Hour)); !first || err != nil {
+							t.Fatalf("Claim(%s) = %v, %v; want first", id, first, err)
+						}
+					}
+					if _, err := db.ExecContext(ctx, tc.tamper); err != nil {
+						t.Fatalf("%s: %v", tc.tamper, err)
+					}
+					first, err := s.Claim(ctx, "c", time.Now().Add(time.Hour))
+					if first || !errors.Is(err, sqlitestore.ErrUnavailable) {
+						t.Fatalf("Claim after %q = %v, %v; want refused with ErrUnavailable", tc.tamper, first, err)
+					}
+					var n int
+					if err := db.QueryRowContext(ctx, `SELECT count(*) FROM ctoken_replay WHERE state = 'c' AND length(key) > 2`).Scan(&n); err != nil {
+						t.Fatal(err)
+					}
+					if want := 2; n != want {
+						t.Errorf("%d claimed rows; want %d (the refused claim wrote nothing)", n, want)
+					}
+				})
+			}
+		})
+	}
+}
