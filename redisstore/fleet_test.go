@@ -10,7 +10,6 @@ package redisstore
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -29,7 +28,6 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
-	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
@@ -401,8 +399,9 @@ func (l *lister) checkComplete() {
 func fleetKey() string { return ctoken.EncodeKey(ctoken.RandomKey()) }
 
 // TestFleet pins a fleet of instances sharing one Redis: paging, key
-// rotation, restarts with a new session, single-use tokens and lost rounds,
-// each exactly once, failing closed when Redis dies.
+// rotation, restarts with a new session, single-use tokens, each exactly
+// once, failing closed when Redis dies. (A continuation's lost round on a
+// fleet: TestAnswersTheRetryOfALostRound in mcp/drivertest.)
 func TestFleet(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -414,7 +413,6 @@ func TestFleet(t *testing.T) {
 		{"restart with a new session", fleetRestartWithNewSessionStartsOverCleanly},
 		{"single use on every other instance", fleetSingleUseTokensAreRefusedOnEveryOtherInstance},
 		{"redeems fail closed when redis dies", fleetRedeemsFailClosedWhenRedisDies},
-		{"answers the retry of a lost round", fleetAnswersTheRetryOfALostRound},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -688,117 +686,4 @@ func fleetRedeemsFailClosedWhenRedisDies(t *testing.T) {
 			}
 		}
 	}
-}
-
-// answerRefused is the error of answerIntegration for a refusal.
-type answerRefused struct{ r mcptoken.Refusal }
-
-func (e *answerRefused) Error() string { return e.r.Message }
-
-// answerIntegration reports a refusal as an *answerRefused.
-var answerIntegration = &mcptoken.Integration{
-	Name:     "fleet",
-	NoCaller: func() error { return errors.New("no caller") },
-	Refused:  func(r mcptoken.Refusal) error { return &answerRefused{r} },
-}
-
-func answerCode(err error) int {
-	var re *answerRefused
-	if !errors.As(err, &re) {
-		return -1
-	}
-	return re.r.Code
-}
-
-// testFleetAnswersTheRetryOfALostRound runs the continuation of issue 54
-// on three instances whose single-use codecs share the keys and the
-// replay stores given (mcptoken.States with AnswerRetries, the engine of
-// both MCP integrations): the round runs on instance 0 and is held; the
-// same call on instance 1 is busy (1027); the round ends (its response
-// lost); the retry on instance 2 gets the same bytes without a second
-// run; another caller and a changed argument are refused as invalid
-// (1023) on every instance; a round that failed is already used (1026).
-func testFleetAnswersTheRetryOfALostRound(t *testing.T, keys *ctoken.Keyring, stores []replay.Store) {
-	var states []*mcptoken.States
-	for _, s := range stores {
-		codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keys, Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, TTL: time.Minute, Replay: s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := mcptoken.NewStates(codec, mcptoken.StatesConfig{AnswerRetries: true}, answerIntegration)
-		if err != nil {
-			t.Fatal(err)
-		}
-		states = append(states, st)
-	}
-	ctx := context.Background()
-	args := []byte(`{"service":"api"}`)
-	wire, err := states[0].Seal("alice", "tools/call", "deploy", args, "confirmed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var effects atomic.Int32
-	entered, release := make(chan struct{}), make(chan struct{})
-	deploy := func(_ context.Context, state string) ([]byte, error) {
-		close(entered)
-		<-release
-		return fmt.Appendf(nil, `{"deployed":%q,"deploy":%d}`, state, effects.Add(1)), nil
-	}
-	ran := func(context.Context, string) ([]byte, error) {
-		effects.Add(1)
-		return nil, errors.New("ran twice")
-	}
-	var lost []byte
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		lost, err = states[0].Answer(ctx, "alice", "tools/call", "deploy", args, wire, deploy)
-		done <- err
-	}()
-	<-entered
-	if _, err := states[1].Answer(ctx, "alice", "tools/call", "deploy", args, wire, ran); answerCode(err) != mcptoken.CodeStateBusy {
-		t.Fatalf("the same call during the round: %v; want busy", err)
-	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	for i, st := range states {
-		again, err := st.Answer(ctx, "alice", "tools/call", "deploy", args, wire, ran)
-		if err != nil || string(again) != string(lost) {
-			t.Fatalf("retry on instance %d: %q, %v; want %q", i, again, err, lost)
-		}
-		if _, err := st.Answer(ctx, "bob", "tools/call", "deploy", args, wire, ran); answerCode(err) != mcptoken.CodeStateInvalid {
-			t.Fatalf("another caller on instance %d: %v", i, err)
-		}
-		if _, err := st.Answer(ctx, "alice", "tools/call", "deploy", []byte(`{"service":"db"}`), wire, ran); answerCode(err) != mcptoken.CodeStateInvalid {
-			t.Fatalf("a changed argument on instance %d: %v", i, err)
-		}
-	}
-	if n := effects.Load(); n != 1 {
-		t.Fatalf("%d deploys", n)
-	}
-	failed, err := states[0].Seal("alice", "tools/call", "deploy", args, "fails")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := states[1].Answer(ctx, "alice", "tools/call", "deploy", args, failed, func(context.Context, string) ([]byte, error) {
-		return nil, errors.New("deploy failed")
-	}); err == nil || answerCode(err) != -1 {
-		t.Fatalf("the failing round: %v", err)
-	}
-	if _, err := states[2].Answer(ctx, "alice", "tools/call", "deploy", args, failed, ran); answerCode(err) != mcptoken.CodeStateUsed {
-		t.Fatalf("the retry of a failed round: %v; want already used", err)
-	}
-}
-
-// fleetAnswersTheRetryOfALostRound: three instances sharing one Redis
-// store.
-func fleetAnswersTheRetryOfALostRound(t *testing.T) {
-	s := newFleetStore(t, redisAddr(t))
-	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	testFleetAnswersTheRetryOfALostRound(t, keys, []replay.Store{s, s, s})
 }

@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ctoken/ctoken"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken"
 	ctokenmcp "github.com/ctoken/ctoken/mcp"
 	ctokenmcpgo "github.com/ctoken/ctoken/mcpgo"
 	"github.com/ctoken/ctoken/mcptoken"

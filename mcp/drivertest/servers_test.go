@@ -180,8 +180,14 @@ func uniquePrefix() string {
 
 // pgStore returns a pgstore.Store on pool with a prefix of its own.
 func pgStore(t testing.TB, pool *pgxpool.Pool) *pgstore.Store {
+	return pgStoreAt(t, pool, uniquePrefix())
+}
+
+// pgStoreAt returns a pgstore.Store on pool with the given prefix: Stores
+// of one prefix are instances of one fleet.
+func pgStoreAt(t testing.TB, pool *pgxpool.Pool, prefix string) *pgstore.Store {
 	t.Helper()
-	s, err := pgstore.New(context.Background(), pool, pgstore.Options{Prefix: uniquePrefix(), SweepInterval: -1, Timeout: 15 * time.Second})
+	s, err := pgstore.New(context.Background(), pool, pgstore.Options{Prefix: prefix, SweepInterval: -1, Timeout: 15 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,20 +198,34 @@ func pgStore(t testing.TB, pool *pgxpool.Pool) *pgstore.Store {
 // redisStore returns a redisstore.Store on the Redis of CTOKEN_REDIS_ADDR
 // with a prefix of its own.
 func redisStore(t testing.TB) *redisstore.Store {
+	return redisFleet(t, 1)[0]
+}
+
+// redisFleet returns n Stores on the Redis of CTOKEN_REDIS_ADDR, each with
+// a client of its own, sharing one new prefix (provisioned once): the
+// instances of one fleet.
+func redisFleet(t testing.TB, n int) []*redisstore.Store {
 	t.Helper()
 	addr := os.Getenv("CTOKEN_REDIS_ADDR")
 	if addr == "" {
 		skipOrFail(t, "CTOKEN_REDIS_ADDR not set (run under .ci/redis.sh)")
 	}
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
-	s, err := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix()})
-	if err != nil {
-		t.Fatal(err)
+	prefix := uniquePrefix()
+	var fleet []*redisstore.Store
+	for i := range n {
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		s, err := redisstore.New(c, redisstore.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if i == 0 {
+			if _, err := s.Provision(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fleet = append(fleet, s)
 	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.Provision(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return fleet
 }
