@@ -204,7 +204,7 @@ func redisStore(t testing.TB) *redisstore.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	if _, err := s.Provision(context.Background()); err != nil {
+	if _, err := s.ProvisionNew(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return s
