@@ -163,8 +163,10 @@ func (s *Store) fenceUnknown(ctx context.Context) error {
 	if err != nil && !errors.Is(err, errBadLifetime) {
 		return err
 	}
+	// A record longer than this store's Horizon is another
+	// application's lifetime: the fence covers it too.
 	from := "the key space's recorded lifetime"
-	if life <= 0 || life > s.horizon {
+	if life <= 0 {
 		life, from = s.horizon, "the Horizon: the key space records no lifetime"
 	}
 	arg := strconv.FormatInt(life.Milliseconds(), 10)

@@ -30,13 +30,26 @@ func newWAITAOFServer(t *testing.T, extraArgs ...string) *server {
 		return srv
 	}
 	srv.kill()
-	bin, err := exec.LookPath("valkey-server")
-	if env := os.Getenv("CTOKEN_VALKEY_SERVER"); env != "" {
-		bin, err = env, nil
-	}
-	if err != nil {
+	bin := valkeyBinary()
+	if bin == "" {
 		t.Skipf("redis %s has no WAITAOF and valkey-server is not installed (.ci/backports.sh installs it)", serverVersion(info))
 	}
+	return newServerBin(t, bin, extraArgs...)
+}
+
+// valkeyBinary is CTOKEN_VALKEY_SERVER, else valkey-server on PATH; ""
+// when neither exists.
+func valkeyBinary() string {
+	if env := os.Getenv("CTOKEN_VALKEY_SERVER"); env != "" {
+		return env
+	}
+	bin, _ := exec.LookPath("valkey-server")
+	return bin
+}
+
+// newServerBin is newServer with the binary bin.
+func newServerBin(t testing.TB, bin string, extraArgs ...string) *server {
+	t.Helper()
 	v := &server{t: t, bin: bin, dir: t.TempDir()}
 	v.args = append([]string{"--save", "", "--appendonly", "no"}, extraArgs...)
 	t.Cleanup(v.kill)
@@ -46,7 +59,7 @@ func newWAITAOFServer(t *testing.T, extraArgs ...string) *server {
 			return v
 		}
 	}
-	t.Fatal("could not start valkey-server")
+	t.Fatalf("could not start %s", bin)
 	return nil
 }
 
