@@ -380,7 +380,7 @@ func verdict(st redisstore.Status, now time.Time) string {
 	case st.Open == 0 && st.Fenced == 0:
 		return "LOST: no shard marker, but the ledger shows a previous life; Open refuses. Wait for every ID claimed before the loss to expire, or accept the risk: ctoken-store reopen -accepted-by ... -reason ..."
 	case st.Open == 0:
-		return "FENCED: Open refuses until the fences end; to serve before then, accept the risk: ctoken-store reopen -accepted-by ... -reason ..."
+		return "FENCED: Open refuses until the fences end, then the applications serve by themselves (safe to reopen from: above); to serve before then, accept the risk: ctoken-store reopen -accepted-by ... -reason ..."
 	}
 	return "partly fenced: the open shards serve; the others refuse until their fence ends (missing ones fence at their next claim), or ctoken-store reopen"
 }
