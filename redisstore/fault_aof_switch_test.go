@@ -24,10 +24,12 @@ import (
 // decideLocalAOF): 0 IDs accepted twice in every run. On Redis 7.0 (no
 // WAITAOF) the window of one RecheckInterval stays: the test measures it
 // (runs with IDs accepted twice, and how many) and does not fail on it.
-// CTOKEN_AOF_RUNS (default 30) runs per server; redis-server and, when
-// installed, valkey-server.
+// CTOKEN_AOF_RUNS runs per server (default 30 with WAITAOF, 5 without);
+// redis-server and, when installed, valkey-server.
 func TestAOFSwitchedOffThenCrashAcceptsNothingTwice(t *testing.T) {
-	runs := envInt(t, "CTOKEN_AOF_RUNS", 30)
+	// 30 runs where the window is closed (about 2.5 s each); 5 where it
+	// is measured (Redis 7.0: about 17 s each, reloading a large AOF).
+	runs := envInt(t, "CTOKEN_AOF_RUNS", 0)
 	crashAfter := envDuration(t, "CTOKEN_AOF_CRASH_AFTER", 300*time.Millisecond)
 	flavors := []struct{ name, bin string }{{"redis", redisBinary(t, "CTOKEN_REDIS_SERVER", "redis-server")}}
 	if bin := valkeyBinary(); bin != "" {
@@ -42,6 +44,14 @@ func TestAOFSwitchedOffThenCrashAcceptsNothingTwice(t *testing.T) {
 			}
 			closed := versionAtLeast(info, 7, 2)
 			srv.kill()
+			runs := runs
+			switch {
+			case runs > 0:
+			case closed:
+				runs = 30
+			default:
+				runs = 5
+			}
 			var doubled []int
 			total, reported := 0, 0
 			for run := range runs {
