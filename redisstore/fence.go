@@ -101,7 +101,11 @@ func (s *Store) Provision(ctx context.Context) (opened int, err error) {
 // key space are safe), records a "provisioned" ledger entry naming the
 // statement, logs it, and returns how many markers it wrote; 0, nil when
 // every shard is open already. It refuses exactly as [Store.Provision]
-// does wherever anything shows a previous life. Called after a loss
+// does wherever anything shows a previous life, with one exception: a
+// key space whose only history is the fence Provision wrote for unknown
+// history (its one ledger entry, every shard still fenced, no entry under
+// the prefix, no loss counted) is opened, so an operator who ran
+// provision without -new on a first deploy states it and is done. Called after a loss
 // nobody watched, it opens the key space at once and every ID claimed
 // before the loss and not yet expired is accepted again: when in doubt,
 // use Provision, which fences for one lifetime (ctoken-store provision
@@ -125,18 +129,40 @@ func (s *Store) provision(ctx context.Context, statedNew bool) (opened int, err 
 	case ks.open == Shards:
 		s.spaceOK.Store(true)
 		return 0, nil
+	case ks.fenced > 0 && statedNew && ks.fenced == Shards:
+		// Provision may have fenced it for unknown history, and the
+		// operator now states the prefix is new: that fence guards
+		// nothing else when the ledger holds it alone.
+		only, err := s.fencedForUnknownHistoryOnly(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if !only {
+			return 0, &refusal{sentinel: ErrFenced, why: whyProvisionFenced, retryAt: ks.until, cause: fmt.Errorf("%w: %s", ErrUnavailable, ks)}
+		}
 	case ks.fenced > 0:
 		return 0, &refusal{sentinel: ErrFenced, why: whyProvisionFenced, retryAt: ks.until, cause: fmt.Errorf("%w: %s", ErrUnavailable, ks)}
 	case ks.open > 0:
 		return 0, refuse(ErrConfig, whyPartlyProvisioned, errors.New(ks.String()))
-	}
-	if err := s.previousLife(ctx, whyPreviousLife); err != nil {
-		return 0, err
+	default:
+		if err := s.previousLife(ctx, whyPreviousLife); err != nil {
+			return 0, err
+		}
 	}
 	if !statedNew {
 		return 0, s.fenceUnknown(ctx)
 	}
 	for _, m := range s.tags {
+		if ks.fenced > 0 { // the fence of Provision for unknown history
+			v, err := s.call(ctx, "EVAL", reopenScript, 1, m)
+			if err != nil {
+				return opened, err
+			}
+			if n, _ := v.(int64); n == 1 {
+				opened++
+			}
+			continue
+		}
 		v, err := s.call(ctx, "SET", m, "O", "NX")
 		switch {
 		case errors.Is(err, errNil): // another Provision, or a fence, was first
@@ -153,6 +179,37 @@ func (s *Store) provision(ctx context.Context, statedNew bool) (opened int, err 
 	s.log.Info("redisstore: key space provisioned open on the operator's statement that the prefix never held claims (ProvisionNew)", "prefix", s.prefix, "opened", opened, "horizon", s.horizon)
 	return opened, nil
 }
+
+// fencedForUnknownHistoryOnly reports whether the key space's only
+// history is the fence Provision wrote for unknown history: the ledger
+// holds that one entry, no entry lives under the prefix, and no master
+// shows loss since it started.
+func (s *Store) fencedForUnknownHistoryOnly(ctx context.Context) (bool, error) {
+	ledger, err := s.readLedger(ctx)
+	if err != nil {
+		return false, err
+	}
+	if len(ledger) != 1 || ledger[0].Kind != ledgerProvisioned || !strings.HasPrefix(ledger[0].Detail, unknownHistoryDetail) {
+		return false, nil
+	}
+	masters, err := s.mastersErr(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range masters {
+		if err := s.lossEvidence(ctx, m, whyPreviousLife); err != nil {
+			return false, err
+		}
+		if err := s.scanEntries(ctx, m, whyPreviousLife); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// unknownHistoryDetail begins the ledger entry of Provision's fence for
+// unknown history.
+const unknownHistoryDetail = "history unknown"
 
 // fenceUnknown fences every shard of a key space with no marker and no
 // evidence either way for one lifetime (the recorded one, else the
@@ -185,7 +242,7 @@ func (s *Store) fenceUnknown(ctx context.Context) error {
 		}
 	}
 	at := until.UTC().Format(time.RFC3339)
-	if err := s.note(ctx, ledgerProvisioned, fmt.Sprintf("history unknown (no shard marker, no ledger entry, no evidence either way): fenced %d of %d shards for %s (%s) until %s, serving from then; horizon %s", Shards, Shards, life, from, at, s.horizon)); err != nil {
+	if err := s.note(ctx, ledgerProvisioned, fmt.Sprintf(unknownHistoryDetail+" (no shard marker, no ledger entry, no evidence either way): fenced %d of %d shards for %s (%s) until %s, serving from then; horizon %s", Shards, Shards, life, from, at, s.horizon)); err != nil {
 		return err
 	}
 	if s.opts.Observer != nil {

@@ -10,14 +10,15 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
+	"github.com/redis/go-redis/v9"
 )
 
 // Provision on a key space with no marker and no evidence either way
 // fences every shard for one lifetime (the recorded one, else the
 // Horizon) instead of opening it: it returns 0 and ErrFenced whose
 // RetryAt is the fence's end, records it in the ledger, Status shows when
-// reopening becomes safe, Open refuses until then, and Provision or
-// ProvisionNew again refuse while it lasts, writing nothing.
+// reopening becomes safe, Open refuses until then, and Provision again
+// refuses while it lasts, writing nothing.
 func TestProvisionFencesAKeySpaceOfUnknownHistory(t *testing.T) {
 	t.Parallel()
 	const horizon = time.Hour
@@ -72,14 +73,80 @@ func TestProvisionFencesAKeySpaceOfUnknownHistory(t *testing.T) {
 				t.Fatalf("Open while fenced = %v; want ErrFenced", err)
 			}
 			markers, _ := c.MGet(ctx, s.tags[:]...).Result()
-			for name, provision := range map[string]func(context.Context) (int, error){"Provision": s.Provision, "ProvisionNew": s.ProvisionNew} {
-				if n, err := provision(ctx); n != 0 || !errors.Is(err, ErrFenced) {
-					t.Fatalf("%s again = %d, %v; want 0, ErrFenced", name, n, err)
-				}
+			if n, err := s.Provision(ctx); n != 0 || !errors.Is(err, ErrFenced) {
+				t.Fatalf("Provision again = %d, %v; want 0, ErrFenced", n, err)
 			}
 			again, _ := c.MGet(ctx, s.tags[:]...).Result()
 			if ledger, _ := s.readLedger(ctx); len(ledger) != 1 || fmt.Sprint(again) != fmt.Sprint(markers) {
 				t.Fatalf("a refused Provision wrote: ledger %+v", ledger)
+			}
+		})
+	}
+}
+
+// ProvisionNew on a key space Provision fenced for unknown history is the
+// operator's statement that arrived late: it opens the key space when
+// that fence is its only history, and refuses, writing nothing, when
+// anything else shows a previous life.
+func TestProvisionNewOpensAFenceForUnknownHistoryOnly(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		after  func(t *testing.T, s *Store, c *redis.Client) // after Provision's fence
+		want   error                                         // nil: opened
+		reason string
+	}{
+		{"the fence alone: opened", func(*testing.T, *Store, *redis.Client) {}, nil, ""},
+		{"an entry under the prefix", func(t *testing.T, s *Store, c *redis.Client) {
+			c.Set(context.Background(), s.tags[5]+":left", "1x", 0)
+		}, ErrConfig, whyPreviousLife},
+		{"a loss in the ledger", func(t *testing.T, s *Store, c *redis.Client) {
+			if err := s.note(context.Background(), ledgerLoss, "test: a loss"); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrFenced, whyProvisionFenced},
+		{"SWAPDB ran, swapped back", func(t *testing.T, s *Store, c *redis.Client) {
+			c.Do(context.Background(), "SWAPDB", 0, 1)
+			c.Do(context.Background(), "SWAPDB", 0, 1)
+		}, ErrConfig, whyPreviousLife},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			srv := newServer(t)
+			c := srv.client()
+			opts := Options{Prefix: "late:", Logger: quietLogger(), Horizon: time.Hour}
+			s, err := New(c, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := s.Provision(ctx); !errors.Is(err, ErrFenced) {
+				t.Fatalf("Provision = %v; want ErrFenced", err)
+			}
+			tt.after(t, s, c)
+			markers, _ := c.MGet(ctx, s.tags[:]...).Result()
+			ledger, _ := s.readLedger(ctx)
+			n, err := s.ProvisionNew(ctx)
+			if tt.want != nil {
+				again, _ := c.MGet(ctx, s.tags[:]...).Result()
+				ledgerAgain, _ := s.readLedger(ctx)
+				if n != 0 || !errors.Is(err, tt.want) || Reason(err) != tt.reason || fmt.Sprint(again) != fmt.Sprint(markers) || len(ledgerAgain) != len(ledger) {
+					t.Fatalf("ProvisionNew = %d, %v; want 0, %v (%q), nothing written", n, err, tt.want, tt.reason)
+				}
+				return
+			}
+			if n != Shards || err != nil {
+				t.Fatalf("ProvisionNew = %d, %v; want %d, nil", n, err, Shards)
+			}
+			app, err := Open(ctx, c, opts)
+			if err != nil {
+				t.Fatalf("Open after ProvisionNew: %v", err)
+			}
+			defer app.Close()
+			if first, err := app.Claim(ctx, "x", time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("claim = %v, %v; want first", first, err)
 			}
 		})
 	}
