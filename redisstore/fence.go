@@ -105,11 +105,13 @@ func (s *Store) Provision(ctx context.Context) (opened int, err error) {
 // key space whose only history is the fence Provision wrote for unknown
 // history (its one ledger entry, every shard still fenced, no entry under
 // the prefix, no loss counted) is opened, so an operator who ran
-// provision without -new on a first deploy states it and is done. Called after a loss
-// nobody watched, it opens the key space at once and every ID claimed
-// before the loss and not yet expired is accepted again: when in doubt,
-// use Provision, which fences for one lifetime (ctoken-store provision
-// -new is this call; without -new, Provision).
+// provision without -new on a first deploy states it and is done.
+//
+// Called after a loss nobody watched, it opens the key space at once and
+// every ID claimed before the loss and not yet expired is accepted again:
+// when in doubt, use Provision, which fences for one lifetime
+// (ctoken-store provision -new is this call; without -new, Provision).
+// Safe for concurrent use.
 func (s *Store) ProvisionNew(ctx context.Context) (opened int, err error) {
 	return s.provision(ctx, true)
 }
