@@ -30,8 +30,10 @@
 // -new, provision fences a key space with no marker and no evidence either
 // way for one lifetime (redisstore.Store.Provision: the key space's
 // recorded lifetime, else -horizon), prints when it serves, and exits 1:
-// the safe step after Redis lost a key space nobody watched. Both refuse
-// when anything shows the prefix or the server had a previous life. status
+// the safe step after Redis lost a key space nobody watched; provision
+// -new then still opens it while that fence is its only history. Both
+// refuse when anything shows the prefix or the server had a previous
+// life. status
 // prints what the store knows: shards open, fenced (until when) and
 // missing, the key space's ledger, and each master's identity,
 // persistence, eviction settings and loss counters. reopen opens every
