@@ -84,8 +84,8 @@ if [ "${CTOKEN_REDIS_FLAVOR:-redis}" = valkey ]; then
 	chmod +x "$sentinel_dir/valkey-sentinel"
 	export CTOKEN_REDIS_SENTINEL="$sentinel_dir/valkey-sentinel"
 	echo "--- store failures under load against $("$CTOKEN_REDIS_SERVER" --version | awk '{print $1, $3}')"
-	(cd redisstore && go test -tags fault -count=1 -timeout 600s -v \
-		-run '^(TestFailoverToLaggingReplica|TestStoreThatForgets|TestLaggingInstanceClock|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports|TestSentinelFailoverToNewPersistence)' .)
+	(cd redisstore && go test -tags fault -count=1 -timeout 900s -v \
+		-run '^(TestFailoverToLaggingReplica|TestStoreThatForgets|TestLaggingInstanceClock|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports|TestSentinelFailoverToNewPersistence|TestAOFSwitchedOffThenCrash)' .)
 	echo "--- fleet fault tests passed (valkey)"
 	exit 0
 fi
@@ -110,8 +110,8 @@ fi
 
 if [ "$what" = all ] || [ "$what" = failures ]; then
 	echo "--- store failures under load (issue 26, docs/faults.md; the tests start their own redis-server, replicas, redis-sentinel and Cluster)"
-	(cd redisstore && go test -tags fault -count=1 -timeout 600s -v \
-		-run '^(TestFailoverToLaggingReplica|TestSentinelFailover|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock|TestIdempotencyExactlyOnce|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports)' .)
+	(cd redisstore && go test -tags fault -count=1 -timeout 900s -v \
+		-run '^(TestFailoverToLaggingReplica|TestSentinelFailover|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock|TestIdempotencyExactlyOnce|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports|TestAOFSwitchedOffThenCrash)' .)
 fi
 
 if [ "$what" = all ] || [ "$what" = load ]; then

@@ -312,7 +312,7 @@ func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 				t.Fatalf("Open: %v", err)
 			}
 			t.Cleanup(func() { s.Close() })
-			if _, err := s.Provision(context.Background()); err != nil {
+			if _, err := s.ProvisionNew(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			check := func(want int) {

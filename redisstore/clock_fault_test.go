@@ -53,7 +53,7 @@ func TestLaggingInstanceClock(t *testing.T) {
 		}
 		t.Cleanup(func() { s.Close() })
 		if i == 0 {
-			if _, err := s.Provision(ctx); err != nil {
+			if _, err := s.ProvisionNew(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -520,7 +520,7 @@ func clusterDurabilityWaitsOnTheKeysMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	if _, err := s.Provision(ctx); err != nil {
+	if _, err := s.ProvisionNew(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Two IDs on each master that holds a shard (the slot migration test

@@ -184,25 +184,44 @@ func newDurability(client Client, d Durability, timeout time.Duration) (durabili
 // (within Options.RecheckInterval). A master that cannot answer leaves
 // the setting as it was. obs are the check's observations of masters, in
 // order: their persistence settings are not read again.
+//
+// A master this check read as running AOF with appendfsync always whose
+// WAITAOF probe then fails with an error reply other than "unknown
+// command" or a permission refusal (which say the server cannot wait, as
+// on Redis 7.0) is evidence that AOF was switched off between the read
+// and the probe, not a reason to stop waiting: the wait is turned on (or
+// kept), so every write until the next check is refused by WAITAOF
+// ([ErrNotDurable]), and that check runs at once and fences the key space
+// for the switch (TestAOFProbeFailingAfterAFreshReadKeepsTheWait).
 func (s *Store) decideLocalAOF(ctx context.Context, masters []doer, obs []observation) {
 	im := s.dur.implied
 	if im == nil || len(masters) == 0 || len(obs) != len(masters) {
 		return
 	}
-	on := true
+	on, changed := true, false
 	for i, m := range masters {
 		if !obs[i].aofAlways {
 			on = false
 			break
 		}
-		ok, known := waitsForAOF(ctx, m)
+		ok, known, cannot := waitsForAOF(ctx, m)
 		if !known {
 			return
+		}
+		if !ok && !cannot {
+			changed = true // read AOF always, then refused: switched off since
+			break
 		}
 		if !ok {
 			on = false
 			break
 		}
+	}
+	if changed {
+		im.on.Store(true)
+		s.checkSoon()
+		s.log.Warn("redisstore: the server refused WAITAOF right after it showed AOF with appendfsync always: AOF was switched off meanwhile; writes wait for WAITAOF (and are refused) until the next check fences the key space", "prefix", s.prefix)
+		return
 	}
 	if im.on.Swap(on) != on {
 		if on {
@@ -258,16 +277,18 @@ func probed(pc *redis.Cmd) error {
 }
 
 // waitsForAOF reports whether m, which runs AOF with appendfsync always,
-// accepts WAITAOF 1 0; known is false when m could not answer.
-func waitsForAOF(ctx context.Context, m doer) (ok, known bool) {
+// accepts WAITAOF 1 0; known is false when m could not answer; cannot is
+// true when m refused the command itself (unknown, as on Redis 7.0, or
+// forbidden), as opposed to refusing to wait (AOF off).
+func waitsForAOF(ctx context.Context, m doer) (ok, known, cannot bool) {
 	_, err := m.Do(ctx, "WAITAOF", "1", "0", "1").Result()
 	switch {
 	case err == nil:
-		return true, true
+		return true, true, false
 	case isServerError(err):
-		return false, true // unknown command (Redis 7.0), or refused
+		return false, true, isRefused(err)
 	}
-	return false, false
+	return false, false, false
 }
 
 // isServerError reports an error reply of the server (as opposed to a

@@ -29,7 +29,7 @@ func TestDurabilityContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	if _, err := s.Provision(context.Background()); err != nil {
+	if _, err := s.ProvisionNew(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	replaytest.RunDurabilityContract(t, s,
@@ -123,7 +123,7 @@ func openRefusesReplicasWithoutDurability(t *testing.T) {
 			t.Fatalf("claim on a primary with a replica and no Durability = %v, %v; want ErrConfig", first, err)
 		}
 	}
-	if _, err := s.Provision(ctx); !errors.Is(err, ErrConfig) {
+	if _, err := s.ProvisionNew(ctx); !errors.Is(err, ErrConfig) {
 		t.Fatalf("Provision: %v; want ErrConfig", err)
 	}
 	for _, opts := range []Options{

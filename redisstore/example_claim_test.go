@@ -28,7 +28,7 @@ func ExampleStore_Claim() {
 	// or with every write fsynced:
 	//   redis-server --appendonly yes --appendfsync always
 	// The prefix was provisioned once when it was deployed:
-	//   ctoken-store provision -addr "$REDIS_ADDR" -prefix myapp:webhooks:
+	//   ctoken-store provision -addr "$REDIS_ADDR" -prefix myapp:webhooks: -new
 	store, err := redisstore.Open(context.Background(), client, redisstore.Options{Prefix: "myapp:webhooks:"})
 	if err != nil {
 		// ErrConfig: the server does not fit the options, or the prefix is

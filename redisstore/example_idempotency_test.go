@@ -22,16 +22,16 @@ func ExampleStore_AcquireRecord() {
 	defer client.Close()
 	ctx := context.Background()
 	// A throwaway prefix of a test or a demo may be provisioned by the
-	// program itself (New, then Provision); a deployed prefix is
-	// provisioned by the deployment (ctoken-store provision), never at
-	// start-up: after a loss, Provision would be asked to call the lost key
+	// program itself (New, then ProvisionNew); a deployed prefix is
+	// provisioned by the deployment (ctoken-store provision -new), never at
+	// start-up: after a loss, ProvisionNew would be asked to call the lost key
 	// space new.
 	store, err := redisstore.New(client, redisstore.Options{Prefix: "demo:idem:"})
 	if err != nil {
 		panic(err)
 	}
 	defer store.Close()
-	if _, err := store.Provision(ctx); err != nil {
+	if _, err := store.ProvisionNew(ctx); err != nil {
 		panic(err) // it refuses anything with a previous life; Reason says what
 	}
 

@@ -14,7 +14,7 @@ import (
 // reported first. Durability.Replicas must cover every replica the primary
 // has (Open refuses fewer, unless AllowFewerReplicas). The prefix is
 // provisioned once, as a deployment step before the applications start
-// (ctoken-store provision -sentinel "$SENTINEL_ADDR" -master mymaster
+// (ctoken-store provision -new -sentinel "$SENTINEL_ADDR" -master mymaster
 // -prefix myapp:replay: -replicas 1); Open refuses it until then.
 func ExampleOpen() {
 	client := redis.NewFailoverClient(&redis.FailoverOptions{

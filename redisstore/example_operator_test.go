@@ -12,13 +12,15 @@ import (
 
 // The operator's path, which the ctoken-store command runs
 // (ctoken-store provision, status, reopen), never the application at
-// start-up: Provision opens a brand-new prefix once, and refuses, writing
-// nothing, when any evidence shows the prefix or the server had a previous
-// life; Status shows the key space's shards, fences and ledger. Reopening
+// start-up: ProvisionNew opens a brand-new prefix once, on the operator's
+// statement that it never held claims (a first deploy; Provision instead
+// fences a key space of unknown history for one lifetime), and both
+// refuse, writing nothing, when any evidence shows the prefix or the
+// server had a previous life; Status shows the key space's shards, fences and ledger. Reopening
 // a key space that lost data (Store.Reopen) accepts a risk, so it takes
 // who accepted it and why. Needs a Redis server (REDIS_ADDR), so it is
 // compiled, not run.
-func ExampleStore_Provision() {
+func ExampleStore_ProvisionNew() {
 	client := redis.NewClient(&redis.Options{
 		Addr:                  os.Getenv("REDIS_ADDR"),
 		ContextTimeoutEnabled: true,
@@ -32,7 +34,7 @@ func ExampleStore_Provision() {
 		panic(err)
 	}
 	defer store.Close()
-	opened, err := store.Provision(ctx)
+	opened, err := store.ProvisionNew(ctx)
 	if err != nil {
 		panic(redisstore.Reason(err)) // names the way on: wait out a fence, a new prefix, or a reopen
 	}

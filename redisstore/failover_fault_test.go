@@ -55,7 +55,7 @@ func replicatedStore(t *testing.T, c Client, prefix string, replicas int) *Store
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	if _, err := s.Provision(ctx); err != nil {
+	if _, err := s.ProvisionNew(ctx); err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
 	return s

@@ -52,7 +52,7 @@ func faultStoreWith(t *testing.T, c Client, opts Options) *Store {
 	t.Cleanup(func() { s.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.Provision(ctx); err != nil {
+	if _, err := s.ProvisionNew(ctx); err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
 	return s

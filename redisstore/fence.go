@@ -58,12 +58,23 @@ func (s *Store) key(id string) string {
 	return k
 }
 
-// Provision opens a brand-new key space: it writes an "open" fence marker
-// into every shard, so that [Open] accepts the prefix and the store serves.
-// It is a deployment step, run once per new prefix by an operator (the
-// ctoken-store command: ctoken-store provision), never at application
-// start-up: a key space whose data Redis lost looks like one that was never
-// provisioned, and Provision tells the store "new".
+// Provision brings a key space whose history is unknown into service
+// safely: it is the deployment step after Redis lost a key space nobody
+// watched (a restart without persistence while no application ran), and
+// for a prefix an operator cannot vouch for. A key space with no shard
+// marker and no other evidence either way is fenced for one lifetime:
+// every shard gets a fence that ends when every claim that could have
+// been lost has expired (the key space's recorded lifetime,
+// [Store.Lifetime], or this store's Horizon when none is recorded, as
+// after a restart without persistence), and the applications serve from
+// then, unattended. Provision then returns 0 and an error matching
+// [ErrFenced] whose RetryAt (see [replay.RetryAt]) is the fence's end and
+// whose [Reason] says so; [Store.Status] shows it (ReopenSafeAt), and the
+// ledger records a "provisioned" entry naming the fence. A brand-new
+// prefix is opened at once by [Store.ProvisionNew] instead, on the
+// operator's statement that it never held claims. It is a deployment
+// step, run by an operator (ctoken-store provision), never at
+// application start-up.
 //
 // It runs the server checks of [Open] first, and writes nothing when any
 // evidence shows the prefix or the server had a previous life: an entry in
@@ -77,10 +88,36 @@ func (s *Store) key(id string) string {
 // (ctoken-store reopen).
 //
 // When every shard is open already it changes nothing and returns 0, nil:
-// running it again is safe. Otherwise it writes the markers (SET NX, so
-// concurrent Provision calls on one new key space are safe), records a
-// "provisioned" entry in the ledger, and returns how many markers it wrote.
+// running it again is safe.
 func (s *Store) Provision(ctx context.Context) (opened int, err error) {
+	return s.provision(ctx, false)
+}
+
+// ProvisionNew opens a brand-new key space at once: it is the operator's
+// statement that the prefix never held claims on this server (a first
+// deploy), which nothing in Redis can prove, since a key space whose data
+// Redis lost looks exactly like one never provisioned. It writes an
+// "open" marker into every shard (SET NX, so concurrent calls on one new
+// key space are safe), records a "provisioned" ledger entry naming the
+// statement, logs it, and returns how many markers it wrote; 0, nil when
+// every shard is open already. It refuses exactly as [Store.Provision]
+// does wherever anything shows a previous life, with one exception: a
+// key space whose only history is the fence Provision wrote for unknown
+// history (its one ledger entry, every shard still fenced, no entry under
+// the prefix, no loss counted) is opened, so an operator who ran
+// provision without -new on a first deploy states it and is done.
+//
+// Called after a loss nobody watched, it opens the key space at once and
+// every ID claimed before the loss and not yet expired is accepted again:
+// when in doubt, use Provision, which fences for one lifetime
+// (ctoken-store provision -new is this call; without -new, Provision).
+// Safe for concurrent use.
+func (s *Store) ProvisionNew(ctx context.Context) (opened int, err error) {
+	return s.provision(ctx, true)
+}
+
+// provision is Provision, or ProvisionNew when statedNew.
+func (s *Store) provision(ctx context.Context, statedNew bool) (opened int, err error) {
 	ctx, cancel := adminDeadline(ctx)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
@@ -94,15 +131,40 @@ func (s *Store) Provision(ctx context.Context) (opened int, err error) {
 	case ks.open == Shards:
 		s.spaceOK.Store(true)
 		return 0, nil
+	case ks.fenced > 0 && statedNew && ks.fenced == Shards:
+		// Provision may have fenced it for unknown history, and the
+		// operator now states the prefix is new: that fence guards
+		// nothing else when the ledger holds it alone.
+		only, err := s.fencedForUnknownHistoryOnly(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if !only {
+			return 0, &refusal{sentinel: ErrFenced, why: whyProvisionFenced, retryAt: ks.until, cause: fmt.Errorf("%w: %s", ErrUnavailable, ks)}
+		}
 	case ks.fenced > 0:
-		return 0, refuse(ErrFenced, whyProvisionFenced, fmt.Errorf("%w: %s", ErrUnavailable, ks))
+		return 0, &refusal{sentinel: ErrFenced, why: whyProvisionFenced, retryAt: ks.until, cause: fmt.Errorf("%w: %s", ErrUnavailable, ks)}
 	case ks.open > 0:
 		return 0, refuse(ErrConfig, whyPartlyProvisioned, errors.New(ks.String()))
+	default:
+		if err := s.previousLife(ctx, whyPreviousLife); err != nil {
+			return 0, err
+		}
 	}
-	if err := s.previousLife(ctx, whyPreviousLife); err != nil {
-		return 0, err
+	if !statedNew {
+		return 0, s.fenceUnknown(ctx)
 	}
 	for _, m := range s.tags {
+		if ks.fenced > 0 { // the fence of Provision for unknown history
+			v, err := s.call(ctx, "EVAL", reopenScript, 1, m)
+			if err != nil {
+				return opened, err
+			}
+			if n, _ := v.(int64); n == 1 {
+				opened++
+			}
+			continue
+		}
 		v, err := s.call(ctx, "SET", m, "O", "NX")
 		switch {
 		case errors.Is(err, errNil): // another Provision, or a fence, was first
@@ -112,12 +174,87 @@ func (s *Store) Provision(ctx context.Context) (opened int, err error) {
 			opened++
 		}
 	}
-	if err := s.note(ctx, ledgerProvisioned, fmt.Sprintf("opened %d of %d shards; horizon %s", opened, Shards, s.horizon)); err != nil {
+	if err := s.note(ctx, ledgerProvisioned, fmt.Sprintf("stated new by the operator (ProvisionNew: the prefix never held claims): opened %d of %d shards; horizon %s", opened, Shards, s.horizon)); err != nil {
 		return opened, err
 	}
 	s.spaceOK.Store(true)
-	s.log.Info("redisstore: key space provisioned", "prefix", s.prefix, "opened", opened, "horizon", s.horizon)
+	s.log.Info("redisstore: key space provisioned open on the operator's statement that the prefix never held claims (ProvisionNew)", "prefix", s.prefix, "opened", opened, "horizon", s.horizon)
 	return opened, nil
+}
+
+// fencedForUnknownHistoryOnly reports whether the key space's only
+// history is the fence Provision wrote for unknown history: the ledger
+// holds that one entry, no entry lives under the prefix, and no master
+// shows loss since it started.
+func (s *Store) fencedForUnknownHistoryOnly(ctx context.Context) (bool, error) {
+	ledger, err := s.readLedger(ctx)
+	if err != nil {
+		return false, err
+	}
+	if len(ledger) != 1 || ledger[0].Kind != ledgerProvisioned || !strings.HasPrefix(ledger[0].Detail, unknownHistoryDetail) {
+		return false, nil
+	}
+	masters, err := s.mastersErr(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range masters {
+		if err := s.lossEvidence(ctx, m, whyPreviousLife); err != nil {
+			return false, err
+		}
+		if err := s.scanEntries(ctx, m, whyPreviousLife); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// unknownHistoryDetail begins the ledger entry of Provision's fence for
+// unknown history.
+const unknownHistoryDetail = "history unknown"
+
+// fenceUnknown fences every shard of a key space with no marker and no
+// evidence either way for one lifetime (the recorded one, else the
+// Horizon), records it in the ledger, logs it, and returns the refusal
+// that says so (ErrFenced, RetryAt the fence's end).
+func (s *Store) fenceUnknown(ctx context.Context) error {
+	life, err := s.readLifetime(ctx)
+	if err != nil && !errors.Is(err, errBadLifetime) {
+		return err
+	}
+	// A record longer than this store's Horizon is another
+	// application's lifetime: the fence covers it too.
+	from := "the key space's recorded lifetime"
+	if life <= 0 {
+		life, from = s.horizon, "the Horizon: the key space records no lifetime"
+	}
+	arg := strconv.FormatInt(life.Milliseconds(), 10)
+	var until time.Time
+	for _, m := range s.tags {
+		v, err := s.call(ctx, "EVAL", fenceScript, 1, m, arg)
+		if err != nil {
+			return err // the shards fenced so far stay fenced: a rerun refuses (ErrFenced) until they end
+		}
+		ms, ok := v.(int64)
+		if !ok {
+			return fmt.Errorf("%w: unexpected reply to the fence script", ErrUnavailable)
+		}
+		if t := time.UnixMilli(ms); t.After(until) {
+			until = t
+		}
+	}
+	at := until.UTC().Format(time.RFC3339)
+	if err := s.note(ctx, ledgerProvisioned, fmt.Sprintf(unknownHistoryDetail+" (no shard marker, no ledger entry, no evidence either way): fenced %d of %d shards for %s (%s) until %s, serving from then; horizon %s", Shards, Shards, life, from, at, s.horizon)); err != nil {
+		return err
+	}
+	if s.opts.Observer != nil {
+		for i := range s.tags {
+			s.opts.Observer(Event{Kind: EventFenceRaised, Shard: i, Until: until})
+		}
+	}
+	s.log.Warn("redisstore: key space history unknown: provisioned fenced for one lifetime; it serves when every claim that could have been lost has expired (ProvisionNew opens a prefix that never held claims at once)", "prefix", s.prefix, "lifetime", life, "until", until)
+	return &refusal{sentinel: ErrFenced, why: whyProvisionedFenced, retryAt: until,
+		cause: fmt.Errorf("%w: every shard fenced for %s until %s", ErrUnavailable, life, at)}
 }
 
 // previousLife refuses, with reason why, when the ledger holds any entry,
@@ -526,7 +663,8 @@ func (s *Store) readySpace(ctx context.Context) error {
 // Fixed reasons of the key-space refusals. Each names the next step, with
 // the ctoken-store command (redisstore/cmd/ctoken-store) that takes it.
 const (
-	whyNotProvisioned    = "key space not provisioned, or Redis lost it: run `ctoken-store status`; a new prefix: `ctoken-store provision`"
+	whyNotProvisioned    = "no shard marker: the key space was never provisioned, or Redis lost it (its history is unknown): run `ctoken-store status`; then `ctoken-store provision`, which fences it for one lifetime and serves from then, or, for a prefix that never held claims, `ctoken-store provision -new`"
+	whyProvisionedFenced = "history unknown: Provision fenced the key space for one lifetime (every claim that could have been lost expires by then); the applications serve from the fence's end by themselves; see `ctoken-store status`"
 	whyKeySpaceFenced    = "key space fenced after a loss: every shard refuses until its fence ends; see `ctoken-store status`; to serve before then, an operator who accepts that IDs claimed before the loss are accepted again runs `ctoken-store reopen`"
 	whyProvisionFenced   = "key space fenced: it lost data (or claims were tried before Provision); Provision refuses: see `ctoken-store status`; wait out the fence, use a new prefix, or accept the risk with `ctoken-store reopen`"
 	whyPartlyProvisioned = "key space partly provisioned: a shard may have lost data, or a Provision was interrupted; Provision refuses: see `ctoken-store status`; wait out the fence, use a new prefix, or accept the risk with `ctoken-store reopen`"

@@ -51,7 +51,7 @@ func provisionFirst(t testing.TB, c Client, opts Options) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Provision(context.Background()); err != nil {
+	if _, err := s.ProvisionNew(context.Background()); err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
 }
@@ -118,7 +118,7 @@ func claimRefusesWhileFencedThenServesAfterHorizon(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := s.Provision(ctx); err != nil {
+	if _, err := s.ProvisionNew(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// A partial loss: the shard of "a" lost its marker. Its first call
@@ -190,10 +190,10 @@ func provisionOpensOnlyANewKeySpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if n, err := s.Provision(ctx); n != Shards || err != nil {
+	if n, err := s.ProvisionNew(ctx); n != Shards || err != nil {
 		t.Fatalf("Provision of a new key space = %d, %v; want %d, nil", n, err, Shards)
 	}
-	if n, err := s.Provision(ctx); n != 0 || err != nil {
+	if n, err := s.ProvisionNew(ctx); n != 0 || err != nil {
 		t.Fatalf("Provision again = %d, %v; want 0, nil", n, err)
 	}
 	if first, err := s.Claim(ctx, "x", time.Now().Add(time.Minute)); !first || err != nil {
@@ -211,7 +211,7 @@ func provisionOpensOnlyANewKeySpace(t *testing.T) {
 	if err := c.Del(ctx, marker).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.Provision(ctx); n != 0 || !errors.Is(err, ErrConfig) {
+	if n, err := s.ProvisionNew(ctx); n != 0 || !errors.Is(err, ErrConfig) {
 		t.Fatalf("Provision with one marker missing = %d, %v; want 0, ErrConfig", n, err)
 	}
 	if first, err := s.Claim(ctx, lostID, time.Now().Add(time.Minute)); first || !errors.Is(err, ErrFenced) {
@@ -294,7 +294,7 @@ func reprovisionNeverUsed(t *testing.T) {
 	}{
 		{"claims before Provision", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
 			fenceAll(t, s)
-			if _, err := s.Provision(ctx); !errors.Is(err, ErrFenced) || !strings.Contains(Reason(err), "ctoken-store reopen") {
+			if _, err := s.ProvisionNew(ctx); !errors.Is(err, ErrFenced) || !strings.Contains(Reason(err), "ctoken-store reopen") {
 				t.Fatalf("Provision of a fenced key space = %v; want ErrFenced naming ctoken-store reopen", err)
 			}
 		}, nil},
@@ -307,7 +307,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			c.Set(ctx, s.tags[3], "O", 0)
 		}, ErrConfig},
 		{"an entry left (a partial loss)", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if _, err := s.Provision(ctx); err != nil {
+			if _, err := s.ProvisionNew(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if first, err := s.Claim(ctx, "kept", until()); !first || err != nil {
@@ -329,7 +329,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			fenceAll(t, s)
 		}, ErrConfig},
 		{"FLUSHALL after serving", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if _, err := s.Provision(ctx); err != nil {
+			if _, err := s.ProvisionNew(ctx); err != nil {
 				t.Fatal(err)
 			}
 			s.Claim(ctx, "lost", until())
@@ -337,7 +337,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			fenceAll(t, s)
 		}, ErrConfig},
 		{"SWAPDB after serving", persistent, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if _, err := s.Provision(ctx); err != nil {
+			if _, err := s.ProvisionNew(ctx); err != nil {
 				t.Fatal(err)
 			}
 			s.Claim(ctx, "lost", until())
@@ -347,7 +347,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			fenceAll(t, s)
 		}, ErrConfig},
 		{"restart without persistence after serving", nil, func(t *testing.T, s *Store, srv *server, c *redis.Client) {
-			if _, err := s.Provision(ctx); err != nil {
+			if _, err := s.ProvisionNew(ctx); err != nil {
 				t.Fatal(err)
 			}
 			s.Claim(ctx, "lost", until())
@@ -669,7 +669,7 @@ func provisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
 			tt.setup(t, s, c)
 			before, _ := c.MGet(ctx, s.tags[:]...).Result()
 			ledgerBefore, _ := s.readLedger(ctx)
-			n, err := s.Provision(ctx)
+			n, err := s.ProvisionNew(ctx)
 			if tt.want != nil {
 				if n != 0 || !errors.Is(err, tt.want) || Reason(err) != tt.reason || !strings.Contains(Reason(err), "ctoken-store") {
 					t.Fatalf("Provision = %d, %v; want 0, %v (%q)", n, err, tt.want, tt.reason)
@@ -688,7 +688,7 @@ func provisionRefusesOnEvidenceOfAPreviousLife(t *testing.T) {
 			if err != nil || len(ledger) != 1 || ledger[0].Kind != ledgerProvisioned || !strings.Contains(ledger[0].Detail, "horizon 2h0m0s") {
 				t.Fatalf("ledger after Provision = %+v, %v; want one provisioned entry naming the horizon", ledger, err)
 			}
-			if n, err := s.Provision(ctx); n != 0 || err != nil {
+			if n, err := s.ProvisionNew(ctx); n != 0 || err != nil {
 				t.Fatalf("Provision again = %d, %v; want 0, nil", n, err)
 			}
 			if again, _ := s.readLedger(ctx); len(again) != 1 {

@@ -61,7 +61,7 @@ func TestStoreThatForgets(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { s.Close() })
-				if _, err := s.Provision(ctx); err != nil {
+				if _, err := s.ProvisionNew(ctx); err != nil {
 					cancel()
 					t.Fatal(err)
 				}

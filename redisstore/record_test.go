@@ -463,7 +463,7 @@ func recordStepsAreGuarded(t *testing.T) {
 		}
 		t.Cleanup(func() { s.Close() })
 		// The shard of "a" lost its marker: the first step raises its fence.
-		if _, err := s.Provision(ctx); err != nil {
+		if _, err := s.ProvisionNew(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {

@@ -4,7 +4,9 @@
 // Most users need one [Store], from [Open] on a go-redis client
 // (ExampleOpen), given as the Replay or Store of a config
 // (ExampleStore_Claim, ExampleStore_AcquireRecord); the operator provisions
-// its prefix once, before ([Store.Provision], ExampleStore_Provision).
+// its prefix once, before ([Store.ProvisionNew] for a first deploy,
+// ExampleStore_ProvisionNew; [Store.Provision] fences a key space of
+// unknown history for one lifetime).
 //
 // Each claim and each lease step is one atomic Lua script (EVALSHA) on two
 // keys of one hash slot: the ID's entry <prefix>{NN}:<id> and its shard's
@@ -107,15 +109,21 @@
 // covers it.
 //
 // A new prefix is provisioned once, as a deployment step before the
-// applications start: the command ctoken-store provision (in
-// redisstore/cmd/ctoken-store), or [Store.Provision]. [Open] refuses a key
+// applications start: the command ctoken-store provision -new (in
+// redisstore/cmd/ctoken-store), or [Store.ProvisionNew], the operator's
+// statement that the prefix never held claims. A key space with no marker
+// and no evidence either way (a restart without persistence nobody
+// watched looks exactly like a new prefix) is brought back with
+// ctoken-store provision without -new ([Store.Provision]), which fences
+// it for one lifetime (the recorded one, else the Horizon), after which
+// the applications serve by themselves. [Open] refuses a key
 // space with no open shard and names the next step: never provisioned, or
 // lost ([ErrConfig]), or fenced after a loss ([ErrFenced]). After a loss an
 // operator sees what the store knows with ctoken-store status
 // ([Store.Status]: shards, fences, the key space's ledger, what each server
 // shows) and either waits for the fences to end or accepts the risk with
 // ctoken-store reopen ([Store.Reopen]), which is recorded. Provision
-// refuses wherever anything shows a previous life; docs/fleet.md ("When
+// and ProvisionNew refuse wherever anything shows a previous life; docs/fleet.md ("When
 // the store refuses") is the runbook. The store fails closed: when Redis
 // is down, slow, or answers anything unexpected, Claim returns first ==
 // false and an error matching ErrUnavailable. Callers must treat every

@@ -85,7 +85,7 @@ func provisioned(t testing.TB, c Client, opts Options) *Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	if _, err := s.Provision(context.Background()); err != nil {
+	if _, err := s.ProvisionNew(context.Background()); err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
 	return s
@@ -375,7 +375,7 @@ func nestedPrefixesNeverShareKeys(t *testing.T) {
 	}
 	t.Cleanup(func() { inner.Close() })
 	t.Run("markers", func(t *testing.T) {
-		if n, err := inner.Provision(ctx); err != nil || n != Shards {
+		if n, err := inner.ProvisionNew(ctx); err != nil || n != Shards {
 			t.Fatalf("inner Provision after outer's = %d, %v; want %d markers of its own", n, err, Shards)
 		}
 	})

@@ -58,6 +58,12 @@ type ServerStatus struct {
 	// RunID is the server's run_id (INFO server): a new one means the
 	// server restarted, or another server answers.
 	RunID string
+	// StartedAt is when the server started, by its clock (INFO server
+	// uptime_in_seconds, to the second); zero when it does not say. A
+	// server without persistence (AppendOnly "no", Save "") lost every
+	// key at that start: a key space with no marker and no ledger on it
+	// may have served before then, and its history is unknown.
+	StartedAt time.Time
 	// Role is "master", or what ROLE answered.
 	Role string
 	// AppendOnly, AppendFsync and Save are the persistence settings
@@ -120,6 +126,13 @@ func (s *Store) serverStatus(ctx context.Context, m doer) (ServerStatus, error) 
 		return ss, s.wrapErr(ctx, err)
 	}
 	ss.RunID = infoValue(v, "run_id")
+	if up, err := strconv.ParseInt(infoValue(v, "uptime_in_seconds"), 10, 64); err == nil && up >= 0 {
+		if t, err := do("TIME"); err == nil {
+			if now, ok := parseTime(t); ok {
+				ss.StartedAt = now.Add(-time.Duration(up) * time.Second).Truncate(time.Second)
+			}
+		}
+	}
 	c, _, err := s.readCounters(ctx, do)
 	if err != nil {
 		return ss, err

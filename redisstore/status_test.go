@@ -61,6 +61,10 @@ func statusReportsShardsLedgerAndServer(t *testing.T) {
 		t.Fatalf("Servers = %+v; want one", st.Servers)
 	}
 	got := st.Servers[0]
+	if since := time.Since(got.StartedAt); since < 0 || since > time.Minute {
+		t.Fatalf("StartedAt = %v; want the server's start, seconds ago", got.StartedAt)
+	}
+	got.StartedAt = time.Time{}
 	want := ServerStatus{RunID: runID, Role: "master", AppendOnly: "no", AppendFsync: "everysec", Save: "",
 		MaxmemoryPolicy: "noeviction", Maxmemory: "0", Swapdb: 1}
 	if got != want {

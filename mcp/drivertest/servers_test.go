@@ -221,7 +221,7 @@ func redisFleet(t testing.TB, n int) []*redisstore.Store {
 		}
 		t.Cleanup(func() { s.Close() })
 		if i == 0 {
-			if _, err := s.Provision(context.Background()); err != nil {
+			if _, err := s.ProvisionNew(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 		}

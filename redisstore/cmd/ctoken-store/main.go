@@ -2,7 +2,7 @@
 // redisstore store: the deployment and recovery steps that do not belong in
 // application start-up (docs/fleet.md, "When the store refuses").
 //
-//	ctoken-store provision -addr 127.0.0.1:6379 -prefix myapp:replay:
+//	ctoken-store provision -addr 127.0.0.1:6379 -prefix myapp:replay: -new
 //	ctoken-store status    -addr 127.0.0.1:6379 -prefix myapp:replay: [-json]
 //	ctoken-store reopen    -addr 127.0.0.1:6379 -prefix myapp:replay: \
 //	    -accepted-by "alice (on call)" -reason "INC-123: Redis restarted without persistence"
@@ -24,8 +24,16 @@
 // key space's horizon as provisioned (read from its ledger), or says it is
 // unknown, never the flag's default; its -json Horizon is then 0.
 //
-// provision opens a new prefix (redisstore.Store.Provision) and refuses
-// when anything shows the prefix or the server had a previous life. status
+// provision -new opens a new prefix at once (redisstore.Store.ProvisionNew):
+// -new is the operator's statement that the prefix never held claims on
+// this server (a first deploy), which nothing in Redis can prove. Without
+// -new, provision fences a key space with no marker and no evidence either
+// way for one lifetime (redisstore.Store.Provision: the key space's
+// recorded lifetime, else -horizon), prints when it serves, and exits 1:
+// the safe step after Redis lost a key space nobody watched; provision
+// -new then still opens it while that fence is its only history. Both
+// refuse when anything shows the prefix or the server had a previous
+// life. status
 // prints what the store knows: shards open, fenced (until when) and
 // missing, the key space's ledger, and each master's identity,
 // persistence, eviction settings and loss counters. reopen opens every
@@ -49,6 +57,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/redisstore"
+	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
 )
@@ -66,7 +75,9 @@ const maxPasswordFileBytes = 4096
 
 const usage = `usage: ctoken-store provision|status|reopen [flags]
 
-  provision   open a new prefix (a deployment step, once per prefix)
+  provision   bring a key space into service: -new opens a prefix that never
+              held claims at once; without -new, a key space of unknown
+              history is fenced for one lifetime and serves from then
   status      what the store knows: shards, fences, ledger, servers
   reopen      open a fenced or lost key space now (needs -accepted-by, -reason)
 
@@ -81,6 +92,7 @@ type config struct {
 	timeout                              time.Duration
 	jsonOut                              bool
 	horizonGiven                         bool // -horizon was on the command line
+	statedNew                            bool // provision -new
 	acceptedBy, reason                   string
 }
 
@@ -119,6 +131,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.opts.AllowEviction, "allow-eviction", false, "the applications' AllowEviction")
 	fs.BoolVar(&c.opts.AllowRollback, "allow-rollback", false, "the applications' AllowRollback")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "bound on the whole command")
+	if cmd == "provision" {
+		fs.BoolVar(&c.statedNew, "new", false, "state that the prefix never held claims on this server (a first deploy): open it at once; without -new a key space of unknown history is fenced for one lifetime")
+	}
 	if cmd == "status" {
 		fs.BoolVar(&c.jsonOut, "json", false, "print the status as JSON")
 	}
@@ -159,7 +174,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	switch cmd {
 	case "provision":
-		n, err := store.Provision(ctx)
+		provision := store.Provision
+		if c.statedNew {
+			provision = store.ProvisionNew
+		}
+		n, err := provision(ctx)
+		if at, ok := replay.RetryAt(err); ok && errors.Is(err, redisstore.ErrFenced) {
+			fmt.Fprintf(stderr, "ctoken-store provision: prefix %s is fenced until %s (in %s): %s\n", store.Prefix(), at.UTC().Format(time.RFC3339), time.Until(at).Round(time.Second), redisstore.Reason(err))
+			return 1
+		}
 		if err != nil {
 			return fail(stderr, cmd, err)
 		}
@@ -306,7 +329,7 @@ func printStatus(w io.Writer, st redisstore.Status, now time.Time) {
 		fmt.Fprintf(w, "safe to reopen from %s (in %s): from then `reopen` accepts nothing twice; before then it accepts IDs claimed before the loss again\n",
 			st.ReopenSafeAt.UTC().Format(time.RFC3339), st.ReopenSafeAt.Sub(now).Round(time.Second))
 	}
-	fmt.Fprintf(w, "verdict  %s\n", verdict(st))
+	fmt.Fprintf(w, "verdict  %s\n", verdict(st, now))
 	fmt.Fprintln(w, "ledger (oldest first):")
 	if len(st.Ledger) == 0 {
 		fmt.Fprintln(w, "  (empty)")
@@ -321,6 +344,9 @@ func printStatus(w io.Writer, st redisstore.Status, now time.Time) {
 	fmt.Fprintln(w, "servers:")
 	for _, s := range st.Servers {
 		fmt.Fprintf(w, "  run_id %s  role %s\n", s.RunID, s.Role)
+		if !s.StartedAt.IsZero() {
+			fmt.Fprintf(w, "    started      %s (%s ago)\n", s.StartedAt.UTC().Format(time.RFC3339), now.Sub(s.StartedAt).Round(time.Second))
+		}
 		fmt.Fprintf(w, "    persistence  appendonly %s, appendfsync %s, save %q\n", orUnknown(s.AppendOnly), orUnknown(s.AppendFsync), s.Save)
 		fmt.Fprintf(w, "    eviction     maxmemory-policy %s, maxmemory %s\n", orUnknown(s.MaxmemoryPolicy), orUnknown(s.Maxmemory))
 		fmt.Fprintf(w, "    since start  evicted_keys %d, FLUSHALL %d, FLUSHDB %d, SWAPDB %d\n", s.EvictedKeys, s.Flushall, s.Flushdb, s.Swapdb)
@@ -345,18 +371,55 @@ func horizonLine(st redisstore.Status) string {
 }
 
 // verdict says what applications do with the key space and the next step.
-func verdict(st redisstore.Status) string {
+func verdict(st redisstore.Status, now time.Time) string {
 	switch {
 	case st.Open == redisstore.Shards:
 		return "serving"
 	case st.Open == 0 && st.Fenced == 0 && len(st.Ledger) == 0:
-		return "not provisioned: Open refuses; a new prefix: ctoken-store provision"
+		return "HISTORY UNKNOWN: no shard marker and no ledger entry: never provisioned, or Redis lost the key space" + lostAt(st, now) +
+			"; Open refuses. `ctoken-store provision` fences it for one lifetime (" + fenceFor(st) + ") and the applications serve from then: safe to serve from " +
+			now.Add(fenceLength(st)).UTC().Format(time.RFC3339) + " if provisioned now; only for a prefix that never held claims, `ctoken-store provision -new` opens it at once"
 	case st.Open == 0 && st.Fenced == 0:
 		return "LOST: no shard marker, but the ledger shows a previous life; Open refuses. Wait for every ID claimed before the loss to expire, or accept the risk: ctoken-store reopen -accepted-by ... -reason ..."
 	case st.Open == 0:
-		return "FENCED: Open refuses until the fences end; to serve before then, accept the risk: ctoken-store reopen -accepted-by ... -reason ..."
+		return "FENCED: Open refuses until the fences end, then the applications serve by themselves (safe to reopen from: above); to serve before then, accept the risk: ctoken-store reopen -accepted-by ... -reason ..."
 	}
 	return "partly fenced: the open shards serve; the others refuse until their fence ends (missing ones fence at their next claim), or ctoken-store reopen"
+}
+
+// lostAt says when a server without persistence last started: a key
+// space it held was lost then.
+func lostAt(st redisstore.Status, now time.Time) string {
+	for _, s := range st.Servers {
+		if s.AppendOnly == "no" && strings.TrimSpace(s.Save) == "" && !s.StartedAt.IsZero() {
+			return fmt.Sprintf(" (this server keeps no data across a restart and started %s, %s ago: if the prefix served before, that restart lost it)",
+				s.StartedAt.UTC().Format(time.RFC3339), now.Sub(s.StartedAt).Round(time.Second))
+		}
+	}
+	return ""
+}
+
+// fenceLength is how long `provision` would fence the key space: its
+// recorded lifetime, else the horizon (-horizon, or its flag's default).
+func fenceLength(st redisstore.Status) time.Duration {
+	switch {
+	case st.Lifetime > 0:
+		return st.Lifetime
+	case st.Horizon > 0:
+		return st.Horizon
+	}
+	return redisstore.DefaultHorizon
+}
+
+// fenceFor names fenceLength and where it comes from.
+func fenceFor(st redisstore.Status) string {
+	switch {
+	case st.Lifetime > 0:
+		return st.Lifetime.String() + ", the recorded lifetime"
+	case st.Horizon > 0:
+		return st.Horizon.String() + ", -horizon: no lifetime recorded"
+	}
+	return redisstore.DefaultHorizon.String() + ", the default horizon: no lifetime recorded and no -horizon given"
 }
 
 func orUnknown(s string) string {

@@ -156,7 +156,7 @@ func TestUnreachableServerExitsOne(t *testing.T) {
 	}
 }
 
-// The first deploy: Open refuses the prefix, naming provision; provision
+// The first deploy: Open refuses the prefix, naming provision; provision -new
 // opens it; Open serves; provision again changes nothing.
 func TestFirstDeployProvisionThenOpenServes(t *testing.T) {
 	srv := startRedis(t)
@@ -165,7 +165,7 @@ func TestFirstDeployProvisionThenOpenServes(t *testing.T) {
 	if _, err := redisstore.Open(ctx, srv.client(), opts); !errors.Is(err, redisstore.ErrConfig) || !strings.Contains(redisstore.Reason(err), "ctoken-store provision") {
 		t.Fatalf("Open before provision = %v; want ErrConfig naming ctoken-store provision", err)
 	}
-	code, stdout, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:")
+	code, stdout, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-new")
 	if code != 0 || !strings.Contains(stdout, "provisioned, 64 of 64") {
 		t.Fatalf("provision = %d, %q, %q", code, stdout, stderr)
 	}
@@ -177,7 +177,7 @@ func TestFirstDeployProvisionThenOpenServes(t *testing.T) {
 	if first, err := s.Claim(ctx, "tok-1", time.Now().Add(time.Minute)); !first || err != nil {
 		t.Fatalf("claim = %v, %v; want first", first, err)
 	}
-	if code, stdout, _ := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:"); code != 0 || !strings.Contains(stdout, "already provisioned") {
+	if code, stdout, _ := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-new"); code != 0 || !strings.Contains(stdout, "already provisioned") {
 		t.Fatalf("provision again = %d, %q; want 0, already provisioned", code, stdout)
 	}
 	code, stdout, _ = ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:")
@@ -193,10 +193,10 @@ func TestFirstDeployProvisionThenOpenServes(t *testing.T) {
 // the flag's default. -json's Horizon is then 0.
 func TestStatusShowsTheKeySpacesHorizonNotTheFlagsDefault(t *testing.T) {
 	srv := startRedis(t)
-	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "otp:", "-horizon", "10m"); code != 0 {
+	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "otp:", "-horizon", "10m", "-new"); code != 0 {
 		t.Fatalf("provision = %d: %s", code, stderr)
 	}
-	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "lost:", "-horizon", "2h"); code != 0 {
+	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "lost:", "-horizon", "2h", "-new"); code != 0 {
 		t.Fatalf("provision = %d: %s", code, stderr)
 	}
 	if err := srv.client().Del(context.Background(), "lost:ledger").Err(); err != nil {
@@ -246,7 +246,7 @@ func TestStatusShowsTheKeySpacesHorizonNotTheFlagsDefault(t *testing.T) {
 func TestRestartWithoutPersistenceReopenServes(t *testing.T) {
 	srv := startRedis(t)
 	ctx := context.Background()
-	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:"); code != 0 {
+	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-new"); code != 0 {
 		t.Fatalf("provision = %d: %s", code, stderr)
 	}
 	opts := redisstore.Options{Prefix: "pay:", Logger: quiet()}

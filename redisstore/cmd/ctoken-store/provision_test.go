@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/redisstore"
+)
+
+// A restart of a Redis without persistence while no application runs,
+// then the runbook followed literally: status says the history is
+// unknown, when the server started and what provision does; provision
+// without -new fences the key space for one lifetime (-horizon: the
+// record was lost with the data) and exits 1 naming the fence's end;
+// status then says FENCED and when reopening becomes safe; the earlier
+// claims are refused until they expire, and Open serves once the fence
+// ends, unattended.
+func TestProvisionAfterAnUnwatchedRestartFences(t *testing.T) {
+	srv := startRedis(t)
+	ctx := context.Background()
+	const lifetime = 3 * time.Second
+	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-horizon", lifetime.String(), "-new"); code != 0 {
+		t.Fatalf("provision -new = %d: %s", code, stderr)
+	}
+	opts := redisstore.Options{Prefix: "pay:", Logger: quiet(), Horizon: lifetime, MaxSkew: 100 * time.Millisecond}
+	app, err := redisstore.Open(ctx, srv.client(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	until := time.Now().Add(lifetime - 100*time.Millisecond)
+	for i := range n {
+		if first, err := app.Claim(ctx, fmt.Sprint("before-", i), until); !first || err != nil {
+			t.Fatal(first, err)
+		}
+	}
+	app.Close()
+	srv.kill()
+	srv.start()
+	code, stdout, _ := ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:", "-horizon", lifetime.String())
+	for _, want := range []string{"HISTORY UNKNOWN", "keeps no data across a restart and started", "`ctoken-store provision` fences it for one lifetime (3s, -horizon", "safe to serve from", "provision -new", "started "} {
+		if code != 0 || !strings.Contains(stdout, want) {
+			t.Fatalf("status after the restart = %d, %q; want %q", code, stdout, want)
+		}
+	}
+	t.Logf("status after the restart:\n%s", stdout)
+	t0 := time.Now()
+	code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-horizon", lifetime.String())
+	if code != 1 || !strings.Contains(stderr, "is fenced until") || !strings.Contains(stderr, "history unknown") {
+		t.Fatalf("provision after the restart = %d, %q; want 1, fenced until, history unknown", code, stderr)
+	}
+	code, stdout, _ = ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:")
+	for _, want := range []string{"FENCED", "safe to reopen from", "history unknown", "64 fenced"} {
+		if code != 0 || !strings.Contains(stdout, want) {
+			t.Fatalf("status after provision = %d, %q; want %q", code, stdout, want)
+		}
+	}
+	waiting, err := redisstore.New(srv.client(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiting.Close()
+	twice := 0
+	for i := range n {
+		if time.Now().After(until) {
+			break
+		}
+		if first, err := waiting.Claim(ctx, fmt.Sprint("before-", i), until); first {
+			twice++
+		} else if !errors.Is(err, redisstore.ErrFenced) && !errors.Is(err, redisstore.ErrInvalidClaim) {
+			t.Fatalf("claim of an earlier ID: %v", err)
+		}
+	}
+	if twice != 0 {
+		t.Fatalf("%d earlier IDs accepted twice after provision; want 0", twice)
+	}
+	for {
+		s, err := redisstore.Open(ctx, srv.client(), opts)
+		if err == nil {
+			s.Close()
+			break
+		}
+		if !errors.Is(err, redisstore.ErrFenced) || time.Since(t0) > lifetime+5*time.Second {
+			t.Fatalf("Open %v after provision: %v", time.Since(t0), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if served := time.Since(t0); served < lifetime-100*time.Millisecond {
+		t.Fatalf("Open served %v after provision; want one lifetime, %v", served, lifetime)
+	}
+}

@@ -1,0 +1,291 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/redis/go-redis/v9"
+)
+
+// Provision on a key space with no marker and no evidence either way
+// fences every shard for one lifetime (the recorded one, else the
+// Horizon) instead of opening it: it returns 0 and ErrFenced whose
+// RetryAt is the fence's end, records it in the ledger, Status shows when
+// reopening becomes safe, Open refuses until then, and Provision again
+// refuses while it lasts, writing nothing.
+func TestProvisionFencesAKeySpaceOfUnknownHistory(t *testing.T) {
+	t.Parallel()
+	const horizon = time.Hour
+	tests := []struct {
+		name   string
+		record string // <prefix>lifetime before Provision; "" none
+		want   time.Duration
+	}{
+		{"no lifetime recorded: the Horizon", "", horizon},
+		{"a recorded lifetime", "90000", 90 * time.Second},
+		{"a recorded lifetime longer than the Horizon", "7200000", 2 * time.Hour},
+		{"an unreadable lifetime record: the Horizon", "not-a-number", horizon},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			srv := newServer(t)
+			c := srv.client()
+			opts := Options{Prefix: "unknown:", Logger: quietLogger(), Horizon: horizon}
+			s, err := New(c, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if tt.record != "" {
+				if err := c.Set(ctx, s.lifetimeKey(), tt.record, 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := time.Now()
+			n, err := s.Provision(ctx)
+			after := time.Now()
+			at, ok := replay.RetryAt(err)
+			if n != 0 || !errors.Is(err, ErrFenced) || Reason(err) != whyProvisionedFenced || !ok {
+				t.Fatalf("Provision = %d, %v; want 0, ErrFenced (%q) with RetryAt", n, err, whyProvisionedFenced)
+			}
+			if at.Before(before.Add(tt.want-time.Second)) || at.After(after.Add(tt.want+time.Second)) {
+				t.Fatalf("fenced until %v from %v; want one lifetime, %v", at, before, tt.want)
+			}
+			st, err := s.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Fenced != Shards || st.Open != 0 || !st.FencedUntil.Equal(at) || st.ReopenSafeAt.Before(at) {
+				t.Fatalf("Status = %d fenced, %d open, until %v, safe from %v; want every shard fenced until %v", st.Fenced, st.Open, st.FencedUntil, st.ReopenSafeAt, at)
+			}
+			if len(st.Ledger) != 1 || st.Ledger[0].Kind != ledgerProvisioned || !strings.Contains(st.Ledger[0].Detail, "history unknown") || !strings.Contains(st.Ledger[0].Detail, tt.want.String()) {
+				t.Fatalf("ledger = %+v; want one provisioned entry naming the unknown history and %v", st.Ledger, tt.want)
+			}
+			if _, err := Open(ctx, c, opts); !errors.Is(err, ErrFenced) {
+				t.Fatalf("Open while fenced = %v; want ErrFenced", err)
+			}
+			markers, _ := c.MGet(ctx, s.tags[:]...).Result()
+			if n, err := s.Provision(ctx); n != 0 || !errors.Is(err, ErrFenced) {
+				t.Fatalf("Provision again = %d, %v; want 0, ErrFenced", n, err)
+			}
+			again, _ := c.MGet(ctx, s.tags[:]...).Result()
+			if ledger, _ := s.readLedger(ctx); len(ledger) != 1 || fmt.Sprint(again) != fmt.Sprint(markers) {
+				t.Fatalf("a refused Provision wrote: ledger %+v", ledger)
+			}
+		})
+	}
+}
+
+// ProvisionNew on a key space Provision fenced for unknown history is the
+// operator's statement that arrived late: it opens the key space when
+// that fence is its only history, and refuses, writing nothing, when
+// anything else shows a previous life.
+func TestProvisionNewOpensAFenceForUnknownHistoryOnly(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		after  func(t *testing.T, s *Store, c *redis.Client) // after Provision's fence
+		want   error                                         // nil: opened
+		reason string
+	}{
+		{"the fence alone: opened", func(*testing.T, *Store, *redis.Client) {}, nil, ""},
+		{"an entry under the prefix", func(t *testing.T, s *Store, c *redis.Client) {
+			c.Set(context.Background(), s.tags[5]+":left", "1x", 0)
+		}, ErrConfig, whyPreviousLife},
+		{"a loss in the ledger", func(t *testing.T, s *Store, c *redis.Client) {
+			if err := s.note(context.Background(), ledgerLoss, "test: a loss"); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrFenced, whyProvisionFenced},
+		{"SWAPDB ran, swapped back", func(t *testing.T, s *Store, c *redis.Client) {
+			c.Do(context.Background(), "SWAPDB", 0, 1)
+			c.Do(context.Background(), "SWAPDB", 0, 1)
+		}, ErrConfig, whyPreviousLife},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			srv := newServer(t)
+			c := srv.client()
+			opts := Options{Prefix: "late:", Logger: quietLogger(), Horizon: time.Hour}
+			s, err := New(c, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := s.Provision(ctx); !errors.Is(err, ErrFenced) {
+				t.Fatalf("Provision = %v; want ErrFenced", err)
+			}
+			tt.after(t, s, c)
+			markers, _ := c.MGet(ctx, s.tags[:]...).Result()
+			ledger, _ := s.readLedger(ctx)
+			n, err := s.ProvisionNew(ctx)
+			if tt.want != nil {
+				again, _ := c.MGet(ctx, s.tags[:]...).Result()
+				ledgerAgain, _ := s.readLedger(ctx)
+				if n != 0 || !errors.Is(err, tt.want) || Reason(err) != tt.reason || fmt.Sprint(again) != fmt.Sprint(markers) || len(ledgerAgain) != len(ledger) {
+					t.Fatalf("ProvisionNew = %d, %v; want 0, %v (%q), nothing written", n, err, tt.want, tt.reason)
+				}
+				return
+			}
+			if n != Shards || err != nil {
+				t.Fatalf("ProvisionNew = %d, %v; want %d, nil", n, err, Shards)
+			}
+			app, err := Open(ctx, c, opts)
+			if err != nil {
+				t.Fatalf("Open after ProvisionNew: %v", err)
+			}
+			defer app.Close()
+			if first, err := app.Claim(ctx, "x", time.Now().Add(time.Minute)); !first || err != nil {
+				t.Fatalf("claim = %v, %v; want first", first, err)
+			}
+		})
+	}
+}
+
+// ProvisionNew is the operator's statement that the prefix never held
+// claims: it opens the key space at once, and the ledger and the log say
+// who said so (the statement, not a proof).
+func TestProvisionNewRecordsTheOperatorsStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := newServer(t)
+	var logs syncBuffer
+	s, err := New(srv.client(), Options{Prefix: "new:", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if n, err := s.ProvisionNew(ctx); n != Shards || err != nil {
+		t.Fatalf("ProvisionNew = %d, %v; want %d, nil", n, err, Shards)
+	}
+	ledger, err := s.readLedger(ctx)
+	if err != nil || len(ledger) != 1 || !strings.Contains(ledger[0].Detail, "stated new by the operator") {
+		t.Fatalf("ledger = %+v, %v; want the operator's statement", ledger, err)
+	}
+	if !strings.Contains(logs.String(), "operator's statement that the prefix never held claims") {
+		t.Fatalf("log = %q; want the statement logged", logs.String())
+	}
+}
+
+// The runbook after a restart without persistence while no application
+// ran, followed literally: Status shows no marker and no ledger, and the
+// server's start; Provision (without the operator's statement) fences the
+// key space for its lifetime; a waiting application (a Store from New)
+// retries every ID claimed before the restart with its own until and a
+// fresh ID: 0 of the earlier IDs is accepted again, and it serves once one
+// lifetime has passed since Provision. On redis-server and, when
+// installed, valkey-server.
+func TestRestartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
+	t.Parallel()
+	flavors := []struct{ name, bin string }{{"redis", redisBinary(t, "CTOKEN_REDIS_SERVER", "redis-server")}}
+	if bin := valkeyBinary(); bin != "" {
+		flavors = append(flavors, struct{ name, bin string }{"valkey", bin})
+	}
+	const lifetime = 3 * time.Second // the Horizon: every claim's lifetime rounds up to it
+	const n = 500
+	for _, fl := range flavors {
+		t.Run(fl.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			srv := newServerBin(t, fl.bin)
+			opts := Options{Prefix: "runbook:", Logger: quietLogger(), Horizon: lifetime, MaxSkew: 100 * time.Millisecond}
+			provisionFirst(t, srv.client(), opts)
+			app, err := Open(ctx, srv.client(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			untils := make(map[string]time.Time, n)
+			for i := range n {
+				id, until := fmt.Sprint("tok-", i), time.Now().Add(lifetime-100*time.Millisecond)
+				if first, err := app.Claim(ctx, id, until); !first || err != nil {
+					t.Fatalf("claim %d = %v, %v", i, first, err)
+				}
+				untils[id] = until
+			}
+			if app.Lifetime() != lifetime {
+				t.Fatalf("the key space's lifetime = %v; want %v", app.Lifetime(), lifetime)
+			}
+			app.Close() // no application runs at the restart
+			srv.kill()
+			if err := srv.start(); err != nil {
+				t.Fatal(err)
+			}
+			// The runbook: status, then provision.
+			op, err := New(srv.client(), Options{Prefix: "runbook:", Logger: quietLogger(), Horizon: lifetime})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer op.Close()
+			st, err := op.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Missing != Shards || len(st.Ledger) != 0 || len(st.Servers) != 1 || st.Servers[0].AppendOnly != "no" ||
+				st.Servers[0].StartedAt.IsZero() || time.Since(st.Servers[0].StartedAt) > 10*time.Second {
+				t.Fatalf("status after the restart = %+v; want every marker missing, no ledger, and the server's start seconds ago", st)
+			}
+			t0 := time.Now()
+			_, err = op.Provision(ctx)
+			end, ok := replay.RetryAt(err)
+			if !errors.Is(err, ErrFenced) || !ok {
+				t.Fatalf("Provision after the restart = %v; want ErrFenced for one lifetime", err)
+			}
+			if st, err = op.Status(ctx); err != nil || st.Fenced != Shards || st.ReopenSafeAt.Before(end) {
+				t.Fatalf("status after Provision = %+v, %v; want every shard fenced, safe to reopen from %v", st, err, end)
+			}
+			waiting, err := New(srv.client(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer waiting.Close()
+			twice, refused := 0, 0
+			var served time.Duration
+			for served == 0 {
+				if time.Since(t0) > lifetime+10*time.Second {
+					t.Fatalf("not served within %v of Provision", lifetime+10*time.Second)
+				}
+				for id, until := range untils {
+					if !time.Now().Before(until) {
+						delete(untils, id) // expired: a caller refuses it before the store
+						continue
+					}
+					first, err := waiting.Claim(ctx, id, until)
+					switch {
+					case first:
+						twice++
+					case errors.Is(err, ErrFenced):
+						refused++
+					case err != nil && !errors.Is(err, ErrInvalidClaim):
+						t.Fatalf("claim of an earlier ID: %v", err)
+					}
+				}
+				first, err := waiting.Claim(ctx, fmt.Sprint("fresh-", time.Now().UnixNano()), time.Now().Add(time.Second))
+				switch {
+				case first:
+					served = time.Since(t0)
+				case err != nil && !errors.Is(err, ErrFenced):
+					t.Fatalf("fresh claim: %v", err)
+				default:
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			t.Logf("%s: %d earlier IDs accepted twice (%d refusals of them while fenced); served %v after Provision, lifetime %v", fl.name, twice, refused, served.Round(time.Millisecond), lifetime)
+			if twice != 0 {
+				t.Fatalf("%d of %d earlier IDs accepted twice; want 0", twice, n)
+			}
+			if served < lifetime-100*time.Millisecond || served > lifetime+time.Second {
+				t.Fatalf("served %v after Provision; want the key space's lifetime, %v", served, lifetime)
+			}
+		})
+	}
+}
