@@ -192,9 +192,10 @@ func benchServe(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, h http.Ha
 // (128-byte response) beside both its floors, in alternation on one pool
 // so that a shared machine's load falls on all alike: p50 of each and
 // its ratio to the handler's own transaction ("floor"), with the round
-// trips of each (trips-*). "store" is the same request's store calls
-// without the middleware (AcquireWork, the insert through the Work's
-// transaction, Commit with a 300-byte record). The "sql*" variants send
+// trips of each (trips-*). Every variant is served in process as
+// BenchmarkTransactionalFirstRequest's. "store" is the same request's
+// store calls without the middleware (AcquireWork, the insert through
+// the Work's transaction, Commit with a 300-byte record). The "sql*" variants send
 // the store's own statements straight on a connection of the pool,
 // without its Go: "sql" all of them (BEGIN, the locks, the read; the
 // insert; the fence, COMMIT and the session's reset), "sql-no-reset"
@@ -233,6 +234,43 @@ func benchPaired(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, s *Store
 		w.WriteHeader(http.StatusCreated)
 		w.Write(body)
 	}))
+	floor := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer tx.Rollback(context.Background())
+		if _, err := tx.Exec(ctx, insert, r.Header.Get("Idempotency-Key"), body[:16]); err != nil {
+			b.Error(err)
+			return
+		}
+		if err := tx.Commit(ctx); err != nil {
+			b.Error(err)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		w.Write(body)
+	})
+	autocommit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := pool.Exec(r.Context(), insert, r.Header.Get("Idempotency-Key"), body[:16]); err != nil {
+			b.Error(err)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		w.Write(body)
+	})
+	serve := func(h http.Handler, key string) {
+		req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{"amount":1999}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", `"`+key+`"`)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusCreated {
+			b.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+	}
 	until := time.Now().Add(time.Hour)
 	fp := make([]byte, 32)
 	record := benchResult(300)
@@ -291,55 +329,41 @@ func benchPaired(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, s *Store
 			b.Fatal(err)
 		}
 	}
+	// storeOnly is the store's calls of a first request of key.
+	storeOnly := func(key string) {
+		r, w, err := s.AcquireWork(bg(), key, time.Minute, fp)
+		if err != nil || w == nil {
+			b.Fatal(r.State, err)
+		}
+		ctx := w.Context(bg())
+		tx, err := TxFrom(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, insert, key, body[:16]); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Commit(bg(), until, fp, record); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// handler answers as the floor's handler does, after run(key).
+	handler := func(run func(key string)) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			run(r.Header.Get("Idempotency-Key"))
+			w.WriteHeader(http.StatusCreated)
+			w.Write(body)
+		})
+	}
 	names := []string{"floor", "autocommit", "first-request", "store", "sql", "sql-no-reset", "sql-no-read"}
 	ops := []func(i int){
-		func(i int) {
-			tx, err := pool.Begin(bg())
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := tx.Exec(bg(), insert, id("f", i), body[:16]); err != nil {
-				b.Fatal(err)
-			}
-			if err := tx.Commit(bg()); err != nil {
-				b.Fatal(err)
-			}
-		},
-		func(i int) {
-			if _, err := pool.Exec(bg(), insert, id("a", i), body[:16]); err != nil {
-				b.Fatal(err)
-			}
-		},
-		func(i int) {
-			req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{"amount":1999}`))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Idempotency-Key", `"`+id("m", i)+`"`)
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			if rec.Code != http.StatusCreated {
-				b.Fatalf("status %d: %s", rec.Code, rec.Body)
-			}
-		},
-		func(i int) {
-			r, w, err := s.AcquireWork(bg(), id("s", i), time.Minute, fp)
-			if err != nil || w == nil {
-				b.Fatal(r.State, err)
-			}
-			ctx := w.Context(bg())
-			tx, err := TxFrom(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := tx.Exec(ctx, insert, id("s", i), body[:16]); err != nil {
-				b.Fatal(err)
-			}
-			if err := w.Commit(bg(), until, fp, record); err != nil {
-				b.Fatal(err)
-			}
-		},
-		func(i int) { sql(id("q", i), true, true) },
-		func(i int) { sql(id("r", i), true, false) },
-		func(i int) { sql(id("n", i), false, false) },
+		func(i int) { serve(floor, id("f", i)) },
+		func(i int) { serve(autocommit, id("a", i)) },
+		func(i int) { serve(h, id("m", i)) },
+		func(i int) { serve(handler(func(key string) { storeOnly(key) }), id("s", i)) },
+		func(i int) { serve(handler(func(key string) { sql(key, true, true) }), id("q", i)) },
+		func(i int) { serve(handler(func(key string) { sql(key, true, false) }), id("r", i)) },
+		func(i int) { serve(handler(func(key string) { sql(key, false, false) }), id("n", i)) },
 	}
 	counts := make([]int64, len(ops))
 	counted := make([]func(int), len(ops))
