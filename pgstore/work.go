@@ -523,7 +523,9 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			return outcome{}, nil
 		}
 		var o outcome
-		b := &pgx.Batch{}
+		// BEGIN, the fence, COMMIT and the reset: room for all of them at
+		// once (no growth of the queue as each is added).
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3+len(resetStatements))}
 		var xid *int64 // NULL: BEGIN is in this pipeline, just before the fence
 		if !w.begun {
 			b.Queue(beginSQL) // a work that wrote nothing: BEGIN in the same round trip
