@@ -85,7 +85,7 @@ if [ "${CTOKEN_REDIS_FLAVOR:-redis}" = valkey ]; then
 	export CTOKEN_REDIS_SENTINEL="$sentinel_dir/valkey-sentinel"
 	echo "--- store failures under load against $("$CTOKEN_REDIS_SERVER" --version | awk '{print $1, $3}')"
 	(cd redisstore && go test -tags fault -count=1 -timeout 900s -v \
-		-run '^(TestFailoverToLaggingReplica|TestStoreThatForgets|TestLaggingInstanceClock|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports|TestSentinelFailoverToNewPersistence|TestAOFSwitchedOffThenCrash)' .)
+		-run '^(TestFailoverToLaggingReplica|TestStoreThatForgets|TestLaggingInstanceClock|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports|TestSentinelFailoverToNewPersistence)' .)
 	echo "--- fleet fault tests passed (valkey)"
 	exit 0
 fi
@@ -110,7 +110,13 @@ fi
 
 if [ "$what" = all ] || [ "$what" = failures ]; then
 	echo "--- store failures under load (issue 26, docs/faults.md; the tests start their own redis-server, replicas, redis-sentinel and Cluster)"
-	(cd redisstore && go test -tags fault -count=1 -timeout 900s -v \
+	# TestAOFSwitchedOffThenCrash runs on redis-server and on valkey-server
+	# when installed (so not again under CTOKEN_REDIS_FLAVOR=valkey): 15
+	# runs where WAITAOF closes the window (the race's order is forced in
+	# TestAOFProbeFailingAfterAFreshReadKeepsTheWait), one where it only measures Redis 7.0's
+	# window (docs/fleet.md has the 30-run figures; the defaults are 30 and 5).
+	(cd redisstore && CTOKEN_AOF_RUNS="${CTOKEN_AOF_RUNS:-15}" CTOKEN_AOF_WINDOW_RUNS="${CTOKEN_AOF_WINDOW_RUNS:-1}" \
+		go test -tags fault -count=1 -timeout 900s -v \
 		-run '^(TestFailoverToLaggingReplica|TestSentinelFailover|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock|TestIdempotencyExactlyOnce|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports|TestAOFSwitchedOffThenCrash)' .)
 fi
 

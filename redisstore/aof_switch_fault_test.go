@@ -24,12 +24,14 @@ import (
 // decideLocalAOF): 0 IDs accepted twice in every run. On Redis 7.0 (no
 // WAITAOF) the window of one RecheckInterval stays: the test measures it
 // (runs with IDs accepted twice, and how many) and does not fail on it.
-// CTOKEN_AOF_RUNS runs per server (default 30 with WAITAOF, 5 without);
+// CTOKEN_AOF_RUNS runs per server with WAITAOF (default 30) and
+// CTOKEN_AOF_WINDOW_RUNS without (default 5: they only measure);
 // redis-server and, when installed, valkey-server.
 func TestAOFSwitchedOffThenCrashAcceptsNothingTwice(t *testing.T) {
 	// 30 runs where the window is closed (about 2.5 s each); 5 where it
 	// is measured (Redis 7.0: about 17 s each, reloading a large AOF).
-	runs := envInt(t, "CTOKEN_AOF_RUNS", 0)
+	closedRuns := envInt(t, "CTOKEN_AOF_RUNS", 30)
+	windowRuns := envInt(t, "CTOKEN_AOF_WINDOW_RUNS", 5)
 	crashAfter := envDuration(t, "CTOKEN_AOF_CRASH_AFTER", 300*time.Millisecond)
 	flavors := []struct{ name, bin string }{{"redis", redisBinary(t, "CTOKEN_REDIS_SERVER", "redis-server")}}
 	if bin := valkeyBinary(); bin != "" {
@@ -48,13 +50,9 @@ func TestAOFSwitchedOffThenCrashAcceptsNothingTwice(t *testing.T) {
 				version = v
 			}
 			srv.kill()
-			runs := runs
-			switch {
-			case runs > 0:
-			case closed:
-				runs = 30
-			default:
-				runs = 5
+			runs := windowRuns
+			if closed {
+				runs = closedRuns
 			}
 			var doubled []int
 			total, reported := 0, 0
