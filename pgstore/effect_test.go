@@ -196,7 +196,33 @@ func serve(t testing.TB, h http.Handler) string {
 	return srv.URL + "/charges"
 }
 
-func TestTransactionalHandlerOutlivingItsLeaseChargesOnce(t *testing.T) {
+// TestTransactional pins the transactional idempotency mode end to end (a
+// charge as the handler's effect): one charge per key through leases
+// outlived, clients leaving, two instances, timeouts, killed processes and
+// servers, terminated backends and escapes; single-use tokens consumed only
+// with their work.
+func TestTransactional(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"handler outliving its lease", transactionalHandlerOutlivingItsLeaseChargesOnce},
+		{"client leaving after the charge", transactionalClientLeavingAfterTheChargeChargesOnce},
+		{"two instances", transactionalTwoInstancesChargeOnce},
+		{"inside a timeout handler", transactionalTimeoutHandlerInsideChargesOnce},
+		{"app killed before commit", transactionalAppKilledBeforeCommitChargesOnce},
+		{"killed server", transactionalChargesOnceThroughAKilledServer},
+		{"handler escape", transactionalHandlerEscapeChargesOnce},
+		{"backend terminated mid-handler", transactionalTerminatedBackendMidHandlerChargesOnce},
+		{"failed statement releases the key", transactionalFailedStatementReleasesTheKey},
+		{"plain instances agree while it runs", transactionalAndPlainInstancesAgreeWhileTheFirstRuns},
+		{"single use consumed only on commit", singleUseTokensConsumedOnlyIfTheirWorkCommits},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func transactionalHandlerOutlivingItsLeaseChargesOnce(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool)
@@ -233,7 +259,7 @@ func TestTransactionalHandlerOutlivingItsLeaseChargesOnce(t *testing.T) {
 	}
 }
 
-func TestTransactionalClientLeavingAfterTheChargeChargesOnce(t *testing.T) {
+func transactionalClientLeavingAfterTheChargeChargesOnce(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool)
@@ -259,7 +285,7 @@ func TestTransactionalClientLeavingAfterTheChargeChargesOnce(t *testing.T) {
 	exactlyOneCharge(t, charges(t, pool, h.table), "k1", body)
 }
 
-func TestTransactionalTwoInstancesChargeOnce(t *testing.T) {
+func transactionalTwoInstancesChargeOnce(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	prefix := uniquePrefix()
@@ -299,7 +325,7 @@ func TestTransactionalTwoInstancesChargeOnce(t *testing.T) {
 	}
 }
 
-func TestTransactionalTimeoutHandlerInsideChargesOnce(t *testing.T) {
+func transactionalTimeoutHandlerInsideChargesOnce(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool)
@@ -321,7 +347,7 @@ func TestTransactionalTimeoutHandlerInsideChargesOnce(t *testing.T) {
 }
 
 // effectChild is the environment variable that makes the test binary the
-// app process of TestTransactionalAppKilledBeforeCommitChargesOnce: its
+// app process of TestTransactional/app killed before commit: its
 // value is "<database URL> <prefix> <charge table> <key>".
 const effectChild = "CTOKEN_PGSTORE_EFFECT_CHILD"
 
@@ -367,7 +393,7 @@ func runEffectChild(spec string) {
 // effectChildLease is the app process's lease: the retry waits it out.
 const effectChildLease = 2 * time.Second
 
-func TestTransactionalAppKilledBeforeCommitChargesOnce(t *testing.T) {
+func transactionalAppKilledBeforeCommitChargesOnce(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	prefix := uniquePrefix()
@@ -407,13 +433,13 @@ func TestTransactionalAppKilledBeforeCommitChargesOnce(t *testing.T) {
 	exactlyOneCharge(t, charges(t, pool, table), "k1", body)
 }
 
-// TestTransactionalChargesOnceThroughAKilledServer: the load of
+// transactionalChargesOnceThroughAKilledServer: the load of
 // runExactlyOnceThroughAKill (64 clients, a SIGKILL and crash recovery of
 // PostgreSQL mid-load, the first attempt of every odd key panicking) with
 // the charge made through the middleware's transaction: every key has
 // exactly one committed charge, and every client's final response is that
 // charge's.
-func TestTransactionalChargesOnceThroughAKilledServer(t *testing.T) {
+func transactionalChargesOnceThroughAKilledServer(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t, "-c", "recovery_init_sync_method=syncfs")
 	pool := p.pool(t)
@@ -516,12 +542,12 @@ func committedWork(t testing.TB, pool *pgxpool.Pool, table string) []int {
 	return out
 }
 
-// TestSingleUseTokensConsumedOnlyIfTheirWorkCommits: a one-time token
+// singleUseTokensConsumedOnlyIfTheirWorkCommits: a one-time token
 // and a single-use request state redeemed with WithTx are consumed by the
 // transaction: a rolled-back one leaves the token redeemable, a committed
 // one consumes it, and of 16 concurrent redeems, half of which roll back,
 // exactly one commits its work.
-func TestSingleUseTokensConsumedOnlyIfTheirWorkCommits(t *testing.T) {
+func singleUseTokensConsumedOnlyIfTheirWorkCommits(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool)
@@ -613,13 +639,13 @@ func TestSingleUseTokensConsumedOnlyIfTheirWorkCommits(t *testing.T) {
 	}
 }
 
-// TestTransactionalFailedStatementReleasesTheKey: a handler that ignores
+// transactionalFailedStatementReleasesTheKey: a handler that ignores
 // a failed statement of its transaction and answers 201 has its work
 // rolled back by the store (replay.ErrRolledBack): the client gets 503,
 // never the 201, and the key is released at once, so the retry runs the
 // handler again within seconds, not after the one-minute lease; one
 // charge in the end.
-func TestTransactionalFailedStatementReleasesTheKey(t *testing.T) {
+func transactionalFailedStatementReleasesTheKey(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool)
@@ -646,14 +672,14 @@ func TestTransactionalFailedStatementReleasesTheKey(t *testing.T) {
 	}
 }
 
-// TestTransactionalHandlerEscapeChargesOnce: through the idempotency
+// transactionalHandlerEscapeChargesOnce: through the idempotency
 // middleware over HTTP, a handler that tries to leave its transaction
 // after its charge ("COMMIT; BEGIN", "ROLLBACK; BEGIN", COMMIT AND CHAIN,
 // a SET of the session) and answers 201 all the same: the statement is
 // refused, the client gets 503, never that 201, nothing is committed, and
 // the key is released, so the retry charges exactly once and every later
 // retry gets its response.
-func TestTransactionalHandlerEscapeChargesOnce(t *testing.T) {
+func transactionalHandlerEscapeChargesOnce(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool)
@@ -729,13 +755,13 @@ func postBody(t *testing.T, url, key, body string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
-// TestTransactionalAndPlainInstancesAgreeWhileTheFirstRuns: two instances
+// transactionalAndPlainInstancesAgreeWhileTheFirstRuns: two instances
 // on one table, one with the transactional mode (whose lease is its
 // uncommitted transaction's lock) and one without (whose lease is a
 // committed row): while either runs a key's first request, both answer
 // the same request 409 and a changed one 422; once it is done, both
 // replay its response, and the key has one charge.
-func TestTransactionalAndPlainInstancesAgreeWhileTheFirstRuns(t *testing.T) {
+func transactionalAndPlainInstancesAgreeWhileTheFirstRuns(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	prefix := uniquePrefix()
@@ -825,12 +851,12 @@ func TestTransactionalAndPlainInstancesAgreeWhileTheFirstRuns(t *testing.T) {
 	}
 }
 
-// TestTransactionalTerminatedBackendMidHandlerChargesOnce: the backend of
+// transactionalTerminatedBackendMidHandlerChargesOnce: the backend of
 // a first request's transaction is terminated (pg_terminate_backend)
 // while its handler runs, after its charge: the client gets 503, nothing
 // of that run is kept, and the retries charge exactly once, each final
 // answer being the committed charge's response.
-func TestTransactionalTerminatedBackendMidHandlerChargesOnce(t *testing.T) {
+func transactionalTerminatedBackendMidHandlerChargesOnce(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	admin := p.pool(t)

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -54,7 +53,22 @@ func (r *recorder) count(kind EventKind, option, level, substr string) (events, 
 	return events, lines
 }
 
-func TestEventKindString(t *testing.T) {
+// TestEvents pins what a Store reports to its Observer and Logger: each
+// refusal once per reason, and every Allow option the risk it accepts.
+func TestEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"kind string", eventKindString},
+		{"refusal reported once per reason", refusalIsReportedOncePerReason},
+		{"allow options report the risk they accept", allowOptionsReportTheRiskTheyAccept},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func eventKindString(t *testing.T) {
 	for k, want := range map[EventKind]string{0: "", EventRiskAccepted: "risk_accepted", EventRefusing: "refusing", EventServing: "serving", numEventKinds: "", 255: ""} {
 		if got := k.String(); got != want {
 			t.Errorf("EventKind(%d).String() = %q, want %q", k, got, want)
@@ -62,11 +76,11 @@ func TestEventKindString(t *testing.T) {
 	}
 }
 
-// TestRefusalIsReportedOncePerReason: a recheck's refusal is reported
+// refusalIsReportedOncePerReason: a recheck's refusal is reported
 // when it starts and when its reason changes, not again when only its
 // figures move (a clock 31.2 s, then 31.7 s behind); the return to service
 // once.
-func TestRefusalIsReportedOncePerReason(t *testing.T) {
+func refusalIsReportedOncePerReason(t *testing.T) {
 	var r recorder
 	s := &Store{prefix: "p:", table: `"t"`}
 	s.observer = r.observe
@@ -96,13 +110,13 @@ func TestRefusalIsReportedOncePerReason(t *testing.T) {
 	}
 }
 
-// TestAllowOptionsReportTheRiskTheyAccept: AllowAsyncCommit and
+// allowOptionsReportTheRiskTheyAccept: AllowAsyncCommit and
 // AllowRollback keep their checks: with the risk present, New logs one Warn
 // naming the option and emits one EventRiskAccepted; without it, nothing.
 // A risk that appears after New is reported by the recheck once per
 // appearance, not at every recheck. (AllowAsyncStandby:
-// TestStandbyThatIsAwayStillCounts.)
-func TestAllowOptionsReportTheRiskTheyAccept(t *testing.T) {
+// TestDurability/standby that is away still counts.)
+func allowOptionsReportTheRiskTheyAccept(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t)
 	admin := p.pool(t)
@@ -189,84 +203,4 @@ func TestAllowOptionsReportTheRiskTheyAccept(t *testing.T) {
 		set(t, "synchronous_commit", "off")
 		waitEvents(2)
 	})
-}
-
-// TestRecheckRunsEverySecondNotEverySweep: synchronous_commit turned off
-// after New — by ALTER SYSTEM and a reload, or by ALTER ROLE, which only
-// the sessions opened afterwards get — is refused within about one
-// DefaultRecheckInterval, with the sweeper at an hour; the refusal and the
-// return to service (once the pool's sessions opened while the role said
-// off are closed) are each reported once.
-func TestRecheckRunsEverySecondNotEverySweep(t *testing.T) {
-	t.Parallel() // a server of its own
-	p := ownServer(t)
-	admin := p.pool(t)
-	run := func(qs []string) error {
-		for _, q := range qs {
-			if _, err := admin.Exec(bg(), q); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for _, c := range []struct {
-		name    string
-		off, on []string
-	}{
-		{"ALTER SYSTEM", []string{`ALTER SYSTEM SET synchronous_commit = off`, `SELECT pg_reload_conf()`}, []string{`ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`}},
-		{"ALTER ROLE", []string{`ALTER ROLE postgres SET synchronous_commit = off`}, []string{`ALTER ROLE postgres RESET synchronous_commit`}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var r recorder
-			s := storeOn(t, p.pool(t), func(o *Options) { o.SweepInterval = time.Hour; o.RecheckInterval = 0 }, r.options)
-			until := time.Now().Add(time.Hour)
-			n := 0
-			claim := func() (bool, error) { n++; return s.Claim(bg(), fmt.Sprint("id-", n), until) }
-			if first, err := claim(); !first || err != nil {
-				t.Fatalf("Claim before the change = %v, %v", first, err)
-			}
-			if err := run(c.off); err != nil {
-				t.Fatal(err)
-			}
-			changed := time.Now()
-			restored := false
-			defer func() {
-				if !restored {
-					run(c.on)
-				}
-			}()
-			// One interval, plus one for the reload and a loaded machine.
-			const limit = 2*DefaultRecheckInterval + time.Second
-			for {
-				first, err := claim()
-				if errors.Is(err, ErrConfig) && errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), "synchronous_commit") {
-					t.Logf("%s: refused %v after the change", c.name, time.Since(changed).Round(time.Millisecond))
-					break
-				}
-				if time.Since(changed) > limit {
-					t.Fatalf("%s: Claim = %v, %v %v after synchronous_commit was turned off; want refused within %v", c.name, first, err, time.Since(changed), limit)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if err := run(c.on); err != nil {
-				t.Fatal(err)
-			}
-			restored = true
-			// The pool's sessions opened while the role said off keep it
-			// (and the store keeps refusing) until they are closed.
-			s.pool.Reset()
-			for deadline := time.Now().Add(limit); ; time.Sleep(20 * time.Millisecond) {
-				if first, err := claim(); first && err == nil {
-					break
-				} else if time.Now().After(deadline) {
-					t.Fatalf("%s: Claim = %v, %v after synchronous_commit was on again", c.name, first, err)
-				}
-			}
-			refusing, lines := r.count(EventRefusing, "", "WARN", "synchronous_commit")
-			serving, _ := r.count(EventServing, "", "", "")
-			if refusing != 1 || lines != 1 || serving != 1 {
-				t.Fatalf("%s: %d EventRefusing (%d Warn lines), %d EventServing; want 1, 1, 1", c.name, refusing, lines, serving)
-			}
-		})
-	}
 }

@@ -62,11 +62,28 @@ func waitForLockWaiter(t *testing.T, pool *pgxpool.Pool) int32 {
 	return 0
 }
 
-// TestSerializationFailureFailsClosed: with default_transaction_isolation
+// TestFaults pins the steps against server faults: a serialization failure,
+// a backend terminated mid-statement and a paused server fail closed, and a
+// resend after a lost reply is safe.
+func TestFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"serialization failure fails closed", serializationFailureFailsClosed},
+		{"backend terminated mid-statement", terminatedBackendMidStatementFailsClosed},
+		{"paused server fails closed within timeout", pausedServerFailsClosedWithinTimeout},
+		{"resend after lost reply is safe", resendAfterLostReplyIsSafe},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// serializationFailureFailsClosed: with default_transaction_isolation
 // serializable, a claim that meets a row committed after its snapshot
 // fails with SQLSTATE 40001; the store reports it unavailable, never
 // first, and a resend sees the row.
-func TestSerializationFailureFailsClosed(t *testing.T) {
+func serializationFailureFailsClosed(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
 	s := storeOn(t, p.pool(t, "default_transaction_isolation", "serializable"))
@@ -91,11 +108,11 @@ func TestSerializationFailureFailsClosed(t *testing.T) {
 	}
 }
 
-// TestTerminatedBackendMidStatementFailsClosed: the backend running a
+// terminatedBackendMidStatementFailsClosed: the backend running a
 // claim is killed (pg_terminate_backend) while the claim waits: the store
 // reports unavailable, never first, and a resend is decided correctly
 // whichever way the other transaction ended.
-func TestTerminatedBackendMidStatementFailsClosed(t *testing.T) {
+func terminatedBackendMidStatementFailsClosed(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
 	s := storeOn(t, p.pool(t))
@@ -219,11 +236,11 @@ func lossyStores(t *testing.T) (admin *pgxpool.Pool, d *replyDropper, s, r *Stor
 	return admin, d, s, r
 }
 
-// TestResendAfterLostReplyIsSafe: each step's reply is lost after the
+// resendAfterLostReplyIsSafe: each step's reply is lost after the
 // server committed it; the call fails closed, and resending it (a new
 // lease for an acquire, the same token for the others) never accepts an ID
 // twice.
-func TestResendAfterLostReplyIsSafe(t *testing.T) {
+func resendAfterLostReplyIsSafe(t *testing.T) {
 	admin, d, s, r := lossyStores(t)
 	until := time.Now().Add(time.Hour)
 
@@ -345,7 +362,7 @@ func TestResendAfterLostReplyIsSafe(t *testing.T) {
 	}
 }
 
-// TestPausedServerFailsClosedWithinTimeout: a server that stops answering
+// pausedServerFailsClosedWithinTimeout: a server that stops answering
 // (SIGSTOP on every process: a frozen VM, a stalled disk) turns each call
 // into ErrUnavailable within the store's timeout, and a call whose context
 // is cancelled returns at once with context.Canceled; when the server
@@ -355,7 +372,7 @@ func TestResendAfterLostReplyIsSafe(t *testing.T) {
 // on a pool whose watcher would wait a minute before giving up (a cancel
 // request first, then a deadline), the call runs on a goroutine of its
 // own and the store stops waiting for it ("own goroutine").
-func TestPausedServerFailsClosedWithinTimeout(t *testing.T) {
+func pausedServerFailsClosedWithinTimeout(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t)
 	const timeout = 500 * time.Millisecond

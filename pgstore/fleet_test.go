@@ -174,7 +174,26 @@ func (f *fleet) issue(i int, kind, caller string) string {
 
 var singleUseKinds = []string{"onetime", "state"}
 
-func TestFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
+// TestFleet pins several instances on one database: single-use tokens,
+// exchanges and webhook deliveries accepted by one instance only, and
+// refusals while the database is down.
+func TestFleet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"single use refused on every other instance", fleetSingleUseTokensAreRefusedOnEveryOtherInstance},
+		{"redeems fail closed when the database dies", fleetRedeemsFailClosedWhenTheDatabaseDies},
+		{"exchange: one instance wins", fleetExchangeOneInstanceWins},
+		{"webhook copies processed once", fleetWebhookConcurrentCopiesProcessedOnce},
+		{"webhook failed handler processed on retry", fleetWebhookHandlerFailsThenSucceedsIsProcessedOnRetry},
+		{"webhook database down processes nothing", fleetWebhookDatabaseDownRefusesWithoutProcessing},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func fleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
 	f := newFleet(t, fleetStores(t, needServer(t), 15*time.Second))
 	for _, kind := range singleUseKinds {
 		t.Run(kind, func(t *testing.T) {
@@ -229,7 +248,7 @@ func TestFleetSingleUseTokensAreRefusedOnEveryOtherInstance(t *testing.T) {
 	}
 }
 
-func TestFleetRedeemsFailClosedWhenTheDatabaseDies(t *testing.T) {
+func fleetRedeemsFailClosedWhenTheDatabaseDies(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t)
 	f := newFleet(t, fleetStores(t, p, 2*time.Second))
@@ -336,7 +355,7 @@ func (f *exchangeFleet) exchange(i int, tok string) (int, string) {
 	return res.StatusCode, body.Error
 }
 
-func TestFleetExchangeOneInstanceWins(t *testing.T) {
+func fleetExchangeOneInstanceWins(t *testing.T) {
 	f := newExchangeFleet(t, fleetStores(t, needServer(t), 15*time.Second))
 	tok, err := f.minter.Mint(map[string]string{"agent": "agt_1", "run": "run_1"})
 	if err != nil {
@@ -454,7 +473,7 @@ func (h *countingHandler) processed(id string) int {
 
 // 32 concurrent copies of a delivery across three instances: the handler
 // runs once.
-func TestFleetWebhookConcurrentCopiesProcessedOnce(t *testing.T) {
+func fleetWebhookConcurrentCopiesProcessedOnce(t *testing.T) {
 	next := &countingHandler{delay: 50 * time.Millisecond}
 	f := newWHFleet(t, fleetStores(t, needServer(t), 15*time.Second), 5*time.Second, next)
 	for round := range 5 {
@@ -485,7 +504,7 @@ func TestFleetWebhookConcurrentCopiesProcessedOnce(t *testing.T) {
 // A handler that fails once: the failure releases the lease, so the
 // retry on another instance is processed at once, and later copies are
 // acknowledged without processing.
-func TestFleetWebhookHandlerFailsThenSucceedsIsProcessedOnRetry(t *testing.T) {
+func fleetWebhookHandlerFailsThenSucceedsIsProcessedOnRetry(t *testing.T) {
 	next := &countingHandler{fail: func(n int) bool { return n == 1 }}
 	f := newWHFleet(t, fleetStores(t, needServer(t), 15*time.Second), time.Minute, next)
 	if code := f.send(0, "flaky-1"); code != http.StatusInternalServerError {
@@ -506,7 +525,7 @@ func TestFleetWebhookHandlerFailsThenSucceedsIsProcessedOnRetry(t *testing.T) {
 
 // A database that is down refuses every delivery with 503 and never calls
 // the handler.
-func TestFleetWebhookDatabaseDownRefusesWithoutProcessing(t *testing.T) {
+func fleetWebhookDatabaseDownRefusesWithoutProcessing(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t)
 	next := &countingHandler{}

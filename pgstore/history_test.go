@@ -23,7 +23,25 @@ import (
 
 func strp(s string) *string { return &s }
 
-func TestJudgeHistory(t *testing.T) {
+// TestHistory pins the history record and its judgement, without a server:
+// who could acknowledge, the synchronous standby names, the application
+// name of a conninfo, and the walreceiver's.
+func TestHistory(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"judge", judgeHistoryCases},
+		{"records who could acknowledge", historyRecordsWhoCouldAcknowledge},
+		{"parse synchronous standby names", parseSyncNamesCases},
+		{"conninfo application name", conninfoAppCases},
+		{"self name follows the walreceiver", selfNameFollowsTheWalreceiver},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func judgeHistoryCases(t *testing.T) {
 	rec := func(h history) string { return h.encode() }
 	syncA := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "a"}}}
 	syncSlot := history{V: 1, TL: 1, Longest: 64, Sync: []member{{App: "walreceiver", Slot: "s1"}}, Other: []member{{App: "walreceiver", Slot: "s2"}}}
@@ -78,7 +96,7 @@ func TestJudgeHistory(t *testing.T) {
 	}
 }
 
-func TestHistoryRecordsWhoCouldAcknowledge(t *testing.T) {
+func historyRecordsWhoCouldAcknowledge(t *testing.T) {
 	any2 := Durability{SynchronousCommit: "on", SynchronousStandbyNames: "ANY 2 (a, b)"}
 	first1 := Durability{SynchronousCommit: "on", SynchronousStandbyNames: "FIRST 1 (a, b)"}
 	cases := []struct {
@@ -134,7 +152,7 @@ func TestHistoryRecordsWhoCouldAcknowledge(t *testing.T) {
 	}
 }
 
-func TestParseSyncNames(t *testing.T) {
+func parseSyncNamesCases(t *testing.T) {
 	cases := []struct {
 		in     string
 		ok     bool
@@ -186,7 +204,7 @@ func FuzzParseSyncNames(f *testing.F) {
 	})
 }
 
-func TestConninfoApp(t *testing.T) {
+func conninfoAppCases(t *testing.T) {
 	cases := []struct {
 		in, app string
 		ok      bool
@@ -210,7 +228,7 @@ func TestConninfoApp(t *testing.T) {
 	}
 }
 
-func TestSelfNameFollowsTheWalreceiver(t *testing.T) {
+func selfNameFollowsTheWalreceiver(t *testing.T) {
 	cases := []struct {
 		name, cluster string
 		conninfo      *string
@@ -346,7 +364,25 @@ func markerFence(t *testing.T, pool *pgxpool.Pool) time.Duration {
 	return time.Duration(secs * float64(time.Second))
 }
 
-// TestPromotedAsyncStandbyIsFenced is issue 56's shape: a store on a
+// TestPromotion pins promotions against real servers: an asynchronous
+// standby promoted is fenced, a planned failover to a synchronous one is
+// not, and a claim on another timeline than the record is refused.
+func TestPromotion(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"promoted async standby is fenced", promotedAsyncStandbyIsFenced},
+		{"planned failover to sync standby not fenced", plannedFailoverToSynchronousStandbyIsNotFenced},
+		{"claim on another timeline is refused", claimOnAnotherTimelineThanTheRecordIsRefused},
+		{"under quorum and priority commit", promotionUnderQuorumAndPriorityCommit},
+		{"promoted table without record is fenced", promotedTableWithoutRecordIsFenced},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// promotedAsyncStandbyIsFenced is issue 56's shape: a store on a
 // primary with no standby, 16 claimers; an asynchronous standby is
 // attached at run time, cut off half a second later (the primary is
 // killed: nothing more reaches it) and promoted. A new store on the
@@ -355,7 +391,7 @@ func markerFence(t *testing.T, pool *pgxpool.Pool) time.Duration {
 // does not name a synchronous standby: the table is fenced for the
 // longest claim's lifetime (rounded up) plus replay.SkewMargin, every
 // replay is refused with ErrFenced: 0 accepted twice.
-func TestPromotedAsyncStandbyIsFenced(t *testing.T) {
+func promotedAsyncStandbyIsFenced(t *testing.T) {
 	t.Parallel() // servers of its own
 	for _, running := range []bool{false, true} {
 		t.Run(fmt.Sprintf("running store %v", running), func(t *testing.T) {
@@ -489,14 +525,14 @@ func promoteStandby(t *testing.T, standby *pgServer) {
 	}
 }
 
-// TestPlannedFailoverToSynchronousStandbyIsNotFenced: a running store
+// plannedFailoverToSynchronousStandbyIsNotFenced: a running store
 // (its pool follows the primary), claimers, a synchronous standby; the
 // primary is shut down cleanly and the standby promoted. A new store on
 // the promoted server serves at once, the running store after its first
 // recheck there: the last state the standby received names it the
 // synchronous standby, so its history is known (no false fence), and
 // every acknowledged claim is still refused.
-func TestPlannedFailoverToSynchronousStandbyIsNotFenced(t *testing.T) {
+func plannedFailoverToSynchronousStandbyIsNotFenced(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary, standby := syncPair(t)
 	s := storeOn(t, multiHostPoolPorts(t, primary.port, standby.port), func(o *Options) {
@@ -542,13 +578,13 @@ func TestPlannedFailoverToSynchronousStandbyIsNotFenced(t *testing.T) {
 	}
 }
 
-// TestClaimOnAnotherTimelineThanTheRecordIsRefused: every statement that
+// claimOnAnotherTimelineThanTheRecordIsRefused: every statement that
 // decides on a claim, a lease or a record finds the marker only on the
 // timeline its history record names, so a running Store refuses on a
 // promoted server from its first claim there, before any recheck
 // (RecheckInterval is an hour here); New then judges the history (the
 // record names no standby: fenced) and the Store refuses with ErrFenced.
-func TestClaimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
+func claimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t)
 	pool := p.pool(t)
@@ -666,7 +702,7 @@ func missingOn(t *testing.T, p *pgServer, s *Store, acked []string) int {
 	return n
 }
 
-// TestPromotionUnderQuorumAndPriorityCommit: a primary with two standbys,
+// promotionUnderQuorumAndPriorityCommit: a primary with two standbys,
 // a and b (cluster_name), under a synchronous_standby_names; a running
 // store with 8 claimers; the primary killed mid-load and a promoted. Where
 // every commit waited for a (ANY 2 (a, b), FIRST 2 (a, b)) the promoted
@@ -677,7 +713,7 @@ func missingOn(t *testing.T, p *pgServer, s *Store, acked []string) int {
 // cut off and claims go on acknowledged by b alone (missing from a,
 // counted on a): the promoted a cannot show it had them and is fenced,
 // 0 accepted twice.
-func TestPromotionUnderQuorumAndPriorityCommit(t *testing.T) {
+func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 	t.Parallel() // servers of its own
 	cases := []struct {
 		name, names string
@@ -755,7 +791,7 @@ func TestPromotionUnderQuorumAndPriorityCommit(t *testing.T) {
 	}
 }
 
-// TestPromotedTableWithoutRecordIsFenced: a table whose marker holds no
+// promotedTableWithoutRecordIsFenced: a table whose marker holds no
 // history record (a table of an earlier version, or a marker written by
 // hand), an asynchronous standby cut off while claims go on, the primary
 // killed and the standby promoted: the promoted server is on a timeline
@@ -765,7 +801,7 @@ func TestPromotionUnderQuorumAndPriorityCommit(t *testing.T) {
 // 1 only. A new store there is fenced (0 accepted twice). A table made on
 // the promoted server by Migrate carries the record of its timeline and
 // serves at once.
-func TestPromotedTableWithoutRecordIsFenced(t *testing.T) {
+func promotedTableWithoutRecordIsFenced(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary := ownServer(t)
 	port := freePort()

@@ -29,11 +29,25 @@ func envDuration(t *testing.T, env string, def time.Duration) time.Duration {
 	return d
 }
 
-// TestCrashMidLoadLosesNoAcknowledgedClaim: 16 clients claim fresh IDs; the
+// TestLoad pins claims under load through a server SIGKILLed mid-load and
+// through restarts: no acknowledged claim lost, none accepted twice.
+func TestLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"crash mid-load loses no acknowledged claim", crashMidLoadLosesNoAcknowledgedClaim},
+		{"server restart loses nothing", loadWithServerRestartLosesNothing},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// crashMidLoadLosesNoAcknowledgedClaim: 16 clients claim fresh IDs; the
 // server is SIGKILLed (every process: no shutdown, no checkpoint) and
 // restarted, which runs crash recovery. Every claim acknowledged as first
 // before the kill is refused after it (0 lost), and no ID is first twice.
-func TestCrashMidLoadLosesNoAcknowledgedClaim(t *testing.T) {
+func crashMidLoadLosesNoAcknowledgedClaim(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t)
 	pool := p.pool(t)
@@ -136,7 +150,7 @@ func TestCrashMidLoadLosesNoAcknowledgedClaim(t *testing.T) {
 	}
 }
 
-// TestLoadWithServerRestartLosesNothing: 64 clients on three Store
+// loadWithServerRestartLosesNothing: 64 clients on three Store
 // instances (a fleet, each with its own pool of 16 connections and its
 // own sweeper) claim fresh IDs and replay each acknowledged one on another
 // instance, for
@@ -144,7 +158,7 @@ func TestCrashMidLoadLosesNoAcknowledgedClaim(t *testing.T) {
 // server is killed and restarted once. No acknowledged ID is accepted
 // again, every long-held claim survives the restart, and the sweepers keep
 // the expired rows bounded.
-func TestLoadWithServerRestartLosesNothing(t *testing.T) {
+func loadWithServerRestartLosesNothing(t *testing.T) {
 	t.Parallel() // a server of its own
 	duration := envDuration(t, "CTOKEN_PG_LOAD_DURATION", 10*time.Second)
 	const clients, hold, sweep = 64, 2 * time.Second, 250 * time.Millisecond

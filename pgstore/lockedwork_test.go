@@ -46,14 +46,32 @@ func busyAnswer(t *testing.T, r replay.Record, fp []byte) string {
 	return "same"
 }
 
-// TestAcquireWorkAgreesWithEveryAcquire: while a Work of AcquireWork holds
+// TestAcquireWork pins [Store.AcquireWork]: it agrees with every other
+// acquire, commits at most once, keeps nothing when its connection is
+// terminated, refuses what it must, and its lease bounds the work.
+func TestAcquireWork(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"agrees with every acquire", acquireWorkAgreesWithEveryAcquire},
+		{"commits at most once", acquireWorkCommitsAtMostOnce},
+		{"terminated connection keeps nothing", acquireWorkTerminatedConnectionKeepsNothing},
+		{"refusals", acquireWorkRefusals},
+		{"lease bounds the work", acquireWorkLeaseBoundsTheWork},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// acquireWorkAgreesWithEveryAcquire: while a Work of AcquireWork holds
 // an ID, every acquire of another Store on the table (AcquireWork,
 // AcquireRecord, AcquireLease) finds it busy, and tells the same request
 // (409) from another (422); while an AcquireRecord lease is live,
 // AcquireWork finds it busy with its fingerprint; after the Work's
 // Commit, every acquire finds the record; after its Rollback, the ID is
 // free.
-func TestAcquireWorkAgreesWithEveryAcquire(t *testing.T) {
+func acquireWorkAgreesWithEveryAcquire(t *testing.T) {
 	a, b := twinStores(t)
 	fp, other := []byte("fp-first"), []byte("fp-other")
 	t.Run("a Work holds the ID", func(t *testing.T) {
@@ -143,12 +161,12 @@ func TestAcquireWorkAgreesWithEveryAcquire(t *testing.T) {
 	})
 }
 
-// TestAcquireWorkCommitsAtMostOnce: a Work whose ID was taken meanwhile
+// acquireWorkCommitsAtMostOnce: a Work whose ID was taken meanwhile
 // by a live row it did not write (a Claim, which does not wait for the
 // Work's lock) commits nothing and reports ErrLeaseLost; and of two
 // instances racing for one ID with one request, at most one Work
 // commits, and the loser is told busy with the same request.
-func TestAcquireWorkCommitsAtMostOnce(t *testing.T) {
+func acquireWorkCommitsAtMostOnce(t *testing.T) {
 	a, b := twinStores(t)
 	table := chargeTable(t, a.pool)
 	t.Run("a Claim of the ID while the Work runs", func(t *testing.T) {
@@ -205,11 +223,11 @@ func TestAcquireWorkCommitsAtMostOnce(t *testing.T) {
 	})
 }
 
-// TestAcquireWorkTerminatedConnectionKeepsNothing: the Work's backend
+// acquireWorkTerminatedConnectionKeepsNothing: the Work's backend
 // terminated mid-work (pg_terminate_backend, as a crash of the holder's
 // process or its connection's end) frees the ID with nothing kept, and
 // the next AcquireWork runs the work once.
-func TestAcquireWorkTerminatedConnectionKeepsNothing(t *testing.T) {
+func acquireWorkTerminatedConnectionKeepsNothing(t *testing.T) {
 	a, b := twinStores(t)
 	table := chargeTable(t, a.pool)
 	id := "terminated"
@@ -241,9 +259,9 @@ func TestAcquireWorkTerminatedConnectionKeepsNothing(t *testing.T) {
 	}
 }
 
-// TestAcquireWorkRefusals: every refusal opens no transaction and takes
+// acquireWorkRefusals: every refusal opens no transaction and takes
 // nothing.
-func TestAcquireWorkRefusals(t *testing.T) {
+func acquireWorkRefusals(t *testing.T) {
 	s := newTestStore(t)
 	cancelled, cancel := context.WithCancel(bg())
 	cancel()
@@ -274,11 +292,11 @@ func TestAcquireWorkRefusals(t *testing.T) {
 	acquireWork(t, s, "x", nil) // nothing was left held
 }
 
-// TestAcquireWorkLeaseBoundsTheWork: a Work whose lease has passed since
+// acquireWorkLeaseBoundsTheWork: a Work whose lease has passed since
 // it began commits nothing (ErrLeaseLost), and a session left idle in the
 // Work's transaction for its lease is ended by the server, which frees
 // the ID with nothing kept.
-func TestAcquireWorkLeaseBoundsTheWork(t *testing.T) {
+func acquireWorkLeaseBoundsTheWork(t *testing.T) {
 	a, b := twinStores(t)
 	table := chargeTable(t, a.pool)
 	const lease = 300 * time.Millisecond

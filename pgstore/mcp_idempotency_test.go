@@ -14,9 +14,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/ctoken/ctoken"
 	"sync/atomic"
 	"testing"
+
+	"github.com/ctoken/ctoken"
 
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/jackc/pgx/v5/pgxpool"

@@ -153,8 +153,8 @@ type Options struct {
 	// key, so several stores (or applications) can share one table without
 	// seeing each other's claims, leases or releases, even when one prefix
 	// starts with another ("ctoken:replay:" and "ctoken:replay:webhooks:";
-	// TestNestedPrefixesNeverShareKeys). Empty means DefaultPrefix; longer
-	// than MaxPrefixBytes is refused with ErrConfig.
+	// TestKeys/nested prefixes never share keys). Empty means
+	// DefaultPrefix; longer than MaxPrefixBytes is refused with ErrConfig.
 	Prefix string
 
 	// Timeout bounds every call: the effective deadline is the earlier of

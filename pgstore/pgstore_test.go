@@ -1,288 +1,39 @@
 package pgstore
 
 import (
-	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken/replay"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-func bg() context.Context { return context.Background() }
-
-func TestClaimIsFirstOnceThenRefused(t *testing.T) {
-	s := newTestStore(t)
-	until := time.Now().Add(time.Minute)
-	for i, want := range []bool{true, false, false} {
-		first, err := s.Claim(bg(), "delivery-1", until)
-		if err != nil || first != want {
-			t.Fatalf("claim %d = %v, %v; want %v, nil", i+1, first, err, want)
-		}
-	}
-	if first, err := s.Claim(bg(), "delivery-2", until); !first || err != nil {
-		t.Fatalf("other id = %v, %v; want true, nil", first, err)
-	}
-}
-
-func TestConcurrentClaimsExactlyOneFirst(t *testing.T) {
-	s := newTestStore(t)
-	until := time.Now().Add(time.Minute)
-	const ids, racers = 10, 16
-	for i := range ids {
-		id := fmt.Sprint("race-", i)
-		var wins atomic.Int32
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for range racers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				first, err := s.Claim(bg(), id, until)
-				if err != nil {
-					t.Error(err)
-				}
-				if first {
-					wins.Add(1)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		if wins.Load() != 1 {
-			t.Fatalf("%s: %d first claims, want 1", id, wins.Load())
-		}
+// TestNew pins [New]'s refusals: bad options, and every server setting,
+// role, table or clock under which an acknowledged claim could be lost; a
+// zero Store refuses every method.
+func TestNew(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"refuses bad configuration", newRefusesBadConfiguration},
+		{"refuses async commit unless allowed", newRefusesAsyncCommitUnlessAllowed},
+		{"refuses settings that lose crash commits", newRefusesSettingsThatLoseCommitsInACrash},
+		{"refuses async standby unless allowed", newRefusesAsyncStandbyUnlessAllowed},
+		{"refuses an instance clock behind", newRefusesAnInstanceClockBehindTheDatabase},
+		{"refuses a clock behind on a slow server", newRefusesAClockBehindEvenWhenTheServerIsSlow},
+		{"refuses a role that cannot write the table", newRefusesARoleThatCannotWriteTheTable},
+		{"refuses an unlogged or temporary table", newRefusesAnUnloggedOrTemporaryTable},
+		{"refuses a table in a system schema", tableInASystemSchemaIsRefused},
+		{"zero Store refuses", zeroStoreRefuses},
+	} {
+		t.Run(tc.name, tc.test)
 	}
 }
 
-func TestClaimAfterExpiryByDatabaseClockIsFirstAgain(t *testing.T) {
-	s := newTestStore(t)
-	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("first claim = %v, %v", first, err)
-	}
-	// Move the row's until into the past on the database's clock.
-	if _, err := s.pool.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key("short")); err != nil {
-		t.Fatal(err)
-	}
-	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("claim after expiry = %v, %v; want true, nil", first, err)
-	}
-	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); first || err != nil {
-		t.Fatalf("claim after the retake = %v, %v; want false, nil", first, err)
-	}
-}
-
-// TestClaimWaitingOnAConcurrentInsertFollowsItsOutcome: a claim that
-// meets another transaction's uncommitted insert of its key waits for it;
-// the row is then not in the claim's snapshot, so the claim's first
-// statement inserts nothing and sees no live row, and the second
-// statement decides: taken (false, nil) when the other transaction
-// committed, first when it rolled back. Under read committed, the default.
-func TestClaimWaitingOnAConcurrentInsertFollowsItsOutcome(t *testing.T) {
-	p := needServer(t)
-	admin := p.pool(t)
-	s := storeOn(t, p.pool(t))
-	for _, commit := range []bool{true, false} {
-		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
-			id := fmt.Sprint("waiting-", commit)
-			finish := blockKey(t, admin, s, id)
-			type result struct {
-				first bool
-				err   error
-			}
-			done := make(chan result, 1)
-			go func() {
-				first, err := s.Claim(bg(), id, time.Now().Add(time.Minute))
-				done <- result{first, err}
-			}()
-			waitForLockWaiter(t, admin)
-			finish(commit)
-			r := <-done
-			if r.err != nil || r.first == commit {
-				t.Fatalf("Claim after the other transaction ended (commit=%v) = %v, %v; want %v, nil", commit, r.first, r.err, !commit)
-			}
-			if first, err := s.Claim(bg(), id, time.Now().Add(time.Minute)); first || err != nil {
-				t.Fatalf("resend = %v, %v; want false, nil", first, err)
-			}
-		})
-	}
-}
-
-func TestClaimRefusesUntilNotAfterDatabaseClock(t *testing.T) {
-	s := newTestStore(t)
-	for _, until := range []time.Time{{}, time.Now().Add(-time.Second), time.Unix(0, 0)} {
-		first, err := s.Claim(bg(), "past", until)
-		if first || !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
-			t.Fatalf("Claim until %v = %v, %v; want ErrInvalidClaim and replay.ErrExpired", until, first, err)
-		}
-	}
-	var n int
-	if err := s.pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE key = $1`, s.key("past")).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("an expired claim left %d rows (%v)", n, err)
-	}
-	if first, err := s.Claim(bg(), "past", time.Now().Add(time.Minute)); !first || err != nil {
-		t.Fatalf("Claim after refused ones = %v, %v; want first", first, err)
-	}
-}
-
-func TestClaimStoresUntilRoundedUpToMicroseconds(t *testing.T) {
-	s := newTestStore(t)
-	until := time.Now().Add(time.Hour).Truncate(time.Microsecond).Add(400 * time.Nanosecond)
-	if first, err := s.Claim(bg(), "abs", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
-	var got time.Time
-	if err := s.pool.QueryRow(bg(), `SELECT until FROM `+s.table+` WHERE key = $1`, s.key("abs")).Scan(&got); err != nil {
-		t.Fatal(err)
-	}
-	if want := until.Truncate(time.Microsecond).Add(time.Microsecond); !got.Equal(want) {
-		t.Fatalf("until stored as %v, want %v (rounded up)", got, want)
-	}
-	if first, err := s.Claim(bg(), "forever", time.Unix(1<<62, 0)); !first || err != nil {
-		t.Fatal(first, err)
-	}
-	var inf bool
-	if err := s.pool.QueryRow(bg(), `SELECT until = 'infinity' FROM `+s.table+` WHERE key = $1`, s.key("forever")).Scan(&inf); err != nil || !inf {
-		t.Fatalf("until past the year 9999 stored as infinity: %v (%v)", inf, err)
-	}
-}
-
-func TestPrefixIsolatesStores(t *testing.T) {
-	a, b := newTestStore(t), newTestStore(t)
-	until := time.Now().Add(time.Minute)
-	for _, s := range []*Store{a, b} {
-		if first, err := s.Claim(bg(), "same-id", until); !first || err != nil {
-			t.Fatalf("prefix %q = %v, %v; want true", s.Prefix(), first, err)
-		}
-	}
-	for _, s := range []*Store{a, b} {
-		if first, err := s.Claim(bg(), "same-id", until); first || err != nil {
-			t.Fatalf("prefix %q again = %v, %v; want false", s.Prefix(), first, err)
-		}
-	}
-}
-
-// TestNestedPrefixesNeverShareKeys: two stores on one table whose prefixes
-// nest ("<p>" and "<p>webhooks:") never see each other's claims, leases or
-// releases: the outer store's Release("webhooks:evt_1") and its claim of
-// "webhooks:evt_1" leave the inner store's claim of "evt_1" in force (with
-// the key layout before v2 both were the row "<p>webhooks:evt_1", and the
-// inner store accepted evt_1 twice).
-func TestNestedPrefixesNeverShareKeys(t *testing.T) {
-	outerPrefix := uniquePrefix()
-	outer := newTestStore(t, func(o *Options) { o.Prefix = outerPrefix })
-	inner := newTestStore(t, func(o *Options) { o.Prefix = outerPrefix + "webhooks:" })
-	until := time.Now().Add(time.Hour)
-	claim := func(s *Store, id string, want bool) {
-		t.Helper()
-		if first, err := s.Claim(bg(), id, until); first != want || err != nil {
-			t.Fatalf("Claim(%q) on prefix %q = %v, %v; want %v", id, s.Prefix(), first, err, want)
-		}
-	}
-	t.Run("release", func(t *testing.T) {
-		claim(inner, "evt_1", true)
-		if err := outer.Release(bg(), "webhooks:evt_1"); err != nil {
-			t.Fatal(err)
-		}
-		claim(inner, "evt_1", false)
-	})
-	t.Run("claim", func(t *testing.T) {
-		claim(inner, "evt_2", true)
-		claim(outer, "webhooks:evt_2", true)
-		claim(outer, "webhooks:evt_2", false)
-		claim(inner, "evt_2", false)
-		if err := inner.Release(bg(), "evt_2"); err != nil {
-			t.Fatal(err)
-		}
-		claim(outer, "webhooks:evt_2", false)
-		claim(inner, "evt_2", true)
-	})
-	t.Run("lease", func(t *testing.T) {
-		l, err := inner.AcquireLease(bg(), "evt_3", time.Minute)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatalf("inner AcquireLease = %+v, %v", l, err)
-		}
-		o, err := outer.AcquireLease(bg(), "webhooks:evt_3", time.Minute)
-		if err != nil || o.State != replay.LeaseAcquired {
-			t.Fatalf("outer AcquireLease of the nested ID = %+v, %v; want acquired (a key of its own)", o, err)
-		}
-		if err := outer.ReleaseLease(bg(), "webhooks:evt_3", o.Token); err != nil {
-			t.Fatal(err)
-		}
-		if err := inner.ConfirmLease(bg(), "evt_3", l.Token, until); err != nil {
-			t.Fatalf("inner ConfirmLease after the outer store released its own lease: %v", err)
-		}
-		if l, err := inner.AcquireLease(bg(), "evt_3", time.Minute); err != nil || l.State != replay.LeaseDone {
-			t.Fatalf("inner AcquireLease after confirming = %+v, %v; want done", l, err)
-		}
-	})
-}
-
-func TestInvalidIDsRefusedWithoutRecording(t *testing.T) {
-	s := newTestStore(t)
-	until := time.Now().Add(time.Minute)
-	for _, id := range []string{"", strings.Repeat("x", MaxIDBytes+1)} {
-		if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrInvalidClaim) {
-			t.Fatalf("Claim(%d bytes) = %v, %v; want ErrInvalidClaim", len(id), first, err)
-		}
-		if _, err := s.AcquireLease(bg(), id, time.Minute); !errors.Is(err, ErrInvalidClaim) {
-			t.Fatalf("AcquireLease(%d bytes): %v", len(id), err)
-		}
-		if err := s.ConfirmLease(bg(), id, strings.Repeat("a", tokenLen), until); !errors.Is(err, ErrInvalidClaim) {
-			t.Fatalf("ConfirmLease(%d bytes): %v", len(id), err)
-		}
-		if err := s.ReleaseLease(bg(), id, strings.Repeat("a", tokenLen)); !errors.Is(err, ErrInvalidClaim) {
-			t.Fatalf("ReleaseLease(%d bytes): %v", len(id), err)
-		}
-		if err := s.Release(bg(), id); !errors.Is(err, ErrInvalidClaim) {
-			t.Fatalf("Release(%d bytes): %v", len(id), err)
-		}
-	}
-	// Any bytes make an ID, NUL and invalid UTF-8 included; the longest is held.
-	for _, id := range []string{"\x00\xff", strings.Repeat("y", MaxIDBytes)} {
-		if first, err := s.Claim(bg(), id, until); !first || err != nil {
-			t.Fatalf("Claim(%q) = %v, %v", id[:2], first, err)
-		}
-		if first, err := s.Claim(bg(), id, until); first || err != nil {
-			t.Fatalf("Claim(%q) again = %v, %v", id[:2], first, err)
-		}
-	}
-}
-
-func TestErrorsNeverContainTheID(t *testing.T) {
-	s := newTestStore(t)
-	id := "secret-delivery-id-1234"
-	if _, err := s.pool.Exec(bg(), `SELECT 1`); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(bg())
-	cancel()
-	_, err1 := s.Claim(ctx, id, time.Now().Add(time.Minute))
-	_, err2 := s.Claim(bg(), id, time.Now().Add(-time.Minute))
-	_, err3 := s.AcquireLease(ctx, id, time.Minute)
-	token := strings.Repeat("a", tokenLen)
-	err4 := s.ConfirmLease(ctx, id, token, time.Now().Add(time.Minute))
-	err5 := s.ReleaseLease(ctx, id, token)
-	err6 := s.Release(ctx, id)
-	err7 := s.ConfirmLease(bg(), id, token, time.Now().Add(-time.Minute))
-	for _, err := range []error{err1, err2, err3, err4, err5, err6, err7} {
-		if err == nil || strings.Contains(err.Error(), id) || strings.Contains(err.Error(), token) {
-			t.Fatalf("error %v is nil or contains the id or the token", err)
-		}
-	}
-}
-
-func TestZeroStoreRefuses(t *testing.T) {
+func zeroStoreRefuses(t *testing.T) {
 	var s Store
 	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); first || !errors.Is(err, ErrConfig) {
 		t.Fatalf("zero Store Claim = %v, %v; want ErrConfig", first, err)
@@ -308,284 +59,375 @@ func TestZeroStoreRefuses(t *testing.T) {
 	s.Close()
 }
 
-func TestReleaseFreesAClaim(t *testing.T) {
-	s := newTestStore(t)
-	until := time.Now().Add(time.Minute)
-	if first, err := s.Claim(bg(), "a", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
-	if err := s.Release(bg(), "a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(bg(), "never-claimed"); err != nil {
-		t.Fatalf("Release of an unclaimed id: %v", err)
-	}
-	if first, err := s.Claim(bg(), "a", until); !first || err != nil {
-		t.Fatalf("Claim after Release = %v, %v; want first", first, err)
-	}
-}
-
-func TestCancelledContextFailsClosed(t *testing.T) {
-	s := newTestStore(t)
-	ctx, cancel := context.WithCancel(bg())
-	cancel()
-	first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute))
-	if first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("Claim with a cancelled context = %v, %v; want ErrUnavailable and context.Canceled", first, err)
-	}
-}
-
-// TestRefusalsWriteNothing: a refused claim, a busy or done acquire and a
-// lost confirmation neither write a row version nor lock the row (xmin and
-// xmax unchanged), so a flood of replays costs reads, not commits.
-func TestRefusalsWriteNothing(t *testing.T) {
-	s := newTestStore(t)
-	until := time.Now().Add(time.Hour)
-	version := func(id string) string {
-		var v string
-		if err := s.pool.QueryRow(bg(), `SELECT xmin::text || '/' || xmax::text || '/' || ctid::text FROM `+s.table+` WHERE key = $1`, s.key(id)).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	if first, err := s.Claim(bg(), "claimed", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
-	l, err := s.AcquireLease(bg(), "leased", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	claimed, leased := version("claimed"), version("leased")
-	for range 5 {
-		if first, err := s.Claim(bg(), "claimed", until); first || err != nil {
-			t.Fatal(first, err)
-		}
-		if l, err := s.AcquireLease(bg(), "claimed", time.Minute); l.State != replay.LeaseDone || err != nil {
-			t.Fatal(l, err)
-		}
-		if l, err := s.AcquireLease(bg(), "leased", time.Minute); l.State != replay.LeaseBusy || err != nil {
-			t.Fatal(l, err)
-		}
-		if first, err := s.Claim(bg(), "leased", until); first || err != nil {
-			t.Fatal(first, err)
-		}
-	}
-	if v := version("claimed"); v != claimed {
-		t.Fatalf("refusals of a claimed row changed it: %s, then %s", claimed, v)
-	}
-	if v := version("leased"); v != leased {
-		t.Fatalf("refusals of a leased row changed it: %s, then %s", leased, v)
-	}
-	if err := s.ConfirmLease(bg(), "leased", l.Token, until); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestSlowInstanceClockNeverMakesAReplayFirst: a token claimed until its
-// expiry plus the skew margin; once that until has passed by the
-// database's clock, an instance whose clock is behind (and so still takes
-// the token for valid) claims it again with the same until: refused as
-// expired, never first.
-func TestSlowInstanceClockNeverMakesAReplayFirst(t *testing.T) {
-	s := newTestStore(t)
-	until := time.Now().Add(300 * time.Millisecond) // the token's expiry + margin, compressed
-	if first, err := s.Claim(bg(), "token", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
-	time.Sleep(time.Until(until.Add(100 * time.Millisecond)))
-	first, err := s.Claim(bg(), "token", until)
-	if first || !errors.Is(err, replay.ErrExpired) {
-		t.Fatalf("replay with the original until after it passed = %v, %v; want refused as expired", first, err)
-	}
-}
-
-// wrapsTo returns an instant hundreds of millions of years in the past
-// whose microseconds since 1970 overflow int64 to exactly target's: a
-// driver that multiplies seconds by 10^6 without a check sends target.
-func wrapsTo(target time.Time) time.Time {
-	m := uint64(target.Truncate(time.Microsecond).UnixMicro()) &^ 63 // a multiple of 2^6, as 10^6 = 2^6 * 15625 is
-	// x * 15625 ≡ m/64 (mod 2^58): invert 15625 modulo 2^58 (Newton).
-	const mask = 1<<58 - 1
-	inv := uint64(1)
-	for range 6 {
-		inv = inv * (2 - 15625*inv) & mask
-	}
-	x := int64((m/64)*inv&mask) - 1<<58 // in [-2^58, 0): far in the past
-	return time.Unix(x, 0)
-}
-
-// TestUntilFarInThePastIsExpiredNeverWrapped: an until before the year 1 —
-// however far, including one whose microseconds overflow int64 into the
-// near future — is refused as expired by Claim and ConfirmLease, never
-// recorded.
-func TestUntilFarInThePastIsExpiredNeverWrapped(t *testing.T) {
-	s := newTestStore(t)
-	wrapped := wrapsTo(time.Now().Add(time.Hour))
-	if wrapped.Year() > -1e6 {
-		t.Fatalf("wrapsTo made %v", wrapped)
-	}
-	for i, until := range []time.Time{
-		wrapped,
-		wrapsTo(time.Now().Add(24 * time.Hour)),
-		time.Date(0, 12, 31, 23, 59, 59, 0, time.UTC),
-		time.Date(-4713, 1, 1, 0, 0, 0, 0, time.UTC), // before PostgreSQL's first timestamptz
-		time.Unix(-1<<62, 0),
-		time.Unix(math.MinInt64, 0),
-	} {
-		id := fmt.Sprint("past-", i)
-		if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
-			t.Fatalf("Claim until %v = %v, %v; want ErrInvalidClaim and replay.ErrExpired", until, first, err)
-		}
-		l, err := s.AcquireLease(bg(), id, time.Minute)
-		if err != nil || l.State != replay.LeaseAcquired {
-			t.Fatalf("AcquireLease after a refused claim = %+v, %v; want acquired (nothing recorded)", l, err)
-		}
-		if err := s.ConfirmLease(bg(), id, l.Token, until); !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
-			t.Fatalf("ConfirmLease until %v: %v; want ErrInvalidClaim and replay.ErrExpired", until, err)
-		}
-		if got := countRows(t, s, fmt.Sprintf("key = '\\x%x'::bytea AND state <> 'l'", s.key(id))); got != 0 {
-			t.Fatalf("until %v left %d claimed or done rows", until, got)
-		}
-	}
-}
-
-// TestLongestPrefixAndIDAreHeld: a key of the longest prefix New accepts
-// and the longest ID, of incompressible bytes, fits the primary key's
-// index: claimed first once, then refused. (A prefix of a few kilobytes
-// would fail every claim; New refuses it: TestNewRefusesBadConfiguration.)
-func TestLongestPrefixAndIDAreHeld(t *testing.T) {
-	random := func(n int) string {
-		b := make([]byte, n)
-		rand.Read(b)
-		return string(b)
-	}
-	s := newTestStore(t, func(o *Options) { o.Prefix = random(MaxPrefixBytes) })
-	id := random(MaxIDBytes)
-	until := time.Now().Add(time.Minute)
-	for i, want := range []bool{true, false} {
-		if first, err := s.Claim(bg(), id, until); first != want || err != nil {
-			t.Fatalf("claim %d = %v, %v; want %v", i+1, first, err, want)
-		}
-	}
-}
-
-// TestConcurrentClaimsAtEveryIsolationLevelOneFirst: whatever isolation
-// level the pool's sessions use, of 16 concurrent claims of one ID — a
-// fresh one, or one whose row has expired (two takeovers race) — exactly
-// one is first. Under read committed the others report false; under
-// repeatable read and serializable they may instead fail closed with a
-// serialization failure (ErrUnavailable), and resending those never makes
-// the ID first a second time.
-func TestConcurrentClaimsAtEveryIsolationLevelOneFirst(t *testing.T) {
+func newRefusesBadConfiguration(t *testing.T) {
 	p := needServer(t)
-	admin := p.pool(t)
-	for _, level := range []string{"read committed", "repeatable read", "serializable"} {
-		t.Run(level, func(t *testing.T) {
-			s := storeOn(t, p.pool(t, "default_transaction_isolation", level))
-			var got string
-			if err := s.pool.QueryRow(bg(), `SELECT current_setting('transaction_isolation')`).Scan(&got); err != nil || got != level {
-				t.Fatalf("session isolation %q (%v), want %q", got, err, level)
+	pool := p.pool(t)
+	tests := []struct {
+		name string
+		pool *pgxpool.Pool
+		opts Options
+	}{
+		{"nil pool", nil, Options{}},
+		{"missing table", pool, Options{Table: "no_such_table"}},
+		{"upper case", pool, Options{Table: "Replay"}},
+		{"quote", pool, Options{Table: `r"; DROP TABLE x; --`}},
+		{"space", pool, Options{Table: "a b"}},
+		{"leading digit", pool, Options{Table: "1replay"}},
+		{"two dots", pool, Options{Table: "a.b.c"}},
+		{"empty part", pool, Options{Table: "public."}},
+		{"too long", pool, Options{Table: strings.Repeat("a", maxIdentBytes+1)}},
+		{"negative batch", pool, Options{SweepBatch: -1}},
+		{"negative recheck interval", pool, Options{RecheckInterval: -time.Second}},
+		{"prefix too long", pool, Options{Prefix: strings.Repeat("p", MaxPrefixBytes+1)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(bg(), tc.pool, tc.opts)
+			if s != nil || !errors.Is(err, ErrConfig) {
+				t.Fatalf("New = %v, %v; want ErrConfig", s, err)
 			}
-			for round := range 10 {
-				id := fmt.Sprint("race-", round)
-				if round%2 == 1 { // an expired row: the racers take it over
-					if first, err := s.Claim(bg(), id, time.Now().Add(time.Hour)); !first || err != nil {
-						t.Fatal(first, err)
-					}
-					if _, err := admin.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
+		})
+	}
+}
+
+func newRefusesAsyncCommitUnlessAllowed(t *testing.T) {
+	p := needServer(t)
+	for _, setting := range []string{"on", "local", "remote_write", "remote_apply"} {
+		s := storeOn(t, p.pool(t, "synchronous_commit", setting))
+		if d := s.Durability(); d.SynchronousCommit != setting || d.SynchronousStandbyNames != "" || d.WaitsForStandby() {
+			t.Fatalf("Durability() = %+v, WaitsForStandby %v; want %q, no standbys", d, d.WaitsForStandby(), setting)
+		}
+	}
+	pool := p.pool(t, "synchronous_commit", "off")
+	if s, err := New(bg(), pool, Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New with synchronous_commit off = %v, %v; want ErrConfig", s, err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.AllowAsyncCommit = true })
+	if d := s.Durability(); d.SynchronousCommit != "off" {
+		t.Fatalf("Durability() = %+v, want off", d)
+	}
+	// Without a synchronous standby, a store that requires one is refused.
+	if s, err := New(bg(), p.pool(t), Options{SweepInterval: -1, RequireSynchronousStandby: true}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New requiring a synchronous standby on a lone server = %v, %v; want ErrConfig", s, err)
+	}
+}
+
+// newRefusesSettingsThatLoseCommitsInACrash: a server with fsync off
+// (commits never flushed) or full_page_writes off (torn pages recovery
+// cannot repair) can come back from a crash of its machine without claims
+// it acknowledged and with its marker row, so the loss is not seen: New
+// refuses it (ErrConfig) unless AllowRollback, and a running store's
+// recheck refuses calls while the setting is off and serves once it is on
+// again.
+func newRefusesSettingsThatLoseCommitsInACrash(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	admin := p.pool(t)
+	running := storeOn(t, p.pool(t), func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
+	until := time.Now().Add(time.Hour)
+	n := 0
+	// waitFor claims fresh IDs on the running store until a claim's error
+	// matches want (nil: until one is first).
+	waitFor := func(what string, want error) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			n++
+			first, err := running.Claim(bg(), fmt.Sprint("id-", n), until)
+			if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
+			}
+		}
+	}
+	for _, setting := range []string{"fsync", "full_page_writes"} {
+		t.Run(setting, func(t *testing.T) {
+			set := func(value string) {
+				t.Helper()
+				for _, q := range []string{`ALTER SYSTEM SET ` + setting + ` = ` + value, `SELECT pg_reload_conf()`} {
+					if _, err := admin.Exec(bg(), q); err != nil {
 						t.Fatal(err)
 					}
 				}
-				const racers = 16
-				var firsts, failed atomic.Int32
-				var wg sync.WaitGroup
-				start := make(chan struct{})
-				for range racers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						first, err := s.Claim(bg(), id, time.Now().Add(time.Hour))
-						switch {
-						case first:
-							firsts.Add(1)
-						case err == nil:
-						case errors.Is(err, ErrUnavailable) && level != "read committed":
-							failed.Add(1)
-						default:
-							t.Errorf("Claim under %s: %v", level, err)
-						}
-					}()
-				}
-				close(start)
-				wg.Wait()
-				// The failed ones resend, until each is decided.
-				for range failed.Load() {
-					for try := 0; ; try++ {
-						first, err := s.Claim(bg(), id, time.Now().Add(time.Hour))
-						if first {
-							firsts.Add(1)
-						}
-						if err == nil {
-							break
-						}
-						if try == 20 {
-							t.Fatalf("resend under %s still fails: %v", level, err)
-						}
+				// The reload reaches the sessions asynchronously.
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+					var got string
+					if err := admin.QueryRow(bg(), `SELECT current_setting($1)`, setting).Scan(&got); err == nil && got == value {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s is not %s 10 s after the reload", setting, value)
 					}
 				}
-				if firsts.Load() != 1 {
-					t.Fatalf("round %d under %s: %d first claims (%d failed closed), want 1", round, level, firsts.Load(), failed.Load())
-				}
 			}
+			set("off")
+			defer set("on")
+			if s, err := New(bg(), p.pool(t), Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), setting) {
+				t.Fatalf("New with %s off: store %v, %v; want ErrConfig naming it", setting, s != nil, err)
+			}
+			s := storeOn(t, p.pool(t), func(o *Options) { o.AllowRollback = true })
+			if first, err := s.Claim(bg(), "allowed", until); !first || err != nil {
+				t.Fatalf("Claim with %s off and AllowRollback = %v, %v; want first", setting, first, err)
+			}
+			waitFor(setting+" turned off", ErrConfig)
+			set("on")
+			waitFor(setting+" on again", nil)
 		})
 	}
 }
 
-// TestCallsRunDirectOnlyWhenTheDriverEndsThemAtTheirDeadline: a Store
-// calls the pool on the caller's goroutine only when the pool's context
-// watcher is pgx's default (a deadline of now on the connection when the
-// context ends); any other watcher, or a builder that panics, keeps a
-// goroutine per call. (TestPausedServerFailsClosedWithinTimeout shows both
-// paths on a paused server.)
-func TestCallsRunDirectOnlyWhenTheDriverEndsThemAtTheirDeadline(t *testing.T) {
-	p := needServer(t)
-	cases := []struct {
-		name   string
-		build  func(*pgconn.PgConn) ctxwatch.Handler // nil: pgx's default
-		direct bool
-	}{
-		{"pgx's default", nil, true},
-		{"a deadline of now", func(c *pgconn.PgConn) ctxwatch.Handler {
-			return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
-		}, true},
-		{"a deadline after a delay", func(c *pgconn.PgConn) ctxwatch.Handler {
-			return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn(), DeadlineDelay: time.Second}
-		}, false},
-		{"a cancel request", func(c *pgconn.PgConn) ctxwatch.Handler {
-			return &pgconn.CancelRequestContextWatcherHandler{Conn: c}
-		}, false},
-		{"a builder that panics on a zero connection", func(c *pgconn.PgConn) ctxwatch.Handler {
-			if c.Conn() == nil {
-				panic("no connection")
-			}
-			return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
-		}, false},
+// newRefusesAsyncStandbyUnlessAllowed: a primary streaming to a
+// standby that commits do not wait for could lose acknowledged claims in a
+// failover; New refuses it unless the caller says so.
+func newRefusesAsyncStandbyUnlessAllowed(t *testing.T) {
+	t.Parallel() // servers of its own
+	primary, _ := standbyPair(t, false)
+	pool := primary.pool(t)
+	if s, err := New(bg(), pool, Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New with an asynchronous standby = %v, %v; want ErrConfig", s, err)
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			pool := p.poolWith(t, func(cfg *pgxpool.Config) {
-				if c.build != nil {
-					cfg.ConnConfig.BuildContextWatcherHandler = c.build
-				}
-			})
-			s := storeOn(t, pool)
-			if s.direct != c.direct {
-				t.Fatalf("Store.direct = %v; want %v", s.direct, c.direct)
+	s := storeOn(t, pool, func(o *Options) { o.AllowAsyncStandby = true })
+	if d := s.Durability(); d.Standbys != 1 || d.WaitsForStandby() {
+		t.Fatalf("Durability() = %+v; want one standby, not waited for", d)
+	}
+	if s, err := New(bg(), pool, Options{SweepInterval: -1, AllowAsyncStandby: true, RequireSynchronousStandby: true}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New requiring a synchronous standby with only an asynchronous one = %v, %v; want ErrConfig", s, err)
+	}
+}
+
+func newRefusesAnInstanceClockBehindTheDatabase(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	behind := func() time.Time { return time.Now().Add(-2 * time.Minute) }
+	if s, err := newStore(bg(), pool, Options{SweepInterval: -1}, behind); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New with the clock 2 min behind = %v, %v; want ErrConfig", s, err)
+	}
+	if s, err := newStore(bg(), pool, Options{SweepInterval: -1, MaxClockSkew: 3 * time.Minute}, behind); err != nil {
+		t.Fatalf("New within a wider MaxClockSkew: %v", err)
+	} else {
+		s.Close()
+	}
+	if s, err := newStore(bg(), pool, Options{SweepInterval: -1, MaxClockSkew: -1}, behind); err != nil {
+		t.Fatalf("New with the check off: %v", err)
+	} else {
+		s.Close()
+	}
+	ahead := func() time.Time { return time.Now().Add(2 * time.Minute) }
+	if s, err := newStore(bg(), pool, Options{SweepInterval: -1}, ahead); err != nil {
+		t.Fatalf("New with the clock ahead (claims are then held longer, never shorter): %v", err)
+	} else {
+		s.Close()
+	}
+}
+
+// newRefusesAClockBehindEvenWhenTheServerIsSlow: the skew is measured
+// against the instance's clock read before the query, so a slow answer
+// (here: the query waits 2 s for a table lock after its transaction
+// started) cannot hide a clock that is behind by more than MaxClockSkew.
+func newRefusesAClockBehindEvenWhenTheServerIsSlow(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	name := uniqueTable(t, admin)
+	if err := Migrate(bg(), admin, name); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(p.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	behind := func() time.Time { return time.Now().Add(-4 * time.Second) }
+	opts := Options{Table: name, SweepInterval: -1, MaxClockSkew: 3 * time.Second, Timeout: 10 * time.Second}
+	// A first New prepares the query on the pool's one connection, so that
+	// the second one takes its locks after its transaction started.
+	if s, err := newStore(bg(), pool, opts, behind); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New with the clock 4 s behind (limit 3 s): %v; want ErrConfig", err)
+	}
+	tx, err := admin.Begin(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(bg(), `LOCK TABLE "`+name+`" IN ACCESS EXCLUSIVE MODE`); err != nil {
+		tx.Rollback(bg())
+		t.Fatal(err)
+	}
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		time.Sleep(2 * time.Second)
+		tx.Rollback(bg())
+	}()
+	start := time.Now()
+	s, err := newStore(bg(), pool, opts, behind)
+	took := time.Since(start)
+	<-released
+	if took < 1500*time.Millisecond {
+		t.Fatalf("New took %v; the query did not wait for the lock", took)
+	}
+	if s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New with the clock 4 s behind (limit 3 s) and a 2 s answer: %v; want ErrConfig", err)
+	}
+}
+
+// newRefusesARoleThatCannotWriteTheTable: a role that may not read
+// the table, or may read but not write it, is a misconfiguration New
+// refuses (ErrConfig), instead of a store whose every claim fails.
+func newRefusesARoleThatCannotWriteTheTable(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	for _, grant := range []string{"", "SELECT", "SELECT, INSERT, UPDATE"} {
+		t.Run("grant "+grant, func(t *testing.T) {
+			role := "r_" + strings.Trim(strings.TrimPrefix(uniquePrefix(), "test:"), ":")
+			qs := []string{`CREATE ROLE ` + role + ` LOGIN`}
+			if grant != "" {
+				qs = append(qs, `GRANT `+grant+` ON ctoken_replay TO `+role)
 			}
-			if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
-				t.Fatalf("Claim = %v, %v", first, err)
+			for _, q := range qs {
+				if _, err := admin.Exec(bg(), q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Cleanup(func() {
+				admin.Exec(bg(), `REVOKE ALL ON ctoken_replay FROM `+role)
+				admin.Exec(bg(), `DROP ROLE `+role)
+			})
+			cfg, err := pgxpool.ParseConfig(p.url())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ConnConfig.User = role
+			pool, err := pgxpool.NewWithConfig(bg(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			if s, err := New(bg(), pool, Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+				t.Fatalf("New as a role granted %q: %v; want ErrConfig", grant, err)
 			}
 		})
+	}
+	// Granted all four, the role runs a store.
+	role := "r_" + strings.Trim(strings.TrimPrefix(uniquePrefix(), "test:"), ":")
+	for _, q := range []string{`CREATE ROLE ` + role + ` LOGIN`, `GRANT SELECT, INSERT, UPDATE, DELETE ON ctoken_replay TO ` + role} {
+		if _, err := admin.Exec(bg(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		admin.Exec(bg(), `REVOKE ALL ON ctoken_replay FROM `+role)
+		admin.Exec(bg(), `DROP ROLE `+role)
+	})
+	cfg, err := pgxpool.ParseConfig(p.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = role
+	pool, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := storeOn(t, pool)
+	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("Claim as a role granted all four = %v, %v; want first", first, err)
+	}
+}
+
+// newRefusesAnUnloggedOrTemporaryTable: an unlogged table is emptied
+// by every crash and never reaches a standby; a temporary one (found
+// first by an unqualified name in the session that made it) lives and
+// dies with one connection. New refuses both (ErrConfig), and a running
+// store's recheck refuses calls once its table is made unlogged.
+func newRefusesAnUnloggedOrTemporaryTable(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	name := uniqueTable(t, admin)
+	if err := Migrate(bg(), admin, name); err != nil {
+		t.Fatal(err)
+	}
+	running := storeOn(t, p.pool(t), func(o *Options) { o.Table = name; o.RecheckInterval = 50 * time.Millisecond })
+	if _, err := admin.Exec(bg(), `ALTER TABLE "`+name+`" SET UNLOGGED`); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := New(bg(), p.pool(t), Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New on an unlogged table: %v; want ErrConfig", err)
+	}
+	for i, deadline := 0, time.Now().Add(10*time.Second); ; i++ {
+		first, err := running.Claim(bg(), fmt.Sprint("id-", i), time.Now().Add(time.Hour))
+		if !first && errors.Is(err, ErrConfig) && errors.Is(err, ErrUnavailable) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Claim on a table made unlogged = %v, %v after 10 s; want ErrUnavailable and ErrConfig", first, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := admin.Exec(bg(), `ALTER TABLE "`+name+`" SET LOGGED`); err != nil {
+		t.Fatal(err)
+	}
+
+	// A temporary table of the same name, on the pool's one connection.
+	cfg, err := pgxpool.ParseConfig(p.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for _, q := range []string{
+		`CREATE TEMP TABLE "` + name + `" (LIKE public."` + name + `" INCLUDING ALL)`,
+		`INSERT INTO pg_temp."` + name + `" (key, state, token, until) VALUES (` + markerSQL + `, 'm', '', '-infinity')`,
+	} {
+		if _, err := pool.Exec(bg(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("New on a name that finds a temporary table: %v; want ErrConfig", err)
+	}
+	if s, err := New(bg(), pool, Options{Table: "public." + name, SweepInterval: -1}); err != nil {
+		t.Fatalf("New on the qualified permanent table: %v", err)
+	} else {
+		s.Close()
+	}
+}
+
+// tableInASystemSchemaIsRefused: a schema whose name starts with pg_
+// is PostgreSQL's own (pg_catalog, pg_toast, and pg_temp: the session's
+// temporary schema, where each pooled connection would hold a table of its
+// own that forgets everything when the connection closes, so one ID could
+// be first once per connection). Schema, Migrate, Rearm and New refuse it
+// with ErrConfig and create nothing.
+func tableInASystemSchemaIsRefused(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	for _, table := range []string{"pg_temp.ctoken_replay", "pg_catalog.ctoken_replay", "pg_toast.ctoken_replay", "pg_temp_1.ctoken_replay", "pg_.ctoken_replay"} {
+		t.Run(table, func(t *testing.T) {
+			if sql, err := Schema(table); sql != "" || !errors.Is(err, ErrConfig) {
+				t.Fatalf("Schema(%q) = %q, %v; want ErrConfig", table, sql, err)
+			}
+			if err := Migrate(bg(), pool, table); !errors.Is(err, ErrConfig) {
+				t.Fatalf("Migrate(%q): %v; want ErrConfig", table, err)
+			}
+			if err := Rearm(bg(), pool, table, time.Second); !errors.Is(err, ErrConfig) {
+				t.Fatalf("Rearm(%q): %v; want ErrConfig", table, err)
+			}
+			if s, err := New(bg(), pool, Options{Table: table, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+				t.Fatalf("New(%q): %v; want ErrConfig", table, err)
+			}
+		})
+	}
+	// A table (not a schema) may start with pg_.
+	if _, err := quoteTable("public.pg_replay"); err != nil {
+		t.Fatalf("quoteTable(public.pg_replay): %v", err)
 	}
 }

@@ -73,7 +73,28 @@ func wantRecord(t *testing.T, s *Store, id string, state replay.LeaseState, fp, 
 	return r
 }
 
-func TestRecordRefusalsWriteNothing(t *testing.T) {
+// TestRecord pins the record steps ([Store.AcquireRecord] and the record's
+// confirmation): refusals write nothing, a forgotten, fenced or rechecking
+// table refuses, another holder's record is never reported, resends and a
+// killed server run a request once, and an edited record is refused.
+func TestRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"refusals write nothing", recordRefusalsWriteNothing},
+		{"refuses a forgotten or fenced table", recordRefusesAForgottenOrFencedTable},
+		{"refused while a recheck refuses", recordRefusedWhileARecheckRefuses},
+		{"earlier holder's record never reported", recordOfAnEarlierHolderIsNeverReported},
+		{"edited in the table is refused", recordEditedInTheTableIsRefused},
+		{"resend after lost reply is safe", recordResendAfterLostReplyIsSafe},
+		{"requests run once through a killed server", idempotentRequestsRunOnceThroughAKilledServer},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func recordRefusalsWriteNothing(t *testing.T) {
 	s := newTestStore(t)
 	until := time.Now().Add(time.Hour)
 	fp := bytes.Repeat([]byte{0xfe}, replay.MaxFingerprintBytes)
@@ -154,11 +175,11 @@ func TestRecordRefusalsWriteNothing(t *testing.T) {
 	})
 }
 
-// TestRecordRefusesAForgottenOrFencedTable: without the marker row (the
+// recordRefusesAForgottenOrFencedTable: without the marker row (the
 // table was emptied) or before the fence of Rearm has passed, both steps
 // refuse with ErrForgotten and write nothing; once the fence passes they
 // serve again.
-func TestRecordRefusesAForgottenOrFencedTable(t *testing.T) {
+func recordRefusesAForgottenOrFencedTable(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	name := uniqueTable(t, pool)
@@ -204,9 +225,9 @@ func TestRecordRefusesAForgottenOrFencedTable(t *testing.T) {
 	wantRecord(t, s, "held", replay.LeaseDone, []byte("fp"), []byte("r"))
 }
 
-// TestRecordRefusedWhileARecheckRefuses: while the recheck of New's checks
+// recordRefusedWhileARecheckRefuses: while the recheck of New's checks
 // fails, both steps refuse with its reason before sending anything.
-func TestRecordRefusedWhileARecheckRefuses(t *testing.T) {
+func recordRefusedWhileARecheckRefuses(t *testing.T) {
 	s := newTestStore(t, func(o *Options) { o.RecheckInterval = time.Hour })
 	l, err := s.AcquireRecord(bg(), "held", time.Minute, []byte("fp"))
 	if err != nil {
@@ -229,10 +250,10 @@ func TestRecordRefusedWhileARecheckRefuses(t *testing.T) {
 	}
 }
 
-// TestRecordOfAnEarlierHolderIsNeverReported: a row taken over after its
+// recordOfAnEarlierHolderIsNeverReported: a row taken over after its
 // record expired (by AcquireLease, ConfirmLease or Claim, which carry no
 // record) is reported without the earlier holder's fingerprint or result.
-func TestRecordOfAnEarlierHolderIsNeverReported(t *testing.T) {
+func recordOfAnEarlierHolderIsNeverReported(t *testing.T) {
 	s := newTestStore(t)
 	until := time.Now().Add(time.Hour)
 	recorded := func(id string) {
@@ -341,115 +362,13 @@ up AS (
 )
 SELECT EXISTS (SELECT 1 FROM m), $3::timestamptz > now(), EXISTS (SELECT 1 FROM up)`
 
-// TestMigrateAddsTheRecordColumns: New refuses a table made by the Schema
-// before replay.Recorder (ErrConfig, naming Migrate); Migrate adds the
-// columns, and its rows then read as before, with an empty record: a done
-// row is done, a lease busy, a claim done, an expired row free. The
-// statements of the earlier version still work on the upgraded table.
-// Migrating again takes no lock that waits for the table's traffic. A
-// column of the same name and another type is refused, and a table of key
-// layout 1 gets the columns too.
-func TestMigrateAddsTheRecordColumns(t *testing.T) {
-	p := needServer(t)
-	pool := p.pool(t)
-	prefix := uniquePrefix()
-
-	t.Run("rows of the earlier version", func(t *testing.T) {
-		name := v2Table(t, pool, prefix,
-			[3]string{"done", "d", `now() + interval '1 hour'`},
-			[3]string{"leased", "l", `now() + interval '1 hour'`},
-			[3]string{"claimed", "c", `now() + interval '1 hour'`},
-			[3]string{"expired", "d", `now() - interval '1 second'`},
-		)
-		s, err := New(bg(), pool, Options{Table: name, Prefix: prefix, SweepInterval: -1})
-		if s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "pgstore.Migrate") {
-			t.Fatalf("New on a table without the record columns = %v, %v; want ErrConfig naming pgstore.Migrate", s, err)
-		}
-		for range 2 { // idempotent
-			if err := Migrate(bg(), pool, name); err != nil {
-				t.Fatal(err)
-			}
-		}
-		s = storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = prefix })
-		wantRecord(t, s, "done", replay.LeaseDone, nil, nil)
-		if r := wantRecord(t, s, "leased", replay.LeaseBusy, nil, nil); r.Wait <= 0 {
-			t.Fatalf("the earlier version's lease reports Wait %v", r.Wait)
-		}
-		wantRecord(t, s, "claimed", replay.LeaseDone, nil, nil)
-		l := wantRecord(t, s, "expired", replay.LeaseAcquired, nil, nil)
-		until := time.Now().Add(time.Hour)
-		if err := s.ConfirmRecord(bg(), "expired", l.Token, until, []byte("fp"), []byte("result")); err != nil {
-			t.Fatal(err)
-		}
-		wantRecord(t, s, "expired", replay.LeaseDone, []byte("fp"), []byte("result"))
-
-		// An instance of the earlier version confirms its lease on the
-		// upgraded table.
-		var marker, future, done bool
-		if err := pool.QueryRow(bg(), fmt.Sprintf(confirmV2SQL, `"`+name+`"`), s.key("leased"), "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", pgTime(until)).Scan(&marker, &future, &done); err != nil || !done {
-			t.Fatalf("ConfirmLease of the earlier version on the upgraded table = %v, %v", done, err)
-		}
-		wantRecord(t, s, "leased", replay.LeaseDone, nil, nil)
-	})
-
-	t.Run("migrating again waits for nothing", func(t *testing.T) {
-		name := uniqueTable(t, pool)
-		if err := Migrate(bg(), pool, name); err != nil {
-			t.Fatal(err)
-		}
-		s := storeOn(t, pool, func(o *Options) { o.Table = name })
-		// An open transaction that wrote a row holds the table's ROW
-		// EXCLUSIVE lock: an ALTER TABLE would wait for it.
-		tx, err := pool.Begin(bg())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(bg())
-		if _, err := tx.Exec(bg(), `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key("open")); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(bg(), 5*time.Second)
-		defer cancel()
-		if err := Migrate(ctx, pool, name); err != nil {
-			t.Fatalf("Migrate of an up-to-date table beside an open transaction: %v", err)
-		}
-	})
-
-	t.Run("a column of another type", func(t *testing.T) {
-		name := v2Table(t, pool, prefix)
-		if _, err := pool.Exec(bg(), `ALTER TABLE "`+name+`" ADD COLUMN result text`); err != nil {
-			t.Fatal(err)
-		}
-		if err := Migrate(bg(), pool, name); !errors.Is(err, ErrConfig) {
-			t.Fatalf("Migrate of a table whose result column is text: %v; want ErrConfig", err)
-		}
-		if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
-			t.Fatalf("New on it = %v, %v; want ErrConfig", s, err)
-		}
-	})
-
-	t.Run("key layout 1", func(t *testing.T) {
-		name := layout1Table(t, pool, `'-infinity'`, [3]string{prefix + "old", "d", `now() + interval '1 hour'`})
-		if err := Migrate(bg(), pool, name); err != nil {
-			t.Fatal(err)
-		}
-		s := storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = prefix })
-		wantRecord(t, s, "old", replay.LeaseDone, nil, nil) // the layout-1 row, still honoured
-		l := wantRecord(t, s, "new", replay.LeaseAcquired, nil, nil)
-		if err := s.ConfirmRecord(bg(), "new", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
-			t.Fatal(err)
-		}
-		wantRecord(t, s, "new", replay.LeaseDone, []byte("fp"), []byte("r"))
-	})
-}
-
-// TestRecordResendAfterLostReplyIsSafe: the reply of each record step is
+// recordResendAfterLostReplyIsSafe: the reply of each record step is
 // lost after the server committed it; the call fails closed, and a resend
 // gets the answer the lost call would have had: a new AcquireRecord finds
 // the lost lease busy with its fingerprint, and ConfirmRecord resent with
 // the same token succeeds and keeps the first record, even when resent
 // with other bytes.
-func TestRecordResendAfterLostReplyIsSafe(t *testing.T) {
+func recordResendAfterLostReplyIsSafe(t *testing.T) {
 	// s calls through the proxy, r resends straight to the server.
 	_, d, s, r := lossyStores(t)
 	until := time.Now().Add(time.Hour)
@@ -701,7 +620,7 @@ func runExactlyOnceThroughAKill(t *testing.T, p *pgServer, ops *opLog, attempt i
 		time.Since(start).Round(time.Millisecond))
 }
 
-// TestIdempotentRequestsRunOnceThroughAKilledServer: the idempotency
+// idempotentRequestsRunOnceThroughAKilledServer: the idempotency
 // middleware on a Store, behind a loopback HTTP server, with the handler
 // of opLog (201 with a body unique to each execution; the first attempt of
 // every odd-numbered key panics), through a SIGKILL and restart of PostgreSQL; see
@@ -709,7 +628,7 @@ func runExactlyOnceThroughAKill(t *testing.T, p *pgServer, ops *opLog, attempt i
 // once, records its response with ConfirmRecord (retried through the
 // restart within the lease), releases the key when the handler panics,
 // and answers every retry with the recorded response.
-func TestIdempotentRequestsRunOnceThroughAKilledServer(t *testing.T) {
+func idempotentRequestsRunOnceThroughAKilledServer(t *testing.T) {
 	t.Parallel() // a server of its own
 	// syncfs: after a crash, the server syncs its data directory before
 	// recovery; one syncfs is much quicker than an fsync per file on a
@@ -788,12 +707,12 @@ func testKeys(t testing.TB) *ctoken.Keyring {
 	return kr
 }
 
-// TestRecordEditedInTheTableIsRefused runs the idempotency middleware on a
+// recordEditedInTheTableIsRefused runs the idempotency middleware on a
 // Store, records a response, then edits the row's result column with an
 // UPDATE (a byte flipped at several places, or cut short): each retry is a
 // 500, the handler is not run again, and nothing of the edited record is
 // replayed. The column holds the response sealed, never in clear.
-func TestRecordEditedInTheTableIsRefused(t *testing.T) {
+func recordEditedInTheTableIsRefused(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	keys := testKeys(t)

@@ -3,9 +3,10 @@ package pgstore
 // A primary with a standby: a failover to a synchronous standby keeps every
 // acknowledged claim, and New refuses a primary whose standbys are all
 // asynchronous. (A synchronous standby that stops answering:
-// TestDurabilityContractStoppedSynchronousStandby.)
+// TestDurability/stopped synchronous standby fails closed.)
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -15,8 +16,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/replay/replaytest"
 )
 
 // syncPair starts a primary (migrated) and a streaming standby made from
@@ -113,11 +118,30 @@ func startStandby(t *testing.T, primary *pgServer, slot, port string, extra ...s
 	return standby
 }
 
-// TestFailoverToSynchronousStandbyLosesNothing: clients claim fresh IDs on
+// TestDurability pins what synchronous replication gives the claims:
+// commits wait for the standby (also while it is away), a stopped standby
+// fails every step closed, a failover to it loses nothing, and a restore
+// from an older backup needs a rearm.
+func TestDurability(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"waits for standby", durabilityWaitsForStandby},
+		{"standby that is away still counts", standbyThatIsAwayStillCounts},
+		{"stopped synchronous standby fails closed", durabilityContractStoppedSynchronousStandby},
+		{"failover to sync standby loses nothing", failoverToSynchronousStandbyLosesNothing},
+		{"restore from an older backup needs a rearm", restoreFromAnOlderBackupNeedsARearm},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// failoverToSynchronousStandbyLosesNothing: clients claim fresh IDs on
 // the primary, which is SIGKILLed mid-load; the synchronous standby is
 // promoted and a new store on it refuses every claim acknowledged before
 // (0 lost, 0 twice).
-func TestFailoverToSynchronousStandbyLosesNothing(t *testing.T) {
+func failoverToSynchronousStandbyLosesNothing(t *testing.T) {
 	t.Parallel() // a server of its own
 	primary, standby := syncPair(t)
 	s := storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = 2 * time.Second; o.RequireSynchronousStandby = true })
@@ -173,26 +197,7 @@ func TestFailoverToSynchronousStandbyLosesNothing(t *testing.T) {
 	}
 }
 
-// TestNewRefusesAsyncStandbyUnlessAllowed: a primary streaming to a
-// standby that commits do not wait for could lose acknowledged claims in a
-// failover; New refuses it unless the caller says so.
-func TestNewRefusesAsyncStandbyUnlessAllowed(t *testing.T) {
-	t.Parallel() // servers of its own
-	primary, _ := standbyPair(t, false)
-	pool := primary.pool(t)
-	if s, err := New(bg(), pool, Options{SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
-		t.Fatalf("New with an asynchronous standby = %v, %v; want ErrConfig", s, err)
-	}
-	s := storeOn(t, pool, func(o *Options) { o.AllowAsyncStandby = true })
-	if d := s.Durability(); d.Standbys != 1 || d.WaitsForStandby() {
-		t.Fatalf("Durability() = %+v; want one standby, not waited for", d)
-	}
-	if s, err := New(bg(), pool, Options{SweepInterval: -1, AllowAsyncStandby: true, RequireSynchronousStandby: true}); s != nil || !errors.Is(err, ErrConfig) {
-		t.Fatalf("New requiring a synchronous standby with only an asynchronous one = %v, %v; want ErrConfig", s, err)
-	}
-}
-
-// TestStandbyThatIsAwayStillCounts: a base backup (pg_basebackup) is no
+// standbyThatIsAwayStillCounts: a base backup (pg_basebackup) is no
 // standby and leaves nothing counted; an asynchronous standby attached
 // after New, then stopped (its link cut), keeps the running store refusing
 // — its slot stays, and so does the store's memory of it after the slot is
@@ -201,7 +206,7 @@ func TestNewRefusesAsyncStandbyUnlessAllowed(t *testing.T) {
 // AllowAsyncStandby served with one Warn and one EventRiskAccepted. A
 // standby with neither a slot nor a connection is invisible to a new
 // Store (the documented limit).
-func TestStandbyThatIsAwayStillCounts(t *testing.T) {
+func standbyThatIsAwayStillCounts(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary := ownServer(t)
 	admin := primary.pool(t)
@@ -308,7 +313,7 @@ func TestStandbyThatIsAwayStillCounts(t *testing.T) {
 	}
 }
 
-func TestDurabilityWaitsForStandby(t *testing.T) {
+func durabilityWaitsForStandby(t *testing.T) {
 	for _, tc := range []struct {
 		commit, names string
 		want          bool
@@ -323,58 +328,7 @@ func TestDurabilityWaitsForStandby(t *testing.T) {
 	}
 }
 
-// TestRecheckRefusesWhatNewWouldRefuse: the sweeper repeats New's checks.
-// synchronous_commit turned off on the running server makes every claim
-// refuse (ErrUnavailable and ErrConfig) until it is on again; a standby
-// attached later without synchronous replication does the same.
-func TestRecheckRefusesWhatNewWouldRefuse(t *testing.T) {
-	t.Parallel() // servers of its own
-	primary := ownServer(t)
-	admin := primary.pool(t)
-	s := storeOn(t, primary.pool(t), func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
-	until := time.Now().Add(time.Hour)
-	n := 0
-	// waitFor claims fresh IDs until a claim's error matches want (nil:
-	// until one is first).
-	waitFor := func(what string, want error) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			n++
-			first, err := s.Claim(bg(), fmt.Sprint("id-", n), until)
-			if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
-			}
-		}
-	}
-	exec := func(qs ...string) {
-		t.Helper()
-		for _, q := range qs {
-			if _, err := admin.Exec(bg(), q); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	waitFor("at start", nil)
-	exec(`ALTER SYSTEM SET synchronous_commit = off`, `SELECT pg_reload_conf()`)
-	waitFor("synchronous_commit turned off", ErrConfig)
-	if l, err := s.AcquireLease(bg(), "lease", time.Minute); l.State != 0 || !errors.Is(err, ErrConfig) {
-		t.Fatalf("AcquireLease while refused = %+v, %v; want ErrConfig", l, err)
-	}
-	exec(`ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`)
-	waitFor("synchronous_commit on again", nil)
-	addStandby(t, primary, false)
-	waitFor("an asynchronous standby attached", ErrConfig)
-	for deadline := time.Now().Add(10 * time.Second); s.Durability().Standbys != 1; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Durability() after the recheck = %+v; want one standby", s.Durability())
-		}
-	}
-}
-
-// TestRestoreFromAnOlderBackupNeedsARearm: a database restored from a
+// restoreFromAnOlderBackupNeedsARearm: a database restored from a
 // backup taken before some claims (pg_basebackup, then the server lost and
 // started again from the backup: what a point-in-time or snapshot restore
 // does) still has its marker row, so the store cannot tell that it rolled
@@ -382,7 +336,7 @@ func TestRecheckRefusesWhatNewWouldRefuse(t *testing.T) {
 // is the documented limit; the documented remedy — delete the marker row
 // and Rearm with a fence — makes every claim refuse until the fence has
 // passed.
-func TestRestoreFromAnOlderBackupNeedsARearm(t *testing.T) {
+func restoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 	t.Parallel() // servers of its own
 	p := ownServer(t)
 	s := storeOn(t, p.pool(t))
@@ -438,4 +392,52 @@ func TestRestoreFromAnOlderBackupNeedsARearm(t *testing.T) {
 			t.Fatalf("Claim(%s) after the rearm = %v, %v; want ErrForgotten until the fence passes", id, first, err)
 		}
 	}
+}
+
+// durabilityContractStoppedSynchronousStandby: the synchronous standby
+// stops answering (SIGSTOP), so no commit can be made as durable as the
+// server requires: every step fails closed with ErrUnavailable at the
+// store's timeout (the primary may have committed it locally), and resends
+// after the standby resumes never accept an ID twice.
+func durabilityContractStoppedSynchronousStandby(t *testing.T) {
+	t.Parallel() // servers of its own
+	primary, standby := syncPair(t)
+	s := storeOn(t, primary.pool(t), func(o *Options) { o.Timeout = time.Second; o.RequireSynchronousStandby = true })
+	stopped := false
+	t.Cleanup(func() {
+		if stopped {
+			standby.signal(syscall.SIGCONT)
+		}
+	})
+	replaytest.RunDurabilityContract(t, unavailableOnly{t, s},
+		func(t *testing.T) { standby.signal(syscall.SIGSTOP); stopped = true },
+		func(t *testing.T) { standby.signal(syscall.SIGCONT); stopped = false })
+}
+
+// unavailableOnly fails the test when a step returns an error other than
+// ErrUnavailable (or, for a confirmation, replay.ErrLeaseLost).
+type unavailableOnly struct {
+	t *testing.T
+	*Store
+}
+
+func (u unavailableOnly) check(err error) error {
+	if err != nil && !errors.Is(err, ErrUnavailable) && !errors.Is(err, replay.ErrLeaseLost) {
+		u.t.Errorf("error %v matches neither ErrUnavailable nor replay.ErrLeaseLost", err)
+	}
+	return err
+}
+
+func (u unavailableOnly) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	first, err := u.Store.Claim(ctx, id, until)
+	return first, u.check(err)
+}
+
+func (u unavailableOnly) AcquireLease(ctx context.Context, id string, lease time.Duration) (replay.Lease, error) {
+	l, err := u.Store.AcquireLease(ctx, id, lease)
+	return l, u.check(err)
+}
+
+func (u unavailableOnly) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
+	return u.check(u.Store.ConfirmLease(ctx, id, token, until))
 }

@@ -1,7 +1,10 @@
 package pgstore
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,7 +37,25 @@ func layout1Table(t *testing.T, pool *pgxpool.Pool, fence string, rows ...[3]str
 	return name
 }
 
-// TestMigrateUpgradesLayout1KeepingItsClaims: a table of the key layout
+// TestMigrate pins [Migrate], [Schema] and [Rearm]: the table created once
+// and never on first use, the older layouts upgraded keeping their claims,
+// and errors that match ErrUnavailable.
+func TestMigrate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"schema is what migrate runs", schemaIsWhatMigrateRuns},
+		{"creates once, never on first use", migrateCreatesOnceAndNeverOnFirstUse},
+		{"upgrades layout 1 keeping its claims", migrateUpgradesLayout1KeepingItsClaims},
+		{"adds the record columns", migrateAddsTheRecordColumns},
+		{"errors match ErrUnavailable", migrateAndRearmErrorsMatchErrUnavailable},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// migrateUpgradesLayout1KeepingItsClaims: a table of the key layout
 // before v2 is refused by New until Migrate upgrades it; after the upgrade
 // every claim made before it is still refused (by a Claim, an AcquireLease,
 // and after a Release of the same ID by any store), including the
@@ -42,7 +63,7 @@ func layout1Table(t *testing.T, pool *pgxpool.Pool, fence string, rows ...[3]str
 // Rearm fence stays; Migrate again changes nothing; a store of the earlier
 // version finds no marker (fails closed); a table whose keys could read as
 // layout 2 is refused and left as it is.
-func TestMigrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
+func migrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	const outer = "app:"
@@ -140,4 +161,202 @@ func TestMigrateUpgradesLayout1KeepingItsClaims(t *testing.T) {
 			t.Fatalf("Claim after Rearm (no change: it had its marker) and Migrate = %v, %v; want first", first, err)
 		}
 	})
+}
+
+func schemaIsWhatMigrateRuns(t *testing.T) {
+	sql, err := Schema("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`CREATE TABLE "ctoken_replay"`, `CREATE INDEX "ctoken_replay_until"`, `'-infinity'`} {
+		if !strings.Contains(sql, want) {
+			t.Fatalf("Schema lacks %q:\n%s", want, sql)
+		}
+	}
+	if _, err := Schema("bad name"); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Schema of a bad name: %v", err)
+	}
+	// A team running its own migrations runs the SQL as printed.
+	p := needServer(t)
+	pool := p.pool(t)
+	name := uniqueTable(t, pool)
+	sql, err = Schema("public." + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(bg(), "BEGIN;\n"+sql+"COMMIT;"); err != nil {
+		t.Fatal(err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = "public." + name })
+	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("Claim on a table made from Schema = %v, %v", first, err)
+	}
+}
+
+func migrateCreatesOnceAndNeverOnFirstUse(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	name := uniqueTable(t, pool)
+	if _, err := New(bg(), pool, Options{Table: name}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("New before Migrate: %v, want ErrConfig (no table is created on first use)", err)
+	}
+	var exists bool
+	if err := pool.QueryRow(bg(), `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil || exists {
+		t.Fatalf("New created the table (%v, %v)", exists, err)
+	}
+	// Instances starting together all migrate.
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { errs <- Migrate(bg(), pool, name) }()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = name })
+	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	// Migrating again leaves the claims alone.
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	if first, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); first || err != nil {
+		t.Fatalf("Claim after a second Migrate = %v, %v; want false", first, err)
+	}
+}
+
+// migrateAddsTheRecordColumns: New refuses a table made by the Schema
+// before replay.Recorder (ErrConfig, naming Migrate); Migrate adds the
+// columns, and its rows then read as before, with an empty record: a done
+// row is done, a lease busy, a claim done, an expired row free. The
+// statements of the earlier version still work on the upgraded table.
+// Migrating again takes no lock that waits for the table's traffic. A
+// column of the same name and another type is refused, and a table of key
+// layout 1 gets the columns too.
+func migrateAddsTheRecordColumns(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	prefix := uniquePrefix()
+
+	t.Run("rows of the earlier version", func(t *testing.T) {
+		name := v2Table(t, pool, prefix,
+			[3]string{"done", "d", `now() + interval '1 hour'`},
+			[3]string{"leased", "l", `now() + interval '1 hour'`},
+			[3]string{"claimed", "c", `now() + interval '1 hour'`},
+			[3]string{"expired", "d", `now() - interval '1 second'`},
+		)
+		s, err := New(bg(), pool, Options{Table: name, Prefix: prefix, SweepInterval: -1})
+		if s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "pgstore.Migrate") {
+			t.Fatalf("New on a table without the record columns = %v, %v; want ErrConfig naming pgstore.Migrate", s, err)
+		}
+		for range 2 { // idempotent
+			if err := Migrate(bg(), pool, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s = storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = prefix })
+		wantRecord(t, s, "done", replay.LeaseDone, nil, nil)
+		if r := wantRecord(t, s, "leased", replay.LeaseBusy, nil, nil); r.Wait <= 0 {
+			t.Fatalf("the earlier version's lease reports Wait %v", r.Wait)
+		}
+		wantRecord(t, s, "claimed", replay.LeaseDone, nil, nil)
+		l := wantRecord(t, s, "expired", replay.LeaseAcquired, nil, nil)
+		until := time.Now().Add(time.Hour)
+		if err := s.ConfirmRecord(bg(), "expired", l.Token, until, []byte("fp"), []byte("result")); err != nil {
+			t.Fatal(err)
+		}
+		wantRecord(t, s, "expired", replay.LeaseDone, []byte("fp"), []byte("result"))
+
+		// An instance of the earlier version confirms its lease on the
+		// upgraded table.
+		var marker, future, done bool
+		if err := pool.QueryRow(bg(), fmt.Sprintf(confirmV2SQL, `"`+name+`"`), s.key("leased"), "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", pgTime(until)).Scan(&marker, &future, &done); err != nil || !done {
+			t.Fatalf("ConfirmLease of the earlier version on the upgraded table = %v, %v", done, err)
+		}
+		wantRecord(t, s, "leased", replay.LeaseDone, nil, nil)
+	})
+
+	t.Run("migrating again waits for nothing", func(t *testing.T) {
+		name := uniqueTable(t, pool)
+		if err := Migrate(bg(), pool, name); err != nil {
+			t.Fatal(err)
+		}
+		s := storeOn(t, pool, func(o *Options) { o.Table = name })
+		// An open transaction that wrote a row holds the table's ROW
+		// EXCLUSIVE lock: an ALTER TABLE would wait for it.
+		tx, err := pool.Begin(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(bg())
+		if _, err := tx.Exec(bg(), `INSERT INTO "`+name+`" (key, state, token, until) VALUES ($1, 'c', '', now() + interval '1 hour')`, s.key("open")); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(bg(), 5*time.Second)
+		defer cancel()
+		if err := Migrate(ctx, pool, name); err != nil {
+			t.Fatalf("Migrate of an up-to-date table beside an open transaction: %v", err)
+		}
+	})
+
+	t.Run("a column of another type", func(t *testing.T) {
+		name := v2Table(t, pool, prefix)
+		if _, err := pool.Exec(bg(), `ALTER TABLE "`+name+`" ADD COLUMN result text`); err != nil {
+			t.Fatal(err)
+		}
+		if err := Migrate(bg(), pool, name); !errors.Is(err, ErrConfig) {
+			t.Fatalf("Migrate of a table whose result column is text: %v; want ErrConfig", err)
+		}
+		if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) {
+			t.Fatalf("New on it = %v, %v; want ErrConfig", s, err)
+		}
+	})
+
+	t.Run("key layout 1", func(t *testing.T) {
+		name := layout1Table(t, pool, `'-infinity'`, [3]string{prefix + "old", "d", `now() + interval '1 hour'`})
+		if err := Migrate(bg(), pool, name); err != nil {
+			t.Fatal(err)
+		}
+		s := storeOn(t, pool, func(o *Options) { o.Table = name; o.Prefix = prefix })
+		wantRecord(t, s, "old", replay.LeaseDone, nil, nil) // the layout-1 row, still honoured
+		l := wantRecord(t, s, "new", replay.LeaseAcquired, nil, nil)
+		if err := s.ConfirmRecord(bg(), "new", l.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
+			t.Fatal(err)
+		}
+		wantRecord(t, s, "new", replay.LeaseDone, []byte("fp"), []byte("r"))
+	})
+}
+
+// migrateAndRearmErrorsMatchErrUnavailable: a database that cannot be
+// reached, or refuses the statements, makes Migrate and Rearm fail with
+// ErrUnavailable, like every call of a Store.
+func migrateAndRearmErrorsMatchErrUnavailable(t *testing.T) {
+	p := needServer(t)
+	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, "127.0.0.1:"+freePort(), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(down.Close)
+	admin := p.pool(t)
+	readOnly := p.pool(t, "default_transaction_read_only", "on")
+	for _, tc := range []struct {
+		name string
+		pool *pgxpool.Pool
+	}{{"unreachable", down}, {"read-only", readOnly}} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := uniqueTable(t, admin)
+			if err := Migrate(bg(), tc.pool, name); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Migrate: %v; want ErrUnavailable", err)
+			}
+			if err := Rearm(bg(), tc.pool, "", time.Hour); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Rearm: %v; want ErrUnavailable", err)
+			}
+		})
+	}
 }

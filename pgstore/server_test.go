@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -43,7 +44,7 @@ var (
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if spec := os.Getenv(workChildEnv); spec != "" {
-		os.Exit(workChild(spec)) // a child of TestWorkProcessKilledBeforeCommitKeepsNothing
+		os.Exit(workChild(spec)) // a child of TestWork/process killed before commit keeps nothing
 	}
 	// Listing tests and fuzzing (FuzzQuoteTable, in every fuzz worker)
 	// need no server.
@@ -354,6 +355,16 @@ func uniquePrefix() string {
 	rand.Read(b)
 	return "test:" + hex.EncodeToString(b) + ":"
 }
+
+// uniqueTable is a table name no other test uses, dropped when t ends.
+func uniqueTable(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	name := "t_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+name+`"`) })
+	return name
+}
+
+func bg() context.Context { return context.Background() }
 
 // newTestStore is a store on the shared server's default table with a
 // prefix of its own and no sweeper.

@@ -18,10 +18,27 @@ func countRows(t testing.TB, s *Store, where string) int {
 	return n
 }
 
-// TestSweepDeletesOnlyExpiredRows: expired claims, leases and done rows go;
+// TestSweep pins [Store.Sweep] and the sweeper: only expired rows deleted
+// and locked, the sweeper runs until Close, and a claim racing a sweep is
+// decided again.
+func TestSweep(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"deletes only expired rows", sweepDeletesOnlyExpiredRows},
+		{"locks only the rows it deletes", sweepLocksOnlyTheRowsItDeletes},
+		{"sweeper runs until Close", sweeperRunsUntilClose},
+		{"claim racing a sweep is decided again", claimRacingASweepIsDecidedAgain},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// sweepDeletesOnlyExpiredRows: expired claims, leases and done rows go;
 // live ones and the marker stay; several sweepers at once neither block
 // each other nor delete a row twice.
-func TestSweepDeletesOnlyExpiredRows(t *testing.T) {
+func sweepDeletesOnlyExpiredRows(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	name := uniqueTable(t, pool)
@@ -91,9 +108,9 @@ func TestSweepDeletesOnlyExpiredRows(t *testing.T) {
 	}
 }
 
-// TestSweeperRunsUntilClose: the store's goroutine sweeps on its interval
+// sweeperRunsUntilClose: the store's goroutine sweeps on its interval
 // and stops at Close.
-func TestSweeperRunsUntilClose(t *testing.T) {
+func sweeperRunsUntilClose(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	name := uniqueTable(t, pool)
@@ -149,10 +166,10 @@ func TestSweeperRunsUntilClose(t *testing.T) {
 	}
 }
 
-// TestClaimRacingASweepIsDecidedAgain: a claim (or acquire) that waits for
+// claimRacingASweepIsDecidedAgain: a claim (or acquire) that waits for
 // the lock of an expired row which a sweeper then deletes does not report
 // the ID as taken: it runs again and takes the free ID.
-func TestClaimRacingASweepIsDecidedAgain(t *testing.T) {
+func claimRacingASweepIsDecidedAgain(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
 	s := newTestStore(t)
@@ -199,11 +216,11 @@ func TestClaimRacingASweepIsDecidedAgain(t *testing.T) {
 	}
 }
 
-// TestSweepLocksOnlyTheRowsItDeletes: while a sweep batch is open (its
+// sweepLocksOnlyTheRowsItDeletes: while a sweep batch is open (its
 // transaction not yet committed), claims of other IDs — new, live, and
 // another sweeper's batch — go through at once; nothing takes a table
 // lock.
-func TestSweepLocksOnlyTheRowsItDeletes(t *testing.T) {
+func sweepLocksOnlyTheRowsItDeletes(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	name := uniqueTable(t, pool)

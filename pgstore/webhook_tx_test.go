@@ -66,14 +66,30 @@ func rowsPerDelivery(t *testing.T, pool *pgxpool.Pool, table string) map[string]
 	return got
 }
 
-// TestWebhookTransactionalKeepsOneRowPerDelivery delivers each of several
+// TestWebhook pins webhook deliveries through the store: one row per
+// delivery in the transactional mode, the lease steps a receiver begins
+// with, and a receiver killed before its commit keeps nothing.
+func TestWebhook(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"transactional keeps one row per delivery", webhookTransactionalKeepsOneRowPerDelivery},
+		{"lease begin", webhookLeaseBeginOnPostgreSQL},
+		{"receiver killed before commit keeps nothing", webhookTransactionalReceiverKilledBeforeCommitKeepsNothing},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// webhookTransactionalKeepsOneRowPerDelivery delivers each of several
 // deliveries as concurrent copies to three instances (each its own Store
 // and pool, one table), over HTTP on 127.0.0.1, each copy retried until it
 // is acknowledged; the handler inserts the consumer's row in the
 // delivery's transaction, and its first attempt at every delivery sleeps
 // past its lease before answering 201, so that a copy takes the delivery
 // over meanwhile. Every delivery ends with exactly one row.
-func TestWebhookTransactionalKeepsOneRowPerDelivery(t *testing.T) {
+func webhookTransactionalKeepsOneRowPerDelivery(t *testing.T) {
 	const (
 		deliveries = 8
 		copies     = 4
@@ -190,13 +206,13 @@ func TestWebhookTransactionalKeepsOneRowPerDelivery(t *testing.T) {
 	t.Logf("%d deliveries × %d copies: %d handler runs, %d commits refused for a lost lease", deliveries, copies, attempts.Load(), lost.Load())
 }
 
-// TestWebhookLeaseBeginOnPostgreSQL drives webhook.Lease.Begin through each
+// webhookLeaseBeginOnPostgreSQL drives webhook.Lease.Begin through each
 // outcome a real PostgreSQL can give: Confirm commits the consumer's row
 // with the record (a copy is a duplicate); Release rolls it back (a copy
 // is processed); a Confirm after the lease ran out is refused with
 // replay.ErrLeaseLost and keeps nothing, whether another attempt took the
 // delivery or not; and a write after the lease ended is refused.
-func TestWebhookLeaseBeginOnPostgreSQL(t *testing.T) {
+func webhookLeaseBeginOnPostgreSQL(t *testing.T) {
 	// A late Confirm gives up a quarter of the lease after it is called
 	// (webhook's confirmDeadline): 250 ms, so a loaded machine's slow
 	// commit statement is not mistaken for a store failure (at 300 ms, 75
@@ -304,14 +320,14 @@ func TestWebhookLeaseBeginOnPostgreSQL(t *testing.T) {
 	}
 }
 
-// TestWebhookTransactionalReceiverKilledBeforeCommitKeepsNothing runs a
+// webhookTransactionalReceiverKilledBeforeCommitKeepsNothing runs a
 // transactional receiver as a subprocess (testdata/webhookchild), lets its
 // handler insert the consumer's row, and SIGKILLs it before the commit.
 // Nothing of it is kept: the dead attempt's lease is its transaction,
 // which the server rolls back once it sees the connection end, so a copy
 // is processed here within the lease (refused in progress until then),
 // and the delivery ends with exactly the one row of that attempt.
-func TestWebhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
+func webhookTransactionalReceiverKilledBeforeCommitKeepsNothing(t *testing.T) {
 	const lease = 2 * time.Second
 	p := needServer(t)
 	goBin, err := exec.LookPath("go")

@@ -1126,7 +1126,7 @@ func (t *workTx) Conn() *pgx.Conn { return nil }
 // largeObjects returns a pgx.LargeObjects whose calls go through tx. pgx
 // builds LargeObjects only from its own transactions (its one field, the
 // Tx, is unexported), so this sets that field, after checking once that
-// the struct is still exactly that one field (TestWorkTxLargeObjects pins
+// the struct is still exactly that one field (TestWorkTx/large objects pins
 // it for the pgx of go.mod). Should a later pgx change the struct, it
 // returns the zero LargeObjects, whose calls fail (pgx dereferences its
 // nil Tx) rather than bypass the lock.

@@ -89,10 +89,37 @@ func acquire(t testing.TB, s *Store, id string, lease time.Duration) (replay.Wor
 	return w, r.Token
 }
 
-// TestWorkCommitKeepsTheWorkAndTheRecordTogether: Commit writes the
+// TestWork pins the transactional work (a replay.Work) a Store begins:
+// Commit keeps the work and the record together or nothing, at most once
+// among racing holders, the first end wins, and a killed process or server
+// keeps one charge per key.
+func TestWork(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"commit keeps the work and the record together", workCommitKeepsTheWorkAndTheRecordTogether},
+		{"commit after the lease ended rolls back", workCommitAfterTheLeaseEndedRollsBack},
+		{"racing holders commit at most once", workRacingHoldersCommitAtMostOnce},
+		{"refusals", workRefusals},
+		{"commit refused only when nothing committed", commitRefusedOnlyWhenNothingWasCommitted},
+		{"ends with a done context", workEndsWithADoneContext},
+		{"first end wins", workFirstEndWins},
+		{"rollback leaves the lease", workRollbackLeavesTheLease},
+		{"process killed before commit keeps nothing", workProcessKilledBeforeCommitKeepsNothing},
+		{"one charge per key through a server kill", workKeepsOneChargePerKeyThroughAPostgresKill},
+		{"temp table of the store's name takes nothing", workTempTableOfTheStoresNameTakesNothing},
+		{"session state does not outlive the work", workSessionStateDoesNotOutliveTheWork},
+		{"commit runs with the accepted level", workCommitRunsWithTheAcceptedSynchronousCommit},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// workCommitKeepsTheWorkAndTheRecordTogether: Commit writes the
 // work's row and the done row (with its record, or none when both are
 // nil) in one commit.
-func TestWorkCommitKeepsTheWorkAndTheRecordTogether(t *testing.T) {
+func workCommitKeepsTheWorkAndTheRecordTogether(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	result := benchResult(4 << 10)
@@ -134,10 +161,10 @@ func TestWorkCommitKeepsTheWorkAndTheRecordTogether(t *testing.T) {
 	}
 }
 
-// TestWorkCommitAfterTheLeaseEndedRollsBack: a lease that ran out
+// workCommitAfterTheLeaseEndedRollsBack: a lease that ran out
 // (whether or not another holder took the ID over) makes Commit roll the
 // work back with ErrLeaseLost; a second holder's work commits.
-func TestWorkCommitAfterTheLeaseEndedRollsBack(t *testing.T) {
+func workCommitAfterTheLeaseEndedRollsBack(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	until := time.Now().Add(time.Hour)
@@ -184,12 +211,12 @@ func TestWorkCommitAfterTheLeaseEndedRollsBack(t *testing.T) {
 	})
 }
 
-// TestWorkRacingHoldersCommitAtMostOnce: a first holder commits as its
+// workRacingHoldersCommitAtMostOnce: a first holder commits as its
 // lease runs out while a second holder keeps trying to take the ID over
 // and commit its own work: in every round at most one Commit returns
 // nil, and the charges committed are exactly those of the Commits that
 // returned nil, with the record of the same holder.
-func TestWorkRacingHoldersCommitAtMostOnce(t *testing.T) {
+func workRacingHoldersCommitAtMostOnce(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	until := time.Now().Add(time.Hour)
@@ -266,10 +293,33 @@ func TestWorkRacingHoldersCommitAtMostOnce(t *testing.T) {
 	t.Logf("%d rounds: the first holder committed %d, the second %d", rounds, firstWon, secondWon)
 }
 
-// TestWorkTxRefusesTheHandlersCommitAndRollback: the handler's transaction
+// TestWorkTx pins the handler's transaction in a work ([TxFrom] of its
+// context): its own commit and rollback, statements after the end, while
+// rows are open or while Commit runs, and statements that escape the
+// transaction are refused; an escape never ends as a success.
+func TestWorkTx(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"refuses the handler's commit and rollback", workTxRefusesTheHandlersCommitAndRollback},
+		{"refuses statements after the end", workTxRefusesStatementsAfterTheEnd},
+		{"refuses a statement while rows are open", workTxRefusesAStatementWhileRowsAreOpen},
+		{"used while Commit runs", workTxUsedWhileCommitRuns},
+		{"large objects", workTxLargeObjects},
+		{"refuses statements that escape", workTxRefusesStatementsThatEscapeTheTransaction},
+		{"allows statements that end with it", workTxAllowsStatementsThatEndWithIt},
+		{"commit after an escape is never a success", workCommitAfterAnEscapeIsNeverASuccess},
+		{"escape with the lease lost keeps one charge", workEscapeWithTheLeaseLostKeepsOneCharge},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// workTxRefusesTheHandlersCommitAndRollback: the handler's transaction
 // refuses Commit and Rollback (the Work ends it), allows savepoints, and
 // the work still commits afterwards.
-func TestWorkTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
+func workTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	w, _ := acquire(t, s, "h", time.Minute)
@@ -315,11 +365,11 @@ func TestWorkTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
 	}
 }
 
-// TestWorkTxRefusesStatementsAfterTheEnd: once the Work has ended (by
+// workTxRefusesStatementsAfterTheEnd: once the Work has ended (by
 // Commit or Rollback), every statement of its transaction, of a savepoint
 // in it and of its large-object API fails with pgx.ErrTxClosed, and Rows
 // left open are closed.
-func TestWorkTxRefusesStatementsAfterTheEnd(t *testing.T) {
+func workTxRefusesStatementsAfterTheEnd(t *testing.T) {
 	s := newTestStore(t)
 	ops := []struct {
 		name string
@@ -380,10 +430,10 @@ func TestWorkTxRefusesStatementsAfterTheEnd(t *testing.T) {
 	}
 }
 
-// TestWorkTxRefusesAStatementWhileRowsAreOpen: as pgx on a busy
+// workTxRefusesAStatementWhileRowsAreOpen: as pgx on a busy
 // connection, the transaction refuses a statement while a Rows or
 // BatchResults of it is open, and serves it once they are closed.
-func TestWorkTxRefusesAStatementWhileRowsAreOpen(t *testing.T) {
+func workTxRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 	s := newTestStore(t)
 	w, _ := acquire(t, s, "busy", time.Minute)
 	ctx := w.Context(bg())
@@ -426,9 +476,9 @@ func TestWorkTxRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 	}
 }
 
-// TestWorkTxLargeObjects: the large-object API of the handler's
+// workTxLargeObjects: the large-object API of the handler's
 // transaction works through its lock and is refused after the end.
-func TestWorkTxLargeObjects(t *testing.T) {
+func workTxLargeObjects(t *testing.T) {
 	if !loLayoutOK() {
 		t.Fatal("pgx.LargeObjects is no longer one Tx field: largeObjects returns the zero value")
 	}
@@ -461,9 +511,26 @@ func TestWorkTxLargeObjects(t *testing.T) {
 	}
 }
 
-// TestTxFromWithoutATransactionFails: a context without a transaction
+// TestTx pins claims in a caller's transaction ([WithTx], [TxFrom], a
+// Work's context): they hold only if it commits, only on the store's own
+// database and server, and a Store on another pool claims on its own.
+func TestTx(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"claim in a transaction", claimInATransaction},
+		{"claim ignores a Work on another pool", claimIgnoresTheWorkOfAStoreOnAnotherPool},
+		{"only the store's database and server", withTxOnlyTheStoresDatabaseAndServer},
+		{"TxFrom without a transaction fails", txFromWithoutATransactionFails},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// txFromWithoutATransactionFails: a context without a transaction
 // yields ErrNoTx, never a connection; WithTx places one.
-func TestTxFromWithoutATransactionFails(t *testing.T) {
+func txFromWithoutATransactionFails(t *testing.T) {
 	var nilCtx context.Context
 	for name, ctx := range map[string]context.Context{"background": bg(), "nil": nilCtx, "other value": context.WithValue(bg(), txKey{}, "not a tx")} {
 		if tx, err := TxFrom(ctx); tx != nil || !errors.Is(err, ErrNoTx) {
@@ -485,9 +552,9 @@ func TestTxFromWithoutATransactionFails(t *testing.T) {
 	}
 }
 
-// TestWorkRefusals: every rejection path of BeginWork and Commit, and
+// workRefusals: every rejection path of BeginWork and Commit, and
 // what each leaves behind.
-func TestWorkRefusals(t *testing.T) {
+func workRefusals(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	until := time.Now().Add(time.Hour)
@@ -640,12 +707,12 @@ var handlerStatements = []string{
 	"prepare p as select 1", "deallocate all", "listen ctoken", "load 'plpgsql'",
 }
 
-// TestWorkTxRefusesStatementsThatEscapeTheTransaction: every statement of
+// workTxRefusesStatementsThatEscapeTheTransaction: every statement of
 // handlerStatements, sent with Exec or Query (with and without
 // arguments) after a charge, fails; Commit then rolls the work back
 // (ErrRolledBack: nothing escaped), the charge is not committed, and the
 // lease is left for the holder to release. Never Commit = nil.
-func TestWorkTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
+func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	sends := []struct {
@@ -702,10 +769,10 @@ func TestWorkTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 	}
 }
 
-// TestWorkTxAllowsStatementsThatEndWithIt: what ends with the
+// workTxAllowsStatementsThatEndWithIt: what ends with the
 // transaction (SET LOCAL, SET TRANSACTION, SET CONSTRAINTS, a savepoint
 // through Begin) is sent, and the work commits.
-func TestWorkTxAllowsStatementsThatEndWithIt(t *testing.T) {
+func workTxAllowsStatementsThatEndWithIt(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	for i, sql := range []string{"set local statement_timeout = 10000", "SET LOCAL synchronous_commit = on",
@@ -747,7 +814,7 @@ func sendRaw(t *testing.T, w replay.Work, sql string) {
 	}
 }
 
-// TestWorkCommitAfterAnEscapeIsNeverASuccess: SQL that ended the work's
+// workCommitAfterAnEscapeIsNeverASuccess: SQL that ended the work's
 // transaction past the Tx's refusals (sent on its connection directly)
 // is caught by the fence's transaction id, or by the session found idle:
 // Commit fails with ErrUnavailable and errEscaped, never nil, never
@@ -755,7 +822,7 @@ func sendRaw(t *testing.T, w replay.Work, sql string) {
 // committed), and the key is recorded as done without a record, so the
 // work never runs a second time: a retry's AcquireRecord finds it done.
 // A one-time token claimed in the work is accepted at most once.
-func TestWorkCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
+func workCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	tests := []struct {
@@ -843,14 +910,14 @@ func TestWorkCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
 	}
 }
 
-// TestWorkEscapeWithTheLeaseLostKeepsOneCharge: a handler that tries
+// workEscapeWithTheLeaseLostKeepsOneCharge: a handler that tries
 // to commit its charge with SQL while its lease runs out and a second
 // holder runs the same key: the first holder's Commit is never nil, and
 // only the second holder's charge is committed (one effect), whether the
 // escape was refused by the Tx or, sent past it, caught by the fence
 // (then reported as escaped, not as ErrLeaseLost, since the raw COMMIT
 // kept the charge it wrote before).
-func TestWorkEscapeWithTheLeaseLostKeepsOneCharge(t *testing.T) {
+func workEscapeWithTheLeaseLostKeepsOneCharge(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	until := time.Now().Add(time.Hour)
@@ -910,13 +977,13 @@ func TestWorkEscapeWithTheLeaseLostKeepsOneCharge(t *testing.T) {
 	})
 }
 
-// TestCommitRefusedOnlyWhenNothingWasCommitted: the pipeline's errors
+// commitRefusedOnlyWhenNothingWasCommitted: the pipeline's errors
 // that make Commit report replay.ErrRolledBack. A server error to the
 // fence (or BEGIN) proves COMMIT never ran; of COMMIT's, only an ERROR
 // proves it rolled back: a FATAL or PANIC may come after the commit was
 // written, and an error without a server answer (the connection lost)
 // leaves the outcome unknown.
-func TestCommitRefusedOnlyWhenNothingWasCommitted(t *testing.T) {
+func commitRefusedOnlyWhenNothingWasCommitted(t *testing.T) {
 	pgErr := func(severity string) error {
 		return fmt.Errorf("wrapped: %w", &pgconn.PgError{Severity: severity, SeverityUnlocalized: severity, Code: "57P01", Message: "m"})
 	}
@@ -945,10 +1012,10 @@ func TestCommitRefusedOnlyWhenNothingWasCommitted(t *testing.T) {
 	}
 }
 
-// TestWorkEndsWithADoneContext: Commit or Rollback called with a context
+// workEndsWithADoneContext: Commit or Rollback called with a context
 // already done still ends the transaction (the connection is closed, so
 // nothing is committed) and gives the connection back to the pool.
-func TestWorkEndsWithADoneContext(t *testing.T) {
+func workEndsWithADoneContext(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	done, cancel := context.WithCancel(bg())
@@ -983,9 +1050,9 @@ func TestWorkEndsWithADoneContext(t *testing.T) {
 	}
 }
 
-// TestWorkFirstEndWins: the first of Commit and Rollback decides; later
+// workFirstEndWins: the first of Commit and Rollback decides; later
 // calls return its outcome and change nothing.
-func TestWorkFirstEndWins(t *testing.T) {
+func workFirstEndWins(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	until := time.Now().Add(time.Hour)
@@ -1043,9 +1110,9 @@ func TestWorkFirstEndWins(t *testing.T) {
 	})
 }
 
-// TestWorkRollbackLeavesTheLease: Rollback discards the work and leaves
+// workRollbackLeavesTheLease: Rollback discards the work and leaves
 // the lease live; ReleaseLease then frees the ID for the next holder.
-func TestWorkRollbackLeavesTheLease(t *testing.T) {
+func workRollbackLeavesTheLease(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	w, token := acquire(t, s, "rb", time.Minute)
@@ -1067,12 +1134,12 @@ func TestWorkRollbackLeavesTheLease(t *testing.T) {
 	wantRecord(t, s, "rb", replay.LeaseAcquired, nil, nil)
 }
 
-// TestWorkTxUsedWhileCommitRuns (run it with -race): goroutines keep
+// workTxUsedWhileCommitRuns (run it with -race): goroutines keep
 // writing and reading through the handler's transaction while Commit
 // runs. Every statement either completes before the end, and is then
 // committed, or fails with pgx.ErrTxClosed: the rows committed are
 // exactly the inserts that returned nil.
-func TestWorkTxUsedWhileCommitRuns(t *testing.T) {
+func workTxUsedWhileCommitRuns(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	for round := range 5 {
@@ -1120,10 +1187,10 @@ func TestWorkTxUsedWhileCommitRuns(t *testing.T) {
 	}
 }
 
-// TestClaimInATransaction: a Claim whose context carries a transaction
+// claimInATransaction: a Claim whose context carries a transaction
 // (WithTx, or a Work's Context) holds only if the transaction commits,
 // and a concurrent claim of the same ID waits for the transaction's end.
-func TestClaimInATransaction(t *testing.T) {
+func claimInATransaction(t *testing.T) {
 	s := newTestStore(t)
 	until := time.Now().Add(time.Hour)
 	tests := []struct {
@@ -1283,7 +1350,7 @@ func TestClaimInATransaction(t *testing.T) {
 }
 
 // workChildEnv switches the test binary into the child of
-// TestWorkProcessKilledBeforeCommitKeepsNothing (see TestMain): the
+// TestWork/process killed before commit keeps nothing (see TestMain): the
 // database URL, the prefix, the charge table and the ID, separated by
 // spaces.
 const workChildEnv = "PGSTORE_WORK_CHILD"
@@ -1329,11 +1396,11 @@ func workChild(spec string) int {
 	return 1
 }
 
-// TestWorkProcessKilledBeforeCommitKeepsNothing: a process SIGKILLed
+// workProcessKilledBeforeCommitKeepsNothing: a process SIGKILLed
 // between its insert and its Commit keeps nothing of its work; the ID is
 // busy until the lease ends, then free, and a retry commits exactly one
 // charge.
-func TestWorkProcessKilledBeforeCommitKeepsNothing(t *testing.T) {
+func workProcessKilledBeforeCommitKeepsNothing(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -1398,13 +1465,13 @@ func TestWorkProcessKilledBeforeCommitKeepsNothing(t *testing.T) {
 	}
 }
 
-// TestWorkKeepsOneChargePerKeyThroughAPostgresKill: workers run keys
+// workKeepsOneChargePerKeyThroughAPostgresKill: workers run keys
 // through AcquireRecord, BeginWork, one charge and Commit, retrying every
 // key until it is done, while the server is SIGKILLed and restarted
 // mid-load (the keys keep coming until 50 more are taken after the
 // restart, at most maxKeys). Afterwards every key is done, has exactly
 // one charge and the record of the holder whose charge it is.
-func TestWorkKeepsOneChargePerKeyThroughAPostgresKill(t *testing.T) {
+func workKeepsOneChargePerKeyThroughAPostgresKill(t *testing.T) {
 	p := ownServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool, func(o *Options) { o.Timeout = 2 * time.Second })
@@ -1612,14 +1679,14 @@ func benchWork(b *testing.B, s *Store) {
 		})
 }
 
-// TestClaimIgnoresTheWorkOfAStoreOnAnotherPool: a Work's context reaches
+// claimIgnoresTheWorkOfAStoreOnAnotherPool: a Work's context reaches
 // every Store a handler uses, not only the one that began it. A Store on
 // another pool (here another database, with a table of the same name)
 // must not write its claim in that Work's transaction, where its own
 // database would never see it: it claims on its own pool, as without the
 // transactional mode, so the claim holds there and a second claim of the
 // ID is refused. A Store on the Work's own pool still claims in the Work.
-func TestClaimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
+func claimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 	p := needServer(t)
 	work := newTestStore(t)
 	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
@@ -1664,7 +1731,7 @@ func TestClaimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 	}
 }
 
-// TestWithTxOnlyTheStoresDatabaseAndServer: a Claim in a transaction of
+// withTxOnlyTheStoresDatabaseAndServer: a Claim in a transaction of
 // WithTx runs only on the store's database of the store's server
 // (checked in the claim's statement): on another database, or on a copy
 // of the server's data directory running beside it (same system
@@ -1672,7 +1739,7 @@ func TestClaimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
 // database, another pool, a search_path that finds another schema's table
 // of the store's name first, or a temporary table of that name, change
 // nothing: the claim is written in the store's table.
-func TestWithTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
+func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 	p := needServer(t)
 	s := newTestStore(t)
 	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
@@ -1744,11 +1811,11 @@ func TestWithTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
 	}
 }
 
-// TestWorkTempTableOfTheStoresNameTakesNothing: a handler that creates a
+// workTempTableOfTheStoresNameTakesNothing: a handler that creates a
 // temporary table of the store's name (with a marker row) in the work
 // receives neither the fence nor the record: Commit writes the done row
 // in the store's table, and a retry finds the key done.
-func TestWorkTempTableOfTheStoresNameTakesNothing(t *testing.T) {
+func workTempTableOfTheStoresNameTakesNothing(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
 	for _, onCommit := range []string{" ON COMMIT DROP", ""} {
@@ -1777,14 +1844,14 @@ func TestWorkTempTableOfTheStoresNameTakesNothing(t *testing.T) {
 	}
 }
 
-// TestWorkSessionStateDoesNotOutliveTheWork: what a handler changes in
+// workSessionStateDoesNotOutliveTheWork: what a handler changes in
 // its session through statements the Tx lets through (a function's
 // set_config, a temporary table, a cursor WITH HOLD, a session advisory
 // lock, LISTEN through a function, a prepared statement) is gone for the
 // next work on the same pooled connection, whether the work committed,
 // rolled back, or was refused; the settings of the connection's startup
 // (the pool's RuntimeParams) stay.
-func TestWorkSessionStateDoesNotOutliveTheWork(t *testing.T) {
+func workSessionStateDoesNotOutliveTheWork(t *testing.T) {
 	p := needServer(t)
 	pool := p.poolWith(t, func(cfg *pgxpool.Config) {
 		cfg.MaxConns = 1 // every work on the same connection
@@ -1854,11 +1921,11 @@ func TestWorkSessionStateDoesNotOutliveTheWork(t *testing.T) {
 	}
 }
 
-// TestWorkCommitRunsWithTheAcceptedSynchronousCommit: a handler's SET
+// workCommitRunsWithTheAcceptedSynchronousCommit: a handler's SET
 // LOCAL synchronous_commit = off does not reach the work's COMMIT, which
 // runs with the setting New accepted; a deferred trigger, which fires at
 // COMMIT, reads it.
-func TestWorkCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
+func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 	s := newTestStore(t)
 	seen := newTable(t, s.pool, "seen_", "setting text NOT NULL")
 	fn := seen + "_f"

@@ -1,6 +1,6 @@
 // Command webhookchild is a webhook receiver in the transactional mode,
 // run as a subprocess by
-// TestWebhookTransactionalReceiverKilledBeforeCommitKeepsNothing
+// TestWebhook/receiver killed before commit keeps nothing
 // (webhook_tx_test.go): it prints its address, and for a delivery inserts
 // the consumer's row in the delivery's transaction, prints "inserted", and
 // waits to be killed before the commit.

@@ -1,0 +1,325 @@
+package pgstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestChecks pins the server checks New runs and the recheck repeats every
+// second: a forgotten table, a standby, and each failing check refuse every
+// step until they pass again.
+func TestChecks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"forgotten table refuses every claim", forgottenTableRefusesEveryClaim},
+		{"standby fails closed", standbyFailsClosed},
+		{"standby refusal names how to cover it", judgeStandbyRefusalNamesHowToCoverIt},
+		{"recheck runs every second, not every sweep", recheckRunsEverySecondNotEverySweep},
+		{"recheck refuses what New would refuse", recheckRefusesWhatNewWouldRefuse},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// forgottenTableRefusesEveryClaim: a table that lost its rows (TRUNCATE,
+// DELETE, or dropped) no longer knows which IDs were claimed, so every
+// claim and lease step refuses — including of IDs it never saw — until an
+// operator rearms it. Migrate refuses to rearm it silently.
+func forgottenTableRefusesEveryClaim(t *testing.T) {
+	for _, forget := range []string{"TRUNCATE %s", "DELETE FROM %s", "DROP TABLE %s"} {
+		t.Run(strings.Fields(forget)[0], func(t *testing.T) {
+			p := needServer(t)
+			pool := p.pool(t)
+			name := uniqueTable(t, pool)
+			if err := Migrate(bg(), pool, name); err != nil {
+				t.Fatal(err)
+			}
+			s := storeOn(t, pool, func(o *Options) { o.Table = name })
+			until := time.Now().Add(time.Hour)
+			if first, err := s.Claim(bg(), "claimed", until); !first || err != nil {
+				t.Fatal(first, err)
+			}
+			l, err := s.AcquireLease(bg(), "leased", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pool.Exec(bg(), strings.Replace(forget, "%s", `"`+name+`"`, 1)); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"claimed", "never-seen"} {
+				if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("Claim(%s) after %s = %v, %v; want ErrUnavailable", id, forget, first, err)
+				}
+				if l, err := s.AcquireLease(bg(), id, time.Minute); l.State != 0 || !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("AcquireLease(%s) after %s = %+v, %v; want ErrUnavailable", id, forget, l, err)
+				}
+			}
+			if err := s.ConfirmLease(bg(), "leased", l.Token, until); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("ConfirmLease after %s: %v; want ErrUnavailable", forget, err)
+			}
+			if strings.HasPrefix(forget, "DROP") {
+				return // a dropped table is a missing one: New refuses with ErrConfig
+			}
+			if _, err := s.Claim(bg(), "claimed", until); !errors.Is(err, ErrForgotten) {
+				t.Fatalf("Claim after %s: %v; want ErrForgotten", forget, err)
+			}
+			if _, err := New(bg(), pool, Options{Table: name}); !errors.Is(err, ErrForgotten) {
+				t.Fatalf("New on a forgotten table: %v; want ErrForgotten", err)
+			}
+			if err := Migrate(bg(), pool, name); !errors.Is(err, ErrForgotten) {
+				t.Fatalf("Migrate of a forgotten table: %v; want ErrForgotten", err)
+			}
+			if err := Rearm(bg(), pool, name, -time.Second); !errors.Is(err, ErrConfig) {
+				t.Fatalf("Rearm with a negative fence: %v; want ErrConfig", err)
+			}
+			// Rearmed with a fence: refused until it passes, then served.
+			const fence = 700 * time.Millisecond
+			rearmed := time.Now()
+			if err := Rearm(bg(), pool, name, fence); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); err != nil {
+				t.Fatalf("New on a rearmed, fenced table: %v", err)
+			}
+			for time.Since(rearmed) < fence-200*time.Millisecond {
+				if first, err := s.Claim(bg(), "claimed", until); first || !errors.Is(err, ErrForgotten) {
+					t.Fatalf("Claim within the fence = %v, %v; want ErrForgotten", first, err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			time.Sleep(time.Until(rearmed.Add(fence + 100*time.Millisecond)))
+			if first, err := s.Claim(bg(), "never-seen", until); !first || err != nil {
+				t.Fatalf("Claim after the fence = %v, %v; want first", first, err)
+			}
+			if err := Rearm(bg(), pool, name, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := s.Claim(bg(), "also-never-seen", until); !first || err != nil {
+				t.Fatalf("Claim after rearming an armed table = %v, %v; want first (nothing changed)", first, err)
+			}
+		})
+	}
+}
+
+// standbyFailsClosed: the database the store was built on comes back
+// as a read-only hot standby (a failover gone wrong): every claim is
+// refused as unavailable, and New refuses it.
+func standbyFailsClosed(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	pool := p.pool(t)
+	s := storeOn(t, pool, func(o *Options) { o.Timeout = 5 * time.Second })
+	until := time.Now().Add(time.Hour)
+	if first, err := s.Claim(bg(), "before", until); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	p.kill()
+	signal := filepath.Join(p.dir, "standby.signal")
+	if err := os.WriteFile(signal, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cred != nil {
+		os.Chown(signal, int(cred.Uid), int(cred.Gid))
+	}
+	if err := p.start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"before", "after"} {
+		var err error
+		for range 50 { // the pool's connections died with the server
+			if _, err = s.Claim(bg(), id, until); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "closed") {
+				break
+			}
+		}
+		// Refused either by the statement (SQLSTATE 25006) or, when the
+		// background recheck saw the standby first, by the store itself.
+		if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrUnavailable) ||
+			!strings.Contains(err.Error(), "25006") && !strings.Contains(err.Error(), "read-only standby") {
+			t.Fatalf("Claim(%s) on a standby = %v, %v; want ErrUnavailable (read-only: SQLSTATE 25006 or the recheck's refusal)", id, first, err)
+		}
+	}
+	if _, err := New(bg(), pool, Options{}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("New on a standby: %v; want ErrUnavailable", err)
+	}
+}
+
+// New's refusal of a standby that commits do not wait for names how to
+// cover it: what WaitsForStandby accepts (synchronous_standby_names with
+// synchronous_commit on, remote_write or remote_apply), a physical
+// replication slot for every standby (one without a slot that is away is
+// invisible), and the option that accepts the risk.
+func judgeStandbyRefusalNamesHowToCoverIt(t *testing.T) {
+	base := serverState{writable: true, permanent: true, recordable: true, fsync: true, fullPages: true, marker: true}
+	tests := []struct {
+		name string
+		st   func(serverState) serverState
+	}{
+		{"streaming", func(st serverState) serverState { st.durable.Standbys = 1; return st }},
+		{"away with a slot", func(st serverState) serverState { st.durable.StandbySlots = 1; return st }},
+		{"seen before", func(st serverState) serverState { st.sawStandby = true; return st }},
+		{"names set, commit local", func(st serverState) serverState {
+			st.durable.Standbys, st.durable.SynchronousStandbyNames, st.durable.SynchronousCommit = 1, "standby1", "local"
+			return st
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := base
+			st.durable.SynchronousCommit = "on"
+			_, err := checks{}.judge(tt.st(st))
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("judge = %v; want ErrConfig", err)
+			}
+			for _, want := range []string{"synchronous_standby_names", "synchronous_commit on, remote_write or remote_apply", "physical replication slot", "primary_slot_name", "AllowAsyncStandby"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %q", err, want)
+				}
+			}
+		})
+	}
+	t.Run("covered", func(t *testing.T) {
+		st := base
+		st.durable = Durability{SynchronousCommit: "on", SynchronousStandbyNames: "FIRST 1 (standby1)", Standbys: 1, StandbySlots: 1}
+		if _, err := (checks{}).judge(st); err != nil {
+			t.Fatalf("judge of a covered standby = %v", err)
+		}
+	})
+}
+
+// recheckRunsEverySecondNotEverySweep: synchronous_commit turned off
+// after New — by ALTER SYSTEM and a reload, or by ALTER ROLE, which only
+// the sessions opened afterwards get — is refused within about one
+// DefaultRecheckInterval, with the sweeper at an hour; the refusal and the
+// return to service (once the pool's sessions opened while the role said
+// off are closed) are each reported once.
+func recheckRunsEverySecondNotEverySweep(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t)
+	admin := p.pool(t)
+	run := func(qs []string) error {
+		for _, q := range qs {
+			if _, err := admin.Exec(bg(), q); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		name    string
+		off, on []string
+	}{
+		{"ALTER SYSTEM", []string{`ALTER SYSTEM SET synchronous_commit = off`, `SELECT pg_reload_conf()`}, []string{`ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`}},
+		{"ALTER ROLE", []string{`ALTER ROLE postgres SET synchronous_commit = off`}, []string{`ALTER ROLE postgres RESET synchronous_commit`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var r recorder
+			s := storeOn(t, p.pool(t), func(o *Options) { o.SweepInterval = time.Hour; o.RecheckInterval = 0 }, r.options)
+			until := time.Now().Add(time.Hour)
+			n := 0
+			claim := func() (bool, error) { n++; return s.Claim(bg(), fmt.Sprint("id-", n), until) }
+			if first, err := claim(); !first || err != nil {
+				t.Fatalf("Claim before the change = %v, %v", first, err)
+			}
+			if err := run(c.off); err != nil {
+				t.Fatal(err)
+			}
+			changed := time.Now()
+			restored := false
+			defer func() {
+				if !restored {
+					run(c.on)
+				}
+			}()
+			// One interval, plus one for the reload and a loaded machine.
+			const limit = 2*DefaultRecheckInterval + time.Second
+			for {
+				first, err := claim()
+				if errors.Is(err, ErrConfig) && errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), "synchronous_commit") {
+					t.Logf("%s: refused %v after the change", c.name, time.Since(changed).Round(time.Millisecond))
+					break
+				}
+				if time.Since(changed) > limit {
+					t.Fatalf("%s: Claim = %v, %v %v after synchronous_commit was turned off; want refused within %v", c.name, first, err, time.Since(changed), limit)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := run(c.on); err != nil {
+				t.Fatal(err)
+			}
+			restored = true
+			// The pool's sessions opened while the role said off keep it
+			// (and the store keeps refusing) until they are closed.
+			s.pool.Reset()
+			for deadline := time.Now().Add(limit); ; time.Sleep(20 * time.Millisecond) {
+				if first, err := claim(); first && err == nil {
+					break
+				} else if time.Now().After(deadline) {
+					t.Fatalf("%s: Claim = %v, %v after synchronous_commit was on again", c.name, first, err)
+				}
+			}
+			refusing, lines := r.count(EventRefusing, "", "WARN", "synchronous_commit")
+			serving, _ := r.count(EventServing, "", "", "")
+			if refusing != 1 || lines != 1 || serving != 1 {
+				t.Fatalf("%s: %d EventRefusing (%d Warn lines), %d EventServing; want 1, 1, 1", c.name, refusing, lines, serving)
+			}
+		})
+	}
+}
+
+// recheckRefusesWhatNewWouldRefuse: the sweeper repeats New's checks.
+// synchronous_commit turned off on the running server makes every claim
+// refuse (ErrUnavailable and ErrConfig) until it is on again; a standby
+// attached later without synchronous replication does the same.
+func recheckRefusesWhatNewWouldRefuse(t *testing.T) {
+	t.Parallel() // servers of its own
+	primary := ownServer(t)
+	admin := primary.pool(t)
+	s := storeOn(t, primary.pool(t), func(o *Options) { o.RecheckInterval = 50 * time.Millisecond })
+	until := time.Now().Add(time.Hour)
+	n := 0
+	// waitFor claims fresh IDs until a claim's error matches want (nil:
+	// until one is first).
+	waitFor := func(what string, want error) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			n++
+			first, err := s.Claim(bg(), fmt.Sprint("id-", n), until)
+			if want == nil && first && err == nil || want != nil && !first && errors.Is(err, want) && errors.Is(err, ErrUnavailable) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Claim = %v, %v after 10 s", what, first, err)
+			}
+		}
+	}
+	exec := func(qs ...string) {
+		t.Helper()
+		for _, q := range qs {
+			if _, err := admin.Exec(bg(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor("at start", nil)
+	exec(`ALTER SYSTEM SET synchronous_commit = off`, `SELECT pg_reload_conf()`)
+	waitFor("synchronous_commit turned off", ErrConfig)
+	if l, err := s.AcquireLease(bg(), "lease", time.Minute); l.State != 0 || !errors.Is(err, ErrConfig) {
+		t.Fatalf("AcquireLease while refused = %+v, %v; want ErrConfig", l, err)
+	}
+	exec(`ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`)
+	waitFor("synchronous_commit on again", nil)
+	addStandby(t, primary, false)
+	waitFor("an asynchronous standby attached", ErrConfig)
+	for deadline := time.Now().Add(10 * time.Second); s.Durability().Standbys != 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Durability() after the recheck = %+v; want one standby", s.Durability())
+		}
+	}
+}

@@ -1,0 +1,544 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// TestClaim pins [Store.Claim] and [Store.Release] against the test server:
+// first once, refused after, racing claims, expiry by the database's clock,
+// and refusals that write nothing.
+func TestClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"first once then refused", claimIsFirstOnceThenRefused},
+		{"concurrent claims, one first", concurrentClaimsExactlyOneFirst},
+		{"one first at every isolation level", concurrentClaimsAtEveryIsolationLevelOneFirst},
+		{"waiting on an insert follows its outcome", claimWaitingOnAConcurrentInsertFollowsItsOutcome},
+		{"first again after expiry", claimAfterExpiryByDatabaseClockIsFirstAgain},
+		{"refuses until not after database clock", claimRefusesUntilNotAfterDatabaseClock},
+		{"until rounded up to microseconds", claimStoresUntilRoundedUpToMicroseconds},
+		{"slow instance clock makes no replay first", slowInstanceClockNeverMakesAReplayFirst},
+		{"until far in the past expired, never wrapped", untilFarInThePastIsExpiredNeverWrapped},
+		{"refusals write nothing", refusalsWriteNothing},
+		{"release frees a claim", releaseFreesAClaim},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func claimIsFirstOnceThenRefused(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Minute)
+	for i, want := range []bool{true, false, false} {
+		first, err := s.Claim(bg(), "delivery-1", until)
+		if err != nil || first != want {
+			t.Fatalf("claim %d = %v, %v; want %v, nil", i+1, first, err, want)
+		}
+	}
+	if first, err := s.Claim(bg(), "delivery-2", until); !first || err != nil {
+		t.Fatalf("other id = %v, %v; want true, nil", first, err)
+	}
+}
+
+func concurrentClaimsExactlyOneFirst(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Minute)
+	const ids, racers = 10, 16
+	for i := range ids {
+		id := fmt.Sprint("race-", i)
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				first, err := s.Claim(bg(), id, until)
+				if err != nil {
+					t.Error(err)
+				}
+				if first {
+					wins.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("%s: %d first claims, want 1", id, wins.Load())
+		}
+	}
+}
+
+// concurrentClaimsAtEveryIsolationLevelOneFirst: whatever isolation
+// level the pool's sessions use, of 16 concurrent claims of one ID — a
+// fresh one, or one whose row has expired (two takeovers race) — exactly
+// one is first. Under read committed the others report false; under
+// repeatable read and serializable they may instead fail closed with a
+// serialization failure (ErrUnavailable), and resending those never makes
+// the ID first a second time.
+func concurrentClaimsAtEveryIsolationLevelOneFirst(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	for _, level := range []string{"read committed", "repeatable read", "serializable"} {
+		t.Run(level, func(t *testing.T) {
+			s := storeOn(t, p.pool(t, "default_transaction_isolation", level))
+			var got string
+			if err := s.pool.QueryRow(bg(), `SELECT current_setting('transaction_isolation')`).Scan(&got); err != nil || got != level {
+				t.Fatalf("session isolation %q (%v), want %q", got, err, level)
+			}
+			for round := range 10 {
+				id := fmt.Sprint("race-", round)
+				if round%2 == 1 { // an expired row: the racers take it over
+					if first, err := s.Claim(bg(), id, time.Now().Add(time.Hour)); !first || err != nil {
+						t.Fatal(first, err)
+					}
+					if _, err := admin.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key(id)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				const racers = 16
+				var firsts, failed atomic.Int32
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for range racers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						first, err := s.Claim(bg(), id, time.Now().Add(time.Hour))
+						switch {
+						case first:
+							firsts.Add(1)
+						case err == nil:
+						case errors.Is(err, ErrUnavailable) && level != "read committed":
+							failed.Add(1)
+						default:
+							t.Errorf("Claim under %s: %v", level, err)
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				// The failed ones resend, until each is decided.
+				for range failed.Load() {
+					for try := 0; ; try++ {
+						first, err := s.Claim(bg(), id, time.Now().Add(time.Hour))
+						if first {
+							firsts.Add(1)
+						}
+						if err == nil {
+							break
+						}
+						if try == 20 {
+							t.Fatalf("resend under %s still fails: %v", level, err)
+						}
+					}
+				}
+				if firsts.Load() != 1 {
+					t.Fatalf("round %d under %s: %d first claims (%d failed closed), want 1", round, level, firsts.Load(), failed.Load())
+				}
+			}
+		})
+	}
+}
+
+// claimWaitingOnAConcurrentInsertFollowsItsOutcome: a claim that
+// meets another transaction's uncommitted insert of its key waits for it;
+// the row is then not in the claim's snapshot, so the claim's first
+// statement inserts nothing and sees no live row, and the second
+// statement decides: taken (false, nil) when the other transaction
+// committed, first when it rolled back. Under read committed, the default.
+func claimWaitingOnAConcurrentInsertFollowsItsOutcome(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	s := storeOn(t, p.pool(t))
+	for _, commit := range []bool{true, false} {
+		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
+			id := fmt.Sprint("waiting-", commit)
+			finish := blockKey(t, admin, s, id)
+			type result struct {
+				first bool
+				err   error
+			}
+			done := make(chan result, 1)
+			go func() {
+				first, err := s.Claim(bg(), id, time.Now().Add(time.Minute))
+				done <- result{first, err}
+			}()
+			waitForLockWaiter(t, admin)
+			finish(commit)
+			r := <-done
+			if r.err != nil || r.first == commit {
+				t.Fatalf("Claim after the other transaction ended (commit=%v) = %v, %v; want %v, nil", commit, r.first, r.err, !commit)
+			}
+			if first, err := s.Claim(bg(), id, time.Now().Add(time.Minute)); first || err != nil {
+				t.Fatalf("resend = %v, %v; want false, nil", first, err)
+			}
+		})
+	}
+}
+
+func claimAfterExpiryByDatabaseClockIsFirstAgain(t *testing.T) {
+	s := newTestStore(t)
+	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("first claim = %v, %v", first, err)
+	}
+	// Move the row's until into the past on the database's clock.
+	if _, err := s.pool.Exec(bg(), `UPDATE `+s.table+` SET until = now() - interval '1 second' WHERE key = $1`, s.key("short")); err != nil {
+		t.Fatal(err)
+	}
+	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("claim after expiry = %v, %v; want true, nil", first, err)
+	}
+	if first, err := s.Claim(bg(), "short", time.Now().Add(time.Minute)); first || err != nil {
+		t.Fatalf("claim after the retake = %v, %v; want false, nil", first, err)
+	}
+}
+
+func claimRefusesUntilNotAfterDatabaseClock(t *testing.T) {
+	s := newTestStore(t)
+	for _, until := range []time.Time{{}, time.Now().Add(-time.Second), time.Unix(0, 0)} {
+		first, err := s.Claim(bg(), "past", until)
+		if first || !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
+			t.Fatalf("Claim until %v = %v, %v; want ErrInvalidClaim and replay.ErrExpired", until, first, err)
+		}
+	}
+	var n int
+	if err := s.pool.QueryRow(bg(), `SELECT count(*) FROM `+s.table+` WHERE key = $1`, s.key("past")).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("an expired claim left %d rows (%v)", n, err)
+	}
+	if first, err := s.Claim(bg(), "past", time.Now().Add(time.Minute)); !first || err != nil {
+		t.Fatalf("Claim after refused ones = %v, %v; want first", first, err)
+	}
+}
+
+func claimStoresUntilRoundedUpToMicroseconds(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Hour).Truncate(time.Microsecond).Add(400 * time.Nanosecond)
+	if first, err := s.Claim(bg(), "abs", until); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	var got time.Time
+	if err := s.pool.QueryRow(bg(), `SELECT until FROM `+s.table+` WHERE key = $1`, s.key("abs")).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if want := until.Truncate(time.Microsecond).Add(time.Microsecond); !got.Equal(want) {
+		t.Fatalf("until stored as %v, want %v (rounded up)", got, want)
+	}
+	if first, err := s.Claim(bg(), "forever", time.Unix(1<<62, 0)); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	var inf bool
+	if err := s.pool.QueryRow(bg(), `SELECT until = 'infinity' FROM `+s.table+` WHERE key = $1`, s.key("forever")).Scan(&inf); err != nil || !inf {
+		t.Fatalf("until past the year 9999 stored as infinity: %v (%v)", inf, err)
+	}
+}
+
+// slowInstanceClockNeverMakesAReplayFirst: a token claimed until its
+// expiry plus the skew margin; once that until has passed by the
+// database's clock, an instance whose clock is behind (and so still takes
+// the token for valid) claims it again with the same until: refused as
+// expired, never first.
+func slowInstanceClockNeverMakesAReplayFirst(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(300 * time.Millisecond) // the token's expiry + margin, compressed
+	if first, err := s.Claim(bg(), "token", until); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	time.Sleep(time.Until(until.Add(100 * time.Millisecond)))
+	first, err := s.Claim(bg(), "token", until)
+	if first || !errors.Is(err, replay.ErrExpired) {
+		t.Fatalf("replay with the original until after it passed = %v, %v; want refused as expired", first, err)
+	}
+}
+
+// untilFarInThePastIsExpiredNeverWrapped: an until before the year 1 —
+// however far, including one whose microseconds overflow int64 into the
+// near future — is refused as expired by Claim and ConfirmLease, never
+// recorded.
+func untilFarInThePastIsExpiredNeverWrapped(t *testing.T) {
+	s := newTestStore(t)
+	wrapped := wrapsTo(time.Now().Add(time.Hour))
+	if wrapped.Year() > -1e6 {
+		t.Fatalf("wrapsTo made %v", wrapped)
+	}
+	for i, until := range []time.Time{
+		wrapped,
+		wrapsTo(time.Now().Add(24 * time.Hour)),
+		time.Date(0, 12, 31, 23, 59, 59, 0, time.UTC),
+		time.Date(-4713, 1, 1, 0, 0, 0, 0, time.UTC), // before PostgreSQL's first timestamptz
+		time.Unix(-1<<62, 0),
+		time.Unix(math.MinInt64, 0),
+	} {
+		id := fmt.Sprint("past-", i)
+		if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
+			t.Fatalf("Claim until %v = %v, %v; want ErrInvalidClaim and replay.ErrExpired", until, first, err)
+		}
+		l, err := s.AcquireLease(bg(), id, time.Minute)
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatalf("AcquireLease after a refused claim = %+v, %v; want acquired (nothing recorded)", l, err)
+		}
+		if err := s.ConfirmLease(bg(), id, l.Token, until); !errors.Is(err, ErrInvalidClaim) || !errors.Is(err, replay.ErrExpired) {
+			t.Fatalf("ConfirmLease until %v: %v; want ErrInvalidClaim and replay.ErrExpired", until, err)
+		}
+		if got := countRows(t, s, fmt.Sprintf("key = '\\x%x'::bytea AND state <> 'l'", s.key(id))); got != 0 {
+			t.Fatalf("until %v left %d claimed or done rows", until, got)
+		}
+	}
+}
+
+// refusalsWriteNothing: a refused claim, a busy or done acquire and a
+// lost confirmation neither write a row version nor lock the row (xmin and
+// xmax unchanged), so a flood of replays costs reads, not commits.
+func refusalsWriteNothing(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Hour)
+	version := func(id string) string {
+		var v string
+		if err := s.pool.QueryRow(bg(), `SELECT xmin::text || '/' || xmax::text || '/' || ctid::text FROM `+s.table+` WHERE key = $1`, s.key(id)).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if first, err := s.Claim(bg(), "claimed", until); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	l, err := s.AcquireLease(bg(), "leased", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, leased := version("claimed"), version("leased")
+	for range 5 {
+		if first, err := s.Claim(bg(), "claimed", until); first || err != nil {
+			t.Fatal(first, err)
+		}
+		if l, err := s.AcquireLease(bg(), "claimed", time.Minute); l.State != replay.LeaseDone || err != nil {
+			t.Fatal(l, err)
+		}
+		if l, err := s.AcquireLease(bg(), "leased", time.Minute); l.State != replay.LeaseBusy || err != nil {
+			t.Fatal(l, err)
+		}
+		if first, err := s.Claim(bg(), "leased", until); first || err != nil {
+			t.Fatal(first, err)
+		}
+	}
+	if v := version("claimed"); v != claimed {
+		t.Fatalf("refusals of a claimed row changed it: %s, then %s", claimed, v)
+	}
+	if v := version("leased"); v != leased {
+		t.Fatalf("refusals of a leased row changed it: %s, then %s", leased, v)
+	}
+	if err := s.ConfirmLease(bg(), "leased", l.Token, until); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func releaseFreesAClaim(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Minute)
+	if first, err := s.Claim(bg(), "a", until); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	if err := s.Release(bg(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(bg(), "never-claimed"); err != nil {
+		t.Fatalf("Release of an unclaimed id: %v", err)
+	}
+	if first, err := s.Claim(bg(), "a", until); !first || err != nil {
+		t.Fatalf("Claim after Release = %v, %v; want first", first, err)
+	}
+}
+
+// TestKeys pins the keys a Store writes: prefixes that isolate stores
+// (nested ones too), IDs refused before anything is recorded, the longest
+// prefix and ID held, and errors that never carry the ID.
+func TestKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"prefix isolates stores", prefixIsolatesStores},
+		{"nested prefixes never share keys", nestedPrefixesNeverShareKeys},
+		{"invalid IDs refused without recording", invalidIDsRefusedWithoutRecording},
+		{"longest prefix and ID held", longestPrefixAndIDAreHeld},
+		{"errors never contain the ID", errorsNeverContainTheID},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func prefixIsolatesStores(t *testing.T) {
+	a, b := newTestStore(t), newTestStore(t)
+	until := time.Now().Add(time.Minute)
+	for _, s := range []*Store{a, b} {
+		if first, err := s.Claim(bg(), "same-id", until); !first || err != nil {
+			t.Fatalf("prefix %q = %v, %v; want true", s.Prefix(), first, err)
+		}
+	}
+	for _, s := range []*Store{a, b} {
+		if first, err := s.Claim(bg(), "same-id", until); first || err != nil {
+			t.Fatalf("prefix %q again = %v, %v; want false", s.Prefix(), first, err)
+		}
+	}
+}
+
+// nestedPrefixesNeverShareKeys: two stores on one table whose prefixes
+// nest ("<p>" and "<p>webhooks:") never see each other's claims, leases or
+// releases: the outer store's Release("webhooks:evt_1") and its claim of
+// "webhooks:evt_1" leave the inner store's claim of "evt_1" in force (with
+// the key layout before v2 both were the row "<p>webhooks:evt_1", and the
+// inner store accepted evt_1 twice).
+func nestedPrefixesNeverShareKeys(t *testing.T) {
+	outerPrefix := uniquePrefix()
+	outer := newTestStore(t, func(o *Options) { o.Prefix = outerPrefix })
+	inner := newTestStore(t, func(o *Options) { o.Prefix = outerPrefix + "webhooks:" })
+	until := time.Now().Add(time.Hour)
+	claim := func(s *Store, id string, want bool) {
+		t.Helper()
+		if first, err := s.Claim(bg(), id, until); first != want || err != nil {
+			t.Fatalf("Claim(%q) on prefix %q = %v, %v; want %v", id, s.Prefix(), first, err, want)
+		}
+	}
+	t.Run("release", func(t *testing.T) {
+		claim(inner, "evt_1", true)
+		if err := outer.Release(bg(), "webhooks:evt_1"); err != nil {
+			t.Fatal(err)
+		}
+		claim(inner, "evt_1", false)
+	})
+	t.Run("claim", func(t *testing.T) {
+		claim(inner, "evt_2", true)
+		claim(outer, "webhooks:evt_2", true)
+		claim(outer, "webhooks:evt_2", false)
+		claim(inner, "evt_2", false)
+		if err := inner.Release(bg(), "evt_2"); err != nil {
+			t.Fatal(err)
+		}
+		claim(outer, "webhooks:evt_2", false)
+		claim(inner, "evt_2", true)
+	})
+	t.Run("lease", func(t *testing.T) {
+		l, err := inner.AcquireLease(bg(), "evt_3", time.Minute)
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatalf("inner AcquireLease = %+v, %v", l, err)
+		}
+		o, err := outer.AcquireLease(bg(), "webhooks:evt_3", time.Minute)
+		if err != nil || o.State != replay.LeaseAcquired {
+			t.Fatalf("outer AcquireLease of the nested ID = %+v, %v; want acquired (a key of its own)", o, err)
+		}
+		if err := outer.ReleaseLease(bg(), "webhooks:evt_3", o.Token); err != nil {
+			t.Fatal(err)
+		}
+		if err := inner.ConfirmLease(bg(), "evt_3", l.Token, until); err != nil {
+			t.Fatalf("inner ConfirmLease after the outer store released its own lease: %v", err)
+		}
+		if l, err := inner.AcquireLease(bg(), "evt_3", time.Minute); err != nil || l.State != replay.LeaseDone {
+			t.Fatalf("inner AcquireLease after confirming = %+v, %v; want done", l, err)
+		}
+	})
+}
+
+func invalidIDsRefusedWithoutRecording(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Minute)
+	for _, id := range []string{"", strings.Repeat("x", MaxIDBytes+1)} {
+		if first, err := s.Claim(bg(), id, until); first || !errors.Is(err, ErrInvalidClaim) {
+			t.Fatalf("Claim(%d bytes) = %v, %v; want ErrInvalidClaim", len(id), first, err)
+		}
+		if _, err := s.AcquireLease(bg(), id, time.Minute); !errors.Is(err, ErrInvalidClaim) {
+			t.Fatalf("AcquireLease(%d bytes): %v", len(id), err)
+		}
+		if err := s.ConfirmLease(bg(), id, strings.Repeat("a", tokenLen), until); !errors.Is(err, ErrInvalidClaim) {
+			t.Fatalf("ConfirmLease(%d bytes): %v", len(id), err)
+		}
+		if err := s.ReleaseLease(bg(), id, strings.Repeat("a", tokenLen)); !errors.Is(err, ErrInvalidClaim) {
+			t.Fatalf("ReleaseLease(%d bytes): %v", len(id), err)
+		}
+		if err := s.Release(bg(), id); !errors.Is(err, ErrInvalidClaim) {
+			t.Fatalf("Release(%d bytes): %v", len(id), err)
+		}
+	}
+	// Any bytes make an ID, NUL and invalid UTF-8 included; the longest is held.
+	for _, id := range []string{"\x00\xff", strings.Repeat("y", MaxIDBytes)} {
+		if first, err := s.Claim(bg(), id, until); !first || err != nil {
+			t.Fatalf("Claim(%q) = %v, %v", id[:2], first, err)
+		}
+		if first, err := s.Claim(bg(), id, until); first || err != nil {
+			t.Fatalf("Claim(%q) again = %v, %v", id[:2], first, err)
+		}
+	}
+}
+
+// longestPrefixAndIDAreHeld: a key of the longest prefix New accepts
+// and the longest ID, of incompressible bytes, fits the primary key's
+// index: claimed first once, then refused. (A prefix of a few kilobytes
+// would fail every claim; New refuses it: TestNew/refuses bad configuration.)
+func longestPrefixAndIDAreHeld(t *testing.T) {
+	random := func(n int) string {
+		b := make([]byte, n)
+		rand.Read(b)
+		return string(b)
+	}
+	s := newTestStore(t, func(o *Options) { o.Prefix = random(MaxPrefixBytes) })
+	id := random(MaxIDBytes)
+	until := time.Now().Add(time.Minute)
+	for i, want := range []bool{true, false} {
+		if first, err := s.Claim(bg(), id, until); first != want || err != nil {
+			t.Fatalf("claim %d = %v, %v; want %v", i+1, first, err, want)
+		}
+	}
+}
+
+func errorsNeverContainTheID(t *testing.T) {
+	s := newTestStore(t)
+	id := "secret-delivery-id-1234"
+	if _, err := s.pool.Exec(bg(), `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg())
+	cancel()
+	_, err1 := s.Claim(ctx, id, time.Now().Add(time.Minute))
+	_, err2 := s.Claim(bg(), id, time.Now().Add(-time.Minute))
+	_, err3 := s.AcquireLease(ctx, id, time.Minute)
+	token := strings.Repeat("a", tokenLen)
+	err4 := s.ConfirmLease(ctx, id, token, time.Now().Add(time.Minute))
+	err5 := s.ReleaseLease(ctx, id, token)
+	err6 := s.Release(ctx, id)
+	err7 := s.ConfirmLease(bg(), id, token, time.Now().Add(-time.Minute))
+	for _, err := range []error{err1, err2, err3, err4, err5, err6, err7} {
+		if err == nil || strings.Contains(err.Error(), id) || strings.Contains(err.Error(), token) {
+			t.Fatalf("error %v is nil or contains the id or the token", err)
+		}
+	}
+}
+
+// wrapsTo returns an instant hundreds of millions of years in the past
+// whose microseconds since 1970 overflow int64 to exactly target's: a
+// driver that multiplies seconds by 10^6 without a check sends target.
+func wrapsTo(target time.Time) time.Time {
+	m := uint64(target.Truncate(time.Microsecond).UnixMicro()) &^ 63 // a multiple of 2^6, as 10^6 = 2^6 * 15625 is
+	// x * 15625 ≡ m/64 (mod 2^58): invert 15625 modulo 2^58 (Newton).
+	const mask = 1<<58 - 1
+	inv := uint64(1)
+	for range 6 {
+		inv = inv * (2 - 15625*inv) & mask
+	}
+	x := int64((m/64)*inv&mask) - 1<<58 // in [-2^58, 0): far in the past
+	return time.Unix(x, 0)
+}
