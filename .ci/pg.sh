@@ -59,7 +59,7 @@ cd "$root/pgstore"
 timeout=600s
 if [ -n "${CTOKEN_PG_LOAD_DURATION:-}" ]; then timeout=0; fi # bounded by the duration itself
 if [ "$what" = load ]; then
-	go test -count=1 -timeout "$timeout" -v -run '^TestLoadWithServerRestartLosesNothing$' . | grep -Ev '^=== (RUN|PAUSE|CONT)'
+	go test -count=1 -timeout "$timeout" -v -run '^TestLoad$/^server_restart_loses_nothing$' . | grep -Ev '^=== (RUN|PAUSE|CONT)'
 	exit
 fi
 go test -race -count=1 -timeout "$timeout" .
