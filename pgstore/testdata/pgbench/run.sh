@@ -8,7 +8,7 @@
 # Runs every script in one pgbench run (-M prepared, one client, 6 s), so
 # they alternate, and prints each one's median latency (µs) and its ratio
 # to floor.sql's, from pgbench's per-transaction log. The scripts hold the
-# statements of pgstore/pgstore.go with the key of a live row as literals:
+# statements of pgstore/claim.go with the key of a live row as literals:
 # claim.sql (the claim statement), claim-without-marker.sql (the variant
 # that refuses a live row without reading the marker, not kept),
 # claim-no-on-conflict and claim-no-returning (claim.sql less a clause,
