@@ -8,8 +8,10 @@ package pgstore
 // most one for any other.
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -357,37 +359,79 @@ func TestEffectsOnceThroughANetworkCut(t *testing.T) {
 	effectsOncePerKey(t, admin, app.table, keys, seen)
 }
 
-// TestEffectsOnceThroughHandlerTimeouts: the first run of every key's
-// handler, after its effect, is ended inside the work by a timeout of the
-// server — a statement_timeout cancelling its slow statement (the handler
-// ignores the error and answers 201), or the work's session idle in its
-// transaction past the lease (the handler stalls outside the database) —
-// and its client sees 503, never the 201; the retries commit each key's
-// effect exactly once.
-func TestEffectsOnceThroughHandlerTimeouts(t *testing.T) {
+// TestEffectsOnceThroughFailedFirstRuns: the first run of every key's
+// handler, after its effect, is ended inside the work — by a timeout of
+// the server (a statement_timeout cancelling its slow statement, which the
+// handler ignores before answering 201; the work's session idle in its
+// transaction past the lease, the handler stalling outside the database),
+// by pg_terminate_backend of the work's backend while the handler runs or
+// while its COMMIT runs (a deferred trigger holds the COMMIT), or by the
+// COMMIT's reply lost (a proxy drops it: the server committed, the app
+// never hears of it). Its client sees 503 or no answer, never success;
+// nothing of that run is kept but a lost reply's commit, and the retries
+// (a charge's client, a Standard Webhooks sender) end with each key's
+// effect committed exactly once.
+func TestEffectsOnceThroughFailedFirstRuns(t *testing.T) {
 	const lease = time.Second
+	p := needServer(t)
+	admin := p.pool(t)
+	dropper := newCommitReplyDropper(t, "127.0.0.1:"+p.port)
 	tests := []struct {
 		name  string
 		fault func(ctx context.Context, tx pgx.Tx, key string) bool
+		kept  bool // the first run's effect is committed
+		slow  bool // COMMITs of a run that set effect.slow_commit wait
+		pool  func(t *testing.T) *pgxpool.Pool
 	}{
-		{"statement_timeout", func(ctx context.Context, tx pgx.Tx, key string) bool {
+		{name: "statement_timeout", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
 			if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 50`); err != nil {
 				return false
 			}
 			tx.Exec(ctx, `SELECT pg_sleep(1)`) // cancelled at 50 ms; the error is ignored
 			return true
 		}},
-		{"idle_in_transaction_session_timeout", func(ctx context.Context, tx pgx.Tx, key string) bool {
+		{name: "idle_in_transaction_session_timeout", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
 			time.Sleep(lease + 300*time.Millisecond) // ignores its context: stalls past the lease
 			return true
 		}},
+		{name: "pg_terminate_backend mid-handler", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
+			var pid int32
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return false
+			}
+			if _, err := admin.Exec(bg(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
+				t.Error(err)
+			}
+			return true // and answers 201 as if nothing happened
+		}},
+		{name: "pg_terminate_backend mid-commit", slow: true, fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
+			var pid int32
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid(), set_config('effect.slow_commit', 'on', true)`).Scan(&pid, nil); err != nil {
+				return false
+			}
+			go terminateInCommit(t, admin, pid)
+			return true
+		}},
+		{name: "lost COMMIT reply", kept: true, fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
+			var pid int32
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return false
+			}
+			dropper.doom(pid)
+			return true
+		}, pool: func(t *testing.T) *pgxpool.Pool { return dropper.pool(t, p) }},
 	}
-	p := needServer(t)
-	pool := p.pool(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := storeOn(t, p.pool(t))
-			app := &effectApp{table: newChargeTable(t, pool), fault: tc.fault, first: true}
+			pool := p.pool(t)
+			if tc.pool != nil {
+				pool = tc.pool(t)
+			}
+			s := storeOn(t, pool, func(o *Options) { o.Timeout = 2 * time.Second })
+			app := &effectApp{table: newChargeTable(t, admin), fault: tc.fault, first: true}
+			if tc.slow {
+				slowCommits(t, admin, app.table)
+			}
 			base := serveApp(t, app.handler(t, s, lease))
 			keys := effectKeyNames(8)
 			signer := whSigner(t)
@@ -405,12 +449,211 @@ func TestEffectsOnceThroughHandlerTimeouts(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			if got := charges(t, pool, app.table); len(got) != 0 {
-				t.Fatalf("effects kept from runs their timeout ended: %v", got)
+			got := charges(t, admin, app.table)
+			switch {
+			case !tc.kept && len(got) != 0:
+				t.Fatalf("effects kept from runs their fault ended: %v", got)
+			case tc.kept && len(got) != len(keys):
+				t.Fatalf("%d keys' effects committed by runs whose COMMIT reply was lost, want %d", len(got), len(keys))
 			}
 			seen, _ := effectLoad(t, func() string { return base }, keys, 0, 20*time.Second)
-			effectsOncePerKey(t, pool, app.table, keys, seen)
+			effectsOncePerKey(t, admin, app.table, keys, seen)
+			for _, key := range keys {
+				if n, _ := app.runs.Load(key); tc.kept && n.(*atomic.Int32).Load() != 1 {
+					t.Errorf("%s: the handler ran %d times after a lost COMMIT reply, want once", key, n.(*atomic.Int32).Load())
+				}
+			}
 		})
+	}
+}
+
+// slowCommits makes the COMMIT of a transaction that wrote into table and
+// set effect.slow_commit wait 10 s (a deferred trigger), for
+// terminateInCommit to find it there.
+func slowCommits(t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	if _, err := pool.Exec(bg(), `CREATE FUNCTION `+table+`_slow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF current_setting('effect.slow_commit', true) = 'on' THEN PERFORM pg_sleep(10); END IF;
+  RETURN NULL;
+END $$`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+table+`_slow() CASCADE`) })
+	if _, err := pool.Exec(bg(), `CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON `+table+`
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+table+`_slow()`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// terminateInCommit terminates backend pid once it waits in the deferred
+// trigger of slowCommits inside its COMMIT, and fails t if it does not get
+// there within 10 s.
+func terminateInCommit(t *testing.T, pool *pgxpool.Pool, pid int32) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		var done bool
+		err := pool.QueryRow(bg(), `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM pg_stat_activity
+			WHERE pid = $1 AND wait_event = 'PgSleep' AND lower(query) LIKE 'commit%'`, pid).Scan(&done)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if done {
+			return
+		}
+	}
+	t.Errorf("backend %d did not reach its COMMIT within 10 s", pid)
+}
+
+// commitReplyDropper is a TCP proxy to a server that loses the reply to
+// the COMMIT of a doomed backend: from the moment the client sends it
+// (with the statements pipelined before it, such as a work's fence),
+// everything the server sends on that connection is dropped; the server
+// executes the COMMIT, and the client waits until it gives up.
+type commitReplyDropper struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	doomed map[int32]bool
+}
+
+func newCommitReplyDropper(t testing.TB, target string) *commitReplyDropper {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &commitReplyDropper{ln: ln, target: target, doomed: map[int32]bool{}}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.serve(c)
+			}()
+		}
+	}()
+	return d
+}
+
+// doom makes the reply to the next COMMIT of backend pid lost.
+func (d *commitReplyDropper) doom(pid int32) {
+	d.mu.Lock()
+	d.doomed[pid] = true
+	d.mu.Unlock()
+}
+
+// pool is a pool on p through the proxy, closed when t ends.
+func (d *commitReplyDropper) pool(t *testing.T, p *pgServer) *pgxpool.Pool {
+	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, d.ln.Addr().String(), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 32 // every first run of a test holds a connection at once
+	pool, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// pgMessage reads one message of the PostgreSQL protocol from r: its type
+// byte (none for the first message a client sends) and its body.
+func pgMessage(r io.Reader, typed bool) (raw []byte, typ byte, body []byte, err error) {
+	head := 4
+	if typed {
+		head = 5
+	}
+	raw = make([]byte, head)
+	if _, err := io.ReadFull(r, raw); err != nil {
+		return nil, 0, nil, err
+	}
+	n := int(binary.BigEndian.Uint32(raw[head-4:]))
+	if n < 4 || n > 1<<30 {
+		return nil, 0, nil, fmt.Errorf("message length %d", n)
+	}
+	raw = append(raw, make([]byte, n-4)...)
+	if _, err := io.ReadFull(r, raw[head:]); err != nil {
+		return nil, 0, nil, err
+	}
+	if typed {
+		typ = raw[0]
+	}
+	return raw, typ, raw[head:], nil
+}
+
+// commitSpotter tells, from a client's messages, which run COMMIT: a
+// simple query, or the execution (Bind) of a statement parsed with the
+// extended protocol, named or not.
+type commitSpotter map[string]bool // statement name → its query is COMMIT
+
+func (cs commitSpotter) isCommit(typ byte, body []byte) bool {
+	isCommitSQL := func(q []byte) bool { return strings.EqualFold(strings.TrimSpace(string(q)), "commit") }
+	name, rest, _ := bytes.Cut(body, []byte{0})
+	switch typ {
+	case 'Q':
+		return isCommitSQL(name)
+	case 'P': // statement name, then the query
+		q, _, _ := bytes.Cut(rest, []byte{0})
+		cs[string(name)] = isCommitSQL(q)
+	case 'B': // portal name, then the statement's
+		stmt, _, _ := bytes.Cut(rest, []byte{0})
+		return cs[string(stmt)]
+	}
+	return false
+}
+
+func (d *commitReplyDropper) serve(c net.Conn) {
+	defer c.Close()
+	srv, err := net.Dial("tcp", d.target)
+	if err != nil {
+		return
+	}
+	defer srv.Close()
+	var pid atomic.Int32
+	var dropping atomic.Bool
+	go func() {
+		defer srv.Close()
+		spotter := commitSpotter{}
+		for typed := false; ; typed = true {
+			raw, typ, body, err := pgMessage(c, typed)
+			if err != nil {
+				return
+			}
+			if spotter.isCommit(typ, body) {
+				d.mu.Lock()
+				if d.doomed[pid.Load()] {
+					delete(d.doomed, pid.Load())
+					dropping.Store(true)
+				}
+				d.mu.Unlock()
+			}
+			if _, err := srv.Write(raw); err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		raw, typ, body, err := pgMessage(srv, true)
+		if err != nil {
+			return
+		}
+		if typ == 'K' && len(body) >= 4 { // BackendKeyData: the backend's pid
+			pid.Store(int32(binary.BigEndian.Uint32(body)))
+		}
+		if dropping.Load() {
+			continue
+		}
+		if _, err := c.Write(raw); err != nil {
+			return
+		}
 	}
 }
 
