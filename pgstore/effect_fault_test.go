@@ -8,6 +8,7 @@ package pgstore
 // most one for any other.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -16,9 +17,12 @@ import (
 	"fmt"
 	"io"
 	"log"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -713,4 +717,176 @@ func TestEffectsOnceThroughAStandbyPromotion(t *testing.T) {
 		t.Errorf("the kill did not land mid-load")
 	}
 	effectsOncePerKey(t, spool, app.table, keys, r.seen)
+}
+
+// TestEffectsOnceThroughAServerKill: PostgreSQL is SIGKILLed mid-load
+// (every process of it, as a crash hits them) and restarted on its data
+// directory, which runs crash recovery; works are cut before, during and
+// after their handler and their COMMIT, and the clients retry until they
+// see success. Every key, idempotency key or webhook delivery, has
+// exactly one committed effect.
+func TestEffectsOnceThroughAServerKill(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t, "-c", "recovery_init_sync_method=syncfs")
+	admin := p.pool(t)
+	s := storeOn(t, p.pool(t), func(o *Options) { o.Timeout = 2 * time.Second })
+	app := &effectApp{table: newChargeTable(t, admin), fault: func(context.Context, pgx.Tx, string) bool {
+		time.Sleep(50 * time.Millisecond) // a handler's own work: the kill lands inside some
+		return true
+	}}
+	base := serveApp(t, app.handler(t, s, 2*time.Second))
+	keys := effectKeyNames(40)
+	var killedAt, restartedAt time.Time
+	killed := make(chan struct{})
+	go func() {
+		defer close(killed)
+		time.Sleep(time.Second)
+		killedAt = time.Now()
+		if err := p.restart(); err != nil {
+			t.Error(err)
+		}
+		restartedAt = time.Now()
+	}()
+	seen, failed := effectLoad(t, func() string { return base }, keys, 2*time.Second, 30*time.Second)
+	<-killed
+	before, after := seenBetween(seen, time.Time{}, killedAt), seenBetween(seen, restartedAt, time.Now())
+	t.Logf("%d keys saw success before the kill, %d after the restart (%v later); %d attempts failed",
+		before, after, restartedAt.Sub(killedAt).Round(time.Millisecond), failed)
+	if before == 0 || after == 0 || failed == 0 {
+		t.Errorf("the kill did not land mid-load")
+	}
+	effectsOncePerKey(t, admin, app.table, keys, seen)
+}
+
+// effectAppChild is the environment variable that makes the test binary
+// the app process of TestEffectsOnceThroughAppKills: its value is
+// "<database URL> <prefix> <effect table> <idempotency key>".
+const effectAppChild = "CTOKEN_PGSTORE_EFFECT_APP"
+
+func init() {
+	if spec := os.Getenv(effectAppChild); spec != "" {
+		runEffectAppChild(spec)
+		os.Exit(0)
+	}
+}
+
+// childTB is the testing.TB of the app process, which runs no test: a
+// failure ends the process, which its test reports.
+type childTB struct{ testing.TB }
+
+func (childTB) Helper()                        {}
+func (childTB) Error(args ...any)              { log.Fatal(args...) }
+func (childTB) Fatal(args ...any)              { log.Fatal(args...) }
+func (childTB) Errorf(format string, a ...any) { log.Fatalf(format, a...) }
+func (childTB) Fatalf(format string, a ...any) { log.Fatalf(format, a...) }
+
+// runEffectAppChild serves effectApp (both middlewares, transactional,
+// a 2 s lease) on 127.0.0.1, prints its URL, and serves until killed.
+func runEffectAppChild(spec string) {
+	parts := strings.Fields(spec)
+	if len(parts) != 4 {
+		log.Fatalf("%s: want 4 fields", effectAppChild)
+	}
+	effectKey = parts[3]
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, parts[0])
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := New(ctx, pool, Options{Prefix: parts[1], SweepInterval: -1, Timeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	app := &effectApp{table: parts[2], fault: func(context.Context, pgx.Tx, string) bool {
+		time.Sleep(20 * time.Millisecond) // a handler's own work: the kill lands inside some
+		return true
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("http://" + ln.Addr().String())
+	log.Fatal(http.Serve(ln, app.handler(childTB{}, s, 2*time.Second)))
+}
+
+// TestEffectsOnceThroughAppKills: the app is a process of its own (the
+// test binary re-run), SIGKILLed at random points of the load — 100 to
+// 400 ms after it starts serving, eight times — and started again on the
+// same table and prefix, while the clients (a charge's, a Standard
+// Webhooks sender) retry at whichever process serves. A kill lands before
+// a work, inside its handler, during its COMMIT or between the COMMIT and
+// the response. Every key has exactly one committed effect.
+func TestEffectsOnceThroughAppKills(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	prefix := uniquePrefix()
+	table := newChargeTable(t, admin)
+	var current atomic.Pointer[string]
+	// start starts the app process; stop SIGKILLs it and waits for it.
+	start := func() (stop func(), exited <-chan struct{}, err error) {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), effectAppChild+"="+p.url()+" "+prefix+" "+table+" "+effectKey)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, nil, err
+		}
+		done := make(chan struct{})
+		lines := bufio.NewScanner(out)
+		if !lines.Scan() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, nil, fmt.Errorf("the app process printed no URL: %v", lines.Err())
+		}
+		go func() { cmd.Wait(); close(done) }()
+		url := lines.Text()
+		current.Store(&url)
+		return func() { cmd.Process.Kill(); <-done }, done, nil
+	}
+	stop, exited, err := start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := effectKeyNames(40)
+	const kills = 8
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range kills {
+			time.Sleep(time.Duration(100+mathrand.IntN(300)) * time.Millisecond)
+			select {
+			case <-exited:
+				t.Errorf("the app process exited before its kill")
+			default:
+			}
+			stop()
+			var err error
+			if stop, exited, err = start(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	seen, failed := effectLoad(t, func() string {
+		if u := current.Load(); u != nil {
+			return *u
+		}
+		return ""
+	}, keys, 3*time.Second, 40*time.Second)
+	wg.Wait()
+	select {
+	case <-exited:
+		t.Errorf("the app process exited before its kill")
+	default:
+	}
+	stop()
+	t.Logf("%d kills of the app process; %d attempts failed", kills, failed)
+	if failed == 0 {
+		t.Errorf("no attempt failed: the kills did not land mid-load")
+	}
+	effectsOncePerKey(t, admin, table, keys, seen)
 }
