@@ -244,19 +244,31 @@ type cutProxy struct {
 
 func newCutProxy(t testing.TB, target string) *cutProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
+	p := &cutProxy{target: target}
+	p.ln = listenLoopback(t, p.serve, func() {
 		p.mu.Lock()
 		for _, c := range p.conns {
 			c.Close()
 		}
 		p.mu.Unlock()
+	})
+	return p
+}
+
+// listenLoopback listens on 127.0.0.1 and serves each connection with
+// serve, on a goroutine of its own, until t ends: then it stops
+// listening, runs closeAll (which ends what serve still holds), and waits
+// for every serve to return.
+func listenLoopback(t testing.TB, serve func(net.Conn), closeAll func()) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		closeAll()
 		wg.Wait()
 	})
 	go func() {
@@ -268,11 +280,28 @@ func newCutProxy(t testing.TB, target string) *cutProxy {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p.serve(c)
+				serve(c)
 			}()
 		}
 	}()
-	return p
+	return ln
+}
+
+// poolVia is a pool on p's database through the proxy listening at addr,
+// with at most maxConns connections, closed when t ends.
+func poolVia(t testing.TB, p *pgServer, addr string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, addr, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // wait blocks while the link is cut.
@@ -325,40 +354,51 @@ func TestEffectsOnceThroughANetworkCut(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
 	proxy := newCutProxy(t, "127.0.0.1:"+p.port)
-	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, proxy.ln.Addr().String(), 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := poolVia(t, p, proxy.ln.Addr().String(), 8)
 	s := storeOn(t, pool, func(o *Options) { o.Timeout = 2 * time.Second })
-	app := &effectApp{table: newChargeTable(t, admin), fault: func(context.Context, pgx.Tx, string) bool {
-		time.Sleep(50 * time.Millisecond) // a handler's own work: the cut lands inside some
-		return true
-	}}
-	base := serveApp(t, app.handler(t, s, 2*time.Second))
-	keys := effectKeyNames(40)
-	var cutAt, healedAt time.Time
-	cut := make(chan struct{})
-	go func() {
-		defer close(cut)
-		time.Sleep(time.Second)
-		cutAt = time.Now()
+	effectsOnceAroundAFault(t, s, admin, "the cut", func() {
 		proxy.cut.Store(true)
 		time.Sleep(3 * time.Second)
 		proxy.cut.Store(false)
-		healedAt = time.Now()
+	})
+}
+
+// busyApp is an effectApp on table whose handler works for d after its
+// effect (outside the database), so that a fault lands inside some.
+func busyApp(table string, d time.Duration) *effectApp {
+	return &effectApp{table: table, fault: func(context.Context, pgx.Tx, string) bool {
+		time.Sleep(d)
+		return true
+	}}
+}
+
+// effectsOnceAroundAFault serves a busyApp on s (a 2 s lease; its effect
+// table on admin) to the load of 40 keys of each kind, first attempts
+// spread over 2 s, and runs fault one second in (it returns once the
+// fault is over). Keys must see success before the fault and after it,
+// some attempts must fail, and every key ends with exactly one committed
+// effect.
+func effectsOnceAroundAFault(t *testing.T, s *Store, admin *pgxpool.Pool, what string, fault func()) {
+	t.Helper()
+	app := busyApp(newChargeTable(t, admin), 50*time.Millisecond)
+	base := serveApp(t, app.handler(t, s, 2*time.Second))
+	keys := effectKeyNames(40)
+	var from, to time.Time
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(time.Second)
+		from = time.Now()
+		fault()
+		to = time.Now()
 	}()
 	seen, failed := effectLoad(t, func() string { return base }, keys, 2*time.Second, 30*time.Second)
-	<-cut
-	before, after := seenBetween(seen, time.Time{}, cutAt), seenBetween(seen, healedAt, time.Now())
-	t.Logf("%d keys saw success before the cut, %d after it; %d attempts failed", before, after, failed)
+	<-done
+	before, after := seenBetween(seen, time.Time{}, from), seenBetween(seen, to, time.Now())
+	t.Logf("%d keys saw success before %s, %d after it (%v long); %d attempts failed",
+		before, what, after, to.Sub(from).Round(time.Millisecond), failed)
 	if before == 0 || after == 0 || failed == 0 {
-		t.Errorf("the cut did not land mid-load")
+		t.Errorf("%s did not land mid-load", what)
 	}
 	effectsOncePerKey(t, admin, app.table, keys, seen)
 }
@@ -380,6 +420,8 @@ func TestEffectsOnceThroughFailedFirstRuns(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
 	dropper := newCommitReplyDropper(t, "127.0.0.1:"+p.port)
+	var terminations sync.WaitGroup // of terminateInCommit
+	defer terminations.Wait()
 	tests := []struct {
 		name  string
 		fault func(ctx context.Context, tx pgx.Tx, key string) bool
@@ -413,7 +455,11 @@ func TestEffectsOnceThroughFailedFirstRuns(t *testing.T) {
 			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid(), set_config('effect.slow_commit', 'on', true)`).Scan(&pid, nil); err != nil {
 				return false
 			}
-			go terminateInCommit(t, admin, pid)
+			terminations.Add(1)
+			go func() {
+				defer terminations.Done()
+				terminateInCommit(t, admin, pid)
+			}()
 			return true
 		}},
 		{name: "lost COMMIT reply", kept: true, fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
@@ -423,7 +469,9 @@ func TestEffectsOnceThroughFailedFirstRuns(t *testing.T) {
 			}
 			dropper.doom(pid)
 			return true
-		}, pool: func(t *testing.T) *pgxpool.Pool { return dropper.pool(t, p) }},
+		}, pool: func(t *testing.T) *pgxpool.Pool {
+			return poolVia(t, p, dropper.ln.Addr().String(), 32) // every first run holds a connection at once
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -523,26 +571,8 @@ type commitReplyDropper struct {
 
 func newCommitReplyDropper(t testing.TB, target string) *commitReplyDropper {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &commitReplyDropper{ln: ln, target: target, doomed: map[int32]bool{}}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				d.serve(c)
-			}()
-		}
-	}()
+	d := &commitReplyDropper{target: target, doomed: map[int32]bool{}}
+	d.ln = listenLoopback(t, d.serve, func() {})
 	return d
 }
 
@@ -551,21 +581,6 @@ func (d *commitReplyDropper) doom(pid int32) {
 	d.mu.Lock()
 	d.doomed[pid] = true
 	d.mu.Unlock()
-}
-
-// pool is a pool on p through the proxy, closed when t ends.
-func (d *commitReplyDropper) pool(t *testing.T, p *pgServer) *pgxpool.Pool {
-	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, d.ln.Addr().String(), 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 32 // every first run of a test holds a connection at once
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }
 
 // pgMessage reads one message of the PostgreSQL protocol from r: its type
@@ -675,10 +690,7 @@ func TestEffectsOnceThroughAStandbyPromotion(t *testing.T) {
 	s := storeOn(t, ppool, func(o *Options) {
 		o.Prefix, o.Timeout, o.RequireSynchronousStandby = prefix, 2*time.Second, true
 	})
-	app := &effectApp{table: newChargeTable(t, ppool), fault: func(context.Context, pgx.Tx, string) bool {
-		time.Sleep(50 * time.Millisecond) // a handler's own work: the kill lands inside some
-		return true
-	}}
+	app := busyApp(newChargeTable(t, ppool), 50*time.Millisecond)
 	var current atomic.Pointer[http.Handler]
 	h := app.handler(t, s, 2*time.Second)
 	current.Store(&h)
@@ -730,32 +742,11 @@ func TestEffectsOnceThroughAServerKill(t *testing.T) {
 	p := ownServer(t, "-c", "recovery_init_sync_method=syncfs")
 	admin := p.pool(t)
 	s := storeOn(t, p.pool(t), func(o *Options) { o.Timeout = 2 * time.Second })
-	app := &effectApp{table: newChargeTable(t, admin), fault: func(context.Context, pgx.Tx, string) bool {
-		time.Sleep(50 * time.Millisecond) // a handler's own work: the kill lands inside some
-		return true
-	}}
-	base := serveApp(t, app.handler(t, s, 2*time.Second))
-	keys := effectKeyNames(40)
-	var killedAt, restartedAt time.Time
-	killed := make(chan struct{})
-	go func() {
-		defer close(killed)
-		time.Sleep(time.Second)
-		killedAt = time.Now()
+	effectsOnceAroundAFault(t, s, admin, "the kill", func() {
 		if err := p.restart(); err != nil {
 			t.Error(err)
 		}
-		restartedAt = time.Now()
-	}()
-	seen, failed := effectLoad(t, func() string { return base }, keys, 2*time.Second, 30*time.Second)
-	<-killed
-	before, after := seenBetween(seen, time.Time{}, killedAt), seenBetween(seen, restartedAt, time.Now())
-	t.Logf("%d keys saw success before the kill, %d after the restart (%v later); %d attempts failed",
-		before, after, restartedAt.Sub(killedAt).Round(time.Millisecond), failed)
-	if before == 0 || after == 0 || failed == 0 {
-		t.Errorf("the kill did not land mid-load")
-	}
-	effectsOncePerKey(t, admin, app.table, keys, seen)
+	})
 }
 
 // effectAppChild is the environment variable that makes the test binary
@@ -780,12 +771,14 @@ func (childTB) Fatal(args ...any)              { log.Fatal(args...) }
 func (childTB) Errorf(format string, a ...any) { log.Fatalf(format, a...) }
 func (childTB) Fatalf(format string, a ...any) { log.Fatalf(format, a...) }
 
-// runEffectAppChild serves effectApp (both middlewares, transactional,
-// a 2 s lease) on 127.0.0.1, prints its URL, and serves until killed.
-func runEffectAppChild(spec string) {
+// childStore is the store of an app process of these tests, from the
+// value of its environment variable env: "<database URL> <prefix> <effect
+// table> <idempotency key>" (the key becomes effectKey); it returns the
+// store (with timeout, no sweeper) and the table.
+func childStore(env, spec string, timeout time.Duration) (*Store, string) {
 	parts := strings.Fields(spec)
 	if len(parts) != 4 {
-		log.Fatalf("%s: want 4 fields", effectAppChild)
+		log.Fatalf("%s: want 4 fields", env)
 	}
 	effectKey = parts[3]
 	ctx := context.Background()
@@ -793,14 +786,18 @@ func runEffectAppChild(spec string) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s, err := New(ctx, pool, Options{Prefix: parts[1], SweepInterval: -1, Timeout: 5 * time.Second})
+	s, err := New(ctx, pool, Options{Prefix: parts[1], SweepInterval: -1, Timeout: timeout})
 	if err != nil {
 		log.Fatal(err)
 	}
-	app := &effectApp{table: parts[2], fault: func(context.Context, pgx.Tx, string) bool {
-		time.Sleep(20 * time.Millisecond) // a handler's own work: the kill lands inside some
-		return true
-	}}
+	return s, parts[2]
+}
+
+// runEffectAppChild serves effectApp (both middlewares, transactional,
+// a 2 s lease) on 127.0.0.1, prints its URL, and serves until killed.
+func runEffectAppChild(spec string) {
+	s, table := childStore(effectAppChild, spec, 5*time.Second)
+	app := busyApp(table, 20*time.Millisecond)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
