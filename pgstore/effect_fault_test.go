@@ -475,10 +475,11 @@ func TestEffectsOnceThroughFailedFirstRuns(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			// Connections for every first run at once: each is faulted.
-			pool := p.poolWith(t, func(c *pgxpool.Config) { c.MaxConns = 32 })
+			var pool *pgxpool.Pool
 			if tc.pool != nil {
 				pool = tc.pool(t)
+			} else { // connections for every first run at once: each is faulted
+				pool = p.poolWith(t, func(c *pgxpool.Config) { c.MaxConns = 32 })
 			}
 			s := storeOn(t, pool, func(o *Options) { o.Timeout = 2 * time.Second })
 			app := &effectApp{table: newChargeTable(t, admin), fault: tc.fault, first: true}
