@@ -8,15 +8,21 @@ package pgstore
 // most one for any other.
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"log"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -238,19 +244,31 @@ type cutProxy struct {
 
 func newCutProxy(t testing.TB, target string) *cutProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
+	p := &cutProxy{target: target}
+	p.ln = listenLoopback(t, p.serve, func() {
 		p.mu.Lock()
 		for _, c := range p.conns {
 			c.Close()
 		}
 		p.mu.Unlock()
+	})
+	return p
+}
+
+// listenLoopback listens on 127.0.0.1 and serves each connection with
+// serve, on a goroutine of its own, until t ends: then it stops
+// listening, runs closeAll (which ends what serve still holds), and waits
+// for every serve to return.
+func listenLoopback(t testing.TB, serve func(net.Conn), closeAll func()) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		closeAll()
 		wg.Wait()
 	})
 	go func() {
@@ -262,11 +280,28 @@ func newCutProxy(t testing.TB, target string) *cutProxy {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p.serve(c)
+				serve(c)
 			}()
 		}
 	}()
-	return p
+	return ln
+}
+
+// poolVia is a pool on p's database through the proxy listening at addr,
+// with at most maxConns connections, closed when t ends.
+func poolVia(t testing.TB, p *pgServer, addr string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, addr, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(bg(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // wait blocks while the link is cut.
@@ -319,75 +354,138 @@ func TestEffectsOnceThroughANetworkCut(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
 	proxy := newCutProxy(t, "127.0.0.1:"+p.port)
-	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, proxy.ln.Addr().String(), 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(bg(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := poolVia(t, p, proxy.ln.Addr().String(), 8)
 	s := storeOn(t, pool, func(o *Options) { o.Timeout = 2 * time.Second })
-	app := &effectApp{table: newChargeTable(t, admin), fault: func(context.Context, pgx.Tx, string) bool {
-		time.Sleep(50 * time.Millisecond) // a handler's own work: the cut lands inside some
-		return true
-	}}
-	base := serveApp(t, app.handler(t, s, 2*time.Second))
-	keys := effectKeyNames(40)
-	var cutAt, healedAt time.Time
-	cut := make(chan struct{})
-	go func() {
-		defer close(cut)
-		time.Sleep(time.Second)
-		cutAt = time.Now()
+	effectsOnceAroundAFault(t, s, admin, "the cut", func() {
 		proxy.cut.Store(true)
 		time.Sleep(3 * time.Second)
 		proxy.cut.Store(false)
-		healedAt = time.Now()
+	})
+}
+
+// busyApp is an effectApp on table whose handler works for d after its
+// effect (outside the database), so that a fault lands inside some.
+func busyApp(table string, d time.Duration) *effectApp {
+	return &effectApp{table: table, fault: func(context.Context, pgx.Tx, string) bool {
+		time.Sleep(d)
+		return true
+	}}
+}
+
+// effectsOnceAroundAFault serves a busyApp on s (a 2 s lease; its effect
+// table on admin) to the load of 40 keys of each kind, first attempts
+// spread over 2 s, and runs fault one second in (it returns once the
+// fault is over). Keys must see success before the fault and after it,
+// some attempts must fail, and every key ends with exactly one committed
+// effect.
+func effectsOnceAroundAFault(t *testing.T, s *Store, admin *pgxpool.Pool, what string, fault func()) {
+	t.Helper()
+	app := busyApp(newChargeTable(t, admin), 50*time.Millisecond)
+	base := serveApp(t, app.handler(t, s, 2*time.Second))
+	keys := effectKeyNames(40)
+	var from, to time.Time
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(time.Second)
+		from = time.Now()
+		fault()
+		to = time.Now()
 	}()
 	seen, failed := effectLoad(t, func() string { return base }, keys, 2*time.Second, 30*time.Second)
-	<-cut
-	before, after := seenBetween(seen, time.Time{}, cutAt), seenBetween(seen, healedAt, time.Now())
-	t.Logf("%d keys saw success before the cut, %d after it; %d attempts failed", before, after, failed)
+	<-done
+	before, after := seenBetween(seen, time.Time{}, from), seenBetween(seen, to, time.Now())
+	t.Logf("%d keys saw success before %s, %d after it (%v long); %d attempts failed",
+		before, what, after, to.Sub(from).Round(time.Millisecond), failed)
 	if before == 0 || after == 0 || failed == 0 {
-		t.Errorf("the cut did not land mid-load")
+		t.Errorf("%s did not land mid-load", what)
 	}
 	effectsOncePerKey(t, admin, app.table, keys, seen)
 }
 
-// TestEffectsOnceThroughHandlerTimeouts: the first run of every key's
-// handler, after its effect, is ended inside the work by a timeout of the
-// server — a statement_timeout cancelling its slow statement (the handler
-// ignores the error and answers 201), or the work's session idle in its
-// transaction past the lease (the handler stalls outside the database) —
-// and its client sees 503, never the 201; the retries commit each key's
-// effect exactly once.
-func TestEffectsOnceThroughHandlerTimeouts(t *testing.T) {
+// TestEffectsOnceThroughFailedFirstRuns: the first run of every key's
+// handler, after its effect, is ended inside the work — by a timeout of
+// the server (a statement_timeout cancelling its slow statement, which the
+// handler ignores before answering 201; the work's session idle in its
+// transaction past the lease, the handler stalling outside the database),
+// by pg_terminate_backend of the work's backend while the handler runs or
+// while its COMMIT runs (a deferred trigger holds the COMMIT), or by the
+// COMMIT's reply lost (a proxy drops it: the server committed, the app
+// never hears of it). Its client sees 503 or no answer, never success;
+// nothing of that run is kept but a lost reply's commit, and the retries
+// (a charge's client, a Standard Webhooks sender) end with each key's
+// effect committed exactly once.
+func TestEffectsOnceThroughFailedFirstRuns(t *testing.T) {
 	const lease = time.Second
+	p := needServer(t)
+	admin := p.pool(t)
+	dropper := newCommitReplyDropper(t, "127.0.0.1:"+p.port)
+	var terminations sync.WaitGroup // of terminateInCommit
+	defer terminations.Wait()
 	tests := []struct {
 		name  string
 		fault func(ctx context.Context, tx pgx.Tx, key string) bool
+		kept  bool // the first run's effect is committed
+		slow  bool // COMMITs of a run that set effect.slow_commit wait
+		pool  func(t *testing.T) *pgxpool.Pool
 	}{
-		{"statement_timeout", func(ctx context.Context, tx pgx.Tx, key string) bool {
+		{name: "statement_timeout", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
 			if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 50`); err != nil {
 				return false
 			}
 			tx.Exec(ctx, `SELECT pg_sleep(1)`) // cancelled at 50 ms; the error is ignored
 			return true
 		}},
-		{"idle_in_transaction_session_timeout", func(ctx context.Context, tx pgx.Tx, key string) bool {
+		{name: "idle_in_transaction_session_timeout", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
 			time.Sleep(lease + 300*time.Millisecond) // ignores its context: stalls past the lease
 			return true
 		}},
+		{name: "pg_terminate_backend mid-handler", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
+			var pid int32
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return false
+			}
+			if _, err := admin.Exec(bg(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
+				t.Error(err)
+			}
+			return true // and answers 201 as if nothing happened
+		}},
+		{name: "pg_terminate_backend mid-commit", slow: true, fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
+			var pid int32
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid(), set_config('effect.slow_commit', 'on', true)`).Scan(&pid, nil); err != nil {
+				return false
+			}
+			terminations.Add(1)
+			go func() {
+				defer terminations.Done()
+				terminateInCommit(t, admin, pid)
+			}()
+			return true
+		}},
+		{name: "lost COMMIT reply", kept: true, fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
+			var pid int32
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return false
+			}
+			dropper.doom(pid)
+			return true
+		}, pool: func(t *testing.T) *pgxpool.Pool {
+			return poolVia(t, p, dropper.ln.Addr().String(), 32) // every first run holds a connection at once
+		}},
 	}
-	p := needServer(t)
-	pool := p.pool(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := storeOn(t, p.pool(t))
-			app := &effectApp{table: newChargeTable(t, pool), fault: tc.fault, first: true}
+			var pool *pgxpool.Pool
+			if tc.pool != nil {
+				pool = tc.pool(t)
+			} else { // connections for every first run at once: each is faulted
+				pool = p.poolWith(t, func(c *pgxpool.Config) { c.MaxConns = 32 })
+			}
+			s := storeOn(t, pool, func(o *Options) { o.Timeout = 2 * time.Second })
+			app := &effectApp{table: newChargeTable(t, admin), fault: tc.fault, first: true}
+			if tc.slow {
+				slowCommits(t, admin, app.table)
+			}
 			base := serveApp(t, app.handler(t, s, lease))
 			keys := effectKeyNames(8)
 			signer := whSigner(t)
@@ -405,12 +503,184 @@ func TestEffectsOnceThroughHandlerTimeouts(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			if got := charges(t, pool, app.table); len(got) != 0 {
-				t.Fatalf("effects kept from runs their timeout ended: %v", got)
+			got := charges(t, admin, app.table)
+			switch {
+			case !tc.kept && len(got) != 0:
+				t.Fatalf("effects kept from runs their fault ended: %v", got)
+			case tc.kept && len(got) != len(keys):
+				t.Fatalf("%d keys' effects committed by runs whose COMMIT reply was lost, want %d", len(got), len(keys))
 			}
 			seen, _ := effectLoad(t, func() string { return base }, keys, 0, 20*time.Second)
-			effectsOncePerKey(t, pool, app.table, keys, seen)
+			effectsOncePerKey(t, admin, app.table, keys, seen)
+			// The faulted run, then one more unless it committed.
+			want := int32(2)
+			if tc.kept {
+				want = 1
+			}
+			for _, key := range keys {
+				n, _ := app.runs.Load(key)
+				if runs := n.(*atomic.Int32).Load(); runs != want {
+					t.Errorf("%s: the handler ran %d times, want %d", key, runs, want)
+				}
+			}
 		})
+	}
+}
+
+// slowCommits makes the COMMIT of a transaction that wrote into table and
+// set effect.slow_commit wait 10 s (a deferred trigger), for
+// terminateInCommit to find it there.
+func slowCommits(t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	if _, err := pool.Exec(bg(), `CREATE FUNCTION `+table+`_slow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF current_setting('effect.slow_commit', true) = 'on' THEN PERFORM pg_sleep(10); END IF;
+  RETURN NULL;
+END $$`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+table+`_slow() CASCADE`) })
+	if _, err := pool.Exec(bg(), `CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON `+table+`
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+table+`_slow()`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// terminateInCommit terminates backend pid once it waits in the deferred
+// trigger of slowCommits inside its COMMIT, and fails t if it does not get
+// there within 10 s.
+func terminateInCommit(t *testing.T, pool *pgxpool.Pool, pid int32) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		var done bool
+		err := pool.QueryRow(bg(), `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM pg_stat_activity
+			WHERE pid = $1 AND wait_event = 'PgSleep' AND lower(query) LIKE 'commit%'`, pid).Scan(&done)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if done {
+			return
+		}
+	}
+	t.Errorf("backend %d did not reach its COMMIT within 10 s", pid)
+}
+
+// commitReplyDropper is a TCP proxy to a server that loses the reply to
+// the COMMIT of a doomed backend: from the moment the client sends it
+// (with the statements pipelined before it, such as a work's fence),
+// everything the server sends on that connection is dropped; the server
+// executes the COMMIT, and the client waits until it gives up.
+type commitReplyDropper struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	doomed map[int32]bool
+}
+
+func newCommitReplyDropper(t testing.TB, target string) *commitReplyDropper {
+	t.Helper()
+	d := &commitReplyDropper{target: target, doomed: map[int32]bool{}}
+	d.ln = listenLoopback(t, d.serve, func() {})
+	return d
+}
+
+// doom makes the reply to the next COMMIT of backend pid lost.
+func (d *commitReplyDropper) doom(pid int32) {
+	d.mu.Lock()
+	d.doomed[pid] = true
+	d.mu.Unlock()
+}
+
+// pgMessage reads one message of the PostgreSQL protocol from r: its type
+// byte (none for the first message a client sends) and its body.
+func pgMessage(r io.Reader, typed bool) (raw []byte, typ byte, body []byte, err error) {
+	head := 4
+	if typed {
+		head = 5
+	}
+	raw = make([]byte, head)
+	if _, err := io.ReadFull(r, raw); err != nil {
+		return nil, 0, nil, err
+	}
+	n := int(binary.BigEndian.Uint32(raw[head-4:]))
+	if n < 4 || n > 1<<30 {
+		return nil, 0, nil, fmt.Errorf("message length %d", n)
+	}
+	raw = append(raw, make([]byte, n-4)...)
+	if _, err := io.ReadFull(r, raw[head:]); err != nil {
+		return nil, 0, nil, err
+	}
+	if typed {
+		typ = raw[0]
+	}
+	return raw, typ, raw[head:], nil
+}
+
+// commitSpotter tells, from a client's messages, which run COMMIT: a
+// simple query, or the execution (Bind) of a statement parsed with the
+// extended protocol, named or not.
+type commitSpotter map[string]bool // statement name → its query is COMMIT
+
+func (cs commitSpotter) isCommit(typ byte, body []byte) bool {
+	isCommitSQL := func(q []byte) bool { return strings.EqualFold(strings.TrimSpace(string(q)), "commit") }
+	name, rest, _ := bytes.Cut(body, []byte{0})
+	switch typ {
+	case 'Q':
+		return isCommitSQL(name)
+	case 'P': // statement name, then the query
+		q, _, _ := bytes.Cut(rest, []byte{0})
+		cs[string(name)] = isCommitSQL(q)
+	case 'B': // portal name, then the statement's
+		stmt, _, _ := bytes.Cut(rest, []byte{0})
+		return cs[string(stmt)]
+	}
+	return false
+}
+
+func (d *commitReplyDropper) serve(c net.Conn) {
+	defer c.Close()
+	srv, err := net.Dial("tcp", d.target)
+	if err != nil {
+		return
+	}
+	defer srv.Close()
+	var pid atomic.Int32
+	var dropping atomic.Bool
+	go func() {
+		defer srv.Close()
+		spotter := commitSpotter{}
+		for typed := false; ; typed = true {
+			raw, typ, body, err := pgMessage(c, typed)
+			if err != nil {
+				return
+			}
+			if spotter.isCommit(typ, body) {
+				d.mu.Lock()
+				if d.doomed[pid.Load()] {
+					delete(d.doomed, pid.Load())
+					dropping.Store(true)
+				}
+				d.mu.Unlock()
+			}
+			if _, err := srv.Write(raw); err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		raw, typ, body, err := pgMessage(srv, true)
+		if err != nil {
+			return
+		}
+		if typ == 'K' && len(body) >= 4 { // BackendKeyData: the backend's pid
+			pid.Store(int32(binary.BigEndian.Uint32(body)))
+		}
+		if dropping.Load() {
+			continue
+		}
+		if _, err := c.Write(raw); err != nil {
+			return
+		}
 	}
 }
 
@@ -428,10 +698,7 @@ func TestEffectsOnceThroughAStandbyPromotion(t *testing.T) {
 	s := storeOn(t, ppool, func(o *Options) {
 		o.Prefix, o.Timeout, o.RequireSynchronousStandby = prefix, 2*time.Second, true
 	})
-	app := &effectApp{table: newChargeTable(t, ppool), fault: func(context.Context, pgx.Tx, string) bool {
-		time.Sleep(50 * time.Millisecond) // a handler's own work: the kill lands inside some
-		return true
-	}}
+	app := busyApp(newChargeTable(t, ppool), 50*time.Millisecond)
 	var current atomic.Pointer[http.Handler]
 	h := app.handler(t, s, 2*time.Second)
 	current.Store(&h)
@@ -470,4 +737,161 @@ func TestEffectsOnceThroughAStandbyPromotion(t *testing.T) {
 		t.Errorf("the kill did not land mid-load")
 	}
 	effectsOncePerKey(t, spool, app.table, keys, r.seen)
+}
+
+// TestEffectsOnceThroughAServerKill: PostgreSQL is SIGKILLed mid-load
+// (every process of it, as a crash hits them) and restarted on its data
+// directory, which runs crash recovery; works are cut before, during and
+// after their handler and their COMMIT, and the clients retry until they
+// see success. Every key, idempotency key or webhook delivery, has
+// exactly one committed effect.
+func TestEffectsOnceThroughAServerKill(t *testing.T) {
+	t.Parallel() // a server of its own
+	p := ownServer(t, "-c", "recovery_init_sync_method=syncfs")
+	admin := p.pool(t)
+	s := storeOn(t, p.pool(t), func(o *Options) { o.Timeout = 2 * time.Second })
+	effectsOnceAroundAFault(t, s, admin, "the kill", func() {
+		if err := p.restart(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// effectAppChild is the environment variable that makes the test binary
+// the app process of TestEffectsOnceThroughAppKills: its value is
+// "<database URL> <prefix> <effect table> <idempotency key>".
+const effectAppChild = "CTOKEN_PGSTORE_EFFECT_APP"
+
+func init() {
+	if spec := os.Getenv(effectAppChild); spec != "" {
+		runEffectAppChild(spec)
+		os.Exit(0)
+	}
+}
+
+// childTB is the testing.TB of the app process, which runs no test: a
+// failure ends the process, which its test reports.
+type childTB struct{ testing.TB }
+
+func (childTB) Helper()                        {}
+func (childTB) Error(args ...any)              { log.Fatal(args...) }
+func (childTB) Fatal(args ...any)              { log.Fatal(args...) }
+func (childTB) Errorf(format string, a ...any) { log.Fatalf(format, a...) }
+func (childTB) Fatalf(format string, a ...any) { log.Fatalf(format, a...) }
+
+// childStore is the store of an app process of these tests, from the
+// value of its environment variable env: "<database URL> <prefix> <effect
+// table> <idempotency key>" (the key becomes effectKey); it returns the
+// store (with timeout, no sweeper) and the table.
+func childStore(env, spec string, timeout time.Duration) (*Store, string) {
+	parts := strings.Fields(spec)
+	if len(parts) != 4 {
+		log.Fatalf("%s: want 4 fields", env)
+	}
+	effectKey = parts[3]
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, parts[0])
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := New(ctx, pool, Options{Prefix: parts[1], SweepInterval: -1, Timeout: timeout})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return s, parts[2]
+}
+
+// runEffectAppChild serves effectApp (both middlewares, transactional,
+// a 2 s lease) on 127.0.0.1, prints its URL, and serves until killed.
+func runEffectAppChild(spec string) {
+	s, table := childStore(effectAppChild, spec, 5*time.Second)
+	app := busyApp(table, 20*time.Millisecond)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("http://" + ln.Addr().String())
+	log.Fatal(http.Serve(ln, app.handler(childTB{}, s, 2*time.Second)))
+}
+
+// TestEffectsOnceThroughAppKills: the app is a process of its own (the
+// test binary re-run), SIGKILLed at random points of the load — 100 to
+// 400 ms after it starts serving, eight times — and started again on the
+// same table and prefix, while the clients (a charge's, a Standard
+// Webhooks sender) retry at whichever process serves. A kill lands before
+// a work, inside its handler, during its COMMIT or between the COMMIT and
+// the response. Every key has exactly one committed effect.
+func TestEffectsOnceThroughAppKills(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	prefix := uniquePrefix()
+	table := newChargeTable(t, admin)
+	var current atomic.Pointer[string]
+	// start starts the app process; stop SIGKILLs it and waits for it.
+	start := func() (stop func(), exited <-chan struct{}, err error) {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), effectAppChild+"="+p.url()+" "+prefix+" "+table+" "+effectKey)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, nil, err
+		}
+		done := make(chan struct{})
+		lines := bufio.NewScanner(out)
+		if !lines.Scan() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, nil, fmt.Errorf("the app process printed no URL: %v", lines.Err())
+		}
+		go func() { cmd.Wait(); close(done) }()
+		url := lines.Text()
+		current.Store(&url)
+		return func() { cmd.Process.Kill(); <-done }, done, nil
+	}
+	stop, exited, err := start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := effectKeyNames(40)
+	const kills = 8
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range kills {
+			time.Sleep(time.Duration(100+mathrand.IntN(300)) * time.Millisecond)
+			select {
+			case <-exited:
+				t.Errorf("the app process exited before its kill")
+			default:
+			}
+			stop()
+			var err error
+			if stop, exited, err = start(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	seen, failed := effectLoad(t, func() string {
+		if u := current.Load(); u != nil {
+			return *u
+		}
+		return ""
+	}, keys, 3*time.Second, 40*time.Second)
+	wg.Wait()
+	select {
+	case <-exited:
+		t.Errorf("the app process exited before its kill")
+	default:
+	}
+	stop()
+	t.Logf("%d kills of the app process; %d attempts failed", kills, failed)
+	if failed == 0 {
+		t.Errorf("no attempt failed: the kills did not land mid-load")
+	}
+	effectsOncePerKey(t, admin, table, keys, seen)
 }

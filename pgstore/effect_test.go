@@ -355,20 +355,7 @@ const effectChild = "CTOKEN_PGSTORE_EFFECT_CHILD"
 // handler that charges, says "charged" on stdout, and waits to be killed.
 // It prints the server's URL first.
 func runEffectChild(spec string) {
-	parts := strings.Fields(spec)
-	if len(parts) != 4 {
-		log.Fatalf("%s: want 4 fields", effectChild)
-	}
-	effectKey = parts[3]
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, parts[0])
-	if err != nil {
-		log.Fatal(err)
-	}
-	s, err := New(ctx, pool, Options{Prefix: parts[1], SweepInterval: -1, Timeout: 15 * time.Second})
-	if err != nil {
-		log.Fatal(err)
-	}
+	s, table := childStore(effectChild, spec, 15*time.Second)
 	mw, err := idempotency.New(idempotency.Config{
 		Store: s, Keys: effectKeys(), Caller: func(*http.Request) (string, error) { return "tenant-1", nil },
 		Required: true, Lease: effectChildLease, Transactional: true, Logger: slog.New(slog.DiscardHandler),
@@ -376,7 +363,7 @@ func runEffectChild(spec string) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	h := &chargeHandler{table: parts[2], after: func(http.ResponseWriter, *http.Request) bool {
+	h := &chargeHandler{table: table, after: func(http.ResponseWriter, *http.Request) bool {
 		fmt.Println("charged")
 		select {} // killed here, between the insert and the commit
 	}}
