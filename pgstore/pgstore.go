@@ -271,7 +271,7 @@ type Store struct {
 	prefix  string
 	timeout time.Duration
 	direct  bool // calls run on the caller's goroutine: see [call]
-	simple  bool // the pool's DefaultQueryExecMode is the simple protocol (work.go)
+	simple  bool // the pool's DefaultQueryExecMode is the simple protocol (worktx.go)
 	durable atomic.Pointer[Durability]
 	refusal atomic.Pointer[error] // set by the recheck while a check of New fails
 	checks  checks

@@ -1,0 +1,44 @@
+package pgstore
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// resetSQL ends, on the work's connection, whatever of the session the
+// handler's statements may have changed (through what the Tx does not
+// refuse, such as a function's set_config or a temporary table), so that
+// nothing of it reaches the next user of the pooled connection: settings
+// back to the session's defaults (those of the connection's startup, such
+// as the pool's RuntimeParams; a SET sent by the pool's AfterConnect is
+// undone too), role and session authorization, cursors WITH HOLD, LISTEN
+// registrations, session advisory locks, temporary tables and sequence
+// state. Each statement may run in a transaction block (unlike DISCARD
+// ALL), so it follows COMMIT or ROLLBACK in the same round trip.
+const resetSQL = "reset all; set session authorization default; close all; unlisten *; select pg_advisory_unlock_all(); discard temp; discard sequences"
+
+// resetStatements are resetSQL's statements, queued one by one behind the
+// fence and COMMIT.
+var resetStatements = strings.Split(resetSQL, "; ")
+
+// put returns the work's connection to the pool when its session was
+// reset (clean), and closes it otherwise: a session whose state the
+// handler may have changed is never pooled. The handler's named prepared
+// statements ([workTx.Prepare]) are deallocated first (through pgx, which
+// keeps their names).
+func (w *work) put(ctx context.Context, clean bool) {
+	for _, name := range w.prepared {
+		if !clean || w.conn.PgConn().TxStatus() != 'I' {
+			break
+		}
+		clean = w.conn.Deallocate(ctx, name) == nil
+	}
+	if clean {
+		w.pc.Release() // a connection still in a transaction is closed, not pooled
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	w.pc.Hijack().Close(cctx)
+}
