@@ -368,6 +368,7 @@ func markerFence(t *testing.T, pool *pgxpool.Pool) time.Duration {
 // standby promoted is fenced, a planned failover to a synchronous one is
 // not, and a claim on another timeline than the record is refused.
 func TestPromotion(t *testing.T) {
+	t.Parallel() // every row is parallel, as each was as a top-level test
 	for _, tc := range []struct {
 		name string
 		test func(*testing.T)

@@ -32,6 +32,7 @@ func envDuration(t *testing.T, env string, def time.Duration) time.Duration {
 // TestLoad pins claims under load through a server SIGKILLed mid-load and
 // through restarts: no acknowledged claim lost, none accepted twice.
 func TestLoad(t *testing.T) {
+	t.Parallel() // every row is parallel, as each was as a top-level test
 	for _, tc := range []struct {
 		name string
 		test func(*testing.T)
