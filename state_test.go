@@ -1597,10 +1597,13 @@ func TestStateAudience(t *testing.T) {
 		}
 	}
 	t.Run("NUL in audience is ErrConfig", func(t *testing.T) {
-		_, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: kr, Audience: "a\x00b"})
-		wantErr(t, err, ErrConfig)
-		if reasonText(err) != "RequestStateSecurity.Audience contains a NUL byte" {
-			t.Fatalf("reason %q", reasonText(err))
+		// The first byte too: kills state.go `IndexByte(...) >= 0` → `> 0`.
+		for _, audience := range []string{"a\x00b", "\x00ab", "ab\x00"} {
+			_, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: kr, Audience: audience})
+			wantErr(t, err, ErrConfig)
+			if reasonText(err) != "RequestStateSecurity.Audience contains a NUL byte" {
+				t.Fatalf("audience %q: reason %q", audience, reasonText(err))
+			}
 		}
 	})
 	t.Run("KeySource binds the audience too", func(t *testing.T) {
