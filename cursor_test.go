@@ -728,7 +728,7 @@ func TestCursorConcurrentIssueAndVerify(t *testing.T) {
 // A cursor whose MAC fails but whose body names another session stays 1020
 // for the client, yet its Reason names the MAC failure, distinct from an
 // authentic cursor of another session, so alerting can count it.
-func TestCursorOfAnotherRandomKeyAndSessionIsExpiredWithTheUnknownKeyReason(t *testing.T) {
+func TestCursorOfAnotherKeyAndSessionHasUnknownKeyReason(t *testing.T) {
 	before := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, RandomKey()), Session: []byte("old-session")})
 	c := mustIssue(t, before, CursorPayload{CursorScope: testScope})
 	after := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, RandomKey()), Session: []byte("new-session")})

@@ -85,7 +85,7 @@ func inModule(path string) bool {
 
 func isInternal(path string) bool { return strings.HasPrefix(path, modulePath+"/internal/") }
 
-func TestLayeringInternalReplayAndObserveImportOnlyTheStandardLibraryAndInternal(t *testing.T) {
+func TestLayeringLowestLayersImportOnlyStdAndInternal(t *testing.T) {
 	pkgs, std := modulePackages(t)
 	for path, p := range pkgs {
 		internal := isInternal(path)
@@ -174,7 +174,7 @@ func TestLayeringOnlyTheRootPackageImportsTheCanonicalizer(t *testing.T) {
 // internal/xaes, as the idempotency middleware seals its responses), so
 // that the nested modules can share it without reaching into internal/
 // themselves, and nothing below it imports it.
-func TestLayeringMCPTokenImportsOnlyTheRootPackageReplaySealingAndTheStandardLibrary(t *testing.T) {
+func TestLayeringMCPTokenSitsOnRootReplayAndSealing(t *testing.T) {
 	pkgs, std := modulePackages(t)
 	allowed := map[string]bool{
 		modulePath:                          true,

@@ -22,45 +22,23 @@ import (
 // Reason reads the module's one reason-carrying error, so it also returns
 // the reason of a refusal of [github.com/ctoken/ctoken/webhook] or
 // [github.com/ctoken/ctoken/idempotency].
-func Reason(err error) observe.RefusalReason {
-	if err == nil {
-		return observe.ReasonNone
-	}
-	// Only a *reason.Error is looked up: a map lookup hashes its key, and
-	// a caller's error of an unhashable type would panic.
-	if re, ok := err.(*reason.Error); ok {
-		if r, ok := rejectionReasons[re]; ok {
-			return r
-		}
-	}
-	got, _ := observe.ParseReason(reason.Of(err))
-	return got
-}
+func Reason(err error) observe.RefusalReason { return rejectionReasons.Of(err) }
 
 // rejectionReasons maps each package-level rejection value to its reason,
 // so that reporting a refusal costs a map lookup and no allocation (a
-// wrapped replay-store error takes reason.Of's path).
-var rejectionReasons = func() map[*reason.Error]observe.RefusalReason {
-	all := []error{
-		errCursorEmpty, errCursorOversize, errCursorBase64, errCursorTruncated,
-		errCursorMalformed, errCursorMAC, errCursorFuture, errCursorSession, errCursorUnknownKey, errCursorUnknownKeyRestart,
-		errCursorAge, errCursorStateType,
-		errCursorStateLarge, errCursorLarge, errCursorScope, errCursorSealed,
-		errStateEmpty, errStateOversize, errStateMode, errStateBase64,
-		errStateFraming, errStateMAC, errStateOpen, errStateMalformed,
-		errStateBinding, errStateSubjectAmbiguous, errStateExpired, errStateJSON,
-		errStateNotUTF8, errStateSubjectNUL, errStateTooLarge, errStateReplayed,
-		errOneTimeOversize, errOneTimeFormat, errOneTimeBase64, errOneTimeTruncated,
-		errOneTimeMAC, errOneTimeUnknownKey, errOneTimeMalformed, errOneTimeFuture, errOneTimeExpired,
-		errOneTimeClaims, errOneTimeRedeemed, errOneTimePurpose, errOneTimeTooLarge,
-		errArgsSyntax, errArgsUTF8, errArgsSurrogate, errArgsDuplicate,
-		errArgsDepth, errArgsRange, errArgsInexact, errArgsReplaced, errArgsMarshal,
-	}
-	m := make(map[*reason.Error]observe.RefusalReason, len(all))
-	for _, e := range all {
-		if re, ok := e.(*reason.Error); ok {
-			m[re], _ = observe.ParseReason(reason.Of(e))
-		}
-	}
-	return m
-}()
+// wrapped replay-store error is parsed from its reason).
+var rejectionReasons = reason.NewLookup(observe.ParseReason,
+	errCursorEmpty, errCursorOversize, errCursorBase64, errCursorTruncated,
+	errCursorMalformed, errCursorMAC, errCursorFuture, errCursorSession, errCursorUnknownKey, errCursorUnknownKeyRestart,
+	errCursorAge, errCursorStateType,
+	errCursorStateLarge, errCursorLarge, errCursorScope, errCursorSealed,
+	errStateEmpty, errStateOversize, errStateMode, errStateBase64,
+	errStateFraming, errStateMAC, errStateOpen, errStateMalformed,
+	errStateBinding, errStateSubjectAmbiguous, errStateExpired, errStateJSON,
+	errStateNotUTF8, errStateSubjectNUL, errStateTooLarge, errStateReplayed,
+	errOneTimeOversize, errOneTimeFormat, errOneTimeBase64, errOneTimeTruncated,
+	errOneTimeMAC, errOneTimeUnknownKey, errOneTimeMalformed, errOneTimeFuture, errOneTimeExpired,
+	errOneTimeClaims, errOneTimeRedeemed, errOneTimePurpose, errOneTimeTooLarge,
+	errArgsSyntax, errArgsUTF8, errArgsSurrogate, errArgsDuplicate,
+	errArgsDepth, errArgsRange, errArgsInexact, errArgsReplaced, errArgsMarshal,
+)

@@ -823,7 +823,7 @@ func TestStateRefuses(t *testing.T) {
 }
 
 func TestStateBindTagCache(t *testing.T) {
-	// Kills state.go `cacheable := len(material) <= maxCachedMaterial` → `<`
+	// Kills state_bind.go `cacheable := len(material) <= maxCachedMaterial` → `<`
 	// and `if int(sc.used) < len(sc.tags)` negated: the bind-tag cache (a
 	// performance measure: a tag costs as much as the AES-GCM open it guards)
 	// serves a repeated material of up to maxCachedMaterial bytes from the
@@ -991,7 +991,7 @@ func TestStateBindTagCache(t *testing.T) {
 
 // TestStateScratch pins the pooled working memory of Encode and Decode.
 func TestStateScratch(t *testing.T) {
-	// Kills state.go `if cap(sc.buf) < n` → `<=` in getScratch and
+	// Kills state_bind.go `if cap(sc.buf) < n` → `<=` in getScratch and
 	// `if cap(sc.buf) <= maxPooledScratch` negated in putScratch: Encode and
 	// Decode return their working memory to the pool and reuse it when it is
 	// large enough (a buffer of exactly the size needed included), so once warm
@@ -1021,7 +1021,7 @@ func TestStateScratch(t *testing.T) {
 		}
 	})
 
-	// Kills state.go `if cap(sc.buf) <= maxPooledScratch` → `<` and negated:
+	// Kills state_bind.go `if cap(sc.buf) <= maxPooledScratch` → `<` and negated:
 	// a scratch buffer of exactly maxPooledScratch bytes is kept for reuse and a
 	// larger one is not, so a codec with a huge MaxBytes does not pin huge
 	// buffers. Decode asks for 3*len(wire) + len(subject)+1+len(tool) +
@@ -1061,7 +1061,7 @@ func TestStateScratch(t *testing.T) {
 		}
 	})
 
-	// Kills the arithmetic mutants of Encode's scratch estimate in state.go
+	// Kills the arithmetic mutants of Encode's scratch estimate in state_encode.go
 	// (matLen, payloadCap, sealedCap, wireCap) that make it too small, or (with
 	// len(state)/8 made len(state)*8) far too large: the
 	// estimate covers the bind material, the payload, the sealed payload and
@@ -1124,7 +1124,7 @@ func TestStateScratch(t *testing.T) {
 	})
 }
 
-// Kills state.go `!ok || len(macText) != b64.EncodedLen(macSize)` → `&&`:
+// Kills state_decode.go `!ok || len(macText) != b64.EncodedLen(macSize)` → `&&`:
 // a signed state whose MAC text is not exactly 43 characters is refused as
 // malformed framing, before anything is decoded.
 func TestStateSignedMACTextOfWrongLengthIsMalformedFraming(t *testing.T) {
@@ -1155,7 +1155,7 @@ func TestStateSignedMACTextOfWrongLengthIsMalformedFraming(t *testing.T) {
 	}
 }
 
-// Kills state.go `n < gcmNonceSize+gcmTagSize` with `+` made `-`: an
+// Kills state_decode.go `n < gcmNonceSize+gcmTagSize` with `+` made `-`: an
 // encrypted state too short to hold a GCM nonce and tag is refused as
 // malformed framing before any key is tried, and one just long enough
 // (an empty ciphertext) reaches decryption.
@@ -1597,10 +1597,13 @@ func TestStateAudience(t *testing.T) {
 		}
 	}
 	t.Run("NUL in audience is ErrConfig", func(t *testing.T) {
-		_, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: kr, Audience: "a\x00b"})
-		wantErr(t, err, ErrConfig)
-		if reasonText(err) != "RequestStateSecurity.Audience contains a NUL byte" {
-			t.Fatalf("reason %q", reasonText(err))
+		// The first byte too: kills state.go `IndexByte(...) >= 0` → `> 0`.
+		for _, audience := range []string{"a\x00b", "\x00ab", "ab\x00"} {
+			_, err := NewRequestStateCodec(RequestStateSecurity{Binding: BindSubject, Keys: kr, Audience: audience})
+			wantErr(t, err, ErrConfig)
+			if reasonText(err) != "RequestStateSecurity.Audience contains a NUL byte" {
+				t.Fatalf("audience %q: reason %q", audience, reasonText(err))
+			}
 		}
 	})
 	t.Run("KeySource binds the audience too", func(t *testing.T) {

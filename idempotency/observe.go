@@ -12,38 +12,16 @@ import (
 // package: the reason a request was refused, replayed or released
 // (ReasonOf(err).String() is its fixed text), [observe.ReasonNone] for nil,
 // a configuration error, or an error of another package.
-func ReasonOf(err error) observe.RefusalReason {
-	if err == nil {
-		return observe.ReasonNone
-	}
-	// Only a *reason.Error is looked up: a map lookup hashes its key, and
-	// a caller's error of an unhashable type would panic.
-	if re, ok := err.(*reason.Error); ok {
-		if r, ok := reasons[re]; ok {
-			return r
-		}
-	}
-	r, _ := observe.ParseReason(reason.Of(err))
-	return r
-}
+func ReasonOf(err error) observe.RefusalReason { return reasons.Of(err) }
 
 // reasons maps each package-level rejection value to its reason, so that
 // reporting one costs a map lookup and no allocation.
-var reasons = func() map[*reason.Error]observe.RefusalReason {
-	all := []error{
-		errKeyMissing, errKeyRepeated, errKeyMalformed, errKeyLength, errNoCaller,
-		errBodyTooLarge, errBodyUnreadable, errInProgress, errMismatch, errReplayed,
-		errNoRecord, errRecordCorrupt, errResponseTooBig, errReleasedRetry,
-		errReleasedPanic, errReleasedLate, errGoneAcquire, errTimeoutHandler,
-	}
-	m := make(map[*reason.Error]observe.RefusalReason, len(all))
-	for _, e := range all {
-		if re, ok := e.(*reason.Error); ok {
-			m[re], _ = observe.ParseReason(reason.Of(e))
-		}
-	}
-	return m
-}()
+var reasons = reason.NewLookup(observe.ParseReason,
+	errKeyMissing, errKeyRepeated, errKeyMalformed, errKeyLength, errNoCaller,
+	errBodyTooLarge, errBodyUnreadable, errInProgress, errMismatch, errReplayed,
+	errNoRecord, errRecordCorrupt, errResponseTooBig, errReleasedRetry,
+	errReleasedPanic, errReleasedLate, errGoneAcquire, errTimeoutHandler,
+)
 
 // outcomeOf is the outcome of a request that ended with err (never nil):
 // replayed → duplicate, a live lease → in_progress, a released key →

@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -98,39 +97,6 @@ func TestNilObserverAndLoggerAreOptional(t *testing.T) {
 		w := f.do(req(http.MethodPost, "/p", "", tc.key, `{}`))
 		if w.Code != tc.status || w.Header().Get(ReplayedHeader) != tc.replayed {
 			t.Fatalf("key %s: %d replayed %q, want %d %q", tc.key, w.Code, w.Header().Get(ReplayedHeader), tc.status, tc.replayed)
-		}
-	}
-}
-
-// unhashableErr is an error whose dynamic type cannot be a map key.
-type unhashableErr []string
-
-func (e unhashableErr) Error() string { return "unhashable" }
-
-// TestReasonOfIsNoneForAnyOtherError pins that ReasonOf answers every error a
-// caller may hold without panicking (a map lookup of an unhashable error
-// would), and that every entry of its table of rejection values maps to a
-// reason.
-func TestReasonOfIsNoneForAnyOtherError(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		err  error
-	}{
-		{"nil", nil},
-		{"unhashable", unhashableErr{"a"}},
-		{"unhashable, wrapped", fmt.Errorf("x: %w", unhashableErr{"a"})},
-		{"joined with an unhashable", errors.Join(errors.New("a"), unhashableErr{"b"})},
-		{"plain", errors.New("mac mismatch")},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if r := ReasonOf(tc.err); r != observe.ReasonNone {
-				t.Errorf("ReasonOf = %q, want ReasonNone", r)
-			}
-		})
-	}
-	for re, r := range reasons {
-		if r == observe.ReasonNone || ReasonOf(re) != r {
-			t.Errorf("rejection %q maps to %q", re.Error(), r)
 		}
 	}
 }

@@ -17,17 +17,29 @@
 //
 // # Stable names and labels
 //
-// Stable across minor versions (a minor version may add a value, never
-// rename, renumber or drop one): the Go name of every exported constant,
-// the number of every [TokenKind], [Outcome] and [KeyPosition], and the text
-// of every value. The texts are the labels: a metric or a log line records
-// String's text ("cursor", "refused", "primary", "previous 2", "mac
-// mismatch"), never a number. A [RefusalReason] is its text (its kind is
-// string), so string(r) and fmt print the words too; the other three are
-// small integers that print their label only through String (%s and %v
-// call it), never through string(k) or %d.
+// Two kinds of exported name live here, with different promises.
 //
-// New values need a review: the module's API file (api/ctoken.txt) lists
-// every constant with its text, and its check keeps the file in step with
-// the code, so a feature cannot add or reword a reason unseen.
+// The API, stable across minor versions like any Go API: the types
+// ([Event], [Observer], [ObserverFunc], [TokenKind], [Outcome],
+// [RefusalReason], [KeyPosition]), the functions and methods ([Multi],
+// [KeyAt], [ParseReason], [TokenKinds], [Outcomes], [RefusalReasons],
+// String, [KeyPosition.Previous]) and the fields of [Event]. None is
+// renamed, retyped or dropped in a minor version.
+//
+// The labels: the constants of the four sets (KindCursor, OutcomeRefused,
+// KeyPrimary, ReasonMACMismatch, ...). Each is its label text (the four
+// types are strings), so string(x), %s, %v and String print the same words
+// ("cursor", "refused", "primary", "mac mismatch"); the one exception is
+// [KeyNone], whose value is "" and whose String is "none". A constant's Go
+// name and text never change and none is dropped in a minor version, but a
+// set may gain members: a switch over a set needs a default, and a
+// dashboard should expect new label values. A value outside a set (a
+// string converted by a caller) prints as "" through String, so a metric
+// label stays bounded whatever is converted.
+//
+// No new label is added unseen, least of all a new reason for a feature:
+// the module's API file (api/ctoken.txt) lists every constant with its
+// text, the API check fails until the file is rewritten, so each addition
+// is a reviewed line of a pull request, and TestRefusalReasonSetIsUniqueAndNamed
+// pins the number of reasons.
 package observe

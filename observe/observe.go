@@ -2,93 +2,91 @@ package observe
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
-// TokenKind names what an [Event] is about.
-type TokenKind uint8
+// TokenKind names what an [Event] is about. Its value is its label
+// ("cursor", "webhook"): string(k), fmt's verbs and String all print the
+// words. The zero value is outside the set.
+type TokenKind string
 
 const (
 	// KindCursor is a pagination cursor (ctoken.CursorIssuer).
-	KindCursor TokenKind = iota + 1
+	KindCursor TokenKind = "cursor"
 	// KindRequestState is an MCP request state (ctoken.RequestStateCodec).
-	KindRequestState
+	KindRequestState TokenKind = "request_state"
 	// KindOneTime is a one-time token (ctoken.OneTimeIssuer).
-	KindOneTime
+	KindOneTime TokenKind = "one_time"
 	// KindExchange is one token exchange request (exchange.Handler).
-	KindExchange
+	KindExchange TokenKind = "exchange"
 	// KindWebhook is one webhook delivery (webhook.Verifier and
 	// webhook.Signer).
-	KindWebhook
+	KindWebhook TokenKind = "webhook"
 	// KindIdempotency is one request with an idempotency key
 	// (idempotency.Middleware).
-	KindIdempotency
-
-	numKinds // not a kind: the size of the set
+	KindIdempotency TokenKind = "idempotency"
 )
-
-var kindNames = [numKinds]string{"", "cursor", "request_state", "one_time", "exchange", "webhook", "idempotency"}
 
 // String returns the kind's stable label: "cursor", "request_state",
 // "one_time", "exchange", "webhook" or "idempotency" ("" for a value
-// outside the set).
+// outside the set, so a metric label stays bounded).
 func (k TokenKind) String() string {
-	if k < numKinds {
-		return kindNames[k]
+	switch k {
+	case KindCursor, KindRequestState, KindOneTime, KindExchange, KindWebhook, KindIdempotency:
+		return string(k)
 	}
 	return ""
 }
 
-// TokenKinds returns every [TokenKind], in order.
+// TokenKinds returns every [TokenKind], in order of declaration.
 func TokenKinds() []TokenKind {
-	out := make([]TokenKind, 0, numKinds-1)
-	for k := KindCursor; k < numKinds; k++ {
-		out = append(out, k)
-	}
-	return out
+	return []TokenKind{KindCursor, KindRequestState, KindOneTime, KindExchange, KindWebhook, KindIdempotency}
 }
 
-// Outcome is what happened to one operation.
-type Outcome uint8
+// Outcome is what happened to one operation. Its value is its label
+// ("verified", "refused"): string(o), fmt's verbs and String all print the
+// words. The zero value is outside the set.
+type Outcome string
 
 const (
 	// OutcomeIssued: a token was issued (cursor Issue, state Encode,
 	// one-time Mint), for [KindExchange] a credential was issued, and for
 	// [KindWebhook] a delivery was signed.
-	OutcomeIssued Outcome = iota + 1
+	OutcomeIssued Outcome = "issued"
 	// OutcomeVerified: a token or a delivery was accepted (cursor Verify,
 	// state Decode, one-time Verify or Redeem, webhook Verify).
 	// [Event.Key] names the key or secret that verified it.
-	OutcomeVerified
+	OutcomeVerified Outcome = "verified"
 	// OutcomeRefused: a token, a delivery or an input was refused;
 	// [Event.Reason] says why.
-	OutcomeRefused
+	OutcomeRefused Outcome = "refused"
 	// OutcomeDuplicate: an authentic, unexpired single-use token was
 	// presented again (a replay), and refused; or a webhook delivery
 	// already processed arrived again (a sender's retry), and was
 	// acknowledged without being processed; or ([KindIdempotency]) a
 	// retry of a completed request was answered with its stored response
 	// without running the handler.
-	OutcomeDuplicate
+	OutcomeDuplicate Outcome = "duplicate"
 	// OutcomeStoreFailure: the replay store could not answer, so the token
 	// or delivery was refused unjudged (fail closed), or (webhook) could not
 	// record that a delivery was processed.
-	OutcomeStoreFailure
+	OutcomeStoreFailure Outcome = "store_failure"
 	// OutcomeInProgress: a copy of a webhook delivery arrived while another
 	// attempt held its lease, and was refused so that the sender retries;
 	// or ([KindIdempotency]) a request arrived while another request with
 	// the same key was running, and was refused with 409.
-	OutcomeInProgress
+	OutcomeInProgress Outcome = "in_progress"
 	// OutcomeProcessed: the replay store recorded a webhook delivery as
 	// processed (its lease was confirmed); or ([KindIdempotency]) it
 	// recorded the response of the first request with a key.
-	OutcomeProcessed
+	OutcomeProcessed Outcome = "processed"
 	// OutcomeReleased ([KindIdempotency]): the handler ran but asked for
 	// a retry (a 5xx or another retry status), panicked, or returned
 	// without a response after the client went away, so the key was freed
 	// and the client's retry runs the handler again; [Event.Reason] says
 	// which.
-	OutcomeReleased
+	OutcomeReleased Outcome = "released"
 	// OutcomeRotateKey: the primary key has sealed so many messages under
 	// AES-256-GCM with random 96-bit nonces (ctoken's "v1e." request
 	// states) that it should be retired: past 2^32 messages per key the
@@ -98,45 +96,54 @@ const (
 	// every doubling (2^29, 2^30, ...); [Event.Seals] holds the count and
 	// [Event.Key] is [KeyPrimary]. Nothing was refused: rotate the key
 	// (put a new primary in front of the ring).
-	OutcomeRotateKey
-
-	numOutcomes // not an outcome: the size of the set
+	OutcomeRotateKey Outcome = "rotate_key"
 )
-
-var outcomeNames = [numOutcomes]string{"", "issued", "verified", "refused", "duplicate", "store_failure", "in_progress", "processed", "released", "rotate_key"}
 
 // String returns the outcome's stable label: "issued", "verified",
 // "refused", "duplicate", "store_failure", "in_progress", "processed",
-// "released" or "rotate_key" ("" outside the set).
+// "released" or "rotate_key" ("" outside the set, so a metric label stays
+// bounded).
 func (o Outcome) String() string {
-	if o < numOutcomes {
-		return outcomeNames[o]
+	switch o {
+	case OutcomeIssued, OutcomeVerified, OutcomeRefused, OutcomeDuplicate, OutcomeStoreFailure,
+		OutcomeInProgress, OutcomeProcessed, OutcomeReleased, OutcomeRotateKey:
+		return string(o)
 	}
 	return ""
 }
 
-// Outcomes returns every [Outcome], in order.
+// Outcomes returns every [Outcome], in order of declaration.
 func Outcomes() []Outcome {
-	out := make([]Outcome, 0, numOutcomes-1)
-	for o := OutcomeIssued; o < numOutcomes; o++ {
-		out = append(out, o)
-	}
-	return out
+	return []Outcome{OutcomeIssued, OutcomeVerified, OutcomeRefused, OutcomeDuplicate, OutcomeStoreFailure,
+		OutcomeInProgress, OutcomeProcessed, OutcomeReleased, OutcomeRotateKey}
 }
 
 // KeyPosition names the key of a ring (or the secret of a webhook
 // verifier's list) that checked a token: the primary, or the Nth previous
 // key. The zero value, [KeyNone], means no key was involved or none matched
-// (a refusal before or at the MAC check).
-type KeyPosition uint8
+// (a refusal before or at the MAC check). Its value is its label
+// ("primary", "previous 2"), so string(p) prints the words, except for
+// KeyNone, whose value is "" and whose String is "none"; build positions
+// with [KeyAt].
+type KeyPosition string
 
 const (
-	// KeyNone: no key authenticated the token.
-	KeyNone KeyPosition = 0
+	// KeyNone: no key authenticated the token. String returns "none".
+	KeyNone KeyPosition = ""
 	// KeyPrimary: the primary key (the first of the ring), which also signs
 	// every new token.
-	KeyPrimary KeyPosition = 1
+	KeyPrimary KeyPosition = "primary"
 )
+
+// keyPositions holds every position KeyAt returns, by index + 1, so that
+// KeyAt costs no allocation.
+var keyPositions = func() (p [256]KeyPosition) {
+	p[1] = KeyPrimary
+	for i := 2; i < len(p); i++ {
+		p[i] = KeyPosition("previous " + strconv.Itoa(i-1))
+	}
+	return p
+}()
 
 // KeyAt returns the position of the key at index i of a ring or secret
 // list (0 is the primary, 1 the first previous key), or [KeyNone] for a
@@ -146,29 +153,31 @@ func KeyAt(i int) KeyPosition {
 	case i < 0:
 		return KeyNone
 	case i >= 254:
-		return 255
+		return keyPositions[255]
 	}
-	return KeyPosition(i + 1)
+	return keyPositions[i+1]
 }
 
 // Previous returns the N of "previous N" (1 for the first previous key),
-// or 0 for [KeyNone] and [KeyPrimary].
+// or 0 for [KeyNone], [KeyPrimary] and a value [KeyAt] does not return.
 func (p KeyPosition) Previous() int {
-	if p <= KeyPrimary {
+	n, err := strconv.Atoi(strings.TrimPrefix(string(p), "previous "))
+	if err != nil || n < 1 || n > 254 || keyPositions[n+1] != p {
 		return 0
 	}
-	return int(p) - 1
+	return n
 }
 
-// String returns "none", "primary", or "previous N" (N from 1).
+// String returns "none", "primary", or "previous N" (N from 1), and ""
+// for a value [KeyAt] does not return.
 func (p KeyPosition) String() string {
-	switch p {
-	case KeyNone:
+	switch {
+	case p == KeyNone:
 		return "none"
-	case KeyPrimary:
-		return "primary"
+	case p == KeyPrimary || p.Previous() > 0:
+		return string(p)
 	}
-	return "previous " + strconv.Itoa(p.Previous())
+	return ""
 }
 
 // Event is one outcome reported to an [Observer]. It holds only values of

@@ -70,55 +70,111 @@ func TestRefusalReasonPrintsItsWordsHoweverConverted(t *testing.T) {
 	}
 }
 
-// TestSetValuesAreStable pins the number and String of values that metric
-// labels and dashboards depend on: a renumbering or a rename fails here.
+// TestSetValuesAreStable pins the value and String of every label that
+// metric labels and dashboards depend on: a rename fails here.
 func TestSetValuesAreStable(t *testing.T) {
-	for _, tc := range []struct {
-		n    int
-		got  string
-		want string
-	}{
-		{int(KindCursor), KindCursor.String(), "cursor"}, {int(KindRequestState), KindRequestState.String(), "request_state"},
-		{int(KindOneTime), KindOneTime.String(), "one_time"}, {int(KindExchange), KindExchange.String(), "exchange"},
-		{int(KindWebhook), KindWebhook.String(), "webhook"},
-		{int(KindIdempotency), KindIdempotency.String(), "idempotency"},
-		{int(OutcomeIssued), OutcomeIssued.String(), "issued"}, {int(OutcomeVerified), OutcomeVerified.String(), "verified"},
-		{int(OutcomeRefused), OutcomeRefused.String(), "refused"}, {int(OutcomeDuplicate), OutcomeDuplicate.String(), "duplicate"},
-		{int(OutcomeStoreFailure), OutcomeStoreFailure.String(), "store_failure"},
-		{int(OutcomeInProgress), OutcomeInProgress.String(), "in_progress"},
-		{int(OutcomeProcessed), OutcomeProcessed.String(), "processed"},
-		{int(OutcomeReleased), OutcomeReleased.String(), "released"},
-		{int(OutcomeRotateKey), OutcomeRotateKey.String(), "rotate_key"},
-		{0, string(ReasonEmpty), "empty"},
-		{0, string(ReasonMACMismatch), "mac mismatch"},
-		{0, string(ReasonArgsMarshal), "value cannot be marshalled as JSON"},
-		{0, string(ReasonWebhookBodyTooLarge), "body over cap"},
-		{0, string(ReasonWebhookSignatureMismatch), "signature mismatch"},
-		{0, string(ReasonWebhookLeaseLost), "lease lost: another attempt took the delivery after the lease expired"},
-		{0, string(ReasonIdempotencyKeyMissing), "idempotency key header missing"},
-		{0, string(ReasonIdempotencyMismatch), "key reused with a different request"},
-		{0, string(ReasonIdempotencyLeaseLost), "lease lost: another attempt took the key after the lease expired"},
+	for _, tc := range []struct{ value, label, want string }{
+		{string(KindCursor), KindCursor.String(), "cursor"},
+		{string(KindRequestState), KindRequestState.String(), "request_state"},
+		{string(KindOneTime), KindOneTime.String(), "one_time"},
+		{string(KindExchange), KindExchange.String(), "exchange"},
+		{string(KindWebhook), KindWebhook.String(), "webhook"},
+		{string(KindIdempotency), KindIdempotency.String(), "idempotency"},
+		{string(OutcomeIssued), OutcomeIssued.String(), "issued"},
+		{string(OutcomeVerified), OutcomeVerified.String(), "verified"},
+		{string(OutcomeRefused), OutcomeRefused.String(), "refused"},
+		{string(OutcomeDuplicate), OutcomeDuplicate.String(), "duplicate"},
+		{string(OutcomeStoreFailure), OutcomeStoreFailure.String(), "store_failure"},
+		{string(OutcomeInProgress), OutcomeInProgress.String(), "in_progress"},
+		{string(OutcomeProcessed), OutcomeProcessed.String(), "processed"},
+		{string(OutcomeReleased), OutcomeReleased.String(), "released"},
+		{string(OutcomeRotateKey), OutcomeRotateKey.String(), "rotate_key"},
+		{string(KeyPrimary), KeyPrimary.String(), "primary"},
+		{string(KeyAt(2)), KeyAt(2).String(), "previous 2"},
+		{string(ReasonEmpty), ReasonEmpty.String(), "empty"},
+		{string(ReasonMACMismatch), ReasonMACMismatch.String(), "mac mismatch"},
+		{string(ReasonArgsMarshal), ReasonArgsMarshal.String(), "value cannot be marshalled as JSON"},
+		{string(ReasonWebhookBodyTooLarge), ReasonWebhookBodyTooLarge.String(), "body over cap"},
+		{string(ReasonWebhookSignatureMismatch), ReasonWebhookSignatureMismatch.String(), "signature mismatch"},
+		{string(ReasonWebhookLeaseLost), ReasonWebhookLeaseLost.String(), "lease lost: another attempt took the delivery after the lease expired"},
+		{string(ReasonIdempotencyKeyMissing), ReasonIdempotencyKeyMissing.String(), "idempotency key header missing"},
+		{string(ReasonIdempotencyMismatch), ReasonIdempotencyMismatch.String(), "key reused with a different request"},
+		{string(ReasonIdempotencyLeaseLost), ReasonIdempotencyLeaseLost.String(), "lease lost: another attempt took the key after the lease expired"},
 	} {
-		if tc.got != tc.want {
-			t.Errorf("value %d: String = %q, want %q", tc.n, tc.got, tc.want)
-		}
+		t.Run(tc.want, func(t *testing.T) {
+			if tc.value != tc.want || tc.label != tc.want {
+				t.Errorf("value %q, String %q, want both %q", tc.value, tc.label, tc.want)
+			}
+		})
 	}
-	for _, tc := range []struct{ got, want int }{
-		{int(KindWebhook), 5}, {int(KindIdempotency), 6}, {int(OutcomeStoreFailure), 5}, {int(OutcomeInProgress), 6},
-		{int(OutcomeProcessed), 7}, {int(OutcomeReleased), 8}, {int(OutcomeRotateKey), 9},
-	} {
-		if tc.got != tc.want {
-			t.Errorf("value %d, want %d: a value was renumbered", tc.got, tc.want)
-		}
-	}
-	if TokenKind(99).String() != "" || numKinds.String() != "" || Outcome(99).String() != "" || numOutcomes.String() != "" {
-		t.Error("values outside the sets must print as empty")
-	}
-	if k := TokenKinds(); len(k) != int(numKinds)-1 || k[0] != KindCursor || k[len(k)-1] != KindIdempotency {
+	if k := TokenKinds(); len(k) != 6 || k[0] != KindCursor || k[len(k)-1] != KindIdempotency {
 		t.Errorf("TokenKinds = %v", k)
 	}
-	if o := Outcomes(); len(o) != int(numOutcomes)-1 || o[0] != OutcomeIssued || o[len(o)-1] != OutcomeRotateKey {
+	if o := Outcomes(); len(o) != 9 || o[0] != OutcomeIssued || o[len(o)-1] != OutcomeRotateKey {
 		t.Errorf("Outcomes = %v", o)
+	}
+}
+
+// TestLabelsOutsideTheSetPrintEmpty pins that a value converted from any
+// other string prints as "" through String, so a metric label stays
+// bounded whatever a caller builds.
+func TestLabelsOutsideTheSetPrintEmpty(t *testing.T) {
+	for _, tc := range []struct{ name, got string }{
+		{"kind zero", TokenKind("").String()},
+		{"kind other", TokenKind("Cursor").String()},
+		{"outcome zero", Outcome("").String()},
+		{"outcome other", Outcome("token abc.def").String()},
+		{"key other", KeyPosition("secondary").String()},
+		{"key previous 0", KeyPosition("previous 0").String()},
+		{"key previous 255", KeyPosition("previous 255").String()},
+		{"key previous +1", KeyPosition("previous +1").String()},
+		{"key previous 01", KeyPosition("previous 01").String()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.got != "" {
+				t.Errorf("String = %q, want empty", tc.got)
+			}
+		})
+	}
+}
+
+// TestLabelsPrintTheirWordsHoweverConverted pins that no label of an
+// Event prints wrong: each type's kind is string (so string(x) is its
+// label, never the control character a uint8 converts to), and every fmt
+// verb a log line uses prints the words. KeyNone is the one value whose
+// string is not its label: it is "" (String says "none").
+func TestLabelsPrintTheirWordsHoweverConverted(t *testing.T) {
+	for _, v := range []any{KindCursor, OutcomeRefused, KeyPrimary, ReasonBadBase64} {
+		if k := reflect.TypeOf(v).Kind(); k != reflect.String {
+			t.Errorf("%T is of kind %v: string(x) would not be its label", v, k)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		v       fmt.Stringer
+		convert string
+	}{
+		{"kind", KindRequestState, string(KindRequestState)},
+		{"outcome", OutcomeStoreFailure, string(OutcomeStoreFailure)},
+		{"key primary", KeyPrimary, string(KeyPrimary)},
+		{"key previous", KeyAt(3), string(KeyAt(3))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.v.String()
+			for _, p := range []struct{ how, got string }{
+				{"string(x)", tc.convert},
+				{"%s", strings.TrimPrefix(fmt.Sprintf("label %s", tc.v), "label ")},
+				{"%v", strings.TrimPrefix(fmt.Sprintf("label %v", tc.v), "label ")},
+				{"Sprint", fmt.Sprint(tc.v)},
+			} {
+				if want == "" || p.got != want {
+					t.Errorf("%s = %q, want %q", p.how, p.got, want)
+				}
+			}
+		})
+	}
+	if string(KeyNone) != "" || KeyNone.String() != "none" || fmt.Sprint(KeyNone) != "none" {
+		t.Errorf("KeyNone: string %q, String %q, Sprint %q", string(KeyNone), KeyNone.String(), fmt.Sprint(KeyNone))
 	}
 }
 

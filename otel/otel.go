@@ -156,24 +156,22 @@ func (o *Observer) Observe(e observe.Event) {
 	}
 }
 
-// setKey is the label key of a cached attribute set: kind, outcome and
-// key position packed in labels (0xff in its third byte for a histogram's
-// set of kind and outcome only), and the reason's text ("" for none, for a
-// histogram, and for a value outside the set, so the cache stays bounded).
+// setKey is the label key of a cached attribute set: the labels of kind,
+// outcome, key position and reason as String returns them ("" for a value
+// outside its set, so the cache stays bounded), and whether the set is the
+// counter's (all four) or the histogram's (kind and outcome only; key and
+// reason "").
 type setKey struct {
-	labels uint32
-	reason string
+	kind, outcome, key, reason string
+	full                       bool
 }
 
 // attrs returns the cached attribute set of e's labels: all four for the
 // counter (full), kind and outcome for the histogram.
 func (o *Observer) attrs(e observe.Event, full bool) metric.MeasurementOption {
-	k := setKey{labels: uint32(e.Kind) | uint32(e.Outcome)<<8}
+	k := setKey{kind: e.Kind.String(), outcome: e.Outcome.String(), full: full}
 	if full {
-		k.labels |= uint32(e.Key) << 24
-		k.reason = e.Reason.String()
-	} else {
-		k.labels |= 0xff << 16 // distinct from every full key
+		k.key, k.reason = e.Key.String(), e.Reason.String()
 	}
 	o.mu.RLock()
 	opt, ok := o.sets[k]
@@ -182,11 +180,11 @@ func (o *Observer) attrs(e observe.Event, full bool) metric.MeasurementOption {
 		return opt
 	}
 	kv := []attribute.KeyValue{
-		attribute.String(AttrKind, e.Kind.String()),
-		attribute.String(AttrOutcome, e.Outcome.String()),
+		attribute.String(AttrKind, k.kind),
+		attribute.String(AttrOutcome, k.outcome),
 	}
 	if full {
-		kv = append(kv, attribute.String(AttrReason, k.reason), attribute.String(AttrKey, e.Key.String()))
+		kv = append(kv, attribute.String(AttrReason, k.reason), attribute.String(AttrKey, k.key))
 	}
 	opt = metric.WithAttributeSet(attribute.NewSet(kv...))
 	o.mu.Lock()

@@ -15,40 +15,18 @@ import (
 // error of a constructor or of SetSecrets, and for an error that carries no
 // reason of the set. It costs no allocation for an error this package
 // returned unwrapped.
-func ReasonOf(err error) observe.RefusalReason {
-	if err == nil {
-		return observe.ReasonNone
-	}
-	// Only a *reason.Error is looked up: a map lookup hashes its key, and
-	// a caller's error of an unhashable type would panic.
-	if re, ok := err.(*reason.Error); ok {
-		if r, ok := rejectionReasons[re]; ok {
-			return r
-		}
-	}
-	r, _ := observe.ParseReason(reason.Of(err))
-	return r
-}
+func ReasonOf(err error) observe.RefusalReason { return rejectionReasons.Of(err) }
 
 // rejectionReasons maps each package-level rejection value to its reason,
 // so that reporting a refusal costs a map lookup and no allocation (a
-// wrapped replay-store error takes reason.Of's path).
-var rejectionReasons = func() map[*reason.Error]observe.RefusalReason {
-	all := []error{
-		errBodyTooLarge, errBodyUnreadable, errIDHeader, errIDLength, errIDChar,
-		errNilHeader, errNotVerified, errTSHeader, errTSMalformed, errSigHeader,
-		errSigMalformed, errSigMismatch, errTSTooOld, errTSFuture,
-		errStripeEventID, errStripeSignID, errStripeT, errSlackBody, errSlackSignID,
-		errDup, errBusy, errLeaseNotAcquired,
-	}
-	m := make(map[*reason.Error]observe.RefusalReason, len(all))
-	for _, e := range all {
-		if re, ok := e.(*reason.Error); ok {
-			m[re], _ = observe.ParseReason(reason.Of(e))
-		}
-	}
-	return m
-}()
+// wrapped replay-store error is parsed from its reason).
+var rejectionReasons = reason.NewLookup(observe.ParseReason,
+	errBodyTooLarge, errBodyUnreadable, errIDHeader, errIDLength, errIDChar,
+	errNilHeader, errNotVerified, errTSHeader, errTSMalformed, errSigHeader,
+	errSigMalformed, errSigMismatch, errTSTooOld, errTSFuture,
+	errStripeEventID, errStripeSignID, errStripeT, errSlackBody, errSlackSignID,
+	errDup, errBusy, errLeaseNotAcquired,
+)
 
 // outcomeOf is the outcome of a refusal with reason r.
 func outcomeOf(r observe.RefusalReason) observe.Outcome {

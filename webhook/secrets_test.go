@@ -148,15 +148,26 @@ func rotated(ss senderScheme) (signer, verifier string) {
 
 // keyCounter counts webhook events by outcome and key position.
 type keyCounter struct {
-	verified [256]atomic.Int64 // by KeyPosition
+	verified [256]atomic.Int64 // by keyIndex
 	refused  atomic.Int64
 	issued   atomic.Int64
+}
+
+// keyIndex numbers a key position: 0 none, 1 primary, N+1 previous N.
+func keyIndex(p observe.KeyPosition) int {
+	if p == observe.KeyPrimary {
+		return 1
+	}
+	if n := p.Previous(); n > 0 {
+		return n + 1
+	}
+	return 0
 }
 
 func (c *keyCounter) Observe(e observe.Event) {
 	switch e.Outcome {
 	case observe.OutcomeVerified:
-		c.verified[e.Key].Add(1)
+		c.verified[keyIndex(e.Key)].Add(1)
 	case observe.OutcomeIssued:
 		c.issued.Add(1)
 	default:
@@ -203,7 +214,7 @@ func TestRotationUnderLoadRefusesNoValidDelivery(t *testing.T) {
 			}
 		}()
 	}
-	prev := func() int64 { return obs.verified[observe.KeyAt(1)].Load() }
+	prev := func() int64 { return obs.verified[keyIndex(observe.KeyAt(1))].Load() }
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -233,8 +244,8 @@ func TestRotationUnderLoadRefusesNoValidDelivery(t *testing.T) {
 			return true
 		})
 	}
-	start := obs.verified[observe.KeyPrimary].Load()
-	waitFor("deliveries under A", func() bool { return obs.verified[observe.KeyPrimary].Load() > start+100 })
+	start := obs.verified[keyIndex(observe.KeyPrimary)].Load()
+	waitFor("deliveries under A", func() bool { return obs.verified[keyIndex(observe.KeyPrimary)].Load() > start+100 })
 
 	// Pass 1: the verifier learns B; A still signs.
 	mustSet(t, v.SetSecrets([]string{a, b}))
@@ -248,8 +259,8 @@ func TestRotationUnderLoadRefusesNoValidDelivery(t *testing.T) {
 	if prev() != 0 {
 		t.Errorf("previous 1 verified %d deliveries before pass 2", prev())
 	}
-	mark := obs.verified[observe.KeyPrimary].Load()
-	waitFor("deliveries after pass 1", func() bool { return obs.verified[observe.KeyPrimary].Load() > mark+100 })
+	mark := obs.verified[keyIndex(observe.KeyPrimary)].Load()
+	waitFor("deliveries after pass 1", func() bool { return obs.verified[keyIndex(observe.KeyPrimary)].Load() > mark+100 })
 
 	// Pass 2: B first on the verifier, so A's deliveries verify as
 	// previous 1 until the signer switches to B.
@@ -262,8 +273,8 @@ func TestRotationUnderLoadRefusesNoValidDelivery(t *testing.T) {
 	if drained-atSwitch > workers {
 		t.Errorf("previous 1 rose by %d after the signer switched; at most the %d in flight may", drained-atSwitch, workers)
 	}
-	mark = obs.verified[observe.KeyPrimary].Load()
-	waitFor("more deliveries under B", func() bool { return obs.verified[observe.KeyPrimary].Load() > mark+1000 })
+	mark = obs.verified[keyIndex(observe.KeyPrimary)].Load()
+	waitFor("more deliveries under B", func() bool { return obs.verified[keyIndex(observe.KeyPrimary)].Load() > mark+1000 })
 	settled("every worker to run under B")
 	if prev() != drained {
 		t.Errorf("previous 1 still rising after the drain: %d, then %d", drained, prev())
@@ -272,8 +283,8 @@ func TestRotationUnderLoadRefusesNoValidDelivery(t *testing.T) {
 	// Pass 3: drop A, once previous 1 has stopped rising.
 	mustSet(t, v.SetSecrets([]string{b}))
 	mustSet(t, s.SetSecrets([]string{b}))
-	mark = obs.verified[observe.KeyPrimary].Load()
-	waitFor("deliveries after pass 3", func() bool { return obs.verified[observe.KeyPrimary].Load() > mark+100 })
+	mark = obs.verified[keyIndex(observe.KeyPrimary)].Load()
+	waitFor("deliveries after pass 3", func() bool { return obs.verified[keyIndex(observe.KeyPrimary)].Load() > mark+100 })
 	stop.Store(true)
 	wg.Wait()
 
@@ -287,7 +298,7 @@ func TestRotationUnderLoadRefusesNoValidDelivery(t *testing.T) {
 	for i := range obs.verified {
 		verified += obs.verified[i].Load()
 	}
-	if obs.issued.Load() < verified || verified-obs.verified[observe.KeyPrimary].Load() != prev() {
+	if obs.issued.Load() < verified || verified-obs.verified[keyIndex(observe.KeyPrimary)].Load() != prev() {
 		t.Errorf("issued %d, verified %d of which previous 1 %d: other positions verified", obs.issued.Load(), verified, prev())
 	}
 	t.Logf("signed %d, verified %d (previous 1: %d, all before the drain), refused 0", obs.issued.Load(), verified, prev())

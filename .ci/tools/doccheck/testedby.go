@@ -12,6 +12,7 @@ import (
 // test in its prose fails TestUserPagesNameTestsOnlyInTestedByLists.
 var TestedByPages = []string{
 	"README.md",
+	"SECURITY.md",
 	"docs/benchmarks.md",
 	"docs/cli.md",
 	"docs/cursors.md",
@@ -45,8 +46,9 @@ func (n InlineName) String() string {
 // "Tested by:"; when nothing follows the colon on that line, the Markdown
 // list after it (items starting with "- ", "* " or a number and a dot,
 // and their indented continuation lines, blank lines between them
-// allowed) belongs to it too. A heading ends a list. Names in fenced code
-// blocks are not citations and are never reported.
+// allowed) belongs to it too. A heading ends a list; a list item ends a
+// "Tested by:" paragraph (one inside a list item ends at the next item).
+// Names in fenced code blocks are not citations and are never reported.
 func Inline(file string, md []byte) []InlineName {
 	in := testedByLines(string(md))
 	var out []InlineName
@@ -85,6 +87,8 @@ func testedByLines(md string) []bool {
 			if strings.TrimSpace(strings.TrimPrefix(t, "Tested by:")) == "" {
 				state = list
 			}
+		case state == paragraph && isListItem(t):
+			state = outside // the next item of a list the paragraph was in
 		case state == list && i > 0 && strings.TrimSpace(lines[i-1]) == "" && !isListItem(t) && !strings.HasPrefix(l, "  "):
 			state = outside // a paragraph after the list
 		}

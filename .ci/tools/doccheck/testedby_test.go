@@ -55,6 +55,11 @@ func TestInlineRefusesNamesOutsideTestedByLists(t *testing.T) {
 			inline: []int{5},
 		},
 		{
+			name:   "the next list item after a Tested by paragraph in an item is prose",
+			md:     "- A cursor is refused.\n\n  Tested by: `TestA`.\n- A state is refused (`TestB`).\n",
+			inline: []int{4},
+		},
+		{
 			name:   "a list after a Tested by paragraph with names is prose",
 			md:     "Tested by: `TestA`.\n\n- and `TestB`\n",
 			inline: []int{3},
