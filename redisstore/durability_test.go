@@ -424,24 +424,7 @@ func aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck(t *testing.T) {
 				waitRewrite(t, c)
 				srv.kill()
 			}
-			if err := srv.start(); err != nil { // loads the AOF of its command line
-				t.Fatal(err)
-			}
-			s2, err := New(srv.client(), Options{Prefix: "window:", Logger: quietLogger(), Timeout: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s2.Close()
-			twice := 0
-			for _, id := range append(before, accepted...) {
-				first, err := s2.Claim(ctx, id, time.Now().Add(10*time.Minute))
-				if first {
-					twice++
-				}
-				if err != nil && !errors.Is(err, ErrFenced) {
-					t.Fatalf("claim after the restart: %v", err)
-				}
-			}
+			twice := acceptedAgainAfterStart(t, srv, "window:", append(before, accepted...))
 			t.Logf("%s: %d claims after the switch, %d reported first, %d ErrNotDurable; after kill -9 and restart %d of %d accepted twice",
 				serverVersion(info), len(after), len(accepted), notDurable, twice, len(before)+len(accepted))
 			if !closed {
@@ -836,4 +819,30 @@ func policyProbeRefusalHoldsUntilTheCheckJudgesEvictions(t *testing.T) {
 	if n == 0 {
 		t.Errorf("the check fenced nothing; want the evictions fenced")
 	}
+}
+
+// acceptedAgainAfterStart starts srv again (loading the AOF of its command
+// line), opens a Store on prefix and claims every ID again: it returns how
+// many were accepted as first. A refusal other than a fence fails the test.
+func acceptedAgainAfterStart(t *testing.T, srv *server, prefix string, ids []string) int {
+	t.Helper()
+	if err := srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(srv.client(), Options{Prefix: prefix, Logger: quietLogger(), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	twice := 0
+	for _, id := range ids {
+		first, err := s.Claim(context.Background(), id, time.Now().Add(10*time.Minute))
+		if first {
+			twice++
+		}
+		if err != nil && !errors.Is(err, ErrFenced) {
+			t.Fatalf("claim after the restart: %v", err)
+		}
+	}
+	return twice
 }

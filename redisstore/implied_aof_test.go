@@ -145,24 +145,7 @@ func TestAOFProbeFailingAfterAFreshReadKeepsTheWait(t *testing.T) {
 				t.Fatalf("claim after the check = %v, %v; want ErrFenced (AOF switched off is evidence)", first, err)
 			}
 			srv.kill()
-			if err := srv.start(); err != nil { // loads the AOF of its command line
-				t.Fatal(err)
-			}
-			s2, err := New(srv.client(), Options{Prefix: "race:", Logger: quietLogger(), Timeout: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s2.Close()
-			twice := 0
-			for _, id := range append(before, accepted...) {
-				first, err := s2.Claim(ctx, id, time.Now().Add(10*time.Minute))
-				if first {
-					twice++
-				}
-				if err != nil && !errors.Is(err, ErrFenced) {
-					t.Fatalf("claim after the restart: %v", err)
-				}
-			}
+			twice := acceptedAgainAfterStart(t, srv, "race:", append(before, accepted...))
 			t.Logf("after the switch: %d reported first, refused %v; after kill -9 and restart %d of %d accepted twice", len(accepted), refused, twice, len(before)+len(accepted))
 			if len(accepted) != 0 || twice != 0 {
 				t.Fatalf("%d claims reported first after AOF was switched off, %d IDs accepted twice; want 0 and 0", len(accepted), twice)
