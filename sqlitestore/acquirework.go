@@ -46,7 +46,9 @@ import (
 // nothing was kept: [replay.ErrRolledBack]. Otherwise statements after
 // the ROLLBACK may have committed on their own: the outcome is unknown,
 // and the store commits the ID's row in state 'w', expired, so the ID is
-// refused ([errEscaped]) until an operator releases it.
+// refused ([errEscaped]) until an operator releases it. Rollback judges
+// such a Work the same way (rollbackAcquired): a handler that escaped and
+// then failed must not be run again over what it kept.
 
 // hold is an ID that a Work of AcquireWork holds, or is acquiring, in
 // this process.
@@ -427,4 +429,35 @@ func (w *work) escaped(ctx context.Context) error {
 		return w.end(ctx, fmt.Errorf("%w: a statement of the handler committed the work's transaction (COMMIT): part of the work was kept; %w", ErrUnavailable, errEscaped))
 	}
 	return w.rolledBack(ctx)
+}
+
+// rollbackAcquired is Rollback of a Work of AcquireWork. The Work's 'w'
+// row is its lease: when a statement of the handler rolled it back, the
+// ID is already free, and statements after that ROLLBACK may have
+// committed on their own; rolledBack judges it as Commit would (the ID is
+// refused when rows changed since AcquireWork), so that a handler that
+// escaped and then failed is never run again over its own kept writes.
+// Otherwise the transaction is rolled back (after a handler's COMMIT, the
+// committed 'w' row keeps the ID refused).
+func (w *work) rollbackAcquired(ctx context.Context) error {
+	s := w.s
+	bg := context.WithoutCancel(ctx)
+	e, err := s.row(stmtQuerier{bg, w.wc}, w.key, s.now().UnixNano())
+	if err == nil && (e.state != "w" || e.token != w.token) {
+		if err := w.rolledBack(ctx); err != nil && !errors.Is(err, replay.ErrRolledBack) {
+			return err
+		}
+		return nil
+	}
+	_, rerr := (stmtQuerier{bg, w.wc}).exec(`ROLLBACK`)
+	w.drop(rerr == nil)
+	if rerr != nil {
+		return unavailable(ctx, rerr)
+	}
+	if err != nil {
+		// Rolled back, but whether a statement of the handler had ended
+		// the transaction before is unknown.
+		return unavailable(ctx, fmt.Errorf("reading the work's row before its rollback: %w", err))
+	}
+	return nil
 }

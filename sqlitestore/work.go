@@ -382,6 +382,9 @@ func (w *work) Rollback(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if w.acquired {
+		return w.rollbackAcquired(ctx)
+	}
 	_, err := (stmtQuerier{context.WithoutCancel(ctx), w.wc}).exec(`ROLLBACK`)
 	w.drop(err == nil)
 	if err != nil {

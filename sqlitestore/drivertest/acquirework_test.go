@@ -71,6 +71,7 @@ func TestAcquireWork(t *testing.T) {
 		{"handler's ROLLBACK before writes is ErrRolledBack", acquireWorkRollbackNoWrite},
 		{"handler's ROLLBACK then a write refuses the ID", acquireWorkRollbackThenWrite},
 		{"handler's COMMIT refuses the ID", acquireWorkEscapedCommit},
+		{"Rollback after the handler's ROLLBACK", acquireWorkRollbackAfterEscape},
 		{"refusals take nothing", acquireWorkRefusals},
 		{"a refused Commit keeps nothing", acquireWorkCommitRefused},
 	}
@@ -369,6 +370,45 @@ func acquireWorkRollbackThenWrite(t *testing.T, d Driver) {
 				t.Fatal(err)
 			}
 			acquire(t, s, "job", time.Minute, workFP)
+		})
+	}
+}
+
+// acquireWorkRollbackAfterEscape: a Work whose handler ended its
+// transaction (ROLLBACK) and then failed is rolled back as Commit would
+// judge it: with a row changed since, the ID is refused (a statement
+// after the ROLLBACK may have committed on its own: running the request
+// again could repeat it); with none, Rollback succeeds and the ID is
+// free.
+func acquireWorkRollbackAfterEscape(t *testing.T, d Driver) {
+	for _, tc := range []struct {
+		stmt    string
+		escaped bool
+	}{
+		{`ROLLBACK; INSERT INTO app (id) VALUES ('after')`, true},
+		{`ROLLBACK; BEGIN; INSERT INTO app (id) VALUES ('after')`, true},
+		{`ROLLBACK`, false},
+		{`ROLLBACK; BEGIN`, false},
+	} {
+		t.Run(tc.stmt, func(t *testing.T) {
+			ctx := context.Background()
+			s, _ := workStore(t, d, sqlitestore.Options{})
+			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
+			if _, err := tx.ExecContext(ctx, tc.stmt); err != nil {
+				t.Fatalf("%s: %v", tc.stmt, err)
+			}
+			err := w.Rollback(ctx)
+			if !tc.escaped {
+				if err != nil {
+					t.Fatalf("Rollback after %q = %v; want nil", tc.stmt, err)
+				}
+				acquire(t, s, "job", time.Minute, workFP)
+				return
+			}
+			if err == nil || !errors.Is(err, sqlitestore.ErrUnavailable) {
+				t.Fatalf("Rollback after %q = %v; want ErrUnavailable", tc.stmt, err)
+			}
+			wantRefused(t, s, "job")
 		})
 	}
 }
