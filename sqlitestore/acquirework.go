@@ -299,13 +299,9 @@ func (w *work) intact(ctx context.Context) error {
 		return w.end(ctx, unavailable(ctx, err))
 	}
 	if e.state != "w" || e.token != w.token {
-		if w.acquired {
-			return w.rolledBack(ctx)
-		}
 		// The handler's statements rolled the transaction back (and
-		// perhaps began another): nothing of the work before it is kept,
-		// and what came after is rolled back now.
-		return w.end(ctx, fmt.Errorf("%w: a statement of the handler ended the work's transaction (ROLLBACK); nothing was kept", replay.ErrRolledBack))
+		// perhaps began another, or committed statements on their own).
+		return w.rolledBack(ctx)
 	}
 	// A statement of the handler that committed the transaction ended the
 	// savepoint with it (and left the 'w' row committed): RELEASE fails.
@@ -318,12 +314,13 @@ func (w *work) intact(ctx context.Context) error {
 	return nil
 }
 
-// rolledBack ends a Work of AcquireWork whose 'w' row a statement of the
-// handler rolled back. With no row changed on the connection since
-// AcquireWork, nothing was kept: ErrRolledBack. Otherwise a statement
-// after the ROLLBACK may have committed by itself: the ID is recorded as
-// escaped (refused until an operator releases it) and the outcome is
-// reported unknown.
+// rolledBack ends a Work whose 'w' row a statement of the handler rolled
+// back. With no row changed on the connection since AcquireWork (or
+// BeginWork), nothing was kept: ErrRolledBack (a BeginWork's lease row is
+// as it was). Otherwise a statement after the ROLLBACK may have committed
+// by itself: the ID is recorded as escaped (refused until an operator
+// releases it: over an expired row, or over the Work's own lease row) and
+// the outcome is reported unknown.
 func (w *work) rolledBack(ctx context.Context) error {
 	s := w.s
 	bg := context.WithoutCancel(ctx)
@@ -351,7 +348,8 @@ func (w *work) rolledBack(ctx context.Context) error {
 		// Never over a live row: another process may have taken the ID
 		// while SQLite's lock was free.
 		_, err := q.exec(`INSERT INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'w', ?, ?, NULL, NULL)`+
-			` ON CONFLICT (key) DO UPDATE SET state = 'w', token = excluded.token, until = excluded.until, fingerprint = NULL, result = NULL WHERE until <= ?`,
+			` ON CONFLICT (key) DO UPDATE SET state = 'w', token = excluded.token, until = excluded.until, fingerprint = NULL, result = NULL`+
+			` WHERE until <= ? OR state = 'l' AND token = excluded.token`,
 			w.key, w.token, now, now)
 		if err == nil {
 			_, err = q.exec(`COMMIT`)
@@ -431,15 +429,15 @@ func (w *work) escaped(ctx context.Context) error {
 	return w.rolledBack(ctx)
 }
 
-// rollbackAcquired is Rollback of a Work of AcquireWork. The Work's 'w'
-// row is its lease: when a statement of the handler rolled it back, the
-// ID is already free, and statements after that ROLLBACK may have
-// committed on their own; rolledBack judges it as Commit would (the ID is
-// refused when rows changed since AcquireWork), so that a handler that
-// escaped and then failed is never run again over its own kept writes.
-// Otherwise the transaction is rolled back (after a handler's COMMIT, the
-// committed 'w' row keeps the ID refused).
-func (w *work) rollbackAcquired(ctx context.Context) error {
+// rollback is Rollback. When a statement of the handler rolled the
+// Work's 'w' row back, statements after that ROLLBACK may have committed
+// on their own (and, for a Work of AcquireWork, the ID is already free):
+// rolledBack judges it as Commit would (the ID is refused when rows
+// changed since the Work began), so that a handler that escaped and then
+// failed is never run again over its own kept writes. Otherwise the
+// transaction is rolled back (after a handler's COMMIT, the committed 'w'
+// row keeps the ID refused).
+func (w *work) rollback(ctx context.Context) error {
 	s := w.s
 	bg := context.WithoutCancel(ctx)
 	e, err := s.row(stmtQuerier{bg, w.wc}, w.key, s.now().UnixNano())
