@@ -389,13 +389,22 @@ func acquireWorkRollbackAfterEscape(t *testing.T, d Driver) {
 		{`ROLLBACK; BEGIN; INSERT INTO app (id) VALUES ('after')`, true},
 		{`ROLLBACK`, false},
 		{`ROLLBACK; BEGIN`, false},
+		// A conflict resolved by ROLLBACK ends the transaction too; the
+		// handler then records the failure, in autocommit.
+		{`INSERT INTO app (id) VALUES ('dup'); INSERT OR ROLLBACK INTO app (id) VALUES ('dup')`, true},
 	} {
 		t.Run(tc.stmt, func(t *testing.T) {
 			ctx := context.Background()
-			s, _ := workStore(t, d, sqlitestore.Options{})
+			s, db := workStore(t, d, sqlitestore.Options{})
 			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
 			if _, err := tx.ExecContext(ctx, tc.stmt); err != nil {
-				t.Fatalf("%s: %v", tc.stmt, err)
+				if !strings.Contains(tc.stmt, "OR ROLLBACK") {
+					t.Fatalf("%s: %v", tc.stmt, err)
+				}
+				insertApp(t, tx, "failure")
+				if n := appRows(t, db, "failure"); n != 1 {
+					t.Fatalf("the handler's write after the conflict's ROLLBACK was not committed on its own (%d rows)", n)
+				}
 			}
 			err := w.Rollback(ctx)
 			if !tc.escaped {
