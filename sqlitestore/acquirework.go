@@ -342,6 +342,15 @@ func (w *work) rolledBack(ctx context.Context) error {
 	}
 	now := s.now().UnixNano()
 	err := func() error {
+		// The handler may have lowered synchronous after its ROLLBACK:
+		// the record of the escape commits at the level the Work began
+		// with, or not at all.
+		if w.wc.level == 0 {
+			return errors.New("the connection's synchronous level is unknown")
+		}
+		if _, err := q.exec(`PRAGMA synchronous = ` + syncNames[w.wc.level]); err != nil {
+			return err
+		}
 		if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
 			return err
 		}

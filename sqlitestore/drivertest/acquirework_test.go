@@ -349,6 +349,9 @@ func acquireWorkRollbackThenWrite(t *testing.T, d Driver) {
 	for _, stmt := range []string{
 		`ROLLBACK; INSERT INTO app (id) VALUES ('after')`,
 		`ROLLBACK; BEGIN; INSERT INTO app (id) VALUES ('after')`,
+		// The escape's record commits at the Work's synchronous level,
+		// not the handler's.
+		`ROLLBACK; PRAGMA synchronous = OFF; INSERT INTO app (id) VALUES ('after')`,
 	} {
 		t.Run(stmt, func(t *testing.T) {
 			ctx := context.Background()
@@ -361,6 +364,11 @@ func acquireWorkRollbackThenWrite(t *testing.T, d Driver) {
 			err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
 			if err == nil || errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, sqlitestore.ErrUnavailable) {
 				t.Fatalf("Commit after %q = %v; want ErrUnavailable, not ErrRolledBack", stmt, err)
+			}
+			// The writer's connection runs at its level again: the next
+			// write is not refused for a lowered synchronous.
+			if first, err := s.Claim(ctx, "next", time.Now().Add(time.Hour)); err != nil || !first {
+				t.Fatalf("Claim after the escape = %v, %v; want first", first, err)
 			}
 			if n := appRows(t, db, "before"); n != 0 {
 				t.Fatalf("app row before the ROLLBACK kept (%d)", n)
