@@ -46,7 +46,9 @@ import (
 // nothing was kept: [replay.ErrRolledBack]. Otherwise statements after
 // the ROLLBACK may have committed on their own: the outcome is unknown,
 // and the store commits the ID's row in state 'w', expired, so the ID is
-// refused ([errEscaped]) until an operator releases it.
+// refused ([errEscaped]) until an operator releases it. Rollback judges
+// such a Work the same way (rollbackAcquired): a handler that escaped and
+// then failed must not be run again over what it kept.
 
 // hold is an ID that a Work of AcquireWork holds, or is acquiring, in
 // this process.
@@ -297,13 +299,9 @@ func (w *work) intact(ctx context.Context) error {
 		return w.end(ctx, unavailable(ctx, err))
 	}
 	if e.state != "w" || e.token != w.token {
-		if w.acquired {
-			return w.rolledBack(ctx)
-		}
 		// The handler's statements rolled the transaction back (and
-		// perhaps began another): nothing of the work before it is kept,
-		// and what came after is rolled back now.
-		return w.end(ctx, fmt.Errorf("%w: a statement of the handler ended the work's transaction (ROLLBACK); nothing was kept", replay.ErrRolledBack))
+		// perhaps began another, or committed statements on their own).
+		return w.rolledBack(ctx)
 	}
 	// A statement of the handler that committed the transaction ended the
 	// savepoint with it (and left the 'w' row committed): RELEASE fails.
@@ -316,12 +314,13 @@ func (w *work) intact(ctx context.Context) error {
 	return nil
 }
 
-// rolledBack ends a Work of AcquireWork whose 'w' row a statement of the
-// handler rolled back. With no row changed on the connection since
-// AcquireWork, nothing was kept: ErrRolledBack. Otherwise a statement
-// after the ROLLBACK may have committed by itself: the ID is recorded as
-// escaped (refused until an operator releases it) and the outcome is
-// reported unknown.
+// rolledBack ends a Work whose 'w' row a statement of the handler rolled
+// back. With no row changed on the connection since AcquireWork (or
+// BeginWork), nothing was kept: ErrRolledBack (a BeginWork's lease row is
+// as it was). Otherwise a statement after the ROLLBACK may have committed
+// by itself: the ID is recorded as escaped (refused until an operator
+// releases it: over an expired row, or over the Work's own lease row) and
+// the outcome is reported unknown.
 func (w *work) rolledBack(ctx context.Context) error {
 	s := w.s
 	bg := context.WithoutCancel(ctx)
@@ -343,13 +342,23 @@ func (w *work) rolledBack(ctx context.Context) error {
 	}
 	now := s.now().UnixNano()
 	err := func() error {
+		// The handler may have lowered synchronous after its ROLLBACK:
+		// the record of the escape commits at the level the Work began
+		// with, or not at all.
+		if w.wc.level == 0 {
+			return errors.New("the connection's synchronous level is unknown")
+		}
+		if _, err := q.exec(`PRAGMA synchronous = ` + syncNames[w.wc.level]); err != nil {
+			return err
+		}
 		if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
 			return err
 		}
 		// Never over a live row: another process may have taken the ID
 		// while SQLite's lock was free.
 		_, err := q.exec(`INSERT INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'w', ?, ?, NULL, NULL)`+
-			` ON CONFLICT (key) DO UPDATE SET state = 'w', token = excluded.token, until = excluded.until, fingerprint = NULL, result = NULL WHERE until <= ?`,
+			` ON CONFLICT (key) DO UPDATE SET state = 'w', token = excluded.token, until = excluded.until, fingerprint = NULL, result = NULL`+
+			` WHERE until <= ? OR state = 'l' AND token = excluded.token`,
 			w.key, w.token, now, now)
 		if err == nil {
 			_, err = q.exec(`COMMIT`)
@@ -427,4 +436,35 @@ func (w *work) escaped(ctx context.Context) error {
 		return w.end(ctx, fmt.Errorf("%w: a statement of the handler committed the work's transaction (COMMIT): part of the work was kept; %w", ErrUnavailable, errEscaped))
 	}
 	return w.rolledBack(ctx)
+}
+
+// rollback is Rollback. When a statement of the handler rolled the
+// Work's 'w' row back, statements after that ROLLBACK may have committed
+// on their own (and, for a Work of AcquireWork, the ID is already free):
+// rolledBack judges it as Commit would (the ID is refused when rows
+// changed since the Work began), so that a handler that escaped and then
+// failed is never run again over its own kept writes. Otherwise the
+// transaction is rolled back (after a handler's COMMIT, the committed 'w'
+// row keeps the ID refused).
+func (w *work) rollback(ctx context.Context) error {
+	s := w.s
+	bg := context.WithoutCancel(ctx)
+	e, err := s.row(stmtQuerier{bg, w.wc}, w.key, s.now().UnixNano())
+	if err == nil && (e.state != "w" || e.token != w.token) {
+		if err := w.rolledBack(ctx); err != nil && !errors.Is(err, replay.ErrRolledBack) {
+			return err
+		}
+		return nil
+	}
+	_, rerr := (stmtQuerier{bg, w.wc}).exec(`ROLLBACK`)
+	w.drop(rerr == nil)
+	if rerr != nil {
+		return unavailable(ctx, rerr)
+	}
+	if err != nil {
+		// Rolled back, but whether a statement of the handler had ended
+		// the transaction before is unknown.
+		return unavailable(ctx, fmt.Errorf("reading the work's row before its rollback: %w", err))
+	}
+	return nil
 }

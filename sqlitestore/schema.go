@@ -88,7 +88,8 @@ func quoteTable(table string) (string, error) {
 	return `"` + table + `"`, nil
 }
 
-func unquote(t string) string { return strings.Trim(t, `"`) }
+// unquote is the table's name, quoted or not, in the main schema or not.
+func unquote(t string) string { return strings.Trim(strings.TrimPrefix(t, "main."), `"`) }
 
 // Migrate creates the store's table (DefaultTable when table is empty)
 // with its marker row if it does not exist, in one IMMEDIATE transaction,

@@ -142,7 +142,7 @@ type Options struct {
 // [replay.WorkAcquirer]. It is safe for concurrent use. A zero Store refuses every call with ErrConfig.
 type Store struct {
 	db          *sql.DB
-	table       string // quoted
+	table       string // quoted, in the main schema: main."name" (a temporary table of the name never shadows it)
 	prefix      string
 	timeout     time.Duration
 	horizon     time.Duration
@@ -215,6 +215,11 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	if s.table, err = quoteTable(opts.Table); err != nil {
 		return nil, err
 	}
+	// Every statement of the store names the table in the main schema: a
+	// temporary table of the same name (which an unqualified name would
+	// find first), made by a handler in its Work or on the connection of
+	// a WithTx transaction, never receives the store's rows.
+	s.table = "main." + s.table
 	s.prefix = opts.Prefix
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix

@@ -24,8 +24,13 @@ import (
 // The 'w' row and the savepoint prove, at Commit, that the transaction is
 // still the one BeginWork opened. If a statement of the handler rolled it
 // back (a ROLLBACK in a string of several statements), the row reads 'l'
-// again: Commit rolls back whatever came after and reports
-// [replay.ErrRolledBack] (nothing was kept). If a statement committed it
+// again: Commit (or Rollback) rolls back whatever came after and, when no
+// row changed on the connection since BeginWork (total_changes()),
+// reports [replay.ErrRolledBack] (nothing was kept). When rows changed,
+// statements after the ROLLBACK may have committed on their own (an
+// autocommit INSERT): the outcome is unknown, the error is not
+// ErrRolledBack, and the ID is refused, as after a COMMIT, so the request
+// is never run again over its kept writes. If a statement committed it
 // (a COMMIT), the row reads 'w' but the savepoint is gone (a COMMIT ends
 // every savepoint, and no handler knows its name to release it): Commit
 // rolls back whatever came after and reports an error that is not
@@ -254,7 +259,7 @@ func (s *Store) beginWork(ctx context.Context, id, token string) (*work, error) 
 		s.dropWriter()
 		return nil, unavailable(ctx, err)
 	}
-	w := &work{s: s, id: id, token: token, wc: wc, conn: wc.conn}
+	w := &work{s: s, id: id, token: token, wc: wc, conn: wc.conn, key: s.key(id)}
 	fail := func(err error) (*work, error) {
 		if _, rerr := (stmtQuerier{context.WithoutCancel(ctx), wc}).exec(`ROLLBACK`); rerr != nil {
 			s.dropWriter()
@@ -271,7 +276,7 @@ func (s *Store) beginWork(ctx context.Context, id, token string) (*work, error) 
 	if _, err := q.exec(`SAVEPOINT ` + s.savepoint); err != nil {
 		return fail(unavailable(ctx, err))
 	}
-	res, err := q.exec(`UPDATE `+s.table+` SET state = 'w' WHERE key = ? AND state = 'l' AND token = ?`, s.key(id), token)
+	res, err := q.exec(`UPDATE `+s.table+` SET state = 'w' WHERE key = ? AND state = 'l' AND token = ?`, w.key, token)
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
@@ -281,6 +286,11 @@ func (s *Store) beginWork(ctx context.Context, id, token string) (*work, error) 
 	}
 	if n != 1 {
 		return fail(fmt.Errorf("%w: id is not the holder's lease", replay.ErrLeaseLost))
+	}
+	// The connection's count of changed rows once the 'w' row is written:
+	// a handler's ROLLBACK is judged by it (see rolledBack).
+	if err := q.queryRow(`SELECT total_changes()`).Scan(&w.changes); err != nil {
+		return fail(unavailable(ctx, err))
 	}
 	return w, nil
 }
@@ -372,7 +382,10 @@ func (w *work) drop(clean bool) {
 }
 
 // Rollback discards the work's writes; the lease is left as it is
-// ([replay.Work]).
+// ([replay.Work]). When a statement of the handler had ended the
+// transaction and rows changed since (see [Store.BeginWork]), the
+// outcome is unknown: Rollback returns an error matching
+// [ErrUnavailable] and the ID is refused until an operator releases it.
 func (w *work) Rollback(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -382,10 +395,5 @@ func (w *work) Rollback(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	_, err := (stmtQuerier{context.WithoutCancel(ctx), w.wc}).exec(`ROLLBACK`)
-	w.drop(err == nil)
-	if err != nil {
-		return unavailable(ctx, err)
-	}
-	return nil
+	return w.rollback(ctx)
 }

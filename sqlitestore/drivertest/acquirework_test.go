@@ -71,6 +71,7 @@ func TestAcquireWork(t *testing.T) {
 		{"handler's ROLLBACK before writes is ErrRolledBack", acquireWorkRollbackNoWrite},
 		{"handler's ROLLBACK then a write refuses the ID", acquireWorkRollbackThenWrite},
 		{"handler's COMMIT refuses the ID", acquireWorkEscapedCommit},
+		{"Rollback after the handler's ROLLBACK", acquireWorkRollbackAfterEscape},
 		{"refusals take nothing", acquireWorkRefusals},
 		{"a refused Commit keeps nothing", acquireWorkCommitRefused},
 	}
@@ -348,6 +349,9 @@ func acquireWorkRollbackThenWrite(t *testing.T, d Driver) {
 	for _, stmt := range []string{
 		`ROLLBACK; INSERT INTO app (id) VALUES ('after')`,
 		`ROLLBACK; BEGIN; INSERT INTO app (id) VALUES ('after')`,
+		// The escape's record commits at the Work's synchronous level,
+		// not the handler's.
+		`ROLLBACK; PRAGMA synchronous = OFF; INSERT INTO app (id) VALUES ('after')`,
 	} {
 		t.Run(stmt, func(t *testing.T) {
 			ctx := context.Background()
@@ -361,6 +365,11 @@ func acquireWorkRollbackThenWrite(t *testing.T, d Driver) {
 			if err == nil || errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, sqlitestore.ErrUnavailable) {
 				t.Fatalf("Commit after %q = %v; want ErrUnavailable, not ErrRolledBack", stmt, err)
 			}
+			// The writer's connection runs at its level again: the next
+			// write is not refused for a lowered synchronous.
+			if first, err := s.Claim(ctx, "next", time.Now().Add(time.Hour)); err != nil || !first {
+				t.Fatalf("Claim after the escape = %v, %v; want first", first, err)
+			}
 			if n := appRows(t, db, "before"); n != 0 {
 				t.Fatalf("app row before the ROLLBACK kept (%d)", n)
 			}
@@ -369,6 +378,54 @@ func acquireWorkRollbackThenWrite(t *testing.T, d Driver) {
 				t.Fatal(err)
 			}
 			acquire(t, s, "job", time.Minute, workFP)
+		})
+	}
+}
+
+// acquireWorkRollbackAfterEscape: a Work whose handler ended its
+// transaction (ROLLBACK) and then failed is rolled back as Commit would
+// judge it: with a row changed since, the ID is refused (a statement
+// after the ROLLBACK may have committed on its own: running the request
+// again could repeat it); with none, Rollback succeeds and the ID is
+// free.
+func acquireWorkRollbackAfterEscape(t *testing.T, d Driver) {
+	for _, tc := range []struct {
+		stmt    string
+		escaped bool
+	}{
+		{`ROLLBACK; INSERT INTO app (id) VALUES ('after')`, true},
+		{`ROLLBACK; BEGIN; INSERT INTO app (id) VALUES ('after')`, true},
+		{`ROLLBACK`, false},
+		{`ROLLBACK; BEGIN`, false},
+		// A conflict resolved by ROLLBACK ends the transaction too; the
+		// handler then records the failure, in autocommit.
+		{`INSERT INTO app (id) VALUES ('dup'); INSERT OR ROLLBACK INTO app (id) VALUES ('dup')`, true},
+	} {
+		t.Run(tc.stmt, func(t *testing.T) {
+			ctx := context.Background()
+			s, db := workStore(t, d, sqlitestore.Options{})
+			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
+			if _, err := tx.ExecContext(ctx, tc.stmt); err != nil {
+				if !strings.Contains(tc.stmt, "OR ROLLBACK") {
+					t.Fatalf("%s: %v", tc.stmt, err)
+				}
+				insertApp(t, tx, "failure")
+				if n := appRows(t, db, "failure"); n != 1 {
+					t.Fatalf("the handler's write after the conflict's ROLLBACK was not committed on its own (%d rows)", n)
+				}
+			}
+			err := w.Rollback(ctx)
+			if !tc.escaped {
+				if err != nil {
+					t.Fatalf("Rollback after %q = %v; want nil", tc.stmt, err)
+				}
+				acquire(t, s, "job", time.Minute, workFP)
+				return
+			}
+			if err == nil || !errors.Is(err, sqlitestore.ErrUnavailable) {
+				t.Fatalf("Rollback after %q = %v; want ErrUnavailable", tc.stmt, err)
+			}
+			wantRefused(t, s, "job")
 		})
 	}
 }

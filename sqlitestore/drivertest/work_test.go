@@ -94,7 +94,7 @@ func TestWork(t *testing.T) {
 		{"claim in the work commits and rolls back with it", workClaim},
 		{"WithTx writes the claim in the caller's transaction", withTx},
 		{"WithTx on another database is ErrConfig", withTxOtherDatabase},
-		{"handler's ROLLBACK is ErrRolledBack and nothing is kept", workEscapedRollback},
+		{"handler's ROLLBACK: nothing kept, or the ID refused", workEscapedRollback},
 		{"handler's COMMIT is an error and the ID is never run again", workEscapedCommit},
 		{"TxFrom without a work is ErrNoTx", txFromPlainContext},
 		{"Tx refuses every statement after the work ends", txAfterEnd},
@@ -321,32 +321,79 @@ func withTxOtherDatabase(t *testing.T, d Driver) {
 	}
 }
 
+// workEscapedRollback: a handler's ROLLBACK ends the work's transaction.
+// With no row changed on the connection since BeginWork, nothing was
+// kept: ErrRolledBack, and the lease is as it was. Otherwise a statement
+// after the ROLLBACK may have committed on its own (an autocommit
+// INSERT): the outcome is unknown, Commit and Rollback say so (never
+// ErrRolledBack), and the ID is refused, even once its holder releases
+// the lease, so the request is never run again over its kept writes.
 func workEscapedRollback(t *testing.T, d Driver) {
-	ctx := context.Background()
-	s, db := workStore(t, d, sqlitestore.Options{})
-	l := mustLease(t, s, "job", time.Minute)
-	w, tx, _ := begin(t, s, "job", l.Token)
-	insertApp(t, tx, "before")
-	if _, err := tx.ExecContext(ctx, `ROLLBACK; BEGIN`); err != nil {
-		t.Fatalf("ROLLBACK; BEGIN: %v", err)
+	for _, tc := range []struct {
+		name     string
+		before   bool   // an app row written before the handler's statement
+		stmt     string // the handler's escape
+		after    bool   // an app row written after it, through the Tx
+		rollback bool   // the Work ends with Rollback, not Commit
+		kept     int    // app rows 'after' kept
+		escaped  bool
+	}{
+		{"ROLLBACK; BEGIN, no write", false, `ROLLBACK; BEGIN`, false, false, 0, false},
+		{"ROLLBACK; BEGIN, no write, then Rollback", false, `ROLLBACK; BEGIN`, false, true, 0, false},
+		{"writes around ROLLBACK; BEGIN", true, `ROLLBACK; BEGIN`, true, false, 0, true},
+		{"ROLLBACK then an autocommit INSERT", false, `ROLLBACK; INSERT INTO app (id) VALUES ('after')`, false, false, 1, true},
+		{"ROLLBACK then an autocommit INSERT, then Rollback", false, `ROLLBACK; INSERT INTO app (id) VALUES ('after')`, false, true, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s, db := workStore(t, d, sqlitestore.Options{})
+			l := mustLease(t, s, "job", time.Minute)
+			w, tx, _ := begin(t, s, "job", l.Token)
+			if tc.before {
+				insertApp(t, tx, "before")
+			}
+			if _, err := tx.ExecContext(ctx, tc.stmt); err != nil {
+				t.Fatalf("%s: %v", tc.stmt, err)
+			}
+			if tc.after {
+				insertApp(t, tx, "after")
+			}
+			var err error
+			if tc.rollback {
+				err = w.Rollback(ctx)
+			} else {
+				err = w.Commit(ctx, time.Now().Add(time.Hour), nil, nil)
+			}
+			switch {
+			case !tc.escaped && tc.rollback && err != nil:
+				t.Fatalf("Rollback after the handler's %s = %v; want nil", tc.stmt, err)
+			case !tc.escaped && !tc.rollback && !errors.Is(err, replay.ErrRolledBack):
+				t.Fatalf("Commit after the handler's %s = %v; want ErrRolledBack", tc.stmt, err)
+			case tc.escaped && (errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, sqlitestore.ErrUnavailable)):
+				t.Fatalf("end of the work after the handler's %s and a write = %v; want ErrUnavailable, not ErrRolledBack", tc.stmt, err)
+			}
+			if n := appRows(t, db, "before"); n != 0 {
+				t.Fatalf("app row before the ROLLBACK kept (%d)", n)
+			}
+			if n := appRows(t, db, "after"); n != tc.kept {
+				t.Fatalf("app rows after the ROLLBACK = %d; want %d", n, tc.kept)
+			}
+			if !tc.escaped {
+				// Nothing was kept: the lease is as it was, and its
+				// holder may release it.
+				wantLease(t, s, "job", replay.LeaseBusy)
+				if err := s.ReleaseLease(ctx, "job", l.Token); err != nil {
+					t.Fatal(err)
+				}
+				mustLease(t, s, "job", time.Minute)
+				return
+			}
+			// The holder's release (the middlewares' after an error) does
+			// not free it.
+			s.ReleaseLease(ctx, "job", l.Token)
+			wantRefused(t, s, "job")
+		})
 	}
-	insertApp(t, tx, "after")
-	err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil)
-	if !errors.Is(err, replay.ErrRolledBack) {
-		t.Fatalf("Commit after the handler's ROLLBACK = %v; want ErrRolledBack", err)
-	}
-	for _, id := range []string{"before", "after"} {
-		if n := appRows(t, db, id); n != 0 {
-			t.Fatalf("app row %q kept (%d)", id, n)
-		}
-	}
-	// Nothing was kept: the lease is as it was, and its holder may
-	// release it.
-	wantLease(t, s, "job", replay.LeaseBusy)
-	if err := s.ReleaseLease(ctx, "job", l.Token); err != nil {
-		t.Fatal(err)
-	}
-	mustLease(t, s, "job", time.Minute)
 }
 
 func workEscapedCommit(t *testing.T, d Driver) {

@@ -1,0 +1,119 @@
+package drivertest
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/sqlitestore"
+)
+
+// shadowStatements make a temporary table of the store's name, holding a
+// copy of the store's rows (its marker included), on the connection that
+// runs them: an unqualified name would then resolve to it (SQLite looks
+// in temp before main).
+var shadowStatements = []string{
+	`CREATE TEMP TABLE ` + sqlitestore.DefaultTable + ` (key BLOB PRIMARY KEY, state TEXT NOT NULL, token TEXT NOT NULL, until INTEGER NOT NULL, fingerprint BLOB, result BLOB, seq INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID`,
+	`INSERT INTO temp.` + sqlitestore.DefaultTable + ` SELECT * FROM main.` + sqlitestore.DefaultTable,
+}
+
+// TestTempTableDoesNotShadowTheStore: a temporary table of the store's
+// name, made by a handler in its Work or on a WithTx transaction's
+// connection, never receives the store's rows: a claim accepted after it
+// is in the file, where every other Store sees it.
+func TestTempTableDoesNotShadowTheStore(t *testing.T) {
+	tests := []struct {
+		name  string
+		claim func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool
+	}{
+		{"made by a handler in an AcquireWork Work", func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool {
+			ctx := context.Background()
+			w, tx, _ := acquire(t, s, "job", time.Minute, nil)
+			for _, q := range shadowStatements {
+				if _, err := tx.ExecContext(ctx, q); err != nil {
+					t.Fatalf("%s in the Work: %v", q, err)
+				}
+			}
+			insertApp(t, tx, "job")
+			if err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
+				t.Fatalf("Commit = %v", err)
+			}
+			// The record is in the file, not in the temporary table.
+			if n := appRows(t, db, "job"); n != 1 {
+				t.Fatalf("app rows after Commit = %d; want 1", n)
+			}
+			first, err := s.Claim(ctx, id, time.Now().Add(time.Hour))
+			if err != nil {
+				t.Fatalf("Claim after the Work = %v", err)
+			}
+			return first
+		}},
+		{"made by a handler in a BeginWork Work", func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool {
+			ctx := context.Background()
+			l := mustLease(t, s, "job", time.Minute)
+			w, tx, _ := begin(t, s, "job", l.Token)
+			for _, q := range shadowStatements {
+				if _, err := tx.ExecContext(ctx, q); err != nil {
+					t.Fatalf("%s in the Work: %v", q, err)
+				}
+			}
+			if err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
+				t.Fatalf("Commit = %v", err)
+			}
+			first, err := s.Claim(ctx, id, time.Now().Add(time.Hour))
+			if err != nil {
+				t.Fatalf("Claim after the Work = %v", err)
+			}
+			return first
+		}},
+		{"on the connection of a WithTx transaction", func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool {
+			ctx := context.Background()
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			for _, q := range shadowStatements {
+				if _, err := tx.ExecContext(ctx, q); err != nil {
+					t.Fatalf("%s in the caller's transaction: %v", q, err)
+				}
+			}
+			first, err := s.Claim(sqlitestore.WithTx(ctx, tx), id, time.Now().Add(time.Hour))
+			if err != nil {
+				t.Fatalf("Claim in WithTx = %v", err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatalf("the caller's Commit = %v", err)
+			}
+			return first
+		}},
+	}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					db, path := openMigrated(t, d)
+					if _, err := db.ExecContext(context.Background(), `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
+						t.Fatal(err)
+					}
+					s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+					other := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+					if !tc.claim(t, s, db, "token") {
+						t.Fatal("the first claim of the token was not first")
+					}
+					first, err := other.Claim(context.Background(), "token", time.Now().Add(time.Hour))
+					if err != nil || first {
+						t.Fatalf("another Store's Claim of the claimed token = %v, %v; want false, nil (the claim is in the file)", first, err)
+					}
+					if r, err := other.AcquireRecord(context.Background(), "token", time.Minute, nil); err != nil || r.State != replay.LeaseDone {
+						t.Fatalf("another Store's AcquireRecord of the claimed token = %+v, %v; want done", r, err)
+					}
+				})
+			}
+		})
+	}
+}
