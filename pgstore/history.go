@@ -137,9 +137,12 @@ func (h history) encode() string {
 // member was waited for by every commit (as many members as the quorum,
 // "ANY 2 (a, b)" with both streaming; under "ANY 1 (a, b)" a commit
 // acknowledged by b alone is missing from a, and a cannot show it was
-// not); and no standby away then could come back and do so ([away]).
+// not) and no listed standby was "potential" (under quorum commit, one
+// still catching up: it joins the quorum once it streams, and "ANY 2 (a,
+// b, c)" with c catching up lets b and c acknowledge without a); and no
+// standby away then could come back and do so ([away]).
 func (h history) names(me self) bool {
-	if h.Quorum > 0 && len(h.Sync) > h.Quorum || h.Quorum == 0 && h.Potential > 0 || h.Away > 0 {
+	if h.Quorum > 0 && len(h.Sync) > h.Quorum || h.Potential > 0 || h.Away > 0 {
 		return false
 	}
 	found := false
