@@ -64,7 +64,8 @@ const maxFence = 100 * 365 * 24 * time.Hour
 // standbys whose sync_state was "sync" or "quorum", Other every other
 // standby then streaming; Potential how many of those were "potential"
 // (under priority commit, a standby that takes the synchronous role when
-// a synchronous one disconnects); Quorum the number of standbys each
+// a synchronous one disconnects; under quorum commit, a listed standby
+// still catching up, which joins the quorum once it streams); Quorum the number of standbys each
 // commit waited for under quorum commit (synchronous_standby_names
 // "ANY n (...)", 0 otherwise); Away how many standbys not streaming then
 // could take a sync member's place ([away]); Longest the longest
