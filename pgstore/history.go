@@ -64,7 +64,8 @@ const maxFence = 100 * 365 * 24 * time.Hour
 // standbys whose sync_state was "sync" or "quorum", Other every other
 // standby then streaming; Potential how many of those were "potential"
 // (under priority commit, a standby that takes the synchronous role when
-// a synchronous one disconnects); Quorum the number of standbys each
+// a synchronous one disconnects; under quorum commit, a listed standby
+// still catching up, which joins the quorum once it streams); Quorum the number of standbys each
 // commit waited for under quorum commit (synchronous_standby_names
 // "ANY n (...)", 0 otherwise); Away how many standbys not streaming then
 // could take a sync member's place ([away]); Longest the longest
@@ -137,9 +138,12 @@ func (h history) encode() string {
 // member was waited for by every commit (as many members as the quorum,
 // "ANY 2 (a, b)" with both streaming; under "ANY 1 (a, b)" a commit
 // acknowledged by b alone is missing from a, and a cannot show it was
-// not); and no standby away then could come back and do so ([away]).
+// not) and no listed standby was "potential" (under quorum commit, one
+// still catching up: it joins the quorum once it streams, and "ANY 2 (a,
+// b, c)" with c catching up lets b and c acknowledge without a); and no
+// standby away then could come back and do so ([away]).
 func (h history) names(me self) bool {
-	if h.Quorum > 0 && len(h.Sync) > h.Quorum || h.Quorum == 0 && h.Potential > 0 || h.Away > 0 {
+	if h.Quorum > 0 && len(h.Sync) > h.Quorum || h.Potential > 0 || h.Away > 0 {
 		return false
 	}
 	found := false

@@ -128,6 +128,9 @@ func historyRecordsWhoCouldAcknowledge(t *testing.T) {
 		{"quorum of two, both streaming", serverState{timeline: 1, durable: any2, standbys: []standby{
 			{App: strp("a"), State: strp("quorum")}, {App: strp("b"), State: strp("quorum")}}},
 			history{V: 1, TL: 1, Sync: []member{{App: "a"}, {App: "b"}}, Quorum: 2}, true, self{}},
+		{"quorum beside a listed standby catching up", serverState{timeline: 1, durable: Durability{SynchronousCommit: "on", SynchronousStandbyNames: "ANY 2 (a, b, c)"},
+			standbys: []standby{{App: strp("a"), State: strp("quorum")}, {App: strp("b"), State: strp("quorum")}, {App: strp("c"), State: strp("potential")}}},
+			history{V: 1, TL: 1, Sync: []member{{App: "a"}, {App: "b"}}, Other: []member{{App: "c"}}, Potential: 1, Quorum: 2}, false, self{}},
 		{"quorum whose n cannot be read: no member counts", serverState{timeline: 1, durable: Durability{SynchronousStandbyNames: "ANY x (a)"},
 			standbys: []standby{{App: strp("a"), State: strp("quorum")}}},
 			history{V: 1, TL: 1, Other: []member{{App: "a"}}}, false, self{}},

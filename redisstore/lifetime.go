@@ -71,11 +71,18 @@ func (s *Store) boundFor(ctx context.Context, ms int64) (*string, error) {
 	return s.boundArg.Load(), nil
 }
 
-// learnLifetime raises the lifetime the store knows to ms (at most the
-// Horizon), never lowers it.
+// learnLifetime raises the lifetime the store knows to ms, never lowers
+// it. A record of another application may exceed this store's Horizon:
+// it is learned whole (at most maxLifetimeMs, as parseLifetime reads it),
+// so that this store's fences last until that application's claims have
+// expired too (TestLifetime/record outlasting a shorter horizon fences);
+// this store's own steps stay within its Horizon (untilMillis,
+// leaseMillis), and the looser bound its scripts then check by Redis's
+// clock is the length of the fence they raise, which still covers every
+// step they accepted.
 func (s *Store) learnLifetime(ms int64) {
-	if h := s.horizon.Milliseconds(); ms > h {
-		ms = h
+	if ms > maxLifetimeMs {
+		ms = maxLifetimeMs
 	}
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
@@ -147,7 +154,8 @@ func (s *Store) learnRecordedLifetime(ctx context.Context) {
 // claims, leases and records to have (its own, and what the key space
 // records for other stores, read at each server check): how long a fence
 // it raises lasts. It is the Horizon until the store has claimed anything
-// or read a record. Safe for concurrent use.
+// or read a record; a record longer than the Horizon (another
+// application's) is learned whole. Safe for concurrent use.
 func (s *Store) Lifetime() time.Duration {
 	if ms := s.life.Load(); ms > 0 {
 		return time.Duration(ms) * time.Millisecond

@@ -124,6 +124,7 @@ func TestLifetime(t *testing.T) {
 	}{
 		{"fence ends after the longest claim", fenceEndsWhenTheKeySpaceLongestClaimHasExpired},
 		{"longer lifetime of two applications wins", twoApplicationsOnOneKeySpaceTheLongerLifetimeWins},
+		{"record outlasting a shorter horizon fences", recordOutlastingAShorterHorizonStillFences},
 		{"recorded only when it grows", lifetimeIsRecordedOnlyWhenItGrows},
 		{"step past it by redis clock refused", stepPastTheKeySpaceLifetimeByRedisClockIsRefused},
 		{"unexpected recorded value refused", recordedLifetimeHoldingAnUnexpectedValueIsRefused},
@@ -276,6 +277,60 @@ func twoApplicationsOnOneKeySpaceTheLongerLifetimeWins(t *testing.T) {
 				t.Fatalf("%d of %d IDs accepted twice after the fence ended", n, len(before))
 			}
 		})
+	}
+}
+
+// recordOutlastingAShorterHorizonStillFences: two applications on one
+// key space, the short one's Horizon sized to its own work (3 s), the
+// long one's claims recorded for longer (8 s); the short one has read the
+// record when Redis restarts without persistence, and meets the loss on
+// every shard while the long one is idle: its fence lasts the record's
+// lifetime, not its own Horizon, and none of the long one's claims is
+// accepted again.
+func recordOutlastingAShorterHorizonStillFences(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	c := srv.client()
+	ctx := context.Background()
+	shortOpts := lifetimeOpts("horizon:", 50*time.Millisecond)
+	shortOpts.Horizon = 3 * time.Second
+	short := provisioned(t, c, shortOpts)
+	long, err := New(c, lifetimeOpts("horizon:", time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Close()
+	before := claimedBefore{}
+	for i := range 20 {
+		id, until := fmt.Sprintf("long-%d", i), time.Now().Add(8*time.Second)
+		if first, err := long.Claim(ctx, id, until); !first || err != nil {
+			t.Fatalf("long claim: %v, %v", first, err)
+		}
+		before[id] = until
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for short.Lifetime() < long.Lifetime() && time.Now().Before(deadline) {
+		time.Sleep(60 * time.Millisecond)
+		short.Claim(ctx, "short-poll", time.Now().Add(time.Second)) // a call runs the due check
+	}
+	if short.Lifetime() != long.Lifetime() {
+		t.Fatalf("short application (Horizon %v) knows %v; want the record's %v", short.Horizon(), short.Lifetime(), long.Lifetime())
+	}
+	srv.restart(syscall.SIGKILL)
+	var met [Shards]bool
+	for i, n := 0, 0; n < Shards; i++ {
+		id := fmt.Sprintf("after-%d", i)
+		if !met[shardOf(id)] {
+			met[shardOf(id)] = true
+			n++
+			short.Claim(ctx, id, time.Now().Add(time.Second))
+		}
+	}
+	if end := fenceEnd(t, short, "long-0"); end.Before(before.latest()) {
+		t.Fatalf("the short application's fence ends at %v, before the long application's claims expire (%v)", end, before.latest())
+	}
+	if n := before.acceptedTwice(t, short, time.Second); n != 0 {
+		t.Fatalf("%d of %d IDs accepted twice after the fence ended", n, len(before))
 	}
 }
 

@@ -34,7 +34,8 @@
 //     ([Store.Lifetime]), recorded by every store before it claims for
 //     longer and sent with every script, which refuses a step outliving
 //     it by Redis's clock; the longer of two applications' lifetimes
-//     wins, and [Options.Horizon] bounds them all. A restart that
+//     wins (past a shorter [Options.Horizon] of the other), and the
+//     longest Horizon bounds them all. A restart that
 //     rolls back to older data (an RDB snapshot, AOF everysec after a
 //     machine crash) keeps its markers and could not be detected, so a
 //     Redis configured for it is refused ([ErrConfig], unless
@@ -220,7 +221,8 @@ type Options struct {
 	// (25 h, for the webhook default). Lower it only once the claims made
 	// under the higher value have expired. A fence lasts the key space's
 	// longest lifetime ([Store.Lifetime]: what its stores claim for, with
-	// headroom), at most this Horizon; a store that has claimed nothing
+	// headroom; another application's longer record included, even past
+	// this Horizon); a store that has claimed nothing
 	// and read no record fences for the Horizon. docs/fleet.md ("What a fence costs") lists
 	// each cause of a fence and its cost.
 	Horizon time.Duration
