@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -22,6 +24,12 @@ type Citation struct {
 	Line   int    // counted from 1
 	Name   string // the top-level function name
 	Prefix bool   // Name is a prefix pattern
+	// Sub is the first subtest of a citation that is a whole span,
+	// `TestX/sub name/deeper` (the form of the "Tested by" lists): "sub
+	// name". Empty for a top-level name, a placeholder (`TestX/<driver>`)
+	// and names inside a command or pattern, where go test's own spelling
+	// (underscores, anchors) rules.
+	Sub string
 }
 
 func (c Citation) String() string {
@@ -140,11 +148,18 @@ func namesIn(span string) []Citation {
 				j++
 			}
 			rest := span[j:]
-			out = append(out, Citation{
+			c := Citation{
 				Line:   i,
 				Name:   span[i:j],
 				Prefix: strings.HasPrefix(rest, "*") || strings.HasPrefix(rest, ".*"),
-			})
+			}
+			if i == 0 && strings.HasPrefix(rest, "/") {
+				c.Sub, _, _ = strings.Cut(rest[1:], "/")
+				if strings.HasPrefix(c.Sub, "<") {
+					c.Sub = "" // a placeholder: `BenchmarkX/<driver>`
+				}
+			}
+			out = append(out, c)
 			i = j - 1
 			break
 		}
@@ -211,6 +226,119 @@ func Missing(cites []Citation, funcs map[string]string) []Citation {
 			continue
 		}
 		out = append(out, c)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].File != out[j].File {
+			return out[i].File < out[j].File
+		}
+		return out[i].Line < out[j].Line
+	})
+	return out
+}
+
+// Subtests holds the names t.Run can be given in the _test.go files of a
+// tree: every string literal, a format (a literal with a fmt verb, as in
+// fmt.Sprintf("claimers=%d", n)) and the start of a name built by
+// concatenation ("handler status " + text).
+type Subtests struct {
+	literal map[string]bool
+	formats []*regexp.Regexp
+	starts  []string
+}
+
+// minStart is the shortest literal taken as the start of a concatenated
+// name: shorter ones ("a", "the ") would match nearly anything.
+const minStart = 8
+
+// minFormatText is the fewest characters outside its verbs that a format
+// needs to be taken as a subtest's name: "%s" or "%s/%d" would match any.
+const minFormatText = 4
+
+var fmtVerb = regexp.MustCompile(`%[-+# 0-9.]*[a-zA-Z]`)
+
+// Has reports whether sub, as cited (with spaces) or in go test's spelling
+// (underscores), is a name a test of the tree can give t.Run.
+func (s *Subtests) Has(sub string) bool {
+	for _, v := range []string{sub, strings.ReplaceAll(sub, "_", " ")} {
+		if s.literal[v] {
+			return true
+		}
+		for _, f := range s.formats {
+			if f.MatchString(v) {
+				return true
+			}
+		}
+		for _, st := range s.starts {
+			if strings.HasPrefix(v, st) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// SubtestNames reads the string literals of every _test.go file under root
+// (testdata, node_modules, vendor and .git skipped) into a [Subtests].
+func SubtestNames(root string) (*Subtests, error) {
+	s := &Subtests{literal: map[string]bool{}}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != root && (d.Name() == ".git" || d.Name() == "node_modules" || d.Name() == "testdata" || d.Name() == "vendor") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(d.Name(), "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, src, parser.SkipObjectResolution)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			v, err := strconv.Unquote(lit.Value)
+			if err != nil || v == "" {
+				return true
+			}
+			s.literal[v] = true
+			s.literal[strings.ReplaceAll(v, "_", " ")] = true
+			if parts := fmtVerb.Split(v, -1); len(parts) > 1 && len(strings.Join(parts, "")) >= minFormatText {
+				for i, part := range parts {
+					parts[i] = regexp.QuoteMeta(part)
+				}
+				if re, err := regexp.Compile("^" + strings.Join(parts, ".+") + "$"); err == nil {
+					s.formats = append(s.formats, re) // not UTF-8: no subtest name
+				}
+			}
+			if len(v) >= minStart && !strings.ContainsAny(v, "\n") {
+				s.starts = append(s.starts, v)
+			}
+			return true
+		})
+		return nil
+	})
+	return s, err
+}
+
+// MissingSubtests returns the citations whose Sub no test of names can
+// give t.Run, sorted by file and line.
+func MissingSubtests(cites []Citation, names *Subtests) []Citation {
+	var out []Citation
+	for _, c := range cites {
+		if c.Sub != "" && !names.Has(c.Sub) {
+			out = append(out, c)
+		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].File != out[j].File {

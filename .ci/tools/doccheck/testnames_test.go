@@ -73,6 +73,23 @@ func TestDocsCiteOnlyExistingTests(t *testing.T) {
 		t.Error(c)
 	}
 	t.Logf("%d citations of %d test functions checked", len(cites), len(funcs))
+	subs, err := SubtestNames(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range cites {
+		if c.Sub != "" {
+			n++
+		}
+	}
+	if n < 50 {
+		t.Fatalf("found %d cited subtests: the extraction is broken", n)
+	}
+	for _, c := range MissingSubtests(cites, subs) {
+		t.Errorf("%s:%d: `%s/%s` cited, but no _test.go of the repository names a subtest %q", c.File, c.Line, c.Name, c.Sub, c.Sub)
+	}
+	t.Logf("%d subtest citations checked", n)
 }
 
 // TestCitationsFindInlineTestNamesAndMissingReportsUnknownOnes pins what
@@ -205,5 +222,44 @@ func TestTestFuncsReadsTopLevelTestFunctions(t *testing.T) {
 	write("bad_test.go", "package a\n\nfunc {")
 	if _, err := TestFuncs(dir); err == nil {
 		t.Error("TestFuncs accepted a _test.go that does not parse")
+	}
+}
+
+func TestSubtestNamesReadLiteralsFormatsAndStarts(t *testing.T) {
+	dir := t.TempDir()
+	src := "package a\n\nvar cases = []struct{ name string }{{\"refuses a forged cursor\"}}\n" +
+		"var f = fmt.Sprintf(\"claimers=%d\", 8)\nvar any = fmt.Sprintf(\"%s/%d\", x, y)\n" +
+		"var g = \"handler status \" + text\nvar short = \"a \" + b\n"
+	if err := os.WriteFile(filepath.Join(dir, "a_test.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range Citations("x.md", []byte("`TestX/sub name/deeper`, `go test -run 'TestY/a_b'`, `TestZ/<driver>`, `TestW`\n")) {
+		got = append(got, c.Sub)
+	}
+	if want := []string{"sub name", "", "", ""}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Citations' Sub = %q, want %q (a whole span's first subtest only)", got, want)
+	}
+	subs, err := SubtestNames(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		sub  string
+		want bool
+	}{
+		{"refuses a forged cursor", true},
+		{"refuses_a_forged_cursor", true}, // go test's spelling
+		{"claimers=64", true},
+		{"handler status Not Found", true},
+		// The names refused here are built, not literals: this file is
+		// itself read by TestDocsCiteOnlyExistingTests.
+		{"no" + "such" + "case", false},
+		{"any" + "thing", false}, // "%s/%d" has too little text to name a subtest
+		{"a " + "b", false},      // "a " is too short a start
+	} {
+		if got := subs.Has(tc.sub); got != tc.want {
+			t.Errorf("Has(%q) = %v, want %v", tc.sub, got, tc.want)
+		}
 	}
 }
