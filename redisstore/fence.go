@@ -174,6 +174,17 @@ func (s *Store) provision(ctx context.Context, statedNew bool) (opened int, err 
 			opened++
 		}
 	}
+	// Another operator's Provision may have fenced shards between the read
+	// and the writes above (its fence wins over SET NX and the reopen
+	// script): then the key space is not open, and saying so is the
+	// answer, not "provisioned".
+	after, err := s.readKeySpace(ctx)
+	if err != nil {
+		return opened, err
+	}
+	if after.open != Shards {
+		return opened, &refusal{sentinel: ErrFenced, why: whyProvisionFenced, retryAt: after.until, cause: fmt.Errorf("%w: %s", ErrUnavailable, after)}
+	}
 	if err := s.note(ctx, ledgerProvisioned, fmt.Sprintf("stated new by the operator (ProvisionNew: the prefix never held claims): opened %d of %d shards; horizon %s", opened, Shards, s.horizon)); err != nil {
 		return opened, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -287,5 +288,72 @@ func TestRestartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 				t.Fatalf("served %v after Provision; want the key space's lifetime, %v", served, lifetime)
 			}
 		})
+	}
+}
+
+// provisionBeforeFirstOpen is a client hook that runs another operator's
+// Provision just before the client's first SET of a shard marker: the
+// race of two operators, one with -new, ordered.
+type provisionBeforeFirstOpen struct {
+	other *Store
+	once  sync.Once
+	err   error
+}
+
+func (h *provisionBeforeFirstOpen) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *provisionBeforeFirstOpen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) == 4 && strings.EqualFold(fmt.Sprint(a[0]), "set") && fmt.Sprint(a[3]) == "NX" {
+			h.once.Do(func() { _, h.err = h.other.Provision(ctx) })
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *provisionBeforeFirstOpen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// ProvisionNew that loses the race to another operator's Provision (which
+// fences the key space for unknown history between ProvisionNew's read
+// and its writes) reports the fence (ErrFenced, its end), never "opened",
+// and writes no statement of its own; the key space stays fenced.
+func TestProvisionNewThatLosesToAFenceReportsIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := newServer(t)
+	other, err := New(srv.client(), Options{Prefix: "race:", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	c := srv.client()
+	hook := &provisionBeforeFirstOpen{other: other}
+	c.AddHook(hook)
+	s, err := New(c, Options{Prefix: "race:", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	n, err := s.ProvisionNew(ctx)
+	if !errors.Is(hook.err, ErrFenced) {
+		t.Fatalf("the other operator's Provision = %v; want ErrFenced (unknown history)", hook.err)
+	}
+	if at, ok := replay.RetryAt(err); !errors.Is(err, ErrFenced) || !ok || at.IsZero() {
+		t.Fatalf("ProvisionNew after the fence = %d, %v; want ErrFenced with its end", n, err)
+	}
+	ks, err := s.readKeySpace(ctx)
+	if err != nil || ks.fenced != Shards {
+		t.Fatalf("key space = %s, %v; want every shard fenced", ks, err)
+	}
+	ledger, err := s.readLedger(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ledger {
+		if strings.Contains(e.Detail, "stated new by the operator") {
+			t.Fatalf("ledger holds %q: the statement of a ProvisionNew that opened nothing", e.Detail)
+		}
 	}
 }
