@@ -19,6 +19,7 @@ var TestedByPages = []string{
 	"docs/exchange.md",
 	"docs/faults.md",
 	"docs/fips.md",
+	"docs/fleet-reference.md",
 	"docs/fleet.md",
 	"docs/idempotency.md",
 	"docs/keyfile.md",
