@@ -771,7 +771,7 @@ func missingMarkerChecksTheServerAtOnce(t *testing.T) {
 	}
 }
 
-// Under the ACL docs/fleet.md documents (no hash commands, no EXISTS, no
+// Under the ACL docs/fleet-reference.md documents (no hash commands, no EXISTS, no
 // CONFIG), on a real redis-server, the store opens and serves, keeping
 // what it saw of the server in memory only; with the hash commands and
 // EXISTS allowed too, it keeps its baselines in <prefix>servers.

@@ -245,7 +245,7 @@ type churnResult struct {
 
 // churnLease is the webhook lease of churnDuring's receivers: longer than
 // the outage of a restarted master (down 1 s, its AOF loaded, and go-redis's
-// pause on new dials after failed ones), as docs/fleet.md asks. A handler
+// pause on new dials after failed ones), as docs/fleet-reference.md asks. A handler
 // that runs while its master is down cannot confirm; with a lease shorter
 // than the outage (2 s, as this was) the sender's retry after the lease is
 // processed again — the documented lease limit, seen once in CI.

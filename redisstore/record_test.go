@@ -1395,7 +1395,7 @@ func TestParseSide(t *testing.T) {
 }
 
 // The implied WAITAOF (durability.go) is documented as covering "every
-// write" (SECURITY.md, docs/fleet.md): once AOF is switched off at run
+// write" (SECURITY.md, docs/fleet-reference.md): once AOF is switched off at run
 // time, the server refuses WAITAOF and the write is refused before the
 // recheck fences. A record's steps (AcquireRecord, ConfirmRecord) must be
 // refused like a Claim; the recheck is held off (RecheckInterval one
@@ -1435,7 +1435,7 @@ func recordStepsWaitForTheImpliedAOFWait(t *testing.T) {
 	})
 }
 
-// Under the ACL docs/fleet.md documents for the fleet's user (with the
+// Under the ACL docs/fleet-reference.md documents for the fleet's user (with the
 // hash commands and EXISTS it recommends), an idempotency record is
 // written and replayed: the confirm script's RENAME and PEXPIREAT run
 // under the same ACL as the script's caller.

@@ -223,7 +223,7 @@ type Options struct {
 	// longest lifetime ([Store.Lifetime]: what its stores claim for, with
 	// headroom; another application's longer record included, even past
 	// this Horizon); a store that has claimed nothing
-	// and read no record fences for the Horizon. docs/fleet.md ("What a fence costs") lists
+	// and read no record fences for the Horizon. docs/fleet-reference.md ("What a fence costs") lists
 	// each cause of a fence and its cost.
 	Horizon time.Duration
 

@@ -41,7 +41,7 @@ import (
 //     last check and the reset are hidden, and nothing proves there were
 //     none. A reset is missed when the server processed more commands
 //     after it than before the last check read it (a young server under
-//     load): see docs/fleet.md;
+//     load): see docs/fleet-reference.md;
 //   - AOF switched off, or appendfsync no longer always, on the same server
 //     (the next start may load the old AOF, or a machine crash lose the
 //     last second, with the fence markers and without the later claims).
