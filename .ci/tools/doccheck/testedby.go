@@ -24,6 +24,7 @@ var TestedByPages = []string{
 	"docs/idempotency.md",
 	"docs/keyfile.md",
 	"docs/keys.md",
+	"docs/mcp-reference.md",
 	"docs/mcp.md",
 	"docs/one-time.md",
 	"docs/operations.md",
