@@ -137,7 +137,7 @@ func (s *Store) keys(id string) (key, legacy []byte) {
 // statements in that transaction, on the caller's goroutine, so first ==
 // true means the claim holds if and only if the transaction commits; a
 // concurrent claim of the same ID waits for that transaction to end
-// (docs/pgstore.md, "Transactional mode"). The Work of a Store on another
+// (docs/pgstore-reference.md, "Transactional mode"). The Work of a Store on another
 // pool, which may be another database, is not used: the claim then runs
 // on this Store's pool, as without a transaction. A transaction of
 // [WithTx] on another database or server fails the claim with an error

@@ -19,7 +19,8 @@ import (
 // Migrate and by every Store; Rearm opens it again behind a fence as long
 // as the longest claim it may have forgotten (here a one-time token's
 // 10-minute TTL plus replay.SkewMargin). A restore from an older backup
-// keeps its marker and is not detected: docs/pgstore.md says what to do.
+// keeps its marker and is not detected: docs/pgstore-reference.md ("A
+// forgotten table refuses") says what to do.
 // Needs a PostgreSQL server (DATABASE_URL), so it is compiled, not run.
 func ExampleRearm() {
 	ctx := context.Background()

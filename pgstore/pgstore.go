@@ -32,7 +32,8 @@
 // again, and an until already past by that clock is refused. A marker row
 // written with the table makes a truncated or emptied table refuse every
 // claim ([ErrForgotten]); a database restored from an older backup keeps
-// its marker and is not detected (docs/pgstore.md says what to do).
+// its marker and is not detected (docs/pgstore-reference.md, "A forgotten
+// table refuses", says what to do).
 // Expired rows are deleted in small batches by a sweeper goroutine of each
 // Store (see [Store.Sweep]); a checker goroutine repeats New's checks of
 // the server every second ([Options.RecheckInterval]).
@@ -45,7 +46,8 @@
 // whose standbys are all asynchronous unless [Options.AllowAsyncStandby]
 // is; with a synchronous standby an acknowledged claim also survives a
 // failover to it.
-// docs/pgstore.md has the table of what survives a crash and a failover.
+// docs/pgstore-reference.md has the table of what survives a crash and a
+// failover ("Durability").
 //
 // The store fails closed: when PostgreSQL is down, slow, read-only, or
 // answers anything unexpected, Claim returns first == false and an error
@@ -357,7 +359,7 @@ var (
 // [replay.SkewMargin]; New then returns a Store that refuses until the
 // fence has passed, and serves after it. Until a check has judged such a
 // server, every claim, lease and record step on it refuses
-// (docs/pgstore.md, "Unknown history").
+// (docs/pgstore-reference.md, "Unknown history").
 //
 // Every session the pool opens should have the settings of the one New
 // checks: set synchronous_commit per role or database (ALTER ROLE ... SET),

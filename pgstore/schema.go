@@ -50,7 +50,7 @@ const maxIdentBytes = 48
 // from which the table accepts claims (here: always), and whose token is
 // the table's history record, here the timeline of the server it is
 // written on (a promoted standby's Store judges by it whether the table's
-// history is known: docs/pgstore.md, "Unknown history"). Every statement of
+// history is known: docs/pgstore-reference.md, "Unknown history"). Every statement of
 // the store checks the marker in the same snapshot as the row it decides
 // on, so a table that was truncated or emptied refuses everything. Run all
 // three in one transaction: a table without its marker is refused as
