@@ -29,6 +29,7 @@ var TestedByPages = []string{
 	"docs/one-time.md",
 	"docs/operations.md",
 	"docs/pagination.md",
+	"docs/pgstore-reference.md",
 	"docs/pgstore.md",
 	"docs/request-state.md",
 	"docs/sqlitestore.md",
