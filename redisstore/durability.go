@@ -192,7 +192,7 @@ func newDurability(client Client, d Durability, timeout time.Duration) (durabili
 // and the probe, not a reason to stop waiting: the wait is turned on (or
 // kept), so every write until the next check is refused by WAITAOF
 // ([ErrNotDurable]), and that check runs at once and fences the key space
-// for the switch (TestAOFProbeFailingAfterAFreshReadKeepsTheWait).
+// for the switch (TestDurability/AOF probe failing after a fresh read).
 func (s *Store) decideLocalAOF(ctx context.Context, masters []doer, obs []observation) {
 	im := s.dur.implied
 	if im == nil || len(masters) == 0 || len(obs) != len(masters) {

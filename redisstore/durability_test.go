@@ -52,6 +52,7 @@ func TestDurability(t *testing.T) {
 		{"resent acquire writes its lease again", resentAcquireWritesItsLeaseAgain},
 		{"WAITAOF, replica stops fsyncing", wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing},
 		{"AOF switched off at run time", aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck},
+		{"AOF probe failing after a fresh read", aOFProbeFailingAfterAFreshReadKeepsTheWait},
 	} {
 		t.Run(tc.name, tc.test)
 	}

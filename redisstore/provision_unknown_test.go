@@ -14,13 +14,31 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// TestUnknownHistory pins a key space whose history is unknown (no marker,
+// no ledger, no evidence either way): Provision fences it for one
+// lifetime, and only the operator's statement (ProvisionNew) opens it.
+func TestUnknownHistory(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"provision fences it", provisionFencesAKeySpaceOfUnknownHistory},
+		{"provision -new opens only its fence", provisionNewOpensAFenceForUnknownHistoryOnly},
+		{"provision -new is recorded", provisionNewRecordsTheOperatorsStatement},
+		{"restart, then the runbook", restartWithoutPersistenceThenProvisionAcceptsNothing},
+		{"provision -new losing to a fence", provisionNewThatLosesToAFenceReportsIt},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // Provision on a key space with no marker and no evidence either way
 // fences every shard for one lifetime (the recorded one, else the
 // Horizon) instead of opening it: it returns 0 and ErrFenced whose
 // RetryAt is the fence's end, records it in the ledger, Status shows when
 // reopening becomes safe, Open refuses until then, and Provision again
 // refuses while it lasts, writing nothing.
-func TestProvisionFencesAKeySpaceOfUnknownHistory(t *testing.T) {
+func provisionFencesAKeySpaceOfUnknownHistory(t *testing.T) {
 	t.Parallel()
 	const horizon = time.Hour
 	tests := []struct {
@@ -89,7 +107,7 @@ func TestProvisionFencesAKeySpaceOfUnknownHistory(t *testing.T) {
 // operator's statement that arrived late: it opens the key space when
 // that fence is its only history, and refuses, writing nothing, when
 // anything else shows a previous life.
-func TestProvisionNewOpensAFenceForUnknownHistoryOnly(t *testing.T) {
+func provisionNewOpensAFenceForUnknownHistoryOnly(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name   string
@@ -156,7 +174,7 @@ func TestProvisionNewOpensAFenceForUnknownHistoryOnly(t *testing.T) {
 // ProvisionNew is the operator's statement that the prefix never held
 // claims: it opens the key space at once, and the ledger and the log say
 // who said so (the statement, not a proof).
-func TestProvisionNewRecordsTheOperatorsStatement(t *testing.T) {
+func provisionNewRecordsTheOperatorsStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := newServer(t)
@@ -186,7 +204,7 @@ func TestProvisionNewRecordsTheOperatorsStatement(t *testing.T) {
 // fresh ID: 0 of the earlier IDs is accepted again, and it serves once one
 // lifetime has passed since Provision. On redis-server and, when
 // installed, valkey-server.
-func TestRestartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
+func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 	t.Parallel()
 	flavors := []struct{ name, bin string }{{"redis", redisBinary(t, "CTOKEN_REDIS_SERVER", "redis-server")}}
 	if bin := valkeyBinary(); bin != "" {
@@ -319,7 +337,7 @@ func (h *provisionBeforeFirstOpen) ProcessPipelineHook(next redis.ProcessPipelin
 // fences the key space for unknown history between ProvisionNew's read
 // and its writes) reports the fence (ErrFenced, its end), never "opened",
 // and writes no statement of its own; the key space stays fenced.
-func TestProvisionNewThatLosesToAFenceReportsIt(t *testing.T) {
+func provisionNewThatLosesToAFenceReportsIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := newServer(t)
