@@ -175,7 +175,17 @@ func isIdent(c byte) bool {
 // Benchmark functions declared in every _test.go file under root (testdata,
 // node_modules and .git skipped), with the file of each.
 func TestFuncs(root string) (map[string]string, error) {
+	funcs, _, err := ReadTests(root)
+	return funcs, err
+}
+
+// ReadTests parses every _test.go file under root once (testdata,
+// node_modules, vendor and .git skipped) and returns its top-level Test,
+// Example, Fuzz and Benchmark functions, each with its file, and the
+// names its tests can give t.Run ([Subtests]).
+func ReadTests(root string) (map[string]string, *Subtests, error) {
 	funcs := map[string]string{}
+	subs := &Subtests{literal: map[string]bool{}}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -209,9 +219,15 @@ func TestFuncs(root string) (map[string]string, error) {
 				}
 			}
 		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				subs.add(lit.Value)
+			}
+			return true
+		})
 		return nil
 	})
-	return funcs, err
+	return funcs, subs, err
 }
 
 // Missing returns the citations that name no function of funcs (for a
@@ -227,12 +243,7 @@ func Missing(cites []Citation, funcs map[string]string) []Citation {
 		}
 		out = append(out, c)
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].File != out[j].File {
-			return out[i].File < out[j].File
-		}
-		return out[i].Line < out[j].Line
-	})
+	sortByPlace(out)
 	return out
 }
 
@@ -277,58 +288,25 @@ func (s *Subtests) Has(sub string) bool {
 	return false
 }
 
-// SubtestNames reads the string literals of every _test.go file under root
-// (testdata, node_modules, vendor and .git skipped) into a [Subtests].
-func SubtestNames(root string) (*Subtests, error) {
-	s := &Subtests{literal: map[string]bool{}}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+// add records the string literal quoted (as written in Go source).
+func (s *Subtests) add(quoted string) {
+	v, err := strconv.Unquote(quoted)
+	if err != nil || v == "" {
+		return
+	}
+	s.literal[v] = true
+	s.literal[strings.ReplaceAll(v, "_", " ")] = true
+	if parts := fmtVerb.Split(v, -1); len(parts) > 1 && len(strings.Join(parts, "")) >= minFormatText {
+		for i, part := range parts {
+			parts[i] = regexp.QuoteMeta(part)
 		}
-		if d.IsDir() {
-			if p != root && (d.Name() == ".git" || d.Name() == "node_modules" || d.Name() == "testdata" || d.Name() == "vendor") {
-				return filepath.SkipDir
-			}
-			return nil
+		if re, err := regexp.Compile("^" + strings.Join(parts, ".+") + "$"); err == nil {
+			s.formats = append(s.formats, re) // not UTF-8: no subtest name
 		}
-		if !strings.HasSuffix(d.Name(), "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), p, src, parser.SkipObjectResolution)
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			lit, ok := n.(*ast.BasicLit)
-			if !ok || lit.Kind != token.STRING {
-				return true
-			}
-			v, err := strconv.Unquote(lit.Value)
-			if err != nil || v == "" {
-				return true
-			}
-			s.literal[v] = true
-			s.literal[strings.ReplaceAll(v, "_", " ")] = true
-			if parts := fmtVerb.Split(v, -1); len(parts) > 1 && len(strings.Join(parts, "")) >= minFormatText {
-				for i, part := range parts {
-					parts[i] = regexp.QuoteMeta(part)
-				}
-				if re, err := regexp.Compile("^" + strings.Join(parts, ".+") + "$"); err == nil {
-					s.formats = append(s.formats, re) // not UTF-8: no subtest name
-				}
-			}
-			if len(v) >= minStart && !strings.ContainsAny(v, "\n") {
-				s.starts = append(s.starts, v)
-			}
-			return true
-		})
-		return nil
-	})
-	return s, err
+	}
+	if len(v) >= minStart && !strings.ContainsAny(v, "\n") {
+		s.starts = append(s.starts, v)
+	}
 }
 
 // MissingSubtests returns the citations whose Sub no test of names can
@@ -340,13 +318,18 @@ func MissingSubtests(cites []Citation, names *Subtests) []Citation {
 			out = append(out, c)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].File != out[j].File {
-			return out[i].File < out[j].File
-		}
-		return out[i].Line < out[j].Line
-	})
+	sortByPlace(out)
 	return out
+}
+
+// sortByPlace sorts citations by file, then line.
+func sortByPlace(cs []Citation) {
+	sort.SliceStable(cs, func(i, j int) bool {
+		if cs[i].File != cs[j].File {
+			return cs[i].File < cs[j].File
+		}
+		return cs[i].Line < cs[j].Line
+	})
 }
 
 func hasPrefixed(funcs map[string]string, prefix string) bool {

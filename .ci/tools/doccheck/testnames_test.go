@@ -51,7 +51,7 @@ func citingMarkdown(t *testing.T) []string {
 // excepted) that no _test.go of the repository declares, at its file and
 // line.
 func TestDocsCiteOnlyExistingTests(t *testing.T) {
-	funcs, err := TestFuncs(root)
+	funcs, subs, err := ReadTests(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +73,6 @@ func TestDocsCiteOnlyExistingTests(t *testing.T) {
 		t.Error(c)
 	}
 	t.Logf("%d citations of %d test functions checked", len(cites), len(funcs))
-	subs, err := SubtestNames(root)
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := 0
 	for _, c := range cites {
 		if c.Sub != "" {
@@ -240,7 +236,7 @@ func TestSubtestNamesReadLiteralsFormatsAndStarts(t *testing.T) {
 	if want := []string{"sub name", "", "", ""}; !reflect.DeepEqual(got, want) {
 		t.Errorf("Citations' Sub = %q, want %q (a whole span's first subtest only)", got, want)
 	}
-	subs, err := SubtestNames(dir)
+	_, subs, err := ReadTests(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
