@@ -57,10 +57,7 @@ var (
 // TestAcquireWork: the one-commit transactional mode
 // (replay.WorkAcquirer): the lease is the Work's own transaction.
 func TestAcquireWork(t *testing.T) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, d Driver)
-	}{
+	runOnEveryDriver(t, []driverCase{
 		{"commit keeps the app row and the record", acquireWorkCommit},
 		{"rollback keeps nothing and frees the ID", acquireWorkRollback},
 		{"a held ID is busy at once for every call", acquireWorkHeldIsBusy},
@@ -74,18 +71,7 @@ func TestAcquireWork(t *testing.T) {
 		{"Rollback after the handler's ROLLBACK", acquireWorkRollbackAfterEscape},
 		{"refusals take nothing", acquireWorkRefusals},
 		{"a refused Commit keeps nothing", acquireWorkCommitRefused},
-	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
-					tc.fn(t, d)
-				})
-			}
-		})
-	}
+	})
 }
 
 func acquireWorkCommit(t *testing.T, d Driver) {

@@ -82,10 +82,7 @@ func insertApp(t *testing.T, tx *sqlitestore.Tx, id string) {
 // it: the handler's writes through TxFrom and the end of the lease
 // commit together, or not at all.
 func TestWork(t *testing.T) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, d Driver)
-	}{
+	runOnEveryDriver(t, []driverCase{
 		{"commit keeps the app row and the done row", workCommit},
 		{"commit with a record keeps it", workCommitRecord},
 		{"rollback keeps neither and the lease stays busy", workRollback},
@@ -99,18 +96,7 @@ func TestWork(t *testing.T) {
 		{"TxFrom without a work is ErrNoTx", txFromPlainContext},
 		{"Tx refuses every statement after the work ends", txAfterEnd},
 		{"concurrent works and claims", workConcurrent},
-	}
-	for _, d := range Drivers() {
-		t.Run(d.Name, func(t *testing.T) {
-			t.Parallel()
-			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
-					tc.fn(t, d)
-				})
-			}
-		})
-	}
+	})
 }
 
 func workCommit(t *testing.T, d Driver) {
@@ -559,5 +545,27 @@ func workConcurrent(t *testing.T, d Driver) {
 		if first, err := s.Claim(ctx, fmt.Sprint("claim-", i), until); first || err != nil {
 			t.Fatalf("second Claim(claim-%d) = %v, %v; want not first", i, first, err)
 		}
+	}
+}
+
+// A driverCase is one case of a table run on every driver.
+type driverCase struct {
+	name string
+	fn   func(t *testing.T, d Driver)
+}
+
+// runOnEveryDriver runs every case on every driver of the test binary, in
+// parallel.
+func runOnEveryDriver(t *testing.T, cases []driverCase) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.fn(t, d)
+				})
+			}
+		})
 	}
 }
