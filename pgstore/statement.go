@@ -41,18 +41,22 @@ func refusedStatement(sql string) error {
 }
 
 // leadingWords returns the first two keywords of sql, lower-cased ASCII
-// letters and underscores, skipping white space, comments (-- to the end
-// of the line, and nested /* */) and opening parentheses before each. A
-// word is empty where sql has none.
+// letters and underscores, skipping what PostgreSQL's lexer skips before
+// a statement's first keyword: white space, comments (-- to the end of
+// the line, which a carriage return ends as a line feed does, and nested
+// /* */), opening parentheses, and semicolons (an empty statement before
+// the one the server runs: the extended protocol refuses a string of
+// several statements, but ";COMMIT" is one). A word is empty where sql
+// has none.
 func leadingWords(sql string) (first, second string) {
 	i := 0
 	next := func() string {
 		for i < len(sql) {
 			switch c := sql[i]; {
-			case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' || c == '(':
+			case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' || c == '(' || c == ';':
 				i++
 			case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-				for i < len(sql) && sql[i] != '\n' {
+				for i < len(sql) && sql[i] != '\n' && sql[i] != '\r' {
 					i++
 				}
 			case c == '/' && i+1 < len(sql) && sql[i+1] == '*':

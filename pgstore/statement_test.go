@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestRefusedStatement: the first keyword decides, after white space,
@@ -54,6 +56,15 @@ func TestRefusedStatement(t *testing.T) {
 		{"set", true},
 		{"/* unterminated", false},
 		{"--", false},
+		// A carriage return ends a -- comment, as PostgreSQL's lexer has it.
+		{"-- x\rCOMMIT", true},
+		{"-- x\r\nrollback", true},
+		{"-- commit\rselect 1", false},
+		// Empty statements before the one the server runs.
+		{";COMMIT", true},
+		{"; ;\n;rollback", true},
+		{";/* x */;set synchronous_commit = off", true},
+		{"select 1;", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.sql, func(t *testing.T) {
@@ -68,26 +79,101 @@ func TestRefusedStatement(t *testing.T) {
 	}
 }
 
+// skippable are the pieces PostgreSQL's lexer skips before a
+// statement's first keyword: FuzzRefusedStatement builds leads of them,
+// and TestRefusedStatementAgreesWithTheServer sends them.
+var skippable = []string{" ", "\t", "\n", "\r", "\f", "(", ";", "-- c\n", "-- c\r", "--\r\n", "/* c */", "/* a /* b */ */", "/**/"}
+
+// lead maps each byte of b to a piece of [skippable].
+func lead(b []byte) string {
+	var sb strings.Builder
+	for _, c := range b {
+		sb.WriteString(skippable[int(c)%len(skippable)])
+	}
+	return sb.String()
+}
+
 // FuzzRefusedStatement: no input panics, and a refused statement stays
-// refused behind any run of white space, comments and parentheses, and
-// in upper case.
+// refused behind any run of what PostgreSQL skips before a keyword (white
+// space, comments ended by a line feed or a carriage return, nested
+// comments, parentheses, empty statements), and in upper case.
 func FuzzRefusedStatement(f *testing.F) {
 	for _, s := range []string{"commit", "select 1", "/* x */ set a = 1", "set local a = 1", "-- \n rollback", "/*/*", "((("} {
-		f.Add(s, "/* c */ ")
+		f.Add(s, []byte{0, 7, 10, 9, 4})
 	}
-	f.Fuzz(func(t *testing.T, sql, lead string) {
+	f.Fuzz(func(t *testing.T, sql string, pieces []byte) {
 		first := refusedStatement(sql)
-		leadingWords(lead + sql)
-		for _, r := range lead {
-			if !strings.ContainsRune(" \t\n(", r) {
-				return
-			}
-		}
-		if again := refusedStatement(lead + sql); (again != nil) != (first != nil) {
-			t.Fatalf("refusedStatement(%q) = %v but with %q before it = %v", sql, first, lead, again)
+		l := lead(pieces)
+		if again := refusedStatement(l + sql); (again != nil) != (first != nil) {
+			t.Fatalf("refusedStatement(%q) = %v but with %q before it = %v", sql, first, l, again)
 		}
 		if up := refusedStatement(strings.ToUpper(sql)); first != nil && up == nil {
 			t.Fatalf("refusedStatement(%q) refused, but not in upper case", sql)
 		}
 	})
+}
+
+// TestRefusedStatementAgreesWithTheServer sends, in a transaction on a
+// real PostgreSQL and with the extended protocol (as a work sends the
+// handler's SQL), every statement that ends or replaces a transaction
+// behind each lead PostgreSQL skips: whatever the filter lets through
+// must leave the session in the same transaction. The server's own lexer
+// is the reference, so a skip the filter does not know of fails here.
+func TestRefusedStatementAgreesWithTheServer(t *testing.T) {
+	s := newTestStore(t)
+	ctx := bg()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	pc := conn.Conn().PgConn()
+	var leads []string
+	for i := range skippable {
+		leads = append(leads, skippable[i])
+		for j := range skippable {
+			leads = append(leads, skippable[i]+skippable[j])
+		}
+	}
+	enders := []string{"COMMIT", "rollback", "end", "abort", "commit and chain", "rollback and chain", "begin", "start transaction", "savepoint a", "prepare transaction 'x'",
+		"select 1", "set local work_mem = '1MB'"}
+	sent, refused := 0, 0
+	for _, l := range leads {
+		for _, e := range enders {
+			sql := l + e
+			if refusedStatement(sql) != nil {
+				if e == "select 1" || e == "set local work_mem = '1MB'" {
+					t.Errorf("%q refused: it ends with the transaction", sql)
+				}
+				refused++
+				continue
+			}
+			sent++
+			if _, err := pc.Exec(ctx, "begin").ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+			var before, after int64
+			if err := conn.QueryRow(ctx, "select txid_current()").Scan(&before); err != nil {
+				t.Fatal(err)
+			}
+			conn.Exec(ctx, sql, pgx.QueryExecModeExec) // an error leaves the transaction aborted: in it still
+			switch pc.TxStatus() {
+			case 'T':
+				if err := conn.QueryRow(ctx, "select txid_current()").Scan(&after); err != nil {
+					t.Fatal(err)
+				}
+				if after != before {
+					t.Errorf("%q passed the filter and replaced the transaction", sql)
+				}
+			case 'E':
+			default:
+				t.Errorf("%q passed the filter and ended the transaction (status %q)", sql, pc.TxStatus())
+			}
+			pc.Exec(ctx, "rollback").ReadAll()
+		}
+	}
+	if refused == 0 || sent == 0 {
+		t.Fatalf("the filter refused %d and let %d through: the test is broken", refused, sent)
+	}
+	t.Logf("%d statements refused by the filter, %d sent: none ended the transaction", refused, sent)
 }

@@ -196,12 +196,61 @@ func (w *work) Commit(ctx context.Context, until time.Time, fingerprint, result 
 // (matching [ErrUnavailable]) means the ROLLBACK statement failed: the
 // connection is then closed, which also ends the transaction without a
 // commit, so the work is discarded either way.
+//
+// A work whose transaction a statement of the handler ended (SQL sent
+// past the Tx's refusals, see [errEscaped]) may have committed writes
+// that no rollback undoes. Rollback judges it as Commit does: the session
+// found idle, a transaction id other than the one BEGIN read, or, in an
+// aborted transaction, the work's id committed. Then it records the key
+// as done without a record for escapedHold (see spend) and returns
+// an error matching [ErrUnavailable] and errEscaped, so that a handler
+// that escaped and then failed is not run again over what it kept.
 func (w *work) Rollback(ctx context.Context) error {
 	w.endOnce.Do(func() {
 		w.stop()
-		w.endErr = w.rollback(ctx)
+		w.endErr = w.rollbackJudged(ctx)
 	})
 	return w.endErr
+}
+
+// escapedHold is how long a key whose work escaped its transaction and
+// then rolled back stays recorded as done without a record: the default
+// idempotency window (24 hours) and a lease's margin. Commit's own
+// escapes use the caller's until instead; Rollback is given none.
+const escapedHold = 25 * time.Hour
+
+// rollbackJudged is Rollback's first call: rollback, after judging
+// whether the handler's SQL had ended the work's transaction.
+func (w *work) rollbackJudged(ctx context.Context) error {
+	if !w.begun {
+		return w.rollback(ctx)
+	}
+	state := w.conn.PgConn().TxStatus()
+	escaped, unknown := state == 'I', false
+	if state == 'T' {
+		// On the caller's goroutine: the rollback below uses the same
+		// connection, which must not still be in use.
+		same, err := callIn(w.s, ctx, true, func(ctx context.Context) (bool, error) {
+			var same bool
+			err := w.conn.QueryRow(ctx, "select txid_current() = $1::bigint", w.xid).Scan(&same)
+			return same, err
+		})
+		escaped, unknown = err == nil && !same, err != nil
+	}
+	err := w.rollback(ctx)
+	if state == 'E' || unknown {
+		// The session cannot tell its own transaction's id: whether
+		// the work's was committed is asked on the pool.
+		committed, cerr := w.committedBefore(ctx)
+		if cerr != nil {
+			return fmt.Errorf("%w: the work is rolled back, but whether a statement of the handler committed its transaction before is unknown: %w", ErrUnavailable, cerr)
+		}
+		escaped = committed
+	}
+	if escaped {
+		return w.spend(ctx, time.Now().Add(escapedHold))
+	}
+	return err
 }
 
 // rollback rolls the transaction back, if it was begun, and returns the

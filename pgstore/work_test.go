@@ -311,6 +311,7 @@ func TestWorkTx(t *testing.T) {
 		{"allows statements that end with it", workTxAllowsStatementsThatEndWithIt},
 		{"commit after an escape is never a success", workCommitAfterAnEscapeIsNeverASuccess},
 		{"escape with the lease lost keeps one charge", workEscapeWithTheLeaseLostKeepsOneCharge},
+		{"rollback after an escape keeps the key", workRollbackAfterAnEscapeKeepsTheKey},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -907,6 +908,95 @@ func workCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// workRollbackAfterAnEscapeKeepsTheKey: a handler whose SQL ended the
+// work's transaction past the Tx's refusals and then failed (a 5xx, a
+// panic: the middleware rolls back and releases the key) must not run
+// again over the writes the escape kept. Rollback reports the escape
+// (ErrUnavailable and errEscaped) and records the key as done without a
+// record, on both ways in: BeginWork after a committed lease, and
+// AcquireWork, whose lease (the ID's lock) the escape already ended. A
+// one-time token claimed before the escape is not accepted again either.
+// A work that did not escape still rolls back with nil.
+func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	ways := []struct {
+		name    string
+		acquire func(t *testing.T, id string) replay.Work
+	}{
+		{"BeginWork", func(t *testing.T, id string) replay.Work { w, _ := acquire(t, s, id, time.Minute); return w }},
+		{"AcquireWork", func(t *testing.T, id string) replay.Work { return acquireWork(t, s, id, []byte("fp-"+id)) }},
+	}
+	escapes := []struct {
+		name, sql  string
+		maxCharges int  // charges the escape may have committed
+		committed  bool // the work's own transaction committed (its token's claim kept)
+	}{
+		{"commit then begin", "commit; begin", 1, true},
+		{"commit", "commit", 1, true},
+		{"rollback then begin", "rollback; begin", 0, false},
+		{"rollback, a write, begin", "rollback; insert into " + table + " values ('%s', 'autocommit'); begin", 1, false},
+		{"commit then a failed statement", "commit; begin; select 1/0", 1, true},
+	}
+	for i, way := range ways {
+		for j, e := range escapes {
+			t.Run(way.name+"/"+e.name, func(t *testing.T) {
+				id := fmt.Sprintf("rollback-escape-%d-%d", i, j)
+				token := "once-" + id
+				w := way.acquire(t, id)
+				ctx := w.Context(bg())
+				if first, err := s.Claim(ctx, token, time.Now().Add(time.Hour)); !first || err != nil {
+					t.Fatalf("Claim = %v, %v", first, err)
+				}
+				if err := charge(ctx, table, id, "before"); err != nil {
+					t.Fatal(err)
+				}
+				sql := e.sql
+				if strings.Contains(sql, "%s") {
+					sql = fmt.Sprintf(sql, id)
+				}
+				sendRaw(t, w, sql)
+				err := w.Rollback(bg())
+				if err == nil || errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, ErrUnavailable) || !errors.Is(err, errEscaped) {
+					t.Fatalf("Rollback = %v, want the escape reported", err)
+				}
+				if got := chargesOf(t, s.pool, table, id); len(got) > e.maxCharges {
+					t.Fatalf("charges = %q, want at most %d", got, e.maxCharges)
+				}
+				r, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp-"+id))
+				if err != nil || r.State != replay.LeaseDone || r.Result != nil {
+					t.Fatalf("retry's AcquireRecord = %+v, %v; want done without a record", r, err)
+				}
+				r, w2, err := s.AcquireWork(bg(), id, time.Minute, []byte("fp-"+id))
+				if w2 != nil {
+					w2.Rollback(bg())
+				}
+				if err != nil || r.State != replay.LeaseDone || w2 != nil {
+					t.Fatalf("retry's AcquireWork = %+v, %v, %v; want done without a Work", r, w2, err)
+				}
+				if e.committed {
+					if first, _ := s.Claim(bg(), token, time.Now().Add(time.Hour)); first {
+						t.Fatal("the token claimed before the escape was accepted again")
+					}
+				}
+			})
+		}
+		t.Run(way.name+"/no escape", func(t *testing.T) {
+			id := fmt.Sprintf("rollback-plain-%d", i)
+			w := way.acquire(t, id)
+			if err := charge(w.Context(bg()), table, id, "discarded"); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Rollback(bg()); err != nil {
+				t.Fatalf("Rollback = %v", err)
+			}
+			if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
+				t.Fatalf("charges = %q after a rollback", got)
+			}
+		})
 	}
 }
 
