@@ -434,7 +434,7 @@ func (s *Store) restartHint(ctx context.Context) string {
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("the server keeps no data across a restart and started %v ago: if this prefix served before, that restart lost it (then `ctoken-store reopen`, not provision)", (time.Duration(up) * time.Second).String())
+	return fmt.Sprintf("the server keeps no data across a restart and started %v ago: if this prefix served before, that restart lost it: `ctoken-store provision` fences it for one lifetime (never `provision -new` or `reopen`, which would accept its lost claims again)", (time.Duration(up) * time.Second).String())
 }
 
 // adminBound bounds an operator's call (Provision, ReprovisionNeverUsed,

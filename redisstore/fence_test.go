@@ -740,7 +740,8 @@ func openAfterAnUnwatchedRestartNamesIt(t *testing.T) {
 	s.Close()
 	srv.restart(syscall.SIGKILL)
 	_, err := Open(ctx, c, opts)
-	if !errors.Is(err, ErrConfig) || Reason(err) != whyNotProvisioned || !strings.Contains(err.Error(), "keeps no data across a restart and started") {
+	if !errors.Is(err, ErrConfig) || Reason(err) != whyNotProvisioned || !strings.Contains(err.Error(), "keeps no data across a restart and started") ||
+		!strings.Contains(err.Error(), "`ctoken-store provision` fences it") || strings.Contains(err.Error(), "then `ctoken-store reopen`") {
 		t.Fatalf("Open after the restart = %v; want ErrConfig naming the restart", err)
 	}
 }
