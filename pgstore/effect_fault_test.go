@@ -343,14 +343,33 @@ func (p *cutProxy) serve(c net.Conn) {
 	pipe(c, srv)
 }
 
-// TestEffectsOnceThroughANetworkCut: the app reaches PostgreSQL through a
+// TestEffectsOnce pins the one-commit transactional design through faults,
+// one subtest each: every key's effect, idempotency key or webhook
+// delivery, is committed exactly once when its client saw success, at most
+// once otherwise.
+func TestEffectsOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"network cut", effectsOnceThroughANetworkCut},
+		{"failed first runs", effectsOnceThroughFailedFirstRuns},
+		{"standby promotion", effectsOnceThroughAStandbyPromotion},
+		{"server kill", effectsOnceThroughAServerKill},
+		{"app kills", effectsOnceThroughAppKills},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// effectsOnceThroughANetworkCut: the app reaches PostgreSQL through a
 // proxy whose link is cut for 3 s mid-load, longer than the 2 s lease, so
 // works are cut before, during and after their handler and their COMMIT
 // (sessions idle in their transaction past the lease are ended by the
 // server, replies to a COMMIT are held past the client's patience); the
 // clients retry until they see success. Every key, idempotency key or
 // webhook delivery, has exactly one committed effect.
-func TestEffectsOnceThroughANetworkCut(t *testing.T) {
+func effectsOnceThroughANetworkCut(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
 	proxy := newCutProxy(t, "127.0.0.1:"+p.port)
@@ -403,7 +422,7 @@ func effectsOnceAroundAFault(t *testing.T, s *Store, admin *pgxpool.Pool, what s
 	effectsOncePerKey(t, admin, app.table, keys, seen)
 }
 
-// TestEffectsOnceThroughFailedFirstRuns: the first run of every key's
+// effectsOnceThroughFailedFirstRuns: the first run of every key's
 // handler, after its effect, is ended inside the work — by a timeout of
 // the server (a statement_timeout cancelling its slow statement, which the
 // handler ignores before answering 201; the work's session idle in its
@@ -415,7 +434,7 @@ func effectsOnceAroundAFault(t *testing.T, s *Store, admin *pgxpool.Pool, what s
 // nothing of that run is kept but a lost reply's commit, and the retries
 // (a charge's client, a Standard Webhooks sender) end with each key's
 // effect committed exactly once.
-func TestEffectsOnceThroughFailedFirstRuns(t *testing.T) {
+func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 	const lease = time.Second
 	p := needServer(t)
 	admin := p.pool(t)
@@ -684,13 +703,13 @@ func (d *commitReplyDropper) serve(c net.Conn) {
 	}
 }
 
-// TestEffectsOnceThroughAStandbyPromotion: the app runs on a primary with
+// effectsOnceThroughAStandbyPromotion: the app runs on a primary with
 // a synchronous standby; the primary is SIGKILLed mid-load, the standby
 // promoted, and the app restarted on it (same table, same prefix) while
 // the clients retry. Counted on the promoted standby: every key whose
 // client saw success before the kill or after has exactly one committed
 // effect — none acknowledged by the primary was lost, none ran twice.
-func TestEffectsOnceThroughAStandbyPromotion(t *testing.T) {
+func effectsOnceThroughAStandbyPromotion(t *testing.T) {
 	t.Parallel() // servers of its own
 	primary, standby := syncPair(t)
 	prefix := uniquePrefix()
@@ -739,13 +758,13 @@ func TestEffectsOnceThroughAStandbyPromotion(t *testing.T) {
 	effectsOncePerKey(t, spool, app.table, keys, r.seen)
 }
 
-// TestEffectsOnceThroughAServerKill: PostgreSQL is SIGKILLed mid-load
+// effectsOnceThroughAServerKill: PostgreSQL is SIGKILLed mid-load
 // (every process of it, as a crash hits them) and restarted on its data
 // directory, which runs crash recovery; works are cut before, during and
 // after their handler and their COMMIT, and the clients retry until they
 // see success. Every key, idempotency key or webhook delivery, has
 // exactly one committed effect.
-func TestEffectsOnceThroughAServerKill(t *testing.T) {
+func effectsOnceThroughAServerKill(t *testing.T) {
 	t.Parallel() // a server of its own
 	p := ownServer(t, "-c", "recovery_init_sync_method=syncfs")
 	admin := p.pool(t)
@@ -758,7 +777,7 @@ func TestEffectsOnceThroughAServerKill(t *testing.T) {
 }
 
 // effectAppChild is the environment variable that makes the test binary
-// the app process of TestEffectsOnceThroughAppKills: its value is
+// the app process of TestEffectsOnce/app kills: its value is
 // "<database URL> <prefix> <effect table> <idempotency key>".
 const effectAppChild = "CTOKEN_PGSTORE_EFFECT_APP"
 
@@ -814,14 +833,14 @@ func runEffectAppChild(spec string) {
 	log.Fatal(http.Serve(ln, app.handler(childTB{}, s, 2*time.Second)))
 }
 
-// TestEffectsOnceThroughAppKills: the app is a process of its own (the
+// effectsOnceThroughAppKills: the app is a process of its own (the
 // test binary re-run), SIGKILLed at random points of the load — 100 to
 // 400 ms after it starts serving, eight times — and started again on the
 // same table and prefix, while the clients (a charge's, a Standard
 // Webhooks sender) retry at whichever process serves. A kill lands before
 // a work, inside its handler, during its COMMIT or between the COMMIT and
 // the response. Every key has exactly one committed effect.
-func TestEffectsOnceThroughAppKills(t *testing.T) {
+func effectsOnceThroughAppKills(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
 	prefix := uniquePrefix()

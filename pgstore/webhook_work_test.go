@@ -104,14 +104,32 @@ func insertRun(t testing.TB, table string) http.Handler {
 	})
 }
 
-// TestWebhookWorkCommitsOncePerFirstDelivery counts the transactions
+// TestWebhookWork pins webhook deliveries whose lease is the work's
+// transaction: one durable commit per first delivery, agreement with
+// instances that take committed leases, single-use tokens redeemed in the
+// work's commit, and a copy refused busy while the work runs.
+func TestWebhookWork(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"commits once per first delivery", webhookWorkCommitsOncePerFirstDelivery},
+		{"agrees with lease instances", webhookWorkAndLeaseInstancesAgree},
+		{"redeems tokens in its commit", webhookWorkRedeemsSingleUseTokensInItsCommit},
+		{"copy while it runs refused busy", webhookWorkCopyWhileItRunsIsRefusedBusy},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// webhookWorkCommitsOncePerFirstDelivery counts the transactions
 // given an id on the server while first deliveries run through the
 // transactional middleware: exactly one durable commit per delivery (the work, with its
 // record), against two for the same handler and Lease.Begin on a
 // Verifier without Transactional (the lease, then the work) — the
 // control that shows the count sees a committed lease. Duplicates
 // afterwards run no handler and write nothing.
-func TestWebhookWorkCommitsOncePerFirstDelivery(t *testing.T) {
+func webhookWorkCommitsOncePerFirstDelivery(t *testing.T) {
 	const n = 20
 	p := needServer(t)
 	pool := p.pool(t)
@@ -186,12 +204,12 @@ func TestWebhookWorkCommitsOncePerFirstDelivery(t *testing.T) {
 	})
 }
 
-// TestWebhookWorkAndLeaseInstancesAgree: two instances on one table, one
+// webhookWorkAndLeaseInstancesAgree: two instances on one table, one
 // transactional (its lease is the work's transaction, nothing committed)
 // and one not (a committed lease): while either holds a delivery the
 // other refuses a copy in progress; once it is confirmed the other finds
 // it processed; once it is released the other takes it.
-func TestWebhookWorkAndLeaseInstancesAgree(t *testing.T) {
+func webhookWorkAndLeaseInstancesAgree(t *testing.T) {
 	p := needServer(t)
 	stores := fleetStores(t, p, 10*time.Second)
 	work := whVerifier(t, stores[0], time.Minute, true)
@@ -249,13 +267,13 @@ func TestWebhookWorkAndLeaseInstancesAgree(t *testing.T) {
 	}
 }
 
-// TestWebhookWorkRedeemsSingleUseTokensInItsCommit: a one-time token
+// webhookWorkRedeemsSingleUseTokensInItsCommit: a one-time token
 // redeemed by the handler inside the delivery's work (its context carries
 // the transaction) is consumed by the work's one commit: a delivery costs
 // one transaction with an id, redeem included; a handler that answers a
 // retry status leaves the token redeemable and keeps nothing; a second
 // delivery carrying a redeemed token is refused by the redeem.
-func TestWebhookWorkRedeemsSingleUseTokensInItsCommit(t *testing.T) {
+func webhookWorkRedeemsSingleUseTokensInItsCommit(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	s := storeOn(t, pool, func(o *Options) { o.SweepInterval = -1 })
@@ -337,12 +355,12 @@ func TestWebhookWorkRedeemsSingleUseTokensInItsCommit(t *testing.T) {
 	}
 }
 
-// TestWebhookWorkCopyWhileItRunsIsRefusedBusy: while a delivery's handler
+// webhookWorkCopyWhileItRunsIsRefusedBusy: while a delivery's handler
 // runs in its work (the lease is the work's transaction), a copy sent to
 // the same transactional instance, to another one, or to an instance
 // without Transactional is answered 503 with Retry-After: 1 and runs no
 // handler; once the work committed, each answers a copy 200.
-func TestWebhookWorkCopyWhileItRunsIsRefusedBusy(t *testing.T) {
+func webhookWorkCopyWhileItRunsIsRefusedBusy(t *testing.T) {
 	p := needServer(t)
 	stores := fleetStores(t, p, 10*time.Second)
 	table := runsTable(t, stores[0].pool)
