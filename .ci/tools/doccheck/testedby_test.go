@@ -28,6 +28,33 @@ func TestUserPagesNameTestsOnlyInTestedByLists(t *testing.T) {
 	}
 }
 
+// TestEveryUserPageIsATestedByPage fails on a page under docs/ (other
+// than the contributors' docs/contributing/) that is not on
+// [TestedByPages]: a new page is held to the rule from its first commit,
+// not exempt until someone adds it to the list.
+func TestEveryUserPageIsATestedByPage(t *testing.T) {
+	listed := map[string]bool{}
+	for _, f := range TestedByPages {
+		listed[f] = true
+	}
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pages) == 0 {
+		t.Fatal("no docs/*.md found: the test is broken")
+	}
+	for _, p := range pages {
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rel = filepath.ToSlash(rel); !listed[rel] {
+			t.Errorf("%s is a user page but not on TestedByPages (.ci/tools/doccheck/testedby.go): add it", rel)
+		}
+	}
+}
+
 // TestInlineRefusesNamesOutsideTestedByLists pins what counts as a
 // "Tested by" list and what is prose.
 func TestInlineRefusesNamesOutsideTestedByLists(t *testing.T) {

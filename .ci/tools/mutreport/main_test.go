@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"tools/internal/reporoot"
 )
 
 // fixture writes a repository with one source file (pkg/a.go), a gremlins
@@ -139,5 +141,43 @@ func TestRunRefusesBadArguments(t *testing.T) {
 				t.Fatal("accepted")
 			}
 		})
+	}
+}
+
+// TestEverySurvivorRowMatchesItsLine reads the repository's survivors
+// file and fails on a row whose source line is no longer in its file: a
+// row matches by line text, so one whose line changed proves nothing and
+// would hide nothing, and only misleads a reader (re-prove the mutant on
+// the new line, or delete the row).
+func TestEverySurvivorRowMatchesItsLine(t *testing.T) {
+	root, err := reporoot.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := readSurvivors(filepath.Join(root, "docs", "contributing", "mutation-survivors.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) < 10 {
+		t.Fatalf("%d survivor rows read: the table's format changed", len(rows))
+	}
+	lines := map[string]map[string]bool{}
+	for _, r := range rows {
+		if lines[r.file] == nil {
+			b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(r.file)))
+			if err != nil {
+				t.Errorf("%s: %v", r.file, err)
+				lines[r.file] = map[string]bool{}
+				continue
+			}
+			m := map[string]bool{}
+			for _, l := range strings.Split(string(b), "\n") {
+				m[strings.TrimSpace(l)] = true
+			}
+			lines[r.file] = m
+		}
+		if !lines[r.file][r.code] {
+			t.Errorf("%s %s: the line `%s` is no longer in the file", r.file, r.mutator, r.code)
+		}
 	}
 }
