@@ -50,7 +50,21 @@ func TestSettingsCheck(t *testing.T) {
 	}
 }
 
-func TestQuoteTable(t *testing.T) {
+// TestTableName pins the table name: a lower-case identifier, quoted, or
+// refused with ErrConfig, and the one Schema writes into its SQL.
+func TestTableName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"quoted or refused", quoteTableCases},
+		{"Schema names the table", schemaNamesTheTable},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func quoteTableCases(t *testing.T) {
 	for _, ok := range []string{"", "ctoken_replay", "_t", "a1"} {
 		if _, err := quoteTable(ok); err != nil {
 			t.Errorf("quoteTable(%q) = %v; want accepted", ok, err)
@@ -152,7 +166,7 @@ func FuzzReadSidecar(f *testing.F) {
 	})
 }
 
-func TestSchemaNamesTheTable(t *testing.T) {
+func schemaNamesTheTable(t *testing.T) {
 	sql, err := Schema("my_table")
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +181,21 @@ func TestSchemaNamesTheTable(t *testing.T) {
 	}
 }
 
-func TestZeroStoreRefuses(t *testing.T) {
+// TestNew pins the refusals that need no database: New and Migrate on a
+// nil *sql.DB, and the calls of a Store not built with New.
+func TestNew(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"refuses nil DB", newRefusesNilDB},
+		{"zero Store refuses", zeroStoreRefuses},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func zeroStoreRefuses(t *testing.T) {
 	var s Store
 	if _, err := s.Claim(t.Context(), "a", time.Now().Add(time.Minute)); !errors.Is(err, ErrConfig) {
 		t.Fatalf("Claim on a zero Store = %v; want ErrConfig", err)
@@ -181,7 +209,7 @@ func TestZeroStoreRefuses(t *testing.T) {
 	s.Close() // no panic
 }
 
-func TestNewRefusesNilDB(t *testing.T) {
+func newRefusesNilDB(t *testing.T) {
 	if _, err := New(t.Context(), nil, Options{}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("New(nil) = %v; want ErrConfig", err)
 	}

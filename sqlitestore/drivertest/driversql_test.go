@@ -27,13 +27,30 @@ func readPragmas(t *testing.T, c *sql.Conn) (journal string, sync, busy int) {
 	return journal, sync, busy
 }
 
-// TestDSNSetsEveryConnection: the driver's DSN applies each pragma to
+// TestDriver pins what the store needs of the test binary's driver: its
+// DSN setting every connection of the pool, the SQL the store runs, and
+// Schema's SQL run by a team's own migration.
+func TestDriver(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"safe settings on every connection", driversSetEveryConnection},
+		{"DSN sets every connection", dsnSetsEveryConnection},
+		{"SQL the store needs", driverSQL},
+		{"Schema runs through ExecContext", schemaRunsThroughExecContext},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// dsnSetsEveryConnection: the driver's DSN applies each pragma to
 // every connection the pool opens, not to the first one only. The values
 // differ from every default (SQLite's synchronous FULL and journal_mode
 // DELETE, mattn's busy_timeout 5000) and, but for WAL, none is kept in
 // the file, so only a DSN read on each connection can produce them. The
 // weak settings are the ones the refusal tests open with.
-func TestDSNSetsEveryConnection(t *testing.T) {
+func dsnSetsEveryConnection(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			for _, tc := range []struct {
@@ -72,12 +89,12 @@ func TestDSNSetsEveryConnection(t *testing.T) {
 	}
 }
 
-// TestDriverSQL: what the store's SQL needs of the driver and of the
+// driverSQL: what the store's SQL needs of the driver and of the
 // SQLite it carries: RETURNING (SQLite 3.35), BEGIN IMMEDIATE run with
 // ExecContext on a *sql.Conn taking the write lock until COMMIT or
 // ROLLBACK run the same way, and database/sql's BeginTx refused on a
 // connection inside such a transaction.
-func TestDriverSQL(t *testing.T) {
+func driverSQL(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -168,13 +185,13 @@ func TestDriverSQL(t *testing.T) {
 	}
 }
 
-// TestSchemaRunsThroughExecContext: Schema's SQL, several statements in
+// schemaRunsThroughExecContext: Schema's SQL, several statements in
 // one string and no arguments, run by a team's own migration with one
 // ExecContext inside BEGIN IMMEDIATE … COMMIT, creates the table, its
 // index and the marker row on every driver (each runs every statement of
 // an argument-less string; with arguments they differ, so the store
 // itself sends one statement a call).
-func TestSchemaRunsThroughExecContext(t *testing.T) {
+func schemaRunsThroughExecContext(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			ctx := context.Background()

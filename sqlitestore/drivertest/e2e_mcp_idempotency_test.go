@@ -55,7 +55,7 @@ func (l *loseFirstToolsCall) RoundTrip(r *http.Request) (*http.Response, error) 
 	return resp, err
 }
 
-func TestMCPIdempotentToolOnSQLite(t *testing.T) {
+func mcpIdempotentToolOnSQLite(t *testing.T) {
 	for _, d := range Drivers() {
 		for _, transactional := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/transactional %v", d.Name, transactional), func(t *testing.T) {

@@ -156,7 +156,23 @@ func deploys(t *testing.T, db *sql.DB) int {
 	return n
 }
 
-// TestMCPSingleUseStateAcrossARestart: go-sdk's client runs the two
+// TestMCP pins MCP servers on the SQLite store end to end, driven by
+// go-sdk's client: an idempotent tool whose response is lost, and the
+// deploy tool's request state across a restart of the server.
+func TestMCP(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"idempotent tool", mcpIdempotentToolOnSQLite},
+		{"single-use state across a restart", mcpSingleUseStateAcrossARestart},
+		{"retry of a lost round across a restart", mcpRetryOfALostRoundAcrossARestart},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// mcpSingleUseStateAcrossARestart: go-sdk's client runs the two
 // rounds of the deploy tool (one deploy), the server restarts on the
 // same file with the same keys, and the client sends the used state
 // again. On the SQLite store it is refused as already used (-32602,
@@ -164,7 +180,7 @@ func deploys(t *testing.T, db *sql.DB) int {
 // nothing is deployed again; on a MemoryStore (the
 // contrast, the issue's finding) the restarted server has forgotten it
 // and deploys a second time.
-func TestMCPSingleUseStateAcrossARestart(t *testing.T) {
+func mcpSingleUseStateAcrossARestart(t *testing.T) {
 	tests := []struct {
 		name, store string
 		refused     bool
@@ -241,7 +257,7 @@ func resultOf(t *testing.T, body []byte) string {
 	return string(r.Result)
 }
 
-// TestMCPRetryOfALostRoundAcrossARestart: the continuation of issue 54 on
+// mcpRetryOfALostRoundAcrossARestart: the continuation of issue 54 on
 // the SQLite store. go-sdk's client runs round one of the deploy tool;
 // round two deploys (one row) but its response is lost (502 after the
 // server wrote it); the server restarts on the same file with the same
@@ -250,7 +266,7 @@ func resultOf(t *testing.T, body []byte) string {
 // A changed argument and a tampered state are
 // refused as invalid (1023), and a retry without AnswerRetries is already
 // used (1026).
-func TestMCPRetryOfALostRoundAcrossARestart(t *testing.T) {
+func mcpRetryOfALostRoundAcrossARestart(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()

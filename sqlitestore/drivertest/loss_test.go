@@ -66,14 +66,32 @@ func idList(prefix string, n int) []string {
 	return out
 }
 
-// TestOlderCopyRestoredWhileStopped: the database file replaced by an
+// TestLoss pins what the store does when its database file is lost,
+// replaced by an older copy or cannot be written: while no store runs,
+// after a crash, and while one runs.
+func TestLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"older copy restored while stopped", olderCopyRestoredWhileStopped},
+		{"older copy restored after a crash", olderCopyRestoredAfterACrash},
+		{"deleted while stopped", deletedWhileStopped},
+		{"lost while running", lostWhileRunning},
+		{"read-only file", readOnlyFile},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// olderCopyRestoredWhileStopped: the database file replaced by an
 // older copy while no store runs makes Migrate and New refuse with
 // ErrForgotten, so no ID claimed after the copy is accepted again. After
 // the operator's Rearm with a fence, claims are refused until the fence
 // has passed (the refusal says when, replay.RetryAt); then the IDs the
 // copy holds are still claimed, and those it lost are accepted: the
 // operator chose that when re-arming.
-func TestOlderCopyRestoredWhileStopped(t *testing.T) {
+func olderCopyRestoredWhileStopped(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
@@ -159,12 +177,12 @@ func TestOlderCopyRestoredWhileStopped(t *testing.T) {
 	}
 }
 
-// TestOlderCopyRestoredAfterACrash: the sequence advances once per
+// olderCopyRestoredAfterACrash: the sequence advances once per
 // recheck (in the first durable commit after it), not in every commit; a
 // copy taken before claims that spanned a few rechecks, restored after the
 // process died without Close (the sidecar holds what the last check
 // recorded), still makes New refuse with ErrForgotten.
-func TestOlderCopyRestoredAfterACrash(t *testing.T) {
+func olderCopyRestoredAfterACrash(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
@@ -205,11 +223,11 @@ func TestOlderCopyRestoredAfterACrash(t *testing.T) {
 	}
 }
 
-// TestDeletedWhileStopped: the database file deleted (with its WAL and
+// deletedWhileStopped: the database file deleted (with its WAL and
 // shared memory, the sidecar kept) while no store runs makes Migrate and
 // New refuse with ErrForgotten: a new empty file is not taken for the
 // store's database.
-func TestDeletedWhileStopped(t *testing.T) {
+func deletedWhileStopped(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
@@ -278,14 +296,14 @@ func everyCallRefuses(t *testing.T, s *sqlitestore.Store, id string, want error)
 	}
 }
 
-// TestLostWhileRunning: the database file deleted, or replaced by an
+// lostWhileRunning: the database file deleted, or replaced by an
 // older copy, while a store runs on it: no ID claimed before is accepted
 // again, and within two RecheckIntervals and a margin every call refuses
 // with ErrForgotten (which also matches ErrUnavailable, as its
 // documentation states). Both with a pool that keeps its connections
 // (they still reach the old file) and one that opens a new connection
 // for every call (which reaches the new file).
-func TestLostWhileRunning(t *testing.T) {
+func lostWhileRunning(t *testing.T) {
 	ways := []struct {
 		name string
 		lose func(t *testing.T, path, copy string)
@@ -356,10 +374,10 @@ func TestLostWhileRunning(t *testing.T) {
 	}
 }
 
-// TestReadOnlyFile: a database New cannot write is refused by New (an
+// readOnlyFile: a database New cannot write is refused by New (an
 // error, never a store), and a store whose file becomes read-only while
 // it runs refuses every claim with ErrUnavailable, never first.
-func TestReadOnlyFile(t *testing.T) {
+func readOnlyFile(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()

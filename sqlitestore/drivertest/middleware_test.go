@@ -272,9 +272,25 @@ var middlewareModes = []struct {
 	tx   bool
 }{{"plain", false}, {"transactional", true}}
 
-// TestMiddlewaresOnSQLite runs both middlewares on the store, in both
+// TestMiddlewares pins the idempotency middleware and the webhook
+// verifier on the store: both modes, TxFrom in the plain mode, and the
+// commits of a request in the transactional mode.
+func TestMiddlewares(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"both modes", middlewaresOnSQLite},
+		{"TxFrom in plain mode is ErrNoTx", txFromInPlainModeIsErrNoTx},
+		{"transactional request commits once", transactionalRequestCommitsOnce},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// middlewaresOnSQLite runs both middlewares on the store, in both
 // modes, on the test binary's driver.
-func TestMiddlewaresOnSQLite(t *testing.T) {
+func middlewaresOnSQLite(t *testing.T) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, d Driver, f front, tx bool)
@@ -454,11 +470,11 @@ func oneTimeTokenInHandler(t *testing.T, d Driver, f front, tx bool) {
 	}
 }
 
-// TestTxFromInPlainModeIsErrNoTx: a handler behind a middleware in the
+// txFromInPlainModeIsErrNoTx: a handler behind a middleware in the
 // plain mode finds no transaction (ErrNoTx), rather than a connection of
 // its own, so a handler written for the transactional mode does not
 // silently write outside it.
-func TestTxFromInPlainModeIsErrNoTx(t *testing.T) {
+func txFromInPlainModeIsErrNoTx(t *testing.T) {
 	for _, d := range Drivers() {
 		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()

@@ -19,11 +19,11 @@ var shadowStatements = []string{
 	`INSERT INTO temp.` + sqlitestore.DefaultTable + ` SELECT * FROM main.` + sqlitestore.DefaultTable,
 }
 
-// TestTempTableDoesNotShadowTheStore: a temporary table of the store's
+// TestTempTableShadow: a temporary table of the store's
 // name, made by a handler in its Work or on a WithTx transaction's
 // connection, never receives the store's rows: a claim accepted after it
 // is in the file, where every other Store sees it.
-func TestTempTableDoesNotShadowTheStore(t *testing.T) {
+func TestTempTableShadow(t *testing.T) {
 	tests := []struct {
 		name  string
 		claim func(t *testing.T, s *sqlitestore.Store, db *sql.DB, id string) bool
