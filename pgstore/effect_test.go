@@ -217,8 +217,50 @@ func TestTransactional(t *testing.T) {
 		{"failed statement releases the key", transactionalFailedStatementReleasesTheKey},
 		{"plain instances agree while it runs", transactionalAndPlainInstancesAgreeWhileTheFirstRuns},
 		{"single use consumed only on commit", singleUseTokensConsumedOnlyIfTheirWorkCommits},
+		{"one durable commit per first request", transactionalFirstRequestCommitsOnce},
 	} {
 		t.Run(tc.name, tc.test)
+	}
+}
+
+// transactionalFirstRequestCommitsOnce counts the transactions committed
+// on the server while first requests run through the transactional
+// middleware: exactly one per request (the lease is the work's own
+// transaction: its locks, the handler's charge, the fence and the record
+// commit together), and none for the retries answered from the record.
+func transactionalFirstRequestCommitsOnce(t *testing.T) {
+	const n = 20
+	p := ownServer(t) // a server of its own: the count reads every commit on it
+	pool := p.pool(t)
+	s := storeOn(t, pool, func(o *Options) { o.SweepInterval = -1 })
+	h := &chargeHandler{table: newChargeTable(t, pool)}
+	url := serve(t, txMiddleware(t, s, time.Minute).Wrap(h))
+	client := &http.Client{Timeout: 10 * time.Second}
+	count := commitCounter(t, pool)
+	for i := range n {
+		if status, body, err := postCharge(client, url, fmt.Sprintf("first-%d", i)); err != nil || status != http.StatusCreated {
+			t.Fatalf("request %d: %d %q %v; want 201", i, status, body, err)
+		}
+	}
+	if got := count(); got != n {
+		t.Fatalf("%d durable commits for %d first requests, want %d", got, n, n)
+	}
+	count = commitCounter(t, pool)
+	for i := range n {
+		if status, body, err := postCharge(client, url, fmt.Sprintf("first-%d", i)); err != nil || status != http.StatusCreated {
+			t.Fatalf("retry %d: %d %q %v; want the recorded 201", i, status, body, err)
+		}
+	}
+	if got := count(); got != 0 {
+		t.Fatalf("%d durable commits for %d retries answered from the record, want 0", got, n)
+	}
+	if runs := h.runs.Load(); runs != n {
+		t.Fatalf("the handler ran %d times for %d keys", runs, n)
+	}
+	for k, bodies := range charges(t, pool, h.table) {
+		if len(bodies) != 1 {
+			t.Fatalf("%s: %d charges, want 1", k, len(bodies))
+		}
 	}
 }
 
