@@ -815,6 +815,13 @@ func sendRaw(t *testing.T, w replay.Work, sql string) {
 	}
 }
 
+// escapeCase is SQL sent past the Tx's refusals and how many charges it
+// may have committed.
+type escapeCase struct {
+	sql        string
+	maxCharges int
+}
+
 // workCommitAfterAnEscapeIsNeverASuccess: SQL that ended the work's
 // transaction past the Tx's refusals (sent on its connection directly)
 // is caught by the fence's transaction id, or by the session found idle:
@@ -826,10 +833,7 @@ func sendRaw(t *testing.T, w replay.Work, sql string) {
 func workCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
-	tests := []struct {
-		sql        string
-		maxCharges int // charges the escape may have committed
-	}{
+	tests := []escapeCase{
 		{"commit; begin", 1},
 		{"rollback; begin", 0},
 		{"commit and chain", 1},
@@ -839,6 +843,21 @@ func workCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
 		{"commit; begin; select 1/0", 1},
 		{"rollback; begin; select 1/0", 0},
 	}
+	ways := []struct {
+		name    string
+		acquire func(t *testing.T, s *Store, id string) replay.Work
+	}{
+		{"BeginWork", func(t *testing.T, s *Store, id string) replay.Work { w, _ := acquire(t, s, id, time.Minute); return w }},
+		{"AcquireWork", func(t *testing.T, s *Store, id string) replay.Work { return acquireWork(t, s, id, []byte("fp-"+id)) }},
+	}
+	for k, way := range ways {
+		t.Run(way.name, func(t *testing.T) { commitAfterAnEscape(t, s, table, k, tests, way.acquire) })
+	}
+}
+
+// commitAfterAnEscape runs workCommitAfterAnEscapeIsNeverASuccess's
+// escapes on one way of beginning the work (its k-th).
+func commitAfterAnEscape(t *testing.T, s *Store, table string, k int, tests []escapeCase, acquireOne func(t *testing.T, s *Store, id string) replay.Work) {
 	for i, tt := range tests {
 		for j, prepare := range []struct {
 			name string
@@ -852,9 +871,9 @@ func workCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
 		} {
 			t.Run(tt.sql+prepare.name, func(t *testing.T) {
 				s := storeOn(t, s.pool)
-				id := fmt.Sprintf("escape-%d-%d", i, j)
-				token := fmt.Sprintf("once-%d-%d", i, j)
-				w, _ := acquire(t, s, id, time.Minute)
+				id := fmt.Sprintf("escape-%d-%d-%d", k, i, j)
+				token := fmt.Sprintf("once-%d-%d-%d", k, i, j)
+				w := acquireOne(t, s, id)
 				ctx := w.Context(bg())
 				if first, err := s.Claim(ctx, token, time.Now().Add(time.Hour)); !first || err != nil {
 					t.Fatalf("Claim = %v, %v", first, err)
