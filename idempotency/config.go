@@ -230,9 +230,9 @@ type Config struct {
 	// only once the commit succeeded; a commit whose lease was lost, or
 	// whose outcome is unknown, is answered 503 instead. New refuses it
 	// with a Store that is not a [replay.Transactor]. With a Store that is
-	// also a [replay.WorkAcquirer] (pgstore), the lease is taken inside
-	// that transaction ([replay.WorkAcquirer.AcquireWork]): one durable
-	// commit per first request. See the package documentation.
+	// also a [replay.WorkAcquirer] (pgstore, sqlitestore), the lease is
+	// taken inside that transaction ([replay.WorkAcquirer.AcquireWork]):
+	// one durable commit per first request. See the package documentation.
 	Transactional bool
 }
 

@@ -8,9 +8,9 @@ import (
 	"github.com/ctoken/ctoken/observe"
 )
 
-// An observer counts refusals by reason; the reason prints as its stable
-// text through its String method (fmt's %s and %v, slog), never as the
-// number it is stored as.
+// An observer counts refusals by reason; a reason is its stable text
+// (RefusalReason is a string type), which fmt's %s and %v, slog and
+// string(r) all print.
 func ExampleRefusalReason() {
 	refusals := map[observe.RefusalReason]int{}
 	// A fixed test key, for a reproducible example; in production the

@@ -21,8 +21,12 @@ import (
 // script or by the checks ([Store.fenceAll]) lasts exactly that long. So
 // every claim accepted before a loss has expired when its fence ends: the
 // fence costs the key space's longest lifetime, not one Horizon. A store
-// that has claimed nothing yet, and knows no record, bounds and fences
-// with its Horizon, the upper bound.
+// that has claimed nothing yet, and knows no record, fences with its
+// Horizon (the checks' fence, [Store.fenceAll]); its first step records
+// that step's lifetime before it is sent, so a fence the step's script
+// raises lasts that lifetime. The Horizon bounds the lifetimes the store
+// records for its own steps; a longer record of another application is
+// learned whole (see learnLifetime).
 //
 // Stores of other applications on the key space learn the record at each
 // server check (RecheckInterval) and fence for the longest lifetime any of

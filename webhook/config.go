@@ -156,8 +156,8 @@ type Config struct {
 	// once per delivery, even when the handler outlives its lease or the
 	// process dies before the commit. The handler's response is held until
 	// then and sent only once the commit succeeded; see [Verifier.Middleware].
-	// With a Replay store that is also a [replay.WorkAcquirer] (pgstore),
-	// the delivery's lease is taken inside that transaction
+	// With a Replay store that is also a [replay.WorkAcquirer] (pgstore,
+	// sqlitestore), the delivery's lease is taken inside that transaction
 	// ([replay.WorkAcquirer.AcquireWork]): [Verifier.Acquire] opens the
 	// work, and a first delivery costs one durable commit (the work's,
 	// with the delivery's record) instead of two; see [Lease]. Verifier

@@ -27,12 +27,12 @@ import (
 // delivery is recorded as processed.
 //
 // Under [Config.Transactional] with a store that also implements
-// [replay.WorkAcquirer] (pgstore), the lease is that transaction
-// ([replay.WorkAcquirer.AcquireWork]): Acquire opens it, taking the
-// delivery with a lock the transaction holds, and commits nothing;
-// Begin returns it; Confirm commits the work and the delivery's record
-// together, one durable commit for the delivery; Release rolls it back,
-// which frees the delivery. Other copies are refused with
+// [replay.WorkAcquirer] (pgstore, sqlitestore), the lease is that
+// transaction ([replay.WorkAcquirer.AcquireWork]): Acquire opens it,
+// taking the delivery with a lock the transaction holds, and commits
+// nothing; Begin returns it; Confirm commits the work and the delivery's
+// record together, one durable commit for the delivery; Release rolls it
+// back, which frees the delivery. Other copies are refused with
 // [ErrInProgress] meanwhile, by this Verifier and by any other on the
 // same store, with or without Transactional. Such a lease holds a store
 // connection from Acquire on: end every one with Confirm or Release. It
