@@ -13,7 +13,7 @@ import (
 // at <prefix>ledger (no '{' follows the prefix, so no marker or entry of
 // this or any other prefix shares its key), newest entry last, at most
 // ledgerMax entries. Each entry is "<unix ms> <kind> <detail>", written by
-// Provision, by a store that found evidence of loss and fenced the key
+// Provision and ProvisionNew, by a store that found evidence of loss and fenced the key
 // space, and by an operator's Reopen. It is evidence for people and for the
 // refusals of Provision and ReprovisionNeverUsed; the fence markers, not
 // the ledger, keep claims safe (a ledger lost with the data is itself
@@ -22,7 +22,7 @@ const ledgerMax = 200
 
 // Ledger entry kinds.
 const (
-	ledgerProvisioned = "provisioned" // Provision opened a new key space
+	ledgerProvisioned = "provisioned" // Provision fenced a key space of unknown history, or ProvisionNew or ReprovisionNeverUsed opened one; detail says which
 	ledgerLoss        = "loss"        // evidence of loss found; detail names it
 	ledgerReopened    = "reopened"    // an operator reopened a fenced key space
 )
