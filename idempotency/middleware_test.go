@@ -161,31 +161,85 @@ func TestMiddlewareRunsOnceAndReplays(t *testing.T) {
 	})
 }
 
+// TestMiddlewareReplaysOnlyNamedHeaders: a replay writes only the
+// headers ReplayHeaders names, of the response the handler sent and of
+// whatever an authentic record holds.
 func TestMiddlewareReplaysOnlyNamedHeaders(t *testing.T) {
-	f := newFixture(t, Config{ReplayHeaders: []string{"content-type", "X-Payment-Id"}}, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		w.Header().Add("X-Payment-Id", "p1")
-		w.Header().Add("X-Payment-Id", "p2")
-		w.Header().Set("Set-Cookie", "session=secret")
-		w.Header().Set("X-Other", "x")
-		w.WriteHeader(http.StatusAccepted)
-		w.Header().Set("X-Late", "after WriteHeader")
-		io.WriteString(w, "ok")
-	})
-	first := f.post(key1, `{}`)
-	if first.Header().Get("X-Late") != "" || first.Header().Get("Set-Cookie") == "" {
-		t.Fatalf("first response headers %v (a header set after WriteHeader must not be sent)", first.Header())
-	}
-	w := f.post(key1, `{}`)
-	h := w.Header()
-	if w.Code != http.StatusAccepted || h.Get("Content-Type") != "text/plain" || strings.Join(h.Values("X-Payment-Id"), ",") != "p1,p2" {
-		t.Fatalf("replay %d %v", w.Code, h)
-	}
-	for _, n := range []string{"Set-Cookie", "X-Other", "X-Late"} {
-		if h.Get(n) != "" {
-			t.Errorf("replay carries %s", n)
+	t.Run("set by the handler", func(t *testing.T) {
+		f := newFixture(t, Config{ReplayHeaders: []string{"content-type", "X-Payment-Id"}}, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.Header().Add("X-Payment-Id", "p1")
+			w.Header().Add("X-Payment-Id", "p2")
+			w.Header().Set("Set-Cookie", "session=secret")
+			w.Header().Set("X-Other", "x")
+			w.WriteHeader(http.StatusAccepted)
+			w.Header().Set("X-Late", "after WriteHeader")
+			io.WriteString(w, "ok")
+		})
+		first := f.post(key1, `{}`)
+		if first.Header().Get("X-Late") != "" || first.Header().Get("Set-Cookie") == "" {
+			t.Fatalf("first response headers %v (a header set after WriteHeader must not be sent)", first.Header())
 		}
-	}
+		w := f.post(key1, `{}`)
+		h := w.Header()
+		if w.Code != http.StatusAccepted || h.Get("Content-Type") != "text/plain" || strings.Join(h.Values("X-Payment-Id"), ",") != "p1,p2" {
+			t.Fatalf("replay %d %v", w.Code, h)
+		}
+		for _, n := range []string{"Set-Cookie", "X-Other", "X-Late"} {
+			if h.Get(n) != "" {
+				t.Errorf("replay carries %s", n)
+			}
+		}
+	})
+
+	// Authentic records holding headers the configuration does not name,
+	// or refuses outright, are replayed: only ReplayHeaders are written.
+	t.Run("whatever the record holds", func(t *testing.T) {
+		held := [][2]string{
+			{"Set-Cookie", "session=stolen"}, {"Content-Type", "application/json"}, {"Www-Authenticate", "Basic"},
+			{"Access-Control-Allow-Origin", "*"}, {"Location", "/payments/1"}, {"Set-Cookie", "b=2"},
+			{"Proxy-Authenticate", "Basic"}, {"Transfer-Encoding", "chunked"}, {"Content-Length", "99"},
+			{"Idempotent-Replayed", "false"}, {"X-Payment-Id", "p1"}, {"Clear-Site-Data", `"*"`},
+			{"Authentication-Info", "a"}, {"Connection", "close"}, {"Link", "</a>"}, {"Link", "</b>"},
+		}
+		for _, tc := range []struct {
+			name    string
+			replay  []string
+			want    map[string]string // header → values joined by ","
+			missing []string
+		}{
+			{"default ReplayHeaders", nil,
+				map[string]string{"Content-Type": "application/json", "Location": "/payments/1", "Link": "</a>,</b>", ReplayedHeader: "true"},
+				[]string{"Set-Cookie", "Www-Authenticate", "Access-Control-Allow-Origin", "Proxy-Authenticate", "Transfer-Encoding", "X-Payment-Id", "Clear-Site-Data", "Authentication-Info", "Connection"}},
+			{"ReplayHeaders naming one header", []string{"x-payment-id"},
+				map[string]string{"X-Payment-Id": "p1", ReplayedHeader: "true"},
+				[]string{"Set-Cookie", "Content-Type", "Location", "Link", "Www-Authenticate", "Access-Control-Allow-Origin"}},
+			{"empty ReplayHeaders", []string{},
+				map[string]string{ReplayedHeader: "true"},
+				[]string{"Set-Cookie", "Content-Type", "Location", "X-Payment-Id"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				f := withRecord(t, Config{ReplayHeaders: tc.replay}, `{}`, Response{Status: 201, Header: held, Body: []byte(`{"id":"pay_1"}`)})
+				w := f.post(key1, `{}`)
+				if w.Code != http.StatusCreated || w.Body.String() != `{"id":"pay_1"}` || f.runs.Load() != 0 {
+					t.Fatalf("replay %d %q, runs %d", w.Code, w.Body.String(), f.runs.Load())
+				}
+				for name, v := range tc.want {
+					if got := strings.Join(w.Header().Values(name), ","); got != v {
+						t.Errorf("%s = %q, want %q", name, got, v)
+					}
+				}
+				for _, name := range tc.missing {
+					if v := w.Header().Values(name); len(v) != 0 {
+						t.Errorf("replay carries %s: %q", name, v)
+					}
+				}
+				if len(w.Header()) != len(tc.want) {
+					t.Errorf("replayed headers %v, want only %v", w.Header(), tc.want)
+				}
+			})
+		}
+	})
 }
 
 // withRecord returns a fixture of cfg over a store whose record for key1
@@ -212,56 +266,6 @@ func withRecord(t *testing.T, cfg Config, body string, resp Response) *fixture {
 	}
 	cfg.Store = store
 	return newFixture(t, cfg, nil)
-}
-
-// TestMiddlewareReplaysOnlyConfiguredHeadersWhateverTheRecordHolds replays
-// authentic records holding headers the configuration does not name, or
-// refuses outright: only ReplayHeaders are written.
-func TestMiddlewareReplaysOnlyConfiguredHeadersWhateverTheRecordHolds(t *testing.T) {
-	held := [][2]string{
-		{"Set-Cookie", "session=stolen"}, {"Content-Type", "application/json"}, {"Www-Authenticate", "Basic"},
-		{"Access-Control-Allow-Origin", "*"}, {"Location", "/payments/1"}, {"Set-Cookie", "b=2"},
-		{"Proxy-Authenticate", "Basic"}, {"Transfer-Encoding", "chunked"}, {"Content-Length", "99"},
-		{"Idempotent-Replayed", "false"}, {"X-Payment-Id", "p1"}, {"Clear-Site-Data", `"*"`},
-		{"Authentication-Info", "a"}, {"Connection", "close"}, {"Link", "</a>"}, {"Link", "</b>"},
-	}
-	for _, tc := range []struct {
-		name    string
-		replay  []string
-		want    map[string]string // header → values joined by ","
-		missing []string
-	}{
-		{"default ReplayHeaders", nil,
-			map[string]string{"Content-Type": "application/json", "Location": "/payments/1", "Link": "</a>,</b>", ReplayedHeader: "true"},
-			[]string{"Set-Cookie", "Www-Authenticate", "Access-Control-Allow-Origin", "Proxy-Authenticate", "Transfer-Encoding", "X-Payment-Id", "Clear-Site-Data", "Authentication-Info", "Connection"}},
-		{"ReplayHeaders naming one header", []string{"x-payment-id"},
-			map[string]string{"X-Payment-Id": "p1", ReplayedHeader: "true"},
-			[]string{"Set-Cookie", "Content-Type", "Location", "Link", "Www-Authenticate", "Access-Control-Allow-Origin"}},
-		{"empty ReplayHeaders", []string{},
-			map[string]string{ReplayedHeader: "true"},
-			[]string{"Set-Cookie", "Content-Type", "Location", "X-Payment-Id"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := withRecord(t, Config{ReplayHeaders: tc.replay}, `{}`, Response{Status: 201, Header: held, Body: []byte(`{"id":"pay_1"}`)})
-			w := f.post(key1, `{}`)
-			if w.Code != http.StatusCreated || w.Body.String() != `{"id":"pay_1"}` || f.runs.Load() != 0 {
-				t.Fatalf("replay %d %q, runs %d", w.Code, w.Body.String(), f.runs.Load())
-			}
-			for name, v := range tc.want {
-				if got := strings.Join(w.Header().Values(name), ","); got != v {
-					t.Errorf("%s = %q, want %q", name, got, v)
-				}
-			}
-			for _, name := range tc.missing {
-				if v := w.Header().Values(name); len(v) != 0 {
-					t.Errorf("replay carries %s: %q", name, v)
-				}
-			}
-			if len(w.Header()) != len(tc.want) {
-				t.Errorf("replayed headers %v, want only %v", w.Header(), tc.want)
-			}
-		})
-	}
 }
 
 func TestMiddlewarePassesThrough(t *testing.T) {

@@ -415,7 +415,7 @@ func TestWrapForTypedToolReplaysResultAndOutput(t *testing.T) {
 	})
 }
 
-func TestIdempotencyRecordsTheRoundThatCompletesAMultiRoundTripCall(t *testing.T) {
+func TestIdempotencyRecordsTheFinalRound(t *testing.T) {
 	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
 	if err != nil {
 		t.Fatal(err)

@@ -1349,7 +1349,7 @@ func TestSecuredConcurrentRetryIsBusy(t *testing.T) {
 
 // AnswerRetries needs a single-use codec whose store records results:
 // anything else is refused when the server is secured.
-func TestSecureRequestStateAnswerRetriesRefusesACodecWithoutRecorder(t *testing.T) {
+func TestAnswerRetriesNeedsARecorder(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	for _, tc := range []struct {
 		name  string

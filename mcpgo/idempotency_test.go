@@ -345,7 +345,7 @@ func BenchmarkIdempotentToolCall(b *testing.B) {
 	}
 }
 
-func TestIdempotencyRecordsTheRoundThatCompletesAMultiRoundTripCall(t *testing.T) {
+func TestIdempotencyRecordsTheFinalRound(t *testing.T) {
 	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}})
 	if err != nil {
 		t.Fatal(err)

@@ -176,12 +176,12 @@ func TestMCPGoSendsHandlerErrorsAsInternalError(t *testing.T) {
 	}
 }
 
-// TestSecureRequestStateFailsClosedForACodecThatDoesNotBindTheTool: with a
-// codec bound to the subject only, a state sealed for one tool opened for
-// another (the handler of "ask2" ran on a state of "ask"). SecureRequestState
-// cannot return an error, so it logs the misconfiguration and refuses every
-// state in and out with -32603; calls without a state pass.
-func TestSecureRequestStateFailsClosedForACodecThatDoesNotBindTheTool(t *testing.T) {
+// TestUnboundCodecFailsClosed: with a codec bound to the subject only, a
+// state sealed for one tool opened for another (the handler of "ask2" ran
+// on a state of "ask"). SecureRequestState cannot return an error, so it
+// logs the misconfiguration and refuses every state in and out with
+// -32603; calls without a state pass.
+func TestUnboundCodecFailsClosed(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	var err error
 	f.codec, err = ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -856,63 +854,6 @@ func TestTransactionalLeaseIsTheWorkOnAWorkAcquirer(t *testing.T) {
 			}
 			if copyLease != nil {
 				copyLease.Release(context.Background())
-			}
-		})
-	}
-}
-
-// TestTransactionalMiddlewareOnAWorkAcquirerTakesNoCommittedLease: the
-// middleware's first delivery on a replay.WorkAcquirer runs the handler
-// in the work Acquire took (no BeginWork, no ReleaseLease) and commits
-// once; its copy is acknowledged as a duplicate without running the
-// handler; a handler's retry status rolls the work back, which frees the
-// delivery for the sender's retry.
-func TestTransactionalMiddlewareOnAWorkAcquirerTakesNoCommittedLease(t *testing.T) {
-	tests := []struct {
-		name       string
-		status     int
-		wantStatus []int // the first delivery's, then its copy's
-		rows       map[string]int
-		runs       int // of the handler
-		commits    int
-		rollbacks  int
-	}{
-		{"processed", http.StatusCreated, []int{http.StatusCreated, http.StatusOK}, map[string]int{"msg_1": 1}, 1, 1, 0},
-		{"retry status", http.StatusServiceUnavailable, []int{http.StatusServiceUnavailable, http.StatusServiceUnavailable}, map[string]int{}, 2, 0, 2},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			store := &heldTxStore{txStore: newTxStore(nil)}
-			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Transactional: true}
-			v, s := newVerifier(t, cfg), newSigner(t, cfg)
-			runs := 0
-			mw := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				runs++
-				if err := txInsert(r.Context(), "msg_1"); err != nil {
-					t.Error(err)
-				}
-				w.WriteHeader(tc.status)
-			}))
-			for i, want := range tc.wantStatus {
-				req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader("{}"))
-				if err := s.Sign(req.Header, "msg_1", []byte("{}")); err != nil {
-					t.Fatal(err)
-				}
-				rec := httptest.NewRecorder()
-				mw.ServeHTTP(rec, req)
-				if rec.Code != want {
-					t.Fatalf("delivery %d: status %d, want %d", i, rec.Code, want)
-				}
-			}
-			if rows, _ := store.stats(); !maps.Equal(rows, tc.rows) {
-				t.Fatalf("rows %v, want %v", rows, tc.rows)
-			}
-			begins, commits, rollbacks, releases := store.counts()
-			if begins != 0 || releases != 0 || commits != tc.commits || rollbacks != tc.rollbacks {
-				t.Fatalf("BeginWork %d, Commit %d, Rollback %d, ReleaseLease %d; want 0, %d, %d, 0", begins, commits, rollbacks, releases, tc.commits, tc.rollbacks)
-			}
-			if runs != tc.runs {
-				t.Fatalf("handler ran %d times, want %d", runs, tc.runs)
 			}
 		})
 	}

@@ -92,9 +92,10 @@ func TestVerifyReportsEveryOutcomeToTheObserver(t *testing.T) {
 	}
 }
 
-// TestLeaseReportsDuplicatesInProgressProcessedAndStoreFailures drives
-// Acquire, Confirm and Release through each outcome.
-func TestLeaseReportsDuplicatesInProgressProcessedAndStoreFailures(t *testing.T) {
+// TestLeaseReportsEveryOutcome drives Acquire, Confirm and Release
+// through each outcome: duplicates, in progress, processed and store
+// failures.
+func TestLeaseReportsEveryOutcome(t *testing.T) {
 	ctx := context.Background()
 	log := &observetest.Recorder{}
 	flaky := &flakyStore{MemoryStore: &replay.MemoryStore{}}
