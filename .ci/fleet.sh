@@ -5,8 +5,10 @@
 #
 #   .ci/fleet.sh            # vet, then faults (with -race), failures, then
 #                           # load (30 s)
-#   .ci/fleet.sh faults     # Redis Cluster (slot migration, master restart),
-#                           # restart with and without persistence, pause
+#   .ci/fleet.sh faults     # Redis Cluster (slot migration, master restart,
+#                           # eviction then CONFIG RESETSTAT on one master
+#                           # and on every one), restart with and without
+#                           # persistence, pause
 #                           # (SIGSTOP), an instance killed mid-flight
 #   .ci/fleet.sh failures   # store failures under load (issue 26,
 #                           # docs/faults.md): failover to a lagging replica
