@@ -46,14 +46,7 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		// In a transaction that is not aborted the session's own id
 		// says so; in an aborted one, whether the work's committed.
 		if w.begun && !w.escaped() && w.conn.PgConn().TxStatus() == 'T' {
-			// On the caller's goroutine: the rollback below uses the
-			// same connection, which must not still be in use.
-			same, qerr := callIn(w.s, ctx, true, func(ctx context.Context) (bool, error) {
-				var same bool
-				err := w.conn.QueryRow(ctx, "select txid_current() = $1::bigint", w.xid).Scan(&same)
-				return same, err
-			})
-			if qerr == nil && !same {
+			if same, qerr := w.sameTx(ctx); qerr == nil && !same {
 				w.rollback(ctx)
 				return w.spend(ctx, until)
 			}

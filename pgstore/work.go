@@ -228,13 +228,7 @@ func (w *work) rollbackJudged(ctx context.Context) error {
 	state := w.conn.PgConn().TxStatus()
 	escaped, unknown := state == 'I', false
 	if state == 'T' {
-		// On the caller's goroutine: the rollback below uses the same
-		// connection, which must not still be in use.
-		same, err := callIn(w.s, ctx, true, func(ctx context.Context) (bool, error) {
-			var same bool
-			err := w.conn.QueryRow(ctx, "select txid_current() = $1::bigint", w.xid).Scan(&same)
-			return same, err
-		})
+		same, err := w.sameTx(ctx)
 		escaped, unknown = err == nil && !same, err != nil
 	}
 	err := w.rollback(ctx)
@@ -251,6 +245,18 @@ func (w *work) rollbackJudged(ctx context.Context) error {
 		return w.spend(ctx, time.Now().Add(escapedHold))
 	}
 	return err
+}
+
+// sameTx reports whether the session's transaction is the one BEGIN
+// began (its id is the one BEGIN's round trip read). It runs on the
+// caller's goroutine: the rollback after it uses the same connection,
+// which must not still be in use.
+func (w *work) sameTx(ctx context.Context) (bool, error) {
+	return callIn(w.s, ctx, true, func(ctx context.Context) (bool, error) {
+		var same bool
+		err := w.conn.QueryRow(ctx, "select txid_current() = $1::bigint", w.xid).Scan(&same)
+		return same, err
+	})
 }
 
 // rollback rolls the transaction back, if it was begun, and returns the
