@@ -1,0 +1,350 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestTx pins claims in a caller's transaction ([WithTx], [TxFrom], a
+// Work's context): they hold only if it commits, only on the store's own
+// database and server, and a Store on another pool claims on its own.
+func TestTx(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"claim in a transaction", claimInATransaction},
+		{"claim ignores a Work on another pool", claimIgnoresTheWorkOfAStoreOnAnotherPool},
+		{"only the store's database and server", withTxOnlyTheStoresDatabaseAndServer},
+		{"TxFrom without a transaction fails", txFromWithoutATransactionFails},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// txFromWithoutATransactionFails: a context without a transaction
+// yields ErrNoTx, never a connection; WithTx places one.
+func txFromWithoutATransactionFails(t *testing.T) {
+	var nilCtx context.Context
+	for name, ctx := range map[string]context.Context{"background": bg(), "nil": nilCtx, "other value": context.WithValue(bg(), txKey{}, "not a tx")} {
+		if tx, err := TxFrom(ctx); tx != nil || !errors.Is(err, ErrNoTx) {
+			t.Errorf("TxFrom(%s) = %v, %v; want ErrNoTx", name, tx, err)
+		}
+	}
+	s := newTestStore(t)
+	tx, err := s.pool.Begin(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(bg())
+	if got, err := TxFrom(WithTx(nilCtx, tx)); got != tx || err != nil {
+		t.Fatalf("TxFrom(WithTx(tx)) = %v, %v", got, err)
+	}
+	table := chargeTable(t, s.pool)
+	if err := charge(bg(), table, "x", "nobody"); !errors.Is(err, ErrNoTx) {
+		t.Fatalf("a handler wired without the transactional mode: %v, want ErrNoTx", err)
+	}
+}
+
+// claimInATransaction: a Claim whose context carries a transaction
+// (WithTx, or a Work's Context) holds only if the transaction commits,
+// and a concurrent claim of the same ID waits for the transaction's end.
+func claimInATransaction(t *testing.T) {
+	s := newTestStore(t)
+	until := time.Now().Add(time.Hour)
+	tests := []struct {
+		name   string
+		commit bool
+	}{
+		{"committed", true},
+		{"rolled back", false},
+	}
+	for _, tt := range tests {
+		t.Run("WithTx "+tt.name, func(t *testing.T) {
+			id := "tx-" + tt.name
+			tx, err := s.pool.Begin(bg())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(bg())
+			if first, err := s.Claim(WithTx(bg(), tx), id, until); !first || err != nil {
+				t.Fatalf("Claim in the transaction = %v, %v", first, err)
+			}
+			// Another session's claim waits for the transaction.
+			type result struct {
+				first bool
+				err   error
+			}
+			done := make(chan result, 1)
+			go func() {
+				first, err := s.Claim(bg(), id, until)
+				done <- result{first, err}
+			}()
+			waitForLockWaiter(t, s.pool)
+			select {
+			case r := <-done:
+				t.Fatalf("the concurrent claim returned %v, %v before the transaction ended", r.first, r.err)
+			default:
+			}
+			if tt.commit {
+				err = tx.Commit(bg())
+			} else {
+				err = tx.Rollback(bg())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil || r.first == tt.commit {
+				t.Fatalf("concurrent claim after the transaction %s = %v, %v; want first = %v", tt.name, r.first, r.err, !tt.commit)
+			}
+		})
+		t.Run("Work "+tt.name, func(t *testing.T) {
+			id := "work-" + tt.name
+			w, _ := acquire(t, s, "lease-"+tt.name, time.Minute)
+			if first, err := s.Claim(w.Context(bg()), id, until); !first || err != nil {
+				t.Fatalf("Claim in the work = %v, %v", first, err)
+			}
+			var err error
+			if tt.commit {
+				err = w.Commit(bg(), until, nil, nil)
+			} else {
+				err = w.Rollback(bg())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first, err := s.Claim(bg(), id, until); err != nil || first == tt.commit {
+				t.Fatalf("Claim after the work %s = %v, %v; want first = %v", tt.name, first, err, !tt.commit)
+			}
+		})
+	}
+
+	t.Run("a one-time token redeemed in a transaction", func(t *testing.T) {
+		keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, Purpose: "pgtx", TTL: time.Minute, Replay: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := iss.Mint(map[string]string{"sub": "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := s.pool.Begin(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(bg())
+		want := map[string]string{"sub": "a"}
+		if _, err := iss.Redeem(WithTx(bg(), tx), tok, want); err != nil {
+			t.Fatalf("Redeem in a transaction: %v", err)
+		}
+		tx.Rollback(bg())
+		if _, err := iss.Redeem(bg(), tok, want); err != nil {
+			t.Fatalf("Redeem after the rollback: %v, want the token still unused", err)
+		}
+		if _, err := iss.Redeem(bg(), tok, want); err == nil {
+			t.Fatal("third Redeem succeeded: the token was not consumed")
+		}
+	})
+
+	t.Run("a transaction that has ended", func(t *testing.T) {
+		w, _ := acquire(t, s, "ended", time.Minute)
+		ctx := w.Context(bg())
+		if err := w.Rollback(bg()); err != nil {
+			t.Fatal(err)
+		}
+		if first, err := s.Claim(ctx, "after-end", until); first || !errors.Is(err, ErrUnavailable) || !errors.Is(err, pgx.ErrTxClosed) {
+			t.Fatalf("Claim in an ended work = %v, %v; want ErrUnavailable and ErrTxClosed", first, err)
+		}
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		tx, err := s.pool.Begin(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(bg())
+		cancelled, cancel := context.WithCancel(WithTx(bg(), tx))
+		cancel()
+		tests := []struct {
+			name string
+			s    *Store
+			ctx  context.Context
+			want []error
+		}{
+			{"a zero Store", &Store{}, WithTx(bg(), tx), []error{ErrConfig}},
+			{"a cancelled context", s, cancelled, []error{ErrUnavailable, context.Canceled}},
+		}
+		for _, tt := range tests {
+			first, err := tt.s.Claim(tt.ctx, "refused", until)
+			for _, want := range tt.want {
+				if first || !errors.Is(err, want) {
+					t.Errorf("%s: Claim = %v, %v; want %v", tt.name, first, err, want)
+				}
+			}
+		}
+	})
+
+	t.Run("expiry by the database's clock", func(t *testing.T) {
+		tx, err := s.pool.Begin(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(bg())
+		// now() is the transaction's start; the claim reads the statement's
+		// time, so an until between the two is refused as expired.
+		time.Sleep(300 * time.Millisecond)
+		var dbNow time.Time
+		if err := tx.QueryRow(bg(), `SELECT statement_timestamp()`).Scan(&dbNow); err != nil {
+			t.Fatal(err)
+		}
+		if first, err := s.Claim(WithTx(bg(), tx), "stale", dbNow.Add(-100*time.Millisecond)); first || !errors.Is(err, replay.ErrExpired) {
+			t.Fatalf("Claim with an until past by the statement's clock = %v, %v; want ErrExpired", first, err)
+		}
+	})
+}
+
+// claimIgnoresTheWorkOfAStoreOnAnotherPool: a Work's context reaches
+// every Store a handler uses, not only the one that began it. A Store on
+// another pool (here another database, with a table of the same name)
+// must not write its claim in that Work's transaction, where its own
+// database would never see it: it claims on its own pool, as without the
+// transactional mode, so the claim holds there and a second claim of the
+// ID is refused. A Store on the Work's own pool still claims in the Work.
+func claimIgnoresTheWorkOfAStoreOnAnotherPool(t *testing.T) {
+	p := needServer(t)
+	work := newTestStore(t)
+	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
+	if _, err := work.pool.Exec(bg(), `CREATE DATABASE "`+db+`"`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { work.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
+	otherPool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
+	if err := Migrate(bg(), otherPool, DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour)
+	tests := []struct {
+		name      string
+		store     *Store
+		commit    bool
+		wantAfter bool // a claim of the ID after the work ended is first
+	}{
+		{"another pool, the work committed", storeOn(t, otherPool), true, false},
+		{"another pool, the work rolled back", storeOn(t, otherPool), false, false},
+		{"the work's pool, the work committed", storeOn(t, work.pool), true, false},
+		{"the work's pool, the work rolled back", storeOn(t, work.pool), false, true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, _ := acquire(t, work, "pool-"+strconv.Itoa(i), time.Minute)
+			id := "token-" + strconv.Itoa(i)
+			if first, err := tt.store.Claim(w.Context(bg()), id, until); !first || err != nil {
+				t.Fatalf("Claim in the work's context = %v, %v; want first", first, err)
+			}
+			if tt.commit {
+				if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := w.Rollback(bg()); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := tt.store.Claim(bg(), id, until); first != tt.wantAfter || err != nil {
+				t.Fatalf("Claim after the work = %v, %v; want %v", first, err, tt.wantAfter)
+			}
+		})
+	}
+}
+
+// withTxOnlyTheStoresDatabaseAndServer: a Claim in a transaction of
+// WithTx runs only on the store's database of the store's server
+// (checked in the claim's statement): on another database, or on a copy
+// of the server's data directory running beside it (same system
+// identifier), it fails with ErrConfig and claims nothing. On the store's
+// database, another pool, a search_path that finds another schema's table
+// of the store's name first, or a temporary table of that name, change
+// nothing: the claim is written in the store's table.
+func withTxOnlyTheStoresDatabaseAndServer(t *testing.T) {
+	p := needServer(t)
+	s := newTestStore(t)
+	db := "other_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
+	if _, err := s.pool.Exec(bg(), `CREATE DATABASE "`+db+`"`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP DATABASE IF EXISTS "`+db+`" WITH (FORCE)`) })
+	otherDB := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Database = db })
+	if err := Migrate(bg(), otherDB, DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	copyOfServer := ownServer(t).pool(t) // a copy of the same template: the same system identifier
+	schema := "other_schema_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := s.pool.Exec(bg(), `CREATE SCHEMA `+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) })
+	if err := Migrate(bg(), s.pool, schema+"."+DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour)
+	tests := []struct {
+		name    string
+		pool    *pgxpool.Pool
+		prepare string // sent in the transaction before the claim
+		foreign bool
+	}{
+		{"another database", otherDB, "", true},
+		{"a copy of the server", copyOfServer, "", true},
+		{"another pool on the store's database", p.pool(t), "", false},
+		{"another schema first on the search_path", s.pool, "set local search_path = " + schema + ", public", false},
+		{"a temporary table of the store's name", s.pool, `CREATE TEMP TABLE ` + DefaultTable + ` (LIKE public.` + DefaultTable + ` INCLUDING ALL) ON COMMIT DROP;
+			INSERT INTO pg_temp.` + DefaultTable + ` (key, state, token, until) VALUES (decode('0000', 'hex'), 'm', '', '-infinity')`, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "withtx-" + strconv.Itoa(i)
+			tx, err := tt.pool.Begin(bg())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(bg())
+			if tt.prepare != "" {
+				if _, err := tx.Exec(bg(), tt.prepare); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, err := s.Claim(WithTx(bg(), tx), id, until)
+			if tt.foreign {
+				if first || !errors.Is(err, ErrConfig) {
+					t.Fatalf("Claim = %v, %v; want ErrConfig", first, err)
+				}
+				tx.Rollback(bg())
+				if first, err := s.Claim(bg(), id, until); !first || err != nil {
+					t.Fatalf("the store's Claim after the refusal = %v, %v; want first (nothing claimed)", first, err)
+				}
+				return
+			}
+			if !first || err != nil {
+				t.Fatalf("Claim = %v, %v; want first", first, err)
+			}
+			if err := tx.Commit(bg()); err != nil {
+				t.Fatal(err)
+			}
+			if first, err := s.Claim(bg(), id, until); first || err != nil {
+				t.Fatalf("the store's Claim after the commit = %v, %v; want taken", first, err)
+			}
+		})
+	}
+}

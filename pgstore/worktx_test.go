@@ -1,0 +1,683 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5"
+)
+
+// TestWorkTx pins the handler's transaction in a work ([TxFrom] of its
+// context): its own commit and rollback, statements after the end, while
+// rows are open or while Commit runs, and statements that escape the
+// transaction are refused; an escape never ends as a success.
+func TestWorkTx(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"refuses the handler's commit and rollback", workTxRefusesTheHandlersCommitAndRollback},
+		{"refuses statements after the end", workTxRefusesStatementsAfterTheEnd},
+		{"refuses a statement while rows are open", workTxRefusesAStatementWhileRowsAreOpen},
+		{"used while Commit runs", workTxUsedWhileCommitRuns},
+		{"large objects", workTxLargeObjects},
+		{"refuses statements that escape", workTxRefusesStatementsThatEscapeTheTransaction},
+		{"allows statements that end with it", workTxAllowsStatementsThatEndWithIt},
+		{"commit after an escape is never a success", workCommitAfterAnEscapeIsNeverASuccess},
+		{"escape with the lease lost keeps one charge", workEscapeWithTheLeaseLostKeepsOneCharge},
+		{"rollback after an escape keeps the key", workRollbackAfterAnEscapeKeepsTheKey},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// workTxRefusesTheHandlersCommitAndRollback: the handler's transaction
+// refuses Commit and Rollback (the Work ends it), allows savepoints, and
+// the work still commits afterwards.
+func workTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	w, _ := acquire(t, s, "h", time.Minute)
+	ctx := w.Context(bg())
+	tx, err := TxFrom(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, end := range map[string]func(context.Context) error{"Commit": tx.Commit, "Rollback": tx.Rollback} {
+		if err := end(ctx); !errors.Is(err, errTxOwned) {
+			t.Fatalf("handler's %s = %v, want a refusal", name, err)
+		}
+	}
+	if tx.Conn() != nil {
+		t.Fatal("Conn() is not nil: statements on it would escape the lock")
+	}
+	// A savepoint rolled back discards its charge; one committed keeps it;
+	// pgx.BeginFunc runs on savepoints too.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Exec(ctx, `INSERT INTO `+table+` (key, holder) VALUES ('h', 'discarded')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Exec(ctx, `SELECT 1`); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Fatalf("statement on a rolled-back savepoint = %v, want ErrTxClosed", err)
+	}
+	if err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+		_, err := sp.Exec(ctx, `INSERT INTO `+table+` (key, holder) VALUES ('h', 'kept')`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := chargesOf(t, s.pool, table, "h"); len(got) != 1 || got[0] != "kept" {
+		t.Fatalf("charges = %q, want only the savepoint committed", got)
+	}
+}
+
+// workTxRefusesStatementsAfterTheEnd: once the Work has ended (by
+// Commit or Rollback), every statement of its transaction, of a savepoint
+// in it and of its large-object API fails with pgx.ErrTxClosed, and Rows
+// left open are closed.
+func workTxRefusesStatementsAfterTheEnd(t *testing.T) {
+	s := newTestStore(t)
+	ops := []struct {
+		name string
+		run  func(ctx context.Context, tx, sp pgx.Tx) error
+	}{
+		{"Exec", func(ctx context.Context, tx, _ pgx.Tx) error { _, err := tx.Exec(ctx, `SELECT 1`); return err }},
+		{"Query", func(ctx context.Context, tx, _ pgx.Tx) error { _, err := tx.Query(ctx, `SELECT 1`); return err }},
+		{"QueryRow", func(ctx context.Context, tx, _ pgx.Tx) error { var n int; return tx.QueryRow(ctx, `SELECT 1`).Scan(&n) }},
+		{"SendBatch", func(ctx context.Context, tx, _ pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue(`SELECT 1`)
+			_, err := tx.SendBatch(ctx, b).Exec()
+			return err
+		}},
+		{"CopyFrom", func(ctx context.Context, tx, _ pgx.Tx) error {
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{"nowhere"}, []string{"a"}, pgx.CopyFromRows(nil))
+			return err
+		}},
+		{"Prepare", func(ctx context.Context, tx, _ pgx.Tx) error { _, err := tx.Prepare(ctx, "p", `SELECT 1`); return err }},
+		{"Begin", func(ctx context.Context, tx, _ pgx.Tx) error { _, err := tx.Begin(ctx); return err }},
+		{"LargeObjects", func(ctx context.Context, tx, _ pgx.Tx) error {
+			lo := tx.LargeObjects()
+			_, err := lo.Create(ctx, 0)
+			return err
+		}},
+		{"savepoint Exec", func(ctx context.Context, _, sp pgx.Tx) error { _, err := sp.Exec(ctx, `SELECT 1`); return err }},
+		{"savepoint Commit", func(ctx context.Context, _, sp pgx.Tx) error { return sp.Commit(ctx) }},
+	}
+	ends := map[string]func(w replay.Work) error{
+		"Commit":   func(w replay.Work) error { return w.Commit(bg(), time.Now().Add(time.Hour), nil, nil) },
+		"Rollback": func(w replay.Work) error { return w.Rollback(bg()) },
+	}
+	for endName, end := range ends {
+		t.Run("after "+endName, func(t *testing.T) {
+			w, _ := acquire(t, s, "end-"+endName, time.Minute)
+			ctx := w.Context(bg())
+			tx, _ := TxFrom(ctx)
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := sp.Query(ctx, `SELECT generate_series(1, 10000)`)
+			if err != nil || !rows.Next() {
+				t.Fatal(err)
+			}
+			if err := end(w); err != nil {
+				t.Fatal(err)
+			}
+			if rows.Next() || !errors.Is(rows.Err(), pgx.ErrTxClosed) {
+				t.Fatalf("open Rows after the end: Err = %v, want closed with ErrTxClosed", rows.Err())
+			}
+			for _, op := range ops {
+				if err := op.run(ctx, tx, sp); !errors.Is(err, pgx.ErrTxClosed) {
+					t.Errorf("%s after %s = %v, want ErrTxClosed", op.name, endName, err)
+				}
+			}
+		})
+	}
+}
+
+// workTxRefusesAStatementWhileRowsAreOpen: as pgx on a busy
+// connection, the transaction refuses a statement while a Rows or
+// BatchResults of it is open, and serves it once they are closed.
+func workTxRefusesAStatementWhileRowsAreOpen(t *testing.T) {
+	s := newTestStore(t)
+	w, _ := acquire(t, s, "busy", time.Minute)
+	ctx := w.Context(bg())
+	tx, _ := TxFrom(ctx)
+	rows, err := tx.Query(ctx, `SELECT generate_series(1, 3)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1`); !errors.Is(err, errCursorOpen) {
+		t.Fatalf("Exec with Rows open = %v, want refused", err)
+	}
+	n, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil || len(n) != 3 {
+		t.Fatal(n, err)
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT 1`)
+	b.Queue(`SELECT 2`)
+	br := tx.SendBatch(ctx, b)
+	if _, err := tx.Exec(ctx, `SELECT 1`); !errors.Is(err, errCursorOpen) {
+		t.Fatalf("Exec with a batch open = %v, want refused", err)
+	}
+	var one, two int
+	if err := br.QueryRow().Scan(&one); err != nil || one != 1 {
+		t.Fatal(one, err)
+	}
+	if err := br.QueryRow().Scan(&two); err != nil || two != 2 {
+		t.Fatal(two, err)
+	}
+	if err := br.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatalf("Exec after closing = %v", err)
+	}
+	own := &pgx.Batch{}
+	own.BeginTx(pgx.TxOptions{})
+	if _, err := tx.SendBatch(ctx, own).Exec(); err == nil || !strings.Contains(err.Error(), "BeginTx") {
+		t.Fatalf("a batch with BeginTx = %v, want refused", err)
+	}
+}
+
+// workTxLargeObjects: the large-object API of the handler's
+// transaction works through its lock and is refused after the end.
+func workTxLargeObjects(t *testing.T) {
+	if !loLayoutOK() {
+		t.Fatal("pgx.LargeObjects is no longer one Tx field: largeObjects returns the zero value")
+	}
+	s := newTestStore(t)
+	w, _ := acquire(t, s, "lo", time.Minute)
+	ctx := w.Context(bg())
+	tx, _ := TxFrom(ctx)
+	lo := tx.LargeObjects()
+	oid, err := lo.Create(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := lo.Open(ctx, oid, pgx.LargeObjectModeWrite|pgx.LargeObjectModeRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.Write([]byte("receipt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.pool.Exec(bg(), `SELECT lo_unlink($1)`, oid) })
+	var got []byte
+	if err := s.pool.QueryRow(bg(), `SELECT lo_get($1)`, oid).Scan(&got); err != nil || string(got) != "receipt" {
+		t.Fatalf("large object = %q, %v", got, err)
+	}
+	if _, err := obj.Write([]byte("late")); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Fatalf("large object write after the end = %v, want ErrTxClosed", err)
+	}
+}
+
+// handlerStatements are statements a handler can send in the work's
+// transaction that would end, replace or outlive it: each is refused (by
+// the Tx before sending, or by the server, which takes one statement per
+// string of the extended protocol), and the work then rolls back.
+var handlerStatements = []string{
+	"commit", "rollback", "end", "abort", "COMMIT AND CHAIN", "rollback and chain",
+	"ROLLBACK; BEGIN", "COMMIT; BEGIN", "commit;begin", "select 1; commit; begin", "select 1; rollback",
+	"/* a comment */ commit", "-- a comment\ncommit", "  (commit", "begin", "start transaction",
+	"savepoint a", "rollback to savepoint a", "release savepoint a",
+	"prepare transaction 'ctoken'", "commit prepared 'ctoken'",
+	"discard all", "discard temp", "reset all", "reset synchronous_commit",
+	"set synchronous_commit = off", "SET SESSION synchronous_commit = off", "set session authorization default",
+	"set role none", "set search_path = pg_temp, public", "set time zone 'UTC'",
+	"set session characteristics as transaction isolation level serializable",
+	"prepare p as select 1", "deallocate all", "listen ctoken", "load 'plpgsql'",
+}
+
+// workTxRefusesStatementsThatEscapeTheTransaction: every statement of
+// handlerStatements, sent with Exec or Query (with and without
+// arguments) after a charge, fails; Commit then rolls the work back
+// (ErrRolledBack: nothing escaped), the charge is not committed, and the
+// lease is left for the holder to release. Never Commit = nil.
+func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	sends := []struct {
+		name string
+		send func(ctx context.Context, tx pgx.Tx, sql string) error
+	}{
+		{"Exec", func(ctx context.Context, tx pgx.Tx, sql string) error { _, err := tx.Exec(ctx, sql); return err }},
+		{"Exec in the simple protocol", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			_, err := tx.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol)
+			return err
+		}},
+		{"Query", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			rows, err := tx.Query(ctx, sql)
+			if err == nil {
+				rows.Close()
+				err = rows.Err()
+			}
+			return err
+		}},
+		{"SendBatch", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			b := &pgx.Batch{}
+			b.Queue("select 1")
+			b.Queue(sql)
+			return tx.SendBatch(ctx, b).Close()
+		}},
+	}
+	n := 0
+	for _, send := range sends {
+		for _, sql := range handlerStatements {
+			t.Run(send.name+"/"+sql, func(t *testing.T) {
+				n++
+				id := "stmt-" + strconv.Itoa(n)
+				w, _ := acquire(t, s, id, time.Minute)
+				ctx := w.Context(bg())
+				if err := charge(ctx, table, id, "before"); err != nil {
+					t.Fatal(err)
+				}
+				tx, _ := TxFrom(ctx)
+				if err := send.send(ctx, tx, sql); err == nil {
+					t.Fatalf("%q was accepted", sql)
+				}
+				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+				if err == nil || !errors.Is(err, replay.ErrRolledBack) {
+					t.Fatalf("Commit = %v, want ErrRolledBack", err)
+				}
+				if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
+					t.Fatalf("charges = %q, want none", got)
+				}
+				if row, _ := rowOf(t, s, id); row.state != "l" {
+					t.Fatalf("lease row state = %q, want the lease left for the holder to release", row.state)
+				}
+			})
+		}
+	}
+}
+
+// workTxAllowsStatementsThatEndWithIt: what ends with the
+// transaction (SET LOCAL, SET TRANSACTION, SET CONSTRAINTS, a savepoint
+// through Begin) is sent, and the work commits.
+func workTxAllowsStatementsThatEndWithIt(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	for i, sql := range []string{"set local statement_timeout = 10000", "SET LOCAL synchronous_commit = on",
+		"set constraints all deferred", "/* commit */ select 1", "select 'commit'", "-- rollback\nselect 1"} {
+		t.Run(sql, func(t *testing.T) {
+			id := "allowed-" + strconv.Itoa(i)
+			w, _ := acquire(t, s, id, time.Minute)
+			ctx := w.Context(bg())
+			tx, _ := TxFrom(ctx)
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				t.Fatal(err)
+			}
+			if err := charge(ctx, table, id, "after"); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := chargesOf(t, s.pool, table, id); len(got) != 1 {
+				t.Fatalf("charges = %q, want one", got)
+			}
+		})
+	}
+}
+
+// sendRaw sends sql on the work's connection in the simple protocol,
+// past the Tx's refusals: what a path this package does not know of
+// could send. It begins the transaction first, as the Tx would.
+func sendRaw(t *testing.T, w replay.Work, sql string) {
+	t.Helper()
+	wk := w.(*work)
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	if err := wk.beginLocked(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wk.conn.PgConn().Exec(bg(), sql).ReadAll(); err != nil {
+		t.Logf("%s: %v", sql, err)
+	}
+}
+
+// escapeCase is SQL sent past the Tx's refusals and how many charges it
+// may have committed.
+type escapeCase struct {
+	sql        string
+	maxCharges int
+}
+
+// workCommitAfterAnEscapeIsNeverASuccess: SQL that ended the work's
+// transaction past the Tx's refusals (sent on its connection directly)
+// is caught by the fence's transaction id, or by the session found idle:
+// Commit fails with ErrUnavailable and errEscaped, never nil, never
+// ErrRolledBack or ErrLeaseLost (the writes before the escape may be
+// committed), and the key is recorded as done without a record, so the
+// work never runs a second time: a retry's AcquireRecord finds it done.
+// A one-time token claimed in the work is accepted at most once.
+func workCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	tests := []escapeCase{
+		{"commit; begin", 1},
+		{"rollback; begin", 0},
+		{"commit and chain", 1},
+		{"commit", 1},
+		{"rollback", 0},
+		{"select 1; commit; begin; select 2", 1},
+		{"commit; begin; select 1/0", 1},
+		{"rollback; begin; select 1/0", 0},
+	}
+	ways := []struct {
+		name    string
+		acquire func(t *testing.T, s *Store, id string) replay.Work
+	}{
+		{"BeginWork", func(t *testing.T, s *Store, id string) replay.Work { w, _ := acquire(t, s, id, time.Minute); return w }},
+		{"AcquireWork", func(t *testing.T, s *Store, id string) replay.Work { return acquireWork(t, s, id, []byte("fp-"+id)) }},
+	}
+	for k, way := range ways {
+		t.Run(way.name, func(t *testing.T) { commitAfterAnEscape(t, s, table, k, tests, way.acquire) })
+	}
+}
+
+// commitAfterAnEscape runs workCommitAfterAnEscapeIsNeverASuccess's
+// escapes on one way of beginning the work (its k-th).
+func commitAfterAnEscape(t *testing.T, s *Store, table string, k int, tests []escapeCase, acquireOne func(t *testing.T, s *Store, id string) replay.Work) {
+	for i, tt := range tests {
+		for j, prepare := range []struct {
+			name string
+			fn   func(s *Store)
+		}{
+			{"", nil},
+			{" with a recheck refusing", func(s *Store) {
+				refusal := fmt.Errorf("%w: test refusal", ErrUnavailable)
+				s.refusal.Store(&refusal)
+			}},
+		} {
+			t.Run(tt.sql+prepare.name, func(t *testing.T) {
+				s := storeOn(t, s.pool)
+				id := fmt.Sprintf("escape-%d-%d-%d", k, i, j)
+				token := fmt.Sprintf("once-%d-%d-%d", k, i, j)
+				w := acquireOne(t, s, id)
+				ctx := w.Context(bg())
+				if first, err := s.Claim(ctx, token, time.Now().Add(time.Hour)); !first || err != nil {
+					t.Fatalf("Claim = %v, %v", first, err)
+				}
+				if err := charge(ctx, table, id, "before"); err != nil {
+					t.Fatal(err)
+				}
+				sendRaw(t, w, tt.sql)
+				accepted := 1
+				if s.claimTx(ctx) != nil {
+					if first, _ := s.Claim(ctx, token, time.Now().Add(time.Hour)); first {
+						accepted++
+					}
+				}
+				if prepare.fn != nil {
+					prepare.fn(s)
+				}
+				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+				if tt.maxCharges == 0 && strings.HasSuffix(tt.sql, "1/0") && errors.Is(err, replay.ErrRolledBack) {
+					// The work's transaction was rolled back by the
+					// escape and the next one aborted: nothing was
+					// committed, which ErrRolledBack says truly.
+					if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
+						t.Fatalf("Commit = %v but charges = %q", err, got)
+					}
+					return
+				}
+				if err == nil || errors.Is(err, replay.ErrRolledBack) || errors.Is(err, replay.ErrLeaseLost) ||
+					!errors.Is(err, ErrUnavailable) || !errors.Is(err, errEscaped) {
+					t.Fatalf("Commit = %v, want the escape reported, not success, ErrRolledBack or ErrLeaseLost", err)
+				}
+				if prepare.fn != nil {
+					s.refusal.Store(nil)
+				}
+				if got := chargesOf(t, s.pool, table, id); len(got) > tt.maxCharges {
+					t.Fatalf("charges = %q, want at most %d", got, tt.maxCharges)
+				}
+				r, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp-"+id))
+				if err != nil || r.State != replay.LeaseDone || r.Result != nil {
+					t.Fatalf("retry's AcquireRecord = %+v, %v; want done without a record", r, err)
+				}
+				if first, _ := s.Claim(bg(), token, time.Now().Add(time.Hour)); first {
+					accepted++
+				}
+				// The escape kept the first claim (commit) or lost it
+				// (rollback): either way the work never succeeded, so a
+				// claim of the token after it is the token's only
+				// acknowledged accept at most.
+				if tt.maxCharges == 1 && accepted > 1 {
+					t.Fatalf("the token was accepted %d times", accepted)
+				}
+			})
+		}
+	}
+}
+
+// workRollbackAfterAnEscapeKeepsTheKey: a handler whose SQL ended the
+// work's transaction past the Tx's refusals and then failed (a 5xx, a
+// panic: the middleware rolls back and releases the key) must not run
+// again over the writes the escape kept. Rollback reports the escape
+// (ErrUnavailable and errEscaped) and records the key as done without a
+// record, on both ways in: BeginWork after a committed lease, and
+// AcquireWork, whose lease (the ID's lock) the escape already ended. A
+// one-time token claimed before the escape is not accepted again either.
+// A work that did not escape still rolls back with nil.
+func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	ways := []struct {
+		name    string
+		acquire func(t *testing.T, id string) replay.Work
+	}{
+		{"BeginWork", func(t *testing.T, id string) replay.Work { w, _ := acquire(t, s, id, time.Minute); return w }},
+		{"AcquireWork", func(t *testing.T, id string) replay.Work { return acquireWork(t, s, id, []byte("fp-"+id)) }},
+	}
+	escapes := []struct {
+		name, sql  string
+		maxCharges int  // charges the escape may have committed
+		committed  bool // the work's own transaction committed (its token's claim kept)
+	}{
+		{"commit then begin", "commit; begin", 1, true},
+		{"commit", "commit", 1, true},
+		{"rollback then begin", "rollback; begin", 0, false},
+		{"rollback, a write, begin", "rollback; insert into " + table + " values ('%s', 'autocommit'); begin", 1, false},
+		{"commit then a failed statement", "commit; begin; select 1/0", 1, true},
+	}
+	for i, way := range ways {
+		for j, e := range escapes {
+			t.Run(way.name+"/"+e.name, func(t *testing.T) {
+				id := fmt.Sprintf("rollback-escape-%d-%d", i, j)
+				token := "once-" + id
+				w := way.acquire(t, id)
+				ctx := w.Context(bg())
+				if first, err := s.Claim(ctx, token, time.Now().Add(time.Hour)); !first || err != nil {
+					t.Fatalf("Claim = %v, %v", first, err)
+				}
+				if err := charge(ctx, table, id, "before"); err != nil {
+					t.Fatal(err)
+				}
+				sql := e.sql
+				if strings.Contains(sql, "%s") {
+					sql = fmt.Sprintf(sql, id)
+				}
+				sendRaw(t, w, sql)
+				err := w.Rollback(bg())
+				if err == nil || errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, ErrUnavailable) || !errors.Is(err, errEscaped) {
+					t.Fatalf("Rollback = %v, want the escape reported", err)
+				}
+				if got := chargesOf(t, s.pool, table, id); len(got) > e.maxCharges {
+					t.Fatalf("charges = %q, want at most %d", got, e.maxCharges)
+				}
+				r, err := s.AcquireRecord(bg(), id, time.Minute, []byte("fp-"+id))
+				if err != nil || r.State != replay.LeaseDone || r.Result != nil {
+					t.Fatalf("retry's AcquireRecord = %+v, %v; want done without a record", r, err)
+				}
+				r, w2, err := s.AcquireWork(bg(), id, time.Minute, []byte("fp-"+id))
+				if w2 != nil {
+					w2.Rollback(bg())
+				}
+				if err != nil || r.State != replay.LeaseDone || w2 != nil {
+					t.Fatalf("retry's AcquireWork = %+v, %v, %v; want done without a Work", r, w2, err)
+				}
+				if e.committed {
+					if first, _ := s.Claim(bg(), token, time.Now().Add(time.Hour)); first {
+						t.Fatal("the token claimed before the escape was accepted again")
+					}
+				}
+			})
+		}
+		t.Run(way.name+"/no escape", func(t *testing.T) {
+			id := fmt.Sprintf("rollback-plain-%d", i)
+			w := way.acquire(t, id)
+			if err := charge(w.Context(bg()), table, id, "discarded"); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Rollback(bg()); err != nil {
+				t.Fatalf("Rollback = %v", err)
+			}
+			if got := chargesOf(t, s.pool, table, id); len(got) != 0 {
+				t.Fatalf("charges = %q after a rollback", got)
+			}
+		})
+	}
+}
+
+// workEscapeWithTheLeaseLostKeepsOneCharge: a handler that tries
+// to commit its charge with SQL while its lease runs out and a second
+// holder runs the same key: the first holder's Commit is never nil, and
+// only the second holder's charge is committed (one effect), whether the
+// escape was refused by the Tx or, sent past it, caught by the fence
+// (then reported as escaped, not as ErrLeaseLost, since the raw COMMIT
+// kept the charge it wrote before).
+func workEscapeWithTheLeaseLostKeepsOneCharge(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	until := time.Now().Add(time.Hour)
+	for i, sql := range []string{"COMMIT; BEGIN", "ROLLBACK; BEGIN", "commit and chain", "savepoint a"} {
+		t.Run(sql, func(t *testing.T) {
+			id := "lost-" + strconv.Itoa(i)
+			w1, _ := acquire(t, s, id, time.Minute)
+			ctx := w1.Context(bg())
+			tx, _ := TxFrom(ctx)
+			if _, err := tx.Exec(ctx, sql); err == nil {
+				t.Fatalf("%q accepted", sql)
+			}
+			charge(ctx, table, id, "first")
+			expire(t, s, id)
+			w2, _ := acquire(t, s, id, time.Minute)
+			if err := charge(w2.Context(bg()), table, id, "second"); err != nil {
+				t.Fatal(err)
+			}
+			if err := w2.Commit(bg(), until, []byte("fp"), []byte("second")); err != nil {
+				t.Fatal(err)
+			}
+			if err := w1.Commit(bg(), until, []byte("fp"), []byte("first")); err == nil {
+				t.Fatal("first holder's Commit = nil")
+			}
+			if got := chargesOf(t, s.pool, table, id); len(got) != 1 || got[0] != "second" {
+				t.Fatalf("charges = %q, want only the second holder's", got)
+			}
+		})
+	}
+	t.Run("past the Tx", func(t *testing.T) {
+		id := "lost-raw"
+		w1, _ := acquire(t, s, id, time.Minute)
+		ctx := w1.Context(bg())
+		if err := charge(ctx, table, id, "first"); err != nil {
+			t.Fatal(err)
+		}
+		sendRaw(t, w1, "rollback; begin")
+		if err := charge(ctx, table, id, "first-again"); err != nil {
+			t.Fatal(err)
+		}
+		expire(t, s, id)
+		w2, _ := acquire(t, s, id, time.Minute)
+		if err := charge(w2.Context(bg()), table, id, "second"); err != nil {
+			t.Fatal(err)
+		}
+		if err := w2.Commit(bg(), until, []byte("fp"), []byte("second")); err != nil {
+			t.Fatal(err)
+		}
+		err := w1.Commit(bg(), until, []byte("fp"), []byte("first"))
+		if err == nil || errors.Is(err, replay.ErrLeaseLost) || errors.Is(err, replay.ErrRolledBack) || !errors.Is(err, errEscaped) {
+			t.Fatalf("first holder's Commit = %v, want the escape reported", err)
+		}
+		if got := chargesOf(t, s.pool, table, id); len(got) != 1 || got[0] != "second" {
+			t.Fatalf("charges = %q, want only the second holder's", got)
+		}
+		wantRecord(t, s, id, replay.LeaseDone, []byte("fp"), []byte("second"))
+	})
+}
+
+// workTxUsedWhileCommitRuns (run it with -race): goroutines keep
+// writing and reading through the handler's transaction while Commit
+// runs. Every statement either completes before the end, and is then
+// committed, or fails with pgx.ErrTxClosed: the rows committed are
+// exactly the inserts that returned nil.
+func workTxUsedWhileCommitRuns(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	for round := range 5 {
+		id := fmt.Sprintf("late-%d", round)
+		w, _ := acquire(t, s, id, time.Minute)
+		ctx := w.Context(bg())
+		tx, _ := TxFrom(ctx)
+		var inserted atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					var err error
+					if g == 0 {
+						var n int
+						err = tx.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n)
+					} else {
+						_, err = tx.Exec(ctx, `INSERT INTO `+table+` (key, holder) VALUES ($1, 'late')`, id)
+						if err == nil {
+							inserted.Add(1)
+						}
+					}
+					switch {
+					case errors.Is(err, pgx.ErrTxClosed):
+						return
+					case err != nil && !errors.Is(err, errCursorOpen):
+						t.Errorf("statement during Commit: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		for inserted.Load() < 20 {
+			time.Sleep(time.Millisecond)
+		}
+		if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if got := len(chargesOf(t, s.pool, table, id)); int64(got) != inserted.Load() {
+			t.Fatalf("round %d: %d rows committed, %d inserts returned nil", round, got, inserted.Load())
+		}
+	}
+}
