@@ -7,7 +7,9 @@
 #                           # load (30 s)
 #   .ci/fleet.sh faults     # Redis Cluster (slot migration, master restart,
 #                           # eviction then CONFIG RESETSTAT on one master
-#                           # and on every one), restart with and without
+#                           # and on every one, restart without persistence
+#                           # of one master and of every one, then the
+#                           # runbook), restart with and without
 #                           # persistence, pause
 #                           # (SIGSTOP), an instance killed mid-flight
 #   .ci/fleet.sh failures   # store failures under load (issue 26,

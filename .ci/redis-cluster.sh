@@ -19,7 +19,9 @@
 # runs the command (default: the redisstore cluster fault tests), and always
 # stops every node and removes its files on exit. The nodes persist with
 # appendonly yes / appendfsync always, so a restarted master keeps every
-# claim it acknowledged. The script's exit status is the command's.
+# claim it acknowledged (TestCluster/restart, then the runbook restarts
+# masters without persistence and turns AOF on again after). The script's
+# exit status is the command's.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

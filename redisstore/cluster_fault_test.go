@@ -29,8 +29,9 @@ func clusterStore(t *testing.T, tc *testCluster) (*Store, *redis.ClusterClient) 
 // TestCluster pins the store on the Redis Cluster that .ci/redis-cluster.sh
 // starts: single use on every instance, one slot per command, no loss
 // through a slot migration or a master restart, durability and the lifetime
-// on each key's master, records on every master, and loss hidden by CONFIG
-// RESETSTAT on one master or on every one.
+// on each key's master, records on every master, loss hidden by CONFIG
+// RESETSTAT on one master or on every one, and the runbook after a restart
+// without persistence of one master or of every one while no store ran.
 func TestCluster(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -45,6 +46,7 @@ func TestCluster(t *testing.T) {
 		{"longer lifetime on every master", clusterTheLongerLifetimeLengthensAFenceOnEveryMaster},
 		{"records on every master", clusterRecordsOnEveryMaster},
 		{"eviction while idle then CONFIG RESETSTAT", clusterEvictionWhileIdleThenResetStat},
+		{"restart, then the runbook", clusterRestartWithoutPersistenceThenTheRunbook},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -782,4 +784,229 @@ func maxKey(m map[string]int) string {
 		}
 	}
 	return best
+}
+
+// clusterRestartWithoutPersistenceThenTheRunbook runs
+// TestUnknownHistory/restart, then the runbook (provision_unknown_test.go)
+// on the Cluster: 500 IDs claimed with a 5 s lifetime (3 s on one server:
+// a restarted Cluster master reports cluster_state:ok only 2 s after it
+// starts, and the earlier IDs must outlive that), on every master holding
+// a shard; the store closed (no application runs); then one master
+// (the one holding the most shard markers, and, by the choice of the
+// prefix, the ledger and the lifetime record too) or every master
+// SIGKILLed and started again without persistence and without its AOF:
+// empty, with its slots (nodes.conf survives). Then the runbook as
+// ctoken-store runs it, through the Store API, and an application that
+// claims every earlier ID again with its own until, and a fresh ID, until
+// the fresh one is served:
+//
+//   - every master: Status shows every marker missing, no ledger, no
+//     lifetime record and each master's start seconds ago (the CLI's
+//     verdict: HISTORY UNKNOWN); Provision fences every shard for one
+//     lifetime (the Horizon: the record was lost), ErrFenced whose RetryAt
+//     is the fence's end; Open refuses (ErrFenced) until then; 0 earlier
+//     IDs accepted again, and a fresh ID is served one lifetime after
+//     Provision.
+//   - one master: Status shows that master's shards missing, the others
+//     open, and its start seconds ago (the CLI's verdict: partly fenced);
+//     Provision refuses, ErrConfig (partly provisioned), and writes
+//     nothing; Open succeeds and the surviving shards serve at once; each
+//     lost shard fences at the application's first claim of it, for the
+//     lifetime the application knows: 0 earlier IDs accepted again, and a
+//     fresh ID on a lost shard is served within a lifetime.
+func clusterRestartWithoutPersistenceThenTheRunbook(t *testing.T) {
+	tc := clusterFromEnv(t)
+	for _, tt := range []struct {
+		name  string
+		every bool
+	}{
+		{"one master", false},
+		{"every master", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const lifetime = 5 * time.Second // the Horizon: every claim's lifetime rounds up to it
+			const n = 500
+			ctx := context.Background()
+			c := tc.client(t)
+			masterOf := func(key string) string {
+				m, err := c.MasterForKey(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return m.Options().Addr
+			}
+			// Shard markers per master ({NN} is the hash tag, whatever
+			// the prefix): a master may hold none after the slot
+			// migration test.
+			shardsOn := map[string][]int{}
+			for i, tag := range shardTags("x:") {
+				a := masterOf(tag)
+				shardsOn[a] = append(shardsOn[a], i)
+			}
+			victims := []string{}
+			for _, m := range tc.masters(t) {
+				victims = append(victims, m.addr)
+			}
+			if !tt.every {
+				victims = victims[:1]
+				for a, shards := range shardsOn {
+					if len(shards) > len(shardsOn[victims[0]]) {
+						victims[0] = a
+					}
+				}
+			}
+			lost := map[int]bool{}
+			for _, a := range victims {
+				for _, i := range shardsOn[a] {
+					lost[i] = true
+				}
+			}
+			// One master: a prefix whose ledger and lifetime record live on
+			// it, so its restart takes them too.
+			var prefix string
+			for i := 0; prefix == ""; i++ {
+				if i == 1000 {
+					t.Fatalf("no prefix of 1000 puts the ledger and the lifetime record on %s", victims[0])
+				}
+				p := fmt.Sprintf("ctoken-fault:runbook-%d-%d:", time.Now().UnixNano(), i)
+				if tt.every || masterOf(p+"ledger") == victims[0] && masterOf(p+"lifetime") == victims[0] {
+					prefix = p
+				}
+			}
+			opts := Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime, MaxSkew: 100 * time.Millisecond}
+			provisionFirst(t, c, opts)
+			app, err := Open(ctx, c, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			untils := make(map[string]time.Time, n)
+			onLost := 0
+			for i := range n {
+				id, until := fmt.Sprint("tok-", i), time.Now().Add(lifetime-100*time.Millisecond)
+				if first, err := app.Claim(ctx, id, until); !first || err != nil {
+					t.Fatalf("claim %d = %v, %v", i, first, err)
+				}
+				untils[id] = until
+				if lost[shardOf(id)] {
+					onLost++
+				}
+			}
+			if app.Lifetime() != lifetime {
+				t.Fatalf("the key space's lifetime = %v; want %v", app.Lifetime(), lifetime)
+			}
+			app.Close() // no application runs at the restart
+			restarted := time.Now()
+			tc.restartEmpty(t, victims...)
+			t.Logf("%d of %d claims on the %d shards of %d restarted master(s) %v; restarted in %v",
+				onLost, n, len(lost), len(victims), victims, time.Since(restarted).Round(time.Millisecond))
+			if onLost == 0 {
+				t.Fatal("no claim on a restarted master: the test did not test their loss")
+			}
+
+			// The runbook: status, then provision, as ctoken-store runs
+			// them (a new process: a new client).
+			op, err := New(tc.client(t), Options{Prefix: prefix, Logger: quietLogger(), Horizon: lifetime})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer op.Close()
+			st, err := op.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			empty := 0
+			for _, ss := range st.Servers {
+				if ss.AppendOnly == "no" && !ss.StartedAt.IsZero() && time.Since(ss.StartedAt) < 10*time.Second {
+					empty++
+				}
+			}
+			t.Logf("status after the restart: %d open, %d fenced, %d missing; ledger %d entries; lifetime %v; %d of %d masters without persistence, started seconds ago",
+				st.Open, st.Fenced, st.Missing, len(st.Ledger), st.Lifetime, empty, len(st.Servers))
+			if st.Missing != len(lost) || st.Open != Shards-len(lost) || st.Fenced != 0 || len(st.Ledger) != 0 || st.Lifetime != 0 ||
+				!st.ReopenSafeAt.IsZero() || len(st.Servers) != 3 || empty != len(victims) {
+				t.Fatalf("status after the restart = %+v; want %d markers missing, the others open, no ledger, no lifetime, and %d masters without persistence started seconds ago",
+					st, len(lost), len(victims))
+			}
+			before, err := op.getMarkers(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now()
+			opened, perr := op.Provision(ctx)
+			var waiting *Store
+			if tt.every {
+				end, ok := replay.RetryAt(perr)
+				if opened != 0 || !errors.Is(perr, ErrFenced) || Reason(perr) != whyProvisionedFenced || !ok {
+					t.Fatalf("Provision after the restart = %d, %v; want 0, ErrFenced (%q) with its end", opened, perr, whyProvisionedFenced)
+				}
+				if end.Before(t0.Add(lifetime-time.Second)) || end.After(time.Now().Add(lifetime+time.Second)) {
+					t.Fatalf("fenced until %v, %v after Provision; want one lifetime, %v", end, end.Sub(t0), lifetime)
+				}
+				if st, err = op.Status(ctx); err != nil || st.Fenced != Shards || st.ReopenSafeAt.Before(end) ||
+					len(st.Ledger) != 1 || !strings.Contains(st.Ledger[0].Detail, "history unknown") {
+					t.Fatalf("status after Provision = %+v, %v; want every shard fenced, safe to reopen from %v, the fence in the ledger", st, err, end)
+				}
+				if _, err := Open(ctx, tc.client(t), opts); !errors.Is(err, ErrFenced) {
+					t.Fatalf("Open before the fence's end = %v; want ErrFenced", err)
+				}
+				t.Logf("Provision: %v; fenced until %v after Provision", perr, end.Sub(t0).Round(time.Millisecond))
+				if waiting, err = New(tc.client(t), opts); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if opened != 0 || !errors.Is(perr, ErrConfig) || Reason(perr) != whyPartlyProvisioned {
+					t.Fatalf("Provision after the restart = %d, %v; want 0, ErrConfig (%q)", opened, perr, whyPartlyProvisioned)
+				}
+				after, aerr := op.getMarkers(ctx)
+				ledger, lerr := op.readLedger(ctx)
+				if aerr != nil || lerr != nil || fmt.Sprint(derefAll(after)) != fmt.Sprint(derefAll(before)) || len(ledger) != 0 {
+					t.Fatalf("a refused Provision wrote: markers %v, then %v (%v); ledger %+v (%v)", derefAll(before), derefAll(after), aerr, ledger, lerr)
+				}
+				t.Logf("Provision: %v", perr)
+				if waiting, err = Open(ctx, tc.client(t), opts); err != nil {
+					t.Fatalf("Open with %d shards open = %v; want the open shards served", Shards-len(lost), err)
+				}
+				// A surviving shard serves at once.
+				id := ""
+				for i := 0; id == "" || lost[shardOf(id)]; i++ {
+					id = fmt.Sprint("kept-", i)
+				}
+				if first, err := waiting.Claim(ctx, id, time.Now().Add(time.Second)); !first || err != nil {
+					t.Fatalf("claim on a surviving shard = %v, %v; want first", first, err)
+				}
+			}
+			defer waiting.Close()
+			fresh := 0
+			twice, refused, served := replayUntilServed(t, waiting, untils, func() string {
+				for {
+					fresh++
+					if id := fmt.Sprint("fresh-", fresh); lost[shardOf(id)] {
+						return id // on a shard the restart emptied
+					}
+				}
+			}, t0, lifetime+10*time.Second)
+			t.Logf("%d earlier IDs accepted twice %v (%d refusals of them while fenced); a fresh ID on a lost shard served %v after Provision; the key space's lifetime %v, the application's %v",
+				len(twice), twice[:min(len(twice), 10)], refused, served.Round(time.Millisecond), lifetime, waiting.Lifetime())
+			if len(twice) != 0 {
+				t.Fatalf("%d of %d earlier IDs accepted twice; want 0", len(twice), n)
+			}
+			if refused == 0 {
+				t.Fatal("no earlier ID was refused as fenced: the test did not test the fence")
+			}
+			if served > lifetime+time.Second || tt.every && served < lifetime-100*time.Millisecond {
+				t.Fatalf("served %v after Provision; want the key space's lifetime, %v", served, lifetime)
+			}
+		})
+	}
+}
+
+// derefAll returns the values of markers, "" for a missing one.
+func derefAll(markers [Shards]*string) []string {
+	out := make([]string, len(markers))
+	for i, m := range markers {
+		if m != nil {
+			out[i] = *m
+		}
+	}
+	return out
 }

@@ -136,8 +136,60 @@ func (tc *testCluster) nodeDir(addr string) string {
 // for the cluster to be ok.
 func (tc *testCluster) restart(t *testing.T, addr string, down time.Duration) {
 	t.Helper()
-	dir := tc.nodeDir(addr)
-	b, err := os.ReadFile(filepath.Join(dir, "redis.pid"))
+	tc.kill(t, addr)
+	time.Sleep(down)
+	tc.start(t, addr)
+	tc.waitOK(t)
+}
+
+// restartEmpty SIGKILLs every node of addrs, then starts each again
+// without persistence (its config with appendonly no) and without its AOF,
+// which it deletes: a restart of a Redis without persistence, which comes
+// back empty. The node's cluster config (nodes.conf) survives, so it comes
+// back with its slots. It waits for the cluster to be ok, and at the end
+// of the test turns AOF on again on each (CONFIG SET appendonly yes,
+// which rewrites the AOF from what the node holds then; appendfsync
+// always stays from the config), so the tests after it find the nodes as
+// .ci/redis-cluster.sh started them.
+func (tc *testCluster) restartEmpty(t *testing.T, addrs ...string) {
+	t.Helper()
+	for _, a := range addrs {
+		tc.kill(t, a)
+	}
+	t.Cleanup(func() {
+		for _, a := range addrs {
+			c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := c.ConfigSet(ctx, "appendonly", "yes").Err()
+			for err == nil {
+				info, ierr := c.Info(ctx, "persistence").Result()
+				if ierr != nil {
+					err = ierr
+				} else if strings.Contains(info, "aof_rewrite_in_progress:0") && strings.Contains(info, "aof_rewrite_scheduled:0") && strings.Contains(info, "aof_enabled:1") {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			cancel()
+			c.Close()
+			if err != nil {
+				t.Errorf("node %s: turning AOF on again: %v", a, err)
+			}
+		}
+	})
+	for _, a := range addrs {
+		if err := os.RemoveAll(filepath.Join(tc.nodeDir(a), "appendonlydir")); err != nil {
+			t.Fatal(err)
+		}
+		tc.start(t, a, "--appendonly", "no")
+	}
+	tc.waitOK(t)
+}
+
+// kill SIGKILLs the node at addr and waits until it is gone.
+func (tc *testCluster) kill(t *testing.T, addr string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(tc.nodeDir(addr), "redis.pid"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,16 +205,21 @@ func (tc *testCluster) restart(t *testing.T, addr string, down time.Duration) {
 			t.Fatalf("node %s (pid %d) still alive 10 s after SIGKILL", addr, pid)
 		}
 	}
-	time.Sleep(down)
+}
+
+// start starts the node at addr from its config, with args after it
+// (redis-server's command-line overrides), and waits until it answers.
+func (tc *testCluster) start(t *testing.T, addr string, args ...string) {
+	t.Helper()
 	// The config daemonizes and writes redis.pid, so .ci/redis-cluster.sh
 	// stops the new process at exit.
-	if out, err := exec.Command(tc.bin, filepath.Join(dir, "redis.conf")).CombinedOutput(); err != nil {
-		t.Fatalf("restarting node %s: %v\n%s", addr, err, out)
+	args = append([]string{filepath.Join(tc.nodeDir(addr), "redis.conf")}, args...)
+	if out, err := exec.Command(tc.bin, args...).CombinedOutput(); err != nil {
+		t.Fatalf("starting node %s: %v\n%s", addr, err, out)
 	}
 	if err := waitPing(addr, nil, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	tc.waitOK(t)
 }
 
 // processAlive reports whether pid runs (a zombie does not count).

@@ -267,46 +267,58 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer waiting.Close()
-			twice, refused := 0, 0
-			var served time.Duration
-			for served == 0 {
-				if time.Since(t0) > lifetime+10*time.Second {
-					t.Fatalf("not served within %v of Provision", lifetime+10*time.Second)
-				}
-				for id, until := range untils {
-					if !time.Now().Before(until) {
-						delete(untils, id) // expired: a caller refuses it before the store
-						continue
-					}
-					first, err := waiting.Claim(ctx, id, until)
-					switch {
-					case first:
-						twice++
-					case errors.Is(err, ErrFenced):
-						refused++
-					case err != nil && !errors.Is(err, ErrInvalidClaim):
-						t.Fatalf("claim of an earlier ID: %v", err)
-					}
-				}
-				first, err := waiting.Claim(ctx, fmt.Sprint("fresh-", time.Now().UnixNano()), time.Now().Add(time.Second))
-				switch {
-				case first:
-					served = time.Since(t0)
-				case err != nil && !errors.Is(err, ErrFenced):
-					t.Fatalf("fresh claim: %v", err)
-				default:
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-			t.Logf("%s: %d earlier IDs accepted twice (%d refusals of them while fenced); served %v after Provision, lifetime %v", fl.name, twice, refused, served.Round(time.Millisecond), lifetime)
-			if twice != 0 {
-				t.Fatalf("%d of %d earlier IDs accepted twice; want 0", twice, n)
+			twice, refused, served := replayUntilServed(t, waiting, untils, func() string { return fmt.Sprint("fresh-", time.Now().UnixNano()) }, t0, lifetime+10*time.Second)
+			t.Logf("%s: %d earlier IDs accepted twice (%d refusals of them while fenced); served %v after Provision, lifetime %v", fl.name, len(twice), refused, served.Round(time.Millisecond), lifetime)
+			if len(twice) != 0 {
+				t.Fatalf("%d of %d earlier IDs accepted twice; want 0", len(twice), n)
 			}
 			if served < lifetime-100*time.Millisecond || served > lifetime+time.Second {
 				t.Fatalf("served %v after Provision; want the key space's lifetime, %v", served, lifetime)
 			}
 		})
 	}
+}
+
+// replayUntilServed is the application that waits after an unwatched
+// loss: from t0 it claims every ID of untils again with its own until
+// (dropping each once it has expired: a caller refuses it before the
+// store), then an ID from fresh, and again, until the fresh ID is first,
+// at most limit after t0. It returns the earlier IDs that were first
+// again (accepted twice), how many claims of them were refused with
+// ErrFenced, and when a fresh ID was first, since t0.
+func replayUntilServed(t *testing.T, s *Store, untils map[string]time.Time, fresh func() string, t0 time.Time, limit time.Duration) (twice []string, refused int, served time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	for served == 0 {
+		if time.Since(t0) > limit {
+			t.Fatalf("not served within %v of Provision", limit)
+		}
+		for id, until := range untils {
+			if !time.Now().Before(until) {
+				delete(untils, id)
+				continue
+			}
+			first, err := s.Claim(ctx, id, until)
+			switch {
+			case first:
+				twice = append(twice, id)
+			case errors.Is(err, ErrFenced):
+				refused++
+			case err != nil && !errors.Is(err, ErrInvalidClaim):
+				t.Fatalf("claim of an earlier ID: %v", err)
+			}
+		}
+		first, err := s.Claim(ctx, fresh(), time.Now().Add(time.Second))
+		switch {
+		case first:
+			served = time.Since(t0)
+		case err != nil && !errors.Is(err, ErrFenced):
+			t.Fatalf("fresh claim: %v", err)
+		default:
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return twice, refused, served
 }
 
 // provisionBeforeFirstOpen is a client hook that runs another operator's
