@@ -386,16 +386,20 @@ func workCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
 		{"commit; begin; select 1/0", 1},
 		{"rollback; begin; select 1/0", 0},
 	}
-	ways := []struct {
-		name    string
-		acquire func(t *testing.T, s *Store, id string) replay.Work
-	}{
-		{"BeginWork", func(t *testing.T, s *Store, id string) replay.Work { w, _ := acquire(t, s, id, time.Minute); return w }},
-		{"AcquireWork", func(t *testing.T, s *Store, id string) replay.Work { return acquireWork(t, s, id, []byte("fp-"+id)) }},
+	for k, way := range workWays {
+		t.Run(way.name, func(t *testing.T) { commitAfterAnEscape(t, s, table, k, tests, way.begin) })
 	}
-	for k, way := range ways {
-		t.Run(way.name, func(t *testing.T) { commitAfterAnEscape(t, s, table, k, tests, way.acquire) })
-	}
+}
+
+// workWays are the two ways a work begins: BeginWork after a committed
+// lease (AcquireRecord), and AcquireWork, the middlewares' one-commit
+// path, whose lease is the work's own transaction.
+var workWays = []struct {
+	name  string
+	begin func(t *testing.T, s *Store, id string) replay.Work
+}{
+	{"BeginWork", func(t *testing.T, s *Store, id string) replay.Work { w, _ := acquire(t, s, id, time.Minute); return w }},
+	{"AcquireWork", func(t *testing.T, s *Store, id string) replay.Work { return acquireWork(t, s, id, []byte("fp-"+id)) }},
 }
 
 // commitAfterAnEscape runs workCommitAfterAnEscapeIsNeverASuccess's
@@ -485,13 +489,6 @@ func commitAfterAnEscape(t *testing.T, s *Store, table string, k int, tests []es
 func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 	s := newTestStore(t)
 	table := chargeTable(t, s.pool)
-	ways := []struct {
-		name    string
-		acquire func(t *testing.T, id string) replay.Work
-	}{
-		{"BeginWork", func(t *testing.T, id string) replay.Work { w, _ := acquire(t, s, id, time.Minute); return w }},
-		{"AcquireWork", func(t *testing.T, id string) replay.Work { return acquireWork(t, s, id, []byte("fp-"+id)) }},
-	}
 	escapes := []struct {
 		name, sql  string
 		maxCharges int  // charges the escape may have committed
@@ -503,12 +500,12 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 		{"rollback, a write, begin", "rollback; insert into " + table + " values ('%s', 'autocommit'); begin", 1, false},
 		{"commit then a failed statement", "commit; begin; select 1/0", 1, true},
 	}
-	for i, way := range ways {
+	for i, way := range workWays {
 		for j, e := range escapes {
 			t.Run(way.name+"/"+e.name, func(t *testing.T) {
 				id := fmt.Sprintf("rollback-escape-%d-%d", i, j)
 				token := "once-" + id
-				w := way.acquire(t, id)
+				w := way.begin(t, s, id)
 				ctx := w.Context(bg())
 				if first, err := s.Claim(ctx, token, time.Now().Add(time.Hour)); !first || err != nil {
 					t.Fatalf("Claim = %v, %v", first, err)
@@ -548,7 +545,7 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 		}
 		t.Run(way.name+"/no escape", func(t *testing.T) {
 			id := fmt.Sprintf("rollback-plain-%d", i)
-			w := way.acquire(t, id)
+			w := way.begin(t, s, id)
 			if err := charge(w.Context(bg()), table, id, "discarded"); err != nil {
 				t.Fatal(err)
 			}
