@@ -823,8 +823,11 @@ func TestStateRefuses(t *testing.T) {
 }
 
 func TestStateBindTagCache(t *testing.T) {
-	// Kills state_bind.go `cacheable := len(material) <= maxCachedMaterial` → `<`
-	// and `if int(sc.used) < len(sc.tags)` negated: the bind-tag cache (a
+	// Kills state_bind.go `cacheable := len(material) <= maxCachedMaterial` → `<`,
+	// `if int(sc.used) < len(sc.tags)` negated, and `sc.next + 1` → `-` (the
+	// slots fill 0, 3, 2, 1, and the lookup scans only the first sc.used of
+	// them, so the second material is cached where no lookup finds it
+	// until the cache is full): the bind-tag cache (a
 	// performance measure: a tag costs as much as the AES-GCM open it guards)
 	// serves a repeated material of up to maxCachedMaterial bytes from the
 	// cache, and does not cache a longer one. A hit is seen by marking the

@@ -197,6 +197,24 @@ func TestKeyAtNamesEveryPosition(t *testing.T) {
 	}
 }
 
+// TestKeyPositionPreviousIsZeroOutsideKeyAt pins that Previous answers 0,
+// and never panics, for a value KeyAt does not return, however far from the
+// set: a negative N (which would index below the table), a zero N, an N
+// past 254 or past the int range, and text that is no number.
+func TestKeyPositionPreviousIsZeroOutsideKeyAt(t *testing.T) {
+	for _, p := range []KeyPosition{
+		"previous -1", "previous -2", "previous -255", "-2", "previous -9223372036854775808",
+		"previous -99999999999999999999", "previous 0", "previous 255",
+		"previous 99999999999999999999", "previous x", "previous ", "primary", KeyNone,
+	} {
+		t.Run(string(p), func(t *testing.T) {
+			if n := p.Previous(); n != 0 {
+				t.Errorf("Previous = %d, want 0", n)
+			}
+		})
+	}
+}
+
 type recorder struct{ got []Event }
 
 func (r *recorder) Observe(e Event) { r.got = append(r.got, e) }
