@@ -211,22 +211,28 @@ var _ http.Handler = (*Handler)(nil)
 
 // NewHandler returns a handler for cfg. A nil Issuer, or one not
 // made by [ctoken.NewOneTimeIssuer], is [ctoken.ErrNoKey]; a nil Authorize or Issue, or an
-// IssuedTokenType that is not an absolute URI, is [ctoken.ErrConfig].
+// IssuedTokenType that is not an absolute URI, is [ctoken.ErrConfig]. A
+// config with several faults is refused with one error naming each, with
+// its fix, which errors.Is matches against each fault's sentinel.
 func NewHandler(cfg Config) (*Handler, error) {
+	var faults []error
 	if cfg.Issuer == nil || cfg.Issuer.Purpose() == "" {
-		return nil, reason.New(ctoken.ErrNoKey, "exchange.Config.Issuer is nil or not made by ctoken.NewOneTimeIssuer")
+		faults = append(faults, reason.New(ctoken.ErrNoKey, "exchange.Config.Issuer is nil or not made by ctoken.NewOneTimeIssuer (set the issuer that mints the one-time tokens this endpoint exchanges)"))
 	}
 	if cfg.Authorize == nil {
-		return nil, reason.New(ctoken.ErrConfig, "exchange.Config.Authorize is nil (the server decides before a token is consumed)")
+		faults = append(faults, reason.New(ctoken.ErrConfig, "exchange.Config.Authorize is nil (the server decides before a token is consumed: set a function that accepts or refuses each exchange)"))
 	}
 	if cfg.Issue == nil {
-		return nil, reason.New(ctoken.ErrConfig, "exchange.Config.Issue is nil")
+		faults = append(faults, reason.New(ctoken.ErrConfig, "exchange.Config.Issue is nil (set a function that mints the credential for a redeemed token)"))
 	}
 	typ := cfg.IssuedTokenType
 	if typ == "" {
 		typ = TokenTypeAccessToken
 	} else if u, err := url.Parse(typ); err != nil || !u.IsAbs() || strings.ContainsAny(typ, " \t\r\n") {
-		return nil, reason.New(ctoken.ErrConfig, "exchange.Config.IssuedTokenType is not an absolute URI")
+		faults = append(faults, reason.New(ctoken.ErrConfig, "exchange.Config.IssuedTokenType is not an absolute URI (leave it empty for TokenTypeAccessToken, or set one such as TokenTypeJWT)"))
+	}
+	if err := reason.Faults(faults...); err != nil {
+		return nil, err
 	}
 	return &Handler{issuer: cfg.Issuer, authorize: cfg.Authorize, issue: cfg.Issue, typ: typ, log: cfg.Logger, obs: cfg.Observer}, nil
 }

@@ -773,6 +773,54 @@ func TestNewExchangeHandlerRejectsIncompleteConfig(t *testing.T) {
 	}
 }
 
+// TestNewExchangeHandlerNamesEveryFaultAtOnce pins that a config with
+// several faults is refused with one error naming each with its fix (the
+// user who sets Authorize does not meet the missing Issue next), matching
+// each fault's sentinel.
+func TestNewExchangeHandlerNamesEveryFaultAtOnce(t *testing.T) {
+	keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, Purpose: exchangePurpose})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authorize := func(context.Context, exchange.Request) error { return nil }
+	for _, tc := range []struct {
+		name  string
+		cfg   exchange.Config
+		is    []error
+		names []string
+	}{
+		{"all zero", exchange.Config{}, []error{ctoken.ErrNoKey, ctoken.ErrConfig},
+			[]string{"3 configuration faults", "Issuer is nil or not made by ctoken.NewOneTimeIssuer (set the issuer",
+				"Authorize is nil (the server decides before a token is consumed: set a function", "Issue is nil (set a function"}},
+		{"no callbacks", exchange.Config{Issuer: iss}, []error{ctoken.ErrConfig},
+			[]string{"2 configuration faults", "Authorize is nil", "Issue is nil"}},
+		{"zero issuer, no Issue, relative token type", exchange.Config{Issuer: &ctoken.OneTimeIssuer{}, Authorize: authorize, IssuedTokenType: "jwt"},
+			[]error{ctoken.ErrNoKey, ctoken.ErrConfig},
+			[]string{"3 configuration faults", "Issuer is nil", "Issue is nil", "IssuedTokenType is not an absolute URI (leave it empty"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := exchange.NewHandler(tc.cfg)
+			if h != nil || err == nil {
+				t.Fatalf("NewHandler = %v, %v; want a refusal", h, err)
+			}
+			for _, want := range tc.is {
+				if !errors.Is(err, want) {
+					t.Errorf("error %v does not match %v", err, want)
+				}
+			}
+			for _, name := range tc.names {
+				if !strings.Contains(err.Error(), name) {
+					t.Errorf("error %q does not name %q", err, name)
+				}
+			}
+		})
+	}
+}
+
 func TestExchangeZeroHandlerRefuses(t *testing.T) {
 	for _, h := range []*exchange.Handler{nil, {}} {
 		w := post(h, exchangeForm("ot1.AAAA").Encode())
