@@ -113,17 +113,21 @@ func (d *durability) aofWait() ([]any, bool) {
 	return d.waitAOF, d.LocalAOF
 }
 
-func newDurability(client Client, d Durability, timeout time.Duration) (durability, error) {
+// newDurability validates d for client: it returns every fault of d,
+// each naming its fix, and a nil client checks nothing of the client's type
+// (New names the nil client itself).
+func newDurability(client Client, d Durability, timeout time.Duration) (durability, []string) {
 	out := durability{Durability: d}
-	switch {
-	case d.Replicas < 0, d.ReplicaAOF < 0:
-		return out, refuse(ErrConfig, "negative Durability replica count", nil)
-	case d.Timeout < 0:
-		return out, refuse(ErrConfig, "negative Durability.Timeout", nil)
+	var faults []string
+	if d.Replicas < 0 || d.ReplicaAOF < 0 {
+		faults = append(faults, "negative Durability replica count (set Durability.Replicas and Durability.ReplicaAOF to 0 or more)")
+	}
+	if d.Timeout < 0 {
+		faults = append(faults, "negative Durability.Timeout (set 0 for DefaultDurabilityTimeout, or a positive wait)")
 	}
 	asked := d.Replicas > 0 || d.ReplicaAOF > 0 || d.LocalAOF
-	if !asked && d.Timeout != 0 {
-		return out, refuse(ErrConfig, "Durability.Timeout without anything to wait for", nil)
+	if !asked && d.Timeout > 0 {
+		faults = append(faults, "Durability.Timeout without anything to wait for (set Durability.Replicas, ReplicaAOF or LocalAOF, or leave Timeout 0)")
 	}
 	switch c := client.(type) {
 	case *redis.Client:
@@ -131,8 +135,8 @@ func newDurability(client Client, d Durability, timeout time.Duration) (durabili
 	case *redis.ClusterClient:
 		out.cluster = c
 	default:
-		if asked {
-			return out, refuse(ErrConfig, "Durability needs a *redis.Client or *redis.ClusterClient (WAIT runs on the connection that wrote)", nil)
+		if asked && client != nil {
+			faults = append(faults, "Durability needs a *redis.Client or *redis.ClusterClient (WAIT runs on the connection that wrote): pass one, or leave Durability zero")
 		}
 	}
 	if !d.LocalAOF && (out.single != nil || out.cluster != nil) {
@@ -148,17 +152,19 @@ func newDurability(client Client, d Durability, timeout time.Duration) (durabili
 	if out.single != nil || out.cluster != nil {
 		out.probe = new(policyProbe)
 	}
-	if !asked {
-		return out, nil
+	if !asked || d.Timeout < 0 {
+		return out, faults
 	}
 	if out.Timeout == 0 {
 		out.Timeout = DefaultDurabilityTimeout
 	}
 	if out.Timeout < time.Millisecond {
-		return out, refuse(ErrConfig, "Durability.Timeout under a millisecond", nil)
+		faults = append(faults, "Durability.Timeout under a millisecond (set at least 1ms, or 0 for DefaultDurabilityTimeout)")
+	} else if timeout > 0 && out.Timeout >= timeout {
+		faults = append(faults, "Durability.Timeout not shorter than Options.Timeout (lower Durability.Timeout or raise Options.Timeout)")
 	}
-	if timeout > 0 && out.Timeout >= timeout {
-		return out, refuse(ErrConfig, "Durability.Timeout not shorter than Options.Timeout", nil)
+	if len(faults) > 0 {
+		return out, faults
 	}
 	ms := strconv.FormatInt(out.Timeout.Milliseconds(), 10)
 	if d.Replicas > 0 {

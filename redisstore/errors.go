@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
@@ -121,6 +123,21 @@ func (r *refusal) Unwrap() error        { return r.cause }
 // ErrUnavailable.
 func refuse(sentinel error, why string, cause error) error {
 	return &refusal{sentinel: sentinel, why: why, cause: cause}
+}
+
+// configFaults returns nil when there is no fault, an [ErrConfig] refusal
+// whose Reason is the fault when there is one, and when there are several
+// one refusal whose Reason names each in order ("2 configuration faults:
+// a; b"), so that a user fixes the Options in one pass instead of meeting
+// the next fault after each fix. Each fault is a fixed text naming its fix.
+func configFaults(faults []string) error {
+	switch len(faults) {
+	case 0:
+		return nil
+	case 1:
+		return refuse(ErrConfig, faults[0], nil)
+	}
+	return refuse(ErrConfig, strconv.Itoa(len(faults))+" configuration faults: "+strings.Join(faults, "; "), nil)
 }
 
 // Fixed reasons.

@@ -433,9 +433,10 @@ var (
 )
 
 // New returns a Store that records claims through client, without talking
-// to Redis: it refuses invalid Options with an error matching [ErrConfig],
-// and runs the server checks of [Open] before its first call instead (every
-// call then refuses with ErrConfig if they fail, or with ErrUnavailable
+// to Redis: it refuses invalid Options with an error matching [ErrConfig]
+// whose [Reason] names every fault at once, each with its fix, and runs
+// the server checks of [Open] before its first call instead (every call
+// then refuses with ErrConfig if they fail, or with ErrUnavailable
 // while Redis cannot answer them). Prefer Open, which reports a server that
 // does not fit the Options at construction.
 //
@@ -458,8 +459,9 @@ var (
 // nothing), and it checks again at most every 250 ms, so a store that
 // starts before its prefix is provisioned serves once it is.
 func New(client Client, opts Options) (*Store, error) {
+	var faults []string
 	if client == nil {
-		return nil, refuse(ErrConfig, "nil client", nil)
+		faults = append(faults, "nil client (pass a *redis.Client, *redis.ClusterClient or another Client)")
 	}
 	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, now: opts.Now,
 		horizon: opts.Horizon, maxSkew: opts.MaxSkew, opts: opts, log: opts.Logger,
@@ -468,7 +470,7 @@ func New(client Client, opts Options) (*Store, error) {
 		s.prefix = DefaultPrefix
 	}
 	if strings.ContainsAny(s.prefix, "{}") {
-		return nil, refuse(ErrConfig, "Prefix holds '{' or '}': it could share keys with another prefix", nil)
+		faults = append(faults, "Prefix holds '{' or '}': it could share keys with another prefix (choose a Prefix without braces)")
 	}
 	s.tags = shardTags(s.prefix)
 	if s.timeout == 0 {
@@ -482,35 +484,35 @@ func New(client Client, opts Options) (*Store, error) {
 	}
 	switch {
 	case s.horizon < 0:
-		return nil, refuse(ErrConfig, "negative Horizon", nil)
+		faults = append(faults, "negative Horizon (set 0 for DefaultHorizon, or at least a millisecond)")
 	case s.horizon == 0:
 		s.horizon = DefaultHorizon
 	case s.horizon < time.Millisecond:
-		return nil, refuse(ErrConfig, "Horizon under a millisecond", nil)
+		faults = append(faults, "Horizon under a millisecond (set at least a millisecond, or 0 for DefaultHorizon)")
 	}
 	switch {
 	case s.maxSkew < 0:
-		return nil, refuse(ErrConfig, "negative MaxSkew", nil)
+		faults = append(faults, "negative MaxSkew (set 0 for replay.SkewMargin, or a positive margin)")
 	case s.maxSkew == 0:
 		s.maxSkew = replay.SkewMargin
 	case s.maxSkew > replay.SkewMargin:
-		return nil, refuse(ErrConfig, "MaxSkew over replay.SkewMargin, the margin callers hold claims for", nil)
+		faults = append(faults, "MaxSkew over replay.SkewMargin, the margin callers hold claims for (set at most replay.SkewMargin, or 0 for it)")
 	}
 	switch {
 	case opts.RecheckInterval < 0:
-		return nil, refuse(ErrConfig, "negative RecheckInterval", nil)
+		faults = append(faults, "negative RecheckInterval (set 0 for DefaultRecheckInterval, or a positive interval)")
 	case opts.RecheckInterval == 0:
 		s.recheckEvery = DefaultRecheckInterval
 	default:
 		s.recheckEvery = opts.RecheckInterval
 	}
+	d, durabilityFaults := newDurability(client, opts.Durability, s.timeout)
+	if err := configFaults(append(faults, durabilityFaults...)); err != nil {
+		return nil, err
+	}
 	s.skewArg = strconv.FormatInt(s.maxSkew.Milliseconds(), 10)
 	s.horizonArg = strconv.FormatInt(s.horizon.Milliseconds(), 10)
 	s.boundArg.Store(&s.horizonArg)
-	d, err := newDurability(client, opts.Durability, s.timeout)
-	if err != nil {
-		return nil, err
-	}
 	if opts.AllowEviction {
 		d.probe = nil // eviction accepted: nothing to probe for
 	}

@@ -329,6 +329,7 @@ func TestNew(t *testing.T) {
 	}{
 		{"rejects nil client", newRejectsNilClient},
 		{"refuses invalid options", newRefusesInvalidOptions},
+		{"names every fault at once", newNamesEveryFaultAtOnce},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -337,6 +338,43 @@ func TestNew(t *testing.T) {
 func newRejectsNilClient(t *testing.T) {
 	if _, err := New(nil, Options{}); err == nil {
 		t.Fatal("New(nil) succeeded")
+	}
+}
+
+// newNamesEveryFaultAtOnce: Options with several faults are refused with
+// one ErrConfig whose Reason names each with its fix (the user who fixes
+// Horizon does not meet MaxSkew next).
+func newNamesEveryFaultAtOnce(t *testing.T) {
+	ok := clientFunc(func(ctx context.Context, args ...any) *redis.Cmd { return redis.NewCmd(ctx, args...) })
+	for _, tc := range []struct {
+		name   string
+		client Client
+		opts   Options
+		names  []string
+	}{
+		{"nil client and a brace in Prefix", nil, Options{Prefix: "app{"},
+			[]string{"2 configuration faults", "nil client (pass a *redis.Client", "Prefix holds '{' or '}': it could share keys with another prefix (choose a Prefix"}},
+		{"every duration", ok, Options{Horizon: -1, MaxSkew: -1, RecheckInterval: -1},
+			[]string{"3 configuration faults", "negative Horizon (set 0", "negative MaxSkew (set 0", "negative RecheckInterval (set 0"}},
+		{"bounds and durability", ok, Options{Horizon: time.Microsecond, MaxSkew: replay.SkewMargin + time.Second,
+			Durability: Durability{Replicas: -1, Timeout: -1}},
+			[]string{"4 configuration faults", "Horizon under a millisecond (set", "MaxSkew over replay.SkewMargin", "negative Durability replica count (set", "negative Durability.Timeout (set"}},
+		{"durability on a client without one connection", ok, Options{Timeout: time.Second, Durability: Durability{LocalAOF: true, Timeout: time.Second}},
+			[]string{"2 configuration faults", "Durability needs a *redis.Client", "Durability.Timeout not shorter than Options.Timeout (lower"}},
+		{"durability timeout alone, with a brace", ok, Options{Prefix: "}", Durability: Durability{Timeout: time.Second}},
+			[]string{"2 configuration faults", "Prefix holds", "Durability.Timeout without anything to wait for (set"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(tc.client, tc.opts)
+			if s != nil || !errors.Is(err, ErrConfig) {
+				t.Fatalf("New = %v, %v; want ErrConfig", s, err)
+			}
+			for _, name := range tc.names {
+				if !strings.Contains(Reason(err), name) || !strings.Contains(err.Error(), name) {
+					t.Errorf("error %q (Reason %q) does not name %q", err, Reason(err), name)
+				}
+			}
+		})
 	}
 }
 
