@@ -79,26 +79,58 @@ func readSettings(ctx context.Context, conn interface {
 	return c, nil
 }
 
-// check refuses settings that lose acknowledged claims or cannot work.
+// check refuses settings that lose acknowledged claims or cannot work,
+// naming every refused setting at once, each with its fix, so that a DSN
+// is fixed in one pass.
 func (c settings) check(allowNormal bool) error {
+	return configFaults(c.faults(allowNormal))
+}
+
+// faults are the settings check refuses, each with its fix.
+func (c settings) faults(allowNormal bool) []string {
 	const how = " (set it on every connection, in the DSN: see the package documentation)"
-	switch {
-	case c.path == "":
-		return fmt.Errorf("%w: an in-memory or temporary database forgets every claim when it closes: open a file", ErrConfig)
-	case c.journal == "off" || c.journal == "memory":
-		return fmt.Errorf("%w: journal_mode=%s loses or corrupts commits in a crash: use WAL"+how, ErrConfig, strings.ToUpper(c.journal))
-	case c.synchronous == syncOff:
-		return fmt.Errorf("%w: synchronous=OFF acknowledges commits that a crash of the machine loses: use FULL"+how, ErrConfig)
-	case c.synchronous < syncFull && !c.wal():
-		return fmt.Errorf("%w: synchronous=%s with journal_mode=%s can lose or corrupt commits in a power cut: use FULL"+how, ErrConfig, syncNames[c.synchronous], strings.ToUpper(c.journal))
-	case c.synchronous < syncFull && !allowNormal:
-		return fmt.Errorf("%w: synchronous=NORMAL in WAL mode acknowledges commits before they are on the disk, so a power cut forgets the last claims: use FULL"+how+", or accept the risk with Options.AllowNormalSync", ErrConfig)
-	case c.busyTimeout <= 0:
-		return fmt.Errorf("%w: busy_timeout=0 fails every call that meets another connection's write at once: set it, e.g. 5000 ms"+how, ErrConfig)
-	case c.queryOnly:
-		return fmt.Errorf("%w: the connection is query_only", ErrConfig)
+	var faults []string
+	if c.path == "" {
+		faults = append(faults, "an in-memory or temporary database forgets every claim when it closes: open a file")
 	}
-	return nil
+	// An in-memory database's journal is MEMORY whatever the DSN asks:
+	// opening a file is the fix, not the journal_mode, nor a synchronous
+	// level judged against it.
+	ownJournal := c.path == "" && c.journal == "memory"
+	if !ownJournal && (c.journal == "off" || c.journal == "memory") {
+		faults = append(faults, fmt.Sprintf("journal_mode=%s loses or corrupts commits in a crash: use WAL"+how, strings.ToUpper(c.journal)))
+	}
+	switch {
+	case c.synchronous == syncOff:
+		faults = append(faults, "synchronous=OFF acknowledges commits that a crash of the machine loses: use FULL"+how)
+	case c.synchronous >= syncFull || ownJournal:
+	case !c.wal():
+		faults = append(faults, fmt.Sprintf("synchronous=%s with journal_mode=%s can lose or corrupt commits in a power cut: use FULL"+how, syncNames[c.synchronous], strings.ToUpper(c.journal)))
+	case !allowNormal:
+		faults = append(faults, "synchronous=NORMAL in WAL mode acknowledges commits before they are on the disk, so a power cut forgets the last claims: use FULL"+how+", or accept the risk with Options.AllowNormalSync")
+	}
+	if c.busyTimeout <= 0 {
+		faults = append(faults, "busy_timeout=0 fails every call that meets another connection's write at once: set it, e.g. 5000 ms"+how)
+	}
+	if c.queryOnly {
+		faults = append(faults, "the connection is query_only: the store writes, so open it without query_only (in the DSN: see the package documentation)")
+	}
+	return faults
+}
+
+// configFaults returns nil when there is no fault, ErrConfig naming the
+// fault when there is one, and when there are several ErrConfig naming each
+// in order ("2 configuration faults: a; b"), so that a user fixes the
+// Options and the DSN in one pass instead of meeting the next refused
+// setting after each fix.
+func configFaults(faults []string) error {
+	switch len(faults) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%w: %s", ErrConfig, faults[0])
+	}
+	return fmt.Errorf("%w: %d configuration faults: %s", ErrConfig, len(faults), strings.Join(faults, "; "))
 }
 
 // guard keeps the evidence that the database still holds what the store

@@ -50,6 +50,45 @@ func TestSettingsCheck(t *testing.T) {
 	}
 }
 
+// TestSettingsCheckNamesEveryRefusedSetting pins that settings with several
+// faults are refused with one ErrConfig naming each with its fix (a DSN
+// with synchronous=OFF and busy_timeout=0 does not meet busy_timeout only
+// after its synchronous is fixed), and that an in-memory database's own
+// journal is not named beside "open a file".
+func TestSettingsCheckNamesEveryRefusedSetting(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		c           settings
+		allowNormal bool
+		names       []string
+	}{
+		{"synchronous OFF, busy_timeout 0", settings{journal: "wal", synchronous: syncOff, path: "/x/replay.db"}, false,
+			[]string{"2 configuration faults", "synchronous=OFF acknowledges commits that a crash of the machine loses: use FULL", "busy_timeout=0 fails every call that meets another connection's write at once: set it, e.g. 5000 ms"}},
+		{"every setting weak", settings{journal: "off", synchronous: syncNormal, queryOnly: true, path: "/x/replay.db"}, true,
+			[]string{"4 configuration faults", "journal_mode=OFF loses or corrupts commits in a crash: use WAL", "synchronous=NORMAL with journal_mode=OFF can lose or corrupt commits in a power cut: use FULL",
+				"busy_timeout=0", "the connection is query_only", "(set it on every connection, in the DSN: see the package documentation)"}},
+		{"WAL NORMAL without AllowNormalSync, query_only", settings{journal: "wal", synchronous: syncNormal, busyTimeout: 5000, queryOnly: true, path: "/x/replay.db"}, false,
+			[]string{"2 configuration faults", "use FULL (set it on every connection, in the DSN: see the package documentation), or accept the risk with Options.AllowNormalSync", "query_only"}},
+		{"in-memory database, synchronous OFF", settings{journal: "memory", synchronous: syncOff, busyTimeout: 5000}, false,
+			[]string{"2 configuration faults", "forgets every claim when it closes: open a file", "synchronous=OFF"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.c.check(tc.allowNormal)
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("check = %v; want ErrConfig", err)
+			}
+			for _, name := range tc.names {
+				if !strings.Contains(err.Error(), name) {
+					t.Errorf("check = %q; does not name %q", err, name)
+				}
+			}
+			if strings.Contains(err.Error(), "journal_mode=MEMORY") {
+				t.Errorf("check = %q; names the in-memory database's own journal", err)
+			}
+		})
+	}
+}
+
 // TestTableName pins the table name: a lower-case identifier, quoted, or
 // refused with ErrConfig, and the one Schema writes into its SQL.
 func TestTableName(t *testing.T) {

@@ -31,12 +31,12 @@
 //
 // A PRAGMA run with db.Exec after sql.Open reaches one connection of the
 // pool, not the others: set them in the DSN. [New] refuses settings that
-// lose acknowledged claims or cannot work (ErrConfig, naming the fix): an
-// in-memory or temporary database, journal_mode OFF or MEMORY,
-// synchronous OFF, synchronous NORMAL outside WAL, synchronous NORMAL in
-// WAL without [Options.AllowNormalSync] (safe across a crash of the
-// process, not a power cut), busy_timeout 0, a query_only connection, and
-// db.SetMaxOpenConns(1). The store's writer holds one connection of the
+// lose acknowledged claims or cannot work (ErrConfig, naming every one at
+// once, each with its fix): an in-memory or temporary database,
+// journal_mode OFF or MEMORY, synchronous OFF, synchronous NORMAL outside
+// WAL, synchronous NORMAL in WAL without [Options.AllowNormalSync] (safe
+// across a crash of the process, not a power cut), busy_timeout 0, a
+// query_only connection, and db.SetMaxOpenConns(1). The store's writer holds one connection of the
 // pool for the store's life (its statements prepared once); every write
 // re-reads synchronous on it (a lowered one refuses the write and is
 // closed), and the checker re-reads the settings on a connection of the

@@ -71,21 +71,31 @@ func schema(table, incarnation string, fence int64) ([]string, error) {
 
 // quoteTable validates a table name and quotes it.
 func quoteTable(table string) (string, error) {
+	t, fault := tableName(table)
+	if fault != "" {
+		return "", fmt.Errorf("%w: %s", ErrConfig, fault)
+	}
+	return t, nil
+}
+
+// tableName is quoteTable's check: the quoted name, or what is wrong with
+// it ("" for nothing).
+func tableName(table string) (quoted, fault string) {
 	if table == "" {
 		table = DefaultTable
 	}
 	if len(table) > maxIdentBytes {
-		return "", fmt.Errorf("%w: table name of %d bytes, over %d", ErrConfig, len(table), maxIdentBytes)
+		return "", fmt.Sprintf("table name of %d bytes, over %d: choose a shorter one", len(table), maxIdentBytes)
 	}
 	for i, c := range table {
 		if !(c == '_' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
-			return "", fmt.Errorf("%w: table name %q is not a lower-case identifier ([a-z_][a-z0-9_]*)", ErrConfig, table)
+			return "", fmt.Sprintf("table name %q is not a lower-case identifier ([a-z_][a-z0-9_]*)", table)
 		}
 	}
 	if strings.HasPrefix(table, "sqlite_") {
-		return "", fmt.Errorf("%w: table name %q is reserved by SQLite", ErrConfig, table)
+		return "", fmt.Sprintf("table name %q is reserved by SQLite: choose one that does not begin with sqlite_", table)
 	}
-	return `"` + table + `"`, nil
+	return `"` + table + `"`, ""
 }
 
 // unquote is the table's name, quoted or not, in the main schema or not.

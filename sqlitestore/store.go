@@ -196,6 +196,8 @@ var (
 // least two connections, that the table exists with its marker row (else
 // ErrConfig or ErrForgotten: run [Migrate]), and that the database is not
 // older than the one the store last saw at this path (else ErrForgotten).
+// Invalid Options and refused settings are named in one ErrConfig, every
+// one with its fix, so that a DSN and Options are fixed in one pass.
 // It writes once (so a read-only file is refused with ErrUnavailable),
 // then starts its writer, checker and sweeper goroutines, which
 // [Store.Close] stops. db stays the caller's: Close does not close it.
@@ -204,35 +206,38 @@ func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 }
 
 func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Time) (*Store, error) {
+	// Every fault of the options and of the connection's settings is
+	// named in one error (configFaults), so a user fixes them in one pass.
+	var faults []string
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil *sql.DB", ErrConfig)
+		faults = append(faults, "nil *sql.DB: pass the database sql.Open returned")
 	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	s := &Store{db: db, now: now, done: make(chan struct{})}
-	var err error
-	if s.table, err = quoteTable(opts.Table); err != nil {
-		return nil, err
+	table, fault := tableName(opts.Table)
+	if fault != "" {
+		faults = append(faults, fault)
 	}
 	// Every statement of the store names the table in the main schema: a
 	// temporary table of the same name (which an unqualified name would
 	// find first), made by a handler in its Work or on the connection of
 	// a WithTx transaction, never receives the store's rows.
-	s.table = "main." + s.table
+	s.table = "main." + table
 	s.prefix = opts.Prefix
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
 	if len(s.prefix) > MaxPrefixBytes {
-		return nil, fmt.Errorf("%w: Prefix of %d bytes, over %d", ErrConfig, len(s.prefix), MaxPrefixBytes)
+		faults = append(faults, fmt.Sprintf("Prefix of %d bytes, over %d: choose a shorter one", len(s.prefix), MaxPrefixBytes))
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{{"Horizon", opts.Horizon}, {"RecheckInterval", opts.RecheckInterval}} {
 		if d.v < 0 {
-			return nil, fmt.Errorf("%w: negative %s", ErrConfig, d.name)
+			faults = append(faults, fmt.Sprintf("negative %s: set 0 for the default, or a positive duration", d.name))
 		}
 	}
 	s.timeout = orDefault(opts.Timeout, DefaultTimeout)
@@ -243,21 +248,30 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	if db == nil {
+		return nil, configFaults(faults)
+	}
 	if n := db.Stats().MaxOpenConnections; n == 1 {
-		return nil, fmt.Errorf("%w: db.SetMaxOpenConns(1): the store needs two connections (its writer and a reader); set 0 or at least 2 (SQLite still has one writer)", ErrConfig)
+		faults = append(faults, "db.SetMaxOpenConns(1): the store needs two connections (its writer and a reader); set 0 or at least 2 (SQLite still has one writer)")
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	conn, err := db.Conn(ctx)
 	if err != nil {
+		if len(faults) > 0 {
+			return nil, configFaults(faults)
+		}
 		return nil, unavailable(ctx, err)
 	}
 	defer conn.Close()
 	set, err := readSettings(ctx, conn)
 	if err != nil {
+		if len(faults) > 0 {
+			return nil, configFaults(faults)
+		}
 		return nil, err
 	}
-	if err := set.check(opts.AllowNormalSync); err != nil {
+	if err := configFaults(append(faults, set.faults(opts.AllowNormalSync)...)); err != nil {
 		return nil, err
 	}
 	s.allowNormal = opts.AllowNormalSync

@@ -26,6 +26,7 @@ func TestNew(t *testing.T) {
 	}{
 		{"refuses weak settings", newRefusesWeakSettings},
 		{"refuses invalid options", newRefusesInvalidOptions},
+		{"names every fault at once", newNamesEveryFaultAtOnce},
 		{"tables share a file", tablesShareAFile},
 		{"allow normal sync", allowNormalSync},
 		{"lowered connection refuses", loweredConnectionRefuses},
@@ -126,6 +127,57 @@ func newRefusesInvalidOptions(t *testing.T) {
 					}
 					if !errors.Is(err, sqlitestore.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
 						t.Fatalf("New = %v; want ErrConfig saying %q", err, tc.want)
+					}
+				})
+			}
+		})
+	}
+}
+
+// newNamesEveryFaultAtOnce: New refuses a DSN and Options with several
+// faults with one ErrConfig naming each with its fix, set as a user would
+// (a DSN with synchronous=OFF and busy_timeout=0 meets both at once).
+func newNamesEveryFaultAtOnce(t *testing.T) {
+	tests := []struct {
+		name    string
+		pragmas []Pragma
+		pool    int // db.SetMaxOpenConns, 0 to leave
+		opts    sqlitestore.Options
+		names   []string
+	}{
+		{"synchronous OFF, busy_timeout 0", []Pragma{{"journal_mode", "WAL"}, {"synchronous", "OFF"}, {"busy_timeout", "0"}}, 0, sqlitestore.Options{},
+			[]string{"2 configuration faults", "synchronous=OFF", "use FULL", "busy_timeout=0", "set it, e.g. 5000 ms"}},
+		{"journal OFF, query_only", []Pragma{{"journal_mode", "OFF"}, {"synchronous", "FULL"}, {"busy_timeout", "5000"}, {"query_only", "1"}}, 0, sqlitestore.Options{},
+			[]string{"2 configuration faults", "journal_mode=OFF", "use WAL", "query_only"}},
+		{"options and settings", With("synchronous", "NORMAL"), 1,
+			sqlitestore.Options{Table: "Replay", Prefix: strings.Repeat("p", sqlitestore.MaxPrefixBytes+1), Horizon: -time.Second, RecheckInterval: -time.Second},
+			[]string{"6 configuration faults", "lower-case identifier", "Prefix of", "negative Horizon", "negative RecheckInterval",
+				"set 0 or at least 2", "AllowNormalSync"}},
+	}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					safe, path := openMigrated(t, d)
+					safe.Close()
+					db := d.OpenWith(t, path, tc.pragmas)
+					if tc.pool != 0 {
+						db.SetMaxOpenConns(tc.pool)
+					}
+					s, err := sqlitestore.New(context.Background(), db, tc.opts)
+					if err == nil {
+						s.Close()
+						t.Fatal("New accepted the faults")
+					}
+					if !errors.Is(err, sqlitestore.ErrConfig) {
+						t.Fatalf("New = %v; want ErrConfig", err)
+					}
+					for _, name := range tc.names {
+						if !strings.Contains(err.Error(), name) {
+							t.Errorf("New = %q; does not name %q", err, name)
+						}
 					}
 				})
 			}
