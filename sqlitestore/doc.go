@@ -9,7 +9,9 @@
 // Most users need one [Store], from [New] on an open *sql.DB of their
 // chosen driver; ExampleNew shows the set-up behind an idempotency
 // middleware. The drivertest module's examples run the set-up across a
-// restart and the operator's path after a loss ([Rearm]).
+// restart, the operator's path after a loss ([Rearm]) and the
+// transactional mode (the idempotency and webhook middlewares writing
+// through [TxFrom], a retry answered without a second row).
 //
 // It takes a *sql.DB and imports no driver: pick one (modernc.org/sqlite
 // and github.com/ncruces/go-sqlite3 are pure Go, github.com/mattn/go-sqlite3

@@ -35,6 +35,7 @@ var TestedByPages = []string{
 	"docs/sqlitestore.md",
 	"docs/webhooks.md",
 	"docs/wire-format.md",
+	"sqlitestore/drivertest/BENCHMARKS.md",
 }
 
 // An InlineName is a test name a page cites outside its "Tested by" lists.
