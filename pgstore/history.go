@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"net/url"
 	"strings"
 	"time"
@@ -70,8 +71,8 @@ const maxFence = 100 * 365 * 24 * time.Hour
 // "ANY n (...)", 0 otherwise); Away how many standbys not streaming then
 // could take a sync member's place ([away]); Longest the longest
 // remaining lifetime of a
-// live row seen on the primary, in seconds, rounded up to a power of two
-// (it only grows); Fence, when the record was written by a fence, says
+// live row seen on the primary, in seconds, rounded up by at most an
+// eighth ([ceilLongest]; it only grows); Fence, when the record was written by a fence, says
 // why.
 type history struct {
 	V         int      `json:"v"`
@@ -309,16 +310,27 @@ func foldASCII(name string) string {
 	return string(b)
 }
 
-// ceilPow2 rounds seconds up to a power of two (at least 1).
-func ceilPow2(seconds float64) int64 {
+// ceilLongest rounds seconds up for the record's Longest: to a whole
+// second (at least 1), and above 8 s to a multiple of an eighth of the
+// largest power of two at most that many seconds (600 s rounds to 640 s,
+// a day's 86 400 s to 90 112 s), so at most an eighth more. The record is
+// rewritten when Longest grows; the rounding keeps that to at most 8
+// writes per doubling of the longest lifetime, while a fence (Longest +
+// replay.SkewMargin) exceeds what it protects by at most an eighth (a
+// power of two, as before, could nearly double it: a day's window became
+// 131 072 s, 36.4 h). It is monotonic, so the record's max-merge of
+// rounded values is the rounding of the max.
+func ceilLongest(seconds float64) int64 {
 	if seconds > maxFence.Seconds() || math.IsNaN(seconds) {
 		return int64(maxFence / time.Second)
 	}
-	p := int64(1)
-	for float64(p) < seconds {
-		p *= 2
+	n := max(int64(math.Ceil(seconds)), 1)
+	if n <= 8 {
+		return n
 	}
-	return p
+	p := int64(1) << (bits.Len64(uint64(n)) - 1) // the largest power of two <= n
+	step := p / 8
+	return (n + step - 1) / step * step
 }
 
 // away counts the standbys that could take a sync member's place without
@@ -378,7 +390,7 @@ func judgeHistory(st serverState) verdict {
 	}
 	longest := int64(0)
 	if st.longest > 0 {
-		longest = ceilPow2(st.longest)
+		longest = ceilLongest(st.longest)
 	}
 	now := history{V: 1, TL: st.timeline, Longest: longest}
 	cfg, cfgOK := parseSyncNames(st.durable.SynchronousStandbyNames)

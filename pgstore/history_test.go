@@ -10,6 +10,7 @@ package pgstore
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,7 @@ func TestHistory(t *testing.T) {
 		test func(*testing.T)
 	}{
 		{"judge", judgeHistoryCases},
+		{"longest rounds up by at most an eighth", longestRoundsUpByAtMostAnEighth},
 		{"records who could acknowledge", historyRecordsWhoCouldAcknowledge},
 		{"parse synchronous standby names", parseSyncNamesCases},
 		{"conninfo application name", conninfoAppCases},
@@ -59,7 +61,7 @@ func judgeHistoryCases(t *testing.T) {
 	}{
 		{"a standby writes nothing", serverState{recovery: true, record: rec(none)}, false, 0, false},
 		{"no record on timeline 1: written, not fenced", serverState{timeline: 1, self: self{app: "a"}}, false, 0, true},
-		{"no record on a later timeline: fenced", serverState{timeline: 3, self: self{app: "a"}, longest: 100}, true, 128*time.Second + replay.SkewMargin, true},
+		{"no record on a later timeline: fenced", serverState{timeline: 3, self: self{app: "a"}, longest: 100}, true, 104*time.Second + replay.SkewMargin, true},
 		{"a fresh record of another timeline: fenced", serverState{timeline: 2, record: `{"v":1,"tl":1,"longest":0}`}, true, replay.SkewMargin, true},
 		{"new timeline, named sync beside a potential one: fenced", serverState{timeline: 2, record: rec(syncPotential), self: self{app: "a"}}, true, 64*time.Second + replay.SkewMargin, true},
 		{"new timeline, named in a quorum as large as ANY n: not fenced", serverState{timeline: 2, record: rec(quorum2), self: self{app: "a"}}, false, 0, true},
@@ -93,6 +95,49 @@ func judgeHistoryCases(t *testing.T) {
 				t.Fatalf("record written = %q (%v); want timeline %d, fence %v", v.write, ok, c.st.timeline, c.fence)
 			}
 		})
+	}
+}
+
+// longestRoundsUpByAtMostAnEighth pins the record's rounding of the
+// longest lifetime: never below it (a fence covers every live row), at
+// most an eighth above it plus the rounding to a second (a day's window
+// is a fence of about 25 h, not 36.4 h), monotonic (the record's max-merge
+// stays the rounding of the max), and at most 8 values per doubling (the
+// record is rewritten at most that often as the longest lifetime grows).
+func longestRoundsUpByAtMostAnEighth(t *testing.T) {
+	for _, c := range []struct {
+		seconds float64
+		want    int64
+	}{
+		{0.2, 1}, {1, 1}, {1.5, 2}, {8, 8}, {8.1, 9}, {100, 104}, {599.9, 640}, {600, 640},
+		{1000, 1024}, {1024, 1024}, {1024.5, 1152}, {86400, 90112}, {86400 + 60, 90112},
+		{maxFence.Seconds() * 2, int64(maxFence / time.Second)},
+	} {
+		if got := ceilLongest(c.seconds); got != c.want {
+			t.Errorf("ceilLongest(%v) = %d; want %d", c.seconds, got, c.want)
+		}
+	}
+	prev, values := int64(0), map[int]map[int64]bool{}
+	for s := 0.25; s < 1<<22; s *= 1.0001 {
+		got := ceilLongest(s)
+		if float64(got) < s || float64(got) > s*9/8+1 {
+			t.Fatalf("ceilLongest(%v) = %d; want within [s, s*9/8 + 1]", s, got)
+		}
+		if got < prev {
+			t.Fatalf("ceilLongest(%v) = %d, below %d for a shorter lifetime", s, got, prev)
+		}
+		prev = got
+		octave := bits.Len64(uint64(got))
+		if values[octave] == nil {
+			values[octave] = map[int64]bool{}
+		}
+		if values[octave][got] = true; octave > 4 && len(values[octave]) > 8 {
+			t.Fatalf("%d values between %d and %d; want at most 8 record rewrites per doubling", len(values[octave]), 1<<(octave-1), 1<<octave)
+		}
+	}
+	h := judgeHistory(serverState{timeline: 2, record: history{V: 1, TL: 1}.encode(), longest: 86400})
+	if want := 90112*time.Second + replay.SkewMargin; h.fence != want {
+		t.Fatalf("fence for a day's window = %v; want %v (25.0 h, not 36.4 h)", h.fence, want)
 	}
 }
 
@@ -454,9 +499,10 @@ func promotedAsyncStandbyIsFenced(t *testing.T) {
 			if twice != 0 || len(acked) == 0 || fenced != len(acked) {
 				t.Fatalf("%d of %d acknowledged claims accepted twice (%d fenced); want 0 and all fenced", twice, len(acked), fenced)
 			}
-			// 10 min rounds up to 1024 s; the fence ends then plus the margin
-			// (less the seconds this test took), never earlier.
-			if want := 1024*time.Second + replay.SkewMargin; fence > want || fence < want-time.Minute {
+			// 10 min rounds up to 640 s (an eighth of 512 s at a time); the
+			// fence ends then plus the margin (less the seconds this test
+			// took), never earlier.
+			if want := 640*time.Second + replay.SkewMargin; fence > want || fence < want-time.Minute {
 				t.Fatalf("fence lasts %v; want about %v (the longest claim's lifetime rounded up, plus SkewMargin)", fence, want)
 			}
 			if events.Load() == 0 {
@@ -783,7 +829,7 @@ func promotionUnderQuorumAndPriorityCommit(t *testing.T) {
 				t.Fatal("no claim acknowledged")
 			case twice != 0:
 				t.Fatalf("%d of %d acknowledged claims accepted twice; want 0", twice, len(acked))
-			case c.cut && (missing == 0 || fenced != len(acked) || fence < 1024*time.Second):
+			case c.cut && (missing == 0 || fenced != len(acked) || fence < time.Until(until)): // the fence outlasts every claim
 				t.Fatalf("a cut off: %d missing, %d of %d fenced, fence %v; want some missing, all fenced for the claims' lifetime", missing, fenced, len(acked), fence)
 			case !c.cut && (missing != 0 || fenced != 0 || fence != 0):
 				t.Fatalf("every commit waited for a: %d missing, %d fenced, fence %v; want 0, 0, none", missing, fenced, fence)
@@ -844,7 +890,7 @@ func promotedTableWithoutRecordIsFenced(t *testing.T) {
 	twice, fenced := acceptedAgain(t, p, acked, until, false)
 	fence := markerFence(t, pool)
 	t.Logf("%d claims acknowledged, %d missing from the promoted server; %d accepted twice, %d fenced; fence %v", len(acked), missing, twice, fenced, fence.Round(time.Second))
-	if len(acked) == 0 || missing == 0 || twice != 0 || fenced != len(acked) || fence < 1024*time.Second {
+	if len(acked) == 0 || missing == 0 || twice != 0 || fenced != len(acked) || fence < time.Until(until) { // the fence outlasts every claim
 		t.Fatalf("%d of %d acknowledged claims accepted twice (%d missing, %d fenced, fence %v); want 0, all fenced for the claims' lifetime", twice, len(acked), missing, fenced, fence)
 	}
 	t.Run("a table made after the promotion serves", func(t *testing.T) {

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
@@ -129,6 +134,8 @@ func TestLifetime(t *testing.T) {
 		{"step past it by redis clock refused", stepPastTheKeySpaceLifetimeByRedisClockIsRefused},
 		{"unexpected recorded value refused", recordedLifetimeHoldingAnUnexpectedValueIsRefused},
 		{"status shows when reopening is safe", statusShowsWhenReopeningAcceptsNothingTwice},
+		{"1-minute work fenced for minutes", oneMinuteWorkIsFencedForMinutes},
+		{"idempotency keys fenced for window and lease", idempotencyKeysAreFencedForTheirWindowAndLease},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -510,4 +517,173 @@ func FuzzParseLifetime(f *testing.F) {
 			t.Fatalf("parseLifetime of a non-string accepted")
 		}
 	})
+}
+
+// lossFence is what a loss cost a key space: when its last entry made
+// before the loss would have expired (by Redis's PTTL), when the loss
+// happened, when the store met it (the fence is raised in between), the
+// refusal's end (RetryAt) and Status.ReopenSafeAt.
+type lossFence struct {
+	latest, lost, met, until, safe time.Time
+}
+
+// flushAndMeet reads the latest expiry of s's entries, loses them with
+// FLUSHALL and returns what the fence that follows costs, without waiting
+// for it to end.
+func flushAndMeet(t *testing.T, s *Store, c *redis.Client) lossFence {
+	t.Helper()
+	ctx := context.Background()
+	var f lossFence
+	keys, err := c.Keys(ctx, s.Prefix()+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		ttl, err := c.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at := time.Now().Add(ttl); ttl > 0 && at.After(f.latest) {
+			f.latest = at
+		}
+	}
+	if f.latest.IsZero() {
+		t.Fatal("no entry with an expiry before the loss")
+	}
+	f.lost = time.Now()
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	f.until = fenceEnd(t, s, "fresh")
+	f.met = time.Now()
+	st, err := s.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.safe = st.ReopenSafeAt
+	if f.safe.IsZero() {
+		t.Fatalf("Status of the fenced key space has no ReopenSafeAt: %+v", st)
+	}
+	return f
+}
+
+// check fails the test unless the fence outlasts every entry made before
+// the loss and both its end and ReopenSafeAt come at most stated after the
+// loss, plus the time the store took to meet it (the fence is raised when
+// the loss is met, and lasts from then).
+func (f lossFence) check(t *testing.T, stated time.Duration) {
+	t.Helper()
+	if f.until.Before(f.latest) {
+		t.Fatalf("fence ends at %v, before the last entry made before the loss expires (%v)", f.until, f.latest)
+	}
+	limit := f.lost.Add(stated + f.met.Sub(f.lost))
+	for _, end := range []struct {
+		name string
+		at   time.Time
+	}{{"RetryAt", f.until}, {"Status.ReopenSafeAt", f.safe}} {
+		if end.at.After(limit) {
+			t.Fatalf("%s is %v after the loss; want at most the stated %v (+%v to meet the loss)", end.name, end.at.Sub(f.lost), stated, f.met.Sub(f.lost))
+		}
+	}
+	t.Logf("fenced %v after the loss (ReopenSafeAt %v); stated at most %v; the last entry expired %v after it",
+		f.until.Sub(f.lost).Round(time.Millisecond), f.safe.Sub(f.lost).Round(time.Millisecond), stated, f.latest.Sub(f.lost).Round(time.Millisecond))
+}
+
+// A key space of 1-minute work under the default Options (Horizon 25 h,
+// MaxSkew replay.SkewMargin) ends its fence unattended within the figures
+// docs/fleet-reference.md states ("What a fence costs"): at most 2 min 16 s
+// for Claims with an until 1 minute ahead (1 min + a quarter + MaxSkew,
+// rounded up to a whole second: the until is sent rounded up to the
+// millisecond, so the claim may be 60 001 ms), at most 3 min 31 s for
+// one-time tokens with a 1-minute TTL (their claim reaches 1 min past the
+// expiry: 2 min + a quarter + MaxSkew, rounded up); not the Horizon. It does not wait for the fence to end (the lifetime tests of
+// seconds do that).
+func oneMinuteWorkIsFencedForMinutes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stated time.Duration
+		work   func(t *testing.T, s *Store)
+	}{
+		{"claims of 1 minute", 2*time.Minute + 16*time.Second, func(t *testing.T, s *Store) {
+			for i := range 20 {
+				if first, err := s.Claim(context.Background(), fmt.Sprint("id-", i), time.Now().Add(time.Minute)); !first || err != nil {
+					t.Fatalf("Claim: %v, %v", first, err)
+				}
+			}
+		}},
+		{"one-time tokens with a 1-minute TTL", 3*time.Minute + 31*time.Second, func(t *testing.T, s *Store) {
+			kr, err := ctoken.NewKeyring(ctoken.RandomKey())
+			if err != nil {
+				t.Fatal(err)
+			}
+			issuer, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: kr, Purpose: "bootstrap", TTL: time.Minute, Replay: s})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 20 {
+				tok, err := issuer.Mint(map[string]string{"run": fmt.Sprint(i)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := issuer.Redeem(context.Background(), tok, map[string]string{"run": fmt.Sprint(i)}); err != nil {
+					t.Fatalf("Redeem: %v", err)
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			c := srv.client()
+			s := provisioned(t, c, Options{Prefix: "minute:", Logger: quietLogger()})
+			if s.Horizon() != DefaultHorizon || s.maxSkew != replay.SkewMargin {
+				t.Fatalf("Horizon %v, MaxSkew %v; the test is of the defaults", s.Horizon(), s.maxSkew)
+			}
+			tc.work(t, s)
+			flushAndMeet(t, s, c).check(t, tc.stated)
+		})
+	}
+}
+
+// A key space of Idempotency-Key records, behind idempotency.New with a
+// Window and a Lease, under the default Options: its fence ends no later
+// than the loss + Window + Lease + the headroom docs/fleet-reference.md
+// states (a quarter, plus MaxSkew, rounded up to a second), not the
+// Horizon.
+func idempotencyKeysAreFencedForTheirWindowAndLease(t *testing.T) {
+	const window, lease = 2 * time.Minute, 10 * time.Second
+	srv := newServer(t)
+	c := srv.client()
+	s := provisioned(t, c, Options{Prefix: "idem:", Logger: quietLogger()})
+	kr, err := ctoken.NewKeyring(ctoken.RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idempotency.New(idempotency.Config{
+		Store: s, Keys: kr, Window: window, Lease: lease,
+		Caller: func(*http.Request) (string, error) { return "merchant-1", nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":"pay_1"}`)
+	}))
+	for i := range 10 {
+		r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":100}`))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Idempotency-Key", fmt.Sprintf(`"order-%d"`, i))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusCreated {
+			t.Fatalf("request %d: %d %s", i, w.Code, w.Body)
+		}
+	}
+	d := window + lease
+	stated := d + d/4 + s.maxSkew
+	if r := stated % time.Second; r != 0 {
+		stated += time.Second - r
+	}
+	flushAndMeet(t, s, c).check(t, stated)
 }

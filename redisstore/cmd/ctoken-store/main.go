@@ -30,8 +30,12 @@
 // -new, provision fences a key space with no marker and no evidence either
 // way for one lifetime (redisstore.Store.Provision: the key space's
 // recorded lifetime, else -horizon), prints when it serves, and exits 1:
-// the safe step after Redis lost a key space nobody watched; provision
-// -new then still opens it while that fence is its only history. Both
+// the safe step after Redis lost a key space nobody watched. When no
+// lifetime is recorded (a restart without persistence loses the record
+// too) it needs -horizon given explicitly, the longest lifetime of any
+// claim under the prefix: without it provision refuses with exit 2 and
+// writes nothing, rather than fence for the flag's default. provision
+// -new still opens a key space while such a fence is its only history. Both
 // refuse when anything shows the prefix or the server had a previous
 // life. status
 // prints what the store knows: shards open, fenced (until when) and
@@ -78,6 +82,7 @@ const usage = `usage: ctoken-store provision|status|reopen [flags]
   provision   bring a key space into service: -new opens a prefix that never
               held claims at once; without -new, a key space of unknown
               history is fenced for one lifetime and serves from then
+              (its recorded lifetime; when none is, give -horizon)
   status      what the store knows: shards, fences, ledger, servers
   reopen      open a fenced or lost key space now (needs -accepted-by, -reason)
 
@@ -174,6 +179,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	switch cmd {
 	case "provision":
+		if !c.statedNew && !c.horizonGiven {
+			// Provision fences a key space of unknown history for its
+			// recorded lifetime, else the Horizon: without -horizon that
+			// would be the flag's default, a length nobody chose.
+			st, err := store.Status(ctx)
+			if err != nil {
+				return fail(stderr, cmd, err)
+			}
+			if historyUnknown(st) && st.Lifetime == 0 {
+				fmt.Fprintf(stderr, "ctoken-store provision: prefix %s: history unknown and no lifetime recorded (a restart without persistence loses the record with the data), "+
+					"so nothing says how long to fence it: give -horizon <the longest lifetime of any claim under this prefix, e.g. 2m16s for 1-minute claims, 3m31s for one-time tokens with a 1-minute TTL; "+
+					"if unsure, the applications' Options.Horizon>, or -new if it never held claims; nothing written\n", store.Prefix())
+				return 2
+			}
+		}
 		provision := store.Provision
 		if c.statedNew {
 			provision = store.ProvisionNew
@@ -375,7 +395,12 @@ func verdict(st redisstore.Status, now time.Time) string {
 	switch {
 	case st.Open == redisstore.Shards:
 		return "serving"
-	case st.Open == 0 && st.Fenced == 0 && len(st.Ledger) == 0:
+	case historyUnknown(st) && st.Lifetime == 0 && st.Horizon == 0:
+		return "HISTORY UNKNOWN: no shard marker and no ledger entry: never provisioned, or Redis lost the key space" + lostAt(st, now) +
+			"; Open refuses. No lifetime is recorded (lost with the data, or never written), so `ctoken-store provision` needs " +
+			"-horizon <the longest lifetime of any claim under this prefix, e.g. 2m16s for 1-minute claims>: it fences the key space for that long and the applications serve from then " +
+			"(run status with the same -horizon to see when); only for a prefix that never held claims, `ctoken-store provision -new` opens it at once"
+	case historyUnknown(st):
 		return "HISTORY UNKNOWN: no shard marker and no ledger entry: never provisioned, or Redis lost the key space" + lostAt(st, now) +
 			"; Open refuses. `ctoken-store provision` fences it for one lifetime (" + fenceFor(st) + ") and the applications serve from then: safe to serve from " +
 			now.Add(fenceLength(st)).UTC().Format(time.RFC3339) + " if provisioned now; only for a prefix that never held claims, `ctoken-store provision -new` opens it at once"
@@ -399,27 +424,28 @@ func lostAt(st redisstore.Status, now time.Time) string {
 	return ""
 }
 
+// historyUnknown reports whether st is a key space with no shard marker
+// and no ledger entry: never provisioned, or lost while no store watched.
+func historyUnknown(st redisstore.Status) bool {
+	return st.Open == 0 && st.Fenced == 0 && len(st.Ledger) == 0
+}
+
 // fenceLength is how long `provision` would fence the key space: its
-// recorded lifetime, else the horizon (-horizon, or its flag's default).
+// recorded lifetime, else -horizon (st.Horizon is zero without it, and
+// provision then refuses: see run).
 func fenceLength(st redisstore.Status) time.Duration {
-	switch {
-	case st.Lifetime > 0:
+	if st.Lifetime > 0 {
 		return st.Lifetime
-	case st.Horizon > 0:
-		return st.Horizon
 	}
-	return redisstore.DefaultHorizon
+	return st.Horizon
 }
 
 // fenceFor names fenceLength and where it comes from.
 func fenceFor(st redisstore.Status) string {
-	switch {
-	case st.Lifetime > 0:
+	if st.Lifetime > 0 {
 		return st.Lifetime.String() + ", the recorded lifetime"
-	case st.Horizon > 0:
-		return st.Horizon.String() + ", -horizon: no lifetime recorded"
 	}
-	return redisstore.DefaultHorizon.String() + ", the default horizon: no lifetime recorded and no -horizon given"
+	return st.Horizon.String() + ", -horizon: no lifetime recorded"
 }
 
 func orUnknown(s string) string {

@@ -93,3 +93,51 @@ func TestProvisionAfterAnUnwatchedRestartFences(t *testing.T) {
 		t.Fatalf("Open served %v after provision; want one lifetime, %v", served, lifetime)
 	}
 }
+
+// After a restart without persistence while no application ran, the key
+// space's recorded lifetime is gone with its data: provision without
+// -new and without -horizon refuses with exit 2, naming -horizon and
+// -new, and writes nothing, rather than fence for the flag's default
+// (25 h); status says the same instead of a "safe to serve from" computed
+// from that default. With a recorded lifetime, -horizon is not needed.
+func TestProvisionWithoutHorizonOnUnknownHistoryRefuses(t *testing.T) {
+	srv := startRedis(t)
+	ctx := context.Background()
+	if code, _, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:", "-horizon", "3s", "-new"); code != 0 {
+		t.Fatalf("provision -new = %d: %s", code, stderr)
+	}
+	app, err := redisstore.Open(ctx, srv.client(), redisstore.Options{Prefix: "pay:", Logger: quiet(), Horizon: 3 * time.Second, MaxSkew: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := app.Claim(ctx, "before", time.Now().Add(2*time.Second)); !first || err != nil {
+		t.Fatal(first, err)
+	}
+	app.Close()
+	srv.kill()
+	srv.start()
+	def := redisstore.DefaultHorizon.String()
+	code, stdout, _ := ctokenStore("status", "-addr", srv.addr, "-prefix", "pay:")
+	if code != 0 || !strings.Contains(stdout, "HISTORY UNKNOWN") || !strings.Contains(stdout, "needs -horizon <the longest lifetime") ||
+		strings.Contains(stdout, "safe to serve from") || strings.Contains(stdout, def) {
+		t.Fatalf("status without -horizon = %d:\n%s\nwant HISTORY UNKNOWN naming -horizon, no safe-to-serve instant, no %s", code, stdout, def)
+	}
+	code, stdout, stderr := ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:")
+	for _, want := range []string{"no lifetime recorded", "give -horizon <the longest lifetime of any claim under this prefix", "or -new if it never held claims", "nothing written"} {
+		if code != 2 || !strings.Contains(stderr, want) {
+			t.Fatalf("provision without -horizon = %d, %q, %q; want 2 naming %q", code, stdout, stderr, want)
+		}
+	}
+	if n, err := srv.client().DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Fatalf("provision that refused left %d keys (%v); want none written", n, err)
+	}
+	// A recorded lifetime is what provision fences for; -horizon is then
+	// not needed.
+	if err := srv.client().Set(ctx, "pay:lifetime", "3000", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = ctokenStore("provision", "-addr", srv.addr, "-prefix", "pay:")
+	if code != 1 || !strings.Contains(stderr, "is fenced until") || !strings.Contains(stderr, "(in 3s)") {
+		t.Fatalf("provision with a recorded lifetime = %d, %q; want 1, fenced for the recorded 3s", code, stderr)
+	}
+}
