@@ -80,13 +80,19 @@ type serverState struct {
 	// recovery), the marker row's record, the physical standbys
 	// streaming, the name it streamed under if it was a standby, the
 	// longest remaining lifetime of a live row (seconds), and how long
-	// the marker's fence still lasts (0: none).
+	// the marker's fence still lasts (0: none). fencedFor is measured by
+	// the database's clock (the marker's until minus now(), the start of
+	// the read's transaction); readAt is the instance's clock when the
+	// read's answer arrived, to which [Store.keepHistory] adds it: the
+	// fence's end as well as this instance knows it (not before the end
+	// when the two clocks agree, as now() was read before the answer).
 	timeline  int64
 	record    string
 	standbys  []standby
 	self      self
 	longest   float64
 	fencedFor time.Duration
+	readAt    time.Time
 }
 
 // resolve finds, at New, the schema of the table named name (quoted, as
@@ -181,6 +187,7 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 	if err != nil {
 		return serverState{}, err
 	}
+	r.st.readAt = s.checks.now()
 	r.st.behind = r.dbNow.Sub(before)
 	if r.record != nil {
 		r.st.record = *r.record

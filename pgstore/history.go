@@ -463,7 +463,10 @@ func judgeHistory(st serverState) verdict {
 // keepHistory applies a verdict of [judgeHistory]: it writes the record
 // (and the fence) only if the marker row still holds the record st read
 // (another Store that wrote first decided already), and reports the fence
-// the table has after it (if any).
+// the table has after it (if any). A refusal states its end
+// ([fencedRefusal.RetryAt]) when it is known: the fence it wrote, or the
+// one st read; not when writing the fence failed or another Store wrote
+// first.
 func (s *Store) keepHistory(ctx context.Context, st serverState, v verdict) (fenced error) {
 	if v.write != "" {
 		secs := v.fence.Seconds()
@@ -478,23 +481,65 @@ func (s *Store) keepHistory(ctx context.Context, st serverState, v verdict) (fen
 			// The fence could not be written: refuse until a recheck
 			// writes it (a server that cannot be written refuses
 			// claims anyway).
-			return fmt.Errorf("%w: %w: %s; writing the fence failed", ErrUnavailable, ErrFenced, v.why)
+			return fencedError(time.Time{}, "%s; writing the fence failed", v.why)
 		case err == nil && n == 1 && v.fence > 0:
 			s.log.Error("pgstore: the server's history is unknown: fencing the table", "table", strings.ReplaceAll(s.table, `"`, ""),
 				"reason", v.why, "fence", v.fence.String())
-			return fmt.Errorf("%w: %w: %s; fenced for %v", ErrUnavailable, ErrFenced, v.why, v.fence)
+			// The fence ends v.fence after the statement's now(), which
+			// the database read before it answered: by the instance's
+			// clock, at most v.fence from now. GREATEST keeps a later
+			// until (the one st read).
+			end := s.checks.now().Add(v.fence)
+			if st.fencedFor > 0 {
+				end = later(end, st.readAt.Add(st.fencedFor))
+			}
+			return fencedError(end, "%s; fenced for %v", v.why, v.fence)
 		case err == nil && n == 0:
 			// Another Store changed the record first: the next check
 			// reads what it wrote.
 			if v.fence > 0 {
-				return fmt.Errorf("%w: %w: %s", ErrUnavailable, ErrFenced, v.why)
+				return fencedError(time.Time{}, "%s", v.why)
 			}
 		}
 	}
 	if old, ok := parseHistory(st.record); ok && old.Fence != "" && st.fencedFor > 0 {
-		return fmt.Errorf("%w: %w: %s; %v left", ErrUnavailable, ErrFenced, old.Fence, st.fencedFor.Round(time.Second))
+		return fencedError(st.readAt.Add(st.fencedFor), "%s; %v left", old.Fence, st.fencedFor.Round(time.Second))
 	}
 	return nil
+}
+
+// fencedRefusal is a refusal of a fenced table: it matches [ErrFenced]
+// and [ErrUnavailable] (errors.Is), and states when the fence ends, when
+// that is known, for [replay.RetryAt] to find.
+type fencedRefusal struct {
+	msg string
+	// end is when the fence ends by the instance's clock: the remaining
+	// duration the database measured (by its clock) added to the
+	// instance's time when it answered; zero when unknown.
+	end time.Time
+}
+
+// fencedError returns a [fencedRefusal] ending at end (zero: unknown)
+// with the message fmt.Errorf("%w: %w: "+format, ErrUnavailable,
+// ErrFenced, args...) writes.
+func fencedError(end time.Time, format string, args ...any) error {
+	return &fencedRefusal{msg: ErrUnavailable.Error() + ": " + ErrFenced.Error() + ": " + fmt.Sprintf(format, args...), end: end}
+}
+
+func (e *fencedRefusal) Error() string   { return e.msg }
+func (e *fencedRefusal) Unwrap() []error { return []error{ErrUnavailable, ErrFenced} }
+
+// RetryAt returns when the fence ends by itself, by the instance's clock
+// (the database's remaining duration from the instance's time of the
+// read), or the zero time when unknown: see [replay.RetryAt].
+func (e *fencedRefusal) RetryAt() time.Time { return e.end }
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // selfFrom is the name the server streamed under as a standby: see

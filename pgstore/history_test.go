@@ -38,6 +38,7 @@ func TestHistory(t *testing.T) {
 		{"parse synchronous standby names", parseSyncNamesCases},
 		{"conninfo application name", conninfoAppCases},
 		{"self name follows the walreceiver", selfNameFollowsTheWalreceiver},
+		{"fenced refusal states its end when known", fencedRefusalStatesItsEndWhenKnown},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -293,6 +294,39 @@ func selfNameFollowsTheWalreceiver(t *testing.T) {
 				t.Fatalf("selfFrom = %+v; want app %q", got, c.want)
 			}
 		})
+	}
+}
+
+// fencedRefusalStatesItsEndWhenKnown: the refusal of a table whose
+// fence a check read carries the fence's end, the database's remaining
+// duration from the instance's time of the read, for replay.RetryAt, and
+// keeps the message and the sentinels of fmt.Errorf's wrapping; a
+// refusal whose end is unknown (another Store wrote first, writing the
+// fence failed) carries none.
+func fencedRefusalStatesItsEndWhenKnown(t *testing.T) {
+	readAt := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	left := 90*time.Second + 400*time.Millisecond
+	st := serverState{timeline: 2, record: history{V: 1, TL: 2, Longest: 64, Fence: "why"}.encode(), fencedFor: left, readAt: readAt}
+	err := (&Store{}).keepHistory(bg(), st, verdict{})
+	want := fmt.Errorf("%w: %w: %s; %v left", ErrUnavailable, ErrFenced, "why", 90*time.Second).Error()
+	if err == nil || err.Error() != want || !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("keepHistory of a fenced record = %v; want %q matching ErrFenced and ErrUnavailable", err, want)
+	}
+	// Through the wrapping of a call's refusal too.
+	if at, ok := replay.RetryAt(fmt.Errorf("claim: %w", err)); !ok || !at.Equal(readAt.Add(left)) {
+		t.Fatalf("replay.RetryAt = %v, %v; want %v (the read's time plus what the database says is left)", at, ok, readAt.Add(left))
+	}
+	st.fencedFor = 0
+	if err := (&Store{}).keepHistory(bg(), st, verdict{}); err != nil {
+		t.Fatalf("keepHistory of a fence that has passed = %v; want nil", err)
+	}
+	unknown := fencedError(time.Time{}, "%s", "why")
+	if want := fmt.Errorf("%w: %w: %s", ErrUnavailable, ErrFenced, "why").Error(); unknown.Error() != want ||
+		!errors.Is(unknown, ErrFenced) || !errors.Is(unknown, ErrUnavailable) {
+		t.Fatalf("refusal of an unknown end = %v; want %q matching ErrFenced and ErrUnavailable", unknown, want)
+	}
+	if at, ok := replay.RetryAt(unknown); ok {
+		t.Fatalf("replay.RetryAt of a refusal whose end is unknown = %v; want none", at)
 	}
 }
 
@@ -703,12 +737,26 @@ func claimOnAnotherTimelineThanTheRecordIsRefused(t *testing.T) {
 			}
 		})
 	}
+	fence, slack := 64*time.Second+replay.SkewMargin, time.Second
+	before := time.Now()
 	n := storeOn(t, pool)
-	if _, err := n.Claim(bg(), "fresh", until); !errors.Is(err, ErrFenced) {
+	_, err = n.Claim(bg(), "fresh", until)
+	after := time.Now()
+	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("Claim on a store made after = %v; want ErrFenced", err)
 	}
-	if f := markerFence(t, pool); f < 64*time.Second+replay.SkewMargin-10*time.Second || f > 64*time.Second+replay.SkewMargin {
+	if f := markerFence(t, pool); f < fence-10*time.Second || f > fence {
 		t.Fatalf("fence = %v; want the recorded 64 s plus SkewMargin", f)
+	}
+	// The refusal says when the fence New wrote ends, as does a Store
+	// that reads it after.
+	end, ok := replay.RetryAt(err)
+	if !ok || end.Before(before.Add(fence-slack)) || end.After(after.Add(fence+slack)) {
+		t.Fatalf("replay.RetryAt of the fenced refusal = %v, %v; want within [%v, %v]", end, ok, before.Add(fence-slack), after.Add(fence+slack))
+	}
+	_, err = storeOn(t, pool).Claim(bg(), "fresh", until)
+	if at, ok := replay.RetryAt(err); !errors.Is(err, ErrFenced) || !ok || at.Sub(end).Abs() > slack {
+		t.Fatalf("Claim on a store made after the fence = %v, RetryAt %v, %v; want ErrFenced ending at %v", err, at, ok, end)
 	}
 }
 
