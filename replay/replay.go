@@ -186,7 +186,9 @@ var (
 // RetryAt reports when a store's refusal err ends by itself, when the
 // store knows: it finds, through wrapping (errors.As), an error with a
 // method RetryAt() time.Time returning a non-zero time. redisstore's
-// refusal of a fenced shard has one (when the fence opens). ok is false
+// refusal of a fenced shard has one (when the fence opens), and so has
+// pgstore's refusal of a table fenced after a promotion, when its end is
+// known. ok is false
 // for every other error, a refusal whose end is unknown included. A
 // refusal matching [ErrConfig] lasts until an operator acts, whatever the
 // time says.
