@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 )
 
 // AOF switched off at run time (CONFIG SET appendonly no) under load, then
@@ -27,6 +29,17 @@ import (
 // CTOKEN_AOF_RUNS runs per server with WAITAOF (default 30) and
 // CTOKEN_AOF_WINDOW_RUNS without (default 5: they only measure);
 // redis-server and, when installed, valkey-server.
+//
+// Each fence a run meets is measured against the key space's longest
+// lifetime (issue 56), never waited out: one the store raised before the
+// crash (a claimer refused with ErrFenced: its replay.RetryAt, against
+// Store.Lifetime) and one found after the restart (a fence the AOF
+// rewrite kept: the refusal's RetryAt and Status ReopenSafeAt, against
+// Status.Lifetime, the recorded lifetime the AOF kept) must end no later
+// than their detection plus that lifetime plus 1 s, rounded up to a
+// second, and not before the last accepted claim expires
+// (checkFenceEnd). A run whose restarted server holds every claim and no
+// fence serves at once: its time until serving again is 0.
 func TestAOFSwitchedOffThenCrashAcceptsNothingTwice(t *testing.T) {
 	// 30 runs where the window is closed (about 2.5 s each); 5 where it
 	// is measured (Redis 7.0: about 17 s each, reloading a large AOF).
@@ -56,27 +69,60 @@ func TestAOFSwitchedOffThenCrashAcceptsNothingTwice(t *testing.T) {
 			}
 			var doubled []int
 			total, reported := 0, 0
+			var before, after []time.Duration // fence lengths from detection, before the crash and after the restart
+			var life time.Duration
 			for run := range runs {
-				twice, after := aofSwitchCrashRun(t, fl.bin, crashAfter)
-				total += twice
-				reported += after
-				if twice > 0 {
-					doubled = append(doubled, twice)
+				r := aofSwitchCrashRun(t, fl.bin, crashAfter)
+				total += r.twice
+				reported += r.after
+				if r.twice > 0 {
+					doubled = append(doubled, r.twice)
 				}
-				if closed && twice != 0 {
-					t.Fatalf("run %d on %s: %d IDs accepted twice (%d claims answered first after the switch was sent); want 0", run, version, twice, after)
+				if closed && r.twice != 0 {
+					t.Fatalf("run %d on %s: %d IDs accepted twice (%d claims answered first after the switch was sent); want 0", run, version, r.twice, r.after)
 				}
+				if r.fenceBefore > 0 {
+					before = append(before, r.fenceBefore)
+				}
+				if r.fenceAfter > 0 {
+					after = append(after, r.fenceAfter)
+				}
+				life = max(life, r.life)
 			}
 			t.Logf("%s %s: %d runs (switch, crash %v later): %d runs with IDs accepted twice %v, %d IDs twice in all; %d claims answered first after the switch was sent (some ran before it)",
 				fl.name, version, runs, crashAfter, len(doubled), doubled, total, reported)
+			t.Logf("%s %s: the key space's lifetime %v; a fence seen before the crash in %d of %d runs, ending %v after its detection; after the restart fenced in %d runs, ending %v after its detection, and served at once (0 s) in %d",
+				fl.name, version, life, len(before), runs, spread(before), len(after), spread(after), runs-len(after))
 		})
 	}
 }
 
+// aofRun is what one run of TestAOFSwitchedOffThenCrashAcceptsNothingTwice
+// found: the IDs accepted twice, the claims answered first after the
+// switch was sent, the length from detection of the fence seen before the
+// crash and of the one found after the restart (0 for none; each checked
+// by checkFenceEnd), and the key space's lifetime.
+type aofRun struct {
+	twice, after            int
+	fenceBefore, fenceAfter time.Duration
+	life                    time.Duration
+}
+
+// spread is "min–max" of ds, or "-" when empty.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	lo, hi := ds[0], ds[0]
+	for _, d := range ds {
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	return fmt.Sprintf("%v–%v", lo.Round(time.Millisecond), hi.Round(time.Millisecond))
+}
+
 // aofSwitchCrashRun is one run of TestAOFSwitchedOffThenCrashAcceptsNothingTwice
-// on a fresh server of bin: it returns the IDs accepted twice and the
-// claims answered first after the switch was sent.
-func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (twice, after int) {
+// on a fresh server of bin.
+func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (r aofRun) {
 	t.Helper()
 	srv := newServerBin(t, bin, "--appendonly", "yes", "--appendfsync", "always")
 	defer srv.kill()
@@ -87,6 +133,9 @@ func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (twic
 	var accepted []string
 	var switched time.Time
 	afterSwitch := 0
+	var lastExpiry time.Time // the latest until of an accepted claim
+	var refusal error        // the first ErrFenced naming its end a claimer met
+	var detected time.Time   // an instant after that refusal returned
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -100,12 +149,26 @@ func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (twic
 				default:
 				}
 				id := fmt.Sprintf("g%d-%d", g, i)
-				ok, err := s.Claim(ctx, id, time.Now().Add(10*time.Minute))
+				until := time.Now().Add(10 * time.Minute)
+				ok, err := s.Claim(ctx, id, until)
 				if ok && err == nil {
 					mu.Lock()
 					accepted = append(accepted, id)
 					if !switched.IsZero() {
 						afterSwitch++
+					}
+					if until.After(lastExpiry) {
+						lastExpiry = until
+					}
+					mu.Unlock()
+				}
+				if _, ok := replay.RetryAt(err); ok && errors.Is(err, ErrFenced) {
+					// A fence written (the refusals while the store
+					// writes it name no end yet).
+					now := time.Now()
+					mu.Lock()
+					if refusal == nil {
+						refusal, detected = err, now
 					}
 					mu.Unlock()
 				}
@@ -126,6 +189,15 @@ func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (twic
 	srv.kill()
 	close(stop)
 	wg.Wait()
+	r.life = s.Lifetime()
+	if refusal != nil {
+		// Raised by the store's check after the switch, before the crash.
+		end, ok := replay.RetryAt(refusal)
+		if !ok {
+			t.Fatalf("a claimer's refusal before the crash %v names no end (replay.RetryAt)", refusal)
+		}
+		r.fenceBefore = checkFenceEnd(t, "before the crash, a refusal's RetryAt", end, detected, r.life, lastExpiry)
+	}
 	s.Close()
 	if err := srv.start(); err != nil { // loads the AOF of its command line
 		t.Fatal(err)
@@ -135,14 +207,37 @@ func aofSwitchCrashRun(t *testing.T, bin string, crashAfter time.Duration) (twic
 		t.Fatal(err)
 	}
 	defer s2.Close()
+	refusal = nil
 	for _, id := range accepted {
 		ok, err := s2.Claim(ctx, id, time.Now().Add(10*time.Minute))
 		if ok {
-			twice++
+			r.twice++
 		}
 		if err != nil && !errors.Is(err, ErrFenced) {
 			t.Fatalf("claim after the restart: %v", err)
 		}
+		if _, ok := replay.RetryAt(err); ok && refusal == nil {
+			refusal = err
+		}
 	}
-	return twice, afterSwitch
+	// Every fence after the restart (kept by the AOF rewrite, or raised by
+	// s2's checks) was raised before this instant.
+	detected = time.Now()
+	st, err := s2.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Lifetime != r.life {
+		t.Fatalf("the key space's recorded lifetime after the restart %v; want the store's before the crash, %v", st.Lifetime, r.life)
+	}
+	if refusal != nil || st.Fenced > 0 {
+		end, ok := replay.RetryAt(refusal)
+		if !ok {
+			t.Fatalf("after the restart %d shards fenced, a refusal %v with no end (replay.RetryAt); want ErrFenced naming the fence's", st.Fenced, refusal)
+		}
+		checkFenceEnd(t, "after the restart, a refusal's RetryAt", end, detected, st.Lifetime, lastExpiry)
+		r.fenceAfter = checkFenceEnd(t, "after the restart, Status ReopenSafeAt", st.ReopenSafeAt, detected, st.Lifetime, lastExpiry)
+	}
+	r.after = afterSwitch
+	return r
 }

@@ -737,7 +737,7 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 			c := tc.client(t)
 			prefix := fmt.Sprintf("ctoken-fault:reset-%d:", time.Now().UnixNano())
 			s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger()})
-			old := claimOld(t, s, evictOld)
+			old, expiry := claimOldUntil(t, s, evictOld)
 			recheckAll(s) // the baselines hold every claim's commands
 			if tt.appDown {
 				s.Close()
@@ -760,6 +760,7 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 				defer mc.Close()
 				t.Logf("%s: %d keys evicted", addr, evictWhileIdleThenResetStat(t, mc))
 			}
+			resetAt := time.Now()
 			lost := len(old) // counted with SCAN: a command per claim would refill total_commands_processed
 			for k := range keyNodes(t, c, prefix) {
 				if strings.Contains(k, ":old-") {
@@ -770,7 +771,7 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 			if lost == 0 {
 				t.Fatal("no claim was evicted: the test did not test their loss")
 			}
-			resetStatFenced(t, s, c, old, tt.appDown)
+			resetStatFenced(t, s, c, old, tt.appDown, expiry, resetAt)
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -144,6 +145,14 @@ func (r *windowReport) noteLossAt(t *testing.T, s *Store) {
 // claimOld claims n fresh IDs, every one of which must be first.
 func claimOld(t *testing.T, s *Store, n int) []string {
 	t.Helper()
+	ids, _ := claimOldUntil(t, s, n)
+	return ids
+}
+
+// claimOldUntil is claimOld, and returns the claims' until: when the last
+// of them expires.
+func claimOldUntil(t *testing.T, s *Store, n int) ([]string, time.Time) {
+	t.Helper()
 	ids := make([]string, n)
 	until := time.Now().Add(10 * time.Minute)
 	for i := range ids {
@@ -152,7 +161,7 @@ func claimOld(t *testing.T, s *Store, n int) []string {
 			t.Fatalf("claim %d before the change = %v, %v", i, first, err)
 		}
 	}
-	return ids
+	return ids, until
 }
 
 // replayAfter claims every ID again through a new Store on c (Open, or New
@@ -472,14 +481,14 @@ func TestEvictionWhileIdleThenResetStat(t *testing.T) {
 			srv := newServer(t)
 			c := srv.client()
 			s := provisioned(t, c, Options{Prefix: "reset:", Logger: quietLogger()})
-			old := claimOld(t, s, evictOld)
+			old, expiry := claimOldUntil(t, s, evictOld)
 			recheckAll(s) // the baseline holds every claim's commands
 			if tt.appDown {
 				s.Close()
 			}
 			evicted := evictWhileIdleThenResetStat(t, c)
 			t.Logf("%d keys evicted", evicted)
-			resetStatFenced(t, s, c, old, tt.appDown)
+			resetStatFenced(t, s, c, old, tt.appDown, expiry, time.Now())
 		})
 	}
 }
@@ -506,7 +515,11 @@ func evictWhileIdleThenResetStat(t *testing.T, c *redis.Client) int64 {
 // it, and s refuses every ID of old with ErrFenced; then a new Store on c
 // (Open, replayAfter) accepts none of them twice. Every shard is fenced
 // afterwards, and the ledger names the loss by total_commands_processed.
-func resetStatFenced(t *testing.T, s *Store, c Client, old []string, appDown bool) {
+// Each fence found ends (a refusal's RetryAt, Status ReopenSafeAt) within
+// the key space's recorded lifetime of its detection, and not before
+// expiry, when the claims of old expire (checkFenceEnd; issue 56); its
+// length from resetAt, an instant after the reset, is logged too.
+func resetStatFenced(t *testing.T, s *Store, c Client, old []string, appDown bool, expiry, resetAt time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	markers := func(fenced bool) int {
@@ -525,6 +538,7 @@ func resetStatFenced(t *testing.T, s *Store, c Client, old []string, appDown boo
 	if !appDown {
 		recheckAll(s)
 		twice, fenced := 0, 0
+		var refusal error
 		until := time.Now().Add(10 * time.Minute)
 		for _, id := range old {
 			first, err := s.Claim(ctx, id, until)
@@ -533,15 +547,36 @@ func resetStatFenced(t *testing.T, s *Store, c Client, old []string, appDown boo
 				twice++
 			case errors.Is(err, ErrFenced):
 				fenced++
+				if refusal == nil {
+					refusal = err
+				}
 			case err != nil:
 				t.Fatalf("claim after the reset: %v", err)
 			}
 		}
+		// Every fence the recheck (or a check during the claims) raised
+		// was raised before this instant.
+		detected := time.Now()
 		if twice != 0 || fenced != len(old) {
 			t.Fatalf("the idle store after eviction and CONFIG RESETSTAT: %d of %d IDs accepted twice, %d refused with ErrFenced; want 0 and all", twice, len(old), fenced)
 		}
+		fenceEndsInLifetime(t, s, "the idle store's recheck", refusal, detected, expiry, resetAt)
 	}
 	twice, refused, openErr := replayAfter(t, c, s.Prefix(), old)
+	// The fence a new Open raised (the app down) or kept, read through a
+	// Store that runs no check before its first claim: every fence was
+	// raised before detected.
+	s2, err := New(c, Options{Prefix: s.Prefix(), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	_, refusal := s2.Claim(ctx, old[0], time.Now().Add(10*time.Minute))
+	detected := time.Now()
+	if !errors.Is(refusal, ErrFenced) {
+		t.Fatalf("claim of an old ID after the new Open = %v; want ErrFenced", refusal)
+	}
+	fenceEndsInLifetime(t, s2, "after a new Open", refusal, detected, expiry, resetAt)
 	l, err := s.readLedger(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -559,4 +594,27 @@ func resetStatFenced(t *testing.T, s *Store, c Client, old []string, appDown boo
 		}
 	}
 	t.Fatalf("ledger %+v; want the loss named by total_commands_processed", l)
+}
+
+// fenceEndsInLifetime checks, with checkFenceEnd, the end of the fence
+// refusal (ErrFenced) names (replay.RetryAt) and s's Status ReopenSafeAt
+// against detected, an instant after the fence was raised, the key
+// space's recorded lifetime (Status.Lifetime) and expiry; and logs the
+// fence's length from lossAt, an instant after the loss.
+func fenceEndsInLifetime(t *testing.T, s *Store, what string, refusal error, detected, expiry, lossAt time.Time) {
+	t.Helper()
+	end, ok := replay.RetryAt(refusal)
+	if !ok {
+		t.Fatalf("%s: the refusal %v names no end (replay.RetryAt); want the fence's", what, refusal)
+	}
+	st, err := s.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Fenced != Shards {
+		t.Fatalf("%s: Status shows %d of %d shards fenced; want every one", what, st.Fenced, Shards)
+	}
+	checkFenceEnd(t, what+", the refusal's RetryAt", end, detected, st.Lifetime, expiry)
+	checkFenceEnd(t, what+", Status ReopenSafeAt", st.ReopenSafeAt, detected, st.Lifetime, expiry)
+	t.Logf("%s: serving again (ReopenSafeAt) %v after the loss; the key space's lifetime %v", what, st.ReopenSafeAt.Sub(lossAt).Round(time.Millisecond), st.Lifetime)
 }

@@ -354,3 +354,43 @@ func envInt(t *testing.T, env string, def int) int {
 	}
 	return n
 }
+
+// fenceSlack is what checkFenceEnd allows a fence's end beyond the instant
+// it was detected plus the key space's lifetime: 1 s, and the sum rounded
+// up to a whole second. The bound holds by construction, not by timing: a
+// fence ends at Redis's TIME when it was raised (truncated to the
+// millisecond) plus the lifetime, and the test's detection instant is
+// read, on the same machine's clock, after the raise returned.
+const fenceSlack = time.Second
+
+// checkFenceEnd checks when a fence ends (issue 56: the time until serving
+// again measured against the key space's longest lifetime), as end shows
+// it: a refusal's replay.RetryAt or Status.ReopenSafeAt. It must be no
+// later than detected (an instant after the fence was raised) plus life
+// (the key space's recorded lifetime, Status.Lifetime) plus fenceSlack,
+// rounded up to a whole second, and no earlier than lastExpiry (the latest
+// until of a claim accepted before the loss), so that the fence covers
+// every claim that could have been lost. It logs the fence's length from
+// detected beside life and returns it. The fence is never waited out.
+func checkFenceEnd(t *testing.T, what string, end, detected time.Time, life time.Duration, lastExpiry time.Time) time.Duration {
+	t.Helper()
+	if end.IsZero() {
+		t.Fatalf("%s: no fence end known; want one", what)
+	}
+	if life <= 0 {
+		t.Fatalf("%s: the key space records no lifetime; want the longest lifetime of its claims", what)
+	}
+	length := end.Sub(detected)
+	latest := detected.Add(life + fenceSlack)
+	if r := latest.Sub(latest.Truncate(time.Second)); r != 0 {
+		latest = latest.Add(time.Second - r)
+	}
+	t.Logf("%s: the fence ends %v after it was detected; the key space's lifetime %v (%.3f of it)", what, length.Round(time.Millisecond), life, float64(length)/float64(life))
+	if end.After(latest) {
+		t.Fatalf("%s: the fence ends at %v, %v after it was detected; want no later than detection + the key space's lifetime %v + %v, rounded up to a second (%v)", what, end, length, life, fenceSlack, latest)
+	}
+	if end.Before(lastExpiry) {
+		t.Fatalf("%s: the fence ends at %v, before the last accepted claim expires (%v): a lost claim would be accepted again", what, end, lastExpiry)
+	}
+	return length
+}
