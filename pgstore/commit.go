@@ -150,6 +150,12 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		o.tag = tag.String()
 		o.state = w.conn.PgConn().TxStatus()
 		clean := resetErr == nil && closeErr == nil
+		if resetErr != nil && errors.Is(closeErr, resetErr) {
+			// The reset failed after COMMIT's answer (a statement the
+			// handler prepared by SQL, see resetSQL): the session is
+			// closed, not pooled, and COMMIT's outcome stands.
+			closeErr = nil
+		}
 		if o.state == 'E' {
 			// The server refused a statement (the fence, or one of the
 			// work before it) and skipped the rest: the transaction is

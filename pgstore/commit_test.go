@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -244,14 +245,19 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+fn+`()`); err != nil {
 		t.Fatal(err)
 	}
-	for i, sql := range []string{"set local synchronous_commit = off", "select set_config('synchronous_commit', 'off', true)"} {
+	spoofSchema(t, s.pool)
+	for i, sql := range []string{"set local synchronous_commit = off", "select set_config('synchronous_commit', 'off', true)",
+		// A set_config of the handler's schema ahead of pg_catalog.
+		"set local search_path = ctoken_spoof, pg_catalog, public; set local synchronous_commit = off"} {
 		t.Run(sql, func(t *testing.T) {
 			id := "sync-" + strconv.Itoa(i)
 			w, _ := acquire(t, s, id, time.Minute)
 			ctx := w.Context(bg())
 			tx, _ := TxFrom(ctx)
-			if _, err := tx.Exec(ctx, sql); err != nil {
-				t.Fatal(err)
+			for _, sql := range strings.Split(sql, "; ") {
+				if _, err := tx.Exec(ctx, sql); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if err := charge(ctx, table, id, "h"); err != nil {
 				t.Fatal(err)

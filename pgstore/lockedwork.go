@@ -117,7 +117,7 @@ SELECT EXISTS (SELECT 1 FROM m), coalesce((SELECT state FROM cur), ''), coalesce
 	// ID). Parameters and refusals as the fence of [Store.prepareWork].
 	// $8 is the lease in microseconds: a fence after it has passed since
 	// the transaction began (now(), BEGIN's time) is lost.
-	s.lockedFenceSQL = `WITH x AS (SELECT txid_current() = $6::bigint AS same),
+	s.lockedFenceSQL = `WITH x AS (SELECT pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
 m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
 up AS (
   INSERT INTO ` + t + ` AS r (key, state, token, until, fingerprint, result)
@@ -134,7 +134,7 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
     WHEN NOT EXISTS (SELECT 1 FROM m) THEN '` + errFence + `forgotten'
     WHEN $3::timestamptz <= statement_timestamp() THEN '` + errFence + `expired'
     ELSE '` + errFence + `lost' END)::int END,
-  set_config('synchronous_commit', $7::text, true)`
+  pg_catalog.set_config('synchronous_commit', $7::text, true)`
 }
 
 // AcquireWork implements [replay.WorkAcquirer]: in one round trip it

@@ -16,7 +16,19 @@ import (
 // registrations, session advisory locks, temporary tables and sequence
 // state. Each statement may run in a transaction block (unlike DISCARD
 // ALL), so it follows COMMIT or ROLLBACK in the same round trip.
-const resetSQL = "reset all; set session authorization default; close all; unlisten *; select pg_advisory_unlock_all(); discard temp; discard sequences"
+//
+// Its last statement fails (with errSQLPrepared) when the session holds
+// a statement prepared by SQL (PREPARE in a function's EXECUTE, which
+// the Tx cannot see): DEALLOCATE ALL would also drop pgx's statement
+// cache, unknown to pgx, so the connection is closed instead. Left
+// pooled, such a statement could take the name of one pgx has cached
+// (the store's own claim, say) and answer in its place.
+const resetSQL = "reset all; set session authorization default; close all; unlisten *; select pg_advisory_unlock_all(); discard temp; discard sequences; " +
+	"select (case when exists (select from pg_catalog.pg_prepared_statements where from_sql) then '" + errSQLPrepared + "' else '0' end)::int"
+
+// errSQLPrepared is the text resetSQL fails with when the session holds
+// a statement prepared by SQL.
+const errSQLPrepared = "ctoken_sql_prepared"
 
 // resetStatements are resetSQL's statements, queued one by one behind the
 // fence and COMMIT.

@@ -49,6 +49,8 @@ func workSessionStateDoesNotOutliveTheWork(t *testing.T) {
 				"create temp table ctoken_leak (x int)",
 				"declare ctoken_cursor cursor with hold for select 1",
 				"select pg_advisory_lock(55)",
+				// A prepared statement of SQL, through a function.
+				"do $$ begin execute 'prepare ctoken_sql_prepared as select 1'; end $$",
 			} {
 				if _, err := tx.Exec(ctx, sql); err != nil {
 					t.Fatalf("%s: %v", sql, err)
@@ -57,7 +59,9 @@ func workSessionStateDoesNotOutliveTheWork(t *testing.T) {
 			if _, err := tx.Prepare(ctx, "ctoken_prepared", "select 1"); err != nil {
 				t.Fatal(err)
 			}
-			end.end(w)
+			if err := end.end(w); (err != nil) != (i == 2) {
+				t.Fatalf("%s: %v", end.name, err)
+			}
 
 			c, err := pool.Acquire(bg())
 			if err != nil {
@@ -74,7 +78,7 @@ func workSessionStateDoesNotOutliveTheWork(t *testing.T) {
 				current_setting('application_name'),
 				(SELECT count(*) FROM pg_class WHERE relname = 'ctoken_leak' AND relpersistence = 't'),
 				(SELECT count(*) FROM pg_cursors WHERE name = 'ctoken_cursor'), (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()),
-				(SELECT count(*) FROM pg_prepared_statements WHERE name = 'ctoken_prepared')`).Scan(
+				(SELECT count(*) FROM pg_prepared_statements WHERE name IN ('ctoken_prepared', 'ctoken_sql_prepared'))`).Scan(
 				&commit, &timeout, &app, &temp, &cursors, &locks, &prepared); err != nil {
 				t.Fatal(err)
 			}

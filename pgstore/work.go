@@ -49,8 +49,10 @@ func (s *Store) prepareWork() {
 	// statement. $7 is the synchronous_commit New and the recheck
 	// accepted, set for the rest of the transaction (its COMMIT), so a
 	// handler's SET LOCAL synchronous_commit = off cannot make the commit
-	// the middleware acknowledges one a crash forgets.
-	s.fenceSQL = `WITH x AS (SELECT $6::bigint IS NULL OR txid_current() = $6::bigint AS same),
+	// the middleware acknowledges one a crash forgets. Both are called by
+	// their schema: a handler's search_path that names its own schema
+	// before pg_catalog must not reach functions of that schema.
+	s.fenceSQL = `WITH x AS (SELECT $6::bigint IS NULL OR pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
 m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
 up AS (
   UPDATE ` + t + ` SET state = 'd', until = $3::timestamptz, fingerprint = $4::bytea, result = $5::bytea
@@ -63,7 +65,7 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
     WHEN NOT EXISTS (SELECT 1 FROM m) THEN '` + errFence + `forgotten'
     WHEN $3::timestamptz <= statement_timestamp() THEN '` + errFence + `expired'
     ELSE '` + errFence + `lost' END)::int END,
-  set_config('synchronous_commit', $7::text, true)`
+  pg_catalog.set_config('synchronous_commit', $7::text, true)`
 	// A claim in a caller's transaction also checks, in its own
 	// statement, that the transaction is on the store's database ($4) of
 	// the store's server ($5, its system identifier, $6 and $7, its port
@@ -254,7 +256,7 @@ func (w *work) rollbackJudged(ctx context.Context) error {
 func (w *work) sameTx(ctx context.Context) (bool, error) {
 	return callIn(w.s, ctx, true, func(ctx context.Context) (bool, error) {
 		var same bool
-		err := w.conn.QueryRow(ctx, "select txid_current() = $1::bigint", w.xid).Scan(&same)
+		err := w.conn.QueryRow(ctx, "select pg_catalog.txid_current() operator(pg_catalog.=) $1::bigint", w.xid).Scan(&same)
 		return same, err
 	})
 }
@@ -277,6 +279,9 @@ func (w *work) rollback(ctx context.Context) error {
 		}
 		_, err := w.conn.PgConn().Exec(ctx, sql).ReadAll()
 		w.put(ctx, err == nil)
+		if err != nil && strings.Contains(err.Error(), errSQLPrepared) {
+			return nil // rolled back; the session is closed, not pooled
+		}
 		return err
 	})
 	w.closeUnlessStarted(started)

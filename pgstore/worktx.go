@@ -67,7 +67,7 @@ func (w *work) escaped() bool {
 
 // xidSQL reads the transaction's id in BEGIN's round trip: the fence
 // checks it (see [Store.prepareWork]).
-const xidSQL = "select txid_current()"
+const xidSQL = "select pg_catalog.txid_current()"
 
 // beginLocked sends BEGIN alone, before a statement that cannot carry it
 // in its round trip (under w.mu).
@@ -120,7 +120,7 @@ options:
 		switch a := a.(type) {
 		case pgx.QueryExecMode:
 			simple = a == pgx.QueryExecModeSimpleProtocol
-		case pgx.QueryRewriter:
+		case pgx.QueryRewriter, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
 		default:
 			break options
 		}
@@ -141,12 +141,14 @@ options:
 
 // rewrite applies the query rewriters among args's leading options (as
 // pgx would, for example [pgx.NamedArgs]) and returns the statement and
-// the arguments that remain, with the exec modes among the options.
+// the arguments that remain, with the other options (exec modes, and
+// Query's result formats) before them. pgx does not check the SQL a
+// rewriter returns: it is refused, or not, only once rewritten.
 func (w *work) rewrite(ctx context.Context, sql string, args []any) (string, []any, error) {
 	var opts []any
 	for len(args) > 0 {
 		switch a := args[0].(type) {
-		case pgx.QueryExecMode:
+		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
 			opts = append(opts, a)
 		case pgx.QueryRewriter:
 			var err error
@@ -172,7 +174,7 @@ func (w *work) pipelines(args []any) bool {
 		return false
 	}
 	switch args[0].(type) {
-	case pgx.QueryExecMode, pgx.QueryRewriter:
+	case pgx.QueryExecMode, pgx.QueryRewriter, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
 		return false
 	}
 	return true
@@ -347,6 +349,12 @@ func (t *workTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 		}
 		rows, err = owner.Query()
 	} else {
+		if sql, args, err = w.rewrite(ctx, sql, args); err != nil {
+			return &workRows{w: w, closed: true, err: err}, err
+		}
+		if err := w.refuseLocked(sql); err != nil {
+			return &workRows{w: w, closed: true, err: err}, err
+		}
 		if err := w.beginLocked(ctx); err != nil {
 			return &workRows{w: w, closed: true, err: err}, err
 		}
@@ -396,6 +404,19 @@ func (t *workTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		return pgx.FailedBatchResults(b, errors.New("pgstore: a batch cannot be sent in the work's transaction on a connection whose DefaultQueryExecMode is the simple protocol"))
 	}
 	for _, q := range b.QueuedQueries {
+		// A query's rewriters are applied here, as pgx would, so that
+		// the statement refused or sent is the rewritten one.
+		for len(q.Arguments) > 0 {
+			r, ok := q.Arguments[0].(pgx.QueryRewriter)
+			if !ok {
+				break
+			}
+			sql, args, err := r.RewriteQuery(ctx, w.conn, q.SQL, q.Arguments[1:])
+			if err != nil {
+				return pgx.FailedBatchResults(b, fmt.Errorf("rewrite query failed: %w", err))
+			}
+			q.SQL, q.Arguments = sql, args
+		}
 		if err := w.refuseLocked(q.SQL); err != nil {
 			return pgx.FailedBatchResults(b, err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ctoken/ctoken/replay"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestWorkTx pins the handler's transaction in a work ([TxFrom] of its
@@ -282,6 +283,29 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 			b.Queue(sql)
 			return tx.SendBatch(ctx, b).Close()
 		}},
+		// pgx applies a QueryRewriter's SQL, and a QueryExecMode placed
+		// after QueryResultFormats, in Query and in a batch.
+		{"Query with a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			rows, err := tx.Query(ctx, "select 1", rewriteTo(sql))
+			if err == nil {
+				rows.Close()
+				err = rows.Err()
+			}
+			return err
+		}},
+		{"SendBatch with a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			b := &pgx.Batch{}
+			b.Queue("select 1", rewriteTo(sql))
+			return tx.SendBatch(ctx, b).Close()
+		}},
+		{"Query simple behind result formats", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			rows, err := tx.Query(ctx, "select 1; "+sql, pgx.QueryResultFormats{pgx.TextFormatCode}, pgx.QueryExecModeSimpleProtocol)
+			if err == nil {
+				rows.Close()
+				err = rows.Err()
+			}
+			return err
+		}},
 	}
 	n := 0
 	for _, send := range sends {
@@ -311,6 +335,13 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 			})
 		}
 	}
+}
+
+// rewriteTo is a pgx.QueryRewriter that replaces the statement with sql.
+type rewriteTo string
+
+func (r rewriteTo) RewriteQuery(_ context.Context, _ *pgx.Conn, _ string, _ []any) (string, []any, error) {
+	return string(r), nil, nil
 }
 
 // workTxAllowsStatementsThatEndWithIt: what ends with the
@@ -358,6 +389,30 @@ func sendRaw(t *testing.T, w replay.Work, sql string) {
 	}
 }
 
+// spoofSchema creates the schema ctoken_spoof, whose txid_current
+// returns the setting ctoken.xid (when set) and whose set_config does nothing: a
+// search_path that names it before pg_catalog makes unqualified calls
+// of the fence reach them.
+func spoofSchema(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	for _, sql := range []string{
+		`CREATE SCHEMA IF NOT EXISTS ctoken_spoof`,
+		`CREATE OR REPLACE FUNCTION ctoken_spoof.txid_current() RETURNS bigint LANGUAGE sql AS $$
+			SELECT coalesce(nullif(pg_catalog.current_setting('ctoken.xid', true), '')::bigint, pg_catalog.txid_current()) $$`,
+		`CREATE OR REPLACE FUNCTION ctoken_spoof.set_config(text, text, boolean) RETURNS text LANGUAGE sql AS $$ SELECT $2 $$`,
+	} {
+		if _, err := pool.Exec(bg(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS ctoken_spoof CASCADE`) })
+}
+
+// spoofedChain ends the work's transaction (COMMIT AND CHAIN) and then
+// makes txid_current, unqualified, return the id of the work's.
+const spoofedChain = "select set_config('ctoken.xid', txid_current()::text, false); commit and chain; " +
+	"set local search_path = ctoken_spoof, pg_catalog, public"
+
 // escapeCase is SQL sent past the Tx's refusals and how many charges it
 // may have committed.
 type escapeCase struct {
@@ -385,7 +440,9 @@ func workCommitAfterAnEscapeIsNeverASuccess(t *testing.T) {
 		{"select 1; commit; begin; select 2", 1},
 		{"commit; begin; select 1/0", 1},
 		{"rollback; begin; select 1/0", 0},
+		{spoofedChain, 1},
 	}
+	spoofSchema(t, s.pool)
 	for k, way := range workWays {
 		t.Run(way.name, func(t *testing.T) { commitAfterAnEscape(t, s, table, k, tests, way.begin) })
 	}
@@ -498,8 +555,9 @@ func workRollbackAfterAnEscapeKeepsTheKey(t *testing.T) {
 		{"commit", "commit", 1, true},
 		{"rollback then begin", "rollback; begin", 0, false},
 		{"rollback, a write, begin", "rollback; insert into " + table + " values ('%s', 'autocommit'); begin", 1, false},
-		{"commit then a failed statement", "commit; begin; select 1/0", 1, true},
+		{"commit and chain, txid_current spoofed", spoofedChain, 1, true},
 	}
+	spoofSchema(t, s.pool)
 	for i, way := range workWays {
 		for j, e := range escapes {
 			t.Run(way.name+"/"+e.name, func(t *testing.T) {
