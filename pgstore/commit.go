@@ -12,8 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Commit sends, in one round trip (a pipeline), the fence statement and
-// COMMIT. The fence updates the lease row to done only where it is still
+// Commit sends, in one round trip (a pipeline), SET CONSTRAINTS ALL
+// IMMEDIATE, the fence statement, the synchronous_commit statement and
+// COMMIT (see [immediateSQL] and [syncCommitSQL] for why the first and
+// third). The fence updates the lease row to done only where it is still
 // token's live lease by statement_timestamp() (now() would be the
 // transaction's start, long before), and fails with an error when it
 // matched no row: PostgreSQL then skips the COMMIT of the pipeline, and
@@ -31,6 +33,31 @@ import (
 // on the taken-over row, whose token is not its own: no row matches, and
 // the work is rolled back. Either the fence or the takeover wins, never
 // both.
+
+// immediateSQL is sent before the fence of a work whose handler ran
+// statements: every deferred trigger of the transaction (a handler's
+// constraint trigger or deferrable constraint, INITIALLY DEFERRED or made
+// so by its SET CONSTRAINTS) fires now, those already pending during this
+// statement and any later one at the end of its statement, instead of at
+// COMMIT. So no handler code waits for COMMIT, after the fence and the
+// synchronous_commit statement: there it could set synchronous_commit off
+// for the commit the store acknowledges. A deferred constraint that fails
+// fails here, before the fence, as any failed statement of the work: the
+// transaction is aborted and nothing is committed.
+const immediateSQL = "set constraints all immediate"
+
+// syncCommitSQL sets synchronous_commit, for the rest of the transaction
+// (its COMMIT), to the level New or the last recheck accepted ($1), so a
+// handler's SET LOCAL synchronous_commit = off (or set_config) cannot make
+// the acknowledged commit one a crash forgets. It is a statement of its
+// own, after the fence, and not part of the fence: the fence's write may
+// fire a trigger on the store's table, whose AFTER triggers run at the
+// end of the fence statement, after its select list. Nothing it does can
+// fire a trigger, and nothing runs between it and COMMIT but deferred
+// triggers, of which [immediateSQL] leaves none (unless a trigger
+// function itself runs SET CONSTRAINTS ... DEFERRED and writes again).
+// Called by its schema, as the fence's functions are.
+const syncCommitSQL = "select pg_catalog.set_config('synchronous_commit', $1::pg_catalog.text, true)"
 
 // errFence is the text the fence statement fails with when it matched no
 // row: the reason follows it.
@@ -100,24 +127,27 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			return outcome{}, nil
 		}
 		var o outcome
-		// BEGIN, the fence, COMMIT and the reset: room for all of them at
-		// once (no growth of the queue as each is added).
-		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3+len(resetStatements))}
+		// BEGIN or SET CONSTRAINTS, the fence, synchronous_commit, COMMIT
+		// and the reset: room for all of them at once (no growth of the
+		// queue as each is added).
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 4+len(resetStatements))}
 		var xid *int64 // NULL: BEGIN is in this pipeline, just before the fence
 		if !w.begun {
 			b.Queue(beginSQL) // a work that wrote nothing: BEGIN in the same round trip
 		} else {
 			xid = &w.xid
+			b.Queue(immediateSQL) // the handler's deferred triggers fire before the fence
 		}
 		fence := w.s.fenceSQL
 		if w.locked {
 			fence = w.s.lockedFenceSQL
 		}
-		args := []any{w.key, w.token, pgTime(until), fingerprint, result, xid, w.s.commitSetting()}
+		args := []any{w.key, w.token, pgTime(until), fingerprint, result, xid}
 		if w.locked {
 			args = append(args, w.leaseUS)
 		}
 		b.Queue(fence, args...)
+		b.Queue(syncCommitSQL, w.s.commitSetting())
 		b.Queue("commit")
 		if w.begun {
 			// The handler ran statements: its session is reset in the
@@ -127,15 +157,20 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			}
 		}
 		br := w.conn.SendBatch(ctx, b)
-		var beginErr error
-		if !w.begun {
-			_, beginErr = br.Exec()
-		}
+		// beforeErr is BEGIN's or SET CONSTRAINTS' error: a handler's
+		// deferred constraint that failed, or a statement of the work
+		// that had failed before. An error of the pipeline is answered
+		// again to every later statement of it.
+		_, beforeErr := br.Exec()
 		var zero int
+		fenceErr := br.QueryRow().Scan(&zero)
+		ownFenceErr := beforeErr == nil // fenceErr is the fence's own
 		var setting string
-		fenceErr := br.QueryRow().Scan(&zero, &setting)
+		if err := br.QueryRow().Scan(&setting); fenceErr == nil {
+			fenceErr = err // refused before COMMIT ran, as the fence
+		}
 		if fenceErr == nil {
-			fenceErr = beginErr
+			fenceErr = beforeErr
 		}
 		tag, commitErr := br.Exec()
 		var resetErr error
@@ -166,7 +201,9 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		}
 		w.put(ctx, clean)
 		var pgErr *pgconn.PgError
-		if errors.As(fenceErr, &pgErr) && strings.Contains(pgErr.Message, errFence) {
+		if ownFenceErr && errors.As(fenceErr, &pgErr) && strings.Contains(pgErr.Message, errFence) {
+			// (Only the fence's: a handler's deferred trigger, firing
+			// at SET CONSTRAINTS, may fail with any text.)
 			i := strings.Index(pgErr.Message, errFence) + len(errFence)
 			o.reason = strings.TrimRightFunc(pgErr.Message[i:], func(r rune) bool { return r < 'a' || r > 'z' })
 			return o, nil
@@ -198,9 +235,10 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 	case o.reason != "":
 		return fmt.Errorf("%w: %w: unexpected refusal from the fence statement", ErrUnavailable, replay.ErrRolledBack)
 	case err != nil && o.refused:
-		// The server answered with an error (the fence, refused because a
-		// statement of the work had failed, or COMMIT, refused by a
-		// deferred constraint): nothing was committed by this pipeline.
+		// The server answered with an error (SET CONSTRAINTS, refused by
+		// a handler's deferred constraint, or the fence, because a
+		// statement of the work had failed, or COMMIT): nothing was
+		// committed by this pipeline.
 		// Unless the work's transaction itself was committed by SQL
 		// before (an escape followed by a failed statement, which the
 		// fence cannot tell from a failed statement of the work).
@@ -285,10 +323,11 @@ func (s *Store) commitSetting() string {
 
 // commitRefused reports whether the errors of the fence and of COMMIT, in
 // the pipeline that ends a work, prove that nothing was committed. Any
-// error the server answered to the fence (or to the BEGIN before it) does:
-// the fence's results come before COMMIT runs, so the transaction was
-// aborted, or the session ended, before COMMIT. Of COMMIT, only an ERROR
-// does (a deferred constraint, a statement of the work that had failed):
+// error the server answered to the fence (or to the statements around it
+// before COMMIT: BEGIN or SET CONSTRAINTS, synchronous_commit) does: their
+// results come before COMMIT runs, so the transaction was aborted, or the
+// session ended, before COMMIT. Of COMMIT, only an ERROR does (a deferred
+// constraint, a statement of the work that had failed):
 // PostgreSQL turns any error after the commit record into a PANIC, and a
 // FATAL or PANIC ends the session at a moment the message does not tell
 // (before version 14 a server's crash or immediate shutdown sends FATAL to

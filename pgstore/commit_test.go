@@ -5,13 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -227,50 +226,211 @@ func commitRefusedOnlyWhenNothingWasCommitted(t *testing.T) {
 	}
 }
 
-// workCommitRunsWithTheAcceptedSynchronousCommit: a handler's SET
-// LOCAL synchronous_commit = off does not reach the work's COMMIT, which
-// runs with the setting New accepted; a deferred trigger, which fires at
-// COMMIT, reads it.
+// workCommitRunsWithTheAcceptedSynchronousCommit: no code of the handler
+// runs between the fence and COMMIT, and COMMIT runs with the
+// synchronous_commit New accepted, on both paths (BeginWork after
+// AcquireRecord, AcquireWork), whatever the handler did: a SET LOCAL
+// synchronous_commit = off (or set_config, or one of its own schema), a
+// deferred constraint trigger of its table (which used to fire at COMMIT,
+// after the fence), one that sets synchronous_commit off there, a trigger
+// on the store's table (fired by the fence itself).
+//
+// What is observed: a deferred constraint trigger on the handler's table
+// (seen, fired once per work) records the store's row of the key as its
+// transaction sees it, and pg_current_wal_insert_lsn(). (1) That row is
+// not done: the trigger fired before the fence (it used to fire at
+// COMMIT, after the fence had written the done row, and so could undo the
+// fence's synchronous_commit). (2) Once Commit returns, the server's WAL
+// is flushed at least to that LSN: the COMMIT waited for its flush, as
+// synchronous_commit off (or a level below New's) would not. (2) cannot
+// fail with the level right; with it wrong it fails unless the WAL writer
+// happened to flush within the moment after COMMIT (its delay is 200ms).
+// In the row "a deferred trigger setting it off", an earlier deferred
+// trigger of the same row (a_off, before seen by name) sets it off, and
+// seen records that off: both fire before the fence, and the store's
+// statement that sets the accepted level comes after it.
 func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
-	s := newTestStore(t)
-	seen := newTable(t, s.pool, "seen_", "setting text NOT NULL")
-	fn := seen + "_f"
-	if _, err := s.pool.Exec(bg(), `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN INSERT INTO `+seen+` VALUES (current_setting('synchronous_commit')); RETURN NULL; END $$`); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+fn+`() CASCADE`) })
-	table := chargeTable(t, s.pool)
-	if _, err := s.pool.Exec(bg(), `CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT ON `+table+`
-		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+fn+`()`); err != nil {
-		t.Fatal(err)
-	}
-	spoofSchema(t, s.pool)
-	for i, sql := range []string{"set local synchronous_commit = off", "select set_config('synchronous_commit', 'off', true)",
-		// A set_config of the handler's schema ahead of pg_catalog.
-		"set local search_path = ctoken_spoof, pg_catalog, public; set local synchronous_commit = off"} {
-		t.Run(sql, func(t *testing.T) {
-			id := "sync-" + strconv.Itoa(i)
-			w, _ := acquire(t, s, id, time.Minute)
-			ctx := w.Context(bg())
-			tx, _ := TxFrom(ctx)
-			for _, sql := range strings.Split(sql, "; ") {
-				if _, err := tx.Exec(ctx, sql); err != nil {
+	p := needServer(t)
+	pool := p.pool(t)
+	spoofSchema(t, pool)
+	for _, path := range []string{"BeginWork", "AcquireWork"} {
+		t.Run(path, func(t *testing.T) {
+			// A table of its own: a row below puts a trigger on it.
+			name := uniqueTable(t, pool)
+			if err := Migrate(bg(), pool, name); err != nil {
+				t.Fatal(err)
+			}
+			s := storeOn(t, pool, func(o *Options) { o.Table = name })
+			seen := newTable(t, pool, "seen_", "k bytea NOT NULL, setting text NOT NULL, state text NOT NULL, lsn pg_lsn NOT NULL")
+			work := newTable(t, pool, "work_", "k bytea NOT NULL, off boolean NOT NULL")
+			for _, sql := range []string{
+				`CREATE FUNCTION ` + seen + `_f() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+					INSERT INTO ` + seen + ` VALUES (NEW.k, current_setting('synchronous_commit'),
+						coalesce((SELECT state FROM ` + s.table + ` WHERE key = NEW.k), ''), pg_current_wal_insert_lsn());
+					RETURN NULL; END $$`,
+				`CREATE FUNCTION ` + seen + `_off() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+					PERFORM set_config('synchronous_commit', 'off', true); RETURN NULL; END $$`,
+				`CREATE CONSTRAINT TRIGGER b_seen AFTER INSERT ON ` + work + `
+					DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ` + seen + `_f()`,
+				`CREATE CONSTRAINT TRIGGER a_off AFTER INSERT ON ` + work + `
+					DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.off) EXECUTE FUNCTION ` + seen + `_off()`,
+			} {
+				if _, err := pool.Exec(bg(), sql); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := charge(ctx, table, id, "h"); err != nil {
+			t.Cleanup(func() {
+				pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+seen+`_f() CASCADE`)
+				pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+seen+`_off() CASCADE`)
+			})
+			begin := func(t *testing.T, id string) replay.Work {
+				if path == "AcquireWork" {
+					return acquireWork(t, s, id, []byte("fp"))
+				}
+				w, _ := acquire(t, s, id, time.Minute)
+				return w
+			}
+			for i, tt := range []struct {
+				name string
+				sql  []string // the handler's, before its insert into work
+				off  bool     // a_off fires
+				// onStore is a trigger function setting synchronous_commit
+				// off, fired by the store's table (so by the fence)
+				onStore bool
+				want    string // the setting seen records
+			}{
+				{name: "set local synchronous_commit = off", sql: []string{"set local synchronous_commit = off"}, want: "off"},
+				{name: "set_config", sql: []string{"select set_config('synchronous_commit', 'off', true)"}, want: "off"},
+				// A set_config of the handler's schema ahead of pg_catalog.
+				{name: "search_path", sql: []string{"set local search_path = ctoken_spoof, pg_catalog, public", "set local synchronous_commit = off"}, want: "off"},
+				{name: "a deferred trigger fires before the fence", want: s.Durability().SynchronousCommit},
+				{name: "a deferred trigger setting it off", off: true, want: "off"},
+				{name: "the handler's SET CONSTRAINTS ALL DEFERRED", sql: []string{"set constraints all deferred"}, off: true, want: "off"},
+				{name: "a trigger on the store's table setting it off", onStore: true, want: s.Durability().SynchronousCommit},
+			} {
+				t.Run(tt.name, func(t *testing.T) {
+					if tt.onStore {
+						trg := fmt.Sprintf("ctoken_test_off_%d", i)
+						if _, err := pool.Exec(bg(), `CREATE TRIGGER `+trg+` AFTER INSERT OR UPDATE ON `+s.table+`
+							FOR EACH ROW EXECUTE FUNCTION `+seen+`_off()`); err != nil {
+							t.Fatal(err)
+						}
+						t.Cleanup(func() { pool.Exec(context.Background(), `DROP TRIGGER IF EXISTS `+trg+` ON `+s.table) })
+					}
+					id := fmt.Sprintf("sync-%d", i)
+					w := begin(t, id)
+					ctx := w.Context(bg())
+					tx, _ := TxFrom(ctx)
+					for _, sql := range tt.sql {
+						if _, err := tx.Exec(ctx, sql); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if _, err := tx.Exec(ctx, `INSERT INTO `+work+` VALUES ($1, $2)`, s.key(id), tt.off); err != nil {
+						t.Fatal(err)
+					}
+					if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
+						t.Fatal(err)
+					}
+					var flushed bool
+					if err := pool.QueryRow(bg(), `SELECT pg_current_wal_flush_lsn() >= lsn FROM `+seen+` WHERE k = $1`, s.key(id)).Scan(&flushed); err != nil {
+						t.Fatal(err)
+					}
+					var setting, state string
+					if err := pool.QueryRow(bg(), `SELECT setting, state FROM `+seen+` WHERE k = $1`, s.key(id)).Scan(&setting, &state); err != nil {
+						t.Fatal(err)
+					}
+					if state == "d" {
+						t.Errorf("the handler's deferred trigger saw the store's row done: it fired after the fence, at COMMIT")
+					}
+					if setting != tt.want {
+						t.Errorf("the handler's deferred trigger saw synchronous_commit %q, want %q", setting, tt.want)
+					}
+					if !flushed {
+						t.Errorf("WAL not flushed past the work's when Commit returned: COMMIT did not run with synchronous_commit %q", s.Durability().SynchronousCommit)
+					}
+					if row, _ := rowOf(t, s, id); row.state != "d" {
+						t.Fatalf("row state = %q, want done", row.state)
+					}
+				})
+			}
+		})
+	}
+}
+
+// workDeferredConstraintFailureRollsBack: a deferred constraint of the
+// handler (a foreign key DEFERRABLE INITIALLY DEFERRED) that the work
+// violates fails Commit as a failed statement of the work does (now at
+// the SET CONSTRAINTS before the fence, no longer at COMMIT): rolled
+// back, nothing kept, the lease as it was (BeginWork's row held, no row
+// for AcquireWork), and the retry runs and commits.
+func workDeferredConstraintFailureRollsBack(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	for _, path := range []string{"BeginWork", "AcquireWork"} {
+		t.Run(path, func(t *testing.T) {
+			s := storeOn(t, pool)
+			table := chargeTable(t, pool)
+			parent := newTable(t, pool, "parent_", "id int PRIMARY KEY")
+			child := newTable(t, pool, "child_", "pid int NOT NULL REFERENCES "+parent+" DEFERRABLE INITIALLY DEFERRED")
+			t.Cleanup(func() { pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+child) })
+			id := "deferred-fk"
+			var token string
+			begin := func(t *testing.T) replay.Work {
+				if path == "AcquireWork" {
+					return acquireWork(t, s, id, []byte("fp"))
+				}
+				if token == "" {
+					var w replay.Work
+					w, token = acquire(t, s, id, time.Minute)
+					return w
+				}
+				w, err := s.BeginWork(bg(), id, token)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { w.Rollback(bg()) })
+				return w
+			}
+			w := begin(t)
+			ctx := w.Context(bg())
+			if err := charge(ctx, table, id, "violating"); err != nil {
+				t.Fatal(err)
+			}
+			tx, _ := TxFrom(ctx)
+			if _, err := tx.Exec(ctx, `INSERT INTO `+child+` VALUES (1)`); err != nil {
+				t.Fatal(err)
+			}
+			err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil)
+			for _, want := range []error{ErrUnavailable, replay.ErrRolledBack, pgx.ErrTxCommitRollback} {
+				if !errors.Is(err, want) {
+					t.Fatalf("Commit = %v, want %v", err, want)
+				}
+			}
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "23503" {
+				t.Fatalf("Commit = %v, want the foreign key violation", err)
+			}
+			if got := chargesOf(t, pool, table, id); len(got) != 0 {
+				t.Fatalf("charges = %q, want none", got)
+			}
+			wantLease := "l"
+			if path == "AcquireWork" {
+				wantLease = ""
+			}
+			if row, _ := rowOf(t, s, id); row.state != wantLease {
+				t.Fatalf("lease row state = %q, want %q", row.state, wantLease)
+			}
+			w = begin(t)
+			ctx = w.Context(bg())
+			if err := charge(ctx, table, id, "retry"); err != nil {
 				t.Fatal(err)
 			}
 			if err := w.Commit(bg(), time.Now().Add(time.Hour), nil, nil); err != nil {
 				t.Fatal(err)
 			}
-			var got string
-			if err := s.pool.QueryRow(bg(), `SELECT setting FROM `+seen+` ORDER BY ctid DESC LIMIT 1`).Scan(&got); err != nil {
-				t.Fatal(err)
-			}
-			if want := s.Durability().SynchronousCommit; got != want {
-				t.Fatalf("COMMIT ran with synchronous_commit %q, want %q", got, want)
+			if got := chargesOf(t, pool, table, id); len(got) != 1 || got[0] != "retry" {
+				t.Fatalf("charges = %q, want the retry's", got)
 			}
 		})
 	}

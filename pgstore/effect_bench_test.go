@@ -324,7 +324,9 @@ func benchPaired(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, s *Store
 			b.Fatal(err)
 		}
 		batch = &pgx.Batch{}
-		batch.Queue(s.lockedFenceSQL, key, "", pgTime(until), fp, record, &xid, s.commitSetting(), int64(time.Minute/time.Microsecond))
+		batch.Queue(immediateSQL)
+		batch.Queue(s.lockedFenceSQL, key, "", pgTime(until), fp, record, &xid, int64(time.Minute/time.Microsecond))
+		batch.Queue(syncCommitSQL, s.commitSetting())
 		batch.Queue("commit")
 		if reset {
 			for _, q := range resetStatements {

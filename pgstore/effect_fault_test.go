@@ -428,7 +428,8 @@ func effectsOnceAroundAFault(t *testing.T, s *Store, admin *pgxpool.Pool, what s
 // handler ignores before answering 201; the work's session idle in its
 // transaction past the lease, the handler stalling outside the database),
 // by pg_terminate_backend of the work's backend while the handler runs or
-// while its COMMIT runs (a deferred trigger holds the COMMIT), or by the
+// while its Commit's pipeline runs (a deferred trigger holds it, in the
+// SET CONSTRAINTS ALL IMMEDIATE before the fence), or by the
 // COMMIT's reply lost (a proxy drops it: the server committed, the app
 // never hears of it). Its client sees 503 or no answer, never success;
 // nothing of that run is kept but a lost reply's commit, and the retries
@@ -546,9 +547,10 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 	}
 }
 
-// slowCommits makes the COMMIT of a transaction that wrote into table and
-// set effect.slow_commit wait 10 s (a deferred trigger), for
-// terminateInCommit to find it there.
+// slowCommits makes the Commit of a work that wrote into table and set
+// effect.slow_commit wait 10 s (a deferred trigger, which the work's
+// Commit fires at its SET CONSTRAINTS ALL IMMEDIATE, before the fence),
+// for terminateInCommit to find it there.
 func slowCommits(t *testing.T, pool *pgxpool.Pool, table string) {
 	t.Helper()
 	if _, err := pool.Exec(bg(), `CREATE FUNCTION `+table+`_slow() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -566,13 +568,14 @@ END $$`); err != nil {
 }
 
 // terminateInCommit terminates backend pid once it waits in the deferred
-// trigger of slowCommits inside its COMMIT, and fails t if it does not get
+// trigger of slowCommits inside its Commit's pipeline (in the SET
+// CONSTRAINTS before the fence and COMMIT), and fails t if it does not get
 // there within 10 s.
 func terminateInCommit(t *testing.T, pool *pgxpool.Pool, pid int32) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		var done bool
 		err := pool.QueryRow(bg(), `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM pg_stat_activity
-			WHERE pid = $1 AND wait_event = 'PgSleep' AND lower(query) LIKE 'commit%'`, pid).Scan(&done)
+			WHERE pid = $1 AND wait_event = 'PgSleep' AND lower(query) LIKE 'set constraints%'`, pid).Scan(&done)
 		if err != nil {
 			t.Error(err)
 			return
@@ -581,7 +584,7 @@ func terminateInCommit(t *testing.T, pool *pgxpool.Pool, pid int32) {
 			return
 		}
 	}
-	t.Errorf("backend %d did not reach its COMMIT within 10 s", pid)
+	t.Errorf("backend %d did not reach its Commit within 10 s", pid)
 }
 
 // commitReplyDropper is a TCP proxy to a server that loses the reply to

@@ -115,7 +115,7 @@ SELECT EXISTS (SELECT 1 FROM m), coalesce((SELECT state FROM cur), ''), coalesce
 	// takes over a row that has expired, never a live one (a lease an
 	// acquire statement took while the work held nothing, a Claim of the
 	// ID). Parameters and refusals as the fence of [Store.prepareWork].
-	// $8 is the lease in microseconds: a fence after it has passed since
+	// $7 is the lease in microseconds: a fence after it has passed since
 	// the transaction began (now(), BEGIN's time) is lost.
 	s.lockedFenceSQL = `WITH x AS (SELECT pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
 m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
@@ -123,18 +123,17 @@ up AS (
   INSERT INTO ` + t + ` AS r (key, state, token, until, fingerprint, result)
   SELECT $1::bytea, 'd', $2::text, $3::timestamptz, $4::bytea, $5::bytea FROM m
   WHERE $3::timestamptz > statement_timestamp() AND (SELECT same FROM x)
-    AND statement_timestamp() < now() + $8::bigint * interval '1 microsecond'
+    AND statement_timestamp() < now() + $7::bigint * interval '1 microsecond'
   ON CONFLICT (key) DO UPDATE SET state = 'd', token = excluded.token, until = excluded.until,
       fingerprint = excluded.fingerprint, result = excluded.result
-    WHERE r.until <= statement_timestamp() AND statement_timestamp() < now() + $8::bigint * interval '1 microsecond'
+    WHERE r.until <= statement_timestamp() AND statement_timestamp() < now() + $7::bigint * interval '1 microsecond'
   RETURNING 1
 )
 SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
   ELSE (CASE WHEN NOT (SELECT same FROM x) THEN '` + errFence + `escaped'
     WHEN NOT EXISTS (SELECT 1 FROM m) THEN '` + errFence + `forgotten'
     WHEN $3::timestamptz <= statement_timestamp() THEN '` + errFence + `expired'
-    ELSE '` + errFence + `lost' END)::int END,
-  pg_catalog.set_config('synchronous_commit', $7::text, true)`
+    ELSE '` + errFence + `lost' END)::int END`
 }
 
 // AcquireWork implements [replay.WorkAcquirer]: in one round trip it

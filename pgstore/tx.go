@@ -58,7 +58,9 @@ type txKey struct{}
 // [replay.ErrRolledBack] nor [replay.ErrLeaseLost] (writes before the end
 // may be committed), and records the key as done without a record, so the
 // work is never run again. The Work's COMMIT runs with the
-// synchronous_commit [New] accepted, whatever SET LOCAL the handler sent.
+// synchronous_commit [New] accepted, whatever SET LOCAL the handler sent:
+// the handler's deferred triggers fire before the fence (its Commit sends
+// SET CONSTRAINTS ALL IMMEDIATE first), so none runs at COMMIT.
 func TxFrom(ctx context.Context) (pgx.Tx, error) {
 	if tx := txOf(ctx); tx != nil {
 		return tx, nil

@@ -46,12 +46,10 @@ func (s *Store) prepareWork() {
 	// sent in the fence's own pipeline): a fence that runs in any other
 	// transaction (the handler's SQL ended the work's and began another)
 	// matches no row and fails as escaped, checked first, in the same
-	// statement. $7 is the synchronous_commit New and the recheck
-	// accepted, set for the rest of the transaction (its COMMIT), so a
-	// handler's SET LOCAL synchronous_commit = off cannot make the commit
-	// the middleware acknowledges one a crash forgets. Both are called by
-	// their schema: a handler's search_path that names its own schema
-	// before pg_catalog must not reach functions of that schema.
+	// statement. It is called by its schema: a handler's search_path
+	// that names its own schema before pg_catalog must not reach
+	// functions of that schema. synchronous_commit is set by a statement
+	// of its own after the fence (see syncCommitSQL).
 	s.fenceSQL = `WITH x AS (SELECT $6::bigint IS NULL OR pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
 m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
 up AS (
@@ -64,8 +62,7 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
   ELSE (CASE WHEN NOT (SELECT same FROM x) THEN '` + errFence + `escaped'
     WHEN NOT EXISTS (SELECT 1 FROM m) THEN '` + errFence + `forgotten'
     WHEN $3::timestamptz <= statement_timestamp() THEN '` + errFence + `expired'
-    ELSE '` + errFence + `lost' END)::int END,
-  pg_catalog.set_config('synchronous_commit', $7::text, true)`
+    ELSE '` + errFence + `lost' END)::int END`
 	// A claim in a caller's transaction also checks, in its own
 	// statement, that the transaction is on the store's database ($4) of
 	// the store's server ($5, its system identifier, $6 and $7, its port
