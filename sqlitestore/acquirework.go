@@ -342,21 +342,32 @@ func (w *work) rolledBack(ctx context.Context) error {
 	}
 	now := s.now().UnixNano()
 	err := func() error {
-		// The handler may have lowered synchronous after its ROLLBACK:
-		// the record of the escape commits at the level the Work began
-		// with, or not at all.
-		if w.wc.level == 0 {
-			return errors.New("the connection's synchronous level is unknown")
+		// The handler may have lowered synchronous after its ROLLBACK, or
+		// made a temporary trigger on the store's table that would delete
+		// the record: the record of the escape commits on a connection
+		// as the pool opened it (the writer's next one), at the level
+		// the DSN sets, or not at all.
+		if s.wc == w.wc {
+			s.dropWriter()
 		}
-		if _, err := q.exec(`PRAGMA synchronous = ` + syncNames[w.wc.level]); err != nil {
+		wc, _, err := s.writerConn(bg)
+		if err != nil {
 			return err
 		}
+		q := stmtQuerier{bg, wc}
 		if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
+			return err
+		}
+		if n, err := s.triggers(q, true); err != nil || n != 0 {
+			_, _ = q.exec(`ROLLBACK`)
+			if err == nil {
+				err = errTriggered
+			}
 			return err
 		}
 		// Never over a live row: another process may have taken the ID
 		// while SQLite's lock was free.
-		_, err := q.exec(`INSERT INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'w', ?, ?, NULL, NULL)`+
+		_, err = q.exec(`INSERT INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'w', ?, ?, NULL, NULL)`+
 			` ON CONFLICT (key) DO UPDATE SET state = 'w', token = excluded.token, until = excluded.until, fingerprint = NULL, result = NULL`+
 			` WHERE until <= ? OR state = 'l' AND token = excluded.token`,
 			w.key, w.token, now, now)
@@ -365,6 +376,9 @@ func (w *work) rolledBack(ctx context.Context) error {
 		}
 		return err
 	}()
+	if err != nil {
+		s.dropWriter() // the record's connection, its transaction in doubt
+	}
 	w.drop(err == nil)
 	if err != nil {
 		return unavailable(ctx, fmt.Errorf("a statement of the handler ended the work's transaction (ROLLBACK) after rows changed, and recording the ID as escaped failed: %w", err))
@@ -385,6 +399,9 @@ func (w *work) commitAcquired(ctx context.Context, until time.Time, fp, result [
 			return w.end(ctx, unavailable(ctx, fmt.Errorf("release: %w", err)))
 		}
 		return w.escaped(ctx)
+	}
+	if err := w.untriggered(ctx, q); err != nil {
+		return err
 	}
 	now := s.now().UnixNano()
 	if now >= w.deadline {
