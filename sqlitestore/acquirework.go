@@ -342,27 +342,37 @@ func (w *work) rolledBack(ctx context.Context) error {
 	}
 	now := s.now().UnixNano()
 	err := func() error {
-		// The handler may have lowered synchronous after its ROLLBACK, or
-		// made a temporary trigger on the store's table that would delete
-		// the record: the record of the escape commits on a connection
-		// as the pool opened it (the writer's next one), at the level
-		// the DSN sets, or not at all.
-		if s.wc == w.wc {
-			s.dropWriter()
-		}
-		wc, _, err := s.writerConn(bg)
+		// A temporary trigger the handler made on the store's table after
+		// its ROLLBACK would fire for the record and could delete it: the
+		// record is then written on the writer's next connection (which
+		// refuses a trigger in main).
+		n, err := s.triggers(q, true)
 		if err != nil {
 			return err
 		}
-		q := stmtQuerier{bg, wc}
-		if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
-			return err
-		}
-		if n, err := s.triggers(q, true); err != nil || n != 0 {
-			_, _ = q.exec(`ROLLBACK`)
-			if err == nil {
-				err = errTriggered
+		if n != 0 {
+			if s.wc == w.wc {
+				s.dropWriter()
 			}
+			bctx, cancel := s.bound(bg)
+			defer cancel()
+			wc, _, err := s.writerConn(bctx)
+			if err != nil {
+				return err
+			}
+			q = stmtQuerier{bg, wc}
+		} else {
+			// The handler may have lowered synchronous after its ROLLBACK:
+			// the record of the escape commits at the level the Work began
+			// with, or not at all.
+			if w.wc.level == 0 {
+				return errors.New("the connection's synchronous level is unknown")
+			}
+			if _, err := q.exec(`PRAGMA synchronous = ` + syncNames[w.wc.level]); err != nil {
+				return err
+			}
+		}
+		if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
 			return err
 		}
 		// Never over a live row: another process may have taken the ID
@@ -376,8 +386,8 @@ func (w *work) rolledBack(ctx context.Context) error {
 		}
 		return err
 	}()
-	if err != nil {
-		s.dropWriter() // the record's connection, its transaction in doubt
+	if err != nil && s.wc != w.wc {
+		s.dropWriter() // the record's own connection, its transaction in doubt
 	}
 	w.drop(err == nil)
 	if err != nil {

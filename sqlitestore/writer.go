@@ -352,17 +352,31 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 const connObjects = `SELECT (SELECT count(*) FROM temp.sqlite_master) + (SELECT count(*) FROM pragma_database_list WHERE name NOT IN ('main', 'temp'))`
 
 // dropWriter closes the writer's connection and its statements, and makes
-// the pool drop the connection rather than reuse it. The caller holds
-// writeMu.
+// the pool drop the connection rather than reuse it. A handler's Rows
+// left open on the connection make closing it wait until they are
+// closed: the store's writer waits for that a second at most, and the
+// connection closes when they do. The caller holds writeMu.
 func (s *Store) dropWriter() {
 	if s.wc == nil {
 		return
 	}
-	for _, st := range s.wc.stmts {
-		st.Close()
-	}
-	discard(s.wc.conn)
+	wc := s.wc
 	s.wc = nil
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		for _, st := range wc.stmts {
+			st.Close()
+		}
+		discard(wc.conn)
+	}()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-closed:
+	case <-t.C:
+		s.log.Warn("sqlitestore: closing the store's connection waits for a handler's Rows left open on it (close them before the handler returns)", "table", unquote(s.table))
+	}
 }
 
 // closeWriter gives the writer's connection back to the pool when the

@@ -72,6 +72,7 @@ func TestAcquireWork(t *testing.T) {
 		{"refusals take nothing", acquireWorkRefusals},
 		{"a refused Commit keeps nothing", acquireWorkCommitRefused},
 		{"handler's temp trigger never deletes the store's rows", func(t *testing.T, d Driver) { workTempTrigger(t, d, true) }},
+		{"handler's Rows left open never hang the store", acquireWorkRowsLeftOpen},
 	})
 }
 
@@ -693,6 +694,59 @@ func workTempTrigger(t *testing.T, d Driver, acquired bool) {
 				} else if err != nil || first != (i == 0) {
 					t.Fatalf("Claim %d of a token after the Work = %v, %v; want first=%v", i+1, first, err, i == 0)
 				}
+			}
+		})
+	}
+}
+
+// acquireWorkRowsLeftOpen: a handler's Rows left open on the store's
+// connection (closing a connection waits for its Rows) never hang the
+// Work's end or the next write when the store closes that connection:
+// after a temporary table, after an escape, after a lowered synchronous.
+func acquireWorkRowsLeftOpen(t *testing.T, d Driver) {
+	for _, tc := range []struct {
+		name, stmt string
+		claimErr   bool // the next write is refused
+	}{
+		{"temporary table made in the work", `CREATE TEMP TABLE scratch (x)`, false},
+		{"ROLLBACK then a write", `ROLLBACK; INSERT INTO app (id) VALUES ('after')`, false},
+		{"ROLLBACK then synchronous OFF", `ROLLBACK; PRAGMA synchronous = OFF; BEGIN`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			// The store waits up to a second for a connection to close.
+			s, _ := workStore(t, d, sqlitestore.Options{Timeout: 3 * time.Second})
+			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
+			rows, err := tx.QueryContext(ctx, `SELECT 1 UNION ALL SELECT 2`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			rows.Next()
+			if _, err := tx.ExecContext(ctx, tc.stmt); err != nil {
+				t.Fatalf("%s: %v", tc.stmt, err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Commit with the handler's Rows open hangs")
+			}
+			go func() {
+				first, err := s.Claim(ctx, "token", time.Now().Add(time.Hour))
+				if err == nil && !first {
+					err = errors.New("not first")
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if tc.claimErr != (err != nil) {
+					t.Fatalf("Claim after the Work = %v; want an error: %v", err, tc.claimErr)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Claim after a Work whose handler left its Rows open hangs")
 			}
 		})
 	}
