@@ -342,21 +342,42 @@ func (w *work) rolledBack(ctx context.Context) error {
 	}
 	now := s.now().UnixNano()
 	err := func() error {
-		// The handler may have lowered synchronous after its ROLLBACK:
-		// the record of the escape commits at the level the Work began
-		// with, or not at all.
-		if w.wc.level == 0 {
-			return errors.New("the connection's synchronous level is unknown")
-		}
-		if _, err := q.exec(`PRAGMA synchronous = ` + syncNames[w.wc.level]); err != nil {
+		// A temporary trigger the handler made on the store's table after
+		// its ROLLBACK would fire for the record and could delete it: the
+		// record is then written on the writer's next connection (which
+		// refuses a trigger in main).
+		n, err := s.triggers(q, true)
+		if err != nil {
 			return err
+		}
+		if n != 0 {
+			if s.wc == w.wc {
+				s.dropWriter()
+			}
+			bctx, cancel := s.bound(bg)
+			defer cancel()
+			wc, _, err := s.writerConn(bctx)
+			if err != nil {
+				return err
+			}
+			q = stmtQuerier{bg, wc}
+		} else {
+			// The handler may have lowered synchronous after its ROLLBACK:
+			// the record of the escape commits at the level the Work began
+			// with, or not at all.
+			if w.wc.level == 0 {
+				return errors.New("the connection's synchronous level is unknown")
+			}
+			if _, err := q.exec(`PRAGMA synchronous = ` + syncNames[w.wc.level]); err != nil {
+				return err
+			}
 		}
 		if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
 			return err
 		}
 		// Never over a live row: another process may have taken the ID
 		// while SQLite's lock was free.
-		_, err := q.exec(`INSERT INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'w', ?, ?, NULL, NULL)`+
+		_, err = q.exec(`INSERT INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES (?, 'w', ?, ?, NULL, NULL)`+
 			` ON CONFLICT (key) DO UPDATE SET state = 'w', token = excluded.token, until = excluded.until, fingerprint = NULL, result = NULL`+
 			` WHERE until <= ? OR state = 'l' AND token = excluded.token`,
 			w.key, w.token, now, now)
@@ -365,6 +386,9 @@ func (w *work) rolledBack(ctx context.Context) error {
 		}
 		return err
 	}()
+	if err != nil && s.wc != w.wc {
+		s.dropWriter() // the record's own connection, its transaction in doubt
+	}
 	w.drop(err == nil)
 	if err != nil {
 		return unavailable(ctx, fmt.Errorf("a statement of the handler ended the work's transaction (ROLLBACK) after rows changed, and recording the ID as escaped failed: %w", err))
@@ -385,6 +409,9 @@ func (w *work) commitAcquired(ctx context.Context, until time.Time, fp, result [
 			return w.end(ctx, unavailable(ctx, fmt.Errorf("release: %w", err)))
 		}
 		return w.escaped(ctx)
+	}
+	if err := w.untriggered(ctx, q); err != nil {
+		return err
 	}
 	now := s.now().UnixNano()
 	if now >= w.deadline {

@@ -428,7 +428,7 @@ func (s *Store) checker(ctx context.Context) {
 }
 
 // check is one recheck: the settings of a pooled connection, the marker,
-// the file's identity; then the sidecar.
+// the file's identity, no trigger on the store's table; then the sidecar.
 func (s *Store) check(parent context.Context) {
 	ctx, cancel := s.bound(parent)
 	defer cancel()
@@ -492,6 +492,11 @@ func (s *Store) checkOnce(ctx context.Context) error {
 		return fmt.Errorf("%w: the table's marker is of another incarnation (re-armed, or another database): build a new Store", ErrForgotten)
 	case seq < last:
 		return fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, last, seq)
+	}
+	if n, err := s.triggers(connQuerier{ctx, conn}, false); err != nil {
+		return unavailable(ctx, err)
+	} else if n != 0 {
+		return fmt.Errorf("%w: %w", ErrUnavailable, errTriggered)
 	}
 	return nil
 }

@@ -336,6 +336,9 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 	if err := w.intact(ctx); err != nil {
 		return err
 	}
+	if err := w.untriggered(ctx, q); err != nil {
+		return err
+	}
 	e := entry{found: true, live: true, state: "w", token: w.token}
 	if err := s.confirmRow(q, e, now, w.id, w.token, nanos(until), fp, result, "w"); err != nil {
 		if decided(err) {
@@ -351,6 +354,39 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 		s.guard.bumped(w.seq, w.gen)
 	}
 	w.drop(true)
+	return nil
+}
+
+// errTriggered reports a trigger on the store's table.
+var errTriggered = errors.New("a trigger is on the store's table: it would fire for the store's own statements, and could delete or change the rows they write (drop it; never make one in a handler)")
+
+// triggers counts the triggers on the store's table in main and, with
+// temp, in temp, where SQLite lets a trigger name a table of main (it
+// then fires for that table's statements on its connection).
+func (s *Store) triggers(q querier, temp bool) (int, error) {
+	name := unquote(s.table)
+	query := `SELECT count(*) FROM main.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?)`
+	args := []any{name}
+	if temp {
+		query = `SELECT (` + query + `) + (SELECT count(*) FROM temp.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?))`
+		args = append(args, name)
+	}
+	var n int
+	err := q.queryRow(query, args...).Scan(&n)
+	return n, err
+}
+
+// untriggered ends the Work, rolled back, when a trigger is on the
+// store's table: made by the handler, it would delete or change the
+// record Commit writes, or the claims written in the Work.
+func (w *work) untriggered(ctx context.Context, q querier) error {
+	n, err := w.s.triggers(q, true)
+	if err != nil {
+		return w.end(ctx, unavailable(ctx, err))
+	}
+	if n != 0 {
+		return w.end(ctx, fmt.Errorf("%w: %w; nothing was kept", replay.ErrRolledBack, errTriggered))
+	}
 	return nil
 }
 

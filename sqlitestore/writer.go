@@ -290,9 +290,18 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 // setting is read when it is opened and again at the first use after
 // each Work (a handler's statements are the only ones but the store's
 // that reach it): a lowered setting refuses the write and closes the
-// connection, so nothing is ever committed on it. The caller holds
-// writeMu.
+// connection, so nothing is ever committed on it. A connection holding
+// temporary objects (a handler's temporary trigger on the store's table
+// would fire for the store's statements) or attached databases is closed
+// then too, and replaced by another; a trigger on the store's table in
+// main refuses the write. The caller holds writeMu.
 func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
+	return s.openWriter(ctx, false)
+}
+
+// openWriter is writerConn; fresh says the connection is a second one,
+// taken after the first held a handler's objects.
+func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error) {
 	if s.wc == nil {
 		conn, err := s.db.Conn(ctx)
 		if err != nil {
@@ -312,22 +321,62 @@ func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
 		s.dropWriter()
 		return nil, 0, fmt.Errorf("%w: %w: the store's connection runs synchronous=%s: set FULL in the DSN, for every connection, and never lower it in a handler", ErrUnavailable, ErrConfig, syncNames[level])
 	}
+	// A handler's temporary objects (a temporary trigger on the store's
+	// table fires for the store's own statements) and attached databases
+	// never outlive its Work: the connection is replaced by a clean one.
+	var objects int
+	if err := (stmtQuerier{ctx, s.wc}).queryRow(connObjects).Scan(&objects); err != nil {
+		s.dropWriter()
+		return nil, 0, unavailable(ctx, err)
+	}
+	if objects != 0 {
+		s.dropWriter()
+		if fresh {
+			return nil, 0, fmt.Errorf("%w: a new connection of the pool holds temporary objects or attached databases", ErrUnavailable)
+		}
+		return s.openWriter(ctx, true)
+	}
+	if n, err := s.triggers(stmtQuerier{ctx, s.wc}, false); err != nil || n != 0 {
+		s.dropWriter()
+		if err == nil {
+			return nil, 0, fmt.Errorf("%w: %w", ErrUnavailable, errTriggered)
+		}
+		return nil, 0, unavailable(ctx, err)
+	}
 	s.wc.level = level
 	return s.wc, level, nil
 }
 
+// connObjects counts a connection's temporary schema objects and
+// attached databases: none on a connection as the pool opened it.
+const connObjects = `SELECT (SELECT count(*) FROM temp.sqlite_master) + (SELECT count(*) FROM pragma_database_list WHERE name NOT IN ('main', 'temp'))`
+
 // dropWriter closes the writer's connection and its statements, and makes
-// the pool drop the connection rather than reuse it. The caller holds
-// writeMu.
+// the pool drop the connection rather than reuse it. A handler's Rows
+// left open on the connection make closing it wait until they are
+// closed: the store's writer waits for that a second at most, and the
+// connection closes when they do. The caller holds writeMu.
 func (s *Store) dropWriter() {
 	if s.wc == nil {
 		return
 	}
-	for _, st := range s.wc.stmts {
-		st.Close()
-	}
-	discard(s.wc.conn)
+	wc := s.wc
 	s.wc = nil
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		for _, st := range wc.stmts {
+			st.Close()
+		}
+		discard(wc.conn)
+	}()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-closed:
+	case <-t.C:
+		s.log.Warn("sqlitestore: closing the store's connection waits for a handler's Rows left open on it (close them before the handler returns)", "table", unquote(s.table))
+	}
 }
 
 // closeWriter gives the writer's connection back to the pool when the

@@ -71,6 +71,8 @@ func TestAcquireWork(t *testing.T) {
 		{"Rollback after the handler's ROLLBACK", acquireWorkRollbackAfterEscape},
 		{"refusals take nothing", acquireWorkRefusals},
 		{"a refused Commit keeps nothing", acquireWorkCommitRefused},
+		{"handler's temp trigger never deletes the store's rows", func(t *testing.T, d Driver) { workTempTrigger(t, d, true) }},
+		{"handler's Rows left open never hang the store", acquireWorkRowsLeftOpen},
 	})
 }
 
@@ -618,6 +620,134 @@ func acquireWorkCommitRefused(t *testing.T, d Driver) {
 				t.Fatalf("app rows = %d; want 0", n)
 			}
 			acquire(t, s, "job", time.Minute, workFP)
+		})
+	}
+}
+
+// forgetTriggers are temporary triggers on the store's table that delete
+// each row the store inserts or updates (the marker aside). SQLite lets a
+// temporary trigger name a table of main, and it fires for every
+// statement on that table on the connection that made it: made by a
+// handler on the store's writer connection, it would fire for the
+// store's own statements, during the Work and after it.
+const forgetTriggers = `CREATE TEMP TRIGGER forget_new AFTER INSERT ON main.ctoken_replay BEGIN DELETE FROM main.ctoken_replay WHERE key = NEW.key; END; ` +
+	`CREATE TEMP TRIGGER forget_done AFTER UPDATE ON main.ctoken_replay WHEN NEW.state <> 'm' BEGIN DELETE FROM main.ctoken_replay WHERE key = NEW.key; END`
+
+// workTempTrigger: triggers a handler makes on the store's table, in its
+// Work or after escaping it, never make Commit report success without
+// the record, never free the ID of an escape, and never delete a later
+// claim (accepting its token again): a temporary one never outlives the
+// Work on the store's writer connection, and one left in main refuses
+// the store's writes. acquired picks AcquireWork's Work, else
+// BeginWork's.
+func workTempTrigger(t *testing.T, d Driver, acquired bool) {
+	for _, tc := range []struct {
+		name, stmt string
+		escaped    bool // the ID is refused after
+		refusing   bool // the store refuses to write after
+	}{
+		{"made in the work", forgetTriggers, false, false},
+		{"made after the handler's COMMIT", `COMMIT; ` + forgetTriggers + `; BEGIN`, true, false},
+		{"made after the handler's ROLLBACK", `ROLLBACK; ` + forgetTriggers + `; INSERT INTO app (id) VALUES ('after')`, true, false},
+		{"made in main after the handler's COMMIT", `COMMIT; ` + strings.NewReplacer("TEMP ", "", "main.", "").Replace(forgetTriggers) + `; BEGIN`, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s, db := workStore(t, d, sqlitestore.Options{})
+			other := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+			var w replay.Work
+			var tx *sqlitestore.Tx
+			if acquired {
+				w, tx, _ = acquire(t, s, "job", time.Minute, workFP)
+			} else {
+				w, tx, _ = begin(t, s, "job", mustLease(t, s, "job", time.Minute).Token)
+			}
+			insertApp(t, tx, "job")
+			if _, err := tx.ExecContext(ctx, tc.stmt); err != nil {
+				t.Fatalf("%s: %v", tc.stmt, err)
+			}
+			err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r"))
+			switch {
+			case !tc.escaped && !errors.Is(err, replay.ErrRolledBack):
+				t.Fatalf("Commit with the handler's triggers = %v; want ErrRolledBack", err)
+			case tc.escaped && (err == nil || errors.Is(err, replay.ErrRolledBack)):
+				t.Fatalf("Commit after %q = %v; want an error that is not ErrRolledBack", tc.name, err)
+			}
+			if !tc.escaped {
+				if n := appRows(t, db, "job"); n != 0 {
+					t.Fatalf("app rows after ErrRolledBack = %d; want 0", n)
+				}
+			} else if acquired {
+				wantRefused(t, s, "job")
+				wantRefused(t, other, "job")
+			} else if l, err := other.AcquireLease(ctx, "job", time.Minute); err == nil && l.State == replay.LeaseAcquired {
+				t.Fatal("the ID of a work whose transaction escaped was acquired again")
+			}
+			// Claims after the Work are kept (the second is not first), or
+			// refused while a trigger is in main.
+			for i, st := range []*sqlitestore.Store{s, s, other} {
+				first, err := st.Claim(ctx, "token", time.Now().Add(time.Hour))
+				if tc.refusing {
+					if first || !errors.Is(err, sqlitestore.ErrUnavailable) || !strings.Contains(err.Error(), "trigger") {
+						t.Fatalf("Claim %d with a trigger on the store's table = %v, %v; want ErrUnavailable naming the trigger", i+1, first, err)
+					}
+				} else if err != nil || first != (i == 0) {
+					t.Fatalf("Claim %d of a token after the Work = %v, %v; want first=%v", i+1, first, err, i == 0)
+				}
+			}
+		})
+	}
+}
+
+// acquireWorkRowsLeftOpen: a handler's Rows left open on the store's
+// connection (closing a connection waits for its Rows) never hang the
+// Work's end or the next write when the store closes that connection:
+// after a temporary table, after an escape, after a lowered synchronous.
+func acquireWorkRowsLeftOpen(t *testing.T, d Driver) {
+	for _, tc := range []struct {
+		name, stmt string
+		claimErr   bool // the next write is refused
+	}{
+		{"temporary table made in the work", `CREATE TEMP TABLE scratch (x)`, false},
+		{"ROLLBACK then a write", `ROLLBACK; INSERT INTO app (id) VALUES ('after')`, false},
+		{"ROLLBACK then synchronous OFF", `ROLLBACK; PRAGMA synchronous = OFF; BEGIN`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			// The store waits up to a second for a connection to close.
+			s, _ := workStore(t, d, sqlitestore.Options{Timeout: 3 * time.Second})
+			w, tx, _ := acquire(t, s, "job", time.Minute, workFP)
+			rows, err := tx.QueryContext(ctx, `SELECT 1 UNION ALL SELECT 2`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			rows.Next()
+			if _, err := tx.ExecContext(ctx, tc.stmt); err != nil {
+				t.Fatalf("%s: %v", tc.stmt, err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Commit with the handler's Rows open hangs")
+			}
+			go func() {
+				first, err := s.Claim(ctx, "token", time.Now().Add(time.Hour))
+				if err == nil && !first {
+					err = errors.New("not first")
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if tc.claimErr != (err != nil) {
+					t.Fatalf("Claim after the Work = %v; want an error: %v", err, tc.claimErr)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Claim after a Work whose handler left its Rows open hangs")
+			}
 		})
 	}
 }

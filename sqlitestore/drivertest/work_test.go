@@ -96,6 +96,7 @@ func TestWork(t *testing.T) {
 		{"TxFrom without a work is ErrNoTx", txFromPlainContext},
 		{"Tx refuses every statement after the work ends", txAfterEnd},
 		{"concurrent works and claims", workConcurrent},
+		{"handler's temp trigger never deletes the store's rows", func(t *testing.T, d Driver) { workTempTrigger(t, d, false) }},
 	})
 }
 
