@@ -110,6 +110,7 @@ func TestWork(t *testing.T) {
 		{"session state does not outlive the work", workSessionStateDoesNotOutliveTheWork},
 		{"commit runs with the accepted level", workCommitRunsWithTheAcceptedSynchronousCommit},
 		{"a deferred constraint that fails rolls back", workDeferredConstraintFailureRollsBack},
+		{"a trigger raising the fence's text is not the fence", workTriggerRaisingTheFenceTextIsNotTheFence},
 	} {
 		t.Run(tc.name, tc.test)
 	}
