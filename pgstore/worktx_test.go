@@ -301,6 +301,26 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 			b.Queue("select 1", rewriteTo(sql))
 			return tx.SendBatch(ctx, b).Close()
 		}},
+		// A rewriter whose arguments begin with another rewriter: pgx
+		// would take that as an argument; sent on, it would be applied
+		// unchecked. Refused.
+		{"Exec with a rewriter returning a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			_, err := tx.Exec(ctx, "select 1", rewriteThen{rewriteTo(sql)})
+			return err
+		}},
+		{"Query with a rewriter returning a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			rows, err := tx.Query(ctx, "select 1", rewriteThen{rewriteTo(sql)})
+			if err == nil {
+				rows.Close()
+				err = rows.Err()
+			}
+			return err
+		}},
+		{"SendBatch with a rewriter returning a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			b := &pgx.Batch{}
+			b.Queue("select 1", rewriteThen{rewriteTo(sql)})
+			return tx.SendBatch(ctx, b).Close()
+		}},
 		{"Query simple behind result formats", func(ctx context.Context, tx pgx.Tx, sql string) error {
 			rows, err := tx.Query(ctx, "select 1; "+sql, pgx.QueryResultFormats{pgx.TextFormatCode}, pgx.QueryExecModeSimpleProtocol)
 			if err == nil {
@@ -345,6 +365,13 @@ type rewriteTo string
 
 func (r rewriteTo) RewriteQuery(_ context.Context, _ *pgx.Conn, _ string, _ []any) (string, []any, error) {
 	return string(r), nil, nil
+}
+
+// rewriteThen is a pgx.QueryRewriter whose arguments begin with another.
+type rewriteThen struct{ next pgx.QueryRewriter }
+
+func (r rewriteThen) RewriteQuery(_ context.Context, _ *pgx.Conn, _ string, _ []any) (string, []any, error) {
+	return "select 1", []any{r.next}, nil
 }
 
 // workTxAllowsStatementsThatEndWithIt: what ends with the
