@@ -243,14 +243,18 @@ func commitRefusedOnlyWhenNothingWasCommitted(t *testing.T) {
 // fence's synchronous_commit). (2) Once Commit returns, the server's WAL
 // is flushed at least to that LSN: the COMMIT waited for its flush, as
 // synchronous_commit off (or a level below New's) would not. (2) cannot
-// fail with the level right; with it wrong it fails unless the WAL writer
-// happened to flush within the moment after COMMIT (its delay is 200ms).
+// fail with the level right; with it wrong it fails unless the WAL was
+// flushed by someone else within the moment after COMMIT: so the test
+// runs on a server of its own (no other session commits), whose WAL
+// writer waits 10 s between its flushes (wal_writer_delay, 200 ms by
+// default) and flushes early only after 1 GB of WAL
+// (wal_writer_flush_after).
 // In the row "a deferred trigger setting it off", an earlier deferred
 // trigger of the same row (a_off, before seen by name) sets it off, and
 // seen records that off: both fire before the fence, and the store's
 // statement that sets the accepted level comes after it.
 func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
-	p := needServer(t)
+	p := ownServer(t, "-c", "wal_writer_delay=10s", "-c", "wal_writer_flush_after=1GB")
 	pool := p.pool(t)
 	spoofSchema(t, pool)
 	for _, path := range []string{"BeginWork", "AcquireWork"} {
