@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/ctoken/ctoken/replay"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Commit sends, in one round trip (a pipeline), SET CONSTRAINTS ALL
@@ -59,9 +61,101 @@ const immediateSQL = "set constraints all immediate"
 // Called by its schema, as the fence's functions are.
 const syncCommitSQL = "select pg_catalog.set_config('synchronous_commit', $1::pg_catalog.text, true)"
 
-// errFence is the text the fence statement fails with when it matched no
-// row: the reason follows it.
+// errFence begins the text the fence statement fails with when it matched
+// no row: the commit's nonce, "_" and the reason follow it (see
+// [fenceReason]).
 const errFence = "ctoken_fence_"
+
+// fenceOIDs and lockedFenceOIDs are the types of the fence's parameters
+// (see [Store.prepareWork] and [Store.lockedFenceSQL]); the nonce last.
+var (
+	fenceOIDs       = []uint32{pgtype.ByteaOID, pgtype.TextOID, pgtype.TimestamptzOID, pgtype.ByteaOID, pgtype.ByteaOID, pgtype.Int8OID, pgtype.TextOID}
+	lockedFenceOIDs = []uint32{pgtype.ByteaOID, pgtype.TextOID, pgtype.TimestamptzOID, pgtype.ByteaOID, pgtype.ByteaOID, pgtype.Int8OID, pgtype.Int8OID, pgtype.TextOID}
+)
+
+// fenceReason returns the reason of the fence's own refusal in err, its
+// answer to the fence statement, or "" when err is not one. The fence
+// fails by casting to integer the text errFence, the commit's nonce (a
+// parameter, random for each commit), "_" and the reason: the server
+// answers invalid_text_representation with that text quoted in its
+// message (whatever the message's language). Only the exact text with
+// this commit's nonce counts: a handler's AFTER trigger on the store's
+// table fires inside the fence and may fail with any text, but not with
+// a nonce it never saw.
+func fenceReason(err error, nonce string) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "22P02" {
+		return ""
+	}
+	for _, reason := range []string{"escaped", "forgotten", "expired", "lost"} {
+		if strings.Contains(pgErr.Message, `"`+errFence+nonce+"_"+reason+`"`) {
+			return reason
+		}
+	}
+	return ""
+}
+
+// unnamed is a statement sent after the handler's (see [sendUnnamed]):
+// its SQL and its arguments, of the types oids.
+type unnamed struct {
+	sql  string
+	oids []uint32
+	args []any
+}
+
+// answer is the server's answer to one statement of [sendUnnamed].
+type answer struct {
+	tag pgconn.CommandTag
+	err error // the statement's error; nil also when the server skipped it
+}
+
+// sendUnnamed sends stmts in one round trip, a pipeline with one Sync at
+// its end (so the server skips every statement after one that fails),
+// each as the unnamed statement (Parse, Bind, Execute), its arguments
+// encoded by the connection's type map in binary. None is sent by a name:
+// pgx's statement cache prepares a statement under a name derived from
+// its SQL (stmtcache_ and its digest), which a handler can compute and
+// replace on the session by SQL of its own (DEALLOCATE and PREPARE in a
+// function), and pgx's batches and queries also run, for a SQL text, a
+// statement the handler prepared under that text as its name. The
+// store's statements after the handler's (the fence, COMMIT, the reset's
+// check) must run as the store wrote them. It returns one answer per
+// statement, in order, and the error that ended the pipeline; nil
+// answers when nothing was sent.
+func sendUnnamed(ctx context.Context, conn *pgx.Conn, stmts []unnamed) ([]answer, error) {
+	m := conn.TypeMap()
+	b := &pgconn.Batch{}
+	for _, st := range stmts {
+		var values [][]byte
+		var formats []int16
+		for i, arg := range st.args {
+			// A non-nil buffer: an empty value is not NULL.
+			v, err := m.Encode(st.oids[i], pgtype.BinaryFormatCode, arg, []byte{})
+			if err != nil {
+				return nil, err
+			}
+			values, formats = append(values, v), append(formats, pgtype.BinaryFormatCode)
+		}
+		b.ExecParams(st.sql, values, st.oids, formats, nil)
+	}
+	answers := make([]answer, len(stmts))
+	mrr := conn.PgConn().ExecBatch(ctx, b)
+	i := 0
+	for ; i < len(stmts) && mrr.NextResult(); i++ {
+		r := mrr.ResultReader().Read()
+		answers[i] = answer{tag: r.CommandTag, err: r.Err}
+		if r.Err != nil {
+			break
+		}
+	}
+	err := mrr.Close()
+	if i < len(stmts) && answers[i].err == nil {
+		// The statement whose answer did not come: the server refused
+		// it before its result began, or the session ended.
+		answers[i].err = err
+	}
+	return answers, err
+}
 
 // commit is Commit's first call.
 func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result []byte) error {
@@ -121,6 +215,10 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		refused bool
 		err     error // returned in the outcome: call would drop the rest
 	}
+	// nonce marks the fence's own refusals of this commit (see
+	// [fenceReason]): a handler's trigger that fires inside the fence
+	// cannot know it, so cannot fail with the text of a refusal.
+	nonce := rand.Text()
 	started := w.claimEnd()
 	o, err := call(w.s, ctx, func(ctx context.Context) (outcome, error) {
 		if !started() {
@@ -128,68 +226,66 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		}
 		var o outcome
 		// BEGIN or SET CONSTRAINTS, the fence, synchronous_commit, COMMIT
-		// and the reset: room for all of them at once (no growth of the
-		// queue as each is added).
-		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 4+len(resetStatements))}
+		// and the reset, each sent unnamed (see [sendUnnamed]).
+		stmts := make([]unnamed, 0, 4+len(resetStatements))
 		var xid *int64 // NULL: BEGIN is in this pipeline, just before the fence
 		if !w.begun {
-			b.Queue(beginSQL) // a work that wrote nothing: BEGIN in the same round trip
+			stmts = append(stmts, unnamed{sql: beginSQL}) // a work that wrote nothing: BEGIN in the same round trip
 		} else {
 			xid = &w.xid
-			b.Queue(immediateSQL) // the handler's deferred triggers fire before the fence
+			stmts = append(stmts, unnamed{sql: immediateSQL}) // the handler's deferred triggers fire before the fence
 		}
-		fence := w.s.fenceSQL
+		fence := unnamed{sql: w.s.fenceSQL, oids: fenceOIDs,
+			args: []any{w.key, w.token, pgTime(until), fingerprint, result, xid, nonce}}
 		if w.locked {
-			fence = w.s.lockedFenceSQL
+			fence = unnamed{sql: w.s.lockedFenceSQL, oids: lockedFenceOIDs,
+				args: []any{w.key, w.token, pgTime(until), fingerprint, result, xid, w.leaseUS, nonce}}
 		}
-		args := []any{w.key, w.token, pgTime(until), fingerprint, result, xid}
-		if w.locked {
-			args = append(args, w.leaseUS)
-		}
-		b.Queue(fence, args...)
-		b.Queue(syncCommitSQL, w.s.commitSetting())
-		b.Queue("commit")
+		stmts = append(stmts, fence,
+			unnamed{sql: syncCommitSQL, oids: []uint32{pgtype.TextOID}, args: []any{w.s.commitSetting()}},
+			unnamed{sql: "commit"})
 		if w.begun {
 			// The handler ran statements: its session is reset in the
 			// same round trip, after COMMIT.
 			for _, sql := range resetStatements {
-				b.Queue(sql)
+				stmts = append(stmts, unnamed{sql: sql})
 			}
 		}
-		br := w.conn.SendBatch(ctx, b)
+		answers, pipeErr := sendUnnamed(ctx, w.conn, stmts)
+		if answers == nil {
+			// Not sent (an argument could not be encoded): the
+			// transaction is still open; closing the session ends it.
+			w.put(ctx, false)
+			o.refused, o.err = true, pipeErr
+			return o, nil
+		}
 		// beforeErr is BEGIN's or SET CONSTRAINTS' error: a handler's
 		// deferred constraint that failed, or a statement of the work
-		// that had failed before. An error of the pipeline is answered
-		// again to every later statement of it.
-		_, beforeErr := br.Exec()
-		var zero int
-		fenceErr := br.QueryRow().Scan(&zero)
-		ownFenceErr := beforeErr == nil // fenceErr is the fence's own
-		var setting string
-		if err := br.QueryRow().Scan(&setting); fenceErr == nil {
-			fenceErr = err // refused before COMMIT ran, as the fence
+		// that had failed before. The server skips every statement of
+		// the pipeline after the one that failed: those have no answer.
+		beforeErr, fenceErr := answers[0].err, answers[1].err
+		if fenceErr == nil {
+			fenceErr = answers[2].err // refused before COMMIT ran, as the fence
 		}
 		if fenceErr == nil {
 			fenceErr = beforeErr
 		}
-		tag, commitErr := br.Exec()
+		commitErr := answers[3].err
 		var resetErr error
-		if w.begun {
-			for range resetStatements {
-				if _, err := br.Exec(); err != nil && resetErr == nil {
-					resetErr = err
-				}
+		for _, a := range answers[4:] {
+			if a.err != nil {
+				resetErr = a.err
+				break
 			}
 		}
-		closeErr := br.Close()
-		o.tag = tag.String()
+		o.tag = answers[3].tag.String()
 		o.state = w.conn.PgConn().TxStatus()
-		clean := resetErr == nil && closeErr == nil
-		if resetErr != nil && errors.Is(closeErr, resetErr) {
-			// The reset failed after COMMIT's answer (a statement the
-			// handler prepared by SQL, see resetSQL): the session is
-			// closed, not pooled, and COMMIT's outcome stands.
-			closeErr = nil
+		clean := pipeErr == nil
+		if resetErr != nil && sqlPrepared(resetErr) {
+			// The reset failed after COMMIT's answer, at its check of a
+			// statement the handler prepared by SQL (see resetSQL): the
+			// session is closed, not pooled, and COMMIT's outcome stands.
+			resetErr = nil
 		}
 		if o.state == 'E' {
 			// The server refused a statement (the fence, or one of the
@@ -200,16 +296,11 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			clean = err == nil
 		}
 		w.put(ctx, clean)
-		var pgErr *pgconn.PgError
-		if ownFenceErr && errors.As(fenceErr, &pgErr) && strings.Contains(pgErr.Message, errFence) {
-			// (Only the fence's: a handler's deferred trigger, firing
-			// at SET CONSTRAINTS, may fail with any text.)
-			i := strings.Index(pgErr.Message, errFence) + len(errFence)
-			o.reason = strings.TrimRightFunc(pgErr.Message[i:], func(r rune) bool { return r < 'a' || r > 'z' })
+		if o.reason = fenceReason(answers[1].err, nonce); o.reason != "" {
 			return o, nil
 		}
 		o.refused = commitRefused(fenceErr, commitErr)
-		o.err = errors.Join(fenceErr, commitErr, closeErr)
+		o.err = errors.Join(fenceErr, commitErr, resetErr)
 		return o, nil
 	})
 	w.closeUnlessStarted(started)
@@ -303,7 +394,8 @@ func (w *work) committedBefore(ctx context.Context) (bool, error) {
 	}
 	status, err := call(w.s, ctx, func(ctx context.Context) (string, error) {
 		var status *string
-		err := w.s.pool.QueryRow(ctx, "select txid_status($1::bigint)", w.xid).Scan(&status)
+		// Unnamed (the mode): no statement prepared on the pooled session answers for it.
+		err := w.s.pool.QueryRow(ctx, "select pg_catalog.txid_status($1::bigint)", pgx.QueryExecModeExec, w.xid).Scan(&status)
 		if status == nil {
 			return "", err
 		}

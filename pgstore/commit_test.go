@@ -243,14 +243,18 @@ func commitRefusedOnlyWhenNothingWasCommitted(t *testing.T) {
 // fence's synchronous_commit). (2) Once Commit returns, the server's WAL
 // is flushed at least to that LSN: the COMMIT waited for its flush, as
 // synchronous_commit off (or a level below New's) would not. (2) cannot
-// fail with the level right; with it wrong it fails unless the WAL writer
-// happened to flush within the moment after COMMIT (its delay is 200ms).
+// fail with the level right; with it wrong it fails unless the WAL was
+// flushed by someone else within the moment after COMMIT: so the test
+// runs on a server of its own (no other session commits), whose WAL
+// writer waits 10 s between its flushes (wal_writer_delay, 200 ms by
+// default) and flushes early only after 1 GB of WAL
+// (wal_writer_flush_after).
 // In the row "a deferred trigger setting it off", an earlier deferred
 // trigger of the same row (a_off, before seen by name) sets it off, and
 // seen records that off: both fire before the fence, and the store's
 // statement that sets the accepted level comes after it.
 func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
-	p := needServer(t)
+	p := ownServer(t, "-c", "wal_writer_delay=10s", "-c", "wal_writer_flush_after=1GB")
 	pool := p.pool(t)
 	spoofSchema(t, pool)
 	for _, path := range []string{"BeginWork", "AcquireWork"} {
@@ -353,6 +357,64 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 						t.Fatalf("row state = %q, want done", row.state)
 					}
 				})
+			}
+		})
+	}
+}
+
+// workTriggerRaisingTheFenceTextIsNotTheFence: a handler's AFTER trigger
+// on the store's table fires inside the fence (on the done row it writes)
+// and fails with the text of the fence's own refusal ("escaped"). The
+// transaction is rolled back, so Commit must report it rolled back, and
+// must not record the key as done (as it does for a true escape, whose
+// writes may be kept): the retry runs the work. The trigger raises only
+// in the work's transaction (a setting the handler set locally), not in
+// the store's own later ones.
+func workTriggerRaisingTheFenceTextIsNotTheFence(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	table := chargeTable(t, pool)
+	for k, way := range workWays {
+		t.Run(way.name, func(t *testing.T) {
+			name := uniqueTable(t, pool)
+			if err := Migrate(bg(), pool, name); err != nil {
+				t.Fatal(err)
+			}
+			s := storeOn(t, pool, func(o *Options) { o.Table = name })
+			fn := name + "_raise"
+			for _, sql := range []string{
+				`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+					IF pg_catalog.current_setting('ctoken_test.raise', true) = 'on' THEN
+						RAISE EXCEPTION 'invalid input syntax for type integer: "` + errFence + `escaped"' USING ERRCODE = '22P02';
+					END IF;
+					RETURN NULL; END $$`,
+				`CREATE TRIGGER raise_fence AFTER INSERT OR UPDATE ON ` + s.table + `
+					FOR EACH ROW WHEN (NEW.state = 'd') EXECUTE FUNCTION ` + fn + `()`,
+			} {
+				if _, err := pool.Exec(bg(), sql); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Cleanup(func() { pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+fn+`() CASCADE`) })
+			id := fmt.Sprintf("raise-%d", k)
+			w := way.begin(t, s, id)
+			ctx := w.Context(bg())
+			if err := charge(ctx, table, id, "work"); err != nil {
+				t.Fatal(err)
+			}
+			tx, _ := TxFrom(ctx)
+			if _, err := tx.Exec(ctx, `select pg_catalog.set_config('ctoken_test.raise', 'on', true)`); err != nil {
+				t.Fatal(err)
+			}
+			err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+			if !errors.Is(err, replay.ErrRolledBack) || errors.Is(err, errEscaped) {
+				t.Fatalf("Commit = %v; want ErrRolledBack (the trigger's failure aborted the transaction), not an escape", err)
+			}
+			if got := chargesOf(t, pool, table, id); len(got) != 0 {
+				t.Fatalf("charges = %q, want none", got)
+			}
+			if row, _ := rowOf(t, s, id); row.state == "d" {
+				t.Fatalf("row = %+v: the key is recorded as done, though the work rolled back", row)
 			}
 		})
 	}

@@ -325,7 +325,7 @@ func benchPaired(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, s *Store
 		}
 		batch = &pgx.Batch{}
 		batch.Queue(immediateSQL)
-		batch.Queue(s.lockedFenceSQL, key, "", pgTime(until), fp, record, &xid, int64(time.Minute/time.Microsecond))
+		batch.Queue(s.lockedFenceSQL, key, "", pgTime(until), fp, record, &xid, int64(time.Minute/time.Microsecond), "")
 		batch.Queue(syncCommitSQL, s.commitSetting())
 		batch.Queue("commit")
 		if reset {

@@ -330,7 +330,9 @@ func ceilLongest(seconds float64) int64 {
 	}
 	p := int64(1) << (bits.Len64(uint64(n)) - 1) // the largest power of two <= n
 	step := p / 8
-	return (n + step - 1) / step * step
+	// At most the cap: rounding a lifetime just below it up past it would
+	// make the rounding of a larger lifetime (the cap) smaller.
+	return min((n+step-1)/step*step, int64(maxFence/time.Second))
 }
 
 // away counts the standbys that could take a sync member's place without

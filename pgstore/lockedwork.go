@@ -116,7 +116,8 @@ SELECT EXISTS (SELECT 1 FROM m), coalesce((SELECT state FROM cur), ''), coalesce
 	// acquire statement took while the work held nothing, a Claim of the
 	// ID). Parameters and refusals as the fence of [Store.prepareWork].
 	// $7 is the lease in microseconds: a fence after it has passed since
-	// the transaction began (now(), BEGIN's time) is lost.
+	// the transaction began (now(), BEGIN's time) is lost. $8 is the
+	// commit's nonce.
 	s.lockedFenceSQL = `WITH x AS (SELECT pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
 m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
 up AS (
@@ -130,10 +131,10 @@ up AS (
   RETURNING 1
 )
 SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
-  ELSE (CASE WHEN NOT (SELECT same FROM x) THEN '` + errFence + `escaped'
-    WHEN NOT EXISTS (SELECT 1 FROM m) THEN '` + errFence + `forgotten'
-    WHEN $3::timestamptz <= statement_timestamp() THEN '` + errFence + `expired'
-    ELSE '` + errFence + `lost' END)::int END`
+  ELSE pg_catalog.concat('` + errFence + `', $8::text, '_', CASE WHEN NOT (SELECT same FROM x) THEN 'escaped'
+    WHEN NOT EXISTS (SELECT 1 FROM m) THEN 'forgotten'
+    WHEN $3::timestamptz <= statement_timestamp() THEN 'expired'
+    ELSE 'lost' END)::int END`
 }
 
 // AcquireWork implements [replay.WorkAcquirer]: in one round trip it

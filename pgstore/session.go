@@ -2,8 +2,11 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // resetSQL ends, on the work's connection, whatever of the session the
@@ -23,12 +26,23 @@ import (
 // cache, unknown to pgx, so the connection is closed instead. Left
 // pooled, such a statement could take the name of one pgx has cached
 // (the store's own claim, say) and answer in its place.
-const resetSQL = "reset all; set session authorization default; close all; unlisten *; select pg_advisory_unlock_all(); discard temp; discard sequences; " +
+const resetSQL = "reset all; set session authorization default; close all; unlisten *; select pg_catalog.pg_advisory_unlock_all(); discard temp; discard sequences; " +
 	"select (case when exists (select from pg_catalog.pg_prepared_statements where from_sql) then '" + errSQLPrepared + "' else '0' end)::int"
 
-// errSQLPrepared is the text resetSQL fails with when the session holds
-// a statement prepared by SQL.
+// errSQLPrepared is the text resetSQL casts to integer, and so fails
+// with, when the session holds a statement prepared by SQL.
 const errSQLPrepared = "ctoken_sql_prepared"
+
+// sqlPrepared reports whether err is resetSQL's failure for a statement
+// prepared by SQL: invalid_text_representation with exactly the message
+// the server writes for errSQLPrepared (in English, its default
+// lc_messages; in another language the failure is not recognised, and
+// is reported as the reset's failure, the session closed either way).
+func sqlPrepared(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22P02" &&
+		pgErr.Message == `invalid input syntax for type integer: "`+errSQLPrepared+`"`
+}
 
 // resetStatements are resetSQL's statements, queued one by one behind the
 // fence and COMMIT.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ctoken/ctoken/replay"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -50,6 +52,9 @@ func (s *Store) prepareWork() {
 	// that names its own schema before pg_catalog must not reach
 	// functions of that schema. synchronous_commit is set by a statement
 	// of its own after the fence (see syncCommitSQL).
+	//
+	// $7 is the commit's nonce, in the text of every refusal (see
+	// [fenceReason]).
 	s.fenceSQL = `WITH x AS (SELECT $6::bigint IS NULL OR pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
 m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
 up AS (
@@ -59,10 +64,10 @@ up AS (
   RETURNING 1
 )
 SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
-  ELSE (CASE WHEN NOT (SELECT same FROM x) THEN '` + errFence + `escaped'
-    WHEN NOT EXISTS (SELECT 1 FROM m) THEN '` + errFence + `forgotten'
-    WHEN $3::timestamptz <= statement_timestamp() THEN '` + errFence + `expired'
-    ELSE '` + errFence + `lost' END)::int END`
+  ELSE pg_catalog.concat('` + errFence + `', $7::text, '_', CASE WHEN NOT (SELECT same FROM x) THEN 'escaped'
+    WHEN NOT EXISTS (SELECT 1 FROM m) THEN 'forgotten'
+    WHEN $3::timestamptz <= statement_timestamp() THEN 'expired'
+    ELSE 'lost' END)::int END`
 	// A claim in a caller's transaction also checks, in its own
 	// statement, that the transaction is on the store's database ($4) of
 	// the store's server ($5, its system identifier, $6 and $7, its port
@@ -252,9 +257,17 @@ func (w *work) rollbackJudged(ctx context.Context) error {
 // which must not still be in use.
 func (w *work) sameTx(ctx context.Context) (bool, error) {
 	return callIn(w.s, ctx, true, func(ctx context.Context) (bool, error) {
-		var same bool
-		err := w.conn.QueryRow(ctx, "select pg_catalog.txid_current() operator(pg_catalog.=) $1::bigint", w.xid).Scan(&same)
-		return same, err
+		// Unnamed, by pgconn: no statement the handler prepared (under
+		// this SQL as its name, or pgx's cache name for it) answers.
+		r := w.conn.PgConn().ExecParams(ctx, "select pg_catalog.txid_current() operator(pg_catalog.=) $1::bigint",
+			[][]byte{strconv.AppendInt(nil, w.xid, 10)}, []uint32{pgtype.Int8OID}, nil, nil).Read()
+		if r.Err != nil {
+			return false, r.Err
+		}
+		if len(r.Rows) != 1 || len(r.Rows[0]) != 1 {
+			return false, errors.New("pgstore: unexpected answer to the transaction id's check")
+		}
+		return string(r.Rows[0][0]) == "t", nil
 	})
 }
 
@@ -276,7 +289,7 @@ func (w *work) rollback(ctx context.Context) error {
 		}
 		_, err := w.conn.PgConn().Exec(ctx, sql).ReadAll()
 		w.put(ctx, err == nil)
-		if err != nil && strings.Contains(err.Error(), errSQLPrepared) {
+		if sqlPrepared(err) {
 			return nil // rolled back; the session is closed, not pooled
 		}
 		return err

@@ -110,6 +110,7 @@ func TestWork(t *testing.T) {
 		{"session state does not outlive the work", workSessionStateDoesNotOutliveTheWork},
 		{"commit runs with the accepted level", workCommitRunsWithTheAcceptedSynchronousCommit},
 		{"a deferred constraint that fails rolls back", workDeferredConstraintFailureRollsBack},
+		{"a trigger raising the fence's text is not the fence", workTriggerRaisingTheFenceTextIsNotTheFence},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -676,7 +677,7 @@ func benchWork(b *testing.B, s *Store) {
 			w.stop()
 			defer w.pc.Release()
 			var zero int
-			if err := w.conn.QueryRow(bg(), s.fenceSQL, w.key, w.token, pgTime(until), fp, result, &w.xid).Scan(&zero); err != nil {
+			if err := w.conn.QueryRow(bg(), s.fenceSQL, w.key, w.token, pgTime(until), fp, result, &w.xid, "").Scan(&zero); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := w.conn.Exec(bg(), "commit"); err != nil {

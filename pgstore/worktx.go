@@ -139,29 +139,68 @@ options:
 	return out, plain
 }
 
-// rewrite applies the query rewriters among args's leading options (as
-// pgx would, for example [pgx.NamedArgs]) and returns the statement and
-// the arguments that remain, with the other options (exec modes, and
-// Query's result formats) before them. pgx does not check the SQL a
-// rewriter returns: it is refused, or not, only once rewritten.
-func (w *work) rewrite(ctx context.Context, sql string, args []any) (string, []any, error) {
-	var opts []any
-	for len(args) > 0 {
-		switch a := args[0].(type) {
-		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
-			opts = append(opts, a)
-		case pgx.QueryRewriter:
-			var err error
-			if sql, args, err = a.RewriteQuery(ctx, w.conn, sql, args[1:]); err != nil {
-				return "", nil, fmt.Errorf("rewrite query failed: %w", err)
-			}
-			continue
-		default:
-			return sql, append(opts, args...), nil
-		}
-		args = args[1:]
+// callOptions says which of pgx's per-call options a method reads from
+// the leading arguments of a statement, as pgx does: Exec an exec mode
+// and a query rewriter, Query those and result formats, a batch's query
+// only a query rewriter.
+type callOptions int
+
+const (
+	batchOptions callOptions = iota
+	execOptions
+	queryOptions
+)
+
+// isOption reports whether pgx reads a as an option, not an argument, in
+// a method of kind.
+func isOption(a any, kind callOptions) bool {
+	switch a.(type) {
+	case pgx.QueryRewriter:
+		return true
+	case pgx.QueryExecMode:
+		return kind != batchOptions
+	case pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+		return kind == queryOptions
 	}
-	return sql, opts, nil
+	return false
+}
+
+// rewrite applies the query rewriter among args's leading options as pgx
+// does (for example [pgx.NamedArgs]): of several, the last, once, to the
+// statement and the arguments after the options. It returns the statement
+// and the arguments, with the other options (exec modes, and Query's
+// result formats) kept before them. pgx does not check the SQL a rewriter
+// returns: it is refused, or not, only once rewritten. pgx takes what the
+// rewriter returns as arguments, but sent on they are read as options
+// again: arguments that begin with one (a second rewriter, which would
+// run unchecked) are refused, as refuseLocked refuses a statement (under
+// w.mu).
+func (w *work) rewrite(ctx context.Context, kind callOptions, sql string, args []any) (string, []any, error) {
+	var rewriter pgx.QueryRewriter
+	var opts []any
+	n := 0
+	for ; n < len(args) && isOption(args[n], kind); n++ {
+		if r, ok := args[n].(pgx.QueryRewriter); ok {
+			rewriter = r
+		} else {
+			opts = append(opts, args[n])
+		}
+	}
+	if rewriter == nil {
+		return sql, args, nil
+	}
+	sql, rest, err := rewriter.RewriteQuery(ctx, w.conn, sql, args[n:])
+	if err != nil {
+		return "", nil, fmt.Errorf("rewrite query failed: %w", err)
+	}
+	if len(rest) > 0 && isOption(rest[0], kind) {
+		err := fmt.Errorf("%w: a query rewriter returned arguments that begin with a pgx option", errStatementRefused)
+		if w.refusal == nil {
+			w.refusal = err // refused unsent, as refuseLocked's
+		}
+		return "", nil, err
+	}
+	return sql, append(opts, rest...), nil
 }
 
 // pipelines reports whether a statement with args can be queued in a
@@ -267,7 +306,7 @@ func (t *workTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	}
 	// pgx sends a statement left without arguments by its rewriter with
 	// the simple protocol: rewritten here, it is sent as one statement.
-	sql, args, err := w.rewrite(ctx, sql, args)
+	sql, args, err := w.rewrite(ctx, execOptions, sql, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
@@ -349,7 +388,7 @@ func (t *workTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 		}
 		rows, err = owner.Query()
 	} else {
-		if sql, args, err = w.rewrite(ctx, sql, args); err != nil {
+		if sql, args, err = w.rewrite(ctx, queryOptions, sql, args); err != nil {
 			return &workRows{w: w, closed: true, err: err}, err
 		}
 		if err := w.refuseLocked(sql); err != nil {
@@ -404,19 +443,13 @@ func (t *workTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		return pgx.FailedBatchResults(b, errors.New("pgstore: a batch cannot be sent in the work's transaction on a connection whose DefaultQueryExecMode is the simple protocol"))
 	}
 	for _, q := range b.QueuedQueries {
-		// A query's rewriters are applied here, as pgx would, so that
+		// A query's rewriter is applied here, as pgx would, so that
 		// the statement refused or sent is the rewritten one.
-		for len(q.Arguments) > 0 {
-			r, ok := q.Arguments[0].(pgx.QueryRewriter)
-			if !ok {
-				break
-			}
-			sql, args, err := r.RewriteQuery(ctx, w.conn, q.SQL, q.Arguments[1:])
-			if err != nil {
-				return pgx.FailedBatchResults(b, fmt.Errorf("rewrite query failed: %w", err))
-			}
-			q.SQL, q.Arguments = sql, args
+		sql, args, err := w.rewrite(ctx, batchOptions, q.SQL, q.Arguments)
+		if err != nil {
+			return pgx.FailedBatchResults(b, err)
 		}
+		q.SQL, q.Arguments = sql, args
 		if err := w.refuseLocked(q.SQL); err != nil {
 			return pgx.FailedBatchResults(b, err)
 		}

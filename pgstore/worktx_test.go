@@ -2,6 +2,8 @@ package pgstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -35,6 +37,7 @@ func TestWorkTx(t *testing.T) {
 		{"commit after an escape is never a success", workCommitAfterAnEscapeIsNeverASuccess},
 		{"escape with the lease lost keeps one charge", workEscapeWithTheLeaseLostKeepsOneCharge},
 		{"rollback after an escape keeps the key", workRollbackAfterAnEscapeKeepsTheKey},
+		{"a statement the handler prepared never stands in for the store's", workHandlersPreparedStatementNeverStandsInForTheStores},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -298,6 +301,26 @@ func workTxRefusesStatementsThatEscapeTheTransaction(t *testing.T) {
 			b.Queue("select 1", rewriteTo(sql))
 			return tx.SendBatch(ctx, b).Close()
 		}},
+		// A rewriter whose arguments begin with another rewriter: pgx
+		// would take that as an argument; sent on, it would be applied
+		// unchecked. Refused.
+		{"Exec with a rewriter returning a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			_, err := tx.Exec(ctx, "select 1", rewriteThen{rewriteTo(sql)})
+			return err
+		}},
+		{"Query with a rewriter returning a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			rows, err := tx.Query(ctx, "select 1", rewriteThen{rewriteTo(sql)})
+			if err == nil {
+				rows.Close()
+				err = rows.Err()
+			}
+			return err
+		}},
+		{"SendBatch with a rewriter returning a rewriter", func(ctx context.Context, tx pgx.Tx, sql string) error {
+			b := &pgx.Batch{}
+			b.Queue("select 1", rewriteThen{rewriteTo(sql)})
+			return tx.SendBatch(ctx, b).Close()
+		}},
 		{"Query simple behind result formats", func(ctx context.Context, tx pgx.Tx, sql string) error {
 			rows, err := tx.Query(ctx, "select 1; "+sql, pgx.QueryResultFormats{pgx.TextFormatCode}, pgx.QueryExecModeSimpleProtocol)
 			if err == nil {
@@ -342,6 +365,13 @@ type rewriteTo string
 
 func (r rewriteTo) RewriteQuery(_ context.Context, _ *pgx.Conn, _ string, _ []any) (string, []any, error) {
 	return string(r), nil, nil
+}
+
+// rewriteThen is a pgx.QueryRewriter whose arguments begin with another.
+type rewriteThen struct{ next pgx.QueryRewriter }
+
+func (r rewriteThen) RewriteQuery(_ context.Context, _ *pgx.Conn, _ string, _ []any) (string, []any, error) {
+	return "select 1", []any{r.next}, nil
 }
 
 // workTxAllowsStatementsThatEndWithIt: what ends with the
@@ -531,6 +561,66 @@ func commitAfterAnEscape(t *testing.T, s *Store, table string, k int, tests []es
 				}
 			})
 		}
+	}
+}
+
+// stmtcacheName is the name pgx's statement cache prepares sql under:
+// one a handler can compute from the SQL.
+func stmtcacheName(sql string) string {
+	digest := sha256.Sum256([]byte(sql))
+	return "stmtcache_" + hex.EncodeToString(digest[:24])
+}
+
+// workHandlersPreparedStatementNeverStandsInForTheStores: a handler's
+// SQL (a DO block, which the Tx cannot see into) that replaces, on a
+// pooled connection whose statement cache holds the fence from a work
+// before, the statement prepared under the fence's cache name by its own
+// (DEALLOCATE, then PREPARE ... AS SELECT 0) must not make Commit report
+// success without the done row: the store's statements after the
+// handler's are sent unnamed, so the fence runs as the store wrote it.
+// Then Commit succeeds with the done row, and the connection, holding a
+// statement prepared by SQL, is closed rather than pooled.
+func workHandlersPreparedStatementNeverStandsInForTheStores(t *testing.T) {
+	p := needServer(t)
+	for k, way := range workWays {
+		t.Run(way.name, func(t *testing.T) {
+			// One connection: the second work runs on the first's.
+			pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+			s := storeOn(t, pool)
+			table := chargeTable(t, pool)
+			fence, params := s.fenceSQL, "bytea, text, timestamptz, bytea, bytea, bigint"
+			if way.name == "AcquireWork" {
+				fence, params = s.lockedFenceSQL, params+", bigint"
+			}
+			name := stmtcacheName(fence)
+			for i, attack := range []bool{false, true} {
+				id := fmt.Sprintf("prepared-%d-%d", k, i)
+				w := way.begin(t, s, id)
+				ctx := w.Context(bg())
+				if err := charge(ctx, table, id, "work"); err != nil {
+					t.Fatal(err)
+				}
+				if attack {
+					tx, _ := TxFrom(ctx)
+					if _, err := tx.Exec(ctx, `DO $$ BEGIN
+						BEGIN EXECUTE 'DEALLOCATE `+name+`'; EXCEPTION WHEN invalid_sql_statement_name THEN NULL; END;
+						EXECUTE 'PREPARE `+name+`(`+params+`) AS SELECT 0'; END $$`); err != nil {
+						t.Fatal(err)
+					}
+				}
+				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+				row, _ := rowOf(t, s, id)
+				if err == nil && (row.state != "d" || string(row.result) != "r") {
+					t.Fatalf("work %d: Commit = nil but the row = %+v, charges = %q: the work committed without the done row", i, row, chargesOf(t, pool, table, id))
+				}
+				if err != nil {
+					t.Fatalf("work %d: Commit = %v; want the work and the done row committed", i, err)
+				}
+				if got := chargesOf(t, pool, table, id); len(got) != 1 {
+					t.Fatalf("work %d: charges = %q, want one", i, got)
+				}
+			}
+		})
 	}
 }
 

@@ -63,6 +63,7 @@ type Finding struct {
 	Kind string // as [Kind] names it
 }
 
+// String describes the finding and how to remove the binary from git.
 func (f Finding) String() string {
 	return fmt.Sprintf("%s: a committed %s binary: git rm --cached it (and ignore it in .gitignore)", f.Path, f.Kind)
 }
