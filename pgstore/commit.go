@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -95,12 +97,78 @@ func fenceReason(err error, nonce string) string {
 	return ""
 }
 
+// fencePrefix begins the names of the store's prepared statements on a
+// work's connection (see [fenceStatementName]): the Tx refuses to
+// prepare a statement under such a name, or under one of pgx's
+// statement cache (see [reservedName]).
+const fencePrefix = "ctoken_stmt_"
+
+// fenceStatementName is the name a work's connection prepares the fence
+// sql under: fencePrefix and a digest of sql, so stores of different
+// tables on one pool do not share it.
+func fenceStatementName(sql string) string {
+	digest := sha256.Sum256([]byte(sql))
+	return fencePrefix + hex.EncodeToString(digest[:16])
+}
+
+// reservedName reports whether the handler may not prepare a statement
+// under name: the store's (fencePrefix) or pgx's statement cache's
+// (stmtcache_), which the store or pgx would take for their own.
+func reservedName(name string) bool {
+	return strings.HasPrefix(name, fencePrefix) || strings.HasPrefix(name, "stmtcache_")
+}
+
+// fenceCheckSQL fails, by casting errFenceReplaced to integer, unless the
+// session's prepared statement named $1 was prepared through the protocol
+// (not by SQL: from_sql is false) with exactly the text $2. Commit sends
+// it, unnamed, just before it executes the fence by its name: the fence
+// is the one expensive statement to plan, so it is prepared once per
+// connection (see [work.prepareFence]) rather than parsed and planned at
+// each commit. The handler's SQL can DEALLOCATE that statement, or
+// DEALLOCATE it and PREPARE another under its name (a DO block's
+// EXECUTE), but what it prepares by SQL has from_sql set; and the Tx
+// refuses a protocol-level Prepare under the store's names. So the fence
+// that runs is the store's, or the pipeline fails before it, and nothing
+// is committed. Every name is qualified by its schema.
+const fenceCheckSQL = "select (case when exists (select from pg_catalog.pg_prepared_statements p where p.name operator(pg_catalog.=) $1::pg_catalog.text " +
+	"and not p.from_sql and p.statement operator(pg_catalog.=) $2::pg_catalog.text) then '0' else '" + errFenceReplaced + "' end)::pg_catalog.int4"
+
+// errFenceReplaced is the text fenceCheckSQL casts to integer, and so
+// fails with, when the fence's prepared statement is not the store's.
+const errFenceReplaced = "ctoken_fence_statement_replaced"
+
+// prepareFence prepares, through the protocol, the fence statement the
+// work's Commit executes by its name, unless the connection's session
+// already holds it (a mark in the connection's custom data, set once its
+// Parse succeeded). It runs before the handler's first statement, outside
+// any transaction (prepared statements outlive transactions); Commit
+// checks, in its pipeline, that the statement is still the one prepared
+// here (see [fenceCheckSQL]).
+func (w *work) prepareFence(ctx context.Context) error {
+	name, sql, oids := w.s.fenceName, w.s.fenceSQL, fenceOIDs
+	if w.locked {
+		name, sql, oids = w.s.lockedFenceName, w.s.lockedFenceSQL, lockedFenceOIDs
+	}
+	data := w.conn.PgConn().CustomData()
+	if data[name] == true {
+		return nil
+	}
+	if _, err := w.conn.PgConn().Prepare(ctx, name, sql, oids); err != nil {
+		return err
+	}
+	data[name] = true
+	return nil
+}
+
 // unnamed is a statement sent after the handler's (see [sendUnnamed]):
-// its SQL and its arguments, of the types oids.
+// its SQL and its arguments, of the types oids. With a name, it is
+// executed as the statement prepared under that name (of the text sql,
+// see [work.prepareFence]) rather than parsed.
 type unnamed struct {
 	sql  string
 	oids []uint32
 	args []any
+	name string
 }
 
 // answer is the server's answer to one statement of [sendUnnamed].
@@ -112,14 +180,16 @@ type answer struct {
 // sendUnnamed sends stmts in one round trip, a pipeline with one Sync at
 // its end (so the server skips every statement after one that fails),
 // each as the unnamed statement (Parse, Bind, Execute), its arguments
-// encoded by the connection's type map in binary. None is sent by a name:
-// pgx's statement cache prepares a statement under a name derived from
-// its SQL (stmtcache_ and its digest), which a handler can compute and
-// replace on the session by SQL of its own (DEALLOCATE and PREPARE in a
-// function), and pgx's batches and queries also run, for a SQL text, a
+// encoded by the connection's type map in binary. None is sent through
+// pgx's statement cache: it prepares a statement under a name derived
+// from its SQL (stmtcache_ and its digest), which a handler can compute
+// and replace on the session by SQL of its own (DEALLOCATE and PREPARE in
+// a function), and pgx's batches and queries also run, for a SQL text, a
 // statement the handler prepared under that text as its name. The
 // store's statements after the handler's (the fence, COMMIT, the reset's
-// check) must run as the store wrote them. It returns one answer per
+// check) must run as the store wrote them. Only a statement given a name
+// (the fence) is executed by it (Bind, Execute), after the unnamed
+// fenceCheckSQL found it the store's. It returns one answer per
 // statement, in order, and the error that ended the pipeline; nil
 // answers when nothing was sent.
 func sendUnnamed(ctx context.Context, conn *pgx.Conn, stmts []unnamed) ([]answer, error) {
@@ -135,6 +205,10 @@ func sendUnnamed(ctx context.Context, conn *pgx.Conn, stmts []unnamed) ([]answer
 				return nil, err
 			}
 			values, formats = append(values, v), append(formats, pgtype.BinaryFormatCode)
+		}
+		if st.name != "" {
+			b.ExecPrepared(st.name, values, formats, nil)
+			continue
 		}
 		b.ExecParams(st.sql, values, st.oids, formats, nil)
 	}
@@ -225,9 +299,11 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			return outcome{}, nil
 		}
 		var o outcome
-		// BEGIN or SET CONSTRAINTS, the fence, synchronous_commit, COMMIT
-		// and the reset, each sent unnamed (see [sendUnnamed]).
-		stmts := make([]unnamed, 0, 4+len(resetStatements))
+		// BEGIN or SET CONSTRAINTS, the fence's check, the fence,
+		// synchronous_commit, COMMIT and the reset, each sent unnamed
+		// (see [sendUnnamed]) but the fence, executed by the store's
+		// name once the check found it the store's (see [fenceCheckSQL]).
+		stmts := make([]unnamed, 0, 5+len(resetStatements))
 		var xid *int64 // NULL: BEGIN is in this pipeline, just before the fence
 		if !w.begun {
 			stmts = append(stmts, unnamed{sql: beginSQL}) // a work that wrote nothing: BEGIN in the same round trip
@@ -235,13 +311,15 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			xid = &w.xid
 			stmts = append(stmts, unnamed{sql: immediateSQL}) // the handler's deferred triggers fire before the fence
 		}
-		fence := unnamed{sql: w.s.fenceSQL, oids: fenceOIDs,
+		fence := unnamed{sql: w.s.fenceSQL, oids: fenceOIDs, name: w.s.fenceName,
 			args: []any{w.key, w.token, pgTime(until), fingerprint, result, xid, nonce}}
 		if w.locked {
-			fence = unnamed{sql: w.s.lockedFenceSQL, oids: lockedFenceOIDs,
+			fence = unnamed{sql: w.s.lockedFenceSQL, oids: lockedFenceOIDs, name: w.s.lockedFenceName,
 				args: []any{w.key, w.token, pgTime(until), fingerprint, result, xid, w.leaseUS, nonce}}
 		}
-		stmts = append(stmts, fence,
+		stmts = append(stmts,
+			unnamed{sql: fenceCheckSQL, oids: []uint32{pgtype.TextOID, pgtype.TextOID}, args: []any{fence.name, fence.sql}},
+			fence,
 			unnamed{sql: syncCommitSQL, oids: []uint32{pgtype.TextOID}, args: []any{w.s.commitSetting()}},
 			unnamed{sql: "commit"})
 		if w.begun {
@@ -263,22 +341,28 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		// deferred constraint that failed, or a statement of the work
 		// that had failed before. The server skips every statement of
 		// the pipeline after the one that failed: those have no answer.
-		beforeErr, fenceErr := answers[0].err, answers[1].err
+		// checkErr is the fence check's: the fence's prepared statement
+		// is not the store's (the handler's SQL deallocated or replaced
+		// it), and the fence was not run.
+		beforeErr, checkErr, fenceErr := answers[0].err, answers[1].err, answers[2].err
 		if fenceErr == nil {
-			fenceErr = answers[2].err // refused before COMMIT ran, as the fence
+			fenceErr = answers[3].err // refused before COMMIT ran, as the fence
+		}
+		if fenceErr == nil {
+			fenceErr = checkErr
 		}
 		if fenceErr == nil {
 			fenceErr = beforeErr
 		}
-		commitErr := answers[3].err
+		commitErr := answers[4].err
 		var resetErr error
-		for _, a := range answers[4:] {
+		for _, a := range answers[5:] {
 			if a.err != nil {
 				resetErr = a.err
 				break
 			}
 		}
-		o.tag = answers[3].tag.String()
+		o.tag = answers[4].tag.String()
 		o.state = w.conn.PgConn().TxStatus()
 		clean := pipeErr == nil
 		if resetErr != nil && sqlPrepared(resetErr) {
@@ -295,8 +379,10 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			_, err := w.conn.PgConn().Exec(ctx, "rollback;"+resetSQL).ReadAll()
 			clean = err == nil
 		}
-		w.put(ctx, clean)
-		if o.reason = fenceReason(answers[1].err, nonce); o.reason != "" {
+		// A session whose fence statement failed its check is closed,
+		// not pooled: its mark says the statement is prepared.
+		w.put(ctx, clean && checkErr == nil)
+		if o.reason = fenceReason(answers[2].err, nonce); o.reason != "" {
 			return o, nil
 		}
 		o.refused = commitRefused(fenceErr, commitErr)

@@ -215,6 +215,12 @@ func (s *Store) AcquireWork(ctx context.Context, id string, lease time.Duration,
 			return read{}, nil
 		}
 		var r read
+		// The fence's statement, prepared before the handler runs (a
+		// round trip only on a connection's first work).
+		if err := w.prepareFence(ctx); err != nil {
+			w.put(ctx, false)
+			return r, err
+		}
 		b := &pgx.Batch{}
 		b.Queue(beginSQL)
 		b.Queue(lockSQL, s.idLock(key), fp1, fp2, strconv.FormatInt(max((us+999)/1000, 1), 10))

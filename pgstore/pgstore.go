@@ -282,6 +282,7 @@ type Store struct {
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
 	fenceSQL, claimTxSQL, takeoverTxSQL            string // work.go
 	lockedReadSQL, lockedFenceSQL                  string // lockedwork.go
+	fenceName, lockedFenceName                     string // the fences' prepared statements (see [fenceStatementName])
 	sweepBatch                                     int
 	onSweep                                        func(int64, error)
 	observer                                       func(Event)

@@ -121,7 +121,8 @@ func (s *Store) BeginWork(ctx context.Context, id, token string) (replay.Work, e
 		defer cancel()
 	}
 	// Only a connection is taken now (pgxpool honours ctx whatever the
-	// context watcher); BEGIN is sent with the work's first statement.
+	// context watcher), and the fence prepared on it if it is new; BEGIN
+	// is sent with the work's first statement.
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
@@ -131,6 +132,18 @@ func (s *Store) BeginWork(ctx context.Context, id, token string) (replay.Work, e
 	}
 	w := &work{s: s, key: s.key(id), token: token, pc: pc, conn: pc.Conn()}
 	w.tx = &workTx{w: w}
+	// The fence's statement, prepared before the handler runs (a round
+	// trip only on a connection's first work), on the caller's goroutine:
+	// a call given up must not leave the connection taken.
+	if _, err := callIn(s, ctx, true, func(ctx context.Context) (struct{}, error) {
+		err := w.prepareFence(ctx)
+		if err != nil {
+			w.put(ctx, false)
+		}
+		return struct{}{}, err
+	}); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 

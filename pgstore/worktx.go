@@ -321,7 +321,9 @@ func (t *workTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	return w.conn.Exec(ctx, sql, args...)
 }
 
-// Prepare prepares sql on the transaction's connection.
+// Prepare prepares sql on the transaction's connection. A name that
+// begins with the store's prefix or pgx's statement cache's (see
+// [reservedName]) is refused, and the work rolled back.
 func (t *workTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	w := t.w
 	w.mu.Lock()
@@ -330,6 +332,15 @@ func (t *workTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 		return nil, err
 	}
 	if err := w.refuseLocked(sql); err != nil {
+		return nil, err
+	}
+	if reservedName(name) {
+		// A statement prepared through the protocol under the store's
+		// name would pass the fence's check (see [fenceCheckSQL]).
+		err := fmt.Errorf("pgstore: a prepared statement's name may not begin with %q or %q: the store and pgx's statement cache prepare statements under those names on the connection", fencePrefix, "stmtcache_")
+		if w.refusal == nil {
+			w.refusal = err
+		}
 		return nil, err
 	}
 	if err := w.beginLocked(ctx); err != nil {

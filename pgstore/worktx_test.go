@@ -38,6 +38,7 @@ func TestWorkTx(t *testing.T) {
 		{"escape with the lease lost keeps one charge", workEscapeWithTheLeaseLostKeepsOneCharge},
 		{"rollback after an escape keeps the key", workRollbackAfterAnEscapeKeepsTheKey},
 		{"a statement the handler prepared never stands in for the store's", workHandlersPreparedStatementNeverStandsInForTheStores},
+		{"the fence's prepared statement, deallocated or replaced, fails closed", workFencesStatementDeallocatedOrReplacedFailsClosed},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -619,6 +620,87 @@ func workHandlersPreparedStatementNeverStandsInForTheStores(t *testing.T) {
 				if got := chargesOf(t, pool, table, id); len(got) != 1 {
 					t.Fatalf("work %d: charges = %q, want one", i, got)
 				}
+			}
+		})
+	}
+}
+
+// workFencesStatementDeallocatedOrReplacedFailsClosed: the fence runs
+// as the statement the store prepared under a name of its own on the
+// connection. A handler that, on a connection whose first work prepared
+// it, deallocates it (a DO block's EXECUTE), deallocates it and prepares
+// by SQL a statement answering for it under its name, or asks the Tx to
+// prepare a statement under the store's name or a name of pgx's
+// statement cache (refused), must not make Commit report success: the
+// work is rolled back, with neither its charge nor the done row. The
+// next work on the pool (of one connection) commits.
+func workFencesStatementDeallocatedOrReplacedFailsClosed(t *testing.T) {
+	p := needServer(t)
+	for k, way := range workWays {
+		t.Run(way.name, func(t *testing.T) {
+			s := storeOn(t, p.pool(t))
+			name, params := s.fenceName, "bytea, text, timestamptz, bytea, bytea, bigint, text"
+			if way.name == "AcquireWork" {
+				name, params = s.lockedFenceName, "bytea, text, timestamptz, bytea, bytea, bigint, bigint, text"
+			}
+			for i, attack := range []struct {
+				name string
+				do   func(ctx context.Context, tx pgx.Tx) error
+			}{
+				{"deallocated", func(ctx context.Context, tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, `DO $$ BEGIN EXECUTE 'DEALLOCATE `+name+`'; END $$`)
+					return err
+				}},
+				{"replaced by SQL", func(ctx context.Context, tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, `DO $$ BEGIN EXECUTE 'DEALLOCATE `+name+`';
+						EXECUTE 'PREPARE `+name+`(`+params+`) AS SELECT 0'; END $$`)
+					return err
+				}},
+				{"prepared under the store's name", func(ctx context.Context, tx pgx.Tx) error {
+					if _, err := tx.Prepare(ctx, name+"x", "select 0"); err == nil {
+						return errors.New("Prepare under the store's prefix was not refused")
+					}
+					if _, err := tx.Prepare(ctx, "stmtcache_0", "select 0"); err == nil {
+						return errors.New("Prepare under pgx's cache prefix was not refused")
+					}
+					return nil
+				}},
+			} {
+				t.Run(attack.name, func(t *testing.T) {
+					// One connection: each work runs on the one before's.
+					pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+					s := storeOn(t, pool)
+					table := chargeTable(t, pool)
+					for j, attacked := range []bool{false, true, false} {
+						id := fmt.Sprintf("fence-stmt-%d-%d-%d", k, i, j)
+						w := way.begin(t, s, id)
+						ctx := w.Context(bg())
+						if err := charge(ctx, table, id, "work"); err != nil {
+							t.Fatal(err)
+						}
+						if attacked {
+							tx, _ := TxFrom(ctx)
+							if err := attack.do(ctx, tx); err != nil {
+								t.Fatal(err)
+							}
+						}
+						err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+						row, _ := rowOf(t, s, id)
+						charges := chargesOf(t, pool, table, id)
+						if !attacked {
+							if err != nil || row.state != "d" || len(charges) != 1 {
+								t.Fatalf("work %d: Commit = %v, row = %+v, charges = %q; want committed", j, err, row, charges)
+							}
+							continue
+						}
+						if !errors.Is(err, replay.ErrRolledBack) {
+							t.Fatalf("work %d: Commit = %v; want ErrRolledBack", j, err)
+						}
+						if row.state == "d" || len(charges) != 0 {
+							t.Fatalf("work %d: row = %+v, charges = %q; want neither the done row nor the charge", j, row, charges)
+						}
+					}
+				})
 			}
 		})
 	}
