@@ -130,8 +130,22 @@ func reservedName(name string) bool {
 // refuses a protocol-level Prepare under the store's names. So the fence
 // that runs is the store's, or the pipeline fails before it, and nothing
 // is committed. Every name is qualified by its schema.
+//
+// It also sets the transaction's search_path to pg_catalog alone
+// ([fenceSearchPath]), so that the fence, executed right after it, finds
+// no operator, function or type of a schema the handler's SET LOCAL
+// search_path names before pg_catalog: an "=" of the handler's that is
+// always true made the fence's UPDATE match every live lease and write
+// this work's record into them. PostgreSQL analyzes a prepared statement
+// again when the search_path differs from the one it was prepared under,
+// so the fence is prepared under the same path ([work.prepareFence]).
 const fenceCheckSQL = "select (case when exists (select from pg_catalog.pg_prepared_statements p where p.name operator(pg_catalog.=) $1::pg_catalog.text " +
-	"and not p.from_sql and p.statement operator(pg_catalog.=) $2::pg_catalog.text) then '0' else '" + errFenceReplaced + "' end)::pg_catalog.int4"
+	"and not p.from_sql and p.statement operator(pg_catalog.=) $2::pg_catalog.text) then '0' else '" + errFenceReplaced + "' end)::pg_catalog.int4, " +
+	"pg_catalog.set_config('search_path', '" + fenceSearchPath + "', true)"
+
+// fenceSearchPath is the search_path the fence is prepared and executed
+// under: pg_catalog alone (the store's table is named with its schema).
+const fenceSearchPath = "pg_catalog"
 
 // errFenceReplaced is the text fenceCheckSQL casts to integer, and so
 // fails with, when the fence's prepared statement is not the store's.
@@ -153,8 +167,22 @@ func (w *work) prepareFence(ctx context.Context) error {
 	if data[name] == true {
 		return nil
 	}
-	if _, err := w.conn.PgConn().Prepare(ctx, name, sql, oids); err != nil {
+	// Prepared under fenceSearchPath, the path Commit executes it under
+	// (see [fenceCheckSQL]), then the session's own path is restored.
+	pc := w.conn.PgConn()
+	var path string
+	if err := w.conn.QueryRow(ctx, "select pg_catalog.current_setting('search_path')", pgx.QueryExecModeExec).Scan(&path); err != nil {
 		return err
+	}
+	if _, err := pc.Exec(ctx, "select pg_catalog.set_config('search_path', '"+fenceSearchPath+"', false)").ReadAll(); err != nil {
+		return err
+	}
+	_, perr := pc.Prepare(ctx, name, sql, oids)
+	if _, err := pc.ExecParams(ctx, "select pg_catalog.set_config('search_path', $1, false)", [][]byte{[]byte(path)}, []uint32{pgtype.TextOID}, nil, nil).Close(); err != nil {
+		return err
+	}
+	if perr != nil {
+		return perr
 	}
 	data[name] = true
 	return nil

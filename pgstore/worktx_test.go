@@ -39,6 +39,7 @@ func TestWorkTx(t *testing.T) {
 		{"rollback after an escape keeps the key", workRollbackAfterAnEscapeKeepsTheKey},
 		{"a statement the handler prepared never stands in for the store's", workHandlersPreparedStatementNeverStandsInForTheStores},
 		{"the fence's prepared statement, deallocated or replaced, fails closed", workFencesStatementDeallocatedOrReplacedFailsClosed},
+		{"a handler's operators never reach the fence", workHandlersOperatorsNeverReachTheFence},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -906,5 +907,64 @@ func workTxUsedWhileCommitRuns(t *testing.T) {
 		if got := len(chargesOf(t, s.pool, table, id)); int64(got) != inserted.Load() {
 			t.Fatalf("round %d: %d rows committed, %d inserts returned nil", round, got, inserted.Load())
 		}
+	}
+}
+
+// workHandlersOperatorsNeverReachTheFence: a handler that creates, in a
+// schema of its own, an "=" on bytea and on text that is always true, and
+// names that schema before pg_catalog on its search_path (SET LOCAL, which
+// the Tx allows), does not reach the fence: the fence runs under a
+// search_path of pg_catalog alone, so it writes the done row of its own
+// key only. Another key's live lease stays a lease (with the handler's
+// operator, the fence's UPDATE matched it too and wrote this work's record
+// into it), and the other key's work still commits.
+func workHandlersOperatorsNeverReachTheFence(t *testing.T) {
+	s := newTestStore(t)
+	table := chargeTable(t, s.pool)
+	for _, sql := range []string{
+		`CREATE SCHEMA IF NOT EXISTS ctoken_op`,
+		`CREATE OR REPLACE FUNCTION ctoken_op.yes(bytea, bytea) RETURNS boolean LANGUAGE sql AS $$ SELECT true $$`,
+		`CREATE OR REPLACE FUNCTION ctoken_op.yes(text, text) RETURNS boolean LANGUAGE sql AS $$ SELECT true $$`,
+		`DO $$ BEGIN CREATE OPERATOR ctoken_op.= (LEFTARG = bytea, RIGHTARG = bytea, FUNCTION = ctoken_op.yes); EXCEPTION WHEN duplicate_function THEN NULL; END $$`,
+		`DO $$ BEGIN CREATE OPERATOR ctoken_op.= (LEFTARG = text, RIGHTARG = text, FUNCTION = ctoken_op.yes); EXCEPTION WHEN duplicate_function THEN NULL; END $$`,
+	} {
+		if _, err := s.pool.Exec(bg(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS ctoken_op CASCADE`) })
+
+	other, _ := acquire(t, s, "op-other", time.Minute)
+	w, _ := acquire(t, s, "op-spoofer", time.Minute)
+	ctx := w.Context(bg())
+	if err := charge(ctx, table, "op-spoofer", "spoofer"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := TxFrom(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "set local search_path = ctoken_op, pg_catalog, public"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp-op-spoofer"), []byte("spoofer's record")); err != nil {
+		t.Fatalf("Commit = %v", err)
+	}
+	var state string
+	if err := s.pool.QueryRow(bg(), `SELECT state FROM `+s.table+` WHERE key = $1`, s.key("op-other")).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != "l" {
+		t.Fatalf("the other key's row is %q after the spoofer's commit; want its lease ('l')", state)
+	}
+	octx := other.Context(bg())
+	if err := charge(octx, table, "op-other", "other"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Commit(bg(), time.Now().Add(time.Hour), []byte("fp-op-other"), []byte("other's record")); err != nil {
+		t.Fatalf("the other key's Commit = %v; want nil", err)
+	}
+	if got := chargesOf(t, s.pool, table, "op-other"); len(got) != 1 {
+		t.Fatalf("the other key's charges = %v; want one", got)
 	}
 }
