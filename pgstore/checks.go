@@ -73,6 +73,7 @@ type serverState struct {
 	writable         bool          // the role may SELECT, INSERT, UPDATE and DELETE the table
 	permanent        bool          // the table is neither unlogged nor temporary
 	recordable       bool          // the table has the columns fingerprint and result (bytea)
+	functions        bool          // the table's functions are this version's (see functionsCheckSQL)
 	fsync, fullPages bool          // the server's fsync and full_page_writes
 	behind           time.Duration // how far the instance's clock is behind now()
 
@@ -128,6 +129,7 @@ func (s *Store) resolve(ctx context.Context, name string) error {
 		return fmt.Errorf("%w: table %s does not exist: run pgstore.Migrate or the SQL of pgstore.Schema", ErrConfig, strings.ReplaceAll(name, `"`, ""))
 	}
 	s.table = pgx.Identifier{*r.schema, *r.table}.Sanitize()
+	s.setWorkFns(*r.schema, *r.table)
 	s.dbName, s.sysID, s.port, s.addr = r.db, r.sysID, r.port, r.addr
 	return nil
 }
@@ -169,6 +171,7 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			(SELECT relpersistence = 'p' FROM pg_class WHERE oid = $1::regclass),
 			(SELECT count(*) = 2 FROM pg_attribute WHERE attrelid = $1::regclass AND attname IN ('fingerprint', 'result')
 			  AND atttypid = 'bytea'::regtype AND attnum > 0 AND NOT attisdropped),
+			`+functionsCheckSQL+`,
 			CASE WHEN pg_is_in_recovery() THEN 0 ELSE `+timelineSQL+` END,
 			(SELECT token FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm'),
 			(SELECT coalesce(json_agg(json_build_object('app', r.application_name, 'slot', l.slot_name, 'state', r.sync_state) ORDER BY r.application_name, l.slot_name, r.pid), '[]')::text
@@ -179,8 +182,8 @@ func (s *Store) readServer(ctx context.Context) (serverState, error) {
 			CASE WHEN pg_has_role('pg_read_all_settings', 'USAGE') THEN current_setting('primary_conninfo') END,
 			(SELECT extract(epoch FROM max(until) - now())::float8 FROM `+s.table+` WHERE until > now() AND until < 'infinity' AND state <> 'm'),
 			(SELECT CASE WHEN until = 'infinity' THEN 'Infinity'::float8 WHEN until > now() THEN extract(epoch FROM until - now())::float8 ELSE 0 END
-			  FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm')`, s.table).Scan(
-			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent, &r.st.recordable,
+			  FROM `+s.table+` WHERE key = `+markerSQL+` AND state = 'm')`, s.table, s.fnSigs, s.fnSrcs, s.fnCfgs).Scan(
+			&r.st.durable.SynchronousCommit, &r.st.durable.SynchronousStandbyNames, &r.st.fsync, &r.st.fullPages, &r.st.durable.Standbys, &r.st.durable.StandbySlots, &r.st.recovery, &r.dbNow, &r.st.marker, &r.st.legacy, &r.st.writable, &r.st.permanent, &r.st.recordable, &r.st.functions,
 			&r.st.timeline, &r.record, &r.standbys, &r.slot, &r.cluster, &r.conninfo, &r.longest, &r.fencedFor)
 		return r, err
 	})
@@ -237,6 +240,8 @@ func (c checks) judge(st serverState) ([]risk, error) {
 		return accepted, fmt.Errorf("%w: the table is unlogged or temporary: a crash (or the session's end) empties it, and a standby never has it (ALTER TABLE ... SET LOGGED)", ErrConfig)
 	case !st.recordable:
 		return accepted, fmt.Errorf("%w: the table lacks the columns fingerprint and result (bytea) of replay.Recorder: it was made by an earlier pgstore (run pgstore.Migrate)", ErrConfig)
+	case !st.functions:
+		return accepted, fmt.Errorf("%w: the table's functions (<table>_fence, <table>_fence_locked, <table>_reset) are missing or not this version's (run pgstore.Migrate, or the SQL of pgstore.Schema)", ErrConfig)
 	case d.SynchronousCommit == "off" && !c.asyncCommit:
 		return accepted, fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
 	case !st.fsync && !c.rollback:

@@ -156,7 +156,7 @@ func standbyFailsClosed(t *testing.T) {
 // replication slot for every standby (one without a slot that is away is
 // invisible), and the option that accepts the risk.
 func judgeStandbyRefusalNamesHowToCoverIt(t *testing.T) {
-	base := serverState{writable: true, permanent: true, recordable: true, fsync: true, fullPages: true, marker: true}
+	base := serverState{writable: true, permanent: true, recordable: true, functions: true, fsync: true, fullPages: true, marker: true}
 	tests := []struct {
 		name string
 		st   func(serverState) serverState

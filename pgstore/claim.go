@@ -79,7 +79,6 @@ SELECT EXISTS (SELECT 1 FROM m), $2::timestamptz > now(),
 	s.prepareSweep()
 	s.prepareWork()
 	s.prepareLockedWork()
-	s.fenceName, s.lockedFenceName = fenceStatementName(s.fenceSQL), fenceStatementName(s.lockedFenceSQL)
 }
 
 // key is the row key of id: the prefix's length (two bytes, big-endian),

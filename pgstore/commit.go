@@ -3,8 +3,6 @@ package pgstore
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,9 +15,8 @@ import (
 )
 
 // Commit sends, in one round trip (a pipeline), SET CONSTRAINTS ALL
-// IMMEDIATE, the fence statement, the synchronous_commit statement and
-// COMMIT (see [immediateSQL] and [syncCommitSQL] for why the first and
-// third). The fence updates the lease row to done only where it is still
+// IMMEDIATE (see [immediateSQL]), the call of the table's fence function,
+// COMMIT and the call of its reset function (see functions.go). The fence updates the lease row to done only where it is still
 // token's live lease by statement_timestamp() (now() would be the
 // transaction's start, long before), and fails with an error when it
 // matched no row: PostgreSQL then skips the COMMIT of the pipeline, and
@@ -38,41 +35,17 @@ import (
 // the work is rolled back. Either the fence or the takeover wins, never
 // both.
 
-// immediateSQL is sent before the fence of a work whose handler ran
-// statements: every deferred trigger of the transaction (a handler's
-// constraint trigger or deferrable constraint, INITIALLY DEFERRED or made
-// so by its SET CONSTRAINTS) fires now, those already pending during this
-// statement and any later one at the end of its statement, instead of at
-// COMMIT. So no handler code waits for COMMIT, after the fence and the
-// synchronous_commit statement: there it could set synchronous_commit off
-// for the commit the store acknowledges. A deferred constraint that fails
-// fails here, before the fence, as any failed statement of the work: the
-// transaction is aborted and nothing is committed.
-const immediateSQL = "set constraints all immediate"
-
-// syncCommitSQL sets synchronous_commit, for the rest of the transaction
-// (its COMMIT), to the level New or the last recheck accepted ($1), so a
-// handler's SET LOCAL synchronous_commit = off (or set_config) cannot make
-// the acknowledged commit one a crash forgets. It is a statement of its
-// own, after the fence, and not part of the fence: the fence's write may
-// fire a trigger on the store's table, whose AFTER triggers run at the
-// end of the fence statement, after its select list. Nothing it does can
-// fire a trigger, and nothing runs between it and COMMIT but deferred
-// triggers, of which [immediateSQL] leaves none (unless a trigger
-// function itself runs SET CONSTRAINTS ... DEFERRED and writes again).
-// Called by its schema, as the fence's functions are.
-const syncCommitSQL = "select pg_catalog.set_config('synchronous_commit', $1::pg_catalog.text, true)"
-
 // errFence begins the text the fence statement fails with when it matched
 // no row: the commit's nonce, "_" and the reason follow it (see
 // [fenceReason]).
 const errFence = "ctoken_fence_"
 
-// fenceOIDs and lockedFenceOIDs are the types of the fence's parameters
-// (see [Store.prepareWork] and [Store.lockedFenceSQL]); the nonce last.
+// fenceOIDs and lockedFenceOIDs are the types of the fence functions'
+// parameters (see [workFns]): those of the fence statements ([fenceSQL],
+// [lockedFenceSQL]), the nonce, then the synchronous_commit of COMMIT.
 var (
-	fenceOIDs       = []uint32{pgtype.ByteaOID, pgtype.TextOID, pgtype.TimestamptzOID, pgtype.ByteaOID, pgtype.ByteaOID, pgtype.Int8OID, pgtype.TextOID}
-	lockedFenceOIDs = []uint32{pgtype.ByteaOID, pgtype.TextOID, pgtype.TimestamptzOID, pgtype.ByteaOID, pgtype.ByteaOID, pgtype.Int8OID, pgtype.Int8OID, pgtype.TextOID}
+	fenceOIDs       = []uint32{pgtype.ByteaOID, pgtype.TextOID, pgtype.TimestamptzOID, pgtype.ByteaOID, pgtype.ByteaOID, pgtype.Int8OID, pgtype.TextOID, pgtype.TextOID}
+	lockedFenceOIDs = []uint32{pgtype.ByteaOID, pgtype.TextOID, pgtype.TimestamptzOID, pgtype.ByteaOID, pgtype.ByteaOID, pgtype.Int8OID, pgtype.Int8OID, pgtype.TextOID, pgtype.TextOID}
 )
 
 // fenceReason returns the reason of the fence's own refusal in err, its
@@ -97,106 +70,12 @@ func fenceReason(err error, nonce string) string {
 	return ""
 }
 
-// fencePrefix begins the names of the store's prepared statements on a
-// work's connection (see [fenceStatementName]): the Tx refuses to
-// prepare a statement under such a name, or under one of pgx's
-// statement cache (see [reservedName]).
-const fencePrefix = "ctoken_stmt_"
-
-// fenceStatementName is the name a work's connection prepares the fence
-// sql under: fencePrefix and a digest of sql, so stores of different
-// tables on one pool do not share it.
-func fenceStatementName(sql string) string {
-	digest := sha256.Sum256([]byte(sql))
-	return fencePrefix + hex.EncodeToString(digest[:16])
-}
-
-// reservedName reports whether the handler may not prepare a statement
-// under name: the store's (fencePrefix) or pgx's statement cache's
-// (stmtcache_), which the store or pgx would take for their own.
-func reservedName(name string) bool {
-	return strings.HasPrefix(name, fencePrefix) || strings.HasPrefix(name, "stmtcache_")
-}
-
-// fenceCheckSQL fails, by casting errFenceReplaced to integer, unless the
-// session's prepared statement named $1 was prepared through the protocol
-// (not by SQL: from_sql is false) with exactly the text $2. Commit sends
-// it, unnamed, just before it executes the fence by its name: the fence
-// is the one expensive statement to plan, so it is prepared once per
-// connection (see [work.prepareFence]) rather than parsed and planned at
-// each commit. The handler's SQL can DEALLOCATE that statement, or
-// DEALLOCATE it and PREPARE another under its name (a DO block's
-// EXECUTE), but what it prepares by SQL has from_sql set; and the Tx
-// refuses a protocol-level Prepare under the store's names. So the fence
-// that runs is the store's, or the pipeline fails before it, and nothing
-// is committed. Every name is qualified by its schema.
-//
-// It also sets the transaction's search_path to pg_catalog alone
-// ([fenceSearchPath]), so that the fence, executed right after it, finds
-// no operator, function or type of a schema the handler's SET LOCAL
-// search_path names before pg_catalog: an "=" of the handler's that is
-// always true made the fence's UPDATE match every live lease and write
-// this work's record into them. PostgreSQL analyzes a prepared statement
-// again when the search_path differs from the one it was prepared under,
-// so the fence is prepared under the same path ([work.prepareFence]).
-const fenceCheckSQL = "select (case when exists (select from pg_catalog.pg_prepared_statements p where p.name operator(pg_catalog.=) $1::pg_catalog.text " +
-	"and not p.from_sql and p.statement operator(pg_catalog.=) $2::pg_catalog.text) then '0' else '" + errFenceReplaced + "' end)::pg_catalog.int4, " +
-	"pg_catalog.set_config('search_path', '" + fenceSearchPath + "', true)"
-
-// fenceSearchPath is the search_path the fence is prepared and executed
-// under: pg_catalog alone (the store's table is named with its schema).
-const fenceSearchPath = "pg_catalog"
-
-// errFenceReplaced is the text fenceCheckSQL casts to integer, and so
-// fails with, when the fence's prepared statement is not the store's.
-const errFenceReplaced = "ctoken_fence_statement_replaced"
-
-// prepareFence prepares, through the protocol, the fence statement the
-// work's Commit executes by its name, unless the connection's session
-// already holds it (a mark in the connection's custom data, set once its
-// Parse succeeded). It runs before the handler's first statement, outside
-// any transaction (prepared statements outlive transactions); Commit
-// checks, in its pipeline, that the statement is still the one prepared
-// here (see [fenceCheckSQL]).
-func (w *work) prepareFence(ctx context.Context) error {
-	name, sql, oids := w.s.fenceName, w.s.fenceSQL, fenceOIDs
-	if w.locked {
-		name, sql, oids = w.s.lockedFenceName, w.s.lockedFenceSQL, lockedFenceOIDs
-	}
-	data := w.conn.PgConn().CustomData()
-	if data[name] == true {
-		return nil
-	}
-	// Prepared under fenceSearchPath, the path Commit executes it under
-	// (see [fenceCheckSQL]), then the session's own path is restored.
-	pc := w.conn.PgConn()
-	var path string
-	if err := w.conn.QueryRow(ctx, "select pg_catalog.current_setting('search_path')", pgx.QueryExecModeExec).Scan(&path); err != nil {
-		return err
-	}
-	if _, err := pc.Exec(ctx, "select pg_catalog.set_config('search_path', '"+fenceSearchPath+"', false)").ReadAll(); err != nil {
-		return err
-	}
-	_, perr := pc.Prepare(ctx, name, sql, oids)
-	if _, err := pc.ExecParams(ctx, "select pg_catalog.set_config('search_path', $1, false)", [][]byte{[]byte(path)}, []uint32{pgtype.TextOID}, nil, nil).Close(); err != nil {
-		return err
-	}
-	if perr != nil {
-		return perr
-	}
-	data[name] = true
-	return nil
-}
-
 // unnamed is a statement sent after the handler's (see [sendUnnamed]):
-// its SQL and its arguments, of the types oids. With a name, it is
-// executed as the statement prepared under that name (of the text sql,
-// see [work.prepareFence]) rather than parsed.
+// its SQL and its arguments, of the types oids.
 type unnamed struct {
 	sql  string
 	oids []uint32
 	args []any
-	name string
 }
 
 // answer is the server's answer to one statement of [sendUnnamed].
@@ -233,10 +112,6 @@ func sendUnnamed(ctx context.Context, conn *pgx.Conn, stmts []unnamed) ([]answer
 				return nil, err
 			}
 			values, formats = append(values, v), append(formats, pgtype.BinaryFormatCode)
-		}
-		if st.name != "" {
-			b.ExecPrepared(st.name, values, formats, nil)
-			continue
 		}
 		b.ExecParams(st.sql, values, st.oids, formats, nil)
 	}
@@ -327,35 +202,28 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			return outcome{}, nil
 		}
 		var o outcome
-		// BEGIN or SET CONSTRAINTS, the fence's check, the fence,
-		// synchronous_commit, COMMIT and the reset, each sent unnamed
-		// (see [sendUnnamed]) but the fence, executed by the store's
-		// name once the check found it the store's (see [fenceCheckSQL]).
-		stmts := make([]unnamed, 0, 5+len(resetStatements))
+		// BEGIN or SET CONSTRAINTS, the fence's call, COMMIT and the
+		// reset's, each sent unnamed (see [sendUnnamed]).
+		stmts := make([]unnamed, 0, 4)
 		var xid *int64 // NULL: BEGIN is in this pipeline, just before the fence
 		if !w.begun {
-			stmts = append(stmts, unnamed{sql: beginSQL}) // a work that wrote nothing: BEGIN in the same round trip
+			stmts = append(stmts, unnamed{sql: beginSQL}) // a work that wrote nothing
 		} else {
 			xid = &w.xid
 			stmts = append(stmts, unnamed{sql: immediateSQL}) // the handler's deferred triggers fire before the fence
 		}
-		fence := unnamed{sql: w.s.fenceSQL, oids: fenceOIDs, name: w.s.fenceName,
-			args: []any{w.key, w.token, pgTime(until), fingerprint, result, xid, nonce}}
+		fence := unnamed{sql: w.s.fenceCall, oids: fenceOIDs,
+			args: []any{w.key, w.token, pgTime(until), fingerprint, result, xid, nonce, w.s.commitSetting()}}
 		if w.locked {
-			fence = unnamed{sql: w.s.lockedFenceSQL, oids: lockedFenceOIDs, name: w.s.lockedFenceName,
-				args: []any{w.key, w.token, pgTime(until), fingerprint, result, xid, w.leaseUS, nonce}}
+			fence = unnamed{sql: w.s.lockedFenceCall, oids: lockedFenceOIDs,
+				args: []any{w.key, w.token, pgTime(until), fingerprint, result, xid, w.leaseUS, nonce, w.s.commitSetting()}}
 		}
-		stmts = append(stmts,
-			unnamed{sql: fenceCheckSQL, oids: []uint32{pgtype.TextOID, pgtype.TextOID}, args: []any{fence.name, fence.sql}},
-			fence,
-			unnamed{sql: syncCommitSQL, oids: []uint32{pgtype.TextOID}, args: []any{w.s.commitSetting()}},
-			unnamed{sql: "commit"})
+		at := len(stmts) // the fence's answer; COMMIT's follows
+		stmts = append(stmts, fence, unnamed{sql: "commit"})
 		if w.begun {
 			// The handler ran statements: its session is reset in the
 			// same round trip, after COMMIT.
-			for _, sql := range resetStatements {
-				stmts = append(stmts, unnamed{sql: sql})
-			}
+			stmts = append(stmts, unnamed{sql: w.s.resetCall})
 		}
 		answers, pipeErr := sendUnnamed(ctx, w.conn, stmts)
 		if answers == nil {
@@ -365,37 +233,26 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			o.refused, o.err = true, pipeErr
 			return o, nil
 		}
-		// beforeErr is BEGIN's or SET CONSTRAINTS' error: a handler's
-		// deferred constraint that failed, or a statement of the work
-		// that had failed before. The server skips every statement of
-		// the pipeline after the one that failed: those have no answer.
-		// checkErr is the fence check's: the fence's prepared statement
-		// is not the store's (the handler's SQL deallocated or replaced
-		// it), and the fence was not run.
-		beforeErr, checkErr, fenceErr := answers[0].err, answers[1].err, answers[2].err
+		// The server skips every statement of the pipeline after the one
+		// that failed: those have no answer. The fence's error may be a
+		// statement of the work that had failed before (the transaction
+		// is aborted); the first statement's, a handler's deferred
+		// constraint (SET CONSTRAINTS), or BEGIN's.
+		fenceErr := answers[at].err
 		if fenceErr == nil {
-			fenceErr = answers[3].err // refused before COMMIT ran, as the fence
+			fenceErr = answers[0].err
 		}
-		if fenceErr == nil {
-			fenceErr = checkErr
-		}
-		if fenceErr == nil {
-			fenceErr = beforeErr
-		}
-		commitErr := answers[4].err
+		commitErr := answers[at+1].err
 		var resetErr error
-		for _, a := range answers[5:] {
-			if a.err != nil {
-				resetErr = a.err
-				break
-			}
+		if len(answers) > at+2 {
+			resetErr = answers[at+2].err
 		}
-		o.tag = answers[4].tag.String()
+		o.tag = answers[at+1].tag.String()
 		o.state = w.conn.PgConn().TxStatus()
 		clean := pipeErr == nil
 		if resetErr != nil && sqlPrepared(resetErr) {
 			// The reset failed after COMMIT's answer, at its check of a
-			// statement the handler prepared by SQL (see resetSQL): the
+			// statement the handler prepared by SQL (see resetBody): the
 			// session is closed, not pooled, and COMMIT's outcome stands.
 			resetErr = nil
 		}
@@ -404,13 +261,11 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			// work before it) and skipped the rest: the transaction is
 			// aborted. Roll it back, and reset the session, so the
 			// connection can be pooled.
-			_, err := w.conn.PgConn().Exec(ctx, "rollback;"+resetSQL).ReadAll()
+			_, err := w.conn.PgConn().Exec(ctx, "rollback; "+w.s.resetCall).ReadAll()
 			clean = err == nil
 		}
-		// A session whose fence statement failed its check is closed,
-		// not pooled: its mark says the statement is prepared.
-		w.put(ctx, clean && checkErr == nil)
-		if o.reason = fenceReason(answers[2].err, nonce); o.reason != "" {
+		w.put(ctx, clean)
+		if o.reason = fenceReason(answers[at].err, nonce); o.reason != "" {
 			return o, nil
 		}
 		o.refused = commitRefused(fenceErr, commitErr)

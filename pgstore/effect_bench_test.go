@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -324,14 +322,10 @@ func benchPaired(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, s *Store
 			b.Fatal(err)
 		}
 		batch = &pgx.Batch{}
-		batch.Queue(immediateSQL)
-		batch.Queue(s.lockedFenceSQL, key, "", pgTime(until), fp, record, &xid, int64(time.Minute/time.Microsecond), "")
-		batch.Queue(syncCommitSQL, s.commitSetting())
+		batch.Queue(s.lockedFenceCall, key, "", pgTime(until), fp, record, &xid, int64(time.Minute/time.Microsecond), "", s.commitSetting())
 		batch.Queue("commit")
 		if reset {
-			for _, q := range resetStatements {
-				batch.Queue(q)
-			}
+			batch.Queue(s.resetCall)
 		}
 		if err := c.Conn().SendBatch(bg(), batch).Close(); err != nil {
 			b.Fatal(err)
@@ -391,96 +385,4 @@ func benchPaired(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, s *Store
 	for j, name := range names {
 		b.ReportMetric(float64(counts[j])/float64(b.N), "trips-"+name)
 	}
-}
-
-// BenchmarkResetForms measures, in alternation on one connection, the
-// session's reset after COMMIT in the forms it could be sent in, each in
-// the same round trip as a pipeline of BEGIN, a one-row SELECT and
-// COMMIT (prepared statements, sent with pgconn's Pipeline): "none"
-// without the reset (the floor); "extended", its seven statements
-// (resetStatements) as seven prepared statements before the Sync, as
-// Commit sends them; "simple", resetSQL as one simple-protocol Query
-// message after the Sync, written in the same write (read back with
-// ReceiveMessage); "do", the seven in one prepared DO block (EXECUTE of
-// each). It is the measurement behind keeping the seven statements in
-// the extended protocol (see docs/pgstore-reference.md, "Cost of a first
-// request").
-func BenchmarkResetForms(b *testing.B) {
-	pool := needServer(b).poolWith(b, func(*pgxpool.Config) {})
-	c, err := pool.Acquire(bg())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Release()
-	pc := c.Conn().PgConn()
-	prepare := func(name, sql string) {
-		if _, err := pc.Prepare(bg(), name, sql, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	prepare("bench_begin", "begin")
-	prepare("bench_select", "select $1::int")
-	prepare("bench_commit", "commit")
-	for i, q := range resetStatements {
-		prepare("bench_reset_"+strconv.Itoa(i), q)
-	}
-	prepare("bench_do", `do $$begin execute 'reset all'; execute 'set session authorization default';
-  execute 'close all'; execute 'unlisten *'; perform pg_advisory_unlock_all(); execute 'discard temp';
-  execute 'discard sequences'; end$$`)
-	one := [][]byte{[]byte("1")}
-	// send sends the pipeline, with extra's prepared statements after
-	// COMMIT and then, when simple, resetSQL as a Query message, and
-	// reads every result back.
-	send := func(simple bool, extra ...string) {
-		p := pc.StartPipeline(bg())
-		p.SendQueryPrepared("bench_begin", nil, nil, nil)
-		p.SendQueryPrepared("bench_select", one, nil, nil)
-		p.SendQueryPrepared("bench_commit", nil, nil, nil)
-		for _, name := range extra {
-			p.SendQueryPrepared(name, nil, nil, nil)
-		}
-		p.SendPipelineSync()
-		if simple {
-			pc.Frontend().Send(&pgproto3.Query{String: resetSQL})
-		}
-		if err := p.Flush(); err != nil {
-			b.Fatal(err)
-		}
-		for range 3 + len(extra) + 1 { // the statements and the Sync
-			res, err := p.GetResults()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if rr, ok := res.(*pgconn.ResultReader); ok {
-				if _, err := rr.Close(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		if err := p.Close(); err != nil {
-			b.Fatal(err)
-		}
-		for simple {
-			msg, err := pc.ReceiveMessage(bg())
-			if err != nil {
-				b.Fatal(err)
-			}
-			switch m := msg.(type) {
-			case *pgproto3.ReadyForQuery:
-				simple = false
-			case *pgproto3.ErrorResponse:
-				b.Fatal(m.Message)
-			}
-		}
-	}
-	extended := make([]string, len(resetStatements))
-	for i := range extended {
-		extended[i] = "bench_reset_" + strconv.Itoa(i)
-	}
-	paired(b, []string{"none", "extended", "simple", "do"},
-		func(int) { send(false) },
-		func(int) { send(false, extended...) },
-		func(int) { send(true) },
-		func(int) { send(false, "bench_do") },
-	)
 }

@@ -118,7 +118,13 @@ SELECT EXISTS (SELECT 1 FROM m), coalesce((SELECT state FROM cur), ''), coalesce
 	// $7 is the lease in microseconds: a fence after it has passed since
 	// the transaction began (now(), BEGIN's time) is lost. $8 is the
 	// commit's nonce.
-	s.lockedFenceSQL = `WITH x AS (SELECT pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
+	s.lockedFenceSQL = lockedFenceSQL(t)
+}
+
+// lockedFenceSQL is the fence of a work of [Store.AcquireWork] on the
+// table t (schema-qualified): see [Store.prepareLockedWork].
+func lockedFenceSQL(t string) string {
+	return `WITH x AS (SELECT pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
 m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
 up AS (
   INSERT INTO ` + t + ` AS r (key, state, token, until, fingerprint, result)
@@ -215,12 +221,6 @@ func (s *Store) AcquireWork(ctx context.Context, id string, lease time.Duration,
 			return read{}, nil
 		}
 		var r read
-		// The fence's statement, prepared before the handler runs (a
-		// round trip only on a connection's first work).
-		if err := w.prepareFence(ctx); err != nil {
-			w.put(ctx, false)
-			return r, err
-		}
 		b := &pgx.Batch{}
 		b.Queue(beginSQL)
 		b.Queue(lockSQL, s.idLock(key), fp1, fp2, strconv.FormatInt(max((us+999)/1000, 1), 10))

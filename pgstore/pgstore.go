@@ -280,9 +280,10 @@ type Store struct {
 
 	claimSQL, takeoverSQL, releaseSQL              string
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
-	fenceSQL, claimTxSQL, takeoverTxSQL            string // work.go
-	lockedReadSQL, lockedFenceSQL                  string // lockedwork.go
-	fenceName, lockedFenceName                     string // the fences' prepared statements (see [fenceStatementName])
+	fenceSQL, claimTxSQL, takeoverTxSQL            string   // work.go
+	lockedReadSQL, lockedFenceSQL                  string   // lockedwork.go
+	fenceCall, lockedFenceCall, resetCall          string   // functions.go
+	fnSigs, fnSrcs, fnCfgs                         []string // the functions New and the recheck check (see functionsCheckSQL)
 	sweepBatch                                     int
 	onSweep                                        func(int64, error)
 	observer                                       func(Event)

@@ -40,6 +40,7 @@ const maxIdentBytes = 48
 //		VALUES (decode('0000', 'hex'), 'm', '{"v":1,"tl":' ||
 //		  ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
 //		  || ',"longest":0}', '-infinity');
+//	DO $ctoken_migrate$ ... $ctoken_migrate$;
 //
 // A row's key is the prefix's length in two bytes (big-endian), the
 // prefix, then the ID, so that no two prefixes share a key (key layout 2;
@@ -52,9 +53,14 @@ const maxIdentBytes = 48
 // written on (a promoted standby's Store judges by it whether the table's
 // history is known: docs/pgstore-reference.md, "Unknown history"). Every statement of
 // the store checks the marker in the same snapshot as the row it decides
-// on, so a table that was truncated or emptied refuses everything. Run all
-// three in one transaction: a table without its marker is refused as
-// forgotten ([ErrForgotten]). The name is validated as for [Options.Table].
+// on, so a table that was truncated or emptied refuses everything. The DO
+// block creates, in the table's schema, the PL/pgSQL functions that end a
+// Work (<table>_fence, <table>_fence_locked and <table>_reset: see
+// docs/pgstore-reference.md, "The work's functions"), or replaces those
+// that differ from this version's; [New] refuses a table without them.
+// Run all four in one transaction: a table without its marker is refused
+// as forgotten ([ErrForgotten]). The name is validated as for
+// [Options.Table].
 func Schema(table string) (string, error) {
 	stmts, err := schema(table)
 	if err != nil {
@@ -85,6 +91,7 @@ func schema(table string) ([]string, error) {
 		`CREATE INDEX ` + index + ` ON ` + t + ` (until)`,
 		`INSERT INTO ` + t + ` (key, state, token, until)
 	VALUES (` + markerSQL + `, 'm', ` + freshRecordSQL + `, '-infinity')`,
+		functionsSQL(t),
 	}, nil
 }
 
@@ -120,6 +127,11 @@ func schema(table string) ([]string, error) {
 // making new ones wait). Stores of the earlier version keep working on the
 // upgraded table; [New] refuses a table without the columns (ErrConfig).
 // A column of either name with another type is refused with ErrConfig.
+//
+// A table of an earlier version gets this version's functions (see
+// [Schema]), created or replaced in the same transaction; New refuses a
+// table whose functions are missing or differ ([ErrConfig]), so run
+// Migrate before the instances of a version that changed them start.
 //
 // Running Migrate again changes nothing and takes no lock beyond a
 // read of the catalog and of the marker row.
@@ -171,7 +183,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, table string) error {
 		default:
 			return err
 		}
-		return upgrade(ctx, tx, t, table)
+		if err := upgrade(ctx, tx, t, table); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, stmts[len(stmts)-1]) // the functions, where missing or of another version
+		return err
 	})
 	if err != nil && !errors.Is(err, ErrForgotten) && !errors.Is(err, ErrConfig) {
 		return fmt.Errorf("%w: migrate: %w", ErrUnavailable, err)

@@ -55,19 +55,7 @@ func (s *Store) prepareWork() {
 	//
 	// $7 is the commit's nonce, in the text of every refusal (see
 	// [fenceReason]).
-	s.fenceSQL = `WITH x AS (SELECT $6::bigint IS NULL OR pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
-m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
-up AS (
-  UPDATE ` + t + ` SET state = 'd', until = $3::timestamptz, fingerprint = $4::bytea, result = $5::bytea
-  WHERE key = $1::bytea AND state = 'l' AND token = $2::text AND until > statement_timestamp()
-    AND $3::timestamptz > statement_timestamp() AND EXISTS (SELECT 1 FROM m) AND (SELECT same FROM x)
-  RETURNING 1
-)
-SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
-  ELSE pg_catalog.concat('` + errFence + `', $7::text, '_', CASE WHEN NOT (SELECT same FROM x) THEN 'escaped'
-    WHEN NOT EXISTS (SELECT 1 FROM m) THEN 'forgotten'
-    WHEN $3::timestamptz <= statement_timestamp() THEN 'expired'
-    ELSE 'lost' END)::int END`
+	s.fenceSQL = fenceSQL(t)
 	// A claim in a caller's transaction also checks, in its own
 	// statement, that the transaction is on the store's database ($4) of
 	// the store's server ($5, its system identifier, $6 and $7, its port
@@ -80,6 +68,24 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
     THEN '0' ELSE '` + errForeignTx + `' END)::int`
 	s.claimTxSQL = strings.ReplaceAll(s.claimSQL, "now()", "statement_timestamp()") + guard
 	s.takeoverTxSQL = strings.ReplaceAll(s.takeoverSQL, "now()", "statement_timestamp()") + guard
+}
+
+// fenceSQL is the fence of a work of [Store.BeginWork] on the table t
+// (schema-qualified): see [Store.prepareWork].
+func fenceSQL(t string) string {
+	return `WITH x AS (SELECT $6::bigint IS NULL OR pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
+m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
+up AS (
+  UPDATE ` + t + ` SET state = 'd', until = $3::timestamptz, fingerprint = $4::bytea, result = $5::bytea
+  WHERE key = $1::bytea AND state = 'l' AND token = $2::text AND until > statement_timestamp()
+    AND $3::timestamptz > statement_timestamp() AND EXISTS (SELECT 1 FROM m) AND (SELECT same FROM x)
+  RETURNING 1
+)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
+  ELSE pg_catalog.concat('` + errFence + `', $7::text, '_', CASE WHEN NOT (SELECT same FROM x) THEN 'escaped'
+    WHEN NOT EXISTS (SELECT 1 FROM m) THEN 'forgotten'
+    WHEN $3::timestamptz <= statement_timestamp() THEN 'expired'
+    ELSE 'lost' END)::int END`
 }
 
 // BeginWork implements [replay.Transactor]: it takes a connection of the
@@ -121,8 +127,7 @@ func (s *Store) BeginWork(ctx context.Context, id, token string) (replay.Work, e
 		defer cancel()
 	}
 	// Only a connection is taken now (pgxpool honours ctx whatever the
-	// context watcher), and the fence prepared on it if it is new; BEGIN
-	// is sent with the work's first statement.
+	// context watcher); BEGIN is sent with the work's first statement.
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
@@ -132,18 +137,6 @@ func (s *Store) BeginWork(ctx context.Context, id, token string) (replay.Work, e
 	}
 	w := &work{s: s, key: s.key(id), token: token, pc: pc, conn: pc.Conn()}
 	w.tx = &workTx{w: w}
-	// The fence's statement, prepared before the handler runs (a round
-	// trip only on a connection's first work), on the caller's goroutine:
-	// a call given up must not leave the connection taken.
-	if _, err := callIn(s, ctx, true, func(ctx context.Context) (struct{}, error) {
-		err := w.prepareFence(ctx)
-		if err != nil {
-			w.put(ctx, false)
-		}
-		return struct{}{}, err
-	}); err != nil {
-		return nil, err
-	}
 	return w, nil
 }
 
@@ -291,9 +284,9 @@ func (w *work) rollback(ctx context.Context) error {
 		w.pc.Release()
 		return nil
 	}
-	sql := "rollback;" + resetSQL
+	sql := "rollback; " + w.s.resetCall
 	if w.escaped() {
-		sql = resetSQL // the handler's SQL ended the transaction
+		sql = w.s.resetCall // the handler's SQL ended the transaction
 	}
 	started := w.claimEnd()
 	err := w.s.run(ctx, func(ctx context.Context) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -322,8 +323,8 @@ func (t *workTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 }
 
 // Prepare prepares sql on the transaction's connection. A name that
-// begins with the store's prefix or pgx's statement cache's (see
-// [reservedName]) is refused, and the work rolled back.
+// begins with that of pgx's statement cache (stmtcache_), which pgx
+// would take for its own, is refused, and the work rolled back.
 func (t *workTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	w := t.w
 	w.mu.Lock()
@@ -334,10 +335,8 @@ func (t *workTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 	if err := w.refuseLocked(sql); err != nil {
 		return nil, err
 	}
-	if reservedName(name) {
-		// A statement prepared through the protocol under the store's
-		// name would pass the fence's check (see [fenceCheckSQL]).
-		err := fmt.Errorf("pgstore: a prepared statement's name may not begin with %q or %q: the store and pgx's statement cache prepare statements under those names on the connection", fencePrefix, "stmtcache_")
+	if strings.HasPrefix(name, "stmtcache_") {
+		err := errors.New("pgstore: a prepared statement's name may not begin with \"stmtcache_\": pgx's statement cache prepares statements under such names on the connection")
 		if w.refusal == nil {
 			w.refusal = err
 		}

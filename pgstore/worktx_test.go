@@ -38,7 +38,7 @@ func TestWorkTx(t *testing.T) {
 		{"escape with the lease lost keeps one charge", workEscapeWithTheLeaseLostKeepsOneCharge},
 		{"rollback after an escape keeps the key", workRollbackAfterAnEscapeKeepsTheKey},
 		{"a statement the handler prepared never stands in for the store's", workHandlersPreparedStatementNeverStandsInForTheStores},
-		{"the fence's prepared statement, deallocated or replaced, fails closed", workFencesStatementDeallocatedOrReplacedFailsClosed},
+		{"the fence is the store's whatever the handler defines", workFenceIsTheStoresWhateverTheHandlerDefines},
 		{"a handler's operators never reach the fence", workHandlersOperatorsNeverReachTheFence},
 	} {
 		t.Run(tc.name, tc.test)
@@ -626,41 +626,50 @@ func workHandlersPreparedStatementNeverStandsInForTheStores(t *testing.T) {
 	}
 }
 
-// workFencesStatementDeallocatedOrReplacedFailsClosed: the fence runs
-// as the statement the store prepared under a name of its own on the
-// connection. A handler that, on a connection whose first work prepared
-// it, deallocates it (a DO block's EXECUTE), deallocates it and prepares
-// by SQL a statement answering for it under its name, or asks the Tx to
-// prepare a statement under the store's name or a name of pgx's
-// statement cache (refused), must not make Commit report success: the
-// work is rolled back, with neither its charge nor the done row. The
-// next work on the pool (of one connection) commits.
-func workFencesStatementDeallocatedOrReplacedFailsClosed(t *testing.T) {
+// workFenceIsTheStoresWhateverTheHandlerDefines: the fence is the
+// store's function, called by its schema. A handler that defines a
+// function of the fence's name and arguments in a schema of its own and
+// puts that schema first on the transaction's search_path (SET LOCAL), or
+// prepares by SQL statements under the call's text or a pgx cache name, or
+// asks the Tx to prepare one under a name of pgx's statement cache
+// (refused: the work rolls back), must not make its own code run in the
+// fence's place: Commit commits the work with the done row (or, refused,
+// neither), and a function of the handler's that would have written a
+// mark never runs. The next work on the pool (of one connection) commits.
+func workFenceIsTheStoresWhateverTheHandlerDefines(t *testing.T) {
 	p := needServer(t)
 	for k, way := range workWays {
 		t.Run(way.name, func(t *testing.T) {
-			s := storeOn(t, p.pool(t))
-			name, params := s.fenceName, "bytea, text, timestamptz, bytea, bytea, bigint, text"
-			if way.name == "AcquireWork" {
-				name, params = s.lockedFenceName, "bytea, text, timestamptz, bytea, bytea, bigint, bigint, text"
-			}
 			for i, attack := range []struct {
-				name string
-				do   func(ctx context.Context, tx pgx.Tx) error
+				name    string
+				refused bool // the Tx refuses it: the work rolls back
+				do      func(ctx context.Context, tx pgx.Tx, s *Store, marks string) error
 			}{
-				{"deallocated", func(ctx context.Context, tx pgx.Tx) error {
-					_, err := tx.Exec(ctx, `DO $$ BEGIN EXECUTE 'DEALLOCATE `+name+`'; END $$`)
-					return err
-				}},
-				{"replaced by SQL", func(ctx context.Context, tx pgx.Tx) error {
-					_, err := tx.Exec(ctx, `DO $$ BEGIN EXECUTE 'DEALLOCATE `+name+`';
-						EXECUTE 'PREPARE `+name+`(`+params+`) AS SELECT 0'; END $$`)
-					return err
-				}},
-				{"prepared under the store's name", func(ctx context.Context, tx pgx.Tx) error {
-					if _, err := tx.Prepare(ctx, name+"x", "select 0"); err == nil {
-						return errors.New("Prepare under the store's prefix was not refused")
+				{"a function of the fence's name first on the search_path", false, func(ctx context.Context, tx pgx.Tx, s *Store, marks string) error {
+					schema := fmt.Sprintf("attacker_%d", time.Now().UnixNano())
+					params := "bytea, text, timestamptz, bytea, bytea, bigint, text, text"
+					name := strings.TrimSuffix(strings.TrimPrefix(strings.SplitN(s.fenceCall, ".", 2)[1], `"`), `"($1, $2, $3, $4, $5, $6, $7, $8)`)
+					if way.name == "AcquireWork" {
+						params = "bytea, text, timestamptz, bytea, bytea, bigint, bigint, text, text"
+						name = strings.TrimSuffix(strings.TrimPrefix(strings.SplitN(s.lockedFenceCall, ".", 2)[1], `"`), `"($1, $2, $3, $4, $5, $6, $7, $8, $9)`)
 					}
+					for _, sql := range []string{
+						`CREATE SCHEMA ` + schema,
+						`CREATE FUNCTION ` + schema + `.` + name + `(` + params + `) RETURNS int LANGUAGE sql AS $$ INSERT INTO ` + marks + ` VALUES ('fence', 'attack'); SELECT 0 $$`,
+						`CREATE FUNCTION ` + schema + `.set_config(text, text, boolean) RETURNS text LANGUAGE sql AS $$ INSERT INTO ` + marks + ` VALUES ('set_config', 'attack'); SELECT '' $$`,
+						`SET LOCAL search_path = ` + schema + `, pg_catalog, public`,
+					} {
+						if _, err := tx.Exec(ctx, sql); err != nil {
+							return err
+						}
+					}
+					return nil
+				}},
+				{"statements prepared by SQL", false, func(ctx context.Context, tx pgx.Tx, s *Store, marks string) error {
+					_, err := tx.Exec(ctx, `DO $$ BEGIN EXECUTE 'PREPARE ctoken_attack AS INSERT INTO `+marks+` VALUES (''prepared'', ''attack'')'; END $$`)
+					return err
+				}},
+				{"prepared under pgx's cache prefix", true, func(ctx context.Context, tx pgx.Tx, s *Store, marks string) error {
 					if _, err := tx.Prepare(ctx, "stmtcache_0", "select 0"); err == nil {
 						return errors.New("Prepare under pgx's cache prefix was not refused")
 					}
@@ -672,8 +681,9 @@ func workFencesStatementDeallocatedOrReplacedFailsClosed(t *testing.T) {
 					pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
 					s := storeOn(t, pool)
 					table := chargeTable(t, pool)
+					marks := chargeTable(t, pool)
 					for j, attacked := range []bool{false, true, false} {
-						id := fmt.Sprintf("fence-stmt-%d-%d-%d", k, i, j)
+						id := fmt.Sprintf("fence-fn-%d-%d-%d", k, i, j)
 						w := way.begin(t, s, id)
 						ctx := w.Context(bg())
 						if err := charge(ctx, table, id, "work"); err != nil {
@@ -681,25 +691,29 @@ func workFencesStatementDeallocatedOrReplacedFailsClosed(t *testing.T) {
 						}
 						if attacked {
 							tx, _ := TxFrom(ctx)
-							if err := attack.do(ctx, tx); err != nil {
+							if err := attack.do(ctx, tx, s, marks); err != nil {
 								t.Fatal(err)
 							}
 						}
 						err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
 						row, _ := rowOf(t, s, id)
 						charges := chargesOf(t, pool, table, id)
-						if !attacked {
-							if err != nil || row.state != "d" || len(charges) != 1 {
-								t.Fatalf("work %d: Commit = %v, row = %+v, charges = %q; want committed", j, err, row, charges)
+						if attacked && attack.refused {
+							if !errors.Is(err, replay.ErrRolledBack) {
+								t.Fatalf("work %d: Commit = %v; want ErrRolledBack", j, err)
+							}
+							if row.state == "d" || len(charges) != 0 {
+								t.Fatalf("work %d: row = %+v, charges = %q; want neither the done row nor the charge", j, row, charges)
 							}
 							continue
 						}
-						if !errors.Is(err, replay.ErrRolledBack) {
-							t.Fatalf("work %d: Commit = %v; want ErrRolledBack", j, err)
+						if err != nil || row.state != "d" || string(row.result) != "r" || len(charges) != 1 {
+							t.Fatalf("work %d: Commit = %v, row = %+v, charges = %q; want the work committed with the done row", j, err, row, charges)
 						}
-						if row.state == "d" || len(charges) != 0 {
-							t.Fatalf("work %d: row = %+v, charges = %q; want neither the done row nor the charge", j, row, charges)
-						}
+					}
+					var n int
+					if err := pool.QueryRow(bg(), `SELECT count(*) FROM `+marks).Scan(&n); err != nil || n != 0 {
+						t.Fatalf("the handler's functions or statements ran %d times in the store's place (%v)", n, err)
 					}
 				})
 			}
