@@ -219,6 +219,43 @@ func BenchmarkTransactionalPaired(b *testing.B) {
 			o.Logger = slog.New(slog.DiscardHandler)
 		}))
 	})
+	// A disk whose flush takes a millisecond more (a network volume's),
+	// emulated by commit_delay: every WAL flush of a commit waits 1 ms
+	// first (commit_siblings 0: whatever the other sessions do).
+	b.Run("sync-commit-1ms-flush", func(b *testing.B) {
+		pool, trips := countedPool(b, "commit_delay", "1000", "commit_siblings", "0")
+		benchPaired(b, pool, trips, storeOn(b, pool))
+	})
+	// An application's connections hold its statements in pgx's cache
+	// (512 at most by default): the reset's check of statements prepared
+	// by SQL reads pg_prepared_statements, which PostgreSQL builds whole.
+	b.Run("sync-commit-300-cached", func(b *testing.B) {
+		pool, trips := countedPool(b)
+		cache(b, pool, 300)
+		benchPaired(b, pool, trips, storeOn(b, pool))
+	})
+}
+
+// cache runs n statements of distinct text on every connection the
+// pool holds (opening 2 first), so that pgx's statement cache of each
+// holds n more.
+func cache(b *testing.B, pool *pgxpool.Pool, n int) {
+	var held []*pgxpool.Conn
+	for range 2 {
+		c, err := pool.Acquire(bg())
+		if err != nil {
+			b.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	for _, c := range held {
+		for i := range n {
+			if _, err := c.Exec(bg(), fmt.Sprintf("select $1::int + %d", i), i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		c.Release()
+	}
 }
 
 func benchPaired(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, s *Store) {

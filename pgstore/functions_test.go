@@ -1,0 +1,203 @@
+package pgstore
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestWorkFunctions pins the table's functions (functions.go): made by
+// Migrate and by Schema's SQL in the table's schema, left alone by a
+// second Migrate, replaced by Migrate where they differ, and required by
+// New and by every recheck.
+func TestWorkFunctions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"New refuses a table without them", newRefusesATableWithoutTheFunctions},
+		{"New refuses functions that differ", newRefusesFunctionsThatDiffer},
+		{"a recheck refuses a function replaced", recheckRefusesAFunctionReplaced},
+		{"migrating again leaves them alone", migratingAgainLeavesTheFunctionsAlone},
+		{"Schema's SQL makes them in the table's schema", schemaMakesTheFunctionsInTheTablesSchema},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// wantFunctionsRefused checks that New on the table refuses with ErrConfig
+// naming the functions, and accepts it again once Migrate ran.
+func wantFunctionsRefused(t *testing.T, pool *pgxpool.Pool, name string) {
+	t.Helper()
+	if _, err := New(bg(), pool, Options{Table: name, Prefix: "fn:"}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "functions") {
+		t.Fatalf("New = %v; want ErrConfig naming the functions", err)
+	}
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = name })
+	commitWork(t, s, "after-migrate")
+}
+
+// commitWork runs a work of AcquireWork and one of BeginWork for id on s
+// and wants both committed with their done rows.
+func commitWork(t *testing.T, s *Store, id string) {
+	t.Helper()
+	for _, way := range workWays {
+		id := id + "-" + way.name
+		w := way.begin(t, s, id)
+		tx, err := TxFrom(w.Context(bg()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(bg(), "select 1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r")); err != nil {
+			t.Fatalf("%s: Commit = %v", way.name, err)
+		}
+		if row, _ := rowOf(t, s, id); row.state != "d" || string(row.result) != "r" {
+			t.Fatalf("%s: row = %+v; want done with its record", way.name, row)
+		}
+	}
+}
+
+func newRefusesATableWithoutTheFunctions(t *testing.T) {
+	pool := needServer(t).pool(t)
+	for i := range 3 {
+		t.Run(fmt.Sprint("function ", i), func(t *testing.T) {
+			name := uniqueTable(t, pool)
+			if err := Migrate(bg(), pool, name); err != nil {
+				t.Fatal(err)
+			}
+			s := storeOn(t, pool, func(o *Options) { o.Table = name })
+			if _, err := pool.Exec(bg(), `DROP FUNCTION `+s.fnSigs[i]); err != nil {
+				t.Fatal(err)
+			}
+			wantFunctionsRefused(t, pool, name)
+		})
+	}
+}
+
+func newRefusesFunctionsThatDiffer(t *testing.T) {
+	pool := needServer(t).pool(t)
+	for _, change := range []struct{ name, sql string }{
+		{"another body", `CREATE OR REPLACE FUNCTION %s RETURNS int LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN 0; END $$`},
+		{"no search_path", `ALTER FUNCTION %s RESET search_path`},
+		{"another search_path", `ALTER FUNCTION %s SET search_path = public, pg_catalog`},
+		{"another language", `CREATE OR REPLACE FUNCTION %s RETURNS int LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$ SELECT 0 $$`},
+	} {
+		t.Run(change.name, func(t *testing.T) {
+			name := uniqueTable(t, pool)
+			if err := Migrate(bg(), pool, name); err != nil {
+				t.Fatal(err)
+			}
+			s := storeOn(t, pool, func(o *Options) { o.Table = name })
+			if _, err := pool.Exec(bg(), fmt.Sprintf(change.sql, s.fnSigs[0])); err != nil {
+				t.Fatal(err)
+			}
+			wantFunctionsRefused(t, pool, name)
+		})
+	}
+}
+
+// recheckRefusesAFunctionReplaced: a fence replaced while a store runs
+// (CREATE OR REPLACE FUNCTION by a role that owns it) makes the next
+// recheck refuse every call, until Migrate puts this version's back.
+func recheckRefusesAFunctionReplaced(t *testing.T) {
+	pool := needServer(t).pool(t)
+	name := uniqueTable(t, pool)
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.RecheckInterval = 50 * time.Millisecond })
+	if _, err := pool.Exec(bg(), `CREATE OR REPLACE FUNCTION `+s.fnSigs[1]+` RETURNS int LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN 0; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	waitClaim := func(what string, want error) {
+		t.Helper()
+		for i, deadline := 0, time.Now().Add(10*time.Second); ; i++ {
+			_, err := s.Claim(bg(), fmt.Sprint(what, i), time.Now().Add(time.Hour))
+			if want == nil && err == nil || want != nil && errors.Is(err, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Claim = %v after 10 s", what, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitClaim("replaced", ErrConfig)
+	if _, w, err := s.AcquireWork(bg(), "refused", time.Minute, []byte("fp")); w != nil || !errors.Is(err, ErrConfig) {
+		t.Fatalf("AcquireWork while refused = %v, %v; want ErrConfig", w, err)
+	}
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	waitClaim("restored", nil)
+	commitWork(t, s, "restored")
+}
+
+// migratingAgainLeavesTheFunctionsAlone: a second Migrate writes no new
+// version of a function (their rows' xmin stay).
+func migratingAgainLeavesTheFunctionsAlone(t *testing.T) {
+	pool := needServer(t).pool(t)
+	name := uniqueTable(t, pool)
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = name })
+	xmins := func() string {
+		var x string
+		if err := pool.QueryRow(bg(), `SELECT string_agg(xmin::text, ',' ORDER BY oid) FROM pg_proc WHERE oid = ANY (SELECT to_regprocedure(unnest($1::text[])))`, s.fnSigs).Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	before := xmins()
+	if strings.Count(before, ",") != 2 {
+		t.Fatalf("functions' xmin = %q; want three", before)
+	}
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
+	if after := xmins(); after != before {
+		t.Fatalf("functions' xmin %q after a second Migrate, %q before: rewritten", after, before)
+	}
+}
+
+// schemaMakesTheFunctionsInTheTablesSchema: Schema's SQL for an
+// unqualified name, run by a session whose search_path names a schema of
+// its own first, makes the table and its functions there; a store on that
+// schema's table runs works.
+func schemaMakesTheFunctionsInTheTablesSchema(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	schema := fmt.Sprintf("fn_schema_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(bg(), `CREATE SCHEMA `+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(bg(), `DROP SCHEMA `+schema+` CASCADE`) })
+	pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["search_path"] = schema + ", public" })
+	name := uniqueTable(t, admin)
+	sql, err := Schema(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(bg(), "BEGIN;\n"+sql+"COMMIT;"); err != nil {
+		t.Fatal(err)
+	}
+	s := storeOn(t, pool, func(o *Options) { o.Table = name })
+	if !strings.HasPrefix(s.table, `"`+schema+`".`) {
+		t.Fatalf("table %s; want it in %s", s.table, schema)
+	}
+	var n int
+	if err := admin.QueryRow(bg(), `SELECT count(*) FROM pg_proc WHERE pronamespace = $1::regnamespace AND proname LIKE $2`, schema, name+`\_%`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("%d functions of %s in %s (%v); want 3", n, name, schema, err)
+	}
+	commitWork(t, s, "schema")
+}
