@@ -204,6 +204,10 @@ func benchServe(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, h http.Ha
 // COMMIT and the session's reset), "sql-no-reset" without the reset
 // after COMMIT, "sql-no-read" without the reset and the read: the
 // differences are what each step costs the server and the wire.
+// "minimal" is the least any design that commits the record with the
+// work can send, none of the store's guards: BEGIN and one advisory
+// lock; the insert; a plain INSERT of the done row with the record, and
+// COMMIT.
 // "async-commit" is the same with synchronous_commit off (the store's
 // AllowAsyncCommit), which leaves out the WAL flush's wait. Issue 55's
 // target: "first-request" at most 1.2× "floor".
@@ -394,7 +398,31 @@ func benchPaired(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, s *Store
 			w.Write(body)
 		})
 	}
-	names := []string{"floor", "autocommit", "first-request", "store", "sql", "sql-no-reset", "sql-no-read"}
+	// minimal sends the least of a one-commit design for id (see above).
+	minimal := func(id string) {
+		c, err := pool.Acquire(bg())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Release()
+		key := s.key(id)
+		batch := &pgx.Batch{}
+		batch.Queue(beginSQL)
+		batch.Queue("select pg_try_advisory_xact_lock($1::bigint)", s.idLock(key))
+		if err := c.Conn().SendBatch(bg(), batch).Close(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Conn().Exec(bg(), insert, id, body[:16]); err != nil {
+			b.Fatal(err)
+		}
+		batch = &pgx.Batch{}
+		batch.Queue(`INSERT INTO `+s.table+` (key, state, token, until, fingerprint, result) VALUES ($1, 'd', '', $2, $3, $4)`, key, pgTime(until), fp, record)
+		batch.Queue("commit")
+		if err := c.Conn().SendBatch(bg(), batch).Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	names := []string{"floor", "autocommit", "first-request", "store", "sql", "sql-no-reset", "sql-no-read", "minimal"}
 	ops := []func(i int){
 		func(i int) { serve(floor, id("f", i)) },
 		func(i int) { serve(autocommit, id("a", i)) },
@@ -403,6 +431,7 @@ func benchPaired(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, s *Store
 		func(i int) { serve(handler(func(key string) { sql(key, true, true) }), id("q", i)) },
 		func(i int) { serve(handler(func(key string) { sql(key, true, false) }), id("r", i)) },
 		func(i int) { serve(handler(func(key string) { sql(key, false, false) }), id("n", i)) },
+		func(i int) { serve(handler(minimal), id("z", i)) },
 	}
 	counts := make([]int64, len(ops))
 	counted := make([]func(int), len(ops))
