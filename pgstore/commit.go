@@ -16,7 +16,8 @@ import (
 
 // Commit sends, in one round trip (a pipeline), SET CONSTRAINTS ALL
 // IMMEDIATE (see [immediateSQL]), the call of the table's fence function,
-// COMMIT and the call of its reset function (see functions.go). The fence updates the lease row to done only where it is still
+// COMMIT and the call of its reset function (see functions.go). The
+// fence updates the lease row to done only where it is still
 // token's live lease by statement_timestamp() (now() would be the
 // transaction's start, long before), and fails with an error when it
 // matched no row: PostgreSQL then skips the COMMIT of the pipeline, and
