@@ -50,7 +50,9 @@ const fencePlaceholder = "ctoken_qualified_table"
 // so by its SET CONSTRAINTS) fires now, those already pending during this
 // statement and any later one at the end of its statement, instead of at
 // COMMIT. So no handler code waits for COMMIT, after the fence, where it
-// could set synchronous_commit off for the commit the store acknowledges.
+// could set synchronous_commit off for the commit the store acknowledges
+// (nor does a cursor WITH HOLD, which COMMIT would run: the fence closes
+// them, see [fenceBody]).
 // A deferred constraint that fails fails here, before the fence, as any
 // failed statement of the work: the transaction is aborted and nothing is
 // committed. It is a statement of its own, not one of the fence
@@ -81,12 +83,17 @@ func workFns(rel, t string) []workFn {
 // whose last parameter ($sync) is the synchronous_commit of its COMMIT.
 // The fence writes the done row (a trigger on the store's table fires at
 // the end of that statement, as every deferred trigger does once
-// [immediateSQL] has run); synchronous_commit is set last, for the COMMIT
+// [immediateSQL] has run), then closes every cursor of the session:
+// COMMIT runs the query of a cursor WITH HOLD declared in the
+// transaction to its end, before the commit record, so a function in it
+// (the handler's, or one a trigger on the store's table declared) would
+// run after the fence. synchronous_commit is set last, for the COMMIT
 // that follows in the same round trip, so that a handler's SET LOCAL
-// synchronous_commit = off (or a trigger's) cannot make the acknowledged
-// commit one a crash forgets.
+// synchronous_commit = off (or a trigger's, or a cursor's) cannot make
+// the acknowledged commit one a crash forgets. The handler's cursors end
+// with its transaction anyway: the reset closes those COMMIT would keep.
 func fenceBody(fence string, sync int) string {
-	return "\nDECLARE ctoken_n int;\nBEGIN\n" + fence + " INTO ctoken_n;\n" +
+	return "\nDECLARE ctoken_n int;\nBEGIN\n" + fence + " INTO ctoken_n;\nEXECUTE 'CLOSE ALL';\n" +
 		"PERFORM pg_catalog.set_config('synchronous_commit', $" + strconv.Itoa(sync) + ", true);\nRETURN ctoken_n;\nEND\n"
 }
 

@@ -1,0 +1,299 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// TestWorkAttacks: a handler's SQL, sent through the Tx, that tries to
+// break what Commit guarantees (see docs/pgstore-reference.md,
+// "Transactional mode").
+func TestWorkAttacks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"a cursor WITH HOLD runs no code after the fence", workHoldableCursorRunsNothingAfterTheFence},
+		{"a statement_timeout does not cut the standby's wait", workStatementTimeoutDoesNotCutTheStandbysWait},
+		{"the session's state and objects", workSessionAttacks},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// workHoldableCursorRunsNothingAfterTheFence: a cursor WITH HOLD that the
+// handler declares and leaves open is run to its end at COMMIT, before
+// the commit record (PostgreSQL keeps its rows past the transaction), so
+// a function in its query runs after the fence: one that sets
+// synchronous_commit off there would make the acknowledged commit one a
+// crash forgets. The function records the setting it leaves, the store's
+// row as it sees it and the WAL position; when Commit returns nil the WAL
+// must be flushed past every position it recorded.
+func workHoldableCursorRunsNothingAfterTheFence(t *testing.T) {
+	p := ownServer(t, "-c", "wal_writer_delay=10s", "-c", "wal_writer_flush_after=1GB")
+	pool := p.pool(t)
+	for k, way := range workWays {
+		t.Run(way.name, func(t *testing.T) {
+			name := uniqueTable(t, pool)
+			if err := Migrate(bg(), pool, name); err != nil {
+				t.Fatal(err)
+			}
+			s := storeOn(t, pool, func(o *Options) { o.Table = name })
+			table := chargeTable(t, pool)
+			seen := newTable(t, pool, "seen_", "k bytea NOT NULL, setting text NOT NULL, state text NOT NULL, lsn pg_lsn NOT NULL")
+			if _, err := pool.Exec(bg(), `CREATE FUNCTION `+seen+`_late(k bytea) RETURNS int LANGUAGE plpgsql AS $$ BEGIN
+				PERFORM set_config('synchronous_commit', 'off', true);
+				INSERT INTO `+seen+` VALUES (k, current_setting('synchronous_commit'),
+					coalesce((SELECT state FROM `+s.table+` WHERE key = k), ''), pg_current_wal_insert_lsn());
+				RETURN 1; END $$`); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+seen+`_late(bytea)`) })
+			for i, declare := range []string{
+				`DECLARE ctoken_hold CURSOR WITH HOLD FOR SELECT ` + seen + `_late(%s)`,
+				// Declared by a function, which the Tx does not see.
+				`DO $do$ BEGIN EXECUTE $x$DECLARE ctoken_hold CURSOR WITH HOLD FOR SELECT ` + seen + `_late(%s)$x$; END $do$`,
+			} {
+				t.Run(fmt.Sprint(i), func(t *testing.T) {
+					id := fmt.Sprintf("hold-%d-%d", k, i)
+					w := way.begin(t, s, id)
+					ctx := w.Context(bg())
+					if err := charge(ctx, table, id, "work"); err != nil {
+						t.Fatal(err)
+					}
+					tx, _ := TxFrom(ctx)
+					key := fmt.Sprintf(`decode('%x', 'hex')`, s.key(id))
+					if _, err := tx.Exec(ctx, fmt.Sprintf(declare, key)); err != nil {
+						t.Fatal(err)
+					}
+					err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+					var n int
+					var flushed bool
+					if qerr := pool.QueryRow(bg(), `SELECT count(*), coalesce(bool_and(pg_current_wal_flush_lsn() >= lsn), true) FROM `+seen+` WHERE k = $1 AND state = 'd'`,
+						s.key(id)).Scan(&n, &flushed); qerr != nil {
+						t.Fatal(qerr)
+					}
+					if err == nil && !flushed {
+						t.Errorf("Commit = nil, but the cursor's function ran %d times after the fence and the WAL was not flushed past it: COMMIT ran with synchronous_commit off, not %q", n, s.commitSetting())
+					}
+					row, _ := rowOf(t, s, id)
+					charges := chargesOf(t, pool, table, id)
+					switch {
+					case err == nil && (row.state != "d" || len(charges) != 1):
+						t.Fatalf("Commit = nil, row = %+v, charges = %q; want the work committed with the done row", row, charges)
+					case err != nil && !errorsIsRolledBack(err):
+						t.Fatalf("Commit = %v; want nil, or the work rolled back", err)
+					case err != nil && (row.state == "d" || len(charges) != 0):
+						t.Fatalf("Commit = %v, row = %+v, charges = %q; want nothing kept", err, row, charges)
+					}
+				})
+			}
+		})
+	}
+}
+
+// workStatementTimeoutDoesNotCutTheStandbysWait: with a synchronous
+// standby required, COMMIT waits for the standby; PostgreSQL ends that
+// wait on a cancel (a statement_timeout is one) with a WARNING and answers
+// COMMIT as committed, though the standby may not have the commit. A
+// handler's SET LOCAL statement_timeout (which the Tx allows), or one of
+// the pool's RuntimeParams, lasts until COMMIT. With the standby stopped,
+// Commit must not return nil: the work is not as durable as the store
+// accepted.
+func workStatementTimeoutDoesNotCutTheStandbysWait(t *testing.T) {
+	primary, standby := syncPair(t)
+	stopped := false
+	t.Cleanup(func() {
+		if stopped {
+			standby.signal(syscall.SIGCONT)
+		}
+	})
+	for k, tt := range []struct {
+		name    string
+		handler string   // run in the work
+		params  []string // the pool's RuntimeParams
+	}{
+		{name: "the handler's SET LOCAL", handler: "set local statement_timeout = '300ms'"},
+		{name: "the pool's RuntimeParams", params: []string{"statement_timeout", "300ms"}},
+	} {
+		for i, way := range workWays {
+			t.Run(tt.name+"/"+way.name, func(t *testing.T) {
+				pool := primary.pool(t, tt.params...)
+				s := storeOn(t, pool, func(o *Options) { o.Timeout = time.Second; o.RequireSynchronousStandby = true })
+				table := chargeTable(t, pool)
+				id := fmt.Sprintf("timeout-%d-%d", k, i)
+				w := way.begin(t, s, id)
+				ctx := w.Context(bg())
+				if err := charge(ctx, table, id, "work"); err != nil {
+					t.Fatal(err)
+				}
+				if tt.handler != "" {
+					tx, _ := TxFrom(ctx)
+					if _, err := tx.Exec(ctx, tt.handler); err != nil {
+						t.Fatal(err)
+					}
+				}
+				standby.signal(syscall.SIGSTOP)
+				stopped = true
+				err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+				standby.signal(syscall.SIGCONT)
+				stopped = false
+				if err == nil {
+					t.Fatalf("Commit = nil with the synchronous standby stopped: the statement_timeout ended COMMIT's wait for it")
+				}
+				if !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("Commit = %v; want ErrUnavailable", err)
+				}
+			})
+		}
+	}
+}
+
+// workSessionAttacks: a handler's SQL that changes what the fence or the
+// reset runs with, or defines objects around them, in the work that runs
+// first on a new connection (which compiles the functions, once per
+// session). Its Commit is nil only with the work and the done row
+// committed, ErrRolledBack only with nothing kept; two works after it on
+// the same connection commit, and their sessions show none of it.
+func workSessionAttacks(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	role := fmt.Sprintf("ctoken_attack_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(bg(), `CREATE ROLE `+role); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.Exec(context.Background(), `DROP OWNED BY `+role)
+		admin.Exec(context.Background(), `DROP ROLE `+role)
+	})
+	for k, way := range workWays {
+		t.Run(way.name, func(t *testing.T) {
+			for i, attack := range []struct {
+				name string
+				sql  func(s *Store, name string) []string // name: the store's table, unquoted, in public
+				// stuck: the attack outlives its work and every reset
+				// fails after COMMIT, so later Commits report
+				// ErrUnavailable (the outcome unknown), never nil
+				// (a documented limit: it writes the store's schema).
+				stuck bool
+			}{
+				{"objects in pg_temp named as the fence's, pg_temp first", func(s *Store, name string) []string {
+					return []string{
+						`CREATE TEMP TABLE x (same boolean)`, `INSERT INTO x VALUES (true)`,
+						`CREATE TEMP TABLE m (x int)`, `INSERT INTO m VALUES (1)`,
+						`CREATE TEMP TABLE up (x int)`, `INSERT INTO up VALUES (1)`,
+						`CREATE TEMP TABLE "` + name + `" (LIKE public."` + name + `" INCLUDING ALL)`,
+						`CREATE TYPE pg_temp.interval AS (x int)`,
+						`CREATE FUNCTION pg_temp.statement_timestamp() RETURNS timestamptz LANGUAGE sql AS $$ SELECT 'infinity'::timestamptz $$`,
+						`SET LOCAL search_path = pg_temp, public`,
+					}
+				}, false},
+				{"plpgsql settings as the fence is compiled", func(s *Store, name string) []string {
+					return []string{
+						`SET LOCAL plpgsql.variable_conflict = use_column`,
+						`SET LOCAL plpgsql.extra_errors = 'all'`,
+						`SET LOCAL plpgsql.extra_warnings = 'all'`,
+						`SET LOCAL plpgsql.print_strict_params = on`,
+					}
+				}, false},
+				{"settings that could stop the reset", func(s *Store, name string) []string {
+					return []string{
+						`SELECT set_config('default_transaction_read_only', 'on', false)`,
+						`SELECT set_config('default_transaction_isolation', 'serializable', false)`,
+						`SELECT set_config('search_path', 'pg_temp', false)`,
+						`SELECT set_config('check_function_bodies', 'off', false)`,
+					}
+				}, false},
+				{"a superuser's setting, then a role that may not set it", func(s *Store, name string) []string {
+					return []string{
+						`GRANT ALL ON public."` + name + `" TO ` + role,
+						`SELECT set_config('session_replication_role', 'replica', false)`,
+						`SELECT set_config('role', '` + role + `', false)`,
+					}
+				}, false},
+				{"an overload of the fence with a default, in the store's schema", func(s *Store, name string) []string {
+					params := "bytea, text, timestamptz, bytea, bytea, bigint, text, text"
+					if way.name == "AcquireWork" {
+						params = "bytea, text, timestamptz, bytea, bytea, bigint, bigint, text, text"
+					}
+					return []string{`CREATE FUNCTION public."` + name + `_fence` + map[bool]string{true: "_locked", false: ""}[way.name == "AcquireWork"] +
+						`"(` + params + `, x int DEFAULT 0) RETURNS int LANGUAGE sql AS $$ SELECT 0 $$`}
+				}, false},
+				{"an overload of the reset with a default, in the store's schema", func(s *Store, name string) []string {
+					return []string{`CREATE FUNCTION public."` + name + `_reset"(x int DEFAULT 0) RETURNS int LANGUAGE sql AS $$ SELECT 0 $$`}
+				}, true},
+			} {
+				t.Run(attack.name, func(t *testing.T) {
+					pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+					name := uniqueTable(t, pool)
+					if err := Migrate(bg(), pool, name); err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() {
+						admin.Exec(context.Background(), `DROP FUNCTION IF EXISTS public."`+name+`_reset"(int)`)
+						admin.Exec(context.Background(), `DROP FUNCTION IF EXISTS public."`+name+`_fence"(bytea, text, timestamptz, bytea, bytea, bigint, text, text, int)`)
+						admin.Exec(context.Background(), `DROP FUNCTION IF EXISTS public."`+name+`_fence_locked"(bytea, text, timestamptz, bytea, bytea, bigint, bigint, text, text, int)`)
+					})
+					s := storeOn(t, pool, func(o *Options) { o.Table = name })
+					table := chargeTable(t, pool)
+					if _, err := admin.Exec(bg(), `GRANT ALL ON `+table+` TO `+role); err != nil {
+						t.Fatal(err)
+					}
+					for j, attacked := range []bool{true, false, false} {
+						id := fmt.Sprintf("session-%d-%d-%d", k, i, j)
+						w := way.begin(t, s, id)
+						ctx := w.Context(bg())
+						tx, _ := TxFrom(ctx)
+						if !attacked {
+							var settings string
+							if err := tx.QueryRow(ctx, `SELECT concat_ws(' ', current_user, session_user, current_setting('session_replication_role'),
+								current_setting('default_transaction_read_only'), current_setting('default_transaction_isolation'),
+								current_setting('search_path'), current_setting('check_function_bodies'), coalesce(current_setting('plpgsql.variable_conflict', true), 'error'),
+								coalesce(current_setting('plpgsql.extra_errors', true), 'none'), (SELECT count(*) FROM pg_class WHERE relpersistence = 't'),
+								(SELECT count(*) FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.oid = pg_my_temp_schema()))`).Scan(&settings); err != nil {
+								t.Fatalf("work %d: %v", j, err)
+							}
+							if want := "postgres postgres origin off read committed \"$user\", public on error none 0 0"; settings != want {
+								t.Errorf("work %d: the session shows %q, want %q", j, settings, want)
+							}
+						}
+						if err := charge(ctx, table, id, "work"); err != nil {
+							t.Fatal(err)
+						}
+						if attacked {
+							for _, sql := range attack.sql(s, name) {
+								if _, err := tx.Exec(ctx, sql); err != nil {
+									t.Fatalf("%s: %v", sql, err)
+								}
+							}
+						}
+						err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("r"))
+						row, _ := rowOf(t, s, id)
+						charges := chargesOf(t, admin, table, id)
+						committed := row.state == "d" && string(row.result) == "r" && len(charges) == 1
+						switch {
+						case err == nil && !committed:
+							t.Fatalf("work %d: Commit = nil, row = %+v, charges = %q; want the work committed with the done row", j, row, charges)
+						case errors.Is(err, replay.ErrRolledBack) && (row.state == "d" || len(charges) != 0):
+							t.Fatalf("work %d: Commit = %v, row = %+v, charges = %q; want nothing kept", j, err, row, charges)
+						case err != nil && !attacked && !(attack.stuck && errors.Is(err, ErrUnavailable)):
+							t.Fatalf("work %d, after the attack: Commit = %v", j, err)
+						case err != nil:
+							t.Logf("work %d: Commit = %v (committed: %v)", j, err, committed)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+func errorsIsRolledBack(err error) bool { return errors.Is(err, replay.ErrRolledBack) }
