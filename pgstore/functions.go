@@ -145,7 +145,7 @@ func functionsSQL(table string) string {
 		}
 		b.WriteString("IF NOT EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(" + fn.params + ")', s, r || '" + suffix + "'))\n")
 		b.WriteString("    AND p.prosrc OPERATOR(pg_catalog.=) pg_catalog.replace($ctoken_fn$" + fn.body + "$ctoken_fn$, '" + fencePlaceholder + "', qt)\n")
-		b.WriteString("    AND coalesce(p.proconfig, '{}') OPERATOR(pg_catalog.=) '{" + quoteArrayElem(fn.config) + "}') THEN\n")
+		b.WriteString("    AND coalesce(p.proconfig, '{}') OPERATOR(pg_catalog.=) '{" + quoteArrayElem(fn.config) + "}' AND NOT p.proisstrict AND NOT p.prosecdef) THEN\n")
 		b.WriteString("  EXECUTE pg_catalog.format('CREATE OR REPLACE FUNCTION %I.%I(" + fn.params + ") RETURNS int LANGUAGE plpgsql" + set + " AS %L',\n")
 		b.WriteString("    s, r || '" + suffix + "', pg_catalog.replace($ctoken_fn$" + fn.body + "$ctoken_fn$, '" + fencePlaceholder + "', qt));\n")
 		b.WriteString("END IF;\n")
@@ -165,9 +165,14 @@ func quoteArrayElem(s string) string {
 
 // functionsCheckSQL counts, given the arrays of the functions' signatures
 // ($2), sources ($3) and settings ($4), those of the table's that exist in
-// PL/pgSQL with that source and setting (see [Store.setWorkFns]).
+// PL/pgSQL with that source and setting (see [Store.setWorkFns]), neither
+// STRICT (which returns NULL, without running the body, when an argument
+// is NULL: a work that wrote nothing, or one without a record, would
+// commit without its done row) nor SECURITY DEFINER (ALTER FUNCTION
+// changes neither source nor setting).
 const functionsCheckSQL = `(SELECT count(*) FROM unnest($2::text[], $3::text[], $4::text[]) f(sig, src, cfg)
   JOIN pg_proc p ON p.oid = to_regprocedure(f.sig) AND p.prosrc = f.src AND coalesce(array_to_string(p.proconfig, E'\n'), '') = f.cfg
+    AND NOT p.proisstrict AND NOT p.prosecdef
   JOIN pg_language l ON l.oid = p.prolang AND l.lanname = 'plpgsql') = cardinality($2::text[])`
 
 // setWorkFns sets, for the store's table (schema and name as resolved by

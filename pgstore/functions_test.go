@@ -90,6 +90,11 @@ func newRefusesFunctionsThatDiffer(t *testing.T) {
 		{"no search_path", `ALTER FUNCTION %s RESET search_path`},
 		{"another search_path", `ALTER FUNCTION %s SET search_path = public, pg_catalog`},
 		{"another language", `CREATE OR REPLACE FUNCTION %s RETURNS int LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$ SELECT 0 $$`},
+		// Neither changes the source or the setting. A STRICT fence
+		// returns NULL without running when an argument is NULL (a work
+		// without a record): Commit would be nil without the done row.
+		{"strict", `ALTER FUNCTION %s STRICT`},
+		{"security definer", `ALTER FUNCTION %s SECURITY DEFINER`},
 	} {
 		t.Run(change.name, func(t *testing.T) {
 			name := uniqueTable(t, pool)
