@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -179,10 +180,10 @@ func workSessionAttacks(t *testing.T) {
 			for i, attack := range []struct {
 				name string
 				sql  func(s *Store, name string) []string // name: the store's table, unquoted, in public
-				// stuck: the attack outlives its work and every reset
-				// fails after COMMIT, so later Commits report
-				// ErrUnavailable (the outcome unknown), never nil
-				// (a documented limit: it writes the store's schema).
+				// stuck: the attack outlives its work (it writes the
+				// store's schema) and every reset fails after COMMIT:
+				// COMMIT's outcome stands, and New refuses the table
+				// until the attack's function is dropped.
 				stuck bool
 			}{
 				{"objects in pg_temp named as the fence's, pg_temp first", func(s *Store, name string) []string {
@@ -284,10 +285,22 @@ func workSessionAttacks(t *testing.T) {
 							t.Fatalf("work %d: Commit = nil, row = %+v, charges = %q; want the work committed with the done row", j, row, charges)
 						case errors.Is(err, replay.ErrRolledBack) && (row.state == "d" || len(charges) != 0):
 							t.Fatalf("work %d: Commit = %v, row = %+v, charges = %q; want nothing kept", j, err, row, charges)
-						case err != nil && !attacked && !(attack.stuck && errors.Is(err, ErrUnavailable)):
+						case err != nil && !attacked:
 							t.Fatalf("work %d, after the attack: Commit = %v", j, err)
 						case err != nil:
 							t.Logf("work %d: Commit = %v (committed: %v)", j, err, committed)
+						}
+						if attacked && attack.stuck {
+							if err != nil {
+								t.Fatalf("work %d: Commit = %v; want COMMIT's outcome (committed) to stand", j, err)
+							}
+							if _, err := New(bg(), admin, Options{Table: name, Prefix: "stuck:"}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "ambiguous") {
+								t.Fatalf("New with the overload in place = %v; want ErrConfig naming it", err)
+							}
+							if _, err := admin.Exec(bg(), `DROP FUNCTION public."`+name+`_reset"(int)`); err != nil {
+								t.Fatal(err)
+							}
+							waitServing(t, s)
 						}
 					}
 				})
@@ -297,3 +310,17 @@ func workSessionAttacks(t *testing.T) {
 }
 
 func errorsIsRolledBack(err error) bool { return errors.Is(err, replay.ErrRolledBack) }
+
+// waitServing waits (10 s at most) until s accepts a claim: a recheck
+// that refused has passed again.
+func waitServing(t *testing.T, s *Store) {
+	t.Helper()
+	for i, deadline := 0, time.Now().Add(10*time.Second); ; i++ {
+		if _, err := s.Claim(bg(), fmt.Sprint("serving-", i), time.Now().Add(time.Minute)); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the store still refuses after 10 s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -251,10 +251,17 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		o.tag = answers[at+1].tag.String()
 		o.state = w.conn.PgConn().TxStatus()
 		clean := pipeErr == nil
-		if resetErr != nil && sqlPrepared(resetErr) {
-			// The reset failed after COMMIT's answer, at its check of a
-			// statement the handler prepared by SQL (see resetBody): the
-			// session is closed, not pooled, and COMMIT's outcome stands.
+		if resetErr != nil && commitErr == nil && o.tag == "COMMIT" {
+			// The reset failed after COMMIT's answer: at its check of a
+			// statement the handler prepared by SQL (see resetBody), or
+			// otherwise (its call made ambiguous by an overload, which
+			// the recheck then refuses). The session is closed, not
+			// pooled (pipeErr is the reset's error), and COMMIT's
+			// outcome stands.
+			if !sqlPrepared(resetErr) {
+				w.s.log.Warn("pgstore: the session's reset after a committed work failed; its connection is closed, not pooled",
+					"table", strings.ReplaceAll(w.s.table, `"`, ""), "error", resetErr.Error())
+			}
 			resetErr = nil
 		}
 		if o.state == 'E' {

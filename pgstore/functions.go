@@ -169,10 +169,13 @@ func quoteArrayElem(s string) string {
 // STRICT (which returns NULL, without running the body, when an argument
 // is NULL: a work that wrote nothing, or one without a record, would
 // commit without its done row) nor SECURITY DEFINER (ALTER FUNCTION
-// changes neither source nor setting).
+// changes neither source nor setting), and alone of its name in its
+// schema: an overload with defaults (<table>_reset(x int DEFAULT 0))
+// makes the store's call ambiguous.
 const functionsCheckSQL = `(SELECT count(*) FROM unnest($2::text[], $3::text[], $4::text[]) f(sig, src, cfg)
   JOIN pg_proc p ON p.oid = to_regprocedure(f.sig) AND p.prosrc = f.src AND coalesce(array_to_string(p.proconfig, E'\n'), '') = f.cfg
     AND NOT p.proisstrict AND NOT p.prosecdef
+    AND (SELECT count(*) FROM pg_proc o WHERE o.pronamespace = p.pronamespace AND o.proname = p.proname) = 1
   JOIN pg_language l ON l.oid = p.prolang AND l.lanname = 'plpgsql') = cardinality($2::text[])`
 
 // setWorkFns sets, for the store's table (schema and name as resolved by
