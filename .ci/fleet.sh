@@ -115,11 +115,11 @@ fi
 if [ "$what" = all ] || [ "$what" = failures ]; then
 	echo "--- store failures under load (issue 26, docs/faults.md; the tests start their own redis-server, replicas, redis-sentinel and Cluster)"
 	# TestAOFSwitchedOffThenCrash runs on redis-server and on valkey-server
-	# when installed (so not again under CTOKEN_REDIS_FLAVOR=valkey): 15
+	# when installed (so not again under CTOKEN_REDIS_FLAVOR=valkey): 8
 	# runs where WAITAOF closes the window (the race's order is forced in
 	# TestDurability/AOF probe failing after a fresh read), one where it only measures Redis 7.0's
 	# window (docs/fleet-reference.md has the 30-run figures; the defaults are 30 and 5).
-	(cd redisstore && CTOKEN_AOF_RUNS="${CTOKEN_AOF_RUNS:-15}" CTOKEN_AOF_WINDOW_RUNS="${CTOKEN_AOF_WINDOW_RUNS:-1}" \
+	(cd redisstore && CTOKEN_AOF_RUNS="${CTOKEN_AOF_RUNS:-8}" CTOKEN_AOF_WINDOW_RUNS="${CTOKEN_AOF_WINDOW_RUNS:-1}" \
 		go test -tags fault -count=1 -timeout 900s -v \
 		-run '^(TestFailoverToLaggingReplica|TestSentinelFailover|TestReplicaClusterTakeover|TestStoreThatForgets|TestLaggingInstanceClock|TestIdempotencyExactlyOnce|TestEvictionAtRunTime|TestEvictionWhileIdle|TestLossTheServerReports|TestAOFSwitchedOffThenCrash)' .)
 fi

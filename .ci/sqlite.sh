@@ -12,10 +12,29 @@ export CI=true CGO_ENABLED=1
 echo "--- [${SECONDS}s] sqlitestore: go test -race (no driver)"
 (cd "$root/sqlitestore" && go test -race -count=1 -timeout 300s ./...)
 
-for tag in modernc ncruces mattn; do
-	echo "--- [${SECONDS}s] sqlitestore/drivertest on $tag: go test -race"
-	(cd "$root/sqlitestore/drivertest" && go vet -tags "$tag" ./... && go test -race -tags "$tag" -count=1 -timeout 600s ./...)
+# The three drivers run side by side (each its own test binary, temporary
+# files and processes): 52 s here against 127 s one after the other. Each
+# one's output is printed whole once all have ended; any failure fails
+# the step.
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+echo "--- [${SECONDS}s] sqlitestore/drivertest on modernc, ncruces and mattn, side by side: go vet, go test -race"
+tags=(modernc ncruces mattn)
+pids=()
+for tag in "${tags[@]}"; do
+	(cd "$root/sqlitestore/drivertest" && go vet -tags "$tag" ./... && go test -race -tags "$tag" -count=1 -timeout 600s ./...) >"$logs/$tag" 2>&1 &
+	pids+=($!)
 done
+failed=0
+for i in "${!tags[@]}"; do
+	if ! wait "${pids[$i]}"; then failed=1; fi
+	echo "--- sqlitestore/drivertest on ${tags[$i]}"
+	cat "$logs/${tags[$i]}"
+done
+if [ "$failed" != 0 ]; then
+	echo "sqlite.sh: the driver suite failed (see above)" >&2
+	exit 1
+fi
 
 echo "--- [${SECONDS}s] sqlitestore/drivertest benchmarks, one iteration each (a smoke test: nothing is timed)"
 (cd "$root/sqlitestore/drivertest" && go test -run '^$' -bench . -benchtime 1x -count=1 ./... >/dev/null)
