@@ -94,10 +94,8 @@ type answer struct {
 // and replace on the session by SQL of its own (DEALLOCATE and PREPARE in
 // a function), and pgx's batches and queries also run, for a SQL text, a
 // statement the handler prepared under that text as its name. The
-// store's statements after the handler's (the fence, COMMIT, the reset's
-// check) must run as the store wrote them. Only a statement given a name
-// (the fence) is executed by it (Bind, Execute), after the unnamed
-// fenceCheckSQL found it the store's. It returns one answer per
+// store's statements after the handler's (the fence's call, COMMIT, the
+// reset's call) must run as the store wrote them. It returns one answer per
 // statement, in order, and the error that ended the pipeline; nil
 // answers when nothing was sent.
 func sendUnnamed(ctx context.Context, conn *pgx.Conn, stmts []unnamed) ([]answer, error) {

@@ -9,9 +9,9 @@ import (
 
 // The work's functions. A Work ends in one round trip: SET CONSTRAINTS
 // ALL IMMEDIATE ([immediateSQL]), its fence and COMMIT, then the
-// session's reset. Each of the two is a PL/pgSQL
-// function that [Migrate] (or the SQL of [Schema]) creates beside the
-// table, in its schema, named after it:
+// session's reset. The fences and the reset are PL/pgSQL functions that
+// [Migrate] (or the SQL of [Schema]) creates beside the table, in its
+// schema, named after it:
 //
 //	<table>_fence(key, token, until, fingerprint, result, xid, nonce, sync)
 //	          ends a work of [Store.BeginWork] (a lease row)
@@ -33,11 +33,12 @@ import (
 // schema first, a temporary table of the store's name) reaches them. A
 // handler that replaces the functions themselves (CREATE OR REPLACE
 // FUNCTION) is writing the store's schema, as one that writes the store's
-// table: see docs/pgstore-reference.md, "What the fence cannot see".
+// table: see docs/pgstore-reference.md, "The work's functions".
 //
-// New and every recheck read the three functions' source and settings,
-// and refuse a table whose functions are missing or differ from this
-// version's (run Migrate).
+// New and every recheck read the three functions (see
+// functionsCheckSQL), and refuse a table whose functions are missing,
+// differ from this version's (run Migrate) or share their name with
+// another function of the schema.
 
 // fencePlaceholder stands for the schema-qualified table in the text of
 // the functions of [Schema]'s DO block, which learns the schema only when

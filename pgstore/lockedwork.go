@@ -93,8 +93,7 @@ const lockSQL = `SELECT txid_current(), set_config('idle_in_transaction_session_
   WHEN NOT pg_try_advisory_xact_lock($2::int, $3::int) THEN 2
   WHEN pg_try_advisory_xact_lock($1::bigint) THEN 0 ELSE 1 END`
 
-// prepareLockedWork writes the statements of AcquireWork and of its
-// Work's Commit.
+// prepareLockedWork writes the read of AcquireWork.
 func (s *Store) prepareLockedWork() {
 	t := s.table
 	// Sent after lockSQL, as a statement of its own so that its snapshot
@@ -111,18 +110,16 @@ cur AS (
 )
 SELECT EXISTS (SELECT 1 FROM m), coalesce((SELECT state FROM cur), ''), coalesce((SELECT wait FROM cur), 0),
   (SELECT fingerprint FROM cur), (SELECT result FROM cur)`
-	// The lease fence of a locked work: the done row is inserted, or
-	// takes over a row that has expired, never a live one (a lease an
-	// acquire statement took while the work held nothing, a Claim of the
-	// ID). Parameters and refusals as the fence of [Store.prepareWork].
-	// $7 is the lease in microseconds: a fence after it has passed since
-	// the transaction began (now(), BEGIN's time) is lost. $8 is the
-	// commit's nonce.
-	s.lockedFenceSQL = lockedFenceSQL(t)
 }
 
 // lockedFenceSQL is the fence of a work of [Store.AcquireWork] on the
-// table t (schema-qualified): see [Store.prepareLockedWork].
+// table t (schema-qualified), the statement of its fence function (see
+// [workFns]): the done row is inserted, or takes over a row that has
+// expired, never a live one (a lease an acquire statement took while the
+// work held nothing, a Claim of the ID). Parameters and refusals as
+// [fenceSQL]'s; $7 is the lease in microseconds: a fence after it has
+// passed since the transaction began (now(), BEGIN's time) is lost. $8
+// is the commit's nonce.
 func lockedFenceSQL(t string) string {
 	return `WITH x AS (SELECT pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
 m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),

@@ -280,8 +280,8 @@ type Store struct {
 
 	claimSQL, takeoverSQL, releaseSQL              string
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
-	fenceSQL, claimTxSQL, takeoverTxSQL            string   // work.go
-	lockedReadSQL, lockedFenceSQL                  string   // lockedwork.go
+	claimTxSQL, takeoverTxSQL                      string   // work.go
+	lockedReadSQL                                  string   // lockedwork.go
 	fenceCall, lockedFenceCall, resetCall          string   // functions.go
 	fnSigs, fnSrcs, fnCfgs                         []string // the functions New and the recheck check (see functionsCheckSQL)
 	sweepBatch                                     int

@@ -33,29 +33,11 @@ var (
 	_ replay.WorkAcquirer = (*Store)(nil)
 )
 
-// prepareWork writes the fence statement and the claim statements run
-// inside a caller's transaction, where now() is the transaction's start:
-// there every deadline is read by statement_timestamp(), the database's
-// clock when the statement starts, as now() reads it in autocommit.
+// prepareWork writes the claim statements run inside a caller's
+// transaction, where now() is the transaction's start: there every
+// deadline is read by statement_timestamp(), the database's clock when
+// the statement starts, as now() reads it in autocommit.
 func (s *Store) prepareWork() {
-	t := s.table
-	// $1 key, $2 token, $3 until, $4 fingerprint, $5 result. The first
-	// reason that applies is reported: the table forgot its claims, until
-	// is not after the database's clock, the lease is no longer live and
-	// the holder's.
-	//
-	// $6 is the transaction id the work's BEGIN read (NULL when BEGIN is
-	// sent in the fence's own pipeline): a fence that runs in any other
-	// transaction (the handler's SQL ended the work's and began another)
-	// matches no row and fails as escaped, checked first, in the same
-	// statement. It is called by its schema: a handler's search_path
-	// that names its own schema before pg_catalog must not reach
-	// functions of that schema. synchronous_commit is set by a statement
-	// of its own after the fence (see syncCommitSQL).
-	//
-	// $7 is the commit's nonce, in the text of every refusal (see
-	// [fenceReason]).
-	s.fenceSQL = fenceSQL(t)
 	// A claim in a caller's transaction also checks, in its own
 	// statement, that the transaction is on the store's database ($4) of
 	// the store's server ($5, its system identifier, $6 and $7, its port
@@ -71,7 +53,18 @@ func (s *Store) prepareWork() {
 }
 
 // fenceSQL is the fence of a work of [Store.BeginWork] on the table t
-// (schema-qualified): see [Store.prepareWork].
+// (schema-qualified), the statement of its fence function (see
+// [workFns]). $1 key, $2 token, $3 until, $4 fingerprint, $5 result. The
+// first reason that applies is reported: the table forgot its claims,
+// until is not after the database's clock, the lease is no longer live
+// and the holder's.
+//
+// $6 is the transaction id the work's BEGIN read (NULL when BEGIN is
+// sent in the fence's own pipeline): a fence that runs in any other
+// transaction (the handler's SQL ended the work's and began another)
+// matches no row and fails as escaped, checked first, in the same
+// statement. $7 is the commit's nonce, in the text of every refusal (see
+// [fenceReason]).
 func fenceSQL(t string) string {
 	return `WITH x AS (SELECT $6::bigint IS NULL OR pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
 m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),

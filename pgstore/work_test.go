@@ -677,7 +677,7 @@ func benchWork(b *testing.B, s *Store) {
 			w.stop()
 			defer w.pc.Release()
 			var zero int
-			if err := w.conn.QueryRow(bg(), s.fenceSQL, w.key, w.token, pgTime(until), fp, result, &w.xid, "").Scan(&zero); err != nil {
+			if err := w.conn.QueryRow(bg(), fenceSQL(s.table), w.key, w.token, pgTime(until), fp, result, &w.xid, "").Scan(&zero); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := w.conn.Exec(bg(), "commit"); err != nil {

@@ -590,9 +590,11 @@ func workHandlersPreparedStatementNeverStandsInForTheStores(t *testing.T) {
 			pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
 			s := storeOn(t, pool)
 			table := chargeTable(t, pool)
-			fence, params := s.fenceSQL, "bytea, text, timestamptz, bytea, bytea, bigint"
+			// The fence's call, under the name pgx's statement cache
+			// would give it.
+			fence, params := s.fenceCall, "bytea, text, timestamptz, bytea, bytea, bigint, text, text"
 			if way.name == "AcquireWork" {
-				fence, params = s.lockedFenceSQL, params+", bigint"
+				fence, params = s.lockedFenceCall, "bytea, text, timestamptz, bytea, bytea, bigint, bigint, text, text"
 			}
 			name := stmtcacheName(fence)
 			for i, attack := range []bool{false, true} {
