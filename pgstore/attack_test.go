@@ -43,10 +43,7 @@ func workHoldableCursorRunsNothingAfterTheFence(t *testing.T) {
 	pool := p.pool(t)
 	for k, way := range workWays {
 		t.Run(way.name, func(t *testing.T) {
-			name := uniqueTable(t, pool)
-			if err := Migrate(bg(), pool, name); err != nil {
-				t.Fatal(err)
-			}
+			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			table := chargeTable(t, pool)
 			seen := newTable(t, pool, "seen_", "k bytea NOT NULL, setting text NOT NULL, state text NOT NULL, lsn pg_lsn NOT NULL")
@@ -234,10 +231,7 @@ func workSessionAttacks(t *testing.T) {
 			} {
 				t.Run(attack.name, func(t *testing.T) {
 					pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
-					name := uniqueTable(t, pool)
-					if err := Migrate(bg(), pool, name); err != nil {
-						t.Fatal(err)
-					}
+					name := migratedTable(t, pool)
 					t.Cleanup(func() {
 						admin.Exec(context.Background(), `DROP FUNCTION IF EXISTS public."`+name+`_reset"(int)`)
 						admin.Exec(context.Background(), `DROP FUNCTION IF EXISTS public."`+name+`_fence"(bytea, text, timestamptz, bytea, bytea, bigint, text, text, int)`)

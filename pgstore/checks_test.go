@@ -37,10 +37,7 @@ func forgottenTableRefusesEveryClaim(t *testing.T) {
 		t.Run(strings.Fields(forget)[0], func(t *testing.T) {
 			p := needServer(t)
 			pool := p.pool(t)
-			name := uniqueTable(t, pool)
-			if err := Migrate(bg(), pool, name); err != nil {
-				t.Fatal(err)
-			}
+			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			until := time.Now().Add(time.Hour)
 			if first, err := s.Claim(bg(), "claimed", until); !first || err != nil {

@@ -260,10 +260,7 @@ func workCommitRunsWithTheAcceptedSynchronousCommit(t *testing.T) {
 	for _, path := range []string{"BeginWork", "AcquireWork"} {
 		t.Run(path, func(t *testing.T) {
 			// A table of its own: a row below puts a trigger on it.
-			name := uniqueTable(t, pool)
-			if err := Migrate(bg(), pool, name); err != nil {
-				t.Fatal(err)
-			}
+			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			seen := newTable(t, pool, "seen_", "k bytea NOT NULL, setting text NOT NULL, state text NOT NULL, lsn pg_lsn NOT NULL")
 			work := newTable(t, pool, "work_", "k bytea NOT NULL, off boolean NOT NULL")
@@ -376,10 +373,7 @@ func workTriggerRaisingTheFenceTextIsNotTheFence(t *testing.T) {
 	table := chargeTable(t, pool)
 	for k, way := range workWays {
 		t.Run(way.name, func(t *testing.T) {
-			name := uniqueTable(t, pool)
-			if err := Migrate(bg(), pool, name); err != nil {
-				t.Fatal(err)
-			}
+			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			fn := name + "_raise"
 			for _, sql := range []string{

@@ -23,10 +23,7 @@ func TestForgetContract(t *testing.T) {
 			t.Parallel() // a table of its own
 			p := needServer(t)
 			pool := p.pool(t)
-			name := uniqueTable(t, pool)
-			if err := Migrate(bg(), pool, name); err != nil {
-				t.Fatal(err)
-			}
+			name := migratedTable(t, pool)
 			replaytest.RunForgetContract(t,
 				func(t *testing.T) replaytest.Store { return storeOn(t, pool, func(o *Options) { o.Table = name }) },
 				func(t *testing.T) {

@@ -70,10 +70,7 @@ func newRefusesATableWithoutTheFunctions(t *testing.T) {
 	pool := needServer(t).pool(t)
 	for i := range 3 {
 		t.Run(fmt.Sprint("function ", i), func(t *testing.T) {
-			name := uniqueTable(t, pool)
-			if err := Migrate(bg(), pool, name); err != nil {
-				t.Fatal(err)
-			}
+			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			if _, err := pool.Exec(bg(), `DROP FUNCTION `+s.fnSigs[i]); err != nil {
 				t.Fatal(err)
@@ -97,10 +94,7 @@ func newRefusesFunctionsThatDiffer(t *testing.T) {
 		{"security definer", `ALTER FUNCTION %s SECURITY DEFINER`},
 	} {
 		t.Run(change.name, func(t *testing.T) {
-			name := uniqueTable(t, pool)
-			if err := Migrate(bg(), pool, name); err != nil {
-				t.Fatal(err)
-			}
+			name := migratedTable(t, pool)
 			s := storeOn(t, pool, func(o *Options) { o.Table = name })
 			if _, err := pool.Exec(bg(), fmt.Sprintf(change.sql, s.fnSigs[0])); err != nil {
 				t.Fatal(err)
@@ -115,10 +109,7 @@ func newRefusesFunctionsThatDiffer(t *testing.T) {
 // recheck refuse every call, until Migrate puts this version's back.
 func recheckRefusesAFunctionReplaced(t *testing.T) {
 	pool := needServer(t).pool(t)
-	name := uniqueTable(t, pool)
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.RecheckInterval = 50 * time.Millisecond })
 	if _, err := pool.Exec(bg(), `CREATE OR REPLACE FUNCTION `+s.fnSigs[1]+` RETURNS int LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN 0; END $$`); err != nil {
 		t.Fatal(err)
@@ -151,10 +142,7 @@ func recheckRefusesAFunctionReplaced(t *testing.T) {
 // version of a function (their rows' xmin stay).
 func migratingAgainLeavesTheFunctionsAlone(t *testing.T) {
 	pool := needServer(t).pool(t)
-	name := uniqueTable(t, pool)
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	xmins := func() string {
 		var x string

@@ -182,10 +182,7 @@ func recordRefusalsWriteNothing(t *testing.T) {
 func recordRefusesAForgottenOrFencedTable(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
-	name := uniqueTable(t, pool)
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name })
 	until := time.Now().Add(time.Hour)
 	l, err := s.AcquireRecord(bg(), "held", time.Minute, []byte("fp"))

@@ -279,10 +279,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 	})
 
 	t.Run("migrating again waits for nothing", func(t *testing.T) {
-		name := uniqueTable(t, pool)
-		if err := Migrate(bg(), pool, name); err != nil {
-			t.Fatal(err)
-		}
+		name := migratedTable(t, pool)
 		s := storeOn(t, pool, func(o *Options) { o.Table = name })
 		// An open transaction that wrote a row holds the table's ROW
 		// EXCLUSIVE lock: an ALTER TABLE would wait for it.

@@ -360,7 +360,22 @@ func uniquePrefix() string {
 func uniqueTable(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	name := "t_" + strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(uniquePrefix(), "test:"), ":"), "-", "")
-	t.Cleanup(func() { pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+name+`"`) })
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+name+`"`)
+		for _, fn := range workFns(name, "") { // the functions Migrate made
+			pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS "`+fn.name+`"(`+fn.params+`)`)
+		}
+	})
+	return name
+}
+
+// migratedTable is uniqueTable made by Migrate.
+func migratedTable(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	name := uniqueTable(t, pool)
+	if err := Migrate(bg(), pool, name); err != nil {
+		t.Fatal(err)
+	}
 	return name
 }
 

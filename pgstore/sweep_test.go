@@ -41,10 +41,7 @@ func TestSweep(t *testing.T) {
 func sweepDeletesOnlyExpiredRows(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
-	name := uniqueTable(t, pool)
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.SweepBatch = 7 })
 	const expired, live = 500, 50
 	for i := range expired + live {
@@ -113,10 +110,7 @@ func sweepDeletesOnlyExpiredRows(t *testing.T) {
 func sweeperRunsUntilClose(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
-	name := uniqueTable(t, pool)
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	name := migratedTable(t, pool)
 	var mu sync.Mutex
 	var deleted, sweeps int64
 	s := storeOn(t, pool, func(o *Options) {
@@ -223,10 +217,7 @@ func claimRacingASweepIsDecidedAgain(t *testing.T) {
 func sweepLocksOnlyTheRowsItDeletes(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
-	name := uniqueTable(t, pool)
-	if err := Migrate(bg(), pool, name); err != nil {
-		t.Fatal(err)
-	}
+	name := migratedTable(t, pool)
 	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.SweepBatch = 10; o.Timeout = 5 * time.Second })
 	for i := range 30 {
 		if _, err := s.Claim(bg(), fmt.Sprint("old-", i), time.Now().Add(time.Hour)); err != nil {
