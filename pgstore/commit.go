@@ -390,10 +390,9 @@ func (s *Store) commitSetting() string {
 
 // commitRefused reports whether the errors of the fence and of COMMIT, in
 // the pipeline that ends a work, prove that nothing was committed. Any
-// error the server answered to the fence (or to the statements around it
-// before COMMIT: BEGIN or SET CONSTRAINTS, synchronous_commit) does: their
-// results come before COMMIT runs, so the transaction was aborted, or the
-// session ended, before COMMIT. Of COMMIT, only an ERROR does (a deferred
+// error the server answered to the fence (or to the statement before it:
+// BEGIN or SET CONSTRAINTS) does: their results come before COMMIT runs,
+// so the transaction was aborted, or the session ended, before COMMIT. Of COMMIT, only an ERROR does (a deferred
 // constraint, a statement of the work that had failed):
 // PostgreSQL turns any error after the commit record into a PANIC, and a
 // FATAL or PANIC ends the session at a moment the message does not tell

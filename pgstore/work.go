@@ -169,8 +169,8 @@ func (w *work) Context(ctx context.Context) context.Context {
 	return WithTx(ctx, w.tx)
 }
 
-// Commit implements [replay.Work]: the fence statement and COMMIT, in
-// one round trip (see the comment at the top of this file). It returns
+// Commit implements [replay.Work]: the fence's call and COMMIT, in one
+// round trip (see the comment at the top of commit.go). It returns
 // nil once both the work and the done row are committed;
 // [replay.ErrLeaseLost] when the lease is no longer token's live lease by
 // the database's clock when the fence runs (rolled back); an error

@@ -67,7 +67,7 @@ func (w *work) escaped() bool {
 }
 
 // xidSQL reads the transaction's id in BEGIN's round trip: the fence
-// checks it (see [Store.prepareWork]).
+// checks it (see [fenceSQL]).
 const xidSQL = "select pg_catalog.txid_current()"
 
 // beginLocked sends BEGIN alone, before a statement that cannot carry it
