@@ -241,7 +241,7 @@ func (c checks) judge(st serverState) ([]risk, error) {
 	case !st.recordable:
 		return accepted, fmt.Errorf("%w: the table lacks the columns fingerprint and result (bytea) of replay.Recorder: it was made by an earlier pgstore (run pgstore.Migrate)", ErrConfig)
 	case !st.functions:
-		return accepted, fmt.Errorf("%w: the table's functions (<table>_fence, <table>_fence_locked, <table>_reset) are missing or not this version's (run pgstore.Migrate, or the SQL of pgstore.Schema), or another function of one of their names is in the table's schema (drop it: its overload makes their calls ambiguous)", ErrConfig)
+		return accepted, fmt.Errorf("%w: the table's functions (<table>_fence, <table>_fence_locked, <table>_reset) are missing or not this version's (run pgstore.Migrate, or the SQL of pgstore.Schema), or another function of one of their names is in the table's schema (drop it: its overload makes their calls ambiguous), or the role may not EXECUTE them (GRANT it)", ErrConfig)
 	case d.SynchronousCommit == "off" && !c.asyncCommit:
 		return accepted, fmt.Errorf("%w: synchronous_commit is off: a crash would forget acknowledged claims (set it on, or Options.AllowAsyncCommit)", ErrConfig)
 	case !st.fsync && !c.rollback:

@@ -20,7 +20,8 @@ import (
 //	<table>_reset()
 //	          ends what the handler changed of the session (see resetBody)
 //
-// A function's statements are planned once per session and run with no
+// A function's statements are parsed once per session, their plans kept
+// (PostgreSQL may plan one with parameters again), and run with no
 // message of the protocol each, where the same statements sent one by one
 // were parsed and planned at every commit (or, prepared by name, had to be
 // checked against the session's prepared statements, whose view
@@ -172,11 +173,12 @@ func quoteArrayElem(s string) string {
 // commit without its done row) nor SECURITY DEFINER (ALTER FUNCTION
 // changes neither source nor setting), and alone of its name in its
 // schema: an overload with defaults (<table>_reset(x int DEFAULT 0))
-// makes the store's call ambiguous.
+// makes the store's call ambiguous; and that the role may execute.
 const functionsCheckSQL = `(SELECT count(*) FROM unnest($2::text[], $3::text[], $4::text[]) f(sig, src, cfg)
   JOIN pg_proc p ON p.oid = to_regprocedure(f.sig) AND p.prosrc = f.src AND coalesce(array_to_string(p.proconfig, E'\n'), '') = f.cfg
     AND NOT p.proisstrict AND NOT p.prosecdef
     AND (SELECT count(*) FROM pg_proc o WHERE o.pronamespace = p.pronamespace AND o.proname = p.proname) = 1
+    AND has_function_privilege(p.oid, 'EXECUTE')
   JOIN pg_language l ON l.oid = p.prolang AND l.lanname = 'plpgsql') = cardinality($2::text[])`
 
 // setWorkFns sets, for the store's table (schema and name as resolved by

@@ -21,6 +21,7 @@ func TestWorkFunctions(t *testing.T) {
 	}{
 		{"New refuses a table without them", newRefusesATableWithoutTheFunctions},
 		{"New refuses functions that differ", newRefusesFunctionsThatDiffer},
+		{"New refuses a role that may not execute them", newRefusesARoleThatMayNotExecuteTheFunctions},
 		{"a recheck refuses a function replaced", recheckRefusesAFunctionReplaced},
 		{"migrating again leaves them alone", migratingAgainLeavesTheFunctionsAlone},
 		{"Schema's SQL makes them in the table's schema", schemaMakesTheFunctionsInTheTablesSchema},
@@ -193,4 +194,34 @@ func schemaMakesTheFunctionsInTheTablesSchema(t *testing.T) {
 		t.Fatalf("%d functions of %s in %s (%v); want 3", n, name, schema, err)
 	}
 	commitWork(t, s, "schema")
+}
+
+// newRefusesARoleThatMayNotExecuteTheFunctions: with EXECUTE on one of
+// the functions revoked from PUBLIC, a role granted the table's four
+// privileges is refused by New (ErrConfig naming EXECUTE) instead of a
+// store whose every Commit fails; granted EXECUTE, it runs works.
+func newRefusesARoleThatMayNotExecuteTheFunctions(t *testing.T) {
+	p := needServer(t)
+	admin := p.pool(t)
+	name := migratedTable(t, admin)
+	owner := storeOn(t, admin, func(o *Options) { o.Table = name })
+	role := "r_" + strings.Trim(strings.TrimPrefix(uniquePrefix(), "test:"), ":")
+	for _, q := range []string{`CREATE ROLE ` + role + ` LOGIN`, `GRANT SELECT, INSERT, UPDATE, DELETE ON "` + name + `" TO ` + role,
+		`REVOKE EXECUTE ON FUNCTION ` + owner.fnSigs[2] + ` FROM PUBLIC`} {
+		if _, err := admin.Exec(bg(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		admin.Exec(bg(), `DROP OWNED BY `+role)
+		admin.Exec(bg(), `DROP ROLE `+role)
+	})
+	pool := p.poolWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.User = role })
+	if s, err := New(bg(), pool, Options{Table: name, SweepInterval: -1}); s != nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "EXECUTE") {
+		t.Fatalf("New as a role that may not execute the reset: %v; want ErrConfig naming EXECUTE", err)
+	}
+	if _, err := admin.Exec(bg(), `GRANT EXECUTE ON FUNCTION `+owner.fnSigs[2]+` TO `+role); err != nil {
+		t.Fatal(err)
+	}
+	commitWork(t, storeOn(t, pool, func(o *Options) { o.Table = name }), "granted")
 }
