@@ -237,7 +237,8 @@ func workSessionAttacks(t *testing.T) {
 						admin.Exec(context.Background(), `DROP FUNCTION IF EXISTS public."`+name+`_fence"(bytea, text, timestamptz, bytea, bytea, bigint, text, text, int)`)
 						admin.Exec(context.Background(), `DROP FUNCTION IF EXISTS public."`+name+`_fence_locked"(bytea, text, timestamptz, bytea, bytea, bigint, bigint, text, text, int)`)
 					})
-					s := storeOn(t, pool, func(o *Options) { o.Table = name })
+					var r recorder
+					s := storeOn(t, pool, func(o *Options) { o.Table = name; r.options(o) })
 					table := chargeTable(t, pool)
 					if _, err := admin.Exec(bg(), `GRANT ALL ON `+table+` TO `+role); err != nil {
 						t.Fatal(err)
@@ -261,6 +262,10 @@ func workSessionAttacks(t *testing.T) {
 							}
 						}
 						if err := charge(ctx, table, id, "work"); err != nil {
+							t.Fatal(err)
+						}
+						var pid int32
+						if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 							t.Fatal(err)
 						}
 						if attacked {
@@ -287,6 +292,23 @@ func workSessionAttacks(t *testing.T) {
 						if attacked && attack.stuck {
 							if err != nil {
 								t.Fatalf("work %d: Commit = %v; want COMMIT's outcome (committed) to stand", j, err)
+							}
+							// The work's session ended: its backend leaves
+							// pg_stat_activity.
+							for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+								var alive bool
+								if err := admin.QueryRow(bg(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive); err != nil {
+									t.Fatal(err)
+								}
+								if !alive {
+									break
+								}
+								if time.Now().After(deadline) {
+									t.Fatalf("the work's session (pid %d) still lives 5 s after its reset failed; want its connection closed", pid)
+								}
+							}
+							if _, lines := r.count(0, "", "WARN", "reset after a committed work failed"); lines != 1 {
+								t.Fatalf("%d warnings of the failed reset; want 1", lines)
 							}
 							if _, err := New(bg(), admin, Options{Table: name, Prefix: "stuck:"}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "ambiguous") {
 								t.Fatalf("New with the overload in place = %v; want ErrConfig naming it", err)
