@@ -538,8 +538,11 @@ func recordWithStoppedReplicaIsNotDurable(t *testing.T) {
 	primary := newServer(t)
 	replica := newReplica(t, primary)
 	var ev events
-	s := provisioned(t, primary.client(), Options{Prefix: "durable:", Observer: ev.observe,
-		Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
+	// A timeout of 1 s: the first acquire's WAIT must not run out on a
+	// loaded machine (100 ms did, in a CI run beside other tests); each
+	// call with the replica stopped waits it out.
+	s := provisioned(t, primary.client(), Options{Prefix: "durable:", Observer: ev.observe, Timeout: 3 * time.Second,
+		Durability: Durability{Replicas: 1, Timeout: time.Second}})
 	ctx := context.Background()
 	fp, result := []byte("fp"), []byte("result")
 	up := acquireRecord(t, s, "up", fp, replay.LeaseAcquired)
