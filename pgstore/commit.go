@@ -49,6 +49,24 @@ var (
 	lockedFenceOIDs = []uint32{pgtype.ByteaOID, pgtype.TextOID, pgtype.TimestamptzOID, pgtype.ByteaOID, pgtype.ByteaOID, pgtype.Int8OID, pgtype.Int8OID, pgtype.TextOID, pgtype.TextOID}
 )
 
+// fenceMarkerSQL is the fences' CTE m: the marker row of the table t,
+// in the fence's own snapshot, with a history the server can vouch for.
+func fenceMarkerSQL(t string) string {
+	return `m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),`
+}
+
+// fenceAnswerSQL is the fences' last select: 0 when the CTE up wrote the
+// done row; otherwise it fails, casting to integer errFence, the nonce
+// (the parameter nonce), "_" and the first reason that applies (see
+// [fenceReason]).
+func fenceAnswerSQL(nonce string) string {
+	return `SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
+  ELSE pg_catalog.concat('` + errFence + `', ` + nonce + `::text, '_', CASE WHEN NOT (SELECT same FROM x) THEN 'escaped'
+    WHEN NOT EXISTS (SELECT 1 FROM m) THEN 'forgotten'
+    WHEN $3::timestamptz <= statement_timestamp() THEN 'expired'
+    ELSE 'lost' END)::int END`
+}
+
 // fenceReason returns the reason of the fence's own refusal in err, its
 // answer to the fence statement, or "" when err is not one. The fence
 // fails by casting to integer the text errFence, the commit's nonce (a

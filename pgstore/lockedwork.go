@@ -99,7 +99,7 @@ func (s *Store) prepareLockedWork() {
 	// Sent after lockSQL, as a statement of its own so that its snapshot
 	// follows the locks: the marker and the key's live row (or its
 	// layout-1 key's), as the acquire statement reports them.
-	s.lockedReadSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
+	s.lockedReadSQL = `WITH ` + fenceMarkerSQL(t) + `
 cur AS (
   SELECT state,
     CASE WHEN state = 'l' THEN ceil(extract(epoch FROM until - statement_timestamp()) * 1000000)::bigint ELSE 0 END AS wait,
@@ -133,11 +133,7 @@ up AS (
     WHERE r.until <= statement_timestamp() AND statement_timestamp() < now() + $7::bigint * interval '1 microsecond'
   RETURNING 1
 )
-SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
-  ELSE pg_catalog.concat('` + errFence + `', $8::text, '_', CASE WHEN NOT (SELECT same FROM x) THEN 'escaped'
-    WHEN NOT EXISTS (SELECT 1 FROM m) THEN 'forgotten'
-    WHEN $3::timestamptz <= statement_timestamp() THEN 'expired'
-    ELSE 'lost' END)::int END`
+` + fenceAnswerSQL("$8")
 }
 
 // AcquireWork implements [replay.WorkAcquirer]: in one round trip it

@@ -67,18 +67,14 @@ func (s *Store) prepareWork() {
 // [fenceReason]).
 func fenceSQL(t string) string {
 	return `WITH x AS (SELECT $6::bigint IS NULL OR pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
-m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
+` + fenceMarkerSQL(t) + `
 up AS (
   UPDATE ` + t + ` SET state = 'd', until = $3::timestamptz, fingerprint = $4::bytea, result = $5::bytea
   WHERE key = $1::bytea AND state = 'l' AND token = $2::text AND until > statement_timestamp()
     AND $3::timestamptz > statement_timestamp() AND EXISTS (SELECT 1 FROM m) AND (SELECT same FROM x)
   RETURNING 1
 )
-SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 0
-  ELSE pg_catalog.concat('` + errFence + `', $7::text, '_', CASE WHEN NOT (SELECT same FROM x) THEN 'escaped'
-    WHEN NOT EXISTS (SELECT 1 FROM m) THEN 'forgotten'
-    WHEN $3::timestamptz <= statement_timestamp() THEN 'expired'
-    ELSE 'lost' END)::int END`
+` + fenceAnswerSQL("$7")
 }
 
 // BeginWork implements [replay.Transactor]: it takes a connection of the
