@@ -135,7 +135,7 @@ END
 // schema-qualified name into the functions' text.
 func functionsSQL(table string) string {
 	var b strings.Builder
-	b.WriteString("DO $ctoken_migrate$\nDECLARE s text; r text; qt text;\nBEGIN\n")
+	b.WriteString("DO $ctoken_migrate$\nDECLARE s text; r text; qt text; src text;\nBEGIN\n")
 	b.WriteString("SELECT n.nspname, c.relname INTO STRICT s, r FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace\n")
 	b.WriteString("  WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('" + table + "');\n")
 	b.WriteString(`qt := pg_catalog.concat('"', pg_catalog.replace(s, '"', '""'), '"."', pg_catalog.replace(r, '"', '""'), '"');` + "\n")
@@ -145,11 +145,12 @@ func functionsSQL(table string) string {
 		if fn.config != "" {
 			set = " SET " + strings.Replace(fn.config, "=", " = ", 1)
 		}
+		b.WriteString("src := pg_catalog.replace($ctoken_fn$" + fn.body + "$ctoken_fn$, '" + fencePlaceholder + "', qt);\n")
 		b.WriteString("IF NOT EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(" + fn.params + ")', s, r || '" + suffix + "'))\n")
-		b.WriteString("    AND p.prosrc OPERATOR(pg_catalog.=) pg_catalog.replace($ctoken_fn$" + fn.body + "$ctoken_fn$, '" + fencePlaceholder + "', qt)\n")
+		b.WriteString("    AND p.prosrc OPERATOR(pg_catalog.=) src\n")
 		b.WriteString("    AND coalesce(p.proconfig, '{}') OPERATOR(pg_catalog.=) '{" + quoteArrayElem(fn.config) + "}' AND NOT p.proisstrict AND NOT p.prosecdef) THEN\n")
 		b.WriteString("  EXECUTE pg_catalog.format('CREATE OR REPLACE FUNCTION %I.%I(" + fn.params + ") RETURNS int LANGUAGE plpgsql" + set + " AS %L',\n")
-		b.WriteString("    s, r || '" + suffix + "', pg_catalog.replace($ctoken_fn$" + fn.body + "$ctoken_fn$, '" + fencePlaceholder + "', qt));\n")
+		b.WriteString("    s, r || '" + suffix + "', src);\n")
 		b.WriteString("END IF;\n")
 	}
 	b.WriteString("END $ctoken_migrate$")
