@@ -49,9 +49,11 @@ var (
 	lockedFenceOIDs = []uint32{pgtype.ByteaOID, pgtype.TextOID, pgtype.TimestamptzOID, pgtype.ByteaOID, pgtype.ByteaOID, pgtype.Int8OID, pgtype.Int8OID, pgtype.TextOID, pgtype.TextOID}
 )
 
-// fenceMarkerSQL is the fences' CTE m: the marker row of the table t,
-// in the fence's own snapshot, with a history the server can vouch for.
-func fenceMarkerSQL(t string) string {
+// markerCTE is the CTE m of the statements run in a work's transaction
+// (the fences, AcquireWork's read): the marker row of the table t by
+// statement_timestamp(), in the statement's own snapshot, with a history
+// the server can vouch for.
+func markerCTE(t string) string {
 	return `m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),`
 }
 

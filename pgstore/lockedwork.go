@@ -99,7 +99,7 @@ func (s *Store) prepareLockedWork() {
 	// Sent after lockSQL, as a statement of its own so that its snapshot
 	// follows the locks: the marker and the key's live row (or its
 	// layout-1 key's), as the acquire statement reports them.
-	s.lockedReadSQL = `WITH ` + fenceMarkerSQL(t) + `
+	s.lockedReadSQL = `WITH ` + markerCTE(t) + `
 cur AS (
   SELECT state,
     CASE WHEN state = 'l' THEN ceil(extract(epoch FROM until - statement_timestamp()) * 1000000)::bigint ELSE 0 END AS wait,
@@ -122,7 +122,7 @@ SELECT EXISTS (SELECT 1 FROM m), coalesce((SELECT state FROM cur), ''), coalesce
 // is the commit's nonce.
 func lockedFenceSQL(t string) string {
 	return `WITH x AS (SELECT pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
-m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= statement_timestamp() AND ` + historyGuardSQL + `),
+` + markerCTE(t) + `
 up AS (
   INSERT INTO ` + t + ` AS r (key, state, token, until, fingerprint, result)
   SELECT $1::bytea, 'd', $2::text, $3::timestamptz, $4::bytea, $5::bytea FROM m

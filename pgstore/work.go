@@ -67,7 +67,7 @@ func (s *Store) prepareWork() {
 // [fenceReason]).
 func fenceSQL(t string) string {
 	return `WITH x AS (SELECT $6::bigint IS NULL OR pg_catalog.txid_current() OPERATOR(pg_catalog.=) $6::bigint AS same),
-` + fenceMarkerSQL(t) + `
+` + markerCTE(t) + `
 up AS (
   UPDATE ` + t + ` SET state = 'd', until = $3::timestamptz, fingerprint = $4::bytea, result = $5::bytea
   WHERE key = $1::bytea AND state = 'l' AND token = $2::text AND until > statement_timestamp()
