@@ -246,21 +246,33 @@ func TestWrapTimeoutHandler(t *testing.T) {
 		}
 	})
 	t.Run("outside Wrap: the handler finishes under its own deadline, one charge, the retry gets it", func(t *testing.T) {
+		// The handler charges, then waits, on its own context, until the
+		// TimeoutHandler's 503 has reached the client (resume): it must
+		// see no cancellation, and the order charge, 503, receipt holds
+		// however slowly goroutines are scheduled. The TimeoutHandler's
+		// timeout is no mechanism: retries answered by it (a loaded
+		// machine) are retried until a generous deadline.
 		var charges atomic.Int32
-		f := newFixture(t, Config{Lease: 5 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+		resume := make(chan struct{})
+		f := newFixture(t, Config{Lease: time.Minute}, func(w http.ResponseWriter, r *http.Request) {
 			charges.Add(1)
 			select {
 			case <-r.Context().Done():
 				http.Error(w, r.Context().Err().Error(), http.StatusInternalServerError)
 				return
-			case <-time.After(100 * time.Millisecond):
+			case <-resume:
 			}
 			w.WriteHeader(http.StatusCreated)
 			io.WriteString(w, `{"id":"ch_1"}`)
 		})
-		h := http.TimeoutHandler(f.h, 50*time.Millisecond, "timed out")
-		var w *httptest.ResponseRecorder
-		for range 50 {
+		h := http.TimeoutHandler(f.h, 200*time.Millisecond, "timed out")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req(http.MethodPost, "/payments", "alice", key1, `{}`))
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("first answer %d, want the TimeoutHandler's 503", w.Code)
+		}
+		close(resume)
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 			w = httptest.NewRecorder()
 			h.ServeHTTP(w, req(http.MethodPost, "/payments", "alice", key1, `{}`))
 			if w.Code != http.StatusServiceUnavailable && w.Code != http.StatusConflict {

@@ -435,6 +435,13 @@ func effectsOnceAroundAFault(t *testing.T, s *Store, admin *pgxpool.Pool, what s
 // nothing of that run is kept but a lost reply's commit, and the retries
 // (a charge's client, a Standard Webhooks sender) end with each key's
 // effect committed exactly once.
+//
+// No case races the clock: a fault happens at an event (the handler ran,
+// its backend reached its Commit, the server ended its session), and
+// every duration is a generous bound. The lease is the mechanism only
+// where the case is about it (the session idle past its lease); the lost
+// reply gets a lease no loaded machine outlives, since its premise is a
+// COMMIT that the fence let through.
 func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 	const lease = time.Second
 	p := needServer(t)
@@ -445,8 +452,9 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 	tests := []struct {
 		name  string
 		fault func(ctx context.Context, tx pgx.Tx, key string) bool
-		kept  bool // the first run's effect is committed
-		slow  bool // COMMITs of a run that set effect.slow_commit wait
+		kept  bool          // the first run's effect is committed
+		lease time.Duration // the work's lease, when not lease
+		slow  bool          // COMMITs of a run that set effect.slow_commit wait
 		pool  func(t *testing.T) *pgxpool.Pool
 	}{
 		{name: "statement_timeout", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
@@ -457,7 +465,13 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			return true
 		}},
 		{name: "idle_in_transaction_session_timeout", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
-			time.Sleep(lease + 300*time.Millisecond) // ignores its context: stalls past the lease
+			// Stalls, ignoring its context, until the server has ended its
+			// session for idling in its transaction past the lease.
+			var pid int32
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return false
+			}
+			waitSessionEnded(t, admin, pid, 30*time.Second)
 			return true
 		}},
 		{name: "pg_terminate_backend mid-handler", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
@@ -482,7 +496,7 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			}()
 			return true
 		}},
-		{name: "lost COMMIT reply", kept: true, fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
+		{name: "lost COMMIT reply", kept: true, lease: time.Minute, fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
 			var pid int32
 			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 				return false
@@ -506,7 +520,11 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			if tc.slow {
 				slowCommits(t, admin, app.table)
 			}
-			base := serveApp(t, app.handler(t, s, lease))
+			l := lease
+			if tc.lease != 0 {
+				l = tc.lease
+			}
+			base := serveApp(t, app.handler(t, s, l))
 			keys := effectKeyNames(8)
 			signer := whSigner(t)
 			client := &http.Client{Timeout: 10 * time.Second}
@@ -528,7 +546,7 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			case !tc.kept && len(got) != 0:
 				t.Fatalf("effects kept from runs their fault ended: %v", got)
 			case tc.kept && len(got) != len(keys):
-				t.Fatalf("%d keys' effects committed by runs whose COMMIT reply was lost, want %d", len(got), len(keys))
+				t.Fatalf("%d keys' effects committed by runs whose COMMIT reply was lost (%d replies dropped), want %d", len(got), dropper.dropped.Load(), len(keys))
 			}
 			seen, _ := effectLoad(t, func() string { return base }, keys, 0, 20*time.Second)
 			effectsOncePerKey(t, admin, app.table, keys, seen)
@@ -545,6 +563,22 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitSessionEnded waits until the backend pid is gone from the server,
+// within limit (a generous bound: reaching it fails t).
+func waitSessionEnded(t testing.TB, admin *pgxpool.Pool, pid int32, limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var live bool
+		if err := admin.QueryRow(bg(), `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&live); err != nil {
+			t.Error(err)
+			return
+		}
+		if !live {
+			return
+		}
+	}
+	t.Errorf("backend %d still runs after %v", pid, limit)
 }
 
 // slowCommits makes the Commit of a work that wrote into table and set
@@ -597,6 +631,8 @@ type commitReplyDropper struct {
 	target string
 	mu     sync.Mutex
 	doomed map[int32]bool
+	// dropped counts the COMMITs whose reply was dropped.
+	dropped atomic.Int32
 }
 
 func newCommitReplyDropper(t testing.TB, target string) *commitReplyDropper {
@@ -681,6 +717,7 @@ func (d *commitReplyDropper) serve(c net.Conn) {
 				if d.doomed[pid.Load()] {
 					delete(d.doomed, pid.Load())
 					dropping.Store(true)
+					d.dropped.Add(1)
 				}
 				d.mu.Unlock()
 			}

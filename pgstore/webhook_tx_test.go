@@ -86,20 +86,24 @@ func TestWebhook(t *testing.T) {
 // deliveries as concurrent copies to three instances (each its own Store
 // and pool, one table), over HTTP on 127.0.0.1, each copy retried until it
 // is acknowledged; the handler inserts the consumer's row in the
-// delivery's transaction, and its first attempt at every delivery sleeps
-// past its lease before answering 201, so that a copy takes the delivery
-// over meanwhile. Every delivery ends with exactly one row.
+// delivery's transaction, and its first attempt at every delivery waits,
+// ignoring its context, until a copy has taken the delivery over (the
+// handler runs again for it) before answering 201. Every delivery ends
+// with exactly one row. The test waits on that event, not on the clock:
+// the lease is generous (its Confirm gets a quarter of it, which a loaded
+// machine's commit must fit in), and the first attempt outlives it only
+// because it waits for the take-over.
 func webhookTransactionalKeepsOneRowPerDelivery(t *testing.T) {
 	const (
 		deliveries = 8
 		copies     = 4
-		lease      = 400 * time.Millisecond
+		lease      = 4 * time.Second
 	)
 	p := needServer(t)
 	stores := fleetStores(t, p, 15*time.Second)
 	table := runsTable(t, stores[0].pool)
 	var attempts, lost atomic.Int32
-	var slow sync.Map // delivery ID → its first attempt has started
+	var takenOver sync.Map // delivery ID → *takeover, closed when a second attempt runs the handler
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d, _ := webhook.DeliveryFrom(r.Context())
 		tx, err := TxFrom(r.Context())
@@ -112,8 +116,15 @@ func webhookTransactionalKeepsOneRowPerDelivery(t *testing.T) {
 			http.Error(w, "insert failed", http.StatusServiceUnavailable)
 			return
 		}
-		if _, seen := slow.LoadOrStore(d.ID, true); !seen {
-			time.Sleep(2 * lease) // ignores its context: outlives its lease
+		over := &takeover{ch: make(chan struct{})}
+		if first, seen := takenOver.LoadOrStore(d.ID, over); seen {
+			first.(*takeover).once.Do(func() { close(first.(*takeover).ch) })
+		} else {
+			select { // ignores its context: outlives its lease
+			case <-over.ch:
+			case <-time.After(30 * time.Second):
+				t.Errorf("%s: no copy took the delivery over within 30 s", d.ID)
+			}
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
@@ -181,7 +192,7 @@ func webhookTransactionalKeepsOneRowPerDelivery(t *testing.T) {
 						errs <- fmt.Errorf("%s: still 503 after %d attempts", id, k+1)
 						return
 					}
-					time.Sleep(lease / 4)
+					time.Sleep(200 * time.Millisecond)
 				}
 			}()
 		}
@@ -613,4 +624,10 @@ func BenchmarkWebhookTransactional(b *testing.B) {
 			w.WriteHeader(http.StatusCreated)
 		})))
 	})
+}
+
+// takeover is closed once another attempt at a delivery runs its handler.
+type takeover struct {
+	once sync.Once
+	ch   chan struct{}
 }
