@@ -64,8 +64,8 @@ func (s *Store) claimAlone(ctx context.Context, id string, until int64) (first, 
 	}
 	if err != nil {
 		// The outcome is unknown (a failed commit may have reached the
-		// disk); the connection is discarded, as after a failed COMMIT.
-		s.dropWriter()
+		// disk), as after a failed COMMIT.
+		s.commitFailed(ctx, err)
 		return false, true, unavailable(ctx, err)
 	}
 	if n == 1 {

@@ -149,6 +149,7 @@ type Store struct {
 	normal      bool // a connection ran synchronous=NORMAL at New (AllowNormalSync)
 	allowNormal bool
 	wal         bool
+	journal     string // journal_mode at New, lower case
 	path        string // the main database file
 	log         *slog.Logger
 	now         func() time.Time
@@ -161,6 +162,9 @@ type Store struct {
 	writeMu chan struct{}
 	ops     chan *op
 	wc      *wconn // the writer's connection, under writeMu (writer.go)
+	// ioErr: a write failed with an I/O error, and no checkpoint has
+	// settled the files since (under writeMu; writer.go).
+	ioErr bool
 	// closedConn is a closed connection: a Tx's statement after its Work
 	// ended runs on it and fails with sql.ErrConnDone.
 	closedConn *sql.Conn
@@ -275,7 +279,7 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 		return nil, err
 	}
 	s.allowNormal = opts.AllowNormalSync
-	s.wal, s.path, s.normal = set.wal(), set.path, set.synchronous < syncFull
+	s.wal, s.journal, s.path, s.normal = set.wal(), set.journal, set.path, set.synchronous < syncFull
 	if err := s.guard.open(ctx, s, conn); err != nil {
 		return nil, err
 	}

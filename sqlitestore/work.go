@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,14 +120,28 @@ func (c callerTx) step(ctx context.Context, s *Store, fn func(q querier, now int
 	}
 	q := connQuerier{ctx, c.tx}
 	now := s.now().UnixNano()
-	inc, fence, _, err := s.marker(q)
+	// The marker, and the settings the transaction commits with: its
+	// connection is the caller's, and may have been lowered.
+	var (
+		inc     string
+		fence   int64
+		level   int
+		journal string
+	)
+	err := q.queryRow(`SELECT token, until, (SELECT synchronous FROM pragma_synchronous), (SELECT journal_mode FROM pragma_journal_mode) FROM `+s.table+` WHERE key = `+markerKey+` AND state = 'm'`).Scan(&inc, &fence, &level, &journal)
 	switch {
-	case errors.Is(err, errNoTable):
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%w: the table's marker row is missing (the table was emptied)", ErrForgotten)
+	case err != nil && isNoTable(err):
 		return fmt.Errorf("%w: the transaction of WithTx is not on the store's database (no table %s)", ErrConfig, unquote(s.table))
 	case err != nil:
 		return unavailable(ctx, err)
 	case inc != s.guard.incarnation:
 		return fmt.Errorf("%w: the transaction of WithTx is not on the store's database (another incarnation)", ErrConfig)
+	case level < syncNormal || level < syncFull && !s.allowNormal:
+		return fmt.Errorf("%w: %w: the transaction of WithTx runs on a connection with synchronous=%s: its commit would be acknowledged before it is on the disk (set FULL in the DSN, for every connection)", ErrUnavailable, ErrConfig, syncNames[level])
+	case strings.ToLower(journal) != s.journal:
+		return fmt.Errorf("%w: %w: the transaction of WithTx runs on a connection with journal_mode=%s, not the %s the store was opened with", ErrUnavailable, ErrConfig, strings.ToUpper(journal), strings.ToUpper(s.journal))
 	case fence > now:
 		return fenced{time.Unix(0, fence), 0}
 	}
@@ -186,7 +201,9 @@ func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Re
 	if w.ended {
 		return nil, sql.ErrTxDone
 	}
-	return w.conn.ExecContext(ctx, query, args...)
+	res, err := w.conn.ExecContext(ctx, query, args...)
+	w.s.sawIOError(err) // the Work holds writeMu
+	return res, err
 }
 
 // QueryContext runs a query in the work's transaction. Close the Rows
@@ -198,7 +215,9 @@ func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.
 	if w.ended {
 		return nil, sql.ErrTxDone
 	}
-	return w.conn.QueryContext(ctx, query, args...)
+	rows, err := w.conn.QueryContext(ctx, query, args...)
+	w.s.sawIOError(err) // the Work holds writeMu
+	return rows, err
 }
 
 // QueryRowContext runs a query expected to return at most one row in the
@@ -347,7 +366,7 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 		return w.end(ctx, unavailable(ctx, err))
 	}
 	if _, err := q.exec(`COMMIT`); err != nil {
-		w.drop(false)
+		w.drop(s.commitFailed(ctx, err))
 		return unavailable(ctx, fmt.Errorf("commit: %w", err))
 	}
 	if w.bump {

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
@@ -215,6 +216,7 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 	if err := s.guard.refused(); err != nil {
 		return err
 	}
+	defer func() { s.sawIOError(err) }()
 	wc, level, err := s.writerConn(ctx)
 	if err != nil {
 		return err
@@ -271,8 +273,9 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 	}
 	committed = true
 	if _, err := q.exec(`COMMIT`); err != nil {
-		// The outcome is unknown to the callers; the connection is
-		// discarded so no transaction is left open on it.
+		// The outcome is unknown to the callers. The connection is kept,
+		// rolled back (see commitFailed).
+		clean = s.commitFailed(ctx, err)
 		return unavailable(ctx, fmt.Errorf("commit: %w", err))
 	}
 	clean = true
@@ -282,21 +285,108 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 	return nil
 }
 
+// An I/O error is a loss until proven otherwise. Linux reports a failed
+// write-back once, at the next fsync, and marks the failed pages clean:
+// the page cache keeps bytes the disk never got, and a later fsync
+// succeeds. In WAL mode those bytes may be frames SQLite counts as
+// committed (a batch of leases commits without an fsync, so its frames
+// are synced by the next durable commit, the one that failed), and every
+// commit after them is appended to the WAL behind a hole that a power cut
+// opens: recovery stops at the hole, and every acknowledged commit after
+// it is gone. So after a write of the store fails with an I/O error
+// (SQLITE_IOERR), the store acknowledges nothing until a
+// checkpoint (wal_checkpoint(TRUNCATE)) has written every committed page
+// into the database file, synced it, and emptied the WAL: read through
+// the page cache, the checkpoint puts the pages the disk lost back on it.
+// The connection stays the writer's (see commitFailed): the frames of the
+// failed commit lie past the WAL index's end, where the next commit
+// overwrites them, and no recovery of the WAL index ever reads them.
+
+// sawIOError records err, when it is an I/O error, so that the writer
+// checkpoints before its next write. The caller holds writeMu.
+func (s *Store) sawIOError(err error) {
+	if err == nil || !isIOError(err) || s.ioErr {
+		return
+	}
+	s.ioErr = true
+	s.log.Warn("sqlitestore: a write failed with an I/O error: the store acknowledges nothing until a checkpoint has put every committed page on the disk", "table", unquote(s.table), "err", err)
+}
+
+// isIOError reports an error of SQLite's I/O family (SQLITE_IOERR and its
+// extended codes, a failed fsync among them: an ENOSPC from fsync too), as
+// the three drivers word it (SQLite's own message). A full disk
+// (SQLITE_FULL) is not one: the write that failed put nothing in the page
+// cache, and nothing earlier was dropped.
+func isIOError(err error) bool {
+	return strings.Contains(err.Error(), "disk I/O error")
+}
+
+// settle is the writer's first step after an I/O error (see above): a
+// checkpoint that writes every committed page into the database file,
+// syncs it and truncates the WAL. Until one succeeds, every write is
+// refused. Outside WAL mode a failed commit was rolled back from the
+// journal, synced, and nothing needs settling. The caller holds writeMu.
+func (s *Store) settle(ctx context.Context, wc *wconn) error {
+	if !s.ioErr {
+		return nil
+	}
+	if s.wal {
+		var busy, log, done int
+		if err := (stmtQuerier{ctx, wc}).queryRow(`PRAGMA main.wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil {
+			return unavailable(ctx, fmt.Errorf("after an I/O error, the checkpoint that puts committed pages on the disk failed (retried at the next call): %w", err))
+		}
+		if busy != 0 {
+			return fmt.Errorf("%w: after an I/O error, the checkpoint that puts committed pages on the disk could not finish (readers were busy; retried at the next call)", ErrUnavailable)
+		}
+	}
+	s.ioErr = false
+	s.log.Info("sqlitestore: after an I/O error, a checkpoint put every committed page on the disk; serving", "table", unquote(s.table))
+	return nil
+}
+
+// commitFailed ends the transaction of a COMMIT that failed (or of a
+// write in autocommit), whose outcome is unknown. The connection is
+// kept, not discarded: a connection opened in its place may rebuild the
+// WAL index from the frames of the failed commit, which the page cache
+// holds but the disk may not (see above). It reports whether the
+// connection is clean: no transaction left open; when ROLLBACK fails
+// otherwise than for no transaction, the connection is discarded. The
+// caller holds writeMu.
+func (s *Store) commitFailed(ctx context.Context, err error) bool {
+	s.sawIOError(err)
+	if s.wc == nil {
+		return true
+	}
+	_, rerr := (stmtQuerier{context.WithoutCancel(ctx), s.wc}).exec(`ROLLBACK`)
+	if rerr != nil && !strings.Contains(rerr.Error(), "no transaction is active") {
+		s.dropWriter()
+	}
+	return true
+}
+
 // writerConn is the store's writer connection: one connection of the pool
 // that the store holds for its life, with its statements prepared once,
 // so a commit neither checks a connection out of the pool nor compiles
 // its statements again. It is opened at the first write (and again after
 // a commit or a Work left it in doubt, which closes it). Its synchronous
-// setting is read when it is opened and again at the first use after
-// each Work (a handler's statements are the only ones but the store's
-// that reach it): a lowered setting refuses the write and closes the
-// connection, so nothing is ever committed on it. A connection holding
+// and journal_mode settings are read when it is opened and again at the
+// first use after each Work (a handler's statements are the only ones but
+// the store's that reach it): a lowered synchronous or another journal
+// refuses the write and closes the connection, so nothing is ever
+// committed on it. A connection holding
 // temporary objects (a handler's temporary trigger on the store's table
 // would fire for the store's statements) or attached databases is closed
 // then too, and replaced by another; a trigger on the store's table in
 // main refuses the write. The caller holds writeMu.
 func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
-	return s.openWriter(ctx, false)
+	wc, level, err := s.openWriter(ctx, false)
+	if err == nil {
+		err = s.settle(ctx, wc)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return wc, level, nil
 }
 
 // openWriter is writerConn; fresh says the connection is a second one,
@@ -320,6 +410,18 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 	if level < syncNormal || level < syncFull && !s.allowNormal {
 		s.dropWriter()
 		return nil, 0, fmt.Errorf("%w: %w: the store's connection runs synchronous=%s: set FULL in the DSN, for every connection, and never lower it in a handler", ErrUnavailable, ErrConfig, syncNames[level])
+	}
+	// The journal too: a handler's PRAGMA journal_mode = OFF (after its
+	// ROLLBACK) would make every later rollback of the connection keep
+	// what it was to undo.
+	var journal string
+	if err := (stmtQuerier{ctx, s.wc}).queryRow(`PRAGMA main.journal_mode`).Scan(&journal); err != nil {
+		s.dropWriter()
+		return nil, 0, unavailable(ctx, err)
+	}
+	if j := strings.ToLower(journal); j != s.journal {
+		s.dropWriter()
+		return nil, 0, fmt.Errorf("%w: %w: the store's connection runs journal_mode=%s, not the %s it was opened with: set it in the DSN, for every connection, and never change it in a handler", ErrUnavailable, ErrConfig, strings.ToUpper(j), strings.ToUpper(s.journal))
 	}
 	// A handler's temporary objects (a temporary trigger on the store's
 	// table fires for the store's own statements) and attached databases
