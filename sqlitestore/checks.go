@@ -118,6 +118,37 @@ func (c settings) faults(allowNormal bool) []string {
 	return faults
 }
 
+// checkLocks refuses a database whose connections do not lock the file
+// (a URI's nolock=1, vfs=unix-none, a VFS without locking): SQLite's write
+// lock is what makes a claim atomic across processes, and without it two
+// processes on the file both accept an ID. conn takes the write lock
+// (BEGIN IMMEDIATE, rolled back); a second connection of the pool, its
+// busy_timeout set to 0 (and discarded after, so no connection of the
+// pool keeps that setting), must be refused it.
+func checkLocks(ctx context.Context, db *sql.DB, conn *sql.Conn) error {
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return unavailable(ctx, fmt.Errorf("taking the write lock: %w", err))
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+	other, err := db.Conn(ctx)
+	if err != nil {
+		return unavailable(ctx, err)
+	}
+	defer discard(other)
+	if _, err := other.ExecContext(ctx, `PRAGMA busy_timeout = 0`); err != nil {
+		return unavailable(ctx, err)
+	}
+	_, err = other.ExecContext(ctx, `BEGIN IMMEDIATE`)
+	switch {
+	case err == nil:
+		_, _ = other.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
+		return fmt.Errorf("%w: two connections both took the database's write lock: the file is opened without locks (nolock=1, vfs=unix-none, or a VFS that does not lock), so two processes would both accept an ID: open it with the default VFS, without nolock", ErrConfig)
+	case !strings.Contains(err.Error(), "database is locked"):
+		return unavailable(ctx, fmt.Errorf("testing the write lock: %w", err))
+	}
+	return nil
+}
+
 // configFaults returns nil when there is no fault, ErrConfig naming the
 // fault when there is one, and when there are several ErrConfig naming each
 // in order ("2 configuration faults: a; b"), so that a user fixes the
@@ -185,43 +216,72 @@ type sidecar struct {
 
 func sidecarPath(db string) string { return db + "-ctoken" }
 
-// sideBase is the name the sidecar of table in the database file path is
-// made from: path for DefaultTable ("<path>-ctoken"), path-table for
-// another table, so tables sharing a file keep a sidecar each.
-func sideBase(path, table string) string {
+// sidecarFile is the sidecar of table in the database file path:
+// "<path>-ctoken" for DefaultTable, "<path>-ctoken.<table>" for another
+// table, so tables sharing a file keep a sidecar each, and no two
+// (path, table) pairs share one: a table name holds neither '-' nor '.'.
+func sidecarFile(path, table string) string {
 	if t := unquote(table); t != DefaultTable {
-		return path + "-" + t
+		return sidecarPath(path) + "." + t
 	}
-	return path
+	return sidecarPath(path)
 }
 
-func readSidecar(db string) (sidecar, bool, error) {
-	b, err := os.ReadFile(sidecarPath(db))
+// legacySidecarFile is the name versions before this one gave the sidecar
+// of a table other than DefaultTable, "<path>-<table>-ctoken", which is
+// also the default table's sidecar of the database file "<path>-<table>";
+// "" for DefaultTable.
+func legacySidecarFile(path, table string) string {
+	if t := unquote(table); t != DefaultTable {
+		return sidecarPath(path + "-" + t)
+	}
+	return ""
+}
+
+// tableSidecar reads the sidecar of table in the database file path. When
+// there is none, a sidecar of the legacy name is read instead, and legacy
+// says so: it counts only when it names the table's incarnation (it may
+// be another database's; the caller decides), and the store's next
+// record goes to the new name.
+func tableSidecar(path, table string) (c sidecar, ok, legacy bool, err error) {
+	c, ok, err = readSidecar(sidecarFile(path, table))
+	if ok || err != nil {
+		return c, ok, false, err
+	}
+	if old := legacySidecarFile(path, table); old != "" {
+		c, ok, err = readSidecar(old)
+		return c, ok, ok, err
+	}
+	return c, false, false, nil
+}
+
+func readSidecar(file string) (sidecar, bool, error) {
+	b, err := os.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
 		return sidecar{}, false, nil
 	}
 	if err != nil {
-		return sidecar{}, false, fmt.Errorf("%w: reading %s: %w", ErrUnavailable, sidecarPath(db), err)
+		return sidecar{}, false, fmt.Errorf("%w: reading %s: %w", ErrUnavailable, file, err)
 	}
 	var c sidecar
 	if err := json.Unmarshal(b, &c); err != nil || c.Incarnation == "" || c.Seq < 0 {
-		return sidecar{}, false, fmt.Errorf("%w: %s is not a sidecar of this store (remove it only if the database beside it is known to be complete)", ErrForgotten, sidecarPath(db))
+		return sidecar{}, false, fmt.Errorf("%w: %s is not a sidecar of this store (remove it only if the database beside it is known to be complete)", ErrForgotten, file)
 	}
 	return c, true, nil
 }
 
-// writeSidecar records c unless the file already holds a higher sequence
-// of the same incarnation (another process's store saw more). The write
-// is atomic (a renamed temporary file) and synced.
-func writeSidecar(db string, c sidecar, force bool) error {
+// writeSidecar records c in file unless it already holds a higher
+// sequence of the same incarnation (another process's store saw more).
+// The write is atomic (a renamed temporary file) and synced.
+func writeSidecar(file string, c sidecar, force bool) error {
 	if !force {
-		if old, ok, err := readSidecar(db); err == nil && ok && old.Incarnation == c.Incarnation && old.Seq >= c.Seq {
+		if old, ok, err := readSidecar(file); err == nil && ok && old.Incarnation == c.Incarnation && old.Seq >= c.Seq {
 			return nil
 		}
 	}
 	b, _ := json.Marshal(c)
-	dir := filepath.Dir(db)
-	f, err := os.CreateTemp(dir, filepath.Base(db)+"-ctoken.*.tmp")
+	dir := filepath.Dir(file)
+	f, err := os.CreateTemp(dir, filepath.Base(file)+".*.tmp")
 	if err != nil {
 		return err
 	}
@@ -236,7 +296,7 @@ func writeSidecar(db string, c sidecar, force bool) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, sidecarPath(db)); err != nil {
+	if err := os.Rename(tmp, file); err != nil {
 		return err
 	}
 	if d, err := os.Open(dir); err == nil {
@@ -267,11 +327,15 @@ func isNoTable(err error) bool { return strings.Contains(err.Error(), "no such t
 // sidecar, one write.
 func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	q := connQuerier{ctx, conn}
-	side, haveSide, err := readSidecar(sideBase(s.path, s.table))
+	side, haveSide, legacy, err := tableSidecar(s.path, s.table)
 	if err != nil {
 		return err
 	}
 	inc, _, seq, err := s.marker(q)
+	if legacy && err == nil && side.Incarnation != inc {
+		s.log.Warn("sqlitestore: a sidecar of the name older versions gave this table names another database (it may be the sidecar of the file it is named after); not used", "path", legacySidecarFile(s.path, s.table), "table", unquote(s.table))
+		haveSide = false
+	}
 	switch {
 	case errors.Is(err, errNoTable) && haveSide:
 		return fmt.Errorf("%w: the table %s is missing from %s, which a store used before (the file was deleted or replaced): run Rearm once you have decided", ErrForgotten, unquote(s.table), s.path)
@@ -405,8 +469,8 @@ func (g *guard) persist(s *Store) {
 	if seq <= g.persisted || g.sticky.Load() || g.incarnation == "" {
 		return
 	}
-	if err := writeSidecar(sideBase(s.path, s.table), sidecar{g.incarnation, seq}, false); err != nil {
-		s.log.Warn("sqlitestore: recording the database's sequence beside it failed; a restored older copy made now would not be found", "path", sidecarPath(sideBase(s.path, s.table)), "err", err)
+	if err := writeSidecar(sidecarFile(s.path, s.table), sidecar{g.incarnation, seq}, false); err != nil {
+		s.log.Warn("sqlitestore: recording the database's sequence beside it failed; a restored older copy made now would not be found", "path", sidecarFile(s.path, s.table), "err", err)
 		return
 	}
 	g.persisted = seq

@@ -137,32 +137,32 @@ func TestSidecar(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "replay.db")
 	t.Run("missing", func(t *testing.T) {
-		if _, ok, err := readSidecar(db); ok || err != nil {
+		if _, ok, err := readSidecar(sidecarPath(db)); ok || err != nil {
 			t.Fatalf("readSidecar = %v, %v; want none", ok, err)
 		}
 	})
 	t.Run("written and read back", func(t *testing.T) {
-		if err := writeSidecar(db, sidecar{"inc", 7}, false); err != nil {
+		if err := writeSidecar(sidecarPath(db), sidecar{"inc", 7}, false); err != nil {
 			t.Fatal(err)
 		}
-		c, ok, err := readSidecar(db)
+		c, ok, err := readSidecar(sidecarPath(db))
 		if !ok || err != nil || c != (sidecar{"inc", 7}) {
 			t.Fatalf("readSidecar = %+v, %v, %v", c, ok, err)
 		}
 	})
 	t.Run("a lower sequence never replaces a higher one", func(t *testing.T) {
-		if err := writeSidecar(db, sidecar{"inc", 3}, false); err != nil {
+		if err := writeSidecar(sidecarPath(db), sidecar{"inc", 3}, false); err != nil {
 			t.Fatal(err)
 		}
-		if c, _, _ := readSidecar(db); c.Seq != 7 {
+		if c, _, _ := readSidecar(sidecarPath(db)); c.Seq != 7 {
 			t.Fatalf("sequence %d after writing 3 over 7; want 7", c.Seq)
 		}
 	})
 	t.Run("force replaces it", func(t *testing.T) {
-		if err := writeSidecar(db, sidecar{"other", 1}, true); err != nil {
+		if err := writeSidecar(sidecarPath(db), sidecar{"other", 1}, true); err != nil {
 			t.Fatal(err)
 		}
-		if c, _, _ := readSidecar(db); c != (sidecar{"other", 1}) {
+		if c, _, _ := readSidecar(sidecarPath(db)); c != (sidecar{"other", 1}) {
 			t.Fatalf("sidecar %+v after a forced write", c)
 		}
 	})
@@ -177,7 +177,7 @@ func TestSidecar(t *testing.T) {
 			if err := os.WriteFile(sidecarPath(db), []byte(junk), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok, err := readSidecar(db); ok || !errors.Is(err, ErrForgotten) {
+			if _, ok, err := readSidecar(sidecarPath(db)); ok || !errors.Is(err, ErrForgotten) {
 				t.Fatalf("readSidecar(%q) = %v, %v; want ErrForgotten", junk, ok, err)
 			}
 		})
@@ -195,7 +195,7 @@ func FuzzReadSidecar(f *testing.F) {
 		if err := os.WriteFile(sidecarPath(db), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c, ok, err := readSidecar(db)
+		c, ok, err := readSidecar(sidecarPath(db))
 		if ok != (err == nil) {
 			t.Fatalf("ok %v with err %v", ok, err)
 		}

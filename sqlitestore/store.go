@@ -258,6 +258,7 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	if n := db.Stats().MaxOpenConnections; n == 1 {
 		faults = append(faults, "db.SetMaxOpenConns(1): the store needs two connections (its writer and a reader); set 0 or at least 2 (SQLite still has one writer)")
 	}
+	parent := ctx
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	conn, err := db.Conn(ctx)
@@ -276,6 +277,16 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 		return nil, err
 	}
 	if err := configFaults(append(faults, set.faults(opts.AllowNormalSync)...)); err != nil {
+		return nil, err
+	}
+	// New's writes wait for other processes as long as the DSN's
+	// busy_timeout lets them, on top of the store's own timeout.
+	if s.timeout >= 0 {
+		var wcancel context.CancelFunc
+		ctx, wcancel = context.WithTimeout(parent, s.timeout+time.Duration(set.busyTimeout)*time.Millisecond)
+		defer wcancel()
+	}
+	if err := checkLocks(ctx, db, conn); err != nil {
 		return nil, err
 	}
 	s.allowNormal = opts.AllowNormalSync

@@ -6,8 +6,10 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -73,6 +75,7 @@ func TestAcquireWork(t *testing.T) {
 		{"a refused Commit keeps nothing", acquireWorkCommitRefused},
 		{"handler's temp trigger never deletes the store's rows", func(t *testing.T, d Driver) { workTempTrigger(t, d, true) }},
 		{"handler's Rows left open never hang the store", acquireWorkRowsLeftOpen},
+		{"handler's journal_mode never reaches a later Work", acquireWorkJournalChanged},
 	})
 }
 
@@ -748,6 +751,69 @@ func acquireWorkRowsLeftOpen(t *testing.T, d Driver) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("Claim after a Work whose handler left its Rows open hangs")
 			}
+		})
+	}
+}
+
+// acquireWorkJournalChanged: a handler that ends its Work's transaction
+// and turns the connection's journal off (ROLLBACK; PRAGMA journal_mode =
+// OFF) never leaves the store's connection that way for a later Work: the
+// next write is refused naming journal_mode and the connection replaced,
+// and a later, well-behaved Work that is rolled back keeps none of its
+// writes. In rollback-journal mode (the setting is the connection's) and
+// in WAL mode (the file's: SQLite may refuse to leave it while other
+// connections are open).
+func acquireWorkJournalChanged(t *testing.T, d Driver) {
+	for _, journal := range []string{"DELETE", "WAL"} {
+		t.Run(journal, func(t *testing.T) {
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "replay.db")
+			db := d.OpenWith(t, path, With("journal_mode", journal))
+			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
+				t.Fatal(err)
+			}
+			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+			w, tx, _ := acquire(t, s, "bad", time.Minute, workFP)
+			if _, err := tx.ExecContext(ctx, `ROLLBACK; PRAGMA journal_mode = OFF; BEGIN`); err != nil {
+				t.Logf("the handler's PRAGMA journal_mode = OFF: %v", err)
+			}
+			w.Rollback(ctx)
+			var refused error
+			for attempt := 0; ; attempt++ {
+				r, w, err := s.AcquireWork(ctx, fmt.Sprint("good", attempt), time.Minute, workFP)
+				if err != nil {
+					if attempt > 0 || !errors.Is(err, sqlitestore.ErrConfig) || !strings.Contains(err.Error(), "journal_mode") {
+						t.Fatalf("AcquireWork %d after the handler's journal_mode = %v; want at most one refusal naming journal_mode", attempt, err)
+					}
+					refused = err
+					continue
+				}
+				if r.State != replay.LeaseAcquired {
+					t.Fatalf("AcquireWork = %+v", r)
+				}
+				tx, err := sqlitestore.TxFrom(w.Context(ctx))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range 50 {
+					insertApp(t, tx, fmt.Sprint("good-", i))
+				}
+				if err := w.Rollback(ctx); err != nil {
+					t.Fatalf("Rollback = %v", err)
+				}
+				break
+			}
+			var kept int
+			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM app`).Scan(&kept); err != nil {
+				t.Fatal(err)
+			}
+			if kept != 0 {
+				t.Fatalf("a rolled-back Work after the handler's journal_mode = OFF kept %d of its 50 rows", kept)
+			}
+			t.Logf("the next write after the handler's journal_mode = OFF: %v", refused)
 		})
 	}
 }

@@ -3,10 +3,13 @@ package drivertest
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +31,9 @@ func TestNew(t *testing.T) {
 		{"refuses invalid options", newRefusesInvalidOptions},
 		{"names every fault at once", newNamesEveryFaultAtOnce},
 		{"tables share a file", tablesShareAFile},
+		{"sidecar names never collide", sidecarNamesNeverCollide},
+		{"refuses a file without locks", newRefusesAFileWithoutLocks},
+		{"WithTx refuses a lowered connection", withTxRefusesALoweredConnection},
 		{"allow normal sync", allowNormalSync},
 		{"lowered connection refuses", loweredConnectionRefuses},
 		{"zero Store refuses", zeroStoreRefuses},
@@ -210,6 +216,156 @@ func tablesShareAFile(t *testing.T) {
 						t.Fatalf("round %d: Claim in table %q = %v, %v; want first only in round 0", round, table, first, err)
 					}
 				}
+			}
+		})
+	}
+}
+
+// sidecarNamesNeverCollide: the table audit in replay.db and the
+// default table in replay.db-audit (whose sidecars older versions both
+// named replay.db-audit-ctoken) are each migrated, built, used, closed
+// and built again; neither takes the other for a loss, and each keeps
+// its claims.
+func sidecarNamesNeverCollide(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			dir := t.TempDir()
+			stores := []struct{ path, table string }{
+				{filepath.Join(dir, "replay.db"), "audit"},
+				{filepath.Join(dir, "replay.db-audit"), ""},
+			}
+			dbs := make([]*sql.DB, len(stores))
+			for i, st := range stores {
+				dbs[i] = d.Open(t, st.path)
+				if err := sqlitestore.Migrate(ctx, dbs[i], st.table); err != nil {
+					t.Fatalf("Migrate(%s, table %q) = %v", filepath.Base(st.path), st.table, err)
+				}
+			}
+			until := time.Now().Add(time.Minute)
+			for round := range 2 {
+				for i, st := range stores {
+					s, err := sqlitestore.New(ctx, dbs[i], sqlitestore.Options{Table: st.table})
+					if err != nil {
+						t.Fatalf("round %d: New(%s, table %q) = %v", round, filepath.Base(st.path), st.table, err)
+					}
+					first, err := s.Claim(ctx, "id-"+strconv.Itoa(i), until)
+					s.Close()
+					if err != nil || first != (round == 0) {
+						t.Fatalf("round %d: Claim in %s, table %q = %v, %v; want first only in round 0", round, filepath.Base(st.path), st.table, first, err)
+					}
+				}
+			}
+			for _, name := range []string{"replay.db-ctoken.audit", "replay.db-audit-ctoken"} {
+				if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+					t.Errorf("sidecar %s: %v", name, err)
+				}
+			}
+		})
+	}
+}
+
+// newRefusesAFileWithoutLocks: a DSN that turns SQLite's file locks off
+// (the URI parameter nolock=1, the unix-none VFS) never gives a store:
+// New refuses it with ErrConfig naming the locks, or the driver refuses
+// the DSN, or the parameter has no effect on this driver and two
+// connections still cannot both take the write lock.
+func newRefusesAFileWithoutLocks(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, param := range []string{"nolock=1", "vfs=unix-none"} {
+				t.Run(param, func(t *testing.T) {
+					ctx := context.Background()
+					path := filepath.Join(t.TempDir(), "replay.db")
+					db, err := sql.Open(d.SQLName, d.DSN(path, Safe)+"&"+param)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { db.Close() })
+					if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+						t.Logf("%s: Migrate = %v (the driver refused the DSN)", param, err)
+						return
+					}
+					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{})
+					switch {
+					case errors.Is(err, sqlitestore.ErrConfig) && strings.Contains(err.Error(), "without locks"):
+						t.Logf("%s: New = %v", param, err)
+						return
+					case err != nil:
+						t.Fatalf("%s: New = %v; want ErrConfig naming the locks, or a store on a locked file", param, err)
+					}
+					s.Close()
+					a, b := conns(t, db)
+					if _, err := a.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+						t.Fatal(err)
+					}
+					defer a.ExecContext(ctx, `ROLLBACK`)
+					if _, err := b.ExecContext(ctx, `PRAGMA busy_timeout = 0`); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := b.ExecContext(ctx, `BEGIN IMMEDIATE`); err == nil {
+						t.Fatalf("%s: New served a store, and two connections both took the write lock", param)
+					}
+					t.Logf("%s: no effect on this driver (New served; the file locks)", param)
+				})
+			}
+		})
+	}
+}
+
+// conns returns two connections of db, closed (and dropped from the pool)
+// when the test ends.
+func conns(t *testing.T, db *sql.DB) (*sql.Conn, *sql.Conn) {
+	t.Helper()
+	var cs [2]*sql.Conn
+	for i := range cs {
+		c, err := db.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			c.Raw(func(any) error { return sqldriver.ErrBadConn })
+			c.Close()
+		})
+		cs[i] = c
+	}
+	return cs[0], cs[1]
+}
+
+// withTxRefusesALoweredConnection: a claim written with WithTx in a
+// transaction whose connection runs synchronous below FULL (set on that
+// connection after New) or another journal_mode is refused, with
+// ErrConfig and ErrUnavailable naming the setting; nothing is written.
+func withTxRefusesALoweredConnection(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, pragma := range []string{"synchronous = OFF", "synchronous = NORMAL"} {
+				t.Run(pragma, func(t *testing.T) {
+					ctx := context.Background()
+					db, _ := openMigrated(t, d)
+					s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+					c, _ := conns(t, db)
+					if _, err := c.ExecContext(ctx, `PRAGMA `+pragma); err != nil {
+						t.Fatal(err)
+					}
+					tx, err := c.BeginTx(ctx, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "lowered", time.Now().Add(time.Minute))
+					if first || !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, sqlitestore.ErrUnavailable) || !strings.Contains(err.Error(), "synchronous") {
+						t.Fatalf("Claim in a transaction on a connection with %s = %v, %v; want ErrConfig naming synchronous", pragma, first, err)
+					}
+					if err := tx.Commit(); err != nil {
+						t.Fatal(err)
+					}
+					if first, err := s.Claim(ctx, "lowered", time.Now().Add(time.Minute)); !first || err != nil {
+						t.Fatalf("Claim after the refused one = %v, %v; want first (nothing was written)", first, err)
+					}
+				})
 			}
 		})
 	}
