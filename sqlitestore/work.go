@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -50,17 +51,39 @@ type stepper interface {
 }
 
 // txOf is the transaction ctx carries for s, or nil. A Work of another
-// Store is not s's, even on the same file: the context reaches every
-// Store a handler uses.
+// Store on the same database file is joined, as a transaction of WithTx
+// would be: SQLite has one writer, which that Work holds, so a step of s
+// outside it would wait for it until busy_timeout (a one-time token
+// redeemed on one table inside a Work of another). A Work of a Store on
+// another file is not s's: the context reaches every Store a handler
+// uses.
 func (s *Store) txOf(ctx context.Context) stepper {
 	t, _ := ctx.Value(txKey{}).(stepper)
 	if t == nil {
 		return nil
 	}
 	if w, ok := t.(*Tx); ok && w.w.s != s {
-		return nil
+		if !os.SameFile(s.guard.info, w.w.s.guard.info) {
+			return nil
+		}
+		return joinedTx{w}
 	}
 	return t
+}
+
+// joinedTx is a Work of another Store on s's file, joined by s's steps.
+type joinedTx struct{ t *Tx }
+
+func (j joinedTx) store() *Store { return nil }
+
+func (j joinedTx) step(ctx context.Context, s *Store, fn func(q querier, now int64) error) error {
+	w := j.t.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return fmt.Errorf("%w: %w", ErrUnavailable, sql.ErrTxDone)
+	}
+	return s.stepIn(ctx, stmtQuerier{ctx, w.wc}, "a Work of another store on the file", fn)
 }
 
 // ErrNoTx reports a context that carries no transaction of a Work:
@@ -118,7 +141,13 @@ func (c callerTx) step(ctx context.Context, s *Store, fn func(q querier, now int
 	if c.tx == nil {
 		return fmt.Errorf("%w: WithTx with a nil *sql.Tx", ErrConfig)
 	}
-	q := connQuerier{ctx, c.tx}
+	return s.stepIn(ctx, connQuerier{ctx, c.tx}, "the transaction of WithTx", fn)
+}
+
+// stepIn runs fn in a transaction that is not the store's own (of
+// WithTx, or a joined Work: what names it): it first checks, in that
+// transaction, the marker and the settings its commit runs with.
+func (s *Store) stepIn(ctx context.Context, q querier, what string, fn func(q querier, now int64) error) error {
 	now := s.now().UnixNano()
 	// The marker, and the settings the transaction commits with: its
 	// connection is the caller's, and may have been lowered.
@@ -133,15 +162,15 @@ func (c callerTx) step(ctx context.Context, s *Store, fn func(q querier, now int
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("%w: the table's marker row is missing (the table was emptied)", ErrForgotten)
 	case err != nil && isNoTable(err):
-		return fmt.Errorf("%w: the transaction of WithTx is not on the store's database (no table %s)", ErrConfig, unquote(s.table))
+		return fmt.Errorf("%w: %s is not on the store's database (no table %s)", ErrConfig, what, unquote(s.table))
 	case err != nil:
 		return unavailable(ctx, err)
 	case inc != s.guard.incarnation:
-		return fmt.Errorf("%w: the transaction of WithTx is not on the store's database (another incarnation)", ErrConfig)
+		return fmt.Errorf("%w: %s is not on the store's database (another incarnation)", ErrConfig, what)
 	case level < syncNormal || level < syncFull && !s.allowNormal:
-		return fmt.Errorf("%w: %w: the transaction of WithTx runs on a connection with synchronous=%s: its commit would be acknowledged before it is on the disk (set FULL in the DSN, for every connection)", ErrUnavailable, ErrConfig, syncNames[level])
+		return fmt.Errorf("%w: %w: %s runs on a connection with synchronous=%s: its commit would be acknowledged before it is on the disk (set FULL in the DSN, for every connection)", ErrUnavailable, ErrConfig, what, syncNames[level])
 	case strings.ToLower(journal) != s.journal:
-		return fmt.Errorf("%w: %w: the transaction of WithTx runs on a connection with journal_mode=%s, not the %s the store was opened with", ErrUnavailable, ErrConfig, strings.ToUpper(journal), strings.ToUpper(s.journal))
+		return fmt.Errorf("%w: %w: %s runs on a connection with journal_mode=%s, not the %s the store was opened with", ErrUnavailable, ErrConfig, what, strings.ToUpper(journal), strings.ToUpper(s.journal))
 	case fence > now:
 		return fenced{time.Unix(0, fence), 0}
 	}

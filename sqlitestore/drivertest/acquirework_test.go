@@ -76,6 +76,7 @@ func TestAcquireWork(t *testing.T) {
 		{"handler's temp trigger never deletes the store's rows", func(t *testing.T, d Driver) { workTempTrigger(t, d, true) }},
 		{"handler's Rows left open never hang the store", acquireWorkRowsLeftOpen},
 		{"handler's journal_mode never reaches a later Work", acquireWorkJournalChanged},
+		{"a store of another table in the file joins the work", acquireWorkJoinedByAnotherTable},
 	})
 }
 
@@ -815,5 +816,49 @@ func acquireWorkJournalChanged(t *testing.T, d Driver) {
 			}
 			t.Logf("the next write after the handler's journal_mode = OFF: %v", refused)
 		})
+	}
+}
+
+// acquireWorkJoinedByAnotherTable: inside a Work of a store, a claim and
+// a lease on a store of another table in the same file (a one-time token
+// redeemed by the handler) are written in the Work's transaction, at
+// once, rather than waiting for SQLite's write lock the Work holds: they
+// hold when the Work commits and are gone when it rolls back. A store on
+// another file is not joined.
+func acquireWorkJoinedByAnotherTable(t *testing.T, d Driver) {
+	ctx := context.Background()
+	a, db := workStore(t, d, sqlitestore.Options{})
+	if err := sqlitestore.Migrate(ctx, db, "tokens"); err != nil {
+		t.Fatal(err)
+	}
+	b := mustStore(t, db, sqlitestore.Options{Table: "tokens", SweepInterval: -1})
+	otherDB, _ := openMigrated(t, d)
+	other := mustStore(t, otherDB, sqlitestore.Options{SweepInterval: -1})
+	until := time.Now().Add(time.Hour)
+	for _, commit := range []bool{false, true} {
+		id := fmt.Sprint("token-", commit)
+		w, _, wctx := acquire(t, a, fmt.Sprint("job-", commit), time.Minute, workFP)
+		if first, err := b.Claim(wctx, id, until); !first || err != nil {
+			t.Fatalf("Claim on the other table inside the Work = %v, %v; want first, at once", first, err)
+		}
+		if first, err := b.Claim(wctx, id, until); first || err != nil {
+			t.Fatalf("a second Claim inside the Work = %v, %v; want not first", first, err)
+		}
+		if l, err := b.AcquireLease(wctx, id+"-lease", time.Minute); err != nil || l.State != replay.LeaseAcquired {
+			t.Fatalf("AcquireLease on the other table inside the Work = %+v, %v", l, err)
+		}
+		if first, err := other.Claim(wctx, id, until); !first || err != nil {
+			t.Fatalf("Claim on a store of another file inside the Work = %v, %v; want first", first, err)
+		}
+		if commit {
+			if err := w.Commit(ctx, until, workFP, []byte("r")); err != nil {
+				t.Fatalf("Commit = %v", err)
+			}
+		} else if err := w.Rollback(ctx); err != nil {
+			t.Fatalf("Rollback = %v", err)
+		}
+		if first, err := b.Claim(ctx, id, until); first == commit || err != nil {
+			t.Fatalf("Claim after the Work (committed: %v) = %v, %v; want first only after a rollback", commit, first, err)
+		}
 	}
 }
