@@ -173,6 +173,10 @@ type guard struct {
 	gen         atomic.Int64 // checks run: a durable commit advances the sequence once per check
 	bumpedGen   int64        // gen when the sequence last advanced (under writeMu)
 	info        os.FileInfo  // the database file as New found it
+	// wal is the WAL file while the store's writer holds a connection
+	// (SQLite deletes the WAL only when its last connection closes): nil
+	// otherwise, and cleared before that connection closes.
+	wal atomic.Pointer[os.FileInfo]
 	refusal     atomic.Pointer[error]
 	sticky      atomic.Bool // the refusal is a loss: only a new Store after Rearm lifts it
 
@@ -449,6 +453,21 @@ func (g *guard) saw(seq int64) {
 	}
 }
 
+// walGone reports that the WAL the store's writer keeps open is no longer
+// the file at its path. A writer closed meanwhile (after which SQLite may
+// delete the WAL as its last connection closes) makes the answer no: the
+// file is compared only when the same record was in force before and
+// after the look.
+func (g *guard) walGone(path string) bool {
+	before := g.wal.Load()
+	if before == nil {
+		return false
+	}
+	info, err := os.Stat(path + "-wal")
+	gone := err != nil || !os.SameFile(info, *before)
+	return gone && g.wal.Load() == before
+}
+
 // fenced refuses calls while a fence set by Rearm lasts.
 type fenced struct {
 	end time.Time
@@ -526,6 +545,14 @@ func (s *Store) check(parent context.Context) {
 }
 
 func (s *Store) checkOnce(ctx context.Context) error {
+	// The files first: a connection's reads may fail once they are gone.
+	info, err := os.Stat(s.path)
+	if err != nil || !os.SameFile(info, s.guard.info) {
+		return fmt.Errorf("%w: the database file at %s was deleted or replaced while the store ran", ErrForgotten, s.path)
+	}
+	if s.guard.walGone(s.path) {
+		return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while the store ran (the commits in it are gone)", ErrForgotten, s.path)
+	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return unavailable(ctx, err)
@@ -540,10 +567,6 @@ func (s *Store) checkOnce(ctx context.Context) error {
 	}
 	if set.path != s.path {
 		return fmt.Errorf("%w: a connection of the pool opened %s, not %s", ErrUnavailable, set.path, s.path)
-	}
-	info, err := os.Stat(s.path)
-	if err != nil || !os.SameFile(info, s.guard.info) {
-		return fmt.Errorf("%w: the database file at %s was deleted or replaced while the store ran", ErrForgotten, s.path)
 	}
 	last := s.guard.seq.Load()
 	inc, _, seq, err := s.marker(connQuerier{ctx, conn})

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -446,6 +447,15 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 		return nil, 0, unavailable(ctx, err)
 	}
 	s.wc.level = level
+	if s.wal && s.guard.wal.Load() == nil {
+		// The WAL exists now (the trigger count read the database), and
+		// SQLite keeps it while this connection is open: the checker
+		// refuses when the path no longer names this file (see
+		// guard.walGone).
+		if info, err := os.Stat(s.path + "-wal"); err == nil {
+			s.guard.wal.Store(&info)
+		}
+	}
 	return s.wc, level, nil
 }
 
@@ -464,6 +474,7 @@ func (s *Store) dropWriter() {
 	}
 	wc := s.wc
 	s.wc = nil
+	s.guard.wal.Store(nil) // before the close, which may delete the WAL
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)
@@ -487,6 +498,7 @@ func (s *Store) closeWriter() {
 	if s.wc == nil {
 		return
 	}
+	s.guard.wal.Store(nil)
 	for _, st := range s.wc.stmts {
 		st.Close()
 	}

@@ -43,8 +43,12 @@ package drivertest
 //     directory to be synced. On a real disk an unlink not followed by a
 //     directory sync can be undone by a power cut: in journal_mode=DELETE
 //     with synchronous=FULL (not EXTRA) a deleted rollback journal may
-//     come back hot and roll back the commit it ended. This VFS does not
-//     simulate that.
+//     come back hot and roll back the commit it ended. With lazyUnlink
+//     set, the VFS simulates that: a Delete without a directory sync
+//     becomes durable only at the next successful Sync of any file (as
+//     ext4's journal commits an unlink with the next fsync that commits
+//     metadata) or the next Delete with one; a cut before brings the
+//     file back with its durable image.
 //   - A failed fsync drops exactly the byte ranges written since the last
 //     Sync; Linux drops whole pages (4 KiB) and a later writeback of a
 //     page dirtied again carries the page's bytes from the failed write
@@ -55,9 +59,11 @@ package drivertest
 //     masked), since they would bypass the model.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -228,6 +234,7 @@ type crashStats struct {
 	Syncs         int   // Sync calls that ran (not refused after a cut)
 	Writes        int   // writes that went through
 	FailedSyncs   int   // fsync failures injected (the errseq repeats included)
+	ErrseqRepeats int   // of those, errseq repeats
 	DroppedWrites int   // pending writes a failed Sync discarded
 	DroppedBytes  int64 // their bytes
 	Refused       int   // writes, truncations, Syncs and Deletes refused after the cut
@@ -235,20 +242,22 @@ type crashStats struct {
 
 // crashVFS is the VFS; see the top of the file.
 type crashVFS struct {
-	name   string
-	base   vfs.VFS
-	errseq bool
+	name       string
+	base       vfs.VFS
+	errseq     bool
+	lazyUnlink bool
 
-	mu        sync.Mutex
-	nodes     map[string]*crashNode
-	open      int
-	dead      bool
-	cutLeft   int // Syncs to let through before the cut; -1: not armed
-	cutKeep   bool
-	failLeft  int // matching Syncs to let through before the failure; -1: not armed
-	failMatch string
-	events    []string
-	stats     crashStats
+	mu          sync.Mutex
+	nodes       map[string]*crashNode
+	open        int
+	dead        bool
+	cutLeft     int // Syncs to let through before the cut; -1: not armed
+	cutKeep     bool
+	failLeft    int // matching Syncs to let through before the failure; -1: not armed
+	failMatch   string
+	failCommits int
+	events      []string
+	stats       crashStats
 }
 
 var crashVFSSeq atomic.Int64
@@ -260,6 +269,7 @@ func newCrashVFS(t testing.TB) *crashVFS {
 		name:     fmt.Sprintf("ctoken-crash-%d", crashVFSSeq.Add(1)),
 		base:     vfs.Find("os"),
 		nodes:    map[string]*crashNode{},
+		unlinked: map[string]*crashNode{},
 		cutLeft:  -1,
 		failLeft: -1,
 	}
@@ -298,11 +308,15 @@ func (v *crashVFS) CutNow() {
 
 // ArmSyncFailure makes the Sync of a file whose path ends with suffix (""
 // for any file) after the next after such Syncs fail, with Linux's
-// semantics (see the top of the file).
-func (v *crashVFS) ArmSyncFailure(suffix string, after int) {
+// semantics (see the top of the file). With minCommits > 0 the failure
+// waits, past those Syncs, for one whose pending writes hold at least
+// minCommits WAL commit frames (2: the frames of a commit made with
+// synchronous=NORMAL, which SQLite counts as committed, and those of the
+// commit whose fsync fails).
+func (v *crashVFS) ArmSyncFailure(suffix string, after, minCommits int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.failLeft, v.failMatch = after, suffix
+	v.failLeft, v.failMatch, v.failCommits = after, suffix, minCommits
 }
 
 // Dead reports whether the power is cut.
@@ -336,11 +350,16 @@ type crashCut struct {
 	PendingBytes  int64 // their bytes
 	ChangedFiles  int   // files whose image differs from the real file
 	ChangedSector int   // 512-byte sectors that differ (or exist on one side only)
+	Resurrected   int   // deleted files back (lazyUnlink)
 }
 
 func (c crashCut) String() string {
-	return fmt.Sprintf("%d files (%d removed), %d pending changes of %d bytes, %d files / %d sectors differ from the page cache",
+	s := fmt.Sprintf("%d files (%d removed), %d pending changes of %d bytes, %d files / %d sectors differ from the page cache",
 		c.Files, c.Removed, c.PendingOps, c.PendingBytes, c.ChangedFiles, c.ChangedSector)
+	if c.Resurrected > 0 {
+		s += fmt.Sprintf(", %d deleted files back", c.Resurrected)
+	}
+	return s
 }
 
 // PowerCut waits until every handle of the VFS is closed (the store and
@@ -368,14 +387,7 @@ func (v *crashVFS) PowerCut(mode crashMode, r *rand.Rand) (crashCut, error) {
 	}
 	v.dead = true
 	var c crashCut
-	paths := slices.Sorted(func(yield func(string) bool) {
-		for p := range v.nodes {
-			if !yield(p) {
-				return
-			}
-		}
-	})
-	for _, path := range paths {
+	for _, path := range slices.Sorted(maps.Keys(v.nodes)) {
 		n := v.nodes[path]
 		c.Files++
 		c.PendingOps += len(n.pending)
@@ -422,6 +434,20 @@ func (v *crashVFS) PowerCut(mode crashMode, r *rand.Rand) (crashCut, error) {
 			}
 		}
 	}
+	// Deletions the disk never got: the files come back.
+	for _, path := range slices.Sorted(maps.Keys(v.unlinked)) {
+		if v.nodes[path] != nil {
+			continue // made again and synced since: not possible, Syncs clear unlinked
+		}
+		n := v.unlinked[path]
+		if err := os.WriteFile(path, n.durable, 0o644); err != nil {
+			return c, err
+		}
+		n.pending = nil
+		v.nodes[path] = n
+		c.Resurrected++
+	}
+	clear(v.unlinked)
 	v.dead, v.cutLeft, v.failLeft = false, -1, -1
 	return c, nil
 }
@@ -498,8 +524,15 @@ func (v *crashVFS) Delete(name string, syncDir bool) error {
 	}
 	err := v.base.Delete(name, syncDir)
 	if err == nil {
-		// Durable at once: see the top of the file.
-		delete(v.nodes, filepath.Clean(name))
+		// Durable at once, unless lazyUnlink: see the top of the file.
+		path := filepath.Clean(name)
+		if n := v.nodes[path]; n != nil && n.exists && v.lazyUnlink && !syncDir {
+			v.unlinked[path] = n
+		}
+		if syncDir {
+			clear(v.unlinked)
+		}
+		delete(v.nodes, path)
 	}
 	return err
 }
@@ -585,7 +618,7 @@ func (f *crashFile) Sync(flags vfs.SyncFlag) error {
 		v.cutLeft--
 	}
 	if v.failLeft >= 0 && strings.HasSuffix(n.path, v.failMatch) {
-		if v.failLeft == 0 {
+		if v.failLeft == 0 && crashCommitFrames(n.pending) >= v.failCommits {
 			v.failLeft = -1
 			var b int64
 			for _, op := range n.pending {
@@ -594,24 +627,45 @@ func (f *crashFile) Sync(flags vfs.SyncFlag) error {
 			v.stats.FailedSyncs++
 			v.stats.DroppedWrites += len(n.pending)
 			v.stats.DroppedBytes += b
-			v.event("fsync failure at sync %d (%s): %d pending changes of %d bytes dropped, kept in the page cache", v.stats.Syncs, filepath.Base(n.path), len(n.pending), b)
+			commits := ""
+			if strings.HasSuffix(n.path, "-wal") {
+				commits = fmt.Sprintf(", %d WAL commit frames among them", crashCommitFrames(n.pending))
+			}
+			v.event("fsync failure at sync %d (%s): %d pending changes of %d bytes dropped%s, kept in the page cache", v.stats.Syncs, filepath.Base(n.path), len(n.pending), b, commits)
 			n.pending = nil
 			n.errSeq++
 			f.seenErr = n.errSeq
 			return sqlite3.IOERR_FSYNC
 		}
-		v.failLeft--
+		v.failLeft = max(v.failLeft-1, 0)
 	}
 	n.apply()
+	clear(v.unlinked)
 	if v.errseq && f.seenErr < n.errSeq {
 		// Linux reports a writeback error once to every open file
 		// description that was open when it happened.
 		f.seenErr = n.errSeq
 		v.stats.FailedSyncs++
+		v.stats.ErrseqRepeats++
 		v.event("fsync error reported again (errseq) at sync %d (%s), its writes applied", v.stats.Syncs, filepath.Base(n.path))
 		return sqlite3.IOERR_FSYNC
 	}
 	return nil
+}
+
+// crashCommitFrames counts the commit frames among a WAL's pending
+// writes: a frame header (24 bytes, written on its own) whose second
+// field, the database's size after a commit, is not 0. More than one
+// means a failed fsync dropped frames of a commit SQLite had already
+// counted as done (one with synchronous=NORMAL).
+func crashCommitFrames(ops []crashOp) int {
+	n := 0
+	for _, op := range ops {
+		if op.kind == crashWrite && len(op.data) == 24 && binary.BigEndian.Uint32(op.data[4:8]) != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 func (f *crashFile) DeviceCharacteristics() vfs.DeviceCharacteristic {

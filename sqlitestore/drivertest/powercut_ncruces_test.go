@@ -135,10 +135,12 @@ func pcStep(ctx context.Context, s *sqlitestore.Store, id string, kind pcKind) (
 }
 
 // pcRun runs the workload with 6 goroutines on fresh IDs prefix+"0",
-// prefix+"1"... until stop is closed.
-func pcRun(ctx context.Context, s *sqlitestore.Store, prefix string, stop <-chan struct{}, l *pcLedger) {
+// prefix+"1"... until stop is closed, beside a reader of db's (see
+// pcReader).
+func pcRun(ctx context.Context, s *sqlitestore.Store, db *sql.DB, prefix string, stop <-chan struct{}, l *pcLedger) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	wg.Go(func() { pcReader(ctx, db, stop) })
 	for range 6 {
 		wg.Go(func() {
 			for {
@@ -159,6 +161,34 @@ func pcRun(ctx context.Context, s *sqlitestore.Store, prefix string, stop <-chan
 		})
 	}
 	wg.Wait()
+}
+
+// pcReader is the application's reader: a connection of db held open for
+// the whole workload (as an application that reads beside the store holds
+// one), running short read transactions on the table effects. While it is
+// open, no other connection's close is the last one, which would
+// checkpoint the WAL (and so put back on the disk what a failed fsync
+// dropped from it).
+func pcReader(ctx context.Context, db *sql.DB, stop <-chan struct{}) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		var n int
+		if _, err := conn.ExecContext(ctx, `BEGIN`); err == nil {
+			_ = conn.QueryRowContext(ctx, `SELECT count(*) FROM effects`).Scan(&n)
+			time.Sleep(time.Duration(i%3) * time.Millisecond)
+			_, _ = conn.ExecContext(ctx, `COMMIT`)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // pcCheck asks s for every acknowledged ID again. again: accepted again
@@ -377,7 +407,7 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, r *rand.Rand) pcTotals {
 		stop, done := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(done)
-			pcRun(ctx, s, fmt.Sprintf("f%d-r%d-", files, round), stop, l)
+			pcRun(ctx, s, db, fmt.Sprintf("f%d-r%d-", files, round), stop, l)
 		}()
 		if !pcWait(10*time.Second, v.Dead) {
 			v.CutNow()
@@ -445,20 +475,25 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, r *rand.Rand) pcTotals {
 func TestFsyncErrorThenPowerCut(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
+	// The rounds of a case take its targets in turn.
+	anyFile := pcTarget{"", 0}
+	behindNormal := pcTarget{"-wal", 2}
+	dbFile := pcTarget{"replay.db", 0}
 	cases := []struct {
 		name    string
 		pragmas []Pragma
 		errseq  bool
+		targets []pcTarget
 	}{
-		{"WAL FULL", Safe, false},
-		{"WAL FULL errseq", Safe, true},
-		{"WAL FULL autocheckpoint 16", pcConfigs[1].pragmas, false},
-		{"DELETE FULL", With("journal_mode", "DELETE"), false},
+		{"WAL FULL", Safe, false, []pcTarget{anyFile, behindNormal}},
+		{"WAL FULL errseq", Safe, true, []pcTarget{behindNormal, anyFile}},
+		{"WAL FULL autocheckpoint 16", pcConfigs[1].pragmas, false, []pcTarget{dbFile, behindNormal}},
+		{"DELETE FULL", With("journal_mode", "DELETE"), false, []pcTarget{anyFile}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, uint64(i)))
-			tot := fsyncErrorRounds(t, tc.pragmas, tc.errseq, r)
+			tot := fsyncErrorRounds(t, tc.pragmas, tc.errseq, tc.targets, r)
 			t.Logf("%s: %v", tc.name, tot)
 			if tot.again > 0 || tot.lost > 0 {
 				t.Errorf("%d acknowledged IDs accepted again and %d otherwise lost after an fsync failure and a power cut; want 0", tot.again, tot.lost)
@@ -470,8 +505,26 @@ func TestFsyncErrorThenPowerCut(t *testing.T) {
 	}
 }
 
-func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, r *rand.Rand) pcTotals {
-	const rounds = 4
+// pcTarget is the Sync an fsync failure strikes (see
+// crashVFS.ArmSyncFailure): of a file whose path ends with suffix, and
+// behind at least minCommits WAL commits.
+type pcTarget struct {
+	suffix     string
+	minCommits int
+}
+
+func (p pcTarget) String() string {
+	switch {
+	case p.minCommits > 1:
+		return "the WAL's fsync behind a NORMAL commit"
+	case p.suffix == "":
+		return "any file's fsync"
+	}
+	return "the fsync of *" + p.suffix
+}
+
+func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcTarget, r *rand.Rand) pcTotals {
+	const rounds = 6
 	ctx := context.Background()
 	v := newCrashVFS(t)
 	v.errseq = errseq
@@ -487,12 +540,13 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, r *rand.Rand)
 			t.Fatalf("round %d: New: %v", round, err)
 		}
 		failedBefore := v.Stats().FailedSyncs
-		v.ArmSyncFailure("", r.IntN(40))
+		target := targets[round%len(targets)]
+		v.ArmSyncFailure(target.suffix, r.IntN(40), target.minCommits)
 		l := newPCLedger()
 		stop, done := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(done)
-			pcRun(ctx, s, fmt.Sprintf("r%d-", round), stop, l)
+			pcRun(ctx, s, db, fmt.Sprintf("r%d-", round), stop, l)
 		}()
 		failed := pcWait(10*time.Second, func() bool { return v.Stats().FailedSyncs > failedBefore })
 		failedAt := time.Now()
@@ -511,7 +565,7 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, r *rand.Rand)
 			t.Fatalf("round %d: %v", round, err)
 		}
 		if !failed {
-			t.Errorf("round %d: no fsync failure within 10 s (%d syncs)", round, st.Syncs)
+			t.Errorf("round %d: no fsync failure (%v) within 10 s (%d syncs)", round, target, st.Syncs)
 		}
 		after := 0
 		for _, at := range l.ackedAt {
@@ -530,8 +584,8 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, r *rand.Rand)
 			tot.refused++
 			missing, merr := pcMissing(ctx, db, l.acked)
 			tot.missingRefused += missing
-			t.Logf("round %d (%s; %v): %d calls, %d acknowledged (%d after the failure was seen), %d unavailable before the cut; New refused: %v; %d acknowledged IDs missing (read with SQL: %v)",
-				round, events, cut, l.calls, len(l.acked), after, unavailBefore, err, missing, merr)
+			t.Logf("round %d (%v: %s; %v): %d calls, %d acknowledged (%d after the failure was seen), %d unavailable before the cut; New refused: %v; %d acknowledged IDs missing (read with SQL: %v)",
+				round, target, events, cut, l.calls, len(l.acked), after, unavailBefore, err, missing, merr)
 			db.Close()
 			continue
 		case err != nil:
@@ -546,9 +600,12 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, r *rand.Rand)
 		tot.again += len(again)
 		tot.lost += len(lost)
 		tot.checkErrs += len(errs)
-		t.Logf("round %d (%s; %v): %d calls, %d acknowledged (%d after the failure was seen), %d unavailable before the cut; after the cut: %d accepted again %q, %d lost %q, %d check errors %v",
-			round, events, cut, l.calls, len(l.acked), after, unavailBefore,
+		t.Logf("round %d (%v: %s; %v): %d calls, %d acknowledged (%d after the failure was seen), %d unavailable before the cut; after the cut: %d accepted again %q, %d lost %q, %d check errors %v",
+			round, target, events, cut, l.calls, len(l.acked), after, unavailBefore,
 			len(again), again[:min(3, len(again))], len(lost), lost[:min(3, len(lost))], len(errs), errors.Join(errs[:min(2, len(errs))]...))
+	}
+	if errseq {
+		t.Logf("errseq: %d fsync errors reported again to another handle", v.Stats().ErrseqRepeats)
 	}
 	return tot
 }
@@ -708,7 +765,7 @@ func TestCrashVFS(t *testing.T) {
 		if err := other.PingContext(ctx); err != nil {
 			t.Fatal(err)
 		}
-		v.ArmSyncFailure("", 2+r.IntN(15))
+		v.ArmSyncFailure("", 2+r.IntN(15), 0)
 		var before, after []int
 		var failures []string
 		afterFail := 0
