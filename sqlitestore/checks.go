@@ -176,9 +176,9 @@ type guard struct {
 	// wal is the WAL file while the store's writer holds a connection
 	// (SQLite deletes the WAL only when its last connection closes): nil
 	// otherwise, and cleared before that connection closes.
-	wal atomic.Pointer[os.FileInfo]
-	refusal     atomic.Pointer[error]
-	sticky      atomic.Bool // the refusal is a loss: only a new Store after Rearm lifts it
+	wal     atomic.Pointer[os.FileInfo]
+	refusal atomic.Pointer[error]
+	sticky  atomic.Bool // the refusal is a loss: only a new Store after Rearm lifts it
 
 	mu        sync.Mutex // persist
 	persisted int64
