@@ -180,9 +180,10 @@ type guard struct {
 	refusal atomic.Pointer[error]
 	sticky  atomic.Bool // the refusal is a loss: only a new Store after Rearm lifts it
 
-	mu        sync.Mutex // persist
-	persisted int64
-	logged    string
+	mu            sync.Mutex // persist
+	persisted     int64
+	persistedBoot string
+	logged        string
 }
 
 func (g *guard) refused() error {
@@ -216,6 +217,22 @@ func (g *guard) clear() {
 type sidecar struct {
 	Incarnation string `json:"incarnation"`
 	Seq         int64  `json:"seq"`
+	// Boot is the kernel's boot id while a store with synchronous=NORMAL
+	// (Options.AllowNormalSync) runs on the database, whose last
+	// acknowledged commits a crash of the machine may take back; a Close
+	// that has put every commit on the disk clears it. A Boot other than
+	// the machine's now means the machine went down while such a store
+	// ran: New refuses with ErrForgotten.
+	Boot string `json:"boot,omitempty"`
+}
+
+// bootID is the kernel's boot id (Linux), "" where there is none.
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func sidecarPath(db string) string { return db + "-ctoken" }
@@ -274,13 +291,21 @@ func readSidecar(file string) (sidecar, bool, error) {
 	return c, true, nil
 }
 
-// writeSidecar records c in file unless it already holds a higher
-// sequence of the same incarnation (another process's store saw more).
-// The write is atomic (a renamed temporary file) and synced.
+// writeSidecar records c in file. Unless force, it merges what the file
+// holds of the same incarnation (another process's store may have seen
+// more): the higher sequence, and a Boot that c does not clear (only a
+// forced write does). The write is atomic (a renamed temporary file) and
+// synced, and skipped when it would change nothing.
 func writeSidecar(file string, c sidecar, force bool) error {
 	if !force {
-		if old, ok, err := readSidecar(file); err == nil && ok && old.Incarnation == c.Incarnation && old.Seq >= c.Seq {
-			return nil
+		if old, ok, err := readSidecar(file); err == nil && ok && old.Incarnation == c.Incarnation {
+			c.Seq = max(c.Seq, old.Seq)
+			if c.Boot == "" {
+				c.Boot = old.Boot
+			}
+			if c == old {
+				return nil
+			}
 		}
 	}
 	b, _ := json.Marshal(c)
@@ -353,6 +378,9 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	}
 	if haveSide && seq < side.Seq {
 		return fmt.Errorf("%w: %s is older than the database the store last saw at this path (sequence %d, last seen %d: a restored backup or copy): run Rearm once you have decided", ErrForgotten, s.path, seq, side.Seq)
+	}
+	if haveSide && side.Boot != "" && side.Boot != s.boot {
+		return fmt.Errorf("%w: the machine went down while a store with synchronous=NORMAL (Options.AllowNormalSync) ran on %s, which acknowledges commits before they are on the disk: its last acknowledged claims may be gone: run Rearm once you have decided", ErrForgotten, s.path)
 	}
 	g.incarnation = inc
 	g.seq.Store(seq)
@@ -485,14 +513,51 @@ func (g *guard) persist(s *Store) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	seq := g.seq.Load()
-	if seq <= g.persisted || g.sticky.Load() || g.incarnation == "" {
+	boot := ""
+	if s.normal {
+		boot = s.boot
+	}
+	if seq <= g.persisted && boot == g.persistedBoot || g.sticky.Load() || g.incarnation == "" {
 		return
 	}
-	if err := writeSidecar(sidecarFile(s.path, s.table), sidecar{g.incarnation, seq}, false); err != nil {
+	if err := writeSidecar(sidecarFile(s.path, s.table), sidecar{g.incarnation, seq, boot}, false); err != nil {
 		s.log.Warn("sqlitestore: recording the database's sequence beside it failed; a restored older copy made now would not be found", "path", sidecarFile(s.path, s.table), "err", err)
 		return
 	}
-	g.persisted = seq
+	g.persisted, g.persistedBoot = seq, boot
+}
+
+// settleNormal is Close's last step for a store with synchronous=NORMAL:
+// a checkpoint, which syncs the WAL before it copies it and the database
+// file after, puts every acknowledged commit on the disk; then the
+// sidecar's Boot is cleared, so a later crash of the machine is not taken
+// for a loss. Without a complete checkpoint the Boot stays, and New after
+// a crash refuses. Another process's store on the file sets it again at
+// its next check. The caller holds writeMu.
+func (g *guard) settleNormal(s *Store) {
+	if !s.normal || s.boot == "" || g.sticky.Load() || g.incarnation == "" {
+		return
+	}
+	ctx, cancel := s.bound(context.Background())
+	defer cancel()
+	var busy, log, done int
+	err := s.db.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(FULL)`).Scan(&busy, &log, &done)
+	if err != nil || busy != 0 {
+		s.log.Warn("sqlitestore: at Close, the checkpoint that puts the commits of synchronous=NORMAL on the disk did not finish: New refuses after a crash of the machine until Rearm", "table", unquote(s.table), "err", err)
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	file := sidecarFile(s.path, s.table)
+	c := sidecar{g.incarnation, g.seq.Load(), ""}
+	if old, ok, err := readSidecar(file); err == nil && ok && old.Incarnation == c.Incarnation {
+		c.Seq = max(c.Seq, old.Seq)
+	}
+	if err := writeSidecar(file, c, true); err != nil {
+		s.log.Warn("sqlitestore: at Close, clearing the sidecar's mark of synchronous=NORMAL failed: New refuses after a crash of the machine until Rearm", "path", file, "err", err)
+		return
+	}
+	g.persisted, g.persistedBoot = c.Seq, ""
 }
 
 // checker repeats New's checks every RecheckInterval.

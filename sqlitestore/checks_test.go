@@ -142,16 +142,16 @@ func TestSidecar(t *testing.T) {
 		}
 	})
 	t.Run("written and read back", func(t *testing.T) {
-		if err := writeSidecar(sidecarPath(db), sidecar{"inc", 7}, false); err != nil {
+		if err := writeSidecar(sidecarPath(db), sidecar{Incarnation: "inc", Seq: 7}, false); err != nil {
 			t.Fatal(err)
 		}
 		c, ok, err := readSidecar(sidecarPath(db))
-		if !ok || err != nil || c != (sidecar{"inc", 7}) {
+		if !ok || err != nil || c != (sidecar{Incarnation: "inc", Seq: 7}) {
 			t.Fatalf("readSidecar = %+v, %v, %v", c, ok, err)
 		}
 	})
 	t.Run("a lower sequence never replaces a higher one", func(t *testing.T) {
-		if err := writeSidecar(sidecarPath(db), sidecar{"inc", 3}, false); err != nil {
+		if err := writeSidecar(sidecarPath(db), sidecar{Incarnation: "inc", Seq: 3}, false); err != nil {
 			t.Fatal(err)
 		}
 		if c, _, _ := readSidecar(sidecarPath(db)); c.Seq != 7 {
@@ -159,10 +159,10 @@ func TestSidecar(t *testing.T) {
 		}
 	})
 	t.Run("force replaces it", func(t *testing.T) {
-		if err := writeSidecar(sidecarPath(db), sidecar{"other", 1}, true); err != nil {
+		if err := writeSidecar(sidecarPath(db), sidecar{Incarnation: "other", Seq: 1}, true); err != nil {
 			t.Fatal(err)
 		}
-		if c, _, _ := readSidecar(sidecarPath(db)); c != (sidecar{"other", 1}) {
+		if c, _, _ := readSidecar(sidecarPath(db)); c != (sidecar{Incarnation: "other", Seq: 1}) {
 			t.Fatalf("sidecar %+v after a forced write", c)
 		}
 	})

@@ -219,7 +219,7 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 		if _, _, seqNow, err = s.marker(q); err != nil {
 			return unavailable(ctx, err)
 		}
-		if err := writeSidecar(sidecarFile(set.path, t), sidecar{inc, seqNow}, true); err != nil {
+		if err := writeSidecar(sidecarFile(set.path, t), sidecar{Incarnation: inc, Seq: seqNow}, true); err != nil {
 			return fmt.Errorf("%w: recording the incarnation beside the database: %w", ErrUnavailable, err)
 		}
 	}

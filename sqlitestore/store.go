@@ -150,6 +150,7 @@ type Store struct {
 	allowNormal bool
 	wal         bool
 	journal     string // journal_mode at New, lower case
+	boot        string // the kernel's boot id at New ("" where there is none)
 	path        string // the main database file
 	log         *slog.Logger
 	now         func() time.Time
@@ -291,6 +292,7 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	}
 	s.allowNormal = opts.AllowNormalSync
 	s.wal, s.journal, s.path, s.normal = set.wal(), set.journal, set.path, set.synchronous < syncFull
+	s.boot = bootID()
 	if err := s.guard.open(ctx, s, conn); err != nil {
 		return nil, err
 	}
@@ -337,11 +339,13 @@ func (s *Store) Close() {
 		select {
 		case s.writeMu <- struct{}{}:
 			s.closeWriter()
+			s.guard.settleNormal(s)
 			<-s.writeMu
 		default:
 			go func() {
 				s.writeMu <- struct{}{}
 				s.closeWriter()
+				s.guard.settleNormal(s)
 				<-s.writeMu
 			}()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +36,7 @@ func TestNew(t *testing.T) {
 		{"refuses a file without locks", newRefusesAFileWithoutLocks},
 		{"WithTx refuses a lowered connection", withTxRefusesALoweredConnection},
 		{"allow normal sync", allowNormalSync},
+		{"normal sync after a crash of the machine", normalSyncAfterAMachineCrash},
 		{"lowered connection refuses", loweredConnectionRefuses},
 		{"zero Store refuses", zeroStoreRefuses},
 	} {
@@ -366,6 +368,88 @@ func withTxRefusesALoweredConnection(t *testing.T) {
 						t.Fatalf("Claim after the refused one = %v, %v; want first (nothing was written)", first, err)
 					}
 				})
+			}
+		})
+	}
+}
+
+// normalSyncAfterAMachineCrash: while a store with synchronous=NORMAL
+// (AllowNormalSync) runs, its sidecar names the kernel's boot id; a Close
+// that put every commit on the disk clears it. A boot id other than the
+// machine's (written here as a crash and reboot would leave it: the store
+// abandoned without Close) makes New refuse with ErrForgotten, a FULL
+// store's too, until Rearm; a clean Close followed by a reboot does not.
+func normalSyncAfterAMachineCrash(t *testing.T) {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Skip("no kernel boot id on this system: the store cannot tell a crash of the machine")
+	}
+	sidecarBoot := func(t *testing.T, path string) (map[string]any, string) {
+		t.Helper()
+		b, err := os.ReadFile(path + "-ctoken")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		id, _ := m["boot"].(string)
+		return m, id
+	}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			_, path := openMigrated(t, d)
+			db := d.OpenWith(t, path, With("synchronous", "NORMAL"))
+			opts := sqlitestore.Options{AllowNormalSync: true, SweepInterval: -1, Logger: slog.New(slog.DiscardHandler)}
+			s, err := sqlitestore.New(ctx, db, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first, err := s.Claim(ctx, "before", time.Now().Add(time.Hour)); !first || err != nil {
+				t.Fatalf("Claim = %v, %v", first, err)
+			}
+			if _, id := sidecarBoot(t, path); id != strings.TrimSpace(string(boot)) {
+				t.Fatalf("the sidecar's boot id while a NORMAL store runs = %q; want the kernel's", id)
+			}
+			s.Close()
+			m, id := sidecarBoot(t, path)
+			if id != "" {
+				t.Fatalf("the sidecar's boot id after Close = %q; want none", id)
+			}
+			// A clean Close, then a reboot: New serves.
+			if s, err = sqlitestore.New(ctx, db, opts); err != nil {
+				t.Fatalf("New after a clean Close = %v", err)
+			}
+			s.Close()
+			// A store abandoned without Close, then a crash and a reboot:
+			// the sidecar names a boot that is not the machine's (written
+			// with no store running, which would write it back).
+			m["boot"] = "a-boot-before-the-crash"
+			b, _ := json.Marshal(m)
+			if err := os.WriteFile(path+"-ctoken", b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range []sqlitestore.Options{opts, {SweepInterval: -1}} {
+				pool := db
+				if !o.AllowNormalSync {
+					pool = d.Open(t, path)
+				}
+				if s2, err := sqlitestore.New(ctx, pool, o); !errors.Is(err, sqlitestore.ErrForgotten) || !strings.Contains(err.Error(), "NORMAL") {
+					if err == nil {
+						s2.Close()
+					}
+					t.Fatalf("New (AllowNormalSync %v) after a crash of the machine under a NORMAL store = %v; want ErrForgotten naming NORMAL", o.AllowNormalSync, err)
+				}
+			}
+			if err := sqlitestore.Rearm(ctx, db, "", 0); err != nil {
+				t.Fatal(err)
+			}
+			s3 := mustStore(t, db, opts)
+			if first, err := s3.Claim(ctx, "after", time.Now().Add(time.Hour)); !first || err != nil {
+				t.Fatalf("Claim after Rearm = %v, %v", first, err)
 			}
 		})
 	}

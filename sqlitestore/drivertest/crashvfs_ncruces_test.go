@@ -249,6 +249,7 @@ type crashVFS struct {
 
 	mu          sync.Mutex
 	nodes       map[string]*crashNode
+	unlinked    map[string]*crashNode // deletions not yet durable (lazyUnlink)
 	open        int
 	dead        bool
 	cutLeft     int // Syncs to let through before the cut; -1: not armed
