@@ -38,11 +38,18 @@
 // journal_mode OFF or MEMORY, synchronous OFF, synchronous NORMAL outside
 // WAL, synchronous NORMAL in WAL without [Options.AllowNormalSync] (safe
 // across a crash of the process, not a power cut), busy_timeout 0, a
-// query_only connection, and db.SetMaxOpenConns(1). The store's writer holds one connection of the
-// pool for the store's life (its statements prepared once); every write
-// re-reads synchronous on it (a lowered one refuses the write and is
-// closed), and the checker re-reads the settings on a connection of the
-// pool every second.
+// query_only connection, db.SetMaxOpenConns(1), and a file its
+// connections do not lock (nolock=1, vfs=unix-none). The store's writer
+// holds one connection of the pool for the store's life (its statements
+// prepared once); the first write after a handler's work re-reads
+// synchronous and journal_mode on it (a changed one refuses the write and
+// is closed), and the checker re-reads the settings on a connection of
+// the pool every second.
+//
+// A write that fails with an I/O error (SQLITE_IOERR: a failed fsync
+// among them) is a loss until proven otherwise: the store keeps its
+// writer's connection and acknowledges nothing until a checkpoint has
+// put every committed page into the database file and emptied the WAL.
 //
 // # Writes
 //
@@ -80,12 +87,16 @@
 // after each check (once a second at most, so the other commits write no
 // page of the marker). The store records the incarnation and the highest
 // sequence it saw in a file beside the database (its path plus
-// "-ctoken"), at each check and at Close. So:
+// "-ctoken"; plus "-ctoken.<table>" for a table other than DefaultTable),
+// at each check and at Close. So:
 //
 //   - a table emptied or dropped, or its marker deleted, refuses every call
 //     at the next write or check ([ErrForgotten]);
-//   - the database file deleted or replaced while the store runs is found
-//     by the checker (the path's file is not the one New opened);
+//   - the database file or its WAL deleted or replaced while the store
+//     runs is found by the checker (the path's file is not the one New
+//     opened, the WAL not the one the writer holds open);
+//   - a crash of the machine while a store with synchronous=NORMAL ran
+//     makes New refuse (the sidecar names the boot it ran in);
 //   - a database file deleted while no store runs makes [Migrate] and [New]
 //     refuse (the sidecar names an incarnation; the table is missing);
 //   - a database replaced by an older copy (a restored backup) makes New
