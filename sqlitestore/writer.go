@@ -403,8 +403,13 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 	if s.wc.level != 0 {
 		return s.wc, s.wc.level, nil
 	}
-	var level int
-	if err := (stmtQuerier{ctx, s.wc}).queryRow(`PRAGMA synchronous`).Scan(&level); err != nil {
+	// One statement reads what a handler's statements could have left on
+	// the connection (writerCheck).
+	var (
+		level, objects, triggers int
+		journal                  string
+	)
+	if err := (stmtQuerier{ctx, s.wc}).queryRow(writerCheck, unquote(s.table)).Scan(&level, &journal, &objects, &triggers); err != nil {
 		s.dropWriter()
 		return nil, 0, unavailable(ctx, err)
 	}
@@ -415,11 +420,6 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 	// The journal too: a handler's PRAGMA journal_mode = OFF (after its
 	// ROLLBACK) would make every later rollback of the connection keep
 	// what it was to undo.
-	var journal string
-	if err := (stmtQuerier{ctx, s.wc}).queryRow(`PRAGMA main.journal_mode`).Scan(&journal); err != nil {
-		s.dropWriter()
-		return nil, 0, unavailable(ctx, err)
-	}
 	if j := strings.ToLower(journal); j != s.journal {
 		s.dropWriter()
 		return nil, 0, fmt.Errorf("%w: %w: the store's connection runs journal_mode=%s, not the %s it was opened with: set it in the DSN, for every connection, and never change it in a handler", ErrUnavailable, ErrConfig, strings.ToUpper(j), strings.ToUpper(s.journal))
@@ -427,11 +427,6 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 	// A handler's temporary objects (a temporary trigger on the store's
 	// table fires for the store's own statements) and attached databases
 	// never outlive its Work: the connection is replaced by a clean one.
-	var objects int
-	if err := (stmtQuerier{ctx, s.wc}).queryRow(connObjects).Scan(&objects); err != nil {
-		s.dropWriter()
-		return nil, 0, unavailable(ctx, err)
-	}
 	if objects != 0 {
 		s.dropWriter()
 		if fresh {
@@ -439,12 +434,9 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 		}
 		return s.openWriter(ctx, true)
 	}
-	if n, err := s.triggers(stmtQuerier{ctx, s.wc}, false); err != nil || n != 0 {
+	if triggers != 0 {
 		s.dropWriter()
-		if err == nil {
-			return nil, 0, fmt.Errorf("%w: %w", ErrUnavailable, errTriggered)
-		}
-		return nil, 0, unavailable(ctx, err)
+		return nil, 0, fmt.Errorf("%w: %w", ErrUnavailable, errTriggered)
 	}
 	s.wc.level = level
 	if s.wal && s.guard.wal.Load() == nil {
@@ -459,9 +451,13 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 	return s.wc, level, nil
 }
 
-// connObjects counts a connection's temporary schema objects and
-// attached databases: none on a connection as the pool opened it.
-const connObjects = `SELECT (SELECT count(*) FROM temp.sqlite_master) + (SELECT count(*) FROM pragma_database_list WHERE name NOT IN ('main', 'temp'))`
+// writerCheck reads, in one statement, the writer connection's
+// synchronous level and journal_mode, its temporary schema objects and
+// attached databases (none on a connection as the pool opened it), and
+// the triggers on the store's table in main (its name the argument).
+const writerCheck = `SELECT (SELECT synchronous FROM pragma_synchronous), (SELECT journal_mode FROM pragma_journal_mode),` +
+	` (SELECT count(*) FROM temp.sqlite_master) + (SELECT count(*) FROM pragma_database_list WHERE name NOT IN ('main', 'temp')),` +
+	` (SELECT count(*) FROM main.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?))`
 
 // dropWriter closes the writer's connection and its statements, and makes
 // the pool drop the connection rather than reuse it. A handler's Rows
