@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -576,25 +577,42 @@ func (s *Store) sweeper(ctx context.Context) {
 	}
 }
 
-// Sweep deletes up to 1 000 expired rows in one step of the writer and
-// returns how many it deleted. An expired row is already free for every
-// operation; sweeping only reclaims its space. The store's own sweeper
-// calls it every Options.SweepInterval.
+// Sweep deletes up to 1 000 expired rows and returns how many it
+// deleted, in steps of sweepStep rows, each a step of the writer of its
+// own: calls that arrive meanwhile are served between two steps, so a
+// sweep holds the writer for the deletion of sweepStep rows at most. An
+// expired row is already free for every operation; sweeping only
+// reclaims its space. The store's own sweeper calls it every
+// Options.SweepInterval.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	if err := s.ready(); err != nil {
 		return 0, err
 	}
-	var n int64
-	err := s.do(context.WithoutCancel(ctx), false, func(q querier, now int64) error {
-		res, err := q.exec(`DELETE FROM `+s.table+` WHERE key IN (SELECT key FROM `+s.table+
-			` WHERE until <= ? AND state <> 'm' AND state <> 'w' LIMIT 1000)`, now)
-		if err == nil {
-			n, err = res.RowsAffected()
+	var total int64
+	for total < sweepMax {
+		var n int64
+		err := s.do(context.WithoutCancel(ctx), false, func(q querier, now int64) error {
+			res, err := q.exec(`DELETE FROM `+s.table+` WHERE key IN (SELECT key FROM `+s.table+
+				` WHERE until <= ? AND state <> 'm' AND state <> 'w' LIMIT `+strconv.Itoa(sweepStep)+`)`, now)
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
+			return err
+		})
+		if err != nil {
+			return total, err
 		}
-		return err
-	})
-	if err != nil {
-		return 0, err
+		total += n
+		if n < sweepStep {
+			break
+		}
 	}
-	return n, nil
+	return total, nil
 }
+
+// A sweep deletes sweepMax rows at most, sweepStep in each step of the
+// writer.
+const (
+	sweepMax  = 1000
+	sweepStep = 100
+)

@@ -3,7 +3,9 @@ package drivertest
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -114,4 +116,57 @@ func TestForgetContract(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSweep: Sweep deletes expired rows, 1 000 a call at most (in steps
+// of 100, each a write of its own), never a live row, the marker or a
+// Work's row; claims of the swept IDs are first again, live ones not.
+func TestSweep(t *testing.T) {
+	runOnEveryDriver(t, []driverCase{{"deletes expired rows only, 1 000 a call", func(t *testing.T, d Driver) {
+		ctx := context.Background()
+		db, _ := openMigrated(t, d)
+		s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+		until := time.Now().Add(time.Hour)
+		live := idList("live-", 5)
+		claimAll(t, s, live, until)
+		// 2 450 expired rows, written as the store writes a claim (its
+		// key: the prefix's length, the prefix, the ID), until long past.
+		const expired = 2450
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range expired {
+			key := binary.BigEndian.AppendUint16(nil, uint16(len(s.Prefix())))
+			key = append(append(key, s.Prefix()...), fmt.Sprint("old-", i)...)
+			if _, err := tx.ExecContext(ctx, `INSERT INTO ctoken_replay (key, state, token, until) VALUES (?, 'c', '', 1)`, key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for {
+			n, err := s.Sweep(ctx)
+			if err != nil {
+				t.Fatalf("Sweep = %d, %v", n, err)
+			}
+			if n == 0 {
+				break
+			}
+			got = append(got, n)
+		}
+		if fmt.Sprint(got) != "[1000 1000 450]" {
+			t.Fatalf("Sweep deleted %v rows in turn; want [1000 1000 450]", got)
+		}
+		for _, id := range live {
+			if first, err := s.Claim(ctx, id, until); first || err != nil {
+				t.Fatalf("Claim(%s) after the sweep = %v, %v; want not first", id, first, err)
+			}
+		}
+		if first, err := s.Claim(ctx, "old-7", until); !first || err != nil {
+			t.Fatalf("Claim of a swept ID = %v, %v; want first", first, err)
+		}
+	}}})
 }
