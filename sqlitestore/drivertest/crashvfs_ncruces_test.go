@@ -231,13 +231,14 @@ func (n *crashNode) image(mode crashMode, r *rand.Rand) ([]byte, bool) {
 
 // crashStats counts what the VFS did.
 type crashStats struct {
-	Syncs         int   // Sync calls that ran (not refused after a cut)
-	Writes        int   // writes that went through
-	FailedSyncs   int   // fsync failures injected (the errseq repeats included)
-	ErrseqRepeats int   // of those, errseq repeats
-	DroppedWrites int   // pending writes a failed Sync discarded
-	DroppedBytes  int64 // their bytes
-	Refused       int   // writes, truncations, Syncs and Deletes refused after the cut
+	Syncs         int       // Sync calls that ran (not refused after a cut)
+	Writes        int       // writes that went through
+	FailedSyncs   int       // fsync failures injected (the errseq repeats included)
+	ErrseqRepeats int       // of those, errseq repeats
+	DroppedWrites int       // pending writes a failed Sync discarded
+	DroppedBytes  int64     // their bytes
+	Refused       int       // writes, truncations, Syncs and Deletes refused after the cut
+	LastFailure   time.Time // when the last fsync failure was injected
 }
 
 // crashVFS is the VFS; see the top of the file.
@@ -438,7 +439,7 @@ func (v *crashVFS) PowerCut(mode crashMode, r *rand.Rand) (crashCut, error) {
 	// Deletions the disk never got: the files come back.
 	for _, path := range slices.Sorted(maps.Keys(v.unlinked)) {
 		if v.nodes[path] != nil {
-			continue // made again and synced since: not possible, Syncs clear unlinked
+			continue // never: a file made again at path and synced cleared unlinked
 		}
 		n := v.unlinked[path]
 		if err := os.WriteFile(path, n.durable, 0o644); err != nil {
@@ -626,6 +627,7 @@ func (f *crashFile) Sync(flags vfs.SyncFlag) error {
 				b += int64(len(op.data))
 			}
 			v.stats.FailedSyncs++
+			v.stats.LastFailure = time.Now()
 			v.stats.DroppedWrites += len(n.pending)
 			v.stats.DroppedBytes += b
 			commits := ""
