@@ -20,7 +20,8 @@ func TestSettingsCheck(t *testing.T) {
 	}{
 		{"wal full", func(*settings) {}, false, ""},
 		{"wal extra", func(c *settings) { c.synchronous = syncExtra }, false, ""},
-		{"delete full", func(c *settings) { c.journal = "delete" }, false, ""},
+		{"delete full", func(c *settings) { c.journal = "delete" }, false, "synchronous=EXTRA"},
+		{"delete extra", func(c *settings) { c.journal, c.synchronous = "delete", syncExtra }, false, ""},
 		{"truncate full", func(c *settings) { c.journal = "truncate" }, false, ""},
 		{"wal normal allowed", func(c *settings) { c.synchronous = syncNormal }, true, ""},
 		{"memory database", func(c *settings) { c.path = "" }, false, "open a file"},

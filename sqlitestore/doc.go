@@ -18,7 +18,7 @@
 // needs cgo; the tests run on all three). Open a file with these settings
 // on every connection, in the DSN:
 //
-//	journal_mode=WAL     (DELETE, TRUNCATE and PERSIST work too; WAL lets readers run beside the writer)
+//	journal_mode=WAL     (TRUNCATE and PERSIST work too, DELETE with synchronous=EXTRA; WAL lets readers run beside the writer)
 //	synchronous=FULL     (a commit is on the disk before it is acknowledged)
 //	busy_timeout=5000    (other processes' writes are waited for, not failed)
 //
@@ -36,7 +36,9 @@
 // lose acknowledged claims or cannot work (ErrConfig, naming every one at
 // once, each with its fix): an in-memory or temporary database,
 // journal_mode OFF or MEMORY, synchronous OFF, synchronous NORMAL outside
-// WAL, synchronous NORMAL in WAL without [Options.AllowNormalSync] (safe
+// WAL, synchronous FULL with journal_mode DELETE (a power cut can bring
+// the deleted journal back and roll the last commit back: EXTRA syncs the
+// deletion), synchronous NORMAL in WAL without [Options.AllowNormalSync] (safe
 // across a crash of the process, not a power cut), busy_timeout 0, a
 // query_only connection, db.SetMaxOpenConns(1), and a file its
 // connections do not lock (nolock=1, vfs=unix-none). The store's writer

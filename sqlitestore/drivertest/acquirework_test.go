@@ -769,7 +769,11 @@ func acquireWorkJournalChanged(t *testing.T, d Driver) {
 		t.Run(journal, func(t *testing.T) {
 			ctx := context.Background()
 			path := filepath.Join(t.TempDir(), "replay.db")
-			db := d.OpenWith(t, path, With("journal_mode", journal))
+			pragmas := With("journal_mode", journal)
+			if journal == "DELETE" {
+				pragmas = []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}, {"busy_timeout", "5000"}}
+			}
+			db := d.OpenWith(t, path, pragmas)
 			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
 				t.Fatal(err)
 			}

@@ -59,6 +59,7 @@ func newRefusesWeakSettings(t *testing.T) {
 		{"journal_mode OFF", "", With("journal_mode", "OFF"), "use WAL"},
 		{"synchronous OFF", "", With("synchronous", "OFF"), "use FULL"},
 		{"synchronous NORMAL with journal_mode DELETE", "", []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "NORMAL"}, {"busy_timeout", "5000"}}, "use FULL"},
+		{"synchronous FULL with journal_mode DELETE", "", []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "FULL"}, {"busy_timeout", "5000"}}, "synchronous=EXTRA"},
 		{"synchronous NORMAL in WAL without AllowNormalSync", "", With("synchronous", "NORMAL"), "AllowNormalSync"},
 		{"busy_timeout 0", "", With("busy_timeout", "0"), "busy_timeout"},
 		{"query_only", "", With("query_only", "1"), "query_only"},
@@ -281,7 +282,11 @@ func newRefusesAFileWithoutLocks(t *testing.T) {
 				t.Run(param, func(t *testing.T) {
 					ctx := context.Background()
 					path := filepath.Join(t.TempDir(), "replay.db")
-					db, err := sql.Open(d.SQLName, d.DSN(path, Safe)+"&"+param)
+					// EXTRA: without locks SQLite cannot run WAL (it needs
+					// shared memory) and falls back to DELETE, which New
+					// accepts with EXTRA only; the lock check is then what
+					// refuses.
+					db, err := sql.Open(d.SQLName, d.DSN(path, With("synchronous", "EXTRA"))+"&"+param)
 					if err != nil {
 						t.Fatal(err)
 					}
