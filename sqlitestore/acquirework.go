@@ -440,6 +440,7 @@ func (w *work) commitAcquired(ctx context.Context, until time.Time, fp, result [
 		return w.end(ctx, fmt.Errorf("%w: a statement of the handler changed the ID's row in the store's table; nothing was kept", replay.ErrRolledBack))
 	}
 	if _, err := q.exec(`COMMIT`); err != nil {
+		w.clean = false
 		w.drop(s.commitFailed(ctx, err))
 		return unavailable(ctx, fmt.Errorf("commit: %w", err))
 	}

@@ -203,6 +203,9 @@ type work struct {
 	mu     sync.Mutex
 	ended  bool
 	result error
+	// clean: Commit found the connection as the Work found it (see
+	// untriggered), so the next write need not check it again.
+	clean bool
 }
 
 func (t *Tx) store() *Store { return t.w.s }
@@ -395,6 +398,7 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 		return w.end(ctx, unavailable(ctx, err))
 	}
 	if _, err := q.exec(`COMMIT`); err != nil {
+		w.clean = false
 		w.drop(s.commitFailed(ctx, err))
 		return unavailable(ctx, fmt.Errorf("commit: %w", err))
 	}
@@ -426,17 +430,36 @@ func (s *Store) triggers(q querier, temp bool) (int, error) {
 
 // untriggered ends the Work, rolled back, when a trigger is on the
 // store's table: made by the handler, it would delete or change the
-// record Commit writes, or the claims written in the Work.
+// record Commit writes, or the claims written in the Work. In the same
+// statement it reads what writerConn checks after a Work (commitCheck):
+// when the handler left the connection as the Work found it, the Work
+// marks it so (w.clean) and the next write skips that check; the
+// handler's statements end with Commit, which holds the Work.
 func (w *work) untriggered(ctx context.Context, q querier) error {
-	n, err := w.s.triggers(q, true)
-	if err != nil {
+	name := unquote(w.s.table)
+	var (
+		triggers, level, objects int
+		journal                  string
+	)
+	if err := q.queryRow(commitCheck, name, name).Scan(&triggers, &level, &journal, &objects); err != nil {
 		return w.end(ctx, unavailable(ctx, err))
 	}
-	if n != 0 {
+	if triggers != 0 {
 		return w.end(ctx, fmt.Errorf("%w: %w; nothing was kept", replay.ErrRolledBack, errTriggered))
 	}
+	w.clean = level == w.wc.level && strings.ToLower(journal) == w.s.journal && objects == 0
 	return nil
 }
+
+// commitCheck reads, inside a Work's transaction at its Commit, the
+// triggers on the store's table in main and temp (the name twice), and
+// what writerCheck reads: the synchronous level (which SQLite does not
+// let a transaction change), the journal_mode, temporary objects and
+// attached databases.
+const commitCheck = `SELECT (SELECT count(*) FROM main.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?))` +
+	` + (SELECT count(*) FROM temp.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?)),` +
+	` (SELECT synchronous FROM pragma_synchronous), (SELECT journal_mode FROM pragma_journal_mode),` +
+	` (SELECT count(*) FROM temp.sqlite_master) + (SELECT count(*) FROM pragma_database_list WHERE name NOT IN ('main', 'temp'))`
 
 // end rolls the transaction back and returns err.
 func (w *work) end(ctx context.Context, err error) error {
@@ -458,7 +481,9 @@ func (w *work) drop(clean bool) {
 	if w.hold != nil {
 		w.s.holds.drop(w.key, w.hold)
 	}
-	w.wc.level = 0 // the handler's statements may have changed it
+	if !w.clean || !clean {
+		w.wc.level = 0 // the handler's statements may have changed it
+	}
 	if !clean && w.s.wc == w.wc {
 		w.s.dropWriter()
 	}
