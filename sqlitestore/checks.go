@@ -438,13 +438,25 @@ func (g *guard) step(q querier, s *Store, now int64, bump bool) (int64, error) {
 	}
 	err := q.queryRow(query, g.incarnation).Scan(&seq, &fence)
 	if errors.Is(err, sql.ErrNoRows) {
-		err := fmt.Errorf("%w: the table's marker row is missing or was re-armed (the table was emptied, or the file replaced)", ErrForgotten)
-		g.refuse(err)
-		return 0, err
+		return 0, g.missing()
 	}
 	if err != nil {
 		return 0, err
 	}
+	return g.judge(seq, fence, now, bump)
+}
+
+// missing refuses every call for a marker row not found (or not of the
+// store's incarnation) by a write transaction's first statement.
+func (g *guard) missing() error {
+	err := fmt.Errorf("%w: the table's marker row is missing or was re-armed (the table was emptied, or the file replaced)", ErrForgotten)
+	g.refuse(err)
+	return err
+}
+
+// judge is step's verdict on the marker it read (or, with bump, wrote):
+// not fenced, and not behind the sequence the store saw.
+func (g *guard) judge(seq, fence, now int64, bump bool) (int64, error) {
 	if fence > now {
 		return 0, fenced{time.Unix(0, fence), seq}
 	}
