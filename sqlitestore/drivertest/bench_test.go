@@ -323,10 +323,19 @@ func benchAppRows(b *testing.B, db *sql.DB, want int) {
 // reports their mean times (store-ns, floor-ns) and the ratio of the
 // store's to the floor's (x-floor). ns/op is a round: both together.
 func benchPaired(b *testing.B, store, floor func(i int)) {
+	benchPairedAfter(b, nil, store, floor)
+}
+
+// benchPairedAfter is benchPaired with before(i) run ahead of each pair,
+// outside both measures.
+func benchPairedAfter(b *testing.B, before, store, floor func(i int)) {
 	var inStore, inFloor time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
+		if before != nil {
+			before(i)
+		}
 		t0 := time.Now()
 		store(i)
 		t1 := time.Now()
@@ -351,6 +360,32 @@ func BenchmarkClaimVsFloor(b *testing.B) {
 			keys := benchKeys(ids)
 			until := time.Now().Add(time.Hour)
 			benchPaired(b,
+				func(i int) { benchMust(b, benchClaim(s, ids[i], until)) },
+				func(i int) { benchMust(b, benchFloorRow(floor, keys[i], until.UnixNano())) })
+		})
+	}
+}
+
+// BenchmarkClaimAfterWorkVsFloor: BenchmarkClaimVsFloor on a store that
+// also runs transactional requests: before each pair, outside both
+// measures, a first request through AcquireWork on the store (and the
+// handler's own transaction on the floor's file), so every claim is the
+// first write after a Work, as on a server that serves both.
+func BenchmarkClaimAfterWorkVsFloor(b *testing.B) {
+	for _, d := range Drivers() {
+		b.Run(d.Name, func(b *testing.B) {
+			db := benchDB(b, d)
+			s := benchStore(b, db)
+			floor := benchDB(b, d)
+			ids := benchIDs(b.N)
+			keys := benchKeys(ids)
+			works := benchIDs(b.N)
+			until := time.Now().Add(time.Hour)
+			benchPairedAfter(b,
+				func(i int) {
+					benchWorkRequest(b, s, "work-"+works[i], until)
+					benchHandlerTx(b, floor, "work-"+works[i])
+				},
 				func(i int) { benchMust(b, benchClaim(s, ids[i], until)) },
 				func(i int) { benchMust(b, benchFloorRow(floor, keys[i], until.UnixNano())) })
 		})
