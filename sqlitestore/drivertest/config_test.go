@@ -34,6 +34,7 @@ func TestNew(t *testing.T) {
 		{"tables share a file", tablesShareAFile},
 		{"sidecar names never collide", sidecarNamesNeverCollide},
 		{"refuses a file without locks", newRefusesAFileWithoutLocks},
+		{"waits for another writer as long as busy_timeout", newWaitsForAnotherWriter},
 		{"WithTx refuses a lowered connection", withTxRefusesALoweredConnection},
 		{"allow normal sync", allowNormalSync},
 		{"normal sync after a crash of the machine", normalSyncAfterAMachineCrash},
@@ -317,6 +318,46 @@ func newRefusesAFileWithoutLocks(t *testing.T) {
 					}
 					t.Logf("%s: no effect on this driver (New served; the file locks)", param)
 				})
+			}
+		})
+	}
+}
+
+// newWaitsForAnotherWriter: New's first write waits for another
+// process's write lock as long as the DSN's busy_timeout (5 s) allows,
+// not only Options.Timeout (300 ms here): two processes starting
+// together both get a store. The lock is held for a second; the bounds
+// are generous, not the mechanism (New's reads before the lock take
+// milliseconds).
+func newWaitsForAnotherWriter(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db, path := openMigrated(t, d)
+			other := d.Open(t, path)
+			holder, err := other.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Close()
+			if _, err := holder.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				s, err := sqlitestore.New(ctx, db, sqlitestore.Options{Timeout: 300 * time.Millisecond, SweepInterval: -1})
+				if err == nil {
+					s.Close()
+				}
+				done <- err
+			}()
+			time.Sleep(time.Second)
+			if _, err := holder.ExecContext(ctx, `ROLLBACK`); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("New while another connection held the write lock for 1 s (busy_timeout 5 s, Timeout 300 ms) = %v; want a store", err)
 			}
 		})
 	}
