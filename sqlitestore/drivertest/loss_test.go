@@ -79,8 +79,100 @@ func TestLoss(t *testing.T) {
 		{"deleted while stopped", deletedWhileStopped},
 		{"lost while running", lostWhileRunning},
 		{"read-only file", readOnlyFile},
+		{"the restore procedure accepts nothing twice", restoreProcedure},
 	} {
 		t.Run(tc.name, tc.test)
+	}
+}
+
+// restoreProcedure follows docs/sqlitestore.md's procedure literally
+// (stop; put the copy in place, delete -wal and -shm; Rearm with the
+// Horizon; start) for each way an operator replaces the file: an older
+// copy with the sidecar kept, an older copy with the sidecar restored
+// from the same moment (the case New cannot find), a copy taken just
+// before the stop, and both files deleted. Afterwards no ID acknowledged
+// before the stop is accepted, nor any other until the fence has passed.
+func restoreProcedure(t *testing.T) {
+	ways := []struct {
+		name    string
+		replace func(t *testing.T, path, copy, side string)
+	}{
+		{"older copy, sidecar kept", func(t *testing.T, path, copy, _ string) { restoreCopy(t, path, copy) }},
+		{"older copy and its sidecar", func(t *testing.T, path, copy, side string) {
+			restoreCopy(t, path, copy)
+			if err := os.Rename(side, path+"-ctoken"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"copy taken just before the stop", func(t *testing.T, path, _, _ string) {
+			latest := path + ".latest"
+			db, err := sql.Open(driver.SQLName, driver.DSN(path, Safe))
+			if err != nil {
+				t.Fatal(err)
+			}
+			snapshot(t, db, latest)
+			db.Close()
+			restoreCopy(t, path, latest)
+		}},
+		{"both files deleted", func(t *testing.T, path, _, _ string) {
+			removeDatabase(t, path)
+			if err := os.Remove(path + "-ctoken"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, w := range ways {
+				t.Run(w.name, func(t *testing.T) {
+					ctx := context.Background()
+					db, path := openMigrated(t, d)
+					dir := filepath.Dir(path)
+					copy, side := filepath.Join(dir, "copy.db"), filepath.Join(dir, "copy.db-ctoken")
+					until := time.Now().Add(time.Hour)
+					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					before := idList("before-", 8)
+					claimAll(t, s, before, until)
+					s.Close()
+					snapshot(t, db, copy)
+					b, err := os.ReadFile(path + "-ctoken")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(side, b, 0o600); err != nil {
+						t.Fatal(err)
+					}
+					s, err = sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					after := idList("after-", 8)
+					claimAll(t, s, after, until)
+					// 1. Stop.
+					s.Close()
+					db.Close()
+					// 2. The copy in place, -wal and -shm deleted.
+					w.replace(t, path, copy, side)
+					// 3. Rearm with the Horizon, before any New.
+					db = d.Open(t, path)
+					if err := sqlitestore.Rearm(ctx, db, "", sqlitestore.DefaultHorizon); err != nil {
+						t.Fatalf("Rearm = %v", err)
+					}
+					// 4. Start.
+					s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+					for _, id := range append(append(before, after...), "fresh") {
+						first, err := s.Claim(ctx, id, until)
+						if _, fenced := replay.RetryAt(err); first || !errors.Is(err, sqlitestore.ErrUnavailable) || !fenced {
+							t.Fatalf("Claim(%s) after the procedure = %v, %v; want refused until the fence ends", id, first, err)
+						}
+					}
+				})
+			}
+		})
 	}
 }
 
