@@ -3,6 +3,7 @@ package drivertest
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -480,5 +481,42 @@ func benchHandlerTx(b *testing.B, db *sql.DB, id string) {
 	}
 	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
 		b.Fatalf("COMMIT: %v", err)
+	}
+}
+
+// BenchmarkSweep: one Sweep of 100 expired rows (written before the
+// timer runs, as the store writes a claim), a full step of the writer
+// and the empty one that ends the sweep: how long a sweep holds the
+// writer between two other callers' steps.
+func BenchmarkSweep(b *testing.B) {
+	for _, d := range Drivers() {
+		b.Run(d.Name, func(b *testing.B) {
+			ctx := context.Background()
+			db := benchDB(b, d)
+			s := benchStore(b, db)
+			prefix := binary.BigEndian.AppendUint16(nil, uint16(len(s.Prefix())))
+			prefix = append(prefix, s.Prefix()...)
+			b.ReportAllocs()
+			for i := range b.N {
+				b.StopTimer()
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for j := range 100 {
+					key := append(append([]byte{}, prefix...), fmt.Sprint("swept-", i, "-", j)...)
+					if _, err := tx.ExecContext(ctx, `INSERT INTO ctoken_replay (key, state, token, until) VALUES (?, 'c', '', 1)`, key); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := tx.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if n, err := s.Sweep(ctx); n != 100 || err != nil {
+					b.Fatalf("Sweep = %d, %v; want the 100 expired rows", n, err)
+				}
+			}
+		})
 	}
 }
