@@ -218,7 +218,11 @@ func (tc *testCluster) start(t *testing.T, addr string, args ...string) {
 		t.Fatalf("starting node %s: %v\n%s", addr, err, out)
 	}
 	if err := waitPing(addr, nil, 30*time.Second); err != nil {
-		t.Fatal(err)
+		log, _ := os.ReadFile(filepath.Join(tc.nodeDir(addr), "redis.log"))
+		if len(log) > 2000 {
+			log = log[len(log)-2000:]
+		}
+		t.Fatalf("%v; the end of its log:\n%s", err, log)
 	}
 }
 
