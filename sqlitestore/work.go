@@ -157,7 +157,7 @@ func (s *Store) stepIn(ctx context.Context, q querier, what string, fn func(q qu
 		level   int
 		journal string
 	)
-	err := q.queryRow(`SELECT token, until, (SELECT synchronous FROM pragma_synchronous), (SELECT journal_mode FROM pragma_journal_mode) FROM `+s.table+` WHERE key = `+markerKey+` AND state = 'm'`).Scan(&inc, &fence, &level, &journal)
+	err := q.queryRow(`SELECT token, until, `+connSettingsSQL+` FROM `+s.table+` WHERE key = `+markerKey+` AND state = 'm'`).Scan(&inc, &fence, &level, &journal)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("%w: the table's marker row is missing (the table was emptied)", ErrForgotten)
@@ -417,10 +417,10 @@ var errTriggered = errors.New("a trigger is on the store's table: it would fire 
 // then fires for that table's statements on its connection).
 func (s *Store) triggers(q querier, temp bool) (int, error) {
 	name := unquote(s.table)
-	query := `SELECT count(*) FROM main.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?)`
+	query := `SELECT ` + mainTriggersSQL
 	args := []any{name}
 	if temp {
-		query = `SELECT (` + query + `) + (SELECT count(*) FROM temp.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?))`
+		query += ` + ` + tempTriggersSQL
 		args = append(args, name)
 	}
 	var n int
@@ -456,10 +456,7 @@ func (w *work) untriggered(ctx context.Context, q querier) error {
 // what writerCheck reads: the synchronous level (which SQLite does not
 // let a transaction change), the journal_mode, temporary objects and
 // attached databases.
-const commitCheck = `SELECT (SELECT count(*) FROM main.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?))` +
-	` + (SELECT count(*) FROM temp.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?)),` +
-	` (SELECT synchronous FROM pragma_synchronous), (SELECT journal_mode FROM pragma_journal_mode),` +
-	` (SELECT count(*) FROM temp.sqlite_master) + (SELECT count(*) FROM pragma_database_list WHERE name NOT IN ('main', 'temp'))`
+const commitCheck = `SELECT ` + mainTriggersSQL + ` + ` + tempTriggersSQL + `, ` + connSettingsSQL + `, ` + connObjectsSQL
 
 // end rolls the transaction back and returns err.
 func (w *work) end(ctx context.Context, err error) error {

@@ -456,9 +456,18 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 // synchronous level and journal_mode, its temporary schema objects and
 // attached databases (none on a connection as the pool opened it), and
 // the triggers on the store's table in main (its name the argument).
-const writerCheck = `SELECT (SELECT synchronous FROM pragma_synchronous), (SELECT journal_mode FROM pragma_journal_mode),` +
-	` (SELECT count(*) FROM temp.sqlite_master) + (SELECT count(*) FROM pragma_database_list WHERE name NOT IN ('main', 'temp')),` +
-	` (SELECT count(*) FROM main.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?))`
+const writerCheck = `SELECT ` + connSettingsSQL + `, ` + connObjectsSQL + `, ` + mainTriggersSQL
+
+// The parts of writerCheck that commitCheck and stepIn read too: a
+// connection's synchronous level and journal_mode; its temporary schema
+// objects and attached databases; the triggers on the store's table (its
+// name the argument) in main and in temp.
+const (
+	connSettingsSQL = `(SELECT synchronous FROM pragma_synchronous), (SELECT journal_mode FROM pragma_journal_mode)`
+	connObjectsSQL  = `(SELECT count(*) FROM temp.sqlite_master) + (SELECT count(*) FROM pragma_database_list WHERE name NOT IN ('main', 'temp'))`
+	mainTriggersSQL = `(SELECT count(*) FROM main.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?))`
+	tempTriggersSQL = `(SELECT count(*) FROM temp.sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = lower(?))`
+)
 
 // dropWriter closes the writer's connection and its statements, and makes
 // the pool drop the connection rather than reuse it. A handler's Rows
