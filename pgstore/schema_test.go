@@ -331,7 +331,7 @@ func migrateAddsTheRecordColumns(t *testing.T) {
 // ErrUnavailable, like every call of a Store.
 func migrateAndRearmErrorsMatchErrUnavailable(t *testing.T) {
 	p := needServer(t)
-	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, "127.0.0.1:"+freePort(), 1))
+	cfg, err := pgxpool.ParseConfig(strings.Replace(p.url(), "127.0.0.1:"+p.port, "127.0.0.1:"+downPort(t), 1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -188,6 +188,29 @@ func freePort() string {
 	return port
 }
 
+// downPort returns a loopback port where every connection is dropped at
+// once, like a server that is down; the port stays held until the test ends,
+// so no server another test starts can take it.
+func downPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
 // start runs postgres on p's directory and port and waits until it answers.
 func (p *pgServer) start() error {
 	bin, err := pgBin()

@@ -184,7 +184,7 @@ func startSentinel(t *testing.T, primary string, replicas int) *sentinelProc {
 	host, pport, _ := net.SplitHostPort(primary)
 	dir := t.TempDir()
 	for range 5 {
-		_, port, _ := net.SplitHostPort(closedAddr(t))
+		port := freePort(t)
 		conf := filepath.Join(dir, "sentinel.conf")
 		err := os.WriteFile(conf, []byte(fmt.Sprintf(`bind 127.0.0.1
 port %s

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"sync/atomic"
@@ -54,7 +53,7 @@ func newServerBin(t testing.TB, bin string, extraArgs ...string) *server {
 	v.args = append([]string{"--save", "", "--appendonly", "no"}, extraArgs...)
 	t.Cleanup(v.kill)
 	for range 5 {
-		_, v.port, _ = net.SplitHostPort(closedAddr(t))
+		v.port = freePort(t)
 		if err := v.start(); err == nil {
 			return v
 		}

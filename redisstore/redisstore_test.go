@@ -237,16 +237,39 @@ func zeroOptionsUseDefaultPrefix(t *testing.T) {
 	}
 }
 
-// closedAddr returns a loopback address nothing listens on.
+// closedAddr returns a loopback address where every connection is dropped
+// at once, like a server that is down. The port stays held until the test
+// ends, so a server another test starts in parallel cannot take it.
 func closedAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// freePort returns a loopback port nothing listened on a moment ago, for a
+// server to start on; the caller retries when another process took it first.
+func freePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	ln.Close()
-	return addr
+	return port
 }
 
 // silentServer accepts connections and reads from them but never answers,

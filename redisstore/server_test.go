@@ -67,7 +67,7 @@ func newServer(t testing.TB, extraArgs ...string) *server {
 		s.kill()
 	})
 	for range 5 {
-		_, s.port, _ = net.SplitHostPort(closedAddr(t))
+		s.port = freePort(t)
 		if err := s.start(); err == nil {
 			return s
 		} else {

@@ -141,17 +141,28 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 	}
 }
 
-// A server that cannot be reached is a failure: exit 1.
+// A server that cannot be reached is a failure: exit 1. The port stays
+// held by a listener that drops every connection, so no server another test
+// starts in parallel can take it between the choice and the dial.
 func TestUnreachableServerExitsOne(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 	addr := ln.Addr().String()
-	ln.Close()
 	for _, cmd := range []string{"provision", "status"} {
 		if code, _, stderr := ctokenStore(cmd, "-addr", addr, "-timeout", "2s"); code != 1 {
-			t.Fatalf("%s against a closed port = %d (%s); want 1", cmd, code, stderr)
+			t.Fatalf("%s against a port that drops every connection = %d (%s); want 1", cmd, code, stderr)
 		}
 	}
 }
