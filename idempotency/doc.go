@@ -88,9 +88,12 @@
 //	     or the handler returned nothing after its deadline (key released);
 //	     or, with [Config.Transactional], the handler's transaction could
 //	     not begin (key released, handler not run) or its commit failed
-//	     (lease lost, or an unknown outcome: the handler's response is not
-//	     sent, the key is not released; or rolled back by the store,
-//	     [replay.ErrRolledBack]: nothing kept, the key released)
+//	     (lease lost: the handler's response is not sent; or rolled back
+//	     by the store, [replay.ErrRolledBack]: nothing kept, the key
+//	     released); or, of type [ProblemOutcomeUnknown], the commit's
+//	     outcome is unknown ([ErrOutcomeUnknown]: the handler's response
+//	     is not sent, the key is not released, and a retry with the same
+//	     key after Retry-After learns the outcome)
 //
 // and otherwise with the handler's own response (the first time) or the
 // recorded one with "Idempotent-Replayed: true" (every retry).
@@ -206,8 +209,11 @@
 // lease ends, runs. A commit the store rolled back for a reason it knows
 // ([replay.ErrRolledBack]: a statement of the handler had failed, the
 // record was refused) kept nothing and releases the key at once. All are
-// answered 503 with a Retry-After of
-// [Config.RetryAfter] and logged at Error; the handler's response is
+// answered 503 and logged at Error: the unknown outcome with its own
+// problem type ([ProblemOutcomeUnknown]) and a Retry-After after which the
+// store can tell the outcome ([Config.RetryAfter] when the lease was taken
+// in the transaction, else the seconds until the lease ends), the others
+// with a Retry-After of [Config.RetryAfter]; the handler's response is
 // never sent unless it was committed. The whole response is held in
 // memory until the commit, even one over [Config.MaxResponseBytes]
 // (which is then committed as too large to replay).

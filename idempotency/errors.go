@@ -52,7 +52,21 @@ var (
 	// was too large to store. 500: the request ran once and is not run
 	// again.
 	ErrRecord = errors.New("idempotency: stored response cannot be replayed")
+	// ErrOutcomeUnknown: with [Config.Transactional], the handler ran and
+	// the commit of its transaction failed in a way that leaves its fate
+	// unknown (the store's connection broke during COMMIT): its writes may
+	// or may not have been kept. The handler's response is not sent. 503
+	// with a problem of its own type ([ProblemOutcomeUnknown], not the
+	// store outage's about:blank) and a Retry-After after which the
+	// retry with the same key learns the outcome: the committed response,
+	// replayed, or, if nothing was kept, the handler run.
+	ErrOutcomeUnknown = errors.New("idempotency: outcome of the handler's transaction unknown")
 )
+
+// ProblemOutcomeUnknown is the RFC 9457 problem type of an
+// [ErrOutcomeUnknown] answer: the request may have taken effect; a client
+// retries it with the same key (never a new one) after Retry-After.
+const ProblemOutcomeUnknown = "https://github.com/ctoken/ctoken/blob/main/docs/idempotency.md#an-unknown-outcome"
 
 // errReleased marks a key freed after the handler ran.
 var errReleased = errors.New("idempotency: key released")
@@ -116,6 +130,10 @@ func storeReleaseError(cause error) error {
 	return reason.Wrap(ErrStore, "replay store could not release the key", cause)
 }
 
+func outcomeUnknownError(cause error) error {
+	return reason.Wrap(ErrOutcomeUnknown, "commit of the handler's transaction has an unknown outcome", cause)
+}
+
 func leaseLostError(cause error) error {
 	return reason.Wrap(ErrStore, "lease lost: another attempt took the key after the lease expired", cause)
 }
@@ -137,7 +155,7 @@ func StatusCode(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrMismatch):
 		return http.StatusUnprocessableEntity
-	case errors.Is(err, ErrStore), errors.Is(err, errGone):
+	case errors.Is(err, ErrStore), errors.Is(err, errGone), errors.Is(err, ErrOutcomeUnknown):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
@@ -148,7 +166,8 @@ type problems struct {
 	keyMissing, keyInvalid, noCaller, bodyTooLarge, bodyUnreadable,
 	inProgress, mismatch, store, record, tooLarge, late, internal []byte
 	operator  []byte // a store refusal only an operator can lift
-	unsettled []byte // Transactional: the commit failed or the lease was lost
+	unsettled []byte // Transactional: the lease was lost before the commit
+	unknown   []byte // Transactional: the commit's outcome is unknown
 	header    string // the key's header name, for bodies built per refusal
 }
 
@@ -169,6 +188,7 @@ func newProblems(p *params) problems {
 		late:           problemJSON(503, "The request did not complete in time: retry with the same "+h+" after the Retry-After delay."),
 		internal:       problemJSON(500, "The server is misconfigured."),
 		unsettled:      problemJSON(503, "The outcome of this request could not be confirmed: retry with the same "+h+" after the Retry-After delay to get it."),
+		unknown:        problem(ProblemOutcomeUnknown, "Outcome Unknown", 503, "The request was processed, but whether its effects were kept is unknown: the server lost its store while committing them. Do not send it again under a new "+h+"; retry it with the same "+h+" after the Retry-After delay: the retry gets the response if they were kept, and is processed if they were not."),
 		header:         h,
 	}
 }
@@ -182,12 +202,17 @@ func (ps *problems) fenced(end time.Time) []byte {
 
 // problemJSON is an RFC 9457 problem document of type about:blank.
 func problemJSON(status int, detail string) []byte {
+	return problem("about:blank", http.StatusText(status), status, detail)
+}
+
+// problem is an RFC 9457 problem document.
+func problem(typ, title string, status int, detail string) []byte {
 	b, _ := json.Marshal(struct {
 		Type   string `json:"type"`
 		Title  string `json:"title"`
 		Status int    `json:"status"`
 		Detail string `json:"detail"`
-	}{"about:blank", http.StatusText(status), status, detail})
+	}{typ, title, status, detail})
 	return append(b, '\n')
 }
 
@@ -208,6 +233,8 @@ func (ps *problems) body(err error) []byte {
 		return ps.inProgress
 	case errors.Is(err, ErrMismatch):
 		return ps.mismatch
+	case errors.Is(err, ErrOutcomeUnknown):
+		return ps.unknown
 	case errors.Is(err, ErrStore) && errors.Is(err, replay.ErrConfig):
 		return ps.operator
 	case errors.Is(err, ErrStore), errors.Is(err, errGone):

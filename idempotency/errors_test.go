@@ -17,7 +17,7 @@ func TestStatusCode(t *testing.T) {
 		{errKeyMissing, 400}, {errKeyRepeated, 400}, {errKeyMalformed, 400}, {errKeyLength, 400},
 		{errBodyUnreadable, 400}, {errNoCaller, 401}, {errInProgress, 409}, {errBodyTooLarge, 413},
 		{errMismatch, 422}, {errNoRecord, 500}, {errRecordCorrupt, 500}, {errResponseTooBig, 500},
-		{storeAcquireError(errInjected), 503}, {fmt.Errorf("wrapped: %w", errMismatch), 422},
+		{storeAcquireError(errInjected), 503}, {outcomeUnknownError(errInjected), 503}, {fmt.Errorf("wrapped: %w", errMismatch), 422},
 		{nil, 500}, {errors.New("other"), 500},
 	} {
 		if got := StatusCode(tc.err); got != tc.want {
@@ -46,6 +46,7 @@ func TestProblemBodies(t *testing.T) {
 		{errRecordCorrupt, "The request with this X-Key was processed, but its response cannot be replayed."},
 		{errResponseTooBig, "The request with this X-Key was processed, but its response was too large to store and cannot be replayed."},
 		{errors.New("other"), "The server is misconfigured."},
+		{outcomeUnknownError(errInjected), "The request was processed, but whether its effects were kept is unknown: the server lost its store while committing them. Do not send it again under a new X-Key; retry it with the same X-Key after the Retry-After delay: the retry gets the response if they were kept, and is processed if they were not."},
 	} {
 		t.Run(tc.detail, func(t *testing.T) {
 			w := httptest.NewRecorder()
@@ -58,7 +59,11 @@ func TestProblemBodies(t *testing.T) {
 				t.Fatal(err)
 			}
 			status := StatusCode(tc.err)
-			if doc.Detail != tc.detail || doc.Status != status || doc.Title != http.StatusText(status) || doc.Type != "about:blank" {
+			wantType, wantTitle := "about:blank", http.StatusText(status)
+			if errors.Is(tc.err, ErrOutcomeUnknown) {
+				wantType, wantTitle = ProblemOutcomeUnknown, "Outcome Unknown"
+			}
+			if doc.Detail != tc.detail || doc.Status != status || doc.Title != wantTitle || doc.Type != wantType {
 				t.Fatalf("problem %+v", doc)
 			}
 			h := w.Header()

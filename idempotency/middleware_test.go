@@ -36,7 +36,7 @@ func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int) map[strin
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 		t.Fatalf("problem body %q: %v", w.Body, err)
 	}
-	if p["status"] != float64(status) || p["title"] != http.StatusText(status) || p["detail"] == "" {
+	if p["status"] != float64(status) || p["type"] == "about:blank" && p["title"] != http.StatusText(status) || p["title"] == "" || p["detail"] == "" {
 		t.Fatalf("problem %v", p)
 	}
 	return p

@@ -36,7 +36,7 @@ func outcomeOf(err error) observe.Outcome {
 		return observe.OutcomeInProgress
 	case errors.Is(err, errReleased):
 		return observe.OutcomeReleased
-	case errors.Is(err, ErrStore), err == errNoRecord, err == errRecordCorrupt:
+	case errors.Is(err, ErrStore), errors.Is(err, ErrOutcomeUnknown), err == errNoRecord, err == errRecordCorrupt:
 		return observe.OutcomeStoreFailure
 	}
 	return observe.OutcomeRefused

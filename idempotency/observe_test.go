@@ -39,6 +39,7 @@ func TestReasonOf(t *testing.T) {
 		{leaseLostError(errInjected), observe.ReasonIdempotencyLeaseLost, observe.OutcomeStoreFailure},
 		{errTimeoutHandler, observe.ReasonIdempotencyTimeoutHandler, observe.OutcomeRefused},
 		{storeBeginError(errInjected), observe.ReasonIdempotencyStoreBegin, observe.OutcomeStoreFailure},
+		{outcomeUnknownError(errInjected), observe.ReasonIdempotencyOutcomeUnknown, observe.OutcomeStoreFailure},
 	} {
 		t.Run(tc.reason.String(), func(t *testing.T) {
 			if got := ReasonOf(tc.err); got != tc.reason || got.String() != reason.Of(tc.err) {

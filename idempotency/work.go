@@ -88,6 +88,10 @@ func (a *attempt) runWork(ctx context.Context, w http.ResponseWriter, next http.
 	}
 	if err := a.commit(work, enc); err != nil {
 		restoreHeader(w.Header(), outer)
+		if errors.Is(err, ErrOutcomeUnknown) {
+			writeProblem(w, http.StatusServiceUnavailable, p.problems.body(err), a.unknownRetryAfter())
+			return
+		}
 		writeProblem(w, http.StatusServiceUnavailable, p.problems.unsettled, p.retryAfter)
 		return
 	}
@@ -125,11 +129,24 @@ func (a *attempt) commit(work replay.Work, result []byte) error {
 		releaseTook, _ := a.releaseLease()
 		took = releaseTook
 	default:
-		err = storeConfirmError(err)
-		a.log(slog.LevelError, "idempotency: the commit of the handler's transaction failed with an unknown outcome; key left leased, the handler's response not sent, answered 503", http.StatusServiceUnavailable, err)
+		err = outcomeUnknownError(err)
+		a.log(slog.LevelError, "idempotency: the commit of the handler's transaction failed with an unknown outcome; key left leased, the handler's response not sent, answered 503 outcome unknown", http.StatusServiceUnavailable, err)
 	}
 	p.report(err, took)
 	return err
+}
+
+// unknownRetryAfter is the Retry-After of an unknown outcome: when the
+// lease was taken in the handler's transaction (AcquireWork), the lease
+// was committed or not with it, so the store can tell as soon as it ends
+// the transaction: [Config.RetryAfter]. Otherwise the key stays leased
+// until the lease ends, and until then a retry is only told 409: the
+// seconds until it ends.
+func (a *attempt) unknownRetryAfter() string {
+	if a.held != nil {
+		return a.p.retryAfter
+	}
+	return httpx.RetryAfterSeconds(time.Until(a.start.Add(a.p.lease)))
 }
 
 // rollback discards work's writes, waiting at most a quarter of the lease

@@ -210,6 +210,7 @@ func TestTransactionalSettlesEveryOutcome(t *testing.T) {
 		log       string // in the log at ERROR or WARN; "" none
 		retry     int    // status of a retry
 		replayed  bool   // the retry is a replay
+		unknown   bool   // the 503 is the outcome-unknown problem, Retry-After the lease's end
 	}{
 		{
 			name: "2xx commits the charge with the record, then is sent", handler: chargeOnce,
@@ -274,17 +275,17 @@ func TestTransactionalSettlesEveryOutcome(t *testing.T) {
 			reason: observe.ReasonIdempotencyStoreConfirm, outcome: observe.OutcomeStoreFailure, log: "rolled the handler's transaction back", retry: 503,
 		},
 		{
-			name:  "a commit with an unknown outcome that did not apply answers 503 and leaves the key leased",
-			store: func(s *fakeTransactor) { s.commitErr = errInjected }, handler: chargeOnce, cfg: Config{RetryAfter: 2 * time.Second},
+			name:  "a commit with an unknown outcome that did not apply answers 503 outcome unknown and leaves the key leased",
+			store: func(s *fakeTransactor) { s.commitErr = errInjected }, handler: chargeOnce, cfg: Config{RetryAfter: 2 * time.Second, Lease: 30 * time.Second},
 			calls: "begin,commit", status: 503, committed: 0,
-			reason: observe.ReasonIdempotencyStoreConfirm, outcome: observe.OutcomeStoreFailure, log: "unknown outcome", retry: 409,
+			reason: observe.ReasonIdempotencyOutcomeUnknown, outcome: observe.OutcomeStoreFailure, log: "unknown outcome", retry: 409, unknown: true,
 		},
 		{
-			name:  "a commit with an unknown outcome that applied answers 503, and the retry gets the committed response",
+			name:  "a commit with an unknown outcome that applied answers 503 outcome unknown, and the retry gets the committed response",
 			store: func(s *fakeTransactor) { s.commitErr = errInjected; s.commitApplied = true }, handler: chargeOnce,
-			cfg:   Config{RetryAfter: 2 * time.Second},
+			cfg:   Config{RetryAfter: 2 * time.Second, Lease: 30 * time.Second},
 			calls: "begin,commit", status: 503, committed: 1,
-			reason: observe.ReasonIdempotencyStoreConfirm, outcome: observe.OutcomeStoreFailure, log: "unknown outcome", retry: 201, replayed: true,
+			reason: observe.ReasonIdempotencyOutcomeUnknown, outcome: observe.OutcomeStoreFailure, log: "unknown outcome", retry: 201, replayed: true, unknown: true,
 		},
 		{
 			name:  "a transaction that cannot begin releases the key, answers 503 and does not run the handler",
@@ -345,9 +346,19 @@ func TestTransactionalSettlesEveryOutcome(t *testing.T) {
 			}
 			if tc.status == http.StatusServiceUnavailable && tc.body == "" {
 				// The middleware's own 503: never the handler's headers.
-				problemOf(t, w, http.StatusServiceUnavailable)
-				if w.Header().Get("Retry-After") != "2" || w.Header().Get("Location") != "" || w.Header().Get("X-Charge") != "" {
-					t.Errorf("headers %v", w.Header())
+				p := problemOf(t, w, http.StatusServiceUnavailable)
+				wantType, wantRetry := "about:blank", "2"
+				if tc.unknown {
+					// Not the outage's 503: the lease, taken apart from
+					// the transaction (BeginWork), ends in 30 s, and the
+					// retry learns the outcome then.
+					wantType, wantRetry = ProblemOutcomeUnknown, "30"
+				}
+				if p["type"] != wantType {
+					t.Errorf("problem type %v, want %s", p["type"], wantType)
+				}
+				if w.Header().Get("Retry-After") != wantRetry || w.Header().Get("Location") != "" || w.Header().Get("X-Charge") != "" {
+					t.Errorf("headers %v, want Retry-After %s", w.Header(), wantRetry)
 				}
 			}
 			if got := len(st.committedList()); got != tc.committed {

@@ -9,8 +9,8 @@ import (
 
 func TestRefusalReasonSetIsUniqueAndNamed(t *testing.T) {
 	all := RefusalReasons()
-	if len(all) != 103 {
-		t.Fatalf("RefusalReasons has %d values, want 103 (adding one is an API review)", len(all))
+	if len(all) != 104 {
+		t.Fatalf("RefusalReasons has %d values, want 104 (adding one is an API review)", len(all))
 	}
 	seen := map[RefusalReason]bool{}
 	for _, r := range all {

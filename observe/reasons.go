@@ -173,6 +173,7 @@ const (
 	ReasonIdempotencyTimeoutHandler RefusalReason = "handler is an http.TimeoutHandler inside the middleware"
 	ReasonIdempotencyStoreBegin     RefusalReason = "replay store could not begin the handler's transaction"
 	ReasonIdempotencyStoreRollback  RefusalReason = "replay store could not roll back the handler's transaction"
+	ReasonIdempotencyOutcomeUnknown RefusalReason = "commit of the handler's transaction has an unknown outcome"
 )
 
 // reasonList is every reason except [ReasonNone], in the order of the
@@ -281,6 +282,7 @@ var reasonList = [...]RefusalReason{
 	ReasonIdempotencyTimeoutHandler,
 	ReasonIdempotencyStoreBegin,
 	ReasonIdempotencyStoreRollback,
+	ReasonIdempotencyOutcomeUnknown,
 }
 
 // String returns the reason's text, the one the refusing package's

@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -29,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/webhook"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -114,6 +116,13 @@ func effectKeyNames(n int) []string {
 // whether the client saw success: 201, or for a delivery a 200 (already
 // processed); 409, 503 and no answer are retried; any other status fails t.
 func sendEffect(t testing.TB, client *http.Client, signer *webhook.Signer, base, key string) bool {
+	ok, _ := sendEffectProblem(t, client, signer, base, key)
+	return ok
+}
+
+// sendEffectProblem is sendEffect that also returns the problem type of a
+// 503 answer ("" for any other answer).
+func sendEffectProblem(t testing.TB, client *http.Client, signer *webhook.Signer, base, key string) (ok bool, problem string) {
 	const body = `{"amount": 1999, "currency": "eur"}`
 	path := "/charges"
 	if strings.HasPrefix(key, "msg_") {
@@ -122,31 +131,35 @@ func sendEffect(t testing.TB, client *http.Client, signer *webhook.Signer, base,
 	req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
 	if err != nil {
 		t.Error(err)
-		return false
+		return false, ""
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if path == "/hook" {
 		if err := signer.Sign(req.Header, key, []byte(body)); err != nil {
 			t.Error(err)
-			return false
+			return false, ""
 		}
 	} else {
 		req.Header.Set("Idempotency-Key", `"`+key+`"`)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return false
+		return false, ""
+	}
+	var doc struct{ Type string }
+	if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Content-Type") == "application/problem+json" {
+		json.NewDecoder(resp.Body).Decode(&doc)
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusCreated, path == "/hook" && resp.StatusCode == http.StatusOK:
-		return true
+		return true, ""
 	case resp.StatusCode == http.StatusConflict, resp.StatusCode == http.StatusServiceUnavailable:
-		return false
+		return false, doc.Type
 	}
 	t.Errorf("%s: status %d", key, resp.StatusCode)
-	return false
+	return false, ""
 }
 
 // effectLoad sends every key, the first attempts spread evenly over
@@ -453,6 +466,9 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 		name  string
 		fault func(ctx context.Context, tx pgx.Tx, key string) bool
 		kept  bool          // the first run's effect is committed
+		// unknown: the charge's first attempt is answered 503 outcome
+		// unknown (else the outage's 503, or no answer)
+		unknown bool
 		lease time.Duration // the work's lease, when not lease
 		slow  bool          // COMMITs of a run that set effect.slow_commit wait
 		pool  func(t *testing.T) *pgxpool.Pool
@@ -496,7 +512,7 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			}()
 			return true
 		}},
-		{name: "lost COMMIT reply", kept: true, lease: time.Minute, fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
+		{name: "lost COMMIT reply", kept: true, unknown: true, lease: time.Minute, fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
 			var pid int32
 			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 				return false
@@ -529,14 +545,20 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 			signer := whSigner(t)
 			client := &http.Client{Timeout: 10 * time.Second}
 			t.Cleanup(client.CloseIdleConnections)
-			// Every key's first attempt runs the fault, and fails.
+			// Every key's first attempt runs the fault, and fails; a
+			// charge whose COMMIT reply was lost is told that its outcome
+			// is unknown, and no other is.
 			var wg sync.WaitGroup
 			for _, key := range keys {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if sendEffect(t, client, signer, base, key) {
+					ok, problem := sendEffectProblem(t, client, signer, base, key)
+					if ok {
 						t.Errorf("%s: the client saw success from a run its fault ended", key)
+					}
+					if unknown := problem == idempotency.ProblemOutcomeUnknown; !strings.HasPrefix(key, "msg_") && unknown != tc.unknown {
+						t.Errorf("%s: answered a problem of type %q; the commit's outcome was unknown: %v", key, problem, tc.unknown)
 					}
 				}()
 			}

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/idempotency"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/sqlitestore"
 )
@@ -1194,3 +1196,79 @@ func TestCrashVFS(t *testing.T) {
 // r2 varies the rows' sizes, so that commits write different numbers of
 // pages and frames.
 func r2(id int) int { return 50 + id*37%250 }
+
+// TestCommitFsyncFailureIsOutcomeUnknown: the fsync of a transactional
+// request's COMMIT fails (Linux semantics: the WAL's unsynced frames
+// dropped from the disk, kept in the page cache). Whether the charge was
+// kept is then unknown to the store, and the client is told exactly
+// that: 503 with the outcome-unknown problem, never success and never
+// the outage's 503. Its retry with the same key learns the outcome — the
+// charge replayed if it was kept, else run — and the charge is kept once.
+func TestCommitFsyncFailureIsOutcomeUnknown(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after int // the -wal Syncs that succeed before the failing one
+	}{
+		{"the request's own commit", 0},
+		{"a commit after another", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newCrashVFS(t)
+			f := pcFile{v, filepath.Join(t.TempDir(), "replay.db"), Safe}
+			f.create(t)
+			db := f.open(t)
+			t.Cleanup(func() { db.Close() })
+			if _, err := db.ExecContext(context.Background(), chargesSchema); err != nil {
+				t.Fatal(err)
+			}
+			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+			app := &chargeApp{db: db, tx: true}
+			send := idempotencyFront(t, s, true, app, nil)
+			if a := send("warm-up", nil); a.status != http.StatusCreated {
+				t.Fatalf("warm-up: %d %s", a.status, a.body)
+			}
+			refs := []string{"charge-1", "charge-2"}[:tc.after+1]
+			v.ArmSyncFailure("-wal", tc.after, 0)
+			var unknown []string
+			for _, ref := range refs {
+				a := send(ref, nil)
+				switch {
+				case a.status == http.StatusServiceUnavailable && problemType(a.body) == idempotency.ProblemOutcomeUnknown:
+					unknown = append(unknown, ref)
+				case a.status != http.StatusCreated:
+					t.Fatalf("%s: %d %s; want 201, or 503 outcome unknown", ref, a.status, a.body)
+				}
+			}
+			if st := v.Stats(); st.FailedSyncs != 1 || len(unknown) != 1 || unknown[0] != refs[tc.after] {
+				t.Fatalf("%d failed fsyncs; told outcome unknown: %v, want [%s]", st.FailedSyncs, unknown, refs[tc.after])
+			}
+			ref := unknown[0]
+			var last answer
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				if last = send(ref, nil); last.status != http.StatusServiceUnavailable && last.status != http.StatusConflict {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: retries still answered %d %s after 30 s", ref, last.status, last.body)
+				}
+			}
+			got := charges(t, db)
+			if last.status != http.StatusCreated || len(got[ref]) != 1 || got[ref][0] != last.body {
+				t.Fatalf("%s: the retry got %d %q (replayed %v); charges kept %q: want 201 with the one charge kept", ref, last.status, last.body, last.replayed, got[ref])
+			}
+			for _, r := range refs {
+				if len(got[r]) != 1 {
+					t.Errorf("%s: %d charges kept, want 1", r, len(got[r]))
+				}
+			}
+			t.Logf("%s: retried after outcome unknown; replayed %v (%d runs)", ref, last.replayed, app.runs.Load())
+		})
+	}
+}
+
+// problemType returns the type of an RFC 9457 problem body, or "".
+func problemType(body string) string {
+	var doc struct{ Type string }
+	json.Unmarshal([]byte(body), &doc)
+	return doc.Type
+}
