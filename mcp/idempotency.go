@@ -25,6 +25,12 @@ const (
 	// InProgress (1025) is in the -32603 error of a call whose key's first
 	// call still runs; data also holds "retryAfterMs".
 	InProgress = mcptoken.CodeInProgress
+	// OutcomeUnknown (1028) is in the -32603 error of a call whose tool ran
+	// and whose transaction's commit has an unknown outcome; data also
+	// holds "retryAfterMs": retry the same call with the same key after
+	// it (never under a new key) to get the result, or have it run if
+	// nothing was kept.
+	OutcomeUnknown = mcptoken.CodeOutcomeUnknown
 )
 
 // Idempotency makes the tool handlers it wraps idempotent: see [NewIdempotency].
@@ -72,7 +78,9 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 // with data {"ctokenCode":1025,"retryAfterMs":N} ([InProgress]; read it
 // with [RetryAfter]); a request without an authenticated caller, a store
 // failure, and the retry of a call whose result was too large to record
-// are -32603. A zero Idempotency refuses every call with -32603.
+// are -32603. A zero Idempotency refuses every call with -32603. With
+// Transactional, a commit whose outcome is unknown (the tool ran) is
+// -32603 with data {"ctokenCode":1028,"retryAfterMs":N} ([OutcomeUnknown]).
 func (i *Idempotency) Wrap(h mcp.ToolHandler) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		if h == nil {
@@ -213,6 +221,10 @@ func idempotencyError(err error) error {
 		d, _ := mcptoken.RetryAfter(err)
 		data, _ := json.Marshal(idempotencyData{Code: InProgress, RetryAfterMs: max(d.Milliseconds(), 1)})
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "a call with this idempotency key is in progress: retry later", Data: data}
+	case errors.Is(err, mcptoken.ErrOutcomeUnknown):
+		d, _ := mcptoken.RetryAfter(err)
+		data, _ := json.Marshal(idempotencyData{Code: OutcomeUnknown, RetryAfterMs: max(d.Milliseconds(), 1)})
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the outcome of this call is unknown: retry it with the same idempotency key, never a new one", Data: data}
 	case errors.Is(err, mcptoken.ErrIdempotencyStore):
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "idempotency store unavailable: retry later"}
 	case errors.Is(err, mcptoken.ErrNotRecorded):
@@ -221,15 +233,16 @@ func idempotencyError(err error) error {
 	return err
 }
 
-// RetryAfter returns the retry hint of an [InProgress] error as a client
-// sees it (from ClientSession.CallTool), and false for any other error.
+// RetryAfter returns the retry hint of an [InProgress] or [OutcomeUnknown]
+// error as a client sees it (from ClientSession.CallTool), and false for
+// any other error.
 func RetryAfter(err error) (time.Duration, bool) {
 	var we *jsonrpc.Error
 	if !errors.As(err, &we) || len(we.Data) == 0 {
 		return 0, false
 	}
 	var d idempotencyData
-	if json.Unmarshal(we.Data, &d) != nil || d.Code != InProgress || d.RetryAfterMs <= 0 {
+	if json.Unmarshal(we.Data, &d) != nil || d.Code != InProgress && d.Code != OutcomeUnknown || d.RetryAfterMs <= 0 {
 		return 0, false
 	}
 	return time.Duration(d.RetryAfterMs) * time.Millisecond, true

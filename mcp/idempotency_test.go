@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -314,7 +315,7 @@ func TestNewIdempotencyRefusesBadOptions(t *testing.T) {
 	})
 }
 
-func TestRetryAfterReadsOnlyInProgress(t *testing.T) {
+func TestRetryAfterReadsOnlyRetryableRefusals(t *testing.T) {
 	cases := map[string]error{
 		"nil":        nil,
 		"plain":      errors.New("x"),
@@ -333,6 +334,16 @@ func TestRetryAfterReadsOnlyInProgress(t *testing.T) {
 		err := &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Data: json.RawMessage(`{"ctokenCode":1025,"retryAfterMs":250}`)}
 		if d, ok := RetryAfter(err); !ok || d != 250*time.Millisecond {
 			t.Fatalf("RetryAfter = %v, %v", d, ok)
+		}
+	})
+	t.Run("outcome unknown", func(t *testing.T) {
+		err := idempotencyError(fmt.Errorf("%w: commit", mcptoken.ErrOutcomeUnknown))
+		var we *jsonrpc.Error
+		if !errors.As(err, &we) || we.Code != jsonrpc.CodeInternalError || !strings.Contains(string(we.Data), `"ctokenCode":1028`) {
+			t.Fatalf("sent %v", err)
+		}
+		if d, ok := RetryAfter(err); !ok || d != time.Millisecond {
+			t.Fatalf("RetryAfter = %v, %v; want the 1 ms floor of a hint the engine did not give", d, ok)
 		}
 	})
 }

@@ -25,10 +25,15 @@ const (
 	// InProgress (1025): the key's first call still runs; _meta also
 	// holds [MetaRetryAfterMs].
 	InProgress = mcptoken.CodeInProgress
+	// OutcomeUnknown (1028): the tool ran and its transaction's commit
+	// has an unknown outcome; _meta also holds [MetaRetryAfterMs]: retry
+	// the same call with the same key after it, never under a new key.
+	OutcomeUnknown = mcptoken.CodeOutcomeUnknown
 )
 
-// MetaRetryAfterMs is the _meta member of an [InProgress] tool error
-// result: the milliseconds after which to retry.
+// MetaRetryAfterMs is the _meta member of an [InProgress] or
+// [OutcomeUnknown] tool error result: the milliseconds after which to
+// retry.
 const MetaRetryAfterMs = "retryAfterMs"
 
 // ErrIdempotencyStore is the error (sent as JSON-RPC -32603) of an
@@ -78,7 +83,9 @@ func NewIdempotency(opts IdempotencyOptions) (*Idempotency, error) {
 // code); a key used with other arguments (_meta ctokenCode [KeyReused]); a
 // key whose first call still runs after waiting up to Wait (_meta
 // ctokenCode [InProgress] and [MetaRetryAfterMs]). None runs h or consumes
-// the key. A request without an authenticated caller is [ErrNoCaller]; a
+// the key. With Transactional, a commit whose outcome is unknown (h ran)
+// is a tool error result with _meta ctokenCode [OutcomeUnknown] and
+// [MetaRetryAfterMs]. A request without an authenticated caller is [ErrNoCaller]; a
 // store failure and the retry of a call whose result was too large to
 // record are [ErrIdempotencyStore]. A zero Idempotency answers every call
 // with ErrIdempotencyStore.
@@ -154,16 +161,22 @@ func idempotencyResult(err error) (*mcp.CallToolResult, error) {
 		res := mcp.NewToolResultError("a call with this idempotency key is in progress: retry later (ctokenCode 1025)")
 		res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: InProgress, MetaRetryAfterMs: max(d.Milliseconds(), 1)})
 		return res, nil
+	case errors.Is(err, mcptoken.ErrOutcomeUnknown):
+		d, _ := mcptoken.RetryAfter(err)
+		res := mcp.NewToolResultError("the outcome of this call is unknown: retry it with the same idempotency key, never a new one (ctokenCode 1028)")
+		res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: OutcomeUnknown, MetaRetryAfterMs: max(d.Milliseconds(), 1)})
+		return res, nil
 	case errors.Is(err, mcptoken.ErrIdempotencyStore), errors.Is(err, mcptoken.ErrNotRecorded):
 		return nil, ErrIdempotencyStore
 	}
 	return nil, err
 }
 
-// RetryAfter returns the retry hint of an [InProgress] tool error result
-// as a client sees it, and false for any other result.
+// RetryAfter returns the retry hint of an [InProgress] or
+// [OutcomeUnknown] tool error result as a client sees it, and false for
+// any other result.
 func RetryAfter(res *mcp.CallToolResult) (time.Duration, bool) {
-	if TokenCode(res) != InProgress {
+	if c := TokenCode(res); c != InProgress && c != OutcomeUnknown {
 		return 0, false
 	}
 	var ms float64

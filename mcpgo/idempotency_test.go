@@ -299,7 +299,7 @@ func TestNewIdempotencyRefusesBadOptions(t *testing.T) {
 	})
 }
 
-func TestRetryAfterReadsOnlyInProgress(t *testing.T) {
+func TestRetryAfterReadsOnlyRetryableRefusals(t *testing.T) {
 	inProgress := func(ms any) *mcp.CallToolResult {
 		res := mcp.NewToolResultError("busy")
 		res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: float64(InProgress), MetaRetryAfterMs: ms})
@@ -322,6 +322,15 @@ func TestRetryAfterReadsOnlyInProgress(t *testing.T) {
 	if d, ok := RetryAfter(inProgress(250.0)); !ok || d != 250*time.Millisecond {
 		t.Fatalf("RetryAfter = %v, %v", d, ok)
 	}
+	t.Run("outcome unknown", func(t *testing.T) {
+		res, err := idempotencyResult(fmt.Errorf("%w: commit", mcptoken.ErrOutcomeUnknown))
+		if err != nil || res == nil || !res.IsError || TokenCode(res) != OutcomeUnknown {
+			t.Fatalf("sent %+v, %v; want a tool error result with ctokenCode 1028", res, err)
+		}
+		if d, ok := RetryAfter(res); !ok || d != time.Millisecond {
+			t.Fatalf("RetryAfter = %v, %v; want the 1 ms floor of a hint the engine did not give", d, ok)
+		}
+	})
 }
 
 func BenchmarkIdempotentToolCall(b *testing.B) {

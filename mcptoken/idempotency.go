@@ -25,6 +25,11 @@ const (
 	// CodeInProgress tells a client that a call with its key is still
 	// running: retry it after the hint ([ErrInProgress]).
 	CodeInProgress = 1025
+	// CodeOutcomeUnknown tells a client that its call ran but whether its
+	// effects were kept is unknown: retry the same call with the same key
+	// after the hint, never under a new key ([ErrOutcomeUnknown]). 1026
+	// and 1027 are request-state codes.
+	CodeOutcomeUnknown = 1028
 )
 
 // MetaIdempotencyKey is the _meta member of a tools/call that may carry the
@@ -62,10 +67,11 @@ var (
 	// [CodeInProgress]).
 	ErrInProgress = errors.New("mcptoken: a call with this idempotency key is in progress")
 	// ErrIdempotencyStore reports a replay store that could not answer,
-	// or a transactional call whose commit failed: the client should
-	// retry. Before the tool ran nothing was taken; after, the key is
-	// released, or left leased when the outcome is unknown (a retry is
-	// then busy, then replayed or run, never run beside the first).
+	// or a transactional call whose commit the store refused knowing
+	// that nothing was kept (its lease lost, or the transaction rolled
+	// back): the client should retry. Before the tool ran nothing was
+	// taken; after, the key is released or held by another call. A commit
+	// whose outcome is unknown is [ErrOutcomeUnknown] instead.
 	ErrIdempotencyStore = errors.New("mcptoken: idempotency store failed")
 	// ErrNotRecorded reports a retry of a call that completed but whose
 	// result could not be recorded (too large for the store), whose
@@ -73,14 +79,28 @@ var (
 	// sealed under a key no longer in Keys), or whose store ID is taken by
 	// something else: the tool does not run again.
 	ErrNotRecorded = errors.New("mcptoken: the first result of this call was not recorded")
+	// ErrOutcomeUnknown reports a call of a Transactional Idempotency
+	// whose tool ran and whose transaction's commit failed in a way that
+	// leaves its fate unknown (the store's connection broke during
+	// COMMIT): its result is not sent and its key stays taken. The same
+	// call with the same key, retried after [RetryAfter], learns the
+	// outcome: the committed result, replayed, or, if nothing was kept,
+	// the tool run (code [CodeOutcomeUnknown]). A call under a new key
+	// may act twice.
+	ErrOutcomeUnknown = errors.New("mcptoken: the outcome of this call is unknown")
 )
 
-// RetryAfter returns the retry hint of an [ErrInProgress] error of
-// [Idempotency.Call], and false for any other error.
+// RetryAfter returns the retry hint of an [ErrInProgress] or
+// [ErrOutcomeUnknown] error of [Idempotency.Call], and false for any other
+// error.
 func RetryAfter(err error) (time.Duration, bool) {
 	var b *busyError
 	if errors.As(err, &b) {
 		return b.retryAfter, true
+	}
+	var u *unknownError
+	if errors.As(err, &u) {
+		return u.retryAfter, true
 	}
 	return 0, false
 }
@@ -297,7 +317,9 @@ func (i *Idempotency) refusal(ctx context.Context, tool string, err error) error
 	case errors.Is(err, errEngineStore) && ctx.Err() != nil:
 		// The caller went away before the tool ran: nothing was taken.
 		return fmt.Errorf("%w: %w", ErrIdempotencyStore, err)
-	case errors.Is(err, errEngineStore), errors.Is(err, errUnknownOutcome):
+	case errors.Is(err, errUnknownOutcome):
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err) // logged by the engine
+	case errors.Is(err, errEngineStore):
 		log("idempotency store failed")
 		return fmt.Errorf("%w: %w", ErrIdempotencyStore, err)
 	}

@@ -450,7 +450,7 @@ func TestIdempotencyTransactionalOutcomes(t *testing.T) {
 		{"tool fails: rolled back, key released", nil, nil, true, nil, true, 1},
 		{"rolled back by the store: key released", nil, fmt.Errorf("x: %w", replay.ErrRolledBack), false, ErrIdempotencyStore, true, 0},
 		{"lease lost: refused, result not returned", nil, replay.ErrLeaseLost, false, ErrIdempotencyStore, false, 0},
-		{"unknown outcome: key left leased", nil, errors.New("connection lost during COMMIT"), false, ErrIdempotencyStore, false, 0},
+		{"unknown outcome: told so, key left leased", nil, errors.New("connection lost during COMMIT"), false, ErrOutcomeUnknown, false, 0},
 	}
 	boom := errors.New("tool")
 	for _, c := range cases {
@@ -476,6 +476,15 @@ func TestIdempotencyTransactionalOutcomes(t *testing.T) {
 				t.Fatal(err)
 			case c.wantErr != nil && (!errors.Is(err, c.wantErr) || res != nil):
 				t.Fatalf("err = %v, result %q", err, res)
+			}
+			// Only an unknown outcome is one, and it says when a retry
+			// learns it: the lease, taken apart from the transaction
+			// (BeginWork), ends within the 2 s of testIdempotency.
+			if unknown := errors.Is(err, ErrOutcomeUnknown); unknown != (c.wantErr == ErrOutcomeUnknown) || errors.Is(err, ErrIdempotencyStore) && unknown {
+				t.Fatalf("err = %v: outcome unknown %v", err, unknown)
+			}
+			if d, ok := RetryAfter(err); c.wantErr == ErrOutcomeUnknown && (!ok || d <= 0 || d > 2*time.Second) {
+				t.Fatalf("RetryAfter(%v) = %v, %v; want the lease's remainder", err, d, ok)
 			}
 			tx.begin, tx.commit = nil, nil
 			before := runs.Load()
@@ -746,6 +755,19 @@ func TestIdempotencyTransactionalWithAWorkAcquirer(t *testing.T) {
 			}
 		})
 	}
+	t.Run("an unknown outcome says a retry learns it within a second", func(t *testing.T) {
+		// The lease was committed or not with the work: no need to wait
+		// for the lease to end.
+		st := &fakeAcquirer{fakeTx: &fakeTx{MemoryStore: replay.NewMemoryStore(100), commit: errors.New("connection lost during COMMIT")}}
+		i := testIdempotency(t, &bytes.Buffer{}, func(cfg *IdempotencyConfig) {
+			cfg.Store, cfg.Transactional, cfg.Lease = st, true, time.Hour
+		})
+		run, _ := counted()
+		_, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k"}`), nil, run)
+		if d, ok := RetryAfter(err); !errors.Is(err, ErrOutcomeUnknown) || !ok || d != time.Second {
+			t.Fatalf("err = %v, RetryAfter %v, %v; want ErrOutcomeUnknown after 1s", err, d, ok)
+		}
+	})
 	t.Run("a Work given with a done answer is rolled back", func(t *testing.T) {
 		st := &fakeAcquirer{fakeTx: &fakeTx{MemoryStore: replay.NewMemoryStore(100)}}
 		i := testIdempotency(t, &bytes.Buffer{}, func(cfg *IdempotencyConfig) { cfg.Store = st; cfg.Transactional = true })

@@ -92,11 +92,11 @@ const (
 
 // KnownCode reports whether code is one of the codes a refusal carries:
 // [ctoken.CodeCursorExpired], [ctoken.CodeCursorInvalid], [CodeStateExpired],
-// [CodeStateInvalid], [CodeKeyReused], [CodeInProgress], [CodeStateUsed] or
-// [CodeStateBusy].
+// [CodeStateInvalid], [CodeKeyReused], [CodeInProgress], [CodeStateUsed],
+// [CodeStateBusy] or [CodeOutcomeUnknown].
 func KnownCode(code int) bool {
 	switch code {
-	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid, CodeKeyReused, CodeInProgress, CodeStateUsed, CodeStateBusy:
+	case ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, CodeStateExpired, CodeStateInvalid, CodeKeyReused, CodeInProgress, CodeStateUsed, CodeStateBusy, CodeOutcomeUnknown:
 		return true
 	}
 	return false

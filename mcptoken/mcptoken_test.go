@@ -311,12 +311,12 @@ func TestRefuseStateOfNilIsNoTokenRefusal(t *testing.T) {
 
 func TestKnownCodeAcceptsOnlyCtokenCodes(t *testing.T) {
 	for code := -1; code < 2000; code++ {
-		want := code >= 1020 && code <= 1027
+		want := code >= 1020 && code <= 1028
 		if KnownCode(code) != want {
 			t.Errorf("KnownCode(%d) = %v", code, !want)
 		}
 	}
-	if CodeStateExpired != 1022 || CodeStateInvalid != 1023 || CodeKeyReused != 1024 || CodeInProgress != 1025 || CodeStateUsed != 1026 || CodeStateBusy != 1027 {
+	if CodeStateExpired != 1022 || CodeStateInvalid != 1023 || CodeKeyReused != 1024 || CodeInProgress != 1025 || CodeStateUsed != 1026 || CodeStateBusy != 1027 || CodeOutcomeUnknown != 1028 {
 		t.Fatal("the state codes changed; clients depend on them")
 	}
 }

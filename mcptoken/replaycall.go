@@ -69,8 +69,8 @@ var (
 	// Recorder contract; nothing was run.
 	errEngineStore = errors.New("store failed")
 	// errUnknownOutcome: the work ran but its transaction's commit has an
-	// unknown outcome, or its lease was lost before the commit: its
-	// result is not sent.
+	// unknown outcome: its result is not sent (unknownError says when a
+	// retry can learn it).
 	errUnknownOutcome = errors.New("outcome unknown")
 	// errNoResult: the ID is done without a result this engine can
 	// replay (recorded as not stored, or taken by something else).
@@ -82,6 +82,16 @@ type busyError struct{ retryAfter time.Duration }
 
 func (e *busyError) Error() string { return errBusy.Error() }
 func (e *busyError) Unwrap() error { return errBusy }
+
+// unknownError is errUnknownOutcome with the commit's error and the
+// retry hint: when the store can tell whether the commit happened.
+type unknownError struct {
+	retryAfter time.Duration
+	err        error
+}
+
+func (e *unknownError) Error() string   { return errUnknownOutcome.Error() + ": " + e.err.Error() }
+func (e *unknownError) Unwrap() []error { return []error{errUnknownOutcome, e.err} }
 
 // runFunc runs the work with ctx (which carries the store's transaction
 // for a transactional engine) and returns its result, the bytes recorded
@@ -256,13 +266,21 @@ func (e *engine) runWork(ctx, hctx context.Context, id, token string, fp []byte,
 		return result, nil
 	case errors.Is(err, replay.ErrLeaseLost):
 		e.logf(ctx, slog.LevelError, "the lease ran out before the commit and another call took the key; the transaction was rolled back and the result not returned", err)
+		return nil, fmt.Errorf("%w: %w", errEngineStore, err)
 	case errors.Is(err, replay.ErrRolledBack):
 		release("the store rolled the transaction back")
 		e.logf(ctx, slog.LevelError, "the store rolled the transaction back (a statement failed, or the record was refused); nothing was kept, key released", err)
-	default:
-		e.logf(ctx, slog.LevelError, "the commit failed with an unknown outcome; key left leased, the result not returned", err)
+		return nil, fmt.Errorf("%w: %w", errEngineStore, err)
 	}
-	return nil, fmt.Errorf("%w: %w", errUnknownOutcome, err)
+	e.logf(ctx, slog.LevelError, "the commit failed with an unknown outcome; key left leased, the result not returned", err)
+	// A lease taken in the transaction (AcquireWork) was committed or
+	// not with it: the store can tell once the transaction has ended.
+	// Otherwise the key stays leased until the lease ends.
+	hint := defaultBusyRetryAfter
+	if held == nil {
+		hint = max(time.Until(start.Add(e.lease)), time.Millisecond)
+	}
+	return nil, &unknownError{retryAfter: hint, err: err}
 }
 
 // recordOf returns what is recorded for result: the result (sealed when

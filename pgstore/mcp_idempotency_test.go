@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ctoken/ctoken"
 
@@ -135,6 +136,55 @@ func TestMCPIdempotencyOnPostgreSQL(t *testing.T) {
 				}
 				if paymentRows(t, pool, table) != before+1 {
 					t.Fatal("the retry's write and record did not commit together")
+				}
+			})
+			t.Run("a lost COMMIT reply is outcome unknown, and the retry gets the committed result", func(t *testing.T) {
+				dropper := newCommitReplyDropper(t, "127.0.0.1:"+p.port)
+				via := poolVia(t, p, dropper.ln.Addr().String(), 4)
+				// The client waits for the lost reply until the lease
+				// ends: long enough that no loaded machine outlives it
+				// before the COMMIT (whose passing the fence is the
+				// premise), short enough for the test.
+				idem, err := mcptoken.NewIdempotency(mcptoken.IdempotencyConfig{Keys: idemKeys, Store: storeOn(t, via), KeyArgument: "key", Transactional: true, Lease: 5 * time.Second}, mcpIntegration())
+				if err != nil {
+					t.Fatal(err)
+				}
+				var runs atomic.Int32
+				pay := func(ctx context.Context) ([]byte, error) {
+					n := runs.Add(1)
+					tx, err := TxFrom(ctx)
+					if err != nil {
+						return nil, err
+					}
+					var pid int32
+					if err := tx.QueryRow(ctx, "insert into "+table+" values (7) returning pg_backend_pid()").Scan(&pid); err != nil {
+						return nil, err
+					}
+					if n == 1 {
+						dropper.doom(pid)
+					}
+					return []byte(fmt.Sprintf(`{"content":[{"type":"text","text":"payment %d"}]}`, n)), nil
+				}
+				args := []byte(`{"key":"pay-3","amount":7}`)
+				_, err = idem.Call(ctx, "alice", "pay", args, nil, pay)
+				if d, ok := mcptoken.RetryAfter(err); !errors.Is(err, mcptoken.ErrOutcomeUnknown) || errors.Is(err, mcptoken.ErrIdempotencyStore) || !ok || d > time.Second {
+					t.Fatalf("the call whose COMMIT reply was lost: %v (RetryAfter %v, %v); want ErrOutcomeUnknown within 1s", err, d, ok)
+				}
+				var res []byte
+				for deadline := time.Now().Add(30 * time.Second); ; {
+					if res, err = idem.Call(ctx, "alice", "pay", args, nil, pay); err == nil {
+						break
+					}
+					if !errors.Is(err, mcptoken.ErrInProgress) && !errors.Is(err, mcptoken.ErrIdempotencyStore) || time.Now().After(deadline) {
+						t.Fatalf("the retry: %v", err)
+					}
+				}
+				var kept int
+				if err := pool.QueryRow(ctx, "select count(*) from "+table+" where amount = 7").Scan(&kept); err != nil {
+					t.Fatal(err)
+				}
+				if string(res) != `{"content":[{"type":"text","text":"payment 1"}]}` || runs.Load() != 1 || kept != 1 || dropper.dropped.Load() != 1 {
+					t.Fatalf("the retry got %s; %d runs, %d payments kept, %d replies dropped; want the first run's, kept once", res, runs.Load(), kept, dropper.dropped.Load())
 				}
 			})
 		})
