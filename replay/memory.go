@@ -270,6 +270,35 @@ func (s *MemoryStore) ConfirmLease(ctx context.Context, id, token string, until 
 	return s.insertLocked(k, unixNano(until))
 }
 
+// RenewLease implements [Renewer]: token's live lease on id ends d from
+// now. It fails with [ErrLeaseLost] when token holds no live lease on id,
+// with [ErrExpired] for a d that is not positive, and with the errors of
+// [MemoryStore.Claim].
+func (s *MemoryStore) RenewLease(ctx context.Context, id, token string, d time.Duration) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return ErrExpired
+	}
+	tok, err := strconv.ParseUint(token, 10, 64)
+	if err != nil || tok == 0 {
+		return ErrLeaseLost // not a token of this store: never a lease on id
+	}
+	k := keyOf(id)
+	s.lockState()
+	defer s.mu.Unlock()
+	now := unixNano(s.now())
+	s.evictLocked(now)
+	l, leased := s.st.leases[k]
+	if !leased || l.token != tok {
+		return ErrLeaseLost
+	}
+	l.end = addSat(now, d)
+	heap.Fix(&s.st.byEnd, l.index)
+	return nil
+}
+
 // ReleaseLease implements [Leaser]: it frees id when token's lease on it is
 // live and otherwise changes nothing. It returns ctx's error if ctx is done
 // and [ErrConfig] when Max is negative.

@@ -202,3 +202,7 @@ func TestMemoryStoreRequestStateContract(t *testing.T) {
 func TestMemoryStoreRecordContract(t *testing.T) {
 	replaytest.RunRecordContract(t, func(*testing.T) replaytest.RecordStore { return replay.NewMemoryStore(1000) })
 }
+
+func TestMemoryStoreRenewContract(t *testing.T) {
+	replaytest.RunRenewContract(t, func(*testing.T) replaytest.RenewStore { return replay.NewMemoryStore(1000) })
+}

@@ -138,6 +138,26 @@ type Leaser interface {
 	ReleaseLease(ctx context.Context, id, token string) error
 }
 
+// Renewer is an optional interface of a [Leaser] whose leases can be
+// extended while their work runs: a holder takes a short lease and renews
+// it, so that the lease ends soon after the holder stops (a crash, a kill)
+// and never while it still works. Every store of this repository
+// implements it.
+type Renewer interface {
+	// RenewLease makes the caller's live lease on id end lease from now,
+	// by the store's clock (sooner or later than before). It fails with
+	// [ErrLeaseLost] when token holds no live lease on id: the lease
+	// ended (even with id still free: a holder that renews too late must
+	// not go on as if it had held the lease all along), another holder
+	// took id, or id was confirmed or claimed. A lease that is not
+	// positive is refused with [ErrExpired], and a store that is
+	// [Bounded] refuses one longer than its Horizon, as AcquireLease
+	// does; both leave the lease as it was. On any other error nothing is
+	// known: the lease may or may not have been extended. A lease taken
+	// with [Recorder.AcquireRecord] keeps its fingerprint.
+	RenewLease(ctx context.Context, id, token string, lease time.Duration) error
+}
+
 // Bounded is an optional interface of a [Store] that holds nothing longer
 // than a horizon: a Claim or [Leaser.ConfirmLease] whose until lies more
 // than Horizon past the store's current time, or a lease longer than
