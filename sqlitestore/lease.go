@@ -187,6 +187,45 @@ func (s *Store) confirmRow(q querier, e entry, now int64, id, token string, unti
 	return err
 }
 
+// RenewLease implements [replay.Renewer]: token's live lease on id ends
+// lease from now by the store's clock, in one UPDATE (not durable, as a
+// lease is not: a crash ends it). It fails with [replay.ErrLeaseLost] when
+// token holds no live lease on id — among them the lease of a Work, which
+// only the Work's transaction writes — and with [ErrInvalidClaim] for a
+// lease that is not positive (matching [replay.ErrExpired]) or longer than
+// the horizon.
+func (s *Store) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := s.checkLease(lease); err != nil {
+		return err
+	}
+	if token == "" {
+		return fmt.Errorf("%w: empty lease token", replay.ErrLeaseLost)
+	}
+	if _, held := s.heldRecord(s.key(id), false); held {
+		// A Work of AcquireWork holds id: its lease is its transaction's,
+		// which holds the writer until it ends; answered at once.
+		return fmt.Errorf("%w: the ID is held by a Work", replay.ErrLeaseLost)
+	}
+	return s.do(ctx, false, func(q querier, now int64) error {
+		res, err := q.exec(`UPDATE `+s.table+` SET until = ? WHERE key = ? AND state = 'l' AND token = ? AND until > ?`, now+int64(lease), s.key(id), token, now)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != 1 {
+			return fmt.Errorf("%w: the lease ended, or is another holder's", replay.ErrLeaseLost)
+		}
+		return nil
+	})
+}
+
 // ReleaseLease frees id if the caller's lease on it is still live
 // ([replay.Leaser]); otherwise it changes nothing and returns nil.
 func (s *Store) ReleaseLease(ctx context.Context, id, token string) error {

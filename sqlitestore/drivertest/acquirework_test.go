@@ -168,6 +168,12 @@ func acquireWorkHeldIsBusy(t *testing.T, d Driver) {
 			t.Errorf("Claim = %v, %v; want not first", first, err)
 		}
 	})
+	t.Run("RenewLease", func(t *testing.T) {
+		// Only the Work's transaction writes its lease: no token renews it.
+		if err := s.RenewLease(ctx, "job", "any-token", time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Errorf("RenewLease = %v; want ErrLeaseLost", err)
+		}
+	})
 	if err := w.Commit(ctx, time.Now().Add(time.Hour), workFP, []byte("r")); err != nil {
 		t.Fatalf("Commit = %v", err)
 	}

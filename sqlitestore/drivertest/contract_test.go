@@ -40,7 +40,7 @@ func mustStore(t testing.TB, db *sql.DB, opts sqlitestore.Options) *sqlitestore.
 	return s
 }
 
-// TestContracts runs replaytest's lease, record and request-state
+// TestContracts runs replaytest's lease, record, renew and request-state
 // contracts on a store over a real file, on the test binary's driver.
 func TestContracts(t *testing.T) {
 	for _, d := range Drivers() {
@@ -57,6 +57,10 @@ func TestContracts(t *testing.T) {
 			t.Run("record", func(t *testing.T) {
 				t.Parallel()
 				replaytest.RunRecordContract(t, func(t *testing.T) replaytest.RecordStore { return store(t) })
+			})
+			t.Run("renew", func(t *testing.T) {
+				t.Parallel()
+				replaytest.RunRenewContract(t, func(t *testing.T) replaytest.RenewStore { return store(t) })
 			})
 			t.Run("request state", func(t *testing.T) {
 				t.Parallel()
