@@ -2,10 +2,10 @@ package ctoken
 
 import "github.com/ctoken/ctoken/internal/ringkey"
 
-// The packages of the module outside this one (idempotency) take their
-// subkeys of a [Keyring] through internal/ringkey, which this package fills
-// here: the ring's keys never leave the module, and no exported name is
-// added for it.
+// The packages of the module outside this one (idempotency, mcptoken) take
+// their subkeys of a [Keyring] through internal/ringkey, which this package
+// fills here: the ring's keys never leave the module, and no exported name
+// is added for it.
 func init() { ringkey.Register(ringSubkeys) }
 
 // ringSubkeys returns the subkeys for label of every key of ring (a

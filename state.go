@@ -216,6 +216,7 @@ func (c *RequestStateCodec) countSeal(ks *stateKeys) {
 
 // stateKeys is the subkeys of one [Keyring] for request state.
 type stateKeys struct {
+	kr      *Keyring // the ring these are the subkeys of (package stateclaim hands it on)
 	bind    macRing
 	payload macRing        // Signed
 	aead    aeadRing       // Encrypted
@@ -230,7 +231,7 @@ func deriveStateKeys(kr *Keyring, mode RequestStateMode, audience bool) (*stateK
 	if audience {
 		bindLabel = stateAudienceBindLabel
 	}
-	k := &stateKeys{bind: newMACRing(kr, bindLabel)}
+	k := &stateKeys{kr: kr, bind: newMACRing(kr, bindLabel)}
 	if mode == Encrypted {
 		var err error
 		if k.aead, err = newAEADRing(kr, stateAESLabel); err != nil || len(k.aead) != n {

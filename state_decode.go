@@ -71,7 +71,8 @@ func (c *RequestStateCodec) DecodeCheckedContext(ctx context.Context, wire, subj
 // decode is DecodeContext, also returning the index of the key that opened
 // the state (-1 if none did) and, when an observer is set, how long the
 // replay store took. With a non-nil deferred, a single-use codec does not
-// claim the state: it fills in deferred's ID and Until instead.
+// claim the state: it fills in deferred's ID, Until and Keys (the ring it
+// opened the state with) instead.
 func (c *RequestStateCodec) decode(ctx context.Context, wire, subject, tool string, check func(string) (string, error), deferred *stateclaim.Opened) (_ string, key int, store time.Duration, _ error) {
 	key = -1
 	ks := c.ring()
@@ -189,7 +190,7 @@ func (c *RequestStateCodec) decodeScratch(ctx context.Context, ks *stateKeys, sc
 		}
 	}
 	if c.replay != nil && deferred != nil {
-		deferred.ID, deferred.Until = c.claimID(id), claimUntil(exp)
+		deferred.ID, deferred.Until, deferred.Keys = c.claimID(id), claimUntil(exp), ks.kr
 	} else if c.replay != nil {
 		var err error
 		if store, err = c.claimOnce(ctx, id, exp); err != nil {

@@ -500,6 +500,56 @@ func TestStateOpenUnclaimedChecksEverythingAndClaimsNothing(t *testing.T) {
 			}
 		})
 	}
+	// The opener hands on the ring it opened the state with (mcptoken
+	// seals round results under subkeys of it): the codec's Keys, or the
+	// KeySource's ring current at the open, which after a swap still opens
+	// a state of the previous primary. A codec that is not single-use
+	// hands on nothing, as it claims nothing.
+	for _, m := range stateModes {
+		t.Run("ring, "+m.name, func(t *testing.T) {
+			first := mustKeyring(t, fixedKey(24))
+			next := mustKeyring(t, fixedKey(25), fixedKey(24))
+			src, err := NewKeySource(first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := replay.NewMemoryStore(0)
+			static := newTestCodec(t, RequestStateSecurity{Keys: first, Mode: m.mode, Binding: BindSubjectAndTool, Replay: store})
+			rotating := newTestCodec(t, RequestStateSecurity{KeySource: src, Mode: m.mode, Binding: BindSubjectAndTool, Replay: store})
+			reusable := newTestCodec(t, RequestStateSecurity{Keys: first, Mode: m.mode, Binding: BindSubjectAndTool})
+			open := func(c *RequestStateCodec) stateclaim.Opened {
+				t.Helper()
+				wire, err := c.Encode("s", "alice", "deploy")
+				if err != nil {
+					t.Fatal(err)
+				}
+				o, err := stateclaim.Open(ctx, c, wire, "alice", "deploy", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return o
+			}
+			if o := open(static); o.Keys != any(first) {
+				t.Fatalf("static keys: %v", o.Keys)
+			}
+			if o := open(rotating); o.Keys != any(first) {
+				t.Fatalf("key source: %v", o.Keys)
+			}
+			wire, err := rotating.Encode("s", "alice", "deploy")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := src.Swap(next); err != nil {
+				t.Fatal(err)
+			}
+			if o, err := stateclaim.Open(ctx, rotating, wire, "alice", "deploy", nil); err != nil || o.Keys != any(next) {
+				t.Fatalf("after the swap: %v, %v", o.Keys, err)
+			}
+			if o := open(reusable); o.Keys != nil || o.ID != "" {
+				t.Fatalf("not single-use: %+v", o)
+			}
+		})
+	}
 	t.Run("no codec", func(t *testing.T) {
 		for _, codec := range []any{nil, (*RequestStateCodec)(nil), "codec", &RequestStateCodec{}} {
 			if _, err := stateclaim.Open(ctx, codec, "v1.x", "alice", "deploy", nil); !errors.Is(err, ErrNoKey) {

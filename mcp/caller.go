@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -68,11 +69,16 @@ func integration(log *slog.Logger) *mcptoken.Integration {
 }
 
 // refused is the error the client is sent for a refused token: -32602 with
-// the token code in data, or -32603 for a replay store that could not
-// answer or a codec or issuer without a key (Internal).
+// the token code in data (and, for [StateBusy], the retry hint as
+// "retryAfterMs"), or -32603 for a replay store that could not answer or a
+// codec or issuer without a key (Internal).
 func refused(r mcptoken.Refusal) error {
 	if r.StoreFailed || r.Internal {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: r.Message}
+	}
+	if r.Busy() {
+		data, _ := json.Marshal(errorData{Code: r.Code, RetryAfterMs: max(r.RetryAfter.Milliseconds(), 1)}) // cannot fail
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: r.Message, Data: data}
 	}
 	return invalidParams(r.Message, r.Code)
 }
@@ -106,7 +112,9 @@ const (
 	// ([mcptoken.CodeStateUsed]): call again without it.
 	StateUsed = mcptoken.CodeStateUsed
 	// StateBusy reports that the round of the state is still running
-	// ([mcptoken.CodeStateBusy]): retry the same call later.
+	// ([mcptoken.CodeStateBusy]): retry the same call, with the same
+	// state, after the "retryAfterMs" the data member also holds (at
+	// most 1000).
 	StateBusy = mcptoken.CodeStateBusy
 )
 
@@ -116,6 +124,10 @@ type errorData struct {
 	// cursor; StateExpired, StateInvalid, StateUsed or StateBusy for a
 	// request state.
 	Code int `json:"ctokenCode"`
+	// RetryAfterMs is, for StateBusy, the milliseconds after which to
+	// retry: how long the round's lease still runs, at most 1000, and at
+	// least 1. Absent for every other code.
+	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
 }
 
 // invalidParams returns the -32602 error for a rejected token.
@@ -146,6 +158,22 @@ func TokenErrorCode(err error) int {
 		return 0
 	}
 	return d.Code
+}
+
+// busyRetryAfter returns the retry hint of a [StateBusy] error as a client
+// sees it (from ClientSession.CallTool): the -32602 error whose data is
+// {"ctokenCode":1027,"retryAfterMs":N}; false for any other error, and
+// for a hint that is not a positive number of milliseconds.
+func busyRetryAfter(err error) (time.Duration, bool) {
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || len(we.Data) == 0 {
+		return 0, false
+	}
+	var d errorData
+	if json.Unmarshal(we.Data, &d) != nil || d.Code != StateBusy || d.RetryAfterMs <= 0 {
+		return 0, false
+	}
+	return time.Duration(d.RetryAfterMs) * time.Millisecond, true
 }
 
 // callerOr returns f, or the default CallerFunc, TokenUserID, for nil.

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -95,4 +97,61 @@ func FuzzTokenErrorCode(f *testing.F) {
 			t.Fatalf("TokenErrorCode = %d", code)
 		}
 	})
+}
+
+// A busy refusal (1027) is -32602 whose data carries the retry hint in
+// whole milliseconds, at least 1 (a second when the store does not say);
+// no other refusal carries one. busyRetryAfter reads it back from such an
+// error and from nothing else.
+func TestRefusedBusyCarriesItsRetryHint(t *testing.T) {
+	busy := func(d time.Duration) mcptoken.Refusal {
+		r := mcptoken.RefuseState(mcptoken.ErrStateBusy)
+		if d != 0 {
+			r.RetryAfter = d
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		r    mcptoken.Refusal
+		data string
+		want time.Duration
+	}{
+		{"busy", busy(250 * time.Millisecond), `{"ctokenCode":1027,"retryAfterMs":250}`, 250 * time.Millisecond},
+		{"busy under a millisecond", busy(400 * time.Microsecond), `{"ctokenCode":1027,"retryAfterMs":1}`, time.Millisecond},
+		{"busy, no hint from the store", busy(0), `{"ctokenCode":1027,"retryAfterMs":1000}`, time.Second},
+		{"already used", mcptoken.RefuseState(mcptoken.ErrStateUsed), `{"ctokenCode":1026}`, 0},
+		{"invalid", mcptoken.RefuseState(ctoken.ErrStateInvalid), `{"ctokenCode":1023}`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := refused(tc.r)
+			var we *jsonrpc.Error
+			if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || string(we.Data) != tc.data || TokenErrorCode(err) != tc.r.Code {
+				t.Fatalf("refused = %v (data %s); want -32602 with %s", err, we.Data, tc.data)
+			}
+			if d, ok := busyRetryAfter(err); d != tc.want || ok != (tc.want != 0) {
+				t.Fatalf("busyRetryAfter = %v, %v; want %v", d, ok, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"nil", nil},
+		{"plain", errors.New("x")},
+		{"internal error", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Data: json.RawMessage(`{"ctokenCode":1027,"retryAfterMs":250}`)}},
+		{"in progress", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Data: json.RawMessage(`{"ctokenCode":1025,"retryAfterMs":250}`)}},
+		{"no hint", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Data: json.RawMessage(`{"ctokenCode":1027}`)}},
+		{"zero", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Data: json.RawMessage(`{"ctokenCode":1027,"retryAfterMs":0}`)}},
+		{"negative", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Data: json.RawMessage(`{"ctokenCode":1027,"retryAfterMs":-5}`)}},
+		{"not a number", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Data: json.RawMessage(`{"ctokenCode":1027,"retryAfterMs":"250"}`)}},
+		{"bad data", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Data: json.RawMessage(`[`)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d, ok := busyRetryAfter(tc.err); ok || d != 0 {
+				t.Fatalf("busyRetryAfter = %v, %v; want none", d, ok)
+			}
+		})
+	}
 }

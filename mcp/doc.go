@@ -97,11 +97,13 @@
 // StateOptions.AnswerRetries (and a single-use codec whose store is a
 // replay.Recorder: replay.MemoryStore, redisstore, pgstore, sqlitestore),
 // [SecureRequestState] records the result of each tools/call round with
-// the state and answers the honest retry (same caller, tool, arguments and
-// state) with it, the same JSON on the wire, without running the round
-// again; a retry while the round runs is -32602 with {"ctokenCode":1027}
-// ([StateBusy]), to retry later. Everywhere the result cannot be answered
-// (the round failed, the record is gone, AnswerRetries is off) an
+// the state, sealed under the codec's own keys, and answers the honest
+// retry (same caller, tool, arguments and state) with it, the same JSON on
+// the wire, without running the round again; a retry while the round runs
+// is -32602 with {"ctokenCode":1027,"retryAfterMs":N} ([StateBusy]), to
+// retry after N ms (at most 1000). Everywhere the result cannot be
+// answered (the round failed, the record is gone or does not open,
+// AnswerRetries is off) an
 // authentic state of the same call is {"ctokenCode":1026} ([StateUsed]),
 // which a client tells from a forged or misdirected state (1023).
 //

@@ -46,11 +46,13 @@ const (
 // With opts.AnswerRetries (a single-use codec whose store is a
 // replay.Recorder; any other codec is refused here, matching
 // [mcptoken.ErrNoRecorder]), a tools/call round runs at most once per
-// state and its result is recorded: the honest retry of a round whose
-// response was lost (same caller, tool, arguments and state) gets that
-// result again, the same JSON on the wire, instead of 1026; a retry while
-// the round still runs gets {"ctokenCode":1027} ([StateBusy]): retry later.
-// Anyone else, and any change, is refused as without it. See
+// state and its result is recorded, sealed under the codec's own keys: the
+// honest retry of a round whose response was lost (same caller, tool,
+// arguments and state) gets that result again, the same JSON on the wire,
+// instead of 1026; a retry while the round still runs gets
+// {"ctokenCode":1027,"retryAfterMs":N} ([StateBusy]; N at most 1000):
+// retry after N ms. Anyone else, and any change, is refused as without
+// it; a record that does not open is 1026, logged at Error. See
 // [mcptoken.States.Answer] for every outcome. prompts/get and
 // resources/read keep plain single use.
 //

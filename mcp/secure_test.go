@@ -1309,8 +1309,9 @@ func TestSecuredRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
 }
 
 // A retry that overtakes the first attempt while its round runs is told
-// busy (1027): retry later. It runs nothing; the retry after the round
-// gets its result.
+// busy (1027) with a hint of when to retry (retryAfterMs, at most a
+// second, in data as go-sdk's client hands it over). It runs nothing; the
+// retry after the round gets its result.
 func TestSecuredConcurrentRetryIsBusy(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	var effects atomic.Int32
@@ -1331,6 +1332,17 @@ func TestSecuredConcurrentRetryIsBusy(t *testing.T) {
 	<-hold.entered
 	_, err = cs.CallTool(ctx, round2)
 	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateBusy)
+	var data struct {
+		Code         int   `json:"ctokenCode"`
+		RetryAfterMs int64 `json:"retryAfterMs"`
+	}
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || json.Unmarshal(we.Data, &data) != nil || data.Code != StateBusy || data.RetryAfterMs <= 0 || data.RetryAfterMs > 1000 {
+		t.Fatalf("busy: %v, data %s; want retryAfterMs in (0, 1000]", err, we.Data)
+	}
+	if d, ok := busyRetryAfter(err); !ok || d != time.Duration(data.RetryAfterMs)*time.Millisecond {
+		t.Fatalf("busyRetryAfter = %v, %v; want %d ms", d, ok, data.RetryAfterMs)
+	}
 	close(hold.release)
 	a := <-done
 	if a.err != nil {
@@ -1450,33 +1462,77 @@ func TestSecuredRetryKeepsTheToolErrorForOuterMiddleware(t *testing.T) {
 	}
 }
 
-// garblingStore records every result as bytes that are not JSON: a store
-// whose record was damaged.
-type garblingStore struct{ *replay.MemoryStore }
-
-func (g garblingStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, _ []byte) error {
-	return g.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, []byte("\x00not json"))
+// editingStore is a memory store whose records are edited in the store:
+// edit, when set, changes every recorded result on its way out. It keeps
+// what was recorded, as the store holds it.
+type editingStore struct {
+	*replay.MemoryStore
+	mu       sync.Mutex
+	edit     func(record []byte) []byte
+	recorded [][]byte
 }
 
-// A recorded result that does not decode is answered with -32603 and
-// logged at Error; nothing runs again.
-func TestSecuredRetryOfADamagedRecordIsAnInternalError(t *testing.T) {
-	f := newFleet(t, 1, "s1")
-	var effects atomic.Int32
-	log := &syncBuffer{}
-	cs := connect(t, deployServer(t, retryCodec(t, f, garblingStore{replay.NewMemoryStore(0)}), FixedCaller("alice"), &effects, nil, log), manual)
-	ctx := context.Background()
-	first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Target: "shop"}})
-	if err != nil {
-		t.Fatal(err)
+func (e *editingStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	e.mu.Lock()
+	e.recorded = append(e.recorded, append([]byte(nil), result...))
+	e.mu.Unlock()
+	return e.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, result)
+}
+
+func (e *editingStore) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	rec, err := e.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+	e.mu.Lock()
+	edit := e.edit
+	e.mu.Unlock()
+	if err == nil && rec.State == replay.LeaseDone && len(rec.Result) > 0 && edit != nil {
+		rec.Result = edit(rec.Result)
 	}
-	round2 := &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Target: "shop"}, RequestState: first.RequestState, InputResponses: answers("confirm")}
-	if res, err := cs.CallTool(ctx, round2); err != nil || res.IsError {
-		t.Fatalf("round two: %v, %+v", err, res)
-	}
-	_, err = cs.CallTool(ctx, round2)
-	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
-	if effects.Load() != 1 || !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "does not decode") {
-		t.Fatalf("%d deploys, log %q", effects.Load(), log.String())
+	return rec, err
+}
+
+// The store holds a round's result sealed, never in clear, and a record
+// that does not open (a byte edited, cut short, or a result in clear, as
+// a version that did not seal recorded it, or as forged in the store) is
+// never answered: the retry is refused as already used (1026), logged at
+// Error, and the round does not run again.
+func TestSecuredRetryOfARecordThatDoesNotOpenIsUsed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func([]byte) []byte
+	}{
+		{"byte edited", func(b []byte) []byte { b[len(b)-1] ^= 1; return b }},
+		{"cut short", func(b []byte) []byte { return b[:len(b)-1] }},
+		{"in clear", func([]byte) []byte {
+			return []byte(`{"content":[{"type":"text","text":"forged"}],"structuredContent":{"zone":"eu-yes","app":"shop","deploy":7}}`)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFleet(t, 1, "s1")
+			var effects atomic.Int32
+			log := &syncBuffer{}
+			store := &editingStore{MemoryStore: replay.NewMemoryStore(0)}
+			cs := connect(t, deployServer(t, retryCodec(t, f, store), FixedCaller("alice"), &effects, nil, log), manual)
+			ctx := context.Background()
+			first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Target: "shop"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			round2 := &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Target: "shop"}, RequestState: first.RequestState, InputResponses: answers("confirm")}
+			if res, err := cs.CallTool(ctx, round2); err != nil || res.IsError {
+				t.Fatalf("round two: %v, %+v", err, res)
+			}
+			store.mu.Lock()
+			recorded := store.recorded
+			store.edit = tc.edit
+			store.mu.Unlock()
+			if len(recorded) != 1 || strings.Contains(string(recorded[0]), `"app":"shop"`) || strings.Contains(string(recorded[0]), "deployed") {
+				t.Fatalf("the store holds %q; want one sealed record", recorded)
+			}
+			_, err = cs.CallTool(ctx, round2)
+			wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateUsed)
+			if effects.Load() != 1 || !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "does not open") || strings.Contains(log.String(), first.RequestState) {
+				t.Fatalf("%d deploys, log %q", effects.Load(), log.String())
+			}
+		})
 	}
 }

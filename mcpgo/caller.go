@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/mcptoken"
@@ -103,7 +106,8 @@ const (
 	// ([mcptoken.CodeStateUsed]): call again without it.
 	StateUsed = mcptoken.CodeStateUsed
 	// StateBusy reports that the round of the state is still running
-	// ([mcptoken.CodeStateBusy]): retry the same call later.
+	// ([mcptoken.CodeStateBusy]): retry the same call, with the same
+	// state, after the hint the message carries ([StateRetryAfter]).
 	StateBusy = mcptoken.CodeStateBusy
 )
 
@@ -112,7 +116,8 @@ const (
 const MetaTokenCode = "ctokenCode"
 
 // Rejection is a cursor or request state that did not verify. Its text is a
-// fixed message that never contains the token or the reason; the reason goes
+// fixed message that never contains the token or the reason (a [StateBusy]
+// one also carries its retry hint, see [StateRetryAfter]); the reason goes
 // to the logger. In a handler, turn it into the result the client sees
 // with [ToolResult]; [SecureRequestState] sends a refused requestState as a
 // JSON-RPC error -32603 whose message is the rejection's text.
@@ -121,6 +126,8 @@ type Rejection struct {
 	// StateExpired, StateInvalid, StateUsed or StateBusy.
 	Code    int
 	message string
+	// retryAfter is the hint of a StateBusy rejection; 0 for the others.
+	retryAfter time.Duration
 }
 
 // Error returns the fixed message the client is shown.
@@ -134,19 +141,29 @@ func (r *Rejection) Expired() bool { return mcptoken.Refusal{Code: r.Code}.Expir
 // same state ([StateBusy]).
 func (r *Rejection) Busy() bool { return mcptoken.Refusal{Code: r.Code}.Busy() }
 
-// The six rejections, built once: the message of [mcptoken.Refusal]
-// followed by its code.
+// The five rejections without a hint, built once: the message of
+// [mcptoken.Refusal] followed by its code.
 var (
 	cursorExpired = newRejection(mcptoken.RefuseCursor(ctoken.ErrCursorExpired))
 	cursorInvalid = newRejection(mcptoken.RefuseCursor(ctoken.ErrCursorInvalid))
 	stateExpired  = newRejection(mcptoken.RefuseState(ctoken.ErrStateExpired))
 	stateInvalid  = newRejection(mcptoken.RefuseState(ctoken.ErrStateInvalid))
 	stateUsed     = newRejection(mcptoken.RefuseState(mcptoken.ErrStateUsed))
-	stateBusy     = newRejection(mcptoken.RefuseState(mcptoken.ErrStateBusy))
 )
 
+// newRejection returns the Rejection of r: its message, then, for a
+// StateBusy refusal, " (retryAfterMs N)" (N its hint in whole
+// milliseconds, at least 1), then " (ctokenCode C)".
 func newRejection(r mcptoken.Refusal) *Rejection {
-	return &Rejection{Code: r.Code, message: fmt.Sprintf("%s (ctokenCode %d)", r.Message, r.Code)}
+	if !r.Busy() {
+		return &Rejection{Code: r.Code, message: fmt.Sprintf("%s (ctokenCode %d)", r.Message, r.Code)}
+	}
+	ms := max(r.RetryAfter.Milliseconds(), 1)
+	return &Rejection{
+		Code:       r.Code,
+		message:    fmt.Sprintf("%s (%s %d) (ctokenCode %d)", r.Message, MetaRetryAfterMs, ms, r.Code),
+		retryAfter: time.Duration(ms) * time.Millisecond,
+	}
 }
 
 // rejection returns the Rejection of a refused token (r is not a store
@@ -162,9 +179,48 @@ func rejection(r mcptoken.Refusal) *Rejection {
 	case StateUsed:
 		return stateUsed
 	case StateBusy:
-		return stateBusy
+		return newRejection(r) // its own hint
 	}
 	return stateInvalid
+}
+
+// maxRetryAfterMs bounds the hint [StateRetryAfter] accepts: an hour, as
+// [RetryAfter] bounds a tool result's.
+const maxRetryAfterMs = int64(time.Hour / time.Millisecond)
+
+// StateRetryAfter returns the retry hint of a [StateBusy] refusal: from
+// the error a client gets for it (from client.CallTool: mcp-go sends it as
+// JSON-RPC error -32603 with no data member, so the hint is in the
+// message, which ends "(retryAfterMs N) (ctokenCode 1027)"), or from the
+// [*Rejection] itself on the server side. The hint is how long the
+// round's lease still runs, at most a second. It returns false for any
+// other error, and for a hint that is not a whole number of milliseconds
+// from 1 to an hour.
+func StateRetryAfter(err error) (time.Duration, bool) {
+	var r *Rejection
+	if errors.As(err, &r) {
+		return r.retryAfter, r.Busy() && r.retryAfter > 0
+	}
+	if err == nil {
+		return 0, false
+	}
+	rest, ok := strings.CutSuffix(err.Error(), ") (ctokenCode "+strconv.Itoa(StateBusy)+")")
+	if !ok {
+		return 0, false
+	}
+	i := strings.LastIndex(rest, " ("+MetaRetryAfterMs+" ")
+	if i < 0 {
+		return 0, false
+	}
+	digits := rest[i+len(" ("+MetaRetryAfterMs+" "):]
+	if digits == "" || len(digits) > 7 || strings.Trim(digits, "0123456789") != "" {
+		return 0, false
+	}
+	ms, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || ms < 1 || ms > maxRetryAfterMs {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
 }
 
 // ToolResult turns the error of a tool handler into what the handler

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ctoken/ctoken/mcptoken"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -88,5 +90,56 @@ func TestCallerFailureReachesTheLogOnly(t *testing.T) {
 	}
 	if !strings.Contains(f.log.String(), "directory unreachable") {
 		t.Errorf("log lacks the caller error: %s", f.log.String())
+	}
+}
+
+// StateRetryAfter reads the hint of a busy refusal (1027) from the
+// Rejection itself and from the error a client gets for it, whose message
+// carries it, and nothing else.
+func TestStateRetryAfter(t *testing.T) {
+	busy := func(d time.Duration) *Rejection {
+		r := mcptoken.RefuseState(mcptoken.ErrStateBusy)
+		if d != 0 {
+			r.RetryAfter = d
+		}
+		return rejection(r)
+	}
+	// asClient is the error mcp-go's client returns for the JSON-RPC
+	// error -32603 with message msg.
+	asClient := func(msg string) error {
+		return (&mcp.JSONRPCErrorDetails{Code: mcp.INTERNAL_ERROR, Message: msg}).AsError()
+	}
+	const tail = ") (ctokenCode 1027)"
+	for _, tc := range []struct {
+		name string
+		err  error
+		want time.Duration
+		ok   bool
+	}{
+		{"rejection", busy(250 * time.Millisecond), 250 * time.Millisecond, true},
+		{"wrapped rejection", fmt.Errorf("tool: %w", busy(250*time.Millisecond)), 250 * time.Millisecond, true},
+		{"as a client sees it", asClient(busy(250 * time.Millisecond).Error()), 250 * time.Millisecond, true},
+		{"under a millisecond", asClient(busy(400 * time.Microsecond).Error()), time.Millisecond, true},
+		{"no hint from the store", asClient(busy(0).Error()), time.Second, true},
+		{"already used", asClient(stateUsed.Error()), 0, false},
+		{"already used, rejection", stateUsed, 0, false},
+		{"nil", nil, 0, false},
+		{"another error", errors.New("x"), 0, false},
+		{"zero", asClient("busy (retryAfterMs 0" + tail), 0, false},
+		{"negative", asClient("busy (retryAfterMs -5" + tail), 0, false},
+		{"signed", asClient("busy (retryAfterMs +5" + tail), 0, false},
+		{"not a number", asClient("busy (retryAfterMs 12a" + tail), 0, false},
+		{"empty", asClient("busy (retryAfterMs " + tail), 0, false},
+		{"over an hour", asClient("busy (retryAfterMs 3600001" + tail), 0, false},
+		{"too many digits", asClient("busy (retryAfterMs 00000001" + tail), 0, false},
+		{"another code", asClient("busy (retryAfterMs 250) (ctokenCode 1025)"), 0, false},
+		{"no hint", asClient("busy (ctokenCode 1027)"), 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, ok := StateRetryAfter(tc.err)
+			if d != tc.want || ok != tc.ok {
+				t.Fatalf("StateRetryAfter(%v) = %v, %v; want %v, %v", tc.err, d, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }

@@ -60,8 +60,9 @@
 // 1026 ([StateUsed]), not 1023. With [StateOptions.AnswerRetries] a
 // tools/call round runs once per state and its honest retry (same caller,
 // tool, arguments and state, after a lost response) gets the recorded
-// result, the same JSON; a retry while the round runs is 1027
-// ([StateBusy]). [NewStates] refuses a codec that does not bind the tool
+// result, the same JSON, recorded sealed under the codec's own keys; a
+// retry while the round runs is 1027 ([StateBusy]), its message carrying
+// when to retry ([StateRetryAfter]). [NewStates] refuses a codec that does not bind the tool
 // unless [StateOptions.InsecureSkipToolBinding]. The per-handler form is [States.SealTool] and [States.OpenTool].
 //
 // With the argument binding (the default) the text sealed is the JSON object

@@ -45,13 +45,15 @@ import (
 // With [StateOptions.AnswerRetries] (a single-use codec whose store is a
 // replay.Recorder; [NewStates] refuses any other codec, matching
 // [mcptoken.ErrNoRecorder]), a tools/call round runs at most once per
-// state and its result is recorded: the honest retry of a round whose
-// response was lost (same caller, tool, arguments and state) gets that
-// result again, the same JSON, instead of 1026; a retry while the round
-// still runs gets the JSON-RPC error -32603 with ctokenCode 1027 ([StateBusy]):
-// retry later. Anyone else, and any change, is refused as without it. See
-// [mcptoken.States.Answer] for every outcome. prompts/get keeps plain
-// single use.
+// state and its result is recorded, sealed under the codec's own keys:
+// the honest retry of a round whose response was lost (same caller, tool,
+// arguments and state) gets that result again, the same JSON, instead of
+// 1026; a retry while the round still runs gets the JSON-RPC error -32603
+// whose message ends "(retryAfterMs N) (ctokenCode 1027)" ([StateBusy]):
+// retry after N ms, at most 1000 ([StateRetryAfter] reads it). Anyone
+// else, and any change, is refused as without it; a record that does not
+// open is 1026, logged at Error. See [mcptoken.States.Answer] for every
+// outcome. prompts/get keeps plain single use.
 //
 // A handler that returns an already sealed state (one that begins with "v1."
 // or "v1e.") is refused with -32603 and logged, so a state is never sealed

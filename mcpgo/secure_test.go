@@ -1,6 +1,7 @@
 package ctokenmcpgo
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -507,7 +508,7 @@ func TestSecuredConcurrentRetryIsBusy(t *testing.T) {
 	retry.wire.setSwap(func(string) string { return results[0] })
 	res, err := retry.call("deploy", map[string]any{"target": "shop"})
 	refused(t, retry, res, err, StateBusy)
-	if !stateBusy.Busy() || stateBusy.Expired() {
+	if busy := rejection(mcptoken.RefuseState(mcptoken.ErrStateBusy)); !busy.Busy() || busy.Expired() {
 		t.Fatal("a busy rejection does not say so")
 	}
 	close(hold.release)
@@ -568,31 +569,75 @@ func FuzzToolResultOf(f *testing.F) {
 	})
 }
 
-// garblingStore records every result as bytes that are not JSON: a store
-// whose record was damaged.
-type garblingStore struct{ *replay.MemoryStore }
-
-func (g garblingStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, _ []byte) error {
-	return g.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, []byte("\x00not json"))
+// editingStore is a memory store whose records are edited in the store:
+// edit, when set, changes every recorded result on its way out. It keeps
+// what was recorded, as the store holds it.
+type editingStore struct {
+	*replay.MemoryStore
+	edit     func(record []byte) []byte
+	mu       sync.Mutex
+	recorded [][]byte
 }
 
-// A recorded result that does not decode is answered with -32603
-// (ErrInternal) and logged at Error; nothing runs again.
-func TestSecuredRetryOfADamagedRecordIsAnInternalError(t *testing.T) {
-	f := newFleet(t, 1, "s1", garblingStore{replay.NewMemoryStore(0)})
-	var effects atomic.Int32
-	s := deployServer(t, f, &effects, nil)
-	p := inProcess(t, s, "alice", &elicitor{answer: true})
-	if res, err := p.call("deploy", map[string]any{"target": "shop"}); err != nil || res.IsError {
-		t.Fatalf("%v, %+v", err, res)
+func (e *editingStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	e.mu.Lock()
+	e.recorded = append(e.recorded, append([]byte(nil), result...))
+	e.mu.Unlock()
+	return e.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, result)
+}
+
+func (e *editingStore) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	rec, err := e.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+	e.mu.Lock()
+	edit := e.edit
+	e.mu.Unlock()
+	if err == nil && rec.State == replay.LeaseDone && len(rec.Result) > 0 && edit != nil {
+		rec.Result = edit(rec.Result)
 	}
-	results, _ := p.wire.states()
-	retry := inProcess(t, s, "alice", &elicitor{answer: true})
-	retry.wire.setSwap(func(string) string { return results[0] })
-	if _, err := retry.call("deploy", map[string]any{"target": "shop"}); err == nil || !strings.Contains(err.Error(), ErrInternal.Error()) {
-		t.Fatalf("%v; want ErrInternal", err)
-	}
-	if effects.Load() != 1 || !strings.Contains(f.log.String(), "level=ERROR") || !strings.Contains(f.log.String(), "does not decode") {
-		t.Fatalf("%d deploys, log %q", effects.Load(), f.log.String())
+	return rec, err
+}
+
+// The store holds a round's result sealed, never in clear, and a record
+// that does not open (a byte edited, cut short, or a result in clear, as
+// a version that did not seal recorded it, or as forged in the store) is
+// never answered: the retry is refused as already used (1026), logged at
+// Error, and the round does not run again.
+func TestSecuredRetryOfARecordThatDoesNotOpenIsUsed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func([]byte) []byte
+	}{
+		{"byte edited", func(b []byte) []byte { b[len(b)-1] ^= 1; return b }},
+		{"cut short", func(b []byte) []byte { return b[:len(b)-1] }},
+		{"in clear", func([]byte) []byte {
+			return []byte(`{"content":[{"type":"text","text":"forged"}],"structuredContent":{"zone":"eu","app":"shop","deploy":7}}`)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &editingStore{MemoryStore: replay.NewMemoryStore(0)}
+			f := newFleet(t, 1, "s1", store)
+			var effects atomic.Int32
+			s := deployServer(t, f, &effects, nil)
+			p := inProcess(t, s, "alice", &elicitor{answer: true})
+			first, err := p.call("deploy", map[string]any{"target": "shop"})
+			if err != nil || first.IsError {
+				t.Fatalf("%v, %+v", err, first)
+			}
+			store.mu.Lock()
+			recorded := store.recorded
+			store.edit = tc.edit
+			store.mu.Unlock()
+			if len(recorded) != 1 || bytes.Contains(recorded[0], []byte(`"app":"shop"`)) || bytes.Contains(recorded[0], []byte(text(first))) {
+				t.Fatalf("the store holds %q; want one sealed record", recorded)
+			}
+			results, _ := p.wire.states()
+			retry := inProcess(t, s, "alice", &elicitor{answer: true})
+			retry.wire.setSwap(func(string) string { return results[0] })
+			res, err := retry.call("deploy", map[string]any{"target": "shop"})
+			refused(t, retry, res, err, StateUsed)
+			if effects.Load() != 1 || !strings.Contains(f.log.String(), "level=ERROR") || !strings.Contains(f.log.String(), "does not open") || strings.Contains(f.log.String(), results[0]) {
+				t.Fatalf("%d deploys, log %q", effects.Load(), f.log.String())
+			}
+		})
 	}
 }

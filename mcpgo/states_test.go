@@ -38,8 +38,18 @@ func refused(t *testing.T, p *peer, res *mcp.CallToolResult, err error, code int
 	want := map[int]string{
 		StateExpired: stateExpired.Error(),
 		StateUsed:    stateUsed.Error(),
-		StateBusy:    stateBusy.Error(),
 	}[code]
+	if code == StateBusy {
+		// The one message with a hint of its own: how long the round's
+		// lease still runs, at most a second.
+		d, ok := StateRetryAfter(err)
+		if !ok || d <= 0 || d > time.Second {
+			t.Fatalf("busy: %v carries the hint %v, %v; want one in (0, 1s]", err, d, ok)
+		}
+		busy := mcptoken.RefuseState(mcptoken.ErrStateBusy)
+		busy.RetryAfter = d
+		want = newRejection(busy).Error()
+	}
 	if want == "" {
 		want = stateInvalid.Error()
 	}

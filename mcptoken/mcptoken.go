@@ -38,7 +38,9 @@
 // single-use codec whose store is a replay.Recorder, runs the round of a
 // state at most once and answers the honest retry (same caller, target,
 // arguments and state) with the result that round returned, so a client
-// whose response was lost is not made to start over and act twice.
+// whose response was lost is not made to start over and act twice. The
+// store holds each result sealed under a subkey of the codec's own keys,
+// never in clear.
 //
 // # Codes
 //
@@ -59,6 +61,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"github.com/ctoken/ctoken"
@@ -225,6 +228,13 @@ type Refusal struct {
 	// nor a store outage; the client should be told of an internal error
 	// (JSON-RPC -32603) with Message, and the server logs it at Error.
 	Internal bool
+	// RetryAfter is, for [CodeStateBusy], how long the client should wait
+	// before it retries the same call with the same state: how long the
+	// round's lease still runs, at most a second, and a second when the
+	// store does not say; never zero or negative for that code. It is 0
+	// for every other refusal. The integrations send it in whole
+	// milliseconds, at least 1, as "retryAfterMs".
+	RetryAfter time.Duration
 }
 
 // Expired reports whether the client should start over (call again without
@@ -278,7 +288,9 @@ func RefuseCursor(err error) Refusal {
 // [States.Answer]: code 1022 for [ctoken.ErrStateExpired]; 1026
 // ([CodeStateUsed]) for [ctoken.ErrStateReplayed] (which a codec reports
 // only once every binding has passed) and [ErrStateUsed]; 1027
-// ([CodeStateBusy]) for [ErrStateBusy]; 1023 for [ctoken.ErrStateInvalid]
+// ([CodeStateBusy]) for [ErrStateBusy], with the retry hint [States.Answer]
+// attached to it (a second for ErrStateBusy itself) in RetryAfter; 1023
+// for [ctoken.ErrStateInvalid]
 // and [ErrArgsMismatch]; Internal, with code 0,
 // for ctoken.ErrNoKey (a codec without a key judged nothing); any other
 // error comes from the replay store of a single-use codec and is
@@ -292,7 +304,12 @@ func RefuseState(err error) Refusal {
 	case errors.Is(err, ErrArgsMismatch):
 		return Refusal{Code: CodeStateInvalid, Message: msgStateInvalid, Reason: argsMismatchReason}
 	case errors.Is(err, ErrStateBusy):
-		return Refusal{Code: CodeStateBusy, Message: msgStateBusy, Reason: "round still running"}
+		r := Refusal{Code: CodeStateBusy, Message: msgStateBusy, Reason: "round still running", RetryAfter: defaultBusyRetryAfter}
+		var b *stateBusyError
+		if errors.As(err, &b) && b.retryAfter > 0 {
+			r.RetryAfter = min(b.retryAfter, defaultBusyRetryAfter)
+		}
+		return r
 	case errors.Is(err, ErrStateUsed):
 		return Refusal{Code: CodeStateUsed, Message: msgStateUsed, Reason: err.Error()}
 	case errors.Is(err, ctoken.ErrStateReplayed):

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -352,4 +353,30 @@ func retail(wire string) string {
 		tail = "BA"
 	}
 	return wire[:len(wire)-2] + tail
+}
+
+// A busy refusal carries the hint Answer attaches to ErrStateBusy, at
+// most a second, and a second without one; no other refusal carries a
+// hint.
+func TestRefuseStateCarriesTheBusyHint(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want time.Duration
+	}{
+		{"busy without a hint", ErrStateBusy, time.Second},
+		{"busy", &stateBusyError{retryAfter: 250 * time.Millisecond}, 250 * time.Millisecond},
+		{"busy, wrapped", fmt.Errorf("round: %w", &stateBusyError{retryAfter: 250 * time.Millisecond}), 250 * time.Millisecond},
+		{"busy, a zero hint", &stateBusyError{}, time.Second},
+		{"busy, a hint over a second", &stateBusyError{retryAfter: time.Minute}, time.Second},
+		{"already used", ErrStateUsed, 0},
+		{"invalid", ctoken.ErrStateInvalid, 0},
+		{"store failed", errStoreDown, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := RefuseState(tc.err); r.RetryAfter != tc.want || r.Busy() != (tc.want != 0) {
+				t.Fatalf("RefuseState(%v) = %+v; want RetryAfter %v", tc.err, r, tc.want)
+			}
+		})
+	}
 }

@@ -56,8 +56,12 @@ type StateOptions[C any] struct {
 	// codec is refused when the States are built ([ErrNoRecorder]). The
 	// store keeps each round's result (the JSON of the tool result, with
 	// the next sealed state if it asks for more input) for as long as the
-	// state could be presented: its expiry plus replay.SkewMargin.
-	// prompts/get and resources/read keep plain single use.
+	// state could be presented: its expiry plus replay.SkewMargin, sealed
+	// (XAES-256-GCM under a subkey of the codec's own keys, bound to the
+	// state and the call), never in clear; a record that does not open is
+	// never answered. A retry while the round runs is told when to retry
+	// (at most a second). prompts/get and resources/read keep plain
+	// single use.
 	AnswerRetries bool
 	// Logger receives one record per rejected state, with the tool, prompt
 	// or resource and ctoken's log-safe reason (never the state). Nil

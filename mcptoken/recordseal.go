@@ -9,7 +9,8 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// Sealing of the results the engine records, as the idempotency
+// Sealing of the results the engine records (idempotent tool calls) and of
+// the results of the rounds [States.Answer] records, as the idempotency
 // middleware seals its responses: the store holds each result encrypted
 // and authenticated, never in clear, bound to its store ID and fingerprint
 // so that a record edited in the store, or moved to another ID or call,
@@ -18,12 +19,15 @@ import (
 //	record = version (1 byte, 1) || key id (4 bytes) || nonce (24 bytes) || ciphertext || tag (16 bytes)
 //
 // under XAES-256-GCM with a subkey of the primary key (HKDF label
-// recordSealLabel; the key id names it), with associated data the version,
-// the key id, the store ID (8-byte big-endian length, then the ID) and the
-// fingerprint.
+// recordSealLabel for a tool call's result, roundSealLabel for a round's;
+// the key id names the key), with associated data the version, the key
+// id, the store ID (8-byte big-endian length, then the ID) and the
+// fingerprint. The two labels give the two kinds of record keys of their
+// own, so that neither ever opens as the other, even under one ring.
 const (
 	recordSealVersion = 1
 	recordSealLabel   = "ctoken.mcp idempotent result xaes-256-gcm key"
+	roundSealLabel    = "ctoken.mcp round result xaes-256-gcm key"
 	recordHeaderSize  = 1 + ringkey.IDSize
 	recordOverhead    = recordHeaderSize + xaes.Overhead
 	// maxRecordedResult is the longest result that seals within
@@ -42,10 +46,14 @@ type recordSealer struct {
 	aeads []*xaes.AEAD
 }
 
-// newRecordSealer returns the sealer of ring (a *ctoken.Keyring), or false
-// for a nil or zero ring.
-func newRecordSealer(ring any) (*recordSealer, bool) {
-	subs, ok := ringkey.Derive(ring, recordSealLabel)
+// newRecordSealer returns the sealer of the results of idempotent tool
+// calls under ring (a *ctoken.Keyring), or false for a nil or zero ring.
+func newRecordSealer(ring any) (*recordSealer, bool) { return newSealer(ring, recordSealLabel) }
+
+// newSealer returns the sealer of ring (a *ctoken.Keyring) under the
+// subkeys for label, or false for a nil or zero ring.
+func newSealer(ring any, label string) (*recordSealer, bool) {
+	subs, ok := ringkey.Derive(ring, label)
 	if !ok || len(subs) == 0 {
 		return nil, false
 	}

@@ -19,14 +19,16 @@ import (
 // presents it (caller, target, arguments), that was already used and whose
 // round's result cannot be answered again: the round ended in an error, its
 // result was not recorded (too large, or the store failed while recording
-// it), or another call under the same state (possible only with
-// UnboundArgs) took it. [RefuseState] maps it to [CodeStateUsed].
+// it), its record does not open (see [States.Answer]), or another call
+// under the same state (possible only with UnboundArgs) took it.
+// [RefuseState] maps it to [CodeStateUsed].
 var ErrStateUsed = errors.New("mcptoken: request state already used; its result cannot be answered again")
 
 // ErrStateBusy reports an authentic request state, bound to the call that
 // presents it, whose round is still running: the same call presented the
 // same state while the first attempt had not finished. Retry later.
-// [RefuseState] maps it to [CodeStateBusy].
+// [RefuseState] maps it to [CodeStateBusy], with the retry hint
+// [States.Answer] attaches to it ([Refusal].RetryAfter).
 var ErrStateBusy = errors.New("mcptoken: request state busy: its round is still running")
 
 // ErrNoRecorder reports States configured to answer retries
@@ -40,7 +42,30 @@ var (
 	errUsedNoRecord   = fmt.Errorf("%w (no record of its result)", ErrStateUsed)
 	errUsedOtherCall  = fmt.Errorf("%w (by another call)", ErrStateUsed)
 	errUsedOtherRound = fmt.Errorf("%w (running for another call)", ErrStateUsed)
+	errUsedUnopened   = fmt.Errorf("%w (its recorded result does not open)", ErrStateUsed)
 )
+
+// errNoRoundKeys: the codec handed on no ring to seal round results with
+// (it cannot happen with a codec NewStates accepted); Internal, logged at
+// Error, and nothing taken.
+var errNoRoundKeys = fmt.Errorf("%w: the request-state codec's ring seals no round result", ctoken.ErrNoKey)
+
+// stateBusyError is [ErrStateBusy] with the hint of when to retry, which
+// [RefuseState] carries to the client.
+type stateBusyError struct{ retryAfter time.Duration }
+
+func (e *stateBusyError) Error() string { return ErrStateBusy.Error() }
+func (e *stateBusyError) Unwrap() error { return ErrStateBusy }
+
+// busyRetryAfter is the retry hint of a round whose holder's lease still
+// runs for wait: defaultBusyRetryAfter, or wait when it is shorter and
+// known (not zero), as for an idempotent call in progress.
+func busyRetryAfter(wait time.Duration) time.Duration {
+	if wait > 0 && wait < defaultBusyRetryAfter {
+		return wait
+	}
+	return defaultBusyRetryAfter
+}
 
 // confirmTimeout bounds the store call that records a round's result once
 // the round has run, whatever happened to the request's context meanwhile.
@@ -68,21 +93,39 @@ func (s *States) AnswersRetries() bool { return s != nil && s.recorder != nil }
 // replay.SkewMargin):
 //
 //   - the first presentation runs round and records its result with the
-//     fingerprint, in the step that ends the lease;
+//     fingerprint, in the step that ends the lease, sealed: the store
+//     never holds a result in clear (below);
 //   - a presentation while round runs is refused with the Integration's
-//     Refused error for [CodeStateBusy] (retry later);
+//     Refused error for [CodeStateBusy] (retry later), whose
+//     [Refusal].RetryAfter is how long the round's lease still runs, at
+//     most a second (a second when the store does not say);
 //   - a presentation after it ran gets the recorded result when its
-//     fingerprint matches, and otherwise [CodeStateUsed];
-//   - a round that returned an error, or whose result the store refused
-//     (larger than replay.MaxResultBytes, or its budget), is recorded done
-//     without a result: the retry gets [CodeStateUsed], as a single-use
-//     state is refused today, but never "invalid";
+//     fingerprint matches and its record opens, and otherwise
+//     [CodeStateUsed];
+//   - a round that returned an error or an empty result, or whose result
+//     cannot be recorded (sealed, larger than replay.MaxResultBytes, or
+//     refused by the store for its budget), is recorded done without a
+//     result: the retry gets [CodeStateUsed], as a single-use state is
+//     refused today, but never "invalid";
 //   - a round that panicked is recorded done without a result, as one
 //     that returned an error, and the panic goes on to the caller;
 //   - a round whose server stopped before recording (a crash) is never run
 //     again by a store that outlives the server: the state stays busy
 //     until it expires, then 1022 (replay.MemoryStore forgets the lease
 //     with the process, and after a restart runs the round again).
+//
+// A result is recorded sealed with XAES-256-GCM under a subkey of the
+// primary key of the codec's own ring (the one the state opened with; HKDF
+// label "ctoken.mcp round result xaes-256-gcm key", of its own, so that
+// no idempotent tool call's record opens as a round's, nor the other way),
+// bound to the state's store ID and the fingerprint: no configuration of
+// its own. A record that does not open (edited in the store, moved from
+// another state, sealed under a key no longer in the codec's ring, or
+// recorded in clear by a version that did not seal) is never answered: the
+// retry is refused with [CodeStateUsed] and logged at Error, and the round
+// does not run again. A record sealed under any key of the ring opens, so
+// a rotation that keeps the previous keys (as it must for the states
+// themselves) keeps answering.
 //
 // A store that cannot answer is the StoreFailed refusal and consumes
 // nothing. A failure to record after round ran is logged at Error and the
@@ -123,6 +166,10 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 	if err != nil {
 		return nil, s.refuse(ctx, method, name, err)
 	}
+	seal, ok := s.sealerOf(o.Keys)
+	if !ok {
+		return nil, s.refuse(ctx, method, name, errNoRoundKeys)
+	}
 	fp, err := roundFingerprint(caller, target, args, o.ID)
 	if err != nil {
 		// The arguments passed the codec's check, so they fingerprint;
@@ -138,7 +185,7 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 		if !sameFingerprint(rec.Fingerprint, fp) {
 			return nil, s.refuse(ctx, method, name, errUsedOtherRound)
 		}
-		return nil, s.refuse(ctx, method, name, ErrStateBusy)
+		return nil, s.refuse(ctx, method, name, &stateBusyError{retryAfter: busyRetryAfter(rec.Wait)})
 	case replay.LeaseDone:
 		switch {
 		case len(rec.Fingerprint) == 0 || len(rec.Result) == 0:
@@ -146,9 +193,15 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 		case !sameFingerprint(rec.Fingerprint, fp):
 			return nil, s.refuse(ctx, method, name, errUsedOtherCall)
 		}
+		res, err := seal.open(o.ID, fp, rec.Result)
+		if err != nil {
+			s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state retried: the recorded result of its round does not open (edited in the store, moved from another state, sealed under a key no longer in the codec's ring, or recorded in clear before results were sealed); not answered, and the round not run again",
+				NameAttr(method, name))
+			return nil, s.in.Refused(RefuseState(errUsedUnopened))
+		}
 		s.in.Logger().LogAttrs(ctx, slog.LevelInfo, s.in.Name+": request state retried: answered with the recorded result of its round",
 			NameAttr(method, name))
-		return rec.Result, nil
+		return res, nil
 	case replay.LeaseAcquired:
 	default:
 		return nil, s.refuse(ctx, method, name, fmt.Errorf("replay store answered lease state %v", rec.State))
@@ -165,7 +218,13 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 		}
 		return nil, runErr
 	}
-	err = s.recorder.ConfirmRecord(cctx, o.ID, rec.Token, o.Until, fp, res)
+	err = replay.ErrTooLarge // an empty result, as a store refuses it
+	if len(res) > 0 {
+		var record []byte
+		if record, err = seal.seal(o.ID, fp, res); err == nil {
+			err = s.recorder.ConfirmRecord(cctx, o.ID, rec.Token, o.Until, fp, record)
+		}
+	}
 	if errors.Is(err, replay.ErrTooLarge) || errors.Is(err, replay.ErrFull) {
 		s.in.Logger().LogAttrs(ctx, slog.LevelWarn, s.in.Name+": request state: the round's result cannot be recorded; a retry will be told the state was already used",
 			NameAttr(method, name), slog.Int("bytes", len(res)), slog.String("error", err.Error()))
@@ -228,6 +287,27 @@ func roundFingerprint(caller, target string, args any, id string) ([]byte, error
 		h.Write([]byte(part))
 	}
 	return h.Sum(nil), nil
+}
+
+// ringSealer is the sealer of round results under one ring.
+type ringSealer struct {
+	ring any // a *ctoken.Keyring
+	seal *recordSealer
+}
+
+// sealerOf returns the sealer of round results under ring, the codec's
+// ring a state opened with, derived once per ring (a KeySource's swap
+// derives the next ring's once), or false for no ring.
+func (s *States) sealerOf(ring any) (*recordSealer, bool) {
+	if rs := s.sealer.Load(); rs != nil && rs.ring == ring {
+		return rs.seal, true
+	}
+	seal, ok := newSealer(ring, roundSealLabel)
+	if !ok {
+		return nil, false
+	}
+	s.sealer.Store(&ringSealer{ring: ring, seal: seal})
+	return seal, true
 }
 
 // recorderOf returns the replay store of codec as a [replay.Recorder], or

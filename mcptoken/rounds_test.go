@@ -3,6 +3,7 @@ package mcptoken
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken"
+	"github.com/ctoken/ctoken/internal/stateclaim"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -278,6 +280,9 @@ func TestAnswerConcurrentRetryIsBusy(t *testing.T) {
 	if out != nil || !errors.As(err, &re) || re.r.Code != CodeStateBusy || !re.r.Busy() {
 		t.Fatalf("concurrent retry: %q, %v; want busy", out, err)
 	}
+	if re.r.RetryAfter <= 0 || re.r.RetryAfter > time.Second {
+		t.Fatalf("concurrent retry: hint %v; want one in (0, 1s]", re.r.RetryAfter)
+	}
 	close(release)
 	wg.Wait()
 	if firstErr != nil {
@@ -291,7 +296,7 @@ func TestAnswerConcurrentRetryIsBusy(t *testing.T) {
 
 // An authentic state whose result cannot be answered again is "already
 // used" (1026), never "invalid": the round failed or panicked; its result was too large
-// to record; the codec claimed it without a record (a handler's own Open);
+// to record (sealed), or empty; the codec claimed it without a record (a handler's own Open);
 // with UnboundArgs, another call under the same state ran or runs it.
 func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
 	ctx := context.Background()
@@ -327,6 +332,22 @@ func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
 			big := bytes.Repeat([]byte("x"), replay.MaxResultBytes+1)
 			out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) ([]byte, error) { return big, nil })
 			if err != nil || !bytes.Equal(out, big) {
+				return errors.New("the fresh result was not returned")
+			}
+			return nil
+		}, args},
+		{"result over the sealable maximum", replay.NewMemoryStore(0), StatesConfig{}, func(s *States, wire string) error {
+			// It fits in replay.MaxResultBytes, but not once sealed.
+			big := bytes.Repeat([]byte("x"), maxRecordedResult+1)
+			out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) ([]byte, error) { return big, nil })
+			if err != nil || !bytes.Equal(out, big) {
+				return errors.New("the fresh result was not returned")
+			}
+			return nil
+		}, args},
+		{"empty result", replay.NewMemoryStore(0), StatesConfig{}, func(s *States, wire string) error {
+			out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) ([]byte, error) { return []byte{}, nil })
+			if err != nil || len(out) != 0 {
 				return errors.New("the fresh result was not returned")
 			}
 			return nil
@@ -604,5 +625,389 @@ func TestAnswerRecordingFailureReturnsTheOutcomeAndNeverRunsTwice(t *testing.T) 
 				t.Fatalf("retry: %v, %d runs; want busy and no run", err, c.runs.Load())
 			}
 		})
+	}
+}
+
+// roundRecord returns the store ID and the fingerprint the round of wire
+// (sealed for alice, tools/call deploy, args) is recorded under.
+func roundRecord(t *testing.T, s *States, wire string, args []byte) (stateclaim.Opened, []byte) {
+	t.Helper()
+	target := ctoken.MCPTarget("tools/call", "deploy")
+	o, err := stateclaim.Open(context.Background(), s.codec, wire, "alice", target, func(plain string) (string, error) { return UnwrapArgs(args, plain) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := roundFingerprint("alice", target, args, o.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, fp
+}
+
+// rawRecord reads what store holds under id (done): its fingerprint and
+// result, as the store holds them.
+func rawRecord(t *testing.T, store replay.Recorder, id string) replay.Record {
+	t.Helper()
+	rec, err := store.AcquireRecord(context.Background(), id, time.Minute, make([]byte, sha256Size))
+	if err != nil || rec.State != replay.LeaseDone {
+		t.Fatalf("%+v, %v; want a done record", rec, err)
+	}
+	return rec
+}
+
+const sha256Size = 32
+
+// plant records result under the ID and fingerprint of o and fp, as
+// someone with write access to the store would.
+func plant(t *testing.T, store replay.Recorder, o stateclaim.Opened, fp, result []byte) {
+	t.Helper()
+	ctx := context.Background()
+	rec, err := store.AcquireRecord(ctx, o.ID, o.Lease, fp)
+	if err != nil || rec.State != replay.LeaseAcquired {
+		t.Fatalf("%+v, %v", rec, err)
+	}
+	if err := store.ConfirmRecord(ctx, o.ID, rec.Token, o.Until, fp, result); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The store never holds a round's result in clear: what it holds under the
+// state's ID is sealed (no byte of the result shows through), and opens to
+// the result the retry is answered with; a result of the largest sealable
+// size is recorded and answered too.
+func TestAnswerRecordsTheResultSealed(t *testing.T) {
+	ctx := context.Background()
+	args := []byte(`{"target":"prod"}`)
+	for _, tc := range []struct {
+		name   string
+		result []byte
+		// shows is what must not show through the record.
+		shows []byte
+	}{
+		{"a result", []byte(`{"deployed":"prod","token":"tok-4242-secret"}`), []byte("tok-4242-secret")},
+		{"the largest sealable result", append([]byte(`{"s":"`), bytes.Repeat([]byte("k"), maxRecordedResult-8)...), bytes.Repeat([]byte("k"), 64)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := replay.NewMemoryStore(0)
+			s, log := retryStates(t, store, StatesConfig{})
+			wire, _ := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
+			var runs atomic.Int32
+			round := func(context.Context, string) ([]byte, error) { runs.Add(1); return tc.result, nil }
+			if out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round); err != nil || !bytes.Equal(out, tc.result) {
+				t.Fatalf("%.40q, %v", out, err)
+			}
+			o, fp := roundRecord(t, s, wire, args)
+			rec := rawRecord(t, store, o.ID)
+			if !bytes.Equal(rec.Fingerprint, fp) || len(rec.Result) != len(tc.result)+recordOverhead || bytes.Contains(rec.Result, tc.shows) || bytes.Contains(rec.Result, []byte(`"deployed"`)) {
+				t.Fatalf("the store holds %d bytes under fingerprint %x: %.80q", len(rec.Result), rec.Fingerprint, rec.Result)
+			}
+			again, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round)
+			if err != nil || !bytes.Equal(again, tc.result) || runs.Load() != 1 {
+				t.Fatalf("retry: %.40q, %v, %d runs", again, err, runs.Load())
+			}
+			if bytes.Contains(log.Bytes(), tc.shows) {
+				t.Fatal("the log holds the result")
+			}
+		})
+	}
+}
+
+// editing is a memory store whose records are edited in the store: every
+// recorded result goes through edit on its way out.
+type editing struct {
+	*replay.MemoryStore
+	edit func([]byte) []byte
+}
+
+func (e editing) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	rec, err := e.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+	if err == nil && rec.State == replay.LeaseDone && len(rec.Result) > 0 {
+		rec.Result = e.edit(rec.Result)
+	}
+	return rec, err
+}
+
+// A record that does not open is never answered, and its round never runs
+// again: the retry is refused as already used (1026) and logged at Error,
+// never with the state or the result. Edited in the store, moved from
+// another state (with the fingerprint of the state it was moved to: the
+// fingerprint is no secret), sealed under a key the codec's ring does not
+// hold, sealed as an idempotent tool call's record under the codec's own
+// key (the labels differ), or in clear, as before results were sealed.
+func TestAnswerRefusesARecordThatDoesNotOpen(t *testing.T) {
+	ctx := context.Background()
+	args := []byte(`{"target":"prod"}`)
+	const result = `{"deployed":"prod","token":"tok-4242-secret"}`
+	otherRing, err := ctoken.NewKeyring(bytes.Repeat([]byte{9}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownRing, err := ctoken.NewKeyring(make([]byte, 32)) // the codec's (codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealWith := func(ring *ctoken.Keyring, label string) func(o stateclaim.Opened, fp []byte) []byte {
+		return func(o stateclaim.Opened, fp []byte) []byte {
+			sealer, ok := newSealer(ring, label)
+			if !ok {
+				t.Fatal("no sealer")
+			}
+			rec, err := sealer.seal(o.ID, fp, []byte(result))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rec
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		// edit changes every record on its way out of the store; nil
+		// leaves them.
+		edit func([]byte) []byte
+		// planted, when set, is the record planted under the retried
+		// state's ID and fingerprint, whose round never ran.
+		planted func(o stateclaim.Opened, fp []byte) []byte
+	}{
+		{name: "a byte edited", edit: func(b []byte) []byte { b[len(b)/2] ^= 0x20; return b }},
+		{name: "the key id edited", edit: func(b []byte) []byte { b[1] ^= 1; return b }},
+		{name: "cut short", edit: func(b []byte) []byte { return b[:len(b)-1] }},
+		{name: "another version", edit: func(b []byte) []byte { b[0] = recordSealVersion + 1; return b }},
+		{name: "sealed under a key not in the ring", planted: sealWith(otherRing, roundSealLabel)},
+		{name: "an idempotent call's record", planted: sealWith(ownRing, recordSealLabel)},
+		{name: "in clear", planted: func(stateclaim.Opened, []byte) []byte { return []byte(result) }},
+		{name: "moved from another state"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := replay.NewMemoryStore(0)
+			var store replay.Store = mem
+			if tc.edit != nil {
+				store = editing{mem, tc.edit}
+			}
+			s, log := retryStates(t, store, StatesConfig{})
+			wire, _ := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
+			var runs atomic.Int32
+			round := func(context.Context, string) ([]byte, error) { runs.Add(1); return []byte(result), nil }
+			switch {
+			case tc.planted != nil:
+				o, fp := roundRecord(t, s, wire, args)
+				plant(t, mem, o, fp, tc.planted(o, fp))
+			case tc.edit == nil: // moved: another state's round ran, its record is copied
+				other, _ := s.Seal("alice", "tools/call", "deploy", args, "confirmed, once more")
+				if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, other, round); err != nil {
+					t.Fatal(err)
+				}
+				from, _ := roundRecord(t, s, other, args)
+				o, fp := roundRecord(t, s, wire, args)
+				plant(t, mem, o, fp, rawRecord(t, mem, from.ID).Result)
+				runs.Store(0)
+			default: // edited: the round ran, its record is edited on its way out
+				if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round); err != nil {
+					t.Fatal(err)
+				}
+				runs.Store(0)
+			}
+			log.Reset()
+			for i := range 2 {
+				out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, round)
+				if out != nil || refusalCode(err) != CodeStateUsed || runs.Load() != 0 {
+					t.Fatalf("retry %d: %q, %v, %d runs; want code 1026 and no run", i, out, err, runs.Load())
+				}
+			}
+			l := log.String()
+			if !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "does not open") || strings.Contains(l, wire) || strings.Contains(l, "tok-4242") {
+				t.Fatalf("log %q", l)
+			}
+		})
+	}
+}
+
+// A rotation that keeps the previous key keeps answering: a round recorded
+// under the previous primary is answered by an instance whose ring has a
+// new primary, and by the same codec once its KeySource is swapped. Once
+// the key leaves the ring, its states no longer open (1023), and neither
+// would their records.
+func TestAnswerRetryAfterAKeyRotationGetsTheRecordedResult(t *testing.T) {
+	ctx := context.Background()
+	args := []byte(`{"target":"prod"}`)
+	k1, k2 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	ring := func(keys ...[]byte) *ctoken.Keyring {
+		kr, err := ctoken.NewKeyring(keys[0], keys[1:]...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kr
+	}
+	newStates := func(t *testing.T, sec ctoken.RequestStateSecurity, store replay.Store, log *bytes.Buffer) *States {
+		sec.Binding, sec.TTL, sec.Replay = ctoken.BindSubjectAndTool, time.Minute, store
+		codec, err := ctoken.NewRequestStateCodec(sec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := NewStates(codec, StatesConfig{AnswerRetries: true}, testIntegration(log))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		// retrier returns the States that take the retry, after the round
+		// ran on first.
+		retrier func(t *testing.T, first *ctoken.KeySource, store replay.Store, log *bytes.Buffer, self *States) *States
+		code    int // 0: answered
+	}{
+		{"another instance with the next ring", func(t *testing.T, _ *ctoken.KeySource, store replay.Store, log *bytes.Buffer, _ *States) *States {
+			return newStates(t, ctoken.RequestStateSecurity{Keys: ring(k2, k1)}, store, log)
+		}, 0},
+		{"the key source swapped", func(t *testing.T, src *ctoken.KeySource, _ replay.Store, _ *bytes.Buffer, self *States) *States {
+			if err := src.Swap(ring(k2, k1)); err != nil {
+				t.Fatal(err)
+			}
+			return self
+		}, 0},
+		{"the previous key dropped", func(t *testing.T, src *ctoken.KeySource, _ replay.Store, _ *bytes.Buffer, self *States) *States {
+			if err := src.Swap(ring(k2)); err != nil {
+				t.Fatal(err)
+			}
+			return self
+		}, CodeStateInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log bytes.Buffer
+			store := replay.NewMemoryStore(0)
+			src, err := ctoken.NewKeySource(ring(k1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := newStates(t, ctoken.RequestStateSecurity{KeySource: src}, store, &log)
+			wire, _ := first.Seal("alice", "tools/call", "deploy", args, "confirmed")
+			var c countedRound
+			want, err := first.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round)
+			if err != nil {
+				t.Fatal(err)
+			}
+			retrier := tc.retrier(t, src, store, &log, first)
+			out, err := retrier.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round)
+			switch {
+			case tc.code == 0 && (err != nil || !bytes.Equal(out, want)):
+				t.Fatalf("%q, %v; want %q", out, err, want)
+			case tc.code != 0 && (out != nil || refusalCode(err) != tc.code):
+				t.Fatalf("%q, %v; want code %d", out, err, tc.code)
+			}
+			if n := c.runs.Load(); n != 1 {
+				t.Fatalf("the round ran %d times", n)
+			}
+		})
+	}
+	// Rounds recorded after a swap are sealed under the new primary (the
+	// key id in the record names it), so they keep answering once the
+	// previous key is dropped.
+	t.Run("new rounds seal under the new primary", func(t *testing.T) {
+		var log bytes.Buffer
+		store := replay.NewMemoryStore(0)
+		first, next := ring(k1), ring(k2, k1)
+		src, err := ctoken.NewKeySource(first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newStates(t, ctoken.RequestStateSecurity{KeySource: src}, store, &log)
+		var c countedRound
+		round := func(kr *ctoken.Keyring, state string) (wire string, out []byte) {
+			t.Helper()
+			wire, _ = s.Seal("alice", "tools/call", "deploy", args, state)
+			out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, c.round)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, _ := roundRecord(t, s, wire, args)
+			if id := hex.EncodeToString(rawRecord(t, store, o.ID).Result[1:recordHeaderSize]); id != kr.KeyIDs()[0] {
+				t.Fatalf("%s: sealed under key %s; want the primary %s", state, id, kr.KeyIDs()[0])
+			}
+			return wire, out
+		}
+		before, want := round(first, "before")
+		if err := src.Swap(next); err != nil {
+			t.Fatal(err)
+		}
+		after, wantAfter := round(next, "after")
+		if out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, before, c.round); err != nil || !bytes.Equal(out, want) {
+			t.Fatalf("before the swap: %q, %v", out, err)
+		}
+		if err := src.Swap(ring(k2)); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, after, c.round); err != nil || !bytes.Equal(out, wantAfter) || c.runs.Load() != 2 {
+			t.Fatalf("after the previous key was dropped: %q, %v, %d runs", out, err, c.runs.Load())
+		}
+	})
+}
+
+// busyFor is a Recorder that finds every round running for the same call,
+// its lease ending in wait (0: the store does not say).
+type busyFor struct {
+	*replay.MemoryStore
+	wait time.Duration
+}
+
+func (b busyFor) AcquireRecord(_ context.Context, _ string, _ time.Duration, fp []byte) (replay.Record, error) {
+	return replay.Record{Lease: replay.Lease{State: replay.LeaseBusy, Wait: b.wait}, Fingerprint: fp}, nil
+}
+
+// A presentation while the round runs is busy (1027) with the hint of
+// when to retry: how long the round's lease still runs, at most a second,
+// and a second when the store does not say. Nothing runs.
+func TestAnswerBusyCarriesARetryHint(t *testing.T) {
+	args := []byte(`{}`)
+	for _, tc := range []struct {
+		name string
+		wait time.Duration
+		want time.Duration
+	}{
+		{"the store does not say", 0, time.Second},
+		{"the lease ends in 250ms", 250 * time.Millisecond, 250 * time.Millisecond},
+		{"the lease ends in a nanosecond", time.Nanosecond, time.Nanosecond},
+		{"the lease ends in a second", time.Second, time.Second},
+		{"the lease ends in a minute", time.Minute, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := retryStates(t, busyFor{replay.NewMemoryStore(0), tc.wait}, StatesConfig{})
+			wire, _ := s.Seal("alice", "tools/call", "deploy", args, "s")
+			var c countedRound
+			out, err := s.Answer(context.Background(), "alice", "tools/call", "deploy", args, wire, c.round)
+			var re *refusedErr
+			if out != nil || !errors.As(err, &re) || !re.r.Busy() || re.r.RetryAfter != tc.want || c.runs.Load() != 0 {
+				t.Fatalf("%q, %v (%+v), %d runs; want busy with hint %v", out, err, re, c.runs.Load(), tc.want)
+			}
+		})
+	}
+}
+
+// The sealer of round results is derived once per ring and refused for
+// anything that is not a ring (Answer then refuses the state as Internal,
+// before anything is taken).
+func TestStatesSealerOfDerivesOncePerRing(t *testing.T) {
+	s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
+	ring, err := ctoken.NewKeyring(bytes.Repeat([]byte{5}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, ok := s.sealerOf(ring)
+	if again, ok2 := s.sealerOf(ring); !ok || !ok2 || again != first {
+		t.Fatalf("%p, %v then %p, %v; want one sealer", first, ok, again, ok2)
+	}
+	other, err := ctoken.NewKeyring(bytes.Repeat([]byte{6}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next, ok := s.sealerOf(other); !ok || next == first {
+		t.Fatalf("another ring: %p, %v", next, ok)
+	}
+	for _, ring := range []any{nil, (*ctoken.Keyring)(nil), "a ring"} {
+		if seal, ok := s.sealerOf(ring); ok || seal != nil {
+			t.Fatalf("sealerOf(%T) = %v, %v; want none", ring, seal, ok)
+		}
+	}
+	if r := RefuseState(errNoRoundKeys); !r.Internal || r.Code != 0 {
+		t.Fatalf("RefuseState(errNoRoundKeys) = %+v; want Internal", r)
 	}
 }

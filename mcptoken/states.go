@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/replay"
@@ -22,6 +23,9 @@ type States struct {
 	in          *Integration
 	// recorder is the codec's store when the States answer retries.
 	recorder replay.Recorder
+	// sealer seals and opens the results of rounds under the codec's ring
+	// of the last state answered (rounds.go).
+	sealer atomic.Pointer[ringSealer]
 }
 
 // StatesConfig is what [NewStates] reads of an SDK module's

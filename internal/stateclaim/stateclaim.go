@@ -4,8 +4,8 @@
 // round: a state opened with every check of the codec made (authenticity,
 // subject, tool, audience, expiry and the caller's own check) but not yet
 // claimed, with the ID the codec claims it under, the last instant the
-// codec still accepts it (plus replay.SkewMargin), and the codec's replay
-// store. The caller then takes the ID itself, with a replay.Recorder lease,
+// codec still accepts it (plus replay.SkewMargin), the codec's replay
+// store, and the codec's ring (to seal what is recorded under the ID). The caller then takes the ID itself, with a replay.Recorder lease,
 // in the same ID space as the codec's own claim: a state the codec claimed
 // is found done, and a state leased here is refused by the codec.
 //
@@ -37,6 +37,12 @@ type Opened struct {
 	// that is not single-use. It is an any because this package, the
 	// bottom layer, imports only the standard library.
 	Store any
+	// Keys is the ring the codec opened the state with (a
+	// *ctoken.Keyring, primary first), for a single-use codec; nil
+	// otherwise. The caller derives subkeys of its own from it through
+	// internal/ringkey, under a label of its own, to seal what it records
+	// under ID: the codec's keys, with no configuration of their own.
+	Keys any
 }
 
 // ErrNotLinked reports a program in which the root package did not

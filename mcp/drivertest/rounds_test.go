@@ -1,9 +1,11 @@
 package drivertest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,6 +52,39 @@ func TestAnswersTheRetryOfALostRound(t *testing.T) {
 	}
 }
 
+// recordStore is a replay store that records results.
+type recordStore interface {
+	replay.Store
+	replay.Recorder
+}
+
+// confirmedRecords is a Recorder that keeps the ID and result of every
+// record it confirms: what the store was given to hold.
+type confirmedRecords struct {
+	recordStore
+	mu      sync.Mutex
+	ids     []string
+	results [][]byte
+}
+
+func (c *confirmedRecords) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	c.mu.Lock()
+	c.ids, c.results = append(c.ids, id), append(c.results, bytes.Clone(result))
+	c.mu.Unlock()
+	return c.recordStore.ConfirmRecord(ctx, id, token, until, fp, result)
+}
+
+// only returns the one record confirmed.
+func (c *confirmedRecords) only(t *testing.T) (string, []byte) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.ids) != 1 {
+		t.Fatalf("%d records confirmed; want one", len(c.ids))
+	}
+	return c.ids[0], c.results[0]
+}
+
 // answerRefused is the error of answerIntegration for a refusal.
 type answerRefused struct{ r mcptoken.Refusal }
 
@@ -74,14 +109,19 @@ func answerCode(err error) int {
 // retry on three instances whose single-use codecs share the keys and the
 // replay stores given (mcptoken.States with AnswerRetries, the engine of
 // both MCP integrations): the round runs on instance 0 and is held; the
-// same call on instance 1 is busy (1027); the round ends (its response
-// lost); the retry on instance 2 gets the same bytes without a second
-// run; another caller and a changed argument are refused as invalid
-// (1023) on every instance; a round that failed is already used (1026).
+// same call on instance 1 is busy (1027, with a retry hint of at most a
+// second); the round ends (its response lost); every store holds its
+// result sealed, never in clear; the retry on instance 2 gets the same
+// bytes without a second run; another caller and a changed argument are
+// refused as invalid (1023) on every instance; a round that failed is
+// already used (1026).
 func testAnswersTheRetryOfALostRound(t *testing.T, keys *ctoken.Keyring, stores []replay.Store) {
 	var states []*mcptoken.States
+	var confirmed []*confirmedRecords
 	for _, s := range stores {
-		codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keys, Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, TTL: time.Minute, Replay: s})
+		c := &confirmedRecords{recordStore: s.(recordStore)}
+		confirmed = append(confirmed, c)
+		codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keys, Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, TTL: time.Minute, Replay: c})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,12 +156,27 @@ func testAnswersTheRetryOfALostRound(t *testing.T, keys *ctoken.Keyring, stores 
 		done <- err
 	}()
 	<-entered
-	if _, err := states[1].Answer(ctx, "alice", "tools/call", "deploy", args, wire, ran); answerCode(err) != mcptoken.CodeStateBusy {
-		t.Fatalf("the same call during the round: %v; want busy", err)
+	_, err = states[1].Answer(ctx, "alice", "tools/call", "deploy", args, wire, ran)
+	var busy *answerRefused
+	if !errors.As(err, &busy) || busy.r.Code != mcptoken.CodeStateBusy || busy.r.RetryAfter <= 0 || busy.r.RetryAfter > time.Second {
+		t.Fatalf("the same call during the round: %v; want busy, with a hint in (0, 1s]", err)
 	}
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	// What the store was given to record, and holds (read back as every
+	// instance's store answers it), is sealed: no byte of the result
+	// shows through.
+	id, record := confirmed[0].only(t)
+	if len(record) <= len(lost) || bytes.Contains(record, lost) || bytes.Contains(record, []byte(`"deployed"`)) {
+		t.Fatalf("recorded %q; want the result sealed", record)
+	}
+	for i, s := range stores {
+		rec, err := s.(replay.Recorder).AcquireRecord(ctx, id, time.Minute, make([]byte, 32))
+		if err != nil || rec.State != replay.LeaseDone || !bytes.Equal(rec.Result, record) {
+			t.Fatalf("store %d holds %+v (%v); want the sealed record", i, rec, err)
+		}
 	}
 	for i, st := range states {
 		again, err := st.Answer(ctx, "alice", "tools/call", "deploy", args, wire, ran)
