@@ -140,8 +140,9 @@ func invalidParams(message string, code int) *jsonrpc.Error {
 // error returned by this package (for example as seen by a client from
 // ClientSession.CallTool): ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid,
 // StateExpired, StateInvalid, StateUsed, StateBusy or KeyReused (sent in a
-// -32602 error), InProgress (sent in a -32603 error); 0 for any other
-// error.
+// -32602 error), InProgress (sent in a -32603 error), OutcomeUnknown (in a
+// -32603 error for an idempotent call, in a -32602 error for a request
+// state whose round was interrupted); 0 for any other error.
 func TokenErrorCode(err error) int {
 	var we *jsonrpc.Error
 	if !errors.As(err, &we) || len(we.Data) == 0 {
@@ -154,7 +155,10 @@ func TokenErrorCode(err error) int {
 	if json.Unmarshal(we.Data, &d) != nil {
 		return 0
 	}
-	if !mcptoken.KnownCode(d.Code) || (d.Code == InProgress) != (we.Code == jsonrpc.CodeInternalError) {
+	// InProgress comes in -32603 only; OutcomeUnknown in either (-32603
+	// from an idempotent call, -32602 for an interrupted round); the
+	// others in -32602 only.
+	if !mcptoken.KnownCode(d.Code) || d.Code != OutcomeUnknown && (d.Code == InProgress) != (we.Code == jsonrpc.CodeInternalError) {
 		return 0
 	}
 	return d.Code

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,30 @@ func TestTokenErrorCodeIgnoresOtherErrors(t *testing.T) {
 	}
 }
 
+// OutcomeUnknown (1028) reaches the client in both of its errors: -32603
+// from an idempotent call whose commit's outcome is unknown, -32602 for a
+// request state whose round was interrupted (without a retry hint).
+func TestTokenErrorCodeReadsOutcomeUnknownInBothErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		code int64
+	}{
+		{"idempotent call", idempotencyError(fmt.Errorf("%w: commit", mcptoken.ErrOutcomeUnknown)), jsonrpc.CodeInternalError},
+		{"interrupted round", refused(mcptoken.RefuseState(mcptoken.ErrRoundInterrupted)), jsonrpc.CodeInvalidParams},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var we *jsonrpc.Error
+			if !errors.As(tc.err, &we) || we.Code != tc.code || TokenErrorCode(tc.err) != OutcomeUnknown {
+				t.Fatalf("sent %v; want JSON-RPC %d with ctokenCode 1028", tc.err, tc.code)
+			}
+		})
+	}
+	if _, ok := RetryAfter(refused(mcptoken.RefuseState(mcptoken.ErrRoundInterrupted))); ok {
+		t.Fatal("an interrupted round carries a retry hint: no retry settles it")
+	}
+}
+
 // FuzzTokenErrorCode parses arbitrary error data, as a client does with a
 // server's reply.
 func FuzzTokenErrorCode(f *testing.F) {
@@ -92,7 +117,7 @@ func FuzzTokenErrorCode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		code := TokenErrorCode(&jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Data: data})
 		switch code {
-		case 0, ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, StateExpired, StateInvalid, StateUsed, StateBusy, KeyReused:
+		case 0, ctoken.CodeCursorExpired, ctoken.CodeCursorInvalid, StateExpired, StateInvalid, StateUsed, StateBusy, KeyReused, OutcomeUnknown:
 		default:
 			t.Fatalf("TokenErrorCode = %d", code)
 		}

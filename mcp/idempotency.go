@@ -234,9 +234,12 @@ func idempotencyError(err error) error {
 }
 
 // RetryAfter returns the retry hint of an [InProgress] or [OutcomeUnknown]
-// error as a client sees it (from ClientSession.CallTool), and false for
-// any other error.
+// error, or of a [StateBusy] refusal, as a client sees it (from
+// ClientSession.CallTool), and false for any other error.
 func RetryAfter(err error) (time.Duration, bool) {
+	if d, ok := busyRetryAfter(err); ok {
+		return d, true
+	}
 	var we *jsonrpc.Error
 	if !errors.As(err, &we) || len(we.Data) == 0 {
 		return 0, false

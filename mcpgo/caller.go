@@ -141,7 +141,7 @@ func (r *Rejection) Expired() bool { return mcptoken.Refusal{Code: r.Code}.Expir
 // same state ([StateBusy]).
 func (r *Rejection) Busy() bool { return mcptoken.Refusal{Code: r.Code}.Busy() }
 
-// The five rejections without a hint, built once: the message of
+// The six rejections without a hint, built once: the message of
 // [mcptoken.Refusal] followed by its code.
 var (
 	cursorExpired = newRejection(mcptoken.RefuseCursor(ctoken.ErrCursorExpired))
@@ -149,6 +149,9 @@ var (
 	stateExpired  = newRejection(mcptoken.RefuseState(ctoken.ErrStateExpired))
 	stateInvalid  = newRejection(mcptoken.RefuseState(ctoken.ErrStateInvalid))
 	stateUsed     = newRejection(mcptoken.RefuseState(mcptoken.ErrStateUsed))
+	// roundInterrupted: the round of the state began under a server that
+	// stopped before recording it (ctokenCode 1028, no hint).
+	roundInterrupted = newRejection(mcptoken.RefuseState(mcptoken.ErrRoundInterrupted))
 )
 
 // newRejection returns the Rejection of r: its message, then, for a
@@ -167,7 +170,7 @@ func newRejection(r mcptoken.Refusal) *Rejection {
 }
 
 // rejection returns the Rejection of a refused token (r is not a store
-// failure); anything but the five other codes is invalid state.
+// failure); anything but the six other codes is invalid state.
 func rejection(r mcptoken.Refusal) *Rejection {
 	switch r.Code {
 	case ctoken.CodeCursorExpired:
@@ -180,6 +183,8 @@ func rejection(r mcptoken.Refusal) *Rejection {
 		return stateUsed
 	case StateBusy:
 		return newRejection(r) // its own hint
+	case OutcomeUnknown:
+		return roundInterrupted
 	}
 	return stateInvalid
 }

@@ -38,7 +38,7 @@ func TestToolResultAndTokenCode(t *testing.T) {
 	if res, err := ToolResult(nil); res != nil || err != nil {
 		t.Errorf("ToolResult(nil) = %v, %v", res, err)
 	}
-	for _, r := range []*Rejection{cursorExpired, cursorInvalid, stateExpired, stateInvalid} {
+	for _, r := range []*Rejection{cursorExpired, cursorInvalid, stateExpired, stateInvalid, rejection(mcptoken.RefuseState(mcptoken.ErrRoundInterrupted))} {
 		res, err := ToolResult(fmt.Errorf("wrapped: %w", r))
 		if err != nil || !res.IsError || TokenCode(res) != r.Code {
 			t.Errorf("%d: %v, %v", r.Code, res, err)

@@ -256,6 +256,7 @@ const (
 	msgStateInvalid  = "invalid requestState"
 	msgStateUsed     = "requestState already used: its result cannot be answered again; call again without it"
 	msgStateBusy     = "requestState busy: its round is still running; retry the same call later"
+	msgInterrupted   = "requestState's round was interrupted before its result was recorded (its server stopped): whether it acted is unknown, and it will not run again; check its effect before calling again without the state"
 	msgStoreFailed   = "request state store unavailable"
 	msgInternal      = "internal error"
 )
@@ -289,8 +290,9 @@ func RefuseCursor(err error) Refusal {
 // ([CodeStateUsed]) for [ctoken.ErrStateReplayed] (which a codec reports
 // only once every binding has passed) and [ErrStateUsed]; 1027
 // ([CodeStateBusy]) for [ErrStateBusy], with the retry hint [States.Answer]
-// attached to it (a second for ErrStateBusy itself) in RetryAfter; 1023
-// for [ctoken.ErrStateInvalid]
+// attached to it (a second for ErrStateBusy itself) in RetryAfter; 1028
+// ([CodeOutcomeUnknown], without a retry hint: no retry settles it) for
+// [ErrRoundInterrupted]; 1023 for [ctoken.ErrStateInvalid]
 // and [ErrArgsMismatch]; Internal, with code 0,
 // for ctoken.ErrNoKey (a codec without a key judged nothing); any other
 // error comes from the replay store of a single-use codec and is
@@ -310,6 +312,8 @@ func RefuseState(err error) Refusal {
 			r.RetryAfter = min(b.retryAfter, defaultBusyRetryAfter)
 		}
 		return r
+	case errors.Is(err, ErrRoundInterrupted):
+		return Refusal{Code: CodeOutcomeUnknown, Message: msgInterrupted, Reason: "round interrupted before its result was recorded"}
 	case errors.Is(err, ErrStateUsed):
 		return Refusal{Code: CodeStateUsed, Message: msgStateUsed, Reason: err.Error()}
 	case errors.Is(err, ctoken.ErrStateReplayed):

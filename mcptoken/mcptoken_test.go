@@ -217,6 +217,7 @@ func TestRefuseStateMapsCodecErrorsToCodes(t *testing.T) {
 		}, CodeStateUsed, "requestState already used: its result cannot be answered again; call again without it", "already used", false},
 		{"used, no record", func(t *testing.T) error { return errUsedNoRecord }, CodeStateUsed, "requestState already used: its result cannot be answered again; call again without it", errUsedNoRecord.Error(), false},
 		{"busy", func(t *testing.T) error { return ErrStateBusy }, CodeStateBusy, "requestState busy: its round is still running; retry the same call later", "round still running", false},
+		{"round interrupted", func(t *testing.T) error { return ErrRoundInterrupted }, CodeOutcomeUnknown, msgInterrupted, "round interrupted before its result was recorded", false},
 		{"other arguments", func(t *testing.T) error { return mismatch }, CodeStateInvalid, "invalid requestState", "arguments differ from the sealed call", false},
 		{"store failed", func(t *testing.T) error {
 			return decode(codec(t, c, failingStore{}), wire, "alice")

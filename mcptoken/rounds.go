@@ -1,6 +1,7 @@
 package mcptoken
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -30,6 +31,14 @@ var ErrStateUsed = errors.New("mcptoken: request state already used; its result 
 // [RefuseState] maps it to [CodeStateBusy], with the retry hint
 // [States.Answer] attaches to it ([Refusal].RetryAfter).
 var ErrStateBusy = errors.New("mcptoken: request state busy: its round is still running")
+
+// ErrRoundInterrupted reports an authentic request state, bound to the
+// call that presents it, whose round began under a server that stopped
+// (a crash, a kill) before it recorded the round's result: whether the
+// round acted is unknown, and it is not run again. [RefuseState] maps it
+// to [CodeOutcomeUnknown], without a retry hint: no retry settles it; the
+// client checks the effect before it calls again without the state.
+var ErrRoundInterrupted = errors.New("mcptoken: request state's round interrupted before its result was recorded; whether it acted is unknown")
 
 // ErrNoRecorder reports States configured to answer retries
 // (StatesConfig.AnswerRetries) whose codec is not single-use, or whose
@@ -70,6 +79,24 @@ func busyRetryAfter(wait time.Duration) time.Duration {
 // confirmTimeout bounds the store call that records a round's result once
 // the round has run, whatever happened to the request's context meanwhile.
 const confirmTimeout = 10 * time.Second
+
+// roundHold is how long a round holds its state in a store that renews
+// leases ([replay.Renewer]): the hold is renewed every third of it while
+// the round runs, so it ends within roundHold of its server stopping, and
+// a retry then learns that the round was interrupted instead of being
+// told "busy" until the state expires.
+const roundHold = 15 * time.Second
+
+// interruptedRecord is the record of a round judged interrupted: a few
+// bytes no result begins with (results are JSON objects), sealed like a
+// result, so that every later presentation is told the same.
+var interruptedRecord = []byte("\x00ctoken: round interrupted")
+
+// startedID is the store ID of the mark a round's first presentation
+// claims before the round runs: found claimed by a later presentation
+// that took the round's lease afresh, it tells that the round began under
+// a holder that stopped without recording it.
+func startedID(id string) string { return id + ".started" }
 
 // AnswersRetries reports whether s answers the retry of a round with its
 // recorded result ([StatesConfig].AnswerRetries).
@@ -176,7 +203,11 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 		// fail closed all the same.
 		return nil, s.refuse(ctx, method, name, ErrArgsMismatch)
 	}
-	rec, err := s.recorder.AcquireRecord(ctx, o.ID, o.Lease, fp)
+	lease := o.Lease
+	if s.renewer != nil {
+		lease = min(s.hold, o.Lease)
+	}
+	rec, err := s.recorder.AcquireRecord(ctx, o.ID, lease, fp)
 	if err != nil {
 		return nil, s.refuse(ctx, method, name, err)
 	}
@@ -199,12 +230,20 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 				NameAttr(method, name))
 			return nil, s.in.Refused(RefuseState(errUsedUnopened))
 		}
+		if bytes.Equal(res, interruptedRecord) { // a marker, not a secret
+			return nil, s.refuse(ctx, method, name, ErrRoundInterrupted)
+		}
 		s.in.Logger().LogAttrs(ctx, slog.LevelInfo, s.in.Name+": request state retried: answered with the recorded result of its round",
 			NameAttr(method, name))
 		return res, nil
 	case replay.LeaseAcquired:
 	default:
 		return nil, s.refuse(ctx, method, name, fmt.Errorf("replay store answered lease state %v", rec.State))
+	}
+	if s.renewer != nil {
+		if err := s.start(ctx, method, name, o, rec.Token, fp, seal); err != nil {
+			return nil, err
+		}
 	}
 	res, runErr := s.run(ctx, method, name, o, rec.Token, round)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
@@ -213,7 +252,7 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 		// The round may have had effects before it failed: consumed, as a
 		// single-use state always was, and the retry is told so (1026).
 		if err := s.recorder.ConfirmLease(cctx, o.ID, rec.Token, o.Until); err != nil {
-			s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: recording a failed round failed; the state stays busy until it expires",
+			s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: recording a failed round failed; the state stays busy "+s.unrecorded(),
 				NameAttr(method, name), slog.String("error", err.Error()))
 		}
 		return nil, runErr
@@ -231,10 +270,87 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 		err = s.recorder.ConfirmLease(cctx, o.ID, rec.Token, o.Until)
 	}
 	if err != nil {
-		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: recording the round's result failed; the state stays busy until it expires",
+		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: recording the round's result failed; the state stays busy "+s.unrecorded(),
 			NameAttr(method, name), slog.String("error", err.Error()))
 	}
 	return res, nil
+}
+
+// start claims the mark that the round of o began, before it runs, in a
+// store that renews leases. A mark already claimed means that the round
+// began under a holder whose hold has ended without a record: that holder
+// stopped, and whether the round acted is unknown. The round is then
+// recorded as interrupted (every later presentation is told so) and not
+// run; the error returned is the Integration's refusal.
+func (s *States) start(ctx context.Context, method, name string, o stateclaim.Opened, token string, fp []byte, seal *recordSealer) error {
+	first, err := s.claims.Claim(ctx, startedID(o.ID), o.Until)
+	if err != nil {
+		s.releaseRound(ctx, o.ID, token)
+		return s.refuse(ctx, method, name, err)
+	}
+	if first {
+		return nil
+	}
+	s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: its round began under a server that stopped before recording its result; whether it acted is unknown: not run again, and every presentation is told so",
+		NameAttr(method, name))
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	defer cancel()
+	record, err := seal.seal(o.ID, fp, interruptedRecord)
+	if err == nil {
+		err = s.recorder.ConfirmRecord(cctx, o.ID, token, o.Until, fp, record)
+	}
+	if err != nil {
+		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: recording an interrupted round failed; the next presentation judges it again",
+			NameAttr(method, name), slog.String("error", err.Error()))
+	}
+	return s.refuse(ctx, method, name, ErrRoundInterrupted)
+}
+
+// unrecorded says what follows for a state whose round ran but was not
+// recorded: busy until its hold ends, then interrupted (a store that
+// renews), or busy until it expires.
+func (s *States) unrecorded() string {
+	if s.renewer != nil {
+		return "until the round's hold ends, then every presentation is told it was interrupted (1028)"
+	}
+	return "until it expires"
+}
+
+// releaseRound frees the round's lease after a store failure before the
+// round ran, so that a retry need not wait for the hold to end.
+func (s *States) releaseRound(ctx context.Context, id, token string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	defer cancel()
+	_ = s.recorder.ReleaseLease(cctx, id, token) // on failure the hold ends by itself
+}
+
+// renew renews the hold of the round of o every third of it until done is
+// closed. A hold found lost (it ended before a renewal reached the store:
+// a stalled server) is logged at Error and no longer renewed: a retry may
+// have judged the round interrupted, and the round's record is then
+// refused (logged again by the caller).
+func (s *States) renew(ctx context.Context, method, name string, o stateclaim.Opened, token string, done <-chan struct{}) {
+	t := time.NewTicker(s.hold / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.hold/3)
+		err := s.renewer.RenewLease(rctx, o.ID, token, min(s.hold, time.Until(o.Until)))
+		cancel()
+		switch {
+		case errors.Is(err, replay.ErrLeaseLost):
+			s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: the round's hold ended while it ran (a renewal came too late); a retry may have been told it was interrupted",
+				NameAttr(method, name))
+			return
+		case err != nil:
+			s.in.Logger().LogAttrs(ctx, slog.LevelWarn, s.in.Name+": request state: renewing the round's hold failed; trying again",
+				NameAttr(method, name), slog.String("error", err.Error()))
+		}
+	}
 }
 
 // run runs round with the opened state, detached from ctx's cancellation
@@ -253,7 +369,7 @@ func (s *States) run(ctx context.Context, method, name string, o stateclaim.Open
 		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: the round panicked; a retry will be told the state was already used",
 			NameAttr(method, name))
 		if err := s.recorder.ConfirmLease(cctx, o.ID, token, o.Until); err != nil {
-			s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: recording a panicked round failed; the state stays busy until it expires",
+			s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: recording a panicked round failed; the state stays busy "+s.unrecorded(),
 				NameAttr(method, name), slog.String("error", err.Error()))
 		}
 	}()
@@ -265,6 +381,14 @@ func (s *States) run(ctx context.Context, method, name string, o stateclaim.Open
 	// left to record.
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), o.Until.Add(-confirmTimeout))
 	defer cancel()
+	if s.renewer != nil {
+		done, stopped := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(stopped)
+			s.renew(ctx, method, name, o, token, done)
+		}()
+		defer func() { close(done); <-stopped }()
+	}
 	res, err := round(rctx, o.State)
 	panicked = false
 	return res, err

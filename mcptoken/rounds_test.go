@@ -617,7 +617,7 @@ func TestAnswerRecordingFailureReturnsTheOutcomeAndNeverRunsTwice(t *testing.T) 
 			if string(out) != tc.wantOut || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
 				t.Fatalf("%q, %v; want %q, %v", out, err, tc.wantOut, tc.wantErr)
 			}
-			if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "stays busy until it expires") || strings.Contains(log.String(), wire) {
+			if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "stays busy until the round's hold ends") || strings.Contains(log.String(), wire) {
 				t.Fatalf("log %q", log.String())
 			}
 			var c countedRound
@@ -1009,5 +1009,180 @@ func TestStatesSealerOfDerivesOncePerRing(t *testing.T) {
 	}
 	if r := RefuseState(errNoRoundKeys); !r.Internal || r.Code != 0 {
 		t.Fatalf("RefuseState(errNoRoundKeys) = %+v; want Internal", r)
+	}
+}
+
+// holderStore is a memory store on which the holder of the first lease
+// taken stops, as its server does in a crash: from stop on, every write
+// that carries its token (a renewal, a confirmation, a release) fails, as
+// it never reaches the store, while other holders' calls go through.
+type holderStore struct {
+	*replay.MemoryStore
+	mu     sync.Mutex
+	holder string
+	stop   atomic.Bool
+}
+
+func (h *holderStore) AcquireRecord(ctx context.Context, id string, lease time.Duration, fp []byte) (replay.Record, error) {
+	rec, err := h.MemoryStore.AcquireRecord(ctx, id, lease, fp)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil && rec.State == replay.LeaseAcquired && h.holder == "" {
+		h.holder = rec.Token
+	}
+	return rec, err
+}
+
+func (h *holderStore) stopped(token string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stop.Load() && token == h.holder
+}
+
+func (h *holderStore) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
+	if h.stopped(token) {
+		return errStoreDown
+	}
+	return h.MemoryStore.RenewLease(ctx, id, token, lease)
+}
+
+func (h *holderStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	if h.stopped(token) {
+		return errStoreDown
+	}
+	return h.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, result)
+}
+
+func (h *holderStore) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
+	if h.stopped(token) {
+		return errStoreDown
+	}
+	return h.MemoryStore.ConfirmLease(ctx, id, token, until)
+}
+
+// A round whose server stopped while it ran (it neither renews its hold nor
+// records) is known within the hold, not when the state expires: the
+// retries are busy until the hold ends, then every presentation is told
+// that the round was interrupted (1028, no retry hint), and the round
+// never runs again.
+func TestAnswerInterruptedRoundIsToldSoOnceItsHoldEnds(t *testing.T) {
+	ctx := context.Background()
+	args := []byte(`{"target":"prod"}`)
+	store := &holderStore{MemoryStore: replay.NewMemoryStore(0)}
+	s, log := retryStates(t, store, StatesConfig{})
+	s.hold = 150 * time.Millisecond // the real clock's: short for the test
+	wire, err := s.Seal("alice", "tools/call", "deploy", args, "plan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first countedRound
+	_, err = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(ctx context.Context, state string) ([]byte, error) {
+		store.stop.Store(true) // the server stops while the round runs
+		return first.round(ctx, state)
+	})
+	if err != nil || first.runs.Load() != 1 {
+		t.Fatalf("the first presentation: %v, %d runs", err, first.runs.Load())
+	}
+	var again countedRound
+	var busy int
+	deadline := time.Now().Add(30 * time.Second) // a failsafe: the hold ends in 150 ms
+	for {
+		_, err = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, again.round)
+		if refusalCode(err) != CodeStateBusy || time.Now().After(deadline) {
+			break
+		}
+		busy++
+		time.Sleep(10 * time.Millisecond)
+	}
+	if refusalCode(err) != CodeOutcomeUnknown {
+		t.Fatalf("after %d busy answers: %v; want the refusal of ErrRoundInterrupted, code 1028", busy, err)
+	}
+	var re *refusedErr
+	if errors.As(err, &re) && re.r.RetryAfter != 0 {
+		t.Fatalf("the refusal carries a retry hint (%v); no retry settles it", re.r.RetryAfter)
+	}
+	if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, again.round); refusalCode(err) != CodeOutcomeUnknown {
+		t.Fatalf("the next presentation: %v; want code 1028 again (recorded)", err)
+	}
+	if again.runs.Load() != 0 {
+		t.Fatalf("the round ran %d more times", again.runs.Load())
+	}
+	if !strings.Contains(log.String(), "began under a server that stopped") || strings.Contains(log.String(), wire) {
+		t.Fatalf("log %q", log.String())
+	}
+}
+
+// clockedRenewals is a memory store on a clock that moves only when the
+// round renews its hold, by half a hold before each renewal: after a few
+// renewals the first hold has long ended by the store's clock, and only
+// the renewals keep the round busy. No step races the real clock.
+type clockedRenewals struct {
+	*replay.MemoryStore
+	hold     time.Duration
+	mu       sync.Mutex
+	now      time.Time
+	renewals chan struct{}
+}
+
+func (c *clockedRenewals) clock() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clockedRenewals) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
+	c.mu.Lock()
+	c.now = c.now.Add(c.hold / 2)
+	c.mu.Unlock()
+	err := c.MemoryStore.RenewLease(ctx, id, token, lease)
+	select {
+	case c.renewals <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// A round that runs longer than its hold is busy all along, never judged
+// interrupted: its hold is renewed while it runs, and its result is
+// recorded and answered.
+func TestAnswerRoundLongerThanItsHoldStaysBusy(t *testing.T) {
+	ctx := context.Background()
+	args := []byte(`{"target":"prod"}`)
+	const hold = 150 * time.Millisecond
+	store := &clockedRenewals{MemoryStore: replay.NewMemoryStore(0), hold: hold, now: time.Now(), renewals: make(chan struct{})}
+	store.Now = store.clock
+	s, log := retryStates(t, store, StatesConfig{})
+	s.hold = hold
+	wire, err := s.Seal("alice", "tools/call", "deploy", args, "plan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, again countedRound
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(ctx context.Context, state string) ([]byte, error) {
+			for range 4 { // two holds by the store's clock
+				select {
+				case <-store.renewals:
+				case <-time.After(30 * time.Second):
+					return nil, errors.New("no renewal in 30 s")
+				}
+			}
+			if _, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, again.round); refusalCode(err) != CodeStateBusy {
+				return nil, errors.New("the retry during the round: " + err.Error())
+			}
+			return first.round(ctx, state)
+		})
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, again.round)
+	if err != nil || !strings.Contains(string(out), `"run":1`) || first.runs.Load() != 1 || again.runs.Load() != 0 {
+		t.Fatalf("the retry after the round: %q, %v; %d and %d runs", out, err, first.runs.Load(), again.runs.Load())
+	}
+	if strings.Contains(log.String(), "level=ERROR") {
+		t.Fatalf("log %q", log.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/replay"
@@ -23,6 +24,12 @@ type States struct {
 	in          *Integration
 	// recorder is the codec's store when the States answer retries.
 	recorder replay.Recorder
+	// renewer is recorder when it renews leases (a round then holds its
+	// state for hold, renewed while it runs), and claims the same store,
+	// which takes the mark that a round began; both nil otherwise.
+	renewer replay.Renewer
+	claims  replay.Store
+	hold    time.Duration
 	// sealer seals and opens the results of rounds under the codec's ring
 	// of the last state answered (rounds.go).
 	sealer atomic.Pointer[ringSealer]
@@ -80,6 +87,12 @@ func NewStates(codec *ctoken.RequestStateCodec, cfg StatesConfig, in *Integratio
 			return nil, fmt.Errorf("%s: NewStates: %w", in.Name, err)
 		}
 		st.recorder = rec
+		if r, ok := rec.(replay.Renewer); ok {
+			st.claims, _ = rec.(replay.Store) // a codec's store always is one
+			if st.claims != nil {
+				st.renewer, st.hold = r, roundHold
+			}
+		}
 	}
 	return st, nil
 }

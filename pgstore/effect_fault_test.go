@@ -463,15 +463,13 @@ func effectsOnceThroughFailedFirstRuns(t *testing.T) {
 	var terminations sync.WaitGroup // of terminateInCommit
 	defer terminations.Wait()
 	tests := []struct {
-		name  string
-		fault func(ctx context.Context, tx pgx.Tx, key string) bool
-		kept  bool          // the first run's effect is committed
-		// unknown: the charge's first attempt is answered 503 outcome
-		// unknown (else the outage's 503, or no answer)
-		unknown bool
-		lease time.Duration // the work's lease, when not lease
-		slow  bool          // COMMITs of a run that set effect.slow_commit wait
-		pool  func(t *testing.T) *pgxpool.Pool
+		name    string
+		fault   func(ctx context.Context, tx pgx.Tx, key string) bool
+		kept    bool          // the first run's effect is committed
+		unknown bool          // the charge's first attempt is told 503 outcome unknown
+		lease   time.Duration // the work's lease, when not lease
+		slow    bool          // COMMITs of a run that set effect.slow_commit wait
+		pool    func(t *testing.T) *pgxpool.Pool
 	}{
 		{name: "statement_timeout", fault: func(ctx context.Context, tx pgx.Tx, key string) bool {
 			if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 50`); err != nil {
