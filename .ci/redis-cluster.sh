@@ -95,10 +95,23 @@ EOF
 	return 1
 }
 
-# Three nodes; the cluster bus listens on port+10000, so both must be free.
+# Three nodes; the cluster bus listens on port+10000, so both must be free,
+# and both below the kernel's ephemeral range: the tests restart nodes on
+# their ports, and a port in that range can be taken meanwhile by any
+# outgoing connection (the tests' own clients open hundreds), which makes
+# the restarted node fail to bind.
+ephemeral_low=32768
+if [ -r /proc/sys/net/ipv4/ip_local_port_range ]; then
+	read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range
+fi
+span=$((ephemeral_low - 10000 - 20000))
+if [ "$span" -lt 1000 ]; then
+	echo "redis-cluster.sh: the ephemeral port range begins at $ephemeral_low; nodes need ports below $((ephemeral_low - 10000)) from 20000 on" >&2
+	exit 1
+fi
 for _ in $(seq 60); do
 	[ "${#ports[@]}" -eq 3 ] && break
-	p=$((20000 + RANDOM % 30000))
+	p=$((20000 + RANDOM % span))
 	in_use "$p" && continue
 	in_use $((p + 10000)) && continue
 	for q in "${ports[@]}"; do [ "$q" = "$p" ] && continue 2; done

@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/porttest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -177,15 +178,16 @@ func startServer(extra ...string) (*pgServer, error) {
 	return nil, lastErr
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port that was free a moment ago, below the
+// ephemeral range so that a server restarted on it does not find it taken
+// by a client's connection (porttest.Port); "0" (a start that fails, and
+// is retried) when none is found.
 func freePort() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := porttest.Port()
 	if err != nil {
 		return "0"
 	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
+	return p
 }
 
 // downPort returns a loopback port where every connection is dropped at

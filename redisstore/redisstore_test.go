@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/internal/porttest"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
@@ -260,16 +261,16 @@ func closedAddr(t testing.TB) string {
 }
 
 // freePort returns a loopback port nothing listened on a moment ago, for a
-// server to start on; the caller retries when another process took it first.
+// server to start on, below the ephemeral range so that a restart on it
+// does not find it taken by a client's connection (porttest.Port); the
+// caller retries when another process took it first.
 func freePort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := porttest.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close()
-	return port
+	return p
 }
 
 // silentServer accepts connections and reads from them but never answers,
