@@ -15,13 +15,15 @@ import (
 //
 //	free      no row, or a row whose until has passed (by now())
 //	leased    state 'l', token, until = now() + lease when it was taken
+//	          or last renewed
 //	done      state 'd', token, until = the confirmed until
 //	claimed   state 'c' from Claim, which AcquireLease reports as done
 //
 // The token is 32 hex digits from crypto/rand, minted per AcquireLease
 // before the statement is sent, so a resend of a statement whose reply was
 // lost gets the same answer: an acquire finds its own lease, a confirm its
-// own done row, a release nothing left to do.
+// own done row, a renewal its own lease (renewed again, from that later
+// now()), a release nothing left to do.
 //
 // The columns fingerprint and result carry the record of [Store.AcquireRecord]
 // and [Store.ConfirmRecord] (record.go). The acquire and confirm statements
@@ -101,6 +103,22 @@ up AS (
 )
 SELECT EXISTS (SELECT 1 FROM m), $3::timestamptz > now(), EXISTS (SELECT 1 FROM up)`
 	s.releaseLeaseSQL = `DELETE FROM ` + t + ` WHERE key = $1 AND state = 'l' AND token = $2::text AND until > now()`
+	// The renewal moves the end of token's live lease to now() + $3
+	// microseconds, leaving every other column (the fingerprint) as it
+	// is, when the marker is there as for every other step. A row that a
+	// concurrent statement changed (a takeover after the lease ended, a
+	// confirm, a Work's Commit) is checked again on its newest version
+	// after its lock is released, so the renewal never extends a row
+	// that is no longer token's live lease. A Work of AcquireWork has no
+	// row to renew (its lease is its transaction's advisory lock), and
+	// another session's uncommitted rows are not seen at all.
+	s.renewSQL = `WITH m AS (SELECT 1 FROM ` + t + ` WHERE key = ` + markerSQL + ` AND state = 'm' AND until <= now() AND ` + historyGuardSQL + `),
+up AS (
+  UPDATE ` + t + ` SET until = now() + $3::bigint * interval '1 microsecond'
+  WHERE key = $1::bytea AND state = 'l' AND token = $2::text AND until > now() AND EXISTS (SELECT 1 FROM m)
+  RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM m), EXISTS (SELECT 1 FROM up)`
 }
 
 // AcquireLease implements [replay.Leaser]: it takes id for lease, measured
@@ -232,6 +250,63 @@ func (s *Store) confirm(ctx context.Context, id, token string, until time.Time, 
 		return fmt.Errorf("%w: %w", ErrUnavailable, ErrForgotten)
 	case !future:
 		return fmt.Errorf("%w: %w: until is not after the database's clock", ErrInvalidClaim, replay.ErrExpired)
+	}
+	return replay.ErrLeaseLost
+}
+
+// RenewLease implements [replay.Renewer]: token's live lease on id ends
+// lease from the database's clock (until = now() + lease, rounded up to a
+// whole microsecond), in one statement that commits before it returns.
+// It keeps the fingerprint of a lease taken by [Store.AcquireRecord].
+// It fails with [replay.ErrLeaseLost] when token holds no live lease on
+// id (ended, taken by another holder, confirmed or claimed), including
+// for a token this store never issued, which is refused without a
+// statement.
+// The lease of a Work of [Store.AcquireWork] is not renewable: it has no
+// row until its Commit, so its token is refused with
+// [replay.ErrLeaseLost], and the Work is left as it was.
+// A Work of [Store.BeginWork] runs under a lease row committed before it:
+// that row renews as any other, and the Work's Commit checks the new end.
+// A lease that is not positive is refused with [ErrInvalidClaim] and
+// [replay.ErrExpired] before anything is sent.
+// Like AcquireLease it refuses a table that forgot its claims or is on
+// another timeline than its history record ([ErrUnavailable] and
+// [ErrForgotten]) and the recheck's refusals ([ErrFenced] among them),
+// changing nothing.
+// Any other error matches [ErrUnavailable]: the renewal may or may not
+// have been committed (a statement the store's Timeout cut off may still
+// commit after it), and a renewal that commits late still extends only
+// token's live lease.
+func (s *Store) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if lease <= 0 {
+		return fmt.Errorf("%w: %w: lease is not positive", ErrInvalidClaim, replay.ErrExpired)
+	}
+	if !validToken(token) {
+		return replay.ErrLeaseLost
+	}
+	if err := s.refused(); err != nil {
+		return err
+	}
+	us := int64(lease / time.Microsecond)
+	if lease%time.Microsecond != 0 {
+		us++
+	}
+	type renewed struct{ marker, renewed bool }
+	r, err := call(s, ctx, func(ctx context.Context) (renewed, error) {
+		var r renewed
+		err := s.pool.QueryRow(ctx, s.renewSQL, s.key(id), token, us).Scan(&r.marker, &r.renewed)
+		return r, err
+	})
+	switch {
+	case err != nil:
+		return err
+	case r.renewed:
+		return nil
+	case !r.marker:
+		return fmt.Errorf("%w: %w", ErrUnavailable, ErrForgotten)
 	}
 	return replay.ErrLeaseLost
 }

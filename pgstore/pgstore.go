@@ -258,7 +258,8 @@ type Options struct {
 // Store is a [replay.Store] backed by one PostgreSQL table. It also
 // implements the optional [replay.Releaser] (Release), [replay.Leaser]
 // (AcquireLease, ConfirmLease, ReleaseLease), which the webhook middleware
-// uses to process each delivery exactly once, and [replay.Recorder]
+// uses to process each delivery exactly once, [replay.Renewer]
+// (RenewLease), and [replay.Recorder]
 // (AcquireRecord, ConfirmRecord), which the idempotency middleware uses to
 // answer every retry with the first response. It is safe for concurrent
 // use; its settings are fixed at construction. A zero Store refuses every
@@ -280,6 +281,7 @@ type Store struct {
 
 	claimSQL, takeoverSQL, releaseSQL              string
 	acquireSQL, confirmSQL, releaseLeaseSQL, sweep string
+	renewSQL                                       string
 	claimTxSQL, takeoverTxSQL                      string   // work.go
 	lockedReadSQL                                  string   // lockedwork.go
 	fenceCall, lockedFenceCall, resetCall          string   // functions.go
@@ -309,6 +311,7 @@ var (
 	_ replay.Releaser = (*Store)(nil)
 	_ replay.Leaser   = (*Store)(nil)
 	_ replay.Recorder = (*Store)(nil)
+	_ replay.Renewer  = (*Store)(nil)
 )
 
 // New returns a Store on pool's database. It resolves the table's schema

@@ -36,6 +36,15 @@ func TestRecordContract(t *testing.T) {
 	replaytest.RunRecordContract(t, func(t *testing.T) replaytest.RecordStore { return storeOn(t, pool) })
 }
 
+// TestRenewContract: replaytest.RunRenewContract (a renewed lease
+// outlives its first end and keeps its fingerprint and token; only the
+// holder of a live lease renews) against real PostgreSQL.
+func TestRenewContract(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	replaytest.RunRenewContract(t, func(t *testing.T) replaytest.RenewStore { return storeOn(t, pool) })
+}
+
 // recordRow is id's row as the table holds it: its state, fingerprint and
 // result (nil when NULL), and xmin (the transaction that wrote it last).
 type recordRow struct {

@@ -138,8 +138,8 @@ func (r *recordingClient) Do(ctx context.Context, args ...any) *redis.Cmd {
 }
 
 // clusterEveryStoreCommandStaysInOneSlot runs every store operation —
-// Claim, Release, and the webhook lease steps AcquireLease, ConfirmLease and
-// ReleaseLease — on the cluster and asks the cluster itself (COMMAND
+// Claim, Release, and the webhook lease steps AcquireLease, RenewLease,
+// ConfirmLease and ReleaseLease — on the cluster and asks the cluster itself (COMMAND
 // GETKEYS) which keys each command sent names: the ID's entry (and, for the
 // guarded scripts, its shard's fence marker), under the store's prefix and
 // in one hash slot, so every command is served by one master and can never
@@ -185,6 +185,9 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 		if busy, err := s.AcquireLease(ctx, id, time.Minute); err != nil || busy.State != replay.LeaseBusy {
 			t.Fatalf("second acquire: %v, %v; want busy", busy.State, err)
 		}
+		if err := s.RenewLease(ctx, id, l.Token, 2*time.Minute); err != nil {
+			t.Fatalf("renew: %v", err)
+		}
 		if i%2 == 0 {
 			if err := s.ReleaseLease(ctx, id, l.Token); err != nil {
 				t.Fatal(err)
@@ -205,8 +208,8 @@ func clusterEveryStoreCommandStaysInOneSlot(t *testing.T) {
 		}
 		scripts++
 	}
-	if scripts < 30*3+15 {
-		t.Fatalf("%d script commands for %d lease steps", scripts, 30*3+15)
+	if scripts < 30*4+15 {
+		t.Fatalf("%d script commands for %d lease steps", scripts, 30*4+15)
 	}
 	for _, args := range rec.cmds {
 		keys, err := c.CommandGetKeys(ctx, args...).Result()
@@ -650,9 +653,10 @@ func clusterTheLongerLifetimeLengthensAFenceOnEveryMaster(t *testing.T) {
 	}
 }
 
-// clusterRecordsOnEveryMaster takes, confirms and replays a record
-// for each of 60 IDs on a 3-master Redis Cluster behind
-// redis.NewClusterClient (every third released and taken again first):
+// clusterRecordsOnEveryMaster takes, renews, confirms and replays a
+// record for each of 60 IDs on a 3-master Redis Cluster behind
+// redis.NewClusterClient (every third released and taken again first; the
+// renewed lease keeps its fingerprint):
 // every step is one script on the marker and the entry of one slot (no
 // CROSSSLOT), and the entries land on every master.
 func clusterRecordsOnEveryMaster(t *testing.T) {
@@ -672,8 +676,12 @@ func clusterRecordsOnEveryMaster(t *testing.T) {
 		if err != nil || r.State != replay.LeaseAcquired {
 			t.Fatalf("AcquireRecord(%s) = %+v, %v", id, r, err)
 		}
-		if b, err := s.AcquireRecord(ctx, id, time.Minute, nil); err != nil || b.State != replay.LeaseBusy || !bytes.Equal(b.Fingerprint, fp) {
-			t.Fatalf("second AcquireRecord(%s) = %+v, %v; want busy with the fingerprint", id, b, err)
+		if err := s.RenewLease(ctx, id, r.Token, 2*time.Minute); err != nil {
+			t.Fatalf("RenewLease(%s): %v", id, err)
+		}
+		if b, err := s.AcquireRecord(ctx, id, time.Minute, nil); err != nil || b.State != replay.LeaseBusy || !bytes.Equal(b.Fingerprint, fp) ||
+			b.Wait <= time.Minute {
+			t.Fatalf("second AcquireRecord(%s) = %+v, %v; want busy with the fingerprint, for the renewed lease", id, b, err)
 		}
 		if err := s.ConfirmRecord(ctx, id, r.Token, time.Now().Add(time.Hour), fp, result); err != nil {
 			t.Fatalf("ConfirmRecord(%s): %v", id, err)

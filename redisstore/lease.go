@@ -13,7 +13,10 @@ import (
 // tokenLen is the length of a lease token: 16 random bytes in hex.
 const tokenLen = 32
 
-var _ replay.Leaser = (*Store)(nil)
+var (
+	_ replay.Leaser  = (*Store)(nil)
+	_ replay.Renewer = (*Store)(nil)
+)
 
 // AcquireLease implements [replay.Leaser]: it takes id for lease, measured
 // by Redis's clock (SET PX), unless a live entry holds id. An entry written
@@ -94,6 +97,48 @@ func (s *Store) ConfirmLease(ctx context.Context, id, token string, until time.T
 		return replay.ErrLeaseLost
 	}
 	return fmt.Errorf("%w: unexpected reply to the confirm script", ErrUnavailable)
+}
+
+// RenewLease implements [replay.Renewer]: token's live lease on id ends
+// lease from Redis's now (SET PX), in one guarded script on the entry's
+// slot.
+// It keeps the fingerprint of a lease taken by [Store.AcquireRecord].
+// It fails with [replay.ErrLeaseLost] when token holds no live lease on
+// id (ended, taken by another holder, confirmed or claimed), including
+// for a token this store never issued, which is refused without Redis.
+// It refuses as AcquireLease does, changing nothing: a lease that is not
+// positive, under a millisecond or longer than the horizon with
+// [ErrInvalidClaim] (and [replay.ErrExpired] when not positive); a
+// fenced or lost shard with [ErrFenced], a lagging clock with
+// [ErrClockSkew], a key space or server the checks refuse with their
+// error.
+// A renewal written but not acknowledged by the replicas [Durability]
+// asks for fails with [ErrNotDurable]: it may or may not hold after a
+// failover.
+// Any other error matches [ErrUnavailable]: the renewal may or may not
+// have been applied, and one that lands late still extends only token's
+// live lease.
+func (s *Store) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	ms, err := s.leaseMillis(lease)
+	if err != nil {
+		return err
+	}
+	if !validToken(token) {
+		return replay.ErrLeaseLost
+	}
+	code, _, err := s.run(ctx, &renewLua, id, ms, token, 0)
+	switch {
+	case err != nil:
+		return err
+	case code == 1:
+		return nil
+	case code == 0:
+		return replay.ErrLeaseLost
+	}
+	return fmt.Errorf("%w: unexpected reply to the renew script", ErrUnavailable)
 }
 
 // ReleaseLease implements [replay.Leaser]: it deletes id's entry only while

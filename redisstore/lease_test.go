@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,6 +45,12 @@ func TestLease(t *testing.T) {
 		{"one key scripts", leaseStepsSendOneKeyScripts},
 		{"fail closed", leaseStepsFailClosed},
 		{"invalid arguments without redis", leaseStepsRefuseInvalidArgumentsWithoutRedis},
+		{"renew by redis's clock, entry kept", renewIsMeasuredByRedisAndKeepsTheEntry},
+		{"renew refused while fenced", renewRefusedWhileFencedAsAcquireIs},
+		{"renew refused after a restart without persistence", renewRefusedAfterARestartWithoutPersistence},
+		{"renew refused by the guard", renewRefusedByTheGuardChangesNothing},
+		{"renew with a stopped replica is not durable", renewWithStoppedReplicaIsNotDurable},
+		{"renew on a closed client", renewOnAClosedClientIsUnavailable},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -71,6 +79,16 @@ func leaseStepsResentAfterLostReplyAnswerTheSame(t *testing.T) {
 	}
 	if l4, err := s.AcquireLease(ctx, "e", time.Minute); err != nil || l4.State != replay.LeaseAcquired {
 		t.Fatalf("after release = %+v, %v; want acquired", l4, err)
+	}
+	l5, err := s.AcquireLease(ctx, "f", time.Minute)
+	if err != nil || l5.State != replay.LeaseAcquired {
+		t.Fatal(l5, err)
+	}
+	if err := s.RenewLease(ctx, "f", l5.Token, 2*time.Minute); err != nil {
+		t.Fatalf("resent renewal: %v", err)
+	}
+	if pttl, err := c.PTTL(ctx, s.key("f")).Result(); err != nil || pttl <= time.Minute {
+		t.Fatalf("PTTL after the resent renewal = %v, %v; want about 2 minutes", pttl, err)
 	}
 }
 
@@ -132,14 +150,20 @@ func leaseStepsSendOneKeyScripts(t *testing.T) {
 	if err != nil || l.State != replay.LeaseAcquired {
 		t.Fatalf("acquire after NOSCRIPT = %+v, %v", l, err)
 	}
+	if err := s.RenewLease(ctx, "id", l.Token, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.ConfirmLease(ctx, "id", l.Token, time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ReleaseLease(ctx, "id", l.Token); err != nil {
 		t.Fatal(err)
 	}
-	if len(calls) != 4 {
-		t.Fatalf("%d commands, want 4 (EVALSHA, EVAL after NOSCRIPT, EVALSHA, EVALSHA)", len(calls))
+	if len(calls) != 5 {
+		t.Fatalf("%d commands, want 5 (EVALSHA, EVAL after NOSCRIPT, then EVALSHA for renew, confirm and release)", len(calls))
+	}
+	if argText(t, calls[2][1]) != renewLua.sha {
+		t.Fatalf("the renewal sent %v, want the renew script", calls[2])
 	}
 	for i, c := range calls {
 		want := "EVALSHA"
@@ -150,7 +174,7 @@ func leaseStepsSendOneKeyScripts(t *testing.T) {
 		// in Redis Cluster. A release touches only the entry.
 		tag := fmt.Sprintf("p:{%02d}", shardOf("id"))
 		keys := []any{2, tag, tag + ":id"}
-		if i == 3 {
+		if i == 4 {
 			keys = []any{1, tag + ":id"}
 		}
 		var got []string
@@ -196,6 +220,9 @@ func leaseStepsFailClosed(t *testing.T) {
 			if err := s.ConfirmLease(ctx, "id", tok, time.Now().Add(time.Hour)); !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("ConfirmLease = %v; want ErrUnavailable", err)
 			}
+			if err := s.RenewLease(ctx, "id", tok, time.Minute); !errors.Is(err, ErrUnavailable) || errors.Is(err, replay.ErrLeaseLost) {
+				t.Fatalf("RenewLease = %v; want ErrUnavailable", err)
+			}
 			if _, isInt := tt.val.(int64); !isInt {
 				if err := s.ReleaseLease(ctx, "id", tok); !errors.Is(err, ErrUnavailable) {
 					t.Fatalf("ReleaseLease = %v; want ErrUnavailable", err)
@@ -226,10 +253,24 @@ func leaseStepsRefuseInvalidArgumentsWithoutRedis(t *testing.T) {
 		if err := s.ReleaseLease(ctx, id, tok); !errors.Is(err, ErrInvalidClaim) {
 			t.Errorf("ReleaseLease(len %d): %v", len(id), err)
 		}
+		if err := s.RenewLease(ctx, id, tok, time.Minute); !errors.Is(err, ErrInvalidClaim) {
+			t.Errorf("RenewLease(len %d): %v", len(id), err)
+		}
 	}
 	for _, d := range []time.Duration{0, -time.Second, time.Microsecond} {
 		if _, err := s.AcquireLease(ctx, "id", d); !errors.Is(err, ErrInvalidClaim) {
 			t.Errorf("AcquireLease lease %v: %v", d, err)
+		}
+		if err := s.RenewLease(ctx, "id", tok, d); !errors.Is(err, ErrInvalidClaim) || errors.Is(err, replay.ErrExpired) != (d <= 0) {
+			t.Errorf("RenewLease lease %v: %v", d, err)
+		}
+	}
+	if err := s.RenewLease(ctx, "id", tok, DefaultHorizon+time.Second); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyLeaseLong {
+		t.Errorf("RenewLease past the horizon: %v, want ErrInvalidClaim (%q)", err, whyLeaseLong)
+	}
+	for _, forged := range []string{"", "forged", strings.ToUpper(tok), tok + "0"} {
+		if err := s.RenewLease(ctx, "id", forged, time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Errorf("RenewLease with the foreign token %q: %v", forged, err)
 		}
 	}
 	if _, err := s.AcquireLease(ctx, "id", 0); !errors.Is(err, replay.ErrExpired) {
@@ -246,5 +287,230 @@ func leaseStepsRefuseInvalidArgumentsWithoutRedis(t *testing.T) {
 	}
 	if n := sent.Load(); n != 0 {
 		t.Fatalf("%d commands reached Redis", n)
+	}
+}
+
+// A renewal sets the lease's end from Redis's clock (PX), whatever the
+// instance's clock says, and writes the entry back as it was: a lease of
+// AcquireRecord keeps its fingerprint. A renewal with a token that is
+// not the live lease's (another holder's, a cancel note's, a done
+// entry's) changes nothing.
+func renewIsMeasuredByRedisAndKeepsTheEntry(t *testing.T) {
+	c := newTestClient(t)
+	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Now: func() time.Time { return time.Now().Add(-30 * time.Second) }})
+	ctx := context.Background()
+	r, err := s.AcquireRecord(ctx, "d", 10*time.Second, []byte("fp"))
+	if err != nil || r.State != replay.LeaseAcquired {
+		t.Fatal(r, err)
+	}
+	before, err := c.Get(ctx, s.key("d")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RenewLease(ctx, "d", r.Token, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := c.PTTL(ctx, s.key("d")).Result()
+	if err != nil || pttl <= 89*time.Second || pttl > 90*time.Second {
+		t.Fatalf("PTTL after the renewal = %v, %v; want about 90s", pttl, err)
+	}
+	if after, err := c.Get(ctx, s.key("d")).Result(); err != nil || after != before {
+		t.Fatalf("entry after the renewal = %q, %v; want %q", after, err, before)
+	}
+	if err := s.RenewLease(ctx, "d", newToken(), time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
+		t.Fatalf("renewal with another token = %v; want ErrLeaseLost", err)
+	}
+	if p, err := c.PTTL(ctx, s.key("d")).Result(); err != nil || p > pttl {
+		t.Fatalf("PTTL after a refused renewal = %v, %v; want at most %v", p, err, pttl)
+	}
+	tok := newToken()
+	if err := c.Set(ctx, s.key("n"), "X"+tok, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RenewLease(ctx, "n", tok, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
+		t.Fatalf("renewal of a cancel note = %v; want ErrLeaseLost", err)
+	}
+	if err := s.ConfirmRecord(ctx, "d", r.Token, time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
+		t.Fatal(err)
+	}
+	done, err := c.Get(ctx, s.key("d")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RenewLease(ctx, "d", r.Token, time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
+		t.Fatalf("renewal of a done entry = %v; want ErrLeaseLost", err)
+	}
+	if after, err := c.Get(ctx, s.key("d")).Result(); err != nil || after != done {
+		t.Fatalf("done entry after a refused renewal = %q, %v; want %q", after, err, done)
+	}
+}
+
+// A shard that lost its marker (a partial loss) is fenced by its next
+// guarded step: the renewal of a lease taken before is refused with
+// ErrFenced (and RetryAt), as AcquireLease is, and extends nothing.
+func renewRefusedWhileFencedAsAcquireIs(t *testing.T) {
+	t.Parallel()
+	c := newTestClient(t)
+	var ev events
+	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Observer: ev.observe, Logger: quietLogger()})
+	ctx := context.Background()
+	l, err := s.AcquireLease(ctx, "a", 10*time.Second)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
+	}
+	if err := c.Del(ctx, s.tags[shardOf("a")]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = s.RenewLease(ctx, "a", l.Token, time.Minute)
+	if !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyFenceRaised {
+		t.Fatalf("renewal on a shard that lost its marker = %v; want ErrFenced (%q)", err, whyFenceRaised)
+	}
+	if _, ok := replay.RetryAt(err); !ok {
+		t.Fatalf("the fenced renewal %v carries no RetryAt", err)
+	}
+	if err := s.RenewLease(ctx, "a", l.Token, time.Minute); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
+		t.Fatalf("renewal while fenced = %v; want ErrFenced (%q)", err, whyFenced)
+	}
+	if _, err := s.AcquireLease(ctx, "a", time.Minute); !errors.Is(err, ErrFenced) || Reason(err) != whyFenced {
+		t.Fatalf("AcquireLease while fenced = %v; want ErrFenced (%q), as the renewal", err, whyFenced)
+	}
+	if pttl, err := c.PTTL(ctx, s.key("a")).Result(); err != nil || pttl > 10*time.Second {
+		t.Fatalf("PTTL after the refused renewals = %v, %v; want at most 10s", pttl, err)
+	}
+	if n := ev.count(EventFenceRaised); n != 1 {
+		t.Fatalf("%d fence_raised events, want 1", n)
+	}
+}
+
+// Redis restarted without persistence: the lease is gone with everything
+// else, and its renewal is refused as the store's other steps are (the
+// shard fenced), never answered with ErrLeaseLost as if another holder had
+// taken the ID, nor accepted.
+func renewRefusedAfterARestartWithoutPersistence(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	c := srv.client()
+	s := provisioned(t, c, Options{Prefix: "renew:", Logger: quietLogger()})
+	ctx := context.Background()
+	l, err := s.AcquireLease(ctx, "a", time.Minute)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
+	}
+	srv.restart(syscall.SIGKILL)
+	// The pooled connection died with the server: a call may fail on it
+	// first (ErrUnavailable, outcome unknown); none is accepted.
+	for i := 0; ; i++ {
+		err = s.RenewLease(ctx, "a", l.Token, time.Minute)
+		if err == nil || errors.Is(err, replay.ErrLeaseLost) || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("renewal after a restart without persistence = %v; want a refusal matching ErrUnavailable", err)
+		}
+		if errors.Is(err, ErrFenced) || i == 3 {
+			break
+		}
+	}
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("renewal after a restart without persistence = %v; want ErrFenced", err)
+	}
+	if _, err := s.AcquireLease(ctx, "a", time.Minute); !errors.Is(err, ErrFenced) {
+		t.Fatalf("AcquireLease after a restart without persistence = %v; want ErrFenced, as the renewal", err)
+	}
+}
+
+// The guard refuses a renewal as it refuses an acquisition, leaving the
+// lease as it was: one longer than the horizon, or from an instance whose
+// clock lags Redis's by more than MaxSkew.
+func renewRefusedByTheGuardChangesNothing(t *testing.T) {
+	c := newTestClient(t)
+	s := provisioned(t, c, Options{Prefix: uniquePrefix(t, c), Horizon: time.Hour})
+	ctx := context.Background()
+	l, err := s.AcquireLease(ctx, "a", 10*time.Second)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
+	}
+	long := time.Hour + time.Second
+	if _, err := s.AcquireLease(ctx, "b", long); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyLeaseLong {
+		t.Fatalf("AcquireLease past the horizon = %v; want ErrInvalidClaim (%q)", err, whyLeaseLong)
+	}
+	if err := s.RenewLease(ctx, "a", l.Token, long); !errors.Is(err, ErrInvalidClaim) || Reason(err) != whyLeaseLong {
+		t.Fatalf("renewal past the horizon = %v; want ErrInvalidClaim (%q), as AcquireLease", err, whyLeaseLong)
+	}
+	var ev events
+	lag, err := New(c, Options{Prefix: s.Prefix(), Horizon: time.Hour, Observer: ev.observe,
+		Now: func() time.Time { return time.Now().Add(-2 * time.Minute) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lag.Close() })
+	lag.checked.Store(true) // as if its clock had jumped back after the checks passed
+	if _, err := lag.AcquireLease(ctx, "b", time.Minute); !errors.Is(err, ErrClockSkew) {
+		t.Fatalf("AcquireLease from a lagging instance = %v; want ErrClockSkew", err)
+	}
+	if err := lag.RenewLease(ctx, "a", l.Token, time.Minute); !errors.Is(err, ErrClockSkew) || Reason(err) != whySkew {
+		t.Fatalf("renewal from a lagging instance = %v; want ErrClockSkew, as AcquireLease", err)
+	}
+	if ev.count(EventClockSkew) != 2 {
+		t.Fatalf("%d clock_skew events, want 2", ev.count(EventClockSkew))
+	}
+	if pttl, err := c.PTTL(ctx, s.key("a")).Result(); err != nil || pttl > 10*time.Second {
+		t.Fatalf("PTTL after the refused renewals = %v, %v; want at most 10s", pttl, err)
+	}
+}
+
+// With Durability, a renewal is a write like an acquisition: one the
+// replicas did not acknowledge fails with ErrNotDurable (it may or may not
+// hold after a failover); one that finds no lease of the token wrote
+// nothing and is lost, whatever the replicas.
+func renewWithStoppedReplicaIsNotDurable(t *testing.T) {
+	t.Parallel()
+	primary := newServer(t)
+	replica := newReplica(t, primary)
+	var ev events
+	s := provisioned(t, primary.client(), Options{Prefix: "durable:", Observer: ev.observe, Timeout: 3 * time.Second,
+		Durability: Durability{Replicas: 1, Timeout: time.Second}})
+	ctx := context.Background()
+	l, err := s.AcquireLease(ctx, "a", time.Minute)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
+	}
+	replica.signal(syscall.SIGSTOP)
+	defer replica.signal(syscall.SIGCONT)
+	err = s.RenewLease(ctx, "a", l.Token, 2*time.Minute)
+	if !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrUnavailable) || Reason(err) != whyNotDurable {
+		t.Fatalf("renewal with the replica stopped = %v; want ErrNotDurable", err)
+	}
+	if err := s.RenewLease(ctx, "a", newToken(), 2*time.Minute); !errors.Is(err, replay.ErrLeaseLost) {
+		t.Fatalf("renewal with another token, the replica stopped = %v; want ErrLeaseLost", err)
+	}
+	if n := ev.count(EventNotDurable); n != 1 {
+		t.Fatalf("%d not_durable events, want 1", n)
+	}
+	replica.signal(syscall.SIGCONT)
+	waitReplicas(t, primary, 1)
+	if err := s.RenewLease(ctx, "a", l.Token, 2*time.Minute); err != nil {
+		t.Fatalf("renewal retried with the replica back = %v", err)
+	}
+}
+
+// A renewal through a client that was closed fails with an error matching
+// ErrUnavailable (never ErrLeaseLost: whether the lease is live is
+// unknown), and leaves the lease as it was.
+func renewOnAClosedClientIsUnavailable(t *testing.T) {
+	c := newTestClient(t)
+	own := redis.NewClient(&redis.Options{Addr: redisAddr(t), MaxRetries: -1})
+	s := provisioned(t, own, Options{Prefix: uniquePrefix(t, c)})
+	ctx := context.Background()
+	l, err := s.AcquireLease(ctx, "a", 10*time.Second)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
+	}
+	if err := own.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err = s.RenewLease(ctx, "a", l.Token, time.Minute)
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, replay.ErrLeaseLost) || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("renewal on a closed client = %v; want ErrUnavailable naming the closed client", err)
+	}
+	if pttl, err := c.PTTL(ctx, s.key("a")).Result(); err != nil || pttl <= 0 || pttl > 10*time.Second {
+		t.Fatalf("PTTL after the failed renewal = %v, %v; want the lease as it was", pttl, err)
 	}
 }

@@ -31,6 +31,16 @@ func TestRecordContract(t *testing.T) {
 	})
 }
 
+// TestRenewContract: replaytest.RunRenewContract (a renewed lease
+// outlives its first end and keeps its fingerprint and token; only the
+// holder of a live lease renews) against the test Redis.
+func TestRenewContract(t *testing.T) {
+	c := newTestClient(t)
+	replaytest.RunRenewContract(t, func(t *testing.T) replaytest.RenewStore {
+		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+	})
+}
+
 // acquireRecord is AcquireRecord failing the test on an error or a state
 // other than want.
 func acquireRecord(t *testing.T, s *Store, id string, fp []byte, want replay.LeaseState) replay.Record {

@@ -370,9 +370,10 @@ type Options struct {
 
 // Store is a [replay.Store] backed by Redis. It also implements the
 // optional [replay.Releaser] (Release), [replay.Leaser] (AcquireLease,
-// ConfirmLease, ReleaseLease), [replay.Recorder] (AcquireRecord,
-// ConfirmRecord) and [replay.Bounded] (Horizon). It is safe for concurrent
-// use; its settings are fixed at construction.
+// ConfirmLease, ReleaseLease), [replay.Renewer] (RenewLease),
+// [replay.Recorder] (AcquireRecord, ConfirmRecord) and [replay.Bounded]
+// (Horizon). It is safe for concurrent use; its settings are fixed at
+// construction.
 type Store struct {
 	client  Client
 	prefix  string

@@ -37,7 +37,7 @@ type scriptCall struct {
 	buf [128]byte
 }
 
-// run runs one guarded script (claim, acquire, confirm) for id within one
+// run runs one guarded script (claim, acquire, confirm, renew) for id within one
 // store deadline, after the server checks, and decodes its reply: {code,
 // value}, or a bare code (the claim script's common replies). ARGV[4] is
 // ms; ARGV[5] is arg, followed by seq in base 36 when seq is not zero (the
@@ -66,7 +66,7 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	}
 	c.now, c.ms = s.now().UnixMilli(), ms
 	life := ms // a lease
-	if sc != &acquireLua {
+	if sc != &acquireLua && sc != &renewLua {
 		life = ms - c.now // an until
 	}
 	bound, err := s.boundFor(ctx, life)

@@ -32,13 +32,15 @@ import "strings"
 //	          AcquireLease reports as done
 //
 // A lease step identifies the caller's own lease by its "L" + token
-// prefix, so ConfirmLease and ReleaseLease work on a lease taken by
-// AcquireRecord too; every other step looks only at the first byte.
+// prefix, so ConfirmLease, RenewLease and ReleaseLease work on a lease
+// taken by AcquireRecord too; every other step looks only at the first
+// byte.
 //
 // The token is 32 hex digits from crypto/rand, minted per AcquireLease
 // before the script is sent, so a client that resends a script whose reply
 // was lost gets the same answer: an acquire finds its own lease, a confirm
-// its own done entry, a release nothing left to do. A cancel note
+// its own done entry, a renewal its own lease (renewed again, from that
+// later now), a release nothing left to do. A cancel note
 // "X" + token is written by the release of an acquire whose outcome is
 // unknown when it finds the ID free: should that acquire reach Redis later,
 // it finds its own note and takes nothing. Every other step treats a note
@@ -134,6 +136,20 @@ if (not v) or string.sub(v, 1, 1) == 'X' or v == 'L' .. ARGV[5] or v == 'D' .. A
 end
 return {0, 0}`
 
+// Renew: ARGV[4] lease (ms), ARGV[5] token (32 hex digits). {1, 0}
+// renewed, {0, 0} lost. Only the token's own live lease is renewed, with
+// or without a fingerprint, which it keeps: the entry is written again as
+// it is, expiring lease from Redis's now. A lease that has ended is gone
+// (Redis expires it by its own clock), and an entry of another holder, a
+// done entry, a claim or a cancel note is not the token's: lost.
+const renewScript = guardLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
+local v = redis.call('GET', KEYS[2])
+if v and #ARGV[5] == 32 and string.sub(v, 1, 33) == 'L' .. ARGV[5] then
+  redis.call('SET', KEYS[2], v, 'PX', ARGV[4])
+  return {1, 0}
+end
+return {0, 0}`
+
 // Release: KEYS[1] the entry, ARGV[1] token (32 hex digits). Deletes only
 // the token's own lease, with or without a fingerprint; needs no guard (it
 // can only free what the caller holds).
@@ -170,6 +186,7 @@ var (
 	claimLua   = script{claimScript, "770c77ae15e8afd900faf3ea52a58ba815203074"}
 	acquireLua = script{acquireScript, "81aea957451a11d06caa54c2e1b0b9279734ea73"}
 	confirmLua = script{confirmScript, "9b667f8a9715193799d28602b578e8e6a4aa56b1"}
+	renewLua   = script{renewScript, "95cf7afb430323d10edf00b347aeb68fc76aeecb"}
 	releaseLua = script{releaseScript, "ceebdb2925cc262b305c5842627a87fc430e8e06"}
 	cancelLua  = script{cancelScript, "325482a3386a4a9411b106d1d57679f91eb8a05f"}
 )

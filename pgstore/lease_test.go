@@ -1,0 +1,383 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// TestRenewLease pins [Store.RenewLease] against real PostgreSQL: the
+// database's clock, the row kept but for its end, the refusals of a
+// forgotten, fenced, rechecking or closed store, a concurrent writer, the
+// store's Timeout, and the two kinds of Work.
+func TestRenewLease(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"by the database's clock, row kept", renewIsMeasuredByTheDatabaseAndKeepsTheRow},
+		{"refuses a forgotten or fenced table", renewRefusesAForgottenOrFencedTable},
+		{"refused while a recheck refuses", renewRefusedWhileARecheckRefuses},
+		{"waits for a concurrent writer, then judges its row", renewWaitsForAConcurrentWriterThenJudgesItsRow},
+		{"bounded by the store's timeout", renewIsBoundedByTheStoresTimeout},
+		{"through a Work", renewThroughAWork},
+		{"closed pool", renewOnAClosedPoolIsUnavailable},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// leaseLeft is how long id's row has left by the database's clock, and
+// its state.
+func leaseLeft(t *testing.T, s *Store, id string) (time.Duration, string) {
+	t.Helper()
+	var secs float64
+	var state string
+	err := s.pool.QueryRow(bg(), `SELECT extract(epoch FROM until - now())::float8, state FROM `+s.table+` WHERE key = $1`, s.key(id)).Scan(&secs, &state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(secs * float64(time.Second)), state
+}
+
+// A renewal sets the row's until from the database's clock, whatever the
+// instance's, and changes nothing else: the state, the token and the
+// fingerprint of AcquireRecord stay. A token that is not the live lease's
+// writes nothing.
+func renewIsMeasuredByTheDatabaseAndKeepsTheRow(t *testing.T) {
+	s := newTestStore(t)
+	r, err := s.AcquireRecord(bg(), "a", 10*time.Second, []byte("fp"))
+	if err != nil || r.State != replay.LeaseAcquired {
+		t.Fatal(r, err)
+	}
+	if err := s.RenewLease(bg(), "a", r.Token, 90*time.Second+time.Nanosecond); err != nil {
+		t.Fatal(err)
+	}
+	if left, state := leaseLeft(t, s, "a"); left <= 89*time.Second || left > 90*time.Second+time.Microsecond || state != "l" {
+		t.Fatalf("row after the renewal: %v left, state %q; want about 90s, 'l'", left, state)
+	}
+	var token string
+	var fp, result []byte
+	if err := s.pool.QueryRow(bg(), `SELECT token, fingerprint, result FROM `+s.table+` WHERE key = $1`, s.key("a")).Scan(&token, &fp, &result); err != nil {
+		t.Fatal(err)
+	}
+	if token != r.Token || !bytes.Equal(fp, []byte("fp")) || result != nil {
+		t.Fatalf("row after the renewal: token %q, fingerprint %q, result %q; want the lease's, unchanged", token, fp, result)
+	}
+	before, _ := rowOf(t, s, "a")
+	other, err := s.AcquireLease(bg(), "other", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RenewLease(bg(), "a", other.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
+		t.Fatalf("renewal with another lease's token = %v; want ErrLeaseLost", err)
+	}
+	if after, _ := rowOf(t, s, "a"); after.xmin != before.xmin {
+		t.Fatal("a renewal with another token wrote the row")
+	}
+}
+
+// Without the marker row (the table was emptied), before the fence of
+// Rearm has passed, or on another timeline than the table's history
+// record (a promoted server), the renewal refuses with ErrForgotten, as
+// AcquireLease does, and writes nothing; the lease's own row, still
+// there, is not extended.
+func renewRefusesAForgottenOrFencedTable(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	name := migratedTable(t, pool)
+	s := storeOn(t, pool, func(o *Options) { o.Table = name; o.RecheckInterval = time.Hour })
+	l, err := s.AcquireLease(bg(), "held", time.Minute)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
+	}
+	before, _ := rowOf(t, s, "held")
+	refuses := func(why string) {
+		t.Helper()
+		if err := s.RenewLease(bg(), "held", l.Token, time.Hour); !errors.Is(err, ErrForgotten) || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("RenewLease %s = %v; want ErrForgotten", why, err)
+		}
+		if l, err := s.AcquireLease(bg(), "new", time.Minute); !errors.Is(err, ErrForgotten) || l.State != 0 {
+			t.Fatalf("AcquireLease %s = %+v, %v; want ErrForgotten, as the renewal", why, l, err)
+		}
+		if after, _ := rowOf(t, s, "held"); after.xmin != before.xmin {
+			t.Fatalf("RenewLease %s wrote the row", why)
+		}
+	}
+	var record string
+	if err := pool.QueryRow(bg(), `SELECT token FROM "`+name+`" WHERE key = `+markerSQL).Scan(&record); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, history{V: 1, TL: 99, Longest: 64}.encode()); err != nil {
+		t.Fatal(err)
+	}
+	refuses("on another timeline than the record's")
+	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET token = $1 WHERE key = `+markerSQL, record); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(bg(), `DELETE FROM "`+name+`" WHERE key = `+markerSQL); err != nil {
+		t.Fatal(err)
+	}
+	refuses("without the marker row")
+	if err := Rearm(bg(), pool, name, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	refuses("before the fence")
+	if _, err := pool.Exec(bg(), `UPDATE "`+name+`" SET until = now() WHERE key = `+markerSQL); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RenewLease(bg(), "held", l.Token, time.Hour); err != nil {
+		t.Fatalf("RenewLease after the fence: %v", err)
+	}
+	if left, _ := leaseLeft(t, s, "held"); left <= 59*time.Minute {
+		t.Fatalf("%v left after the renewal; want about an hour", left)
+	}
+}
+
+// While the recheck of New's checks fails (ErrFenced after a promotion
+// among its reasons), the renewal refuses with its reason before sending
+// anything, as AcquireLease does.
+func renewRefusedWhileARecheckRefuses(t *testing.T) {
+	s := newTestStore(t, func(o *Options) { o.RecheckInterval = time.Hour })
+	l, err := s.AcquireLease(bg(), "held", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := rowOf(t, s, "held")
+	refusal := fmt.Errorf("%w: %w: the server's history is unknown (test)", ErrUnavailable, ErrFenced)
+	s.refusal.Store(&refusal)
+	if err := s.RenewLease(bg(), "held", l.Token, time.Hour); !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("RenewLease while refusing = %v; want the recheck's refusal", err)
+	}
+	if _, err := s.AcquireLease(bg(), "new", time.Minute); !errors.Is(err, ErrFenced) {
+		t.Fatalf("AcquireLease while refusing = %v; want the recheck's refusal, as the renewal", err)
+	}
+	if after, _ := rowOf(t, s, "held"); after.xmin != before.xmin {
+		t.Fatal("RenewLease while refusing wrote the row")
+	}
+	s.refusal.Store(nil)
+	if err := s.RenewLease(bg(), "held", l.Token, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A renewal of a row that another transaction is changing waits for it
+// and judges the row's newest version: when that transaction confirmed
+// the lease (as a Work's Commit does) the renewal is lost and the done
+// row keeps its until; when it rolled back, the lease is renewed.
+func renewWaitsForAConcurrentWriterThenJudgesItsRow(t *testing.T) {
+	s := newTestStore(t)
+	for _, commit := range []bool{true, false} {
+		id := fmt.Sprint("raced-", commit)
+		l, err := s.AcquireLease(bg(), id, time.Minute)
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatal(l, err)
+		}
+		tx, err := s.pool.Begin(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(bg(), `UPDATE `+s.table+` SET state = 'd', until = now() + interval '2 minutes' WHERE key = $1`, s.key(id)); err != nil {
+			tx.Rollback(bg())
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.RenewLease(bg(), id, l.Token, time.Hour) }()
+		select {
+		case err := <-done:
+			tx.Rollback(bg())
+			t.Fatalf("the renewal returned %v while another transaction held the row", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if commit {
+			err = tx.Commit(bg())
+		} else {
+			err = tx.Rollback(bg())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = <-done
+		left, state := leaseLeft(t, s, id)
+		switch {
+		case commit && (!errors.Is(err, replay.ErrLeaseLost) || state != "d" || left > 2*time.Minute):
+			t.Fatalf("renewal after a concurrent confirm = %v (row %q, %v left); want ErrLeaseLost and the done row as written", err, state, left)
+		case !commit && (err != nil || state != "l" || left <= 59*time.Minute):
+			t.Fatalf("renewal after a concurrent writer rolled back = %v (row %q, %v left); want renewed", err, state, left)
+		}
+	}
+}
+
+// The store's Timeout bounds a renewal that waits for a row lock: it
+// fails with ErrUnavailable and the deadline, never ErrLeaseLost. Its
+// outcome is unknown, as RenewLease says: the statement sent may still run
+// once the lock is gone (the server notices the closed session only when
+// it answers), so the row is still token's lease, renewed or not.
+func renewIsBoundedByTheStoresTimeout(t *testing.T) {
+	s := newTestStore(t)
+	s.timeout = 300 * time.Millisecond // Options.Timeout, set after New so that its checks keep the generous one
+	l, err := s.AcquireLease(bg(), "locked", time.Minute)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
+	}
+	tx, err := s.pool.Begin(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(bg(), `SELECT 1 FROM `+s.table+` WHERE key = $1 FOR UPDATE`, s.key("locked")); err != nil {
+		tx.Rollback(bg())
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = s.RenewLease(bg(), "locked", l.Token, time.Hour)
+	took := time.Since(start)
+	if err := tx.Rollback(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, replay.ErrLeaseLost) {
+		t.Fatalf("renewal of a locked row past the Timeout = %v; want ErrUnavailable and DeadlineExceeded", err)
+	}
+	if took > 5*time.Second {
+		t.Fatalf("the renewal took %v with a Timeout of 300ms", took)
+	}
+	var token string
+	if err := s.pool.QueryRow(bg(), `SELECT token FROM `+s.table+` WHERE key = $1`, s.key("locked")).Scan(&token); err != nil {
+		t.Fatal(err)
+	}
+	if left, state := leaseLeft(t, s, "locked"); left > time.Hour || state != "l" || token != l.Token {
+		t.Fatalf("row after the timed-out renewal: %v left, %q, token %q; want the lease, renewed or not", left, state, token)
+	}
+}
+
+// A Work of AcquireWork holds its lease as its transaction's advisory
+// lock, with no row until its Commit: its token renews nothing
+// (ErrLeaseLost, from outside the Work or from its handler's context), and
+// the Work commits with the lease it was given. A Work of BeginWork runs
+// under a committed lease row, which renews as any other; its Commit then
+// checks the new end.
+func renewThroughAWork(t *testing.T) {
+	s := newTestStore(t)
+	t.Run("AcquireWork", func(t *testing.T) {
+		r, w, err := s.AcquireWork(bg(), "locked", time.Minute, []byte("fp"))
+		if err != nil || w == nil || r.State != replay.LeaseAcquired {
+			t.Fatalf("AcquireWork = %+v, %v, %v", r, w, err)
+		}
+		defer w.Rollback(bg())
+		ctx := w.Context(bg())
+		tx, err := TxFrom(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []context.Context{bg(), ctx} {
+			if err := s.RenewLease(c, "locked", r.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
+				t.Fatalf("RenewLease of an AcquireWork's token = %v; want ErrLeaseLost", err)
+			}
+		}
+		if _, ok := rowOf(t, s, "locked"); ok {
+			t.Fatal("the renewal wrote a row for the Work's ID")
+		}
+		if b, err := s.AcquireLease(bg(), "locked", time.Minute); err != nil || b.State != replay.LeaseBusy {
+			t.Fatalf("AcquireLease while the Work runs = %+v, %v; want busy", b, err)
+		}
+		until := time.Now().Add(time.Hour)
+		if err := w.Commit(bg(), until, []byte("fp"), []byte("result")); err != nil {
+			t.Fatalf("Commit after the refused renewals: %v", err)
+		}
+		if left, state := leaseLeft(t, s, "locked"); state != "d" || left > time.Hour {
+			t.Fatalf("row after the Commit: %q, %v left; want done until the Commit's until", state, left)
+		}
+		if err := s.RenewLease(bg(), "locked", r.Token, 2*time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("RenewLease after the Commit = %v; want ErrLeaseLost", err)
+		}
+	})
+	t.Run("AcquireWork rolled back", func(t *testing.T) {
+		r, w, err := s.AcquireWork(bg(), "rolled", time.Minute, []byte("fp"))
+		if err != nil || w == nil {
+			t.Fatalf("AcquireWork = %+v, %v, %v", r, w, err)
+		}
+		if err := s.RenewLease(w.Context(bg()), "rolled", r.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("RenewLease of an AcquireWork's token = %v; want ErrLeaseLost", err)
+		}
+		if err := w.Rollback(bg()); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := s.AcquireLease(bg(), "rolled", time.Minute); err != nil || l.State != replay.LeaseAcquired {
+			t.Fatalf("AcquireLease after the rollback = %+v, %v; want acquired (nothing kept)", l, err)
+		}
+	})
+	t.Run("BeginWork", func(t *testing.T) {
+		l, err := s.AcquireRecord(bg(), "begun", time.Second, []byte("fp"))
+		if err != nil || l.State != replay.LeaseAcquired {
+			t.Fatal(l, err)
+		}
+		w, err := s.BeginWork(bg(), "begun", l.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Rollback(bg())
+		ctx := w.Context(bg())
+		tx, err := TxFrom(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RenewLease(ctx, "begun", l.Token, time.Minute); err != nil {
+			t.Fatalf("RenewLease of a BeginWork's committed lease: %v", err)
+		}
+		time.Sleep(1500 * time.Millisecond) // past the first end
+		if err := w.Commit(bg(), time.Now().Add(time.Hour), []byte("fp"), []byte("result")); err != nil {
+			t.Fatalf("Commit after the renewal, past the lease's first end: %v", err)
+		}
+		if err := s.RenewLease(bg(), "begun", l.Token, time.Hour); !errors.Is(err, replay.ErrLeaseLost) {
+			t.Fatalf("RenewLease after the Commit = %v; want ErrLeaseLost", err)
+		}
+	})
+}
+
+// On a closed pool a renewal fails with an error matching ErrUnavailable
+// (never ErrLeaseLost: whether the lease is live is unknown); invalid
+// arguments are refused before any statement, with their own errors.
+func renewOnAClosedPoolIsUnavailable(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	s := storeOn(t, pool)
+	l, err := s.AcquireLease(bg(), "a", time.Minute)
+	if err != nil || l.State != replay.LeaseAcquired {
+		t.Fatal(l, err)
+	}
+	pool.Close()
+	err = s.RenewLease(bg(), "a", l.Token, time.Hour)
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, replay.ErrLeaseLost) || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("RenewLease on a closed pool = %v; want ErrUnavailable naming the closed pool", err)
+	}
+	for _, tc := range []struct {
+		id, token string
+		lease     time.Duration
+		is        []error
+	}{
+		{"", l.Token, time.Minute, []error{ErrInvalidClaim}},
+		{strings.Repeat("x", MaxIDBytes+1), l.Token, time.Minute, []error{ErrInvalidClaim}},
+		{"a", l.Token, 0, []error{ErrInvalidClaim, replay.ErrExpired}},
+		{"a", l.Token, -time.Second, []error{ErrInvalidClaim, replay.ErrExpired}},
+		{"a", "forged", time.Minute, []error{replay.ErrLeaseLost}},
+		{"a", strings.ToUpper(l.Token), time.Minute, []error{replay.ErrLeaseLost}},
+	} {
+		err := s.RenewLease(bg(), tc.id, tc.token, tc.lease)
+		for _, want := range tc.is {
+			if !errors.Is(err, want) || errors.Is(err, ErrUnavailable) {
+				t.Errorf("RenewLease(len %d, %q, %v) on a closed pool = %v; want %v before any statement", len(tc.id), tc.token, tc.lease, err, tc.is)
+			}
+		}
+	}
+}
