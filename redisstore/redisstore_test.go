@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"strconv"
@@ -16,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctoken/ctoken/internal/porttest"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
 )
@@ -262,11 +262,11 @@ func closedAddr(t testing.TB) string {
 
 // freePort returns a loopback port nothing listened on a moment ago, for a
 // server to start on, below the ephemeral range so that a restart on it
-// does not find it taken by a client's connection (porttest.Port); the
+// does not find it taken by a client's connection (belowEphemeral); the
 // caller retries when another process took it first.
 func freePort(t testing.TB) string {
 	t.Helper()
-	p, err := porttest.Port()
+	p, err := belowEphemeral()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,4 +530,44 @@ func newRefusesInvalidOptions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// belowEphemeral returns a loopback TCP port nothing listened on a moment
+// ago, below the kernel's ephemeral range by more than 10000, so that the
+// port and a Redis Cluster bus at port+10000 both lie outside it: a server
+// restarted on its port cannot find it taken by the ephemeral port of an
+// outgoing connection (the tests' clients open hundreds). Another process
+// may still take the port before the server binds it; the caller retries a
+// start that fails. (pgstore's and redisstore's tests each keep a copy:
+// nested modules import no internal package of the root module.)
+func belowEphemeral() (string, error) {
+	top := ephemeralLow() - 10000 // a Cluster bus listens at port+10000
+	const bottom = 10000
+	if top-bottom < 1000 {
+		return "", errors.New("the ephemeral port range leaves no room below it")
+	}
+	for range 100 {
+		p := strconv.Itoa(bottom + mathrand.IntN(top-bottom))
+		ln, err := net.Listen("tcp", "127.0.0.1:"+p)
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return p, nil
+	}
+	return "", errors.New("no free port found in 100 tries")
+}
+
+// ephemeralLow is the first port of Linux's ephemeral range, or its
+// default where the range cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
+		}
+	}
+	return 32768
 }
