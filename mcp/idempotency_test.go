@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -378,6 +379,42 @@ type transferIn struct {
 type transferOut struct {
 	Transfer int   `json:"transfer"`
 	At       int64 `json:"at"`
+}
+
+// go-sdk infers a typed tool's input schema from its input struct: a key
+// field is required unless its tag says omitempty, so a client (a model
+// too) must send it; with omitempty a call without it reaches the
+// Idempotency, which refuses it unless NonIdempotentWithoutKey.
+func TestInferredSchemaRequiresTheKeyFieldUnlessOmitempty(t *testing.T) {
+	type required struct {
+		Key   string `json:"key"`
+		Cents int    `json:"cents"`
+	}
+	type optional struct {
+		Key   string `json:"key,omitempty"`
+		Cents int    `json:"cents"`
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "bank", Version: "v0"}, nil)
+	noop := func(context.Context, *mcp.CallToolRequest, required) (*mcp.CallToolResult, any, error) { return nil, nil, nil }
+	noop2 := func(context.Context, *mcp.CallToolRequest, optional) (*mcp.CallToolResult, any, error) { return nil, nil, nil }
+	mcp.AddTool(s, &mcp.Tool{Name: "required"}, noop)
+	mcp.AddTool(s, &mcp.Tool{Name: "optional"}, noop2)
+	cs := connect(t, s, nil)
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"required": true, "optional": false}
+	for _, tool := range res.Tools {
+		var schema struct{ Required []string }
+		b, _ := json.Marshal(tool.InputSchema)
+		if err := json.Unmarshal(b, &schema); err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(schema.Required, "key"); got != want[tool.Name] {
+			t.Errorf("%s: key required %v, want %v (schema %s)", tool.Name, got, want[tool.Name], b)
+		}
+	}
 }
 
 func TestWrapForTypedToolReplaysResultAndOutput(t *testing.T) {
