@@ -19,6 +19,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ctoken/ctoken"
 	ctokenmcp "github.com/ctoken/ctoken/mcp"
@@ -48,6 +49,9 @@ type mcpServer struct {
 	lost []byte
 	// sent is the body of the last response the client got.
 	sent []byte
+	// gate, when set, holds round two before its deploy until it is
+	// closed; entered is closed as round two enters it.
+	gate, entered chan struct{}
 }
 
 // stop stops the server as a deploy does: the listener, the store, the
@@ -101,6 +105,10 @@ func startMCP(t *testing.T, d Driver, path, store string, keys *ctoken.Keyring, 
 		}
 		if r, _ := req.Params.InputResponses["ok"].(*mcp.ElicitResult); r == nil || r.Content["ok"] != true {
 			return nil, deployOut{Deployed: "nothing"}, nil
+		}
+		if m.gate != nil {
+			close(m.entered)
+			<-m.gate
 		}
 		res, err := m.db.ExecContext(ctx, `INSERT INTO deploys (service, plan) VALUES (?, ?)`, in.Service, req.Params.RequestState)
 		if err != nil {
@@ -167,6 +175,7 @@ func TestMCP(t *testing.T) {
 		{"idempotent tool", mcpIdempotentToolOnSQLite},
 		{"single-use state across a restart", mcpSingleUseStateAcrossARestart},
 		{"retry of a lost round across a restart", mcpRetryOfALostRoundAcrossARestart},
+		{"a round whose server stopped", mcpRoundWhoseServerStopped},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -338,6 +347,77 @@ func mcpRetryOfALostRoundAcrossARestart(t *testing.T) {
 			if n := deploys(t, plain.db); n != 1 {
 				t.Fatalf("%d deploys; want 1", n)
 			}
+		})
+	}
+}
+
+// mcpRoundWhoseServerStopped: round two of the deploy tool is running when
+// its server stops (its store and pool closed under it: it can neither
+// renew the round's hold nor record it), and a new server starts on the
+// same file with the same keys. The client's retry of round two is busy
+// (1027) until the round's hold ends, then told that the round was
+// interrupted (1028: whether it acted is unknown), again on the next
+// retry, and nothing is deployed: the round never runs again. Before,
+// it stayed busy until the state expired.
+func mcpRoundWhoseServerStopped(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db, path := openMigrated(t, d)
+			if _, err := db.ExecContext(ctx, `CREATE TABLE deploys (service TEXT NOT NULL, plan TEXT NOT NULL)`); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			keys, err := ctoken.NewKeyring(ctoken.RandomKey())
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := startMCP(t, d, path, "sqlite", keys, true)
+			cs := connectMCP(t, before)
+			first, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "deploy", Arguments: deployIn{Service: "api"}})
+			if err != nil || first.RequestState == "" {
+				t.Fatalf("round one: %v, %+v", err, first)
+			}
+			use := &mcp.CallToolParams{
+				Name: "deploy", Arguments: deployIn{Service: "api"}, RequestState: first.RequestState,
+				InputResponses: mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"ok": true}}},
+			}
+			before.gate, before.entered = make(chan struct{}), make(chan struct{})
+			go cs.CallTool(ctx, use) // its answer never comes: the server stops
+			select {
+			case <-before.entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("round two did not start within 30 s")
+			}
+			before.store.Close() // the server stops: no renewal, no record, no deploy
+			before.db.Close()
+			defer close(before.gate)
+
+			after := startMCP(t, d, path, "sqlite", keys, true)
+			retry := connectMCP(t, after)
+			var busy int
+			deadline := time.Now().Add(60 * time.Second) // a failsafe: the hold ends within 15 s
+			for {
+				_, err = retry.CallTool(ctx, use)
+				if ctokenmcp.TokenErrorCode(err) != ctokenmcp.StateBusy || time.Now().After(deadline) {
+					break
+				}
+				busy++
+				wait, _ := ctokenmcp.RetryAfter(err)
+				time.Sleep(wait)
+			}
+			var we *jsonrpc.Error
+			if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || ctokenmcp.TokenErrorCode(err) != ctokenmcp.OutcomeUnknown {
+				t.Fatalf("after %d busy answers: %v; want -32602 with ctoken code %d (round interrupted)", busy, err, ctokenmcp.OutcomeUnknown)
+			}
+			if _, err := retry.CallTool(ctx, use); ctokenmcp.TokenErrorCode(err) != ctokenmcp.OutcomeUnknown {
+				t.Fatalf("the next retry: %v; want code %d again", err, ctokenmcp.OutcomeUnknown)
+			}
+			if n := deploys(t, after.db); n != 0 {
+				t.Fatalf("%d deploys; want 0: the interrupted round never ran again", n)
+			}
+			t.Logf("%s: %d busy answers, then round interrupted (1028)", d.Name, busy)
 		})
 	}
 }
