@@ -111,6 +111,13 @@
 //     middleware, this package a server option ([SecureRequestState]).
 //     ctokenmcp also seals resources/read results; here resources/read is
 //     opened only (see Coverage above).
+//   - Client: [CallTool] is ctokenmcp.CallTool for mcp-go's client, with
+//     the same key, budget, [ErrOutcomeUnknown] and [RetryKey]. The
+//     refusals it retries arrive as this package sends them: 1025 and
+//     1028 as tool error results, which it never returns as the call's
+//     result; 1027 and a failed idempotency store as -32603 errors.
+//     mcp-go's client drives the rounds of a multi round-trip call
+//     itself, so a retry starts again at round one.
 //
 // The codes 1022 ([StateExpired]), 1023 ([StateInvalid]), 1026
 // ([StateUsed]) and 1027 ([StateBusy]) are local to ctoken; 1020 and 1021
