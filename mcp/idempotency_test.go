@@ -395,8 +395,12 @@ func TestInferredSchemaRequiresTheKeyFieldUnlessOmitempty(t *testing.T) {
 		Cents int    `json:"cents"`
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "bank", Version: "v0"}, nil)
-	noop := func(context.Context, *mcp.CallToolRequest, required) (*mcp.CallToolResult, any, error) { return nil, nil, nil }
-	noop2 := func(context.Context, *mcp.CallToolRequest, optional) (*mcp.CallToolResult, any, error) { return nil, nil, nil }
+	noop := func(context.Context, *mcp.CallToolRequest, required) (*mcp.CallToolResult, any, error) {
+		return nil, nil, nil
+	}
+	noop2 := func(context.Context, *mcp.CallToolRequest, optional) (*mcp.CallToolResult, any, error) {
+		return nil, nil, nil
+	}
 	mcp.AddTool(s, &mcp.Tool{Name: "required"}, noop)
 	mcp.AddTool(s, &mcp.Tool{Name: "optional"}, noop2)
 	cs := connect(t, s, nil)
