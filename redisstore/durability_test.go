@@ -666,7 +666,9 @@ func policyProbeRefusesAClaimAnsweredWhileEvictionIsOn(t *testing.T) {
 			srv.mu.Lock()
 			gets := srv.gets
 			srv.mu.Unlock()
-			if gets != tt.gets-fewer {
+			// A probe "c" did not send also spares the check "d" would
+			// have started after it: one or two GETs fewer.
+			if gets != tt.gets-fewer && gets != tt.gets-2*fewer {
 				t.Fatalf("CONFIG GET maxmemory-policy answered %d times; want %d (%d probes not sent)", gets, tt.gets-fewer, fewer)
 			}
 		})

@@ -217,7 +217,10 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			srv := newServerBin(t, fl.bin)
-			opts := Options{Prefix: "runbook:", Logger: quietLogger(), Horizon: lifetime, MaxSkew: 100 * time.Millisecond}
+			// MaxSkew a second: a claim's script may run long after the
+			// instance stamped it on a loaded machine (100 ms failed a CI
+			// run beside two CPU-bound processes as "clock behind").
+			opts := Options{Prefix: "runbook:", Logger: quietLogger(), Horizon: lifetime, MaxSkew: time.Second}
 			provisionFirst(t, srv.client(), opts)
 			app, err := Open(ctx, srv.client(), opts)
 			if err != nil {
@@ -225,7 +228,7 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 			}
 			untils := make(map[string]time.Time, n)
 			for i := range n {
-				id, until := fmt.Sprint("tok-", i), time.Now().Add(lifetime-100*time.Millisecond)
+				id, until := fmt.Sprint("tok-", i), time.Now().Add(lifetime-opts.MaxSkew-100*time.Millisecond)
 				if first, err := app.Claim(ctx, id, until); !first || err != nil {
 					t.Fatalf("claim %d = %v, %v", i, first, err)
 				}
@@ -272,7 +275,10 @@ func restartWithoutPersistenceThenProvisionAcceptsNothing(t *testing.T) {
 			if len(twice) != 0 {
 				t.Fatalf("%d of %d earlier IDs accepted twice; want 0", len(twice), n)
 			}
-			if served < lifetime-100*time.Millisecond || served > lifetime+time.Second {
+			// Never before the lifetime (the safety property); after it
+			// within the 10 s bound of replayUntilServed (a loaded machine
+			// may be slow to serve, never early).
+			if served < lifetime-100*time.Millisecond {
 				t.Fatalf("served %v after Provision; want the key space's lifetime, %v", served, lifetime)
 			}
 		})
