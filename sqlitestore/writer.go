@@ -527,6 +527,18 @@ type stmtQuerier struct {
 	wc  *wconn
 }
 
+// inTx is the querier of the statements that follow a BEGIN IMMEDIATE on
+// wc: they run to their end whatever ctx does. The connection holds
+// SQLite's write lock, so they wait for no other connection (no lock to
+// time out on); an interrupt would only leave the transaction, and at
+// COMMIT its outcome, in doubt. A context that cannot end also spares
+// each statement the driver's and database/sql's watch of it (a
+// goroutine and its allocations per statement on modernc: 189 → 150
+// allocations per transactional request, BENCHMARKS.md).
+func inTx(ctx context.Context, wc *wconn) stmtQuerier {
+	return stmtQuerier{context.WithoutCancel(ctx), wc}
+}
+
 func (q stmtQuerier) stmt(query string) *sql.Stmt {
 	st, ok := q.wc.stmts[query]
 	if !ok {

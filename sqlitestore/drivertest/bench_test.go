@@ -322,7 +322,10 @@ func benchAppRows(b *testing.B, db *sql.DB, want int) {
 
 // benchPaired runs b.N rounds of store then floor, times each, and
 // reports their mean times (store-ns, floor-ns) and the ratio of the
-// store's to the floor's (x-floor). ns/op is a round: both together.
+// store's to the floor's (x-floor), and the same for the process's CPU
+// time (store-cpu-ns, floor-cpu-ns, x-floor-cpu: user and system time of
+// every thread, so the store's background goroutines count against it).
+// ns/op is a round: both together.
 func benchPaired(b *testing.B, store, floor func(i int)) {
 	benchPairedAfter(b, nil, store, floor)
 }
@@ -331,23 +334,32 @@ func benchPaired(b *testing.B, store, floor func(i int)) {
 // outside both measures.
 func benchPairedAfter(b *testing.B, before, store, floor func(i int)) {
 	var inStore, inFloor time.Duration
+	var cpuStore, cpuFloor int64
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
 		if before != nil {
 			before(i)
 		}
-		t0 := time.Now()
+		c0, t0 := processCPU(), time.Now()
 		store(i)
-		t1 := time.Now()
+		c1, t1 := processCPU(), time.Now()
 		floor(i)
 		inStore += t1.Sub(t0)
 		inFloor += time.Since(t1)
+		c2 := processCPU()
+		cpuStore += c1 - c0
+		cpuFloor += c2 - c1
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(inStore.Nanoseconds())/float64(b.N), "store-ns")
 	b.ReportMetric(float64(inFloor.Nanoseconds())/float64(b.N), "floor-ns")
 	b.ReportMetric(float64(inStore)/float64(inFloor), "x-floor")
+	if cpuFloor > 0 {
+		b.ReportMetric(float64(cpuStore)/float64(b.N), "store-cpu-ns")
+		b.ReportMetric(float64(cpuFloor)/float64(b.N), "floor-cpu-ns")
+		b.ReportMetric(float64(cpuStore)/float64(cpuFloor), "x-floor-cpu")
+	}
 }
 
 // BenchmarkClaimVsFloor: BenchmarkClaim and BenchmarkClaimFloor in turn,
