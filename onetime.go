@@ -46,6 +46,9 @@ const (
 	oneTimeNonceAt = oneTimeKeyIDAt + keyIDSize
 	oneTimeTimesAt = oneTimeNonceAt + oneTimeNonceLen
 	oneTimeLabel   = "ctoken.onetime hmac key"
+	// oneTimeStackBytes is the longest decoded token verified without an
+	// allocation for it: a 32-byte purpose and claims of about 120 bytes.
+	oneTimeStackBytes = 256
 	// oneTimeMaxSkew is how far in the future an issue time may lie
 	// (another instance's clock) before the token is refused.
 	oneTimeMaxSkew = 60 * time.Second
@@ -322,7 +325,7 @@ func (o *OneTimeIssuer) redeem(ctx context.Context, token string, want map[strin
 	if o.obs != nil {
 		start = time.Now()
 	}
-	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce), t.expires.Add(replay.SkewMargin))
+	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce[:]), t.expires.Add(replay.SkewMargin))
 	var took time.Duration
 	if o.obs != nil {
 		took = max(time.Since(start), 1) // a store was called: never 0
@@ -384,7 +387,7 @@ var (
 
 // oneTimeFields is a decoded one-time payload.
 type oneTimeFields struct {
-	nonce           []byte
+	nonce           [oneTimeNonceLen]byte
 	purpose         string
 	issued, expires time.Time
 	claims          map[string]string
@@ -402,11 +405,20 @@ func verifyOneTime(keys namedMACs, token string) (oneTimeFields, int, error) {
 	if !ok {
 		return t, -1, errOneTimeFormat
 	}
-	// The strict decoder refuses every second spelling of a token.
-	raw, err := b64.DecodeString(body)
+	// The strict decoder refuses every second spelling of a token. A
+	// token of usual size is decoded on the stack (a buffer for the
+	// longest would cost its clearing on every call), and
+	// decodeOneTimePayload copies out what it keeps.
+	var small [oneTimeStackBytes]byte
+	raw := small[:]
+	if n := b64.DecodedLen(len(body)); n > len(small) {
+		raw = make([]byte, n)
+	}
+	n, err := b64.Decode(raw, []byte(body))
 	if err != nil {
 		return t, -1, errOneTimeBase64
 	}
+	raw = raw[:n]
 	if len(raw) < oneTimeFixedLen+macSize {
 		return t, -1, errOneTimeTruncated
 	}
@@ -431,16 +443,17 @@ func verifyOneTime(keys namedMACs, token string) (oneTimeFields, int, error) {
 
 // decodeOneTimePayload strictly decodes an authenticated payload (whose
 // version and key id were checked): a purpose, claims in strictly increasing
-// name order, minimal uvarints, no trailing bytes.
+// name order, minimal uvarints, no trailing bytes. It keeps nothing of p:
+// the purpose, names and values share one string copied from it.
 func decodeOneTimePayload(p []byte) (oneTimeFields, bool) {
 	var t oneTimeFields
 	if len(p) < oneTimeFixedLen {
 		return t, false
 	}
-	t.nonce = p[oneTimeNonceAt : oneTimeNonceAt+oneTimeNonceLen]
+	copy(t.nonce[:], p[oneTimeNonceAt:])
 	t.issued = time.Unix(int64(binary.BigEndian.Uint64(p[oneTimeTimesAt:])), 0)
 	t.expires = time.Unix(int64(binary.BigEndian.Uint64(p[oneTimeTimesAt+8:])), 0)
-	purpose, rest, ok := cutLengthPrefixed(p[oneTimeFixedLen:])
+	purpose, rest, ok := cutLengthPrefixed(string(p[oneTimeFixedLen:]))
 	if !ok {
 		return t, false
 	}
@@ -464,14 +477,16 @@ func decodeOneTimePayload(p []byte) (oneTimeFields, bool) {
 	return t, true
 }
 
-// cutLengthPrefixed splits a uvarint-length-prefixed string off b. The
-// uvarint must be minimally encoded and the length within b.
-func cutLengthPrefixed(b []byte) (string, []byte, bool) {
-	n, k := binary.Uvarint(b)
-	if k <= 0 || k != len(binary.AppendUvarint(nil, n)) || n > uint64(len(b)-k) {
-		return "", nil, false
+// cutLengthPrefixed splits a uvarint-length-prefixed string off s, both
+// parts substrings of s. The uvarint must be minimally encoded (its last
+// byte not zero, unless it is its only byte) and the length within s.
+func cutLengthPrefixed(s string) (string, string, bool) {
+	// The copy of at most 10 bytes stays on the stack.
+	n, k := binary.Uvarint([]byte(s[:min(len(s), binary.MaxVarintLen64)]))
+	if k <= 0 || k > 1 && s[k-1] == 0 || n > uint64(len(s)-k) {
+		return "", "", false
 	}
-	return string(b[k : k+int(n)]), b[k+int(n):], true
+	return s[k : k+int(n)], s[k+int(n):], true
 }
 
 // claimsEqual reports whether a and b hold the same names and values.

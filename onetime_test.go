@@ -691,6 +691,38 @@ func TestOneTimeVerifyReadsClaimsWithoutConsuming(t *testing.T) {
 	}
 }
 
+// Verify allocates only what it returns: one string every claim name and
+// value share, and the claims map. A token longer than the stack buffer
+// verifies alike, and what one Verify returned is intact after the next.
+func TestOneTimeVerifyAllocatesOnlyWhatItReturns(t *testing.T) {
+	o := newOneTime(t, OneTimeConfig{Now: newStepClock().Now})
+	long := map[string]string{"scope": strings.Repeat("s", 2*oneTimeStackBytes), "run": "run_1"}
+	for _, tt := range []struct {
+		name   string
+		claims map[string]string
+	}{{"usual size", runClaims}, {"past the stack buffer", long}, {"no claims", nil}} {
+		t.Run(tt.name, func(t *testing.T) {
+			tok := mint(t, o, tt.claims)
+			v, err := o.Verify(tok)
+			if err != nil || len(v.Claims) != len(tt.claims) || (len(tt.claims) > 0 && !maps.Equal(v.Claims, tt.claims)) {
+				t.Fatalf("Verify = %+v, %v; want the claims %v", v, err, tt.claims)
+			}
+			if _, err := o.Verify(mint(t, o, map[string]string{"other": strings.Repeat("x", 100)})); err != nil {
+				t.Fatal(err)
+			}
+			if len(tt.claims) > 0 && !maps.Equal(v.Claims, tt.claims) {
+				t.Fatalf("claims changed by the next Verify: %v", v.Claims)
+			}
+			if raceEnabled || tt.name != "usual size" {
+				return
+			}
+			if n := testing.AllocsPerRun(100, func() { _, _ = o.Verify(tok) }); n > 3 {
+				t.Errorf("Verify allocates %v times; want at most 3 (the claims' text, the map and its group)", n)
+			}
+		})
+	}
+}
+
 // Issue 21 gap 11: the empty claim name is a name like any other.
 func TestOneTimeClaimNamedEmptySurvivesMintRedeem(t *testing.T) {
 	o := newOneTime(t, OneTimeConfig{})

@@ -36,7 +36,7 @@ type Key struct {
 type State struct {
 	h       hash.Hash
 	out     [Size]byte
-	scratch [64]byte
+	scratch [256]byte
 }
 
 // New returns a Key holding a copy of key. When FIPS 140-3 mode is on
@@ -104,9 +104,15 @@ func (k *Key) Sum(dst, msg []byte) []byte {
 }
 
 // Equal reports, in constant time, whether HMAC-SHA256(k, msg) is tag.
+// msg does not escape: it is written through the state's scratch buffer,
+// so a token decoded into a caller's stack array stays there.
 func (k *Key) Equal(msg, tag []byte) bool {
 	st := k.Begin()
-	st.Write(msg)
+	for p := msg; len(p) > 0; {
+		n := copy(st.scratch[:], p)
+		st.h.Write(st.scratch[:n])
+		p = p[n:]
+	}
 	ok := st.Equal(tag)
 	k.End(st)
 	return ok
