@@ -44,20 +44,34 @@ const (
 	pcClaim  pcKind = iota // Claim answered first
 	pcRecord               // AcquireRecord, then ConfirmRecord answered nil
 	pcWork                 // AcquireWork, an insert into effects, Commit answered nil
+	pcHTTP                 // a POST /charges with the ID as Idempotency-Key through the Transactional idempotency middleware answered 201
 )
 
-func (k pcKind) String() string { return [...]string{"claim", "record", "work"}[k] }
+func (k pcKind) String() string { return [...]string{"claim", "record", "work", "http"}[k] }
 
 // pcKindOf spreads the steps: half claims, a quarter records, a quarter
-// works.
-func pcKindOf(i int64) pcKind {
+// works; with the middleware (http), half of those works are requests
+// through it.
+func pcKindOf(i int64, http bool) pcKind {
 	switch i % 4 {
 	case 2:
 		return pcRecord
 	case 3:
+		if http && i%8 == 7 {
+			return pcHTTP
+		}
 		return pcWork
 	}
 	return pcClaim
+}
+
+// pcFront is the idempotency middleware, Transactional, on s in front of
+// a chargeApp on db (the charges table pcFile.create made in the store's
+// file), served on 127.0.0.1; send makes one request with ref as its
+// Idempotency-Key.
+func pcFront(t *testing.T, s *sqlitestore.Store, db *sql.DB) func(ref string) answer {
+	send := idempotencyFront(t, s, true, &chargeApp{db: db, tx: true}, nil)
+	return func(ref string) answer { return send(ref, nil) }
 }
 
 // pcOptions are the stores' options: frequent checks, so the marker's
@@ -116,10 +130,19 @@ func (l *pcLedger) note(id string, kind pcKind, acked bool, err error) {
 
 // pcStep runs one step of kind on a fresh id and reports whether the
 // store acknowledged it.
-func pcStep(ctx context.Context, s *sqlitestore.Store, id string, kind pcKind) (bool, error) {
+func pcStep(ctx context.Context, s *sqlitestore.Store, send func(string) answer, id string, kind pcKind) (bool, error) {
 	until := time.Now().Add(time.Hour)
 	fp, result := faultFingerprint(id), faultResult(id)
 	switch kind {
+	case pcHTTP:
+		switch a := send(id); {
+		case a.status == http.StatusCreated:
+			return true, nil
+		case a.status == http.StatusServiceUnavailable:
+			return false, fmt.Errorf("%w: 503 %s", sqlitestore.ErrUnavailable, problemType(a.body))
+		default:
+			return false, fmt.Errorf("%d %s", a.status, a.body)
+		}
 	case pcRecord:
 		r, err := s.AcquireRecord(ctx, id, time.Minute, fp)
 		if err != nil || r.State != replay.LeaseAcquired {
@@ -153,8 +176,8 @@ func pcStep(ctx context.Context, s *sqlitestore.Store, id string, kind pcKind) (
 
 // pcRun runs the workload with 6 goroutines on fresh IDs prefix+"0",
 // prefix+"1"... until stop is closed, beside a reader of db's (see
-// pcReader).
-func pcRun(ctx context.Context, s *sqlitestore.Store, db *sql.DB, prefix string, stop <-chan struct{}, l *pcLedger) {
+// pcReader); with send (pcFront), requests through the middleware too.
+func pcRun(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(string) answer, prefix string, stop <-chan struct{}, l *pcLedger) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	wg.Go(func() { pcReader(ctx, db, stop) })
@@ -168,8 +191,8 @@ func pcRun(ctx context.Context, s *sqlitestore.Store, db *sql.DB, prefix string,
 				}
 				i := next.Add(1) - 1
 				id := prefix + strconv.FormatInt(i, 10)
-				kind := pcKindOf(i)
-				acked, err := pcStep(ctx, s, id, kind)
+				kind := pcKindOf(i, send != nil)
+				acked, err := pcStep(ctx, s, send, id, kind)
 				l.note(id, kind, acked, err)
 				if err != nil {
 					time.Sleep(time.Millisecond) // a failing store answers at once
@@ -209,14 +232,15 @@ func pcReader(ctx context.Context, db *sql.DB, stop <-chan struct{}) {
 }
 
 // pcCheck asks s for every acknowledged ID again. again: accepted again
-// (Claim first, a lease or a Work granted); lost: acknowledged but not
-// refused as done in another way (a confirmation taken back to a lease
-// still held, a committed work's effect missing); errs: calls that
-// failed.
-func pcCheck(ctx context.Context, s *sqlitestore.Store, db *sql.DB, acked map[string]pcKind) (again, lost []string, errs []error) {
+// (Claim first, a lease or a Work granted, a request run again); lost:
+// acknowledged but not refused as done in another way (a confirmation
+// taken back to a lease still held, a committed work's effect missing, a
+// request's answer not replayed as it was kept); errs: calls that
+// failed. send is the middleware on s (pcFront), for the http steps.
+func pcCheck(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(string) answer, acked map[string]pcKind) (again, lost []string, errs []error) {
 	ids := slices.Sorted(maps.Keys(acked))
 	var mu sync.Mutex
-	check := pcChecker(ctx, s, db, acked, func(id string, a, l bool) {
+	check := pcChecker(ctx, s, db, send, acked, func(id string, a, l bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -243,11 +267,38 @@ func pcCheck(ctx context.Context, s *sqlitestore.Store, db *sql.DB, acked map[st
 }
 
 // pcChecker returns the check of one ID for pcCheck.
-func pcChecker(ctx context.Context, s *sqlitestore.Store, db *sql.DB, acked map[string]pcKind, record func(id string, again, lost bool)) func(id string) error {
+func pcChecker(ctx context.Context, s *sqlitestore.Store, db *sql.DB, send func(string) answer, acked map[string]pcKind, record func(id string, again, lost bool)) func(id string) error {
 	return func(id string) error {
 		var a, l bool
 		fp := faultFingerprint(id)
 		switch acked[id] {
+		case pcHTTP:
+			// Asked again, the request is answered from its record: the
+			// body of the one charge kept. Run again, it is accepted
+			// again; anything else, lost.
+			ans := send(id)
+			if ans.status == http.StatusServiceUnavailable {
+				return fmt.Errorf("%w: 503 %s", sqlitestore.ErrUnavailable, problemType(ans.body))
+			}
+			var kept []string
+			rows, err := db.QueryContext(ctx, `SELECT body FROM charges WHERE ref = ?`, id)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var b string
+				if err := rows.Scan(&b); err != nil {
+					rows.Close()
+					return err
+				}
+				kept = append(kept, b)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			a = ans.status == http.StatusCreated && !ans.replayed || len(kept) > 1
+			l = !a && (ans.status != http.StatusCreated || len(kept) != 1 || kept[0] != ans.body)
 		case pcClaim:
 			first, err := s.Claim(ctx, id, time.Now().Add(time.Hour))
 			if err != nil {
@@ -286,6 +337,18 @@ func pcChecker(ctx context.Context, s *sqlitestore.Store, db *sql.DB, acked map[
 func pcMissing(ctx context.Context, db *sql.DB, acked map[string]pcKind) (int, error) {
 	missing := 0
 	for id := range acked {
+		if acked[id] == pcHTTP {
+			// The middleware's record is under a key derived from the
+			// caller and the Idempotency-Key: its charge stands for it.
+			var n int
+			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM charges WHERE ref = ?`, id).Scan(&n); err != nil {
+				return 0, err
+			}
+			if n == 0 {
+				missing++
+			}
+			continue
+		}
 		prefix := sqlitestore.DefaultPrefix
 		key := binary.BigEndian.AppendUint16(nil, uint16(len(prefix)))
 		key = append(append(key, prefix...), id...)
@@ -303,12 +366,23 @@ func pcMissing(ctx context.Context, db *sql.DB, acked map[string]pcKind) (int, e
 // pcTotals adds up a test's rounds.
 type pcTotals struct {
 	rounds, acked, checked, again, lost, refused, missingRefused, checkErrs, unavailable int
+	http                                                                                 int // acknowledged requests through the middleware
 	bad                                                                                  []string
 }
 
+// addAcked counts a round's acknowledged steps.
+func (c *pcTotals) addAcked(acked map[string]pcKind) {
+	c.acked += len(acked)
+	for _, k := range acked {
+		if k == pcHTTP {
+			c.http++
+		}
+	}
+}
+
 func (c pcTotals) String() string {
-	return fmt.Sprintf("%d rounds: %d acknowledged, %d acknowledged IDs checked after the cuts, %d accepted again, %d otherwise lost, %d New refused (ErrForgotten; %d acknowledged IDs missing from those files), %d check calls failed, %d workload calls unavailable until the cut was seen (those the cut failed included)",
-		c.rounds, c.acked, c.checked, c.again, c.lost, c.refused, c.missingRefused, c.checkErrs, c.unavailable)
+	return fmt.Sprintf("%d rounds: %d acknowledged (%d of them requests through the idempotency middleware), %d acknowledged IDs checked after the cuts, %d accepted again, %d otherwise lost, %d New refused (ErrForgotten; %d acknowledged IDs missing from those files), %d check calls failed, %d workload calls unavailable until the cut was seen (those the cut failed included)",
+		c.rounds, c.acked, c.http, c.checked, c.again, c.lost, c.refused, c.missingRefused, c.checkErrs, c.unavailable)
 }
 
 // pcFile is a database file on the crash VFS.
@@ -337,6 +411,9 @@ func (f pcFile) create(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE effects (id TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, chargesSchema); err != nil { // pcFront's
 		t.Fatal(err)
 	}
 }
@@ -458,10 +535,11 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, lazyUnlink bool, r *rand.Ran
 		after, keep := r.IntN(100), r.IntN(2) == 0
 		v.ArmCut(after, keep)
 		l := newPCLedger()
+		send := pcFront(t, s, db)
 		stop, done := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(done)
-			pcRun(ctx, s, db, fmt.Sprintf("f%d-r%d-", files, round), stop, l)
+			pcRun(ctx, s, db, send, fmt.Sprintf("f%d-r%d-", files, round), stop, l)
 		}()
 		if !pcWait(10*time.Second, v.Dead) {
 			v.CutNow()
@@ -473,7 +551,7 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, lazyUnlink bool, r *rand.Ran
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		tot.acked += len(l.acked)
+		tot.addAcked(l.acked)
 		tot.unavailable += unavailBefore
 		tot.bad = append(tot.bad, l.bad...)
 		for id, k := range l.acked {
@@ -498,7 +576,7 @@ func powerCutRounds(t *testing.T, pragmas []Pragma, lazyUnlink bool, r *rand.Ran
 			f, acked = newFile(), map[string]pcKind{}
 			continue
 		}
-		again, lost, errs := pcCheck(ctx, s, db, acked)
+		again, lost, errs := pcCheck(ctx, s, db, pcFront(t, s, db), acked)
 		s.Close()
 		db.Close()
 		tot.checked += len(acked)
@@ -650,7 +728,7 @@ func powerCutNormalRounds(t *testing.T, pragmas []Pragma, syncs int, r *rand.Ran
 		stop, done := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(done)
-			pcRun(ctx, s, db, fmt.Sprintf("r%d-", round), stop, l)
+			pcRun(ctx, s, db, nil, fmt.Sprintf("r%d-", round), stop, l)
 		}()
 		if !pcWait(wait, v.Dead) {
 			if atSync {
@@ -878,10 +956,11 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 		target := targets[round%len(targets)]
 		v.ArmSyncFailure(target.suffix, r.IntN(40), target.minCommits)
 		l := newPCLedger()
+		send := pcFront(t, s, db)
 		stop, done := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(done)
-			pcRun(ctx, s, db, fmt.Sprintf("r%d-", round), stop, l)
+			pcRun(ctx, s, db, send, fmt.Sprintf("r%d-", round), stop, l)
 		}()
 		failed := pcWait(10*time.Second, func() bool { return v.Stats().FailedSyncs > failedBefore })
 		failedAt := v.Stats().LastFailure
@@ -908,7 +987,7 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 				after++
 			}
 		}
-		tot.acked += len(l.acked)
+		tot.addAcked(l.acked)
 		tot.unavailable += unavailBefore
 		tot.bad = append(tot.bad, l.bad...)
 
@@ -928,7 +1007,7 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 			db.Close()
 			continue
 		}
-		again, lost, errs := pcCheck(ctx, s, db, l.acked)
+		again, lost, errs := pcCheck(ctx, s, db, pcFront(t, s, db), l.acked)
 		s.Close()
 		db.Close()
 		tot.checked += len(l.acked)
