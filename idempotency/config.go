@@ -223,8 +223,9 @@ type Config struct {
 	// The handler's run (issue 45).
 
 	// Transactional runs each covered handler in a transaction of the
-	// Store, a [replay.Transactor] (the pgstore module): the handler's
-	// writes through the transaction (pgstore.TxFrom(r.Context())), the
+	// Store, a [replay.Transactor] (the pgstore and sqlitestore modules):
+	// the handler's writes through the transaction (pgstore.TxFrom or
+	// sqlitestore.TxFrom of r.Context()), the
 	// fence check of its lease and the stored response commit together or
 	// not at all. The response is held whole, whatever its size, and sent
 	// only once the commit succeeded; a commit whose lease was lost, or
@@ -399,7 +400,7 @@ func newParams(cfg Config) (*params, error) {
 	if cfg.Transactional {
 		t, ok := cfg.Store.(replay.Transactor)
 		if !ok {
-			fault(configError("idempotency: Transactional is set but Store is not a replay.Transactor (the pgstore module)"))
+			fault(configError("idempotency: Transactional is set but Store is not a replay.Transactor (the pgstore and sqlitestore modules are)"))
 		}
 		p.transactor = t
 		p.acquirer, _ = t.(replay.WorkAcquirer)

@@ -193,9 +193,10 @@
 // # Transactional mode
 //
 // With [Config.Transactional] and a store that is a [replay.Transactor]
-// (the pgstore module), the middleware opens a transaction once the key
+// (the pgstore and sqlitestore modules), the middleware opens a transaction once the key
 // is leased ([replay.Transactor.BeginWork]) and puts it in the handler's
-// context, where the store's accessor finds it (pgstore.TxFrom); with a
+// context, where the store's accessor finds it (pgstore.TxFrom,
+// sqlitestore.TxFrom); with a
 // store that is also a [replay.WorkAcquirer], the key is leased inside
 // that transaction ([replay.WorkAcquirer.AcquireWork]), so that nothing
 // is committed before the handler's writes and their record. A

@@ -148,10 +148,11 @@ type Config struct {
 	RetryAfter time.Duration
 	// Transactional makes [Verifier.Middleware] run each delivery's handler
 	// inside a transaction of the Replay store ([Lease.Begin]), which must
-	// implement [replay.Transactor] (pgstore does; [NewVerifier] refuses
+	// implement [replay.Transactor] (pgstore and sqlitestore do; [NewVerifier] refuses
 	// any other store, the default one included, with [ErrConfig]). The
 	// handler makes its writes in the transaction it finds in its
-	// request's context (pgstore.TxFrom(r.Context())), and they commit in
+	// request's context (pgstore.TxFrom or sqlitestore.TxFrom of
+	// r.Context()), and they commit in
 	// the same transaction that records the delivery as processed: exactly
 	// once per delivery, even when the handler outlives its lease or the
 	// process dies before the commit. The handler's response is held until

@@ -47,7 +47,7 @@
 // fences the store's record, not the handler's own writes, so a handler
 // that outlives its lease (or dies after its effect) can see its effect
 // repeated by the next copy. With a store that implements
-// [replay.Transactor] (the pgstore module) and [Config.Transactional] (or
+// [replay.Transactor] (the pgstore and sqlitestore modules) and [Config.Transactional] (or
 // [Lease.Begin] outside the middleware), the handler's writes in the
 // transaction it finds in its context commit exactly once, in the same
 // transaction as the delivery's record: a handler that outlived its lease,

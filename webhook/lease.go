@@ -20,7 +20,8 @@ import (
 // delivery can then be processed again: an unknown outcome becomes a retry,
 // never an acknowledged delivery that was not processed.
 //
-// With a store that implements [replay.Transactor] (the pgstore module),
+// With a store that implements [replay.Transactor] (the pgstore and
+// sqlitestore modules),
 // [Lease.Begin] opens a transaction for the work: Confirm then commits the
 // work's writes in the same transaction that records the delivery, and
 // Release rolls them back, so the writes are kept exactly when the
