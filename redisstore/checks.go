@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,19 +17,18 @@ import (
 const DefaultRecheckInterval = time.Second
 
 // ready runs the server checks once (Open runs them at construction; a
-// Store from New before its first call), and again in the background of
-// the first call after each Options.RecheckInterval. It returns the
-// refusal the last check left: a server that does not fit the Options
-// ([ErrConfig]) is refused for as long as it does not, re-checked every
-// interval; evidence of loss ([ErrFenced]) until the key space is fenced,
-// after which the fences refuse. A first check that fails otherwise
-// (Redis unreachable, clock skew) is tried again next call.
+// Store from New before its first call), and again every
+// Options.RecheckInterval: in the background of the first call after
+// each interval, and while no call comes, from the store's watch (see
+// [watch]). It returns the refusal the last check left: a server that
+// does not fit the Options ([ErrConfig]) is refused for as long as it
+// does not, re-checked every interval; evidence of loss ([ErrFenced])
+// until the key space is fenced, after which the fences refuse. A first
+// check that fails otherwise (Redis unreachable, clock skew) is tried
+// again next call.
 func (s *Store) ready(ctx context.Context) error {
 	if s.checked.Load() {
-		if last := s.lastCheck.Load(); time.Now().UnixMilli()-last >= s.recheckEvery.Milliseconds() &&
-			s.lastCheck.CompareAndSwap(last, time.Now().UnixMilli()) {
-			s.recheck()
-		}
+		s.recheckIfDue()
 		return s.refusal()
 	}
 	select {
@@ -49,6 +49,64 @@ func (s *Store) ready(ctx context.Context) error {
 		return err
 	}
 	return s.refusal()
+}
+
+// recheckIfDue starts a background round of checks when the last one
+// started at least RecheckInterval ago, and returns how long until the
+// next is due.
+func (s *Store) recheckIfDue() time.Duration {
+	now := time.Now().UnixMilli()
+	last := s.lastCheck.Load()
+	if wait := last + s.recheckEvery.Milliseconds() - now; wait > 0 {
+		return time.Duration(wait) * time.Millisecond
+	}
+	if s.lastCheck.CompareAndSwap(last, now) {
+		s.recheck()
+	}
+	return s.recheckEvery
+}
+
+// watch runs the server checks of the Store w points to every
+// RecheckInterval while no call does (see [Store.recheckIfDue]), from the
+// Store's first passed check until stop closes ([Store.Close]) or the
+// Store is no longer referenced: w is weak, so a Store the application
+// drops without Close is collected, and its watch ends at the next tick.
+// Checks that ran only on calls left a key space unwatched while idle: a
+// baseline from before a burst (a young server's), compared after an
+// idle spell in which the loss counters were reset, could be outgrown by
+// the commands that followed the reset (issue 66), and a loss while idle
+// was found only once claims came again, racing them. It closes done
+// when it ends.
+func watch(w weak.Pointer[Store], every time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		next, ok := watchTick(w, every)
+		if !ok {
+			return
+		}
+		t.Reset(next)
+	}
+}
+
+// watchTick is one tick of [watch]: it reports false when the Store is
+// gone, else how long until the next tick. The Store is referenced only
+// during the tick.
+func watchTick(w weak.Pointer[Store], every time.Duration) (time.Duration, bool) {
+	s := w.Value()
+	if s == nil {
+		return 0, false
+	}
+	if !s.checked.Load() {
+		return every, true // the first check runs on the first call
+	}
+	return s.recheckIfDue(), true
 }
 
 // recheck runs the server checks in the background, one round at a
@@ -274,6 +332,10 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 	if known {
 		next = old
 	}
+	// ownRole counts the ROLE calls this master answered since old was
+	// read (before this check began, or by identify from <prefix>servers):
+	// the one below (see resetWitnesses).
+	var ownRole int64
 	// Role and replicas: those connected now (ROLE), the most this run
 	// had while this store watched it, and one when the replication
 	// backlog shows a replica was attached and none is connected now (its
@@ -291,6 +353,7 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 		if !ok {
 			return nil, nil, fmt.Errorf("%w: unexpected reply to ROLE", ErrUnavailable)
 		}
+		ownRole = 1
 		if role != "master" {
 			return nil, refuse(ErrConfig, "client points at a Redis that is not a primary", fmt.Errorf("ROLE %s", role)), nil
 		}
@@ -387,6 +450,9 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 	} else {
 		s.warned.And(^uint32(warnCounters))
 		next.counters = now
+		if now.witness && now.resets > 0 {
+			s.warnOnce(warnResetStat, "redisstore: CONFIG RESETSTAT has run on this server (INFO commandstats): it zeroes the counters that show evictions and flushes; the store fences for each reset it sees, but a reset made while no store of this key space runs, on a server reset before, is seen only by its duration or when the commands after it are fewer than before (docs/fleet-reference.md); forbid it where the store runs (ACL -config|resetstat)")
+		}
 	}
 	// Persistence.
 	aof, fsyncAlways, read, c, err := s.checkPersistence(ctx, do)
@@ -430,16 +496,19 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 	ob := &observation{master: master, run: run, persist: persist, next: next, policyRead: policyRead,
 		aofAlways: read && aof && fsyncAlways}
 	prev := s.previous(master, run)
-	ob.evidence = judge(was, next, countersOK, prev, history, s.opts.AllowEviction)
+	ob.evidence = judge(was, next, countersOK, prev, history, s.opts.AllowEviction, ownRole)
 	if len(ob.evidence) > 0 && known && persist {
 		// Another Store of the fleet may have fenced this evidence
 		// already and kept what it saw: then it is consumed (an operator
-		// may have reopened the key space since).
-		b, _, readable, err := s.loadBaseline(ctx, run)
+		// may have reopened the key space since). Only another Store's
+		// entry can say so: this Store's own is the baseline it judged by
+		// (or older), and it counts no ROLE call owed to it (the entry
+		// may have been read after this check's ROLE).
+		b, _, readable, mine, err := s.loadBaseline(ctx, run)
 		if err != nil {
 			return nil, nil, err
 		}
-		if readable && len(judge(&b, next, countersOK, prev, history, s.opts.AllowEviction)) == 0 {
+		if readable && !mine && len(judge(&b, next, countersOK, prev, history, s.opts.AllowEviction, 0)) == 0 {
 			ob.evidence, ob.consumed = nil, true
 		}
 	}
@@ -547,6 +616,7 @@ const (
 	warnCounters
 	warnEvictedBefore
 	warnServersKey
+	warnResetStat // never cleared: once per Store
 )
 
 // warnOnce logs msg once until the condition is cleared from s.warned.

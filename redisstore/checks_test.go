@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,8 +74,130 @@ func TestChecks(t *testing.T) {
 		{"refusal ends with its condition", refusalForAConditionEndsWithIt},
 		{"missing marker checks at once", missingMarkerChecksTheServerAtOnce},
 		{"run under the documented ACL", checksRunUnderTheDocumentedACL},
+		{"idle store checks by itself", idleStoreChecksByItself},
+		{"close ends the watch", closeEndsTheWatch},
+		{"a dropped store's watch ends", droppedStoresWatchEnds},
+		{"a server reset before is warned of", serverResetBeforeIsWarnedOfOnce},
 	} {
 		t.Run(tc.name, tc.test)
+	}
+}
+
+// A store no call reaches still runs its checks every RecheckInterval
+// (issue 66): evictions, and a CONFIG RESETSTAT after which the server
+// ran more commands than before, while it is idle are fenced without a
+// call.
+func idleStoreChecksByItself(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		change func(f *fakeServer)
+	}{
+		{"keys evicted", func(f *fakeServer) { f.evicted += 3 }},
+		{"CONFIG RESETSTAT, then more commands than before", func(f *fakeServer) { f.resetStat(28); f.commands = 1 << 20 }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake()
+			s, err := Open(context.Background(), f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			f.set(tt.change)
+			waitFor(t, "the idle store to fence every shard", func() bool {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				return f.fences == Shards && len(f.ledger) == 1
+			})
+		})
+	}
+}
+
+// Close ends the store's watch, and a closed store runs no more checks.
+func closeEndsTheWatch(t *testing.T) {
+	f := newFake()
+	s, err := Open(context.Background(), f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	waitFor(t, "the watch to end", func() bool {
+		select {
+		case <-s.watched:
+			return true
+		default:
+			return false
+		}
+	})
+	f.set(func(f *fakeServer) { f.roles = 0 })
+	s.lastCheck.Store(0)
+	s.Claim(context.Background(), "after-close", time.Now().Add(time.Minute))
+	s.cancels.wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.roles != 0 {
+		t.Fatalf("%d ROLE calls after Close; want no check", f.roles)
+	}
+}
+
+// A Store dropped without Close is collected, and its watch ends.
+func droppedStoresWatchEnds(t *testing.T) {
+	f := newFake()
+	s, err := Open(context.Background(), f, Options{Logger: quietLogger(), RecheckInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched := s.watched
+	s = nil
+	waitFor(t, "the watch of a dropped store to end", func() bool {
+		runtime.GC()
+		select {
+		case <-watched:
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// A server whose statistics were reset (cmdstat_config|resetstat in INFO
+// commandstats) is one where a later reset may go unseen: the store says
+// so in one Warn line, once, and says nothing on a server never reset.
+func serverResetBeforeIsWarnedOfOnce(t *testing.T) {
+	const line = "CONFIG RESETSTAT has run on this server"
+	for _, tt := range []struct {
+		name  string
+		reset bool
+	}{{"reset before", true}, {"never reset", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake()
+			if tt.reset {
+				f.set(resetBefore)
+			}
+			var logs syncBuffer
+			s, err := Open(context.Background(), f, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			s.checkServer(context.Background())
+			want := 0
+			if tt.reset {
+				want = 1
+			}
+			if n := strings.Count(logs.String(), line); n != want {
+				t.Fatalf("%d lines %q after two checks; want %d:\n%s", n, line, want, logs.String())
+			}
+		})
+	}
+}
+
+// waitFor polls cond until it holds; 10 s is a failsafe, not a timing.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
 	}
 }
 

@@ -46,6 +46,7 @@ func TestCluster(t *testing.T) {
 		{"longer lifetime on every master", clusterTheLongerLifetimeLengthensAFenceOnEveryMaster},
 		{"records on every master", clusterRecordsOnEveryMaster},
 		{"eviction while idle then CONFIG RESETSTAT", clusterEvictionWhileIdleThenResetStat},
+		{"burst then idle then CONFIG RESETSTAT", clusterResetStatAfterABurst},
 		{"restart, then the runbook", clusterRestartWithoutPersistenceThenTheRunbook},
 	} {
 		t.Run(tc.name, tc.test)
@@ -724,8 +725,8 @@ func clusterRecordsOnEveryMaster(t *testing.T) {
 // eviction switched on at the master holding the most of them (or at every
 // master holding claims: after the slot migration test one may hold none),
 // keys evicted, eviction reverted and CONFIG RESETSTAT there. The
-// store's recheck, or a new Open, sees that master's
-// total_commands_processed go down and fences the whole key space: no ID
+// store's recheck, or a new Open, sees the reset on that master
+// (resetWitnesses) and fences the whole key space: no ID
 // is accepted twice, and the unaffected masters' shards do not keep
 // serving (the checks judge each master, but a loss on one fences every
 // shard, Store.fenceAll: every ID, on every master, is refused with
@@ -780,6 +781,68 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 				t.Fatal("no claim was evicted: the test did not test their loss")
 			}
 			resetStatFenced(t, s, c, old, tt.appDown, expiry, resetAt)
+		})
+	}
+}
+
+// clusterResetStatAfterABurst runs TestResetStatAfterABurst
+// (server_fault_test.go) on the Cluster: each run a fresh key space, its
+// burst on every master holding a shard, the eviction, CONFIG RESETSTAT
+// and the traffic on every master holding claims. The masters are not
+// young, and every run resets servers that were reset before: the
+// subtest before this one resets them, and so does each run after its
+// replay (a control's evictions would make the next ProvisionNew refuse).
+// CTOKEN_RESETSTAT_RUNS passes (default 1).
+func clusterResetStatAfterABurst(t *testing.T) {
+	tc := clusterFromEnv(t)
+	runs := envInt(t, "CTOKEN_RESETSTAT_RUNS", 1)
+	var all []*redis.Client
+	for _, m := range tc.masters(t) {
+		mc := redis.NewClient(&redis.Options{Addr: m.addr})
+		t.Cleanup(func() { mc.Close() })
+		all = append(all, mc)
+	}
+	resetAll := func() {
+		for _, m := range all {
+			if err := m.ConfigResetStat(context.Background()).Err(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	for _, sh := range resetShapes {
+		t.Run(sh.name, func(t *testing.T) {
+			// A run that fails leaves keys evicted: the next shape's and
+			// subtest's ProvisionNew would refuse the masters.
+			t.Cleanup(resetAll)
+			var got []resetRun
+			for run := range runs {
+				for _, running := range []bool{true, false} {
+					for _, reset := range sh.variants() {
+						c := tc.client(t)
+						holding := func(prefix string) []*redis.Client {
+							on := map[string]bool{}
+							for k, addr := range keyNodes(t, c, prefix) {
+								if strings.Contains(k, ":id-") {
+									on[addr] = true
+								}
+							}
+							var ms []*redis.Client
+							for _, m := range all {
+								if on[m.Options().Addr] {
+									ms = append(ms, m)
+								}
+							}
+							return ms
+						}
+						got = append(got, burstIdleThenChange(t, c, all, holding, sh, running, reset, run%2 == 1))
+						// A control leaves keys evicted on a running server:
+						// the next run's ProvisionNew, and the subtests after
+						// this one, would refuse it (a previous life).
+						resetAll()
+					}
+				}
+			}
+			checkResetRuns(t, sh, got)
 		})
 	}
 }

@@ -52,14 +52,17 @@
 //     the most up-to-date replica) or, without Durability,
 //     [Options.AllowAsyncReplicas].
 //   - Loss the server reports, found by the checks that run every
-//     [Options.RecheckInterval] (1 s by default) and compared with what
+//     [Options.RecheckInterval] (1 s by default) while the store is open,
+//     whether calls come or not, and compared with what
 //     the store saw of the same server before (a server is recognised by
 //     its run_id, kept per key space in <prefix>servers, so an app restart
 //     compares too): keys evicted or eviction made possible (a
 //     maxmemory-policy other than noeviction with maxmemory set), SWAPDB,
 //     FLUSHALL or FLUSHDB run, those counters reset (CONFIG RESETSTAT:
-//     also seen by total_commands_processed going down, unless the server
-//     ran more commands after the reset than before the last check),
+//     found by the entry a reset leaves in INFO commandstats, which shows
+//     a server's first reset always, and by ROLE's calls or
+//     total_commands_processed below what the last check read; see
+//     [Options.RecheckInterval]),
 //     persistence weakened on the same server (appendfsync no longer
 //     always, AOF switched off), a restart that lost markers. The store
 //     refuses every call at once, fences every shard for the key space's
@@ -143,6 +146,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/ctoken/ctoken/replay"
 	"github.com/redis/go-redis/v9"
@@ -295,8 +299,11 @@ type Options struct {
 	AllowRollback bool
 
 	// RecheckInterval is how often the store runs the server checks of
-	// [Open] again, in the background of the first call after each
-	// interval. A server that no longer fits the Options (a replica
+	// [Open] again while it is open: in the background of the first call
+	// after each interval, and by itself when no call comes (one goroutine
+	// per Store, which [Store.Close] ends; a Store dropped without Close
+	// ends it once the garbage collector has taken the Store). A server
+	// that no longer fits the Options (a replica
 	// attached, an eviction policy, RDB snapshots, a failover to a primary
 	// with weaker persistence) is found within about this long and every
 	// call refuses with [ErrConfig] for as long as it does not fit: the
@@ -304,7 +311,11 @@ type Options struct {
 	// loss on a server the store saw before (same run_id): keys evicted,
 	// eviction made possible (policy with maxmemory set), SWAPDB, FLUSHALL
 	// or FLUSHDB run, those counters reset by CONFIG RESETSTAT (or
-	// total_commands_processed, which only a reset brings down),
+	// total_commands_processed, which only a reset brings down, or ROLE's
+	// calls; the reset's own entry in INFO commandstats, calls=1 after
+	// any reset, appeared or changed: a server's first reset is always
+	// seen, a later one made while no store of the key space ran can be
+	// missed, see docs/fleet-reference.md),
 	// appendfsync no longer always, AOF switched off (which leaves the old
 	// AOF for the next start to load), or a restart that lost fence
 	// markers, makes every call refuse at once ([ErrFenced]) and fences
@@ -322,8 +333,9 @@ type Options struct {
 	// accepted twice), and after a policy switched on and back off between
 	// two of the store's scripts.
 	// Each recheck is a few commands on every master (ROLE, INFO server,
-	// stats and commandstats, CONFIG GET, TIME, one EXISTS). Zero means
-	// DefaultRecheckInterval (1 s); negative is refused.
+	// stats and commandstats, CONFIG GET, TIME, one EXISTS), also while
+	// the store is idle. Zero means DefaultRecheckInterval (1 s); negative
+	// is refused.
 	//
 	// AOF switched off at run time (CONFIG SET appendonly no) has no window
 	// on a server that runs AOF with appendfsync always and knows WAITAOF
@@ -425,6 +437,8 @@ type Store struct {
 
 	logged  [numEventKinds]atomic.Int64 // unix ms of the last log line per kind
 	cancels cancels
+	// watched is closed when the store's watch ends (see [watch]).
+	watched chan struct{}
 }
 
 var (
@@ -522,6 +536,8 @@ func New(client Client, opts Options) (*Store, error) {
 	rand.Read(b[:])
 	s.nonceBase = "1" + hex.EncodeToString(b[:]) + "."
 	s.cancels.init()
+	s.watched = make(chan struct{})
+	go watch(weak.Make(s), s.recheckEvery, s.cancels.stop, s.watched)
 	return s, nil
 }
 
@@ -550,19 +566,22 @@ func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if err := s.ready(ctx); err != nil {
+		s.Close() // its watch ends now, not when the garbage collector takes it
 		return nil, err
 	}
 	if err := s.checkKeySpace(ctx); err != nil {
+		s.Close()
 		return nil, err
 	}
 	s.spaceOK.Store(true)
 	return s, nil
 }
 
-// Close stops the store's background work (the releases of leases whose
+// Close stops the store's background work (the server checks it runs
+// every [Options.RecheckInterval], and the releases of leases whose
 // acquisition had an unknown outcome; those leases then end by themselves)
 // and waits for it. It does not close the client. A closed Store keeps
-// answering calls.
+// answering calls, and runs no more checks.
 func (s *Store) Close() error {
 	s.cancels.close()
 	return nil

@@ -35,13 +35,16 @@ import (
 //     maxmemory > 0), unless AllowEviction;
 //   - SWAPDB, FLUSHALL or FLUSHDB ran (their calls in INFO commandstats
 //     grew);
-//   - any of these counters went down, or total_commands_processed (INFO
-//     stats) did, which only CONFIG RESETSTAT does to a running server: it
-//     zeroes the loss counters, so the evictions and flushes between the
-//     last check and the reset are hidden, and nothing proves there were
-//     none. A reset is missed when the server processed more commands
-//     after it than before the last check read it (a young server under
-//     load): see docs/fleet-reference.md;
+//   - CONFIG RESETSTAT ran: it zeroes the loss counters, so the evictions
+//     and flushes between the last check and the reset are hidden, and
+//     nothing proves there were none. Every witness of a reset is
+//     evidence (see [resetWitnesses]): a loss counter or
+//     total_commands_processed (INFO stats) went down; the reset's own
+//     entry in INFO commandstats appeared (cmdstat_config|resetstat,
+//     which counts the reset itself: calls=1 after any reset, absent
+//     before the first) or changed (its usec: another reset); or ROLE's
+//     calls are fewer than the last check read plus the one this check
+//     ran. See docs/fleet-reference.md for what stays unseen;
 //   - AOF switched off, or appendfsync no longer always, on the same server
 //     (the next start may load the old AOF, or a machine crash lose the
 //     last second, with the fence markers and without the later claims).
@@ -71,13 +74,24 @@ import (
 // a new Store compares with the old one and finds the evidence again (lost
 // only when the server restarts too before any fence was written).
 
-// counters are the loss counters of one server, and commands, its
-// total_commands_processed: it grows with every command (the checks' own
-// included) and only CONFIG RESETSTAT brings it down, so it shows a reset
-// that left every loss counter at its baseline. 0 when not read.
+// counters are the loss counters of one server, and the witnesses of a
+// CONFIG RESETSTAT that left every loss counter at its baseline (see
+// [resetWitnesses]).
 type counters struct {
 	evicted, swapdb, flushall, flushdb int64
-	commands                           int64
+	// commands is total_commands_processed: it grows with every command
+	// (the checks' own included) and only a reset brings it down. 0 when
+	// not read.
+	commands int64
+	// resets and resetUsec are calls and usec of cmdstat_config|resetstat
+	// (Redis 7 and Valkey count subcommands): 0 before the server's first
+	// reset, calls=1 after any reset (it zeroes the statistics, then
+	// counts itself), usec that reset's own duration. role is ROLE's calls
+	// (cmdstat_role), which the checks run and little else does. witness
+	// reports that these three were read; a baseline an older store wrote
+	// lacks them.
+	resets, resetUsec, role int64
+	witness                 bool
 }
 
 // baseline is what the checks saw of one server (one run_id).
@@ -93,7 +107,8 @@ type baseline struct {
 const maxServers = 32
 
 // encode writes b for <prefix>servers, with the time it was written
-// (version 2: version 1 had no commands).
+// (version 3; version 2 had no reset witnesses, version 1 no commands).
+// Version 2 is written for a baseline without witnesses.
 func (b baseline) encode(now time.Time) string {
 	bit := func(v bool) int {
 		if v {
@@ -101,33 +116,44 @@ func (b baseline) encode(now time.Time) string {
 		}
 		return 0
 	}
-	return fmt.Sprintf("2 %d %d %d %d %d %d %d %d %d", b.evicted, b.swapdb, b.flushall, b.flushdb,
+	v2 := fmt.Sprintf("%d %d %d %d %d %d %d %d %d", b.evicted, b.swapdb, b.flushall, b.flushdb,
 		bit(b.evictable), bit(b.aof), bit(b.fsyncAlways), now.UnixMilli(), b.commands)
+	if !b.witness {
+		return "2 " + v2
+	}
+	return fmt.Sprintf("3 %s %d %d %d", v2, b.resets, b.resetUsec, b.role)
 }
 
 // kept is the part of b that <prefix>servers keeps, as commit compares
 // it: the most replicas and the markers are this Store's own (another
 // Store's count of replicas would outlive the replicas themselves), and
-// commands counts only to its highest power of two, so the baseline is
-// written again when it doubled, not at every check (a stored commands
-// lower than the server's is still a sound witness: only a reset brings
-// the server's below it).
+// commands and role count only to their highest power of two, so the
+// baseline is written again when one doubled, not at every check (a
+// stored count lower than the server's is still a sound witness: only a
+// reset brings the server's below it).
 func (b baseline) kept() baseline {
 	b.replicas, b.markers = 0, -1
-	if b.commands > 0 {
-		b.commands = 1 << (bits.Len64(uint64(b.commands)) - 1)
-	}
+	b.commands, b.role = floorPow2(b.commands), floorPow2(b.role)
 	return b
 }
 
-// decodeBaseline reads what encode wrote (version 2, or version 1 without
-// commands), and when it was written.
+// floorPow2 is n's highest power of two; n when not positive.
+func floorPow2(n int64) int64 {
+	if n <= 0 {
+		return n
+	}
+	return 1 << (bits.Len64(uint64(n)) - 1)
+}
+
+// decodeBaseline reads what encode wrote (version 3, version 2 without
+// the reset witnesses, or version 1 without commands either), and when it
+// was written.
 func decodeBaseline(s string) (baseline, int64, bool) {
 	f := strings.Fields(s)
-	if len(f) == 0 || !(f[0] == "1" && len(f) == 9 || f[0] == "2" && len(f) == 10) {
+	if len(f) == 0 || !(f[0] == "1" && len(f) == 9 || f[0] == "2" && len(f) == 10 || f[0] == "3" && len(f) == 13) {
 		return baseline{}, 0, false
 	}
-	var n [9]int64
+	var n [12]int64
 	for i := range f[1:] {
 		v, err := strconv.ParseInt(f[i+1], 10, 64)
 		if err != nil || v < 0 {
@@ -135,8 +161,9 @@ func decodeBaseline(s string) (baseline, int64, bool) {
 		}
 		n[i] = v
 	}
-	return baseline{counters: counters{n[0], n[1], n[2], n[3], n[8]}, evictable: n[4] == 1, aof: n[5] == 1,
-		fsyncAlways: n[6] == 1, markers: -1}, n[7], true
+	return baseline{counters: counters{evicted: n[0], swapdb: n[1], flushall: n[2], flushdb: n[3], commands: n[8],
+		resets: n[9], resetUsec: n[10], role: n[11], witness: f[0] == "3"},
+		evictable: n[4] == 1, aof: n[5] == 1, fsyncAlways: n[6] == 1, markers: -1}, n[7], true
 }
 
 // servers is what a Store knows of the servers behind its client.
@@ -151,6 +178,9 @@ type servers struct {
 	// unsaved are the run_ids whose baseline <prefix>servers lacks (a
 	// write failed): the next check writes them again.
 	unsaved map[string]bool
+	// entries is, per run_id, the entry of <prefix>servers this Store
+	// last read or wrote: an entry that differs was written by another.
+	entries map[string]string
 	// loss, when not nil, is evidence not yet fenced: every call refuses.
 	// It is changed under mu and read without it.
 	loss atomic.Pointer[string]
@@ -225,7 +255,7 @@ func (s *Store) identify(ctx context.Context, do func(args ...any) (any, error),
 	if ok || !persist {
 		return run, persist, b, ok, false, nil
 	}
-	b, found, readable, err := s.loadBaseline(ctx, run)
+	b, found, readable, _, err := s.loadBaseline(ctx, run)
 	switch {
 	case err != nil && isRefused(err):
 		s.warnOnce(warnServersKey, "redisstore: cannot read or write the key space's server baselines (HGET, HSET, HLEN refused); the store keeps what it saw of each server in memory only, so a new Open does not compare with it")
@@ -250,18 +280,26 @@ func (s *Store) identify(ctx context.Context, do func(args ...any) (any, error),
 }
 
 // loadBaseline reads the baseline of run from <prefix>servers: found
-// reports an entry, readable one that could be read.
-func (s *Store) loadBaseline(ctx context.Context, run string) (b baseline, found, readable bool, err error) {
+// reports an entry, readable one that could be read; mine that it is the
+// entry this Store last read or wrote there (no other Store wrote since).
+func (s *Store) loadBaseline(ctx context.Context, run string) (b baseline, found, readable, mine bool, err error) {
 	v, err := s.call(ctx, "HGET", s.serversKey(), run)
 	switch {
 	case errors.Is(err, errNil):
-		return baseline{}, false, false, nil
+		return baseline{}, false, false, false, nil
 	case err != nil:
-		return baseline{}, false, false, err
+		return baseline{}, false, false, false, err
 	}
 	str, _ := v.(string)
 	b, _, ok := decodeBaseline(str)
-	return b, true, ok, nil
+	s.srv.mu.Lock()
+	mine = s.srv.entries[run] == str
+	if s.srv.entries == nil {
+		s.srv.entries = map[string]string{}
+	}
+	s.srv.entries[run] = str
+	s.srv.mu.Unlock()
+	return b, true, ok, mine, nil
 }
 
 // serversKey is the key of the hash of server baselines.
@@ -302,17 +340,29 @@ func (s *Store) readCounters(ctx context.Context, do func(args ...any) (any, err
 	c.swapdb = cmdCalls(text, "swapdb")
 	c.flushall = cmdCalls(text, "flushall")
 	c.flushdb = cmdCalls(text, "flushdb")
+	if _, ring := s.client.(*redis.Ring); !ring {
+		// A Ring sends each keyless command to a shard of its choice: the
+		// counts of one read may come from two servers.
+		c.resets = cmdCalls(text, "config|resetstat")
+		c.resetUsec = cmdStat(text, "config|resetstat", "usec")
+		c.role = cmdCalls(text, "role")
+		c.witness = true
+	}
 	return c, true, nil
 }
 
 // cmdCalls reads calls=N of cmdstat_<name> in INFO commandstats; 0 when
 // the command never ran.
-func cmdCalls(text, name string) int64 {
+func cmdCalls(text, name string) int64 { return cmdStat(text, name, "calls") }
+
+// cmdStat reads the field of cmdstat_<name> in INFO commandstats (calls,
+// usec); 0 when the command never ran.
+func cmdStat(text, name, field string) int64 {
 	v := infoValue(text, "cmdstat_"+name)
 	for _, kv := range strings.Split(v, ",") {
-		if k, n, _ := strings.Cut(kv, "="); k == "calls" {
+		if k, n, _ := strings.Cut(kv, "="); k == field {
 			c, _ := strconv.ParseInt(n, 10, 64)
-			return c
+			return max(c, 0)
 		}
 	}
 	return 0
@@ -394,8 +444,10 @@ func (s *Store) livedBefore(ctx context.Context, markers int) (bool, error) {
 // of it before (old, when known) and returns the evidence of loss it
 // shows. prev is the baseline of the run that was behind the same client
 // before, when it was another run (nil otherwise); history that the key
-// space knows another server.
-func judge(old *baseline, now baseline, countersOK bool, prev *baseline, history, allowEviction bool) []string {
+// space knows another server; ownRole how many ROLE calls the server
+// answered to this store after old was read and before now was (see
+// [resetWitnesses]).
+func judge(old *baseline, now baseline, countersOK bool, prev *baseline, history, allowEviction bool, ownRole int64) []string {
 	var ev []string
 	if old == nil {
 		if countersOK && history && now.evicted > 0 && !allowEviction {
@@ -424,9 +476,7 @@ func judge(old *baseline, now baseline, countersOK bool, prev *baseline, history
 				ev = append(ev, fmt.Sprintf("%s grew from %d to %d", c.name, c.was, c.now))
 			}
 		}
-		if old.commands > 0 && now.commands > 0 && now.commands < old.commands {
-			ev = append(ev, fmt.Sprintf("total_commands_processed went down from %d to %d: CONFIG RESETSTAT zeroed the loss counters, hiding any eviction or flush before it", old.commands, now.commands))
-		}
+		ev = append(ev, resetWitnesses(old.counters, now.counters, ownRole)...)
 	}
 	if now.evictable && !old.evictable && !allowEviction {
 		ev = append(ev, "eviction became possible (maxmemory-policy not noeviction, maxmemory set)")
@@ -435,6 +485,51 @@ func judge(old *baseline, now baseline, countersOK bool, prev *baseline, history
 		ev = append(ev, "AOF switched off (the next start may load the old AOF)")
 	} else if old.fsyncAlways && now.aof && !now.fsyncAlways {
 		ev = append(ev, "appendfsync no longer always (a machine crash loses the last claims)")
+	}
+	return ev
+}
+
+// resetWitnesses returns what shows that CONFIG RESETSTAT ran on a server
+// between two reads of its counters, old and now, whose loss counters
+// may all be back at their baseline. A reset zeroes every statistic;
+// each witness below is one that what followed the reset cannot regrow
+// past its baseline without the reset showing otherwise:
+//
+//   - total_commands_processed went down: missed when the server ran more
+//     commands after the reset than in its life until old was read.
+//   - cmdstat_config|resetstat appeared: the reset counts itself, so it
+//     reads calls=1 after any reset and is absent before a server's
+//     first. Nothing hides a first reset (Redis 7 and Valkey: Redis 6.2
+//     does not count subcommands).
+//   - cmdstat_config|resetstat's usec changed: another reset (its own
+//     duration, in µs); missed when two resets took the same time.
+//   - ROLE's calls are fewer than old's plus ownRole, the calls this store
+//     saw answered in between: only other clients' ROLE calls since the
+//     reset (another store's checks) can make up for it, so a reset is
+//     missed only when they ran ROLE at least as often as the server had
+//     until old was read.
+//
+// A witness is judged only where both reads have it (a baseline an older
+// store wrote has none but total_commands_processed).
+func resetWitnesses(old, now counters, ownRole int64) []string {
+	const hid = "CONFIG RESETSTAT zeroed the loss counters, hiding any eviction or flush before it"
+	var ev []string
+	if old.commands > 0 && now.commands > 0 && now.commands < old.commands {
+		ev = append(ev, fmt.Sprintf("total_commands_processed went down from %d to %d: %s", old.commands, now.commands, hid))
+	}
+	if !old.witness || !now.witness {
+		return ev
+	}
+	switch {
+	case old.resets == 0 && now.resets > 0:
+		ev = append(ev, fmt.Sprintf("INFO commandstats counts a CONFIG RESETSTAT (cmdstat_config|resetstat calls=%d) where the last check saw none: %s", now.resets, hid))
+	case old.resets > 0 && now.resets > 0 && now.resetUsec != old.resetUsec:
+		ev = append(ev, fmt.Sprintf("cmdstat_config|resetstat changed (usec %d, was %d): another CONFIG RESETSTAT ran; %s", now.resetUsec, old.resetUsec, hid))
+	case now.resets < old.resets:
+		ev = append(ev, fmt.Sprintf("cmdstat_config|resetstat calls went down from %d to %d: %s", old.resets, now.resets, hid))
+	}
+	if old.role > 0 && now.role < old.role+ownRole {
+		ev = append(ev, fmt.Sprintf("ROLE calls went from %d to %d although this store ran ROLE %d times since: %s", old.role, now.role, ownRole, hid))
 	}
 	return ev
 }
@@ -510,6 +605,9 @@ func (s *Store) commit(ctx context.Context, obs []observation) {
 	if s.srv.runs == nil {
 		s.srv.runs, s.srv.current, s.srv.unsaved = map[string]*baseline{}, map[string]string{}, map[string]bool{}
 	}
+	if s.srv.entries == nil {
+		s.srv.entries = map[string]string{}
+	}
 	var write []observation
 	for _, o := range obs {
 		b := o.next
@@ -532,21 +630,23 @@ func (s *Store) commit(ctx context.Context, obs []observation) {
 			// without AllowEviction still finds them.
 			var b baseline
 			var readable bool
-			if b, _, readable, err = s.loadBaseline(ctx, o.run); err == nil {
+			if b, _, readable, _, err = s.loadBaseline(ctx, o.run); err == nil {
 				kept.evicted = 0
 				if readable {
 					kept.evicted = min(b.evicted, o.next.evicted)
 				}
 			}
 		}
+		entry := kept.encode(time.Now())
 		if err == nil {
-			_, err = s.call(ctx, "HSET", s.serversKey(), o.run, kept.encode(time.Now()))
+			_, err = s.call(ctx, "HSET", s.serversKey(), o.run, entry)
 		}
 		s.srv.mu.Lock()
 		if err != nil {
 			s.srv.unsaved[o.run] = true
 		} else {
 			delete(s.srv.unsaved, o.run)
+			s.srv.entries[o.run] = entry
 		}
 		s.srv.mu.Unlock()
 		if err == nil {

@@ -229,6 +229,8 @@ type fakeServer struct {
 	runID                              string // "": INFO server gives none
 	evicted, swapdb, flushall, flushdb int64
 	commands                           int64 // total_commands_processed: every Do counts
+	roles                              int64 // ROLE's calls: every ROLE counts
+	resets, resetUsec                  int64 // cmdstat_config|resetstat
 	policy, maxmemory                  string
 	appendonly, appendfsync, save      string
 	markers                            int64
@@ -241,6 +243,13 @@ type fakeServer struct {
 func newFake() *fakeServer {
 	return &fakeServer{runID: "run-a", policy: "noeviction", maxmemory: "0", appendonly: "no", appendfsync: "everysec",
 		markers: Shards, servers: map[string]string{}}
+}
+
+// resetStat is CONFIG RESETSTAT, which took usec µs: every counter
+// zeroed, then the reset counted.
+func (f *fakeServer) resetStat(usec int64) {
+	f.evicted, f.swapdb, f.flushall, f.flushdb, f.commands, f.roles = 0, 0, 0, 0, 1, 0
+	f.resets, f.resetUsec = 1, usec
 }
 
 func (f *fakeServer) set(change func(f *fakeServer)) {
@@ -257,6 +266,7 @@ func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
 	arg := func(i int) string { s, _ := args[i].(string); return s }
 	switch arg(0) {
 	case "ROLE":
+		f.roles++
 		cmd.SetVal([]any{"master", int64(0), []any{}})
 	case "INFO":
 		switch arg(1) {
@@ -277,10 +287,13 @@ func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
 		case "commandstats":
 			var b strings.Builder
 			b.WriteString("# Commandstats\r\ncmdstat_get:calls=9,usec=1\r\n")
-			for name, n := range map[string]int64{"swapdb": f.swapdb, "flushall": f.flushall, "flushdb": f.flushdb} {
+			for name, n := range map[string]int64{"swapdb": f.swapdb, "flushall": f.flushall, "flushdb": f.flushdb, "role": f.roles} {
 				if n > 0 {
 					fmt.Fprintf(&b, "cmdstat_%s:calls=%d,usec=3,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n", name, n)
 				}
+			}
+			if f.resets > 0 {
+				fmt.Fprintf(&b, "cmdstat_config|resetstat:calls=%d,usec=%d,usec_per_call=%d.00,rejected_calls=0,failed_calls=0\r\n", f.resets, f.resetUsec, f.resetUsec)
 			}
 			cmd.SetVal(b.String())
 		}
@@ -332,6 +345,10 @@ func (f *fakeServer) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return cmd
 }
 
+// resetBefore is a server reset once before the store opened (a
+// dashboard that resets), by a reset that took 28 µs.
+func resetBefore(f *fakeServer) { f.resetStat(28) }
+
 // TestLoss pins evidence of loss on the server: told from conditions,
 // refused until the fence is written, and consumed once, by one store.
 func TestLoss(t *testing.T) {
@@ -377,6 +394,25 @@ func serverChecksTellLossFromConditions(t *testing.T) {
 		{"CONFIG RESETSTAT with every loss counter at zero", nil, Options{}, func(f *fakeServer) { f.commands = 0 }, false, true, false, nil},
 		{"app restart, then CONFIG RESETSTAT with every loss counter at zero", nil, Options{}, func(f *fakeServer) { f.commands = 0 }, true, true, false, nil},
 		{"a server that does not report total_commands_processed", nil, Options{}, func(f *fakeServer) { f.commands = math.MinInt64 / 2 }, false, false, false, nil},
+		// Issue 66: a reset followed by more commands than the server had
+		// run before (a young server after a burst, or others' traffic).
+		{"CONFIG RESETSTAT, then more commands than before", nil, Options{}, func(f *fakeServer) { f.resetStat(28); f.commands = 1 << 20 }, false, true, false, nil},
+		{"app restart, then CONFIG RESETSTAT and more commands than before", nil, Options{}, func(f *fakeServer) { f.resetStat(28); f.commands = 1 << 20 }, true, true, false, nil},
+		{"a second CONFIG RESETSTAT, then more commands than before", resetBefore, Options{}, func(f *fakeServer) { f.resetStat(31); f.commands = 1 << 20 }, false, true, false, nil},
+		{"a second CONFIG RESETSTAT as long as the first, then more commands than before", resetBefore, Options{}, func(f *fakeServer) { f.resetStat(28); f.commands = 1 << 20 }, false, true, false, nil},
+		{"app restart, then a second CONFIG RESETSTAT as long as the first, and more commands than before", resetBefore, Options{}, func(f *fakeServer) { f.resetStat(28); f.commands = 1 << 20 }, true, true, false, nil},
+		// Not seen: the reset took as long as the one before, and others
+		// ran more commands and ROLE calls after it than the server had
+		// run before (docs/fleet-reference.md).
+		{"a second CONFIG RESETSTAT as long as the first, then more commands and ROLE calls than before", resetBefore, Options{}, func(f *fakeServer) { f.resetStat(28); f.commands, f.roles = 1<<20, 1<<10 }, false, false, false, nil},
+		{"others' ROLE calls", nil, Options{}, func(f *fakeServer) { f.roles += 5 }, false, false, false, nil},
+		{"app restart on a server reset before, its baseline from an older store", func(f *fakeServer) {
+			// Version 2: no reset witness; the reset before it is not
+			// evidence.
+			f.resetStat(28)
+			f.commands = 100
+			f.servers["run-a"] = "2 0 0 0 0 0 0 0 1700000000123 64"
+		}, Options{}, func(f *fakeServer) {}, true, false, false, nil},
 		{"AOF switched off", aofAlways, Options{}, func(f *fakeServer) { f.appendonly = "no" }, false, true, false, nil},
 		{"appendfsync weakened", aofAlways, Options{}, func(f *fakeServer) { f.appendfsync = "everysec" }, false, true, true, func(f *fakeServer) { f.appendfsync = "always" }},
 		{"appendfsync weakened, AllowRollback", aofAlways, Options{AllowRollback: true}, func(f *fakeServer) { f.appendfsync = "everysec" }, false, true, false, nil},
@@ -500,7 +536,9 @@ func TestBaselineEncodingRoundTrips(t *testing.T) {
 		b    baseline
 	}{
 		{"zero", baseline{markers: -1}},
-		{"counters and flags", baseline{counters: counters{1, 2, 3, 4, 5}, evictable: true, aof: true, fsyncAlways: true, markers: -1}},
+		{"counters and flags", baseline{counters: counters{evicted: 1, swapdb: 2, flushall: 3, flushdb: 4, commands: 5}, evictable: true, aof: true, fsyncAlways: true, markers: -1}},
+		{"reset witnesses", baseline{counters: counters{evicted: 1, swapdb: 2, flushall: 3, flushdb: 4, commands: 5, resets: 1, resetUsec: 28, role: 64, witness: true}, markers: -1}},
+		{"no reset yet", baseline{counters: counters{commands: 5, witness: true}, markers: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -512,12 +550,26 @@ func TestBaselineEncodingRoundTrips(t *testing.T) {
 		})
 	}
 	t.Run("version 1, without commands", func(t *testing.T) {
-		want := baseline{counters: counters{1, 2, 3, 4, 0}, evictable: true, aof: true, markers: -1}
+		want := baseline{counters: counters{evicted: 1, swapdb: 2, flushall: 3, flushdb: 4}, evictable: true, aof: true, markers: -1}
 		if got, ms, ok := decodeBaseline("1 1 2 3 4 1 1 0 1700000000123"); !ok || got != want || ms != 1700000000123 {
 			t.Fatalf("decode = %+v, %d, %v; want %+v", got, ms, ok, want)
 		}
 	})
+	t.Run("version 2, without reset witnesses", func(t *testing.T) {
+		want := baseline{counters: counters{evicted: 1, swapdb: 2, flushall: 3, flushdb: 4, commands: 64}, evictable: true, aof: true, markers: -1}
+		if got, ms, ok := decodeBaseline("2 1 2 3 4 1 1 0 1700000000123 64"); !ok || got != want || ms != 1700000000123 {
+			t.Fatalf("decode = %+v, %d, %v; want %+v", got, ms, ok, want)
+		}
+	})
+	t.Run("kept rounds commands and ROLE calls down to a power of two", func(t *testing.T) {
+		b := baseline{counters: counters{commands: 1000, role: 100, resets: 1, resetUsec: 28, witness: true}, replicas: 2, markers: 5}
+		want := baseline{counters: counters{commands: 512, role: 64, resets: 1, resetUsec: 28, witness: true}, markers: -1}
+		if got := b.kept(); got != want {
+			t.Fatalf("kept = %+v; want %+v", got, want)
+		}
+	})
 	for _, bad := range []string{"", "1 2 3", "2 0 0 0 0 0 0 0 5", "1 0 0 0 0 0 0 0 5 9", "2 0 0 0 0 0 0 0 5 -1", "3 0 0 0 0 0 0 0 5 9",
+		"3 0 0 0 0 0 0 0 5 9 1 28", "3 0 0 0 0 0 0 0 5 9 1 28 -1", "4 0 0 0 0 0 0 0 5 9 1 28 64",
 		"1 -1 0 0 0 0 0 0 5", "1 x 0 0 0 0 0 0 5"} {
 		if _, _, ok := decodeBaseline(bad); ok {
 			t.Fatalf("decodeBaseline(%q) accepted", bad)
