@@ -468,9 +468,6 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 	}
 	if read {
 		next.aof, next.fsyncAlways = aof, fsyncAlways
-		if s.dur.LocalAOF && aof && known && old.aof {
-			next.fsyncAlways = old.fsyncAlways // not read: WAITAOF waits for the fsync
-		}
 	}
 	// Fence markers (the client's one server).
 	master := masterKey(m)
@@ -534,8 +531,8 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 // master whose restart can bring back older data: the fence markers
 // survive such a rollback while the newest claims do not, so the loss is
 // not seen. A restart must bring back everything acknowledged (AOF with
-// appendfsync always, or with Durability.LocalAOF, which waits for the
-// fsync) or nothing (no AOF and no RDB snapshots: the markers are gone
+// appendfsync always, with or without Durability.LocalAOF: WAITAOF does
+// not prove the fsync under everysec, see below) or nothing (no AOF and no RDB snapshots: the markers are gone
 // too, and the shard is fenced). read is false when the settings cannot
 // be read (CONFIG GET refused: managed services); the store then runs and
 // says it could not check. Persistence weakened on a server that had it
@@ -559,17 +556,22 @@ func (s *Store) checkPersistence(ctx context.Context, do func(args ...any) (any,
 		switch ao {
 		case "yes":
 			aof = true
-			if s.dur.LocalAOF {
-				return nil // every write waits for WAITAOF's local fsync
-			}
 			fsync, err := get("appendfsync")
 			switch {
 			case err != nil:
 				return err
 			case fsync == "always":
 				fsyncAlways = true
+			case s.dur.LocalAOF:
+				// WAITAOF's local count is not a proof of the fsync under
+				// everysec: Valkey 8 and Redis 7.4 until February 2025
+				// report it when less than a second has passed since the
+				// last one, before the data written since is synced
+				// (redis/redis#13793).
+				cond = refuse(ErrConfig, "Durability.LocalAOF with appendfsync not always: WAITAOF can acknowledge the local fsync before it ran (Valkey 8, Redis 7.4 until redis/redis#13793, February 2025), so a machine crash can lose acknowledged claims while the fence markers survive; set appendfsync always, or AllowRollback",
+					fmt.Errorf("appendfsync %s", fsync))
 			default:
-				cond = refuse(ErrConfig, "AOF with appendfsync not always: a machine crash restarts Redis without the last claims and with the fence markers, so those IDs are accepted again; set appendfsync always, Durability.LocalAOF, or AllowRollback",
+				cond = refuse(ErrConfig, "AOF with appendfsync not always: a machine crash restarts Redis without the last claims and with the fence markers, so those IDs are accepted again; set appendfsync always, or AllowRollback",
 					fmt.Errorf("appendfsync %s", fsync))
 			}
 			return nil

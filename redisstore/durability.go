@@ -27,7 +27,11 @@ type Durability struct {
 	// Replicas is how many replicas must have received the write (WAIT).
 	Replicas int
 	// LocalAOF asks for the primary's own AOF to have fsynced the write
-	// (WAITAOF 1 ..., Redis 7.2 or newer, appendonly yes).
+	// (WAITAOF 1 ..., Redis 7.2 or newer, appendonly yes). It does not
+	// make appendfsync everysec safe: WAITAOF can acknowledge the local
+	// fsync before it ran there (Valkey 8, Redis 7.4 until
+	// redis/redis#13793, February 2025), so the store still requires
+	// appendfsync always (or Options.AllowRollback).
 	LocalAOF bool
 	// ReplicaAOF is how many replicas must have fsynced the write to their
 	// AOF (WAITAOF .. N, Redis 7.2 or newer).

@@ -149,7 +149,7 @@ func openRefusesAReplica(t *testing.T) {
 // Redis 7.0 has no WAITAOF (7.2 added it): a Durability asking for it is
 // refused at construction, not at the first claim.
 func openRefusesWAITAOFWithoutServerSupport(t *testing.T) {
-	srv := newServer(t, "--appendonly", "yes")
+	srv := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := srv.client()
 	ctx := context.Background()
 	info, err := c.Info(ctx, "server").Result()
@@ -300,12 +300,17 @@ func resentAcquireWritesItsLeaseAgain(t *testing.T) {
 
 // WAITAOF end to end on a server that has it (Valkey 8, Redis 7.2+; on
 // Redis 7.0 Open refuses, as TestOpen/WAITAOF without server support
-// shows): LocalAOF opens on appendfsync everysec and claims once; with
-// ReplicaAOF a replica that stops writing its AOF turns every claim into
-// ErrNotDurable, never first.
+// shows): LocalAOF is refused on appendfsync everysec (WAITAOF can
+// acknowledge the local fsync before it ran there: redis/redis#13793),
+// opens on always and claims once; with ReplicaAOF a replica that stops
+// writing its AOF turns every claim into ErrNotDurable, never first.
 func wAITAOFClaimsOnceAndRefusesAReplicaThatStopsFsyncing(t *testing.T) {
 	t.Parallel()
-	primary := newServer(t, "--appendonly", "yes", "--appendfsync", "everysec")
+	everysec := newServer(t, "--appendonly", "yes", "--appendfsync", "everysec")
+	if _, err := Open(context.Background(), everysec.client(), Options{Durability: Durability{LocalAOF: true}, Logger: quietLogger()}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Open with LocalAOF on appendfsync everysec = %v; want ErrConfig", err)
+	}
+	primary := newServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	c := primary.client()
 	ctx := context.Background()
 	info, err := c.Info(ctx, "server").Result()

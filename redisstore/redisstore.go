@@ -39,8 +39,10 @@
 //     rolls back to older data (an RDB snapshot, AOF everysec after a
 //     machine crash) keeps its markers and could not be detected, so a
 //     Redis configured for it is refused ([ErrConfig], unless
-//     [Options.AllowRollback]): persist with appendfsync always (or
-//     Durability.LocalAOF), or not at all.
+//     [Options.AllowRollback]): persist with appendfsync always, or not
+//     at all. Durability.LocalAOF does not stand in for appendfsync
+//     always: under everysec WAITAOF can acknowledge the local fsync
+//     before it ran (Valkey 8, Redis 7.4 until redis/redis#13793, February 2025).
 //   - A failover to a replica that missed the last writes: with
 //     [Options.Durability] every write waits for WAIT (and WAITAOF) on the
 //     connection that wrote, and too few acknowledgements is
@@ -285,8 +287,8 @@ type Options struct {
 
 	// AllowRollback lets the store run on a Redis whose restart can bring
 	// back older data: RDB snapshots without AOF (save not ""), or AOF
-	// with an appendfsync other than always and no Durability.LocalAOF
-	// (a machine crash loses the last second). Such a restart keeps the
+	// with an appendfsync other than always, with or without
+	// Durability.LocalAOF (a machine crash loses the last second). Such a restart keeps the
 	// fence markers and drops the newest claims, so those IDs are accepted
 	// again unseen (TestRollbackAcceptsTwiceWhenAllowed shows it). Without
 	// it such a store refuses to run ([ErrConfig]). A Redis that refuses
