@@ -451,7 +451,7 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 		s.warned.And(^uint32(warnCounters))
 		next.counters = now
 		if now.witness && now.resets > 0 {
-			s.warnOnce(warnResetStat, "redisstore: CONFIG RESETSTAT has run on this server (INFO commandstats): it zeroes the counters that show evictions and flushes; the store fences for each reset it sees, but a reset made while no store of this key space runs, on a server reset before, is seen only by its duration or when the commands after it are fewer than before (docs/fleet-reference.md); forbid it where the store runs (ACL -config|resetstat)")
+			s.warnOnce(warnResetStat, "redisstore: CONFIG RESETSTAT has run on this server (INFO commandstats): it zeroes the counters that show evictions and flushes; the store fences for each reset it sees, but a reset made while no store of this key space runs, on a server reset before, is seen only by its duration, or when the commands or ROLE calls after it are fewer than before (docs/fleet-reference.md); forbid it where the store runs (ACL -config|resetstat)")
 		}
 	}
 	// Persistence.
@@ -501,11 +501,15 @@ func (s *Store) checkMaster(ctx context.Context, m doer, found *riskSet) (o *obs
 		// entry can say so: this Store's own is the baseline it judged by
 		// (or older), and it counts no ROLE call owed to it (the entry
 		// may have been read after this check's ROLE).
+		// An entry without the reset witnesses (an older Store's, or
+		// one on a Ring) cannot judge what only they show: it does not
+		// consume evidence this check read with them.
 		b, _, readable, mine, err := s.loadBaseline(ctx, run)
 		if err != nil {
 			return nil, nil, err
 		}
-		if readable && !mine && len(judge(&b, next, countersOK, prev, history, s.opts.AllowEviction, 0)) == 0 {
+		if readable && !mine && (b.witness || !next.witness) &&
+			len(judge(&b, next, countersOK, prev, history, s.opts.AllowEviction, 0)) == 0 {
 			ob.evidence, ob.consumed = nil, true
 		}
 	}

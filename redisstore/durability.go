@@ -34,7 +34,11 @@ type Durability struct {
 	// appendfsync always (or Options.AllowRollback).
 	LocalAOF bool
 	// ReplicaAOF is how many replicas must have fsynced the write to their
-	// AOF (WAITAOF .. N, Redis 7.2 or newer).
+	// AOF (WAITAOF .. N, Redis 7.2 or newer). A replica reports its fsync
+	// through the same code as a primary, so on a replica with appendfsync
+	// everysec the acknowledgement can come before the fsync (see
+	// LocalAOF); the store does not read replicas' settings: run them
+	// with appendfsync always.
 	ReplicaAOF int
 	// Timeout bounds the wait; it must be shorter than Options.Timeout
 	// (when that is positive). Zero means DefaultDurabilityTimeout.

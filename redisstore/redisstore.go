@@ -336,8 +336,8 @@ type Options struct {
 	// two of the store's scripts.
 	// Each recheck is a few commands on every master (ROLE, INFO server,
 	// stats and commandstats, CONFIG GET, TIME, one EXISTS), also while
-	// the store is idle. Zero means DefaultRecheckInterval (1 s); negative
-	// is refused.
+	// the store is idle. Zero means DefaultRecheckInterval (1 s); negative,
+	// or under a millisecond, is refused.
 	//
 	// AOF switched off at run time (CONFIG SET appendonly no) has no window
 	// on a server that runs AOF with appendfsync always and knows WAITAOF
@@ -518,6 +518,8 @@ func New(client Client, opts Options) (*Store, error) {
 	switch {
 	case opts.RecheckInterval < 0:
 		faults = append(faults, "negative RecheckInterval (set 0 for DefaultRecheckInterval, or a positive interval)")
+	case opts.RecheckInterval > 0 && opts.RecheckInterval < time.Millisecond:
+		faults = append(faults, "RecheckInterval under a millisecond: the checks would run back to back, also while idle (set 0 for DefaultRecheckInterval, or at least 1 ms)")
 	case opts.RecheckInterval == 0:
 		s.recheckEvery = DefaultRecheckInterval
 	default:
@@ -586,6 +588,9 @@ func Open(ctx context.Context, client Client, opts Options) (*Store, error) {
 // answering calls, and runs no more checks.
 func (s *Store) Close() error {
 	s.cancels.close()
+	if s.watched != nil {
+		<-s.watched // the watch ends at its next select: stop is closed
+	}
 	return nil
 }
 

@@ -513,6 +513,7 @@ func newRefusesInvalidOptions(t *testing.T) {
 		{"Horizon under a millisecond", ok, Options{Horizon: time.Microsecond}},
 		{"negative MaxSkew", ok, Options{MaxSkew: -time.Second}},
 		{"negative RecheckInterval", ok, Options{RecheckInterval: -time.Second}},
+		{"RecheckInterval under a millisecond", ok, Options{RecheckInterval: time.Microsecond}},
 		{"MaxSkew over SkewMargin", ok, Options{MaxSkew: replay.SkewMargin + time.Second}},
 		{"negative replicas", ok, Options{Durability: Durability{Replicas: -1}}},
 		{"negative replica AOF", ok, Options{Durability: Durability{ReplicaAOF: -1}}},

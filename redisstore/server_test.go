@@ -362,6 +362,7 @@ func TestLoss(t *testing.T) {
 		{"pending loss not fenced again", pendingLossFencedByAnotherStoreIsNotFencedAgain},
 		{"allow eviction keeps others' evidence", allowEvictionDoesNotConsumeAnotherStoresEvidence},
 		{"allow eviction hides no new evictions", allowEvictionStoreDoesNotHideANewServersEvictions},
+		{"an entry without reset witnesses consumes no reset", entryWithoutWitnessesConsumesNoReset},
 	} {
 		t.Run(tc.name, tc.test)
 	}
@@ -601,6 +602,32 @@ func lossFencedByAnotherStoreIsConsumed(t *testing.T) {
 	}
 	if f.fences != Shards || len(f.ledger) != 1 {
 		t.Fatalf("%d fences, %d ledger entries; want %d and 1", f.fences, len(f.ledger), Shards)
+	}
+}
+
+// A CONFIG RESETSTAT that only the reset witnesses show (after it the
+// server ran more commands than before) is not consumed by another
+// Store's entry that lacks them (an older Store's, version 2, written
+// after the reset): that entry cannot say the reset was fenced, and the
+// store fences it.
+func entryWithoutWitnessesConsumesNoReset(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	s, err := Open(ctx, f, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f.set(func(f *fakeServer) {
+		f.resetStat(28)
+		f.commands = 1 << 20
+		f.servers["run-a"] = "2 0 0 0 0 0 0 0 1700000000123 1024" // an older Store's, after the reset
+	})
+	s.checkServer(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fences != Shards || len(f.ledger) != 1 {
+		t.Fatalf("%d fences, %d ledger entries; want %d and 1: the reset was taken as fenced by an entry that cannot show it", f.fences, len(f.ledger), Shards)
 	}
 }
 

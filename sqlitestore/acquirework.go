@@ -203,7 +203,7 @@ func (s *Store) acquireWork(ctx context.Context, id string, key []byte, lease ti
 		s.dropWriter()
 		return replay.Record{}, nil, unavailable(ctx, err)
 	}
-	q = inTx(ctx, wc)
+	q = s.inTx(ctx, wc)
 	fail := func(r replay.Record, err error) (replay.Record, *work, error) {
 		if _, rerr := (stmtQuerier{context.WithoutCancel(ctx), wc}).exec(`ROLLBACK`); rerr != nil {
 			s.dropWriter()
@@ -421,7 +421,7 @@ func (w *work) rolledBack(ctx context.Context) error {
 // transaction commits: three statements.
 func (w *work) commitAcquired(ctx context.Context, until time.Time, fp, result []byte) error {
 	s := w.s
-	q := inTx(ctx, w.wc)
+	q := s.inTx(ctx, w.wc)
 	if _, err := q.exec(`RELEASE ` + s.savepoint); err != nil {
 		if !strings.Contains(err.Error(), "no such savepoint") {
 			return w.end(ctx, unavailable(ctx, fmt.Errorf("release: %w", err)))

@@ -310,7 +310,7 @@ func (s *Store) beginWork(ctx context.Context, id, token string) (*work, error) 
 		s.dropWriter()
 		return nil, unavailable(ctx, err)
 	}
-	q = inTx(ctx, wc)
+	q = s.inTx(ctx, wc)
 	w := &work{s: s, id: id, token: token, wc: wc, conn: wc.conn, key: s.key(id)}
 	fail := func(err error) (*work, error) {
 		if _, rerr := (stmtQuerier{context.WithoutCancel(ctx), wc}).exec(`ROLLBACK`); rerr != nil {
@@ -383,7 +383,7 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 	if w.acquired {
 		return w.commitAcquired(ctx, until, fp, result)
 	}
-	q := inTx(ctx, w.wc)
+	q := s.inTx(ctx, w.wc)
 	now := s.now().UnixNano()
 	if err := w.intact(ctx); err != nil {
 		return err

@@ -528,14 +528,21 @@ type stmtQuerier struct {
 }
 
 // inTx is the querier of the statements that follow a BEGIN IMMEDIATE on
-// wc: they run to their end whatever ctx does. The connection holds
-// SQLite's write lock, so they wait for no other connection (no lock to
-// time out on); an interrupt would only leave the transaction, and at
-// COMMIT its outcome, in doubt. A context that cannot end also spares
-// each statement the driver's and database/sql's watch of it (a
-// goroutine and its allocations per statement on modernc: 189 → 150
-// allocations per transactional request, BENCHMARKS.md).
-func inTx(ctx context.Context, wc *wconn) stmtQuerier {
+// wc. In WAL mode they run to their end whatever ctx does: the connection
+// holds SQLite's write lock, so they wait for no other connection (COMMIT
+// appends to the WAL), and an interrupt would only leave the
+// transaction, and at COMMIT its outcome, in doubt. A context that cannot
+// end also spares each statement the driver's and database/sql's watch
+// of it (a goroutine and its allocations per statement on modernc: 189 →
+// 150 allocations per transactional request, BENCHMARKS.md). In the
+// rollback-journal modes a COMMIT (or a spill of the page cache) waits
+// for other connections' readers to take the exclusive lock, a wait the
+// caller's context bounds on drivers whose busy handler heeds it
+// (ncruces): there ctx is kept.
+func (s *Store) inTx(ctx context.Context, wc *wconn) stmtQuerier {
+	if !s.wal {
+		return stmtQuerier{ctx, wc}
+	}
 	return stmtQuerier{context.WithoutCancel(ctx), wc}
 }
 
