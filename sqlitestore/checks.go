@@ -389,6 +389,11 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	if haveSide && side.Boot != "" && side.Boot != s.boot {
 		return fmt.Errorf("%w: the machine went down while a store with synchronous=NORMAL (Options.AllowNormalSync) ran on %s, which acknowledges commits before they are on the disk: its last acknowledged claims may be gone: run Rearm once you have decided", ErrForgotten, s.path)
 	}
+	if pages, err := walLost(s.path, s.table); err != nil {
+		return unavailable(ctx, fmt.Errorf("reading the WAL kept at %s: %w", walLinkFile(s.path, s.table), err))
+	} else if pages > 0 {
+		return walLossError(s.path, s.table, pages)
+	}
 	g.incarnation = inc
 	g.seq.Store(seq)
 	if g.info, err = os.Stat(s.path); err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 )
@@ -214,6 +215,13 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 		return unavailable(ctx, err)
 	}
 	done = true
+	if rearm {
+		// The loss is decided: a WAL kept for New's look (see walLost)
+		// no longer refuses.
+		if err := os.Remove(walLinkFile(set.path, t)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: removing the WAL kept at %s: %w", ErrUnavailable, walLinkFile(set.path, t), err)
+		}
+	}
 	if !haveSide || legacy || rearm || side.Incarnation != inc {
 		var seqNow int64
 		if _, _, seqNow, err = s.marker(q); err != nil {

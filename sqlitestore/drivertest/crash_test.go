@@ -61,6 +61,12 @@ type faultJob struct {
 	Seed uint64 `json:"seed"`
 	// Gate makes the child wait, once ready, for a line on stdin.
 	Gate bool `json:"gate,omitempty"`
+	// HoldInWAL makes the child copy the WAL into the database file once
+	// its store is built, and then neither checkpoint (automatic
+	// checkpoints off) nor advance the store's sequence (no recheck): its
+	// claims stay in the WAL alone, as the commits made since the last
+	// checkpoint that followed an advance do.
+	HoldInWAL bool `json:"holdinwal,omitempty"`
 }
 
 // faultRange is the IDs Prefix+"0" to Prefix+"<N-1>".
@@ -104,13 +110,23 @@ func faultChild(spec string) error {
 		return fmt.Errorf("unknown mode %q", job.Mode)
 	}
 	ctx := context.Background()
-	db, err := sql.Open(driver.SQLName, driver.DSN(job.DB, Safe))
+	pragmas, opts := Safe, sqlitestore.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	if job.HoldInWAL {
+		pragmas, opts.RecheckInterval = With("wal_autocheckpoint", "0"), time.Hour
+	}
+	db, err := sql.Open(driver.SQLName, driver.DSN(job.DB, pragmas))
 	if err != nil {
 		return err
 	}
-	s, err := sqlitestore.New(ctx, db, sqlitestore.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	s, err := sqlitestore.New(ctx, db, opts)
 	if err != nil {
 		return fmt.Errorf("New: %w", err)
+	}
+	if job.HoldInWAL {
+		var busy, log, done int
+		if err := db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil || busy != 0 {
+			return fmt.Errorf("checkpoint: busy %d, %v", busy, err)
+		}
 	}
 	var out sync.Mutex
 	say := func(verb, id, extra string) {

@@ -77,6 +77,7 @@ func TestLoss(t *testing.T) {
 		{"older copy restored while stopped", olderCopyRestoredWhileStopped},
 		{"older copy restored after a crash", olderCopyRestoredAfterACrash},
 		{"deleted while stopped", deletedWhileStopped},
+		{"WAL deleted after a crash", walDeletedAfterACrash},
 		{"lost while running", lostWhileRunning},
 		{"read-only file", readOnlyFile},
 		{"the restore procedure accepts nothing twice", restoreProcedure},
@@ -345,6 +346,109 @@ func deletedWhileStopped(t *testing.T) {
 				t.Fatalf("New on a new file at the path = %v; want ErrForgotten", err)
 			}
 		})
+	}
+}
+
+// walDeletedAfterACrash: a process claiming IDs is SIGKILLed with its
+// claims in the WAL alone, the database file holding the sequence the
+// sidecar recorded (see faultJob.HoldInWAL), then the WAL file is deleted
+// (alone, or with the shared memory), and a new process opens the file
+// and runs Migrate: New refuses with ErrForgotten, and after Rearm (the
+// operator's decision, with a fence) no acknowledged ID is accepted. Beside
+// it the cases that lose nothing are served: after the kill another
+// program opens the file and closes it (SQLite copies the WAL into the
+// database file and deletes it), and a store closed cleanly.
+func walDeletedAfterACrash(t *testing.T) {
+	ways := []struct {
+		name string
+		// after acts on the files once the child is killed; lost says
+		// the commits in the WAL are gone.
+		after func(t *testing.T, d Driver, path string)
+		lost  bool
+	}{
+		{"WAL deleted", func(t *testing.T, _ Driver, path string) { removeFiles(t, path+"-wal") }, true},
+		{"WAL and shared memory deleted", func(t *testing.T, _ Driver, path string) { removeFiles(t, path+"-wal", path+"-shm") }, true},
+		{"another program opens and closes the file", func(t *testing.T, d Driver, path string) {
+			db, err := sql.Open(d.SQLName, d.DSN(path, Safe))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := db.QueryRow(`SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(path + "-wal"); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the WAL is still there after the last connection closed (%v): the case did not happen", err)
+			}
+		}, false},
+	}
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, w := range ways {
+				t.Run(w.name, func(t *testing.T) {
+					ctx := context.Background()
+					path := faultDB(t, d)
+					p := startFault(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true})
+					tally := newFaultTally()
+					for len(p.lines()) < 50 {
+						select {
+						case <-p.exited:
+							t.Fatalf("child exited; stderr:\n%s", p.stderr.String())
+						case <-time.After(10 * time.Millisecond):
+						}
+					}
+					p.kill()
+					tally.add(p.lines(), "c-")
+					if len(tally.acked) == 0 {
+						t.Fatal("no claim acknowledged before the kill")
+					}
+					w.after(t, d, path)
+
+					db := d.Open(t, path)
+					if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+						t.Fatalf("Migrate = %v", err)
+					}
+					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+					switch {
+					case w.lost && !errors.Is(err, sqlitestore.ErrForgotten):
+						if err == nil {
+							s.Close()
+						}
+						t.Fatalf("New after the WAL of %d acknowledged claims was deleted = %v; want ErrForgotten", len(tally.acked), err)
+					case w.lost:
+						t.Logf("New: %v", err)
+						if err := sqlitestore.Rearm(ctx, db, "", time.Hour); err != nil {
+							t.Fatal(err)
+						}
+						s = mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+					case err != nil:
+						t.Fatalf("New after a kill and a clean close of the file = %v; want a store (nothing was lost)", err)
+					default:
+						t.Cleanup(s.Close)
+					}
+					faultReport(t, "Claim of an ID acknowledged before the kill", faultEach(faultKeys(tally.acked), func(id string) error {
+						if first, _ := s.Claim(ctx, id, time.Now().Add(time.Hour)); first {
+							return errors.New("first again")
+						}
+						return nil
+					}))
+				})
+			}
+		})
+	}
+}
+
+// removeFiles deletes each file, which must exist.
+func removeFiles(t *testing.T, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -1,0 +1,100 @@
+// Package walfile reads SQLite's WAL file format
+// (https://www.sqlite.org/fileformat2.html#walformat) as SQLite's recovery
+// does: the frames whose salts are the header's and whose cumulative
+// checksums hold, up to the last commit frame. The store reads a WAL
+// that is no longer the database's, to tell whether the database file
+// holds its commits; the drivertest module checks it against SQLite's own
+// recovery.
+package walfile
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+)
+
+// The format: a 32-byte header, then frames of a 24-byte header and a
+// page each.
+const (
+	walMagic   = 0x377f0682 // the low bit: checksums of big-endian words
+	walVersion = 3007000
+	headerSize = 32
+	frameHead  = 24
+)
+
+// Committed reads a WAL file's valid frames (their salts the header's,
+// their cumulative checksums right) up to the last commit frame and
+// returns the page size and, for each page, the offset of its last
+// committed image. A file with no valid header or no commit holds no
+// commit.
+func Committed(f io.ReaderAt) (size int, last map[uint32]int64, err error) {
+	var hdr [headerSize]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		if err == io.EOF {
+			return 0, nil, nil
+		}
+		return 0, nil, err
+	}
+	be := binary.BigEndian
+	magic := be.Uint32(hdr[0:])
+	size = int(be.Uint32(hdr[8:]))
+	if magic&^1 != walMagic || size < 512 || size > 65536 || size&(size-1) != 0 {
+		return 0, nil, nil
+	}
+	bigEndian := magic&1 == 1
+	s1, s2 := checksum(bigEndian, 0, 0, hdr[:24])
+	if s1 != be.Uint32(hdr[24:]) || s2 != be.Uint32(hdr[28:]) {
+		return 0, nil, nil
+	}
+	if be.Uint32(hdr[4:]) != walVersion {
+		// SQLite refuses to open a database beside it.
+		return 0, nil, errors.New("a WAL file of an unknown version")
+	}
+	type frame struct {
+		pgno uint32
+		off  int64
+	}
+	var pending []frame
+	last = map[uint32]int64{}
+	buf := make([]byte, frameHead+size)
+	for off := int64(headerSize); ; off += int64(len(buf)) {
+		if _, err := f.ReadAt(buf, off); err != nil {
+			if err == io.EOF {
+				break
+			}
+			return 0, nil, err
+		}
+		pgno, commit := be.Uint32(buf[0:]), be.Uint32(buf[4:])
+		if pgno == 0 || !bytes.Equal(buf[8:16], hdr[16:24]) {
+			break
+		}
+		s1, s2 = checksum(bigEndian, s1, s2, buf[:8])
+		s1, s2 = checksum(bigEndian, s1, s2, buf[frameHead:])
+		if s1 != be.Uint32(buf[16:]) || s2 != be.Uint32(buf[20:]) {
+			break
+		}
+		pending = append(pending, frame{pgno, off + frameHead})
+		if commit != 0 {
+			for _, fr := range pending {
+				last[fr.pgno] = fr.off
+			}
+			pending = pending[:0]
+		}
+	}
+	return size, last, nil
+}
+
+// checksum continues SQLite's WAL checksum (s1, s2) over b, whose
+// length is a multiple of 8, read as 32-bit words of the WAL's byte order.
+func checksum(bigEndian bool, s1, s2 uint32, b []byte) (uint32, uint32) {
+	var order binary.ByteOrder = binary.LittleEndian
+	if bigEndian {
+		order = binary.BigEndian
+	}
+	for i := 0; i+8 <= len(b); i += 8 {
+		s1 += order.Uint32(b[i:]) + s2
+		s2 += order.Uint32(b[i+4:]) + s1
+	}
+	return s1, s2
+}
