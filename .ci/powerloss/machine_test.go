@@ -107,6 +107,17 @@ func (m *machine) cut() {
 	}
 }
 
+// tear is cut with a random half of the unsynced sectors landed (see
+// [dropfs.FS.Tear]).
+func (m *machine) tear(rng *rand.Rand) {
+	m.t.Helper()
+	landed, err := m.fs.Tear(rng)
+	if err != nil {
+		m.t.Fatalf("Tear: %v", err)
+	}
+	m.t.Logf("the tear landed %d unsynced sectors over synced ones", landed)
+}
+
 // boot unmounts the cut file system and mounts the synced state again.
 func (m *machine) boot() {
 	m.t.Helper()

@@ -233,7 +233,8 @@ func pgPool(t *testing.T, url string) *pgxpool.Pool {
 
 // TestPostgresPowerLoss claims IDs on a PostgreSQL whose data directory is
 // on a dropfs mount, kills every server process and cuts the power at a
-// random moment, restarts the server (crash recovery), and claims every
+// random moment (once also tearing writes: a random half of the unsynced
+// sectors that overwrite synced ones land), restarts the server (crash recovery), and claims every
 // acknowledged ID again. With synchronous_commit on (what the store
 // accepts without an opt-in) no ID may be accepted again; with it off and
 // AllowAsyncCommit the loss is measured and printed.
@@ -241,15 +242,17 @@ func TestPostgresPowerLoss(t *testing.T) {
 	tests := []struct {
 		name        string
 		syncCommit  string
+		tear        bool // half the unsynced sectors inside the synced sizes land (torn pages)
 		opts        pgstore.Options
 		mustKeepAll bool
 	}{
-		{"synchronous_commit on accepts nothing twice", "on", pgstore.Options{}, true},
-		{"synchronous_commit off with AllowAsyncCommit loses claims, measured", "off", pgstore.Options{AllowAsyncCommit: true}, false},
+		{"synchronous_commit on accepts nothing twice", "on", false, pgstore.Options{}, true},
+		{"synchronous_commit on accepts nothing twice through torn writes", "on", true, pgstore.Options{}, true},
+		{"synchronous_commit off with AllowAsyncCommit loses claims, measured", "off", false, pgstore.Options{AllowAsyncCommit: true}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := pgPowerLoss(t, tt.syncCommit, tt.opts)
+			c := pgPowerLoss(t, tt.syncCommit, tt.tear, tt.opts)
 			t.Logf("postgres synchronous_commit %s: %v", tt.syncCommit, c)
 			if c.acknowledged == 0 {
 				t.Fatal("nothing acknowledged: nothing measured")
@@ -264,7 +267,7 @@ func TestPostgresPowerLoss(t *testing.T) {
 	}
 }
 
-func pgPowerLoss(t *testing.T, syncCommit string, opts pgstore.Options) tally {
+func pgPowerLoss(t *testing.T, syncCommit string, tear bool, opts pgstore.Options) tally {
 	bin, template := pgTemplate(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -303,7 +306,11 @@ func pgPowerLoss(t *testing.T, syncCommit string, opts pgstore.Options) tally {
 		claim := func(id string) (bool, error) { return store.Claim(ctx, id, time.Now().Add(time.Hour)) }
 		acked := load(t, rng, round, claim, func() {
 			srv.kill()
-			m.cut()
+			if tear {
+				m.tear(rng)
+			} else {
+				m.cut()
+			}
 		})
 		srv.wait()
 		store.Close()

@@ -120,15 +120,18 @@ func (f *FS) Backing() string { return f.backing }
 // directory holds exactly the synced state, and every operation on the
 // mount fails with EIO until it is unmounted. Kill the processes using
 // the mount first: a write that lands after Cut fails, as on a dead disk.
-func (f *FS) Cut() error { return f.cut(nil) }
+func (f *FS) Cut() error { return f.cut(nil, nil) }
 
 // Tear is Cut, except that each unsynced 512-byte sector lying inside its
 // file's synced size lands on the backing file with probability one half,
 // independently of the others: a cut in the middle of the disk's writes,
-// in any order.
-func (f *FS) Tear(rng *rand.Rand) error { return f.cut(rng) }
+// in any order. It returns how many sectors landed.
+func (f *FS) Tear(rng *rand.Rand) (landed int, err error) {
+	err = f.cut(rng, &landed)
+	return landed, err
+}
 
-func (f *FS) cut(rng *rand.Rand) error {
+func (f *FS) cut(rng *rand.Rand, landed *int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.dead {
@@ -138,7 +141,9 @@ func (f *FS) cut(rng *rand.Rand) error {
 	var errs []error
 	for n := range f.overlays {
 		if rng != nil {
-			errs = append(errs, n.ov.tear(rng))
+			k, err := n.ov.tear(rng)
+			*landed += k
+			errs = append(errs, err)
 		}
 		n.ov.close()
 		n.ov = nil
@@ -418,8 +423,9 @@ func (o *overlay) sync() error {
 }
 
 // tear lands a random half of the unsynced sectors that lie inside the
-// backing file's size below floor, in random order.
-func (o *overlay) tear(rng *rand.Rand) error {
+// backing file's size below floor, in random order, and returns how many
+// landed.
+func (o *overlay) tear(rng *rand.Rand) (int, error) {
 	type sector struct {
 		off  int64
 		data []byte
@@ -439,12 +445,12 @@ func (o *overlay) tear(rng *rand.Rand) error {
 		}
 	}
 	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
-	for _, s := range all {
+	for i, s := range all {
 		if _, err := syscall.Pwrite(o.fd, s.data, s.off); err != nil {
-			return err
+			return i, err
 		}
 	}
-	return nil
+	return len(all), nil
 }
 
 // node is a loopback node whose file data goes through an overlay and

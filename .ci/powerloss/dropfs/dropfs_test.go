@@ -337,7 +337,7 @@ func TestTear(t *testing.T) {
 		_, err = fh.Write(bytes.Repeat([]byte{'n'}, 64*512+512)) // one sector past the synced size
 		must(t, err)
 		must(t, fh.Close())
-		f = reboot(t, f, func() error { return f.Tear(rand.New(rand.NewPCG(1, 2))) })
+		f = reboot(t, f, func() error { _, err := f.Tear(rand.New(rand.NewPCG(1, 2))); return err })
 		b, err := os.ReadFile(filepath.Join(f.Mountpoint(), "a"))
 		must(t, err)
 		if len(b) != len(old) {
