@@ -3,6 +3,7 @@ package pgstore
 import (
 	"errors"
 	"fmt"
+	"github.com/ctoken/ctoken/replay"
 	"os"
 	"path/filepath"
 	"strings"
@@ -307,8 +308,8 @@ func recheckRefusesWhatNewWouldRefuse(t *testing.T) {
 	waitFor("at start", nil)
 	exec(`ALTER SYSTEM SET synchronous_commit = off`, `SELECT pg_reload_conf()`)
 	waitFor("synchronous_commit turned off", ErrConfig)
-	if l, err := s.AcquireLease(bg(), "lease", time.Minute); l.State != 0 || !errors.Is(err, ErrConfig) {
-		t.Fatalf("AcquireLease while refused = %+v, %v; want ErrConfig", l, err)
+	if l, err := s.AcquireLease(bg(), "lease", time.Minute); l.State != 0 || !errors.Is(err, ErrConfig) || !errors.Is(err, replay.ErrConfig) {
+		t.Fatalf("AcquireLease while refused = %+v, %v; want ErrConfig, which matches replay.ErrConfig (an operator must act)", l, err)
 	}
 	exec(`ALTER SYSTEM RESET synchronous_commit`, `SELECT pg_reload_conf()`)
 	waitFor("synchronous_commit on again", nil)

@@ -133,9 +133,17 @@ var (
 	// RequireSynchronousStandby, an instance clock too far behind the
 	// database's, a Prefix over MaxPrefixBytes, a table of the key layout
 	// before v2 or without the record columns (run [Migrate]), or a
-	// negative option.
-	ErrConfig = errors.New("pgstore: invalid configuration")
+	// negative option. It matches [replay.ErrConfig], so the middlewares
+	// answer it as a refusal only an operator can lift.
+	ErrConfig error = configError("pgstore: invalid configuration")
 )
+
+// configError is ErrConfig: its own text, and it matches [replay.ErrConfig],
+// the refusal the middlewares answer as one only an operator can lift.
+type configError string
+
+func (e configError) Error() string        { return string(e) }
+func (e configError) Is(target error) bool { return target == replay.ErrConfig }
 
 // Options configures a Store. The zero value is ready to use.
 type Options struct {

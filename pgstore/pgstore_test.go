@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -83,8 +84,8 @@ func newRefusesBadConfiguration(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := New(bg(), tc.pool, tc.opts)
-			if s != nil || !errors.Is(err, ErrConfig) {
-				t.Fatalf("New = %v, %v; want ErrConfig", s, err)
+			if s != nil || !errors.Is(err, ErrConfig) || !errors.Is(err, replay.ErrConfig) {
+				t.Fatalf("New = %v, %v; want ErrConfig, which matches replay.ErrConfig", s, err)
 			}
 		})
 	}

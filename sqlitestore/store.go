@@ -76,9 +76,19 @@ var (
 	// commits (journal_mode OFF or MEMORY), synchronous below FULL without
 	// AllowNormalSync, busy_timeout 0, a pool limited to one connection,
 	// a read-only connection, a missing table (run [Migrate]), an invalid
-	// table name, a Prefix over MaxPrefixBytes, or a negative option.
-	ErrConfig = errors.New("sqlitestore: invalid configuration")
+	// table name, a Prefix over MaxPrefixBytes, or a negative option; and
+	// a running store's refusal of a connection a handler lowered. It
+	// matches [replay.ErrConfig], so the middlewares answer it as a
+	// refusal only an operator can lift.
+	ErrConfig error = configError("sqlitestore: invalid configuration")
 )
+
+// configError is ErrConfig: its own text, and it matches [replay.ErrConfig],
+// the refusal the middlewares answer as one only an operator can lift.
+type configError string
+
+func (e configError) Error() string        { return string(e) }
+func (e configError) Is(target error) bool { return target == replay.ErrConfig }
 
 // Options configures a Store. The zero value is ready to use with a
 // database opened as the package documentation shows.

@@ -86,7 +86,7 @@ func newRefusesWeakSettings(t *testing.T) {
 						s.Close()
 						t.Fatal("New accepted the setting")
 					}
-					if !errors.Is(err, sqlitestore.ErrConfig) || !strings.Contains(err.Error(), tc.fix) {
+					if !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, replay.ErrConfig) || !strings.Contains(err.Error(), tc.fix) {
 						t.Fatalf("New = %v; want ErrConfig naming %q", err, tc.fix)
 					}
 				})
@@ -135,7 +135,7 @@ func newRefusesInvalidOptions(t *testing.T) {
 						s.Close()
 						t.Fatal("New accepted the options")
 					}
-					if !errors.Is(err, sqlitestore.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+					if !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, replay.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
 						t.Fatalf("New = %v; want ErrConfig saying %q", err, tc.want)
 					}
 				})
@@ -404,7 +404,7 @@ func withTxRefusesALoweredConnection(t *testing.T) {
 						t.Fatal(err)
 					}
 					first, err := s.Claim(sqlitestore.WithTx(ctx, tx), "lowered", time.Now().Add(time.Minute))
-					if first || !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, sqlitestore.ErrUnavailable) || !strings.Contains(err.Error(), "synchronous") {
+					if first || !errors.Is(err, sqlitestore.ErrConfig) || !errors.Is(err, replay.ErrConfig) || !errors.Is(err, sqlitestore.ErrUnavailable) || !strings.Contains(err.Error(), "synchronous") {
 						t.Fatalf("Claim in a transaction on a connection with %s = %v, %v; want ErrConfig naming synchronous", pragma, first, err)
 					}
 					if err := tx.Commit(); err != nil {
