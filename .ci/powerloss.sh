@@ -40,7 +40,7 @@ out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 status=0
 CI=true go test -count=1 -timeout 600s -v ./... >"$out" 2>&1 || status=$?
-grep -E '^\s*(--- |ok|FAIL|panic)|acknowledged [0-9]+, accepted again' "$out" || true
+grep -E '^\s*(--- |ok|FAIL|panic)|acknowledged [0-9]+, accepted again|first refusal or error|the tear landed' "$out" || true
 if [ "$status" != 0 ]; then
 	echo "powerloss.sh: the tests failed; full output:" >&2
 	cat "$out" >&2
