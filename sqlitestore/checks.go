@@ -551,23 +551,43 @@ func (g *guard) persist(s *Store) {
 	g.persisted, g.persistedBoot = seq, boot
 }
 
-// settleNormal is Close's last step for a store with synchronous=NORMAL:
-// a checkpoint, which syncs the WAL before it copies it and the database
-// file after, puts every acknowledged commit on the disk; then the
-// sidecar's Boot is cleared, so a later crash of the machine is not taken
-// for a loss. Without a complete checkpoint the Boot stays, and New after
-// a crash refuses. Another process's store on the file sets it again at
-// its next check. The caller holds writeMu.
-func (g *guard) settleNormal(s *Store) {
-	if !s.normal || s.boot == "" || g.sticky.Load() || g.incarnation == "" {
+// settle is Close's last step in WAL mode: a checkpoint (FULL), which
+// syncs the WAL before it copies it and the database file after, puts
+// every acknowledged commit in the database file. When it completes, the
+// link to the WAL kept for New's look (see walLost) is removed: a WAL
+// deleted from now on takes none of this store's commits, and a later
+// clean close of the file, after which another program may change the
+// pages the WAL held, is never judged a loss. For synchronous=NORMAL the
+// sidecar's Boot is cleared too, so a later crash of the machine is not
+// taken for a loss. Without a complete checkpoint both stay. Another
+// process's store on the file sets them again at its next check. The
+// caller holds writeMu.
+func (g *guard) settle(s *Store) {
+	normal := s.normal && s.boot != ""
+	if !s.wal && !normal || g.sticky.Load() || g.incarnation == "" {
 		return
 	}
 	ctx, cancel := s.bound(context.Background())
 	defer cancel()
+	// PASSIVE waits for no other connection (a reader's snapshot leaves
+	// the checkpoint incomplete, and the link stays); NORMAL's Boot is
+	// worth the wait of FULL.
+	mode := "PASSIVE"
+	if normal {
+		mode = "FULL"
+	}
 	var busy, log, done int
-	err := s.db.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(FULL)`).Scan(&busy, &log, &done)
-	if err != nil || busy != 0 {
-		s.log.Warn("sqlitestore: at Close, the checkpoint that puts the commits of synchronous=NORMAL on the disk did not finish: New refuses after a crash of the machine until Rearm", "table", unquote(s.table), "err", err)
+	err := s.db.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(`+mode+`)`).Scan(&busy, &log, &done)
+	if err != nil || busy != 0 || done != log {
+		if normal {
+			s.log.Warn("sqlitestore: at Close, the checkpoint that puts the commits of synchronous=NORMAL on the disk did not finish: New refuses after a crash of the machine until Rearm", "table", unquote(s.table), "err", err)
+		}
+		return
+	}
+	if err := os.Remove(walLinkFile(s.path, s.table)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("sqlitestore: at Close, removing the link to the WAL failed: New may take a later change of its pages for a loss", "path", walLinkFile(s.path, s.table), "err", err)
+	}
+	if !normal {
 		return
 	}
 	g.mu.Lock()
@@ -626,8 +646,10 @@ func (s *Store) check(parent context.Context) {
 	if msg != g.logged {
 		if msg != "" {
 			s.log.Warn("sqlitestore: refusing every call", "table", unquote(s.table), "reason", msg)
+			s.observe(Event{Kind: EventRefusing, Reason: g.refused()})
 		} else {
 			s.log.Info("sqlitestore: the checks hold again; serving", "table", unquote(s.table))
+			s.observe(Event{Kind: EventServing})
 		}
 		g.logged = msg
 	}
@@ -642,6 +664,7 @@ func (s *Store) checkOnce(ctx context.Context) error {
 	if s.guard.walGone(s.path) {
 		return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while the store ran (the commits in it are gone)", ErrForgotten, s.path)
 	}
+	s.relinkWAL()
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return unavailable(ctx, err)

@@ -139,6 +139,12 @@ type Options struct {
 	// [Store.Sweep] yourself).
 	SweepInterval time.Duration
 
+	// Observer, when not nil, is called with every [Event]: the risk
+	// AllowNormalSync accepts, a check that starts or stops refusing. It
+	// is called synchronously (from New or the checker goroutine) and
+	// must not block.
+	Observer func(Event)
+
 	// Logger receives the store's warnings. Nil means slog.Default(). Lines
 	// hold no ID, token or key.
 	Logger *slog.Logger
@@ -163,6 +169,7 @@ type Store struct {
 	boot        string // the kernel's boot id at New ("" where there is none)
 	path        string // the main database file
 	log         *slog.Logger
+	observer    func(Event)
 	now         func() time.Time
 	recheck     time.Duration
 	sweepInt    time.Duration
@@ -259,7 +266,7 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	s.horizon = orDefault(opts.Horizon, DefaultHorizon)
 	s.recheck = orDefault(opts.RecheckInterval, DefaultRecheckInterval)
 	s.sweepInt = orDefault(opts.SweepInterval, DefaultSweepInterval)
-	s.log = opts.Logger
+	s.log, s.observer = opts.Logger, opts.Observer
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -308,7 +315,8 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	}
 	s.closedConn = conn // closed when New returns
 	if s.normal {
-		s.log.Warn("sqlitestore: synchronous=NORMAL accepted by Options.AllowNormalSync: a power cut or a crash of the machine forgets the last acknowledged claims, which may then be accepted again", "table", unquote(s.table))
+		s.log.Warn("sqlitestore: "+riskNormalSync+" (accepted by Options.AllowNormalSync)", "table", unquote(s.table))
+		s.observe(Event{Kind: EventRiskAccepted, Option: "AllowNormalSync", Risk: riskNormalSync})
 	}
 	s.savepoint = "ctoken_work_" + newToken()
 	s.writeMu = make(chan struct{}, 1)
@@ -349,13 +357,13 @@ func (s *Store) Close() {
 		select {
 		case s.writeMu <- struct{}{}:
 			s.closeWriter()
-			s.guard.settleNormal(s)
+			s.guard.settle(s)
 			<-s.writeMu
 		default:
 			go func() {
 				s.writeMu <- struct{}{}
 				s.closeWriter()
-				s.guard.settleNormal(s)
+				s.guard.settle(s)
 				<-s.writeMu
 			}()
 		}

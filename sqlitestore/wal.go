@@ -43,9 +43,26 @@ func linkWAL(path, table string, wal os.FileInfo) error {
 	// The WAL could have been replaced between the caller's look and the
 	// link: never link a file the writer does not hold.
 	if info, err := os.Stat(tmp); err != nil || !os.SameFile(info, wal) {
-		return errors.New("the WAL file changed while it was linked")
+		return errWALChanged
 	}
 	return os.Rename(tmp, link)
+}
+
+// errWALChanged is linkWAL's refusal to link a WAL other than the one
+// the writer holds: the writer's connection closed meanwhile.
+var errWALChanged = errors.New("the WAL file changed while it was linked")
+
+// relinkWAL restores the link to the WAL the store's writer holds when
+// another store removed it (its Close, or Rearm), so that a later loss of
+// this store's commits is found too. The checker calls it.
+func (s *Store) relinkWAL() {
+	w := s.guard.wal.Load()
+	if w == nil || s.guard.sticky.Load() {
+		return
+	}
+	if err := linkWAL(s.path, s.table, *w); err != nil && !errors.Is(err, errWALChanged) {
+		s.log.Warn("sqlitestore: linking the WAL failed: a WAL file deleted while no store runs would not be found", "path", walLinkFile(s.path, s.table), "err", err)
+	}
 }
 
 // walLost reports whether the WAL file linked at walLinkFile(path, table) holds

@@ -449,11 +449,7 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 			s.guard.wal.Store(&info)
 			// Kept for New's look after a restart (see walLost); never
 			// after a loss, whose WAL stays linked for the next New.
-			if !s.guard.sticky.Load() {
-				if err := linkWAL(s.path, s.table, info); err != nil {
-					s.log.Warn("sqlitestore: linking the WAL failed: a WAL file deleted while no store runs would not be found", "path", walLinkFile(s.path, s.table), "err", err)
-				}
-			}
+			s.relinkWAL()
 		}
 	}
 	return s.wc, level, nil

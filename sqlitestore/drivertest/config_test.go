@@ -547,9 +547,14 @@ func allowNormalSync(t *testing.T) {
 			safe.Close()
 			db := d.OpenWith(t, path, With("synchronous", "NORMAL"))
 			logs := &logRecords{}
-			s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: true, Logger: slog.New(logs)})
+			var events []sqlitestore.Event
+			s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: true, Logger: slog.New(logs), Observer: func(e sqlitestore.Event) { events = append(events, e) }})
 			if n := logs.warns("AllowNormalSync"); n != 1 {
 				t.Fatalf("New logged %d Warn records naming AllowNormalSync; want 1", n)
+			}
+			// New reports it synchronously: read before the checker runs.
+			if len(events) != 1 || events[0].Kind != sqlitestore.EventRiskAccepted || events[0].Option != "AllowNormalSync" || !strings.Contains(events[0].Risk, "NORMAL") || events[0].Kind.String() != "risk_accepted" {
+				t.Fatalf("New reported %+v to the Observer; want one EventRiskAccepted naming AllowNormalSync", events)
 			}
 			if first, err := s.Claim(ctx, "a", time.Now().Add(time.Minute)); !first || err != nil {
 				t.Fatalf("Claim = %v, %v; want first", first, err)
@@ -706,8 +711,14 @@ func loweredConnectionRefuses(t *testing.T) {
 					safe, path := openMigrated(t, d)
 					safe.Close()
 					db := d.OpenWith(t, path, With("synchronous", tc.opened))
+					events := make(chan sqlitestore.Event, 64)
 					s := mustStore(t, db, sqlitestore.Options{AllowNormalSync: tc.allowNormal, SweepInterval: -1,
-						RecheckInterval: 20 * time.Millisecond, Logger: slog.New(&logRecords{})})
+						RecheckInterval: 20 * time.Millisecond, Logger: slog.New(&logRecords{}),
+						Observer: func(e sqlitestore.Event) {
+							if e.Kind != sqlitestore.EventRiskAccepted {
+								events <- e
+							}
+						}})
 					until := time.Now().Add(time.Minute)
 					if first, err := s.Claim(ctx, "before", until); !first || err != nil {
 						t.Fatalf("Claim before the change = %v, %v", first, err)
@@ -728,6 +739,31 @@ func loweredConnectionRefuses(t *testing.T) {
 						if first, err := s.Claim(ctx, fmt.Sprint("refused-", i), until); first || !strings.Contains(fmt.Sprint(err), "synchronous") {
 							t.Fatalf("Claim after the recheck's refusal = %v, %v; want an error naming synchronous", first, err)
 						}
+					}
+					// The checker reports the refusal right after it sets it
+					// (a failsafe bound, not a timing: a second on any machine).
+					select {
+					case e := <-events:
+						if e.Kind != sqlitestore.EventRefusing || !strings.Contains(fmt.Sprint(e.Reason), "synchronous") || !errors.Is(e.Reason, sqlitestore.ErrUnavailable) {
+							t.Fatalf("the Observer's first event = %+v; want EventRefusing naming synchronous", e)
+						}
+					case <-time.After(30 * time.Second):
+						t.Fatal("the Observer was not told of the refusal")
+					}
+					// The lowered connection closed (it was the pool's idle
+					// one), the checker's next connection is a new one: the
+					// checks hold again, and the Observer hears so.
+					db.SetMaxIdleConns(0)
+					select {
+					case e := <-events:
+						if e.Kind != sqlitestore.EventServing || e.Reason != nil || e.Kind.String() != "serving" {
+							t.Fatalf("the Observer's event after the fix = %+v; want EventServing", e)
+						}
+					case <-time.After(30 * time.Second):
+						t.Fatal("the Observer was not told the store serves again")
+					}
+					if first, err := s.Claim(ctx, "after", until); !first || err != nil {
+						t.Fatalf("Claim once serving again = %v, %v; want first", first, err)
 					}
 				})
 			}
