@@ -84,10 +84,10 @@ const DefaultTimeout = 2 * time.Second
 // server when Options.RecheckInterval is zero.
 const DefaultRecheckInterval = time.Second
 
-// DefaultMaxClockSkew is how far the instance's clock may run behind the
-// database's when Options.MaxClockSkew is zero: half of
+// DefaultMaxSkew is how far the instance's clock may run behind the
+// database's when Options.MaxSkew is zero: half of
 // [replay.SkewMargin].
-const DefaultMaxClockSkew = replay.SkewMargin / 2
+const DefaultMaxSkew = replay.SkewMargin / 2
 
 // MaxIDBytes is the longest ID the store accepts. Longer IDs are refused
 // with ErrInvalidClaim before anything is sent to PostgreSQL.
@@ -211,7 +211,7 @@ type Options struct {
 	// acknowledged claim in a failover.
 	RequireSynchronousStandby bool
 
-	// MaxClockSkew is how far the instance's clock may run behind the
+	// MaxSkew is how far the instance's clock may run behind the
 	// database's, at New and at every recheck (read before the check's
 	// query, so a slow answer counts as behind). Single use does not
 	// depend on it: every deadline is the database's, and a claim whose
@@ -220,9 +220,9 @@ type Options struct {
 	// instance whose clock is behind accepts tokens (one-time, request
 	// state) the others already call expired, for as long as it is behind,
 	// and refuses them as expired once it is more than
-	// [replay.SkewMargin] behind. Zero means DefaultMaxClockSkew; a
+	// [replay.SkewMargin] behind. Zero means DefaultMaxSkew; a
 	// negative value turns the check off.
-	MaxClockSkew time.Duration
+	MaxSkew time.Duration
 
 	// SweepInterval is how often the store's sweeper deletes expired rows
 	// (see [Store.Sweep]). Zero means DefaultSweepInterval; a negative
@@ -339,7 +339,7 @@ var (
 // that a server with physical standbys makes commits wait for a
 // synchronous one (else ErrConfig, unless Options.AllowAsyncStandby), and
 // that the instance's clock is not behind the database's by more than
-// Options.MaxClockSkew (else ErrConfig). It then starts the sweeper and
+// Options.MaxSkew (else ErrConfig). It then starts the sweeper and
 // checker goroutines, which [Store.Close] stops. The pool stays the
 // caller's: Close does not close it.
 //
@@ -426,10 +426,10 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 
 	s.checks = checks{
 		asyncCommit: opts.AllowAsyncCommit, asyncStandby: opts.AllowAsyncStandby,
-		requireStandby: opts.RequireSynchronousStandby, rollback: opts.AllowRollback, maxSkew: opts.MaxClockSkew, now: now,
+		requireStandby: opts.RequireSynchronousStandby, rollback: opts.AllowRollback, maxSkew: opts.MaxSkew, now: now,
 	}
 	if s.checks.maxSkew == 0 {
-		s.checks.maxSkew = DefaultMaxClockSkew
+		s.checks.maxSkew = DefaultMaxSkew
 	}
 	st, err := s.readServer(ctx)
 	var pgErr *pgconn.PgError

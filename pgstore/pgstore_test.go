@@ -204,12 +204,12 @@ func newRefusesAnInstanceClockBehindTheDatabase(t *testing.T) {
 	if s, err := newStore(bg(), pool, Options{SweepInterval: -1}, behind); s != nil || !errors.Is(err, ErrConfig) {
 		t.Fatalf("New with the clock 2 min behind = %v, %v; want ErrConfig", s, err)
 	}
-	if s, err := newStore(bg(), pool, Options{SweepInterval: -1, MaxClockSkew: 3 * time.Minute}, behind); err != nil {
-		t.Fatalf("New within a wider MaxClockSkew: %v", err)
+	if s, err := newStore(bg(), pool, Options{SweepInterval: -1, MaxSkew: 3 * time.Minute}, behind); err != nil {
+		t.Fatalf("New within a wider MaxSkew: %v", err)
 	} else {
 		s.Close()
 	}
-	if s, err := newStore(bg(), pool, Options{SweepInterval: -1, MaxClockSkew: -1}, behind); err != nil {
+	if s, err := newStore(bg(), pool, Options{SweepInterval: -1, MaxSkew: -1}, behind); err != nil {
 		t.Fatalf("New with the check off: %v", err)
 	} else {
 		s.Close()
@@ -225,7 +225,7 @@ func newRefusesAnInstanceClockBehindTheDatabase(t *testing.T) {
 // newRefusesAClockBehindEvenWhenTheServerIsSlow: the skew is measured
 // against the instance's clock read before the query, so a slow answer
 // (here: the query waits 2 s for a table lock after its transaction
-// started) cannot hide a clock that is behind by more than MaxClockSkew.
+// started) cannot hide a clock that is behind by more than MaxSkew.
 func newRefusesAClockBehindEvenWhenTheServerIsSlow(t *testing.T) {
 	p := needServer(t)
 	admin := p.pool(t)
@@ -244,7 +244,7 @@ func newRefusesAClockBehindEvenWhenTheServerIsSlow(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	behind := func() time.Time { return time.Now().Add(-4 * time.Second) }
-	opts := Options{Table: name, SweepInterval: -1, MaxClockSkew: 3 * time.Second, Timeout: 10 * time.Second}
+	opts := Options{Table: name, SweepInterval: -1, MaxSkew: 3 * time.Second, Timeout: 10 * time.Second}
 	// A first New prepares the query on the pool's one connection, so that
 	// the second one takes its locks after its transaction started.
 	if s, err := newStore(bg(), pool, opts, behind); s != nil || !errors.Is(err, ErrConfig) {
