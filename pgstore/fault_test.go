@@ -231,7 +231,7 @@ func lossyStores(t *testing.T) (admin *pgxpool.Pool, d *replyDropper, s, r *Stor
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { s.Close() })
 	r = storeOn(t, admin, func(o *Options) { o.Prefix = s.Prefix() })
 	return admin, d, s, r
 }
@@ -402,7 +402,7 @@ func pausedServerFailsClosedWithinTimeout(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		t.Cleanup(st.s.Close)
+		t.Cleanup(func() { st.s.Close() })
 		if st.s.direct != st.direct {
 			t.Fatalf("%s: Store.direct = %v", st.name, st.s.direct)
 		}

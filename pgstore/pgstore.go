@@ -481,14 +481,16 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options, now func() 
 
 // Close stops the store's sweeper and checker and waits for them to
 // return. It does not close the pool. Calls after Close still work
-// (without a sweeper, and without rechecks).
-func (s *Store) Close() {
+// (without a sweeper, and without rechecks). It returns nil (the
+// signature is io.Closer's, as every store's).
+func (s *Store) Close() error {
 	s.closed.Do(func() {
 		if s.stop != nil {
 			s.stop()
 		}
 		s.sweeping.Wait()
 	})
+	return nil
 }
 
 // Prefix returns the key prefix the store writes under.

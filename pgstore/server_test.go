@@ -426,7 +426,7 @@ func storeOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*Options)) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 

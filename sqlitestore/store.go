@@ -342,10 +342,11 @@ func orDefault(v, def time.Duration) time.Duration {
 
 // Close stops the store's goroutines, records the sequence it last saw
 // beside the database, and refuses every later call with ErrUnavailable.
-// It does not close the *sql.DB. Calling it again does nothing.
-func (s *Store) Close() {
+// It does not close the *sql.DB. Calling it again does nothing. It
+// returns nil (the signature is io.Closer's, as every store's).
+func (s *Store) Close() error {
 	if s == nil || s.stop == nil {
-		return
+		return nil
 	}
 	s.closed.Do(func() {
 		s.stop()
@@ -368,6 +369,7 @@ func (s *Store) Close() {
 			}()
 		}
 	})
+	return nil
 }
 
 // Prefix returns the key prefix in use (Options.Prefix, or DefaultPrefix).

@@ -191,7 +191,7 @@ func pgStoreAt(t testing.TB, pool *pgxpool.Pool, prefix string) *pgstore.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 

@@ -94,7 +94,7 @@ func benchStore(b *testing.B, db *sql.DB) *sqlitestore.Store {
 	if err != nil {
 		b.Fatalf("New: %v", err)
 	}
-	b.Cleanup(s.Close)
+	b.Cleanup(func() { s.Close() })
 	return s
 }
 

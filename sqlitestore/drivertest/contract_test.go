@@ -36,7 +36,7 @@ func mustStore(t testing.TB, db *sql.DB, opts sqlitestore.Options) *sqlitestore.
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 

@@ -429,7 +429,7 @@ func walDeletedAfterACrash(t *testing.T) {
 					case err != nil:
 						t.Fatalf("New after a kill and a clean close of the file = %v; want a store (nothing was lost)", err)
 					default:
-						t.Cleanup(s.Close)
+						t.Cleanup(func() { s.Close() })
 					}
 					faultReport(t, "Claim of an ID acknowledged before the kill", faultEach(faultKeys(tally.acked), func(id string) error {
 						if first, _ := s.Claim(ctx, id, time.Now().Add(time.Hour)); first {
