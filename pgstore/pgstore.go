@@ -106,15 +106,16 @@ var (
 	// caller's context had ended, the error also matches the context's
 	// error. The claim may or may not have been recorded; the caller must
 	// refuse the request. Resending it is safe: a resent claim reports the
-	// ID as taken, a resent lease step finds its own lease or done row.
-	ErrUnavailable = errors.New("pgstore: replay store unavailable")
+	// ID as taken, a resent lease step finds its own lease or done row. It
+	// matches [replay.ErrUnavailable].
+	ErrUnavailable error = &sentinel{"pgstore: replay store unavailable", replay.ErrUnavailable}
 
 	// ErrInvalidClaim reports a call refused without recording anything: an
 	// empty ID or one over MaxIDBytes, or a lease that is not positive
 	// (refused before reaching PostgreSQL), or an until that is not after
 	// the database's clock (refused by the statement itself). The last two
-	// also match [replay.ErrExpired].
-	ErrInvalidClaim = errors.New("pgstore: invalid claim")
+	// also match [replay.ErrExpired]. It matches [replay.ErrInvalidClaim].
+	ErrInvalidClaim error = &sentinel{"pgstore: invalid claim", replay.ErrInvalidClaim}
 
 	// ErrForgotten reports that the table lost its marker row: it was
 	// truncated or emptied, so it no longer remembers which IDs were
@@ -135,15 +136,21 @@ var (
 	// before v2 or without the record columns (run [Migrate]), or a
 	// negative option. It matches [replay.ErrConfig], so the middlewares
 	// answer it as a refusal only an operator can lift.
-	ErrConfig error = configError("pgstore: invalid configuration")
+	ErrConfig error = &sentinel{"pgstore: invalid configuration", replay.ErrConfig}
 )
 
-// configError is ErrConfig: its own text, and it matches [replay.ErrConfig],
-// the refusal the middlewares answer as one only an operator can lift.
-type configError string
+// sentinel is one of the store's errors: its own text, and it matches
+// its counterpart in package replay (ErrConfig, ErrUnavailable,
+// ErrInvalidClaim), so code written against replay's vocabulary, the
+// middlewares' answer to a refusal only an operator can lift among it,
+// holds on every store.
+type sentinel struct {
+	msg    string
+	shared error
+}
 
-func (e configError) Error() string        { return string(e) }
-func (e configError) Is(target error) bool { return target == replay.ErrConfig }
+func (e *sentinel) Error() string        { return e.msg }
+func (e *sentinel) Is(target error) bool { return target == e.shared }
 
 // Options configures a Store. The zero value is ready to use.
 type Options struct {

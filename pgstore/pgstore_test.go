@@ -432,3 +432,34 @@ func tableInASystemSchemaIsRefused(t *testing.T) {
 		t.Fatalf("quoteTable(public.pg_replay): %v", err)
 	}
 }
+
+// TestErrorsMatchReplay: every sentinel, and the refusals built from one,
+// match their counterpart in package replay (and still their own), so
+// code written against replay's vocabulary holds on this store.
+func TestErrorsMatchReplay(t *testing.T) {
+	tests := []struct {
+		name        string
+		err         error
+		own, shared error
+	}{
+		{"ErrUnavailable", ErrUnavailable, ErrUnavailable, replay.ErrUnavailable},
+		{"ErrInvalidClaim", ErrInvalidClaim, ErrInvalidClaim, replay.ErrInvalidClaim},
+		{"ErrConfig", ErrConfig, ErrConfig, replay.ErrConfig},
+		{"a forgotten table", fmt.Errorf("%w: %w", ErrUnavailable, ErrForgotten), ErrForgotten, replay.ErrUnavailable},
+		{"a setting lowered", fmt.Errorf("%w: %w: synchronous_commit is off", ErrUnavailable, ErrConfig), ErrConfig, replay.ErrConfig},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if !errors.Is(tc.err, tc.own) || !errors.Is(tc.err, tc.shared) {
+				t.Fatalf("%v: matches %v: %v, %v: %v; want both", tc.err, tc.own, errors.Is(tc.err, tc.own), tc.shared, errors.Is(tc.err, tc.shared))
+			}
+		})
+	}
+	if errors.Is(ErrInvalidClaim, replay.ErrUnavailable) || errors.Is(ErrConfig, replay.ErrUnavailable) {
+		t.Fatal("a sentinel matches another's counterpart")
+	}
+	var s Store
+	if _, err := s.Claim(bg(), "a", time.Now().Add(time.Minute)); !errors.Is(err, replay.ErrConfig) {
+		t.Fatalf("a zero Store's Claim = %v; want an error matching replay.ErrConfig", err)
+	}
+}

@@ -25,8 +25,9 @@ var (
 	// also matches the context's error (context.DeadlineExceeded or
 	// context.Canceled); a client socket timeout that fires just before the
 	// deadline matches only ErrUnavailable. The claim may or may not have
-	// been recorded; the caller must refuse the request.
-	ErrUnavailable = errors.New("redisstore: replay store unavailable")
+	// been recorded; the caller must refuse the request. It matches
+	// [replay.ErrUnavailable].
+	ErrUnavailable error = &sentinel{"redisstore: replay store unavailable", replay.ErrUnavailable}
 
 	// ErrInvalidClaim reports a claim refused before anything was recorded:
 	// an empty ID, an ID over MaxIDBytes, an until that is not in the future
@@ -34,7 +35,8 @@ var (
 	// [replay.ErrExpired]: an already expired single-use token must be
 	// refused as expired, and there is nothing left to remember), or an
 	// until or lease reaching past the store's horizon ([Options.Horizon]).
-	ErrInvalidClaim = errors.New("redisstore: invalid claim")
+	// It matches [replay.ErrInvalidClaim].
+	ErrInvalidClaim error = &sentinel{"redisstore: invalid claim", replay.ErrInvalidClaim}
 
 	// ErrFenced reports that the key space's shard holding the ID is fenced:
 	// its marker was missing, so Redis lost data it had acknowledged
@@ -72,11 +74,25 @@ var (
 	ErrConfig = replay.ErrConfig
 )
 
-// unavailableError is a refusal that also matches ErrUnavailable.
+// sentinel is one of the store's errors: its own text, and it matches its
+// counterpart in package replay (ErrUnavailable, ErrInvalidClaim), so code
+// written against replay's vocabulary holds on every store.
+type sentinel struct {
+	msg    string
+	shared error
+}
+
+func (e *sentinel) Error() string        { return e.msg }
+func (e *sentinel) Is(target error) bool { return target == e.shared }
+
+// unavailableError is a refusal that also matches ErrUnavailable (and so
+// replay.ErrUnavailable).
 type unavailableError struct{ msg string }
 
-func (e *unavailableError) Error() string        { return e.msg }
-func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
+func (e *unavailableError) Error() string { return e.msg }
+func (e *unavailableError) Is(target error) bool {
+	return target == ErrUnavailable || target == replay.ErrUnavailable
+}
 
 // Reason returns the fixed, log-safe reason of an error a Store returned
 // ("replay store fenced after losing data", "instance clock behind Redis by
@@ -115,7 +131,7 @@ func (r *refusal) Error() string {
 	return s
 }
 
-func (r *refusal) Is(target error) bool { return target == r.sentinel }
+func (r *refusal) Is(target error) bool { return errors.Is(r.sentinel, target) }
 func (r *refusal) Unwrap() error        { return r.cause }
 
 // refuse returns an error matching sentinel and cause (when not nil) whose

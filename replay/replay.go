@@ -199,8 +199,23 @@ var (
 
 	// ErrConfig reports a store whose configuration is invalid (a negative
 	// [MemoryStore.Max], an invalid [MemoryStore.MaxRecordBytes]); every
-	// call refuses until it is fixed.
+	// call refuses until it is fixed. Every store's own ErrConfig
+	// (redisstore, pgstore, sqlitestore) matches it: a refusal only an
+	// operator can lift.
 	ErrConfig = errors.New("replay: invalid store configuration")
+
+	// ErrUnavailable reports that a store could not decide: its server or
+	// file unreachable, timed out, or refusing after a loss. The claim
+	// may or may not have been recorded; the caller must refuse the
+	// request, and resending it is safe. Every store's own ErrUnavailable
+	// (redisstore, pgstore, sqlitestore) matches it, so code written
+	// against this package tells "could not decide" apart on any store.
+	ErrUnavailable = errors.New("replay: store unavailable")
+
+	// ErrInvalidClaim reports a call a store refused before recording
+	// anything (an empty or too long ID, an until or lease out of range).
+	// Every store's own ErrInvalidClaim matches it.
+	ErrInvalidClaim = errors.New("replay: invalid claim")
 )
 
 // RetryAt reports when a store's refusal err ends by itself, when the

@@ -54,14 +54,15 @@ var (
 	// deadline passed. When the caller's context had ended, the error also
 	// matches the context's error. The claim may or may not have been
 	// recorded; the caller must refuse the request. Resending it is safe.
-	ErrUnavailable = errors.New("sqlitestore: replay store unavailable")
+	// It matches [replay.ErrUnavailable].
+	ErrUnavailable error = &sentinel{"sqlitestore: replay store unavailable", replay.ErrUnavailable}
 
 	// ErrInvalidClaim reports a call refused without recording anything:
 	// an empty ID or one over MaxIDBytes, a lease that is not positive or
 	// longer than the horizon, or an until that is not after the store's
 	// clock (these two also match [replay.ErrExpired]) or past the
-	// horizon.
-	ErrInvalidClaim = errors.New("sqlitestore: invalid claim")
+	// horizon. It matches [replay.ErrInvalidClaim].
+	ErrInvalidClaim error = &sentinel{"sqlitestore: invalid claim", replay.ErrInvalidClaim}
 
 	// ErrForgotten reports that the database no longer remembers the
 	// claims it acknowledged: the table lost its marker row (emptied or
@@ -80,15 +81,21 @@ var (
 	// a running store's refusal of a connection a handler lowered. It
 	// matches [replay.ErrConfig], so the middlewares answer it as a
 	// refusal only an operator can lift.
-	ErrConfig error = configError("sqlitestore: invalid configuration")
+	ErrConfig error = &sentinel{"sqlitestore: invalid configuration", replay.ErrConfig}
 )
 
-// configError is ErrConfig: its own text, and it matches [replay.ErrConfig],
-// the refusal the middlewares answer as one only an operator can lift.
-type configError string
+// sentinel is one of the store's errors: its own text, and it matches
+// its counterpart in package replay (ErrConfig, ErrUnavailable,
+// ErrInvalidClaim), so code written against replay's vocabulary, the
+// middlewares' answer to a refusal only an operator can lift among it,
+// holds on every store.
+type sentinel struct {
+	msg    string
+	shared error
+}
 
-func (e configError) Error() string        { return string(e) }
-func (e configError) Is(target error) bool { return target == replay.ErrConfig }
+func (e *sentinel) Error() string        { return e.msg }
+func (e *sentinel) Is(target error) bool { return target == e.shared }
 
 // Options configures a Store. The zero value is ready to use with a
 // database opened as the package documentation shows.

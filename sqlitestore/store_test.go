@@ -1,0 +1,42 @@
+package sqlitestore
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+)
+
+// TestErrorsMatchReplay: every sentinel, and the refusals built from one,
+// match their counterpart in package replay (and still their own), so
+// code written against replay's vocabulary holds on this store.
+func TestErrorsMatchReplay(t *testing.T) {
+	tests := []struct {
+		name        string
+		err         error
+		own, shared error
+	}{
+		{"ErrUnavailable", ErrUnavailable, ErrUnavailable, replay.ErrUnavailable},
+		{"ErrInvalidClaim", ErrInvalidClaim, ErrInvalidClaim, replay.ErrInvalidClaim},
+		{"ErrConfig", ErrConfig, ErrConfig, replay.ErrConfig},
+		{"ErrForgotten", ErrForgotten, ErrUnavailable, replay.ErrUnavailable},
+		{"a fence", fenced{}, ErrUnavailable, replay.ErrUnavailable},
+		{"a lowered connection", fmt.Errorf("%w: %w: synchronous=OFF", ErrUnavailable, ErrConfig), ErrConfig, replay.ErrConfig},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if !errors.Is(tc.err, tc.own) || !errors.Is(tc.err, tc.shared) {
+				t.Fatalf("%v: matches %v: %v, %v: %v; want both", tc.err, tc.own, errors.Is(tc.err, tc.own), tc.shared, errors.Is(tc.err, tc.shared))
+			}
+		})
+	}
+	if errors.Is(ErrInvalidClaim, replay.ErrUnavailable) || errors.Is(ErrConfig, replay.ErrUnavailable) {
+		t.Fatal("a sentinel matches another's counterpart")
+	}
+	var s Store
+	if _, err := s.Claim(t.Context(), "a", time.Now().Add(time.Minute)); !errors.Is(err, replay.ErrConfig) {
+		t.Fatalf("a zero Store's Claim = %v; want an error matching replay.ErrConfig", err)
+	}
+}
