@@ -101,14 +101,19 @@ type Lease struct {
 	Wait time.Duration
 }
 
-// Leaser is an optional interface of a [Store] for work that must be done
-// exactly once although it can fail after the ID was taken.
+// Leaser is a [Store] for work that must be done exactly once although it
+// can fail after the ID was taken. It embeds Store, so one value of a
+// [Recorder] (every store here: MemoryStore, redisstore, pgstore,
+// sqlitestore) serves every feature, whether it takes a Store, a Leaser
+// or a Recorder.
 //
 // Implementations are atomic per ID and safe for concurrent use; an ID
 // held by a lease, confirmed, or claimed with [Store.Claim] is one entry,
 // so Claim of a leased ID reports false and AcquireLease of a claimed ID
 // reports [LeaseDone].
 type Leaser interface {
+	Store
+
 	// AcquireLease takes id for the given lease duration, measured by the
 	// store's clock, if nobody holds it. It reports [LeaseAcquired] with a
 	// fresh token, [LeaseBusy] when another lease on id is live, or

@@ -48,6 +48,7 @@ var errStoreDown = errors.New("conformance: store unavailable (connection refuse
 // reference world's UnavailableIdempotencyStore does.
 type downStore struct{}
 
+func (downStore) Claim(context.Context, string, time.Time) (bool, error) { return false, errStoreDown }
 func (downStore) AcquireLease(context.Context, string, time.Duration) (replay.Lease, error) {
 	return replay.Lease{}, errStoreDown
 }
