@@ -89,6 +89,45 @@ func TestStripeGoClientGetsTheReplay(t *testing.T) {
 	})
 }
 
+// TestStripeGoRetriesTheMiddlewaresRefusals pins how stripe-go treats the
+// middleware's refusals (problem+json bodies, not Stripe's error objects):
+// it retries every answer whose body is not a Stripe error, 4xx included,
+// up to MaxNetworkRetries, so a changed body under a used key is sent
+// 1 + MaxNetworkRetries times. Each is refused again (422) and the handler
+// ran once: wasted requests, never a second effect (docs/idempotency.md).
+func TestStripeGoRetriesTheMiddlewaresRefusals(t *testing.T) {
+	ctx := context.Background()
+	a := stripeAPI(t)
+	const retries = 2
+	sc := stripeClient(a, retries)
+	const key = "5b0c3c8e-3f7e-4d0a-9d55-3c1f3c0f8a11"
+	create := func(email string) error {
+		p := &stripe.CustomerCreateParams{Email: stripe.String(email)}
+		p.IdempotencyKey = stripe.String(key)
+		_, err := sc.V1Customers.Create(ctx, p)
+		return err
+	}
+	if err := create("jenny@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	err := create("mallory@example.com") // the same key, another body
+	if err == nil {
+		t.Fatal("a changed body under a used key was accepted")
+	}
+	reqs := a.requests()
+	if len(reqs) != 2+retries {
+		t.Fatalf("%d requests; want the first and 1+%d of the changed body", len(reqs), retries)
+	}
+	for i, r := range reqs[1:] {
+		if r.status != http.StatusUnprocessableEntity {
+			t.Fatalf("attempt %d of the changed body: %d; want 422", i+1, r.status)
+		}
+	}
+	if a.runs.Load() != 1 {
+		t.Fatalf("handler ran %d times; want once", a.runs.Load())
+	}
+}
+
 func TestStripeGoBareKeyAndAQuotedKeyAreOneKey(t *testing.T) {
 	ctx := context.Background()
 	const key = "1763962740123456789_AbC-d_"
