@@ -10,7 +10,9 @@
 package powerloss_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -20,6 +22,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ctoken/ctoken/replay"
 
 	"powerloss/dropfs"
 )
@@ -131,6 +135,29 @@ func (m *machine) boot() {
 	}
 }
 
+// down unmounts the cut file system: the machine is off, and its disk
+// (the backing directory) holds the synced state. The test process may
+// then open the files in the backing directory directly: it must never
+// map a file of its own mount (a page fault it serves itself stalls the
+// Go runtime's stop-the-world, and with it the FUSE server).
+func (m *machine) down() {
+	m.t.Helper()
+	err := m.fs.Unmount()
+	m.fs = nil
+	if err != nil {
+		m.t.Fatalf("Unmount: %v", err)
+	}
+}
+
+// up mounts the backing directory again after down.
+func (m *machine) up() {
+	m.t.Helper()
+	var err error
+	if m.fs, err = dropfs.Mount(m.backing, m.mnt); err != nil {
+		m.t.Fatalf("Mount again: %v", err)
+	}
+}
+
 // freePort returns a loopback port nothing listened on a moment ago.
 func freePort(t *testing.T) string {
 	t.Helper()
@@ -143,11 +170,107 @@ func freePort(t *testing.T) string {
 	return port
 }
 
-// tally counts what one configuration's re-claims found.
+// kind is the work a worker does with each fresh ID.
+type kind int
+
+const (
+	kindClaim  kind = iota // Claim: acknowledged when reported first
+	kindLease              // AcquireLease then ConfirmLease: acknowledged when confirmed
+	kindRecord             // AcquireRecord then ConfirmRecord with a result: acknowledged when confirmed
+	nKinds
+)
+
+var kindNames = [nKinds]string{"claims", "leases", "records"}
+
+// verbs are what an SQLite child prints for an acknowledged step of each
+// kind.
+var verbs = [nKinds]string{"claimed", "leased", "recorded"}
+
+// workerKind is what worker w of 8 does: workers 0-3 claim, 4-5 lease and
+// confirm, 6-7 record and confirm, in the same cut.
+func workerKind(w int) kind {
+	switch {
+	case w < 4:
+		return kindClaim
+	case w < 6:
+		return kindLease
+	}
+	return kindRecord
+}
+
+// leaseLength is every lease the load takes: longer than a test runs, so
+// an ID whose confirmation was lost while its lease survived reads busy
+// after the cut.
+const leaseLength = 10 * time.Minute
+
+// store is what every store implements: claims, leases and records.
+type store interface {
+	Claim(ctx context.Context, id string, until time.Time) (bool, error)
+	AcquireLease(ctx context.Context, id string, lease time.Duration) (replay.Lease, error)
+	ConfirmLease(ctx context.Context, id, token string, until time.Time) error
+	AcquireRecord(ctx context.Context, id string, lease time.Duration, fingerprint []byte) (replay.Record, error)
+	ConfirmRecord(ctx context.Context, id, token string, until time.Time, fingerprint, result []byte) error
+}
+
+func fingerprint(id string) []byte { return []byte("fp:" + id) }
+func result(id string) []byte      { return []byte("result:" + id) }
+
+// do runs one step of kind k on a fresh id: acked reports that the store
+// acknowledged it (a first claim; a lease or a record confirmed).
+func do(ctx context.Context, s store, k kind, id string) (acked bool, err error) {
+	until := time.Now().Add(time.Hour)
+	switch k {
+	case kindClaim:
+		return s.Claim(ctx, id, until)
+	case kindLease:
+		l, err := s.AcquireLease(ctx, id, leaseLength)
+		if err != nil || l.State != replay.LeaseAcquired {
+			return false, err
+		}
+		err = s.ConfirmLease(ctx, id, l.Token, until)
+		return err == nil, err
+	default:
+		r, err := s.AcquireRecord(ctx, id, leaseLength, fingerprint(id))
+		if err != nil || r.State != replay.LeaseAcquired {
+			return false, err
+		}
+		err = s.ConfirmRecord(ctx, id, r.Token, until, fingerprint(id), result(id))
+		return err == nil, err
+	}
+}
+
+// again asks the store once more for an id acknowledged before the cut:
+// accepted reports that it would let the work run again — a claim
+// reported first, a lease or record acquired, or busy (the confirmation
+// was lost and only the lease survived: once it ends the ID is free). A
+// record found done with another result is an error.
+func again(ctx context.Context, s store, k kind, id string) (accepted bool, err error) {
+	switch k {
+	case kindClaim:
+		return s.Claim(ctx, id, time.Now().Add(time.Hour))
+	case kindLease:
+		l, err := s.AcquireLease(ctx, id, leaseLength)
+		if err != nil {
+			return false, err
+		}
+		return l.State != replay.LeaseDone, nil
+	default:
+		r, err := s.AcquireRecord(ctx, id, leaseLength, fingerprint(id))
+		if err != nil {
+			return false, err
+		}
+		if r.State == replay.LeaseDone && (string(r.Result) != string(result(id)) || string(r.Fingerprint) != string(fingerprint(id))) {
+			return false, fmt.Errorf("record %s done with fingerprint %q and result %q, not the confirmed ones", id, r.Fingerprint, r.Result)
+		}
+		return r.State != replay.LeaseDone, nil
+	}
+}
+
+// tally counts what one configuration's re-tries found.
 type tally struct {
-	acknowledged  int // claims reported first before a cut
-	acceptedAgain int // of those, reported first again after it: accepted twice
-	refused       int // refused as taken: kept through the cut
+	acknowledged  int // steps acknowledged before a cut
+	acceptedAgain int // of those, accepted again after it: done twice
+	refused       int // refused as taken or done: kept through the cut
 	refusedLoss   int // refused by the store as a loss it detected (fenced, forgotten)
 	errors        int // no decision after the retries
 }
@@ -168,19 +291,74 @@ func (c *tally) add(d tally) {
 	c.errors += d.errors
 }
 
-// claimFunc claims id once: first reports an acknowledged first claim.
-type claimFunc func(id string) (first bool, err error)
+// tallies is a tally per kind.
+type tallies [nKinds]tally
 
-// load claims fresh IDs from workers goroutines until cut returns: cut is
-// called once the first claim was acknowledged and a random 0.3-1.5 s have
-// passed (time decides only when to cut, never what passes), and must kill
-// the server and cut the power. load returns the IDs acknowledged first.
-func load(t *testing.T, rng *rand.Rand, round int, claim claimFunc, cut func()) []string {
+func (c *tallies) add(d tallies) {
+	for k := range c {
+		c[k].add(d[k])
+	}
+}
+
+func (c tallies) sum() tally {
+	var s tally
+	for _, k := range c {
+		s.add(k)
+	}
+	return s
+}
+
+// log prints one line per kind (the line .ci/powerloss.sh shows).
+func (c tallies) log(t *testing.T, what string) {
+	t.Helper()
+	for k, n := range c {
+		t.Logf("%s, %s: %v", what, kindNames[k], n)
+	}
+}
+
+// check fails t when nothing was measured, or, when mustKeepAll, when any
+// acknowledged step was accepted again.
+func (c tallies) check(t *testing.T, name string, mustKeepAll bool) {
+	t.Helper()
+	all := c.sum()
+	t.Logf("%s: all kinds: %v", name, all)
+	c.log(t, name)
+	if all.acknowledged == 0 {
+		t.Fatal("nothing acknowledged: nothing measured")
+	}
+	if all.acceptedAgain+all.refused+all.refusedLoss == 0 {
+		t.Fatal("no re-try was decided: nothing measured")
+	}
+	for k, n := range c {
+		if n.acknowledged == 0 {
+			t.Errorf("no %s acknowledged: %s not measured", kindNames[k], kindNames[k])
+		}
+		if mustKeepAll && n.acceptedAgain > 0 {
+			t.Errorf("%d of %d acknowledged %s accepted again after a power cut under %s", n.acceptedAgain, n.acknowledged, kindNames[k], name)
+		}
+	}
+}
+
+// acked is one step acknowledged before a cut.
+type acked struct {
+	id string
+	k  kind
+}
+
+// stepFunc runs one step of kind k on a fresh id (see do).
+type stepFunc func(k kind, id string) (acked bool, err error)
+
+// load runs steps on fresh IDs from 8 goroutines (kinds by workerKind)
+// until cut returns: cut is called once the first step was acknowledged
+// and a random 0.3-1.5 s have passed (time decides only when to cut,
+// never what passes), and must kill the server and cut the power. load
+// returns the steps acknowledged.
+func load(t *testing.T, rng *rand.Rand, round int, step stepFunc, cut func()) []acked {
 	t.Helper()
 	const workers = 8
 	var (
 		mu     sync.Mutex
-		acked  []string
+		done   []acked
 		stop   atomic.Bool
 		wg     sync.WaitGroup
 		firstC = make(chan struct{})
@@ -190,12 +368,13 @@ func load(t *testing.T, rng *rand.Rand, round int, claim claimFunc, cut func()) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			k := workerKind(w)
 			for i := 0; !stop.Load(); i++ {
 				id := "r" + strconv.Itoa(round) + "-w" + strconv.Itoa(w) + "-" + strconv.Itoa(i)
-				first, err := claim(id)
-				if err == nil && first {
+				ok, err := step(k, id)
+				if err == nil && ok {
 					mu.Lock()
-					acked = append(acked, id)
+					done = append(done, acked{id, k})
 					mu.Unlock()
 					once.Do(func() { close(firstC) })
 				} else if err != nil {
@@ -204,44 +383,79 @@ func load(t *testing.T, rng *rand.Rand, round int, claim claimFunc, cut func()) 
 			}
 		}()
 	}
-	wait := 300*time.Millisecond + time.Duration(rng.Int64N(int64(1200*time.Millisecond)))
+	wait := cutDelay(rng)
 	start := time.Now()
 	select {
 	case <-firstC:
 	case <-time.After(2 * time.Minute):
 		stop.Store(true)
 		wg.Wait()
-		t.Fatal("no claim acknowledged within 2 minutes")
+		t.Fatal("nothing acknowledged within 2 minutes")
 	}
 	time.Sleep(time.Until(start.Add(wait)))
 	cut()
 	stop.Store(true)
 	wg.Wait()
-	return acked
+	return done
 }
 
-// decide claims id again until the store decides, and classifies it.
-// isLoss tells a refusal for a loss the store detected from other errors.
-func decide(claim claimFunc, id string, isLoss func(error) bool, firstErr *error) tally {
+// cutDelay is how long after the load starts the power is cut: a random
+// 0.3-1.5 s.
+func cutDelay(rng *rand.Rand) time.Duration {
+	return 300*time.Millisecond + time.Duration(rng.Int64N(int64(1200*time.Millisecond)))
+}
+
+// againFunc tries an acknowledged step once more (see again).
+type againFunc func(k kind, id string) (accepted bool, err error)
+
+// decideAll re-tries every acknowledged step from 8 goroutines and counts
+// what the store decided. isLoss tells a refusal for a loss the store
+// detected from other errors; firstErr is the first refusal or error.
+func decideAll(done []acked, try againFunc, isLoss func(error) bool) (c tallies, firstErr error) {
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
+	for range 8 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(done) {
+					return
+				}
+				a := done[i]
+				d, err := decide(try, a, isLoss)
+				mu.Lock()
+				d.acknowledged = 1
+				c[a.k].add(d)
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return c, firstErr
+}
+
+// decide tries a again until the store decides, and classifies it; err
+// is the refusal for a loss, or the last error when nothing was decided.
+func decide(try againFunc, a acked, isLoss func(error) bool) (tally, error) {
 	var err error
 	for range 40 {
-		var first bool
-		first, err = claim(id)
+		var accepted bool
+		accepted, err = try(a.k, a.id)
 		switch {
-		case err == nil && first:
-			return tally{acceptedAgain: 1}
+		case err == nil && accepted:
+			return tally{acceptedAgain: 1}, nil
 		case err == nil:
-			return tally{refused: 1}
+			return tally{refused: 1}, nil
 		case isLoss(err):
-			if *firstErr == nil {
-				*firstErr = err
-			}
-			return tally{refusedLoss: 1}
+			return tally{refusedLoss: 1}, err
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if *firstErr == nil {
-		*firstErr = err
-	}
-	return tally{errors: 1}
+	return tally{errors: 1}, err
 }
