@@ -389,10 +389,10 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	if haveSide && side.Boot != "" && side.Boot != s.boot {
 		return fmt.Errorf("%w: the machine went down while a store with synchronous=NORMAL (Options.AllowNormalSync) ran on %s, which acknowledges commits before they are on the disk: its last acknowledged claims may be gone: run Rearm once you have decided", ErrForgotten, s.path)
 	}
-	if pages, err := walLost(s.path, s.table); err != nil {
-		return unavailable(ctx, fmt.Errorf("reading the WAL kept at %s: %w", walLinkFile(s.path, s.table), err))
-	} else if pages > 0 {
-		return walLossError(s.path, s.table, pages)
+	if err := judgeWALLinks(s.path, s.table); errors.Is(err, ErrForgotten) {
+		return err
+	} else if err != nil {
+		return unavailable(ctx, err)
 	}
 	g.incarnation = inc
 	g.seq.Store(seq)
@@ -579,13 +579,16 @@ func (g *guard) settle(s *Store) {
 	var busy, log, done int
 	err := s.db.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(`+mode+`)`).Scan(&busy, &log, &done)
 	if err != nil || busy != 0 || done != log {
+		if !normal {
+			s.log.Info("sqlitestore: at Close, a checkpoint could not copy the whole WAL (another connection reads): the store's link to it stays, and the next New judges it", "table", unquote(s.table), "err", err)
+		}
 		if normal {
 			s.log.Warn("sqlitestore: at Close, the checkpoint that puts the commits of synchronous=NORMAL on the disk did not finish: New refuses after a crash of the machine until Rearm", "table", unquote(s.table), "err", err)
 		}
 		return
 	}
-	if err := os.Remove(walLinkFile(s.path, s.table)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Warn("sqlitestore: at Close, removing the link to the WAL failed: New may take a later change of its pages for a loss", "path", walLinkFile(s.path, s.table), "err", err)
+	if err := os.Remove(s.walLink); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("sqlitestore: at Close, removing the link to the WAL failed: New may take a later change of its pages for a loss", "path", s.walLink, "err", err)
 	}
 	if !normal {
 		return

@@ -101,13 +101,14 @@
 //     makes New refuse (the sidecar names the boot it ran in);
 //   - a database file deleted while no store runs makes [Migrate] and [New]
 //     refuse (the sidecar names an incarnation; the table is missing);
-//   - a WAL file deleted or replaced while no store runs, when it held
-//     commits the database file does not (after a crash of the process),
-//     makes New refuse: a running store keeps a hard link to the WAL its
-//     writer holds (the sidecar's name plus ".wal-link"; no space while
-//     the WAL is in place; Close removes it once a checkpoint copied the
-//     WAL into the database file), and New compares the last committed
-//     image of each page in it with the database file;
+//   - a WAL file deleted, or another renamed over it, while no store
+//     runs, when it held commits the database does not (after a crash of
+//     the process), makes New refuse: each running Store keeps a hard link
+//     to the WAL its writer holds (the sidecar's name plus ".wal-" and an
+//     id; no space while the WAL is in place; Close removes it once a
+//     checkpoint copied the WAL into the database file), and New compares
+//     the last committed image of each page in a link that is not the WAL
+//     in place with what SQLite reads now;
 //   - a database replaced by an older copy (a restored backup) makes New
 //     refuse (its sequence is below the sidecar's), and a running store
 //     refuse at its next write when the copy misses the store's latest

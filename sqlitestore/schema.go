@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 )
@@ -218,8 +217,8 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	if rearm {
 		// The loss is decided: a WAL kept for New's look (see walLost)
 		// no longer refuses.
-		if err := os.Remove(walLinkFile(set.path, t)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("%w: removing the WAL kept at %s: %w", ErrUnavailable, walLinkFile(set.path, t), err)
+		if err := removeWALLinks(set.path, t); err != nil {
+			return fmt.Errorf("%w: removing the WALs kept beside %s: %w", ErrUnavailable, set.path, err)
 		}
 	}
 	if !haveSide || legacy || rearm || side.Incarnation != inc {

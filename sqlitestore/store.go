@@ -175,6 +175,7 @@ type Store struct {
 	journal     string // journal_mode at New, lower case
 	boot        string // the kernel's boot id at New ("" where there is none)
 	path        string // the main database file
+	walLink     string // this Store's link to the WAL its writer holds (see wal.go)
 	log         *slog.Logger
 	observer    func(Event)
 	now         func() time.Time
@@ -317,6 +318,7 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	s.allowNormal = opts.AllowNormalSync
 	s.wal, s.journal, s.path, s.normal = set.wal(), set.journal, set.path, set.synchronous < syncFull
 	s.boot = bootID()
+	s.walLink = walLinkPrefix(s.path, s.table) + newToken()[:16]
 	if err := s.guard.open(ctx, s, conn); err != nil {
 		return nil, err
 	}

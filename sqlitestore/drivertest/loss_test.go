@@ -79,6 +79,7 @@ func TestLoss(t *testing.T) {
 		{"deleted while stopped", deletedWhileStopped},
 		{"WAL deleted after a crash", walDeletedAfterACrash},
 		{"clean stop, then another program writes", cleanStopThenAnotherProgramWrites},
+		{"WAL links after a crash", walLinksAfterACrash},
 		{"lost while running", lostWhileRunning},
 		{"read-only file", readOnlyFile},
 		{"the restore procedure accepts nothing twice", restoreProcedure},
@@ -485,6 +486,138 @@ func cleanStopThenAnotherProgramWrites(t *testing.T) {
 					t.Fatalf("Claim(%s) after the restart = %v, %v; want not first", id, first, err)
 				}
 			}
+		})
+	}
+}
+
+// walLinksAfterACrash pins the WAL links (each Store's own, judged by
+// New) through what a crash can be followed by. A loss is found when
+// another Store on the table closed meanwhile (its Close removes its own
+// link, never another's). Nothing is taken for a loss after a VACUUM that
+// shrinks the file, after the directory is copied without its hard links
+// (SQLite reads the copied WAL), or after a change to a rollback journal
+// with two restarts (a link judged to lose nothing is removed).
+func walLinksAfterACrash(t *testing.T) {
+	killAfter := func(t *testing.T, path string, n int) *faultTally {
+		t.Helper()
+		p := startFault(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true})
+		for len(p.lines()) < n {
+			select {
+			case <-p.exited:
+				t.Fatalf("child exited; stderr:\n%s", p.stderr.String())
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		p.kill()
+		tally := newFaultTally()
+		tally.add(p.lines(), "c-")
+		if len(tally.acked) == 0 {
+			t.Fatal("no claim acknowledged before the kill")
+		}
+		return tally
+	}
+	session := func(t *testing.T, d Driver, path string, pragmas []Pragma, stmts ...string) {
+		t.Helper()
+		db, err := sql.Open(d.SQLName, d.DSN(path, pragmas))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range stmts {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := func(t *testing.T, s *sqlitestore.Store, tally *faultTally) {
+		t.Helper()
+		faultReport(t, "Claim of an ID acknowledged before the kill", faultEach(faultKeys(tally.acked), func(id string) error {
+			if first, _ := s.Claim(context.Background(), id, time.Now().Add(time.Hour)); first {
+				return errors.New("first again")
+			}
+			return nil
+		}))
+	}
+	ctx := context.Background()
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("another store closed meanwhile, the WAL deleted", func(t *testing.T) {
+				path := faultDB(t, d)
+				p := startFault(t, faultJob{Mode: "claim", DB: path, New: "c-", HoldInWAL: true})
+				for len(p.lines()) < 20 {
+					time.Sleep(5 * time.Millisecond)
+				}
+				db := d.Open(t, path)
+				other := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+				other.Close() // its link goes; the child's stays
+				db.Close()
+				n := len(p.lines())
+				for len(p.lines()) < n+40 {
+					time.Sleep(time.Millisecond)
+				}
+				p.kill()
+				tally := newFaultTally()
+				tally.add(p.lines(), "c-")
+				removeFiles(t, path+"-wal", path+"-shm")
+				db = d.Open(t, path)
+				if s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1}); !errors.Is(err, sqlitestore.ErrForgotten) {
+					if err == nil {
+						refused(t, s, tally)
+						s.Close()
+					}
+					t.Fatalf("New after the WAL of %d acknowledged claims was deleted = %v; want ErrForgotten", len(tally.acked), err)
+				}
+			})
+			t.Run("VACUUM shrinks the file", func(t *testing.T) {
+				path := faultDB(t, d)
+				session(t, d, path, Safe, `CREATE TABLE junk (v BLOB)`,
+					`INSERT INTO junk SELECT randomblob(1000) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400) SELECT i FROM n)`)
+				tally := killAfter(t, path, 200)
+				session(t, d, path, Safe, `DROP TABLE junk`, `VACUUM`)
+				s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+				refused(t, s, tally)
+			})
+			t.Run("the directory copied without hard links", func(t *testing.T) {
+				path := faultDB(t, d)
+				tally := killAfter(t, path, 50)
+				dir := plainTempDir(t)
+				ents, err := os.ReadDir(filepath.Dir(path))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range ents {
+					b, err := os.ReadFile(filepath.Join(filepath.Dir(path), e.Name()))
+					if err != nil {
+						t.Fatal(err)
+					}
+					writeFile(t, filepath.Join(dir, e.Name()), b)
+				}
+				s := mustStore(t, d.Open(t, filepath.Join(dir, filepath.Base(path))), sqlitestore.Options{SweepInterval: -1})
+				refused(t, s, tally)
+			})
+			t.Run("a rollback journal after the crash, two restarts", func(t *testing.T) {
+				path := faultDB(t, d)
+				tally := killAfter(t, path, 50)
+				del := []Pragma{{"journal_mode", "DELETE"}, {"synchronous", "EXTRA"}, {"busy_timeout", "5000"}}
+				for round := range 2 {
+					db, err := sql.Open(d.SQLName, d.DSN(path, del))
+					if err != nil {
+						t.Fatal(err)
+					}
+					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+					if err != nil {
+						db.Close()
+						t.Fatalf("restart %d: New = %v; want a store (nothing was lost)", round, err)
+					}
+					refused(t, s, tally)
+					claimAll(t, s, idList(fmt.Sprint("del-", round, "-"), 100), time.Now().Add(time.Hour))
+					s.Close()
+					db.Close()
+				}
+			})
 		})
 	}
 }

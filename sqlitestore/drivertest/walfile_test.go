@@ -88,7 +88,7 @@ func FuzzWALFileMatchesSQLiteRecovery(f *testing.F) {
 		want := dumpTable(t, d, recovered)
 
 		// The reader: its committed pages over the database file.
-		size, last, err := walfile.Committed(bytes.NewReader(wal))
+		size, pages, last, err := walfile.Committed(bytes.NewReader(wal))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,6 +99,13 @@ func FuzzWALFileMatchesSQLiteRecovery(f *testing.F) {
 				applied = append(applied, make([]byte, end-len(applied))...)
 			}
 			copy(applied[at:at+size], wal[off:off+int64(size)])
+		}
+		if len(last) > 0 {
+			// As a checkpoint does: the file ends at the last commit's size.
+			if pages == 0 || int(pages)*size > len(applied) {
+				t.Fatalf("the last commit's size, %d pages, is not the file's (%d bytes)", pages, len(applied))
+			}
+			applied = applied[:int(pages)*size]
 		}
 		mine := filepath.Join(dir, "m.db")
 		writeFile(t, mine, applied)

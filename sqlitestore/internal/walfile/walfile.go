@@ -25,31 +25,32 @@ const (
 
 // Committed reads a WAL file's valid frames (their salts the header's,
 // their cumulative checksums right) up to the last commit frame and
-// returns the page size and, for each page, the offset of its last
-// committed image. A file with no valid header or no commit holds no
-// commit.
-func Committed(f io.ReaderAt) (size int, last map[uint32]int64, err error) {
+// returns the page size, the database's size in pages after that commit
+// (a checkpoint truncates the file to it), and, for each page, the offset
+// of its last committed image. A file with no valid header or no commit
+// holds no commit.
+func Committed(f io.ReaderAt) (size int, pages uint32, last map[uint32]int64, err error) {
 	var hdr [headerSize]byte
 	if _, err := f.ReadAt(hdr[:], 0); err != nil {
 		if err == io.EOF {
-			return 0, nil, nil
+			return 0, 0, nil, nil
 		}
-		return 0, nil, err
+		return 0, 0, nil, err
 	}
 	be := binary.BigEndian
 	magic := be.Uint32(hdr[0:])
 	size = int(be.Uint32(hdr[8:]))
 	if magic&^1 != walMagic || size < 512 || size > 65536 || size&(size-1) != 0 {
-		return 0, nil, nil
+		return 0, 0, nil, nil
 	}
 	bigEndian := magic&1 == 1
 	s1, s2 := checksum(bigEndian, 0, 0, hdr[:24])
 	if s1 != be.Uint32(hdr[24:]) || s2 != be.Uint32(hdr[28:]) {
-		return 0, nil, nil
+		return 0, 0, nil, nil
 	}
 	if be.Uint32(hdr[4:]) != walVersion {
 		// SQLite refuses to open a database beside it.
-		return 0, nil, errors.New("a WAL file of an unknown version")
+		return 0, 0, nil, errors.New("a WAL file of an unknown version")
 	}
 	type frame struct {
 		pgno uint32
@@ -63,7 +64,7 @@ func Committed(f io.ReaderAt) (size int, last map[uint32]int64, err error) {
 			if err == io.EOF {
 				break
 			}
-			return 0, nil, err
+			return 0, 0, nil, err
 		}
 		pgno, commit := be.Uint32(buf[0:]), be.Uint32(buf[4:])
 		if pgno == 0 || !bytes.Equal(buf[8:16], hdr[16:24]) {
@@ -79,10 +80,10 @@ func Committed(f io.ReaderAt) (size int, last map[uint32]int64, err error) {
 			for _, fr := range pending {
 				last[fr.pgno] = fr.off
 			}
-			pending = pending[:0]
+			pending, pages = pending[:0], commit
 		}
 	}
-	return size, last, nil
+	return size, pages, last, nil
 }
 
 // checksum continues SQLite's WAL checksum (s1, s2) over b, whose

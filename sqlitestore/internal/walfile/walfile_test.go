@@ -89,7 +89,7 @@ func TestCommitted(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, got, err := Committed(bytes.NewReader(tc.wal))
+			_, _, got, err := Committed(bytes.NewReader(tc.wal))
 			if (err != nil) != tc.errors {
 				t.Fatalf("err = %v; want an error: %v", err, tc.errors)
 			}
@@ -111,7 +111,7 @@ func FuzzCommitted(f *testing.F) {
 	f.Add(walOf(512, []uint32{1, 2, 2}, []bool{false, true, true}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		size, last, err := Committed(bytes.NewReader(b))
+		size, _, last, err := Committed(bytes.NewReader(b))
 		if err != nil {
 			return
 		}
