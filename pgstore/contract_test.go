@@ -13,6 +13,12 @@ func TestLeaseContract(t *testing.T) {
 	replaytest.RunLeaseContract(t, func(t *testing.T) replaytest.Store { return storeOn(t, pool) })
 }
 
+func TestClaimContract(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	replaytest.RunClaimContract(t, func(t *testing.T) replay.Store { return storeOn(t, pool) })
+}
+
 // TestForgetContract: the table loses everything (TRUNCATE, DELETE, or
 // dropped); no ID claimed, confirmed or leased before is accepted again.
 // For PostgreSQL a crash does not forget (TestLoad/crash mid-load loses

@@ -22,6 +22,13 @@ func TestLeaseContract(t *testing.T) {
 	})
 }
 
+func TestClaimContract(t *testing.T) {
+	c := newTestClient(t)
+	replaytest.RunClaimContract(t, func(t *testing.T) replay.Store {
+		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+	})
+}
+
 // replayingClient sends every command to Redis twice and answers with the
 // second reply, as a client does that resends a command whose first reply
 // was lost.

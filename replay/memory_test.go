@@ -15,6 +15,10 @@ func TestMemoryStoreLeaseContract(t *testing.T) {
 	replaytest.RunLeaseContract(t, func(*testing.T) replaytest.Store { return replay.NewMemoryStore(1000) })
 }
 
+func TestMemoryStoreClaimContract(t *testing.T) {
+	replaytest.RunClaimContract(t, func(*testing.T) replay.Store { return replay.NewMemoryStore(1000) })
+}
+
 // TestMemoryStoreLease pins MemoryStore's leases beyond the shared contract.
 func TestMemoryStoreLease(t *testing.T) {
 	t.Run("refuses when full and keeps live entries", func(t *testing.T) {

@@ -1,8 +1,10 @@
 // Package replaytest checks that a replay store keeps the contract of the
-// [replay] package. [RunLeaseContract] is run by the tests of every
-// [replay.Leaser] this repository ships (the memory store and redisstore);
-// the author of another store can run it too. It uses the real clock with
-// short leases, so it takes about a second. [RunRecordContract] does the
+// [replay] package. [RunClaimContract] checks [replay.Store.Claim] (and
+// Release), and [RunLeaseContract] the leases; both are run by the tests
+// of every store this repository ships (the memory store, redisstore,
+// pgstore and sqlitestore);
+// the author of another store can run them too. They use the real clock with
+// short leases, so each takes about a second. [RunRecordContract] does the
 // same for a [replay.Recorder], whose leases carry a fingerprint and whose
 // confirmations write a result (the memory store, redisstore and pgstore
 // run it).

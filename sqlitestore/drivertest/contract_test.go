@@ -40,7 +40,7 @@ func mustStore(t testing.TB, db *sql.DB, opts sqlitestore.Options) *sqlitestore.
 	return s
 }
 
-// TestContracts runs replaytest's lease, record, renew and request-state
+// TestContracts runs replaytest's claim, lease, record, renew and request-state
 // contracts on a store over a real file, on the test binary's driver.
 func TestContracts(t *testing.T) {
 	for _, d := range Drivers() {
@@ -50,6 +50,10 @@ func TestContracts(t *testing.T) {
 				db, _ := openMigrated(t, d)
 				return mustStore(t, db, sqlitestore.Options{})
 			}
+			t.Run("claim", func(t *testing.T) {
+				t.Parallel()
+				replaytest.RunClaimContract(t, func(t *testing.T) replay.Store { return store(t) })
+			})
 			t.Run("lease", func(t *testing.T) {
 				t.Parallel()
 				replaytest.RunLeaseContract(t, func(t *testing.T) replaytest.Store { return store(t) })
