@@ -1,16 +1,55 @@
 package pgstore
 
 import (
+	"context"
 	"testing"
 
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestLeaseContract(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	replaytest.RunLeaseContract(t, func(t *testing.T) replaytest.Store { return storeOn(t, pool) })
+}
+
+// pgEffects is replaytest.Effects on a table of the shared server: one
+// row per effect, written through TxFrom.
+type pgEffects struct {
+	pool  *pgxpool.Pool
+	table string
+}
+
+func (e pgEffects) Write(ctx context.Context, id string) error {
+	tx, err := TxFrom(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO "`+e.table+`" (id) VALUES ($1)`, id)
+	return err
+}
+
+func (e pgEffects) Count(t *testing.T, id string) int {
+	t.Helper()
+	var n int
+	if err := e.pool.QueryRow(bg(), `SELECT count(*) FROM "`+e.table+`" WHERE id = $1`, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestWorkContract(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	replaytest.RunWorkContract(t, func(t *testing.T) (replaytest.WorkStore, replaytest.Effects) {
+		e := pgEffects{pool, uniqueTable(t, pool)}
+		if _, err := pool.Exec(bg(), `CREATE TABLE "`+e.table+`" (id text NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		return storeOn(t, pool), e
+	})
 }
 
 func TestClaimContract(t *testing.T) {

@@ -9,7 +9,9 @@
 // confirmations write a result (the memory store, redisstore and pgstore
 // run it).
 // A store author starts with [RunRecordContract]; ExampleRunLeaseContract
-// shows the call from a test.
+// shows the call from a test. A store whose leases guard work in its own
+// database ([replay.Transactor]) runs [RunWorkContract] too, with
+// [Effects] written through its accessor of the Work's transaction.
 //
 // Two more contracts are for stores whose backend can fail on its own:
 // [RunForgetContract] (the backend loses everything it held: no ID is ever

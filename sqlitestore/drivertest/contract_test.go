@@ -40,7 +40,7 @@ func mustStore(t testing.TB, db *sql.DB, opts sqlitestore.Options) *sqlitestore.
 	return s
 }
 
-// TestContracts runs replaytest's claim, lease, record, renew and request-state
+// TestContracts runs replaytest's claim, work, lease, record, renew and request-state
 // contracts on a store over a real file, on the test binary's driver.
 func TestContracts(t *testing.T) {
 	for _, d := range Drivers() {
@@ -50,6 +50,13 @@ func TestContracts(t *testing.T) {
 				db, _ := openMigrated(t, d)
 				return mustStore(t, db, sqlitestore.Options{})
 			}
+			t.Run("work", func(t *testing.T) {
+				t.Parallel()
+				replaytest.RunWorkContract(t, func(t *testing.T) (replaytest.WorkStore, replaytest.Effects) {
+					s, db := workStore(t, d, sqlitestore.Options{})
+					return s, sqliteEffects{db}
+				})
+			})
 			t.Run("claim", func(t *testing.T) {
 				t.Parallel()
 				replaytest.RunClaimContract(t, func(t *testing.T) replay.Store { return store(t) })
@@ -178,3 +185,18 @@ func TestSweep(t *testing.T) {
 		}
 	}}})
 }
+
+// sqliteEffects is replaytest.Effects on the app table of workStore: one
+// row per effect, written through TxFrom.
+type sqliteEffects struct{ db *sql.DB }
+
+func (e sqliteEffects) Write(ctx context.Context, id string) error {
+	tx, err := sqlitestore.TxFrom(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO app (id) VALUES (?)`, id)
+	return err
+}
+
+func (e sqliteEffects) Count(t *testing.T, id string) int { return appRows(t, e.db, id) }
