@@ -1,8 +1,10 @@
-// Package powerloss cuts the power under each store's real server: the
-// server's data directory lives on a dropfs mount, the server is SIGKILLed
-// and everything it did not fsync is dropped in the same instant, and every
-// claim the store acknowledged before the cut is claimed again after the
-// restart. A claim accepted again is a single-use ID accepted twice.
+// Package powerloss cuts the power under each store: the server's data
+// directory (Redis, Valkey, PostgreSQL) or the database file (SQLite, whose
+// app process is what dies) lives on a dropfs mount, the process is
+// SIGKILLed and everything it did not fsync is dropped in the same instant,
+// and every step the store acknowledged before the cut — a first claim, a
+// confirmed lease, a confirmed record — is tried again after the restart.
+// One accepted again is a single-use ID accepted twice, or work done twice.
 //
 // The tests need FUSE (root and /dev/fuse) and the servers' binaries; they
 // skip without them, except under CI=true, where they fail. Each store

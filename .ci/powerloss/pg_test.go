@@ -254,7 +254,7 @@ func TestPostgresPowerLoss(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := pgPowerLoss(t, tt.syncCommit, tt.tear, tt.opts)
-			c.check(t, "postgres synchronous_commit "+tt.syncCommit, tt.mustKeepAll)
+			c.check(t, "postgres "+tt.name, tt.mustKeepAll)
 		})
 	}
 }

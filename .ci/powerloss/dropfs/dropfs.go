@@ -98,6 +98,12 @@ func Mount(backing, mountpoint string) (*FS, error) {
 			FsName:            "dropfs",
 			Debug:             os.Getenv("DROPFS_DEBUG") != "", // the FUSE traffic on stderr
 			Name:              "dropfs",
+			// READDIRPLUS would hand the kernel each entry's attributes
+			// from the backing file, whose size is the synced one: the
+			// kernel would shrink a file with unsynced data under its
+			// readers. Plain READDIR leaves attributes to Lookup, which
+			// reports the overlay's size.
+			DisableReadDirPlus: true,
 		},
 	}
 	server, err := fs.Mount(mountpoint, f.rootNode, opts)
