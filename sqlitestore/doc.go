@@ -106,9 +106,10 @@
 //     the process), makes New refuse: each running Store keeps a hard link
 //     to the WAL its writer holds (the sidecar's name plus ".wal-" and an
 //     id; no space while the WAL is in place; Close removes it once a
-//     checkpoint copied the WAL into the database file), and New compares
-//     the last committed image of each page in a link that is not the WAL
-//     in place with what SQLite reads now;
+//     checkpoint copied the WAL into the database file), and New looks up
+//     in the database every store row, not expired, on each page of a link
+//     (not the WAL in place) whose last committed image is not what SQLite
+//     reads now;
 //   - a database replaced by an older copy (a restored backup) makes New
 //     refuse (its sequence is below the sidecar's), and a running store
 //     refuse at its next write when the copy misses the store's latest

@@ -2,11 +2,13 @@ package sqlitestore
 
 import (
 	"bytes"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/ctoken/ctoken/sqlitestore/internal/walfile"
@@ -93,11 +95,11 @@ func (s *Store) relinkWAL() {
 }
 
 // judgeWALLinks is New's look at the links of its table: each that names
-// a file other than the WAL at the path is judged (walLost); one that
-// loses nothing is removed, and the first that loses commits refuses with
-// ErrForgotten. Temporary links older than a minute (a process died while
+// a file other than the WAL at the path is judged (walLost, with present
+// finding a key in the database now); one that loses nothing is removed,
+// and the first that loses entries refuses with ErrForgotten. Temporary links older than a minute (a process died while
 // it made one) are removed.
-func judgeWALLinks(path, table string) error {
+func judgeWALLinks(path, table string, now int64, present func(key []byte) (bool, error)) error {
 	links, err := walLinks(path, table)
 	if err != nil {
 		return err
@@ -111,12 +113,12 @@ func judgeWALLinks(path, table string) error {
 		if curErr == nil && os.SameFile(info, cur) {
 			continue // the WAL in place: a running store's link
 		}
-		pages, err := walLost(path, link)
+		lost, err := walLost(path, link, now, present)
 		if err != nil {
 			return fmt.Errorf("reading the WAL kept at %s: %w", link, err)
 		}
-		if pages > 0 {
-			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and it held commits the database does not (%d pages; that WAL is kept at %s): run Rearm once you have decided", ErrForgotten, path, pages, link)
+		if lost > 0 {
+			return fmt.Errorf("%w: the WAL file %s-wal was deleted or replaced while no store ran, and it held %d acknowledged entries the database no longer does (that WAL is kept at %s): run Rearm once you have decided", ErrForgotten, path, lost, link)
 		}
 		if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -147,12 +149,20 @@ func removeWALLinks(path, table string) error {
 	return nil
 }
 
-// walLost reports how many pages the WAL file at link committed whose last
-// image is not what SQLite reads now at path: the committed frames of the
-// WAL at the path (when there is one) over the database file. A page past
-// the database's size at the linked WAL's last commit is not counted
-// (the commit freed it).
-func walLost(path, link string) (pages int, err error) {
+// walLost reports how many acknowledged entries the WAL file at link held
+// that the database at path no longer does. It compares the last
+// committed image of each page in it with what SQLite reads now (the
+// committed frames of the WAL at the path, when there is one, over the
+// database file); a page past the database's size at the linked WAL's
+// last commit is skipped (the commit freed it). On a page that differs,
+// each entry that is a row of a store's table (the shape of [Schema]),
+// not the marker and not expired at now (UnixNano), must be found by
+// present, or it is lost; an entry of seven columns whose key lies past
+// the page (an ID too long for it) counts as lost, and so does a page
+// whose entries cannot be read.
+// Pages of other kinds hold no store's row: the app's own pages may have
+// changed since for any reason.
+func walLost(path, link string, now int64, present func(key []byte) (bool, error)) (lost int, err error) {
 	old, err := os.Open(link)
 	if err != nil {
 		return 0, err
@@ -167,6 +177,11 @@ func walLost(path, link string) (pages int, err error) {
 		return 0, err
 	}
 	defer db.Close()
+	usable := size
+	var hdr [100]byte
+	if _, err := db.ReadAt(hdr[:], 0); err == nil {
+		usable -= int(hdr[20]) // the reserved bytes at the end of each page
+	}
 	// SQLite reads a page from the WAL at the path when it holds one.
 	var cur *os.File
 	var curLast map[uint32]int64
@@ -176,11 +191,12 @@ func walLost(path, link string) (pages int, err error) {
 			cur, curLast = f, l
 		}
 	}
-	want, have := make([]byte, size), make([]byte, size)
+	have := make([]byte, size)
 	for pgno, off := range last {
 		if pgno > npages {
 			continue
 		}
+		want := make([]byte, size)
 		if _, err := old.ReadAt(want, off); err != nil {
 			return 0, err
 		}
@@ -193,9 +209,111 @@ func walLost(path, link string) (pages int, err error) {
 		if err != nil && err != io.EOF {
 			return 0, err
 		}
-		if n < size || !bytes.Equal(want, have) {
-			pages++
+		if n == size && bytes.Equal(want, have) {
+			continue
+		}
+		l, err := lostRows(want, pgno, usable, now, present)
+		if err != nil {
+			return 0, err
+		}
+		lost += l
+	}
+	return lost, nil
+}
+
+// lostRows is walLost's look at one page image that differs from the
+// database's: the store rows on it that present does not find.
+func lostRows(page []byte, pgno uint32, usable int, now int64, present func(key []byte) (bool, error)) (int, error) {
+	entries, _, err := walfile.IndexEntries(page, pgno, usable)
+	if err != nil {
+		return 1, nil
+	}
+	lost := 0
+	for _, e := range entries {
+		cols, total, ok := walfile.Record(e)
+		if !ok {
+			return lost + 1, nil
+		}
+		if total != len(storeColumns) {
+			continue
+		}
+		if len(cols) < 2 {
+			// A key too long for the page: the entry cannot be told
+			// from a store's row, nor looked up.
+			lost++
+			continue
+		}
+		if !storeRow(cols) {
+			continue
+		}
+		if cols[1].Bytes[0] == 'm' {
+			continue // the marker: the sequence's checks judge it
+		}
+		if len(cols) >= 4 && cols[3].IsInt && cols[3].Int <= now {
+			continue // expired: a sweep may have removed it
+		}
+		found, err := present(cols[0].Bytes)
+		if err != nil {
+			return 0, err
+		}
+		if !found {
+			lost++
 		}
 	}
-	return pages, nil
+	return lost, nil
+}
+
+// storeColumns are the columns of a store's table, in order ([Schema]).
+var storeColumns = [...]string{"key", "state", "token", "until", "fingerprint", "result", "seq"}
+
+// storeRow reports whether the columns read of a record of seven have the
+// shape of a store's row: a BLOB key, then a state of one letter, and the
+// rest, as far as read, of their types.
+func storeRow(cols []walfile.Value) bool {
+	if cols[0].Text || cols[0].IsInt || cols[0].Null || len(cols[0].Bytes) == 0 {
+		return false
+	}
+	if !cols[1].Text || len(cols[1].Bytes) != 1 || !strings.ContainsRune("mclwd", rune(cols[1].Bytes[0])) {
+		return false
+	}
+	if len(cols) > 2 && !cols[2].Text {
+		return false
+	}
+	if len(cols) > 3 && !cols[3].IsInt {
+		return false
+	}
+	return true
+}
+
+// presentIn returns walLost's look-up of a key on q: found in the store's
+// table, or in another table of the file with a store's columns (tables
+// share a file, and the linked WAL holds their rows too).
+func (s *Store) presentIn(q querier) func(key []byte) (bool, error) {
+	var tables []string
+	return func(key []byte) (bool, error) {
+		if tables == nil {
+			tables = []string{s.table}
+			var names sql.NullString
+			if err := q.queryRow(`SELECT group_concat(m.name, ',') FROM main.sqlite_master m WHERE m.type = 'table' AND (SELECT group_concat(name, ',') FROM pragma_table_info(m.name)) = ?`, strings.Join(storeColumns[:], ",")).Scan(&names); err != nil {
+				return false, err
+			}
+			for _, name := range strings.Split(names.String, ",") {
+				// A name with ',' is no store's (tableName): split
+				// apart, its parts match no table.
+				if t := "main." + `"` + strings.ReplaceAll(name, `"`, `""`) + `"`; name != "" && t != s.table {
+					tables = append(tables, t)
+				}
+			}
+		}
+		for _, t := range tables {
+			var n int
+			if err := q.queryRow(`SELECT count(*) FROM `+t+` WHERE key = ?`, key).Scan(&n); err != nil {
+				return false, err
+			}
+			if n > 0 {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
 }

@@ -495,8 +495,11 @@ func cleanStopThenAnotherProgramWrites(t *testing.T) {
 // another Store on the table closed meanwhile (its Close removes its own
 // link, never another's). Nothing is taken for a loss after a VACUUM that
 // shrinks the file, after the directory is copied without its hard links
-// (SQLite reads the copied WAL), or after a change to a rollback journal
-// with two restarts (a link judged to lose nothing is removed).
+// (SQLite reads the copied WAL), after another program's writes or a
+// store of another table that change the pages the WAL held (New looks
+// for the store's rows, not for the pages), or after a change to a
+// rollback journal with two restarts (a link judged to lose nothing is
+// removed).
 func walLinksAfterACrash(t *testing.T) {
 	killAfter := func(t *testing.T, path string, n int) *faultTally {
 		t.Helper()
@@ -596,6 +599,31 @@ func walLinksAfterACrash(t *testing.T) {
 					writeFile(t, filepath.Join(dir, e.Name()), b)
 				}
 				s := mustStore(t, d.Open(t, filepath.Join(dir, filepath.Base(path))), sqlitestore.Options{SweepInterval: -1})
+				refused(t, s, tally)
+			})
+			t.Run("another program writes in two sessions", func(t *testing.T) {
+				// The first session's close copies the WAL into the file
+				// and deletes it; the second grows the file (page 1 and
+				// the app's pages change): no store row is lost.
+				path := faultDB(t, d)
+				tally := killAfter(t, path, 50)
+				session(t, d, path, Safe, `INSERT INTO effects VALUES ('one')`)
+				session(t, d, path, Safe, `INSERT INTO effects (id) SELECT 'app-' || i || '-' || hex(randomblob(200)) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) SELECT i FROM n)`)
+				s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+				refused(t, s, tally)
+			})
+			t.Run("a store of another table in the file restarts first", func(t *testing.T) {
+				path := faultDB(t, d)
+				tally := killAfter(t, path, 50)
+				db := d.Open(t, path)
+				if err := sqlitestore.Migrate(ctx, db, "other_table"); err != nil {
+					t.Fatal(err)
+				}
+				other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
+				claimAll(t, other, idList("other-", 300), time.Now().Add(time.Hour))
+				other.Close()
+				db.Close()
+				s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
 				refused(t, s, tally)
 			})
 			t.Run("a rollback journal after the crash, two restarts", func(t *testing.T) {

@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ctoken/ctoken/sqlitestore"
 	"github.com/ctoken/ctoken/sqlitestore/internal/walfile"
 )
 
@@ -262,5 +264,98 @@ func TestWALFileReadsBigEndianChecksumsAndLargePages(t *testing.T) {
 				t.Fatalf("the reader's pages read\n%.300s\nwhere SQLite's recovery reads\n%.300s", got, want)
 			}
 		})
+	}
+}
+
+// TestWALFileReadsTheStoresRows checks the store's reading of its rows
+// from a WAL's pages (what New looks up after a crash) against SQLite: a
+// store's claims, leases and records with IDs of 1 to 400 bytes and
+// results large enough to spill onto overflow pages, every write in the
+// WAL; the rows read from the WAL's index pages are the table's rows,
+// key, state and until.
+func TestWALFileReadsTheStoresRows(t *testing.T) {
+	d := Drivers()[0]
+	ctx := context.Background()
+	dir := plainTempDir(t)
+	path := filepath.Join(dir, "replay.db")
+	db := d.OpenWith(t, path, With("wal_autocheckpoint", "0"))
+	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		t.Fatal(err)
+	}
+	s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+	until := time.Now().Add(time.Hour)
+	for i := range 120 {
+		id := fmt.Sprint(i, "-", strings.Repeat("k", i*i%400))
+		switch i % 3 {
+		case 0:
+			claimAll(t, s, []string{id}, until)
+		case 1:
+			mustLease(t, s, id, time.Hour)
+		default:
+			r, err := s.AcquireRecord(ctx, id, time.Minute, []byte("fp"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.ConfirmRecord(ctx, id, r.Token, until, []byte("fp"), bytes.Repeat([]byte{byte(i)}, i*60)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := map[string]string{}
+	rows, err := db.QueryContext(ctx, `SELECT key, state, until FROM ctoken_replay`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var key []byte
+		var state string
+		var u int64
+		if err := rows.Scan(&key, &state, &u); err != nil {
+			t.Fatal(err)
+		}
+		want[string(key)] = fmt.Sprint(state, " ", u)
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	wal, err := os.ReadFile(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, _, last, err := walfile.Committed(bytes.NewReader(wal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for pgno, off := range last {
+		entries, _, err := walfile.IndexEntries(wal[off:off+int64(size)], pgno, size)
+		if err != nil {
+			t.Fatalf("page %d: %v", pgno, err)
+		}
+		for _, e := range entries {
+			cols, total, ok := walfile.Record(e)
+			if !ok {
+				t.Fatalf("page %d: a malformed record", pgno)
+			}
+			if total != 7 {
+				continue // the until index
+			}
+			if len(cols) < 4 {
+				t.Fatalf("page %d: a store row whose key, state, token and until are not on its page", pgno)
+			}
+			got[string(cols[0].Bytes)] = fmt.Sprint(string(cols[1].Bytes), " ", cols[3].Int)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d rows read from the WAL; the table has %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("row %q: read %q from the WAL; the table has %q", k, got[k], v)
+		}
 	}
 }

@@ -122,3 +122,75 @@ func FuzzCommitted(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIndexEntries: any page and any record read without a panic, every
+// payload inside the page, and every column inside its record.
+func FuzzIndexEntries(f *testing.F) {
+	leaf := make([]byte, 512)
+	leaf[0], leaf[4], leaf[5], leaf[6] = indexLeaf, 1, 1, 0xf0 // one cell at 496
+	copy(leaf[496:], []byte{6, 3, 0x11, 1, 'a', 'b'})
+	f.Add(leaf, uint32(2))
+	f.Add([]byte{indexInterior, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0}, uint32(3))
+	f.Fuzz(func(t *testing.T, page []byte, pgno uint32) {
+		entries, whole, err := IndexEntries(page, pgno, len(page))
+		if err != nil {
+			return
+		}
+		if len(entries) != len(whole) {
+			t.Fatalf("%d entries, %d whole flags", len(entries), len(whole))
+		}
+		for _, e := range entries {
+			cols, total, ok := Record(e)
+			if !ok {
+				continue
+			}
+			if len(cols) > total {
+				t.Fatalf("%d columns read of %d", len(cols), total)
+			}
+			for _, c := range cols {
+				if len(c.Bytes) > len(e) {
+					t.Fatalf("a column of %d bytes in a record of %d", len(c.Bytes), len(e))
+				}
+			}
+		}
+	})
+}
+
+func TestRecord(t *testing.T) {
+	tests := []struct {
+		name  string
+		rec   []byte
+		want  []Value
+		total int
+		ok    bool
+	}{
+		{"null, ints of every width, 0 and 1", []byte{10, 0, 1, 2, 3, 4, 5, 6, 8, 9,
+			0xff,
+			0x01, 0x00,
+			0xff, 0xff, 0xfe,
+			0x00, 0x00, 0x00, 0x07,
+			0x80, 0, 0, 0, 0, 0,
+			0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+			[]Value{{Null: true}, {IsInt: true, Int: -1}, {IsInt: true, Int: 256}, {IsInt: true, Int: -2}, {IsInt: true, Int: 7},
+				{IsInt: true, Int: -1 << 47}, {IsInt: true, Int: 1<<63 - 1}, {IsInt: true, Int: 0}, {IsInt: true, Int: 1}}, 9, true},
+		{"blob and text", []byte{3, 16, 17, 1, 2, 'x', 'y'}, []Value{{Bytes: []byte{1, 2}}, {Text: true, Bytes: []byte("xy")}}, 2, true},
+		{"a column past the payload: on overflow pages", []byte{3, 1, 20, 5}, []Value{{IsInt: true, Int: 5}}, 2, true},
+		{"a reserved type", []byte{2, 10}, nil, 0, false},
+		{"a header longer than the payload", []byte{9, 1}, nil, 0, false},
+		{"an empty payload", nil, nil, 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cols, total, ok := Record(tc.rec)
+			if ok != tc.ok || total != tc.total || len(cols) != len(tc.want) {
+				t.Fatalf("Record = %+v, %d, %v; want %+v, %d, %v", cols, total, ok, tc.want, tc.total, tc.ok)
+			}
+			for i := range cols {
+				if cols[i].Null != tc.want[i].Null || cols[i].IsInt != tc.want[i].IsInt || cols[i].Int != tc.want[i].Int ||
+					cols[i].Text != tc.want[i].Text || !bytes.Equal(cols[i].Bytes, tc.want[i].Bytes) {
+					t.Fatalf("column %d = %+v; want %+v", i, cols[i], tc.want[i])
+				}
+			}
+		})
+	}
+}

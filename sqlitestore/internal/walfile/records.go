@@ -1,0 +1,160 @@
+package walfile
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// The b-tree page and record formats
+// (https://www.sqlite.org/fileformat2.html#b_tree_pages and #record_format),
+// as far as reading the entries of an index b-tree — where a WITHOUT
+// ROWID table keeps its rows — takes.
+
+// Page types of an index b-tree: its interior and leaf pages both hold
+// entries.
+const (
+	indexInterior = 0x02
+	indexLeaf     = 0x0a
+)
+
+var errMalformed = errors.New("walfile: malformed page")
+
+// IndexEntries returns the payloads of the entries on page, an image of
+// page number pgno, when it is a page of an index b-tree (nil for any
+// other page), as far as the page itself holds them, and whether each is
+// whole: an entry too large for its page keeps its tail on overflow
+// pages, which are not followed. usable is the page's usable size (the
+// page size less the database header's reserved bytes).
+func IndexEntries(page []byte, pgno uint32, usable int) (payloads [][]byte, whole []bool, err error) {
+	off := 0
+	if pgno == 1 {
+		off = 100 // the database header
+	}
+	if len(page) < off+12 || usable < 480 || usable > len(page) {
+		return nil, nil, errMalformed
+	}
+	kind := page[off]
+	if kind != indexInterior && kind != indexLeaf {
+		return nil, nil, nil
+	}
+	be := binary.BigEndian
+	cells := int(be.Uint16(page[off+3:]))
+	ptrs := off + 8
+	if kind == indexInterior {
+		ptrs = off + 12
+	}
+	if ptrs+2*cells > usable {
+		return nil, nil, errMalformed
+	}
+	maxLocal := (usable-12)*64/255 - 23
+	minLocal := (usable-12)*32/255 - 23
+	for i := range cells {
+		c := int(be.Uint16(page[ptrs+2*i:]))
+		if kind == indexInterior {
+			c += 4 // the left child's page number
+		}
+		if c <= ptrs || c >= usable {
+			return nil, nil, errMalformed
+		}
+		size, n := sqliteVarint(page[c:usable])
+		if n == 0 {
+			return nil, nil, errMalformed
+		}
+		c += n
+		local := int(size)
+		if size > uint64(maxLocal) {
+			k := minLocal + int((size-uint64(minLocal))%uint64(usable-4))
+			local = minLocal
+			if k <= maxLocal {
+				local = k
+			}
+		}
+		if c+local > usable {
+			return nil, nil, errMalformed
+		}
+		payloads = append(payloads, page[c:c+local])
+		whole = append(whole, uint64(local) == size)
+	}
+	return payloads, whole, nil
+}
+
+// Value is one column of a record: Null, an Int, or Bytes (a BLOB or
+// TEXT; Text tells which). A float is neither Int nor Bytes.
+type Value struct {
+	Null, Text, IsInt bool
+	Int               int64
+	Bytes             []byte
+}
+
+// Record decodes the columns of a record, as far as payload holds them
+// (the rest lie on overflow pages): total is how many columns the
+// record's header lists. ok is false for a malformed header.
+func Record(payload []byte) (cols []Value, total int, ok bool) {
+	hsize, hn := sqliteVarint(payload)
+	if hn == 0 || hsize < uint64(hn) || hsize > uint64(len(payload)) {
+		return nil, 0, false
+	}
+	var types []uint64
+	for p := hn; p < int(hsize); {
+		t, tn := sqliteVarint(payload[p:hsize])
+		if tn == 0 {
+			return nil, 0, false
+		}
+		types, p = append(types, t), p+tn
+	}
+	body := payload[hsize:]
+	for _, t := range types {
+		var v Value
+		var size int
+		switch {
+		case t == 0:
+			v.Null = true
+		case t >= 1 && t <= 6:
+			size = [...]int{0, 1, 2, 3, 4, 6, 8}[t]
+		case t == 7:
+			size = 8
+		case t == 8, t == 9:
+			v.IsInt, v.Int = true, int64(t-8)
+		case t >= 12:
+			size = int((t - 12) / 2)
+			v.Text = t%2 == 1
+		default:
+			return nil, 0, false // 10 and 11 are reserved
+		}
+		if size > len(body) {
+			return cols, len(types), true // the rest is on overflow pages
+		}
+		switch {
+		case t >= 1 && t <= 6:
+			var x int64
+			for _, b := range body[:size] {
+				x = x<<8 | int64(b)
+			}
+			shift := 64 - 8*size
+			v.IsInt, v.Int = true, x<<shift>>shift // sign-extended
+		case t >= 12:
+			v.Bytes = body[:size]
+		}
+		cols, body = append(cols, v), body[size:]
+	}
+	return cols, len(types), true
+}
+
+// sqliteVarint reads SQLite's big-endian varint (1 to 9 bytes; the ninth
+// holds 8 bits) and its length, 0 when b ends first.
+func sqliteVarint(b []byte) (uint64, int) {
+	var v uint64
+	for i := 0; i < 9; i++ {
+		if i >= len(b) {
+			return 0, 0
+		}
+		if i == 8 {
+			return v<<8 | uint64(b[i]), 9
+		}
+		v = v<<7 | uint64(b[i]&0x7f)
+		if b[i] < 0x80 {
+			return v, i + 1
+		}
+	}
+	return 0, 0
+}
