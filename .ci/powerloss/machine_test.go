@@ -3,8 +3,11 @@
 // app process is what dies) lives on a dropfs mount, the process is
 // SIGKILLed and everything it did not fsync is dropped in the same instant,
 // and every step the store acknowledged before the cut — a first claim, a
-// confirmed lease, a confirmed record — is tried again after the restart.
-// One accepted again is a single-use ID accepted twice, or work done twice.
+// confirmed lease, a confirmed record, a committed work (PostgreSQL and
+// SQLite: AcquireWork, an effect row written in its transaction, Commit) —
+// is tried again after the restart. One accepted again is a single-use ID
+// accepted twice, or work done twice; an effect row without its done
+// record, or a done work without its effect row, is work half kept.
 //
 // The tests need FUSE (root and /dev/fuse) and the servers' binaries; they
 // skip without them, except under CI=true, where they fail. Each store
@@ -179,20 +182,28 @@ const (
 	kindClaim  kind = iota // Claim: acknowledged when reported first
 	kindLease              // AcquireLease then ConfirmLease: acknowledged when confirmed
 	kindRecord             // AcquireRecord then ConfirmRecord with a result: acknowledged when confirmed
+	kindWork               // AcquireWork, an effect row in its transaction, then Commit with a result: acknowledged when committed
 	nKinds
 )
 
-var kindNames = [nKinds]string{"claims", "leases", "records"}
+var kindNames = [nKinds]string{"claims", "leases", "records", "works"}
 
 // verbs are what an SQLite child prints for an acknowledged step of each
 // kind.
-var verbs = [nKinds]string{"claimed", "leased", "recorded"}
+var verbs = [nKinds]string{"claimed", "leased", "recorded", "worked"}
 
 // workerKind is what worker w of 8 does: workers 0-3 claim, 4-5 lease and
-// confirm, 6-7 record and confirm, in the same cut.
-func workerKind(w int) kind {
+// confirm, 6-7 record and confirm, in the same cut; with works (a store
+// that implements replay.WorkAcquirer), workers 2-3 do transactional work
+// instead of claiming.
+func workerKind(w int, works bool) kind {
 	switch {
+	case w < 2:
+		return kindClaim
 	case w < 4:
+		if works {
+			return kindWork
+		}
 		return kindClaim
 	case w < 6:
 		return kindLease
@@ -214,14 +225,53 @@ type store interface {
 	ConfirmRecord(ctx context.Context, id, token string, until time.Time, fingerprint, result []byte) error
 }
 
+// workStore is a store with the one-commit transactional mode
+// (pgstore, sqlitestore).
+type workStore interface {
+	store
+	AcquireWork(ctx context.Context, id string, lease time.Duration, fingerprint []byte) (replay.Record, replay.Work, error)
+}
+
+// effectFunc inserts id's row into the app table effects in the
+// transaction ctx carries (from replay.Work.Context), through the store's
+// TxFrom.
+type effectFunc func(ctx context.Context, id string) error
+
+// effectsTable is the app table every work writes one row to, in the
+// store's database.
+const effectsTable = `CREATE TABLE IF NOT EXISTS effects (id TEXT PRIMARY KEY)`
+
 func fingerprint(id string) []byte { return []byte("fp:" + id) }
 func result(id string) []byte      { return []byte("result:" + id) }
 
+// doWork runs one transactional work on a fresh id: AcquireWork, id's
+// effect row in the work's transaction, Commit with a record. acked
+// reports a nil Commit.
+func doWork(ctx context.Context, s workStore, effect effectFunc, id string) (acked bool, err error) {
+	r, w, err := s.AcquireWork(ctx, id, leaseLength, fingerprint(id))
+	if err != nil || r.State != replay.LeaseAcquired || w == nil {
+		return false, err
+	}
+	if err := effect(w.Context(ctx), id); err != nil {
+		w.Rollback(ctx)
+		return false, err
+	}
+	err = w.Commit(ctx, time.Now().Add(time.Hour), fingerprint(id), result(id))
+	return err == nil, err
+}
+
 // do runs one step of kind k on a fresh id: acked reports that the store
-// acknowledged it (a first claim; a lease or a record confirmed).
-func do(ctx context.Context, s store, k kind, id string) (acked bool, err error) {
+// acknowledged it (a first claim; a lease or a record confirmed; a work
+// committed). effect is the store's (nil for a store without works).
+func do(ctx context.Context, s store, effect effectFunc, k kind, id string) (acked bool, err error) {
 	until := time.Now().Add(time.Hour)
 	switch k {
+	case kindWork:
+		ws, ok := s.(workStore)
+		if !ok || effect == nil {
+			return false, fmt.Errorf("%T does no transactional work here", s)
+		}
+		return doWork(ctx, ws, effect, id)
 	case kindClaim:
 		return s.Claim(ctx, id, until)
 	case kindLease:
@@ -245,7 +295,9 @@ func do(ctx context.Context, s store, k kind, id string) (acked bool, err error)
 // accepted reports that it would let the work run again — a claim
 // reported first, a lease or record acquired, or busy (the confirmation
 // was lost and only the lease survived: once it ends the ID is free). A
-// record found done with another result is an error.
+// record found done with another result is an error. A work is asked as
+// a record (AcquireRecord must find it done with its fingerprint and
+// result); its effect row is checked by checkEffects.
 func again(ctx context.Context, s store, k kind, id string) (accepted bool, err error) {
 	switch k {
 	case kindClaim:
@@ -275,6 +327,7 @@ type tally struct {
 	refused       int // refused as taken or done: kept through the cut
 	refusedLoss   int // refused by the store as a loss it detected (fenced, forgotten)
 	errors        int // no decision after the retries
+	unpaired      int // works: an effect row without its done record, or a done work without its one effect row
 }
 
 func (c tally) String() string {
@@ -285,12 +338,18 @@ func (c tally) String() string {
 		", errors " + strconv.Itoa(c.errors)
 }
 
+// withUnpaired is String with the works' effect check.
+func (c tally) withUnpaired() string {
+	return c.String() + ", effect without record / record without effect " + strconv.Itoa(c.unpaired)
+}
+
 func (c *tally) add(d tally) {
 	c.acknowledged += d.acknowledged
 	c.acceptedAgain += d.acceptedAgain
 	c.refused += d.refused
 	c.refusedLoss += d.refusedLoss
 	c.errors += d.errors
+	c.unpaired += d.unpaired
 }
 
 // tallies is a tally per kind.
@@ -310,21 +369,33 @@ func (c tallies) sum() tally {
 	return s
 }
 
-// log prints one line per kind (the line .ci/powerloss.sh shows).
-func (c tallies) log(t *testing.T, what string) {
+// log prints one line per kind (the line .ci/powerloss.sh shows); works
+// only when works were run.
+func (c tallies) log(t *testing.T, what string, works bool) {
 	t.Helper()
 	for k, n := range c {
-		t.Logf("%s, %s: %v", what, kindNames[k], n)
+		switch {
+		case kind(k) != kindWork:
+			t.Logf("%s, %s: %v", what, kindNames[k], n)
+		case works:
+			t.Logf("%s, %s: %s", what, kindNames[k], n.withUnpaired())
+		}
 	}
 }
 
 // check fails t when nothing was measured, or, when mustKeepAll, when any
-// acknowledged step was accepted again.
-func (c tallies) check(t *testing.T, name string, mustKeepAll bool) {
+// acknowledged step was accepted again or any work was half kept (an
+// effect without its record, a record without its effect). works says
+// that the store ran transactional work.
+func (c tallies) check(t *testing.T, name string, mustKeepAll, works bool) {
 	t.Helper()
 	all := c.sum()
-	t.Logf("%s: all kinds: %v", name, all)
-	c.log(t, name)
+	if works {
+		t.Logf("%s: all kinds: %s", name, all.withUnpaired())
+	} else {
+		t.Logf("%s: all kinds: %v", name, all)
+	}
+	c.log(t, name, works)
 	if all.acknowledged == 0 {
 		t.Fatal("nothing acknowledged: nothing measured")
 	}
@@ -332,11 +403,17 @@ func (c tallies) check(t *testing.T, name string, mustKeepAll bool) {
 		t.Fatal("no re-try was decided: nothing measured")
 	}
 	for k, n := range c {
+		if kind(k) == kindWork && !works {
+			continue
+		}
 		if n.acknowledged == 0 {
 			t.Errorf("no %s acknowledged: %s not measured", kindNames[k], kindNames[k])
 		}
 		if mustKeepAll && n.acceptedAgain > 0 {
 			t.Errorf("%d of %d acknowledged %s accepted again after a power cut under %s", n.acceptedAgain, n.acknowledged, kindNames[k], name)
+		}
+		if mustKeepAll && n.unpaired > 0 {
+			t.Errorf("%d effect without record / record without effect among the %s after a power cut under %s", n.unpaired, kindNames[k], name)
 		}
 	}
 }
@@ -350,17 +427,17 @@ type acked struct {
 // stepFunc runs one step of kind k on a fresh id (see do).
 type stepFunc func(k kind, id string) (acked bool, err error)
 
-// load runs steps on fresh IDs from 8 goroutines (kinds by workerKind)
-// until cut returns: cut is called once the first step was acknowledged
-// and a random 0.3-1.5 s have passed (time decides only when to cut,
-// never what passes), and must kill the server and cut the power. load
-// returns the steps acknowledged.
-func load(t *testing.T, rng *rand.Rand, round int, step stepFunc, cut func()) []acked {
+// load runs steps on fresh IDs from 8 goroutines (kinds by workerKind,
+// with works or not) until cut returns: cut is called once the first step
+// was acknowledged and a random 0.3-1.5 s have passed (time decides only
+// when to cut, never what passes), and must kill the server and cut the
+// power. load returns the steps acknowledged, and the IDs of every work
+// tried (acknowledged or not).
+func load(t *testing.T, rng *rand.Rand, round int, works bool, step stepFunc, cut func()) (done []acked, tried []string) {
 	t.Helper()
 	const workers = 8
 	var (
 		mu     sync.Mutex
-		done   []acked
 		stop   atomic.Bool
 		wg     sync.WaitGroup
 		firstC = make(chan struct{})
@@ -370,9 +447,14 @@ func load(t *testing.T, rng *rand.Rand, round int, step stepFunc, cut func()) []
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			k := workerKind(w)
+			k := workerKind(w, works)
 			for i := 0; !stop.Load(); i++ {
 				id := "r" + strconv.Itoa(round) + "-w" + strconv.Itoa(w) + "-" + strconv.Itoa(i)
+				if k == kindWork {
+					mu.Lock()
+					tried = append(tried, id)
+					mu.Unlock()
+				}
 				ok, err := step(k, id)
 				if err == nil && ok {
 					mu.Lock()
@@ -398,7 +480,7 @@ func load(t *testing.T, rng *rand.Rand, round int, step stepFunc, cut func()) []
 	cut()
 	stop.Store(true)
 	wg.Wait()
-	return done
+	return done, tried
 }
 
 // cutDelay is how long after the load starts the power is cut: a random
@@ -460,4 +542,83 @@ func decide(try againFunc, a acked, isLoss func(error) bool) (tally, error) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	return tally{errors: 1}, err
+}
+
+// checkEffects judges every work of a cut after it: the IDs of every work
+// tried (acknowledged or not) and of every effect row found (effects: how
+// many rows each ID has, read after the restart, outside any Work). An ID
+// must be done (AcquireRecord reports LeaseDone, with the work's
+// fingerprint and result) exactly when it has one effect row: an effect
+// row without its done record, or a done record without its one effect
+// row, counts as unpaired. Run it after decideAll: the acknowledged works
+// it found not done hold a lease then (busy), and read not done again. An
+// ID whose probe the store refused as a loss (isLoss) is not judged; one
+// still undecided after the retries neither, and its error is firstErr.
+func checkEffects(ctx context.Context, s store, tried []string, effects map[string]int, isLoss func(error) bool) (unpaired int, firstErr error) {
+	seen := map[string]bool{}
+	var ids []string
+	for _, id := range tried {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	for id := range effects {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
+	for range 8 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(ids) {
+					return
+				}
+				id := ids[i]
+				var (
+					done bool
+					err  error
+				)
+				for range 40 {
+					var accepted bool
+					accepted, err = again(ctx, s, kindRecord, id)
+					if err == nil {
+						done = !accepted
+						break
+					}
+					if isLoss(err) {
+						break
+					}
+					time.Sleep(250 * time.Millisecond)
+				}
+				mu.Lock()
+				switch n := effects[id]; {
+				case err != nil:
+					if firstErr == nil {
+						firstErr = fmt.Errorf("work %s not judged: %w", id, err)
+					}
+				case done && n != 1:
+					unpaired++
+					if firstErr == nil {
+						firstErr = fmt.Errorf("work %s done with %d effect rows", id, n)
+					}
+				case !done && n != 0:
+					unpaired++
+					if firstErr == nil {
+						firstErr = fmt.Errorf("work %s not done, with %d effect rows", id, n)
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return unpaired, firstErr
 }

@@ -231,14 +231,18 @@ func pgPool(t *testing.T, url string) *pgxpool.Pool {
 	return pool
 }
 
-// TestPostgresPowerLoss claims, leases and records IDs (see load) on a
+// TestPostgresPowerLoss claims, leases, records and works IDs (see load;
+// a work writes its effect row into the app table effects in the postgres
+// database) on a
 // PostgreSQL whose data directory is on a dropfs mount, kills every server
 // process and cuts the power at a random moment (once also tearing writes:
 // a random half of the unsynced sectors that overwrite synced ones land),
 // restarts the server (crash recovery), and tries every acknowledged step
-// again (see again). With synchronous_commit on (what the store accepts
-// without an opt-in) none may be accepted again; with it off and
-// AllowAsyncCommit the loss is measured and printed.
+// again (see again), and judges every work tried by its effect row and
+// its record (see checkEffects). With synchronous_commit on (what the
+// store accepts without an opt-in) none may be accepted again and no work
+// be half kept; with it off and AllowAsyncCommit the loss is measured and
+// printed.
 func TestPostgresPowerLoss(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -254,7 +258,7 @@ func TestPostgresPowerLoss(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := pgPowerLoss(t, tt.syncCommit, tt.tear, tt.opts)
-			c.check(t, "postgres "+tt.name, tt.mustKeepAll)
+			c.check(t, "postgres "+tt.name, tt.mustKeepAll, true)
 		})
 	}
 }
@@ -280,6 +284,14 @@ func pgPowerLoss(t *testing.T, syncCommit string, tear bool, opts pgstore.Option
 	if err := pgstore.Migrate(ctx, pool, ""); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
+	// The app's table, and a checkpoint: the store's table and this one
+	// are on the disk before the load, whatever synchronous_commit is.
+	if _, err := pool.Exec(ctx, effectsTable); err != nil {
+		t.Fatalf("creating effects: %v", err)
+	}
+	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		t.Fatalf("CHECKPOINT: %v", err)
+	}
 	opts.Prefix = fmt.Sprintf("powerloss:%d:", seed)
 	opts.Timeout = 15 * time.Second // a loaded machine can stall a commit's fsync for seconds
 	opts.SweepInterval = -1
@@ -295,8 +307,8 @@ func pgPowerLoss(t *testing.T, syncCommit string, tear bool, opts pgstore.Option
 	isLoss := func(err error) bool { return errors.Is(err, pgstore.ErrForgotten) }
 	var total tallies
 	for round := range cuts(t) {
-		step := func(k kind, id string) (bool, error) { return do(ctx, store, k, id) }
-		done := load(t, rng, round, step, func() {
+		step := func(k kind, id string) (bool, error) { return do(ctx, store, pgEffect, k, id) }
+		done, tried := load(t, rng, round, true, step, func() {
 			srv.kill()
 			if tear {
 				m.tear(rng)
@@ -311,14 +323,58 @@ func pgPowerLoss(t *testing.T, syncCommit string, tear bool, opts pgstore.Option
 		srv.start()
 		pool = pgPool(t, srv.url())
 		store = newStore()
+		effects := pgEffects(t, pool, round)
 		c, firstErr := decideAll(done, func(k kind, id string) (bool, error) { return again(ctx, store, k, id) }, isLoss)
-		c.log(t, fmt.Sprintf("cut %d", round+1))
+		unpaired, effErr := checkEffects(ctx, store, tried, effects, isLoss)
+		c[kindWork].unpaired += unpaired
+		c.log(t, fmt.Sprintf("cut %d", round+1), true)
 		if firstErr != nil {
 			t.Logf("cut %d: first refusal or error: %v", round+1, firstErr)
+		}
+		if effErr != nil {
+			t.Logf("cut %d: first half-kept work or error: %v", round+1, effErr)
 		}
 		total.add(c)
 	}
 	store.Close()
 	pool.Close()
 	return total
+}
+
+// pgEffect inserts id's effect row in the work's transaction.
+func pgEffect(ctx context.Context, id string) error {
+	tx, err := pgstore.TxFrom(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, "INSERT INTO effects (id) VALUES ($1)", id)
+	return err
+}
+
+// pgEffects counts the effect rows of round's IDs, read outside any Work
+// (retried while the restarted server settles).
+func pgEffects(t *testing.T, pool *pgxpool.Pool, round int) map[string]int {
+	t.Helper()
+	var err error
+	for range 40 {
+		effects := map[string]int{}
+		var rows pgx.Rows
+		rows, err = pool.Query(context.Background(), "SELECT id, count(*) FROM effects WHERE id LIKE $1 GROUP BY id", "r"+strconv.Itoa(round)+"-%")
+		if err == nil {
+			var (
+				id string
+				n  int
+			)
+			_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+				effects[id] = n
+				return nil
+			})
+		}
+		if err == nil {
+			return effects
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("reading effects: %v", err)
+	return nil
 }

@@ -133,7 +133,7 @@ func TestRedisPowerLoss(t *testing.T) {
 					needs(t, "no %s: apt-get install redis-server, or set %s: %v", bin, fl.env, lookErr)
 				}
 				c := redisPowerLoss(t, path, tt.appendfsync, tt.allowRollback)
-				c.check(t, name, tt.mustKeepAll)
+				c.check(t, name, tt.mustKeepAll, false)
 			})
 		}
 	}
@@ -167,8 +167,8 @@ func redisPowerLoss(t *testing.T, bin, appendfsync string, allowRollback bool) t
 	}
 	var total tallies
 	for round := range cuts(t) {
-		step := func(k kind, id string) (bool, error) { return do(ctx, store, k, id) }
-		done := load(t, rng, round, step, func() {
+		step := func(k kind, id string) (bool, error) { return do(ctx, store, nil, k, id) }
+		done, _ := load(t, rng, round, false, step, func() {
 			srv.kill()
 			m.cut()
 		})
@@ -181,7 +181,7 @@ func redisPowerLoss(t *testing.T, bin, appendfsync string, allowRollback bool) t
 			t.Fatal(err)
 		}
 		c, firstErr := decideAll(done, func(k kind, id string) (bool, error) { return again(ctx, store, k, id) }, isLoss)
-		c.log(t, fmt.Sprintf("cut %d", round+1))
+		c.log(t, fmt.Sprintf("cut %d", round+1), false)
 		if firstErr != nil {
 			t.Logf("cut %d: first refusal or error: %v (reason: %s)", round+1, firstErr, oneLine(redisstore.Reason(firstErr)))
 		}

@@ -92,8 +92,9 @@ func sqliteOptions(normal bool, log *slog.Logger) sqlitestore.Options {
 }
 
 // sqliteChild is the child process: a store on the job's file and 8
-// goroutines running steps (kinds by workerKind), printing "<verb> <id>"
-// once each is acknowledged, until it is killed (or 2 minutes pass).
+// goroutines running steps (kinds by workerKind, with works), printing
+// "<verb> <id>" once each is acknowledged, and "trying <id>" before each
+// work, until it is killed (or 2 minutes pass).
 func sqliteChild(spec string) error {
 	var job sqliteJob
 	if err := json.Unmarshal([]byte(spec), &job); err != nil {
@@ -118,10 +119,13 @@ func sqliteChild(spec string) error {
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
-			k := workerKind(w)
+			k := workerKind(w, true)
 			for i := 0; time.Now().Before(deadline); i++ {
 				id := "r" + strconv.Itoa(job.Round) + "-w" + strconv.Itoa(w) + "-" + strconv.Itoa(i)
-				ok, err := do(ctx, s, k, id)
+				if k == kindWork {
+					say("trying " + id)
+				}
+				ok, err := do(ctx, s, sqliteEffect, k, id)
 				if err == nil && ok {
 					say(verbs[k] + " " + id)
 				} else if err != nil {
@@ -134,11 +138,14 @@ func sqliteChild(spec string) error {
 	return errors.New("not killed within 2 minutes")
 }
 
-// TestSQLitePowerLoss runs claims, leases and records (see load) in a
-// child process on an SQLite file on a dropfs mount, SIGKILLs it and cuts
-// the power at a random moment, and tries every acknowledged step again
-// with a store of the parent's on what the disk kept. With synchronous=FULL (what the
-// store accepts without an opt-in) none may be accepted again; with
+// TestSQLitePowerLoss runs claims, leases, records and works (see load;
+// a work writes its effect row into the app table effects in the same
+// file) in a child process on an SQLite file on a dropfs mount, SIGKILLs
+// it and cuts the power at a random moment, tries every acknowledged step
+// again with a store of the parent's on what the disk kept, and judges
+// every work tried by its effect row and its record (see checkEffects).
+// With synchronous=FULL (what the store accepts without an opt-in) none
+// may be accepted again and no work be half kept; with
 // synchronous=NORMAL and AllowNormalSync the loss is measured and printed.
 // The store records the kernel's boot id for NORMAL and refuses after a
 // crash of the machine; this cut leaves the boot id as it was, so what it
@@ -156,7 +163,7 @@ func TestSQLitePowerLoss(t *testing.T) {
 		name := sqliteDriver.name + " " + tt.name
 		t.Run(name, func(t *testing.T) {
 			c := sqlitePowerLoss(t, tt.normal)
-			c.check(t, "sqlite "+name, tt.mustKeepAll)
+			c.check(t, "sqlite "+name, tt.mustKeepAll, true)
 		})
 	}
 }
@@ -167,6 +174,7 @@ type sqliteProc struct {
 	stderr bytes.Buffer // written by exec's copier until exited
 	mu     sync.Mutex
 	done   []acked
+	tried  []string      // every work's ID, printed before the work began
 	first  chan struct{} // closed at the first acknowledged step
 	exited chan struct{} // closed once stdout reached EOF and the child was reaped
 }
@@ -208,7 +216,11 @@ func startSQLiteChild(t *testing.T, job sqliteJob) *sqliteProc {
 				break // a line without its newline was never printed whole
 			}
 			verb, id, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
-			if k, ok := kinds[verb]; ok {
+			if verb == "trying" {
+				p.mu.Lock()
+				p.tried = append(p.tried, id)
+				p.mu.Unlock()
+			} else if k, ok := kinds[verb]; ok {
 				p.mu.Lock()
 				p.done = append(p.done, acked{id, k})
 				p.mu.Unlock()
@@ -227,8 +239,8 @@ func (p *sqliteProc) kill() {
 	<-p.exited
 }
 
-// sqliteMigrate creates the store's table in a fresh file, as an
-// installation would before the app starts. path is in the backing
+// sqliteMigrate creates the store's table and the app's effects table in
+// a fresh file, as an installation would before the app starts. path is in the backing
 // directory, while the file system is not mounted.
 func sqliteMigrate(t *testing.T, path string, normal bool) {
 	t.Helper()
@@ -238,6 +250,9 @@ func sqliteMigrate(t *testing.T, path string, normal bool) {
 	}
 	if err := sqlitestore.Migrate(context.Background(), db, ""); err != nil {
 		t.Fatalf("Migrate: %v", err)
+	}
+	if _, err := db.Exec(effectsTable); err != nil {
+		t.Fatalf("creating effects: %v", err)
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
@@ -281,7 +296,7 @@ func sqlitePowerLoss(t *testing.T, normal bool) tallies {
 		p.kill()
 		m.cut()
 		p.mu.Lock()
-		done := p.done
+		done, tried := p.done, p.tried
 		p.mu.Unlock()
 		m.down()
 
@@ -300,17 +315,24 @@ func sqlitePowerLoss(t *testing.T, normal bool) tallies {
 				c[a.k].add(tally{acknowledged: 1, refusedLoss: 1})
 			}
 			firstErr = fmt.Errorf("New: %w", err)
+			t.Logf("cut %d: works not judged by their effects: the store refused at New", round+1)
 		case err != nil:
 			db.Close()
 			t.Fatalf("New after the cut: %v", err)
 		default:
+			effects := sqliteEffects(t, db, round)
 			c, firstErr = decideAll(done, func(k kind, id string) (bool, error) { return again(ctx, s, k, id) }, isLoss)
+			unpaired, effErr := checkEffects(ctx, s, tried, effects, isLoss)
+			c[kindWork].unpaired += unpaired
+			if effErr != nil {
+				t.Logf("cut %d: first half-kept work or error: %v", round+1, effErr)
+			}
 			s.Close()
 		}
 		if err := db.Close(); err != nil {
 			t.Errorf("closing the database: %v", err)
 		}
-		c.log(t, fmt.Sprintf("cut %d", round+1))
+		c.log(t, fmt.Sprintf("cut %d", round+1), true)
 		if firstErr != nil {
 			t.Logf("cut %d: first refusal or error: %v", round+1, firstErr)
 		}
@@ -323,4 +345,39 @@ func sqlitePowerLoss(t *testing.T, normal bool) tallies {
 		}
 	}
 	return total
+}
+
+// sqliteEffect inserts id's effect row in the work's transaction.
+func sqliteEffect(ctx context.Context, id string) error {
+	tx, err := sqlitestore.TxFrom(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO effects (id) VALUES (?)", id)
+	return err
+}
+
+// sqliteEffects counts the effect rows of round's IDs, outside any Work.
+func sqliteEffects(t *testing.T, db *sql.DB, round int) map[string]int {
+	t.Helper()
+	rows, err := db.Query("SELECT id, count(*) FROM effects WHERE id LIKE ? GROUP BY id", "r"+strconv.Itoa(round)+"-%")
+	if err != nil {
+		t.Fatalf("reading effects: %v", err)
+	}
+	defer rows.Close()
+	effects := map[string]int{}
+	for rows.Next() {
+		var (
+			id string
+			n  int
+		)
+		if err := rows.Scan(&id, &n); err != nil {
+			t.Fatalf("reading effects: %v", err)
+		}
+		effects[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("reading effects: %v", err)
+	}
+	return effects
 }
