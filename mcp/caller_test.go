@@ -16,7 +16,20 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-func TestRequestWithoutCallerIsRefused(t *testing.T) {
+// TestCaller pins where a handler's caller comes from and what a request without one gets.
+func TestCaller(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"a request without caller is refused", requestWithoutCallerIsRefused},
+		{"TokenUserID reads the bearer token's user", tokenUserIDReadsBearerTokenUser},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func requestWithoutCallerIsRefused(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	// In-memory transports carry no bearer token, so TokenUserID finds
 	// nobody: nothing is issued to, or accepted from, an anonymous caller.
@@ -39,7 +52,7 @@ func TestRequestWithoutCallerIsRefused(t *testing.T) {
 	}
 }
 
-func TestTokenUserIDReadsBearerTokenUser(t *testing.T) {
+func tokenUserIDReadsBearerTokenUser(t *testing.T) {
 	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "t"}}
 	for _, tc := range []struct {
 		name  string
@@ -67,7 +80,21 @@ func TestTokenUserIDReadsBearerTokenUser(t *testing.T) {
 	}
 }
 
-func TestTokenErrorCodeIgnoresOtherErrors(t *testing.T) {
+// TestTokenErrorCode pins the ctoken code a client reads from the errors it gets.
+func TestTokenErrorCode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"other errors carry no code", tokenErrorCodeIgnoresOtherErrors},
+		{"outcome unknown is read in both of its errors", tokenErrorCodeReadsOutcomeUnknownInBothErrors},
+		{"a busy refusal carries its retry hint", refusedBusyCarriesItsRetryHint},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func tokenErrorCodeIgnoresOtherErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -88,7 +115,7 @@ func TestTokenErrorCodeIgnoresOtherErrors(t *testing.T) {
 // OutcomeUnknown (1028) reaches the client in both of its errors: -32603
 // from an idempotent call whose commit's outcome is unknown, -32602 for a
 // request state whose round was interrupted (without a retry hint).
-func TestTokenErrorCodeReadsOutcomeUnknownInBothErrors(t *testing.T) {
+func tokenErrorCodeReadsOutcomeUnknownInBothErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -128,7 +155,7 @@ func FuzzTokenErrorCode(f *testing.F) {
 // whole milliseconds, at least 1 (a second when the store does not say);
 // no other refusal carries one. busyRetryAfter reads it back from such an
 // error and from nothing else.
-func TestRefusedBusyCarriesItsRetryHint(t *testing.T) {
+func refusedBusyCarriesItsRetryHint(t *testing.T) {
 	busy := func(d time.Duration) mcptoken.Refusal {
 		r := mcptoken.RefuseState(mcptoken.ErrStateBusy)
 		if d != 0 {

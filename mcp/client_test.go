@@ -545,6 +545,9 @@ func TestCallTool(t *testing.T) {
 			t.Fatalf("RetryKey answered; %d attempts reached the server", dr.calls.Load())
 		}
 	})
+	t.Run("only the refusals that say retry are retried", callToolRetriesOnlyTheRefusalsThatSayRetry)
+	t.Run("it stops waiting when the context ends", callToolStopsWaitingWhenTheContextEnds)
+	t.Run("it refuses before sending", callToolRefusesBeforeSending)
 }
 
 // waitFor waits for ch to deliver or close, failing t after failsafe.
@@ -575,7 +578,7 @@ func refusalError(code int64, message string, data string) error {
 	return &jsonrpc.Error{Code: code, Message: message, Data: json.RawMessage(data)}
 }
 
-func TestCallToolRetriesOnlyTheRefusalsThatSayRetry(t *testing.T) {
+func callToolRetriesOnlyTheRefusalsThatSayRetry(t *testing.T) {
 	cases := []struct {
 		name  string
 		err   error
@@ -623,7 +626,7 @@ func TestCallToolRetriesOnlyTheRefusalsThatSayRetry(t *testing.T) {
 	})
 }
 
-func TestCallToolStopsWaitingWhenTheContextEnds(t *testing.T) {
+func callToolStopsWaitingWhenTheContextEnds(t *testing.T) {
 	var calls atomic.Int32
 	s := refusingServer(100, refusalError(jsonrpc.CodeInternalError, "in progress", `{"ctokenCode":1025,"retryAfterMs":60000}`), &calls)
 	st, ct := mcp.NewInMemoryTransports()
@@ -669,7 +672,7 @@ func TestCallToolStopsWaitingWhenTheContextEnds(t *testing.T) {
 	}
 }
 
-func TestCallToolRefusesBeforeSending(t *testing.T) {
+func callToolRefusesBeforeSending(t *testing.T) {
 	var calls atomic.Int32
 	cs := connect(t, refusingServer(0, nil, &calls), nil)
 	withMeta := func(v any) *mcp.CallToolParams {

@@ -10,7 +10,23 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-func TestCursorsPageThroughEveryItem(t *testing.T) {
+// TestCursors pins paginated tool results through Cursors: every item once, on any instance, and what a cursor that does not open tells the client.
+func TestCursors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"pages through every item", cursorsPageThroughEveryItem},
+		{"work across instances of a fleet", cursorsWorkAcrossInstancesOfAFleet},
+		{"rejections are invalid params", cursorRejectionsAreInvalidParams},
+		{"an expired cursor tells the client to start over", expiredCursorTellsClientToStartOver},
+		{"a rejection is logged with its reason but not the token", rejectionIsLoggedWithReasonButNotToken},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func cursorsPageThroughEveryItem(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	cs := connect(t, f.server(t, FixedCaller("alice"), nil), nil)
 	var got []string
@@ -34,7 +50,7 @@ func TestCursorsPageThroughEveryItem(t *testing.T) {
 	}
 }
 
-func TestCursorsWorkAcrossInstancesOfAFleet(t *testing.T) {
+func cursorsWorkAcrossInstancesOfAFleet(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	one := connect(t, f.server(t, FixedCaller("alice"), nil), nil)
 	two := connect(t, f.server(t, FixedCaller("alice"), nil), nil)
@@ -51,7 +67,7 @@ func TestCursorsWorkAcrossInstancesOfAFleet(t *testing.T) {
 	}
 }
 
-func TestCursorRejectionsAreInvalidParams(t *testing.T) {
+func cursorRejectionsAreInvalidParams(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	alice := connect(t, f.server(t, FixedCaller("alice"), nil), nil)
 	bob := connect(t, f.server(t, FixedCaller("bob"), nil), nil)
@@ -91,7 +107,7 @@ func TestCursorRejectionsAreInvalidParams(t *testing.T) {
 	}
 }
 
-func TestExpiredCursorTellsClientToStartOver(t *testing.T) {
+func expiredCursorTellsClientToStartOver(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	cs := connect(t, f.server(t, FixedCaller("alice"), nil), nil)
 	first, err := callList(t, cs, "list", listIn{})
@@ -103,7 +119,7 @@ func TestExpiredCursorTellsClientToStartOver(t *testing.T) {
 	wantRPCError(t, err, jsonrpc.CodeInvalidParams, ctoken.CodeCursorExpired)
 }
 
-func TestRejectionIsLoggedWithReasonButNotToken(t *testing.T) {
+func rejectionIsLoggedWithReasonButNotToken(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	alice := connect(t, f.server(t, FixedCaller("alice"), nil), nil)
 	bob := connect(t, f.server(t, FixedCaller("bob"), nil), nil)

@@ -122,7 +122,27 @@ func callPay(cs *mcp.ClientSession, caller string, args map[string]any, meta mcp
 	return cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "pay", Arguments: args, Meta: m})
 }
 
-func TestIdempotencyLostResponseRetryGetsTheFirstResult(t *testing.T) {
+// TestIdempotentTools pins tools wrapped by an Idempotency: a retry gets the first result, a changed or concurrent call is refused or waits, and the options and schemas it needs.
+func TestIdempotentTools(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"a retry after a lost response gets the first result", idempotencyLostResponseRetryGetsTheFirstResult},
+		{"a lost response over streamable HTTP", idempotencyLostResponseOverStreamableHTTP},
+		{"what each call under a used key is answered", idempotencyAnswers},
+		{"a concurrent duplicate", idempotencyConcurrentDuplicate},
+		{"the final round is recorded", idempotencyRecordsTheFinalRound},
+		{"NewIdempotency refuses bad options", newIdempotencyRefusesBadOptions},
+		{"RetryAfter reads only retryable refusals", retryAfterReadsOnlyRetryableRefusals},
+		{"an inferred schema requires the key field unless omitempty", inferredSchemaRequiresTheKeyFieldUnlessOmitempty},
+		{"WrapFor replays a typed tool's result and output", wrapForTypedToolReplaysResultAndOutput},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func idempotencyLostResponseRetryGetsTheFirstResult(t *testing.T) {
 	cases := []struct {
 		name string
 		args map[string]any
@@ -177,7 +197,7 @@ func (d *dropFirstToolsCall) RoundTrip(r *http.Request) (*http.Response, error) 
 	return resp, err
 }
 
-func TestIdempotencyLostResponseOverStreamableHTTP(t *testing.T) {
+func idempotencyLostResponseOverStreamableHTTP(t *testing.T) {
 	p := &payTool{}
 	s := idemServer(t, p, replay.NewMemoryStore(100), nil)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true})
@@ -212,7 +232,7 @@ func TestIdempotencyLostResponseOverStreamableHTTP(t *testing.T) {
 	}
 }
 
-func TestIdempotencyAnswers(t *testing.T) {
+func idempotencyAnswers(t *testing.T) {
 	p := &payTool{}
 	cs := connect(t, idemServer(t, p, replay.NewMemoryStore(100), nil), nil)
 	if _, err := callPay(cs, "alice", map[string]any{"key": "k", "amount": 5}, nil); err != nil {
@@ -253,7 +273,7 @@ func TestIdempotencyAnswers(t *testing.T) {
 	}
 }
 
-func TestIdempotencyConcurrentDuplicate(t *testing.T) {
+func idempotencyConcurrentDuplicate(t *testing.T) {
 	for _, wait := range []time.Duration{0, 2 * time.Second} {
 		t.Run(fmt.Sprintf("wait %v", wait), func(t *testing.T) {
 			p := &payTool{gate: make(chan struct{}), started: make(chan struct{})}
@@ -293,7 +313,7 @@ func TestIdempotencyConcurrentDuplicate(t *testing.T) {
 	}
 }
 
-func TestNewIdempotencyRefusesBadOptions(t *testing.T) {
+func newIdempotencyRefusesBadOptions(t *testing.T) {
 	cases := map[string]IdempotencyOptions{
 		"no store":                   {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, KeyArgument: "key"}},
 		"no key source":              {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(1)}},
@@ -316,7 +336,7 @@ func TestNewIdempotencyRefusesBadOptions(t *testing.T) {
 	})
 }
 
-func TestRetryAfterReadsOnlyRetryableRefusals(t *testing.T) {
+func retryAfterReadsOnlyRetryableRefusals(t *testing.T) {
 	cases := map[string]error{
 		"nil":        nil,
 		"plain":      errors.New("x"),
@@ -385,7 +405,7 @@ type transferOut struct {
 // field is required unless its tag says omitempty, so a client (a model
 // too) must send it; with omitempty a call without it reaches the
 // Idempotency, which refuses it unless NonIdempotentWithoutKey.
-func TestInferredSchemaRequiresTheKeyFieldUnlessOmitempty(t *testing.T) {
+func inferredSchemaRequiresTheKeyFieldUnlessOmitempty(t *testing.T) {
 	type required struct {
 		Key   string `json:"key"`
 		Cents int    `json:"cents"`
@@ -421,7 +441,7 @@ func TestInferredSchemaRequiresTheKeyFieldUnlessOmitempty(t *testing.T) {
 	}
 }
 
-func TestWrapForTypedToolReplaysResultAndOutput(t *testing.T) {
+func wrapForTypedToolReplaysResultAndOutput(t *testing.T) {
 	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
 	if err != nil {
 		t.Fatal(err)
@@ -467,7 +487,7 @@ func TestWrapForTypedToolReplaysResultAndOutput(t *testing.T) {
 	})
 }
 
-func TestIdempotencyRecordsTheFinalRound(t *testing.T) {
+func idempotencyRecordsTheFinalRound(t *testing.T) {
 	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}, Caller: metaCaller})
 	if err != nil {
 		t.Fatal(err)

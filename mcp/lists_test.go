@@ -203,13 +203,32 @@ func dialHTTP(t testing.TB, endpoint, token string) (*mcp.ClientSession, *postRe
 	return cs, rec
 }
 
-// TestSecureListCursorsPagesEveryListUnchanged pages through the four
+// TestSecureListCursors pins SecureListCursors: every list pages as without it, and a cursor that is not the caller's, or cannot be sealed, is refused.
+func TestSecureListCursors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"every list pages unchanged", secureListCursorsPagesEveryListUnchanged},
+		{"foreign cursors are refused", secureListCursorsRefuseForeignCursors},
+		{"without a session a cursor binds the caller", secureListCursorsWithoutSessionBindTheCaller},
+		{"a request without caller is refused", secureListCursorsRefuseARequestWithoutCaller},
+		{"an SDK cursor too long to seal is refused", secureListCursorsRefuseAnSDKCursorTooLongToSeal},
+		{"a 212-byte SDK item ID is carried", secureListCursorsCarryA212ByteSDKItemID},
+		{"misconfiguration is refused", secureListCursorsRefusesMisconfiguration},
+		{"unknown list types are refused", secureListCursorsRefuseUnknownListTypes},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// secureListCursorsPagesEveryListUnchanged pages through the four
 // lists of a secured server, with go-sdk's client over in-memory
 // transports and over streamable HTTP with sessions and without, and
 // compares every page with the same server without ctoken; no cursor of
 // the SDK appears in any cursor of the secured server, nor anywhere on the
 // wire.
-func TestSecureListCursorsPagesEveryListUnchanged(t *testing.T) {
+func secureListCursorsPagesEveryListUnchanged(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	issuer := sealingIssuer(t, f, 1, "s1")
 	plain := connect(t, listServer(t, listPageSize, nil, nil, nil), nil)
@@ -268,11 +287,11 @@ func wantListRefused(t testing.TB, err error, code int) {
 	wantRPCError(t, err, jsonrpc.CodeInvalidParams, code)
 }
 
-// TestSecureListCursorsRefuseForeignCursors presents, for each list
+// secureListCursorsRefuseForeignCursors presents, for each list
 // method, another caller's cursor, a tampered one, one of another session,
 // one of another list method, an expired one, and the SDK's own cursor: each is refused with -32602 and its
 // documented ctoken code, and the log says why without the cursor.
-func TestSecureListCursorsRefuseForeignCursors(t *testing.T) {
+func secureListCursorsRefuseForeignCursors(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	issuer := sealingIssuer(t, f, 1, "s1")
 	var log syncBuffer
@@ -342,7 +361,7 @@ func TestSecureListCursorsRefuseForeignCursors(t *testing.T) {
 // connection, and not for another caller; after a restart with a random
 // issuer session it is expired (1020: list again). (With sessions, a
 // restart ends the session, and the SDK answers before ctoken.)
-func TestSecureListCursorsWithoutSessionBindTheCaller(t *testing.T) {
+func secureListCursorsWithoutSessionBindTheCaller(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	issuer := sealingIssuer(t, f, 1, "s1")
 	alice := connect(t, listServer(t, listPageSize, issuer, FixedCaller("alice"), nil), nil)
@@ -366,7 +385,7 @@ func TestSecureListCursorsWithoutSessionBindTheCaller(t *testing.T) {
 
 // Every list request needs an authenticated caller, also the first page of
 // a list that fits one page: -32603, logged.
-func TestSecureListCursorsRefuseARequestWithoutCaller(t *testing.T) {
+func secureListCursorsRefuseARequestWithoutCaller(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	var log bytes.Buffer
 	for _, pageSize := range []int{listPageSize, 100} {
@@ -383,7 +402,7 @@ func TestSecureListCursorsRefuseARequestWithoutCaller(t *testing.T) {
 
 // A page whose SDK cursor does not fit a cursor's state is -32603 and
 // logged at Error, not sent as the last page.
-func TestSecureListCursorsRefuseAnSDKCursorTooLongToSeal(t *testing.T) {
+func secureListCursorsRefuseAnSDKCursorTooLongToSeal(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	var log bytes.Buffer
 	s := mcp.NewServer(&mcp.Implementation{Name: "lists", Version: "v0"}, &mcp.ServerOptions{PageSize: 1})
@@ -408,7 +427,7 @@ func TestSecureListCursorsRefuseAnSDKCursorTooLongToSeal(t *testing.T) {
 // default cursor issuer (StateBudget 256): 212 bytes (go-sdk's cursor is
 // the gob of the ID, 43 bytes more, and the state takes one byte); 213 is
 // refused as too long.
-func TestSecureListCursorsCarryA212ByteSDKItemID(t *testing.T) {
+func secureListCursorsCarryA212ByteSDKItemID(t *testing.T) {
 	for _, tc := range []struct {
 		n  int
 		ok bool
@@ -441,7 +460,7 @@ func TestSecureListCursorsCarryA212ByteSDKItemID(t *testing.T) {
 	}
 }
 
-func TestSecureListCursorsRefusesMisconfiguration(t *testing.T) {
+func secureListCursorsRefusesMisconfiguration(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	s := mcp.NewServer(&mcp.Implementation{Name: "lists", Version: "v0"}, nil)
 	for _, tc := range []struct {
@@ -472,7 +491,7 @@ func TestSecureListCursorsRefusesMisconfiguration(t *testing.T) {
 // A list method whose request or result is not one of the SDK's list types
 // is refused with -32603 and logged at Error, never passed through with its
 // cursor unsealed.
-func TestSecureListCursorsRefuseUnknownListTypes(t *testing.T) {
+func secureListCursorsRefuseUnknownListTypes(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	var log bytes.Buffer
 	core, err := mcptoken.NewListCursors(sealingIssuer(t, f, 1, "s1"), integration(slog.New(slog.NewTextHandler(&log, nil))))

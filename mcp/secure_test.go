@@ -249,10 +249,25 @@ func connectHTTP(t testing.TB, endpoint, token string, opts *mcp.ClientOptions, 
 
 var requestStateOnWire = regexp.MustCompile(`"requestState":"([^"]*)"`)
 
-// TestSecuredToolAndPromptTakeTwoRoundsOverHTTP drives a tool and a prompt
+// TestSecuredRounds pins the rounds of a call through SecureRequestState: sealed on the wire, plaintext to the handlers, and calls without state untouched.
+func TestSecuredRounds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"a tool and a prompt take two rounds over HTTP", securedToolAndPromptTakeTwoRoundsOverHTTP},
+		{"a tool takes two rounds in memory", securedToolTakesTwoRoundsInMemory},
+		{"calls without state pass through", securedCallsWithoutStatePassThrough},
+		{"the reference dispatch's states open and seal", interopDispatchOpensAndSealsReferenceStates},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// securedToolAndPromptTakeTwoRoundsOverHTTP drives a tool and a prompt
 // that each ask twice, with the SDK client answering, over streamable HTTP;
 // every requestState on the wire is sealed, and the handlers saw plaintext.
-func TestSecuredToolAndPromptTakeTwoRoundsOverHTTP(t *testing.T) {
+func securedToolAndPromptTakeTwoRoundsOverHTTP(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	s, seen := securedServer(t, f.codec, TokenUserID, nil, nil)
 	cs, bt := connectHTTP(t, httpEndpoint(t, s), "alice-token", answering(), nil)
@@ -293,9 +308,9 @@ func TestSecuredToolAndPromptTakeTwoRoundsOverHTTP(t *testing.T) {
 	}
 }
 
-// TestSecuredToolTakesTwoRoundsInMemory steps the rounds by hand and checks
+// securedToolTakesTwoRoundsInMemory steps the rounds by hand and checks
 // each state the client holds.
-func TestSecuredToolTakesTwoRoundsInMemory(t *testing.T) {
+func securedToolTakesTwoRoundsInMemory(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	s, _ := securedServer(t, f.codec, FixedCaller("alice"), nil, nil)
 	cs := connect(t, s, manual)
@@ -349,10 +364,27 @@ func (failingStore) Claim(context.Context, string, time.Time) (bool, error) {
 	return false, errors.New("store unreachable")
 }
 
-// TestSecuredStateRejections sends states that must not open, over each
+// TestSecuredRefusals pins what SecureRequestState refuses and what the client is told: a state that does not open, a missing caller, a store failure, a handler that seals itself.
+func TestSecuredRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"states that must not open are refused", securedStateRejections},
+		{"an expired state tells the client to start over", securedExpiredStateTellsClientToStartOver},
+		{"a single-use state is refused the second time", securedSingleUseStateIsRefusedTheSecondTime},
+		{"a store failure is an internal error", securedStoreFailureIsInternalError},
+		{"a request without caller is refused", securedRequestWithoutCallerIsRefused},
+		{"a handler that seals itself is refused", securedRefusesToSealTwice},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// securedStateRejections sends states that must not open, over each
 // method, and checks what the client is told and that the handler never
 // ran with them.
-func TestSecuredStateRejections(t *testing.T) {
+func securedStateRejections(t *testing.T) {
 	for _, transport := range []string{"in memory", "streamable HTTP"} {
 		t.Run(transport, func(t *testing.T) { testSecuredStateRejections(t, transport == "in memory") })
 	}
@@ -452,7 +484,7 @@ func testSecuredStateRejections(t *testing.T, inMemory bool) {
 	}
 }
 
-func TestSecuredExpiredStateTellsClientToStartOver(t *testing.T) {
+func securedExpiredStateTellsClientToStartOver(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	s, _ := securedServer(t, f.codec, FixedCaller("alice"), nil, nil)
 	cs := connect(t, s, manual)
@@ -468,7 +500,7 @@ func TestSecuredExpiredStateTellsClientToStartOver(t *testing.T) {
 
 // Without AnswerRetries an authentic state presented again is refused as
 // already used (1026), which a client tells from a forged one (1023).
-func TestSecuredSingleUseStateIsRefusedTheSecondTime(t *testing.T) {
+func securedSingleUseStateIsRefusedTheSecondTime(t *testing.T) {
 	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
 		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, Replay: replay.NewMemoryStore(0),
 	})
@@ -491,7 +523,7 @@ func TestSecuredSingleUseStateIsRefusedTheSecondTime(t *testing.T) {
 	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateUsed)
 }
 
-func TestSecuredStoreFailureIsInternalError(t *testing.T) {
+func securedStoreFailureIsInternalError(t *testing.T) {
 	codec, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
 		Keys: keyring(t, 1), Mode: ctoken.Encrypted, Binding: ctoken.BindSubjectAndTool, Replay: failingStore{},
 	})
@@ -513,7 +545,7 @@ func TestSecuredStoreFailureIsInternalError(t *testing.T) {
 	}
 }
 
-func TestSecuredRequestWithoutCallerIsRefused(t *testing.T) {
+func securedRequestWithoutCallerIsRefused(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	s, seen := securedServer(t, f.codec, TokenUserID, nil, nil)
 	cs := connect(t, s, manual) // in memory: no bearer token, no caller
@@ -530,10 +562,10 @@ func TestSecuredRequestWithoutCallerIsRefused(t *testing.T) {
 	}
 }
 
-// TestSecuredRefusesToSealTwice: a handler that seals with the per-handler
+// securedRefusesToSealTwice: a handler that seals with the per-handler
 // API on a secured server is a configuration error, reported to the
 // operator and sent as -32603, not sealed twice.
-func TestSecuredRefusesToSealTwice(t *testing.T) {
+func securedRefusesToSealTwice(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
 	if err != nil {
@@ -559,7 +591,20 @@ func TestSecuredRefusesToSealTwice(t *testing.T) {
 	}
 }
 
-func TestSecureRequestStateRefusesMisconfiguration(t *testing.T) {
+// TestSecureRequestStateConfiguration pins the configurations SecureRequestState refuses.
+func TestSecureRequestStateConfiguration(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"misconfiguration is refused", secureRequestStateRefusesMisconfiguration},
+		{"an unbound single-use codec is refused", secureRequestStateRefusesAnUnboundSingleUseCodec},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func secureRequestStateRefusesMisconfiguration(t *testing.T) {
 	newCodec := func(b ctoken.RequestStateBinding) *ctoken.RequestStateCodec {
 		c, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keyring(t, 1), Binding: b})
 		if err != nil {
@@ -589,12 +634,12 @@ func TestSecureRequestStateRefusesMisconfiguration(t *testing.T) {
 	}
 }
 
-// TestSecureRequestStateRefusesAnUnboundSingleUseCodec: the binding probe
+// secureRequestStateRefusesAnUnboundSingleUseCodec: the binding probe
 // passes only when the probe state is refused as invalid for another tool.
 // It took any error as a pass, so a single-use codec bound to the subject
 // only got through when its replay store failed, or when it was probed a
 // second time within a second (a signed probe is the same state again).
-func TestSecureRequestStateRefusesAnUnboundSingleUseCodec(t *testing.T) {
+func secureRequestStateRefusesAnUnboundSingleUseCodec(t *testing.T) {
 	newCodec := func(b ctoken.RequestStateBinding, store replay.Store) *ctoken.RequestStateCodec {
 		c, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keyring(t, 1), Binding: b, Replay: store})
 		if err != nil {
@@ -617,9 +662,9 @@ func TestSecureRequestStateRefusesAnUnboundSingleUseCodec(t *testing.T) {
 	}
 }
 
-// TestSecuredCallsWithoutStatePassThrough: a secured server's tools that
+// securedCallsWithoutStatePassThrough: a secured server's tools that
 // never ask for input, and methods that carry no state, are untouched.
-func TestSecuredCallsWithoutStatePassThrough(t *testing.T) {
+func securedCallsWithoutStatePassThrough(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	s, _ := securedServer(t, f.codec, TokenUserID, nil, nil) // no caller in memory
 	mcp.AddTool(s, &mcp.Tool{Name: "plain"}, func(context.Context, *mcp.CallToolRequest, stepIn) (*mcp.CallToolResult, stepOut, error) {
@@ -640,10 +685,26 @@ func TestSecuredCallsWithoutStatePassThrough(t *testing.T) {
 
 // Older clients (before protocol 2026-07-28).
 
-// TestSecuredOlderClientGetsClearErrorOverStatelessHTTP: a 2025-11-25
+// TestSecuredOlderClients pins what a 2025-11-25 client, which cannot carry a state, gets from a secured server.
+func TestSecuredOlderClients(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"over stateless HTTP it gets a clear error", securedOlderClientGetsClearErrorOverStatelessHTTP},
+		{"without elicitation it gets a clear error", securedOlderClientWithoutElicitationGetsClearError},
+		{"with elicitation it is asked in process", securedOlderClientWithElicitationIsAskedInProcess},
+		{"when its answer fails it gets an internal error", securedOlderClientWhoseAnswerFailsGetsInternalError},
+		{"go-sdk alone fails them with code 0", sdkFailsOlderClientsWithCodeZero},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// securedOlderClientGetsClearErrorOverStatelessHTTP: a 2025-11-25
 // client over stateless HTTP cannot be asked for input; it gets -32021
 // saying so, not code 0.
-func TestSecuredOlderClientGetsClearErrorOverStatelessHTTP(t *testing.T) {
+func securedOlderClientGetsClearErrorOverStatelessHTTP(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	log := &syncBuffer{}
 	s, _ := securedServer(t, f.codec, TokenUserID, nil, log)
@@ -665,9 +726,9 @@ func TestSecuredOlderClientGetsClearErrorOverStatelessHTTP(t *testing.T) {
 	}
 }
 
-// TestSecuredOlderClientWithoutElicitationGetsClearError: in memory, a
+// securedOlderClientWithoutElicitationGetsClearError: in memory, a
 // 2025-11-25 client that declared no elicitation capability.
-func TestSecuredOlderClientWithoutElicitationGetsClearError(t *testing.T) {
+func securedOlderClientWithoutElicitationGetsClearError(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	s, _ := securedServer(t, f.codec, FixedCaller("alice"), nil, nil)
 	st, ct := mcp.NewInMemoryTransports()
@@ -710,10 +771,10 @@ func wantClientLacksInput(t testing.TB, err error, version string) {
 	}
 }
 
-// TestSecuredOlderClientWithElicitationIsAskedInProcess: a 2025-11-25
+// securedOlderClientWithElicitationIsAskedInProcess: a 2025-11-25
 // client that can elicit over its connection is asked by the SDK; the
 // plaintext state stays in the server.
-func TestSecuredOlderClientWithElicitationIsAskedInProcess(t *testing.T) {
+func securedOlderClientWithElicitationIsAskedInProcess(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	s, seen := securedServer(t, f.codec, FixedCaller("alice"), nil, nil)
 	st, ct := mcp.NewInMemoryTransports()
@@ -760,12 +821,12 @@ type dispatchVectors struct {
 	} `json:"vectors"`
 }
 
-// TestInteropDispatchOpensAndSealsReferenceStates sends each D-made state to
+// interopDispatchOpensAndSealsReferenceStates sends each D-made state to
 // a server secured in interop mode (UnboundArgs, BindSubjectAndTool) as the
 // vector's subject, to the vector's method and name: the handler must see
 // the vector's state, and a signed state sealed again must be the D wire
 // byte for byte.
-func TestInteropDispatchOpensAndSealsReferenceStates(t *testing.T) {
+func interopDispatchOpensAndSealsReferenceStates(t *testing.T) {
 	raw, err := os.ReadFile("testdata/mcpd-dispatch-vectors.json")
 	if err != nil {
 		t.Fatal(err)
@@ -1004,10 +1065,10 @@ func FuzzSecureMiddlewareOpen(f *testing.F) {
 	})
 }
 
-// TestSecuredOlderClientWhoseAnswerFailsGetsInternalError: a 2025-11-25
+// securedOlderClientWhoseAnswerFailsGetsInternalError: a 2025-11-25
 // client that declared elicitation but failed to answer lacks nothing; it
 // gets -32603, not code 0 and not -32021.
-func TestSecuredOlderClientWhoseAnswerFailsGetsInternalError(t *testing.T) {
+func securedOlderClientWhoseAnswerFailsGetsInternalError(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	s, _ := securedServer(t, f.codec, FixedCaller("alice"), nil, nil)
 	st, ct := mcp.NewInMemoryTransports()
@@ -1028,11 +1089,11 @@ func TestSecuredOlderClientWhoseAnswerFailsGetsInternalError(t *testing.T) {
 	wantRPCError(t, err, jsonrpc.CodeInternalError, 0)
 }
 
-// TestSDKFailsOlderClientsWithCodeZero pins the go-sdk behaviour the
+// sdkFailsOlderClientsWithCodeZero pins the go-sdk behaviour the
 // middleware corrects: without it, a 2025-11-25 client without elicitation
 // gets code 0 and a message beginning with sdkMRTRPrefix. If a go-sdk
 // upgrade changes that, this test says the mapping needs another look.
-func TestSDKFailsOlderClientsWithCodeZero(t *testing.T) {
+func sdkFailsOlderClientsWithCodeZero(t *testing.T) {
 	s := mcp.NewServer(&mcp.Implementation{Name: "bare", Version: "v0"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "ask"}, func(context.Context, *mcp.CallToolRequest, stepIn) (*mcp.CallToolResult, stepOut, error) {
 		return &mcp.CallToolResult{InputRequests: question("q"), RequestState: "s"}, stepOut{}, nil
@@ -1205,11 +1266,28 @@ func retryCodec(t testing.TB, f *fleet, store replay.Store) *ctoken.RequestState
 	return codec
 }
 
+// TestAnswerRetries pins AnswerRetries: the retry of a round whose answer was lost gets its recorded result, and nothing else does.
+func TestAnswerRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"a retry of a lost round gets its result with one effect", securedRetryOfALostRoundGetsItsResultWithOneEffect},
+		{"anyone else and any change are refused", securedRetryRefusesAnyoneElseAndAnyChange},
+		{"a concurrent retry is busy", securedConcurrentRetryIsBusy},
+		{"the tool error is kept for outer middleware", securedRetryKeepsTheToolErrorForOuterMiddleware},
+		{"a record that does not open is used", securedRetryOfARecordThatDoesNotOpenIsUsed},
+		{"a recorder is needed", answerRetriesNeedsARecorder},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // The issue's case, driven by go-sdk's client: the second round deploys,
 // its response is lost, and the client's retry of the same call with the
 // same state gets the first result, the same bytes on the wire, with one
 // deploy.
-func TestSecuredRetryOfALostRoundGetsItsResultWithOneEffect(t *testing.T) {
+func securedRetryOfALostRoundGetsItsResultWithOneEffect(t *testing.T) {
 	for _, tc := range []struct{ tool, structured string }{
 		{"deploy", `"structuredContent":{"app":"shop","deploy":1,"zone":"eu-A-confirm"}`},
 		{"deploy_raw", `"structuredContent":{"zone":"eu-A-confirm","app":"shop","deploy":1}`},
@@ -1263,7 +1341,7 @@ func testRetryOfALostRound(t *testing.T, tool, structured string) {
 // refused as without AnswerRetries (1023 invalid, 1022 expired), before and
 // after the round ran, and runs nothing; an authentic state whose round
 // failed is "already used" (1026), which the client tells from "invalid".
-func TestSecuredRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
+func securedRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	codec := retryCodec(t, f, replay.NewMemoryStore(0))
 	var effects atomic.Int32
@@ -1312,7 +1390,7 @@ func TestSecuredRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
 // busy (1027) with a hint of when to retry (retryAfterMs, at most a
 // second, in data as go-sdk's client hands it over). It runs nothing; the
 // retry after the round gets its result.
-func TestSecuredConcurrentRetryIsBusy(t *testing.T) {
+func securedConcurrentRetryIsBusy(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	var effects atomic.Int32
 	hold := &holdRound{entered: make(chan struct{}), release: make(chan struct{})}
@@ -1361,7 +1439,7 @@ func TestSecuredConcurrentRetryIsBusy(t *testing.T) {
 
 // AnswerRetries needs a single-use codec whose store records results:
 // anything else is refused when the server is secured.
-func TestAnswerRetriesNeedsARecorder(t *testing.T) {
+func answerRetriesNeedsARecorder(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	for _, tc := range []struct {
 		name  string
@@ -1420,7 +1498,7 @@ func FuzzToolResultOf(f *testing.F) {
 // A tool error result keeps the error its handler returned (GetError) for
 // middleware outside SecureRequestState on the first answer; its retry is
 // answered with the same bytes, and the handler does not run again.
-func TestSecuredRetryKeepsTheToolErrorForOuterMiddleware(t *testing.T) {
+func securedRetryKeepsTheToolErrorForOuterMiddleware(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	var effects atomic.Int32
 	s := deployServer(t, retryCodec(t, f, replay.NewMemoryStore(0)), FixedCaller("alice"), &effects, nil, nil)
@@ -1495,7 +1573,7 @@ func (e *editingStore) AcquireRecord(ctx context.Context, id string, lease time.
 // a version that did not seal recorded it, or as forged in the store) is
 // never answered: the retry is refused as already used (1026), logged at
 // Error, and the round does not run again.
-func TestSecuredRetryOfARecordThatDoesNotOpenIsUsed(t *testing.T) {
+func securedRetryOfARecordThatDoesNotOpenIsUsed(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		edit func([]byte) []byte

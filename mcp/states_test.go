@@ -17,7 +17,20 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-func TestConstructorsRefuseNil(t *testing.T) {
+// TestConstructors pins the arguments NewStates and NewCursors refuse.
+func TestConstructors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"nil is refused", constructorsRefuseNil},
+		{"a keyless codec or issuer is refused", constructorsRefuseKeylessCodecAndIssuer},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func constructorsRefuseNil(t *testing.T) {
 	if _, err := NewCursors(nil, nil); err == nil {
 		t.Error("NewCursors(nil) succeeded")
 	}
@@ -48,7 +61,25 @@ func askResult(t testing.TB, res *mcp.CallToolResult) askOut {
 	return out
 }
 
-func TestStatesDriveMultiRoundTripThroughSDKClient(t *testing.T) {
+// TestStates pins request states through States: the rounds of a call, the binding to the tool and its arguments, and clients on the older protocol.
+func TestStates(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"a multi round-trip through the SDK client", statesDriveMultiRoundTripThroughSDKClient},
+		{"a manual round trip", statesManualRoundTrip},
+		{"clients on the older protocol", statesWorkForClientsOnOlderProtocol},
+		{"UnboundArgs states ignore arguments", unboundArgsStatesIgnoreArguments},
+		{"arguments are bound canonically", statesBindArgumentsCanonically},
+		{"a state of one tool never opens for another", statesStateOfOneToolNeverOpensForAnother},
+		{"no refusal consumes a single-use state", statesNoRefusalConsumesASingleUseState},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func statesDriveMultiRoundTripThroughSDKClient(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	cs := connect(t, f.server(t, FixedCaller("alice"), nil), nil)
 	res, err := callAsk(cs, "ask", askIn{Target: "prod"}, "", false)
@@ -60,7 +91,7 @@ func TestStatesDriveMultiRoundTripThroughSDKClient(t *testing.T) {
 	}
 }
 
-func TestStatesManualRoundTrip(t *testing.T) {
+func statesManualRoundTrip(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	cs := connect(t, f.server(t, FixedCaller("alice"), nil), manual)
 	first, err := callAsk(cs, "ask", askIn{Target: "prod"}, "", false)
@@ -88,7 +119,24 @@ func TestStatesManualRoundTrip(t *testing.T) {
 	}
 }
 
-func TestStateRejectionsAreInvalidParams(t *testing.T) {
+// TestStatesRefuse pins what States.Open and Seal refuse and what the client is told.
+func TestStatesRefuse(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"rejections are invalid params", stateRejectionsAreInvalidParams},
+		{"an expired state tells the client to start over", expiredStateTellsClientToStartOver},
+		{"OpenJSON refuses a state of another type", openJSONRefusesStateOfAnotherType},
+		{"Open claims a single-use state with the request's context", openClaimsSingleUseStateWithRequestContext},
+		{"a replay store failure is an internal error", openReportsReplayStoreFailureAsInternalError},
+		{"Seal refuses a state that is not UTF-8", sealRefusesStateThatIsNotUTF8},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func stateRejectionsAreInvalidParams(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	alice := connect(t, f.server(t, FixedCaller("alice"), nil), manual)
 	bob := connect(t, f.server(t, FixedCaller("bob"), nil), manual)
@@ -144,7 +192,7 @@ func TestStateRejectionsAreInvalidParams(t *testing.T) {
 	}
 }
 
-func TestExpiredStateTellsClientToStartOver(t *testing.T) {
+func expiredStateTellsClientToStartOver(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	cs := connect(t, f.server(t, FixedCaller("alice"), nil), manual)
 	first, err := callAsk(cs, "ask", askIn{Target: "prod"}, "", false)
@@ -156,7 +204,7 @@ func TestExpiredStateTellsClientToStartOver(t *testing.T) {
 	wantRPCError(t, err, jsonrpc.CodeInvalidParams, StateExpired)
 }
 
-func TestUnboundArgsStatesIgnoreArguments(t *testing.T) {
+func unboundArgsStatesIgnoreArguments(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	cs := connect(t, f.server(t, FixedCaller("alice"), &StateOptions{UnboundArgs: true}), manual)
 	first, err := callAsk(cs, "ask", askIn{Target: "prod"}, "", false)
@@ -180,7 +228,7 @@ func TestUnboundArgsStatesIgnoreArguments(t *testing.T) {
 	}
 }
 
-func TestOpenJSONRefusesStateOfAnotherType(t *testing.T) {
+func openJSONRefusesStateOfAnotherType(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
 	if err != nil {
@@ -202,7 +250,7 @@ func TestOpenJSONRefusesStateOfAnotherType(t *testing.T) {
 	}
 }
 
-func TestStatesBindArgumentsCanonically(t *testing.T) {
+func statesBindArgumentsCanonically(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
 	if err != nil {
@@ -274,7 +322,7 @@ func FuzzOpen(f *testing.F) {
 	})
 }
 
-func TestStatesWorkForClientsOnOlderProtocol(t *testing.T) {
+func statesWorkForClientsOnOlderProtocol(t *testing.T) {
 	// Before 2026-07-28 the SDK fulfils input requests itself with a
 	// server-to-client call and re-invokes the handler with the state in
 	// process: the state still goes through Seal and Open.
@@ -330,7 +378,7 @@ func singleUseStates(t *testing.T) (*States, *mcp.CallToolRequest) {
 	return states, req
 }
 
-func TestOpenClaimsSingleUseStateWithRequestContext(t *testing.T) {
+func openClaimsSingleUseStateWithRequestContext(t *testing.T) {
 	states, req := singleUseStates(t)
 	// A request that is already cancelled cannot claim the state: the
 	// replay store sees the request's context, refuses, and the state is
@@ -350,7 +398,7 @@ func TestOpenClaimsSingleUseStateWithRequestContext(t *testing.T) {
 
 // A replay store that cannot decide is the server's failure, not the
 // client's: the client must not be told its (unconsumed) state is invalid.
-func TestOpenReportsReplayStoreFailureAsInternalError(t *testing.T) {
+func openReportsReplayStoreFailureAsInternalError(t *testing.T) {
 	states, req := singleUseStates(t)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -365,7 +413,7 @@ func TestOpenReportsReplayStoreFailureAsInternalError(t *testing.T) {
 // The codec refuses a state that is not valid UTF-8; with the argument
 // binding, Seal must refuse it too rather than seal a silently altered
 // state (json.Marshal replaces invalid bytes with U+FFFD).
-func TestSealRefusesStateThatIsNotUTF8(t *testing.T) {
+func sealRefusesStateThatIsNotUTF8(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	for _, unbound := range []bool{false, true} {
 		states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice"), UnboundArgs: unbound})
@@ -428,7 +476,7 @@ func callDelete(cs *mcp.ClientSession, tool string, id int, state string) (*mcp.
 // configuration a state sealed by preview_delete with {"id":5} never opens
 // for delete_now with {"id":5}. A codec with no Binding is not made at
 // all, and NewStates refuses ctoken.BindSubject, under which it would.
-func TestStatesStateOfOneToolNeverOpensForAnother(t *testing.T) {
+func statesStateOfOneToolNeverOpensForAnother(t *testing.T) {
 	f := newFleet(t, 1, "s1")
 	if _, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keyring(t, 1)}); !errors.Is(err, ctoken.ErrConfig) {
 		t.Fatalf("NewRequestStateCodec with no Binding: %v; want ErrConfig", err)
@@ -459,7 +507,7 @@ func TestStatesStateOfOneToolNeverOpensForAnother(t *testing.T) {
 // No refusal consumes a single-use state: refused for its caller, its tool,
 // its arguments or its audience, it then opens for the right request
 // exactly once, through a real go-sdk client.
-func TestStatesNoRefusalConsumesASingleUseState(t *testing.T) {
+func statesNoRefusalConsumesASingleUseState(t *testing.T) {
 	store := replay.NewMemoryStore(0)
 	states := func(caller, aud string) *States {
 		c, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
@@ -511,7 +559,7 @@ func TestStatesNoRefusalConsumesASingleUseState(t *testing.T) {
 
 // A codec or issuer not made by its constructor has no key: NewStates and
 // NewCursors refuse it with ctoken.ErrConfig.
-func TestConstructorsRefuseKeylessCodecAndIssuer(t *testing.T) {
+func constructorsRefuseKeylessCodecAndIssuer(t *testing.T) {
 	if _, err := NewStates(&ctoken.RequestStateCodec{}, nil); !errors.Is(err, ctoken.ErrConfig) {
 		t.Errorf("NewStates(zero codec): %v; want ErrConfig", err)
 	}
