@@ -14,7 +14,21 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 )
 
-func TestRequestWithoutCallerIsInternalError(t *testing.T) {
+// TestCaller pins where a handler's caller comes from and what a request without one, or a caller that fails, gets.
+func TestCaller(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"a request without caller is an internal error", requestWithoutCallerIsInternalError},
+		{"each CallerFunc reads its caller", callers},
+		{"a caller's failure reaches the log only", callerFailureReachesTheLogOnly},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func requestWithoutCallerIsInternalError(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
 		f := newFleet(t, 1, "s1", nil)
 		nobody := connect(f.server(t, ContextCaller, nil), "", &elicitor{answer: true})
@@ -30,7 +44,20 @@ func TestRequestWithoutCallerIsInternalError(t *testing.T) {
 	})
 }
 
-func TestToolResultAndTokenCode(t *testing.T) {
+// TestTokenErrorCode pins the ctoken code and the retry hint a server and a client read from a refusal.
+func TestTokenErrorCode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"ToolResult and TokenCode", toolResultAndTokenCode},
+		{"StateRetryAfter reads a busy refusal's hint", stateRetryAfter},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func toolResultAndTokenCode(t *testing.T) {
 	other := errors.New("x")
 	if res, err := ToolResult(other); res != nil || err != other {
 		t.Errorf("ToolResult(other) = %v, %v", res, err)
@@ -58,7 +85,7 @@ func TestToolResultAndTokenCode(t *testing.T) {
 	}
 }
 
-func TestCallers(t *testing.T) {
+func callers(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
@@ -80,7 +107,7 @@ func TestCallers(t *testing.T) {
 }
 
 // A CallerFunc's own failure is logged for the operator, not sent.
-func TestCallerFailureReachesTheLogOnly(t *testing.T) {
+func callerFailureReachesTheLogOnly(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	failing := func(context.Context) (string, error) { return "", errors.New("directory unreachable") }
 	p := inProcess(t, f.server(t, failing, nil), "alice", nil)
@@ -96,7 +123,7 @@ func TestCallerFailureReachesTheLogOnly(t *testing.T) {
 // StateRetryAfter reads the hint of a busy refusal (1027) from the
 // Rejection itself and from the error a client gets for it, whose message
 // carries it, and nothing else.
-func TestStateRetryAfter(t *testing.T) {
+func stateRetryAfter(t *testing.T) {
 	busy := func(d time.Duration) *Rejection {
 		r := mcptoken.RefuseState(mcptoken.ErrStateBusy)
 		if d != 0 {

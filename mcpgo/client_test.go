@@ -632,12 +632,16 @@ func TestCallTool(t *testing.T) {
 			t.Fatal("CallTool did not return after its client closed")
 		}
 	})
+	t.Run("it classifies what mcp-go returns", callToolClassifiesWhatMcpGoReturns)
+	t.Run("only the refusals that say retry are retried", callToolRetriesOnlyTheRefusalsThatSayRetry)
+	t.Run("it stops waiting when the context ends", callToolStopsWaitingWhenTheContextEnds)
+	t.Run("it refuses before sending", callToolRefusesBeforeSending)
 }
 
-// TestCallToolClassifiesWhatMcpGoReturns pins the verdict on each error
+// callToolClassifiesWhatMcpGoReturns pins the verdict on each error
 // mcp-go v1.2.1's client returns over streamable HTTP, the ones matched by
 // their text included: a changed wording fails here.
-func TestCallToolClassifiesWhatMcpGoReturns(t *testing.T) {
+func callToolClassifiesWhatMcpGoReturns(t *testing.T) {
 	cases := []struct {
 		name   string
 		mode   dropMode
@@ -711,7 +715,7 @@ func refusalResult(meta map[string]any) *mcp.CallToolResult {
 	return res
 }
 
-func TestCallToolRetriesOnlyTheRefusalsThatSayRetry(t *testing.T) {
+func callToolRetriesOnlyTheRefusalsThatSayRetry(t *testing.T) {
 	busy := mcptoken.RefuseState(mcptoken.ErrStateBusy)
 	busy.RetryAfter = time.Millisecond
 	cases := []struct {
@@ -786,7 +790,7 @@ func (a *answered) SendRequest(ctx context.Context, req transport.JSONRPCRequest
 	return resp, err
 }
 
-func TestCallToolStopsWaitingWhenTheContextEnds(t *testing.T) {
+func callToolStopsWaitingWhenTheContextEnds(t *testing.T) {
 	var calls atomic.Int32
 	s := refusingServer(100, refusalResult(map[string]any{MetaTokenCode: InProgress, MetaRetryAfterMs: 60000}), nil, &calls)
 	tr := &answered{Interface: transport.NewInProcessTransport(s), ch: make(chan struct{}, 1)}
@@ -813,7 +817,7 @@ func TestCallToolStopsWaitingWhenTheContextEnds(t *testing.T) {
 	}
 }
 
-func TestCallToolRefusesBeforeSending(t *testing.T) {
+func callToolRefusesBeforeSending(t *testing.T) {
 	var calls atomic.Int32
 	p := inProcess(t, refusingServer(0, nil, nil, &calls), "alice", nil)
 	withMeta := func(v any) mcp.CallToolRequest {

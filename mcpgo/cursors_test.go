@@ -10,7 +10,21 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 )
 
-func TestCursorsPageThroughEveryItem(t *testing.T) {
+// TestCursors pins paginated tool results through Cursors: every item once, across a restart, and what a cursor that does not open tells the client.
+func TestCursors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"pages through every item", cursorsPageThroughEveryItem},
+		{"a cursor survives a restart with the same keys", cursorSurvivesRestartWithSameKeys},
+		{"rejections are tool errors with a code", cursorRejectionsAreToolErrorsWithCode},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func cursorsPageThroughEveryItem(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
 		f := newFleet(t, 1, "s1", nil)
 		p := connect(f.server(t, ContextCaller, nil), "alice", nil)
@@ -36,7 +50,7 @@ func TestCursorsPageThroughEveryItem(t *testing.T) {
 	})
 }
 
-func TestCursorSurvivesRestartWithSameKeys(t *testing.T) {
+func cursorSurvivesRestartWithSameKeys(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
 		before := connect(newFleet(t, 1, "fleet", nil).server(t, ContextCaller, nil), "alice", nil)
 		items, next, _ := page(t, before, "list", "a", "")
@@ -53,7 +67,7 @@ func TestCursorSurvivesRestartWithSameKeys(t *testing.T) {
 	})
 }
 
-func TestCursorRejectionsAreToolErrorsWithCode(t *testing.T) {
+func cursorRejectionsAreToolErrorsWithCode(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
 		f := newFleet(t, 1, "s1", nil)
 		s := f.server(t, ContextCaller, nil)

@@ -105,7 +105,25 @@ func payCall(p *peer, args map[string]any, meta map[string]any) (*mcp.CallToolRe
 	return p.c.CallTool(p.ctx, req)
 }
 
-func TestIdempotencyLostResponseRetryGetsTheFirstResult(t *testing.T) {
+// TestIdempotentTools pins tools wrapped by an Idempotency: a retry gets the first result, a changed or concurrent call is refused or waits, and the options it needs.
+func TestIdempotentTools(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"a retry after a lost response gets the first result", idempotencyLostResponseRetryGetsTheFirstResult},
+		{"a lost response over streamable HTTP", idempotencyLostResponseOverStreamableHTTP},
+		{"what each call under a used key is answered", idempotencyAnswers},
+		{"a concurrent duplicate", idempotencyConcurrentDuplicate},
+		{"the final round is recorded", idempotencyRecordsTheFinalRound},
+		{"NewIdempotency refuses bad options", newIdempotencyRefusesBadOptions},
+		{"RetryAfter reads only retryable refusals", retryAfterReadsOnlyRetryableRefusals},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func idempotencyLostResponseRetryGetsTheFirstResult(t *testing.T) {
 	cases := []struct {
 		name string
 		args map[string]any
@@ -160,7 +178,7 @@ func (d *dropFirstToolsCall) RoundTrip(r *http.Request) (*http.Response, error) 
 	return resp, err
 }
 
-func TestIdempotencyLostResponseOverStreamableHTTP(t *testing.T) {
+func idempotencyLostResponseOverStreamableHTTP(t *testing.T) {
 	p := &payTool{}
 	endpoint := serveHTTP(t, payServer(t, p, replay.NewMemoryStore(100), nil))
 	tr, err := transport.NewStreamableHTTP(endpoint,
@@ -189,7 +207,7 @@ func TestIdempotencyLostResponseOverStreamableHTTP(t *testing.T) {
 	}
 }
 
-func TestIdempotencyAnswers(t *testing.T) {
+func idempotencyAnswers(t *testing.T) {
 	p := &payTool{}
 	s := payServer(t, p, replay.NewMemoryStore(100), nil)
 	alice, bob, nobody := inProcess(t, s, "alice", nil), inProcess(t, s, "bob", nil), inProcess(t, s, "", nil)
@@ -235,7 +253,7 @@ func TestIdempotencyAnswers(t *testing.T) {
 	}
 }
 
-func TestIdempotencyConcurrentDuplicate(t *testing.T) {
+func idempotencyConcurrentDuplicate(t *testing.T) {
 	for _, wait := range []time.Duration{0, 2 * time.Second} {
 		t.Run(fmt.Sprintf("wait %v", wait), func(t *testing.T) {
 			p := &payTool{gate: make(chan struct{}), started: make(chan struct{})}
@@ -278,7 +296,7 @@ func TestIdempotencyConcurrentDuplicate(t *testing.T) {
 	}
 }
 
-func TestNewIdempotencyRefusesBadOptions(t *testing.T) {
+func newIdempotencyRefusesBadOptions(t *testing.T) {
 	cases := map[string]IdempotencyOptions{
 		"no store":                   {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, KeyArgument: "key"}},
 		"no key source":              {IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(1)}},
@@ -299,7 +317,7 @@ func TestNewIdempotencyRefusesBadOptions(t *testing.T) {
 	})
 }
 
-func TestRetryAfterReadsOnlyRetryableRefusals(t *testing.T) {
+func retryAfterReadsOnlyRetryableRefusals(t *testing.T) {
 	inProgress := func(ms any) *mcp.CallToolResult {
 		res := mcp.NewToolResultError("busy")
 		res.Meta = mcp.NewMetaFromMap(map[string]any{MetaTokenCode: float64(InProgress), MetaRetryAfterMs: ms})
@@ -354,7 +372,7 @@ func BenchmarkIdempotentToolCall(b *testing.B) {
 	}
 }
 
-func TestIdempotencyRecordsTheFinalRound(t *testing.T) {
+func idempotencyRecordsTheFinalRound(t *testing.T) {
 	idem, err := NewIdempotency(IdempotencyOptions{IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: replay.NewMemoryStore(100), KeyArgument: "key"}})
 	if err != nil {
 		t.Fatal(err)

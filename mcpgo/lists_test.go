@@ -135,12 +135,31 @@ func allPages(t testing.TB, p *peer, method string) (pages [][]string, cursors [
 	return nil, nil
 }
 
-// TestSecureListCursorsPagesEveryListUnchanged pages through the four
+// TestSecureListCursors pins SecureListCursors: every list pages as without it, and a cursor that is not the caller's, or cannot be sealed, is refused.
+func TestSecureListCursors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"every list pages unchanged", secureListCursorsPagesEveryListUnchanged},
+		{"foreign cursors are refused", secureListCursorsRefuseForeignCursors},
+		{"without a session a cursor binds the caller", secureListCursorsWithoutSessionBindTheCaller},
+		{"a request without caller is refused", secureListCursorsRefuseARequestWithoutCaller},
+		{"an SDK cursor too long to seal is marked", secureListCursorsMarkAnSDKCursorTooLongToSeal},
+		{"earlier hooks are kept", secureListCursorsKeepEarlierHooks},
+		{"misconfiguration is refused", secureListCursorsRefusesMisconfiguration},
+		{"replaced by a later WithHooks, they fail closed", secureListCursorsReplacedByLaterWithHooksFailClosed},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// secureListCursorsPagesEveryListUnchanged pages through the four
 // lists of a secured server with mcp-go's client, in process and over
 // streamable HTTP with sessions and without, and compares every page with
 // the same server without ctoken; no cursor shows mcp-go's cursor or the
 // name it encodes.
-func TestSecureListCursorsPagesEveryListUnchanged(t *testing.T) {
+func secureListCursorsPagesEveryListUnchanged(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	issuer := sealingIssuer(t, f, 1, "s1")
 	plain := inProcess(t, listServer(t, listPageSize, nil, nil), "alice", nil)
@@ -199,12 +218,12 @@ func wantListRefused(t testing.TB, p *peer, err error) {
 	}
 }
 
-// TestSecureListCursorsRefuseForeignCursors presents, for each list
+// secureListCursorsRefuseForeignCursors presents, for each list
 // method, another caller's cursor, a tampered one, one of another session,
 // one of another list method, an expired one and mcp-go's own cursor: each
 // is refused with -32602, lists nothing, and the log says why (1020 or
 // 1021 by ctoken's reason) without the cursor.
-func TestSecureListCursorsRefuseForeignCursors(t *testing.T) {
+func secureListCursorsRefuseForeignCursors(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	var log syncBuffer
 	s := listServer(t, listPageSize, sealingIssuer(t, f, 1, "s1"), &CursorOptions{Logger: newTextLogger(&log)})
@@ -275,7 +294,7 @@ func TestSecureListCursorsRefuseForeignCursors(t *testing.T) {
 // client speaks by default, or a stateless server), a cursor is bound to the
 // caller and the method only: it works for the same caller on another
 // connection, and not for another caller.
-func TestSecureListCursorsWithoutSessionBindTheCaller(t *testing.T) {
+func secureListCursorsWithoutSessionBindTheCaller(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	for _, opts := range [][]server.StreamableHTTPOption{nil, {server.WithStateLess(true)}} {
 		endpoint := serveHTTP(t, listServer(t, listPageSize, sealingIssuer(t, f, 1, "s1"), nil), opts...)
@@ -296,7 +315,7 @@ func TestSecureListCursorsWithoutSessionBindTheCaller(t *testing.T) {
 // Every list request needs an authenticated caller, also the first page of
 // a list that fits one page: -32602 (the only error a hook can cause),
 // logged as a request without a caller.
-func TestSecureListCursorsRefuseARequestWithoutCaller(t *testing.T) {
+func secureListCursorsRefuseARequestWithoutCaller(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	var log syncBuffer
 	for _, pageSize := range []int{listPageSize, 100} {
@@ -313,7 +332,7 @@ func TestSecureListCursorsRefuseARequestWithoutCaller(t *testing.T) {
 
 // A page whose cursor cannot be sealed is logged at Error and carries a
 // cursor that is refused on the next page: never mcp-go's own, never none.
-func TestSecureListCursorsMarkAnSDKCursorTooLongToSeal(t *testing.T) {
+func secureListCursorsMarkAnSDKCursorTooLongToSeal(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	var log syncBuffer
 	s := listServer(t, 1, sealingIssuer(t, f, 1, "s1"), &CursorOptions{Logger: newTextLogger(&log)})
@@ -335,7 +354,7 @@ func TestSecureListCursorsMarkAnSDKCursorTooLongToSeal(t *testing.T) {
 // The option keeps hooks that server.WithHooks installed before it, and
 // their after-list hooks see the sealed cursor the client gets, never
 // mcp-go's own.
-func TestSecureListCursorsKeepEarlierHooks(t *testing.T) {
+func secureListCursorsKeepEarlierHooks(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	hooks := &server.Hooks{}
 	var seen []string
@@ -352,7 +371,7 @@ func TestSecureListCursorsKeepEarlierHooks(t *testing.T) {
 	}
 }
 
-func TestSecureListCursorsRefusesMisconfiguration(t *testing.T) {
+func secureListCursorsRefusesMisconfiguration(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	for _, tc := range []struct {
 		name   string
@@ -382,7 +401,7 @@ func TestSecureListCursorsRefusesMisconfiguration(t *testing.T) {
 // misconfiguration at Error and fails closed, withholding every tool and
 // prompt from its list and its calls, rather than hand out mcp-go's own
 // cursors unsealed.
-func TestSecureListCursorsReplacedByLaterWithHooksFailClosed(t *testing.T) {
+func secureListCursorsReplacedByLaterWithHooksFailClosed(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	var log syncBuffer
 	secure, err := SecureListCursors(sealingIssuer(t, f, 1, "s1"), &CursorOptions{Logger: newTextLogger(&log)})

@@ -21,7 +21,25 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 )
 
-func TestMRTRAcceptedAndDeclinedWithPlaintextHandlers(t *testing.T) {
+// TestSecuredRounds pins the rounds of a call through SecureRequestState: plaintext to the handlers, a result without state untouched, and what a handler's error or a refusal becomes.
+func TestSecuredRounds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"a tool's rounds accepted and declined with plaintext handlers", mrtrAcceptedAndDeclinedWithPlaintextHandlers},
+		{"a prompt's rounds with a plaintext handler", promptMRTRWithPlaintextHandler},
+		{"input required without state passes through", inputRequiredWithoutStatePassesThrough},
+		{"a handler that seals itself is refused", handlerThatSealsItselfIsRefused},
+		{"mcp-go sends handler errors as internal error", mcpGoSendsHandlerErrorsAsInternalError},
+		{"an unbound codec fails closed", unboundCodecFailsClosed},
+		{"a refused state reaches OnError hooks as a Rejection", refusedStateReachesOnErrorHooksAsRejection},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func mrtrAcceptedAndDeclinedWithPlaintextHandlers(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
 		f := newFleet(t, 1, "s1", nil)
 		s := f.server(t, ContextCaller, nil)
@@ -56,7 +74,7 @@ func TestMRTRAcceptedAndDeclinedWithPlaintextHandlers(t *testing.T) {
 // An input-required result without a state passes through the middleware
 // as the handler wrote it: nothing to seal, and the retry reaches the
 // handler.
-func TestInputRequiredWithoutStatePassesThrough(t *testing.T) {
+func inputRequiredWithoutStatePassesThrough(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
 		f := newFleet(t, 1, "s1", nil)
 		e := &elicitor{answer: true}
@@ -74,7 +92,7 @@ func TestInputRequiredWithoutStatePassesThrough(t *testing.T) {
 	})
 }
 
-func TestPromptMRTRWithPlaintextHandler(t *testing.T) {
+func promptMRTRWithPlaintextHandler(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
 		f := newFleet(t, 1, "s1", nil)
 		p := connect(f.server(t, ContextCaller, nil), "alice", &elicitor{answer: true})
@@ -104,7 +122,7 @@ func TestPromptMRTRWithPlaintextHandler(t *testing.T) {
 	})
 }
 
-func TestHandlerThatSealsItselfIsRefused(t *testing.T) {
+func handlerThatSealsItselfIsRefused(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	p := inProcess(t, f.server(t, ContextCaller, nil), "alice", &elicitor{answer: true})
 	_, err := p.call("sealer", nil)
@@ -113,10 +131,23 @@ func TestHandlerThatSealsItselfIsRefused(t *testing.T) {
 	}
 }
 
+// TestSecuredOlderClients pins what a 2025-11-25 client, which cannot carry a state, gets from a secured server.
+func TestSecuredOlderClients(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"without elicitation it gets a clear tool error", olderClientWithoutElicitationGetsClearToolError},
+		{"with elicitation it is bridged", olderClientWithElicitationIsBridged},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // A client on 2025-11-25 over stateless HTTP has no session the server could
 // send elicitation/create on, and declares no elicitation capability: the
 // tool says so in a tool error, not a failed round trip.
-func TestOlderClientWithoutElicitationGetsClearToolError(t *testing.T) {
+func olderClientWithoutElicitationGetsClearToolError(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	endpoint := serveHTTP(t, f.server(t, ContextCaller, nil), server.WithStateLess(true))
 	p := overHTTP(t, endpoint, "alice", nil, client.WithProtocolVersion(mcp.ProtocolVersion20251125))
@@ -144,7 +175,7 @@ func TestOlderClientWithoutElicitationGetsClearToolError(t *testing.T) {
 // A 2025-11-25 client that can elicit, over stateful HTTP: mcp-go asks it
 // with elicitation/create and re-runs the handler in process; the state
 // still goes through the middleware on every round.
-func TestOlderClientWithElicitationIsBridged(t *testing.T) {
+func olderClientWithElicitationIsBridged(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	endpoint := serveHTTP(t, f.server(t, ContextCaller, nil))
 	e := &elicitor{answer: true}
@@ -165,7 +196,7 @@ func TestOlderClientWithElicitationIsBridged(t *testing.T) {
 // refused state is -32603 here (and a refused cursor a tool error result)
 // and not the -32602 of package ctokenmcp. If mcp-go ever honours a
 // handler's code, this test fails.
-func TestMCPGoSendsHandlerErrorsAsInternalError(t *testing.T) {
+func mcpGoSendsHandlerErrorsAsInternalError(t *testing.T) {
 	s := server.NewMCPServer("pin", "v0")
 	s.AddTool(mcp.NewTool("fail"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return nil, fmt.Errorf("%w: bad cursor", mcp.ErrInvalidParams)
@@ -177,12 +208,12 @@ func TestMCPGoSendsHandlerErrorsAsInternalError(t *testing.T) {
 	}
 }
 
-// TestUnboundCodecFailsClosed: with a codec bound to the subject only, a
+// unboundCodecFailsClosed: with a codec bound to the subject only, a
 // state sealed for one tool opened for another (the handler of "ask2" ran
 // on a state of "ask"). SecureRequestState cannot return an error, so it
 // logs the misconfiguration and refuses every state in and out with
 // -32603; calls without a state pass.
-func TestUnboundCodecFailsClosed(t *testing.T) {
+func unboundCodecFailsClosed(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	var err error
 	f.codec, err = ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{
@@ -251,7 +282,7 @@ func TestUnboundCodecFailsClosed(t *testing.T) {
 // mcp-go hands to the server's OnError hooks wraps the *Rejection, so a
 // server can count refusals by code without parsing a message; the
 // handler never runs.
-func TestRefusedStateReachesOnErrorHooksAsRejection(t *testing.T) {
+func refusedStateReachesOnErrorHooksAsRejection(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	states, err := NewStates(f.codec, &StateOptions{Logger: newTextLogger(f.log)})
 	if err != nil {
@@ -406,10 +437,26 @@ func (l *lossyTransport) resend(t *testing.T, ctx context.Context) (lost, again 
 	return lost, resp.Result
 }
 
+// TestAnswerRetries pins AnswerRetries: the retry of a round whose answer was lost gets its recorded result, and nothing else does.
+func TestAnswerRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"a retry of a lost round gets its result with one effect", securedRetryOfALostRoundGetsItsResultWithOneEffect},
+		{"anyone else and any change are refused", securedRetryRefusesAnyoneElseAndAnyChange},
+		{"a concurrent retry is busy", securedConcurrentRetryIsBusy},
+		{"a record that does not open is used", securedRetryOfARecordThatDoesNotOpenIsUsed},
+		{"a recorder is needed", newStatesAnswerRetriesRefusesACodecWithoutRecorder},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // The issue's case, driven by mcp-go's client: the second round deploys,
 // its response is lost, and the retry of the same call with the same state
 // gets the first result, the same bytes, with one deploy.
-func TestSecuredRetryOfALostRoundGetsItsResultWithOneEffect(t *testing.T) {
+func securedRetryOfALostRoundGetsItsResultWithOneEffect(t *testing.T) {
 	f := newFleet(t, 1, "s1", replay.NewMemoryStore(0))
 	var effects atomic.Int32
 	s := deployServer(t, f, &effects, nil)
@@ -437,7 +484,7 @@ func TestSecuredRetryOfALostRoundGetsItsResultWithOneEffect(t *testing.T) {
 // refused as without AnswerRetries (1023 invalid, 1022 expired) after the
 // round ran, and runs nothing; a state whose round failed is "already
 // used" (1026).
-func TestSecuredRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
+func securedRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
 	f := newFleet(t, 1, "s1", replay.NewMemoryStore(0))
 	var effects atomic.Int32
 	s := deployServer(t, f, &effects, nil)
@@ -491,7 +538,7 @@ func TestSecuredRetryRefusesAnyoneElseAndAnyChange(t *testing.T) {
 
 // A retry that overtakes the first attempt while its round runs is told
 // busy (1027) and runs nothing; the retry after the round gets its result.
-func TestSecuredConcurrentRetryIsBusy(t *testing.T) {
+func securedConcurrentRetryIsBusy(t *testing.T) {
 	f := newFleet(t, 1, "s1", replay.NewMemoryStore(0))
 	var effects atomic.Int32
 	hold := &holdRound{entered: make(chan struct{}), release: make(chan struct{})}
@@ -523,7 +570,7 @@ func TestSecuredConcurrentRetryIsBusy(t *testing.T) {
 }
 
 // AnswerRetries needs a single-use codec whose store records results.
-func TestNewStatesAnswerRetriesRefusesACodecWithoutRecorder(t *testing.T) {
+func newStatesAnswerRetriesRefusesACodecWithoutRecorder(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		store replay.Store
@@ -602,7 +649,7 @@ func (e *editingStore) AcquireRecord(ctx context.Context, id string, lease time.
 // a version that did not seal recorded it, or as forged in the store) is
 // never answered: the retry is refused as already used (1026), logged at
 // Error, and the round does not run again.
-func TestSecuredRetryOfARecordThatDoesNotOpenIsUsed(t *testing.T) {
+func securedRetryOfARecordThatDoesNotOpenIsUsed(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		edit func([]byte) []byte

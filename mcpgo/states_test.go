@@ -58,7 +58,21 @@ func refused(t *testing.T, p *peer, res *mcp.CallToolResult, err error, code int
 	}
 }
 
-func TestStateRefusals(t *testing.T) {
+// TestStatesRefuse pins what a refused state becomes: a JSON-RPC error carrying its code, a single-use state used once, a store failure the server's.
+func TestStatesRefuse(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"every refused state is an error carrying its code", stateRefusals},
+		{"a single-use state is refused the second time", singleUseStateRefusedTheSecondTime},
+		{"a replay store failure is an internal error", replayStoreFailureIsInternalError},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func stateRefusals(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
 		f := newFleet(t, 1, "s1", nil)
 		s := f.server(t, ContextCaller, nil)
@@ -117,7 +131,7 @@ func flip(c byte) string {
 	return "A"
 }
 
-func TestSingleUseStateRefusedTheSecondTime(t *testing.T) {
+func singleUseStateRefusedTheSecondTime(t *testing.T) {
 	transports(t, func(t *testing.T, connect func(*server.MCPServer, string, *elicitor, ...client.ClientOption) *peer) {
 		f := newFleet(t, 1, "s1", replay.NewMemoryStore(0))
 		p := connect(f.server(t, ContextCaller, nil), "alice", &elicitor{answer: true})
@@ -143,7 +157,7 @@ func (failingStore) Claim(context.Context, string, time.Time) (bool, error) {
 	return false, errors.New("store unreachable")
 }
 
-func TestReplayStoreFailureIsInternalError(t *testing.T) {
+func replayStoreFailureIsInternalError(t *testing.T) {
 	f := newFleet(t, 1, "s1", failingStore{})
 	p := inProcess(t, f.server(t, ContextCaller, nil), "alice", &elicitor{answer: true})
 	_, err := p.call("ask", map[string]any{"target": "prod"})
@@ -155,7 +169,23 @@ func TestReplayStoreFailureIsInternalError(t *testing.T) {
 	}
 }
 
-func TestUnboundArgsSealsReferenceDispatchText(t *testing.T) {
+// TestStates pins request states through States: on any instance with the same keys, bound to the tool and its arguments, and sealed as the reference dispatch seals them.
+func TestStates(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"UnboundArgs seals the reference dispatch's text", unboundArgsSealsReferenceDispatchText},
+		{"states work across instances with the same keys", statesWorkAcrossInstancesWithSameKeys},
+		{"a state of one tool never opens for another", statesStateOfOneToolNeverOpensForAnother},
+		{"no refusal consumes a single-use state", statesNoRefusalConsumesASingleUseState},
+		{"SealTool and OpenTool", sealToolAndOpenTool},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func unboundArgsSealsReferenceDispatchText(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	p := inProcess(t, f.server(t, ContextCaller, &StateOptions{UnboundArgs: true}), "alice", &elicitor{answer: true})
 	if _, err := p.call("ask", map[string]any{"target": "prod"}); err != nil {
@@ -170,7 +200,20 @@ func TestUnboundArgsSealsReferenceDispatchText(t *testing.T) {
 	}
 }
 
-func TestConstructorsRefuseNil(t *testing.T) {
+// TestConstructors pins the arguments NewStates and NewCursors refuse.
+func TestConstructors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"nil is refused", constructorsRefuseNil},
+		{"a keyless codec or issuer is refused", constructorsRefuseKeylessCodecAndIssuer},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func constructorsRefuseNil(t *testing.T) {
 	if _, err := NewCursors(nil, nil); err == nil {
 		t.Error("NewCursors(nil) succeeded")
 	}
@@ -182,7 +225,7 @@ func TestConstructorsRefuseNil(t *testing.T) {
 // Every round of a call lands on another instance built from the same keys
 // (a fleet, or a restart between rounds): each state opens where it did not
 // start.
-func TestStatesWorkAcrossInstancesWithSameKeys(t *testing.T) {
+func statesWorkAcrossInstancesWithSameKeys(t *testing.T) {
 	one := newFleet(t, 1, "s1", nil).server(t, ContextCaller, nil)
 	two := newFleet(t, 1, "s1", nil).server(t, ContextCaller, nil)
 	tr := &alternate{ts: []transport.Interface{transport.NewInProcessTransport(one), transport.NewInProcessTransport(two)}}
@@ -214,7 +257,7 @@ func swapOnce(st string) func(string) string {
 // configuration a state sealed by preview_delete with {"id":5} never opens
 // for delete_now with {"id":5}. A codec with no Binding is not made at
 // all, and NewStates refuses ctoken.BindSubject, under which it would.
-func TestStatesStateOfOneToolNeverOpensForAnother(t *testing.T) {
+func statesStateOfOneToolNeverOpensForAnother(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	if _, err := ctoken.NewRequestStateCodec(ctoken.RequestStateSecurity{Keys: keyring(t, 1)}); !errors.Is(err, ctoken.ErrConfig) {
 		t.Fatalf("NewRequestStateCodec with no Binding: %v; want ErrConfig", err)
@@ -261,7 +304,7 @@ func TestStatesStateOfOneToolNeverOpensForAnother(t *testing.T) {
 // No refusal consumes a single-use state: refused for its caller, its tool,
 // its arguments or its audience, it then opens for the right request
 // exactly once, through a real mcp-go client and SecureRequestState.
-func TestStatesNoRefusalConsumesASingleUseState(t *testing.T) {
+func statesNoRefusalConsumesASingleUseState(t *testing.T) {
 	store := replay.NewMemoryStore(0)
 	f := newFleet(t, 1, "s1", store)
 	s := f.server(t, ContextCaller, nil)
@@ -316,7 +359,7 @@ func TestStatesNoRefusalConsumesASingleUseState(t *testing.T) {
 
 // A codec or issuer not made by its constructor has no key: NewStates and
 // NewCursors refuse it with ctoken.ErrConfig.
-func TestConstructorsRefuseKeylessCodecAndIssuer(t *testing.T) {
+func constructorsRefuseKeylessCodecAndIssuer(t *testing.T) {
 	if _, err := NewStates(&ctoken.RequestStateCodec{}, nil); !errors.Is(err, ctoken.ErrConfig) {
 		t.Errorf("NewStates(zero codec): %v; want ErrConfig", err)
 	}
@@ -325,7 +368,7 @@ func TestConstructorsRefuseKeylessCodecAndIssuer(t *testing.T) {
 	}
 }
 
-func TestSealToolAndOpenTool(t *testing.T) {
+func sealToolAndOpenTool(t *testing.T) {
 	f := newFleet(t, 1, "s1", nil)
 	states, err := NewStates(f.codec, &StateOptions{Caller: FixedCaller("alice")})
 	if err != nil {
