@@ -4,8 +4,9 @@
 # The .ci/powerloss module mounts dropfs (a FUSE file system that drops
 # every write not fsynced, on command) over each server's data directory,
 # SIGKILLs the server and cuts the power at a random moment, restarts it,
-# and tries every acknowledged claim, confirmed lease and confirmed record
-# again: Redis 7 and Valkey 8 with appendfsync always, PostgreSQL with
+# and tries every acknowledged claim, confirmed lease, confirmed record and
+# committed transactional work (PostgreSQL and SQLite: its effect row and
+# its record kept together) again: Redis 7 and Valkey 8 with appendfsync always, PostgreSQL with
 # synchronous_commit on, SQLite with synchronous=FULL (the app process
 # killed; modernc.org/sqlite, then mattn/go-sqlite3) must accept none
 # again; the opted-in weaker settings are measured and printed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/ctoken/ctoken/idempotency/idempotencytest"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -49,6 +50,18 @@ func TestWorkContract(t *testing.T) {
 			t.Fatal(err)
 		}
 		return storeOn(t, pool), e
+	})
+}
+
+// TestIdempotencyContract: two instances of a service, each with its own
+// Store on the shared server's table (one prefix).
+func TestIdempotencyContract(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) {
+		prefix := uniquePrefix()
+		one := func(o *Options) { o.Prefix = prefix }
+		return storeOn(t, pool, one), storeOn(t, pool, one)
 	})
 }
 

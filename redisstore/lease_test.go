@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/idempotency/idempotencytest"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/redis/go-redis/v9"
@@ -19,6 +20,22 @@ func TestLeaseContract(t *testing.T) {
 	c := newTestClient(t)
 	replaytest.RunLeaseContract(t, func(t *testing.T) replaytest.Store {
 		return provisioned(t, c, Options{Prefix: uniquePrefix(t, c)})
+	})
+}
+
+// TestIdempotencyContract: two instances of a service, each with its own
+// Store on the test Redis (one prefix).
+func TestIdempotencyContract(t *testing.T) {
+	c := newTestClient(t)
+	idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) {
+		prefix := uniquePrefix(t, c)
+		a := provisioned(t, c, Options{Prefix: prefix})
+		b, err := New(c, Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return a, b
 	})
 }
 

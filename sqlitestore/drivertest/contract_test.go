@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/idempotency/idempotencytest"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/ctoken/ctoken/sqlitestore"
@@ -40,7 +41,7 @@ func mustStore(t testing.TB, db *sql.DB, opts sqlitestore.Options) *sqlitestore.
 	return s
 }
 
-// TestContracts runs replaytest's claim, work, lease, record, renew and request-state
+// TestContracts runs idempotencytest's and replaytest's claim, work, lease, record, renew and request-state
 // contracts on a store over a real file, on the test binary's driver.
 func TestContracts(t *testing.T) {
 	for _, d := range Drivers() {
@@ -55,6 +56,14 @@ func TestContracts(t *testing.T) {
 				replaytest.RunWorkContract(t, func(t *testing.T) (replaytest.WorkStore, replaytest.Effects) {
 					s, db := workStore(t, d, sqlitestore.Options{})
 					return s, sqliteEffects{db}
+				})
+			})
+			t.Run("idempotency", func(t *testing.T) {
+				t.Parallel()
+				idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) {
+					db, path := openMigrated(t, d)
+					// The other instance: another pool and Store on the file.
+					return mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
 				})
 			})
 			t.Run("claim", func(t *testing.T) {
