@@ -7,6 +7,7 @@ import (
 	"github.com/ctoken/ctoken/idempotency/idempotencytest"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
+	"github.com/ctoken/ctoken/webhook/webhooktest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -59,6 +60,18 @@ func TestIdempotencyContract(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) {
+		prefix := uniquePrefix()
+		one := func(o *Options) { o.Prefix = prefix }
+		return storeOn(t, pool, one), storeOn(t, pool, one)
+	})
+}
+
+// TestWebhookContract: two receivers, each with its own Store on the
+// shared server's table (one prefix).
+func TestWebhookContract(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	webhooktest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) {
 		prefix := uniquePrefix()
 		one := func(o *Options) { o.Prefix = prefix }
 		return storeOn(t, pool, one), storeOn(t, pool, one)

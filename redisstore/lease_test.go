@@ -13,6 +13,7 @@ import (
 	"github.com/ctoken/ctoken/idempotency/idempotencytest"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
+	"github.com/ctoken/ctoken/webhook/webhooktest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -28,6 +29,22 @@ func TestLeaseContract(t *testing.T) {
 func TestIdempotencyContract(t *testing.T) {
 	c := newTestClient(t)
 	idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) {
+		prefix := uniquePrefix(t, c)
+		a := provisioned(t, c, Options{Prefix: prefix})
+		b, err := New(c, Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return a, b
+	})
+}
+
+// TestWebhookContract: two receivers, each with its own Store on the test
+// Redis (one prefix).
+func TestWebhookContract(t *testing.T) {
+	c := newTestClient(t)
+	webhooktest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) {
 		prefix := uniquePrefix(t, c)
 		a := provisioned(t, c, Options{Prefix: prefix})
 		b, err := New(c, Options{Prefix: prefix})

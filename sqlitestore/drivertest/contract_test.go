@@ -15,6 +15,7 @@ import (
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/ctoken/ctoken/sqlitestore"
+	"github.com/ctoken/ctoken/webhook/webhooktest"
 )
 
 // openMigrated opens a new database file in a temporary directory with
@@ -41,7 +42,7 @@ func mustStore(t testing.TB, db *sql.DB, opts sqlitestore.Options) *sqlitestore.
 	return s
 }
 
-// TestContracts runs idempotencytest's and replaytest's claim, work, lease, record, renew and request-state
+// TestContracts runs idempotencytest's, webhooktest's and replaytest's claim, work, lease, record, renew and request-state
 // contracts on a store over a real file, on the test binary's driver.
 func TestContracts(t *testing.T) {
 	for _, d := range Drivers() {
@@ -63,6 +64,13 @@ func TestContracts(t *testing.T) {
 				idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) {
 					db, path := openMigrated(t, d)
 					// The other instance: another pool and Store on the file.
+					return mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+				})
+			})
+			t.Run("webhook", func(t *testing.T) {
+				t.Parallel()
+				webhooktest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) {
+					db, path := openMigrated(t, d)
 					return mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
 				})
 			})

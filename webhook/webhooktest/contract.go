@@ -1,0 +1,171 @@
+// Package webhooktest checks a replay store under the webhook verifier as
+// a fleet uses it: [RunContract] receives one sender's deliveries on two
+// instances, each with its own store value on one backend. Every store of
+// this repository runs it; the author of another store can too
+// (ExampleRunContract shows the call from a test).
+package webhooktest
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/webhook"
+)
+
+// RunContract runs the webhook verifier's scenarios across two instances
+// of a receiver against a store: newStores returns two store values on
+// one backend (two processes' stores, or two Stores in one process on the
+// same server, table or file). A delivery sent to both instances at once
+// is handled once, every copy answered 200 (processed or a duplicate) or
+// 503 (in progress: the sender retries), and a later copy 200 without
+// handling; a delivery whose handler failed (5xx) is handled again when
+// redelivered to the other instance; distinct deliveries are each handled.
+func RunContract(t *testing.T, newStores func(t *testing.T) (a, b replay.Store)) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, a, b *receiver, send func(r *receiver, id, body string) int)
+	}{
+		{"CopiesAcrossInstancesHandledOnce", copiesHandledOnce},
+		{"FailedDeliveryHandledAgainOnTheOther", failedHandledAgain},
+		{"DistinctDeliveriesEachHandled", distinctEachHandled},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sa, sb := newStores(t)
+			const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+			app := &app{handled: map[string]int{}}
+			a, b := newReceiver(t, sa, secret, app), newReceiver(t, sb, secret, app)
+			signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{secret}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			send := func(r *receiver, id, body string) int {
+				req := httptest.NewRequest(http.MethodPost, "/hooks", strings.NewReader(body))
+				if err := signer.Sign(req.Header, id, []byte(body)); err != nil {
+					t.Error(err)
+					return 0
+				}
+				w := httptest.NewRecorder()
+				r.h.ServeHTTP(w, req)
+				return w.Code
+			}
+			tc.fn(t, a, b, send)
+		})
+	}
+}
+
+// app is the receiver's handler state, shared by both instances: how
+// often each delivery was handled to the end, and whether the next
+// handling fails.
+type app struct {
+	mu      sync.Mutex
+	handled map[string]int
+	fail    atomic.Bool
+}
+
+func (a *app) count(id string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.handled[id]
+}
+
+// receiver is one instance: the verifier's middleware on its store, in
+// front of the app both instances serve.
+type receiver struct {
+	h   http.Handler
+	app *app
+}
+
+func newReceiver(t *testing.T, s replay.Store, secret string, a *app) *receiver {
+	t.Helper()
+	v, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{secret}, Replay: s, Namespace: "contract"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &receiver{app: a, h: v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := webhook.DeliveryFrom(r.Context())
+		if a.fail.Load() {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		a.mu.Lock()
+		a.handled[d.ID]++
+		a.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))}
+}
+
+func copiesHandledOnce(t *testing.T, a, b *receiver, send func(*receiver, string, string) int) {
+	codes := make([]int, 16)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range codes {
+		r := a
+		if i%2 == 1 {
+			r = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			codes[i] = send(r, "msg_1", `{"order":1}`)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, c := range codes {
+		if c != http.StatusOK && c != http.StatusServiceUnavailable {
+			t.Fatalf("copy %d: %d; want 200 (processed or a duplicate) or 503 (in progress)", i, c)
+		}
+	}
+	for _, r := range []*receiver{a, b} {
+		if c := send(r, "msg_1", `{"order":1}`); c != http.StatusOK {
+			t.Fatalf("a later copy: %d; want 200", c)
+		}
+	}
+	if n := a.app.count("msg_1"); n != 1 {
+		t.Fatalf("msg_1 handled %d times; want once", n)
+	}
+}
+
+func failedHandledAgain(t *testing.T, a, b *receiver, send func(*receiver, string, string) int) {
+	ap := a.app
+	ap.fail.Store(true)
+	if c := send(a, "msg_2", `{"order":2}`); c != http.StatusInternalServerError {
+		t.Fatalf("the failing delivery: %d; want the handler's 500", c)
+	}
+	ap.fail.Store(false)
+	if c := send(b, "msg_2", `{"order":2}`); c != http.StatusOK {
+		t.Fatalf("the redelivery on the other instance: %d; want 200", c)
+	}
+	if c := send(a, "msg_2", `{"order":2}`); c != http.StatusOK {
+		t.Fatalf("a copy after the success: %d; want 200", c)
+	}
+	if n := a.app.count("msg_2"); n != 1 {
+		t.Fatalf("msg_2 handled to the end %d times; want once", n)
+	}
+}
+
+func distinctEachHandled(t *testing.T, a, b *receiver, send func(*receiver, string, string) int) {
+	for i := range 8 {
+		r := a
+		if i%2 == 1 {
+			r = b
+		}
+		if c := send(r, fmt.Sprint("msg_d", i), fmt.Sprintf(`{"order":%d}`, i)); c != http.StatusOK {
+			t.Fatalf("delivery %d: %d; want 200", i, c)
+		}
+	}
+	for i := range 8 {
+		if n := a.app.count(fmt.Sprint("msg_d", i)); n != 1 {
+			t.Fatalf("msg_d%d handled %d times; want once", i, n)
+		}
+	}
+}
