@@ -59,11 +59,16 @@ func TestWorkContract(t *testing.T) {
 func TestIdempotencyContract(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
-	idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) {
-		prefix := uniquePrefix()
-		one := func(o *Options) { o.Prefix = prefix }
-		return storeOn(t, pool, one), storeOn(t, pool, one)
-	})
+	idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, pool) })
+}
+
+// twoInstances returns two Stores on the shared server's table with one
+// prefix, as two instances of a service have.
+func twoInstances(t *testing.T, pool *pgxpool.Pool) (*Store, *Store) {
+	t.Helper()
+	prefix := uniquePrefix()
+	one := func(o *Options) { o.Prefix = prefix }
+	return storeOn(t, pool, one), storeOn(t, pool, one)
 }
 
 // TestWebhookContract: two receivers, each with its own Store on the
@@ -71,11 +76,7 @@ func TestIdempotencyContract(t *testing.T) {
 func TestWebhookContract(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
-	webhooktest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) {
-		prefix := uniquePrefix()
-		one := func(o *Options) { o.Prefix = prefix }
-		return storeOn(t, pool, one), storeOn(t, pool, one)
-	})
+	webhooktest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, pool) })
 }
 
 func TestClaimContract(t *testing.T) {

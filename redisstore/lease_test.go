@@ -28,32 +28,28 @@ func TestLeaseContract(t *testing.T) {
 // Store on the test Redis (one prefix).
 func TestIdempotencyContract(t *testing.T) {
 	c := newTestClient(t)
-	idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) {
-		prefix := uniquePrefix(t, c)
-		a := provisioned(t, c, Options{Prefix: prefix})
-		b, err := New(c, Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
-		return a, b
-	})
+	idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, c) })
+}
+
+// twoInstances returns two Stores on one provisioned key space, as two
+// instances of a service have.
+func twoInstances(t *testing.T, c *redis.Client) (*Store, *Store) {
+	t.Helper()
+	prefix := uniquePrefix(t, c)
+	a := provisioned(t, c, Options{Prefix: prefix})
+	b, err := New(c, Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return a, b
 }
 
 // TestWebhookContract: two receivers, each with its own Store on the test
 // Redis (one prefix).
 func TestWebhookContract(t *testing.T) {
 	c := newTestClient(t)
-	webhooktest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) {
-		prefix := uniquePrefix(t, c)
-		a := provisioned(t, c, Options{Prefix: prefix})
-		b, err := New(c, Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
-		return a, b
-	})
+	webhooktest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, c) })
 }
 
 func TestClaimContract(t *testing.T) {
