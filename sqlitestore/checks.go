@@ -389,7 +389,11 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	if haveSide && side.Boot != "" && side.Boot != s.boot {
 		return fmt.Errorf("%w: the machine went down while a store with synchronous=NORMAL (Options.AllowNormalSync) ran on %s, which acknowledges commits before they are on the disk: its last acknowledged claims may be gone: run Rearm once you have decided", ErrForgotten, s.path)
 	}
-	if err := judgeWALLinks(s.path, s.table, s.now().UnixNano(), s.presentIn(q)); errors.Is(err, ErrForgotten) {
+	root, err := s.rootPage(q)
+	if err != nil {
+		return unavailable(ctx, err)
+	}
+	if err := judgeWALLinks(s.path, s.table, s.now().UnixNano(), root, s.currentIn(q)); errors.Is(err, ErrForgotten) {
 		return err
 	} else if err != nil {
 		return unavailable(ctx, err)
@@ -424,6 +428,7 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	}
 	g.refusal.Store(nil)
 	g.persist(s)
+	s.relinkWAL()
 	return nil
 }
 

@@ -104,12 +104,12 @@
 //   - a WAL file deleted, or another renamed over it, while no store
 //     runs, when it held commits the database does not (after a crash of
 //     the process), makes New refuse: each running Store keeps a hard link
-//     to the WAL its writer holds (the sidecar's name plus ".wal-" and an
-//     id; no space while the WAL is in place; Close removes it once a
-//     checkpoint copied the WAL into the database file), and New looks up
-//     in the database every store row, not expired, on each page of a link
-//     (not the WAL in place) whose last committed image is not what SQLite
-//     reads now;
+//     to the WAL (the sidecar's name plus ".wal-" and an id; no space while
+//     the WAL is in place; Close removes it once a checkpoint copied the
+//     WAL into the database file), and New compares every row of the
+//     table, not expired, on each of the table's pages in a link (not the
+//     WAL in place) whose last committed image is not what SQLite reads
+//     now, with the table's row of its key now;
 //   - a database replaced by an older copy (a restored backup) makes New
 //     refuse (its sequence is below the sidecar's), and a running store
 //     refuse at its next write when the copy misses the store's latest

@@ -80,26 +80,39 @@ func linkWAL(path, table, link string, wal os.FileInfo) error {
 // the writer holds: the writer's connection closed meanwhile.
 var errWALChanged = errors.New("the WAL file changed while it was linked")
 
-// relinkWAL restores the Store's link to the WAL its writer holds when it
-// is missing or names an older WAL, so a later loss of this store's
-// commits is found. The writer calls it when it opens a connection, the
-// checker at each check.
+// relinkWAL restores the Store's link to the WAL its writer holds (the WAL
+// in place when it has no writer) when the link is missing or names an
+// older WAL, so a later loss of this store's commits is found. New calls
+// it, the writer when it opens a connection, and the checker at each
+// check.
 func (s *Store) relinkWAL() {
-	w := s.guard.wal.Load()
-	if w == nil || s.guard.sticky.Load() {
+	if !s.wal || s.guard.sticky.Load() {
 		return
 	}
-	if err := linkWAL(s.path, s.table, s.walLink, *w); err != nil && !errors.Is(err, errWALChanged) {
+	var w os.FileInfo
+	if p := s.guard.wal.Load(); p != nil {
+		w = *p
+	} else {
+		// No writer connection (a store whose calls all run in its
+		// callers' transactions, WithTx): link the WAL in place. Should
+		// SQLite delete it, it copied it into the file first.
+		info, err := os.Stat(s.path + "-wal")
+		if err != nil {
+			return
+		}
+		w = info
+	}
+	if err := linkWAL(s.path, s.table, s.walLink, w); err != nil && !errors.Is(err, errWALChanged) {
 		s.log.Warn("sqlitestore: linking the WAL failed: a WAL file deleted while no store runs would not be found", "path", s.walLink, "err", err)
 	}
 }
 
 // judgeWALLinks is New's look at the links of its table: each that names
-// a file other than the WAL at the path is judged (walLost, with present
-// finding a key in the database now); one that loses nothing is removed,
+// a file other than the WAL at the path is judged (walLost, with current
+// reading a key's row in the table now); one that loses nothing is removed,
 // and the first that loses entries refuses with ErrForgotten. Temporary links older than a minute (a process died while
 // it made one) are removed.
-func judgeWALLinks(path, table string, now int64, present func(key []byte) (bool, error)) error {
+func judgeWALLinks(path, table string, now int64, root uint32, current func(key []byte) (row, bool, error)) error {
 	links, err := walLinks(path, table)
 	if err != nil {
 		return err
@@ -113,7 +126,7 @@ func judgeWALLinks(path, table string, now int64, present func(key []byte) (bool
 		if curErr == nil && os.SameFile(info, cur) {
 			continue // the WAL in place: a running store's link
 		}
-		lost, err := walLost(path, link, now, present)
+		lost, err := walLost(path, link, now, root, current)
 		if err != nil {
 			return fmt.Errorf("reading the WAL kept at %s: %w", link, err)
 		}
@@ -149,20 +162,22 @@ func removeWALLinks(path, table string) error {
 	return nil
 }
 
-// walLost reports how many acknowledged entries the WAL file at link held
-// that the database at path no longer does. It compares the last
-// committed image of each page in it with what SQLite reads now (the
-// committed frames of the WAL at the path, when there is one, over the
-// database file); a page past the database's size at the linked WAL's
-// last commit is skipped (the commit freed it). On a page that differs,
-// each entry that is a row of a store's table (the shape of [Schema]),
-// not the marker and not expired at now (UnixNano), must be found by
-// present, or it is lost; an entry of seven columns whose key lies past
-// the page (an ID too long for it) counts as lost, and so does a page
-// whose entries cannot be read.
-// Pages of other kinds hold no store's row: the app's own pages may have
-// changed since for any reason.
-func walLost(path, link string, now int64, present func(key []byte) (bool, error)) (lost int, err error) {
+// walLost reports how many acknowledged entries of the store's table the
+// WAL file at link held that the database at path no longer does. The
+// table's pages are those its b-tree (rooted at root) reaches in the
+// snapshot the link holds: the WAL's last committed images over the
+// database file. On each such page whose last image differs from what
+// SQLite reads now (the committed frames of the WAL at the path, when
+// there is one, over the database file), every row but the marker is
+// compared with the table's row of its key now (current): a row missing,
+// or weaker than the one the WAL held, is an entry lost (see heldBy). A
+// row whose key, state or until is not on its page (an ID too long for
+// it) counts as lost, and so does a page whose entries cannot be read. A
+// page past the database's size at the linked WAL's last commit is
+// skipped (the commit freed it), and so are expired rows (a sweep may
+// have removed them) but for an escaped Work's, which lasts until an
+// operator releases it.
+func walLost(path, link string, now int64, root uint32, current func(key []byte) (row, bool, error)) (lost int, err error) {
 	old, err := os.Open(link)
 	if err != nil {
 		return 0, err
@@ -182,6 +197,18 @@ func walLost(path, link string, now int64, present func(key []byte) (bool, error
 	if _, err := db.ReadAt(hdr[:], 0); err == nil {
 		usable -= int(hdr[20]) // the reserved bytes at the end of each page
 	}
+	readAt := func(f *os.File, off int64) ([]byte, bool) {
+		b := make([]byte, size)
+		n, err := f.ReadAt(b, off)
+		return b, n == size && (err == nil || err == io.EOF)
+	}
+	// The snapshot the link holds, for the walk of the table's tree.
+	snapshot := func(pgno uint32) ([]byte, bool) {
+		if off, ok := last[pgno]; ok && pgno <= npages {
+			return readAt(old, off)
+		}
+		return readAt(db, int64(pgno-1)*int64(size))
+	}
 	// SQLite reads a page from the WAL at the path when it holds one.
 	var cur *os.File
 	var curLast map[uint32]int64
@@ -191,28 +218,26 @@ func walLost(path, link string, now int64, present func(key []byte) (bool, error
 			cur, curLast = f, l
 		}
 	}
-	have := make([]byte, size)
-	for pgno, off := range last {
-		if pgno > npages {
-			continue
+	for pgno := range walfile.IndexTree(root, usable, snapshot) {
+		off, ok := last[pgno]
+		if !ok || pgno > npages {
+			continue // not written by the linked WAL: the file holds it
 		}
-		want := make([]byte, size)
-		if _, err := old.ReadAt(want, off); err != nil {
-			return 0, err
+		want, ok := readAt(old, off)
+		if !ok {
+			return 0, fmt.Errorf("reading page %d of %s", pgno, link)
 		}
-		var n int
-		if coff, ok := curLast[pgno]; ok {
-			n, err = cur.ReadAt(have, coff)
+		var have []byte
+		var read bool
+		if coff, inCur := curLast[pgno]; inCur {
+			have, read = readAt(cur, coff)
 		} else {
-			n, err = db.ReadAt(have, int64(pgno-1)*int64(size))
+			have, read = readAt(db, int64(pgno-1)*int64(size))
 		}
-		if err != nil && err != io.EOF {
-			return 0, err
-		}
-		if n == size && bytes.Equal(want, have) {
+		if read && bytes.Equal(want, have) {
 			continue
 		}
-		l, err := lostRows(want, pgno, usable, now, present)
+		l, err := lostRows(want, pgno, usable, now, current)
 		if err != nil {
 			return 0, err
 		}
@@ -221,9 +246,34 @@ func walLost(path, link string, now int64, present func(key []byte) (bool, error
 	return lost, nil
 }
 
-// lostRows is walLost's look at one page image that differs from the
-// database's: the store rows on it that present does not find.
-func lostRows(page []byte, pgno uint32, usable int, now int64, present func(key []byte) (bool, error)) (int, error) {
+// row is what walLost compares of a store row: its state, token and until.
+type row struct {
+	state byte
+	token string
+	until int64
+}
+
+// heldBy reports whether the table's row now (cur) still holds what the
+// WAL's row (was) acknowledged: an escaped Work ('w') is still one; a
+// claim or a done row ('c', 'd') is still refused at least as long, or
+// escaped; a lease ('l') is the same lease lasting at least as long, or
+// was followed by a claim, done or escaped row that still refuses.
+func heldBy(was, cur row, now int64) bool {
+	switch was.state {
+	case 'w':
+		return cur.state == 'w'
+	case 'c', 'd':
+		return cur.state == 'w' || (cur.state == 'c' || cur.state == 'd') && cur.until >= was.until
+	case 'l':
+		return cur.state == 'l' && cur.token == was.token && cur.until >= was.until ||
+			cur.state == 'w' || (cur.state == 'c' || cur.state == 'd') && cur.until > now
+	}
+	return false
+}
+
+// lostRows is walLost's look at one page of the table whose image in the
+// linked WAL differs from the database's: the rows on it not held now.
+func lostRows(page []byte, pgno uint32, usable int, now int64, current func(key []byte) (row, bool, error)) (int, error) {
 	entries, _, err := walfile.IndexEntries(page, pgno, usable)
 	if err != nil {
 		return 1, nil
@@ -231,32 +281,19 @@ func lostRows(page []byte, pgno uint32, usable int, now int64, present func(key 
 	lost := 0
 	for _, e := range entries {
 		cols, total, ok := walfile.Record(e)
-		if !ok {
-			return lost + 1, nil
-		}
-		if total != len(storeColumns) {
+		if !ok || total != len(storeColumns) || len(cols) < 4 || !storeRow(cols) {
+			lost++ // an entry of the table that cannot be read whole enough
 			continue
 		}
-		if len(cols) < 2 {
-			// A key too long for the page: the entry cannot be told
-			// from a store's row, nor looked up.
-			lost++
-			continue
+		was := row{cols[1].Bytes[0], string(cols[2].Bytes), cols[3].Int}
+		if was.state == 'm' || was.state != 'w' && was.until <= now {
+			continue // the marker (the sequence judges it), or expired
 		}
-		if !storeRow(cols) {
-			continue
-		}
-		if cols[1].Bytes[0] == 'm' {
-			continue // the marker: the sequence's checks judge it
-		}
-		if len(cols) >= 4 && cols[3].IsInt && cols[3].Int <= now {
-			continue // expired: a sweep may have removed it
-		}
-		found, err := present(cols[0].Bytes)
+		cur, found, err := current(cols[0].Bytes)
 		if err != nil {
 			return 0, err
 		}
-		if !found {
+		if !found || !heldBy(was, cur, now) {
 			lost++
 		}
 	}
@@ -266,54 +303,35 @@ func lostRows(page []byte, pgno uint32, usable int, now int64, present func(key 
 // storeColumns are the columns of a store's table, in order ([Schema]).
 var storeColumns = [...]string{"key", "state", "token", "until", "fingerprint", "result", "seq"}
 
-// storeRow reports whether the columns read of a record of seven have the
-// shape of a store's row: a BLOB key, then a state of one letter, and the
-// rest, as far as read, of their types.
+// storeRow reports whether the first four columns of a record have the
+// types of a store row's: a BLOB key, a state of one letter, a TEXT
+// token, an INTEGER until.
 func storeRow(cols []walfile.Value) bool {
-	if cols[0].Text || cols[0].IsInt || cols[0].Null || len(cols[0].Bytes) == 0 {
-		return false
-	}
-	if !cols[1].Text || len(cols[1].Bytes) != 1 || !strings.ContainsRune("mclwd", rune(cols[1].Bytes[0])) {
-		return false
-	}
-	if len(cols) > 2 && !cols[2].Text {
-		return false
-	}
-	if len(cols) > 3 && !cols[3].IsInt {
-		return false
-	}
-	return true
+	return !cols[0].Text && !cols[0].IsInt && !cols[0].Null && len(cols[0].Bytes) > 0 &&
+		cols[1].Text && len(cols[1].Bytes) == 1 && strings.IndexByte("mclwd", cols[1].Bytes[0]) >= 0 &&
+		cols[2].Text && cols[3].IsInt
 }
 
-// presentIn returns walLost's look-up of a key on q: found in the store's
-// table, or in another table of the file with a store's columns (tables
-// share a file, and the linked WAL holds their rows too).
-func (s *Store) presentIn(q querier) func(key []byte) (bool, error) {
-	var tables []string
-	return func(key []byte) (bool, error) {
-		if tables == nil {
-			tables = []string{s.table}
-			var names sql.NullString
-			if err := q.queryRow(`SELECT group_concat(m.name, ',') FROM main.sqlite_master m WHERE m.type = 'table' AND (SELECT group_concat(name, ',') FROM pragma_table_info(m.name)) = ?`, strings.Join(storeColumns[:], ",")).Scan(&names); err != nil {
-				return false, err
-			}
-			for _, name := range strings.Split(names.String, ",") {
-				// A name with ',' is no store's (tableName): split
-				// apart, its parts match no table.
-				if t := "main." + `"` + strings.ReplaceAll(name, `"`, `""`) + `"`; name != "" && t != s.table {
-					tables = append(tables, t)
-				}
-			}
+// currentIn returns walLost's look-up, on q, of a key's row in the
+// store's table now.
+func (s *Store) currentIn(q querier) func(key []byte) (row, bool, error) {
+	return func(key []byte) (row, bool, error) {
+		var state, token string
+		var until int64
+		err := q.queryRow(`SELECT state, token, until FROM `+s.table+` WHERE key = ?`, key).Scan(&state, &token, &until)
+		if errors.Is(err, sql.ErrNoRows) {
+			return row{}, false, nil
 		}
-		for _, t := range tables {
-			var n int
-			if err := q.queryRow(`SELECT count(*) FROM `+t+` WHERE key = ?`, key).Scan(&n); err != nil {
-				return false, err
-			}
-			if n > 0 {
-				return true, nil
-			}
+		if err != nil || state == "" {
+			return row{}, false, err
 		}
-		return false, nil
+		return row{state[0], token, until}, true, nil
 	}
+}
+
+// rootPage is the root page of the store's table.
+func (s *Store) rootPage(q querier) (uint32, error) {
+	var root int64
+	err := q.queryRow(`SELECT rootpage FROM main.sqlite_master WHERE type = 'table' AND name = ?`, unquote(s.table)).Scan(&root)
+	return uint32(root), err
 }

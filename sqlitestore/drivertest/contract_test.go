@@ -61,18 +61,11 @@ func TestContracts(t *testing.T) {
 			})
 			t.Run("idempotency", func(t *testing.T) {
 				t.Parallel()
-				idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) {
-					db, path := openMigrated(t, d)
-					// The other instance: another pool and Store on the file.
-					return mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
-				})
+				idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, d) })
 			})
 			t.Run("webhook", func(t *testing.T) {
 				t.Parallel()
-				webhooktest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) {
-					db, path := openMigrated(t, d)
-					return mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
-				})
+				webhooktest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, d) })
 			})
 			t.Run("claim", func(t *testing.T) {
 				t.Parallel()
@@ -217,3 +210,11 @@ func (e sqliteEffects) Write(ctx context.Context, id string) error {
 }
 
 func (e sqliteEffects) Count(t *testing.T, id string) int { return appRows(t, e.db, id) }
+
+// twoInstances returns two Stores on one migrated file, each with its own
+// pool, as two instances of a service on one machine have.
+func twoInstances(t *testing.T, d Driver) (*sqlitestore.Store, *sqlitestore.Store) {
+	t.Helper()
+	db, path := openMigrated(t, d)
+	return mustStore(t, db, sqlitestore.Options{SweepInterval: -1}), mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+}

@@ -123,16 +123,20 @@ func FuzzCommitted(f *testing.F) {
 	})
 }
 
-// FuzzIndexEntries: any page and any record read without a panic, every
-// payload inside the page, and every column inside its record.
+// FuzzIndexEntries: any page, with any reserved bytes, read without a
+// panic (as entries, and as a tree whose every page is it), every payload
+// inside the page, and every column inside its record.
 func FuzzIndexEntries(f *testing.F) {
 	leaf := make([]byte, 512)
 	leaf[0], leaf[4], leaf[5], leaf[6] = indexLeaf, 1, 1, 0xf0 // one cell at 496
 	copy(leaf[496:], []byte{6, 3, 0x11, 1, 'a', 'b'})
-	f.Add(leaf, uint32(2))
-	f.Add([]byte{indexInterior, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0}, uint32(3))
-	f.Fuzz(func(t *testing.T, page []byte, pgno uint32) {
-		entries, whole, err := IndexEntries(page, pgno, len(page))
+	f.Add(leaf, uint32(2), uint16(0))
+	f.Add([]byte{indexInterior, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0}, uint32(3), uint16(8))
+	f.Fuzz(func(t *testing.T, page []byte, pgno uint32, reserved uint16) {
+		usable := len(page) - int(reserved)
+		// The page as the root and every child of its tree: itself.
+		IndexTree(pgno, usable, func(uint32) ([]byte, bool) { return page, true })
+		entries, whole, err := IndexEntries(page, pgno, usable)
 		if err != nil {
 			return
 		}

@@ -1,0 +1,396 @@
+package drivertest
+
+// What New finds of a WAL deleted after a crash, case by case: the child
+// process makes one kind of acknowledged step land in the WAL alone (the
+// database file holding everything before it), is SIGKILLed, and the
+// parent deletes the WAL (a loss New must refuse) or does what loses
+// nothing (New must serve). From an independent review of the WAL links.
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/sqlitestore"
+)
+
+// walLossChildEnv holds a walLossJob (JSON) and makes the test binary run
+// it instead of its tests.
+const walLossChildEnv = "CTOKEN_DRIVERTEST_WALLOSS_CHILD"
+
+// walLossJob is what a child runs: Scenario on the file DB, N IDs, leases
+// of Lease.
+type walLossJob struct {
+	Scenario string        `json:"scenario"`
+	DB       string        `json:"db"`
+	N        int           `json:"n"`
+	Lease    time.Duration `json:"lease"`
+}
+
+func init() {
+	if spec := os.Getenv(walLossChildEnv); spec != "" {
+		if err := walLossChild(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "WAL loss child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+// walLossChild: a store (or two) on the file with automatic checkpoints
+// off and no recheck (as faultJob.HoldInWAL), the WAL copied into the file
+// once; then the scenario's acknowledged steps, "done", and it waits to be
+// SIGKILLed.
+func walLossChild(spec string) error {
+	var job walLossJob
+	if err := json.Unmarshal([]byte(spec), &job); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	db, err := sql.Open(driver.SQLName, driver.DSN(job.DB, With("wal_autocheckpoint", "0")))
+	if err != nil {
+		return err
+	}
+	opts := sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1}
+	s, err := sqlitestore.New(ctx, db, opts)
+	if err != nil {
+		return fmt.Errorf("New: %w", err)
+	}
+	var s2 *sqlitestore.Store
+	if job.Scenario == "two tables" {
+		o2 := opts
+		o2.Table = "other_table"
+		if s2, err = sqlitestore.New(ctx, db, o2); err != nil {
+			return fmt.Errorf("New other_table: %w", err)
+		}
+	}
+	checkpoint := func() error {
+		var busy, log, done int
+		if err := db.QueryRow(`PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil || busy != 0 {
+			return fmt.Errorf("checkpoint: busy %d, %v", busy, err)
+		}
+		return nil
+	}
+	if err := checkpoint(); err != nil {
+		return err
+	}
+	say := func(f string, a ...any) { os.Stdout.WriteString(fmt.Sprintf(f, a...) + "\n") }
+	id := func(i int) string { return fmt.Sprintf("x-%d", i) }
+	switch job.Scenario {
+	case "claim": // fresh claims, or claims over expired rows the parent left
+		for i := range job.N {
+			first, err := s.Claim(ctx, id(i), time.Now().Add(time.Hour))
+			if err != nil || !first {
+				return fmt.Errorf("Claim(%s) = %v, %v", id(i), first, err)
+			}
+			say("claimed %s", id(i))
+		}
+	case "confirm": // leases acquired and copied into the file, then confirmed
+		tokens := map[string]string{}
+		for i := range job.N {
+			l, err := s.AcquireLease(ctx, id(i), job.Lease)
+			if err != nil || l.State != replay.LeaseAcquired {
+				return fmt.Errorf("AcquireLease(%s) = %+v, %v", id(i), l, err)
+			}
+			tokens[id(i)] = l.Token
+		}
+		if err := checkpoint(); err != nil {
+			return err
+		}
+		for i := range job.N {
+			if err := s.ConfirmLease(ctx, id(i), tokens[id(i)], time.Now().Add(time.Hour)); err != nil {
+				return fmt.Errorf("ConfirmLease(%s) = %v", id(i), err)
+			}
+			say("confirmed %s", id(i))
+		}
+	case "escape": // a Work whose transaction escaped: refused until Release
+		r, w, err := s.AcquireWork(ctx, "esc", job.Lease, []byte("fp"))
+		if err != nil || w == nil {
+			return fmt.Errorf("AcquireWork = %+v, %v", r, err)
+		}
+		tx, err := sqlitestore.TxFrom(w.Context(ctx))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `ROLLBACK`); err != nil {
+			return fmt.Errorf("ROLLBACK: %v", err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO effects (id) VALUES ('after')`); err != nil {
+			return fmt.Errorf("insert after ROLLBACK: %v", err)
+		}
+		if err := w.Rollback(ctx); !errors.Is(err, sqlitestore.ErrUnavailable) {
+			return fmt.Errorf("Rollback after the escape = %v; want ErrUnavailable", err)
+		}
+		if first, err := s.Claim(ctx, "esc", time.Now().Add(time.Hour)); first {
+			return fmt.Errorf("Claim of the escaped ID = first (%v)", err)
+		}
+		say("escaped esc")
+	case "two tables": // claims in other_table and in the store's table
+		for i := range job.N {
+			if first, err := s2.Claim(ctx, id(i), time.Now().Add(time.Hour)); err != nil || !first {
+				return fmt.Errorf("Claim other(%s) = %v, %v", id(i), first, err)
+			}
+			if first, err := s.Claim(ctx, "y-"+id(i), time.Now().Add(time.Hour)); err != nil || !first {
+				return fmt.Errorf("Claim(%s) = %v, %v", id(i), first, err)
+			}
+			say("claimed %s", id(i))
+		}
+	case "release": // many claims, then 70 % of them released one by one
+		pad := strings.Repeat("p", 60)
+		for i := range job.N {
+			if first, err := s.Claim(ctx, pad+id(i), time.Now().Add(time.Hour)); err != nil || !first {
+				return fmt.Errorf("Claim(%s) = %v, %v", id(i), first, err)
+			}
+		}
+		if err := checkpoint(); err != nil {
+			return err
+		}
+		for i := range job.N {
+			if i%10 < 7 {
+				if err := s.Release(ctx, pad+id(i)); err != nil {
+					return fmt.Errorf("Release(%s) = %v", id(i), err)
+				}
+			}
+		}
+		say("released")
+	case "with tx": // claims in the caller's transactions only (WithTx)
+		for i := range job.N {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			first, err := s.Claim(sqlitestore.WithTx(ctx, tx), id(i), time.Now().Add(time.Hour))
+			if err != nil || !first {
+				return fmt.Errorf("Claim in tx(%s) = %v, %v", id(i), first, err)
+			}
+			if err := tx.Commit(); err != nil {
+				return err
+			}
+			say("claimed %s", id(i))
+		}
+	default:
+		return fmt.Errorf("unknown scenario %q", job.Scenario)
+	}
+	say("done")
+	time.Sleep(time.Hour)
+	return nil
+}
+
+// runWALLossChild starts the child, waits for "done" and SIGKILLs it; it
+// returns the lines the child printed before.
+func runWALLossChild(t *testing.T, job walLossJob) []string {
+	t.Helper()
+	spec, _ := json.Marshal(job)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), walLossChildEnv+"="+string(spec))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if sc.Text() == "done" {
+			break
+		}
+		lines = append(lines, sc.Text())
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	werr := cmd.Wait()
+	if len(lines) == 0 || !strings.Contains(fmt.Sprint(werr), "killed") {
+		t.Fatalf("child: %v; stderr:\n%s", werr, stderr.String())
+	}
+	return lines
+}
+
+// walSession opens path, runs stmts and closes the pool (its last
+// connection: SQLite copies the WAL into the file and deletes it).
+func walSession(t *testing.T, path string, stmts ...string) {
+	t.Helper()
+	db, err := sql.Open(driver.SQLName, driver.DSN(path, Safe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantNewRefusesAfterWALDeleted deletes the WAL and shared memory and
+// checks that New refuses with ErrForgotten; when it serves, the test
+// fails and the store is returned, so the caller can count what it
+// accepts again.
+func wantNewRefusesAfterWALDeleted(t *testing.T, path string) *sqlitestore.Store {
+	t.Helper()
+	removeFiles(t, path+"-wal", path+"-shm")
+	s, err := sqlitestore.New(context.Background(), driver.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+	if errors.Is(err, sqlitestore.ErrForgotten) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("New = %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	t.Errorf("New served after the WAL holding acknowledged steps was deleted")
+	return s
+}
+
+// firstAgain counts the IDs x-0 to x-<n-1> that Claim takes again.
+func firstAgain(s *sqlitestore.Store, n int) int {
+	again := 0
+	for i := range n {
+		if first, _ := s.Claim(context.Background(), fmt.Sprintf("x-%d", i), time.Now().Add(time.Hour)); first {
+			again++
+		}
+	}
+	return again
+}
+
+// TestWALLoss: a WAL deleted after a crash is refused whatever the lost
+// steps wrote (fresh claims; claims over expired rows of the same keys;
+// confirmations of leases already in the file; an escaped Work, refused
+// for good; claims of keys another table also holds; claims made only in
+// callers' transactions), and what loses nothing is served (another
+// table's store releasing its rows after a clean recovery; pages freed by
+// releases, then reused).
+func TestWALLoss(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		test func(t *testing.T)
+	}{
+		{"fresh claims are found", func(t *testing.T) {
+			path := faultDB(t, driver)
+			runWALLossChild(t, walLossJob{Scenario: "claim", DB: path, N: 30})
+			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
+				t.Errorf("%d of 30 acknowledged claims accepted again", firstAgain(s, 30))
+			}
+		}},
+		{"claims over expired rows of their keys are found", func(t *testing.T) {
+			path := faultDB(t, driver)
+			db := driver.Open(t, path)
+			s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+			short := time.Now().Add(time.Second)
+			for i := range 30 {
+				if first, err := s.Claim(ctx, fmt.Sprintf("x-%d", i), short); !first || err != nil {
+					t.Fatal(first, err)
+				}
+			}
+			s.Close()
+			db.Close() // no connection of this process on the file when its WAL goes
+			time.Sleep(time.Until(short.Add(200 * time.Millisecond)))
+			runWALLossChild(t, walLossJob{Scenario: "claim", DB: path, N: 30})
+			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
+				t.Errorf("%d of 30 acknowledged claims accepted again", firstAgain(s, 30))
+			}
+		}},
+		{"confirmations of leases in the file are found", func(t *testing.T) {
+			path := faultDB(t, driver)
+			lease := time.Second
+			runWALLossChild(t, walLossJob{Scenario: "confirm", DB: path, N: 30, Lease: lease})
+			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
+				time.Sleep(lease + 200*time.Millisecond)
+				again := 0
+				for i := range 30 {
+					if l, err := s.AcquireLease(ctx, fmt.Sprintf("x-%d", i), time.Minute); err == nil && l.State == replay.LeaseAcquired {
+						again++
+					}
+				}
+				t.Errorf("%d of 30 confirmed IDs acquired again", again)
+			}
+		}},
+		{"an escaped Work is found after its until", func(t *testing.T) {
+			path := faultDB(t, driver)
+			runWALLossChild(t, walLossJob{Scenario: "escape", DB: path, Lease: time.Second})
+			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
+				if first, _ := s.Claim(ctx, "esc", time.Now().Add(time.Hour)); first {
+					t.Error("the escaped ID is first again")
+				}
+			}
+		}},
+		{"claims of keys another table holds are found", func(t *testing.T) {
+			path := faultDB(t, driver)
+			db := driver.Open(t, path)
+			if err := sqlitestore.Migrate(ctx, db, "other_table"); err != nil {
+				t.Fatal(err)
+			}
+			other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
+			for i := range 30 {
+				if first, err := other.Claim(ctx, fmt.Sprintf("x-%d", i), time.Now().Add(time.Hour)); !first || err != nil {
+					t.Fatal(first, err)
+				}
+			}
+			other.Close()
+			db.Close()
+			runWALLossChild(t, walLossJob{Scenario: "claim", DB: path, N: 30})
+			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
+				t.Errorf("%d of 30 acknowledged claims accepted again", firstAgain(s, 30))
+			}
+		}},
+		{"claims made only in callers' transactions are found", func(t *testing.T) {
+			path := faultDB(t, driver)
+			runWALLossChild(t, walLossJob{Scenario: "with tx", DB: path, N: 30})
+			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
+				t.Errorf("%d of 30 acknowledged claims accepted again", firstAgain(s, 30))
+			}
+		}},
+		{"another table's releases after a clean recovery lose nothing", func(t *testing.T) {
+			path := faultDB(t, driver)
+			db := driver.Open(t, path)
+			if err := sqlitestore.Migrate(ctx, db, "other_table"); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			runWALLossChild(t, walLossJob{Scenario: "two tables", DB: path, N: 30})
+			walSession(t, path, `SELECT count(*) FROM sqlite_master`)
+			db = driver.Open(t, path)
+			other := mustStore(t, db, sqlitestore.Options{Table: "other_table", SweepInterval: -1})
+			for i := range 10 {
+				if err := other.Release(ctx, fmt.Sprintf("x-%d", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			other.Close()
+			db.Close()
+			mustStore(t, driver.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+		}},
+		{"pages freed by releases, then reused, lose nothing", func(t *testing.T) {
+			path := faultDB(t, driver)
+			runWALLossChild(t, walLossJob{Scenario: "release", DB: path, N: 800})
+			walSession(t, path, `SELECT count(*) FROM sqlite_master`)
+			walSession(t, path, `INSERT INTO effects (id) SELECT 'app-' || i || '-' || hex(randomblob(300)) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) SELECT i FROM n)`)
+			mustStore(t, driver.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.test(t)
+		})
+	}
+}
