@@ -218,7 +218,13 @@ func walLost(path, link string, now int64, root uint32, current func(key []byte)
 			cur, curLast = f, l
 		}
 	}
-	for pgno := range walfile.IndexTree(root, usable, snapshot) {
+	// The pages the walk may read: the larger of the file's and the last
+	// commit's size.
+	maxPage := npages
+	if info, err := db.Stat(); err == nil && info.Size()/int64(size) > int64(maxPage) {
+		maxPage = uint32(min(info.Size()/int64(size), 1<<31))
+	}
+	for pgno := range walfile.IndexTree(root, usable, maxPage, snapshot) {
 		off, ok := last[pgno]
 		if !ok || pgno > npages {
 			continue // not written by the linked WAL: the file holds it

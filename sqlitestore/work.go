@@ -174,6 +174,10 @@ func (s *Store) stepIn(ctx context.Context, q querier, what string, fn func(q qu
 	case fence > now:
 		return fenced{time.Unix(0, fence), 0}
 	}
+	// The caller's transaction holds the WAL in place: keep it linked, for
+	// New after a crash (a store whose calls all run in callers'
+	// transactions has no writer whose WAL the checker links).
+	s.relinkWAL()
 	if err := fn(q, now); err != nil && !decided(err) {
 		return unavailable(ctx, err)
 	} else if err != nil {

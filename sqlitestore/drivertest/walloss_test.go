@@ -61,6 +61,11 @@ func walLossChild(spec string) error {
 		return err
 	}
 	opts := sqlitestore.Options{RecheckInterval: time.Hour, SweepInterval: -1}
+	if job.Scenario == "with tx, no idle connection" {
+		// Every connection closes when given back: SQLite deletes the
+		// WAL New saw (after copying it) and makes a new one.
+		db.SetMaxIdleConns(0)
+	}
 	s, err := sqlitestore.New(ctx, db, opts)
 	if err != nil {
 		return fmt.Errorf("New: %w", err)
@@ -80,8 +85,10 @@ func walLossChild(spec string) error {
 		}
 		return nil
 	}
-	if err := checkpoint(); err != nil {
-		return err
+	if job.Scenario != "with tx, no idle connection" {
+		if err := checkpoint(); err != nil {
+			return err
+		}
 	}
 	say := func(f string, a ...any) { os.Stdout.WriteString(fmt.Sprintf(f, a...) + "\n") }
 	id := func(i int) string { return fmt.Sprintf("x-%d", i) }
@@ -162,6 +169,29 @@ func walLossChild(spec string) error {
 			}
 		}
 		say("released")
+	case "with tx, no idle connection": // WithTx only, on a WAL made after New's
+		hold, err := db.Conn(ctx) // a connection kept open: the WAL stays
+		if err != nil {
+			return err
+		}
+		defer hold.Close()
+		if err := hold.PingContext(ctx); err != nil {
+			return err
+		}
+		for i := range job.N {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			first, err := s.Claim(sqlitestore.WithTx(ctx, tx), id(i), time.Now().Add(time.Hour))
+			if err != nil || !first {
+				return fmt.Errorf("Claim in tx(%s) = %v, %v", id(i), first, err)
+			}
+			if err := tx.Commit(); err != nil {
+				return err
+			}
+			say("claimed %s", id(i))
+		}
 	case "with tx": // claims in the caller's transactions only (WithTx)
 		for i := range job.N {
 			tx, err := db.BeginTx(ctx, nil)
@@ -355,6 +385,13 @@ func TestWALLoss(t *testing.T) {
 		{"claims made only in callers' transactions are found", func(t *testing.T) {
 			path := faultDB(t, driver)
 			runWALLossChild(t, walLossJob{Scenario: "with tx", DB: path, N: 30})
+			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
+				t.Errorf("%d of 30 acknowledged claims accepted again", firstAgain(s, 30))
+			}
+		}},
+		{"claims made only in callers' transactions on a WAL made after New's are found", func(t *testing.T) {
+			path := faultDB(t, driver)
+			runWALLossChild(t, walLossJob{Scenario: "with tx, no idle connection", DB: path, N: 30})
 			if s := wantNewRefusesAfterWALDeleted(t, path); s != nil {
 				t.Errorf("%d of 30 acknowledged claims accepted again", firstAgain(s, 30))
 			}

@@ -161,17 +161,25 @@ func sqliteVarint(b []byte) (uint64, int) {
 
 // IndexTree returns the pages of the index b-tree rooted at root, read
 // with page (an image of the page, false when there is none), as far as
-// its interior pages lead: every page reached, interior or leaf. A page
-// that is not an index page ends its branch, and no page is visited
-// twice, so a tree read from images of different moments is walked
-// without a loop.
-func IndexTree(root uint32, usable int, page func(pgno uint32) ([]byte, bool)) map[uint32]bool {
+// its interior pages lead: every index page reached, interior or leaf. A
+// page that is not an index page ends its branch; no page is read twice,
+// and none past maxPage, so a tree read from images of different moments
+// is walked in at most maxPage reads.
+func IndexTree(root uint32, usable int, maxPage uint32, page func(pgno uint32) ([]byte, bool)) map[uint32]bool {
+	tree := map[uint32]bool{}
 	seen := map[uint32]bool{}
 	next := []uint32{root}
+	push := func(pgno uint32) {
+		if pgno != 0 && pgno <= maxPage && !seen[pgno] {
+			seen[pgno] = true
+			next = append(next, pgno)
+		}
+	}
+	seen[root] = true
 	for len(next) > 0 {
 		pgno := next[len(next)-1]
 		next = next[:len(next)-1]
-		if pgno == 0 || seen[pgno] {
+		if pgno == 0 || pgno > maxPage {
 			continue
 		}
 		img, ok := page(pgno)
@@ -185,20 +193,20 @@ func IndexTree(root uint32, usable int, page func(pgno uint32) ([]byte, bool)) m
 		if len(img) < off+12 || usable > len(img) || (img[off] != indexInterior && img[off] != indexLeaf) {
 			continue
 		}
-		seen[pgno] = true
+		tree[pgno] = true
 		if img[off] == indexLeaf {
 			continue
 		}
 		be := binary.BigEndian
-		next = append(next, be.Uint32(img[off+8:]))
+		push(be.Uint32(img[off+8:]))
 		cells := int(be.Uint16(img[off+3:]))
 		ptrs := off + 12
 		for i := 0; i < cells && ptrs+2*i+2 <= usable; i++ {
 			c := int(be.Uint16(img[ptrs+2*i:]))
 			if c+4 <= usable {
-				next = append(next, be.Uint32(img[c:]))
+				push(be.Uint32(img[c:]))
 			}
 		}
 	}
-	return seen
+	return tree
 }

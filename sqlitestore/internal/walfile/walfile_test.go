@@ -135,7 +135,7 @@ func FuzzIndexEntries(f *testing.F) {
 	f.Fuzz(func(t *testing.T, page []byte, pgno uint32, reserved uint16) {
 		usable := len(page) - int(reserved)
 		// The page as the root and every child of its tree: itself.
-		IndexTree(pgno, usable, func(uint32) ([]byte, bool) { return page, true })
+		IndexTree(pgno, usable, 1<<20, func(uint32) ([]byte, bool) { return page, true })
 		entries, whole, err := IndexEntries(page, pgno, usable)
 		if err != nil {
 			return
