@@ -553,7 +553,10 @@ func walLinksAfterACrash(t *testing.T) {
 				for len(p.lines()) < 20 {
 					time.Sleep(5 * time.Millisecond)
 				}
-				db := d.Open(t, path)
+				// The child's claims hold the write lock back to back: New's
+				// one write waits for it as long as busy_timeout allows,
+				// here a minute (a loaded machine starves the waiter).
+				db := d.OpenWith(t, path, With("busy_timeout", "60000"))
 				other := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
 				other.Close() // its link goes; the child's stays
 				db.Close()
