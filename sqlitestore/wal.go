@@ -20,13 +20,13 @@ import (
 // copying every commit (the last connection's close), so each Store keeps
 // the WAL's content to look: a hard link of its own beside its sidecar
 // (the sidecar's name plus ".wal-" and the Store's random id) to the WAL
-// its writer holds. While the WAL is at its path a link costs no space.
-// New judges every link of its table that is not the WAL at the path: it
-// reads the linked WAL's committed frames and compares the last image of
-// each page with what SQLite reads now (the WAL at the path over the
-// database file). A page that differs is a commit the file does not hold,
-// and New refuses with ErrForgotten, keeping the link; a link that loses
-// nothing is removed.
+// its writer holds, or, with no writer, to the WAL in place. While the WAL
+// is at its path a link costs no space. New judges every link of its
+// table that is not the WAL at the path (walLost): it walks the table's
+// b-tree through the snapshot the link holds and compares each row on the
+// table's pages that changed with the table's row of its key now. A row
+// missing or weaker is an entry lost, and New refuses with ErrForgotten,
+// keeping the link; a link that loses nothing is removed.
 
 // walLinkPrefix is the start of every WAL link name of table in the
 // database file path. No sidecar, and no other table's link, begins with
