@@ -175,9 +175,12 @@ func (s *Store) stepIn(ctx context.Context, q querier, what string, fn func(q qu
 		return fenced{time.Unix(0, fence), 0}
 	}
 	// The caller's transaction holds the WAL in place: keep it linked, for
-	// New after a crash (a store whose calls all run in callers'
-	// transactions has no writer whose WAL the checker links).
-	s.relinkWAL()
+	// New after a crash, when the store has no writer (whose WAL the
+	// writer and the checker keep linked): two stats a call, only for a
+	// store whose calls all run in callers' transactions.
+	if s.guard.wal.Load() == nil {
+		s.relinkWAL()
+	}
 	if err := fn(q, now); err != nil && !decided(err) {
 		return unavailable(ctx, err)
 	} else if err != nil {
