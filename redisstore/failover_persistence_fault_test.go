@@ -85,11 +85,22 @@ func TestSentinelFailoverToNewPersistence(t *testing.T) {
 				if err := claimUntil(s, "until-refused", 10*time.Second, func(_ bool, err error) bool { return errors.Is(err, ErrConfig) }); err != nil {
 					t.Fatalf("the promoted replica with appendfsync everysec was not refused: %v", err)
 				}
-				for i := range 100 { // refused while it stays so
-					if first, err := s.Claim(ctx, fmt.Sprint("while-everysec-", i), until); first || !errors.Is(err, ErrConfig) {
+				// Refused while it stays so: never first, and ErrConfig but
+				// for a claim the store's Timeout cut short on a loaded
+				// machine (ErrUnavailable: also a refusal); most say why.
+				byConfig := 0
+				for i := range 100 {
+					first, err := s.Claim(ctx, fmt.Sprint("while-everysec-", i), until)
+					if first || !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrConfig) {
 						t.Fatalf("claim while the primary runs appendfsync everysec = %v, %v; want ErrConfig", first, err)
 					}
+					if errors.Is(err, ErrConfig) {
+						byConfig++
+					}
 					time.Sleep(20 * time.Millisecond)
+				}
+				if byConfig < 90 {
+					t.Fatalf("%d of 100 claims while the primary runs appendfsync everysec were refused with ErrConfig; want at least 90 (the rest timed out)", byConfig)
 				}
 				mustDo(t, newAddr, "CONFIG", "SET", "appendfsync", "always")
 			}
