@@ -48,10 +48,13 @@
 // is closed), and the checker re-reads the settings on a connection of
 // the pool every second.
 //
-// A write that fails with an I/O error (SQLITE_IOERR: a failed fsync
-// among them) is a loss until proven otherwise: the store keeps its
-// writer's connection and acknowledges nothing until a checkpoint has
-// put every committed page into the database file and emptied the WAL.
+// A write or checkpoint that fails with an I/O error (SQLITE_IOERR: a
+// failed fsync among them) is a loss until proven otherwise: the store
+// keeps its writer's connection and acknowledges nothing until it has
+// rewritten the database (VACUUM) and a checkpoint has put every page
+// into the database file and emptied the WAL. So that a checkpoint's
+// error reaches it, the store runs its writer's checkpoints itself: its
+// connection runs with wal_autocheckpoint=0 while the store holds it.
 //
 // # Writes
 //

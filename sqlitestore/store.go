@@ -188,9 +188,11 @@ type Store struct {
 	writeMu chan struct{}
 	ops     chan *op
 	wc      *wconn // the writer's connection, under writeMu (writer.go)
-	// ioErr: a write failed with an I/O error, and no checkpoint has
-	// settled the files since (under writeMu; writer.go).
-	ioErr bool
+	// ioErr: a write or a checkpoint failed with an I/O error, and no
+	// rewrite and checkpoint have settled the files since; rewritten: the
+	// rewrite (VACUUM) of settle ran, and no I/O error came after it
+	// (both under writeMu; writer.go).
+	ioErr, rewritten bool
 	// closedConn is a closed connection: a Tx's statement after its Work
 	// ended runs on it and fails with sql.ErrConnDone.
 	closedConn *sql.Conn

@@ -290,28 +290,52 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 // An I/O error is a loss until proven otherwise. Linux reports a failed
 // write-back once, at the next fsync, and marks the failed pages clean:
 // the page cache keeps bytes the disk never got, and a later fsync
-// succeeds. In WAL mode those bytes may be frames SQLite counts as
-// committed (a batch of leases commits without an fsync, so its frames
-// are synced by the next durable commit, the one that failed), and every
-// commit after them is appended to the WAL behind a hole that a power cut
-// opens: recovery stops at the hole, and every acknowledged commit after
-// it is gone. So after a write of the store fails with an I/O error
-// (SQLITE_IOERR), the store acknowledges nothing until a
-// checkpoint (wal_checkpoint(TRUNCATE)) has written every committed page
-// into the database file, synced it, and emptied the WAL: read through
-// the page cache, the checkpoint puts the pages the disk lost back on it.
-// The connection stays the writer's (see commitFailed): the frames of the
-// failed commit lie past the WAL index's end, where the next commit
-// overwrites them, and no recovery of the WAL index ever reads them.
+// succeeds. Two losses follow in WAL mode, each measured by
+// TestFsyncErrorThenPowerCut:
+//
+//   - In the WAL: the dropped bytes may be frames SQLite counts as
+//     committed (a batch of leases commits without an fsync, so its
+//     frames are synced by the next durable commit, the one that failed),
+//     and every commit after them is appended behind a hole that a power
+//     cut opens: recovery stops at the hole.
+//   - In the database file: a checkpoint that cannot copy the whole WAL
+//     (a reader holds an older snapshot) writes pages into the database
+//     file without syncing it and counts them as copied; only a checkpoint
+//     that copies the whole WAL syncs the file. When that sync fails, the
+//     pages of the earlier checkpoints are dropped too, and no later
+//     checkpoint copies them again: once the WAL restarts, the disk holds
+//     their old images.
+//
+// So after a write or a checkpoint of the store fails with an I/O error
+// (SQLITE_IOERR), the store acknowledges nothing until it has rewritten
+// every page of the database (VACUUM: each page goes through the WAL
+// again, read through the page cache, which holds what the disk lost) and
+// a checkpoint (wal_checkpoint(TRUNCATE)) has copied them all into the
+// database file, synced it, and emptied the WAL. The rewrite is appended
+// to the WAL, never restarting it (the WAL was not wholly copied), so a
+// power cut before the checkpoint ends still finds every earlier page in
+// the WAL. The connection stays the writer's (see commitFailed): the
+// frames of the failed commit lie past the WAL index's end, where the
+// next commit overwrites them, and no recovery of the WAL index ever
+// reads them.
+//
+// SQLite drops the error of the checkpoint it runs after a commit
+// (wal_autocheckpoint), so the writer runs none: the store turns it off on
+// its connection and runs the checkpoint itself, every half as many
+// writes as the connection's wal_autocheckpoint pages (see checkpoint).
 
 // sawIOError records err, when it is an I/O error, so that the writer
-// checkpoints before its next write. The caller holds writeMu.
+// settles the files before its next write. The caller holds writeMu.
 func (s *Store) sawIOError(err error) {
-	if err == nil || !isIOError(err) || s.ioErr {
+	if err == nil || !isIOError(err) {
+		return
+	}
+	s.rewritten = false
+	if s.ioErr {
 		return
 	}
 	s.ioErr = true
-	s.log.Warn("sqlitestore: a write failed with an I/O error: the store acknowledges nothing until a checkpoint has put every committed page on the disk", "table", unquote(s.table), "err", err)
+	s.log.Warn("sqlitestore: a write failed with an I/O error: the store acknowledges nothing until it has rewritten the database and a checkpoint has put every page on the disk", "table", unquote(s.table), "err", err)
 }
 
 // isIOError reports an error of SQLite's I/O family (SQLITE_IOERR and its
@@ -323,26 +347,57 @@ func isIOError(err error) bool {
 	return strings.Contains(err.Error(), "disk I/O error")
 }
 
+// checkpoint runs, on the writer's connection, the checkpoint SQLite
+// would run after a commit (PASSIVE) when it is due: every ckptEvery
+// writes. Its error, unlike the automatic one's, reaches the store: an
+// I/O error makes the writer settle before its write. The caller holds
+// writeMu.
+func (s *Store) checkpoint(ctx context.Context, wc *wconn) {
+	if wc.ckptEvery == 0 {
+		return
+	}
+	if wc.sinceCkpt++; wc.sinceCkpt < wc.ckptEvery {
+		return
+	}
+	var busy, log, done int
+	err := (stmtQuerier{ctx, wc}).queryRow(`PRAGMA main.wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &done)
+	if err == nil {
+		wc.sinceCkpt = 0
+	}
+	s.sawIOError(err) // any other error: tried again at the next write
+}
+
 // settle is the writer's first step after an I/O error (see above): a
-// checkpoint that writes every committed page into the database file,
-// syncs it and truncates the WAL. Until one succeeds, every write is
-// refused. Outside WAL mode a failed commit was rolled back from the
-// journal, synced, and nothing needs settling. The caller holds writeMu.
+// rewrite of every page (VACUUM), then a checkpoint that copies them into
+// the database file, syncs it and truncates the WAL. Until both succeed,
+// every write is refused; a busy checkpoint is tried again at the next
+// call, without a second rewrite. Outside WAL mode a failed commit was
+// rolled back from the journal, synced, and nothing needs settling. The
+// caller holds writeMu.
 func (s *Store) settle(ctx context.Context, wc *wconn) error {
 	if !s.ioErr {
 		return nil
 	}
 	if s.wal {
+		q := stmtQuerier{ctx, wc}
+		if !s.rewritten {
+			if _, err := q.exec(`VACUUM`); err != nil {
+				s.sawIOError(err)
+				return unavailable(ctx, fmt.Errorf("after an I/O error, the rewrite of the database that puts every page on the disk again failed (retried at the next call): %w", err))
+			}
+			s.rewritten = true
+		}
 		var busy, log, done int
-		if err := (stmtQuerier{ctx, wc}).queryRow(`PRAGMA main.wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil {
-			return unavailable(ctx, fmt.Errorf("after an I/O error, the checkpoint that puts committed pages on the disk failed (retried at the next call): %w", err))
+		if err := q.queryRow(`PRAGMA main.wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil {
+			s.sawIOError(err)
+			return unavailable(ctx, fmt.Errorf("after an I/O error, the checkpoint that puts every page on the disk failed (retried at the next call): %w", err))
 		}
 		if busy != 0 {
-			return fmt.Errorf("%w: after an I/O error, the checkpoint that puts committed pages on the disk could not finish (readers were busy; retried at the next call)", ErrUnavailable)
+			return fmt.Errorf("%w: after an I/O error, the checkpoint that puts every page on the disk could not finish (readers were busy; retried at the next call)", ErrUnavailable)
 		}
 	}
-	s.ioErr = false
-	s.log.Info("sqlitestore: after an I/O error, a checkpoint put every committed page on the disk; serving", "table", unquote(s.table))
+	s.ioErr, s.rewritten = false, false
+	s.log.Info("sqlitestore: after an I/O error, the database was rewritten and a checkpoint put every page on the disk; serving", "table", unquote(s.table))
 	return nil
 }
 
@@ -383,6 +438,7 @@ func (s *Store) commitFailed(ctx context.Context, err error) bool {
 func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
 	wc, level, err := s.openWriter(ctx, false)
 	if err == nil {
+		s.checkpoint(ctx, wc)
 		err = s.settle(ctx, wc)
 	}
 	if err != nil {
@@ -400,9 +456,30 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 			return nil, 0, unavailable(ctx, err)
 		}
 		s.wc = &wconn{conn: conn, stmts: make(map[string]*sql.Stmt)}
+		if s.wal {
+			// The checkpoint after a commit is the store's (see
+			// checkpoint), at the pace the connection's setting asks.
+			var pages int
+			if err := (stmtQuerier{ctx, s.wc}).queryRow(`PRAGMA wal_autocheckpoint`).Scan(&pages); err != nil {
+				s.dropWriter()
+				return nil, 0, unavailable(ctx, err)
+			}
+			s.wc.autockpt, s.wc.ckptEvery = pages, max(pages/2, 1)
+			if pages <= 0 {
+				s.wc.ckptEvery = 0 // the application checkpoints itself
+			}
+		}
 	}
 	if s.wc.level != 0 {
 		return s.wc, s.wc.level, nil
+	}
+	// Set again after every Work: a handler's statements run on this
+	// connection.
+	if s.wc.autockpt > 0 {
+		if _, err := (stmtQuerier{ctx, s.wc}).exec(`PRAGMA wal_autocheckpoint = 0`); err != nil {
+			s.dropWriter()
+			return nil, 0, unavailable(ctx, err)
+		}
 	}
 	// One statement reads what a handler's statements could have left on
 	// the connection (writerCheck).
@@ -511,6 +588,15 @@ func (s *Store) closeWriter() {
 	for _, st := range s.wc.stmts {
 		st.Close()
 	}
+	// The pool gets the connection back with its own checkpoints, or
+	// not at all.
+	if n := s.wc.autockpt; n > 0 {
+		if _, err := s.wc.conn.ExecContext(context.Background(), `PRAGMA wal_autocheckpoint = `+strconv.Itoa(n)); err != nil {
+			discard(s.wc.conn)
+			s.wc = nil
+			return
+		}
+	}
 	s.wc.conn.Close()
 	s.wc = nil
 }
@@ -521,6 +607,11 @@ type wconn struct {
 	conn  *sql.Conn
 	stmts map[string]*sql.Stmt
 	level int // synchronous as last read; 0: to be read (new, or after a Work)
+	// autockpt is the connection's wal_autocheckpoint as the pool opened
+	// it (given back at closeWriter); the store checkpoints every
+	// ckptEvery writes (0: never; the application does), sinceCkpt since
+	// the last.
+	autockpt, ckptEvery, sinceCkpt int
 }
 
 // stmtQuerier runs the store's statements on the writer's connection,

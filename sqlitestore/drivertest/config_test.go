@@ -40,8 +40,58 @@ func TestNew(t *testing.T) {
 		{"normal sync after a crash of the machine", normalSyncAfterAMachineCrash},
 		{"lowered connection refuses", loweredConnectionRefuses},
 		{"zero Store refuses", zeroStoreRefuses},
+		{"Close gives the writer's connection back as the pool opened it", closeGivesTheConnectionBack},
 	} {
 		t.Run(tc.name, tc.test)
+	}
+}
+
+// closeGivesTheConnectionBack: the store runs its writer's checkpoints
+// itself (wal_autocheckpoint=0 on that connection, see sqlitestore's
+// writer.go); after Close every connection of the pool, the writer's
+// among them, checkpoints again at the pace the DSN set (16 pages; the
+// mattn driver takes no such DSN parameter, and its connections keep
+// SQLite's 1000).
+func closeGivesTheConnectionBack(t *testing.T) {
+	ctx := context.Background()
+	db := driver.OpenWith(t, filepath.Join(t.TempDir(), "replay.db"), With("wal_autocheckpoint", "16"))
+	if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+		t.Fatal(err)
+	}
+	var want int
+	if err := db.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	if want == 0 {
+		t.Fatal("the pool's connections run no automatic checkpoint")
+	}
+	s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if first, err := s.Claim(ctx, fmt.Sprint("id-", i), time.Now().Add(time.Hour)); err != nil || !first {
+			t.Fatalf("Claim = %v, %v; want true, nil", first, err)
+		}
+	}
+	s.Close()
+	n := db.Stats().OpenConnections
+	if n == 0 {
+		t.Fatal("the pool holds no connection after Close")
+	}
+	for i := range n {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var pages int
+		if err := c.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&pages); err != nil {
+			t.Fatal(err)
+		}
+		if pages != want {
+			t.Errorf("connection %d of %d: wal_autocheckpoint = %d after Close; want the pool's %d", i+1, n, pages, want)
+		}
 	}
 }
 

@@ -76,6 +76,21 @@ func pcFront(t *testing.T, s *sqlitestore.Store, db *sql.DB) func(ref string) an
 
 // pcOptions are the stores' options: frequent checks, so the marker's
 // sequence advances and the sidecar is written during the short rounds.
+// pcSeed returns the seed of a randomized test: CTOKEN_SEED when set (to
+// run a failed round again), the clock otherwise. It logs the seed.
+func pcSeed(t *testing.T) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("CTOKEN_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("CTOKEN_SEED=%q: %v", v, err)
+		}
+		seed = n
+	}
+	t.Logf("seed %d (CTOKEN_SEED runs it again)", seed)
+	return seed
+}
+
 func pcOptions() sqlitestore.Options {
 	return sqlitestore.Options{
 		Timeout:         time.Second,
@@ -476,8 +491,7 @@ func pcAbandon(s *sqlitestore.Store, db *sql.DB, stop chan struct{}, done <-chan
 // commit to a power cut): New refuses DELETE with FULL
 // (TestNew/refuses weak settings).
 func TestPowerCut(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := pcSeed(t)
 	cases := []struct {
 		name       string
 		pragmas    []Pragma
@@ -621,8 +635,7 @@ func TestPowerCutNormal(t *testing.T) {
 	if _, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err != nil {
 		t.Skip("no kernel boot id on this system: the store cannot tell a crash of the machine")
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := pcSeed(t)
 	normal := With("synchronous", "NORMAL")
 	cases := []struct {
 		name    string
@@ -886,8 +899,7 @@ func pcFencedCheck(ctx context.Context, s *sqlitestore.Store, acked map[string]p
 // committed pages back on the disk (a checkpoint reads them from the page
 // cache).
 func TestFsyncErrorThenPowerCut(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := pcSeed(t)
 	// The rounds of a case take its targets in turn.
 	anyFile := pcTarget{"", 0}
 	behindNormal := pcTarget{"-wal", 2}
@@ -913,6 +925,105 @@ func TestFsyncErrorThenPowerCut(t *testing.T) {
 			}
 			if len(tot.bad) > 0 {
 				t.Errorf("%d workload calls failed with an error that is not ErrUnavailable, e.g. %q", len(tot.bad), tot.bad[:min(3, len(tot.bad))])
+			}
+		})
+	}
+}
+
+// TestFsyncErrorAfterAPartialCheckpoint pins the database file's loss
+// of TestFsyncErrorThenPowerCut without its randomness. A checkpoint that
+// a reader's older snapshot keeps from copying the whole WAL writes pages
+// into the database file without syncing it, and counts them copied; the
+// next checkpoint that copies the whole WAL syncs the file, and that
+// fsync fails: the earlier pages are dropped too, and no later
+// checkpoint copies them again. Claims go on, a later checkpoint
+// succeeds, the WAL restarts, and the power is cut. Every acknowledged
+// claim must be refused after the cut, by a store that serves. The
+// claims before the reader's snapshot have keys of their own ("a-"), on
+// leaf pages no later claim ("z-") writes again.
+func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	for _, pages := range []string{"16", "1000"} {
+		t.Run("wal_autocheckpoint "+pages, func(t *testing.T) {
+			v := newCrashVFS(t)
+			f := pcFile{v, filepath.Join(t.TempDir(), "replay.db"), append(slices.Clone(Safe), Pragma{"wal_autocheckpoint", pages})}
+			f.create(t)
+			db := f.open(t)
+			s, err := sqlitestore.New(ctx, db, pcOptions())
+			if err != nil {
+				db.Close()
+				t.Fatal(err)
+			}
+			var acked []string
+			claim := func(id string) {
+				t.Helper()
+				first, err := s.Claim(ctx, id, time.Now().Add(time.Hour))
+				switch {
+				case errors.Is(err, sqlitestore.ErrUnavailable):
+				case err != nil:
+					t.Fatalf("Claim(%s): %v", id, err)
+				case !first:
+					t.Fatalf("Claim(%s): a fresh ID not first", id)
+				default:
+					acked = append(acked, id)
+				}
+			}
+			for i := range 400 {
+				claim(fmt.Sprintf("a-%04d", i))
+			}
+			reader, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if _, err := reader.ExecContext(ctx, `BEGIN`); err != nil {
+				t.Fatal(err)
+			}
+			if err := reader.QueryRowContext(ctx, `SELECT count(*) FROM effects`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 1200 { // past the checkpoint of wal_autocheckpoint 1000
+				claim(fmt.Sprintf("z-%05d", i))
+			}
+			if _, err := reader.ExecContext(ctx, `COMMIT`); err != nil {
+				t.Fatal(err)
+			}
+			reader.Close()
+			failed := v.Stats().FailedSyncs
+			v.ArmSyncFailure("replay.db", 0, 0)
+			for i := 1200; i < 6000; i++ {
+				claim(fmt.Sprintf("z-%05d", i))
+			}
+			if v.Stats().FailedSyncs == failed {
+				t.Fatal("no fsync of the database file failed")
+			}
+			v.CutNow()
+			s.Close()
+			db.Close()
+			cut, err := v.PowerCut(crashDrop, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db = f.open(t)
+			defer db.Close()
+			s, err = sqlitestore.New(ctx, db, pcOptions())
+			if err != nil {
+				t.Fatalf("New after the cut (%s; %v): %v", strings.Join(v.Events(), "; "), cut, err)
+			}
+			defer s.Close()
+			var again []string
+			for _, id := range acked {
+				first, err := s.Claim(ctx, id, time.Now().Add(time.Hour))
+				if err != nil {
+					t.Fatalf("Claim(%s) after the cut: %v", id, err)
+				}
+				if first {
+					again = append(again, id)
+				}
+			}
+			t.Logf("%d claims acknowledged; %s; %v", len(acked), strings.Join(v.Events(), "; "), cut)
+			if len(again) > 0 {
+				t.Errorf("%d of %d acknowledged claims accepted again after the cut, e.g. %q; want 0", len(again), len(acked), again[:min(3, len(again))])
 			}
 		})
 	}
@@ -1031,8 +1142,7 @@ func fsyncErrorRounds(t *testing.T, pragmas []Pragma, errseq bool, targets []pcT
 // the failure. A last case only reports what happens when the failing
 // connection is replaced by a new one instead.
 func TestCrashVFS(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := pcSeed(t)
 	r := rand.New(rand.NewPCG(seed, 99))
 	ctx := context.Background()
 
