@@ -187,6 +187,14 @@ type guard struct {
 	refusal atomic.Pointer[error]
 	sticky  atomic.Bool // the refusal is a loss: only a new Store after Rearm lifts it
 
+	// root is the table's root page; fileSeq the sequence the database
+	// file holds at least (0: not known), left by the store's last
+	// checkpoint that copied the whole WAL; fileStale: the last look at
+	// the file found an older one (all three under writeMu; filemarker.go).
+	root      uint32
+	fileSeq   int64
+	fileStale bool
+
 	mu            sync.Mutex // persist
 	persisted     int64
 	persistedBoot string
@@ -231,6 +239,11 @@ type sidecar struct {
 	// the machine's now means the machine went down while such a store
 	// ran: New refuses with ErrForgotten.
 	Boot string `json:"boot,omitempty"`
+	// Lost is set when a store found a loss that the files cannot show
+	// New again (an older copy written over the database in place, seen
+	// before a checkpoint copied the WAL over it): New refuses with
+	// ErrForgotten until Rearm writes a new sidecar.
+	Lost string `json:"lost,omitempty"`
 }
 
 // bootID is the kernel's boot id (Linux), "" where there is none.
@@ -310,6 +323,9 @@ func writeSidecar(file string, c sidecar, force bool) error {
 			if c.Boot == "" {
 				c.Boot = old.Boot
 			}
+			if c.Lost == "" {
+				c.Lost = old.Lost
+			}
 			if c == old {
 				return nil
 			}
@@ -367,6 +383,10 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	if err != nil {
 		return err
 	}
+	if haveSide && side.Lost != "" && !legacy {
+		// Before any read of the file, which may be malformed by now.
+		return fmt.Errorf("%w: a store found a loss in %s that the file may no longer show (%s): run Rearm once you have decided", ErrForgotten, s.path, side.Lost)
+	}
 	inc, _, seq, err := s.marker(q)
 	if legacy && err == nil && side.Incarnation != inc {
 		s.log.Warn("sqlitestore: a sidecar of the name older versions gave this table names another database (it may be the sidecar of the file it is named after); not used", "path", legacySidecarFile(s.path, s.table), "table", unquote(s.table))
@@ -398,7 +418,7 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	} else if err != nil {
 		return unavailable(ctx, err)
 	}
-	g.incarnation = inc
+	g.incarnation, g.root = inc, root
 	g.seq.Store(seq)
 	if g.info, err = os.Stat(s.path); err != nil {
 		return unavailable(ctx, err)
@@ -549,7 +569,7 @@ func (g *guard) persist(s *Store) {
 	if seq <= g.persisted && boot == g.persistedBoot || g.sticky.Load() || g.incarnation == "" {
 		return
 	}
-	if err := writeSidecar(sidecarFile(s.path, s.table), sidecar{g.incarnation, seq, boot}, false); err != nil {
+	if err := writeSidecar(sidecarFile(s.path, s.table), sidecar{Incarnation: g.incarnation, Seq: seq, Boot: boot}, false); err != nil {
 		s.log.Warn("sqlitestore: recording the database's sequence beside it failed; a restored older copy made now would not be found", "path", sidecarFile(s.path, s.table), "err", err)
 		return
 	}
@@ -581,6 +601,12 @@ func (g *guard) settle(s *Store) {
 	if normal {
 		mode = "FULL"
 	}
+	// A second look confirms a first that finds the file behind (see
+	// fileBehind).
+	if behind := s.fileBehind(); behind && s.fileBehind() {
+		s.log.Error("sqlitestore: at Close, the database file holds an older state than the store's last checkpoint left in it (an older copy written over it in place): no checkpoint copies the WAL over it; rows claimed since the copy are gone from the file", "table", unquote(s.table), "path", s.path)
+		return
+	}
 	var busy, log, done int
 	err := s.db.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(`+mode+`)`).Scan(&busy, &log, &done)
 	if err != nil || busy != 0 || done != log {
@@ -601,9 +627,9 @@ func (g *guard) settle(s *Store) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	file := sidecarFile(s.path, s.table)
-	c := sidecar{g.incarnation, g.seq.Load(), ""}
+	c := sidecar{Incarnation: g.incarnation, Seq: g.seq.Load()}
 	if old, ok, err := readSidecar(file); err == nil && ok && old.Incarnation == c.Incarnation {
-		c.Seq = max(c.Seq, old.Seq)
+		c.Seq, c.Lost = max(c.Seq, old.Seq), old.Lost
 	}
 	if err := writeSidecar(file, c, true); err != nil {
 		s.log.Warn("sqlitestore: at Close, clearing the sidecar's mark of synchronous=NORMAL failed: New refuses after a crash of the machine until Rearm", "path", file, "err", err)
@@ -704,6 +730,14 @@ func (s *Store) checkOnce(ctx context.Context) error {
 		return unavailable(ctx, err)
 	} else if n != 0 {
 		return fmt.Errorf("%w: %w", ErrUnavailable, errTriggered)
+	}
+	// The database file itself, when the writer is free (it may be
+	// checkpointing): see filemarker.go.
+	select {
+	case s.writeMu <- struct{}{}:
+		s.fileBehind()
+		<-s.writeMu
+	default:
 	}
 	return nil
 }

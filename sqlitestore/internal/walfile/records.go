@@ -210,3 +210,52 @@ func IndexTree(root uint32, usable int, maxPage uint32, page func(pgno uint32) (
 	}
 	return tree
 }
+
+// FirstEntry returns the payload of the smallest entry of the index
+// b-tree rooted at root, read with page as IndexTree reads: the first
+// entry of its leftmost leaf, reached through each interior page's first
+// child (the right-most child when the page holds no cell). ok is false
+// when the walk meets a page that is missing, not an index page, or
+// malformed, a page seen twice or past maxPage, or an entry that is not
+// whole (its tail on overflow pages).
+func FirstEntry(root uint32, usable int, maxPage uint32, page func(pgno uint32) ([]byte, bool)) (payload []byte, ok bool) {
+	seen := map[uint32]bool{}
+	be := binary.BigEndian
+	for pgno := root; pgno != 0 && pgno <= maxPage && !seen[pgno]; {
+		seen[pgno] = true
+		img, ok := page(pgno)
+		if !ok {
+			return nil, false
+		}
+		payloads, whole, err := IndexEntries(img, pgno, usable)
+		if err != nil || payloads == nil && whole == nil && !isIndexPage(img, pgno) {
+			return nil, false
+		}
+		off := 0
+		if pgno == 1 {
+			off = 100
+		}
+		if img[off] == indexLeaf {
+			if len(payloads) == 0 || !whole[0] {
+				return nil, false
+			}
+			return payloads[0], true
+		}
+		next := be.Uint32(img[off+8:]) // the right-most child
+		if cells := int(be.Uint16(img[off+3:])); cells > 0 {
+			next = be.Uint32(img[be.Uint16(img[off+12:]):])
+		}
+		pgno = next
+	}
+	return nil, false
+}
+
+// isIndexPage reports whether img, an image of page pgno, is a page of an
+// index b-tree.
+func isIndexPage(img []byte, pgno uint32) bool {
+	off := 0
+	if pgno == 1 {
+		off = 100
+	}
+	return len(img) > off && (img[off] == indexInterior || img[off] == indexLeaf)
+}

@@ -123,6 +123,71 @@ func FuzzCommitted(f *testing.F) {
 	})
 }
 
+// TestFirstEntry reads the smallest entry of a two-level index b-tree:
+// the first entry of the leftmost leaf, whichever order the cells lie in
+// on their pages; a walk that meets a missing page, a loop or an entry
+// spilled to an overflow page answers false.
+func TestFirstEntry(t *testing.T) {
+	const size = 512
+	leaf := func(payloads ...string) []byte {
+		p := make([]byte, size)
+		p[0] = indexLeaf
+		binary.BigEndian.PutUint16(p[3:], uint16(len(payloads)))
+		end := size
+		for i, pl := range payloads {
+			cell := append([]byte{byte(len(pl))}, pl...)
+			end -= len(cell)
+			copy(p[end:], cell)
+			binary.BigEndian.PutUint16(p[8+2*i:], uint16(end))
+		}
+		return p
+	}
+	interior := func(first, right uint32) []byte {
+		p := make([]byte, size)
+		p[0] = indexInterior
+		binary.BigEndian.PutUint16(p[3:], 1)
+		binary.BigEndian.PutUint32(p[8:], right)
+		cell := []byte{0, 0, 0, 0, 1, 'm'}
+		binary.BigEndian.PutUint32(cell, first)
+		copy(p[size-len(cell):], cell)
+		binary.BigEndian.PutUint16(p[12:], uint16(size-len(cell)))
+		return p
+	}
+	spilled := leaf("x")
+	spilled[size-2] = 0xff // a payload larger than the page keeps
+	tests := []struct {
+		name  string
+		pages map[uint32][]byte
+		want  string // "" for false
+	}{
+		{"leftmost leaf", map[uint32][]byte{2: interior(3, 4), 3: leaf("a", "b"), 4: leaf("z")}, "a"},
+		{"a root that is a leaf", map[uint32][]byte{2: leaf("c", "d")}, "c"},
+		{"an interior page without cells", map[uint32][]byte{2: func() []byte { p := interior(3, 4); p[4] = 0; return p }(), 4: leaf("r")}, "r"},
+		{"a missing page", map[uint32][]byte{2: interior(3, 4)}, ""},
+		{"a loop", map[uint32][]byte{2: interior(2, 2)}, ""},
+		{"not an index page", map[uint32][]byte{2: interior(3, 4), 3: make([]byte, size)}, ""},
+		{"an entry larger than its page", map[uint32][]byte{2: spilled}, ""},
+		{"an empty leaf", map[uint32][]byte{2: leaf()}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := FirstEntry(2, size, 10, func(pgno uint32) ([]byte, bool) {
+				p, ok := tc.pages[pgno]
+				return p, ok
+			})
+			if tc.want == "" {
+				if ok {
+					t.Fatalf("FirstEntry = %q, true; want false", got)
+				}
+				return
+			}
+			if !ok || string(got) != tc.want {
+				t.Fatalf("FirstEntry = %q, %v; want %q", got, ok, tc.want)
+			}
+		})
+	}
+}
+
 // FuzzIndexEntries: any page, with any reserved bytes, read without a
 // panic (as entries, and as a tree whose every page is it), every payload
 // inside the page, and every column inside its record.
@@ -136,6 +201,9 @@ func FuzzIndexEntries(f *testing.F) {
 		usable := len(page) - int(reserved)
 		// The page as the root and every child of its tree: itself.
 		IndexTree(pgno, usable, 1<<20, func(uint32) ([]byte, bool) { return page, true })
+		if first, ok := FirstEntry(pgno, usable, 1<<20, func(uint32) ([]byte, bool) { return page, true }); ok && !bytes.Contains(page, first) {
+			t.Fatalf("FirstEntry returned %d bytes that are not the page's", len(first))
+		}
 		entries, whole, err := IndexEntries(page, pgno, usable)
 		if err != nil {
 			return
