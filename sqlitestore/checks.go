@@ -187,11 +187,10 @@ type guard struct {
 	refusal atomic.Pointer[error]
 	sticky  atomic.Bool // the refusal is a loss: only a new Store after Rearm lifts it
 
-	// root is the table's root page; fileSeq the sequence the database
-	// file holds at least (0: not known), left by the store's last
-	// checkpoint that copied the whole WAL; fileStale: the last look at
-	// the file found an older one (all three under writeMu; filemarker.go).
-	root      uint32
+	// fileSeq is the sequence the database file holds at least (0: not
+	// known), left by the store's last checkpoint that copied the whole
+	// WAL; fileStale: the last look at the file found an older one (both
+	// under writeMu; filemarker.go).
 	fileSeq   int64
 	fileStale bool
 
@@ -418,7 +417,7 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	} else if err != nil {
 		return unavailable(ctx, err)
 	}
-	g.incarnation, g.root = inc, root
+	g.incarnation = inc
 	g.seq.Store(seq)
 	if g.info, err = os.Stat(s.path); err != nil {
 		return unavailable(ctx, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/ctoken/ctoken/sqlitestore/internal/walfile"
 )
@@ -29,11 +30,12 @@ import (
 // checkpoint waits until then. A copy that holds the store's latest
 // checkpointed advance is not found (see the package documentation).
 
-// fileMarker reads the marker row's token and sequence from the
-// database file at path, whose table's b-tree is rooted at root, without
-// the WAL. ok is false when the file's pages do not lead to a whole
-// marker row (a page torn by a concurrent write, an unusual layout).
-func fileMarker(path string, root uint32) (token string, seq int64, ok bool) {
+// fileMarker reads the marker row's token and sequence of table from the
+// database file at path, without the WAL: the table's root page from the
+// file's own schema (a VACUUM moves it), then the smallest entry of its
+// b-tree. ok is false when the file's pages do not lead to a whole marker
+// row (a page torn by a concurrent write, an unusual layout).
+func fileMarker(path, table string) (token string, seq int64, ok bool) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", 0, false
@@ -57,7 +59,20 @@ func fileMarker(path string, root uint32) (token string, seq int64, ok bool) {
 		n, err := f.ReadAt(b, int64(pgno-1)*int64(size))
 		return b, n == size && (err == nil || err == io.EOF)
 	}
-	payload, ok := walfile.FirstEntry(root, size-int(hdr[20]), maxPage, page)
+	usable := size - int(hdr[20])
+	schema, ok := walfile.TableRows(1, usable, maxPage, page)
+	if !ok {
+		return "", 0, false
+	}
+	var root uint32
+	for _, r := range schema {
+		// type, name, tbl_name, rootpage, sql
+		cols, _, ok := walfile.Record(r)
+		if ok && len(cols) >= 4 && string(cols[0].Bytes) == "table" && strings.EqualFold(string(cols[1].Bytes), table) && cols[3].IsInt {
+			root = uint32(cols[3].Int)
+		}
+	}
+	payload, ok := walfile.FirstEntry(root, usable, maxPage, page)
 	if !ok {
 		return "", 0, false
 	}
@@ -81,7 +96,7 @@ func (s *Store) fileBehind() bool {
 	if !s.wal || want == 0 {
 		return false
 	}
-	token, seq, ok := fileMarker(s.path, g.root)
+	token, seq, ok := fileMarker(s.path, unquote(s.table))
 	if !ok || token != g.incarnation || seq >= want {
 		g.fileStale = false
 		return false

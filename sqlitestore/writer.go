@@ -390,12 +390,6 @@ func (s *Store) settle(ctx context.Context, wc *wconn) error {
 				return unavailable(ctx, fmt.Errorf("after an I/O error, the rewrite of the database that puts every page on the disk again failed (retried at the next call): %w", err))
 			}
 			s.rewritten = true
-			// The rewrite may have moved the table's root.
-			root, err := s.rootPage(q)
-			if err != nil {
-				return unavailable(ctx, err)
-			}
-			s.guard.root = root
 		}
 		seq := s.guard.seq.Load()
 		var busy, log, done int
@@ -450,7 +444,9 @@ func (s *Store) commitFailed(ctx context.Context, err error) bool {
 func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
 	wc, level, err := s.openWriter(ctx, false)
 	if err == nil {
-		s.checkpoint(ctx, wc)
+		if !s.ioErr {
+			s.checkpoint(ctx, wc) // may find an I/O error, for settle
+		}
 		err = s.settle(ctx, wc)
 	}
 	if err != nil {

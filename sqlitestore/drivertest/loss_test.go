@@ -82,6 +82,7 @@ func TestLoss(t *testing.T) {
 		{"WAL links after a crash", walLinksAfterACrash},
 		{"lost while running", lostWhileRunning},
 		{"older copy written over the file in place while running", olderCopyInPlaceWhileRunning},
+		{"the application's VACUUM, drops and deletes while running", appVacuumWhileRunning},
 		{"read-only file", readOnlyFile},
 		{"the restore procedure accepts nothing twice", restoreProcedure},
 	} {
@@ -863,6 +864,91 @@ func olderCopyInPlaceWhileRunning(t *testing.T) {
 			if _, err := sqlitestore.New(ctx, db, opts); !errors.Is(err, sqlitestore.ErrForgotten) {
 				t.Fatalf("New after the restart = %v; want ErrForgotten", err)
 			}
+		})
+	}
+}
+
+// appVacuumWhileRunning is olderCopyInPlaceWhileRunning's control: the
+// application drops a table made before the store's, deletes rows of its
+// own and runs VACUUM (which moves the store's table to another root
+// page) while a store runs, checks and checkpoints; the store's look at
+// the file itself must never take that for an older copy. Every call is
+// served, every claim made before is refused, and New after a restart
+// serves.
+func appVacuumWhileRunning(t *testing.T) {
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "replay.db")
+			db := d.OpenWith(t, path, With("wal_autocheckpoint", "16"))
+			for _, q := range []string{`CREATE TABLE early (v BLOB)`, `CREATE TABLE app (id INTEGER PRIMARY KEY, v BLOB)`} {
+				if _, err := db.ExecContext(ctx, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := sqlitestore.Migrate(ctx, db, ""); err != nil {
+				t.Fatal(err)
+			}
+			var rootBefore, rootAfter int
+			root := `SELECT rootpage FROM sqlite_master WHERE name = 'ctoken_replay'`
+			if err := db.QueryRowContext(ctx, root).Scan(&rootBefore); err != nil {
+				t.Fatal(err)
+			}
+			opts := sqlitestore.Options{SweepInterval: -1, RecheckInterval: 20 * time.Millisecond}
+			s, err := sqlitestore.New(ctx, db, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			until := time.Now().Add(time.Hour)
+			var claimed []string
+			blob := make([]byte, 3000)
+			for round := range 6 {
+				ids := idList(fmt.Sprintf("r%d-", round), 150)
+				claimAll(t, s, ids, until)
+				claimed = append(claimed, ids...)
+				early := round <= 3 // dropped in round 3
+				for i := range 40 {
+					if early {
+						if _, err := db.ExecContext(ctx, `INSERT INTO early (v) VALUES (?)`, blob); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if _, err := db.ExecContext(ctx, `INSERT INTO app (id, v) VALUES (?, ?)`, round*100+i, blob); err != nil {
+						t.Fatal(err)
+					}
+				}
+				app := []string{`DELETE FROM app WHERE id % 2 = 0`, `VACUUM`}
+				switch {
+				case round == 3:
+					app = append(app, `DROP TABLE early`, `VACUUM`)
+				case early:
+					app = append(app, `DELETE FROM early`)
+				}
+				for _, q := range app {
+					if _, err := db.ExecContext(ctx, q); err != nil {
+						t.Fatalf("%s: %v", q, err)
+					}
+				}
+				time.Sleep(50 * time.Millisecond) // checks
+			}
+			if err := db.QueryRowContext(ctx, root).Scan(&rootAfter); err != nil {
+				t.Fatal(err)
+			}
+			if rootAfter == rootBefore {
+				t.Fatalf("the store's table kept root page %d: the test moves it", rootBefore)
+			}
+			for _, id := range claimed {
+				if first, err := s.Claim(ctx, id, until); first || err != nil {
+					t.Fatalf("Claim(%s) after the application's VACUUMs = %v, %v; want false, nil", id, first, err)
+				}
+			}
+			s.Close()
+			s, err = sqlitestore.New(ctx, db, opts)
+			if err != nil {
+				t.Fatalf("New after the application's VACUUMs: %v", err)
+			}
+			s.Close()
 		})
 	}
 }

@@ -259,3 +259,89 @@ func isIndexPage(img []byte, pgno uint32) bool {
 	}
 	return len(img) > off && (img[off] == indexInterior || img[off] == indexLeaf)
 }
+
+// Page types of a table b-tree (rows keyed by rowid): interior pages hold
+// only keys, leaf pages the rows.
+const (
+	tableInterior = 0x05
+	tableLeaf     = 0x0d
+)
+
+// TableRows returns the payloads of the rows of the table b-tree rooted
+// at root (sqlite_master's is page 1), read with page as IndexTree reads,
+// as far as each leaf holds them (a row too large for its page keeps its
+// tail on overflow pages, which are not followed). ok is false when the
+// walk meets a page that is missing, not a page of a table b-tree, or
+// malformed, a page seen twice or past maxPage.
+func TableRows(root uint32, usable int, maxPage uint32, page func(pgno uint32) ([]byte, bool)) (rows [][]byte, ok bool) {
+	be := binary.BigEndian
+	seen := map[uint32]bool{}
+	next := []uint32{root}
+	for len(next) > 0 {
+		pgno := next[len(next)-1]
+		next = next[:len(next)-1]
+		if pgno == 0 || pgno > maxPage || seen[pgno] {
+			return nil, false
+		}
+		seen[pgno] = true
+		img, ok := page(pgno)
+		off := 0
+		if pgno == 1 {
+			off = 100
+		}
+		if !ok || len(img) < off+12 || usable < 480 || usable > len(img) {
+			return nil, false
+		}
+		kind := img[off]
+		cells := int(be.Uint16(img[off+3:]))
+		ptrs := off + 8
+		if kind == tableInterior {
+			ptrs = off + 12
+		} else if kind != tableLeaf {
+			return nil, false
+		}
+		if ptrs+2*cells > usable {
+			return nil, false
+		}
+		if kind == tableInterior {
+			next = append(next, be.Uint32(img[off+8:])) // the right-most child
+		}
+		maxLocal := usable - 35
+		minLocal := (usable-12)*32/255 - 23
+		for i := range cells {
+			c := int(be.Uint16(img[ptrs+2*i:]))
+			if c < ptrs+2*cells || c >= usable {
+				return nil, false
+			}
+			if kind == tableInterior {
+				if c+4 > usable {
+					return nil, false
+				}
+				next = append(next, be.Uint32(img[c:]))
+				continue
+			}
+			size, n := sqliteVarint(img[c:usable])
+			if n == 0 {
+				return nil, false
+			}
+			c += n
+			if _, n = sqliteVarint(img[c:usable]); n == 0 { // the rowid
+				return nil, false
+			}
+			c += n
+			local := int(min(size, uint64(usable)))
+			if size > uint64(maxLocal) {
+				k := minLocal + int((size-uint64(minLocal))%uint64(usable-4))
+				local = minLocal
+				if k <= maxLocal {
+					local = k
+				}
+			}
+			if c+local > usable {
+				return nil, false
+			}
+			rows = append(rows, img[c:c+local])
+		}
+	}
+	return rows, true
+}

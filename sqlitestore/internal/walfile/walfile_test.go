@@ -3,6 +3,7 @@ package walfile
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 )
 
@@ -188,6 +189,70 @@ func TestFirstEntry(t *testing.T) {
 	}
 }
 
+// TestTableRows reads every row of a two-level table b-tree (page 1 with
+// the database header, as sqlite_master's): the rows of each leaf, the
+// right-most child's included; a missing page, a loop or a page of
+// another kind answers false.
+func TestTableRows(t *testing.T) {
+	const size = 512
+	leaf := func(off int, rows ...string) []byte {
+		p := make([]byte, size)
+		p[off] = tableLeaf
+		binary.BigEndian.PutUint16(p[off+3:], uint16(len(rows)))
+		end := size
+		for i, r := range rows {
+			cell := append([]byte{byte(len(r)), byte(i + 1)}, r...) // size, rowid, payload
+			end -= len(cell)
+			copy(p[end:], cell)
+			binary.BigEndian.PutUint16(p[off+8+2*i:], uint16(end))
+		}
+		return p
+	}
+	interior := func(off int, left, right uint32) []byte {
+		p := make([]byte, size)
+		p[off] = tableInterior
+		binary.BigEndian.PutUint16(p[off+3:], 1)
+		binary.BigEndian.PutUint32(p[off+8:], right)
+		cell := []byte{0, 0, 0, 0, 5} // left child, rowid 5
+		binary.BigEndian.PutUint32(cell, left)
+		copy(p[size-len(cell):], cell)
+		binary.BigEndian.PutUint16(p[off+12:], uint16(size-len(cell)))
+		return p
+	}
+	tests := []struct {
+		name  string
+		pages map[uint32][]byte
+		want  []string // nil for false
+	}{
+		{"two levels under page 1", map[uint32][]byte{1: interior(100, 2, 3), 2: leaf(0, "a", "b"), 3: leaf(0, "c")}, []string{"a", "b", "c"}},
+		{"page 1 a leaf", map[uint32][]byte{1: leaf(100, "x")}, []string{"x"}},
+		{"a missing page", map[uint32][]byte{1: interior(100, 2, 3), 2: leaf(0, "a")}, nil},
+		{"a loop", map[uint32][]byte{1: interior(100, 1, 1)}, nil},
+		{"an index page", map[uint32][]byte{1: interior(100, 2, 3), 2: leaf(0, "a"), 3: func() []byte { p := leaf(0, "c"); p[0] = indexLeaf; return p }()}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rows, ok := TableRows(1, size, 10, func(pgno uint32) ([]byte, bool) {
+				p, ok := tc.pages[pgno]
+				return p, ok
+			})
+			if tc.want == nil {
+				if ok {
+					t.Fatalf("TableRows = %q, true; want false", rows)
+				}
+				return
+			}
+			var got []string
+			for _, r := range rows {
+				got = append(got, string(r))
+			}
+			if !ok || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("TableRows = %q, %v; want %q", got, ok, tc.want)
+			}
+		})
+	}
+}
+
 // FuzzIndexEntries: any page, with any reserved bytes, read without a
 // panic (as entries, and as a tree whose every page is it), every payload
 // inside the page, and every column inside its record.
@@ -203,6 +268,14 @@ func FuzzIndexEntries(f *testing.F) {
 		IndexTree(pgno, usable, 1<<20, func(uint32) ([]byte, bool) { return page, true })
 		if first, ok := FirstEntry(pgno, usable, 1<<20, func(uint32) ([]byte, bool) { return page, true }); ok && !bytes.Contains(page, first) {
 			t.Fatalf("FirstEntry returned %d bytes that are not the page's", len(first))
+		}
+		if rows, ok := TableRows(pgno, usable, 1<<20, func(uint32) ([]byte, bool) { return page, true }); ok {
+			for _, r := range rows {
+				if !bytes.Contains(page, r) {
+					t.Fatalf("TableRows returned %d bytes that are not the page's", len(r))
+				}
+				Record(r)
+			}
 		}
 		entries, whole, err := IndexEntries(page, pgno, usable)
 		if err != nil {
