@@ -187,13 +187,6 @@ type guard struct {
 	refusal atomic.Pointer[error]
 	sticky  atomic.Bool // the refusal is a loss: only a new Store after Rearm lifts it
 
-	// fileSeq is the sequence the database file holds at least (0: not
-	// known), left by the store's last checkpoint that copied the whole
-	// WAL; fileStale: the last look at the file found an older one (both
-	// under writeMu; filemarker.go).
-	fileSeq   int64
-	fileStale bool
-
 	mu            sync.Mutex // persist
 	persisted     int64
 	persistedBoot string
@@ -238,11 +231,6 @@ type sidecar struct {
 	// the machine's now means the machine went down while such a store
 	// ran: New refuses with ErrForgotten.
 	Boot string `json:"boot,omitempty"`
-	// Lost is set when a store found a loss that the files cannot show
-	// New again (an older copy written over the database in place, seen
-	// before a checkpoint copied the WAL over it): New refuses with
-	// ErrForgotten until Rearm writes a new sidecar.
-	Lost string `json:"lost,omitempty"`
 }
 
 // bootID is the kernel's boot id (Linux), "" where there is none.
@@ -322,9 +310,6 @@ func writeSidecar(file string, c sidecar, force bool) error {
 			if c.Boot == "" {
 				c.Boot = old.Boot
 			}
-			if c.Lost == "" {
-				c.Lost = old.Lost
-			}
 			if c == old {
 				return nil
 			}
@@ -381,10 +366,6 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	side, haveSide, legacy, err := tableSidecar(s.path, s.table)
 	if err != nil {
 		return err
-	}
-	if haveSide && side.Lost != "" && !legacy {
-		// Before any read of the file, which may be malformed by now.
-		return fmt.Errorf("%w: a store found a loss in %s that the file may no longer show (%s): run Rearm once you have decided", ErrForgotten, s.path, side.Lost)
 	}
 	inc, _, seq, err := s.marker(q)
 	if legacy && err == nil && side.Incarnation != inc {
@@ -568,7 +549,7 @@ func (g *guard) persist(s *Store) {
 	if seq <= g.persisted && boot == g.persistedBoot || g.sticky.Load() || g.incarnation == "" {
 		return
 	}
-	if err := writeSidecar(sidecarFile(s.path, s.table), sidecar{Incarnation: g.incarnation, Seq: seq, Boot: boot}, false); err != nil {
+	if err := writeSidecar(sidecarFile(s.path, s.table), sidecar{g.incarnation, seq, boot}, false); err != nil {
 		s.log.Warn("sqlitestore: recording the database's sequence beside it failed; a restored older copy made now would not be found", "path", sidecarFile(s.path, s.table), "err", err)
 		return
 	}
@@ -600,12 +581,6 @@ func (g *guard) settle(s *Store) {
 	if normal {
 		mode = "FULL"
 	}
-	// A second look confirms a first that finds the file behind (see
-	// fileBehind).
-	if behind := s.fileBehind(); behind && s.fileBehind() {
-		s.log.Error("sqlitestore: at Close, the database file holds an older state than the store's last checkpoint left in it (an older copy written over it in place): no checkpoint copies the WAL over it; rows claimed since the copy are gone from the file", "table", unquote(s.table), "path", s.path)
-		return
-	}
 	var busy, log, done int
 	err := s.db.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(`+mode+`)`).Scan(&busy, &log, &done)
 	if err != nil || busy != 0 || done != log {
@@ -626,9 +601,9 @@ func (g *guard) settle(s *Store) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	file := sidecarFile(s.path, s.table)
-	c := sidecar{Incarnation: g.incarnation, Seq: g.seq.Load()}
+	c := sidecar{g.incarnation, g.seq.Load(), ""}
 	if old, ok, err := readSidecar(file); err == nil && ok && old.Incarnation == c.Incarnation {
-		c.Seq, c.Lost = max(c.Seq, old.Seq), old.Lost
+		c.Seq = max(c.Seq, old.Seq)
 	}
 	if err := writeSidecar(file, c, true); err != nil {
 		s.log.Warn("sqlitestore: at Close, clearing the sidecar's mark of synchronous=NORMAL failed: New refuses after a crash of the machine until Rearm", "path", file, "err", err)
@@ -729,14 +704,6 @@ func (s *Store) checkOnce(ctx context.Context) error {
 		return unavailable(ctx, err)
 	} else if n != 0 {
 		return fmt.Errorf("%w: %w", ErrUnavailable, errTriggered)
-	}
-	// The database file itself, when the writer is free (it may be
-	// checkpointing): see filemarker.go.
-	select {
-	case s.writeMu <- struct{}{}:
-		s.fileBehind()
-		<-s.writeMu
-	default:
 	}
 	return nil
 }

@@ -116,13 +116,7 @@
 //   - a database replaced by an older copy (a restored backup) makes New
 //     refuse (its sequence is below the sidecar's), and a running store
 //     refuse at its next write when the copy misses the store's latest
-//     advance of the sequence;
-//   - an older copy written over the database file in place while a store
-//     runs (the same inode, as cp writes) is found by reading the marker
-//     row from the file itself, not through the WAL, at each check and
-//     before each of the store's checkpoints: behind what the store's
-//     last complete checkpoint left there, twice in a row, it refuses,
-//     and records the loss in the sidecar so that New refuses too.
+//     advance of the sequence.
 //
 // A refusal for a loss lasts until an operator runs [Rearm], which fences
 // the table for as long as the lost claims could live, and the store is
@@ -130,12 +124,9 @@
 // the sidecar last recorded (taken after the first durable commit
 // following the check before the last one: at most two RecheckIntervals
 // older than the moment the process stopped, or since the last advance
-// before Close), a copy written over the file in place while a store runs
-// that holds the sequence of the store's last checkpoint that copied the
-// whole WAL (the store checkpoints every half as many writes as the
-// connection's wal_autocheckpoint pages: every 500 writes by default; a
-// store that writes only in its callers' transactions runs none), and
-// the database and its sidecar
+// before Close), any copy written over the file in place while a store
+// runs (the checker reads the marker through the WAL), and the database
+// and its sidecar
 // deleted or restored together. Keep the two together, and restore them
 // together only from the same moment.
 //

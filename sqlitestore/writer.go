@@ -356,17 +356,13 @@ func (s *Store) checkpoint(ctx context.Context, wc *wconn) {
 	if wc.ckptEvery == 0 {
 		return
 	}
-	if wc.sinceCkpt++; wc.sinceCkpt < wc.ckptEvery || s.fileBehind() {
+	if wc.sinceCkpt++; wc.sinceCkpt < wc.ckptEvery {
 		return
 	}
-	seq := s.guard.seq.Load()
 	var busy, log, done int
 	err := (stmtQuerier{ctx, wc}).queryRow(`PRAGMA main.wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &done)
 	if err == nil {
 		wc.sinceCkpt = 0
-		if busy == 0 && done == log {
-			s.guard.fileSeq = seq // every commit is in the file
-		}
 	}
 	s.sawIOError(err) // any other error: tried again at the next write
 }
@@ -391,7 +387,6 @@ func (s *Store) settle(ctx context.Context, wc *wconn) error {
 			}
 			s.rewritten = true
 		}
-		seq := s.guard.seq.Load()
 		var busy, log, done int
 		if err := q.queryRow(`PRAGMA main.wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil {
 			s.sawIOError(err)
@@ -400,7 +395,6 @@ func (s *Store) settle(ctx context.Context, wc *wconn) error {
 		if busy != 0 {
 			return fmt.Errorf("%w: after an I/O error, the checkpoint that puts every page on the disk could not finish (readers were busy; retried at the next call)", ErrUnavailable)
 		}
-		s.guard.fileSeq = seq
 	}
 	s.ioErr, s.rewritten = false, false
 	s.log.Info("sqlitestore: after an I/O error, the database was rewritten and a checkpoint put every page on the disk; serving", "table", unquote(s.table))

@@ -3,7 +3,6 @@ package walfile
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"testing"
 )
 
@@ -124,135 +123,6 @@ func FuzzCommitted(f *testing.F) {
 	})
 }
 
-// TestFirstEntry reads the smallest entry of a two-level index b-tree:
-// the first entry of the leftmost leaf, whichever order the cells lie in
-// on their pages; a walk that meets a missing page, a loop or an entry
-// spilled to an overflow page answers false.
-func TestFirstEntry(t *testing.T) {
-	const size = 512
-	leaf := func(payloads ...string) []byte {
-		p := make([]byte, size)
-		p[0] = indexLeaf
-		binary.BigEndian.PutUint16(p[3:], uint16(len(payloads)))
-		end := size
-		for i, pl := range payloads {
-			cell := append([]byte{byte(len(pl))}, pl...)
-			end -= len(cell)
-			copy(p[end:], cell)
-			binary.BigEndian.PutUint16(p[8+2*i:], uint16(end))
-		}
-		return p
-	}
-	interior := func(first, right uint32) []byte {
-		p := make([]byte, size)
-		p[0] = indexInterior
-		binary.BigEndian.PutUint16(p[3:], 1)
-		binary.BigEndian.PutUint32(p[8:], right)
-		cell := []byte{0, 0, 0, 0, 1, 'm'}
-		binary.BigEndian.PutUint32(cell, first)
-		copy(p[size-len(cell):], cell)
-		binary.BigEndian.PutUint16(p[12:], uint16(size-len(cell)))
-		return p
-	}
-	spilled := leaf("x")
-	spilled[size-2] = 0xff // a payload larger than the page keeps
-	tests := []struct {
-		name  string
-		pages map[uint32][]byte
-		want  string // "" for false
-	}{
-		{"leftmost leaf", map[uint32][]byte{2: interior(3, 4), 3: leaf("a", "b"), 4: leaf("z")}, "a"},
-		{"a root that is a leaf", map[uint32][]byte{2: leaf("c", "d")}, "c"},
-		{"an interior page without cells", map[uint32][]byte{2: func() []byte { p := interior(3, 4); p[4] = 0; return p }(), 4: leaf("r")}, "r"},
-		{"a missing page", map[uint32][]byte{2: interior(3, 4)}, ""},
-		{"a loop", map[uint32][]byte{2: interior(2, 2)}, ""},
-		{"not an index page", map[uint32][]byte{2: interior(3, 4), 3: make([]byte, size)}, ""},
-		{"an entry larger than its page", map[uint32][]byte{2: spilled}, ""},
-		{"an empty leaf", map[uint32][]byte{2: leaf()}, ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ok := FirstEntry(2, size, 10, func(pgno uint32) ([]byte, bool) {
-				p, ok := tc.pages[pgno]
-				return p, ok
-			})
-			if tc.want == "" {
-				if ok {
-					t.Fatalf("FirstEntry = %q, true; want false", got)
-				}
-				return
-			}
-			if !ok || string(got) != tc.want {
-				t.Fatalf("FirstEntry = %q, %v; want %q", got, ok, tc.want)
-			}
-		})
-	}
-}
-
-// TestTableRows reads every row of a two-level table b-tree (page 1 with
-// the database header, as sqlite_master's): the rows of each leaf, the
-// right-most child's included; a missing page, a loop or a page of
-// another kind answers false.
-func TestTableRows(t *testing.T) {
-	const size = 512
-	leaf := func(off int, rows ...string) []byte {
-		p := make([]byte, size)
-		p[off] = tableLeaf
-		binary.BigEndian.PutUint16(p[off+3:], uint16(len(rows)))
-		end := size
-		for i, r := range rows {
-			cell := append([]byte{byte(len(r)), byte(i + 1)}, r...) // size, rowid, payload
-			end -= len(cell)
-			copy(p[end:], cell)
-			binary.BigEndian.PutUint16(p[off+8+2*i:], uint16(end))
-		}
-		return p
-	}
-	interior := func(off int, left, right uint32) []byte {
-		p := make([]byte, size)
-		p[off] = tableInterior
-		binary.BigEndian.PutUint16(p[off+3:], 1)
-		binary.BigEndian.PutUint32(p[off+8:], right)
-		cell := []byte{0, 0, 0, 0, 5} // left child, rowid 5
-		binary.BigEndian.PutUint32(cell, left)
-		copy(p[size-len(cell):], cell)
-		binary.BigEndian.PutUint16(p[off+12:], uint16(size-len(cell)))
-		return p
-	}
-	tests := []struct {
-		name  string
-		pages map[uint32][]byte
-		want  []string // nil for false
-	}{
-		{"two levels under page 1", map[uint32][]byte{1: interior(100, 2, 3), 2: leaf(0, "a", "b"), 3: leaf(0, "c")}, []string{"a", "b", "c"}},
-		{"page 1 a leaf", map[uint32][]byte{1: leaf(100, "x")}, []string{"x"}},
-		{"a missing page", map[uint32][]byte{1: interior(100, 2, 3), 2: leaf(0, "a")}, nil},
-		{"a loop", map[uint32][]byte{1: interior(100, 1, 1)}, nil},
-		{"an index page", map[uint32][]byte{1: interior(100, 2, 3), 2: leaf(0, "a"), 3: func() []byte { p := leaf(0, "c"); p[0] = indexLeaf; return p }()}, nil},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			rows, ok := TableRows(1, size, 10, func(pgno uint32) ([]byte, bool) {
-				p, ok := tc.pages[pgno]
-				return p, ok
-			})
-			if tc.want == nil {
-				if ok {
-					t.Fatalf("TableRows = %q, true; want false", rows)
-				}
-				return
-			}
-			var got []string
-			for _, r := range rows {
-				got = append(got, string(r))
-			}
-			if !ok || fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Fatalf("TableRows = %q, %v; want %q", got, ok, tc.want)
-			}
-		})
-	}
-}
-
 // FuzzIndexEntries: any page, with any reserved bytes, read without a
 // panic (as entries, and as a tree whose every page is it), every payload
 // inside the page, and every column inside its record.
@@ -266,17 +136,6 @@ func FuzzIndexEntries(f *testing.F) {
 		usable := len(page) - int(reserved)
 		// The page as the root and every child of its tree: itself.
 		IndexTree(pgno, usable, 1<<20, func(uint32) ([]byte, bool) { return page, true })
-		if first, ok := FirstEntry(pgno, usable, 1<<20, func(uint32) ([]byte, bool) { return page, true }); ok && !bytes.Contains(page, first) {
-			t.Fatalf("FirstEntry returned %d bytes that are not the page's", len(first))
-		}
-		if rows, ok := TableRows(pgno, usable, 1<<20, func(uint32) ([]byte, bool) { return page, true }); ok {
-			for _, r := range rows {
-				if !bytes.Contains(page, r) {
-					t.Fatalf("TableRows returned %d bytes that are not the page's", len(r))
-				}
-				Record(r)
-			}
-		}
 		entries, whole, err := IndexEntries(page, pgno, usable)
 		if err != nil {
 			return
