@@ -583,9 +583,19 @@ func (g *guard) settle(s *Store) {
 	}
 	var busy, log, done int
 	err := s.db.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(`+mode+`)`).Scan(&busy, &log, &done)
+	if err != nil && isIOError(err) {
+		// As after the writer's I/O errors (writer.go): the pages of
+		// earlier checkpoints may be off the disk too.
+		s.log.Warn("sqlitestore: at Close, the checkpoint failed with an I/O error: rewriting the database (VACUUM) and checkpointing it before the store lets go", "table", unquote(s.table), "err", err)
+		busy, log, done, err = s.rewrite(context.WithoutCancel(ctx))
+		if err != nil {
+			s.log.Error("sqlitestore: at Close, after an I/O error, rewriting the database failed: pages SQLite had copied from the WAL may be missing from the disk, and a crash of the machine may then lose acknowledged claims", "table", unquote(s.table), "err", err)
+			return
+		}
+	}
 	if err != nil || busy != 0 || done != log {
 		if !normal {
-			s.log.Info("sqlitestore: at Close, a checkpoint could not copy the whole WAL (another connection reads): the store's link to it stays, and the next New judges it", "table", unquote(s.table), "err", err)
+			s.log.Info("sqlitestore: at Close, a checkpoint could not copy the whole WAL (another connection reads, or it failed): the store's link to it stays, and the next New judges it", "table", unquote(s.table), "err", err)
 		}
 		if normal {
 			s.log.Warn("sqlitestore: at Close, the checkpoint that puts the commits of synchronous=NORMAL on the disk did not finish: New refuses after a crash of the machine until Rearm", "table", unquote(s.table), "err", err)
@@ -610,6 +620,23 @@ func (g *guard) settle(s *Store) {
 		return
 	}
 	g.persisted, g.persistedBoot = c.Seq, ""
+}
+
+// rewrite is settle's repair on a connection of the pool, for Close: every
+// page rewritten (VACUUM), then a checkpoint (TRUNCATE) that copies them
+// into the database file and syncs it. It returns the checkpoint's
+// result.
+func (s *Store) rewrite(ctx context.Context) (busy, log, done int, err error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `VACUUM`); err != nil {
+		return 0, 0, 0, err
+	}
+	err = conn.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done)
+	return busy, log, done, err
 }
 
 // checker repeats New's checks every RecheckInterval.

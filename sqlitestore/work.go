@@ -456,6 +456,15 @@ func (w *work) untriggered(ctx context.Context, q querier) error {
 		return w.end(ctx, fmt.Errorf("%w: %w; nothing was kept", replay.ErrRolledBack, errTriggered))
 	}
 	w.clean = level == w.wc.level && strings.ToLower(journal) == w.s.journal && objects == 0
+	// The checkpoint after the COMMIT stays the store's, whatever the
+	// handler set (see checkpoint): SQLite would run its own, with the
+	// handler's wal_autocheckpoint, and drop its error. (A Work that
+	// ends otherwise leaves the writer to be checked again: see drop.)
+	if w.wc.autockpt > 0 {
+		if _, err := q.exec(`PRAGMA wal_autocheckpoint = 0`); err != nil {
+			return w.end(ctx, unavailable(ctx, err))
+		}
+	}
 	return nil
 }
 

@@ -940,11 +940,21 @@ func TestFsyncErrorThenPowerCut(t *testing.T) {
 // succeeds, the WAL restarts, and the power is cut. Every acknowledged
 // claim must be refused after the cut, by a store that serves. The
 // claims before the reader's snapshot have keys of their own ("a-"), on
-// leaf pages no later claim ("z-") writes again.
+// leaf pages no later claim ("z-") writes again. The failing fsync is
+// that of a checkpoint the store's writer runs, or that of the checkpoint
+// Close runs (a new store then serves on the same pool).
 func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 	ctx := context.Background()
-	for _, pages := range []string{"16", "1000"} {
-		t.Run("wal_autocheckpoint "+pages, func(t *testing.T) {
+	for _, tc := range []struct {
+		pages   string
+		atClose bool
+	}{{"16", false}, {"1000", false}, {"1000", true}} {
+		name := "wal_autocheckpoint " + tc.pages
+		if tc.atClose {
+			name += ", the fsync of Close's checkpoint"
+		}
+		pages := tc.pages
+		t.Run(name, func(t *testing.T) {
 			v := newCrashVFS(t)
 			f := pcFile{v, filepath.Join(t.TempDir(), "replay.db"), append(slices.Clone(Safe), Pragma{"wal_autocheckpoint", pages})}
 			f.create(t)
@@ -991,6 +1001,15 @@ func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 			reader.Close()
 			failed := v.Stats().FailedSyncs
 			v.ArmSyncFailure("replay.db", 0, 0)
+			if tc.atClose {
+				s.Close()
+				if v.Stats().FailedSyncs == failed {
+					t.Fatal("Close's checkpoint synced the database file without the failure")
+				}
+				if s, err = sqlitestore.New(ctx, db, pcOptions()); err != nil {
+					t.Fatalf("New after Close: %v", err)
+				}
+			}
 			for i := 1200; i < 6000; i++ {
 				claim(fmt.Sprintf("z-%05d", i))
 			}

@@ -97,6 +97,7 @@ func TestWork(t *testing.T) {
 		{"Tx refuses every statement after the work ends", txAfterEnd},
 		{"concurrent works and claims", workConcurrent},
 		{"handler's temp trigger never deletes the store's rows", func(t *testing.T, d Driver) { workTempTrigger(t, d, false) }},
+		{"handler's wal_autocheckpoint does not outlive its work", workAutocheckpoint},
 	})
 }
 
@@ -124,6 +125,74 @@ func workCommit(t *testing.T, d Driver) {
 	}
 	if n := appRows(t, db, "job"); n != 1 {
 		t.Fatalf("app rows after Rollback of a committed work = %d; want 1", n)
+	}
+}
+
+// workAutocheckpoint: the store runs its writer's checkpoints itself
+// (wal_autocheckpoint=0 on that connection; SQLite drops the error of the
+// checkpoint it runs after a commit). A handler that sets another value
+// on the writer's connection, inside a Work that commits or rolls back,
+// or that commits of itself after AcquireWork, leaves 0 for the store's
+// writes that follow: the next Work's handler reads 0.
+func workAutocheckpoint(t *testing.T, d Driver) {
+	ctx := context.Background()
+	s, _ := workStore(t, d, sqlitestore.Options{})
+	read := func(tx *sqlitestore.Tx) int {
+		t.Helper()
+		var n int
+		if err := tx.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	ends := []struct {
+		name string
+		end  func(w replay.Work) error
+	}{
+		{"Commit", func(w replay.Work) error { return w.Commit(ctx, time.Now().Add(time.Hour), nil, nil) }},
+		{"Rollback", func(w replay.Work) error { return w.Rollback(ctx) }},
+	}
+	for i, e := range ends {
+		for _, acquire := range []bool{false, true} {
+			id := fmt.Sprintf("job-%d-%v", i, acquire)
+			var (
+				w  replay.Work
+				tx *sqlitestore.Tx
+			)
+			if acquire {
+				_, aw, err := s.AcquireWork(ctx, id, time.Minute, nil)
+				if err != nil || aw == nil {
+					t.Fatalf("AcquireWork = %v, %v", aw, err)
+				}
+				if tx, err = sqlitestore.TxFrom(aw.Context(ctx)); err != nil {
+					t.Fatal(err)
+				}
+				w = aw
+			} else {
+				l := mustLease(t, s, id, time.Minute)
+				w, tx, _ = begin(t, s, id, l.Token)
+			}
+			if n := read(tx); n != 0 {
+				t.Fatalf("%s: the handler reads wal_autocheckpoint = %d on the store's connection; want 0", id, n)
+			}
+			if _, err := tx.ExecContext(ctx, `PRAGMA wal_autocheckpoint = 1`); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.end(w); err != nil {
+				t.Fatalf("%s: %s = %v", id, e.name, err)
+			}
+			for j := range 3 {
+				if _, err := s.Claim(ctx, fmt.Sprint(id, "-claim-", j), time.Now().Add(time.Hour)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l := mustLease(t, s, id+"-next", time.Minute)
+			next, ntx, _ := begin(t, s, id+"-next", l.Token)
+			if n := read(ntx); n != 0 {
+				t.Errorf("after a handler set wal_autocheckpoint = 1 and its work ended with %s (AcquireWork %v), the store's connection has %d; want 0", e.name, acquire, n)
+			}
+			next.Rollback(ctx)
+		}
 	}
 }
 
