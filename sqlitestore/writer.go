@@ -290,8 +290,8 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 // An I/O error is a loss until proven otherwise. Linux reports a failed
 // write-back once, at the next fsync, and marks the failed pages clean:
 // the page cache keeps bytes the disk never got, and a later fsync
-// succeeds. Two losses follow in WAL mode, each measured by
-// TestFsyncErrorThenPowerCut:
+// succeeds. Two losses follow in WAL mode (TestFsyncErrorThenPowerCut;
+// the second alone: TestFsyncErrorAfterAPartialCheckpoint):
 //
 //   - In the WAL: the dropped bytes may be frames SQLite counts as
 //     committed (a batch of leases commits without an fsync, so its
@@ -311,8 +311,9 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 // every page of the database (VACUUM: each page goes through the WAL
 // again, read through the page cache, which holds what the disk lost) and
 // a checkpoint (wal_checkpoint(TRUNCATE)) has copied them all into the
-// database file, synced it, and emptied the WAL. The rewrite is appended
-// to the WAL, never restarting it (the WAL was not wholly copied), so a
+// database file, synced it, and emptied the WAL. The rewrite restarts no
+// WAL that holds a page the database file may lack (SQLite restarts it
+// only after a checkpoint that copied it whole and synced the file), so a
 // power cut before the checkpoint ends still finds every earlier page in
 // the WAL. The connection stays the writer's (see commitFailed): the
 // frames of the failed commit lie past the WAL index's end, where the
@@ -475,8 +476,9 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 	if s.wc.level != 0 {
 		return s.wc, s.wc.level, nil
 	}
-	// Set again after every Work: a handler's statements run on this
-	// connection.
+	// Set on a new connection, and again after a Work that ended
+	// otherwise than by its commit (which sets it back: see untriggered):
+	// a handler's statements run on this connection.
 	if s.wc.autockpt > 0 {
 		if _, err := (stmtQuerier{ctx, s.wc}).exec(`PRAGMA wal_autocheckpoint = 0`); err != nil {
 			s.dropWriter()
