@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	mrand "math/rand/v2"
 	"net"
 	"strings"
 	"time"
@@ -49,14 +48,6 @@ type CallOptions struct {
 const (
 	defaultCallAttempts = 5
 	defaultCallElapsed  = 30 * time.Second
-)
-
-// Waits between the attempts a server gives no hint for: the first after
-// firstBackoff, each next one after twice the last, at most maxBackoff,
-// each taken at random in its upper half.
-const (
-	firstBackoff = 100 * time.Millisecond
-	maxBackoff   = 2 * time.Second
 )
 
 // codeRejected is the JSON-RPC code of go-sdk's jsonrpc2.ErrRejected
@@ -122,60 +113,19 @@ func CallTool(ctx context.Context, cs *mcp.ClientSession, params *mcp.CallToolPa
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(elapsed)
-	c := &callError{key: key}
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, c.end("the context ended", err)
-		}
-		c.attempts++
+	return mcptoken.CallWithRetries(ctx, "ctokenmcp", ErrOutcomeUnknown, key, attempts, elapsed, func() (*mcp.CallToolResult, mcptoken.RetryVerdict, error) {
 		res, err := cs.CallTool(ctx, p)
-		if err == nil {
-			return res, nil
+		if err != nil {
+			return nil, classify(err), err
 		}
-		c.last = err
-		if ctx.Err() != nil {
-			c.unknown = true // the attempt may have been sent
-			return nil, c.end("the context ended", ctx.Err())
-		}
-		v := classify(err)
-		c.unknown = c.unknown || v.reached
-		switch {
-		case v.closed:
-			return nil, c.end("the session closed", nil)
-		case !v.retry:
-			return nil, err
-		case c.attempts >= attempts:
-			return nil, c.end("no attempt left", nil)
-		}
-		wait := v.hint
-		if wait <= 0 {
-			wait = backoff(c.attempts)
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil, c.end("no time left", nil)
-		}
-		t := time.NewTimer(min(wait, left))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, c.end("the context ended", ctx.Err())
-		case <-t.C:
-		}
-	}
+		return res, mcptoken.RetryVerdict{}, nil
+	})
 }
 
 // RetryKey returns the idempotency key of the call that an
 // [ErrOutcomeUnknown] error of [CallTool] ended, to call again with
 // ([CallOptions].Key), and false for any other error.
-func RetryKey(err error) (string, bool) {
-	var c *callError
-	if !errors.As(err, &c) || !c.unknown {
-		return "", false
-	}
-	return c.key, true
-}
+func RetryKey(err error) (string, bool) { return mcptoken.RetryKey(err) }
 
 // keyedParams returns a copy of params whose _meta holds the call's key,
 // and the key.
@@ -211,12 +161,7 @@ func keyedParams(params *mcp.CallToolParams, key string) (*mcp.CallToolParams, s
 }
 
 // verdict is what one failed attempt tells CallTool.
-type verdict struct {
-	retry   bool          // make another attempt
-	reached bool          // the request may have reached the server
-	closed  bool          // the session can carry no other attempt
-	hint    time.Duration // the server's retry hint; 0: back off
-}
+type verdict = mcptoken.RetryVerdict
 
 // classify returns the verdict on err, the error of an attempt, made
 // while its context was live.
@@ -224,13 +169,13 @@ func classify(err error) verdict {
 	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing) {
 		// Refused by the client's connection, or by the server for a
 		// session it no longer has: not run.
-		return verdict{closed: true}
+		return verdict{Closed: true}
 	}
 	var we *jsonrpc.Error
 	if errors.As(err, &we) { // the first is the server's, when it sent one
 		if we.Code == codeRejected {
 			var op *net.OpError
-			return verdict{retry: true, reached: !errors.As(err, &op) || op.Op != "dial"}
+			return verdict{Retry: true, Reached: !errors.As(err, &op) || op.Op != "dial"}
 		}
 		return refusal(we)
 	}
@@ -238,16 +183,16 @@ func classify(err error) verdict {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		// A connection (in-memory, stdio) that ended while the call
 		// was in flight: closed for good.
-		return verdict{reached: true, closed: true}
+		return verdict{Reached: true, Closed: true}
 	case strings.HasSuffix(err.Error(), "request terminated without response"):
 		// go-sdk v1.8.0's error, without a type, of a response stream
 		// (SSE) that ended before the call's response: the session
 		// lives on.
-		return verdict{retry: true, reached: true}
+		return verdict{Retry: true, Reached: true}
 	case strings.Contains(err.Error(), ": failed to read body: "):
 		// go-sdk v1.8.0's error, without a type, of a JSON response
 		// cut off: the connection has failed.
-		return verdict{reached: true, closed: true}
+		return verdict{Reached: true, Closed: true}
 	}
 	return verdict{}
 }
@@ -262,67 +207,9 @@ func refusal(we *jsonrpc.Error) verdict {
 	switch {
 	case we.Code == jsonrpc.CodeInternalError && (d.Code == InProgress || d.Code == OutcomeUnknown),
 		we.Code == jsonrpc.CodeInvalidParams && d.Code == StateBusy:
-		return verdict{retry: true, reached: true, hint: hint}
+		return verdict{Retry: true, Reached: true, Hint: hint}
 	case we.Code == jsonrpc.CodeInternalError && d.Code == 0 && we.Message == msgStoreUnavailable:
-		return verdict{retry: true, reached: true}
+		return verdict{Retry: true, Reached: true}
 	}
 	return verdict{}
 }
-
-// backoff returns the wait after the n-th attempt (from 1) when the
-// server gave no hint.
-func backoff(n int) time.Duration {
-	d := maxBackoff
-	if n < 6 {
-		d = min(firstBackoff<<(n-1), maxBackoff)
-	}
-	return d/2 + mrand.N(d/2+1)
-}
-
-// callError is the error of a call of [CallTool] that ended without a
-// result after a retryable failure. Its text never holds the key.
-type callError struct {
-	key      string
-	attempts int
-	unknown  bool  // an attempt may have reached the server
-	last     error // the last attempt's error
-	why      string
-	cause    error // the context's error, if it ended the call
-}
-
-// end completes c with why the call ended and cause, and returns it.
-func (c *callError) end(why string, cause error) error {
-	if c.attempts == 0 {
-		return cause // nothing sent: the context had ended
-	}
-	c.why, c.cause = why, cause
-	return c
-}
-
-func (c *callError) Error() string {
-	what := "the tool call was not delivered"
-	if c.unknown {
-		what = "the outcome of the tool call is unknown: call again under the same idempotency key, never a new one"
-	}
-	s := fmt.Sprintf("ctokenmcp: %s (%d attempts; %s)", what, c.attempts, c.why)
-	if c.cause != nil && !errors.Is(c.last, c.cause) {
-		s += ": " + c.cause.Error()
-	}
-	return s + ": " + c.last.Error()
-}
-
-// Unwrap returns [ErrOutcomeUnknown] when the outcome is unknown, the
-// context's error that ended the call, and the last attempt's error.
-func (c *callError) Unwrap() []error {
-	errs := make([]error, 0, 3)
-	if c.unknown {
-		errs = append(errs, ErrOutcomeUnknown)
-	}
-	if c.cause != nil {
-		errs = append(errs, c.cause)
-	}
-	return append(errs, c.last)
-}
-
-// GoString keeps the key out of %#v.
-func (c *callError) GoString() string { return fmt.Sprintf("&ctokenmcp.callError{%q}", c.Error()) }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	mrand "math/rand/v2"
 	"net"
 	"net/url"
 	"strings"
@@ -50,14 +49,6 @@ type CallOptions struct {
 const (
 	defaultCallAttempts = 5
 	defaultCallElapsed  = 30 * time.Second
-)
-
-// Waits between the attempts a server gives no hint for: the first after
-// firstBackoff, each next one after twice the last, at most maxBackoff,
-// each taken at random in its upper half.
-const (
-	firstBackoff = 100 * time.Millisecond
-	maxBackoff   = 2 * time.Second
 )
 
 // CallTool calls req's tool through c once as a logical call: every
@@ -129,65 +120,23 @@ func CallTool(ctx context.Context, c *client.Client, req mcp.CallToolRequest, op
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(elapsed)
-	ce := &callError{key: key}
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, ce.end("the context ended", err)
-		}
-		ce.attempts++
+	return mcptoken.CallWithRetries(ctx, "ctokenmcpgo", ErrOutcomeUnknown, key, attempts, elapsed, func() (*mcp.CallToolResult, mcptoken.RetryVerdict, error) {
 		res, err := c.CallTool(ctx, req)
-		var v verdict
 		if err != nil {
-			v = classify(err)
-		} else if code := TokenCode(res); code == InProgress || code == OutcomeUnknown {
+			return nil, classify(err), err
+		}
+		if code := TokenCode(res); code == InProgress || code == OutcomeUnknown {
 			hint, _ := RetryAfter(res)
-			err, v = &refusedResult{code: code}, verdict{retry: true, reached: true, hint: hint}
-		} else {
-			return res, nil
+			return nil, verdict{Retry: true, Reached: true, Hint: hint}, &refusedResult{code: code}
 		}
-		ce.last = err
-		if ctx.Err() != nil {
-			ce.unknown = true // the attempt may have been sent
-			return nil, ce.end("the context ended", ctx.Err())
-		}
-		ce.unknown = ce.unknown || v.reached
-		switch {
-		case v.closed:
-			return nil, ce.end("the session closed", nil)
-		case !v.retry:
-			return nil, err
-		case ce.attempts >= attempts:
-			return nil, ce.end("no attempt left", nil)
-		}
-		wait := v.hint
-		if wait <= 0 {
-			wait = backoff(ce.attempts)
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil, ce.end("no time left", nil)
-		}
-		t := time.NewTimer(min(wait, left))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ce.end("the context ended", ctx.Err())
-		case <-t.C:
-		}
-	}
+		return res, verdict{}, nil
+	})
 }
 
 // RetryKey returns the idempotency key of the call that an
 // [ErrOutcomeUnknown] error of [CallTool] ended, to call again with
 // ([CallOptions].Key), and false for any other error.
-func RetryKey(err error) (string, bool) {
-	var ce *callError
-	if !errors.As(err, &ce) || !ce.unknown {
-		return "", false
-	}
-	return ce.key, true
-}
+func RetryKey(err error) (string, bool) { return mcptoken.RetryKey(err) }
 
 // keyedRequest returns req with a copy of its _meta that holds the call's
 // key, and the key. The key is chosen and checked as ctokenmcp.CallTool
@@ -227,12 +176,7 @@ func keyedRequest(req mcp.CallToolRequest, key string) (mcp.CallToolRequest, str
 }
 
 // verdict is what one failed attempt tells CallTool.
-type verdict struct {
-	retry   bool          // make another attempt
-	reached bool          // the request may have reached the server
-	closed  bool          // the client can carry no other attempt
-	hint    time.Duration // the server's retry hint; 0: back off
-}
+type verdict = mcptoken.RetryVerdict
 
 // errNilResponse is the text of mcp-go v1.2.1's error, without a type, of
 // a response stream (SSE) that ended before the call's response.
@@ -248,10 +192,10 @@ func classify(err error) verdict {
 			return verdict{}
 		}
 		if hint, ok := StateRetryAfter(err); ok {
-			return verdict{retry: true, reached: true, hint: hint}
+			return verdict{Retry: true, Reached: true, Hint: hint}
 		}
 		if err.Error() == mcp.ErrInternalError.Error()+": "+ErrIdempotencyStore.Error() {
-			return verdict{retry: true, reached: true}
+			return verdict{Retry: true, Reached: true}
 		}
 		return verdict{}
 	}
@@ -261,18 +205,18 @@ func classify(err error) verdict {
 	case errors.Is(err, transport.ErrSessionTerminated):
 		// The server's 404 for a session it no longer has: not run,
 		// and the transport sends nothing more.
-		return verdict{closed: true}
+		return verdict{Closed: true}
 	case errors.Is(err, transport.ErrTransportClosed), errors.Is(err, context.Canceled):
 		// A closed stdio transport, or a client closed while the call
 		// was in flight (mcp-go cancels the request's context).
-		return verdict{reached: true, closed: true}
+		return verdict{Reached: true, Closed: true}
 	case errors.As(err, &op) && op.Op == "dial":
-		return verdict{retry: true}
+		return verdict{Retry: true}
 	case errors.As(err, &ue), errors.As(err, &op), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		strings.HasSuffix(err.Error(), errNilResponse):
 		// An HTTP exchange that failed after its connection was
 		// made, or a response cut off: the call may have run.
-		return verdict{retry: true, reached: true}
+		return verdict{Retry: true, Reached: true}
 	}
 	return verdict{}
 }
@@ -296,61 +240,3 @@ func (r *refusedResult) Unwrap() error {
 	}
 	return mcptoken.ErrOutcomeUnknown
 }
-
-// backoff returns the wait after the n-th attempt (from 1) when the
-// server gave no hint.
-func backoff(n int) time.Duration {
-	d := maxBackoff
-	if n < 6 {
-		d = min(firstBackoff<<(n-1), maxBackoff)
-	}
-	return d/2 + mrand.N(d/2+1)
-}
-
-// callError is the error of a call of [CallTool] that ended without a
-// result after a retryable failure. Its text never holds the key.
-type callError struct {
-	key      string
-	attempts int
-	unknown  bool  // an attempt may have reached the server
-	last     error // the last attempt's error
-	why      string
-	cause    error // the context's error, if it ended the call
-}
-
-// end completes ce with why the call ended and cause, and returns it.
-func (ce *callError) end(why string, cause error) error {
-	if ce.attempts == 0 {
-		return cause // nothing sent: the context had ended
-	}
-	ce.why, ce.cause = why, cause
-	return ce
-}
-
-func (ce *callError) Error() string {
-	what := "the tool call was not delivered"
-	if ce.unknown {
-		what = "the outcome of the tool call is unknown: call again under the same idempotency key, never a new one"
-	}
-	s := fmt.Sprintf("ctokenmcpgo: %s (%d attempts; %s)", what, ce.attempts, ce.why)
-	if ce.cause != nil && !errors.Is(ce.last, ce.cause) {
-		s += ": " + ce.cause.Error()
-	}
-	return s + ": " + ce.last.Error()
-}
-
-// Unwrap returns [ErrOutcomeUnknown] when the outcome is unknown, the
-// context's error that ended the call, and the last attempt's error.
-func (ce *callError) Unwrap() []error {
-	errs := make([]error, 0, 3)
-	if ce.unknown {
-		errs = append(errs, ErrOutcomeUnknown)
-	}
-	if ce.cause != nil {
-		errs = append(errs, ce.cause)
-	}
-	return append(errs, ce.last)
-}
-
-// GoString keeps the key out of %#v.
-func (ce *callError) GoString() string { return fmt.Sprintf("&ctokenmcpgo.callError{%q}", ce.Error()) }

@@ -651,14 +651,14 @@ func callToolClassifiesWhatMcpGoReturns(t *testing.T) {
 		suffix string
 		want   verdict
 	}{
-		{"connection closed before the server answered", dropBefore, false, false, io.EOF, "EOF", verdict{retry: true, reached: true}},
-		{"connection closed after the server answered", dropAfter, true, false, io.EOF, "EOF", verdict{retry: true, reached: true}},
-		{"connection reset after the server answered", resetAfter, false, false, nil, "", verdict{retry: true, reached: true}},
-		{"JSON response cut midway by a reset", cutThenReset, false, false, nil, "", verdict{retry: true, reached: true}},
-		{"JSON response cut midway", cutMidway, false, false, io.ErrUnexpectedEOF, "failed to decode response: unexpected EOF", verdict{retry: true, reached: true}},
-		{"SSE stream cut before the response", cutMidway, true, false, nil, "transport error: " + errNilResponse, verdict{retry: true, reached: true}},
-		{"SSE stream cut before the response, 2025-11-25", cutMidway, true, true, nil, "transport error: " + errNilResponse, verdict{retry: true, reached: true}},
-		{"session the server no longer has", notFound, false, true, transport.ErrSessionTerminated, "", verdict{closed: true}},
+		{"connection closed before the server answered", dropBefore, false, false, io.EOF, "EOF", verdict{Retry: true, Reached: true}},
+		{"connection closed after the server answered", dropAfter, true, false, io.EOF, "EOF", verdict{Retry: true, Reached: true}},
+		{"connection reset after the server answered", resetAfter, false, false, nil, "", verdict{Retry: true, Reached: true}},
+		{"JSON response cut midway by a reset", cutThenReset, false, false, nil, "", verdict{Retry: true, Reached: true}},
+		{"JSON response cut midway", cutMidway, false, false, io.ErrUnexpectedEOF, "failed to decode response: unexpected EOF", verdict{Retry: true, Reached: true}},
+		{"SSE stream cut before the response", cutMidway, true, false, nil, "transport error: " + errNilResponse, verdict{Retry: true, Reached: true}},
+		{"SSE stream cut before the response, 2025-11-25", cutMidway, true, true, nil, "transport error: " + errNilResponse, verdict{Retry: true, Reached: true}},
+		{"session the server no longer has", notFound, false, true, transport.ErrSessionTerminated, "", verdict{Closed: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -688,7 +688,7 @@ func callToolClassifiesWhatMcpGoReturns(t *testing.T) {
 		}}})
 		refuse.Store(true)
 		_, err := c.CallTool(context.Background(), deployRequest("api"))
-		if got := classify(err); got != (verdict{retry: true}) {
+		if got := classify(err); got != (verdict{Retry: true}) {
 			t.Fatalf("classify(%v) = %+v", err, got)
 		}
 	})

@@ -1,0 +1,115 @@
+package mcptoken
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+var errRetryOutcome = errors.New("test: the outcome of the tool call is unknown")
+
+// TestCallWithRetries pins the loop both MCP modules' CallTool run (their own tests
+// drive it through the SDKs' clients): how each verdict ends or continues
+// the call, what the error then matches, and that its text never holds
+// the key.
+func TestCallWithRetries(t *testing.T) {
+	errBusy, errBad := errors.New("busy"), errors.New("bad request")
+	const key = "k-3f9a"
+	tests := []struct {
+		name     string
+		verdicts []RetryVerdict // one per failed attempt; past the end: success
+		attempts int
+		want     int   // attempts made
+		wantErr  error // nil: success
+		unknown  bool  // the error matches errRetryOutcome and RetryKey gives key
+		plain    bool  // the attempt's own error, not wrapped
+	}{
+		{"first attempt answers", nil, 5, 1, nil, false, false},
+		{"retried until it answers", []RetryVerdict{{Retry: true, Reached: true}, {Retry: true}}, 5, 3, nil, false, false},
+		{"not worth another attempt: the error as it is", []RetryVerdict{{}}, 5, 1, errBad, false, true},
+		{"attempts run out after one reached the server", []RetryVerdict{{Retry: true}, {Retry: true, Reached: true}, {Retry: true}}, 3, 3, errBusy, true, false},
+		{"attempts run out, none reached it", []RetryVerdict{{Retry: true}, {Retry: true}}, 2, 2, errBusy, false, false},
+		{"the session closed", []RetryVerdict{{Reached: true, Closed: true}}, 5, 1, errBusy, true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := 0
+			res, err := CallWithRetries(context.Background(), "test", errRetryOutcome, key, tc.attempts, time.Minute, func() (string, RetryVerdict, error) {
+				n++
+				if n > len(tc.verdicts) {
+					return "result", RetryVerdict{}, nil
+				}
+				v := tc.verdicts[n-1]
+				v.Hint = time.Millisecond // no backoff waits in the test
+				if tc.plain {
+					return "", v, errBad
+				}
+				return "", v, errBusy
+			})
+			if n != tc.want {
+				t.Errorf("%d attempts; want %d", n, tc.want)
+			}
+			if tc.wantErr == nil {
+				if err != nil || res != "result" {
+					t.Fatalf("Call = %q, %v; want the result", res, err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Call error %v; want one matching %v", err, tc.wantErr)
+			}
+			if tc.plain && err != errBad {
+				t.Fatalf("Call error %#v; want the attempt's own error", err)
+			}
+			if got := errors.Is(err, errRetryOutcome); got != tc.unknown {
+				t.Errorf("errors.Is(err, ErrOutcomeUnknown) = %v; want %v", got, tc.unknown)
+			}
+			if k, ok := RetryKey(err); ok != tc.unknown || ok && k != key {
+				t.Errorf("RetryKey = %q, %v; want the key: %v", k, ok, tc.unknown)
+			}
+			if s := err.Error() + fmt.Sprintf("%#v", err); strings.Contains(s, key) {
+				t.Errorf("the error's text holds the key: %s", s)
+			}
+		})
+	}
+	t.Run("a context ended before any attempt sends nothing", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := CallWithRetries(ctx, "test", errRetryOutcome, key, 5, time.Minute, func() (string, RetryVerdict, error) {
+			t.Fatal("an attempt was made")
+			return "", RetryVerdict{}, nil
+		})
+		if err != context.Canceled {
+			t.Fatalf("Call = %v; want context.Canceled as it is", err)
+		}
+	})
+	t.Run("a context that ends during an attempt leaves the outcome unknown", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := CallWithRetries(ctx, "test", errRetryOutcome, key, 5, time.Minute, func() (string, RetryVerdict, error) {
+			cancel()
+			return "", RetryVerdict{}, errBusy
+		})
+		if !errors.Is(err, errRetryOutcome) || !errors.Is(err, context.Canceled) || !errors.Is(err, errBusy) {
+			t.Fatalf("Call = %v; want the outcome unknown, the context's error and the attempt's", err)
+		}
+	})
+}
+
+// TestRetryBackoff: each wait lies in the upper half of its step, the steps
+// doubling from firstBackoff to at most maxBackoff.
+func TestRetryBackoff(t *testing.T) {
+	for n := 1; n <= 8; n++ {
+		step := maxBackoff
+		if n < 6 {
+			step = min(firstBackoff<<(n-1), maxBackoff)
+		}
+		for range 100 {
+			if d := backoff(n); d < step/2 || d > step {
+				t.Fatalf("backoff(%d) = %v; want within [%v, %v]", n, d, step/2, step)
+			}
+		}
+	}
+}
