@@ -389,6 +389,13 @@ func (w *work) rolledBack(ctx context.Context) error {
 			if _, err := q.exec(`PRAGMA synchronous = ` + syncNames[w.wc.level]); err != nil {
 				return err
 			}
+			// And the checkpoint after it stays the store's (see
+			// untriggered).
+			if s.wal {
+				if _, err := q.exec(`PRAGMA wal_autocheckpoint = 0`); err != nil {
+					return err
+				}
+			}
 		}
 		if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
 			return err

@@ -587,9 +587,12 @@ func (g *guard) settle(s *Store) {
 		// As after the writer's I/O errors (writer.go): the pages of
 		// earlier checkpoints may be off the disk too.
 		s.log.Warn("sqlitestore: at Close, the checkpoint failed with an I/O error: rewriting the database (VACUUM) and checkpointing it before the store lets go", "table", unquote(s.table), "err", err)
-		busy, log, done, err = s.rewrite(context.WithoutCancel(ctx))
+		busy, log, done, err = s.rewrite(ctx)
+		if err == nil && (busy != 0 || done != log) {
+			err = errors.New("the checkpoint after the rewrite could not copy the whole WAL (another connection reads)")
+		}
 		if err != nil {
-			s.log.Error("sqlitestore: at Close, after an I/O error, rewriting the database failed: pages SQLite had copied from the WAL may be missing from the disk, and a crash of the machine may then lose acknowledged claims", "table", unquote(s.table), "err", err)
+			s.log.Error("sqlitestore: at Close, after an I/O error, rewriting the database and checkpointing it failed: pages SQLite had copied from the WAL may be missing from the disk, and a crash of the machine may then lose acknowledged claims", "table", unquote(s.table), "err", err)
 			return
 		}
 	}
@@ -625,13 +628,16 @@ func (g *guard) settle(s *Store) {
 // rewrite is settle's repair on a connection of the pool, for Close: every
 // page rewritten (VACUUM), then a checkpoint (TRUNCATE) that copies them
 // into the database file and syncs it. It returns the checkpoint's
-// result.
+// result. ctx bounds the wait for the connection; the statements run to
+// their end (SQLite's busy_timeout bounds their waits for other
+// connections).
 func (s *Store) rewrite(ctx context.Context) (busy, log, done int, err error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	defer conn.Close()
+	ctx = context.WithoutCancel(ctx)
 	if _, err := conn.ExecContext(ctx, `VACUUM`); err != nil {
 		return 0, 0, 0, err
 	}

@@ -460,7 +460,7 @@ func (w *work) untriggered(ctx context.Context, q querier) error {
 	// handler set (see checkpoint): SQLite would run its own, with the
 	// handler's wal_autocheckpoint, and drop its error. (A Work that
 	// ends otherwise leaves the writer to be checked again: see drop.)
-	if w.wc.autockpt > 0 {
+	if w.s.wal {
 		if _, err := q.exec(`PRAGMA wal_autocheckpoint = 0`); err != nil {
 			return w.end(ctx, unavailable(ctx, err))
 		}

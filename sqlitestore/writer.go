@@ -478,8 +478,10 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 	}
 	// Set on a new connection, and again after a Work that ended
 	// otherwise than by its commit (which sets it back: see untriggered):
-	// a handler's statements run on this connection.
-	if s.wc.autockpt > 0 {
+	// a handler's statements run on this connection. With the DSN's 0
+	// too: the application checkpoints, and a handler's value would
+	// bring SQLite's own checkpoints back.
+	if s.wal {
 		if _, err := (stmtQuerier{ctx, s.wc}).exec(`PRAGMA wal_autocheckpoint = 0`); err != nil {
 			s.dropWriter()
 			return nil, 0, unavailable(ctx, err)
@@ -594,7 +596,7 @@ func (s *Store) closeWriter() {
 	}
 	// The pool gets the connection back with its own checkpoints, or
 	// not at all.
-	if n := s.wc.autockpt; n > 0 {
+	if n := s.wc.autockpt; s.wal {
 		if _, err := s.wc.conn.ExecContext(context.Background(), `PRAGMA wal_autocheckpoint = `+strconv.Itoa(n)); err != nil {
 			discard(s.wc.conn)
 			s.wc = nil

@@ -133,10 +133,28 @@ func workCommit(t *testing.T, d Driver) {
 // checkpoint it runs after a commit). A handler that sets another value
 // on the writer's connection, inside a Work that commits or rolls back,
 // or that commits of itself after AcquireWork, leaves 0 for the store's
-// writes that follow: the next Work's handler reads 0.
+// writes that follow: the next Work's handler reads 0. So with a pool
+// whose DSN sets 0 (the application checkpoints itself), where mattn,
+// which takes no such DSN parameter, runs its default.
 func workAutocheckpoint(t *testing.T, d Driver) {
+	t.Run("the pool's setting", func(t *testing.T) {
+		s, _ := workStore(t, d, sqlitestore.Options{})
+		handlerAutocheckpoint(t, s)
+	})
+	t.Run("a DSN that sets 0", func(t *testing.T) {
+		db := d.OpenWith(t, filepath.Join(t.TempDir(), "replay.db"), With("wal_autocheckpoint", "0"))
+		if err := sqlitestore.Migrate(context.Background(), db, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(context.Background(), `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
+			t.Fatal(err)
+		}
+		handlerAutocheckpoint(t, mustStore(t, db, sqlitestore.Options{SweepInterval: -1}))
+	})
+}
+
+func handlerAutocheckpoint(t *testing.T, s *sqlitestore.Store) {
 	ctx := context.Background()
-	s, _ := workStore(t, d, sqlitestore.Options{})
 	read := func(tx *sqlitestore.Tx) int {
 		t.Helper()
 		var n int
