@@ -467,9 +467,9 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 				s.dropWriter()
 				return nil, 0, unavailable(ctx, err)
 			}
-			s.wc.autockpt, s.wc.ckptEvery = pages, max(pages/2, 1)
-			if pages <= 0 {
-				s.wc.ckptEvery = 0 // the application checkpoints itself
+			s.wc.autockpt = pages
+			if pages > 0 { // 0: the application checkpoints itself
+				s.wc.ckptEvery = max(pages/2, 1)
 			}
 		}
 	}
@@ -596,8 +596,8 @@ func (s *Store) closeWriter() {
 	}
 	// The pool gets the connection back with its own checkpoints, or
 	// not at all.
-	if n := s.wc.autockpt; s.wal {
-		if _, err := s.wc.conn.ExecContext(context.Background(), `PRAGMA wal_autocheckpoint = `+strconv.Itoa(n)); err != nil {
+	if s.wal {
+		if _, err := s.wc.conn.ExecContext(context.Background(), `PRAGMA wal_autocheckpoint = `+strconv.Itoa(s.wc.autockpt)); err != nil {
 			discard(s.wc.conn)
 			s.wc = nil
 			return
