@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ctoken/ctoken/sqlitestore/internal/walfile"
@@ -187,11 +188,10 @@ func walLost(path, link string, now int64, root uint32, current func(key []byte)
 	if err != nil || len(last) == 0 {
 		return 0, err
 	}
-	db, err := os.Open(path)
+	db, err := openHeld(path)
 	if err != nil {
 		return 0, err
 	}
-	defer db.Close()
 	usable := size
 	var hdr [100]byte
 	if _, err := db.ReadAt(hdr[:], 0); err == nil {
@@ -250,6 +250,50 @@ func walLost(path, link string, now int64, root uint32, current func(key []byte)
 		lost += l
 	}
 	return lost, nil
+}
+
+// held keeps open, for the life of the process, each database file the
+// package opened to read past SQLite. Closing any descriptor of a file
+// releases every POSIX advisory lock the process holds on it (fcntl(2)),
+// the locks of its SQLite connections included: the SHARED lock each
+// connection keeps on the file in WAL mode, and a writer's locks in the
+// rollback journal modes (https://sqlite.org/howtocorrupt.html, 2.2).
+// SQLite's own VFS keeps such descriptors open for the same reason. One
+// descriptor per file is opened, at most, whatever the number of stores.
+var held struct {
+	sync.Mutex
+	files []heldFile
+}
+
+type heldFile struct {
+	info os.FileInfo
+	f    *os.File
+}
+
+// openHeld opens path for reading, or returns the descriptor already held
+// for that file. The caller must not close it. Reads through it
+// (ReadAt) are safe for concurrent use.
+func openHeld(path string) (*os.File, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	held.Lock()
+	defer held.Unlock()
+	for _, h := range held.files {
+		if os.SameFile(h.info, info) {
+			return h.f, nil
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err == nil {
+		info = fi // the file opened, should the path have changed since
+	}
+	held.files = append(held.files, heldFile{info, f})
+	return f, nil
 }
 
 // row is what walLost compares of a store row: its state, token and until.

@@ -616,6 +616,36 @@ func walLinksAfterACrash(t *testing.T) {
 				s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
 				refused(t, s, tally)
 			})
+			t.Run("New keeps the process's SQLite locks on the file", func(t *testing.T) {
+				// New reads the database file past SQLite to judge a link.
+				// Closing any descriptor of the file would release every
+				// POSIX lock the process holds on it, its connections' too
+				// (fcntl(2)): another process would no longer see them.
+				path := faultDB(t, d)
+				tally := killAfter(t, path, 50)
+				session(t, d, path, Safe, `INSERT INTO effects VALUES ('one')`)
+				links, err := filepath.Glob(path + "-ctoken.wal-*")
+				if err != nil || len(links) == 0 {
+					t.Fatalf("no WAL link after the crash (%v): nothing for New to judge", err)
+				}
+				db := d.Open(t, path)
+				if _, err := db.Exec(`SELECT count(*) FROM effects`); err != nil {
+					t.Fatal(err)
+				}
+				if !othersSeeSQLiteLock(t, path) {
+					t.Fatal("another process sees no SQLite lock of this one's open connection: the probe does not work here")
+				}
+				s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+				for _, link := range links {
+					if _, err := os.Stat(link); err == nil {
+						t.Fatalf("%s still there after New: it was not judged", link)
+					}
+				}
+				if !othersSeeSQLiteLock(t, path) {
+					t.Error("after New judged a WAL link, another process sees no SQLite lock of this one on the file")
+				}
+				refused(t, s, tally)
+			})
 			t.Run("a store of another table in the file restarts first", func(t *testing.T) {
 				path := faultDB(t, d)
 				tally := killAfter(t, path, 50)
