@@ -47,7 +47,7 @@ CI=true go test -count=1 -timeout 600s -v ./... >"$out" 2>&1 || status=$?
 # test binary). ncruces/go-sqlite3 does not open a WAL database on dropfs
 # yet (see sqlite_test.go).
 if [ "$status" = 0 ]; then
-	CGO_ENABLED=1 CI=true go test -count=1 -timeout 300s -v -tags mattn -run 'TestSQLitePowerLoss' . >>"$out" 2>&1 || status=$?
+	CGO_ENABLED=1 CI=true go test -count=1 -timeout 300s -v -tags mattn -run 'TestSQLitePowerLoss|TestSQLiteWritebackErrorThenPowerCut' . >>"$out" 2>&1 || status=$?
 fi
 grep -E '^\s*(--- |ok|FAIL|panic)|acknowledged [0-9]+, accepted again|first refusal or error|the tear landed' "$out" || true
 if [ "$status" != 0 ]; then

@@ -392,7 +392,7 @@ func (w *work) rolledBack(ctx context.Context) error {
 			// And the checkpoint after it stays the store's (see
 			// untriggered).
 			if s.wal {
-				if _, err := q.exec(`PRAGMA wal_autocheckpoint = 0`); err != nil {
+				if err := setPragma(q, `PRAGMA wal_autocheckpoint = 0`); err != nil {
 					return err
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -665,6 +666,7 @@ func (s *Store) checker(ctx context.Context) {
 func (s *Store) check(parent context.Context) {
 	ctx, cancel := s.bound(parent)
 	defer cancel()
+	s.writeback(ctx)
 	err := s.checkOnce(ctx)
 	if parent.Err() != nil {
 		return
@@ -693,6 +695,50 @@ func (s *Store) check(parent context.Context) {
 			s.observe(Event{Kind: EventServing})
 		}
 		g.logged = msg
+	}
+}
+
+// writeback looks for a write-back of the database file that failed
+// since the last look, in any connection of any process: Linux reports
+// such a failure at the next fsync of every descriptor open when it
+// happened (errseq, since 4.13), so the fsync of the descriptor the store
+// holds from New to Close (privateFile) reports one that a checkpoint of another connection met (SQLite
+// drops the error of the automatic checkpoint after a commit, and an
+// application may ignore its own). Such a failure may have dropped pages
+// that earlier checkpoints copied from the WAL (see the comment above
+// sawIOError), so the writer settles, as after an I/O error of its own.
+// It settles now, not at the next write, since a power cut before then
+// would take the pages; and a settle left unfinished (a reader kept the
+// checkpoint from completing) is tried again at each check. Only a failed
+// write-back (EIO, ENOSPC, EDQUOT) counts; any other error of the fsync
+// (a file system without it) is logged once and ends the looks. WAL mode
+// only: in the rollback journal modes every commit syncs the database
+// file itself, and a commit whose fsync fails is rolled back from its
+// journal.
+func (s *Store) writeback(ctx context.Context) {
+	if s.dbFile != nil {
+		err := s.dbFile.Sync()
+		switch {
+		case err == nil:
+		case errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
+			s.wbErr.Store(true)
+			s.log.Warn("sqlitestore: a write-back of the database file failed (found by the store's own fsync of it: another connection's checkpoint, or the kernel's write-back): the store acknowledges nothing until it has rewritten the database and a checkpoint has put every page on the disk", "table", unquote(s.table), "err", err)
+		default:
+			s.log.Warn("sqlitestore: the fsync of the database file failed otherwise than for a failed write-back: the store no longer looks for failed write-backs of other connections", "table", unquote(s.table), "err", err)
+			s.dbFile.Close()
+			s.dbFile = nil
+		}
+	}
+	select {
+	case s.writeMu <- struct{}{}:
+		if s.wbErr.Load() || s.ioErr {
+			if _, _, err := s.writerConn(ctx); err != nil {
+				s.log.Warn("sqlitestore: after an I/O error, the rewrite or its checkpoint did not finish (tried again at the next call or check)", "table", unquote(s.table), "err", err)
+			}
+		}
+		<-s.writeMu
+	default:
+		// A write or a Work holds the writer: it settles first.
 	}
 }
 

@@ -54,7 +54,12 @@
 // rewritten the database (VACUUM) and a checkpoint has put every page
 // into the database file and emptied the WAL. So that a checkpoint's
 // error reaches it, the store runs its writer's checkpoints itself: its
-// connection runs with wal_autocheckpoint=0 while the store holds it.
+// connection runs with wal_autocheckpoint=0 while the store holds it. A
+// write-back of the database file that failed in another connection's
+// checkpoint is found at the next check, on Linux: the store holds the
+// file open and fsyncs it, and Linux reports such a failure to every
+// descriptor open when it happened; the store then rewrites the database
+// as after its own error.
 //
 // # Writes
 //

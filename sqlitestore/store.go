@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctoken/ctoken/replay"
@@ -193,6 +194,12 @@ type Store struct {
 	// rewrite (VACUUM) of settle ran, and no I/O error came after it
 	// (both under writeMu; writer.go).
 	ioErr, rewritten bool
+	// dbFile is the database file, open on a thread of its own
+	// (privateFile) while the store runs, for the checker's fsync; wbErr
+	// says one found a failed write-back, for the writer to settle
+	// (checks.go).
+	dbFile *privateFile
+	wbErr  atomic.Bool
 	// closedConn is a closed connection: a Tx's statement after its Work
 	// ended runs on it and fails with sql.ErrConnDone.
 	closedConn *sql.Conn
@@ -324,6 +331,11 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	if err := s.guard.open(ctx, s, conn); err != nil {
 		return nil, err
 	}
+	if s.wal && writebackLooks {
+		if s.dbFile, err = openPrivate(s.path); err != nil {
+			s.log.Warn("sqlitestore: the database file cannot be opened to look for failed write-backs: an I/O error in another connection's checkpoint would not be found", "table", unquote(s.table), "err", err)
+		}
+	}
 	s.closedConn = conn // closed when New returns
 	if s.normal {
 		s.log.Warn("sqlitestore: "+riskNormalSync+" (accepted by Options.AllowNormalSync)", "table", unquote(s.table))
@@ -362,6 +374,9 @@ func (s *Store) Close() error {
 	s.closed.Do(func() {
 		s.stop()
 		s.wg.Wait()
+		if s.dbFile != nil {
+			s.dbFile.Close()
+		}
 		close(s.done)
 		s.guard.persist(s)
 		// The writer's connection goes back to the pool now, or, while a

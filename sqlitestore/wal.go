@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ctoken/ctoken/sqlitestore/internal/walfile"
@@ -188,16 +187,17 @@ func walLost(path, link string, now int64, root uint32, current func(key []byte)
 	if err != nil || len(last) == 0 {
 		return 0, err
 	}
-	db, err := openHeld(path)
+	db, err := openPrivate(path)
 	if err != nil {
 		return 0, err
 	}
+	defer db.Close()
 	usable := size
 	var hdr [100]byte
 	if _, err := db.ReadAt(hdr[:], 0); err == nil {
 		usable -= int(hdr[20]) // the reserved bytes at the end of each page
 	}
-	readAt := func(f *os.File, off int64) ([]byte, bool) {
+	readAt := func(f io.ReaderAt, off int64) ([]byte, bool) {
 		b := make([]byte, size)
 		n, err := f.ReadAt(b, off)
 		return b, n == size && (err == nil || err == io.EOF)
@@ -221,8 +221,8 @@ func walLost(path, link string, now int64, root uint32, current func(key []byte)
 	// The pages the walk may read: the larger of the file's and the last
 	// commit's size.
 	maxPage := npages
-	if info, err := db.Stat(); err == nil && info.Size()/int64(size) > int64(maxPage) {
-		maxPage = uint32(min(info.Size()/int64(size), 1<<31))
+	if n, err := db.Size(); err == nil && n/int64(size) > int64(maxPage) {
+		maxPage = uint32(min(n/int64(size), 1<<31))
 	}
 	for pgno := range walfile.IndexTree(root, usable, maxPage, snapshot) {
 		off, ok := last[pgno]
@@ -250,50 +250,6 @@ func walLost(path, link string, now int64, root uint32, current func(key []byte)
 		lost += l
 	}
 	return lost, nil
-}
-
-// held keeps open, for the life of the process, each database file the
-// package opened to read past SQLite. Closing any descriptor of a file
-// releases every POSIX advisory lock the process holds on it (fcntl(2)),
-// the locks of its SQLite connections included: the SHARED lock each
-// connection keeps on the file in WAL mode, and a writer's locks in the
-// rollback journal modes (https://sqlite.org/howtocorrupt.html, 2.2).
-// SQLite's own VFS keeps such descriptors open for the same reason. One
-// descriptor per file is opened, at most, whatever the number of stores.
-var held struct {
-	sync.Mutex
-	files []heldFile
-}
-
-type heldFile struct {
-	info os.FileInfo
-	f    *os.File
-}
-
-// openHeld opens path for reading, or returns the descriptor already held
-// for that file. The caller must not close it. Reads through it
-// (ReadAt) are safe for concurrent use.
-func openHeld(path string) (*os.File, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	held.Lock()
-	defer held.Unlock()
-	for _, h := range held.files {
-		if os.SameFile(h.info, info) {
-			return h.f, nil
-		}
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	if fi, err := f.Stat(); err == nil {
-		info = fi // the file opened, should the path have changed since
-	}
-	held.files = append(held.files, heldFile{info, f})
-	return f, nil
 }
 
 // row is what walLost compares of a store row: its state, token and until.

@@ -461,7 +461,7 @@ func (w *work) untriggered(ctx context.Context, q querier) error {
 	// handler's wal_autocheckpoint, and drop its error. (A Work that
 	// ends otherwise leaves the writer to be checked again: see drop.)
 	if w.s.wal {
-		if _, err := q.exec(`PRAGMA wal_autocheckpoint = 0`); err != nil {
+		if err := setPragma(q, `PRAGMA wal_autocheckpoint = 0`); err != nil {
 			return w.end(ctx, unavailable(ctx, err))
 		}
 	}

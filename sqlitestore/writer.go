@@ -437,6 +437,9 @@ func (s *Store) commitFailed(ctx context.Context, err error) bool {
 // then too, and replaced by another; a trigger on the store's table in
 // main refuses the write. The caller holds writeMu.
 func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
+	if s.wbErr.Swap(false) { // a failed write-back found by a check
+		s.ioErr, s.rewritten = true, false
+	}
 	wc, level, err := s.openWriter(ctx, false)
 	if err == nil {
 		if !s.ioErr {
@@ -482,7 +485,7 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 	// too: the application checkpoints, and a handler's value would
 	// bring SQLite's own checkpoints back.
 	if s.wal {
-		if _, err := (stmtQuerier{ctx, s.wc}).exec(`PRAGMA wal_autocheckpoint = 0`); err != nil {
+		if err := setPragma(stmtQuerier{ctx, s.wc}, `PRAGMA wal_autocheckpoint = 0`); err != nil {
 			s.dropWriter()
 			return nil, 0, unavailable(ctx, err)
 		}
@@ -664,6 +667,18 @@ func (q stmtQuerier) exec(query string, args ...any) (sql.Result, error) {
 	}
 	// Not prepared: run it unprepared, which reports the error.
 	return q.wc.conn.ExecContext(q.ctx, query, args...)
+}
+
+// setPragma runs a PRAGMA that sets a value and answers it in a row, as
+// wal_autocheckpoint does, and reads the row. Run with exec, the
+// statement would stay on its row, in progress, on mattn/go-sqlite3
+// (whose Exec of a prepared statement does not reset it), and a VACUUM on
+// the connection would fail ("SQL statements in progress"): the rewrite
+// after an I/O error never finished on that driver
+// (TestSQLiteWritebackErrorThenPowerCut in .ci/powerloss).
+func setPragma(q querier, query string) error {
+	var v any
+	return q.queryRow(query).Scan(&v)
 }
 
 func (q stmtQuerier) queryRow(query string, args ...any) *sql.Row {

@@ -616,7 +616,7 @@ func walLinksAfterACrash(t *testing.T) {
 				s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
 				refused(t, s, tally)
 			})
-			t.Run("New keeps the process's SQLite locks on the file", func(t *testing.T) {
+			t.Run("New and Close keep the process's SQLite locks on the file", func(t *testing.T) {
 				// New reads the database file past SQLite to judge a link.
 				// Closing any descriptor of the file would release every
 				// POSIX lock the process holds on it, its connections' too
@@ -645,6 +645,12 @@ func walLinksAfterACrash(t *testing.T) {
 					t.Error("after New judged a WAL link, another process sees no SQLite lock of this one on the file")
 				}
 				refused(t, s, tally)
+				// The store's own descriptor of the file, for its checks'
+				// fsync, closes with it.
+				s.Close()
+				if !othersSeeSQLiteLock(t, path) {
+					t.Error("after the store's Close, with the pool open, another process sees no SQLite lock of this one on the file")
+				}
 			})
 			t.Run("a store of another table in the file restarts first", func(t *testing.T) {
 				path := faultDB(t, d)

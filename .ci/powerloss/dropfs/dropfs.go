@@ -14,6 +14,12 @@
 // replaced entry is moved to a trash directory beside the backing
 // directory until its removal is durable.
 //
+// [FS.FailSync] injects a failed write-back with Linux's semantics: the
+// next fsync of a file fails with EIO, its unsynced pages stay readable
+// (the page cache) but are marked clean, so no later fsync writes them and
+// a cut loses them, and every other handle open on the file reports EIO at
+// its next fsync, once (errseq, Linux 4.13 and later).
+//
 // [FS.Cut] is the power cut: every unsynced write and every journaled entry
 // change is dropped (the changes are undone in reverse order), so the
 // backing directory holds exactly what was synced, and the file system
@@ -61,6 +67,8 @@ type FS struct {
 	journal  []nsOp         // entry changes not yet made durable by a directory fsync
 	overlays map[*node]bool // nodes holding an overlay
 	trashSeq int
+	failSync map[string]bool // backing paths whose next fsync fails (FailSync)
+	failed   int             // fsyncs failed by FailSync
 }
 
 // Mount mounts a dropfs of backing at mountpoint (both existing
@@ -120,6 +128,28 @@ func (f *FS) Mountpoint() string { return f.mountpoint }
 
 // Backing returns the backing directory.
 func (f *FS) Backing() string { return f.backing }
+
+// FailSync makes the next fsync of the file at name (relative to the
+// mount) fail with EIO as Linux's does after a failed write-back: the
+// file's unsynced pages stay readable but are never written by a later
+// fsync and are lost at a cut, and each handle open on the file at that
+// moment reports EIO once, at its next fsync, after syncing what it can
+// (the caller's handle has had its error).
+func (f *FS) FailSync(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failSync == nil {
+		f.failSync = map[string]bool{}
+	}
+	f.failSync[filepath.Join(f.backing, name)] = true
+}
+
+// FailedSyncs returns how many fsyncs FailSync has failed.
+func (f *FS) FailedSyncs() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failed
+}
 
 // Cut drops every unsynced write and every entry change no directory
 // fsync made durable, as a power cut would; afterwards the backing
@@ -283,13 +313,18 @@ func (op nsOp) undo() error {
 
 // overlay is a file's unsynced state: its size, the pages written since
 // the last fsync, and floor, below which the backing file's bytes are
-// still the file's (a truncation hides what lies above it).
+// still the file's (a truncation hides what lies above it). lost holds
+// the pages a failed fsync marked clean: read as written, never synced
+// (until written again), dropped by a cut; errSeq counts those failures,
+// for each handle's report (handle.seen).
 type overlay struct {
 	fd      int   // the backing file, read and write
 	synced  int64 // the backing file's size
 	size    int64
 	floor   int64
 	pages   map[int64]*[pageSize]byte
+	lost    map[int64]*[pageSize]byte
+	errSeq  int
 	handles int
 }
 
@@ -303,7 +338,7 @@ func newOverlay(path string) (*overlay, error) {
 		syscall.Close(fd)
 		return nil, err
 	}
-	return &overlay{fd: fd, synced: st.Size, size: st.Size, floor: st.Size, pages: map[int64]*[pageSize]byte{}}, nil
+	return &overlay{fd: fd, synced: st.Size, size: st.Size, floor: st.Size, pages: map[int64]*[pageSize]byte{}, lost: map[int64]*[pageSize]byte{}}, nil
 }
 
 func (o *overlay) close() {
@@ -317,9 +352,16 @@ func (o *overlay) dirty() bool {
 	return len(o.pages) > 0 || o.size != o.synced || o.floor != o.synced
 }
 
-// page returns page p, loaded from the backing file below floor.
+// page returns page p for a write: a lost page is written whole again,
+// as a page the kernel holds; another is loaded from the backing file
+// below floor.
 func (o *overlay) page(p int64) (*[pageSize]byte, error) {
 	if pg, ok := o.pages[p]; ok {
+		return pg, nil
+	}
+	if pg, ok := o.lost[p]; ok {
+		delete(o.lost, p)
+		o.pages[p] = pg
 		return pg, nil
 	}
 	pg := new([pageSize]byte)
@@ -362,6 +404,8 @@ func (o *overlay) read(buf []byte, off int64) (int, error) {
 		n := min(len(buf)-done, int(pageSize-in))
 		if pg, ok := o.pages[p]; ok {
 			copy(buf[done:done+n], pg[in:])
+		} else if pg, ok := o.lost[p]; ok {
+			copy(buf[done:done+n], pg[in:])
 		} else if err := o.readBacking(buf[done:done+n], pos); err != nil {
 			return done, err
 		}
@@ -386,14 +430,16 @@ func (o *overlay) write(data []byte, off int64) error {
 
 func (o *overlay) truncate(size int64) {
 	if size < o.size {
-		for p := range o.pages {
-			if p*pageSize >= size {
-				delete(o.pages, p)
+		for _, pages := range []map[int64]*[pageSize]byte{o.pages, o.lost} {
+			for p := range pages {
+				if p*pageSize >= size {
+					delete(pages, p)
+				}
 			}
-		}
-		if in := size % pageSize; in != 0 {
-			if pg, ok := o.pages[size/pageSize]; ok {
-				clear(pg[in:])
+			if in := size % pageSize; in != 0 {
+				if pg, ok := pages[size/pageSize]; ok {
+					clear(pg[in:])
+				}
 			}
 		}
 	}
@@ -530,7 +576,7 @@ func (n *node) overlayAt(p string) (*overlay, error) {
 // releaseIfClean drops an overlay that holds nothing and serves no handle.
 // fs.mu is held.
 func (n *node) releaseIfClean() {
-	if n.ov != nil && n.ov.handles == 0 && !n.ov.dirty() {
+	if n.ov != nil && n.ov.handles == 0 && !n.ov.dirty() && len(n.ov.lost) == 0 {
 		n.ov.close()
 		n.ov = nil
 		delete(n.fs.overlays, n)
@@ -654,7 +700,7 @@ func (n *node) open(flags uint32, p string) (fs.FileHandle, uint32, syscall.Errn
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		ov.truncate(0)
 	}
-	return &handle{n: n, append: flags&syscall.O_APPEND != 0}, 0, 0
+	return &handle{n: n, append: flags&syscall.O_APPEND != 0, seen: ov.errSeq}, 0, 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -867,7 +913,25 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 	if n.ov == nil {
 		return 0
 	}
+	h, _ := f.(*handle)
+	if p := n.path(); n.fs.failSync[p] {
+		delete(n.fs.failSync, p)
+		n.fs.failed++
+		for pg, data := range n.ov.pages {
+			n.ov.lost[pg] = data
+		}
+		clear(n.ov.pages)
+		n.ov.errSeq++
+		if h != nil {
+			h.seen = n.ov.errSeq
+		}
+		return syscall.EIO
+	}
 	err := n.ov.sync()
+	if err == nil && h != nil && h.seen < n.ov.errSeq {
+		h.seen = n.ov.errSeq
+		err = syscall.EIO
+	}
 	n.releaseIfClean()
 	return fs.ToErrno(err)
 }
@@ -888,6 +952,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 type handle struct {
 	n      *node
 	append bool
+	seen   int // the overlay's errSeq this handle has reported; under fs.mu
 }
 
 func (h *handle) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResult, syscall.Errno) {

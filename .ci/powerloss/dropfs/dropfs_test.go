@@ -359,3 +359,71 @@ func TestTear(t *testing.T) {
 		t.Logf("%d of 64 unsynced sectors landed", kept)
 	})
 }
+
+// TestFailSync pins the failed write-back FailSync injects, Linux's
+// semantics: the failed pages read as written but no later fsync writes
+// them and a cut loses them; every other handle open then reports the
+// error once; a page written again is synced again.
+func TestFailSync(t *testing.T) {
+	page := func(c byte) []byte { return bytes.Repeat([]byte{c}, 4096) }
+	setup := func(t *testing.T) (*dropfs.FS, string, *os.File, *os.File) {
+		t.Helper()
+		f := mounted(t)
+		dir := f.Mountpoint()
+		durable(t, dir, "db", append(page('a'), page('b')...))
+		a, err := os.OpenFile(filepath.Join(dir, "db"), os.O_RDWR, 0)
+		must(t, err)
+		t.Cleanup(func() { a.Close() })
+		b, err := os.Open(filepath.Join(dir, "db")) // read-only: an fsync of it still reports
+		must(t, err)
+		t.Cleanup(func() { b.Close() })
+		_, err = a.WriteAt(page('A'), 0)
+		must(t, err)
+		f.FailSync("db")
+		if err := a.Sync(); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("the failing fsync = %v, want EIO", err)
+		}
+		if n := f.FailedSyncs(); n != 1 {
+			t.Fatalf("FailedSyncs = %d, want 1", n)
+		}
+		return f, dir, a, b
+	}
+	t.Run("the failed page reads as written, no later fsync writes it, a cut loses it", func(t *testing.T) {
+		f, dir, a, b := setup(t)
+		wantContent(t, filepath.Join(dir, "db"), append(page('A'), page('b')...))
+		must(t, a.Sync()) // the same handle: its error was reported
+		_, err := a.WriteAt(page('B'), 4096)
+		must(t, err)
+		must(t, a.Sync())
+		a.Close()
+		b.Close()
+		f = reboot(t, f, f.Cut)
+		wantContent(t, filepath.Join(f.Mountpoint(), "db"), append(page('a'), page('B')...))
+	})
+	t.Run("every other open handle reports the error once", func(t *testing.T) {
+		_, _, _, b := setup(t)
+		if err := b.Sync(); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("the other handle's first fsync = %v, want EIO", err)
+		}
+		must(t, b.Sync())
+	})
+	t.Run("a handle opened after the failure reports nothing", func(t *testing.T) {
+		_, dir, _, _ := setup(t)
+		c, err := os.Open(filepath.Join(dir, "db"))
+		must(t, err)
+		defer c.Close()
+		must(t, c.Sync())
+	})
+	t.Run("a failed page written again is synced again", func(t *testing.T) {
+		f, _, a, b := setup(t)
+		_, err := a.WriteAt([]byte("x"), 10)
+		must(t, err)
+		must(t, a.Sync())
+		a.Close()
+		b.Close()
+		f = reboot(t, f, f.Cut)
+		want := page('A')
+		want[10] = 'x'
+		wantContent(t, filepath.Join(f.Mountpoint(), "db"), append(want, page('b')...))
+	})
+}
