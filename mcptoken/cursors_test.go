@@ -13,11 +13,28 @@ import (
 	"github.com/ctoken/ctoken"
 )
 
+func TestCursors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"bind the caller without carrying it", cursorsBindTheCallerWithoutCarryingIt},
+		{"new cursors refuses a keyless issuer", newCursorsRefusesAKeylessIssuer},
+		{"turn with a keyless issuer is an internal error", cursorsTurnWithAKeylessIssuerIsAnInternalError},
+		{"refuse maps no key to internal", refuseMapsNoKeyToInternal},
+		{"turn carries scope to next", turnCarriesScopeToNext},
+		{"scope of nil arguments is unbound", scopeOfNilArgumentsIsUnbound},
+		{"turn refuses cursor of other scope or expired", turnRefusesCursorOfOtherScopeOrExpired},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // MCP cursors bind the caller inside their MAC (cursor format version 2):
 // the token carries no byte of the caller ID or the tool name, a 1 KiB or
 // non-UTF-8 caller gets the full state, signed and sealed, and another
 // caller, tool, arguments or session is refused with ctoken's codes.
-func TestCursorsBindTheCallerWithoutCarryingIt(t *testing.T) {
+func cursorsBindTheCallerWithoutCarryingIt(t *testing.T) {
 	callers := map[string]string{
 		"1 KiB":     strings.Repeat("alice.secret@example.com;", 41)[:1024],
 		"not UTF-8": "alice.secret\xff\xfe@example.com",
@@ -100,7 +117,7 @@ func TestCursorsBindTheCallerWithoutCarryingIt(t *testing.T) {
 }
 
 // NewCursors refuses an issuer not made by ctoken.NewCursorIssuer.
-func TestNewCursorsRefusesAKeylessIssuer(t *testing.T) {
+func newCursorsRefusesAKeylessIssuer(t *testing.T) {
 	var log bytes.Buffer
 	c, err := NewCursors(&ctoken.CursorIssuer{}, testIntegration(&log))
 	if c != nil || !errors.Is(err, ctoken.ErrConfig) || !errors.Is(err, ctoken.ErrNoKey) || !strings.HasPrefix(err.Error(), "test: NewCursors") {
@@ -110,7 +127,7 @@ func TestNewCursorsRefusesAKeylessIssuer(t *testing.T) {
 
 // At run time, an issuer without a key (reachable only past NewCursors) is
 // an internal error logged at Error, never an invalid cursor.
-func TestCursorsTurnWithAKeylessIssuerIsAnInternalError(t *testing.T) {
+func cursorsTurnWithAKeylessIssuerIsAnInternalError(t *testing.T) {
 	var log bytes.Buffer
 	c := &Cursors{issuer: &ctoken.CursorIssuer{}, in: testIntegration(&log)}
 	scope := ctoken.CursorScope{ToolID: ctoken.MCPTarget("tools/call", "search"), CallerID: "alice"}
@@ -126,7 +143,7 @@ func TestCursorsTurnWithAKeylessIssuerIsAnInternalError(t *testing.T) {
 
 // RefuseCursor and RefuseState map ctoken.ErrNoKey to Internal, with code
 // 0 and not StoreFailed.
-func TestRefuseMapsNoKeyToInternal(t *testing.T) {
+func refuseMapsNoKeyToInternal(t *testing.T) {
 	_, cursorErr := (&ctoken.CursorIssuer{}).Verify("AAAA", ctoken.CursorScope{})
 	_, stateErr := (&ctoken.RequestStateCodec{}).Decode("v1.AAAA.AAAA", "alice", "t")
 	for name, r := range map[string]Refusal{"cursor": RefuseCursor(cursorErr), "state": RefuseState(stateErr)} {
@@ -140,7 +157,7 @@ func TestRefuseMapsNoKeyToInternal(t *testing.T) {
 
 // A page turn fingerprints the arguments once: Turn keeps the scope and
 // Turn.Next issues the next cursor with it.
-func TestTurnCarriesScopeToNext(t *testing.T) {
+func turnCarriesScopeToNext(t *testing.T) {
 	var log bytes.Buffer
 	c := testCursors(t, &log, &clock{now: time.Unix(1e9, 0)})
 	ctx := context.Background()
@@ -178,7 +195,7 @@ func TestTurnCarriesScopeToNext(t *testing.T) {
 }
 
 // Nil arguments are not bound: the scope's fingerprint is zero.
-func TestScopeOfNilArgumentsIsUnbound(t *testing.T) {
+func scopeOfNilArgumentsIsUnbound(t *testing.T) {
 	var log bytes.Buffer
 	c := testCursors(t, &log, &clock{now: time.Unix(1e9, 0)})
 	scope, err := c.Scope("alice", "search", nil)
@@ -192,7 +209,7 @@ func TestScopeOfNilArgumentsIsUnbound(t *testing.T) {
 
 // A refused cursor is the integration's Refused error for RefuseCursor of
 // it, logged with the tool and the reason but never the cursor.
-func TestTurnRefusesCursorOfOtherScopeOrExpired(t *testing.T) {
+func turnRefusesCursorOfOtherScopeOrExpired(t *testing.T) {
 	var log bytes.Buffer
 	clk := &clock{now: time.Unix(1e9, 0)}
 	c := testCursors(t, &log, clk)

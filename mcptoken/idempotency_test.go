@@ -49,7 +49,31 @@ func counted() (RunFunc, *atomic.Int32) {
 	}, &n
 }
 
-func TestIdempotencyReplaysTheFirstResultToTheSameCaller(t *testing.T) {
+func TestIdempotency(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"replays the first result to the same caller", idempotencyReplaysTheFirstResultToTheSameCaller},
+		{"refuses a changed call under a used key", idempotencyRefusesAChangedCallUnderAUsedKey},
+		{"scopes keys to the caller and the tool", idempotencyScopesKeysToTheCallerAndTheTool},
+		{"answers a concurrent duplicate", idempotencyAnswersAConcurrentDuplicate},
+		{"releases the key when the tool fails", idempotencyReleasesTheKeyWhenTheToolFails},
+		{"refuses missing and malformed keys", idempotencyRefusesMissingAndMalformedKeys},
+		{"refuses an empty caller", idempotencyRefusesAnEmptyCaller},
+		{"new idempotency refuses bad config", newIdempotencyRefusesBadConfig},
+		{"store failures", idempotencyStoreFailures},
+		{"transactional outcomes", idempotencyTransactionalOutcomes},
+		{"answers of stores outside the contract", idempotencyAnswersOfStoresOutsideTheContract},
+		{"seals recorded results", idempotencySealsRecordedResults},
+		{"wait ends when the caller goes away", idempotencyWaitEndsWhenTheCallerGoesAway},
+		{"transactional with a work acquirer", idempotencyTransactionalWithAWorkAcquirer},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func idempotencyReplaysTheFirstResultToTheSameCaller(t *testing.T) {
 	cases := []struct {
 		name          string
 		first, second string
@@ -79,7 +103,7 @@ func TestIdempotencyReplaysTheFirstResultToTheSameCaller(t *testing.T) {
 	}
 }
 
-func TestIdempotencyRefusesAChangedCallUnderAUsedKey(t *testing.T) {
+func idempotencyRefusesAChangedCallUnderAUsedKey(t *testing.T) {
 	i := testIdempotency(t, &bytes.Buffer{}, nil)
 	run, n := counted()
 	if _, err := i.Call(context.Background(), "alice", "pay", []byte(`{"key":"k","amount":5}`), nil, run); err != nil {
@@ -98,7 +122,7 @@ func TestIdempotencyRefusesAChangedCallUnderAUsedKey(t *testing.T) {
 	}
 }
 
-func TestIdempotencyScopesKeysToTheCallerAndTheTool(t *testing.T) {
+func idempotencyScopesKeysToTheCallerAndTheTool(t *testing.T) {
 	i := testIdempotency(t, &bytes.Buffer{}, nil)
 	run, n := counted()
 	args := []byte(`{"key":"k","amount":5}`)
@@ -118,7 +142,7 @@ func TestIdempotencyScopesKeysToTheCallerAndTheTool(t *testing.T) {
 	}
 }
 
-func TestIdempotencyAnswersAConcurrentDuplicate(t *testing.T) {
+func idempotencyAnswersAConcurrentDuplicate(t *testing.T) {
 	for _, wait := range []time.Duration{0, time.Second} {
 		t.Run(fmt.Sprintf("wait %v", wait), func(t *testing.T) {
 			i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Wait = wait })
@@ -162,7 +186,7 @@ func TestIdempotencyAnswersAConcurrentDuplicate(t *testing.T) {
 	}
 }
 
-func TestIdempotencyReleasesTheKeyWhenTheToolFails(t *testing.T) {
+func idempotencyReleasesTheKeyWhenTheToolFails(t *testing.T) {
 	i := testIdempotency(t, &bytes.Buffer{}, nil)
 	boom := errors.New("boom")
 	var n atomic.Int32
@@ -195,7 +219,7 @@ func TestIdempotencyReleasesTheKeyWhenTheToolFails(t *testing.T) {
 	})
 }
 
-func TestIdempotencyRefusesMissingAndMalformedKeys(t *testing.T) {
+func idempotencyRefusesMissingAndMalformedKeys(t *testing.T) {
 	cases := []struct {
 		name string
 		args string
@@ -254,7 +278,7 @@ func TestIdempotencyRefusesMissingAndMalformedKeys(t *testing.T) {
 	})
 }
 
-func TestIdempotencyRefusesAnEmptyCaller(t *testing.T) {
+func idempotencyRefusesAnEmptyCaller(t *testing.T) {
 	i := testIdempotency(t, &bytes.Buffer{}, nil)
 	run, n := counted()
 	if _, err := i.Call(context.Background(), "", "pay", []byte(`{"key":"k"}`), nil, run); !errors.Is(err, errTestNoCaller) || n.Load() != 0 {
@@ -262,7 +286,7 @@ func TestIdempotencyRefusesAnEmptyCaller(t *testing.T) {
 	}
 }
 
-func TestNewIdempotencyRefusesBadConfig(t *testing.T) {
+func newIdempotencyRefusesBadConfig(t *testing.T) {
 	mem := replay.NewMemoryStore(10)
 	cases := []struct {
 		name string
@@ -319,7 +343,7 @@ func (s failingRecorder) ConfirmRecord(ctx context.Context, id, token string, un
 	return s.Recorder.ConfirmRecord(ctx, id, token, until, fp, result)
 }
 
-func TestIdempotencyStoreFailures(t *testing.T) {
+func idempotencyStoreFailures(t *testing.T) {
 	t.Run("acquire fails: nothing runs, nothing taken", func(t *testing.T) {
 		mem := replay.NewMemoryStore(10)
 		var log bytes.Buffer
@@ -435,7 +459,7 @@ func (w *fakeWork) Rollback(context.Context) error {
 	return nil
 }
 
-func TestIdempotencyTransactionalOutcomes(t *testing.T) {
+func idempotencyTransactionalOutcomes(t *testing.T) {
 	cases := []struct {
 		name       string
 		begin      error
@@ -503,7 +527,7 @@ func TestIdempotencyTransactionalOutcomes(t *testing.T) {
 	}
 }
 
-func TestIdempotencyAnswersOfStoresOutsideTheContract(t *testing.T) {
+func idempotencyAnswersOfStoresOutsideTheContract(t *testing.T) {
 	t.Run("done without a record", func(t *testing.T) {
 		mem := replay.NewMemoryStore(10)
 		i := testIdempotency(t, &bytes.Buffer{}, func(c *IdempotencyConfig) { c.Store = mem })
@@ -556,7 +580,7 @@ func (s *recordingStore) AcquireRecord(ctx context.Context, id string, d time.Du
 	return rec, err
 }
 
-func TestIdempotencySealsRecordedResults(t *testing.T) {
+func idempotencySealsRecordedResults(t *testing.T) {
 	secret := `{"content":[{"type":"text","text":"card 4242 4242 4242 4242"}]}`
 	other, err := ctoken.NewKeyring([]byte("fedcba9876543210fedcba9876543210"))
 	if err != nil {
@@ -650,7 +674,7 @@ func FuzzRecordOpen(f *testing.F) {
 	})
 }
 
-func TestIdempotencyWaitEndsWhenTheCallerGoesAway(t *testing.T) {
+func idempotencyWaitEndsWhenTheCallerGoesAway(t *testing.T) {
 	var log bytes.Buffer
 	i := testIdempotency(t, &log, func(c *IdempotencyConfig) { c.Wait = time.Second })
 	started, finish := make(chan struct{}), make(chan struct{})
@@ -709,13 +733,13 @@ func (f *fakeAcquirer) AcquireWork(ctx context.Context, id string, lease time.Du
 	return rec, &heldWork{fakeWork{tx: f.fakeTx, id: id, token: rec.Token}}, nil
 }
 
-// TestIdempotencyTransactionalWithAWorkAcquirer: with a store that takes
+// idempotencyTransactionalWithAWorkAcquirer: with a store that takes
 // the lease in the work's transaction, the call runs in the Work
 // AcquireWork returned (never BeginWork), a failed tool frees the ID by
 // the Work's Rollback alone (no ReleaseLease), an acquired answer without
 // a Work is refused without running the tool, and a Work given with a
 // done answer is rolled back.
-func TestIdempotencyTransactionalWithAWorkAcquirer(t *testing.T) {
+func idempotencyTransactionalWithAWorkAcquirer(t *testing.T) {
 	boom := errors.New("tool")
 	tests := []struct {
 		name       string

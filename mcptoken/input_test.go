@@ -6,9 +6,22 @@ import (
 	"testing"
 )
 
+func TestInput(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"cannot answer says what the server saw", cannotAnswerSaysWhatTheServerSaw},
+		{"refusal data lists only required", inputRefusalDataListsOnlyRequired},
+		{"speaks input requests from the version on", speaksInputRequestsFromTheVersionOn},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // CannotAnswer lists only the required capabilities the client lacks, and
 // its message says what the server saw.
-func TestCannotAnswerSaysWhatTheServerSaw(t *testing.T) {
+func cannotAnswerSaysWhatTheServerSaw(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		version  string
@@ -63,7 +76,7 @@ func TestCannotAnswerSaysWhatTheServerSaw(t *testing.T) {
 }
 
 // The -32021 data lists exactly the required capabilities.
-func TestInputRefusalDataListsOnlyRequired(t *testing.T) {
+func inputRefusalDataListsOnlyRequired(t *testing.T) {
 	for _, tc := range []struct {
 		needs []string
 		want  string
@@ -77,7 +90,7 @@ func TestInputRefusalDataListsOnlyRequired(t *testing.T) {
 	}
 }
 
-func TestSpeaksInputRequestsFromTheVersionOn(t *testing.T) {
+func speaksInputRequestsFromTheVersionOn(t *testing.T) {
 	for v, want := range map[string]bool{"": false, "2025-06-18": false, "2025-11-25": false, "2026-07-28": true, "2027-01-01": true} {
 		if SpeaksInputRequests(v) != want {
 			t.Errorf("%q: %v", v, !want)

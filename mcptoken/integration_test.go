@@ -9,7 +9,20 @@ import (
 	"time"
 )
 
-func TestConstructorsRefuseNilAndIncompleteIntegration(t *testing.T) {
+func TestIntegration(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"constructors refuse nil and incomplete integration", constructorsRefuseNilAndIncompleteIntegration},
+		{"caller refuses anonymous requests", callerRefusesAnonymousRequests},
+		{"core refuses an empty caller", coreRefusesAnEmptyCaller},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func constructorsRefuseNilAndIncompleteIntegration(t *testing.T) {
 	var log bytes.Buffer
 	in := testIntegration(&log)
 	if _, err := NewCursors(nil, in); err == nil || !strings.HasPrefix(err.Error(), "test: NewCursors") {
@@ -31,7 +44,7 @@ func TestConstructorsRefuseNilAndIncompleteIntegration(t *testing.T) {
 
 // A caller function's failure, or an empty caller, is the integration's
 // NoCaller error; the function's own error text goes to the log only.
-func TestCallerRefusesAnonymousRequests(t *testing.T) {
+func callerRefusesAnonymousRequests(t *testing.T) {
 	var log bytes.Buffer
 	in := testIntegration(&log)
 	ctx := context.Background()
@@ -58,7 +71,7 @@ func TestCallerRefusesAnonymousRequests(t *testing.T) {
 // The core refuses an empty caller handed to it directly (an integration
 // that skips Integration.Caller) with NoCaller, logged, instead of issuing or
 // accepting a token bound to every unauthenticated request at once.
-func TestCoreRefusesAnEmptyCaller(t *testing.T) {
+func coreRefusesAnEmptyCaller(t *testing.T) {
 	var log bytes.Buffer
 	clk := &clock{now: time.Unix(1e9, 0)}
 	c := testCursors(t, &log, clk)

@@ -36,7 +36,24 @@ func testListCursors(t testing.TB, log *bytes.Buffer, c *clock) *ListCursors {
 	return l
 }
 
-func TestNewListCursorsRefusesWhatCannotSeal(t *testing.T) {
+func TestListCursors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"new list cursors refuses what cannot seal", newListCursorsRefusesWhatCannotSeal},
+		{"carry the SDK cursor unchanged and unreadable", listCursorsCarryTheSDKCursorUnchangedAndUnreadable},
+		{"refuse another scope", listCursorsRefuseAnotherScope},
+		{"refuse an authentic cursor that is not a list cursor", listCursorsRefuseAnAuthenticCursorThatIsNotAListCursor},
+		{"seal refuses an SDK cursor over the budget", listCursorsSealRefusesAnSDKCursorOverTheBudget},
+		{"is list method", isListMethod},
+		{"zero value refuses", listCursorsZeroValueRefuses},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func newListCursorsRefusesWhatCannotSeal(t *testing.T) {
 	var log bytes.Buffer
 	c := &clock{now: time.Unix(1e9, 0)}
 	for _, tc := range []struct {
@@ -65,7 +82,7 @@ func TestNewListCursorsRefusesWhatCannotSeal(t *testing.T) {
 	}
 }
 
-func TestListCursorsCarryTheSDKCursorUnchangedAndUnreadable(t *testing.T) {
+func listCursorsCarryTheSDKCursorUnchangedAndUnreadable(t *testing.T) {
 	var log bytes.Buffer
 	l := testListCursors(t, &log, &clock{now: time.Unix(1e9, 0)})
 	ctx := context.Background()
@@ -103,7 +120,7 @@ func TestListCursorsCarryTheSDKCursorUnchangedAndUnreadable(t *testing.T) {
 	})
 }
 
-func TestListCursorsRefuseAnotherScope(t *testing.T) {
+func listCursorsRefuseAnotherScope(t *testing.T) {
 	var log bytes.Buffer
 	c := &clock{now: time.Unix(1e9, 0)}
 	l := testListCursors(t, &log, c)
@@ -176,7 +193,7 @@ func TestListCursorsRefuseAnotherScope(t *testing.T) {
 // An authentic cursor of a list's scope whose state is not a list cursor's
 // (written by other code sharing the issuer) is refused as invalid, and the
 // SDK gets nothing of it.
-func TestListCursorsRefuseAnAuthenticCursorThatIsNotAListCursor(t *testing.T) {
+func listCursorsRefuseAnAuthenticCursorThatIsNotAListCursor(t *testing.T) {
 	var log bytes.Buffer
 	l := testListCursors(t, &log, &clock{now: time.Unix(1e9, 0)})
 	for _, state := range [][]byte{nil, {innerText}, {9, 'x'}} {
@@ -194,7 +211,7 @@ func TestListCursorsRefuseAnAuthenticCursorThatIsNotAListCursor(t *testing.T) {
 
 // An SDK cursor longer than a cursor's state is an error, logged with its
 // length; one that fits the budget exactly seals.
-func TestListCursorsSealRefusesAnSDKCursorOverTheBudget(t *testing.T) {
+func listCursorsSealRefusesAnSDKCursorOverTheBudget(t *testing.T) {
 	var log bytes.Buffer
 	l := testListCursors(t, &log, &clock{now: time.Unix(1e9, 0)})
 	ctx := context.Background()
@@ -212,7 +229,7 @@ func TestListCursorsSealRefusesAnSDKCursorOverTheBudget(t *testing.T) {
 	}
 }
 
-func TestIsListMethod(t *testing.T) {
+func isListMethod(t *testing.T) {
 	for method, want := range map[string]bool{
 		"tools/list": true, "prompts/list": true, "resources/list": true, "resources/templates/list": true,
 		"tools/call": false, "": false, "tasks/list": false, "Tools/list": false,
@@ -268,7 +285,7 @@ func FuzzListCursorsOpen(f *testing.F) {
 
 // A zero or nil ListCursors (not made by NewListCursors) refuses every
 // call with an error, as a zero States does, and never panics.
-func TestListCursorsZeroValueRefuses(t *testing.T) {
+func listCursorsZeroValueRefuses(t *testing.T) {
 	ctx := context.Background()
 	var nilCursors *ListCursors
 	for _, tc := range []struct {

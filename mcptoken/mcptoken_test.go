@@ -22,9 +22,40 @@ func sum(canonical string) string {
 	return hex.EncodeToString(s[:])
 }
 
+func TestWrapArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"writes fingerprint and state", wrapArgsWritesFingerprintAndState},
+		{"takes absent arguments as empty object", wrapArgsTakesAbsentArgumentsAsEmptyObject},
+		{"refuses state that is not UTF-8", wrapArgsRefusesStateThatIsNotUTF8},
+		{"refuses arguments that are not JSON", wrapArgsRefusesArgumentsThatAreNotJSON},
+		{"unwrap args returns state for the same arguments", unwrapArgsReturnsStateForTheSameArguments},
+		{"unwrap args rejects other arguments and other spellings", unwrapArgsRejectsOtherArgumentsAndOtherSpellings},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"refuse state maps codec errors to codes", refuseStateMapsCodecErrorsToCodes},
+		{"refuse cursor maps verify errors to codes", refuseCursorMapsVerifyErrorsToCodes},
+		{"refuse state of nil is no token refusal", refuseStateOfNilIsNoTokenRefusal},
+		{"known code accepts only ctoken codes", knownCodeAcceptsOnlyCtokenCodes},
+		{"refuse state carries the busy hint", refuseStateCarriesTheBusyHint},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // The sealed text is byte for byte what both integrations have always
 // sealed: {"a":<hex SHA-256 of the JCS arguments>,"s":<state>}.
-func TestWrapArgsWritesFingerprintAndState(t *testing.T) {
+func wrapArgsWritesFingerprintAndState(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		args  any
@@ -51,7 +82,7 @@ func TestWrapArgsWritesFingerprintAndState(t *testing.T) {
 
 // Absent arguments and {} are the same call: both integrations have always
 // fingerprinted a missing or blank arguments member as {}.
-func TestWrapArgsTakesAbsentArgumentsAsEmptyObject(t *testing.T) {
+func wrapArgsTakesAbsentArgumentsAsEmptyObject(t *testing.T) {
 	want := `{"a":"` + sum(`{}`) + `","s":"s"}`
 	for _, args := range []any{nil, []byte(nil), []byte(" \n"), json.RawMessage(nil), json.RawMessage("\t"), json.RawMessage("{}"), map[string]any{}} {
 		got, err := WrapArgs(args, "s")
@@ -67,7 +98,7 @@ func TestWrapArgsTakesAbsentArgumentsAsEmptyObject(t *testing.T) {
 
 // encoding/json would replace invalid bytes with U+FFFD and seal an altered
 // state; WrapArgs refuses instead, as the codec does.
-func TestWrapArgsRefusesStateThatIsNotUTF8(t *testing.T) {
+func wrapArgsRefusesStateThatIsNotUTF8(t *testing.T) {
 	got, err := WrapArgs(nil, "step\xff1")
 	if !errors.Is(err, ctoken.ErrUnencodable) || got != "" {
 		t.Fatalf("WrapArgs = %q, %v; want ErrUnencodable", got, err)
@@ -77,7 +108,7 @@ func TestWrapArgsRefusesStateThatIsNotUTF8(t *testing.T) {
 	}
 }
 
-func TestWrapArgsRefusesArgumentsThatAreNotJSON(t *testing.T) {
+func wrapArgsRefusesArgumentsThatAreNotJSON(t *testing.T) {
 	for _, args := range []any{[]byte(`{"a":`), json.RawMessage(`{} {}`), func() {}} {
 		if got, err := WrapArgs(args, "s"); err == nil || got != "" {
 			t.Errorf("WrapArgs(%T) = %q, %v; want an error", args, got, err)
@@ -85,7 +116,7 @@ func TestWrapArgsRefusesArgumentsThatAreNotJSON(t *testing.T) {
 	}
 }
 
-func TestUnwrapArgsReturnsStateForTheSameArguments(t *testing.T) {
+func unwrapArgsReturnsStateForTheSameArguments(t *testing.T) {
 	sealed, err := WrapArgs([]byte(`{"q":"x","n":1}`), "page 2")
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +136,7 @@ func TestUnwrapArgsReturnsStateForTheSameArguments(t *testing.T) {
 
 // Every mismatch or malformation is ErrArgsMismatch with no state, and only
 // the exact text WrapArgs writes is accepted (one spelling).
-func TestUnwrapArgsRejectsOtherArgumentsAndOtherSpellings(t *testing.T) {
+func unwrapArgsRejectsOtherArgumentsAndOtherSpellings(t *testing.T) {
 	args := json.RawMessage(`{"target":"prod"}`)
 	fp := sum(`{"target":"prod"}`)
 	good := `{"a":"` + fp + `","s":"st"}`
@@ -175,7 +206,7 @@ func (failingStore) Claim(context.Context, string, time.Time) (bool, error) {
 
 // Errors from a real codec (and from UnwrapArgs) map to the codes and fixed
 // messages the client sees; the reason is ctoken's log-safe reason.
-func TestRefuseStateMapsCodecErrorsToCodes(t *testing.T) {
+func refuseStateMapsCodecErrorsToCodes(t *testing.T) {
 	// The memory replay store keeps real time, so the codec's clock does too.
 	c := &clock{now: time.Now()}
 	plain := codec(t, c, nil)
@@ -252,7 +283,7 @@ func TestRefuseStateMapsCodecErrorsToCodes(t *testing.T) {
 	}
 }
 
-func TestRefuseCursorMapsVerifyErrorsToCodes(t *testing.T) {
+func refuseCursorMapsVerifyErrorsToCodes(t *testing.T) {
 	c := &clock{now: time.Unix(1_700_000_000, 0)}
 	kr, err := ctoken.NewKeyring(make([]byte, 32))
 	if err != nil {
@@ -305,13 +336,13 @@ func TestRefuseCursorMapsVerifyErrorsToCodes(t *testing.T) {
 	}
 }
 
-func TestRefuseStateOfNilIsNoTokenRefusal(t *testing.T) {
+func refuseStateOfNilIsNoTokenRefusal(t *testing.T) {
 	if r := RefuseState(nil); r.Code != 0 || !r.StoreFailed {
 		t.Fatalf("RefuseState(nil) = %+v, want no code", r)
 	}
 }
 
-func TestKnownCodeAcceptsOnlyCtokenCodes(t *testing.T) {
+func knownCodeAcceptsOnlyCtokenCodes(t *testing.T) {
 	for code := -1; code < 2000; code++ {
 		want := code >= 1020 && code <= 1028
 		if KnownCode(code) != want {
@@ -359,7 +390,7 @@ func retail(wire string) string {
 // A busy refusal carries the hint Answer attaches to ErrStateBusy, at
 // most a second, and a second without one; no other refusal carries a
 // hint.
-func TestRefuseStateCarriesTheBusyHint(t *testing.T) {
+func refuseStateCarriesTheBusyHint(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error

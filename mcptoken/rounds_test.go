@@ -51,10 +51,36 @@ func refusalCode(err error) int {
 // claimOnlyStore is a replay.Store that is not a replay.Recorder.
 type claimOnlyStore struct{ replay.Store }
 
+func TestAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"new states answer retries needs a recorder", newStatesAnswerRetriesNeedsARecorder},
+		{"retry gets the recorded result without a second run", answerRetryGetsTheRecordedResultWithoutASecondRun},
+		{"round outlives the client's cancellation", answerRoundOutlivesTheClientsCancellation},
+		{"refuses anyone else and any change as open does", answerRefusesAnyoneElseAndAnyChangeAsOpenDoes},
+		{"concurrent retry is busy", answerConcurrentRetryIsBusy},
+		{"already used without a record is code 1026", answerAlreadyUsedWithoutARecordIsCode1026},
+		{"store failure runs nothing", answerStoreFailureRunsNothing},
+		{"refuses zero states and anonymous callers", answerRefusesZeroStatesAndAnonymousCallers},
+		{"recording failure returns the outcome and never runs twice", answerRecordingFailureReturnsTheOutcomeAndNeverRunsTwice},
+		{"records the result sealed", answerRecordsTheResultSealed},
+		{"refuses a record that does not open", answerRefusesARecordThatDoesNotOpen},
+		{"retry after a key rotation gets the recorded result", answerRetryAfterAKeyRotationGetsTheRecordedResult},
+		{"busy carries a retry hint", answerBusyCarriesARetryHint},
+		{"states sealer of derives once per ring", statesSealerOfDerivesOncePerRing},
+		{"interrupted round is told so once its hold ends", answerInterruptedRoundIsToldSoOnceItsHoldEnds},
+		{"round longer than its hold stays busy", answerRoundLongerThanItsHoldStaysBusy},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // NewStates with AnswerRetries refuses, as a configuration error, a codec
 // that is not single-use and one whose store cannot record; a Recorder is
 // accepted.
-func TestNewStatesAnswerRetriesNeedsARecorder(t *testing.T) {
+func newStatesAnswerRetriesNeedsARecorder(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		store replay.Store
@@ -90,7 +116,7 @@ func TestNewStatesAnswerRetriesNeedsARecorder(t *testing.T) {
 // The issue's case: the round ran, its response was lost, and the honest
 // retry (same caller, tool, arguments and state) gets the first result,
 // byte for byte, without a second run.
-func TestAnswerRetryGetsTheRecordedResultWithoutASecondRun(t *testing.T) {
+func answerRetryGetsTheRecordedResultWithoutASecondRun(t *testing.T) {
 	s, log := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
 	ctx := context.Background()
 	args := []byte(`{"target":"prod"}`)
@@ -120,7 +146,7 @@ func TestAnswerRetryGetsTheRecordedResultWithoutASecondRun(t *testing.T) {
 // A client that goes away while its round runs (the loss its retry then
 // recovers from) does not cut the round short: the round sees no
 // cancellation, its result is recorded, and the retry is answered with it.
-func TestAnswerRoundOutlivesTheClientsCancellation(t *testing.T) {
+func answerRoundOutlivesTheClientsCancellation(t *testing.T) {
 	s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
 	args := []byte(`{"target":"prod"}`)
 	wire, err := s.Seal("alice", "tools/call", "deploy", args, "confirmed")
@@ -155,7 +181,7 @@ func TestAnswerRoundOutlivesTheClientsCancellation(t *testing.T) {
 // other arguments, another tool, a tampered state and an expired one are
 // refused as Open refuses them (1023, 1022), before and after the round
 // ran, and consume nothing.
-func TestAnswerRefusesAnyoneElseAndAnyChangeAsOpenDoes(t *testing.T) {
+func answerRefusesAnyoneElseAndAnyChangeAsOpenDoes(t *testing.T) {
 	args := []byte(`{"target":"prod"}`)
 	for _, ran := range []bool{false, true} {
 		name := "before the round"
@@ -254,7 +280,7 @@ func flip(c byte) string {
 // A retry that overtakes the first attempt, while its round still runs, is
 // busy (1027, retry later) and runs nothing; once the round is done, the
 // retry gets its result.
-func TestAnswerConcurrentRetryIsBusy(t *testing.T) {
+func answerConcurrentRetryIsBusy(t *testing.T) {
 	s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
 	ctx := context.Background()
 	args := []byte(`{"target":"prod"}`)
@@ -298,7 +324,7 @@ func TestAnswerConcurrentRetryIsBusy(t *testing.T) {
 // used" (1026), never "invalid": the round failed or panicked; its result was too large
 // to record (sealed), or empty; the codec claimed it without a record (a handler's own Open);
 // with UnboundArgs, another call under the same state ran or runs it.
-func TestAnswerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
+func answerAlreadyUsedWithoutARecordIsCode1026(t *testing.T) {
 	ctx := context.Background()
 	args := []byte(`{"target":"prod"}`)
 	errDeploy := errors.New("deploy failed")
@@ -410,7 +436,7 @@ func (downRecorder) AcquireRecord(context.Context, string, time.Duration, []byte
 
 // A store that cannot answer is StoreFailed, logged, runs nothing and
 // consumes nothing.
-func TestAnswerStoreFailureRunsNothing(t *testing.T) {
+func answerStoreFailureRunsNothing(t *testing.T) {
 	mem := replay.NewMemoryStore(0)
 	down, log := retryStates(t, downRecorder{mem}, StatesConfig{})
 	ctx := context.Background()
@@ -434,7 +460,7 @@ func TestAnswerStoreFailureRunsNothing(t *testing.T) {
 // Answer refuses rather than panics: States not made by NewStates, a nil
 // round, and an empty caller (NoCaller, before the state is looked at). States that do
 // not answer retries open (and claim) the state as Open does.
-func TestAnswerRefusesZeroStatesAndAnonymousCallers(t *testing.T) {
+func answerRefusesZeroStatesAndAnonymousCallers(t *testing.T) {
 	ctx := context.Background()
 	var c countedRound
 	if _, err := new(States).Answer(ctx, "alice", "tools/call", "deploy", nil, "v1.x", c.round); err == nil {
@@ -597,7 +623,7 @@ func (confirmFailing) ConfirmLease(context.Context, string, string, time.Time) e
 // result (or error) is still returned, the failure is logged at Error,
 // and the state stays busy (the lease lasts until the state expires), so
 // the round never runs twice.
-func TestAnswerRecordingFailureReturnsTheOutcomeAndNeverRunsTwice(t *testing.T) {
+func answerRecordingFailureReturnsTheOutcomeAndNeverRunsTwice(t *testing.T) {
 	ctx := context.Background()
 	args := []byte(`{}`)
 	errDeploy := errors.New("deploy failed")
@@ -675,7 +701,7 @@ func plant(t *testing.T, store replay.Recorder, o stateclaim.Opened, fp, result 
 // state's ID is sealed (no byte of the result shows through), and opens to
 // the result the retry is answered with; a result of the largest sealable
 // size is recorded and answered too.
-func TestAnswerRecordsTheResultSealed(t *testing.T) {
+func answerRecordsTheResultSealed(t *testing.T) {
 	ctx := context.Background()
 	args := []byte(`{"target":"prod"}`)
 	for _, tc := range []struct {
@@ -734,7 +760,7 @@ func (e editing) AcquireRecord(ctx context.Context, id string, lease time.Durati
 // fingerprint is no secret), sealed under a key the codec's ring does not
 // hold, sealed as an idempotent tool call's record under the codec's own
 // key (the labels differ), or in clear, as before results were sealed.
-func TestAnswerRefusesARecordThatDoesNotOpen(t *testing.T) {
+func answerRefusesARecordThatDoesNotOpen(t *testing.T) {
 	ctx := context.Background()
 	args := []byte(`{"target":"prod"}`)
 	const result = `{"deployed":"prod","token":"tok-4242-secret"}`
@@ -826,7 +852,7 @@ func TestAnswerRefusesARecordThatDoesNotOpen(t *testing.T) {
 // new primary, and by the same codec once its KeySource is swapped. Once
 // the key leaves the ring, its states no longer open (1023), and neither
 // would their records.
-func TestAnswerRetryAfterAKeyRotationGetsTheRecordedResult(t *testing.T) {
+func answerRetryAfterAKeyRotationGetsTheRecordedResult(t *testing.T) {
 	ctx := context.Background()
 	args := []byte(`{"target":"prod"}`)
 	k1, k2 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
@@ -956,7 +982,7 @@ func (b busyFor) AcquireRecord(_ context.Context, _ string, _ time.Duration, fp 
 // A presentation while the round runs is busy (1027) with the hint of
 // when to retry: how long the round's lease still runs, at most a second,
 // and a second when the store does not say. Nothing runs.
-func TestAnswerBusyCarriesARetryHint(t *testing.T) {
+func answerBusyCarriesARetryHint(t *testing.T) {
 	args := []byte(`{}`)
 	for _, tc := range []struct {
 		name string
@@ -985,7 +1011,7 @@ func TestAnswerBusyCarriesARetryHint(t *testing.T) {
 // The sealer of round results is derived once per ring and refused for
 // anything that is not a ring (Answer then refuses the state as Internal,
 // before anything is taken).
-func TestStatesSealerOfDerivesOncePerRing(t *testing.T) {
+func statesSealerOfDerivesOncePerRing(t *testing.T) {
 	s, _ := retryStates(t, replay.NewMemoryStore(0), StatesConfig{})
 	ring, err := ctoken.NewKeyring(bytes.Repeat([]byte{5}, 32))
 	if err != nil {
@@ -1065,7 +1091,7 @@ func (h *holderStore) ConfirmLease(ctx context.Context, id, token string, until 
 // retries are busy until the hold ends, then every presentation is told
 // that the round was interrupted (1028, no retry hint), and the round
 // never runs again.
-func TestAnswerInterruptedRoundIsToldSoOnceItsHoldEnds(t *testing.T) {
+func answerInterruptedRoundIsToldSoOnceItsHoldEnds(t *testing.T) {
 	ctx := context.Background()
 	args := []byte(`{"target":"prod"}`)
 	store := &holderStore{MemoryStore: replay.NewMemoryStore(0)}
@@ -1145,7 +1171,7 @@ func (c *clockedRenewals) RenewLease(ctx context.Context, id, token string, leas
 // A round that runs longer than its hold is busy all along, never judged
 // interrupted: its hold is renewed while it runs, and its result is
 // recorded and answered.
-func TestAnswerRoundLongerThanItsHoldStaysBusy(t *testing.T) {
+func answerRoundLongerThanItsHoldStaysBusy(t *testing.T) {
 	ctx := context.Background()
 	args := []byte(`{"target":"prod"}`)
 	const hold = 150 * time.Millisecond

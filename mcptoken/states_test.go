@@ -12,11 +12,32 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
+func TestStates(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"new states refuses a codec that does not bind the tool", newStatesRefusesACodecThatDoesNotBindTheTool},
+		{"state of one tool never opens for another", statesStateOfOneToolNeverOpensForAnother},
+		{"new states refuses a keyless codec", newStatesRefusesAKeylessCodec},
+		{"open with a keyless codec is an internal error", statesOpenWithAKeylessCodecIsAnInternalError},
+		{"open no refusal consumes a single-use state", statesOpenNoRefusalConsumesASingleUseState},
+		{"seal open and refuse", statesSealOpenAndRefuse},
+		{"unbound states seal state as is", unboundStatesSealStateAsIs},
+		{"seal result refuses sealed state", sealResultRefusesSealedState},
+		{"check target binding refuses a codec that does not bind the tool", checkTargetBindingRefusesACodecThatDoesNotBindTheTool},
+		{"seal refuses arguments that cannot be fingerprinted", sealRefusesArgumentsThatCannotBeFingerprinted},
+		{"zero value refuses", statesZeroValueRefuses},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
 // NewStates refuses a codec that does not bind the tool (ctoken.BindSubject
 // and ctoken.BindNone) with an error matching both
 // ErrTargetUnbound and ctoken.ErrConfig, unless InsecureSkipToolBinding is
 // set, which is logged at Warn.
-func TestNewStatesRefusesACodecThatDoesNotBindTheTool(t *testing.T) {
+func newStatesRefusesACodecThatDoesNotBindTheTool(t *testing.T) {
 	kr, err := ctoken.NewKeyring(make([]byte, 32))
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +74,7 @@ func TestNewStatesRefusesACodecThatDoesNotBindTheTool(t *testing.T) {
 
 // The case: a state sealed by preview_delete with {"id":5} never
 // opens for delete_now with {"id":5} under the default configuration.
-func TestStatesStateOfOneToolNeverOpensForAnother(t *testing.T) {
+func statesStateOfOneToolNeverOpensForAnother(t *testing.T) {
 	var log bytes.Buffer
 	s, err := NewStates(codec(t, &clock{now: time.Unix(1e9, 0)}, nil), StatesConfig{}, testIntegration(&log))
 	if err != nil {
@@ -73,7 +94,7 @@ func TestStatesStateOfOneToolNeverOpensForAnother(t *testing.T) {
 
 // NewStates refuses a codec not made by ctoken.NewRequestStateCodec: it
 // has no key, and would misreport every request at run time.
-func TestNewStatesRefusesAKeylessCodec(t *testing.T) {
+func newStatesRefusesAKeylessCodec(t *testing.T) {
 	var log bytes.Buffer
 	s, err := NewStates(&ctoken.RequestStateCodec{}, StatesConfig{InsecureSkipToolBinding: true}, testIntegration(&log))
 	if s != nil || !errors.Is(err, ctoken.ErrConfig) || !errors.Is(err, ctoken.ErrNoKey) {
@@ -84,7 +105,7 @@ func TestNewStatesRefusesAKeylessCodec(t *testing.T) {
 // At run time, a codec without a key (reachable only past NewStates) is an
 // internal error logged at Error: never a store outage, never an invalid
 // state.
-func TestStatesOpenWithAKeylessCodecIsAnInternalError(t *testing.T) {
+func statesOpenWithAKeylessCodecIsAnInternalError(t *testing.T) {
 	var log bytes.Buffer
 	s := &States{codec: &ctoken.RequestStateCodec{}, in: testIntegration(&log)}
 	_, err := s.Open(context.Background(), "alice", "tools/call", "deploy", nil, "v1.e30.AAAA")
@@ -102,7 +123,7 @@ func TestStatesOpenWithAKeylessCodecIsAnInternalError(t *testing.T) {
 // exactly once (replay.MemoryStore; redisstore and pgstore run
 // replaytest.RunRequestStateContract, the same rule on the codec's
 // DecodeCheckedContext that Open calls, against real servers).
-func TestStatesOpenNoRefusalConsumesASingleUseState(t *testing.T) {
+func statesOpenNoRefusalConsumesASingleUseState(t *testing.T) {
 	kr, err := ctoken.NewKeyring(make([]byte, 32))
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +182,7 @@ func TestStatesOpenNoRefusalConsumesASingleUseState(t *testing.T) {
 
 // States seal and open bound to caller, target and arguments; a refusal is
 // the integration's Refused error, a store failure is marked StoreFailed.
-func TestStatesSealOpenAndRefuse(t *testing.T) {
+func statesSealOpenAndRefuse(t *testing.T) {
 	var log bytes.Buffer
 	clk := &clock{now: time.Unix(1e9, 0)}
 	s, err := NewStates(codec(t, clk, nil), StatesConfig{}, testIntegration(&log))
@@ -216,7 +237,7 @@ func TestStatesSealOpenAndRefuse(t *testing.T) {
 }
 
 // Unbound states seal the application's state as is.
-func TestUnboundStatesSealStateAsIs(t *testing.T) {
+func unboundStatesSealStateAsIs(t *testing.T) {
 	var log bytes.Buffer
 	c := codec(t, &clock{now: time.Unix(1e9, 0)}, nil)
 	s, err := NewStates(c, StatesConfig{UnboundArgs: true}, testIntegration(&log))
@@ -237,7 +258,7 @@ func TestUnboundStatesSealStateAsIs(t *testing.T) {
 
 // SealResult refuses a state that is already sealed (or looks it) and logs
 // every failure to seal.
-func TestSealResultRefusesSealedState(t *testing.T) {
+func sealResultRefusesSealedState(t *testing.T) {
 	var log bytes.Buffer
 	s, err := NewStates(codec(t, &clock{now: time.Unix(1e9, 0)}, nil), StatesConfig{}, testIntegration(&log))
 	if err != nil {
@@ -266,7 +287,7 @@ func TestSealResultRefusesSealedState(t *testing.T) {
 // and is no pass: the probe of ctokenmcp took any error as one, so a
 // BindSubject codec got through when its store failed or when it was
 // probed twice in one second (signed encoding is deterministic).
-func TestCheckTargetBindingRefusesACodecThatDoesNotBindTheTool(t *testing.T) {
+func checkTargetBindingRefusesACodecThatDoesNotBindTheTool(t *testing.T) {
 	kr, err := ctoken.NewKeyring(make([]byte, 32))
 	if err != nil {
 		t.Fatal(err)
@@ -349,7 +370,7 @@ func FuzzStatesOpen(f *testing.F) {
 // Seal refuses arguments it cannot fingerprint (malformed JSON text, a Go
 // value encoding/json cannot encode) and seals nothing; unbound States do
 // not look at the arguments.
-func TestSealRefusesArgumentsThatCannotBeFingerprinted(t *testing.T) {
+func sealRefusesArgumentsThatCannotBeFingerprinted(t *testing.T) {
 	var log bytes.Buffer
 	c := codec(t, &clock{now: time.Unix(1e9, 0)}, nil)
 	s, err := NewStates(c, StatesConfig{}, testIntegration(&log))
@@ -373,7 +394,7 @@ func TestSealRefusesArgumentsThatCannotBeFingerprinted(t *testing.T) {
 
 // A zero or nil States (not made by NewStates) refuses Seal, Open and
 // SealResult with an error, as its Answer does, and never panics.
-func TestStatesZeroValueRefuses(t *testing.T) {
+func statesZeroValueRefuses(t *testing.T) {
 	ctx := context.Background()
 	var nilStates *States
 	for _, tc := range []struct {
