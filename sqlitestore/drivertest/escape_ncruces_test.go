@@ -1,0 +1,76 @@
+//go:build ncruces
+
+package drivertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ctoken/ctoken/replay"
+	"github.com/ctoken/ctoken/sqlitestore"
+)
+
+// TestEscapeRecordCommitsWithoutSQLitesCheckpoint: the commit that
+// records an escaped Work (a handler's ROLLBACK after it changed rows)
+// runs on the writer's connection after the handler's statements, which
+// may have set wal_autocheckpoint. SQLite would then checkpoint after
+// that commit and drop the checkpoint's error; the store sets 0 back
+// first. Seen from the database file: no page of it is written by that
+// commit. ncruces only: the test reads the file itself, and closing a
+// descriptor of it releases a process's POSIX locks (ncruces takes OFD
+// locks, which a close of another descriptor leaves).
+func TestEscapeRecordCommitsWithoutSQLitesCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	db, path := openMigrated(t, driver)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE app (id TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	// A connection held open: no other connection's close is the last
+	// one, which would checkpoint.
+	hold, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	s := mustStore(t, db, sqlitestore.Options{SweepInterval: -1, RecheckInterval: time.Hour})
+	for i := range 20 {
+		if _, err := s.Claim(ctx, fmt.Sprint("c-", i), time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, w, err := s.AcquireWork(ctx, "escaped", time.Minute, nil)
+	if err != nil || w == nil {
+		t.Fatalf("AcquireWork = %v, %v", w, err)
+	}
+	tx, err := sqlitestore.TxFrom(w.Context(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`PRAGMA wal_autocheckpoint = 1`, `INSERT INTO app (id) VALUES ('x')`, `ROLLBACK`} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := w.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err == nil {
+		t.Fatal("Commit after the handler's ROLLBACK = nil; want the escape refused")
+	}
+	if l, err := s.AcquireLease(ctx, "escaped", time.Minute); !errors.Is(err, replay.ErrLeaseLost) && l.State == replay.LeaseAcquired {
+		t.Fatalf("AcquireLease of the escaped ID = %+v, %v; want it recorded as escaped, not acquired", l, err)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Error("the database file changed with the record of the escape: SQLite checkpointed after its commit, with the handler's wal_autocheckpoint")
+	}
+}
