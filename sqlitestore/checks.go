@@ -664,9 +664,9 @@ func (s *Store) checker(ctx context.Context) {
 // check is one recheck: the settings of a pooled connection, the marker,
 // the file's identity, no trigger on the store's table; then the sidecar.
 func (s *Store) check(parent context.Context) {
+	s.writeback(parent)
 	ctx, cancel := s.bound(parent)
 	defer cancel()
-	s.writeback(ctx)
 	err := s.checkOnce(ctx)
 	if parent.Err() != nil {
 		return
@@ -715,11 +715,28 @@ func (s *Store) check(parent context.Context) {
 // only: in the rollback journal modes every commit syncs the database
 // file itself, and a commit whose fsync fails is rolled back from its
 // journal.
-func (s *Store) writeback(ctx context.Context) {
+func (s *Store) writeback(parent context.Context) {
+	ctx, cancel := s.bound(parent)
+	defer cancel()
 	if s.dbFile != nil {
-		err := s.dbFile.Sync()
+		// The fsync waits for the file's write-back, which a loaded disk
+		// can make slow: the check waits no longer than its bound, and the
+		// next check reads the result.
+		res := s.syncing
+		if res == nil {
+			res = make(chan error, 1)
+			f := s.dbFile
+			go func() { res <- f.Sync() }()
+		}
+		var err error
+		select {
+		case err = <-res:
+			s.syncing = nil
+		case <-ctx.Done():
+			s.syncing = res
+		}
 		switch {
-		case err == nil:
+		case s.syncing != nil, err == nil:
 		case errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
 			s.wbErr.Store(true)
 			s.log.Warn("sqlitestore: a write-back of the database file failed (found by the store's own fsync of it: another connection's checkpoint, or the kernel's write-back): the store acknowledges nothing until it has rewritten the database and a checkpoint has put every page on the disk", "table", unquote(s.table), "err", err)
@@ -729,10 +746,15 @@ func (s *Store) writeback(ctx context.Context) {
 			s.dbFile = nil
 		}
 	}
+	// The settle has a bound of its own: a checkpoint that waits for
+	// readers (busy_timeout) may outlast the one above, which the rest of
+	// the check does not share either.
 	select {
 	case s.writeMu <- struct{}{}:
 		if s.wbErr.Load() || s.ioErr {
-			if _, _, err := s.writerConn(ctx); err != nil {
+			sctx, cancel := s.bound(parent)
+			defer cancel()
+			if _, _, err := s.writerConn(sctx); err != nil {
 				s.log.Warn("sqlitestore: after an I/O error, the rewrite or its checkpoint did not finish (tried again at the next call or check)", "table", unquote(s.table), "err", err)
 			}
 		}

@@ -4,6 +4,9 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -22,22 +25,38 @@ const writebackLooks = true
 // (unshare(CLONE_FILES)): closing it there releases no lock but that
 // table's, which holds none. The thread ends with the file (its goroutine
 // exits locked to it, and the Go runtime then ends the thread).
+//
+// unshare copies the whole table: every file, pipe and socket open at
+// that moment would stay open in the copy, for the file's life (a pipe's
+// reader would see no end of file, a child no end of its input, a port
+// stay bound). So the thread closes its copies at once (closeInherited),
+// which releases nothing of the process's: a POSIX lock belongs to the
+// table that took it, and the other descriptors are references the
+// process's table still holds. It keeps the anonymous inodes (the Go
+// runtime's epoll and eventfd, which runtime code on the thread may use;
+// pidfds), which hold no file, pipe or socket.
 
 // privateFile is a file opened read-only on such a thread. Its methods are
 // safe for concurrent use.
 type privateFile struct {
 	calls chan func(fd int)
-	done  chan struct{}
+	quit  chan struct{} // closed by Close or release
+	done  chan struct{} // closed once the file is closed and its thread ends
+	once  sync.Once
 }
 
 // openPrivate opens path read-only on a thread of its own (see above).
 func openPrivate(path string) (*privateFile, error) {
-	p := &privateFile{calls: make(chan func(fd int)), done: make(chan struct{})}
+	p := &privateFile{calls: make(chan func(fd int)), quit: make(chan struct{}), done: make(chan struct{})}
 	opened := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
 		defer close(p.done)
 		if err := syscall.Unshare(syscall.CLONE_FILES); err != nil {
+			opened <- err
+			return
+		}
+		if err := closeInherited(); err != nil {
 			opened <- err
 			return
 		}
@@ -47,8 +66,13 @@ func openPrivate(path string) (*privateFile, error) {
 			return
 		}
 		defer syscall.Close(fd)
-		for call := range p.calls {
-			call(fd)
+		for {
+			select {
+			case call := <-p.calls:
+				call(fd)
+			case <-p.quit:
+				return
+			}
 		}
 	}()
 	if err := <-opened; err != nil {
@@ -57,12 +81,39 @@ func openPrivate(path string) (*privateFile, error) {
 	return p, nil
 }
 
-// do runs fn with the descriptor, on the file's thread. It must not be
-// called after Close.
+// closeInherited closes, in the calling thread's own descriptor table, the
+// copies unshare made of every descriptor but the standard three and the
+// anonymous inodes (see above).
+func closeInherited() error {
+	const dir = "/proc/thread-self/fd" // this thread's table (Linux 3.17)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		target, err := os.Readlink(dir + "/" + e.Name())
+		if err != nil || strings.HasPrefix(target, "anon_inode:") {
+			continue // gone (ReadDir's own), or one to keep
+		}
+		syscall.Close(fd)
+	}
+	return nil
+}
+
+// do runs fn with the descriptor, on the file's thread, after any call
+// in progress; after Close or release it returns os.ErrClosed.
 func (p *privateFile) do(fn func(fd int) error) error {
 	var err error
 	ran := make(chan struct{})
-	p.calls <- func(fd int) { err = fn(fd); close(ran) }
+	select {
+	case p.calls <- func(fd int) { err = fn(fd); close(ran) }:
+	case <-p.quit:
+		return os.ErrClosed
+	}
 	<-ran
 	return err
 }
@@ -101,8 +152,15 @@ func (p *privateFile) Sync() error {
 	return p.do(func(fd int) error { return syscall.Fsync(fd) })
 }
 
-// Close closes the file and ends its thread.
+// Close closes the file and ends its thread, after the call in progress,
+// if any.
 func (p *privateFile) Close() {
-	close(p.calls)
+	p.release()
 	<-p.done
+}
+
+// release is Close without the wait: the file is closed once the call in
+// progress returns (an fsync that hangs on a dead disk keeps it).
+func (p *privateFile) release() {
+	p.once.Do(func() { close(p.quit) })
 }

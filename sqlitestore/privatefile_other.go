@@ -42,6 +42,8 @@ func (p *privateFile) Sync() error { return errors.ErrUnsupported }
 // locks on the file (see held).
 func (p *privateFile) Close() {}
 
+func (p *privateFile) release() {}
+
 // held keeps open, for the life of the process, each database file the
 // package opened to read past SQLite. Closing any descriptor of a file
 // releases every POSIX advisory lock the process holds on it (fcntl(2)),

@@ -200,6 +200,10 @@ type Store struct {
 	// (checks.go).
 	dbFile *privateFile
 	wbErr  atomic.Bool
+	// syncing is the result of the checker's fsync of dbFile while it is
+	// in progress past a check's bound (read by the next check); nil
+	// otherwise. The checker's alone.
+	syncing chan error
 	// closedConn is a closed connection: a Tx's statement after its Work
 	// ended runs on it and fails with sql.ErrConnDone.
 	closedConn *sql.Conn
@@ -375,7 +379,11 @@ func (s *Store) Close() error {
 		s.stop()
 		s.wg.Wait()
 		if s.dbFile != nil {
-			s.dbFile.Close()
+			if s.syncing == nil {
+				s.dbFile.Close()
+			} else {
+				s.dbFile.release() // its fsync still runs: not waited for
+			}
 		}
 		close(s.done)
 		s.guard.persist(s)
