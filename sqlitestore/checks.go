@@ -702,9 +702,9 @@ func (s *Store) check(parent context.Context) {
 // since the last look, in any connection of any process: Linux reports
 // such a failure at the next fsync of every descriptor open when it
 // happened (errseq, since 4.13), so the fsync of the descriptor the store
-// holds from New to Close (privateFile) reports one that a checkpoint of another connection met (SQLite
-// drops the error of the automatic checkpoint after a commit, and an
-// application may ignore its own). Such a failure may have dropped pages
+// holds from New to Close (privateFile) reports one that a checkpoint of
+// another connection met (SQLite drops the error of the automatic
+// checkpoint after a commit, and an application may ignore its own). Such a failure may have dropped pages
 // that earlier checkpoints copied from the WAL (see the comment above
 // sawIOError), so the writer settles, as after an I/O error of its own.
 // It settles now, not at the next write, since a power cut before then
