@@ -93,7 +93,9 @@ const (
 	// durable one, after the first pending write touching it, after the
 	// second, ..., the newest), chosen at random and independently of
 	// the other sectors, and the file's size is one of the sizes it had
-	// since the last Sync.
+	// since the last Sync. A truncation is metadata, atomic: it zeroes
+	// sectors (seen when the file grows again) only if the size left
+	// is one the file had at or after it.
 	crashTear
 )
 
@@ -186,7 +188,11 @@ func (n *crashNode) image(mode crashMode, r *rand.Rand) ([]byte, bool) {
 		sizes = append(sizes, s)
 		maxSize = max(maxSize, s)
 	}
-	size := sizes[r.IntN(len(sizes))]
+	// The cut leaves the size after the first k pending changes: the
+	// file's metadata (its size, the blocks it holds) as the file system
+	// committed it, atomically.
+	k := r.IntN(len(sizes))
+	size := sizes[k]
 	// The pending changes touching each sector, in order.
 	touch := map[int64][]int{}
 	for i, op := range n.pending {
@@ -196,6 +202,18 @@ func (n *crashNode) image(mode crashMode, r *rand.Rand) ([]byte, bool) {
 				touch[s] = append(touch[s], i)
 			}
 		case crashTruncate:
+			// A truncation writes no data: it changes the size and frees
+			// the blocks past it, in one metadata update. If that update
+			// is not among the k the disk holds, the file still has its
+			// blocks with their contents, untouched. SQLite relies on
+			// this (https://www.sqlite.org/atomiccommit.html, "Hardware
+			// Assumptions"): in journal_mode=TRUNCATE the truncation of
+			// the journal is the commit, and a journal zeroed in part
+			// inside its old size, its header kept, rolls back part of a
+			// commit whose database writes were synced.
+			if i >= k {
+				break
+			}
 			for s := op.off / crashSector; s*crashSector < maxSize; s++ {
 				touch[s] = append(touch[s], i)
 			}
