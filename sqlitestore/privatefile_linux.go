@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,9 +33,17 @@ const writebackLooks = true
 // stay bound). So the thread closes its copies at once (closeInherited),
 // which releases nothing of the process's: a POSIX lock belongs to the
 // table that took it, and the other descriptors are references the
-// process's table still holds. It keeps the anonymous inodes (the Go
-// runtime's epoll and eventfd, which runtime code on the thread may use;
-// pidfds), which hold no file, pipe or socket.
+// process's table still holds. It keeps only the Go runtime's epoll and
+// the eventfd registered in it, which runtime code on the thread uses
+// (a stop of the world polls the one, a wake of the poller writes the
+// other): the epoll is the one a pipe the caller opened for the purpose
+// is registered in (read from /proc's fdinfo). Should that look find
+// none, it keeps every anonymous inode (eventpoll, eventfd, inotify, ...:
+// no file, pipe or socket).
+//
+// The thread is never the process's main thread: the runtime parks that
+// one rather than end it, and /proc/self/fd would then list the private
+// table.
 
 // privateFile is a file opened read-only on such a thread. Its methods are
 // safe for concurrent use.
@@ -46,34 +55,36 @@ type privateFile struct {
 }
 
 // openPrivate opens path read-only on a thread of its own (see above).
+// Without /proc it fails.
 func openPrivate(path string) (*privateFile, error) {
+	probeR, probeW, err := os.Pipe() // registered with the runtime's netpoller
+	if err != nil {
+		return nil, err
+	}
+	defer probeW.Close() // on this thread: the process's table
+	defer probeR.Close()
+	probe := -1
+	if rc, err := probeR.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { probe = int(fd) })
+	}
 	p := &privateFile{calls: make(chan func(fd int)), quit: make(chan struct{}), done: make(chan struct{})}
 	opened := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		defer close(p.done)
-		if err := syscall.Unshare(syscall.CLONE_FILES); err != nil {
-			opened <- err
+		runtime.LockOSThread() // never unlocked but on the main thread: the thread ends with the goroutine
+		if syscall.Gettid() == syscall.Getpid() {
+			// The main thread: hand over to a goroutine that cannot run on
+			// it while this one holds it.
+			started := make(chan struct{})
+			go func() {
+				runtime.LockOSThread()
+				close(started)
+				p.serve(path, probe, opened)
+			}()
+			<-started
+			runtime.UnlockOSThread()
 			return
 		}
-		if err := closeInherited(); err != nil {
-			opened <- err
-			return
-		}
-		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-		opened <- err
-		if err != nil {
-			return
-		}
-		defer syscall.Close(fd)
-		for {
-			select {
-			case call := <-p.calls:
-				call(fd)
-			case <-p.quit:
-				return
-			}
-		}
+		p.serve(path, probe, opened)
 	}()
 	if err := <-opened; err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
@@ -81,25 +92,86 @@ func openPrivate(path string) (*privateFile, error) {
 	return p, nil
 }
 
-// closeInherited closes, in the calling thread's own descriptor table, the
-// copies unshare made of every descriptor but the standard three and the
-// anonymous inodes (see above).
-func closeInherited() error {
-	const dir = "/proc/thread-self/fd" // this thread's table (Linux 3.17)
-	ents, err := os.ReadDir(dir)
+// serve runs on the locked thread: it makes the thread's table its own,
+// opens path and runs the calls until quit.
+func (p *privateFile) serve(path string, probe int, opened chan<- error) {
+	defer close(p.done)
+	if err := syscall.Unshare(syscall.CLONE_FILES); err != nil {
+		opened <- err
+		return
+	}
+	if err := closeInherited(probe); err != nil {
+		opened <- err
+		return
+	}
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	opened <- err
+	if err != nil {
+		return
+	}
+	defer syscall.Close(fd)
+	for {
+		select {
+		case call := <-p.calls:
+			call(fd)
+		case <-p.quit:
+			return
+		}
+	}
+}
+
+// closeInherited closes, in the calling thread's own descriptor table,
+// every copy unshare made but the runtime's epoll (the one probe is
+// registered in) and its eventfd (see above).
+func closeInherited(probe int) error {
+	dir := "/proc/thread-self" // this thread's table (Linux 3.17)
+	if _, err := os.Stat(dir); err != nil {
+		dir = "/proc/self/task/" + strconv.Itoa(syscall.Gettid())
+	}
+	ents, err := os.ReadDir(dir + "/fd")
 	if err != nil {
 		return err
 	}
+	link := func(fd int) string {
+		l, _ := os.Readlink(dir + "/fd/" + strconv.Itoa(fd))
+		return l
+	}
+	var fds []int
+	keep := map[int]bool{}
 	for _, e := range ents {
 		fd, err := strconv.Atoi(e.Name())
-		if err != nil || fd <= 2 {
+		if err != nil {
 			continue
 		}
-		target, err := os.Readlink(dir + "/" + e.Name())
-		if err != nil || strings.HasPrefix(target, "anon_inode:") {
-			continue // gone (ReadDir's own), or one to keep
+		fds = append(fds, fd)
+		if link(fd) != "anon_inode:[eventpoll]" {
+			continue
 		}
-		syscall.Close(fd)
+		info, _ := os.ReadFile(dir + "/fdinfo/" + e.Name())
+		var targets []int
+		for _, line := range strings.Split(string(info), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "tfd:" {
+				if t, err := strconv.Atoi(f[1]); err == nil {
+					targets = append(targets, t)
+				}
+			}
+		}
+		if !slices.Contains(targets, probe) {
+			continue // the application's
+		}
+		keep[fd] = true
+		for _, t := range targets {
+			if link(t) == "anon_inode:[eventfd]" {
+				keep[t] = true
+			}
+		}
+	}
+	found := len(keep) >= 2
+	for _, fd := range fds {
+		if keep[fd] || !found && strings.HasPrefix(link(fd), "anon_inode:") {
+			continue
+		}
+		syscall.Close(fd) // ReadDir's own is gone already: EBADF
 	}
 	return nil
 }

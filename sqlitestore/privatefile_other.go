@@ -2,88 +2,21 @@
 
 package sqlitestore
 
-import (
-	"errors"
-	"os"
-	"sync"
-)
+import "errors"
 
 // writebackLooks says whether a check's fsync of the database file
 // reports write-backs that failed in other connections: Linux's errseq
 // only.
 const writebackLooks = false
 
-// privateFile is the database file opened to read it past SQLite. Here it
-// stays open for the life of the process (see held). Its methods are safe
-// for concurrent use.
-type privateFile struct{ f *os.File }
+// privateFile is Linux's (privatefile_linux.go): here openPrivate always
+// fails, and the database file is read through a keptFile.
+type privateFile struct{}
 
-func openPrivate(path string) (*privateFile, error) {
-	f, err := openHeld(path)
-	if err != nil {
-		return nil, err
-	}
-	return &privateFile{f}, nil
-}
+func openPrivate(string) (*privateFile, error) { return nil, errors.ErrUnsupported }
 
-func (p *privateFile) ReadAt(b []byte, off int64) (int, error) { return p.f.ReadAt(b, off) }
-
-func (p *privateFile) Size() (int64, error) {
-	info, err := p.f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return info.Size(), nil
-}
-
-func (p *privateFile) Sync() error { return errors.ErrUnsupported }
-
-// Close does nothing: closing the descriptor would release the process's
-// locks on the file (see held).
-func (p *privateFile) Close() {}
-
-func (p *privateFile) release() {}
-
-// held keeps open, for the life of the process, each database file the
-// package opened to read past SQLite. Closing any descriptor of a file
-// releases every POSIX advisory lock the process holds on it (fcntl(2)),
-// the locks of its SQLite connections included: the SHARED lock each
-// connection keeps on the file in WAL mode, and a writer's locks in the
-// rollback journal modes (https://sqlite.org/howtocorrupt.html, 2.2).
-// SQLite's own VFS keeps such descriptors open for the same reason. One
-// descriptor per file is opened, at most, whatever the number of stores.
-var held struct {
-	sync.Mutex
-	files []heldFile
-}
-
-type heldFile struct {
-	info os.FileInfo
-	f    *os.File
-}
-
-// openHeld opens path for reading, or returns the descriptor already held
-// for that file. The caller must not close it. Reads through it
-// (ReadAt) are safe for concurrent use.
-func openHeld(path string) (*os.File, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	held.Lock()
-	defer held.Unlock()
-	for _, h := range held.files {
-		if os.SameFile(h.info, info) {
-			return h.f, nil
-		}
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	if fi, err := f.Stat(); err == nil {
-		info = fi // the file opened, should the path have changed since
-	}
-	held.files = append(held.files, heldFile{info, f})
-	return f, nil
-}
+func (*privateFile) ReadAt([]byte, int64) (int, error) { return 0, errors.ErrUnsupported }
+func (*privateFile) Size() (int64, error)              { return 0, errors.ErrUnsupported }
+func (*privateFile) Sync() error                       { return errors.ErrUnsupported }
+func (*privateFile) Close()                            {}
+func (*privateFile) release()                          {}

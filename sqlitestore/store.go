@@ -200,6 +200,10 @@ type Store struct {
 	// (checks.go).
 	dbFile *privateFile
 	wbErr  atomic.Bool
+	// unsettled is ioErr, readable without writeMu: with wbErr, what
+	// refuses the commits the writer does not make (a Work's, a caller's
+	// transaction of WithTx) until the writer has settled.
+	unsettled atomic.Bool
 	// syncing is the result of the checker's fsync of dbFile while it is
 	// in progress past a check's bound (read by the next check); nil
 	// otherwise. The checker's alone.

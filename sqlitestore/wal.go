@@ -187,7 +187,7 @@ func walLost(path, link string, now int64, root uint32, current func(key []byte)
 	if err != nil || len(last) == 0 {
 		return 0, err
 	}
-	db, err := openPrivate(path)
+	db, err := openPages(path)
 	if err != nil {
 		return 0, err
 	}

@@ -148,6 +148,9 @@ func (c callerTx) step(ctx context.Context, s *Store, fn func(q querier, now int
 // WithTx, or a joined Work: what names it): it first checks, in that
 // transaction, the marker and the settings its commit runs with.
 func (s *Store) stepIn(ctx context.Context, q querier, what string, fn func(q querier, now int64) error) error {
+	if err := s.settled(); err != nil {
+		return err
+	}
 	now := s.now().UnixNano()
 	// The marker, and the settings the transaction commits with: its
 	// connection is the caller's, and may have been lowered.
@@ -386,6 +389,9 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 		if err := replay.CheckRecord(fp, result); err != nil {
 			return w.end(ctx, fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
 		}
+	}
+	if err := s.settled(); err != nil {
+		return w.end(ctx, fmt.Errorf("%w: %w; nothing was kept", replay.ErrRolledBack, err))
 	}
 	if w.acquired {
 		return w.commitAcquired(ctx, until, fp, result)

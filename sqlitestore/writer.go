@@ -336,7 +336,21 @@ func (s *Store) sawIOError(err error) {
 		return
 	}
 	s.ioErr = true
+	s.unsettled.Store(true)
 	s.log.Warn("sqlitestore: a write failed with an I/O error: the store acknowledges nothing until it has rewritten the database and a checkpoint has put every page on the disk", "table", unquote(s.table), "err", err)
+}
+
+// errUnsettled refuses a commit the writer does not make itself while an
+// I/O error or a failed write-back waits for the rewrite.
+var errUnsettled = fmt.Errorf("%w: an I/O error or a failed write-back of the database file was found, and the store acknowledges nothing until it has rewritten the database", ErrUnavailable)
+
+// settled returns errUnsettled while the writer has an I/O error or a
+// failed write-back to settle, nil otherwise. Any goroutine.
+func (s *Store) settled() error {
+	if s.unsettled.Load() || s.wbErr.Load() {
+		return errUnsettled
+	}
+	return nil
 }
 
 // isIOError reports an error of SQLite's I/O family (SQLITE_IOERR and its
@@ -398,6 +412,7 @@ func (s *Store) settle(ctx context.Context, wc *wconn) error {
 		}
 	}
 	s.ioErr, s.rewritten = false, false
+	s.unsettled.Store(false)
 	s.log.Info("sqlitestore: after an I/O error, the database was rewritten and a checkpoint put every page on the disk; serving", "table", unquote(s.table))
 	return nil
 }
@@ -437,8 +452,13 @@ func (s *Store) commitFailed(ctx context.Context, err error) bool {
 // then too, and replaced by another; a trigger on the store's table in
 // main refuses the write. The caller holds writeMu.
 func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
-	if s.wbErr.Swap(false) { // a failed write-back found by a check
+	if s.wbErr.Load() { // a failed write-back found by a check
+		// unsettled first: a reader of the two never sees neither set.
+		// A failure found between the two stores below is covered by the
+		// rewrite that follows, which reads every page after it.
 		s.ioErr, s.rewritten = true, false
+		s.unsettled.Store(true)
+		s.wbErr.Store(false)
 	}
 	wc, level, err := s.openWriter(ctx, false)
 	if err == nil {

@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/sqlitestore"
 )
 
@@ -169,6 +170,19 @@ func writebackChild(spec string) error {
 		return err
 	}
 	reader.Close()
+	// With the checks, a Work is open across the failure: its commit
+	// comes after the store found the failure, before the rewrite (which
+	// waits for the writer the Work holds), and must be refused.
+	var work replay.Work
+	if job.Recheck < time.Hour {
+		var err error
+		if _, work, err = s.AcquireWork(ctx, "work-0", time.Minute, nil); err != nil || work == nil {
+			return fmt.Errorf("AcquireWork: %v, %v", work, err)
+		}
+		if err := sqliteEffect(work.Context(ctx), "work-0"); err != nil {
+			return err
+		}
+	}
 	say("arm")
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		return err
@@ -196,6 +210,19 @@ func writebackChild(spec string) error {
 		time.Sleep(10 * time.Millisecond) // the store's own checkpoint holds the lock
 	}
 	app.Close()
+	if work != nil {
+		for range 12000 { // the store's next check, 2 minutes at most
+			if log.saw("a write-back of the database file failed") {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := work.Commit(ctx, time.Now().Add(time.Hour), nil, nil); err != nil {
+			say("work-refused " + strings.ReplaceAll(err.Error(), "\n", " "))
+		} else {
+			say("work-acknowledged")
+		}
+	}
 	if err := claim("c", 100); err != nil {
 		return err
 	}
@@ -277,7 +304,7 @@ func TestSQLiteWritebackErrorThenPowerCut(t *testing.T) {
 				cmd.Wait()
 			}()
 			var acked []string
-			repaired, done := false, false
+			repaired, done, workRefused := false, false, false
 			for line := range lines {
 				verb, rest, _ := strings.Cut(line, " ")
 				switch verb {
@@ -292,6 +319,11 @@ func TestSQLiteWritebackErrorThenPowerCut(t *testing.T) {
 					t.Log("the store's own fsync of the database file met the failure before the application's checkpoint")
 				case "repaired":
 					repaired = true
+				case "work-refused":
+					workRefused = true
+					t.Logf("the Work open across the failure: %s", rest)
+				case "work-acknowledged":
+					t.Error("a Work committed after the store found the failed write-back, before its rewrite, was acknowledged")
 				case "done":
 					done = true
 				}
@@ -334,6 +366,9 @@ func TestSQLiteWritebackErrorThenPowerCut(t *testing.T) {
 			t.Logf("%d claims acknowledged, %d accepted again after the cut, %d refused with an error (first: %v); the store repaired before the cut: %v",
 				len(acked), again, broken, firstErr, repaired)
 			if tc.recheck < time.Hour {
+				if !workRefused {
+					t.Error("the Work open across the failure was not refused")
+				}
 				if !repaired {
 					t.Errorf("the store never reported the repair; child:\n%s", stderr.String())
 				}

@@ -8,7 +8,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,6 +89,46 @@ func TestStoreKeepsNoDescriptorOfTheApplication(t *testing.T) {
 				}
 				again.Close()
 			})
+			t.Run("an inotify and an eventfd closed after New are closed", func(t *testing.T) {
+				db, _ := openMigrated(t, d)
+				ino, err := syscall.InotifyInit1(syscall.IN_CLOEXEC)
+				if err != nil {
+					t.Fatal(err)
+				}
+				efd, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC, 0)
+				if errno != 0 {
+					t.Fatal(errno)
+				}
+				mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+				syscall.Close(ino)
+				syscall.Close(int(efd))
+				// No thread's table may hold an inotify any more; the
+				// store's thread keeps one eventfd, the Go runtime's.
+				for task, links := range threadTables(t) {
+					for _, l := range links {
+						if l == "anon_inode:inotify" {
+							t.Errorf("thread %s still holds the closed inotify: %q", task, links)
+						}
+					}
+				}
+			})
+			t.Run("the main thread keeps the process's table", func(t *testing.T) {
+				// The runtime parks the main thread rather than end it: a
+				// store's thread there would leave /proc/self/fd listing
+				// its private table for good.
+				db, path := openMigrated(t, d)
+				main := "/proc/self/task/" + strconv.Itoa(os.Getpid()) + "/fd"
+				for range 100 {
+					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					s.Close()
+				}
+				if links := threadTables(t)[strconv.Itoa(os.Getpid())]; !slices.ContainsFunc(links, func(l string) bool { return strings.Contains(l, path) }) {
+					t.Fatalf("after 100 New and Close, the main thread's table (%s) holds no descriptor of the database the pool has open: %q", main, links)
+				}
+			})
 			t.Run("New and Close leave no thread or descriptor", func(t *testing.T) {
 				db, _ := openMigrated(t, d)
 				count := func(dir string) int {
@@ -126,4 +169,28 @@ func TestStoreKeepsNoDescriptorOfTheApplication(t *testing.T) {
 			})
 		})
 	}
+}
+
+// threadTables returns, per thread of the process, the targets of its
+// descriptor table's links.
+func threadTables(t *testing.T) map[string][]string {
+	t.Helper()
+	tables := map[string][]string{}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		dir := "/proc/self/task/" + task.Name() + "/fd"
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, e := range ents {
+			if l, err := os.Readlink(dir + "/" + e.Name()); err == nil {
+				tables[task.Name()] = append(tables[task.Name()], l)
+			}
+		}
+	}
+	return tables
 }
