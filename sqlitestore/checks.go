@@ -739,6 +739,7 @@ func (s *Store) writeback(parent context.Context) {
 		case s.syncing != nil, err == nil:
 		case errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
 			s.wbErr.Store(true)
+			s.unsettled.Store(true) // after wbErr: see settled
 			s.log.Warn("sqlitestore: a write-back of the database file failed (found by the store's own fsync of it: another connection's checkpoint, or the kernel's write-back): the store acknowledges nothing until it has rewritten the database and a checkpoint has put every page on the disk", "table", unquote(s.table), "err", err)
 		default:
 			s.log.Warn("sqlitestore: the fsync of the database file failed otherwise than for a failed write-back: the store no longer looks for failed write-backs of other connections", "table", unquote(s.table), "err", err)
@@ -751,7 +752,7 @@ func (s *Store) writeback(parent context.Context) {
 	// the check does not share either.
 	select {
 	case s.writeMu <- struct{}{}:
-		if s.wbErr.Load() || s.ioErr {
+		if s.unsettled.Load() {
 			sctx, cancel := s.bound(parent)
 			defer cancel()
 			if _, _, err := s.writerConn(sctx); err != nil {

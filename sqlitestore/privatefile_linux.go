@@ -33,13 +33,19 @@ const writebackLooks = true
 // stay bound). So the thread closes its copies at once (closeInherited),
 // which releases nothing of the process's: a POSIX lock belongs to the
 // table that took it, and the other descriptors are references the
-// process's table still holds. It keeps only the Go runtime's epoll and
-// the eventfd registered in it, which runtime code on the thread uses
-// (a stop of the world polls the one, a wake of the poller writes the
-// other): the epoll is the one a pipe the caller opened for the purpose
-// is registered in (read from /proc's fdinfo). Should that look find
-// none, it keeps every anonymous inode (eventpoll, eventfd, inotify, ...:
-// no file, pipe or socket).
+// process's table still holds. It keeps the Go runtime's epoll and the
+// eventfd that wakes it, which runtime code on the thread uses (a stop of
+// the world polls the one, a wake of the poller writes the other): the
+// epoll is the one a pipe the caller opened for the purpose is registered
+// in, by its number and its inode (/proc's fdinfo: a stale registration
+// of a closed number in another epoll names another inode), and its
+// eventfd the one registered there without EPOLLET (the runtime registers
+// every other descriptor edge-triggered). Should that look find none, it
+// keeps every anonymous inode (eventpoll, eventfd, inotify, ...: no file,
+// pipe or socket). It keeps 0-2 too: a goroutine dump (SIGQUIT) or a
+// fatal error the runtime prints from the thread goes to the process's
+// standard error as it was at New (a standard stream the application
+// redirects later stays open on the thread until the file is closed).
 //
 // The thread is never the process's main thread: the runtime parks that
 // one rather than end it, and /proc/self/fd would then list the private
@@ -63,9 +69,14 @@ func openPrivate(path string) (*privateFile, error) {
 	}
 	defer probeW.Close() // on this thread: the process's table
 	defer probeR.Close()
-	probe := -1
+	probe, probeIno := -1, uint64(0)
 	if rc, err := probeR.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) { probe = int(fd) })
+		rc.Control(func(fd uintptr) {
+			var st syscall.Stat_t
+			if syscall.Fstat(int(fd), &st) == nil {
+				probe, probeIno = int(fd), st.Ino
+			}
+		})
 	}
 	p := &privateFile{calls: make(chan func(fd int)), quit: make(chan struct{}), done: make(chan struct{})}
 	opened := make(chan error, 1)
@@ -78,13 +89,13 @@ func openPrivate(path string) (*privateFile, error) {
 			go func() {
 				runtime.LockOSThread()
 				close(started)
-				p.serve(path, probe, opened)
+				p.serve(path, probe, probeIno, opened)
 			}()
 			<-started
 			runtime.UnlockOSThread()
 			return
 		}
-		p.serve(path, probe, opened)
+		p.serve(path, probe, probeIno, opened)
 	}()
 	if err := <-opened; err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
@@ -94,13 +105,13 @@ func openPrivate(path string) (*privateFile, error) {
 
 // serve runs on the locked thread: it makes the thread's table its own,
 // opens path and runs the calls until quit.
-func (p *privateFile) serve(path string, probe int, opened chan<- error) {
+func (p *privateFile) serve(path string, probe int, probeIno uint64, opened chan<- error) {
 	defer close(p.done)
 	if err := syscall.Unshare(syscall.CLONE_FILES); err != nil {
 		opened <- err
 		return
 	}
-	if err := closeInherited(probe); err != nil {
+	if err := closeInherited(probe, probeIno); err != nil {
 		opened <- err
 		return
 	}
@@ -120,10 +131,14 @@ func (p *privateFile) serve(path string, probe int, opened chan<- error) {
 	}
 }
 
+// epollET is EPOLLET as fdinfo prints the events (syscall's is negative).
+const epollET = 1 << 31
+
 // closeInherited closes, in the calling thread's own descriptor table,
-// every copy unshare made but the runtime's epoll (the one probe is
-// registered in) and its eventfd (see above).
-func closeInherited(probe int) error {
+// every copy unshare made but 0-2, the runtime's epoll (the one the probe,
+// descriptor probe of inode probeIno, is registered in) and its eventfd
+// (see above).
+func closeInherited(probe int, probeIno uint64) error {
 	dir := "/proc/thread-self" // this thread's table (Linux 3.17)
 	if _, err := os.Stat(dir); err != nil {
 		dir = "/proc/self/task/" + strconv.Itoa(syscall.Gettid())
@@ -147,28 +162,40 @@ func closeInherited(probe int) error {
 		if link(fd) != "anon_inode:[eventpoll]" {
 			continue
 		}
+		// "tfd: %d events: %x data: %llx pos:%lli ino:%lx sdev:%x"
+		// (fs/eventpoll.c).
 		info, _ := os.ReadFile(dir + "/fdinfo/" + e.Name())
-		var targets []int
+		type reg struct {
+			fd     int
+			events uint64
+			ino    uint64
+		}
+		var regs []reg
 		for _, line := range strings.Split(string(info), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "tfd:" {
-				if t, err := strconv.Atoi(f[1]); err == nil {
-					targets = append(targets, t)
-				}
+			f := strings.Fields(line)
+			if len(f) < 8 || f[0] != "tfd:" || f[2] != "events:" || !strings.HasPrefix(f[7], "ino:") {
+				continue
+			}
+			t, err1 := strconv.Atoi(f[1])
+			ev, err2 := strconv.ParseUint(f[3], 16, 64)
+			ino, err3 := strconv.ParseUint(strings.TrimPrefix(f[7], "ino:"), 16, 64)
+			if err1 == nil && err2 == nil && err3 == nil {
+				regs = append(regs, reg{t, ev, ino})
 			}
 		}
-		if !slices.Contains(targets, probe) {
+		if !slices.ContainsFunc(regs, func(r reg) bool { return r.fd == probe && r.ino == probeIno }) {
 			continue // the application's
 		}
 		keep[fd] = true
-		for _, t := range targets {
-			if link(t) == "anon_inode:[eventfd]" {
-				keep[t] = true
+		for _, r := range regs {
+			if r.events&epollET == 0 && link(r.fd) == "anon_inode:[eventfd]" {
+				keep[r.fd] = true
 			}
 		}
 	}
 	found := len(keep) >= 2
 	for _, fd := range fds {
-		if keep[fd] || !found && strings.HasPrefix(link(fd), "anon_inode:") {
+		if fd <= 2 || keep[fd] || !found && strings.HasPrefix(link(fd), "anon_inode:") {
 			continue
 		}
 		syscall.Close(fd) // ReadDir's own is gone already: EBADF

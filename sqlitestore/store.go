@@ -200,9 +200,9 @@ type Store struct {
 	// (checks.go).
 	dbFile *privateFile
 	wbErr  atomic.Bool
-	// unsettled is ioErr, readable without writeMu: with wbErr, what
-	// refuses the commits the writer does not make (a Work's, a caller's
-	// transaction of WithTx) until the writer has settled.
+	// unsettled is ioErr or wbErr, readable without writeMu: what refuses
+	// the commits the writer does not make (a Work's, a claim in a
+	// caller's transaction of WithTx) until the writer has settled.
 	unsettled atomic.Bool
 	// syncing is the result of the checker's fsync of dbFile while it is
 	// in progress past a check's bound (read by the next check); nil

@@ -345,9 +345,11 @@ func (s *Store) sawIOError(err error) {
 var errUnsettled = fmt.Errorf("%w: an I/O error or a failed write-back of the database file was found, and the store acknowledges nothing until it has rewritten the database", ErrUnavailable)
 
 // settled returns errUnsettled while the writer has an I/O error or a
-// failed write-back to settle, nil otherwise. Any goroutine.
+// failed write-back to settle, nil otherwise. Any goroutine. It reads one
+// variable: unsettled is set whenever wbErr is (after it), and cleared
+// only by a rewrite that found wbErr clear after clearing it.
 func (s *Store) settled() error {
-	if s.unsettled.Load() || s.wbErr.Load() {
+	if s.unsettled.Load() {
 		return errUnsettled
 	}
 	return nil
@@ -412,7 +414,12 @@ func (s *Store) settle(ctx context.Context, wc *wconn) error {
 		}
 	}
 	s.ioErr, s.rewritten = false, false
+	// A failure found by a check during the rewrite keeps it set (the
+	// checker sets wbErr, then unsettled).
 	s.unsettled.Store(false)
+	if s.wbErr.Load() {
+		s.unsettled.Store(true)
+	}
 	s.log.Info("sqlitestore: after an I/O error, the database was rewritten and a checkpoint put every page on the disk; serving", "table", unquote(s.table))
 	return nil
 }
@@ -453,9 +460,9 @@ func (s *Store) commitFailed(ctx context.Context, err error) bool {
 // main refuses the write. The caller holds writeMu.
 func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
 	if s.wbErr.Load() { // a failed write-back found by a check
-		// unsettled first: a reader of the two never sees neither set.
-		// A failure found between the two stores below is covered by the
-		// rewrite that follows, which reads every page after it.
+		// unsettled stays set (the checker set it). A failure found
+		// between the load and the store below is covered by the rewrite
+		// that follows, which reads every page after it.
 		s.ioErr, s.rewritten = true, false
 		s.unsettled.Store(true)
 		s.wbErr.Store(false)
