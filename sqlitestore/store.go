@@ -197,7 +197,7 @@ type Store struct {
 	// dbFile is the database file, open on a thread of its own
 	// (privateFile) while the store runs, for the checker's fsync; wbErr
 	// says one found a failed write-back, for the writer to settle
-	// (checks.go).
+	// (writeback.go).
 	dbFile *privateFile
 	wbErr  atomic.Bool
 	// unsettled is ioErr or wbErr, readable without writeMu: what refuses
