@@ -13,6 +13,33 @@
 // signed and verified are packages of their own (idempotency, webhook),
 // listed below.
 //
+// A cursor for page 2 of one caller's query, verified for that caller and
+// refused for another (ExampleCursorIssuer):
+//
+//	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	issuer, err := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: keys})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	args, err := ctoken.ArgsFingerprint([]byte(`{"query":"is:open"}`))
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	scope := ctoken.CursorScope{ToolID: "search_issues", CallerID: "user:42", Args: args}
+//
+//	cursor, err := issuer.Issue(ctoken.CursorPayload{CursorScope: scope, Page: 2})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	p, err := issuer.Verify(cursor, scope)
+//	fmt.Println(p.Page, err)
+//
+//	_, err = issuer.Verify(cursor, ctoken.CursorScope{ToolID: "search_issues", CallerID: "user:43", Args: args})
+//	fmt.Println(errors.Is(err, ctoken.ErrCursorInvalid), ctoken.ErrorCode(err))
+//
 // It has two continuation token types:
 //
 //   - [CursorIssuer]: stateless HMAC-SHA256 (or, sealed, XAES-256-GCM)

@@ -1,6 +1,6 @@
 // Package idempotency makes an HTTP API idempotent with the Idempotency-Key
-// header (IETF draft-ietf-httpapi-idempotency-key-header, as Stripe's API
-// uses it): a client sends a unique key with a request, and sends the same
+// header (as Stripe's API uses it, and the expired IETF Internet-Draft
+// draft-ietf-httpapi-idempotency-key-header-07 describes): a client sends a unique key with a request, and sends the same
 // key when it retries after a timeout; the server runs the operation once
 // and answers every retry with the first response.
 // Most users need one [Middleware], from [New]: Example_memory is the
@@ -10,12 +10,44 @@
 // client needs, since most do not retry a 409. The pgstore module's
 // examples show the transactional mode.
 //
+// A payments endpoint whose retry gets the first response, the payment
+// made once (ExampleNew):
+//
+//	keys, err := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	mw, err := idempotency.New(idempotency.Config{
+//		Store:  replay.NewMemoryStore(0),                                      // forgets keys at a restart; sqlitestore keeps them
+//		Caller: func(*http.Request) (string, error) { return "user:42", nil }, // from your authentication
+//		Keys:   keys,                                                          // seals the stored responses
+//	})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	payments := 0
+//	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+//		payments++
+//		w.WriteHeader(http.StatusCreated)
+//		fmt.Fprintf(w, `{"id":"pay_%d"}`, payments)
+//	}))
+//
+//	for range 2 { // the request, then the client's retry with the same key
+//		r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":100}`))
+//		r.Header.Set("Content-Type", "application/json")
+//		r.Header.Set("Idempotency-Key", `"order-1"`)
+//		w := httptest.NewRecorder()
+//		h.ServeHTTP(w, r)
+//		fmt.Println(w.Code, w.Body, "replayed:", w.Header().Get("Idempotent-Replayed") == "true")
+//	}
+//	fmt.Println("payments made:", payments)
+//
 // A [Middleware] from [New] wraps handlers ([Middleware.Wrap]). It keeps
 // keys, request fingerprints and responses in a [replay.Recorder] — the
-// in-process [replay.MemoryStore], or a store shared by a fleet from the
-// redisstore or pgstore module — so its guarantees hold across instances
-// and, with those stores, through the store faults docs/idempotency.md
-// lists.
+// in-process [replay.MemoryStore], the sqlitestore module's on one
+// machine, or a store shared by a fleet from the redisstore or pgstore
+// module — so its guarantees hold across instances and, with those
+// stores, through the store faults docs/idempotency.md lists.
 //
 // # What it guarantees
 //

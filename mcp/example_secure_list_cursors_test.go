@@ -28,16 +28,23 @@ func ExampleSecureListCursors() {
 		log.Fatal(err)
 	}
 
-	cs := connect(s, nil)
-	defer cs.Close()
 	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports() // in memory here; a real server serves HTTP or stdio
+	if _, err := s.Connect(ctx, st, nil); err != nil {
+		log.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "client", Version: "v0"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cs.Close()
 	for p, err := range cs.Prompts(ctx, nil) { // follows every cursor
 		if err != nil {
 			log.Fatal(err)
 		}
 		fmt.Println(p.Name)
 	}
-	_, err := cs.ListPrompts(ctx, &mcp.ListPromptsParams{Cursor: "forged"})
+	_, err = cs.ListPrompts(ctx, &mcp.ListPromptsParams{Cursor: "forged"})
 	fmt.Println(err, ctokenmcp.TokenErrorCode(err))
 	// Output:
 	// alpha

@@ -6,6 +6,49 @@
 // [SecureListCursors] (ExampleSecureListCursors); a tool that pages its own
 // results adds [Cursors].
 //
+// A server whose list cursors are sealed and bound to the caller: a client
+// follows them page by page, and a forged one is refused
+// (ExampleSecureListCursors):
+//
+//	kr, _ := ctoken.NewKeyring(ctoken.RandomKey()) // random: this process only; a fleet shares ctoken.KeyringFromEnv
+//	issuer, _ := ctoken.NewCursorIssuer(ctoken.CursorConfig{Keys: kr, Seal: true})
+//	lists, err := ctokenmcpgo.SecureListCursors(issuer, nil)
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	s := server.NewMCPServer("server", "v0", server.WithPaginationLimit(2), lists)
+//	for _, name := range []string{"alpha", "beta", "gamma"} {
+//		s.AddTool(mcp.NewTool(name), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+//			return mcp.NewToolResultText("ok"), nil
+//		})
+//	}
+//
+//	ctx := ctokenmcpgo.WithCaller(context.Background(), "alice")
+//	c, err := client.NewInProcessClient(s)
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer c.Close()
+//	if err := c.Start(ctx); err != nil {
+//		log.Fatal(err)
+//	}
+//	init := mcp.InitializeRequest{}
+//	init.Params.ClientInfo = mcp.Implementation{Name: "client", Version: "v0"}
+//	if _, err := c.Initialize(ctx, init); err != nil {
+//		log.Fatal(err)
+//	}
+//	tools, err := c.ListTools(ctx, mcp.ListToolsRequest{}) // follows every cursor
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	for _, t := range tools.Tools {
+//		fmt.Println(t.Name)
+//	}
+//	forged := mcp.ListToolsRequest{}
+//	forged.Params.Cursor = "forged"
+//	_, err = c.ListToolsByPage(ctx, forged)
+//	fmt.Println(err)
+//
 // It lives in the nested module github.com/ctoken/ctoken/mcpgo so that the
 // root ctoken module does not depend on mcp-go. It mirrors package ctokenmcp
 // (the official go-sdk integration, module github.com/ctoken/ctoken/mcp) and

@@ -5,12 +5,23 @@
 // pgstore or sqlitestore module for a fleet or a restart — to the config
 // that consumes IDs.
 //
+// The first claim of an ID is the one accepted, and a bounded store that
+// is full refuses rather than forgets (ExampleMemoryStore):
+//
+//	store := replay.NewMemoryStore(2)
+//	ctx, until := context.Background(), time.Now().Add(time.Minute)
+//	for _, id := range []string{"a", "a", "b", "c"} {
+//		first, err := store.Claim(ctx, id, until)
+//		fmt.Println(id, first, err)
+//	}
+//
 // A [Store] claims an ID until a time; [MemoryStore] is the bounded
-// in-process implementation, and the redisstore module offers one shared by
-// a fleet. Optional capabilities are separate interfaces that a caller
-// detects with a type assertion ([Releaser], [Leaser], [Recorder]), so a Store written
-// against this package keeps working as capabilities are added. This
-// package depends on the standard library only.
+// in-process implementation, and the redisstore, pgstore and sqlitestore
+// modules offer durable ones. Optional capabilities are separate
+// interfaces that a caller detects with a type assertion ([Releaser],
+// [Leaser], [Recorder]), so a Store written against this package keeps
+// working as capabilities are added. This package depends on the
+// standard library only.
 //
 // # Leases
 //

@@ -5,13 +5,51 @@
 // [Verifier.Middleware]; ExampleVerifier_Middleware is that path, and
 // ExampleVerifier_Verify (GitHub), ExampleStripe, ExampleSlack,
 // ExampleShopify, ExampleSvix, ExampleCursor, ExampleHMACSHA256 and
-// ExampleStandardWebhooksEd25519 show each sender's configuration. The pgstore module's examples show the
-// transactional mode ([Config.Transactional]).
+// ExampleStandardWebhooksEd25519 show each sender's configuration. The
+// pgstore module's examples show the transactional mode
+// ([Config.Transactional]), which sqlitestore offers too.
+//
+// A receiver that handles each authentic delivery once: a retry is
+// acknowledged without running the handler again, a delivery without its
+// signature or its ID refused (ExampleVerifier_Middleware):
+//
+//	secret := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+//	verifier, err := webhook.NewVerifier(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{secret}})
+//	if err != nil {
+//		panic(err)
+//	}
+//	handler := verifier.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+//		body, _ := io.ReadAll(r.Body)
+//		d, _ := webhook.DeliveryFrom(r.Context())
+//		fmt.Printf("handled %s: %s\n", d.ID, body)
+//	}))
+//
+//	// The sending side.
+//	signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{secret}})
+//	if err != nil {
+//		panic(err)
+//	}
+//	send := func(body string, edit func(*http.Request)) int {
+//		req := httptest.NewRequest(http.MethodPost, "/hooks", strings.NewReader(body))
+//		if err := signer.Sign(req.Header, "msg_1", []byte(body)); err != nil {
+//			panic(err)
+//		}
+//		if edit != nil {
+//			edit(req)
+//		}
+//		rec := httptest.NewRecorder()
+//		handler.ServeHTTP(rec, req)
+//		return rec.Code
+//	}
+//	fmt.Println(send(`{"run":"done"}`, nil))
+//	fmt.Println(send(`{"run":"done"}`, nil)) // a retry: acknowledged, not handled again
+//	fmt.Println(send(`{"run":"done"}`, func(r *http.Request) { r.Header.Del(webhook.HeaderStandardSignature) }))
+//	fmt.Println(send(`{"run":"done"}`, func(r *http.Request) { r.Header.Del(webhook.HeaderStandardID) }))
 //
 // A [Scheme] says how a sender signs: [Cursor] (Cursor's agent webhooks),
 // [HMACSHA256] (the same format, header names configurable), [GitHub] (the
-// same algorithm under GitHub's header names), [StandardWebhooks] (https://www.standardwebhooks.com) and
-// its Ed25519 variant [StandardWebhooksEd25519] ("v1a"), [Svix] (Standard
+// same algorithm under GitHub's header names), [StandardWebhooks]
+// (https://www.standardwebhooks.com) and its Ed25519 variant [StandardWebhooksEd25519] ("v1a"), [Svix] (Standard
 // Webhooks under svix-* headers), [Stripe], [Slack], [Shopify] and
 // [ShopifyByEvent]. Each is
 // checked against its provider's published test vector where one exists

@@ -25,6 +25,9 @@ type Package struct {
 	// functions of the directory's _test.go files.
 	Exported map[string]bool
 	Examples map[string]bool
+	// ExampleBodies maps each Example to its body's source (see
+	// [exampleBody]).
+	ExampleBodies map[string]string
 }
 
 // skippedDirs are the directory names under which no published package
@@ -72,7 +75,7 @@ func readPackage(root, dir string) (*Package, error) {
 	if err != nil {
 		return nil, err
 	}
-	pkg := &Package{Dir: filepath.ToSlash(rel), Exported: map[string]bool{}, Examples: map[string]bool{}}
+	pkg := &Package{Dir: filepath.ToSlash(rel), Exported: map[string]bool{}, Examples: map[string]bool{}, ExampleBodies: map[string]string{}}
 	fset := token.NewFileSet()
 	sources := 0
 	for _, e := range entries {
@@ -80,14 +83,20 @@ func readPackage(root, dir string) (*Package, error) {
 		if e.IsDir() || !strings.HasSuffix(name, ".go") {
 			continue
 		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.ParseComments|parser.SkipObjectResolution)
+		src, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), src, parser.ParseComments|parser.SkipObjectResolution)
 		if err != nil {
 			return nil, err
 		}
 		if strings.HasSuffix(name, "_test.go") {
 			for _, decl := range f.Decls {
-				if fd, ok := decl.(*ast.FuncDecl); ok && fd.Recv == nil && strings.HasPrefix(fd.Name.Name, "Example") {
+				if fd, ok := decl.(*ast.FuncDecl); ok && fd.Recv == nil && strings.HasPrefix(fd.Name.Name, "Example") && fd.Body != nil {
 					pkg.Examples[fd.Name.Name] = true
+					from, to := fset.Position(fd.Body.Lbrace).Offset+1, fset.Position(fd.Body.Rbrace).Offset
+					pkg.ExampleBodies[fd.Name.Name] = exampleBody(string(src[from:to]))
 				}
 			}
 			continue

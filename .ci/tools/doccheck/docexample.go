@@ -1,0 +1,106 @@
+package doccheck
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// OpenWithCode lists the packages whose doc opens with code: a code block,
+// before the doc's first heading, that is the body of one of the package's
+// Example functions (see [DocExampleProblems]). They are the ones a new
+// user reads first: the root, the idempotency and webhook middlewares, the
+// replay stores' contract, and the two MCP integrations.
+var OpenWithCode = []string{".", "idempotency", "webhook", "replay", "mcp", "mcpgo"}
+
+// exampleIntro matches the line that introduces a code block copied from
+// an Example: it ends with the Example's name in parentheses and a colon,
+// as in "A cursor issued and verified (ExampleCursorIssuer):".
+var exampleIntro = regexp.MustCompile(`\((Example[A-Z_][A-Za-z0-9_]*)\):$`)
+
+// A docBlock is a code block of a package doc that its introducing line
+// says is an Example's body.
+type docBlock struct {
+	example string
+	code    string // the block's lines, one tab of indentation removed
+	opening bool   // before the doc's first heading
+}
+
+// docBlocks returns the code blocks of doc (the text of a package doc
+// comment: a code block's lines are indented by a tab) whose introducing
+// line names an Example.
+func docBlocks(doc string) []docBlock {
+	var out []docBlock
+	lines := strings.Split(doc, "\n")
+	prev, heading := "", false
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		switch {
+		case strings.HasPrefix(line, "# "):
+			heading = true
+			prev = ""
+		case strings.HasPrefix(line, "\t"):
+			var code []string
+			for ; i < len(lines) && (strings.HasPrefix(lines[i], "\t") || lines[i] == ""); i++ {
+				code = append(code, strings.TrimPrefix(lines[i], "\t"))
+			}
+			i--
+			if m := exampleIntro.FindStringSubmatch(prev); m != nil {
+				out = append(out, docBlock{example: m[1], code: trimBlank(strings.Join(code, "\n")), opening: !heading})
+			}
+			prev = ""
+		case strings.TrimSpace(line) != "":
+			prev = strings.TrimSpace(line)
+		}
+	}
+	return out
+}
+
+// exampleBody returns the source of an Example function's body with one
+// tab of indentation removed and without its output comment (from
+// "// Output:" or "// Unordered output:" to the end).
+func exampleBody(src string) string {
+	var kept []string
+	for _, line := range strings.Split(src, "\n") {
+		t := strings.TrimSpace(line)
+		if strings.HasPrefix(t, "// Output:") || strings.HasPrefix(t, "// Unordered output:") {
+			break
+		}
+		kept = append(kept, strings.TrimPrefix(line, "\t"))
+	}
+	return trimBlank(strings.Join(kept, "\n"))
+}
+
+// trimBlank removes the blank lines around s.
+func trimBlank(s string) string {
+	return strings.Trim(s, "\n")
+}
+
+// DocExampleProblems returns what is wrong with the code of pkg's package
+// doc:
+//
+//  1. a code block introduced by a line ending in "(ExampleName):" is,
+//     line for line, the body of that Example of pkg's tests (without its
+//     output comment), so that the code a reader sees first is compiled
+//     and run by go test and cannot drift from the API;
+//  2. when opens is set, the doc has such a block before its first
+//     heading.
+func DocExampleProblems(pkg *Package, opens bool) []string {
+	var problems []string
+	opened := false
+	for _, b := range docBlocks(pkg.Doc) {
+		body, ok := pkg.ExampleBodies[b.example]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("a code block is introduced as %s, which no _test.go of the package declares", b.example))
+		case b.code != body:
+			problems = append(problems, fmt.Sprintf("the code block introduced as %s is not that Example's body; the body is:\n%s", b.example, body))
+		default:
+			opened = opened || b.opening
+		}
+	}
+	if opens && !opened {
+		problems = append(problems, `the doc does not open with code: before its first heading, give its happy path as a code block introduced by a line ending in "(ExampleName):", the body of that Example`)
+	}
+	return problems
+}
