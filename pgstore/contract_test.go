@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ctoken/ctoken/idempotency/idempotencytest"
+	"github.com/ctoken/ctoken/mcptoken/mcptokentest"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/ctoken/ctoken/webhook/webhooktest"
@@ -60,6 +61,14 @@ func TestIdempotencyContract(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, pool) })
+}
+
+// TestMCPIdempotencyContract: two MCP server instances, each with its own
+// Store on the shared server's table (one prefix).
+func TestMCPIdempotencyContract(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	mcptokentest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, pool) })
 }
 
 // twoInstances returns two Stores on the shared server's table with one

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ctoken/ctoken/idempotency/idempotencytest"
+	"github.com/ctoken/ctoken/mcptoken/mcptokentest"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/replay/replaytest"
 	"github.com/ctoken/ctoken/sqlitestore"
@@ -42,7 +43,8 @@ func mustStore(t testing.TB, db *sql.DB, opts sqlitestore.Options) *sqlitestore.
 	return s
 }
 
-// TestContracts runs idempotencytest's, webhooktest's and replaytest's claim, work, lease, record, renew and request-state
+// TestContracts runs idempotencytest's, mcptokentest's, webhooktest's and
+// replaytest's claim, work, lease, record, renew and request-state
 // contracts on a store over a real file, on the test binary's driver.
 func TestContracts(t *testing.T) {
 	for _, d := range Drivers() {
@@ -62,6 +64,10 @@ func TestContracts(t *testing.T) {
 			t.Run("idempotency", func(t *testing.T) {
 				t.Parallel()
 				idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, d) })
+			})
+			t.Run("mcp idempotency", func(t *testing.T) {
+				t.Parallel()
+				mcptokentest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, d) })
 			})
 			t.Run("webhook", func(t *testing.T) {
 				t.Parallel()
