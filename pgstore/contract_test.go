@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/ctoken/ctoken/exchange/exchangetest"
 	"github.com/ctoken/ctoken/idempotency/idempotencytest"
 	"github.com/ctoken/ctoken/mcptoken/mcptokentest"
 	"github.com/ctoken/ctoken/replay"
@@ -61,6 +62,14 @@ func TestIdempotencyContract(t *testing.T) {
 	p := needServer(t)
 	pool := p.pool(t)
 	idempotencytest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, pool) })
+}
+
+// TestExchangeContract: two token-exchange endpoints, each with its own
+// issuer and Store on the shared server's table (one prefix).
+func TestExchangeContract(t *testing.T) {
+	p := needServer(t)
+	pool := p.pool(t)
+	exchangetest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, pool) })
 }
 
 // TestMCPIdempotencyContract: two MCP server instances, each with its own

@@ -4,29 +4,25 @@ package pgstore
 // its own (its own pool and sweeper) on one PostgreSQL table, as three
 // servers behind a load balancer would: one-time tokens
 // (ctoken.NewOneTimeIssuer) and single-use request states redeemed over
-// HTTP, webhook deliveries through the webhook middleware's leases, and
-// the token-exchange handler. Each single-use thing is accepted exactly
+// HTTP and webhook deliveries through the webhook middleware's leases
+// (the token-exchange handler: TestExchangeContract). Each single-use
+// thing is accepted exactly
 // once across the fleet, and nothing is accepted while the database is
 // down.
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken"
-	"github.com/ctoken/ctoken/exchange"
 	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/webhook"
 )
@@ -174,9 +170,9 @@ func (f *fleet) issue(i int, kind, caller string) string {
 
 var singleUseKinds = []string{"onetime", "state"}
 
-// TestFleet pins several instances on one database: single-use tokens,
-// exchanges and webhook deliveries accepted by one instance only, and
-// refusals while the database is down.
+// TestFleet pins several instances on one database: single-use tokens
+// and webhook deliveries accepted by one instance only, and refusals
+// while the database is down (the exchange: TestExchangeContract).
 func TestFleet(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -184,7 +180,6 @@ func TestFleet(t *testing.T) {
 	}{
 		{"single use refused on every other instance", fleetSingleUseTokensAreRefusedOnEveryOtherInstance},
 		{"redeems fail closed when the database dies", fleetRedeemsFailClosedWhenTheDatabaseDies},
-		{"exchange: one instance wins", fleetExchangeOneInstanceWins},
 		{"webhook copies processed once", fleetWebhookConcurrentCopiesProcessedOnce},
 		{"webhook failed handler processed on retry", fleetWebhookHandlerFailsThenSucceedsIsProcessedOnRetry},
 		{"webhook database down processes nothing", fleetWebhookDatabaseDownRefusesWithoutProcessing},
@@ -285,119 +280,6 @@ func fleetRedeemsFailClosedWhenTheDatabaseDies(t *testing.T) {
 			if status != want[name] {
 				t.Fatalf("%s %s token after the restart: status %d, want %d", name, kind, status, want[name])
 			}
-		}
-	}
-}
-
-// exchangeFleet is three token-exchange endpoints, each with its own issuer
-// and Store.
-type exchangeFleet struct {
-	t      *testing.T
-	minter *ctoken.OneTimeIssuer
-	urls   []string
-	issued atomic.Int64
-	client *http.Client
-}
-
-func newExchangeFleet(t *testing.T, stores []*Store) *exchangeFleet {
-	t.Helper()
-	keys := fleetKeys(t)
-	f := &exchangeFleet{t: t, client: &http.Client{Timeout: 20 * time.Second}}
-	newIssuer := func(store replay.Store) *ctoken.OneTimeIssuer {
-		iss, err := ctoken.NewOneTimeIssuer(ctoken.OneTimeConfig{Keys: keys, Purpose: "agent-bootstrap", TTL: time.Minute, Replay: store})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return iss
-	}
-	f.minter = newIssuer(stores[0])
-	for _, s := range stores {
-		h, err := exchange.NewHandler(exchange.Config{
-			Issuer:    newIssuer(s),
-			Authorize: func(context.Context, exchange.Request) error { return nil },
-			Issue: func(_ context.Context, req exchange.Request) (exchange.Credential, error) {
-				f.issued.Add(1)
-				return exchange.Credential{AccessToken: "bearer-for-" + req.Token.Claims["run"], ExpiresIn: 15 * time.Minute}, nil
-			},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(h)
-		t.Cleanup(srv.Close)
-		f.urls = append(f.urls, srv.URL)
-	}
-	t.Cleanup(f.client.CloseIdleConnections)
-	return f
-}
-
-func (f *exchangeFleet) exchange(i int, tok string) (int, string) {
-	form := url.Values{
-		"grant_type":         {exchange.GrantTypeTokenExchange},
-		"subject_token":      {tok},
-		"subject_token_type": {exchange.TokenTypeOneTime},
-	}
-	res, err := f.client.Post(f.urls[i], "application/x-www-form-urlencoded", strings.NewReader(form.Encode()))
-	if err != nil {
-		return -1, err.Error()
-	}
-	defer res.Body.Close()
-	var body struct {
-		AccessToken string `json:"access_token"`
-		Error       string `json:"error"`
-	}
-	if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
-		return -1, "body not JSON"
-	}
-	if res.StatusCode == http.StatusOK && body.AccessToken == "" {
-		return -1, "200 without a credential"
-	}
-	return res.StatusCode, body.Error
-}
-
-func fleetExchangeOneInstanceWins(t *testing.T) {
-	f := newExchangeFleet(t, fleetStores(t, needServer(t), 15*time.Second))
-	tok, err := f.minter.Mint(map[string]string{"agent": "agt_1", "run": "run_1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if status, code := f.exchange(1, tok); status != http.StatusOK {
-		t.Fatalf("first exchange: %d %s", status, code)
-	}
-	for i := range f.urls {
-		if status, code := f.exchange(i, tok); status != http.StatusBadRequest || code != "invalid_grant" {
-			t.Fatalf("second exchange on i%d: %d %s, want 400 invalid_grant", i, status, code)
-		}
-	}
-	for round := range 10 {
-		tok, err := f.minter.Mint(map[string]string{"agent": "agt_1", "run": "run_c"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		before := f.issued.Load()
-		var wg sync.WaitGroup
-		results := make(chan [2]any, 12)
-		for range 4 {
-			for i := range f.urls {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					status, code := f.exchange(i, tok)
-					results <- [2]any{status, code}
-				}()
-			}
-		}
-		wg.Wait()
-		close(results)
-		counts := map[[2]any]int{}
-		for r := range results {
-			counts[r]++
-		}
-		if counts[[2]any{http.StatusOK, ""}] != 1 || counts[[2]any{http.StatusBadRequest, "invalid_grant"}] != 11 {
-			t.Fatalf("round %d: outcomes %v, want one 200 and eleven 400 invalid_grant", round, counts)
-		}
-		if n := f.issued.Load() - before; n != 1 {
-			t.Fatalf("round %d: Issue ran %d times, want once", round, n)
 		}
 	}
 }

@@ -1,9 +1,8 @@
 package redisstore
 
-// The exchange fleet tests run three exchange.Handler instances on
-// loopback, each with its own OneTimeIssuer built from the same keys, all
-// redeeming through one Redis replay store: a bootstrap token is exchanged
-// for a credential by exactly one instance.
+// The token exchange on Redis: the exchangetest contract (two instances,
+// each with its own Store), and three exchange.Handler instances on
+// loopback redeeming through one Redis replay store that dies.
 
 import (
 	"context"
@@ -12,13 +11,13 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ctoken/ctoken"
 	"github.com/ctoken/ctoken/exchange"
+	"github.com/ctoken/ctoken/exchange/exchangetest"
 	"github.com/ctoken/ctoken/replay"
 )
 
@@ -26,12 +25,11 @@ const exchangeFleetPurpose = "agent-bootstrap"
 
 // exchangeFleet is three exchange endpoints sharing keys and a replay store.
 type exchangeFleet struct {
-	t       *testing.T
-	minter  *ctoken.OneTimeIssuer // the launcher's issuer (same keys and purpose)
-	urls    []string
-	issued  atomic.Int64 // Issue calls, fleet-wide
-	refused atomic.Bool  // when set, every Authorize refuses
-	client  *http.Client
+	t      *testing.T
+	minter *ctoken.OneTimeIssuer // the launcher's issuer (same keys and purpose)
+	urls   []string
+	issued atomic.Int64 // Issue calls, fleet-wide
+	client *http.Client
 }
 
 func newExchangeFleet(t *testing.T, store replay.Store) *exchangeFleet {
@@ -51,13 +49,8 @@ func newExchangeFleet(t *testing.T, store replay.Store) *exchangeFleet {
 	f.minter = newIssuer()
 	for range 3 {
 		h, err := exchange.NewHandler(exchange.Config{
-			Issuer: newIssuer(),
-			Authorize: func(ctx context.Context, req exchange.Request) error {
-				if f.refused.Load() {
-					return exchange.ErrUnavailable
-				}
-				return nil
-			},
+			Issuer:    newIssuer(),
+			Authorize: func(ctx context.Context, req exchange.Request) error { return nil },
 			Issue: func(ctx context.Context, req exchange.Request) (exchange.Credential, error) {
 				f.issued.Add(1)
 				return exchange.Credential{AccessToken: "bearer-for-" + req.Token.Claims["run"], ExpiresIn: 15 * time.Minute}, nil
@@ -109,68 +102,23 @@ func (f *exchangeFleet) exchange(i int, tok string) (int, string) {
 	return res.StatusCode, body.Error
 }
 
-// TestFleetExchange pins one-time exchange across a fleet: one instance
-// wins, and a Redis that dies fails closed.
+// TestExchangeContract: two exchange endpoints, each with its own issuer
+// and Store on the test Redis (one prefix).
+func TestExchangeContract(t *testing.T) {
+	c := newTestClient(t)
+	exchangetest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, c) })
+}
+
+// TestFleetExchange pins what Redis adds to the contract: a Redis that
+// dies fails closed on every instance.
 func TestFleetExchange(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		test func(*testing.T)
 	}{
-		{"one instance wins", fleetExchangeOneInstanceWins},
 		{"fails closed when redis dies", fleetExchangeFailsClosedWhenRedisDies},
 	} {
 		t.Run(tc.name, tc.test)
-	}
-}
-
-func fleetExchangeOneInstanceWins(t *testing.T) {
-	f := newExchangeFleet(t, newFleetStore(t, redisAddr(t)))
-
-	// Sequential: the first exchange wins; every instance refuses a second.
-	tok := f.mint("run_1")
-	// A refusal by Authorize on one instance does not consume it for the others.
-	f.refused.Store(true)
-	if status, code := f.exchange(0, tok); status != http.StatusServiceUnavailable || code != "temporarily_unavailable" {
-		t.Fatalf("refused exchange on i0: %d %s", status, code)
-	}
-	f.refused.Store(false)
-	if status, code := f.exchange(1, tok); status != http.StatusOK {
-		t.Fatalf("first exchange on i1: %d %s", status, code)
-	}
-	for _, i := range []int{0, 1, 2} {
-		if status, code := f.exchange(i, tok); status != http.StatusBadRequest || code != "invalid_grant" {
-			t.Fatalf("second exchange on i%d: %d %s, want 400 invalid_grant", i, status, code)
-		}
-	}
-
-	// Concurrent: four exchanges of one token on each instance, ten times.
-	for round := range 10 {
-		tok := f.mint("run_c")
-		before := f.issued.Load()
-		var wg sync.WaitGroup
-		results := make(chan [2]any, 12)
-		for range 4 {
-			for i := range f.urls {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					status, code := f.exchange(i, tok)
-					results <- [2]any{status, code}
-				}()
-			}
-		}
-		wg.Wait()
-		close(results)
-		counts := map[[2]any]int{}
-		for r := range results {
-			counts[r]++
-		}
-		if counts[[2]any{http.StatusOK, ""}] != 1 || counts[[2]any{http.StatusBadRequest, "invalid_grant"}] != 11 {
-			t.Fatalf("round %d: outcomes %v, want one 200 and eleven 400 invalid_grant", round, counts)
-		}
-		if n := f.issued.Load() - before; n != 1 {
-			t.Fatalf("round %d: Issue ran %d times, want once", round, n)
-		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/exchange/exchangetest"
 	"github.com/ctoken/ctoken/idempotency/idempotencytest"
 	"github.com/ctoken/ctoken/mcptoken/mcptokentest"
 	"github.com/ctoken/ctoken/replay"
@@ -43,8 +44,8 @@ func mustStore(t testing.TB, db *sql.DB, opts sqlitestore.Options) *sqlitestore.
 	return s
 }
 
-// TestContracts runs idempotencytest's, mcptokentest's, webhooktest's and
-// replaytest's claim, work, lease, record, renew and request-state
+// TestContracts runs idempotencytest's, mcptokentest's, exchangetest's,
+// webhooktest's and replaytest's claim, work, lease, record, renew and request-state
 // contracts on a store over a real file, on the test binary's driver.
 func TestContracts(t *testing.T) {
 	for _, d := range Drivers() {
@@ -68,6 +69,10 @@ func TestContracts(t *testing.T) {
 			t.Run("mcp idempotency", func(t *testing.T) {
 				t.Parallel()
 				mcptokentest.RunContract(t, func(t *testing.T) (replay.Recorder, replay.Recorder) { return twoInstances(t, d) })
+			})
+			t.Run("exchange", func(t *testing.T) {
+				t.Parallel()
+				exchangetest.RunContract(t, func(t *testing.T) (replay.Store, replay.Store) { return twoInstances(t, d) })
 			})
 			t.Run("webhook", func(t *testing.T) {
 				t.Parallel()
