@@ -171,8 +171,9 @@ func (f *fleet) issue(i int, kind, caller string) string {
 var singleUseKinds = []string{"onetime", "state"}
 
 // TestFleet pins several instances on one database: single-use tokens
-// and webhook deliveries accepted by one instance only, and refusals
-// while the database is down (the exchange: TestExchangeContract).
+// accepted by one instance only, and refusals while the database is down
+// (webhook deliveries across instances: TestWebhookContract; the
+// exchange: TestExchangeContract).
 func TestFleet(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -180,8 +181,6 @@ func TestFleet(t *testing.T) {
 	}{
 		{"single use refused on every other instance", fleetSingleUseTokensAreRefusedOnEveryOtherInstance},
 		{"redeems fail closed when the database dies", fleetRedeemsFailClosedWhenTheDatabaseDies},
-		{"webhook copies processed once", fleetWebhookConcurrentCopiesProcessedOnce},
-		{"webhook failed handler processed on retry", fleetWebhookHandlerFailsThenSucceedsIsProcessedOnRetry},
 		{"webhook database down processes nothing", fleetWebhookDatabaseDownRefusesWithoutProcessing},
 	} {
 		t.Run(tc.name, tc.test)
@@ -351,58 +350,6 @@ func (h *countingHandler) processed(id string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.count[id]
-}
-
-// 32 concurrent copies of a delivery across three instances: the handler
-// runs once.
-func fleetWebhookConcurrentCopiesProcessedOnce(t *testing.T) {
-	next := &countingHandler{delay: 50 * time.Millisecond}
-	f := newWHFleet(t, fleetStores(t, needServer(t), 15*time.Second), 5*time.Second, next)
-	for round := range 5 {
-		id := "copies-" + string(rune('a'+round))
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		var mu sync.Mutex
-		count := map[int]int{}
-		for i := range 32 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				code := f.send(i, id)
-				mu.Lock()
-				count[code]++
-				mu.Unlock()
-			}()
-		}
-		close(start)
-		wg.Wait()
-		if next.processed(id) != 1 || count[http.StatusNoContent] != 1 || count[http.StatusNoContent]+count[http.StatusOK]+count[http.StatusServiceUnavailable] != 32 {
-			t.Fatalf("round %d: processed %d times, statuses %v; want once, one 204, the rest 200 or 503", round, next.processed(id), count)
-		}
-	}
-}
-
-// A handler that fails once: the failure releases the lease, so the
-// retry on another instance is processed at once, and later copies are
-// acknowledged without processing.
-func fleetWebhookHandlerFailsThenSucceedsIsProcessedOnRetry(t *testing.T) {
-	next := &countingHandler{fail: func(n int) bool { return n == 1 }}
-	f := newWHFleet(t, fleetStores(t, needServer(t), 15*time.Second), time.Minute, next)
-	if code := f.send(0, "flaky-1"); code != http.StatusInternalServerError {
-		t.Fatalf("first attempt: status %d, want the handler's 500", code)
-	}
-	if code := f.send(1, "flaky-1"); code != http.StatusNoContent {
-		t.Fatalf("retry: status %d, want 204", code)
-	}
-	for i := range 3 {
-		if code := f.send(i, "flaky-1"); code != http.StatusOK {
-			t.Fatalf("copy after success on i%d: status %d, want 200", i, code)
-		}
-	}
-	if n := next.processed("flaky-1"); n != 2 {
-		t.Fatalf("handler ran %d times, want 2 (failure, success)", n)
-	}
 }
 
 // A database that is down refuses every delivery with 503 and never calls

@@ -22,10 +22,11 @@ import (
 // of a receiver against a store: newStores returns two store values on
 // one backend (two processes' stores, or two Stores in one process on the
 // same server, table or file). A delivery sent to both instances at once
-// is handled once, every copy answered 200 (processed or a duplicate) or
-// 503 (in progress: the sender retries), and a later copy 200 without
-// handling; a delivery whose handler failed (5xx) is handled again when
-// redelivered to the other instance; distinct deliveries are each handled.
+// is handled once: one copy gets the handler's answer (204), every other
+// copy 503 (in progress: the sender retries) or 200 (a duplicate), and a
+// later copy 200 without handling; a delivery whose handler failed (5xx)
+// is handled again when redelivered to the other instance; distinct
+// deliveries are each handled.
 func RunContract(t *testing.T, newStores func(t *testing.T) (a, b replay.Store)) {
 	tests := []struct {
 		name string
@@ -40,7 +41,7 @@ func RunContract(t *testing.T, newStores func(t *testing.T) (a, b replay.Store))
 			t.Parallel()
 			sa, sb := newStores(t)
 			const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-			app := &app{handled: map[string]int{}}
+			app := &app{handled: map[string]int{}, attempts: map[string]int{}}
 			a, b := newReceiver(t, sa, secret, app), newReceiver(t, sb, secret, app)
 			signer, err := webhook.NewSigner(webhook.Config{Scheme: webhook.StandardWebhooks(), Secrets: []string{secret}})
 			if err != nil {
@@ -62,12 +63,15 @@ func RunContract(t *testing.T, newStores func(t *testing.T) (a, b replay.Store))
 }
 
 // app is the receiver's handler state, shared by both instances: how
-// often each delivery was handled to the end, and whether the next
-// handling fails.
+// often each delivery was handled to the end and attempted, and whether
+// the next handling fails. The first attempt of a delivery that finds
+// hold set waits until hold is closed.
 type app struct {
-	mu      sync.Mutex
-	handled map[string]int
-	fail    atomic.Bool
+	mu       sync.Mutex
+	handled  map[string]int
+	attempts map[string]int
+	fail     atomic.Bool
+	hold     chan struct{}
 }
 
 func (a *app) count(id string) int {
@@ -91,47 +95,74 @@ func newReceiver(t *testing.T, s replay.Store, secret string, a *app) *receiver 
 	}
 	return &receiver{app: a, h: v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d, _ := webhook.DeliveryFrom(r.Context())
+		a.mu.Lock()
+		a.attempts[d.ID]++
+		first := a.attempts[d.ID] == 1
+		a.mu.Unlock()
 		if a.fail.Load() {
 			http.Error(w, "down", http.StatusInternalServerError)
 			return
 		}
+		if a.hold != nil && first {
+			<-a.hold
+		}
 		a.mu.Lock()
 		a.handled[d.ID]++
 		a.mu.Unlock()
-		w.WriteHeader(http.StatusOK)
+		w.WriteHeader(http.StatusNoContent)
 	}))}
 }
 
 func copiesHandledOnce(t *testing.T, a, b *receiver, send func(*receiver, string, string) int) {
-	codes := make([]int, 16)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range codes {
-		r := a
-		if i%2 == 1 {
-			r = b
+	const copies = 16
+	for round := range 3 {
+		id, body := fmt.Sprint("msg_c", round), fmt.Sprintf(`{"order":%d}`, round)
+		// The copy that is handled is held until every other copy has
+		// answered, so that each of them meets the delivery in progress.
+		a.app.hold = make(chan struct{})
+		var answered atomic.Int32
+		codes := make([]int, copies)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range codes {
+			r := a
+			if i%2 == 1 {
+				r = b
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				codes[i] = send(r, id, body)
+				if answered.Add(1) == copies-1 {
+					close(a.app.hold)
+				}
+			}()
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			codes[i] = send(r, "msg_1", `{"order":1}`)
-		}()
-	}
-	close(start)
-	wg.Wait()
-	for i, c := range codes {
-		if c != http.StatusOK && c != http.StatusServiceUnavailable {
-			t.Fatalf("copy %d: %d; want 200 (processed or a duplicate) or 503 (in progress)", i, c)
+		close(start)
+		wg.Wait()
+		a.app.hold = nil
+		handled := 0
+		for i, c := range codes {
+			switch c {
+			case http.StatusNoContent:
+				handled++
+			case http.StatusOK, http.StatusServiceUnavailable:
+			default:
+				t.Fatalf("round %d, copy %d: %d; want the handler's 204, 200 (a duplicate) or 503 (in progress)", round, i, c)
+			}
 		}
-	}
-	for _, r := range []*receiver{a, b} {
-		if c := send(r, "msg_1", `{"order":1}`); c != http.StatusOK {
-			t.Fatalf("a later copy: %d; want 200", c)
+		if handled != 1 {
+			t.Fatalf("round %d: %d of %d copies answered by the handler; want one", round, handled, copies)
 		}
-	}
-	if n := a.app.count("msg_1"); n != 1 {
-		t.Fatalf("msg_1 handled %d times; want once", n)
+		for _, r := range []*receiver{a, b} {
+			if c := send(r, id, body); c != http.StatusOK {
+				t.Fatalf("round %d: a later copy: %d; want 200", round, c)
+			}
+		}
+		if n := a.app.count(id); n != 1 {
+			t.Fatalf("round %d: %s handled %d times; want once", round, id, n)
+		}
 	}
 }
 
@@ -142,14 +173,19 @@ func failedHandledAgain(t *testing.T, a, b *receiver, send func(*receiver, strin
 		t.Fatalf("the failing delivery: %d; want the handler's 500", c)
 	}
 	ap.fail.Store(false)
-	if c := send(b, "msg_2", `{"order":2}`); c != http.StatusOK {
-		t.Fatalf("the redelivery on the other instance: %d; want 200", c)
+	if c := send(b, "msg_2", `{"order":2}`); c != http.StatusNoContent {
+		t.Fatalf("the redelivery on the other instance: %d; want the handler's 204", c)
 	}
-	if c := send(a, "msg_2", `{"order":2}`); c != http.StatusOK {
-		t.Fatalf("a copy after the success: %d; want 200", c)
+	for _, r := range []*receiver{a, b} {
+		if c := send(r, "msg_2", `{"order":2}`); c != http.StatusOK {
+			t.Fatalf("a copy after the success: %d; want 200", c)
+		}
 	}
-	if n := a.app.count("msg_2"); n != 1 {
-		t.Fatalf("msg_2 handled to the end %d times; want once", n)
+	a.app.mu.Lock()
+	attempts := a.app.attempts["msg_2"]
+	a.app.mu.Unlock()
+	if n := a.app.count("msg_2"); n != 1 || attempts != 2 {
+		t.Fatalf("msg_2 handled to the end %d times in %d attempts; want once, in two (the failure, the success)", n, attempts)
 	}
 }
 
@@ -159,8 +195,8 @@ func distinctEachHandled(t *testing.T, a, b *receiver, send func(*receiver, stri
 		if i%2 == 1 {
 			r = b
 		}
-		if c := send(r, fmt.Sprint("msg_d", i), fmt.Sprintf(`{"order":%d}`, i)); c != http.StatusOK {
-			t.Fatalf("delivery %d: %d; want 200", i, c)
+		if c := send(r, fmt.Sprint("msg_d", i), fmt.Sprintf(`{"order":%d}`, i)); c != http.StatusNoContent {
+			t.Fatalf("delivery %d: %d; want the handler's 204", i, c)
 		}
 	}
 	for i := range 8 {
