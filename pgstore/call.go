@@ -41,6 +41,13 @@ func callIn[T any](s *Store, ctx context.Context, direct bool, fn func(ctx conte
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
+	return callBounded(ctx, direct, fn)
+}
+
+// callBounded is [callIn] under a ctx that already carries the store's
+// deadline (and is not nil), which it does not set again.
+func callBounded[T any](ctx context.Context, direct bool, fn func(ctx context.Context) (T, error)) (T, error) {
+	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

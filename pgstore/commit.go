@@ -79,6 +79,9 @@ func fenceAnswerSQL(nonce string) string {
 // table fires inside the fence and may fail with any text, but not with
 // a nonce it never saw.
 func fenceReason(err error, nonce string) string {
+	if err == nil {
+		return ""
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "22P02" {
 		return ""
@@ -105,6 +108,15 @@ type answer struct {
 	err error // the statement's error; nil also when the server skipped it
 }
 
+// binaryFormats are the format codes of [sendUnnamed]'s arguments, all
+// binary: as many as the fence functions' parameters (never written;
+// extended, on a copy, for a statement of more).
+var binaryFormats = []int16{
+	pgtype.BinaryFormatCode, pgtype.BinaryFormatCode, pgtype.BinaryFormatCode,
+	pgtype.BinaryFormatCode, pgtype.BinaryFormatCode, pgtype.BinaryFormatCode,
+	pgtype.BinaryFormatCode, pgtype.BinaryFormatCode, pgtype.BinaryFormatCode,
+}
+
 // sendUnnamed sends stmts in one round trip, a pipeline with one Sync at
 // its end (so the server skips every statement after one that fails),
 // each as the unnamed statement (Parse, Bind, Execute), its arguments
@@ -121,26 +133,39 @@ type answer struct {
 func sendUnnamed(ctx context.Context, conn *pgx.Conn, stmts []unnamed) ([]answer, error) {
 	m := conn.TypeMap()
 	b := &pgconn.Batch{}
+	n := 0
 	for _, st := range stmts {
-		var values [][]byte
-		var formats []int16
+		n += len(st.args)
+	}
+	// Every statement's values, in one slice: the batch copies them
+	// into its buffer as each statement is added.
+	all := make([][]byte, n)
+	for _, st := range stmts {
+		values := all[:len(st.args):len(st.args)]
+		all = all[len(st.args):]
 		for i, arg := range st.args {
 			// A non-nil buffer: an empty value is not NULL.
 			v, err := m.Encode(st.oids[i], pgtype.BinaryFormatCode, arg, []byte{})
 			if err != nil {
 				return nil, err
 			}
-			values, formats = append(values, v), append(formats, pgtype.BinaryFormatCode)
+			values[i] = v
 		}
-		b.ExecParams(st.sql, values, st.oids, formats, nil)
+		formats := binaryFormats
+		for len(formats) < len(values) {
+			formats = append(formats[:len(formats):len(formats)], pgtype.BinaryFormatCode)
+		}
+		b.ExecParams(st.sql, values, st.oids, formats[:len(values)], nil)
 	}
 	answers := make([]answer, len(stmts))
 	mrr := conn.PgConn().ExecBatch(ctx, b)
 	i := 0
 	for ; i < len(stmts) && mrr.NextResult(); i++ {
-		r := mrr.ResultReader().Read()
-		answers[i] = answer{tag: r.CommandTag, err: r.Err}
-		if r.Err != nil {
+		// Only the command tag and the error are read: the rows
+		// (the functions' one row each) are skipped, not copied.
+		tag, err := mrr.ResultReader().Close()
+		answers[i] = answer{tag: tag, err: err}
+		if err != nil {
 			break
 		}
 	}
@@ -231,11 +256,13 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			xid = &w.xid
 			stmts = append(stmts, unnamed{sql: immediateSQL}) // the handler's deferred triggers fire before the fence
 		}
-		fence := unnamed{sql: w.s.fenceCall, oids: fenceOIDs,
-			args: []any{w.key, w.token, pgTime(until), fingerprint, result, xid, nonce, w.s.commitSetting()}}
+		var fence unnamed
 		if w.locked {
 			fence = unnamed{sql: w.s.lockedFenceCall, oids: lockedFenceOIDs,
 				args: []any{w.key, w.token, pgTime(until), fingerprint, result, xid, w.leaseUS, nonce, w.s.commitSetting()}}
+		} else {
+			fence = unnamed{sql: w.s.fenceCall, oids: fenceOIDs,
+				args: []any{w.key, w.token, pgTime(until), fingerprint, result, xid, nonce, w.s.commitSetting()}}
 		}
 		at := len(stmts) // the fence's answer; COMMIT's follows
 		stmts = append(stmts, fence, unnamed{sql: "commit"})
@@ -420,6 +447,9 @@ func (s *Store) commitSetting() string {
 // every session, also one whose commit was already written), so the commit
 // may have happened.
 func commitRefused(fenceErr, commitErr error) bool {
+	if fenceErr == nil && commitErr == nil {
+		return false
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(fenceErr, &pgErr) {
 		return true

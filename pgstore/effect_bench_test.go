@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -134,21 +135,84 @@ func walPerOp(b *testing.B, pool *pgxpool.Pool) func() {
 // statement, or a pipeline with its Sync), so the count per request is
 // its round trips.
 func countedPool(b *testing.B, params ...string) (*pgxpool.Pool, *atomic.Int64) {
+	pool, trips, _ := delayedPool(b, 0, params...)
+	return pool, trips
+}
+
+// delayedPool is countedPool whose connections, when rtt is not zero,
+// also pay rtt once per round trip: the first read that returns bytes
+// after a write returns them only rtt later (see delayConn), as if the
+// server were rtt away. The delays report what each paid.
+func delayedPool(b *testing.B, rtt time.Duration, params ...string) (*pgxpool.Pool, *atomic.Int64, *delays) {
 	trips := new(atomic.Int64)
+	d := &delays{sleep: calibrated(rtt)}
 	pool := needServer(b).poolWith(b, func(cfg *pgxpool.Config) {
 		for i := 0; i+1 < len(params); i += 2 {
 			cfg.ConnConfig.RuntimeParams[params[i]] = params[i+1]
 		}
-		var d net.Dialer
+		var dialer net.Dialer
 		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
+			c, err := dialer.DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}
-			return countingConn{c, trips}, nil
+			if rtt == 0 {
+				return countingConn{c, trips}, nil
+			}
+			return &delayConn{Conn: countingConn{c, trips}, d: d}, nil
 		}
 	})
-	return pool, trips
+	return pool, trips, d
+}
+
+// delays is what the delayConns of a pool paid: paid delays of slept
+// nanoseconds in all, each a pause of sleep requested.
+type delays struct {
+	sleep       time.Duration
+	paid, slept atomic.Int64
+}
+
+// calibrated returns the pause that takes rtt: rtt less what a pause
+// overshoots by on this machine (the median of 50; nanosleep wakes some
+// 50 to 80 µs late).
+func calibrated(rtt time.Duration) time.Duration {
+	if rtt == 0 {
+		return 0
+	}
+	var over []time.Duration
+	for range 50 {
+		start := time.Now()
+		pause(rtt)
+		over = append(over, time.Since(start)-rtt)
+	}
+	slices.Sort(over)
+	return max(rtt-over[len(over)/2], 0)
+}
+
+// delayConn delays the first read that returns bytes after each write by
+// its pause, after the bytes came: each round trip (pgx writes once for a
+// statement or a pipeline) waits once more, for the server's answer to
+// travel. The network itself stays loopback: only the client waits.
+type delayConn struct {
+	net.Conn
+	d   *delays
+	due atomic.Bool // written since the last delayed read
+}
+
+func (c *delayConn) Write(p []byte) (int, error) {
+	c.due.Store(true) // before: the answer cannot come before the write
+	return c.Conn.Write(p)
+}
+
+func (c *delayConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.due.Swap(false) {
+		start := time.Now()
+		pause(c.d.sleep)
+		c.d.slept.Add(int64(time.Since(start)))
+		c.d.paid.Add(1)
+	}
+	return n, err
 }
 
 // countingConn counts its writes in n.
@@ -223,6 +287,92 @@ func BenchmarkTransactionalMinimal(b *testing.B) {
 	benchSettings(b, true)
 }
 
+// BenchmarkTransactionalNetwork is BenchmarkTransactionalPaired (sync and
+// async commit) with the server a round trip away: every connection of
+// the pool waits rtt once per round trip (see delayedPool), about 0.1 ms
+// (one zone), 0.5 ms (a same-zone round trip through a proxy or a
+// busier network) and 1.4 ms (zones apart). Beside each ratio it reports
+// the round trip achieved: "delay-ns", the mean wait a round trip paid,
+// and "rtt-p50-ns", the p50 of a bare SELECT 1 on the same pool after
+// the requests (the delay and loopback's own round trip). Issue 67's
+// targets: "first-request" at most 1.2× "floor" at 0.5 ms.
+func BenchmarkTransactionalNetwork(b *testing.B) {
+	for _, rtt := range []time.Duration{100 * time.Microsecond, 500 * time.Microsecond, 1400 * time.Microsecond} {
+		b.Run(fmt.Sprintf("rtt=%.1fms", float64(rtt)/float64(time.Millisecond)), func(b *testing.B) {
+			b.Run("sync-commit", func(b *testing.B) {
+				pool, trips, d := delayedPool(b, rtt)
+				benchPaired(b, pool, trips, storeOn(b, pool), false)
+				reportRTT(b, pool, d)
+			})
+			b.Run("async-commit", func(b *testing.B) {
+				pool, trips, d := delayedPool(b, rtt, "synchronous_commit", "off")
+				benchPaired(b, pool, trips, storeOn(b, pool, func(o *Options) {
+					o.AllowAsyncCommit = true
+					o.Logger = slog.New(slog.DiscardHandler)
+				}), false)
+				reportRTT(b, pool, d)
+			})
+		})
+	}
+}
+
+// reportRTT reports the mean delay the pool's round trips paid and the
+// p50 of 200 bare SELECT 1 on the pool.
+func reportRTT(b *testing.B, pool *pgxpool.Pool, d *delays) {
+	if n := d.paid.Load(); n > 0 {
+		b.ReportMetric(float64(d.slept.Load())/float64(n), "delay-ns")
+	}
+	lat := make([]time.Duration, 0, 200)
+	for range 200 {
+		start := time.Now()
+		if _, err := pool.Exec(bg(), "select 1"); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "rtt-p50-ns")
+}
+
+// BenchmarkTransactionalClientCPU runs requests of
+// BenchmarkTransactionalPaired one kind at a time (async commit, so that
+// the WAL flush does not set the pace), and reports the client's CPU per
+// request, all of it ("client-cpu-ns/op": the kernel's part, mostly the
+// loopback's sends and receives, included) and its user part
+// ("client-user-ns/op": the Go code and its runtime), with the
+// allocations: "store" (AcquireWork, the insert through the Work,
+// Commit) beside "sql" (the same statements sent bare on a connection of
+// the pool: what the store's Go adds is the difference) and "floor" (the
+// handler's own transaction); "first-request" adds the middleware.
+func BenchmarkTransactionalClientCPU(b *testing.B) {
+	pool, _ := countedPool(b, "synchronous_commit", "off")
+	s := storeOn(b, pool, func(o *Options) {
+		o.AllowAsyncCommit = true
+		o.Logger = slog.New(slog.DiscardHandler)
+	})
+	for _, name := range []string{"floor", "sql", "store", "first-request"} {
+		b.Run(name, func(b *testing.B) {
+			op := transactionalOps(b, pool, s)[name] // keys of this run's own
+			for i := range 50 {
+				op(-1 - i)
+			}
+			report := cpuPerOp(b, pool)
+			user := selfUserCPU()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				op(i)
+				i++
+			}
+			b.StopTimer()
+			if u := selfUserCPU(); user >= 0 && u >= 0 {
+				b.ReportMetric(float64((u-user).Nanoseconds())/float64(b.N), "client-user-ns/op")
+			}
+			report()
+		})
+	}
+}
+
 // benchSettings runs benchPaired (minimal: its floor and "minimal"
 // alone) under each server setting.
 func benchSettings(b *testing.B, minimal bool) {
@@ -277,6 +427,41 @@ func cache(b *testing.B, pool *pgxpool.Pool, n int) {
 }
 
 func benchPaired(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, s *Store, minimalOnly bool) {
+	names := []string{"floor", "autocommit", "first-request", "store", "sql", "sql-no-reset", "sql-no-read"}
+	if minimalOnly {
+		names = []string{"floor", "minimal"}
+	}
+	all := transactionalOps(b, pool, s)
+	ops := make([]func(i int), len(names))
+	for j, name := range names {
+		ops[j] = all[name]
+	}
+	counts := make([]int64, len(ops))
+	counted := make([]func(int), len(ops))
+	for j, op := range ops {
+		counted[j] = func(i int) {
+			n := trips.Load()
+			op(i)
+			counts[j] += trips.Load() - n
+		}
+	}
+	for j := range ops { // warm every connection's statement cache
+		for i := range 20 {
+			ops[j](-1 - i)
+		}
+	}
+	paired(b, names, counted...)
+	for j, name := range names {
+		b.ReportMetric(float64(counts[j])/float64(b.N), "trips-"+name)
+	}
+}
+
+// transactionalOps returns the requests of BenchmarkTransactionalPaired
+// by name, each served in process with a key of its own for i: "floor",
+// "autocommit", "first-request", "store", "sql", "sql-no-reset",
+// "sql-no-read" (see BenchmarkTransactionalPaired) and "minimal" (see
+// BenchmarkTransactionalMinimal).
+func transactionalOps(b *testing.B, pool *pgxpool.Pool, s *Store) map[string]func(i int) {
 	table := newChargeTable(b, pool)
 	insert := `INSERT INTO ` + table + ` (key, body) VALUES ($1, $2)`
 	body := []byte(strings.Repeat("x", 128))
@@ -437,39 +622,14 @@ func benchPaired(b *testing.B, pool *pgxpool.Pool, trips *atomic.Int64, s *Store
 			b.Fatal(err)
 		}
 	}
-	names := []string{"floor", "autocommit", "first-request", "store", "sql", "sql-no-reset", "sql-no-read"}
-	ops := []func(i int){
-		func(i int) { serve(floor, id("f", i)) },
-		func(i int) { serve(autocommit, id("a", i)) },
-		func(i int) { serve(h, id("m", i)) },
-		func(i int) { serve(handler(func(key string) { storeOnly(key) }), id("s", i)) },
-		func(i int) { serve(handler(func(key string) { sql(key, true, true) }), id("q", i)) },
-		func(i int) { serve(handler(func(key string) { sql(key, true, false) }), id("r", i)) },
-		func(i int) { serve(handler(func(key string) { sql(key, false, false) }), id("n", i)) },
-	}
-	if minimalOnly {
-		names = []string{"floor", "minimal"}
-		ops = []func(i int){
-			func(i int) { serve(floor, id("f", i)) },
-			func(i int) { serve(handler(minimal), id("z", i)) },
-		}
-	}
-	counts := make([]int64, len(ops))
-	counted := make([]func(int), len(ops))
-	for j, op := range ops {
-		counted[j] = func(i int) {
-			n := trips.Load()
-			op(i)
-			counts[j] += trips.Load() - n
-		}
-	}
-	for j := range ops { // warm every connection's statement cache
-		for i := range 20 {
-			ops[j](-1 - i)
-		}
-	}
-	paired(b, names, counted...)
-	for j, name := range names {
-		b.ReportMetric(float64(counts[j])/float64(b.N), "trips-"+name)
+	return map[string]func(i int){
+		"floor":         func(i int) { serve(floor, id("f", i)) },
+		"autocommit":    func(i int) { serve(autocommit, id("a", i)) },
+		"first-request": func(i int) { serve(h, id("m", i)) },
+		"store":         func(i int) { serve(handler(func(key string) { storeOnly(key) }), id("s", i)) },
+		"sql":           func(i int) { serve(handler(func(key string) { sql(key, true, true) }), id("q", i)) },
+		"sql-no-reset":  func(i int) { serve(handler(func(key string) { sql(key, true, false) }), id("r", i)) },
+		"sql-no-read":   func(i int) { serve(handler(func(key string) { sql(key, false, false) }), id("n", i)) },
+		"minimal":       func(i int) { serve(handler(minimal), id("z", i)) },
 	}
 }

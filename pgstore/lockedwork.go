@@ -61,7 +61,8 @@ func (s *Store) idLock(key []byte) int64 {
 	h.Write([]byte(s.table))
 	h.Write([]byte{0})
 	h.Write(key)
-	return int64(binary.BigEndian.Uint64(h.Sum(nil)))
+	var sum [sha256.Size]byte
+	return int64(binary.BigEndian.Uint64(h.Sum(sum[:0])))
 }
 
 func (s *Store) fpLock(key, fingerprint []byte) (int32, int32) {
@@ -72,7 +73,8 @@ func (s *Store) fpLock(key, fingerprint []byte) (int32, int32) {
 	h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(key))))
 	h.Write(key)
 	h.Write(fingerprint)
-	sum := h.Sum(nil)
+	var buf [sha256.Size]byte
+	sum := h.Sum(buf[:0])
 	return int32(binary.BigEndian.Uint32(sum)), int32(binary.BigEndian.Uint32(sum[4:]))
 }
 
@@ -209,7 +211,8 @@ func (s *Store) AcquireWork(ctx context.Context, id string, lease time.Duration,
 	started := w.claimEnd()
 	// On the caller's goroutine: a call given up while its statements run
 	// on must not leave an acquired Work, and its locks, behind.
-	r, err := callIn(s, ctx, true, func(ctx context.Context) (read, error) {
+	// ctx carries the store's deadline already (set above, for Acquire).
+	r, err := callBounded(ctx, true, func(ctx context.Context) (read, error) {
 		if !started() {
 			return read{}, nil
 		}

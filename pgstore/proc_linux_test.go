@@ -75,3 +75,20 @@ func selfCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// selfUserCPU returns the user CPU time of this process, all threads
+// (the Go code's, the runtime's: not the kernel's), or -1.
+func selfUserCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return time.Duration(ru.Utime.Nano())
+}
+
+// pause sleeps d in nanosleep: time.Sleep rounds a pause under a
+// millisecond up to one when the runtime waits in epoll.
+func pause(d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	syscall.Nanosleep(&ts, nil)
+}

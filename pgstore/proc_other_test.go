@@ -21,3 +21,9 @@ func procCPU(pid int) time.Duration { return -1 }
 
 // selfCPU is not measured off Linux.
 func selfCPU() time.Duration { return -1 }
+
+// selfUserCPU is not measured off Linux.
+func selfUserCPU() time.Duration { return -1 }
+
+// pause sleeps d.
+func pause(d time.Duration) { time.Sleep(d) }

@@ -72,11 +72,13 @@ func workSessionStateDoesNotOutliveTheWork(t *testing.T) {
 				t.Logf("the pool opened a new connection (the previous one was closed)")
 			}
 			pid = c.Conn().PgConn().PID()
+			// Temporary tables of this session only: pg_class also lists
+			// those of a closed session whose backend has not exited yet.
 			var commit, timeout, app string
 			var temp, cursors, locks, prepared int
 			if err := c.QueryRow(bg(), `SELECT current_setting('synchronous_commit'), current_setting('statement_timeout'),
 				current_setting('application_name'),
-				(SELECT count(*) FROM pg_class WHERE relname = 'ctoken_leak' AND relpersistence = 't'),
+				(SELECT count(*) FROM pg_class WHERE relname = 'ctoken_leak' AND relpersistence = 't' AND relnamespace = pg_my_temp_schema()),
 				(SELECT count(*) FROM pg_cursors WHERE name = 'ctoken_cursor'), (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()),
 				(SELECT count(*) FROM pg_prepared_statements WHERE name IN ('ctoken_prepared', 'ctoken_sql_prepared'))`).Scan(
 				&commit, &timeout, &app, &temp, &cursors, &locks, &prepared); err != nil {

@@ -307,12 +307,15 @@ func (t *workTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	}
 	// pgx sends a statement left without arguments by its rewriter with
 	// the simple protocol: rewritten here, it is sent as one statement.
-	sql, args, err := w.rewrite(ctx, execOptions, sql, args)
+	rewritten, args, err := w.rewrite(ctx, execOptions, sql, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	if err := w.refuseLocked(sql); err != nil {
-		return pgconn.CommandTag{}, err
+	if rewritten != sql { // the same text was checked above
+		if err := w.refuseLocked(rewritten); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		sql = rewritten
 	}
 	args, plain := w.extended(args)
 	if plain {
