@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -288,7 +289,8 @@ func probed(pc *redis.MapStringStringCmd) error {
 	}
 	v, err := pc.Result()
 	switch {
-	case err != nil && (isServerError(err) || isRefused(err)):
+	case err != nil && (isServerError(err) || isRefused(err) || strings.Contains(err.Error(), "can't parse")):
+		// Refused, or a reply that is not a map (or a list) of strings.
 		return refuse(ErrUnavailable, whyPolicyUnread, fmt.Errorf("%w: CONFIG GET maxmemory-policy: %w", ErrUnavailable, err))
 	case err != nil:
 		return fmt.Errorf("%w: CONFIG GET maxmemory-policy: %w", ErrUnavailable, err)

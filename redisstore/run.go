@@ -78,8 +78,9 @@ func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg st
 	if err != nil {
 		return 0, 0, err
 	}
-	if n, ok := v.(int64); ok && sc == &claimLua && n >= 0 {
-		// A bare code: the claim script's 0, 1 and 2.
+	if n, ok := v.(int64); ok && n >= 0 {
+		// A bare code: the common replies of the claim, acquire and
+		// confirm scripts (value 0).
 		return s.verdict(sc, shard, n, 0, durErr)
 	}
 	reply, ok := v.([]any)
