@@ -12,8 +12,10 @@ import (
 // TestClaimAllocations pins what a first claim allocates on the caller's
 // goroutine (context.Background, a client with ContextTimeoutEnabled, the
 // policy probe on): measured 16, of which go-redis's pool check of the
-// connection takes 3 (a bare SET through client.Do pays them too) and its
-// pipeline 2 more (errors.As on a nil error). The target is 12.
+// connection takes 3 (a bare SET through client.Do pays them too), its
+// pipeline 2 more (errors.As on a nil error), the probe 5 (its command,
+// the map of its reply and the map's two strings) and the store's
+// deadline 3 (see timeoutCtx). The target is 12.
 func TestClaimAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under -race")
