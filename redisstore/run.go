@@ -231,21 +231,20 @@ func (s *Store) callDirect(ctx context.Context, args ...any) (any, error) {
 // lightDeadline reports whether a call under parent (the caller's context)
 // may take the store's deadline as a [timeoutCtx] instead of
 // context.WithTimeout: the call runs on the caller's goroutine (direct),
-// the store has a timeout, and parent ends at no time before it (Done is
-// nil, or parent ends only at a deadline, see [Store.direct], and that
-// deadline is later than the store's, else [Store.deadline] uses parent
-// as it is).
+// the store has a timeout, and parent never ends (Done is nil, as for
+// context.Background: no deadline, and no cancellation whose cause
+// context.Cause could find through parent's values).
 func (s *Store) lightDeadline(parent context.Context, direct bool) bool {
-	if !direct || s.timeout <= 0 {
+	if !direct || s.timeout <= 0 || parent.Done() != nil {
 		return false
 	}
-	dl, ok := parent.Deadline()
-	return !ok || dl.After(time.Now().Add(s.timeout))
+	_, has := parent.Deadline()
+	return !has
 }
 
 // timeoutCtx is context.WithTimeout(parent, d) in three allocations
 // (channel, timer, its function) instead of five, inside a value the call
-// allocates anyway, for a parent that cannot end before it (see
+// allocates anyway, for a parent that never ends (see
 // [Store.lightDeadline]): it ends at its deadline, with
 // context.DeadlineExceeded, or when cancelled, with context.Canceled,
 // whichever comes first, and carries parent's values. Its Done channel
