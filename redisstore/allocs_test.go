@@ -27,21 +27,27 @@ func TestClaimAllocations(t *testing.T) {
 	if !s.dur.probing() {
 		t.Fatal("the policy probe is off; want it on (the claim's common case)")
 	}
-	const runs = 200
-	ids := make([]string, runs+1)
+	// The fewest of three rounds: AllocsPerRun counts the whole process's
+	// allocations, and other tests' stores may check their servers
+	// meanwhile.
+	const runs, rounds = 100, 3
+	ids := make([]string, rounds*(runs+1))
 	for i := range ids {
 		ids[i] = "id-" + strconv.Itoa(i)
 	}
 	ctx := context.Background()
 	until := time.Now().Add(time.Hour)
 	n := 0
-	allocs := testing.AllocsPerRun(runs, func() {
-		first, err := s.Claim(ctx, ids[n], until)
-		n++
-		if err != nil || !first {
-			t.Fatalf("claim = %v, %v; want first", first, err)
-		}
-	})
+	allocs := float64(1 << 20)
+	for range rounds {
+		allocs = min(allocs, testing.AllocsPerRun(runs, func() {
+			first, err := s.Claim(ctx, ids[n], until)
+			n++
+			if err != nil || !first {
+				t.Fatalf("claim = %v, %v; want first", first, err)
+			}
+		}))
+	}
 	t.Logf("%.1f allocations per first claim", allocs)
 	if allocs > 16 {
 		t.Fatalf("%.1f allocations per first claim; want at most 16", allocs)
