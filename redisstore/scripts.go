@@ -46,7 +46,9 @@ import "strings"
 // it finds its own note and takes nothing. Every other step treats a note
 // as free.
 //
-// Replies are {code, value}; negative codes are the guard's refusals:
+// Replies are {code, value}, or a bare code (the claim's replies, and the
+// common ones of acquire and confirm: the cheapest to encode and decode);
+// negative codes, always {code, value}, are the guard's refusals:
 //
 //	-1 fence raised now, value = fenced until (ms)
 //	-2 fenced, value = fenced until (ms)
