@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -481,8 +482,12 @@ func (s *Store) pipelined(ctx context.Context, c *redis.Client, sc *script, cmd 
 		cmds = append(cmds, wa)
 	}
 	p := s.dur.pipeline(c)
-	_ = p.BatchProcess(ctx, cmds...) // a pipeline only queues them
-	p.Exec(ctx)                      // errors are read per command
+	if bp, ok := p.(*redis.Pipeline); ok {
+		_ = bp.BatchProcess(ctx, cmds...) // a pipeline only queues them
+	} else {
+		_ = p.BatchProcess(ctx, slices.Clone(cmds)...) // queue stays on the stack
+	}
+	p.Exec(ctx) // errors are read per command
 	s.dur.donePipeline(c, p)
 	v, err := sv.Result()
 	if err != nil {
@@ -495,18 +500,18 @@ func (s *Store) pipelined(ctx context.Context, c *redis.Client, sc *script, cmd 
 // an earlier call left (Exec empties a pipeline: what it sent goes to the
 // client's hooks in a slice of its own, and a pipeline keeps nothing
 // else of a call), else a new one.
-func (d *durability) pipeline(c *redis.Client) *redis.Pipeline {
+func (d *durability) pipeline(c *redis.Client) redis.Pipeliner {
 	if c == d.single {
-		if p, ok := d.pipes.Get().(*redis.Pipeline); ok {
+		if p, ok := d.pipes.Get().(redis.Pipeliner); ok {
 			return p
 		}
 	}
-	return c.Pipeline().(*redis.Pipeline)
+	return c.Pipeline()
 }
 
 // donePipeline keeps p, a pipeline on c after its Exec, for the next call
 // when c is the store's own client.
-func (d *durability) donePipeline(c *redis.Client, p *redis.Pipeline) {
+func (d *durability) donePipeline(c *redis.Client, p redis.Pipeliner) {
 	if c == d.single && p.Len() == 0 {
 		d.pipes.Put(p)
 	}

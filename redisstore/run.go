@@ -36,7 +36,7 @@ type scriptCall struct {
 	// an ID of up to about 40 bytes and a claim's nonce.
 	buf [128]byte
 	// ctx is the call's deadline when the call runs on the caller's
-	// goroutine (see [Store.runDeadline]).
+	// goroutine under a context that never ends (see [Store.lightDeadline]).
 	ctx timeoutCtx
 }
 
