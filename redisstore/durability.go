@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +62,9 @@ type durability struct {
 	// guarded script (see [policyProbe]); nil when no connection can be
 	// pinned or Options.AllowEviction accepts eviction.
 	probe *policyProbe
+	// pipes keeps the pipelines of single between calls (see
+	// [durability.pipeline]); nil without single.
+	pipes *sync.Pool
 }
 
 // impliedAOF is the WAITAOF 1 n ms every write sends, without
@@ -140,6 +145,7 @@ func newDurability(client Client, d Durability, timeout time.Duration) (durabili
 	switch c := client.(type) {
 	case *redis.Client:
 		out.single = c
+		out.pipes = new(sync.Pool)
 	case *redis.ClusterClient:
 		out.cluster = c
 	default:
@@ -267,20 +273,30 @@ func (s *Store) decidePolicyProbe(obs []observation) {
 	}
 }
 
+// probe queues the policy probe on p: a typed command, whose reply (a
+// map in RESP3, a flat list in RESP2) is read into a map of strings
+// rather than a map of interfaces.
+func probe(ctx context.Context, p redis.Pipeliner) *redis.MapStringStringCmd {
+	pc := redis.NewMapStringStringCmd(ctx, probeCmd...)
+	_ = p.Process(ctx, pc) // a pipeline only queues it
+	return pc
+}
+
 // probed returns the refusal the probe's reply (nil when not sent) asks
 // for: nil when the policy is noeviction.
-func probed(pc *redis.Cmd) error {
+func probed(pc *redis.MapStringStringCmd) error {
 	if pc == nil {
 		return nil
 	}
 	v, err := pc.Result()
 	switch {
-	case err != nil && (isServerError(err) || isRefused(err)):
+	case err != nil && (isServerError(err) || isRefused(err) || strings.Contains(err.Error(), "can't parse")):
+		// Refused, or a reply that is not a map (or a list) of strings.
 		return refuse(ErrUnavailable, whyPolicyUnread, fmt.Errorf("%w: CONFIG GET maxmemory-policy: %w", ErrUnavailable, err))
 	case err != nil:
 		return fmt.Errorf("%w: CONFIG GET maxmemory-policy: %w", ErrUnavailable, err)
 	}
-	policy, ok := configValue(v, "maxmemory-policy")
+	policy, ok := v["maxmemory-policy"]
 	switch {
 	case !ok:
 		return refuse(ErrUnavailable, whyPolicyUnread, fmt.Errorf("%w: unexpected reply to CONFIG GET maxmemory-policy", ErrUnavailable))
@@ -444,29 +460,61 @@ func (s *Store) pipelineOnce(ctx context.Context, c *redis.Client, sc *script, c
 // on (right after the script: see [policyProbe]), and the WAIT and WAITAOF
 // of the setting in one pipeline on c.
 func (s *Store) pipelined(ctx context.Context, c *redis.Client, sc *script, cmd []any, eval bool) pipeResult {
-	p := c.Pipeline()
 	if eval {
 		cmd = asEval(*sc, cmd)
 	}
-	sv := p.Do(ctx, cmd...)
-	var pc *redis.Cmd
+	var queue [4]redis.Cmder
+	sv := redis.NewCmd(ctx, cmd...)
+	cmds := append(queue[:0], sv)
+	var pc *redis.MapStringStringCmd
 	if s.dur.probing() {
-		pc = p.Do(ctx, probeCmd...)
+		pc = redis.NewMapStringStringCmd(ctx, probeCmd...)
+		cmds = append(cmds, pc)
 	}
 	var w, wa *redis.Cmd
 	if s.dur.wait != nil {
-		w = p.Do(ctx, s.dur.wait...)
+		w = redis.NewCmd(ctx, s.dur.wait...)
+		cmds = append(cmds, w)
 	}
 	waitAOF, localAOF := s.dur.aofWait()
 	if waitAOF != nil {
-		wa = p.Do(ctx, waitAOF...)
+		wa = redis.NewCmd(ctx, waitAOF...)
+		cmds = append(cmds, wa)
+	}
+	p := s.dur.pipeline(c)
+	if bp, ok := p.(*redis.Pipeline); ok {
+		_ = bp.BatchProcess(ctx, cmds...) // a pipeline only queues them
+	} else {
+		_ = p.BatchProcess(ctx, slices.Clone(cmds)...) // queue stays on the stack
 	}
 	p.Exec(ctx) // errors are read per command
+	s.dur.donePipeline(c, p)
 	v, err := sv.Result()
 	if err != nil {
 		return pipeResult{err: err, probeErr: probed(pc)}
 	}
 	return pipeResult{v: v, durErr: s.dur.ackedAOF(w, wa, localAOF), probeErr: probed(pc)}
+}
+
+// pipeline returns an empty pipeline on c: for the store's own client one
+// an earlier call left (Exec empties a pipeline: what it sent goes to the
+// client's hooks in a slice of its own, and a pipeline keeps nothing
+// else of a call), else a new one.
+func (d *durability) pipeline(c *redis.Client) redis.Pipeliner {
+	if c == d.single {
+		if p, ok := d.pipes.Get().(redis.Pipeliner); ok {
+			return p
+		}
+	}
+	return c.Pipeline()
+}
+
+// donePipeline keeps p, a pipeline on c after its Exec, for the next call
+// when c is the store's own client.
+func (d *durability) donePipeline(c *redis.Client, p redis.Pipeliner) {
+	if c == d.single && p.Len() == 0 {
+		d.pipes.Put(p)
+	}
 }
 
 // command is the EVALSHA command of sc on keys with args.

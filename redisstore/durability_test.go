@@ -478,6 +478,18 @@ func (h *scriptHook) ProcessPipelineHook(redis.ProcessPipelineHook) redis.Proces
 }
 
 func (h *scriptHook) answer(ctx context.Context, cmd redis.Cmder) error {
+	if m, ok := cmd.(*redis.MapStringStringCmd); ok { // the policy probe
+		v, err := h.f(ctx, cmd.Args()...).Result()
+		if err == nil {
+			var out map[string]string
+			out, err = stringMap(v)
+			m.SetVal(out)
+		}
+		if err != nil {
+			m.SetErr(err)
+		}
+		return err
+	}
 	c, ok := cmd.(*redis.Cmd)
 	if !ok {
 		err := fmt.Errorf("unscripted command type %T", cmd)
@@ -491,6 +503,38 @@ func (h *scriptHook) answer(ctx context.Context, cmd redis.Cmder) error {
 	}
 	c.SetVal(v)
 	return nil
+}
+
+// stringMap is a scripted CONFIG GET reply (a map in RESP3, a flat list in
+// RESP2) as go-redis's typed command reads it, or the error of its reader.
+func stringMap(v any) (map[string]string, error) {
+	out := map[string]string{}
+	switch r := v.(type) {
+	case map[any]any:
+		for k, v := range r {
+			ks, ok1 := k.(string)
+			vs, ok2 := v.(string)
+			if !ok1 || !ok2 {
+				return nil, fmt.Errorf("redis: can't parse reply=%v reading string", r)
+			}
+			out[ks] = vs
+		}
+	case []any:
+		if len(r)%2 != 0 {
+			return nil, fmt.Errorf("redis: can't parse map reply: %v", r)
+		}
+		for i := 0; i < len(r); i += 2 {
+			ks, ok1 := r[i].(string)
+			vs, ok2 := r[i+1].(string)
+			if !ok1 || !ok2 {
+				return nil, fmt.Errorf("redis: can't parse reply=%v reading string", r)
+			}
+			out[ks] = vs
+		}
+	default:
+		return nil, fmt.Errorf("redis: can't parse map reply: %v", v)
+	}
+	return out, nil
 }
 
 // probes returns how many pipelines sent the policy probe, and how many

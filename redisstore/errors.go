@@ -99,6 +99,9 @@ func (e *unavailableError) Is(target error) bool {
 // more than MaxSkew", ...), or "" when it carries none. A reason never
 // contains an ID, a token or a key.
 func Reason(err error) string {
+	if err == nil {
+		return "" // without the allocation errors.As makes
+	}
 	var r *refusal
 	if errors.As(err, &r) {
 		return r.why

@@ -480,14 +480,14 @@ func (s *Store) exchange(ctx context.Context, p pipeliner, sc *script, cmds [][]
 	}
 	pipe := p.Pipeline()
 	sent := make([]*redis.Cmd, len(cmds))
-	var pc *redis.Cmd
+	var pc *redis.MapStringStringCmd
 	for i, cmd := range cmds {
 		if i == at && eval {
 			cmd = asEval(*sc, cmd)
 		}
 		sent[i] = pipe.Do(ctx, cmd...)
 		if i == at && one && s.dur.probing() {
-			pc = pipe.Do(ctx, probeCmd...) // right after the script: see policyProbe
+			pc = probe(ctx, pipe) // right after the script: see policyProbe
 		}
 	}
 	var w, wa *redis.Cmd

@@ -690,10 +690,15 @@ func (s *Store) deadline(ctx context.Context) (context.Context, context.CancelFu
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if s.timeout > 0 {
-		return context.WithTimeout(ctx, s.timeout)
+	if s.timeout <= 0 {
+		return ctx, func() {}
 	}
-	return ctx, func() {}
+	if dl, ok := ctx.Deadline(); ok && !dl.After(time.Now().Add(s.timeout)) {
+		// The caller's deadline comes first: it is the call's, and ctx
+		// already ends at it (a context ends at its deadline).
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
 }
 
 // result is a command's reply, passed back from the goroutine that waits

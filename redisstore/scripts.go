@@ -46,7 +46,9 @@ import "strings"
 // it finds its own note and takes nothing. Every other step treats a note
 // as free.
 //
-// Replies are {code, value}; negative codes are the guard's refusals:
+// Replies are {code, value}, or a bare code (the claim's replies, and the
+// common ones of acquire and confirm: the cheapest to encode and decode);
+// negative codes, always {code, value}, are the guard's refusals:
 //
 //	-1 fence raised now, value = fenced until (ms)
 //	-2 fenced, value = fenced until (ms)
@@ -54,11 +56,25 @@ import "strings"
 //	-4 marker holds an unknown value
 //	-5 until not after Redis's now, value = Redis's now (ms)
 //	-6 until or lease past Redis's now + bound, value = Redis's now (ms)
-const guardLua = `local t = redis.call('TIME')
+const guardLua = guardClock + `local m = redis.call('GET', KEYS[1])
+` + guardMarker
+
+// guardBothLua is guardLua for a step that reads the entry on its common
+// path (confirm, renew): one MGET reads the marker and the entry (v) at
+// once, one call instead of two. The entry is read before the guard may
+// write the marker, which is another key: v is the same either way.
+const guardBothLua = guardClock + `local mv = redis.call('MGET', KEYS[1], KEYS[2])
+local m, v = mv[1], mv[2]
+` + guardMarker
+
+// guardClock reads Redis's clock and refuses a caller's clock behind it.
+const guardClock = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if tonumber(ARGV[1]) < now - tonumber(ARGV[2]) then return {-3, now} end
-local m = redis.call('GET', KEYS[1])
-if not m then
+`
+
+// guardMarker checks the marker m.
+const guardMarker = `if not m then
   local f = now + tonumber(ARGV[3])
   redis.call('SET', KEYS[1], string.format('F%.0f', f))
   redis.call('SET', KEYS[1] .. 'f', string.format('%.0f', now))
@@ -103,12 +119,16 @@ if v and string.sub(v, 1, 1) ~= 'X' then return 0 end
 redis.call('SET', KEYS[2], ARGV[5], 'PXAT', ARGV[4])
 return 1`
 
-// Acquire: ARGV[4] lease (ms), ARGV[5] token. {1, 0} acquired, {2, pttl}
-// busy, {3, 0} done, {4, 0} cancelled by this token's own note.
-const acquireScript = guardLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
-local v = redis.call('GET', KEYS[2])
+// Acquire: ARGV[4] lease (ms), ARGV[5] token. 1 (bare: a new lease) or
+// {1, 0} acquired, {2, pttl} busy, {3, 0} done, {4, 0} cancelled by this
+// token's own note. The entry (v) is read with the marker (guardBothLua).
+const acquireScript = guardBothLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
+if not v then
+  redis.call('SET', KEYS[2], 'L' .. ARGV[5], 'PX', ARGV[4])
+  return 1
+end
 if v == 'X' .. ARGV[5] then return {4, 0} end
-if (not v) or string.sub(v, 1, 1) == 'X' then
+if string.sub(v, 1, 1) == 'X' then
   redis.call('SET', KEYS[2], 'L' .. ARGV[5], 'PX', ARGV[4])
   return {1, 0}
 end
@@ -124,17 +144,18 @@ end
 if string.sub(v, 1, 1) == 'L' then return {2, redis.call('PTTL', KEYS[2])} end
 return {3, 0}`
 
-// Confirm: ARGV[4] until (ms), ARGV[5] token. {1, 0} recorded, {0, 0} lost.
-// The last test, reached only when the others fail, finds the token's lease
-// taken by AcquireRecord ("L" + token + fingerprint): confirmed without a
-// record.
-const confirmScript = guardLua + untilLua + `local v = redis.call('GET', KEYS[2])
-if (not v) or string.sub(v, 1, 1) == 'X' or v == 'L' .. ARGV[5] or v == 'D' .. ARGV[5]
+// Confirm: ARGV[4] until (ms), ARGV[5] token. 1 recorded, 0 lost (bare
+// codes, as the claim's). The entry (v) is read with the marker
+// (guardBothLua); the token's own lease, the common case, is tested first.
+// The last test, reached only when the others fail, finds the token's
+// lease taken by AcquireRecord ("L" + token + fingerprint): confirmed
+// without a record.
+const confirmScript = guardBothLua + untilLua + `if v == 'L' .. ARGV[5] or (not v) or string.sub(v, 1, 1) == 'X' or v == 'D' .. ARGV[5]
   or (#ARGV[5] == 32 and string.sub(v, 1, 33) == 'L' .. ARGV[5]) then
   redis.call('SET', KEYS[2], 'D' .. ARGV[5], 'PXAT', ARGV[4])
-  return {1, 0}
+  return 1
 end
-return {0, 0}`
+return 0`
 
 // Renew: ARGV[4] lease (ms), ARGV[5] token (32 hex digits). {1, 0}
 // renewed, {0, 0} lost. Only the token's own live lease is renewed, with
@@ -142,8 +163,7 @@ return {0, 0}`
 // it is, expiring lease from Redis's now. A lease that has ended is gone
 // (Redis expires it by its own clock), and an entry of another holder, a
 // done entry, a claim or a cancel note is not the token's: lost.
-const renewScript = guardLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
-local v = redis.call('GET', KEYS[2])
+const renewScript = guardBothLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
 if v and #ARGV[5] == 32 and string.sub(v, 1, 33) == 'L' .. ARGV[5] then
   redis.call('SET', KEYS[2], v, 'PX', ARGV[4])
   return {1, 0}
@@ -184,9 +204,9 @@ type script struct{ src, sha string }
 
 var (
 	claimLua   = script{claimScript, "770c77ae15e8afd900faf3ea52a58ba815203074"}
-	acquireLua = script{acquireScript, "81aea957451a11d06caa54c2e1b0b9279734ea73"}
-	confirmLua = script{confirmScript, "9b667f8a9715193799d28602b578e8e6a4aa56b1"}
-	renewLua   = script{renewScript, "95cf7afb430323d10edf00b347aeb68fc76aeecb"}
+	acquireLua = script{acquireScript, "3db03959ba68922daca0ea1363a6aa0efa5491ca"}
+	confirmLua = script{confirmScript, "c732392254659a26fe974aff85e2f2ecce00c303"}
+	renewLua   = script{renewScript, "f3e5ef8a9b8691ce8c6e6509b1d416d839aba3b8"}
 	releaseLua = script{releaseScript, "ceebdb2925cc262b305c5842627a87fc430e8e06"}
 	cancelLua  = script{cancelScript, "325482a3386a4a9411b106d1d57679f91eb8a05f"}
 )
