@@ -35,9 +35,6 @@ type scriptCall struct {
 	// buf holds entry and val when they fit: a default prefix, the shard,
 	// an ID of up to about 40 bytes and a claim's nonce.
 	buf [128]byte
-	// ctx is the call's deadline when the call runs on the caller's
-	// goroutine under a context that never ends (see [Store.lightDeadline]).
-	ctx timeoutCtx
 }
 
 // run runs one guarded script (claim, acquire, confirm, renew) for id within one
@@ -49,20 +46,14 @@ type scriptCall struct {
 // Durability verdict.
 func (s *Store) run(ctx context.Context, sc *script, id string, ms int64, arg string, seq uint64) (code, val int64, err error) {
 	direct := s.direct(ctx)
-	c := new(scriptCall)
-	if s.lightDeadline(ctx, direct) {
-		ctx = c.ctx.start(ctx, s.timeout)
-		defer c.ctx.cancel()
-	} else {
-		var cancel context.CancelFunc
-		ctx, cancel = s.deadline(ctx)
-		defer cancel()
-	}
+	ctx, cancel := s.deadline(ctx)
+	defer cancel()
 	if err := s.readySpace(ctx); err != nil {
 		return 0, 0, err
 	}
 	shard := shardOf(id)
 	marker := &s.tags[shard]
+	c := new(scriptCall)
 	buf := c.buf[:0]
 	if n := len(*marker) + 1 + len(id) + len(arg) + 13; n > len(c.buf) { // 13: seq in base 36
 		buf = make([]byte, 0, n)
@@ -226,73 +217,4 @@ func (s *Store) callDirect(ctx context.Context, args ...any) (any, error) {
 		return nil, err
 	}
 	return nil, s.wrapErr(ctx, err)
-}
-
-// lightDeadline reports whether a call under parent (the caller's context)
-// may take the store's deadline as a [timeoutCtx] instead of
-// context.WithTimeout: the call runs on the caller's goroutine (direct),
-// the store has a timeout, and parent never ends (Done is nil, as for
-// context.Background: no deadline, and no cancellation whose cause
-// context.Cause could find through parent's values).
-func (s *Store) lightDeadline(parent context.Context, direct bool) bool {
-	if !direct || s.timeout <= 0 || parent.Done() != nil {
-		return false
-	}
-	_, has := parent.Deadline()
-	return !has
-}
-
-// timeoutCtx is context.WithTimeout(parent, d) in three allocations
-// (channel, timer, its function) instead of five, inside a value the call
-// allocates anyway, for a parent that never ends (see
-// [Store.lightDeadline]): it ends at its deadline, with
-// context.DeadlineExceeded, or when cancelled, with context.Canceled,
-// whichever comes first, and carries parent's values. Its Done channel
-// closes at the deadline, so a client's wait for a pooled connection (a
-// select on Done) ends there, as under context.WithTimeout.
-type timeoutCtx struct {
-	context.Context
-	deadline time.Time
-	done     chan struct{}
-	timer    *time.Timer
-	err      error // set before done is closed
-}
-
-// start returns c bounding parent by d from now.
-func (c *timeoutCtx) start(parent context.Context, d time.Duration) context.Context {
-	c.Context = parent
-	c.deadline = time.Now().Add(d)
-	c.done = make(chan struct{})
-	c.timer = time.AfterFunc(d, c.expire)
-	return c
-}
-
-// expire ends c at its deadline (on the timer's goroutine).
-func (c *timeoutCtx) expire() {
-	c.err = context.DeadlineExceeded
-	close(c.done)
-}
-
-// cancel ends c, unless its deadline already did.
-func (c *timeoutCtx) cancel() {
-	if c.timer.Stop() { // expire will not run
-		c.err = context.Canceled
-		close(c.done)
-	}
-}
-
-// Deadline returns the store's deadline.
-func (c *timeoutCtx) Deadline() (time.Time, bool) { return c.deadline, true }
-
-// Done is closed when c ends.
-func (c *timeoutCtx) Done() <-chan struct{} { return c.done }
-
-// Err is nil until c ends, then why it ended.
-func (c *timeoutCtx) Err() error {
-	select {
-	case <-c.done:
-		return c.err
-	default:
-		return nil
-	}
 }
