@@ -15,16 +15,15 @@ import (
 	"github.com/ctoken/ctoken/replay"
 )
 
-// TestClaim pins [Store.Claim] and [Store.Release] against the test server:
-// first once, refused after, racing claims, expiry by the database's clock,
+// TestClaim pins what PostgreSQL adds to the claim contract
+// (TestClaimContract: first once, refused after, racing claims, release):
+// racing claims at every isolation level, expiry by the database's clock,
 // and refusals that write nothing.
 func TestClaim(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		test func(*testing.T)
 	}{
-		{"first once then refused", claimIsFirstOnceThenRefused},
-		{"concurrent claims, one first", concurrentClaimsExactlyOneFirst},
 		{"one first at every isolation level", concurrentClaimsAtEveryIsolationLevelOneFirst},
 		{"waiting on an insert follows its outcome", claimWaitingOnAConcurrentInsertFollowsItsOutcome},
 		{"first again after expiry", claimAfterExpiryByDatabaseClockIsFirstAgain},
@@ -33,54 +32,8 @@ func TestClaim(t *testing.T) {
 		{"slow instance clock makes no replay first", slowInstanceClockNeverMakesAReplayFirst},
 		{"until far in the past expired, never wrapped", untilFarInThePastIsExpiredNeverWrapped},
 		{"refusals write nothing", refusalsWriteNothing},
-		{"release frees a claim", releaseFreesAClaim},
 	} {
 		t.Run(tc.name, tc.test)
-	}
-}
-
-func claimIsFirstOnceThenRefused(t *testing.T) {
-	s := newTestStore(t)
-	until := time.Now().Add(time.Minute)
-	for i, want := range []bool{true, false, false} {
-		first, err := s.Claim(bg(), "delivery-1", until)
-		if err != nil || first != want {
-			t.Fatalf("claim %d = %v, %v; want %v, nil", i+1, first, err, want)
-		}
-	}
-	if first, err := s.Claim(bg(), "delivery-2", until); !first || err != nil {
-		t.Fatalf("other id = %v, %v; want true, nil", first, err)
-	}
-}
-
-func concurrentClaimsExactlyOneFirst(t *testing.T) {
-	s := newTestStore(t)
-	until := time.Now().Add(time.Minute)
-	const ids, racers = 10, 16
-	for i := range ids {
-		id := fmt.Sprint("race-", i)
-		var wins atomic.Int32
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for range racers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				first, err := s.Claim(bg(), id, until)
-				if err != nil {
-					t.Error(err)
-				}
-				if first {
-					wins.Add(1)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		if wins.Load() != 1 {
-			t.Fatalf("%s: %d first claims, want 1", id, wins.Load())
-		}
 	}
 }
 
@@ -345,23 +298,6 @@ func refusalsWriteNothing(t *testing.T) {
 	}
 	if err := s.ConfirmLease(bg(), "leased", l.Token, until); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func releaseFreesAClaim(t *testing.T) {
-	s := newTestStore(t)
-	until := time.Now().Add(time.Minute)
-	if first, err := s.Claim(bg(), "a", until); !first || err != nil {
-		t.Fatal(first, err)
-	}
-	if err := s.Release(bg(), "a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(bg(), "never-claimed"); err != nil {
-		t.Fatalf("Release of an unclaimed id: %v", err)
-	}
-	if first, err := s.Claim(bg(), "a", until); !first || err != nil {
-		t.Fatalf("Claim after Release = %v, %v; want first", first, err)
 	}
 }
 
