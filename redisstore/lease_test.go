@@ -81,6 +81,7 @@ func TestLease(t *testing.T) {
 		{"measured by redis, absolute expiry", leaseIsMeasuredByRedisAndConfirmUsesAbsoluteExpiry},
 		{"one key scripts", leaseStepsSendOneKeyScripts},
 		{"fail closed", leaseStepsFailClosed},
+		{"a foreign value under its keys is refused", leaseStepsRefuseAForeignValue},
 		{"invalid arguments without redis", leaseStepsRefuseInvalidArgumentsWithoutRedis},
 		{"renew by redis's clock, entry kept", renewIsMeasuredByRedisAndKeepsTheEntry},
 		{"renew refused while fenced", renewRefusedWhileFencedAsAcquireIs},
@@ -220,6 +221,51 @@ func leaseStepsSendOneKeyScripts(t *testing.T) {
 		}
 		if c[0] != want || fmt.Sprint(got) != fmt.Sprint(keys) {
 			t.Fatalf("command %d = %v, want %s <script> %v ...", i, c, want, keys)
+		}
+	}
+}
+
+// A key of another type (a hash) under an entry's or a shard marker's
+// name: every lease step refuses it (WRONGTYPE: ErrUnavailable) and
+// leaves it as it is. The steps read the marker and the entry with one
+// MGET, which reads such a key as nil: a nil is read again with GET, so
+// that a foreign entry is not overwritten and a foreign marker is not
+// taken for a lost key space (no fence).
+func leaseStepsRefuseAForeignValue(t *testing.T) {
+	ctx := context.Background()
+	const tok = "0123456789abcdef0123456789abcdef"
+	steps := []struct {
+		name string
+		step func(s *Store, id string) error
+	}{
+		{"acquire", func(s *Store, id string) error { _, err := s.AcquireLease(ctx, id, time.Minute); return err }},
+		{"confirm", func(s *Store, id string) error { return s.ConfirmLease(ctx, id, tok, time.Now().Add(time.Hour)) }},
+		{"renew", func(s *Store, id string) error { return s.RenewLease(ctx, id, tok, time.Minute) }},
+	}
+	for _, st := range steps {
+		for _, under := range []string{"entry", "marker"} {
+			t.Run(st.name+" over a foreign "+under, func(t *testing.T) {
+				s, c := newTestStore(t)
+				id := "job-" + st.name
+				marker, entry, _ := s.keys(id)
+				key := entry
+				if under == "marker" {
+					key = marker
+					if err := c.Del(ctx, marker).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := c.HSet(ctx, key, "f", "v").Err(); err != nil {
+					t.Fatal(err)
+				}
+				err := st.step(s, id)
+				if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrFenced) {
+					t.Fatalf("%s over a hash under the %s's name = %v; want ErrUnavailable (WRONGTYPE), not a fence", st.name, under, err)
+				}
+				if typ := c.Type(ctx, key).Val(); typ != "hash" {
+					t.Fatalf("the %s is now a %s; want the hash left as it was", under, typ)
+				}
+			})
 		}
 	}
 }

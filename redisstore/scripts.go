@@ -60,11 +60,17 @@ const guardLua = guardClock + `local m = redis.call('GET', KEYS[1])
 ` + guardMarker
 
 // guardBothLua is guardLua for a step that reads the entry on its common
-// path (confirm, renew): one MGET reads the marker and the entry (v) at
-// once, one call instead of two. The entry is read before the guard may
-// write the marker, which is another key: v is the same either way.
+// path (acquire, confirm, renew): one MGET reads the marker and the entry
+// (v) at once, one call instead of two. The entry is read before the
+// guard may write the marker, which is another key: v is the same either
+// way. MGET reads a key of another type as nil where GET fails
+// (WRONGTYPE): a nil marker is read again with GET, so that a foreign
+// value under the marker's name is refused as GET refuses it, not taken
+// for a lost key space; each script does the same for a nil entry before
+// writing one.
 const guardBothLua = guardClock + `local mv = redis.call('MGET', KEYS[1], KEYS[2])
 local m, v = mv[1], mv[2]
+if not m then m = redis.call('GET', KEYS[1]) end
 ` + guardMarker
 
 // guardClock reads Redis's clock and refuses a caller's clock behind it.
@@ -124,8 +130,8 @@ return 1`
 // token's own note. The entry (v) is read with the marker (guardBothLua).
 const acquireScript = guardBothLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
 if not v then
-  redis.call('SET', KEYS[2], 'L' .. ARGV[5], 'PX', ARGV[4])
-  return 1
+  if redis.call('SET', KEYS[2], 'L' .. ARGV[5], 'NX', 'PX', ARGV[4]) then return 1 end
+  v = redis.call('GET', KEYS[2])
 end
 if v == 'X' .. ARGV[5] then return {4, 0} end
 if string.sub(v, 1, 1) == 'X' then
@@ -150,7 +156,8 @@ return {3, 0}`
 // The last test, reached only when the others fail, finds the token's
 // lease taken by AcquireRecord ("L" + token + fingerprint): confirmed
 // without a record.
-const confirmScript = guardBothLua + untilLua + `if v == 'L' .. ARGV[5] or (not v) or string.sub(v, 1, 1) == 'X' or v == 'D' .. ARGV[5]
+const confirmScript = guardBothLua + untilLua + `if not v then v = redis.call('GET', KEYS[2]) end
+if v == 'L' .. ARGV[5] or (not v) or string.sub(v, 1, 1) == 'X' or v == 'D' .. ARGV[5]
   or (#ARGV[5] == 32 and string.sub(v, 1, 33) == 'L' .. ARGV[5]) then
   redis.call('SET', KEYS[2], 'D' .. ARGV[5], 'PXAT', ARGV[4])
   return 1
@@ -164,6 +171,7 @@ return 0`
 // (Redis expires it by its own clock), and an entry of another holder, a
 // done entry, a claim or a cancel note is not the token's: lost.
 const renewScript = guardBothLua + `if tonumber(ARGV[4]) > tonumber(ARGV[3]) then return {-6, now} end
+if not v then v = redis.call('GET', KEYS[2]) end
 if v and #ARGV[5] == 32 and string.sub(v, 1, 33) == 'L' .. ARGV[5] then
   redis.call('SET', KEYS[2], v, 'PX', ARGV[4])
   return {1, 0}
@@ -204,9 +212,9 @@ type script struct{ src, sha string }
 
 var (
 	claimLua   = script{claimScript, "770c77ae15e8afd900faf3ea52a58ba815203074"}
-	acquireLua = script{acquireScript, "3db03959ba68922daca0ea1363a6aa0efa5491ca"}
-	confirmLua = script{confirmScript, "c732392254659a26fe974aff85e2f2ecce00c303"}
-	renewLua   = script{renewScript, "f3e5ef8a9b8691ce8c6e6509b1d416d839aba3b8"}
+	acquireLua = script{acquireScript, "cebeecd8de9c6efe9cf2b2e64052f9cda86f8eee"}
+	confirmLua = script{confirmScript, "8cc16be5696e0640f980b1c4edc79b0bfcd3667f"}
+	renewLua   = script{renewScript, "f41ed12b68a87e1400924f30f1d379e8ffbdf654"}
 	releaseLua = script{releaseScript, "ceebdb2925cc262b305c5842627a87fc430e8e06"}
 	cancelLua  = script{cancelScript, "325482a3386a4a9411b106d1d57679f91eb8a05f"}
 )
