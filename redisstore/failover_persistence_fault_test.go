@@ -20,7 +20,9 @@ import (
 // always; the replica Sentinel promotes runs without AOF (served), with
 // AOF and appendfsync everysec (refused while it stays so, served once it
 // is set to always, with no fence written), or with the primary's
-// settings (served). No ID claimed before the failover is accepted again,
+// settings (served). The old primary rejoins as a replica Sentinel never
+// promotes (replica-priority 0), so the promoted replica stays the
+// primary. No ID claimed before the failover is accepted again,
 // no fence is written, and a Store opened after the failover (an app
 // restart) serves.
 func TestSentinelFailoverToNewPersistence(t *testing.T) {
@@ -60,7 +62,15 @@ func TestSentinelFailoverToNewPersistence(t *testing.T) {
 			if newAddr != replica.addr() {
 				t.Fatalf("sentinel promoted %s, want the replica %s", newAddr, replica.addr())
 			}
-			rejoinAsReplica(t, primary, newAddr)
+			// The old primary rejoins at replica-priority 0: Sentinel never
+			// promotes it back, so the replica it promoted stays the
+			// primary the test judges. (A loaded machine can stall that
+			// primary past the 1 s down-after: Sentinel then failed over
+			// again, to the old primary without persistence, which the
+			// store rightly served: in one CI run a claim was first while
+			// the test took it for the everysec primary's.)
+			rejoinAsReplica(t, primary, newAddr, "--replica-priority", "0")
+			sp.waitNoCandidate(t, primary.addr())
 			until := time.Now().Add(10 * time.Minute)
 			twice := 0
 			// claimUntil claims new IDs (and one old ID each round) until
@@ -92,7 +102,9 @@ func TestSentinelFailoverToNewPersistence(t *testing.T) {
 				for i := range 100 {
 					first, err := s.Claim(ctx, fmt.Sprint("while-everysec-", i), until)
 					if first || !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrConfig) {
-						t.Fatalf("claim while the primary runs appendfsync everysec = %v, %v; want ErrConfig", first, err)
+						now, merr := sp.masterAddr()
+						t.Fatalf("claim while the primary runs appendfsync everysec = %v, %v; want ErrConfig (the sentinel's primary: %s %v, %s promoted)",
+							first, err, now, merr, newAddr)
 					}
 					if errors.Is(err, ErrConfig) {
 						byConfig++

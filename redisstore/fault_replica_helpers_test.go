@@ -134,11 +134,12 @@ func promote(t *testing.T, addr string) {
 
 // rejoinAsReplica starts the stopped p again, empty (no persistence), as a
 // replica of primary — what Sentinel or an operator does with a failed
-// primary that comes back — and waits until it is in sync.
-func rejoinAsReplica(t *testing.T, p *server, primary string) {
+// primary that comes back — with extra appended to its command line, and
+// waits until it is in sync.
+func rejoinAsReplica(t *testing.T, p *server, primary string, extra ...string) {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(primary)
-	p.args = append(append([]string{"--save", "", "--appendonly", "no"}, replArgs...), "--replicaof", host, port)
+	p.args = append(append(append([]string{"--save", "", "--appendonly", "no"}, replArgs...), "--replicaof", host, port), extra...)
 	if err := p.start(); err != nil {
 		t.Fatalf("restarting the old primary as a replica: %v", err)
 	}
@@ -267,6 +268,46 @@ func (sp *sentinelProc) waitFailover(t *testing.T, old string, limit time.Durati
 			t.Fatalf("sentinel did not fail over within %v (master %q, %v)\n%s", limit, a, err, sp.log())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitNoCandidate waits until the sentinel has read replica's
+// slave-priority 0 (it then never promotes it), and checks that a forced
+// failover (SENTINEL FAILOVER) finds no replica to promote, within 15 s.
+func (sp *sentinelProc) waitNoCandidate(t *testing.T, replica string) {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(replica)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		v, err := adminDo(sp.addr, "SENTINEL", "REPLICAS", sentinelMaster)
+		l, _ := v.([]any)
+		known := false
+		for _, r := range l {
+			ip, _ := configValue(r, "ip")
+			p, _ := configValue(r, "port")
+			prio, _ := configValue(r, "slave-priority")
+			known = known || ip == host && p == port && prio == "0"
+		}
+		if err == nil && known {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sentinel did not read replica-priority 0 of %s within 15 s: %v %v", replica, v, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// INPROG: the sentinel names the promoted replica before its failover
+	// ends, and a loaded machine can start another one, which finds no
+	// replica to promote either and aborts.
+	for {
+		_, err := adminDo(sp.addr, "SENTINEL", "FAILOVER", sentinelMaster)
+		if err != nil && strings.Contains(err.Error(), "NOGOODSLAVE") {
+			return
+		}
+		if err == nil || !strings.Contains(err.Error(), "INPROG") || time.Now().After(deadline) {
+			t.Fatalf("SENTINEL FAILOVER with the only replica at replica-priority 0 = %v; want NOGOODSLAVE\n%s", err, sp.log())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
