@@ -58,18 +58,24 @@ func docBlocks(doc string) []docBlock {
 
 // exampleBody returns the source of an Example function's body with one
 // tab of indentation removed and without its output comment (from
-// "// Output:" or "// Unordered output:" to the end).
-func exampleBody(src string) string {
+// "// Output:" or "// Unordered output:" to the end, in any case, as go
+// test reads it), and whether it has one: an Example without it is
+// compiled, never run.
+func exampleBody(src string) (string, bool) {
 	var kept []string
+	runs := false
 	for _, line := range strings.Split(src, "\n") {
-		t := strings.TrimSpace(line)
-		if strings.HasPrefix(t, "// Output:") || strings.HasPrefix(t, "// Unordered output:") {
+		if outputComment.MatchString(line) {
+			runs = true
 			break
 		}
 		kept = append(kept, strings.TrimPrefix(line, "\t"))
 	}
-	return trimBlank(strings.Join(kept, "\n"))
+	return trimBlank(strings.Join(kept, "\n")), runs
 }
+
+// outputComment matches the line that starts an Example's output comment.
+var outputComment = regexp.MustCompile(`(?i)^\s*//\s*(unordered\s+)?output:`)
 
 // trimBlank removes the blank lines around s.
 func trimBlank(s string) string {
@@ -92,7 +98,7 @@ func DocExampleProblems(pkg *Package, opens bool) []string {
 		body, ok := pkg.ExampleBodies[b.example]
 		switch {
 		case !ok:
-			problems = append(problems, fmt.Sprintf("a code block is introduced as %s, which no _test.go of the package declares", b.example))
+			problems = append(problems, fmt.Sprintf("a code block is introduced as %s, which is not an Example go test runs: no _test.go of the package built without tags declares it with an output comment", b.example))
 		case b.code != body:
 			problems = append(problems, fmt.Sprintf("the code block introduced as %s is not that Example's body; the body is:\n%s", b.example, body))
 		default:

@@ -40,6 +40,11 @@ func TestPackageDocsOpenWithCode(t *testing.T) {
 // accepts.
 func TestDocExampleProblemsRefusesCodeThatIsNotTheExample(t *testing.T) {
 	const example = "package p_test\n\nimport \"fmt\"\n\nfunc ExampleGreet() {\n\tname := \"Ada\"\n\n\tfmt.Println(\"hello\", name)\n\t// Output: hello Ada\n}\n"
+	// tagged is built only with a tag go test is not given; ExampleSilent
+	// has no output comment; ExampleLower's is lower case, which go test
+	// reads.
+	const tagged = "//go:build never\n\npackage p_test\n\nimport \"fmt\"\n\nfunc ExampleTagged() {\n\tfmt.Println(\"hello\")\n\t// Output: hello\n}\n"
+	const example2 = "\nfunc ExampleSilent() {\n\tfmt.Println(\"hello\")\n}\n\nfunc ExampleLower() {\n\tfmt.Println(\"hello\")\n\t// output: hello\n}\n"
 	const opening = "// Package p greets.\n//\n// Greet someone (ExampleGreet):\n//\n//\tname := \"Ada\"\n//\n//\tfmt.Println(\"hello\", name)\n//\n// # Details\n//\n// More.\npackage p\n"
 	cases := []struct {
 		name  string
@@ -59,7 +64,16 @@ func TestDocExampleProblemsRefusesCodeThatIsNotTheExample(t *testing.T) {
 			false, "is not that Example's body"},
 		{"a block naming an Example no test declares",
 			"// Package p greets.\n//\n// Greet someone (ExampleWave):\n//\n//\tfmt.Println(\"hello\")\npackage p\n",
-			false, "ExampleWave, which no _test.go"},
+			false, "ExampleWave, which is not an Example go test runs"},
+		{"a block naming an Example in a file go test does not build",
+			"// Package p greets.\n//\n// Greet someone (ExampleTagged):\n//\n//\tfmt.Println(\"hello\")\npackage p\n",
+			false, "ExampleTagged, which is not an Example go test runs"},
+		{"a block naming an Example without an output comment (compiled, never run)",
+			"// Package p greets.\n//\n// Greet someone (ExampleSilent):\n//\n//\tfmt.Println(\"hello\")\npackage p\n",
+			false, "ExampleSilent, which is not an Example go test runs"},
+		{"an Example whose output comment is lower case",
+			"// Package p greets.\n//\n// Greet someone (ExampleLower):\n//\n//\tfmt.Println(\"hello\")\npackage p\n",
+			false, ""},
 		{"a block without an introducing Example is not checked",
 			"// Package p greets.\n//\n// The wire format:\n//\n//\tp1.<base64>\npackage p\n",
 			false, ""},
@@ -67,7 +81,7 @@ func TestDocExampleProblemsRefusesCodeThatIsNotTheExample(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			for name, src := range map[string]string{"p.go": tc.doc + "\nfunc Greet() {}\n", "p_test.go": example} {
+			for name, src := range map[string]string{"p.go": tc.doc + "\nfunc Greet() {}\n", "p_test.go": example + example2, "tagged_test.go": tagged} {
 				if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
 					t.Fatal(err)
 				}

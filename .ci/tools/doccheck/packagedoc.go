@@ -3,6 +3,7 @@ package doccheck
 import (
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -25,7 +26,8 @@ type Package struct {
 	// functions of the directory's _test.go files.
 	Exported map[string]bool
 	Examples map[string]bool
-	// ExampleBodies maps each Example to its body's source (see
+	// ExampleBodies maps each Example that go test runs (in a file built
+	// without tags, with an output comment) to its body's source (see
 	// [exampleBody]).
 	ExampleBodies map[string]string
 }
@@ -96,7 +98,10 @@ func readPackage(root, dir string) (*Package, error) {
 				if fd, ok := decl.(*ast.FuncDecl); ok && fd.Recv == nil && strings.HasPrefix(fd.Name.Name, "Example") && fd.Body != nil {
 					pkg.Examples[fd.Name.Name] = true
 					from, to := fset.Position(fd.Body.Lbrace).Offset+1, fset.Position(fd.Body.Rbrace).Offset
-					pkg.ExampleBodies[fd.Name.Name] = exampleBody(string(src[from:to]))
+					body, runs := exampleBody(string(src[from:to]))
+					if built, err := build.Default.MatchFile(dir, name); err == nil && built && runs {
+						pkg.ExampleBodies[fd.Name.Name] = body
+					}
 				}
 			}
 			continue
