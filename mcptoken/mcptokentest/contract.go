@@ -60,10 +60,17 @@ func RunContract(t *testing.T, newStores func(t *testing.T) (a, b replay.Recorde
 // answering with its run number, or fails while fail is set. A run that
 // finds hold set waits until hold is closed.
 type tool struct {
-	runs atomic.Int32
-	fail atomic.Bool
-	hold chan struct{}
+	runs  atomic.Int32
+	fail  atomic.Bool
+	hold  chan struct{}
+	stuck atomic.Bool // a held run gave up waiting for the other copies
 }
+
+// holdLimit bounds how long a held run waits for the other copies to
+// answer: a store under which a duplicate waits for the call in progress
+// would otherwise deadlock the contract. It breaks a deadlock; no answer
+// of a correct store comes near it.
+const holdLimit = time.Minute
 
 func (p *tool) run(context.Context) ([]byte, error) {
 	n := p.runs.Add(1)
@@ -71,7 +78,11 @@ func (p *tool) run(context.Context) ([]byte, error) {
 		return nil, errPaymentFailed
 	}
 	if p.hold != nil && n == 1 {
-		<-p.hold
+		select {
+		case <-p.hold:
+		case <-time.After(holdLimit):
+			p.stuck.Store(true) // see concurrentCallsRunOnce
+		}
 	}
 	return fmt.Appendf(nil, `{"content":[{"type":"text","text":"payment %d"}]}`, n), nil
 }
@@ -136,6 +147,9 @@ func concurrentCallsRunOnce(t *testing.T, a, b *instance) {
 	}
 	close(start)
 	wg.Wait()
+	if a.pay.stuck.Load() {
+		t.Fatalf("the other copies did not answer within %v while the first call ran: a copy waited for the call in progress instead of answering ErrInProgress", holdLimit)
+	}
 	if n := a.pay.runs.Load(); n != 1 {
 		t.Fatalf("the tool ran %d times for one call made %d times on two instances", n, copies)
 	}
