@@ -277,9 +277,14 @@ func (s *Store) decidePolicyProbe(obs []observation) {
 // map in RESP3, a flat list in RESP2) is read into a map of strings
 // rather than a map of interfaces.
 func probe(ctx context.Context, p redis.Pipeliner) *redis.MapStringStringCmd {
-	pc := redis.NewMapStringStringCmd(ctx, probeCmd...)
+	pc := probeCommand(ctx)
 	_ = p.Process(ctx, pc) // a pipeline only queues it
 	return pc
+}
+
+// probeCommand is the policy probe's command, not yet sent.
+func probeCommand(ctx context.Context) *redis.MapStringStringCmd {
+	return redis.NewMapStringStringCmd(ctx, probeCmd...)
 }
 
 // probed returns the refusal the probe's reply (nil when not sent) asks
@@ -468,7 +473,7 @@ func (s *Store) pipelined(ctx context.Context, c *redis.Client, sc *script, cmd 
 	cmds := append(queue[:0], sv)
 	var pc *redis.MapStringStringCmd
 	if s.dur.probing() {
-		pc = redis.NewMapStringStringCmd(ctx, probeCmd...)
+		pc = probeCommand(ctx)
 		cmds = append(cmds, pc)
 	}
 	var w, wa *redis.Cmd

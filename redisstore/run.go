@@ -39,7 +39,8 @@ type scriptCall struct {
 
 // run runs one guarded script (claim, acquire, confirm, renew) for id within one
 // store deadline, after the server checks, and decodes its reply: {code,
-// value}, or a bare code (the claim script's common replies). ARGV[4] is
+// value}, or a bare code (the common replies of the claim, acquire and
+// confirm scripts). ARGV[4] is
 // ms; ARGV[5] is arg, followed by seq in base 36 when seq is not zero (the
 // claim's nonce, built without a string of its own). The guard's refusals
 // become errors; code 1 (the script wrote the entry) also needs the
