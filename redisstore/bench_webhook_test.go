@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctoken/ctoken/replay"
 	"github.com/ctoken/ctoken/webhook"
 	"github.com/redis/go-redis/v9"
 )
@@ -156,4 +159,97 @@ func BenchmarkWebhookDeliveryCost(b *testing.B) {
 			b.ReportMetric(perOp(1)/perOp(0), "x-floor-cpu")
 		})
 	}
+}
+
+// BenchmarkLeaseServerCPU measures what the two steps of a webhook
+// delivery (AcquireLease, then ConfirmLease) cost the Redis server, beside
+// what a bare dedupe and the least two such steps cost it, in one run,
+// one call at a time, on a redis-server of its own:
+//
+//	floor   SET NX PX of a fresh key: one round trip, the dedupe of
+//	        BenchmarkWebhookDeliveryCost's floor
+//	empty   two round trips, each an EVALSHA of "return 1" with the
+//	        guarded steps' keys and arguments and the policy probe
+//	        (CONFIG GET maxmemory-policy) pipelined after it, as each
+//	        step sends: the least the two steps can cost with nothing in
+//	        their scripts
+//	lease   AcquireLease + ConfirmLease of a fresh ID
+//
+// The three alternate in slices of 256 operations so that they see the
+// same load; b.N counts operations of each. Each reports its server CPU
+// time per operation (user + system from INFO cpu: what a command costs
+// the server beyond its own run time, reading, parsing, replying, counted
+// too), the lease's and the empty steps' ratios to the floor, and the
+// time Redis ran the lease's and the empty steps' commands (INFO
+// commandstats, see BenchmarkClaimCost).
+func BenchmarkLeaseServerCPU(b *testing.B) {
+	const slice = 256
+	ctx := context.Background()
+	srv := newServer(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	b.Cleanup(func() { c.Close() })
+	s := provisioned(b, c, Options{Prefix: "bench-lease:"})
+	if !s.dur.probing() {
+		b.Fatal("the policy probe is off; want it on (the steps' common case)")
+	}
+	sha, err := c.ScriptLoad(ctx, "return 1").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n atomic.Int64
+	id := func() string { return strconv.FormatInt(n.Add(1), 10) }
+	token := newToken()
+	until := time.Now().Add(time.Hour)
+	kinds := [...]func() error{
+		func() error {
+			return c.Do(ctx, "SET", "bench-floor:"+id(), "1", "NX", "PX", time.Hour.Milliseconds()).Err()
+		},
+		func() error {
+			marker, entry, _ := s.keys(id())
+			for _, arg := range [...]int64{time.Minute.Milliseconds(), until.UnixMilli()} {
+				p := c.Pipeline()
+				script := p.Do(ctx, "EVALSHA", sha, 2, marker, entry, time.Now().UnixMilli(), s.skewArg, s.horizonArg, arg, token)
+				probe := p.ConfigGet(ctx, "maxmemory-policy")
+				p.Exec(ctx)
+				if err := errors.Join(script.Err(), probe.Err()); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		func() error {
+			k := id()
+			l, err := s.AcquireLease(ctx, k, time.Minute)
+			if err != nil || l.State != replay.LeaseAcquired {
+				return fmt.Errorf("acquire: %+v, %v", l.State, err)
+			}
+			return s.ConfirmLease(ctx, k, l.Token, until)
+		},
+	}
+	nested := []string{"time", "get", "mget", "set"}
+	var cpu [len(kinds)]time.Duration
+	var us [len(kinds)]float64
+	for done := 0; done < b.N; {
+		m := min(slice, b.N-done)
+		for k := range kinds {
+			kind := (done/slice + k) % len(kinds) // rotate which kind goes first
+			cpu0, us0 := serverCPU(b, c), redisMicros(b, c, nested...)
+			for range m {
+				if err := kinds[kind](); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu[kind] += serverCPU(b, c) - cpu0
+			us[kind] += redisMicros(b, c, nested...) - us0
+		}
+		done += m
+	}
+	perOp := func(k int) float64 { return cpu[k].Seconds() * 1e6 / float64(b.N) }
+	b.ReportMetric(perOp(0), "floor-redis-cpu-us/op")
+	b.ReportMetric(perOp(1), "empty-redis-cpu-us/op")
+	b.ReportMetric(perOp(2), "redis-cpu-us/op")
+	b.ReportMetric(perOp(1)/perOp(0), "x-floor-empty")
+	b.ReportMetric(perOp(2)/perOp(0), "x-floor-cpu")
+	b.ReportMetric(us[1]/float64(b.N), "empty-redis-us/op")
+	b.ReportMetric(us[2]/float64(b.N), "redis-us/op")
 }
