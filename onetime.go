@@ -456,28 +456,40 @@ func decodeOneTimePayload(t *oneTimeFields, p []byte) bool {
 	copy(t.nonce[:], p[oneTimeNonceAt:])
 	t.issued = time.Unix(int64(binary.BigEndian.Uint64(p[oneTimeTimesAt:])), 0)
 	t.expires = time.Unix(int64(binary.BigEndian.Uint64(p[oneTimeTimesAt+8:])), 0)
-	purpose, rest, ok := cutLengthPrefixed(string(p[oneTimeFixedLen:]))
+	purpose, claims, ok := cutLengthPrefixed(string(p[oneTimeFixedLen:]))
 	if !ok {
 		return false
 	}
-	t.purpose = purpose
-	t.claims = map[string]string{}
-	prev := ""
-	for len(rest) > 0 {
-		name, r, ok := cutLengthPrefixed(rest)
-		if !ok {
-			return false
-		}
-		value, r, ok := cutLengthPrefixed(r)
-		if !ok {
-			return false
-		}
-		if len(t.claims) > 0 && name <= prev {
-			return false
-		}
-		t.claims[name], prev, rest = value, name, r
+	n, ok := countClaims(claims)
+	if !ok {
+		return false
+	}
+	// The map is made for exactly n claims: no growth past 8.
+	t.purpose, t.claims = purpose, make(map[string]string, n)
+	for len(claims) > 0 {
+		name, r, _ := cutLengthPrefixed(claims)
+		value, r, _ := cutLengthPrefixed(r)
+		t.claims[name], claims = value, r
 	}
 	return true
+}
+
+// countClaims returns how many name-value pairs s holds, or false unless
+// each is two length-prefixed strings (see cutLengthPrefixed), the names in
+// strictly increasing order, with nothing after the last.
+func countClaims(s string) (int, bool) {
+	n, prev := 0, ""
+	for len(s) > 0 {
+		name, r, ok := cutLengthPrefixed(s)
+		if !ok {
+			return 0, false
+		}
+		if _, r, ok = cutLengthPrefixed(r); !ok || n > 0 && name <= prev {
+			return 0, false
+		}
+		n, prev, s = n+1, name, r
+	}
+	return n, true
 }
 
 // cutLengthPrefixed splits a uvarint-length-prefixed string off s, both
