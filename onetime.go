@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -46,6 +45,9 @@ const (
 	oneTimeNonceAt = oneTimeKeyIDAt + keyIDSize
 	oneTimeTimesAt = oneTimeNonceAt + oneTimeNonceLen
 	oneTimeLabel   = "ctoken.onetime hmac key"
+	// oneTimeReplayPrefix namespaces a token's replay-store id, followed
+	// by its nonce in lowercase hex.
+	oneTimeReplayPrefix = "onetime:"
 	// oneTimeStackBytes is the longest decoded token verified without an
 	// allocation for it: a 32-byte purpose and claims of about 120 bytes.
 	oneTimeStackBytes = 256
@@ -238,8 +240,18 @@ func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
 	if len(keys.macs) == 0 || o.now == nil {
 		return "", errOneTimeNoKey
 	}
+	// For a token of usual size (up to 8 claims, oneTimeStackBytes of
+	// payload) the names and the text stay on the stack; the payload (which
+	// the MAC's hash.Hash keeps from the stack) and the returned string are
+	// the two allocations.
+	var nameBuf [8]string
+	names := nameBuf[:0]
+	for name := range claims {
+		names = append(names, name)
+	}
+	slices.Sort(names)
 	now := o.now()
-	payload := make([]byte, oneTimeFixedLen, 128)
+	payload := make([]byte, oneTimeFixedLen, oneTimeStackBytes)
 	payload[0] = oneTimeVersion
 	copy(payload[oneTimeKeyIDAt:], keys.ids[0][:])
 	rand.Read(payload[oneTimeNonceAt : oneTimeNonceAt+oneTimeNonceLen]) // never fails
@@ -247,7 +259,7 @@ func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
 	binary.BigEndian.PutUint64(payload[oneTimeTimesAt+8:], uint64(now.Add(o.ttl).Unix()))
 	payload = binary.AppendUvarint(payload, uint64(len(o.purpose)))
 	payload = append(payload, o.purpose...)
-	for _, name := range slices.Sorted(maps.Keys(claims)) {
+	for _, name := range names {
 		value := claims[name]
 		if len(payload)+len(name)+len(value) > MaxOneTimeTokenBytes {
 			return "", errOneTimeTooLarge
@@ -261,7 +273,9 @@ func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
 		return "", errOneTimeTooLarge
 	}
 	raw := keys.macs[0].Sum(payload, payload)
-	return oneTimePrefix + b64.EncodeToString(raw), nil
+	var textBuf [2 * oneTimeStackBytes]byte // holds the text of oneTimeStackBytes of payload
+	text := append(textBuf[:0], oneTimePrefix...)
+	return string(b64.AppendEncode(text, raw)), nil
 }
 
 // Verify authenticates token and returns its content without redeeming it:
@@ -327,7 +341,10 @@ func (o *OneTimeIssuer) redeem(ctx context.Context, token string, want map[strin
 	if o.obs != nil {
 		start = time.Now()
 	}
-	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce[:]), t.expires.Add(replay.SkewMargin))
+	var id [len(oneTimeReplayPrefix) + 2*oneTimeNonceLen]byte
+	copy(id[:], oneTimeReplayPrefix)
+	hex.Encode(id[len(oneTimeReplayPrefix):], t.nonce[:])
+	first, err := o.replay.Claim(ctx, string(id[:]), t.expires.Add(replay.SkewMargin))
 	var took time.Duration
 	if o.obs != nil {
 		took = max(time.Since(start), 1) // a store was called: never 0
