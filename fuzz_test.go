@@ -688,7 +688,7 @@ func TestTokensHaveOneSpelling(t *testing.T) {
 				t.Fatal(err)
 			}
 			return tok
-		}, len(oneTimePrefix), func(s string) error { _, _, err := verifyOneTime(ot.ring(), s); return err }}, // verify: Redeem would consume it
+		}, len(oneTimePrefix), func(s string) error { _, err := verifyOneTime(new(oneTimeFields), ot.ring(), s); return err }}, // verify: Redeem would consume it
 	}
 	for _, mode := range []RequestStateMode{Signed, Encrypted} {
 		c := codecs[[2]uint8{uint8(mode), uint8(BindSubject)}]

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -46,8 +45,12 @@ const (
 	oneTimeNonceAt = oneTimeKeyIDAt + keyIDSize
 	oneTimeTimesAt = oneTimeNonceAt + oneTimeNonceLen
 	oneTimeLabel   = "ctoken.onetime hmac key"
+	// oneTimeReplayPrefix namespaces a token's replay-store id, followed
+	// by its nonce in lowercase hex.
+	oneTimeReplayPrefix = "onetime:"
 	// oneTimeStackBytes is the longest decoded token verified without an
 	// allocation for it: a 32-byte purpose and claims of about 120 bytes.
+	// Mint sizes its payload and its text for it too.
 	oneTimeStackBytes = 256
 	// oneTimeMaxSkew is how far in the future an issue time may lie
 	// (another instance's clock) before the token is refused.
@@ -238,8 +241,18 @@ func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
 	if len(keys.macs) == 0 || o.now == nil {
 		return "", errOneTimeNoKey
 	}
+	// For a token of usual size (up to 8 claims, oneTimeStackBytes of
+	// payload) the names and the text stay on the stack; the payload (which
+	// the MAC's hash.Hash keeps from the stack) and the returned string are
+	// the two allocations.
+	var nameBuf [8]string
+	names := nameBuf[:0]
+	for name := range claims {
+		names = append(names, name)
+	}
+	slices.Sort(names)
 	now := o.now()
-	payload := make([]byte, oneTimeFixedLen, 128)
+	payload := make([]byte, oneTimeFixedLen, oneTimeStackBytes)
 	payload[0] = oneTimeVersion
 	copy(payload[oneTimeKeyIDAt:], keys.ids[0][:])
 	rand.Read(payload[oneTimeNonceAt : oneTimeNonceAt+oneTimeNonceLen]) // never fails
@@ -247,7 +260,7 @@ func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
 	binary.BigEndian.PutUint64(payload[oneTimeTimesAt+8:], uint64(now.Add(o.ttl).Unix()))
 	payload = binary.AppendUvarint(payload, uint64(len(o.purpose)))
 	payload = append(payload, o.purpose...)
-	for _, name := range slices.Sorted(maps.Keys(claims)) {
+	for _, name := range names {
 		value := claims[name]
 		if len(payload)+len(name)+len(value) > MaxOneTimeTokenBytes {
 			return "", errOneTimeTooLarge
@@ -261,7 +274,9 @@ func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
 		return "", errOneTimeTooLarge
 	}
 	raw := keys.macs[0].Sum(payload, payload)
-	return oneTimePrefix + b64.EncodeToString(raw), nil
+	var textBuf [2 * oneTimeStackBytes]byte // holds the text of oneTimeStackBytes of payload
+	text := append(textBuf[:0], oneTimePrefix...)
+	return string(b64.AppendEncode(text, raw)), nil
 }
 
 // Verify authenticates token and returns its content without redeeming it:
@@ -277,7 +292,8 @@ func (o *OneTimeIssuer) mint(claims map[string]string) (string, error) {
 // at most 60 s in the future → [ErrOneTimeInvalid]; expiry →
 // [ErrOneTimeExpired]. On error the token is zero.
 func (o *OneTimeIssuer) Verify(token string) (OneTimeToken, error) {
-	t, key, err := o.check(token)
+	var t oneTimeFields
+	key, err := o.check(&t, token)
 	if o.obs != nil && err != errOneTimeNoKey {
 		observeErr(o.obs, observe.KindOneTime, key, err, 0)
 	}
@@ -314,7 +330,8 @@ func (o *OneTimeIssuer) Redeem(ctx context.Context, token string, want map[strin
 // token (-1 if none did) and, when an observer is set, how long the replay
 // store took.
 func (o *OneTimeIssuer) redeem(ctx context.Context, token string, want map[string]string) (map[string]string, int, time.Duration, error) {
-	t, key, err := o.check(token)
+	var t oneTimeFields
+	key, err := o.check(&t, token)
 	if err != nil {
 		return nil, key, 0, err
 	}
@@ -325,7 +342,10 @@ func (o *OneTimeIssuer) redeem(ctx context.Context, token string, want map[strin
 	if o.obs != nil {
 		start = time.Now()
 	}
-	first, err := o.replay.Claim(ctx, "onetime:"+hex.EncodeToString(t.nonce[:]), t.expires.Add(replay.SkewMargin))
+	var id [len(oneTimeReplayPrefix) + 2*oneTimeNonceLen]byte
+	copy(id[:], oneTimeReplayPrefix)
+	hex.Encode(id[len(oneTimeReplayPrefix):], t.nonce[:])
+	first, err := o.replay.Claim(ctx, string(id[:]), t.expires.Add(replay.SkewMargin))
 	var took time.Duration
 	if o.obs != nil {
 		took = max(time.Since(start), 1) // a store was called: never 0
@@ -339,28 +359,29 @@ func (o *OneTimeIssuer) redeem(ctx context.Context, token string, want map[strin
 	return t.claims, key, took, nil
 }
 
-// check runs every check of Verify, also returning the index of the key
-// whose MAC matched (-1 if none did).
-func (o *OneTimeIssuer) check(token string) (oneTimeFields, int, error) {
+// check runs every check of Verify, filling t (left zero on error), and
+// returns the index of the key whose MAC matched (-1 if none did).
+func (o *OneTimeIssuer) check(t *oneTimeFields, token string) (int, error) {
 	keys := o.ring()
 	if len(keys.macs) == 0 || o.now == nil {
-		return oneTimeFields{}, -1, errOneTimeNoKey
+		return -1, errOneTimeNoKey
 	}
-	t, key, err := verifyOneTime(keys, token)
+	key, err := verifyOneTime(t, keys, token)
+	if err == nil && t.purpose != o.purpose {
+		err = errOneTimePurpose
+	}
+	if err == nil {
+		switch now := o.now(); {
+		case t.issued.After(now.Add(oneTimeMaxSkew)):
+			err = errOneTimeFuture
+		case !now.Before(t.expires):
+			err = errOneTimeExpired
+		}
+	}
 	if err != nil {
-		return oneTimeFields{}, key, err
+		*t = oneTimeFields{}
 	}
-	if t.purpose != o.purpose {
-		return oneTimeFields{}, key, errOneTimePurpose
-	}
-	now := o.now()
-	if t.issued.After(now.Add(oneTimeMaxSkew)) {
-		return oneTimeFields{}, key, errOneTimeFuture
-	}
-	if !now.Before(t.expires) {
-		return oneTimeFields{}, key, errOneTimeExpired
-	}
-	return t, key, nil
+	return key, err
 }
 
 // Rejections, allocated once.
@@ -394,16 +415,16 @@ type oneTimeFields struct {
 }
 
 // verifyOneTime authenticates token with the key of keys it names and
-// decodes it without consulting the purpose, the clock or the replay store.
-// It also returns the index of that key when its MAC matched, or -1.
-func verifyOneTime(keys namedMACs, token string) (oneTimeFields, int, error) {
-	var t oneTimeFields
+// decodes it into t without consulting the purpose, the clock or the replay
+// store; t is meaningless on error. It also returns the index of that key
+// when its MAC matched, or -1.
+func verifyOneTime(t *oneTimeFields, keys namedMACs, token string) (int, error) {
 	if len(token) > MaxOneTimeTokenBytes {
-		return t, -1, errOneTimeOversize
+		return -1, errOneTimeOversize
 	}
 	body, ok := strings.CutPrefix(token, oneTimePrefix)
 	if !ok {
-		return t, -1, errOneTimeFormat
+		return -1, errOneTimeFormat
 	}
 	// The strict decoder refuses every second spelling of a token. A
 	// token of usual size is decoded on the stack (a buffer for the
@@ -416,65 +437,78 @@ func verifyOneTime(keys namedMACs, token string) (oneTimeFields, int, error) {
 	}
 	n, err := b64.Decode(raw, []byte(body))
 	if err != nil {
-		return t, -1, errOneTimeBase64
+		return -1, errOneTimeBase64
 	}
 	raw = raw[:n]
 	if len(raw) < oneTimeFixedLen+macSize {
-		return t, -1, errOneTimeTruncated
+		return -1, errOneTimeTruncated
 	}
 	if raw[0] != oneTimeVersion {
-		return t, -1, errOneTimeFormat
+		return -1, errOneTimeFormat
 	}
 	// The key id, at a fixed place, names the one key to try: one MAC
 	// whatever the ring's size.
 	key := keys.ids.index(raw[oneTimeKeyIDAt : oneTimeKeyIDAt+keyIDSize])
 	if key < 0 {
-		return t, -1, errOneTimeUnknownKey
+		return -1, errOneTimeUnknownKey
 	}
 	payload, tag := raw[:len(raw)-macSize], raw[len(raw)-macSize:]
 	if !keys.macs[key].Equal(payload, tag) {
-		return t, -1, errOneTimeMAC
+		return -1, errOneTimeMAC
 	}
-	if t, ok = decodeOneTimePayload(payload); !ok {
-		return oneTimeFields{}, key, errOneTimeMalformed
+	if !decodeOneTimePayload(t, payload) {
+		return key, errOneTimeMalformed
 	}
-	return t, key, nil
+	return key, nil
 }
 
 // decodeOneTimePayload strictly decodes an authenticated payload (whose
 // version and key id were checked): a purpose, claims in strictly increasing
 // name order, minimal uvarints, no trailing bytes. It keeps nothing of p:
-// the purpose, names and values share one string copied from it.
-func decodeOneTimePayload(p []byte) (oneTimeFields, bool) {
-	var t oneTimeFields
+// the purpose, names and values share one string copied from it. t is
+// meaningless when it returns false.
+func decodeOneTimePayload(t *oneTimeFields, p []byte) bool {
 	if len(p) < oneTimeFixedLen {
-		return t, false
+		return false
 	}
 	copy(t.nonce[:], p[oneTimeNonceAt:])
 	t.issued = time.Unix(int64(binary.BigEndian.Uint64(p[oneTimeTimesAt:])), 0)
 	t.expires = time.Unix(int64(binary.BigEndian.Uint64(p[oneTimeTimesAt+8:])), 0)
-	purpose, rest, ok := cutLengthPrefixed(string(p[oneTimeFixedLen:]))
+	purpose, claims, ok := cutLengthPrefixed(string(p[oneTimeFixedLen:]))
 	if !ok {
-		return t, false
+		return false
 	}
-	t.purpose = purpose
-	t.claims = map[string]string{}
-	prev := ""
-	for len(rest) > 0 {
-		name, r, ok := cutLengthPrefixed(rest)
-		if !ok {
-			return t, false
-		}
-		value, r, ok := cutLengthPrefixed(r)
-		if !ok {
-			return t, false
-		}
-		if len(t.claims) > 0 && name <= prev {
-			return t, false
-		}
-		t.claims[name], prev, rest = value, name, r
+	n, ok := countClaims(claims)
+	if !ok {
+		return false
 	}
-	return t, true
+	// The map is made for exactly n claims: no growth past 8. Every cut
+	// below was checked by countClaims.
+	t.purpose, t.claims = purpose, make(map[string]string, n)
+	for len(claims) > 0 {
+		name, r, _ := cutLengthPrefixed(claims)
+		value, r, _ := cutLengthPrefixed(r)
+		t.claims[name], claims = value, r
+	}
+	return true
+}
+
+// countClaims returns how many name-value pairs s holds, or false unless
+// each is two length-prefixed strings (see cutLengthPrefixed), the names in
+// strictly increasing order, with nothing after the last.
+func countClaims(s string) (int, bool) {
+	n, prev := 0, ""
+	for len(s) > 0 {
+		name, r, ok := cutLengthPrefixed(s)
+		if !ok {
+			return 0, false
+		}
+		if _, r, ok = cutLengthPrefixed(r); !ok || n > 0 && name <= prev {
+			return 0, false
+		}
+		n, prev, s = n+1, name, r
+	}
+	return n, true
 }
 
 // cutLengthPrefixed splits a uvarint-length-prefixed string off s, both

@@ -575,8 +575,8 @@ func FuzzDecodeOneTimePayload(f *testing.F) {
 	f.Add([]byte{1})
 	f.Add(append(oneTimePayload(now, now), 0x81, 0x00))
 	f.Fuzz(func(t *testing.T, p []byte) {
-		tok, ok := decodeOneTimePayload(p)
-		if !ok {
+		var tok oneTimeFields
+		if !decodeOneTimePayload(&tok, p) {
 			return
 		}
 		// Rebuild in sorted order as Mint does.
