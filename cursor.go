@@ -614,11 +614,11 @@ func (i *CursorIssuer) verifySealed(p *CursorPayload, keys *cursorKeys, key int,
 	if err != nil {
 		return key, err
 	}
-	f, ok := cursorwire.DecodeSealedInner(pt)
-	if !ok || len(f.State) > MaxOpaqueStateBytes {
+	page, state, ok := cursorwire.DecodeSealedInner(pt)
+	if !ok || len(state) > MaxOpaqueStateBytes {
 		return key, errCursorMalformed
 	}
-	verified(p, want, f.Page, f.State, issued)
+	verified(p, want, page, state, issued)
 	return key, nil
 }
 

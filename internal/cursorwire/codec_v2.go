@@ -240,22 +240,21 @@ func appendInnerMap(dst []byte, page uint32, state []byte) []byte {
 	return dst
 }
 
-// DecodeSealedInner decodes the plaintext of a sealed cursor (Page and
-// State set): the canonical inner map, then zero bytes to exactly
-// [SealedPlaintextLen] of its state, nothing else.
-func DecodeSealedInner(in []byte) (f Fields, ok bool) {
-	f, n, ok := decodeInnerMap(in)
+// DecodeSealedInner decodes the plaintext of a sealed cursor: the
+// canonical inner map, then zero bytes to exactly [SealedPlaintextLen] of
+// its state, nothing else. state aliases in (nil when absent). It returns
+// the two values rather than a [Fields], which costs a verifier a copy of
+// the whole struct at every return.
+func DecodeSealedInner(in []byte) (page uint32, state []byte, ok bool) {
+	page, state, n, ok := decodeInnerMap(in)
 	if !ok {
-		return Fields{}, false
+		return 0, nil, false
 	}
-	padded, ok := SealedPlaintextLen(f.State)
-	if !ok || len(in) != padded {
-		return Fields{}, false
+	padded, ok := SealedPlaintextLen(state)
+	if !ok || len(in) != padded || !bytes.Equal(in[n:], zeroPad[:len(in)-n]) {
+		return 0, nil, false
 	}
-	if !bytes.Equal(in[n:], zeroPad[:len(in)-n]) {
-		return Fields{}, false
-	}
-	return f, true
+	return page, state, true
 }
 
 // zeroPad is the longest padding of a sealed cursor, all zero bytes, that
@@ -264,25 +263,24 @@ var zeroPad [MaxPadded]byte
 
 // decodeInnerMap decodes the canonical inner map at the start of in: key 5
 // and optionally key 8 (non-empty), read in order (held to fxamacker/cbor
-// like DecodeV2).
-func decodeInnerMap(in []byte) (f Fields, n int, ok bool) {
+// like DecodeV2), and returns its length.
+func decodeInnerMap(in []byte) (page uint32, state []byte, n int, ok bool) {
 	r := cborReader{in: in}
 	pairs, ok := r.head(cborMap)
 	if !ok || pairs < 1 || pairs > 2 || !r.key(KeyPage) {
-		return Fields{}, 0, false
+		return 0, nil, 0, false
 	}
-	page, ok := r.head(cborUint)
-	if !ok || page > 0xffffffff {
-		return Fields{}, 0, false
+	v, ok := r.head(cborUint)
+	if !ok || v > 0xffffffff {
+		return 0, nil, 0, false
 	}
-	f.Page = uint32(page)
 	if pairs == 2 {
 		if !r.key(KeyState) {
-			return Fields{}, 0, false
+			return 0, nil, 0, false
 		}
-		if f.State, ok = r.str(cborBytes); !ok || len(f.State) == 0 {
-			return Fields{}, 0, false
+		if state, ok = r.str(cborBytes); !ok || len(state) == 0 {
+			return 0, nil, 0, false
 		}
 	}
-	return f, r.pos, true
+	return uint32(v), state, r.pos, true
 }
