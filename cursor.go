@@ -462,18 +462,33 @@ var (
 // with the [observe.KeyPosition] of the key that matched, or [observe.OutcomeRefused] with
 // the [observe.RefusalReason].
 func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, error) {
+	var p CursorPayload
+	key, err := i.verify(&p, cursor, &want)
+	if i.obs != nil && err != errCursorNoKey && err != errCursorNoTool {
+		observeErr(i.obs, observe.KindCursor, key, err, 0)
+	}
+	if err != nil {
+		return CursorPayload{}, err
+	}
+	return p, nil
+}
+
+// verify is Verify without its observer: it fills in p, only when the
+// cursor passes every check, and returns the index of the key whose MAC
+// matched (or that opened it), or -1.
+func (i *CursorIssuer) verify(p *CursorPayload, cursor string, want *CursorScope) (int, error) {
 	keys := i.ring()
 	if len(keys.macs) == 0 {
-		return CursorPayload{}, errCursorNoKey
+		return -1, errCursorNoKey
 	}
 	if want.ToolID == "" {
-		return CursorPayload{}, errCursorNoTool
+		return -1, errCursorNoTool
 	}
 	if len(cursor) == 0 {
-		return i.refuse(-1, errCursorEmpty)
+		return -1, errCursorEmpty
 	}
 	if len(cursor) > MaxCursorBytes {
-		return i.refuse(-1, errCursorOversize)
+		return -1, errCursorOversize
 	}
 	s := i.getScratch()
 	defer i.putScratch(s)
@@ -482,7 +497,7 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	// The strict decoder refuses every second spelling of a cursor.
 	n, err := b64.Decode(s.raw[:], []byte(cursor))
 	if err != nil {
-		return i.refuse(-1, errCursorBase64)
+		return -1, errCursorBase64
 	}
 	raw := s.raw[:n]
 	// Keys 1 and 2 sort first, so the first 9 bytes name the layout and the
@@ -491,21 +506,21 @@ func (i *CursorIssuer) Verify(cursor string, want CursorScope) (CursorPayload, e
 	version, kid, ok := cursorwire.ReadPrefix(raw)
 	if !ok {
 		if n < cursorwire.PrefixLen {
-			return i.refuse(-1, errCursorTruncated)
+			return -1, errCursorTruncated
 		}
-		return i.refuse(-1, errCursorMalformed)
+		return -1, errCursorMalformed
 	}
 	key := keys.ids.index(kid)
 	if key < 0 {
-		return i.refuse(-1, i.unknownKey(version, raw))
+		return -1, i.unknownKey(version, raw)
 	}
 	if version == cursorwire.VersionSealed {
-		return i.verifySealed(keys, key, s, raw, &want)
+		return i.verifySealed(p, &keys, key, s, raw, want)
 	}
 	if n <= cursorwire.PrefixLen+macSize {
-		return i.refuse(-1, errCursorTruncated)
+		return -1, errCursorTruncated
 	}
-	return i.verifySigned(keys, key, s, raw[:n-macSize], raw[n-macSize:], &want)
+	return i.verifySigned(p, &keys, key, s, raw[:n-macSize], raw[n-macSize:], want)
 }
 
 // checkTime checks the session tag and the issue time of an authentic
@@ -514,12 +529,15 @@ func (i *CursorIssuer) checkTime(session, wantSession []byte, issuedUnix int64) 
 	if !equalSecret(session, wantSession) {
 		return time.Time{}, errCursorSession
 	}
+	// One clock read, and instants compared (issued after now + skew, now
+	// after issued + TTL) rather than two Durations taken: Sub's overflow
+	// checks cost more than the comparisons.
 	issued := time.Unix(issuedUnix, 0)
 	now := i.now()
-	if issued.Sub(now) > maxFutureSkew {
+	if issued.After(now.Add(maxFutureSkew)) {
 		return time.Time{}, errCursorFuture
 	}
-	if i.ttl > 0 && now.Sub(issued) > i.ttl {
+	if i.ttl > 0 && now.After(issued.Add(i.ttl)) {
 		return time.Time{}, errCursorAge
 	}
 	return issued, nil
@@ -553,7 +571,7 @@ func (i *CursorIssuer) unknownKey(version byte, raw []byte) error {
 // cursor, or bytes changed into a non-canonical map) it is "mac mismatch",
 // since no issuer wrote that body. The decoded body is a classification
 // hint only until the MAC has passed.
-func (i *CursorIssuer) verifySigned(keys cursorKeys, key int, s *cursorScratch, body, tag []byte, want *CursorScope) (CursorPayload, error) {
+func (i *CursorIssuer) verifySigned(p *CursorPayload, keys *cursorKeys, key int, s *cursorScratch, body, tag []byte, want *CursorScope) (int, error) {
 	s.aad = appendScope(append(s.aad[:0], body...), want)
 	mac := keys.macs[key].Equal(s.aad, tag)
 	// Exactly one encoding is accepted, the one Issue wrote (never a state
@@ -563,72 +581,58 @@ func (i *CursorIssuer) verifySigned(keys cursorKeys, key int, s *cursorScratch, 
 		if !ok {
 			// No issuer wrote this body (a truncated cursor, or bytes
 			// changed into a non-canonical map): not another scope's.
-			return i.refuse(-1, errCursorMAC)
+			return -1, errCursorMAC
 		}
-		return i.refuse(-1, errCursorScope)
+		return -1, errCursorScope
 	}
 	if !ok || len(f.Session) != cursorwire.SessionTagSize || len(f.State) > MaxOpaqueStateBytes {
-		return i.refuse(key, errCursorMalformed)
+		return key, errCursorMalformed
 	}
 	issued, err := i.checkTime(f.Session, i.sessTag[:], f.Issued)
 	if err != nil {
-		return i.refuse(key, err)
+		return key, err
 	}
-	return i.verified(key, want, f.Page, f.State, issued)
+	verified(p, want, f.Page, f.State, issued)
+	return key, nil
 }
 
 // verifySealed opens a sealed cursor with the key its id names.
-func (i *CursorIssuer) verifySealed(keys cursorKeys, key int, s *cursorScratch, raw []byte, want *CursorScope) (CursorPayload, error) {
+func (i *CursorIssuer) verifySealed(p *CursorPayload, keys *cursorKeys, key int, s *cursorScratch, raw []byte, want *CursorScope) (int, error) {
 	h, hn, ok := cursorwire.DecodeSealedHeader(raw)
 	if !ok {
-		return i.refuse(-1, errCursorMalformed)
+		return -1, errCursorMalformed
 	}
 	if len(raw)-hn < xaes.Overhead {
-		return i.refuse(-1, errCursorTruncated)
+		return -1, errCursorTruncated
 	}
 	s.aad = appendScope(append(s.aad[:0], raw[:hn]...), want)
 	pt, err := keys.aeads[key].Open(s.pt[:0], raw[hn:], s.aad)
 	if err != nil {
-		return i.refuse(-1, errCursorSealed)
+		return -1, errCursorSealed
 	}
 	issued, err := i.checkTime(h.Session, i.sessTag[:], h.Issued)
 	if err != nil {
-		return i.refuse(key, err)
+		return key, err
 	}
-	f, ok := cursorwire.DecodeSealedInner(pt)
-	if !ok || len(f.State) > MaxOpaqueStateBytes {
-		return i.refuse(key, errCursorMalformed)
+	page, state, ok := cursorwire.DecodeSealedInner(pt)
+	if !ok || len(state) > MaxOpaqueStateBytes {
+		return key, errCursorMalformed
 	}
-	return i.verified(key, want, f.Page, f.State, issued)
+	verified(p, want, page, state, issued)
+	return key, nil
 }
 
-// verified returns the payload of a cursor that passed every check. Tool
-// and caller equal want's, so want's strings are returned rather than
+// verified fills in p, the payload of a cursor that passed every check.
+// Tool and caller equal want's, so want's strings are returned rather than
 // copies. State aliases the pooled scratch and is copied: the one
 // allocation of a successful Verify, and none when there is no state.
-func (i *CursorIssuer) verified(key int, want *CursorScope, page uint32, st []byte, issued time.Time) (CursorPayload, error) {
-	var state []byte
+func verified(p *CursorPayload, want *CursorScope, page uint32, st []byte, issued time.Time) {
+	p.CursorScope = *want
+	p.Page = page
 	if len(st) > 0 {
-		state = append(make([]byte, 0, len(st)), st...)
+		p.State = append(make([]byte, 0, len(st)), st...)
 	}
-	if i.obs != nil {
-		observeErr(i.obs, observe.KindCursor, key, nil, 0)
-	}
-	return CursorPayload{
-		CursorScope: *want,
-		Page:        page,
-		State:       state,
-		IssuedAt:    issued,
-	}, nil
-}
-
-// refuse reports a refusal of Verify (key is the index of the key whose
-// MAC matched, or -1) to the observer, if any, and returns it.
-func (i *CursorIssuer) refuse(key int, err error) (CursorPayload, error) {
-	if i.obs != nil {
-		observeErr(i.obs, observe.KindCursor, key, err, 0)
-	}
-	return CursorPayload{}, err
+	p.IssuedAt = issued
 }
 
 var (

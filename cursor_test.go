@@ -1316,3 +1316,32 @@ func TestMayHoldTime(t *testing.T) {
 		})
 	}
 }
+
+// TestCursorVerifyAllocatesOnlyTheState: a Verify that passes, signed or
+// sealed, allocates once, the copy of the state it returns, and not at all
+// for a cursor without state (docs/benchmarks.md).
+func TestCursorVerifyAllocatesOnlyTheState(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	for _, seal := range []bool{false, true} {
+		i := newTestIssuer(t, CursorConfig{Seal: seal})
+		for _, state := range [][]byte{nil, bytes.Repeat([]byte{7}, 64)} {
+			c, err := i.Issue(CursorPayload{CursorScope: testScope, Page: 3, State: state})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 0.0
+			if len(state) > 0 {
+				want = 1
+			}
+			if n := testing.AllocsPerRun(100, func() {
+				if _, err := i.Verify(c, testScope); err != nil {
+					t.Fatal(err)
+				}
+			}); n != want {
+				t.Errorf("seal %v, %d bytes of state: Verify allocates %v times, want %v", seal, len(state), n, want)
+			}
+		}
+	}
+}

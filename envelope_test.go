@@ -177,3 +177,34 @@ func fipsOnly() bool {
 	}
 	return only
 }
+
+// TestEqualSecret holds equalSecret to subtle.ConstantTimeCompare: every
+// length up to 70 against each other (a word and a tail), equal, and
+// different in each single byte and bit position.
+func TestEqualSecret(t *testing.T) {
+	for n := 0; n <= 70; n++ {
+		a := make([]byte, n)
+		for i := range a {
+			a[i] = byte(i*7 + 1)
+		}
+		check := func(x, y []byte) {
+			t.Helper()
+			if got, want := equalSecret(x, y), subtle.ConstantTimeCompare(x, y) == 1; got != want {
+				t.Fatalf("equalSecret(%x, %x) = %v, want %v", x, y, got, want)
+			}
+		}
+		check(a, bytes.Clone(a))
+		check(a, append(bytes.Clone(a), 0))
+		check(append(bytes.Clone(a), 0), a)
+		for i := range a {
+			for bit := range 8 {
+				b := bytes.Clone(a)
+				b[i] ^= 1 << bit
+				check(a, b)
+			}
+		}
+	}
+	if !equalSecret(nil, []byte{}) || equalSecret(nil, []byte{0}) {
+		t.Fatal("empty inputs")
+	}
+}

@@ -54,26 +54,3 @@ func BenchmarkBodyCodec(b *testing.B) {
 		}
 	})
 }
-
-// BenchmarkV2Decode measures DecodeV2 on the body of a signed cursor
-// with 64 bytes of state (the root benchmarks' cursor), beside decodeMap,
-// the generic reader it was before (the with/without of its straight-line
-// reading).
-func BenchmarkV2Decode(b *testing.B) {
-	enc := AppendV2(nil, &benchBody)
-	b.Run("straight", func(b *testing.B) {
-		for b.Loop() {
-			if _, ok := DecodeV2(enc); !ok {
-				b.Fatal("refused")
-			}
-		}
-	})
-	b.Run("decodeMap", func(b *testing.B) {
-		const required = 1<<KeyVersion | 1<<KeyKeyID | 1<<KeyPage | 1<<KeyIssued | 1<<KeySession
-		for b.Loop() {
-			if _, n, ok := decodeMap(enc, required|1<<KeyState, required); !ok || n != len(enc) {
-				b.Fatal("refused")
-			}
-		}
-	})
-}

@@ -1,8 +1,8 @@
 package cursorwire
 
 // The CBOR primitives of the hand-written cursor codec (codec_v2.go): minimal
-// heads, a reader of canonical heads, and decodeMap, which decodes one
-// canonical map of the cursor's integer keys. The decoders accept exactly
+// heads and a reader of canonical heads, with which each decoder reads its
+// map's keys in the one order they can come in. The decoders accept exactly
 // the canonical encodings: input that the strict fxamacker DecMode
 // (codec_test.go's decMode) decodes into the matching struct AND that
 // re-encodes, under Core Deterministic Encoding, to the very same bytes.
@@ -134,63 +134,6 @@ func (r *cborReader) str(major byte) ([]byte, bool) {
 	s := r.in[r.pos : r.pos+int(n)]
 	r.pos += int(n)
 	return s, true
-}
-
-// decodeMap decodes one canonical map at the start of in whose keys are a
-// subset of allowed holding every key of required (bit k stands for key
-// k), and returns its fields and its length. Key 2 (key id) is 4 bytes;
-// key 8 (state), when present, is non-empty. The slices of f alias in.
-func decodeMap(in []byte, allowed, required uint) (f Fields, n int, ok bool) {
-	r := cborReader{in: in}
-	pairs, ok := r.head(cborMap)
-	if !ok || pairs < uint64(bitCount(required)) || pairs > uint64(bitCount(allowed)) {
-		return Fields{}, 0, false
-	}
-	var seen uint // bit k set once key k is read
-	last := uint64(0)
-	for range pairs {
-		key, ok := r.head(cborUint)
-		if !ok || key <= last || key > MaxKey || allowed&(1<<key) == 0 {
-			return Fields{}, 0, false
-		}
-		last = key
-		seen |= 1 << key
-		switch key {
-		case KeyVersion:
-			f.Version, ok = r.head(cborUint)
-		case KeyKeyID:
-			f.KeyID, ok = r.str(cborBytes)
-			ok = ok && len(f.KeyID) == KeyIDSize
-		case KeyPage:
-			var v uint64
-			v, ok = r.head(cborUint)
-			ok = ok && v <= 0xffffffff
-			f.Page = uint32(v)
-		case KeyIssued:
-			f.Issued, ok = r.int64()
-		case KeySession:
-			f.Session, ok = r.str(cborBytes)
-		case KeyState:
-			f.State, ok = r.str(cborBytes)
-			ok = ok && len(f.State) > 0
-		}
-		if !ok {
-			return Fields{}, 0, false
-		}
-	}
-	if seen&required != required {
-		return Fields{}, 0, false
-	}
-	return f, r.pos, true
-}
-
-// bitCount returns the number of set bits of m.
-func bitCount(m uint) int {
-	n := 0
-	for ; m != 0; m &= m - 1 {
-		n++
-	}
-	return n
 }
 
 // int64 reads an unsigned or negative integer that fits an int64.

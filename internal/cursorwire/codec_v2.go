@@ -5,6 +5,8 @@ package cursorwire
 // [PayloadV2], [SealedHeader] and [SealedInner] (codec_v2_test.go checks
 // both directions), without reflection or allocation.
 
+import "bytes"
+
 // BodyV2 is a signed body to encode.
 type BodyV2 struct {
 	Version uint64
@@ -80,10 +82,10 @@ func appendIssuedSession(dst []byte, issued int64, session []byte) []byte {
 // value's meaning (the version, the length of the session tag): the issuer
 // does, after the MAC. The slices of f alias in. It never allocates.
 //
-// It accepts exactly what decodeMap accepts for these keys (a key below 24
-// has the one-byte head that is the key itself), read in the one order the
-// keys can come in rather than through decodeMap's loop: the differential
-// tests and FuzzCursorV2Decode hold both to fxamacker/cbor.
+// It reads the keys in the one order they can come in (a key below 24 has
+// the one-byte head that is the key itself), accepting exactly the
+// canonical encodings codec.go lists: the differential tests and
+// FuzzCursorV2Decode hold it to fxamacker/cbor.
 func DecodeV2(in []byte) (f Fields, ok bool) {
 	r := cborReader{in: in}
 	pairs, ok := r.head(cborMap)
@@ -121,7 +123,8 @@ func DecodeV2(in []byte) (f Fields, ok bool) {
 	return f, true
 }
 
-// key reads the one-byte head of map key k (below 24).
+// key reads the one-byte head k: a map key below 24, or the head of a map
+// of fewer than 24 pairs.
 func (r *cborReader) key(k byte) bool {
 	if r.pos < len(r.in) && r.in[r.pos] == k {
 		r.pos++
@@ -151,9 +154,28 @@ func AppendSealedHeader(dst []byte, version uint64, keyID []byte, issued int64, 
 // DecodeSealedHeader decodes the canonical header at the start of in and
 // returns it (Version, KeyID, Issued and Session set) and its length; what
 // follows is the nonce and ciphertext. The slices of f alias in.
+//
+// Like [DecodeV2] it reads the keys (1, 2, 6, 7, all required) in their one
+// order; the differential tests and FuzzCursorV2Decode hold it to
+// fxamacker/cbor.
 func DecodeSealedHeader(in []byte) (f Fields, n int, ok bool) {
-	const keys = 1<<KeyVersion | 1<<KeyKeyID | 1<<KeyIssued | 1<<KeySession
-	return decodeMap(in, keys, keys)
+	r := cborReader{in: in}
+	if !r.key(cborMap|4) || !r.key(KeyVersion) {
+		return Fields{}, 0, false
+	}
+	if f.Version, ok = r.head(cborUint); !ok || !r.key(KeyKeyID) {
+		return Fields{}, 0, false
+	}
+	if f.KeyID, ok = r.str(cborBytes); !ok || len(f.KeyID) != KeyIDSize || !r.key(KeyIssued) {
+		return Fields{}, 0, false
+	}
+	if f.Issued, ok = r.int64(); !ok || !r.key(KeySession) {
+		return Fields{}, 0, false
+	}
+	if f.Session, ok = r.str(cborBytes); !ok {
+		return Fields{}, 0, false
+	}
+	return f, r.pos, true
 }
 
 // SealedInnerLen returns the length of the map AppendSealedInner writes,
@@ -218,27 +240,47 @@ func appendInnerMap(dst []byte, page uint32, state []byte) []byte {
 	return dst
 }
 
-// DecodeSealedInner decodes the plaintext of a sealed cursor (Page and
-// State set): the canonical inner map, then zero bytes to exactly
-// [SealedPlaintextLen] of its state, nothing else.
-func DecodeSealedInner(in []byte) (f Fields, ok bool) {
-	f, n, ok := decodeInnerMap(in)
+// DecodeSealedInner decodes the plaintext of a sealed cursor: the
+// canonical inner map, then zero bytes to exactly [SealedPlaintextLen] of
+// its state, nothing else. state aliases in (nil when absent). It returns
+// the two values rather than a [Fields], which costs a verifier a copy of
+// the whole struct at every return.
+func DecodeSealedInner(in []byte) (page uint32, state []byte, ok bool) {
+	page, state, n, ok := decodeInnerMap(in)
 	if !ok {
-		return Fields{}, false
+		return 0, nil, false
 	}
-	padded, ok := SealedPlaintextLen(f.State)
-	if !ok || len(in) != padded {
-		return Fields{}, false
+	padded, ok := SealedPlaintextLen(state)
+	if !ok || len(in) != padded || !bytes.Equal(in[n:], zeroPad[:len(in)-n]) {
+		return 0, nil, false
 	}
-	for _, b := range in[n:] {
-		if b != 0 {
-			return Fields{}, false
-		}
-	}
-	return f, true
+	return page, state, true
 }
 
-// decodeInnerMap decodes the canonical inner map at the start of in.
-func decodeInnerMap(in []byte) (Fields, int, bool) {
-	return decodeMap(in, 1<<KeyPage|1<<KeyState, 1<<KeyPage)
+// zeroPad is the longest padding of a sealed cursor, all zero bytes, that
+// DecodeSealedInner compares the padding with.
+var zeroPad [MaxPadded]byte
+
+// decodeInnerMap decodes the canonical inner map at the start of in: key 5
+// and optionally key 8 (non-empty), read in order (held to fxamacker/cbor
+// like DecodeV2), and returns its length.
+func decodeInnerMap(in []byte) (page uint32, state []byte, n int, ok bool) {
+	r := cborReader{in: in}
+	pairs, ok := r.head(cborMap)
+	if !ok || pairs < 1 || pairs > 2 || !r.key(KeyPage) {
+		return 0, nil, 0, false
+	}
+	v, ok := r.head(cborUint)
+	if !ok || v > 0xffffffff {
+		return 0, nil, 0, false
+	}
+	if pairs == 2 {
+		if !r.key(KeyState) {
+			return 0, nil, 0, false
+		}
+		if state, ok = r.str(cborBytes); !ok || len(state) == 0 {
+			return 0, nil, 0, false
+		}
+	}
+	return uint32(v), state, r.pos, true
 }
