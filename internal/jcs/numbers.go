@@ -174,6 +174,17 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		// point−1, out of the plain range (appendES6Digits).
 		return append(out, lit...), nil
 	}
+	if exp == 0 && in[intStart] != '0' && point <= 21 {
+		// The point where the literal has it (1.0, 2.50, 12.5e0): the
+		// form is the integer part as written, then the fraction up to
+		// its last nonzero digit, if any, which are one run of the
+		// literal with its sign (appendES6Digits: a is untrimmed when
+		// b is not empty, and its trimmed zeros come back otherwise).
+		if len(b) == 0 {
+			return append(out, in[start:intEnd]...), nil
+		}
+		return append(out, in[start:fracStart+len(b)]...), nil
+	}
 	if neg {
 		out = append(out, '-')
 	}
