@@ -210,6 +210,16 @@ value:
 				i = j
 				break
 			}
+			if j-i < 15 {
+				// The integer part ends at j, before a fraction or an
+				// exponent: number goes on from there.
+				var err error
+				if out, err = p.numberFrom(out, i, i, j); err != nil {
+					return nil, err
+				}
+				i = p.pos
+				break
+			}
 		}
 		p.pos = i
 		var err error

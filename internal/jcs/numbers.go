@@ -50,7 +50,15 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 			return nil, errArgsSyntax
 		}
 	}
-	intEnd := i
+	return p.numberFrom(out, start, intStart, i)
+}
+
+// numberFrom is number once the literal's integer part, in[intStart:intEnd]
+// after a sign from start, has been read: canonical, which scans the
+// digits of an integer to copy it, passes what it read on.
+func (p *jcsParser) numberFrom(out []byte, start, intStart, intEnd int) ([]byte, error) {
+	in, i := p.in, intEnd
+	neg := intStart > start
 	fracStart, fracEnd := i, i
 	if i < len(in) && in[i] == '.' {
 		i++

@@ -402,7 +402,8 @@ func TestNumberRespellsOtherExponentForms(t *testing.T) {
 // the literal's run up to its fraction's last nonzero digit when the
 // exponent is zero (or absent) and the integer part is not 0: trailing
 // zeros, a zero exponent in any spelling, the sign, and the edges of the
-// plain range (21 integer digits stay plain, 22 do not).
+// plain range (21 integer digits stay plain, 22 do not); and the same
+// literals in a document, where canonical reads the integer part.
 func TestNumberKeepsThePointAsWritten(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"1.0", "1"},
@@ -431,6 +432,14 @@ func TestNumberKeepsThePointAsWritten(t *testing.T) {
 			}
 			if f, _ := strconv.ParseFloat(c.in, 64); string(appendES6NumberRef(nil, f)) != c.want {
 				t.Fatalf("the reference writes %s", appendES6NumberRef(nil, f))
+			}
+			// In a document, where canonical reads the integer part
+			// and passes it to numberFrom.
+			for _, doc := range []string{"[" + c.in + "]", c.in, `{"a":` + c.in + `}`} {
+				want := strings.Replace(doc, c.in, c.want, 1)
+				if got, err := Canonical([]byte(doc)); err != nil || string(got) != want {
+					t.Fatalf("Canonical(%s) = %s, %v; want %s", doc, got, err, want)
+				}
 			}
 		})
 	}
