@@ -175,6 +175,21 @@ value:
 	c = in[i]
 	switch {
 	case c == '"':
+		if i+9 <= len(in) {
+			// A string of up to 7 bytes of ASCII with no escape (tags,
+			// enumerations, identifiers), found with one load as a
+			// member name is below: its text is its canonical form,
+			// copied without the call.
+			x := binary.LittleEndian.Uint64(in[i+1:])
+			if stop := stringStopMask8(x); stop != 0 {
+				n := bits.TrailingZeros64(stop) >> 3
+				if in[i+1+n] == '"' && x&(1<<(8*n)-1)&0x8080808080808080 == 0 {
+					out = append(out, in[i:i+2+n]...)
+					i += 2 + n
+					break
+				}
+			}
+		}
 		p.pos = i
 		var ok bool
 		if out, ok = p.appendString(out); !ok {
@@ -193,6 +208,16 @@ value:
 			if j < len(in) && (in[j] == ',' || in[j] == ']' || in[j] == '}' || in[j] <= ' ') {
 				out = append(out, in[i:j]...)
 				i = j
+				break
+			}
+			if j-i < 15 {
+				// The integer part ends at j, before a fraction or an
+				// exponent: number goes on from there.
+				var err error
+				if out, err = p.numberFrom(out, i, i, j); err != nil {
+					return nil, err
+				}
+				i = p.pos
 				break
 			}
 		}

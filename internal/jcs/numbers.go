@@ -50,7 +50,15 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 			return nil, errArgsSyntax
 		}
 	}
-	intEnd := i
+	return p.numberFrom(out, start, intStart, i)
+}
+
+// numberFrom is number once the literal's integer part, in[intStart:intEnd]
+// after a sign from start, has been read: canonical, which scans the
+// digits of an integer to copy it, passes what it read on.
+func (p *jcsParser) numberFrom(out []byte, start, intStart, intEnd int) ([]byte, error) {
+	in, i := p.in, intEnd
+	neg := intStart > start
 	fracStart, fracEnd := i, i
 	if i < len(in) && in[i] == '.' {
 		i++
@@ -173,6 +181,17 @@ func (p *jcsParser) number(out []byte) ([]byte, error) {
 		// e, a sign and no leading zero in the exponent, which is then
 		// point−1, out of the plain range (appendES6Digits).
 		return append(out, lit...), nil
+	}
+	if exp == 0 && in[intStart] != '0' && point <= 21 {
+		// The point where the literal has it (1.0, 2.50, 12.5e0): the
+		// form is the integer part as written, then the fraction up to
+		// its last nonzero digit, if any, which are one run of the
+		// literal with its sign (appendES6Digits: a is untrimmed when
+		// b is not empty, and its trimmed zeros come back otherwise).
+		if len(b) == 0 {
+			return append(out, in[start:intEnd]...), nil
+		}
+		return append(out, in[start:fracStart+len(b)]...), nil
 	}
 	if neg {
 		out = append(out, '-')

@@ -397,3 +397,50 @@ func TestNumberRespellsOtherExponentForms(t *testing.T) {
 		})
 	}
 }
+
+// TestNumberKeepsThePointAsWritten pins the path of number that copies
+// the literal's run up to its fraction's last nonzero digit when the
+// exponent is zero (or absent) and the integer part is not 0: trailing
+// zeros, a zero exponent in any spelling, the sign, and the edges of the
+// plain range (21 integer digits stay plain, 22 do not); and the same
+// literals in a document, where canonical reads the integer part.
+func TestNumberKeepsThePointAsWritten(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"1.0", "1"},
+		{"-1.0", "-1"},
+		{"2.50", "2.5"},
+		{"-2.50", "-2.5"},
+		{"12.5e0", "12.5"},
+		{"12.5E+0", "12.5"},
+		{"-12.5e-00", "-12.5"},
+		{"12300.00", "12300"},
+		{"12300.00e0", "12300"},
+		{"12300e0", "12300"},
+		{"12368.1250e0", "12368.125"},
+		{"1.0000000000000000e0", "1"},
+		{"123456789012345.60", "123456789012345.6"},
+		{"100000000000000000000.0", "100000000000000000000"},
+		{"1000000000000000000000.0", "1e+21"},
+		{"0.50", "0.5"},
+		{"0.0e0", "0"},
+	} {
+		t.Run(c.in, func(t *testing.T) {
+			p := jcsParser{in: []byte(c.in)}
+			got, err := p.number(nil)
+			if err != nil || string(got) != c.want || p.pos != len(c.in) {
+				t.Fatalf("got %q, %v (pos %d); want %s", got, err, p.pos, c.want)
+			}
+			if f, _ := strconv.ParseFloat(c.in, 64); string(appendES6NumberRef(nil, f)) != c.want {
+				t.Fatalf("the reference writes %s", appendES6NumberRef(nil, f))
+			}
+			// In a document, where canonical reads the integer part
+			// and passes it to numberFrom.
+			for _, doc := range []string{"[" + c.in + "]", c.in, `{"a":` + c.in + `}`} {
+				want := strings.Replace(doc, c.in, c.want, 1)
+				if got, err := Canonical([]byte(doc)); err != nil || string(got) != want {
+					t.Fatalf("Canonical(%s) = %s, %v; want %s", doc, got, err, want)
+				}
+			}
+		})
+	}
+}
