@@ -529,18 +529,28 @@ func (i *CursorIssuer) checkTime(session, wantSession []byte, issuedUnix int64) 
 	if !equalSecret(session, wantSession) {
 		return time.Time{}, errCursorSession
 	}
-	// One clock read, and instants compared (issued after now + skew, now
-	// after issued + TTL) rather than two Durations taken: Sub's overflow
-	// checks cost more than the comparisons.
-	issued := time.Unix(issuedUnix, 0)
+	// One clock read; the issue time is checked against it in seconds
+	// first (see issuedInFuture), then as an instant against the TTL
+	// (Sub's overflow checks cost more than the comparison). Age over a
+	// TTL of math.MaxInt64 is refused too: Sub saturated there.
 	now := i.now()
-	if issued.After(now.Add(maxFutureSkew)) {
+	if issuedInFuture(issuedUnix, now, maxFutureSkew) {
 		return time.Time{}, errCursorFuture
 	}
+	issued := time.Unix(issuedUnix, 0)
 	if i.ttl > 0 && now.After(issued.Add(i.ttl)) {
 		return time.Time{}, errCursorAge
 	}
 	return issued, nil
+}
+
+// issuedInFuture reports whether an issue time, in Unix seconds, lies more
+// than skew after now. It compares seconds as integers: time.Unix wraps an
+// issue time past about the year 292 billion around to the far past, where
+// it would pass for an old token.
+func issuedInFuture(issuedUnix int64, now time.Time, skew time.Duration) bool {
+	nowUnix := now.Unix()
+	return issuedUnix > nowUnix && uint64(issuedUnix-nowUnix) > uint64(skew/time.Second)
 }
 
 // unknownKey classifies a cursor whose key id no key of the ring has: one

@@ -271,6 +271,30 @@ func TestCursorVerify(t *testing.T) {
 				wantErr(t, err, ErrCursorInvalid)
 			}
 		}
+		// An issue time past time.Unix's range would wrap around to the
+		// far past; with no age limit nothing else would refuse it.
+		noTTL := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey), Session: vecSession, Now: fixedClock(vecNow), TTL: -1})
+		for _, issued := range []int64{math.MaxInt64, math.MaxInt64 - 62135596800 + 1, vecNow.Unix() + 61} {
+			_, err := noTTL.Verify(macTestBody(vecKey, vecSignedTestBody(1, issued, nil)), CursorScope{ToolID: "t", CallerID: "c"})
+			wantErr(t, err, ErrCursorInvalid)
+			if got := reasonText(err); got != "issued in the future" {
+				t.Fatalf("issued at %d: reason %q, want issued in the future", issued, got)
+			}
+		}
+	})
+
+	// The longest TTL still bounds the age: a cursor older than
+	// math.MaxInt64 nanoseconds (about 292 years) is expired, where a
+	// Duration taken between the two instants would saturate and pass.
+	t.Run("a TTL of math.MaxInt64 still bounds the age", func(t *testing.T) {
+		i := newTestIssuer(t, CursorConfig{Keys: mustKeyring(t, vecKey), Session: vecSession, Now: fixedClock(vecNow), TTL: math.MaxInt64})
+		scope := CursorScope{ToolID: "t", CallerID: "c"}
+		maxAge := int64(time.Duration(math.MaxInt64) / time.Second)
+		if _, err := i.Verify(macTestBody(vecKey, vecSignedTestBody(1, vecNow.Unix()-maxAge, nil)), scope); err != nil {
+			t.Fatalf("issued %d s ago: %v", maxAge, err)
+		}
+		_, err := i.Verify(macTestBody(vecKey, vecSignedTestBody(1, vecNow.Unix()-maxAge-1, nil)), scope)
+		wantErr(t, err, ErrCursorExpired)
 	})
 
 	// A cursor that decodes to exactly one MAC and no body has no layout's

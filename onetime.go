@@ -372,7 +372,7 @@ func (o *OneTimeIssuer) check(t *oneTimeFields, token string) (int, error) {
 	}
 	if err == nil {
 		switch now := o.now(); {
-		case t.issued.After(now.Add(oneTimeMaxSkew)):
+		case issuedInFuture(t.issued.Unix(), now, oneTimeMaxSkew):
 			err = errOneTimeFuture
 		case !now.Before(t.expires):
 			err = errOneTimeExpired

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -201,6 +202,9 @@ func TestOneTimeToken(t *testing.T) {
 			{"length past end", append(oneTimePayload(now, later), 5, 'a'), "malformed payload"},
 			{"non-minimal length", append(oneTimePayload(now, later), 0x81, 0x00, 'a', 0), "malformed payload"},
 			{"issued in the future", oneTimePayload(now.Add(2*time.Minute), now.Add(5*time.Minute)), "issued in the future"},
+			// time.Unix wraps these around to the far past.
+			{"issued past time.Unix's range", oneTimePayload(time.Unix(math.MaxInt64, 0), later), "issued in the future"},
+			{"issued at the top bit", oneTimePayload(time.Unix(math.MaxInt64-62135596800+1, 0), later), "issued in the future"},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
