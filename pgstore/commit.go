@@ -16,9 +16,7 @@ import (
 
 // Commit sends, in one round trip (a pipeline), SET CONSTRAINTS ALL
 // IMMEDIATE (see [immediateSQL]), the call of the table's fence function,
-// COMMIT and the call of its reset function (see functions.go), and
-// returns once COMMIT's answer is read (see [sendUnnamed] and
-// [work.endAfterCommit] for the reset's). The
+// COMMIT and the call of its reset function (see functions.go). The
 // fence updates the lease row to done only where it is still
 // token's live lease by statement_timestamp() (now() would be the
 // transaction's start, long before), and fails with an error when it
@@ -129,97 +127,55 @@ var binaryFormats = []int16{
 // a function), and pgx's batches and queries also run, for a SQL text, a
 // statement the handler prepared under that text as its name. The
 // store's statements after the handler's (the fence's call, COMMIT, the
-// reset's call) must run as the store wrote them.
-//
-// When the first n statements are not all of them, a flush request
-// follows the nth: the server sends their answers as soon as it has them,
-// before it runs the rest. sendUnnamed reads and returns the answers of
-// the first n, in order (an error ends them: the server skips the rest),
-// with the pipeline, whose other answers [finish] reads; nil answers (and
-// no pipeline) when nothing was sent.
-func sendUnnamed(ctx context.Context, conn *pgx.Conn, stmts []unnamed, n int) (*pgconn.Pipeline, []answer, error) {
+// reset's call) must run as the store wrote them. It returns one answer per
+// statement, in order, and the error that ended the pipeline; nil
+// answers when nothing was sent.
+func sendUnnamed(ctx context.Context, conn *pgx.Conn, stmts []unnamed) ([]answer, error) {
 	m := conn.TypeMap()
-	count := 0
+	b := &pgconn.Batch{}
+	n := 0
 	for _, st := range stmts {
-		count += len(st.args)
+		n += len(st.args)
 	}
-	// Every statement's values, in one slice, encoded before anything
-	// is sent.
-	all := make([][]byte, count)
-	values := make([][][]byte, len(stmts))
-	for j, st := range stmts {
-		values[j] = all[:len(st.args):len(st.args)]
+	// Every statement's values, in one slice: the batch copies them
+	// into its buffer as each statement is added.
+	all := make([][]byte, n)
+	for _, st := range stmts {
+		values := all[:len(st.args):len(st.args)]
 		all = all[len(st.args):]
 		for i, arg := range st.args {
 			// A non-nil buffer: an empty value is not NULL.
 			v, err := m.Encode(st.oids[i], pgtype.BinaryFormatCode, arg, []byte{})
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
-			values[j][i] = v
+			values[i] = v
 		}
-	}
-	p := conn.PgConn().StartPipeline(ctx)
-	for j, st := range stmts {
 		formats := binaryFormats
-		for len(formats) < len(values[j]) {
+		for len(formats) < len(values) {
 			formats = append(formats[:len(formats):len(formats)], pgtype.BinaryFormatCode)
 		}
-		p.SendQueryParams(st.sql, values[j], st.oids, formats[:len(values[j])], nil)
-		if j == n-1 && n < len(stmts) {
-			p.SendFlushRequest()
-		}
+		b.ExecParams(st.sql, values, st.oids, formats[:len(values)], nil)
 	}
 	answers := make([]answer, len(stmts))
-	if err := p.Sync(); err != nil {
-		answers[0].err = err
-		return p, answers, err
-	}
-	return p, answers, readAnswers(p, answers[:n])
-}
-
-// readAnswers reads the answers of a pipeline of [sendUnnamed] into
-// answers, in order, and returns the first error: the one that ended them
-// (the server skips the statements after one that failed; their answers
-// stay empty) or the session's end, which the statement whose answer did
-// not come holds.
-func readAnswers(p *pgconn.Pipeline, answers []answer) error {
-	for i := range answers {
-		res, err := p.GetResults()
-		if err != nil {
-			answers[i].err = err
-			return err
-		}
-		rr, ok := res.(*pgconn.ResultReader)
-		if !ok {
-			// The Sync's (the server skips statements only after an
-			// error, which ended the answers): fail closed.
-			answers[i].err = errors.New("pgstore: unexpected answer in the pipeline")
-			return answers[i].err
-		}
-		// Only the command tag and the error are read: the rows (the
-		// functions' one row each) are skipped, not copied.
-		tag, err := rr.Close()
+	mrr := conn.PgConn().ExecBatch(ctx, b)
+	i := 0
+	for ; i < len(stmts) && mrr.NextResult(); i++ {
+		// Only the command tag and the error are read: the rows
+		// (the functions' one row each) are skipped, not copied.
+		tag, err := mrr.ResultReader().Close()
 		answers[i] = answer{tag: tag, err: err}
 		if err != nil {
-			return err
+			break
 		}
 	}
-	return nil
-}
-
-// finish reads the answers of the rest of a pipeline of [sendUnnamed]
-// into answers and ends the pipeline (the Sync's answer read). It returns
-// the first error of the pipeline, err if not nil, then those of the
-// rest and of its end: nil only when the session is ready, all answered.
-func finish(p *pgconn.Pipeline, answers []answer, err error) error {
-	if err == nil {
-		err = readAnswers(p, answers)
+	err := mrr.Close()
+	if i < len(stmts) && answers[i].err == nil {
+		// The statement whose answer did not come: the server refused
+		// it before its result began, or the session ended.
+		answers[i].err = err
 	}
-	if cerr := p.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return answers, err
 }
 
 // commit is Commit's first call.
@@ -315,42 +271,14 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 			// same round trip, after COMMIT.
 			stmts = append(stmts, unnamed{sql: w.s.resetCall})
 		}
-		// The pipeline runs under a context of its own, which ctx's end
-		// cancels until COMMIT's answer is read: once COMMIT committed,
-		// the caller has its outcome at once, and the reset's answer is
-		// read after, bounded by the store's timeout (see
-		// endAfterCommit).
-		var pctx context.Context
-		var cancel context.CancelFunc
-		if w.s.timeout > 0 {
-			pctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), w.s.timeout)
-		} else {
-			pctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
-		}
-		stop := context.AfterFunc(ctx, cancel)
-		n := at + 2 // the answers read first: up to COMMIT's
-		p, answers, pipeErr := sendUnnamed(pctx, w.conn, stmts, n)
+		answers, pipeErr := sendUnnamed(ctx, w.conn, stmts)
 		if answers == nil {
-			stop()
-			cancel()
 			// Not sent (an argument could not be encoded): the
 			// transaction is still open; closing the session ends it.
 			w.put(ctx, false)
 			o.refused, o.err = true, pipeErr
 			return o, nil
 		}
-		if pipeErr == nil && answers[at+1].tag.String() == "COMMIT" && n < len(stmts) && w.s.timeout > 0 && stop() {
-			// Committed (COMMIT answered, no error before): COMMIT's
-			// outcome stands whatever the reset's answer.
-			go func() {
-				defer cancel()
-				w.endAfterCommit(pctx, p, answers[n:])
-			}()
-			return outcome{tag: "COMMIT", state: 'I'}, nil
-		}
-		pipeErr = finish(p, answers[n:], pipeErr)
-		stop()
-		cancel()
 		// The server skips every statement of the pipeline after the one
 		// that failed: those have no answer. The fence's error may be a
 		// statement of the work that had failed before (the transaction
@@ -442,21 +370,6 @@ func (w *work) commit(ctx context.Context, until time.Time, fingerprint, result 
 		return fmt.Errorf("%w: unexpected answer to COMMIT", ErrUnavailable)
 	}
 	return nil
-}
-
-// endAfterCommit ends the pipeline of a Commit that committed, once the
-// caller has its outcome: it reads the rest, the reset's answer (see
-// [sendUnnamed]), under ctx (the store's timeout, not the caller's
-// context), and pools the connection only when the reset succeeded and
-// the session is ready; a session whose answer failed or did not come is
-// closed, never pooled.
-func (w *work) endAfterCommit(ctx context.Context, p *pgconn.Pipeline, answers []answer) {
-	err := finish(p, answers, nil)
-	if err != nil && !sqlPrepared(err) {
-		w.s.log.Warn("pgstore: the session's reset after a committed work failed; its connection is closed, not pooled",
-			"table", strings.ReplaceAll(w.s.table, `"`, ""), "error", err.Error())
-	}
-	w.put(ctx, err == nil)
 }
 
 // spend ends a work whose transaction the handler's SQL ended (see

@@ -111,7 +111,6 @@ func TestWork(t *testing.T) {
 		{"commit runs with the accepted level", workCommitRunsWithTheAcceptedSynchronousCommit},
 		{"a deferred constraint that fails rolls back", workDeferredConstraintFailureRollsBack},
 		{"a trigger raising the fence's text is not the fence", workTriggerRaisingTheFenceTextIsNotTheFence},
-		{"reset answered after the outcome", workEndAfterCommit},
 	} {
 		t.Run(tc.name, tc.test)
 	}
