@@ -191,6 +191,16 @@ func serverResetBeforeIsWarnedOfOnce(t *testing.T) {
 	}
 }
 
+// waitChecks waits until no server check runs: the fence and every other
+// write of the checks started so far are done. It polls rather than
+// calling s.cancels.wg.Wait: the store's watch may start a check (wg.Add
+// from zero) at any tick while Wait runs, a misuse the race detector
+// reports.
+func waitChecks(t *testing.T, s *Store) {
+	t.Helper()
+	waitFor(t, "the server checks to end", func() bool { return !s.srv.running.Load() })
+}
+
 // waitFor polls cond until it holds; 10 s is a failsafe, not a timing.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -394,8 +404,8 @@ func recheckNow(t *testing.T, s *Store) {
 	if _, err := s.Claim(context.Background(), fmt.Sprintf("recheck-%d", time.Now().UnixNano()), time.Now().Add(time.Minute)); err != nil && !errors.Is(err, ErrConfig) && Reason(err) != whyEvictionOn {
 		t.Fatalf("claim: %v", err)
 	}
-	// The recheck runs in the background under the cancels group.
-	s.cancels.wg.Wait()
+	// The recheck runs in the background.
+	waitChecks(t, s)
 }
 
 // Each Allow* option keeps its check running: on a real redis-server with
@@ -553,7 +563,7 @@ func persistenceWeakenedAfterOpenIsRefusedAndFenced(t *testing.T) {
 			if took > 3*time.Second {
 				t.Fatalf("refused only %v after the change; want about RecheckInterval (1 s)", took)
 			}
-			s.cancels.wg.Wait() // the fence is written by the recheck
+			waitChecks(t, s) // the fence is written by the recheck
 			if n := ev.count(EventFenceRaised); n != Shards {
 				t.Fatalf("%d EventFenceRaised; want %d", n, Shards)
 			}
@@ -664,7 +674,9 @@ func replicasDurabilityDoesNotCoverAreRefused(t *testing.T) {
 		if ev.count(EventRiskAccepted) != 1 || ev.all[0].Option != "AllowFewerReplicas" {
 			t.Fatalf("events %+v; want one EventRiskAccepted for AllowFewerReplicas", ev.all)
 		}
-		s2 := provisioned(t, c, Options{Prefix: "two:", Logger: quietLogger(), Durability: Durability{Replicas: 2, Timeout: 50 * time.Millisecond}})
+		// Timeout 10 s: WAIT's 50 ms decides, not the client's deadline
+		// on a loaded machine.
+		s2 := provisioned(t, c, Options{Prefix: "two:", Logger: quietLogger(), Timeout: 10 * time.Second, Durability: Durability{Replicas: 2, Timeout: 50 * time.Millisecond}})
 		// Claims acknowledged by both replicas, then B is cut: every claim
 		// is refused, none reported first.
 		var accepted []string
@@ -885,7 +897,7 @@ func missingMarkerChecksTheServerAtOnce(t *testing.T) {
 		t.Fatalf("claim after FLUSHALL = %v, %v; want ErrFenced", first, err)
 	}
 	s.Claim(ctx, "before", time.Now().Add(time.Minute)) // starts the check (its shard is fenced already)
-	s.cancels.wg.Wait()
+	waitChecks(t, s)
 	if n := ev.count(EventFenceRaised); n != 1+Shards {
 		t.Fatalf("%d EventFenceRaised; want the claim's and one per shard (%d)", n, 1+Shards)
 	}

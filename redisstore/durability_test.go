@@ -426,7 +426,7 @@ func aOFSwitchedOffAtRunTimeIsRefusedBeforeTheRecheck(t *testing.T) {
 			if tt.crash {
 				srv.kill()
 			} else {
-				s.cancels.wg.Wait() // the fence, and its AOF rewrite
+				waitChecks(t, s) // the fence, and its AOF rewrite
 				waitRewrite(t, c)
 				srv.kill()
 			}
