@@ -747,7 +747,7 @@ func clusterEvictionWhileIdleThenResetStat(t *testing.T) {
 			prefix := fmt.Sprintf("ctoken-fault:reset-%d:", time.Now().UnixNano())
 			s := provisioned(t, c, Options{Prefix: prefix, Logger: quietLogger()})
 			old, expiry := claimOldUntil(t, s, evictOld)
-			recheckAll(s) // the baselines hold every claim's commands
+			recheckAll(t, s) // the baselines hold every claim's commands
 			if tt.appDown {
 				s.Close()
 			}

@@ -236,7 +236,7 @@ func TestEvictionAtRunTime(t *testing.T) {
 			if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
 				t.Fatal(err)
 			}
-			recheckAll(s) // a fence an OOM refused is written now
+			recheckAll(t, s) // a fence an OOM refused is written now
 			r.noteLossAt(t, s)
 			t.Logf("%s: %d keys evicted; first refusal %v after the change (the probe's %v; the store's check %v), the key space fenced %v after it; inside the window %d old IDs accepted twice, %d new accepted; %d refusals, other errors %v",
 				policy, evicted, r.refusedAt.Round(time.Microsecond), r.probeAt.Round(time.Microsecond), r.storeAt.Round(time.Millisecond), r.lossAt.Round(time.Millisecond), r.doubles, len(r.acceptedNew), r.refusals, r.otherErrs)
@@ -271,11 +271,17 @@ func TestEvictionAtRunTime(t *testing.T) {
 }
 
 // recheckAll runs the periodic recheck at once, whatever the claim that
-// starts it answers, and waits for it to end.
-func recheckAll(s *Store) {
+// starts it answers, and waits until no check and no background release
+// runs. It polls, as waitChecks does: the store's watch may start a check
+// (the WaitGroup's Add from zero) at any time, and a Wait beside that Add
+// is a race.
+func recheckAll(t *testing.T, s *Store) {
+	t.Helper()
 	s.lastCheck.Store(0)
 	s.Claim(context.Background(), fmt.Sprint("recheck-", time.Now().UnixNano()), time.Now().Add(time.Minute))
-	s.cancels.wg.Wait()
+	waitFor(t, "the server checks and background releases to end", func() bool {
+		return !s.srv.running.Load() && len(s.cancels.sem) == 0
+	})
 }
 
 // mustInfo returns one INFO section of c.
@@ -370,8 +376,8 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 				}
 			}
 			raised := ev.count(EventFenceRaised)
-			recheckAll(s)
-			recheckAll(s)
+			recheckAll(t, s)
+			recheckAll(t, s)
 			if first, err := s.Claim(ctx, "after-reopen", time.Now().Add(time.Minute)); !first || err != nil {
 				t.Fatalf("claim after the key space was reopened = %v, %v; want first", first, err)
 			}
@@ -489,7 +495,7 @@ func TestEvictionWhileIdleThenResetStat(t *testing.T) {
 			c := srv.client()
 			s := provisioned(t, c, Options{Prefix: "reset:", Logger: quietLogger()})
 			old, expiry := claimOldUntil(t, s, evictOld)
-			recheckAll(s) // the baseline holds every claim's commands
+			recheckAll(t, s) // the baseline holds every claim's commands
 			if tt.appDown {
 				s.Close()
 			}
@@ -544,7 +550,7 @@ func resetStatFenced(t *testing.T, s *Store, c Client, old []string, appDown boo
 		t.Fatalf("%d of %d markers left; want every one: only the counters may show this loss", n, Shards)
 	}
 	if !appDown {
-		recheckAll(s)
+		recheckAll(t, s)
 		twice, fenced := 0, 0
 		var refusal error
 		until := time.Now().Add(10 * time.Minute)
