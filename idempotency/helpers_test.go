@@ -189,3 +189,67 @@ type stubStore struct {
 func (s stubStore) AcquireRecord(context.Context, string, time.Duration, []byte) (replay.Record, error) {
 	return s.rec, nil
 }
+
+// ctxSteps records, for each store step a test store sees, whether its
+// context is one only a deadline ends (replay.EndsOnlyAtDeadline), whether
+// it was already done, and its deadline.
+type ctxSteps struct {
+	mu    sync.Mutex
+	steps []ctxStep
+}
+
+type ctxStep struct {
+	method       string
+	deadlineOnly bool
+	err          error
+	deadline     time.Time
+}
+
+func (s *ctxSteps) record(method string, ctx context.Context) {
+	d, _ := ctx.Deadline()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.steps = append(s.steps, ctxStep{method, replay.EndsOnlyAtDeadline(ctx), ctx.Err(), d})
+}
+
+func (s *ctxSteps) list() []ctxStep {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]ctxStep(nil), s.steps...)
+}
+
+// stepWant is a store step a test expects, and its deadline: after after
+// the request began.
+type stepWant struct {
+	method string
+	after  time.Duration
+}
+
+// checkSteps fails t unless steps are want's, in order, each under a live
+// context that only its deadline ends, a deadline within after of the
+// request's window [from, to].
+func checkSteps(t *testing.T, steps []ctxStep, want []stepWant, from, to time.Time) {
+	t.Helper()
+	if len(steps) != len(want) {
+		t.Fatalf("store steps %+v, want %+v", steps, want)
+	}
+	for i, w := range want {
+		got := steps[i]
+		if got.method != w.method {
+			t.Fatalf("store steps %+v, want %+v", steps, want)
+		}
+		if !got.deadlineOnly || got.err != nil {
+			t.Fatalf("%s ran under deadline-only %v, done %v; want a live context only its deadline ends", got.method, got.deadlineOnly, got.err)
+		}
+		if lo, hi := from.Add(w.after), to.Add(w.after); got.deadline.Before(lo) || got.deadline.After(hi) {
+			t.Fatalf("%s deadline %v, want within [%v, %v]", got.method, got.deadline, lo, hi)
+		}
+	}
+}
+
+// cancellable returns r under a context that can be cancelled, as a real
+// server's request is, and its cancel.
+func cancellable(r *http.Request) (*http.Request, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(r.Context())
+	return r.WithContext(ctx), cancel
+}

@@ -508,7 +508,7 @@ func (a *attempt) confirmRetrying(try func(ctx context.Context, until time.Time)
 	p := a.p
 	until := time.Now().Add(p.window)
 	giveUp := a.confirmDeadline()
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(a.r.Context()), giveUp)
+	ctx, cancel := replay.WithDeadlineOnly(a.r.Context(), giveUp)
 	defer cancel()
 	wait := 10 * time.Millisecond
 	for {
@@ -553,7 +553,7 @@ func (a *attempt) release(why error) {
 // observed): the key then frees itself when the lease ends.
 func (a *attempt) releaseLease() (time.Duration, error) {
 	p := a.p
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.r.Context()), p.lease/4)
+	ctx, cancel := replay.WithDeadlineOnly(a.r.Context(), time.Now().Add(p.lease/4))
 	defer cancel()
 	start := time.Now()
 	var err error

@@ -1101,3 +1101,71 @@ func TestMiddlewareStoreRefusalRetryAfterTellsWhenItEnds(t *testing.T) {
 		})
 	}
 }
+
+// ctxRecorder is a Recorder that records the context of each step that
+// settles a key (ConfirmRecord, ConfirmLease, ReleaseLease), and refuses
+// every ConfirmRecord with refuse when that is set.
+type ctxRecorder struct {
+	replay.Recorder
+	ctxSteps
+	refuse error
+}
+
+func (s *ctxRecorder) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, res []byte) error {
+	s.record("ConfirmRecord", ctx)
+	if s.refuse != nil {
+		return s.refuse
+	}
+	return s.Recorder.ConfirmRecord(ctx, id, token, until, fp, res)
+}
+
+func (s *ctxRecorder) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
+	s.record("ConfirmLease", ctx)
+	return s.Recorder.ConfirmLease(ctx, id, token, until)
+}
+
+func (s *ctxRecorder) ReleaseLease(ctx context.Context, id, token string) error {
+	s.record("ReleaseLease", ctx)
+	return s.Recorder.ReleaseLease(ctx, id, token)
+}
+
+// TestConfirmAndReleaseRunUnderADeadlineOnlyContext: once the handler has
+// answered, the store steps that settle the key (the record, the record of
+// a response not stored, a release) run under a context that only its
+// deadline ends (replay.WithDeadlineOnly), however the client's request
+// ends (it is cancelled while the handler runs), so that a store whose
+// client enforces deadlines itself runs them on the caller's goroutine.
+// Each deadline is the one meant: a record's at the lease's end, a
+// release's a quarter of the lease after it began.
+func TestConfirmAndReleaseRunUnderADeadlineOnlyContext(t *testing.T) {
+	const lease = time.Minute
+	tests := []struct {
+		name   string
+		refuse error
+		status int
+		want   []stepWant
+	}{
+		{"the response is recorded", nil, http.StatusCreated, []stepWant{{"ConfirmRecord", lease}}},
+		{"a response the store refuses for its size is recorded as done without it", replay.ErrTooLarge, http.StatusCreated,
+			[]stepWant{{"ConfirmRecord", lease}, {"ConfirmRecord", lease}, {"ConfirmLease", lease}}},
+		{"a retry status releases the key", nil, http.StatusBadGateway, []stepWant{{"ReleaseLease", lease / 4}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &ctxRecorder{Recorder: newStore(), refuse: tc.refuse}
+			r, cancel := cancellable(req(http.MethodPost, "/payments", "alice", key1, `{}`))
+			defer cancel()
+			f := newFixture(t, Config{Store: store, Lease: lease}, func(w http.ResponseWriter, r *http.Request) {
+				cancel() // the client goes away while the handler runs
+				w.WriteHeader(tc.status)
+			})
+			from := time.Now()
+			w := f.do(r)
+			to := time.Now()
+			if w.Code != tc.status {
+				t.Fatalf("status %d, want %d", w.Code, tc.status)
+			}
+			checkSteps(t, store.list(), tc.want, from, to)
+		})
+	}
+}

@@ -23,7 +23,7 @@ func (a *attempt) runWork(ctx context.Context, w http.ResponseWriter, next http.
 	p := a.p
 	// The transaction may live as long as the lease can still be
 	// committed (confirmDeadline), however the client's request ends.
-	wctx, wcancel := context.WithDeadline(context.WithoutCancel(a.r.Context()), a.start.Add(p.lease+p.lease/4))
+	wctx, wcancel := replay.WithDeadlineOnly(a.r.Context(), a.start.Add(p.lease+p.lease/4))
 	defer wcancel()
 	start := time.Now()
 	var work replay.Work
@@ -104,7 +104,7 @@ func (a *attempt) runWork(ctx context.Context, w http.ResponseWriter, next http.
 // the record were committed.
 func (a *attempt) commit(work replay.Work, result []byte) error {
 	p := a.p
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(a.r.Context()), a.confirmDeadline())
+	ctx, cancel := replay.WithDeadlineOnly(a.r.Context(), a.confirmDeadline())
 	defer cancel()
 	start := time.Now()
 	err := work.Commit(ctx, time.Now().Add(p.window), a.fp, result)
@@ -153,7 +153,7 @@ func (a *attempt) unknownRetryAfter() string {
 // for the store. A failure is logged: the writes were not committed (only
 // Commit commits them), and the store ends the transaction.
 func (a *attempt) rollback(work replay.Work) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.r.Context()), a.p.lease/4)
+	ctx, cancel := replay.WithDeadlineOnly(a.r.Context(), time.Now().Add(a.p.lease/4))
 	defer cancel()
 	start := time.Now()
 	err := work.Rollback(ctx)

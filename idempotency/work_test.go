@@ -21,9 +21,11 @@ import (
 // fakeTransactor is a replay.Transactor over a MemoryStore: the leases and
 // records are the MemoryStore's, and each Work is a transaction of
 // "statements" (charges) that Commit moves to committed together with the
-// record, or Rollback drops. It records every call in order.
+// record, or Rollback drops. It records every call in order, and the
+// context of each BeginWork, Commit, Rollback and ReleaseLease.
 type fakeTransactor struct {
 	*replay.MemoryStore
+	ctxSteps
 	beginErr      error // BeginWork fails with it
 	nilWork       bool  // BeginWork answers no Work and no error
 	loseLease     bool  // Commit answers ErrLeaseLost, nothing kept
@@ -61,6 +63,7 @@ func (f *fakeTransactor) committedList() []string {
 
 func (f *fakeTransactor) ReleaseLease(ctx context.Context, id, token string) error {
 	f.call("release")
+	f.record("ReleaseLease", ctx)
 	return f.MemoryStore.ReleaseLease(ctx, id, token)
 }
 
@@ -71,6 +74,7 @@ func (f *fakeTransactor) ConfirmRecord(ctx context.Context, id, token string, un
 
 func (f *fakeTransactor) BeginWork(ctx context.Context, id, token string) (replay.Work, error) {
 	f.call("begin")
+	f.record("BeginWork", ctx)
 	if f.beginErr != nil {
 		return nil, f.beginErr
 	}
@@ -116,6 +120,7 @@ func exec(ctx context.Context, stmt string) error {
 
 func (w *fakeWork) Commit(ctx context.Context, until time.Time, fp, result []byte) error {
 	w.f.call("commit")
+	w.f.record("Commit", ctx)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ended {
@@ -144,8 +149,9 @@ func (w *fakeWork) Commit(ctx context.Context, until time.Time, fp, result []byt
 	return w.outcome
 }
 
-func (w *fakeWork) Rollback(context.Context) error {
+func (w *fakeWork) Rollback(ctx context.Context) error {
 	w.f.call("rollback")
+	w.f.record("Rollback", ctx)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.ended {
@@ -646,4 +652,78 @@ func TestTransactionalWithAWorkAcquirer(t *testing.T) {
 			t.Fatal("the Work returned with a done answer was not rolled back")
 		}
 	})
+}
+
+// TestTransactionalStoreStepsRunUnderADeadlineOnlyContext: under
+// Transactional, the store steps around the handler (the transaction's
+// begin, its commit, its rollback, a release, and a held work's rollback,
+// which frees its key) run under a context that only its deadline ends
+// (replay.WithDeadlineOnly), however the client's request ends (it is
+// cancelled while the handler runs), so that a store whose client enforces
+// deadlines itself could run them on the caller's goroutine. Each deadline
+// is the one meant: the begin's a quarter of the lease after the lease
+// ends, the commit's at the lease's end, a rollback's and a release's a
+// quarter of the lease after they began.
+func TestTransactionalStoreStepsRunUnderADeadlineOnlyContext(t *testing.T) {
+	const lease = time.Minute
+	retry := func(w http.ResponseWriter, r *http.Request) {
+		exec(r.Context(), "charge")
+		http.Error(w, "downstream failed", http.StatusBadGateway)
+	}
+	tests := []struct {
+		name     string
+		acquirer bool // the store is a WorkAcquirer: the lease is the work
+		store    func(*fakeTransactor)
+		handler  http.HandlerFunc
+		status   int
+		want     []stepWant
+	}{
+		{
+			name: "2xx: begun and committed", handler: chargeOnce, status: http.StatusCreated,
+			want: []stepWant{{"BeginWork", lease + lease/4}, {"Commit", lease}},
+		},
+		{
+			name: "a retry status: rolled back and released", handler: retry, status: http.StatusBadGateway,
+			want: []stepWant{{"BeginWork", lease + lease/4}, {"Rollback", lease / 4}, {"ReleaseLease", lease / 4}},
+		},
+		{
+			name: "a commit the store rolled back: released", store: func(f *fakeTransactor) { f.rollBack = true },
+			handler: chargeOnce, status: http.StatusServiceUnavailable,
+			want: []stepWant{{"BeginWork", lease + lease/4}, {"Commit", lease}, {"ReleaseLease", lease / 4}},
+		},
+		{
+			name: "a held work, 2xx: committed", acquirer: true, handler: chargeOnce, status: http.StatusCreated,
+			want: []stepWant{{"Commit", lease}},
+		},
+		{
+			name: "a held work, a retry status: rolled back, then ended to free the key", acquirer: true,
+			handler: retry, status: http.StatusBadGateway,
+			want: []stepWant{{"Rollback", lease / 4}, {"Rollback", lease / 4}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tx := newFakeTransactor()
+			if tc.store != nil {
+				tc.store(tx)
+			}
+			var store replay.Recorder = tx
+			if tc.acquirer {
+				store = &fakeAcquirer{fakeTransactor: tx}
+			}
+			r, cancel := cancellable(req(http.MethodPost, "/payments", "alice", key1, `{}`))
+			defer cancel()
+			f := newFixture(t, Config{Store: store, Lease: lease, Transactional: true}, func(w http.ResponseWriter, r *http.Request) {
+				cancel() // the client goes away while the handler runs
+				tc.handler(w, r)
+			})
+			from := time.Now()
+			w := f.do(r)
+			to := time.Now()
+			if w.Code != tc.status {
+				t.Fatalf("status %d, want %d", w.Code, tc.status)
+			}
+			checkSteps(t, tx.list(), tc.want, from, to)
+		})
+	}
 }

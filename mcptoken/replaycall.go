@@ -222,7 +222,7 @@ func (e *engine) run(ctx context.Context, id, token string, fp []byte, start tim
 // commit succeeded. held is the Work of AcquireWork, which holds the
 // lease itself (its Rollback frees the ID), or nil.
 func (e *engine) runWork(ctx, hctx context.Context, id, token string, fp []byte, start time.Time, held replay.Work, run runFunc) ([]byte, error) {
-	wctx, wcancel := context.WithDeadline(context.WithoutCancel(ctx), e.confirmDeadline(start))
+	wctx, wcancel := replay.WithDeadlineOnly(ctx, e.confirmDeadline(start))
 	defer wcancel()
 	work, err := held, error(nil)
 	release := func(why string) {
@@ -332,7 +332,7 @@ func (e *engine) confirmDeadline(start time.Time) time.Time {
 func (e *engine) confirm(ctx context.Context, id, token string, fp []byte, start time.Time, result []byte) error {
 	until := time.Now().Add(e.window)
 	giveUp := e.confirmDeadline(start)
-	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), giveUp)
+	cctx, cancel := replay.WithDeadlineOnly(ctx, giveUp)
 	defer cancel()
 	wait := 10 * time.Millisecond
 	for {
@@ -365,7 +365,7 @@ func refusedForSize(err error) bool {
 // waiting at most a quarter of the lease for the store. A failure is
 // logged: the ID then frees itself when the lease ends.
 func (e *engine) release(ctx context.Context, id, token, why string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.lease/4)
+	rctx, cancel := replay.WithDeadlineOnly(ctx, time.Now().Add(e.lease/4))
 	defer cancel()
 	if err := e.store.ReleaseLease(rctx, id, token); err != nil {
 		e.logf(ctx, slog.LevelError, why+"; the key could not be released: retries are busy until its lease ends", err)
@@ -374,7 +374,7 @@ func (e *engine) release(ctx context.Context, id, token, why string) {
 
 // rollback discards work's writes, waiting at most a quarter of the lease.
 func (e *engine) rollback(ctx context.Context, work replay.Work) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.lease/4)
+	rctx, cancel := replay.WithDeadlineOnly(ctx, time.Now().Add(e.lease/4))
 	defer cancel()
 	if err := work.Rollback(rctx); err != nil {
 		e.logf(ctx, slog.LevelError, "the transaction could not be rolled back; its writes are not committed", err)

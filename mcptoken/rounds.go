@@ -246,7 +246,7 @@ func (s *States) Answer(ctx context.Context, caller, method, name string, args a
 		}
 	}
 	res, runErr := s.run(ctx, method, name, o, rec.Token, round)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	cctx, cancel := replay.WithDeadlineOnly(ctx, time.Now().Add(confirmTimeout))
 	defer cancel()
 	if runErr != nil {
 		// The round may have had effects before it failed: consumed, as a
@@ -293,7 +293,7 @@ func (s *States) start(ctx context.Context, method, name string, o stateclaim.Op
 	}
 	s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: its round began under a server that stopped before recording its result; whether it acted is unknown: not run again, and every presentation is told so",
 		NameAttr(method, name))
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	cctx, cancel := replay.WithDeadlineOnly(ctx, time.Now().Add(confirmTimeout))
 	defer cancel()
 	record, err := seal.seal(o.ID, fp, interruptedRecord)
 	if err == nil {
@@ -319,7 +319,7 @@ func (s *States) unrecorded() string {
 // releaseRound frees the round's lease after a store failure before the
 // round ran, so that a retry need not wait for the hold to end.
 func (s *States) releaseRound(ctx context.Context, id, token string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	cctx, cancel := replay.WithDeadlineOnly(ctx, time.Now().Add(confirmTimeout))
 	defer cancel()
 	_ = s.recorder.ReleaseLease(cctx, id, token) // on failure the hold ends by itself
 }
@@ -338,7 +338,7 @@ func (s *States) renew(ctx context.Context, method, name string, o stateclaim.Op
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.hold/3)
+		rctx, cancel := replay.WithDeadlineOnly(ctx, time.Now().Add(s.hold/3))
 		err := s.renewer.RenewLease(rctx, o.ID, token, min(s.hold, time.Until(o.Until)))
 		cancel()
 		switch {
@@ -364,7 +364,7 @@ func (s *States) run(ctx context.Context, method, name string, o stateclaim.Open
 		if !panicked {
 			return
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+		cctx, cancel := replay.WithDeadlineOnly(ctx, time.Now().Add(confirmTimeout))
 		defer cancel()
 		s.in.Logger().LogAttrs(ctx, slog.LevelError, s.in.Name+": request state: the round panicked; a retry will be told the state was already used",
 			NameAttr(method, name))

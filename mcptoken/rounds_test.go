@@ -1212,3 +1212,172 @@ func answerRoundLongerThanItsHoldStaysBusy(t *testing.T) {
 		t.Fatalf("log %q", log.String())
 	}
 }
+
+// ctxRoundStore is a memory store that records the context of each step a
+// round takes to record, release or renew its state, and fails or finds
+// taken the mark that a round began, as told.
+type ctxRoundStore struct {
+	*replay.MemoryStore
+	ctxSteps
+	startErr   error         // the claim of the started mark fails with it
+	startTaken bool          // the started mark is found claimed
+	renewals   chan struct{} // told of each renewal, if anyone waits
+}
+
+func (s *ctxRoundStore) Claim(ctx context.Context, id string, until time.Time) (bool, error) {
+	if strings.HasSuffix(id, ".started") {
+		switch {
+		case s.startErr != nil:
+			return false, s.startErr
+		case s.startTaken:
+			return false, nil
+		}
+	}
+	return s.MemoryStore.Claim(ctx, id, until)
+}
+
+func (s *ctxRoundStore) ConfirmRecord(ctx context.Context, id, token string, until time.Time, fp, result []byte) error {
+	s.record("ConfirmRecord", ctx)
+	return s.MemoryStore.ConfirmRecord(ctx, id, token, until, fp, result)
+}
+
+func (s *ctxRoundStore) ConfirmLease(ctx context.Context, id, token string, until time.Time) error {
+	s.record("ConfirmLease", ctx)
+	return s.MemoryStore.ConfirmLease(ctx, id, token, until)
+}
+
+func (s *ctxRoundStore) ReleaseLease(ctx context.Context, id, token string) error {
+	s.record("ReleaseLease", ctx)
+	return s.MemoryStore.ReleaseLease(ctx, id, token)
+}
+
+func (s *ctxRoundStore) RenewLease(ctx context.Context, id, token string, lease time.Duration) error {
+	s.record("RenewLease", ctx)
+	err := s.MemoryStore.RenewLease(ctx, id, token, lease)
+	select {
+	case s.renewals <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// TestRoundStoreStepsRunUnderADeadlineOnlyContext: the store steps that
+// record a round's outcome (its result, its failure, its panic, its
+// interruption), release its state or renew its hold run under a context
+// that only its deadline ends (replay.WithDeadlineOnly), however the
+// request's context ends (it is cancelled while the round runs), so that
+// a store whose client enforces deadlines itself runs them on the caller's
+// goroutine. Each deadline is the one meant: confirmTimeout after the step
+// began, a third of the hold for a renewal.
+func TestRoundStoreStepsRunUnderADeadlineOnlyContext(t *testing.T) {
+	args := []byte(`{"target":"prod"}`)
+	errDeploy := errors.New("deploy failed")
+	const hold = 150 * time.Millisecond // renewed every 50 ms, for the renewal's case
+	tests := []struct {
+		name       string
+		store      func(*ctxRoundStore)
+		hold       time.Duration // zero: the default hold
+		round      func(s *ctxRoundStore) ([]byte, error)
+		wantErr    bool
+		wantPanic  bool
+		want       []string // the steps, renewals left out
+		wantRenews bool     // at least one renewal
+	}{
+		{
+			name:  "a result is recorded",
+			round: func(*ctxRoundStore) ([]byte, error) { return []byte(`{"ok":1}`), nil },
+			want:  []string{"ConfirmRecord"},
+		},
+		{
+			name:    "a failed round is recorded as used",
+			round:   func(*ctxRoundStore) ([]byte, error) { return nil, errDeploy },
+			wantErr: true,
+			want:    []string{"ConfirmLease"},
+		},
+		{
+			name:  "an empty result is recorded as used",
+			round: func(*ctxRoundStore) ([]byte, error) { return nil, nil },
+			want:  []string{"ConfirmLease"},
+		},
+		{
+			name:      "a panicked round is recorded as used",
+			round:     func(*ctxRoundStore) ([]byte, error) { panic("deploy panicked") },
+			wantPanic: true,
+			want:      []string{"ConfirmLease"},
+		},
+		{
+			name:    "a state whose start cannot be marked is released",
+			store:   func(s *ctxRoundStore) { s.startErr = errStoreDown },
+			round:   func(*ctxRoundStore) ([]byte, error) { return []byte(`{"ok":1}`), nil },
+			wantErr: true,
+			want:    []string{"ReleaseLease"},
+		},
+		{
+			name:    "a round that began under a stopped server is recorded as interrupted",
+			store:   func(s *ctxRoundStore) { s.startTaken = true },
+			round:   func(*ctxRoundStore) ([]byte, error) { return []byte(`{"ok":1}`), nil },
+			wantErr: true,
+			want:    []string{"ConfirmRecord"},
+		},
+		{
+			name: "the hold is renewed while the round runs",
+			hold: hold,
+			round: func(s *ctxRoundStore) ([]byte, error) {
+				select { // not a race with the clock: a failsafe only
+				case <-s.renewals:
+				case <-time.After(30 * time.Second):
+					return nil, errors.New("no renewal in 30 s")
+				}
+				return []byte(`{"ok":1}`), nil
+			},
+			want:       []string{"ConfirmRecord"},
+			wantRenews: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &ctxRoundStore{MemoryStore: replay.NewMemoryStore(0), renewals: make(chan struct{})}
+			if tc.store != nil {
+				tc.store(store)
+			}
+			s, _ := retryStates(t, store, StatesConfig{})
+			if tc.hold != 0 {
+				s.hold = tc.hold
+			}
+			wire, err := s.Seal("alice", "tools/call", "deploy", args, "plan")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			from := time.Now()
+			panicked := func() (panicked bool) {
+				defer func() { panicked = recover() != nil }()
+				_, err = s.Answer(ctx, "alice", "tools/call", "deploy", args, wire, func(context.Context, string) ([]byte, error) {
+					cancel() // the client goes away while the round runs
+					return tc.round(store)
+				})
+				return false
+			}()
+			to := time.Now()
+			if panicked != tc.wantPanic || !panicked && (err != nil) != tc.wantErr {
+				t.Fatalf("Answer: %v, panicked %v", err, panicked)
+			}
+			var methods []string
+			renews := 0
+			for _, step := range store.list() {
+				after := confirmTimeout
+				if step.method == "RenewLease" {
+					renews++
+					after = s.hold / 3
+				} else {
+					methods = append(methods, step.method)
+				}
+				checkDeadlineOnly(t, step, from, to, after)
+			}
+			if strings.Join(methods, ",") != strings.Join(tc.want, ",") || tc.wantRenews && renews == 0 {
+				t.Fatalf("store steps %+v; want %v, renewed: %v", store.list(), tc.want, tc.wantRenews)
+			}
+		})
+	}
+}

@@ -179,6 +179,7 @@ type txStore struct {
 	commits     int
 	rollbacks   int
 	releases    int
+	steps       []ctxStep // the context of each Rollback and ReleaseLease
 }
 
 func newTxStore(now func() time.Time) *txStore {
@@ -218,6 +219,7 @@ func (s *txStore) BeginWork(ctx context.Context, id, token string) (replay.Work,
 func (s *txStore) ReleaseLease(ctx context.Context, id, token string) error {
 	s.mu.Lock()
 	s.releases++
+	s.steps = append(s.steps, stepOf("ReleaseLease", ctx))
 	s.mu.Unlock()
 	return s.MemoryStore.ReleaseLease(ctx, id, token)
 }
@@ -303,6 +305,7 @@ func (w *txWork) Rollback(ctx context.Context) error {
 	s := w.s
 	s.mu.Lock()
 	s.rollbacks++
+	s.steps = append(s.steps, stepOf("Rollback", ctx))
 	w.outcome = s.rollbackErr
 	s.mu.Unlock()
 	return w.outcome

@@ -145,7 +145,7 @@ func (v *Verifier) acquireWork(ctx context.Context, d Delivery, key string, star
 	rec, w, err := v.p.acquirer.AcquireWork(ctx, key, v.p.lease, nil)
 	if w != nil && (err != nil || rec.State != replay.LeaseAcquired || rec.Token == "") {
 		// Outside the contract: hold nothing.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.p.lease/4)
+		rctx, cancel := replay.WithDeadlineOnly(ctx, time.Now().Add(v.p.lease/4))
 		w.Rollback(rctx)
 		cancel()
 		w = nil
@@ -387,7 +387,7 @@ func (l *Lease) commit(ctx context.Context) error {
 		// leaves the lease to end by itself.
 		// A held lease ended with its transaction: nothing to release.
 		if !l.held {
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.v.p.lease/4)
+			rctx, rcancel := replay.WithDeadlineOnly(ctx, time.Now().Add(l.v.p.lease/4))
 			l.v.p.leaser.ReleaseLease(rctx, l.key, l.token)
 			rcancel()
 		}

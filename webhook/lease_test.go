@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -905,6 +906,91 @@ func TestTransactionalAcquireWorkOutsideTheContractHoldsNothing(t *testing.T) {
 			}
 			if _, _, rollbacks, _ := store.counts(); rollbacks != tc.rollbacks {
 				t.Fatalf("%d rollbacks, want %d", rollbacks, tc.rollbacks)
+			}
+		})
+	}
+}
+
+// TestLeaseCleanupRunsUnderADeadlineOnlyContext: the store steps that
+// clean up after a work (the release of a lease whose commit the store
+// rolled back, the rollback of a Work an AcquireWork answer outside the
+// contract returned) run under a context that only its deadline ends
+// (replay.WithDeadlineOnly), a quarter of the lease after they began,
+// even when the caller's context has been cancelled (the sender went
+// away), so that a store whose client enforces deadlines itself could run
+// them on the caller's goroutine.
+func TestLeaseCleanupRunsUnderADeadlineOnlyContext(t *testing.T) {
+	const lease = 40 * time.Second
+	busy := func(w replay.Work) (replay.Record, replay.Work, error) {
+		return replay.Record{Lease: replay.Lease{State: replay.LeaseBusy}}, w, nil
+	}
+	tests := []struct {
+		name  string
+		store func() (replay.Leaser, *txStore)
+		run   func(t *testing.T, ctx context.Context, v *Verifier, d Delivery)
+		want  string
+	}{
+		{
+			name: "a commit the store rolled back releases the lease",
+			store: func() (replay.Leaser, *txStore) {
+				s := newTxStore(nil)
+				s.commitErr = fmt.Errorf("%w: a statement of the work failed", replay.ErrRolledBack)
+				return s, s
+			},
+			run: func(t *testing.T, ctx context.Context, v *Verifier, d Delivery) {
+				l, err := v.Acquire(context.Background(), d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := l.Begin(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Confirm(ctx); !errors.Is(err, replay.ErrRolledBack) {
+					t.Fatalf("Confirm = %v, want ErrRolledBack", err)
+				}
+			},
+			want: "ReleaseLease",
+		},
+		{
+			name: "a Work given with an answer outside the contract is rolled back",
+			store: func() (replay.Leaser, *txStore) {
+				s := &heldTxStore{txStore: newTxStore(nil), answer: busy}
+				return s, s.txStore
+			},
+			run: func(t *testing.T, ctx context.Context, v *Verifier, d Delivery) {
+				if l, err := v.Acquire(ctx, d); l != nil || !errors.Is(err, ErrReplayStore) {
+					t.Fatalf("Acquire = %v, %v; want no Lease and ErrReplayStore", l, err)
+				}
+			},
+			want: "Rollback",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			store, tx := tc.store()
+			cfg := Config{Scheme: StandardWebhooks(), Secrets: []string{stdSecret}, Replay: store, Namespace: "endpoint", Lease: lease, Transactional: true}
+			v, s := newVerifier(t, cfg), newSigner(t, cfg)
+			d, err := v.Verify(signed(t, s, "evt-1", "{}"), []byte("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // the sender went away
+			from := time.Now()
+			tc.run(t, ctx, v, d)
+			to := time.Now()
+			tx.mu.Lock()
+			steps := slices.Clone(tx.steps)
+			tx.mu.Unlock()
+			if len(steps) != 1 || steps[0].method != tc.want {
+				t.Fatalf("store steps %+v, want one %s", steps, tc.want)
+			}
+			got := steps[0]
+			if !got.deadlineOnly || got.err != nil {
+				t.Fatalf("%s ran under deadline-only %v, done %v; want a live context only its deadline ends", got.method, got.deadlineOnly, got.err)
+			}
+			if lo, hi := from.Add(lease/4), to.Add(lease/4); got.deadline.Before(lo) || got.deadline.After(hi) {
+				t.Fatalf("%s deadline %v, want within [%v, %v]", got.method, got.deadline, lo, hi)
 			}
 		})
 	}

@@ -1794,8 +1794,13 @@ type ctxStep struct {
 func (s *ctxStore) record(method string, ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.steps = append(s.steps, stepOf(method, ctx))
+}
+
+// stepOf is the step of method under ctx.
+func stepOf(method string, ctx context.Context) ctxStep {
 	d, _ := ctx.Deadline()
-	s.steps = append(s.steps, ctxStep{method, replay.EndsOnlyAtDeadline(ctx), ctx.Err(), d})
+	return ctxStep{method, replay.EndsOnlyAtDeadline(ctx), ctx.Err(), d}
 }
 
 func (s *ctxStore) AcquireLease(ctx context.Context, id string, lease time.Duration) (replay.Lease, error) {
