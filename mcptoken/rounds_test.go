@@ -1336,7 +1336,10 @@ func TestRoundStoreStepsRunUnderADeadlineOnlyContext(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			store := &ctxRoundStore{MemoryStore: replay.NewMemoryStore(0), renewals: make(chan struct{})}
+			// Buffered: a renewal that comes before the round waits for it is kept
+			// (the hold is on the real clock, so a stalled round can lose the
+			// lease, and the renewals stop, after the first one).
+			store := &ctxRoundStore{MemoryStore: replay.NewMemoryStore(0), renewals: make(chan struct{}, 1)}
 			if tc.store != nil {
 				tc.store(store)
 			}

@@ -191,14 +191,16 @@ func serverResetBeforeIsWarnedOfOnce(t *testing.T) {
 	}
 }
 
-// waitChecks waits until no server check runs: the fence and every other
-// write of the checks started so far are done. It polls rather than
-// calling s.cancels.wg.Wait: the store's watch may start a check (wg.Add
-// from zero) at any tick while Wait runs, a misuse the race detector
-// reports.
+// waitChecks waits until no server check and no background release runs
+// (everything s.cancels.wg counts): the fence and every other write of the
+// checks started so far are done. It polls rather than calling
+// s.cancels.wg.Wait: the store's watch may start a check (wg.Add from
+// zero) at any tick while Wait runs, a misuse the race detector reports.
 func waitChecks(t *testing.T, s *Store) {
 	t.Helper()
-	waitFor(t, "the server checks to end", func() bool { return !s.srv.running.Load() })
+	waitFor(t, "the server checks and background releases to end", func() bool {
+		return !s.srv.running.Load() && len(s.cancels.sem) == 0
+	})
 }
 
 // waitFor polls cond until it holds; 10 s is a failsafe, not a timing.

@@ -272,16 +272,12 @@ func TestEvictionAtRunTime(t *testing.T) {
 
 // recheckAll runs the periodic recheck at once, whatever the claim that
 // starts it answers, and waits until no check and no background release
-// runs. It polls, as waitChecks does: the store's watch may start a check
-// (the WaitGroup's Add from zero) at any time, and a Wait beside that Add
-// is a race.
+// runs (waitChecks).
 func recheckAll(t *testing.T, s *Store) {
 	t.Helper()
 	s.lastCheck.Store(0)
 	s.Claim(context.Background(), fmt.Sprint("recheck-", time.Now().UnixNano()), time.Now().Add(time.Minute))
-	waitFor(t, "the server checks and background releases to end", func() bool {
-		return !s.srv.running.Load() && len(s.cancels.sem) == 0
-	})
+	waitChecks(t, s)
 }
 
 // mustInfo returns one INFO section of c.
@@ -348,7 +344,7 @@ func TestLossTheServerReportsIsFenced(t *testing.T) {
 					t.Error(err)
 				}
 			}, 1500*time.Millisecond)
-			s.cancels.wg.Wait()
+			waitChecks(t, s)
 			r.noteLossAt(t, s)
 			t.Logf("%s: first refusal %v after it, the store's %v, the key space fenced %v after it; inside the window %d old IDs accepted twice, %d new accepted; other errors %v",
 				tt.name, r.refusedAt.Round(time.Millisecond), r.storeAt.Round(time.Millisecond), r.lossAt.Round(time.Millisecond), r.doubles, len(r.acceptedNew), r.otherErrs)

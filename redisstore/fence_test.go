@@ -366,7 +366,7 @@ func reprovisionNeverUsed(t *testing.T) {
 			}
 			defer s.Close()
 			tt.setup(t, s, srv, c)
-			s.cancels.wg.Wait() // a check a missing marker started (it fences the key space) has ended
+			waitChecks(t, s) // a check a missing marker started (it fences the key space) has ended
 			markers := func() []any {
 				v, err := c.MGet(ctx, s.tags[:]...).Result()
 				if err != nil {

@@ -468,11 +468,13 @@ var (
 //
 // A call under a context that can be cancelled (a request's) runs on a
 // goroutine of its own, so that it returns as soon as the context ends:
-// go-redis cannot interrupt a read. On the 2-vCPU VMs of
-// docs/benchmarks.md that hop costs about 20 µs a claim. A call under a
-// context that cannot be cancelled, or one from [replay.WithDeadlineOnly]
-// (for steps that must finish whatever the caller does), on a client with
-// ContextTimeoutEnabled runs on the caller's goroutine.
+// go-redis cannot interrupt a read. On the Intel Xeon VM of
+// docs/benchmarks.md that hop costs about 20 µs a claim without
+// Durability. Claim, AcquireLease, ConfirmLease, RenewLease,
+// AcquireRecord and ConfirmRecord under a context that cannot be
+// cancelled, or one from [replay.WithDeadlineOnly] (for steps that must
+// finish whatever the caller does), on a client with
+// ContextTimeoutEnabled, run on the caller's goroutine instead.
 //
 // A client retry after a lost reply is safe for every method: a retried
 // Claim finds its own entry (by its nonce) and reports first, and a

@@ -177,8 +177,8 @@ func (s *Store) evalOn(ctx context.Context, sc *script, cmd []any, direct bool) 
 // to return at once when the caller's context ends or the store's deadline
 // passes while the client is still waiting. A context that cannot be
 // cancelled (Done returns nil), or one from [replay.WithDeadlineOnly]
-// (the webhook middleware's lease steps, and the steps after the work
-// that settle a key in the idempotency and mcptoken packages), ends only
+// (the webhook middleware's lease steps, and the record and renewal
+// steps of the idempotency and mcptoken packages), ends only
 // at a deadline, and a go-redis client with ContextTimeoutEnabled puts
 // the context's deadline on the socket (reads, writes, dials) and on its
 // pool wait, so it returns by the deadline itself: then the goroutine

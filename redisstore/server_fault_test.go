@@ -256,7 +256,7 @@ func burstIdleThenChange(t *testing.T, c Client, all []*redis.Client, holding fu
 	if other != nil {
 		t.Fatalf("replay: %v", other)
 	}
-	s.cancels.wg.Wait()
+	waitChecks(t, s)
 	if l, err := s.readLedger(ctx); err == nil {
 		for _, e := range l {
 			if e.Kind == ledgerLoss {
