@@ -307,7 +307,10 @@ func (a *attempt) replay(w http.ResponseWriter, rec replay.Record, fp []byte) {
 // but neither its cancellation nor its deadline (a client that goes away,
 // or a server's per-request timeout, does not stop a handler that may
 // already have taken effect), and the middleware's own deadline, three
-// quarters of the lease after the key was leased: the lease's fence.
+// quarters of the lease after the key was leased: the lease's fence. It
+// is not a replay.WithDeadlineOnly context: the middleware cancels it when
+// the handler returns, and store calls that code the handler started may
+// still be running then; they must see that cancellation at once.
 func (a *attempt) handlerContext() (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.WithoutCancel(a.r.Context()), a.start.Add(a.p.lease/4*3))
 }

@@ -1155,7 +1155,12 @@ func TestConfirmAndReleaseRunUnderADeadlineOnlyContext(t *testing.T) {
 			store := &ctxRecorder{Recorder: newStore(), refuse: tc.refuse}
 			r, cancel := cancellable(req(http.MethodPost, "/payments", "alice", key1, `{}`))
 			defer cancel()
+			handlerDeadlineOnly := true
 			f := newFixture(t, Config{Store: store, Lease: lease}, func(w http.ResponseWriter, r *http.Request) {
+				// The handler's context is not marked: the middleware
+				// cancels it when the handler returns, and code the
+				// handler started must see that at once.
+				handlerDeadlineOnly = replay.EndsOnlyAtDeadline(r.Context())
 				cancel() // the client goes away while the handler runs
 				w.WriteHeader(tc.status)
 			})
@@ -1164,6 +1169,9 @@ func TestConfirmAndReleaseRunUnderADeadlineOnlyContext(t *testing.T) {
 			to := time.Now()
 			if w.Code != tc.status {
 				t.Fatalf("status %d, want %d", w.Code, tc.status)
+			}
+			if handlerDeadlineOnly {
+				t.Error("the handler ran under a context marked deadline-only; want one its return cancels")
 			}
 			checkSteps(t, store.list(), tc.want, from, to)
 		})
