@@ -182,6 +182,8 @@ func sameFingerprint(storedFP, fp []byte) bool {
 // run runs the work under the lease token holds on id (taken at start)
 // and settles the ID: the result recorded, or the ID released.
 func (e *engine) run(ctx context.Context, id, token string, fp []byte, start time.Time, held replay.Work, run runFunc) (result []byte, err error) {
+	// The tool's context is not replay.WithDeadlineOnly's: its cancel runs
+	// when the tool returns, and code the tool started must see it at once.
 	hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(e.lease/4*3))
 	defer cancel()
 	if e.tx != nil {

@@ -101,7 +101,12 @@ func TestIdempotentCallSettlesUnderADeadlineOnlyContext(t *testing.T) {
 			})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			run := func(context.Context) ([]byte, error) {
+			toolDeadlineOnly := true
+			run := func(tctx context.Context) ([]byte, error) {
+				// The tool's context is not marked: it is cancelled when
+				// the tool returns, and code the tool started must see
+				// that at once.
+				toolDeadlineOnly = replay.EndsOnlyAtDeadline(tctx)
 				cancel() // the caller goes away while the tool runs
 				if tc.toolErr {
 					return nil, boom
@@ -113,6 +118,9 @@ func TestIdempotentCallSettlesUnderADeadlineOnlyContext(t *testing.T) {
 			to := time.Now()
 			if tc.toolErr != errors.Is(err, boom) || !tc.toolErr && err != nil {
 				t.Fatalf("Call: %v", err)
+			}
+			if toolDeadlineOnly {
+				t.Error("the tool ran under a context marked deadline-only; want one its return cancels")
 			}
 			steps := rec.list()
 			if len(steps) != len(tc.want) {
