@@ -217,42 +217,28 @@ func (s *Store) acquireWork(ctx context.Context, id string, key []byte, lease ti
 	}
 	now := s.now().UnixNano()
 	w := &work{s: s, id: id, token: newToken(), wc: wc, conn: wc.conn, acquired: true, key: key, hold: h}
-	w.bump, w.gen = s.guard.wantBump(true)
 	guarded := func(err error) (replay.Record, *work, error) {
 		if errors.Is(err, ErrForgotten) || errors.As(err, new(fenced)) {
 			return fail(replay.Record{}, err)
 		}
 		return fail(replay.Record{}, unavailable(ctx, err))
 	}
-	if w.bump {
-		if w.seq, err = s.guard.step(q, s, now, true); err != nil {
-			return guarded(err)
-		}
+	if w.seq, err = s.guard.step(q, s, now, true); err != nil {
+		return guarded(err)
 	}
 	// The row, and the connection's count of changed rows before the
-	// Work's own write (one more after it: see rolledBack); without a
-	// bump, in the same statement, the marker guard.step reads.
+	// Work's own write (one more after it: see rolledBack).
 	var (
-		e           entry
-		state       sql.NullString
-		token       sql.NullString
-		until       sql.NullInt64
-		changes     int64
-		mseq, fence sql.NullInt64
+		e       entry
+		state   sql.NullString
+		token   sql.NullString
+		until   sql.NullInt64
+		changes int64
 	)
-	if err := q.queryRow(`SELECT m.seq, m.until, total_changes(), r.state, r.token, r.until, r.fingerprint, r.result FROM (SELECT 1)`+
-		` LEFT JOIN `+s.table+` AS m ON m.key = `+markerKey+` AND m.state = 'm' AND m.token = ?`+
-		` LEFT JOIN `+s.table+` AS r ON r.key = ?`, s.guard.incarnation, key).
-		Scan(&mseq, &fence, &changes, &state, &token, &until, &e.fingerprint, &e.result); err != nil {
+	if err := q.queryRow(`SELECT total_changes(), r.state, r.token, r.until, r.fingerprint, r.result FROM (SELECT 1)`+
+		` LEFT JOIN `+s.table+` AS r ON r.key = ?`, key).
+		Scan(&changes, &state, &token, &until, &e.fingerprint, &e.result); err != nil {
 		return fail(replay.Record{}, unavailable(ctx, err))
-	}
-	if !w.bump {
-		if !mseq.Valid {
-			return guarded(s.guard.missing())
-		}
-		if _, err := s.guard.judge(mseq.Int64, fence.Int64, now, false); err != nil {
-			return guarded(err)
-		}
 	}
 	if state.Valid {
 		e.found, e.state, e.token, e.until = true, state.String, token.String, until.Int64
@@ -469,9 +455,7 @@ func (w *work) commitAcquired(ctx context.Context, until time.Time, fp, result [
 		w.drop(s.commitFailed(ctx, err))
 		return unavailable(ctx, fmt.Errorf("commit: %w", err))
 	}
-	if w.bump {
-		s.guard.bumped(w.seq, w.gen)
-	}
+	s.guard.saw(w.seq)
 	w.drop(true)
 	return nil
 }

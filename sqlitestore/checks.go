@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -174,11 +175,12 @@ func configFaults(faults []string) error {
 // guard keeps the evidence that the database still holds what the store
 // acknowledged: the marker row's incarnation and sequence, the file's
 // identity, and a refusal set when any of them fails.
+// guard keeps the evidence that the database still holds what the store
+// acknowledged: the marker row's incarnation and sequence, the file's
+// identity, and a refusal set when any of them fails.
 type guard struct {
 	incarnation string
 	seq         atomic.Int64 // the highest sequence seen
-	gen         atomic.Int64 // checks run: a durable commit advances the sequence once per check
-	bumpedGen   int64        // gen when the sequence last advanced (under writeMu)
 	info        os.FileInfo  // the database file as New found it
 	// wal is the WAL file while the store's writer holds a connection
 	// (SQLite deletes the WAL only when its last connection closes): nil
@@ -187,10 +189,9 @@ type guard struct {
 	refusal atomic.Pointer[error]
 	sticky  atomic.Bool // the refusal is a loss: only a new Store after Rearm lifts it
 
-	mu            sync.Mutex // persist
-	persisted     int64
-	persistedBoot string
-	logged        string
+	mu        sync.Mutex // persist
+	persisted sidecar
+	logged    string
 }
 
 func (g *guard) refused() error {
@@ -217,20 +218,21 @@ func (g *guard) clear() {
 	}
 }
 
-// sidecar is what the store records beside the database file (its path
-// plus "-ctoken"): which database it is, and the highest sequence any
-// store saw in it. A database at the path that is another one, or older,
-// has forgotten claims.
+// sidecar is what the store records beside the database file (see
+// sidecarFile): which database it is, the highest sequence any store saw
+// in it, and the states a crash of the machine turns into a loss. A
+// database at the path that is another one, or older, has forgotten
+// claims.
 type sidecar struct {
 	Incarnation string `json:"incarnation"`
 	Seq         int64  `json:"seq"`
 	// Boot is the kernel's boot id while a store with synchronous=NORMAL
-	// (Options.AllowNormalSync) runs on the database, whose last
-	// acknowledged commits a crash of the machine may take back; a Close
-	// that has put every commit on the disk clears it. A Boot other than
-	// the machine's now means the machine went down while such a store
-	// ran: New refuses with ErrForgotten.
+	// (Options.AllowNormalSync) runs on the database; a Close that put
+	// every commit on the disk clears it.
 	Boot string `json:"boot,omitempty"`
+	// Repair is the boot id (or "unknown") while a repair after an I/O
+	// error is unfinished (repair.go); the repair clears it.
+	Repair string `json:"repair,omitempty"`
 }
 
 // bootID is the kernel's boot id (Linux), "" where there is none.
@@ -242,45 +244,18 @@ func bootID() string {
 	return strings.TrimSpace(string(b))
 }
 
-func sidecarPath(db string) string { return db + "-ctoken" }
-
-// sidecarFile is the sidecar of table in the database file path:
-// "<path>-ctoken" for DefaultTable, "<path>-ctoken.<table>" for another
-// table, so tables sharing a file keep a sidecar each, and no two
-// (path, table) pairs share one: a table name holds neither '-' nor '.'.
+// sidecarFile is the sidecar of table in the database file path: a
+// hidden file beside it, ".<name>-ctoken" for DefaultTable and
+// ".<name>-ctoken.<table>" for another table (a table name holds neither
+// '-' nor '.', so no two pairs share one). Hidden, so that the globs an
+// operator clears SQLite's files with ("rm replay.db-*") leave it, and the
+// store's WAL links (walLinkPrefix) beside it.
 func sidecarFile(path, table string) string {
+	name := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"-ctoken")
 	if t := unquote(table); t != DefaultTable {
-		return sidecarPath(path) + "." + t
+		return name + "." + t
 	}
-	return sidecarPath(path)
-}
-
-// legacySidecarFile is the name versions before this one gave the sidecar
-// of a table other than DefaultTable, "<path>-<table>-ctoken", which is
-// also the default table's sidecar of the database file "<path>-<table>";
-// "" for DefaultTable.
-func legacySidecarFile(path, table string) string {
-	if t := unquote(table); t != DefaultTable {
-		return sidecarPath(path + "-" + t)
-	}
-	return ""
-}
-
-// tableSidecar reads the sidecar of table in the database file path. When
-// there is none, a sidecar of the legacy name is read instead, and legacy
-// says so: it counts only when it names the table's incarnation (it may
-// be another database's; the caller decides), and the store's next
-// record goes to the new name.
-func tableSidecar(path, table string) (c sidecar, ok, legacy bool, err error) {
-	c, ok, err = readSidecar(sidecarFile(path, table))
-	if ok || err != nil {
-		return c, ok, false, err
-	}
-	if old := legacySidecarFile(path, table); old != "" {
-		c, ok, err = readSidecar(old)
-		return c, ok, ok, err
-	}
-	return c, false, false, nil
+	return name
 }
 
 func readSidecar(file string) (sidecar, bool, error) {
@@ -300,16 +275,15 @@ func readSidecar(file string) (sidecar, bool, error) {
 
 // writeSidecar records c in file. Unless force, it merges what the file
 // holds of the same incarnation (another process's store may have seen
-// more): the higher sequence, and a Boot that c does not clear (only a
-// forced write does). The write is atomic (a renamed temporary file) and
-// synced, and skipped when it would change nothing.
+// more): the higher sequence, and a Boot or Repair that c does not clear
+// (only a forced write does). The write is atomic (a renamed temporary
+// file) and synced, and skipped when it would change nothing.
 func writeSidecar(file string, c sidecar, force bool) error {
 	if !force {
 		if old, ok, err := readSidecar(file); err == nil && ok && old.Incarnation == c.Incarnation {
 			c.Seq = max(c.Seq, old.Seq)
-			if c.Boot == "" {
-				c.Boot = old.Boot
-			}
+			c.Boot = cmp.Or(c.Boot, old.Boot)
+			c.Repair = cmp.Or(c.Repair, old.Repair)
 			if c == old {
 				return nil
 			}
@@ -359,53 +333,52 @@ var errNoTable = errors.New("no such table")
 
 func isNoTable(err error) bool { return strings.Contains(err.Error(), "no such table") }
 
+// rearmHint ends every refusal for a loss: the one command that lifts it.
+const rearmHint = ": run Rearm once you have decided"
+
 // open is New's check of the database: the table and its marker, the
-// sidecar, one write.
-func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
+// sidecar, the WALs kept by stores that did not close (wal.go), one
+// write. It reports whether a repair after an I/O error must run before
+// the store serves.
+func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool, err error) {
 	q := connQuerier{ctx, conn}
-	side, haveSide, legacy, err := tableSidecar(s.path, s.table)
+	side, haveSide, err := readSidecar(sidecarFile(s.path, s.table))
 	if err != nil {
-		return err
+		return false, err
 	}
 	inc, _, seq, err := s.marker(q)
-	if legacy && err == nil && side.Incarnation != inc {
-		s.log.Warn("sqlitestore: a sidecar of the name older versions gave this table names another database (it may be the sidecar of the file it is named after); not used", "path", legacySidecarFile(s.path, s.table), "table", unquote(s.table))
-		haveSide = false
-	}
 	switch {
 	case errors.Is(err, errNoTable) && haveSide:
-		return fmt.Errorf("%w: the table %s is missing from %s, which a store used before (the file was deleted or replaced): run Rearm once you have decided", ErrForgotten, unquote(s.table), s.path)
+		return false, fmt.Errorf("%w: the table %s is missing from %s, which a store used before (the file was deleted or replaced)"+rearmHint, ErrForgotten, unquote(s.table), s.path)
 	case errors.Is(err, errNoTable):
-		return fmt.Errorf("%w: the table %s does not exist: run Migrate", ErrConfig, unquote(s.table))
+		return false, fmt.Errorf("%w: the table %s does not exist: run Migrate", ErrConfig, unquote(s.table))
 	case err != nil:
-		return unavailable(ctx, err)
+		return false, unavailable(ctx, err)
 	}
-	if haveSide && side.Incarnation != inc {
-		return fmt.Errorf("%w: %s is not the database the store used at this path before (deleted and made again, or replaced): run Rearm once you have decided", ErrForgotten, s.path)
+	switch {
+	case haveSide && side.Incarnation != inc:
+		return false, fmt.Errorf("%w: %s is not the database the store used at this path before (deleted and made again, or replaced)"+rearmHint, ErrForgotten, s.path)
+	case haveSide && seq < side.Seq:
+		return false, fmt.Errorf("%w: %s is older than the database the store last saw at this path (sequence %d, last seen %d: a restored backup or copy)"+rearmHint, ErrForgotten, s.path, seq, side.Seq)
+	case haveSide && side.Boot != "" && side.Boot != s.boot:
+		return false, fmt.Errorf("%w: the machine went down while a store with synchronous=NORMAL (Options.AllowNormalSync) ran on %s, which acknowledges commits before they are on the disk: its last acknowledged claims may be gone"+rearmHint, ErrForgotten, s.path)
+	case haveSide && side.Repair != "" && (side.Repair != s.boot || s.boot == ""):
+		return false, fmt.Errorf("%w: the machine went down before the store's repair after an I/O error of %s finished: pages of acknowledged claims may be gone"+rearmHint, ErrForgotten, s.path)
 	}
-	if haveSide && seq < side.Seq {
-		return fmt.Errorf("%w: %s is older than the database the store last saw at this path (sequence %d, last seen %d: a restored backup or copy): run Rearm once you have decided", ErrForgotten, s.path, seq, side.Seq)
-	}
-	if haveSide && side.Boot != "" && side.Boot != s.boot {
-		return fmt.Errorf("%w: the machine went down while a store with synchronous=NORMAL (Options.AllowNormalSync) ran on %s, which acknowledges commits before they are on the disk: its last acknowledged claims may be gone: run Rearm once you have decided", ErrForgotten, s.path)
-	}
-	root, err := s.rootPage(q)
-	if err != nil {
-		return unavailable(ctx, err)
-	}
-	if err := judgeWALLinks(s.path, s.table, s.now().UnixNano(), root, s.currentIn(q)); errors.Is(err, ErrForgotten) {
-		return err
-	} else if err != nil {
-		return unavailable(ctx, err)
+	if err := judgeWALLinks(s.path, s.table, inc, seq); err != nil {
+		return false, err
 	}
 	g.incarnation = inc
 	g.seq.Store(seq)
+	if haveSide {
+		g.persisted = side
+	}
 	if g.info, err = os.Stat(s.path); err != nil {
-		return unavailable(ctx, err)
+		return false, unavailable(ctx, err)
 	}
 	// One write, so a read-only file or a full disk fails here.
 	if _, err := q.exec(`BEGIN IMMEDIATE`); err != nil {
-		return unavailable(ctx, err)
+		return false, unavailable(ctx, err)
 	}
 	seq, err = g.step(q, s, s.now().UnixNano(), true)
 	if f := new(fenced); errors.As(err, f) {
@@ -422,24 +395,25 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) error {
 	if err != nil {
 		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
 		if errors.Is(err, ErrForgotten) {
-			return err
+			return false, err
 		}
-		return unavailable(ctx, fmt.Errorf("a first write: %w", err))
+		return false, unavailable(ctx, fmt.Errorf("a first write: %w", err))
 	}
 	g.refusal.Store(nil)
 	g.persist(s)
 	s.relinkWAL()
-	return nil
+	return haveSide && side.Repair != "", nil
 }
 
 // step is the first statement of every write transaction: it checks, in
 // the same transaction, that the marker is there, of the store's
 // incarnation, not fenced, and not behind what the store saw. A durable
 // transaction (bump) also advances the marker's sequence and returns the
-// new one, for [guard.saw] once the transaction committed; a transaction
-// that commits without waiting for the disk (a batch of lease steps)
-// leaves it, so a power cut that takes such a commit back never looks
-// like an older copy of the file.
+// new one, for [guard.saw] once the transaction committed, so the
+// sequence in a WAL kept after a crash tells whether the database holds
+// its last commit (wal.go). A transaction that commits without waiting
+// for the disk (a batch of lease steps) leaves it, so a power cut that
+// takes such a commit back never looks like an older copy of the file.
 func (g *guard) step(q querier, s *Store, now int64, bump bool) (int64, error) {
 	var seq, fence int64
 	query := `SELECT seq, until FROM ` + s.table + ` WHERE key = ` + markerKey + ` AND state = 'm' AND token = ?`
@@ -481,25 +455,6 @@ func (g *guard) judge(seq, fence, now int64, bump bool) (int64, error) {
 	return seq, nil
 }
 
-// wantBump reports whether a durable transaction must advance the
-// marker's sequence: the first after each check (every RecheckInterval),
-// and after New's own write. The other durable commits only read the
-// marker, so they write no page of it: a copy of the file that misses a
-// commit is found as older as long as it also misses the advance made in
-// the first durable commit after a check. gen is for [guard.bumped]. The
-// caller holds writeMu.
-func (g *guard) wantBump(durable bool) (bool, int64) {
-	gen := g.gen.Load()
-	return durable && gen != g.bumpedGen, gen
-}
-
-// bumped records a committed advance of the sequence to seq, made for the
-// check gen. The caller holds writeMu.
-func (g *guard) bumped(seq, gen int64) {
-	g.bumpedGen = gen
-	g.saw(seq)
-}
-
 // saw records a sequence committed by this store.
 func (g *guard) saw(seq int64) {
 	for {
@@ -537,39 +492,58 @@ func (f fenced) Error() string {
 func (f fenced) Unwrap() error      { return ErrUnavailable }
 func (f fenced) RetryAt() time.Time { return f.end }
 
-// persist records the highest sequence seen in the sidecar, when it grew.
+// persist records in the sidecar the highest sequence seen, NORMAL's
+// boot and a pending repair, when they changed.
 func (g *guard) persist(s *Store) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	seq := g.seq.Load()
-	boot := ""
+	c := sidecar{Incarnation: g.incarnation, Seq: g.seq.Load()}
 	if s.normal {
-		boot = s.boot
+		c.Boot = s.boot
 	}
-	if seq <= g.persisted && boot == g.persistedBoot || g.sticky.Load() || g.incarnation == "" {
+	if s.repairing.Load() {
+		c.Repair = cmp.Or(s.boot, "unknown")
+	}
+	if c.Seq <= g.persisted.Seq && c.Boot == g.persisted.Boot && c.Repair == g.persisted.Repair || g.sticky.Load() || g.incarnation == "" {
 		return
 	}
-	if err := writeSidecar(sidecarFile(s.path, s.table), sidecar{g.incarnation, seq, boot}, false); err != nil {
+	if err := writeSidecar(sidecarFile(s.path, s.table), c, false); err != nil {
 		s.log.Warn("sqlitestore: recording the database's sequence beside it failed; a restored older copy made now would not be found", "path", sidecarFile(s.path, s.table), "err", err)
 		return
 	}
-	g.persisted, g.persistedBoot = seq, boot
+	g.persisted = c
+}
+
+// clearMarks records the sidecar without a pending repair, and without
+// NORMAL's boot unless keepBoot (a store still running with NORMAL).
+func (g *guard) clearMarks(s *Store, keepBoot bool, what string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	file := sidecarFile(s.path, s.table)
+	c := sidecar{Incarnation: g.incarnation, Seq: g.seq.Load()}
+	if keepBoot {
+		c.Boot = s.boot
+	}
+	if old, ok, err := readSidecar(file); err == nil && ok && old.Incarnation == c.Incarnation {
+		c.Seq = max(c.Seq, old.Seq)
+	}
+	if err := writeSidecar(file, c, true); err != nil {
+		s.log.Warn("sqlitestore: "+what+": updating the sidecar failed: New refuses after a crash of the machine until Rearm", "path", file, "err", err)
+		return
+	}
+	g.persisted = c
 }
 
 // settle is Close's last step in WAL mode: a checkpoint (FULL), which
 // syncs the WAL before it copies it and the database file after, puts
 // every acknowledged commit in the database file. When it completes, the
-// link to the WAL kept for New's look (see walLost) is removed: a WAL
-// deleted from now on takes none of this store's commits, and a later
-// clean close of the file, after which another program may change the
-// pages the WAL held, is never judged a loss. For synchronous=NORMAL the
-// sidecar's Boot is cleared too, so a later crash of the machine is not
-// taken for a loss. Without a complete checkpoint both stay. Another
-// process's store on the file sets them again at its next check. The
-// caller holds writeMu.
+// link to the WAL kept for New's look (wal.go) is removed, and for
+// synchronous=NORMAL the sidecar's Boot is cleared. Without a complete
+// checkpoint both stay; an I/O error leaves the repair to the next New.
+// The caller holds writeMu.
 func (g *guard) settle(s *Store) {
 	normal := s.normal && s.boot != ""
-	if !s.wal && !normal || g.sticky.Load() || g.incarnation == "" {
+	if !s.wal && !normal || g.sticky.Load() || g.incarnation == "" || s.repairing.Load() {
 		return
 	}
 	ctx, cancel := s.bound(context.Background())
@@ -583,66 +557,24 @@ func (g *guard) settle(s *Store) {
 	}
 	var busy, log, done int
 	err := s.db.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(`+mode+`)`).Scan(&busy, &log, &done)
-	if err != nil && isIOError(err) {
-		// As after the writer's I/O errors (writer.go): the pages of
-		// earlier checkpoints may be off the disk too.
-		s.log.Warn("sqlitestore: at Close, the checkpoint failed with an I/O error: rewriting the database (VACUUM) and checkpointing it before the store lets go", "table", unquote(s.table), "err", err)
-		busy, log, done, err = s.rewrite(ctx)
-		if err == nil && (busy != 0 || done != log) {
-			err = errors.New("the checkpoint after the rewrite could not copy the whole WAL (another connection reads)")
-		}
-		if err != nil {
-			s.log.Error("sqlitestore: at Close, after an I/O error, rewriting the database and checkpointing it failed: pages SQLite had copied from the WAL may be missing from the disk, and a crash of the machine may then lose acknowledged claims", "table", unquote(s.table), "err", err)
-			return
-		}
+	if err != nil && isIOError(err) && s.wal {
+		s.repairing.Store(true)
+		g.persist(s)
+		s.log.Error("sqlitestore: at Close, the checkpoint failed with an I/O error: the next New rewrites the database file before it serves", "table", unquote(s.table), "err", err)
+		return
 	}
 	if err != nil || busy != 0 || done != log {
-		if !normal {
-			s.log.Info("sqlitestore: at Close, a checkpoint could not copy the whole WAL (another connection reads, or it failed): the store's link to it stays, and the next New judges it", "table", unquote(s.table), "err", err)
-		}
 		if normal {
 			s.log.Warn("sqlitestore: at Close, the checkpoint that puts the commits of synchronous=NORMAL on the disk did not finish: New refuses after a crash of the machine until Rearm", "table", unquote(s.table), "err", err)
 		}
 		return
 	}
 	if err := os.Remove(s.walLink); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Warn("sqlitestore: at Close, removing the link to the WAL failed: New may take a later change of its pages for a loss", "path", s.walLink, "err", err)
+		s.log.Warn("sqlitestore: at Close, removing the link to the WAL failed", "path", s.walLink, "err", err)
 	}
-	if !normal {
-		return
+	if normal {
+		g.clearMarks(s, false, "at Close, clearing the mark of synchronous=NORMAL")
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	file := sidecarFile(s.path, s.table)
-	c := sidecar{g.incarnation, g.seq.Load(), ""}
-	if old, ok, err := readSidecar(file); err == nil && ok && old.Incarnation == c.Incarnation {
-		c.Seq = max(c.Seq, old.Seq)
-	}
-	if err := writeSidecar(file, c, true); err != nil {
-		s.log.Warn("sqlitestore: at Close, clearing the sidecar's mark of synchronous=NORMAL failed: New refuses after a crash of the machine until Rearm", "path", file, "err", err)
-		return
-	}
-	g.persisted, g.persistedBoot = c.Seq, ""
-}
-
-// rewrite is settle's repair on a connection of the pool, for Close: every
-// page rewritten (VACUUM), then a checkpoint (TRUNCATE) that copies them
-// into the database file and syncs it. It returns the checkpoint's
-// result. ctx bounds the wait for the connection; the statements run to
-// their end (SQLite's busy_timeout bounds their waits for other
-// connections).
-func (s *Store) rewrite(ctx context.Context) (busy, log, done int, err error) {
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	defer conn.Close()
-	ctx = context.WithoutCancel(ctx)
-	if _, err := conn.ExecContext(ctx, `VACUUM`); err != nil {
-		return 0, 0, 0, err
-	}
-	err = conn.QueryRowContext(ctx, `PRAGMA main.wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done)
-	return busy, log, done, err
 }
 
 // checker repeats New's checks every RecheckInterval.
@@ -660,10 +592,11 @@ func (s *Store) checker(ctx context.Context) {
 	}
 }
 
-// check is one recheck: the settings of a pooled connection, the marker,
-// the file's identity, no trigger on the store's table; then the sidecar.
+// check is one recheck: a failed write-back of the database file
+// (repair.go), the settings of a pooled connection, the marker, the
+// file's identity, no trigger on the store's table; then the sidecar.
 func (s *Store) check(parent context.Context) {
-	s.writeback(parent)
+	s.lookForWritebackFailure()
 	ctx, cancel := s.bound(parent)
 	defer cancel()
 	err := s.checkOnce(ctx)
@@ -678,9 +611,6 @@ func (s *Store) check(parent context.Context) {
 		g.clear()
 		g.persist(s)
 	}
-	// The next durable commit advances the sequence, so a copy taken
-	// before it is found older than the database (see wantBump).
-	g.gen.Add(1)
 	msg := ""
 	if err := g.refused(); err != nil {
 		msg = err.Error()

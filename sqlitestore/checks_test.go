@@ -138,32 +138,32 @@ func TestSidecar(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "replay.db")
 	t.Run("missing", func(t *testing.T) {
-		if _, ok, err := readSidecar(sidecarPath(db)); ok || err != nil {
+		if _, ok, err := readSidecar(sidecarFile(db, DefaultTable)); ok || err != nil {
 			t.Fatalf("readSidecar = %v, %v; want none", ok, err)
 		}
 	})
 	t.Run("written and read back", func(t *testing.T) {
-		if err := writeSidecar(sidecarPath(db), sidecar{Incarnation: "inc", Seq: 7}, false); err != nil {
+		if err := writeSidecar(sidecarFile(db, DefaultTable), sidecar{Incarnation: "inc", Seq: 7}, false); err != nil {
 			t.Fatal(err)
 		}
-		c, ok, err := readSidecar(sidecarPath(db))
+		c, ok, err := readSidecar(sidecarFile(db, DefaultTable))
 		if !ok || err != nil || c != (sidecar{Incarnation: "inc", Seq: 7}) {
 			t.Fatalf("readSidecar = %+v, %v, %v", c, ok, err)
 		}
 	})
 	t.Run("a lower sequence never replaces a higher one", func(t *testing.T) {
-		if err := writeSidecar(sidecarPath(db), sidecar{Incarnation: "inc", Seq: 3}, false); err != nil {
+		if err := writeSidecar(sidecarFile(db, DefaultTable), sidecar{Incarnation: "inc", Seq: 3}, false); err != nil {
 			t.Fatal(err)
 		}
-		if c, _, _ := readSidecar(sidecarPath(db)); c.Seq != 7 {
+		if c, _, _ := readSidecar(sidecarFile(db, DefaultTable)); c.Seq != 7 {
 			t.Fatalf("sequence %d after writing 3 over 7; want 7", c.Seq)
 		}
 	})
 	t.Run("force replaces it", func(t *testing.T) {
-		if err := writeSidecar(sidecarPath(db), sidecar{Incarnation: "other", Seq: 1}, true); err != nil {
+		if err := writeSidecar(sidecarFile(db, DefaultTable), sidecar{Incarnation: "other", Seq: 1}, true); err != nil {
 			t.Fatal(err)
 		}
-		if c, _, _ := readSidecar(sidecarPath(db)); c != (sidecar{Incarnation: "other", Seq: 1}) {
+		if c, _, _ := readSidecar(sidecarFile(db, DefaultTable)); c != (sidecar{Incarnation: "other", Seq: 1}) {
 			t.Fatalf("sidecar %+v after a forced write", c)
 		}
 	})
@@ -175,10 +175,10 @@ func TestSidecar(t *testing.T) {
 	})
 	for _, junk := range []string{"", "{}", `{"incarnation":"x","seq":-1}`, "not json", `{"incarnation":""}`} {
 		t.Run("refuses "+junk, func(t *testing.T) {
-			if err := os.WriteFile(sidecarPath(db), []byte(junk), 0o600); err != nil {
+			if err := os.WriteFile(sidecarFile(db, DefaultTable), []byte(junk), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok, err := readSidecar(sidecarPath(db)); ok || !errors.Is(err, ErrForgotten) {
+			if _, ok, err := readSidecar(sidecarFile(db, DefaultTable)); ok || !errors.Is(err, ErrForgotten) {
 				t.Fatalf("readSidecar(%q) = %v, %v; want ErrForgotten", junk, ok, err)
 			}
 		})
@@ -193,10 +193,10 @@ func FuzzReadSidecar(f *testing.F) {
 	f.Add([]byte(`[]`))
 	db := filepath.Join(f.TempDir(), "replay.db")
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if err := os.WriteFile(sidecarPath(db), b, 0o600); err != nil {
+		if err := os.WriteFile(sidecarFile(db, DefaultTable), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c, ok, err := readSidecar(sidecarPath(db))
+		c, ok, err := readSidecar(sidecarFile(db, DefaultTable))
 		if ok != (err == nil) {
 			t.Fatalf("ok %v with err %v", ok, err)
 		}
@@ -256,4 +256,21 @@ func newRefusesNilDB(t *testing.T) {
 	if err := Migrate(t.Context(), nil, ""); !errors.Is(err, ErrConfig) {
 		t.Fatalf("Migrate(nil) = %v; want ErrConfig", err)
 	}
+}
+
+// FuzzLastSeq: no WAL file, however malformed, panics the judgement of a
+// kept WAL, and a file shorter than a WAL header holds no sequence.
+func FuzzLastSeq(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(append([]byte{0x37, 0x7f, 0x06, 0x82, 0, 0x2d, 0xe2, 0x18, 0, 0, 0x10, 0}, make([]byte, 4096)...))
+	link := filepath.Join(f.TempDir(), "wal")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if err := os.WriteFile(link, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		seq, err := lastSeq(link, "inc")
+		if len(b) < 32 && (seq != 0 || err != nil) {
+			t.Fatalf("lastSeq of %d bytes = %d, %v; want 0, nil (shorter than a header)", len(b), seq, err)
+		}
+	})
 }

@@ -1,33 +1,46 @@
 package sqlitestore
 
 import (
-	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 )
 
-// held keeps open, for the life of the process, each database file the
-// package opened to read past SQLite. Closing any descriptor of a file
-// releases every POSIX advisory lock the process holds on it (fcntl(2)),
-// the locks of its SQLite connections included: the SHARED lock each
-// connection keeps on the file in WAL mode, and a writer's locks in the
-// rollback journal modes (https://sqlite.org/howtocorrupt.html, 2.2).
-// SQLite's own VFS keeps such descriptors open for the same reason. One
-// descriptor per file is opened, at most, whatever the number of stores.
+// held keeps open, for the life of the process, each database file a
+// Store fsyncs to find failed write-backs (repair.go): one descriptor per file,
+// whatever the number of stores, never closed, as litestream keeps its
+// own. Closing any descriptor of a file releases every POSIX advisory
+// lock the process holds on it (fcntl(2)), the locks of its SQLite
+// connections included (https://sqlite.org/howtocorrupt.html, 2.2); and
+// Linux reports a failed write-back of a file at the next fsync of every
+// descriptor that was open when it happened (errseq, since 4.13), so only
+// a descriptor opened before the failure sees it. The cost: one
+// descriptor per database file a Store was built on, and a deleted
+// database file's space is freed only when the process exits.
 var held struct {
 	sync.Mutex
-	files []heldFile
+	files []*heldFile
 }
 
+// heldFile is a database file held open for the process's life, for
+// reading: fsync needs no more, and a descriptor open for writing would
+// keep its file system from being remounted read-only.
 type heldFile struct {
 	info os.FileInfo
 	f    *os.File
+	// failures counts the failed write-backs an fsync of f reported:
+	// each Store on the file compares it with the count it last acted on,
+	// since only the first fsync after a failure reports it.
+	failures atomic.Int64
+	// syncErr is an fsync error other than a failed write-back (a file
+	// system without fsync), after which the file is not synced again.
+	syncMu  sync.Mutex
+	syncErr error
 }
 
-// openHeld opens path for reading, or returns the descriptor already held
-// for that file. The caller must not close it. Reads through it
-// (ReadAt) are safe for concurrent use.
-func openHeld(path string) (*os.File, error) {
+// openHeld opens path for reading, or returns the file already held for
+// it. The caller must not close it.
+func openHeld(path string) (*heldFile, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -36,7 +49,7 @@ func openHeld(path string) (*os.File, error) {
 	defer held.Unlock()
 	for _, h := range held.files {
 		if os.SameFile(h.info, info) {
-			return h.f, nil
+			return h, nil
 		}
 	}
 	f, err := os.Open(path)
@@ -46,49 +59,7 @@ func openHeld(path string) (*os.File, error) {
 	if fi, err := f.Stat(); err == nil {
 		info = fi // the file opened, should the path have changed since
 	}
-	held.files = append(held.files, heldFile{info, f})
-	return f, nil
-}
-
-// keptFile is the database file opened to read past SQLite where a thread
-// of its own is not to be had (privateFile): it stays open for the life of
-// the process (openHeld).
-type keptFile struct{ f *os.File }
-
-func openKept(path string) (*keptFile, error) {
-	f, err := openHeld(path)
-	if err != nil {
-		return nil, err
-	}
-	return &keptFile{f}, nil
-}
-
-func (k *keptFile) ReadAt(b []byte, off int64) (int, error) { return k.f.ReadAt(b, off) }
-
-func (k *keptFile) Size() (int64, error) {
-	info, err := k.f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return info.Size(), nil
-}
-
-// Close does nothing: closing the descriptor would release the process's
-// locks on the file (see held).
-func (k *keptFile) Close() {}
-
-// pageReader reads the database file past SQLite (walLost).
-type pageReader interface {
-	io.ReaderAt
-	Size() (int64, error)
-	Close()
-}
-
-// openPages opens path to read it past SQLite: on a thread of its own
-// where it can (privateFile), else kept open for the process's life.
-func openPages(path string) (pageReader, error) {
-	if p, err := openPrivate(path); err == nil {
-		return p, nil
-	}
-	return openKept(path)
+	h := &heldFile{info: info, f: f}
+	held.files = append(held.files, h)
+	return h, nil
 }

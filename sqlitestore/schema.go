@@ -153,7 +153,7 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	if set.path == "" {
 		return fmt.Errorf("%w: an in-memory or temporary database forgets every claim when it closes: open a file", ErrConfig)
 	}
-	side, haveSide, legacy, err := tableSidecar(set.path, t)
+	side, haveSide, err := readSidecar(sidecarFile(set.path, t))
 	if err != nil && !rearm {
 		return err
 	}
@@ -170,12 +170,6 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	s := &Store{table: t}
 	inc, _, seq, err := s.marker(q)
 	missing := errors.Is(err, errNoTable)
-	if legacy && (missing || err == nil && side.Incarnation != inc) {
-		// A sidecar of the legacy name (see legacySidecarFile) that names
-		// another incarnation, or a table not there, may be another
-		// database's.
-		side, haveSide, legacy = sidecar{}, false, false
-	}
 	if err != nil && !missing && !(rearm && errors.Is(err, ErrForgotten)) {
 		if errors.Is(err, ErrForgotten) {
 			return fmt.Errorf("%w: run Rearm once you have decided", err)
@@ -215,13 +209,13 @@ func migrate(ctx context.Context, db *sql.DB, table string, rearm bool, fence ti
 	}
 	done = true
 	if rearm {
-		// The loss is decided: a WAL kept for New's look (see walLost)
-		// no longer refuses.
+		// The loss is decided: a WAL kept for New's look (wal.go) no
+		// longer refuses.
 		if err := removeWALLinks(set.path, t); err != nil {
 			return fmt.Errorf("%w: removing the WALs kept beside %s: %w", ErrUnavailable, set.path, err)
 		}
 	}
-	if !haveSide || legacy || rearm || side.Incarnation != inc {
+	if !haveSide || rearm || side.Incarnation != inc {
 		var seqNow int64
 		if _, _, seqNow, err = s.marker(q); err != nil {
 			return unavailable(ctx, err)

@@ -189,25 +189,16 @@ type Store struct {
 	writeMu chan struct{}
 	ops     chan *op
 	wc      *wconn // the writer's connection, under writeMu (writer.go)
-	// ioErr: a write or a checkpoint failed with an I/O error, and no
-	// rewrite and checkpoint have settled the files since; rewritten: the
-	// rewrite (VACUUM) of settle ran, and no I/O error came after it
-	// (both under writeMu; writer.go).
-	ioErr, rewritten bool
-	// dbFile is the database file, open on a thread of its own
-	// (privateFile) while the store runs, for the checker's fsync; wbErr
-	// says one found a failed write-back, for the writer to settle
-	// (writeback.go).
-	dbFile *privateFile
-	wbErr  atomic.Bool
-	// unsettled is ioErr or wbErr, readable without writeMu: what refuses
-	// the commits the writer does not make (a Work's, a claim in a
-	// caller's transaction of WithTx) until the writer has settled.
-	unsettled atomic.Bool
-	// syncing is the result of the checker's fsync of dbFile while it is
-	// in progress past a check's bound (read by the next check); nil
-	// otherwise. The checker's alone.
-	syncing chan error
+	// file is the database file, held open for the process's life
+	// (heldfile.go) in WAL mode: the checker's fsync of it finds failed
+	// write-backs, and the repair rewrites it (repair.go). failuresSeen is
+	// the checker's count of failures acted on; repairing refuses every
+	// call while a repair is due or runs; bg is the context of the
+	// store's goroutines.
+	file         *heldFile
+	failuresSeen int64
+	repairing    atomic.Bool
+	bg           context.Context
 	// closedConn is a closed connection: a Tx's statement after its Work
 	// ended runs on it and fails with sql.ErrConnDone.
 	closedConn *sql.Conn
@@ -336,13 +327,16 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	s.wal, s.journal, s.path, s.normal = set.wal(), set.journal, set.path, set.synchronous < syncFull
 	s.boot = bootID()
 	s.walLink = walLinkPrefix(s.path, s.table) + newToken()[:16]
-	if err := s.guard.open(ctx, s, conn); err != nil {
-		return nil, err
-	}
-	if s.wal && writebackLooks {
-		if s.dbFile, err = openPrivate(s.path); err != nil {
-			s.log.Warn("sqlitestore: the database file cannot be opened to look for failed write-backs: an I/O error in another connection's checkpoint would not be found", "table", unquote(s.table), "err", err)
+	if s.wal {
+		if s.file, err = openHeld(s.path); err != nil {
+			s.log.Warn("sqlitestore: the database file cannot be held open: a failed write-back in another connection's checkpoint would not be found, nor repaired", "table", unquote(s.table), "err", err)
+		} else {
+			s.failuresSeen = s.file.failures.Load()
 		}
+	}
+	repair, err := s.guard.open(ctx, s, conn)
+	if err != nil {
+		return nil, err
 	}
 	s.closedConn = conn // closed when New returns
 	if s.normal {
@@ -353,10 +347,13 @@ func newStore(ctx context.Context, db *sql.DB, opts Options, now func() time.Tim
 	s.writeMu = make(chan struct{}, 1)
 	s.ops = make(chan *op, maxBatch)
 	bg, stop := context.WithCancel(context.Background())
-	s.stop = stop
+	s.stop, s.bg = stop, bg
 	s.wg.Add(2)
 	go s.writer(bg)
 	go s.checker(bg)
+	if repair {
+		s.startRepair("a repair after an I/O error did not finish before the last store on the file stopped", nil)
+	}
 	if s.sweepInt > 0 {
 		s.wg.Add(1)
 		go s.sweeper(bg)
@@ -382,13 +379,6 @@ func (s *Store) Close() error {
 	s.closed.Do(func() {
 		s.stop()
 		s.wg.Wait()
-		if s.dbFile != nil {
-			if s.syncing == nil {
-				s.dbFile.Close()
-			} else {
-				s.dbFile.release() // its fsync still runs: not waited for
-			}
-		}
 		close(s.done)
 		s.guard.persist(s)
 		// The writer's connection goes back to the pool now, or, while a
@@ -434,6 +424,9 @@ func (s *Store) ready() error {
 	case <-s.done:
 		return fmt.Errorf("%w: store closed", ErrUnavailable)
 	default:
+	}
+	if err := s.repairErr(); err != nil {
+		return err
 	}
 	return s.guard.refused()
 }
@@ -531,11 +524,6 @@ func (s *Store) Claim(ctx context.Context, id string, until time.Time) (bool, er
 	}
 	if ctx == nil {
 		ctx = context.Background()
-	}
-	if s.txOf(ctx) == nil {
-		if first, ok, err := s.claimAlone(ctx, id, nanos(until)); ok {
-			return first, err
-		}
 	}
 	var first bool
 	err := s.do(ctx, true, func(q querier, now int64) error {

@@ -148,7 +148,7 @@ func (c callerTx) step(ctx context.Context, s *Store, fn func(q querier, now int
 // WithTx, or a joined Work: what names it): it first checks, in that
 // transaction, the marker and the settings its commit runs with.
 func (s *Store) stepIn(ctx context.Context, q querier, what string, fn func(q querier, now int64) error) error {
-	if err := s.settled(); err != nil {
+	if err := s.repairErr(); err != nil {
 		return err
 	}
 	now := s.now().UnixNano()
@@ -189,6 +189,11 @@ func (s *Store) stepIn(ctx context.Context, q querier, what string, fn func(q qu
 	} else if err != nil {
 		return err
 	}
+	// The step commits with the caller's transaction: it advances the
+	// marker's sequence, as the store's own durable commits do (wal.go).
+	if _, err := q.exec(`UPDATE ` + s.table + ` SET seq = seq + 1 WHERE key = ` + markerKey + ` AND state = 'm'`); err != nil {
+		return unavailable(ctx, err)
+	}
 	return nil
 }
 
@@ -198,9 +203,7 @@ type work struct {
 	id, token string
 	wc        *wconn    // the writer's connection
 	conn      *sql.Conn // wc's, for the handler's statements
-	seq       int64     // the marker's sequence this transaction wrote, if bump
-	bump      bool
-	gen       int64
+	seq       int64     // the marker's sequence this transaction wrote
 
 	// Of AcquireWork (acquirework.go): the transaction holds the lease.
 	acquired bool
@@ -328,8 +331,7 @@ func (s *Store) beginWork(ctx context.Context, id, token string) (*work, error) 
 		}
 		return nil, err
 	}
-	w.bump, w.gen = s.guard.wantBump(true)
-	if w.seq, err = s.guard.step(q, s, s.now().UnixNano(), w.bump); err != nil {
+	if w.seq, err = s.guard.step(q, s, s.now().UnixNano(), true); err != nil {
 		if errors.Is(err, ErrForgotten) || errors.As(err, new(fenced)) {
 			return fail(err)
 		}
@@ -390,7 +392,7 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 			return w.end(ctx, fmt.Errorf("%w: %w", replay.ErrRolledBack, err))
 		}
 	}
-	if err := s.settled(); err != nil {
+	if err := s.repairErr(); err != nil {
 		return w.end(ctx, fmt.Errorf("%w: %w; nothing was kept", replay.ErrRolledBack, err))
 	}
 	if w.acquired {
@@ -416,9 +418,7 @@ func (w *work) commit(ctx context.Context, until time.Time, fp, result []byte) e
 		w.drop(s.commitFailed(ctx, err))
 		return unavailable(ctx, fmt.Errorf("commit: %w", err))
 	}
-	if w.bump {
-		s.guard.bumped(w.seq, w.gen)
-	}
+	s.guard.saw(w.seq)
 	w.drop(true)
 	return nil
 }

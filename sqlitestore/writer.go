@@ -218,6 +218,9 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 	if err := s.guard.refused(); err != nil {
 		return err
 	}
+	if err := s.repairErr(); err != nil {
+		return err
+	}
 	defer func() { s.sawIOError(err) }()
 	wc, level, err := s.writerConn(ctx)
 	if err != nil {
@@ -257,8 +260,7 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 		}
 	}()
 	now := s.now().UnixNano()
-	bump, gen := s.guard.wantBump(durable)
-	seq, err := s.guard.step(q, s, now, bump)
+	seq, err := s.guard.step(q, s, now, durable)
 	if err != nil {
 		if errors.Is(err, ErrForgotten) || errors.As(err, new(fenced)) {
 			return err
@@ -281,94 +283,18 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 		return unavailable(ctx, fmt.Errorf("commit: %w", err))
 	}
 	clean = true
-	if bump {
-		s.guard.bumped(seq, gen)
+	if durable {
+		s.guard.saw(seq)
 	}
 	return nil
-}
-
-// An I/O error is a loss until proven otherwise. Linux reports a failed
-// write-back once, at the next fsync, and marks the failed pages clean:
-// the page cache keeps bytes the disk never got, and a later fsync
-// succeeds. Two losses follow in WAL mode (TestFsyncErrorThenPowerCut;
-// the second alone: TestFsyncErrorAfterAPartialCheckpoint):
-//
-//   - In the WAL: the dropped bytes may be frames SQLite counts as
-//     committed (a batch of leases commits without an fsync, so its
-//     frames are synced by the next durable commit, the one that failed),
-//     and every commit after them is appended behind a hole that a power
-//     cut opens: recovery stops at the hole.
-//   - In the database file: a checkpoint that cannot copy the whole WAL
-//     (a reader holds an older snapshot) writes pages into the database
-//     file without syncing it and counts them as copied; only a checkpoint
-//     that copies the whole WAL syncs the file. When that sync fails, the
-//     pages of the earlier checkpoints are dropped too, and no later
-//     checkpoint copies them again: once the WAL restarts, the disk holds
-//     their old images.
-//
-// So after a write or a checkpoint of the store fails with an I/O error
-// (SQLITE_IOERR), the store acknowledges nothing until it has rewritten
-// every page of the database (VACUUM: each page goes through the WAL
-// again, read through the page cache, which holds what the disk lost) and
-// a checkpoint (wal_checkpoint(TRUNCATE)) has copied them all into the
-// database file, synced it, and emptied the WAL. The rewrite restarts no
-// WAL that holds a page the database file may lack (SQLite restarts it
-// only after a checkpoint that copied it whole and synced the file), so a
-// power cut before the checkpoint ends still finds every earlier page in
-// the WAL. The connection stays the writer's (see commitFailed): the
-// frames of the failed commit lie past the WAL index's end, where the
-// next commit overwrites them, and no recovery of the WAL index ever
-// reads them.
-//
-// SQLite drops the error of the checkpoint it runs after a commit
-// (wal_autocheckpoint), so the writer runs none: the store turns it off on
-// its connection and runs the checkpoint itself, every half as many
-// writes as the connection's wal_autocheckpoint pages (see checkpoint).
-
-// sawIOError records err, when it is an I/O error, so that the writer
-// settles the files before its next write. The caller holds writeMu.
-func (s *Store) sawIOError(err error) {
-	if err == nil || !isIOError(err) {
-		return
-	}
-	s.rewritten = false
-	if s.ioErr {
-		return
-	}
-	s.ioErr = true
-	s.unsettled.Store(true)
-	s.log.Warn("sqlitestore: a write failed with an I/O error: the store acknowledges nothing until it has rewritten the database and a checkpoint has put every page on the disk", "table", unquote(s.table), "err", err)
-}
-
-// errUnsettled refuses a commit the writer does not make itself while an
-// I/O error or a failed write-back waits for the rewrite.
-var errUnsettled = fmt.Errorf("%w: an I/O error or a failed write-back of the database file was found, and the store acknowledges nothing until it has rewritten the database", ErrUnavailable)
-
-// settled returns errUnsettled while the writer has an I/O error or a
-// failed write-back to settle, nil otherwise. Any goroutine. It reads one
-// variable: unsettled is set whenever wbErr is (after it), and cleared
-// only by a rewrite that found wbErr clear after clearing it.
-func (s *Store) settled() error {
-	if s.unsettled.Load() {
-		return errUnsettled
-	}
-	return nil
-}
-
-// isIOError reports an error of SQLite's I/O family (SQLITE_IOERR and its
-// extended codes, a failed fsync among them: an ENOSPC from fsync too), as
-// the three drivers word it (SQLite's own message). A full disk
-// (SQLITE_FULL) is not one: the write that failed put nothing in the page
-// cache, and nothing earlier was dropped.
-func isIOError(err error) bool {
-	return strings.Contains(err.Error(), "disk I/O error")
 }
 
 // checkpoint runs, on the writer's connection, the checkpoint SQLite
 // would run after a commit (PASSIVE) when it is due: every ckptEvery
-// writes. Its error, unlike the automatic one's, reaches the store: an
-// I/O error makes the writer settle before its write. The caller holds
-// writeMu.
+// writes. SQLite drops the error of the checkpoint it runs after a commit
+// (wal_autocheckpoint), so the store turns that one off on its connection
+// and runs this one, whose I/O error starts the repair (repair.go). The
+// caller holds writeMu.
 func (s *Store) checkpoint(ctx context.Context, wc *wconn) {
 	if wc.ckptEvery == 0 {
 		return
@@ -382,46 +308,6 @@ func (s *Store) checkpoint(ctx context.Context, wc *wconn) {
 		wc.sinceCkpt = 0
 	}
 	s.sawIOError(err) // any other error: tried again at the next write
-}
-
-// settle is the writer's first step after an I/O error (see above): a
-// rewrite of every page (VACUUM), then a checkpoint that copies them into
-// the database file, syncs it and truncates the WAL. Until both succeed,
-// every write is refused; a busy checkpoint is tried again at the next
-// call, without a second rewrite. Outside WAL mode a failed commit was
-// rolled back from the journal, synced, and nothing needs settling. The
-// caller holds writeMu.
-func (s *Store) settle(ctx context.Context, wc *wconn) error {
-	if !s.ioErr {
-		return nil
-	}
-	if s.wal {
-		q := stmtQuerier{ctx, wc}
-		if !s.rewritten {
-			if _, err := q.exec(`VACUUM`); err != nil {
-				s.sawIOError(err)
-				return unavailable(ctx, fmt.Errorf("after an I/O error, the rewrite of the database that puts every page on the disk again failed (retried at the next call): %w", err))
-			}
-			s.rewritten = true
-		}
-		var busy, log, done int
-		if err := q.queryRow(`PRAGMA main.wal_checkpoint(TRUNCATE)`).Scan(&busy, &log, &done); err != nil {
-			s.sawIOError(err)
-			return unavailable(ctx, fmt.Errorf("after an I/O error, the checkpoint that puts every page on the disk failed (retried at the next call): %w", err))
-		}
-		if busy != 0 {
-			return fmt.Errorf("%w: after an I/O error, the checkpoint that puts every page on the disk could not finish (readers were busy; retried at the next call)", ErrUnavailable)
-		}
-	}
-	s.ioErr, s.rewritten = false, false
-	// A failure found by a check during the rewrite keeps it set (the
-	// checker sets wbErr, then unsettled).
-	s.unsettled.Store(false)
-	if s.wbErr.Load() {
-		s.unsettled.Store(true)
-	}
-	s.log.Info("sqlitestore: after an I/O error, the database was rewritten and a checkpoint put every page on the disk; serving", "table", unquote(s.table))
-	return nil
 }
 
 // commitFailed ends the transaction of a COMMIT that failed (or of a
@@ -459,22 +345,12 @@ func (s *Store) commitFailed(ctx context.Context, err error) bool {
 // then too, and replaced by another; a trigger on the store's table in
 // main refuses the write. The caller holds writeMu.
 func (s *Store) writerConn(ctx context.Context) (*wconn, int, error) {
-	if s.wbErr.Load() { // a failed write-back found by a check
-		// unsettled stays set (the checker set it). A failure found
-		// between the load and the store below is covered by the rewrite
-		// that follows, which reads every page after it.
-		s.ioErr, s.rewritten = true, false
-		s.unsettled.Store(true)
-		s.wbErr.Store(false)
-	}
 	wc, level, err := s.openWriter(ctx, false)
-	if err == nil {
-		if !s.ioErr {
-			s.checkpoint(ctx, wc) // may find an I/O error, for settle
-		}
-		err = s.settle(ctx, wc)
-	}
 	if err != nil {
+		return nil, 0, err
+	}
+	s.checkpoint(ctx, wc) // an I/O error starts the repair
+	if err := s.repairErr(); err != nil {
 		return nil, 0, err
 	}
 	return wc, level, nil

@@ -311,7 +311,7 @@ func sidecarNamesNeverCollide(t *testing.T) {
 					}
 				}
 			}
-			for _, name := range []string{"replay.db-ctoken.audit", "replay.db-audit-ctoken"} {
+			for _, name := range []string{".replay.db-ctoken.audit", ".replay.db-audit-ctoken"} {
 				if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 					t.Errorf("sidecar %s: %v", name, err)
 				}
@@ -482,7 +482,7 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 	}
 	sidecarBoot := func(t *testing.T, path string) (map[string]any, string) {
 		t.Helper()
-		b, err := os.ReadFile(path + "-ctoken")
+		b, err := os.ReadFile(sidecarOf(path))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -525,7 +525,7 @@ func normalSyncAfterAMachineCrash(t *testing.T) {
 			// with no store running, which would write it back).
 			m["boot"] = "a-boot-before-the-crash"
 			b, _ := json.Marshal(m)
-			if err := os.WriteFile(path+"-ctoken", b, 0o600); err != nil {
+			if err := os.WriteFile(sidecarOf(path), b, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			for _, o := range []sqlitestore.Options{opts, {SweepInterval: -1}} {

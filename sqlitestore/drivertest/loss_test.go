@@ -25,6 +25,12 @@ func snapshot(t *testing.T, db *sql.DB, dst string) {
 	}
 }
 
+// sidecarOf is the sidecar of the default table of the database file at
+// path: hidden, beside it.
+func sidecarOf(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"-ctoken")
+}
+
 // removeDatabase deletes the database file at path with its WAL and
 // shared-memory files, and keeps the sidecar.
 func removeDatabase(t *testing.T, path string) {
@@ -34,7 +40,7 @@ func removeDatabase(t *testing.T, path string) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := os.Stat(path + "-ctoken"); err != nil {
+	if _, err := os.Stat(sidecarOf(path)); err != nil {
 		t.Fatalf("the sidecar is gone: %v", err)
 	}
 }
@@ -104,7 +110,7 @@ func restoreProcedure(t *testing.T) {
 		{"older copy, sidecar kept", func(t *testing.T, path, copy, _ string) { restoreCopy(t, path, copy) }},
 		{"older copy and its sidecar", func(t *testing.T, path, copy, side string) {
 			restoreCopy(t, path, copy)
-			if err := os.Rename(side, path+"-ctoken"); err != nil {
+			if err := os.Rename(side, sidecarOf(path)); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -120,7 +126,7 @@ func restoreProcedure(t *testing.T) {
 		}},
 		{"both files deleted", func(t *testing.T, path, _, _ string) {
 			removeDatabase(t, path)
-			if err := os.Remove(path + "-ctoken"); err != nil {
+			if err := os.Remove(sidecarOf(path)); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -133,7 +139,7 @@ func restoreProcedure(t *testing.T) {
 					ctx := context.Background()
 					db, path := openMigrated(t, d)
 					dir := filepath.Dir(path)
-					copy, side := filepath.Join(dir, "copy.db"), filepath.Join(dir, "copy.db-ctoken")
+					copy, side := filepath.Join(dir, "copy.db"), filepath.Join(dir, ".copy.db-ctoken")
 					until := time.Now().Add(time.Hour)
 					s, err := sqlitestore.New(ctx, db, sqlitestore.Options{SweepInterval: -1})
 					if err != nil {
@@ -143,7 +149,7 @@ func restoreProcedure(t *testing.T) {
 					claimAll(t, s, before, until)
 					s.Close()
 					snapshot(t, db, copy)
-					b, err := os.ReadFile(path + "-ctoken")
+					b, err := os.ReadFile(sidecarOf(path))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -587,6 +593,108 @@ func walLinksAfterACrash(t *testing.T) {
 				s := mustStore(t, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
 				refused(t, s, tally)
 			})
+			// What an operator does after a crash, with the application
+			// stopped: each act that keeps the WAL's commits costs nothing
+			// (New serves, every acknowledged ID refused); each that
+			// deletes them ends in ErrForgotten, never in service.
+			shell := func(t *testing.T, path string, stmts ...string) {
+				t.Helper()
+				if _, err := exec.LookPath("sqlite3"); err != nil {
+					t.Skip("the sqlite3 shell is not installed (.ci/sqlite.sh installs it)")
+				}
+				for _, q := range stmts {
+					if out, err := exec.Command("sqlite3", path, q).CombinedOutput(); err != nil {
+						t.Fatalf("sqlite3 %s: %v: %s", q, err, out)
+					}
+				}
+			}
+			moved := func(t *testing.T, path string, cp bool) string {
+				t.Helper()
+				dir := filepath.Join(plainTempDir(t), "moved")
+				cmd := exec.Command("mv", filepath.Dir(path), dir)
+				if cp {
+					cmd = exec.Command("cp", "-a", filepath.Dir(path), dir)
+				}
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("%v: %v: %s", cmd.Args, err, out)
+				}
+				return filepath.Join(dir, filepath.Base(path))
+			}
+			rmGlob := func(t *testing.T, path string) {
+				t.Helper()
+				files, err := filepath.Glob(path + "-*")
+				if err != nil || len(files) == 0 {
+					t.Fatalf("rm %s-*: nothing matches (%v)", path, err)
+				}
+				removeFiles(t, files...)
+			}
+			for _, act := range []struct {
+				name string
+				do   func(t *testing.T, path string) string // the path New opens
+				lost bool
+			}{
+				{"sqlite3 PRAGMA integrity_check", func(t *testing.T, path string) string {
+					shell(t, path, `PRAGMA integrity_check`)
+					return path
+				}, false},
+				{"sqlite3 VACUUM", func(t *testing.T, path string) string { shell(t, path, `VACUUM`); return path }, false},
+				{"sqlite3 integrity_check then VACUUM", func(t *testing.T, path string) string {
+					shell(t, path, `PRAGMA integrity_check`, `VACUUM`)
+					return path
+				}, false},
+				{"sqlite3 REINDEX", func(t *testing.T, path string) string { shell(t, path, `REINDEX`); return path }, false},
+				{"sqlite3 .backup, restored over the file", func(t *testing.T, path string) string {
+					backup := filepath.Join(plainTempDir(t), "backup.db")
+					shell(t, path, `.backup `+backup)
+					restoreCopy(t, path, backup)
+					return path
+				}, false},
+				{"VACUUM INTO, restored over the file", func(t *testing.T, path string) string {
+					backup := filepath.Join(plainTempDir(t), "into.db")
+					session(t, d, path, Safe, `VACUUM INTO '`+backup+`'`)
+					restoreCopy(t, path, backup)
+					return path
+				}, false},
+				{"mv of the directory", func(t *testing.T, path string) string { return moved(t, path, false) }, false},
+				{"cp -a of the directory", func(t *testing.T, path string) string { return moved(t, path, true) }, false},
+				{"rm -wal -shm", func(t *testing.T, path string) string {
+					removeFiles(t, path+"-wal", path+"-shm")
+					return path
+				}, true},
+				{"rm -wal -shm then VACUUM", func(t *testing.T, path string) string {
+					removeFiles(t, path+"-wal", path+"-shm")
+					session(t, d, path, Safe, `VACUUM`)
+					return path
+				}, true},
+				{"rm replay.db-*", func(t *testing.T, path string) string { rmGlob(t, path); return path }, true},
+				{"rm replay.db-* then VACUUM", func(t *testing.T, path string) string {
+					rmGlob(t, path)
+					shell(t, path, `VACUUM`)
+					return path
+				}, true},
+			} {
+				t.Run("after a crash, "+act.name, func(t *testing.T) {
+					path := faultDB(t, d)
+					tally := killAfter(t, path, 50)
+					path = act.do(t, path)
+					s, err := sqlitestore.New(ctx, d.Open(t, path), sqlitestore.Options{SweepInterval: -1})
+					switch {
+					case act.lost && !errors.Is(err, sqlitestore.ErrForgotten):
+						if err == nil {
+							refused(t, s, tally)
+							s.Close()
+						}
+						t.Fatalf("New after the WAL of %d acknowledged claims was deleted = %v; want ErrForgotten", len(tally.acked), err)
+					case act.lost:
+						t.Logf("New: %v", err)
+					case err != nil:
+						t.Fatalf("New = %v; want a store (nothing was lost)", err)
+					default:
+						refused(t, s, tally)
+						s.Close()
+					}
+				})
+			}
 			t.Run("the directory copied without hard links", func(t *testing.T) {
 				path := faultDB(t, d)
 				tally := killAfter(t, path, 50)
@@ -624,7 +732,7 @@ func walLinksAfterACrash(t *testing.T) {
 				path := faultDB(t, d)
 				tally := killAfter(t, path, 50)
 				session(t, d, path, Safe, `INSERT INTO effects VALUES ('one')`)
-				links, err := filepath.Glob(path + "-ctoken.wal-*")
+				links, err := filepath.Glob(sidecarOf(path) + ".wal-*")
 				if err != nil || len(links) == 0 {
 					t.Fatalf("no WAL link after the crash (%v): nothing for New to judge", err)
 				}
@@ -1048,8 +1156,10 @@ func bindMount(t *testing.T, dir string) string {
 		t.Skipf("mount --bind is not permitted here (%v: %s); the read-only case for root needs it", err, out)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		// Lazily: the store holds the database file open for the
+		// process's life.
+		if out, err := exec.Command("umount", "-l", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount -l %s: %v: %s", mnt, err, out)
 		}
 	})
 	return mnt

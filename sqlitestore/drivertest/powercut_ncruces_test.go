@@ -684,7 +684,7 @@ func (c pcNormalTotals) String() string {
 // pcSidecarBoot reads the sidecar of the database file path: its bytes,
 // and its boot id.
 func pcSidecarBoot(path string) ([]byte, string, error) {
-	b, err := os.ReadFile(path + "-ctoken")
+	b, err := os.ReadFile(sidecarOf(path))
 	if err != nil {
 		return nil, "", err
 	}
@@ -710,7 +710,7 @@ func pcReboot(path string, b []byte) error {
 			return err
 		}
 	}
-	return os.WriteFile(path+"-ctoken", b, 0o644)
+	return os.WriteFile(sidecarOf(path), b, 0o644)
 }
 
 func powerCutNormalRounds(t *testing.T, pragmas []Pragma, syncs int, r *rand.Rand) pcNormalTotals {
@@ -959,7 +959,10 @@ func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 			f := pcFile{v, filepath.Join(t.TempDir(), "replay.db"), append(slices.Clone(Safe), Pragma{"wal_autocheckpoint", pages})}
 			f.create(t)
 			db := f.open(t)
-			s, err := sqlitestore.New(ctx, db, pcOptions())
+			rep := newRepairs()
+			opts := pcOptions()
+			opts.Observer = rep.observe
+			s, err := sqlitestore.New(ctx, db, opts)
 			if err != nil {
 				db.Close()
 				t.Fatal(err)
@@ -1006,7 +1009,7 @@ func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 				if v.Stats().FailedSyncs == failed {
 					t.Fatal("Close's checkpoint synced the database file without the failure")
 				}
-				if s, err = sqlitestore.New(ctx, db, pcOptions()); err != nil {
+				if s, err = sqlitestore.New(ctx, db, opts); err != nil {
 					t.Fatalf("New after Close: %v", err)
 				}
 			}
@@ -1015,6 +1018,15 @@ func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 			}
 			if v.Stats().FailedSyncs == failed {
 				t.Fatal("no fsync of the database file failed")
+			}
+			// The store refused from the failure on, and repaired: it
+			// serves again, and what it acknowledges now holds too.
+			rep.wait(t)
+			if rep.count() == 0 {
+				t.Fatal("no repair started after the failed fsync")
+			}
+			for i := 6000; i < 6200; i++ {
+				claim(fmt.Sprintf("z-%05d", i))
 			}
 			v.CutNow()
 			s.Close()
@@ -1025,11 +1037,17 @@ func TestFsyncErrorAfterAPartialCheckpoint(t *testing.T) {
 			}
 			db = f.open(t)
 			defer db.Close()
-			s, err = sqlitestore.New(ctx, db, pcOptions())
+			// The store's Close after the cut met I/O errors: the next New
+			// repairs first (the machine did not restart: the sidecar
+			// names this boot).
+			rep = newRepairs()
+			opts.Observer = rep.observe
+			s, err = sqlitestore.New(ctx, db, opts)
 			if err != nil {
 				t.Fatalf("New after the cut (%s; %v): %v", strings.Join(v.Events(), "; "), cut, err)
 			}
 			defer s.Close()
+			rep.wait(t)
 			var again []string
 			for _, id := range acked {
 				first, err := s.Claim(ctx, id, time.Now().Add(time.Hour))
@@ -1497,7 +1515,8 @@ func commitFsyncFailureOverMCP(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE payments (key TEXT NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	store := mustStore(t, db, sqlitestore.Options{SweepInterval: -1})
+	rep := newRepairs()
+	store := mustStore(t, db, sqlitestore.Options{SweepInterval: -1, Observer: rep.observe})
 	idem, err := ctokenmcp.NewIdempotency(ctokenmcp.IdempotencyOptions{
 		IdempotencyConfig: mcptoken.IdempotencyConfig{Keys: idemKeys, Store: store, KeyArgument: "key", Transactional: true},
 		Caller:            ctokenmcp.FixedCaller("alice"),
@@ -1545,6 +1564,8 @@ func commitFsyncFailureOverMCP(t *testing.T) {
 	if d, ok := ctokenmcp.RetryAfter(err); !ok || d <= 0 || d > time.Second {
 		t.Fatalf("RetryAfter = %v, %v; want at most 1s (the lease is taken in the transaction)", d, ok)
 	}
+	// The store refuses until it has repaired after the I/O error.
+	rep.wait(t)
 	var res *mcp.CallToolResult
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if res, err = pay("pay-1"); err == nil {

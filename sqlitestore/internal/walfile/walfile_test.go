@@ -124,7 +124,7 @@ func FuzzCommitted(f *testing.F) {
 }
 
 // FuzzIndexEntries: any page, with any reserved bytes, read without a
-// panic (as entries, and as a tree whose every page is it), every payload
+// panic, every payload
 // inside the page, and every column inside its record.
 func FuzzIndexEntries(f *testing.F) {
 	leaf := make([]byte, 512)
@@ -134,8 +134,6 @@ func FuzzIndexEntries(f *testing.F) {
 	f.Add([]byte{indexInterior, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0}, uint32(3), uint16(8))
 	f.Fuzz(func(t *testing.T, page []byte, pgno uint32, reserved uint16) {
 		usable := len(page) - int(reserved)
-		// The page as the root and every child of its tree: itself.
-		IndexTree(pgno, usable, 1<<20, func(uint32) ([]byte, bool) { return page, true })
 		entries, whole, err := IndexEntries(page, pgno, usable)
 		if err != nil {
 			return
