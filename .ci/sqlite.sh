@@ -9,6 +9,14 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export CI=true CGO_ENABLED=1
 
+# The sqlite3 shell: the loss tests run what an operator runs after a
+# crash (integrity_check, VACUUM, .backup) with it.
+if ! command -v sqlite3 >/dev/null 2>&1; then
+	sudo=""
+	if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+	$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq sqlite3 >/dev/null
+fi
+
 echo "--- [${SECONDS}s] sqlitestore: go test -race (no driver)"
 (cd "$root/sqlitestore" && go test -race -count=1 -timeout 300s ./...)
 

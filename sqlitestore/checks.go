@@ -408,26 +408,39 @@ func (g *guard) open(ctx context.Context, s *Store, conn *sql.Conn) (repair bool
 // step is the first statement of every write transaction: it checks, in
 // the same transaction, that the marker is there, of the store's
 // incarnation, not fenced, and not behind what the store saw. A durable
-// transaction (bump) also advances the marker's sequence and returns the
-// new one, for [guard.saw] once the transaction committed, so the
+// transaction (bump) also advances the marker's sequence and returns a
+// lower bound of the new one, for [guard.saw] once the transaction
+// committed, so the
 // sequence in a WAL kept after a crash tells whether the database holds
 // its last commit (wal.go). A transaction that commits without waiting
 // for the disk (a batch of lease steps) leaves it, so a power cut that
 // takes such a commit back never looks like an older copy of the file.
 func (g *guard) step(q querier, s *Store, now int64, bump bool) (int64, error) {
-	var seq, fence int64
-	query := `SELECT seq, until FROM ` + s.table + ` WHERE key = ` + markerKey + ` AND state = 'm' AND token = ?`
 	if bump {
-		query = `UPDATE ` + s.table + ` SET seq = seq + 1 WHERE key = ` + markerKey + ` AND state = 'm' AND token = ? RETURNING seq, until`
+		// The common case in one statement that returns no row: the
+		// marker of the incarnation, not fenced, not behind. The new
+		// sequence is at least last+1 (other processes advance it too).
+		last := g.seq.Load()
+		res, err := q.exec(`UPDATE `+s.table+` SET seq = seq + 1 WHERE key = `+markerKey+` AND state = 'm' AND token = ? AND until <= ? AND seq >= ?`, g.incarnation, now, last)
+		if err != nil {
+			return 0, err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return last + 1, err
+		}
 	}
-	err := q.queryRow(query, g.incarnation).Scan(&seq, &fence)
+	var seq, fence int64
+	err := q.queryRow(`SELECT seq, until FROM `+s.table+` WHERE key = `+markerKey+` AND state = 'm' AND token = ?`, g.incarnation).Scan(&seq, &fence)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, g.missing()
 	}
 	if err != nil {
 		return 0, err
 	}
-	return g.judge(seq, fence, now, bump)
+	if err := g.judge(seq, fence, now); err != nil || !bump {
+		return 0, err
+	}
+	return 0, fmt.Errorf("the marker's update changed no row, and the marker holds (sequence %d)", seq)
 }
 
 // missing refuses every call for a marker row not found (or not of the
@@ -438,21 +451,18 @@ func (g *guard) missing() error {
 	return err
 }
 
-// judge is step's verdict on the marker it read (or, with bump, wrote):
-// not fenced, and not behind the sequence the store saw.
-func (g *guard) judge(seq, fence, now int64, bump bool) (int64, error) {
+// judge is step's verdict on the marker it read: not fenced, and not
+// behind the sequence the store saw.
+func (g *guard) judge(seq, fence, now int64) error {
 	if fence > now {
-		return 0, fenced{time.Unix(0, fence), seq}
+		return fenced{time.Unix(0, fence), seq}
 	}
-	if last := g.seq.Load(); seq < last || bump && seq == last {
+	if last := g.seq.Load(); seq < last {
 		err := fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, last, seq)
 		g.refuse(err)
-		return 0, err
+		return err
 	}
-	if !bump {
-		return 0, nil
-	}
-	return seq, nil
+	return nil
 }
 
 // saw records a sequence committed by this store.
@@ -664,6 +674,7 @@ func (s *Store) checkOnce(ctx context.Context) error {
 	case seq < last:
 		return fmt.Errorf("%w: the database's sequence went back from %d to %d (the file was replaced by an older copy)", ErrForgotten, last, seq)
 	}
+	s.guard.saw(seq)
 	if n, err := s.triggers(connQuerier{ctx, conn}, false); err != nil {
 		return unavailable(ctx, err)
 	} else if n != 0 {

@@ -259,6 +259,7 @@ func (s *Store) commitLocked(parent context.Context, batch []*op) (err error) {
 			clean = rerr == nil
 		}
 	}()
+	q = s.inTx(ctx, wc) // the lock is held: the steps run to their end
 	now := s.now().UnixNano()
 	seq, err := s.guard.step(q, s, now, durable)
 	if err != nil {
@@ -436,7 +437,7 @@ func (s *Store) openWriter(ctx context.Context, fresh bool) (*wconn, int, error)
 		// guard.walGone).
 		if info, err := os.Stat(s.path + "-wal"); err == nil {
 			s.guard.wal.Store(&info)
-			// Kept for New's look after a restart (see walLost); never
+			// Kept for New's look after a restart (wal.go); never
 			// after a loss, whose WAL stays linked for the next New.
 			s.relinkWAL()
 		}

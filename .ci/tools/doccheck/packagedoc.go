@@ -28,8 +28,10 @@ type Package struct {
 	Examples map[string]bool
 	// ExampleBodies maps each Example that go test runs (in a file built
 	// without tags, with an output comment) to its body's source (see
-	// [exampleBody]).
-	ExampleBodies map[string]string
+	// [exampleBody]); CompiledBodies each Example of such a file without
+	// an output comment, which go test compiles but never runs.
+	ExampleBodies  map[string]string
+	CompiledBodies map[string]string
 }
 
 // skippedDirs are the directory names under which no published package
@@ -77,7 +79,7 @@ func readPackage(root, dir string) (*Package, error) {
 	if err != nil {
 		return nil, err
 	}
-	pkg := &Package{Dir: filepath.ToSlash(rel), Exported: map[string]bool{}, Examples: map[string]bool{}, ExampleBodies: map[string]string{}}
+	pkg := &Package{Dir: filepath.ToSlash(rel), Exported: map[string]bool{}, Examples: map[string]bool{}, ExampleBodies: map[string]string{}, CompiledBodies: map[string]string{}}
 	fset := token.NewFileSet()
 	sources := 0
 	for _, e := range entries {
@@ -101,6 +103,8 @@ func readPackage(root, dir string) (*Package, error) {
 					body, runs := exampleBody(string(src[from:to]))
 					if built, err := build.Default.MatchFile(dir, name); err == nil && built && runs {
 						pkg.ExampleBodies[fd.Name.Name] = body
+					} else if err == nil && built {
+						pkg.CompiledBodies[fd.Name.Name] = body
 					}
 				}
 			}
