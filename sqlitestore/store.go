@@ -51,8 +51,8 @@ const maxBatch = 256
 var (
 	// ErrUnavailable reports that the store could not decide: the database
 	// is locked by another process beyond its busy_timeout, read-only,
-	// full, unreadable, or answered anything unexpected, or the call's
-	// deadline passed. When the caller's context had ended, the error also
+	// full, unreadable, being repaired after an I/O error, or answered
+	// anything unexpected, or the call's deadline passed. When the caller's context had ended, the error also
 	// matches the context's error. The claim may or may not have been
 	// recorded; the caller must refuse the request. Resending it is safe.
 	// It matches [replay.ErrUnavailable].
@@ -67,8 +67,9 @@ var (
 
 	// ErrForgotten reports that the database no longer remembers the
 	// claims it acknowledged: the table lost its marker row (emptied or
-	// dropped), the database file was deleted and made again, or it was
-	// replaced by an older copy (a restored backup). Every call then
+	// dropped), the database file was deleted and made again, it was
+	// replaced by an older copy (a restored backup), or its WAL was
+	// deleted with commits the file lacks. Every call then
 	// refuses (the error also matches ErrUnavailable) until an operator
 	// runs [Rearm] and its fence has passed.
 	ErrForgotten = fmt.Errorf("%w: the database has forgotten claims it acknowledged", ErrUnavailable)
@@ -148,9 +149,10 @@ type Options struct {
 	SweepInterval time.Duration
 
 	// Observer, when not nil, is called with every [Event]: the risk
-	// AllowNormalSync accepts, a check that starts or stops refusing. It
-	// is called synchronously (from New or the checker goroutine) and
-	// must not block.
+	// AllowNormalSync accepts, a check or a repair after an I/O error that
+	// starts or stops refusing. It is called synchronously (from New, the
+	// checker, the repair or the call that met the error) and must not
+	// block.
 	Observer func(Event)
 
 	// Logger receives the store's warnings. Nil means slog.Default(). Lines
@@ -191,7 +193,7 @@ type Store struct {
 	wc      *wconn // the writer's connection, under writeMu (writer.go)
 	// file is the database file, held open for the process's life
 	// (heldfile.go) in WAL mode: the checker's fsync of it finds failed
-	// write-backs, and the repair rewrites it (repair.go). failuresSeen is
+	// write-backs of other connections (repair.go). failuresSeen is
 	// the checker's count of failures acted on; repairing refuses every
 	// call while a repair is due or runs; bg is the context of the
 	// store's goroutines.
